@@ -1,0 +1,126 @@
+// Package config reads the JSON configuration files of transformers and
+// diffusers repositories: config.json (with nested text_config for
+// multimodal wrappers such as Qwen3.5), generation_config.json, diffusers'
+// model_index.json and per-component config.json files.
+//
+// Architecture-specific fields are decoded by the architecture packages
+// (pipeline/<arch>) from Model.Raw into their own Config structs; this
+// package only extracts what every consumer needs and keeps everything else,
+// so unknown fields are never fatal.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// MaxConfigSize bounds the size of a JSON config file we parse.
+const MaxConfigSize = 16 << 20
+
+// ReadJSONFile reads a JSON file of at most MaxConfigSize bytes into v.
+func ReadJSONFile(path string, v any) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Size() > MaxConfigSize {
+		return fmt.Errorf("%s: %d bytes, over the %d-byte limit for a config file", path, st.Size(), MaxConfigSize)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: invalid JSON: %w", path, err)
+	}
+	return nil
+}
+
+// Model is a transformers config.json.
+type Model struct {
+	// Path is the file it was read from.
+	Path string `json:"-"`
+	// Raw holds every top-level field, so architectures can decode their own.
+	Raw           map[string]json.RawMessage `json:"-"`
+	Architectures []string                   `json:"architectures"`
+	ModelType     string                     `json:"model_type"`
+	TorchDType    string                     `json:"torch_dtype"`
+	// DType is the newer spelling of torch_dtype (transformers >= 4.56).
+	DType string `json:"dtype"`
+	// Text is the nested text_config of multimodal wrappers (Qwen3.5,
+	// Gemma 3 multimodal, Llava, ...), nil when absent.
+	Text *Model `json:"-"`
+}
+
+// ParseModel parses config.json bytes.
+func ParseModel(b []byte) (*Model, error) {
+	m := &Model{}
+	if err := json.Unmarshal(b, &m.Raw); err != nil {
+		return nil, fmt.Errorf("config is not a JSON object: %w", err)
+	}
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if tc, ok := m.Raw["text_config"]; ok && !bytes.Equal(bytes.TrimSpace(tc), []byte("null")) {
+		text, err := ParseModel(tc)
+		if err != nil {
+			return nil, fmt.Errorf("text_config: %w", err)
+		}
+		m.Text = text
+	}
+	return m, nil
+}
+
+// ReadModel reads a config.json file.
+func ReadModel(path string) (*Model, error) {
+	var raw json.RawMessage
+	if err := ReadJSONFile(path, &raw); err != nil {
+		return nil, err
+	}
+	m, err := ParseModel(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m.Path = path
+	if m.Text != nil {
+		m.Text.Path = path
+	}
+	return m, nil
+}
+
+// Architecture returns architectures[0], or "" when the list is empty.
+func (m *Model) Architecture() string {
+	if len(m.Architectures) == 0 {
+		return ""
+	}
+	return m.Architectures[0]
+}
+
+// WeightDType returns the checkpoint dtype the config declares ("bfloat16",
+// "float16", "float32"), preferring the newer "dtype" field.
+func (m *Model) WeightDType() string {
+	if m.DType != "" {
+		return m.DType
+	}
+	if m.TorchDType == "" && m.Text != nil {
+		return m.Text.WeightDType()
+	}
+	return m.TorchDType
+}
+
+// Decode unmarshals the whole config into v (an architecture's Config).
+func (m *Model) Decode(v any) error {
+	b, err := json.Marshal(m.Raw)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", m.Path, err)
+	}
+	return nil
+}
+
+// Has reports whether the field is present.
+func (m *Model) Has(field string) bool { _, ok := m.Raw[field]; return ok }

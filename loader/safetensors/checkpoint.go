@@ -1,0 +1,278 @@
+package safetensors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// IndexFile is the JSON index of a sharded checkpoint
+// (model.safetensors.index.json).
+type IndexFile struct {
+	Metadata  map[string]any    `json:"metadata"`
+	WeightMap map[string]string `json:"weight_map"`
+}
+
+// MaxIndexSize bounds the index JSON we are willing to parse.
+const MaxIndexSize = 64 << 20
+
+// ReadIndex reads and validates an index file. Every shard name must stay
+// inside the index's directory: absolute paths and ".." are rejected.
+func ReadIndex(path string) (*IndexFile, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > MaxIndexSize {
+		return nil, fmt.Errorf("%s: index is %d bytes, over the %d-byte limit", path, st.Size(), MaxIndexSize)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := ParseIndex(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return idx, nil
+}
+
+// ParseIndex parses index JSON and validates shard names.
+func ParseIndex(b []byte) (*IndexFile, error) {
+	var idx IndexFile
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("invalid index JSON: %w", err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, errors.New(`index has no "weight_map" entries`)
+	}
+	for name, shard := range idx.WeightMap {
+		if err := CheckShardName(shard); err != nil {
+			return nil, fmt.Errorf("weight_map[%q]: %w", name, err)
+		}
+	}
+	return &idx, nil
+}
+
+// CheckShardName rejects shard file names that would escape the checkpoint
+// directory or are not safetensors files.
+func CheckShardName(shard string) error {
+	if shard == "" {
+		return errors.New("empty shard name")
+	}
+	if strings.ContainsRune(shard, '\\') || filepath.IsAbs(shard) || !filepath.IsLocal(shard) {
+		return fmt.Errorf("shard %q escapes the checkpoint directory", shard)
+	}
+	if err := RejectPickle(shard); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(shard, ".safetensors") {
+		return fmt.Errorf("shard %q is not a .safetensors file", shard)
+	}
+	return nil
+}
+
+// Shards returns the distinct shard names in sorted order.
+func (idx *IndexFile) Shards() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range idx.WeightMap {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Checkpoint is a set of safetensors files seen as one name -> tensor map.
+type Checkpoint struct {
+	// Dir is the directory the checkpoint was opened from.
+	Dir   string
+	Files []*File
+	// IndexPath is set for sharded checkpoints.
+	IndexPath string
+	byName    map[string]*File
+	names     []string
+}
+
+// Open opens a checkpoint from a .safetensors file, a .safetensors.index.json
+// file, or a directory holding one of model.safetensors.index.json,
+// model.safetensors, diffusion_pytorch_model.safetensors(.index.json).
+func Open(path string) (*Checkpoint, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return OpenDir(path, "")
+	}
+	if strings.HasSuffix(path, ".index.json") {
+		return OpenIndex(path)
+	}
+	f, err := OpenFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return newCheckpoint(filepath.Dir(path), "", []*File{f})
+}
+
+// weightStems are the file stems tried by OpenDir, transformers first.
+var weightStems = []string{"model", "diffusion_pytorch_model"}
+
+// OpenDir finds the checkpoint in dir. variant selects files such as
+// model.fp16.safetensors ("" for the plain name).
+func OpenDir(dir, variant string) (*Checkpoint, error) {
+	for _, name := range CandidateFiles(variant) {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return Open(p)
+		}
+	}
+	// Explain the failure: a pickle-only checkpoint gets its own message.
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if err := RejectPickle(e.Name()); err != nil {
+			return nil, fmt.Errorf("%s: no safetensors weights, only %s: %w", dir, e.Name(), err)
+		}
+	}
+	return nil, fmt.Errorf("%s: no safetensors weights (looked for %s): %w", dir, strings.Join(CandidateFiles(variant), ", "), fs.ErrNotExist)
+}
+
+// CandidateFiles lists the weight file names OpenDir tries, in order.
+func CandidateFiles(variant string) []string {
+	var out []string
+	for _, stem := range weightStems {
+		base := stem
+		if variant != "" {
+			base += "." + variant
+		}
+		out = append(out, base+".safetensors.index.json", base+".safetensors")
+	}
+	return out
+}
+
+// OpenIndex opens every shard named by a sharded checkpoint's index.
+func OpenIndex(indexPath string) (*Checkpoint, error) {
+	idx, err := ReadIndex(indexPath)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(indexPath)
+	var files []*File
+	byShard := map[string]*File{}
+	for _, shard := range idx.Shards() {
+		f, err := OpenFile(filepath.Join(dir, shard))
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("%s: shard %s: %w", indexPath, shard, err)
+		}
+		files = append(files, f)
+		byShard[shard] = f
+	}
+	for name, shard := range idx.WeightMap {
+		if _, ok := byShard[shard].Info(name); !ok {
+			closeAll(files)
+			return nil, fmt.Errorf("%s: weight_map says %q is in %s, but that shard has no such tensor", indexPath, name, shard)
+		}
+	}
+	c, err := newCheckpoint(dir, indexPath, files)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func closeAll(files []*File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+func newCheckpoint(dir, indexPath string, files []*File) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, Files: files, IndexPath: indexPath, byName: map[string]*File{}}
+	for _, f := range files {
+		for _, t := range f.Header.Tensors {
+			if other, dup := c.byName[t.Name]; dup {
+				closeAll(files)
+				return nil, fmt.Errorf("tensor %q appears in both %s and %s", t.Name, other.Path, f.Path)
+			}
+			c.byName[t.Name] = f
+			c.names = append(c.names, t.Name)
+		}
+	}
+	sort.Strings(c.names)
+	return c, nil
+}
+
+// Names returns every tensor name, sorted.
+func (c *Checkpoint) Names() []string { return c.names }
+
+// Len returns the number of tensors.
+func (c *Checkpoint) Len() int { return len(c.names) }
+
+// Info describes a tensor.
+func (c *Checkpoint) Info(name string) (TensorInfo, bool) {
+	f, ok := c.byName[name]
+	if !ok {
+		return TensorInfo{}, false
+	}
+	return f.Info(name)
+}
+
+// Has reports whether the checkpoint holds the tensor.
+func (c *Checkpoint) Has(name string) bool { _, ok := c.byName[name]; return ok }
+
+// Raw returns a zero-copy view of the tensor's bytes, valid until Close.
+func (c *Checkpoint) Raw(name string) ([]byte, error) {
+	f, ok := c.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	return f.Raw(name)
+}
+
+// Float32 returns the tensor converted to float32 on the host (a new slice).
+func (c *Checkpoint) Float32(name string) ([]float32, error) {
+	info, ok := c.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	raw, err := c.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	out, err := ToFloat32(info.DType, raw)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return out, nil
+}
+
+// Metadata merges the __metadata__ of every file (first file wins).
+func (c *Checkpoint) Metadata() map[string]string {
+	out := map[string]string{}
+	for i := len(c.Files) - 1; i >= 0; i-- {
+		for k, v := range c.Files[i].Header.Metadata {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Close unmaps every file.
+func (c *Checkpoint) Close() error {
+	var first error
+	for _, f := range c.Files {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
