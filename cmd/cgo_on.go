@@ -1,0 +1,5 @@
+//go:build cgo
+
+package cmd
+
+const cgoEnabled = true

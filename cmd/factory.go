@@ -1,0 +1,119 @@
+package cmd
+
+import (
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tputool/tputool/internal/ui"
+)
+
+// GlobalOptions are the persistent flags every command shares.
+type GlobalOptions struct {
+	Device     string
+	JSON       bool
+	Quiet      bool
+	Verbose    bool
+	NoProgress bool
+	CacheDir   string
+	Offline    bool
+	Token      string
+
+	// deviceChanged records whether --device was given (it wins over
+	// TPUTOOL_DEVICE).
+	deviceChanged bool
+}
+
+// Factory carries the dependencies commands are built from. Fields are
+// plain values or lazy funcs so tests can replace each one.
+type Factory struct {
+	IOStreams *ui.IOStreams
+	Global    *GlobalOptions
+	// LookupEnv reads the environment (tests pass a map).
+	LookupEnv func(string) (string, bool)
+	// Now is the clock.
+	Now func() time.Time
+	// Build describes this binary.
+	Build BuildInfo
+
+	reporterOnce sync.Once
+	reporter     *ui.Reporter
+}
+
+// Getenv returns the variable or "".
+func (f *Factory) Getenv(key string) string {
+	v, _ := f.LookupEnv(key)
+	return v
+}
+
+// Reporter returns the stderr progress/log reporter configured by the global
+// flags. It must only be called after flags are parsed (inside RunE).
+func (f *Factory) Reporter() *ui.Reporter {
+	f.reporterOnce.Do(func() {
+		g := f.Global
+		f.reporter = ui.NewReporter(f.IOStreams, ui.ReporterOptions{
+			JSON: g.JSON, Quiet: g.Quiet, Verbose: g.Verbose, NoProgress: g.NoProgress, Now: f.Now,
+		})
+	})
+	return f.reporter
+}
+
+// NewFactory returns the factory for a real process.
+func NewFactory() *Factory {
+	f := &Factory{
+		LookupEnv: os.LookupEnv,
+		Now:       time.Now,
+		Global:    &GlobalOptions{},
+		Build:     ReadBuildInfo(),
+	}
+	f.IOStreams = ui.System(f.Getenv)
+	return f
+}
+
+// Version is set at link time: -ldflags "-X github.com/tputool/tputool/cmd.Version=v0.1.0".
+var Version = "dev"
+
+// BuildInfo describes the binary for `tputool version` and bench headers.
+type BuildInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit,omitempty"`
+	Modified  bool   `json:"modified,omitempty"`
+	GoVersion string `json:"go_version"`
+	GoMLX     string `json:"gomlx"`
+	GoXLA     string `json:"go_xla"`
+	CGO       bool   `json:"cgo"`
+	Platform  string `json:"platform"`
+}
+
+// ReadBuildInfo reads the module versions and VCS stamp of this binary.
+func ReadBuildInfo() BuildInfo {
+	b := BuildInfo{Version: Version, CGO: cgoEnabled, Platform: runtime.GOOS + "/" + runtime.GOARCH, GoVersion: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	b.GoVersion = info.GoVersion
+	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = strings.TrimPrefix(info.Main.Version, "v")
+	}
+	for _, d := range info.Deps {
+		switch d.Path {
+		case "github.com/gomlx/gomlx":
+			b.GoMLX = d.Version
+		case "github.com/gomlx/go-xla":
+			b.GoXLA = d.Version
+		}
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Commit = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		}
+	}
+	return b
+}

@@ -1,0 +1,175 @@
+// Package cmd holds tputool's cobra commands: flags, options and output.
+// No ML logic lives here; commands call loader/, pipeline/, compile/ and
+// tpu/ and render what they return.
+//
+// Each command follows one pattern: an XOptions struct (dependencies first,
+// then flag values), NewCmdX(f, runF) whose RunE only validates and then
+// calls runF (tests) or xRun, and xRun(ctx, opts) doing the work.
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// Main runs tputool and returns the process exit code. main.go calls
+// os.Exit(cmd.Main()) and nothing else.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal, restore the default handlers so a second
+		// Ctrl-C kills the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	f := NewFactory()
+	return int(Run(ctx, f, os.Args[1:]))
+}
+
+// Run executes the command line with the given factory and returns the exit
+// code; errors are printed to stderr (as an NDJSON "error" object under
+// --json).
+func Run(ctx context.Context, f *Factory, args []string) ExitCode {
+	root := NewCmdRoot(f)
+	root.SetArgs(args)
+	root.SetIn(f.IOStreams.In)
+	root.SetOut(f.IOStreams.Out)
+	root.SetErr(f.IOStreams.ErrOut)
+	_, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		err = errs.Usagef("%s", err) // cobra's legacy root argument check
+	}
+	if ctx.Err() != nil && !errors.Is(err, errs.ErrInterrupted) {
+		err = fmt.Errorf("%w: %w", errs.ErrInterrupted, err)
+	}
+	code := ExitCodeFor(err)
+	printError(f, err, code)
+	return code
+}
+
+func printError(f *Factory, err error, code ExitCode) {
+	msg := err.Error()
+	if f.Global.JSON {
+		b, _ := json.Marshal(map[string]any{"type": "error", "exit_code": int(code), "message": msg})
+		fmt.Fprintln(f.IOStreams.ErrOut, string(b))
+		return
+	}
+	prefix := "error: "
+	if f.IOStreams.ColorEnabled() {
+		prefix = "\x1b[31merror:\x1b[0m "
+	}
+	fmt.Fprintln(f.IOStreams.ErrOut, prefix+msg)
+	if code == ExitUsage {
+		fmt.Fprintln(f.IOStreams.ErrOut, "Run 'tputool --help' or 'tputool COMMAND --help' for usage.")
+	}
+}
+
+// NewCmdRoot builds the command tree.
+func NewCmdRoot(f *Factory) *cobra.Command {
+	g := f.Global
+	root := &cobra.Command{
+		Use:   "tputool <command> [flags]",
+		Short: "Run Hugging Face models on TPUs, GPUs and CPUs",
+		Long: `tputool runs Hugging Face Hub models (LLMs and diffusion pipelines) on Google
+TPUs through XLA/PJRT, on GPUs through PJRT plugins, and anywhere on a pure-Go
+CPU backend. One binary: generate text, make images, benchmark eager against
+compiled execution, and inspect what a checkpoint holds and where it fits.
+
+Results go to stdout (text, image paths, JSON); progress, logs and metrics go
+to stderr, with progress bars only on a terminal.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(c *cobra.Command, args []string) error {
+			g.deviceChanged = c.Flags().Changed("device")
+			if !g.deviceChanged {
+				if v := f.Getenv("TPUTOOL_DEVICE"); v != "" {
+					g.Device = v
+				}
+			}
+			if g.Quiet && g.Verbose {
+				return errs.Usagef("--quiet and --verbose cannot be used together")
+			}
+			if !c.Flags().Changed("offline") {
+				if v := f.Getenv("HF_HUB_OFFLINE"); v != "" && v != "0" && !strings.EqualFold(v, "false") {
+					g.Offline = true
+				}
+			}
+			return nil
+		},
+		Example: `  tputool generate --model Qwen/Qwen3-0.6B --prompt "Why is the sky blue?"
+  tputool diffuse --model stabilityai/sd-turbo --prompt "a red fox" -o fox.png
+  tputool bench --model Qwen/Qwen3-0.6B --batch 1,8
+  tputool inspect --model Qwen/Qwen3.5-9B --context 32768
+  tputool devices --json`,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return errs.Usagef("%s", err)
+	})
+	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodeHelp + envHelp)
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.Device, "device", "auto", "device: auto, cpu, tpu, gpu, or xla:PLUGIN_OR_PATH (env TPUTOOL_DEVICE)")
+	pf.BoolVar(&g.JSON, "json", false, "print results as JSON on stdout (and NDJSON events on stderr)")
+	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "print only results, warnings and errors")
+	pf.BoolVarP(&g.Verbose, "verbose", "v", false, "print timings, metrics and debug details to stderr")
+	pf.BoolVar(&g.NoProgress, "no-progress", false, "never draw progress bars (plain progress lines instead)")
+	pf.StringVar(&g.CacheDir, "cache-dir", "", "Hugging Face cache directory (default: HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)")
+	pf.BoolVar(&g.Offline, "offline", false, "use only the local cache, never the network (env HF_HUB_OFFLINE=1)")
+	pf.StringVar(&g.Token, "token", "", "Hugging Face access token (default: HF_TOKEN, then HF_HOME/token); never printed")
+	_ = root.RegisterFlagCompletionFunc("device", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"auto", "cpu", "tpu", "gpu", "xla:"}, cobra.ShellCompDirectiveNoSpace
+	})
+
+	for _, sub := range []*cobra.Command{
+		NewCmdGenerate(f, nil),
+		NewCmdDiffuse(f, nil),
+		NewCmdBench(f, nil),
+		NewCmdInspect(f, nil),
+		NewCmdDevices(f, nil),
+		NewCmdVersion(f, nil),
+	} {
+		root.AddCommand(sub)
+	}
+	wrapArgErrors(root)
+	return root
+}
+
+// wrapArgErrors makes every positional-argument validation error a usage
+// error (exit 2), like flag errors.
+func wrapArgErrors(c *cobra.Command) {
+	if validate := c.Args; validate != nil {
+		c.Args = func(c *cobra.Command, args []string) error {
+			if err := validate(c, args); err != nil {
+				return errs.Usagef("%s", err)
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		wrapArgErrors(sub)
+	}
+}
+
+const envHelp = `
+Environment:
+  TPUTOOL_DEVICE         default for --device
+  HF_TOKEN               Hugging Face token (HF_HOME/token is read too)
+  HF_HOME, HF_HUB_CACHE  cache location
+  HF_ENDPOINT            Hub endpoint (default https://huggingface.co)
+  HF_HUB_OFFLINE=1       same as --offline
+  NO_COLOR               disable colour
+`

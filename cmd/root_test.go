@@ -1,0 +1,96 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+func TestHelpListsCommandsAndExitCodes(t *testing.T) {
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("--help"))
+	help := e.out.String()
+	for _, c := range []string{"generate", "diffuse", "bench", "inspect", "devices", "version", "completion"} {
+		assert.Contains(t, help, "\n  "+c+" ", c)
+	}
+	assert.Contains(t, help, "130  interrupted")
+	assert.Contains(t, help, "--device string")
+	assert.Empty(t, e.errOut.String())
+}
+
+func TestExitCodes(t *testing.T) {
+	cases := []struct {
+		err  error
+		want ExitCode
+	}{
+		{nil, ExitOK},
+		{fmt.Errorf("boom"), ExitError},
+		{errs.Usagef("bad"), ExitUsage},
+		{fmt.Errorf("load: %w", errs.Unsupportedf("arch X")), ExitUnsupported},
+		{errs.Devicef("no libtpu"), ExitDevice},
+		{errs.Hubf("gated"), ExitHub},
+		{fmt.Errorf("download: %w", context.Canceled), ExitInterrupted},
+		{fmt.Errorf("%w: %w", errs.ErrInterrupted, errs.Hubf("reset")), ExitInterrupted},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, ExitCodeFor(c.err), "%v", c.err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	e := newTestFactory(t, nil)
+	assert.Equal(t, ExitUsage, e.run("version", "--bogus"))
+	assert.Contains(t, e.errOut.String(), "error: unknown flag: --bogus")
+	assert.Contains(t, e.errOut.String(), "for usage")
+
+	e = newTestFactory(t, nil)
+	assert.Equal(t, ExitUsage, e.run("version", "-q", "-v"))
+	assert.Contains(t, e.errOut.String(), "--quiet and --verbose")
+
+	e = newTestFactory(t, nil)
+	assert.Equal(t, ExitUsage, e.run("version", "extra-arg"))
+	assert.Empty(t, e.out.String())
+}
+
+func TestErrorAsJSON(t *testing.T) {
+	e := newTestFactory(t, nil)
+	code := e.run("--json", "version", "--bogus")
+	assert.Equal(t, ExitUsage, code)
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(e.errOut.Bytes(), &obj), e.errOut.String())
+	assert.Equal(t, map[string]any{"type": "error", "exit_code": 2.0, "message": "unknown flag: --bogus"}, obj)
+	assert.Empty(t, e.out.String(), "stdout carries only results")
+}
+
+func TestInterruptedRunExits130(t *testing.T) {
+	e := newTestFactory(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	root := NewCmdRoot(e.f)
+	root.AddCommand(notImplemented("fails", "x"))
+	assert.Equal(t, ExitInterrupted, Run(ctx, e.f, []string{"generate"}))
+}
+
+func TestEnvDefaults(t *testing.T) {
+	e := newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
+	require.Equal(t, ExitOK, e.run("version"))
+	assert.Equal(t, "cpu", e.f.Global.Device)
+	assert.True(t, e.f.Global.Offline)
+
+	e = newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "cpu", "HF_HUB_OFFLINE": "0"})
+	require.Equal(t, ExitOK, e.run("--device", "tpu", "version"))
+	assert.Equal(t, "tpu", e.f.Global.Device, "the flag wins over the environment")
+	assert.False(t, e.f.Global.Offline)
+}
+
+func TestNotImplementedExits3(t *testing.T) {
+	e := newTestFactory(t, nil)
+	assert.Equal(t, ExitUnsupported, e.run("bench", "--model", "x"))
+	assert.Contains(t, e.errOut.String(), "not implemented yet")
+}
