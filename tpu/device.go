@@ -1,0 +1,333 @@
+package tpu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego" // registers the "go" backend
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// Backend names as GoMLX registers them.
+const (
+	BackendGo  = "go"
+	BackendXLA = "xla"
+)
+
+// Capabilities are the backend facts model code branches on. They come from
+// the backend's own backends.Capabilities where GoMLX exposes them.
+type Capabilities struct {
+	DynamicSlice       bool `json:"dynamic_slice"`
+	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
+	Pad                bool `json:"pad"`
+	Reverse            bool `json:"reverse"`
+	Gather             bool `json:"gather"`
+	Float16            bool `json:"float16"`
+	BFloat16           bool `json:"bfloat16"`
+	// Sort (and so TopK) and While have no backend op in GoMLX v0.26.0 on
+	// any backend; they are always false. Do sorting and loops on the host.
+	Sort  bool `json:"sort"`
+	While bool `json:"while"`
+}
+
+// CapabilitiesOf reads the capability facts from a backend.
+func CapabilitiesOf(b backends.Backend) Capabilities {
+	c := b.Capabilities()
+	return Capabilities{
+		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
+		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
+		Pad:                c.Operations[backends.OpTypePad],
+		Reverse:            c.Operations[backends.OpTypeReverse],
+		Gather:             c.Operations[backends.OpTypeGather],
+		Float16:            c.DTypes[dtypes.Float16],
+		BFloat16:           c.DTypes[dtypes.BFloat16],
+	}
+}
+
+// Device is an open backend plus the facts about it the rest of tputool
+// needs. Close it when done.
+type Device struct {
+	// Backend is the GoMLX backend to build and run graphs on.
+	Backend backends.Backend `json:"-"`
+	// Spec is the --device spec that was asked for.
+	Spec string `json:"spec"`
+	// Kind is what the backend drives: cpu, tpu, gpu (or other).
+	Kind Kind `json:"kind"`
+	// BackendName is "go" or "xla".
+	BackendName string `json:"backend"`
+	// Platform is the PJRT platform ("tpu", "cuda", "cpu"); "cpu" for go.
+	Platform string `json:"platform"`
+	// PluginPath is the PJRT plugin file, empty for the go backend.
+	PluginPath string `json:"plugin_path,omitempty"`
+	// NumDevices is the backend's device count (PJRT devices; a v7x chip
+	// shows up as two).
+	NumDevices int `json:"num_devices"`
+	// Description is the backend's own one-line description.
+	Description string `json:"description"`
+	// DeviceDescriptions holds one line per device from the backend.
+	DeviceDescriptions []string `json:"device_descriptions,omitempty"`
+	// Capabilities of the backend.
+	Capabilities Capabilities `json:"capabilities"`
+	// ComputeDType is the preferred dtype for activations and matmuls:
+	// Float32 on CPUs, BFloat16 on TPUs and GPUs.
+	ComputeDType dtypes.DType `json:"-"`
+	// ComputeDTypeName is ComputeDType's name, for JSON output.
+	ComputeDTypeName string `json:"compute_dtype"`
+	// Topology is the TPU slice from the environment (TPU devices only).
+	Topology *Topology `json:"topology,omitempty"`
+	// Notes records fallbacks taken by auto, e.g. a TPU runtime that
+	// failed to load before the CPU was chosen.
+	Notes []string `json:"notes,omitempty"`
+
+	caps backends.Capabilities
+}
+
+// Supports reports whether the backend implements a GoMLX op.
+func (d *Device) Supports(op backends.OpType) bool { return d.caps.Operations[op] }
+
+// SupportsDType reports whether the backend handles a dtype.
+func (d *Device) SupportsDType(dt dtypes.DType) bool { return d.caps.DTypes[dt] }
+
+// Close releases the backend. It is safe to call more than once.
+func (d *Device) Close() {
+	if d != nil && d.Backend != nil && !d.Backend.IsFinalized() {
+		d.Backend.Finalize()
+	}
+}
+
+// String is a one-line summary such as "tpu (xla, 8 devices, /path/libtpu.so)".
+func (d *Device) String() string {
+	s := fmt.Sprintf("%s (%s, %d device", d.Kind, d.BackendName, d.NumDevices)
+	if d.NumDevices != 1 {
+		s += "s"
+	}
+	if d.PluginPath != "" {
+		s += ", " + d.PluginPath
+	}
+	return s + ")"
+}
+
+// XLACompiled reports whether this binary includes the XLA backend (cgo).
+func XLACompiled() bool { return xlaCompiled }
+
+// candidate is one backend Open may try.
+type candidate struct {
+	kind     Kind
+	backend  string
+	platform string
+	path     string // plugin file, xla only
+}
+
+// resolve turns a spec into the backends to try, in order. Only auto has
+// more than one. It looks at files only; nothing is loaded.
+func resolve(spec Spec, env Env) ([]candidate, []string, error) {
+	cpu := candidate{kind: KindCPU, backend: BackendGo, platform: "cpu"}
+	switch spec.Kind {
+	case SpecCPU:
+		return []candidate{cpu}, nil, nil
+	case SpecTPU:
+		s := FindTPU(env)
+		if s.Found == nil {
+			return nil, nil, s.NotFoundError(spec.String())
+		}
+		return []candidate{xlaCandidate(*s.Found)}, nil, nil
+	case SpecGPU:
+		s := FindGPU(env)
+		if s.Found == nil {
+			return nil, nil, s.NotFoundError(spec.String())
+		}
+		return []candidate{xlaCandidate(*s.Found)}, nil, nil
+	case SpecXLA:
+		if spec.PluginIsPath() {
+			st, err := os.Stat(spec.Plugin)
+			if err != nil {
+				return nil, nil, errs.Devicef("--device %s: plugin file: %w", spec, err)
+			}
+			if st.IsDir() {
+				return nil, nil, errs.Devicef("--device %s: %s is a directory; give the plugin .so file", spec, spec.Plugin)
+			}
+			name := pluginNameFromPath(spec.Plugin)
+			if name == "" {
+				name = "unknown"
+			}
+			return []candidate{xlaCandidate(Plugin{Name: name, Kind: kindOfPlugin(name), Path: spec.Plugin})}, nil, nil
+		}
+		s := FindPlugin(env, spec.Plugin)
+		if s.Found == nil {
+			return nil, nil, s.NotFoundError(spec.String())
+		}
+		return []candidate{xlaCandidate(*s.Found)}, nil, nil
+	case SpecAuto, "":
+		var (
+			out   []candidate
+			notes []string
+		)
+		if s := FindTPU(env); s.Found != nil {
+			switch {
+			case !tpuPresent(env):
+				notes = append(notes, fmt.Sprintf("tpu not tried: libtpu found at %s, but no TPU device (/dev/accel*, /dev/vfio/N) or $%s", s.Found.Path, EnvAcceleratorType))
+			case !xlaCompiled:
+				notes = append(notes, fmt.Sprintf("tpu not tried: libtpu found at %s, but %s", s.Found.Path, noCgoMessage))
+			default:
+				out = append(out, xlaCandidate(*s.Found))
+			}
+		}
+		if s := FindGPU(env); s.Found != nil {
+			switch {
+			case !nvidiaPresent(env):
+				notes = append(notes, fmt.Sprintf("gpu not tried: CUDA plugin found at %s, but no NVIDIA device (/dev/nvidiaN)", s.Found.Path))
+			case !xlaCompiled:
+				notes = append(notes, fmt.Sprintf("gpu not tried: CUDA plugin found at %s, but %s", s.Found.Path, noCgoMessage))
+			default:
+				out = append(out, xlaCandidate(*s.Found))
+			}
+		}
+		return append(out, cpu), notes, nil
+	}
+	return nil, nil, errs.Usagef("--device %q: %s", spec.String(), specSyntax)
+}
+
+func xlaCandidate(p Plugin) candidate {
+	platform := p.Name
+	if p.Kind == KindGPU && platform == "gpu" {
+		platform = "cuda"
+	}
+	return candidate{kind: p.Kind, backend: BackendXLA, platform: platform, path: p.Path}
+}
+
+// Open opens the device a spec names, using the process environment for
+// plugin discovery. See OpenEnv.
+func Open(spec Spec) (*Device, error) { return OpenEnv(spec, OSEnv()) }
+
+// OpenEnv opens the device a spec names:
+//
+//   - cpu: the pure-Go backend.
+//   - tpu: libtpu found by FindTPU, through XLA/PJRT.
+//   - gpu: the CUDA plugin found by FindGPU, through XLA/PJRT.
+//   - xla:NAME / xla:/abs/path.so: that PJRT plugin.
+//   - auto: the TPU when libtpu is found and TPU hardware is present, else
+//     a CUDA GPU, else cpu. A TPU or GPU that fails to load is recorded in
+//     Device.Notes and the next choice is tried.
+//
+// Every failure to find or load a device wraps errs.ErrDeviceUnavailable
+// and names the file involved; a panic in a backend constructor is
+// recovered into such an error.
+func OpenEnv(spec Spec, env Env) (*Device, error) {
+	cands, notes, err := resolve(spec, env)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cands {
+		d, err := openCandidate(spec, c)
+		if err == nil {
+			d.Notes = notes
+			if d.Kind == KindTPU {
+				if t, terr := TopologyFromEnv(env); terr != nil {
+					d.Notes = append(d.Notes, "TPU topology: "+terr.Error())
+				} else {
+					d.Topology = t
+				}
+			}
+			return d, nil
+		}
+		if i == len(cands)-1 {
+			return nil, err
+		}
+		notes = append(notes, fmt.Sprintf("%s not used: %v", c.kind, err))
+	}
+	panic("unreachable: resolve returns at least one candidate")
+}
+
+func openCandidate(spec Spec, c candidate) (*Device, error) {
+	var (
+		b   backends.Backend
+		err error
+	)
+	switch c.backend {
+	case BackendGo:
+		b, err = newGoBackend()
+	case BackendXLA:
+		b, err = newXLABackend(spec, c)
+	default:
+		return nil, errs.Devicef("unknown backend %q", c.backend)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{
+		Backend:     b,
+		Spec:        spec.String(),
+		Kind:        c.kind,
+		BackendName: c.backend,
+		Platform:    c.platform,
+		PluginPath:  c.path,
+		NumDevices:  b.NumDevices(),
+		Description: b.Description(),
+		caps:        b.Capabilities(),
+	}
+	for i := 0; i < d.NumDevices && i < 64; i++ {
+		d.DeviceDescriptions = append(d.DeviceDescriptions, b.DeviceDescription(backends.DeviceNum(i)))
+	}
+	d.Capabilities = CapabilitiesOf(b)
+	d.ComputeDType = dtypes.Float32
+	if (c.kind == KindTPU || c.kind == KindGPU) && d.Capabilities.BFloat16 {
+		d.ComputeDType = dtypes.BFloat16
+	}
+	d.ComputeDTypeName = d.ComputeDType.String()
+	return d, nil
+}
+
+// newGoBackend opens the pure-Go backend, turning a constructor panic into
+// an error.
+func newGoBackend() (b backends.Backend, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, errs.Devicef("go backend: constructor panicked: %v", r)
+		}
+	}()
+	b, err = backends.NewWithConfig(BackendGo)
+	if err != nil {
+		return nil, errs.Devicef("go backend: %w", err)
+	}
+	return b, nil
+}
+
+// pluginLabel names a plugin file for messages; an xla:/path spec already
+// names it.
+func pluginLabel(spec Spec, c candidate) string {
+	if spec.PluginIsPath() {
+		return "the plugin file"
+	}
+	return fmt.Sprintf("%s plugin %s", c.platform, filepath.Clean(c.path))
+}
+
+// reDlopenFailure picks dlerror()'s text out of go-xla's load error.
+var reDlopenFailure = regexp.MustCompile(`failed to dynamically load PJRT plugin from "(.*?)": "`)
+
+// loadError keeps a short message for a plugin load failure while still
+// unwrapping to the backend's full error.
+type loadError struct {
+	msg   string
+	cause error
+}
+
+func (e *loadError) Error() string { return e.msg }
+func (e *loadError) Unwrap() error { return e.cause }
+
+// conciseLoadError shortens go-xla's error for a failed dlopen to
+// "dlopen: <dlerror text>"; other errors are returned as they are.
+func conciseLoadError(err error, path string) error {
+	m := reDlopenFailure.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	return &loadError{msg: fmt.Sprintf("dlopen: %s (check its dependencies with `ldd %s`)", m[1], path), cause: err}
+}
+
+// noCgoMessage explains why a binary without cgo cannot use XLA.
+const noCgoMessage = "this tputool binary was built without cgo; rebuild with CGO_ENABLED=1 to use XLA/PJRT plugins"

@@ -1,0 +1,151 @@
+package tpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// DefaultHeadroom is the fraction added on top of weights and KV cache for
+// activations, XLA scratch buffers and the runtime's own reservations. 15%
+// sits in the middle of the 10-20% that serving stacks typically leave
+// free on a TPU; see docs/devices.md.
+const DefaultHeadroom = 0.15
+
+// FitRequest describes a model's memory needs.
+type FitRequest struct {
+	// WeightBytes is the size of the weights in the dtype they will run in.
+	WeightBytes int64 `json:"weight_bytes"`
+	// StateBytes is the KV cache (or recurrent state) for the longest
+	// context and batch to be served; see KVCacheBytes.
+	StateBytes int64 `json:"state_bytes"`
+	// Headroom is the fraction added for activations and runtime buffers;
+	// 0 means DefaultHeadroom.
+	Headroom float64 `json:"headroom"`
+	// NumHeads and NumKVHeads, when > 0, constrain the tensor-parallel
+	// degree: it must divide both, since attention is split by head.
+	NumHeads   int `json:"num_heads,omitempty"`
+	NumKVHeads int `json:"num_kv_heads,omitempty"`
+}
+
+// FitResult is the smallest usual slice of one generation that holds a model.
+type FitResult struct {
+	Generation string `json:"generation"`
+	// Fits is false when no slice size in the catalog is enough.
+	Fits bool `json:"fits"`
+	// Chips is the smallest usual slice size that holds the model.
+	Chips int `json:"chips"`
+	// Hosts is the number of TPU VMs that slice spans.
+	Hosts int `json:"hosts"`
+	// TP is the suggested tensor-parallel degree: Chips, or the largest
+	// divisor of the head counts below it. Chips beyond TP would hold
+	// replicas (data parallelism) and do not add memory for one replica.
+	TP int `json:"tp"`
+	// TotalBytes is (weights + state) * (1 + headroom).
+	TotalBytes int64 `json:"total_bytes"`
+	// PerChipBytes is TotalBytes / TP, rounded up.
+	PerChipBytes int64 `json:"per_chip_bytes"`
+	// HBMBytes is the HBM of one chip.
+	HBMBytes int64 `json:"hbm_bytes"`
+	// Reason explains a result that does not fit.
+	Reason string `json:"reason,omitempty"`
+}
+
+// KVCacheBytes is the size of a standard attention KV cache: keys and
+// values for every layer, KV head, position and sequence in the batch.
+func KVCacheBytes(layers, kvHeads, headDim, seqLen, batch, bytesPerElem int) int64 {
+	return 2 * int64(layers) * int64(kvHeads) * int64(headDim) * int64(seqLen) * int64(batch) * int64(bytesPerElem)
+}
+
+func (r FitRequest) validate() (float64, error) {
+	if r.WeightBytes < 0 || r.StateBytes < 0 {
+		return 0, errs.Usagef("memory fit: weight bytes (%d) and state bytes (%d) must not be negative", r.WeightBytes, r.StateBytes)
+	}
+	if r.NumHeads < 0 || r.NumKVHeads < 0 {
+		return 0, errs.Usagef("memory fit: head counts must not be negative (heads %d, kv heads %d)", r.NumHeads, r.NumKVHeads)
+	}
+	h := r.Headroom
+	if h == 0 {
+		h = DefaultHeadroom
+	}
+	if h < 0 || h > 10 || math.IsNaN(h) {
+		return 0, errs.Usagef("memory fit: headroom %v must be a fraction between 0 and 10", r.Headroom)
+	}
+	return h, nil
+}
+
+// totalBytes is (weights + state) * (1 + headroom), rounded up.
+func (r FitRequest) totalBytes(headroom float64) int64 {
+	raw := float64(r.WeightBytes) + float64(r.StateBytes)
+	return int64(math.Ceil(raw * (1 + headroom)))
+}
+
+// TPDegree returns the largest tensor-parallel degree <= chips that divides
+// every head count given (> 0).
+func TPDegree(chips, numHeads, numKVHeads int) int {
+	for d := chips; d > 1; d-- {
+		if (numHeads <= 0 || numHeads%d == 0) && (numKVHeads <= 0 || numKVHeads%d == 0) {
+			return d
+		}
+	}
+	return 1
+}
+
+// FitChip finds the smallest of chip's usual slice sizes whose tensor-parallel
+// shards fit in HBM: ceil(total / TP) <= HBM per chip.
+func FitChip(chip Chip, req FitRequest) (FitResult, error) {
+	headroom, err := req.validate()
+	if err != nil {
+		return FitResult{}, err
+	}
+	total := req.totalBytes(headroom)
+	res := FitResult{Generation: chip.Generation, TotalBytes: total, HBMBytes: chip.HBMBytes()}
+	for _, n := range chip.SliceSizes {
+		tp := TPDegree(n, req.NumHeads, req.NumKVHeads)
+		per := ceilDiv(total, int64(tp))
+		res.Chips, res.Hosts, res.TP, res.PerChipBytes = n, chip.Hosts(n), tp, per
+		if per <= res.HBMBytes {
+			res.Fits = true
+			return res, nil
+		}
+	}
+	largest := chip.SliceSizes[len(chip.SliceSizes)-1]
+	if res.TP < largest {
+		res.Reason = fmt.Sprintf("needs %s per chip at the largest tensor-parallel degree the head counts allow (%d), over the %d GiB of a %s chip",
+			FormatBytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
+	} else {
+		res.Reason = fmt.Sprintf("needs %s per chip even on %d chips, over the %d GiB of a %s chip",
+			FormatBytes(res.PerChipBytes), largest, chip.HBMGiB, chip.Generation)
+	}
+	return res, nil
+}
+
+// FitAll runs FitChip for every generation in the catalog, oldest first.
+func FitAll(req FitRequest) ([]FitResult, error) {
+	out := make([]FitResult, 0, len(catalog))
+	for _, c := range Catalog() {
+		r, err := FitChip(c, req)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// FormatBytes renders a byte count in binary units ("1.5 GiB").
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

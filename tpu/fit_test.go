@@ -1,0 +1,136 @@
+package tpu
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+func fitByGen(t *testing.T, req FitRequest) map[string]FitResult {
+	t.Helper()
+	rs, err := FitAll(req)
+	require.NoError(t, err)
+	require.Len(t, rs, len(Generations()))
+	out := map[string]FitResult{}
+	for _, r := range rs {
+		out[r.Generation] = r
+	}
+	return out
+}
+
+// An 8B-parameter model in bf16 (16e9 bytes) with a 2 GiB KV cache and the
+// default 15% headroom: total = ceil((16e9 + 2147483648) * 1.15)
+// = ceil(20869606195.2) = 20869606196 bytes.
+func TestFit8B(t *testing.T) {
+	const total = int64(20869606196)
+	req := FitRequest{WeightBytes: 16e9, StateBytes: 2 << 30, NumHeads: 32, NumKVHeads: 8}
+	got := fitByGen(t, req)
+	for gen, want := range map[string]FitResult{
+		// v4's smallest slice is 4 chips: 20869606196/4 = 5217401549 <= 32 GiB.
+		"v4": {Chips: 4, Hosts: 1, TP: 4, PerChipBytes: 5217401549, HBMBytes: 32 << 30},
+		// v5e: 1 chip needs 19.4 GiB > 16 GiB; 4 chips need 4.9 GiB each.
+		"v5e": {Chips: 4, Hosts: 1, TP: 4, PerChipBytes: 5217401549, HBMBytes: 16 << 30},
+		"v5p": {Chips: 4, Hosts: 1, TP: 4, PerChipBytes: 5217401549, HBMBytes: 95 << 30},
+		// v6e: 19.4 GiB fits one 32 GiB chip.
+		"v6e": {Chips: 1, Hosts: 1, TP: 1, PerChipBytes: total, HBMBytes: 32 << 30},
+		"v7x": {Chips: 1, Hosts: 1, TP: 1, PerChipBytes: total, HBMBytes: 192 << 30},
+	} {
+		want.Generation, want.Fits, want.TotalBytes = gen, true, total
+		assert.Equal(t, want, got[gen], gen)
+	}
+
+	// With only 2 KV heads, 4 v5e chips can only be split 2 ways:
+	// 20869606196/2 = 10434803098 bytes per chip, which still fits.
+	req.NumKVHeads = 2
+	r := fitByGen(t, req)["v5e"]
+	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 4, Hosts: 1, TP: 2,
+		TotalBytes: total, PerChipBytes: 10434803098, HBMBytes: 16 << 30}, r)
+}
+
+// A 70B model in bf16 (140e9 bytes), no KV cache, 25% headroom:
+// total = 175e9 bytes exactly.
+func TestFit70B(t *testing.T) {
+	req := FitRequest{WeightBytes: 140e9, Headroom: 0.25, NumHeads: 64, NumKVHeads: 8}
+	got := fitByGen(t, req)
+
+	// v4: 4 chips need 43.75e9 > 34359738368; 8 chips need 21.875e9.
+	assert.Equal(t, FitResult{Generation: "v4", Fits: true, Chips: 8, Hosts: 2, TP: 8,
+		TotalBytes: 175e9, PerChipBytes: 21875e6, HBMBytes: 32 << 30}, got["v4"])
+	// v5p: 43.75e9 <= 95 GiB on the smallest (4-chip) slice.
+	assert.Equal(t, 4, got["v5p"].Chips)
+	assert.Equal(t, int64(4375e7), got["v5p"].PerChipBytes)
+	// v6e: 8 chips, one host.
+	assert.Equal(t, FitResult{Generation: "v6e", Fits: true, Chips: 8, Hosts: 1, TP: 8,
+		TotalBytes: 175e9, PerChipBytes: 21875e6, HBMBytes: 32 << 30}, got["v6e"])
+	// v7x: 175e9 <= 192 GiB = 206158430208 on one chip.
+	assert.Equal(t, 1, got["v7x"].Chips)
+
+	// v5e: 8 KV heads cap tensor parallelism at 8, and 21.875e9 > 16 GiB.
+	v5e := got["v5e"]
+	assert.False(t, v5e.Fits)
+	assert.Equal(t, 8, v5e.TP)
+	assert.Equal(t, int64(21875e6), v5e.PerChipBytes)
+	assert.Contains(t, v5e.Reason, "largest tensor-parallel degree the head counts allow (8)")
+	assert.Contains(t, v5e.Reason, "16 GiB of a v5e chip")
+
+	// Without head constraints v5e needs 16 chips (10.9375e9 each) on 4 hosts.
+	req.NumHeads, req.NumKVHeads = 0, 0
+	v5e = fitByGen(t, req)["v5e"]
+	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 16, Hosts: 4, TP: 16,
+		TotalBytes: 175e9, PerChipBytes: 109375e5, HBMBytes: 16 << 30}, v5e)
+}
+
+func TestFitTooBig(t *testing.T) {
+	v6e, _ := LookupChip("v6e")
+	r, err := FitChip(v6e, FitRequest{WeightBytes: 10 << 40}) // 10 TiB
+	require.NoError(t, err)
+	assert.False(t, r.Fits)
+	assert.Equal(t, 256, r.Chips)
+	assert.Contains(t, r.Reason, "even on 256 chips")
+}
+
+func TestFitValidation(t *testing.T) {
+	for _, req := range []FitRequest{
+		{WeightBytes: -1},
+		{StateBytes: -5},
+		{WeightBytes: 1, Headroom: -0.1},
+		{WeightBytes: 1, NumKVHeads: -2},
+	} {
+		_, err := FitAll(req)
+		assert.ErrorIs(t, err, errs.ErrUsage, "%+v", req)
+	}
+}
+
+func TestTPDegree(t *testing.T) {
+	for _, tc := range []struct{ chips, heads, kv, want int }{
+		{8, 32, 8, 8},
+		{16, 32, 8, 8},
+		{4, 0, 0, 4},
+		{6, 12, 4, 4},
+		{3, 0, 2, 2},
+		{8, 12, 0, 6},
+		{1, 32, 8, 1},
+		{8, 7, 7, 7},
+		{4, 7, 7, 1},
+	} {
+		assert.Equal(t, tc.want, TPDegree(tc.chips, tc.heads, tc.kv), "%+v", tc)
+	}
+}
+
+func TestKVCacheBytes(t *testing.T) {
+	// Llama-3-8B: 32 layers, 8 KV heads of 128, 8192 positions, bf16:
+	// 2 * 32 * 8 * 128 * 8192 * 2 = 1 GiB.
+	assert.Equal(t, int64(1<<30), KVCacheBytes(32, 8, 128, 8192, 1, 2))
+	assert.Equal(t, int64(4<<30), KVCacheBytes(32, 8, 128, 8192, 4, 2))
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 512: "512 B", 1536: "1.5 KiB", 16 << 30: "16.0 GiB", 21875e6: "20.4 GiB", 3 << 40: "3.0 TiB",
+	} {
+		assert.Equal(t, want, FormatBytes(n), n)
+	}
+}

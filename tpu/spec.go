@@ -1,0 +1,111 @@
+package tpu
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// SpecKind is the first part of a --device spec.
+type SpecKind string
+
+// The accepted --device kinds.
+const (
+	SpecAuto SpecKind = "auto" // TPU if libtpu is found, else a CUDA GPU, else cpu
+	SpecCPU  SpecKind = "cpu"  // the pure-Go backend ("go")
+	SpecTPU  SpecKind = "tpu"  // libtpu through XLA/PJRT
+	SpecGPU  SpecKind = "gpu"  // the CUDA PJRT plugin through XLA/PJRT
+	SpecXLA  SpecKind = "xla"  // xla:PLUGIN, a named plugin or an absolute .so path
+)
+
+// Spec is a parsed --device value.
+type Spec struct {
+	Kind SpecKind `json:"kind"`
+	// Plugin is set for SpecXLA: a plugin name ("cpu", "cuda", "tpu", ...)
+	// or an absolute path to a PJRT plugin file.
+	Plugin string `json:"plugin,omitempty"`
+}
+
+// String returns the spec in --device syntax.
+func (s Spec) String() string {
+	if s.Kind == SpecXLA {
+		return "xla:" + s.Plugin
+	}
+	if s.Kind == "" {
+		return string(SpecAuto)
+	}
+	return string(s.Kind)
+}
+
+// PluginIsPath reports whether an xla spec names a file rather than a plugin.
+func (s Spec) PluginIsPath() bool {
+	return s.Kind == SpecXLA && strings.ContainsRune(s.Plugin, filepath.Separator)
+}
+
+var rePluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+
+const specSyntax = "want auto, cpu, tpu, gpu, or xla:PLUGIN where PLUGIN is a plugin name (cpu, cuda, tpu) or an absolute path to a PJRT plugin .so"
+
+// ParseSpec parses a --device value: auto | cpu | tpu | gpu | xla:PLUGIN.
+// The empty string means auto; "go" is accepted for cpu and "cuda" for gpu.
+// A relative plugin path is made absolute. Errors wrap errs.ErrUsage.
+func ParseSpec(s string) (Spec, error) {
+	return parseSpec(s, "--device")
+}
+
+func parseSpec(s, source string) (Spec, error) {
+	raw := strings.TrimSpace(s)
+	head, rest, hasColon := strings.Cut(raw, ":")
+	switch k := strings.ToLower(head); {
+	case !hasColon && (k == "" || k == "auto"):
+		return Spec{Kind: SpecAuto}, nil
+	case !hasColon && (k == "cpu" || k == "go"):
+		return Spec{Kind: SpecCPU}, nil
+	case !hasColon && k == "tpu":
+		return Spec{Kind: SpecTPU}, nil
+	case !hasColon && (k == "gpu" || k == "cuda"):
+		return Spec{Kind: SpecGPU}, nil
+	case hasColon && (k == "xla" || k == "pjrt"):
+		return parseXLAPlugin(rest, raw, source)
+	}
+	return Spec{}, errs.Usagef("%s %q: %s", source, s, specSyntax)
+}
+
+func parseXLAPlugin(p, raw, source string) (Spec, error) {
+	p = strings.TrimSpace(p)
+	if p == "" {
+		return Spec{}, errs.Usagef("%s %q: missing plugin after \"xla:\"; %s", source, raw, specSyntax)
+	}
+	if strings.ContainsRune(p, ',') {
+		// The xla backend reads ",option" suffixes from its config string.
+		return Spec{}, errs.Usagef("%s %q: plugin names and paths may not contain ','", source, raw)
+	}
+	if strings.ContainsRune(p, filepath.Separator) || strings.HasSuffix(p, ".so") {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return Spec{}, errs.Usagef("%s %q: cannot make plugin path absolute: %w", source, raw, err)
+		}
+		return Spec{Kind: SpecXLA, Plugin: abs}, nil
+	}
+	name := strings.ToLower(p)
+	if !rePluginName.MatchString(name) {
+		return Spec{}, errs.Usagef("%s %q: plugin name %q: want letters, digits, '_', '-' or '.', or an absolute path", source, raw, p)
+	}
+	return Spec{Kind: SpecXLA, Plugin: name}, nil
+}
+
+// ChooseSpec picks the device spec from the --device flag and the
+// TPUTOOL_DEVICE environment variable: the flag wins when the user set it
+// (flagChanged), then a non-empty TPUTOOL_DEVICE, then the flag's default
+// value. Errors name where the bad value came from.
+func ChooseSpec(flagValue string, flagChanged bool, env Env) (Spec, error) {
+	if !flagChanged {
+		if v := strings.TrimSpace(env.Get(EnvDevice)); v != "" {
+			return parseSpec(v, fmt.Sprintf("$%s", EnvDevice))
+		}
+	}
+	return parseSpec(flagValue, "--device")
+}
