@@ -22,7 +22,7 @@ func init() {
 func newXLABackend(spec Spec, c candidate) (b backends.Backend, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			b, err = nil, errs.Devicef("--device %s: %s: the XLA backend panicked while loading it: %v", spec, pluginLabel(spec, c), r)
+			b, err = nil, errs.Devicef("--device %s: %s could not be loaded: the XLA backend panicked (is it a PJRT plugin?): %v", spec, pluginLabel(spec, c), r)
 		}
 	}()
 	config := c.path

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego" // registers the "go" backend
@@ -319,14 +320,18 @@ type loadError struct {
 func (e *loadError) Error() string { return e.msg }
 func (e *loadError) Unwrap() error { return e.cause }
 
-// conciseLoadError shortens go-xla's error for a failed dlopen to
-// "dlopen: <dlerror text>"; other errors are returned as they are.
+// conciseLoadError shortens go-xla's errors for a failed dlopen ("dlopen:
+// <dlerror text>") and for a library that is not a PJRT plugin; other
+// errors are returned as they are.
 func conciseLoadError(err error, path string) error {
-	m := reDlopenFailure.FindStringSubmatch(err.Error())
-	if m == nil {
-		return err
+	msg := err.Error()
+	if m := reDlopenFailure.FindStringSubmatch(msg); m != nil {
+		return &loadError{msg: fmt.Sprintf("dlopen: %s (check its dependencies with `ldd %s`)", m[1], path), cause: err}
 	}
-	return &loadError{msg: fmt.Sprintf("dlopen: %s (check its dependencies with `ldd %s`)", m[1], path), cause: err}
+	if strings.Contains(msg, "undefined symbol: GetPjrtApi") {
+		return &loadError{msg: "not a PJRT plugin: the library does not export GetPjrtApi", cause: err}
+	}
+	return err
 }
 
 // noCgoMessage explains why a binary without cgo cannot use XLA.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -230,5 +231,51 @@ func TestErrorsAreDeviceUnavailable(t *testing.T) {
 	for _, spec := range []Spec{{Kind: SpecTPU}, {Kind: SpecGPU}, {Kind: SpecXLA, Plugin: "rocm"}} {
 		_, err := OpenEnv(spec, f.Env())
 		assert.True(t, errors.Is(err, errs.ErrDeviceUnavailable), spec.String())
+	}
+}
+
+// buildSharedLib compiles C source into a shared library, skipping the test
+// when no C compiler is installed.
+func buildSharedLib(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build a test library")
+	}
+	c := filepath.Join(dir, name+".c")
+	writeFile(t, c, src)
+	out := filepath.Join(dir, name)
+	if b, err := exec.Command(cc, "-shared", "-fPIC", "-o", out, c).CombinedOutput(); err != nil {
+		t.Skipf("cc cannot build a shared library: %v\n%s", err, b)
+	}
+	return out
+}
+
+func TestOpenLibraryThatIsNotAPlugin(t *testing.T) {
+	dir := t.TempDir()
+	p := buildSharedLib(t, dir, "pjrt_c_api_nosym_plugin.so", "int not_pjrt(void) { return 1; }\n")
+	_, err := OpenEnv(Spec{Kind: SpecXLA, Plugin: p}, Env{})
+	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
+	assert.Contains(t, err.Error(), p)
+	if XLACompiled() {
+		assert.Contains(t, err.Error(), "not a PJRT plugin: the library does not export GetPjrtApi")
+	} else {
+		assert.Contains(t, err.Error(), "built without cgo")
+	}
+}
+
+// A plugin whose GetPjrtApi returns NULL makes go-xla v0.1.4 hand back a
+// nil plugin without an error, and the xla backend then panics on it: Open
+// must recover that into an error.
+func TestOpenPluginReturningNilAPIRecoversPanic(t *testing.T) {
+	dir := t.TempDir()
+	p := buildSharedLib(t, dir, "pjrt_c_api_nullapi_plugin.so", "void *GetPjrtApi(void) { return 0; }\n")
+	_, err := OpenEnv(Spec{Kind: SpecXLA, Plugin: p}, Env{})
+	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
+	assert.Contains(t, err.Error(), p)
+	if XLACompiled() {
+		assert.Contains(t, err.Error(), "the XLA backend panicked")
+	} else {
+		assert.Contains(t, err.Error(), "built without cgo")
 	}
 }
