@@ -1,0 +1,137 @@
+package schedulers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+type factory func(class string, cfg Config) (Scheduler, error)
+
+// registry maps diffusers class names to constructors.
+var registry = map[string]factory{
+	"DDIMScheduler":                   newDDIM,
+	"DDIMParallelScheduler":           newDDIM,
+	"DDIMInverseScheduler":            newDDIM,
+	"DDPMScheduler":                   newDDPM,
+	"DDPMParallelScheduler":           newDDPM,
+	"PNDMScheduler":                   newPNDM,
+	"EulerDiscreteScheduler":          newEuler,
+	"EulerAncestralDiscreteScheduler": newEuler,
+	"LMSDiscreteScheduler":            newLMS,
+	"HeunDiscreteScheduler":           newHeun,
+}
+
+// Classes returns the diffusers class names New accepts, sorted.
+func Classes() []string {
+	out := make([]string, 0, len(registry))
+	for k := range registry {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// New builds the scheduler class className from a config: the class
+// defaults overlaid with config's fields (a diffusers scheduler_config.json
+// as a map; unknown fields are kept and ignored). An unknown class is an
+// errs.ErrUnsupported error.
+func New(className string, config map[string]any) (Scheduler, error) {
+	f, ok := registry[className]
+	if !ok {
+		return nil, errs.Unsupportedf("scheduler class %q is not supported (supported: %s)", className, strings.Join(Classes(), ", "))
+	}
+	cfg := resolveConfig(className, config)
+	cfg["_class_name"] = className
+	s, err := f(className, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// shortName is a --scheduler choice: a class plus config overrides.
+type shortName struct {
+	class     string
+	overrides map[string]any
+	help      string
+}
+
+var shortNames = map[string]shortName{
+	"ddim":            {"DDIMScheduler", nil, "DDIM (eta 0)"},
+	"ddpm":            {"DDPMScheduler", nil, "DDPM ancestral sampling"},
+	"pndm":            {"PNDMScheduler", nil, "PNDM (PRK warm-up + PLMS)"},
+	"euler":           {"EulerDiscreteScheduler", map[string]any{"use_karras_sigmas": false}, "Euler"},
+	"euler_karras":    {"EulerDiscreteScheduler", map[string]any{"use_karras_sigmas": true}, "Euler with Karras sigmas"},
+	"euler_a":         {"EulerAncestralDiscreteScheduler", nil, "Euler ancestral"},
+	"heun":            {"HeunDiscreteScheduler", map[string]any{"use_karras_sigmas": false}, "Heun (2 model calls per step)"},
+	"lms":             {"LMSDiscreteScheduler", map[string]any{"use_karras_sigmas": false}, "linear multistep"},
+	"lms_karras":      {"LMSDiscreteScheduler", map[string]any{"use_karras_sigmas": true}, "LMS with Karras sigmas"},
+	"dpmpp_2m":        {"DPMSolverMultistepScheduler", map[string]any{"algorithm_type": "dpmsolver++", "solver_order": 2, "use_karras_sigmas": false}, "DPM-Solver++ 2M"},
+	"dpmpp_2m_karras": {"DPMSolverMultistepScheduler", map[string]any{"algorithm_type": "dpmsolver++", "solver_order": 2, "use_karras_sigmas": true}, "DPM-Solver++ 2M Karras"},
+	"dpmpp_2m_sde": {"DPMSolverMultistepScheduler", map[string]any{"algorithm_type": "sde-dpmsolver++", "solver_order": 2, "use_karras_sigmas": false},
+		"DPM-Solver++ 2M SDE"},
+	"dpmpp_2m_sde_karras": {"DPMSolverMultistepScheduler", map[string]any{"algorithm_type": "sde-dpmsolver++", "solver_order": 2, "use_karras_sigmas": true},
+		"DPM-Solver++ 2M SDE Karras"},
+	"dpmpp_2s":   {"DPMSolverSinglestepScheduler", map[string]any{"algorithm_type": "dpmsolver++", "solver_order": 2}, "DPM-Solver++ 2S (singlestep)"},
+	"dpm2":       {"KDPM2DiscreteScheduler", nil, "KDPM2"},
+	"dpm2_a":     {"KDPM2AncestralDiscreteScheduler", nil, "KDPM2 ancestral"},
+	"unipc":      {"UniPCMultistepScheduler", nil, "UniPC multistep"},
+	"deis":       {"DEISMultistepScheduler", nil, "DEIS multistep"},
+	"lcm":        {"LCMScheduler", nil, "latent consistency (LCM-distilled models)"},
+	"tcd":        {"TCDScheduler", nil, "trajectory consistency distillation"},
+	"sa_solver":  {"SASolverScheduler", nil, "SA-Solver"},
+	"edm_euler":  {"EDMEulerScheduler", nil, "EDM Euler"},
+	"flow_euler": {"FlowMatchEulerDiscreteScheduler", nil, "flow-matching Euler (SD3, Flux)"},
+	"flow_heun":  {"FlowMatchHeunDiscreteScheduler", nil, "flow-matching Heun"},
+}
+
+// Names returns the short scheduler names for a --scheduler flag, sorted,
+// limited to classes this package implements.
+func Names() []string {
+	out := make([]string, 0, len(shortNames))
+	for k, v := range shortNames {
+		if _, ok := registry[v.class]; ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ShortNameHelp returns a one-line description of a short name.
+func ShortNameHelp(name string) string { return shortNames[name].help }
+
+// FromShortName builds the scheduler named by a --scheduler value from a
+// model's scheduler config, like diffusers'
+// NewScheduler.from_config(pipe.scheduler.config, **overrides): the base
+// config's fields (training betas, timestep spacing, prediction type, ...)
+// carry over, fields the new class does not know are ignored, and the short
+// name's overrides (e.g. use_karras_sigmas) apply on top. An unknown name
+// is an errs.ErrUsage error.
+func FromShortName(name string, base map[string]any) (Scheduler, error) {
+	sn, ok := shortNames[name]
+	if !ok {
+		return nil, errs.Usagef("unknown scheduler %q (want one of %s)", name, strings.Join(Names(), ", "))
+	}
+	if _, ok := registry[sn.class]; !ok {
+		return nil, errs.Unsupportedf("scheduler %q (%s) is not implemented", name, sn.class)
+	}
+	cfg := map[string]any{}
+	for k, v := range base {
+		if k == "_class_name" {
+			continue
+		}
+		cfg[k] = v
+	}
+	for k, v := range sn.overrides {
+		cfg[k] = v
+	}
+	s, err := New(sn.class, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler %q: %w", name, err)
+	}
+	return s, nil
+}
