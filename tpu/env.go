@@ -1,12 +1,14 @@
 package tpu
 
 import (
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 )
 
@@ -42,9 +44,18 @@ func init() {
 // written by C++ code straight to file descriptor 2 and are not affected.
 func SetBackendLog(w io.Writer) {
 	if w == nil {
-		w = io.Discard
+		klog.SetLogger(logr.Discard())
+		return
 	}
-	klog.LogToStderr(false)
+	klog.ClearLogger()
+	// Write every severity to w only: not to stderr as well (klog copies
+	// ERROR and above to stderr unless the threshold is raised), and never
+	// to log files.
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("alsologtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(w)
 }
 
