@@ -205,6 +205,15 @@ func xlaCandidate(p Plugin) candidate {
 // plugin discovery. See OpenEnv.
 func Open(spec Spec) (*Device, error) { return OpenEnv(spec, OSEnv()) }
 
+// OpenString parses a --device value and opens it: ParseSpec then Open.
+func OpenString(spec string) (*Device, error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return Open(s)
+}
+
 // OpenEnv opens the device a spec names:
 //
 //   - cpu: the pure-Go backend.

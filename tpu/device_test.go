@@ -279,3 +279,12 @@ func TestOpenPluginReturningNilAPIRecoversPanic(t *testing.T) {
 		assert.Contains(t, err.Error(), "built without cgo")
 	}
 }
+
+func TestOpenString(t *testing.T) {
+	d, err := OpenString("cpu")
+	require.NoError(t, err)
+	assert.Equal(t, KindCPU, d.Kind)
+	d.Close()
+	_, err = OpenString("abacus")
+	assert.ErrorIs(t, err, errs.ErrUsage)
+}
