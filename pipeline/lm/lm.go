@@ -1,0 +1,246 @@
+// Package lm is the contract between text-generation architectures and the
+// code that executes them.
+//
+// An architecture package (pipeline/llama, pipeline/qwen3, ...) implements
+// Model: it resolves its config.json into a Spec, lists the safetensors
+// tensors it needs by their Hugging Face names, and BUILDS graph pieces
+// (embedding, one decoder layer, head) from named weight nodes. It never runs
+// anything: compile/ decides whether the pieces become one executable per
+// step (compiled mode) or one executable per layer kind (eager mode), and
+// which backend runs them.
+//
+// Layer state is general: each layer declares an ordered list of named state
+// tensors (LayerState). Attention layers declare a key and a value cache; a
+// recurrent layer (Gated DeltaNet, Mamba) can declare a fixed-size state
+// instead. The executor allocates the state at prefill, feeds it to Layer and
+// keeps what Layer returns for the next step.
+//
+// This package also holds the architecture registry (Register / New, keyed
+// by config.json architectures[0]) and the strict weight loader (Load).
+package lm
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// Layer kinds used by the architectures in this repository. They follow the
+// names of transformers' config.layer_types.
+const (
+	KindFull    = "full_attention"
+	KindSliding = "sliding_attention"
+)
+
+// Spec is the resolved description of a model, with every default applied.
+type Spec struct {
+	// Architecture is config.json architectures[0].
+	Architecture string
+	ModelType    string
+	VocabSize    int
+	Hidden       int
+	Layers       int
+	Heads        int
+	KVHeads      int
+	HeadDim      int
+	Intermediate int
+	// MaxPositions is max_position_embeddings: positions at or above it are
+	// outside what the model was trained (or scaled) for.
+	MaxPositions int
+	// EOS are the end-of-sequence ids from config.json (generation_config.json
+	// may override them; see pipeline/generate).
+	EOS []int
+	// BOS is the beginning-of-sequence id, -1 when the config has none.
+	BOS int
+	// LayerKinds holds LayerKind(i) for every layer.
+	LayerKinds []string
+	// SlidingWindow is the window of sliding_attention layers (0: none).
+	SlidingWindow int
+	// TieEmbeddings reports tie_word_embeddings: the head reuses
+	// model.embed_tokens.weight and the checkpoint need not hold lm_head.weight.
+	TieEmbeddings bool
+}
+
+// WeightSpec names one checkpoint tensor a model needs.
+type WeightSpec struct {
+	// Name is the Hugging Face tensor name, e.g. model.layers.3.self_attn.q_proj.weight.
+	Name string
+	// Shape is the shape the checkpoint must hold.
+	Shape []int
+	// Matmul marks a [out, in] matrix that the model only consumes through
+	// nn.Linear or nn.Embedding. Executors may hand such a weight to the
+	// graph in the row-split layout [parts, out/parts, in] (the same bytes,
+	// no transpose), which those functions accept; see nn.Linear.
+	Matmul bool
+}
+
+// StateSpec describes one state tensor of a layer (a KV cache, a recurrent
+// state). The executor allocates it zero-filled at prefill.
+type StateSpec struct {
+	Name  string
+	Shape []int
+	// DType is the state's dtype; InvalidDType means the compute dtype.
+	DType dtypes.DType
+}
+
+// Model is implemented by each architecture. Methods that take graph nodes
+// build graph pieces; they panic on errors, as GoMLX graph code does, and the
+// executor turns panics into errors.
+//
+// Layer(i, ...) may depend on i only through LayerKind(i) and the names of
+// its weights: executors in eager mode build one executable per kind and
+// reuse it for every layer of that kind, feeding each layer's own weights
+// and state.
+type Model interface {
+	// Spec returns the resolved hyperparameters.
+	Spec() *Spec
+	// EmbedWeights lists the tensors Embed reads.
+	EmbedWeights() []WeightSpec
+	// LayerWeights lists the tensors Layer(i) reads, in a fixed order that is
+	// the same (up to the layer index in the names) for layers of one kind.
+	LayerWeights(i int) []WeightSpec
+	// HeadWeights lists the tensors Head reads (the final norm and lm_head,
+	// or model.embed_tokens.weight when the embeddings are tied).
+	HeadWeights() []WeightSpec
+	// LayerKind returns the kind of layer i (KindFull, KindSliding, ...).
+	// Layers of the same kind have identically shaped weights and state.
+	LayerKind(i int) string
+	// LayerState lists the state tensors of layer i for a batch and a
+	// static cache length.
+	LayerState(i int, batch, cacheLen int) []StateSpec
+	// Embed maps token ids [B, T] (int32) to hidden states [B, T, Hidden].
+	Embed(w *Params, tokens *graph.Node) *graph.Node
+	// Layer runs decoder layer i on hidden states [B, T, Hidden] for the
+	// step described by step, reading its state (ordered as LayerState) and
+	// returning the new hidden states and the new state.
+	Layer(i int, w *Params, x *graph.Node, state []*graph.Node, step *Step) (*graph.Node, []*graph.Node)
+	// Head maps hidden states [B, Hidden] to logits [B, VocabSize] (float32
+	// or the compute dtype).
+	Head(w *Params, x *graph.Node) *graph.Node
+}
+
+// Weights returns every tensor the model reads, each once, in the order
+// embed, layers, head.
+func Weights(m Model) []WeightSpec {
+	var out []WeightSpec
+	seen := map[string]bool{}
+	add := func(ws []WeightSpec) {
+		for _, w := range ws {
+			if !seen[w.Name] {
+				seen[w.Name] = true
+				out = append(out, w)
+			}
+		}
+	}
+	add(m.EmbedWeights())
+	for i := 0; i < m.Spec().Layers; i++ {
+		add(m.LayerWeights(i))
+	}
+	add(m.HeadWeights())
+	return out
+}
+
+// Params gives graph code its weight nodes by Hugging Face name. With Scope
+// it reads like transformers' module nesting:
+//
+//	attn := w.Scope("model.layers.3.self_attn")
+//	q := nn.Linear(x, attn.Get("q_proj.weight"), nil)
+type Params struct {
+	prefix string
+	nodes  map[string]*graph.Node
+}
+
+// NewParams returns Params over nodes keyed by full tensor name.
+func NewParams(nodes map[string]*graph.Node) *Params {
+	return &Params{nodes: nodes}
+}
+
+// Scope returns Params whose names are relative to prefix (joined with ".").
+func (p *Params) Scope(prefix string) *Params {
+	full := prefix
+	if p.prefix != "" {
+		full = p.prefix + prefix
+	}
+	return &Params{prefix: full + ".", nodes: p.nodes}
+}
+
+// Name returns the full tensor name of a relative name.
+func (p *Params) Name(name string) string { return p.prefix + name }
+
+// Get returns the node of a tensor. A missing tensor is a programming error
+// in the architecture (its weight list and its graph code disagree): Get
+// panics with an error naming it, which the executor reports.
+func (p *Params) Get(name string) *graph.Node {
+	full := p.prefix + name
+	n, ok := p.nodes[full]
+	if !ok {
+		names := make([]string, 0, len(p.nodes))
+		for k := range p.nodes {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		panic(fmt.Errorf("graph code reads weight %q, which its weight list does not declare (declared: %d tensors)", full, len(names)))
+	}
+	return n
+}
+
+// Has reports whether a tensor is present.
+func (p *Params) Has(name string) bool { _, ok := p.nodes[p.prefix+name]; return ok }
+
+// Step describes one forward step to the layers: how many tokens each row
+// brings, where they go in the static cache and at which positions.
+//
+// Batches are left-padded: row b has Pads[b] padding slots before its first
+// real token, so every row writes the cache at the same slots
+// [Start, Start+Len) and slot s of row b holds position s - Pads[b]. Slots
+// below Pads[b] hold padding and are masked out for that row.
+type Step struct {
+	Batch    int
+	Len      int // T, the number of new tokens per row
+	CacheLen int // S, the static cache length
+	// Pads is [B] int32: left-padding slots of each row.
+	Pads *graph.Node
+	// Start is a scalar int32: the cache slot of the first new token.
+	Start *graph.Node
+	// Positions is [B, T] int32: the position of each new token
+	// (Start + t - Pads[b]); negative on padding slots.
+	Positions *graph.Node
+	// DynamicUpdateSlice reports that the backend implements
+	// DynamicUpdateSlice; without it caches are updated by scatter-add into
+	// zero-filled slots (see nn.UpdateCache).
+	DynamicUpdateSlice bool
+
+	memo map[string]*graph.Node
+}
+
+// Memo returns the node built by build under key, building it once per
+// graph. Layers use it to share masks and rotary tables between layers of a
+// compiled step.
+func (s *Step) Memo(key string, build func() *graph.Node) *graph.Node {
+	if s.memo == nil {
+		s.memo = map[string]*graph.Node{}
+	}
+	if n, ok := s.memo[key]; ok {
+		return n
+	}
+	n := build()
+	s.memo[key] = n
+	return n
+}
+
+// NewStep describes a step of t new tokens per row for a batch with left
+// padding pads ([B] int32) whose first new token goes to cache slot start
+// (scalar int32), and derives Positions = start + t - pads[b].
+func NewStep(batch, t, cacheLen int, pads, start *graph.Node, dynamicUpdateSlice bool) *Step {
+	g := pads.Graph()
+	slots := graph.Add(graph.Iota(g, shapes.Make(dtypes.Int32, batch, t), 1), start) // [B, T]: start + t
+	positions := graph.Sub(slots, graph.Reshape(pads, batch, 1))                     // [B, T]
+	return &Step{
+		Batch: batch, Len: t, CacheLen: cacheLen,
+		Pads: pads, Start: start, Positions: positions,
+		DynamicUpdateSlice: dynamicUpdateSlice,
+	}
+}

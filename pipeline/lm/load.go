@@ -1,0 +1,237 @@
+package lm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// Loaded is a model whose checkpoint matched its weight list exactly. The
+// checkpoint stays memory-mapped until Close; tensors are converted on the
+// host when an executor asks for them (Tensor), never before.
+type Loaded struct {
+	// Dir is the model directory.
+	Dir string
+	// Config is config.json.
+	Config *config.Model
+	// Generation is generation_config.json, nil when the directory has none.
+	Generation *config.Generation
+	Model      Model
+
+	ckpt    *safetensors.Checkpoint
+	weights []WeightSpec
+}
+
+// ignoredBuffer reports checkpoint tensors that transformers itself never
+// loads: the rotary inverse-frequency buffers that old Llama conversions
+// saved. Every other name must be used.
+func ignoredBuffer(name string) bool {
+	return strings.HasSuffix(name, ".rotary_emb.inv_freq")
+}
+
+// maxListed bounds how many names one error lists.
+const maxListed = 8
+
+// Load reads dir/config.json, picks the architecture from the registry and
+// opens the safetensors checkpoint, checking it strictly against the
+// model's weight list: a missing tensor, an unused tensor, a shape mismatch
+// or a non-float dtype is an error naming the tensor. When the config ties
+// the embeddings, a checkpoint that still carries lm_head.weight must hold
+// the same bytes as model.embed_tokens.weight.
+func Load(dir string) (*Loaded, error) {
+	cfg, err := config.ReadModel(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	m, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loaded{Dir: dir, Config: cfg, Model: m, weights: Weights(m)}
+	genPath := filepath.Join(dir, "generation_config.json")
+	if _, err := os.Stat(genPath); err == nil {
+		if l.Generation, err = config.ReadGeneration(genPath); err != nil {
+			return nil, fmt.Errorf("load model: %w", err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	l.ckpt, err = safetensors.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	if err := l.check(); err != nil {
+		l.ckpt.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Loaded) check() error {
+	var missing, misshapen, badType, unused []string
+	want := map[string]bool{}
+	for _, w := range l.weights {
+		want[w.Name] = true
+		info, ok := l.ckpt.Info(w.Name)
+		if !ok {
+			missing = append(missing, w.Name)
+			continue
+		}
+		if !slices.Equal(info.Shape, w.Shape) {
+			misshapen = append(misshapen, fmt.Sprintf("%s: shape %v, want %v", w.Name, info.Shape, w.Shape))
+		}
+		switch info.DType {
+		case safetensors.F32, safetensors.F16, safetensors.BF16:
+		default:
+			badType = append(badType, fmt.Sprintf("%s: dtype %s (want F32, F16 or BF16)", w.Name, info.DType))
+		}
+	}
+	spec := l.Model.Spec()
+	for _, name := range l.ckpt.Names() {
+		if want[name] || ignoredBuffer(name) {
+			continue
+		}
+		if name == "lm_head.weight" && spec.TieEmbeddings {
+			if err := l.checkTiedHead(); err != nil {
+				return err
+			}
+			continue
+		}
+		unused = append(unused, name)
+	}
+	var problems []string
+	add := func(what string, names []string) {
+		if len(names) == 0 {
+			return
+		}
+		shown := names
+		if len(shown) > maxListed {
+			shown = shown[:maxListed]
+		}
+		msg := fmt.Sprintf("%d %s: %s", len(names), what, strings.Join(shown, "; "))
+		if len(names) > maxListed {
+			msg += fmt.Sprintf("; and %d more", len(names)-maxListed)
+		}
+		problems = append(problems, msg)
+	}
+	add("missing tensors", missing)
+	add("misshapen tensors", misshapen)
+	add("tensors of unsupported dtype", badType)
+	add("unused tensors (this architecture does not read them)", unused)
+	if len(problems) == 0 {
+		return nil
+	}
+	return errs.Unsupportedf("checkpoint %s does not match %s (%s config): %s",
+		l.Dir, spec.Architecture, l.Config.Path, strings.Join(problems, "; "))
+}
+
+func (l *Loaded) checkTiedHead() error {
+	const embed = "model.embed_tokens.weight"
+	hi, _ := l.ckpt.Info("lm_head.weight")
+	ei, ok := l.ckpt.Info(embed)
+	if !ok {
+		return nil // reported as missing
+	}
+	if hi.DType == ei.DType && slices.Equal(hi.Shape, ei.Shape) {
+		h, err := l.ckpt.Raw("lm_head.weight")
+		if err != nil {
+			return err
+		}
+		e, err := l.ckpt.Raw(embed)
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(h, e) {
+			return nil
+		}
+	}
+	return errs.Unsupportedf("checkpoint %s: tie_word_embeddings is true in %s, but lm_head.weight differs from %s",
+		l.Dir, l.Config.Path, embed)
+}
+
+// Weights lists the tensors the model reads (each once).
+func (l *Loaded) Weights() []WeightSpec { return l.weights }
+
+// WeightBytes is the size of the model's tensors in the checkpoint.
+func (l *Loaded) WeightBytes() int64 {
+	var n int64
+	for _, w := range l.weights {
+		if info, ok := l.ckpt.Info(w.Name); ok {
+			n += info.NumBytes()
+		}
+	}
+	return n
+}
+
+// Float32 returns a weight converted to float32 on the host.
+func (l *Loaded) Float32(name string) ([]float32, error) {
+	return l.ckpt.Float32(name)
+}
+
+// Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16),
+// with the checkpoint's shape, or reshaped to shape when shape is given (the
+// element count must match; this is how executors ask for the row-split
+// layout of Matmul weights). F16 and BF16 checkpoints are converted on the
+// host; a BF16 tensor asked for as BFloat16 is copied without conversion.
+func (l *Loaded) Tensor(name string, dtype dtypes.DType, shape ...int) (*tensors.Tensor, error) {
+	info, ok := l.ckpt.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	}
+	if len(shape) == 0 {
+		shape = info.Shape
+	}
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if int64(n) != info.NumElements() {
+		return nil, fmt.Errorf("tensor %q: cannot view shape %v as %v", name, info.Shape, shape)
+	}
+	switch dtype {
+	case dtypes.Float32:
+		v, err := l.ckpt.Float32(name)
+		if err != nil {
+			return nil, err
+		}
+		return tensors.FromFlatDataAndDimensions(v, shape...), nil
+	case dtypes.BFloat16:
+		out := make([]bfloat16.BFloat16, n)
+		if info.DType == safetensors.BF16 {
+			raw, err := l.ckpt.Raw(name)
+			if err != nil {
+				return nil, err
+			}
+			for i := range out {
+				out[i] = bfloat16.BFloat16(uint16(raw[2*i]) | uint16(raw[2*i+1])<<8)
+			}
+		} else {
+			v, err := l.ckpt.Float32(name)
+			if err != nil {
+				return nil, err
+			}
+			for i, f := range v {
+				out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(f))
+			}
+		}
+		return tensors.FromFlatDataAndDimensions(out, shape...), nil
+	default:
+		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
+	}
+}
+
+// Close unmaps the checkpoint.
+func (l *Loaded) Close() error { return l.ckpt.Close() }

@@ -1,0 +1,134 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// KV cache layout. Keys are [B, KVHeads, S, D] and values are stored
+// transposed, [B, KVHeads, D, S]: both attention matmuls then contract the
+// last axis of the cache, which the pure-Go backend's DotGeneral needs to
+// avoid copying (transposing) the whole value cache at every step.
+const (
+	// KeyCacheAxis is the slot axis of the key cache.
+	KeyCacheAxis = 2
+	// ValueCacheAxis is the slot axis of the (transposed) value cache.
+	ValueCacheAxis = 3
+)
+
+// KVCacheState returns the StateSpecs of one attention layer's caches.
+func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
+	return []lm.StateSpec{
+		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}},
+		{Name: "value", Shape: []int{batch, kvHeads, headDim, cacheLen}},
+	}
+}
+
+// UpdateCache writes update into cache at slots [start, start+T) of axis
+// (update has the cache's shape except T on that axis). With
+// dynamicUpdateSlice it is a DynamicUpdateSlice; otherwise it is a
+// scatter-add of the update into the cache, which is equal to a write
+// because executors zero-fill caches at prefill and every slot is written
+// at most once per generation. A donated cache is updated in place by
+// either form, so a decode step does not rewrite the whole cache.
+func UpdateCache(cache, update, start *Node, axis int, dynamicUpdateSlice bool) *Node {
+	g := cache.Graph()
+	if dynamicUpdateSlice {
+		idx := make([]*Node, cache.Rank())
+		for i := range idx {
+			idx[i] = ScalarZero(g, dtypes.Int32)
+		}
+		idx[axis] = ConvertDType(start, dtypes.Int32)
+		return DynamicUpdateSlice(cache, update, idx)
+	}
+	t := update.Shape().Dimensions[axis]
+	indices := Add(iotaInt(g, 0, t, 1), ConvertDType(start, dtypes.Int32)) // [T, 1]: slot of each new token
+	var window []int
+	for a := 0; a < update.Rank(); a++ {
+		if a != axis {
+			window = append(window, a)
+		}
+	}
+	return BackendScatterSum(cache, indices, update, 1, window, []int{axis}, []int{axis}, true, true)
+}
+
+// AttentionBias returns the additive attention bias [B, 1, T, 1, S]
+// (float32: 0 where visible, a large negative number where masked) for the
+// step's queries over the cache slots, shared by the layers of a graph.
+//
+// Query t of row b sits in slot q = Start+t and sees slot s when s <= q
+// (causal), s >= Pads[b] (not padding) and, with a window, q - s < window
+// (transformers' sliding_window semantics). A padding query sees only its
+// own slot, so no row of the softmax is empty.
+func AttentionBias(step *lm.Step, window int) *Node {
+	return step.Memo(fmt.Sprintf("attention-bias/%d", window), func() *Node {
+		g := step.Pads.Graph()
+		b, t, s := step.Batch, step.Len, step.CacheLen
+		slot := iotaInt(g, 2, 1, t, s)                                                      // [1, T, S]: s
+		q := Add(iotaInt(g, 1, 1, t, s), ConvertDType(step.Start, dtypes.Int32))            // [1, T, S]: Start + t
+		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1)                      // [B, 1, 1]
+		visible := And(LessOrEqual(slot, q), Or(GreaterOrEqual(slot, pad), Equal(slot, q))) // [B, T, S]
+		if window > 0 {
+			visible = And(visible, LessThan(Sub(q, slot), Scalar(g, dtypes.Int32, window)))
+		}
+		zero := ScalarZero(g, dtypes.Float32)
+		masked := Scalar(g, dtypes.Float32, -1e30)
+		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
+		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
+	})
+}
+
+// Attention is scaled dot-product attention with grouped KV heads over a
+// static cache:
+//
+//	q [B, T, H, D], keys [B, KV, S, D], values [B, KV, D, S] (transposed),
+//	bias [B, 1, T, 1, S] (AttentionBias) -> [B, T, H*D]
+//
+// Query head h uses KV head h / (H/KV), as transformers' repeat_kv does.
+// Scores are scaled by scale (1/sqrt(D) when 0), soft-capped when softcap >
+// 0, masked, and normalized in float32; the probabilities are cast back to
+// the compute dtype for the value matmul, as in transformers' eager
+// attention.
+func Attention(q, keys, values, bias *Node, scale, softcap float64) *Node {
+	dims := q.Shape().Dimensions
+	b, t, h, d := dims[0], dims[1], dims[2], dims[3]
+	kv := keys.Shape().Dimensions[1]
+	if h%kv != 0 {
+		panic(fmt.Errorf("Attention: %d query heads are not a multiple of %d KV heads", h, kv))
+	}
+	groups := h / kv
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(d))
+	}
+	dtype := q.DType()
+	q5 := Reshape(q, b, t, kv, groups, d)                                        // [B, T, KV, G, D]
+	scores := DotGeneral(q5, []int{4}, []int{0, 2}, keys, []int{3}, []int{0, 1}) // [B, KV, T, G, S]
+	scores = MulScalar(ConvertDType(scores, dtypes.Float32), scale)
+	scores = Softcap(scores, softcap)
+	scores = Add(scores, bias)
+	probs := ConvertDType(Softmax(scores, -1), dtype)                              // [B, KV, T, G, S]
+	out := DotGeneral(probs, []int{4}, []int{0, 1}, values, []int{3}, []int{0, 1}) // [B, KV, T, G, D]
+	out = TransposeAllDims(out, 0, 2, 1, 3, 4)                                     // [B, T, KV, G, D]
+	return Reshape(out, b, t, h*d)                                                 // [B, T, H*D]
+}
+
+// SplitHeads reshapes projections [B, T, heads*D] to [B, T, heads, D].
+func SplitHeads(x *Node, heads int) *Node {
+	dims := x.Shape().Dimensions
+	return Reshape(x, dims[0], dims[1], heads, dims[2]/heads) // [B, T, heads, D]
+}
+
+// WriteKV stores new keys and values [B, T, KV, D] into the layer's caches
+// at the step's slots and returns the updated caches.
+func WriteKV(keyCache, valueCache, k, v *Node, step *lm.Step) (*Node, *Node) {
+	kT := TransposeAllDims(k, 0, 2, 1, 3) // [B, KV, T, D]
+	vT := TransposeAllDims(v, 0, 2, 3, 1) // [B, KV, D, T]
+	keyCache = UpdateCache(keyCache, kT, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
+	valueCache = UpdateCache(valueCache, vT, step.Start, ValueCacheAxis, step.DynamicUpdateSlice)
+	return keyCache, valueCache
+}

@@ -1,0 +1,326 @@
+package nn
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// RopeParams are the config.json facts that shape a rotary embedding
+// (transformers' modeling_rope_utils.py).
+type RopeParams struct {
+	// Theta is rope_theta, the base.
+	Theta float64
+	// HeadDim is the attention head size.
+	HeadDim int
+	// PartialRotaryFactor rotates only the first HeadDim*factor dims of each
+	// head (0 means 1).
+	PartialRotaryFactor float64
+	// MaxPositions is max_position_embeddings.
+	MaxPositions int
+	// Scaling is the rope_scaling object (nil or rope_type "default" for
+	// plain RoPE).
+	Scaling map[string]any
+}
+
+// Rope is a resolved rotary embedding: inverse frequencies for the first
+// RotaryDim dims of each head and the attention factor that scales cos and
+// sin (yarn).
+type Rope struct {
+	Type            string
+	InvFreq         []float64 // [RotaryDim/2]
+	AttentionFactor float64
+	RotaryDim       int
+	key             string
+}
+
+// ParseRopeScaling decodes a rope_scaling (or rope_parameters) JSON object;
+// null gives nil.
+func ParseRopeScaling(raw json.RawMessage) (map[string]any, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("rope_scaling: %w", err)
+	}
+	return m, nil
+}
+
+func num(m map[string]any, key string) (float64, bool) {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0, false
+	}
+	f, ok := v.(float64)
+	return f, ok
+}
+
+// NewRope resolves the inverse frequencies of a rotary embedding. Supported
+// rope_type values: default, linear, dynamic (identical to default for
+// positions below max_position_embeddings, the only ones tputool uses), ntk,
+// llama3 and yarn. Others are errs.ErrUnsupported.
+func NewRope(p RopeParams) (*Rope, error) {
+	if p.Theta <= 0 {
+		return nil, fmt.Errorf("rope_theta must be positive, got %v", p.Theta)
+	}
+	factor := p.PartialRotaryFactor
+	if factor == 0 {
+		factor = 1
+	}
+	dim := int(float64(p.HeadDim) * factor)
+	if dim <= 0 || dim%2 != 0 || dim > p.HeadDim {
+		return nil, fmt.Errorf("rotary dim %d (head_dim %d x partial_rotary_factor %v) must be even and in (0, head_dim]", dim, p.HeadDim, factor)
+	}
+	typ := "default"
+	if p.Scaling != nil {
+		if t, ok := p.Scaling["rope_type"].(string); ok {
+			typ = t
+		} else if t, ok := p.Scaling["type"].(string); ok {
+			typ = t
+		}
+	}
+	base := p.Theta
+	r := &Rope{Type: typ, RotaryDim: dim, AttentionFactor: 1}
+	need := func(key string) (float64, error) {
+		v, ok := num(p.Scaling, key)
+		if !ok {
+			return 0, fmt.Errorf("rope_scaling (rope_type %q) needs a numeric %q", typ, key)
+		}
+		return v, nil
+	}
+	defaultFreq := func(base float64) []float64 {
+		f := make([]float64, dim/2)
+		for i := range f {
+			f[i] = 1 / math.Pow(base, float64(2*i)/float64(dim))
+		}
+		return f
+	}
+	switch typ {
+	case "default", "dynamic":
+		r.InvFreq = defaultFreq(base)
+	case "linear":
+		f, err := need("factor")
+		if err != nil {
+			return nil, err
+		}
+		r.InvFreq = defaultFreq(base)
+		for i := range r.InvFreq {
+			r.InvFreq[i] /= f
+		}
+	case "ntk":
+		f, err := need("factor")
+		if err != nil {
+			return nil, err
+		}
+		r.InvFreq = defaultFreq(base * math.Pow(f, float64(dim)/float64(dim-2)))
+	case "llama3":
+		f, err := need("factor")
+		if err != nil {
+			return nil, err
+		}
+		low, err := need("low_freq_factor")
+		if err != nil {
+			return nil, err
+		}
+		high, err := need("high_freq_factor")
+		if err != nil {
+			return nil, err
+		}
+		old, err := need("original_max_position_embeddings")
+		if err != nil {
+			return nil, err
+		}
+		r.InvFreq = llama3Freq(defaultFreq(base), f, low, high, old)
+	case "yarn":
+		inv, att, err := yarnFreq(p, dim)
+		if err != nil {
+			return nil, err
+		}
+		r.InvFreq, r.AttentionFactor = inv, att
+	default:
+		return nil, errs.Unsupportedf("rope_scaling rope_type %q is not supported (supported: default, linear, dynamic, ntk, llama3, yarn)", typ)
+	}
+	r.key = fmt.Sprintf("rope/%s/%d/%v/%v", typ, dim, base, r.InvFreq[len(r.InvFreq)-1])
+	return r, nil
+}
+
+// llama3Freq is Llama 3.1's frequency-dependent scaling: long wavelengths
+// are divided by factor, short ones kept, and the band between blended.
+func llama3Freq(inv []float64, factor, lowFactor, highFactor, oldCtx float64) []float64 {
+	lowWavelen := oldCtx / lowFactor
+	highWavelen := oldCtx / highFactor
+	out := make([]float64, len(inv))
+	for i, f := range inv {
+		wavelen := 2 * math.Pi / f
+		switch {
+		case wavelen < highWavelen:
+			out[i] = f
+		case wavelen > lowWavelen:
+			out[i] = f / factor
+		default:
+			smooth := (oldCtx/wavelen - lowFactor) / (highFactor - lowFactor)
+			out[i] = (1-smooth)*f/factor + smooth*f
+		}
+	}
+	return out
+}
+
+// yarnFreq is YaRN (arXiv:2309.00071) as transformers implements it.
+func yarnFreq(p RopeParams, dim int) ([]float64, float64, error) {
+	s := p.Scaling
+	factor, ok := num(s, "factor")
+	if !ok {
+		return nil, 0, fmt.Errorf("rope_scaling (rope_type \"yarn\") needs a numeric \"factor\"")
+	}
+	origMax := float64(p.MaxPositions)
+	if v, ok := num(s, "original_max_position_embeddings"); ok {
+		origMax = v
+		factor = float64(p.MaxPositions) / origMax
+		if p.MaxPositions == 0 {
+			factor, _ = num(s, "factor")
+		}
+	}
+	mscale := func(scale, m float64) float64 {
+		if scale <= 1 {
+			return 1
+		}
+		return 0.1*m*math.Log(scale) + 1
+	}
+	att, ok := num(s, "attention_factor")
+	if !ok {
+		ms, ok1 := num(s, "mscale")
+		msAll, ok2 := num(s, "mscale_all_dim")
+		if ok1 && ok2 && ms != 0 && msAll != 0 {
+			att = mscale(factor, ms) / mscale(factor, msAll)
+		} else {
+			att = mscale(factor, 1)
+		}
+	}
+	betaFast, ok := num(s, "beta_fast")
+	if !ok || betaFast == 0 {
+		betaFast = 32
+	}
+	betaSlow, ok := num(s, "beta_slow")
+	if !ok || betaSlow == 0 {
+		betaSlow = 1
+	}
+	truncate := true
+	if v, ok := s["truncate"].(bool); ok {
+		truncate = v
+	}
+	base := p.Theta
+	corrDim := func(rot float64) float64 {
+		return float64(dim) * math.Log(origMax/(rot*2*math.Pi)) / (2 * math.Log(base))
+	}
+	low, high := corrDim(betaFast), corrDim(betaSlow)
+	if truncate {
+		low, high = math.Floor(low), math.Ceil(high)
+	}
+	low = math.Max(low, 0)
+	high = math.Min(high, float64(dim-1))
+	if low == high {
+		high += 0.001
+	}
+	inv := make([]float64, dim/2)
+	for i := range inv {
+		pos := math.Pow(base, float64(2*i)/float64(dim))
+		extra := 1 / pos
+		inter := 1 / (factor * pos)
+		ramp := math.Min(math.Max((float64(i)-low)/(high-low), 0), 1)
+		extraFactor := 1 - ramp
+		inv[i] = inter*(1-extraFactor) + extra*extraFactor
+	}
+	return inv, att, nil
+}
+
+// CosSin returns cos and sin tables [B, T, RotaryDim/2] for the step's
+// positions, computed in float32 and cast to dtype, once per graph.
+func (r *Rope) CosSin(step *lm.Step, dtype dtypes.DType) (cos, sin *Node) {
+	key := fmt.Sprintf("%s/%s", r.key, dtype)
+	build := func() *Node {
+		g := step.Positions.Graph()
+		inv := make([]float32, len(r.InvFreq))
+		for i, f := range r.InvFreq {
+			inv[i] = float32(f)
+		}
+		pos := ConvertDType(step.Positions, dtypes.Float32)                   // [B, T]
+		freqs := Mul(InsertAxes(pos, -1), ExpandLeftToRank(Const(g, inv), 3)) // [B, T, rot/2]
+		c, s := Cos(freqs), Sin(freqs)
+		if r.AttentionFactor != 1 {
+			c, s = MulScalar(c, r.AttentionFactor), MulScalar(s, r.AttentionFactor)
+		}
+		return Stack([]*Node{ConvertDType(c, dtype), ConvertDType(s, dtype)}, 0) // [2, B, T, rot/2]
+	}
+	both := step.Memo(key, build)
+	return Squeeze(SliceAxis(both, 0, AxisElem(0)), 0), Squeeze(SliceAxis(both, 0, AxisElem(1)), 0)
+}
+
+// ApplyRope rotates x [B, T, heads, D] by cos, sin [B, T, rot/2] in the
+// rotate-half convention of transformers (the first half of the rotated
+// dims pairs with the second half). Dims past RotaryDim pass through
+// (partial rotary embeddings).
+func ApplyRope(x, cos, sin *Node) *Node {
+	d := x.Shape().Dimensions[3]
+	half := cos.Shape().Dimensions[2]
+	rot := 2 * half
+	c := InsertAxes(cos, 2) // [B, T, 1, rot/2]
+	s := InsertAxes(sin, 2)
+	x1 := SliceAxis(x, 3, AxisRange(0, half))
+	x2 := SliceAxis(x, 3, AxisRange(half, rot))
+	parts := []*Node{
+		Sub(Mul(x1, c), Mul(x2, s)), // first half:  x1 cos - x2 sin
+		Add(Mul(x2, c), Mul(x1, s)), // second half: x2 cos + x1 sin
+	}
+	if rot < d {
+		parts = append(parts, SliceAxis(x, 3, AxisRange(rot, d)))
+	}
+	return Concatenate(parts, 3) // [B, T, heads, D]
+}
+
+// ConfigRope resolves the rotary embedding of a config.json: the
+// rope_parameters object of transformers v5 (rope_theta inside it), or the
+// older rope_theta and rope_scaling fields. defaultTheta applies when the
+// config names no base; partial_rotary_factor is honoured.
+func ConfigRope(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int) (*Rope, error) {
+	p := RopeParams{Theta: defaultTheta, HeadDim: headDim, MaxPositions: maxPositions}
+	if v, ok := raw["partial_rotary_factor"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &p.PartialRotaryFactor); err != nil {
+			return nil, fmt.Errorf("partial_rotary_factor: %w", err)
+		}
+	}
+	if v, ok := raw["rope_theta"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &p.Theta); err != nil {
+			return nil, fmt.Errorf("rope_theta: %w", err)
+		}
+	}
+	scaling, err := ParseRopeScaling(raw["rope_scaling"])
+	if err != nil {
+		return nil, err
+	}
+	params, err := ParseRopeScaling(raw["rope_parameters"])
+	if err != nil {
+		return nil, fmt.Errorf("rope_parameters: %w", err)
+	}
+	if params != nil {
+		if t, ok := num(params, "rope_theta"); ok {
+			p.Theta = t
+		}
+		if f, ok := num(params, "partial_rotary_factor"); ok {
+			p.PartialRotaryFactor = f
+		}
+		scaling = params
+	}
+	p.Scaling = scaling
+	r, err := NewRope(p)
+	if err != nil {
+		return nil, fmt.Errorf("rotary embedding: %w", err)
+	}
+	return r, nil
+}
