@@ -1,0 +1,349 @@
+// Package gemma3 implements Gemma3ForCausalLM (the text-only Gemma 3
+// models, model_type gemma3_text), following transformers'
+// models/gemma3/modeling_gemma3.py: "Gemma 3 Technical Report" (Gemma Team,
+// 2025, arXiv:2503.19786).
+//
+// Compared with Llama it has: embeddings scaled by sqrt(hidden_size) in the
+// compute dtype; RMSNorm with a (1 + w) scale computed in float32; sandwich
+// norms (post_attention_layernorm after attention, pre_ and
+// post_feedforward_layernorm around the MLP); per-head q/k norms; GeGLU
+// (tanh GELU) MLPs; attention scaled by query_pre_attn_scalar^-0.5;
+// interleaved local (sliding-window, rope_local_base_freq) and global
+// (rope_theta, rope_scaling) layers; optional attention and final logit
+// soft-capping.
+package gemma3
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+func init() {
+	lm.Register("Gemma3ForCausalLM", New)
+}
+
+// Config is a Gemma3ForCausalLM (gemma3_text) config.json. Pointer fields
+// are nil when absent; resolve applies Gemma3TextConfig's defaults.
+type Config struct {
+	Architectures             []string        `json:"architectures"`
+	ModelType                 string          `json:"model_type"`
+	VocabSize                 *int            `json:"vocab_size"`
+	HiddenSize                *int            `json:"hidden_size"`
+	IntermediateSize          *int            `json:"intermediate_size"`
+	NumHiddenLayers           *int            `json:"num_hidden_layers"`
+	NumAttentionHeads         *int            `json:"num_attention_heads"`
+	NumKeyValueHeads          *int            `json:"num_key_value_heads"`
+	HeadDim                   *int            `json:"head_dim"`
+	HiddenActivation          string          `json:"hidden_activation"`
+	MaxPositionEmbeddings     *int            `json:"max_position_embeddings"`
+	RMSNormEps                *float64        `json:"rms_norm_eps"`
+	RopeTheta                 *float64        `json:"rope_theta"`
+	RopeLocalBaseFreq         *float64        `json:"rope_local_base_freq"`
+	RopeScaling               json.RawMessage `json:"rope_scaling"`
+	RopeParameters            json.RawMessage `json:"rope_parameters"`
+	AttentionBias             bool            `json:"attention_bias"`
+	QueryPreAttnScalar        *float64        `json:"query_pre_attn_scalar"`
+	SlidingWindow             *int            `json:"sliding_window"`
+	SlidingWindowPattern      *int            `json:"sliding_window_pattern"`
+	LayerTypes                []string        `json:"layer_types"`
+	FinalLogitSoftcapping     *float64        `json:"final_logit_softcapping"`
+	AttnLogitSoftcapping      *float64        `json:"attn_logit_softcapping"`
+	TieWordEmbeddings         *bool           `json:"tie_word_embeddings"`
+	UseBidirectionalAttention bool            `json:"use_bidirectional_attention"`
+	BOSTokenID                config.IDList   `json:"bos_token_id"`
+	EOSTokenID                config.IDList   `json:"eos_token_id"`
+}
+
+// Model is a Gemma 3 text decoder; it implements lm.Model.
+type Model struct {
+	spec          lm.Spec
+	eps           float64
+	scale         float64 // query_pre_attn_scalar^-0.5
+	attnSoftcap   float64
+	finalSoftcap  float64
+	bias          bool
+	act           func(*Node) *Node
+	global, local *nn.Rope
+}
+
+func pick(v *int, d int) int {
+	if v != nil {
+		return *v
+	}
+	return d
+}
+
+func pickF(v *float64, d float64) float64 {
+	if v != nil {
+		return *v
+	}
+	return d
+}
+
+// resolve applies Gemma3TextConfig's defaults and checks the config.
+func (c *Config) resolve(cfg *config.Model) (*Model, error) {
+	where := cfg.Path
+	if c.UseBidirectionalAttention {
+		return nil, errs.Unsupportedf("%s: use_bidirectional_attention is not supported for generation", where)
+	}
+	s := lm.Spec{
+		Architecture: cfg.Architecture(),
+		ModelType:    c.ModelType,
+		VocabSize:    pick(c.VocabSize, 262208),
+		Hidden:       pick(c.HiddenSize, 2304),
+		Intermediate: pick(c.IntermediateSize, 9216),
+		Layers:       pick(c.NumHiddenLayers, 26),
+		Heads:        pick(c.NumAttentionHeads, 8),
+		KVHeads:      pick(c.NumKeyValueHeads, 4),
+		HeadDim:      pick(c.HeadDim, 256),
+		MaxPositions: pick(c.MaxPositionEmbeddings, 131072),
+		EOS:          c.EOSTokenID,
+		BOS:          2,
+	}
+	if c.EOSTokenID == nil && !cfg.Has("eos_token_id") {
+		s.EOS = []int{1}
+	}
+	if len(c.BOSTokenID) > 0 {
+		s.BOS = c.BOSTokenID[0]
+	}
+	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
+		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim,
+		"max_position_embeddings": s.MaxPositions} {
+		if v <= 0 {
+			return nil, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
+		}
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return nil, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	}
+	s.TieEmbeddings = true
+	if c.TieWordEmbeddings != nil {
+		s.TieEmbeddings = *c.TieWordEmbeddings
+	}
+	s.SlidingWindow = pick(c.SlidingWindow, 4096)
+	s.LayerKinds = make([]string, s.Layers)
+	switch {
+	case len(c.LayerTypes) > 0:
+		if len(c.LayerTypes) != s.Layers {
+			return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
+		}
+		for i, t := range c.LayerTypes {
+			if t != lm.KindFull && t != lm.KindSliding {
+				return nil, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, lm.KindFull, lm.KindSliding)
+			}
+			s.LayerKinds[i] = t
+		}
+	default:
+		// Every sliding_window_pattern-th layer is global, the others local.
+		pattern := pick(c.SlidingWindowPattern, 6)
+		if pattern <= 0 {
+			return nil, fmt.Errorf("%s: sliding_window_pattern must be positive, got %d", where, pattern)
+		}
+		for i := range s.LayerKinds {
+			s.LayerKinds[i] = lm.KindSliding
+			if (i+1)%pattern == 0 {
+				s.LayerKinds[i] = lm.KindFull
+			}
+		}
+	}
+	for i, k := range s.LayerKinds {
+		if k == lm.KindSliding && s.SlidingWindow <= 0 {
+			return nil, fmt.Errorf("%s: layer %d is %s but sliding_window is %d", where, i, k, s.SlidingWindow)
+		}
+	}
+	m := &Model{
+		spec:         s,
+		eps:          pickF(c.RMSNormEps, 1e-6),
+		scale:        1 / math.Sqrt(pickF(c.QueryPreAttnScalar, 256)),
+		attnSoftcap:  pickF(c.AttnLogitSoftcapping, 0),
+		finalSoftcap: pickF(c.FinalLogitSoftcapping, 0),
+		bias:         c.AttentionBias,
+	}
+	act := c.HiddenActivation
+	if act == "" {
+		act = "gelu_pytorch_tanh"
+	}
+	if m.act = nn.Activation(act); m.act == nil {
+		return nil, errs.Unsupportedf("%s: hidden_activation %q is not supported (supported: gelu_pytorch_tanh, silu)", where, act)
+	}
+	if err := c.resolveRope(cfg, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return m, nil
+}
+
+// resolveRope builds the global and local rotary embeddings: from
+// transformers v5's per-layer-type rope_parameters, or from rope_theta +
+// rope_scaling (global) and rope_local_base_freq (local, never scaled).
+func (c *Config) resolveRope(cfg *config.Model, m *Model) error {
+	s := &m.spec
+	var err error
+	if len(c.RopeParameters) > 0 && string(c.RopeParameters) != "null" {
+		var per map[string]json.RawMessage
+		if err := json.Unmarshal(c.RopeParameters, &per); err != nil {
+			return fmt.Errorf("rope_parameters: %w", err)
+		}
+		build := func(kind string, theta float64) (*nn.Rope, error) {
+			raw, ok := per[kind]
+			if !ok {
+				return nil, fmt.Errorf("rope_parameters has no %q entry", kind)
+			}
+			return nn.ConfigRope(map[string]json.RawMessage{"rope_parameters": raw}, theta, s.HeadDim, s.MaxPositions)
+		}
+		if m.global, err = build(lm.KindFull, 1e6); err != nil {
+			return err
+		}
+		m.local, err = build(lm.KindSliding, 1e4)
+		return err
+	}
+	global := map[string]json.RawMessage{"rope_scaling": c.RopeScaling}
+	if c.RopeTheta != nil {
+		global["rope_theta"] = cfg.Raw["rope_theta"]
+	}
+	if m.global, err = nn.ConfigRope(global, 1e6, s.HeadDim, s.MaxPositions); err != nil {
+		return err
+	}
+	m.local, err = nn.NewRope(nn.RopeParams{Theta: pickF(c.RopeLocalBaseFreq, 1e4), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
+	return err
+}
+
+// New builds a Gemma3ForCausalLM from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	return c.resolve(cfg)
+}
+
+// Spec implements lm.Model.
+func (m *Model) Spec() *lm.Spec { return &m.spec }
+
+// LayerKind implements lm.Model.
+func (m *Model) LayerKind(i int) string { return m.spec.LayerKinds[i] }
+
+// LayerState implements lm.Model: a key and a value cache.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	return nn.KVCacheState(batch, m.spec.KVHeads, cacheLen, m.spec.HeadDim)
+}
+
+// EmbedWeights implements lm.Model.
+func (m *Model) EmbedWeights() []lm.WeightSpec {
+	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true}}
+}
+
+// HeadWeights implements lm.Model.
+func (m *Model) HeadWeights() []lm.WeightSpec {
+	head := "lm_head.weight"
+	if m.spec.TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	return []lm.WeightSpec{
+		{Name: "model.norm.weight", Shape: []int{m.spec.Hidden}},
+		{Name: head, Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true},
+	}
+}
+
+// LayerWeights implements lm.Model.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s := &m.spec
+	p := fmt.Sprintf("model.layers.%d.", i)
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	}
+	add("input_layernorm.weight", false, s.Hidden)
+	add("self_attn.q_proj.weight", true, q, s.Hidden)
+	add("self_attn.k_proj.weight", true, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, kv, s.Hidden)
+	add("self_attn.o_proj.weight", true, s.Hidden, q)
+	if m.bias {
+		add("self_attn.q_proj.bias", false, q)
+		add("self_attn.k_proj.bias", false, kv)
+		add("self_attn.v_proj.bias", false, kv)
+		add("self_attn.o_proj.bias", false, s.Hidden)
+	}
+	add("self_attn.q_norm.weight", false, s.HeadDim)
+	add("self_attn.k_norm.weight", false, s.HeadDim)
+	add("post_attention_layernorm.weight", false, s.Hidden)
+	add("pre_feedforward_layernorm.weight", false, s.Hidden)
+	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	add("post_feedforward_layernorm.weight", false, s.Hidden)
+	return ws
+}
+
+// Embed implements lm.Model: Gemma3TextScaledWordEmbedding, the embedding
+// times sqrt(hidden_size) rounded to the compute dtype.
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	x := nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+	scale := nn.RoundTo(math.Sqrt(float64(m.spec.Hidden)), x.DType())
+	return MulScalar(x, scale)
+}
+
+func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
+	return nn.RMSNorm(x, p.Get(name), m.eps, true)
+}
+
+func (m *Model) optional(p *lm.Params, name string) *Node {
+	if !m.bias {
+		return nil
+	}
+	return p.Get(name)
+}
+
+// Layer implements lm.Model: Gemma3DecoderLayer with sandwich norms.
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+	h := m.norm(p, "input_layernorm.weight", x)
+	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
+	h = m.norm(p, "post_attention_layernorm.weight", h)
+	x = Add(x, h)
+	h = m.norm(p, "pre_feedforward_layernorm.weight", x)
+	mp := p.Scope("mlp")
+	h = nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, m.act)
+	h = m.norm(p, "post_feedforward_layernorm.weight", h)
+	return Add(x, h), []*Node{k, v}
+}
+
+// attention is Gemma3Attention: projections, (1+w) q/k norms per head, the
+// local or global rotary embedding, cache write, soft-capped grouped-query
+// attention scaled by query_pre_attn_scalar^-0.5, o_proj.
+func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, kind string) (*Node, *Node, *Node) {
+	s := &m.spec
+	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), m.optional(p, "q_proj.bias")), s.Heads)   // [B, T, H, D]
+	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), m.optional(p, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), m.optional(p, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	q = m.norm(p, "q_norm.weight", q)
+	k = m.norm(p, "k_norm.weight", k)
+	rope, window := m.global, 0
+	if kind == lm.KindSliding {
+		rope, window = m.local, s.SlidingWindow
+	}
+	cos, sin := rope.CosSin(step, x.DType())
+	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+	keys, values = nn.WriteKV(keys, values, k, v, step)
+	out := nn.Attention(q, keys, values, nn.AttentionBias(step, window), m.scale, m.attnSoftcap) // [B, T, H*D]
+	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), keys, values
+}
+
+// Head implements lm.Model: final (1+w) norm, lm_head, final soft-capping.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.eps, true)
+	name := "lm_head.weight"
+	if m.spec.TieEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
+	logits := nn.Linear(x, w.Get(name), nil) // [B, V]
+	return nn.Softcap(logits, m.finalSoftcap)
+}

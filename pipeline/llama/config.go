@@ -1,0 +1,153 @@
+package llama
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+func init() {
+	lm.Register("LlamaForCausalLM", New)
+}
+
+// Config is a LlamaForCausalLM config.json. Optional fields are pointers so
+// resolve can tell "absent" (transformers' default applies) from a value.
+// The Llama-derived architectures embed it and add their own fields.
+type Config struct {
+	Architectures         []string        `json:"architectures"`
+	ModelType             string          `json:"model_type"`
+	VocabSize             *int            `json:"vocab_size"`
+	HiddenSize            *int            `json:"hidden_size"`
+	IntermediateSize      *int            `json:"intermediate_size"`
+	NumHiddenLayers       *int            `json:"num_hidden_layers"`
+	NumAttentionHeads     *int            `json:"num_attention_heads"`
+	NumKeyValueHeads      *int            `json:"num_key_value_heads"`
+	HeadDim               *int            `json:"head_dim"`
+	HiddenAct             string          `json:"hidden_act"`
+	MaxPositionEmbeddings *int            `json:"max_position_embeddings"`
+	RMSNormEps            *float64        `json:"rms_norm_eps"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
+	AttentionBias         bool            `json:"attention_bias"`
+	MLPBias               bool            `json:"mlp_bias"`
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	BOSTokenID            config.IDList   `json:"bos_token_id"`
+	EOSTokenID            config.IDList   `json:"eos_token_id"`
+	LayerTypes            []string        `json:"layer_types"`
+}
+
+// Defaults are the values transformers' configuration class uses for
+// fields a config.json leaves out; they differ per architecture.
+type Defaults struct {
+	VocabSize, Hidden, Intermediate, Layers, Heads, MaxPositions int
+	Eps, RopeTheta                                               float64
+	Tie                                                          bool
+	Act                                                          string
+}
+
+// LlamaDefaults are LlamaConfig's defaults.
+var LlamaDefaults = Defaults{
+	VocabSize: 32000, Hidden: 4096, Intermediate: 11008, Layers: 32, Heads: 32,
+	MaxPositions: 2048, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+}
+
+func pick(v *int, d int) int {
+	if v != nil {
+		return *v
+	}
+	return d
+}
+
+// Resolve applies defaults and derives head_dim, KV heads and the rotary
+// embedding, checking that the numbers fit together. All layers are
+// full-attention unless layer_types says otherwise; callers set sliding
+// windows afterwards.
+func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
+	where := cfg.Path
+	s := lm.Spec{
+		Architecture: cfg.Architecture(),
+		ModelType:    c.ModelType,
+		VocabSize:    pick(c.VocabSize, d.VocabSize),
+		Hidden:       pick(c.HiddenSize, d.Hidden),
+		Intermediate: pick(c.IntermediateSize, d.Intermediate),
+		Layers:       pick(c.NumHiddenLayers, d.Layers),
+		Heads:        pick(c.NumAttentionHeads, d.Heads),
+		MaxPositions: pick(c.MaxPositionEmbeddings, d.MaxPositions),
+		EOS:          c.EOSTokenID,
+		BOS:          -1,
+	}
+	if len(c.BOSTokenID) > 0 {
+		s.BOS = c.BOSTokenID[0]
+	}
+	s.KVHeads = pick(c.NumKeyValueHeads, s.Heads)
+	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
+		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "max_position_embeddings": s.MaxPositions} {
+		if v <= 0 {
+			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
+		}
+	}
+	if c.HeadDim != nil && *c.HeadDim > 0 {
+		s.HeadDim = *c.HeadDim
+	} else {
+		if s.Hidden%s.Heads != 0 {
+			return Options{}, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not set)", where, s.Hidden, s.Heads)
+		}
+		s.HeadDim = s.Hidden / s.Heads
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return Options{}, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	}
+	s.TieEmbeddings = d.Tie
+	if c.TieWordEmbeddings != nil {
+		s.TieEmbeddings = *c.TieWordEmbeddings
+	}
+	s.LayerKinds = make([]string, s.Layers)
+	for i := range s.LayerKinds {
+		s.LayerKinds[i] = lm.KindFull
+	}
+	if len(c.LayerTypes) > 0 {
+		if len(c.LayerTypes) != s.Layers {
+			return Options{}, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
+		}
+		for i, t := range c.LayerTypes {
+			if t != lm.KindFull && t != lm.KindSliding {
+				return Options{}, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, lm.KindFull, lm.KindSliding)
+			}
+			s.LayerKinds[i] = t
+		}
+	}
+	o := Options{Spec: s, Eps: d.Eps, QKVBias: c.AttentionBias, OBias: c.AttentionBias, MLPBias: c.MLPBias}
+	if c.RMSNormEps != nil {
+		o.Eps = *c.RMSNormEps
+	}
+	act := c.HiddenAct
+	if act == "" {
+		act = d.Act
+	}
+	if o.Act = nn.Activation(act); o.Act == nil {
+		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: silu, gelu_pytorch_tanh)", where, act)
+	}
+	var err error
+	o.Rope, err = nn.ConfigRope(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
+	if err != nil {
+		return Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return o, nil
+}
+
+// New builds a LlamaForCausalLM from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	o, err := c.Resolve(cfg, LlamaDefaults)
+	if err != nil {
+		return nil, err
+	}
+	return NewModel(o), nil
+}

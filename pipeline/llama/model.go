@@ -1,0 +1,183 @@
+// Package llama implements LlamaForCausalLM, following transformers'
+// models/llama/modeling_llama.py: the decoder-only transformer of "LLaMA:
+// Open and Efficient Foundation Language Models" (Touvron et al., 2023,
+// arXiv:2302.13971) with RMSNorm pre-normalization, SwiGLU MLPs, rotary
+// position embeddings and grouped-query attention (Llama 2/3), including
+// Llama 3.1's rope_scaling type "llama3".
+//
+// The decoder (Model) is parameterized by Options so that the architectures
+// transformers derives from Llama in its modular files reuse it and differ
+// only in their options: Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm)
+// and Mistral (sliding-window attention). See pipeline/qwen2, pipeline/qwen3
+// and pipeline/mistral.
+package llama
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// Options are the resolved hyperparameters of a Llama-family decoder.
+type Options struct {
+	Spec lm.Spec
+	// Eps is rms_norm_eps.
+	Eps float64
+	// Act is the MLP activation (hidden_act).
+	Act func(*Node) *Node
+	// QKVBias adds biases to q_proj, k_proj and v_proj; OBias to o_proj;
+	// MLPBias to gate/up/down_proj.
+	QKVBias, OBias, MLPBias bool
+	// QKNorm applies a per-head RMSNorm (q_norm, k_norm over head_dim) to
+	// queries and keys before the rotary embedding (Qwen3).
+	QKNorm bool
+	// Rope is the rotary embedding shared by all layers.
+	Rope *nn.Rope
+}
+
+// Model is a Llama-family decoder; it implements lm.Model.
+type Model struct {
+	o Options
+}
+
+// NewModel returns the decoder for resolved options.
+func NewModel(o Options) *Model { return &Model{o: o} }
+
+// Spec implements lm.Model.
+func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
+
+// LayerKind implements lm.Model.
+func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
+
+// LayerState implements lm.Model: a key and a value cache.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	s := &m.o.Spec
+	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
+}
+
+// EmbedWeights implements lm.Model.
+func (m *Model) EmbedWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+}
+
+// HeadWeights implements lm.Model.
+func (m *Model) HeadWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	head := "lm_head.weight"
+	if s.TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	return []lm.WeightSpec{
+		{Name: "model.norm.weight", Shape: []int{s.Hidden}},
+		{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
+	}
+}
+
+// LayerWeights implements lm.Model.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s := &m.o.Spec
+	p := fmt.Sprintf("model.layers.%d.", i)
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	}
+	add("input_layernorm.weight", false, s.Hidden)
+	add("self_attn.q_proj.weight", true, q, s.Hidden)
+	add("self_attn.k_proj.weight", true, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, kv, s.Hidden)
+	if m.o.QKVBias {
+		add("self_attn.q_proj.bias", false, q)
+		add("self_attn.k_proj.bias", false, kv)
+		add("self_attn.v_proj.bias", false, kv)
+	}
+	if m.o.QKNorm {
+		add("self_attn.q_norm.weight", false, s.HeadDim)
+		add("self_attn.k_norm.weight", false, s.HeadDim)
+	}
+	add("self_attn.o_proj.weight", true, s.Hidden, q)
+	if m.o.OBias {
+		add("self_attn.o_proj.bias", false, s.Hidden)
+	}
+	add("post_attention_layernorm.weight", false, s.Hidden)
+	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	if m.o.MLPBias {
+		add("mlp.gate_proj.bias", false, s.Intermediate)
+		add("mlp.up_proj.bias", false, s.Intermediate)
+		add("mlp.down_proj.bias", false, s.Hidden)
+	}
+	return ws
+}
+
+// optional returns the named bias when enabled, else nil.
+func optional(p *lm.Params, enabled bool, name string) *Node {
+	if !enabled {
+		return nil
+	}
+	return p.Get(name)
+}
+
+// Embed implements lm.Model: LlamaModel.embed_tokens.
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	return nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+}
+
+// Layer implements lm.Model: LlamaDecoderLayer, pre-norm attention then
+// pre-norm MLP, each with a residual connection.
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
+	x = Add(x, h)
+	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
+	x = Add(x, m.mlp(p.Scope("mlp"), h))
+	return x, []*Node{k, v}
+}
+
+// attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k
+// norms, rotary embedding, cache write, grouped-query attention, o_proj.
+func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, kind string) (*Node, *Node, *Node) {
+	s := &m.o.Spec
+	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")), s.Heads)   // [B, T, H, D]
+	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	if m.o.QKNorm {
+		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
+		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+	}
+	cos, sin := m.o.Rope.CosSin(step, x.DType())
+	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+	keys, values = nn.WriteKV(keys, values, k, v, step)
+	window := 0
+	if kind == lm.KindSliding {
+		window = s.SlidingWindow
+	}
+	out := nn.Attention(q, keys, values, nn.AttentionBias(step, window), 0, 0) // [B, T, H*D]
+	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), keys, values
+}
+
+// mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)).
+func (m *Model) mlp(p *lm.Params, x *Node) *Node {
+	b := m.o.MLPBias
+	return nn.GatedMLP(x,
+		p.Get("gate_proj.weight"), optional(p, b, "gate_proj.bias"),
+		p.Get("up_proj.weight"), optional(p, b, "up_proj.bias"),
+		p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"),
+		m.o.Act)
+}
+
+// Head implements lm.Model: the final norm and lm_head.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
+	name := "lm_head.weight"
+	if m.o.Spec.TieEmbeddings {
+		name = "model.embed_tokens.weight"
+	}
+	return nn.Linear(x, w.Get(name), nil) // [B, V]
+}

@@ -1,0 +1,68 @@
+// Package mistral implements MistralForCausalLM, following transformers'
+// models/mistral/modeling_mistral.py (generated from modular_mistral.py,
+// which derives it from Llama): "Mistral 7B" (Jiang et al., 2023,
+// arXiv:2310.06825). It is the Llama decoder (pipeline/llama) without
+// biases, with sliding-window attention on every layer when sliding_window
+// is set (Mistral 7B v0.1) and plain causal attention when it is null
+// (v0.2, v0.3).
+package mistral
+
+import (
+	"fmt"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+func init() {
+	lm.Register("MistralForCausalLM", New)
+}
+
+// Config is a MistralForCausalLM config.json.
+type Config struct {
+	llama.Config
+	SlidingWindow *int `json:"sliding_window"`
+}
+
+// Defaults are MistralConfig's defaults.
+var Defaults = llama.Defaults{
+	VocabSize: 32000, Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32,
+	MaxPositions: 4096 * 32, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+}
+
+// New builds a MistralForCausalLM from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	if c.NumKeyValueHeads == nil {
+		kv := 8 // MistralConfig's default
+		c.NumKeyValueHeads = &kv
+	}
+	o, err := c.Resolve(cfg, Defaults)
+	if err != nil {
+		return nil, err
+	}
+	o.QKVBias, o.OBias, o.MLPBias = false, false, false
+	s := &o.Spec
+	// A config that leaves sliding_window out gets MistralConfig's 4096; an
+	// explicit null disables it.
+	w := 0
+	if c.SlidingWindow != nil {
+		w = *c.SlidingWindow
+	} else if !cfg.Has("sliding_window") {
+		w = 4096
+	}
+	if w < 0 {
+		return nil, fmt.Errorf("%s: sliding_window must not be negative, got %d", cfg.Path, w)
+	}
+	if w > 0 && len(c.LayerTypes) == 0 {
+		for i := range s.LayerKinds {
+			s.LayerKinds[i] = lm.KindSliding
+		}
+	}
+	s.SlidingWindow = w
+	return llama.NewModel(o), nil
+}

@@ -1,0 +1,82 @@
+// Package qwen2 implements Qwen2ForCausalLM, following transformers'
+// models/qwen2/modeling_qwen2.py (generated from modular_qwen2.py, which
+// derives it from Llama): the Qwen2 / Qwen2.5 decoders of the "Qwen2
+// Technical Report" (Yang et al., 2024, arXiv:2407.10671). It is the Llama
+// decoder (pipeline/llama) with biases on the q, k and v projections (none
+// on o_proj) and optional sliding-window attention on the layers from
+// max_window_layers on.
+package qwen2
+
+import (
+	"fmt"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+func init() {
+	lm.Register("Qwen2ForCausalLM", New)
+}
+
+// Config is a Qwen2ForCausalLM config.json: Llama's fields plus the
+// sliding-window settings.
+type Config struct {
+	llama.Config
+	UseSlidingWindow bool `json:"use_sliding_window"`
+	SlidingWindow    *int `json:"sliding_window"`
+	MaxWindowLayers  *int `json:"max_window_layers"`
+}
+
+// Defaults are Qwen2Config's defaults.
+var Defaults = llama.Defaults{
+	VocabSize: 151936, Hidden: 4096, Intermediate: 22016, Layers: 32, Heads: 32,
+	MaxPositions: 32768, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+}
+
+// ResolveSliding sets the layer kinds of a Qwen-style config: when
+// layer_types is absent, layers from max_window_layers on use the sliding
+// window if use_sliding_window is set (transformers' derivation).
+func ResolveSliding(o *llama.Options, cfg *config.Model, hasLayerTypes, use bool, window, maxWindowLayers *int) error {
+	s := &o.Spec
+	w := 4096
+	if window != nil {
+		w = *window
+	}
+	mwl := 28
+	if maxWindowLayers != nil {
+		mwl = *maxWindowLayers
+	}
+	if !use {
+		w = 0
+	}
+	if !hasLayerTypes && w > 0 {
+		for i := mwl; i < s.Layers; i++ {
+			s.LayerKinds[i] = lm.KindSliding
+		}
+	}
+	for i, k := range s.LayerKinds {
+		if k == lm.KindSliding && w <= 0 {
+			return fmt.Errorf("%s: layer %d is %s but no sliding_window is configured", cfg.Path, i, k)
+		}
+	}
+	s.SlidingWindow = w
+	return nil
+}
+
+// New builds a Qwen2ForCausalLM from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	o, err := c.Resolve(cfg, Defaults)
+	if err != nil {
+		return nil, err
+	}
+	o.QKVBias, o.OBias, o.MLPBias = true, false, false
+	if err := ResolveSliding(&o, cfg, len(c.LayerTypes) > 0, c.UseSlidingWindow, c.SlidingWindow, c.MaxWindowLayers); err != nil {
+		return nil, err
+	}
+	return llama.NewModel(o), nil
+}
