@@ -1,0 +1,568 @@
+package compile
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// Mode is how an LM turns the model's graph pieces into executables.
+type Mode int
+
+const (
+	// Compiled builds the whole prefill step and the whole decode step as
+	// one graph each (embedding, every layer, head): one executable call
+	// per step.
+	Compiled Mode = iota
+	// Eager builds one executable per piece (embedding, one per layer kind
+	// shared by every layer of that kind with weights passed as inputs,
+	// head) and dispatches them one after another, as op-by-op execution
+	// does on a TPU.
+	Eager
+)
+
+func (m Mode) String() string {
+	if m == Eager {
+		return "eager"
+	}
+	return "compiled"
+}
+
+// ParseMode reads "compiled" or "eager".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "compiled", "":
+		return Compiled, nil
+	case "eager":
+		return Eager, nil
+	}
+	return 0, errs.Usagef("--mode %q: want compiled or eager", s)
+}
+
+// Options configure an LM.
+type Options struct {
+	Mode Mode
+	// DType is the compute dtype: Float32 (the default) or BFloat16.
+	// Weights are converted on the host once.
+	DType dtypes.DType
+	// CacheLen fixes the static cache length; 0 picks it at each Prefill
+	// from the prompt bucket plus the tokens to generate (CacheBucket).
+	CacheLen int
+	// SplitMatmul is the number of row parts of Matmul weights (see
+	// lm.WeightSpec.Matmul): 1 keeps [out, in]; 0 picks automatically (on
+	// the pure-Go backend, enough parts for every core; elsewhere 1).
+	SplitMatmul int
+	// OnRecompile is called when a call after a program's first one needs
+	// a new executable (new input shapes); cmd turns it into a warning.
+	OnRecompile func(program, shapes string)
+}
+
+// PromptBucket rounds a prompt length up so that prefill shapes repeat:
+// powers of two up to 64 (at least 8), then multiples of 64.
+func PromptBucket(n int) int {
+	if n <= 64 {
+		b := 8
+		for b < n {
+			b *= 2
+		}
+		return b
+	}
+	return roundUp(n, 64)
+}
+
+// CacheBucket rounds a cache length up: powers of two up to 512 (at least
+// 32), then multiples of 256.
+func CacheBucket(n int) int {
+	if n <= 512 {
+		b := 32
+		for b < n {
+			b *= 2
+		}
+		return b
+	}
+	return roundUp(n, 256)
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// LM runs a loaded model: Prefill a batch of prompts, then Decode one token
+// per row at a time. Weights are transferred to the device once; layer
+// state (KV caches) stays on the device between steps and is donated to
+// each step so it is updated in place.
+type LM struct {
+	backend backends.Backend
+	model   lm.Model
+	spec    *lm.Spec
+	opts    Options
+	dus     bool
+
+	weights   map[string]*tensors.Tensor
+	all       []string // every weight, in lm.Weights order (compiled mode inputs)
+	embedW    []string
+	headW     []string
+	layerW    [][]string
+	numStates []int // per layer
+
+	prefill, decode *Program            // compiled mode
+	embed, head     *Program            // eager mode
+	layerProg       []*Program          // eager mode, per layer (shared per kind)
+	programs        []*Program          // all, for Stats
+	kindPrograms    map[string]*Program // eager mode, by kind signature
+
+	// Generation state.
+	batch, cacheLen, next int
+	pads                  []int32
+	state                 [][]*tensors.Tensor
+}
+
+// NewLM prepares a model for execution on backend: it validates the
+// compute dtype against the backend, converts and uploads the weights
+// (once), and creates the programs of the chosen mode. Executables are
+// compiled at the first call with each shape.
+func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
+	if opts.DType == dtypes.InvalidDType {
+		opts.DType = dtypes.Float32
+	}
+	caps := backend.Capabilities()
+	switch opts.DType {
+	case dtypes.Float32, dtypes.BFloat16:
+		if !caps.DTypes[opts.DType] {
+			return nil, errs.Unsupportedf("backend %s does not support compute dtype %s", backend.Name(), opts.DType)
+		}
+	default:
+		return nil, errs.Unsupportedf("compute dtype %s is not supported (use float32 or bfloat16)", opts.DType)
+	}
+	r := &LM{
+		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
+		dus:     caps.Operations[backends.OpTypeDynamicUpdateSlice],
+		weights: map[string]*tensors.Tensor{},
+	}
+	if err := r.loadWeights(l); err != nil {
+		return nil, err
+	}
+	if err := r.makePrograms(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// splitParts picks the row parts of a [out, in] weight for the pure-Go
+// backend: its DotGeneral parallelizes over the batch axis only, so a
+// matrix-vector product on an unsplit weight runs on one core. Parts are
+// the smallest divisor of out that gives every core work and keeps each
+// part at most 2048 rows (so a batch of 8 rows stays on the backend's
+// small-matmul path).
+func (r *LM) splitParts(out int) int {
+	n := r.opts.SplitMatmul
+	if n == 1 {
+		return 1
+	}
+	if n == 0 {
+		if r.backend.Name() != "go" {
+			return 1
+		}
+		n = max(runtime.NumCPU(), (out+2047)/2048)
+	}
+	for p := n; p <= out/8; p++ {
+		if out%p == 0 {
+			return p
+		}
+	}
+	return 1
+}
+
+func (r *LM) loadWeights(l *lm.Loaded) error {
+	for _, w := range l.Weights() {
+		shape := w.Shape
+		if w.Matmul && len(shape) == 2 {
+			if p := r.splitParts(shape[0]); p > 1 {
+				shape = []int{p, shape[0] / p, shape[1]}
+			}
+		}
+		dtype := r.opts.DType
+		t, err := l.Tensor(w.Name, dtype, shape...)
+		if err != nil {
+			return err
+		}
+		r.weights[w.Name] = t
+		r.all = append(r.all, w.Name)
+	}
+	names := func(ws []lm.WeightSpec) []string {
+		out := make([]string, len(ws))
+		for i, w := range ws {
+			out[i] = w.Name
+		}
+		return out
+	}
+	r.embedW = names(r.model.EmbedWeights())
+	r.headW = names(r.model.HeadWeights())
+	r.layerW = make([][]string, r.spec.Layers)
+	r.numStates = make([]int, r.spec.Layers)
+	for i := range r.layerW {
+		r.layerW[i] = names(r.model.LayerWeights(i))
+		r.numStates[i] = len(r.model.LayerState(i, 1, 1))
+	}
+	return nil
+}
+
+func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
+	p, err := NewProgram(r.backend, name, fn)
+	if err != nil {
+		return nil, err
+	}
+	p.OnRecompile = r.opts.OnRecompile
+	r.programs = append(r.programs, p)
+	return p, nil
+}
+
+func (r *LM) makePrograms() error {
+	var err error
+	if r.opts.Mode == Compiled {
+		if r.prefill, err = r.newProgram("prefill", r.stepGraph); err != nil {
+			return err
+		}
+		r.decode, err = r.newProgram("decode", r.stepGraph)
+		return err
+	}
+	if r.embed, err = r.newProgram("embed", r.embedGraph); err != nil {
+		return err
+	}
+	r.kindPrograms = map[string]*Program{}
+	r.layerProg = make([]*Program, r.spec.Layers)
+	for i := 0; i < r.spec.Layers; i++ {
+		sig := r.layerSignature(i)
+		p, ok := r.kindPrograms[sig]
+		if !ok {
+			name := "layer/" + r.model.LayerKind(i)
+			if n := len(r.kindPrograms); n > 0 && r.hasProgramNamed(name) {
+				name = fmt.Sprintf("%s#%d", name, n)
+			}
+			rep := i
+			p, err = r.newProgram(name, func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) })
+			if err != nil {
+				return err
+			}
+			r.kindPrograms[sig] = p
+		}
+		r.layerProg[i] = p
+	}
+	r.head, err = r.newProgram("head", r.headGraph)
+	return err
+}
+
+func (r *LM) hasProgramNamed(name string) bool {
+	for _, p := range r.programs {
+		if p.Name() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// layerSignature is the layer kind plus the shapes of its weights and
+// state: layers with equal signatures share one eager executable.
+func (r *LM) layerSignature(i int) string {
+	var b strings.Builder
+	b.WriteString(r.model.LayerKind(i))
+	for _, n := range r.layerW[i] {
+		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
+	}
+	for _, s := range r.model.LayerState(i, 1, 1) {
+		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
+	}
+	return b.String()
+}
+
+// params maps weight names to the graph's parameter nodes.
+func params(names []string, nodes []*graph.Node) *lm.Params {
+	m := make(map[string]*graph.Node, len(names))
+	for i, n := range names {
+		m[n] = nodes[i]
+	}
+	return lm.NewParams(m)
+}
+
+// step builds the lm.Step of a graph whose first token input is [B, T].
+func (r *LM) step(tokensShape shapes.Shape, pads, start *graph.Node, cacheLen int) *lm.Step {
+	return lm.NewStep(tokensShape.Dimensions[0], tokensShape.Dimensions[1], cacheLen, pads, start, r.dus)
+}
+
+// lastPosition returns hidden states [B, T, H] at the last position: [B, H].
+func lastPosition(x *graph.Node) *graph.Node {
+	t := x.Shape().Dimensions[1]
+	return graph.Squeeze(graph.SliceAxis(x, 1, graph.AxisElem(t-1)), 1) // [B, H]
+}
+
+// stepGraph is the compiled-mode graph of a whole step:
+// inputs [tokens, pads, start, state..., weights...] ->
+// outputs [logits [B, V] float32, state...].
+func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
+	tokens, pads, start := in[0], in[1], in[2]
+	nStates := 0
+	for _, n := range r.numStates {
+		nStates += n
+	}
+	states := in[3 : 3+nStates]
+	w := params(r.all, in[3+nStates:])
+	step := r.step(tokens.Shape(), pads, start, r.cacheLen)
+	x := r.model.Embed(w, tokens)
+	out := []*graph.Node{nil}
+	off := 0
+	for i := 0; i < r.spec.Layers; i++ {
+		var st []*graph.Node
+		x, st = r.model.Layer(i, w, x, states[off:off+r.numStates[i]], step)
+		off += r.numStates[i]
+		out = append(out, st...)
+	}
+	out[0] = graph.ConvertDType(r.model.Head(w, lastPosition(x)), dtypes.Float32)
+	return out
+}
+
+// embedGraph: [tokens, embed weights...] -> [hidden].
+func (r *LM) embedGraph(in []*graph.Node) []*graph.Node {
+	return []*graph.Node{r.model.Embed(params(r.embedW, in[1:]), in[0])}
+}
+
+// layerGraph: [hidden, pads, start, state..., layer weights...] -> [hidden, state...]
+// for the layers that share layer rep's signature.
+func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
+	x, pads, start := in[0], in[1], in[2]
+	n := r.numStates[rep]
+	states := in[3 : 3+n]
+	w := params(r.layerW[rep], in[3+n:])
+	step := r.step(x.Shape(), pads, start, r.cacheLen)
+	x, st := r.model.Layer(rep, w, x, states, step)
+	return append([]*graph.Node{x}, st...)
+}
+
+// headGraph: [hidden [B, T, H], head weights...] -> [logits [B, V] float32].
+func (r *LM) headGraph(in []*graph.Node) []*graph.Node {
+	logits := r.model.Head(params(r.headW, in[1:]), lastPosition(in[0]))
+	return []*graph.Node{graph.ConvertDType(logits, dtypes.Float32)}
+}
+
+// Prefill starts a generation: it allocates fresh layer state for the
+// batch, left-pads the prompts to a common bucketed length and runs them,
+// returning each row's logits at its last prompt token ([B][V]).
+// maxNew is the number of tokens Decode will be asked for afterwards;
+// with Options.CacheLen 0 it sizes the cache.
+func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	if len(prompts) == 0 {
+		return nil, errs.Usagef("no prompts")
+	}
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, errs.Usagef("prompt %d is empty (no tokens)", i)
+		}
+		for _, id := range p {
+			if id < 0 || id >= r.spec.VocabSize {
+				return nil, fmt.Errorf("prompt %d: token id %d is outside the vocabulary [0, %d)", i, id, r.spec.VocabSize)
+			}
+		}
+		longest = max(longest, len(p))
+	}
+	if longest+maxNew > r.spec.MaxPositions {
+		return nil, errs.Usagef("prompt of %d tokens plus %d new tokens exceeds the model's %d positions (max_position_embeddings)",
+			longest, maxNew, r.spec.MaxPositions)
+	}
+	t := PromptBucket(longest)
+	cacheLen := r.opts.CacheLen
+	if cacheLen == 0 {
+		cacheLen = CacheBucket(t + maxNew)
+	} else if t+maxNew > cacheLen {
+		return nil, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
+	}
+	r.release()
+	b := len(prompts)
+	r.batch, r.cacheLen, r.next = b, cacheLen, t
+	r.pads = make([]int32, b)
+	tokens := make([]int32, b*t)
+	for i, p := range prompts {
+		pad := t - len(p)
+		r.pads[i] = int32(pad)
+		for j, id := range p {
+			tokens[i*t+pad+j] = int32(id)
+		}
+	}
+	r.state = make([][]*tensors.Tensor, r.spec.Layers)
+	for i := range r.state {
+		for _, s := range r.model.LayerState(i, b, cacheLen) {
+			dt := s.DType
+			if dt == dtypes.InvalidDType {
+				dt = r.opts.DType
+			}
+			r.state[i] = append(r.state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
+		}
+	}
+	return r.run(r.prefill, tensors.FromFlatDataAndDimensions(tokens, b, t), 0)
+}
+
+// Decode feeds one token per row (next[b] for row b) and returns the
+// logits that follow it ([B][V]).
+func (r *LM) Decode(next []int) ([][]float32, error) {
+	if r.state == nil {
+		return nil, fmt.Errorf("decode before prefill")
+	}
+	if len(next) != r.batch {
+		return nil, fmt.Errorf("decode: %d tokens for a batch of %d", len(next), r.batch)
+	}
+	if r.next >= r.cacheLen {
+		return nil, fmt.Errorf("decode: the cache of %d slots is full", r.cacheLen)
+	}
+	tokens := make([]int32, r.batch)
+	for i, id := range next {
+		if id < 0 || id >= r.spec.VocabSize {
+			return nil, fmt.Errorf("decode: token id %d is outside the vocabulary [0, %d)", id, r.spec.VocabSize)
+		}
+		tokens[i] = int32(id)
+	}
+	start := r.next
+	logits, err := r.run(r.decode, tensors.FromFlatDataAndDimensions(tokens, r.batch, 1), start)
+	if err != nil {
+		return nil, err
+	}
+	return logits, nil
+}
+
+// run executes one step of tokens [B, T] written at cache slot start.
+func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
+	t := tokens.Shape().Dimensions[1]
+	pads := tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), r.batch)
+	startT := tensors.FromScalar(int32(start))
+	var logits *tensors.Tensor
+	if r.opts.Mode == Compiled {
+		args := []Arg{{T: tokens}, {T: pads}, {T: startT}}
+		for _, st := range r.state {
+			for _, s := range st {
+				args = append(args, Arg{T: s, Donate: true})
+			}
+		}
+		for _, n := range r.all {
+			args = append(args, Arg{T: r.weights[n]})
+		}
+		outs, err := compiled.Call(args...)
+		if err != nil {
+			r.release()
+			return nil, err
+		}
+		logits = outs[0]
+		off := 1
+		for i := range r.state {
+			copy(r.state[i], outs[off:off+len(r.state[i])])
+			off += len(r.state[i])
+		}
+	} else {
+		args := []Arg{{T: tokens}}
+		for _, n := range r.embedW {
+			args = append(args, Arg{T: r.weights[n]})
+		}
+		outs, err := r.embed.Call(args...)
+		if err != nil {
+			r.release()
+			return nil, err
+		}
+		x := outs[0]
+		for i := 0; i < r.spec.Layers; i++ {
+			args := []Arg{{T: x, Donate: true}, {T: pads}, {T: startT}}
+			for _, s := range r.state[i] {
+				args = append(args, Arg{T: s, Donate: true})
+			}
+			for _, n := range r.layerW[i] {
+				args = append(args, Arg{T: r.weights[n]})
+			}
+			outs, err := r.layerProg[i].Call(args...)
+			if err != nil {
+				r.release()
+				return nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			x = outs[0]
+			copy(r.state[i], outs[1:])
+		}
+		args = []Arg{{T: x, Donate: true}}
+		for _, n := range r.headW {
+			args = append(args, Arg{T: r.weights[n]})
+		}
+		outs, err = r.head.Call(args...)
+		if err != nil {
+			r.release()
+			return nil, err
+		}
+		logits = outs[0]
+	}
+	r.next = start + t
+	flat, err := tensors.CopyFlatData[float32](logits)
+	logits.FinalizeAll()
+	if err != nil {
+		return nil, err
+	}
+	v := r.spec.VocabSize
+	rows := make([][]float32, r.batch)
+	for i := range rows {
+		rows[i] = flat[i*v : (i+1)*v : (i+1)*v]
+	}
+	return rows, nil
+}
+
+// release frees the generation state.
+func (r *LM) release() {
+	for _, st := range r.state {
+		for _, s := range st {
+			if s != nil {
+				s.FinalizeAll()
+			}
+		}
+	}
+	r.state = nil
+}
+
+// Stats describes the executables and their cost so far.
+type Stats struct {
+	Mode     string         `json:"mode"`
+	Programs []ProgramStats `json:"programs"`
+	// Compile is the total compile time of all programs.
+	Compile time.Duration `json:"compile_ns"`
+	// Executables is the number of distinct executables compiled.
+	Executables int `json:"executables"`
+}
+
+// Stats returns the statistics of every program.
+func (r *LM) Stats() Stats {
+	s := Stats{Mode: r.opts.Mode.String()}
+	for _, p := range r.programs {
+		ps := p.Stats()
+		s.Programs = append(s.Programs, ps)
+		s.Compile += ps.Compile
+		s.Executables += ps.Misses
+	}
+	return s
+}
+
+// CompileDuration is the total compile time so far (generate subtracts it
+// from the evaluation durations).
+func (r *LM) CompileDuration() time.Duration { return r.Stats().Compile }
+
+// Spec returns the model's spec.
+func (r *LM) Spec() *lm.Spec { return r.spec }
+
+// Close frees the state, the weights' device buffers and the executables.
+func (r *LM) Close() {
+	r.release()
+	for _, t := range r.weights {
+		t.FinalizeAll()
+	}
+	r.weights = nil
+	for _, p := range r.programs {
+		p.Finalize()
+	}
+}

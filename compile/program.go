@@ -1,0 +1,157 @@
+// Package compile runs graph-building functions on a GoMLX backend and owns
+// the executable caches: Program wraps graph.Exec with shape-keyed
+// statistics and compile timing, and LM runs a pipeline/lm model in one of
+// two execution modes (one executable per step, or one per layer kind
+// dispatched op-by-op). See docs/compile.md.
+package compile
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// MaxExecutables is the executable cache size of each Program (GoMLX's
+// default is 32).
+const MaxExecutables = 256
+
+// Arg is one input of a Program call.
+type Arg struct {
+	T *tensors.Tensor
+	// Donate hands the tensor's device buffer to the execution, which may
+	// reuse it for an output (KV caches are updated in place). The tensor
+	// is invalid afterwards.
+	Donate bool
+}
+
+// ProgramStats counts a Program's calls and executables.
+type ProgramStats struct {
+	Name string `json:"name"`
+	// Calls = Hits + Misses; a miss compiled a new executable.
+	Calls  int `json:"calls"`
+	Hits   int `json:"hits"`
+	Misses int `json:"misses"`
+	// Compile is the time spent building and compiling executables
+	// (measured with Exec.PreCompile, separately from execution).
+	Compile time.Duration `json:"compile_ns"`
+	// Run is the time spent in calls, compilation excluded.
+	Run time.Duration `json:"run_ns"`
+}
+
+// Program is a graph function compiled once per distinct input
+// shapes/dtypes, like graph.Exec, with statistics: hits and misses of its
+// executable cache, compile time measured apart from execution, and a
+// warning (OnRecompile) when a call after the first one brings new shapes.
+// Panics while building a graph become errors naming the program.
+type Program struct {
+	name    string
+	backend backends.Backend
+	exec    *graph.Exec
+	// OnRecompile, when set, is called when a call after the first one
+	// needs a new executable (its input shapes are new).
+	OnRecompile func(program, shapes string)
+
+	mu    sync.Mutex
+	keys  map[string]bool
+	stats ProgramStats
+}
+
+// NewProgram wraps fn, which takes the inputs in call order and returns
+// the outputs.
+func NewProgram(backend backends.Backend, name string, fn func(inputs []*graph.Node) []*graph.Node) (*Program, error) {
+	e, err := graph.NewExec(backend, fn)
+	if err != nil {
+		return nil, fmt.Errorf("program %q: %w", name, err)
+	}
+	e.WithName(name).SetMaxCache(MaxExecutables)
+	return &Program{name: name, backend: backend, exec: e, keys: map[string]bool{}, stats: ProgramStats{Name: name}}, nil
+}
+
+// Name returns the program's name.
+func (p *Program) Name() string { return p.name }
+
+// Stats returns a snapshot of the statistics.
+func (p *Program) Stats() ProgramStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stats
+}
+
+// shapeKey identifies an executable: the dtype and dimensions of each input.
+func shapeKey(args []Arg) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(a.T.Shape().String())
+	}
+	return b.String()
+}
+
+// Call runs the program, compiling an executable first when the input
+// shapes are new.
+func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("program %q: %v", p.name, r)
+		}
+	}()
+	key := shapeKey(args)
+	p.mu.Lock()
+	isNew := !p.keys[key]
+	first := p.stats.Calls == 0
+	p.stats.Calls++
+	if isNew {
+		p.stats.Misses++
+	} else {
+		p.stats.Hits++
+	}
+	p.mu.Unlock()
+	if isNew {
+		if !first && p.OnRecompile != nil {
+			p.OnRecompile(p.name, key)
+		}
+		plain := make([]any, len(args))
+		for i, a := range args {
+			plain[i] = a.T
+		}
+		start := time.Now()
+		if err := p.exec.PreCompile(plain...); err != nil {
+			return nil, fmt.Errorf("program %q: compiling for inputs %s: %w", p.name, key, err)
+		}
+		p.mu.Lock()
+		p.keys[key] = true
+		p.stats.Compile += time.Since(start)
+		p.mu.Unlock()
+	}
+	in := make([]any, len(args))
+	for i, a := range args {
+		if a.Donate {
+			d, err := graph.DonateTensorBuffer(a.T, p.backend, 0)
+			if err != nil {
+				return nil, fmt.Errorf("program %q: donating input #%d: %w", p.name, i, err)
+			}
+			in[i] = d
+		} else {
+			in[i] = a.T
+		}
+	}
+	start := time.Now()
+	outs, err = p.exec.Exec(in...)
+	if err != nil {
+		return nil, fmt.Errorf("program %q: %w", p.name, err)
+	}
+	p.mu.Lock()
+	p.stats.Run += time.Since(start)
+	p.mu.Unlock()
+	return outs, nil
+}
+
+// Finalize frees the executables.
+func (p *Program) Finalize() { p.exec.Finalize() }

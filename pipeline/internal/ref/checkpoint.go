@@ -1,0 +1,217 @@
+package ref
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// Tiny describes a generated checkpoint.
+type Tiny struct {
+	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
+	// Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM.
+	Arch   string
+	Config Config
+	// Seed makes the weights reproducible.
+	Seed uint64
+	// DType of the stored weights (default F32).
+	DType safetensors.DType
+	// MaxPositions is max_position_embeddings (default 256).
+	MaxPositions int
+}
+
+// rng is splitmix64: tiny, fast, reproducible.
+type rng struct{ s uint64 }
+
+func (r *rng) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// uniform returns a value in [-1, 1).
+func (r *rng) uniform() float64 { return float64(r.next()>>11)/float64(1<<52) - 1 }
+
+// Tensor is one named weight to write.
+type Tensor struct {
+	Name  string
+	Shape []int
+	// Kind decides the initial values: "linear" (uniform scaled by
+	// 1/sqrt(fan-in)), "norm" (around 1, or around 0 for Gemma's (1+w)),
+	// "bias" and "embed".
+	Kind string
+}
+
+// Tensors lists the checkpoint tensors of a tiny model, with Hugging Face
+// names.
+func (t Tiny) Tensors() []Tensor {
+	c := t.Config
+	H, D := c.Hidden, c.HeadDim
+	q, kv := c.Heads*D, c.KVHeads*D
+	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add := func(name, kind string, shape ...int) { out = append(out, Tensor{p + name, shape, kind}) }
+		add("input_layernorm.weight", "norm", H)
+		add("self_attn.q_proj.weight", "linear", q, H)
+		add("self_attn.k_proj.weight", "linear", kv, H)
+		add("self_attn.v_proj.weight", "linear", kv, H)
+		add("self_attn.o_proj.weight", "linear", H, q)
+		if c.QKVBias {
+			add("self_attn.q_proj.bias", "bias", q)
+			add("self_attn.k_proj.bias", "bias", kv)
+			add("self_attn.v_proj.bias", "bias", kv)
+		}
+		if c.QKNorm || c.Gemma {
+			add("self_attn.q_norm.weight", "norm", D)
+			add("self_attn.k_norm.weight", "norm", D)
+		}
+		add("post_attention_layernorm.weight", "norm", H)
+		if c.Gemma {
+			add("pre_feedforward_layernorm.weight", "norm", H)
+			add("post_feedforward_layernorm.weight", "norm", H)
+		}
+		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+	}
+	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
+	if !c.Tied {
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	return out
+}
+
+// values fills a tensor deterministically.
+func (t Tiny) values(r *rng, w Tensor) []float32 {
+	n := 1
+	for _, d := range w.Shape {
+		n *= d
+	}
+	v := make([]float32, n)
+	for i := range v {
+		u := r.uniform()
+		switch w.Kind {
+		case "linear":
+			v[i] = float32(u / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
+		case "norm":
+			if t.Config.Gemma {
+				v[i] = float32(0.2 * u)
+			} else {
+				v[i] = float32(1 + 0.2*u)
+			}
+		case "bias":
+			v[i] = float32(0.1 * u)
+		case "embed":
+			v[i] = float32(u)
+		}
+	}
+	return v
+}
+
+// ConfigJSON returns the config.json of the tiny model.
+func (t Tiny) ConfigJSON() map[string]any {
+	c := t.Config
+	maxPos := t.MaxPositions
+	if maxPos == 0 {
+		maxPos = 256
+	}
+	j := map[string]any{
+		"architectures":           []string{t.Arch},
+		"vocab_size":              c.Vocab,
+		"hidden_size":             c.Hidden,
+		"intermediate_size":       c.Intermediate,
+		"num_hidden_layers":       c.Layers,
+		"num_attention_heads":     c.Heads,
+		"num_key_value_heads":     c.KVHeads,
+		"head_dim":                c.HeadDim,
+		"max_position_embeddings": maxPos,
+		"rms_norm_eps":            c.Eps,
+		"tie_word_embeddings":     c.Tied,
+		"bos_token_id":            1,
+		"eos_token_id":            2,
+		"rope_theta":              c.RopeTheta[0],
+		"torch_dtype":             "float32",
+	}
+	switch t.Arch {
+	case "LlamaForCausalLM":
+		j["model_type"], j["hidden_act"] = "llama", "silu"
+	case "Qwen2ForCausalLM":
+		j["model_type"], j["hidden_act"], j["use_sliding_window"] = "qwen2", "silu", false
+	case "Qwen3ForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"] = "qwen3", "silu", false
+	case "MistralForCausalLM":
+		j["model_type"], j["hidden_act"] = "mistral", "silu"
+		j["sliding_window"] = nil
+		if c.Window[0] > 0 {
+			j["sliding_window"] = c.Window[0]
+		}
+	case "Gemma3ForCausalLM":
+		j["model_type"], j["hidden_activation"] = "gemma3_text", "gelu_pytorch_tanh"
+		if c.QueryScale > 0 {
+			j["query_pre_attn_scalar"] = 1 / (c.QueryScale * c.QueryScale)
+		} else {
+			j["query_pre_attn_scalar"] = c.HeadDim
+		}
+		types := make([]string, c.Layers)
+		for l := range types {
+			types[l] = "full_attention"
+			if c.Window[l] > 0 {
+				types[l] = "sliding_attention"
+				j["sliding_window"] = c.Window[l]
+				j["rope_local_base_freq"] = c.RopeTheta[l]
+			} else {
+				j["rope_theta"] = c.RopeTheta[l]
+			}
+		}
+		j["layer_types"] = types
+		j["attn_logit_softcapping"] = nil
+		if c.AttnSoftcap > 0 {
+			j["attn_logit_softcapping"] = c.AttnSoftcap
+		}
+		j["final_logit_softcapping"] = nil
+		if c.FinalSoftcap > 0 {
+			j["final_logit_softcapping"] = c.FinalSoftcap
+		}
+	}
+	return j
+}
+
+// Write writes dir/config.json, dir/generation_config.json and
+// dir/model.safetensors.
+func (t Tiny) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cj, err := json.MarshalIndent(t.ConfigJSON(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
+		return err
+	}
+	gen := []byte(`{"bos_token_id": 1, "eos_token_id": 2}`)
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), gen, 0o644); err != nil {
+		return err
+	}
+	dt := t.DType
+	if dt == "" {
+		dt = safetensors.F32
+	}
+	r := &rng{s: t.Seed}
+	var ts []safetensors.Tensor
+	for _, w := range t.Tensors() {
+		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, t.values(r, w))
+		if err != nil {
+			return err
+		}
+		ts = append(ts, st)
+	}
+	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
+}

@@ -1,0 +1,169 @@
+package ref_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego"
+
+	. "github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/internal/ref"
+	"github.com/tputool/tputool/pipeline/lm"
+
+	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/llama"
+	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/qwen2"
+	_ "github.com/tputool/tputool/pipeline/qwen3"
+)
+
+func goBackend(t testing.TB) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+func repeat[T any](v T, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// tinyCases are small models of every architecture, with the features
+// that distinguish them switched on and sizes that are not all equal.
+func tinyCases() []ref.Tiny {
+	base := ref.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5}
+	llama := base
+	llama.RopeTheta, llama.Window = repeat(10000.0, 3), repeat(0, 3)
+	qwen2 := llama
+	qwen2.QKVBias, qwen2.Tied = true, true
+	qwen2.RopeTheta = repeat(1e6, 3)
+	qwen3 := llama
+	qwen3.QKNorm, qwen3.HeadDim, qwen3.Tied = true, 16, true // head_dim != hidden/heads
+	mistral := llama
+	mistral.KVHeads, mistral.Window = 1, repeat(5, 3) // sliding window on every layer
+	gemma := base
+	gemma.Gemma, gemma.Layers, gemma.Tied, gemma.HeadDim = true, 4, true, 16
+	gemma.Window = []int{4, 4, 0, 4} // local, local, global, local; window < sequence
+	gemma.RopeTheta = []float64{10000, 10000, 1e6, 10000}
+	gemma.QueryScale = 1 / math.Sqrt(24) // query_pre_attn_scalar 24 != head_dim
+	gemma.AttnSoftcap, gemma.FinalSoftcap = 20, 10
+	return []ref.Tiny{
+		{Arch: "LlamaForCausalLM", Config: llama, Seed: 1},
+		{Arch: "Qwen2ForCausalLM", Config: qwen2, Seed: 2},
+		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
+		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
+		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
+	}
+}
+
+// relErr is max|a-b| / max|b|.
+func relErr(a []float32, b []float64) float64 {
+	num, den := 0.0, 0.0
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
+		den = math.Max(den, math.Abs(b[i]))
+	}
+	return num / den
+}
+
+func argmax64(v []float64) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// TestLogitsMatchReference runs every tiny architecture in both modes on a
+// batch of two prompts of different lengths (left padding) plus several
+// decode steps, and compares every row's logits with the float64
+// reference run on that row alone.
+func TestLogitsMatchReference(t *testing.T) {
+	be := goBackend(t)
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	const steps = 5
+	const tol = 1e-4
+	for _, tc := range tinyCases() {
+		t.Run(tc.Arch, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := tc.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lm.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			rm, err := ref.Load(dir, tc.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Reference token streams: greedy under the reference.
+			seqs := make([][]int, len(prompts))
+			for b, p := range prompts {
+				seqs[b] = append([]int(nil), p...)
+				for s := 0; s < steps; s++ {
+					lg := rm.Logits(seqs[b])
+					seqs[b] = append(seqs[b], argmax64(lg[len(lg)-1]))
+				}
+			}
+			for _, variant := range []struct {
+				name string
+				opts Options
+			}{
+				{"compiled", Options{Mode: Compiled, SplitMatmul: 1}},
+				{"eager-split", Options{Mode: Eager, SplitMatmul: 3}},
+			} {
+				t.Run(variant.name, func(t *testing.T) {
+					r, err := NewLM(be, l, variant.opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer r.Close()
+					worst := 0.0
+					defer func() { t.Logf("max relative error %.3g", worst) }()
+					for _, batch := range [][]int{{0, 1}, {1}} {
+						var in [][]int
+						for _, b := range batch {
+							in = append(in, prompts[b])
+						}
+						logits, err := r.Prefill(in, steps)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for s := 0; ; s++ {
+							for row, b := range batch {
+								n := len(prompts[b]) + s
+								want := rm.Logits(seqs[b][:n])
+								e := relErr(logits[row], want[n-1])
+								worst = math.Max(worst, e)
+								if e > tol {
+									t.Fatalf("batch %v row %d step %d: relative error %.3g > %g", batch, row, s, e, tol)
+								}
+							}
+							if s == steps {
+								break
+							}
+							next := make([]int, len(batch))
+							for row, b := range batch {
+								next[row] = seqs[b][len(prompts[b])+s]
+							}
+							if logits, err = r.Decode(next); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,303 @@
+// Package ref is a plain-Go float64 forward pass of the decoder-only
+// transformers tputool supports, written in the style of llama2.c's run.c:
+// straight loops, no graph, no KV-cache tricks, no padding. Tests compare
+// the graph code of pipeline/<arch> (run by compile/) against it.
+//
+// It is deliberately independent of pipeline/nn and pipeline/llama: it reads
+// the checkpoint by Hugging Face names, computes RoPE, attention, norms and
+// MLPs itself, and recomputes the whole sequence for every call.
+//
+// checkpoint.go writes the tiny checkpoints the tests use (exact HF tensor
+// names, deterministic pseudo-random weights, a real config.json).
+package ref
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// ----------------------------------------------------------------------------
+// Model description
+
+// Config describes a model in terms of the features the reference knows.
+type Config struct {
+	Vocab, Hidden, Intermediate, Layers int
+	Heads, KVHeads, HeadDim             int
+	Eps                                 float64
+	// Gemma selects Gemma 3: (1+w) norms, sandwich norms, tanh-GELU MLP,
+	// embeddings scaled by sqrt(Hidden), q/k norms.
+	Gemma bool
+	// QKVBias adds q/k/v projection biases (Qwen2).
+	QKVBias bool
+	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
+	QKNorm bool
+	// Tied reuses the embedding matrix as the output head.
+	Tied bool
+	// RopeTheta is each layer's RoPE base (default RoPE, full head dim).
+	RopeTheta []float64
+	// Window is each layer's sliding window (0: full causal attention).
+	Window []int
+	// QueryScale multiplies q·k (0: 1/sqrt(HeadDim)).
+	QueryScale float64
+	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
+	AttnSoftcap, FinalSoftcap float64
+}
+
+// Model is a config plus its weights in float64.
+type Model struct {
+	C Config
+	W map[string][]float64
+}
+
+// Load reads every tensor of a checkpoint (file or directory) as float64.
+func Load(path string, c Config) (*Model, error) {
+	ck, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	m := &Model{C: c, W: map[string][]float64{}}
+	for _, name := range ck.Names() {
+		v, err := ck.Float32(name)
+		if err != nil {
+			return nil, err
+		}
+		f := make([]float64, len(v))
+		for i, x := range v {
+			f[i] = float64(x)
+		}
+		m.W[name] = f
+	}
+	return m, nil
+}
+
+func (m *Model) w(name string) []float64 {
+	v, ok := m.W[name]
+	if !ok {
+		panic(fmt.Sprintf("ref: checkpoint has no tensor %q", name))
+	}
+	return v
+}
+
+// ----------------------------------------------------------------------------
+// Math helpers (llama2.c's three, plus the activations)
+
+// rmsnorm writes x normalized by its root mean square and scaled by w (or
+// 1+w) to out.
+func rmsnorm(out, x, w []float64, eps float64, plusOne bool) {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	for i := range x {
+		g := w[i]
+		if plusOne {
+			g = 1 + w[i]
+		}
+		out[i] = x[i] * inv * g
+	}
+}
+
+// matmul: out[d] = sum_i W[d, i] * x[i] (+ b[d]) with W [len(out), len(x)].
+func matmul(out, x, w, b []float64) {
+	n := len(x)
+	for d := range out {
+		s := 0.0
+		row := w[d*n : (d+1)*n]
+		for i, v := range x {
+			s += row[i] * v
+		}
+		if b != nil {
+			s += b[d]
+		}
+		out[d] = s
+	}
+}
+
+func softmax(x []float64) {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, v)
+	}
+	sum := 0.0
+	for i, v := range x {
+		x[i] = math.Exp(v - mx)
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+func silu(x float64) float64 { return x / (1 + math.Exp(-x)) }
+
+func geluTanh(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+}
+
+func softcap(x, c float64) float64 {
+	if c <= 0 {
+		return x
+	}
+	return c * math.Tanh(x/c)
+}
+
+// rope rotates one head vector in place at position pos (rotate-half
+// convention: dim i pairs with dim i + D/2).
+func rope(v []float64, pos int, theta float64) {
+	d := len(v)
+	for i := 0; i < d/2; i++ {
+		freq := 1 / math.Pow(theta, float64(2*i)/float64(d))
+		a := float64(pos) * freq
+		c, s := math.Cos(a), math.Sin(a)
+		x1, x2 := v[i], v[i+d/2]
+		v[i] = x1*c - x2*s
+		v[i+d/2] = x2*c + x1*s
+	}
+}
+
+// ----------------------------------------------------------------------------
+// Forward
+
+// Logits runs the whole sequence and returns the logits after every token
+// ([len(tokens)][Vocab]).
+func (m *Model) Logits(tokens []int) [][]float64 {
+	c := m.C
+	T, H, D := len(tokens), c.Hidden, c.HeadDim
+	qDim, kvDim := c.Heads*D, c.KVHeads*D
+	group := c.Heads / c.KVHeads
+	scale := c.QueryScale
+	if scale == 0 {
+		scale = 1 / math.Sqrt(float64(D))
+	}
+
+	// Embedding.
+	x := make([][]float64, T)
+	emb := m.w("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+		if c.Gemma {
+			for i := range x[t] {
+				x[t][i] *= math.Sqrt(float64(H))
+			}
+		}
+	}
+
+	h := make([]float64, H)
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		bias := func(name string) []float64 {
+			if !c.QKVBias {
+				return nil
+			}
+			return m.w(p + name)
+		}
+		// Attention: q, k, v for every position.
+		q := make([][]float64, T)
+		k := make([][]float64, T)
+		v := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			rmsnorm(h, x[t], m.w(p+"input_layernorm.weight"), c.Eps, c.Gemma)
+			q[t], k[t], v[t] = make([]float64, qDim), make([]float64, kvDim), make([]float64, kvDim)
+			matmul(q[t], h, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
+			matmul(k[t], h, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
+			matmul(v[t], h, m.w(p+"self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"))
+			for hd := 0; hd < c.Heads; hd++ {
+				head := q[t][hd*D : (hd+1)*D]
+				if c.QKNorm || c.Gemma {
+					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
+				}
+				rope(head, t, c.RopeTheta[l])
+			}
+			for hd := 0; hd < c.KVHeads; hd++ {
+				head := k[t][hd*D : (hd+1)*D]
+				if c.QKNorm || c.Gemma {
+					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
+				}
+				rope(head, t, c.RopeTheta[l])
+			}
+		}
+		att := make([]float64, qDim)
+		o := make([]float64, H)
+		for t := 0; t < T; t++ {
+			for hd := 0; hd < c.Heads; hd++ {
+				kvh := hd / group
+				qh := q[t][hd*D : (hd+1)*D]
+				lo := 0
+				if w := c.Window[l]; w > 0 && t-w+1 > 0 {
+					lo = t - w + 1
+				}
+				scores := make([]float64, t+1-lo)
+				for s := lo; s <= t; s++ {
+					dot := 0.0
+					for i := 0; i < D; i++ {
+						dot += qh[i] * k[s][kvh*D+i]
+					}
+					scores[s-lo] = softcap(dot*scale, c.AttnSoftcap)
+				}
+				softmax(scores)
+				out := att[hd*D : (hd+1)*D]
+				for i := range out {
+					out[i] = 0
+				}
+				for s := lo; s <= t; s++ {
+					for i := 0; i < D; i++ {
+						out[i] += scores[s-lo] * v[s][kvh*D+i]
+					}
+				}
+			}
+			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), nil)
+			if c.Gemma {
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, true)
+			}
+			for i := range o {
+				x[t][i] += o[i]
+			}
+		}
+		// MLP.
+		gate := make([]float64, c.Intermediate)
+		up := make([]float64, c.Intermediate)
+		for t := 0; t < T; t++ {
+			norm := "post_attention_layernorm.weight"
+			if c.Gemma {
+				norm = "pre_feedforward_layernorm.weight"
+			}
+			rmsnorm(h, x[t], m.w(p+norm), c.Eps, c.Gemma)
+			matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), nil)
+			matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+			for i := range gate {
+				if c.Gemma {
+					gate[i] = geluTanh(gate[i]) * up[i]
+				} else {
+					gate[i] = silu(gate[i]) * up[i]
+				}
+			}
+			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
+			if c.Gemma {
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, true)
+			}
+			for i := range o {
+				x[t][i] += o[i]
+			}
+		}
+	}
+
+	// Final norm and classifier.
+	head := "lm_head.weight"
+	if c.Tied {
+		head = "model.embed_tokens.weight"
+	}
+	out := make([][]float64, T)
+	for t := 0; t < T; t++ {
+		rmsnorm(h, x[t], m.w("model.norm.weight"), c.Eps, c.Gemma)
+		out[t] = make([]float64, c.Vocab)
+		matmul(out[t], h, m.w(head), nil)
+		for i := range out[t] {
+			out[t][i] = softcap(out[t][i], c.FinalSoftcap)
+		}
+	}
+	return out
+}
