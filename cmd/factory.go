@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/tpu"
 )
 
 // GlobalOptions are the persistent flags every command shares.
@@ -39,8 +40,55 @@ type Factory struct {
 	// Build describes this binary.
 	Build BuildInfo
 
+	// DeviceEnv is what device discovery looks at (tests build a fake
+	// tree; a real process uses tpu.OSEnv with LookupEnv).
+	DeviceEnv func() tpu.Env
+
 	reporterOnce sync.Once
 	reporter     *ui.Reporter
+
+	deviceMu sync.Mutex
+	device   *tpu.Device
+}
+
+// DeviceSpec parses the effective --device value.
+func (f *Factory) DeviceSpec() (tpu.Spec, error) {
+	return tpu.ParseSpec(f.Global.Device)
+}
+
+// DeviceExplicit reports whether the user chose a device (flag or
+// TPUTOOL_DEVICE) rather than leaving it on auto.
+func (f *Factory) DeviceExplicit() bool {
+	return f.Global.Device != "" && f.Global.Device != "auto"
+}
+
+// Device opens the device --device names, once per process; later calls
+// return the same device. Errors wrap errs.ErrDeviceUnavailable (exit 4) or
+// errs.ErrUsage for a malformed spec.
+func (f *Factory) Device() (*tpu.Device, error) {
+	f.deviceMu.Lock()
+	defer f.deviceMu.Unlock()
+	if f.device != nil {
+		return f.device, nil
+	}
+	spec, err := f.DeviceSpec()
+	if err != nil {
+		return nil, err
+	}
+	d, err := tpu.OpenEnv(spec, f.DeviceEnv())
+	if err != nil {
+		return nil, err
+	}
+	f.device = d
+	return d, nil
+}
+
+// Close releases what the factory opened.
+func (f *Factory) Close() {
+	f.deviceMu.Lock()
+	defer f.deviceMu.Unlock()
+	f.device.Close()
+	f.device = nil
 }
 
 // Getenv returns the variable or "".
@@ -70,6 +118,11 @@ func NewFactory() *Factory {
 		Build:     ReadBuildInfo(),
 	}
 	f.IOStreams = ui.System(f.Getenv)
+	f.DeviceEnv = func() tpu.Env {
+		env := tpu.OSEnv()
+		env.LookupEnv = f.LookupEnv
+		return env
+	}
 	return f
 }
 

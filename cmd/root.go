@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/tpu"
 )
 
 // Main runs tputool and returns the process exit code. main.go calls
@@ -46,6 +47,7 @@ func Run(ctx context.Context, f *Factory, args []string) ExitCode {
 	root.SetIn(f.IOStreams.In)
 	root.SetOut(f.IOStreams.Out)
 	root.SetErr(f.IOStreams.ErrOut)
+	defer f.Close()
 	_, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
@@ -102,6 +104,12 @@ to stderr, with progress bars only on a terminal.`,
 			}
 			if g.Quiet && g.Verbose {
 				return errs.Usagef("--quiet and --verbose cannot be used together")
+			}
+			if _, err := tpu.ParseSpec(g.Device); err != nil {
+				return err
+			}
+			if g.Verbose {
+				tpu.SetBackendLog(f.IOStreams.ErrOut)
 			}
 			if !c.Flags().Changed("offline") {
 				if v := f.Getenv("HF_HUB_OFFLINE"); v != "" && v != "0" && !strings.EqualFold(v, "false") {
