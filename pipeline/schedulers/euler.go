@@ -24,7 +24,7 @@ type euler struct {
 func newEuler(class string, cfg Config) (Scheduler, error) {
 	r := &cfgReader{class: class, cfg: cfg}
 	s := &euler{base: newBase(class, cfg), ancestral: class == "EulerAncestralDiscreteScheduler"}
-	s.sigmaDiscrete = readSigmaDiscrete(r, class, true, []string{"linear", "scaled_linear", "squaredcos_cap_v2"}, !s.ancestral)
+	s.sigmaDiscrete = readSigmaDiscrete(r, class, true, []string{"linear", "scaled_linear", "squaredcos_cap_v2"})
 	if s.ancestral {
 		r.oneOf("prediction_type", s.prediction, "epsilon", "v_prediction")
 	} else {

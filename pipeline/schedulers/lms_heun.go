@@ -21,7 +21,7 @@ type lms struct {
 func newLMS(class string, cfg Config) (Scheduler, error) {
 	r := &cfgReader{class: class, cfg: cfg}
 	s := &lms{base: newBase(class, cfg)}
-	s.sigmaDiscrete = readSigmaDiscrete(r, class, false, []string{"linear", "scaled_linear", "squaredcos_cap_v2"}, false)
+	s.sigmaDiscrete = readSigmaDiscrete(r, class, false, []string{"linear", "scaled_linear", "squaredcos_cap_v2"})
 	r.oneOf("prediction_type", s.prediction, "epsilon", "sample", "v_prediction")
 	if r.err != nil {
 		return nil, r.err
@@ -157,7 +157,7 @@ type heun struct {
 func newHeun(class string, cfg Config) (Scheduler, error) {
 	r := &cfgReader{class: class, cfg: cfg}
 	s := &heun{base: newBase(class, cfg)}
-	s.sigmaDiscrete = readSigmaDiscrete(r, class, false, []string{"linear", "scaled_linear", "squaredcos_cap_v2", "exp"}, false)
+	s.sigmaDiscrete = readSigmaDiscrete(r, class, false, []string{"linear", "scaled_linear", "squaredcos_cap_v2", "exp"})
 	r.oneOf("prediction_type", s.prediction, "epsilon", "v_prediction", "sample")
 	s.clipSample = r.bool("clip_sample")
 	s.clipRange = r.float("clip_sample_range")

@@ -12,16 +12,21 @@ type factory func(class string, cfg Config) (Scheduler, error)
 
 // registry maps diffusers class names to constructors.
 var registry = map[string]factory{
-	"DDIMScheduler":                   newDDIM,
-	"DDIMParallelScheduler":           newDDIM,
-	"DDIMInverseScheduler":            newDDIM,
-	"DDPMScheduler":                   newDDPM,
-	"DDPMParallelScheduler":           newDDPM,
-	"PNDMScheduler":                   newPNDM,
-	"EulerDiscreteScheduler":          newEuler,
-	"EulerAncestralDiscreteScheduler": newEuler,
-	"LMSDiscreteScheduler":            newLMS,
-	"HeunDiscreteScheduler":           newHeun,
+	"DDIMScheduler":                      newDDIM,
+	"DDIMParallelScheduler":              newDDIM,
+	"DDIMInverseScheduler":               newDDIM,
+	"DDPMScheduler":                      newDDPM,
+	"DDPMParallelScheduler":              newDDPM,
+	"PNDMScheduler":                      newPNDM,
+	"EulerDiscreteScheduler":             newEuler,
+	"EulerAncestralDiscreteScheduler":    newEuler,
+	"LMSDiscreteScheduler":               newLMS,
+	"HeunDiscreteScheduler":              newHeun,
+	"DPMSolverMultistepScheduler":        newDPMMultistep,
+	"DPMSolverMultistepInverseScheduler": newDPMMultistep,
+	"DPMSolverSinglestepScheduler":       newDPMSinglestep,
+	"DEISMultistepScheduler":             newDEIS,
+	"UniPCMultistepScheduler":            newUniPC,
 }
 
 // Classes returns the diffusers class names New accepts, sorted.

@@ -26,7 +26,7 @@ type sigmaDiscrete struct {
 // readSigmaDiscrete reads the fields common to the discrete sigma
 // schedulers. zeroSNRFix applies diffusers' alphas_cumprod[-1] = 2**-24 when
 // rescale_betas_zero_snr is set (Euler and Euler Ancestral).
-func readSigmaDiscrete(r *cfgReader, class string, rescale bool, allowed []string, hasSigmaRange bool) sigmaDiscrete {
+func readSigmaDiscrete(r *cfgReader, class string, rescale bool, allowed []string) sigmaDiscrete {
 	var s sigmaDiscrete
 	s.alphaSchedule = readAlphaSchedule(r, rescale, allowed...)
 	if r.err != nil {
@@ -53,15 +53,21 @@ func readSigmaDiscrete(r *cfgReader, class string, rescale bool, allowed []strin
 	if kinds > 1 {
 		r.invalid("only one of use_beta_sigmas, use_exponential_sigmas, use_karras_sigmas can be used")
 	}
-	if hasSigmaRange {
-		if v, ok := r.optFloat("sigma_min"); ok {
-			s.cfgSigmaMin = &v
-		}
-		if v, ok := r.optFloat("sigma_max"); ok {
-			s.cfgSigmaMax = &v
-		}
-	}
+	s.cfgSigmaMin, s.cfgSigmaMax = configSigmaRange(r)
 	return s
+}
+
+// configSigmaRange reads optional sigma_min/sigma_max. diffusers' sigma
+// conversions use them whenever the config has them (hasattr), which
+// includes fields carried over from another class's config.
+func configSigmaRange(r *cfgReader) (lo, hi *float64) {
+	if v, ok := r.optFloat("sigma_min"); ok {
+		lo = &v
+	}
+	if v, ok := r.optFloat("sigma_max"); ok {
+		hi = &v
+	}
+	return lo, hi
 }
 
 // sigmaRange returns (sigma_min, sigma_max) for the Karras/exponential/beta
