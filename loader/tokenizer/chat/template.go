@@ -1,0 +1,188 @@
+// Package chat renders Hugging Face chat templates (the Jinja source in
+// tokenizer_config.json's chat_template or chat_template.jinja).
+//
+// It has its own small Jinja interpreter, because templates come from the
+// Hub and are untrusted: there is no file or OS access ({% include %},
+// {% import %} and {% extends %} are rejected), and every render is bounded
+// by a step count, a time limit, an output size, a range() size and the
+// macro recursion depth; exceeding one returns an error wrapping ErrLimit.
+// Rendering follows transformers' environment: trim_blocks and
+// lstrip_blocks on, loop controls (break/continue) enabled, tojson like
+// Python's json.dumps(ensure_ascii=False), raise_exception, strftime_now and
+// namespace as globals.
+package chat
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Message is one chat turn. Extra fields (tool_calls, reasoning_content,
+// name, ...) are merged into the message object the template sees; a
+// "content" in Extra (e.g. a list of parts) replaces Content.
+type Message struct {
+	Role    string
+	Content string
+	Extra   map[string]any
+}
+
+// Input is what a template renders.
+type Input struct {
+	Messages            []Message
+	AddGenerationPrompt bool
+	// Tools are tool/function schemas. Pass json.RawMessage values to keep
+	// the key order of the JSON (Go maps are rendered with sorted keys).
+	Tools []any
+	// EnableThinking is passed as enable_thinking when set (Qwen3 style).
+	EnableThinking *bool
+	// Extra variables (e.g. documents, custom flags).
+	Extra map[string]any
+}
+
+// Options configure a Template.
+type Options struct {
+	BOSToken, EOSToken string
+	// Limits; zero means the default.
+	MaxSteps       int64         // statements, expressions-in-output and loop iterations
+	MaxOutputBytes int           // rendered text and any single string value
+	Timeout        time.Duration // wall-clock limit per Render
+}
+
+// Defaults for Options. Real chat templates take well under 10k steps.
+const (
+	DefaultMaxSteps       = 2_000_000
+	DefaultMaxOutputBytes = 32 << 20
+	DefaultTimeout        = 10 * time.Second
+)
+
+// Template is a compiled chat template, safe for concurrent use.
+type Template struct {
+	Name  string
+	src   string
+	nodes []node
+	opts  Options
+}
+
+// New compiles a chat template.
+func New(name, src string, opts Options) (*Template, error) {
+	if len(src) > 4<<20 {
+		return nil, fmt.Errorf("chat template %q: larger than 4 MiB", name)
+	}
+	nodes, err := parseTemplate(src)
+	if err != nil {
+		return nil, fmt.Errorf("chat template %q: %w", name, err)
+	}
+	if opts.MaxSteps <= 0 {
+		opts.MaxSteps = DefaultMaxSteps
+	}
+	if opts.MaxOutputBytes <= 0 {
+		opts.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Template{Name: name, src: src, nodes: nodes, opts: opts}, nil
+}
+
+// Source returns the template's Jinja source.
+func (t *Template) Source() string { return t.src }
+
+// Render renders the conversation. ctx cancels a long render.
+func (t *Template) Render(ctx context.Context, in Input) (string, error) {
+	vars, err := t.variables(in)
+	if err != nil {
+		return "", fmt.Errorf("chat template %q: %w", t.Name, err)
+	}
+	return t.render(ctx, vars)
+}
+
+// RenderVars renders with raw variables (for callers that build their own
+// messages, e.g. with multimodal content parts). Values are converted like
+// Message.Extra.
+func (t *Template) RenderVars(ctx context.Context, vars map[string]any) (string, error) {
+	conv := map[string]any{"bos_token": t.opts.BOSToken, "eos_token": t.opts.EOSToken}
+	for k, v := range vars {
+		c, err := fromGo(v)
+		if err != nil {
+			return "", fmt.Errorf("chat template %q: variable %q: %w", t.Name, k, err)
+		}
+		conv[k] = c
+	}
+	return t.render(ctx, conv)
+}
+
+func (t *Template) render(ctx context.Context, vars map[string]any) (string, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	st := &state{ctx: ctx, maxSteps: t.opts.MaxSteps, maxOut: t.opts.MaxOutputBytes,
+		deadline: time.Now().Add(t.opts.Timeout)}
+	if d, ok := ctx.Deadline(); ok && d.Before(st.deadline) {
+		st.deadline = d
+	}
+	sc := &scope{vars: vars}
+	if err := st.exec(t.nodes, sc); err != nil {
+		return "", fmt.Errorf("chat template %q: %w", t.Name, err)
+	}
+	return st.out.String(), nil
+}
+
+func (t *Template) variables(in Input) (map[string]any, error) {
+	msgs := &list{}
+	for i, m := range in.Messages {
+		d := newDict()
+		d.set("role", m.Role)
+		d.set("content", m.Content)
+		keys := sortedKeys(m.Extra)
+		for _, k := range keys {
+			v, err := fromGo(m.Extra[k])
+			if err != nil {
+				return nil, fmt.Errorf("messages[%d].%s: %w", i, k, err)
+			}
+			d.set(k, v)
+		}
+		msgs.items = append(msgs.items, d)
+	}
+	vars := map[string]any{
+		"messages":              msgs,
+		"add_generation_prompt": in.AddGenerationPrompt,
+		"bos_token":             t.opts.BOSToken,
+		"eos_token":             t.opts.EOSToken,
+	}
+	if in.Tools != nil {
+		tools, err := fromGo(in.Tools)
+		if err != nil {
+			return nil, fmt.Errorf("tools: %w", err)
+		}
+		vars["tools"] = tools
+	} else {
+		vars["tools"] = nil
+	}
+	if in.EnableThinking != nil {
+		vars["enable_thinking"] = *in.EnableThinking
+	}
+	for _, k := range sortedKeys(in.Extra) {
+		v, err := fromGo(in.Extra[k])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		vars[k] = v
+	}
+	return vars, nil
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+

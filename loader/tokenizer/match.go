@@ -1,0 +1,322 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// matcher finds the non-overlapping matches of a Split/Replace pattern, left
+// to right, reporting byte offsets. Empty matches are reported too (HF
+// tokenizers keeps them; behaviors such as MergedWithPrevious see them).
+type matcher interface {
+	findAll(s string, fn func(start, end int)) error
+}
+
+// regexMatchTimeout bounds one regexp2 match. regexp2's default is "forever";
+// tokenizer.json is untrusted input, so a catastrophic pattern must fail.
+const regexMatchTimeout = 10 * time.Second
+
+// The pre-tokenization patterns of the GPT-2 family, Llama 3 and Qwen 2/3,
+// matched by a hand-written scanner (scanPattern). scanner_test.go proves
+// the scanner agrees with regexp2 on a large corpus.
+const (
+	patternGPT2   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
+
+func buildPattern(p rawPattern, where string) (matcher, error) {
+	switch {
+	case p.String != nil:
+		return literalMatcher{*p.String}, nil
+	case p.Regex != nil:
+		return compileRegex(*p.Regex, where)
+	default:
+		return nil, fmt.Errorf("%s: expected {\"String\": ...} or {\"Regex\": ...}", where)
+	}
+}
+
+func compileRegex(expr, where string) (matcher, error) {
+	switch expr {
+	case patternGPT2:
+		return scanMatcher{kind: scanGPT2}, nil
+	case patternLlama3:
+		return scanMatcher{kind: scanLlama3}, nil
+	case patternQwen2:
+		return scanMatcher{kind: scanQwen2}, nil
+	}
+	re, err := newRegexp2(expr)
+	if err != nil {
+		return nil, errs.Unsupportedf("%s: regex %q: %w", where, expr, err)
+	}
+	return re, nil
+}
+
+type regexMatcher struct{ re *regexp2.Regexp }
+
+func newRegexp2(expr string) (regexMatcher, error) {
+	if len(expr) > 1<<16 {
+		return regexMatcher{}, fmt.Errorf("pattern longer than 64 KiB")
+	}
+	re, err := regexp2.Compile(expr, regexp2.None)
+	if err != nil {
+		return regexMatcher{}, err
+	}
+	re.MatchTimeout = regexMatchTimeout
+	return regexMatcher{re}, nil
+}
+
+func (m regexMatcher) findAll(s string, fn func(start, end int)) error {
+	idx, err := m.re.FindAllStringIndex(s, -1)
+	if err != nil {
+		return fmt.Errorf("regex %q: %w", m.re.String(), err)
+	}
+	for _, p := range idx {
+		fn(p[0], p[1])
+	}
+	return nil
+}
+
+type literalMatcher struct{ lit string }
+
+func (m literalMatcher) findAll(s string, fn func(start, end int)) error {
+	if m.lit == "" {
+		return nil
+	}
+	off := 0
+	for {
+		i := strings.Index(s[off:], m.lit)
+		if i < 0 {
+			return nil
+		}
+		fn(off+i, off+i+len(m.lit))
+		off += i + len(m.lit)
+	}
+}
+
+// charMatcher reports every character satisfying pred as its own match, like
+// HF's Pattern impl for Fn(char) -> bool.
+type charMatcher struct{ pred func(rune) bool }
+
+func (m charMatcher) findAll(s string, fn func(start, end int)) error {
+	for i, r := range s {
+		if m.pred(r) {
+			fn(i, i+utf8.RuneLen(r))
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Hand-written scanner for the GPT-2 / Llama 3 / Qwen 2 split patterns.
+
+type scanKind uint8
+
+const (
+	scanGPT2 scanKind = iota
+	scanLlama3
+	scanQwen2
+)
+
+type scanMatcher struct{ kind scanKind }
+
+const (
+	clsOther uint8 = 0
+	clsL     uint8 = 1 // \p{L}
+	clsN     uint8 = 2 // \p{N}
+	clsS     uint8 = 4 // \s (Unicode White_Space, as Oniguruma and .NET define it)
+)
+
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for r := rune(0); r < utf8.RuneSelf; r++ {
+		t[r] = runeClassSlow(r)
+	}
+	return
+}()
+
+func runeClassSlow(r rune) uint8 {
+	switch {
+	case unicode.IsLetter(r):
+		return clsL
+	case unicode.IsNumber(r):
+		return clsN
+	case unicode.IsSpace(r):
+		return clsS
+	}
+	return clsOther
+}
+
+// classAt returns the class, rune and byte size of the character at s[i].
+func classAt(s string, i int) (uint8, rune, int) {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		return asciiClass[c], rune(c), 1
+	}
+	r, sz := utf8.DecodeRuneInString(s[i:])
+	return runeClassSlow(r), r, sz
+}
+
+// runEnd returns the end of the run of characters of class cls from i.
+func runEnd(s string, i int, cls uint8) int {
+	for i < len(s) {
+		c, _, sz := classAt(s, i)
+		if c != cls {
+			break
+		}
+		i += sz
+	}
+	return i
+}
+
+func (m scanMatcher) findAll(s string, fn func(start, end int)) error {
+	for i := 0; i < len(s); {
+		var end int
+		if m.kind == scanGPT2 {
+			end = scanGPT2At(s, i)
+		} else {
+			end = scanLlamaAt(s, i, m.kind == scanQwen2)
+		}
+		fn(i, end)
+		i = end
+	}
+	return nil
+}
+
+// contraction returns the length of 's|'t|'re|'ve|'m|'ll|'d after the
+// apostrophe at s[i-1], or 0.
+func contraction(s string, i int, fold bool) int {
+	if i >= len(s) {
+		return 0
+	}
+	lower := func(b byte) byte {
+		if fold && b >= 'A' && b <= 'Z' {
+			return b + 'a' - 'A'
+		}
+		return b
+	}
+	switch lower(s[i]) {
+	case 's', 't', 'm', 'd':
+		return 1
+	case 'r', 'v':
+		if i+1 < len(s) && lower(s[i+1]) == 'e' {
+			return 2
+		}
+	case 'l':
+		if i+1 < len(s) && lower(s[i+1]) == 'l' {
+			return 2
+		}
+	}
+	return 0
+}
+
+// wsEnd handles `\s+(?!\S)|\s+` at a whitespace character: the whole run if
+// it reaches the end of the text, otherwise the run minus its last character
+// (which then prefixes the next word), unless the run is a single character.
+func wsEnd(s string, i int) int {
+	j := i
+	last := i
+	for j < len(s) {
+		c, _, sz := classAt(s, j)
+		if c != clsS {
+			break
+		}
+		last = j
+		j += sz
+	}
+	if j == len(s) || last == i {
+		return j
+	}
+	return last
+}
+
+func scanGPT2At(s string, i int) int {
+	c, r, sz := classAt(s, i)
+	if r == '\'' {
+		if n := contraction(s, i+1, false); n > 0 {
+			return i + 1 + n
+		}
+	}
+	if r == ' ' && i+1 < len(s) {
+		if c2, _, _ := classAt(s, i+1); c2 != clsS {
+			return runEnd(s, i+1, c2)
+		}
+	}
+	if c != clsS {
+		return runEnd(s, i, c)
+	}
+	_ = sz
+	return wsEnd(s, i)
+}
+
+func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
+
+func crlfEnd(s string, i int) int {
+	for i < len(s) && (s[i] == '\r' || s[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+func scanLlamaAt(s string, i int, singleDigit bool) int {
+	c, r, sz := classAt(s, i)
+	if r == '\'' {
+		if n := contraction(s, i+1, true); n > 0 {
+			return i + 1 + n
+		}
+	}
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if c == clsL {
+		return runEnd(s, i, clsL)
+	}
+	if c != clsN && !isCRLF(r) && i+sz < len(s) {
+		if c2, _, _ := classAt(s, i+sz); c2 == clsL {
+			return runEnd(s, i+sz, clsL)
+		}
+	}
+	// \p{N}{1,3} or \p{N}
+	if c == clsN {
+		end := i + sz
+		if !singleDigit {
+			for k := 0; k < 2 && end < len(s); k++ {
+				c2, _, sz2 := classAt(s, end)
+				if c2 != clsN {
+					break
+				}
+				end += sz2
+			}
+		}
+		return end
+	}
+	//  ?[^\s\p{L}\p{N}]+[\r\n]*
+	if r == ' ' && i+1 < len(s) {
+		if c2, _, _ := classAt(s, i+1); c2 == clsOther {
+			return crlfEnd(s, runEnd(s, i+1, clsOther))
+		}
+	}
+	if c == clsOther {
+		return crlfEnd(s, runEnd(s, i, clsOther))
+	}
+	// \s*[\r\n]+ : up to the last \r or \n of the whitespace run.
+	j, lastNL := i, -1
+	for j < len(s) {
+		c2, r2, sz2 := classAt(s, j)
+		if c2 != clsS {
+			break
+		}
+		if isCRLF(r2) {
+			lastNL = j
+		}
+		j += sz2
+	}
+	if lastNL >= 0 {
+		return lastNL + 1
+	}
+	return wsEnd(s, i)
+}
