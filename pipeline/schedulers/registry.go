@@ -27,6 +27,10 @@ var registry = map[string]factory{
 	"DPMSolverSinglestepScheduler":       newDPMSinglestep,
 	"DEISMultistepScheduler":             newDEIS,
 	"UniPCMultistepScheduler":            newUniPC,
+	"LCMScheduler":                       newLCM,
+	"TCDScheduler":                       newLCM,
+	"FlowMatchEulerDiscreteScheduler":    newFlowMatch,
+	"FlowMatchHeunDiscreteScheduler":     newFlowMatch,
 }
 
 // Classes returns the diffusers class names New accepts, sorted.
