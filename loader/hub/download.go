@@ -1,0 +1,380 @@
+package hub
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+)
+
+// Download returns the cache path of one file of repo at rev
+// (snapshots/<commit>/<file>), downloading it when needed, the way
+// huggingface_hub's hf_hub_download does:
+//
+//   - a commit hash whose file is already in the cache: no request at all;
+//   - offline: the cache answers (refs/ resolves branches and tags);
+//   - otherwise one HEAD for the metadata. If it fails (timeout, network,
+//     5xx, auth) and the cache has the file, the cached copy is returned
+//     with a warning; if not, the HEAD is retried with backoff where that
+//     can help. An EntryNotFound answer is cached in .no_exist.
+func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, error) {
+	if rev == "" {
+		rev = DefaultRevision
+	}
+	if err := CheckFilename(file); err != nil {
+		return "", &Error{Kind: ErrEntryNotFound, Repo: repo, Revision: rev, File: file, Err: err}
+	}
+	if IsCommitHash(rev) {
+		// A commit is immutable: a cached file, or a cached absence, is final.
+		p, err := c.Cache.Lookup(repo, rev, file)
+		if err == nil {
+			c.report(Progress{Event: FileCached, Repo: repo, File: file})
+			return p, nil
+		}
+		if errors.Is(err, ErrEntryNotFound) {
+			return "", err
+		}
+	}
+	if c.Offline {
+		p, err := c.Cache.Lookup(repo, rev, file)
+		if err != nil {
+			return "", offlineErr(err)
+		}
+		c.report(Progress{Event: FileCached, Repo: repo, File: file})
+		return p, nil
+	}
+	meta, err := c.FileMetadata(ctx, repo, rev, file)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		if !fallbackAllowed(err) {
+			return "", err
+		}
+		if p, lerr := c.Cache.Lookup(repo, rev, file); lerr == nil {
+			c.warnf("using the cached %s of %s@%s: the Hub could not be asked (%v)", file, repo, rev, err)
+			c.report(Progress{Event: FileCached, Repo: repo, File: file})
+			return p, nil
+		} else if errors.Is(lerr, ErrEntryNotFound) {
+			return "", lerr
+		}
+		if !retryable(err) {
+			return "", err
+		}
+		err = c.withRetry(ctx, "metadata for "+repo+"/"+file, func() error {
+			var rerr error
+			meta, rerr = c.FileMetadata(ctx, repo, rev, file)
+			return rerr
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return c.fetch(ctx, repo, rev, file, meta)
+}
+
+func offlineErr(err error) error {
+	var he *Error
+	if errors.As(err, &he) && errors.Is(err, ErrNotCached) {
+		he.Detail = join(he.Detail, "offline mode is on (HF_HUB_OFFLINE or --offline); run `tputool download` with network access first")
+	}
+	return err
+}
+
+// fetch puts the blob described by meta into the cache and links it into
+// the snapshot, under the blob's lock.
+func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMetadata) (string, error) {
+	ptr := c.Cache.PointerPath(repo, meta.Commit, file)
+	if st, err := os.Stat(ptr); err == nil && st.Mode().IsRegular() {
+		if err := c.Cache.WriteRef(repo, rev, meta.Commit); err != nil {
+			c.debugf("could not update ref %s of %s: %v", rev, repo, err)
+		}
+		c.report(Progress{Event: FileCached, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
+		return ptr, nil
+	}
+	blob := c.Cache.BlobPath(repo, meta.ETag)
+	if err := os.MkdirAll(c.Cache.RepoDir(repo)+"/blobs", 0o755); err != nil {
+		return "", fmt.Errorf("cache %s: %w", c.Cache.Dir, err)
+	}
+	c.Cache.tagDir()
+	if err := c.Cache.WriteRef(repo, rev, meta.Commit); err != nil {
+		return "", fmt.Errorf("cache %s: writing ref %s: %w", c.Cache.Dir, rev, err)
+	}
+	lock, err := acquireLock(ctx, c.Cache.LockPath(repo, meta.ETag))
+	if err != nil {
+		return "", err
+	}
+	defer lock.release()
+	if st, err := os.Stat(blob); err == nil && st.Mode().IsRegular() {
+		if err := c.Cache.link(repo, meta.ETag, meta.Commit, file); err != nil {
+			return "", fmt.Errorf("cache: linking %s: %w", file, err)
+		}
+		c.report(Progress{Event: FileCached, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
+		return ptr, nil
+	}
+	if err := c.downloadBlob(ctx, repo, rev, file, meta, blob); err != nil {
+		return "", err
+	}
+	if err := c.Cache.link(repo, meta.ETag, meta.Commit, file); err != nil {
+		return "", fmt.Errorf("cache: linking %s: %w", file, err)
+	}
+	return ptr, nil
+}
+
+var (
+	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	sha1RE   = regexp.MustCompile(`^[0-9a-f]{40}$`)
+)
+
+// newVerifier returns the hash the ETag promises, and the prefix to feed it
+// first: LFS files are named by their sha256, git files by the git blob
+// sha1 of "blob <size>\x00<content>". Other ETags can only be checked by
+// size (nil hash).
+func newVerifier(etag string, size int64) (hash.Hash, string) {
+	switch {
+	case sha256RE.MatchString(etag):
+		return sha256.New(), "sha256"
+	case sha1RE.MatchString(etag):
+		h := sha1.New()
+		fmt.Fprintf(h, "blob %d\x00", size)
+		return h, "git blob sha1"
+	}
+	return nil, ""
+}
+
+// downloadBlob writes blobs/<etag>.incomplete, resuming what is there with
+// a Range request and after dropped connections, verifies size and hash and
+// renames it to blobs/<etag>. A file that fails verification is deleted and
+// never reaches blobs/.
+func (c *Client) downloadBlob(ctx context.Context, repo, rev, file string, meta *FileMetadata, blob string) error {
+	inc := blob + ".incomplete"
+	for restart := 0; ; restart++ {
+		resumed, err := c.downloadIncomplete(ctx, repo, rev, file, meta, inc)
+		if err == nil {
+			if err := os.Rename(inc, blob); err != nil {
+				return fmt.Errorf("cache: %w", err)
+			}
+			c.report(Progress{Event: FileDone, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
+			return nil
+		}
+		if errors.Is(err, ErrIntegrity) {
+			os.Remove(inc)
+			if resumed && restart == 0 {
+				// The bad bytes may be a stale partial file from an earlier
+				// run: start once more from scratch.
+				c.warnf("%s: %v; downloading again from the start", file, err)
+				continue
+			}
+		}
+		return err
+	}
+}
+
+// transfer is one blob download in progress.
+type transfer struct {
+	c               *Client
+	repo, rev, file string
+	meta            *FileMetadata
+	f               *os.File
+	have            int64     // bytes in f
+	h               hash.Hash // over the bytes in f; nil when the ETag is no hash
+	algo            string
+}
+
+func (t *transfer) errorf(kind error, format string, args ...any) *Error {
+	return &Error{Kind: kind, Repo: t.repo, Revision: t.rev, File: t.file, Detail: fmt.Sprintf(format, args...)}
+}
+
+// reset empties the file, for a server that ignores Range or a partial
+// file that is no prefix of the blob.
+func (t *transfer) reset() error {
+	if err := truncateAt(t.f, 0); err != nil {
+		return err
+	}
+	t.have = 0
+	t.h, t.algo = newVerifier(t.meta.ETag, t.meta.Size)
+	return nil
+}
+
+// downloadIncomplete fills inc to meta.Size bytes and verifies it. resumed
+// reports whether bytes from an earlier attempt were reused.
+func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string, meta *FileMetadata, inc string) (resumed bool, err error) {
+	f, err := os.OpenFile(inc, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("cache: %w", err)
+	}
+	defer f.Close()
+	t := &transfer{c: c, repo: repo, rev: rev, file: file, meta: meta, f: f}
+	t.h, t.algo = newVerifier(meta.ETag, meta.Size)
+	have, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return false, fmt.Errorf("cache: %w", err)
+	}
+	if have > meta.Size {
+		have = 0
+	}
+	if have > 0 {
+		// Hash the bytes we keep.
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return false, fmt.Errorf("cache: %w", err)
+		}
+		if t.h != nil {
+			if _, err := io.CopyN(t.h, f, have); err != nil {
+				return false, fmt.Errorf("cache: reading %s: %w", inc, err)
+			}
+		}
+		resumed = true
+		c.debugf("resuming %s of %s at byte %d of %d", file, repo, have, meta.Size)
+	}
+	if err := truncateAt(f, have); err != nil {
+		return resumed, err
+	}
+	t.have = have
+	c.report(Progress{Event: FileStart, Repo: repo, File: file, Bytes: have, Total: meta.Size})
+
+	failures := 0
+	for t.have < meta.Size {
+		n, err := t.get(ctx)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return resumed, ctx.Err()
+		}
+		if !retryable(err) {
+			return resumed, err
+		}
+		if n > 0 {
+			failures = 0 // progress was made: the retry budget starts over
+		}
+		failures++
+		if failures > c.Retries {
+			return resumed, err
+		}
+		d := c.backoff(failures)
+		var he *Error
+		if errors.As(err, &he) && he.retryAfter > 0 {
+			d = he.retryAfter
+		}
+		c.warnf("%s: %v; resuming at byte %d (retry %d/%d in %s)", file, err, t.have, failures, c.Retries, d)
+		if err := c.sleep(ctx, d); err != nil {
+			return resumed, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return resumed, fmt.Errorf("cache: %w", err)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != meta.Size {
+		return resumed, t.errorf(ErrIntegrity, "got %d bytes, the Hub announced %d", t.have, meta.Size)
+	}
+	if t.h != nil {
+		if got := hex.EncodeToString(t.h.Sum(nil)); got != meta.ETag {
+			return resumed, t.errorf(ErrIntegrity, "%s of the downloaded bytes is %s, the ETag says %s", t.algo, got, meta.ETag)
+		}
+	}
+	return resumed, nil
+}
+
+func truncateAt(f *os.File, n int64) error {
+	if err := f.Truncate(n); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	if _, err := f.Seek(n, io.SeekStart); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	return nil
+}
+
+var contentRangeRE = regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`)
+
+// get issues one GET from t.have on and appends the body to the file. It
+// returns how many bytes it appended. A 200 answer to a Range request (the
+// server ignored it) restarts the file from zero.
+func (t *transfer) get(ctx context.Context) (int64, error) {
+	hdr := http.Header{}
+	if t.have > 0 {
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-", t.have))
+	}
+	resp, err := t.c.send(ctx, http.MethodGet, t.meta.Location, hdr, true, t.c.idleTimeout())
+	if err != nil {
+		return 0, withFile(err, t.repo, t.rev, t.file)
+	}
+	defer resp.close()
+	switch {
+	case resp.StatusCode == http.StatusPartialContent && t.have > 0:
+		m := contentRangeRE.FindStringSubmatch(resp.Header.Get("Content-Range"))
+		if m == nil || m[1] != strconv.FormatInt(t.have, 10) {
+			return 0, t.errorf(ErrNetwork, "asked for bytes %d-, got Content-Range %q", t.have, resp.Header.Get("Content-Range"))
+		}
+	case resp.StatusCode == http.StatusOK:
+		if t.have > 0 {
+			t.c.debugf("%s: the server ignored the Range header; downloading from the start", t.file)
+			if err := t.reset(); err != nil {
+				return 0, err
+			}
+		}
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		if err := t.reset(); err != nil {
+			return 0, err
+		}
+		e := t.errorf(ErrNetwork, "range not satisfiable; restarting the download")
+		e.Status = resp.StatusCode
+		return 0, e
+	default:
+		return 0, statusError(resp.Response, t.repo, t.rev, t.file)
+	}
+	return t.copyBody(resp.Body)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
+
+// copyBody appends body to the file, hashing and reporting progress.
+func (t *transfer) copyBody(body io.Reader) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var n int64
+	size := t.meta.Size
+	// One byte over the rest: detect a body longer than announced.
+	r := io.LimitReader(body, size-t.have+1)
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if t.have+int64(k) > size {
+				return n, t.errorf(ErrIntegrity, "the server sent more than the announced %d bytes", size)
+			}
+			if _, err := t.f.Write(buf[:k]); err != nil {
+				return n, fmt.Errorf("cache: writing %s: %w", t.f.Name(), err)
+			}
+			if t.h != nil {
+				t.h.Write(buf[:k])
+			}
+			n += int64(k)
+			t.have += int64(k)
+			t.c.report(Progress{Event: FileAdvance, Repo: t.repo, File: t.file, Bytes: t.have, Total: size})
+		}
+		if rerr == io.EOF {
+			if t.have < size {
+				return n, t.errorf(ErrNetwork, "connection closed at byte %d of %d", t.have, size)
+			}
+			return n, nil
+		}
+		if rerr != nil {
+			if errors.Is(rerr, context.Canceled) || errors.Is(rerr, context.DeadlineExceeded) {
+				return n, rerr
+			}
+			e := t.errorf(ErrNetwork, "read failed at byte %d of %d", t.have, size)
+			e.Err = rerr
+			return n, e
+		}
+	}
+}

@@ -1,0 +1,294 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// RepoInfo is the part of GET /api/models/{repo}/revision/{rev} that
+// tputool uses.
+type RepoInfo struct {
+	ID           string    `json:"id"`
+	SHA          string    `json:"sha"`
+	Private      bool      `json:"private"`
+	Gated        any       `json:"gated"` // false, "auto" or "manual"
+	LibraryName  string    `json:"library_name,omitempty"`
+	PipelineTag  string    `json:"pipeline_tag,omitempty"`
+	LastModified string    `json:"lastModified,omitempty"`
+	Siblings     []Sibling `json:"siblings"`
+}
+
+// Sibling is one file of a repository listing.
+type Sibling struct {
+	RFilename string `json:"rfilename"`
+	Size      *int64 `json:"size,omitempty"`
+}
+
+// Files returns the sibling names, sorted.
+func (ri *RepoInfo) Files() []string {
+	out := make([]string, 0, len(ri.Siblings))
+	for _, s := range ri.Siblings {
+		out = append(out, s.RFilename)
+	}
+	sort.Strings(out)
+	return out
+}
+
+const maxRepoInfoSize = 32 << 20
+
+// RepoInfo fetches a repository's commit and file list at rev with one GET
+// (not retried; see ListFiles).
+func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, error) {
+	if err := CheckRevision(rev); err != nil {
+		return nil, &Error{Kind: ErrRevisionNotFound, Repo: repo, Revision: rev, Err: err}
+	}
+	u := c.endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(rev)
+	hctx, cancel := context.WithTimeout(ctx, c.etagTimeout())
+	defer cancel()
+	resp, err := c.send(hctx, http.MethodGet, u, nil, false, c.etagTimeout())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if hctx.Err() != nil {
+			return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev,
+				Detail: "repository listing timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+		}
+		return nil, withFile(err, repo, rev, "")
+	}
+	defer resp.close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, statusError(resp.Response, repo, rev, "")
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRepoInfoSize+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if hctx.Err() != nil {
+			return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev,
+				Detail: "repository listing timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+		}
+		return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev, Detail: "reading the repository listing", Err: err}
+	}
+	if len(b) > maxRepoInfoSize {
+		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, Detail: "repository listing over 32 MiB"}
+	}
+	ri := &RepoInfo{}
+	if err := json.Unmarshal(b, ri); err != nil {
+		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, Detail: "repository listing is not valid JSON", Err: err}
+	}
+	if !IsCommitHash(ri.SHA) {
+		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev,
+			Detail: fmt.Sprintf("repository listing has no valid commit hash (sha %q)", ri.SHA)}
+	}
+	for _, s := range ri.Siblings {
+		if err := CheckFilename(s.RFilename); err != nil {
+			return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, Detail: "repository listing", Err: err}
+		}
+	}
+	return ri, nil
+}
+
+// Snapshot is a revision of a repository resolved to a commit.
+type Snapshot struct {
+	Repo     string `json:"repo"`
+	Revision string `json:"revision"`
+	Commit   string `json:"commit"`
+	// Dir is snapshots/<commit> in the cache.
+	Dir string `json:"dir"`
+	// RepoFiles lists every file of the commit: the Hub's listing, or when
+	// FromCache, the files present in the snapshot folder.
+	RepoFiles []string `json:"repo_files"`
+	// Files are the files selected (and downloaded) by Snapshot; empty
+	// after ListFiles.
+	Files []string `json:"files,omitempty"`
+	// FromCache is set when the Hub was not asked (offline) or could not
+	// be reached and the cached snapshot answered.
+	FromCache bool `json:"from_cache"`
+	// Info is the Hub's listing; nil when FromCache.
+	Info *RepoInfo `json:"-"`
+}
+
+// ListFiles resolves rev to a commit and lists the repository's files with
+// one request, like the first step of huggingface_hub's snapshot_download.
+// Offline it answers from the cache; when the request fails with an error
+// the cache can cover (network, timeout, 5xx, auth) and the revision is
+// cached, it warns and answers from the cache too; otherwise it retries
+// with backoff where that can help.
+func (c *Client) ListFiles(ctx context.Context, repo, rev string) (*Snapshot, error) {
+	if rev == "" {
+		rev = DefaultRevision
+	}
+	if c.Offline {
+		s, err := c.cachedSnapshot(repo, rev)
+		if err != nil {
+			return nil, offlineErr(err)
+		}
+		return s, nil
+	}
+	ri, err := c.RepoInfo(ctx, repo, rev)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !fallbackAllowed(err) {
+			return nil, err
+		}
+		if s, cerr := c.cachedSnapshot(repo, rev); cerr == nil {
+			c.warnf("using the cached snapshot %s of %s@%s: the Hub could not be asked (%v)", s.Commit, repo, rev, err)
+			return s, nil
+		}
+		if !retryable(err) {
+			return nil, err
+		}
+		err = c.withRetry(ctx, "listing "+repo, func() error {
+			var rerr error
+			ri, rerr = c.RepoInfo(ctx, repo, rev)
+			return rerr
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Cache.WriteRef(repo, rev, ri.SHA); err != nil {
+		c.warnf("could not record ref %s of %s: %v", rev, repo, err)
+	}
+	return &Snapshot{Repo: repo, Revision: rev, Commit: ri.SHA, Dir: c.Cache.SnapshotDir(repo, ri.SHA),
+		RepoFiles: ri.Files(), Info: ri}, nil
+}
+
+// cachedSnapshot resolves rev through the cache and lists the snapshot.
+func (c *Client) cachedSnapshot(repo, rev string) (*Snapshot, error) {
+	commit, ok := c.Cache.ResolveCommit(repo, rev)
+	if !ok {
+		return nil, &Error{Kind: ErrNotCached, Repo: repo, Revision: rev, Detail: "no cached ref in " + c.Cache.Dir}
+	}
+	dir := c.Cache.SnapshotDir(repo, commit)
+	files, err := ListDir(dir)
+	if err != nil {
+		return nil, &Error{Kind: ErrNotCached, Repo: repo, Revision: rev, Detail: "no cached snapshot " + commit, Err: err}
+	}
+	return &Snapshot{Repo: repo, Revision: rev, Commit: commit, Dir: dir, RepoFiles: files, FromCache: true}, nil
+}
+
+// ListDir lists the regular files under dir (following the snapshot
+// symlinks; dangling ones are skipped) as sorted slash-separated paths.
+func ListDir(dir string) ([]string, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	var out []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir // .git, .cache
+			}
+			return nil
+		}
+		st, err := os.Stat(p) // follows the blob symlink
+		if err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		out = append(out, filepath.ToSlash(rel))
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
+}
+
+// DownloadFiles fetches files of one commit into the cache, at most
+// Parallel at a time. The first failure cancels the rest.
+func (c *Client) DownloadFiles(ctx context.Context, repo, commit string, files []string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, c.parallel())
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for _, f := range files {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(f string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.Download(ctx, repo, commit, f); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		}(f)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		// A sibling's cancellation is not the interesting error.
+		return firstErr
+	}
+	return ctx.Err()
+}
+
+// SnapshotOptions selects what Snapshot downloads.
+type SnapshotOptions struct {
+	// Revision is a branch, tag or commit; "" means main.
+	Revision string
+	// Allow and Ignore are fnmatch patterns (see FilterFiles).
+	Allow, Ignore []string
+}
+
+// Snapshot downloads the files of a revision that pass the allow/ignore
+// patterns and returns the snapshot, like huggingface_hub's
+// snapshot_download. From the cache (offline or Hub unreachable) it returns
+// the cached snapshot as it is.
+func (c *Client) Snapshot(ctx context.Context, repo string, opts SnapshotOptions) (*Snapshot, error) {
+	s, err := c.ListFiles(ctx, repo, opts.Revision)
+	if err != nil {
+		return nil, err
+	}
+	s.Files = FilterFiles(s.RepoFiles, opts.Allow, opts.Ignore)
+	if s.FromCache {
+		return s, nil
+	}
+	if err := c.DownloadFiles(ctx, repo, s.Commit, s.Files); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// IsNotFound reports whether err says a repository, revision or file does
+// not exist (as opposed to a transient or auth failure).
+func IsNotFound(err error) bool {
+	return errors.Is(err, ErrRepoNotFound) || errors.Is(err, ErrRevisionNotFound) || errors.Is(err, ErrEntryNotFound)
+}
