@@ -457,12 +457,18 @@ func parseMetaspace(c *component) (rune, prependScheme, error) {
 		default:
 			return 0, 0, fmt.Errorf("%s.prepend_scheme: expected always, first or never, got %q", c.where, ps)
 		}
-	} else if c.has("add_prefix_space") {
+	}
+	if c.has("add_prefix_space") {
 		add, err := c.boolean("add_prefix_space", true)
 		if err != nil {
 			return 0, 0, err
 		}
+		// As tokenizers: add_prefix_space=false means "never" and
+		// contradicts any other declared scheme.
 		if !add {
+			if c.has("prepend_scheme") && scheme != prependNever {
+				return 0, 0, fmt.Errorf("%s: add_prefix_space does not match declared prepend_scheme", c.where)
+			}
 			scheme = prependNever
 		}
 	}

@@ -13,10 +13,10 @@ import (
 type segKind uint8
 
 const (
-	segText segKind = iota
-	segExpr         // {{ }}
-	segStmt         // {% %}
-	segComment      // {# #}
+	segText    segKind = iota
+	segExpr            // {{ }}
+	segStmt            // {% %}
+	segComment         // {# #}
 )
 
 type segment struct {

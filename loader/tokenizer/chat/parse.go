@@ -54,9 +54,9 @@ type param struct {
 type expr interface{}
 
 type (
-	litExpr   struct{ v any }
-	nameExpr  struct{ name string }
-	attrExpr  struct {
+	litExpr  struct{ v any }
+	nameExpr struct{ name string }
+	attrExpr struct {
 		obj  expr
 		name string
 	}

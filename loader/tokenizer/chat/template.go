@@ -184,5 +184,3 @@ func sortedKeys(m map[string]any) []string {
 	}
 	return keys
 }
-
-

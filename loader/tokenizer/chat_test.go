@@ -1,0 +1,79 @@
+package tokenizer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+)
+
+// TestChatTemplatesMatchReference renders the real Qwen3, Llama 3 and
+// Gemma 3 chat templates and compares with @huggingface/jinja's output
+// (testdata/chat, written by scripts/tokenizer-gen-vectors.js).
+func TestChatTemplatesMatchReference(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3", "gemma3"} {
+		t.Run(name, func(t *testing.T) {
+			tk, err := LoadDir(filepath.Join("testdata", "tokenizers", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := tk.ChatTemplate("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join("testdata", "chat", name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref struct {
+				Messages []struct{ Role, Content string }
+				Cases    []struct {
+					Vars     map[string]any
+					Expected string
+				}
+			}
+			if err := json.Unmarshal(data, &ref); err != nil {
+				t.Fatal(err)
+			}
+			if len(ref.Cases) == 0 {
+				t.Fatal("no cases")
+			}
+			for _, c := range ref.Cases {
+				var in chat.Input
+				for _, m := range ref.Messages {
+					in.Messages = append(in.Messages, chat.Message{Role: m.Role, Content: m.Content})
+				}
+				if c.Vars["no_system"] == true {
+					in.Messages = in.Messages[1:]
+				}
+				in.AddGenerationPrompt, _ = c.Vars["add_generation_prompt"].(bool)
+				if v, ok := c.Vars["enable_thinking"].(bool); ok {
+					in.EnableThinking = &v
+				}
+				got, err := tmpl.Render(context.Background(), in)
+				if err != nil {
+					t.Fatalf("%v: %v", c.Vars, err)
+				}
+				if got != c.Expected {
+					t.Errorf("%v:\n got %q\nwant %q", c.Vars, got, c.Expected)
+				}
+			}
+		})
+	}
+}
+
+func TestChatTemplateMissing(t *testing.T) {
+	tk, err := LoadDir(filepath.Join("testdata", "tokenizers", "llama2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tk.ChatTemplate("")
+	if !errors.Is(err, errs.ErrUnsupported) || !errors.Is(err, ErrNoChatTemplate) {
+		t.Fatalf("got %v, want ErrUnsupported and ErrNoChatTemplate", err)
+	}
+}
