@@ -66,6 +66,8 @@ func TestModelIndex(t *testing.T) {
 
 	_, err = ParseModelIndex([]byte(`{"_class_name":"X","../evil":["diffusers","UNet2DConditionModel"]}`))
 	assert.ErrorContains(t, err, "not a plain folder name")
+	_, err = ParseModelIndex([]byte(`{"_class_name":"X",".":["diffusers","UNet2DConditionModel"]}`))
+	assert.ErrorContains(t, err, "not a plain folder name")
 	_, err = ParseModelIndex([]byte(`{"unet":["diffusers","UNet2DConditionModel"]}`))
 	assert.ErrorContains(t, err, "_class_name")
 }

@@ -51,7 +51,7 @@ func ParseModelIndex(b []byte) (*ModelIndex, error) {
 		if pair[0] == nil || pair[1] == nil {
 			continue
 		}
-		if !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
+		if name == "." || !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) {
 			return nil, fmt.Errorf("model_index: component name %q is not a plain folder name", name)
 		}
 		mi.Components = append(mi.Components, Component{Name: name, Library: *pair[0], Class: *pair[1]})
