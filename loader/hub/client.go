@@ -43,7 +43,13 @@ const (
 	// FileDone: the file is verified and in the cache.
 	FileDone
 	// FileCached: the file was already in the cache; nothing downloaded.
+	// Bytes and Total are its size.
 	FileCached
+	// BatchStart: DownloadFiles begins Files files of Total bytes (the sum
+	// of the sizes the listing gave; cached files included).
+	BatchStart
+	// BatchDone: DownloadFiles returned.
+	BatchDone
 )
 
 // Progress is one download progress report.
@@ -51,8 +57,11 @@ type Progress struct {
 	Event ProgressEvent
 	Repo  string
 	File  string
-	// Bytes is how much of the file is on disk, Total its size.
+	// Bytes is how much of the file is on disk, Total its size (for
+	// batches: the batch's size).
 	Bytes, Total int64
+	// Files is the number of files of a batch.
+	Files int
 }
 
 // ProgressFunc receives progress reports. The client serialises calls, so
@@ -101,6 +110,8 @@ type Client struct {
 	UserAgent string
 
 	progressMu sync.Mutex
+	sizesMu    sync.Mutex
+	sizes      map[string]map[string]int64 // repo@commit -> file -> size
 }
 
 // New returns a client configured from env with the default retry count,

@@ -626,6 +626,16 @@ func TestSnapshotPatternsAndParallelism(t *testing.T) {
 	commit := srv.AddRepo(hubtest.Repo{ID: "org/big", Files: files})
 	c, _ := newClient(t, srv)
 	c.Parallel = 3
+	var batch []hub.Progress
+	var done int64
+	c.Progress = func(p hub.Progress) {
+		switch p.Event {
+		case hub.BatchStart, hub.BatchDone:
+			batch = append(batch, p)
+		case hub.FileDone:
+			done += p.Total
+		}
+	}
 	s, err := c.Snapshot(context.Background(), "org/big", hub.SnapshotOptions{Allow: []string{"*.json", "*.safetensors"}, Ignore: []string{"*-00012-*"}})
 	if err != nil {
 		t.Fatal(err)
@@ -639,6 +649,10 @@ func TestSnapshotPatternsAndParallelism(t *testing.T) {
 	}
 	if n := srv.Count(func(r hubtest.Request) bool { return strings.HasSuffix(r.Path, ".bin") }); n != 0 {
 		t.Errorf("ignored .bin was requested")
+	}
+	want := int64(len(cfgJSON) + 11*20_000)
+	if len(batch) != 2 || batch[0].Event != hub.BatchStart || batch[0].Files != 12 || batch[0].Total != want || done != want {
+		t.Errorf("batch events %+v, file bytes %d; want 12 files, %d bytes", batch, done, want)
 	}
 }
 

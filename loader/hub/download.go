@@ -37,7 +37,7 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		// A commit is immutable: a cached file, or a cached absence, is final.
 		p, err := c.Cache.Lookup(repo, rev, file)
 		if err == nil {
-			c.report(Progress{Event: FileCached, Repo: repo, File: file})
+			c.reportCached(repo, file, p)
 			return p, nil
 		}
 		if errors.Is(err, ErrEntryNotFound) {
@@ -49,7 +49,7 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		if err != nil {
 			return "", offlineErr(err)
 		}
-		c.report(Progress{Event: FileCached, Repo: repo, File: file})
+		c.reportCached(repo, file, p)
 		return p, nil
 	}
 	meta, err := c.FileMetadata(ctx, repo, rev, file)
@@ -62,7 +62,7 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		}
 		if p, lerr := c.Cache.Lookup(repo, rev, file); lerr == nil {
 			c.warnf("using the cached %s of %s@%s: the Hub could not be asked (%v)", file, repo, rev, err)
-			c.report(Progress{Event: FileCached, Repo: repo, File: file})
+			c.reportCached(repo, file, p)
 			return p, nil
 		} else if errors.Is(lerr, ErrEntryNotFound) {
 			return "", lerr
@@ -80,6 +80,14 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		}
 	}
 	return c.fetch(ctx, repo, rev, file, meta)
+}
+
+func (c *Client) reportCached(repo, file, path string) {
+	var n int64
+	if st, err := os.Stat(path); err == nil {
+		n = st.Size()
+	}
+	c.report(Progress{Event: FileCached, Repo: repo, File: file, Bytes: n, Total: n})
 }
 
 func offlineErr(err error) error {

@@ -32,7 +32,25 @@ type RepoInfo struct {
 // Sibling is one file of a repository listing.
 type Sibling struct {
 	RFilename string `json:"rfilename"`
-	Size      *int64 `json:"size,omitempty"`
+	// Size is the file size (for LFS files, the pointer's; see LFS).
+	Size *int64 `json:"size,omitempty"`
+	// LFS is set for files stored in LFS.
+	LFS *struct {
+		SHA256 string `json:"sha256"`
+		Size   int64  `json:"size"`
+	} `json:"lfs,omitempty"`
+}
+
+// FileSize returns the size of the file's content and whether the
+// listing gave it.
+func (s Sibling) FileSize() (int64, bool) {
+	if s.LFS != nil {
+		return s.LFS.Size, true
+	}
+	if s.Size != nil {
+		return *s.Size, true
+	}
+	return 0, false
 }
 
 // Files returns the sibling names, sorted.
@@ -47,13 +65,14 @@ func (ri *RepoInfo) Files() []string {
 
 const maxRepoInfoSize = 32 << 20
 
-// RepoInfo fetches a repository's commit and file list at rev with one GET
-// (not retried; see ListFiles).
+// RepoInfo fetches a repository's commit and file list, with sizes
+// (blobs=true, as huggingface_hub's repo_info(files_metadata=True)), at
+// rev with one GET (not retried; see ListFiles).
 func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, error) {
 	if err := CheckRevision(rev); err != nil {
 		return nil, &Error{Kind: ErrRevisionNotFound, Repo: repo, Revision: rev, Err: err}
 	}
-	u := c.endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(rev)
+	u := c.endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(rev) + "?blobs=true"
 	hctx, cancel := context.WithTimeout(ctx, c.etagTimeout())
 	defer cancel()
 	resp, err := c.send(hctx, http.MethodGet, u, nil, false, c.etagTimeout())
@@ -117,6 +136,8 @@ type Snapshot struct {
 	// FromCache is set when the Hub was not asked (offline) or could not
 	// be reached and the cached snapshot answered.
 	FromCache bool `json:"from_cache"`
+	// Sizes maps files to their sizes where the listing gave them.
+	Sizes map[string]int64 `json:"-"`
 	// Info is the Hub's listing; nil when FromCache.
 	Info *RepoInfo `json:"-"`
 }
@@ -165,8 +186,15 @@ func (c *Client) ListFiles(ctx context.Context, repo, rev string) (*Snapshot, er
 	if err := c.Cache.WriteRef(repo, rev, ri.SHA); err != nil {
 		c.warnf("could not record ref %s of %s: %v", rev, repo, err)
 	}
+	sizes := map[string]int64{}
+	for _, s := range ri.Siblings {
+		if n, ok := s.FileSize(); ok {
+			sizes[s.RFilename] = n
+		}
+	}
+	c.rememberSizes(repo, ri.SHA, sizes)
 	return &Snapshot{Repo: repo, Revision: rev, Commit: ri.SHA, Dir: c.Cache.SnapshotDir(repo, ri.SHA),
-		RepoFiles: ri.Files(), Info: ri}, nil
+		RepoFiles: ri.Files(), Sizes: sizes, Info: ri}, nil
 }
 
 // cachedSnapshot resolves rev through the cache and lists the snapshot.
@@ -230,6 +258,13 @@ func (c *Client) DownloadFiles(ctx context.Context, repo, commit string, files [
 		mu       sync.Mutex
 		firstErr error
 	)
+	var total int64
+	for _, f := range files {
+		n, _ := c.knownSize(repo, commit, f)
+		total += n
+	}
+	c.report(Progress{Event: BatchStart, Repo: repo, Files: len(files), Total: total})
+	defer c.report(Progress{Event: BatchDone, Repo: repo, Files: len(files), Total: total})
 	for _, f := range files {
 		select {
 		case sem <- struct{}{}:
@@ -285,6 +320,31 @@ func (c *Client) Snapshot(ctx context.Context, repo string, opts SnapshotOptions
 		return nil, err
 	}
 	return s, nil
+}
+
+// rememberSizes keeps a listing's file sizes for the progress totals of
+// DownloadFiles.
+func (c *Client) rememberSizes(repo, commit string, sizes map[string]int64) {
+	c.sizesMu.Lock()
+	defer c.sizesMu.Unlock()
+	if c.sizes == nil {
+		c.sizes = map[string]map[string]int64{}
+	}
+	c.sizes[repo+"@"+commit] = sizes
+}
+
+// knownSize returns a file's size from a listing or the cache.
+func (c *Client) knownSize(repo, commit, file string) (int64, bool) {
+	c.sizesMu.Lock()
+	n, ok := c.sizes[repo+"@"+commit][file]
+	c.sizesMu.Unlock()
+	if ok {
+		return n, true
+	}
+	if st, err := os.Stat(c.Cache.PointerPath(repo, commit, file)); err == nil {
+		return st.Size(), true
+	}
+	return 0, false
 }
 
 // IsNotFound reports whether err says a repository, revision or file does

@@ -462,12 +462,31 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, segs []string,
 		hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev, "")
 		return
 	}
+	type lfs struct {
+		SHA256 string `json:"sha256"`
+		Size   int    `json:"size"`
+	}
 	type sibling struct {
 		RFilename string `json:"rfilename"`
+		Size      *int   `json:"size,omitempty"`
+		BlobID    string `json:"blobId,omitempty"`
+		LFS       *lfs   `json:"lfs,omitempty"`
 	}
+	blobs := r.URL.Query().Get("blobs") == "true"
 	sib := make([]sibling, 0, len(files))
 	for _, f := range files {
-		sib = append(sib, sibling{f.Path})
+		s := sibling{RFilename: f.Path}
+		if blobs {
+			n := len(f.Data)
+			s.BlobID = f.GitSHA1()
+			if f.LFS {
+				pointer := 130 // a git-lfs pointer file is about this big
+				s.Size, s.LFS = &pointer, &lfs{SHA256: f.SHA256(), Size: n}
+			} else {
+				s.Size = &n
+			}
+		}
+		sib = append(sib, s)
 	}
 	sort.Slice(sib, func(i, j int) bool { return sib[i].RFilename < sib[j].RFilename })
 	body, _ := json.Marshal(map[string]any{
