@@ -201,6 +201,11 @@ func contraction(s string, i int, fold bool) int {
 		}
 		return b
 	}
+	// Under (?i), U+017F LATIN SMALL LETTER LONG S case-folds to 's'
+	// (Unicode CaseFolding), in Oniguruma and regexp2 alike.
+	if fold && strings.HasPrefix(s[i:], "\u017f") {
+		return len("\u017f")
+	}
 	switch lower(s[i]) {
 	case 's', 't', 'm', 'd':
 		return 1

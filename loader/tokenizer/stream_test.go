@@ -1,0 +1,76 @@
+package tokenizer
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestStreamDecoder: streaming the ids of each corpus text one by one gives
+// valid UTF-8 chunks whose concatenation equals Decode of all ids.
+func TestStreamDecoder(t *testing.T) {
+	texts := []string{
+		"Hello world, this is a test.",
+		"你好，世界！今天天气很好。",
+		"emoji: 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️",
+		"combining: e\u0301 a\u0300 and Ελληνικά, русский, हिन्दी",
+		"  leading spaces and\ttabs\n\nnewlines  ",
+	}
+	for _, name := range []string{"qwen3", "llama3", "llama2", "gemma3"} {
+		tk := loadCached(t, filepath.Join("testdata", "tokenizers", name, "tokenizer.json.gz"))
+		for _, text := range texts {
+			ids, err := tk.Encode(text, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, skip := range []bool{false, true} {
+				d := tk.NewStreamDecoder(skip)
+				var b strings.Builder
+				for _, id := range ids {
+					chunk := d.Add(id)
+					if !utf8.ValidString(chunk) || strings.Contains(chunk, "\uFFFD") {
+						t.Errorf("%s %q: chunk %q is not complete UTF-8", name, text, chunk)
+					}
+					b.WriteString(chunk)
+				}
+				b.WriteString(d.Flush())
+				if want := tk.Decode(ids, skip); b.String() != want {
+					t.Errorf("%s %q skip=%v: stream %q, decode %q", name, text, skip, b.String(), want)
+				}
+			}
+		}
+	}
+}
+
+func TestDecodeSkipSpecial(t *testing.T) {
+	tk := loadCached(t, filepath.Join("testdata", "tokenizers", "qwen3", "tokenizer.json.gz"))
+	ids, err := tk.Encode("<|im_start|>user\nhi<|im_end|>", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tk.Decode(ids, true); got != "user\nhi" {
+		t.Errorf("skip special: %q", got)
+	}
+	if got := tk.Decode(ids, false); got != "<|im_start|>user\nhi<|im_end|>" {
+		t.Errorf("keep special: %q", got)
+	}
+	if !tk.IsSpecial(ids[0]) || tk.IsSpecial(ids[1]) {
+		t.Errorf("IsSpecial wrong for %v", ids)
+	}
+}
+
+func TestLossyUTF8(t *testing.T) {
+	cases := map[string]string{
+		"a\xe4\xb8b":      "a\uFFFDb",            // truncated 3-byte sequence: one U+FFFD
+		"\xff\xfe":        "\uFFFD\uFFFD",        // two invalid bytes
+		"\xf0\x9f\x98":    "\uFFFD",              // truncated 4-byte
+		"\xed\xa0\x80x":   "\uFFFD\uFFFD\uFFFDx", // surrogate: each byte
+		"ok \xe4\xbd\xa0": "ok 你",
+	}
+	for in, want := range cases {
+		if got := lossyUTF8([]byte(in)); got != want {
+			t.Errorf("%q: got %q want %q", in, got, want)
+		}
+	}
+}
