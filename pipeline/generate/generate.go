@@ -1,0 +1,336 @@
+// Package generate is the text-generation loop: prefill a batch of prompts,
+// then decode one token per row per step, sampling on the host
+// (pipeline/sample), until every row stops on an end-of-sequence id, a
+// stop string or the token limit, or the context is cancelled.
+//
+// It depends only on a small Runner interface (compile.LM implements it),
+// so it is tested without a model. Text comes from per-row stream decoders
+// (loader/tokenizer's StreamDecoder), which never split a UTF-8 character;
+// stop strings are matched on the decoded text, and text that could still
+// become a stop string is held back until it cannot.
+package generate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/sample"
+)
+
+// Runner runs a model one step at a time (compile.LM).
+type Runner interface {
+	// Prefill starts a generation of at most maxNew tokens per prompt and
+	// returns each row's logits after its last prompt token.
+	Prefill(prompts [][]int, maxNew int) ([][]float32, error)
+	// Decode feeds one token per row and returns the logits that follow.
+	Decode(next []int) ([][]float32, error)
+}
+
+// CompileTimer is implemented by runners that compile lazily; Run
+// subtracts compile time from the evaluation durations.
+type CompileTimer interface {
+	CompileDuration() time.Duration
+}
+
+// StreamDecoder turns token ids into text incrementally
+// (*tokenizer.StreamDecoder).
+type StreamDecoder interface {
+	Add(id int) string
+	Flush() string
+}
+
+// Finish reasons.
+const (
+	FinishStop        = "stop"        // an end-of-sequence token
+	FinishLength      = "length"      // MaxNewTokens reached
+	FinishStopString  = "stop_string" // a stop string appeared in the text
+	FinishInterrupted = "interrupted" // the context was cancelled
+)
+
+// Options configure a Run.
+type Options struct {
+	// MaxNewTokens bounds the tokens generated per prompt (> 0).
+	MaxNewTokens int
+	Sampling     sample.Options
+	// EOS are the end-of-sequence ids; generating one finishes the row
+	// (the id is kept in TokenIDs, its text is not emitted).
+	EOS []int
+	// Stop strings finish a row when they appear in its text; the text is
+	// cut before the stop string.
+	Stop []string
+	// NewDecoder returns a fresh stream decoder for one row; nil leaves
+	// Result.Text empty (ids only).
+	NewDecoder func() StreamDecoder
+	// OnEvent, when set, receives every generated token and every piece of
+	// text as soon as it is final (streaming).
+	OnEvent func(Event)
+	// Now is the clock (tests fix it); nil means time.Now.
+	Now func() time.Time
+}
+
+// Event is one streaming update of one row.
+type Event struct {
+	Row int `json:"row"`
+	// Token is the generated id, or -1 for an event that only releases
+	// held-back text or reports the finish.
+	Token int `json:"token"`
+	// Text is the text that became final with this event (possibly "").
+	Text string `json:"text"`
+	// FinishReason is set on the row's last event.
+	FinishReason string `json:"finish_reason,omitempty"`
+}
+
+// Result is the outcome of one prompt.
+type Result struct {
+	Text           string `json:"text"`
+	TokenIDs       []int  `json:"token_ids"`
+	PromptTokenIDs []int  `json:"prompt_token_ids"`
+	FinishReason   string `json:"finish_reason"`
+}
+
+// Metrics follows ollama's api.Metrics (durations in nanoseconds in JSON),
+// plus compile duration and time to first token. Counts are tokens
+// actually processed or produced, over all rows; durations exclude
+// compilation.
+type Metrics struct {
+	TotalDuration      time.Duration `json:"total_duration"`
+	LoadDuration       time.Duration `json:"load_duration"`
+	CompileDuration    time.Duration `json:"compile_duration"`
+	PromptEvalCount    int           `json:"prompt_eval_count"`
+	PromptEvalDuration time.Duration `json:"prompt_eval_duration"`
+	EvalCount          int           `json:"eval_count"`
+	EvalDuration       time.Duration `json:"eval_duration"`
+	// TTFT is the time from the start of Run to the first generated token
+	// (compilation included: it is what a user waits).
+	TTFT time.Duration `json:"ttft"`
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Summary renders the metrics as ollama's --verbose does, one per line.
+func (m Metrics) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "total duration:       %v\n", m.TotalDuration)
+	fmt.Fprintf(&b, "load duration:        %v\n", m.LoadDuration)
+	fmt.Fprintf(&b, "compile duration:     %v\n", m.CompileDuration)
+	fmt.Fprintf(&b, "prompt eval count:    %d token(s)\n", m.PromptEvalCount)
+	fmt.Fprintf(&b, "prompt eval duration: %v\n", m.PromptEvalDuration)
+	fmt.Fprintf(&b, "prompt eval rate:     %.2f tokens/s\n", rate(m.PromptEvalCount, m.PromptEvalDuration))
+	fmt.Fprintf(&b, "eval count:           %d token(s)\n", m.EvalCount)
+	fmt.Fprintf(&b, "eval duration:        %v\n", m.EvalDuration)
+	fmt.Fprintf(&b, "eval rate:            %.2f tokens/s\n", rate(m.EvalCount, m.EvalDuration))
+	fmt.Fprintf(&b, "time to first token:  %v\n", m.TTFT)
+	return b.String()
+}
+
+// row is the state of one prompt during a Run.
+type row struct {
+	idx     int
+	res     Result
+	history []int // prompt + generated, for the repetition penalty
+	sampler *sample.Sampler
+	dec     StreamDecoder
+	text    string // decoded text so far (including held-back text)
+	emitted int    // bytes of text already released
+	done    bool
+}
+
+// Run generates a continuation for each prompt (token ids). On context
+// cancellation it returns what was generated so far, with finish reason
+// "interrupted", together with an error wrapping errs.ErrInterrupted.
+func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, Metrics, error) {
+	var m Metrics
+	if o.MaxNewTokens <= 0 {
+		return nil, m, errs.Usagef("max new tokens must be positive, got %d", o.MaxNewTokens)
+	}
+	if err := o.Sampling.Validate(); err != nil {
+		return nil, m, errs.Usagef("%v", err)
+	}
+	for _, s := range o.Stop {
+		if s == "" {
+			return nil, m, errs.Usagef("empty stop string")
+		}
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	compileTime := func() time.Duration {
+		if ct, ok := r.(CompileTimer); ok {
+			return ct.CompileDuration()
+		}
+		return 0
+	}
+	rows := make([]*row, len(prompts))
+	for i, p := range prompts {
+		rw := &row{idx: i, history: append([]int(nil), p...), sampler: sample.New(o.Sampling, i)}
+		rw.res.PromptTokenIDs = append([]int(nil), p...)
+		rw.res.TokenIDs = []int{}
+		if o.NewDecoder != nil {
+			rw.dec = o.NewDecoder()
+		}
+		rows[i] = rw
+		m.PromptEvalCount += len(p)
+	}
+
+	start := now()
+	compile0 := compileTime()
+	if err := ctx.Err(); err != nil {
+		return finishAll(rows, o, FinishInterrupted), m, fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
+	}
+	logits, err := r.Prefill(prompts, o.MaxNewTokens)
+	if err != nil {
+		return nil, m, err
+	}
+	compile1 := compileTime()
+	prefillEnd := now()
+	m.PromptEvalDuration = prefillEnd.Sub(start) - (compile1 - compile0)
+
+	next := make([]int, len(rows))
+	var interrupted error
+	for step := 0; ; step++ {
+		for _, rw := range rows {
+			if rw.done {
+				continue
+			}
+			id := rw.sampler.Next(logits[rw.idx], rw.history)
+			if m.EvalCount == 0 {
+				m.TTFT = now().Sub(start)
+			}
+			m.EvalCount++
+			rw.history = append(rw.history, id)
+			rw.res.TokenIDs = append(rw.res.TokenIDs, id)
+			next[rw.idx] = id
+			rw.step(id, o)
+		}
+		active := false
+		for _, rw := range rows {
+			active = active || !rw.done
+		}
+		if !active {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			interrupted = fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
+			finishAll(rows, o, FinishInterrupted)
+			break
+		}
+		if logits, err = r.Decode(next); err != nil {
+			return nil, m, err
+		}
+	}
+	end := now()
+	compile2 := compileTime()
+	m.CompileDuration = compile2 - compile0
+	m.EvalDuration = end.Sub(prefillEnd) - (compile2 - compile1)
+	m.TotalDuration = end.Sub(start)
+	out := make([]Result, len(rows))
+	for i, rw := range rows {
+		out[i] = rw.res
+	}
+	return out, m, interrupted
+}
+
+// step handles one new token of a row: end of sequence, text, stop
+// strings, length.
+func (rw *row) step(id int, o Options) {
+	if slices.Contains(o.EOS, id) {
+		rw.finish(o, FinishStop, id)
+		return
+	}
+	if rw.dec != nil {
+		rw.text += rw.dec.Add(id)
+	}
+	if cut, ok := rw.findStop(o.Stop); ok {
+		rw.text = rw.text[:cut]
+		rw.finish(o, FinishStopString, id)
+		return
+	}
+	if len(rw.res.TokenIDs) >= o.MaxNewTokens {
+		rw.finish(o, FinishLength, id)
+		return
+	}
+	safe := len(rw.text) - heldBack(rw.text, o.Stop)
+	rw.release(o, id, safe, "")
+}
+
+// findStop returns where the earliest stop string starts in the text not
+// yet released (plus the overlap a stop string may have with it).
+func (rw *row) findStop(stops []string) (int, bool) {
+	maxStop := 0
+	for _, s := range stops {
+		maxStop = max(maxStop, len(s))
+	}
+	from := max(0, rw.emitted-maxStop+1)
+	best := -1
+	for _, s := range stops {
+		if i := strings.Index(rw.text[from:], s); i >= 0 && (best < 0 || from+i < best) {
+			best = from + i
+		}
+	}
+	return best, best >= 0
+}
+
+// heldBack is the length of the longest suffix of text that is a proper
+// prefix of a stop string: text that may still turn into a stop string.
+func heldBack(text string, stops []string) int {
+	n := 0
+	for _, s := range stops {
+		for k := min(len(s)-1, len(text)); k > n; k-- {
+			if strings.HasSuffix(text, s[:k]) {
+				n = k
+				break
+			}
+		}
+	}
+	return n
+}
+
+// release emits the text up to byte `upto` as one event.
+func (rw *row) release(o Options, id, upto int, reason string) {
+	text := ""
+	if upto > rw.emitted {
+		text = rw.text[rw.emitted:upto]
+		rw.emitted = upto
+	}
+	if o.OnEvent != nil {
+		o.OnEvent(Event{Row: rw.idx, Token: id, Text: text, FinishReason: reason})
+	}
+}
+
+// finish ends a row: the decoder's held-back bytes are flushed (unless a
+// stop string cut the text) and the rest of the text is released.
+func (rw *row) finish(o Options, reason string, id int) {
+	if rw.dec != nil && reason != FinishStopString {
+		rw.text += rw.dec.Flush()
+		if cut, ok := rw.findStop(o.Stop); ok {
+			rw.text = rw.text[:cut]
+			reason = FinishStopString
+		}
+	}
+	rw.done = true
+	rw.res.FinishReason = reason
+	rw.res.Text = rw.text
+	rw.release(o, id, len(rw.text), reason)
+}
+
+// finishAll finishes every unfinished row with reason.
+func finishAll(rows []*row, o Options, reason string) []Result {
+	out := make([]Result, len(rows))
+	for i, rw := range rows {
+		if !rw.done {
+			rw.finish(o, reason, -1)
+		}
+		out[i] = rw.res
+	}
+	return out
+}

@@ -1,0 +1,278 @@
+package generate
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+)
+
+const vocab = 16
+
+// script is a fake Runner: row b produces want[b][0], want[b][1], ...
+// whatever it is fed, by returning logits peaked on the next scripted id.
+type script struct {
+	want      [][]int
+	pos       []int
+	fed       [][]int
+	prefillN  int
+	maxNew    int
+	decodes   int
+	compile   time.Duration
+	clock     *fakeClock
+	stepCost  time.Duration
+	compileAt map[int]time.Duration // decode call -> compile time it adds
+}
+
+func (s *script) logits() [][]float32 {
+	out := make([][]float32, len(s.want))
+	for b := range out {
+		out[b] = make([]float32, vocab)
+		if s.pos[b] < len(s.want[b]) {
+			out[b][s.want[b][s.pos[b]]] = 10
+		}
+		s.pos[b]++
+	}
+	return out
+}
+
+func (s *script) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	s.prefillN, s.maxNew = len(prompts), maxNew
+	s.pos = make([]int, len(prompts))
+	s.fed = make([][]int, len(prompts))
+	if s.clock != nil {
+		s.clock.t = s.clock.t.Add(s.stepCost)
+	}
+	return s.logits(), nil
+}
+
+func (s *script) Decode(next []int) ([][]float32, error) {
+	for b, id := range next {
+		s.fed[b] = append(s.fed[b], id)
+	}
+	s.decodes++
+	if s.clock != nil {
+		s.clock.t = s.clock.t.Add(s.stepCost)
+		if c, ok := s.compileAt[s.decodes]; ok {
+			s.compile += c
+			s.clock.t = s.clock.t.Add(c)
+		}
+	}
+	return s.logits(), nil
+}
+
+func (s *script) CompileDuration() time.Duration { return s.compile }
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// pieces decodes id i as pieces[i].
+type pieces []string
+
+func (p pieces) decoder() StreamDecoder { return &pieceDecoder{p} }
+
+type pieceDecoder struct{ p pieces }
+
+func (d *pieceDecoder) Add(id int) string { return d.p[id] }
+func (d *pieceDecoder) Flush() string     { return "" }
+
+var words = pieces{"<pad>", "<s>", "</s>", "Hel", "lo", " W", "orld", "!", "a", "b", "c", "x", "é", "\n", "o W", "z"}
+
+func run(t *testing.T, want [][]int, o Options) ([]Result, []Event, *script) {
+	t.Helper()
+	s := &script{want: want}
+	var events []Event
+	o.OnEvent = func(e Event) { events = append(events, e) }
+	if o.NewDecoder == nil {
+		o.NewDecoder = words.decoder
+	}
+	prompts := make([][]int, len(want))
+	for i := range prompts {
+		prompts[i] = []int{1, 3}
+	}
+	res, _, err := Run(context.Background(), s, prompts, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, events, s
+}
+
+func streamed(events []Event, row int) string {
+	var b strings.Builder
+	for _, e := range events {
+		if e.Row == row {
+			b.WriteString(e.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestStopOnEOS(t *testing.T) {
+	res, events, s := run(t, [][]int{{3, 4, 2, 7}}, Options{MaxNewTokens: 10, EOS: []int{2}})
+	r := res[0]
+	if r.FinishReason != FinishStop || r.Text != "Hello" || !slices.Equal(r.TokenIDs, []int{3, 4, 2}) {
+		t.Fatalf("got %+v", r)
+	}
+	if !slices.Equal(r.PromptTokenIDs, []int{1, 3}) {
+		t.Errorf("prompt ids %v", r.PromptTokenIDs)
+	}
+	if s.decodes != 2 || s.maxNew != 10 {
+		t.Errorf("decodes %d, maxNew %d", s.decodes, s.maxNew)
+	}
+	if got := streamed(events, 0); got != r.Text {
+		t.Errorf("streamed %q, result %q", got, r.Text)
+	}
+	if last := events[len(events)-1]; last.FinishReason != FinishStop {
+		t.Errorf("last event %+v", last)
+	}
+}
+
+func TestStopOnLength(t *testing.T) {
+	res, _, s := run(t, [][]int{{3, 4, 5, 6, 7, 7}}, Options{MaxNewTokens: 4, EOS: []int{2}})
+	if r := res[0]; r.FinishReason != FinishLength || r.Text != "Hello World" || len(r.TokenIDs) != 4 {
+		t.Fatalf("got %+v", r)
+	}
+	if s.decodes != 3 {
+		t.Errorf("%d decode calls for 4 tokens, want 3", s.decodes)
+	}
+}
+
+func TestStopStringAcrossTokens(t *testing.T) {
+	// "Hel" "lo" " W" "orld": the stop string "o W" spans two tokens.
+	res, events, _ := run(t, [][]int{{3, 4, 5, 6, 7}}, Options{MaxNewTokens: 10, Stop: []string{"o W"}})
+	r := res[0]
+	if r.FinishReason != FinishStopString || r.Text != "Hell" {
+		t.Fatalf("got %+v", r)
+	}
+	if got := streamed(events, 0); got != "Hell" {
+		t.Errorf("streamed %q: the stop string leaked", got)
+	}
+	// "lo" ends in "o", a prefix of the stop string: held back until " W".
+	if events[1].Text != "l" {
+		t.Errorf("second event released %q, want %q", events[1].Text, "l")
+	}
+}
+
+func TestHeldBackTextIsReleased(t *testing.T) {
+	// "x" "a" "c": "a" could start "ab" but "c" follows, so "ac" comes out.
+	res, events, _ := run(t, [][]int{{11, 8, 10}}, Options{MaxNewTokens: 3, Stop: []string{"ab"}})
+	if r := res[0]; r.Text != "xac" || r.FinishReason != FinishLength {
+		t.Fatalf("got %+v", r)
+	}
+	var texts []string
+	for _, e := range events {
+		texts = append(texts, e.Text)
+	}
+	if !slices.Equal(texts, []string{"x", "", "ac"}) {
+		t.Errorf("events %q", texts)
+	}
+}
+
+func TestStopStringInOneToken(t *testing.T) {
+	res, _, _ := run(t, [][]int{{3, 14, 15}}, Options{MaxNewTokens: 5, Stop: []string{"W", "zz"}})
+	if r := res[0]; r.Text != "Helo " || r.FinishReason != FinishStopString {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestBatchRowsFinishIndependently(t *testing.T) {
+	res, events, s := run(t, [][]int{{8, 2, 9, 9}, {9, 9, 9, 10}}, Options{MaxNewTokens: 4, EOS: []int{2}})
+	if res[0].FinishReason != FinishStop || res[0].Text != "a" || !slices.Equal(res[0].TokenIDs, []int{8, 2}) {
+		t.Errorf("row 0: %+v", res[0])
+	}
+	if res[1].FinishReason != FinishLength || res[1].Text != "bbbc" {
+		t.Errorf("row 1: %+v", res[1])
+	}
+	if s.prefillN != 2 || s.decodes != 3 {
+		t.Errorf("prefill batch %d, decodes %d", s.prefillN, s.decodes)
+	}
+	if !slices.Equal(s.fed[1], []int{9, 9, 9}) {
+		t.Errorf("row 1 was fed %v", s.fed[1])
+	}
+	if streamed(events, 1) != "bbbc" {
+		t.Errorf("row 1 streamed %q", streamed(events, 1))
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &script{want: [][]int{{3, 4, 5, 6, 7, 7, 7}}}
+	n := 0
+	o := Options{MaxNewTokens: 7, NewDecoder: words.decoder, OnEvent: func(e Event) {
+		if n++; n == 2 {
+			cancel()
+		}
+	}}
+	res, _, err := Run(ctx, s, [][]int{{1}}, o)
+	if !errors.Is(err, errs.ErrInterrupted) {
+		t.Fatalf("err %v, want ErrInterrupted", err)
+	}
+	if r := res[0]; r.FinishReason != FinishInterrupted || r.Text != "Hello" || len(r.TokenIDs) != 2 {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	s := &script{want: [][]int{{3, 4, 5, 2}, {3, 4, 5, 6}}, clock: clock, stepCost: 10 * time.Millisecond,
+		compileAt: map[int]time.Duration{1: 500 * time.Millisecond}}
+	o := Options{MaxNewTokens: 4, EOS: []int{2}, Now: clock.now}
+	_, m, err := Run(context.Background(), s, [][]int{{1, 3, 4}, {1}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.PromptEvalCount != 4 || m.EvalCount != 8 {
+		t.Errorf("counts: prompt %d eval %d", m.PromptEvalCount, m.EvalCount)
+	}
+	if m.PromptEvalDuration != 10*time.Millisecond || m.EvalDuration != 30*time.Millisecond {
+		t.Errorf("durations: prompt %v eval %v", m.PromptEvalDuration, m.EvalDuration)
+	}
+	if m.CompileDuration != 500*time.Millisecond || m.TotalDuration != 540*time.Millisecond || m.TTFT != 10*time.Millisecond {
+		t.Errorf("compile %v total %v ttft %v", m.CompileDuration, m.TotalDuration, m.TTFT)
+	}
+	if sum := m.Summary(); !strings.Contains(sum, "eval rate:            266.67 tokens/s") {
+		t.Errorf("summary:\n%s", sum)
+	}
+}
+
+func TestRejectsBadOptions(t *testing.T) {
+	for _, o := range []Options{{}, {MaxNewTokens: 1, Stop: []string{""}}} {
+		if _, _, err := Run(context.Background(), &script{want: [][]int{{1}}}, [][]int{{1}}, o); !errors.Is(err, errs.ErrUsage) {
+			t.Errorf("%+v: err %v, want a usage error", o, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestResolve(t *testing.T) {
+	// No file, no flags: greedy, 256 tokens, model EOS.
+	o, err := Resolve(nil, []int{2}, Overrides{})
+	if err != nil || !o.Sampling.Greedy() || o.MaxNewTokens != DefaultMaxNewTokens || !slices.Equal(o.EOS, []int{2}) {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	// A sampling generation_config.json.
+	gen := &config.Generation{DoSample: ptr(true), Temperature: ptr(0.6), TopP: ptr(0.9), EOSTokenID: config.IDList{128001, 128009}, MaxNewTokens: ptr(64)}
+	o, _ = Resolve(gen, []int{2}, Overrides{})
+	if s := o.Sampling; s.Temperature != 0.6 || s.TopK != 50 || s.TopP != 0.9 || o.MaxNewTokens != 64 || !slices.Equal(o.EOS, []int{128001, 128009}) {
+		t.Fatalf("file: %+v", o)
+	}
+	// Flags win; temperature 0 forces greedy.
+	o, _ = Resolve(gen, nil, Overrides{Temperature: ptr(0.0), MaxNewTokens: ptr(5)})
+	if !o.Sampling.Greedy() || o.MaxNewTokens != 5 {
+		t.Fatalf("flags: %+v", o)
+	}
+	o, _ = Resolve(nil, nil, Overrides{Temperature: ptr(0.8), TopK: ptr(0), RepetitionPenalty: ptr(1.2), Seed: 9})
+	if s := o.Sampling; s.Temperature != 0.8 || s.TopK != 0 || s.RepetitionPenalty != 1.2 || s.Seed != 9 {
+		t.Fatalf("flags on greedy file: %+v", o)
+	}
+	if _, err := Resolve(nil, nil, Overrides{TopP: ptr(2.0), Temperature: ptr(1.0)}); !errors.Is(err, errs.ErrUsage) {
+		t.Fatalf("bad top-p: %v", err)
+	}
+}

@@ -1,0 +1,262 @@
+// Package sample picks the next token from a row of logits on the host,
+// with the logits processors of transformers' generate() in its order:
+// repetition penalty, then (when sampling) temperature, top-k, top-p and
+// min-p, then a draw from the softmax. Temperature 0 is greedy decoding
+// (argmax after the repetition penalty, as transformers' do_sample=False).
+//
+// Draws come from a seeded PCG stream per row, so a seed reproduces a run
+// exactly (tputool's own streams; they do not reproduce PyTorch's
+// torch.multinomial).
+package sample
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// Options are the sampling settings, with transformers' meanings.
+type Options struct {
+	// Temperature divides the logits; 0 selects greedy decoding.
+	Temperature float64
+	// TopK keeps the k highest logits (ties with the k-th kept); 0 is off.
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose probability
+	// reaches TopP; 0 or 1 is off.
+	TopP float64
+	// MinP drops tokens whose probability is below MinP times the most
+	// likely token's; 0 is off.
+	MinP float64
+	// RepetitionPenalty divides positive logits and multiplies negative
+	// ones of every token already in the sequence (prompt included); 0 or 1
+	// is off.
+	RepetitionPenalty float64
+	// Seed seeds the draws.
+	Seed uint64
+}
+
+// Validate checks the ranges, naming the flag-like field at fault.
+func (o Options) Validate() error {
+	switch {
+	case o.Temperature < 0 || math.IsNaN(o.Temperature):
+		return fmt.Errorf("temperature must be >= 0, got %v", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("top-k must be >= 0, got %d", o.TopK)
+	case o.TopP < 0 || o.TopP > 1 || math.IsNaN(o.TopP):
+		return fmt.Errorf("top-p must be in [0, 1], got %v", o.TopP)
+	case o.MinP < 0 || o.MinP > 1 || math.IsNaN(o.MinP):
+		return fmt.Errorf("min-p must be in [0, 1], got %v", o.MinP)
+	case o.RepetitionPenalty < 0 || math.IsNaN(o.RepetitionPenalty):
+		return fmt.Errorf("repetition penalty must be > 0, got %v", o.RepetitionPenalty)
+	}
+	return nil
+}
+
+// Greedy reports whether the options select greedy decoding.
+func (o Options) Greedy() bool { return o.Temperature == 0 }
+
+// Sampler picks tokens for one row of a batch. It reuses its buffers, so
+// a step allocates nothing.
+type Sampler struct {
+	o      Options
+	rng    *rand.Rand
+	scores []float64 // the processed logits
+	probs  []float64 // scratch: probabilities, a copy for top-k
+	idx    []int     // scratch: token order for top-p
+	seen   map[int]bool
+}
+
+// New returns the sampler of row `row`: rows draw from independent
+// streams of the same seed.
+func New(o Options, row int) *Sampler {
+	return &Sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, uint64(row))), seen: map[int]bool{}}
+}
+
+// Next returns the next token given the row's logits and every token of
+// the sequence so far (prompt and generated).
+func (s *Sampler) Next(logits []float32, history []int) int {
+	if cap(s.scores) < len(logits) {
+		s.scores = make([]float64, len(logits))
+		s.probs = make([]float64, len(logits))
+		s.idx = make([]int, len(logits))
+	}
+	sc := s.scores[:len(logits)]
+	for i, v := range logits {
+		sc[i] = float64(v)
+	}
+	s.repetitionPenalty(sc, history)
+	if s.o.Greedy() {
+		return argmax(sc)
+	}
+	if t := s.o.Temperature; t != 1 {
+		for i := range sc {
+			sc[i] /= t
+		}
+	}
+	if s.o.TopK > 0 && s.o.TopK < len(sc) {
+		s.topK(sc)
+	}
+	if s.o.TopP > 0 && s.o.TopP < 1 {
+		s.topP(sc)
+	}
+	if s.o.MinP > 0 {
+		s.minP(sc)
+	}
+	return s.draw(sc)
+}
+
+// repetitionPenalty is RepetitionPenaltyLogitsProcessor.
+func (s *Sampler) repetitionPenalty(sc []float64, history []int) {
+	p := s.o.RepetitionPenalty
+	if p == 0 || p == 1 {
+		return
+	}
+	clear(s.seen)
+	for _, id := range history {
+		if id < 0 || id >= len(sc) || s.seen[id] {
+			continue
+		}
+		s.seen[id] = true
+		if sc[id] < 0 {
+			sc[id] *= p
+		} else {
+			sc[id] /= p
+		}
+	}
+}
+
+func argmax(sc []float64) int {
+	best := 0
+	for i, v := range sc {
+		if v > sc[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// topK is TopKLogitsWarper: scores below the k-th largest become -inf.
+func (s *Sampler) topK(sc []float64) {
+	tmp := s.probs[:len(sc)]
+	copy(tmp, sc)
+	kth := kthLargest(tmp, s.o.TopK)
+	for i, v := range sc {
+		if v < kth {
+			sc[i] = math.Inf(-1)
+		}
+	}
+}
+
+// kthLargest returns the k-th largest value (1-based) by quickselect; it
+// reorders v.
+func kthLargest(v []float64, k int) float64 {
+	lo, hi, target := 0, len(v)-1, k-1
+	for lo < hi {
+		pivot := v[(lo+hi)/2]
+		i, j := lo, hi
+		for i <= j {
+			for v[i] > pivot {
+				i++
+			}
+			for v[j] < pivot {
+				j--
+			}
+			if i <= j {
+				v[i], v[j] = v[j], v[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case target <= j:
+			hi = j
+		case target >= i:
+			lo = i
+		default:
+			return v[target]
+		}
+	}
+	return v[target]
+}
+
+// softmaxInto writes the probabilities of sc into p (masked entries 0).
+func softmaxInto(p, sc []float64) {
+	mx := math.Inf(-1)
+	for _, v := range sc {
+		mx = math.Max(mx, v)
+	}
+	sum := 0.0
+	for i, v := range sc {
+		p[i] = math.Exp(v - mx)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+}
+
+// topP is TopPLogitsWarper: sorted by probability ascending, the tokens
+// whose cumulative probability is at most 1-top_p are dropped, always
+// keeping the most likely one.
+func (s *Sampler) topP(sc []float64) {
+	probs := s.probs[:len(sc)]
+	softmaxInto(probs, sc)
+	idx := s.idx[:0]
+	for i, v := range sc {
+		if !math.IsInf(v, -1) {
+			idx = append(idx, i)
+		}
+	}
+	sort.Slice(idx, func(a, b int) bool { return probs[idx[a]] < probs[idx[b]] })
+	cum := 0.0
+	for _, i := range idx[:len(idx)-1] {
+		cum += probs[i]
+		if cum > 1-s.o.TopP {
+			break
+		}
+		sc[i] = math.Inf(-1)
+	}
+}
+
+// minP is MinPLogitsWarper.
+func (s *Sampler) minP(sc []float64) {
+	mp := s.o.MinP
+	probs := s.probs[:len(sc)]
+	softmaxInto(probs, sc)
+	top := 0.0
+	for _, p := range probs {
+		top = math.Max(top, p)
+	}
+	for i, p := range probs {
+		if p < mp*top {
+			sc[i] = math.Inf(-1)
+		}
+	}
+}
+
+// draw samples from softmax(sc).
+func (s *Sampler) draw(sc []float64) int {
+	mx := math.Inf(-1)
+	for _, v := range sc {
+		mx = math.Max(mx, v)
+	}
+	sum := 0.0
+	for i, v := range sc {
+		sc[i] = math.Exp(v - mx)
+		sum += sc[i]
+	}
+	u := s.rng.Float64() * sum
+	last := 0
+	for i, w := range sc {
+		if w == 0 {
+			continue
+		}
+		last = i
+		if u < w {
+			return i
+		}
+		u -= w
+	}
+	return last // rounding left u past the end: the last possible token
+}

@@ -1,0 +1,164 @@
+package sample
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+func logitsOf(probs ...float64) []float32 {
+	out := make([]float32, len(probs))
+	for i, p := range probs {
+		out[i] = float32(math.Log(p))
+	}
+	return out
+}
+
+// frequencies draws n tokens and returns how often each came up.
+func frequencies(o Options, logits []float32, n int) []float64 {
+	s := New(o, 0)
+	f := make([]float64, len(logits))
+	for range n {
+		f[s.Next(logits, nil)]++
+	}
+	for i := range f {
+		f[i] /= float64(n)
+	}
+	return f
+}
+
+func TestGreedyAndRepetitionPenalty(t *testing.T) {
+	logits := []float32{2, 1.9, -1, -0.5}
+	if got := New(Options{}, 0).Next(logits, nil); got != 0 {
+		t.Fatalf("greedy: got %d, want 0", got)
+	}
+	// 2/1.1 = 1.82 < 1.9: the repeated token loses.
+	if got := New(Options{RepetitionPenalty: 1.1}, 0).Next(logits, []int{0, 0}); got != 1 {
+		t.Fatalf("penalized greedy: got %d, want 1", got)
+	}
+	// Negative logits are multiplied: -0.5*3 = -1.5 < -1.
+	if got := New(Options{RepetitionPenalty: 3}, 0).Next([]float32{-1, -0.5}, []int{1}); got != 0 {
+		t.Fatalf("penalty on a negative logit: got %d, want 0", got)
+	}
+	// The logits passed in are not modified.
+	if logits[0] != 2 {
+		t.Fatalf("Next modified its input: %v", logits)
+	}
+}
+
+func TestTemperatureOneMatchesSoftmax(t *testing.T) {
+	f := frequencies(Options{Temperature: 1, Seed: 7}, logitsOf(0.1, 0.2, 0.7), 40000)
+	for i, want := range []float64{0.1, 0.2, 0.7} {
+		if math.Abs(f[i]-want) > 0.01 {
+			t.Errorf("token %d: frequency %.3f, want %.3f", i, f[i], want)
+		}
+	}
+}
+
+func TestTemperatureSharpens(t *testing.T) {
+	// p^(1/0.5) renormalized: 0.01, 0.04, 0.49 -> /0.54.
+	f := frequencies(Options{Temperature: 0.5, Seed: 1}, logitsOf(0.1, 0.2, 0.7), 40000)
+	for i, want := range []float64{0.01 / 0.54, 0.04 / 0.54, 0.49 / 0.54} {
+		if math.Abs(f[i]-want) > 0.01 {
+			t.Errorf("token %d: frequency %.3f, want %.3f", i, f[i], want)
+		}
+	}
+}
+
+func TestTopK(t *testing.T) {
+	f := frequencies(Options{Temperature: 1, TopK: 2, Seed: 3}, logitsOf(0.1, 0.2, 0.3, 0.4), 20000)
+	if f[0] != 0 || f[1] != 0 {
+		t.Fatalf("top-k 2 drew a token outside the top 2: %v", f)
+	}
+	if math.Abs(f[3]-0.4/0.7) > 0.015 {
+		t.Errorf("top-k renormalization: %v", f)
+	}
+	// Ties with the k-th value are kept.
+	f = frequencies(Options{Temperature: 1, TopK: 1, Seed: 3}, []float32{1, 1, 0}, 2000)
+	if f[0] == 0 || f[1] == 0 || f[2] != 0 {
+		t.Errorf("top-k 1 with a tie: %v", f)
+	}
+}
+
+func TestTopP(t *testing.T) {
+	// Ascending 0.05, 0.15 (cumulative 0.2 <= 0.3): dropped; 0.3 kept.
+	f := frequencies(Options{Temperature: 1, TopP: 0.7, Seed: 5}, logitsOf(0.5, 0.3, 0.15, 0.05), 20000)
+	if f[2] != 0 || f[3] != 0 {
+		t.Fatalf("top-p 0.7 kept unlikely tokens: %v", f)
+	}
+	if math.Abs(f[0]-0.625) > 0.015 {
+		t.Errorf("top-p renormalization: %v", f)
+	}
+	// A tiny top-p keeps only the most likely token.
+	f = frequencies(Options{Temperature: 1, TopP: 0.01, Seed: 5}, logitsOf(0.5, 0.3, 0.2), 1000)
+	if f[0] != 1 {
+		t.Errorf("top-p 0.01: %v", f)
+	}
+}
+
+func TestMinP(t *testing.T) {
+	// min_p 0.5 of 0.5 = 0.25: drops 0.15 and 0.05.
+	f := frequencies(Options{Temperature: 1, MinP: 0.5, Seed: 9}, logitsOf(0.5, 0.3, 0.15, 0.05), 20000)
+	if f[2] != 0 || f[3] != 0 || f[1] == 0 {
+		t.Fatalf("min-p 0.5: %v", f)
+	}
+}
+
+func TestOrderTemperatureBeforeTopP(t *testing.T) {
+	// Temperature 0.5 first turns (0.5, 0.3, 0.2) into (0.66, 0.24, 0.105);
+	// top-p 0.85 then drops only the last one (0.105 <= 0.15). In the
+	// opposite order top-p would have kept all three (0.2 > 0.15).
+	f := frequencies(Options{Temperature: 0.5, TopP: 0.85, Seed: 11}, logitsOf(0.5, 0.3, 0.2), 20000)
+	if f[2] != 0 {
+		t.Fatalf("token 2 survived top-p after temperature: %v", f)
+	}
+}
+
+func TestSeedReproducible(t *testing.T) {
+	o := Options{Temperature: 1, Seed: 42}
+	logits := logitsOf(0.2, 0.2, 0.2, 0.2, 0.2)
+	run := func(row int) []int {
+		s := New(o, row)
+		var out []int
+		for range 50 {
+			out = append(out, s.Next(logits, nil))
+		}
+		return out
+	}
+	if !slices.Equal(run(0), run(0)) {
+		t.Fatal("same seed and row gave different draws")
+	}
+	if slices.Equal(run(0), run(1)) {
+		t.Fatal("rows share one stream")
+	}
+}
+
+func TestKthLargest(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		n := 1 + r.IntN(50)
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(r.IntN(10)) // many ties
+		}
+		k := 1 + r.IntN(n)
+		sorted := append([]float64(nil), v...)
+		sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
+		if got := kthLargest(v, k); got != sorted[k-1] {
+			t.Fatalf("trial %d: kthLargest(k=%d) = %v, want %v", trial, k, got, sorted[k-1])
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, o := range []Options{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {MinP: -0.1}, {RepetitionPenalty: -2}} {
+		if o.Validate() == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	if err := (Options{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, RepetitionPenalty: 1.1}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
