@@ -168,7 +168,7 @@ func (r *LM) splitParts(out int) int {
 		return 1
 	}
 	if n == 0 {
-		if r.backend.Name() != "go" {
+		if r.backend.String() != "go" { // simplego.BackendName
 			return 1
 		}
 		n = max(runtime.NumCPU(), (out+2047)/2048)

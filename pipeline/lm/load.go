@@ -2,16 +2,20 @@ package lm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -201,35 +205,70 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType, shape ...int) (*tensors
 	if int64(n) != info.NumElements() {
 		return nil, fmt.Errorf("tensor %q: cannot view shape %v as %v", name, info.Shape, shape)
 	}
+	raw, err := l.ckpt.Raw(name)
+	if err != nil {
+		return nil, err
+	}
 	switch dtype {
-	case dtypes.Float32:
-		v, err := l.ckpt.Float32(name)
-		if err != nil {
-			return nil, err
-		}
-		return tensors.FromFlatDataAndDimensions(v, shape...), nil
-	case dtypes.BFloat16:
-		out := make([]bfloat16.BFloat16, n)
-		if info.DType == safetensors.BF16 {
-			raw, err := l.ckpt.Raw(name)
-			if err != nil {
-				return nil, err
-			}
-			for i := range out {
-				out[i] = bfloat16.BFloat16(uint16(raw[2*i]) | uint16(raw[2*i+1])<<8)
-			}
-		} else {
-			v, err := l.ckpt.Float32(name)
-			if err != nil {
-				return nil, err
-			}
-			for i, f := range v {
-				out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(f))
-			}
-		}
-		return tensors.FromFlatDataAndDimensions(out, shape...), nil
+	case dtypes.Float32, dtypes.BFloat16:
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
+	}
+	t := tensors.FromShape(shapes.Make(dtype, shape...))
+	t.MustMutableFlatData(func(flat any) {
+		switch out := flat.(type) {
+		case []float32:
+			decodeFloat32(out, info.DType, raw)
+		case []bfloat16.BFloat16:
+			decodeBFloat16(out, info.DType, raw)
+		}
+	})
+	return t, nil
+}
+
+// hostLittleEndian reports whether float32 bytes can be copied as is.
+var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// decodeFloat32 converts little-endian F32/F16/BF16 bytes into out.
+func decodeFloat32(out []float32, d safetensors.DType, raw []byte) {
+	le := binary.LittleEndian
+	switch d {
+	case safetensors.F32:
+		if hostLittleEndian && len(out) > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out)), raw)
+			return
+		}
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		}
+	case safetensors.F16:
+		for i := range out {
+			out[i] = safetensors.HalfToFloat32(le.Uint16(raw[2*i:]))
+		}
+	case safetensors.BF16:
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(le.Uint16(raw[2*i:])) << 16)
+		}
+	}
+}
+
+// decodeBFloat16 converts little-endian F32/F16/BF16 bytes into bfloat16
+// (round to nearest even; BF16 is copied).
+func decodeBFloat16(out []bfloat16.BFloat16, d safetensors.DType, raw []byte) {
+	le := binary.LittleEndian
+	switch d {
+	case safetensors.BF16:
+		for i := range out {
+			out[i] = bfloat16.BFloat16(le.Uint16(raw[2*i:]))
+		}
+	case safetensors.F32:
+		for i := range out {
+			out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(math.Float32frombits(le.Uint32(raw[4*i:]))))
+		}
+	case safetensors.F16:
+		for i := range out {
+			out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(safetensors.HalfToFloat32(le.Uint16(raw[2*i:]))))
+		}
 	}
 }
 

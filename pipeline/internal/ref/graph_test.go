@@ -10,6 +10,7 @@ import (
 	. "github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/internal/ref"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/llama"
@@ -37,7 +38,7 @@ func repeat[T any](v T, n int) []T {
 
 // tinyCases are small models of every architecture, with the features
 // that distinguish them switched on and sizes that are not all equal.
-func tinyCases() []ref.Tiny {
+func tinyCases() []lmtest.Tiny {
 	base := ref.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5}
 	llama := base
 	llama.RopeTheta, llama.Window = repeat(10000.0, 3), repeat(0, 3)
@@ -54,7 +55,7 @@ func tinyCases() []ref.Tiny {
 	gemma.RopeTheta = []float64{10000, 10000, 1e6, 10000}
 	gemma.QueryScale = 1 / math.Sqrt(24) // query_pre_attn_scalar 24 != head_dim
 	gemma.AttnSoftcap, gemma.FinalSoftcap = 20, 10
-	return []ref.Tiny{
+	return []lmtest.Tiny{
 		{Arch: "LlamaForCausalLM", Config: llama, Seed: 1},
 		{Arch: "Qwen2ForCausalLM", Config: qwen2, Seed: 2},
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},

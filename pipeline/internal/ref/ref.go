@@ -7,8 +7,7 @@
 // the checkpoint by Hugging Face names, computes RoPE, attention, norms and
 // MLPs itself, and recomputes the whole sequence for every call.
 //
-// checkpoint.go writes the tiny checkpoints the tests use (exact HF tensor
-// names, deterministic pseudo-random weights, a real config.json).
+// pipeline/lm/lmtest writes the checkpoints the tests use.
 package ref
 
 import (
@@ -16,34 +15,15 @@ import (
 	"math"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
 // ----------------------------------------------------------------------------
 // Model description
 
-// Config describes a model in terms of the features the reference knows.
-type Config struct {
-	Vocab, Hidden, Intermediate, Layers int
-	Heads, KVHeads, HeadDim             int
-	Eps                                 float64
-	// Gemma selects Gemma 3: (1+w) norms, sandwich norms, tanh-GELU MLP,
-	// embeddings scaled by sqrt(Hidden), q/k norms.
-	Gemma bool
-	// QKVBias adds q/k/v projection biases (Qwen2).
-	QKVBias bool
-	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
-	QKNorm bool
-	// Tied reuses the embedding matrix as the output head.
-	Tied bool
-	// RopeTheta is each layer's RoPE base (default RoPE, full head dim).
-	RopeTheta []float64
-	// Window is each layer's sliding window (0: full causal attention).
-	Window []int
-	// QueryScale multiplies q·k (0: 1/sqrt(HeadDim)).
-	QueryScale float64
-	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
-	AttnSoftcap, FinalSoftcap float64
-}
+// Config describes a model; it is the description lmtest writes
+// checkpoints from.
+type Config = lmtest.Config
 
 // Model is a config plus its weights in float64.
 type Model struct {

@@ -1,4 +1,8 @@
-package ref
+// Package lmtest writes small and benchmark-sized checkpoints for tests and
+// benchmarks: a real config.json for one of the supported architectures and
+// a model.safetensors with exact Hugging Face tensor names and deterministic
+// pseudo-random weights. Nothing here is a trained model.
+package lmtest
 
 import (
 	"encoding/json"
@@ -9,6 +13,32 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
+
+// Config describes a model by the features that distinguish the supported
+// architectures (pipeline/internal/ref runs the same description in
+// float64).
+type Config struct {
+	Vocab, Hidden, Intermediate, Layers int
+	Heads, KVHeads, HeadDim             int
+	Eps                                 float64
+	// Gemma selects Gemma 3: (1+w) norms, sandwich norms, tanh-GELU MLP,
+	// embeddings scaled by sqrt(Hidden), q/k norms.
+	Gemma bool
+	// QKVBias adds q/k/v projection biases (Qwen2).
+	QKVBias bool
+	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
+	QKNorm bool
+	// Tied reuses the embedding matrix as the output head.
+	Tied bool
+	// RopeTheta is each layer's RoPE base (default RoPE, full head dim).
+	RopeTheta []float64
+	// Window is each layer's sliding window (0: full causal attention).
+	Window []int
+	// QueryScale multiplies q·k (0: 1/sqrt(HeadDim)).
+	QueryScale float64
+	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
+	AttnSoftcap, FinalSoftcap float64
+}
 
 // Tiny describes a generated checkpoint.
 type Tiny struct {
@@ -214,4 +244,25 @@ func (t Tiny) Write(dir string) error {
 		ts = append(ts, st)
 	}
 	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
+}
+
+// LlamaShape returns a Llama checkpoint description with default RoPE and
+// no sliding window, e.g. LlamaShape(768, 12, 12, 2048, 32000) for the
+// ~110M-parameter benchmark model (tied embeddings).
+func LlamaShape(hidden, layers, heads, intermediate, vocab int) Tiny {
+	theta := make([]float64, layers)
+	window := make([]int, layers)
+	for i := range theta {
+		theta[i] = 10000
+	}
+	return Tiny{
+		Arch: "LlamaForCausalLM",
+		Config: Config{
+			Vocab: vocab, Hidden: hidden, Intermediate: intermediate, Layers: layers,
+			Heads: heads, KVHeads: heads, HeadDim: hidden / heads, Eps: 1e-5, Tied: true,
+			RopeTheta: theta, Window: window,
+		},
+		Seed:         42,
+		MaxPositions: 4096,
+	}
 }

@@ -1,0 +1,136 @@
+package compile
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
+)
+
+var (
+	benchOnce sync.Once
+	benchDir  string
+	benchErr  error
+)
+
+// benchModelDir returns the ~110M-parameter Llama-shape benchmark model
+// (dim 768, 12 layers, 12 heads, intermediate 2048, vocab 32000, f32),
+// from $TPUTOOL_BENCH_MODEL or generated once into a temporary directory.
+func benchModelDir(b *testing.B) string {
+	if d := os.Getenv("TPUTOOL_BENCH_MODEL"); d != "" {
+		return d
+	}
+	benchOnce.Do(func() {
+		benchDir, benchErr = os.MkdirTemp("", "tputool-bench-llm-")
+		if benchErr == nil {
+			benchErr = lmtest.LlamaShape(768, 12, 12, 2048, 32000).Write(benchDir)
+		}
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchDir != "" {
+		os.RemoveAll(benchDir)
+	}
+	os.Exit(code)
+}
+
+// memcpyGBs measures host memory bandwidth as bytes copied per second by
+// Go's copy (memmove) of a 256 MiB buffer, best of 5.
+func memcpyGBs() float64 {
+	const n = 256 << 20
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	best := 0.0
+	for range 5 {
+		start := time.Now()
+		copy(dst, src)
+		best = max(best, float64(n)/time.Since(start).Seconds()/1e9)
+	}
+	return best
+}
+
+// BenchmarkLLM measures decode and prefill throughput of the benchmark
+// model on the pure-Go backend. Metrics: tok/s (tokens produced or
+// consumed per second, all rows), and for decode the fraction of the
+// memory-bandwidth roofline: weight bytes read per step / step time,
+// divided by the measured memcpy bandwidth.
+func BenchmarkLLM(b *testing.B) {
+	dir := benchModelDir(b)
+	be := goBackend(b)
+	l, err := lm.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	weightBytes := float64(l.WeightBytes())
+	bw := memcpyGBs()
+	b.Logf("model %s: %.0f MB of weights; memcpy %.1f GB/s", filepath.Base(dir), weightBytes/1e6, bw)
+	for _, mode := range []Mode{Compiled, Eager} {
+		for _, batch := range []int{1, 8} {
+			r, err := NewLM(be, l, Options{Mode: mode, CacheLen: 512})
+			if err != nil {
+				b.Fatal(err)
+			}
+			prompts := make([][]int, batch)
+			for i := range prompts {
+				prompts[i] = make([]int, 64)
+				for j := range prompts[i] {
+					prompts[i][j] = 1 + (i*131+j*17)%31999
+				}
+			}
+			next := make([]int, batch)
+			b.Run(fmt.Sprintf("decode/%s/batch%d", mode, batch), func(b *testing.B) {
+				if _, err := r.Prefill(prompts, 8); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := r.Decode(next); err != nil { // compile
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if r.next >= r.cacheLen {
+						b.StopTimer()
+						if _, err := r.Prefill(prompts, 8); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					if _, err := r.Decode(next); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(batch)/sec, "tok/s")
+				b.ReportMetric(100*weightBytes/sec/1e9/bw, "roofline%")
+			})
+			b.Run(fmt.Sprintf("prefill/%s/batch%d", mode, batch), func(b *testing.B) {
+				if _, err := r.Prefill(prompts, 8); err != nil { // compile
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := r.Prefill(prompts, 8); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(batch*len(prompts[0]))/sec, "tok/s")
+			})
+			r.Close()
+		}
+	}
+}

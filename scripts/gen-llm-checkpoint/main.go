@@ -1,0 +1,38 @@
+// Command gen-llm-checkpoint writes a Llama-shape checkpoint with
+// deterministic pseudo-random weights (config.json, generation_config.json,
+// model.safetensors) for benchmarks and manual runs of tputool generate.
+// It is not a trained model: its text is gibberish.
+//
+//	go run ./scripts/gen-llm-checkpoint -o /tmp/llama-110m            # the benchmark model
+//	go run ./scripts/gen-llm-checkpoint -o /tmp/m -hidden 256 -layers 4 -vocab 4096
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
+)
+
+func main() {
+	out := flag.String("o", "", "output directory (required)")
+	hidden := flag.Int("hidden", 768, "hidden_size")
+	layers := flag.Int("layers", 12, "num_hidden_layers")
+	heads := flag.Int("heads", 12, "num_attention_heads (= num_key_value_heads)")
+	inter := flag.Int("intermediate", 2048, "intermediate_size")
+	vocab := flag.Int("vocab", 32000, "vocab_size")
+	dtype := flag.String("dtype", "F32", "stored dtype: F32, F16 or BF16")
+	flag.Parse()
+	if *out == "" {
+		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint: -o is required")
+		os.Exit(2)
+	}
+	t := lmtest.LlamaShape(*hidden, *layers, *heads, *inter, *vocab)
+	t.DType = safetensors.DType(*dtype)
+	if err := t.Write(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint:", err)
+		os.Exit(1)
+	}
+}
