@@ -1,0 +1,269 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tputool/tputool/loader/config"
+)
+
+// Text describes the language model of a transformers checkpoint (the
+// text_config of a multimodal wrapper).
+type Text struct {
+	Layers       int `json:"layers"`
+	Hidden       int `json:"hidden_size"`
+	Intermediate int `json:"intermediate_size,omitempty"`
+	Heads        int `json:"attention_heads"`
+	KVHeads      int `json:"kv_heads"`
+	HeadDim      int `json:"head_dim"`
+	Vocab        int `json:"vocab_size"`
+	MaxPositions int `json:"max_position_embeddings,omitempty"`
+	// TiedEmbeddings is tie_word_embeddings, nil when the config is silent.
+	TiedEmbeddings *bool `json:"tie_word_embeddings,omitempty"`
+
+	// Layer kinds: full attention keeps a KV cache for the whole context,
+	// sliding attention for SlidingWindow tokens, linear attention a fixed
+	// recurrent state.
+	FullAttentionLayers    int              `json:"full_attention_layers"`
+	SlidingAttentionLayers int              `json:"sliding_attention_layers,omitempty"`
+	LinearAttentionLayers  int              `json:"linear_attention_layers,omitempty"`
+	SlidingWindow          int              `json:"sliding_window,omitempty"`
+	Linear                 *LinearAttention `json:"linear_attention,omitempty"`
+	MoE                    *MoE             `json:"moe,omitempty"`
+}
+
+// LinearAttention holds the gated-delta-net dimensions of hybrid models
+// (Qwen3-Next, Qwen3.5).
+type LinearAttention struct {
+	KeyHeads     int `json:"key_heads"`
+	ValueHeads   int `json:"value_heads"`
+	KeyHeadDim   int `json:"key_head_dim"`
+	ValueHeadDim int `json:"value_head_dim"`
+	ConvKernel   int `json:"conv_kernel"`
+}
+
+// MoE holds the mixture-of-experts settings.
+type MoE struct {
+	Experts            int `json:"experts"`
+	ExpertsPerToken    int `json:"experts_per_token"`
+	ExpertIntermediate int `json:"moe_intermediate_size,omitempty"`
+	SharedExperts      int `json:"shared_experts,omitempty"`
+	SharedIntermediate int `json:"shared_expert_intermediate_size,omitempty"`
+}
+
+// fields reads config values by any of several names, as the spellings
+// differ between architectures (GPT-2's n_layer, Llama's
+// num_hidden_layers).
+type fields map[string]json.RawMessage
+
+func (f fields) int(names ...string) (int, bool) {
+	for _, n := range names {
+		raw, ok := f[n]
+		if !ok {
+			continue
+		}
+		var v *float64
+		if json.Unmarshal(raw, &v) == nil && v != nil && *v == float64(int(*v)) {
+			return int(*v), true
+		}
+	}
+	return 0, false
+}
+
+func (f fields) bool(name string) (*bool, bool) {
+	raw, ok := f[name]
+	if !ok {
+		return nil, false
+	}
+	var v *bool
+	if json.Unmarshal(raw, &v) != nil || v == nil {
+		return nil, false
+	}
+	return v, true
+}
+
+func (f fields) strings(name string) []string {
+	var v []string
+	if raw, ok := f[name]; ok {
+		json.Unmarshal(raw, &v)
+	}
+	return v
+}
+
+// TextConfig extracts the language-model dimensions from a config.json,
+// preferring text_config for multimodal wrappers. Defaults follow
+// transformers: KV heads default to the attention heads, head_dim to
+// hidden/heads, every layer to full attention.
+func TextConfig(m *config.Model) (*Text, error) {
+	src := m
+	if m.Text != nil {
+		src = m.Text
+	}
+	f := fields(src.Raw)
+	t := &Text{}
+	var ok bool
+	if t.Layers, ok = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers"); !ok || t.Layers <= 0 {
+		return nil, fmt.Errorf("%s: no num_hidden_layers (or n_layer) in the config", m.Path)
+	}
+	if t.Hidden, ok = f.int("hidden_size", "n_embd", "d_model", "dim"); !ok || t.Hidden <= 0 {
+		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
+	}
+	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
+		return nil, fmt.Errorf("%s: no num_attention_heads (or n_head) in the config", m.Path)
+	}
+	t.KVHeads, ok = f.int("num_key_value_heads", "n_kv_heads", "num_kv_heads")
+	if !ok || t.KVHeads <= 0 {
+		t.KVHeads = t.Heads
+		if mq, ok := f.bool("multi_query"); ok && *mq {
+			t.KVHeads = 1
+		}
+	}
+	if t.HeadDim, ok = f.int("head_dim"); !ok || t.HeadDim <= 0 {
+		if t.Hidden%t.Heads != 0 {
+			return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is not set", m.Path, t.Hidden, t.Heads)
+		}
+		t.HeadDim = t.Hidden / t.Heads
+	}
+	t.Vocab, _ = f.int("vocab_size", "n_vocab", "padded_vocab_size")
+	if t.Vocab == 0 {
+		t.Vocab, _ = fields(m.Raw).int("vocab_size")
+	}
+	t.Intermediate, _ = f.int("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+	t.MaxPositions, _ = f.int("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")
+	if tied, ok := f.bool("tie_word_embeddings"); ok {
+		t.TiedEmbeddings = tied
+	} else if tied, ok := fields(m.Raw).bool("tie_word_embeddings"); ok {
+		t.TiedEmbeddings = tied
+	}
+	if err := t.layerKinds(f, m.Path); err != nil {
+		return nil, err
+	}
+	if t.LinearAttentionLayers > 0 {
+		la := &LinearAttention{}
+		la.KeyHeads, _ = f.int("linear_num_key_heads")
+		la.ValueHeads, _ = f.int("linear_num_value_heads")
+		la.KeyHeadDim, _ = f.int("linear_key_head_dim")
+		la.ValueHeadDim, _ = f.int("linear_value_head_dim")
+		la.ConvKernel, _ = f.int("linear_conv_kernel_dim")
+		if la.KeyHeads <= 0 || la.ValueHeads <= 0 || la.KeyHeadDim <= 0 || la.ValueHeadDim <= 0 || la.ConvKernel <= 0 {
+			return nil, fmt.Errorf("%s: %d linear_attention layers but linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim and linear_conv_kernel_dim are not all set", m.Path, t.LinearAttentionLayers)
+		}
+		t.Linear = la
+	}
+	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
+		moe := &MoE{Experts: n}
+		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k")
+		moe.ExpertIntermediate, _ = f.int("moe_intermediate_size")
+		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts")
+		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")
+		if moe.ExpertsPerToken <= 0 || moe.ExpertsPerToken > n {
+			return nil, fmt.Errorf("%s: %d experts but num_experts_per_tok is %d", m.Path, n, moe.ExpertsPerToken)
+		}
+		t.MoE = moe
+	}
+	return t, nil
+}
+
+// layerKinds counts full, sliding and linear attention layers from
+// layer_types, or from full_attention_interval (early Qwen3-Next configs),
+// or a model-wide sliding_window.
+func (t *Text) layerKinds(f fields, path string) error {
+	window, _ := f.int("sliding_window")
+	if types := f.strings("layer_types"); len(types) > 0 {
+		if len(types) != t.Layers {
+			return fmt.Errorf("%s: layer_types has %d entries for %d layers", path, len(types), t.Layers)
+		}
+		for i, lt := range types {
+			switch lt {
+			case "full_attention", "attention", "global_attention":
+				t.FullAttentionLayers++
+			case "sliding_attention", "local_attention", "chunked_attention":
+				t.SlidingAttentionLayers++
+			case "linear_attention":
+				t.LinearAttentionLayers++
+			default:
+				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention or linear_attention)", path, i, lt)
+			}
+		}
+		if t.SlidingAttentionLayers > 0 {
+			if window <= 0 {
+				window, _ = f.int("attention_chunk_size")
+			}
+			if window <= 0 {
+				return fmt.Errorf("%s: sliding_attention layers without a sliding_window", path)
+			}
+			t.SlidingWindow = window
+		}
+		return nil
+	}
+	if every, ok := f.int("full_attention_interval"); ok && every > 0 {
+		for i := 0; i < t.Layers; i++ {
+			if (i+1)%every == 0 {
+				t.FullAttentionLayers++
+			} else {
+				t.LinearAttentionLayers++
+			}
+		}
+		return nil
+	}
+	use, set := f.bool("use_sliding_window")
+	if window > 0 && (!set || *use) {
+		t.SlidingAttentionLayers, t.SlidingWindow = t.Layers, window
+		return nil
+	}
+	t.FullAttentionLayers = t.Layers
+	return nil
+}
+
+// State is the per-sequence memory a model keeps while generating.
+type State struct {
+	// KVCache is the keys and values of full and sliding attention layers.
+	KVCache int64 `json:"kv_cache_bytes"`
+	// Recurrent is the fixed state of linear attention layers: the causal
+	// convolution's window over [q, k, v] channels and the
+	// [value_heads, key_head_dim, value_head_dim] delta-rule matrix, both
+	// float32, per layer and sequence.
+	Recurrent int64 `json:"recurrent_state_bytes"`
+}
+
+// Total is KVCache + Recurrent.
+func (s State) Total() int64 { return s.KVCache + s.Recurrent }
+
+// StateBytes computes the generation state for batch sequences of context
+// tokens, with KV entries of kvBytes bytes each.
+func (t *Text) StateBytes(batch, context, kvBytes int) State {
+	b, ctx, e := int64(batch), int64(context), int64(kvBytes)
+	perToken := 2 * int64(t.KVHeads) * int64(t.HeadDim) * e // K and V
+	var s State
+	s.KVCache = int64(t.FullAttentionLayers) * b * ctx * perToken
+	if t.SlidingAttentionLayers > 0 {
+		s.KVCache += int64(t.SlidingAttentionLayers) * b * min(ctx, int64(t.SlidingWindow)) * perToken
+	}
+	if la := t.Linear; la != nil && t.LinearAttentionLayers > 0 {
+		keyDim := int64(la.KeyHeads) * int64(la.KeyHeadDim)
+		valueDim := int64(la.ValueHeads) * int64(la.ValueHeadDim)
+		conv := (2*keyDim + valueDim) * int64(la.ConvKernel)
+		matrix := int64(la.ValueHeads) * int64(la.KeyHeadDim) * int64(la.ValueHeadDim)
+		s.Recurrent = int64(t.LinearAttentionLayers) * b * (conv + matrix) * 4
+	}
+	return s
+}
+
+// dtypeBytes maps a --dtype value to its size; "" and "auto" mean the
+// checkpoint's own dtypes (0).
+func dtypeBytes(d string) (int, string, error) {
+	switch strings.ToLower(d) {
+	case "", "auto":
+		return 0, "auto", nil
+	case "bf16", "bfloat16":
+		return 2, "bf16", nil
+	case "f16", "fp16", "float16", "half":
+		return 2, "f16", nil
+	case "f32", "fp32", "float32", "float":
+		return 4, "f32", nil
+	case "f8", "fp8", "float8", "f8_e4m3", "f8_e5m2":
+		return 1, "fp8", nil
+	}
+	return 0, "", fmt.Errorf("dtype %q: want bf16, f16, f32, fp8 or auto", d)
+}

@@ -1,0 +1,502 @@
+// Package inspect computes what `tputool inspect` reports about a
+// checkpoint: architecture, parameters by dtype (from safetensors headers,
+// local or read over HTTP Range), shards, the memory for weights plus KV
+// cache or recurrent state at a batch size and context length, MoE total vs
+// active parameters, the text-only path of multimodal checkpoints, the
+// components of diffusers pipelines, and the smallest TPU slice of each
+// generation that holds the model (tpu.FitAll).
+//
+// It only computes; cmd/inspect.go renders the Report.
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/tpu"
+)
+
+// Defaults for Options left at zero.
+const (
+	DefaultBatch   = 1
+	DefaultContext = 4096
+	DefaultDType   = "bf16"
+)
+
+// Options sets the serving scenario the memory estimate is for.
+type Options struct {
+	// Batch is the number of sequences served at once (default 1).
+	Batch int
+	// Context is the tokens per sequence (prompt + output, default 4096).
+	Context int
+	// DType is the dtype weights and KV cache run in: bf16 (default), f16,
+	// f32, fp8, or auto for the checkpoint's own dtypes (KV cache then bf16).
+	DType string
+	// Headroom is the fit's margin; 0 means tpu.DefaultHeadroom.
+	Headroom float64
+	// Fit computes the fit table; nil means tpu.FitAll.
+	Fit func(tpu.FitRequest) ([]tpu.FitResult, error)
+	// Parallel bounds concurrent remote header reads (default 8).
+	Parallel int
+}
+
+// Report is the result of Run; its JSON form is `inspect --json`.
+type Report struct {
+	Model  string `json:"model"`
+	Dir    string `json:"dir"`
+	Commit string `json:"commit,omitempty"`
+	Kind   string `json:"kind"`
+	// Source says where the headers came from: "local" (a directory),
+	// "cache" (downloaded weights) or "remote" (HTTP Range reads; no
+	// weights downloaded).
+	Source string `json:"source"`
+
+	Architecture string `json:"architecture,omitempty"`
+	ModelType    string `json:"model_type,omitempty"`
+	// ClassName is a diffusers pipeline's _class_name.
+	ClassName string `json:"class_name,omitempty"`
+	Text      *Text  `json:"text,omitempty"`
+
+	Params     Params      `json:"parameters"`
+	Files      []File      `json:"files"`
+	Components []Component `json:"components,omitempty"`
+	// Skipped groups tensors the text-only path does not load.
+	Skipped []SkippedGroup `json:"skipped,omitempty"`
+
+	Memory Memory          `json:"memory"`
+	Fit    []tpu.FitResult `json:"fit"`
+	Notes  []string        `json:"notes,omitempty"`
+}
+
+// DTypeCount is parameters and bytes of one dtype.
+type DTypeCount struct {
+	DType  string `json:"dtype"`
+	Params int64  `json:"params"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Params sums the tensors of the checkpoint.
+type Params struct {
+	// Total counts every tensor in the files.
+	Total   int64        `json:"total"`
+	Tensors int          `json:"tensors"`
+	ByDType []DTypeCount `json:"by_dtype"`
+	// Bytes is the tensor data; FileBytes adds the headers.
+	Bytes     int64 `json:"bytes"`
+	FileBytes int64 `json:"file_bytes"`
+	// Used counts the tensors tputool loads: Total less Skipped.
+	Used int64 `json:"used"`
+	// Active is, for MoE models, the parameters one token goes through:
+	// everything but the experts, plus experts_per_token/experts of them.
+	Active int64 `json:"active,omitempty"`
+	// Experts counts the routed-expert parameters (MoE only).
+	Experts int64 `json:"experts,omitempty"`
+}
+
+// File is one safetensors file.
+type File struct {
+	Name    string `json:"name"`
+	Size    int64  `json:"size"`
+	Tensors int    `json:"tensors"`
+	Params  int64  `json:"params"`
+	// Remote is set when the header was read over HTTP.
+	Remote bool `json:"remote,omitempty"`
+}
+
+// Component is one part of a diffusers pipeline.
+type Component struct {
+	Name    string       `json:"name"`
+	Library string       `json:"library"`
+	Class   string       `json:"class"`
+	Params  int64        `json:"params"`
+	Bytes   int64        `json:"bytes"`
+	ByDType []DTypeCount `json:"by_dtype,omitempty"`
+	Files   []string     `json:"files,omitempty"`
+}
+
+// SkippedGroup is a set of tensors outside the text-only path.
+type SkippedGroup struct {
+	Kind    string `json:"kind"` // vision, audio, mtp
+	Tensors int    `json:"tensors"`
+	Params  int64  `json:"params"`
+}
+
+// Memory is the estimate the fit table uses.
+type Memory struct {
+	DType   string `json:"dtype"`
+	Batch   int    `json:"batch"`
+	Context int    `json:"context"`
+	// Weights is the used parameters in DType (integer tensors keep their
+	// size).
+	Weights int64 `json:"weights_bytes"`
+	State
+	// Total is Weights + KVCache + Recurrent, before headroom.
+	Total int64 `json:"total_bytes"`
+}
+
+// Run inspects a resolved model. Weight files that are not on disk are read
+// over HTTP Range (only their headers).
+func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
+	if opts.Batch == 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Context == 0 {
+		opts.Context = DefaultContext
+	}
+	if opts.DType == "" {
+		opts.DType = DefaultDType
+	}
+	if opts.Batch < 0 || opts.Context < 0 {
+		return nil, errs.Usagef("--batch %d and --context %d must be positive", opts.Batch, opts.Context)
+	}
+	elem, dtypeName, err := dtypeBytes(opts.DType)
+	if err != nil {
+		return nil, errs.Usagef("--dtype: %v", err)
+	}
+	r := &Report{Model: m.Name(), Dir: m.Dir, Commit: m.Commit, Kind: string(m.Kind)}
+	switch {
+	case m.Local():
+		r.Source = "local"
+	default:
+		r.Source = "cache"
+	}
+
+	weights, err := m.AllWeights()
+	if err != nil {
+		return nil, err
+	}
+	headers, err := readHeaders(ctx, m, weights, opts.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range weights {
+		for _, f := range w.Files {
+			h := headers[f]
+			r.Files = append(r.Files, File{Name: f, Size: h.size, Tensors: len(h.Tensors), Params: sumParams(h.Tensors), Remote: h.remote})
+			if h.remote {
+				r.Source = "remote"
+			}
+		}
+		if w.Index != "" {
+			r.Notes = append(r.Notes, checkIndexTotal(m, w, headers)...)
+		}
+	}
+
+	var tensors []safetensors.TensorInfo
+	for _, f := range r.Files {
+		tensors = append(tensors, headers[f.Name].Tensors...)
+		r.Params.FileBytes += f.Size
+	}
+	r.Params.Tensors = len(tensors)
+
+	var kvElem int
+	switch m.Kind {
+	case loader.Diffusers:
+		r.ClassName = m.Index.ClassName
+		r.Components = components(m, weights, headers)
+		r.Params.summarize(tensors, nil)
+		r.Memory.Weights = weightBytes(tensors, nil, elem)
+	default:
+		cfg := m.Config
+		r.Architecture, r.ModelType = cfg.Architecture(), cfg.ModelType
+		if cfg.Text != nil && cfg.Text.ModelType != "" {
+			r.ModelType = cfg.ModelType + " (text: " + cfg.Text.ModelType + ")"
+		}
+		text, err := TextConfig(cfg)
+		if err != nil {
+			return nil, errs.Unsupportedf("%s: %v", m.Name(), err)
+		}
+		r.Text = text
+		multimodal := cfg.Text != nil || cfg.Has("vision_config") || cfg.Has("audio_config")
+		skip := func(name string) string { return skipKind(name, multimodal) }
+		r.Params.summarize(tensors, skip)
+		r.Skipped = skippedGroups(tensors, skip)
+		if len(r.Skipped) > 0 {
+			var parts []string
+			for _, g := range r.Skipped {
+				parts = append(parts, fmt.Sprintf("%d %s tensors (%s params)", g.Tensors, g.Kind, HumanCount(g.Params)))
+			}
+			r.Notes = append(r.Notes, "text-only path: "+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
+		}
+		if text.MoE != nil {
+			r.Params.moe(tensors, skip, text.MoE)
+			if r.Params.Experts == 0 {
+				r.Notes = append(r.Notes, "the config declares experts but no tensor name contains \".experts.\"; active parameters not computed")
+			}
+		}
+		r.Memory.Weights = weightBytes(tensors, skip, elem)
+		kvElem = elem
+		if kvElem == 0 {
+			kvElem = 2 // auto: the KV cache runs in bf16
+		}
+		r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
+		if text.MaxPositions > 0 && opts.Context > text.MaxPositions {
+			r.Notes = append(r.Notes, fmt.Sprintf("--context %d exceeds max_position_embeddings %d", opts.Context, text.MaxPositions))
+		}
+	}
+	r.Memory.DType, r.Memory.Batch, r.Memory.Context = dtypeName, opts.Batch, opts.Context
+	r.Memory.Total = r.Memory.Weights + r.Memory.State.Total()
+
+	fit := opts.Fit
+	if fit == nil {
+		fit = tpu.FitAll
+	}
+	req := tpu.FitRequest{WeightBytes: r.Memory.Weights, StateBytes: r.Memory.State.Total(), Headroom: opts.Headroom}
+	if r.Text != nil {
+		req.NumHeads, req.NumKVHeads = r.Text.Heads, r.Text.KVHeads
+	}
+	if r.Fit, err = fit(req); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+type header struct {
+	*safetensors.Header
+	size   int64
+	remote bool
+}
+
+// readHeaders reads every weight file's header, remote ones in parallel.
+func readHeaders(ctx context.Context, m *loader.Model, weights []loader.Weights, parallel int) (map[string]header, error) {
+	if parallel <= 0 {
+		parallel = 8
+	}
+	var files []string
+	for _, w := range weights {
+		files = append(files, w.Files...)
+	}
+	out := make(map[string]header, len(files))
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+	)
+	sem := make(chan struct{}, parallel)
+	for _, f := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(f string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			local := fileExists(m.Path(f))
+			h, size, err := m.ReadHeader(ctx, f)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			out[f] = header{Header: h, size: size, remote: !local}
+		}(f)
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+func sumParams(ts []safetensors.TensorInfo) int64 {
+	var n int64
+	for _, t := range ts {
+		n += t.NumElements()
+	}
+	return n
+}
+
+// summarize fills totals and the dtype breakdown; skip (may be nil) names
+// the tensors outside the used path.
+func (p *Params) summarize(ts []safetensors.TensorInfo, skip func(string) string) {
+	p.ByDType = byDType(ts)
+	for _, t := range ts {
+		n := t.NumElements()
+		p.Total += n
+		p.Bytes += t.NumBytes()
+		if skip == nil || skip(t.Name) == "" {
+			p.Used += n
+		}
+	}
+}
+
+// moe splits the used parameters into routed experts and the rest.
+func (p *Params) moe(ts []safetensors.TensorInfo, skip func(string) string, moe *MoE) {
+	var experts int64
+	for _, t := range ts {
+		if skip(t.Name) == "" && isExpert(t.Name) {
+			experts += t.NumElements()
+		}
+	}
+	if experts == 0 {
+		return
+	}
+	p.Experts = experts
+	p.Active = p.Used - experts + experts*int64(moe.ExpertsPerToken)/int64(moe.Experts)
+}
+
+// isExpert reports whether a tensor belongs to a routed expert:
+// "mlp.experts.3.up_proj.weight", fused "mlp.experts.gate_up_proj",
+// Mixtral's "block_sparse_moe.experts.0.w1.weight". Shared experts
+// ("shared_expert.", "shared_experts.") and routers are not.
+func isExpert(name string) bool { return strings.Contains(name, ".experts.") }
+
+func byDType(ts []safetensors.TensorInfo) []DTypeCount {
+	m := map[string]*DTypeCount{}
+	for _, t := range ts {
+		d := string(t.DType)
+		if m[d] == nil {
+			m[d] = &DTypeCount{DType: d}
+		}
+		m[d].Params += t.NumElements()
+		m[d].Bytes += t.NumBytes()
+	}
+	out := make([]DTypeCount, 0, len(m))
+	for _, c := range m {
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Params != out[j].Params {
+			return out[i].Params > out[j].Params
+		}
+		return out[i].DType < out[j].DType
+	})
+	return out
+}
+
+// weightBytes is the memory of the used tensors with floating-point ones
+// converted to elem bytes (elem 0: as stored).
+func weightBytes(ts []safetensors.TensorInfo, skip func(string) string, elem int) int64 {
+	var n int64
+	for _, t := range ts {
+		if skip != nil && skip(t.Name) != "" {
+			continue
+		}
+		if elem > 0 && t.DType.IsFloat() {
+			n += t.NumElements() * int64(elem)
+		} else {
+			n += t.NumBytes()
+		}
+	}
+	return n
+}
+
+// Tensor name prefixes of the parts a text-only path skips.
+var skipPrefixes = []struct{ prefix, kind string }{
+	{"visual.", "vision"}, {"vision_tower.", "vision"}, {"vision_model.", "vision"},
+	{"vision_encoder.", "vision"}, {"multi_modal_projector.", "vision"}, {"mm_projector.", "vision"},
+	{"embed_vision.", "vision"}, {"image_newline", "vision"}, {"vision_embed_tokens.", "vision"},
+	{"audio_tower.", "audio"}, {"audio_model.", "audio"}, {"embed_audio.", "audio"}, {"audio_encoder.", "audio"},
+	{"mtp.", "mtp"},
+}
+
+// skipKind says why a tensor is outside the text-only path ("" when it is
+// used). Vision and audio towers are recognised at the top level or under
+// "model."; multi-token-prediction ("mtp.") layers are skipped always, as
+// transformers does.
+func skipKind(name string, multimodal bool) string {
+	n := strings.TrimPrefix(name, "model.")
+	for _, s := range skipPrefixes {
+		if strings.HasPrefix(n, s.prefix) && (multimodal || s.kind == "mtp") {
+			return s.kind
+		}
+	}
+	return ""
+}
+
+func skippedGroups(ts []safetensors.TensorInfo, skip func(string) string) []SkippedGroup {
+	m := map[string]*SkippedGroup{}
+	var kinds []string
+	for _, t := range ts {
+		k := skip(t.Name)
+		if k == "" {
+			continue
+		}
+		if m[k] == nil {
+			m[k] = &SkippedGroup{Kind: k}
+			kinds = append(kinds, k)
+		}
+		m[k].Tensors++
+		m[k].Params += t.NumElements()
+	}
+	sort.Strings(kinds)
+	var out []SkippedGroup
+	for _, k := range kinds {
+		out = append(out, *m[k])
+	}
+	return out
+}
+
+func components(m *loader.Model, weights []loader.Weights, headers map[string]header) []Component {
+	byName := map[string]loader.Weights{}
+	for _, w := range weights {
+		byName[w.Component] = w
+	}
+	var out []Component
+	for _, c := range m.Index.Components {
+		comp := Component{Name: c.Name, Library: c.Library, Class: c.Class}
+		if w, ok := byName[c.Name]; ok {
+			var ts []safetensors.TensorInfo
+			for _, f := range w.Files {
+				ts = append(ts, headers[f].Tensors...)
+				comp.Files = append(comp.Files, path.Base(f))
+			}
+			comp.Params = sumParams(ts)
+			for _, t := range ts {
+				comp.Bytes += t.NumBytes()
+			}
+			comp.ByDType = byDType(ts)
+		}
+		out = append(out, comp)
+	}
+	return out
+}
+
+// checkIndexTotal compares the index's metadata.total_size with the tensor
+// bytes in the shards.
+func checkIndexTotal(m *loader.Model, w loader.Weights, headers map[string]header) []string {
+	idx, err := safetensors.ReadIndex(m.Path(w.Index))
+	if err != nil {
+		return nil
+	}
+	want, ok := idx.Metadata["total_size"].(float64)
+	if !ok {
+		return nil
+	}
+	var got int64
+	for _, f := range w.Files {
+		for _, t := range headers[f].Tensors {
+			got += t.NumBytes()
+		}
+	}
+	if int64(want) != got {
+		return []string{fmt.Sprintf("%s: metadata.total_size is %d but the shards hold %d tensor bytes", w.Index, int64(want), got)}
+	}
+	return nil
+}
+
+// HumanCount formats a parameter count: 1.5B, 350M, 12.3K.
+func HumanCount(n int64) string {
+	switch {
+	case n >= 1e12:
+		return fmt.Sprintf("%.2fT", float64(n)/1e12)
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
