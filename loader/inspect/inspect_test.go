@@ -65,8 +65,8 @@ func hybridTensors() (shard1, shard2 []spec) {
 		{"model.language_model.embed_tokens.weight", bf, []int{32, 16}}, // 512
 		{"lm_head.weight", bf, []int{32, 16}},                           // 512
 		{"model.language_model.norm.weight", f32, []int{16}},            // 16
-		{"model.visual.blocks.0.attn.qkv.weight", bf, []int{48, 16}},     // 768 vision
-		{"model.visual.patch_embed.proj.weight", f32, []int{16, 12}},     // 192 vision
+		{"model.visual.blocks.0.attn.qkv.weight", bf, []int{48, 16}},    // 768 vision
+		{"model.visual.patch_embed.proj.weight", f32, []int{16, 12}},    // 192 vision
 		{"mtp.fc.weight", bf, []int{16, 32}},                            // 512 mtp
 	}
 	for i := 0; i < 4; i++ {
