@@ -81,6 +81,8 @@ type StepOptions struct {
 	SChurn, STMin, STMax, SNoise float64
 	// VarianceNoise, when non-nil, is used instead of drawing noise.
 	VarianceNoise []float32
+	// PrevTimestep is UnCLIP's prev_timestep (nil: t - 1).
+	PrevTimestep *float64
 }
 
 // OptionStepper is implemented by schedulers whose step() has options.

@@ -252,9 +252,9 @@ func (s *dpmSinglestep) secondOrder(c dpmStepCtx, i int, m0, m1, noise []float32
 		return nil, fmt.Errorf("second-order step at index %d", i)
 	}
 	sigT, sig0, sig1 := s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1]
-	aT, sT := alphaSigmaT(sigT, c.flow)
-	a0, s0 := alphaSigmaT(sig0, c.flow)
-	a1, s1 := alphaSigmaT(sig1, c.flow)
+	aT, sT := c.alphaSigma(sigT)
+	a0, s0 := c.alphaSigma(sig0)
+	a1, s1 := c.alphaSigma(sig1)
 	lT, l0, l1 := lambdaOf(aT, sT), lambdaOf(a0, s0), lambdaOf(a1, s1)
 	h, h0 := lT-l1, l0-l1
 	r0 := h0 / h
@@ -272,10 +272,10 @@ func (s *dpmSinglestep) thirdOrder(c dpmStepCtx, i int, m0, m1, m2, noise []floa
 		return nil, fmt.Errorf("third-order step at index %d", i)
 	}
 	sigT, sig0, sig1, sig2 := s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1], s.sigmas[i-2]
-	aT, sT := alphaSigmaT(sigT, c.flow)
-	a0, s0 := alphaSigmaT(sig0, c.flow)
-	a1, s1 := alphaSigmaT(sig1, c.flow)
-	a2, s2 := alphaSigmaT(sig2, c.flow)
+	aT, sT := c.alphaSigma(sigT)
+	a0, s0 := c.alphaSigma(sig0)
+	a1, s1 := c.alphaSigma(sig1)
+	a2, s2 := c.alphaSigma(sig2)
 	lT, l0, l1, l2 := lambdaOf(aT, sT), lambdaOf(a0, s0), lambdaOf(a1, s1), lambdaOf(a2, s2)
 	h, h0, h1 := lT-l2, l0-l2, l1-l2
 	r0, r1 := h0/h, h1/h

@@ -65,7 +65,10 @@ func readDPMCommon(r *cfgReader, rescale bool, allowed []string) dpmCommon {
 	for i, a := range d.acp {
 		d.lambdaT[i] = log32(sqrt32(a)) - log32(sqrt32(1-a))
 	}
-	d.solverOrder = r.int("solver_order")
+	d.solverOrder = 1
+	if _, ok := r.cfg["solver_order"]; ok {
+		d.solverOrder = r.int("solver_order")
+	}
 	d.prediction = r.str("prediction_type")
 	d.thresholding = r.bool("thresholding")
 	d.threshRatio = r.float("dynamic_thresholding_ratio")
@@ -324,12 +327,20 @@ func minus(c float32, x []float32) term { return term{c: c, x: x, neg: true} }
 type dpmStepCtx struct {
 	algorithm, solverType string
 	flow                  bool
+	edm                   bool // EDM: alpha_t = 1, sigma_t = sigma
+}
+
+func (c dpmStepCtx) alphaSigma(sigma float32) (float32, float32) {
+	if c.edm {
+		return 1, sigma
+	}
+	return alphaSigmaT(sigma, c.flow)
 }
 
 // dpmFirstOrder is dpm_solver_first_order_update from sigma_s to sigma_t.
 func (c dpmStepCtx) firstOrder(sigmaT, sigmaS float32, m, sample, noise []float32) ([]float32, error) {
-	alphaT, sT := alphaSigmaT(sigmaT, c.flow)
-	alphaS, sS := alphaSigmaT(sigmaS, c.flow)
+	alphaT, sT := c.alphaSigma(sigmaT)
+	alphaS, sS := c.alphaSigma(sigmaS)
 	h := lambdaOf(alphaT, sT) - lambdaOf(alphaS, sS)
 	n := len(sample)
 	switch c.algorithm {
@@ -349,9 +360,9 @@ func (c dpmStepCtx) firstOrder(sigmaT, sigmaS float32, m, sample, noise []float3
 // secondOrder is multistep_dpm_solver_second_order_update with m0 the
 // latest model output (at sigmaS0) and m1 the previous one (at sigmaS1).
 func (c dpmStepCtx) secondOrder(sigmaT, sigmaS0, sigmaS1 float32, m0, m1, sample, noise []float32) ([]float32, error) {
-	alphaT, sT := alphaSigmaT(sigmaT, c.flow)
-	alphaS0, sS0 := alphaSigmaT(sigmaS0, c.flow)
-	alphaS1, sS1 := alphaSigmaT(sigmaS1, c.flow)
+	alphaT, sT := c.alphaSigma(sigmaT)
+	alphaS0, sS0 := c.alphaSigma(sigmaS0)
+	alphaS1, sS1 := c.alphaSigma(sigmaS1)
 	lT, lS0, lS1 := lambdaOf(alphaT, sT), lambdaOf(alphaS0, sS0), lambdaOf(alphaS1, sS1)
 	h, h0 := lT-lS0, lS0-lS1
 	r0 := h0 / h
@@ -367,8 +378,8 @@ func (c dpmStepCtx) secondOrder(sigmaT, sigmaS0, sigmaS1 float32, m0, m1, sample
 // step h in log-SNR and the finite differences D0, D1 (shared by the
 // multistep and singlestep solvers).
 func (c dpmStepCtx) secondCore(sigmaT, sigmaFrom, h float32, d0, d1, sample, noise []float32) ([]float32, error) {
-	alphaT, sT := alphaSigmaT(sigmaT, c.flow)
-	alphaF, sF := alphaSigmaT(sigmaFrom, c.flow)
+	alphaT, sT := c.alphaSigma(sigmaT)
+	alphaF, sF := c.alphaSigma(sigmaFrom)
 	n := len(sample)
 	switch c.algorithm {
 	case "dpmsolver++":
@@ -403,10 +414,10 @@ func (c dpmStepCtx) secondCore(sigmaT, sigmaFrom, h float32, d0, d1, sample, noi
 
 // thirdOrder is multistep_dpm_solver_third_order_update.
 func (c dpmStepCtx) thirdOrder(sigmaT, sigmaS0, sigmaS1, sigmaS2 float32, m0, m1, m2, sample, noise []float32) ([]float32, error) {
-	alphaT, sT := alphaSigmaT(sigmaT, c.flow)
-	alphaS0, sS0 := alphaSigmaT(sigmaS0, c.flow)
-	alphaS1, sS1 := alphaSigmaT(sigmaS1, c.flow)
-	alphaS2, sS2 := alphaSigmaT(sigmaS2, c.flow)
+	alphaT, sT := c.alphaSigma(sigmaT)
+	alphaS0, sS0 := c.alphaSigma(sigmaS0)
+	alphaS1, sS1 := c.alphaSigma(sigmaS1)
+	alphaS2, sS2 := c.alphaSigma(sigmaS2)
 	lT, lS0, lS1, lS2 := lambdaOf(alphaT, sT), lambdaOf(alphaS0, sS0), lambdaOf(alphaS1, sS1), lambdaOf(alphaS2, sS2)
 	h, h0, h1 := lT-lS0, lS0-lS1, lS1-lS2
 	r0, r1 := h0/h, h1/h

@@ -31,6 +31,16 @@ var registry = map[string]factory{
 	"TCDScheduler":                       newLCM,
 	"FlowMatchEulerDiscreteScheduler":    newFlowMatch,
 	"FlowMatchHeunDiscreteScheduler":     newFlowMatch,
+	"KDPM2DiscreteScheduler":             newKDPM2,
+	"KDPM2AncestralDiscreteScheduler":    newKDPM2,
+	"EDMEulerScheduler":                  newEDMEuler,
+	"EDMDPMSolverMultistepScheduler":     newEDMDPM,
+	"CMStochasticIterativeScheduler":     newConsistency,
+	"IPNDMScheduler":                     newIPNDM,
+	"UnCLIPScheduler":                    newUnCLIP,
+	"ScoreSdeVeScheduler":                newScoreSdeVe,
+	"FlowMapEulerDiscreteScheduler":      newFlowMap,
+	"SASolverScheduler":                  newSASolver,
 }
 
 // Classes returns the diffusers class names New accepts, sorted.

@@ -525,7 +525,11 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 		n = *v.NumInferenceSteps
 	}
 	if strings.Contains(joined, "step_correct") {
-		return runScoreSdeVeLoop(s, n, shape, v)
+		sample, err := runScoreSdeVeLoopSample(s, n, shape, v)
+		if err != nil {
+			return err
+		}
+		return checkResult(t, v, sample)
 	}
 	// set_timesteps
 	for _, l := range lines {
@@ -585,6 +589,18 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 			return fmt.Errorf("add_noise: %w", err)
 		}
 	}
+	// A loop over a slice of the schedule without add_noise
+	// ("for t in scheduler.timesteps[3:]").
+	forSliceRe := regexp.MustCompile(`^for (?:i, )?t in (?:enumerate\()?scheduler\.timesteps\[(\d+):\]`)
+	for _, l := range lines {
+		if m := forSliceRe.FindStringSubmatch(l); m != nil && !strings.Contains(joined, "add_noise(") {
+			k, _ := strconv.Atoi(m[1])
+			if k > len(timesteps) {
+				return fmt.Errorf("slice start %d beyond %d timesteps", k, len(timesteps))
+			}
+			timesteps = timesteps[k:]
+		}
+	}
 	// How the loop uses scale_model_input.
 	reassign, separate := false, false
 	for _, l := range lines {
@@ -616,6 +632,7 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 			}
 		}
 	}
+	usePrev := strings.Contains(joined, "prev_timestep=")
 	passes := 0
 	for _, l := range lines {
 		if strings.HasPrefix(l, "for t in") || strings.HasPrefix(l, "for i, t in") {
@@ -637,7 +654,7 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 			}
 			si.ResetStepIndex()
 		}
-		for _, ts := range timesteps {
+		for ti, ts := range timesteps {
 			modelIn := sample
 			if reassign || separate {
 				scaled, err := s.ScaleModelInput(sample, ts)
@@ -651,12 +668,24 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 			}
 			out := dummyModel(modelIn, shape, []float64{ts})
 			var next []float32
-			if opts != nil {
+			stepOpts := opts
+			if usePrev {
+				o := StepOptions{}
+				if opts != nil {
+					o = *opts
+				}
+				if ti+1 < len(timesteps) {
+					p := timesteps[ti+1]
+					o.PrevTimestep = &p
+				}
+				stepOpts = &o
+			}
+			if stepOpts != nil {
 				os, ok := s.(OptionStepper)
 				if !ok {
 					return fmt.Errorf("%s takes no step options", s.Name())
 				}
-				next, err = os.StepWithOptions(out, ts, sample, shape, gen, *opts)
+				next, err = os.StepWithOptions(out, ts, sample, shape, gen, *stepOpts)
 			} else {
 				next, err = s.Step(out, ts, sample, shape, gen)
 			}
@@ -1138,7 +1167,48 @@ func runScalar(t *testing.T, v *vector) error {
 	return nil
 }
 
-// ScoreSdeVe's predictor-corrector loop.
-func runScoreSdeVeLoop(s Scheduler, n int, shape []int, v *vector) error {
-	return skipf("score-SDE loop not wired yet")
+// scoreSdeVe's predictor-corrector loop (step_correct then step_pred, the
+// model evaluated at sigma_t = scheduler.sigmas[i]).
+type predictorCorrector interface {
+	SetSigmas(n int)
+	CorrectSteps() int
+	StepCorrect(modelOutput, sample []float32, shape []int, gen *torchrand.Generator) ([]float32, error)
+	SigmaProvider
+}
+
+func runScoreSdeVeLoopSample(s Scheduler, n int, shape []int, v *vector) ([]float32, error) {
+	pc, ok := s.(predictorCorrector)
+	if !ok {
+		return nil, fmt.Errorf("%s has no step_correct", s.Name())
+	}
+	setRe := regexp.MustCompile(`scheduler\.(set_sigmas|set_timesteps)\(([^)]*)\)`)
+	for _, l := range v.Loop {
+		for _, m := range setRe.FindAllStringSubmatch(code(l), -1) {
+			k, err := evalInt(m[2], map[string]int{"N": n})
+			if err != nil {
+				return nil, err
+			}
+			if m[1] == "set_sigmas" {
+				pc.SetSigmas(k)
+			} else if err := s.SetTimesteps(k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	gen := torchrand.NewGenerator(0)
+	sample := dummySample(shape, false)
+	sigmas := pc.Sigmas()
+	for i, t := range s.Timesteps() {
+		sigmaT := []float64{sigmas[i]}
+		var err error
+		for k := 0; k < pc.CorrectSteps(); k++ {
+			if sample, err = pc.StepCorrect(dummyModel(sample, shape, sigmaT), sample, shape, gen); err != nil {
+				return nil, err
+			}
+		}
+		if sample, err = s.Step(dummyModel(sample, shape, sigmaT), t, sample, shape, gen); err != nil {
+			return nil, err
+		}
+	}
+	return sample, nil
 }
