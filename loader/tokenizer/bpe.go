@@ -21,6 +21,7 @@ type bpeModel struct {
 	vocab       map[string]int // lookup keys (raw bytes in byteMode)
 	merges      map[uint64]mergeInfo
 	unk         int // -1 when unset
+	unkMissing  string
 	fuseUnk     bool
 	byteFB      bool
 	ignoreMerge bool
@@ -56,11 +57,13 @@ func buildBPE(c *component, vocab map[string]int) (*bpeModel, error) {
 		return nil, err
 	}
 	if unk != "" {
-		id, ok := vocab[unk]
-		if !ok {
-			return nil, fmt.Errorf("%s.unk_token: %q is not in the vocabulary", c.where, unk)
+		// As in tokenizers, a missing unk token is an error only when an
+		// unknown character needs it.
+		if id, ok := vocab[unk]; ok {
+			m.unk = id
+		} else {
+			m.unkMissing = unk
 		}
-		m.unk = id
 	}
 	if m.fuseUnk, err = c.boolean("fuse_unk", false); err != nil {
 		return nil, err
@@ -203,7 +206,10 @@ func (m *bpeModel) tokenize(w string, out []int) ([]int, error) {
 		}
 	}
 	start := len(out)
-	out = m.mergeWord(w, out)
+	out, err := m.mergeWord(w, out)
+	if err != nil {
+		return out, err
+	}
 	if cacheable {
 		ids := make([]int32, len(out)-start)
 		for i, id := range out[start:] {
@@ -252,7 +258,7 @@ func (h *mergeHeap) Pop() any {
 
 // mergeWord builds the initial symbols (with unk / byte fallback handling
 // as in tokenizers' BPE::merge_word) and applies merges by rank.
-func (m *bpeModel) mergeWord(w string, out []int) []int {
+func (m *bpeModel) mergeWord(w string, out []int) ([]int, error) {
 	syms := make([]symbol, 0, len(w))
 	add := func(id int) {
 		syms = append(syms, symbol{id: int32(id), prev: int32(len(syms) - 1), next: int32(len(syms) + 1)})
@@ -302,6 +308,9 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 				continue
 			}
 		}
+		if m.unkMissing != "" {
+			return out, fmt.Errorf("bpe: %q needs the unk token %q, which is not in the vocabulary", s, m.unkMissing)
+		}
 		if m.unk >= 0 {
 			if unkPending && !m.fuseUnk {
 				add(unkID)
@@ -314,7 +323,7 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 		add(unkID)
 	}
 	if len(syms) == 0 {
-		return out
+		return out, nil
 	}
 	syms[len(syms)-1].next = -1
 	if len(syms) > 1 {
@@ -359,5 +368,5 @@ func (m *bpeModel) mergeWord(w string, out []int) []int {
 	for i := int32(0); i >= 0; i = syms[i].next {
 		out = append(out, int(syms[i].id))
 	}
-	return out
+	return out, nil
 }

@@ -189,8 +189,6 @@ type splitPre struct {
 	m      matcher
 	beh    behavior
 	invert bool
-	// spans is scratch space; splitPre is used by one goroutine at a time
-	// through a per-call clone (see Tokenizer.encodeState).
 }
 
 type span struct {

@@ -142,7 +142,6 @@ func TestHostileTokenizers(t *testing.T) {
 		"added huge id":   `{"added_tokens": [{"id": 4000000000, "content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
 		"bad regex":       `{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
 		"bad behavior":    `{"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
-		"unk missing":     `{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}}`,
 		"unigram bad":     `{"model": {"type": "Unigram", "vocab": [["a"]]}}`,
 		"unigram unk oob": `{"model": {"type": "Unigram", "vocab": [["a", -1]], "unk_id": 5}}`,
 		"template oov":    `{"post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>"}}, {"Sequence": {"id": "A"}}]}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
@@ -155,6 +154,17 @@ func TestHostileTokenizers(t *testing.T) {
 		} else if strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: empty error", name)
 		}
+	}
+	// A missing unk token fails only when needed, as in tokenizers.
+	tk, err := Parse([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tk.Encode("a", false); err != nil {
+		t.Errorf("known chars: %v", err)
+	}
+	if _, err := tk.Encode("ab", false); err == nil || !strings.Contains(err.Error(), "<unk>") {
+		t.Errorf("unknown char without unk: %v", err)
 	}
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tokenizer.json.gz")
