@@ -1,7 +1,8 @@
 package schedulers
 
-// The diffusers scheduler test vectors: testdata/schedulers/vectors.json,
-// plus the file named by $TPUTOOL_SCHEDULER_VECTORS (same format) when set.
+// The diffusers scheduler test vectors: testdata/schedulers/vectors.json
+// and extra_vectors.json, plus the file named by $TPUTOOL_SCHEDULER_VECTORS
+// (same format) when set.
 // testdata/schedulers/README.md defines the dummy model, samples and loop
 // conventions this harness follows. Each vector is its own subtest; vectors
 // of classes this package does not implement are skipped with the class
@@ -78,7 +79,8 @@ func loadVectors(t *testing.T, path string) []*vector {
 
 // vectorFiles lists the vector files to run.
 func vectorFiles() []string {
-	files := []string{filepath.Join("..", "..", "testdata", "schedulers", "vectors.json")}
+	dir := filepath.Join("..", "..", "testdata", "schedulers")
+	files := []string{filepath.Join(dir, "vectors.json"), filepath.Join(dir, "extra_vectors.json")}
 	if extra := os.Getenv("TPUTOOL_SCHEDULER_VECTORS"); extra != "" {
 		files = append(files, extra)
 	}
