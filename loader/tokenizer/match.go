@@ -23,13 +23,14 @@ type matcher interface {
 // tokenizer.json is untrusted input, so a catastrophic pattern must fail.
 const regexMatchTimeout = 10 * time.Second
 
-// The pre-tokenization patterns of the GPT-2 family, Llama 3 and Qwen 2/3,
+// The pre-tokenization patterns of the GPT-2 family, Llama 3, Qwen 2/3 and Qwen 3.5,
 // matched by a hand-written scanner (scanPattern). scanner_test.go proves
 // the scanner agrees with regexp2 on a large corpus.
 const (
 	patternGPT2   = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 	patternLlama3 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	patternQwen2  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternQwen35 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 func buildPattern(p rawPattern, where string) (matcher, error) {
@@ -51,6 +52,8 @@ func compileRegex(expr, where string) (matcher, error) {
 		return scanMatcher{kind: scanLlama3}, nil
 	case patternQwen2:
 		return scanMatcher{kind: scanQwen2}, nil
+	case patternQwen35:
+		return scanMatcher{kind: scanQwen35}, nil
 	}
 	re, err := newRegexp2(expr)
 	if err != nil {
@@ -115,7 +118,10 @@ func (m charMatcher) findAll(s string, fn func(start, end int)) error {
 }
 
 // ---------------------------------------------------------------------------
-// Hand-written scanner for the GPT-2 / Llama 3 / Qwen 2 split patterns.
+// Hand-written scanner for the GPT-2 / Llama 3 / Qwen 2 / Qwen 3.5 split
+// patterns. Each match is computed as the regex engine would: the first
+// alternative that matches at the position wins, with greedy quantifiers
+// backtracking inside it.
 
 type scanKind uint8
 
@@ -123,15 +129,18 @@ const (
 	scanGPT2 scanKind = iota
 	scanLlama3
 	scanQwen2
+	scanQwen35
 )
 
 type scanMatcher struct{ kind scanKind }
 
+// Character classes as bits, so a run can continue over a set of classes.
 const (
-	clsOther uint8 = 0
-	clsL     uint8 = 1 // \p{L}
-	clsN     uint8 = 2 // \p{N}
-	clsS     uint8 = 4 // \s (Unicode White_Space, as Oniguruma and .NET define it)
+	clsL     uint8 = 1  // \p{L}
+	clsN     uint8 = 2  // \p{N}
+	clsS     uint8 = 4  // \s (Unicode White_Space, as Oniguruma and .NET define it)
+	clsM     uint8 = 8  // \p{M}; only the Qwen 3.5 pattern tells marks apart
+	clsOther uint8 = 16 // anything else
 )
 
 var asciiClass = func() (t [utf8.RuneSelf]uint8) {
@@ -149,25 +158,32 @@ func runeClassSlow(r rune) uint8 {
 		return clsN
 	case unicode.IsSpace(r):
 		return clsS
+	case unicode.IsMark(r):
+		return clsM
 	}
 	return clsOther
 }
 
 // classAt returns the class, rune and byte size of the character at s[i].
-func classAt(s string, i int) (uint8, rune, int) {
+// Without marks, \p{M} characters count as "other".
+func classAt(s string, i int, marks bool) (uint8, rune, int) {
 	c := s[i]
 	if c < utf8.RuneSelf {
 		return asciiClass[c], rune(c), 1
 	}
 	r, sz := utf8.DecodeRuneInString(s[i:])
-	return runeClassSlow(r), r, sz
+	cls := runeClassSlow(r)
+	if cls == clsM && !marks {
+		cls = clsOther
+	}
+	return cls, r, sz
 }
 
-// runEnd returns the end of the run of characters of class cls from i.
-func runEnd(s string, i int, cls uint8) int {
+// runEnd returns the end of the run of characters whose class is in mask.
+func runEnd(s string, i int, mask uint8, marks bool) int {
 	for i < len(s) {
-		c, _, sz := classAt(s, i)
-		if c != cls {
+		c, _, sz := classAt(s, i, marks)
+		if c&mask == 0 {
 			break
 		}
 		i += sz
@@ -178,10 +194,15 @@ func runEnd(s string, i int, cls uint8) int {
 func (m scanMatcher) findAll(s string, fn func(start, end int)) error {
 	for i := 0; i < len(s); {
 		var end int
-		if m.kind == scanGPT2 {
+		switch m.kind {
+		case scanGPT2:
 			end = scanGPT2At(s, i)
-		} else {
-			end = scanLlamaAt(s, i, m.kind == scanQwen2)
+		case scanLlama3:
+			end = scanLlamaAt(s, i, false, false)
+		case scanQwen2:
+			end = scanLlamaAt(s, i, true, false)
+		default:
+			end = scanLlamaAt(s, i, true, true)
 		}
 		fn(i, end)
 		i = end
@@ -224,11 +245,11 @@ func contraction(s string, i int, fold bool) int {
 // wsEnd handles `\s+(?!\S)|\s+` at a whitespace character: the whole run if
 // it reaches the end of the text, otherwise the run minus its last character
 // (which then prefixes the next word), unless the run is a single character.
-func wsEnd(s string, i int) int {
+func wsEnd(s string, i int, marks bool) int {
 	j := i
 	last := i
 	for j < len(s) {
-		c, _, sz := classAt(s, j)
+		c, _, sz := classAt(s, j, marks)
 		if c != clsS {
 			break
 		}
@@ -241,23 +262,23 @@ func wsEnd(s string, i int) int {
 	return last
 }
 
+// scanGPT2At: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 func scanGPT2At(s string, i int) int {
-	c, r, sz := classAt(s, i)
+	c, r, _ := classAt(s, i, false)
 	if r == '\'' {
 		if n := contraction(s, i+1, false); n > 0 {
 			return i + 1 + n
 		}
 	}
 	if r == ' ' && i+1 < len(s) {
-		if c2, _, _ := classAt(s, i+1); c2 != clsS {
-			return runEnd(s, i+1, c2)
+		if c2, _, _ := classAt(s, i+1, false); c2 != clsS {
+			return runEnd(s, i+1, c2, false)
 		}
 	}
 	if c != clsS {
-		return runEnd(s, i, c)
+		return runEnd(s, i, c, false)
 	}
-	_ = sz
-	return wsEnd(s, i)
+	return wsEnd(s, i, false)
 }
 
 func isCRLF(r rune) bool { return r == '\r' || r == '\n' }
@@ -269,20 +290,33 @@ func crlfEnd(s string, i int) int {
 	return i
 }
 
-func scanLlamaAt(s string, i int, singleDigit bool) int {
-	c, r, sz := classAt(s, i)
+// scanLlamaAt matches, at s[i], Llama 3's
+//
+//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// Qwen 2/3's (singleDigit: \p{N} instead of \p{N}{1,3}), and Qwen 3.5's
+// (also marks: [\p{L}\p{M}]+ for the word and [^\s\p{L}\p{M}\p{N}] for
+// punctuation).
+func scanLlamaAt(s string, i int, singleDigit, marks bool) int {
+	c, r, sz := classAt(s, i, marks)
 	if r == '\'' {
 		if n := contraction(s, i+1, true); n > 0 {
 			return i + 1 + n
 		}
 	}
-	// [^\r\n\p{L}\p{N}]?\p{L}+
-	if c == clsL {
-		return runEnd(s, i, clsL)
+	word := clsL
+	if marks {
+		word |= clsM
+	}
+	// [^\r\n\p{L}\p{N}]?\p{L}+ (marks: [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+). A
+	// leading mark is either the optional character or the first of the
+	// run: the match is the same.
+	if c&word != 0 {
+		return runEnd(s, i, word, marks)
 	}
 	if c != clsN && !isCRLF(r) && i+sz < len(s) {
-		if c2, _, _ := classAt(s, i+sz); c2 == clsL {
-			return runEnd(s, i+sz, clsL)
+		if c2, _, _ := classAt(s, i+sz, marks); c2&word != 0 {
+			return runEnd(s, i+sz, word, marks)
 		}
 	}
 	// \p{N}{1,3} or \p{N}
@@ -290,7 +324,7 @@ func scanLlamaAt(s string, i int, singleDigit bool) int {
 		end := i + sz
 		if !singleDigit {
 			for k := 0; k < 2 && end < len(s); k++ {
-				c2, _, sz2 := classAt(s, end)
+				c2, _, sz2 := classAt(s, end, marks)
 				if c2 != clsN {
 					break
 				}
@@ -301,17 +335,17 @@ func scanLlamaAt(s string, i int, singleDigit bool) int {
 	}
 	//  ?[^\s\p{L}\p{N}]+[\r\n]*
 	if r == ' ' && i+1 < len(s) {
-		if c2, _, _ := classAt(s, i+1); c2 == clsOther {
-			return crlfEnd(s, runEnd(s, i+1, clsOther))
+		if c2, _, _ := classAt(s, i+1, marks); c2 == clsOther {
+			return crlfEnd(s, runEnd(s, i+1, clsOther, marks))
 		}
 	}
 	if c == clsOther {
-		return crlfEnd(s, runEnd(s, i, clsOther))
+		return crlfEnd(s, runEnd(s, i, clsOther, marks))
 	}
 	// \s*[\r\n]+ : up to the last \r or \n of the whitespace run.
 	j, lastNL := i, -1
 	for j < len(s) {
-		c2, r2, sz2 := classAt(s, j)
+		c2, r2, sz2 := classAt(s, j, marks)
 		if c2 != clsS {
 			break
 		}
@@ -323,5 +357,5 @@ func scanLlamaAt(s string, i int, singleDigit bool) int {
 	if lastNL >= 0 {
 		return lastNL + 1
 	}
-	return wsEnd(s, i)
+	return wsEnd(s, i, marks)
 }

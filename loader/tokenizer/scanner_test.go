@@ -36,7 +36,7 @@ func scannerCorpus(t testing.TB, n int) []string {
 		"'", "'", "’", " ", " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\v", "\f", "\u0085", "\u00a0", "\u1680",
 		"\u2000", "\u2028", "\u2029", "\u202f", "\u3000", "\u200b", "\ufeff",
 		"0", "1", "9", "٣", "५", "Ⅻ", "½", "²",
-		"你", "好", "の", "한", "ж", "α", "\u0301", "\u0308", "😀", "👍🏽", "‍",
+		"你", "好", "の", "한", "ж", "α", "\u0301", "\u0308", "\u0903", "\u20dd", "\u093f", "😀", "👍🏽", "‍",
 		".", ",", "!", "?", "-", "_", "(", ")", "{", "}", ";", "<", "|", ">", "$", "#", "%", "…", "—", "\x00", "\x7f",
 	}
 	rng := rand.New(rand.NewSource(1))
@@ -72,7 +72,7 @@ func TestScannerMatchesRegexp2(t *testing.T) {
 		name string
 		expr string
 		kind scanKind
-	}{{"gpt2", patternGPT2, scanGPT2}, {"llama3", patternLlama3, scanLlama3}, {"qwen2", patternQwen2, scanQwen2}} {
+	}{{"gpt2", patternGPT2, scanGPT2}, {"llama3", patternLlama3, scanLlama3}, {"qwen2", patternQwen2, scanQwen2}, {"qwen3.5", patternQwen35, scanQwen35}} {
 		re, err := newRegexp2(pat.expr)
 		if err != nil {
 			t.Fatal(err)
