@@ -1,8 +1,258 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/tpu"
+)
+
+// InspectOptions holds `tputool inspect`'s inputs.
+type InspectOptions struct {
+	IO *ui.IOStreams
+	// HubClient builds the Hub client (lazily: only Hub ids need it).
+	HubClient func() *hub.Client
+	// Resolve resolves --model; loader.Resolve by default.
+	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+
+	Model    string
+	Revision string
+	Batch    int
+	Context  int
+	DType    string
+	Headroom float64
+	Retries  int
+	JSON     bool
+}
 
 // NewCmdInspect builds `tputool inspect`.
-func NewCmdInspect(f *Factory, runF func(any) error) *cobra.Command {
-	return notImplemented("inspect", "Show what a checkpoint holds and which TPU slice it fits")
+func NewCmdInspect(f *Factory, runF func(context.Context, *InspectOptions) error) *cobra.Command {
+	opts := &InspectOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	c := &cobra.Command{
+		Use:   "inspect --model MODEL",
+		Short: "Show what a checkpoint holds and which TPU slice it fits",
+		Long: `Show a checkpoint's architecture, parameters by dtype, shards, the memory it
+needs for weights plus KV cache (and the fixed recurrent state of linear-attention
+layers in hybrid models) at a batch size and context length, and for each TPU
+generation the smallest slice that holds it with the suggested tensor-parallel
+degree.
+
+For a Hub model only the config files are downloaded: the safetensors headers are
+read with HTTP Range requests, so no weights are fetched. A cached or local model
+needs no network at all. MoE models report total and active parameters;
+multimodal checkpoints report the tensors the text-only path skips; diffusers
+pipelines get a per-component breakdown.`,
+		Example: `  tputool inspect --model Qwen/Qwen3-0.6B
+  tputool inspect --model Qwen/Qwen3.5-9B --context 32768 --batch 8
+  tputool inspect --model ./my-checkpoint --dtype f32 --json
+  tputool inspect --model stabilityai/sd-turbo`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if opts.Model == "" {
+				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
+			}
+			if opts.Batch <= 0 {
+				return errs.Usagef("--batch %d: must be at least 1", opts.Batch)
+			}
+			if opts.Context <= 0 {
+				return errs.Usagef("--context %d: must be at least 1", opts.Context)
+			}
+			if opts.Retries < 0 {
+				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			}
+			if opts.Headroom < 0 {
+				return errs.Usagef("--headroom %v: must not be negative", opts.Headroom)
+			}
+			switch strings.ToLower(opts.DType) {
+			case "bf16", "bfloat16", "f16", "fp16", "float16", "f32", "fp32", "float32", "fp8", "f8", "auto":
+			default:
+				return errs.Usagef("--dtype %q: want bf16, f16, f32, fp8 or auto", opts.DType)
+			}
+			opts.JSON = f.Global.JSON
+			opts.HubClient = func() *hub.Client {
+				hc := f.HubClient()
+				hc.Retries = opts.Retries
+				return hc
+			}
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			return inspectRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
+	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	fl.IntVarP(&opts.Batch, "batch", "b", inspect.DefaultBatch, "sequences served at once")
+	fl.IntVarP(&opts.Context, "context", "c", inspect.DefaultContext, "tokens per sequence (prompt + output)")
+	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
+	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
+	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
+	return c
+}
+
+func inspectRun(ctx context.Context, opts *InspectOptions) error {
+	ref, err := loader.ParseRef(opts.Model)
+	if err != nil {
+		return err
+	}
+	lo := loader.Options{Revision: opts.Revision, MetadataOnly: true}
+	if !ref.Local {
+		lo.Client = opts.HubClient()
+	} else if opts.Revision != "" {
+		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
+	}
+	m, err := opts.Resolve(ctx, opts.Model, lo)
+	if err != nil {
+		return err
+	}
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom})
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return opts.IO.WriteJSON(r)
+	}
+	return renderInspect(opts.IO, r, opts.Headroom)
+}
+
+func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
+	w := s.Out
+	kv := func(k, format string, args ...any) { fmt.Fprintf(w, "%-14s %s\n", k+":", fmt.Sprintf(format, args...)) }
+	src := map[string]string{"local": "local directory", "cache": "from the cache",
+		"remote": "headers read over HTTP; no weights downloaded"}[r.Source]
+	name := r.Model
+	if r.Commit != "" {
+		name += " @ " + r.Commit[:min(12, len(r.Commit))]
+	}
+	kv("Model", "%s (%s)", name, src)
+	if r.ClassName != "" {
+		kv("Pipeline", "%s (diffusers)", r.ClassName)
+	} else {
+		kv("Architecture", "%s (%s)", orUnknown(r.Architecture), r.ModelType)
+	}
+	if t := r.Text; t != nil {
+		kv("Layers", "%d%s", t.Layers, layerKinds(t))
+		kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)
+		line := fmt.Sprintf("hidden %d", t.Hidden)
+		if t.Intermediate > 0 {
+			line += fmt.Sprintf(", intermediate %d", t.Intermediate)
+		}
+		line += fmt.Sprintf(", vocab %d", t.Vocab)
+		if t.MaxPositions > 0 {
+			line += fmt.Sprintf(", max positions %d", t.MaxPositions)
+		}
+		kv("Dimensions", "%s", line)
+		if la := t.Linear; la != nil {
+			kv("Linear attn", "%d key heads x %d, %d value heads x %d, conv kernel %d", la.KeyHeads, la.KeyHeadDim, la.ValueHeads, la.ValueHeadDim, la.ConvKernel)
+		}
+		if moe := t.MoE; moe != nil {
+			line := fmt.Sprintf("%d experts, %d per token", moe.Experts, moe.ExpertsPerToken)
+			if moe.ExpertIntermediate > 0 {
+				line += fmt.Sprintf(", expert intermediate %d", moe.ExpertIntermediate)
+			}
+			kv("MoE", "%s", line)
+		}
+	}
+	p := r.Params
+	line := fmt.Sprintf("%s total", inspect.HumanCount(p.Total))
+	if p.Used != p.Total {
+		line += fmt.Sprintf(", %s used by the text-only path", inspect.HumanCount(p.Used))
+	}
+	if p.Active > 0 {
+		line += fmt.Sprintf(", %s active per token", inspect.HumanCount(p.Active))
+	}
+	kv("Parameters", "%s (%d tensors)", line, p.Tensors)
+	for _, d := range p.ByDType {
+		fmt.Fprintf(w, "  %-12s %s params, %s\n", d.DType, inspect.HumanCount(d.Params), ui.HumanBytes(d.Bytes))
+	}
+	kv("Files", "%d safetensors file(s), %s", len(r.Files), ui.HumanBytes(p.FileBytes))
+	if len(r.Components) > 0 {
+		fmt.Fprintln(w)
+		tbl := s.NewTable("COMPONENT", "CLASS", "PARAMS", "SIZE", "DTYPE")
+		for _, c := range r.Components {
+			params, size, dt := "-", "-", "-"
+			if c.Params > 0 {
+				params, size = inspect.HumanCount(c.Params), ui.HumanBytes(c.Bytes)
+				var ds []string
+				for _, d := range c.ByDType {
+					ds = append(ds, d.DType)
+				}
+				dt = strings.Join(ds, ",")
+			}
+			tbl.Append(c.Name, c.Class, params, size, dt)
+		}
+		if err := tbl.Render(); err != nil {
+			return err
+		}
+	} else if len(r.Files) > 1 {
+		for _, f := range r.Files {
+			fmt.Fprintf(w, "  %s  %s, %d tensors\n", f.Name, ui.HumanBytes(f.Size), f.Tensors)
+		}
+	}
+	m := r.Memory
+	fmt.Fprintf(w, "\nMemory at %s, batch %d, context %d:\n", m.DType, m.Batch, m.Context)
+	row := func(k string, n int64) { fmt.Fprintf(w, "  %-16s %s\n", k, ui.HumanBytes(n)) }
+	row("weights", m.Weights)
+	if r.Text != nil {
+		row("KV cache", m.KVCache)
+	}
+	if m.Recurrent > 0 {
+		row("recurrent state", m.Recurrent)
+	}
+	row("total", m.Total)
+	if len(r.Fit) > 0 {
+		if headroom == 0 {
+			headroom = tpu.DefaultHeadroom
+		}
+		fmt.Fprintf(w, "\nSmallest TPU slice per generation (with %.0f%% headroom):\n", headroom*100)
+		tbl := s.NewTable("TPU", "CHIPS", "HOSTS", "TP", "PER CHIP", "HBM/CHIP", "FITS")
+		for _, f := range r.Fit {
+			fits := "yes"
+			if !f.Fits {
+				fits = "no: " + f.Reason
+			}
+			tbl.Append(f.Generation, fmt.Sprint(f.Chips), fmt.Sprint(f.Hosts), fmt.Sprint(f.TP),
+				ui.HumanBytes(f.PerChipBytes), ui.HumanBytes(f.HBMBytes), fits)
+		}
+		if err := tbl.Render(); err != nil {
+			return err
+		}
+	}
+	writeNotes(w, r.Notes)
+	return nil
+}
+
+func layerKinds(t *inspect.Text) string {
+	var parts []string
+	if t.LinearAttentionLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d linear attention", t.LinearAttentionLayers))
+	}
+	if t.SlidingAttentionLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d sliding window (%d tokens)", t.SlidingAttentionLayers, t.SlidingWindow))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	parts = append(parts, fmt.Sprintf("%d full attention", t.FullAttentionLayers))
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func writeNotes(w io.Writer, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintf(w, "Note: %s\n", n)
+	}
 }

@@ -147,6 +147,8 @@ to stderr, with progress bars only on a terminal.`,
 		NewCmdDiffuse(f, nil),
 		NewCmdBench(f, nil),
 		NewCmdInspect(f, nil),
+		NewCmdDownload(f, nil),
+		NewCmdCache(f, nil),
 		NewCmdDevices(f, nil),
 		NewCmdVersion(f, nil),
 	} {

@@ -326,8 +326,12 @@ func notCachedOr(m *Model, file string, err error) error {
 
 // notCached explains that a cached snapshot lacks files.
 func (m *Model) notCached(what string) error {
+	why := ""
+	if m.client != nil && m.client.Offline {
+		why = "offline mode is on and "
+	}
 	return &hub.Error{Kind: hub.ErrNotCached, Repo: m.RepoID, Revision: m.Revision,
-		Detail: fmt.Sprintf("the cached snapshot lacks %s; run `tputool download --model %s` with network access", what, m.Ref.Raw)}
+		Detail: fmt.Sprintf("%sthe cached snapshot lacks %s; run `tputool download --model %s` with network access", why, what, m.Ref.Raw)}
 }
 
 // smallFile reports whether a file name is a config, tokenizer or index

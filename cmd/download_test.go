@@ -1,0 +1,115 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/hub/hubtest"
+)
+
+func TestDownloadPrintsSnapshotDir(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories"), e.errOut.String())
+	dir := filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "snapshots", commit)
+	assert.Equal(t, dir+"\n", e.out.String(), "stdout carries only the result")
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
+		assert.FileExists(t, filepath.Join(dir, f))
+	}
+	assert.NoFileExists(t, filepath.Join(dir, "README.md"), "only what tputool needs")
+	// Not a TTY: plain progress lines on stderr, no bar escape codes.
+	assert.Contains(t, e.errOut.String(), "Downloading org/stories:")
+	assert.Contains(t, e.errOut.String(), "100% (")
+	assert.NotContains(t, e.errOut.String(), "\r")
+
+	// A second download finds everything cached: one listing request, no progress.
+	srv.ResetLog()
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories", "--json"), e.errOut.String())
+	assert.Equal(t, 1, srv.Count(nil))
+	assert.Empty(t, e.errOut.String())
+	var res DownloadResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res))
+	assert.Equal(t, commit, res.Commit)
+	assert.Equal(t, "main", res.Revision)
+	assert.Equal(t, "transformers", res.Kind)
+	assert.Len(t, res.Files, 6)
+	st, _ := os.Stat(filepath.Join(storiesDir, "model.safetensors"))
+	assert.Greater(t, res.Bytes, st.Size())
+}
+
+func TestDownloadQuietAndJSONProgress(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	e := newTestFactory(t, hubEnv(t, srv))
+	require.Equal(t, ExitOK, e.run("-q", "download", "--model", "org/stories"))
+	assert.Empty(t, e.errOut.String())
+
+	e = newTestFactory(t, hubEnv(t, srv))
+	require.Equal(t, ExitOK, e.run("--json", "download", "--model", "org/stories"))
+	var last map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(e.errOut.String()), "\n") {
+		require.NoError(t, json.Unmarshal([]byte(line), &last), line)
+		assert.Equal(t, "progress", last["type"])
+	}
+	assert.Equal(t, true, last["done"])
+	assert.Equal(t, "bytes", last["unit"])
+	assert.Equal(t, last["total"], last["current"])
+}
+
+func TestDownloadIncludePatterns(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories@"+commit, "--include", "*.json", "--exclude", "tokenizer*"), e.errOut.String())
+	files, _ := os.ReadDir(strings.TrimSpace(e.out.String()))
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name())
+	}
+	assert.Equal(t, []string{"config.json", "generation_config.json", "special_tokens_map.json"}, names)
+}
+
+func TestDownloadErrorsAndToken(t *testing.T) {
+	srv := hubtest.New(t)
+	r := storiesRepo(t, "org/gated")
+	r.Gated = true
+	srv.AddRepo(r)
+	env := hubEnv(t, srv)
+
+	e := newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("-v", "download", "--model", "org/gated", "--token", "hf_sekrit_value"))
+	assert.Contains(t, e.errOut.String(), "gated repository: org/gated")
+	assert.Contains(t, e.errOut.String(), "token from --token")
+	assert.NotContains(t, e.errOut.String()+e.out.String(), "hf_sekrit_value")
+
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/gated", "--token", srv.Token), e.errOut.String())
+	for _, r := range srv.Requests() {
+		if r.Server == "cdn" {
+			assert.Empty(t, r.Auth, "token sent to the CDN")
+		}
+	}
+
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitUsage, e.run("download", "--model", storiesDir))
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitUsage, e.run("download", "--model", "org/x", "--retries", "-1"))
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("--offline", "download", "--model", "org/never"))
+	assert.Contains(t, e.errOut.String(), "offline mode is on")
+
+	srv.AddFault(&hubtest.Fault{Status: 503})
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("download", "--model", "org/other", "--retries", "0"))
+	assert.Contains(t, e.errOut.String(), "HTTP 503")
+}

@@ -1,0 +1,154 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/hub/hubtest"
+	"github.com/tputool/tputool/tpu"
+)
+
+const storiesDir = "../testdata/stories260K-hf"
+
+// storiesRepo serves testdata/stories260K-hf from a fake Hub.
+func storiesRepo(t *testing.T, id string) hubtest.Repo {
+	t.Helper()
+	r := hubtest.Repo{ID: id}
+	for _, name := range []string{"config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "README.md"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, name))
+		require.NoError(t, err)
+		r.Files = append(r.Files, hubtest.File{Path: name, Data: b, LFS: filepath.Ext(name) == ".safetensors"})
+	}
+	return r
+}
+
+// hubEnv is the environment pointing tputool at a fake Hub and a fresh cache.
+func hubEnv(t *testing.T, srv *hubtest.Server) map[string]string {
+	return map[string]string{"HF_ENDPOINT": srv.URL(), "HF_HUB_CACHE": t.TempDir(), "HOME": t.TempDir()}
+}
+
+// stories260K by hand: embeddings 512x64 = 32768; per layer q 64x64, k and
+// v 32x64, o 64x64, gate/up/down 3x172x64, two norms 2x64 = 45440; five
+// layers 227200; final norm 64; lm_head 512x64 = 32768 (the file stores it
+// although the config ties it). Total 292800 float32 params in 48 tensors.
+const storiesParams = 292800
+
+func TestInspectLocalText(t *testing.T) {
+	for _, tty := range []bool{false, true} {
+		e := newTestFactory(t, nil)
+		e.f.IOStreams.SetStdoutTTY(tty)
+		require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir), e.errOut.String())
+		out := e.out.String()
+		assert.Contains(t, out, "LlamaForCausalLM (llama)")
+		assert.Contains(t, out, "local directory")
+		assert.Contains(t, out, "8 heads, 4 KV heads, head_dim 8")
+		assert.Contains(t, out, "292.8K total (48 tensors)")
+		assert.Contains(t, out, "F32          292.8K params, 1.1 MiB")
+		assert.Contains(t, out, "Memory at bf16, batch 1, context 4096:")
+		assert.Contains(t, out, "KV cache         2.5 MiB") // 5 x 2 x 4 x 8 x 2 B x 4096
+		assert.Contains(t, out, "exceeds max_position_embeddings 512")
+		assert.Contains(t, out, "v6e")
+		if tty {
+			assert.Contains(t, out, "│ v4")
+		} else {
+			assert.Contains(t, out, "| v4")
+		}
+		assert.Empty(t, e.errOut.String())
+	}
+}
+
+func TestInspectJSON(t *testing.T) {
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--json", "--batch", "4", "--context", "256", "--dtype", "f32"), e.errOut.String())
+	var r struct {
+		Kind       string
+		Source     string
+		Parameters struct{ Total, Used int64 }
+		Memory     struct {
+			DType   string `json:"dtype"`
+			Weights int64  `json:"weights_bytes"`
+			KV      int64  `json:"kv_cache_bytes"`
+			Total   int64  `json:"total_bytes"`
+		}
+		Fit []tpu.FitResult
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &r), e.out.String())
+	assert.Equal(t, "transformers", r.Kind)
+	assert.Equal(t, "local", r.Source)
+	assert.EqualValues(t, storiesParams, r.Parameters.Total)
+	assert.EqualValues(t, storiesParams*4, r.Memory.Weights)
+	assert.EqualValues(t, 5*2*4*8*4*256*4, r.Memory.KV) // layers, K+V, kv heads, head_dim, f32, context, batch
+	assert.Equal(t, r.Memory.Weights+r.Memory.KV, r.Memory.Total)
+	require.Len(t, r.Fit, len(tpu.Catalog()))
+	assert.True(t, r.Fit[0].Fits)
+}
+
+func TestInspectRemoteDownloadsNoWeights(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", "org/stories", "--json"), e.errOut.String())
+	var r struct {
+		Source     string
+		Parameters struct{ Total int64 }
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &r))
+	assert.Equal(t, "remote", r.Source)
+	assert.EqualValues(t, storiesParams, r.Parameters.Total)
+	assert.Zero(t, srv.Count(func(r hubtest.Request) bool { return r.Server == "cdn" && r.Range == "" }), "a weight file was downloaded")
+	blobs, _ := os.ReadDir(filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "blobs"))
+	assert.Len(t, blobs, 2, "only config.json and generation_config.json are cached")
+
+	// Offline, the cached configs answer but the headers need the network.
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("--offline", "inspect", "--model", "org/stories"))
+	assert.Contains(t, e.errOut.String(), "offline")
+}
+
+func TestInspectCachedModelIsOffline(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories"), e.errOut.String())
+	srv.ResetLog()
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("--offline", "inspect", "--model", "org/stories"), e.errOut.String())
+	assert.Contains(t, e.out.String(), "from the cache")
+	assert.Zero(t, srv.Count(nil), "offline inspect made requests")
+}
+
+func TestInspectFlagsAndErrors(t *testing.T) {
+	var got *InspectOptions
+	e := newTestFactory(t, nil)
+	cmd := NewCmdInspect(e.f, func(_ context.Context, o *InspectOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--model", "org/x@v1", "-b", "8", "-c", "32768", "--dtype", "f16", "--retries", "2"})
+	require.NoError(t, cmd.Execute())
+	assert.Equal(t, "org/x@v1", got.Model)
+	assert.Equal(t, 8, got.Batch)
+	assert.Equal(t, 32768, got.Context)
+	assert.Equal(t, "f16", got.DType)
+	assert.Equal(t, 2, got.Retries)
+
+	for _, args := range [][]string{
+		{"inspect"},
+		{"inspect", "--model", storiesDir, "--batch", "0"},
+		{"inspect", "--model", storiesDir, "--dtype", "int4"},
+		{"inspect", "--model", "./no/such/dir"},
+		{"inspect", "--model", storiesDir, "--revision", "main"},
+	} {
+		e := newTestFactory(t, nil)
+		assert.Equal(t, ExitUsage, e.run(args...), "%v: %s", args, e.errOut.String())
+	}
+	srv := hubtest.New(t)
+	e = newTestFactory(t, hubEnv(t, srv))
+	assert.Equal(t, ExitHub, e.run("inspect", "--model", "org/missing"))
+	assert.Contains(t, e.errOut.String(), "repository not found: org/missing")
+}
