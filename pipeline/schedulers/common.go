@@ -108,6 +108,16 @@ func (b *base) noiseStepIndex(t float64, orLast bool) (int, error) {
 	}
 }
 
+// historyErr reports a step that needs sigmas from before the start of the
+// schedule: the step index was moved (SetBeginIndex, ResetStepIndex)
+// mid-way through a multistep or second-order step.
+func historyErr(class string, i, back int) error {
+	if i-back < 0 {
+		return fmt.Errorf("%s: step %d needs %d earlier step(s); the step index was moved in the middle of the schedule", class, i, back)
+	}
+	return nil
+}
+
 // ---- betas -------------------------------------------------------------------
 
 // makeBetas builds the training betas from trained_betas or beta_schedule.

@@ -181,6 +181,9 @@ func (s *deis) Step(modelOutput []float32, t float64, sample []float32, shape []
 		h := lambdaOf(aT, sT) - lambdaOf(aS, sS)
 		prev = lincomb(n, plus(aT/aS, sample), minus(sT*(exp32(h)-1), m))
 	case s.solverOrder == 2 || s.lowerOrderNums < 2 || lowerSecond:
+		if err := historyErr(s.class, i, 1); err != nil {
+			return nil, err
+		}
 		aT, sT := alphaSigmaT(s.sigmas[i+1], flow)
 		a0, s0 := alphaSigmaT(s.sigmas[i], flow)
 		a1, s1 := alphaSigmaT(s.sigmas[i-1], flow)
@@ -197,6 +200,9 @@ func (s *deis) Step(modelOutput []float32, t float64, sample []float32, shape []
 			prev[j] = aT * v
 		}
 	default:
+		if err := historyErr(s.class, i, 2); err != nil {
+			return nil, err
+		}
 		aT, sT := alphaSigmaT(s.sigmas[i+1], flow)
 		a0, s0 := alphaSigmaT(s.sigmas[i], flow)
 		a1, s1 := alphaSigmaT(s.sigmas[i-1], flow)

@@ -729,11 +729,17 @@ func (s *dpmMultistep) StepWithOptions(modelOutput []float32, t float64, sample 
 	case s.solverOrder == 1 || s.lowerOrderNums < 1 || lowerFinal:
 		prev, err = c.firstOrder(s.sigmas[i+1], s.sigmas[i], m, sample, noise)
 	case s.solverOrder == 2 || s.lowerOrderNums < 2 || lowerSecond:
+		if err = historyErr(s.class, i, 1); err != nil {
+			return nil, err
+		}
 		prev, err = c.secondOrder(s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1], mo[k-1], mo[k-2], sample, noise)
 	default:
 		nz := noise
 		if s.inverse {
 			nz = nil // the inverse scheduler passes no noise to its third-order update
+		}
+		if err = historyErr(s.class, i, 2); err != nil {
+			return nil, err
 		}
 		prev, err = c.thirdOrder(s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1], s.sigmas[i-2], mo[k-1], mo[k-2], mo[k-3], sample, nz)
 	}

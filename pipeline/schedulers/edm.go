@@ -388,10 +388,16 @@ func (s *edmDPM) Step(modelOutput []float32, t float64, sample []float32, shape 
 	case s.solverOrder == 1 || s.lowerOrderNums < 1 || lowerFinal:
 		prev, err = c.firstOrder(s.sigmas[i+1], s.sigmas[i], m, sample, noise)
 	case s.solverOrder == 2 || s.lowerOrderNums < 2 || lowerSecond:
+		if err = historyErr(s.class, i, 1); err != nil {
+			return nil, err
+		}
 		prev, err = c.secondOrder(s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1], mo[k-1], mo[k-2], sample, noise)
 	default:
 		if s.algorithm != "dpmsolver++" {
 			return nil, fmt.Errorf("%s: third-order update is only defined for dpmsolver++", s.class)
+		}
+		if err = historyErr(s.class, i, 2); err != nil {
+			return nil, err
 		}
 		prev, err = c.thirdOrder(s.sigmas[i+1], s.sigmas[i], s.sigmas[i-1], s.sigmas[i-2], mo[k-1], mo[k-2], mo[k-3], sample, nil)
 	}

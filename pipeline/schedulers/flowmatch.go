@@ -319,6 +319,9 @@ func (s *flowMatch) stepHeun(modelOutput, sample []float32, shape []int, gen *to
 		}
 		sigma, next = s.sigmas[i], s.sigmas[i+1]
 	} else {
+		if err := historyErr(s.class, i, 1); err != nil {
+			return nil, err
+		}
 		sigma, next = s.sigmas[i-1], s.sigmas[i]
 	}
 	sTMax := opts.STMax

@@ -149,6 +149,11 @@ func (s *kdpm2) Step(modelOutput []float32, t float64, sample []float32, shape [
 		return nil, fmt.Errorf("%s: step %d is past the end of the schedule", s.class, i)
 	}
 	first := !s.firstDone
+	if !first {
+		if err := historyErr(s.class, i, 1); err != nil {
+			return nil, err
+		}
+	}
 	at := func(x []float32, k int) float32 { // Python indexing, -1 = last
 		if k < 0 {
 			k += len(x)

@@ -251,6 +251,9 @@ func (s *heun) Step(modelOutput []float32, t float64, sample []float32, shape []
 		}
 		sigma, sigmaNext = s.sigmas[s.stepIndex], s.sigmas[s.stepIndex+1]
 	} else {
+		if err := historyErr(s.class, s.stepIndex, 1); err != nil {
+			return nil, err
+		}
 		sigma, sigmaNext = s.sigmas[s.stepIndex-1], s.sigmas[s.stepIndex]
 	}
 	sigmaHat := sigma * 1 // gamma = 0

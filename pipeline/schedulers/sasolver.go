@@ -313,6 +313,9 @@ func (s *saSolver) Step(modelOutput []float32, t float64, sample []float32, shap
 		if len(models) < s.thisCorrOrder {
 			return nil, fmt.Errorf("%s: not enough history for a corrector of order %d", s.class, s.thisCorrOrder)
 		}
+		if err := historyErr(s.class, i, max(s.thisCorrOrder-1, 1)); err != nil {
+			return nil, err
+		}
 		sample = s.update(true, models, s.lastSample, s.lastNoise, s.thisCorrOrder, tau)
 	}
 	copy(s.modelOutputs, s.modelOutputs[1:])
@@ -332,6 +335,9 @@ func (s *saSolver) Step(modelOutput []float32, t float64, sample []float32, shap
 	models := make([][]float32, s.thisPredOrder)
 	for k := range models {
 		models[k] = s.modelOutputs[L-1-k]
+	}
+	if err := historyErr(s.class, i, s.thisPredOrder-1); err != nil {
+		return nil, err
 	}
 	prev := s.update(false, models, sample, noise, s.thisPredOrder, tau)
 	if s.lowerOrderNums < L {

@@ -511,6 +511,9 @@ func (s *unipc) Step(modelOutput []float32, t float64, sample []float32, shape [
 		return nil, err
 	}
 	if useCorrector {
+		if err := historyErr(s.class, i, s.thisOrder); err != nil {
+			return nil, err
+		}
 		if sample, err = s.corrector(conv, s.lastSample, sample, s.thisOrder); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.class, err)
 		}
@@ -523,6 +526,9 @@ func (s *unipc) Step(modelOutput []float32, t float64, sample []float32, shape [
 	}
 	s.thisOrder = min(thisOrder, s.lowerOrderNums+1)
 	s.lastSample = sample
+	if err := historyErr(s.class, i, s.thisOrder-1); err != nil {
+		return nil, err
+	}
 	prev, err := s.predictor(sample, s.thisOrder)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.class, err)

@@ -382,6 +382,14 @@ func parseList(s string) ([]float64, error) {
 
 // evalInt evaluates small integer expressions such as "N - 2" or "1000 - 2".
 func evalInt(expr string, vars map[string]int) (int, error) {
+	// The tests' own names for the step count and the scheduler order.
+	for _, alias := range []string{"self.num_inference_steps", "num_inference_steps"} {
+		if _, ok := vars["N"]; ok {
+			expr = strings.ReplaceAll(expr, alias, "N")
+		}
+	}
+	expr = strings.ReplaceAll(expr, "scheduler.order", "order")
+	expr = strings.ReplaceAll(expr, "len(scheduler)", "num_train_timesteps")
 	toks := regexp.MustCompile(`\d+|[A-Za-z_]\w*|//|[-+*()]`).FindAllString(expr, -1)
 	pos := 0
 	var parseExpr, parseTerm, parseAtom func() (int, error)
@@ -445,6 +453,20 @@ func evalInt(expr string, vars map[string]int) (int, error) {
 	return parseExpr()
 }
 
+// listVars holds list literals assigned in the loop ("timesteps = [106, 0]")
+// so that set_timesteps(timesteps=timesteps) can be resolved.
+var listVars = map[string]string{}
+
+func collectListVars(lines []string) {
+	clear(listVars)
+	re := regexp.MustCompile(`^(\w+)\s*=\s*(\[[^\]]*\])`)
+	for _, l := range lines {
+		if m := re.FindStringSubmatch(code(l)); m != nil {
+			listVars[m[1]] = m[2]
+		}
+	}
+}
+
 // timestepOptions turns the arguments of a set_timesteps call into options.
 func timestepOptions(args string, n int) (TimestepOptions, error) {
 	var o TimestepOptions
@@ -466,6 +488,9 @@ func timestepOptions(args string, n int) (TimestepOptions, error) {
 			}
 			o.NumInferenceSteps = x
 		case "timesteps", "sigmas":
+			if lit, ok := listVars[v]; ok {
+				v = lit
+			}
 			l, err := parseList(v)
 			if err != nil {
 				return o, err
@@ -514,6 +539,7 @@ func runFullLoop(t *testing.T, v *vector, byID map[string]*vector) error {
 		}
 	}
 	joined := strings.Join(lines, "\n")
+	collectListVars(lines)
 	shape := v.SampleShape
 	if len(shape) == 0 {
 		shape = []int{4, 3, 8, 8}
