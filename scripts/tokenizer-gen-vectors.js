@@ -181,6 +181,33 @@ async function main() {
         vars: { add_generation_prompt: true, no_system: true },
         expected: tmpl.render({ messages: conversation.slice(1), bos_token: tokStr(cfg.bos_token), eos_token: tokStr(cfg.eos_token), add_generation_prompt: true }),
       });
+      if (name === "qwen3") {
+        // Tool calling and earlier-turn reasoning, with their own messages.
+        const tools = [{
+          type: "function",
+          function: {
+            name: "get_weather",
+            description: "Get the weather for a city.",
+            parameters: { type: "object", properties: { city: { type: "string", description: "City name" }, unit: { type: "string", enum: ["C", "F"] } }, required: ["city"] },
+          },
+        }];
+        const toolMessages = [
+          { role: "system", content: "You are a weather bot." },
+          { role: "user", content: "Weather in Paris?" },
+          { role: "assistant", content: "<think>\nI should call the tool.\n</think>\n\nLet me check.", tool_calls: [{ type: "function", function: { name: "get_weather", arguments: { city: "Paris", unit: "C" } } }] },
+          { role: "tool", content: "{\"temp\": 21}" },
+          { role: "assistant", content: "It is 21 °C in Paris." },
+          { role: "user", content: "Thanks!" },
+        ];
+        for (const agp of [true, false]) {
+          cases.push({
+            vars: { add_generation_prompt: agp },
+            messages: toolMessages,
+            tools,
+            expected: tmpl.render({ messages: toolMessages, tools, bos_token: "", eos_token: tokStr(cfg.eos_token), add_generation_prompt: agp }),
+          });
+        }
+      }
       fs.writeFileSync(path.join(tdir, "chat", `${name}.json`), JSON.stringify({ messages: conversation, cases }, null, 1) + "\n");
     }
     console.error(`${name}: ${vectors.length} vectors`);

@@ -30,10 +30,17 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			type message struct {
+				Role      string          `json:"role"`
+				Content   string          `json:"content"`
+				ToolCalls json.RawMessage `json:"tool_calls"`
+			}
 			var ref struct {
-				Messages []struct{ Role, Content string }
+				Messages []message
 				Cases    []struct {
 					Vars     map[string]any
+					Messages []message
+					Tools    []json.RawMessage
 					Expected string
 				}
 			}
@@ -45,8 +52,19 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 			}
 			for _, c := range ref.Cases {
 				var in chat.Input
-				for _, m := range ref.Messages {
-					in.Messages = append(in.Messages, chat.Message{Role: m.Role, Content: m.Content})
+				msgs := ref.Messages
+				if c.Messages != nil {
+					msgs = c.Messages
+				}
+				for _, m := range msgs {
+					cm := chat.Message{Role: m.Role, Content: m.Content}
+					if m.ToolCalls != nil {
+						cm.Extra = map[string]any{"tool_calls": m.ToolCalls}
+					}
+					in.Messages = append(in.Messages, cm)
+				}
+				for _, tool := range c.Tools {
+					in.Tools = append(in.Tools, tool)
 				}
 				if c.Vars["no_system"] == true {
 					in.Messages = in.Messages[1:]

@@ -74,3 +74,45 @@ func TestLossyUTF8(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentEncode: one Tokenizer used from several goroutines gives the
+// same ids as sequential use (the BPE cache is shared).
+func TestConcurrentEncode(t *testing.T) {
+	tk := loadCached(t, filepath.Join("testdata", "tokenizers", "qwen2-tiny", "tokenizer.json"))
+	texts := []string{"lower newer", "wider lowest 010;}\n", "ϓ <|endoftext|> ###", "l o w e r"}
+	want := make([][]int, len(texts))
+	for i, s := range texts {
+		want[i], _ = tk.Encode(s, false)
+	}
+	done := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for k := 0; k < 200; k++ {
+				i := k % len(texts)
+				got, err := tk.Encode(texts[i], false)
+				if err != nil || !slicesEqual(got, want[i]) {
+					done <- texts[i]
+					return
+				}
+			}
+			done <- ""
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if s := <-done; s != "" {
+			t.Errorf("concurrent encode of %q differs", s)
+		}
+	}
+}
+
+func slicesEqual(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
