@@ -195,6 +195,11 @@ func build(raw *rawTokenizer) (*Tokenizer, error) {
 		}
 		maxID = max(maxID, id)
 	}
+	// ids index a dense table; real files are (nearly) dense, so a file
+	// whose ids are mostly holes is refused rather than allocated.
+	if entries := len(vocab) + len(t.added); maxID+1 > 2*entries+(1<<16) {
+		return nil, fmt.Errorf("token ids up to %d for only %d tokens: ids must be (nearly) contiguous", maxID, entries)
+	}
 	t.idToTok = make([]string, maxID+1)
 	t.hasID = make([]bool, maxID+1)
 	for tok, id := range vocab {

@@ -139,6 +139,7 @@ func TestHostileTokenizers(t *testing.T) {
 		"bad merge":       `{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["ab"]}}`,
 		"huge id":         `{"model": {"type": "BPE", "vocab": {"a": 99999999999}, "merges": []}}`,
 		"negative id":     `{"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}}`,
+		"sparse ids":      `{"model": {"type": "BPE", "vocab": {"a": 0, "b": 9000000}, "merges": []}}`,
 		"added huge id":   `{"added_tokens": [{"id": 4000000000, "content": "x"}], "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
 		"bad regex":       `{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
 		"bad behavior":    `{"pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}`,
