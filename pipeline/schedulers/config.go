@@ -336,21 +336,27 @@ func replaceNonFinite(data []byte) []byte {
 			out.WriteByte(c)
 			continue
 		}
-		for _, tok := range [...]struct{ in, out string }{
-			{"-Infinity", `"-inf"`}, {"Infinity", `"inf"`}, {"NaN", `"nan"`},
-		} {
-			if bytes.HasPrefix(data[i:], []byte(tok.in)) {
-				out.WriteString(tok.out)
-				i += len(tok.in) - 1
-				c = 0
-				break
-			}
+		if tok, repl, ok := nonFiniteToken(data[i:]); ok {
+			out.WriteString(repl)
+			i += len(tok) - 1
+			continue
 		}
-		if c != 0 {
-			out.WriteByte(c)
-		}
+		out.WriteByte(c)
 	}
 	return out.Bytes()
+}
+
+// nonFiniteToken reports whether data starts with one of Python's
+// non-finite JSON tokens, and its replacement.
+func nonFiniteToken(data []byte) (tok, repl string, ok bool) {
+	for _, t := range [...]struct{ in, out string }{
+		{"-Infinity", `"-inf"`}, {"Infinity", `"inf"`}, {"NaN", `"nan"`},
+	} {
+		if bytes.HasPrefix(data, []byte(t.in)) {
+			return t.in, t.out, true
+		}
+	}
+	return "", "", false
 }
 
 // FromConfigFile builds the scheduler named by "_class_name" in a diffusers

@@ -523,3 +523,36 @@ func TestVarianceNoiseAndEta(t *testing.T) {
 		t.Fatal("generator and variance noise together: no error")
 	}
 }
+
+// BenchmarkStep measures one scheduler step on SDXL-sized latents
+// (1x4x128x128), the per-step host cost a pipeline pays.
+func BenchmarkStep(b *testing.B) {
+	shape := []int{1, 4, 128, 128}
+	sample := torchrand.NewGenerator(1).Randn(shape...)
+	eps := torchrand.NewGenerator(2).Randn(shape...)
+	for _, name := range []string{"euler", "euler_a", "dpmpp_2m_karras", "unipc", "ddim", "lms"} {
+		b.Run(name, func(b *testing.B) {
+			s, err := FromShortName(name, map[string]any{"beta_schedule": "scaled_linear", "beta_start": 0.00085, "beta_end": 0.012})
+			if err != nil {
+				b.Fatal(err)
+			}
+			gen := torchrand.NewGenerator(0)
+			b.SetBytes(int64(len(sample) * 4))
+			for i := 0; i < b.N; i++ {
+				if i%30 == 0 {
+					if err := s.SetTimesteps(30); err != nil {
+						b.Fatal(err)
+					}
+				}
+				ts := s.Timesteps()[i%30]
+				in, err := s.ScaleModelInput(sample, ts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Step(eps, ts, in, shape, gen); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
