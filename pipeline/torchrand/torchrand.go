@@ -7,9 +7,10 @@
 // sampler with its cached second value (ATen/core/DistributionsHelper.h) and
 // the CPU normal kernel (ATen/native/cpu/DistributionTemplates.h), including
 // its 16-element block layout for float32 tensors of 16 or more elements.
-// docs/seeds.md describes the algorithm and its one known divergence (AVX2
-// builds of torch use a vectorised log/sin/cos that can differ by about one
-// float32 ULP; this package implements the scalar path).
+// docs/seeds.md describes the algorithm. Torch has two variants of the block
+// transform: the scalar one (the default here) and the AVX2 one, which uses
+// vectorised log/sin/cos approximations and differs by about one float32 ULP;
+// SetNormalKernel(KernelAVX2) reproduces the latter.
 package torchrand
 
 import (
@@ -25,6 +26,7 @@ type Generator struct {
 	seed       uint64
 	nextNormal float64 // cached r*sin(theta) from the double sampler
 	hasNext    bool
+	kernel     NormalKernel
 }
 
 // NewGenerator returns a generator in the state of
@@ -37,7 +39,7 @@ func NewGenerator(seed uint64) *Generator {
 }
 
 // ManualSeed reseeds the generator and drops the cached normal sample, like
-// torch.Generator.manual_seed.
+// torch.Generator.manual_seed. The normal kernel setting is kept.
 func (g *Generator) ManualSeed(seed uint64) {
 	g.seed = seed
 	g.engine.seed(seed)
@@ -116,8 +118,12 @@ func (g *Generator) FillNormal(data []float32) {
 	for i := range data {
 		data[i] = g.uniformFloat32()
 	}
+	fill := normalFill16
+	if g.kernel == KernelAVX2 {
+		fill = normalFill16AVX2
+	}
 	for i := 0; i+16 <= n; i += 16 {
-		normalFill16(data[i : i+16])
+		fill(data[i : i+16])
 	}
 	if n%16 != 0 {
 		// torch redraws the last 16 values from fresh uniforms, overwriting
@@ -126,7 +132,7 @@ func (g *Generator) FillNormal(data []float32) {
 		for i := range tail {
 			tail[i] = g.uniformFloat32()
 		}
-		normalFill16(tail)
+		fill(tail)
 	}
 }
 
