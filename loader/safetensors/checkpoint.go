@@ -51,10 +51,15 @@ func ParseIndex(b []byte) (*IndexFile, error) {
 	if len(idx.WeightMap) == 0 {
 		return nil, errors.New(`index has no "weight_map" entries`)
 	}
+	checked := map[string]bool{} // shards repeat for every tensor: check each once
 	for name, shard := range idx.WeightMap {
+		if checked[shard] {
+			continue
+		}
 		if err := CheckShardName(shard); err != nil {
 			return nil, fmt.Errorf("weight_map[%q]: %w", name, err)
 		}
+		checked[shard] = true
 	}
 	return &idx, nil
 }

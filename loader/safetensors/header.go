@@ -96,6 +96,14 @@ type rawEntry struct {
 func ParseHeader(headerJSON []byte, dataSize int64) (*Header, error) {
 	// The JSON may be padded with trailing spaces for alignment.
 	headerJSON = bytes.TrimRight(headerJSON, " \x00")
+	if h, ok := parseHeaderFast(headerJSON, dataSize); ok {
+		return h, nil
+	}
+	return parseHeaderStrict(headerJSON, dataSize)
+}
+
+// parseHeaderStrict validates entry by entry and names the first problem.
+func parseHeaderStrict(headerJSON []byte, dataSize int64) (*Header, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(headerJSON))
 	dec.UseNumber()
@@ -119,6 +127,14 @@ func ParseHeader(headerJSON []byte, dataSize int64) (*Header, error) {
 		}
 		h.Tensors = append(h.Tensors, info)
 	}
+	if err := sortAndCheckOverlap(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// sortAndCheckOverlap orders the tensors by offset and rejects overlaps.
+func sortAndCheckOverlap(h *Header) error {
 	sort.Slice(h.Tensors, func(i, j int) bool {
 		a, b := h.Tensors[i], h.Tensors[j]
 		if a.Begin != b.Begin {
@@ -136,14 +152,14 @@ func ParseHeader(headerJSON []byte, dataSize int64) (*Header, error) {
 			continue
 		}
 		if last != nil && cur.Begin < last.End {
-			return nil, fmt.Errorf("tensor %q (bytes %d-%d) overlaps tensor %q (bytes %d-%d)",
+			return fmt.Errorf("tensor %q (bytes %d-%d) overlaps tensor %q (bytes %d-%d)",
 				cur.Name, cur.Begin, cur.End, last.Name, last.Begin, last.End)
 		}
 		if last == nil || cur.End > last.End {
 			last = cur
 		}
 	}
-	return h, nil
+	return nil
 }
 
 func parseEntry(name string, msg json.RawMessage, dataSize int64) (TensorInfo, error) {

@@ -1,0 +1,281 @@
+package safetensors
+
+import (
+	"math"
+	"math/bits"
+)
+
+// parseHeaderFast parses a plainly valid header with a scanner written for
+// its one shape: an object of {"dtype", "shape", "data_offsets"} objects
+// with ASCII keys and integer arrays, plus an optional "__metadata__"
+// object of strings. It is an order of magnitude faster than
+// encoding/json on MoE checkpoints whose headers list tens of thousands of
+// tensors (BenchmarkParseHeaderMoE). It accepts only what the strict path
+// accepts, and returns ok=false on anything else (escapes, non-ASCII,
+// unknown fields, duplicate keys, floats, any invalid value) so that
+// ParseHeader's strict path decides and reports the precise error. The two
+// agree on every header the fast path takes (TestParseHeaderFastAgrees,
+// FuzzParseHeaderFast).
+func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
+	s := scanner{b: headerJSON}
+	h := &Header{DataSize: dataSize}
+	s.ws()
+	if !s.eat('{') {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	s.ws()
+	if !s.eat('}') {
+		for {
+			s.ws()
+			name, ok := s.str()
+			if !ok || seen[name] {
+				return nil, false
+			}
+			seen[name] = true
+			s.ws()
+			if !s.eat(':') {
+				return nil, false
+			}
+			s.ws()
+			if name == "__metadata__" {
+				if h.Metadata, ok = s.metadata(); !ok {
+					return nil, false
+				}
+			} else {
+				info, ok := s.entry(name, dataSize)
+				if !ok {
+					return nil, false
+				}
+				h.Tensors = append(h.Tensors, info)
+			}
+			s.ws()
+			if s.eat('}') {
+				break
+			}
+			if !s.eat(',') {
+				return nil, false
+			}
+		}
+	}
+	s.ws()
+	if s.i != len(s.b) {
+		return nil, false
+	}
+	if sortAndCheckOverlap(h) != nil {
+		return nil, false
+	}
+	return h, true
+}
+
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *scanner) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string of printable ASCII without escapes.
+func (s *scanner) str() (string, bool) {
+	if !s.eat('"') {
+		return "", false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			v := string(s.b[start:s.i])
+			s.i++
+			return v, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", false
+		}
+		s.i++
+	}
+	return "", false
+}
+
+// int reads a JSON integer (no fraction or exponent) that fits int64.
+func (s *scanner) int() (int64, bool) {
+	neg := s.eat('-')
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		d := uint64(s.b[s.i] - '0')
+		if v > (math.MaxInt64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+		s.i++
+	}
+	n := s.i - start
+	if n == 0 || (n > 1 && s.b[start] == '0') {
+		return 0, false
+	}
+	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true
+	}
+	return int64(v), true
+}
+
+// ints reads an array of integers.
+func (s *scanner) ints() ([]int64, bool) {
+	if !s.eat('[') {
+		return nil, false
+	}
+	out := []int64{}
+	s.ws()
+	if s.eat(']') {
+		return out, true
+	}
+	for {
+		s.ws()
+		v, ok := s.int()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, v)
+		s.ws()
+		if s.eat(']') {
+			return out, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
+// metadata reads an object of string values.
+func (s *scanner) metadata() (map[string]string, bool) {
+	if !s.eat('{') {
+		return nil, false
+	}
+	m := map[string]string{}
+	s.ws()
+	if s.eat('}') {
+		return m, true
+	}
+	for {
+		s.ws()
+		k, ok := s.str()
+		if !ok {
+			return nil, false
+		}
+		if _, dup := m[k]; dup {
+			return nil, false
+		}
+		s.ws()
+		if !s.eat(':') {
+			return nil, false
+		}
+		s.ws()
+		if m[k], ok = s.str(); !ok {
+			return nil, false
+		}
+		s.ws()
+		if s.eat('}') {
+			return m, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
+// entry reads and validates one tensor entry with the strict path's rules.
+func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
+	info := TensorInfo{Name: name}
+	var shape, offs []int64
+	var haveDType bool
+	if !s.eat('{') {
+		return info, false
+	}
+	for first := true; ; first = false {
+		s.ws()
+		if first && s.eat('}') {
+			break
+		}
+		k, ok := s.str()
+		if !ok {
+			return info, false
+		}
+		s.ws()
+		if !s.eat(':') {
+			return info, false
+		}
+		s.ws()
+		switch {
+		case k == "dtype" && !haveDType:
+			var d string
+			if d, ok = s.str(); !ok {
+				return info, false
+			}
+			info.DType, haveDType = DType(d), true
+		case k == "shape" && shape == nil:
+			if shape, ok = s.ints(); !ok {
+				return info, false
+			}
+		case k == "data_offsets" && offs == nil:
+			if offs, ok = s.ints(); !ok {
+				return info, false
+			}
+		default:
+			return info, false
+		}
+		s.ws()
+		if s.eat('}') {
+			break
+		}
+		if !s.eat(',') {
+			return info, false
+		}
+	}
+	if !info.DType.Valid() || shape == nil || len(offs) != 2 {
+		return info, false
+	}
+	elems := uint64(1)
+	if len(shape) > 0 {
+		info.Shape = make([]int, len(shape))
+	}
+	for i, d := range shape {
+		if d < 0 || d > math.MaxInt32*int64(1<<20) {
+			return info, false
+		}
+		info.Shape[i] = int(d)
+		hi, lo := bits.Mul64(elems, uint64(d))
+		if hi != 0 || lo > math.MaxInt64 {
+			return info, false
+		}
+		elems = lo
+	}
+	info.Begin, info.End = offs[0], offs[1]
+	if info.Begin < 0 || info.End < info.Begin || info.End > dataSize {
+		return info, false
+	}
+	hi, want := bits.Mul64(elems, uint64(info.DType.Size()))
+	if hi != 0 || want != uint64(info.End-info.Begin) {
+		return info, false
+	}
+	return info, true
+}
