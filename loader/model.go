@@ -139,7 +139,8 @@ type Model struct {
 	// Index is model_index.json of a diffusers pipeline.
 	Index *config.ModelIndex `json:"-"`
 
-	client *hub.Client
+	client  *hub.Client
+	weights []Weights // AllWeights, memoised
 }
 
 // Local reports whether the model is a local directory (not from the Hub).
@@ -401,6 +402,9 @@ type Weights struct {
 	Index string `json:"index,omitempty"`
 	// Files are the .safetensors files, relative to the model root.
 	Files []string `json:"files"`
+	// TotalSize is the index's metadata.total_size (tensor bytes), -1
+	// when there is no index or it does not say.
+	TotalSize int64 `json:"total_size"`
 }
 
 // WeightFiles finds the safetensors files of a component ("" for the
@@ -423,14 +427,14 @@ func (m *Model) WeightFiles(component string) (w Weights, ok bool, err error) {
 				base += "." + v
 			}
 			if idx := base + ".safetensors.index.json"; m.HasFile(idx) {
-				shards, err := m.indexShards(idx)
+				shards, total, err := m.indexShards(idx)
 				if err != nil {
 					return Weights{}, false, err
 				}
-				return Weights{Component: component, Index: idx, Files: shards}, true, nil
+				return Weights{Component: component, Index: idx, Files: shards, TotalSize: total}, true, nil
 			}
 			if single := base + ".safetensors"; m.HasFile(single) {
-				return Weights{Component: component, Files: []string{single}}, true, nil
+				return Weights{Component: component, Files: []string{single}, TotalSize: -1}, true, nil
 			}
 		}
 	}
@@ -451,10 +455,14 @@ func inComponent(c string) string {
 	return " in " + c + "/"
 }
 
-func (m *Model) indexShards(idx string) ([]string, error) {
+func (m *Model) indexShards(idx string) ([]string, int64, error) {
 	ix, err := safetensors.ReadIndex(m.Path(idx))
 	if err != nil {
-		return nil, notCachedOr(m, idx, err)
+		return nil, 0, notCachedOr(m, idx, err)
+	}
+	total := int64(-1)
+	if v, ok := ix.Metadata["total_size"].(float64); ok {
+		total = int64(v)
 	}
 	dir := path.Dir(idx)
 	var out []string
@@ -464,13 +472,13 @@ func (m *Model) indexShards(idx string) ([]string, error) {
 		}
 		if !m.HasFile(s) {
 			if m.FromCache {
-				return nil, m.notCached(s)
+				return nil, 0, m.notCached(s)
 			}
-			return nil, fmt.Errorf("%s: %s names shard %s, which the model does not have", m.Name(), idx, s)
+			return nil, 0, fmt.Errorf("%s: %s names shard %s, which the model does not have", m.Name(), idx, s)
 		}
 		out = append(out, s)
 	}
-	return out, nil
+	return out, total, nil
 }
 
 // Components lists the folders whose weights a model uses: "" for a
@@ -486,8 +494,12 @@ func (m *Model) Components() []string {
 	return out
 }
 
-// AllWeights returns the weights of every component that has some.
+// AllWeights returns the weights of every component that has some. The
+// result is computed once per Model.
 func (m *Model) AllWeights() ([]Weights, error) {
+	if m.weights != nil {
+		return m.weights, nil
+	}
 	var out []Weights
 	for _, comp := range m.Components() {
 		w, ok, err := m.WeightFiles(comp)
@@ -504,6 +516,7 @@ func (m *Model) AllWeights() ([]Weights, error) {
 		}
 		return nil, errs.Unsupportedf("%s: no safetensors weights (looked for %s)", m.Name(), strings.Join(safetensors.CandidateFiles(m.Variant), ", "))
 	}
+	m.weights = out
 	return out, nil
 }
 

@@ -186,7 +186,7 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 			}
 		}
 		if w.Index != "" {
-			r.Notes = append(r.Notes, checkIndexTotal(m, w, headers)...)
+			r.Notes = append(r.Notes, checkIndexTotal(w, headers)...)
 		}
 	}
 
@@ -460,13 +460,8 @@ func components(m *loader.Model, weights []loader.Weights, headers map[string]he
 
 // checkIndexTotal compares the index's metadata.total_size with the tensor
 // bytes in the shards.
-func checkIndexTotal(m *loader.Model, w loader.Weights, headers map[string]header) []string {
-	idx, err := safetensors.ReadIndex(m.Path(w.Index))
-	if err != nil {
-		return nil
-	}
-	want, ok := idx.Metadata["total_size"].(float64)
-	if !ok {
+func checkIndexTotal(w loader.Weights, headers map[string]header) []string {
+	if w.TotalSize < 0 {
 		return nil
 	}
 	var got int64
@@ -475,8 +470,8 @@ func checkIndexTotal(m *loader.Model, w loader.Weights, headers map[string]heade
 			got += t.NumBytes()
 		}
 	}
-	if int64(want) != got {
-		return []string{fmt.Sprintf("%s: metadata.total_size is %d but the shards hold %d tensor bytes", w.Index, int64(want), got)}
+	if w.TotalSize != got {
+		return []string{fmt.Sprintf("%s: metadata.total_size is %d but the shards hold %d tensor bytes", w.Index, w.TotalSize, got)}
 	}
 	return nil
 }
