@@ -1,0 +1,429 @@
+package sd
+
+import (
+	"context"
+	"fmt"
+	"image"
+	"image/color"
+	"math"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/diffusion/clip"
+	"github.com/tputool/tputool/pipeline/diffusion/unet"
+	"github.com/tputool/tputool/pipeline/schedulers"
+	"github.com/tputool/tputool/pipeline/torchrand"
+)
+
+// Request is one text-to-image call.
+type Request struct {
+	Prompt string
+	// NegativePrompt is used when HasNegative (an empty negative prompt is
+	// not the same as none for SDXL, which zeroes the unconditional
+	// embeddings when no negative prompt is given).
+	NegativePrompt string
+	HasNegative    bool
+	Steps          int
+	// Guidance is the classifier-free guidance scale; <= 1 disables it.
+	Guidance float64
+	// Width and Height in pixels; 0 uses the pipeline's default size.
+	Width, Height int
+	// Batch is the number of images (num_images_per_prompt).
+	Batch int
+	Seed  uint64
+	// Scheduler is a short name (schedulers.Names); empty uses the
+	// pipeline's own scheduler config.
+	Scheduler string
+	// Eager runs each block as its own executable instead of one
+	// executable per model.
+	Eager bool
+	// OnStep is called after each denoising step (1-based).
+	OnStep func(step, total int)
+}
+
+// Timings of one Generate call. Compile times are included in the phase
+// durations and also reported apart.
+type Timings struct {
+	TextEncode time.Duration
+	Denoise    time.Duration
+	Decode     time.Duration
+	Total      time.Duration
+	// Steps are the wall times of each denoising step.
+	Steps []time.Duration
+	// Compile* are the compilation times inside each phase.
+	CompileText, CompileUNet, CompileDecode time.Duration
+	// Compiles counts the executables compiled during the call.
+	Compiles int
+}
+
+// StepSeconds is the mean time of one denoising step, compilation excluded.
+func (t Timings) StepSeconds() float64 {
+	if len(t.Steps) == 0 {
+		return 0
+	}
+	return (t.Denoise - t.CompileUNet).Seconds() / float64(len(t.Steps))
+}
+
+// Compile is the total compilation time.
+func (t Timings) Compile() time.Duration { return t.CompileText + t.CompileUNet + t.CompileDecode }
+
+// Result of Generate.
+type Result struct {
+	Images []*image.NRGBA
+	// InitialLatents are the starting noise: randn_tensor(LatentShape,
+	// torch.Generator().manual_seed(Seed)) * init_noise_sigma.
+	InitialLatents []float32
+	// Latents are the final latents [Batch, C, h, w] before VAE decoding
+	// (scaled, as the scheduler leaves them).
+	Latents     []float32
+	LatentShape []int
+	Width       int
+	Height      int
+	Scheduler   string // the scheduler class used
+	Timings     Timings
+	// NewSize is true when this pipeline had not run at this size (and
+	// batch) before, so its executables were compiled.
+	NewSize bool
+	// Truncated lists the text encoders whose prompt was cut to the
+	// tokenizer's model_max_length.
+	Truncated []string
+}
+
+type statser interface{ Stats() blocks.ExecStats }
+
+func (p *Pipeline) execStats() blocks.ExecStats {
+	if s, ok := p.exec.(statser); ok {
+		return s.Stats()
+	}
+	return blocks.ExecStats{}
+}
+
+// Validate checks a request against the pipeline and fills defaults.
+func (p *Pipeline) Validate(req *Request) error {
+	if req.Width == 0 || req.Height == 0 {
+		w, h := p.DefaultSize()
+		if req.Width == 0 {
+			req.Width = w
+		}
+		if req.Height == 0 {
+			req.Height = h
+		}
+	}
+	m := p.SizeMultiple()
+	if req.Width <= 0 || req.Height <= 0 || req.Width%m != 0 || req.Height%m != 0 {
+		return errs.Usagef("size %dx%d: width and height must be positive multiples of %d for this model", req.Width, req.Height, m)
+	}
+	if req.Steps < 1 {
+		return errs.Usagef("steps %d: need at least 1", req.Steps)
+	}
+	if req.Batch < 1 {
+		return errs.Usagef("batch %d: need at least 1", req.Batch)
+	}
+	if math.IsNaN(req.Guidance) || math.IsInf(req.Guidance, 0) {
+		return errs.Usagef("guidance %v is not a finite number", req.Guidance)
+	}
+	return nil
+}
+
+// NewScheduler builds the request's scheduler: the short name over the
+// pipeline's scheduler config, or the config's own class.
+func (p *Pipeline) NewScheduler(name string) (schedulers.Scheduler, error) {
+	if name != "" {
+		return schedulers.FromShortName(name, p.SchedulerConfig)
+	}
+	class := p.SchedulerConfig.ClassName()
+	if class == "" {
+		return nil, fmt.Errorf("%s: scheduler_config.json has no _class_name", p.Dir)
+	}
+	return schedulers.New(class, p.SchedulerConfig)
+}
+
+// Generate runs text-to-image.
+func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
+	if err := p.Validate(&req); err != nil {
+		return nil, err
+	}
+	sched, err := p.NewScheduler(req.Scheduler)
+	if err != nil {
+		return nil, err
+	}
+	total := time.Now()
+	res := &Result{Width: req.Width, Height: req.Height, Scheduler: sched.Name()}
+	cfg := req.Guidance > 1
+	b := req.Batch
+	ub := b
+	if cfg {
+		ub = 2 * b
+	}
+	key := [3]int{req.Height, req.Width, ub}
+	res.NewSize = !p.sizes[key]
+	stats0 := p.execStats()
+
+	// 1. Prompt embeddings [ub, T, D] (unconditional first), and for SDXL
+	// the pooled embeddings [ub, P] and time ids [ub, 6].
+	start := time.Now()
+	emb, err := p.encodePrompts(req, cfg, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Timings.TextEncode = time.Since(start)
+	stats1 := p.execStats()
+	res.Timings.CompileText = stats1.CompileTime - stats0.CompileTime
+
+	// 2. Timesteps and initial latents: randn_tensor with one CPU generator
+	// times init_noise_sigma.
+	if err := sched.SetTimesteps(req.Steps); err != nil {
+		return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
+	}
+	ch := p.UNet.Cfg.InChannels
+	h, w := req.Height/p.VAEScaleFactor, req.Width/p.VAEScaleFactor
+	shape := []int{b, ch, h, w}
+	gen := torchrand.NewGenerator(req.Seed)
+	latents, err := torchrand.RandnTensor([]*torchrand.Generator{gen}, shape)
+	if err != nil {
+		return nil, err
+	}
+	sigma := float32(sched.InitNoiseSigma())
+	for i := range latents {
+		latents[i] *= sigma
+	}
+	res.InitialLatents = append([]float32(nil), latents...)
+
+	// 3. Denoising loop.
+	start = time.Now()
+	timesteps := sched.Timesteps()
+	n := len(latents)
+	for i, t := range timesteps {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: denoising stopped at step %d of %d: %w", errs.ErrInterrupted, i, len(timesteps), err)
+		}
+		stepStart := time.Now()
+		in := latents
+		if cfg {
+			in = make([]float32, 2*n)
+			copy(in, latents)
+			copy(in[n:], latents)
+		}
+		in, err = sched.ScaleModelInput(in, t)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
+		}
+		ts := make([]float32, ub)
+		for j := range ts {
+			ts[j] = float32(t)
+		}
+		uin := unet.Inputs[*tensors.Tensor]{
+			Sample:    tensors.FromFlatDataAndDimensions(in, ub, ch, h, w),
+			Timesteps: tensors.FromFlatDataAndDimensions(ts, ub),
+			Context:   emb.context, TextEmbeds: emb.pooled, TimeIDs: emb.timeIDs,
+		}
+		var out *tensors.Tensor
+		if req.Eager {
+			out, err = p.UNet.Eager(p.exec, uin)
+		} else {
+			out, err = p.UNet.Compiled(p.exec, uin)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("unet at step %d (t=%g): %w", i+1, t, err)
+		}
+		noise := tensors.MustCopyFlatData[float32](out)
+		if cfg {
+			g := float32(req.Guidance)
+			guided := make([]float32, n)
+			for j := range guided {
+				u, c := noise[j], noise[n+j]
+				guided[j] = u + g*(c-u)
+			}
+			noise = guided
+		}
+		latents, err = sched.Step(noise, t, latents, shape, gen)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler %s step %d: %w", sched.Name(), i+1, err)
+		}
+		res.Timings.Steps = append(res.Timings.Steps, time.Since(stepStart))
+		if req.OnStep != nil {
+			req.OnStep(i+1, len(timesteps))
+		}
+	}
+	res.Timings.Denoise = time.Since(start)
+	stats2 := p.execStats()
+	res.Timings.CompileUNet = stats2.CompileTime - stats1.CompileTime
+	res.Latents = append([]float32(nil), latents...)
+	res.LatentShape = shape
+
+	// 4. VAE decode and conversion to 8-bit RGB.
+	start = time.Now()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: before decoding: %w", errs.ErrInterrupted, err)
+	}
+	if res.Images, err = p.decode(latents, shape, req.Eager); err != nil {
+		return nil, err
+	}
+	res.Timings.Decode = time.Since(start)
+	stats3 := p.execStats()
+	res.Timings.CompileDecode = stats3.CompileTime - stats2.CompileTime
+	res.Timings.Compiles = stats3.Misses - stats0.Misses
+	res.Timings.Total = time.Since(total)
+	p.sizes[key] = true
+	return res, nil
+}
+
+// embeddings are the UNet's conditioning inputs for one call.
+type embeddings struct {
+	context, pooled, timeIDs *tensors.Tensor
+}
+
+// encodePrompts encodes the prompt (and the negative prompt when guidance
+// is on) with every text encoder and assembles the UNet conditioning.
+func (p *Pipeline) encodePrompts(req Request, cfg bool, res *Result) (*embeddings, error) {
+	type encoded struct {
+		ctx    []float32 // [T, D] (SD: last hidden state; SDXL: both penultimate states, concatenated)
+		pooled []float32 // [P] SDXL only
+	}
+	var seqLen, width int
+	encode := func(text string) (encoded, error) {
+		var parts [][]float32
+		var dims []int
+		var out encoded
+		for i, te := range p.texts {
+			row, truncated, err := te.tok.encode(text, te.tok.maxLen)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", te.name, err)
+			}
+			if truncated && text == req.Prompt {
+				res.Truncated = append(res.Truncated, te.name)
+			}
+			o, err := te.model.Encode(p.exec, te.name, [][]int{row}, req.Eager)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", te.name, err)
+			}
+			var hidden *tensors.Tensor
+			if p.XL {
+				hidden = o.Penultimate
+				if i == len(p.texts)-1 {
+					out.pooled = tensors.MustCopyFlatData[float32](o.Pooled)
+				}
+			} else {
+				hidden = o.LastHidden
+			}
+			parts = append(parts, tensors.MustCopyFlatData[float32](hidden))
+			dims = append(dims, hidden.Shape().Dimensions[2])
+			seqLen = hidden.Shape().Dimensions[1]
+		}
+		// Concatenate along the feature axis: [T, D1 + D2].
+		width = 0
+		for _, d := range dims {
+			width += d
+		}
+		out.ctx = make([]float32, seqLen*width)
+		off := 0
+		for k, part := range parts {
+			for t := 0; t < seqLen; t++ {
+				copy(out.ctx[t*width+off:], part[t*dims[k]:(t+1)*dims[k]])
+			}
+			off += dims[k]
+		}
+		return out, nil
+	}
+	cond, err := encode(req.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	rows := []encoded{}
+	if cfg {
+		var uncond encoded
+		if p.XL && !req.HasNegative && p.ForceZerosForEmptyPrompt {
+			uncond = encoded{ctx: make([]float32, len(cond.ctx)), pooled: make([]float32, len(cond.pooled))}
+		} else if uncond, err = encode(req.NegativePrompt); err != nil {
+			return nil, err
+		}
+		for i := 0; i < req.Batch; i++ {
+			rows = append(rows, uncond)
+		}
+	}
+	for i := 0; i < req.Batch; i++ {
+		rows = append(rows, cond)
+	}
+	ub := len(rows)
+	e := &embeddings{}
+	ctxData := make([]float32, 0, ub*len(cond.ctx))
+	for _, r := range rows {
+		ctxData = append(ctxData, r.ctx...)
+	}
+	e.context = tensors.FromFlatDataAndDimensions(ctxData, ub, seqLen, width)
+	if p.XL {
+		pooled := make([]float32, 0, ub*len(cond.pooled))
+		for _, r := range rows {
+			pooled = append(pooled, r.pooled...)
+		}
+		e.pooled = tensors.FromFlatDataAndDimensions(pooled, ub, len(cond.pooled))
+		// original_size + crops_coords_top_left + target_size, as (h, w).
+		ids := []float32{float32(req.Height), float32(req.Width), 0, 0, float32(req.Height), float32(req.Width)}
+		timeIDs := make([]float32, 0, ub*6)
+		for i := 0; i < ub; i++ {
+			timeIDs = append(timeIDs, ids...)
+		}
+		e.timeIDs = tensors.FromFlatDataAndDimensions(timeIDs, ub, 6)
+	}
+	return e, nil
+}
+
+// EncodeText runs one text encoder on token rows; for tests and tools.
+func (p *Pipeline) EncodeText(index int, ids [][]int, eager bool) (clip.Output[*tensors.Tensor], error) {
+	te := p.texts[index]
+	return te.model.Encode(p.exec, te.name, ids, eager)
+}
+
+// decode unscales the latents, runs the VAE decoder and converts the
+// images as diffusers' postprocess does: (x/2 + 0.5) clamped to [0, 1],
+// times 255, rounded half to even.
+func (p *Pipeline) decode(latents []float32, shape []int, eager bool) ([]*image.NRGBA, error) {
+	z := append([]float32(nil), latents...)
+	p.VAE.Cfg.Unscale(z, shape[1], shape[2]*shape[3])
+	out, err := p.VAE.Decode(p.exec, tensors.FromFlatDataAndDimensions(z, shape...), eager)
+	if err != nil {
+		return nil, fmt.Errorf("vae decode: %w", err)
+	}
+	d := out.Shape().Dimensions // [B, 3, H, W]
+	if len(d) != 4 || d[1] != 3 {
+		return nil, fmt.Errorf("vae decode: output shape %v, want [B, 3, H, W]", d)
+	}
+	px := tensors.MustCopyFlatData[float32](out)
+	return ToImages(px, d[0], d[2], d[3]), nil
+}
+
+// ToImages converts decoder output [B, 3, H, W] in [-1, 1] to 8-bit images.
+func ToImages(px []float32, b, h, w int) []*image.NRGBA {
+	imgs := make([]*image.NRGBA, b)
+	plane := h * w
+	for n := 0; n < b; n++ {
+		img := image.NewNRGBA(image.Rect(0, 0, w, h))
+		base := n * 3 * plane
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				i := y*w + x
+				img.SetNRGBA(x, y, color.NRGBA{
+					R: to8(px[base+i]), G: to8(px[base+plane+i]), B: to8(px[base+2*plane+i]), A: 255,
+				})
+			}
+		}
+		imgs[n] = img
+	}
+	return imgs
+}
+
+func to8(v float32) uint8 {
+	// float32 arithmetic as torch/numpy do it; the explicit conversions
+	// keep the compiler from fusing the operations.
+	f := float32(v/2) + 0.5
+	if !(f > 0) { // also NaN
+		f = 0
+	}
+	if f > 1 {
+		f = 1
+	}
+	return uint8(math.RoundToEven(float64(float32(f * 255))))
+}

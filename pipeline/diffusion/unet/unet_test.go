@@ -1,0 +1,173 @@
+package unet_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
+	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/diffusion/unet"
+)
+
+func goBackend(t testing.TB) backends.Backend {
+	b, err := backends.NewWithConfig("go:ops_sequential")
+	require.NoError(t, err)
+	t.Cleanup(b.Finalize)
+	return b
+}
+
+func randn(rng *rand.Rand, n int, scale float64) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(rng.NormFloat64() * scale)
+	}
+	return out
+}
+
+// relErr is max|a-b| / max|b|.
+func relErr(a []float32, b []float64) float64 {
+	var num, den float64
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
+		den = math.Max(den, math.Abs(b[i]))
+	}
+	return num / den
+}
+
+func loadUNet(t *testing.T, dir string, backend backends.Backend) *unet.Model {
+	b, err := os.ReadFile(filepath.Join(dir, "unet", "config.json"))
+	require.NoError(t, err)
+	cfg, err := unet.ParseConfig(b)
+	require.NoError(t, err)
+	r, err := cfg.Resolve()
+	require.NoError(t, err)
+	ck, err := safetensors.Open(filepath.Join(dir, "unet"))
+	require.NoError(t, err)
+	defer ck.Close()
+	m, err := unet.Load(blocks.FromCheckpoint(ck), r, backend, blocks.Options{})
+	require.NoError(t, err)
+	return m
+}
+
+func TestUNetMatchesReference(t *testing.T) {
+	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL()} {
+		t.Run(spec.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, tinysd.Generate(dir, spec))
+			backend := goBackend(t)
+			m := loadUNet(t, dir, backend)
+			rf, err := ref.LoadUNet(filepath.Join(dir, "unet"))
+			require.NoError(t, err)
+
+			const B, H, W, S = 2, 8, 16, 5
+			rng := rand.New(rand.NewPCG(7, 7))
+			sample := randn(rng, B*4*H*W, 1)
+			ts := []float32{981, 21}
+			ctx := randn(rng, B*S*spec.UNet.CrossDim, 1)
+			in := unet.Inputs[*tensors.Tensor]{
+				Sample:    tensors.FromFlatDataAndDimensions(sample, B, 4, H, W),
+				Timesteps: tensors.FromFlatDataAndDimensions(ts, B),
+				Context:   tensors.FromFlatDataAndDimensions(ctx, B, S, spec.UNet.CrossDim),
+			}
+			var textEmbeds, timeIDs *ref.T
+			if spec.XL {
+				te := randn(rng, B*spec.UNet.PooledDim, 1)
+				ids := []float32{64, 128, 0, 0, 64, 128, 32, 32, 0, 8, 64, 64}
+				in.TextEmbeds = tensors.FromFlatDataAndDimensions(te, B, spec.UNet.PooledDim)
+				in.TimeIDs = tensors.FromFlatDataAndDimensions(ids, B, 6)
+				textEmbeds = ref.FromFloat32(te, B, spec.UNet.PooledDim)
+				timeIDs = ref.FromFloat32(ids, B, 6)
+			}
+			want := rf.Forward(ref.FromFloat32(sample, B, 4, H, W), []float64{981, 21},
+				ref.FromFloat32(ctx, B, S, spec.UNet.CrossDim), textEmbeds, timeIDs)
+
+			x := blocks.NewGraphExecutor(backend, nil)
+			compiled, err := m.Compiled(x, in)
+			require.NoError(t, err)
+			got := tensors.MustCopyFlatData[float32](compiled)
+			require.Equal(t, []int{B, 4, H, W}, compiled.Shape().Dimensions)
+			e := relErr(got, want.Data)
+			t.Logf("compiled vs float64 reference: %.2e", e)
+			require.LessOrEqual(t, e, 1e-4)
+
+			eager, err := m.Eager(x, in)
+			require.NoError(t, err)
+			gotE := tensors.MustCopyFlatData[float32](eager)
+			e = relErr(gotE, want.Data)
+			t.Logf("eager vs float64 reference: %.2e", e)
+			require.LessOrEqual(t, e, 1e-4)
+
+			// Running again hits the caches: no new executables.
+			n := x.NumExecutables()
+			_, err = m.Eager(x, in)
+			require.NoError(t, err)
+			require.Equal(t, n, x.NumExecutables())
+		})
+	}
+}
+
+func TestUNetStrictLoading(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	b, err := os.ReadFile(filepath.Join(dir, "unet", "config.json"))
+	require.NoError(t, err)
+	cfg, err := unet.ParseConfig(b)
+	require.NoError(t, err)
+	r, err := cfg.Resolve()
+	require.NoError(t, err)
+	ck, err := safetensors.Open(filepath.Join(dir, "unet"))
+	require.NoError(t, err)
+	defer ck.Close()
+
+	src := &editedSource{Source: blocks.FromCheckpoint(ck),
+		drop:   "mid_block.resnets.0.conv1.weight",
+		extra:  "mid_block.surprise.weight",
+		resize: map[string][]int{"conv_in.bias": {7}}}
+	_, err = unet.Load(src, r, nil, blocks.Options{})
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, `missing tensor "mid_block.resnets.0.conv1.weight"`)
+	require.Contains(t, msg, `unused tensor "mid_block.surprise.weight"`)
+	require.Contains(t, msg, `tensor "conv_in.bias" has shape [7], want [16]`)
+	require.True(t, strings.HasPrefix(msg, "unet: checkpoint does not match its config"), msg)
+}
+
+// editedSource drops, adds and reshapes tensors of a source.
+type editedSource struct {
+	blocks.Source
+	drop, extra string
+	resize      map[string][]int
+}
+
+func (s *editedSource) Names() []string {
+	var out []string
+	for _, n := range s.Source.Names() {
+		if n != s.drop {
+			out = append(out, n)
+		}
+	}
+	return append(out, s.extra)
+}
+
+func (s *editedSource) Shape(name string) ([]int, bool) {
+	switch {
+	case name == s.drop:
+		return nil, false
+	case name == s.extra:
+		return []int{1}, true
+	case s.resize[name] != nil:
+		return s.resize[name], true
+	}
+	return s.Source.Shape(name)
+}
