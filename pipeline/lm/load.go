@@ -108,6 +108,9 @@ func (l *Loaded) check() error {
 		if want[name] || ignoredBuffer(name) {
 			continue
 		}
+		if _, skip := skipWeight(l.Model, name); skip {
+			continue
+		}
 		if name == "lm_head.weight" && spec.TieEmbeddings {
 			if err := l.checkTiedHead(); err != nil {
 				return err
