@@ -300,7 +300,12 @@ func newGoBackend() (b backends.Backend, err error) {
 			b, err = nil, errs.Devicef("go backend: constructor panicked: %v", r)
 		}
 	}()
-	b, err = backends.NewWithConfig(BackendGo)
+	// ops_sequential: in its default (dynamic) mode the go backend of
+	// GoMLX v0.26.0 runs independent ops in pool workers that then wait on
+	// the same pool for their own sub-tasks (DotGeneral's batch split), and
+	// with 2*NumCPU slots all taken it deadlocks (seen with 2 cores on the
+	// diffusion UNet). Intra-op parallelism stays on.
+	b, err = backends.NewWithConfig(BackendGo + ":ops_sequential")
 	if err != nil {
 		return nil, errs.Devicef("go backend: %w", err)
 	}
