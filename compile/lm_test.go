@@ -13,7 +13,7 @@ import (
 
 func goBackend(t testing.TB) backends.Backend {
 	t.Helper()
-	be, err := backends.NewWithConfig("go")
+	be, err := backends.NewWithConfig("go:ops_sequential") // as tpu.Open does
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,175 @@
+package lm_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/safetensors"
+	_ "github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
+)
+
+// tiny writes a 2-layer Llama checkpoint and returns its directory.
+func tiny(t *testing.T, tied bool) string {
+	t.Helper()
+	tc := lmtest.LlamaShape(16, 2, 2, 24, 32)
+	tc.Config.Tied = tied
+	dir := t.TempDir()
+	if err := tc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// rewrite rewrites dir/model.safetensors through edit.
+func rewrite(t *testing.T, dir string, edit func(map[string]safetensors.Tensor)) {
+	t.Helper()
+	path := filepath.Join(dir, "model.safetensors")
+	ck, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]safetensors.Tensor{}
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		raw, _ := ck.Raw(n)
+		m[n] = safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)}
+	}
+	ck.Close()
+	edit(m)
+	var ts []safetensors.Tensor
+	for _, v := range m {
+		ts = append(ts, v)
+	}
+	if err := safetensors.WriteFile(path, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadStrict(t *testing.T) {
+	const q = "model.layers.1.self_attn.q_proj.weight"
+	for _, tc := range []struct {
+		name string
+		tied bool
+		edit func(map[string]safetensors.Tensor)
+		want string // "" for success
+	}{
+		{"ok", false, func(map[string]safetensors.Tensor) {}, ""},
+		{"missing", false, func(m map[string]safetensors.Tensor) { delete(m, q) }, "missing tensors: " + q},
+		{"unused", false, func(m map[string]safetensors.Tensor) {
+			m["model.layers.0.mlp.extra.weight"] = safetensors.Tensor{Name: "model.layers.0.mlp.extra.weight", DType: safetensors.F32, Shape: []int{1}, Data: make([]byte, 4)}
+		}, "unused tensors (this architecture does not read them): model.layers.0.mlp.extra.weight"},
+		{"misshapen", false, func(m map[string]safetensors.Tensor) {
+			v := m[q]
+			v.Shape = []int{8, 32}
+			m[q] = v
+		}, q + ": shape [8 32], want [16 16]"},
+		{"integer dtype", false, func(m map[string]safetensors.Tensor) {
+			v := m[q]
+			v.DType = safetensors.I32
+			m[q] = v
+		}, q + ": dtype I32"},
+		{"rotary buffer ignored", false, func(m map[string]safetensors.Tensor) {
+			n := "model.layers.0.self_attn.rotary_emb.inv_freq"
+			m[n] = safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{4}, Data: make([]byte, 16)}
+		}, ""},
+		{"tied head equal", true, func(m map[string]safetensors.Tensor) {
+			e := m["model.embed_tokens.weight"]
+			e.Name = "lm_head.weight"
+			m[e.Name] = e
+		}, ""},
+		{"tied head differs", true, func(m map[string]safetensors.Tensor) {
+			e := m["model.embed_tokens.weight"]
+			e.Name, e.Data = "lm_head.weight", make([]byte, len(e.Data))
+			m[e.Name] = e
+		}, "lm_head.weight differs from model.embed_tokens.weight"},
+		{"untied head missing", false, func(m map[string]safetensors.Tensor) { delete(m, "lm_head.weight") }, "missing tensors: lm_head.weight"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tiny(t, tc.tied)
+			rewrite(t, dir, tc.edit)
+			l, err := lm.Load(dir)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.Close()
+				return
+			}
+			if err == nil {
+				l.Close()
+				t.Fatalf("loaded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errs.ErrUnsupported) {
+				t.Fatalf("error %q (unsupported: %v), want it to contain %q", err, errors.Is(err, errs.ErrUnsupported), tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownArchitecture(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["FancyForCausalLM"]}`), 0o644)
+	_, err := lm.Load(dir)
+	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `"FancyForCausalLM"`) || !strings.Contains(err.Error(), "LlamaForCausalLM") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestTensorConversions(t *testing.T) {
+	dir := tiny(t, true)
+	const n = "model.layers.0.mlp.up_proj.weight"
+	var want []float32
+	rewrite(t, dir, func(m map[string]safetensors.Tensor) {
+		// Store one tensor as BF16 values that are exact in bfloat16.
+		want = make([]float32, 24*16)
+		for i := range want {
+			want[i] = float32(i%7) - 3.5
+		}
+		v, _ := safetensors.Float32Tensor(n, safetensors.BF16, []int{24, 16}, want)
+		m[n] = v
+	})
+	l, err := lm.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.Tensor(n, dtypes.Float32, 2, 12, 16) // row-split view
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Shape().Dimensions; len(d) != 3 || d[0] != 2 {
+		t.Fatalf("shape %v", f.Shape())
+	}
+	got := tensors.MustCopyFlatData[float32](f)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("float32[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	b, err := l.Tensor(n, dtypes.BFloat16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := tensors.MustCopyFlatData[bfloat16.BFloat16](b)
+	for i := range want {
+		if gb[i].Float32() != want[i] {
+			t.Fatalf("bfloat16[%d] = %v, want %v", i, gb[i].Float32(), want[i])
+		}
+	}
+	if _, err := l.Tensor(n, dtypes.Float32, 5, 5); err == nil {
+		t.Error("bad view accepted")
+	}
+	if _, err := l.Tensor(n, dtypes.Float16); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("float16 compute: %v", err)
+	}
+}

@@ -1,0 +1,142 @@
+package nn
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+func testBackend(t *testing.T) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("go:ops_sequential") // as tpu.Open does
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+func values(n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32((i*37)%23-11) * scale
+	}
+	return v
+}
+
+func execGraph(t *testing.T, fn func([]*Node) []*Node, args ...any) [][]float32 {
+	t.Helper()
+	e, err := NewExec(testBackend(t), fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := e.Exec(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res [][]float32
+	for _, o := range outs {
+		res = append(res, tensors.MustCopyFlatData[float32](o))
+	}
+	return res
+}
+
+func TestLinearRowSplitMatchesPlain(t *testing.T) {
+	x := tensors.FromFlatDataAndDimensions(values(2*3*8, 0.1), 2, 3, 8)
+	w := values(12*8, 0.05)
+	b := tensors.FromFlatDataAndDimensions(values(12, 0.3), 12)
+	plain := tensors.FromFlatDataAndDimensions(w, 12, 8)
+	split := tensors.FromFlatDataAndDimensions(append([]float32(nil), w...), 3, 4, 8)
+	out := execGraph(t, func(in []*Node) []*Node {
+		return []*Node{Linear(in[0], in[1], in[3]), Linear(in[0], in[2], in[3])}
+	}, x, plain, split, b)
+	// Host reference.
+	xv := values(2*3*8, 0.1)
+	bv := values(12, 0.3)
+	for n := 0; n < 6; n++ {
+		for o := 0; o < 12; o++ {
+			want := bv[o]
+			for i := 0; i < 8; i++ {
+				want += xv[n*8+i] * w[o*8+i]
+			}
+			for k, got := range []float32{out[0][n*12+o], out[1][n*12+o]} {
+				if math.Abs(float64(got-want)) > 1e-5 {
+					t.Fatalf("output %d [%d,%d] = %v, want %v", k, n, o, got, want)
+				}
+			}
+		}
+	}
+}
+
+func TestEmbeddingRowSplit(t *testing.T) {
+	w := values(10*4, 1)
+	ids := tensors.FromFlatDataAndDimensions([]int32{0, 9, 4, 5}, 2, 2)
+	out := execGraph(t, func(in []*Node) []*Node {
+		return []*Node{Embedding(in[0], in[2]), Embedding(in[1], in[2])}
+	}, tensors.FromFlatDataAndDimensions(w, 10, 4), tensors.FromFlatDataAndDimensions(append([]float32(nil), w...), 2, 5, 4), ids)
+	for i, id := range []int{0, 9, 4, 5} {
+		for j := 0; j < 4; j++ {
+			if out[0][i*4+j] != w[id*4+j] || out[1][i*4+j] != w[id*4+j] {
+				t.Fatalf("row %d: %v / %v, want %v", id, out[0][i*4:i*4+4], out[1][i*4:i*4+4], w[id*4:id*4+4])
+			}
+		}
+	}
+}
+
+func TestRMSNorm(t *testing.T) {
+	x := []float32{1, 2, 3, 4}
+	w := []float32{0.5, 1, 1.5, 2}
+	out := execGraph(t, func(in []*Node) []*Node {
+		return []*Node{RMSNorm(in[0], in[1], 1e-6, false), RMSNorm(in[0], in[1], 1e-6, true)}
+	}, tensors.FromFlatDataAndDimensions(x, 1, 4), tensors.FromFlatDataAndDimensions(w, 4))
+	inv := 1 / math.Sqrt((1+4+9+16)/4.0+1e-6)
+	for i := range x {
+		llama := float64(x[i]) * inv * float64(w[i])
+		gemma := float64(x[i]) * inv * (1 + float64(w[i]))
+		if math.Abs(float64(out[0][i])-llama) > 1e-6 || math.Abs(float64(out[1][i])-gemma) > 1e-6 {
+			t.Fatalf("dim %d: %v %v, want %v %v", i, out[0][i], out[1][i], llama, gemma)
+		}
+	}
+}
+
+func TestUpdateCacheScatterAndDUS(t *testing.T) {
+	// Cache [B=1, KV=2, S=5, D=2], update of T=2 slots at start 2.
+	cache := make([]float32, 20)
+	upd := []float32{1, 2, 3, 4, 5, 6, 7, 8} // [1, 2, 2, 2]
+	out := execGraph(t, func(in []*Node) []*Node {
+		return []*Node{UpdateCache(in[0], in[1], in[2], 2, false)}
+	}, tensors.FromFlatDataAndDimensions(cache, 1, 2, 5, 2), tensors.FromFlatDataAndDimensions(upd, 1, 2, 2, 2), tensors.FromScalar(int32(2)))
+	want := []float32{0, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 5, 6, 7, 8, 0, 0}
+	for i := range want {
+		if out[0][i] != want[i] {
+			t.Fatalf("scatter update: %v, want %v", out[0], want)
+		}
+	}
+}
+
+func TestGeluTanh(t *testing.T) {
+	xs := []float32{-3, -1, -0.1, 0, 0.5, 2}
+	out := execGraph(t, func(in []*Node) []*Node { return []*Node{GeluTanh(in[0]), SiLU(in[0])} }, tensors.FromFlatDataAndDimensions(xs, 6))
+	for i, x := range xs {
+		xf := float64(x)
+		g := 0.5 * xf * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(xf+0.044715*xf*xf*xf)))
+		s := xf / (1 + math.Exp(-xf))
+		if math.Abs(float64(out[0][i])-g) > 1e-6 || math.Abs(float64(out[1][i])-s) > 1e-6 {
+			t.Errorf("x=%v: gelu %v (want %v) silu %v (want %v)", x, out[0][i], g, out[1][i], s)
+		}
+	}
+}
+
+func TestRoundTo(t *testing.T) {
+	// sqrt(3072) = 55.4256 becomes 55.5 in bfloat16 (transformers' comment).
+	if got := RoundTo(math.Sqrt(3072), dtypes.BFloat16); got != 55.5 {
+		t.Errorf("bf16(sqrt(3072)) = %v", got)
+	}
+	if got := RoundTo(math.Sqrt(1152), dtypes.BFloat16); got != 34 {
+		t.Errorf("bf16(sqrt(1152)) = %v", got)
+	}
+}
