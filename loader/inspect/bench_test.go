@@ -67,8 +67,7 @@ func cacheModel(b *testing.B, repo, cfg string, tensors []benchTensor, shards in
 	}
 	os.WriteFile(filepath.Join(rd, "refs", "main"), []byte(commit), 0o644)
 	put := func(name string, write func(p string)) {
-		blob := filepath.Join(rd, "blobs", fmt.Sprintf("%064x", len(name)*7919+len(tensors)))
-		blob = filepath.Join(rd, "blobs", fmt.Sprintf("blob-%s", filepath.Base(name)))
+		blob := filepath.Join(rd, "blobs", "blob-"+filepath.Base(name))
 		write(blob)
 		os.Symlink("../../blobs/"+filepath.Base(blob), filepath.Join(snap, name))
 	}

@@ -44,9 +44,12 @@ func ReadIndex(path string) (*IndexFile, error) {
 
 // ParseIndex parses index JSON and validates shard names.
 func ParseIndex(b []byte) (*IndexFile, error) {
-	var idx IndexFile
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return nil, fmt.Errorf("invalid index JSON: %w", err)
+	idx, ok := parseIndexFast(b)
+	if !ok {
+		idx = &IndexFile{}
+		if err := json.Unmarshal(b, idx); err != nil {
+			return nil, fmt.Errorf("invalid index JSON: %w", err)
+		}
 	}
 	if len(idx.WeightMap) == 0 {
 		return nil, errors.New(`index has no "weight_map" entries`)
@@ -61,7 +64,7 @@ func ParseIndex(b []byte) (*IndexFile, error) {
 		}
 		checked[shard] = true
 	}
-	return &idx, nil
+	return idx, nil
 }
 
 // CheckShardName rejects shard file names that would escape the checkpoint

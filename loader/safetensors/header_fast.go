@@ -1,8 +1,10 @@
 package safetensors
 
 import (
+	"encoding/json"
 	"math"
 	"math/bits"
+	"strings"
 )
 
 // parseHeaderFast parses a plainly valid header with a scanner written for
@@ -39,7 +41,7 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 			}
 			s.ws()
 			if name == "__metadata__" {
-				if h.Metadata, ok = s.metadata(); !ok {
+				if h.Metadata, ok = s.stringMap(false); !ok {
 					return nil, false
 				}
 			} else {
@@ -166,12 +168,17 @@ func (s *scanner) ints() ([]int64, bool) {
 	}
 }
 
-// metadata reads an object of string values.
-func (s *scanner) metadata() (map[string]string, bool) {
+// stringMap reads an object of string values; intern shares equal values
+// (an index names each shard once per tensor).
+func (s *scanner) stringMap(intern bool) (map[string]string, bool) {
 	if !s.eat('{') {
 		return nil, false
 	}
 	m := map[string]string{}
+	var pool map[string]string
+	if intern {
+		pool = map[string]string{}
+	}
 	s.ws()
 	if s.eat('}') {
 		return m, true
@@ -190,9 +197,18 @@ func (s *scanner) metadata() (map[string]string, bool) {
 			return nil, false
 		}
 		s.ws()
-		if m[k], ok = s.str(); !ok {
+		v, ok := s.str()
+		if !ok {
 			return nil, false
 		}
+		if intern {
+			if p, seen := pool[v]; seen {
+				v = p
+			} else {
+				pool[v] = v
+			}
+		}
+		m[k] = v
 		s.ws()
 		if s.eat('}') {
 			return m, true
@@ -201,6 +217,45 @@ func (s *scanner) metadata() (map[string]string, bool) {
 			return nil, false
 		}
 	}
+}
+
+// skipValue steps over one JSON value; the input is known to be valid.
+func (s *scanner) skipValue() bool {
+	depth := 0
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch c {
+		case '"':
+			s.i++
+			for s.i < len(s.b) && s.b[s.i] != '"' {
+				if s.b[s.i] == '\\' {
+					s.i++
+				}
+				s.i++
+			}
+			s.i++
+		case '{', '[':
+			depth++
+			s.i++
+		case '}', ']':
+			if depth == 0 {
+				return true // the end of the enclosing object
+			}
+			depth--
+			s.i++
+		case ',':
+			if depth == 0 {
+				return true
+			}
+			s.i++
+		default:
+			s.i++
+		}
+		if depth == 0 && (c == '"' || c == '}' || c == ']') {
+			return true
+		}
+	}
+	return depth == 0
 }
 
 // entry reads and validates one tensor entry with the strict path's rules.
@@ -278,4 +333,63 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 		return info, false
 	}
 	return info, true
+}
+
+// parseIndexFast parses a valid index whose weight_map is a plain object of
+// ASCII strings, interning the shard names; ok=false sends ParseIndex to
+// encoding/json (escapes, duplicate or case-folded keys, odd types).
+func parseIndexFast(b []byte) (*IndexFile, bool) {
+	if !json.Valid(b) {
+		return nil, false
+	}
+	s := scanner{b: b}
+	idx := &IndexFile{}
+	s.ws()
+	if !s.eat('{') {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	s.ws()
+	if s.eat('}') {
+		return idx, true
+	}
+	for {
+		s.ws()
+		k, ok := s.str()
+		if !ok || seen[k] {
+			return nil, false
+		}
+		seen[k] = true
+		s.ws()
+		if !s.eat(':') {
+			return nil, false
+		}
+		s.ws()
+		switch {
+		case k == "weight_map":
+			if idx.WeightMap, ok = s.stringMap(true); !ok {
+				return nil, false
+			}
+		case k == "metadata":
+			start := s.i
+			if !s.skipValue() || json.Unmarshal(s.b[start:s.i], &idx.Metadata) != nil {
+				return nil, false
+			}
+		case strings.EqualFold(k, "weight_map") || strings.EqualFold(k, "metadata"):
+			return nil, false // encoding/json would match it case-insensitively
+		default:
+			if !s.skipValue() {
+				return nil, false
+			}
+		}
+		s.ws()
+		if s.eat('}') {
+			break
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+	s.ws()
+	return idx, s.i == len(s.b)
 }

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -124,4 +125,64 @@ func BenchmarkParseHeaderMoE(b *testing.B) {
 			}
 		})
 	}
+}
+
+// checkIndexAgree fails when parseIndexFast accepts an index that
+// encoding/json decodes differently or rejects.
+func checkIndexAgree(t *testing.T, b []byte) {
+	t.Helper()
+	fast, ok := parseIndexFast(b)
+	if !ok {
+		return
+	}
+	var want IndexFile
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("fast index path accepted %q which encoding/json rejects: %v", b, err)
+	}
+	if !reflect.DeepEqual(*fast, want) {
+		t.Fatalf("fast %+v != json %+v for %q", *fast, want, b)
+	}
+}
+
+func TestParseIndexFastAgrees(t *testing.T) {
+	cases := []string{
+		`{"metadata":{"total_size":8},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`,
+		`{"weight_map":{"a":"x.safetensors"},"metadata":null}`,
+		`{"weight_map":{"a":"x.safetensors"},"metadata":{"s":"a\"}]b","n":[1,{"x":"}"}],"t":true}}`,
+		`{"extra":{"k":["]","\\\"",{"z":null}]},"weight_map":{"a":"x.safetensors"}}`,
+		`{"weight_map":{"a":"x.safetensors"},"Weight_Map":{"b":"y.safetensors"}}`,
+		`{"WEIGHT_MAP":{"b":"y.safetensors"}}`,
+		`{"weight_map":{"a":"x.safetensors"},"weight_map":{"b":"y.safetensors"}}`,
+		`{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}`,
+		`{"weight_map":{"\u0061":"x.safetensors"}}`,
+		`{"weight_map":null}`, `{"weight_map":{"a":5}}`, `{"metadata":5,"weight_map":{}}`, `[]`, `{}`, `{"weight_map":{}} x`,
+	}
+	for _, c := range cases {
+		checkIndexAgree(t, []byte(c))
+	}
+	big := []byte(`{"metadata":{"total_size":123},"weight_map":{`)
+	for i := 0; i < 500; i++ {
+		if i > 0 {
+			big = append(big, ',')
+		}
+		big = fmt.Appendf(big, `"model.layers.%d.w":"model-%05d-of-00004.safetensors"`, i, i%4+1)
+	}
+	big = append(big, "}}"...)
+	if _, ok := parseIndexFast(big); !ok {
+		t.Fatal("fast index path refused a plain index")
+	}
+	checkIndexAgree(t, big)
+	r := rand.New(rand.NewPCG(3, 4))
+	for k := 0; k < 3000; k++ {
+		m := bytes.Clone(big[:200])
+		m = append(m, "}}"...)
+		m[r.IntN(len(m))] = "0123456789-.,:[]{}\"\\ eE"[r.IntN(23)]
+		checkIndexAgree(t, m)
+	}
+}
+
+func FuzzParseIndexFast(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"total_size":8},"weight_map":{"a":"model-00001-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"extra":{"k":["]","\\\"",{"z":null}]},"weight_map":{"a":"x.safetensors"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) { checkIndexAgree(t, b) })
 }
