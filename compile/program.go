@@ -153,5 +153,48 @@ func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
 	return outs, nil
 }
 
+// Precompile builds the executable for the arguments' shapes without
+// running it, and reports whether it had to (false when the shapes were
+// already compiled). It counts as a call: a miss when it compiles, a hit
+// otherwise, and the next Call with those shapes is a hit. Diffusion
+// pipelines use it to show compilation apart from the first denoising step.
+func (p *Program) Precompile(args ...Arg) (compiled bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("program %q: %v", p.name, r)
+		}
+	}()
+	key := shapeKey(args)
+	p.mu.Lock()
+	isNew := !p.keys[key]
+	first := p.stats.Calls == 0
+	p.stats.Calls++
+	if isNew {
+		p.stats.Misses++
+	} else {
+		p.stats.Hits++
+	}
+	p.mu.Unlock()
+	if !isNew {
+		return false, nil
+	}
+	if !first && p.OnRecompile != nil {
+		p.OnRecompile(p.name, key)
+	}
+	plain := make([]any, len(args))
+	for i, a := range args {
+		plain[i] = a.T
+	}
+	start := time.Now()
+	if err := p.exec.PreCompile(plain...); err != nil {
+		return false, fmt.Errorf("program %q: compiling for inputs %s: %w", p.name, key, err)
+	}
+	p.mu.Lock()
+	p.keys[key] = true
+	p.stats.Compile += time.Since(start)
+	p.mu.Unlock()
+	return true, nil
+}
+
 // Finalize frees the executables.
 func (p *Program) Finalize() { p.exec.Finalize() }
