@@ -64,6 +64,24 @@ func (g *Traced) Run(b Block, in ...*Node) []*Node {
 // inputs are the arguments, and fn builds the outputs with a Traced engine.
 func CallTraced(x Executor, key string, w *Weights, inputs []*tensors.Tensor,
 	fn func(e *Traced, in []*Node) []*Node) ([]*tensors.Tensor, error) {
+	graphFn, args := tracedCall(w, inputs, fn)
+	return x.Call(key, graphFn, args)
+}
+
+// PrecompileTraced compiles what CallTraced would run, without running it,
+// when x is a Precompiler. It reports whether a new executable was built;
+// with another Executor it does nothing.
+func PrecompileTraced(x Executor, key string, w *Weights, inputs []*tensors.Tensor,
+	fn func(e *Traced, in []*Node) []*Node) (bool, error) {
+	pc, ok := x.(Precompiler)
+	if !ok {
+		return false, nil
+	}
+	graphFn, args := tracedCall(w, inputs, fn)
+	return pc.Precompile(key, graphFn, args)
+}
+
+func tracedCall(w *Weights, inputs []*tensors.Tensor, fn func(e *Traced, in []*Node) []*Node) (func([]*Node) []*Node, []*tensors.Tensor) {
 	var args []*tensors.Tensor
 	var loaded []int
 	for i, t := range w.Tensors {
@@ -81,7 +99,13 @@ func CallTraced(x Executor, key string, w *Weights, inputs []*tensors.Tensor,
 		}
 		return fn(e, nodes[nw:])
 	}
-	return x.Call(key, graphFn, args)
+	return graphFn, args
+}
+
+// Precompiler is an Executor that can compile without running: it builds
+// the executable for args' shapes if it is new and reports whether it did.
+type Precompiler interface {
+	Precompile(key string, fn func(in []*Node) []*Node, args []*tensors.Tensor) (compiled bool, err error)
 }
 
 // Executor compiles and runs graph functions whose executables are cached

@@ -118,13 +118,47 @@ func shapeSignature(args []*tensors.Tensor) string {
 
 // Call implements Executor.
 func (x *GraphExecutor) Call(key string, fn func(in []*Node) []*Node, args []*tensors.Tensor) (out []*tensors.Tensor, err error) {
+	e, anyArgs, err := x.prepare(key, fn, args)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	out, err = execute(e, anyArgs)
+	if err != nil {
+		return nil, fmt.Errorf("running %s: %w", key, err)
+	}
+	d := time.Since(start)
+	x.mu.Lock()
+	x.stats.RunTime += d
+	x.byName[key].RunTime += d
+	x.mu.Unlock()
+	return out, nil
+}
+
+// Precompile implements Precompiler.
+func (x *GraphExecutor) Precompile(key string, fn func(in []*Node) []*Node, args []*tensors.Tensor) (bool, error) {
+	x.mu.Lock()
+	before := x.stats.Misses
+	x.mu.Unlock()
+	if _, _, err := x.prepare(key, fn, args); err != nil {
+		return false, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.stats.Misses > before, nil
+}
+
+// prepare finds or creates the key's Exec and compiles it for args' shapes
+// when they are new, counting a hit or a miss.
+func (x *GraphExecutor) prepare(key string, fn func(in []*Node) []*Node, args []*tensors.Tensor) (*Exec, []any, error) {
 	x.mu.Lock()
 	e, ok := x.execs[key]
 	if !ok {
+		var err error
 		e, err = NewExec(x.backend, fn)
 		if err != nil {
 			x.mu.Unlock()
-			return nil, err
+			return nil, nil, err
 		}
 		e.SetMaxCache(x.maxShapes)
 		e.WithName(sanitizeName(key))
@@ -146,39 +180,29 @@ func (x *GraphExecutor) Call(key string, fn func(in []*Node) []*Node, args []*te
 	for i, a := range args {
 		anyArgs[i] = a
 	}
-	if !compiled {
-		start := time.Now()
-		if err := precompile(e, anyArgs); err != nil {
-			return nil, fmt.Errorf("compiling %s for %s: %w", key, shortSignature(args), err)
-		}
-		d := time.Since(start)
-		x.mu.Lock()
-		x.seen[key][sig] = true
-		x.stats.Misses++
-		x.stats.CompileTime += d
-		st.Misses++
-		st.CompileTime += d
-		x.mu.Unlock()
-		if onCompile != nil {
-			onCompile(CompileEvent{Key: key, Shapes: sig, Duration: d, Recompile: recompile})
-		}
-	} else {
+	if compiled {
 		x.mu.Lock()
 		x.stats.Hits++
 		st.Hits++
 		x.mu.Unlock()
+		return e, anyArgs, nil
 	}
 	start := time.Now()
-	out, err = execute(e, anyArgs)
-	if err != nil {
-		return nil, fmt.Errorf("running %s: %w", key, err)
+	if err := precompile(e, anyArgs); err != nil {
+		return nil, nil, fmt.Errorf("compiling %s for %s: %w", key, shortSignature(args), err)
 	}
 	d := time.Since(start)
 	x.mu.Lock()
-	x.stats.RunTime += d
-	st.RunTime += d
+	x.seen[key][sig] = true
+	x.stats.Misses++
+	x.stats.CompileTime += d
+	st.Misses++
+	st.CompileTime += d
 	x.mu.Unlock()
-	return out, nil
+	if onCompile != nil {
+		onCompile(CompileEvent{Key: key, Shapes: sig, Duration: d, Recompile: recompile})
+	}
+	return e, anyArgs, nil
 }
 
 // precompile and execute turn panics from graph building or the backend

@@ -42,7 +42,19 @@ type Request struct {
 	Eager bool
 	// OnStep is called after each denoising step (1-based).
 	OnStep func(step, total int)
+	// OnPhase is called as each phase starts: PhaseEncode, PhaseCompile
+	// (only when the UNet is compiled ahead of the loop), PhaseDenoise,
+	// PhaseDecode.
+	OnPhase func(phase string)
 }
+
+// Phases reported through Request.OnPhase.
+const (
+	PhaseEncode  = "encode"
+	PhaseCompile = "compile"
+	PhaseDenoise = "denoise"
+	PhaseDecode  = "decode"
+)
 
 // Timings of one Generate call. Compile times are included in the phase
 // durations and also reported apart.
@@ -162,8 +174,15 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	res.NewSize = !p.sizes[key]
 	stats0 := p.execStats()
 
+	phase := func(name string) {
+		if req.OnPhase != nil {
+			req.OnPhase(name)
+		}
+	}
+
 	// 1. Prompt embeddings [ub, T, D] (unconditional first), and for SDXL
 	// the pooled embeddings [ub, P] and time ids [ub, 6].
+	phase(PhaseEncode)
 	start := time.Now()
 	emb, err := p.encodePrompts(req, cfg, res)
 	if err != nil {
@@ -192,10 +211,32 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	}
 	res.InitialLatents = append([]float32(nil), latents...)
 
-	// 3. Denoising loop.
+	// 3. Denoising loop. In compiled mode the UNet executable for these
+	// shapes is built first (when the executor can compile without
+	// running), so that compilation is timed and shown apart from the steps.
 	start = time.Now()
 	timesteps := sched.Timesteps()
 	n := len(latents)
+	unetInputs := func(sample []float32, t float64) unet.Inputs[*tensors.Tensor] {
+		ts := make([]float32, ub)
+		for j := range ts {
+			ts[j] = float32(t)
+		}
+		return unet.Inputs[*tensors.Tensor]{
+			Sample:    tensors.FromFlatDataAndDimensions(sample, ub, ch, h, w),
+			Timesteps: tensors.FromFlatDataAndDimensions(ts, ub),
+			Context:   emb.context, TextEmbeds: emb.pooled, TimeIDs: emb.timeIDs,
+		}
+	}
+	if _, ok := p.exec.(blocks.Precompiler); ok && !req.Eager && len(timesteps) > 0 {
+		if res.NewSize {
+			phase(PhaseCompile)
+		}
+		if _, err := p.UNet.Precompile(p.exec, unetInputs(make([]float32, ub*n/b), timesteps[0])); err != nil {
+			return nil, fmt.Errorf("unet: %w", err)
+		}
+	}
+	phase(PhaseDenoise)
 	for i, t := range timesteps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%w: denoising stopped at step %d of %d: %w", errs.ErrInterrupted, i, len(timesteps), err)
@@ -211,15 +252,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
 		}
-		ts := make([]float32, ub)
-		for j := range ts {
-			ts[j] = float32(t)
-		}
-		uin := unet.Inputs[*tensors.Tensor]{
-			Sample:    tensors.FromFlatDataAndDimensions(in, ub, ch, h, w),
-			Timesteps: tensors.FromFlatDataAndDimensions(ts, ub),
-			Context:   emb.context, TextEmbeds: emb.pooled, TimeIDs: emb.timeIDs,
-		}
+		uin := unetInputs(in, t)
 		var out *tensors.Tensor
 		if req.Eager {
 			out, err = p.UNet.Eager(p.exec, uin)
@@ -250,11 +283,13 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	}
 	res.Timings.Denoise = time.Since(start)
 	stats2 := p.execStats()
+	// Steps exclude the ahead-of-loop compilation: Denoise includes it.
 	res.Timings.CompileUNet = stats2.CompileTime - stats1.CompileTime
 	res.Latents = append([]float32(nil), latents...)
 	res.LatentShape = shape
 
 	// 4. VAE decode and conversion to 8-bit RGB.
+	phase(PhaseDecode)
 	start = time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: before decoding: %w", errs.ErrInterrupted, err)

@@ -243,18 +243,26 @@ func (centerBlock) Apply(_ blocks.Bind, in []*Node) []*Node {
 
 // Compiled runs the whole forward pass as one executable keyed "unet".
 func (m *Model) Compiled(x blocks.Executor, in Inputs[*tensors.Tensor]) (*tensors.Tensor, error) {
-	fn := func(e *blocks.Traced, a []*Node) []*Node {
-		gi := Inputs[*Node]{Sample: a[0], Timesteps: a[1], Context: a[2]}
-		if m.Cfg.AdditionTextTime {
-			gi.TextEmbeds, gi.TimeIDs = a[3], a[4]
-		}
-		return []*Node{Forward[*Node](m, e, gi)}
-	}
-	out, err := blocks.CallTraced(x, "unet", m.Weights, in.list(m.Cfg.AdditionTextTime), fn)
+	out, err := blocks.CallTraced(x, "unet", m.Weights, in.list(m.Cfg.AdditionTextTime), m.traced)
 	if err != nil {
 		return nil, err
 	}
 	return out[0], nil
+}
+
+// Precompile compiles the whole-model executable for the inputs' shapes
+// without running it, when x can (see blocks.Precompiler). It reports
+// whether a new executable was built.
+func (m *Model) Precompile(x blocks.Executor, in Inputs[*tensors.Tensor]) (bool, error) {
+	return blocks.PrecompileTraced(x, "unet", m.Weights, in.list(m.Cfg.AdditionTextTime), m.traced)
+}
+
+func (m *Model) traced(e *blocks.Traced, a []*Node) []*Node {
+	gi := Inputs[*Node]{Sample: a[0], Timesteps: a[1], Context: a[2]}
+	if m.Cfg.AdditionTextTime {
+		gi.TextEmbeds, gi.TimeIDs = a[3], a[4]
+	}
+	return []*Node{Forward[*Node](m, e, gi)}
 }
 
 // Eager runs the forward pass block by block.
