@@ -1,6 +1,7 @@
 package safetensors
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/bits"
@@ -25,16 +26,21 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 	if !s.eat('{') {
 		return nil, false
 	}
-	seen := map[string]bool{}
+	n := bytes.Count(headerJSON, []byte(`"data_offsets"`))
+	seen := make(map[string]struct{}, n)
+	h.Tensors = make([]TensorInfo, 0, n)
 	s.ws()
 	if !s.eat('}') {
 		for {
 			s.ws()
 			name, ok := s.str()
-			if !ok || seen[name] {
+			if !ok {
 				return nil, false
 			}
-			seen[name] = true
+			if _, dup := seen[name]; dup {
+				return nil, false
+			}
+			seen[name] = struct{}{}
 			s.ws()
 			if !s.eat(':') {
 				return nil, false
@@ -71,8 +77,9 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 }
 
 type scanner struct {
-	b []byte
-	i int
+	b   []byte
+	i   int
+	buf []int64 // scratch for integer arrays
 }
 
 func (s *scanner) ws() {
@@ -141,12 +148,13 @@ func (s *scanner) int() (int64, bool) {
 	return int64(v), true
 }
 
-// ints reads an array of integers.
+// ints reads an array of integers into s.buf (valid until the next call).
 func (s *scanner) ints() ([]int64, bool) {
 	if !s.eat('[') {
 		return nil, false
 	}
-	out := []int64{}
+	out := s.buf[:0]
+	defer func() { s.buf = out[:0] }()
 	s.ws()
 	if s.eat(']') {
 		return out, true
@@ -261,8 +269,9 @@ func (s *scanner) skipValue() bool {
 // entry reads and validates one tensor entry with the strict path's rules.
 func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 	info := TensorInfo{Name: name}
-	var shape, offs []int64
-	var haveDType bool
+	var shape []int
+	var offs [2]int64
+	var haveDType, haveShape, haveOffs bool
 	if !s.eat('{') {
 		return info, false
 	}
@@ -287,14 +296,27 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 				return info, false
 			}
 			info.DType, haveDType = DType(d), true
-		case k == "shape" && shape == nil:
-			if shape, ok = s.ints(); !ok {
+		case k == "shape" && !haveShape:
+			dims, ok := s.ints()
+			if !ok {
 				return info, false
 			}
-		case k == "data_offsets" && offs == nil:
-			if offs, ok = s.ints(); !ok {
+			haveShape = true
+			if len(dims) > 0 {
+				shape = make([]int, len(dims))
+				for i, d := range dims {
+					if d < 0 || d > math.MaxInt32*int64(1<<20) {
+						return info, false
+					}
+					shape[i] = int(d)
+				}
+			}
+		case k == "data_offsets" && !haveOffs:
+			o, ok := s.ints()
+			if !ok || len(o) != 2 {
 				return info, false
 			}
+			offs, haveOffs = [2]int64{o[0], o[1]}, true
 		default:
 			return info, false
 		}
@@ -306,18 +328,12 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 			return info, false
 		}
 	}
-	if !info.DType.Valid() || shape == nil || len(offs) != 2 {
+	if !info.DType.Valid() || !haveShape || !haveOffs {
 		return info, false
 	}
 	elems := uint64(1)
-	if len(shape) > 0 {
-		info.Shape = make([]int, len(shape))
-	}
-	for i, d := range shape {
-		if d < 0 || d > math.MaxInt32*int64(1<<20) {
-			return info, false
-		}
-		info.Shape[i] = int(d)
+	info.Shape = shape
+	for _, d := range shape {
 		hi, lo := bits.Mul64(elems, uint64(d))
 		if hi != 0 || lo > math.MaxInt64 {
 			return info, false
