@@ -1,0 +1,368 @@
+package qwenref
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// Qwen35 describes a Qwen3.5 text model (transformers'
+// Qwen3_5ForConditionalGeneration, or Qwen3_5ForCausalLM with CausalLM).
+type Qwen35 struct {
+	Vocab, Hidden, Intermediate int
+	// LayerTypes holds "linear_attention" or "full_attention" per layer.
+	LayerTypes []string
+	// Full-attention layers.
+	Heads, KVHeads, HeadDim int
+	RotaryFactor, Theta     float64
+	// Gated DeltaNet layers.
+	KHeads, VHeads, KDim, VDim, ConvKernel int
+	Eps                                    float64
+	Tied                                   bool
+	// CausalLM selects the text-only class Qwen3_5ForCausalLM (flat config,
+	// model.* names, no vision tower); otherwise the checkpoint is the
+	// multimodal Qwen3_5ForConditionalGeneration (text_config, model.language_model.*
+	// names, plus vision-tower and MTP tensors the text model skips).
+	CausalLM bool
+	Seed     uint64
+	// DType of the stored weights (default F32).
+	DType safetensors.DType
+}
+
+// TinyQwen35 is a small Qwen3.5 with every feature on: 3:1 linear/full
+// layers, more value than key heads in the DeltaNet, GQA and partial rotary
+// embeddings in the gated attention.
+func TinyQwen35() Qwen35 {
+	return Qwen35{
+		Vocab: 96, Hidden: 32, Intermediate: 48,
+		LayerTypes: []string{"linear_attention", "linear_attention", "linear_attention", "full_attention",
+			"linear_attention", "full_attention"},
+		Heads: 4, KVHeads: 2, HeadDim: 16, RotaryFactor: 0.25, Theta: 10000,
+		KHeads: 2, VHeads: 4, KDim: 8, VDim: 6, ConvKernel: 4,
+		Eps: 1e-6, Seed: 35,
+	}
+}
+
+func (c Qwen35) prefix() string {
+	if c.CausalLM {
+		return "model."
+	}
+	return "model.language_model."
+}
+
+// Tensors lists the checkpoint tensors with the names of the real
+// Qwen/Qwen3.5 checkpoints (model.safetensors.index.json): the text model
+// under model.language_model., lm_head.weight, and (multimodal layout only)
+// a few model.visual.* and mtp.* tensors standing in for the vision tower
+// and the multi-token-prediction head.
+func (c Qwen35) Tensors() []Tensor {
+	p := c.prefix()
+	H := c.Hidden
+	keyDim, valueDim := c.KHeads*c.KDim, c.VHeads*c.VDim
+	convDim := 2*keyDim + valueDim
+	out := []Tensor{{p + "embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l, typ := range c.LayerTypes {
+		lp := fmt.Sprintf("%slayers.%d.", p, l)
+		add := func(name, init string, shape ...int) { out = append(out, Tensor{lp + name, shape, init}) }
+		add("input_layernorm.weight", "norm1p", H)
+		if typ == "linear_attention" {
+			add("linear_attn.A_log", "alog", c.VHeads)
+			add("linear_attn.conv1d.weight", "linear", convDim, 1, c.ConvKernel)
+			add("linear_attn.dt_bias", "dtbias", c.VHeads)
+			add("linear_attn.in_proj_a.weight", "linear", c.VHeads, H)
+			add("linear_attn.in_proj_b.weight", "linear", c.VHeads, H)
+			add("linear_attn.in_proj_qkv.weight", "linear", convDim, H)
+			add("linear_attn.in_proj_z.weight", "linear", valueDim, H)
+			add("linear_attn.norm.weight", "norm", c.VDim)
+			add("linear_attn.out_proj.weight", "linear", H, valueDim)
+		} else {
+			add("self_attn.q_proj.weight", "linear", 2*c.Heads*c.HeadDim, H)
+			add("self_attn.k_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
+			add("self_attn.v_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
+			add("self_attn.o_proj.weight", "linear", H, c.Heads*c.HeadDim)
+			add("self_attn.q_norm.weight", "norm1p", c.HeadDim)
+			add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
+		}
+		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		add("post_attention_layernorm.weight", "norm1p", H)
+	}
+	out = append(out, Tensor{p + "norm.weight", []int{H}, "norm1p"})
+	if !c.Tied {
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	if !c.CausalLM {
+		// Stand-ins for the vision tower and the MTP head (names from the
+		// real index, tiny shapes).
+		for _, t := range []Tensor{
+			{"model.visual.patch_embed.proj.weight", []int{8, 3, 2, 2, 2}, "skip"},
+			{"model.visual.patch_embed.proj.bias", []int{8}, "skip"},
+			{"model.visual.pos_embed.weight", []int{4, 8}, "skip"},
+			{"model.visual.blocks.0.attn.qkv.weight", []int{24, 8}, "skip"},
+			{"model.visual.blocks.0.mlp.linear_fc1.weight", []int{16, 8}, "skip"},
+			{"model.visual.merger.linear_fc2.weight", []int{H, 32}, "skip"},
+			{"mtp.fc.weight", []int{H, 2 * H}, "skip"},
+			{"mtp.norm.weight", []int{H}, "skip"},
+			{"mtp.layers.0.self_attn.q_proj.weight", []int{2 * c.Heads * c.HeadDim, H}, "skip"},
+		} {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ConfigJSON returns the config.json, in the layout of the real
+// checkpoints (Qwen/Qwen3.5-9B: text_config nested in the multimodal
+// config, rope_parameters with mrope fields).
+func (c Qwen35) ConfigJSON() map[string]any {
+	text := map[string]any{
+		"model_type":              "qwen3_5_text",
+		"vocab_size":              c.Vocab,
+		"hidden_size":             c.Hidden,
+		"intermediate_size":       c.Intermediate,
+		"num_hidden_layers":       len(c.LayerTypes),
+		"layer_types":             c.LayerTypes,
+		"full_attention_interval": 4,
+		"num_attention_heads":     c.Heads,
+		"num_key_value_heads":     c.KVHeads,
+		"head_dim":                c.HeadDim,
+		"attention_bias":          false,
+		"attn_output_gate":        true,
+		"hidden_act":              "silu",
+		"rms_norm_eps":            c.Eps,
+		"max_position_embeddings": 512,
+		"linear_conv_kernel_dim":  c.ConvKernel,
+		"linear_key_head_dim":     c.KDim,
+		"linear_value_head_dim":   c.VDim,
+		"linear_num_key_heads":    c.KHeads,
+		"linear_num_value_heads":  c.VHeads,
+		"mamba_ssm_dtype":         "float32",
+		"mtp_num_hidden_layers":   1,
+		"eos_token_id":            2,
+		"tie_word_embeddings":     c.Tied,
+		"rope_parameters": map[string]any{
+			"mrope_interleaved":     true,
+			"mrope_section":         []int{1, 1, 0},
+			"rope_type":             "default",
+			"rope_theta":            c.Theta,
+			"partial_rotary_factor": c.RotaryFactor,
+		},
+		"dtype": "float32",
+	}
+	if c.CausalLM {
+		text["architectures"] = []string{"Qwen3_5ForCausalLM"}
+		return text
+	}
+	return map[string]any{
+		"architectures":       []string{"Qwen3_5ForConditionalGeneration"},
+		"model_type":          "qwen3_5",
+		"image_token_id":      90,
+		"video_token_id":      91,
+		"tie_word_embeddings": c.Tied,
+		"text_config":         text,
+		"vision_config": map[string]any{
+			"model_type": "qwen3_5", "depth": 1, "hidden_size": 8, "num_heads": 1,
+			"out_hidden_size": c.Hidden, "patch_size": 2, "temporal_patch_size": 2, "spatial_merge_size": 2,
+		},
+	}
+}
+
+// Write writes the checkpoint to dir.
+func (c Qwen35) Write(dir string) error {
+	return writeCheckpoint(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType)
+}
+
+// Qwen35Model is a description plus its weights.
+type Qwen35Model struct {
+	C Qwen35
+	W Weights
+}
+
+// LoadQwen35 reads a checkpoint written by Write (or any with the same
+// names).
+func LoadQwen35(dir string, c Qwen35) (*Qwen35Model, error) {
+	w, err := LoadWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Qwen35Model{C: c, W: w}, nil
+}
+
+// Logits runs the whole sequence and returns the logits after every token.
+func (m *Qwen35Model) Logits(tokens []int) [][]float64 {
+	c, w := m.C, m.W
+	p := c.prefix()
+	T, H := len(tokens), c.Hidden
+	x := make([][]float64, T)
+	emb := w.get(p + "embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+	}
+	for l, typ := range c.LayerTypes {
+		lp := fmt.Sprintf("%slayers.%d.", p, l)
+		h := make([][]float64, T)
+		for t := range x {
+			h[t] = rmsnorm(x[t], w.get(lp+"input_layernorm.weight"), c.Eps, true)
+		}
+		var mixed [][]float64
+		if typ == "linear_attention" {
+			mixed = m.deltaNet(lp+"linear_attn.", h)
+		} else {
+			mixed = m.gatedAttention(lp+"self_attn.", h)
+		}
+		for t := range x {
+			for i := range x[t] {
+				x[t][i] += mixed[t][i]
+			}
+			hn := rmsnorm(x[t], w.get(lp+"post_attention_layernorm.weight"), c.Eps, true)
+			mlp := swiglu(w, lp+"mlp.", hn, c.Intermediate)
+			for i := range x[t] {
+				x[t][i] += mlp[i]
+			}
+		}
+	}
+	head := "lm_head.weight"
+	if c.Tied {
+		head = p + "embed_tokens.weight"
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = linear(rmsnorm(x[t], w.get(p+"norm.weight"), c.Eps, true), w.get(head), nil, c.Vocab)
+	}
+	return out
+}
+
+// gatedAttention is Qwen3_5Attention: q_proj yields a query and a gate per
+// head, (1+w) q/k norms, partial rotary embedding, causal GQA attention,
+// output times sigmoid(gate), o_proj.
+func (m *Qwen35Model) gatedAttention(p string, h [][]float64) [][]float64 {
+	c, w := m.C, m.W
+	D := c.HeadDim
+	rot := int(float64(D) * c.RotaryFactor)
+	T := len(h)
+	q, gate := make([][]float64, T), make([][]float64, T)
+	k, v := make([][]float64, T), make([][]float64, T)
+	for t := range h {
+		qg := linear(h[t], w.get(p+"q_proj.weight"), nil, 2*c.Heads*D)
+		q[t], gate[t] = make([]float64, c.Heads*D), make([]float64, c.Heads*D)
+		for hd := 0; hd < c.Heads; hd++ {
+			copy(q[t][hd*D:(hd+1)*D], qg[hd*2*D:hd*2*D+D])
+			copy(gate[t][hd*D:(hd+1)*D], qg[hd*2*D+D:(hd+1)*2*D])
+			head := rmsnorm(q[t][hd*D:(hd+1)*D], w.get(p+"q_norm.weight"), c.Eps, true)
+			ropeHead(head, t, c.Theta, rot)
+			copy(q[t][hd*D:], head)
+		}
+		k[t] = linear(h[t], w.get(p+"k_proj.weight"), nil, c.KVHeads*D)
+		v[t] = linear(h[t], w.get(p+"v_proj.weight"), nil, c.KVHeads*D)
+		for hd := 0; hd < c.KVHeads; hd++ {
+			head := rmsnorm(k[t][hd*D:(hd+1)*D], w.get(p+"k_norm.weight"), c.Eps, true)
+			ropeHead(head, t, c.Theta, rot)
+			copy(k[t][hd*D:], head)
+		}
+	}
+	att := attend(q, k, v, c.Heads, c.KVHeads, D)
+	out := make([][]float64, T)
+	for t := range att {
+		for i := range att[t] {
+			att[t][i] *= sigmoid(gate[t][i])
+		}
+		out[t] = linear(att[t], w.get(p+"o_proj.weight"), nil, c.Hidden)
+	}
+	return out
+}
+
+// deltaNet is Qwen3_5GatedDeltaNet in its recurrent form: projections,
+// causal depthwise convolution (zero history) with SiLU, L2-normalized and
+// head-repeated q/k, q scaled by 1/sqrt(Dk), β = sigmoid(b),
+// g = -exp(A_log)·softplus(a + dt_bias), the gated delta rule token by
+// token from a zero state, the gated RMSNorm with silu(z), out_proj.
+func (m *Qwen35Model) deltaNet(p string, h [][]float64) [][]float64 {
+	c, w := m.C, m.W
+	T := len(h)
+	keyDim, valueDim := c.KHeads*c.KDim, c.VHeads*c.VDim
+	convDim := 2*keyDim + valueDim
+	K := c.ConvKernel
+	rep := c.VHeads / c.KHeads
+	mixed := make([][]float64, T)
+	z, a, b := make([][]float64, T), make([][]float64, T), make([][]float64, T)
+	for t := range h {
+		mixed[t] = linear(h[t], w.get(p+"in_proj_qkv.weight"), nil, convDim)
+		z[t] = linear(h[t], w.get(p+"in_proj_z.weight"), nil, valueDim)
+		b[t] = linear(h[t], w.get(p+"in_proj_b.weight"), nil, c.VHeads)
+		a[t] = linear(h[t], w.get(p+"in_proj_a.weight"), nil, c.VHeads)
+	}
+	conv := w.get(p + "conv1d.weight") // [convDim, 1, K]
+	aLog, dtBias := w.get(p+"A_log"), w.get(p+"dt_bias")
+	normW := w.get(p + "norm.weight")
+	state := make([][]float64, c.VHeads) // per value head, [Dk][Dv] row-major
+	for hv := range state {
+		state[hv] = make([]float64, c.KDim*c.VDim)
+	}
+	l2 := func(x []float64) []float64 {
+		ss := 0.0
+		for _, v := range x {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(ss+1e-6)
+		out := make([]float64, len(x))
+		for i, v := range x {
+			out[i] = v * inv
+		}
+		return out
+	}
+	out := make([][]float64, T)
+	for t := 0; t < T; t++ {
+		cv := make([]float64, convDim)
+		for ch := 0; ch < convDim; ch++ {
+			s := 0.0
+			for j := 0; j < K; j++ {
+				if src := t + j - (K - 1); src >= 0 {
+					s += conv[ch*K+j] * mixed[src][ch]
+				}
+			}
+			cv[ch] = silu(s)
+		}
+		core := make([]float64, valueDim)
+		for hv := 0; hv < c.VHeads; hv++ {
+			hk := hv / rep
+			q := l2(cv[hk*c.KDim : (hk+1)*c.KDim])
+			k := l2(cv[keyDim+hk*c.KDim : keyDim+(hk+1)*c.KDim])
+			v := cv[2*keyDim+hv*c.VDim : 2*keyDim+(hv+1)*c.VDim]
+			scale := 1 / math.Sqrt(float64(c.KDim))
+			beta := sigmoid(b[t][hv])
+			g := -math.Exp(aLog[hv]) * softplus(a[t][hv]+dtBias[hv])
+			S := state[hv]
+			decay := math.Exp(g)
+			for i := range S {
+				S[i] *= decay
+			}
+			for j := 0; j < c.VDim; j++ {
+				mem := 0.0
+				for i := 0; i < c.KDim; i++ {
+					mem += S[i*c.VDim+j] * k[i]
+				}
+				delta := (v[j] - mem) * beta
+				for i := 0; i < c.KDim; i++ {
+					S[i*c.VDim+j] += k[i] * delta
+				}
+			}
+			o := core[hv*c.VDim : (hv+1)*c.VDim]
+			for j := 0; j < c.VDim; j++ {
+				s := 0.0
+				for i := 0; i < c.KDim; i++ {
+					s += S[i*c.VDim+j] * q[i] * scale
+				}
+				o[j] = s
+			}
+			// Gated RMSNorm: norm(o) * w * silu(z).
+			normed := rmsnorm(o, normW, c.Eps, false)
+			for j := range o {
+				o[j] = normed[j] * silu(z[t][hv*c.VDim+j])
+			}
+		}
+		out[t] = linear(core, w.get(p+"out_proj.weight"), nil, c.Hidden)
+	}
+	return out
+}

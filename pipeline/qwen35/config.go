@@ -1,0 +1,205 @@
+package qwen35
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// TextConfig is the text model's config (transformers' Qwen3_5TextConfig):
+// config.json's text_config for Qwen3_5ForConditionalGeneration, or the
+// whole config.json for Qwen3_5ForCausalLM. Optional fields are pointers so
+// that resolve can tell "absent" (the transformers default applies) from a
+// value.
+type TextConfig struct {
+	ModelType             string        `json:"model_type"`
+	VocabSize             *int          `json:"vocab_size"`
+	HiddenSize            *int          `json:"hidden_size"`
+	IntermediateSize      *int          `json:"intermediate_size"`
+	NumHiddenLayers       *int          `json:"num_hidden_layers"`
+	NumAttentionHeads     *int          `json:"num_attention_heads"`
+	NumKeyValueHeads      *int          `json:"num_key_value_heads"`
+	HeadDim               *int          `json:"head_dim"`
+	HiddenAct             string        `json:"hidden_act"`
+	MaxPositionEmbeddings *int          `json:"max_position_embeddings"`
+	RMSNormEps            *float64      `json:"rms_norm_eps"`
+	AttentionBias         bool          `json:"attention_bias"`
+	TieWordEmbeddings     *bool         `json:"tie_word_embeddings"`
+	LayerTypes            []string      `json:"layer_types"`
+	FullAttentionInterval *int          `json:"full_attention_interval"`
+	LinearConvKernelDim   *int          `json:"linear_conv_kernel_dim"`
+	LinearKeyHeadDim      *int          `json:"linear_key_head_dim"`
+	LinearValueHeadDim    *int          `json:"linear_value_head_dim"`
+	LinearNumKeyHeads     *int          `json:"linear_num_key_heads"`
+	LinearNumValueHeads   *int          `json:"linear_num_value_heads"`
+	BOSTokenID            config.IDList `json:"bos_token_id"`
+	EOSTokenID            config.IDList `json:"eos_token_id"`
+	// NumExperts is set by the MoE variant (qwen3_5_moe_text), which this
+	// package does not implement.
+	NumExperts *int `json:"num_experts"`
+}
+
+// Defaults are Qwen3_5TextConfig's defaults (the Qwen3.5-9B sizes).
+var Defaults = struct {
+	VocabSize, Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, MaxPositions int
+	ConvKernel, KDim, VDim, KHeads, VHeads, FullAttentionInterval                  int
+	Eps, RopeTheta, PartialRotaryFactor                                            float64
+}{
+	VocabSize: 248320, Hidden: 4096, Intermediate: 12288, Layers: 32, Heads: 16, KVHeads: 4, HeadDim: 256,
+	MaxPositions: 32768, ConvKernel: 4, KDim: 128, VDim: 128, KHeads: 16, VHeads: 32, FullAttentionInterval: 4,
+	Eps: 1e-6, RopeTheta: 10000, PartialRotaryFactor: 0.25,
+}
+
+func pick(v *int, d int) int {
+	if v != nil {
+		return *v
+	}
+	return d
+}
+
+// Options are the resolved hyperparameters of a Qwen3.5 text model.
+type Options struct {
+	Spec lm.Spec
+	// Prefix is the text model's tensor prefix: "model.language_model."
+	// for Qwen3_5ForConditionalGeneration, "model." for Qwen3_5ForCausalLM.
+	Prefix string
+	Eps    float64
+	// QKVBias and OBias mirror attention_bias (false in every released
+	// checkpoint).
+	AttentionBias bool
+	Rope          *nn.Rope
+	DeltaNet      nn.DeltaNetDims
+	// ChunkSize is the chunk length of the chunked delta rule in prefill
+	// (transformers and fla use 64).
+	ChunkSize int
+}
+
+// Resolve reads a Qwen3.5 config.json (nested or flat) into Options.
+func Resolve(cfg *config.Model) (Options, error) {
+	where := cfg.Path
+	if where == "" {
+		where = "config.json"
+	}
+	text := cfg
+	prefix := "model."
+	if cfg.Text != nil {
+		text = cfg.Text
+		prefix = "model.language_model."
+		where += " text_config"
+	} else if cfg.Architecture() == "Qwen3_5ForConditionalGeneration" {
+		return Options{}, fmt.Errorf("%s: Qwen3_5ForConditionalGeneration needs a text_config object", where)
+	}
+	var c TextConfig
+	if err := text.Decode(&c); err != nil {
+		return Options{}, err
+	}
+	if c.NumExperts != nil && *c.NumExperts > 0 {
+		return Options{}, errs.Unsupportedf("%s: num_experts %d: the Qwen3.5 mixture-of-experts variant is not supported (only the dense Qwen3.5)", where, *c.NumExperts)
+	}
+	d := Defaults
+	s := lm.Spec{
+		Architecture: cfg.Architecture(),
+		ModelType:    c.ModelType,
+		VocabSize:    pick(c.VocabSize, d.VocabSize),
+		Hidden:       pick(c.HiddenSize, d.Hidden),
+		Intermediate: pick(c.IntermediateSize, d.Intermediate),
+		Layers:       pick(c.NumHiddenLayers, d.Layers),
+		Heads:        pick(c.NumAttentionHeads, d.Heads),
+		KVHeads:      pick(c.NumKeyValueHeads, d.KVHeads),
+		HeadDim:      pick(c.HeadDim, d.HeadDim),
+		MaxPositions: pick(c.MaxPositionEmbeddings, d.MaxPositions),
+		EOS:          c.EOSTokenID,
+		BOS:          -1,
+	}
+	if len(s.EOS) == 0 {
+		s.EOS = cfg.ModelEOS()
+	}
+	if len(c.BOSTokenID) > 0 {
+		s.BOS = c.BOSTokenID[0]
+	}
+	dn := nn.DeltaNetDims{
+		KHeads: pick(c.LinearNumKeyHeads, d.KHeads), VHeads: pick(c.LinearNumValueHeads, d.VHeads),
+		KDim: pick(c.LinearKeyHeadDim, d.KDim), VDim: pick(c.LinearValueHeadDim, d.VDim),
+		ConvKernel: pick(c.LinearConvKernelDim, d.ConvKernel),
+	}
+	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
+		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim,
+		"max_position_embeddings": s.MaxPositions} {
+		if v <= 0 {
+			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
+		}
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return Options{}, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	}
+	if err := dn.Validate(where); err != nil {
+		return Options{}, err
+	}
+	if c.HiddenAct != "" && c.HiddenAct != "silu" {
+		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (Qwen3.5 uses silu)", where, c.HiddenAct)
+	}
+	// The wrapper's tie_word_embeddings decides for the multimodal class.
+	if cfg.Text != nil {
+		var top struct {
+			Tie *bool `json:"tie_word_embeddings"`
+		}
+		if err := cfg.Decode(&top); err != nil {
+			return Options{}, err
+		}
+		if top.Tie != nil {
+			s.TieEmbeddings = *top.Tie
+		} else if c.TieWordEmbeddings != nil {
+			s.TieEmbeddings = *c.TieWordEmbeddings
+		}
+	} else if c.TieWordEmbeddings != nil {
+		s.TieEmbeddings = *c.TieWordEmbeddings
+	}
+	// layer_types, or every full_attention_interval-th layer full.
+	s.LayerKinds = make([]string, s.Layers)
+	if len(c.LayerTypes) > 0 {
+		if len(c.LayerTypes) != s.Layers {
+			return Options{}, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
+		}
+		for i, t := range c.LayerTypes {
+			if t != lm.KindFull && t != nn.KindLinearAttention {
+				return Options{}, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, nn.KindLinearAttention, lm.KindFull)
+			}
+			s.LayerKinds[i] = t
+		}
+	} else {
+		interval := pick(c.FullAttentionInterval, d.FullAttentionInterval)
+		if interval <= 0 {
+			return Options{}, fmt.Errorf("%s: full_attention_interval must be positive, got %d", where, interval)
+		}
+		for i := range s.LayerKinds {
+			s.LayerKinds[i] = nn.KindLinearAttention
+			if (i+1)%interval == 0 {
+				s.LayerKinds[i] = lm.KindFull
+			}
+		}
+	}
+	o := Options{Spec: s, Prefix: prefix, Eps: d.Eps, AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64}
+	if c.RMSNormEps != nil {
+		o.Eps = *c.RMSNormEps
+	}
+	// Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 when neither
+	// the config nor its rope_parameters set it.
+	raw := map[string]json.RawMessage{}
+	for k, v := range text.Raw {
+		raw[k] = v
+	}
+	if _, ok := raw["partial_rotary_factor"]; !ok && !strings.Contains(string(raw["rope_parameters"]), "partial_rotary_factor") {
+		raw["partial_rotary_factor"] = json.RawMessage(fmt.Sprint(d.PartialRotaryFactor))
+	}
+	var err error
+	o.Rope, err = nn.ConfigRope(raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
+	if err != nil {
+		return Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return o, nil
+}

@@ -1,0 +1,270 @@
+// Package qwen35 implements the Qwen3.5 text model, following transformers'
+// models/qwen3_5/modeling_qwen3_5.py (Qwen3_5TextModel under
+// Qwen3_5ForConditionalGeneration and Qwen3_5ForCausalLM) and the
+// Qwen3-Next design it inherits (models/qwen3_next): a hybrid decoder whose
+// layers are either Gated DeltaNet linear attention ("Gated Delta Networks:
+// Improving Mamba2 with Delta Rule", Yang et al., 2024, arXiv:2412.06464)
+// or gated full attention ("Gated Attention for Large Language Models",
+// Qiu et al., 2025, arXiv:2505.06708), three to one by default
+// (full_attention_interval 4), each followed by a SwiGLU MLP.
+//
+// Text only: the multimodal checkpoint's vision tower (model.visual.*) and
+// its multi-token-prediction head (mtp.*) are skipped explicitly (see
+// SkipWeight). With text-only input Qwen3.5's interleaved multimodal RoPE
+// (mrope_section) gives the same angles to all three position axes, so it
+// is the plain rotary embedding on the first head_dim ×
+// partial_rotary_factor dims.
+//
+// Layer state: a full-attention layer keeps a KV cache; a linear-attention
+// layer keeps a fixed-size state (the causal convolution's last inputs and
+// the [value heads, key dim, value dim] delta-rule matrix in float32),
+// whatever the sequence length. Prefill runs the chunked delta rule, decode
+// the recurrent one.
+package qwen35
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+func init() {
+	lm.Register("Qwen3_5ForConditionalGeneration", New)
+	lm.Register("Qwen3_5ForCausalLM", New)
+}
+
+// New builds the Qwen3.5 text model from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewModel(o), nil
+}
+
+// Model is the Qwen3.5 text decoder; it implements lm.Model and lm.Skipper.
+type Model struct {
+	o Options
+}
+
+// NewModel returns the decoder for resolved options.
+func NewModel(o Options) *Model { return &Model{o: o} }
+
+// Options returns the resolved options.
+func (m *Model) Options() Options { return m.o }
+
+// Spec implements lm.Model.
+func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
+
+// LayerKind implements lm.Model: "linear_attention" or "full_attention".
+func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
+
+// LayerState implements lm.Model: a KV cache for full-attention layers, the
+// fixed DeltaNet state (nn.DeltaNetState) for linear-attention layers.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	if m.LayerKind(i) == nn.KindLinearAttention {
+		return nn.DeltaNetState(m.o.DeltaNet, batch)
+	}
+	s := &m.o.Spec
+	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
+}
+
+// SkipWeight implements lm.Skipper: the vision tower and the MTP head of the
+// multimodal checkpoints (transformers' Qwen3_5ForCausalLM ignores the same
+// prefixes on load).
+func (m *Model) SkipWeight(name string) (string, bool) {
+	switch {
+	case strings.HasPrefix(name, "model.visual."):
+		return "vision tower (model.visual.*): tputool runs the text model only", true
+	case strings.HasPrefix(name, "mtp."):
+		return "multi-token-prediction head (mtp.*): not used for generation", true
+	}
+	return "", false
+}
+
+func (m *Model) name(rel string) string { return m.o.Prefix + rel }
+
+// EmbedWeights implements lm.Model.
+func (m *Model) EmbedWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{{Name: m.name("embed_tokens.weight"), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+}
+
+func (m *Model) headName() string {
+	if m.o.Spec.TieEmbeddings {
+		return m.name("embed_tokens.weight")
+	}
+	return "lm_head.weight"
+}
+
+// HeadWeights implements lm.Model.
+func (m *Model) HeadWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{
+		{Name: m.name("norm.weight"), Shape: []int{s.Hidden}},
+		{Name: m.headName(), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
+	}
+}
+
+// LayerWeights implements lm.Model, with the names and shapes of the real
+// checkpoints' model.safetensors.index.json.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s, dn := &m.o.Spec, m.o.DeltaNet
+	p := m.name(fmt.Sprintf("layers.%d.", i))
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	}
+	add("input_layernorm.weight", false, s.Hidden)
+	if m.LayerKind(i) == nn.KindLinearAttention {
+		add("linear_attn.in_proj_qkv.weight", true, dn.ConvDim(), s.Hidden)
+		add("linear_attn.in_proj_z.weight", true, dn.ValueDim(), s.Hidden)
+		add("linear_attn.in_proj_b.weight", true, dn.VHeads, s.Hidden)
+		add("linear_attn.in_proj_a.weight", true, dn.VHeads, s.Hidden)
+		add("linear_attn.conv1d.weight", false, dn.ConvDim(), 1, dn.ConvKernel)
+		add("linear_attn.dt_bias", false, dn.VHeads)
+		add("linear_attn.A_log", false, dn.VHeads)
+		add("linear_attn.norm.weight", false, dn.VDim)
+		add("linear_attn.out_proj.weight", true, s.Hidden, dn.ValueDim())
+	} else {
+		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+		add("self_attn.q_proj.weight", true, 2*q, s.Hidden) // query and output gate, per head
+		add("self_attn.k_proj.weight", true, kv, s.Hidden)
+		add("self_attn.v_proj.weight", true, kv, s.Hidden)
+		if m.o.AttentionBias {
+			add("self_attn.q_proj.bias", false, 2*q)
+			add("self_attn.k_proj.bias", false, kv)
+			add("self_attn.v_proj.bias", false, kv)
+		}
+		add("self_attn.q_norm.weight", false, s.HeadDim)
+		add("self_attn.k_norm.weight", false, s.HeadDim)
+		add("self_attn.o_proj.weight", true, s.Hidden, q)
+		if m.o.AttentionBias {
+			add("self_attn.o_proj.bias", false, s.Hidden)
+		}
+	}
+	add("post_attention_layernorm.weight", false, s.Hidden)
+	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	return ws
+}
+
+func (m *Model) optional(p *lm.Params, name string) *Node {
+	if !m.o.AttentionBias {
+		return nil
+	}
+	return p.Get(name)
+}
+
+// Embed implements lm.Model: Qwen3_5TextModel.embed_tokens (no scaling).
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	return nn.Embedding(w.Get(m.name("embed_tokens.weight")), tokens) // [B, T, H]
+}
+
+// Layer implements lm.Model: Qwen3_5DecoderLayer, a (1+w)-RMSNorm'd token
+// mixer (Gated DeltaNet or gated attention) and a (1+w)-RMSNorm'd SwiGLU
+// MLP, each with a residual connection.
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	p := w.Scope(m.name(fmt.Sprintf("layers.%d", i)))
+	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, true)
+	var out []*Node
+	if m.LayerKind(i) == nn.KindLinearAttention {
+		var conv, rec *Node
+		h, conv, rec = m.gatedDeltaNet(p.Scope("linear_attn"), h, state[0], state[1], step)
+		out = []*Node{conv, rec}
+	} else {
+		var keys, values *Node
+		h, keys, values = m.gatedAttention(p.Scope("self_attn"), h, state[0], state[1], step)
+		out = []*Node{keys, values}
+	}
+	x = Add(x, h)
+	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, true)
+	mp := p.Scope("mlp")
+	x = Add(x, nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, nn.SiLU))
+	return x, out
+}
+
+// gatedAttention is Qwen3_5Attention: q_proj yields a query and an output
+// gate per head; (1+w) q/k norms over head_dim; partial rotary embedding;
+// grouped-query attention over the KV cache; the output is multiplied by
+// sigmoid(gate) before o_proj.
+func (m *Model) gatedAttention(p *lm.Params, x, keys, values *Node, step *lm.Step) (*Node, *Node, *Node) {
+	s := &m.o.Spec
+	dims := x.Shape().Dimensions
+	b, t, d := dims[0], dims[1], s.HeadDim
+	qg := nn.Linear(x, p.Get("q_proj.weight"), m.optional(p, "q_proj.bias"))                          // [B, T, H*2D]
+	qg = Reshape(qg, b, t, s.Heads, 2*d)                                                              // [B, T, H, 2D]: query, gate
+	q := SliceAxis(qg, 3, AxisRange(0, d))                                                            // [B, T, H, D]
+	gate := Reshape(SliceAxis(qg, 3, AxisRange(d, 2*d)), b, t, s.Heads*d)                             // [B, T, H*D]
+	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), m.optional(p, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), m.optional(p, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, true)
+	k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, true)
+	cos, sin := m.o.Rope.CosSin(step, x.DType())
+	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+	keys, values = nn.WriteKV(keys, values, k, v, step)
+	out := nn.Attention(q, keys, values, nn.AttentionBias(step, 0), 0, 0) // [B, T, H*D]
+	out = Mul(out, Sigmoid(gate))
+	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), keys, values
+}
+
+// gatedDeltaNet is Qwen3_5GatedDeltaNet: padding positions are zeroed
+// (apply_mask_to_padding_states), q/k/v go through the causal convolution
+// (continued from the conv state) and SiLU, β = sigmoid(in_proj_b),
+// g = -exp(A_log)·softplus(in_proj_a + dt_bias), the gated delta rule runs
+// from the recurrent state (chunked for several tokens, recurrent for one),
+// and the output goes through the gated RMSNorm with silu(in_proj_z) and
+// out_proj.
+func (m *Model) gatedDeltaNet(p *lm.Params, x, conv, rec *Node, step *lm.Step) (*Node, *Node, *Node) {
+	dn := m.o.DeltaNet
+	dims := x.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	dtype := x.DType()
+	// Left padding: zero the inputs so padded slots leave both states at zero.
+	isReal := ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), dtypes.Int32)), dtype) // [B, T]
+	x = Mul(x, InsertAxes(isReal, -1))
+
+	qkv := nn.Linear(x, p.Get("in_proj_qkv.weight"), nil) // [B, T, ConvDim]
+	z := nn.Linear(x, p.Get("in_proj_z.weight"), nil)     // [B, T, ValueDim]
+	bb := nn.Linear(x, p.Get("in_proj_b.weight"), nil)    // [B, T, VHeads]
+	a := nn.Linear(x, p.Get("in_proj_a.weight"), nil)     // [B, T, VHeads]
+	qkv, conv = nn.CausalConv1D(qkv, conv, p.Get("conv1d.weight"))
+	qkv = nn.SiLU(qkv)
+	kd := dn.KeyDim()
+	q := Reshape(SliceAxis(qkv, 2, AxisRange(0, kd)), b, t, dn.KHeads, dn.KDim)              // [B, T, Hk, Dk]
+	k := Reshape(SliceAxis(qkv, 2, AxisRange(kd, 2*kd)), b, t, dn.KHeads, dn.KDim)           // [B, T, Hk, Dk]
+	v := Reshape(SliceAxis(qkv, 2, AxisRange(2*kd, dn.ConvDim())), b, t, dn.VHeads, dn.VDim) // [B, T, Hv, Dv]
+
+	f32 := dtypes.Float32
+	beta := Sigmoid(ConvertDType(bb, f32))        // [B, T, Hv]
+	aLog := ConvertDType(p.Get("A_log"), f32)     // [Hv]
+	dtBias := ConvertDType(p.Get("dt_bias"), f32) // [Hv]
+	g := Mul(Neg(ExpandLeftToRank(Exp(aLog), 3)), //
+		nn.SoftplusTorch(Add(ConvertDType(a, f32), ExpandLeftToRank(dtBias, 3)))) // [B, T, Hv], <= 0
+
+	q, k = nn.DeltaRuleInputs(q, k, dn.VHeads) // [B, T, Hv, Dk] float32
+	var core *Node
+	if t == 1 {
+		core, rec = nn.RecurrentGatedDeltaRule(q, k, v, g, beta, rec)
+	} else {
+		core, rec = nn.ChunkGatedDeltaRule(q, k, v, g, beta, rec, m.o.ChunkSize)
+	}
+	core = ConvertDType(core, dtype)                                                    // [B, T, Hv, Dv]
+	zh := Reshape(z, b, t, dn.VHeads, dn.VDim)                                          // [B, T, Hv, Dv]
+	core = nn.GatedRMSNorm(core, zh, p.Get("norm.weight"), m.o.Eps)                     // [B, T, Hv, Dv]
+	out := nn.Linear(Reshape(core, b, t, dn.ValueDim()), p.Get("out_proj.weight"), nil) // [B, T, H]
+	return out, conv, rec
+}
+
+// Head implements lm.Model: the final (1+w) RMSNorm and lm_head.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	x = nn.RMSNorm(x, w.Get(m.name("norm.weight")), m.o.Eps, true)
+	return nn.Linear(x, w.Get(m.headName()), nil) // [B, V]
+}

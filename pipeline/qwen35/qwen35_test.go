@@ -1,0 +1,368 @@
+package qwen35_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/pipeline/qwen35"
+)
+
+// goBackend is the pure-Go backend with sequential op scheduling (its
+// parallel scheduler can deadlock on graphs with many independent matmuls
+// on few cores; see docs/qwen35.md).
+func goBackend(t testing.TB) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("go:ops_sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+func relErr(a []float32, b []float64) float64 {
+	num, den := 0.0, 0.0
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
+		den = math.Max(den, math.Abs(b[i]))
+	}
+	return num / den
+}
+
+func argmax32(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func argmax64(v []float64) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// withChunk swaps the loaded model for one whose chunked delta rule uses
+// chunks of n tokens.
+func withChunk(t *testing.T, l *lm.Loaded, n int) {
+	t.Helper()
+	m, ok := l.Model.(*qwen35.Model)
+	if !ok {
+		t.Fatalf("model is %T, want *qwen35.Model", l.Model)
+	}
+	o := m.Options()
+	o.ChunkSize = n
+	l.Model = qwen35.NewModel(o)
+}
+
+// TestLogitsMatchReference runs the tiny Qwen3.5 (multimodal and text-only
+// layouts) in both modes on a left-padded batch of two prompts plus decode
+// steps, and compares every row's logits with the float64 reference (whose
+// DeltaNet is the token-by-token recurrence) on that row alone. It also
+// checks that both modes pick the same greedy tokens.
+func TestLogitsMatchReference(t *testing.T) {
+	be := goBackend(t)
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	const steps = 4
+	const tol = 1e-4
+	tied := qwenref.TinyQwen35()
+	tied.CausalLM, tied.Tied, tied.Seed = true, true, 7
+	for _, c := range []qwenref.Qwen35{qwenref.TinyQwen35(), tied} {
+		name := "ConditionalGeneration"
+		if c.CausalLM {
+			name = "CausalLM-tied"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lm.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			withChunk(t, l, 4) // several chunks and a padded last chunk in prefill
+			rm, err := qwenref.LoadQwen35(dir, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := make([][]int, len(prompts))
+			for b, p := range prompts {
+				seqs[b] = append([]int(nil), p...)
+				for s := 0; s < steps; s++ {
+					lg := rm.Logits(seqs[b])
+					seqs[b] = append(seqs[b], argmax64(lg[len(lg)-1]))
+				}
+			}
+			greedy := map[string][]int{}
+			for _, v := range []struct {
+				name string
+				opts compile.Options
+			}{
+				{"compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1}},
+				{"eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 3}},
+			} {
+				r, err := compile.NewLM(be, l, v.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst := 0.0
+				logits, err := r.Prefill(prompts, steps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for s := 0; ; s++ {
+					for b := range prompts {
+						n := len(prompts[b]) + s
+						want := rm.Logits(seqs[b][:n])
+						e := relErr(logits[b], want[n-1])
+						worst = math.Max(worst, e)
+						if e > tol {
+							t.Fatalf("%s: row %d step %d: relative error %.3g > %g", v.name, b, s, e, tol)
+						}
+						greedy[v.name] = append(greedy[v.name], argmax32(logits[b]))
+					}
+					if s == steps {
+						break
+					}
+					next := make([]int, len(prompts))
+					for b := range prompts {
+						next[b] = seqs[b][len(prompts[b])+s]
+					}
+					if logits, err = r.Decode(next); err != nil {
+						t.Fatal(err)
+					}
+				}
+				t.Logf("%s: max relative error %.3g", v.name, worst)
+				r.Close()
+			}
+			if fmt.Sprint(greedy["compiled"]) != fmt.Sprint(greedy["eager-split"]) {
+				t.Errorf("greedy tokens differ:\ncompiled %v\neager    %v", greedy["compiled"], greedy["eager-split"])
+			}
+		})
+	}
+}
+
+// TestChunkedPrefillMatchesRecurrence feeds the same 70-token sequence
+// once as a prefill (chunked delta rule: two chunks of 64 with the
+// default chunk size, or many of 8) and once as a one-token prefill
+// followed by decode steps (recurrent delta rule), and compares the logits
+// after the last token.
+func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
+	be := goBackend(t)
+	c := qwenref.TinyQwen35()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	seq := make([]int, 70)
+	for i := range seq {
+		seq[i] = 1 + (i*37+11)%(c.Vocab-1)
+	}
+	for _, chunk := range []int{64, 8} {
+		l, err := lm.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withChunk(t, l, chunk)
+		r, err := compile.NewLM(be, l, compile.Options{Mode: compile.Compiled, CacheLen: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunked, err := r.Prefill([][]int{seq}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := r.Prefill([][]int{seq[:1]}, len(seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range seq[1:] {
+			if rec, err = r.Decode([]int{id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := make([]float64, len(rec[0]))
+		for i, v := range rec[0] {
+			want[i] = float64(v)
+		}
+		e := relErr(chunked[0], want)
+		t.Logf("chunk %d: chunked prefill vs recurrence: relative error %.3g", chunk, e)
+		if e > 1e-4 {
+			t.Errorf("chunk %d: chunked prefill and token-by-token recurrence differ: relative error %.3g", chunk, e)
+		}
+		r.Close()
+		l.Close()
+	}
+}
+
+// TestSkipsVisionAndMTP checks the text-only path: the strict loader
+// accepts the vision-tower and MTP tensors as skipped, and still rejects a
+// tensor nobody reads.
+func TestSkipsVisionAndMTP(t *testing.T) {
+	c := qwenref.TinyQwen35()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lm.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(l.Skipped())
+	l.Close()
+	if !strings.Contains(got, "vision tower (model.visual.*)") || !strings.Contains(got, "multi-token-prediction head (mtp.*)") {
+		t.Errorf("Skipped() = %s, want the vision tower and the MTP head", got)
+	}
+	// An extra text tensor is still an error that names it.
+	ts := []safetensors.Tensor{}
+	ck, err := safetensors.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ck.Names() {
+		v, err := ck.Float32(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := ck.Info(n)
+		st, err := safetensors.Float32Tensor(n, safetensors.F32, info.Shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, st)
+	}
+	ck.Close()
+	extra, err := safetensors.Float32Tensor("model.language_model.layers.0.linear_attn.in_proj_ba.weight", safetensors.F32, []int{2}, []float32{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, extra), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lm.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
+		t.Errorf("load with an unknown text tensor: error %v, want one naming it", err)
+	}
+}
+
+// TestRealConfig9B resolves the real Qwen/Qwen3.5-9B config.json.
+func TestRealConfig9B(t *testing.T) {
+	cfg, err := config.ReadModel("../../testdata/configs/qwen3_5_9b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := m.(*qwen35.Model)
+	o := q.Options()
+	s := m.Spec()
+	if s.Layers != 32 || s.Hidden != 4096 || s.Heads != 16 || s.KVHeads != 4 || s.HeadDim != 256 ||
+		s.VocabSize != 248320 || s.Intermediate != 12288 || s.TieEmbeddings || s.MaxPositions != 262144 {
+		t.Errorf("spec %+v", s)
+	}
+	if fmt.Sprint(s.EOS) != "[248044]" {
+		t.Errorf("EOS %v, want [248044]", s.EOS)
+	}
+	if o.Rope.RotaryDim != 64 || o.Rope.InvFreq[1] != 1/math.Pow(1e7, 2.0/64) {
+		t.Errorf("rope: rotary dim %d, inv freq %v", o.Rope.RotaryDim, o.Rope.InvFreq[:2])
+	}
+	if o.Prefix != "model.language_model." || o.Eps != 1e-6 {
+		t.Errorf("prefix %q eps %g", o.Prefix, o.Eps)
+	}
+	want := nn.DeltaNetDims{KHeads: 16, VHeads: 32, KDim: 128, VDim: 128, ConvKernel: 4}
+	if o.DeltaNet != want {
+		t.Errorf("DeltaNet %+v, want %+v", o.DeltaNet, want)
+	}
+	full := 0
+	for i, k := range s.LayerKinds {
+		if wantFull := (i+1)%4 == 0; wantFull != (k == lm.KindFull) {
+			t.Errorf("layer %d kind %s", i, k)
+		}
+		if k == lm.KindFull {
+			full++
+		}
+	}
+	if full != 8 {
+		t.Errorf("%d full-attention layers, want 8", full)
+	}
+	// State: KV caches only for the 8 full-attention layers; a fixed state
+	// for the 24 linear ones: conv [1, 3, 8192] and recurrent [1, 32, 128, 128] f32.
+	st := m.LayerState(0, 1, 1000)
+	if len(st) != 2 || fmt.Sprint(st[0].Shape) != "[1 3 8192]" || fmt.Sprint(st[1].Shape) != "[1 32 128 128]" {
+		t.Errorf("linear layer state %+v", st)
+	}
+	st = m.LayerState(3, 1, 1000)
+	if len(st) != 2 || fmt.Sprint(st[0].Shape) != "[1 4 1000 256]" {
+		t.Errorf("full layer state %+v", st)
+	}
+	// Weight names and shapes of a few tensors of the real index.
+	names := map[string]string{}
+	for _, w := range lm.Weights(m) {
+		names[w.Name] = fmt.Sprint(w.Shape)
+	}
+	for name, shape := range map[string]string{
+		"model.language_model.embed_tokens.weight":                     "[248320 4096]",
+		"model.language_model.layers.0.linear_attn.in_proj_qkv.weight": "[8192 4096]",
+		"model.language_model.layers.0.linear_attn.in_proj_z.weight":   "[4096 4096]",
+		"model.language_model.layers.0.linear_attn.in_proj_a.weight":   "[32 4096]",
+		"model.language_model.layers.0.linear_attn.conv1d.weight":      "[8192 1 4]",
+		"model.language_model.layers.0.linear_attn.A_log":              "[32]",
+		"model.language_model.layers.0.linear_attn.norm.weight":        "[128]",
+		"model.language_model.layers.3.self_attn.q_proj.weight":        "[8192 4096]",
+		"model.language_model.layers.3.self_attn.k_proj.weight":        "[1024 4096]",
+		"model.language_model.layers.3.self_attn.q_norm.weight":        "[256]",
+		"lm_head.weight": "[248320 4096]",
+	} {
+		if names[name] != shape {
+			t.Errorf("%s: shape %q, want %s", name, names[name], shape)
+		}
+	}
+	if n := len(names); n != 1+24*14+8*11+2 {
+		t.Errorf("%d tensors", n)
+	}
+	for _, name := range []string{"model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"} {
+		if _, skip := q.SkipWeight(name); !skip {
+			t.Errorf("%s is not skipped", name)
+		}
+	}
+}
+
+// TestConfigErrors checks that bad configs give errors naming the field.
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5"}`, "text_config"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"num_hidden_layers":2,"layer_types":["linear_attention"]}`, "layer_types has 1 entries"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"num_hidden_layers":1,"layer_types":["sliding_attention"]}`, "layer_types[0]"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"linear_num_value_heads":3}`, "linear_num_value_heads 3"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"num_experts":8}`, "num_experts"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"hidden_act":"gelu"}`, "hidden_act"},
+	} {
+		cfg, err := config.ParseModel([]byte(tc.json))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lm.New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.json, err, tc.want)
+		}
+	}
+}
