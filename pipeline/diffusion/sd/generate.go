@@ -43,9 +43,10 @@ type Request struct {
 	// OnStep is called after each denoising step (1-based).
 	OnStep func(step, total int)
 	// OnPhase is called as each phase starts: PhaseEncode, PhaseCompile
-	// (only when the UNet is compiled ahead of the loop), PhaseDenoise,
-	// PhaseDecode.
-	OnPhase func(phase string)
+	// (only when the UNet is compiled ahead of the loop), PhaseDenoise
+	// (total is the number of model calls, which some schedulers make
+	// differ from Steps), PhaseDecode.
+	OnPhase func(phase string, total int)
 }
 
 // Phases reported through Request.OnPhase.
@@ -172,17 +173,21 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	}
 	key := [3]int{req.Height, req.Width, ub}
 	res.NewSize = !p.sizes[key]
+	if res.NewSize && len(p.sizes) > 0 && p.warn != nil {
+		p.warn("new size %dx%d (UNet batch %d): the models compile again; executables for earlier sizes stay cached",
+			req.Width, req.Height, ub)
+	}
 	stats0 := p.execStats()
 
-	phase := func(name string) {
+	phase := func(name string, total int) {
 		if req.OnPhase != nil {
-			req.OnPhase(name)
+			req.OnPhase(name, total)
 		}
 	}
 
 	// 1. Prompt embeddings [ub, T, D] (unconditional first), and for SDXL
 	// the pooled embeddings [ub, P] and time ids [ub, 6].
-	phase(PhaseEncode)
+	phase(PhaseEncode, 0)
 	start := time.Now()
 	emb, err := p.encodePrompts(req, cfg, res)
 	if err != nil {
@@ -230,13 +235,13 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	}
 	if _, ok := p.exec.(blocks.Precompiler); ok && !req.Eager && len(timesteps) > 0 {
 		if res.NewSize {
-			phase(PhaseCompile)
+			phase(PhaseCompile, 0)
 		}
 		if _, err := p.UNet.Precompile(p.exec, unetInputs(make([]float32, ub*n/b), timesteps[0])); err != nil {
 			return nil, fmt.Errorf("unet: %w", err)
 		}
 	}
-	phase(PhaseDenoise)
+	phase(PhaseDenoise, len(timesteps))
 	for i, t := range timesteps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%w: denoising stopped at step %d of %d: %w", errs.ErrInterrupted, i, len(timesteps), err)
@@ -289,7 +294,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	res.LatentShape = shape
 
 	// 4. VAE decode and conversion to 8-bit RGB.
-	phase(PhaseDecode)
+	phase(PhaseDecode, 0)
 	start = time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: before decoding: %w", errs.ErrInterrupted, err)

@@ -56,6 +56,9 @@ type Options struct {
 	OnCompile func(blocks.CompileEvent)
 	// OnLoad, when set, is called as each component finishes loading.
 	OnLoad func(component string, params int64, took time.Duration)
+	// Warn, when set, receives warnings (a new image size that makes the
+	// models compile again).
+	Warn func(format string, args ...any)
 }
 
 // textEncoder is one CLIP text encoder with its tokenizer.
@@ -83,6 +86,7 @@ type Pipeline struct {
 
 	exec    blocks.Executor
 	ownExec *blocks.GraphExecutor
+	warn    func(format string, args ...any)
 	sizes   map[[3]int]bool // (height, width, unet batch) run so far
 }
 
@@ -98,7 +102,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		}
 		return nil, err
 	}
-	p = &Pipeline{Dir: dir, Class: mi.ClassName, sizes: map[[3]int]bool{}}
+	p = &Pipeline{Dir: dir, Class: mi.ClassName, sizes: map[[3]int]bool{}, warn: opts.Warn}
 	switch mi.ClassName {
 	case ClassSD:
 	case ClassSDXL:
