@@ -1,8 +1,488 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
+
+	// The text architectures tputool runs.
+	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/llama"
+	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/qwen2"
+	_ "github.com/tputool/tputool/pipeline/qwen3"
+)
+
+// GenerateOptions holds `tputool generate`'s inputs.
+type GenerateOptions struct {
+	IO       *ui.IOStreams
+	Reporter *ui.Reporter
+	// Device opens the --device backend.
+	Device func() (*tpu.Device, error)
+	// HubClient builds the Hub client (only Hub ids need it).
+	HubClient func() *hub.Client
+	// Resolve resolves --model; loader.Resolve by default.
+	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Now is the clock.
+	Now func() time.Time
+
+	Model       string
+	Revision    string
+	Prompts     []string
+	PromptsFile string
+	Chat        bool
+	System      string
+	Mode        string
+	DType       string
+	Stream      bool
+	JSON        bool
+	Verbose     bool
+	// Overrides are the sampling and limit flags actually given.
+	Overrides generate.Overrides
+}
 
 // NewCmdGenerate builds `tputool generate`.
-func NewCmdGenerate(f *Factory, runF func(any) error) *cobra.Command {
-	return notImplemented("generate", "Generate text with a language model, streamed")
+func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) error) *cobra.Command {
+	opts := &GenerateOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	var (
+		maxNew, topK             int
+		temp, topP, minP, repPen float64
+		seed                     uint64
+	)
+	c := &cobra.Command{
+		Use:   "generate --model MODEL --prompt TEXT",
+		Short: "Generate text with a language model, streamed",
+		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
+(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+Gemma3ForCausalLM), from a local directory or a Hub id.
+
+The text goes to stdout as it is produced (one prompt), or per prompt when
+several run as one batch. With --json the result is a JSON array with one
+object per prompt ({text, token_ids, prompt_token_ids, finish_reason, metrics});
+with --json --stream it is NDJSON events with a "type" field: "token" per
+token, "result" per prompt, "done" with the metrics. --verbose prints
+ollama-style timings to stderr.
+
+Settings are layered: flags, then the model's generation_config.json, then
+transformers' defaults. The file's do_sample picks greedy decoding or sampling;
+--temperature 0 forces greedy, --temperature > 0 samples (top-k then defaults to
+50, as in transformers; --top-k 0 turns it off).
+
+--mode compiled (default) runs each prefill and decode step as one executable;
+--mode eager runs one executable per layer kind, dispatched op by op. Both give
+the same tokens.`,
+		Example: `  tputool generate --model ./testdata/stories260K-hf --prompt "Once upon a time"
+  tputool generate --model Qwen/Qwen3-0.6B --chat --system "Be brief." --prompt "What is a TPU?"
+  tputool generate --model ./my-llama --prompt "a" --prompt "b" --temperature 0 --json
+  tputool generate --model ./my-llama --prompts-file prompts.txt --temperature 0.7 --seed 1
+  tputool generate --model Qwen/Qwen3-0.6B --prompt "Hi" --stream --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if opts.Model == "" {
+				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
+			}
+			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
+				return errs.Usagef("give at least one --prompt or a --prompts-file")
+			}
+			if _, err := compile.ParseMode(opts.Mode); err != nil {
+				return err
+			}
+			if _, err := parseDType(opts.DType); err != nil {
+				return err
+			}
+			fl := c.Flags()
+			o := &opts.Overrides
+			if fl.Changed("max-new-tokens") {
+				if maxNew <= 0 {
+					return errs.Usagef("--max-new-tokens %d: must be at least 1", maxNew)
+				}
+				o.MaxNewTokens = &maxNew
+			}
+			if fl.Changed("temperature") {
+				if temp < 0 {
+					return errs.Usagef("--temperature %v: must not be negative", temp)
+				}
+				o.Temperature = &temp
+			}
+			if fl.Changed("top-k") {
+				if topK < 0 {
+					return errs.Usagef("--top-k %d: must not be negative", topK)
+				}
+				o.TopK = &topK
+			}
+			if fl.Changed("top-p") {
+				if topP < 0 || topP > 1 {
+					return errs.Usagef("--top-p %v: must be in [0, 1]", topP)
+				}
+				o.TopP = &topP
+			}
+			if fl.Changed("min-p") {
+				if minP < 0 || minP > 1 {
+					return errs.Usagef("--min-p %v: must be in [0, 1]", minP)
+				}
+				o.MinP = &minP
+			}
+			if fl.Changed("repetition-penalty") {
+				if repPen <= 0 {
+					return errs.Usagef("--repetition-penalty %v: must be positive", repPen)
+				}
+				o.RepetitionPenalty = &repPen
+			}
+			for _, s := range o.Stop {
+				if s == "" {
+					return errs.Usagef("--stop: empty stop string")
+				}
+			}
+			o.Seed = seed
+			if opts.System != "" {
+				opts.Chat = true
+			}
+			opts.JSON = f.Global.JSON
+			opts.Verbose = f.Global.Verbose
+			opts.Reporter = f.Reporter()
+			opts.Device = f.Device
+			opts.HubClient = f.HubClient
+			opts.Now = f.Now
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			return generateRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
+	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch)")
+	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin); blank lines are skipped")
+	fl.IntVarP(&maxNew, "max-new-tokens", "n", generate.DefaultMaxNewTokens, "maximum tokens to generate per prompt (default: generation_config.json's, else 256)")
+	fl.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json)")
+	fl.IntVar(&topK, "top-k", 0, "keep the k most likely tokens; 0 is off (default: generation_config.json, 50 when sampling)")
+	fl.Float64Var(&topP, "top-p", 1, "nucleus sampling: keep the most likely tokens up to this probability mass")
+	fl.Float64Var(&minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one")
+	fl.Float64Var(&repPen, "repetition-penalty", 1, "penalize tokens already in the sequence (1 is off)")
+	fl.Uint64Var(&seed, "seed", 0, "random seed for sampling (runs with the same seed repeat exactly)")
+	fl.StringArrayVar(&opts.Overrides.Stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
+	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
+	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
+	fl.StringVar(&opts.Mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
+	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
+	return c
+}
+
+// parseDType reads --dtype; InvalidDType means auto.
+func parseDType(s string) (dtypes.DType, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return dtypes.InvalidDType, nil
+	case "f32", "fp32", "float32":
+		return dtypes.Float32, nil
+	case "bf16", "bfloat16":
+		return dtypes.BFloat16, nil
+	}
+	return 0, errs.Usagef("--dtype %q: want f32, bf16 or auto", s)
+}
+
+// readPrompts gathers --prompt values and the lines of --prompts-file.
+func readPrompts(opts *GenerateOptions) ([]string, error) {
+	prompts := append([]string(nil), opts.Prompts...)
+	if opts.PromptsFile == "" {
+		return prompts, nil
+	}
+	var r io.Reader
+	if opts.PromptsFile == "-" {
+		r = opts.IO.In
+	} else {
+		fh, err := os.Open(opts.PromptsFile)
+		if err != nil {
+			return nil, errs.Usagef("--prompts-file: %v", err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if line := strings.TrimRight(sc.Text(), "\r"); strings.TrimSpace(line) != "" {
+			prompts = append(prompts, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--prompts-file %s: %w", opts.PromptsFile, err)
+	}
+	if len(prompts) == 0 {
+		return nil, errs.Usagef("--prompts-file %s has no prompts", opts.PromptsFile)
+	}
+	return prompts, nil
+}
+
+// generateResult is one element of the --json array.
+type generateResult struct {
+	generate.Result
+	Metrics generate.Metrics `json:"metrics"`
+}
+
+func generateRun(ctx context.Context, opts *GenerateOptions) error {
+	start := opts.Now()
+	prompts, err := readPrompts(opts)
+	if err != nil {
+		return err
+	}
+	rep := opts.Reporter
+
+	// Load: model files, tokenizer, device, weights.
+	ref, err := loader.ParseRef(opts.Model)
+	if err != nil {
+		return err
+	}
+	lo := loader.Options{Revision: opts.Revision}
+	if !ref.Local {
+		lo.Client = opts.HubClient()
+	} else if opts.Revision != "" {
+		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
+	}
+	m, err := opts.Resolve(ctx, opts.Model, lo)
+	if err != nil {
+		return err
+	}
+	if m.Kind != loader.Transformers {
+		return errs.Unsupportedf("%s is a %s pipeline, not a language model (try tputool diffuse)", m.Name(), m.Kind)
+	}
+	tok, err := tokenizer.LoadDir(m.Dir)
+	if err != nil {
+		return err
+	}
+	dev, err := opts.Device()
+	if err != nil {
+		return err
+	}
+	dtype, _ := parseDType(opts.DType)
+	if dtype == dtypes.InvalidDType {
+		dtype = dev.ComputeDType
+	}
+	mode, _ := compile.ParseMode(opts.Mode)
+	loaded, err := lm.Load(m.Dir)
+	if err != nil {
+		return err
+	}
+	defer loaded.Close()
+	spec := loaded.Model.Spec()
+	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s), %s mode",
+		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)
+	runner, err := compile.NewLM(dev.Backend, loaded, compile.Options{
+		Mode: mode, DType: dtype,
+		OnRecompile: func(program, shapes string) {
+			rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	loadDuration := opts.Now().Sub(start)
+
+	// Prompts to token ids.
+	ids, err := encodePrompts(ctx, tok, prompts, opts)
+	if err != nil {
+		return err
+	}
+	gen, err := generate.Resolve(loaded.Generation, spec.EOS, opts.Overrides)
+	if err != nil {
+		return err
+	}
+	longest := 0
+	for _, p := range ids {
+		longest = max(longest, len(p))
+	}
+	if room := spec.MaxPositions - longest; gen.MaxNewTokens > room {
+		if room <= 0 {
+			return errs.Usagef("a prompt of %d tokens leaves no room in the model's %d positions", longest, spec.MaxPositions)
+		}
+		rep.Debugf("max new tokens %d capped to %d by max_position_embeddings %d", gen.MaxNewTokens, room, spec.MaxPositions)
+		gen.MaxNewTokens = room
+	}
+	gen.NewDecoder = func() generate.StreamDecoder { return tok.NewStreamDecoder(true) }
+	gen.Now = opts.Now
+
+	out := newGenerateOutput(opts, len(prompts))
+	// Several prompts run as one batch, unless plain --stream asks for each
+	// to stream in turn.
+	batches := [][]int{}
+	if opts.Stream && !opts.JSON {
+		for i := range ids {
+			batches = append(batches, []int{i})
+		}
+	} else {
+		all := make([]int, len(ids))
+		for i := range all {
+			all[i] = i
+		}
+		batches = append(batches, all)
+	}
+	var metrics generate.Metrics
+	var runErr error
+	for _, batch := range batches {
+		in := make([][]int, len(batch))
+		for j, i := range batch {
+			in[j] = ids[i]
+		}
+		gen.OnEvent = func(e generate.Event) { out.event(batch[e.Row], e) }
+		res, m, err := generate.Run(ctx, runner, in, gen)
+		if res == nil && err != nil {
+			return err
+		}
+		metrics = addMetrics(metrics, m)
+		for j, r := range res {
+			out.result(batch[j], r)
+		}
+		if err != nil {
+			runErr = err
+			break
+		}
+	}
+	metrics.LoadDuration = loadDuration
+	metrics.TotalDuration += loadDuration
+	if err := out.finish(metrics); err != nil {
+		return err
+	}
+	if opts.Verbose && !opts.JSON {
+		fmt.Fprint(opts.IO.ErrOut, metrics.Summary())
+	}
+	return runErr
+}
+
+// encodePrompts tokenizes the prompts, through the chat template with --chat.
+func encodePrompts(ctx context.Context, tok *tokenizer.Tokenizer, prompts []string, opts *GenerateOptions) ([][]int, error) {
+	var tmpl *chat.Template
+	if opts.Chat {
+		var err error
+		if tmpl, err = tok.ChatTemplate(""); err != nil {
+			return nil, fmt.Errorf("--chat: %w", err)
+		}
+	}
+	ids := make([][]int, len(prompts))
+	for i, p := range prompts {
+		var err error
+		if tmpl == nil {
+			ids[i], err = tok.Encode(p, true)
+		} else {
+			var msgs []chat.Message
+			if opts.System != "" {
+				msgs = append(msgs, chat.Message{Role: "system", Content: opts.System})
+			}
+			msgs = append(msgs, chat.Message{Role: "user", Content: p})
+			var text string
+			if text, err = tmpl.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true}); err != nil {
+				return nil, fmt.Errorf("--chat: prompt %d: %w", i+1, err)
+			}
+			// The template writes the special tokens itself.
+			ids[i], err = tok.Encode(text, false)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prompt %d: %w", i+1, err)
+		}
+		if len(ids[i]) == 0 {
+			return nil, errs.Usagef("prompt %d is empty after tokenization", i+1)
+		}
+	}
+	return ids, nil
+}
+
+// addMetrics sums the metrics of consecutive runs.
+func addMetrics(a, b generate.Metrics) generate.Metrics {
+	if a.EvalCount == 0 && a.PromptEvalCount == 0 {
+		return b
+	}
+	a.TotalDuration += b.TotalDuration
+	a.CompileDuration += b.CompileDuration
+	a.PromptEvalCount += b.PromptEvalCount
+	a.PromptEvalDuration += b.PromptEvalDuration
+	a.EvalCount += b.EvalCount
+	a.EvalDuration += b.EvalDuration
+	return a
+}
+
+// generateOutput writes results: streamed text, a JSON array, or NDJSON.
+type generateOutput struct {
+	opts    *GenerateOptions
+	results []generate.Result
+	nd      *ui.NDJSON
+	// streamText: plain text is printed as tokens arrive (one prompt per
+	// batch); otherwise it is printed per prompt at the end.
+	streamText bool
+}
+
+func newGenerateOutput(opts *GenerateOptions, n int) *generateOutput {
+	o := &generateOutput{opts: opts, results: make([]generate.Result, n)}
+	switch {
+	case opts.JSON && opts.Stream:
+		o.nd = ui.NewNDJSON(opts.IO.Out)
+	case !opts.JSON:
+		o.streamText = n == 1 || opts.Stream
+	}
+	return o
+}
+
+func (o *generateOutput) event(index int, e generate.Event) {
+	switch {
+	case o.nd != nil && e.Token >= 0:
+		o.nd.Write(map[string]any{"type": "token", "index": index, "token": e.Token, "text": e.Text})
+	case o.nd != nil && e.Text != "":
+		o.nd.Write(map[string]any{"type": "token", "index": index, "text": e.Text})
+	case o.streamText:
+		io.WriteString(o.opts.IO.Out, e.Text)
+	}
+}
+
+func (o *generateOutput) result(index int, r generate.Result) {
+	o.results[index] = r
+	switch {
+	case o.nd != nil:
+		o.nd.Write(struct {
+			Type  string `json:"type"`
+			Index int    `json:"index"`
+			generate.Result
+		}{"result", index, r})
+	case o.streamText:
+		io.WriteString(o.opts.IO.Out, "\n")
+	}
+}
+
+func (o *generateOutput) finish(m generate.Metrics) error {
+	switch {
+	case o.nd != nil:
+		return o.nd.Write(map[string]any{"type": "done", "metrics": m})
+	case o.opts.JSON:
+		out := make([]generateResult, len(o.results))
+		for i, r := range o.results {
+			out[i] = generateResult{Result: r, Metrics: m}
+		}
+		return o.opts.IO.WriteJSON(out)
+	case !o.streamText:
+		for i, r := range o.results {
+			if i > 0 {
+				io.WriteString(o.opts.IO.Out, "\n")
+			}
+			io.WriteString(o.opts.IO.Out, r.Text+"\n")
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
 
+	"github.com/tputool/tputool/loader/tokenizer"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 )
@@ -24,29 +25,37 @@ func goBackend(t testing.TB) backends.Backend {
 // upon a time" with the same coherent English in both modes.
 func TestStoriesGreedy(t *testing.T) {
 	be := goBackend(t)
-	l, err := lm.Load("../testdata/stories260K-hf")
+	const dir = "../testdata/stories260K-hf"
+	l, err := lm.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	// "<s> Once upon a time" with the model's tokenizer.json: <s>=1,
-	// ▁Once=403, ▁upon=407, ▁a=261, ▁time=378.
-	prompt := []int{1, 403, 407, 261, 378}
-	// ", there was a little girl named Lily. She loved to play outside in
-	// the park. One day, she saw a big, red ball."
-	want := []int{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
-		411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426}
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt, err := tok.Encode("Once upon a time", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(prompt) != "[1 403 407 261 378]" { // <s> ▁Once ▁upon ▁a ▁time
+		t.Fatalf("prompt ids %v", prompt)
+	}
+	const want = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+	const n = 40
+	var first []int
 	for _, mode := range []Mode{Compiled, Eager} {
 		r, err := NewLM(be, l, Options{Mode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err := r.Prefill([][]int{prompt}, len(want))
+		logits, err := r.Prefill([][]int{prompt}, n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got []int
-		for len(got) < len(want) {
+		for len(got) < n {
 			best := 0
 			for j, v := range logits[0] {
 				if v > logits[0][best] {
@@ -58,9 +67,14 @@ func TestStoriesGreedy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: greedy ids\n got %v\nwant %v", mode, got, want)
-		}
 		r.Close()
+		if text := tok.Decode(got, true); text != want {
+			t.Errorf("%s: greedy text\n got %q\nwant %q", mode, text, want)
+		}
+		if first == nil {
+			first = got
+		} else if fmt.Sprint(got) != fmt.Sprint(first) {
+			t.Errorf("eager ids %v differ from compiled ids %v", got, first)
+		}
 	}
 }
