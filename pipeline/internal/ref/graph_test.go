@@ -6,8 +6,10 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	. "github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internal/ref"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/lm/lmtest"
@@ -164,6 +166,52 @@ func TestLogitsMatchReference(t *testing.T) {
 						}
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestBFloat16Compute runs the tiny Llama and Gemma 3 checkpoints (stored
+// as BF16) with bfloat16 compute on the go backend: logits stay within a
+// few percent of the float64 reference.
+func TestBFloat16Compute(t *testing.T) {
+	be := goBackend(t)
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	for _, tc := range tinyCases() {
+		if tc.Arch != "LlamaForCausalLM" && tc.Arch != "Gemma3ForCausalLM" {
+			continue
+		}
+		t.Run(tc.Arch, func(t *testing.T) {
+			tc.DType = safetensors.BF16
+			dir := t.TempDir()
+			if err := tc.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lm.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			rm, err := ref.Load(dir, tc.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := NewLM(be, l, Options{DType: dtypes.BFloat16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			logits, err := r.Prefill(prompts, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b, p := range prompts {
+				want := rm.Logits(p)
+				if e := relErr(logits[b], want[len(p)-1]); e > 0.05 {
+					t.Errorf("row %d: relative error %.3g > 0.05", b, e)
+				} else {
+					t.Logf("row %d: relative error %.3g", b, e)
+				}
 			}
 		})
 	}
