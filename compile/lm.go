@@ -65,6 +65,10 @@ type Options struct {
 	// OnRecompile is called when a call after a program's first one needs
 	// a new executable (new input shapes); cmd turns it into a warning.
 	OnRecompile func(program, shapes string)
+	// DenseExperts runs mixture-of-experts layers of lm.Routed models in
+	// one graph with every expert on every token (Model.Layer) instead of
+	// grouping tokens by expert on the host (see moe.go); for comparison.
+	DenseExperts bool
 }
 
 // PromptBucket rounds a prompt length up so that prefill shapes repeat:
@@ -118,6 +122,7 @@ type LM struct {
 	layerProg       []*Program          // eager mode, per layer (shared per kind)
 	programs        []*Program          // all, for Stats
 	kindPrograms    map[string]*Program // eager mode, by kind signature
+	moe             *moeRun             // host-routed experts (lm.Routed), nil otherwise
 
 	// Generation state.
 	batch, cacheLen, next int
@@ -226,6 +231,9 @@ func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Pro
 }
 
 func (r *LM) makePrograms() error {
+	if rm, ok := r.routedModel(); ok {
+		return r.makeRoutedPrograms(rm)
+	}
 	var err error
 	if r.opts.Mode == Compiled {
 		if r.prefill, err = r.newProgram("prefill", r.stepGraph); err != nil {
@@ -441,7 +449,13 @@ func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]floa
 	pads := tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), r.batch)
 	startT := tensors.FromScalar(int32(start))
 	var logits *tensors.Tensor
-	if r.opts.Mode == Compiled {
+	if r.moe != nil {
+		var err error
+		if logits, err = r.runRouted(tokens, pads, startT, start); err != nil {
+			r.release()
+			return nil, err
+		}
+	} else if r.opts.Mode == Compiled {
 		args := []Arg{{T: tokens}, {T: pads}, {T: startT}}
 		for _, st := range r.state {
 			for _, s := range st {

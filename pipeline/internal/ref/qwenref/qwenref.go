@@ -51,6 +51,7 @@ func (r *rng) uniform() float64 { return float64(r.next()>>11)/float64(1<<52) - 
 //
 //	linear  uniform / sqrt(fan-in) (fan-in = product of all but the first dim)
 //	embed   uniform
+//	router  uniform (decisive routing: top-k gaps far above float32 noise)
 //	norm    1 ± 0.2          (a plain RMSNorm weight)
 //	norm1p  ± 0.2            (a (1+w) RMSNorm weight, zero-centred)
 //	bias    ± 0.1
@@ -71,7 +72,7 @@ func fill(r *rng, t Tensor) []float32 {
 		switch t.Init {
 		case "linear":
 			v[i] = float32(u / math.Sqrt(float64(fan)))
-		case "embed":
+		case "embed", "router":
 			v[i] = float32(u)
 		case "norm":
 			v[i] = float32(1 + 0.2*u)

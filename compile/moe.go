@@ -1,0 +1,524 @@
+package compile
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// Host-routed mixture-of-experts execution (models implementing lm.Routed).
+//
+// A routed layer is built in two graph pieces with the host in between:
+// Route (attention, residual, shared expert, router top-k), then the
+// grouped experts. Between them the host reads the chosen expert ids and
+// groups the tokens: each active expert gets one group of its tokens,
+// padded to a common capacity C (a power of two); the number of groups A is
+// rounded up to a multiple of TopK (padding groups repeat an active expert
+// and are never read back), so few distinct shapes occur. The experts
+// piece takes exactly the A active experts' weights as inputs: one matmul
+// chain per group, and only the active experts' weights are read.
+//
+// Compiled mode fuses everything between two host points into one
+// executable ("segments": embed .. Route(r0), experts(r0) .. Route(r1),
+// ..., experts(rLast) .. head). Eager mode dispatches embed, one program per
+// layer kind, one Route program per routed-layer signature, one experts
+// program per expert signature, and head. Both modes build every piece
+// from the same graph code and group tokens identically.
+
+// moeRun holds the routed programs and the per-layer facts.
+type moeRun struct {
+	rm       lm.Routed
+	experts  []*lm.Experts // per layer; nil for layers without routed experts
+	routeW   [][]string    // per routed layer: LayerWeights minus the experts'
+	expertW  [][][]string  // per routed layer, per expert: weight names
+	segments []*segment    // compiled mode
+
+	// Eager mode programs, per layer.
+	routeProg, expertProg []*Program
+}
+
+// segment is a compiled-mode program: optionally the experts of layer
+// from, then the full layers, then either Route of layer to or the head.
+type segment struct {
+	from, to int   // routed layers at the ends, -1 for embed / head
+	layers   []int // layers run whole
+	weights  []string
+	states   []int // layers whose state the segment reads and writes, in order
+	prog     *Program
+}
+
+// routedModel returns the model as lm.Routed when it has routed layers and
+// routing is enabled.
+func (r *LM) routedModel() (lm.Routed, bool) {
+	rm, ok := r.model.(lm.Routed)
+	if !ok || r.opts.DenseExperts {
+		return nil, false
+	}
+	for i := 0; i < r.spec.Layers; i++ {
+		if rm.Experts(i) != nil {
+			return rm, true
+		}
+	}
+	return nil, false
+}
+
+func weightNames(ws []lm.WeightSpec) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Name
+	}
+	return out
+}
+
+// makeRoutedPrograms sets up r.moe and its programs.
+func (r *LM) makeRoutedPrograms(rm lm.Routed) error {
+	mr := &moeRun{rm: rm}
+	L := r.spec.Layers
+	mr.experts = make([]*lm.Experts, L)
+	mr.routeW = make([][]string, L)
+	mr.expertW = make([][][]string, L)
+	for i := 0; i < L; i++ {
+		ex := rm.Experts(i)
+		if ex == nil {
+			continue
+		}
+		if ex.Num <= 0 || ex.TopK <= 0 || ex.TopK > ex.Num {
+			return fmt.Errorf("layer %d: %d experts, top %d", i, ex.Num, ex.TopK)
+		}
+		mr.experts[i] = ex
+		isExpert := map[string]bool{}
+		mr.expertW[i] = make([][]string, ex.Num)
+		for e := 0; e < ex.Num; e++ {
+			mr.expertW[i][e] = weightNames(ex.Weights(e))
+			for _, n := range mr.expertW[i][e] {
+				if _, ok := r.weights[n]; !ok {
+					return fmt.Errorf("layer %d expert %d: weight %q is not among the model's weights", i, e, n)
+				}
+				isExpert[n] = true
+			}
+		}
+		for _, n := range r.layerW[i] {
+			if !isExpert[n] {
+				mr.routeW[i] = append(mr.routeW[i], n)
+			}
+		}
+	}
+	r.moe = mr
+	if r.opts.Mode == Compiled {
+		return r.makeSegments()
+	}
+	return r.makeRoutedEager()
+}
+
+func (r *LM) makeSegments() error {
+	mr := r.moe
+	seg := &segment{from: -1}
+	add := func(names []string) {
+		seen := map[string]bool{}
+		for _, n := range seg.weights {
+			seen[n] = true
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				seg.weights = append(seg.weights, n)
+			}
+		}
+	}
+	add(r.embedW)
+	for i := 0; i < r.spec.Layers; i++ {
+		seg.states = append(seg.states, i)
+		if mr.experts[i] == nil {
+			seg.layers = append(seg.layers, i)
+			add(r.layerW[i])
+			continue
+		}
+		seg.to = i
+		add(mr.routeW[i])
+		mr.segments = append(mr.segments, seg)
+		seg = &segment{from: i}
+	}
+	seg.to = -1
+	add(r.headW)
+	mr.segments = append(mr.segments, seg)
+	for n, s := range mr.segments {
+		p, err := r.newProgram(fmt.Sprintf("segment/%d", n), func(in []*graph.Node) []*graph.Node { return r.segmentGraph(s, in) })
+		if err != nil {
+			return err
+		}
+		s.prog = p
+	}
+	return nil
+}
+
+func (r *LM) makeRoutedEager() error {
+	mr := r.moe
+	var err error
+	if r.embed, err = r.newProgram("embed", r.embedGraph); err != nil {
+		return err
+	}
+	L := r.spec.Layers
+	r.layerProg = make([]*Program, L)
+	mr.routeProg = make([]*Program, L)
+	mr.expertProg = make([]*Program, L)
+	bySig := map[string]*Program{}
+	get := func(sig, name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
+		if p, ok := bySig[sig]; ok {
+			return p, nil
+		}
+		if r.hasProgramNamed(name) {
+			name = fmt.Sprintf("%s#%d", name, len(bySig))
+		}
+		p, err := r.newProgram(name, fn)
+		if err != nil {
+			return nil, err
+		}
+		bySig[sig] = p
+		return p, nil
+	}
+	for i := 0; i < L; i++ {
+		rep := i
+		if mr.experts[i] == nil {
+			if r.layerProg[i], err = get("layer "+r.layerSignature(i), "layer/"+r.model.LayerKind(i),
+				func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) }); err != nil {
+				return err
+			}
+			continue
+		}
+		if mr.routeProg[i], err = get("route "+r.routeSignature(i), "route/"+r.model.LayerKind(i),
+			func(in []*graph.Node) []*graph.Node { return r.routeGraph(rep, in) }); err != nil {
+			return err
+		}
+		if mr.expertProg[i], err = get("experts "+r.expertSignature(i), "experts",
+			func(in []*graph.Node) []*graph.Node { return r.expertsGraph(rep, in) }); err != nil {
+			return err
+		}
+	}
+	r.head, err = r.newProgram("head", r.headGraph)
+	return err
+}
+
+// routeSignature: layers with equal signatures share a Route program.
+func (r *LM) routeSignature(i int) string {
+	var b strings.Builder
+	b.WriteString(r.model.LayerKind(i))
+	for _, n := range r.moe.routeW[i] {
+		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
+	}
+	for _, s := range r.model.LayerState(i, 1, 1) {
+		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
+	}
+	return b.String()
+}
+
+// expertSignature: layers with equal signatures share an experts program.
+func (r *LM) expertSignature(i int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "top%d", r.moe.experts[i].TopK)
+	for _, n := range r.moe.expertW[i][0] {
+		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
+	}
+	return b.String()
+}
+
+// routeOutputs is Route's result as graph outputs: residual, input,
+// experts (int32), weights (float32).
+func routeOutputs(rt *lm.Routing) []*graph.Node {
+	return []*graph.Node{rt.Residual, rt.Input, graph.ConvertDType(rt.Experts, dtypes.Int32), graph.ConvertDType(rt.Weights, dtypes.Float32)}
+}
+
+// routeGraph: [hidden, pads, start, state..., route weights...] ->
+// [residual, input, experts, weights, state...].
+func (r *LM) routeGraph(rep int, in []*graph.Node) []*graph.Node {
+	x, pads, start := in[0], in[1], in[2]
+	n := r.numStates[rep]
+	w := params(r.moe.routeW[rep], in[3+n:])
+	step := r.step(x.Shape(), pads, start, r.cacheLen)
+	rt, st := r.moe.rm.Route(rep, w, x, in[3:3+n], step)
+	return append(routeOutputs(rt), st...)
+}
+
+// groupedExperts builds the experts piece of routed layer rep:
+// residual + Σ weights · expert(input) with the groups described by perm
+// [A, C] and slot [N, K], and ew the A groups' expert weights in order.
+func (r *LM) groupedExperts(rep int, residual, input, weights, perm, slot *graph.Node, ew []*graph.Node) *graph.Node {
+	mr := r.moe
+	dims := residual.Shape().Dimensions
+	b, t, h := dims[0], dims[1], dims[2]
+	k := weights.Shape().Dimensions[2]
+	nw := len(mr.expertW[rep][0])
+	ex := mr.experts[rep]
+	out := nn.GroupedExperts(graph.Reshape(input, b*t, h), graph.Reshape(weights, b*t, k), perm, slot,
+		func(a int, x *graph.Node) *graph.Node {
+			e := a % ex.Num // representative: the graph depends on e only through names
+			return mr.rm.Expert(rep, e, params(mr.expertW[rep][e], ew[a*nw:(a+1)*nw]), x)
+		})
+	return graph.Add(residual, graph.Reshape(out, b, t, h))
+}
+
+// expertsGraph: [residual, input, weights, perm, slot, expert weights...] -> [hidden].
+func (r *LM) expertsGraph(rep int, in []*graph.Node) []*graph.Node {
+	return []*graph.Node{r.groupedExperts(rep, in[0], in[1], in[2], in[3], in[4], in[5:])}
+}
+
+// segmentGraph is a compiled-mode segment:
+// inputs  [tokens | residual, input, weights, perm, slot, expert weights...],
+// pads, start, state..., segment weights...
+// outputs [logits | residual, input, experts, weights], state...
+func (r *LM) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
+	mr := r.moe
+	var x, first *graph.Node
+	var ew []*graph.Node
+	off := 0
+	if s.from < 0 {
+		first = in[0]
+		off = 1
+	} else {
+		a := in[3].Shape().Dimensions[0]
+		nw := len(mr.expertW[s.from][0])
+		ew = in[5 : 5+a*nw]
+		off = 5 + a*nw
+	}
+	pads, start := in[off], in[off+1]
+	off += 2
+	states := map[int][]*graph.Node{}
+	for _, l := range s.states {
+		states[l] = in[off : off+r.numStates[l]]
+		off += r.numStates[l]
+	}
+	w := params(s.weights, in[off:])
+	var step *lm.Step
+	if s.from < 0 {
+		x = r.model.Embed(w, first)
+		step = r.step(first.Shape(), pads, start, r.cacheLen)
+	} else {
+		x = r.groupedExperts(s.from, in[0], in[1], in[2], in[3], in[4], ew)
+		step = r.step(x.Shape(), pads, start, r.cacheLen)
+	}
+	newStates := map[int][]*graph.Node{}
+	for _, l := range s.layers {
+		x, newStates[l] = r.model.Layer(l, w, x, states[l], step)
+	}
+	var out []*graph.Node
+	if s.to >= 0 {
+		rt, st := mr.rm.Route(s.to, w, x, states[s.to], step)
+		newStates[s.to] = st
+		out = routeOutputs(rt)
+	} else {
+		out = []*graph.Node{graph.ConvertDType(r.model.Head(w, lastPosition(x)), dtypes.Float32)}
+	}
+	for _, l := range s.states {
+		out = append(out, newStates[l]...)
+	}
+	return out
+}
+
+// groups is the host-side grouping of one routed layer's tokens.
+type groups struct {
+	a, c    int
+	experts []int   // [A]: the expert of each group
+	perm    []int32 // [A*C]: the token of each slot (0 for padding slots)
+	slot    []int32 // [N*K]: each token's choice -> its slot a*C + c
+}
+
+// groupTokens sorts the N tokens' K expert choices (ids [N*K]) into groups
+// by expert, in ascending expert order, tokens in ascending order within a
+// group. Tokens for which skip returns true (left padding) are not
+// computed: their slots point at slot 0. Capacity C is the largest group
+// rounded up to a power of two; A is rounded up to a multiple of k (at most
+// numExperts) with padding groups repeating the first active expert.
+func groupTokens(ids []int32, n, k, numExperts int, skip func(token int) bool) (groups, error) {
+	members := map[int][]int32{}
+	for t := 0; t < n; t++ {
+		if skip(t) {
+			continue
+		}
+		for j := 0; j < k; j++ {
+			e := int(ids[t*k+j])
+			if e < 0 || e >= numExperts {
+				return groups{}, fmt.Errorf("router chose expert %d of %d", e, numExperts)
+			}
+			members[e] = append(members[e], int32(t))
+		}
+	}
+	active := make([]int, 0, len(members))
+	largest := 0
+	for e, ts := range members {
+		active = append(active, e)
+		largest = max(largest, len(ts))
+	}
+	sort.Ints(active)
+	if len(active) == 0 { // only padding: one idle group
+		active, largest = []int{0}, 1
+	}
+	g := groups{c: 1}
+	for g.c < largest {
+		g.c *= 2
+	}
+	g.a = min(numExperts, roundUp(len(active), k))
+	g.a = max(g.a, len(active))
+	g.experts = make([]int, g.a)
+	g.perm = make([]int32, g.a*g.c)
+	g.slot = make([]int32, n*k)
+	pos := map[[2]int]int32{} // (token, expert) -> slot
+	for a := range g.experts {
+		if a >= len(active) {
+			g.experts[a] = active[0]
+			continue
+		}
+		e := active[a]
+		g.experts[a] = e
+		for c, t := range members[e] {
+			g.perm[a*g.c+c] = t
+			pos[[2]int{int(t), e}] = int32(a*g.c + c)
+		}
+	}
+	for t := 0; t < n; t++ {
+		if skip(t) {
+			continue
+		}
+		for j := 0; j < k; j++ {
+			g.slot[t*k+j] = pos[[2]int{t, int(ids[t*k+j])}]
+		}
+	}
+	return g, nil
+}
+
+// group reads a Route result's expert ids and groups the tokens of routed
+// layer i for a step of t tokens per row starting at cache slot start.
+func (r *LM) group(i int, ids *tensors.Tensor, t, start int) (groups, error) {
+	flat, err := tensors.CopyFlatData[int32](ids)
+	if err != nil {
+		return groups{}, err
+	}
+	ex := r.moe.experts[i]
+	n := r.batch * t
+	g, err := groupTokens(flat, n, ex.TopK, ex.Num, func(tok int) bool {
+		return start+tok%t < int(r.pads[tok/t]) // left padding
+	})
+	if err != nil {
+		return groups{}, fmt.Errorf("layer %d: %w", i, err)
+	}
+	return g, nil
+}
+
+// expertArgs are the experts piece's inputs after residual, input and
+// weights: perm, slot and the A groups' expert weights.
+func (r *LM) expertArgs(i int, g groups, k int) []Arg {
+	args := []Arg{
+		{T: tensors.FromFlatDataAndDimensions(g.perm, g.a, g.c)},
+		{T: tensors.FromFlatDataAndDimensions(g.slot, len(g.slot)/k, k)},
+	}
+	for _, e := range g.experts {
+		for _, n := range r.moe.expertW[i][e] {
+			args = append(args, Arg{T: r.weights[n]})
+		}
+	}
+	return args
+}
+
+// runRouted runs one step of a routed model and returns the logits.
+func (r *LM) runRouted(tokens, pads, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+	mr := r.moe
+	t := tokens.Shape().Dimensions[1]
+	if r.opts.Mode == Compiled {
+		var carry []Arg // the next segment's leading inputs
+		carry = []Arg{{T: tokens}}
+		for n, s := range mr.segments {
+			args := append(carry, Arg{T: pads}, Arg{T: startT})
+			for _, l := range s.states {
+				for _, st := range r.state[l] {
+					args = append(args, Arg{T: st, Donate: true})
+				}
+			}
+			for _, w := range s.weights {
+				args = append(args, Arg{T: r.weights[w]})
+			}
+			outs, err := s.prog.Call(args...)
+			if err != nil {
+				return nil, fmt.Errorf("segment %d: %w", n, err)
+			}
+			lead := 1
+			if s.to >= 0 {
+				lead = 4
+			}
+			off := lead
+			for _, l := range s.states {
+				copy(r.state[l], outs[off:off+len(r.state[l])])
+				off += len(r.state[l])
+			}
+			if s.to < 0 {
+				return outs[0], nil
+			}
+			g, err := r.group(s.to, outs[2], t, start)
+			outs[2].FinalizeAll()
+			if err != nil {
+				return nil, err
+			}
+			carry = append([]Arg{{T: outs[0], Donate: true}, {T: outs[1], Donate: true}, {T: outs[3], Donate: true}},
+				r.expertArgs(s.to, g, mr.experts[s.to].TopK)...)
+		}
+		return nil, fmt.Errorf("compiled segments end without a head")
+	}
+	args := []Arg{{T: tokens}}
+	for _, n := range r.embedW {
+		args = append(args, Arg{T: r.weights[n]})
+	}
+	outs, err := r.embed.Call(args...)
+	if err != nil {
+		return nil, err
+	}
+	x := outs[0]
+	for i := 0; i < r.spec.Layers; i++ {
+		prog := r.layerProg[i]
+		names := r.layerW[i]
+		if mr.experts[i] != nil {
+			prog, names = mr.routeProg[i], mr.routeW[i]
+		}
+		args := []Arg{{T: x, Donate: true}, {T: pads}, {T: startT}}
+		for _, s := range r.state[i] {
+			args = append(args, Arg{T: s, Donate: true})
+		}
+		for _, n := range names {
+			args = append(args, Arg{T: r.weights[n]})
+		}
+		outs, err := prog.Call(args...)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if mr.experts[i] == nil {
+			x = outs[0]
+			copy(r.state[i], outs[1:])
+			continue
+		}
+		copy(r.state[i], outs[4:])
+		g, err := r.group(i, outs[2], t, start)
+		outs[2].FinalizeAll()
+		if err != nil {
+			return nil, err
+		}
+		eargs := append([]Arg{{T: outs[0], Donate: true}, {T: outs[1], Donate: true}, {T: outs[3], Donate: true}},
+			r.expertArgs(i, g, mr.experts[i].TopK)...)
+		eouts, err := mr.expertProg[i].Call(eargs...)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d experts: %w", i, err)
+		}
+		x = eouts[0]
+	}
+	args = []Arg{{T: x, Donate: true}}
+	for _, n := range r.headW {
+		args = append(args, Arg{T: r.weights[n]})
+	}
+	outs, err = r.head.Call(args...)
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}

@@ -1,0 +1,383 @@
+// Package qwen3moe implements the Qwen mixture-of-experts decoders,
+// following transformers' models/qwen3_moe/modeling_qwen3_moe.py
+// (Qwen3MoeForCausalLM, "Qwen3 Technical Report", Yang et al., 2025,
+// arXiv:2505.09388) and models/qwen2_moe/modular_qwen2_moe.py
+// (Qwen2MoeForCausalLM, the Qwen1.5-MoE / Qwen2-57B-A14B line with a
+// shared expert).
+//
+// Each decoder layer is Qwen3's (Qwen2's) attention followed, on the layers
+// that decoder_sparse_step and mlp_only_layers select, by a sparse MoE
+// block: a linear router (mlp.gate) whose softmax picks the top
+// num_experts_per_tok experts of num_experts (renormalized when
+// norm_topk_prob), each expert a SwiGLU MLP of moe_intermediate_size, plus
+// for Qwen2-MoE a shared expert scaled by sigmoid(shared_expert_gate).
+//
+// The model implements lm.Routed: compile/ runs the experts grouped by the
+// tokens routed to them (each active expert's weights read once per step),
+// and Layer is the dense formulation (every expert on every token) used as
+// the in-graph fallback and as the benchmark baseline.
+package qwen3moe
+
+import (
+	"fmt"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+func init() {
+	lm.Register("Qwen3MoeForCausalLM", New)
+	lm.Register("Qwen2MoeForCausalLM", New)
+}
+
+// Config is a Qwen3MoeForCausalLM or Qwen2MoeForCausalLM config.json: the
+// Llama fields plus the MoE ones.
+type Config struct {
+	llama.Config
+	UseSlidingWindow             bool  `json:"use_sliding_window"`
+	DecoderSparseStep            *int  `json:"decoder_sparse_step"`
+	MoEIntermediateSize          *int  `json:"moe_intermediate_size"`
+	NumExpertsPerTok             *int  `json:"num_experts_per_tok"`
+	NumExperts                   *int  `json:"num_experts"`
+	NumLocalExperts              *int  `json:"num_local_experts"`
+	NormTopKProb                 *bool `json:"norm_topk_prob"`
+	MLPOnlyLayers                []int `json:"mlp_only_layers"`
+	SharedExpertIntermediateSize *int  `json:"shared_expert_intermediate_size"`
+	QKVBias                      *bool `json:"qkv_bias"`
+}
+
+// moeDefaults are the MoE defaults of Qwen3MoeConfig and Qwen2MoeConfig.
+type moeDefaults struct {
+	llama.Defaults
+	Experts, TopK, MoEIntermediate, SharedIntermediate int
+}
+
+var (
+	// Qwen3Defaults are Qwen3MoeConfig's defaults.
+	Qwen3Defaults = moeDefaults{
+		Defaults: llama.Defaults{VocabSize: 151936, Hidden: 2048, Intermediate: 6144, Layers: 24, Heads: 32,
+			MaxPositions: 32768, Eps: 1e-6, RopeTheta: 10000, Act: "silu"},
+		Experts: 128, TopK: 8, MoEIntermediate: 768,
+	}
+	// Qwen2Defaults are Qwen2MoeConfig's defaults.
+	Qwen2Defaults = moeDefaults{
+		Defaults: llama.Defaults{VocabSize: 151936, Hidden: 2048, Intermediate: 5632, Layers: 24, Heads: 16,
+			MaxPositions: 32768, Eps: 1e-6, RopeTheta: 10000, Act: "silu"},
+		Experts: 60, TopK: 4, MoEIntermediate: 1408, SharedIntermediate: 5632,
+	}
+)
+
+// Options are the resolved hyperparameters.
+type Options struct {
+	llama.Options
+	// Experts, TopK and MoEIntermediate are num_experts,
+	// num_experts_per_tok and moe_intermediate_size; NormTopK is
+	// norm_topk_prob.
+	Experts, TopK, MoEIntermediate int
+	NormTopK                       bool
+	// SharedIntermediate is the shared expert's size (Qwen2-MoE), 0 for
+	// none.
+	SharedIntermediate int
+	// Sparse[i] reports that layer i has the MoE block (otherwise a dense
+	// MLP of intermediate_size).
+	Sparse []bool
+}
+
+func pick(v *int, d int) int {
+	if v != nil {
+		return *v
+	}
+	return d
+}
+
+// Resolve reads a Qwen3-MoE or Qwen2-MoE config.json.
+func Resolve(cfg *config.Model) (Options, error) {
+	where := cfg.Path
+	if where == "" {
+		where = "config.json"
+	}
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return Options{}, err
+	}
+	qwen2 := cfg.Architecture() == "Qwen2MoeForCausalLM"
+	d := Qwen3Defaults
+	if qwen2 {
+		d = Qwen2Defaults
+	} else if c.NumKeyValueHeads == nil {
+		kv := 4 // Qwen3MoeConfig's num_key_value_heads
+		c.NumKeyValueHeads = &kv
+	}
+	if c.UseSlidingWindow {
+		return Options{}, errs.Unsupportedf("%s: use_sliding_window is true; sliding-window attention is not supported for %s", where, cfg.Architecture())
+	}
+	base, err := c.Resolve(cfg, d.Defaults)
+	if err != nil {
+		return Options{}, err
+	}
+	o := Options{Options: base}
+	if qwen2 {
+		o.QKVBias, o.OBias = true, false
+		if c.QKVBias != nil {
+			o.QKVBias = *c.QKVBias
+		}
+	} else {
+		o.QKNorm = true
+	}
+	o.Experts = pick(c.NumExperts, pick(c.NumLocalExperts, d.Experts))
+	o.TopK = pick(c.NumExpertsPerTok, d.TopK)
+	o.MoEIntermediate = pick(c.MoEIntermediateSize, d.MoEIntermediate)
+	if qwen2 {
+		o.SharedIntermediate = pick(c.SharedExpertIntermediateSize, d.SharedIntermediate)
+	}
+	if c.NormTopKProb != nil {
+		o.NormTopK = *c.NormTopKProb
+	}
+	step := pick(c.DecoderSparseStep, 1)
+	if step <= 0 {
+		return Options{}, fmt.Errorf("%s: decoder_sparse_step must be positive, got %d", where, step)
+	}
+	if o.Experts < 0 || o.MoEIntermediate <= 0 || o.SharedIntermediate < 0 {
+		return Options{}, fmt.Errorf("%s: num_experts %d, moe_intermediate_size %d and shared_expert_intermediate_size %d must not be negative (the sizes positive)",
+			where, o.Experts, o.MoEIntermediate, o.SharedIntermediate)
+	}
+	if o.Experts > 0 && (o.TopK <= 0 || o.TopK > o.Experts) {
+		return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
+	}
+	o.Sparse = make([]bool, o.Spec.Layers)
+	mlpOnly := map[int]bool{}
+	for _, l := range c.MLPOnlyLayers {
+		if l < 0 || l >= o.Spec.Layers {
+			return Options{}, fmt.Errorf("%s: mlp_only_layers holds %d, outside [0, %d)", where, l, o.Spec.Layers)
+		}
+		mlpOnly[l] = true
+	}
+	for i := range o.Sparse {
+		o.Sparse[i] = !mlpOnly[i] && o.Experts > 0 && (i+1)%step == 0
+	}
+	return o, nil
+}
+
+// New builds the model from its config.json.
+func New(cfg *config.Model) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewModel(o), nil
+}
+
+// Model is a Qwen MoE decoder; it implements lm.Routed.
+type Model struct {
+	o Options
+}
+
+// NewModel returns the decoder for resolved options.
+func NewModel(o Options) *Model { return &Model{o: o} }
+
+// Options returns the resolved options.
+func (m *Model) Options() Options { return m.o }
+
+// Spec implements lm.Model.
+func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
+
+// LayerKind implements lm.Model (all layers are full attention).
+func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
+
+// LayerState implements lm.Model: a key and a value cache.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	s := &m.o.Spec
+	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
+}
+
+// EmbedWeights implements lm.Model.
+func (m *Model) EmbedWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+}
+
+func (m *Model) headName() string {
+	if m.o.Spec.TieEmbeddings {
+		return "model.embed_tokens.weight"
+	}
+	return "lm_head.weight"
+}
+
+// HeadWeights implements lm.Model.
+func (m *Model) HeadWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{
+		{Name: "model.norm.weight", Shape: []int{s.Hidden}},
+		{Name: m.headName(), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
+	}
+}
+
+// expertWeights lists expert e's tensors in layer i.
+func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
+	s := &m.o.Spec
+	p := fmt.Sprintf("model.layers.%d.mlp.experts.%d.", i, e)
+	return []lm.WeightSpec{
+		{Name: p + "gate_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true},
+		{Name: p + "up_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true},
+		{Name: p + "down_proj.weight", Shape: []int{s.Hidden, m.o.MoEIntermediate}, Matmul: true},
+	}
+}
+
+// LayerWeights implements lm.Model: attention, norms, and either the MoE
+// block (router, experts, shared expert) or a dense MLP.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s := &m.o.Spec
+	p := fmt.Sprintf("model.layers.%d.", i)
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	}
+	add("input_layernorm.weight", false, s.Hidden)
+	add("self_attn.q_proj.weight", true, q, s.Hidden)
+	add("self_attn.k_proj.weight", true, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, kv, s.Hidden)
+	if m.o.QKVBias {
+		add("self_attn.q_proj.bias", false, q)
+		add("self_attn.k_proj.bias", false, kv)
+		add("self_attn.v_proj.bias", false, kv)
+	}
+	if m.o.QKNorm {
+		add("self_attn.q_norm.weight", false, s.HeadDim)
+		add("self_attn.k_norm.weight", false, s.HeadDim)
+	}
+	add("self_attn.o_proj.weight", true, s.Hidden, q)
+	if m.o.OBias {
+		add("self_attn.o_proj.bias", false, s.Hidden)
+	}
+	add("post_attention_layernorm.weight", false, s.Hidden)
+	if !m.o.Sparse[i] {
+		add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
+		add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
+		add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+		return ws
+	}
+	add("mlp.gate.weight", true, m.o.Experts, s.Hidden)
+	for e := 0; e < m.o.Experts; e++ {
+		ws = append(ws, m.expertWeights(i, e)...)
+	}
+	if si := m.o.SharedIntermediate; si > 0 {
+		add("mlp.shared_expert.gate_proj.weight", true, si, s.Hidden)
+		add("mlp.shared_expert.up_proj.weight", true, si, s.Hidden)
+		add("mlp.shared_expert.down_proj.weight", true, s.Hidden, si)
+		add("mlp.shared_expert_gate.weight", true, 1, s.Hidden)
+	}
+	return ws
+}
+
+// Experts implements lm.Routed.
+func (m *Model) Experts(i int) *lm.Experts {
+	if !m.o.Sparse[i] {
+		return nil
+	}
+	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec { return m.expertWeights(i, e) }}
+}
+
+// Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.
+func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
+	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts.%d", i, e))
+	return nn.GatedMLP(x, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)
+}
+
+func optional(p *lm.Params, enabled bool, name string) *Node {
+	if !enabled {
+		return nil
+	}
+	return p.Get(name)
+}
+
+// Embed implements lm.Model.
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	return nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+}
+
+// Route implements lm.Routed: pre-norm attention with its residual, the
+// post-attention norm, the router's top-k choice and (Qwen2-MoE) the gated
+// shared expert, which is added to the residual.
+func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
+	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+	s := &m.o.Spec
+	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step)
+	x = Add(x, h)
+	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
+	mp := p.Scope("mlp")
+	dims := h.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	logits := nn.Linear(Reshape(h, b*t, s.Hidden), mp.Get("gate.weight"), nil) // [N, E]
+	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)              // [N, K]
+	if m.o.SharedIntermediate > 0 {
+		shared := nn.GatedMLP(h, mp.Get("shared_expert.gate_proj.weight"), nil, mp.Get("shared_expert.up_proj.weight"), nil,
+			mp.Get("shared_expert.down_proj.weight"), nil, m.o.Act) // [B, T, H]
+		gate := Sigmoid(nn.Linear(h, mp.Get("shared_expert_gate.weight"), nil)) // [B, T, 1]
+		x = Add(x, Mul(shared, gate))
+	}
+	return &lm.Routing{
+		Residual: x,
+		Input:    h,
+		Experts:  Reshape(ids, b, t, m.o.TopK),
+		Weights:  Reshape(weights, b, t, m.o.TopK),
+	}, []*Node{k, v}
+}
+
+// Layer implements lm.Model. Dense layers are attention plus MLP; MoE
+// layers use the dense formulation of the experts (nn.DenseExperts).
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	if !m.o.Sparse[i] {
+		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+		h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+		h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step)
+		x = Add(x, h)
+		h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
+		mp := p.Scope("mlp")
+		x = Add(x, nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, m.o.Act))
+		return x, []*Node{k, v}
+	}
+	r, st := m.Route(i, w, x, state, step)
+	dims := r.Input.Shape().Dimensions
+	b, t, hd := dims[0], dims[1], dims[2]
+	n := b * t
+	ids := Reshape(r.Experts, n, m.o.TopK)
+	weights := Reshape(r.Weights, n, m.o.TopK)
+	out := nn.DenseExperts(Reshape(r.Input, n, hd), ids, weights, m.o.Experts, func(e int, xe *Node) *Node {
+		return m.Expert(i, e, w, xe)
+	})
+	return Add(r.Residual, Reshape(out, b, t, hd)), st
+}
+
+// attention is Qwen3MoeAttention (Qwen2MoeAttention): q/k/v projections
+// (Qwen2-MoE: with biases), per-head q/k RMSNorm (Qwen3-MoE), rotary
+// embedding, cache write, grouped-query attention, o_proj.
+func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step) (*Node, *Node, *Node) {
+	s := &m.o.Spec
+	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")), s.Heads)   // [B, T, H, D]
+	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	if m.o.QKNorm {
+		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
+		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+	}
+	cos, sin := m.o.Rope.CosSin(step, x.DType())
+	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+	keys, values = nn.WriteKV(keys, values, k, v, step)
+	out := nn.Attention(q, keys, values, nn.AttentionBias(step, 0), 0, 0) // [B, T, H*D]
+	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), keys, values
+}
+
+// Head implements lm.Model: the final norm and lm_head.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
+	return nn.Linear(x, w.Get(m.headName()), nil) // [B, V]
+}
+
+var _ lm.Routed = (*Model)(nil)
