@@ -14,6 +14,7 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -21,8 +22,9 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // MaxHeaderSize is the largest JSON header accepted (100 MB, the limit the
@@ -135,12 +137,11 @@ func parseHeaderStrict(headerJSON []byte, dataSize int64) (*Header, error) {
 
 // sortAndCheckOverlap orders the tensors by offset and rejects overlaps.
 func sortAndCheckOverlap(h *Header) error {
-	sort.Slice(h.Tensors, func(i, j int) bool {
-		a, b := h.Tensors[i], h.Tensors[j]
-		if a.Begin != b.Begin {
-			return a.Begin < b.Begin
+	slices.SortFunc(h.Tensors, func(a, b TensorInfo) int {
+		if c := cmp.Compare(a.Begin, b.Begin); c != 0 {
+			return c
 		}
-		return a.Name < b.Name
+		return strings.Compare(a.Name, b.Name)
 	})
 	// Sorted by Begin, a tensor overlaps an earlier one exactly when it
 	// starts before the furthest end seen so far. Empty tensors occupy no

@@ -227,7 +227,8 @@ func (s *scanner) stringMap(intern bool) (map[string]string, bool) {
 	}
 }
 
-// skipValue steps over one JSON value; the input is known to be valid.
+// skipValue steps over one JSON value without validating it; callers check
+// the span with json.Valid or json.Unmarshal.
 func (s *scanner) skipValue() bool {
 	depth := 0
 	for s.i < len(s.b) {
@@ -355,9 +356,8 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 // ASCII strings, interning the shard names; ok=false sends ParseIndex to
 // encoding/json (escapes, duplicate or case-folded keys, odd types).
 func parseIndexFast(b []byte) (*IndexFile, bool) {
-	if !json.Valid(b) {
-		return nil, false
-	}
+	// The scanner checks the grammar of what it reads itself; values it
+	// skips (metadata, unknown keys) are checked with json.Valid.
 	s := scanner{b: b}
 	idx := &IndexFile{}
 	s.ws()
@@ -366,10 +366,7 @@ func parseIndexFast(b []byte) (*IndexFile, bool) {
 	}
 	seen := map[string]bool{}
 	s.ws()
-	if s.eat('}') {
-		return idx, true
-	}
-	for {
+	for !s.eat('}') {
 		s.ws()
 		k, ok := s.str()
 		if !ok || seen[k] {
@@ -394,7 +391,8 @@ func parseIndexFast(b []byte) (*IndexFile, bool) {
 		case strings.EqualFold(k, "weight_map") || strings.EqualFold(k, "metadata"):
 			return nil, false // encoding/json would match it case-insensitively
 		default:
-			if !s.skipValue() {
+			start := s.i
+			if !s.skipValue() || !json.Valid(s.b[start:s.i]) {
 				return nil, false
 			}
 		}
@@ -404,6 +402,10 @@ func parseIndexFast(b []byte) (*IndexFile, bool) {
 		}
 		if !s.eat(',') {
 			return nil, false
+		}
+		s.ws()
+		if s.i < len(s.b) && s.b[s.i] == '}' {
+			return nil, false // trailing comma
 		}
 	}
 	s.ws()
