@@ -220,10 +220,11 @@ func (t *Text) layerKinds(f fields, path string) error {
 type State struct {
 	// KVCache is the keys and values of full and sliding attention layers.
 	KVCache int64 `json:"kv_cache_bytes"`
-	// Recurrent is the fixed state of linear attention layers: the causal
-	// convolution's window over [q, k, v] channels and the
-	// [value_heads, key_head_dim, value_head_dim] delta-rule matrix, both
-	// float32, per layer and sequence.
+	// Recurrent is the fixed state of linear attention layers, as
+	// pipeline/qwen35 allocates it (nn.DeltaNetState): the causal
+	// convolution's last conv_kernel-1 inputs over the [q, k, v] channels in
+	// the compute dtype, and the [value_heads, key_head_dim,
+	// value_head_dim] delta-rule matrix in float32, per layer and sequence.
 	Recurrent int64 `json:"recurrent_state_bytes"`
 }
 
@@ -243,9 +244,9 @@ func (t *Text) StateBytes(batch, context, kvBytes int) State {
 	if la := t.Linear; la != nil && t.LinearAttentionLayers > 0 {
 		keyDim := int64(la.KeyHeads) * int64(la.KeyHeadDim)
 		valueDim := int64(la.ValueHeads) * int64(la.ValueHeadDim)
-		conv := (2*keyDim + valueDim) * int64(la.ConvKernel)
-		matrix := int64(la.ValueHeads) * int64(la.KeyHeadDim) * int64(la.ValueHeadDim)
-		s.Recurrent = int64(t.LinearAttentionLayers) * b * (conv + matrix) * 4
+		conv := (2*keyDim + valueDim) * int64(la.ConvKernel-1) * e
+		matrix := int64(la.ValueHeads) * int64(la.KeyHeadDim) * int64(la.ValueHeadDim) * 4
+		s.Recurrent = int64(t.LinearAttentionLayers) * b * (conv + matrix)
 	}
 	return s
 }

@@ -141,8 +141,8 @@ func TestHybridNumbers(t *testing.T) {
 	if r.Source != "local" {
 		t.Errorf("source %q", r.Source)
 	}
-	// Weights 17568 B; state = KV 12800 + recurrent 6144.
-	if fitReq.WeightBytes != 17568 || fitReq.StateBytes != 18944 || fitReq.NumHeads != 4 || fitReq.NumKVHeads != 2 {
+	// Weights 17568 B; state = KV 12800 + recurrent 3744.
+	if fitReq.WeightBytes != 17568 || fitReq.StateBytes != 16544 || fitReq.NumHeads != 4 || fitReq.NumKVHeads != 2 {
 		t.Errorf("fit request %+v", fitReq)
 	}
 	if len(r.Fit) != len(tpu.Catalog()) {
@@ -169,8 +169,8 @@ func TestHybridNumbers(t *testing.T) {
 //	F32:      16 + 4x16 + 192 = 272 params (1088 B); BF16: 9984 (19968 B)
 //	weights at bf16: 8784 x 2 = 17568 B
 //	KV: 1 full layer x batch 2 x 100 tokens x 2 (K,V) x 2 heads x 8 dims x 2 B = 12800 B
-//	recurrent: 3 layers x batch 2 x [conv (2x2x4 + 4x6) x 4 + matrix 4x4x6] x 4 B
-//	  = 3 x 2 x (160 + 96) x 4 = 6144 B
+//	recurrent: 3 layers x batch 2 x [conv (2x2x4 + 4x6) x 3 x 2 B (bf16) + matrix 4x4x6 x 4 B]
+//	  = 3 x 2 x (240 + 384) = 3744 B
 func checkHybrid(t *testing.T, r *inspect.Report, files map[string][]byte) {
 	t.Helper()
 	p := r.Params
@@ -200,7 +200,7 @@ func checkHybrid(t *testing.T, r *inspect.Report, files map[string][]byte) {
 		t.Errorf("text %+v", tx)
 	}
 	mem := r.Memory
-	if mem.Weights != 17568 || mem.KVCache != 12800 || mem.Recurrent != 6144 || mem.Total != 36512 || mem.DType != "bf16" {
+	if mem.Weights != 17568 || mem.KVCache != 12800 || mem.Recurrent != 3744 || mem.Total != 34112 || mem.DType != "bf16" {
 		t.Errorf("memory %+v", mem)
 	}
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "text-only path") {
@@ -261,8 +261,8 @@ func TestDTypesAndOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Defaults: batch 1, context 4096, bf16: KV = 4096 x 64 B; recurrent = 3 x 1024 B.
-	if r.Memory.Batch != 1 || r.Memory.Context != 4096 || r.Memory.KVCache != 4096*64 || r.Memory.Recurrent != 3072 {
+	// Defaults: batch 1, context 4096, bf16: KV = 4096 x 64 B; recurrent = 3 x 624 B.
+	if r.Memory.Batch != 1 || r.Memory.Context != 4096 || r.Memory.KVCache != 4096*64 || r.Memory.Recurrent != 1872 {
 		t.Errorf("defaults %+v", r.Memory)
 	}
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "exceeds max_position_embeddings 1024") {

@@ -1,0 +1,175 @@
+package inspect_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/qwen35"
+)
+
+// writeSparseCheckpoint writes a safetensors file whose header lists the
+// given BF16 tensors and whose data is a hole (a sparse file): inspect reads
+// only headers, so a 9B-parameter checkpoint costs no disk.
+func writeSparseCheckpoint(t *testing.T, path string, names []string, shapes map[string][]int) {
+	t.Helper()
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var off int64
+	for _, n := range names {
+		size := int64(2)
+		for _, d := range shapes[n] {
+			size *= int64(d)
+		}
+		header[n] = map[string]any{"dtype": "BF16", "shape": shapes[n], "data_offsets": []int64{off, off + size}}
+		off += size
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(h)))
+	if _, err := f.Write(append(n[:], h...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(8 + int64(len(h)) + off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQwen35_9B inspects the real Qwen/Qwen3.5-9B config with a header-only
+// checkpoint holding the text model's tensors (names and shapes from
+// pipeline/qwen35, i.e. the real index) plus vision-tower and MTP tensors:
+// the KV cache covers only the 8 full-attention layers, the 24 Gated
+// DeltaNet layers add a fixed state equal to what tputool allocates
+// (pipeline/qwen35's LayerState), the vision and MTP tensors are reported
+// as outside the text-only path, and in bf16 the model does not fit one
+// v5e chip.
+func TestQwen35_9B(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile("../../testdata/configs/qwen3_5_9b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.ParseModel(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := lm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	shapes := map[string][]int{}
+	var textParams int64
+	for _, w := range lm.Weights(model) {
+		names = append(names, w.Name)
+		shapes[w.Name] = w.Shape
+		n := int64(1)
+		for _, d := range w.Shape {
+			n *= int64(d)
+		}
+		textParams += n
+	}
+	for n, s := range map[string][]int{
+		"model.visual.patch_embed.proj.weight":        {1152, 3, 2, 16, 16},
+		"model.visual.blocks.0.attn.qkv.weight":       {3456, 1152},
+		"model.visual.blocks.0.mlp.linear_fc1.weight": {4304, 1152},
+		"model.visual.merger.linear_fc2.weight":       {4096, 4608},
+		"mtp.fc.weight":                               {4096, 8192},
+		"mtp.layers.0.mlp.gate_proj.weight":           {12288, 4096},
+	} {
+		names = append(names, n)
+		shapes[n] = s
+	}
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+
+	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ctxLen = 32768
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: ctxLen, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Text.FullAttentionLayers != 8 || r.Text.LinearAttentionLayers != 24 {
+		t.Errorf("layers: %d full, %d linear; want 8 and 24", r.Text.FullAttentionLayers, r.Text.LinearAttentionLayers)
+	}
+	// The state tputool allocates, from the model itself.
+	var kv, rec int64
+	for i := 0; i < model.Spec().Layers; i++ {
+		for _, s := range model.LayerState(i, 1, ctxLen) {
+			n := int64(2) // bf16 compute dtype
+			if s.DType != dtypes.InvalidDType {
+				n = int64(s.DType.Size())
+			}
+			for _, d := range s.Shape {
+				n *= int64(d)
+			}
+			if model.LayerKind(i) == lm.KindFull {
+				kv += n
+			} else {
+				rec += n
+			}
+		}
+	}
+	if want := int64(8 * 2 * 4 * 256 * ctxLen * 2); kv != want {
+		t.Fatalf("model KV cache %d, want %d (8 layers × K,V × 4 heads × 256 × %d × 2 bytes)", kv, want, ctxLen)
+	}
+	if r.Memory.KVCache != kv {
+		t.Errorf("inspect KV cache %d bytes, want %d (full-attention layers only)", r.Memory.KVCache, kv)
+	}
+	if r.Memory.Recurrent != rec {
+		t.Errorf("inspect recurrent state %d bytes, want %d (24 × (conv [3, 8192] bf16 + delta-rule [32, 128, 128] f32))", r.Memory.Recurrent, rec)
+	}
+	if r.Params.Used != textParams {
+		t.Errorf("used parameters %d, want the text model's %d", r.Params.Used, textParams)
+	}
+	if r.Memory.Weights != 2*textParams {
+		t.Errorf("weights %d bytes, want %d", r.Memory.Weights, 2*textParams)
+	}
+	kinds := fmt.Sprint(r.Skipped)
+	if len(r.Skipped) != 2 {
+		t.Errorf("skipped groups %s, want vision and mtp", kinds)
+	}
+	found := false
+	for _, f := range r.Fit {
+		if f.Generation != "v5e" {
+			continue
+		}
+		found = true
+		if f.Fits && f.Chips == 1 {
+			t.Errorf("v5e row %+v: Qwen3.5-9B in bf16 (%d bytes of weights) must not fit one 16 GiB chip", f, r.Memory.Weights)
+		}
+		if f.Chips < 2 {
+			t.Errorf("v5e row %+v: want at least 2 chips", f)
+		}
+		t.Logf("v5e: %d chips (TP %d), %d bytes per chip of %d", f.Chips, f.TP, f.PerChipBytes, f.HBMBytes)
+	}
+	if !found {
+		t.Error("no v5e row in the fit table")
+	}
+	t.Logf("text params %d; KV %d B; recurrent %d B", textParams, kv, rec)
+}
