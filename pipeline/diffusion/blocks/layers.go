@@ -3,6 +3,8 @@ package blocks
 import (
 	"fmt"
 
+	"github.com/gomlx/gomlx/backends"
+
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 )
 
@@ -16,6 +18,13 @@ type Options struct {
 	// DotGeneral (use it on XLA backends; the pure-Go backend is about 10x
 	// faster with im2col).
 	ConvGeneral bool
+}
+
+// OptionsFor returns the layer choices for a backend: ConvGeneral on every
+// backend but GoMLX's pure-Go one, whose String() is "go" (its Name() is
+// "SimpleGo (go)").
+func OptionsFor(b backends.Backend) Options {
+	return Options{ConvGeneral: b.String() != "go"}
 }
 
 // GroupNormLayer is torch.nn.GroupNorm (affine).

@@ -114,7 +114,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 	default:
 		return nil, errs.Unsupportedf("%s: pipeline class %q (supported: %s, %s)", dir, mi.ClassName, ClassSD, ClassSDXL)
 	}
-	layers := blocks.Options{ConvGeneral: opts.Backend.Name() != "go"}
+	layers := blocks.OptionsFor(opts.Backend)
 	if opts.Layers != nil {
 		layers = *opts.Layers
 	}

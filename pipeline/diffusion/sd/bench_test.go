@@ -1,0 +1,82 @@
+package sd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/pipeline/diffusion/sd"
+	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+)
+
+// BenchmarkDenoise measures seconds per denoising step (one UNet call with
+// classifier-free guidance, batch 2) and the compile time, eager against
+// compiled, at 64x64 and 256x256, on the tiny SD pipeline and on a ~100M
+// parameter SD-like UNet (tinysd.SD100M). The 100M pipeline is generated
+// into a temporary folder (about 400 MB) unless TPUTOOL_SD100M names an
+// existing one (go run ./scripts/gen-tiny-sd -preset sd-100m -o DIR).
+//
+//	nice go test ./pipeline/diffusion/sd -run '^$' -bench Denoise -benchtime 3x -timeout 60m
+//
+// Each iteration is one Generate call of benchSteps steps after a one-step
+// warm-up call that compiles; metrics: s/step (compile excluded),
+// unet-compile-s and compile-s (all models) of the warm-up call, and
+// first-step-s (the warm-up's step; in eager mode it includes compiling
+// each block).
+func BenchmarkDenoise(b *testing.B) {
+	type model struct {
+		name string
+		dir  func(b *testing.B) string
+	}
+	models := []model{
+		{"tiny-sd", func(b *testing.B) string {
+			dir := b.TempDir()
+			require.NoError(b, tinysd.Generate(dir, tinysd.TinySD()))
+			return dir
+		}},
+		{"sd-100m", func(b *testing.B) string {
+			if dir := os.Getenv("TPUTOOL_SD100M"); dir != "" {
+				return dir
+			}
+			dir := b.TempDir()
+			require.NoError(b, tinysd.Generate(dir, tinysd.SD100M()))
+			return dir
+		}},
+	}
+	const benchSteps = 2
+	for _, m := range models {
+		b.Run(m.name, func(b *testing.B) {
+			dir := m.dir(b)
+			for _, size := range []int{64, 256} {
+				for _, mode := range []string{"compiled", "eager"} {
+					b.Run(fmt.Sprintf("%dx%d/%s", size, size, mode), func(b *testing.B) {
+						p, err := sd.Load(dir, sd.Options{Backend: goBackend(b)})
+						require.NoError(b, err)
+						defer p.Close()
+						req := sd.Request{Prompt: "a red fox", Steps: benchSteps, Guidance: 7.5, Width: size, Height: size,
+							Batch: 1, Seed: 1, Eager: mode == "eager"}
+						first := req
+						first.Steps = 1
+						warm, err := p.Generate(context.Background(), first)
+						require.NoError(b, err)
+						b.ResetTimer()
+						var stepSec float64
+						for i := 0; i < b.N; i++ {
+							r, err := p.Generate(context.Background(), req)
+							require.NoError(b, err)
+							require.Zero(b, r.Timings.Compiles)
+							stepSec += r.Timings.StepSeconds()
+						}
+						b.ReportMetric(stepSec/float64(b.N), "s/step")
+						b.ReportMetric(warm.Timings.CompileUNet.Seconds(), "unet-compile-s")
+						b.ReportMetric(warm.Timings.Compile().Seconds(), "compile-s")
+						b.ReportMetric(warm.Timings.Steps[0].Seconds(), "first-step-s")
+					})
+				}
+			}
+		})
+	}
+}
