@@ -2,7 +2,6 @@ package compile
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"time"
 
@@ -59,9 +58,13 @@ type Options struct {
 	// from the prompt bucket plus the tokens to generate (CacheBucket).
 	CacheLen int
 	// SplitMatmul is the number of row parts of Matmul weights (see
-	// lm.WeightSpec.Matmul): 1 keeps [out, in]; 0 picks automatically (on
-	// the pure-Go backend, enough parts for every core; elsewhere 1).
+	// lm.WeightSpec.Matmul and nn.Blocked): 1 keeps every weight [out, in];
+	// 0 picks automatically (on the pure-Go backend, parts of at most 1024
+	// rows and enough blocks for every core; elsewhere [out, in]).
 	SplitMatmul int
+	// BlockCols is the column block of Matmul weights (nn.Blocked.C): 0
+	// picks automatically (64 on the pure-Go backend), -1 keeps whole rows.
+	BlockCols int
 	// OnRecompile is called when a call after a program's first one needs
 	// a new executable (new input shapes); cmd turns it into a warning.
 	OnRecompile func(program, shapes string)
@@ -161,43 +164,18 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	return r, nil
 }
 
-// splitParts picks the row parts of a [out, in] weight for the pure-Go
-// backend: its DotGeneral parallelizes over the batch axis only, so a
-// matrix-vector product on an unsplit weight runs on one core. Parts are
-// the smallest divisor of out that gives every core work and keeps each
-// part at most 2048 rows (so a batch of 8 rows stays on the backend's
-// small-matmul path).
-func (r *LM) splitParts(out int) int {
-	n := r.opts.SplitMatmul
-	if n == 1 {
-		return 1
-	}
-	if n == 0 {
-		if r.backend.String() != "go" { // simplego.BackendName
-			return 1
-		}
-		n = max(runtime.NumCPU(), (out+2047)/2048)
-	}
-	for p := n; p <= out/8; p++ {
-		if out%p == 0 {
-			return p
-		}
-	}
-	return 1
-}
-
 func (r *LM) loadWeights(l *lm.Loaded) error {
 	for _, w := range l.Weights() {
-		shape := w.Shape
-		if w.Matmul && len(shape) == 2 {
-			if p := r.splitParts(shape[0]); p > 1 {
-				shape = []int{p, shape[0] / p, shape[1]}
-			}
-		}
-		dtype := r.opts.DType
-		t, err := l.Tensor(w.Name, dtype, shape...)
+		t, err := l.Tensor(w.Name, r.opts.DType)
 		if err != nil {
 			return err
+		}
+		if w.Matmul && len(w.Shape) == 2 {
+			if b := r.layout(w.Shape[0], w.Shape[1]); b != nil {
+				plain := t
+				t = blockWeight(plain, b)
+				plain.FinalizeAll()
+			}
 		}
 		r.weights[w.Name] = t
 		r.all = append(r.all, w.Name)

@@ -8,11 +8,12 @@
 // errors at the exec boundary.
 //
 // Weights keep the Hugging Face layout: a linear weight is [out, in] and
-// Linear contracts the last axis of x with axis 1 of the weight, so no
-// weight is ever transposed. Executors may hand a [out, in] weight in the
-// row-split layout [parts, out/parts, in] (the same bytes): Linear and
-// Embedding then compute the same result as parts independent matmuls,
-// which the pure-Go backend runs in parallel (see docs/compile.md).
+// Linear contracts the last axis of x with axis 1 of the weight; no weight
+// is ever transposed to [in, out]. On the pure-Go backend executors hand
+// [out, in] weights in a blocked layout (rows split in parts, columns in
+// blocks of 64, see Blocked), which Linear and Embedding accept and which
+// that backend's matmul kernel runs in parallel at memory speed (see
+// docs/compile.md).
 package nn
 
 import (
@@ -26,11 +27,13 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 )
 
-// Linear is torch.nn.Linear: x [..., in] · wᵀ + b -> [..., out], with w
-// [out, in] (or row-split [parts, out/parts, in]) and an optional bias b
-// [out] (nil for none).
+// Linear is torch.nn.Linear: x [..., in] · wᵀ + b -> [..., out], with an
+// optional bias b [out] (nil for none). w is [out, in], or the blocked
+// layout [J, P, rows, C] of the same matrix (see Blocked).
 func Linear(x, w, b *Node) *Node {
-	in := x.Shape().Dimensions[x.Rank()-1]
+	dims := x.Shape().Dimensions
+	in := dims[x.Rank()-1]
+	lead := dims[:x.Rank()-1]
 	var y *Node
 	switch w.Rank() {
 	case 2:
@@ -38,23 +41,19 @@ func Linear(x, w, b *Node) *Node {
 			panic(fmt.Errorf("Linear: x %s and weight %s disagree on the input size", x.Shape(), w.Shape()))
 		}
 		y = DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil) // [..., out]
-	case 3:
-		parts, rows := w.Shape().Dimensions[0], w.Shape().Dimensions[1]
-		if w.Shape().Dimensions[2] != in {
-			panic(fmt.Errorf("Linear: x %s and row-split weight %s disagree on the input size", x.Shape(), w.Shape()))
+	case 4:
+		d := w.Shape().Dimensions
+		if d[0]*d[3] != in {
+			panic(fmt.Errorf("Linear: x %s and blocked weight %s disagree on the input size", x.Shape(), w.Shape()))
 		}
-		lead := x.Shape().Dimensions[:x.Rank()-1]
 		n := 1
-		for _, d := range lead {
-			n *= d
+		for _, v := range lead {
+			n *= v
 		}
-		flat := Reshape(x, n, in)                                       // [N, in]
-		xb := BroadcastToDims(InsertAxes(flat, 0), parts, n, in)        // [parts, N, in]
-		y = DotGeneral(xb, []int{2}, []int{0}, w, []int{2}, []int{0})   // [parts, N, rows]
-		y = TransposeAllDims(y, 1, 0, 2)                                // [N, parts, rows]
-		y = Reshape(y, append(append([]int{}, lead...), parts*rows)...) // [..., out]
+		y = blockedMatmul(Reshape(x, n, in), w)                        // [N, out]
+		y = Reshape(y, append(append([]int{}, lead...), d[1]*d[2])...) // [..., out]
 	default:
-		panic(fmt.Errorf("Linear: weight must be [out, in] or [parts, out/parts, in], got %s", w.Shape()))
+		panic(fmt.Errorf("Linear: weight must be [out, in] or blocked [J, P, rows, C], got %s", w.Shape()))
 	}
 	if b != nil {
 		y = Add(y, ExpandLeftToRank(b, y.Rank()))
@@ -62,20 +61,65 @@ func Linear(x, w, b *Node) *Node {
 	return y
 }
 
+// Blocked describes the blocked layout [J, P, rows, C] of a [out, in]
+// matrix W, with P*rows = out and J*C = in: element (j, p, r, c) is
+// W[p*rows + r, j*C + c]. The rows are split into P parts and the input
+// axis into J blocks of C columns, each block keeping the rows' order.
+//
+// Executors use it on the pure-Go backend (see docs/compile.md), whose
+// small-matrix DotGeneral kernel parallelizes only over batch axes and
+// walks the contracting axis in blocks of 64: with C = 64 each (j, p)
+// block is one contiguous stream for a matrix-vector product, instead of 64
+// interleaved row streams, and all J*P blocks run in parallel.
+type Blocked struct{ J, P, Rows, C int }
+
+// blockedDirectRows is the largest number of input rows multiplied with
+// the blocked weight directly; larger inputs (prefill) first copy the
+// weight into [P, rows, in], because the direct form keeps J partial
+// products of the whole output.
+const blockedDirectRows = 16
+
+// blockedMatmul is x [N, in] · Wᵀ for W in the blocked layout -> [N, out].
+func blockedMatmul(x, w *Node) *Node {
+	d := w.Shape().Dimensions
+	j, p, rows, c := d[0], d[1], d[2], d[3]
+	n := x.Shape().Dimensions[0]
+	if j > 1 && n > blockedDirectRows {
+		w = Reshape(TransposeAllDims(w, 1, 2, 0, 3), 1, p, rows, j*c) // [1, P, rows, in]
+		j, c = 1, j*c
+	}
+	xb := TransposeAllDims(Reshape(x, n, j, c), 1, 0, 2)                 // [J, N, C]
+	xb = BroadcastToDims(InsertAxes(xb, 1), j, p, n, c)                  // [J, P, N, C]
+	y := DotGeneral(xb, []int{3}, []int{0, 1}, w, []int{3}, []int{0, 1}) // [J, P, N, rows]
+	if j > 1 {
+		y = ReduceSum(y, 0) // [P, N, rows]
+	} else {
+		y = Reshape(y, p, n, rows) // [P, N, rows]
+	}
+	y = TransposeAllDims(y, 1, 0, 2) // [N, P, rows]
+	return Reshape(y, n, p*rows)     // [N, out]
+}
+
 // Embedding is torch.nn.Embedding: ids [...] (integer) -> rows of w [V, H]
-// (or row-split [parts, V/parts, H]) -> [..., H].
+// (or of its blocked layout [J, P, V/P, C]) -> [..., H].
 func Embedding(w, ids *Node) *Node {
 	switch w.Rank() {
 	case 2:
 		return Gather(w, InsertAxes(ids, -1)) // [..., H]
-	case 3:
-		rows := w.Shape().Dimensions[1]
+	case 4:
+		d := w.Shape().Dimensions
+		j, rows, c := d[0], d[2], d[3]
+		g := ids.Graph()
 		ids = ConvertDType(ids, dtypes.Int32)
-		r := Scalar(ids.Graph(), dtypes.Int32, rows)
-		idx := Stack([]*Node{Div(ids, r), Rem(ids, r)}, -1) // [..., 2]: (part, row)
-		return Gather(w, idx)                               // [..., H]
+		dims := append(append([]int{}, ids.Shape().Dimensions...), j)
+		r := Scalar(g, dtypes.Int32, rows)
+		part := BroadcastToDims(InsertAxes(Div(ids, r), -1), dims...)     // [..., J]
+		row := BroadcastToDims(InsertAxes(Rem(ids, r), -1), dims...)      // [..., J]
+		block := Iota(g, shapes.Make(dtypes.Int32, dims...), len(dims)-1) // [..., J]
+		rowsOut := Gather(w, Stack([]*Node{block, part, row}, -1))        // [..., J, C]
+		return Reshape(rowsOut, append(dims[:len(dims)-1:len(dims)-1], j*c)...)
 	default:
-		panic(fmt.Errorf("Embedding: weight must be [V, H] or [parts, V/parts, H], got %s", w.Shape()))
+		panic(fmt.Errorf("Embedding: weight must be [V, H] or blocked [J, P, V/P, C], got %s", w.Shape()))
 	}
 }
 

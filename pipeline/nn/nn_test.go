@@ -45,39 +45,54 @@ func execGraph(t *testing.T, fn func([]*Node) []*Node, args ...any) [][]float32 
 	return res
 }
 
-func TestLinearRowSplitMatchesPlain(t *testing.T) {
-	x := tensors.FromFlatDataAndDimensions(values(2*3*8, 0.1), 2, 3, 8)
+// blocked returns w [out, in] in the layout [J, P, out/P, C].
+func blocked(w []float32, out, in, j, p int) *tensors.Tensor {
+	rows, c := out/p, in/j
+	b := make([]float32, 0, len(w))
+	for jj := 0; jj < j; jj++ {
+		for r := 0; r < out; r++ {
+			b = append(b, w[r*in+jj*c:r*in+jj*c+c]...)
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(b, j, p, rows, c)
+}
+
+func TestLinearBlockedMatchesPlain(t *testing.T) {
 	w := values(12*8, 0.05)
-	b := tensors.FromFlatDataAndDimensions(values(12, 0.3), 12)
-	plain := tensors.FromFlatDataAndDimensions(w, 12, 8)
-	split := tensors.FromFlatDataAndDimensions(append([]float32(nil), w...), 3, 4, 8)
-	out := execGraph(t, func(in []*Node) []*Node {
-		return []*Node{Linear(in[0], in[1], in[3]), Linear(in[0], in[2], in[3])}
-	}, x, plain, split, b)
-	// Host reference.
-	xv := values(2*3*8, 0.1)
 	bv := values(12, 0.3)
-	for n := 0; n < 6; n++ {
-		for o := 0; o < 12; o++ {
-			want := bv[o]
-			for i := 0; i < 8; i++ {
-				want += xv[n*8+i] * w[o*8+i]
-			}
-			for k, got := range []float32{out[0][n*12+o], out[1][n*12+o]} {
-				if math.Abs(float64(got-want)) > 1e-5 {
-					t.Fatalf("output %d [%d,%d] = %v, want %v", k, n, o, got, want)
+	// A decode-sized input (6 rows, multiplied directly) and a
+	// prefill-sized one (2x9 = 18 rows, the weight re-laid out first).
+	for _, lead := range [][]int{{2, 3}, {2, 9}} {
+		n := lead[0] * lead[1]
+		xv := values(n*8, 0.1)
+		x := tensors.FromFlatDataAndDimensions(xv, lead[0], lead[1], 8)
+		b := tensors.FromFlatDataAndDimensions(bv, 12)
+		plain := tensors.FromFlatDataAndDimensions(w, 12, 8)
+		out := execGraph(t, func(in []*Node) []*Node {
+			return []*Node{Linear(in[0], in[1], in[5]), Linear(in[0], in[2], in[5]), Linear(in[0], in[3], in[5]), Linear(in[0], in[4], in[5])}
+		}, x, plain, blocked(w, 12, 8, 1, 3), blocked(w, 12, 8, 2, 1), blocked(w, 12, 8, 4, 2), b)
+		for r := 0; r < n; r++ {
+			for o := 0; o < 12; o++ {
+				want := bv[o]
+				for i := 0; i < 8; i++ {
+					want += xv[r*8+i] * w[o*8+i]
+				}
+				for k := range out {
+					if got := out[k][r*12+o]; math.Abs(float64(got-want)) > 1e-5 {
+						t.Fatalf("rows %d, layout %d: [%d,%d] = %v, want %v", n, k, r, o, got, want)
+					}
 				}
 			}
 		}
 	}
 }
 
-func TestEmbeddingRowSplit(t *testing.T) {
+func TestEmbeddingBlocked(t *testing.T) {
 	w := values(10*4, 1)
 	ids := tensors.FromFlatDataAndDimensions([]int32{0, 9, 4, 5}, 2, 2)
 	out := execGraph(t, func(in []*Node) []*Node {
 		return []*Node{Embedding(in[0], in[2]), Embedding(in[1], in[2])}
-	}, tensors.FromFlatDataAndDimensions(w, 10, 4), tensors.FromFlatDataAndDimensions(append([]float32(nil), w...), 2, 5, 4), ids)
+	}, tensors.FromFlatDataAndDimensions(w, 10, 4), blocked(w, 10, 4, 2, 5), ids)
 	for i, id := range []int{0, 9, 4, 5} {
 		for j := 0; j < 4; j++ {
 			if out[0][i*4+j] != w[id*4+j] || out[1][i*4+j] != w[id*4+j] {

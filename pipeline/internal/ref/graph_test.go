@@ -124,7 +124,9 @@ func TestLogitsMatchReference(t *testing.T) {
 				opts Options
 			}{
 				{"compiled", Options{Mode: Compiled, SplitMatmul: 1}},
-				{"eager-split", Options{Mode: Eager, SplitMatmul: 3}},
+				{"compiled-auto", Options{Mode: Compiled}},
+				// Blocked weights: 2+ row parts, column blocks of 16.
+				{"eager-blocked", Options{Mode: Eager, SplitMatmul: 2, BlockCols: 16}},
 			} {
 				t.Run(variant.name, func(t *testing.T) {
 					r, err := NewLM(be, l, variant.opts)
