@@ -88,16 +88,25 @@ func blockedMatmul(x, w *Node) *Node {
 		w = Reshape(TransposeAllDims(w, 1, 2, 0, 3), 1, p, rows, j*c) // [1, P, rows, in]
 		j, c = 1, j*c
 	}
-	xb := TransposeAllDims(Reshape(x, n, j, c), 1, 0, 2)                 // [J, N, C]
-	xb = BroadcastToDims(InsertAxes(xb, 1), j, p, n, c)                  // [J, P, N, C]
+	// Moving an axis of size 1 is a reshape: a one-row input (decode at
+	// batch 1) needs no transposes, one part no broadcast.
+	var xb *Node
+	if n == 1 || j == 1 {
+		xb = Reshape(x, j, 1, n, c) // [J, 1, N, C]
+	} else {
+		xb = InsertAxes(TransposeAllDims(Reshape(x, n, j, c), 1, 0, 2), 1) // [J, 1, N, C]
+	}
+	if p > 1 {
+		xb = BroadcastToDims(xb, j, p, n, c) // [J, P, N, C]
+	}
 	y := DotGeneral(xb, []int{3}, []int{0, 1}, w, []int{3}, []int{0, 1}) // [J, P, N, rows]
 	if j > 1 {
 		y = ReduceSum(y, 0) // [P, N, rows]
-	} else {
-		y = Reshape(y, p, n, rows) // [P, N, rows]
 	}
-	y = TransposeAllDims(y, 1, 0, 2) // [N, P, rows]
-	return Reshape(y, n, p*rows)     // [N, out]
+	if n > 1 && p > 1 {
+		y = TransposeAllDims(Reshape(y, p, n, rows), 1, 0, 2) // [N, P, rows]
+	}
+	return Reshape(y, n, p*rows) // [N, out]
 }
 
 // Embedding is torch.nn.Embedding: ids [...] (integer) -> rows of w [V, H]
