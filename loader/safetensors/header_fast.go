@@ -242,6 +242,9 @@ func (s *scanner) skipValue() bool {
 				}
 				s.i++
 			}
+			if s.i >= len(s.b) {
+				return false // unterminated string (or a trailing backslash)
+			}
 			s.i++
 		case '{', '[':
 			depth++
