@@ -1,8 +1,682 @@
 package cmd
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/pipeline/bench"
+	"github.com/tputool/tputool/pipeline/diffusion/sd"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
+)
+
+// BenchOptions holds `tputool bench`'s inputs.
+type BenchOptions struct {
+	IO       *ui.IOStreams
+	Reporter *ui.Reporter
+	// Device opens the --device backend.
+	Device func() (*tpu.Device, error)
+	// HubClient builds the Hub client (only Hub ids need it).
+	HubClient func() *hub.Client
+	// Resolve resolves --model; loader.Resolve by default.
+	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Now is the clock every figure is measured with.
+	Now func() time.Time
+	// Build and DeviceEnv describe the binary and the host for the header.
+	Build     BuildInfo
+	DeviceEnv func() tpu.Env
+
+	Model    string
+	Revision string
+	Variant  string
+	// Task is "generate", "diffuse" or "" (from the model).
+	Task   string
+	Modes  []string
+	DType  string
+	Repeat int
+	Warmup int
+	Format string
+	// Batches is nil when --batch was not given (the task's default).
+	Batches    []int
+	PromptLens []int
+	GenLens    []int
+	Steps      []int
+	// Sizes are {width, height}; nil is the model's default size.
+	Sizes [][2]int
+	// TaskFlags are the task-specific flags given (--steps, --size,
+	// --variant, --prompt-len, --gen-len), checked once the task is known.
+	TaskFlags []string
+	// Compare holds the two reports of --compare.
+	Compare []string
+}
+
+// Defaults of the list flags.
+const (
+	benchDefaultModes        = "eager,compiled"
+	benchDefaultPromptLen    = 512
+	benchDefaultGenLen       = 128
+	benchDefaultSteps        = 25
+	benchDefaultRepeat       = 5
+	benchDefaultWarmup       = 1
+	benchDiffusionPrompt     = "a photograph of an astronaut riding a horse"
+	benchDiffusionSeed       = 42
+	benchDefaultGenBatch     = "1,8"
+	benchDefaultDiffuseBatch = "1"
+)
 
 // NewCmdBench builds `tputool bench`.
-func NewCmdBench(f *Factory, runF func(any) error) *cobra.Command {
-	return notImplemented("bench", "Time eager against compiled execution")
+func NewCmdBench(f *Factory, runF func(context.Context, *BenchOptions) error) *cobra.Command {
+	opts := &BenchOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	var (
+		modes, batches, promptLens, genLens, steps, sizes string
+		compare                                           bool
+	)
+	c := &cobra.Command{
+		Use:   "bench --model MODEL [flags] | bench --compare OLD.json NEW.json",
+		Short: "Time eager against compiled execution",
+		Long: `Benchmark a model: one row per execution mode × batch × shape, with the load
+time, the first call's compile time, executable-cache hits/misses, and
+throughput and latency over --repeat measured runs (the first, compiling run
+and --warmup more runs are not measured).
+
+Text generation (--task generate, from a transformers checkpoint) feeds
+synthetic prompts of exactly --prompt-len token ids (deterministic, without
+special ids) and decodes exactly --gen-len tokens greedily, ignoring EOS.
+TTFT is the prefill call plus picking the first tokens; ITL is one decode
+step; prefill tok/s = batch × prompt length / TTFT; decode tok/s = batch /
+median ITL. Diffusion (--task diffuse, from a diffusers pipeline) reports
+s/step (one denoising step) and s/image (the whole request over the batch).
+Figures are medians ± standard deviation in tables; the JSON holds the
+median, min, max, stddev and sample count of each. Compiled rows get a
+"compiled vs eager" speed-up: eager median ITL (or s/step) over compiled.
+
+Output (-o): md (a table: box-drawn on a terminal, markdown otherwise), csv,
+json (the documented, versioned document; same as --json) or jsonl (a header
+line, then one row per line). Progress goes to stderr: a bar on a terminal,
+plain lines otherwise.
+
+--compare OLD NEW reads two JSON or JSON-lines reports, matches rows by
+task, mode, batch and shape, and prints new/old per metric with whether
+that is better or worse. See docs/benchmarks.md for the schema.`,
+		Example: `  tputool bench --model Qwen/Qwen3-0.6B --batch 1,8 --prompt-len 512 --gen-len 128
+  tputool bench -m ./llama-110m --mode compiled --batch 1 --prompt-len 128 --gen-len 32 -o json > new.json
+  tputool bench -m stabilityai/sd-turbo --steps 1,4 --size 512x512 --repeat 3
+  tputool bench --compare old.json new.json`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			fl := c.Flags()
+			if err := benchFormat(opts, f.Global.JSON, fl.Changed("output")); err != nil {
+				return err
+			}
+			if compare {
+				if len(args) != 2 {
+					return errs.Usagef("--compare takes two reports, OLD.json NEW.json (got %d argument(s))", len(args))
+				}
+				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype"} {
+					if fl.Changed(name) {
+						return errs.Usagef("--compare reads two reports; --%s does not apply", name)
+					}
+				}
+				opts.Compare = args
+			} else {
+				if len(args) > 0 {
+					return errs.Usagef("unexpected argument %q (did you mean --compare OLD.json NEW.json?)", args[0])
+				}
+				if err := benchValidate(opts, fl.Changed, modes, batches, promptLens, genLens, steps, sizes); err != nil {
+					return err
+				}
+			}
+			opts.Reporter = f.Reporter()
+			opts.Device = f.Device
+			opts.HubClient = f.HubClient
+			opts.Now = f.Now
+			opts.Build = f.Build
+			opts.DeviceEnv = f.DeviceEnv
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			if opts.Compare != nil {
+				return benchCompareRun(opts)
+			}
+			return benchRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
+	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	fl.StringVar(&opts.Variant, "variant", "", `diffusers weight variant, e.g. "fp16"`)
+	fl.StringVar(&opts.Task, "task", "", "generate or diffuse (default: from the model: transformers or diffusers)")
+	fl.StringVar(&modes, "mode", benchDefaultModes, "execution modes to run, comma-separated: eager, compiled")
+	fl.StringVarP(&batches, "batch", "b", "", "batch sizes, comma-separated (default "+benchDefaultGenBatch+" for generate, "+benchDefaultDiffuseBatch+" for diffuse)")
+	fl.StringVar(&promptLens, "prompt-len", strconv.Itoa(benchDefaultPromptLen), "prompt lengths in tokens, comma-separated (generate)")
+	fl.StringVar(&genLens, "gen-len", strconv.Itoa(benchDefaultGenLen), "tokens to decode per prompt, comma-separated (generate)")
+	fl.StringVar(&steps, "steps", strconv.Itoa(benchDefaultSteps), "denoising steps, comma-separated (diffuse)")
+	fl.StringVar(&sizes, "size", "", "image sizes WIDTHxHEIGHT, comma-separated (diffuse; default: the model's)")
+	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
+	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
+	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
+	fl.BoolVar(&compare, "compare", false, "compare two reports: --compare OLD.json NEW.json")
+	_ = c.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return bench.Formats(), cobra.ShellCompDirectiveNoFileComp
+	})
+	_ = c.RegisterFlagCompletionFunc("task", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{bench.TaskGenerate, bench.TaskDiffuse}, cobra.ShellCompDirectiveNoFileComp
+	})
+	return c
+}
+
+// benchFormat settles -o against --json.
+func benchFormat(opts *BenchOptions, jsonFlag, outputSet bool) error {
+	if !slices.Contains(bench.Formats(), opts.Format) {
+		return errs.Usagef("-o %q: want one of %s", opts.Format, strings.Join(bench.Formats(), ", "))
+	}
+	if jsonFlag {
+		if outputSet && opts.Format != bench.FormatJSON {
+			return errs.Usagef("--json and -o %s contradict each other", opts.Format)
+		}
+		opts.Format = bench.FormatJSON
+	}
+	return nil
+}
+
+// parseIntList reads a comma-separated list of positive integers.
+func parseIntList(flag, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 {
+			return nil, errs.Usagef("--%s %s: %q is not a positive integer (want e.g. --%s 1,8)", flag, s, part, flag)
+		}
+		if slices.Contains(out, n) {
+			return nil, errs.Usagef("--%s %s: %d is given twice", flag, s, n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseSizes(s string) ([][2]int, error) {
+	var out [][2]int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		m := sizeRE.FindStringSubmatch(part)
+		if m == nil {
+			return nil, errs.Usagef("--size %s: %q is not WIDTHxHEIGHT (e.g. 512x512) or one number for a square", s, part)
+		}
+		w, _ := strconv.Atoi(m[1])
+		h := w
+		if m[2] != "" {
+			h, _ = strconv.Atoi(m[2])
+		}
+		if w < 8 || h < 8 || w > 8192 || h > 8192 {
+			return nil, errs.Usagef("--size %s: sides must be between 8 and 8192 pixels", part)
+		}
+		if slices.Contains(out, [2]int{w, h}) {
+			return nil, errs.Usagef("--size %s: %dx%d is given twice", s, w, h)
+		}
+		out = append(out, [2]int{w, h})
+	}
+	return out, nil
+}
+
+func parseModes(s string) ([]string, error) {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part != bench.ModeEager && part != bench.ModeCompiled {
+			return nil, errs.Usagef("--mode %s: %q is not an execution mode (want eager, compiled or eager,compiled)", s, part)
+		}
+		if slices.Contains(out, part) {
+			return nil, errs.Usagef("--mode %s: %s is given twice", s, part)
+		}
+		out = append(out, part)
+	}
+	return out, nil
+}
+
+// benchValidate parses and checks the flags of a benchmark run.
+func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches, promptLens, genLens, steps, sizes string) error {
+	if opts.Model == "" {
+		return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory), or --compare OLD NEW")
+	}
+	switch opts.Task {
+	case "", bench.TaskGenerate, bench.TaskDiffuse:
+	default:
+		return errs.Usagef("--task %q: want generate or diffuse", opts.Task)
+	}
+	var err error
+	if opts.Modes, err = parseModes(modes); err != nil {
+		return err
+	}
+	if changed("batch") {
+		if opts.Batches, err = parseIntList("batch", batches); err != nil {
+			return err
+		}
+	}
+	if opts.PromptLens, err = parseIntList("prompt-len", promptLens); err != nil {
+		return err
+	}
+	if opts.GenLens, err = parseIntList("gen-len", genLens); err != nil {
+		return err
+	}
+	if opts.Steps, err = parseIntList("steps", steps); err != nil {
+		return err
+	}
+	for _, n := range opts.Steps {
+		if n > 1000 {
+			return errs.Usagef("--steps %d: want 1 to 1000", n)
+		}
+	}
+	if sizes != "" {
+		if opts.Sizes, err = parseSizes(sizes); err != nil {
+			return err
+		}
+	}
+	if opts.Repeat < 1 {
+		return errs.Usagef("--repeat %d: want at least 1", opts.Repeat)
+	}
+	if opts.Warmup < 0 {
+		return errs.Usagef("--warmup %d: must not be negative", opts.Warmup)
+	}
+	if _, err := parseDType(opts.DType); err != nil {
+		return err
+	}
+	opts.TaskFlags = nil
+	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant"} {
+		if changed(name) {
+			opts.TaskFlags = append(opts.TaskFlags, name)
+		}
+	}
+	if opts.Task != "" {
+		return benchTaskFlags(opts.Task, opts.TaskFlags)
+	}
+	return nil
+}
+
+// benchTaskFlags rejects flags of the other task.
+func benchTaskFlags(task string, given []string) error {
+	other := []string{"steps", "size", "variant"}
+	if task == bench.TaskDiffuse {
+		other = []string{"prompt-len", "gen-len"}
+	}
+	for _, name := range given {
+		if slices.Contains(other, name) {
+			return errs.Usagef("--%s does not apply to --task %s", name, task)
+		}
+	}
+	return nil
+}
+
+// benchHeader describes the binary, device and host.
+func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string) bench.Header {
+	b := opts.Build
+	h := bench.Header{TputoolVersion: b.Version, Commit: b.Commit, GoVersion: b.GoVersion, GoMLX: b.GoMLX, GoXLA: b.GoXLA,
+		Device: dev.String(), Backend: dev.BackendName, Platform: dev.Platform, DType: dtype, Model: model, Task: task,
+		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup,
+		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
+	if opts.DeviceEnv != nil {
+		env := opts.DeviceEnv()
+		for _, d := range tpu.List(env).Devices {
+			if d.Name == "cpu" {
+				h.Host.Cores, h.Host.MemoryBytes = d.Cores, d.MemoryBytes
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(env.Root, "/proc/loadavg")); err == nil {
+			if fields := strings.Fields(string(b)); len(fields) > 0 {
+				if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+					h.Host.LoadAvg = &v
+				}
+			}
+		}
+	}
+	return h
+}
+
+func dtypeName(d dtypes.DType) string {
+	switch d {
+	case dtypes.Float32:
+		return "float32"
+	case dtypes.BFloat16:
+		return "bfloat16"
+	}
+	return strings.ToLower(d.String())
+}
+
+func benchRun(ctx context.Context, opts *BenchOptions) error {
+	rep := opts.Reporter
+	ref, err := loader.ParseRef(opts.Model)
+	if err != nil {
+		return err
+	}
+	lo := loader.Options{Revision: opts.Revision, Variant: opts.Variant}
+	if !ref.Local {
+		lo.Client = opts.HubClient()
+	} else if opts.Revision != "" {
+		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
+	}
+	m, err := opts.Resolve(ctx, opts.Model, lo)
+	if err != nil {
+		return err
+	}
+	task := opts.Task
+	switch m.Kind {
+	case loader.Transformers:
+		if task == "" {
+			task = bench.TaskGenerate
+		}
+	case loader.Diffusers:
+		if task == "" {
+			task = bench.TaskDiffuse
+		}
+	default:
+		return errs.Unsupportedf("%s is a %s checkpoint; tputool bench runs language models and diffusers pipelines", m.Name(), m.Kind)
+	}
+	if (task == bench.TaskGenerate) != (m.Kind == loader.Transformers) {
+		return errs.Usagef("--task %s does not fit %s, a %s checkpoint", task, m.Name(), m.Kind)
+	}
+	if err := benchTaskFlags(task, opts.TaskFlags); err != nil {
+		return err
+	}
+	dev, err := opts.Device()
+	if err != nil {
+		return err
+	}
+	model := m.Name()
+	if ref.Local {
+		model = opts.Model
+	}
+	prog := &benchProgress{rep: rep, model: model}
+	defer prog.finish()
+	cfg := bench.Config{Repeat: opts.Repeat, Warmup: opts.Warmup, Now: opts.Now, OnProgress: prog.update}
+
+	var rows []bench.Row
+	var header bench.Header
+	if task == bench.TaskGenerate {
+		dtype, _ := parseDType(opts.DType)
+		if dtype == dtypes.InvalidDType {
+			dtype = dev.ComputeDType
+		}
+		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
+		batches := opts.Batches
+		if batches == nil {
+			batches, _ = parseIntList("batch", benchDefaultGenBatch)
+		}
+		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
+			Modes: opts.Modes,
+			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
+			Load:  benchLoadLM(m.Dir, dev, dtype, rep),
+		})
+	} else {
+		if d, _ := parseDType(opts.DType); d != dtypes.InvalidDType && d != dtypes.Float32 {
+			return errs.Unsupportedf("--dtype %s: diffusion pipelines run in float32 only", opts.DType)
+		}
+		header = benchHeader(opts, dev, model, task, "float32")
+		batches := opts.Batches
+		if batches == nil {
+			batches, _ = parseIntList("batch", benchDefaultDiffuseBatch)
+		}
+		sizes := opts.Sizes
+		if sizes == nil {
+			sizes = [][2]int{{0, 0}}
+		}
+		rows, err = bench.Diffuse(ctx, cfg, bench.DiffuseSpec{
+			Modes:  opts.Modes,
+			Cases:  bench.DiffuseCases(batches, sizes, opts.Steps),
+			Prompt: benchDiffusionPrompt, Seed: benchDiffusionSeed,
+			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep),
+		})
+	}
+	prog.finish()
+	if err != nil && !(errors.Is(err, errs.ErrInterrupted) && len(rows) > 0) {
+		return err
+	}
+	// Interrupted: the finished rows are still printed.
+	if werr := writeBenchReport(opts, bench.NewReport(header, rows)); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// benchLoadLM loads a language model for bench.Generate.
+func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, rep *ui.Reporter) func() (*bench.LM, error) {
+	return func() (*bench.LM, error) {
+		l, err := lm.Load(dir)
+		if err != nil {
+			return nil, err
+		}
+		spec := l.Model.Spec()
+		special := append([]int(nil), spec.EOS...)
+		if spec.BOS >= 0 {
+			special = append(special, spec.BOS)
+		}
+		if g := l.Generation; g != nil {
+			for _, ids := range [][]int{g.BOSTokenID, g.EOSTokenID, g.PadTokenID} {
+				special = append(special, ids...)
+			}
+		}
+		rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s", dir, spec.Architecture, spec.Layers, spec.Hidden,
+			spec.VocabSize, dtypeName(dtype), dev)
+		return &bench.LM{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: special,
+			Open: func(mode string) (*bench.LMSession, error) {
+				cm, err := compile.ParseMode(mode)
+				if err != nil {
+					return nil, err
+				}
+				r, err := compile.NewLM(dev.Backend, l, compile.Options{Mode: cm, DType: dtype,
+					OnRecompile: func(program, shapes string) {
+						rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
+					}})
+				if err != nil {
+					return nil, err
+				}
+				return &bench.LMSession{Runner: r, Close: r.Close, Counters: func() bench.Counters {
+					s := r.Stats()
+					c := bench.Counters{Compile: s.Compile}
+					for _, p := range s.Programs {
+						c.Hits += p.Hits
+						c.Misses += p.Misses
+					}
+					return c
+				}}, nil
+			},
+			Close: func() { l.Close() },
+		}, nil
+	}
+}
+
+// benchLoadDiffusion loads a diffusers pipeline for bench.Diffuse.
+func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) func() (*bench.Diffusion, error) {
+	return func() (*bench.Diffusion, error) {
+		x := newProgramExecutor(dev.Backend, func(program, shapes string) {
+			rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
+		})
+		p, err := sd.Load(dir, sd.Options{Backend: dev.Backend, Variant: variant, Executor: x, Warn: rep.Debugf,
+			OnLoad: func(component string, params int64, took time.Duration) {
+				rep.Debugf("loaded %s: %.1fM parameters in %s", component, float64(params)/1e6, took.Round(time.Millisecond))
+			}})
+		if err != nil {
+			x.Finalize()
+			return nil, err
+		}
+		guidance := 7.5
+		if p.XL {
+			guidance = 5.0
+		}
+		return &bench.Diffusion{Pipeline: p, Guidance: guidance,
+			Counters: func() bench.Counters {
+				s := x.Stats()
+				return bench.Counters{Compile: s.CompileTime, Hits: s.Hits, Misses: s.Misses}
+			},
+			Close: func() { p.Close(); x.Finalize() },
+		}, nil
+	}
+}
+
+// benchProgress turns bench progress into reporter tasks: one per row,
+// counting calls (prefill and decode steps, or denoising steps) over all
+// of the row's runs, and a line per finished row.
+type benchProgress struct {
+	rep   *ui.Reporter
+	model string
+	task  *ui.Task
+	label string
+}
+
+func (p *benchProgress) finish() {
+	if p.task != nil {
+		p.task.Done()
+		p.task = nil
+	}
+	p.label = ""
+}
+
+func (p *benchProgress) update(e bench.Progress) {
+	switch e.Phase {
+	case bench.PhaseLoad:
+		p.finish()
+		name := "loading " + p.model
+		if e.Label != "" {
+			name = "preparing " + e.Label + " mode"
+		}
+		if p.rep.Mode() == ui.ModeBar {
+			p.task = p.rep.Start(name, 0, ui.UnitItems) // a spinner
+		} else {
+			p.rep.Infof("%s", name)
+		}
+	case bench.PhaseDone:
+		p.finish()
+		r := e.Row
+		p.rep.Event("bench_row", benchRowLine(r), map[string]any{"row": r})
+		if r.Recompiles > 0 {
+			p.rep.Warnf("%s: %d executable(s) compiled during measured runs; their compile time is in the figures", r.Label(), r.Recompiles)
+		}
+	default:
+		if e.Label != p.label {
+			p.finish()
+			p.label = e.Label
+			p.task = p.rep.Start(e.Label, int64(e.Runs*e.Steps), ui.UnitSteps)
+		}
+		p.task.Set(int64(e.Run*e.Steps + e.Step))
+	}
+}
+
+// benchRowLine is the plain line printed as each row finishes.
+func benchRowLine(r *bench.Row) string {
+	med := func(s *bench.Stat) string {
+		if s == nil {
+			return "-"
+		}
+		return bench.Num(s.Median)
+	}
+	var figures string
+	if r.Task == bench.TaskDiffuse {
+		figures = fmt.Sprintf("%s s/step, %s s/image", med(r.StepS), med(r.ImageS))
+	} else {
+		figures = fmt.Sprintf("prefill %s tok/s, decode %s tok/s, TTFT %s ms, ITL %s ms",
+			med(r.PrefillTokS), med(r.DecodeTokS), med(r.TTFTMs), med(r.ITLMs))
+	}
+	return fmt.Sprintf("%s: %s; load %s s, compile %s s (%d hits, %d misses)", r.Label(), figures,
+		bench.Num(r.LoadS), bench.Num(r.CompileS), r.CacheHits, r.CacheMisses)
+}
+
+// writeBenchReport prints the report in the chosen format on stdout.
+func writeBenchReport(opts *BenchOptions, r *bench.Report) error {
+	out := opts.IO.Out
+	switch opts.Format {
+	case bench.FormatCSV:
+		return bench.WriteCSV(out, r)
+	case bench.FormatJSON:
+		return bench.WriteJSON(out, r, opts.IO.IsStdoutTTY())
+	case bench.FormatJSONL:
+		return bench.WriteJSONL(out, r)
+	}
+	header, cells := bench.Table(r.Rows)
+	return writeTable(opts.IO, []string{bench.HeaderLine(r.Header)}, header, cells)
+}
+
+// writeTable prints title lines and a table: box-drawn on a terminal,
+// GitHub markdown otherwise.
+func writeTable(io *ui.IOStreams, title, header []string, cells [][]string) error {
+	for _, line := range title {
+		if _, err := fmt.Fprintln(io.Out, line); err != nil {
+			return err
+		}
+	}
+	if _, err := fmt.Fprintln(io.Out); err != nil {
+		return err
+	}
+	if !io.IsStdoutTTY() {
+		return ui.MarkdownTable(io.Out, header, cells)
+	}
+	t := io.NewTable(header...)
+	for _, c := range cells {
+		t.Append(c...)
+	}
+	return t.Render()
+}
+
+// benchCompareRun prints new/old per row and metric of two reports.
+func benchCompareRun(opts *BenchOptions) error {
+	var reps [2]*bench.Report
+	for i, name := range opts.Compare {
+		f, err := os.Open(name)
+		if err != nil {
+			return errs.Usagef("--compare: %v", err)
+		}
+		reps[i], err = bench.ReadReport(f, name)
+		f.Close()
+		if err != nil {
+			return errs.Usagef("--compare: %v", err)
+		}
+	}
+	c := bench.Compare(reps[0], reps[1])
+	out := opts.IO.Out
+	switch opts.Format {
+	case bench.FormatJSON:
+		return opts.IO.WriteJSON(c)
+	case bench.FormatJSONL:
+		nd := ui.NewNDJSON(out)
+		for _, r := range c.Rows {
+			if err := nd.Write(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	header, cells := c.Table()
+	if opts.Format == bench.FormatCSV {
+		w := csv.NewWriter(out)
+		if err := w.Write(header); err != nil {
+			return err
+		}
+		if err := w.WriteAll(cells); err != nil {
+			return err
+		}
+		return w.Error()
+	}
+	title := []string{
+		"old: " + opts.Compare[0] + ": " + bench.HeaderLine(c.Old),
+		"new: " + opts.Compare[1] + ": " + bench.HeaderLine(c.New),
+		"ratios are new/old; ↑ higher is better, ↓ lower is better",
+	}
+	return writeTable(opts.IO, title, header, cells)
 }

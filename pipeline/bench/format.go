@@ -93,8 +93,11 @@ func HeaderLine(h Header) string {
 	fmt.Fprintf(&b, "tputool %s (gomlx %s, go-xla %s)", h.TputoolVersion, orDash(h.GoMLX), orDash(h.GoXLA))
 	fmt.Fprintf(&b, " | %s %s | device %s | backend %s | dtype %s", h.Task, h.Model, h.Device, h.Backend, h.DType)
 	fmt.Fprintf(&b, " | %s/%s, %d cores", h.Host.OS, h.Host.Arch, h.Host.Cores)
-	if h.Host.MemoryBytes > 0 {
-		fmt.Fprintf(&b, ", %.1f GiB", float64(h.Host.MemoryBytes)/(1<<30))
+	switch m := h.Host.MemoryBytes; {
+	case m >= 1<<30:
+		fmt.Fprintf(&b, ", %.1f GiB", float64(m)/(1<<30))
+	case m > 0:
+		fmt.Fprintf(&b, ", %.1f MiB", float64(m)/(1<<20))
 	}
 	if h.Host.LoadAvg != nil {
 		fmt.Fprintf(&b, ", load %.2f", *h.Host.LoadAvg)
