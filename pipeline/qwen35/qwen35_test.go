@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
@@ -364,5 +365,56 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := lm.New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.json, err, tc.want)
 		}
+	}
+}
+
+// TestBFloat16Compute runs the tiny Qwen3.5 (stored as BF16) with bfloat16
+// compute in both modes, prefill and decode: logits stay within a few
+// percent of the float64 reference (the delta rule itself runs in float32,
+// as in transformers).
+func TestBFloat16Compute(t *testing.T) {
+	be := goBackend(t)
+	c := qwenref.TinyQwen35()
+	c.DType = safetensors.BF16
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lm.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	withChunk(t, l, 4)
+	rm, err := qwenref.LoadQwen35(dir, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+		r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := r.Prefill(prompts, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := []int{5, 6}
+		dec, err := r.Decode(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b, p := range prompts {
+			want := rm.Logits(append(append([]int(nil), p...), next[b]))
+			for i, got := range [][]float32{logits[b], dec[b]} {
+				e := relErr(got, want[len(p)-1+i])
+				t.Logf("%s row %d step %d: relative error %.3g", mode, b, i, e)
+				if e > 0.05 {
+					t.Errorf("%s row %d step %d: relative error %.3g > 0.05", mode, b, i, e)
+				}
+			}
+		}
+		r.Close()
 	}
 }

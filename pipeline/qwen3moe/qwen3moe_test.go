@@ -8,9 +8,11 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -206,5 +208,47 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := lm.New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.json, err, tc.want)
 		}
+	}
+}
+
+// TestBFloat16Compute runs the tiny Qwen3-MoE and Qwen2-MoE (stored as
+// BF16) with bfloat16 compute, grouped experts in both modes: logits stay
+// within a few percent of the float64 reference.
+func TestBFloat16Compute(t *testing.T) {
+	be := goBackend(t)
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
+		c.DType = safetensors.BF16
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		l, err := lm.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, err := qwenref.LoadMoE(dir, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+			r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits, err := r.Prefill(prompts, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b, p := range prompts {
+				e := relErr(logits[b], rm.Logits(p)[len(p)-1])
+				t.Logf("qwen2=%v %s row %d: relative error %.3g", c.Qwen2, mode, b, e)
+				if e > 0.05 {
+					t.Errorf("qwen2=%v %s row %d: relative error %.3g > 0.05", c.Qwen2, mode, b, e)
+				}
+			}
+			r.Close()
+		}
+		l.Close()
 	}
 }
