@@ -129,6 +129,8 @@ type LM struct {
 
 	// Generation state.
 	batch, cacheLen, next int
+	maxCacheLen           int      // the cache grows up to this length (grow.go)
+	grow                  *Program // grow-cache, created on first use
 	pads                  []int32
 	state                 [][]*tensors.Tensor
 }
@@ -364,14 +366,16 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 	}
 	t := PromptBucket(longest)
 	cacheLen := r.opts.CacheLen
+	maxCacheLen := cacheLen
 	if cacheLen == 0 {
-		cacheLen = CacheBucket(t + maxNew)
+		maxCacheLen = CacheBucket(t + maxNew)
+		cacheLen = initialCacheLen(t, maxCacheLen)
 	} else if t+maxNew > cacheLen {
 		return nil, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
 	}
 	r.release()
 	b := len(prompts)
-	r.batch, r.cacheLen, r.next = b, cacheLen, t
+	r.batch, r.cacheLen, r.maxCacheLen, r.next = b, cacheLen, maxCacheLen, t
 	r.pads = make([]int32, b)
 	tokens := make([]int32, b*t)
 	for i, p := range prompts {
@@ -404,7 +408,9 @@ func (r *LM) Decode(next []int) ([][]float32, error) {
 		return nil, fmt.Errorf("decode: %d tokens for a batch of %d", len(next), r.batch)
 	}
 	if r.next >= r.cacheLen {
-		return nil, fmt.Errorf("decode: the cache of %d slots is full", r.cacheLen)
+		if err := r.growCache(); err != nil {
+			return nil, err
+		}
 	}
 	tokens := make([]int32, r.batch)
 	for i, id := range next {

@@ -93,7 +93,9 @@ func argmax64(v []float64) int {
 func TestLogitsMatchReference(t *testing.T) {
 	be := goBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
-	const steps = 5
+	// 24 steps take the 16-token prompt bucket past the first cache bucket
+	// (32 slots), so the cache grows mid-generation.
+	const steps = 24
 	const tol = 1e-4
 	for _, tc := range tinyCases() {
 		t.Run(tc.Arch, func(t *testing.T) {
@@ -166,6 +168,15 @@ func TestLogitsMatchReference(t *testing.T) {
 								t.Fatal(err)
 							}
 						}
+					}
+					grown := 0
+					for _, p := range r.Stats().Programs {
+						if p.Name == "grow-cache" {
+							grown = p.Calls
+						}
+					}
+					if grown != 2 {
+						t.Errorf("the cache grew %d times, want once per generation (2)", grown)
 					}
 				})
 			}
