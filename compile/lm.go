@@ -232,8 +232,8 @@ func (r *LM) makePrograms() error {
 		p, ok := r.kindPrograms[sig]
 		if !ok {
 			name := "layer/" + r.model.LayerKind(i)
-			if n := len(r.kindPrograms); n > 0 && r.hasProgramNamed(name) {
-				name = fmt.Sprintf("%s#%d", name, n)
+			if r.hasProgramNamed(name) { // same kind, other shapes
+				name = fmt.Sprintf("%s#%d", name, len(r.kindPrograms))
 			}
 			rep := i
 			p, err = r.newProgram(name, func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) })

@@ -21,7 +21,6 @@ package lm
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -177,12 +176,7 @@ func (p *Params) Get(name string) *graph.Node {
 	full := p.prefix + name
 	n, ok := p.nodes[full]
 	if !ok {
-		names := make([]string, 0, len(p.nodes))
-		for k := range p.nodes {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		panic(fmt.Errorf("graph code reads weight %q, which its weight list does not declare (declared: %d tensors)", full, len(names)))
+		panic(fmt.Errorf("graph code reads weight %q, which its weight list does not declare", full))
 	}
 	return n
 }

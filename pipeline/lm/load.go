@@ -183,11 +183,6 @@ func (l *Loaded) WeightBytes() int64 {
 	return n
 }
 
-// Float32 returns a weight converted to float32 on the host.
-func (l *Loaded) Float32(name string) ([]float32, error) {
-	return l.ckpt.Float32(name)
-}
-
 // Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16),
 // with the checkpoint's shape, or reshaped to shape when shape is given (the
 // element count must match; this is how executors ask for the row-split
