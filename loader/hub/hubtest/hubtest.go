@@ -115,6 +115,11 @@ type Fault struct {
 	// IgnoreRange answers a Range request with the whole file and 200, as
 	// some proxies do.
 	IgnoreRange bool
+	// Header sets (or, with an empty value, removes) answer headers after
+	// the normal ones: a Location with Status 302 makes a redirect loop or
+	// a redirect to another scheme, a Content-Length or X-Linked-Size
+	// makes a lying server.
+	Header map[string]string
 
 	fired int
 }
@@ -275,6 +280,7 @@ func (s *Server) authorized(r *http.Request) bool {
 // serveHub handles /api/models/... and /{repo}/resolve/{rev}/{path}.
 func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 	fault := s.record("hub", r)
+	w = overrideHeaders(w, fault)
 	if !delay(r, fault) {
 		return
 	}
@@ -324,6 +330,47 @@ func delay(r *http.Request, f *Fault) bool {
 		return true
 	case <-r.Context().Done():
 		return false
+	}
+}
+
+// headerWriter applies a fault's Header when the answer's headers are
+// written.
+type headerWriter struct {
+	http.ResponseWriter
+	set   map[string]string
+	wrote bool
+}
+
+func overrideHeaders(w http.ResponseWriter, f *Fault) http.ResponseWriter {
+	if f == nil || len(f.Header) == 0 {
+		return w
+	}
+	return &headerWriter{ResponseWriter: w, set: f.Header}
+}
+
+func (w *headerWriter) WriteHeader(status int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	for k, v := range w.set {
+		if v == "" {
+			w.Header().Del(k)
+		} else {
+			w.Header().Set(k, v)
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *headerWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *headerWriter) Flush() {
+	if fl, ok := w.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
 	}
 }
 
@@ -500,6 +547,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, segs []string,
 
 func (s *Server) serveCDN(w http.ResponseWriter, r *http.Request) {
 	fault := s.record("cdn", r)
+	w = overrideHeaders(w, fault)
 	if !delay(r, fault) {
 		return
 	}
