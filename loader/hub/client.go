@@ -210,6 +210,20 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// retryAfter continues a request whose first attempt failed with err: it
+// waits (backoff, or the server's Retry-After) and repeats fn, as withRetry
+// does, so the first attempt counts against Retries like any other.
+func (c *Client) retryAfter(ctx context.Context, what string, err error, fn func() error) error {
+	first := true
+	return c.withRetry(ctx, what, func() error {
+		if first {
+			first = false
+			return err
+		}
+		return fn()
+	})
+}
+
 // withRetry runs fn until it succeeds, fails with an error that retrying
 // cannot fix, or retries are spent.
 func (c *Client) withRetry(ctx context.Context, what string, fn func() error) error {
@@ -285,6 +299,9 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 	if err != nil {
 		return nil, &Error{Kind: ErrNetwork, Detail: "bad URL " + redactURL(rawURL), Err: err}
 	}
+	if !httpScheme(u.Scheme) {
+		return nil, &Error{Kind: ErrMetadata, Detail: fmt.Sprintf("%s %s: URL scheme %q is not http or https", method, redactURL(rawURL), u.Scheme)}
+	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
 	hc := c.httpClient()
@@ -318,11 +335,27 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 			return nil, &Error{Kind: ErrNetwork, Detail: method + " " + redactURL(u.String()), Err: unwrapURLError(err)}
 		}
 		loc := resp.Header.Get("Location")
-		if resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" && hop < maxRedirects {
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
 			target, perr := u.Parse(loc)
 			if perr == nil {
-				relative := mustParse(loc).Host == ""
+				lu := mustParse(loc)
+				relative := lu.Scheme == "" && lu.Host == ""
 				if relative || followAbsolute {
+					var rerr *Error
+					switch {
+					case !httpScheme(target.Scheme):
+						rerr = &Error{Kind: ErrMetadata, Status: resp.StatusCode,
+							Detail: fmt.Sprintf("%s %s redirects to a %q URL; only http and https are followed", method, redactURL(u.String()), target.Scheme)}
+					case hop >= maxRedirects:
+						rerr = &Error{Kind: ErrHTTP, Status: resp.StatusCode,
+							Detail: fmt.Sprintf("%s %s: more than %d redirects (a redirect loop?)", method, redactURL(u.String()), maxRedirects)}
+					}
+					if rerr != nil {
+						resp.Body.Close()
+						timer.Stop()
+						cancel(nil)
+						return nil, rerr
+					}
 					io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 					resp.Body.Close()
 					if relative {
@@ -344,6 +377,8 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 		return r, nil
 	}
 }
+
+func httpScheme(s string) bool { return strings.EqualFold(s, "http") || strings.EqualFold(s, "https") }
 
 func mustParse(s string) *url.URL {
 	u, err := url.Parse(s)

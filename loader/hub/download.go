@@ -70,7 +70,7 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		if !retryable(err) {
 			return "", err
 		}
-		err = c.withRetry(ctx, "metadata for "+repo+"/"+file, func() error {
+		err = c.retryAfter(ctx, "metadata for "+repo+"/"+file, err, func() error {
 			var rerr error
 			meta, rerr = c.FileMetadata(ctx, repo, rev, file)
 			return rerr
@@ -250,8 +250,9 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 	c.report(Progress{Event: FileStart, Repo: repo, File: file, Bytes: have, Total: meta.Size})
 
 	failures := 0
+	best := t.have // the most bytes ever on disk: only going past it is progress
 	for t.have < meta.Size {
-		n, err := t.get(ctx)
+		_, err := t.get(ctx)
 		if err == nil {
 			continue
 		}
@@ -261,8 +262,11 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 		if !retryable(err) {
 			return resumed, err
 		}
-		if n > 0 {
-			failures = 0 // progress was made: the retry budget starts over
+		if t.have > best {
+			// Progress was made: the retry budget starts over. Bytes
+			// downloaded again after a restart from zero are no progress,
+			// or a server that restarts us forever would never fail.
+			best, failures = t.have, 0
 		}
 		failures++
 		if failures > c.Retries {
@@ -302,7 +306,10 @@ func truncateAt(f *os.File, n int64) error {
 	return nil
 }
 
-var contentRangeRE = regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`)
+var (
+	contentRangeRE     = regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`)
+	unsatisfiedRangeRE = regexp.MustCompile(`^bytes \*/(\d+)$`)
+)
 
 // get issues one GET from t.have on and appends the body to the file. It
 // returns how many bytes it appended. A 200 answer to a Range request (the
@@ -331,6 +338,11 @@ func (t *transfer) get(ctx context.Context) (int64, error) {
 			}
 		}
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		if m := unsatisfiedRangeRE.FindStringSubmatch(resp.Header.Get("Content-Range")); m != nil && m[1] != strconv.FormatInt(t.meta.Size, 10) {
+			e := t.errorf(ErrIntegrity, "the server holds %s bytes, the Hub announced %d", m[1], t.meta.Size)
+			e.Status = resp.StatusCode
+			return 0, e
+		}
 		if err := t.reset(); err != nil {
 			return 0, err
 		}

@@ -174,7 +174,7 @@ func (c *Client) ListFiles(ctx context.Context, repo, rev string) (*Snapshot, er
 		if !retryable(err) {
 			return nil, err
 		}
-		err = c.withRetry(ctx, "listing "+repo, func() error {
+		err = c.retryAfter(ctx, "listing "+repo, err, func() error {
 			var rerr error
 			ri, rerr = c.RepoInfo(ctx, repo, rev)
 			return rerr
