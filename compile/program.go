@@ -97,38 +97,9 @@ func shapeKey(args []Arg) string {
 // Call runs the program, compiling an executable first when the input
 // shapes are new.
 func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("program %q: %v", p.name, r)
-		}
-	}()
-	key := shapeKey(args)
-	p.mu.Lock()
-	isNew := !p.keys[key]
-	first := p.stats.Calls == 0
-	p.stats.Calls++
-	if isNew {
-		p.stats.Misses++
-	} else {
-		p.stats.Hits++
-	}
-	p.mu.Unlock()
-	if isNew {
-		if !first && p.OnRecompile != nil {
-			p.OnRecompile(p.name, key)
-		}
-		plain := make([]any, len(args))
-		for i, a := range args {
-			plain[i] = a.T
-		}
-		start := time.Now()
-		if err := p.exec.PreCompile(plain...); err != nil {
-			return nil, fmt.Errorf("program %q: compiling for inputs %s: %w", p.name, key, err)
-		}
-		p.mu.Lock()
-		p.keys[key] = true
-		p.stats.Compile += time.Since(start)
-		p.mu.Unlock()
+	defer p.recoverInto(&err)
+	if _, err := p.compile(args); err != nil {
+		return nil, err
 	}
 	in := make([]any, len(args))
 	for i, a := range args {
@@ -159,11 +130,14 @@ func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
 // otherwise, and the next Call with those shapes is a hit. Diffusion
 // pipelines use it to show compilation apart from the first denoising step.
 func (p *Program) Precompile(args ...Arg) (compiled bool, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("program %q: %v", p.name, r)
-		}
-	}()
+	defer p.recoverInto(&err)
+	return p.compile(args)
+}
+
+// compile counts a call and, when the input shapes are new, compiles
+// their executable with Exec.PreCompile, timed apart from execution, and
+// reports a recompilation after the first call.
+func (p *Program) compile(args []Arg) (compiled bool, err error) {
 	key := shapeKey(args)
 	p.mu.Lock()
 	isNew := !p.keys[key]
@@ -194,6 +168,13 @@ func (p *Program) Precompile(args ...Arg) (compiled bool, err error) {
 	p.stats.Compile += time.Since(start)
 	p.mu.Unlock()
 	return true, nil
+}
+
+// recoverInto turns a panic into an error naming the program.
+func (p *Program) recoverInto(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("program %q: %v", p.name, r)
+	}
 }
 
 // Finalize frees the executables.
