@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,6 +21,9 @@ import (
 // existing one (go run ./scripts/gen-tiny-sd -preset sd-100m -o DIR).
 //
 //	nice go test ./pipeline/diffusion/sd -run '^$' -bench Denoise -benchtime 3x -timeout 60m
+//
+// cpu-s/step is the process CPU time per step (both cores count): on a
+// machine shared with other work it is steadier than the wall time.
 //
 // Each iteration is one Generate call of benchSteps steps after a one-step
 // warm-up call that compiles; metrics: s/step (compile excluded),
@@ -63,14 +67,26 @@ func BenchmarkDenoise(b *testing.B) {
 						warm, err := p.Generate(context.Background(), first)
 						require.NoError(b, err)
 						b.ResetTimer()
-						var stepSec float64
+						var stepSec, cpuSec float64
 						for i := 0; i < b.N; i++ {
+							// CPU time of the steps alone: OnPhase marks the loop's start and end.
+							var cpu0, cpu1 time.Duration
+							req.OnPhase = func(phase string, _ int) {
+								switch phase {
+								case sd.PhaseDenoise:
+									cpu0 = cpuTime()
+								case sd.PhaseDecode:
+									cpu1 = cpuTime()
+								}
+							}
 							r, err := p.Generate(context.Background(), req)
 							require.NoError(b, err)
 							require.Zero(b, r.Timings.Compiles)
 							stepSec += r.Timings.StepSeconds()
+							cpuSec += (cpu1 - cpu0).Seconds() / float64(len(r.Timings.Steps))
 						}
 						b.ReportMetric(stepSec/float64(b.N), "s/step")
+						b.ReportMetric(cpuSec/float64(b.N), "cpu-s/step")
 						b.ReportMetric(warm.Timings.CompileUNet.Seconds(), "unet-compile-s")
 						b.ReportMetric(warm.Timings.Compile().Seconds(), "compile-s")
 						b.ReportMetric(warm.Timings.Steps[0].Seconds(), "first-step-s")
