@@ -23,6 +23,11 @@ func init() {
 // sliding-window settings.
 type Config struct {
 	llama.Config
+	Sliding
+}
+
+// Sliding are the sliding-window fields of Qwen configs (Qwen2, Qwen3).
+type Sliding struct {
 	UseSlidingWindow bool `json:"use_sliding_window"`
 	SlidingWindow    *int `json:"sliding_window"`
 	MaxWindowLayers  *int `json:"max_window_layers"`
@@ -34,20 +39,20 @@ var Defaults = llama.Defaults{
 	MaxPositions: 32768, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
 }
 
-// ResolveSliding sets the layer kinds of a Qwen-style config: when
+// Resolve sets the layer kinds and window of a Qwen config: when
 // layer_types is absent, layers from max_window_layers on use the sliding
 // window if use_sliding_window is set (transformers' derivation).
-func ResolveSliding(o *llama.Options, cfg *config.Model, hasLayerTypes, use bool, window, maxWindowLayers *int) error {
+func (c Sliding) Resolve(o *llama.Options, cfg *config.Model, hasLayerTypes bool) error {
 	s := &o.Spec
 	w := 4096
-	if window != nil {
-		w = *window
+	if c.SlidingWindow != nil {
+		w = *c.SlidingWindow
 	}
 	mwl := 28
-	if maxWindowLayers != nil {
-		mwl = *maxWindowLayers
+	if c.MaxWindowLayers != nil {
+		mwl = *c.MaxWindowLayers
 	}
-	if !use {
+	if !c.UseSlidingWindow {
 		w = 0
 	}
 	if !hasLayerTypes && w > 0 {
@@ -70,12 +75,12 @@ func New(cfg *config.Model) (lm.Model, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err
 	}
-	o, err := c.Resolve(cfg, Defaults)
+	o, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return nil, err
 	}
 	o.QKVBias, o.OBias, o.MLPBias = true, false, false
-	if err := ResolveSliding(&o, cfg, len(c.LayerTypes) > 0, c.UseSlidingWindow, c.SlidingWindow, c.MaxWindowLayers); err != nil {
+	if err := c.Sliding.Resolve(&o, cfg, len(c.LayerTypes) > 0); err != nil {
 		return nil, err
 	}
 	return llama.NewModel(o), nil

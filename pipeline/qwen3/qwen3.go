@@ -22,9 +22,7 @@ func init() {
 // Config is a Qwen3ForCausalLM config.json.
 type Config struct {
 	llama.Config
-	UseSlidingWindow bool `json:"use_sliding_window"`
-	SlidingWindow    *int `json:"sliding_window"`
-	MaxWindowLayers  *int `json:"max_window_layers"`
+	qwen2.Sliding
 }
 
 // Defaults are Qwen3Config's defaults.
@@ -43,12 +41,12 @@ func New(cfg *config.Model) (lm.Model, error) {
 		d := 128 // Qwen3Config's default head_dim
 		c.HeadDim = &d
 	}
-	o, err := c.Resolve(cfg, Defaults)
+	o, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return nil, err
 	}
 	o.QKNorm = true
-	if err := qwen2.ResolveSliding(&o, cfg, len(c.LayerTypes) > 0, c.UseSlidingWindow, c.SlidingWindow, c.MaxWindowLayers); err != nil {
+	if err := c.Sliding.Resolve(&o, cfg, len(c.LayerTypes) > 0); err != nil {
 		return nil, err
 	}
 	return llama.NewModel(o), nil
