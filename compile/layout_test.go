@@ -50,3 +50,11 @@ func TestBlockWeight(t *testing.T) {
 		}
 	}
 }
+
+func TestBuckets(t *testing.T) {
+	for _, c := range [][3]int{{1, 8, 32}, {8, 8, 32}, {9, 16, 32}, {33, 64, 64}, {64, 64, 64}, {65, 128, 128}, {130, 192, 256}, {513, 576, 768}} {
+		if p, k := PromptBucket(c[0]), CacheBucket(c[0]); p != c[1] || k != c[2] {
+			t.Errorf("n=%d: PromptBucket %d (want %d), CacheBucket %d (want %d)", c[0], p, c[1], k, c[2])
+		}
+	}
+}

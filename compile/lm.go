@@ -76,28 +76,23 @@ type Options struct {
 
 // PromptBucket rounds a prompt length up so that prefill shapes repeat:
 // powers of two up to 64 (at least 8), then multiples of 64.
-func PromptBucket(n int) int {
-	if n <= 64 {
-		b := 8
-		for b < n {
-			b *= 2
-		}
-		return b
-	}
-	return roundUp(n, 64)
-}
+func PromptBucket(n int) int { return bucket(n, 8, 64, 64) }
 
 // CacheBucket rounds a cache length up: powers of two up to 512 (at least
 // 32), then multiples of 256.
-func CacheBucket(n int) int {
-	if n <= 512 {
-		b := 32
-		for b < n {
-			b *= 2
-		}
-		return b
+func CacheBucket(n int) int { return bucket(n, 32, 512, 256) }
+
+// bucket rounds n up to a power of two (at least lo) while that is at
+// most hi, and beyond hi to a multiple of step.
+func bucket(n, lo, hi, step int) int {
+	if n > hi {
+		return roundUp(n, step)
 	}
-	return roundUp(n, 256)
+	b := lo
+	for b < n {
+		b *= 2
+	}
+	return b
 }
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }

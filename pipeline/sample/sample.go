@@ -237,16 +237,8 @@ func (s *Sampler) minP(sc []float64) {
 
 // draw samples from softmax(sc).
 func (s *Sampler) draw(sc []float64) int {
-	mx := math.Inf(-1)
-	for _, v := range sc {
-		mx = math.Max(mx, v)
-	}
-	sum := 0.0
-	for i, v := range sc {
-		sc[i] = math.Exp(v - mx)
-		sum += sc[i]
-	}
-	u := s.rng.Float64() * sum
+	softmaxInto(sc, sc)
+	u := s.rng.Float64()
 	last := 0
 	for i, w := range sc {
 		if w == 0 {
