@@ -29,6 +29,8 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
+	_ "github.com/tputool/tputool/pipeline/qwen35"
+	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 )
 
 // GenerateOptions holds `tputool generate`'s inputs.
