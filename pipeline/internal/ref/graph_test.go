@@ -66,6 +66,26 @@ func tinyCases() []lmtest.Tiny {
 	}
 }
 
+// load writes a tiny checkpoint and loads it both ways: for the graph code
+// (closed with the test) and for the reference.
+func load(t *testing.T, tc lmtest.Tiny) (*lm.Loaded, *ref.Model) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := tc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lm.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	rm, err := ref.Load(dir, tc.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rm
+}
+
 // relErr is max|a-b| / max|b|.
 func relErr(a []float32, b []float64) float64 {
 	num, den := 0.0, 0.0
@@ -99,19 +119,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	const tol = 1e-4
 	for _, tc := range tinyCases() {
 		t.Run(tc.Arch, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := tc.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lm.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			rm, err := ref.Load(dir, tc.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, rm := load(t, tc)
 			// Reference token streams: greedy under the reference.
 			seqs := make([][]int, len(prompts))
 			for b, p := range prompts {
@@ -196,19 +204,7 @@ func TestBFloat16Compute(t *testing.T) {
 		}
 		t.Run(tc.Arch, func(t *testing.T) {
 			tc.DType = safetensors.BF16
-			dir := t.TempDir()
-			if err := tc.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lm.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			rm, err := ref.Load(dir, tc.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, rm := load(t, tc)
 			r, err := NewLM(be, l, Options{DType: dtypes.BFloat16})
 			if err != nil {
 				t.Fatal(err)
