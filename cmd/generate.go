@@ -55,6 +55,7 @@ type GenerateOptions struct {
 	Mode        string
 	DType       string
 	Stream      bool
+	Retries     int
 	JSON        bool
 	Verbose     bool
 	// Overrides are the sampling and limit flags actually given.
@@ -153,6 +154,9 @@ the same tokens.`,
 					return errs.Usagef("--stop: empty stop string")
 				}
 			}
+			if opts.Retries < 0 {
+				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			}
 			o.Seed = seed
 			if opts.System != "" {
 				opts.Chat = true
@@ -161,7 +165,11 @@ the same tokens.`,
 			opts.Verbose = f.Global.Verbose
 			opts.Reporter = f.Reporter()
 			opts.Device = f.Device
-			opts.HubClient = f.HubClient
+			opts.HubClient = func() *hub.Client {
+				hc := f.HubClient()
+				hc.Retries = opts.Retries
+				return hc
+			}
 			opts.Now = f.Now
 			if runF != nil {
 				return runF(c.Context(), opts)
@@ -186,6 +194,7 @@ the same tokens.`,
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.StringVar(&opts.Mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
 	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	return c
 }
