@@ -101,11 +101,11 @@ type DiffuseTimings struct {
 	// Decode is the VAE decode.
 	Decode float64 `json:"decode_s"`
 	// Compile is the compile time, included in the phases above.
-	Compile       float64 `json:"compile_s"`
-	CompileText   float64 `json:"compile_text_encoders_s"`
-	CompileUNet   float64 `json:"compile_unet_s"`
-	CompileDecode float64 `json:"compile_vae_s"`
-	Total         float64 `json:"total_s"`
+	Compile         float64 `json:"compile_s"`
+	CompileText     float64 `json:"compile_text_encoders_s"`
+	CompileDenoiser float64 `json:"compile_denoiser_s"`
+	CompileDecode   float64 `json:"compile_vae_s"`
+	Total           float64 `json:"total_s"`
 }
 
 var sizeRE = regexp.MustCompile(`^([0-9]+)(?:[xX]([0-9]+))?$`)
@@ -119,8 +119,9 @@ func NewCmdDiffuse(f *Factory, runF func(context.Context, *DiffuseOptions) error
 		Use:   "diffuse --model MODEL --prompt TEXT [-o out.png]",
 		Short: "Generate images with a diffusion pipeline",
 		Long: `Generate images from a text prompt with a diffusers pipeline: Stable Diffusion
-1.x/2.x (StableDiffusionPipeline) and SDXL (StableDiffusionXLPipeline), read
-from a Hub id or a local folder with model_index.json.
+1.x/2.x (StableDiffusionPipeline), SDXL (StableDiffusionXLPipeline) and
+Stable Diffusion 3 (StableDiffusion3Pipeline, without its T5 text encoder),
+read from a Hub id or a local folder with model_index.json.
 
 The initial noise comes from a reimplementation of torch's CPU generator, so a
 seed gives the same starting latents as diffusers with
@@ -128,9 +129,9 @@ torch.Generator().manual_seed(seed); with --batch N the N images are drawn
 from that one generator, as diffusers does. Classifier-free guidance runs the
 unconditional and conditional inputs as one batch.
 
---mode compiled (the default, also --compile) builds each model (UNet, VAE
-decoder, text encoders) into one executable; --mode eager builds one
-executable per block (ResNet block, transformer block, ...) shared by blocks of
+--mode compiled (the default, also --compile) builds each model (UNet or
+transformer, VAE decoder, text encoders) into one executable; --mode eager
+builds one executable per block (ResNet block, transformer block, ...) shared by blocks of
 the same shapes and runs them one by one. The first call at a size compiles;
 the time is reported apart from the denoising steps.
 
@@ -219,7 +220,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 	fl.StringVarP(&opts.Prompt, "prompt", "p", "", "text prompt (required)")
 	fl.StringVarP(&opts.NegativePrompt, "negative-prompt", "n", "", "negative prompt (SDXL: without it the unconditional input is zeros)")
 	fl.IntVar(&opts.Steps, "steps", 25, "denoising steps")
-	fl.Float64VarP(&opts.Guidance, "guidance", "g", 0, "classifier-free guidance scale; <= 1 turns it off (default 7.5, SDXL 5.0)")
+	fl.Float64VarP(&opts.Guidance, "guidance", "g", 0, "classifier-free guidance scale; <= 1 turns it off (default 7.5, SDXL 5.0, SD3 7.0)")
 	fl.StringVar(&opts.Size, "size", "", "image size WIDTHxHEIGHT (default: the model's, e.g. 512x512 for SD 1.5)")
 	fl.IntVarP(&opts.Batch, "batch", "b", 1, "images to generate from the prompt")
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (default: a random one, reported); torch uses its low 32 bits")
@@ -301,7 +302,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		return err
 	}
 	if m.Kind != loader.Diffusers {
-		return errs.Unsupportedf("--model %s is a %s checkpoint, not a diffusers pipeline (model_index.json); tputool diffuse runs StableDiffusionPipeline and StableDiffusionXLPipeline", m.Name(), m.Kind)
+		return errs.Unsupportedf("--model %s is a %s checkpoint, not a diffusers pipeline (model_index.json); tputool diffuse runs StableDiffusionPipeline, StableDiffusionXLPipeline and StableDiffusion3Pipeline", m.Name(), m.Kind)
 	}
 	dev, err := opts.Device()
 	if err != nil {
@@ -332,16 +333,17 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		Steps: opts.Steps, Guidance: opts.Guidance, Width: opts.Width, Height: opts.Height, Batch: opts.Batch,
 		Seed: opts.Seed, Scheduler: opts.Scheduler, Eager: opts.Mode == modeEager}
 	if !opts.HasGuidance {
-		req.Guidance = 7.5
-		if p.XL {
-			req.Guidance = 5.0
-		}
+		req.Guidance = p.DefaultGuidance()
 	}
 	if !opts.HasSeed {
 		req.Seed = opts.RandomSeed()
 	}
 	if err := p.Validate(&req); err != nil {
 		return err
+	}
+	denoiserName := "unet"
+	if p.SD3 {
+		denoiserName = "transformer"
 	}
 	var task *ui.Task
 	req.OnPhase = func(phase string, total int) {
@@ -351,7 +353,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		}
 		switch phase {
 		case sd.PhaseCompile:
-			task = r.Start(fmt.Sprintf("compiling unet for %dx%d", req.Width, req.Height), 0, ui.UnitItems)
+			task = r.Start(fmt.Sprintf("compiling the %s for %dx%d", denoiserName, req.Width, req.Height), 0, ui.UnitItems)
 		case sd.PhaseDenoise:
 			task = r.Start("denoising", int64(total), ui.UnitSteps)
 		case sd.PhaseEncode:
@@ -411,7 +413,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		Batch: req.Batch, Mode: opts.Mode, Device: dev.String(), Files: paths, Compiles: t.Compiles, NewSize: res.NewSize,
 		Timings: DiffuseTimings{Load: loadTime.Seconds(), TextEncode: t.TextEncode.Seconds(), Denoise: t.Denoise.Seconds(),
 			Step: t.StepSeconds(), Decode: t.Decode.Seconds(), Compile: t.Compile().Seconds(),
-			CompileText: t.CompileText.Seconds(), CompileUNet: t.CompileUNet.Seconds(), CompileDecode: t.CompileDecode.Seconds(),
+			CompileText: t.CompileText.Seconds(), CompileDenoiser: t.CompileDenoiser.Seconds(), CompileDecode: t.CompileDecode.Seconds(),
 			Total: time.Since(start).Seconds()}}
 	if opts.HasNegative {
 		out.NegativePrompt = &opts.NegativePrompt
@@ -427,7 +429,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		len(paths), res.Width, res.Height, req.Steps, calls, out.Scheduler, out.Timings.Step, out.Timings.Compile, out.Timings.Total)
 	if r.Verbose() {
 		r.Debugf("load %.2f s, text encoders %.2f s (compile %.2f s), denoise %.2f s (compile %.2f s), vae %.2f s (compile %.2f s), %d executables compiled",
-			out.Timings.Load, out.Timings.TextEncode, out.Timings.CompileText, out.Timings.Denoise, out.Timings.CompileUNet,
+			out.Timings.Load, out.Timings.TextEncode, out.Timings.CompileText, out.Timings.Denoise, out.Timings.CompileDenoiser,
 			out.Timings.Decode, out.Timings.CompileDecode, out.Compiles)
 	}
 	if opts.JSON {

@@ -211,3 +211,20 @@ func TestDiffuseTTY(t *testing.T) {
 	assert.Empty(t, e.errOut.String())
 	assert.Equal(t, path+"\n", e.out.String())
 }
+
+func TestDiffuseSD3(t *testing.T) {
+	dir := tinyPipeline(t, tinysd.TinySD3())
+	e := diffuseEnv(t)
+	path := filepath.Join(t.TempDir(), "sd3.png")
+	require.Equal(t, ExitOK, e.run("diffuse", "-m", dir, "-p", "a fox", "--steps", "2", "--size", "32x48", "--seed", "5",
+		"-o", path, "--json", "--mode", "eager"), e.errOut.String())
+	var res DiffuseResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res))
+	assert.Equal(t, "StableDiffusion3Pipeline", res.Pipeline)
+	assert.Equal(t, 7.0, res.Guidance)
+	assert.Equal(t, "FlowMatchEulerDiscreteScheduler", res.Scheduler)
+	assert.Equal(t, 32, res.Width)
+	assert.Equal(t, 48, res.Height)
+	_, meta := readPNG(t, path)
+	assert.Equal(t, "32x48", meta["size"])
+}

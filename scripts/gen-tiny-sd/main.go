@@ -3,6 +3,7 @@
 //
 //	go run ./scripts/gen-tiny-sd -preset tiny-sd -o /tmp/tiny-sd
 //	go run ./scripts/gen-tiny-sd -preset tiny-sdxl -o /tmp/tiny-sdxl
+//	go run ./scripts/gen-tiny-sd -preset tiny-sd3 -o /tmp/tiny-sd3
 //	go run ./scripts/gen-tiny-sd -preset sd-100m -o /tmp/sd-100m
 //
 // Tests generate the same pipelines through the Go package
@@ -46,5 +47,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gen-tiny-sd:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("%s: %s pipeline, UNet %.1fM parameters\n", *out, spec.Name, float64(tinysd.NumParameters(spec.UNet))/1e6)
+	fmt.Printf("%s: %s pipeline, denoiser %.2fM parameters\n", *out, spec.Name, float64(spec.DenoiserParameters())/1e6)
 }

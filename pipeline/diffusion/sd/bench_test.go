@@ -87,7 +87,7 @@ func BenchmarkDenoise(b *testing.B) {
 						}
 						b.ReportMetric(stepSec/float64(b.N), "s/step")
 						b.ReportMetric(cpuSec/float64(b.N), "cpu-s/step")
-						b.ReportMetric(warm.Timings.CompileUNet.Seconds(), "unet-compile-s")
+						b.ReportMetric(warm.Timings.CompileDenoiser.Seconds(), "denoiser-compile-s")
 						b.ReportMetric(warm.Timings.Compile().Seconds(), "compile-s")
 						b.ReportMetric(warm.Timings.Steps[0].Seconds(), "first-step-s")
 					})

@@ -13,6 +13,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
 	"github.com/tputool/tputool/pipeline/diffusion/clip"
+	"github.com/tputool/tputool/pipeline/diffusion/mmdit"
 	"github.com/tputool/tputool/pipeline/diffusion/unet"
 	"github.com/tputool/tputool/pipeline/schedulers"
 	"github.com/tputool/tputool/pipeline/torchrand"
@@ -67,7 +68,7 @@ type Timings struct {
 	// Steps are the wall times of each denoising step.
 	Steps []time.Duration
 	// Compile* are the compilation times inside each phase.
-	CompileText, CompileUNet, CompileDecode time.Duration
+	CompileText, CompileDenoiser, CompileDecode time.Duration
 	// Compiles counts the executables compiled during the call.
 	Compiles int
 }
@@ -77,11 +78,11 @@ func (t Timings) StepSeconds() float64 {
 	if len(t.Steps) == 0 {
 		return 0
 	}
-	return (t.Denoise - t.CompileUNet).Seconds() / float64(len(t.Steps))
+	return (t.Denoise - t.CompileDenoiser).Seconds() / float64(len(t.Steps))
 }
 
 // Compile is the total compilation time.
-func (t Timings) Compile() time.Duration { return t.CompileText + t.CompileUNet + t.CompileDecode }
+func (t Timings) Compile() time.Duration { return t.CompileText + t.CompileDenoiser + t.CompileDecode }
 
 // Result of Generate.
 type Result struct {
@@ -128,6 +129,14 @@ func (p *Pipeline) Validate(req *Request) error {
 	m := p.SizeMultiple()
 	if req.Width <= 0 || req.Height <= 0 || req.Width%m != 0 || req.Height%m != 0 {
 		return errs.Usagef("size %dx%d: width and height must be positive multiples of %d for this model", req.Width, req.Height, m)
+	}
+	if p.SD3 {
+		c := p.Transformer.Cfg
+		gh, gw := req.Height/p.VAEScaleFactor/c.PatchSize, req.Width/p.VAEScaleFactor/c.PatchSize
+		if gh > c.PosEmbedMaxSize || gw > c.PosEmbedMaxSize {
+			mx := c.PosEmbedMaxSize * c.PatchSize * p.VAEScaleFactor
+			return errs.Usagef("size %dx%d: this transformer takes at most %dx%d (pos_embed_max_size %d)", req.Width, req.Height, mx, mx, c.PosEmbedMaxSize)
+		}
 	}
 	if req.Steps < 1 {
 		return errs.Usagef("steps %d: need at least 1", req.Steps)
@@ -199,10 +208,10 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 
 	// 2. Timesteps and initial latents: randn_tensor with one CPU generator
 	// times init_noise_sigma.
-	if err := sched.SetTimesteps(req.Steps); err != nil {
+	if err := p.setTimesteps(sched, req); err != nil {
 		return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
 	}
-	ch := p.UNet.Cfg.InChannels
+	ch := p.LatentChannels()
 	h, w := req.Height/p.VAEScaleFactor, req.Width/p.VAEScaleFactor
 	shape := []int{b, ch, h, w}
 	gen := torchrand.NewGenerator(req.Seed)
@@ -222,23 +231,15 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	start = time.Now()
 	timesteps := sched.Timesteps()
 	n := len(latents)
-	unetInputs := func(sample []float32, t float64) unet.Inputs[*tensors.Tensor] {
-		ts := make([]float32, ub)
-		for j := range ts {
-			ts[j] = float32(t)
-		}
-		return unet.Inputs[*tensors.Tensor]{
-			Sample:    tensors.FromFlatDataAndDimensions(sample, ub, ch, h, w),
-			Timesteps: tensors.FromFlatDataAndDimensions(ts, ub),
-			Context:   emb.context, TextEmbeds: emb.pooled, TimeIDs: emb.timeIDs,
-		}
+	predict := func(sample []float32, t float64, precompile bool) (*tensors.Tensor, error) {
+		return p.predict(sample, t, []int{ub, ch, h, w}, emb, req.Eager, precompile)
 	}
 	if _, ok := p.exec.(blocks.Precompiler); ok && !req.Eager && len(timesteps) > 0 {
 		if res.NewSize {
 			phase(PhaseCompile, 0)
 		}
-		if _, err := p.UNet.Precompile(p.exec, unetInputs(make([]float32, ub*n/b), timesteps[0])); err != nil {
-			return nil, fmt.Errorf("unet: %w", err)
+		if _, err := predict(make([]float32, ub*n/b), timesteps[0], true); err != nil {
+			return nil, err
 		}
 	}
 	phase(PhaseDenoise, len(timesteps))
@@ -253,19 +254,14 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 			copy(in, latents)
 			copy(in[n:], latents)
 		}
-		in, err = sched.ScaleModelInput(in, t)
-		if err != nil {
-			return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
+		if !p.SD3 { // the SD3 pipeline does not call scale_model_input
+			if in, err = sched.ScaleModelInput(in, t); err != nil {
+				return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
+			}
 		}
-		uin := unetInputs(in, t)
-		var out *tensors.Tensor
-		if req.Eager {
-			out, err = p.UNet.Eager(p.exec, uin)
-		} else {
-			out, err = p.UNet.Compiled(p.exec, uin)
-		}
+		out, err := predict(in, t, false)
 		if err != nil {
-			return nil, fmt.Errorf("unet at step %d (t=%g): %w", i+1, t, err)
+			return nil, fmt.Errorf("step %d (t=%g): %w", i+1, t, err)
 		}
 		noise := tensors.MustCopyFlatData[float32](out)
 		if cfg {
@@ -289,7 +285,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	res.Timings.Denoise = time.Since(start)
 	stats2 := p.execStats()
 	// Steps exclude the ahead-of-loop compilation: Denoise includes it.
-	res.Timings.CompileUNet = stats2.CompileTime - stats1.CompileTime
+	res.Timings.CompileDenoiser = stats2.CompileTime - stats1.CompileTime
 	res.Latents = append([]float32(nil), latents...)
 	res.LatentShape = shape
 
@@ -311,7 +307,79 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	return res, nil
 }
 
-// embeddings are the UNet's conditioning inputs for one call.
+// predict runs the denoiser (UNet or transformer) on sample [ub, C, h, w]
+// at timestep t, or only compiles it for those shapes.
+func (p *Pipeline) predict(sample []float32, t float64, shape []int, emb *embeddings, eager, precompile bool) (*tensors.Tensor, error) {
+	ub := shape[0]
+	ts := make([]float32, ub)
+	for j := range ts {
+		ts[j] = float32(t)
+	}
+	x := tensors.FromFlatDataAndDimensions(sample, shape...)
+	tt := tensors.FromFlatDataAndDimensions(ts, ub)
+	if p.SD3 {
+		in := mmdit.Inputs[*tensors.Tensor]{Latents: x, Timesteps: tt, Context: emb.context, Pooled: emb.pooled}
+		switch {
+		case precompile:
+			_, err := p.Transformer.Precompile(p.exec, in)
+			return nil, wrap("transformer", err)
+		case eager:
+			out, err := p.Transformer.Eager(p.exec, in)
+			return out, wrap("transformer", err)
+		}
+		out, err := p.Transformer.Compiled(p.exec, in)
+		return out, wrap("transformer", err)
+	}
+	in := unet.Inputs[*tensors.Tensor]{Sample: x, Timesteps: tt, Context: emb.context, TextEmbeds: emb.pooled, TimeIDs: emb.timeIDs}
+	switch {
+	case precompile:
+		_, err := p.UNet.Precompile(p.exec, in)
+		return nil, wrap("unet", err)
+	case eager:
+		out, err := p.UNet.Eager(p.exec, in)
+		return out, wrap("unet", err)
+	}
+	out, err := p.UNet.Compiled(p.exec, in)
+	return out, wrap("unet", err)
+}
+
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// setTimesteps starts the schedule; with a flow-matching scheduler whose
+// config sets use_dynamic_shifting, mu comes from the image's token count
+// as in the SD3 pipeline (calculate_shift).
+func (p *Pipeline) setTimesteps(s schedulers.Scheduler, req Request) error {
+	cfg := s.Config()
+	dyn, _ := cfg["use_dynamic_shifting"].(bool)
+	ts, ok := s.(schedulers.TimestepSetter)
+	if !p.SD3 || !dyn || !ok {
+		return s.SetTimesteps(req.Steps)
+	}
+	pc := p.Transformer.Cfg.PatchSize
+	seq := float64((req.Height / p.VAEScaleFactor / pc) * (req.Width / p.VAEScaleFactor / pc))
+	num := func(key string, def float64) float64 {
+		if v, ok := cfg[key].(float64); ok {
+			return v
+		}
+		return def
+	}
+	baseSeq, maxSeq := num("base_image_seq_len", 256), num("max_image_seq_len", 4096)
+	baseShift, maxShift := num("base_shift", 0.5), num("max_shift", 1.16)
+	m := (maxShift - baseShift) / (maxSeq - baseSeq)
+	mu := seq*m + baseShift - m*baseSeq
+	return ts.SetTimestepsWith(schedulers.TimestepOptions{NumInferenceSteps: req.Steps, Mu: &mu})
+}
+
+// sd3T5Tokens is the SD3 pipeline's max_sequence_length: the T5 part of
+// the prompt embeddings (zeros here, as without text_encoder_3).
+const sd3T5Tokens = 256
+
+// embeddings are the denoiser's conditioning inputs for one call.
 type embeddings struct {
 	context, pooled, timeIDs *tensors.Tensor
 }
@@ -341,12 +409,16 @@ func (p *Pipeline) encodePrompts(req Request, cfg bool, res *Result) (*embedding
 				return out, fmt.Errorf("%s: %w", te.name, err)
 			}
 			var hidden *tensors.Tensor
-			if p.XL {
+			switch {
+			case p.SD3: // penultimate states; both pooled text_embeds, concatenated
+				hidden = o.Penultimate
+				out.pooled = append(out.pooled, tensors.MustCopyFlatData[float32](o.Pooled)...)
+			case p.XL: // penultimate states; text_encoder_2's pooled text_embeds
 				hidden = o.Penultimate
 				if i == len(p.texts)-1 {
 					out.pooled = tensors.MustCopyFlatData[float32](o.Pooled)
 				}
-			} else {
+			default:
 				hidden = o.LastHidden
 			}
 			parts = append(parts, tensors.MustCopyFlatData[float32](hidden))
@@ -358,11 +430,18 @@ func (p *Pipeline) encodePrompts(req Request, cfg bool, res *Result) (*embedding
 		for _, d := range dims {
 			width += d
 		}
-		out.ctx = make([]float32, seqLen*width)
+		rows, stride := seqLen, width
+		if p.SD3 {
+			// The CLIP features are zero-padded to joint_attention_dim and
+			// followed by the T5 tokens, zeros without text_encoder_3.
+			stride = p.Transformer.Cfg.JointAttentionDim
+			rows = seqLen + sd3T5Tokens
+		}
+		out.ctx = make([]float32, rows*stride)
 		off := 0
 		for k, part := range parts {
 			for t := 0; t < seqLen; t++ {
-				copy(out.ctx[t*width+off:], part[t*dims[k]:(t+1)*dims[k]])
+				copy(out.ctx[t*stride+off:], part[t*dims[k]:(t+1)*dims[k]])
 			}
 			off += dims[k]
 		}
@@ -388,18 +467,24 @@ func (p *Pipeline) encodePrompts(req Request, cfg bool, res *Result) (*embedding
 		rows = append(rows, cond)
 	}
 	ub := len(rows)
+	if p.SD3 {
+		seqLen += sd3T5Tokens
+		width = p.Transformer.Cfg.JointAttentionDim
+	}
 	e := &embeddings{}
 	ctxData := make([]float32, 0, ub*len(cond.ctx))
 	for _, r := range rows {
 		ctxData = append(ctxData, r.ctx...)
 	}
 	e.context = tensors.FromFlatDataAndDimensions(ctxData, ub, seqLen, width)
-	if p.XL {
+	if p.XL || p.SD3 {
 		pooled := make([]float32, 0, ub*len(cond.pooled))
 		for _, r := range rows {
 			pooled = append(pooled, r.pooled...)
 		}
 		e.pooled = tensors.FromFlatDataAndDimensions(pooled, ub, len(cond.pooled))
+	}
+	if p.XL {
 		// original_size + crops_coords_top_left + target_size, as (h, w).
 		ids := []float32{float32(req.Height), float32(req.Width), 0, 0, float32(req.Height), float32(req.Width)}
 		timeIDs := make([]float32, 0, ub*6)
@@ -409,6 +494,25 @@ func (p *Pipeline) encodePrompts(req Request, cfg bool, res *Result) (*embedding
 		e.timeIDs = tensors.FromFlatDataAndDimensions(timeIDs, ub, 6)
 	}
 	return e, nil
+}
+
+// Conditioning encodes the request's prompts as Generate does and returns
+// the denoiser's conditioning on the host: the context [ub, T, D]
+// (unconditional rows first when guidance is on) and, for SDXL and SD3, the
+// pooled embeddings [ub, P].
+func (p *Pipeline) Conditioning(req Request) (context []float32, contextShape []int, pooled []float32, err error) {
+	if err := p.Validate(&req); err != nil {
+		return nil, nil, nil, err
+	}
+	emb, err := p.encodePrompts(req, req.Guidance > 1, &Result{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	context = tensors.MustCopyFlatData[float32](emb.context)
+	if emb.pooled != nil {
+		pooled = tensors.MustCopyFlatData[float32](emb.pooled)
+	}
+	return context, emb.context.Shape().Dimensions, pooled, nil
 }
 
 // EncodeText runs one text encoder on token rows; for tests and tools.

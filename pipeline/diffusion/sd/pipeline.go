@@ -26,6 +26,7 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
 	"github.com/tputool/tputool/pipeline/diffusion/clip"
+	"github.com/tputool/tputool/pipeline/diffusion/mmdit"
 	"github.com/tputool/tputool/pipeline/diffusion/unet"
 	"github.com/tputool/tputool/pipeline/diffusion/vae"
 	"github.com/tputool/tputool/pipeline/schedulers"
@@ -35,6 +36,7 @@ import (
 const (
 	ClassSD   = "StableDiffusionPipeline"
 	ClassSDXL = "StableDiffusionXLPipeline"
+	ClassSD3  = "StableDiffusion3Pipeline"
 )
 
 // Options configure loading.
@@ -73,10 +75,15 @@ type Pipeline struct {
 	Dir   string
 	Class string
 	// XL is true for StableDiffusionXLPipeline.
-	XL    bool
-	UNet  *unet.Model
-	VAE   *vae.Model
-	texts []*textEncoder
+	XL bool
+	// SD3 is true for StableDiffusion3Pipeline: Transformer instead of
+	// UNet, flow matching, no T5 (its prompt embeddings are zeros).
+	SD3 bool
+	// UNet (SD, SDXL) or Transformer (SD3) is the denoiser.
+	UNet        *unet.Model
+	Transformer *mmdit.Model
+	VAE         *vae.Model
+	texts       []*textEncoder
 	// SchedulerConfig is scheduler/scheduler_config.json.
 	SchedulerConfig schedulers.Config
 	// ForceZerosForEmptyPrompt is SDXL's force_zeros_for_empty_prompt.
@@ -111,8 +118,10 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		if raw, ok := mi.Raw["force_zeros_for_empty_prompt"]; ok {
 			p.ForceZerosForEmptyPrompt = string(raw) != "false"
 		}
+	case ClassSD3:
+		p.SD3 = true
 	default:
-		return nil, errs.Unsupportedf("%s: pipeline class %q (supported: %s, %s)", dir, mi.ClassName, ClassSD, ClassSDXL)
+		return nil, errs.Unsupportedf("%s: pipeline class %q (supported: %s, %s, %s)", dir, mi.ClassName, ClassSD, ClassSDXL, ClassSD3)
 	}
 	layers := blocks.OptionsFor(opts.Backend)
 	if opts.Layers != nil {
@@ -128,11 +137,18 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 			p.Close()
 		}
 	}()
-	want := map[string]string{"unet": "UNet2DConditionModel", "vae": "AutoencoderKL", "text_encoder": "",
-		"tokenizer": "", "scheduler": ""}
-	if p.XL {
+	want := map[string]string{"vae": "AutoencoderKL", "text_encoder": "", "tokenizer": "", "scheduler": ""}
+	if p.SD3 {
+		want["transformer"] = "SD3Transformer2DModel"
+	} else {
+		want["unet"] = "UNet2DConditionModel"
+	}
+	if p.XL || p.SD3 {
 		want["text_encoder_2"] = ""
 		want["tokenizer_2"] = ""
+	}
+	if _, ok := mi.Component("text_encoder_3"); ok && p.SD3 && opts.Warn != nil {
+		opts.Warn("%s: text_encoder_3 (T5) is not supported; running without it as diffusers does with text_encoder_3=None (its prompt embeddings are zeros), which lowers prompt adherence", dir)
 	}
 	for name, class := range want {
 		c, ok := mi.Component(name)
@@ -154,27 +170,45 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		return nil, fmt.Errorf("%s: %w", schedPath, err)
 	}
 
-	// UNet.
+	// The denoiser: UNet, or SD3's transformer.
 	start := time.Now()
-	ub, err := os.ReadFile(filepath.Join(dir, "unet", "config.json"))
-	if err != nil {
-		return nil, fmt.Errorf("unet config: %w", err)
+	var ures *unet.Resolved
+	if p.SD3 {
+		tb, err := os.ReadFile(filepath.Join(dir, "transformer", "config.json"))
+		if err != nil {
+			return nil, fmt.Errorf("transformer config: %w", err)
+		}
+		tcfg, err := mmdit.ParseConfig(tb)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "transformer", "config.json"), err)
+		}
+		if err := withCheckpoint(dir, "transformer", opts.Variant, func(src blocks.Source) error {
+			p.Transformer, err = mmdit.Load(src, tcfg, opts.Backend, layers)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		report(opts, "transformer", p.Transformer.Weights, start)
+	} else {
+		ub, err := os.ReadFile(filepath.Join(dir, "unet", "config.json"))
+		if err != nil {
+			return nil, fmt.Errorf("unet config: %w", err)
+		}
+		ucfg, err := unet.ParseConfig(ub)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "unet", "config.json"), err)
+		}
+		if ures, err = ucfg.Resolve(); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "unet", "config.json"), err)
+		}
+		if err := withCheckpoint(dir, "unet", opts.Variant, func(src blocks.Source) error {
+			p.UNet, err = unet.Load(src, ures, opts.Backend, layers)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		report(opts, "unet", p.UNet.Weights, start)
 	}
-	ucfg, err := unet.ParseConfig(ub)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "unet", "config.json"), err)
-	}
-	ures, err := ucfg.Resolve()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "unet", "config.json"), err)
-	}
-	if err := withCheckpoint(dir, "unet", opts.Variant, func(src blocks.Source) error {
-		p.UNet, err = unet.Load(src, ures, opts.Backend, layers)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	report(opts, "unet", p.UNet.Weights, start)
 
 	// VAE (decoder; the encoder is checked but not loaded).
 	start = time.Now()
@@ -193,14 +227,14 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		return nil, err
 	}
 	p.VAEScaleFactor = vcfg.ScaleFactor()
-	if vcfg.LatentChannels != ures.InChannels {
-		return nil, errs.Unsupportedf("%s: vae latent_channels %d but unet in_channels %d", dir, vcfg.LatentChannels, ures.InChannels)
+	if vcfg.LatentChannels != p.LatentChannels() {
+		return nil, errs.Unsupportedf("%s: vae latent_channels %d but the denoiser takes %d channels", dir, vcfg.LatentChannels, p.LatentChannels())
 	}
 	report(opts, "vae", p.VAE.Weights, start)
 
 	// Text encoders and tokenizers.
 	names := [][2]string{{"text_encoder", "tokenizer"}}
-	if p.XL {
+	if p.XL || p.SD3 {
 		names = append(names, [2]string{"text_encoder_2", "tokenizer_2"})
 	}
 	for _, n := range names {
@@ -230,10 +264,27 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		report(opts, n[0], te.model.Weights, start)
 	}
 
-	// Conditioning widths must agree with the UNet.
+	// Conditioning widths must agree with the denoiser.
 	ctxDim := 0
 	for _, te := range p.texts {
 		ctxDim += te.model.Cfg.HiddenSize
+	}
+	if p.SD3 {
+		tc := p.Transformer.Cfg
+		pooled := 0
+		for _, te := range p.texts {
+			if !te.model.Cfg.WithProjection {
+				return nil, errs.Unsupportedf("%s: %s must be CLIPTextModelWithProjection", dir, te.name)
+			}
+			pooled += te.model.Cfg.ProjectionDim
+		}
+		if ctxDim > tc.JointAttentionDim {
+			return nil, errs.Unsupportedf("%s: the CLIP encoders give %d features, more than joint_attention_dim %d", dir, ctxDim, tc.JointAttentionDim)
+		}
+		if pooled != tc.PooledProjectionDim {
+			return nil, errs.Unsupportedf("%s: pooled text embeddings have %d features, transformer pooled_projection_dim is %d", dir, pooled, tc.PooledProjectionDim)
+		}
+		return p, nil
 	}
 	for i, d := range ures.CrossDim {
 		if d != ctxDim {
@@ -289,28 +340,59 @@ func (p *Pipeline) Executor() blocks.Executor { return p.exec }
 
 // NumParameters returns the parameter counts per component.
 func (p *Pipeline) NumParameters() map[string]int64 {
-	out := map[string]int64{"unet": p.UNet.Weights.NumParameters(), "vae": p.VAE.Weights.NumParameters()}
+	out := map[string]int64{"vae": p.VAE.Weights.NumParameters()}
+	if p.SD3 {
+		out["transformer"] = p.Transformer.Weights.NumParameters()
+	} else {
+		out["unet"] = p.UNet.Weights.NumParameters()
+	}
 	for _, te := range p.texts {
 		out[te.name] = te.model.Weights.NumParameters()
 	}
 	return out
 }
 
-// DefaultSize is the pipeline's default image size: unet sample_size times
-// the VAE scale factor (512 for SD 1.5, 1024 for SDXL).
+// DefaultSize is the pipeline's default image size: the denoiser's
+// sample_size times the VAE scale factor (512 for SD 1.5, 1024 for SDXL and
+// SD3).
 func (p *Pipeline) DefaultSize() (width, height int) {
 	s := 64
-	if v := p.unetSampleSize(); v > 0 {
+	if p.SD3 {
+		s = p.Transformer.Cfg.SampleSize
+	} else if v := p.UNet.Cfg.SampleSize; v > 0 {
 		s = v
 	}
 	return s * p.VAEScaleFactor, s * p.VAEScaleFactor
 }
 
-func (p *Pipeline) unetSampleSize() int { return p.UNet.Cfg.SampleSize }
+// DefaultGuidance is the pipeline class's default guidance_scale.
+func (p *Pipeline) DefaultGuidance() float64 {
+	switch {
+	case p.SD3:
+		return 7.0
+	case p.XL:
+		return 5.0
+	}
+	return 7.5
+}
+
+// LatentChannels is the denoiser's input channel count.
+func (p *Pipeline) LatentChannels() int {
+	if p.SD3 {
+		return p.Transformer.Cfg.InChannels
+	}
+	return p.UNet.Cfg.InChannels
+}
 
 // SizeMultiple is what image sides must be multiples of: the VAE scale
-// factor times 2^(number of UNet downsamplers).
-func (p *Pipeline) SizeMultiple() int { return p.VAEScaleFactor << p.UNet.Cfg.NumUpsamplers }
+// factor times 2^(number of UNet downsamplers), or times the transformer's
+// patch size.
+func (p *Pipeline) SizeMultiple() int {
+	if p.SD3 {
+		return p.VAEScaleFactor * p.Transformer.Cfg.PatchSize
+	}
+	return p.VAEScaleFactor << p.UNet.Cfg.NumUpsamplers
+}
 
 // Close frees the weights and executables.
 func (p *Pipeline) Close() {
@@ -319,6 +401,9 @@ func (p *Pipeline) Close() {
 	}
 	if p.UNet != nil {
 		p.UNet.Weights.Finalize()
+	}
+	if p.Transformer != nil {
+		p.Transformer.Weights.Finalize()
 	}
 	if p.VAE != nil {
 		p.VAE.Weights.Finalize()

@@ -206,7 +206,7 @@ func TestSDFP16Variant(t *testing.T) {
 // TestVAEAndTextEncoderMatchReference checks the pipeline's VAE decoder and
 // text encoders against the float64 reference.
 func TestVAEAndTextEncoderMatchReference(t *testing.T) {
-	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL()} {
+	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL(), tinysd.TinySD3()} {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, tinysd.Generate(dir, spec))
@@ -216,7 +216,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 
 			ids := [][]int{{546, 320, 520, 547, 547, 547, 547}, {546, 513, 537, 524, 540, 547, 0}}
 			encoders := []string{"text_encoder"}
-			if spec.XL {
+			if spec.XL || spec.SD3 {
 				encoders = append(encoders, "text_encoder_2")
 			}
 			for i, name := range encoders {
@@ -244,13 +244,14 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 
 			rv, err := ref.LoadVAE(filepath.Join(dir, "vae"))
 			require.NoError(t, err)
-			z := make([]float32, 2*4*4*6)
+			lc := p.LatentChannels()
+			z := make([]float32, 2*lc*4*6)
 			for i := range z {
 				z[i] = float32(math.Sin(float64(i)*0.37)) * 1.5
 			}
-			want := rv.Decode(ref.FromFloat32(z, 2, 4, 4, 6))
+			want := rv.Decode(ref.FromFloat32(z, 2, lc, 4, 6))
 			for _, eager := range []bool{false, true} {
-				got, err := p.VAE.Decode(p.Executor(), tensorOf(z, 2, 4, 4, 6), eager)
+				got, err := p.VAE.Decode(p.Executor(), tensorOf(z, 2, lc, 4, 6), eager)
 				require.NoError(t, err)
 				require.Equal(t, want.Shape, got.Shape().Dimensions)
 				e := relErr(flat(got), want.Data)
@@ -275,4 +276,70 @@ func relErr(a []float32, b []float64) float64 {
 		den = math.Max(den, math.Abs(b[i]))
 	}
 	return num / den
+}
+
+func TestSD3Pipeline(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD3()))
+	p, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	require.NoError(t, err)
+	defer p.Close()
+	require.True(t, p.SD3)
+	require.Equal(t, 7.0, p.DefaultGuidance())
+	require.Equal(t, 16, p.SizeMultiple())
+	w, h := p.DefaultSize()
+	require.Equal(t, 64, w)
+	require.Equal(t, 64, h)
+
+	ctx := context.Background()
+	req := sd.Request{Prompt: "a red fox", Steps: 3, Guidance: 7, Width: 64, Height: 32, Batch: 1, Seed: 11}
+	a, err := p.Generate(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, "FlowMatchEulerDiscreteScheduler", a.Scheduler)
+	require.Equal(t, []int{1, 16, 4, 8}, a.LatentShape)
+	require.Equal(t, torchrand.NewGenerator(11).Randn(1, 16, 4, 8), a.InitialLatents, "flow matching: init_noise_sigma is 1")
+	b, err := p.Generate(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, pngBytes(t, a), pngBytes(t, b))
+	req.Eager = true
+	e, err := p.Generate(ctx, req)
+	require.NoError(t, err)
+	require.LessOrEqual(t, maxRel(e.Latents, a.Latents), 1e-4)
+	req.Eager = false
+	req.Seed = 12
+	c, err := p.Generate(ctx, req)
+	require.NoError(t, err)
+	require.NotEqual(t, pngBytes(t, a), pngBytes(t, c))
+
+	// Too large for pos_embed_max_size 16: (16 patches * 2) * 8 = 256 pixels.
+	_, err = p.Generate(ctx, sd.Request{Prompt: "x", Steps: 1, Batch: 1, Width: 272, Height: 64})
+	require.ErrorContains(t, err, "at most 256x256")
+
+	// Conditioning: [uncond; cond] rows of 77 CLIP tokens (penultimate
+	// states of both encoders side by side, zero-padded to
+	// joint_attention_dim 48) followed by 256 zero T5 tokens; pooled is both
+	// projections concatenated.
+	ctxData, shape, pooled, err := p.Conditioning(sd.Request{Prompt: "a red fox", Steps: 1, Guidance: 7, Width: 64, Height: 64, Batch: 1})
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 77 + 256, 48}, shape)
+	require.Len(t, pooled, 2*32)
+	ids := [][]int{{546, 320, 520, 323, 532, 547}}
+	for len(ids[0]) < 77 {
+		ids[0] = append(ids[0], 547)
+	}
+	o1, err := p.EncodeText(0, ids, false)
+	require.NoError(t, err)
+	pen1 := flat(o1.Penultimate)
+	row := ctxData[333*48 : 2*333*48] // the conditional row (after the unconditional one)
+	for tok := 0; tok < 333; tok++ {
+		for f := 0; f < 48; f++ {
+			v := row[tok*48+f]
+			switch {
+			case tok >= 77 || f >= 32:
+				require.Zero(t, v, "token %d feature %d", tok, f)
+			case f < 16:
+				require.InDelta(t, pen1[tok*16+f], v, 1e-6)
+			}
+		}
+	}
 }

@@ -45,6 +45,21 @@ type VAESpec struct {
 	Groups         int
 	ScalingFactor  float64
 	SampleSize     int
+	// LatentChannels defaults to 4 (SD3 uses 16).
+	LatentChannels int
+	// NoQuantConv drops quant_conv and post_quant_conv (SD3's VAE).
+	NoQuantConv bool
+	// ShiftFactor is SD3's shift_factor (0: none).
+	ShiftFactor float64
+}
+
+// TransformerSpec sizes an SD3Transformer2DModel (MMDiT).
+type TransformerSpec struct {
+	PatchSize, Layers, Heads, HeadDim int
+	JointDim, PooledDim, PosMax       int
+	InChannels, SampleSize            int
+	// QKNorm adds SD3.5's RMS norm of queries and keys.
+	QKNorm bool
 }
 
 // TextSpec sizes a CLIP text encoder.
@@ -63,11 +78,15 @@ type Spec struct {
 	// Name is a label (the preset name).
 	Name string
 	// XL selects StableDiffusionXLPipeline (two text encoders).
-	XL    bool
-	UNet  UNetSpec
-	VAE   VAESpec
-	Text  TextSpec
-	Text2 TextSpec // SDXL only
+	XL bool
+	// SD3 selects StableDiffusion3Pipeline (MMDiT, two CLIP text
+	// encoders with projection, no T5).
+	SD3         bool
+	Transformer TransformerSpec
+	UNet        UNetSpec
+	VAE         VAESpec
+	Text        TextSpec
+	Text2       TextSpec // SDXL only
 	// Scheduler is the scheduler class; its config is diffusers' SD one.
 	Scheduler string
 	Seed      uint64
@@ -78,10 +97,29 @@ type Spec struct {
 	Variant string
 }
 
-// Presets returns the named specs: tiny-sd, tiny-sdxl (tests), and
-// sd-100m (a ~100M-parameter SD-like UNet for benchmarks).
+// Presets returns the named specs: tiny-sd, tiny-sdxl, tiny-sd3 (tests),
+// and sd-100m (a ~100M-parameter SD-like UNet for benchmarks).
 func Presets() map[string]Spec {
-	return map[string]Spec{"tiny-sd": TinySD(), "tiny-sdxl": TinySDXL(), "sd-100m": SD100M()}
+	return map[string]Spec{"tiny-sd": TinySD(), "tiny-sdxl": TinySDXL(), "tiny-sd3": TinySD3(), "sd-100m": SD100M()}
+}
+
+// TinySD3 is a Stable Diffusion 3 layout with tiny widths: a 2-layer MMDiT
+// (the last block context_pre_only) with qk RMS norm, two CLIP text
+// encoders with projection (no T5: text_encoder_3 is left out, as
+// diffusers allows), a 16-channel VAE without quant convs, and
+// FlowMatchEulerDiscreteScheduler with shift 3.
+func TinySD3() Spec {
+	return Spec{
+		Name: "tiny-sd3", SD3: true,
+		Transformer: TransformerSpec{PatchSize: 2, Layers: 2, Heads: 2, HeadDim: 8, JointDim: 48, PooledDim: 32,
+			PosMax: 16, InChannels: 16, SampleSize: 8, QKNorm: true},
+		VAE: VAESpec{BlockOut: []int{8, 8, 16, 16}, LayersPerBlock: 1, Groups: 4, ScalingFactor: 1.5305, ShiftFactor: 0.0609,
+			SampleSize: 64, LatentChannels: 16, NoQuantConv: true},
+		Text:      TextSpec{Hidden: 16, Intermediate: 32, Layers: 2, Heads: 2, Projection: 16, Act: "quick_gelu", MaxPositions: 77, PadToken: "<|endoftext|>"},
+		Text2:     TextSpec{Hidden: 16, Intermediate: 32, Layers: 3, Heads: 2, Projection: 16, Act: "gelu", MaxPositions: 77, PadToken: "!"},
+		Scheduler: "FlowMatchEulerDiscreteScheduler",
+		Seed:      4,
+	}
 }
 
 // TinySD is a Stable Diffusion 1.x layout with tiny channel counts:
@@ -145,10 +183,11 @@ type tensor struct {
 type initKind int
 
 const (
-	initWeight initKind = iota // N(0, 1/fan_in)
-	initBias                   // N(0, 0.02^2)
-	initNormW                  // 1 + N(0, 0.1^2)
-	initEmbed                  // N(0, 0.5^2)
+	initWeight   initKind = iota // N(0, 1/fan_in)
+	initBias                     // N(0, 0.02^2)
+	initNormW                    // 1 + N(0, 0.1^2)
+	initEmbed                    // N(0, 0.5^2)
+	initPosEmbed                 // the 2D sin-cos table (not random)
 )
 
 type tensorList []tensor
@@ -279,6 +318,49 @@ func unetTensors(u UNetSpec, inCh int) tensorList {
 	return l
 }
 
+func transformerTensors(t TransformerSpec) tensorList {
+	var l tensorList
+	d := t.Heads * t.HeadDim
+	p := t.PatchSize
+	l.conv("pos_embed.proj", t.InChannels, d, p)
+	l.add("pos_embed.pos_embed", initPosEmbed, 1, t.PosMax*t.PosMax, d)
+	l.linear("time_text_embed.timestep_embedder.linear_1", 256, d, true)
+	l.linear("time_text_embed.timestep_embedder.linear_2", d, d, true)
+	l.linear("time_text_embed.text_embedder.linear_1", t.PooledDim, d, true)
+	l.linear("time_text_embed.text_embedder.linear_2", d, d, true)
+	l.linear("context_embedder", t.JointDim, d, true)
+	for i := 0; i < t.Layers; i++ {
+		b := fmt.Sprintf("transformer_blocks.%d", i)
+		pre := i == t.Layers-1
+		l.linear(b+".norm1.linear", d, 6*d, true)
+		if pre {
+			l.linear(b+".norm1_context.linear", d, 2*d, true)
+		} else {
+			l.linear(b+".norm1_context.linear", d, 6*d, true)
+		}
+		for _, n := range []string{"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0"} {
+			l.linear(b+".attn."+n, d, d, true)
+		}
+		if !pre {
+			l.linear(b+".attn.to_add_out", d, d, true)
+		}
+		if t.QKNorm {
+			for _, n := range []string{"norm_q", "norm_k", "norm_added_q", "norm_added_k"} {
+				l.add(b+".attn."+n+".weight", initNormW, t.HeadDim)
+			}
+		}
+		l.linear(b+".ff.net.0.proj", d, 4*d, true)
+		l.linear(b+".ff.net.2", 4*d, d, true)
+		if !pre {
+			l.linear(b+".ff_context.net.0.proj", d, 4*d, true)
+			l.linear(b+".ff_context.net.2", 4*d, d, true)
+		}
+	}
+	l.linear("norm_out.linear", d, 2*d, true)
+	l.linear("proj_out", d, p*p*t.InChannels, true)
+	return l
+}
+
 func vaeTensors(v VAESpec) tensorList {
 	var l tensorList
 	n := len(v.BlockOut)
@@ -308,11 +390,17 @@ func vaeTensors(v VAESpec) tensorList {
 		}
 	}
 	mid("encoder.mid_block")
+	lc := v.LatentChannels
+	if lc == 0 {
+		lc = 4
+	}
 	l.norm("encoder.conv_norm_out", last)
-	l.conv("encoder.conv_out", last, 8, 3)
-	l.conv("quant_conv", 8, 8, 1)
-	l.conv("post_quant_conv", 4, 4, 1)
-	l.conv("decoder.conv_in", 4, last, 3)
+	l.conv("encoder.conv_out", last, 2*lc, 3)
+	if !v.NoQuantConv {
+		l.conv("quant_conv", 2*lc, 2*lc, 1)
+		l.conv("post_quant_conv", lc, lc, 1)
+	}
+	l.conv("decoder.conv_in", lc, last, 3)
 	mid("decoder.mid_block")
 	out = last
 	for i := 0; i < n; i++ {
@@ -357,9 +445,20 @@ func textTensors(t TextSpec, vocab int) tensorList {
 }
 
 // NumParameters returns the UNet's parameter count for a spec.
-func NumParameters(u UNetSpec) int64 {
+func NumParameters(u UNetSpec) int64 { return unetTensors(u, 4).count() }
+
+// DenoiserParameters returns the parameter count of the spec's UNet or
+// transformer.
+func (s Spec) DenoiserParameters() int64 {
+	if s.SD3 {
+		return transformerTensors(s.Transformer).count()
+	}
+	return NumParameters(s.UNet)
+}
+
+func (l tensorList) count() int64 {
 	var n int64
-	for _, t := range unetTensors(u, 4) {
+	for _, t := range l {
 		e := int64(1)
 		for _, d := range t.shape {
 			e *= int64(d)
@@ -382,6 +481,15 @@ func (l tensorList) write(path string, rng *rand.Rand, dtype string) error {
 		fanIn := 1
 		for _, d := range t.shape[1:] {
 			fanIn *= d
+		}
+		if t.init == initPosEmbed {
+			copy(vals, sinCosTable(t.shape[2], int(math.Sqrt(float64(t.shape[1]))), 8))
+			st, err := safetensors.Float32Tensor(t.name, safetensors.DType(dtype), t.shape, vals)
+			if err != nil {
+				return err
+			}
+			out = append(out, st)
+			continue
 		}
 		for i := range vals {
 			g := rng.NormFloat64()
@@ -441,7 +549,7 @@ func Generate(dir string, s Spec) error {
 		spec      TextSpec
 	}
 	encoders := []te{{"text_encoder", "tokenizer", s.Text}}
-	if s.XL {
+	if s.XL || s.SD3 {
 		encoders = append(encoders, te{"text_encoder_2", "tokenizer_2", s.Text2})
 	}
 	for _, e := range encoders {
@@ -455,11 +563,20 @@ func Generate(dir string, s Spec) error {
 			return err
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "unet", "config.json"), s.unetConfig()); err != nil {
-		return err
-	}
-	if err := unetTensors(s.UNet, 4).write(weights("unet", "diffusion_pytorch_model"), rng, s.DType); err != nil {
-		return err
+	if s.SD3 {
+		if err := writeJSON(filepath.Join(dir, "transformer", "config.json"), s.transformerConfig()); err != nil {
+			return err
+		}
+		if err := transformerTensors(s.Transformer).write(weights("transformer", "diffusion_pytorch_model"), rng, s.DType); err != nil {
+			return err
+		}
+	} else {
+		if err := writeJSON(filepath.Join(dir, "unet", "config.json"), s.unetConfig()); err != nil {
+			return err
+		}
+		if err := unetTensors(s.UNet, 4).write(weights("unet", "diffusion_pytorch_model"), rng, s.DType); err != nil {
+			return err
+		}
 	}
 	if err := writeJSON(filepath.Join(dir, "vae", "config.json"), s.vaeConfig()); err != nil {
 		return err
@@ -468,8 +585,13 @@ func Generate(dir string, s Spec) error {
 }
 
 func (s Spec) components() []string {
-	c := []string{"scheduler", "text_encoder", "tokenizer", "unet", "vae"}
-	if s.XL {
+	c := []string{"scheduler", "text_encoder", "tokenizer", "vae"}
+	if s.SD3 {
+		c = append(c, "transformer")
+	} else {
+		c = append(c, "unet")
+	}
+	if s.XL || s.SD3 {
 		c = append(c, "text_encoder_2", "tokenizer_2")
 	}
 	return c
@@ -483,6 +605,19 @@ func (s Spec) modelIndex() map[string]any {
 		"tokenizer":          []any{"transformers", "CLIPTokenizer"},
 		"unet":               []any{"diffusers", "UNet2DConditionModel"},
 		"vae":                []any{"diffusers", "AutoencoderKL"},
+	}
+	if s.SD3 {
+		delete(m, "unet")
+		m["_class_name"] = "StableDiffusion3Pipeline"
+		m["transformer"] = []any{"diffusers", "SD3Transformer2DModel"}
+		m["text_encoder"] = []any{"transformers", "CLIPTextModelWithProjection"}
+		m["text_encoder_2"] = []any{"transformers", "CLIPTextModelWithProjection"}
+		m["tokenizer_2"] = []any{"transformers", "CLIPTokenizer"}
+		m["text_encoder_3"] = []any{nil, nil}
+		m["tokenizer_3"] = []any{nil, nil}
+		m["image_encoder"] = []any{nil, nil}
+		m["feature_extractor"] = []any{nil, nil}
+		return m
 	}
 	if s.XL {
 		m["_class_name"] = "StableDiffusionXLPipeline"
@@ -514,6 +649,10 @@ func (s Spec) schedulerConfig() map[string]any {
 		"set_alpha_to_one":    false,
 		"skip_prk_steps":      true,
 		"trained_betas":       nil,
+	}
+	if s.Scheduler == "FlowMatchEulerDiscreteScheduler" {
+		return map[string]any{"_class_name": s.Scheduler, "_diffusers_version": "0.30.0",
+			"num_train_timesteps": 1000, "shift": 3.0}
 	}
 	if s.Scheduler == "EulerDiscreteScheduler" {
 		c["interpolation_type"] = "linear"
@@ -558,6 +697,44 @@ func (s Spec) unetConfig() map[string]any {
 	return c
 }
 
+func (s Spec) transformerConfig() map[string]any {
+	t := s.Transformer
+	c := map[string]any{
+		"_class_name": "SD3Transformer2DModel", "_diffusers_version": "0.30.0",
+		"attention_head_dim": t.HeadDim, "caption_projection_dim": t.Heads * t.HeadDim,
+		"in_channels": t.InChannels, "joint_attention_dim": t.JointDim, "num_attention_heads": t.Heads,
+		"num_layers": t.Layers, "out_channels": t.InChannels, "patch_size": t.PatchSize,
+		"pooled_projection_dim": t.PooledDim, "pos_embed_max_size": t.PosMax, "sample_size": t.SampleSize,
+		"dual_attention_layers": []int{}, "qk_norm": nil,
+	}
+	if t.QKNorm {
+		c["qk_norm"] = "rms_norm"
+	}
+	return c
+}
+
+// sinCosTable is diffusers' get_2d_sincos_pos_embed(dim, grid, base_size)
+// as [grid*grid, dim]: the first half of each row encodes the column (w)
+// coordinate, the second half the row (h), each as sines then cosines.
+func sinCosTable(dim, grid, baseSize int) []float32 {
+	out := make([]float32, grid*grid*dim)
+	half, quarter := dim/2, dim/4
+	for r := 0; r < grid; r++ {
+		for col := 0; col < grid; col++ {
+			pos := [2]float64{float64(col) / (float64(grid) / float64(baseSize)), float64(r) / (float64(grid) / float64(baseSize))}
+			row := out[(r*grid+col)*dim:]
+			for a := 0; a < 2; a++ {
+				for i := 0; i < quarter; i++ {
+					omega := 1 / math.Pow(10000, float64(i)/float64(quarter))
+					row[a*half+i] = float32(math.Sin(pos[a] * omega))
+					row[a*half+quarter+i] = float32(math.Cos(pos[a] * omega))
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (s Spec) vaeConfig() map[string]any {
 	v := s.VAE
 	n := len(v.BlockOut)
@@ -584,6 +761,16 @@ func (s Spec) vaeConfig() map[string]any {
 	}
 	if s.XL {
 		c["force_upcast"] = true
+	}
+	if v.LatentChannels != 0 {
+		c["latent_channels"] = v.LatentChannels
+	}
+	if v.NoQuantConv {
+		c["use_quant_conv"] = false
+		c["use_post_quant_conv"] = false
+	}
+	if v.ShiftFactor != 0 {
+		c["shift_factor"] = v.ShiftFactor
 	}
 	return c
 }

@@ -283,7 +283,10 @@ func (v *VAE) mid(p string, x *T) *T {
 // Decode maps unscaled latents [B, 4, h, w] to images.
 func (v *VAE) Decode(z *T) *T {
 	w, n := v.W, len(v.cfg.BlockOut)
-	h := w.conv("decoder.conv_in", w.conv("post_quant_conv", z, 1, 0), 1, 1)
+	if _, ok := w["post_quant_conv.weight"]; ok {
+		z = w.conv("post_quant_conv", z, 1, 0)
+	}
+	h := w.conv("decoder.conv_in", z, 1, 1)
 	h = v.mid("decoder.mid_block", h)
 	for i := 0; i < n; i++ {
 		for j := 0; j <= v.cfg.LayersPerBlock; j++ {
@@ -313,7 +316,10 @@ func (v *VAE) Encode(x *T) *T {
 	h = v.mid("encoder.mid_block", h)
 	h = mapT(w.gn("encoder.conv_norm_out", h, v.cfg.Groups, 1e-6), silu)
 	h = w.conv("encoder.conv_out", h, 1, 1)
-	return w.conv("quant_conv", h, 1, 0)
+	if _, ok := w["quant_conv.weight"]; ok {
+		h = w.conv("quant_conv", h, 1, 0)
+	}
+	return h
 }
 
 // ---- CLIP text model -----------------------------------------------------------
