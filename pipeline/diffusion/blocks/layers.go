@@ -48,8 +48,11 @@ func (n *GroupNormLayer) Apply(w Bind, x *Node) *Node {
 	return GroupNorm(x, w(n.Weight), w(n.Bias), n.Groups, n.Eps)
 }
 
+// Params lists the layer's tensors.
 func (n *GroupNormLayer) Params() []*Param { return []*Param{n.Weight, n.Bias} }
-func (n *GroupNormLayer) Key() string      { return fmt.Sprintf("gn%d,%g", n.Groups, n.Eps) }
+
+// Key describes the layer's static settings.
+func (n *GroupNormLayer) Key() string { return fmt.Sprintf("gn%d,%g", n.Groups, n.Eps) }
 
 // LayerNormLayer is torch.nn.LayerNorm over the last axis (affine).
 type LayerNormLayer struct {
@@ -67,6 +70,7 @@ func (n *LayerNormLayer) Apply(w Bind, x *Node) *Node {
 	return LayerNorm(x, w(n.Weight), w(n.Bias), n.Eps)
 }
 
+// Params lists the layer's tensors.
 func (n *LayerNormLayer) Params() []*Param { return []*Param{n.Weight, n.Bias} }
 
 // LinearLayer is torch.nn.Linear: weight [out, in], optional bias [out].
@@ -92,6 +96,7 @@ func (lin *LinearLayer) Apply(w Bind, x *Node) *Node {
 	return Linear(x, w(lin.Weight), b)
 }
 
+// Params lists the layer's tensors.
 func (lin *LinearLayer) Params() []*Param {
 	if lin.Bias == nil {
 		return []*Param{lin.Weight}
@@ -99,6 +104,7 @@ func (lin *LinearLayer) Params() []*Param {
 	return []*Param{lin.Weight, lin.Bias}
 }
 
+// Key describes the layer's static settings.
 func (lin *LinearLayer) Key() string { return fmt.Sprintf("lin%v", lin.Bias != nil) }
 
 // ConvLayer is torch.nn.Conv2d: weight [out, in, k, k], bias [out].
@@ -116,8 +122,11 @@ func NewConv(l *Loader, prefix string, in, out, k int, spec ConvSpec, o Options)
 // Apply convolves x [B, C, H, W].
 func (c *ConvLayer) Apply(w Bind, x *Node) *Node { return Conv2D(x, w(c.Weight), w(c.Bias), c.Spec) }
 
+// Params lists the layer's tensors.
 func (c *ConvLayer) Params() []*Param { return []*Param{c.Weight, c.Bias} }
-func (c *ConvLayer) Key() string      { return "conv(" + c.Spec.String() + ")" }
+
+// Key describes the layer's static settings.
+func (c *ConvLayer) Key() string { return "conv(" + c.Spec.String() + ")" }
 
 // AttentionLayer is diffusers' Attention (and CLIP's self-attention): q, k,
 // v and output projections around multi-head scaled dot-product attention.
@@ -156,10 +165,12 @@ func (a *AttentionLayer) Apply(w Bind, x, ctx *Node) *Node {
 	return a.Out.Apply(w, Attention(q, k, v, a.Heads, a.Causal))
 }
 
+// Params lists the layer's tensors.
 func (a *AttentionLayer) Params() []*Param {
 	return concatParams(a.Q.Params(), a.K.Params(), a.V.Params(), a.Out.Params())
 }
 
+// Key describes the layer's static settings.
 func (a *AttentionLayer) Key() string {
 	return fmt.Sprintf("attn(h%d,c%v,%s,%s)", a.Heads, a.Causal, a.Q.Key(), a.Out.Key())
 }

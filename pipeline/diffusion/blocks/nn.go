@@ -89,6 +89,7 @@ func SamePad(stride, p int) ConvSpec {
 	return ConvSpec{Stride: stride, PadTop: p, PadBottom: p, PadLeft: p, PadRight: p}
 }
 
+// String describes the spec for executable keys.
 func (s ConvSpec) String() string {
 	impl := "im2col"
 	if s.UseConvGeneral {
