@@ -45,6 +45,8 @@ type GenerateOptions struct {
 	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
 	// Now is the clock.
 	Now func() time.Time
+	// HostMemory is the host's memory in bytes (0: unknown).
+	HostMemory func() int64
 
 	Model       string
 	Revision    string
@@ -171,6 +173,7 @@ the same tokens.`,
 				return hc
 			}
 			opts.Now = f.Now
+			opts.HostMemory = func() int64 { n, _ := tpu.HostMemory(f.DeviceEnv()); return n }
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -329,6 +332,9 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		}
 		rep.Debugf("max new tokens %d capped to %d by max_position_embeddings %d", gen.MaxNewTokens, room, spec.MaxPositions)
 		gen.MaxNewTokens = room
+	}
+	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.HostMemory); err != nil {
+		return err
 	}
 	gen.NewDecoder = func() generate.StreamDecoder { return tok.NewStreamDecoder(true) }
 	gen.Now = opts.Now

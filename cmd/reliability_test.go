@@ -1,6 +1,9 @@
 package cmd
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,4 +66,65 @@ func TestGenerateRefusesFloat16UpFront(t *testing.T) {
 		assert.Contains(t, e.errOut.String(), "--dtype")
 		assert.False(t, opened, "the device was opened before the flags were checked")
 	}
+}
+
+// editedStories copies testdata/stories260K-hf with config.json and
+// generation_config.json edited.
+func editedStories(t *testing.T, edit func(cfg, gen map[string]any)) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, err := os.ReadDir(storiesDir)
+	require.NoError(t, err)
+	docs := map[string]map[string]any{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(storiesDir, e.Name()))
+		require.NoError(t, err)
+		if e.Name() == "config.json" || e.Name() == "generation_config.json" {
+			m := map[string]any{}
+			require.NoError(t, json.Unmarshal(b, &m))
+			docs[e.Name()] = m
+			continue
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644))
+	}
+	edit(docs["config.json"], docs["generation_config.json"])
+	for name, m := range docs {
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	return dir
+}
+
+// TestGenerateRefusesStateThatCannotFit: a config with an absurd
+// max_position_embeddings plus a huge token limit (flag or
+// generation_config.json) is refused before the KV cache is allocated,
+// with the figure, instead of crashing the process.
+func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
+	huge := editedStories(t, func(cfg, gen map[string]any) {
+		cfg["max_position_embeddings"] = int64(1) << 62
+		gen["max_new_tokens"] = int64(1) << 40
+	})
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		// 5 layers x K and V x 4 heads x 8 dims x 4 bytes = 1280 B per position.
+		{[]string{"-n", "1000000"}, []string{"1000192 positions", "1.2 GiB", "more than this machine's 16.0 MiB", "--max-new-tokens"}},
+		{nil, []string{"1099511628032 positions", "1.3 PiB"}}, // generation_config.json's 2^40
+		{[]string{"-n", "4611686018427387000"}, []string{"more than 8 EiB"}},
+	}
+	for _, tc := range cases {
+		e := genEnv(t)
+		code := e.run(append([]string{"generate", "--model", huge, "-p", "Once upon a time"}, tc.args...)...)
+		require.Equal(t, ExitUsage, code, e.errOut.String())
+		for _, w := range tc.want {
+			assert.Contains(t, e.errOut.String(), w)
+		}
+		assert.Empty(t, e.out.String())
+	}
+	// A sane limit on the same config runs.
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "--model", huge, "-p", "Once upon a time", "-n", "3", "--temperature", "0"), e.errOut.String())
+	assert.Equal(t, ", there was\n", e.out.String())
 }

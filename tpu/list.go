@@ -138,6 +138,10 @@ func List(env Env) *Inventory {
 	return inv
 }
 
+// HostMemory is the host's physical memory (MemTotal of /proc/meminfo
+// under env.Root); 0 with an error where that is unknown.
+func HostMemory(env Env) (int64, error) { return hostMemory(env) }
+
 // hostMemory reads MemTotal from /proc/meminfo (under env.Root).
 func hostMemory(env Env) (int64, error) {
 	f, err := os.Open(env.sys("/proc/meminfo"))
