@@ -131,9 +131,9 @@ unconditional and conditional inputs as one batch.
 
 --mode compiled (the default, also --compile) builds each model (UNet or
 transformer, VAE decoder, text encoders) into one executable; --mode eager
-builds one executable per block (ResNet block, transformer block, ...) shared by blocks of
-the same shapes and runs them one by one. The first call at a size compiles;
-the time is reported apart from the denoising steps.
+builds one executable per block (ResNet block, transformer block, ...),
+shared by blocks of the same shapes, and runs them one by one. The first call
+at a size compiles; the time is reported apart from the denoising steps.
 
 Images are written as PNG with the prompt, negative prompt, seed, steps,
 guidance, scheduler, model, size and tputool version in tEXt chunks; the same
