@@ -86,6 +86,57 @@ func ParseRef(s string) (Ref, error) {
 	return Ref{Raw: s, RepoID: id, Revision: rev}, nil
 }
 
+// CheckLinks refuses a model folder holding symbolic links that lead out
+// of it: a checkpoint must not make tputool read (and print parts of, in
+// error messages) files elsewhere on the machine. The one layout allowed
+// to point outside is a Hugging Face cache snapshot,
+// models--ORG--NAME/snapshots/<commit>/, whose files are relative links
+// into ../../blobs/ of the same repository folder. Links inside the
+// folder are fine; dangling links are ignored (nothing reads them), as are
+// hidden folders (.git, .cache), which ListDir skips too.
+func CheckLinks(dir string) error {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	allowed := []string{root}
+	if snaps := filepath.Dir(root); filepath.Base(snaps) == "snapshots" &&
+		strings.HasPrefix(filepath.Base(filepath.Dir(snaps)), "models--") {
+		if blobs, err := filepath.EvalSymlinks(filepath.Join(filepath.Dir(snaps), "blobs")); err == nil {
+			allowed = append(allowed, blobs)
+		}
+	}
+	inside := func(p string) bool {
+		for _, a := range allowed {
+			if rel, err := filepath.Rel(a, p); err == nil && filepath.IsLocal(rel) || p == a {
+				return true
+			}
+		}
+		return false
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if d.Type()&fs.ModeSymlink == 0 {
+			return nil
+		}
+		target, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil // dangling or a loop: never read
+		}
+		if !inside(target) {
+			rel, _ := filepath.Rel(root, p)
+			link, _ := os.Readlink(p)
+			return fmt.Errorf("%s is a symbolic link to %s, outside the model folder; refusing to read it (copy the file into the folder instead)", filepath.ToSlash(rel), link)
+		}
+		return nil
+	})
+}
+
 // ---------------------------------------------------------------- models
 
 // Kind is the library layout of a checkpoint.
@@ -179,6 +230,9 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 	if r.Local {
 		files, err := hub.ListDir(r.Path)
 		if err != nil {
+			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
+		}
+		if err := CheckLinks(r.Path); err != nil {
 			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
 		}
 		m := &Model{Ref: r, Dir: r.Path, Files: files, Variant: opts.Variant}
