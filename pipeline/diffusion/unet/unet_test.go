@@ -101,8 +101,14 @@ func TestUNetMatchesReference(t *testing.T) {
 			t.Logf("compiled vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 
+			before := x.Stats()
 			eager, err := m.Eager(x, in)
 			require.NoError(t, err)
+			first := x.Stats()
+			// Blocks of the same structure and shapes share executables:
+			// the first eager pass already reuses some.
+			require.Positive(t, first.Hits-before.Hits, "shared block executables")
+			t.Logf("eager pass: %d block calls, %d executables", first.Hits-before.Hits+first.Misses-before.Misses, first.Misses-before.Misses)
 			gotE := tensors.MustCopyFlatData[float32](eager)
 			e = relErr(gotE, want.Data)
 			t.Logf("eager vs float64 reference: %.2e", e)
