@@ -304,6 +304,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	if m.Kind != loader.Diffusers {
 		return errs.Unsupportedf("--model %s is a %s checkpoint, not a diffusers pipeline (model_index.json); tputool diffuse runs StableDiffusionPipeline, StableDiffusionXLPipeline and StableDiffusion3Pipeline", m.Name(), m.Kind)
 	}
+	warnNonFinite(m, r)
 	dev, err := opts.Device()
 	if err != nil {
 		return err

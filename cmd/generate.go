@@ -298,6 +298,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	defer loaded.Close()
+	warnNonFinite(m, rep)
 	spec := loaded.Model.Spec()
 	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s), %s mode",
 		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)

@@ -1,7 +1,10 @@
 package cmd
 
 import (
+	"context"
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub/hubtest"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -127,4 +132,66 @@ func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
 	e := genEnv(t)
 	require.Equal(t, ExitOK, e.run("generate", "--model", huge, "-p", "Once upon a time", "-n", "3", "--temperature", "0"), e.errOut.String())
 	assert.Equal(t, ", there was\n", e.out.String())
+}
+
+// TestGenerateWarnsAboutNonFiniteWeights: a checkpoint with NaN/Inf in a
+// tensor still loads, and a warning names the tensor and the count.
+func TestGenerateWarnsAboutNonFiniteWeights(t *testing.T) {
+	dir := editedStories(t, func(cfg, gen map[string]any) {})
+	p := filepath.Join(dir, "model.safetensors")
+	ck, err := safetensors.Open(p)
+	require.NoError(t, err)
+	var ts []safetensors.Tensor
+	const victim = "model.layers.2.mlp.down_proj.weight"
+	for _, name := range ck.Names() {
+		info, _ := ck.Info(name)
+		raw, err := ck.Raw(name)
+		require.NoError(t, err)
+		data := append([]byte(nil), raw...)
+		if name == victim {
+			require.Equal(t, safetensors.F32, info.DType)
+			for i, bits := range map[int]uint32{3: 0x7FC00000, 40: 0x7F800000, 41: 0xFF800000} { // NaN, +Inf, -Inf
+				binary.LittleEndian.PutUint32(data[4*i:], bits)
+			}
+		}
+		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: data})
+	}
+	ck.Close()
+	b, err := safetensors.Encode(ts, nil)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+
+	e := genEnv(t)
+	code := e.run("generate", "--model", dir, "-p", "Once upon a time", "-n", "2", "--temperature", "0")
+	assert.Equal(t, ExitOK, code, "NaN weights are a warning, not an error")
+	assert.Contains(t, e.errOut.String(), "tensor "+victim+" (F32) holds 3 NaN/Inf value(s) of 11008, the first at element 3")
+	assert.NotContains(t, e.errOut.String(), "panic")
+}
+
+// TestWarnNonFiniteNamesComponent: in a diffusers pipeline the warning
+// names the component folder and the tensor.
+func TestWarnNonFiniteNamesComponent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel string, b []byte) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, rel), b, 0o644))
+	}
+	write("model_index.json", []byte(`{"_class_name":"StableDiffusionPipeline","unet":["diffusers","UNet2DConditionModel"],"vae":["diffusers","AutoencoderKL"]}`))
+	for _, comp := range []string{"unet", "vae"} {
+		vals := make([]float32, 8)
+		if comp == "vae" {
+			vals[6] = float32(math.Inf(1))
+		}
+		x, err := safetensors.Float32Tensor("decoder.conv_out.weight", safetensors.F16, []int{2, 4}, vals)
+		require.NoError(t, err)
+		b, err := safetensors.Encode([]safetensors.Tensor{x}, nil)
+		require.NoError(t, err)
+		write(comp+"/config.json", []byte(`{}`))
+		write(comp+"/diffusion_pytorch_model.safetensors", b)
+	}
+	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	require.NoError(t, err)
+	e := newTestFactory(t, nil)
+	warnNonFinite(m, e.f.Reporter())
+	assert.Equal(t, "warning: weights: tensor vae/decoder.conv_out.weight (F16) holds 1 NaN/Inf value(s) of 8, the first at element 6; the output may be NaN or garbage\n", e.errOut.String())
 }
