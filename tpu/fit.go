@@ -77,8 +77,11 @@ func (r FitRequest) validate() (float64, error) {
 
 // totalBytes is (weights + state) * (1 + headroom), rounded up.
 func (r FitRequest) totalBytes(headroom float64) int64 {
-	raw := float64(r.WeightBytes) + float64(r.StateBytes)
-	return int64(math.Ceil(raw * (1 + headroom)))
+	total := math.Ceil((float64(r.WeightBytes) + float64(r.StateBytes)) * (1 + headroom))
+	if total >= math.MaxInt64 { // converting it would wrap to a negative size that "fits"
+		return math.MaxInt64
+	}
+	return int64(total)
 }
 
 // TPDegree returns the largest tensor-parallel degree <= chips that divides
@@ -134,7 +137,7 @@ func FitAll(req FitRequest) ([]FitResult, error) {
 	return out, nil
 }
 
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+func ceilDiv(a, b int64) int64 { return a/b + min(a%b, 1) } // (a+b-1)/b overflows near MaxInt64
 
 // FormatBytes renders a byte count in binary units ("1.5 GiB").
 func FormatBytes(n int64) string {

@@ -3,6 +3,7 @@ package inspect
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/tputool/tputool/loader/config"
@@ -229,24 +230,51 @@ type State struct {
 }
 
 // Total is KVCache + Recurrent.
-func (s State) Total() int64 { return s.KVCache + s.Recurrent }
+func (s State) Total() int64 { return satAdd(s.KVCache, s.Recurrent) }
+
+// satMul multiplies sizes, saturating at math.MaxInt64, so that a config
+// with absurd sizes (or an absurd --context/--batch) shows more than 8 EiB
+// and fits nowhere instead of wrapping around to a small or negative
+// figure. A factor <= 0 makes 0.
+func satMul(xs ...int64) int64 {
+	p := int64(1)
+	for _, x := range xs {
+		if x <= 0 {
+			return 0
+		}
+		if p > math.MaxInt64/x {
+			p = math.MaxInt64
+			continue
+		}
+		p *= x
+	}
+	return p
+}
+
+// satAdd adds non-negative sizes, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
 
 // StateBytes computes the generation state for batch sequences of context
 // tokens, with KV entries of kvBytes bytes each.
 func (t *Text) StateBytes(batch, context, kvBytes int) State {
 	b, ctx, e := int64(batch), int64(context), int64(kvBytes)
-	perToken := 2 * int64(t.KVHeads) * int64(t.HeadDim) * e // K and V
+	perToken := satMul(2, int64(t.KVHeads), int64(t.HeadDim), e) // K and V
 	var s State
-	s.KVCache = int64(t.FullAttentionLayers) * b * ctx * perToken
+	s.KVCache = satMul(int64(t.FullAttentionLayers), b, ctx, perToken)
 	if t.SlidingAttentionLayers > 0 {
-		s.KVCache += int64(t.SlidingAttentionLayers) * b * min(ctx, int64(t.SlidingWindow)) * perToken
+		s.KVCache = satAdd(s.KVCache, satMul(int64(t.SlidingAttentionLayers), b, min(ctx, int64(t.SlidingWindow)), perToken))
 	}
 	if la := t.Linear; la != nil && t.LinearAttentionLayers > 0 {
-		keyDim := int64(la.KeyHeads) * int64(la.KeyHeadDim)
-		valueDim := int64(la.ValueHeads) * int64(la.ValueHeadDim)
-		conv := (2*keyDim + valueDim) * int64(la.ConvKernel-1) * e
-		matrix := int64(la.ValueHeads) * int64(la.KeyHeadDim) * int64(la.ValueHeadDim) * 4
-		s.Recurrent = int64(t.LinearAttentionLayers) * b * (conv + matrix)
+		keyDim := satMul(int64(la.KeyHeads), int64(la.KeyHeadDim))
+		valueDim := satMul(int64(la.ValueHeads), int64(la.ValueHeadDim))
+		conv := satMul(satAdd(satAdd(keyDim, keyDim), valueDim), int64(la.ConvKernel-1), e)
+		matrix := satMul(int64(la.ValueHeads), int64(la.KeyHeadDim), int64(la.ValueHeadDim), 4)
+		s.Recurrent = satMul(int64(t.LinearAttentionLayers), b, satAdd(conv, matrix))
 	}
 	return s
 }

@@ -12,6 +12,7 @@ package inspect
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -243,7 +244,10 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 		}
 	}
 	r.Memory.DType, r.Memory.Batch, r.Memory.Context = dtypeName, opts.Batch, opts.Context
-	r.Memory.Total = r.Memory.Weights + r.Memory.State.Total()
+	r.Memory.Total = satAdd(r.Memory.Weights, r.Memory.State.Total())
+	if r.Memory.Total == math.MaxInt64 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the memory for batch %d and context %d is more than 8 EiB (the sizes overflow 64 bits)", opts.Batch, opts.Context))
+	}
 
 	fit := opts.Fit
 	if fit == nil {
