@@ -59,5 +59,8 @@ func New(cfg *config.Model) (Model, error) {
 		}
 		return nil, errs.Unsupportedf("%s: architecture %q is not supported; supported architectures: %s", where, arch, strings.Join(Supported(), ", "))
 	}
+	if err := checkDims(cfg); err != nil {
+		return nil, err
+	}
 	return c(cfg)
 }

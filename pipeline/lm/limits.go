@@ -1,0 +1,74 @@
+package lm
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/tputool/tputool/loader/config"
+)
+
+// dimLimits bound the config.json sizes architectures allocate tables
+// from while resolving a config (per-layer kinds, per-expert flags, rotary
+// frequencies), far above any real model. A hostile or corrupt value
+// (num_hidden_layers: 2^40) would otherwise make that allocation abort
+// the whole process with a Go out-of-memory error, which no recover
+// catches, before a single tensor is compared with the config.
+var dimLimits = map[string]int64{
+	"num_hidden_layers":               1 << 16,
+	"num_attention_heads":             1 << 16,
+	"num_key_value_heads":             1 << 16,
+	"head_dim":                        1 << 16,
+	"hidden_size":                     1 << 24,
+	"intermediate_size":               1 << 24,
+	"moe_intermediate_size":           1 << 24,
+	"shared_expert_intermediate_size": 1 << 24,
+	"vocab_size":                      1 << 26,
+	"num_experts":                     1 << 16,
+	"num_local_experts":               1 << 16,
+	"num_experts_per_tok":             1 << 16,
+	"linear_num_key_heads":            1 << 16,
+	"linear_num_value_heads":          1 << 16,
+	"linear_key_head_dim":             1 << 16,
+	"linear_value_head_dim":           1 << 16,
+	"linear_conv_kernel_dim":          1 << 16,
+	"sliding_window_pattern":          1 << 16,
+	"full_attention_interval":         1 << 16,
+}
+
+// checkDims refuses config sizes above dimLimits, at the top level and in
+// text_config, before an architecture resolves them.
+func checkDims(cfg *config.Model) error {
+	where := cfg.Path
+	if where == "" {
+		where = "config.json"
+	}
+	for _, m := range []*config.Model{cfg, cfg.Text} {
+		if m == nil {
+			continue
+		}
+		keys := make([]string, 0, len(dimLimits))
+		for k := range dimLimits {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			raw, ok := m.Raw[k]
+			if !ok {
+				continue
+			}
+			var v float64
+			if json.Unmarshal(raw, &v) != nil {
+				continue // not a number: the architecture's decoder says so
+			}
+			if limit := dimLimits[k]; v > float64(limit) {
+				field := k
+				if m != cfg {
+					field = "text_config." + k
+				}
+				return fmt.Errorf("%s: %s is %.0f, beyond any real model (at most %d here); the config is corrupt", where, field, v, limit)
+			}
+		}
+	}
+	return nil
+}
