@@ -1,0 +1,64 @@
+package lm_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/loader/config"
+	_ "github.com/tputool/tputool/pipeline/gemma3"
+	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/qwen2"
+	_ "github.com/tputool/tputool/pipeline/qwen3"
+	_ "github.com/tputool/tputool/pipeline/qwen3moe"
+)
+
+// FuzzNewModel resolves arbitrary config.json bytes with every registered
+// architecture. The properties: no panic and no runaway allocation (the
+// fuzzer's worker would die), and an accepted config yields a consistent
+// Spec whose weight list and layer state can be enumerated.
+func FuzzNewModel(f *testing.F) {
+	for _, p := range []string{
+		"../../testdata/stories260K-hf/config.json",
+		"../llama/testdata/Llama-3.2-1B.config.json",
+		"../gemma3/testdata/gemma-3-1b-it.config.json",
+		"../mistral/testdata/Mistral-7B-v0.3.config.json",
+		"../qwen2/testdata/Qwen2.5-0.5B.config.json",
+		"../qwen3/testdata/Qwen3-0.6B.config.json",
+		"../../testdata/configs/qwen3_5_9b/config.json",
+		"../../testdata/configs/qwen3_moe_30b_a3b/config.json",
+	} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"num_hidden_layers":1e12}`))
+	f.Add([]byte(`{"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"layer_types":["linear_attention"],"num_hidden_layers":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := config.ParseModel(b)
+		if err != nil {
+			return
+		}
+		m, err := lm.New(cfg)
+		if err != nil {
+			return
+		}
+		s := m.Spec()
+		if s.Layers <= 0 || s.Hidden <= 0 || s.VocabSize <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.HeadDim <= 0 {
+			t.Fatalf("accepted a spec with non-positive sizes: %+v", s)
+		}
+		if len(s.LayerKinds) != s.Layers {
+			t.Fatalf("%d layer kinds for %d layers", len(s.LayerKinds), s.Layers)
+		}
+		_ = lm.Weights(m)
+		for i := 0; i < s.Layers; i++ {
+			_ = m.LayerKind(i)
+			_ = m.LayerState(i, 1, 8)
+		}
+		_, _ = lm.StateBytes(m, 1, 8, dtypes.Float32)
+	})
+}
