@@ -27,7 +27,7 @@ import (
 //
 // Each iteration is one Generate call of benchSteps steps after a one-step
 // warm-up call that compiles; metrics: s/step (compile excluded),
-// unet-compile-s and compile-s (all models) of the warm-up call, and
+// denoiser-compile-s and compile-s (all models) of the warm-up call, and
 // first-step-s (the warm-up's step; in eager mode it includes compiling
 // each block).
 func BenchmarkDenoise(b *testing.B) {
