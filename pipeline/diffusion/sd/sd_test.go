@@ -3,6 +3,7 @@ package sd_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -118,7 +119,10 @@ func TestSDInitialLatentsMatchTorchrand(t *testing.T) {
 }
 
 func TestSDBatchAndNegative(t *testing.T) {
-	p := load(t, tinysd.TinySD(), sd.Options{})
+	var warnings []string
+	p := load(t, tinysd.TinySD(), sd.Options{Warn: func(format string, args ...any) {
+		warnings = append(warnings, fmt.Sprintf(format, args...))
+	}})
 	ctx := context.Background()
 	req := sd.Request{Prompt: "a blue dog", NegativePrompt: "cat", HasNegative: true, Steps: 2, Guidance: 5,
 		Width: 64, Height: 64, Batch: 2, Seed: 1}
@@ -142,6 +146,16 @@ func TestSDBatchAndNegative(t *testing.T) {
 	require.True(t, r2.NewSize)
 	require.Positive(t, r2.Timings.Compiles)
 	require.Equal(t, 32, r2.Images[0].Bounds().Dx())
+	require.Len(t, warnings, 2, "the batch change and the size change each warn")
+	require.Contains(t, warnings[1], "new size 32x32")
+
+	// Back to a size already compiled: no compilation, no warning.
+	req.Width, req.Height = 64, 64
+	r3, err := p.Generate(ctx, req)
+	require.NoError(t, err)
+	require.False(t, r3.NewSize)
+	require.Zero(t, r3.Timings.Compiles)
+	require.Len(t, warnings, 2)
 }
 
 func TestSDValidate(t *testing.T) {
