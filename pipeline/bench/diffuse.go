@@ -92,9 +92,11 @@ func (s DiffuseSpec) validate() error {
 // Measured per run: each denoising step (from the start of the denoising
 // loop, or the end of the previous step, to the end of the step; the
 // UNet's ahead-of-loop compilation is outside the loop) and the whole
-// request (text encoding, denoising and VAE decoding). s/step is pooled
-// over every step of every measured run; s/image is the request time over
-// the batch, summarised over runs.
+// request (text encoding, denoising and VAE decoding). A step is one
+// iteration of the pipeline's loop, one UNet call, as diffusers' progress
+// bar counts them: schedulers such as PNDM make more calls than Steps.
+// s/step is pooled over every step of every measured run; s/image is the
+// request time over the batch, summarised over runs.
 func Diffuse(ctx context.Context, cfg Config, spec DiffuseSpec) (rows []Row, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -90,7 +90,11 @@ func Table(rows []Row) (header []string, cells [][]string) {
 // HeaderLine is the one-line summary printed above a table.
 func HeaderLine(h Header) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "tputool %s (gomlx %s, go-xla %s)", h.TputoolVersion, orDash(h.GoMLX), orDash(h.GoXLA))
+	fmt.Fprintf(&b, "tputool %s", h.TputoolVersion)
+	if c := h.Commit; c != "" {
+		fmt.Fprintf(&b, " %.12s", c)
+	}
+	fmt.Fprintf(&b, " (gomlx %s, go-xla %s)", orDash(h.GoMLX), orDash(h.GoXLA))
 	fmt.Fprintf(&b, " | %s %s | device %s | backend %s | dtype %s", h.Task, h.Model, h.Device, h.Backend, h.DType)
 	fmt.Fprintf(&b, " | %s/%s, %d cores", h.Host.OS, h.Host.Arch, h.Host.Cores)
 	switch m := h.Host.MemoryBytes; {

@@ -45,7 +45,9 @@ func TestTableCells(t *testing.T) {
 	assert.Equal(t, []string{"mode", "batch", "shape", "load s", "compile s", "hits/misses", "s/step", "s/image", "compiled vs eager"}, header)
 	assert.Equal(t, []string{"eager", "2", "64x64/4", "0", "0", "0/0", "0.25", "1.50 ± 0.01", "-"}, cells[0])
 
+	rep.Header.Commit = "0123456789abcdef"
 	line := HeaderLine(rep.Header)
+	assert.Contains(t, line, "tputool 1.2.3 0123456789ab (gomlx")
 	for _, want := range []string{"tputool 1.2.3", "gomlx v0.26.0", "go-xla v0.1.4", "device cpu (go, 1 device)", "backend go",
 		"dtype float32", "generate ./m", "2 cores, 16.0 GiB, load 0.50", "repeat 3, warmup 1"} {
 		assert.Contains(t, line, want)
