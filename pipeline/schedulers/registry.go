@@ -53,6 +53,9 @@ func Classes() []string {
 	return out
 }
 
+// maxTrainTimesteps bounds num_train_timesteps.
+const maxTrainTimesteps = 1 << 20
+
 // New builds the scheduler class className from a config: the class
 // defaults overlaid with config's fields (a diffusers scheduler_config.json
 // as a map; unknown fields are kept and ignored). An unknown class is an
@@ -64,6 +67,12 @@ func New(className string, config map[string]any) (Scheduler, error) {
 	}
 	cfg := resolveConfig(className, config)
 	cfg["_class_name"] = className
+	// The schedule tables are allocated from num_train_timesteps (1000 in
+	// every real config); a hostile 1e12 aborted the process with an
+	// out-of-memory error.
+	if n, ok := cfg["num_train_timesteps"].(float64); ok && n > maxTrainTimesteps {
+		return nil, fmt.Errorf("%s config: num_train_timesteps %.0f is over the limit %d", className, n, maxTrainTimesteps)
+	}
 	s, err := f(className, cfg)
 	if err != nil {
 		return nil, err
