@@ -92,6 +92,12 @@ func (l *IntList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Bounds on config sizes no real UNet comes near.
+const (
+	maxBlockLayers = 256
+	maxSampleSize  = 1024
+)
+
 // Expand returns n values: the scalar repeated, or the list (which must
 // have n entries).
 func (l IntList) Expand(name string, n int) ([]int, error) {
@@ -264,6 +270,9 @@ func (c *Config) Resolve() (*Resolved, error) {
 	} else if c.Extra["norm_num_groups"] != nil {
 		return nil, unsup("norm_num_groups null (no output norm)")
 	}
+	if r.Groups <= 0 {
+		return nil, fmt.Errorf("unet config: norm_num_groups %d must be positive", r.Groups)
+	}
 	r.Eps = 1e-5
 	if c.NormEps != nil {
 		r.Eps = *c.NormEps
@@ -281,6 +290,16 @@ func (c *Config) Resolve() (*Resolved, error) {
 	}
 	if r.TransformerLayers, err = tl.Expand("transformer_layers_per_block", n); err != nil {
 		return nil, fmt.Errorf("unet config: %w", err)
+	}
+	// Layer counts size per-block tables; a hostile 2^40 aborted the
+	// process with an out-of-memory error.
+	for i := 0; i < n; i++ {
+		if v := r.LayersPerBlock[i]; v < 1 || v > maxBlockLayers {
+			return nil, fmt.Errorf("unet config: layers_per_block[%d]=%d must be between 1 and %d", i, v, maxBlockLayers)
+		}
+		if v := r.TransformerLayers[i]; v < 0 || v > maxBlockLayers {
+			return nil, fmt.Errorf("unet config: transformer_layers_per_block[%d]=%d must be between 0 and %d", i, v, maxBlockLayers)
+		}
 	}
 	if c.ReverseTransformerLayers != nil {
 		if len(c.ReverseTransformerLayers) != n {
@@ -392,6 +411,11 @@ func (c *Config) Resolve() (*Resolved, error) {
 	r.NumUpsamplers = n - 1
 	if c.SampleSize.Set && len(c.SampleSize.Values) > 0 {
 		r.SampleSize = c.SampleSize.Values[0]
+		// The default image side is sample_size times the VAE's 8: keep it
+		// within the 8192 pixels --size allows.
+		if r.SampleSize < 0 || r.SampleSize > maxSampleSize {
+			return nil, fmt.Errorf("unet config: sample_size %d must be between 0 and %d (images of at most 8192 pixels)", r.SampleSize, maxSampleSize)
+		}
 	}
 	return r, nil
 }
