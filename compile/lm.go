@@ -72,6 +72,10 @@ type Options struct {
 	// one graph with every expert on every token (Model.Layer) instead of
 	// grouping tokens by expert on the host (see moe.go); for comparison.
 	DenseExperts bool
+	// TP and DP spread the model over TP x DP devices of the backend
+	// (tensor parallel over heads and MLP columns, data parallel over the
+	// batch) with AutoSharding; 0 and 1 mean one device. See shard.go.
+	TP, DP int
 }
 
 // PromptBucket rounds a prompt length up so that prefill shapes repeat:
@@ -121,6 +125,7 @@ type LM struct {
 	programs        []*Program          // all, for Stats
 	kindPrograms    map[string]*Program // eager mode, by kind signature
 	moe             *moeRun             // host-routed experts (lm.Routed), nil otherwise
+	tp              *tpRun              // several devices (Options.TP/DP), nil otherwise
 
 	// Generation state.
 	batch, cacheLen, next int
@@ -151,6 +156,9 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
 		dus:     caps.Operations[backends.OpTypeDynamicUpdateSlice],
 		weights: map[string]*tensors.Tensor{},
+	}
+	if err := r.setupParallel(); err != nil {
+		return nil, err
 	}
 	if err := r.loadWeights(l); err != nil {
 		return nil, err
@@ -208,6 +216,9 @@ func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Pro
 func (r *LM) makePrograms() error {
 	if rm, ok := r.routedModel(); ok {
 		return r.makeRoutedPrograms(rm)
+	}
+	if r.tp != nil {
+		return r.makeShardedPrograms()
 	}
 	var err error
 	if r.opts.Mode == Compiled {
@@ -368,6 +379,9 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 	} else if t+maxNew > cacheLen {
 		return nil, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
 	}
+	if r.tp != nil {
+		cacheLen = maxCacheLen // sharded caches do not grow
+	}
 	r.release()
 	b := len(prompts)
 	r.batch, r.cacheLen, r.maxCacheLen, r.next = b, cacheLen, maxCacheLen, t
@@ -379,6 +393,12 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 		for j, id := range p {
 			tokens[i*t+pad+j] = int32(id)
 		}
+	}
+	if r.tp != nil {
+		if err := r.allocShardedState(b, cacheLen); err != nil {
+			return nil, err
+		}
+		return r.run(r.prefill, tensors.FromFlatDataAndDimensions(tokens, b, t), 0)
 	}
 	r.state = make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range r.state {
@@ -431,6 +451,12 @@ func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]floa
 	if r.moe != nil {
 		var err error
 		if logits, err = r.runRouted(tokens, pads, startT, start); err != nil {
+			r.release()
+			return nil, err
+		}
+	} else if r.tp != nil {
+		var err error
+		if logits, err = r.runSharded(compiled, tokens, pads, startT); err != nil {
 			r.release()
 			return nil, err
 		}
@@ -551,6 +577,7 @@ func (r *LM) Spec() *lm.Spec { return r.spec }
 // Close frees the state, the weights' device buffers and the executables.
 func (r *LM) Close() {
 	r.release()
+	r.closeSharded()
 	for _, t := range r.weights {
 		t.FinalizeAll()
 	}

@@ -138,7 +138,16 @@ func (p *Program) Precompile(args ...Arg) (compiled bool, err error) {
 // their executable with Exec.PreCompile, timed apart from execution, and
 // reports a recompilation after the first call.
 func (p *Program) compile(args []Arg) (compiled bool, err error) {
-	key := shapeKey(args)
+	plain := make([]any, len(args))
+	for i, a := range args {
+		plain[i] = a.T
+	}
+	return p.compileFor(shapeKey(args), plain)
+}
+
+// compileFor is compile for the inputs plain (as graph.Exec takes them)
+// identified by key.
+func (p *Program) compileFor(key string, plain []any) (compiled bool, err error) {
 	p.mu.Lock()
 	isNew := !p.keys[key]
 	first := p.stats.Calls == 0
@@ -154,10 +163,6 @@ func (p *Program) compile(args []Arg) (compiled bool, err error) {
 	}
 	if !first && p.OnRecompile != nil {
 		p.OnRecompile(p.name, key)
-	}
-	plain := make([]any, len(args))
-	for i, a := range args {
-		plain[i] = a.T
 	}
 	start := time.Now()
 	if err := p.exec.PreCompile(plain...); err != nil {

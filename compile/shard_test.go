@@ -1,0 +1,415 @@
+package compile
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/distributed"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	_ "github.com/tputool/tputool/pipeline/qwen2"
+)
+
+// tinyLoaded writes and loads a small checkpoint: 8 heads, 4 KV heads,
+// intermediate 96, vocab 64.
+func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
+	t.Helper()
+	m := lmtest.LlamaShape(64, 2, 8, 96, 64)
+	m.Arch = arch
+	m.Config.KVHeads = 4
+	m.Config.Tied = tied
+	m.Config.QKVBias = bias
+	m.MaxPositions = 128
+	dir := t.TempDir()
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lm.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// axes renders a spec as e.g. "[R S(model)]"; "[]" is replicated.
+func axes(s *distributed.ShardingSpec) string {
+	var parts []string
+	for _, a := range s.Axes {
+		if len(a) == 0 {
+			parts = append(parts, "R")
+		} else {
+			parts = append(parts, "S("+strings.Join(a, ",")+")")
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func TestPlanShardsLlama(t *testing.T) {
+	l := tinyLoaded(t, "LlamaForCausalLM", false, false)
+	p, err := PlanShards(l.Model, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"model.embed_tokens.weight":                      "[]",
+		"model.layers.0.input_layernorm.weight":          "[]",
+		"model.layers.0.self_attn.q_proj.weight":         "[S(model)]",
+		"model.layers.0.self_attn.k_proj.weight":         "[S(model)]",
+		"model.layers.0.self_attn.v_proj.weight":         "[S(model)]",
+		"model.layers.0.self_attn.o_proj.weight":         "[R S(model)]",
+		"model.layers.1.mlp.gate_proj.weight":            "[S(model)]",
+		"model.layers.1.mlp.up_proj.weight":              "[S(model)]",
+		"model.layers.1.mlp.down_proj.weight":            "[R S(model)]",
+		"model.layers.1.post_attention_layernorm.weight": "[]",
+		"model.norm.weight":                              "[]",
+		"lm_head.weight":                                 "[S(model)]",
+	}
+	for name, w := range want {
+		if got := axes(p.Weight(name)); got != w {
+			t.Errorf("%s: %s, want %s", name, got, w)
+		}
+	}
+	ws := lm.Weights(l.Model)
+	if len(p.Weights) != len(ws) {
+		t.Errorf("%d specs for %d weights", len(p.Weights), len(ws))
+	}
+	// 7 split per layer, plus the head.
+	if len(p.Split) != 2*7+1 {
+		t.Errorf("split %d weights: %v", len(p.Split), p.Split)
+	}
+	// Every spec divides its weight, and sharding on the host then merging
+	// gives the weight back (the specs agree with GoMLX's layout).
+	for _, w := range ws {
+		dims, err := ShardShape(p.Weight(w.Name), w.Shape)
+		if err != nil {
+			t.Fatalf("%s: %v", w.Name, err)
+		}
+		if slices.Contains(p.Split, w.Name) && dims[0]*dims[len(dims)-1]*4 != w.Shape[0]*w.Shape[len(w.Shape)-1] {
+			t.Errorf("%s: shard %v of %v is not a quarter", w.Name, dims, w.Shape)
+		}
+		if w.Name != "model.layers.0.self_attn.o_proj.weight" {
+			continue
+		}
+		full, err := l.Tensor(w.Name, dtypes.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := distributed.ShardTensor(p.Weight(w.Name), full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.NumShards() != 4 || fmt.Sprint(st.Shards()[1].Shape().Dimensions) != fmt.Sprint(dims) {
+			t.Fatalf("%d shards of %v, want 4 of %v", st.NumShards(), st.Shards()[1].Shape(), dims)
+		}
+		// Shard 1 holds columns [16, 32) of every row.
+		fullData := tensors.MustCopyFlatData[float32](full)
+		shard := tensors.MustCopyFlatData[float32](st.Shards()[1])
+		if shard[0] != fullData[16] || shard[17] != fullData[64+17] {
+			t.Errorf("shard 1 does not hold columns 16..31")
+		}
+		merged, err := st.Merge()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(tensors.MustCopyFlatData[float32](merged)) != fmt.Sprint(fullData) {
+			t.Error("merged shards differ from the weight")
+		}
+	}
+}
+
+func TestPlanShardsTiedAndBias(t *testing.T) {
+	l := tinyLoaded(t, "Qwen2ForCausalLM", true, true)
+	p, err := PlanShards(l.Model, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tied head is the embedding matrix: replicated, never split by vocabulary.
+	if got := axes(p.Weight("model.embed_tokens.weight")); got != "[]" {
+		t.Errorf("tied embeddings: %s, want replicated", got)
+	}
+	for _, b := range []string{"q_proj", "k_proj", "v_proj"} {
+		name := "model.layers.1.self_attn." + b + ".bias"
+		if got := axes(p.Weight(name)); got != "[S(model)]" {
+			t.Errorf("%s: %s, want [S(model)]", name, got)
+		}
+	}
+	// TP 1 splits nothing.
+	p1, err := PlanShards(l.Model, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p1.Split) != 0 {
+		t.Errorf("TP 1 split %v", p1.Split)
+	}
+}
+
+func TestCheckParallel(t *testing.T) {
+	spec := &lm.Spec{Heads: 12, KVHeads: 4, Intermediate: 2048}
+	for _, tp := range []int{1, 2, 4} {
+		if err := CheckParallel(spec, tp, 1); err != nil {
+			t.Errorf("--tp %d: %v", tp, err)
+		}
+	}
+	err := CheckParallel(spec, 8, 1)
+	if !errors.Is(err, errs.ErrUsage) {
+		t.Fatalf("--tp 8: %v, want a usage error", err)
+	}
+	for _, s := range []string{"--tp 8", "num_attention_heads 12", "num_key_value_heads 4", "try --tp 1 or --tp 2 or --tp 4"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
+	if strings.Contains(err.Error(), "intermediate_size") {
+		t.Errorf("error %q names intermediate_size, which divides", err)
+	}
+	err = CheckParallel(&lm.Spec{Heads: 8, KVHeads: 8, Intermediate: 100}, 8, 1)
+	if err == nil || !strings.Contains(err.Error(), "intermediate_size 100") {
+		t.Errorf("intermediate 100 at --tp 8: %v", err)
+	}
+	for _, c := range [][2]int{{0, 1}, {-2, 1}, {1, 0}} {
+		if err := CheckParallel(spec, c[0], c[1]); !errors.Is(err, errs.ErrUsage) {
+			t.Errorf("tp %d dp %d: %v, want a usage error", c[0], c[1], err)
+		}
+	}
+}
+
+// TestPlanShardsOddTensor: a split weight whose axis does not divide is
+// refused by name (MoE experts can be narrower than intermediate_size).
+func TestPlanShardsOddTensor(t *testing.T) {
+	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
+	m := oddModel{Model: l.Model}
+	_, err := PlanShards(m, 2, 1)
+	if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "model.layers.0.mlp.experts.0.up_proj.weight") {
+		t.Fatalf("err %v, want a usage error naming the expert", err)
+	}
+}
+
+type oddModel struct{ lm.Model }
+
+func (m oddModel) LayerWeights(i int) []lm.WeightSpec {
+	ws := m.Model.LayerWeights(i)
+	if i == 0 {
+		ws = append(ws, lm.WeightSpec{Name: "model.layers.0.mlp.experts.0.up_proj.weight", Shape: []int{33, 64}, Matmul: true})
+	}
+	return ws
+}
+
+func TestShardPlanStateAndBatch(t *testing.T) {
+	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
+	for _, c := range []struct {
+		tp, dp             int
+		key, conv, batch   string
+		keyShard, valShard string
+	}{
+		{2, 1, "[R S(model)]", "[]", "[]", "[4 2 32 8]", "[4 2 8 32]"},
+		{2, 2, "[S(data) S(model)]", "[S(data)]", "[S(data)]", "[2 2 32 8]", "[2 2 8 32]"},
+		{1, 2, "[S(data)]", "[S(data)]", "[S(data)]", "[2 4 32 8]", "[2 4 8 32]"},
+	} {
+		p, err := PlanShards(l.Model, c.tp, c.dp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := l.Model.LayerState(0, 4, 32) // key [4, 4, 32, 8], value [4, 4, 8, 32]
+		if got := axes(p.State(st[0])); got != c.key {
+			t.Errorf("tp %d dp %d: key %s, want %s", c.tp, c.dp, got, c.key)
+		}
+		if got := axes(p.State(lm.StateSpec{Name: "conv", Shape: []int{4, 3, 16}})); got != c.conv {
+			t.Errorf("tp %d dp %d: conv %s, want %s", c.tp, c.dp, got, c.conv)
+		}
+		if got := axes(p.Batch()); got != c.batch {
+			t.Errorf("tp %d dp %d: batch %s, want %s", c.tp, c.dp, got, c.batch)
+		}
+		for k, want := range []string{c.keyShard, c.valShard} {
+			dims, err := ShardShape(p.State(st[k]), st[k].Shape)
+			if err != nil || fmt.Sprint(dims) != want {
+				t.Errorf("tp %d dp %d: %s shard %v (%v), want %s", c.tp, c.dp, st[k].Name, dims, err, want)
+			}
+		}
+	}
+	p, _ := PlanShards(l.Model, 2, 2)
+	if _, err := ShardShape(p.Batch(), []int{3, 5}); err == nil {
+		t.Error("a batch of 3 split over 2 devices")
+	}
+}
+
+func TestNewLMParallelErrors(t *testing.T) {
+	be := goBackend(t)
+	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
+	// The go backend has one device: exit 4, before any weight is loaded.
+	_, err := NewLM(be, l, Options{TP: 2})
+	if !errors.Is(err, errs.ErrDeviceUnavailable) {
+		t.Fatalf("--tp 2 on the go backend: %v, want a device error", err)
+	}
+	if !strings.Contains(err.Error(), "--tp 2 needs 2 devices") || !strings.Contains(err.Error(), "has 1") {
+		t.Errorf("message %q", err)
+	}
+	_, err = NewLM(be, l, Options{TP: 2, DP: 2})
+	if err == nil || !strings.Contains(err.Error(), "--tp 2 --dp 2 needs 4 devices") {
+		t.Errorf("tp 2 dp 2: %v", err)
+	}
+	// Sizes that do not split are usage errors, whatever the device.
+	_, err = NewLM(be, l, Options{TP: 3})
+	if !errors.Is(err, errs.ErrUsage) {
+		t.Errorf("--tp 3 with 8 heads: %v, want a usage error", err)
+	}
+	// TP 1 DP 1 is the single-device path.
+	r, err := NewLM(be, l, Options{TP: 1, DP: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Parallel() != (Parallel{TP: 1, DP: 1, Devices: 1}) {
+		t.Errorf("parallel %+v", r.Parallel())
+	}
+	r.Close()
+}
+
+// shardedLM builds an LM with a DP x TP plan on the go backend, bypassing
+// the device count, to check program specs and host-side state.
+func shardedLM(t *testing.T, mode Mode, tp, dp int) *LM {
+	t.Helper()
+	l := tinyLoaded(t, "LlamaForCausalLM", false, false)
+	plan, err := PlanShards(l.Model, tp, dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &LM{backend: goBackend(t), model: l.Model, spec: l.Model.Spec(),
+		opts:    Options{Mode: mode, DType: dtypes.Float32, SplitMatmul: 1},
+		weights: map[string]*tensors.Tensor{},
+		tp:      &tpRun{plan: plan, nDev: tp * dp, weights: map[string][]*tensors.Tensor{}, specs: map[string]programSpecs{}}}
+	if err := r.loadWeights(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.makePrograms(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func TestShardedProgramsSpecs(t *testing.T) {
+	r := shardedLM(t, Compiled, 2, 2)
+	nw := len(r.all)
+	for _, name := range []string{"prefill", "decode"} {
+		s, ok := r.tp.specs[name]
+		if !ok {
+			t.Fatalf("no %s program", name)
+		}
+		// tokens, pads, start, 2 layers x (key, value), weights.
+		if len(s.in) != 3+4+nw || len(s.out) != 1+4 {
+			t.Fatalf("%s: %d input and %d output specs, want %d and 5", name, len(s.in), len(s.out), 3+4+nw)
+		}
+		if axes(s.in[2]) != "[]" || axes(s.in[3]) != "[S(data) S(model)]" || axes(s.out[0]) != "[S(data)]" {
+			t.Errorf("%s: start %s, key %s, logits %s", name, axes(s.in[2]), axes(s.in[3]), axes(s.out[0]))
+		}
+		for i, n := range r.all {
+			if s.in[7+i] != r.tp.plan.Weight(n) {
+				t.Errorf("%s: input %d is not %s's spec", name, 7+i, n)
+			}
+		}
+	}
+	// Weights were split on the host: 4 shards each, of the spec's shard shape.
+	q := r.tp.weights["model.layers.1.self_attn.q_proj.weight"]
+	if len(q) != 4 || fmt.Sprint(q[3].Shape().Dimensions) != "[32 64]" {
+		t.Errorf("q_proj shards: %d, %v", len(q), q[0].Shape())
+	}
+	if len(r.weights) != 0 {
+		t.Errorf("%d unsharded weights left", len(r.weights))
+	}
+	// The go backend has one device (and takes no sharded parameters): the
+	// call fails with an error naming the program, not a panic.
+	_, err := r.Prefill([][]int{{1, 2, 3}, {4, 5}}, 4)
+	if err == nil || !strings.Contains(err.Error(), `program "prefill"`) {
+		t.Errorf("prefill on the go backend: %v", err)
+	}
+
+	e := shardedLM(t, Eager, 2, 1)
+	if len(e.tp.specs) != 3 { // embed, one layer kind, head
+		t.Errorf("eager programs: %d", len(e.tp.specs))
+	}
+	for name, s := range e.tp.specs {
+		if strings.HasPrefix(name, "layer/") && (len(s.in) != 3+2+9 || len(s.out) != 3) {
+			t.Errorf("%s: %d in, %d out", name, len(s.in), len(s.out))
+		}
+	}
+}
+
+func TestAllocShardedState(t *testing.T) {
+	r := shardedLM(t, Compiled, 2, 2)
+	if err := r.allocShardedState(4, 32); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.state) != 2 || len(r.state[0]) != 2*4 {
+		t.Fatalf("state %d layers, %d tensors per layer", len(r.state), len(r.state[0]))
+	}
+	// key then value, 4 devices each: [B/2, KV/2, S, D] and [B/2, KV/2, D, S].
+	if got := fmt.Sprint(r.state[1][0].Shape().Dimensions, r.state[1][7].Shape().Dimensions); got != "[2 2 32 8] [2 2 8 32]" {
+		t.Errorf("shard shapes %s", got)
+	}
+	err := r.allocShardedState(3, 32)
+	if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "--dp 2") {
+		t.Errorf("batch 3 over dp 2: %v", err)
+	}
+}
+
+func TestFlattenRegroup(t *testing.T) {
+	mk := func(v float32) *tensors.Tensor { return tensors.FromValue([]float32{v}) }
+	args := []shardedArg{
+		{shards: []*tensors.Tensor{mk(0), mk(1)}},
+		{shards: []*tensors.Tensor{mk(10), mk(11)}},
+		{shards: []*tensors.Tensor{mk(20), mk(21)}},
+	}
+	flat, err := flattenArgs(args, 2, func(a shardedArg, d int) (any, error) { return a.shards[d], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float32
+	var outs []*tensors.Tensor
+	for _, v := range flat {
+		got = append(got, tensors.MustCopyFlatData[float32](v.(*tensors.Tensor))[0])
+		outs = append(outs, v.(*tensors.Tensor))
+	}
+	if fmt.Sprint(got) != "[0 10 20 1 11 21]" {
+		t.Errorf("device-major order %v", got)
+	}
+	groups, err := regroupOutputs(outs, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 3 || groups[1][0] != args[1].shards[0] || groups[2][1] != args[2].shards[1] {
+		t.Error("regroup is not the inverse of flatten")
+	}
+	if _, err := regroupOutputs(outs[:5], 2); err == nil {
+		t.Error("5 outputs over 2 devices accepted")
+	}
+	if _, err := flattenArgs([]shardedArg{{shards: args[0].shards[:1]}}, 2, nil); err == nil {
+		t.Error("an input with 1 shard for 2 devices accepted")
+	}
+}
+
+func TestGatherRows(t *testing.T) {
+	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
+	plan, err := PlanShards(l.Model, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &LM{tp: &tpRun{plan: plan, nDev: 4}}
+	// Devices 0, 1 hold rows 0-1 ([data 0]); 2, 3 rows 2-3.
+	shard := func(a, b float32) *tensors.Tensor {
+		return tensors.FromFlatDataAndDimensions([]float32{a, a, b, b}, 2, 2)
+	}
+	out, err := r.gatherRows([]*tensors.Tensor{shard(0, 1), shard(0, 1), shard(2, 3), shard(2, 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(out.Shape().Dimensions, tensors.MustCopyFlatData[float32](out)) != "[4 2] [0 0 1 1 2 2 3 3]" {
+		t.Errorf("gathered %v %v", out.Shape(), tensors.MustCopyFlatData[float32](out))
+	}
+}
