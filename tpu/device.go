@@ -84,6 +84,9 @@ type Device struct {
 	// Notes records fallbacks taken by auto, e.g. a TPU runtime that
 	// failed to load before the CPU was chosen.
 	Notes []string `json:"notes,omitempty"`
+	// XLACache is the on-disk XLA compile cache (GPU plugins; see
+	// xlacache.go), nil when none is used.
+	XLACache *XLACache `json:"xla_cache,omitempty"`
 
 	caps backends.Capabilities
 }
@@ -233,9 +236,16 @@ func OpenEnv(spec Spec, env Env) (*Device, error) {
 		return nil, err
 	}
 	for i, c := range cands {
+		xc, err := setupXLACache(env, c)
+		if err != nil {
+			return nil, err
+		}
 		d, err := openCandidate(spec, c)
 		if err == nil {
 			d.Notes = notes
+			if d.XLACache = xc.cache; xc.note != "" {
+				d.Notes = append(d.Notes, xc.note)
+			}
 			if d.Kind == KindTPU {
 				if t, terr := TopologyFromEnv(env); terr != nil {
 					d.Notes = append(d.Notes, "TPU topology: "+terr.Error())
@@ -245,6 +255,7 @@ func OpenEnv(spec Spec, env Env) (*Device, error) {
 			}
 			return d, nil
 		}
+		xc.undo()
 		if i == len(cands)-1 {
 			return nil, err
 		}
