@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,6 +55,29 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// availableCores runs one busy goroutine per CPU for about half a second
+// and returns CPU time over wall time: how many cores this process gets
+// while other work shares the machine (wall-clock numbers scale with it).
+func availableCores() float64 {
+	n := runtime.NumCPU()
+	w0, c0 := time.Now(), cpuTime()
+	var wg sync.WaitGroup
+	sink := make([]int, n)
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(w0) < 500*time.Millisecond {
+				for i := range 1 << 16 {
+					sink[g] += i & 7
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return (cpuTime() - c0).Seconds() / time.Since(w0).Seconds()
+}
+
 // memcpyGBs measures host memory bandwidth as bytes copied per second by
 // Go's copy (memmove) of a 256 MiB buffer, best of 5.
 func memcpyGBs() float64 {
@@ -89,7 +113,7 @@ func BenchmarkLLM(b *testing.B) {
 	defer l.Close()
 	weightBytes := float64(l.WeightBytes())
 	bw := memcpyGBs()
-	b.Logf("model %s: %.0f MB of weights; memcpy %.1f GB/s", filepath.Base(dir), weightBytes/1e6, bw)
+	b.Logf("model %s: %.0f MB of weights; memcpy %.1f GB/s; %.2f of %d cores available", filepath.Base(dir), weightBytes/1e6, bw, availableCores(), runtime.NumCPU())
 	for _, mode := range []Mode{Compiled, Eager} {
 		for _, batch := range []int{1, 8} {
 			r, err := NewLM(be, l, Options{Mode: mode, CacheLen: 256})
