@@ -52,6 +52,8 @@ type BenchOptions struct {
 	DType  string
 	Repeat int
 	Warmup int
+	// TP and DP spread a language model over TP x DP devices.
+	TP, DP int
 	Format string
 	// Batches is nil when --batch was not given (the task's default).
 	Batches    []int
@@ -129,7 +131,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 				if len(args) != 2 {
 					return errs.Usagef("--compare takes two reports, OLD.json NEW.json (got %d argument(s))", len(args))
 				}
-				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype"} {
+				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp"} {
 					if fl.Changed(name) {
 						return errs.Usagef("--compare reads two reports; --%s does not apply", name)
 					}
@@ -172,6 +174,8 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
+	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
 	fl.BoolVar(&compare, "compare", false, "compare two reports: --compare OLD.json NEW.json")
 	_ = c.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -300,8 +304,11 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches
 	if _, err := parseDType(opts.DType); err != nil {
 		return err
 	}
+	if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
+		return err
+	}
 	opts.TaskFlags = nil
-	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant"} {
+	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp"} {
 		if changed(name) {
 			opts.TaskFlags = append(opts.TaskFlags, name)
 		}
@@ -316,7 +323,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches
 func benchTaskFlags(task string, given []string) error {
 	other := []string{"steps", "size", "variant"}
 	if task == bench.TaskDiffuse {
-		other = []string{"prompt-len", "gen-len"}
+		other = []string{"prompt-len", "gen-len", "tp", "dp"}
 	}
 	for _, name := range given {
 		if slices.Contains(other, name) {
@@ -400,6 +407,9 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
+		return err
+	}
 	model := m.Name()
 	if ref.Local {
 		model = opts.Model
@@ -423,7 +433,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: opts.Modes,
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(m.Dir, dev, dtype, rep),
+			Load:  benchLoadLM(m.Dir, dev, dtype, opts.TP, opts.DP, rep),
 		})
 	} else {
 		if d, _ := parseDType(opts.DType); d != dtypes.InvalidDType && d != dtypes.Float32 {
@@ -457,7 +467,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 }
 
 // benchLoadLM loads a language model for bench.Generate.
-func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, rep *ui.Reporter) func() (*bench.LM, error) {
+func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, rep *ui.Reporter) func() (*bench.LM, error) {
 	return func() (*bench.LM, error) {
 		l, err := lm.Load(dir)
 		if err != nil {
@@ -481,7 +491,7 @@ func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, rep *ui.Report
 				if err != nil {
 					return nil, err
 				}
-				r, err := compile.NewLM(dev.Backend, l, compile.Options{Mode: cm, DType: dtype,
+				r, err := compile.NewLM(dev.Backend, l, compile.Options{Mode: cm, DType: dtype, TP: tp, DP: dp,
 					OnRecompile: func(program, shapes string) {
 						rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
 					}})

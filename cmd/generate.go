@@ -60,6 +60,8 @@ type GenerateOptions struct {
 	Retries     int
 	JSON        bool
 	Verbose     bool
+	// TP and DP spread the model over TP x DP devices (--tp, --dp).
+	TP, DP int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
 }
@@ -159,6 +161,9 @@ the same tokens.`,
 			if opts.Retries < 0 {
 				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
 			}
+			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
+				return err
+			}
 			o.Seed = seed
 			if opts.System != "" {
 				opts.Chat = true
@@ -198,6 +203,8 @@ the same tokens.`,
 	fl.StringVar(&opts.Mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
 	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
 	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
+	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
+	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	return c
 }
@@ -288,6 +295,9 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
+		return err
+	}
 	dtype, _ := parseDType(opts.DType)
 	if dtype == dtypes.InvalidDType {
 		dtype = dev.ComputeDType
@@ -303,7 +313,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s), %s mode",
 		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)
 	runner, err := compile.NewLM(dev.Backend, loaded, compile.Options{
-		Mode: mode, DType: dtype,
+		Mode: mode, DType: dtype, TP: opts.TP, DP: opts.DP,
 		OnRecompile: func(program, shapes string) {
 			rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
 		},
