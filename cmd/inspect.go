@@ -227,6 +227,7 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 		if err := tbl.Render(); err != nil {
 			return err
 		}
+		fmt.Fprintln(w, "TP is the --tp to run with on that slice; one tputool process drives one host's chips (HOSTS > 1 is not supported yet).")
 	}
 	writeNotes(w, r.Notes)
 	return nil
