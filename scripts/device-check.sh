@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# device-check.sh: check tputool on an XLA/PJRT device against the pure-Go
+# CPU backend, and benchmark it next to Hugging Face transformers.
+#
+# On a machine with a PJRT plugin (a GPU machine whose Python has
+# jax[cuda12], or a TPU VM with libtpu) it runs, in about 5-8 minutes:
+#
+#   1. generate: stories260K (testdata), two prompts as one batch, greedy,
+#      32 tokens, float32, on --device cpu and on the device, each in
+#      compiled and eager mode: every token id must equal the CPU compiled
+#      run's. Then the device's default dtype (bf16), reported only.
+#   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
+#      both devices in both modes: each image must be within -max/-mean of
+#      the CPU compiled image (scripts/imgdiff).
+#   3. bench: a generated ~110M-parameter Llama-shape model (random weights),
+#      prompt 128, 32 new tokens: the CPU (compiled, batch 1) and the device
+#      (eager and compiled, batch 1 and 8), then the device again, compiled,
+#      to see the compile time with a warm XLA cache.
+#   4. transformers (scripts/hf-compare.py), when python has torch with
+#      CUDA and transformers: greedy tokens of stories260K against tputool's,
+#      and decode tok/s of the same 110M checkpoint, eager and torch.compile.
+#
+# Every result is a file in $OUT (default ./device-check-out): JSON of each
+# run, the images, log.txt, and summary.md (tables for docs). The exit
+# status is 0 when every check passed, 1 when one failed (summary.md and
+# the last lines say which), 2 on bad usage.
+#
+# Usage:
+#   scripts/device-check.sh                    # find the plugin (jax's CUDA plugin, else libtpu)
+#   scripts/device-check.sh --device xla:/path/to/xla_cuda_plugin.so
+#   scripts/device-check.sh --device tpu
+#   scripts/device-check.sh --dry-run          # no plugin: the "device" is the go backend too,
+#                                              # small bench model, no transformers; checks the script
+#   scripts/device-check.sh --build DIR        # only build the binaries into DIR and exit
+#
+# Binaries: tputool is built with cgo (go-xla needs it) unless
+# $TPUTOOL_BIN_DIR holds prebuilt ones (tputool, gen-llm-checkpoint,
+# gen-tiny-sd, imgdiff): a device machine without Go or the module cache
+# runs what `--build DIR` made elsewhere.
+#
+# Environment: OUT, TPUTOOL_BIN_DIR, PYTHON (default python3),
+# IMG_MAX/IMG_MEAN (image tolerances, default 16 and 1.0 of 255),
+# HF_TIMEOUT (seconds for transformers, default 300).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+device=""
+dry_run=0
+build_only=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--device) device="${2:?--device needs a value}"; shift 2 ;;
+	--device=*) device="${1#--device=}"; shift ;;
+	--dry-run) dry_run=1; shift ;;
+	--build) build_only="${2:?--build needs a directory}"; shift 2 ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; /^set -euo/d'; exit 0 ;;
+	*) echo "device-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+PYTHON=${PYTHON:-python3}
+IMG_MAX=${IMG_MAX:-16}
+IMG_MEAN=${IMG_MEAN:-1.0}
+HF_TIMEOUT=${HF_TIMEOUT:-300}
+
+# ---- binaries
+
+build() { # build DIR
+	mkdir -p "$1"
+	echo "building tputool (cgo) and the generators into $1" >&2
+	CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$1/tputool" .
+	for tool in gen-llm-checkpoint gen-tiny-sd imgdiff; do
+		go build -trimpath -ldflags "-s -w" -o "$1/$tool" "./scripts/$tool"
+	done
+}
+
+if [ -n "$build_only" ]; then
+	build "$build_only"
+	exit 0
+fi
+
+OUT=${OUT:-$repo/device-check-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+log="$OUT/log.txt"
+: >"$log"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tputool-device-check-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+say() { echo "device-check: $*" | tee -a "$log" >&2; }
+failures=()
+fail() { failures+=("$*"); say "FAIL: $*"; }
+
+if [ -n "${TPUTOOL_BIN_DIR:-}" ]; then
+	bin=$(cd "$TPUTOOL_BIN_DIR" && pwd)
+else
+	bin="$work/bin"
+	build "$bin" 2>>"$log"
+fi
+for tool in tputool gen-llm-checkpoint gen-tiny-sd imgdiff; do
+	[ -x "$bin/$tool" ] || { echo "device-check: $bin/$tool is missing" >&2; exit 2; }
+done
+command -v "$PYTHON" >/dev/null || { echo "device-check: $PYTHON not found (it compares the JSON outputs)" >&2; exit 2; }
+tputool="$bin/tputool"
+
+# ---- the device
+
+# find_plugin prints jax's CUDA PJRT plugin, looked up through python's own
+# module path first, then by globbing the usual site-packages.
+find_plugin() {
+	"$PYTHON" - <<'EOF' 2>/dev/null && return 0
+import glob, os, site, sys
+found = []
+try:
+    import jax_plugins
+    for p in jax_plugins.__path__:
+        found += sorted(glob.glob(os.path.join(p, "xla_cuda*", "xla_cuda_plugin.so")))
+except Exception:
+    pass
+dirs = []
+try:
+    dirs = site.getsitepackages() + [site.getusersitepackages()]
+except Exception:
+    pass
+for d in dirs + sys.path:
+    found += sorted(glob.glob(os.path.join(d, "jax_plugins", "xla_cuda*", "xla_cuda_plugin.so")))
+if not found:
+    sys.exit(1)
+print(found[0])
+EOF
+	return 1
+}
+
+if [ "$dry_run" = 1 ]; then
+	device=cpu
+	say "dry run: the device side runs on the go backend too"
+elif [ -z "$device" ]; then
+	if plugin=$(find_plugin); then
+		device="xla:$plugin"
+	elif "$tputool" --device tpu devices --json >/dev/null 2>&1; then
+		device=tpu
+	else
+		echo "device-check: no PJRT plugin found (no jax_plugins/xla_cuda*/xla_cuda_plugin.so for $PYTHON, no libtpu); give --device xla:/path/plugin.so, or --dry-run" >&2
+		exit 2
+	fi
+fi
+say "device: $device"
+"$tputool" version --json >"$OUT/version.json" 2>>"$log" || true
+rc=0
+"$tputool" --device "$device" devices --json >"$OUT/devices.json" 2>>"$log" || rc=$?
+if [ "$rc" != 0 ]; then
+	fail "tputool --device $device devices: the device does not open (exit $rc; see log.txt)"
+	tail -3 "$log" >&2
+	exit 1
+fi
+
+# For the float32 comparison, keep the device's float32 matmuls in float32:
+# no TF32 in cuBLAS, and no Triton GEMMs (they take TF32 at default
+# precision) when the plugin knows the flag (an XLA that does not know a
+# flag in XLA_FLAGS aborts).
+f32_env=(env NVIDIA_TF32_OVERRIDE=0)
+case "$device" in
+xla:/*)
+	if grep -q -a -m1 xla_gpu_enable_triton_gemm "${device#xla:}" 2>/dev/null; then
+		f32_env+=("XLA_FLAGS=${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false")
+	fi
+	;;
+esac
+
+# run NAME CMD...: runs CMD with stdout to $OUT/NAME, stderr to the log.
+run() {
+	local name=$1
+	shift
+	local shown="$*"
+	shown=${shown//"$bin"\//}
+	say "+ $shown"
+	local start=$SECONDS rc=0
+	"$@" >"$OUT/$name" 2>>"$log" || rc=$?
+	if [ "$rc" = 0 ]; then
+		say "  ok ($((SECONDS - start)) s)"
+		return 0
+	fi
+	fail "$name: exit $rc ($shown)"
+	return 1
+}
+
+# ---- 1. generate: token ids
+
+stories=testdata/stories260K-hf
+gen_args=(generate -m "$stories" -p "Once upon a time" -p "The little dog" -n 32 --temperature 0 --json)
+for mode in compiled eager; do
+	run "generate-cpu-$mode.json" "$tputool" --device cpu "${gen_args[@]}" --mode "$mode" --dtype f32 || true
+	run "generate-dev-$mode.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen_args[@]}" --mode "$mode" --dtype f32 || true
+done
+run "generate-dev-default-dtype.json" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled || true
+
+# compare_tokens REF OTHER...: every row's token ids equal REF's.
+compare_tokens() {
+	"$PYTHON" - "$@" <<'EOF'
+import json, sys
+def load(p):
+    with open(p) as f:
+        return [r["token_ids"] for r in json.load(f)]
+ref = load(sys.argv[1])
+bad = 0
+for p in sys.argv[2:]:
+    try:
+        got = load(p)
+    except Exception as e:
+        print(f"{p}: unreadable: {e}"); bad += 1; continue
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if a != b:
+            j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print(f"{p}: prompt {i}: token {j} differs: {b[j:j+4]} != {a[j:j+4]} (reference {sys.argv[1]})")
+            bad += 1
+    if len(ref) != len(got):
+        print(f"{p}: {len(got)} results, want {len(ref)}"); bad += 1
+sys.exit(1 if bad else 0)
+EOF
+}
+tok_ref="$OUT/generate-cpu-compiled.json"
+tokens_ok=no
+if [ -s "$tok_ref" ]; then
+	if compare_tokens "$tok_ref" "$OUT/generate-cpu-eager.json" "$OUT/generate-dev-compiled.json" "$OUT/generate-dev-eager.json" >"$OUT/tokens-compare.txt" 2>&1; then
+		tokens_ok=yes
+		say "tokens: the device's float32 runs (compiled, eager) equal the CPU's"
+	else
+		fail "tokens differ: $(head -3 "$OUT/tokens-compare.txt" | tr '\n' ' ')"
+	fi
+fi
+
+# ---- 2. diffuse: images
+
+sd="$work/tiny-sd"
+"$bin/gen-tiny-sd" -preset tiny-sd -o "$sd" >>"$log" 2>&1
+diff_args=(diffuse -m "$sd" -p "a red fox in the snow" --size 64 --steps 4 --seed 1 --json)
+for mode in compiled eager; do
+	run "diffuse-cpu-$mode.json" "$tputool" --device cpu "${diff_args[@]}" --mode "$mode" -o "$OUT/diffuse-cpu-$mode.png" || true
+	run "diffuse-dev-$mode.json" "${f32_env[@]}" "$tputool" --device "$device" "${diff_args[@]}" --mode "$mode" -o "$OUT/diffuse-dev-$mode.png" || true
+done
+images_ok=yes
+: >"$OUT/images-compare.jsonl"
+for other in cpu-eager dev-compiled dev-eager; do
+	a="$OUT/diffuse-cpu-compiled.png" b="$OUT/diffuse-$other.png"
+	if [ ! -s "$a" ] || [ ! -s "$b" ]; then
+		images_ok=no
+		continue
+	fi
+	if ! "$bin/imgdiff" -max "$IMG_MAX" -mean "$IMG_MEAN" "$a" "$b" >>"$OUT/images-compare.jsonl" 2>>"$log"; then
+		images_ok=no
+		fail "image $other differs from cpu-compiled beyond max $IMG_MAX / mean $IMG_MEAN: $(tail -1 "$OUT/images-compare.jsonl")"
+	fi
+done
+[ "$images_ok" = yes ] && say "images: within max $IMG_MAX, mean $IMG_MEAN of the CPU's"
+
+# ---- 3. bench
+
+llm="$work/llama-110m"
+if [ "$dry_run" = 1 ]; then
+	"$bin/gen-llm-checkpoint" -o "$llm" -hidden 256 -layers 4 -heads 4 -intermediate 688 -vocab 4096 >>"$log" 2>&1
+	bench_cpu=(--batch 1 --prompt-len 16 --gen-len 4 --repeat 1 --warmup 0 --mode compiled)
+	bench_dev=(--batch '1,2' --prompt-len 16 --gen-len 4 --repeat 1 --warmup 0)
+else
+	"$bin/gen-llm-checkpoint" -o "$llm" -hidden 768 -layers 12 -heads 12 -intermediate 2048 -vocab 32000 >>"$log" 2>&1
+	bench_cpu=(--batch 1 --prompt-len 128 --gen-len 32 --repeat 2 --warmup 0 --mode compiled)
+	bench_dev=(--batch '1,8' --prompt-len 128 --gen-len 32 --repeat 3 --warmup 1)
+fi
+run bench-cpu.json "$tputool" --device cpu bench -m "$llm" "${bench_cpu[@]}" -o json || true
+run bench-dev.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]}" -o json || true
+# The same compiled executables again: a warm XLA cache shows as a shorter compile_s.
+run bench-dev-warm.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]}" --mode compiled --repeat 1 --warmup 0 -o json || true
+
+# ---- 4. transformers
+
+hf_status="skipped"
+if [ "$dry_run" = 1 ]; then
+	hf_status="skipped (dry run)"
+elif ! "$PYTHON" -c 'import torch, transformers; assert torch.cuda.is_available()' >>"$log" 2>&1; then
+	hf_status="skipped: $PYTHON has no torch with CUDA or no transformers (see log.txt)"
+	say "transformers: $hf_status"
+else
+	if timeout "$HF_TIMEOUT" "$PYTHON" scripts/hf-compare.py tokens --model "$stories" --tputool-json "$tok_ref" \
+		--out "$OUT/hf-tokens.json" >>"$log" 2>&1; then
+		say "transformers: greedy tokens of stories260K equal tputool's"
+	else
+		fail "transformers tokens differ from tputool's, or the run failed (see hf-tokens.json, log.txt)"
+	fi
+	if timeout "$HF_TIMEOUT" "$PYTHON" scripts/hf-compare.py bench --model "$llm" --batch 1,8 --prompt-len 128 --gen-len 32 \
+		--repeat 3 --modes eager,compile --out "$OUT/hf-bench.json" >>"$log" 2>&1; then
+		hf_status="ran"
+	else
+		hf_status="failed or timed out after $HF_TIMEOUT s (see log.txt)"
+		fail "transformers bench: $hf_status"
+	fi
+fi
+
+# ---- summary
+
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
+import json, os, sys
+out, device, tokens_ok, images_ok, hf_status = sys.argv[1:6]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception:
+        return None
+def med(s):
+    return "-" if not s else f"{s['median']:.1f}"
+print(f"# tputool device check\n\ndevice: `{device}`\n")
+v = load("version.json") or {}
+print(f"tputool {v.get('version','?')} {v.get('commit','')[:12]} (gomlx {v.get('gomlx','?')}, go-xla {v.get('go_xla','?')}, cgo {str(v.get('cgo','?')).lower()})\n")
+d = load("devices.json") or {}
+sel = d.get("selected") or d.get("device") or {}
+if sel:
+    print(f"opened: {sel.get('kind')} {sel.get('platform')} x{sel.get('num_devices')}, {', '.join(sel.get('device_descriptions') or [])}; "
+          f"XLA cache: {(sel.get('xla_cache') or {}).get('dir', 'none')}\n")
+print(f"- greedy token ids (float32, compiled and eager) equal the CPU's: **{tokens_ok}**")
+print(f"- images within tolerance of the CPU's: **{images_ok}**")
+try:
+    with open(os.path.join(out, "images-compare.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            print(f"  - {os.path.basename(r['B'])}: max {r['max_abs']}, mean {r['mean_abs']:.3f}, PSNR {r['psnr_db']:.1f} dB")
+except Exception:
+    pass
+dd = load("generate-dev-default-dtype.json")
+ref = load("generate-cpu-compiled.json")
+if dd and ref:
+    same = sum(1 for a, b in zip(ref, dd) for x, y in zip(a["token_ids"], b["token_ids"]) if x == y)
+    total = sum(len(a["token_ids"]) for a in ref)
+    print(f"- default dtype on the device: {same}/{total} greedy tokens equal the float32 CPU run's (informational)")
+print(f"- transformers: {hf_status}\n")
+rows = ((load("bench-dev.json") or load("bench-cpu.json") or {}).get("rows") or [{}])
+print(f"## Decode, generated Llama-shape model (random weights), prompt {rows[0].get('prompt_len', '?')}, "
+      f"{rows[0].get('gen_len', '?')} new tokens\n")
+print("| engine | device | mode | batch | compile s | prefill tok/s | decode tok/s | ITL ms |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
+for name, label in (("bench-cpu.json", "cpu (go)"), ("bench-dev.json", device), ("bench-dev-warm.json", device + " (warm cache)")):
+    r = load(name)
+    if not r:
+        continue
+    for row in r.get("rows", []):
+        print(f"| tputool | {label} | {row['mode']} | {row['batch']} | {row.get('compile_s', 0):.2f} | "
+              f"{med(row.get('prefill_tok_s'))} | {med(row.get('decode_tok_s'))} | {med(row.get('itl_ms'))} |")
+h = load("hf-bench.json")
+if h:
+    for row in h.get("rows", []):
+        print(f"| transformers {h.get('transformers','')} | {h.get('gpu','cuda')} | {row['mode']} | {row['batch']} | "
+              f"{row.get('warmup_s', 0):.2f} | {row.get('prefill_tok_s', 0):.1f} | {row['decode_tok_s']:.1f} | {row.get('itl_ms', 0):.2f} |")
+print("\ncompile s: tputool's compile time of the row's executables; for transformers, the warm-up runs (torch.compile's compilation).")
+EOF
+
+if [ ${#failures[@]} -gt 0 ]; then
+	{
+		echo
+		echo "## Failures"
+		echo
+		for f in "${failures[@]}"; do echo "- $f"; done
+	} >>"$OUT/summary.md"
+	say "${#failures[@]} check(s) failed; see $OUT/summary.md"
+	exit 1
+fi
+say "all checks passed; results in $OUT (summary.md)"
