@@ -88,6 +88,9 @@ func ParseConfig(b []byte) (*Config, error) {
 	if c.NumHiddenLayers < 2 {
 		return nil, fmt.Errorf("text encoder config: num_hidden_layers %d (need at least 2 for the penultimate hidden state)", c.NumHiddenLayers)
 	}
+	if c.NumHiddenLayers > 1024 { // per-layer tables are built from it: 2^40 ran out of memory
+		return nil, fmt.Errorf("text encoder config: num_hidden_layers %d is over the limit 1024", c.NumHiddenLayers)
+	}
 	return c, nil
 }
 

@@ -98,6 +98,12 @@ func (c *Config) resolve() error {
 	if c.LayersPerBlock == 0 {
 		c.LayersPerBlock = 1
 	}
+	if c.LayersPerBlock < 0 || c.LayersPerBlock > 256 { // 2^40 built layers until memory ran out
+		return fmt.Errorf("vae config: layers_per_block %d must be between 1 and 256", c.LayersPerBlock)
+	}
+	if c.NormNumGroups < 0 {
+		return fmt.Errorf("vae config: norm_num_groups %d must be positive", c.NormNumGroups)
+	}
 	if c.ActFn == "" {
 		c.ActFn = "silu"
 	}
