@@ -322,6 +322,12 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	defer runner.Close()
+	if par := runner.Parallel(); par.Devices > 1 {
+		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)
+	}
+	if c := dev.XLACache; c != nil {
+		rep.Debugf("XLA compile cache (%s): %s", c.Mode, c.Dir)
+	}
 	loadDuration := opts.Now().Sub(start)
 
 	// Prompts to token ids.
