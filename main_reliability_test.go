@@ -305,7 +305,7 @@ func TestSubprocessTwoProcessesOneFile(t *testing.T) {
 
 // storiesCopy copies testdata/stories260K-hf and edits its configs so that
 // generation cannot end by itself soon: the end-of-sequence id is outside
-// the vocabulary and the context holds 4096 positions.
+// the vocabulary and the context holds 16384 positions.
 func storiesCopy(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "stories")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -329,7 +329,7 @@ func storiesCopy(t *testing.T) string {
 			}
 			m["eos_token_id"] = 100000
 			if e.Name() == "config.json" {
-				m["max_position_embeddings"] = 4096
+				m["max_position_embeddings"] = 16384
 			}
 			b, _ = json.Marshal(m)
 		}
@@ -345,7 +345,7 @@ func storiesCopy(t *testing.T) string {
 func TestSubprocessGenerateInterrupt(t *testing.T) {
 	dir := storiesCopy(t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NO_COLOR=1", "HF_TOKEN=" + canary}
-	p := start(t, env, "--device", "cpu", "-v", "generate", "--model", dir, "-p", "Once upon a time", "-n", "4000", "--temperature", "0")
+	p := start(t, env, "--device", "cpu", "-v", "generate", "--model", dir, "-p", "Once upon a time", "-n", "16000", "--temperature", "0")
 	waitFor(t, 2*time.Minute, "streamed text", func() bool { return len(p.stdout.String()) >= 40 })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
