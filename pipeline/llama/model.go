@@ -9,7 +9,8 @@
 // transformers derives from Llama in its modular files reuse it and differ
 // only in their options: Qwen2 (q/k/v biases), Qwen3 (per-head q/k RMSNorm)
 // and Mistral (sliding-window attention). See pipeline/qwen2, pipeline/qwen3
-// and pipeline/mistral.
+// and pipeline/mistral. pipeline/qwen3moe embeds Model and replaces the MLP
+// of its sparse layers, building on Attend.
 package llama
 
 import (
@@ -80,6 +81,26 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 // LayerWeights implements lm.Model.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
+	ws := m.AttentionWeights(i)
+	p := fmt.Sprintf("model.layers.%d.", i)
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	}
+	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	if m.o.MLPBias {
+		add("mlp.gate_proj.bias", false, s.Intermediate)
+		add("mlp.up_proj.bias", false, s.Intermediate)
+		add("mlp.down_proj.bias", false, s.Hidden)
+	}
+	return ws
+}
+
+// AttentionWeights lists the tensors Attend reads for layer i: the two
+// norms and self_attn.
+func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
+	s := &m.o.Spec
 	p := fmt.Sprintf("model.layers.%d.", i)
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	var ws []lm.WeightSpec
@@ -104,14 +125,6 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("self_attn.o_proj.bias", false, s.Hidden)
 	}
 	add("post_attention_layernorm.weight", false, s.Hidden)
-	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
-	if m.o.MLPBias {
-		add("mlp.gate_proj.bias", false, s.Intermediate)
-		add("mlp.up_proj.bias", false, s.Intermediate)
-		add("mlp.down_proj.bias", false, s.Hidden)
-	}
 	return ws
 }
 
@@ -131,13 +144,22 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 // Layer implements lm.Model: LlamaDecoderLayer, pre-norm attention then
 // pre-norm MLP, each with a residual connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	x, h, kv := m.Attend(i, w, x, state, step)
+	x = Add(x, m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h))
+	return x, kv
+}
+
+// Attend is the attention half of LlamaDecoderLayer i: x plus the
+// attention of its input_layernorm, and the post_attention_layernorm of
+// that sum (the MLP's input), with the new key and value caches.
+// Architectures that replace the MLP (pipeline/qwen3moe) build on it.
+func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
 	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
 	x = Add(x, h)
 	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
-	x = Add(x, m.mlp(p.Scope("mlp"), h))
-	return x, []*Node{k, v}
+	return x, h, []*Node{k, v}
 }
 
 // attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k

@@ -121,6 +121,7 @@ func Resolve(cfg *config.Model) (Options, error) {
 		return Options{}, err
 	}
 	o := Options{Options: base}
+	o.MLPBias = false // Qwen MoE MLPs and experts have no biases (no mlp_bias field)
 	if qwen2 {
 		o.QKVBias, o.OBias = true, false
 		if c.QKVBias != nil {
@@ -172,54 +173,24 @@ func New(cfg *config.Model) (lm.Model, error) {
 	return NewModel(o), nil
 }
 
-// Model is a Qwen MoE decoder; it implements lm.Routed.
+// Model is a Qwen MoE decoder; it implements lm.Routed. It is the Llama
+// decoder (pipeline/llama, with Qwen3's or Qwen2's options) whose sparse
+// layers replace the MLP by the MoE block: embedding, head, layer state and
+// the dense layers are llama.Model's, and sparse layers build on its Attend.
 type Model struct {
+	*llama.Model
 	o Options
 }
 
 // NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model { return &Model{o: o} }
+func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options), o: o} }
 
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
 
-// Spec implements lm.Model.
-func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
-
-// LayerKind implements lm.Model (all layers are full attention).
-func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
-
-// LayerState implements lm.Model: a key and a value cache.
-func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
-	s := &m.o.Spec
-	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
-}
-
-// EmbedWeights implements lm.Model.
-func (m *Model) EmbedWeights() []lm.WeightSpec {
-	s := &m.o.Spec
-	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
-}
-
-func (m *Model) headName() string {
-	if m.o.Spec.TieEmbeddings {
-		return "model.embed_tokens.weight"
-	}
-	return "lm_head.weight"
-}
-
-// HeadWeights implements lm.Model.
-func (m *Model) HeadWeights() []lm.WeightSpec {
-	s := &m.o.Spec
-	return []lm.WeightSpec{
-		{Name: "model.norm.weight", Shape: []int{s.Hidden}},
-		{Name: m.headName(), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
-	}
-}
-
 // expertWeights lists expert e's tensors in layer i.
 func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
-	s := &m.o.Spec
+	s := m.Spec()
 	p := fmt.Sprintf("model.layers.%d.mlp.experts.%d.", i, e)
 	return []lm.WeightSpec{
 		{Name: p + "gate_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true},
@@ -228,39 +199,17 @@ func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
 	}
 }
 
-// LayerWeights implements lm.Model: attention, norms, and either the MoE
-// block (router, experts, shared expert) or a dense MLP.
+// LayerWeights implements lm.Model: attention and norms, then either the
+// MoE block (router, experts, shared expert) or a dense MLP.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
-	s := &m.o.Spec
+	if !m.o.Sparse[i] {
+		return m.Model.LayerWeights(i)
+	}
+	s := m.Spec()
+	ws := m.AttentionWeights(i)
 	p := fmt.Sprintf("model.layers.%d.", i)
-	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-	var ws []lm.WeightSpec
 	add := func(name string, matmul bool, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
-	}
-	add("input_layernorm.weight", false, s.Hidden)
-	add("self_attn.q_proj.weight", true, q, s.Hidden)
-	add("self_attn.k_proj.weight", true, kv, s.Hidden)
-	add("self_attn.v_proj.weight", true, kv, s.Hidden)
-	if m.o.QKVBias {
-		add("self_attn.q_proj.bias", false, q)
-		add("self_attn.k_proj.bias", false, kv)
-		add("self_attn.v_proj.bias", false, kv)
-	}
-	if m.o.QKNorm {
-		add("self_attn.q_norm.weight", false, s.HeadDim)
-		add("self_attn.k_norm.weight", false, s.HeadDim)
-	}
-	add("self_attn.o_proj.weight", true, s.Hidden, q)
-	if m.o.OBias {
-		add("self_attn.o_proj.bias", false, s.Hidden)
-	}
-	add("post_attention_layernorm.weight", false, s.Hidden)
-	if !m.o.Sparse[i] {
-		add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
-		add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
-		add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
-		return ws
 	}
 	add("mlp.gate.weight", true, m.o.Experts, s.Hidden)
 	for e := 0; e < m.o.Experts; e++ {
@@ -289,33 +238,16 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 	return nn.GatedMLP(x, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)
 }
 
-func optional(p *lm.Params, enabled bool, name string) *Node {
-	if !enabled {
-		return nil
-	}
-	return p.Get(name)
-}
-
-// Embed implements lm.Model.
-func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
-	return nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
-}
-
 // Route implements lm.Routed: pre-norm attention with its residual, the
-// post-attention norm, the router's top-k choice and (Qwen2-MoE) the gated
-// shared expert, which is added to the residual.
+// post-attention norm (llama.Model.Attend), the router's top-k choice and
+// (Qwen2-MoE) the gated shared expert, which is added to the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
-	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	s := &m.o.Spec
-	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step)
-	x = Add(x, h)
-	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
-	mp := p.Scope("mlp")
+	x, h, kv := m.Attend(i, w, x, state, step)
+	mp := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
-	logits := nn.Linear(Reshape(h, b*t, s.Hidden), mp.Get("gate.weight"), nil) // [N, E]
-	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)              // [N, K]
+	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
+	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)                     // [N, K]
 	if m.o.SharedIntermediate > 0 {
 		shared := nn.GatedMLP(h, mp.Get("shared_expert.gate_proj.weight"), nil, mp.Get("shared_expert.up_proj.weight"), nil,
 			mp.Get("shared_expert.down_proj.weight"), nil, m.o.Act) // [B, T, H]
@@ -327,57 +259,26 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		Input:    h,
 		Experts:  Reshape(ids, b, t, m.o.TopK),
 		Weights:  Reshape(weights, b, t, m.o.TopK),
-	}, []*Node{k, v}
+	}, kv
 }
 
-// Layer implements lm.Model. Dense layers are attention plus MLP; MoE
-// layers use the dense formulation of the experts (nn.DenseExperts).
+// Layer implements lm.Model. Dense layers are llama.Model's (attention plus
+// MLP); MoE layers use the dense formulation of the experts
+// (nn.DenseExperts).
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	if !m.o.Sparse[i] {
-		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-		h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-		h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step)
-		x = Add(x, h)
-		h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
-		mp := p.Scope("mlp")
-		x = Add(x, nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, m.o.Act))
-		return x, []*Node{k, v}
+		return m.Model.Layer(i, w, x, state, step)
 	}
 	r, st := m.Route(i, w, x, state, step)
 	dims := r.Input.Shape().Dimensions
 	b, t, hd := dims[0], dims[1], dims[2]
 	n := b * t
-	ids := Reshape(r.Experts, n, m.o.TopK)
-	weights := Reshape(r.Weights, n, m.o.TopK)
+	ids := Reshape(r.Experts, n, m.o.TopK)     // [N, K]
+	weights := Reshape(r.Weights, n, m.o.TopK) // [N, K]
 	out := nn.DenseExperts(Reshape(r.Input, n, hd), ids, weights, m.o.Experts, func(e int, xe *Node) *Node {
 		return m.Expert(i, e, w, xe)
-	})
+	}) // [N, H]
 	return Add(r.Residual, Reshape(out, b, t, hd)), st
-}
-
-// attention is Qwen3MoeAttention (Qwen2MoeAttention): q/k/v projections
-// (Qwen2-MoE: with biases), per-head q/k RMSNorm (Qwen3-MoE), rotary
-// embedding, cache write, grouped-query attention, o_proj.
-func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step) (*Node, *Node, *Node) {
-	s := &m.o.Spec
-	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")), s.Heads)   // [B, T, H, D]
-	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
-	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
-	if m.o.QKNorm {
-		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
-		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
-	}
-	cos, sin := m.o.Rope.CosSin(step, x.DType())
-	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	keys, values = nn.WriteKV(keys, values, k, v, step)
-	out := nn.Attention(q, keys, values, nn.AttentionBias(step, 0), 0, 0) // [B, T, H*D]
-	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), keys, values
-}
-
-// Head implements lm.Model: the final norm and lm_head.
-func (m *Model) Head(w *lm.Params, x *Node) *Node {
-	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
-	return nn.Linear(x, w.Get(m.headName()), nil) // [B, V]
 }
 
 var _ lm.Routed = (*Model)(nil)
