@@ -22,10 +22,6 @@ type GlobalOptions struct {
 	CacheDir   string
 	Offline    bool
 	Token      string
-
-	// deviceChanged records whether --device was given (it wins over
-	// TPUTOOL_DEVICE).
-	deviceChanged bool
 }
 
 // Factory carries the dependencies commands are built from. Fields are

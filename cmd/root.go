@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -96,25 +97,20 @@ to stderr, with progress bars only on a terminal.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(c *cobra.Command, args []string) error {
-			g.deviceChanged = c.Flags().Changed("device")
-			if !g.deviceChanged {
-				if v := f.Getenv("TPUTOOL_DEVICE"); v != "" {
-					g.Device = v
-				}
-			}
 			if g.Quiet && g.Verbose {
 				return errs.Usagef("--quiet and --verbose cannot be used together")
 			}
-			if _, err := tpu.ParseSpec(g.Device); err != nil {
+			// --device wins over TPUTOOL_DEVICE; an error names the one used.
+			spec, err := tpu.ChooseSpec(g.Device, c.Flags().Changed("device"), tpu.Env{LookupEnv: f.LookupEnv})
+			if err != nil {
 				return err
 			}
+			g.Device = spec.String()
 			if g.Verbose {
 				tpu.SetBackendLog(f.IOStreams.ErrOut)
 			}
-			if !c.Flags().Changed("offline") {
-				if v := f.Getenv("HF_HUB_OFFLINE"); v != "" && v != "0" && !strings.EqualFold(v, "false") {
-					g.Offline = true
-				}
+			if !c.Flags().Changed("offline") && hub.IsTrue(f.Getenv("HF_HUB_OFFLINE")) {
+				g.Offline = true
 			}
 			return nil
 		},

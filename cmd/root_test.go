@@ -72,8 +72,6 @@ func TestInterruptedRunExits130(t *testing.T) {
 	e := newTestFactory(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	root := NewCmdRoot(e.f)
-	root.AddCommand(notImplemented("fails", "x"))
 	assert.Equal(t, ExitInterrupted, Run(ctx, e.f, []string{"generate"}))
 }
 
@@ -87,6 +85,20 @@ func TestEnvDefaults(t *testing.T) {
 	require.Equal(t, ExitOK, e.run("--device", "tpu", "version"))
 	assert.Equal(t, "tpu", e.f.Global.Device, "the flag wins over the environment")
 	assert.False(t, e.f.Global.Offline)
+
+	// huggingface_hub's true values only: "off" is not offline.
+	e = newTestFactory(t, map[string]string{"HF_HUB_OFFLINE": "off"})
+	require.Equal(t, ExitOK, e.run("version"))
+	assert.False(t, e.f.Global.Offline)
+}
+
+func TestBadDeviceEnvIsNamed(t *testing.T) {
+	e := newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "quantum"})
+	assert.Equal(t, ExitUsage, e.run("version"))
+	assert.Contains(t, e.errOut.String(), `$TPUTOOL_DEVICE "quantum"`)
+
+	e = newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "quantum"})
+	assert.Equal(t, ExitOK, e.run("--device", "cpu", "version"), "the flag wins over a bad variable")
 }
 
 func TestNotImplementedExits3(t *testing.T) {
