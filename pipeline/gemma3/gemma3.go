@@ -74,37 +74,23 @@ type Model struct {
 	global, local *nn.Rope
 }
 
-func pick(v *int, d int) int {
-	if v != nil {
-		return *v
-	}
-	return d
-}
-
-func pickF(v *float64, d float64) float64 {
-	if v != nil {
-		return *v
-	}
-	return d
-}
-
 // resolve applies Gemma3TextConfig's defaults and checks the config.
 func (c *Config) resolve(cfg *config.Model) (*Model, error) {
-	where := cfg.Path
+	where := lm.ConfigName(cfg)
 	if c.UseBidirectionalAttention {
 		return nil, errs.Unsupportedf("%s: use_bidirectional_attention is not supported for generation", where)
 	}
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
-		VocabSize:    pick(c.VocabSize, 262208),
-		Hidden:       pick(c.HiddenSize, 2304),
-		Intermediate: pick(c.IntermediateSize, 9216),
-		Layers:       pick(c.NumHiddenLayers, 26),
-		Heads:        pick(c.NumAttentionHeads, 8),
-		KVHeads:      pick(c.NumKeyValueHeads, 4),
-		HeadDim:      pick(c.HeadDim, 256),
-		MaxPositions: pick(c.MaxPositionEmbeddings, 131072),
+		VocabSize:    lm.Or(c.VocabSize, 262208),
+		Hidden:       lm.Or(c.HiddenSize, 2304),
+		Intermediate: lm.Or(c.IntermediateSize, 9216),
+		Layers:       lm.Or(c.NumHiddenLayers, 26),
+		Heads:        lm.Or(c.NumAttentionHeads, 8),
+		KVHeads:      lm.Or(c.NumKeyValueHeads, 4),
+		HeadDim:      lm.Or(c.HeadDim, 256),
+		MaxPositions: lm.Or(c.MaxPositionEmbeddings, 131072),
 		EOS:          c.EOSTokenID,
 		BOS:          2,
 	}
@@ -114,39 +100,22 @@ func (c *Config) resolve(cfg *config.Model) (*Model, error) {
 	if len(c.BOSTokenID) > 0 {
 		s.BOS = c.BOSTokenID[0]
 	}
-	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
-		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim,
-		"max_position_embeddings": s.MaxPositions} {
-		if v <= 0 {
-			return nil, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
-		}
+	if err := s.CheckSizes(where); err != nil {
+		return nil, err
 	}
-	if s.Heads%s.KVHeads != 0 {
-		return nil, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, true)
+	s.SlidingWindow = lm.Or(c.SlidingWindow, 4096)
+	var err error
+	if s.LayerKinds, err = lm.LayerTypes(where, c.LayerTypes, s.Layers, lm.KindFull, lm.KindSliding); err != nil {
+		return nil, err
 	}
-	s.TieEmbeddings = true
-	if c.TieWordEmbeddings != nil {
-		s.TieEmbeddings = *c.TieWordEmbeddings
-	}
-	s.SlidingWindow = pick(c.SlidingWindow, 4096)
-	s.LayerKinds = make([]string, s.Layers)
-	switch {
-	case len(c.LayerTypes) > 0:
-		if len(c.LayerTypes) != s.Layers {
-			return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
-		}
-		for i, t := range c.LayerTypes {
-			if t != lm.KindFull && t != lm.KindSliding {
-				return nil, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, lm.KindFull, lm.KindSliding)
-			}
-			s.LayerKinds[i] = t
-		}
-	default:
+	if s.LayerKinds == nil {
 		// Every sliding_window_pattern-th layer is global, the others local.
-		pattern := pick(c.SlidingWindowPattern, 6)
+		pattern := lm.Or(c.SlidingWindowPattern, 6)
 		if pattern <= 0 {
 			return nil, fmt.Errorf("%s: sliding_window_pattern must be positive, got %d", where, pattern)
 		}
+		s.LayerKinds = make([]string, s.Layers)
 		for i := range s.LayerKinds {
 			s.LayerKinds[i] = lm.KindSliding
 			if (i+1)%pattern == 0 {
@@ -161,10 +130,10 @@ func (c *Config) resolve(cfg *config.Model) (*Model, error) {
 	}
 	m := &Model{
 		spec:         s,
-		eps:          pickF(c.RMSNormEps, 1e-6),
-		scale:        1 / math.Sqrt(pickF(c.QueryPreAttnScalar, 256)),
-		attnSoftcap:  pickF(c.AttnLogitSoftcapping, 0),
-		finalSoftcap: pickF(c.FinalLogitSoftcapping, 0),
+		eps:          lm.Or(c.RMSNormEps, 1e-6),
+		scale:        1 / math.Sqrt(lm.Or(c.QueryPreAttnScalar, 256)),
+		attnSoftcap:  lm.Or(c.AttnLogitSoftcapping, 0),
+		finalSoftcap: lm.Or(c.FinalLogitSoftcapping, 0),
 		bias:         c.AttentionBias,
 	}
 	act := c.HiddenActivation
@@ -211,7 +180,7 @@ func (c *Config) resolveRope(cfg *config.Model, m *Model) error {
 	if m.global, err = nn.ConfigRope(global, 1e6, s.HeadDim, s.MaxPositions); err != nil {
 		return err
 	}
-	m.local, err = nn.NewRope(nn.RopeParams{Theta: pickF(c.RopeLocalBaseFreq, 1e4), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
+	m.local, err = nn.NewRope(nn.RopeParams{Theta: lm.Or(c.RopeLocalBaseFreq, 1e4), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
 	return err
 }
 

@@ -55,75 +55,52 @@ var LlamaDefaults = Defaults{
 	MaxPositions: 2048, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
 }
 
-func pick(v *int, d int) int {
-	if v != nil {
-		return *v
-	}
-	return d
-}
-
 // Resolve applies defaults and derives head_dim, KV heads and the rotary
 // embedding, checking that the numbers fit together. All layers are
 // full-attention unless layer_types says otherwise; callers set sliding
 // windows afterwards.
 func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
-	where := cfg.Path
+	where := lm.ConfigName(cfg)
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
-		VocabSize:    pick(c.VocabSize, d.VocabSize),
-		Hidden:       pick(c.HiddenSize, d.Hidden),
-		Intermediate: pick(c.IntermediateSize, d.Intermediate),
-		Layers:       pick(c.NumHiddenLayers, d.Layers),
-		Heads:        pick(c.NumAttentionHeads, d.Heads),
-		MaxPositions: pick(c.MaxPositionEmbeddings, d.MaxPositions),
+		VocabSize:    lm.Or(c.VocabSize, d.VocabSize),
+		Hidden:       lm.Or(c.HiddenSize, d.Hidden),
+		Intermediate: lm.Or(c.IntermediateSize, d.Intermediate),
+		Layers:       lm.Or(c.NumHiddenLayers, d.Layers),
+		Heads:        lm.Or(c.NumAttentionHeads, d.Heads),
+		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.MaxPositions),
 		EOS:          c.EOSTokenID,
 		BOS:          -1,
 	}
 	if len(c.BOSTokenID) > 0 {
 		s.BOS = c.BOSTokenID[0]
 	}
-	s.KVHeads = pick(c.NumKeyValueHeads, s.Heads)
-	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
-		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "max_position_embeddings": s.MaxPositions} {
-		if v <= 0 {
-			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
-		}
-	}
+	s.KVHeads = lm.Or(c.NumKeyValueHeads, s.Heads)
 	if c.HeadDim != nil && *c.HeadDim > 0 {
 		s.HeadDim = *c.HeadDim
-	} else {
+	} else if s.Hidden > 0 && s.Heads > 0 { // otherwise CheckSizes names the field
 		if s.Hidden%s.Heads != 0 {
 			return Options{}, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not set)", where, s.Hidden, s.Heads)
 		}
 		s.HeadDim = s.Hidden / s.Heads
 	}
-	if s.Heads%s.KVHeads != 0 {
-		return Options{}, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	if err := s.CheckSizes(where); err != nil {
+		return Options{}, err
 	}
-	s.TieEmbeddings = d.Tie
-	if c.TieWordEmbeddings != nil {
-		s.TieEmbeddings = *c.TieWordEmbeddings
+	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, d.Tie)
+	kinds, err := lm.LayerTypes(where, c.LayerTypes, s.Layers, lm.KindFull, lm.KindSliding)
+	if err != nil {
+		return Options{}, err
 	}
-	s.LayerKinds = make([]string, s.Layers)
-	for i := range s.LayerKinds {
-		s.LayerKinds[i] = lm.KindFull
-	}
-	if len(c.LayerTypes) > 0 {
-		if len(c.LayerTypes) != s.Layers {
-			return Options{}, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
-		}
-		for i, t := range c.LayerTypes {
-			if t != lm.KindFull && t != lm.KindSliding {
-				return Options{}, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, lm.KindFull, lm.KindSliding)
-			}
-			s.LayerKinds[i] = t
+	if kinds == nil {
+		kinds = make([]string, s.Layers)
+		for i := range kinds {
+			kinds[i] = lm.KindFull
 		}
 	}
-	o := Options{Spec: s, Eps: d.Eps, QKVBias: c.AttentionBias, OBias: c.AttentionBias, MLPBias: c.MLPBias}
-	if c.RMSNormEps != nil {
-		o.Eps = *c.RMSNormEps
-	}
+	s.LayerKinds = kinds
+	o := Options{Spec: s, Eps: lm.Or(c.RMSNormEps, d.Eps), QKVBias: c.AttentionBias, OBias: c.AttentionBias, MLPBias: c.MLPBias}
 	act := c.HiddenAct
 	if act == "" {
 		act = d.Act
@@ -131,7 +108,6 @@ func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: silu, gelu_pytorch_tanh)", where, act)
 	}
-	var err error
 	o.Rope, err = nn.ConfigRope(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)

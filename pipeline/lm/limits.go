@@ -39,10 +39,7 @@ var dimLimits = map[string]int64{
 // checkDims refuses config sizes above dimLimits, at the top level and in
 // text_config, before an architecture resolves them.
 func checkDims(cfg *config.Model) error {
-	where := cfg.Path
-	if where == "" {
-		where = "config.json"
-	}
+	where := ConfigName(cfg)
 	for _, m := range []*config.Model{cfg, cfg.Text} {
 		if m == nil {
 			continue

@@ -50,10 +50,7 @@ func New(cfg *config.Model) (Model, error) {
 	c, ok := registry[arch]
 	registryMu.RUnlock()
 	if !ok {
-		where := cfg.Path
-		if where == "" {
-			where = "config.json"
-		}
+		where := ConfigName(cfg)
 		if arch == "" {
 			return nil, errs.Unsupportedf("%s: no architectures field; supported architectures: %s", where, strings.Join(Supported(), ", "))
 		}

@@ -56,7 +56,7 @@ func New(cfg *config.Model) (lm.Model, error) {
 		w = 4096
 	}
 	if w < 0 {
-		return nil, fmt.Errorf("%s: sliding_window must not be negative, got %d", cfg.Path, w)
+		return nil, fmt.Errorf("%s: sliding_window must not be negative, got %d", lm.ConfigName(cfg), w)
 	}
 	if w > 0 && len(c.LayerTypes) == 0 {
 		for i := range s.LayerKinds {

@@ -44,14 +44,8 @@ var Defaults = llama.Defaults{
 // window if use_sliding_window is set (transformers' derivation).
 func (c Sliding) Resolve(o *llama.Options, cfg *config.Model, hasLayerTypes bool) error {
 	s := &o.Spec
-	w := 4096
-	if c.SlidingWindow != nil {
-		w = *c.SlidingWindow
-	}
-	mwl := 28
-	if c.MaxWindowLayers != nil {
-		mwl = *c.MaxWindowLayers
-	}
+	w := lm.Or(c.SlidingWindow, 4096)
+	mwl := lm.Or(c.MaxWindowLayers, 28)
 	if !c.UseSlidingWindow {
 		w = 0
 	}
@@ -62,7 +56,7 @@ func (c Sliding) Resolve(o *llama.Options, cfg *config.Model, hasLayerTypes bool
 	}
 	for i, k := range s.LayerKinds {
 		if k == lm.KindSliding && w <= 0 {
-			return fmt.Errorf("%s: layer %d is %s but no sliding_window is configured", cfg.Path, i, k)
+			return fmt.Errorf("%s: layer %d is %s but no sliding_window is configured", lm.ConfigName(cfg), i, k)
 		}
 	}
 	s.SlidingWindow = w

@@ -55,13 +55,6 @@ var Defaults = struct {
 	Eps: 1e-6, RopeTheta: 10000, PartialRotaryFactor: 0.25,
 }
 
-func pick(v *int, d int) int {
-	if v != nil {
-		return *v
-	}
-	return d
-}
-
 // Options are the resolved hyperparameters of a Qwen3.5 text model.
 type Options struct {
 	Spec lm.Spec
@@ -81,10 +74,7 @@ type Options struct {
 
 // Resolve reads a Qwen3.5 config.json (nested or flat) into Options.
 func Resolve(cfg *config.Model) (Options, error) {
-	where := cfg.Path
-	if where == "" {
-		where = "config.json"
-	}
+	where := lm.ConfigName(cfg)
 	text := cfg
 	prefix := "model."
 	if cfg.Text != nil {
@@ -105,14 +95,14 @@ func Resolve(cfg *config.Model) (Options, error) {
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
-		VocabSize:    pick(c.VocabSize, d.VocabSize),
-		Hidden:       pick(c.HiddenSize, d.Hidden),
-		Intermediate: pick(c.IntermediateSize, d.Intermediate),
-		Layers:       pick(c.NumHiddenLayers, d.Layers),
-		Heads:        pick(c.NumAttentionHeads, d.Heads),
-		KVHeads:      pick(c.NumKeyValueHeads, d.KVHeads),
-		HeadDim:      pick(c.HeadDim, d.HeadDim),
-		MaxPositions: pick(c.MaxPositionEmbeddings, d.MaxPositions),
+		VocabSize:    lm.Or(c.VocabSize, d.VocabSize),
+		Hidden:       lm.Or(c.HiddenSize, d.Hidden),
+		Intermediate: lm.Or(c.IntermediateSize, d.Intermediate),
+		Layers:       lm.Or(c.NumHiddenLayers, d.Layers),
+		Heads:        lm.Or(c.NumAttentionHeads, d.Heads),
+		KVHeads:      lm.Or(c.NumKeyValueHeads, d.KVHeads),
+		HeadDim:      lm.Or(c.HeadDim, d.HeadDim),
+		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.MaxPositions),
 		EOS:          c.EOSTokenID,
 		BOS:          -1,
 	}
@@ -123,19 +113,12 @@ func Resolve(cfg *config.Model) (Options, error) {
 		s.BOS = c.BOSTokenID[0]
 	}
 	dn := nn.DeltaNetDims{
-		KHeads: pick(c.LinearNumKeyHeads, d.KHeads), VHeads: pick(c.LinearNumValueHeads, d.VHeads),
-		KDim: pick(c.LinearKeyHeadDim, d.KDim), VDim: pick(c.LinearValueHeadDim, d.VDim),
-		ConvKernel: pick(c.LinearConvKernelDim, d.ConvKernel),
+		KHeads: lm.Or(c.LinearNumKeyHeads, d.KHeads), VHeads: lm.Or(c.LinearNumValueHeads, d.VHeads),
+		KDim: lm.Or(c.LinearKeyHeadDim, d.KDim), VDim: lm.Or(c.LinearValueHeadDim, d.VDim),
+		ConvKernel: lm.Or(c.LinearConvKernelDim, d.ConvKernel),
 	}
-	for name, v := range map[string]int{"vocab_size": s.VocabSize, "hidden_size": s.Hidden, "intermediate_size": s.Intermediate,
-		"num_hidden_layers": s.Layers, "num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeads, "head_dim": s.HeadDim,
-		"max_position_embeddings": s.MaxPositions} {
-		if v <= 0 {
-			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
-		}
-	}
-	if s.Heads%s.KVHeads != 0 {
-		return Options{}, fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	if err := s.CheckSizes(where); err != nil {
+		return Options{}, err
 	}
 	if err := dn.Validate(where); err != nil {
 		return Options{}, err
@@ -160,22 +143,16 @@ func Resolve(cfg *config.Model) (Options, error) {
 		s.TieEmbeddings = *c.TieWordEmbeddings
 	}
 	// layer_types, or every full_attention_interval-th layer full.
-	s.LayerKinds = make([]string, s.Layers)
-	if len(c.LayerTypes) > 0 {
-		if len(c.LayerTypes) != s.Layers {
-			return Options{}, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(c.LayerTypes), s.Layers)
-		}
-		for i, t := range c.LayerTypes {
-			if t != lm.KindFull && t != nn.KindLinearAttention {
-				return Options{}, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s, %s)", where, i, t, nn.KindLinearAttention, lm.KindFull)
-			}
-			s.LayerKinds[i] = t
-		}
-	} else {
-		interval := pick(c.FullAttentionInterval, d.FullAttentionInterval)
+	var err error
+	if s.LayerKinds, err = lm.LayerTypes(where, c.LayerTypes, s.Layers, nn.KindLinearAttention, lm.KindFull); err != nil {
+		return Options{}, err
+	}
+	if s.LayerKinds == nil {
+		interval := lm.Or(c.FullAttentionInterval, d.FullAttentionInterval)
 		if interval <= 0 {
 			return Options{}, fmt.Errorf("%s: full_attention_interval must be positive, got %d", where, interval)
 		}
+		s.LayerKinds = make([]string, s.Layers)
 		for i := range s.LayerKinds {
 			s.LayerKinds[i] = nn.KindLinearAttention
 			if (i+1)%interval == 0 {
@@ -183,10 +160,7 @@ func Resolve(cfg *config.Model) (Options, error) {
 			}
 		}
 	}
-	o := Options{Spec: s, Prefix: prefix, Eps: d.Eps, AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64}
-	if c.RMSNormEps != nil {
-		o.Eps = *c.RMSNormEps
-	}
+	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64}
 	// Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 when neither
 	// the config nor its rope_parameters set it.
 	raw := map[string]json.RawMessage{}
@@ -196,7 +170,6 @@ func Resolve(cfg *config.Model) (Options, error) {
 	if _, ok := raw["partial_rotary_factor"]; !ok && !strings.Contains(string(raw["rope_parameters"]), "partial_rotary_factor") {
 		raw["partial_rotary_factor"] = json.RawMessage(fmt.Sprint(d.PartialRotaryFactor))
 	}
-	var err error
 	o.Rope, err = nn.ConfigRope(raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)

@@ -88,19 +88,9 @@ type Options struct {
 	Sparse []bool
 }
 
-func pick(v *int, d int) int {
-	if v != nil {
-		return *v
-	}
-	return d
-}
-
 // Resolve reads a Qwen3-MoE or Qwen2-MoE config.json.
 func Resolve(cfg *config.Model) (Options, error) {
-	where := cfg.Path
-	if where == "" {
-		where = "config.json"
-	}
+	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return Options{}, err
@@ -130,16 +120,16 @@ func Resolve(cfg *config.Model) (Options, error) {
 	} else {
 		o.QKNorm = true
 	}
-	o.Experts = pick(c.NumExperts, pick(c.NumLocalExperts, d.Experts))
-	o.TopK = pick(c.NumExpertsPerTok, d.TopK)
-	o.MoEIntermediate = pick(c.MoEIntermediateSize, d.MoEIntermediate)
+	o.Experts = lm.Or(c.NumExperts, lm.Or(c.NumLocalExperts, d.Experts))
+	o.TopK = lm.Or(c.NumExpertsPerTok, d.TopK)
+	o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, d.MoEIntermediate)
 	if qwen2 {
-		o.SharedIntermediate = pick(c.SharedExpertIntermediateSize, d.SharedIntermediate)
+		o.SharedIntermediate = lm.Or(c.SharedExpertIntermediateSize, d.SharedIntermediate)
 	}
 	if c.NormTopKProb != nil {
 		o.NormTopK = *c.NormTopKProb
 	}
-	step := pick(c.DecoderSparseStep, 1)
+	step := lm.Or(c.DecoderSparseStep, 1)
 	if step <= 0 {
 		return Options{}, fmt.Errorf("%s: decoder_sparse_step must be positive, got %d", where, step)
 	}

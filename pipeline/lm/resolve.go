@@ -1,0 +1,73 @@
+package lm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+)
+
+// Helpers the architectures share while resolving a config.json into a
+// Spec. Each architecture still applies its own transformers defaults.
+
+// Or returns *v, or def when v is nil (the field is absent from
+// config.json).
+func Or[T any](v *T, def T) T {
+	if v != nil {
+		return *v
+	}
+	return def
+}
+
+// ConfigName names a config in errors: its path, or "config.json" when it
+// was not read from a file.
+func ConfigName(cfg *config.Model) string {
+	if cfg.Path == "" {
+		return "config.json"
+	}
+	return cfg.Path
+}
+
+// CheckSizes reports the first of the spec's sizes that is not positive,
+// by its config.json field name, in a fixed order (vocab_size,
+// hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim, max_position_embeddings), and attention
+// heads that are not a multiple of the KV heads. where names the config.
+func (s *Spec) CheckSizes(where string) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"vocab_size", s.VocabSize}, {"hidden_size", s.Hidden}, {"intermediate_size", s.Intermediate},
+		{"num_hidden_layers", s.Layers}, {"num_attention_heads", s.Heads}, {"num_key_value_heads", s.KVHeads},
+		{"head_dim", s.HeadDim}, {"max_position_embeddings", s.MaxPositions},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("%s: %s must be positive, got %d", where, f.name, f.v)
+		}
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return fmt.Errorf("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", where, s.Heads, s.KVHeads)
+	}
+	return nil
+}
+
+// LayerTypes checks config.json's layer_types against a model of layers
+// layers: one entry per layer, each one of supported (errs.ErrUnsupported
+// otherwise). It returns a copy, or nil when the config has no layer_types.
+func LayerTypes(where string, types []string, layers int, supported ...string) ([]string, error) {
+	if len(types) == 0 {
+		return nil, nil
+	}
+	if len(types) != layers {
+		return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers", where, len(types), layers)
+	}
+	for i, t := range types {
+		if !slices.Contains(supported, t) {
+			return nil, errs.Unsupportedf("%s: layer_types[%d] is %q (supported: %s)", where, i, t, strings.Join(supported, ", "))
+		}
+	}
+	return slices.Clone(types), nil
+}
