@@ -35,8 +35,8 @@ type BenchOptions struct {
 	Device func() (*tpu.Device, error)
 	// HubClient builds the Hub client (only Hub ids need it).
 	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.Resolve by default.
-	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
 	// Now is the clock every figure is measured with.
 	Now func() time.Time
 	// Build and DeviceEnv describe the binary and the host for the header.
@@ -53,8 +53,9 @@ type BenchOptions struct {
 	Repeat int
 	Warmup int
 	// TP and DP spread a language model over TP x DP devices.
-	TP, DP int
-	Format string
+	TP, DP  int
+	Retries int
+	Format  string
 	// Batches is nil when --batch was not given (the task's default).
 	Batches    []int
 	PromptLens []int
@@ -85,7 +86,7 @@ const (
 
 // NewCmdBench builds `tputool bench`.
 func NewCmdBench(f *Factory, runF func(context.Context, *BenchOptions) error) *cobra.Command {
-	opts := &BenchOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	opts := &BenchOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
 	var (
 		modes, batches, promptLens, genLens, steps, sizes string
 		compare                                           bool
@@ -131,7 +132,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 				if len(args) != 2 {
 					return errs.Usagef("--compare takes two reports, OLD.json NEW.json (got %d argument(s))", len(args))
 				}
-				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp"} {
+				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp", "retries"} {
 					if fl.Changed(name) {
 						return errs.Usagef("--compare reads two reports; --%s does not apply", name)
 					}
@@ -147,7 +148,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 			}
 			opts.Reporter = f.Reporter()
 			opts.Device = f.Device
-			opts.HubClient = f.HubClient
+			opts.HubClient = f.retryingHubClient(opts.Retries)
 			opts.Now = f.Now
 			opts.Build = f.Build
 			opts.DeviceEnv = f.DeviceEnv
@@ -177,6 +178,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
+	addRetriesFlag(c, &opts.Retries)
 	fl.BoolVar(&compare, "compare", false, "compare two reports: --compare OLD.json NEW.json")
 	_ = c.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return bench.Formats(), cobra.ShellCompDirectiveNoFileComp
@@ -307,6 +309,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches
 	if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 		return err
 	}
+	if err := checkRetries(opts.Retries); err != nil {
+		return err
+	}
 	opts.TaskFlags = nil
 	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp"} {
 		if changed(name) {
@@ -370,17 +375,7 @@ func dtypeName(d dtypes.DType) string {
 
 func benchRun(ctx context.Context, opts *BenchOptions) error {
 	rep := opts.Reporter
-	ref, err := loader.ParseRef(opts.Model)
-	if err != nil {
-		return err
-	}
-	lo := loader.Options{Revision: opts.Revision, Variant: opts.Variant}
-	if !ref.Local {
-		lo.Client = opts.HubClient()
-	} else if opts.Revision != "" {
-		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
-	}
-	m, err := opts.Resolve(ctx, opts.Model, lo)
+	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
 	if err != nil {
 		return err
 	}
@@ -410,10 +405,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
 		return err
 	}
-	model := m.Name()
-	if ref.Local {
-		model = opts.Model
-	}
+	model := modelLabel(m)
 	prog := &benchProgress{rep: rep, model: model}
 	defer prog.finish()
 	cfg := bench.Config{Repeat: opts.Repeat, Warmup: opts.Warmup, Now: opts.Now, OnProgress: prog.update}

@@ -30,8 +30,8 @@ type DiffuseOptions struct {
 	Reporter *ui.Reporter
 	// HubClient builds the Hub client (lazily: only Hub ids need it).
 	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.Resolve by default.
-	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
 	// Device opens the --device backend.
 	Device func() (*tpu.Device, error)
 	// Version is tputool's version, written into the PNG metadata.
@@ -112,7 +112,7 @@ var sizeRE = regexp.MustCompile(`^([0-9]+)(?:[xX]([0-9]+))?$`)
 
 // NewCmdDiffuse builds `tputool diffuse`.
 func NewCmdDiffuse(f *Factory, runF func(context.Context, *DiffuseOptions) error) *cobra.Command {
-	opts := &DiffuseOptions{IO: f.IOStreams, Resolve: loader.Resolve, Device: f.Device,
+	opts := &DiffuseOptions{IO: f.IOStreams, Resolve: loader.ResolveRef, Device: f.Device,
 		RandomSeed: func() uint64 { return uint64(rand.Uint32()) }}
 	var compile bool
 	c := &cobra.Command{
@@ -165,8 +165,8 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 			if opts.HasGuidance && (opts.Guidance < 0 || opts.Guidance > 100 || opts.Guidance != opts.Guidance) {
 				return errs.Usagef("--guidance %v: want 0 to 100 (<= 1 turns classifier-free guidance off)", opts.Guidance)
 			}
-			if opts.Retries < 0 {
-				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			if err := checkRetries(opts.Retries); err != nil {
+				return err
 			}
 			if opts.Size != "" {
 				m := sizeRE.FindStringSubmatch(opts.Size)
@@ -202,11 +202,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 			opts.JSON = f.Global.JSON
 			opts.Reporter = f.Reporter()
 			opts.Version = f.Build.Version
-			opts.HubClient = func() *hub.Client {
-				hc := f.HubClient()
-				hc.Retries = opts.Retries
-				return hc
-			}
+			opts.HubClient = f.retryingHubClient(opts.Retries)
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -228,7 +224,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 	fl.StringVar(&opts.Mode, "mode", modeCompiled, "execution: compiled (one executable per model) or eager (one per block)")
 	fl.BoolVar(&compile, "compile", false, "same as --mode compiled")
 	fl.StringVarP(&opts.Output, "output", "o", "out.png", "output PNG; with --batch > 1: OUT-0.png, ... or a %d pattern")
-	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
+	addRetriesFlag(c, &opts.Retries)
 	_ = c.RegisterFlagCompletionFunc("scheduler", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return schedulers.Names(), cobra.ShellCompDirectiveNoFileComp
 	})
@@ -289,15 +285,7 @@ func outputPaths(out string, batch int) []string {
 func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	r := opts.Reporter
 	start := time.Now()
-	ref, err := loader.ParseRef(opts.Model)
-	if err != nil {
-		return err
-	}
-	lo := loader.Options{Revision: opts.Revision, Variant: opts.Variant}
-	if !ref.Local {
-		lo.Client = opts.HubClient()
-	}
-	m, err := loader.ResolveRef(ctx, ref, lo)
+	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
 	if err != nil {
 		return err
 	}
@@ -381,10 +369,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 
 	// Write the images.
 	paths := outputPaths(opts.Output, len(res.Images))
-	model := m.Name()
-	if ref.Local {
-		model = opts.Model
-	}
+	model := modelLabel(m)
 	for i, img := range res.Images {
 		meta := []pngmeta.Text{
 			{Key: "prompt", Value: opts.Prompt},

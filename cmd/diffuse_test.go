@@ -78,6 +78,7 @@ func TestDiffuseUsageErrors(t *testing.T) {
 		{[]string{"diffuse", "-m", dir, "-p", "fox", "--steps", "0"}, "--steps"},
 		{[]string{"diffuse", "-m", dir, "-p", "fox", "--batch", "0"}, "--batch"},
 		{[]string{"diffuse", "-m", dir, "-p", "fox", "--guidance", "-1"}, "--guidance"},
+		{[]string{"diffuse", "-m", dir, "-p", "fox", "--revision", "main", "-o", out}, "--revision applies to Hub models"},
 		// Found after loading: not a multiple of the model's size step.
 		{[]string{"diffuse", "-m", dir, "-p", "fox", "--size", "40x40", "-o", out}, "multiples of 16"},
 	} {

@@ -69,8 +69,8 @@ snapshot directory is printed on stdout.`,
 			if opts.Model == "" {
 				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision])")
 			}
-			if opts.Retries < 0 {
-				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			if err := checkRetries(opts.Retries); err != nil {
+				return err
 			}
 			if opts.Parallel < 1 {
 				return errs.Usagef("--parallel %d: must be at least 1", opts.Parallel)
@@ -96,7 +96,7 @@ snapshot directory is printed on stdout.`,
 	fl.StringVar(&opts.Variant, "variant", "", "weight variant, e.g. fp16 for *.fp16.safetensors (diffusers)")
 	fl.StringArrayVar(&opts.Include, "include", nil, "download only files matching this pattern (repeatable)")
 	fl.StringArrayVar(&opts.Exclude, "exclude", nil, "skip files matching this pattern (repeatable)")
-	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per request after network errors, 5xx and 429")
+	addRetriesFlag(c, &opts.Retries)
 	fl.IntVar(&opts.Parallel, "parallel", hub.DefaultParallel, "files downloaded at once")
 	return c
 }

@@ -41,8 +41,8 @@ type GenerateOptions struct {
 	Device func() (*tpu.Device, error)
 	// HubClient builds the Hub client (only Hub ids need it).
 	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.Resolve by default.
-	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
 	// Now is the clock.
 	Now func() time.Time
 	// HostMemory is the host's memory in bytes (0: unknown).
@@ -68,7 +68,7 @@ type GenerateOptions struct {
 
 // NewCmdGenerate builds `tputool generate`.
 func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) error) *cobra.Command {
-	opts := &GenerateOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	opts := &GenerateOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
 	var (
 		maxNew, topK             int
 		temp, topP, minP, repPen float64
@@ -158,8 +158,8 @@ the same tokens.`,
 					return errs.Usagef("--stop: empty stop string")
 				}
 			}
-			if opts.Retries < 0 {
-				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			if err := checkRetries(opts.Retries); err != nil {
+				return err
 			}
 			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 				return err
@@ -172,11 +172,7 @@ the same tokens.`,
 			opts.Verbose = f.Global.Verbose
 			opts.Reporter = f.Reporter()
 			opts.Device = f.Device
-			opts.HubClient = func() *hub.Client {
-				hc := f.HubClient()
-				hc.Retries = opts.Retries
-				return hc
-			}
+			opts.HubClient = f.retryingHubClient(opts.Retries)
 			opts.Now = f.Now
 			opts.HostMemory = func() int64 { n, _ := tpu.HostMemory(f.DeviceEnv()); return n }
 			if runF != nil {
@@ -202,9 +198,9 @@ the same tokens.`,
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.StringVar(&opts.Mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
 	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
-	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
+	addRetriesFlag(c, &opts.Retries)
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	return c
 }
@@ -270,17 +266,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	rep := opts.Reporter
 
 	// Load: model files, tokenizer, device, weights.
-	ref, err := loader.ParseRef(opts.Model)
-	if err != nil {
-		return err
-	}
-	lo := loader.Options{Revision: opts.Revision}
-	if !ref.Local {
-		lo.Client = opts.HubClient()
-	} else if opts.Revision != "" {
-		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
-	}
-	m, err := opts.Resolve(ctx, opts.Model, lo)
+	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision})
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,8 @@ type InspectOptions struct {
 	IO *ui.IOStreams
 	// HubClient builds the Hub client (lazily: only Hub ids need it).
 	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.Resolve by default.
-	Resolve func(ctx context.Context, ref string, o loader.Options) (*loader.Model, error)
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
 
 	Model    string
 	Revision string
@@ -36,7 +36,7 @@ type InspectOptions struct {
 
 // NewCmdInspect builds `tputool inspect`.
 func NewCmdInspect(f *Factory, runF func(context.Context, *InspectOptions) error) *cobra.Command {
-	opts := &InspectOptions{IO: f.IOStreams, Resolve: loader.Resolve}
+	opts := &InspectOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
 	c := &cobra.Command{
 		Use:   "inspect --model MODEL",
 		Short: "Show what a checkpoint holds and which TPU slice it fits",
@@ -66,8 +66,8 @@ pipelines get a per-component breakdown.`,
 			if opts.Context <= 0 {
 				return errs.Usagef("--context %d: must be at least 1", opts.Context)
 			}
-			if opts.Retries < 0 {
-				return errs.Usagef("--retries %d: must not be negative", opts.Retries)
+			if err := checkRetries(opts.Retries); err != nil {
+				return err
 			}
 			if opts.Headroom < 0 {
 				return errs.Usagef("--headroom %v: must not be negative", opts.Headroom)
@@ -78,11 +78,7 @@ pipelines get a per-component breakdown.`,
 				return errs.Usagef("--dtype %q: want bf16, f16, f32, fp8 or auto", opts.DType)
 			}
 			opts.JSON = f.Global.JSON
-			opts.HubClient = func() *hub.Client {
-				hc := f.HubClient()
-				hc.Retries = opts.Retries
-				return hc
-			}
+			opts.HubClient = f.retryingHubClient(opts.Retries)
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -96,22 +92,12 @@ pipelines get a per-component breakdown.`,
 	fl.IntVarP(&opts.Context, "context", "c", inspect.DefaultContext, "tokens per sequence (prompt + output)")
 	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
 	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
-	fl.IntVar(&opts.Retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
+	addRetriesFlag(c, &opts.Retries)
 	return c
 }
 
 func inspectRun(ctx context.Context, opts *InspectOptions) error {
-	ref, err := loader.ParseRef(opts.Model)
-	if err != nil {
-		return err
-	}
-	lo := loader.Options{Revision: opts.Revision, MetadataOnly: true}
-	if !ref.Local {
-		lo.Client = opts.HubClient()
-	} else if opts.Revision != "" {
-		return errs.Usagef("--revision applies to Hub models, not the local directory %s", opts.Model)
-	}
-	m, err := opts.Resolve(ctx, opts.Model, lo)
+	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, MetadataOnly: true})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func TestRetriesFlagOnEveryDownloadingCommand(t *testing.T) {
 		"inspect":  {"inspect"},
 		"generate": {"generate", "-p", "hi"},
 		"diffuse":  {"diffuse", "-p", "a cat"},
+		"bench":    {"bench"},
 	}
 	for name, args := range commands {
 		for _, retries := range []string{"0", "1"} {

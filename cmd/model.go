@@ -1,0 +1,62 @@
+package cmd
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
+)
+
+// resolveFunc resolves a parsed --model; loader.ResolveRef outside tests.
+type resolveFunc func(ctx context.Context, ref loader.Ref, o loader.Options) (*loader.Model, error)
+
+// resolveModel parses --model and resolves it with resolve: a Hub id
+// through the client hubClient builds, a local directory without one
+// (--revision, in lo.Revision, is then a usage error).
+func resolveModel(ctx context.Context, resolve resolveFunc, hubClient func() *hub.Client, model string, lo loader.Options) (*loader.Model, error) {
+	ref, err := loader.ParseRef(model)
+	if err != nil {
+		return nil, err
+	}
+	if !ref.Local {
+		lo.Client = hubClient()
+	} else if lo.Revision != "" {
+		return nil, errs.Usagef("--revision applies to Hub models, not the local directory %s", model)
+	}
+	return resolve(ctx, ref, lo)
+}
+
+// modelLabel names a model in results: the --model value as given for a
+// local directory, the Hub id otherwise.
+func modelLabel(m *loader.Model) string {
+	if m.Local() {
+		return m.Ref.Raw
+	}
+	return m.Name()
+}
+
+// addRetriesFlag adds --retries to a command that may download from the Hub.
+func addRetriesFlag(c *cobra.Command, retries *int) {
+	c.Flags().IntVar(retries, "retries", hub.DefaultRetries, "retries per Hub request after network errors, 5xx and 429")
+}
+
+// checkRetries validates --retries.
+func checkRetries(retries int) error {
+	if retries < 0 {
+		return errs.Usagef("--retries %d: must not be negative", retries)
+	}
+	return nil
+}
+
+// retryingHubClient returns a lazy Hub client (Factory.HubClient) that
+// retries each request as often as --retries says.
+func (f *Factory) retryingHubClient(retries int) func() *hub.Client {
+	return func() *hub.Client {
+		hc := f.HubClient()
+		hc.Retries = retries
+		return hc
+	}
+}
