@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -36,59 +37,66 @@ func (r *LM) growCache() error {
 			return err
 		}
 	}
-	var args []Arg
-	var where [][2]int // (layer, state index) of each input
-	for i, st := range r.state {
-		now := r.model.LayerState(i, r.batch, r.cacheLen)
-		next := r.model.LayerState(i, r.batch, newLen)
-		for k := range st {
-			if fmt.Sprint(now[k].Shape) != fmt.Sprint(next[k].Shape) {
-				args = append(args, Arg{T: st[k], Donate: true})
-				where = append(where, [2]int{i, k})
-			}
-		}
-	}
-	if len(args) == 0 {
+	grow := r.growing(newLen)
+	if len(grow) == 0 {
 		r.cacheLen = newLen
 		return nil
+	}
+	args := make([]Arg, len(grow))
+	for n, g := range grow {
+		args[n] = Arg{T: r.state[g.layer][g.k], Donate: true}
 	}
 	outs, err := r.grow.Call(args...)
 	if err != nil {
 		r.release()
 		return err
 	}
-	for n, w := range where {
-		r.state[w[0]][w[1]] = outs[n]
+	for n, g := range grow {
+		r.state[g.layer][g.k] = outs[n]
 	}
 	r.cacheLen = newLen
 	return nil
 }
 
-// growGraph pads each state input along the axes where the model's state
-// shapes for the current and the next cache length differ.
-func (r *LM) growGraph(in []*graph.Node) []*graph.Node {
-	newLen := CacheBucket(r.cacheLen + 1)
-	out := make([]*graph.Node, len(in))
-	n := 0
+// grownState is a state tensor that grows with the cache: state k of
+// layer, and its shape at the new length.
+type grownState struct {
+	layer, k int
+	shape    []int
+}
+
+// growing lists the state tensors whose shape differs between the current
+// cache length and newLen, in layer and state order.
+func (r *LM) growing(newLen int) []grownState {
+	var out []grownState
 	for i := range r.state {
 		now := r.model.LayerState(i, r.batch, r.cacheLen)
 		next := r.model.LayerState(i, r.batch, newLen)
 		for k := range now {
-			if fmt.Sprint(now[k].Shape) == fmt.Sprint(next[k].Shape) {
-				continue
+			if !slices.Equal(now[k].Shape, next[k].Shape) {
+				out = append(out, grownState{layer: i, k: k, shape: next[k].Shape})
 			}
-			x := in[n]
-			for axis, d := range next[k].Shape {
-				if extra := d - x.Shape().Dimensions[axis]; extra > 0 {
-					dims := append([]int(nil), x.Shape().Dimensions...)
-					dims[axis] = extra
-					zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
-					x = graph.Concatenate([]*graph.Node{x, zeros}, axis)
-				}
-			}
-			out[n] = x
-			n++
 		}
+	}
+	return out
+}
+
+// growGraph pads each state input with zeros along the axes where its
+// shape at the next cache length is larger.
+func (r *LM) growGraph(in []*graph.Node) []*graph.Node {
+	grow := r.growing(CacheBucket(r.cacheLen + 1))
+	out := make([]*graph.Node, len(in))
+	for n, g := range grow {
+		x := in[n]
+		for axis, d := range g.shape {
+			if extra := d - x.Shape().Dimensions[axis]; extra > 0 {
+				dims := append([]int(nil), x.Shape().Dimensions...)
+				dims[axis] = extra
+				zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
+				x = graph.Concatenate([]*graph.Node{x, zeros}, axis)
+			}
+		}
+		out[n] = x
 	}
 	return out
 }

@@ -132,6 +132,7 @@ type LM struct {
 	maxCacheLen           int      // the cache grows up to this length (grow.go)
 	grow                  *Program // grow-cache, created on first use
 	pads                  []int32
+	padsT                 *tensors.Tensor // pads as a [B] int32 input, made once per generation
 	state                 [][]*tensors.Tensor
 }
 
@@ -185,19 +186,12 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 		r.weights[w.Name] = t
 		r.all = append(r.all, w.Name)
 	}
-	names := func(ws []lm.WeightSpec) []string {
-		out := make([]string, len(ws))
-		for i, w := range ws {
-			out[i] = w.Name
-		}
-		return out
-	}
-	r.embedW = names(r.model.EmbedWeights())
-	r.headW = names(r.model.HeadWeights())
+	r.embedW = weightNames(r.model.EmbedWeights())
+	r.headW = weightNames(r.model.HeadWeights())
 	r.layerW = make([][]string, r.spec.Layers)
 	r.numStates = make([]int, r.spec.Layers)
 	for i := range r.layerW {
-		r.layerW[i] = names(r.model.LayerWeights(i))
+		r.layerW[i] = weightNames(r.model.LayerWeights(i))
 		r.numStates[i] = len(r.model.LayerState(i, 1, 1))
 	}
 	return nil
@@ -394,6 +388,7 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 			tokens[i*t+pad+j] = int32(id)
 		}
 	}
+	r.padsT = tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), b)
 	if r.tp != nil {
 		if err := r.allocShardedState(b, cacheLen); err != nil {
 			return nil, err
@@ -445,79 +440,22 @@ func (r *LM) Decode(next []int) ([][]float32, error) {
 // run executes one step of tokens [B, T] written at cache slot start.
 func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
 	t := tokens.Shape().Dimensions[1]
-	pads := tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), r.batch)
 	startT := tensors.FromScalar(int32(start))
 	var logits *tensors.Tensor
-	if r.moe != nil {
-		var err error
-		if logits, err = r.runRouted(tokens, pads, startT, start); err != nil {
-			r.release()
-			return nil, err
-		}
-	} else if r.tp != nil {
-		var err error
-		if logits, err = r.runSharded(compiled, tokens, pads, startT); err != nil {
-			r.release()
-			return nil, err
-		}
-	} else if r.opts.Mode == Compiled {
-		args := []Arg{{T: tokens}, {T: pads}, {T: startT}}
-		for _, st := range r.state {
-			for _, s := range st {
-				args = append(args, Arg{T: s, Donate: true})
-			}
-		}
-		for _, n := range r.all {
-			args = append(args, Arg{T: r.weights[n]})
-		}
-		outs, err := compiled.Call(args...)
-		if err != nil {
-			r.release()
-			return nil, err
-		}
-		logits = outs[0]
-		off := 1
-		for i := range r.state {
-			copy(r.state[i], outs[off:off+len(r.state[i])])
-			off += len(r.state[i])
-		}
-	} else {
-		args := []Arg{{T: tokens}}
-		for _, n := range r.embedW {
-			args = append(args, Arg{T: r.weights[n]})
-		}
-		outs, err := r.embed.Call(args...)
-		if err != nil {
-			r.release()
-			return nil, err
-		}
-		x := outs[0]
-		for i := 0; i < r.spec.Layers; i++ {
-			args := []Arg{{T: x, Donate: true}, {T: pads}, {T: startT}}
-			for _, s := range r.state[i] {
-				args = append(args, Arg{T: s, Donate: true})
-			}
-			for _, n := range r.layerW[i] {
-				args = append(args, Arg{T: r.weights[n]})
-			}
-			outs, err := r.layerProg[i].Call(args...)
-			if err != nil {
-				r.release()
-				return nil, fmt.Errorf("layer %d: %w", i, err)
-			}
-			x = outs[0]
-			copy(r.state[i], outs[1:])
-		}
-		args = []Arg{{T: x, Donate: true}}
-		for _, n := range r.headW {
-			args = append(args, Arg{T: r.weights[n]})
-		}
-		outs, err = r.head.Call(args...)
-		if err != nil {
-			r.release()
-			return nil, err
-		}
-		logits = outs[0]
+	var err error
+	switch {
+	case r.tp != nil:
+		logits, err = r.runSharded(compiled, tokens, r.padsT, startT)
+	case r.opts.Mode == Compiled && r.moe != nil:
+		logits, err = r.runSegments(tokens, startT, start)
+	case r.opts.Mode == Compiled:
+		logits, err = r.runCompiled(compiled, tokens, startT)
+	default:
+		logits, err = r.runEager(tokens, startT, start)
+	}
+	if err != nil {
+		r.release()
+		return nil, err
 	}
 	r.next = start + t
 	flat, err := tensors.CopyFlatData[float32](logits)
@@ -533,6 +471,70 @@ func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]floa
 	return rows, nil
 }
 
+// weightArgs appends the named weights to args.
+func (r *LM) weightArgs(args []Arg, names []string) []Arg {
+	for _, n := range names {
+		args = append(args, Arg{T: r.weights[n]})
+	}
+	return args
+}
+
+// runCompiled runs the whole step as one executable and returns the
+// logits.
+func (r *LM) runCompiled(compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
+	args := []Arg{{T: tokens}, {T: r.padsT}, {T: startT}}
+	for _, st := range r.state {
+		for _, s := range st {
+			args = append(args, Arg{T: s, Donate: true})
+		}
+	}
+	outs, err := compiled.Call(r.weightArgs(args, r.all)...)
+	if err != nil {
+		return nil, err
+	}
+	off := 1
+	for i := range r.state {
+		copy(r.state[i], outs[off:off+len(r.state[i])])
+		off += len(r.state[i])
+	}
+	return outs[0], nil
+}
+
+// runEager dispatches the embedding, each layer (the routed layers of an
+// lm.Routed model as Route, host grouping and experts) and the head as
+// their own executables and returns the logits.
+func (r *LM) runEager(tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+	outs, err := r.embed.Call(r.weightArgs([]Arg{{T: tokens}}, r.embedW)...)
+	if err != nil {
+		return nil, err
+	}
+	x := outs[0]
+	t := tokens.Shape().Dimensions[1]
+	for i := 0; i < r.spec.Layers; i++ {
+		if r.moe != nil && r.moe.experts[i] != nil {
+			if x, err = r.runRoutedLayer(i, x, startT, t, start); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		args := []Arg{{T: x, Donate: true}, {T: r.padsT}, {T: startT}}
+		for _, s := range r.state[i] {
+			args = append(args, Arg{T: s, Donate: true})
+		}
+		outs, err := r.layerProg[i].Call(r.weightArgs(args, r.layerW[i])...)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		x = outs[0]
+		copy(r.state[i], outs[1:])
+	}
+	outs, err = r.head.Call(r.weightArgs([]Arg{{T: x, Donate: true}}, r.headW)...)
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
 // release frees the generation state.
 func (r *LM) release() {
 	for _, st := range r.state {
@@ -543,6 +545,10 @@ func (r *LM) release() {
 		}
 	}
 	r.state = nil
+	if r.padsT != nil {
+		r.padsT.FinalizeAll()
+		r.padsT = nil
+	}
 }
 
 // Stats describes the executables and their cost so far.

@@ -424,101 +424,78 @@ func (r *LM) expertArgs(i int, g groups, k int) []Arg {
 	return args
 }
 
-// runRouted runs one step of a routed model and returns the logits.
-func (r *LM) runRouted(tokens, pads, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+// runSegments runs one compiled-mode step of a routed model (its
+// segments, grouping tokens on the host between them) and returns the
+// logits.
+func (r *LM) runSegments(tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
 	mr := r.moe
 	t := tokens.Shape().Dimensions[1]
-	if r.opts.Mode == Compiled {
-		var carry []Arg // the next segment's leading inputs
-		carry = []Arg{{T: tokens}}
-		for n, s := range mr.segments {
-			args := append(carry, Arg{T: pads}, Arg{T: startT})
-			for _, l := range s.states {
-				for _, st := range r.state[l] {
-					args = append(args, Arg{T: st, Donate: true})
-				}
+	carry := []Arg{{T: tokens}} // the next segment's leading inputs
+	for n, s := range mr.segments {
+		args := append(carry, Arg{T: r.padsT}, Arg{T: startT})
+		for _, l := range s.states {
+			for _, st := range r.state[l] {
+				args = append(args, Arg{T: st, Donate: true})
 			}
-			for _, w := range s.weights {
-				args = append(args, Arg{T: r.weights[w]})
-			}
-			outs, err := s.prog.Call(args...)
-			if err != nil {
-				return nil, fmt.Errorf("segment %d: %w", n, err)
-			}
-			lead := 1
-			if s.to >= 0 {
-				lead = 4
-			}
-			off := lead
-			for _, l := range s.states {
-				copy(r.state[l], outs[off:off+len(r.state[l])])
-				off += len(r.state[l])
-			}
-			if s.to < 0 {
-				return outs[0], nil
-			}
-			g, err := r.group(s.to, outs[2], t, start)
-			outs[2].FinalizeAll()
-			if err != nil {
-				return nil, err
-			}
-			carry = append([]Arg{{T: outs[0], Donate: true}, {T: outs[1], Donate: true}, {T: outs[3], Donate: true}},
-				r.expertArgs(s.to, g, mr.experts[s.to].TopK)...)
 		}
-		return nil, fmt.Errorf("compiled segments end without a head")
-	}
-	args := []Arg{{T: tokens}}
-	for _, n := range r.embedW {
-		args = append(args, Arg{T: r.weights[n]})
-	}
-	outs, err := r.embed.Call(args...)
-	if err != nil {
-		return nil, err
-	}
-	x := outs[0]
-	for i := 0; i < r.spec.Layers; i++ {
-		prog := r.layerProg[i]
-		names := r.layerW[i]
-		if mr.experts[i] != nil {
-			prog, names = mr.routeProg[i], mr.routeW[i]
-		}
-		args := []Arg{{T: x, Donate: true}, {T: pads}, {T: startT}}
-		for _, s := range r.state[i] {
-			args = append(args, Arg{T: s, Donate: true})
-		}
-		for _, n := range names {
-			args = append(args, Arg{T: r.weights[n]})
-		}
-		outs, err := prog.Call(args...)
+		outs, err := s.prog.Call(r.weightArgs(args, s.weights)...)
 		if err != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, err)
+			return nil, fmt.Errorf("segment %d: %w", n, err)
 		}
-		if mr.experts[i] == nil {
-			x = outs[0]
-			copy(r.state[i], outs[1:])
-			continue
+		lead := 1
+		if s.to >= 0 {
+			lead = 4
 		}
-		copy(r.state[i], outs[4:])
-		g, err := r.group(i, outs[2], t, start)
-		outs[2].FinalizeAll()
-		if err != nil {
+		off := lead
+		for _, l := range s.states {
+			copy(r.state[l], outs[off:off+len(r.state[l])])
+			off += len(r.state[l])
+		}
+		if s.to < 0 {
+			return outs[0], nil
+		}
+		if carry, err = r.expertsInputs(s.to, outs, t, start); err != nil {
 			return nil, err
 		}
-		eargs := append([]Arg{{T: outs[0], Donate: true}, {T: outs[1], Donate: true}, {T: outs[3], Donate: true}},
-			r.expertArgs(i, g, mr.experts[i].TopK)...)
-		eouts, err := mr.expertProg[i].Call(eargs...)
-		if err != nil {
-			return nil, fmt.Errorf("layer %d experts: %w", i, err)
-		}
-		x = eouts[0]
 	}
-	args = []Arg{{T: x, Donate: true}}
-	for _, n := range r.headW {
-		args = append(args, Arg{T: r.weights[n]})
+	return nil, fmt.Errorf("compiled segments end without a head")
+}
+
+// runRoutedLayer runs routed layer i in eager mode: its Route program, the
+// host grouping, then its experts program; it returns the new hidden
+// states.
+func (r *LM) runRoutedLayer(i int, x, startT *tensors.Tensor, t, start int) (*tensors.Tensor, error) {
+	mr := r.moe
+	args := []Arg{{T: x, Donate: true}, {T: r.padsT}, {T: startT}}
+	for _, s := range r.state[i] {
+		args = append(args, Arg{T: s, Donate: true})
 	}
-	outs, err = r.head.Call(args...)
+	outs, err := mr.routeProg[i].Call(r.weightArgs(args, mr.routeW[i])...)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d: %w", i, err)
+	}
+	copy(r.state[i], outs[4:])
+	eargs, err := r.expertsInputs(i, outs, t, start)
 	if err != nil {
 		return nil, err
 	}
-	return outs[0], nil
+	eouts, err := mr.expertProg[i].Call(eargs...)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d experts: %w", i, err)
+	}
+	return eouts[0], nil
+}
+
+// expertsInputs turns the outputs of routed layer i's Route (residual,
+// input, experts, weights, ...) into the experts piece's inputs: it reads
+// and frees the expert ids, groups the tokens, and returns residual, input
+// and weights (donated) followed by expertArgs.
+func (r *LM) expertsInputs(i int, route []*tensors.Tensor, t, start int) ([]Arg, error) {
+	g, err := r.group(i, route[2], t, start)
+	route[2].FinalizeAll()
+	if err != nil {
+		return nil, err
+	}
+	return append([]Arg{{T: route[0], Donate: true}, {T: route[1], Donate: true}, {T: route[3], Donate: true}},
+		r.expertArgs(i, g, r.moe.experts[i].TopK)...), nil
 }
