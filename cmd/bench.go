@@ -223,23 +223,14 @@ func parseIntList(flag, s string) ([]int, error) {
 func parseSizes(s string) ([][2]int, error) {
 	var out [][2]int
 	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		m := sizeRE.FindStringSubmatch(part)
-		if m == nil {
-			return nil, errs.Usagef("--size %s: %q is not WIDTHxHEIGHT (e.g. 512x512) or one number for a square", s, part)
+		wh, err := parseSize(s, strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
 		}
-		w, _ := strconv.Atoi(m[1])
-		h := w
-		if m[2] != "" {
-			h, _ = strconv.Atoi(m[2])
+		if slices.Contains(out, wh) {
+			return nil, errs.Usagef("--size %s: %dx%d is given twice", s, wh[0], wh[1])
 		}
-		if w < 8 || h < 8 || w > 8192 || h > 8192 {
-			return nil, errs.Usagef("--size %s: sides must be between 8 and 8192 pixels", part)
-		}
-		if slices.Contains(out, [2]int{w, h}) {
-			return nil, errs.Usagef("--size %s: %dx%d is given twice", s, w, h)
-		}
-		out = append(out, [2]int{w, h})
+		out = append(out, wh)
 	}
 	return out, nil
 }

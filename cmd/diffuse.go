@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +111,24 @@ type DiffuseTimings struct {
 
 var sizeRE = regexp.MustCompile(`^([0-9]+)(?:[xX]([0-9]+))?$`)
 
+// parseSize reads one image size of --size (flag is the whole value):
+// WIDTHxHEIGHT, or one number for a square, with sides of 8 to 8192.
+func parseSize(flag, s string) ([2]int, error) {
+	m := sizeRE.FindStringSubmatch(s)
+	if m == nil {
+		return [2]int{}, errs.Usagef("--size %s: %q is not WIDTHxHEIGHT (e.g. 512x512) or one number for a square", flag, s)
+	}
+	w, _ := strconv.Atoi(m[1])
+	h := w
+	if m[2] != "" {
+		h, _ = strconv.Atoi(m[2])
+	}
+	if w < 8 || h < 8 || w > 8192 || h > 8192 {
+		return [2]int{}, errs.Usagef("--size %s: sides must be between 8 and 8192 pixels", s)
+	}
+	return [2]int{w, h}, nil
+}
+
 // NewCmdDiffuse builds `tputool diffuse`.
 func NewCmdDiffuse(f *Factory, runF func(context.Context, *DiffuseOptions) error) *cobra.Command {
 	opts := &DiffuseOptions{IO: f.IOStreams, Resolve: loader.ResolveRef, Device: f.Device,
@@ -169,18 +188,11 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 				return err
 			}
 			if opts.Size != "" {
-				m := sizeRE.FindStringSubmatch(opts.Size)
-				if m == nil {
-					return errs.Usagef("--size %q: want WIDTHxHEIGHT (e.g. 512x512) or one number for a square", opts.Size)
+				wh, err := parseSize(opts.Size, opts.Size)
+				if err != nil {
+					return err
 				}
-				opts.Width, _ = strconv.Atoi(m[1])
-				opts.Height = opts.Width
-				if m[2] != "" {
-					opts.Height, _ = strconv.Atoi(m[2])
-				}
-				if opts.Width < 8 || opts.Height < 8 || opts.Width > 8192 || opts.Height > 8192 {
-					return errs.Usagef("--size %s: sides must be between 8 and 8192 pixels", opts.Size)
-				}
+				opts.Width, opts.Height = wh[0], wh[1]
 			}
 			switch opts.Mode {
 			case modeCompiled, modeEager:
@@ -193,7 +205,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 				}
 				opts.Mode = modeCompiled
 			}
-			if opts.Scheduler != "" && !validScheduler(opts.Scheduler) {
+			if opts.Scheduler != "" && !slices.Contains(schedulers.Names(), opts.Scheduler) {
 				return errs.Usagef("--scheduler %q: want one of %s", opts.Scheduler, strings.Join(schedulers.Names(), ", "))
 			}
 			if err := checkOutput(opts.Output); err != nil {
@@ -232,15 +244,6 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 		return []string{modeCompiled, modeEager}, cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
-}
-
-func validScheduler(name string) bool {
-	for _, n := range schedulers.Names() {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // checkOutput validates -o: a .png file name, and a pattern with exactly
