@@ -338,11 +338,7 @@ func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string)
 		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
 	if opts.DeviceEnv != nil {
 		env := opts.DeviceEnv()
-		for _, d := range tpu.List(env).Devices {
-			if d.Name == "cpu" {
-				h.Host.Cores, h.Host.MemoryBytes = d.Cores, d.MemoryBytes
-			}
-		}
+		h.Host.MemoryBytes, _ = tpu.HostMemory(env)
 		if b, err := os.ReadFile(filepath.Join(env.Root, "/proc/loadavg")); err == nil {
 			if fields := strings.Fields(string(b)); len(fields) > 0 {
 				if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
