@@ -506,11 +506,7 @@ func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) 
 			x.Finalize()
 			return nil, err
 		}
-		guidance := 7.5
-		if p.XL {
-			guidance = 5.0
-		}
-		return &bench.Diffusion{Pipeline: p, Guidance: guidance,
+		return &bench.Diffusion{Pipeline: p, Guidance: p.DefaultGuidance(),
 			Counters: func() bench.Counters {
 				s := x.Stats()
 				return bench.Counters{Compile: s.CompileTime, Hits: s.Hits, Misses: s.Misses}
