@@ -119,13 +119,12 @@ type LM struct {
 	layerW    [][]string
 	numStates []int // per layer
 
-	prefill, decode *Program            // compiled mode
-	embed, head     *Program            // eager mode
-	layerProg       []*Program          // eager mode, per layer (shared per kind)
-	programs        []*Program          // all, for Stats
-	kindPrograms    map[string]*Program // eager mode, by kind signature
-	moe             *moeRun             // host-routed experts (lm.Routed), nil otherwise
-	tp              *tpRun              // several devices (Options.TP/DP), nil otherwise
+	prefill, decode *Program   // compiled mode
+	embed, head     *Program   // eager mode
+	layerProg       []*Program // eager mode, per layer (shared per kind)
+	programs        []*Program // all, for Stats
+	moe             *moeRun    // host-routed experts (lm.Routed), nil otherwise
+	tp              *tpRun     // several devices (Options.TP/DP), nil otherwise
 
 	// Generation state.
 	batch, cacheLen, next int
@@ -222,27 +221,58 @@ func (r *LM) makePrograms() error {
 		r.decode, err = r.newProgram("decode", r.stepGraph)
 		return err
 	}
+	return r.makeEager()
+}
+
+// makeEager creates the eager-mode programs: embed, one program per layer
+// signature (layers of one kind with equal weight and state shapes share
+// it), for the routed layers of an lm.Routed model one Route and one
+// experts program per signature instead, and head.
+func (r *LM) makeEager() error {
+	var err error
 	if r.embed, err = r.newProgram("embed", r.embedGraph); err != nil {
 		return err
 	}
-	r.kindPrograms = map[string]*Program{}
-	r.layerProg = make([]*Program, r.spec.Layers)
-	for i := 0; i < r.spec.Layers; i++ {
-		sig := r.layerSignature(i)
-		p, ok := r.kindPrograms[sig]
-		if !ok {
-			name := "layer/" + r.model.LayerKind(i)
-			if r.hasProgramNamed(name) { // same kind, other shapes
-				name = fmt.Sprintf("%s#%d", name, len(r.kindPrograms))
-			}
-			rep := i
-			p, err = r.newProgram(name, func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) })
-			if err != nil {
+	L := r.spec.Layers
+	r.layerProg = make([]*Program, L)
+	mr := r.moe
+	if mr != nil {
+		mr.routeProg = make([]*Program, L)
+		mr.expertProg = make([]*Program, L)
+	}
+	bySig := map[string]*Program{}
+	get := func(sig, name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
+		if p, ok := bySig[sig]; ok {
+			return p, nil
+		}
+		if r.hasProgramNamed(name) { // same kind, other shapes
+			name = fmt.Sprintf("%s#%d", name, len(bySig))
+		}
+		p, err := r.newProgram(name, fn)
+		if err != nil {
+			return nil, err
+		}
+		bySig[sig] = p
+		return p, nil
+	}
+	for i := 0; i < L; i++ {
+		rep := i
+		kind := r.model.LayerKind(i)
+		if mr == nil || mr.experts[i] == nil {
+			if r.layerProg[i], err = get("layer "+r.signature(i, r.layerW[i]), "layer/"+kind,
+				func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) }); err != nil {
 				return err
 			}
-			r.kindPrograms[sig] = p
+			continue
 		}
-		r.layerProg[i] = p
+		if mr.routeProg[i], err = get("route "+r.signature(i, mr.routeW[i]), "route/"+kind,
+			func(in []*graph.Node) []*graph.Node { return r.routeGraph(rep, in) }); err != nil {
+			return err
+		}
+		if mr.expertProg[i], err = get("experts "+r.expertSignature(i), "experts",
+			func(in []*graph.Node) []*graph.Node { return r.expertsGraph(rep, in) }); err != nil {
+			return err
+		}
 	}
 	r.head, err = r.newProgram("head", r.headGraph)
 	return err
@@ -257,12 +287,12 @@ func (r *LM) hasProgramNamed(name string) bool {
 	return false
 }
 
-// layerSignature is the layer kind plus the shapes of its weights and
-// state: layers with equal signatures share one eager executable.
-func (r *LM) layerSignature(i int) string {
+// signature is layer i's kind plus the shapes of the named weights and of
+// its state: layers with equal signatures share one eager executable.
+func (r *LM) signature(i int, weights []string) string {
 	var b strings.Builder
 	b.WriteString(r.model.LayerKind(i))
-	for _, n := range r.layerW[i] {
+	for _, n := range weights {
 		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
 	}
 	for _, s := range r.model.LayerState(i, 1, 1) {

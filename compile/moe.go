@@ -114,7 +114,7 @@ func (r *LM) makeRoutedPrograms(rm lm.Routed) error {
 	if r.opts.Mode == Compiled {
 		return r.makeSegments()
 	}
-	return r.makeRoutedEager()
+	return r.makeEager()
 }
 
 func (r *LM) makeSegments() error {
@@ -156,66 +156,6 @@ func (r *LM) makeSegments() error {
 		s.prog = p
 	}
 	return nil
-}
-
-func (r *LM) makeRoutedEager() error {
-	mr := r.moe
-	var err error
-	if r.embed, err = r.newProgram("embed", r.embedGraph); err != nil {
-		return err
-	}
-	L := r.spec.Layers
-	r.layerProg = make([]*Program, L)
-	mr.routeProg = make([]*Program, L)
-	mr.expertProg = make([]*Program, L)
-	bySig := map[string]*Program{}
-	get := func(sig, name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
-		if p, ok := bySig[sig]; ok {
-			return p, nil
-		}
-		if r.hasProgramNamed(name) {
-			name = fmt.Sprintf("%s#%d", name, len(bySig))
-		}
-		p, err := r.newProgram(name, fn)
-		if err != nil {
-			return nil, err
-		}
-		bySig[sig] = p
-		return p, nil
-	}
-	for i := 0; i < L; i++ {
-		rep := i
-		if mr.experts[i] == nil {
-			if r.layerProg[i], err = get("layer "+r.layerSignature(i), "layer/"+r.model.LayerKind(i),
-				func(in []*graph.Node) []*graph.Node { return r.layerGraph(rep, in) }); err != nil {
-				return err
-			}
-			continue
-		}
-		if mr.routeProg[i], err = get("route "+r.routeSignature(i), "route/"+r.model.LayerKind(i),
-			func(in []*graph.Node) []*graph.Node { return r.routeGraph(rep, in) }); err != nil {
-			return err
-		}
-		if mr.expertProg[i], err = get("experts "+r.expertSignature(i), "experts",
-			func(in []*graph.Node) []*graph.Node { return r.expertsGraph(rep, in) }); err != nil {
-			return err
-		}
-	}
-	r.head, err = r.newProgram("head", r.headGraph)
-	return err
-}
-
-// routeSignature: layers with equal signatures share a Route program.
-func (r *LM) routeSignature(i int) string {
-	var b strings.Builder
-	b.WriteString(r.model.LayerKind(i))
-	for _, n := range r.moe.routeW[i] {
-		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
-	}
-	for _, s := range r.model.LayerState(i, 1, 1) {
-		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
-	}
-	return b.String()
 }
 
 // expertSignature: layers with equal signatures share an experts program.

@@ -452,21 +452,21 @@ func (r *LM) makeShardedPrograms() error {
 			[]*distributed.ShardingSpec{batch}, r.embedGraph); err != nil {
 			return err
 		}
-		r.kindPrograms = map[string]*Program{}
+		bySig := map[string]*Program{}
 		r.layerProg = make([]*Program, r.spec.Layers)
 		for i := 0; i < r.spec.Layers; i++ {
-			sig := r.layerSignature(i)
-			prog, ok := r.kindPrograms[sig]
+			sig := r.signature(i, r.layerW[i])
+			prog, ok := bySig[sig]
 			if !ok {
 				rep := i
 				in := append([]*distributed.ShardingSpec{batch, batch, repl}, stateSpecs(i)...)
 				in = append(in, specsOf(r.layerW[i])...)
 				out := append([]*distributed.ShardingSpec{batch}, stateSpecs(i)...)
-				name := fmt.Sprintf("layer/%s#%d", r.model.LayerKind(i), len(r.kindPrograms))
+				name := fmt.Sprintf("layer/%s#%d", r.model.LayerKind(i), len(bySig))
 				if prog, err = add(name, in, out, func(n []*graph.Node) []*graph.Node { return r.layerGraph(rep, n) }); err != nil {
 					return err
 				}
-				r.kindPrograms[sig] = prog
+				bySig[sig] = prog
 			}
 			r.layerProg[i] = prog
 		}
