@@ -100,15 +100,3 @@ func TestBadDeviceEnvIsNamed(t *testing.T) {
 	e = newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "quantum"})
 	assert.Equal(t, ExitOK, e.run("--device", "cpu", "version"), "the flag wins over a bad variable")
 }
-
-func TestNotImplementedExits3(t *testing.T) {
-	// Every command is implemented now; check the placeholder itself.
-	e := newTestFactory(t, nil)
-	c := notImplemented("later", "x")
-	c.SetArgs([]string{"--model", "x"})
-	c.SetOut(e.out)
-	c.SetErr(e.errOut)
-	err := c.Execute()
-	assert.Equal(t, ExitUnsupported, ExitCodeFor(err))
-	assert.ErrorContains(t, err, "tputool later: not implemented yet")
-}

@@ -47,11 +47,6 @@ func (s *IOStreams) NewTable(header ...string) *Table {
 	return &Table{w: s.Out, tty: s.IsStdoutTTY(), header: header}
 }
 
-// NewTableTo starts a table on any writer (tty selects the border style).
-func NewTableTo(w io.Writer, tty bool, header ...string) *Table {
-	return &Table{w: w, tty: tty, header: header}
-}
-
 // Append adds a row.
 func (t *Table) Append(cells ...string) { t.rows = append(t.rows, cells) }
 
