@@ -71,8 +71,9 @@ type WeightSpec struct {
 	Shape []int
 	// Matmul marks a [out, in] matrix that the model only consumes through
 	// nn.Linear or nn.Embedding. Executors may hand such a weight to the
-	// graph in the row-split layout [parts, out/parts, in] (the same bytes,
-	// no transpose), which those functions accept; see nn.Linear.
+	// graph in the blocked layout [J, P, rows, C] (rows split in parts,
+	// columns in blocks; no transpose), which those functions accept; see
+	// nn.Blocked.
 	Matmul bool
 }
 

@@ -183,25 +183,14 @@ func (l *Loaded) WeightBytes() int64 {
 	return n
 }
 
-// Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16),
-// with the checkpoint's shape, or reshaped to shape when shape is given (the
-// element count must match; this is how executors ask for the row-split
-// layout of Matmul weights). F16 and BF16 checkpoints are converted on the
-// host; a BF16 tensor asked for as BFloat16 is copied without conversion.
-func (l *Loaded) Tensor(name string, dtype dtypes.DType, shape ...int) (*tensors.Tensor, error) {
+// Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16)
+// with the checkpoint's shape. F16 and BF16 checkpoints are converted on
+// the host; a BF16 tensor asked for as BFloat16 is copied without
+// conversion.
+func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
-	}
-	if len(shape) == 0 {
-		shape = info.Shape
-	}
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	if int64(n) != info.NumElements() {
-		return nil, fmt.Errorf("tensor %q: cannot view shape %v as %v", name, info.Shape, shape)
 	}
 	raw, err := l.ckpt.Raw(name)
 	if err != nil {
@@ -212,7 +201,7 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType, shape ...int) (*tensors
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
-	t := tensors.FromShape(shapes.Make(dtype, shape...))
+	t := tensors.FromShape(shapes.Make(dtype, info.Shape...))
 	t.MustMutableFlatData(func(flat any) {
 		switch out := flat.(type) {
 		case []float32:
