@@ -471,9 +471,7 @@ func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, re
 					return nil, err
 				}
 				r, err := compile.NewLM(dev.Backend, l, compile.Options{Mode: cm, DType: dtype, TP: tp, DP: dp,
-					OnRecompile: func(program, shapes string) {
-						rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
-					}})
+					OnRecompile: debugRecompile(rep)})
 				if err != nil {
 					return nil, err
 				}
@@ -495,9 +493,7 @@ func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, re
 // benchLoadDiffusion loads a diffusers pipeline for bench.Diffuse.
 func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) func() (*bench.Diffusion, error) {
 	return func() (*bench.Diffusion, error) {
-		x := newProgramExecutor(dev.Backend, func(program, shapes string) {
-			rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
-		})
+		x := newProgramExecutor(dev.Backend, debugRecompile(rep))
 		p, err := sd.Load(dir, sd.Options{Backend: dev.Backend, Variant: variant, Executor: x, Warn: rep.Debugf,
 			OnLoad: func(component string, params int64, took time.Duration) {
 				rep.Debugf("loaded %s: %.1fM parameters in %s", component, float64(params)/1e6, took.Round(time.Millisecond))

@@ -44,16 +44,10 @@ share. Only model repositories are shown; datasets and spaces are left alone.`,
 	}
 	newOpts := func() *CacheOptions {
 		return &CacheOptions{
-			IO:  f.IOStreams,
-			Now: f.Now,
-			Cache: func() hub.Cache {
-				cache := hub.Cache{Dir: hub.EnvFrom(f.LookupEnv).CacheDir}
-				if f.Global.CacheDir != "" {
-					cache.Dir = hub.ExpandUser(f.Global.CacheDir)
-				}
-				return cache
-			},
-			Warn: func(format string, args ...any) { f.Reporter().Warnf(format, args...) },
+			IO:    f.IOStreams,
+			Now:   f.Now,
+			Cache: func() hub.Cache { return hub.Cache{Dir: f.cacheDir(hub.EnvFrom(f.LookupEnv))} },
+			Warn:  func(format string, args ...any) { f.Reporter().Warnf(format, args...) },
 		}
 	}
 	run := func(c *cobra.Command, name string, opts *CacheOptions) error {

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
 )
 
@@ -22,6 +23,14 @@ type programExecutor struct {
 
 	mu       sync.Mutex
 	programs map[string]*compile.Program
+}
+
+// debugRecompile is the OnRecompile hook of compile.Options and
+// compile.Program: a --verbose line per executable compiled again.
+func debugRecompile(rep *ui.Reporter) func(program, shapes string) {
+	return func(program, shapes string) {
+		rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
+	}
 }
 
 func newProgramExecutor(backend backends.Backend, onRecompile func(program, shapes string)) *programExecutor {

@@ -22,9 +22,7 @@ func (f *Factory) HubClient() *hub.Client {
 	env := hub.EnvFrom(f.LookupEnv)
 	c := hub.New(env)
 	g := f.Global
-	if g.CacheDir != "" {
-		c.Cache.Dir = hub.ExpandUser(g.CacheDir)
-	}
+	c.Cache.Dir = f.cacheDir(env)
 	if g.Offline {
 		c.Offline = true
 	}
@@ -41,6 +39,14 @@ func (f *Factory) HubClient() *hub.Client {
 		r.Debugf("hub: %s, cache %s, no token", c.Endpoint, c.Cache.Dir)
 	}
 	return c
+}
+
+// cacheDir is --cache-dir, else the cache the environment names.
+func (f *Factory) cacheDir(env hub.Env) string {
+	if f.Global.CacheDir != "" {
+		return hub.ExpandUser(f.Global.CacheDir)
+	}
+	return env.CacheDir
 }
 
 // reporterLogger sends the hub client's warnings and debug lines to stderr.

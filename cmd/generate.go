@@ -300,9 +300,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)
 	runner, err := compile.NewLM(dev.Backend, loaded, compile.Options{
 		Mode: mode, DType: dtype, TP: opts.TP, DP: opts.DP,
-		OnRecompile: func(program, shapes string) {
-			rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
-		},
+		OnRecompile: debugRecompile(rep),
 	})
 	if err != nil {
 		return err
