@@ -104,6 +104,56 @@ func (c Config) progress(p Progress) {
 	}
 }
 
+// measureRuns makes the runs of one row: a first run, which compiles and is
+// never measured, cfg.Warmup unmeasured runs and cfg.Repeat measured runs,
+// reporting progress with steps calls per run. once performs one run,
+// reporting each finished call through step, keeps its result when
+// measured is true and returns the run's wall time. measureRuns fills the
+// row's compile time and first-run time (from the first run) and its
+// executable-cache hits, misses and recompiles (from counters, which may
+// be nil). Errors are prefixed with the row's label.
+func measureRuns(ctx context.Context, cfg Config, row *Row, steps int, counters func() Counters,
+	once func(measured bool, step func(done, total int)) (time.Duration, error)) error {
+	if counters == nil {
+		counters = func() Counters { return Counters{} }
+	}
+	runs := 1 + cfg.Warmup + cfg.Repeat
+	label := row.Label()
+	c0 := counters()
+	var cw Counters
+	for run := range runs {
+		phase := PhaseMeasure
+		switch {
+		case run == 0:
+			phase = PhaseFirst
+		case run <= cfg.Warmup:
+			phase = PhaseWarmup
+		}
+		if err := interrupted(ctx, label); err != nil {
+			return err
+		}
+		cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Steps: steps})
+		wall, err := once(phase == PhaseMeasure, func(done, total int) {
+			cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Step: done, Steps: total})
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", label, err)
+		}
+		if run == 0 {
+			row.CompileS = (counters().Compile - c0.Compile).Seconds()
+			row.FirstRunS = wall.Seconds()
+		}
+		if run == cfg.Warmup {
+			cw = counters()
+		}
+	}
+	end := counters()
+	row.CacheHits = end.Hits - c0.Hits
+	row.CacheMisses = end.Misses - c0.Misses
+	row.Recompiles = end.Misses - cw.Misses
+	return nil
+}
+
 // Counters are cumulative executable statistics of whatever runs a model
 // (compile.LM's Stats, a diffusion executor's ExecStats). Rows report the
 // differences over their own runs.

@@ -172,50 +172,22 @@ func diffuseOnce(ctx context.Context, cfg Config, p Diffuser, req sd.Request, st
 func measureDiffuse(ctx context.Context, cfg Config, d *Diffusion, spec DiffuseSpec, mode string, c DiffuseCase) (Row, error) {
 	row := Row{Task: TaskDiffuse, Mode: mode, Batch: c.Batch, Shape: c.Shape(), Steps: c.Steps, Width: c.Width, Height: c.Height,
 		Repeat: cfg.Repeat, Warmup: cfg.Warmup}
-	counters := d.Counters
-	if counters == nil {
-		counters = func() Counters { return Counters{} }
-	}
 	req := sd.Request{Prompt: spec.Prompt, Steps: c.Steps, Guidance: d.Guidance, Width: c.Width, Height: c.Height,
 		Batch: c.Batch, Seed: spec.Seed, Eager: mode == ModeEager}
-	runs := 1 + cfg.Warmup + cfg.Repeat
-	label := row.Label()
-	c0 := counters()
-	var cw Counters
 	var measured []diffuseRun
-	for run := range runs {
-		phase := PhaseMeasure
-		switch {
-		case run == 0:
-			phase = PhaseFirst
-		case run <= cfg.Warmup:
-			phase = PhaseWarmup
-		}
-		if err := interrupted(ctx, label); err != nil {
-			return row, err
-		}
-		cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Steps: c.Steps})
-		res, err := diffuseOnce(ctx, cfg, d.Pipeline, req, func(done, total int) {
-			cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Step: done, Steps: total})
-		})
+	err := measureRuns(ctx, cfg, &row, c.Steps, d.Counters, func(keep bool, step func(done, total int)) (time.Duration, error) {
+		res, err := diffuseOnce(ctx, cfg, d.Pipeline, req, step)
 		if err != nil {
-			return row, fmt.Errorf("%s: %w", label, err)
+			return 0, err
 		}
-		if run == 0 {
-			row.CompileS = (counters().Compile - c0.Compile).Seconds()
-			row.FirstRunS = res.total.Seconds()
-		}
-		if run == cfg.Warmup {
-			cw = counters()
-		}
-		if phase == PhaseMeasure {
+		if keep {
 			measured = append(measured, res)
 		}
+		return res.total, nil
+	})
+	if err != nil {
+		return row, err
 	}
-	end := counters()
-	row.CacheHits = end.Hits - c0.Hits
-	row.CacheMisses = end.Misses - c0.Misses
-	row.Recompiles = end.Misses - cw.Misses
 
 	var steps, images []float64
 	for _, r := range measured {

@@ -312,50 +312,22 @@ func generateOnce(ctx context.Context, cfg Config, r LMRunner, prompts [][]int, 
 func measureGenerate(ctx context.Context, cfg Config, m *LM, s *LMSession, mode string, c GenerateCase, seed uint64) (Row, error) {
 	row := Row{Task: TaskGenerate, Mode: mode, Batch: c.Batch, Shape: c.Shape(), PromptLen: c.PromptLen, GenLen: c.GenLen,
 		Repeat: cfg.Repeat, Warmup: cfg.Warmup}
-	counters := s.Counters
-	if counters == nil {
-		counters = func() Counters { return Counters{} }
-	}
 	prompts := SyntheticPrompts(c.Batch, c.PromptLen, m.VocabSize, m.Special, seed)
-	runs := 1 + cfg.Warmup + cfg.Repeat
 	steps := 1 + c.GenLen
-	label := row.Label()
-	c0 := counters()
-	var cw Counters
 	var measured []generateRun
-	for run := range runs {
-		phase := PhaseMeasure
-		switch {
-		case run == 0:
-			phase = PhaseFirst
-		case run <= cfg.Warmup:
-			phase = PhaseWarmup
-		}
-		if err := interrupted(ctx, label); err != nil {
-			return row, err
-		}
-		cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Steps: steps})
-		res, err := generateOnce(ctx, cfg, s.Runner, prompts, c.GenLen, func(step int) {
-			cfg.progress(Progress{Phase: phase, Label: label, Run: run, Runs: runs, Step: step, Steps: steps})
-		})
+	err := measureRuns(ctx, cfg, &row, steps, s.Counters, func(keep bool, step func(done, total int)) (time.Duration, error) {
+		res, err := generateOnce(ctx, cfg, s.Runner, prompts, c.GenLen, func(i int) { step(i, steps) })
 		if err != nil {
-			return row, fmt.Errorf("%s: %w", label, err)
+			return 0, err
 		}
-		if run == 0 {
-			row.CompileS = (counters().Compile - c0.Compile).Seconds()
-			row.FirstRunS = res.total.Seconds()
-		}
-		if run == cfg.Warmup {
-			cw = counters()
-		}
-		if phase == PhaseMeasure {
+		if keep {
 			measured = append(measured, res)
 		}
+		return res.total, nil
+	})
+	if err != nil {
+		return row, err
 	}
-	end := counters()
-	row.CacheHits = end.Hits - c0.Hits
-	row.CacheMisses = end.Misses - c0.Misses
-	row.Recompiles = end.Misses - cw.Misses
 
 	var ttft, prefill, decode, itl []float64
 	var itlSum time.Duration
