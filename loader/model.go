@@ -7,7 +7,6 @@ package loader
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -445,9 +444,6 @@ func (m *Model) smallFiles(opts Options) []string {
 
 // ---------------------------------------------------------------- weights
 
-// weightStems are the safetensors file stems: transformers, then diffusers.
-var weightStems = []string{"model", "diffusion_pytorch_model"}
-
 // Weights describes the safetensors files of one component.
 type Weights struct {
 	// Component is the folder ("" for a transformers model's root).
@@ -475,21 +471,19 @@ func (m *Model) WeightFiles(component string) (w Weights, ok bool, err error) {
 		variants = []string{m.Variant, ""}
 	}
 	for _, v := range variants {
-		for _, stem := range weightStems {
-			base := prefix + stem
-			if v != "" {
-				base += "." + v
+		for _, name := range safetensors.CandidateFiles(v) {
+			name = prefix + name
+			if !m.HasFile(name) {
+				continue
 			}
-			if idx := base + ".safetensors.index.json"; m.HasFile(idx) {
-				shards, total, err := m.indexShards(idx)
-				if err != nil {
-					return Weights{}, false, err
-				}
-				return Weights{Component: component, Index: idx, Files: shards, TotalSize: total}, true, nil
+			if !strings.HasSuffix(name, ".index.json") {
+				return Weights{Component: component, Files: []string{name}, TotalSize: -1}, true, nil
 			}
-			if single := base + ".safetensors"; m.HasFile(single) {
-				return Weights{Component: component, Files: []string{single}, TotalSize: -1}, true, nil
+			shards, total, err := m.indexShards(name)
+			if err != nil {
+				return Weights{}, false, err
 			}
+			return Weights{Component: component, Index: name, Files: shards, TotalSize: total}, true, nil
 		}
 	}
 	for _, f := range m.Files {
@@ -636,13 +630,4 @@ func (m *Model) ComponentConfig(component string) (*config.DiffusersConfig, erro
 		}
 	}
 	return nil, fmt.Errorf("%s: component %s has no config.json or scheduler_config.json: %w", m.Name(), component, fs.ErrNotExist)
-}
-
-// MarshalJSON adds the model name.
-func (m *Model) MarshalJSON() ([]byte, error) {
-	type plain Model
-	return json.Marshal(struct {
-		Name string `json:"name"`
-		*plain
-	}{m.Name(), (*plain)(m)})
 }
