@@ -41,8 +41,7 @@ type dpmCommon struct {
 	stepsOffset      int
 	dynamicShifting  bool
 	timeShiftType    string
-	cfgSigmaMin      *float64
-	cfgSigmaMax      *float64
+	bounds           sigmaBounds
 
 	modelOutputs   [][]float32
 	lowerOrderNums int
@@ -125,7 +124,7 @@ func readDPMCommon(r *cfgReader, rescale bool, allowed []string) dpmCommon {
 	if has("time_shift_type") {
 		d.timeShiftType = r.str("time_shift_type")
 	}
-	d.cfgSigmaMin, d.cfgSigmaMax = configSigmaRange(r)
+	d.bounds = readSigmaBounds(r)
 	if d.solverOrder < 1 {
 		r.invalid("solver_order %d must be at least 1", d.solverOrder)
 	}
@@ -146,30 +145,12 @@ func (d *dpmCommon) clippedIndex() int {
 	return n
 }
 
-func (d *dpmCommon) sigmaRange(in []float64) (float64, float64) {
-	lo, hi := in[len(in)-1], in[0]
-	if d.cfgSigmaMin != nil {
-		lo = *d.cfgSigmaMin
-	}
-	if d.cfgSigmaMax != nil {
-		hi = *d.cfgSigmaMax
-	}
-	return lo, hi
-}
-
 // convertSigmas applies Karras/exponential/beta spacing to in (descending
 // float64 sigmas) and returns the new sigmas with their fractional
 // timesteps.
 func (d *dpmCommon) convertSigmas(kind string, in []float64, n int) (sig, ts []float64) {
-	lo, hi := d.sigmaRange(in)
-	switch kind {
-	case "karras":
-		sig = karrasSigmas(lo, hi, n, 7)
-	case "exponential":
-		sig = exponentialSigmas(lo, hi, n)
-	case "beta":
-		sig = betaSigmas(lo, hi, n, 0.6, 0.6)
-	}
+	lo, hi := d.bounds.of(in)
+	sig = spacedSigmas(kind, lo, hi, n)
 	ts = make([]float64, len(sig))
 	for i, v := range sig {
 		ts[i] = sigmaToT(v, d.logSigmas)

@@ -28,8 +28,7 @@ type flowMatch struct {
 	sigmaKind       string
 	timeShiftType   string
 	stochastic      bool
-	cfgSigmaMin     *float64
-	cfgSigmaMax     *float64
+	bounds          sigmaBounds
 	sigmas          []float32
 	sigmaMin        float64
 	sigmaMax        float64
@@ -75,7 +74,7 @@ func newFlowMatch(class string, cfg Config) (Scheduler, error) {
 		r.oneOf("time_shift_type", s.timeShiftType, "exponential", "linear")
 		s.stochastic = r.bool("stochastic_sampling")
 		if has("sigma_min") || has("sigma_max") {
-			s.cfgSigmaMin, s.cfgSigmaMax = configSigmaRange(r)
+			s.bounds = readSigmaBounds(r)
 		}
 	}
 	if r.err != nil {
@@ -194,21 +193,8 @@ func (s *flowMatch) SetTimestepsWith(o TimestepOptions) error {
 		}
 	}
 	if s.sigmaKind != "" {
-		lo, hi := sig[len(sig)-1], sig[0]
-		if s.cfgSigmaMin != nil {
-			lo = *s.cfgSigmaMin
-		}
-		if s.cfgSigmaMax != nil {
-			hi = *s.cfgSigmaMax
-		}
-		switch s.sigmaKind {
-		case "karras":
-			sig = karrasSigmas(lo, hi, n, 7)
-		case "exponential":
-			sig = exponentialSigmas(lo, hi, n)
-		case "beta":
-			sig = betaSigmas(lo, hi, n, 0.6, 0.6)
-		}
+		lo, hi := s.bounds.of(sig)
+		sig = spacedSigmas(s.sigmaKind, lo, hi, n)
 	}
 	sig32 := toF32(sig)
 	ts := make([]float64, len(sig32))

@@ -18,9 +18,8 @@ type sigmaDiscrete struct {
 	spacing     string
 	stepsOffset int
 	prediction  string
-	sigmaKind   string   // "", "karras", "exponential", "beta"
-	cfgSigmaMin *float64 // config sigma_min, when the class has that field
-	cfgSigmaMax *float64
+	sigmaKind   string // "", "karras", "exponential", "beta"
+	bounds      sigmaBounds
 }
 
 // readSigmaDiscrete reads the fields common to the discrete sigma
@@ -53,49 +52,61 @@ func readSigmaDiscrete(r *cfgReader, class string, rescale bool, allowed []strin
 	if kinds > 1 {
 		r.invalid("only one of use_beta_sigmas, use_exponential_sigmas, use_karras_sigmas can be used")
 	}
-	s.cfgSigmaMin, s.cfgSigmaMax = configSigmaRange(r)
+	s.bounds = readSigmaBounds(r)
 	return s
 }
 
-// configSigmaRange reads optional sigma_min/sigma_max. diffusers' sigma
-// conversions use them whenever the config has them (hasattr), which
-// includes fields carried over from another class's config.
-func configSigmaRange(r *cfgReader) (lo, hi *float64) {
+// sigmaBounds are a config's optional sigma_min and sigma_max. diffusers'
+// Karras, exponential and beta conversions use them whenever the config
+// has them (hasattr), which includes fields carried over from another
+// class's config.
+type sigmaBounds struct{ min, max *float64 }
+
+func readSigmaBounds(r *cfgReader) sigmaBounds {
+	var b sigmaBounds
 	if v, ok := r.optFloat("sigma_min"); ok {
-		lo = &v
+		b.min = &v
 	}
 	if v, ok := r.optFloat("sigma_max"); ok {
-		hi = &v
+		b.max = &v
+	}
+	return b
+}
+
+// of returns (sigma_min, sigma_max) for the conversions of desc (sigmas in
+// descending order): the config values when set, else the ends of desc.
+func (b sigmaBounds) of(desc []float64) (lo, hi float64) {
+	lo, hi = desc[len(desc)-1], desc[0]
+	if b.min != nil {
+		lo = *b.min
+	}
+	if b.max != nil {
+		hi = *b.max
 	}
 	return lo, hi
 }
 
-// sigmaRange returns (sigma_min, sigma_max) for the Karras/exponential/beta
-// conversions: the config values when set, else the ends of in.
-func (s *sigmaDiscrete) sigmaRange(in []float64) (float64, float64) {
-	lo, hi := in[len(in)-1], in[0]
-	if s.cfgSigmaMin != nil {
-		lo = *s.cfgSigmaMin
+// spacedSigmas re-spaces a schedule as use_karras_sigmas (rho 7),
+// use_exponential_sigmas or use_beta_sigmas (alpha = beta = 0.6) do: n
+// sigmas from hi down to lo. It returns nil for any other kind.
+func spacedSigmas(kind string, lo, hi float64, n int) []float64 {
+	switch kind {
+	case "karras":
+		return karrasSigmas(lo, hi, n, 7)
+	case "exponential":
+		return exponentialSigmas(lo, hi, n)
+	case "beta":
+		return betaSigmas(lo, hi, n, 0.6, 0.6)
 	}
-	if s.cfgSigmaMax != nil {
-		hi = *s.cfgSigmaMax
-	}
-	return lo, hi
+	return nil
 }
 
 // convertSigmas applies the configured sigma spacing (Karras, exponential
 // or beta) to interpolated sigmas and returns them with their fractional
 // timesteps; ok is false when no conversion is configured.
 func (s *sigmaDiscrete) convertSigmas(in []float64, n int) (sig, ts []float64, ok bool) {
-	lo, hi := s.sigmaRange(in)
-	switch s.sigmaKind {
-	case "karras":
-		sig = karrasSigmas(lo, hi, n, 7)
-	case "exponential":
-		sig = exponentialSigmas(lo, hi, n)
-	case "beta":
-		sig = betaSigmas(lo, hi, n, 0.6, 0.6)
-	default:
+	lo, hi := s.bounds.of(in)
+	if sig = spacedSigmas(s.sigmaKind, lo, hi, n); sig == nil {
 		return nil, nil, false
 	}
 	ts = make([]float64, len(sig))

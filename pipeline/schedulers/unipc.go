@@ -142,15 +142,8 @@ func (s *unipc) SetTimestepsWith(o TimestepOptions) error {
 			}
 		}
 		desc := reversed64(in)
-		lo, hi := s.sigmaRange(desc)
-		switch s.sigmaKind {
-		case "karras":
-			sig = karrasSigmas(lo, hi, n, 7)
-		case "exponential":
-			sig = exponentialSigmas(lo, hi, n)
-		case "beta":
-			sig = betaSigmas(lo, hi, n, 0.6, 0.6)
-		}
+		lo, hi := s.bounds.of(desc)
+		sig = spacedSigmas(s.sigmaKind, lo, hi, n)
 		ts = make([]float64, len(sig))
 		switch {
 		case s.sigmaKind == "karras" && s.useFlowSigmas:
