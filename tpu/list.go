@@ -53,9 +53,6 @@ type Inventory struct {
 	Notes    []string `json:"notes,omitempty"`
 }
 
-// Describe is List over the process environment.
-func Describe() *Inventory { return List(OSEnv()) }
-
 // List reports the backends compiled in, the PJRT plugins on disk, the
 // devices they give and the TPU topology from the environment. It only
 // looks at files and variables; no plugin is loaded, so it is safe to run

@@ -41,9 +41,6 @@ type Env struct {
 	DownloadTimeout time.Duration
 }
 
-// EnvFromOS reads the process environment.
-func EnvFromOS() Env { return EnvFrom(os.LookupEnv) }
-
 // EnvFrom reads the configuration through lookup (os.LookupEnv, or a map in
 // tests). HOME is read through lookup too, falling back to os.UserHomeDir.
 func EnvFrom(lookup func(string) (string, bool)) Env {
@@ -132,10 +129,7 @@ func homeDir(lookup func(string) (string, bool)) string {
 // Python's os.path.expandvars(os.path.expanduser(p)) does: unknown
 // variables are left as written.
 func expandPath(p string, lookup func(string) (string, bool)) string {
-	if p == "~" || strings.HasPrefix(p, "~/") {
-		p = homeDir(lookup) + p[1:]
-	}
-	return os.Expand(p, func(name string) string {
+	return os.Expand(expandUser(p, lookup), func(name string) string {
 		if v, ok := lookup(name); ok {
 			return v
 		}
@@ -144,9 +138,11 @@ func expandPath(p string, lookup func(string) (string, bool)) string {
 }
 
 // ExpandUser expands a leading "~/" with the user's home directory.
-func ExpandUser(p string) string {
+func ExpandUser(p string) string { return expandUser(p, os.LookupEnv) }
+
+func expandUser(p string, lookup func(string) (string, bool)) string {
 	if p == "~" || strings.HasPrefix(p, "~/") {
-		return homeDir(os.LookupEnv) + p[1:]
+		return homeDir(lookup) + p[1:]
 	}
 	return p
 }

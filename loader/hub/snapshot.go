@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -349,10 +348,4 @@ func (c *Client) knownSize(repo, commit, file string) (int64, bool) {
 		return st.Size(), true
 	}
 	return 0, false
-}
-
-// IsNotFound reports whether err says a repository, revision or file does
-// not exist (as opposed to a transient or auth failure).
-func IsNotFound(err error) bool {
-	return errors.Is(err, ErrRepoNotFound) || errors.Is(err, ErrRevisionNotFound) || errors.Is(err, ErrEntryNotFound)
 }
