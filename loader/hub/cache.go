@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/tputool/tputool/internal/atomicfile"
 )
 
 // Cache is a huggingface_hub cache directory (HF_HUB_CACHE). Its methods
@@ -113,7 +115,7 @@ func (c Cache) WriteRef(repo, rev, commit string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return writeFileAtomic(p, []byte(commit))
+	return atomicfile.Write(p, []byte(commit), 0o644)
 }
 
 // Lookup finds a file in the cache without the network, like
@@ -242,31 +244,6 @@ func CheckRevision(rev string) error {
 func checkETag(etag string) error {
 	if etag == "" || etag == "." || etag == ".." || strings.ContainsAny(etag, "/\\\x00") || path.Base(etag) != etag {
 		return fmt.Errorf("ETag %q cannot name a blob file", etag)
-	}
-	return nil
-}
-
-func writeFileAtomic(p string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		os.Remove(tmp.Name())
-		return err
 	}
 	return nil
 }
