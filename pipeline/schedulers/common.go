@@ -339,6 +339,40 @@ func thresholdSample(x []float32, shape []int, ratio, maxValue float64) []float3
 	return out
 }
 
+// churn is the s_churn stochasticity of the Euler-type steps (Karras et
+// al. 2022, Algorithm 2): for sigma in [s_tmin, s_tmax], gamma =
+// min(s_churn / (numSigmas - 1), sqrt(2) - 1), sigma_hat = sigma *
+// (gamma + 1), and when gamma > 0 the sample moves by fresh noise times
+// s_noise of standard deviation sqrt(sigma_hat² - sigma²). It returns
+// sigma_hat and the (possibly new) sample; no noise is drawn when gamma is
+// 0.
+func churn(opts StepOptions, sigma float32, numSigmas int, sample []float32, shape []int, gen *torchrand.Generator) (float32, []float32) {
+	sTMax := opts.STMax
+	if sTMax == 0 {
+		sTMax = math.Inf(1)
+	}
+	sNoise := opts.SNoise
+	if sNoise == 0 {
+		sNoise = 1
+	}
+	gamma := 0.0
+	if opts.STMin <= float64(sigma) && float64(sigma) <= sTMax {
+		gamma = math.Min(opts.SChurn/float64(numSigmas-1), math.Sqrt2-1)
+	}
+	sigmaHat := sigma * float32(gamma+1)
+	if gamma <= 0 {
+		return sigmaHat, sample
+	}
+	noise := noiseLike(gen, shape)
+	c := sqrt32(sq32(sigmaHat) - sq32(sigma))
+	ns := float32(sNoise)
+	moved := make([]float32, len(sample))
+	for i := range sample {
+		moved[i] = sample[i] + float32(float32(noise[i]*ns)*c)
+	}
+	return sigmaHat, moved
+}
+
 // noiseLike draws randn_tensor(shape) from gen, or from a fresh randomly
 // seeded generator when gen is nil (diffusers would use torch's global RNG).
 func noiseLike(gen *torchrand.Generator, shape []int) []float32 {

@@ -217,28 +217,7 @@ func (s *edmEuler) StepWithOptions(modelOutput []float32, t float64, sample []fl
 		return nil, fmt.Errorf("%s: step %d is past the end of the schedule", s.class, i)
 	}
 	sigma := s.sigmas[i]
-	sTMax := opts.STMax
-	if sTMax == 0 {
-		sTMax = math.Inf(1)
-	}
-	sNoise := opts.SNoise
-	if sNoise == 0 {
-		sNoise = 1
-	}
-	gamma := 0.0
-	if opts.STMin <= float64(sigma) && float64(sigma) <= sTMax {
-		gamma = math.Min(opts.SChurn/float64(len(s.sigmas)-1), math.Sqrt2-1)
-	}
-	sigmaHat := sigma * float32(gamma+1)
-	if gamma > 0 {
-		noise := noiseLike(gen, shape)
-		c := sqrt32(sq32(sigmaHat) - sq32(sigma))
-		moved := make([]float32, len(sample))
-		for j := range sample {
-			moved[j] = sample[j] + float32(float32(noise[j]*float32(sNoise))*c)
-		}
-		sample = moved
-	}
+	sigmaHat, sample := churn(opts, sigma, len(s.sigmas), sample, shape, gen)
 	x0 := s.preconditionOutputs(sample, modelOutput, sigmaHat)
 	dt := s.sigmas[i+1] - sigmaHat
 	out := make([]float32, len(sample))

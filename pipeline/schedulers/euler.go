@@ -7,7 +7,6 @@ package schedulers
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/tputool/tputool/pipeline/torchrand"
 )
@@ -194,29 +193,7 @@ func (s *euler) StepWithOptions(modelOutput []float32, t float64, sample []float
 		return s.stepAncestral(modelOutput, sample, shape, gen)
 	}
 	sigma := s.sigmas[s.stepIndex]
-	sTMax := opts.STMax
-	if sTMax == 0 {
-		sTMax = math.Inf(1)
-	}
-	sNoise := opts.SNoise
-	if sNoise == 0 {
-		sNoise = 1
-	}
-	gamma := 0.0
-	if opts.STMin <= float64(sigma) && float64(sigma) <= sTMax {
-		gamma = math.Min(opts.SChurn/float64(len(s.sigmas)-1), math.Sqrt2-1)
-	}
-	sigmaHat := sigma * float32(gamma+1)
-	if gamma > 0 {
-		noise := noiseLike(gen, shape)
-		c := sqrt32(sq32(sigmaHat) - sq32(sigma))
-		ns := float32(sNoise)
-		moved := make([]float32, len(sample))
-		for i := range sample {
-			moved[i] = sample[i] + float32(float32(noise[i]*ns)*c)
-		}
-		sample = moved
-	}
+	sigmaHat, sample := churn(opts, sigma, len(s.sigmas), sample, shape, gen)
 	mode := s.prediction
 	var x0 []float32
 	var err error

@@ -556,3 +556,44 @@ func BenchmarkStep(b *testing.B) {
 		})
 	}
 }
+
+// TestChurn checks the s_churn step shared by Euler, EDM Euler and flow
+// matching Heun: gamma from s_churn over the schedule length (capped at
+// sqrt(2)-1), noise drawn only inside [s_tmin, s_tmax], scaled by s_noise.
+func TestChurn(t *testing.T) {
+	sample := []float32{1, 2, 3, 4}
+	shape := []int{1, 1, 2, 2}
+	// Outside [s_tmin, s_tmax] (and with s_churn 0): no noise, no draw.
+	for _, o := range []StepOptions{{}, {SChurn: 1, STMin: 3}, {SChurn: 1, STMax: 1.5}} {
+		gen := torchrand.NewGenerator(5)
+		hat, out := churn(o, 2, 11, sample, shape, gen)
+		if hat != 2 || &out[0] != &sample[0] {
+			t.Errorf("%+v: sigma_hat %v, sample moved", o, hat)
+		}
+		if got, want := gen.Uint32(), torchrand.NewGenerator(5).Uint32(); got != want {
+			t.Errorf("%+v: the generator was used", o)
+		}
+	}
+	for _, tc := range []struct {
+		o     StepOptions
+		gamma float64
+		noise float32
+	}{
+		{StepOptions{SChurn: 1}, 0.1, 1},                            // s_churn / (11 - 1)
+		{StepOptions{SChurn: 40, SNoise: 0.5}, math.Sqrt2 - 1, 0.5}, // capped
+	} {
+		hat, out := churn(tc.o, 2, 11, sample, shape, torchrand.NewGenerator(5))
+		wantHat := float32(2) * float32(tc.gamma+1)
+		if hat != wantHat {
+			t.Errorf("%+v: sigma_hat %v, want %v", tc.o, hat, wantHat)
+		}
+		noise := torchrand.NewGenerator(5).Randn(shape...)
+		c := float32(math.Sqrt(float64(hat*hat - 4)))
+		for i := range out {
+			want := sample[i] + noise[i]*tc.noise*c
+			if math.Abs(float64(out[i]-want)) > 1e-6 {
+				t.Errorf("%+v: sample[%d] %v, want %v", tc.o, i, out[i], want)
+			}
+		}
+	}
+}
