@@ -117,29 +117,12 @@ func (s *deis) SetTimestepsWith(o TimestepOptions) error {
 // convertModelOutput predicts x0, then returns the implied noise.
 func (s *deis) convertModelOutput(modelOutput, sample []float32, shape []int) ([]float32, error) {
 	sigma := s.sigmas[s.stepIndex]
+	x0, err := s.dataPrediction(s.class, modelOutput, sample, shape, sigma)
+	if err != nil {
+		return nil, err
+	}
 	alpha, sigmaT := alphaSigmaT(sigma, s.useFlowSigmas)
-	n := len(sample)
-	x0 := make([]float32, n)
-	switch s.prediction {
-	case "epsilon":
-		for i := range x0 {
-			x0[i] = (sample[i] - float32(sigmaT*modelOutput[i])) / alpha
-		}
-	case "sample":
-		copy(x0, modelOutput)
-	case "v_prediction":
-		for i := range x0 {
-			x0[i] = float32(alpha*sample[i]) - float32(sigmaT*modelOutput[i])
-		}
-	case "flow_prediction":
-		for i := range x0 {
-			x0[i] = sample[i] - float32(sigma*modelOutput[i])
-		}
-	}
-	if s.thresholding {
-		x0 = thresholdSample(x0, shape, s.threshRatio, s.sampleMax)
-	}
-	out := make([]float32, n)
+	out := make([]float32, len(sample))
 	for i := range out {
 		out[i] = (sample[i] - float32(alpha*x0[i])) / sigmaT
 	}

@@ -207,40 +207,50 @@ func alphaSigmaT(sigma float32, flow bool) (float32, float32) {
 
 func lambdaOf(alpha, sigma float32) float32 { return log32(alpha) - log32(sigma) }
 
+// dataPrediction is the data-prediction branch of convert_model_output
+// that the DPM-Solver family, DEIS and UniPC share: x0 from the model
+// output at sigma for prediction_type epsilon, sample, v_prediction or
+// flow_prediction, thresholded when the config asks for it.
+func (d *dpmCommon) dataPrediction(class string, modelOutput, sample []float32, shape []int, sigma float32) ([]float32, error) {
+	alpha, sigmaT := alphaSigmaT(sigma, d.useFlowSigmas)
+	x0 := make([]float32, len(sample))
+	switch d.prediction {
+	case "epsilon":
+		for i := range x0 {
+			x0[i] = (sample[i] - float32(sigmaT*modelOutput[i])) / alpha
+		}
+	case "sample":
+		copy(x0, modelOutput)
+	case "v_prediction":
+		for i := range x0 {
+			x0[i] = float32(alpha*sample[i]) - float32(sigmaT*modelOutput[i])
+		}
+	case "flow_prediction":
+		for i := range x0 {
+			x0[i] = sample[i] - float32(sigma*modelOutput[i])
+		}
+	default:
+		return nil, fmt.Errorf("%s: prediction_type %q is not supported", class, d.prediction)
+	}
+	if d.thresholding {
+		x0 = thresholdSample(x0, shape, d.threshRatio, d.sampleMax)
+	}
+	return x0, nil
+}
+
 // convertModelOutputDPM is DPM-Solver's convert_model_output: the data
 // prediction x0 for dpmsolver++ variants, the noise prediction otherwise.
 func (d *dpmCommon) convertModelOutputDPM(class string, modelOutput, sample []float32, shape []int, sigma float32) ([]float32, error) {
 	learned := d.varianceType == "learned" || d.varianceType == "learned_range"
+	if d.algorithm == "dpmsolver++" || d.algorithm == "sde-dpmsolver++" {
+		if learned && d.prediction == "epsilon" {
+			modelOutput = firstChannels(modelOutput, shape, shape[1])
+		}
+		return d.dataPrediction(class, modelOutput, sample, shape, sigma)
+	}
 	alpha, sigmaT := alphaSigmaT(sigma, d.useFlowSigmas)
 	n := len(sample)
 	out := make([]float32, n)
-	if d.algorithm == "dpmsolver++" || d.algorithm == "sde-dpmsolver++" {
-		switch d.prediction {
-		case "epsilon":
-			if learned {
-				modelOutput = firstChannels(modelOutput, shape, shape[1])
-			}
-			for i := range out {
-				out[i] = (sample[i] - float32(sigmaT*modelOutput[i])) / alpha
-			}
-		case "sample":
-			copy(out, modelOutput[:n])
-		case "v_prediction":
-			for i := range out {
-				out[i] = float32(alpha*sample[i]) - float32(sigmaT*modelOutput[i])
-			}
-		case "flow_prediction":
-			for i := range out {
-				out[i] = sample[i] - float32(sigma*modelOutput[i])
-			}
-		default:
-			return nil, fmt.Errorf("%s: prediction_type %q is not supported", class, d.prediction)
-		}
-		if d.thresholding {
-			out = thresholdSample(out, shape, d.threshRatio, d.sampleMax)
-		}
-		return out, nil
-	}
 	switch d.prediction {
 	case "epsilon":
 		if learned {

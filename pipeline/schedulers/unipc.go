@@ -217,31 +217,11 @@ func (s *unipc) SetTimestepsWith(o TimestepOptions) error {
 // convertModelOutput returns x0 (predict_x0) or the noise prediction.
 func (s *unipc) convertModelOutput(modelOutput, sample []float32, shape []int) ([]float32, error) {
 	sigma := s.sigmas[s.stepIndex]
-	alpha, sigmaT := alphaSigmaT(sigma, s.useFlowSigmas)
-	n := len(sample)
-	out := make([]float32, n)
 	if s.predictX0 {
-		switch s.prediction {
-		case "epsilon":
-			for i := range out {
-				out[i] = (sample[i] - float32(sigmaT*modelOutput[i])) / alpha
-			}
-		case "sample":
-			copy(out, modelOutput)
-		case "v_prediction":
-			for i := range out {
-				out[i] = float32(alpha*sample[i]) - float32(sigmaT*modelOutput[i])
-			}
-		case "flow_prediction":
-			for i := range out {
-				out[i] = sample[i] - float32(sigma*modelOutput[i])
-			}
-		}
-		if s.thresholding {
-			out = thresholdSample(out, shape, s.threshRatio, s.sampleMax)
-		}
-		return out, nil
+		return s.dataPrediction(s.class, modelOutput, sample, shape, sigma)
 	}
+	alpha, sigmaT := alphaSigmaT(sigma, s.useFlowSigmas)
+	out := make([]float32, len(sample))
 	switch s.prediction {
 	case "epsilon":
 		copy(out, modelOutput)
