@@ -1,8 +1,8 @@
 package safetensors
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,49 +31,41 @@ func RejectPickle(path string) error {
 	return nil
 }
 
-// OpenFile memory-maps a safetensors file and validates its header.
-func OpenFile(path string) (*File, error) {
+// openRegular opens a weight file, refusing pickle files and anything
+// but a regular file, and returns its size.
+func openRegular(path string) (*os.File, int64, error) {
 	if err := RejectPickle(path); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", path)
+		return nil, 0, fmt.Errorf("%s: not a regular file", path)
 	}
-	size := st.Size()
-	var prefix [8]byte
-	if _, err := io.ReadFull(f, prefix[:]); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: reading header length: %w", path, err)
+	return f, st.Size(), nil
+}
+
+// OpenFile memory-maps a safetensors file and validates its header.
+func OpenFile(path string) (*File, error) {
+	f, size, err := openRegular(path)
+	if err != nil {
+		return nil, err
 	}
-	n, err := ReadHeaderLength(prefix[:], size)
+	h, _, err := ReadHeaderRange(context.Background(), fileRanges{f, size}, path)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
-	hjson := make([]byte, n)
-	if _, err := io.ReadFull(f, hjson); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: reading header: %w", path, err)
-	}
-	h, err := ParseHeader(hjson, size-8-n)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	h.DataOffset = 8 + n
 	sf := &File{Path: path, Header: h, f: f, byName: make(map[string]int, len(h.Tensors))}
 	for i := range h.Tensors {
-		h.Tensors[i].File = path
 		sf.byName[h.Tensors[i].Name] = i
 	}
 	if size > 0 {

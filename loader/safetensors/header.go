@@ -71,7 +71,7 @@ type Header struct {
 // MaxHeaderSize and the file size (pass fileSize < 0 when unknown).
 func ReadHeaderLength(prefix []byte, fileSize int64) (int64, error) {
 	if len(prefix) < 8 {
-		return 0, fmt.Errorf("file too short for a safetensors header: %d bytes, want at least 8", len(prefix))
+		return 0, fmt.Errorf("file too short for a safetensors header length: %d bytes, want at least 8", len(prefix))
 	}
 	n := binary.LittleEndian.Uint64(prefix)
 	if n > MaxHeaderSize {

@@ -56,23 +56,12 @@ func ReadHeaderRange(ctx context.Context, r RangeReader, name string) (*Header, 
 // without mapping it: the cheap path for `inspect`. It returns the header
 // and the file size.
 func ReadHeaderFile(path string) (*Header, int64, error) {
-	if err := RejectPickle(path); err != nil {
-		return nil, 0, err
-	}
-	f, err := os.Open(path)
+	f, size, err := openRegular(path)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("%s: not a regular file", path)
-	}
-	h, size, err := ReadHeaderRange(context.Background(), fileRanges{f, st.Size()}, path)
-	return h, size, err
+	return ReadHeaderRange(context.Background(), fileRanges{f, size}, path)
 }
 
 // fileRanges adapts a local file to RangeReader.
