@@ -24,25 +24,11 @@ func buildDecoder(c *component, depth int) (decoder, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		list, err := c.list("decoders")
+		seq, err := buildSequence(c, "decoders", depth, buildDecoder)
 		if err != nil {
 			return nil, err
 		}
-		var seq seqDecoder
-		for i, raw := range list {
-			sub, err := parseComponent(raw, fmt.Sprintf("%s.decoders[%d]", c.where, i))
-			if err != nil {
-				return nil, err
-			}
-			d, err := buildDecoder(sub, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		return seqDecoder(seq), nil
 	case "ByteLevel":
 		return byteLevelDec{}, nil
 	case "ByteFallback":

@@ -132,6 +132,37 @@ func (c *component) list(name string) ([]json.RawMessage, error) {
 	return l, nil
 }
 
+// buildComponent parses m (found at where) and builds it with build at
+// nesting depth; an absent or null m builds to build's nil.
+func buildComponent[T any](m json.RawMessage, where string, depth int, build func(*component, int) (T, error)) (T, error) {
+	c, err := parseComponent(m, where)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return build(c, depth)
+}
+
+// buildSequence builds the steps listed in field of a "Sequence" component
+// (normalizers, pretokenizers, processors, decoders) one level deeper,
+// leaving out steps that build to nil.
+func buildSequence[T any](c *component, field string, depth int, build func(*component, int) (T, error)) ([]T, error) {
+	list, err := c.list(field)
+	if err != nil {
+		return nil, err
+	}
+	var seq []T
+	for i, raw := range list {
+		step, err := buildComponent(raw, fmt.Sprintf("%s.%s[%d]", c.where, field, i), depth+1, build)
+		if err != nil {
+			return nil, err
+		}
+		if any(step) != nil {
+			seq = append(seq, step)
+		}
+	}
+	return seq, nil
+}
 func parseID(n json.Number, where string) (int, error) {
 	i, err := strconv.ParseInt(n.String(), 10, 64)
 	if err != nil || i < 0 || i >= maxTokenID {

@@ -29,25 +29,11 @@ func buildNormalizer(c *component, depth int) (normalizer, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		list, err := c.list("normalizers")
+		seq, err := buildSequence(c, "normalizers", depth, buildNormalizer)
 		if err != nil {
 			return nil, err
 		}
-		var seq seqNormalizer
-		for i, raw := range list {
-			sub, err := parseComponent(raw, fmt.Sprintf("%s.normalizers[%d]", c.where, i))
-			if err != nil {
-				return nil, err
-			}
-			n, err := buildNormalizer(sub, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		return seqNormalizer(seq), nil
 	case "NFC":
 		return unicodeNorm{norm.NFC}, nil
 	case "NFD":

@@ -64,25 +64,13 @@ func buildPostProcessor(c *component, vocab func(string) (int, bool), depth int)
 	case "ByteLevel":
 		return nil, nil
 	case "Sequence":
-		list, err := c.list("processors")
+		seq, err := buildSequence(c, "processors", depth, func(c *component, depth int) (postProcessor, error) {
+			return buildPostProcessor(c, vocab, depth)
+		})
 		if err != nil {
 			return nil, err
 		}
-		var seq seqPost
-		for i, raw := range list {
-			sub, err := parseComponent(raw, fmt.Sprintf("%s.processors[%d]", c.where, i))
-			if err != nil {
-				return nil, err
-			}
-			p, err := buildPostProcessor(sub, vocab, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		return seqPost(seq), nil
 	case "RobertaProcessing", "BertProcessing":
 		var sep, cls []json.RawMessage
 		if err := c.get("sep", &sep); err != nil {

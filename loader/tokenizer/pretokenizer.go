@@ -54,28 +54,14 @@ func buildPreTokenizer(c *component, depth int) (preTokenizer, error) {
 	}
 	switch c.Type {
 	case "Sequence":
-		list, err := c.list("pretokenizers")
+		seq, err := buildSequence(c, "pretokenizers", depth, buildPreTokenizer)
 		if err != nil {
 			return nil, err
-		}
-		var seq seqPre
-		for i, raw := range list {
-			sub, err := parseComponent(raw, fmt.Sprintf("%s.pretokenizers[%d]", c.where, i))
-			if err != nil {
-				return nil, err
-			}
-			p, err := buildPreTokenizer(sub, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
 		}
 		if len(seq) == 1 {
 			return seq[0], nil
 		}
-		return seq, nil
+		return seqPre(seq), nil
 	case "Split":
 		var p rawPattern
 		if err := c.get("pattern", &p); err != nil {

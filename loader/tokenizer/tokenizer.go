@@ -52,31 +52,13 @@ func build(raw *rawTokenizer) (*Tokenizer, error) {
 	if len(raw.AddedTokens) > maxAddedTokens {
 		return nil, fmt.Errorf("added_tokens: %d entries, more than the limit %d", len(raw.AddedTokens), maxAddedTokens)
 	}
-	if t.norm, err = func() (normalizer, error) {
-		c, err := parseComponent(raw.Normalizer, "normalizer")
-		if err != nil {
-			return nil, err
-		}
-		return buildNormalizer(c, 0)
-	}(); err != nil {
+	if t.norm, err = buildComponent(raw.Normalizer, "normalizer", 0, buildNormalizer); err != nil {
 		return nil, err
 	}
-	if t.pre, err = func() (preTokenizer, error) {
-		c, err := parseComponent(raw.PreTokenizer, "pre_tokenizer")
-		if err != nil {
-			return nil, err
-		}
-		return buildPreTokenizer(c, 0)
-	}(); err != nil {
+	if t.pre, err = buildComponent(raw.PreTokenizer, "pre_tokenizer", 0, buildPreTokenizer); err != nil {
 		return nil, err
 	}
-	if t.dec, err = func() (decoder, error) {
-		c, err := parseComponent(raw.Decoder, "decoder")
-		if err != nil {
-			return nil, err
-		}
-		return buildDecoder(c, 0)
-	}(); err != nil {
+	if t.dec, err = buildComponent(raw.Decoder, "decoder", 0, buildDecoder); err != nil {
 		return nil, err
 	}
 
@@ -235,11 +217,9 @@ func build(raw *rawTokenizer) (*Tokenizer, error) {
 		return nil, fmt.Errorf("added_tokens: normalizing: %w", normErr)
 	}
 
-	pc, err := parseComponent(raw.PostProcessor, "post_processor")
-	if err != nil {
-		return nil, err
-	}
-	if t.post, err = buildPostProcessor(pc, t.TokenToID, 0); err != nil {
+	if t.post, err = buildComponent(raw.PostProcessor, "post_processor", 0, func(c *component, depth int) (postProcessor, error) {
+		return buildPostProcessor(c, t.TokenToID, depth)
+	}); err != nil {
 		return nil, err
 	}
 	if t.post != nil {
