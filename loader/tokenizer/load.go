@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
 )
@@ -89,7 +90,7 @@ func LoadDir(dir string) (*Tokenizer, error) {
 		if err := t.applyConfig(data); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfgPath, err)
 		}
-	} else if !os.IsNotExist(err) && !isNotExist(err) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
@@ -98,14 +99,10 @@ func LoadDir(dir string) (*Tokenizer, error) {
 			t.templates = map[string]string{}
 		}
 		t.templates["default"] = string(data)
-	} else if !isNotExist(err) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	return t, nil
-}
-
-func isNotExist(err error) bool {
-	return os.IsNotExist(err) || strings.Contains(err.Error(), "no such file")
 }
 
 // readMaybeGzip reads a file, gunzipping it when it starts with the gzip
