@@ -78,8 +78,9 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		Use:   "generate --model MODEL --prompt TEXT",
 		Short: "Generate text with a language model, streamed",
 		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
-(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-Gemma3ForCausalLM), from a local directory or a Hub id.
+(LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, and the text model
+of Qwen3_5ForConditionalGeneration), from a local directory or a Hub id.
 
 The text goes to stdout as it is produced (one prompt), or per prompt when
 several run as one batch. With --json the result is a JSON array with one
@@ -186,12 +187,12 @@ the same tokens.`,
 	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
 	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch)")
 	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin); blank lines are skipped")
-	fl.IntVarP(&maxNew, "max-new-tokens", "n", generate.DefaultMaxNewTokens, "maximum tokens to generate per prompt (default: generation_config.json's, else 256)")
+	fl.IntVarP(&maxNew, "max-new-tokens", "n", 0, fmt.Sprintf("maximum tokens to generate per prompt (default: generation_config.json's, else %d)", generate.DefaultMaxNewTokens))
 	fl.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json)")
 	fl.IntVar(&topK, "top-k", 0, "keep the k most likely tokens; 0 is off (default: generation_config.json, 50 when sampling)")
-	fl.Float64Var(&topP, "top-p", 1, "nucleus sampling: keep the most likely tokens up to this probability mass")
-	fl.Float64Var(&minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one")
-	fl.Float64Var(&repPen, "repetition-penalty", 1, "penalize tokens already in the sequence (1 is off)")
+	fl.Float64Var(&topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json, else 1, off)")
+	fl.Float64Var(&minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one (default: generation_config.json, else 0, off)")
+	fl.Float64Var(&repPen, "repetition-penalty", 0, "penalize tokens already in the sequence (default: generation_config.json, else 1, off)")
 	fl.Uint64Var(&seed, "seed", 0, "random seed for sampling (runs with the same seed repeat exactly)")
 	fl.StringArrayVar(&opts.Overrides.Stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
