@@ -6,59 +6,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/qwen35"
 )
-
-// goBackend is the pure-Go backend with sequential op scheduling (its
-// parallel scheduler can deadlock on graphs with many independent matmuls
-// on few cores; see docs/qwen35.md).
-func goBackend(t testing.TB) backends.Backend {
-	t.Helper()
-	be, err := backends.NewWithConfig("go:ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return be
-}
-
-func relErr(a []float32, b []float64) float64 {
-	num, den := 0.0, 0.0
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
-
-func argmax32(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-func argmax64(v []float64) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
 
 // withChunk swaps the loaded model for one whose chunked delta rule uses
 // chunks of n tokens.
@@ -79,7 +37,7 @@ func withChunk(t *testing.T, l *lm.Loaded, n int) {
 // DeltaNet is the token-by-token recurrence) on that row alone. It also
 // checks that both modes pick the same greedy tokens.
 func TestLogitsMatchReference(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 4
 	const tol = 1e-4
@@ -105,14 +63,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := make([][]int, len(prompts))
-			for b, p := range prompts {
-				seqs[b] = append([]int(nil), p...)
-				for s := 0; s < steps; s++ {
-					lg := rm.Logits(seqs[b])
-					seqs[b] = append(seqs[b], argmax64(lg[len(lg)-1]))
-				}
-			}
+			seqs := reftest.GreedySequences(rm, prompts, steps)
 			greedy := map[string][]int{}
 			for _, v := range []struct {
 				name string
@@ -121,39 +72,19 @@ func TestLogitsMatchReference(t *testing.T) {
 				{"compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1}},
 				{"eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 3}},
 			} {
-				r, err := compile.NewLM(be, l, v.opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				worst := 0.0
-				logits, err := r.Prefill(prompts, steps)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for s := 0; ; s++ {
-					for b := range prompts {
-						n := len(prompts[b]) + s
-						want := rm.Logits(seqs[b][:n])
-						e := relErr(logits[b], want[n-1])
-						worst = math.Max(worst, e)
-						if e > tol {
-							t.Fatalf("%s: row %d step %d: relative error %.3g > %g", v.name, b, s, e, tol)
-						}
-						greedy[v.name] = append(greedy[v.name], argmax32(logits[b]))
-					}
-					if s == steps {
-						break
-					}
-					next := make([]int, len(prompts))
-					for b := range prompts {
-						next[b] = seqs[b][len(prompts[b])+s]
-					}
-					if logits, err = r.Decode(next); err != nil {
+				t.Run(v.name, func(t *testing.T) {
+					r, err := compile.NewLM(be, l, v.opts)
+					if err != nil {
 						t.Fatal(err)
 					}
-				}
-				t.Logf("%s: max relative error %.3g", v.name, worst)
-				r.Close()
+					defer r.Close()
+					f := reftest.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					greedy[v.name] = f.Greedy
+					t.Logf("max relative error %.3g", f.Worst)
+				})
+			}
+			if t.Failed() {
+				return // a variant stopped early; there is nothing whole to compare
 			}
 			if fmt.Sprint(greedy["compiled"]) != fmt.Sprint(greedy["eager-split"]) {
 				t.Errorf("greedy tokens differ:\ncompiled %v\neager    %v", greedy["compiled"], greedy["eager-split"])
@@ -168,7 +99,7 @@ func TestLogitsMatchReference(t *testing.T) {
 // followed by decode steps (recurrent delta rule), and compares the logits
 // after the last token.
 func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	dir := t.TempDir()
 	if err := c.Write(dir); err != nil {
@@ -205,7 +136,7 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 		for i, v := range rec[0] {
 			want[i] = float64(v)
 		}
-		e := relErr(chunked[0], want)
+		e := reftest.RelErr(chunked[0], want)
 		t.Logf("chunk %d: chunked prefill vs recurrence: relative error %.3g", chunk, e)
 		if e > 1e-4 {
 			t.Errorf("chunk %d: chunked prefill and token-by-token recurrence differ: relative error %.3g", chunk, e)
@@ -373,7 +304,7 @@ func TestConfigErrors(t *testing.T) {
 // percent of the float64 reference (the delta rule itself runs in float32,
 // as in transformers).
 func TestBFloat16Compute(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	c.DType = safetensors.BF16
 	dir := t.TempDir()
@@ -408,7 +339,7 @@ func TestBFloat16Compute(t *testing.T) {
 		for b, p := range prompts {
 			want := rm.Logits(append(append([]int(nil), p...), next[b]))
 			for i, got := range [][]float32{logits[b], dec[b]} {
-				e := relErr(got, want[len(p)-1+i])
+				e := reftest.RelErr(got, want[len(p)-1+i])
 				t.Logf("%s row %d step %d: relative error %.3g", mode, b, i, e)
 				if e > 0.05 {
 					t.Errorf("%s row %d step %d: relative error %.3g > 0.05", mode, b, i, e)

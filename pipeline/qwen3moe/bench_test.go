@@ -10,6 +10,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
@@ -68,7 +69,7 @@ func TestMain(m *testing.M) {
 // Run it with scripts/bench-moe.sh.
 func BenchmarkMoEDecode(b *testing.B) {
 	dir := benchModelDir(b)
-	be := goBackend(b)
+	be := reftest.GoBackend(b)
 	l, err := lm.Load(dir)
 	if err != nil {
 		b.Fatal(err)
@@ -104,7 +105,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 				used := 8
 				feed := func() {
 					for i := range next {
-						next[i] = argmax32(logits[i]) // greedy: realistic, varying routing
+						next[i] = reftest.Argmax(logits[i]) // greedy: realistic, varying routing
 					}
 				}
 				// Warm up: compile the shapes the first steps route to.

@@ -2,62 +2,19 @@ package qwen3moe_test
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 )
-
-// goBackend is the pure-Go backend with sequential op scheduling (its
-// parallel scheduler can deadlock on graphs with many independent matmuls
-// on few cores; see docs/moe.md).
-func goBackend(t testing.TB) backends.Backend {
-	t.Helper()
-	be, err := backends.NewWithConfig("go:ops_sequential")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return be
-}
-
-func relErr(a []float32, b []float64) float64 {
-	num, den := 0.0, 0.0
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
-
-func argmax32(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
-
-func argmax64(v []float64) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
 
 // TestLogitsMatchReference runs the tiny Qwen3-MoE and Qwen2-MoE on a
 // left-padded batch of two prompts plus decode steps with the experts
@@ -66,7 +23,7 @@ func argmax64(v []float64) int {
 // checks that the grouped compiled and eager runs produce identical greedy
 // tokens and identical logits.
 func TestLogitsMatchReference(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 5
 	const tol = 1e-4
@@ -89,14 +46,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := make([][]int, len(prompts))
-			for b, p := range prompts {
-				seqs[b] = append([]int(nil), p...)
-				for s := 0; s < steps; s++ {
-					lg := rm.Logits(seqs[b])
-					seqs[b] = append(seqs[b], argmax64(lg[len(lg)-1]))
-				}
-			}
+			seqs := reftest.GreedySequences(rm, prompts, steps)
 			greedy := map[string][]int{}
 			all := map[string][]float32{}
 			for _, v := range []struct {
@@ -108,40 +58,19 @@ func TestLogitsMatchReference(t *testing.T) {
 				{"grouped-eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 2}},
 				{"dense-compiled", compile.Options{Mode: compile.Compiled, DenseExperts: true}},
 			} {
-				r, err := compile.NewLM(be, l, v.opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				worst := 0.0
-				logits, err := r.Prefill(prompts, steps)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for s := 0; ; s++ {
-					for b := range prompts {
-						n := len(prompts[b]) + s
-						want := rm.Logits(seqs[b][:n])
-						e := relErr(logits[b], want[n-1])
-						worst = math.Max(worst, e)
-						if e > tol {
-							t.Fatalf("%s: row %d step %d: relative error %.3g > %g", v.name, b, s, e, tol)
-						}
-						greedy[v.name] = append(greedy[v.name], argmax32(logits[b]))
-						all[v.name] = append(all[v.name], logits[b]...)
-					}
-					if s == steps {
-						break
-					}
-					next := make([]int, len(prompts))
-					for b := range prompts {
-						next[b] = seqs[b][len(prompts[b])+s]
-					}
-					if logits, err = r.Decode(next); err != nil {
+				t.Run(v.name, func(t *testing.T) {
+					r, err := compile.NewLM(be, l, v.opts)
+					if err != nil {
 						t.Fatal(err)
 					}
-				}
-				t.Logf("%s: max relative error %.3g, %d executables", v.name, worst, r.Stats().Executables)
-				r.Close()
+					defer r.Close()
+					f := reftest.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					greedy[v.name], all[v.name] = f.Greedy, f.Logits
+					t.Logf("max relative error %.3g, %d executables", f.Worst, r.Stats().Executables)
+				})
+			}
+			if t.Failed() {
+				return // a variant stopped early; there is nothing whole to compare
 			}
 			if fmt.Sprint(greedy["grouped-compiled"]) != fmt.Sprint(greedy["grouped-eager"]) {
 				t.Errorf("greedy tokens differ:\ncompiled %v\neager    %v", greedy["grouped-compiled"], greedy["grouped-eager"])
@@ -215,7 +144,7 @@ func TestConfigErrors(t *testing.T) {
 // BF16) with bfloat16 compute, grouped experts in both modes: logits stay
 // within a few percent of the float64 reference.
 func TestBFloat16Compute(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
 		c.DType = safetensors.BF16
@@ -241,7 +170,7 @@ func TestBFloat16Compute(t *testing.T) {
 				t.Fatal(err)
 			}
 			for b, p := range prompts {
-				e := relErr(logits[b], rm.Logits(p)[len(p)-1])
+				e := reftest.RelErr(logits[b], rm.Logits(p)[len(p)-1])
 				t.Logf("qwen2=%v %s row %d: relative error %.3g", c.Qwen2, mode, b, e)
 				if e > 0.05 {
 					t.Errorf("qwen2=%v %s row %d: relative error %.3g > 0.05", c.Qwen2, mode, b, e)

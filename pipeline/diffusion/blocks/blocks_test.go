@@ -5,19 +5,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
-)
 
-func goBackend(t testing.TB) backends.Backend {
-	b, err := backends.NewWithConfig("go:ops_sequential")
-	require.NoError(t, err)
-	t.Cleanup(b.Finalize)
-	return b
-}
+	"github.com/tputool/tputool/pipeline/internal/reftest"
+)
 
 func randn(rng *rand.Rand, n int) []float32 {
 	out := make([]float32, n)
@@ -57,7 +51,7 @@ func directConv(x []float32, B, C, H, W int, w []float32, O, k int, bias []float
 }
 
 func TestConv2DIm2colAndConvGeneral(t *testing.T) {
-	backend := goBackend(t)
+	backend := reftest.GoBackend(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		name    string
@@ -95,7 +89,7 @@ func TestConv2DIm2colAndConvGeneral(t *testing.T) {
 }
 
 func TestGroupNormAttentionUpsample(t *testing.T) {
-	backend := goBackend(t)
+	backend := reftest.GoBackend(t)
 	// GroupNorm of a constant-per-group input is the bias.
 	x := []float32{1, 1, 5, 5, 2, 2, 2, 2} // [1, 4, 2] with 2 groups of 2 channels: {1,1,5,5} {2,2,2,2}
 	out, err := ExecOnce(backend, func(x, g, b *Node) *Node { return GroupNorm(x, g, b, 2, 1e-5) },
@@ -130,7 +124,7 @@ func TestGroupNormAttentionUpsample(t *testing.T) {
 }
 
 func TestTimestepSinusoid(t *testing.T) {
-	backend := goBackend(t)
+	backend := reftest.GoBackend(t)
 	for _, flip := range []bool{false, true} {
 		out, err := ExecOnce(backend, func(t *Node) *Node { return TimestepSinusoid(t, 6, flip, 1) },
 			tensors.FromFlatDataAndDimensions([]float32{0, 500}, 2))

@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 )
 
 // TestGraphExecutorTrapsAreErrors: the diffusion engine's default
@@ -14,7 +16,7 @@ import (
 // conversion to Float16, a panic while building) into errors naming the
 // block key and the op, and keeps working afterwards.
 func TestGraphExecutorTrapsAreErrors(t *testing.T) {
-	x := NewGraphExecutor(goBackend(t), nil)
+	x := NewGraphExecutor(reftest.GoBackend(t), nil)
 	img := tensors.FromValue(make([]float32, 4*1024))
 	cases := map[string]struct {
 		fn   func(in []*Node) []*Node

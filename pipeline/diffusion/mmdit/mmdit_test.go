@@ -1,7 +1,6 @@
 package mmdit_test
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,16 +17,8 @@ import (
 	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
 	"github.com/tputool/tputool/pipeline/diffusion/mmdit"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 )
-
-func relErr(a []float32, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
 
 func randn(rng *rand.Rand, n int) []float32 {
 	out := make([]float32, n)
@@ -80,7 +71,7 @@ func TestMMDiTMatchesReference(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, []int{B, C, H, W}, out.Shape().Dimensions)
-			e := relErr(tensors.MustCopyFlatData[float32](out), want.Data)
+			e := reftest.RelErr(tensors.MustCopyFlatData[float32](out), want.Data)
 			t.Logf("qk_norm=%v eager=%v vs float64 reference: %.2e", qk, eager, e)
 			require.LessOrEqual(t, e, 1e-4)
 		}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
@@ -18,21 +17,15 @@ import (
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/torchrand"
 )
-
-func goBackend(t testing.TB) backends.Backend {
-	b, err := backends.NewWithConfig("go:ops_sequential")
-	require.NoError(t, err)
-	t.Cleanup(b.Finalize)
-	return b
-}
 
 func load(t *testing.T, spec tinysd.Spec, opts sd.Options) *sd.Pipeline {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, spec))
 	if opts.Backend == nil {
-		opts.Backend = goBackend(t)
+		opts.Backend = reftest.GoBackend(t)
 	}
 	p, err := sd.Load(dir, opts)
 	require.NoError(t, err)
@@ -180,11 +173,11 @@ func TestSDValidate(t *testing.T) {
 func TestSDTokenizerFromVocabAndMerges(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
-	withJSON, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	withJSON, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 	require.NoError(t, err)
 	defer withJSON.Close()
 	require.NoError(t, os.Remove(filepath.Join(dir, "tokenizer", "tokenizer.json")))
-	without, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	without, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 	require.NoError(t, err)
 	defer without.Close()
 	req := sd.Request{Prompt: "The red fox, and the blue sky!", Steps: 1, Guidance: 1, Width: 32, Height: 32, Batch: 1, Seed: 3}
@@ -197,13 +190,13 @@ func TestSDTokenizerFromVocabAndMerges(t *testing.T) {
 
 func TestSDLoadErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	_, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 	require.ErrorContains(t, err, "model_index.json")
 
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model_index.json"),
 		[]byte(`{"_class_name": "KandinskyPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}`), 0o644))
-	_, err = sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	_, err = sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 	require.ErrorContains(t, err, "KandinskyPipeline")
 }
 
@@ -224,7 +217,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, tinysd.Generate(dir, spec))
-			p, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+			p, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 			require.NoError(t, err)
 			defer p.Close()
 
@@ -249,7 +242,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 						{"hidden_states[-2]", flat(out.Penultimate), penult},
 						{"pooled", flat(out.Pooled), pooled},
 					} {
-						e := relErr(c.got, c.want.Data)
+						e := reftest.RelErr(c.got, c.want.Data)
 						t.Logf("%s %s eager=%v: %.2e", name, c.name, eager, e)
 						require.LessOrEqual(t, e, 1e-4, "%s %s", name, c.name)
 					}
@@ -268,7 +261,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 				got, err := p.VAE.Decode(p.Executor(), tensorOf(z, 2, lc, 4, 6), eager)
 				require.NoError(t, err)
 				require.Equal(t, want.Shape, got.Shape().Dimensions)
-				e := relErr(flat(got), want.Data)
+				e := reftest.RelErr(flat(got), want.Data)
 				t.Logf("vae decode eager=%v: %.2e", eager, e)
 				require.LessOrEqual(t, e, 1e-4)
 			}
@@ -282,20 +275,10 @@ func tensorOf(v []float32, dims ...int) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(v, dims...)
 }
 
-// relErr is max|a-b| / max|b|.
-func relErr(a []float32, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
-
 func TestSD3Pipeline(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD3()))
-	p, err := sd.Load(dir, sd.Options{Backend: goBackend(t)})
+	p, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
 	require.NoError(t, err)
 	defer p.Close()
 	require.True(t, p.SD3)

@@ -1,7 +1,6 @@
 package unet_test
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,14 +17,8 @@ import (
 	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
 	"github.com/tputool/tputool/pipeline/diffusion/unet"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 )
-
-func goBackend(t testing.TB) backends.Backend {
-	b, err := backends.NewWithConfig("go:ops_sequential")
-	require.NoError(t, err)
-	t.Cleanup(b.Finalize)
-	return b
-}
 
 func randn(rng *rand.Rand, n int, scale float64) []float32 {
 	out := make([]float32, n)
@@ -33,16 +26,6 @@ func randn(rng *rand.Rand, n int, scale float64) []float32 {
 		out[i] = float32(rng.NormFloat64() * scale)
 	}
 	return out
-}
-
-// relErr is max|a-b| / max|b|.
-func relErr(a []float32, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
 }
 
 func loadUNet(t *testing.T, dir string, backend backends.Backend) *unet.Model {
@@ -65,7 +48,7 @@ func TestUNetMatchesReference(t *testing.T) {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, tinysd.Generate(dir, spec))
-			backend := goBackend(t)
+			backend := reftest.GoBackend(t)
 			m := loadUNet(t, dir, backend)
 			rf, err := ref.LoadUNet(filepath.Join(dir, "unet"))
 			require.NoError(t, err)
@@ -97,7 +80,7 @@ func TestUNetMatchesReference(t *testing.T) {
 			require.NoError(t, err)
 			got := tensors.MustCopyFlatData[float32](compiled)
 			require.Equal(t, []int{B, 4, H, W}, compiled.Shape().Dimensions)
-			e := relErr(got, want.Data)
+			e := reftest.RelErr(got, want.Data)
 			t.Logf("compiled vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 
@@ -110,7 +93,7 @@ func TestUNetMatchesReference(t *testing.T) {
 			require.Positive(t, first.Hits-before.Hits, "shared block executables")
 			t.Logf("eager pass: %d block calls, %d executables", first.Hits-before.Hits+first.Misses-before.Misses, first.Misses-before.Misses)
 			gotE := tensors.MustCopyFlatData[float32](eager)
-			e = relErr(gotE, want.Data)
+			e = reftest.RelErr(gotE, want.Data)
 			t.Logf("eager vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 

@@ -17,16 +17,8 @@ import (
 	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
 	"github.com/tputool/tputool/pipeline/diffusion/vae"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 )
-
-func relErr(a []float32, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
 
 func TestVAEEncoderAndDecoderMatchReference(t *testing.T) {
 	dir := t.TempDir()
@@ -58,7 +50,7 @@ func TestVAEEncoderAndDecoderMatchReference(t *testing.T) {
 		got, err := m.Encode(x, tensors.FromFlatDataAndDimensions(img, 1, 3, 16, 24), eager)
 		require.NoError(t, err)
 		require.Equal(t, []int{1, 8, 2, 3}, got.Shape().Dimensions)
-		e := relErr(tensors.MustCopyFlatData[float32](got), wantEnc.Data)
+		e := reftest.RelErr(tensors.MustCopyFlatData[float32](got), wantEnc.Data)
 		t.Logf("encode eager=%v: %.2e", eager, e)
 		require.LessOrEqual(t, e, 1e-4)
 	}

@@ -1,16 +1,16 @@
 package ref_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	. "github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internal/ref"
+	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/lm/lmtest"
 
@@ -20,15 +20,6 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 )
-
-func goBackend(t testing.TB) backends.Backend {
-	t.Helper()
-	be, err := backends.NewWithConfig("go:ops_sequential") // as tpu.Open does
-	if err != nil {
-		t.Fatal(err)
-	}
-	return be
-}
 
 func repeat[T any](v T, n int) []T {
 	out := make([]T, n)
@@ -86,32 +77,12 @@ func load(t *testing.T, tc lmtest.Tiny) (*lm.Loaded, *ref.Model) {
 	return l, rm
 }
 
-// relErr is max|a-b| / max|b|.
-func relErr(a []float32, b []float64) float64 {
-	num, den := 0.0, 0.0
-	for i := range b {
-		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
-		den = math.Max(den, math.Abs(b[i]))
-	}
-	return num / den
-}
-
-func argmax64(v []float64) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // TestLogitsMatchReference runs every tiny architecture in both modes on a
 // batch of two prompts of different lengths (left padding) plus several
 // decode steps, and compares every row's logits with the float64
 // reference run on that row alone.
 func TestLogitsMatchReference(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	// 24 steps take the 16-token prompt bucket past the first cache bucket
 	// (32 slots), so the cache grows mid-generation.
@@ -121,14 +92,7 @@ func TestLogitsMatchReference(t *testing.T) {
 		t.Run(tc.Arch, func(t *testing.T) {
 			l, rm := load(t, tc)
 			// Reference token streams: greedy under the reference.
-			seqs := make([][]int, len(prompts))
-			for b, p := range prompts {
-				seqs[b] = append([]int(nil), p...)
-				for s := 0; s < steps; s++ {
-					lg := rm.Logits(seqs[b])
-					seqs[b] = append(seqs[b], argmax64(lg[len(lg)-1]))
-				}
-			}
+			seqs := reftest.GreedySequences(rm, prompts, steps)
 			for _, variant := range []struct {
 				name string
 				opts Options
@@ -147,35 +111,14 @@ func TestLogitsMatchReference(t *testing.T) {
 					worst := 0.0
 					defer func() { t.Logf("max relative error %.3g", worst) }()
 					for _, batch := range [][]int{{0, 1}, {1}} {
-						var in [][]int
+						var in, want [][]int
 						for _, b := range batch {
-							in = append(in, prompts[b])
+							in, want = append(in, prompts[b]), append(want, seqs[b])
 						}
-						logits, err := r.Prefill(in, steps)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for s := 0; ; s++ {
-							for row, b := range batch {
-								n := len(prompts[b]) + s
-								want := rm.Logits(seqs[b][:n])
-								e := relErr(logits[row], want[n-1])
-								worst = math.Max(worst, e)
-								if e > tol {
-									t.Fatalf("batch %v row %d step %d: relative error %.3g > %g", batch, row, s, e, tol)
-								}
-							}
-							if s == steps {
-								break
-							}
-							next := make([]int, len(batch))
-							for row, b := range batch {
-								next[row] = seqs[b][len(prompts[b])+s]
-							}
-							if logits, err = r.Decode(next); err != nil {
-								t.Fatal(err)
-							}
-						}
+						t.Run(fmt.Sprintf("rows%v", batch), func(t *testing.T) {
+							f := reftest.TeacherForced(t, r, rm, in, want, steps, tol)
+							worst = math.Max(worst, f.Worst)
+						})
 					}
 					grown := 0
 					for _, p := range r.Stats().Programs {
@@ -196,7 +139,7 @@ func TestLogitsMatchReference(t *testing.T) {
 // as BF16) with bfloat16 compute on the go backend: logits stay within a
 // few percent of the float64 reference.
 func TestBFloat16Compute(t *testing.T) {
-	be := goBackend(t)
+	be := reftest.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
 		if tc.Arch != "LlamaForCausalLM" && tc.Arch != "Gemma3ForCausalLM" {
@@ -216,7 +159,7 @@ func TestBFloat16Compute(t *testing.T) {
 			}
 			for b, p := range prompts {
 				want := rm.Logits(p)
-				if e := relErr(logits[b], want[len(p)-1]); e > 0.05 {
+				if e := reftest.RelErr(logits[b], want[len(p)-1]); e > 0.05 {
 					t.Errorf("row %d: relative error %.3g > 0.05", b, e)
 				} else {
 					t.Logf("row %d: relative error %.3g", b, e)

@@ -1,0 +1,125 @@
+// Package reftest holds what the tests comparing graph code with a
+// float64 reference (pipeline/internal/ref, qwenref, the diffusion
+// reference) share: the go backend as tputool opens it, the relative
+// error they bound, and for language models the greedy reference
+// sequences and the step-by-step, teacher-forced comparison of a runner's
+// logits.
+package reftest
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	_ "github.com/gomlx/gomlx/backends/simplego" // the "go" backend
+)
+
+// GoBackend opens the pure-Go backend with ops_sequential, as tpu.Open
+// does (GoMLX v0.26's parallel op scheduling can deadlock on 2 cores), and
+// finalizes it when the test ends.
+func GoBackend(t testing.TB) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("go:ops_sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Finalize)
+	return be
+}
+
+// RelErr is max|a-b| / max|b|.
+func RelErr(a []float32, b []float64) float64 {
+	num, den := 0.0, 0.0
+	for i := range b {
+		num = math.Max(num, math.Abs(float64(a[i])-b[i]))
+		den = math.Max(den, math.Abs(b[i]))
+	}
+	return num / den
+}
+
+// Argmax is the index of the largest value, the first one on ties.
+func Argmax[T float32 | float64](v []T) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// Reference is a float64 causal language model: the logits after every
+// token of a sequence ([len(tokens)][vocab]).
+type Reference interface {
+	Logits(tokens []int) [][]float64
+}
+
+// GreedySequences extends each prompt by steps tokens, each the
+// reference's most likely next token.
+func GreedySequences(ref Reference, prompts [][]int, steps int) [][]int {
+	seqs := make([][]int, len(prompts))
+	for b, p := range prompts {
+		seqs[b] = append([]int(nil), p...)
+		for s := 0; s < steps; s++ {
+			lg := ref.Logits(seqs[b])
+			seqs[b] = append(seqs[b], Argmax(lg[len(lg)-1]))
+		}
+	}
+	return seqs
+}
+
+// Runner runs a batch one step at a time (compile.LM).
+type Runner interface {
+	Prefill(prompts [][]int, maxNew int) ([][]float32, error)
+	Decode(next []int) ([][]float32, error)
+}
+
+// Forced is what TeacherForced saw.
+type Forced struct {
+	// Worst is the largest relative error.
+	Worst float64
+	// Greedy holds the runner's most likely token and Logits its logits,
+	// for every step (prefill first) and row, step-major.
+	Greedy []int
+	Logits []float32
+}
+
+// TeacherForced prefills the prompts on r, then decodes steps tokens per
+// row taken from seqs (GreedySequences of the same prompts), and checks
+// after the prefill and every decode step that each row's logits are
+// within tol (RelErr) of the reference's for that row's sequence so far;
+// it stops the test at the first row over tol. The reference is causal, so
+// its logits for a whole sequence hold those of every prefix.
+func TeacherForced(t testing.TB, r Runner, ref Reference, prompts, seqs [][]int, steps int, tol float64) Forced {
+	t.Helper()
+	want := make([][][]float64, len(prompts))
+	for b, p := range prompts {
+		want[b] = ref.Logits(seqs[b][:len(p)+steps])
+	}
+	var f Forced
+	logits, err := r.Prefill(prompts, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; ; s++ {
+		for b, p := range prompts {
+			e := RelErr(logits[b], want[b][len(p)+s-1])
+			f.Worst = math.Max(f.Worst, e)
+			if e > tol {
+				t.Fatalf("row %d step %d: relative error %.3g > %g", b, s, e, tol)
+			}
+			f.Greedy = append(f.Greedy, Argmax(logits[b]))
+			f.Logits = append(f.Logits, logits[b]...)
+		}
+		if s == steps {
+			return f
+		}
+		next := make([]int, len(prompts))
+		for b, p := range prompts {
+			next[b] = seqs[b][len(p)+s]
+		}
+		if logits, err = r.Decode(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
