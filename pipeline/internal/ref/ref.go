@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
@@ -33,24 +32,11 @@ type Model struct {
 
 // Load reads every tensor of a checkpoint (file or directory) as float64.
 func Load(path string, c Config) (*Model, error) {
-	ck, err := safetensors.Open(path)
+	w, err := lmtest.ReadFloat64(path)
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
-	m := &Model{C: c, W: map[string][]float64{}}
-	for _, name := range ck.Names() {
-		v, err := ck.Float32(name)
-		if err != nil {
-			return nil, err
-		}
-		f := make([]float64, len(v))
-		for i, x := range v {
-			f[i] = float64(x)
-		}
-		m.W[name] = f
-	}
-	return m, nil
+	return &Model{C: c, W: w}, nil
 }
 
 func (m *Model) w(name string) []float64 {

@@ -54,10 +54,15 @@ type Tiny struct {
 	MaxPositions int
 }
 
-// rng is splitmix64: tiny, fast, reproducible.
-type rng struct{ s uint64 }
+// Rand is splitmix64: tiny, fast, reproducible. The checkpoint writers
+// (here and in pipeline/internal/ref/qwenref) draw weights from it.
+type Rand struct{ s uint64 }
 
-func (r *rng) next() uint64 {
+// NewRand returns a generator seeded with seed.
+func NewRand(seed uint64) *Rand { return &Rand{s: seed} }
+
+// Next returns the next 64 random bits.
+func (r *Rand) Next() uint64 {
 	r.s += 0x9e3779b97f4a7c15
 	z := r.s
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
@@ -65,8 +70,8 @@ func (r *rng) next() uint64 {
 	return z ^ (z >> 31)
 }
 
-// uniform returns a value in [-1, 1).
-func (r *rng) uniform() float64 { return float64(r.next()>>11)/float64(1<<52) - 1 }
+// Uniform returns a value in [-1, 1).
+func (r *Rand) Uniform() float64 { return float64(r.Next()>>11)/float64(1<<52) - 1 }
 
 // Tensor is one named weight to write.
 type Tensor struct {
@@ -119,14 +124,14 @@ func (t Tiny) Tensors() []Tensor {
 }
 
 // values fills a tensor deterministically.
-func (t Tiny) values(r *rng, w Tensor) []float32 {
+func (t Tiny) values(r *Rand, w Tensor) []float32 {
 	n := 1
 	for _, d := range w.Shape {
 		n *= d
 	}
 	v := make([]float32, n)
 	for i := range v {
-		u := r.uniform()
+		u := r.Uniform()
 		switch w.Kind {
 		case "linear":
 			v[i] = float32(u / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
@@ -216,10 +221,30 @@ func (t Tiny) ConfigJSON() map[string]any {
 // Write writes dir/config.json, dir/generation_config.json and
 // dir/model.safetensors.
 func (t Tiny) Write(dir string) error {
+	dt := t.DType
+	if dt == "" {
+		dt = safetensors.F32
+	}
+	r := NewRand(t.Seed)
+	var ts []safetensors.Tensor
+	for _, w := range t.Tensors() {
+		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, t.values(r, w))
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", w.Name, err)
+		}
+		ts = append(ts, st)
+	}
+	return WriteCheckpoint(dir, t.ConfigJSON(), ts)
+}
+
+// WriteCheckpoint writes dir/config.json from config, a
+// generation_config.json with bos_token_id 1 and eos_token_id 2, and the
+// tensors as dir/model.safetensors.
+func WriteCheckpoint(dir string, config map[string]any, tensors []safetensors.Tensor) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	cj, err := json.MarshalIndent(t.ConfigJSON(), "", "  ")
+	cj, err := json.MarshalIndent(config, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -230,20 +255,30 @@ func (t Tiny) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), gen, 0o644); err != nil {
 		return err
 	}
-	dt := t.DType
-	if dt == "" {
-		dt = safetensors.F32
+	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt"})
+}
+
+// ReadFloat64 reads every tensor of a checkpoint (file or directory) as
+// float64, for the float64 references.
+func ReadFloat64(path string) (map[string][]float64, error) {
+	ck, err := safetensors.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	r := &rng{s: t.Seed}
-	var ts []safetensors.Tensor
-	for _, w := range t.Tensors() {
-		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, t.values(r, w))
+	defer ck.Close()
+	w := map[string][]float64{}
+	for _, name := range ck.Names() {
+		v, err := ck.Float32(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		ts = append(ts, st)
+		f := make([]float64, len(v))
+		for i, x := range v {
+			f[i] = float64(x)
+		}
+		w[name] = f
 	}
-	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
+	return w, nil
 }
 
 // LlamaShape returns a Llama checkpoint description with default RoPE and

@@ -13,13 +13,11 @@
 package qwenref
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
 // ----------------------------------------------------------------------------
@@ -33,20 +31,6 @@ type Tensor struct {
 	Init string
 }
 
-// rng is splitmix64.
-type rng struct{ s uint64 }
-
-func (r *rng) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// uniform returns a value in [-1, 1).
-func (r *rng) uniform() float64 { return float64(r.next()>>11)/float64(1<<52) - 1 }
-
 // fill returns deterministic values for a tensor:
 //
 //	linear  uniform / sqrt(fan-in) (fan-in = product of all but the first dim)
@@ -58,7 +42,7 @@ func (r *rng) uniform() float64 { return float64(r.next()>>11)/float64(1<<52) - 
 //	alog    log of a decay rate in [0.0045, 0.6] (slow and fast heads)
 //	dtbias  ± 0.5
 //	skip    small values for tensors the model must not read
-func fill(r *rng, t Tensor) []float32 {
+func fill(r *lmtest.Rand, t Tensor) []float32 {
 	n, fan := 1, 1
 	for i, d := range t.Shape {
 		n *= d
@@ -68,7 +52,7 @@ func fill(r *rng, t Tensor) []float32 {
 	}
 	v := make([]float32, n)
 	for i := range v {
-		u := r.uniform()
+		u := r.Uniform()
 		switch t.Init {
 		case "linear":
 			v[i] = float32(u / math.Sqrt(float64(fan)))
@@ -94,24 +78,10 @@ func fill(r *rng, t Tensor) []float32 {
 // writeCheckpoint writes dir/config.json, dir/generation_config.json and
 // dir/model.safetensors (F32 or the given dtype) with values drawn from seed.
 func writeCheckpoint(dir string, config map[string]any, tensors []Tensor, seed uint64, dtype safetensors.DType) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	cj, err := json.MarshalIndent(config, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
-		return err
-	}
-	gen := []byte(`{"bos_token_id": 1, "eos_token_id": 2}`)
-	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), gen, 0o644); err != nil {
-		return err
-	}
 	if dtype == "" {
 		dtype = safetensors.F32
 	}
-	r := &rng{s: seed}
+	r := lmtest.NewRand(seed)
 	var ts []safetensors.Tensor
 	for _, t := range tensors {
 		st, err := safetensors.Float32Tensor(t.Name, dtype, t.Shape, fill(r, t))
@@ -120,7 +90,7 @@ func writeCheckpoint(dir string, config map[string]any, tensors []Tensor, seed u
 		}
 		ts = append(ts, st)
 	}
-	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"})
+	return lmtest.WriteCheckpoint(dir, config, ts)
 }
 
 // Weights are every tensor of a checkpoint in float64.
@@ -128,24 +98,7 @@ type Weights map[string][]float64
 
 // LoadWeights reads a checkpoint directory (or file) as float64.
 func LoadWeights(path string) (Weights, error) {
-	ck, err := safetensors.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	w := Weights{}
-	for _, name := range ck.Names() {
-		v, err := ck.Float32(name)
-		if err != nil {
-			return nil, err
-		}
-		f := make([]float64, len(v))
-		for i, x := range v {
-			f[i] = float64(x)
-		}
-		w[name] = f
-	}
-	return w, nil
+	return lmtest.ReadFloat64(path)
 }
 
 func (w Weights) get(name string) []float64 {
