@@ -202,8 +202,9 @@ func (c Cache) DeleteRevision(repo, rev string) (int64, error) {
 		}
 	}
 	var freed int64
+	blobDir := filepath.Join(evalOr(r.Dir), "blobs")
 	for b := range target.blobs {
-		if keep[b] || filepath.Dir(b) != filepath.Join(evalOr(r.Dir), "blobs") {
+		if keep[b] || filepath.Dir(b) != blobDir {
 			continue
 		}
 		if st, err := os.Stat(b); err == nil {
