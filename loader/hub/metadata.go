@@ -44,12 +44,8 @@ func (c *Client) FileMetadata(ctx context.Context, repo, rev, file string) (*Fil
 	defer cancel()
 	resp, err := c.send(hctx, http.MethodHead, c.ResolveURL(repo, rev, file), nil, false, c.etagTimeout())
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if hctx.Err() != nil {
-			return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev, File: file,
-				Detail: "metadata request timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+		if err := c.metadataEnded(ctx, hctx, "metadata request", repo, rev, file); err != nil {
+			return nil, err
 		}
 		return nil, withFile(err, repo, rev, file)
 	}
@@ -106,6 +102,21 @@ func (c *Client) FileMetadata(ctx context.Context, repo, rev, file string) (*Fil
 		}
 	}
 	return m, nil
+}
+
+// metadataEnded explains a metadata call (what) that failed after its
+// context ended: ctx's own error when the caller cancelled, a timeout
+// naming HF_HUB_ETAG_TIMEOUT when hctx, the call's deadline, ran out; nil
+// when neither ended.
+func (c *Client) metadataEnded(ctx, hctx context.Context, what, repo, rev, file string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if hctx.Err() != nil {
+		return &Error{Kind: ErrNetwork, Repo: repo, Revision: rev, File: file,
+			Detail: what + " timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+	}
+	return nil
 }
 
 // withFile fills in the repository coordinates of an *Error.

@@ -76,12 +76,8 @@ func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, err
 	defer cancel()
 	resp, err := c.send(hctx, http.MethodGet, u, nil, false, c.etagTimeout())
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if hctx.Err() != nil {
-			return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev,
-				Detail: "repository listing timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+		if err := c.metadataEnded(ctx, hctx, "repository listing", repo, rev, ""); err != nil {
+			return nil, err
 		}
 		return nil, withFile(err, repo, rev, "")
 	}
@@ -91,12 +87,8 @@ func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, err
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxRepoInfoSize+1))
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if hctx.Err() != nil {
-			return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev,
-				Detail: "repository listing timed out after " + c.etagTimeout().String() + " (HF_HUB_ETAG_TIMEOUT)"}
+		if err := c.metadataEnded(ctx, hctx, "repository listing", repo, rev, ""); err != nil {
+			return nil, err
 		}
 		return nil, &Error{Kind: ErrNetwork, Repo: repo, Revision: rev, Detail: "reading the repository listing", Err: err}
 	}
