@@ -264,6 +264,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 			return nil, fmt.Errorf("step %d (t=%g): %w", i+1, t, err)
 		}
 		noise := tensors.MustCopyFlatData[float32](out)
+		out.FinalizeAll() // the device buffer goes now, not when the GC finds it
 		if cfg {
 			g := float32(req.Guidance)
 			guided := make([]float32, n)
