@@ -336,9 +336,8 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 		}
 		loc := resp.Header.Get("Location")
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
-			target, perr := u.Parse(loc)
-			if perr == nil {
-				lu := mustParse(loc)
+			if lu, perr := url.Parse(loc); perr == nil {
+				target := u.ResolveReference(lu)
 				relative := lu.Scheme == "" && lu.Host == ""
 				if relative || followAbsolute {
 					var rerr *Error
@@ -379,14 +378,6 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 }
 
 func httpScheme(s string) bool { return strings.EqualFold(s, "http") || strings.EqualFold(s, "https") }
-
-func mustParse(s string) *url.URL {
-	u, err := url.Parse(s)
-	if err != nil {
-		return &url.URL{}
-	}
-	return u
-}
 
 func (c *Client) userAgent() string {
 	if c.UserAgent != "" {
