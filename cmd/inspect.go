@@ -72,10 +72,8 @@ pipelines get a per-component breakdown.`,
 			if opts.Headroom < 0 {
 				return errs.Usagef("--headroom %v: must not be negative", opts.Headroom)
 			}
-			switch strings.ToLower(opts.DType) {
-			case "bf16", "bfloat16", "f16", "fp16", "float16", "f32", "fp32", "float32", "fp8", "f8", "auto":
-			default:
-				return errs.Usagef("--dtype %q: want bf16, f16, f32, fp8 or auto", opts.DType)
+			if _, _, err := inspect.ParseDType(opts.DType); err != nil {
+				return err
 			}
 			opts.JSON = f.Global.JSON
 			opts.HubClient = f.retryingHubClient(opts.Retries)

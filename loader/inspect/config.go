@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 )
 
@@ -279,20 +280,21 @@ func (t *Text) StateBytes(batch, context, kvBytes int) State {
 	return s
 }
 
-// dtypeBytes maps a --dtype value to its size; "" and "auto" mean the
-// checkpoint's own dtypes (0).
-func dtypeBytes(d string) (int, string, error) {
+// ParseDType reads a --dtype value: the element size in bytes (0 for
+// auto, the checkpoint's own dtypes) and the canonical name. Errors wrap
+// errs.ErrUsage.
+func ParseDType(d string) (size int, name string, err error) {
 	switch strings.ToLower(d) {
-	case "", "auto":
+	case "auto":
 		return 0, "auto", nil
 	case "bf16", "bfloat16":
 		return 2, "bf16", nil
-	case "f16", "fp16", "float16", "half":
+	case "f16", "fp16", "float16":
 		return 2, "f16", nil
-	case "f32", "fp32", "float32", "float":
+	case "f32", "fp32", "float32":
 		return 4, "f32", nil
-	case "f8", "fp8", "float8", "f8_e4m3", "f8_e5m2":
+	case "f8", "fp8":
 		return 1, "fp8", nil
 	}
-	return 0, "", fmt.Errorf("dtype %q: want bf16, f16, f32, fp8 or auto", d)
+	return 0, "", errs.Usagef("--dtype %q: want bf16, f16, f32, fp8 or auto", d)
 }

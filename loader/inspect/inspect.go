@@ -158,9 +158,9 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 	if opts.Batch < 0 || opts.Context < 0 {
 		return nil, errs.Usagef("--batch %d and --context %d must be positive", opts.Batch, opts.Context)
 	}
-	elem, dtypeName, err := dtypeBytes(opts.DType)
+	elem, dtypeName, err := ParseDType(opts.DType)
 	if err != nil {
-		return nil, errs.Usagef("--dtype: %v", err)
+		return nil, err
 	}
 	r := &Report{Model: m.Name(), Dir: m.Dir, Commit: m.Commit, Kind: string(m.Kind)}
 	switch {
