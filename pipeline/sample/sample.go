@@ -10,10 +10,11 @@
 package sample
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 )
 
 // Options are the sampling settings, with transformers' meanings.
@@ -208,7 +209,7 @@ func (s *Sampler) topP(sc []float64) {
 			idx = append(idx, i)
 		}
 	}
-	sort.Slice(idx, func(a, b int) bool { return probs[idx[a]] < probs[idx[b]] })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(probs[a], probs[b]) }) // sort.Slice would allocate
 	cum := 0.0
 	for _, i := range idx[:len(idx)-1] {
 		cum += probs[i]
