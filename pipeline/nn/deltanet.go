@@ -55,10 +55,15 @@ func (d DeltaNetDims) ConvDim() int { return 2*d.KeyDim() + d.ValueDim() }
 
 // Validate checks that the sizes fit together; where names the config.
 func (d DeltaNetDims) Validate(where string) error {
-	for name, v := range map[string]int{"linear_num_key_heads": d.KHeads, "linear_num_value_heads": d.VHeads,
-		"linear_key_head_dim": d.KDim, "linear_value_head_dim": d.VDim, "linear_conv_kernel_dim": d.ConvKernel} {
-		if v <= 0 {
-			return fmt.Errorf("%s: %s must be positive, got %d", where, name, v)
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"linear_num_key_heads", d.KHeads}, {"linear_num_value_heads", d.VHeads},
+		{"linear_key_head_dim", d.KDim}, {"linear_value_head_dim", d.VDim}, {"linear_conv_kernel_dim", d.ConvKernel},
+	} {
+		if f.v <= 0 { // in a fixed order: a map would name a different field on each run
+			return fmt.Errorf("%s: %s must be positive, got %d", where, f.name, f.v)
 		}
 	}
 	if d.VHeads%d.KHeads != 0 {
