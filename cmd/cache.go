@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader/hub"
 )
@@ -153,10 +154,10 @@ func cacheLsRun(_ context.Context, opts *CacheOptions) error {
 	out := opts.IO.Out
 	if opts.Repo != "" {
 		r := repos[0]
-		fmt.Fprintf(out, "%s: %s in %d file(s), %s\n", r.ID, ui.HumanBytes(r.SizeOnDisk), r.Blobs, r.Dir)
+		fmt.Fprintf(out, "%s: %s in %d file(s), %s\n", r.ID, humanize.Bytes(r.SizeOnDisk), r.Blobs, r.Dir)
 		tbl := opts.IO.NewTable("REVISION", "REFS", "FILES", "SIZE", "MODIFIED")
 		for _, rv := range r.Revisions {
-			tbl.Append(rv.Commit, strings.Join(rv.Refs, ", "), fmt.Sprint(rv.Files), ui.HumanBytes(rv.Size), age(opts, rv.LastModified))
+			tbl.Append(rv.Commit, strings.Join(rv.Refs, ", "), fmt.Sprint(rv.Files), humanize.Bytes(rv.Size), age(opts, rv.LastModified))
 		}
 		return tbl.Render()
 	}
@@ -170,13 +171,13 @@ func cacheLsRun(_ context.Context, opts *CacheOptions) error {
 		for _, rv := range r.Revisions {
 			refs = append(refs, rv.Refs...)
 		}
-		tbl.Append(r.ID, ui.HumanBytes(r.SizeOnDisk), fmt.Sprint(len(r.Revisions)), strings.Join(refs, ", "), age(opts, r.LastModified))
+		tbl.Append(r.ID, humanize.Bytes(r.SizeOnDisk), fmt.Sprint(len(r.Revisions)), strings.Join(refs, ", "), age(opts, r.LastModified))
 	}
 	if err := tbl.Render(); err != nil {
 		return err
 	}
 	if opts.IO.IsStdoutTTY() {
-		fmt.Fprintf(out, "%d model(s), %s in %s\n", len(repos), ui.HumanBytes(res.SizeOnDisk), cache.Dir)
+		fmt.Fprintf(out, "%d model(s), %s in %s\n", len(repos), humanize.Bytes(res.SizeOnDisk), cache.Dir)
 	}
 	return nil
 }
@@ -215,7 +216,7 @@ func cacheRmRun(_ context.Context, opts *CacheOptions) error {
 	if !ok {
 		return &hub.Error{Kind: hub.ErrNotCached, Repo: opts.Repo, Detail: "nothing to remove in " + cache.Dir}
 	}
-	what := fmt.Sprintf("%s (%s, %d revision(s))", opts.Repo, ui.HumanBytes(r.SizeOnDisk), len(r.Revisions))
+	what := fmt.Sprintf("%s (%s, %d revision(s))", opts.Repo, humanize.Bytes(r.SizeOnDisk), len(r.Revisions))
 	if opts.Revision != "" {
 		what = opts.Repo + "@" + opts.Revision
 	}
@@ -239,7 +240,7 @@ func cacheRmRun(_ context.Context, opts *CacheOptions) error {
 	if opts.JSON {
 		return opts.IO.WriteJSON(CacheRemoval{Repo: opts.Repo, Revision: opts.Revision, Freed: freed})
 	}
-	_, err = fmt.Fprintf(opts.IO.Out, "Removed %s, freed %s\n", what, ui.HumanBytes(freed))
+	_, err = fmt.Fprintf(opts.IO.Out, "Removed %s, freed %s\n", what, humanize.Bytes(freed))
 	return err
 }
 

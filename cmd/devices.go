@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/tpu"
 )
@@ -117,13 +118,13 @@ func devicesRun(_ context.Context, opts *DevicesOptions) error {
 func deviceDetails(d tpu.DeviceInfo) string {
 	var parts []string
 	if d.Generation != "" {
-		parts = append(parts, fmt.Sprintf("%s x%d, %s HBM/chip", d.Generation, d.Chips, ui.HumanBytes(d.HBMBytesPerChip)))
+		parts = append(parts, fmt.Sprintf("%s x%d, %s HBM/chip", d.Generation, d.Chips, humanize.Bytes(d.HBMBytesPerChip)))
 	}
 	if d.Cores > 0 {
 		parts = append(parts, fmt.Sprintf("%d cores", d.Cores))
 	}
 	if d.MemoryBytes > 0 {
-		parts = append(parts, ui.HumanBytes(d.MemoryBytes))
+		parts = append(parts, humanize.Bytes(d.MemoryBytes))
 	}
 	if d.PluginPath != "" {
 		parts = append(parts, d.PluginPath)

@@ -3,6 +3,7 @@ package cmd
 import (
 	"sync"
 
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader/hub"
 )
@@ -93,7 +94,7 @@ func (p *hubProgress) report(ev hub.Progress) {
 			p.task.Set(p.sum)
 		}
 		if ev.Event == hub.FileDone {
-			p.r.Debugf("downloaded %s (%s)", ev.File, ui.HumanBytes(ev.Total))
+			p.r.Debugf("downloaded %s (%s)", ev.File, humanize.Bytes(ev.Total))
 		}
 	case hub.BatchDone:
 		if p.task != nil {

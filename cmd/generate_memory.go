@@ -5,7 +5,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
@@ -35,7 +35,7 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype dtypes.D
 	}
 	if hostMemory > 0 && need > hostMemory {
 		return errs.Usagef("the KV cache for %d sequence(s) of %d positions (%d layers, %s) needs %s, more than this machine's %s of memory; lower --max-new-tokens (now %d) or the number of prompts",
-			batch, positions, spec.Layers, dtype, ui.HumanBytes(need), ui.HumanBytes(hostMemory), maxNew)
+			batch, positions, spec.Layers, dtype, humanize.Bytes(need), humanize.Bytes(hostMemory), maxNew)
 	}
 	return nil
 }

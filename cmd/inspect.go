@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
@@ -157,16 +158,16 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	}
 	kv("Parameters", "%s (%d tensors)", line, p.Tensors)
 	for _, d := range p.ByDType {
-		fmt.Fprintf(w, "  %-12s %s params, %s\n", d.DType, inspect.HumanCount(d.Params), ui.HumanBytes(d.Bytes))
+		fmt.Fprintf(w, "  %-12s %s params, %s\n", d.DType, inspect.HumanCount(d.Params), humanize.Bytes(d.Bytes))
 	}
-	kv("Files", "%d safetensors file(s), %s", len(r.Files), ui.HumanBytes(p.FileBytes))
+	kv("Files", "%d safetensors file(s), %s", len(r.Files), humanize.Bytes(p.FileBytes))
 	if len(r.Components) > 0 {
 		fmt.Fprintln(w)
 		tbl := s.NewTable("COMPONENT", "CLASS", "PARAMS", "SIZE", "DTYPE")
 		for _, c := range r.Components {
 			params, size, dt := "-", "-", "-"
 			if c.Params > 0 {
-				params, size = inspect.HumanCount(c.Params), ui.HumanBytes(c.Bytes)
+				params, size = inspect.HumanCount(c.Params), humanize.Bytes(c.Bytes)
 				var ds []string
 				for _, d := range c.ByDType {
 					ds = append(ds, d.DType)
@@ -180,12 +181,12 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 		}
 	} else if len(r.Files) > 1 {
 		for _, f := range r.Files {
-			fmt.Fprintf(w, "  %s  %s, %d tensors\n", f.Name, ui.HumanBytes(f.Size), f.Tensors)
+			fmt.Fprintf(w, "  %s  %s, %d tensors\n", f.Name, humanize.Bytes(f.Size), f.Tensors)
 		}
 	}
 	m := r.Memory
 	fmt.Fprintf(w, "\nMemory at %s, batch %d, context %d:\n", m.DType, m.Batch, m.Context)
-	row := func(k string, n int64) { fmt.Fprintf(w, "  %-16s %s\n", k, ui.HumanBytes(n)) }
+	row := func(k string, n int64) { fmt.Fprintf(w, "  %-16s %s\n", k, humanize.Bytes(n)) }
 	row("weights", m.Weights)
 	if r.Text != nil {
 		row("KV cache", m.KVCache)
@@ -206,7 +207,7 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 				fits = "no: " + f.Reason
 			}
 			tbl.Append(f.Generation, fmt.Sprint(f.Chips), fmt.Sprint(f.Hosts), fmt.Sprint(f.TP),
-				ui.HumanBytes(f.PerChipBytes), ui.HumanBytes(f.HBMBytes), fits)
+				humanize.Bytes(f.PerChipBytes), humanize.Bytes(f.HBMBytes), fits)
 		}
 		if err := tbl.Render(); err != nil {
 			return err

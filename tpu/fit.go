@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 )
 
 // DefaultHeadroom is the fraction added on top of weights and KV cache for
@@ -116,10 +117,10 @@ func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 	largest := chip.SliceSizes[len(chip.SliceSizes)-1]
 	if res.TP < largest {
 		res.Reason = fmt.Sprintf("needs %s per chip at the largest tensor-parallel degree the head counts allow (%d), over the %d GiB of a %s chip",
-			FormatBytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
+			humanize.Bytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
 	} else {
 		res.Reason = fmt.Sprintf("needs %s per chip even on %d chips, over the %d GiB of a %s chip",
-			FormatBytes(res.PerChipBytes), largest, chip.HBMGiB, chip.Generation)
+			humanize.Bytes(res.PerChipBytes), largest, chip.HBMGiB, chip.Generation)
 	}
 	return res, nil
 }
@@ -138,17 +139,3 @@ func FitAll(req FitRequest) ([]FitResult, error) {
 }
 
 func ceilDiv(a, b int64) int64 { return a/b + min(a%b, 1) } // (a+b-1)/b overflows near MaxInt64
-
-// FormatBytes renders a byte count in binary units ("1.5 GiB").
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

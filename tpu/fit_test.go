@@ -126,11 +126,3 @@ func TestKVCacheBytes(t *testing.T) {
 	assert.Equal(t, int64(1<<30), KVCacheBytes(32, 8, 128, 8192, 1, 2))
 	assert.Equal(t, int64(4<<30), KVCacheBytes(32, 8, 128, 8192, 4, 2))
 }
-
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 B", 512: "512 B", 1536: "1.5 KiB", 16 << 30: "16.0 GiB", 21875e6: "20.4 GiB", 3 << 40: "3.0 TiB",
-	} {
-		assert.Equal(t, want, FormatBytes(n), n)
-	}
-}

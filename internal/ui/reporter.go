@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/tputool/tputool/internal/humanize"
 )
 
 // Unit says how a task's counts are shown.
@@ -281,21 +283,7 @@ func (t *Task) emit(force bool) {
 
 func (t *Task) format(n int64) string {
 	if t.unit == UnitBytes {
-		return HumanBytes(n)
+		return humanize.Bytes(n)
 	}
 	return fmt.Sprintf("%d %s", n, t.unit)
-}
-
-// HumanBytes formats a byte count with binary units (KiB, MiB, GiB).
-func HumanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -127,9 +127,3 @@ func TestTableAndJSON(t *testing.T) {
 	require.NoError(t, MarkdownTable(&md, []string{"a", "b"}, [][]string{{"1", "2"}}))
 	assert.Contains(t, md.String(), "| 1 | 2 |")
 }
-
-func TestHumanBytes(t *testing.T) {
-	assert.Equal(t, "512 B", HumanBytes(512))
-	assert.Equal(t, "1.5 KiB", HumanBytes(1536))
-	assert.Equal(t, "16.0 GiB", HumanBytes(16<<30))
-}
