@@ -475,25 +475,23 @@ func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, re
 				if err != nil {
 					return nil, err
 				}
-				return &bench.LMSession{Runner: r, Close: r.Close, Counters: func() bench.Counters {
-					s := r.Stats()
-					c := bench.Counters{Compile: s.Compile}
-					for _, p := range s.Programs {
-						c.Hits += p.Hits
-						c.Misses += p.Misses
-					}
-					return c
-				}}, nil
+				return &bench.LMSession{Runner: r, Close: r.Close, Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
 			},
 			Close: func() { l.Close() },
 		}, nil
 	}
 }
 
+// benchCounters sums the programs' statistics for bench.
+func benchCounters(s compile.Stats) bench.Counters {
+	t := s.Sum()
+	return bench.Counters{Compile: t.Compile, Hits: t.Hits, Misses: t.Misses}
+}
+
 // benchLoadDiffusion loads a diffusers pipeline for bench.Diffuse.
 func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) func() (*bench.Diffusion, error) {
 	return func() (*bench.Diffusion, error) {
-		x := newProgramExecutor(dev.Backend, debugRecompile(rep))
+		x := compile.NewGraphExecutor(dev.Backend, compile.ExecutorOptions{OnRecompile: debugRecompile(rep)})
 		p, err := sd.Load(dir, sd.Options{Backend: dev.Backend, Variant: variant, Executor: x, Warn: rep.Debugf,
 			OnLoad: func(component string, params int64, took time.Duration) {
 				rep.Debugf("loaded %s: %.1fM parameters in %s", component, float64(params)/1e6, took.Round(time.Millisecond))
@@ -503,11 +501,8 @@ func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) 
 			return nil, err
 		}
 		return &bench.Diffusion{Pipeline: p, Guidance: p.DefaultGuidance(),
-			Counters: func() bench.Counters {
-				s := x.Stats()
-				return bench.Counters{Compile: s.CompileTime, Hits: s.Hits, Misses: s.Misses}
-			},
-			Close: func() { p.Close(); x.Finalize() },
+			Counters: func() bench.Counters { return benchCounters(x.Stats()) },
+			Close:    func() { p.Close(); x.Finalize() },
 		}, nil
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
@@ -302,7 +303,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	}
 	r.Debugf("device: %s", dev)
 
-	x := newProgramExecutor(dev.Backend, nil)
+	x := compile.NewGraphExecutor(dev.Backend, compile.ExecutorOptions{})
 	defer x.Finalize()
 	components := int64(3)
 	if _, ok := m.Index.Component("text_encoder_2"); ok {

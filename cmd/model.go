@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
 )
@@ -58,5 +59,14 @@ func (f *Factory) retryingHubClient(retries int) func() *hub.Client {
 		hc := f.HubClient()
 		hc.Retries = retries
 		return hc
+	}
+}
+
+// debugRecompile is the OnRecompile hook of compile.Options,
+// compile.ExecutorOptions and compile.Program: a --verbose line per
+// executable compiled again.
+func debugRecompile(rep *ui.Reporter) func(program, shapes string) {
+	return func(program, shapes string) {
+		rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
 	}
 }

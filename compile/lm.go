@@ -591,6 +591,19 @@ type Stats struct {
 	Executables int `json:"executables"`
 }
 
+// Sum adds up the programs' statistics (its Name is empty).
+func (s Stats) Sum() ProgramStats {
+	var t ProgramStats
+	for _, p := range s.Programs {
+		t.Calls += p.Calls
+		t.Hits += p.Hits
+		t.Misses += p.Misses
+		t.Compile += p.Compile
+		t.Run += p.Run
+	}
+	return t
+}
+
 // Stats returns the statistics of every program.
 func (r *LM) Stats() Stats {
 	s := Stats{Mode: r.opts.Mode.String()}

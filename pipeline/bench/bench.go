@@ -155,7 +155,7 @@ func measureRuns(ctx context.Context, cfg Config, row *Row, steps int, counters 
 }
 
 // Counters are cumulative executable statistics of whatever runs a model
-// (compile.LM's Stats, a diffusion executor's ExecStats). Rows report the
+// (the Stats of compile.LM or compile.GraphExecutor). Rows report the
 // differences over their own runs.
 type Counters struct {
 	// Compile is the total time spent compiling executables.

@@ -9,17 +9,18 @@
 // Loader (weights.go), and the two execution engines every model is
 // written once against (this file): Traced, which builds a whole model
 // into one graph (compiled mode), and Eager, which runs each block as its
-// own executable (eager mode), through an Executor (GraphExecutor in
-// executor.go, or the compile.Program one cmd/ supplies).
+// own executable (eager mode), through an Executor.
 //
 // Like pipeline/nn for the language models, it never imports tpu/ or
-// compile/; graph-building panics become errors at the model entry points
-// (Recover).
+// compile/: it defines the small Executor interfaces (Executor,
+// Precompiler, CompileCounter) and compile.GraphExecutor implements them.
+// Graph-building panics become errors at the model entry points (Recover).
 package blocks
 
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -128,8 +129,17 @@ type Precompiler interface {
 // Executor compiles and runs graph functions whose executables are cached
 // by the shapes of their arguments. The key identifies fn: two calls with
 // the same key must pass functions that build the same graph.
+// compile.GraphExecutor is the implementation tputool uses.
 type Executor interface {
 	Call(key string, fn func(in []*Node) []*Node, args []*tensors.Tensor) ([]*tensors.Tensor, error)
+}
+
+// CompileCounter is an Executor that counts its compilations: the
+// executables built so far and the time spent building them, measured
+// apart from execution. Pipelines use it to report compile time per
+// phase.
+type CompileCounter interface {
+	CompileStats() (compiles int, took time.Duration)
 }
 
 // Eager is the eager-mode engine: each Run call executes the block as its

@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
@@ -61,7 +62,7 @@ func TestMMDiTMatchesReference(t *testing.T) {
 			Context:   tensors.FromFlatDataAndDimensions(ctx, B, T, cfg.JointAttentionDim),
 			Pooled:    tensors.FromFlatDataAndDimensions(pooled, B, cfg.PooledProjectionDim),
 		}
-		x := blocks.NewGraphExecutor(backend, nil)
+		x := compile.NewGraphExecutor(backend, compile.ExecutorOptions{})
 		for _, eager := range []bool{false, true} {
 			var out *tensors.Tensor
 			if eager {

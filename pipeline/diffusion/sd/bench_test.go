@@ -11,7 +11,6 @@ import (
 
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
 )
 
 // BenchmarkDenoise measures seconds per denoising step (one UNet call with
@@ -58,7 +57,7 @@ func BenchmarkDenoise(b *testing.B) {
 			for _, size := range []int{64, 256} {
 				for _, mode := range []string{"compiled", "eager"} {
 					b.Run(fmt.Sprintf("%dx%d/%s", size, size, mode), func(b *testing.B) {
-						p, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(b)})
+						p, err := sd.Load(dir, goOptions(b))
 						require.NoError(b, err)
 						defer p.Close()
 						req := sd.Request{Prompt: "a red fox", Steps: benchSteps, Guidance: 7.5, Width: size, Height: size,

@@ -106,13 +106,19 @@ type Result struct {
 	Truncated []string
 }
 
-type statser interface{ Stats() blocks.ExecStats }
-
-func (p *Pipeline) execStats() blocks.ExecStats {
-	if s, ok := p.exec.(statser); ok {
-		return s.Stats()
+// compileStats returns the executor's compilations and compile time so
+// far (zero when it does not count them).
+func (p *Pipeline) compileStats() compileStats {
+	var s compileStats
+	if c, ok := p.exec.(blocks.CompileCounter); ok {
+		s.compiles, s.took = c.CompileStats()
 	}
-	return blocks.ExecStats{}
+	return s
+}
+
+type compileStats struct {
+	compiles int
+	took     time.Duration
 }
 
 // Validate checks a request against the pipeline and fills defaults.
@@ -186,7 +192,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 		p.warn("new size %dx%d (UNet batch %d): the models compile again; executables for earlier sizes stay cached",
 			req.Width, req.Height, ub)
 	}
-	stats0 := p.execStats()
+	stats0 := p.compileStats()
 
 	phase := func(name string, total int) {
 		if req.OnPhase != nil {
@@ -203,8 +209,8 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	res.Timings.TextEncode = time.Since(start)
-	stats1 := p.execStats()
-	res.Timings.CompileText = stats1.CompileTime - stats0.CompileTime
+	stats1 := p.compileStats()
+	res.Timings.CompileText = stats1.took - stats0.took
 
 	// 2. Timesteps and initial latents: randn_tensor with one CPU generator
 	// times init_noise_sigma.
@@ -284,9 +290,9 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	res.Timings.Denoise = time.Since(start)
-	stats2 := p.execStats()
+	stats2 := p.compileStats()
 	// Steps exclude the ahead-of-loop compilation: Denoise includes it.
-	res.Timings.CompileDenoiser = stats2.CompileTime - stats1.CompileTime
+	res.Timings.CompileDenoiser = stats2.took - stats1.took
 	res.Latents = append([]float32(nil), latents...)
 	res.LatentShape = shape
 
@@ -300,9 +306,9 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	res.Timings.Decode = time.Since(start)
-	stats3 := p.execStats()
-	res.Timings.CompileDecode = stats3.CompileTime - stats2.CompileTime
-	res.Timings.Compiles = stats3.Misses - stats0.Misses
+	stats3 := p.compileStats()
+	res.Timings.CompileDecode = stats3.took - stats2.took
+	res.Timings.Compiles = stats3.compiles - stats0.compiles
 	res.Timings.Total = time.Since(total)
 	p.sizes[key] = true
 	return res, nil

@@ -51,11 +51,12 @@ type Options struct {
 	// used on every backend but the pure-Go one ("go"), where im2col +
 	// DotGeneral is much faster.
 	Layers *blocks.Options
-	// Executor compiles and runs the graphs; nil uses a
-	// blocks.GraphExecutor on Backend.
+	// Executor compiles and runs the graphs on Backend. Required; the
+	// caller owns it (compile.GraphExecutor, which cmd/ passes). When it
+	// is also a blocks.Precompiler the denoiser is compiled before the
+	// loop, and when it is a blocks.CompileCounter Generate reports the
+	// compile times.
 	Executor blocks.Executor
-	// OnCompile is called after each compilation by the default executor.
-	OnCompile func(blocks.CompileEvent)
 	// OnLoad, when set, is called as each component finishes loading.
 	OnLoad func(component string, params int64, took time.Duration)
 	// Warn, when set, receives warnings (a new image size that makes the
@@ -91,16 +92,18 @@ type Pipeline struct {
 	// VAEScaleFactor is 2^(len(vae block_out_channels)-1).
 	VAEScaleFactor int
 
-	exec    blocks.Executor
-	ownExec *blocks.GraphExecutor
-	warn    func(format string, args ...any)
-	sizes   map[[3]int]bool // (height, width, unet batch) run so far
+	exec  blocks.Executor
+	warn  func(format string, args ...any)
+	sizes map[[3]int]bool // (height, width, unet batch) run so far
 }
 
 // Load reads the pipeline in dir.
 func Load(dir string, opts Options) (p *Pipeline, err error) {
 	if opts.Backend == nil {
 		return nil, errors.New("sd.Load: no backend")
+	}
+	if opts.Executor == nil {
+		return nil, errors.New("sd.Load: no executor")
 	}
 	mi, err := config.ReadModelIndex(filepath.Join(dir, "model_index.json"))
 	if err != nil {
@@ -109,7 +112,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		}
 		return nil, err
 	}
-	p = &Pipeline{Dir: dir, Class: mi.ClassName, sizes: map[[3]int]bool{}, warn: opts.Warn}
+	p = &Pipeline{Dir: dir, Class: mi.ClassName, exec: opts.Executor, sizes: map[[3]int]bool{}, warn: opts.Warn}
 	switch mi.ClassName {
 	case ClassSD:
 	case ClassSDXL:
@@ -126,11 +129,6 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 	layers := blocks.OptionsFor(opts.Backend)
 	if opts.Layers != nil {
 		layers = *opts.Layers
-	}
-	p.exec = opts.Executor
-	if p.exec == nil {
-		p.ownExec = blocks.NewGraphExecutor(opts.Backend, opts.OnCompile)
-		p.exec = p.ownExec
 	}
 	defer func() {
 		if err != nil {
@@ -394,7 +392,7 @@ func (p *Pipeline) SizeMultiple() int {
 	return p.VAEScaleFactor << p.UNet.Cfg.NumUpsamplers
 }
 
-// Close frees the weights and executables.
+// Close frees the weights; the executor is the caller's.
 func (p *Pipeline) Close() {
 	if p == nil {
 		return
@@ -412,8 +410,5 @@ func (p *Pipeline) Close() {
 		if te.model != nil {
 			te.model.Weights.Finalize()
 		}
-	}
-	if p.ownExec != nil {
-		p.ownExec.Finalize()
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
@@ -21,11 +22,21 @@ import (
 	"github.com/tputool/tputool/pipeline/torchrand"
 )
 
+// goOptions are the options the tests load with: the go backend and a
+// compile.GraphExecutor on it, both freed when the test ends.
+func goOptions(t testing.TB) sd.Options {
+	be := reftest.GoBackend(t)
+	x := compile.NewGraphExecutor(be, compile.ExecutorOptions{})
+	t.Cleanup(x.Finalize)
+	return sd.Options{Backend: be, Executor: x}
+}
+
 func load(t *testing.T, spec tinysd.Spec, opts sd.Options) *sd.Pipeline {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, spec))
 	if opts.Backend == nil {
-		opts.Backend = reftest.GoBackend(t)
+		g := goOptions(t)
+		opts.Backend, opts.Executor = g.Backend, g.Executor
 	}
 	p, err := sd.Load(dir, opts)
 	require.NoError(t, err)
@@ -173,11 +184,11 @@ func TestSDValidate(t *testing.T) {
 func TestSDTokenizerFromVocabAndMerges(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
-	withJSON, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	withJSON, err := sd.Load(dir, goOptions(t))
 	require.NoError(t, err)
 	defer withJSON.Close()
 	require.NoError(t, os.Remove(filepath.Join(dir, "tokenizer", "tokenizer.json")))
-	without, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	without, err := sd.Load(dir, goOptions(t))
 	require.NoError(t, err)
 	defer without.Close()
 	req := sd.Request{Prompt: "The red fox, and the blue sky!", Steps: 1, Guidance: 1, Width: 32, Height: 32, Batch: 1, Seed: 3}
@@ -190,13 +201,15 @@ func TestSDTokenizerFromVocabAndMerges(t *testing.T) {
 
 func TestSDLoadErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	_, err := sd.Load(dir, goOptions(t))
 	require.ErrorContains(t, err, "model_index.json")
+	_, err = sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	require.ErrorContains(t, err, "no executor")
 
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model_index.json"),
 		[]byte(`{"_class_name": "KandinskyPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}`), 0o644))
-	_, err = sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	_, err = sd.Load(dir, goOptions(t))
 	require.ErrorContains(t, err, "KandinskyPipeline")
 }
 
@@ -217,7 +230,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, tinysd.Generate(dir, spec))
-			p, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+			p, err := sd.Load(dir, goOptions(t))
 			require.NoError(t, err)
 			defer p.Close()
 
@@ -278,7 +291,7 @@ func tensorOf(v []float32, dims ...int) *tensors.Tensor {
 func TestSD3Pipeline(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD3()))
-	p, err := sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	p, err := sd.Load(dir, goOptions(t))
 	require.NoError(t, err)
 	defer p.Close()
 	require.True(t, p.SD3)

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
 	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
@@ -75,7 +76,8 @@ func TestUNetMatchesReference(t *testing.T) {
 			want := rf.Forward(ref.FromFloat32(sample, B, 4, H, W), []float64{981, 21},
 				ref.FromFloat32(ctx, B, S, spec.UNet.CrossDim), textEmbeds, timeIDs)
 
-			x := blocks.NewGraphExecutor(backend, nil)
+			x := compile.NewGraphExecutor(backend, compile.ExecutorOptions{})
+			defer x.Finalize()
 			compiled, err := m.Compiled(x, in)
 			require.NoError(t, err)
 			got := tensors.MustCopyFlatData[float32](compiled)
@@ -84,10 +86,10 @@ func TestUNetMatchesReference(t *testing.T) {
 			t.Logf("compiled vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 
-			before := x.Stats()
+			before := x.Stats().Sum()
 			eager, err := m.Eager(x, in)
 			require.NoError(t, err)
-			first := x.Stats()
+			first := x.Stats().Sum()
 			// Blocks of the same structure and shapes share executables:
 			// the first eager pass already reuses some.
 			require.Positive(t, first.Hits-before.Hits, "shared block executables")
@@ -98,10 +100,10 @@ func TestUNetMatchesReference(t *testing.T) {
 			require.LessOrEqual(t, e, 1e-4)
 
 			// Running again hits the caches: no new executables.
-			n := x.NumExecutables()
+			n := x.Stats().Executables
 			_, err = m.Eager(x, in)
 			require.NoError(t, err)
-			require.Equal(t, n, x.NumExecutables())
+			require.Equal(t, n, x.Stats().Executables)
 		})
 	}
 }

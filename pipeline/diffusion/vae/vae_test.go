@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
@@ -45,7 +46,8 @@ func TestVAEEncoderAndDecoderMatchReference(t *testing.T) {
 		img[i] = float32(math.Cos(float64(i) * 0.11))
 	}
 	wantEnc := rv.Encode(ref.FromFloat32(img, 1, 3, 16, 24))
-	x := blocks.NewGraphExecutor(backend, nil)
+	x := compile.NewGraphExecutor(backend, compile.ExecutorOptions{})
+	defer x.Finalize()
 	for _, eager := range []bool{false, true} {
 		got, err := m.Encode(x, tensors.FromFlatDataAndDimensions(img, 1, 3, 16, 24), eager)
 		require.NoError(t, err)
