@@ -296,7 +296,6 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	if m.Kind != loader.Diffusers {
 		return errs.Unsupportedf("--model %s is a %s checkpoint, not a diffusers pipeline (model_index.json); tputool diffuse runs StableDiffusionPipeline, StableDiffusionXLPipeline and StableDiffusion3Pipeline", m.Name(), m.Kind)
 	}
-	warnNonFinite(m, r)
 	dev, err := opts.Device()
 	if err != nil {
 		return err
@@ -310,12 +309,15 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		components++
 	}
 	loadTask := r.Start("loading "+m.Name(), components, ui.UnitItems)
+	nonFinite := newNonFiniteWarnings(r)
 	p, err := sd.Load(m.Dir, sd.Options{Backend: dev.Backend, Variant: opts.Variant, Executor: x, Warn: r.Warnf,
+		OnNonFinite: nonFinite.note, // weights are checked as they are converted
 		OnLoad: func(component string, params int64, took time.Duration) {
 			loadTask.Add(1)
 			r.Debugf("loaded %s: %.1fM parameters in %s", component, float64(params)/1e6, took.Round(time.Millisecond))
 		}})
 	loadTask.Done()
+	nonFinite.done()
 	if err != nil {
 		return err
 	}

@@ -295,7 +295,8 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	defer loaded.Close()
-	warnNonFinite(m, rep)
+	nonFinite := newNonFiniteWarnings(rep)
+	loaded.OnNonFinite = nonFinite.note // weights are checked as NewLM converts them
 	spec := loaded.Model.Spec()
 	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s), %s mode",
 		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)
@@ -303,6 +304,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		Mode: mode, DType: dtype, TP: opts.TP, DP: opts.DP,
 		OnRecompile: debugRecompile(rep),
 	})
+	nonFinite.done()
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,9 @@
 package cmd
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
-	"math"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub/hubtest"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -170,29 +169,70 @@ func TestGenerateWarnsAboutNonFiniteWeights(t *testing.T) {
 }
 
 // TestWarnNonFiniteNamesComponent: in a diffusers pipeline the warning
-// names the component folder and the tensor.
+// names the component folder and the tensor, found while diffuse loads the
+// weights, and the run goes on.
 func TestWarnNonFiniteNamesComponent(t *testing.T) {
-	dir := t.TempDir()
-	write := func(rel string, b []byte) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, rel), b, 0o644))
-	}
-	write("model_index.json", []byte(`{"_class_name":"StableDiffusionPipeline","unet":["diffusers","UNet2DConditionModel"],"vae":["diffusers","AutoencoderKL"]}`))
-	for _, comp := range []string{"unet", "vae"} {
-		vals := make([]float32, 8)
-		if comp == "vae" {
-			vals[6] = float32(math.Inf(1))
+	spec := tinysd.TinySD()
+	spec.DType = "F16"
+	dir := tinyPipeline(t, spec)
+	vaeElems := plantF16(t, filepath.Join(dir, "vae", "diffusion_pytorch_model.safetensors"), "decoder.conv_out.weight", 6, 0x7C00)  // +Inf
+	teElems := plantF16(t, filepath.Join(dir, "text_encoder", "model.safetensors"), "text_model.final_layer_norm.weight", 0, 0x7E00) // NaN
+
+	e := diffuseEnv(t)
+	require.Equal(t, ExitOK, e.run("diffuse", "-m", dir, "-p", "a fox", "--steps", "1", "--size", "32x32",
+		"-o", filepath.Join(t.TempDir(), "fox.png")), e.errOut.String())
+	var warnings []string
+	for _, line := range strings.Split(e.errOut.String(), "\n") {
+		if strings.HasPrefix(line, "warning: weights:") {
+			warnings = append(warnings, line)
 		}
-		x, err := safetensors.Float32Tensor("decoder.conv_out.weight", safetensors.F16, []int{2, 4}, vals)
-		require.NoError(t, err)
-		b, err := safetensors.Encode([]safetensors.Tensor{x}, nil)
-		require.NoError(t, err)
-		write(comp+"/config.json", []byte(`{}`))
-		write(comp+"/diffusion_pytorch_model.safetensors", b)
 	}
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	assert.Equal(t, []string{
+		fmt.Sprintf("warning: weights: tensor vae/decoder.conv_out.weight (F16) holds 1 NaN/Inf value(s) of %d, the first at element 6; the output may be NaN or garbage", vaeElems),
+		fmt.Sprintf("warning: weights: tensor text_encoder/text_model.final_layer_norm.weight (F16) holds 1 NaN/Inf value(s) of %d, the first at element 0; the output may be NaN or garbage", teElems),
+	}, warnings)
+}
+
+// plantF16 rewrites the F16 tensor name of the safetensors file at path
+// with the bits of element i set to v, and returns its element count.
+func plantF16(t *testing.T, path, name string, i int, v uint16) int64 {
+	t.Helper()
+	ck, err := safetensors.Open(path)
 	require.NoError(t, err)
+	var ts []safetensors.Tensor
+	var elems int64
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		raw, err := ck.Raw(n)
+		require.NoError(t, err)
+		data := append([]byte(nil), raw...)
+		if n == name {
+			require.Equal(t, safetensors.F16, info.DType)
+			binary.LittleEndian.PutUint16(data[2*i:], v)
+			elems = info.NumElements()
+		}
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: data})
+	}
+	ck.Close()
+	require.Positive(t, elems, "no tensor %s in %s", name, path)
+	b, err := safetensors.Encode(ts, nil)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	return elems
+}
+
+// TestNonFiniteWarningsLimit: the first eight tensors are named, the rest
+// counted in one line once loading is over.
+func TestNonFiniteWarningsLimit(t *testing.T) {
 	e := newTestFactory(t, nil)
-	warnNonFinite(m, e.f.Reporter())
-	assert.Equal(t, "warning: weights: tensor vae/decoder.conv_out.weight (F16) holds 1 NaN/Inf value(s) of 8, the first at element 6; the output may be NaN or garbage\n", e.errOut.String())
+	w := newNonFiniteWarnings(e.f.Reporter())
+	for i := range 11 {
+		w.note(safetensors.NonFiniteTensor{Name: fmt.Sprintf("t%d", i), DType: safetensors.BF16, Count: 1, Elements: 4, First: 2})
+	}
+	w.done()
+	lines := strings.Split(strings.TrimSuffix(e.errOut.String(), "\n"), "\n")
+	require.Len(t, lines, 9)
+	assert.Equal(t, "warning: weights: tensor t0 (BF16) holds 1 NaN/Inf value(s) of 4, the first at element 2; the output may be NaN or garbage", lines[0])
+	assert.Contains(t, lines[7], "tensor t7 ")
+	assert.Equal(t, "warning: weights: 3 more tensor(s) hold NaN/Inf values", lines[8])
 }

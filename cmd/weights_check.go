@@ -1,45 +1,49 @@
 package cmd
 
 import (
+	"sync"
+
 	"github.com/tputool/tputool/internal/ui"
-	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/safetensors"
 )
 
 // maxNonFiniteWarnings bounds the tensors named one by one.
 const maxNonFiniteWarnings = 8
 
-// warnNonFinite scans every weight file of the model and warns, naming
-// the tensor, about NaN and infinite values: a damaged download that
-// still matches its hash, or a bad fp16 conversion, otherwise shows up
-// only as NaN logits or garbage output. Files that cannot be opened are
-// skipped here; loading them reports the error.
-func warnNonFinite(m *loader.Model, r *ui.Reporter) {
-	ws, err := m.AllWeights()
-	if err != nil {
+// nonFiniteWarnings warns, naming the tensor, about weights that hold NaN
+// or infinite values: a damaged download that still matches its hash, or
+// a bad fp16 conversion, otherwise shows up only as NaN logits or garbage
+// output. The loaders find them while they convert the weights
+// (lm.Loaded.OnNonFinite, sd.Options.OnNonFinite take note); done adds
+// the count of tensors beyond the first maxNonFiniteWarnings.
+type nonFiniteWarnings struct {
+	r *ui.Reporter
+
+	mu          sync.Mutex
+	shown, more int
+}
+
+func newNonFiniteWarnings(r *ui.Reporter) *nonFiniteWarnings { return &nonFiniteWarnings{r: r} }
+
+// note warns about one tensor (diffusers names are component/tensor).
+func (w *nonFiniteWarnings) note(nf safetensors.NonFiniteTensor) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.shown == maxNonFiniteWarnings {
+		w.more++
 		return
 	}
-	shown, more := 0, 0
-	for _, w := range ws {
-		ck, err := m.OpenCheckpoint(w.Component)
-		if err != nil {
-			continue
-		}
-		for _, nf := range ck.NonFinite() {
-			if shown == maxNonFiniteWarnings {
-				more++
-				continue
-			}
-			shown++
-			name := nf.Name
-			if w.Component != "" {
-				name = w.Component + "/" + name
-			}
-			r.Warnf("weights: tensor %s (%s) holds %d NaN/Inf value(s) of %d, the first at element %d; the output may be NaN or garbage",
-				name, nf.DType, nf.Count, nf.Elements, nf.First)
-		}
-		ck.Close()
-	}
-	if more > 0 {
-		r.Warnf("weights: %d more tensor(s) hold NaN/Inf values", more)
+	w.shown++
+	w.r.Warnf("weights: tensor %s (%s) holds %d NaN/Inf value(s) of %d, the first at element %d; the output may be NaN or garbage",
+		nf.Name, nf.DType, nf.Count, nf.Elements, nf.First)
+}
+
+// done reports the tensors not named, once loading is over.
+func (w *nonFiniteWarnings) done() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.more > 0 {
+		w.r.Warnf("weights: %d more tensor(s) hold NaN/Inf values", w.more)
+		w.more = 0
 	}
 }

@@ -263,6 +263,28 @@ func (c *Checkpoint) Float32(name string) ([]float32, error) {
 	return out, nil
 }
 
+// Float32Checked is Float32 that also reports NaN and infinite values,
+// counted while converting (ConvertChecked), so the check costs no pass of
+// its own over the weights: nf.Count is 0 when there is none.
+func (c *Checkpoint) Float32Checked(name string) (out []float32, nf NonFiniteTensor, err error) {
+	info, ok := c.Info(name)
+	if !ok {
+		return nil, nf, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	raw, err := c.Raw(name)
+	if err != nil {
+		return nil, nf, err
+	}
+	out, count, first, err := ToFloat32Checked(info.DType, raw)
+	if err != nil {
+		return nil, nf, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	if count > 0 {
+		nf = NonFiniteTensor{Name: name, DType: info.DType, Count: count, Elements: info.NumElements(), First: first}
+	}
+	return out, nf, nil
+}
+
 // Metadata merges the __metadata__ of every file (first file wins).
 func (c *Checkpoint) Metadata() map[string]string {
 	out := map[string]string{}

@@ -49,15 +49,42 @@ func (d DType) IsFloat() bool {
 // ToFloat32 converts little-endian raw tensor bytes of dtype d into a new
 // float32 slice. Integer and bool types convert by value.
 func ToFloat32(d DType, raw []byte) ([]float32, error) {
+	if err := checkRaw(d, raw); err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(raw)/d.Size())
+	decodeFloat32(out, d, raw)
+	return out, nil
+}
+
+// ToFloat32Checked is ToFloat32 that also counts the NaN and infinite
+// elements, as NonFinite does, while it converts (see ConvertChecked).
+func ToFloat32Checked(d DType, raw []byte) (out []float32, count, first int64, err error) {
+	if err := checkRaw(d, raw); err != nil {
+		return nil, 0, -1, err
+	}
+	out = make([]float32, len(raw)/d.Size())
+	count, first = ConvertChecked(d, raw, func(at int, piece []byte) { decodeFloat32(out[at:], d, piece) })
+	return out, count, first, nil
+}
+
+// checkRaw checks that raw holds whole elements of a known dtype d.
+func checkRaw(d DType, raw []byte) error {
 	size := d.Size()
 	if size == 0 {
-		return nil, fmt.Errorf("dtype %q: unsupported", d)
+		return fmt.Errorf("dtype %q: unsupported", d)
 	}
 	if len(raw)%size != 0 {
-		return nil, fmt.Errorf("dtype %s: %d bytes is not a multiple of the element size %d", d, len(raw), size)
+		return fmt.Errorf("dtype %s: %d bytes is not a multiple of the element size %d", d, len(raw), size)
 	}
-	n := len(raw) / size
-	out := make([]float32, n)
+	return nil
+}
+
+// decodeFloat32 converts the elements of raw (dtype d, a known one) into
+// out[:len(raw)/d.Size()].
+func decodeFloat32(out []float32, d DType, raw []byte) {
+	n := len(raw) / d.Size()
+	out = out[:n]
 	le := binary.LittleEndian
 	switch d {
 	case F32:
@@ -106,7 +133,6 @@ func ToFloat32(d DType, raw []byte) ([]float32, error) {
 			out[i] = float32(b)
 		}
 	}
-	return out, nil
 }
 
 // HalfToFloat32 converts an IEEE 754 binary16 value to float32 exactly.

@@ -1,10 +1,6 @@
 package safetensors
 
-import (
-	"encoding/binary"
-	"runtime"
-	"sync"
-)
+import "encoding/binary"
 
 // NonFinite counts the NaN and infinite elements of little-endian tensor
 // bytes of dtype d and returns the element index of the first (-1 when
@@ -98,7 +94,8 @@ func NonFinite(d DType, raw []byte) (count, first int64) {
 	return count, first
 }
 
-// NonFiniteTensor reports a tensor holding NaN or infinite values.
+// NonFiniteTensor reports a tensor holding NaN or infinite values
+// (Checkpoint.Float32Checked, lm.Loaded.OnNonFinite).
 type NonFiniteTensor struct {
 	Name  string
 	DType DType
@@ -107,43 +104,76 @@ type NonFiniteTensor struct {
 	Count, Elements, First int64
 }
 
-// NonFinite scans every tensor of the checkpoint (in parallel, one tensor
-// per core at a time) and returns those holding NaN or infinite values,
-// sorted by name.
-func (c *Checkpoint) NonFinite() []NonFiniteTensor {
-	names := c.Names()
-	found := make([]*NonFiniteTensor, len(names))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				info, _ := c.Info(names[i])
-				if !info.DType.IsFloat() {
-					continue
-				}
-				raw, err := c.Raw(names[i])
-				if err != nil {
-					continue
-				}
-				if n, first := NonFinite(info.DType, raw); n > 0 {
-					found[i] = &NonFiniteTensor{Name: names[i], DType: info.DType, Count: n, Elements: info.NumElements(), First: first}
-				}
-			}
-		}()
+// checkPiece is the size in bytes of the pieces ConvertChecked converts
+// and scans in turn: small enough to stay in the L1/L2 cache from one to
+// the other, a multiple of every element size and of hasNonFinite's
+// 32-byte step.
+const checkPiece = 32 << 10
+
+// ConvertChecked runs convert over raw, the little-endian bytes of a
+// tensor of dtype d, in pieces of whole elements (checkPiece bytes, the
+// last one shorter), and checks each piece for NaN and infinite values
+// right after converting it, while its bytes are still in cache, so that
+// the check adds no pass over memory to the conversion (about 14 GB/s on
+// one core, against 6 GB/s for NonFinite, which only a tensor found to
+// hold such values goes through, for the exact count). at is the element
+// index of the piece's first element. It returns what NonFinite(d, raw)
+// does. For integer and bool dtypes convert gets all of raw at once.
+func ConvertChecked(d DType, raw []byte, convert func(at int, piece []byte)) (count, first int64) {
+	size := d.Size()
+	if !d.IsFloat() || size == 0 {
+		convert(0, raw)
+		return 0, -1
 	}
-	for i := range names {
-		next <- i
+	bad := false
+	for off := 0; off < len(raw); off += checkPiece {
+		piece := raw[off:min(off+checkPiece, len(raw))]
+		convert(off/size, piece)
+		bad = bad || hasNonFinite(d, piece)
 	}
-	close(next)
-	wg.Wait()
-	var out []NonFiniteTensor
-	for _, f := range found {
-		if f != nil {
-			out = append(out, *f)
-		}
+	if !bad {
+		return 0, -1
 	}
-	return out
+	return NonFinite(d, raw)
+}
+
+// hasNonFinite reports whether the float tensor bytes raw (dtype d) hold a
+// NaN or an infinity. Per lane of a 64-bit word, (w & exponent) + (the
+// exponent's lowest bit) carries into the lane's sign bit exactly when the
+// exponent is all ones (for F8_E4M3, when exponent and mantissa are), and
+// never beyond the lane; four words are or-ed per step and tested once.
+func hasNonFinite(d DType, raw []byte) bool {
+	var mask, low uint64
+	switch d {
+	case F64:
+		mask, low = 0x7FF0000000000000, 0x0010000000000000
+	case F32:
+		mask, low = 0x7F8000007F800000, 0x0080000000800000
+	case F16:
+		mask, low = 0x7C007C007C007C00, 0x0400040004000400
+	case BF16:
+		mask, low = 0x7F807F807F807F80, 0x0080008000800080
+	case F8E4M3:
+		mask, low = 0x7F7F7F7F7F7F7F7F, 0x0101010101010101
+	case F8E5M2:
+		mask, low = 0x7C7C7C7C7C7C7C7C, 0x0404040404040404
+	default:
+		return false
+	}
+	top := mask + low // the lanes' sign bits
+	le := binary.LittleEndian
+	var a0, a1, a2, a3 uint64
+	p := raw
+	for len(p) >= 32 {
+		a0 |= le.Uint64(p)&mask + low
+		a1 |= le.Uint64(p[8:])&mask + low
+		a2 |= le.Uint64(p[16:])&mask + low
+		a3 |= le.Uint64(p[24:])&mask + low
+		p = p[32:]
+	}
+	if (a0|a1|a2|a3)&top != 0 {
+		return true
+	}
+	n, _ := NonFinite(d, p) // the last elements, fewer than 32 bytes
+	return n > 0
 }

@@ -34,6 +34,13 @@ type Loaded struct {
 	// Generation is generation_config.json, nil when the directory has none.
 	Generation *config.Generation
 	Model      Model
+	// OnNonFinite, when set, is called by Tensor for each weight that
+	// holds NaN or infinite values (a damaged download that still matches
+	// its hash, a bad fp16 conversion), found while the weight is
+	// converted: each piece is scanned right after it is converted, so the
+	// check costs no pass of its own over the weights. The model still
+	// loads.
+	OnNonFinite func(safetensors.NonFiniteTensor)
 
 	ckpt    *safetensors.Checkpoint
 	weights []WeightSpec
@@ -186,7 +193,7 @@ func (l *Loaded) WeightBytes() int64 {
 // Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16)
 // with the checkpoint's shape. F16 and BF16 checkpoints are converted on
 // the host; a BF16 tensor asked for as BFloat16 is copied without
-// conversion.
+// conversion. NaN and infinite values go to OnNonFinite.
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
@@ -202,23 +209,35 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
 	t := tensors.FromShape(shapes.Make(dtype, info.Shape...))
+	var count, first int64
 	t.MustMutableFlatData(func(flat any) {
+		var convert func(at int, piece []byte)
 		switch out := flat.(type) {
 		case []float32:
-			decodeFloat32(out, info.DType, raw)
+			convert = func(at int, piece []byte) { decodeFloat32(out[at:], info.DType, piece) }
 		case []bfloat16.BFloat16:
-			decodeBFloat16(out, info.DType, raw)
+			convert = func(at int, piece []byte) { decodeBFloat16(out[at:], info.DType, piece) }
 		}
+		if l.OnNonFinite == nil {
+			convert(0, raw)
+			return
+		}
+		count, first = safetensors.ConvertChecked(info.DType, raw, convert)
 	})
+	if count > 0 {
+		l.OnNonFinite(safetensors.NonFiniteTensor{Name: name, DType: info.DType, Count: count, Elements: info.NumElements(), First: first})
+	}
 	return t, nil
 }
 
 // hostLittleEndian reports whether float32 bytes can be copied as is.
 var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// decodeFloat32 converts little-endian F32/F16/BF16 bytes into out.
+// decodeFloat32 converts little-endian F32/F16/BF16 bytes into the start
+// of out.
 func decodeFloat32(out []float32, d safetensors.DType, raw []byte) {
 	le := binary.LittleEndian
+	out = out[:len(raw)/d.Size()]
 	switch d {
 	case safetensors.F32:
 		if hostLittleEndian && len(out) > 0 {
@@ -240,9 +259,10 @@ func decodeFloat32(out []float32, d safetensors.DType, raw []byte) {
 }
 
 // decodeBFloat16 converts little-endian F32/F16/BF16 bytes into bfloat16
-// (round to nearest even; BF16 is copied).
+// (round to nearest even; BF16 is copied) at the start of out.
 func decodeBFloat16(out []bfloat16.BFloat16, d safetensors.DType, raw []byte) {
 	le := binary.LittleEndian
+	out = out[:len(raw)/d.Size()]
 	switch d {
 	case safetensors.BF16:
 		for i := range out {

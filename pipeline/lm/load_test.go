@@ -2,8 +2,10 @@ package lm_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,4 +171,69 @@ func TestTensorConversions(t *testing.T) {
 	if _, err := l.Tensor(n, dtypes.Float16); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("float16 compute: %v", err)
 	}
+}
+
+// TestTensorReportsNonFinite: Tensor reports a weight holding NaN/Inf to
+// OnNonFinite, with the count and the first index, while converting it
+// (F32, F16 and BF16 checkpoints, float32 and bfloat16 compute); the
+// values are those converted without the hook, and finite weights are not
+// reported.
+func TestTensorReportsNonFinite(t *testing.T) {
+	const n, finite = "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"
+	for _, src := range []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16} {
+		dir := tiny(t, true)
+		rewrite(t, dir, func(m map[string]safetensors.Tensor) {
+			vals := make([]float32, 24*16)
+			for i := range vals {
+				vals[i] = float32(i%7) - 3.5
+			}
+			vals[5], vals[300], vals[301] = float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))
+			v, _ := safetensors.Float32Tensor(n, src, []int{24, 16}, vals)
+			m[n] = v
+		})
+		l, err := lm.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []safetensors.NonFiniteTensor
+		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+			l.OnNonFinite = nil
+			plain, err := l.Tensor(n, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.OnNonFinite = func(nf safetensors.NonFiniteTensor) { got = append(got, nf) }
+			checked, err := l.Tensor(n, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := bits(plain), bits(checked); len(a) != 24*16 || !slices.Equal(a, b) {
+				t.Errorf("%s -> %s: the checked conversion differs", src, dt)
+			}
+			if _, err := l.Tensor(finite, dt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Close()
+		want := safetensors.NonFiniteTensor{Name: n, DType: src, Count: 3, Elements: 24 * 16, First: 5}
+		if len(got) != 2 || got[0] != want || got[1] != want {
+			t.Errorf("%s: reported %+v, want %+v twice", src, got, want)
+		}
+	}
+}
+
+// bits returns a float32 or bfloat16 tensor's elements as bit patterns.
+func bits(t *tensors.Tensor) []uint32 {
+	var out []uint32
+	switch t.DType() {
+	case dtypes.Float32:
+		for _, v := range tensors.MustCopyFlatData[float32](t) {
+			out = append(out, math.Float32bits(v))
+		}
+	case dtypes.BFloat16:
+		for _, v := range tensors.MustCopyFlatData[bfloat16.BFloat16](t) {
+			out = append(out, uint32(v))
+		}
+	}
+	return out
 }

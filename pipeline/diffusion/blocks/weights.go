@@ -236,11 +236,23 @@ func (w *Weights) Finalize() {
 }
 
 // checkpointSource adapts a safetensors checkpoint to Source.
-type checkpointSource struct{ c *safetensors.Checkpoint }
+type checkpointSource struct {
+	c           *safetensors.Checkpoint
+	onNonFinite func(safetensors.NonFiniteTensor)
+}
 
 // FromCheckpoint returns a Source reading a safetensors checkpoint
 // (F16/BF16 tensors are converted to float32 on the host).
-func FromCheckpoint(c *safetensors.Checkpoint) Source { return checkpointSource{c} }
+func FromCheckpoint(c *safetensors.Checkpoint) Source { return checkpointSource{c: c} }
+
+// FromCheckpointChecked is FromCheckpoint that also calls onNonFinite for
+// each tensor read that holds NaN or infinite values, found while it is
+// converted (safetensors.Checkpoint.Float32Checked), so the check costs
+// no pass of its own over the weights. Tensors a model does not load (the
+// VAE encoder when decoding) are not read, so not checked.
+func FromCheckpointChecked(c *safetensors.Checkpoint, onNonFinite func(safetensors.NonFiniteTensor)) Source {
+	return checkpointSource{c: c, onNonFinite: onNonFinite}
+}
 
 func (s checkpointSource) Names() []string { return s.c.Names() }
 func (s checkpointSource) Shape(name string) ([]int, bool) {
@@ -250,4 +262,13 @@ func (s checkpointSource) Shape(name string) ([]int, bool) {
 	}
 	return info.Shape, true
 }
-func (s checkpointSource) Float32(name string) ([]float32, error) { return s.c.Float32(name) }
+func (s checkpointSource) Float32(name string) ([]float32, error) {
+	if s.onNonFinite == nil {
+		return s.c.Float32(name)
+	}
+	out, nf, err := s.c.Float32Checked(name)
+	if err == nil && nf.Count > 0 {
+		s.onNonFinite(nf)
+	}
+	return out, err
+}

@@ -62,6 +62,11 @@ type Options struct {
 	// Warn, when set, receives warnings (a new image size that makes the
 	// models compile again).
 	Warn func(format string, args ...any)
+	// OnNonFinite, when set, is called for each weight loaded that holds
+	// NaN or infinite values, found while it is converted (no separate
+	// pass); Name is component/tensor, e.g. vae/decoder.conv_out.weight.
+	// The pipeline still loads.
+	OnNonFinite func(safetensors.NonFiniteTensor)
 }
 
 // textEncoder is one CLIP text encoder with its tokenizer.
@@ -180,7 +185,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "transformer", "config.json"), err)
 		}
-		if err := withCheckpoint(dir, "transformer", opts.Variant, func(src blocks.Source) error {
+		if err := withCheckpoint(dir, "transformer", opts, func(src blocks.Source) error {
 			p.Transformer, err = mmdit.Load(src, tcfg, opts.Backend, layers)
 			return err
 		}); err != nil {
@@ -199,7 +204,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		if ures, err = ucfg.Resolve(); err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "unet", "config.json"), err)
 		}
-		if err := withCheckpoint(dir, "unet", opts.Variant, func(src blocks.Source) error {
+		if err := withCheckpoint(dir, "unet", opts, func(src blocks.Source) error {
 			p.UNet, err = unet.Load(src, ures, opts.Backend, layers)
 			return err
 		}); err != nil {
@@ -218,7 +223,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "vae", "config.json"), err)
 	}
-	if err := withCheckpoint(dir, "vae", opts.Variant, func(src blocks.Source) error {
+	if err := withCheckpoint(dir, "vae", opts, func(src blocks.Source) error {
 		p.VAE, err = vae.Load(src, vcfg, opts.Backend, false, layers)
 		return err
 	}); err != nil {
@@ -246,7 +251,7 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, n[0], "config.json"), err)
 		}
-		if err := withCheckpoint(dir, n[0], opts.Variant, func(src blocks.Source) error {
+		if err := withCheckpoint(dir, n[0], opts, func(src blocks.Source) error {
 			te.model, err = clip.Load(src, ccfg, opts.Backend)
 			return err
 		}); err != nil {
@@ -313,9 +318,11 @@ func report(opts Options, name string, w *blocks.Weights, start time.Time) {
 	}
 }
 
-// withCheckpoint opens dir/component's weights (variant, or plain with an
-// fp16 fallback) and calls fn with them.
-func withCheckpoint(dir, component, variant string, fn func(blocks.Source) error) error {
+// withCheckpoint opens dir/component's weights (opts.Variant, or plain
+// with an fp16 fallback) and calls fn with them, reporting NaN/Inf weights
+// to opts.OnNonFinite as they are read.
+func withCheckpoint(dir, component string, opts Options, fn func(blocks.Source) error) error {
+	variant := opts.Variant
 	cdir := filepath.Join(dir, component)
 	ck, err := safetensors.OpenDir(cdir, variant)
 	if err != nil && variant == "" && errors.Is(err, fs.ErrNotExist) {
@@ -330,7 +337,13 @@ func withCheckpoint(dir, component, variant string, fn func(blocks.Source) error
 		return fmt.Errorf("%s: %w", component, err)
 	}
 	defer ck.Close()
-	return fn(blocks.FromCheckpoint(ck))
+	if opts.OnNonFinite == nil {
+		return fn(blocks.FromCheckpoint(ck))
+	}
+	return fn(blocks.FromCheckpointChecked(ck, func(nf safetensors.NonFiniteTensor) {
+		nf.Name = component + "/" + nf.Name
+		opts.OnNonFinite(nf)
+	}))
 }
 
 // Executor returns the executor the pipeline runs on.
