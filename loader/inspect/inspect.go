@@ -191,7 +191,11 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 		}
 	}
 
-	var tensors []safetensors.TensorInfo
+	nt := 0
+	for _, f := range r.Files {
+		nt += f.Tensors
+	}
+	tensors := make([]safetensors.TensorInfo, 0, nt)
 	for _, f := range r.Files {
 		tensors = append(tensors, headers[f.Name].Tensors...)
 		r.Params.FileBytes += f.Size
@@ -217,7 +221,13 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 		}
 		r.Text = text
 		multimodal := cfg.Text != nil || cfg.Has("vision_config") || cfg.Has("audio_config")
-		skip := func(name string) string { return skipKind(name, multimodal) }
+		// skip[i] says why tensors[i] is outside the text-only path ("" when
+		// used); computed once, it is read by four passes over 19k names in
+		// a 128-expert MoE.
+		skip := make([]string, len(tensors))
+		for i, t := range tensors {
+			skip[i] = skipKind(t.Name, multimodal)
+		}
 		r.Params.summarize(tensors, skip)
 		r.Skipped = skippedGroups(tensors, skip)
 		if len(r.Skipped) > 0 {
@@ -316,25 +326,26 @@ func sumParams(ts []safetensors.TensorInfo) int64 {
 	return n
 }
 
-// summarize fills totals and the dtype breakdown; skip (may be nil) names
-// the tensors outside the used path.
-func (p *Params) summarize(ts []safetensors.TensorInfo, skip func(string) string) {
+// summarize fills totals and the dtype breakdown; skip (nil: none) says
+// which tensors are outside the used path, one entry per tensor, "" for
+// used ones.
+func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string) {
 	p.ByDType = byDType(ts)
-	for _, t := range ts {
+	for i, t := range ts {
 		n := t.NumElements()
 		p.Total += n
 		p.Bytes += t.NumBytes()
-		if skip == nil || skip(t.Name) == "" {
+		if skip == nil || skip[i] == "" {
 			p.Used += n
 		}
 	}
 }
 
 // moe splits the used parameters into routed experts and the rest.
-func (p *Params) moe(ts []safetensors.TensorInfo, skip func(string) string, moe *MoE) {
+func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE) {
 	var experts int64
-	for _, t := range ts {
-		if skip(t.Name) == "" && isExpert(t.Name) {
+	for i, t := range ts {
+		if (skip == nil || skip[i] == "") && isExpert(t.Name) {
 			experts += t.NumElements()
 		}
 	}
@@ -376,10 +387,10 @@ func byDType(ts []safetensors.TensorInfo) []DTypeCount {
 
 // weightBytes is the memory of the used tensors with floating-point ones
 // converted to elem bytes (elem 0: as stored).
-func weightBytes(ts []safetensors.TensorInfo, skip func(string) string, elem int) int64 {
+func weightBytes(ts []safetensors.TensorInfo, skip []string, elem int) int64 {
 	var n int64
-	for _, t := range ts {
-		if skip != nil && skip(t.Name) != "" {
+	for i, t := range ts {
+		if skip != nil && skip[i] != "" {
 			continue
 		}
 		if elem > 0 && t.DType.IsFloat() {
@@ -414,11 +425,11 @@ func skipKind(name string, multimodal bool) string {
 	return ""
 }
 
-func skippedGroups(ts []safetensors.TensorInfo, skip func(string) string) []SkippedGroup {
+func skippedGroups(ts []safetensors.TensorInfo, skip []string) []SkippedGroup {
 	m := map[string]*SkippedGroup{}
 	var kinds []string
-	for _, t := range ts {
-		k := skip(t.Name)
+	for i, t := range ts {
+		k := skip[i]
 		if k == "" {
 			continue
 		}

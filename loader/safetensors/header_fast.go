@@ -20,7 +20,7 @@ import (
 // agree on every header the fast path takes (TestParseHeaderFastAgrees,
 // FuzzParseHeaderFast).
 func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
-	s := scanner{b: headerJSON}
+	s := newScanner(headerJSON)
 	h := &Header{DataSize: dataSize}
 	s.ws()
 	if !s.eat('{') {
@@ -29,6 +29,8 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 	n := bytes.Count(headerJSON, []byte(`"data_offsets"`))
 	seen := make(map[string]struct{}, n)
 	h.Tensors = make([]TensorInfo, 0, n)
+	// Shapes are carved out of one array: most tensors have 1 or 2 dims.
+	s.dims = make([]int, 0, 2*n)
 	s.ws()
 	if !s.eat('}') {
 		for {
@@ -47,7 +49,7 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 			}
 			s.ws()
 			if name == "__metadata__" {
-				if h.Metadata, ok = s.stringMap(false); !ok {
+				if h.Metadata, ok = s.stringMap(0); !ok {
 					return nil, false
 				}
 			} else {
@@ -78,8 +80,19 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 
 type scanner struct {
 	b   []byte
+	src string // b as one string: names and values are its substrings
 	i   int
 	buf []int64 // scratch for integer arrays
+	// dims is an arena for shapes; a shape is a capacity-capped slice of
+	// it, so appending to one never writes over the next.
+	dims []int
+}
+
+// newScanner converts b to a string once, so that the tens of thousands of
+// names in an MoE header or index cost no allocation each (they share the
+// one copy, which lives as long as any of them).
+func newScanner(b []byte) scanner {
+	return scanner{b: b, src: string(b)}
 }
 
 func (s *scanner) ws() {
@@ -111,7 +124,7 @@ func (s *scanner) str() (string, bool) {
 		c := s.b[s.i]
 		switch {
 		case c == '"':
-			v := string(s.b[start:s.i])
+			v := s.src[start:s.i]
 			s.i++
 			return v, true
 		case c == '\\' || c < 0x20 || c >= 0x80:
@@ -176,17 +189,14 @@ func (s *scanner) ints() ([]int64, bool) {
 	}
 }
 
-// stringMap reads an object of string values; intern shares equal values
-// (an index names each shard once per tensor).
-func (s *scanner) stringMap(intern bool) (map[string]string, bool) {
+// stringMap reads an object of string values; sizeHint pre-sizes the map.
+// Keys and values are substrings of the scanner's one string, so equal
+// shard names in an index cost nothing to repeat.
+func (s *scanner) stringMap(sizeHint int) (map[string]string, bool) {
 	if !s.eat('{') {
 		return nil, false
 	}
-	m := map[string]string{}
-	var pool map[string]string
-	if intern {
-		pool = map[string]string{}
-	}
+	m := make(map[string]string, sizeHint)
 	s.ws()
 	if s.eat('}') {
 		return m, true
@@ -208,13 +218,6 @@ func (s *scanner) stringMap(intern bool) (map[string]string, bool) {
 		v, ok := s.str()
 		if !ok {
 			return nil, false
-		}
-		if intern {
-			if p, seen := pool[v]; seen {
-				v = p
-			} else {
-				pool[v] = v
-			}
 		}
 		m[k] = v
 		s.ws()
@@ -307,13 +310,17 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 			}
 			haveShape = true
 			if len(dims) > 0 {
-				shape = make([]int, len(dims))
-				for i, d := range dims {
+				if cap(s.dims)-len(s.dims) < len(dims) {
+					s.dims = make([]int, 0, max(256, 2*len(dims)))
+				}
+				k := len(s.dims)
+				for _, d := range dims {
 					if d < 0 || d > math.MaxInt32*int64(1<<20) {
 						return info, false
 					}
-					shape[i] = int(d)
+					s.dims = append(s.dims, int(d))
 				}
+				shape = s.dims[k:len(s.dims):len(s.dims)]
 			}
 		case k == "data_offsets" && !haveOffs:
 			o, ok := s.ints()
@@ -356,12 +363,12 @@ func (s *scanner) entry(name string, dataSize int64) (TensorInfo, bool) {
 }
 
 // parseIndexFast parses a valid index whose weight_map is a plain object of
-// ASCII strings, interning the shard names; ok=false sends ParseIndex to
+// ASCII strings; ok=false sends ParseIndex to
 // encoding/json (escapes, duplicate or case-folded keys, odd types).
 func parseIndexFast(b []byte) (*IndexFile, bool) {
 	// The scanner checks the grammar of what it reads itself; values it
 	// skips (metadata, unknown keys) are checked with json.Valid.
-	s := scanner{b: b}
+	s := newScanner(b)
 	idx := &IndexFile{}
 	s.ws()
 	if !s.eat('{') {
@@ -383,7 +390,9 @@ func parseIndexFast(b []byte) (*IndexFile, bool) {
 		s.ws()
 		switch {
 		case k == "weight_map":
-			if idx.WeightMap, ok = s.stringMap(true); !ok {
+			// One entry per tensor; each ends in `",` or `"}`.
+			hint := bytes.Count(s.b[s.i:], []byte(`",`)) + 1
+			if idx.WeightMap, ok = s.stringMap(hint); !ok {
 				return nil, false
 			}
 		case k == "metadata":
