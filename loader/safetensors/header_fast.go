@@ -26,7 +26,7 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 	if !s.eat('{') {
 		return nil, false
 	}
-	n := bytes.Count(headerJSON, []byte(`"data_offsets"`))
+	n := sizeHint(bytes.Count(headerJSON, []byte(`"data_offsets"`)))
 	seen := make(map[string]struct{}, n)
 	h.Tensors = make([]TensorInfo, 0, n)
 	// Shapes are carved out of one array: most tensors have 1 or 2 dims.
@@ -77,6 +77,13 @@ func parseHeaderFast(headerJSON []byte, dataSize int64) (*Header, bool) {
 	}
 	return h, true
 }
+
+// sizeHint caps a capacity guessed by counting bytes in untrusted input: a
+// hostile file of nothing but the counted pattern must not make the parser
+// reserve memory many times its size before the scan fails. 64k entries
+// covers the largest real checkpoints (a 128-expert MoE header lists about
+// 1.2k tensors per shard, its index 19k); beyond that, append grows.
+func sizeHint(n int) int { return min(n, 1<<16) }
 
 type scanner struct {
 	b   []byte
@@ -391,7 +398,7 @@ func parseIndexFast(b []byte) (*IndexFile, bool) {
 		switch {
 		case k == "weight_map":
 			// One entry per tensor; each ends in `",` or `"}`.
-			hint := bytes.Count(s.b[s.i:], []byte(`",`)) + 1
+			hint := sizeHint(bytes.Count(s.b[s.i:], []byte(`",`)) + 1)
 			if idx.WeightMap, ok = s.stringMap(hint); !ok {
 				return nil, false
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -185,4 +187,41 @@ func FuzzParseIndexFast(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"total_size":8},"weight_map":{"a":"model-00001-of-00002.safetensors"}}`))
 	f.Add([]byte(`{"extra":{"k":["]","\\\"",{"z":null}]},"weight_map":{"a":"x.safetensors"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) { checkIndexAgree(t, b) })
+}
+
+// allocated is the number of heap bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// The fast parsers size their tables by counting a byte pattern in the
+// input; a hostile file made of nothing but that pattern must be rejected
+// without reserving memory many times its size first (sizeHint).
+func TestFastParsersBoundPreallocation(t *testing.T) {
+	const size = 8 << 20
+	header := []byte(`{"a":` + strings.Repeat(`"data_offsets",`, size/15) + `}`)
+	index := []byte(`{"weight_map":{` + strings.Repeat(`"",`, size/3) + `}}`)
+	for _, c := range []struct {
+		name  string
+		input []byte
+		parse func([]byte) bool
+	}{
+		{"header", header, func(b []byte) bool { _, ok := parseHeaderFast(b, 1<<40); return ok }},
+		{"index", index, func(b []byte) bool { _, ok := parseIndexFast(b); return ok }},
+	} {
+		var ok bool
+		n := allocated(func() { ok = c.parse(c.input) })
+		if ok {
+			t.Fatalf("%s: hostile input accepted", c.name)
+		}
+		// One copy of the input as a string plus bounded tables.
+		if limit := uint64(2*len(c.input)) + 16<<20; n > limit {
+			t.Errorf("%s: %d-byte input allocated %d bytes before failing, over %d", c.name, len(c.input), n, limit)
+		}
+	}
 }
