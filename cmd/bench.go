@@ -39,7 +39,8 @@ type BenchOptions struct {
 	Resolve resolveFunc
 	// Now is the clock every figure is measured with.
 	Now func() time.Time
-	// Build and DeviceEnv describe the binary and the host for the header.
+	// Build and DeviceEnv describe the binary and the host for the header
+	// (and DeviceEnv the host's memory for diffusion's memory check).
 	Build     BuildInfo
 	DeviceEnv func() tpu.Env
 
@@ -431,7 +432,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			Modes:  opts.Modes,
 			Cases:  bench.DiffuseCases(batches, sizes, opts.Steps),
 			Prompt: benchDiffusionPrompt, Seed: benchDiffusionSeed,
-			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep),
+			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep, opts.hostMemory),
 		})
 	}
 	prog.finish()
@@ -488,8 +489,11 @@ func benchCounters(s compile.Stats) bench.Counters {
 	return bench.Counters{Compile: t.Compile, Hits: t.Hits, Misses: t.Misses}
 }
 
-// benchLoadDiffusion loads a diffusers pipeline for bench.Diffuse.
-func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) func() (*bench.Diffusion, error) {
+// benchLoadDiffusion loads a diffusers pipeline for bench.Diffuse. On the
+// go backend its Validate also refuses cases whose largest activation
+// cannot fit in hostMemory, as diffuse does; bench validates every case
+// before running any.
+func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter, hostMemory func() int64) func() (*bench.Diffusion, error) {
 	return func() (*bench.Diffusion, error) {
 		x := compile.NewGraphExecutor(dev.Backend, compile.ExecutorOptions{OnRecompile: debugRecompile(rep)})
 		p, err := sd.Load(dir, sd.Options{Backend: dev.Backend, Variant: variant, Executor: x, Warn: rep.Debugf,
@@ -500,11 +504,28 @@ func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter) 
 			x.Finalize()
 			return nil, err
 		}
-		return &bench.Diffusion{Pipeline: p, Guidance: p.DefaultGuidance(),
+		var d bench.Diffuser = p
+		if dev.BackendName == tpu.BackendGo {
+			d = fitCheckedPipeline{p, hostMemory}
+		}
+		return &bench.Diffusion{Pipeline: d, Guidance: p.DefaultGuidance(),
 			Counters: func() bench.Counters { return benchCounters(x.Stats()) },
 			Close:    func() { p.Close(); x.Finalize() },
 		}, nil
 	}
+}
+
+// fitCheckedPipeline adds diffuse's memory check to Validate.
+type fitCheckedPipeline struct {
+	*sd.Pipeline
+	hostMemory func() int64
+}
+
+func (p fitCheckedPipeline) Validate(req *sd.Request) error {
+	if err := p.Pipeline.Validate(req); err != nil {
+		return err
+	}
+	return checkDiffusionFits(p.LargestBuffer(*req), *req, p.hostMemory)
 }
 
 // benchProgress turns bench progress into reporter tasks: one per row,
@@ -655,4 +676,13 @@ func benchCompareRun(opts *BenchOptions) error {
 		"ratios are new/old; ↑ higher is better, ↓ lower is better",
 	}
 	return writeTable(opts.IO, title, header, cells)
+}
+
+// hostMemory is the host's memory in bytes, 0 when unknown.
+func (o *BenchOptions) hostMemory() int64 {
+	if o.DeviceEnv == nil {
+		return 0
+	}
+	n, _ := tpu.HostMemory(o.DeviceEnv())
+	return n
 }

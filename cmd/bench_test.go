@@ -260,6 +260,13 @@ func TestBenchDiffuse(t *testing.T) {
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--size", "36x36", "--steps", "1", "--repeat", "1"))
 	assert.Contains(t, e.errOut.String(), "multiples of")
+	// Every case is checked before any runs, memory included (16 MiB on
+	// the fake machine; as in diffuse).
+	e = benchEnv(t)
+	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--size", "32x32,8192x8192", "--steps", "1", "--repeat", "1"))
+	assert.Contains(t, e.errOut.String(), "--size 8192x8192 --batch 1: the UNet's self-attention scores at 1024x1024 latents")
+	assert.Contains(t, e.errOut.String(), "16.0 TiB, more than this machine's 16.0 MiB")
+	assert.Empty(t, e.out.String())
 }
 
 func writeReport(t *testing.T, path string, rep *bench.Report, jsonl bool) {

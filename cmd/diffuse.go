@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
@@ -60,6 +62,8 @@ type DiffuseOptions struct {
 	Output         string
 	Retries        int
 	JSON           bool
+	// HostMemory is the host's memory in bytes (nil or 0: unknown).
+	HostMemory func() int64
 }
 
 // Execution modes.
@@ -216,6 +220,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 			opts.Reporter = f.Reporter()
 			opts.Version = f.Build.Version
 			opts.HubClient = f.retryingHubClient(opts.Retries)
+			opts.HostMemory = func() int64 { n, _ := tpu.HostMemory(f.DeviceEnv()); return n }
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -245,6 +250,28 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 		return []string{modeCompiled, modeEager}, cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
+}
+
+// checkDiffusionFits refuses a request whose largest activation alone is
+// more than the host's memory (hostMemoryFn nil or 0: unknown, no check),
+// naming the tensor and its size, before anything is allocated. It applies
+// to the go backend, whose activations live in host memory and which the
+// kernel's OOM killer would end without a message; an XLA device reports
+// its own out-of-memory error.
+func checkDiffusionFits(largest sd.Buffer, req sd.Request, hostMemoryFn func() int64) error {
+	if hostMemoryFn == nil {
+		return nil
+	}
+	hostMemory := hostMemoryFn()
+	if hostMemory <= 0 || largest.Bytes <= float64(hostMemory) {
+		return nil
+	}
+	need := "more than 8 EiB"
+	if largest.Bytes < math.MaxInt64 {
+		need = humanize.Bytes(int64(largest.Bytes))
+	}
+	return errs.Usagef("--size %dx%d --batch %d: %s alone needs %s, more than this machine's %s of memory; lower --size or --batch",
+		req.Width, req.Height, req.Batch, largest.What, need, humanize.Bytes(hostMemory))
 }
 
 // checkOutput validates -o: a .png file name, and a pattern with exactly
@@ -335,6 +362,11 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	}
 	if err := p.Validate(&req); err != nil {
 		return err
+	}
+	if dev.BackendName == tpu.BackendGo {
+		if err := checkDiffusionFits(p.LargestBuffer(req), req, opts.HostMemory); err != nil {
+			return err
+		}
 	}
 	denoiserName := "unet"
 	if p.SD3 {

@@ -134,6 +134,40 @@ func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
 	assert.Equal(t, ", there was\n", e.out.String())
 }
 
+// TestDiffuseRefusesActivationsThatCannotFit: on the go backend a size or
+// batch whose largest activation alone exceeds the host's memory (16 MiB
+// on the fake machine) is refused before the pipeline runs, naming the
+// tensor and the figure, instead of being killed by the OOM killer.
+func TestDiffuseRefusesActivationsThatCannotFit(t *testing.T) {
+	dir := tinyPipeline(t, tinysd.TinySD()) // UNet attention at level 0, 2 heads; VAE scale 8
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		// 8192/8 = 1024x1024 latents: 2 (CFG) x 2 heads x (2^20)^2 x 4 B = 2^44 B.
+		{[]string{"--size", "8192x8192"}, []string{"--size 8192x8192 --batch 1", "the UNet's self-attention scores at 1024x1024 latents (2 x 2 heads x 1048576^2, float32)", "16.0 TiB", "more than this machine's 16.0 MiB"}},
+		// 64x64 latents: 2 x 2 x 4096^2 x 4 B = 256 MiB.
+		{[]string{"--size", "512"}, []string{"(2 x 2 heads x 4096^2, float32)", "256.0 MiB", "lower --size or --batch"}},
+		// Without guidance the unconditional rows are not computed.
+		{[]string{"--size", "512", "--guidance", "1"}, []string{"(1 x 2 heads x 4096^2, float32)", "128.0 MiB"}},
+	} {
+		e := diffuseEnv(t)
+		out := filepath.Join(t.TempDir(), "x.png")
+		code := e.run(append([]string{"diffuse", "-m", dir, "-p", "fox", "--steps", "1", "-o", out}, tc.args...)...)
+		require.Equal(t, ExitUsage, code, "%v: %s", tc.args, e.errOut.String())
+		for _, w := range tc.want {
+			assert.Contains(t, e.errOut.String(), w, "%v", tc.args)
+		}
+		assert.Empty(t, e.out.String())
+		assert.NoFileExists(t, out)
+	}
+	// The model's own size runs on the same machine.
+	e := diffuseEnv(t)
+	out := filepath.Join(t.TempDir(), "x.png")
+	require.Equal(t, ExitOK, e.run("diffuse", "-m", dir, "-p", "fox", "--steps", "1", "-o", out), e.errOut.String())
+	assert.FileExists(t, out)
+}
+
 // TestGenerateWarnsAboutNonFiniteWeights: a checkpoint with NaN/Inf in a
 // tensor still loads, and a warning names the tensor and the count.
 func TestGenerateWarnsAboutNonFiniteWeights(t *testing.T) {

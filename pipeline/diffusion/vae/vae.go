@@ -136,6 +136,10 @@ func (c *Config) resolve() error {
 // 2^(len(block_out_channels)-1), the pipelines' vae_scale_factor.
 func (c *Config) ScaleFactor() int { return 1 << (len(c.BlockOutChannels) - 1) }
 
+// MidAttention reports whether the mid blocks have a self-attention layer
+// (mid_block_add_attention, default true).
+func (c *Config) MidAttention() bool { return boolOr(c.MidBlockAddAttention, true) }
+
 // Model is a loaded AutoencoderKL.
 type Model struct {
 	Cfg     *Config
@@ -174,7 +178,7 @@ func Build(l *blocks.Loader, c *Config, encoder bool, o blocks.Options) *Model {
 	mid := func(prefix string) []blocks.Block {
 		ch := boc[n-1]
 		out := []blocks.Block{resnet(prefix+".resnets.0", ch, ch)}
-		if boolOr(c.MidBlockAddAttention, true) {
+		if c.MidAttention() {
 			out = append(out, blocks.NewSpatialAttention(l, prefix+".attentions.0", ch, ch, g, 1e-6, 1))
 		}
 		return append(out, resnet(prefix+".resnets.1", ch, ch))
