@@ -12,7 +12,7 @@ type Buffer struct {
 
 // LargestBuffer returns the largest single activation that req (validated:
 // sizes filled in) materializes, among three it cannot avoid: the attention
-// scores of the denoiser's highest-resolution attention level (with
+// scores of the denoiser's largest attention level (with
 // classifier-free guidance the conditional and unconditional rows run
 // together), the scores of the VAE decoder's mid-block attention over every
 // latent position, and the VAE decoder's full-resolution feature map.
@@ -54,7 +54,6 @@ func (p *Pipeline) LargestBuffer(req Request) Buffer {
 			n := (lh >> i) * (lw >> i)
 			consider(scores(rows, c.Heads[i], n),
 				"the UNet's self-attention scores at %dx%d latents (%d x %d heads x %d^2, float32)", lw>>i, lh>>i, rows, c.Heads[i], n)
-			break // the first attention level has the most tokens
 		}
 	}
 	if p.VAE != nil {
