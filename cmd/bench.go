@@ -39,10 +39,12 @@ type BenchOptions struct {
 	Resolve resolveFunc
 	// Now is the clock every figure is measured with.
 	Now func() time.Time
-	// Build and DeviceEnv describe the binary and the host for the header
-	// (and DeviceEnv the host's memory for diffusion's memory check).
+	// Build and DeviceEnv describe the binary and the host for the header.
 	Build     BuildInfo
 	DeviceEnv func() tpu.Env
+	// HostMemory is the host's memory in bytes (nil or 0: unknown), for
+	// the memory check of diffusion cases.
+	HostMemory func() int64
 
 	Model    string
 	Revision string
@@ -153,6 +155,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 			opts.Now = f.Now
 			opts.Build = f.Build
 			opts.DeviceEnv = f.DeviceEnv
+			opts.HostMemory = f.HostMemory
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -432,7 +435,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			Modes:  opts.Modes,
 			Cases:  bench.DiffuseCases(batches, sizes, opts.Steps),
 			Prompt: benchDiffusionPrompt, Seed: benchDiffusionSeed,
-			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep, opts.hostMemory),
+			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep, opts.HostMemory),
 		})
 	}
 	prog.finish()
@@ -676,13 +679,4 @@ func benchCompareRun(opts *BenchOptions) error {
 		"ratios are new/old; ↑ higher is better, ↓ lower is better",
 	}
 	return writeTable(opts.IO, title, header, cells)
-}
-
-// hostMemory is the host's memory in bytes, 0 when unknown.
-func (o *BenchOptions) hostMemory() int64 {
-	if o.DeviceEnv == nil {
-		return 0
-	}
-	n, _ := tpu.HostMemory(o.DeviceEnv())
-	return n
 }

@@ -220,7 +220,7 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 			opts.Reporter = f.Reporter()
 			opts.Version = f.Build.Version
 			opts.HubClient = f.retryingHubClient(opts.Retries)
-			opts.HostMemory = func() int64 { n, _ := tpu.HostMemory(f.DeviceEnv()); return n }
+			opts.HostMemory = f.HostMemory
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}

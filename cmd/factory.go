@@ -58,6 +58,13 @@ func (f *Factory) DeviceExplicit() bool {
 	return f.Global.Device != "" && f.Global.Device != "auto"
 }
 
+// HostMemory is the host's physical memory in bytes as DeviceEnv shows it,
+// 0 when unknown; the memory checks of generate, diffuse and bench use it.
+func (f *Factory) HostMemory() int64 {
+	n, _ := tpu.HostMemory(f.DeviceEnv())
+	return n
+}
+
 // Device opens the device --device names, once per process; later calls
 // return the same device. Errors wrap errs.ErrDeviceUnavailable (exit 4) or
 // errs.ErrUsage for a malformed spec.

@@ -175,7 +175,7 @@ the same tokens.`,
 			opts.Device = f.Device
 			opts.HubClient = f.retryingHubClient(opts.Retries)
 			opts.Now = f.Now
-			opts.HostMemory = func() int64 { n, _ := tpu.HostMemory(f.DeviceEnv()); return n }
+			opts.HostMemory = f.HostMemory
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
