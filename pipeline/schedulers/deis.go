@@ -84,26 +84,11 @@ func (s *deis) SetTimestepsWith(o TimestepOptions) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.class, err)
 	}
-	desc := reversed64(toF64(s.trainSigmas))
-	var sig []float64
-	switch {
-	case s.sigmaKind == "karras":
-		sig, ts = s.convertSigmas("karras", desc, n)
-		ts = roundAll(ts)
-		sig = append(sig, sig[len(sig)-1])
-	case s.sigmaKind == "exponential" || s.sigmaKind == "beta":
-		sig, ts = s.convertSigmas(s.sigmaKind, desc, n)
-		sig = append(sig, sig[len(sig)-1])
-	case s.useFlowSigmas:
-		sig = flowSigmas(n, s.numTrain, s.flowShift)
-		ts = make([]float64, len(sig))
-		for i, v := range sig {
-			ts[i] = v * float64(s.numTrain)
-		}
-		sig = append(sig, sig[len(sig)-1])
-	default:
-		sig = interpSigmas(ts, s.trainSigmas)
+	sig, ts, interpolated := s.scheduleSigmas(ts, n, reversed64(toF64(s.trainSigmas)), true)
+	if interpolated {
 		sig = append(sig, float64(sqrt32((1-s.acp[0])/s.acp[0])))
+	} else {
+		sig = append(sig, sig[len(sig)-1])
 	}
 	s.sigmas = toF32(sig)
 	s.timesteps = truncInts(ts)

@@ -153,23 +153,7 @@ func (s *dpmSinglestep) SetTimestepsWith(o TimestepOptions) error {
 		l := reversed64(roundAll(npLinspace(0, float64(s.numTrain-1-s.clippedIndex()), n+1, true)))
 		ts = truncInts(l[:len(l)-1])
 	}
-	desc := reversed64(toF64(s.trainSigmas))
-	var sig []float64
-	switch {
-	case s.sigmaKind == "karras":
-		sig, ts = s.convertSigmas("karras", desc, n)
-		ts = roundAll(ts)
-	case s.sigmaKind == "exponential" || s.sigmaKind == "beta":
-		sig, ts = s.convertSigmas(s.sigmaKind, desc, n)
-	case s.useFlowSigmas:
-		sig = flowSigmas(n, s.numTrain, s.flowShift)
-		ts = make([]float64, len(sig))
-		for i, v := range sig {
-			ts[i] = v * float64(s.numTrain)
-		}
-	default:
-		sig = interpSigmas(ts, s.trainSigmas)
-	}
+	sig, ts, _ := s.scheduleSigmas(ts, n, reversed64(toF64(s.trainSigmas)), true)
 	var last float32
 	switch s.finalSigmasType {
 	case "sigma_min":

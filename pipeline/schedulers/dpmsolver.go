@@ -160,6 +160,33 @@ func (d *dpmCommon) convertSigmas(kind string, in []float64, n int) (sig, ts []f
 
 // flowSigmas is the use_flow_sigmas schedule: 1 - linspace(1, 1/N, n+1),
 // shifted, flipped, without its final zero.
+// scheduleSigmas turns n inference timesteps ts into sigmas by the
+// config's sigma kind: Karras, exponential or beta spacing of src (the
+// training sigmas in the order the class passes them to convertSigmas),
+// flow-matching sigmas, or else the training sigmas interpolated at ts
+// (interpolated true). It returns them with the timesteps they imply,
+// Karras ones rounded when roundKarras; the final sigma is the caller's.
+func (d *dpmCommon) scheduleSigmas(ts []float64, n int, src []float64, roundKarras bool) (sig, outTS []float64, interpolated bool) {
+	switch {
+	case d.sigmaKind == "karras":
+		sig, ts = d.convertSigmas("karras", src, n)
+		if roundKarras {
+			ts = roundAll(ts)
+		}
+	case d.sigmaKind == "exponential" || d.sigmaKind == "beta":
+		sig, ts = d.convertSigmas(d.sigmaKind, src, n)
+	case d.useFlowSigmas:
+		sig = flowSigmas(n, d.numTrain, d.flowShift)
+		ts = make([]float64, len(sig))
+		for i, v := range sig {
+			ts[i] = v * float64(d.numTrain)
+		}
+	default:
+		return interpSigmas(ts, d.trainSigmas), ts, true
+	}
+	return sig, ts, false
+}
+
 func flowSigmas(n, numTrain int, shift float64) []float64 {
 	alphas := npLinspace(1, 1/float64(numTrain), n+1, true)
 	s := make([]float64, len(alphas))
@@ -551,16 +578,9 @@ func (s *dpmMultistep) SetTimestepsWith(o TimestepOptions) error {
 			return fmt.Errorf("%s: %w", s.class, err)
 		}
 	}
-	desc := reversed64(toF64(s.trainSigmas))
 	var sig []float64
 	cos := func() bool { v, _ := s.cfg["beta_schedule"].(string); return v == "squaredcos_cap_v2" }
-	switch {
-	case s.sigmaKind == "karras":
-		sig, ts = s.convertSigmas("karras", desc, n)
-		if !cos() {
-			ts = roundAll(ts)
-		}
-	case s.sigmaKind == "lu":
+	if s.sigmaKind == "lu" {
 		lambdas := make([]float64, len(s.logSigmas))
 		for i := range lambdas {
 			lambdas[i] = float64(s.logSigmas[len(s.logSigmas)-1-i])
@@ -577,16 +597,8 @@ func (s *dpmMultistep) SetTimestepsWith(o TimestepOptions) error {
 		if !cos() {
 			ts = roundAll(ts)
 		}
-	case s.sigmaKind == "exponential" || s.sigmaKind == "beta":
-		sig, ts = s.convertSigmas(s.sigmaKind, desc, n)
-	case s.useFlowSigmas:
-		sig = flowSigmas(n, s.numTrain, s.flowShift)
-		ts = make([]float64, len(sig))
-		for i, v := range sig {
-			ts[i] = v * float64(s.numTrain)
-		}
-	default:
-		sig = interpSigmas(ts, s.trainSigmas)
+	} else {
+		sig, ts, _ = s.scheduleSigmas(ts, n, reversed64(toF64(s.trainSigmas)), !cos())
 	}
 	var last float32
 	switch s.finalSigmasType {
@@ -631,27 +643,12 @@ func (s *dpmMultistep) setInverse(n int) error {
 	default:
 		return fmt.Errorf("%s: timestep_spacing %q is not supported", s.class, s.spacing)
 	}
-	asc := toF64(s.trainSigmas)
-	var sig []float64
-	switch {
-	case s.sigmaKind == "karras":
-		sig, ts = s.convertSigmas("karras", asc, n)
-		ts = roundAll(ts)
-		sig = append(sig, sig[len(sig)-1])
-	case s.sigmaKind == "exponential" || s.sigmaKind == "beta":
-		sig, ts = s.convertSigmas(s.sigmaKind, asc, n)
-		sig = append(sig, sig[len(sig)-1])
-	case s.useFlowSigmas:
-		sig = flowSigmas(n, N, s.flowShift)
-		ts = make([]float64, len(sig))
-		for i, v := range sig {
-			ts[i] = v * float64(N)
-		}
-		sig = append(sig, sig[len(sig)-1])
-	default:
-		sig = interpSigmas(ts, s.trainSigmas)
+	sig, ts, interpolated := s.scheduleSigmas(ts, n, toF64(s.trainSigmas), true)
+	if interpolated {
 		a := s.acp[s.noisiestTimestep]
 		sig = append(sig, float64(sqrt32((1-a)/a)))
+	} else {
+		sig = append(sig, sig[len(sig)-1])
 	}
 	s.sigmas = toF32(sig)
 	// np.unique(return_index) then sort the indices: drop repeats, keep order.
