@@ -54,12 +54,6 @@ func newDEIS(class string, cfg Config) (Scheduler, error) {
 	return s, nil
 }
 
-func (s *deis) InitNoiseSigma() float64 { return 1 }
-
-func (s *deis) ScaleModelInput(sample []float32, t float64) ([]float32, error) { return sample, nil }
-
-func (s *deis) Sigmas() []float64 { return toF64(s.sigmas) }
-
 func (s *deis) SetTimesteps(n int) error {
 	return s.SetTimestepsWith(TimestepOptions{NumInferenceSteps: n})
 }

@@ -111,14 +111,6 @@ func (s *dpmSinglestep) getOrderList(steps int) []int {
 	return orders
 }
 
-func (s *dpmSinglestep) InitNoiseSigma() float64 { return 1 }
-
-func (s *dpmSinglestep) ScaleModelInput(sample []float32, t float64) ([]float32, error) {
-	return sample, nil
-}
-
-func (s *dpmSinglestep) Sigmas() []float64 { return toF64(s.sigmas) }
-
 func (s *dpmSinglestep) SetTimesteps(n int) error {
 	return s.SetTimestepsWith(TimestepOptions{NumInferenceSteps: n})
 }

@@ -160,6 +160,18 @@ func (d *dpmCommon) convertSigmas(kind string, in []float64, n int) (sig, ts []f
 
 // flowSigmas is the use_flow_sigmas schedule: 1 - linspace(1, 1/N, n+1),
 // shifted, flipped, without its final zero.
+// The DPM-Solver family (multistep and its inverse, single-step, DEIS,
+// UniPC, SA-Solver) starts from unit-variance noise, feeds the sample to the
+// model unscaled and exposes its sigma schedule as is.
+
+func (d *dpmCommon) InitNoiseSigma() float64 { return 1 }
+
+func (d *dpmCommon) ScaleModelInput(sample []float32, t float64) ([]float32, error) {
+	return sample, nil
+}
+
+func (d *dpmCommon) Sigmas() []float64 { return toF64(d.sigmas) }
+
 // scheduleSigmas turns n inference timesteps ts into sigmas by the
 // config's sigma kind: Karras, exponential or beta spacing of src (the
 // training sigmas in the order the class passes them to convertSigmas),
@@ -525,14 +537,6 @@ func newDPMMultistep(class string, cfg Config) (Scheduler, error) {
 	s.modelOutputs = make([][]float32, s.solverOrder)
 	return s, nil
 }
-
-func (s *dpmMultistep) InitNoiseSigma() float64 { return 1 }
-
-func (s *dpmMultistep) ScaleModelInput(sample []float32, t float64) ([]float32, error) {
-	return sample, nil
-}
-
-func (s *dpmMultistep) Sigmas() []float64 { return toF64(s.sigmas) }
 
 func (s *dpmMultistep) SetTimesteps(n int) error {
 	return s.SetTimestepsWith(TimestepOptions{NumInferenceSteps: n})

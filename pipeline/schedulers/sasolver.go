@@ -67,14 +67,6 @@ func saTau(t float64) int {
 	return 0
 }
 
-func (s *saSolver) InitNoiseSigma() float64 { return 1 }
-
-func (s *saSolver) ScaleModelInput(sample []float32, t float64) ([]float32, error) {
-	return sample, nil
-}
-
-func (s *saSolver) Sigmas() []float64 { return toF64(s.sigmas) }
-
 func (s *saSolver) SetTimesteps(n int) error {
 	if n < 1 {
 		return fmt.Errorf("%s: num_inference_steps %d must be at least 1", s.class, n)

@@ -63,12 +63,6 @@ func newUniPC(class string, cfg Config) (Scheduler, error) {
 	return s, nil
 }
 
-func (s *unipc) InitNoiseSigma() float64 { return 1 }
-
-func (s *unipc) ScaleModelInput(sample []float32, t float64) ([]float32, error) { return sample, nil }
-
-func (s *unipc) Sigmas() []float64 { return toF64(s.sigmas) }
-
 func (s *unipc) SetTimesteps(n int) error {
 	return s.SetTimestepsWith(TimestepOptions{NumInferenceSteps: n})
 }
