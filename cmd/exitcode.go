@@ -19,6 +19,7 @@ const (
 	ExitUnsupported ExitCode = 3   // model, checkpoint or feature not supported (yet)
 	ExitDevice      ExitCode = 4   // requested device or PJRT plugin unavailable
 	ExitHub         ExitCode = 5   // network or Hugging Face Hub failure
+	ExitLimit       ExitCode = 6   // untrusted input (a chat template) exceeded a safety limit
 	ExitInterrupted ExitCode = 130 // interrupted by SIGINT/SIGTERM
 )
 
@@ -30,6 +31,7 @@ const exitCodeHelp = `Exit codes:
   3    unsupported model, checkpoint or feature
   4    device unavailable (no TPU/GPU/PJRT plugin, or it failed to load)
   5    network or Hugging Face Hub error
+  6    a chat template exceeded a safety limit (steps, time, size, memory, depth)
   130  interrupted (Ctrl-C)
 `
 
@@ -50,6 +52,8 @@ func ExitCodeFor(err error) ExitCode {
 		return ExitDevice
 	case errors.Is(err, errs.ErrHub):
 		return ExitHub
+	case errors.Is(err, errs.ErrLimit):
+		return ExitLimit
 	default:
 		return ExitError
 	}

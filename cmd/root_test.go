@@ -35,6 +35,7 @@ func TestExitCodes(t *testing.T) {
 		{fmt.Errorf("load: %w", errs.Unsupportedf("arch X")), ExitUnsupported},
 		{errs.Devicef("no libtpu"), ExitDevice},
 		{errs.Hubf("gated"), ExitHub},
+		{fmt.Errorf("--chat: %w", errs.Limitf("template %q: steps", "t")), ExitLimit},
 		{fmt.Errorf("download: %w", context.Canceled), ExitInterrupted},
 		{fmt.Errorf("%w: %w", errs.ErrInterrupted, errs.Hubf("reset")), ExitInterrupted},
 	}

@@ -27,6 +27,10 @@ var (
 	// ErrHub marks a network or Hugging Face Hub failure: unreachable host,
 	// gated or missing repo, auth failure, exhausted retries (exit 5).
 	ErrHub = errors.New("network/hub error")
+	// ErrLimit marks untrusted input (a chat template) that ran past a
+	// safety limit: steps, time, output or value size, memory, recursion
+	// (exit 6).
+	ErrLimit = errors.New("safety limit exceeded")
 	// ErrInterrupted marks a run stopped by SIGINT/SIGTERM (exit 130).
 	// context.Canceled is treated the same way.
 	ErrInterrupted = errors.New("interrupted")
@@ -43,6 +47,9 @@ func Devicef(format string, args ...any) error { return wrapf(ErrDeviceUnavailab
 
 // Hubf returns an error wrapping ErrHub.
 func Hubf(format string, args ...any) error { return wrapf(ErrHub, format, args...) }
+
+// Limitf returns an error wrapping ErrLimit.
+func Limitf(format string, args ...any) error { return wrapf(ErrLimit, format, args...) }
 
 // sentinelError carries a message and the sentinel it belongs to, so that the
 // message reads naturally ("unsupported architecture X") without the
