@@ -13,7 +13,7 @@ import (
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
-	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/tpu"
 )
 
