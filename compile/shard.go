@@ -22,13 +22,14 @@ import (
 // over a 2-D device mesh ["data", "model"] of DP x TP devices, and XLA
 // partitions the computation and inserts the collectives.
 //
-// Layout (Megatron-style, on the Hugging Face [out, in] weights):
+// Layout (Megatron-style, on the Hugging Face [out, in] weights): each
+// architecture declares the split of every weight (lm.WeightSpec.TP) and
+// compile/ follows it without reading weight names:
 //
-//	q/k/v/gate/up_proj.weight  [out, in]  split on axis 0 (column parallel: heads, MLP columns)
-//	q/k/v_proj.bias            [out]      split on axis 0
-//	o_proj/down_proj.weight    [out, in]  split on axis 1 (row parallel: the partial sums are all-reduced)
-//	lm_head.weight             [V, H]     split on axis 0 (vocabulary) when V % TP == 0
-//	embeddings, norms, others             replicated
+//	lm.Column      [out, in] or [out]  split on axis 0 (heads, MLP columns)
+//	lm.Row         [out, in]           split on axis 1 (the partial sums are all-reduced)
+//	lm.Vocab       [V, H]              split on axis 0 when V % TP == 0, else replicated
+//	lm.Replicated  anything            whole on every device (also a Vocab weight Embed reads)
 //	KV caches [B, KV, S, D], [B, KV, D, S] split on axis 1 (KV heads), batch axis on "data"
 //	other layer state                     batch axis on "data", otherwise replicated
 //	tokens, pads, hidden, logits          batch axis on "data", otherwise replicated
@@ -115,26 +116,26 @@ func CheckDevices(backendName string, have, tp, dp int) error {
 	return nil
 }
 
-// columnParallel and rowParallel are the weight-name suffixes split on
-// axis 0 and axis 1.
-var (
-	columnParallel = []string{"q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight",
-		"q_proj.bias", "k_proj.bias", "v_proj.bias"}
-	rowParallel = []string{"o_proj.weight", "down_proj.weight"}
-)
-
-func hasSuffix(name string, suffixes []string) bool {
-	for _, s := range suffixes {
-		if name == s || strings.HasSuffix(name, "."+s) {
-			return true
-		}
+// splitAxis is the axis of w split over "model" at TP degree tp, or -1
+// when w stays replicated. embed reports that Embed also reads w (a tied
+// head stays replicated with the embeddings).
+func splitAxis(w lm.WeightSpec, tp int, embed bool) int {
+	switch {
+	case tp == 1:
+	case w.TP == lm.Column && len(w.Shape) >= 1:
+		return 0
+	case w.TP == lm.Row && len(w.Shape) == 2:
+		return 1
+	case w.TP == lm.Vocab && !embed && len(w.Shape) == 2 && w.Shape[0]%tp == 0:
+		return 0
 	}
-	return false
+	return -1
 }
 
 // PlanShards builds the sharding specs of a model's weights for a DP x TP
-// mesh. It checks the model's head counts and MLP width (CheckParallel)
-// and that every weight it splits has a multiple of TP on that axis.
+// mesh from the split each weight declares (lm.WeightSpec.TP). It checks
+// the model's head counts and MLP width (CheckParallel) and that every
+// weight it splits has a multiple of TP on that axis.
 func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 	spec := m.Spec()
 	if err := CheckParallel(spec, tp, dp); err != nil {
@@ -149,21 +150,8 @@ func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 	for _, w := range m.EmbedWeights() {
 		embed[w.Name] = true
 	}
-	head := map[string]bool{}
-	for _, w := range m.HeadWeights() {
-		head[w.Name] = true
-	}
 	for _, w := range lm.Weights(m) {
-		axis := -1
-		switch {
-		case tp == 1:
-		case hasSuffix(w.Name, columnParallel) && len(w.Shape) >= 1:
-			axis = 0
-		case hasSuffix(w.Name, rowParallel) && len(w.Shape) == 2:
-			axis = 1
-		case head[w.Name] && !embed[w.Name] && w.Matmul && len(w.Shape) == 2 && w.Shape[0]%tp == 0:
-			axis = 0 // vocabulary-parallel head; a tied head stays replicated with the embeddings
-		}
+		axis := splitAxis(w, tp, embed[w.Name])
 		if axis < 0 {
 			p.Weights[w.Name] = distributed.NewReplicatedShardingSpec(mesh)
 			continue

@@ -197,7 +197,45 @@ type oddModel struct{ lm.Model }
 func (m oddModel) LayerWeights(i int) []lm.WeightSpec {
 	ws := m.Model.LayerWeights(i)
 	if i == 0 {
-		ws = append(ws, lm.WeightSpec{Name: "model.layers.0.mlp.experts.0.up_proj.weight", Shape: []int{33, 64}, Matmul: true})
+		ws = append(ws, lm.WeightSpec{Name: "model.layers.0.mlp.experts.0.up_proj.weight", Shape: []int{33, 64}, Matmul: true, TP: lm.Column})
+	}
+	return ws
+}
+
+// TestPlanShardsFollowsDeclarations: the split comes from WeightSpec.TP,
+// whatever the weight is called.
+func TestPlanShardsFollowsDeclarations(t *testing.T) {
+	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
+	m := declModel{Model: l.Model}
+	p, err := PlanShards(m, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"extra.mixer.in":                         "[S(model)]",
+		"extra.mixer.out":                        "[R S(model)]",
+		"extra.mixer.scale":                      "[]", // Row needs rank 2
+		"extra.vocab":                            "[]", // 63 rows do not split over 2
+		"model.layers.0.extra.q_proj.weight":     "[]", // declared replicated
+		"model.layers.0.self_attn.q_proj.weight": "[S(model)]",
+	} {
+		if got := axes(p.Weight(name)); got != want {
+			t.Errorf("%s: %s, want %s", name, got, want)
+		}
+	}
+}
+
+type declModel struct{ lm.Model }
+
+func (m declModel) LayerWeights(i int) []lm.WeightSpec {
+	ws := m.Model.LayerWeights(i)
+	if i == 0 {
+		ws = append(ws,
+			lm.WeightSpec{Name: "extra.mixer.in", Shape: []int{32, 64}, TP: lm.Column},
+			lm.WeightSpec{Name: "extra.mixer.out", Shape: []int{64, 32}, TP: lm.Row},
+			lm.WeightSpec{Name: "extra.mixer.scale", Shape: []int{32}, TP: lm.Row},
+			lm.WeightSpec{Name: "extra.vocab", Shape: []int{63, 64}, TP: lm.Vocab},
+			lm.WeightSpec{Name: "model.layers.0.extra.q_proj.weight", Shape: []int{32, 64}, Matmul: true})
 	}
 	return ws
 }

@@ -69,12 +69,13 @@ func (m *Model) EmbedWeights() []lm.WeightSpec {
 func (m *Model) HeadWeights() []lm.WeightSpec {
 	s := &m.o.Spec
 	head := "lm_head.weight"
+	tp := lm.Vocab // an untied head splits by vocabulary; a tied one is the replicated embedding
 	if s.TieEmbeddings {
-		head = "model.embed_tokens.weight"
+		head, tp = "model.embed_tokens.weight", lm.Replicated
 	}
 	return []lm.WeightSpec{
 		{Name: "model.norm.weight", Shape: []int{s.Hidden}},
-		{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
+		{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp},
 	}
 }
 
@@ -83,16 +84,16 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
 	ws := m.AttentionWeights(i)
 	p := fmt.Sprintf("model.layers.%d.", i)
-	add := func(name string, matmul bool, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	if m.o.MLPBias {
-		add("mlp.gate_proj.bias", false, s.Intermediate)
-		add("mlp.up_proj.bias", false, s.Intermediate)
-		add("mlp.down_proj.bias", false, s.Hidden)
+		add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)
+		add("mlp.up_proj.bias", false, lm.Replicated, s.Intermediate)
+		add("mlp.down_proj.bias", false, lm.Replicated, s.Hidden)
 	}
 	return ws
 }
@@ -104,27 +105,27 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	p := fmt.Sprintf("model.layers.%d.", i)
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	var ws []lm.WeightSpec
-	add := func(name string, matmul bool, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("input_layernorm.weight", false, s.Hidden)
-	add("self_attn.q_proj.weight", true, q, s.Hidden)
-	add("self_attn.k_proj.weight", true, kv, s.Hidden)
-	add("self_attn.v_proj.weight", true, kv, s.Hidden)
+	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
+	add("self_attn.q_proj.weight", true, lm.Column, q, s.Hidden)
+	add("self_attn.k_proj.weight", true, lm.Column, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, lm.Column, kv, s.Hidden)
 	if m.o.QKVBias {
-		add("self_attn.q_proj.bias", false, q)
-		add("self_attn.k_proj.bias", false, kv)
-		add("self_attn.v_proj.bias", false, kv)
+		add("self_attn.q_proj.bias", false, lm.Column, q)
+		add("self_attn.k_proj.bias", false, lm.Column, kv)
+		add("self_attn.v_proj.bias", false, lm.Column, kv)
 	}
 	if m.o.QKNorm {
-		add("self_attn.q_norm.weight", false, s.HeadDim)
-		add("self_attn.k_norm.weight", false, s.HeadDim)
+		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
 	}
-	add("self_attn.o_proj.weight", true, s.Hidden, q)
+	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, q)
 	if m.o.OBias {
-		add("self_attn.o_proj.bias", false, s.Hidden)
+		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
-	add("post_attention_layernorm.weight", false, s.Hidden)
+	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	return ws
 }
 

@@ -75,6 +75,49 @@ type WeightSpec struct {
 	// columns in blocks; no transpose), which those functions accept; see
 	// nn.Blocked.
 	Matmul bool
+	// TP is the weight's tensor-parallel plan: which axis, if any, is split
+	// over the devices of the "model" mesh axis when the model runs with
+	// --tp N. The zero value keeps the weight whole on every device.
+	TP TPSplit
+}
+
+// TPSplit is how one weight is laid out under tensor parallelism
+// (Megatron-style, on the Hugging Face [out, in] layout). The
+// architecture declares it per weight; compile/ reads it and never
+// interprets weight names.
+type TPSplit int
+
+const (
+	// Replicated: every device holds the whole weight (embeddings, norms,
+	// routers, tied heads, and any weight the architecture does not split).
+	Replicated TPSplit = iota
+	// Column: split on axis 0, the output rows of an [out, in] matrix or
+	// the entries of a bias [out]: whole attention heads or MLP columns per
+	// device (q/k/v, gate and up projections and their biases).
+	Column
+	// Row: split on axis 1, the input columns of an [out, in] matrix whose
+	// input a Column weight produced (o_proj, down_proj); the partial sums
+	// are all-reduced. Only rank-2 weights split this way.
+	Row
+	// Vocab: an untied head [V, H] split on axis 0 by vocabulary rows when
+	// V is a multiple of the TP degree, replicated otherwise. A weight that
+	// Embed also reads stays replicated.
+	Vocab
+)
+
+// String names the split as docs and reports do.
+func (s TPSplit) String() string {
+	switch s {
+	case Replicated:
+		return "replicated"
+	case Column:
+		return "column"
+	case Row:
+		return "row"
+	case Vocab:
+		return "vocab"
+	}
+	return fmt.Sprintf("TPSplit(%d)", int(s))
 }
 
 // StateSpec describes one state tensor of a layer (a KV cache, a recurrent

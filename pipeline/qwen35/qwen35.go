@@ -106,9 +106,13 @@ func (m *Model) headName() string {
 // HeadWeights implements lm.Model.
 func (m *Model) HeadWeights() []lm.WeightSpec {
 	s := &m.o.Spec
+	tp := lm.Vocab // an untied head splits by vocabulary; a tied one is the replicated embedding
+	if s.TieEmbeddings {
+		tp = lm.Replicated
+	}
 	return []lm.WeightSpec{
 		{Name: m.name("norm.weight"), Shape: []int{s.Hidden}},
-		{Name: m.headName(), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true},
+		{Name: m.headName(), Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp},
 	}
 }
 
@@ -118,41 +122,43 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s, dn := &m.o.Spec, m.o.DeltaNet
 	p := m.name(fmt.Sprintf("layers.%d.", i))
 	var ws []lm.WeightSpec
-	add := func(name string, matmul bool, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("input_layernorm.weight", false, s.Hidden)
+	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
 	if m.LayerKind(i) == nn.KindLinearAttention {
-		add("linear_attn.in_proj_qkv.weight", true, dn.ConvDim(), s.Hidden)
-		add("linear_attn.in_proj_z.weight", true, dn.ValueDim(), s.Hidden)
-		add("linear_attn.in_proj_b.weight", true, dn.VHeads, s.Hidden)
-		add("linear_attn.in_proj_a.weight", true, dn.VHeads, s.Hidden)
-		add("linear_attn.conv1d.weight", false, dn.ConvDim(), 1, dn.ConvKernel)
-		add("linear_attn.dt_bias", false, dn.VHeads)
-		add("linear_attn.A_log", false, dn.VHeads)
-		add("linear_attn.norm.weight", false, dn.VDim)
-		add("linear_attn.out_proj.weight", true, s.Hidden, dn.ValueDim())
+		// Gated DeltaNet stays whole on every device under --tp: its
+		// recurrent state is not split by head.
+		add("linear_attn.in_proj_qkv.weight", true, lm.Replicated, dn.ConvDim(), s.Hidden)
+		add("linear_attn.in_proj_z.weight", true, lm.Replicated, dn.ValueDim(), s.Hidden)
+		add("linear_attn.in_proj_b.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
+		add("linear_attn.in_proj_a.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
+		add("linear_attn.conv1d.weight", false, lm.Replicated, dn.ConvDim(), 1, dn.ConvKernel)
+		add("linear_attn.dt_bias", false, lm.Replicated, dn.VHeads)
+		add("linear_attn.A_log", false, lm.Replicated, dn.VHeads)
+		add("linear_attn.norm.weight", false, lm.Replicated, dn.VDim)
+		add("linear_attn.out_proj.weight", true, lm.Replicated, s.Hidden, dn.ValueDim())
 	} else {
 		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-		add("self_attn.q_proj.weight", true, 2*q, s.Hidden) // query and output gate, per head
-		add("self_attn.k_proj.weight", true, kv, s.Hidden)
-		add("self_attn.v_proj.weight", true, kv, s.Hidden)
+		add("self_attn.q_proj.weight", true, lm.Column, 2*q, s.Hidden) // query and output gate, per head
+		add("self_attn.k_proj.weight", true, lm.Column, kv, s.Hidden)
+		add("self_attn.v_proj.weight", true, lm.Column, kv, s.Hidden)
 		if m.o.AttentionBias {
-			add("self_attn.q_proj.bias", false, 2*q)
-			add("self_attn.k_proj.bias", false, kv)
-			add("self_attn.v_proj.bias", false, kv)
+			add("self_attn.q_proj.bias", false, lm.Column, 2*q)
+			add("self_attn.k_proj.bias", false, lm.Column, kv)
+			add("self_attn.v_proj.bias", false, lm.Column, kv)
 		}
-		add("self_attn.q_norm.weight", false, s.HeadDim)
-		add("self_attn.k_norm.weight", false, s.HeadDim)
-		add("self_attn.o_proj.weight", true, s.Hidden, q)
+		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, q)
 		if m.o.AttentionBias {
-			add("self_attn.o_proj.bias", false, s.Hidden)
+			add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 		}
 	}
-	add("post_attention_layernorm.weight", false, s.Hidden)
-	add("mlp.gate_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.up_proj.weight", true, s.Intermediate, s.Hidden)
-	add("mlp.down_proj.weight", true, s.Hidden, s.Intermediate)
+	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
+	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	return ws
 }
 

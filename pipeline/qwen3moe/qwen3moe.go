@@ -183,9 +183,9 @@ func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
 	s := m.Spec()
 	p := fmt.Sprintf("model.layers.%d.mlp.experts.%d.", i, e)
 	return []lm.WeightSpec{
-		{Name: p + "gate_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true},
-		{Name: p + "up_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true},
-		{Name: p + "down_proj.weight", Shape: []int{s.Hidden, m.o.MoEIntermediate}, Matmul: true},
+		{Name: p + "gate_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true, TP: lm.Column},
+		{Name: p + "up_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true, TP: lm.Column},
+		{Name: p + "down_proj.weight", Shape: []int{s.Hidden, m.o.MoEIntermediate}, Matmul: true, TP: lm.Row},
 	}
 }
 
@@ -198,18 +198,18 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s := m.Spec()
 	ws := m.AttentionWeights(i)
 	p := fmt.Sprintf("model.layers.%d.", i)
-	add := func(name string, matmul bool, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul})
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("mlp.gate.weight", true, m.o.Experts, s.Hidden)
+	add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
 	for e := 0; e < m.o.Experts; e++ {
 		ws = append(ws, m.expertWeights(i, e)...)
 	}
 	if si := m.o.SharedIntermediate; si > 0 {
-		add("mlp.shared_expert.gate_proj.weight", true, si, s.Hidden)
-		add("mlp.shared_expert.up_proj.weight", true, si, s.Hidden)
-		add("mlp.shared_expert.down_proj.weight", true, s.Hidden, si)
-		add("mlp.shared_expert_gate.weight", true, 1, s.Hidden)
+		add("mlp.shared_expert.gate_proj.weight", true, lm.Column, si, s.Hidden)
+		add("mlp.shared_expert.up_proj.weight", true, lm.Column, si, s.Hidden)
+		add("mlp.shared_expert.down_proj.weight", true, lm.Row, s.Hidden, si)
+		add("mlp.shared_expert_gate.weight", true, lm.Replicated, 1, s.Hidden)
 	}
 	return ws
 }
