@@ -1,0 +1,36 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// Without the amd64 assembly every kernel is the portable Go version.
+
+func detectLevel() isaLevel { return levelGeneric }
+
+func gemvRowsF32(a, b []float32, ldb int, c []float32) { gemvRowsF32Generic(a, b, ldb, c) }
+
+func gemvRowsBF16(a []float32, b []uint16, ldb int, c []float32) {
+	gemvRowsBF16Generic(a, b, ldb, c)
+}
+
+func gemvRowsF16(a []float32, b []uint16, ldb int, c []float32) {
+	gemvRowsF16Generic(a, b, ldb, c)
+}
+
+func gemvRowsI8(a []float32, b []int8, ldb int, scales []float32, ng, g int, c []float32) {
+	gemvRowsI8Generic(a, b, ldb, scales, ng, g, c)
+}
+
+var genericMicroKernel = microKernel{mr: genericMR, nr: genericNR, fn: func(kc int, a, b, c []float32, ldc int, acc bool) {
+	gemmKernelGeneric(genericMR, genericNR, kc, a, b, c, ldc, acc)
+}}
+
+func currentMicroKernel() microKernel { return genericMicroKernel }
+
+func axpy(alpha float32, x, y []float32) { axpyF32(alpha, x, y) }
+
+func sumSquares(x []float32) float32            { return sumSquaresGeneric(x) }
+func scaleMul(dst, x, w []float32, s float32)   { scaleMulGeneric(dst, x, w, s) }
+func scaleInPlace(x []float32, s float32)       { scaleInPlaceGeneric(x, s) }
+func expSubSum(x []float32, mx float32) float32 { return expSubSumGeneric(x, mx) }
+func siluMul(dst, gate, up []float32)           { siluMulGeneric(dst, gate, up) }
+func addInPlace(dst, x []float32)               { addInPlaceGeneric(dst, x) }

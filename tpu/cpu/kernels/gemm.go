@@ -1,0 +1,342 @@
+package kernels
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Blocking. A tile of C (mcBlock × nc) is one unit of parallel work: its
+// worker packs, for each kcBlock slice of k, an A block into mr-row panels and
+// a B block into nr-column panels (converting bf16/f16/int8 to f32 on the
+// way), then runs the microkernel over the panels. The A block
+// (mcBlock×kcBlock×4 = 128 KiB) stays in L2, one B micro-panel
+// (kcBlock×nr×4 = 32 KiB at nr 32) streams through L1.
+const (
+	mcBlock = 128
+	kcBlock = 256
+	ncMax   = 512
+)
+
+// microKernel computes a full mr×nr tile of C from packed panels. a is
+// kc×mr (k-major), b is kc×nr; c has room for mr rows of stride ldc. If acc,
+// the tile is added to C, otherwise it overwrites it.
+type microKernel struct {
+	mr, nr int
+	fn     func(kc int, a, b, c []float32, ldc int, acc bool)
+}
+
+// bPacker fills dst with the B block for output columns [j0, j0+nc) and
+// k range [p0, p0+kc), as ceil(nc/nr) panels of kc×nr floats, zero-padding
+// the last panel's missing columns.
+type bPacker func(dst []float32, j0, nc, p0, kc, nr int)
+
+var packPool = sync.Pool{New: func() any {
+	return &packBufs{
+		a: make([]float32, mcBlock*kcBlock+64*kcBlock),
+		b: make([]float32, (ncMax+64)*kcBlock),
+	}
+}}
+
+type packBufs struct {
+	a, b []float32
+	tmp  [32 * 32]float32
+}
+
+// packA packs rows [i0, i0+mc) and k range [p0, p0+kc) of A into panels of
+// mr rows, k-major, zero-padding the last panel.
+func packA(dst, a []float32, lda, i0, mc, p0, kc, mr int) {
+	for ip := 0; ip < mc; ip += mr {
+		panel := dst[(ip/mr)*mr*kc:]
+		rows := min(mr, mc-ip)
+		for ii := 0; ii < rows; ii++ {
+			src := a[(i0+ip+ii)*lda+p0:]
+			src = src[:kc]
+			for p, v := range src {
+				panel[p*mr+ii] = v
+			}
+		}
+		for ii := rows; ii < mr; ii++ {
+			for p := 0; p < kc; p++ {
+				panel[p*mr+ii] = 0
+			}
+		}
+	}
+}
+
+// packPanels is the shared loop of the NT packers: for each output column j
+// of the block it calls row(jj-within-panel, panel slice, j) to fill one
+// column of a panel, and zero-pads the missing columns.
+func packPanelsNT(dst []float32, j0, nc, kc, nr int, row func(col []float32, j int)) {
+	for jp := 0; jp < nc; jp += nr {
+		panel := dst[(jp/nr)*nr*kc : (jp/nr+1)*nr*kc]
+		cols := min(nr, nc-jp)
+		for jj := 0; jj < cols; jj++ {
+			row(panel[jj:], j0+jp+jj)
+		}
+		for jj := cols; jj < nr; jj++ {
+			for p := 0; p < kc; p++ {
+				panel[p*nr+jj] = 0
+			}
+		}
+	}
+}
+
+func packerF32NT(b []float32, ldb int) bPacker {
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
+			src := b[j*ldb+p0 : j*ldb+p0+kc]
+			for p, v := range src {
+				col[p*nr] = v
+			}
+		})
+	}
+}
+
+func packerBF16NT(b []uint16, ldb int) bPacker {
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
+			src := b[j*ldb+p0 : j*ldb+p0+kc]
+			for p, v := range src {
+				col[p*nr] = bf16ToF32(v)
+			}
+		})
+	}
+}
+
+func packerF16NT(b []uint16, ldb int) bPacker {
+	t := f16Lookup()
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
+			src := b[j*ldb+p0 : j*ldb+p0+kc]
+			for p, v := range src {
+				col[p*nr] = t[v]
+			}
+		})
+	}
+}
+
+func packerI8NT(b []int8, ldb int, scales []float32, ng, g int) bPacker {
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
+			src := b[j*ldb+p0 : j*ldb+p0+kc]
+			sc := scales[j*ng : j*ng+ng]
+			for p, v := range src {
+				col[p*nr] = float32(v) * sc[(p0+p)/g]
+			}
+		})
+	}
+}
+
+// packerF32NN packs B stored [k, n] (row-major, stride ldb).
+func packerF32NN(b []float32, ldb int) bPacker {
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		for jp := 0; jp < nc; jp += nr {
+			panel := dst[(jp/nr)*nr*kc : (jp/nr+1)*nr*kc]
+			cols := min(nr, nc-jp)
+			for p := 0; p < kc; p++ {
+				src := b[(p0+p)*ldb+j0+jp : (p0+p)*ldb+j0+jp+cols]
+				d := panel[p*nr : p*nr+nr]
+				copy(d, src)
+				clear(d[cols:])
+			}
+		}
+	}
+}
+
+// gemm is the blocked driver: C[m,n] = A[m,k] · B where B is reached through
+// pack. It overwrites C.
+func gemm(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	mk := currentMicroKernel()
+	mr, nr := mk.mr, mk.nr
+	mBlocks := (m + mcBlock - 1) / mcBlock
+	// Enough tiles for every thread to get about two, but no narrower
+	// than a panel and no wider than ncMax.
+	nc := ncMax
+	want := 2 * Threads()
+	if nb := (want + mBlocks - 1) / mBlocks; nb > 1 {
+		nc = min(nc, (n+nb-1)/nb)
+	}
+	nc = max(nr, (nc+nr-1)/nr*nr)
+	nBlocks := (n + nc - 1) / nc
+	tiles := mBlocks * nBlocks
+	Parallel(tiles, 1, func(lo, hi int) {
+		bufs := packPool.Get().(*packBufs)
+		defer packPool.Put(bufs)
+		for t := lo; t < hi; t++ {
+			i0 := (t / nBlocks) * mcBlock
+			j0 := (t % nBlocks) * nc
+			mc := min(mcBlock, m-i0)
+			ncT := min(nc, n-j0)
+			for p0 := 0; p0 < k; p0 += kcBlock {
+				kc := min(kcBlock, k-p0)
+				packA(bufs.a, a, lda, i0, mc, p0, kc, mr)
+				pack(bufs.b, j0, ncT, p0, kc, nr)
+				acc := p0 > 0
+				for jp := 0; jp < ncT; jp += nr {
+					bp := bufs.b[(jp/nr)*nr*kc:]
+					cols := min(nr, ncT-jp)
+					for ip := 0; ip < mc; ip += mr {
+						ap := bufs.a[(ip/mr)*mr*kc:]
+						rows := min(mr, mc-ip)
+						ci := (i0+ip)*ldc + j0 + jp
+						if rows == mr && cols == nr {
+							mk.fn(kc, ap, bp, c[ci:ci+(mr-1)*ldc+nr], ldc, acc)
+							continue
+						}
+						tmp := bufs.tmp[:mr*nr]
+						mk.fn(kc, ap, bp, tmp, nr, false)
+						for ii := 0; ii < rows; ii++ {
+							dst := c[ci+ii*ldc : ci+ii*ldc+cols]
+							src := tmp[ii*nr : ii*nr+cols]
+							if acc {
+								for jj := range dst {
+									dst[jj] += src[jj]
+								}
+							} else {
+								copy(dst, src)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// gemvGrain is the fewest output rows a GEMV worker takes: enough that the
+// hand-off cost is small next to streaming the rows.
+func gemvGrain(k int) int {
+	return max(16, 16384/max(k, 1))
+}
+
+func checkGroups(name string, n, k, groupSize, nScales int) int {
+	if groupSize <= 0 || k%groupSize != 0 {
+		panic(fmt.Sprintf("kernels: %s: group size %d does not divide k=%d", name, groupSize, k))
+	}
+	ng := k / groupSize
+	if nScales < n*ng {
+		panic(fmt.Sprintf("kernels: %s: %d scales, need %d (n=%d × %d groups)", name, nScales, n*ng, n, ng))
+	}
+	return ng
+}
+
+// GemmF32NT computes C[m,n] = A[m,k] · Bᵀ, B being [n,k] (a Linear weight
+// [out, in]) read in place. Row strides are lda, ldb, ldc. C is overwritten.
+// m == 1 takes the GEMV path, which streams B once split over n across the
+// pool; m > 1 the blocked GEMM. It panics if a slice is too short for its
+// shape.
+func GemmF32NT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkMat("GemmF32NT A", m, k, lda, len(a))
+	checkMat("GemmF32NT B", n, k, ldb, len(b))
+	checkMat("GemmF32NT C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if m == 1 {
+		av := a[:k]
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsF32(av, b[lo*ldb:], ldb, c[lo:hi])
+		})
+		return
+	}
+	gemm(m, n, k, a, lda, packerF32NT(b, ldb), c, ldc)
+}
+
+// GemmBF16NT is GemmF32NT with B in bfloat16, given as raw uint16 bits.
+// Products and sums are in f32.
+func GemmBF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
+	checkMat("GemmBF16NT A", m, k, lda, len(a))
+	checkMat("GemmBF16NT B", n, k, ldb, len(b))
+	checkMat("GemmBF16NT C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if m == 1 {
+		av := a[:k]
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsBF16(av, b[lo*ldb:], ldb, c[lo:hi])
+		})
+		return
+	}
+	gemm(m, n, k, a, lda, packerBF16NT(b, ldb), c, ldc)
+}
+
+// GemmF16NT is GemmF32NT with B in IEEE half precision, given as raw uint16
+// bits. Products and sums are in f32.
+func GemmF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
+	checkMat("GemmF16NT A", m, k, lda, len(a))
+	checkMat("GemmF16NT B", n, k, ldb, len(b))
+	checkMat("GemmF16NT C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if m == 1 {
+		av := a[:k]
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsF16(av, b[lo*ldb:], ldb, c[lo:hi])
+		})
+		return
+	}
+	gemm(m, n, k, a, lda, packerF16NT(b, ldb), c, ldc)
+}
+
+// GemmInt8NT is GemmF32NT with weight-only int8 B: B[j,p] stands for
+// b[j,p]·scales[j, p/groupSize]. scales is [n, k/groupSize] (row-major, no
+// padding); groupSize must divide k, and groupSize == k means one scale per
+// output channel. Products and sums are in f32. It panics if groupSize does
+// not divide k or a slice is too short.
+func GemmInt8NT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, groupSize int, c []float32, ldc int) {
+	checkMat("GemmInt8NT A", m, k, lda, len(a))
+	checkMat("GemmInt8NT B", n, k, ldb, len(b))
+	checkMat("GemmInt8NT C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	ng := checkGroups("GemmInt8NT", n, k, groupSize, len(scales))
+	if m == 1 {
+		av := a[:k]
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsI8(av, b[lo*ldb:], ldb, scales[lo*ng:], ng, groupSize, c[lo:hi])
+		})
+		return
+	}
+	gemm(m, n, k, a, lda, packerI8NT(b, ldb, scales, ng, groupSize), c, ldc)
+}
+
+// GemmF32NN computes C[m,n] = A[m,k] · B[k,n], both row-major (strides lda,
+// ldb, ldc): activations times activations, as in attention scores·values or
+// an im2col convolution. C is overwritten. It panics if a slice is too short.
+func GemmF32NN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkMat("GemmF32NN A", m, k, lda, len(a))
+	checkMat("GemmF32NN B", k, n, ldb, len(b))
+	checkMat("GemmF32NN C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if m == 1 {
+		Parallel(n, 256, func(lo, hi int) {
+			cr := c[lo:hi]
+			clear(cr)
+			for p := 0; p < k; p++ {
+				axpy(a[p], b[p*ldb+lo:p*ldb+hi], cr)
+			}
+		})
+		return
+	}
+	gemm(m, n, k, a, lda, packerF32NN(b, ldb), c, ldc)
+}

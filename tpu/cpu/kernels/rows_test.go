@@ -1,0 +1,123 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func near(t *testing.T, what string, i int, got float32, want, tol float64) {
+	t.Helper()
+	if d := math.Abs(float64(got) - want); !(d <= tol) {
+		t.Fatalf("%s[%d] = %v, want %v (diff %.3g > %.3g)", what, i, got, want, d, tol)
+	}
+}
+
+var rowSizes = []int{1, 3, 15, 16, 17, 31, 64, 100, 768, 1001}
+
+func TestRMSNorm(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, cols := range rowSizes {
+			for _, addOne := range []bool{false, true} {
+				rows := 1 + r.IntN(5)
+				x := randMat(r, rows, cols, cols)
+				w := randMat(r, 1, cols, cols)
+				dst := make([]float32, rows*cols)
+				RMSNorm(dst, x, w, rows, cols, 1e-5, addOne)
+				for i := 0; i < rows; i++ {
+					var ss float64
+					for j := 0; j < cols; j++ {
+						ss += float64(x[i*cols+j]) * float64(x[i*cols+j])
+					}
+					inv := 1 / math.Sqrt(ss/float64(cols)+1e-5)
+					for j := 0; j < cols; j++ {
+						s := float64(w[j])
+						if addOne {
+							s += 1
+						}
+						want := float64(x[i*cols+j]) * inv * s
+						near(t, "RMSNorm", i*cols+j, dst[i*cols+j], want, 1e-5*(math.Abs(want)+1e-3))
+					}
+				}
+				// In place gives the same.
+				RMSNorm(x, x, w, rows, cols, 1e-5, addOne)
+				for i := range x {
+					if x[i] != dst[i] {
+						t.Fatalf("in-place RMSNorm differs at %d", i)
+					}
+				}
+			}
+		}
+	})
+}
+
+func TestSoftmaxRows(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		for _, cols := range rowSizes {
+			rows := 1 + r.IntN(4)
+			x := randMat(r, rows, cols, cols)
+			for i := range x {
+				x[i] *= 8
+			}
+			x[0] = float32(math.Inf(-1)) // a masked entry
+			ref := append([]float32(nil), x...)
+			SoftmaxRows(x, rows, cols)
+			for i := 0; i < rows; i++ {
+				mx := math.Inf(-1)
+				for j := 0; j < cols; j++ {
+					mx = math.Max(mx, float64(ref[i*cols+j]))
+				}
+				var s float64
+				for j := 0; j < cols; j++ {
+					s += math.Exp(float64(ref[i*cols+j]) - mx)
+				}
+				for j := 0; j < cols; j++ {
+					want := math.Exp(float64(ref[i*cols+j])-mx) / s
+					if math.IsInf(mx, -1) {
+						want = 0
+					}
+					near(t, "softmax", i*cols+j, x[i*cols+j], want, 2e-6*want+1e-7)
+				}
+			}
+		}
+		// A fully masked row gives zeros, not NaN.
+		x := []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
+		SoftmaxRows(x, 1, 2)
+		if x[0] != 0 || x[1] != 0 {
+			t.Fatalf("masked row: %v, want zeros", x)
+		}
+	})
+}
+
+func TestSiLUMulAndAdd(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(15, 16))
+		for _, n := range append(rowSizes, 100003) {
+			g := randMat(r, 1, n, n)
+			u := randMat(r, 1, n, n)
+			for i := range g {
+				g[i] *= 6
+			}
+			g[0] = -100 // exp overflow range
+			if n > 1 {
+				g[1] = 100
+			}
+			dst := make([]float32, n)
+			SiLUMul(dst, g, u)
+			for i := range dst {
+				gv := float64(g[i])
+				want := gv / (1 + math.Exp(-gv)) * float64(u[i])
+				near(t, "SiLUMul", i, dst[i], want, 2e-6*math.Abs(want)+1e-30)
+			}
+			ref := append([]float32(nil), dst...)
+			AddInPlace(dst, u)
+			for i := range dst {
+				if dst[i] != ref[i]+u[i] {
+					t.Fatalf("AddInPlace[%d] = %v, want %v", i, dst[i], ref[i]+u[i])
+				}
+			}
+		}
+	})
+}
