@@ -246,41 +246,63 @@ func (c *Checkpoint) Raw(name string) ([]byte, error) {
 	return f.Raw(name)
 }
 
-// Float32 returns the tensor converted to float32 on the host (a new slice).
-func (c *Checkpoint) Float32(name string) ([]float32, error) {
+// Shape returns the tensor's shape and whether the checkpoint holds it.
+func (c *Checkpoint) Shape(name string) ([]int, bool) {
+	info, ok := c.Info(name)
+	return info.Shape, ok
+}
+
+// Convert runs convert over the bytes of tensor name, in pieces of whole
+// elements: at is the element index of the piece's first element (see
+// ConvertChecked). With check, each piece is scanned for NaN and infinite
+// values right after it is converted, so the check costs no pass of its
+// own over the weights, and nf reports them (nf.Count is 0 when there is
+// none); without it, convert gets all the bytes at once.
+func (c *Checkpoint) Convert(name string, check bool, convert func(at int, piece []byte)) (nf NonFiniteTensor, err error) {
 	info, ok := c.Info(name)
 	if !ok {
-		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+		return nf, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
 	raw, err := c.Raw(name)
 	if err != nil {
-		return nil, err
+		return nf, err
 	}
-	out, err := ToFloat32(info.DType, raw)
-	if err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	if err := checkRaw(info.DType, raw); err != nil {
+		return nf, fmt.Errorf("tensor %q: %w", name, err)
 	}
-	return out, nil
+	if !check {
+		convert(0, raw)
+		return nf, nil
+	}
+	if count, first := ConvertChecked(info.DType, raw, convert); count > 0 {
+		nf = NonFiniteTensor{Name: name, DType: info.DType, Count: count, Elements: info.NumElements(), First: first}
+	}
+	return nf, nil
+}
+
+// Float32 returns the tensor converted to float32 on the host (a new slice).
+func (c *Checkpoint) Float32(name string) ([]float32, error) {
+	out, _, err := c.float32(name, false)
+	return out, err
 }
 
 // Float32Checked is Float32 that also reports NaN and infinite values,
-// counted while converting (ConvertChecked), so the check costs no pass of
-// its own over the weights: nf.Count is 0 when there is none.
+// counted while converting (Convert), so the check costs no pass of its
+// own over the weights: nf.Count is 0 when there is none.
 func (c *Checkpoint) Float32Checked(name string) (out []float32, nf NonFiniteTensor, err error) {
+	return c.float32(name, true)
+}
+
+func (c *Checkpoint) float32(name string, check bool) ([]float32, NonFiniteTensor, error) {
 	info, ok := c.Info(name)
 	if !ok {
-		return nil, nf, fmt.Errorf("checkpoint has no tensor %q", name)
+		return nil, NonFiniteTensor{}, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
-	raw, err := c.Raw(name)
+	d := info.DType
+	out := make([]float32, info.NumElements())
+	nf, err := c.Convert(name, check, func(at int, piece []byte) { DecodeFloat32(out[at:], d, piece) })
 	if err != nil {
 		return nil, nf, err
-	}
-	out, count, first, err := ToFloat32Checked(info.DType, raw)
-	if err != nil {
-		return nil, nf, fmt.Errorf("tensor %q: %w", name, err)
-	}
-	if count > 0 {
-		nf = NonFiniteTensor{Name: name, DType: info.DType, Count: count, Elements: info.NumElements(), First: first}
 	}
 	return out, nf, nil
 }

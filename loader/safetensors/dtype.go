@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // DType is a safetensors element type, spelled as in the file header.
@@ -53,7 +54,7 @@ func ToFloat32(d DType, raw []byte) ([]float32, error) {
 		return nil, err
 	}
 	out := make([]float32, len(raw)/d.Size())
-	decodeFloat32(out, d, raw)
+	DecodeFloat32(out, d, raw)
 	return out, nil
 }
 
@@ -64,7 +65,7 @@ func ToFloat32Checked(d DType, raw []byte) (out []float32, count, first int64, e
 		return nil, 0, -1, err
 	}
 	out = make([]float32, len(raw)/d.Size())
-	count, first = ConvertChecked(d, raw, func(at int, piece []byte) { decodeFloat32(out[at:], d, piece) })
+	count, first = ConvertChecked(d, raw, func(at int, piece []byte) { DecodeFloat32(out[at:], d, piece) })
 	return out, count, first, nil
 }
 
@@ -80,14 +81,23 @@ func checkRaw(d DType, raw []byte) error {
 	return nil
 }
 
-// decodeFloat32 converts the elements of raw (dtype d, a known one) into
-// out[:len(raw)/d.Size()].
-func decodeFloat32(out []float32, d DType, raw []byte) {
+// hostLittleEndian reports whether little-endian F32 bytes can be copied
+// into a []float32 as they are.
+var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// DecodeFloat32 converts the little-endian elements of raw (dtype d, a
+// known one: see Valid) into out[:len(raw)/d.Size()]. Integer and bool
+// types convert by value. On a little-endian host F32 is copied.
+func DecodeFloat32(out []float32, d DType, raw []byte) {
 	n := len(raw) / d.Size()
 	out = out[:n]
 	le := binary.LittleEndian
 	switch d {
 	case F32:
+		if hostLittleEndian && n > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*n), raw)
+			return
+		}
 		for i := range out {
 			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
 		}
@@ -131,6 +141,34 @@ func decodeFloat32(out []float32, d DType, raw []byte) {
 	case U8, BOOL:
 		for i, b := range raw {
 			out[i] = float32(b)
+		}
+	}
+}
+
+// DecodeBFloat16 converts the little-endian elements of raw (dtype F32,
+// F16 or BF16) into bfloat16 bit patterns at out[:len(raw)/d.Size()],
+// rounding to nearest even (BF16 is copied). T is any uint16 type, such as
+// GoMLX's bfloat16.BFloat16. Other dtypes leave out unchanged.
+func DecodeBFloat16[T ~uint16](out []T, d DType, raw []byte) {
+	le := binary.LittleEndian
+	n := len(raw) / d.Size()
+	out = out[:n]
+	switch d {
+	case BF16:
+		if hostLittleEndian && n > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 2*n), raw)
+			return
+		}
+		for i := range out {
+			out[i] = T(le.Uint16(raw[2*i:]))
+		}
+	case F32:
+		for i := range out {
+			out[i] = T(Float32ToBF16(math.Float32frombits(le.Uint32(raw[4*i:]))))
+		}
+	case F16:
+		for i := range out {
+			out[i] = T(Float32ToBF16(HalfToFloat32(le.Uint16(raw[2*i:]))))
 		}
 	}
 }

@@ -2,16 +2,13 @@ package lm
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -92,64 +89,28 @@ func Load(dir string) (*Loaded, error) {
 }
 
 func (l *Loaded) check() error {
-	var missing, misshapen, badType, unused []string
-	want := map[string]bool{}
-	for _, w := range l.weights {
-		want[w.Name] = true
-		info, ok := l.ckpt.Info(w.Name)
-		if !ok {
-			missing = append(missing, w.Name)
-			continue
-		}
-		if !slices.Equal(info.Shape, w.Shape) {
-			misshapen = append(misshapen, fmt.Sprintf("%s: shape %v, want %v", w.Name, info.Shape, w.Shape))
-		}
-		switch info.DType {
-		case safetensors.F32, safetensors.F16, safetensors.BF16:
-		default:
-			badType = append(badType, fmt.Sprintf("%s: dtype %s (want F32, F16 or BF16)", w.Name, info.DType))
-		}
-	}
+	const head = "lm_head.weight"
 	spec := l.Model.Spec()
-	for _, name := range l.ckpt.Names() {
-		if want[name] || ignoredBuffer(name) {
-			continue
-		}
-		if _, skip := skipWeight(l.Model, name); skip {
-			continue
-		}
-		if name == "lm_head.weight" && spec.TieEmbeddings {
-			if err := l.checkTiedHead(); err != nil {
-				return err
-			}
-			continue
-		}
-		unused = append(unused, name)
+	strict := safetensors.NewStrict(l.ckpt)
+	for _, w := range l.weights {
+		strict.Expect(w.Name, w.Shape...)
 	}
-	var problems []string
-	add := func(what string, names []string) {
-		if len(names) == 0 {
-			return
+	strict.RequireDTypes(safetensors.F32, safetensors.F16, safetensors.BF16)
+	strict.IgnoreIf(ignoredBuffer)
+	skipped := func(name string) bool { _, skip := skipWeight(l.Model, name); return skip }
+	strict.IgnoreIf(skipped)
+	if spec.TieEmbeddings && l.ckpt.Has(head) && !strict.Expected(head) && !ignoredBuffer(head) && !skipped(head) {
+		if err := l.checkTiedHead(); err != nil {
+			return err
 		}
-		shown := names
-		if len(shown) > maxListed {
-			shown = shown[:maxListed]
-		}
-		msg := fmt.Sprintf("%d %s: %s", len(names), what, strings.Join(shown, "; "))
-		if len(names) > maxListed {
-			msg += fmt.Sprintf("; and %d more", len(names)-maxListed)
-		}
-		problems = append(problems, msg)
+		strict.Ignore(head)
 	}
-	add("missing tensors", missing)
-	add("misshapen tensors", misshapen)
-	add("tensors of unsupported dtype", badType)
-	add("unused tensors (this architecture does not read them)", unused)
+	problems := strict.Problems()
 	if len(problems) == 0 {
 		return nil
 	}
 	return errs.Unsupportedf("checkpoint %s does not match %s (%s config): %s",
-		l.Dir, spec.Architecture, l.Config.Path, strings.Join(problems, "; "))
+		l.Dir, spec.Architecture, l.Config.Path, strings.Join(problems.Grouped(maxListed), "; "))
 }
 
 func (l *Loaded) checkTiedHead() error {
@@ -199,84 +160,33 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 	if !ok {
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
-	raw, err := l.ckpt.Raw(name)
-	if err != nil {
-		return nil, err
-	}
 	switch dtype {
 	case dtypes.Float32, dtypes.BFloat16:
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
 	t := tensors.FromShape(shapes.Make(dtype, info.Shape...))
-	var count, first int64
+	var (
+		nf  safetensors.NonFiniteTensor
+		err error
+	)
 	t.MustMutableFlatData(func(flat any) {
 		var convert func(at int, piece []byte)
 		switch out := flat.(type) {
 		case []float32:
-			convert = func(at int, piece []byte) { decodeFloat32(out[at:], info.DType, piece) }
+			convert = func(at int, piece []byte) { safetensors.DecodeFloat32(out[at:], info.DType, piece) }
 		case []bfloat16.BFloat16:
-			convert = func(at int, piece []byte) { decodeBFloat16(out[at:], info.DType, piece) }
+			convert = func(at int, piece []byte) { safetensors.DecodeBFloat16(out[at:], info.DType, piece) }
 		}
-		if l.OnNonFinite == nil {
-			convert(0, raw)
-			return
-		}
-		count, first = safetensors.ConvertChecked(info.DType, raw, convert)
+		nf, err = l.ckpt.Convert(name, l.OnNonFinite != nil, convert)
 	})
-	if count > 0 {
-		l.OnNonFinite(safetensors.NonFiniteTensor{Name: name, DType: info.DType, Count: count, Elements: info.NumElements(), First: first})
+	if err != nil {
+		return nil, err
+	}
+	if nf.Count > 0 {
+		l.OnNonFinite(nf)
 	}
 	return t, nil
-}
-
-// hostLittleEndian reports whether float32 bytes can be copied as is.
-var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// decodeFloat32 converts little-endian F32/F16/BF16 bytes into the start
-// of out.
-func decodeFloat32(out []float32, d safetensors.DType, raw []byte) {
-	le := binary.LittleEndian
-	out = out[:len(raw)/d.Size()]
-	switch d {
-	case safetensors.F32:
-		if hostLittleEndian && len(out) > 0 {
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 4*len(out)), raw)
-			return
-		}
-		for i := range out {
-			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
-		}
-	case safetensors.F16:
-		for i := range out {
-			out[i] = safetensors.HalfToFloat32(le.Uint16(raw[2*i:]))
-		}
-	case safetensors.BF16:
-		for i := range out {
-			out[i] = math.Float32frombits(uint32(le.Uint16(raw[2*i:])) << 16)
-		}
-	}
-}
-
-// decodeBFloat16 converts little-endian F32/F16/BF16 bytes into bfloat16
-// (round to nearest even; BF16 is copied) at the start of out.
-func decodeBFloat16(out []bfloat16.BFloat16, d safetensors.DType, raw []byte) {
-	le := binary.LittleEndian
-	out = out[:len(raw)/d.Size()]
-	switch d {
-	case safetensors.BF16:
-		for i := range out {
-			out[i] = bfloat16.BFloat16(le.Uint16(raw[2*i:]))
-		}
-	case safetensors.F32:
-		for i := range out {
-			out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(math.Float32frombits(le.Uint32(raw[4*i:]))))
-		}
-	case safetensors.F16:
-		for i := range out {
-			out[i] = bfloat16.BFloat16(safetensors.Float32ToBF16(safetensors.HalfToFloat32(le.Uint16(raw[2*i:]))))
-		}
-	}
 }
 
 // Close unmaps the checkpoint.

@@ -3,7 +3,6 @@ package blocks
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -25,39 +24,35 @@ type Param struct {
 func (p *Param) Index() int { return p.index }
 
 // Source is what a model loads its tensors from: a safetensors checkpoint
-// (loader/safetensors.Checkpoint satisfies it) or anything else with names,
-// shapes and float32 data.
+// (see FromCheckpoint) or anything else with names, shapes and float32
+// data.
 type Source interface {
-	Names() []string
-	// Shape returns the tensor's shape and whether it exists.
-	Shape(name string) ([]int, bool)
+	safetensors.Shapes
 	// Float32 returns the tensor converted to float32 on the host.
 	Float32(name string) ([]float32, error)
 }
 
-// Loader collects the tensors a model declares while it is built, checking
-// each against the source, so that loading is strict: a missing tensor, a
-// tensor with the wrong shape, and a tensor in the checkpoint that nothing
-// reads are all errors naming the tensor.
+// Loader collects the tensors a model declares while it is built, so that
+// loading is strict (safetensors.Strict): a missing tensor, a tensor with
+// the wrong shape, and a tensor in the checkpoint that nothing reads are
+// all errors naming the tensor, reported together by Finish.
 type Loader struct {
 	component string
 	src       Source
+	strict    *safetensors.Strict
 	params    []*Param
-	byName    map[string]*Param
-	problems  []string
-	// ignored are checkpoint tensors that may be present and are not used
-	// (non-persistent buffers that older exports saved).
-	ignored map[string]bool
-	// aliases maps a declared name to an older name it may be stored under.
-	aliases map[string]string
 	// skipFrom: params with index >= skipFrom are checked but not loaded.
 	skipFrom int
 }
 
-// NewLoader starts loading component (e.g. "unet") from src.
+// NewLoader starts loading component (e.g. "unet") from src. A linear
+// weight stored as a 1x1 convolution ([out, in, 1, 1] for [out, in]) and
+// the reverse are accepted, as diffusers converts them silently for
+// attention projections.
 func NewLoader(component string, src Source) *Loader {
-	return &Loader{component: component, src: src, byName: map[string]*Param{}, ignored: map[string]bool{},
-		aliases: map[string]string{}, skipFrom: -1}
+	strict := safetensors.NewStrict(src)
+	strict.LinearAsConv = true
+	return &Loader{component: component, src: src, strict: strict, skipFrom: -1}
 }
 
 // Len returns the number of tensors declared so far.
@@ -75,109 +70,42 @@ func (l *Loader) Component() string { return l.component }
 // Ignore marks a checkpoint tensor that may be present but is not a weight
 // (e.g. text_model.embeddings.position_ids). Its shape is still checked when
 // shape is not nil.
-func (l *Loader) Ignore(name string, shape ...int) {
-	l.ignored[name] = true
-	if got, ok := l.src.Shape(name); ok && shape != nil && !slices.Equal(got, shape) {
-		l.problems = append(l.problems, fmt.Sprintf("tensor %q has shape %v, want %v", name, got, shape))
-	}
-}
+func (l *Loader) Ignore(name string, shape ...int) { l.strict.Ignore(name, shape...) }
 
 // Alias lets the tensor declared as name be read from old when the
 // checkpoint has no tensor called name (deprecated diffusers layouts).
-func (l *Loader) Alias(name, old string) { l.aliases[name] = old }
+func (l *Loader) Alias(name, old string) { l.strict.Alias(name, old) }
 
 // Take declares a tensor the model reads. Problems are collected and
 // reported together by Finish.
 func (l *Loader) Take(name string, shape ...int) *Param {
-	if p, ok := l.byName[name]; ok {
-		if !slices.Equal(p.Shape, shape) {
-			l.problems = append(l.problems, fmt.Sprintf("tensor %q declared twice with shapes %v and %v (bug in the model code)", name, p.Shape, shape))
-		}
-		return p
+	i := l.strict.Expect(name, shape...)
+	if i < len(l.params) {
+		return l.params[i]
 	}
-	p := &Param{Name: name, Shape: slices.Clone(shape), index: len(l.params)}
+	p := &Param{Name: name, Shape: slices.Clone(shape), index: i}
 	l.params = append(l.params, p)
-	l.byName[name] = p
-	stored := l.stored(p)
-	got, ok := l.src.Shape(stored)
-	switch {
-	case !ok:
-		l.problems = append(l.problems, fmt.Sprintf("missing tensor %q (shape %v)", name, shape))
-	case !sameShape(got, shape):
-		l.problems = append(l.problems, fmt.Sprintf("tensor %q has shape %v, want %v", stored, got, shape))
-	}
 	return p
 }
 
-// stored returns the name p is stored under in the source.
-func (l *Loader) stored(p *Param) string {
-	if _, ok := l.src.Shape(p.Name); !ok {
-		if old, ok := l.aliases[p.Name]; ok {
-			if _, ok := l.src.Shape(old); ok {
-				return old
-			}
-		}
-	}
-	return p.Name
-}
-
-// sameShape compares shapes, accepting a linear layer stored as a 1x1
-// convolution ([out, in, 1, 1] for [out, in]) and the reverse, which
-// diffusers converts silently for attention projections.
-func sameShape(got, want []int) bool {
-	if slices.Equal(got, want) {
-		return true
-	}
-	squeeze := func(s []int) []int {
-		if len(s) == 4 && s[2] == 1 && s[3] == 1 {
-			return s[:2]
-		}
-		return s
-	}
-	return slices.Equal(squeeze(got), squeeze(want))
-}
-
 // Errorf records a configuration problem found while building.
-func (l *Loader) Errorf(format string, args ...any) {
-	l.problems = append(l.problems, fmt.Sprintf(format, args...))
-}
+func (l *Loader) Errorf(format string, args ...any) { l.strict.Errorf(format, args...) }
 
 // Finish checks that every checkpoint tensor was declared, reads the
 // tensors as float32 and places them on the backend. The returned Weights
 // holds them in declaration order.
 func (l *Loader) Finish(backend backends.Backend) (*Weights, error) {
-	used := map[string]bool{}
-	for _, p := range l.params {
-		used[l.stored(p)] = true
-	}
-	var unused []string
-	for _, name := range l.src.Names() {
-		if !used[name] && !l.ignored[name] {
-			unused = append(unused, name)
-		}
-	}
-	problems := l.problems
-	if len(unused) > 0 {
-		sort.Strings(unused)
-		for _, n := range unused {
-			problems = append(problems, fmt.Sprintf("unused tensor %q", n))
-		}
-	}
-	if len(problems) > 0 {
+	if problems := l.strict.Problems(); len(problems) > 0 {
 		const max = 20
-		msg := problems
-		if len(msg) > max {
-			msg = append(slices.Clone(msg[:max]), fmt.Sprintf("... and %d more", len(problems)-max))
-		}
 		return nil, errs.Unsupportedf("%s: checkpoint does not match its config (%d problem(s)):\n  %s",
-			l.component, len(problems), strings.Join(msg, "\n  "))
+			l.component, len(problems), strings.Join(problems.Lines(max), "\n  "))
 	}
 	w := &Weights{Params: l.params, Tensors: make([]*tensors.Tensor, len(l.params))}
 	for i, p := range l.params {
 		if l.skipFrom >= 0 && i >= l.skipFrom {
 			continue
 		}
-		data, err := l.src.Float32(l.stored(p))
+		data, err := l.src.Float32(l.strict.Stored(i))
 		if err != nil {
 			w.Finalize()
 			return nil, fmt.Errorf("%s: %w", l.component, err)
@@ -254,14 +182,8 @@ func FromCheckpointChecked(c *safetensors.Checkpoint, onNonFinite func(safetenso
 	return checkpointSource{c: c, onNonFinite: onNonFinite}
 }
 
-func (s checkpointSource) Names() []string { return s.c.Names() }
-func (s checkpointSource) Shape(name string) ([]int, bool) {
-	info, ok := s.c.Info(name)
-	if !ok {
-		return nil, false
-	}
-	return info.Shape, true
-}
+func (s checkpointSource) Names() []string                 { return s.c.Names() }
+func (s checkpointSource) Shape(name string) ([]int, bool) { return s.c.Shape(name) }
 func (s checkpointSource) Float32(name string) ([]float32, error) {
 	if s.onNonFinite == nil {
 		return s.c.Float32(name)
