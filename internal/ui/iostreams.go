@@ -1,7 +1,8 @@
 // Package ui is tputool's output layer: the IO streams with their TTY facts,
-// the reporter that shows progress and logs on stderr (bars on a terminal,
-// throttled plain lines in CI logs, NDJSON under --json, nothing under
-// --quiet), and table/JSON writers for results on stdout.
+// the Reporter that commands tell about progress, logs and events on stderr,
+// the two Printers it hands them to (text: bars on a terminal, throttled
+// plain lines in CI logs, only warnings under --quiet; JSON: NDJSON under
+// --json), and table/JSON writers for results on stdout.
 //
 // Commands receive an *IOStreams and never write to os.Stdout directly, so
 // tests can inject buffers and choose whether each stream "is" a TTY.

@@ -1,16 +1,9 @@
 package ui
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
-
-	"github.com/tputool/tputool/internal/humanize"
 )
 
 // Unit says how a task's counts are shown.
@@ -24,7 +17,8 @@ const (
 	UnitItems  Unit = "items"
 )
 
-// Mode is how a Reporter shows progress.
+// Mode is how the flags ask for progress to be shown. ModeQuiet, ModeBar
+// and ModePlain are the text printer's; ModeJSON is the JSON printer's.
 type Mode int
 
 const (
@@ -39,6 +33,68 @@ const (
 	ModeJSON
 )
 
+// Level is the level of a log message.
+type Level int
+
+// Log levels. Debug messages are printed only under --verbose; warnings
+// are printed even under --quiet.
+const (
+	LevelDebug Level = iota
+	LevelInfo
+	LevelWarning
+)
+
+// String is the level as the JSON printer writes it.
+func (l Level) String() string {
+	switch l {
+	case LevelDebug:
+		return "debug"
+	case LevelInfo:
+		return "info"
+	case LevelWarning:
+		return "warning"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// Printer shows what a Reporter is told. The flags choose one, once, in
+// NewReporter: the text printer (text.go: bars on a terminal, plain lines
+// every few seconds otherwise, only warnings under --quiet) or the JSON
+// printer (json.go: NDJSON events with a "type" field). Another output,
+// such as a server's JSON access log, is one more Printer, handed over in
+// ReporterOptions.Printer. A Printer must be safe for concurrent use.
+type Printer interface {
+	// Log prints a message. Debug messages reach it only under --verbose.
+	Log(level Level, msg string)
+	// Event prints a structured event of type typ (a bench row, a
+	// summary): text is its line for people, fields its members for
+	// machines. Either may be left unused.
+	Event(typ, text string, fields map[string]any)
+	// StartTask begins showing a task whose state at start is s.
+	StartTask(s TaskStatus) TaskPrinter
+}
+
+// TaskPrinter shows the progress of one task. Update is called on every
+// change (the printer throttles as it sees fit), Done once, at the end.
+type TaskPrinter interface {
+	Update(s TaskStatus)
+	Done(s TaskStatus)
+}
+
+// TaskStatus is the state of a task at one moment.
+type TaskStatus struct {
+	Name string
+	Unit Unit
+	// Current is the count so far; Total <= 0 means unknown.
+	Current, Total int64
+	// Started is when the task began, Now the moment of this status.
+	Started, Now time.Time
+	Done         bool
+}
+
+// Elapsed is the time since the task began.
+func (s TaskStatus) Elapsed() time.Duration { return s.Now.Sub(s.Started) }
+
 // ReporterOptions selects how progress and logs are shown.
 type ReporterOptions struct {
 	JSON       bool
@@ -50,6 +106,8 @@ type ReporterOptions struct {
 	// PlainInterval is the minimum time between two plain progress lines of
 	// one task (default 5 s). JSON progress uses the same throttle.
 	PlainInterval time.Duration
+	// Printer, when set, replaces the printer the flags choose.
+	Printer Printer
 }
 
 // ChooseMode applies the rules of the output layer: bars only when stderr is
@@ -68,136 +126,80 @@ func ChooseMode(io *IOStreams, o ReporterOptions) Mode {
 	}
 }
 
-// Reporter writes progress, logs and metrics to stderr. It is safe for
-// concurrent use (parallel downloads report at once).
+// Reporter is what commands call to report progress, logs and events on
+// stderr: it keeps the tasks' state, the clock and the verbosity, and
+// hands what is to be shown to its Printer. It is safe for concurrent use
+// (parallel downloads report at once).
 type Reporter struct {
-	io       *IOStreams
-	mode     Mode
-	verbose  bool
-	now      func() time.Time
-	interval time.Duration
-	mu       sync.Mutex
+	p       Printer
+	mode    Mode
+	verbose bool
+	now     func() time.Time
 }
 
-// NewReporter returns a reporter writing to io.ErrOut.
+// NewReporter returns a reporter writing to io.ErrOut with the printer the
+// options choose (ChooseMode).
 func NewReporter(io *IOStreams, o ReporterOptions) *Reporter {
-	r := &Reporter{io: io, mode: ChooseMode(io, o), verbose: o.Verbose && !o.Quiet, now: o.Now, interval: o.PlainInterval}
+	r := &Reporter{p: o.Printer, mode: ChooseMode(io, o), verbose: o.Verbose && !o.Quiet, now: o.Now}
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if r.interval == 0 {
-		r.interval = 5 * time.Second
+	interval := o.PlainInterval
+	if interval == 0 {
+		interval = 5 * time.Second
+	}
+	if r.p == nil {
+		if r.mode == ModeJSON {
+			r.p = NewJSONPrinter(io.ErrOut, interval)
+		} else {
+			r.p = NewTextPrinter(io, r.mode, interval)
+		}
 	}
 	return r
 }
 
-// Mode returns the chosen mode.
+// Mode returns the mode the flags chose.
 func (r *Reporter) Mode() Mode { return r.mode }
 
 // Verbose reports whether --verbose output is wanted.
 func (r *Reporter) Verbose() bool { return r.verbose }
 
-func (r *Reporter) writeJSON(v map[string]any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.io.ErrOut.Write(append(b, '\n'))
-}
-
-func (r *Reporter) writeLine(s string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	io.WriteString(r.io.ErrOut, s+"\n")
-}
-
-func (r *Reporter) log(level, prefix, colour string, always bool, format string, args []any) {
-	msg := fmt.Sprintf(format, args...)
-	switch {
-	case r.mode == ModeJSON:
-		r.writeJSON(map[string]any{"type": "log", "level": level, "message": msg})
-	case r.mode == ModeQuiet && !always:
-	default:
-		if prefix != "" && r.io.ColorEnabled() {
-			prefix = colour + prefix + "\x1b[0m"
-		}
-		r.writeLine(prefix + msg)
-	}
-}
-
 // Infof prints an informational line (hidden under --quiet).
-func (r *Reporter) Infof(format string, args ...any) { r.log("info", "", "", false, format, args) }
+func (r *Reporter) Infof(format string, args ...any) {
+	r.p.Log(LevelInfo, fmt.Sprintf(format, args...))
+}
 
 // Debugf prints only under --verbose.
 func (r *Reporter) Debugf(format string, args ...any) {
 	if r.verbose {
-		r.log("debug", "", "", false, format, args)
+		r.p.Log(LevelDebug, fmt.Sprintf(format, args...))
 	}
 }
 
 // Warnf prints a warning; warnings show even under --quiet.
 func (r *Reporter) Warnf(format string, args ...any) {
-	r.log("warning", "warning: ", "\x1b[33m", true, format, args)
+	r.p.Log(LevelWarning, fmt.Sprintf(format, args...))
 }
 
 // Event writes a structured event: an NDJSON object with the given type under
 // --json, and the text line otherwise (unless quiet).
 func (r *Reporter) Event(typ, text string, fields map[string]any) {
-	if r.mode == ModeJSON {
-		ev := map[string]any{"type": typ}
-		for k, v := range fields {
-			ev[k] = v
-		}
-		r.writeJSON(ev)
-		return
-	}
-	if r.mode != ModeQuiet && text != "" {
-		r.writeLine(text)
-	}
+	r.p.Event(typ, text, fields)
 }
 
 // Task is one progress-tracked piece of work.
 type Task struct {
-	r       *Reporter
-	name    string
-	unit    Unit
-	total   int64
-	current int64
-	last    time.Time
-	started time.Time
-	bar     *progressbar.ProgressBar
-	done    bool
-	mu      sync.Mutex
+	r  *Reporter
+	p  TaskPrinter
+	mu sync.Mutex
+	s  TaskStatus
 }
 
 // Start begins a task; total <= 0 means unknown.
 func (r *Reporter) Start(name string, total int64, unit Unit) *Task {
-	t := &Task{r: r, name: name, unit: unit, total: total, started: r.now()}
-	if r.mode == ModeBar {
-		max := total
-		if max <= 0 {
-			max = -1
-		}
-		opts := []progressbar.Option{
-			progressbar.OptionSetWriter(r.io.ErrOut),
-			progressbar.OptionSetDescription(name),
-			progressbar.OptionThrottle(100 * time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionEnableColorCodes(false),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetRenderBlankState(true),
-		}
-		if unit == UnitBytes {
-			opts = append(opts, progressbar.OptionShowBytes(true))
-		} else {
-			opts = append(opts, progressbar.OptionSetItsString(string(unit)), progressbar.OptionShowIts())
-		}
-		t.bar = progressbar.NewOptions64(max, opts...)
-	}
-	t.emit(true)
+	now := r.now()
+	t := &Task{r: r, s: TaskStatus{Name: name, Unit: unit, Total: total, Started: now, Now: now}}
+	t.p = r.p.StartTask(t.s)
 	return t
 }
 
@@ -208,82 +210,47 @@ func (t *Task) Add(n int64) { t.Set(t.Current() + n) }
 func (t *Task) Current() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.current
+	return t.s.Current
 }
 
 // Set moves the task to n.
 func (t *Task) Set(n int64) {
+	now := t.r.now()
 	t.mu.Lock()
-	t.current = n
-	bar := t.bar
+	t.s.Current, t.s.Now = n, now
+	s := t.s
 	t.mu.Unlock()
-	if bar != nil {
-		bar.Set64(n)
-		return
-	}
-	t.emit(false)
+	t.p.Update(s)
 }
 
 // Done finishes the task: clears the bar, or prints a final line.
 func (t *Task) Done() {
+	now := t.r.now()
 	t.mu.Lock()
-	if t.done {
+	if t.s.Done {
 		t.mu.Unlock()
 		return
 	}
-	t.done = true
-	bar := t.bar
+	t.s.Done, t.s.Now = true, now
+	s := t.s
 	t.mu.Unlock()
-	if bar != nil {
-		bar.Finish()
-		return
-	}
-	t.emit(true)
+	t.p.Done(s)
 }
 
-// emit prints a plain or JSON progress line, throttled unless forced.
-func (t *Task) emit(force bool) {
-	r := t.r
-	if r.mode != ModePlain && r.mode != ModeJSON {
-		return
-	}
-	now := r.now()
-	t.mu.Lock()
-	if !force && now.Sub(t.last) < r.interval {
-		t.mu.Unlock()
-		return
-	}
-	t.last = now
-	cur, total, done := t.current, t.total, t.done
-	elapsed := now.Sub(t.started)
-	t.mu.Unlock()
-	if r.mode == ModeJSON {
-		ev := map[string]any{"type": "progress", "task": t.name, "unit": string(t.unit), "current": cur, "done": done,
-			"elapsed_s": elapsed.Seconds()}
-		if total > 0 {
-			ev["total"] = total
-			ev["percent"] = float64(cur) * 100 / float64(total)
-		}
-		r.writeJSON(ev)
-		return
-	}
-	var b strings.Builder
-	b.WriteString(t.name)
-	b.WriteString(": ")
-	if total > 0 {
-		fmt.Fprintf(&b, "%3.0f%% (%s/%s)", float64(cur)*100/float64(total), t.format(cur), t.format(total))
-	} else {
-		b.WriteString(t.format(cur))
-	}
-	if done {
-		fmt.Fprintf(&b, " done in %s", elapsed.Round(time.Millisecond))
-	}
-	r.writeLine(b.String())
+// throttle lets a line through at most once per interval, except when
+// forced (a task's first and last lines).
+type throttle struct {
+	mu       sync.Mutex
+	interval time.Duration
+	last     time.Time
 }
 
-func (t *Task) format(n int64) string {
-	if t.unit == UnitBytes {
-		return humanize.Bytes(n)
+func (th *throttle) due(now time.Time, force bool) bool {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	if !force && now.Sub(th.last) < th.interval {
+		return false
 	}
-	return fmt.Sprintf("%d %s", n, t.unit)
+	th.last = now
+	return true
 }

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +127,56 @@ func TestTableAndJSON(t *testing.T) {
 	var md bytes.Buffer
 	require.NoError(t, MarkdownTable(&md, []string{"a", "b"}, [][]string{{"1", "2"}}))
 	assert.Contains(t, md.String(), "| 1 | 2 |")
+}
+
+// recorder is a third printer, as a server's access log would be: it sees
+// every operation the commands call, already filtered by verbosity.
+type recorder struct {
+	lines []string
+}
+
+func (p *recorder) Log(level Level, msg string) { p.lines = append(p.lines, level.String()+" "+msg) }
+func (p *recorder) Event(typ, text string, fields map[string]any) {
+	p.lines = append(p.lines, "event "+typ+" "+text)
+}
+func (p *recorder) StartTask(s TaskStatus) TaskPrinter {
+	p.lines = append(p.lines, "start "+s.Name)
+	return p
+}
+func (p *recorder) Update(s TaskStatus) {
+	p.lines = append(p.lines, fmt.Sprintf("update %d/%d after %s", s.Current, s.Total, s.Elapsed()))
+}
+func (p *recorder) Done(s TaskStatus) { p.lines = append(p.lines, fmt.Sprintf("done %v", s.Done)) }
+
+func TestReporterWithAnotherPrinter(t *testing.T) {
+	s, _, out, errOut := Test()
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	p := &recorder{}
+	r := NewReporter(s, ReporterOptions{Printer: p, Now: clk.now})
+	task := r.Start("load", 4, UnitItems)
+	clk.advance(time.Second)
+	task.Add(2)
+	task.Done()
+	task.Done()
+	r.Infof("n=%d", 1)
+	r.Debugf("hidden without --verbose")
+	r.Warnf("w")
+	r.Event("summary", "all done", map[string]any{"n": 1})
+	assert.Equal(t, []string{"start load", "update 2/4 after 1s", "done true", "info n=1", "warning w", "event summary all done"}, p.lines)
+	assert.Empty(t, out.String())
+	assert.Empty(t, errOut.String(), "the chosen printer replaces the text printer")
+}
+
+func TestTextEventLines(t *testing.T) {
+	s, _, _, errOut := Test()
+	r := NewReporter(s, ReporterOptions{})
+	r.Event("bench_row", "row 1", map[string]any{"row": 1})
+	r.Event("bench_row", "", nil)
+	assert.Equal(t, "row 1\n", errOut.String())
+	errOut.Reset()
+	NewReporter(s, ReporterOptions{Quiet: true}).Event("bench_row", "row 1", nil)
+	assert.Empty(t, errOut.String())
+	errOut.Reset()
+	NewReporter(s, ReporterOptions{JSON: true}).Event("bench_row", "row 1", map[string]any{"row": 1})
+	assert.Equal(t, "{\"row\":1,\"type\":\"bench_row\"}\n", errOut.String())
 }
