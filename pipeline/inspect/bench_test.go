@@ -15,7 +15,7 @@ import (
 
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
-	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/pipeline/inspect"
 )
 
 type benchTensor struct {

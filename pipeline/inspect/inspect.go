@@ -22,6 +22,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -71,6 +72,14 @@ type Report struct {
 	Components []Component `json:"components,omitempty"`
 	// Skipped groups tensors the text-only path does not load.
 	Skipped []SkippedGroup `json:"skipped,omitempty"`
+	// Supported is set when tputool runs the architecture (pipeline/lm's
+	// registry): skipped tensors, the state and Mismatches then come from
+	// tputool's own implementation, not from config.json alone.
+	Supported bool `json:"supported"`
+	// Mismatches lists what keeps tputool from loading the checkpoint with
+	// its config: missing, misshapen, wrongly typed and unused tensors, or
+	// a config the architecture refuses; empty when generate would load it.
+	Mismatches []Mismatch `json:"mismatches,omitempty"`
 
 	Memory Memory          `json:"memory"`
 	Fit    []tpu.FitResult `json:"fit"`
@@ -221,12 +230,22 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 		}
 		r.Text = text
 		multimodal := cfg.Text != nil || cfg.Has("vision_config") || cfg.Has("audio_config")
+		// The architecture, when tputool runs it, decides which tensors
+		// are read, skipped or missing, and what state generation keeps.
+		arch := checkArchitecture(r, tensors, cfg)
 		// skip[i] says why tensors[i] is outside the text-only path ("" when
 		// used); computed once, it is read by four passes over 19k names in
 		// a 128-expert MoE.
 		skip := make([]string, len(tensors))
 		for i, t := range tensors {
 			skip[i] = skipKind(t.Name, multimodal)
+			if arch != nil {
+				if _, skipped := lm.SkipReason(arch, t.Name); !skipped {
+					skip[i] = ""
+				} else if skip[i] == "" {
+					skip[i] = "other"
+				}
+			}
 		}
 		r.Params.summarize(tensors, skip)
 		r.Skipped = skippedGroups(tensors, skip)
@@ -248,7 +267,11 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 		if kvElem == 0 {
 			kvElem = 2 // auto: the KV cache runs in bf16
 		}
-		r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
+		if arch != nil {
+			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, kvElem)
+		} else {
+			r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
+		}
 		if text.MaxPositions > 0 && opts.Context > text.MaxPositions {
 			r.Notes = append(r.Notes, fmt.Sprintf("--context %d exceeds max_position_embeddings %d", opts.Context, text.MaxPositions))
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/loader/safetensors"
 )
 

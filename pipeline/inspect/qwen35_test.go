@@ -13,7 +13,7 @@ import (
 
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/config"
-	"github.com/tputool/tputool/loader/inspect"
+	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 )

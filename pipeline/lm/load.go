@@ -89,21 +89,14 @@ func Load(dir string) (*Loaded, error) {
 }
 
 func (l *Loaded) check() error {
-	const head = "lm_head.weight"
 	spec := l.Model.Spec()
-	strict := safetensors.NewStrict(l.ckpt)
-	for _, w := range l.weights {
-		strict.Expect(w.Name, w.Shape...)
-	}
-	strict.RequireDTypes(safetensors.F32, safetensors.F16, safetensors.BF16)
-	strict.IgnoreIf(ignoredBuffer)
-	skipped := func(name string) bool { _, skip := skipWeight(l.Model, name); return skip }
-	strict.IgnoreIf(skipped)
-	if spec.TieEmbeddings && l.ckpt.Has(head) && !strict.Expected(head) && !ignoredBuffer(head) && !skipped(head) {
+	strict := Expect(l.Model, l.ckpt)
+	// A tied checkpoint that still carries lm_head.weight must hold the
+	// embedding's bytes there; Expect only checks its shape.
+	if _, skip := SkipReason(l.Model, tiedHead); spec.TieEmbeddings && l.ckpt.Has(tiedHead) && !strict.Expected(tiedHead) && !skip {
 		if err := l.checkTiedHead(); err != nil {
 			return err
 		}
-		strict.Ignore(head)
 	}
 	problems := strict.Problems()
 	if len(problems) == 0 {
@@ -115,13 +108,13 @@ func (l *Loaded) check() error {
 
 func (l *Loaded) checkTiedHead() error {
 	const embed = "model.embed_tokens.weight"
-	hi, _ := l.ckpt.Info("lm_head.weight")
+	hi, _ := l.ckpt.Info(tiedHead)
 	ei, ok := l.ckpt.Info(embed)
 	if !ok {
 		return nil // reported as missing
 	}
 	if hi.DType == ei.DType && slices.Equal(hi.Shape, ei.Shape) {
-		h, err := l.ckpt.Raw("lm_head.weight")
+		h, err := l.ckpt.Raw(tiedHead)
 		if err != nil {
 			return err
 		}

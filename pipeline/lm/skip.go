@@ -21,8 +21,8 @@ type SkippedGroup struct {
 	Bytes   int64  `json:"bytes"`
 }
 
-// skipWeight asks the model whether a tensor is skipped.
-func skipWeight(m Model, name string) (string, bool) {
+// SkipReason asks the model whether it skips a checkpoint tensor, and why.
+func SkipReason(m Model, name string) (string, bool) {
 	if s, ok := m.(Skipper); ok {
 		return s.SkipWeight(name)
 	}
@@ -34,7 +34,7 @@ func skipWeight(m Model, name string) (string, bool) {
 func (l *Loaded) Skipped() []SkippedGroup {
 	by := map[string]*SkippedGroup{}
 	for _, name := range l.ckpt.Names() {
-		reason, ok := skipWeight(l.Model, name)
+		reason, ok := SkipReason(l.Model, name)
 		if !ok {
 			continue
 		}

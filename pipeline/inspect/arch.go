@@ -1,0 +1,116 @@
+package inspect
+
+import (
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/models" // the architectures tputool runs
+)
+
+// Mismatch is one reason the checkpoint does not load with its config.
+type Mismatch struct {
+	// Kind is "config", "missing", "misshapen", "dtype" or "unused".
+	Kind string `json:"kind"`
+	// Tensor is the tensor's name ("" for a config problem).
+	Tensor string `json:"tensor,omitempty"`
+	// Shape is the stored shape (misshapen); Want the shape the config
+	// implies (missing, misshapen).
+	Shape []int `json:"shape,omitempty"`
+	Want  []int `json:"want,omitempty"`
+	// DType is the stored dtype of a tensor of a dtype the model refuses.
+	DType string `json:"dtype,omitempty"`
+	// Message says it in a sentence that names the tensor.
+	Message string `json:"message"`
+}
+
+var problemKinds = map[safetensors.ProblemKind]string{
+	safetensors.Config: "config", safetensors.Missing: "missing", safetensors.Misshapen: "misshapen",
+	safetensors.BadDType: "dtype", safetensors.Unused: "unused",
+}
+
+// checkArchitecture builds the model tputool would run for the checkpoint
+// and checks the tensors against it, as loading does (lm.Expect). It
+// returns the model, or nil when the architecture is not one tputool runs
+// (the report then rests on config.json alone) or its config is refused
+// (then the refusal is the report's mismatch).
+func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.Model) lm.Model {
+	if !slices.Contains(lm.Supported(), cfg.Architecture()) {
+		arch := cfg.Architecture()
+		if arch == "" {
+			arch = "a config without architectures"
+		}
+		r.Notes = append(r.Notes, "tputool does not run "+arch+"; the figures come from config.json alone and no tensor was checked")
+		return nil
+	}
+	r.Supported = true
+	model, err := lm.New(cfg)
+	if err != nil {
+		r.Mismatches = append(r.Mismatches, Mismatch{Kind: "config", Message: err.Error()})
+		return nil
+	}
+	for _, p := range lm.Expect(model, newTensorSet(tensors)).Problems() {
+		mm := Mismatch{Kind: problemKinds[p.Kind], Tensor: p.Name, Shape: p.Shape, Want: p.Want, Message: p.String()}
+		if p.Kind == safetensors.BadDType {
+			mm.DType = string(p.DType)
+		}
+		r.Mismatches = append(r.Mismatches, mm)
+	}
+	return model
+}
+
+// archStateBytes is the state the model allocates for batch sequences of
+// context tokens, split into the caches that grow with the context (KV)
+// and the fixed recurrent state, with elem bytes per entry for states in
+// the compute dtype. Sizes saturate at math.MaxInt64.
+func archStateBytes(m lm.Model, batch, context, elem int) State {
+	var s State
+	for i := 0; i < m.Spec().Layers; i++ {
+		now, longer := m.LayerState(i, batch, context), m.LayerState(i, batch, context+1)
+		for j, st := range now {
+			n := int64(elem)
+			if st.DType != dtypes.InvalidDType {
+				n = int64(st.DType.Size())
+			}
+			for _, d := range st.Shape {
+				n = satMul(n, int64(d))
+			}
+			if j < len(longer) && !slices.Equal(st.Shape, longer[j].Shape) {
+				s.KVCache = satAdd(s.KVCache, n)
+			} else {
+				s.Recurrent = satAdd(s.Recurrent, n)
+			}
+		}
+	}
+	return s
+}
+
+// tensorSet presents header tensors to safetensors.Strict.
+type tensorSet struct {
+	names  []string
+	byName map[string]safetensors.TensorInfo
+}
+
+func newTensorSet(ts []safetensors.TensorInfo) *tensorSet {
+	s := &tensorSet{names: make([]string, len(ts)), byName: make(map[string]safetensors.TensorInfo, len(ts))}
+	for i, t := range ts {
+		s.names[i] = t.Name
+		s.byName[t.Name] = t
+	}
+	return s
+}
+
+func (s *tensorSet) Names() []string { return s.names }
+
+func (s *tensorSet) Shape(name string) ([]int, bool) {
+	t, ok := s.byName[name]
+	return t.Shape, ok
+}
+
+func (s *tensorSet) Info(name string) (safetensors.TensorInfo, bool) {
+	t, ok := s.byName[name]
+	return t, ok
+}

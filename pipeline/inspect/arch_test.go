@@ -1,0 +1,109 @@
+package inspect_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/pipeline/inspect"
+)
+
+// stories copies the shipped 260K Llama into a temporary folder with its
+// config.json edited by edit, and inspects it at batch 1, context 100, f32.
+func inspectStories(t *testing.T, edit func(cfg map[string]any)) *inspect.Report {
+	t.Helper()
+	src := filepath.Join("..", "..", "testdata", "stories260K-hf")
+	dir := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg)
+	if raw, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	weights, err := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 100, DType: "f32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestArchitectureMatches(t *testing.T) {
+	r := inspectStories(t, func(map[string]any) {})
+	if !r.Supported || len(r.Mismatches) != 0 {
+		t.Fatalf("supported %v, mismatches %+v; want a clean Llama", r.Supported, r.Mismatches)
+	}
+	// 5 layers x K,V x 4 KV heads x head_dim 8 x 100 positions x 4 bytes.
+	if want := int64(5 * 2 * 4 * 8 * 100 * 4); r.Memory.KVCache != want || r.Memory.Recurrent != 0 {
+		t.Errorf("state %+v, want KV %d and no recurrent state", r.Memory.State, want)
+	}
+}
+
+func TestArchitectureNamesMissingTensor(t *testing.T) {
+	r := inspectStories(t, func(cfg map[string]any) { cfg["num_hidden_layers"] = 6 })
+	if len(r.Mismatches) == 0 {
+		t.Fatal("no mismatch for a config with one layer more than the weights")
+	}
+	first := r.Mismatches[0]
+	if first.Kind != "missing" || !strings.HasPrefix(first.Tensor, "model.layers.5.") || !strings.Contains(first.Message, first.Tensor) {
+		t.Errorf("first mismatch %+v, want a missing model.layers.5 tensor named in the message", first)
+	}
+	for _, m := range r.Mismatches {
+		if m.Kind != "missing" || !strings.HasPrefix(m.Tensor, "model.layers.5.") {
+			t.Errorf("mismatch %+v: only layer 5 is missing", m)
+		}
+	}
+}
+
+func TestArchitectureNamesContradictingShape(t *testing.T) {
+	r := inspectStories(t, func(cfg map[string]any) { cfg["vocab_size"] = 1000 })
+	i := slices.IndexFunc(r.Mismatches, func(m inspect.Mismatch) bool { return m.Tensor == "model.embed_tokens.weight" })
+	if i < 0 {
+		t.Fatalf("mismatches %+v: want model.embed_tokens.weight", r.Mismatches)
+	}
+	m := r.Mismatches[i]
+	if m.Kind != "misshapen" || !slices.Equal(m.Shape, []int{512, 64}) || !slices.Equal(m.Want, []int{1000, 64}) {
+		t.Errorf("mismatch %+v, want shape [512 64] where the config implies [1000 64]", m)
+	}
+}
+
+func TestArchitectureRefusedConfig(t *testing.T) {
+	r := inspectStories(t, func(cfg map[string]any) { cfg["hidden_size"] = 1e9; cfg["vocab_size"] = 1e12 })
+	if len(r.Mismatches) != 1 || r.Mismatches[0].Kind != "config" || !strings.Contains(r.Mismatches[0].Message, "hidden_size") {
+		t.Errorf("mismatches %+v, want the config refused naming hidden_size", r.Mismatches)
+	}
+}
+
+func TestArchitectureNotRun(t *testing.T) {
+	r := inspectStories(t, func(cfg map[string]any) { cfg["architectures"] = []string{"GPT2LMHeadModel"} })
+	if r.Supported || len(r.Mismatches) != 0 {
+		t.Errorf("supported %v, mismatches %+v; want neither for an architecture tputool does not run", r.Supported, r.Mismatches)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "tputool does not run GPT2LMHeadModel") {
+		t.Errorf("notes %q", r.Notes)
+	}
+}

@@ -1,0 +1,31 @@
+package lm
+
+import "github.com/tputool/tputool/loader/safetensors"
+
+// weightDTypes are the checkpoint dtypes the text models read.
+var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16}
+
+// Expect declares on a strict check of src what model m reads: every
+// weight with the shape its config implies, the float dtypes it accepts,
+// the tensors it deliberately skips (Skipper), the rotary buffers
+// transformers never loads, and, when the embeddings are tied, an
+// lm_head.weight of the embedding's shape that the checkpoint may still
+// carry. src may be a memory-mapped checkpoint or the headers inspect
+// reads, so that loading and `tputool inspect` name the same missing,
+// misshapen and unused tensors.
+func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
+	s := safetensors.NewStrict(src)
+	for _, w := range Weights(m) {
+		s.Expect(w.Name, w.Shape...)
+	}
+	s.RequireDTypes(weightDTypes...)
+	s.IgnoreIf(ignoredBuffer)
+	s.IgnoreIf(func(name string) bool { _, skip := SkipReason(m, name); return skip })
+	if spec := m.Spec(); spec.TieEmbeddings {
+		s.Ignore(tiedHead, spec.VocabSize, spec.Hidden)
+	}
+	return s
+}
+
+// tiedHead is the head a checkpoint with tied embeddings may still hold.
+const tiedHead = "lm_head.weight"

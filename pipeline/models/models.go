@@ -1,0 +1,15 @@
+// Package models links every text architecture tputool runs into the
+// pipeline/lm registry (each package registers itself under its
+// config.json architectures[0] from init), as ollama's model/models does.
+// Commands and inspect import it once instead of listing the packages.
+package models
+
+import (
+	_ "github.com/tputool/tputool/pipeline/gemma3"   // Gemma3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/llama"    // LlamaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mistral"  // MistralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen2"    // Qwen2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen3"    // Qwen3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen35"   // Qwen3.5 (text model)
+	_ "github.com/tputool/tputool/pipeline/qwen3moe" // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
+)
