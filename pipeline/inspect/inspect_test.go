@@ -14,8 +14,8 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/hub/hubtest"
-	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/tpu"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/inspect"
 )
 
 // TestAbsurdSizesNeverFit: a config whose sizes (or --batch/--context)
