@@ -4,8 +4,6 @@ package kernels
 
 import "golang.org/x/sys/cpu"
 
-// Without the amd64 assembly every kernel is the portable Go version.
-
 func detectLevel() isaLevel {
 	x := cpu.X86
 	switch {
@@ -17,18 +15,81 @@ func detectLevel() isaLevel {
 	return levelGeneric
 }
 
-func gemvRowsF32(a, b []float32, ldb int, c []float32) { gemvRowsF32Generic(a, b, ldb, c) }
+// The GEMV kernels run the first k&^15 columns in assembly; the Go side adds
+// the remaining columns of each row.
+
+func gemvRowsF32(a, b []float32, ldb int, c []float32) {
+	k, km := len(a), len(a)&^15
+	if level == levelGeneric || km == 0 || len(c) == 0 {
+		gemvRowsF32Generic(a, b, ldb, c)
+		return
+	}
+	_ = b[(len(c)-1)*ldb+k-1]
+	if level == levelAVX512 {
+		gemvF32AVX512(&a[0], &b[0], ldb*4, km, &c[0], len(c))
+	} else {
+		gemvF32AVX2(&a[0], &b[0], ldb*4, km, &c[0], len(c))
+	}
+	if km < k {
+		for j := range c {
+			c[j] += dotF32(a[km:], b[j*ldb+km:j*ldb+k])
+		}
+	}
+}
 
 func gemvRowsBF16(a []float32, b []uint16, ldb int, c []float32) {
-	gemvRowsBF16Generic(a, b, ldb, c)
+	k, km := len(a), len(a)&^15
+	if level == levelGeneric || km == 0 || len(c) == 0 {
+		gemvRowsBF16Generic(a, b, ldb, c)
+		return
+	}
+	_ = b[(len(c)-1)*ldb+k-1]
+	if level == levelAVX512 {
+		gemvBF16AVX512(&a[0], &b[0], ldb*2, km, &c[0], len(c))
+	} else {
+		gemvBF16AVX2(&a[0], &b[0], ldb*2, km, &c[0], len(c))
+	}
+	if km < k {
+		for j := range c {
+			c[j] += dotBF16(a[km:], b[j*ldb+km:j*ldb+k])
+		}
+	}
 }
 
 func gemvRowsF16(a []float32, b []uint16, ldb int, c []float32) {
-	gemvRowsF16Generic(a, b, ldb, c)
+	k, km := len(a), len(a)&^15
+	if level == levelGeneric || km == 0 || len(c) == 0 {
+		gemvRowsF16Generic(a, b, ldb, c)
+		return
+	}
+	_ = b[(len(c)-1)*ldb+k-1]
+	if level == levelAVX512 {
+		gemvF16AVX512(&a[0], &b[0], ldb*2, km, &c[0], len(c))
+	} else {
+		gemvF16AVX2(&a[0], &b[0], ldb*2, km, &c[0], len(c))
+	}
+	if km < k {
+		for j := range c {
+			c[j] += dotF16(a[km:], b[j*ldb+km:j*ldb+k])
+		}
+	}
 }
 
+// gemvRowsI8 takes the assembly path when the group size is a multiple of 16
+// (then so is k); other group sizes run the portable kernel.
 func gemvRowsI8(a []float32, b []int8, ldb int, scales []float32, ng, g int, c []float32) {
-	gemvRowsI8Generic(a, b, ldb, scales, ng, g, c)
+	k := len(a)
+	if level == levelGeneric || g%16 != 0 || k == 0 || len(c) == 0 {
+		gemvRowsI8Generic(a, b, ldb, scales, ng, g, c)
+		return
+	}
+	_ = b[(len(c)-1)*ldb+k-1]
+	_ = scales[len(c)*ng-1]
+	if level == levelAVX512 {
+		gemvI8AVX512(&a[0], &b[0], ldb, k, &c[0], len(c), &scales[0], ng*4, g)
+	} else {
+		gemvI8AVX2(&a[0], &b[0], ldb, k, &c[0], len(c), &scales[0], ng*4, g)
+	}
 }
 
 var genericMicroKernel = microKernel{mr: genericMR, nr: genericNR, fn: func(kc int, a, b, c []float32, ldc int, acc bool) {

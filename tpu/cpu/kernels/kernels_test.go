@@ -162,6 +162,10 @@ func testShapes(r *rand.Rand) []shape {
 	for range 25 {
 		s = append(s, shape{1 + r.IntN(70), 1 + r.IntN(70), 1 + r.IntN(70)})
 	}
+	// GEMV (m = 1): row counts around the 4-row blocks, k around 16.
+	for _, k := range []int{16, 17, 31, 32, 48, 64, 96, 128, 160} {
+		s = append(s, shape{1, 1 + r.IntN(13), k})
+	}
 	return s
 }
 

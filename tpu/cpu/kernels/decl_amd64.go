@@ -1,0 +1,30 @@
+//go:build amd64 && !purego
+
+package kernels
+
+// Assembly kernels (gemv_amd64.s, gemm_amd64.s, rows_amd64.s). Strides are
+// in bytes; k is a multiple of 16 for the GEMV kernels.
+
+//go:noescape
+func gemvF32AVX512(a, b *float32, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvBF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvI8AVX512(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
+
+//go:noescape
+func gemvF32AVX2(a, b *float32, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvBF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
+
+//go:noescape
+func gemvI8AVX2(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)

@@ -1,0 +1,475 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// GEMV row kernels: c[j] = Σ_p a[p]·B[j,p] for j < n, p < k, where B rows
+// are ldb bytes apart. k is a multiple of 16 (the Go side adds the tail).
+// Four rows at a time share each load of a; one row at a time for the rest.
+// Registers: AX a, SI B row 0, R9/R10/R11 rows 1..3, R8 ldb bytes, CX k,
+// DI c, DX rows left, R12 element index.
+
+// REDUCE512 sums the 16 lanes of Z into the float32 at dst (clobbers Z15).
+#define REDUCE512(Z, Y, X, dst) \
+	VEXTRACTF64X4 $1, Z, Y15 \
+	VADDPS        Y15, Y, Y  \
+	VEXTRACTF128  $1, Y, X15 \
+	VADDPS        X15, X, X  \
+	VMOVHLPS      X, X, X15  \
+	VADDPS        X15, X, X  \
+	VMOVSHDUP     X, X15     \
+	VADDSS        X15, X, X  \
+	VMOVSS        X, dst
+
+// REDUCE256 sums the 8 lanes of Y into the float32 at dst (clobbers Y15).
+#define REDUCE256(Y, X, dst) \
+	VEXTRACTF128 $1, Y, X15 \
+	VADDPS       X15, X, X  \
+	VMOVHLPS     X, X, X15  \
+	VADDPS       X15, X, X  \
+	VMOVSHDUP    X, X15     \
+	VADDSS       X15, X, X  \
+	VMOVSS       X, dst
+
+#define ROWPTRS \
+	LEAQ (SI)(R8*1), R9  \
+	LEAQ (SI)(R8*2), R10 \
+	LEAQ (R9)(R8*2), R11
+
+// ---- AVX-512 ----
+
+// Weight loaders: 16 weights at row pointer P, index R12, into Z (f32).
+#define LD_BF16_512(P, Z) \
+	VPMOVZXWD (P)(R12*2), Z \
+	VPSLLD    $16, Z, Z
+#define LD_F16_512(P, Z) \
+	VCVTPH2PS (P)(R12*2), Z
+#define LD_I8_512(P, Z) \
+	VPMOVSXBD (P)(R12*1), Z \
+	VCVTDQ2PS Z, Z
+
+// func gemvF32AVX512(a, b *float32, ldb, k int, c *float32, n int)
+TEXT ·gemvF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+f32x4:
+	CMPQ DX, $4
+	JLT  f32x1
+	ROWPTRS
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ R12, R12
+f32x4k:
+	VMOVUPS     (AX)(R12*4), Z4
+	VFMADD231PS (SI)(R12*4), Z4, Z0
+	VFMADD231PS (R9)(R12*4), Z4, Z1
+	VFMADD231PS (R10)(R12*4), Z4, Z2
+	VFMADD231PS (R11)(R12*4), Z4, Z3
+	ADDQ $16, R12
+	CMPQ R12, CX
+	JLT  f32x4k
+	REDUCE512(Z0, Y0, X0, 0(DI))
+	REDUCE512(Z1, Y1, X1, 4(DI))
+	REDUCE512(Z2, Y2, X2, 8(DI))
+	REDUCE512(Z3, Y3, X3, 12(DI))
+	LEAQ (SI)(R8*4), SI
+	ADDQ $16, DI
+	SUBQ $4, DX
+	JMP  f32x4
+f32x1:
+	CMPQ DX, $0
+	JLE  f32done
+	VPXORD Z0, Z0, Z0
+	XORQ R12, R12
+f32x1k:
+	VMOVUPS     (AX)(R12*4), Z4
+	VFMADD231PS (SI)(R12*4), Z4, Z0
+	ADDQ $16, R12
+	CMPQ R12, CX
+	JLT  f32x1k
+	REDUCE512(Z0, Y0, X0, 0(DI))
+	ADDQ R8, SI
+	ADDQ $4, DI
+	DECQ DX
+	JMP  f32x1
+f32done:
+	VZEROUPPER
+	RET
+
+// GEMV16_512 is the body shared by the 16-bit and int8 kernels: LD loads and
+// widens 16 weights.
+#define GEMV16_512(LD, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
+LBL4: \
+	CMPQ DX, $4 \
+	JLT  LBL1 \
+	ROWPTRS \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	XORQ R12, R12 \
+LBL4K: \
+	VMOVUPS (AX)(R12*4), Z4 \
+	LD(SI, Z5) \
+	LD(R9, Z6) \
+	LD(R10, Z7) \
+	LD(R11, Z8) \
+	VFMADD231PS Z5, Z4, Z0 \
+	VFMADD231PS Z6, Z4, Z1 \
+	VFMADD231PS Z7, Z4, Z2 \
+	VFMADD231PS Z8, Z4, Z3 \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBL4K \
+	REDUCE512(Z0, Y0, X0, 0(DI)) \
+	REDUCE512(Z1, Y1, X1, 4(DI)) \
+	REDUCE512(Z2, Y2, X2, 8(DI)) \
+	REDUCE512(Z3, Y3, X3, 12(DI)) \
+	LEAQ (SI)(R8*4), SI \
+	ADDQ $16, DI \
+	SUBQ $4, DX \
+	JMP  LBL4 \
+LBL1: \
+	CMPQ DX, $0 \
+	JLE  LBLDONE \
+	VPXORD Z0, Z0, Z0 \
+	XORQ R12, R12 \
+LBL1K: \
+	VMOVUPS (AX)(R12*4), Z4 \
+	LD(SI, Z5) \
+	VFMADD231PS Z5, Z4, Z0 \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBL1K \
+	REDUCE512(Z0, Y0, X0, 0(DI)) \
+	ADDQ R8, SI \
+	ADDQ $4, DI \
+	DECQ DX \
+	JMP  LBL1 \
+LBLDONE: \
+	VZEROUPPER \
+	RET
+
+// func gemvBF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemvBF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	GEMV16_512(LD_BF16_512, bf16x4, bf16x4k, bf16x1, bf16x1k, bf16done)
+
+// func gemvF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	GEMV16_512(LD_F16_512, f16x4, f16x4k, f16x1, f16x1k, f16done)
+
+// func gemvI8AVX512(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
+// Weight-only int8 with per-group scales: each group of g (a multiple of 16)
+// columns is summed separately, then scaled into the row total. BX walks the
+// scales of row 0 of the current block, one float per group; R14 is a row of
+// scales in bytes; R13 is the end of the current group.
+TEXT ·gemvI8AVX512(SB), NOSPLIT, $0-72
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	MOVQ scales+48(FP), BX
+	MOVQ ngBytes+56(FP), R14
+i8x4:
+	CMPQ DX, $4
+	JLT  i8x1
+	ROWPTRS
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ R12, R12
+i8x4g:
+	MOVQ R12, R13
+	ADDQ grp+64(FP), R13
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+i8x4k:
+	VMOVUPS (AX)(R12*4), Z4
+	LD_I8_512(SI, Z5)
+	LD_I8_512(R9, Z6)
+	LD_I8_512(R10, Z7)
+	LD_I8_512(R11, Z12)
+	VFMADD231PS Z5, Z4, Z8
+	VFMADD231PS Z6, Z4, Z9
+	VFMADD231PS Z7, Z4, Z10
+	VFMADD231PS Z12, Z4, Z11
+	ADDQ $16, R12
+	CMPQ R12, R13
+	JLT  i8x4k
+	VBROADCASTSS (BX), Z13
+	VFMADD231PS  Z13, Z8, Z0
+	VBROADCASTSS (BX)(R14*1), Z13
+	VFMADD231PS  Z13, Z9, Z1
+	VBROADCASTSS (BX)(R14*2), Z13
+	VFMADD231PS  Z13, Z10, Z2
+	ADDQ         R14, BX
+	VBROADCASTSS (BX)(R14*2), Z13
+	SUBQ         R14, BX
+	VFMADD231PS  Z13, Z11, Z3
+	ADDQ $4, BX
+	CMPQ R12, CX
+	JLT  i8x4g
+	REDUCE512(Z0, Y0, X0, 0(DI))
+	REDUCE512(Z1, Y1, X1, 4(DI))
+	REDUCE512(Z2, Y2, X2, 8(DI))
+	REDUCE512(Z3, Y3, X3, 12(DI))
+	LEAQ (SI)(R8*4), SI
+	ADDQ $16, DI
+	SUBQ $4, DX
+	// BX advanced one row of scales over the groups; skip three more.
+	LEAQ (BX)(R14*2), BX
+	ADDQ R14, BX
+	JMP  i8x4
+i8x1:
+	CMPQ DX, $0
+	JLE  i8done
+	VPXORD Z0, Z0, Z0
+	XORQ R12, R12
+i8x1g:
+	MOVQ R12, R13
+	ADDQ grp+64(FP), R13
+	VPXORD Z8, Z8, Z8
+i8x1k:
+	VMOVUPS (AX)(R12*4), Z4
+	LD_I8_512(SI, Z5)
+	VFMADD231PS Z5, Z4, Z8
+	ADDQ $16, R12
+	CMPQ R12, R13
+	JLT  i8x1k
+	VBROADCASTSS (BX), Z13
+	VFMADD231PS  Z13, Z8, Z0
+	ADDQ $4, BX
+	CMPQ R12, CX
+	JLT  i8x1g
+	REDUCE512(Z0, Y0, X0, 0(DI))
+	ADDQ R8, SI
+	ADDQ $4, DI
+	DECQ DX
+	JMP  i8x1
+i8done:
+	VZEROUPPER
+	RET
+
+// ---- AVX2 + FMA ----
+// 16 columns per step as two 8-lane halves; HOFF is the byte offset of the
+// upper half in the weight row.
+
+#define LD_F32_256(P, OFF, Y) \
+	VMOVUPS OFF(P)(R12*4), Y
+#define LD_BF16_256(P, OFF, Y) \
+	VPMOVZXWD OFF(P)(R12*2), Y \
+	VPSLLD    $16, Y, Y
+#define LD_F16_256(P, OFF, Y) \
+	VCVTPH2PS OFF(P)(R12*2), Y
+#define LD_I8_256(P, OFF, Y) \
+	VPMOVSXBD OFF(P)(R12*1), Y \
+	VCVTDQ2PS Y, Y
+
+// ROW_256 adds one row's 16 products into accumulators ACCLO, ACCHI.
+#define ROW_256(LD, HOFF, P, ACCLO, ACCHI) \
+	LD(P, 0, Y10) \
+	LD(P, HOFF, Y11) \
+	VFMADD231PS Y10, Y8, ACCLO \
+	VFMADD231PS Y11, Y9, ACCHI
+
+#define GEMV_256(LD, HOFF, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
+LBL4: \
+	CMPQ DX, $4 \
+	JLT  LBL1 \
+	ROWPTRS \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	XORQ R12, R12 \
+LBL4K: \
+	VMOVUPS (AX)(R12*4), Y8 \
+	VMOVUPS 32(AX)(R12*4), Y9 \
+	ROW_256(LD, HOFF, SI, Y0, Y1) \
+	ROW_256(LD, HOFF, R9, Y2, Y3) \
+	ROW_256(LD, HOFF, R10, Y4, Y5) \
+	ROW_256(LD, HOFF, R11, Y6, Y7) \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBL4K \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	VADDPS Y5, Y4, Y4 \
+	VADDPS Y7, Y6, Y6 \
+	REDUCE256(Y0, X0, 0(DI)) \
+	REDUCE256(Y2, X2, 4(DI)) \
+	REDUCE256(Y4, X4, 8(DI)) \
+	REDUCE256(Y6, X6, 12(DI)) \
+	LEAQ (SI)(R8*4), SI \
+	ADDQ $16, DI \
+	SUBQ $4, DX \
+	JMP  LBL4 \
+LBL1: \
+	CMPQ DX, $0 \
+	JLE  LBLDONE \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	XORQ R12, R12 \
+LBL1K: \
+	VMOVUPS (AX)(R12*4), Y8 \
+	VMOVUPS 32(AX)(R12*4), Y9 \
+	ROW_256(LD, HOFF, SI, Y0, Y1) \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBL1K \
+	VADDPS Y1, Y0, Y0 \
+	REDUCE256(Y0, X0, 0(DI)) \
+	ADDQ R8, SI \
+	ADDQ $4, DI \
+	DECQ DX \
+	JMP  LBL1 \
+LBLDONE: \
+	VZEROUPPER \
+	RET
+
+#define GEMV_ARGS \
+	MOVQ a+0(FP), AX     \
+	MOVQ b+8(FP), SI     \
+	MOVQ ldb+16(FP), R8  \
+	MOVQ k+24(FP), CX    \
+	MOVQ c+32(FP), DI    \
+	MOVQ n+40(FP), DX
+
+// func gemvF32AVX2(a, b *float32, ldb, k int, c *float32, n int)
+TEXT ·gemvF32AVX2(SB), NOSPLIT, $0-48
+	GEMV_ARGS
+	GEMV_256(LD_F32_256, 32, f2x4, f2x4k, f2x1, f2x1k, f2done)
+
+// func gemvBF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemvBF16AVX2(SB), NOSPLIT, $0-48
+	GEMV_ARGS
+	GEMV_256(LD_BF16_256, 16, b2x4, b2x4k, b2x1, b2x1k, b2done)
+
+// func gemvF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemvF16AVX2(SB), NOSPLIT, $0-48
+	GEMV_ARGS
+	GEMV_256(LD_F16_256, 16, h2x4, h2x4k, h2x1, h2x1k, h2done)
+
+// I8ROW_256 accumulates one row's group partials into PLO, PHI.
+#define I8ROW_256(P, PLO, PHI) \
+	LD_I8_256(P, 0, Y14) \
+	VFMADD231PS Y14, Y12, PLO \
+	LD_I8_256(P, 8, Y14) \
+	VFMADD231PS Y14, Y13, PHI
+
+// SCALE_256 folds a row's group partials PLO+PHI, times the scale at S, into TOT.
+#define SCALE_256(S, PLO, PHI, TOT) \
+	VADDPS       PHI, PLO, PLO \
+	VBROADCASTSS S, Y15        \
+	VFMADD231PS  Y15, PLO, TOT
+
+// func gemvI8AVX2(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
+// Same walk as gemvI8AVX512. Y0..Y3 row totals, Y4..Y11 group partials.
+TEXT ·gemvI8AVX2(SB), NOSPLIT, $0-72
+	GEMV_ARGS
+	MOVQ scales+48(FP), BX
+	MOVQ ngBytes+56(FP), R14
+i82x4:
+	CMPQ DX, $4
+	JLT  i82x1
+	ROWPTRS
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ R12, R12
+i82x4g:
+	MOVQ R12, R13
+	ADDQ grp+64(FP), R13
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+i82x4k:
+	VMOVUPS (AX)(R12*4), Y12
+	VMOVUPS 32(AX)(R12*4), Y13
+	I8ROW_256(SI, Y4, Y5)
+	I8ROW_256(R9, Y6, Y7)
+	I8ROW_256(R10, Y8, Y9)
+	I8ROW_256(R11, Y10, Y11)
+	ADDQ $16, R12
+	CMPQ R12, R13
+	JLT  i82x4k
+	SCALE_256((BX), Y4, Y5, Y0)
+	SCALE_256((BX)(R14*1), Y6, Y7, Y1)
+	SCALE_256((BX)(R14*2), Y8, Y9, Y2)
+	ADDQ R14, BX
+	SCALE_256((BX)(R14*2), Y10, Y11, Y3)
+	SUBQ R14, BX
+	ADDQ $4, BX
+	CMPQ R12, CX
+	JLT  i82x4g
+	REDUCE256(Y0, X0, 0(DI))
+	REDUCE256(Y1, X1, 4(DI))
+	REDUCE256(Y2, X2, 8(DI))
+	REDUCE256(Y3, X3, 12(DI))
+	LEAQ (SI)(R8*4), SI
+	ADDQ $16, DI
+	SUBQ $4, DX
+	LEAQ (BX)(R14*2), BX
+	ADDQ R14, BX
+	JMP  i82x4
+i82x1:
+	CMPQ DX, $0
+	JLE  i82done
+	VXORPS Y0, Y0, Y0
+	XORQ R12, R12
+i82x1g:
+	MOVQ R12, R13
+	ADDQ grp+64(FP), R13
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+i82x1k:
+	VMOVUPS (AX)(R12*4), Y12
+	VMOVUPS 32(AX)(R12*4), Y13
+	I8ROW_256(SI, Y4, Y5)
+	ADDQ $16, R12
+	CMPQ R12, R13
+	JLT  i82x1k
+	SCALE_256((BX), Y4, Y5, Y0)
+	ADDQ $4, BX
+	CMPQ R12, CX
+	JLT  i82x1g
+	REDUCE256(Y0, X0, 0(DI))
+	ADDQ R8, SI
+	ADDQ $4, DI
+	DECQ DX
+	JMP  i82x1
+i82done:
+	VZEROUPPER
+	RET
