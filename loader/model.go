@@ -307,6 +307,9 @@ func resolveCached(r Ref, commit string, c *hub.Client, opts Options) (*Model, e
 	if err != nil {
 		return nil, err
 	}
+	if err := c.Cache.CheckSnapshotLinks(r.RepoID, commit); err != nil {
+		return nil, err
+	}
 	m := &Model{Ref: r, Dir: dir, RepoID: r.RepoID, Revision: commit, Commit: commit, Files: files,
 		FromCache: true, Variant: opts.Variant, client: c}
 	if err := m.load(); err != nil {
@@ -341,6 +344,10 @@ func (m *Model) detectKind() error {
 		m.Kind = Diffusers
 	case m.HasFile("config.json"):
 		m.Kind = Transformers
+	case m.FromCache && m.RepoID != "":
+		// A cached snapshot without either file is incomplete, not an
+		// unsupported checkpoint: the Hub listing was not consulted.
+		return m.notCached("config.json (transformers) or model_index.json (diffusers)")
 	default:
 		return errs.Unsupportedf("%s: neither config.json (transformers) nor model_index.json (diffusers) found", m.Name())
 	}

@@ -137,6 +137,9 @@ func (c Cache) Lookup(repo, rev, file string) (string, error) {
 	}
 	p := c.PointerPath(repo, commit, file)
 	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		if err := c.checkPointer(repo, commit, p); err != nil {
+			return "", err
+		}
 		return p, nil
 	}
 	return "", &Error{Kind: ErrNotCached, Repo: repo, Revision: rev, File: file,

@@ -34,13 +34,16 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		return "", &Error{Kind: ErrEntryNotFound, Repo: repo, Revision: rev, File: file, Err: err}
 	}
 	if IsCommitHash(rev) {
-		// A commit is immutable: a cached file, or a cached absence, is final.
+		// A commit is immutable: a cached file, or a cached absence, is
+		// final, unless its size differs from the listing's (a truncated
+		// blob), which the HEAD below and fetch then repair.
 		p, err := c.Cache.Lookup(repo, rev, file)
 		if err == nil {
-			c.reportCached(repo, file, p)
-			return p, nil
-		}
-		if errors.Is(err, ErrEntryNotFound) {
+			if c.sizeMatches(repo, rev, file, p) {
+				c.reportCached(repo, file, p)
+				return p, nil
+			}
+		} else if errors.Is(err, ErrEntryNotFound) || errors.Is(err, ErrUnsafeLink) {
 			return "", err
 		}
 	}
@@ -102,7 +105,10 @@ func offlineErr(err error) error {
 // the snapshot, under the blob's lock.
 func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMetadata) (string, error) {
 	ptr := c.Cache.PointerPath(repo, meta.Commit, file)
-	if st, err := os.Stat(ptr); err == nil && st.Mode().IsRegular() {
+	if err := c.Cache.checkPointer(repo, meta.Commit, ptr); err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(ptr); err == nil && st.Mode().IsRegular() && st.Size() == meta.Size {
 		if err := c.Cache.WriteRef(repo, rev, meta.Commit); err != nil {
 			c.debugf("could not update ref %s of %s: %v", rev, repo, err)
 		}
@@ -122,12 +128,31 @@ func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMe
 		return "", err
 	}
 	defer lock.release()
-	if st, err := os.Stat(blob); err == nil && st.Mode().IsRegular() {
-		if err := c.Cache.link(repo, meta.ETag, meta.Commit, file); err != nil {
-			return "", fmt.Errorf("cache: linking %s: %w", file, err)
+	if st, err := os.Lstat(blob); err == nil {
+		switch {
+		case st.Mode().IsRegular() && st.Size() == meta.Size:
+			if err := c.Cache.link(repo, meta.ETag, meta.Commit, file); err != nil {
+				return "", fmt.Errorf("cache: linking %s: %w", file, err)
+			}
+			c.report(Progress{Event: FileCached, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
+			return ptr, nil
+		case st.Mode().IsRegular():
+			// Truncated (or grown) by hand or by a crash outside tputool:
+			// make it the partial download, so a prefix is resumed and
+			// anything else fails the hash and starts again from zero.
+			c.warnf("%s of %s: the cached blob %s has %d bytes, the Hub announces %d; downloading it again",
+				file, repo, blob, st.Size(), meta.Size)
+			if err := os.Rename(blob, blob+".incomplete"); err != nil {
+				return "", fmt.Errorf("cache: %w", err)
+			}
+		default:
+			// huggingface_hub writes blobs as regular files; a link or a
+			// folder in their place is not trusted.
+			c.warnf("%s of %s: %s is not a regular file (%s); downloading the blob again", file, repo, blob, st.Mode().Type())
+			if err := os.RemoveAll(blob); err != nil {
+				return "", fmt.Errorf("cache: %w", err)
+			}
 		}
-		c.report(Progress{Event: FileCached, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
-		return ptr, nil
 	}
 	if err := c.downloadBlob(ctx, repo, rev, file, meta, blob); err != nil {
 		return "", err

@@ -199,6 +199,9 @@ func (c *Client) cachedSnapshot(repo, rev string) (*Snapshot, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrNotCached, Repo: repo, Revision: rev, Detail: "no cached snapshot " + commit, Err: err}
 	}
+	if err := c.Cache.CheckSnapshotLinks(repo, commit); err != nil {
+		return nil, err
+	}
 	return &Snapshot{Repo: repo, Revision: rev, Commit: commit, Dir: dir, RepoFiles: files, FromCache: true}, nil
 }
 
@@ -340,4 +343,18 @@ func (c *Client) knownSize(repo, commit, file string) (int64, bool) {
 		return st.Size(), true
 	}
 	return 0, false
+}
+
+// sizeMatches reports whether the cached file at path has the size the
+// last listing of repo@commit gave; true when no listing gave one (offline,
+// or a lone Download), since the size is then unknown.
+func (c *Client) sizeMatches(repo, commit, file, path string) bool {
+	c.sizesMu.Lock()
+	want, ok := c.sizes[repo+"@"+commit][file]
+	c.sizesMu.Unlock()
+	if !ok {
+		return true
+	}
+	st, err := os.Stat(path)
+	return err == nil && st.Size() == want
 }

@@ -1,0 +1,195 @@
+package hub_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/hub/hubtest"
+)
+
+// downloadTiny puts every file of tinyRepo into c's cache.
+func downloadTiny(t *testing.T, c *hub.Client) *hub.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	s, err := c.ListFiles(ctx, "org/tiny", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DownloadFiles(ctx, "org/tiny", s.Commit, s.RepoFiles); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestTruncatedBlobIsFetchedAgain(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, rec := newClient(t, srv)
+	s := downloadTiny(t, c)
+	f := tinyRepo().Files[1]
+	blob := filepath.Join(c.Cache.Dir, "models--org--tiny", "blobs", f.ETag())
+
+	// Truncated to a prefix: the listing's size differs, the blob is
+	// resumed from where it stops.
+	if err := os.Truncate(blob, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetLog()
+	s = downloadTiny(t, c)
+	if b, _ := os.ReadFile(filepath.Join(s.Dir, f.Path)); !bytes.Equal(b, weights) {
+		t.Fatal("the truncated blob was not repaired")
+	}
+	if n := srv.Count(func(r hubtest.Request) bool { return isCDN(r) && r.Range == "bytes=100000-" }); n != 1 {
+		t.Errorf("want one ranged CDN request from byte 100000, log: %+v", srv.Requests())
+	}
+	if !strings.Contains(rec.all(), "has 100000 bytes, the Hub announces 300000") {
+		t.Errorf("no warning naming the sizes: %s", rec.all())
+	}
+
+	// Truncated to bytes that are no prefix: the resumed hash fails, the
+	// download restarts from zero, and a valid blob lands.
+	if err := os.WriteFile(blob, bytes.Repeat([]byte{7}, 5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = downloadTiny(t, c)
+	if b, _ := os.ReadFile(filepath.Join(s.Dir, f.Path)); !bytes.Equal(b, weights) {
+		t.Fatal("a short corrupt blob was not replaced")
+	}
+
+	// A lone Download of a branch has no listing: the HEAD's size decides.
+	if err := os.Truncate(blob, 10); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Download(context.Background(), "org/tiny", "main", f.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); !bytes.Equal(b, weights) {
+		t.Fatal("Download returned a truncated blob")
+	}
+
+	// Intact files cost no transfer: the listing plus one HEAD at most.
+	srv.ResetLog()
+	downloadTiny(t, c)
+	if n := srv.Count(func(r hubtest.Request) bool { return r.Method == "GET" && isCDN(r) }); n != 0 {
+		t.Errorf("%d CDN downloads of intact files", n)
+	}
+}
+
+func TestBlobThatIsALinkIsReplaced(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, rec := newClient(t, srv)
+	f := tinyRepo().Files[1]
+	blobs := filepath.Join(c.Cache.Dir, "models--org--tiny", "blobs")
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, bytes.Repeat([]byte{1}, len(weights)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(blobs, f.ETag())); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Download(context.Background(), "org/tiny", "main", f.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); !bytes.Equal(b, weights) {
+		t.Fatal("the planted blob link was used")
+	}
+	if !strings.Contains(rec.all(), "not a regular file") {
+		t.Errorf("no warning: %s", rec.all())
+	}
+	if b, _ := os.ReadFile(outside); !bytes.Equal(b, bytes.Repeat([]byte{1}, len(weights))) {
+		t.Error("the file outside the cache was written to")
+	}
+}
+
+func TestSnapshotLinkOutOfCacheIsRefused(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(tinyRepo())
+	c, _ := newClient(t, srv)
+	s := downloadTiny(t, c)
+	outside := filepath.Join(t.TempDir(), "passwd")
+	if err := os.WriteFile(outside, cfgJSON, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ptr := filepath.Join(s.Dir, "config.json")
+	if err := os.Remove(ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, ptr); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, hub.ErrUnsafeLink) {
+			t.Errorf("%s: %v, want ErrUnsafeLink", what, err)
+			return
+		}
+		if errors.Is(err, hub.ErrNotCached) || !strings.Contains(err.Error(), "config.json") ||
+			!strings.Contains(err.Error(), "tputool cache rm org/tiny") {
+			t.Errorf("%s: message %q should name the file and the fix", what, err)
+		}
+	}
+	_, err := c.Download(ctx, "org/tiny", "main", "config.json")
+	check("online Download of a branch", err)
+	_, err = c.Download(ctx, "org/tiny", commit, "config.json")
+	check("Download of a cached commit", err)
+	check("CheckSnapshotLinks", c.Cache.CheckSnapshotLinks("org/tiny", commit))
+	_, err = c.Cache.Lookup("org/tiny", "main", "config.json")
+	check("Lookup", err)
+	c.Offline = true
+	_, err = c.ListFiles(ctx, "org/tiny", "main")
+	check("offline ListFiles", err)
+	_, err = c.Download(ctx, "org/tiny", "main", "config.json")
+	check("offline Download", err)
+
+	// Links that stay in the repository are fine, including a blobs/
+	// folder moved to another disk and linked back.
+	if err := os.Remove(ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("tokenizer", "tokenizer.json"), ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cache.CheckSnapshotLinks("org/tiny", commit); err != nil {
+		t.Errorf("a link inside the snapshot: %v", err)
+	}
+	repoDir := filepath.Join(c.Cache.Dir, "models--org--tiny")
+	moved := filepath.Join(t.TempDir(), "blobs")
+	if err := os.Rename(filepath.Join(repoDir, "blobs"), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, filepath.Join(repoDir, "blobs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cache.CheckSnapshotLinks("org/tiny", commit); err != nil {
+		t.Errorf("blobs/ linked to another disk: %v", err)
+	}
+	if _, err := c.Download(ctx, "org/tiny", "main", "model.safetensors"); err != nil {
+		t.Errorf("offline Download through a linked blobs/: %v", err)
+	}
+
+	// A snapshot folder that is itself a link out of the cache.
+	snap := filepath.Join(repoDir, "snapshots", commit)
+	elsewhere := t.TempDir()
+	if err := os.RemoveAll(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cache.CheckSnapshotLinks("org/tiny", commit); !errors.Is(err, hub.ErrUnsafeLink) {
+		t.Errorf("snapshot folder linked out of the cache: %v", err)
+	}
+}
