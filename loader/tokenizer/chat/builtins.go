@@ -4,90 +4,132 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ErrRaised is wrapped by errors from the template's raise_exception().
 var ErrRaised = errors.New("chat template raised an exception")
 
-const maxRange = 1 << 20
+// maxMessage caps the text of raise_exception quoted in an error.
+const maxMessage = 1000
 
 var globals map[string]any
 
 func init() {
 	globals = map[string]any{
-		"raise_exception": fn(func(_ *state, args []any, _ map[string]any) (any, error) {
+		"raise_exception": newFn("raise_exception", func(st *state, args []any, _ map[string]any) (any, error) {
 			msg := ""
 			if len(args) > 0 {
-				msg = toStr(args[0])
+				var err error
+				if msg, err = st.str(args[0]); err != nil {
+					return nil, err
+				}
+			}
+			if len(msg) > maxMessage {
+				msg = msg[:maxMessage] + fmt.Sprintf("... (%d bytes)", len(msg))
 			}
 			return nil, fmt.Errorf("%w: %s", ErrRaised, msg)
 		}),
-		"namespace": fn(func(_ *state, args []any, kw map[string]any) (any, error) {
-			d := newDict()
+		"namespace": newFn("namespace", func(st *state, args []any, kw map[string]any) (any, error) {
+			var src *dict
 			if len(args) == 1 {
-				if src, ok := args[0].(*dict); ok {
-					for _, k := range src.keys {
-						d.set(k, src.m[k])
-					}
+				src, _ = args[0].(*dict)
+			}
+			n := len(kw)
+			if src != nil {
+				n += len(src.keys)
+			}
+			if err := st.newDict(int64(n), "namespace()"); err != nil {
+				return nil, err
+			}
+			d := newDict()
+			if src != nil {
+				for _, k := range src.keys {
+					d.set(k, src.m[k])
 				}
 			}
 			setSorted(d, kw)
 			return d, nil
 		}),
-		"dict": fn(func(_ *state, args []any, kw map[string]any) (any, error) {
+		"dict": newFn("dict", func(st *state, args []any, kw map[string]any) (any, error) {
+			if err := st.newDict(int64(len(kw)), "dict()"); err != nil {
+				return nil, err
+			}
 			d := newDict()
 			setSorted(d, kw)
 			return d, nil
 		}),
-		"range": fn(func(_ *state, args []any, _ map[string]any) (any, error) {
-			var start, stop, step int64 = 0, 0, 1
-			ints := make([]int64, len(args))
-			for i, a := range args {
-				n, ok := asInt(a)
-				if !ok {
-					return nil, fmt.Errorf("range: expected integers")
-				}
-				ints[i] = n
-			}
-			switch len(ints) {
-			case 1:
-				stop = ints[0]
-			case 2:
-				start, stop = ints[0], ints[1]
-			case 3:
-				start, stop, step = ints[0], ints[1], ints[2]
-			default:
-				return nil, fmt.Errorf("range: expected 1 to 3 arguments")
-			}
-			if step == 0 {
-				return nil, fmt.Errorf("range: step must not be zero")
-			}
-			n := int64(0)
-			if step > 0 && stop > start {
-				n = (stop - start + step - 1) / step
-			} else if step < 0 && start > stop {
-				n = (start - stop - step - 1) / -step
-			}
-			if n > maxRange {
-				return nil, fmt.Errorf("%w: range of %d items (limit %d)", ErrLimit, n, maxRange)
-			}
-			l := &list{items: make([]any, 0, n)}
-			for i := int64(0); i < n; i++ {
-				l.items = append(l.items, start+i*step)
-			}
-			return l, nil
-		}),
-		"strftime_now": fn(func(st *state, args []any, _ map[string]any) (any, error) {
+		"range": newFn("range", builtinRange),
+		"strftime_now": newFn("strftime_now", func(st *state, args []any, _ map[string]any) (any, error) {
 			if len(args) != 1 {
 				return nil, fmt.Errorf("strftime_now: expected a format")
 			}
-			return strftime(time.Now(), toStr(args[0])), nil
+			f, ok := args[0].(string)
+			if !ok {
+				return nil, fmt.Errorf("strftime_now: the format must be a string, got %s", typeName(args[0]))
+			}
+			// The longest expansion is 9 bytes ("September") for 2.
+			if err := st.newStr(mulSize(int64(len(f)), 5), "strftime_now's result"); err != nil {
+				return nil, err
+			}
+			return strftime(time.Now(), f), nil
 		}),
 	}
+}
+
+func builtinRange(st *state, args []any, _ map[string]any) (any, error) {
+	var start, stop, step int64 = 0, 0, 1
+	ints := make([]int64, len(args))
+	for i, a := range args {
+		n, ok := asIntStrict(a)
+		if !ok {
+			return nil, fmt.Errorf("range: expected integers, got %s", typeName(a))
+		}
+		ints[i] = n
+	}
+	switch len(ints) {
+	case 1:
+		stop = ints[0]
+	case 2:
+		start, stop = ints[0], ints[1]
+	case 3:
+		start, stop, step = ints[0], ints[1], ints[2]
+	default:
+		return nil, fmt.Errorf("range: expected 1 to 3 arguments")
+	}
+	if step == 0 {
+		return nil, fmt.Errorf("range: step must not be zero")
+	}
+	// The count in uint64, which holds any difference of two int64s.
+	var n uint64
+	switch {
+	case step > 0 && stop > start:
+		diff, s := uint64(stop)-uint64(start), uint64(step)
+		n = diff / s
+		if diff%s != 0 {
+			n++
+		}
+	case step < 0 && start > stop:
+		diff, s := uint64(start)-uint64(stop), uint64(-(step+1))+1
+		n = diff / s
+		if diff%s != 0 {
+			n++
+		}
+	}
+	if n > maxItems {
+		return nil, limitf("range() of %d items, over %d", n, maxItems)
+	}
+	if err := st.newList(int64(n), "range()"); err != nil {
+		return nil, err
+	}
+	l := &list{items: make([]any, 0, n)}
+	for i := int64(0); i < int64(n); i++ {
+		l.items = append(l.items, start+i*step)
+	}
+	return l, nil
 }
 
 func setSorted(d *dict, kw map[string]any) {
@@ -143,32 +185,51 @@ func strftime(t time.Time, f string) string {
 // ---------------------------------------------------------------------------
 // Methods
 
-func method(f func(args []any, kw map[string]any) (any, error)) fn {
-	return fn(func(_ *state, args []any, kw map[string]any) (any, error) { return f(args, kw) })
+func method(name string, f func(st *state, args []any, kw map[string]any) (any, error)) *builtin {
+	return &builtin{name: name, method: true, f: f}
 }
 
-func strArg(args []any, i int, def string) string {
-	if i < len(args) && !isNilOrUndef(args[i]) {
-		return toStr(args[i])
+// optArg is args[i], or kw[name], or nil when neither is given.
+func optArg(args []any, kw map[string]any, i int, name string) any {
+	if v, ok := kw[name]; ok {
+		return v
 	}
-	return def
+	if i < len(args) {
+		return args[i]
+	}
+	return nil
 }
 
-func strMethod(s, name string) fn {
+// strArgOf is a string argument; a non-string is an error, as in Python.
+func strArgOf(fname string, v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s: expected a string argument, got %s", fname, typeName(v))
+	}
+	return s, nil
+}
+
+func strMethod(s, name string) *builtin {
 	switch name {
 	case "startswith", "endswith":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			var prefixes []string
-			if len(args) > 0 {
-				if l, ok := args[0].(*list); ok {
-					for _, it := range l.items {
-						prefixes = append(prefixes, toStr(it))
-					}
-				} else {
-					prefixes = []string{toStr(args[0])}
-				}
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("%s: expected an argument", name)
 			}
-			for _, p := range prefixes {
+			var prefixes []any
+			if l, ok := args[0].(*list); ok {
+				prefixes = l.items
+			} else {
+				prefixes = args[:1]
+			}
+			for _, pv := range prefixes {
+				p, err := strArgOf(name, pv)
+				if err != nil {
+					return nil, err
+				}
+				if err := st.spend(int64(len(p))); err != nil {
+					return nil, err
+				}
 				if name == "startswith" && strings.HasPrefix(s, p) || name == "endswith" && strings.HasSuffix(s, p) {
 					return true, nil
 				}
@@ -176,9 +237,15 @@ func strMethod(s, name string) fn {
 			return false, nil
 		})
 	case "strip", "lstrip", "rstrip":
-		return method(func(args []any, _ map[string]any) (any, error) {
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if err := st.spend(int64(len(s))); err != nil {
+				return nil, err
+			}
 			if len(args) > 0 && !isNilOrUndef(args[0]) {
-				cut := toStr(args[0])
+				cut, err := strArgOf(name, args[0])
+				if err != nil {
+					return nil, err
+				}
 				switch name {
 				case "strip":
 					return strings.Trim(s, cut), nil
@@ -196,66 +263,35 @@ func strMethod(s, name string) fn {
 			return strings.TrimRightFunc(s, unicode.IsSpace), nil
 		})
 	case "split", "rsplit":
-		return method(func(args []any, kw map[string]any) (any, error) {
-			sep := strArg(args, 0, "")
-			if v, ok := kw["sep"]; ok && !isNilOrUndef(v) {
-				sep = toStr(v)
-			}
-			maxSplit := int64(-1)
-			if len(args) > 1 {
-				maxSplit, _ = asInt(args[1])
-			}
-			if v, ok := kw["maxsplit"]; ok {
-				maxSplit, _ = asInt(v)
-			}
-			var parts []string
-			switch {
-			case sep == "" && maxSplit < 0:
-				parts = strings.Fields(s)
-			case sep == "":
-				parts = strings.Fields(s) // maxsplit with whitespace: approximate
-			case maxSplit < 0:
-				parts = strings.Split(s, sep)
-			case name == "split":
-				parts = strings.SplitN(s, sep, int(maxSplit)+1)
-			default:
-				all := strings.Split(s, sep)
-				if int64(len(all)) > maxSplit+1 {
-					head := strings.Join(all[:int64(len(all))-maxSplit], sep)
-					parts = append([]string{head}, all[int64(len(all))-maxSplit:]...)
-				} else {
-					parts = all
-				}
-			}
-			l := &list{}
-			for _, p := range parts {
-				l.items = append(l.items, p)
-			}
-			return l, nil
+		return method(name, func(st *state, args []any, kw map[string]any) (any, error) {
+			return st.split(s, name == "rsplit", optArg(args, kw, 0, "sep"), optArg(args, kw, 1, "maxsplit"))
 		})
 	case "lower":
-		return method(func([]any, map[string]any) (any, error) { return strings.ToLower(s), nil })
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) { return st.mapCase(s, lowerRunes) })
 	case "upper":
-		return method(func([]any, map[string]any) (any, error) { return strings.ToUpper(s), nil })
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) { return st.mapCase(s, upperRunes) })
 	case "title":
-		return method(func([]any, map[string]any) (any, error) { return titleCase(s), nil })
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) { return st.mapCase(s, titleRunes) })
 	case "capitalize":
-		return method(func([]any, map[string]any) (any, error) { return capitalize(s), nil })
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) {
+			return st.mapCase(s, capitalizeRunes)
+		})
 	case "replace":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			if len(args) < 2 {
-				return nil, fmt.Errorf("replace: expected 2 arguments")
-			}
-			n := -1
-			if len(args) > 2 {
-				c, _ := asInt(args[2])
-				n = int(c)
-			}
-			return strings.Replace(s, toStr(args[0]), toStr(args[1]), n), nil
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			return st.replace(s, args)
 		})
 	case "find", "index", "rfind":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			sub := strArg(args, 0, "")
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("%s: expected a substring", name)
+			}
+			sub, err := strArgOf(name, args[0])
+			if err != nil {
+				return nil, err
+			}
+			if err := st.spend(int64(len(s)) + int64(len(sub))); err != nil {
+				return nil, err
+			}
 			var i int
 			if name == "rfind" {
 				i = strings.LastIndex(s, sub)
@@ -268,29 +304,37 @@ func strMethod(s, name string) fn {
 				}
 				return int64(-1), nil
 			}
-			return int64(len([]rune(s[:i]))), nil
+			return int64(utf8.RuneCountInString(s[:i])), nil
 		})
 	case "count":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			return int64(strings.Count(s, strArg(args, 0, ""))), nil
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("count: expected a substring")
+			}
+			sub, err := strArgOf(name, args[0])
+			if err != nil {
+				return nil, err
+			}
+			if err := st.spend(int64(len(s)) + int64(len(sub))); err != nil {
+				return nil, err
+			}
+			return int64(strings.Count(s, sub)), nil
 		})
 	case "join":
-		return method(func(args []any, _ map[string]any) (any, error) {
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
 			if len(args) == 0 {
-				return "", nil
+				return nil, fmt.Errorf("join: expected an iterable")
 			}
-			l, ok := args[0].(*list)
-			if !ok {
-				return nil, fmt.Errorf("join: expected a list")
+			items, err := st.iterate(args[0])
+			if err != nil {
+				return nil, fmt.Errorf("join: %w", err)
 			}
-			parts := make([]string, len(l.items))
-			for i, it := range l.items {
-				parts[i] = toStr(it)
-			}
-			return strings.Join(parts, s), nil
+			return st.join(items, s, "")
 		})
 	case "isdigit", "isalpha", "isspace", "isalnum", "islower", "isupper":
-		return method(func([]any, map[string]any) (any, error) { return strIs(s, name), nil })
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) {
+			return strIs(s, name), st.spend(int64(len(s)))
+		})
 	}
 	return nil
 }
@@ -300,10 +344,24 @@ func strIs(s, name string) bool {
 		return false
 	}
 	switch name {
-	case "islower":
-		return s == strings.ToLower(s) && s != strings.ToUpper(s)
-	case "isupper":
-		return s == strings.ToUpper(s) && s != strings.ToLower(s)
+	case "islower", "isupper":
+		// Python: every cased character has this case, and there is one.
+		cased := false
+		for _, r := range s {
+			switch {
+			case unicode.IsUpper(r) || unicode.IsTitle(r):
+				if name == "islower" {
+					return false
+				}
+				cased = true
+			case unicode.IsLower(r):
+				if name == "isupper" {
+					return false
+				}
+				cased = true
+			}
+		}
+		return cased
 	}
 	for _, r := range s {
 		ok := false
@@ -324,66 +382,314 @@ func strIs(s, name string) bool {
 	return true
 }
 
-func titleCase(s string) string {
-	var b strings.Builder
+// A case mapping calls emit for each output character; mapCase runs it
+// once to size the result and once to build it.
+type caseMapping func(s string, emit func(rune))
+
+func lowerRunes(s string, emit func(rune)) {
+	for _, r := range s {
+		emit(unicode.ToLower(r))
+	}
+}
+
+func upperRunes(s string, emit func(rune)) {
+	for _, r := range s {
+		emit(unicode.ToUpper(r))
+	}
+}
+
+// titleRunes is Python's str.title: a letter after a letter is lower case,
+// any other letter upper case.
+func titleRunes(s string, emit func(rune)) {
 	prev := false
 	for _, r := range s {
 		if unicode.IsLetter(r) {
 			if prev {
-				b.WriteRune(unicode.ToLower(r))
+				emit(unicode.ToLower(r))
 			} else {
-				b.WriteRune(unicode.ToUpper(r))
+				emit(unicode.ToUpper(r))
 			}
 			prev = true
 		} else {
-			b.WriteRune(r)
+			emit(r)
 			prev = false
 		}
 	}
-	return b.String()
 }
 
-func capitalize(s string) string {
-	r := []rune(strings.ToLower(s))
-	if len(r) > 0 {
-		r[0] = unicode.ToUpper(r[0])
+func capitalizeRunes(s string, emit func(rune)) {
+	first := true
+	for _, r := range s {
+		if first {
+			emit(unicode.ToUpper(r))
+			first = false
+		} else {
+			emit(unicode.ToLower(r))
+		}
 	}
-	return string(r)
 }
 
-func dictMethod(d *dict, name string) fn {
+func (st *state) mapCase(s string, m caseMapping) (string, error) {
+	if err := st.spend(int64(len(s))); err != nil {
+		return "", err
+	}
+	n := 0
+	m(s, func(r rune) { n += utf8.RuneLen(r) })
+	if err := st.newStr(int64(n), "a case conversion"); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.Grow(n)
+	m(s, func(r rune) { b.WriteRune(r) })
+	return b.String(), nil
+}
+
+// replace is str.replace(old, new[, count]); the result's size is known,
+// and checked, before it is built.
+func (st *state) replace(s string, args []any) (any, error) {
+	if len(args) < 2 {
+		return nil, fmt.Errorf("replace: expected 2 arguments")
+	}
+	old, err := strArgOf("replace", args[0])
+	if err != nil {
+		return nil, err
+	}
+	repl, err := strArgOf("replace", args[1])
+	if err != nil {
+		return nil, err
+	}
+	count := int64(-1)
+	if len(args) > 2 && !isNilOrUndef(args[2]) {
+		c, ok := asIntStrict(args[2])
+		if !ok {
+			return nil, fmt.Errorf("replace: count must be an integer, got %s", typeName(args[2]))
+		}
+		count = c
+	}
+	if err := st.spend(int64(len(s)) + int64(len(old))); err != nil {
+		return nil, err
+	}
+	m := int64(strings.Count(s, old))
+	if count >= 0 && count < m {
+		m = count
+	}
+	if m == 0 {
+		return s, nil
+	}
+	size := int64(len(s)) - m*int64(len(old))
+	size = addSize(size, mulSize(m, int64(len(repl))))
+	if err := st.newStr(size, "replace's result"); err != nil {
+		return nil, err
+	}
+	return strings.Replace(s, old, repl, int(m)), nil
+}
+
+// split is str.split / str.rsplit, with Python's whitespace splitting when
+// sep is None. The parts are counted, and the list checked, before it is
+// built; they are substrings of s.
+func (st *state) split(s string, fromRight bool, sepv, maxv any) (any, error) {
+	if err := st.spend(int64(len(s))); err != nil {
+		return nil, err
+	}
+	maxSplit := int64(-1)
+	if !isNilOrUndef(maxv) {
+		m, ok := asIntStrict(maxv)
+		if !ok {
+			return nil, fmt.Errorf("split: maxsplit must be an integer, got %s", typeName(maxv))
+		}
+		maxSplit = m
+	}
+	var parts []string
+	if isNilOrUndef(sepv) {
+		n := splitWS(s, maxSplit, fromRight, nil)
+		if err := st.newList(int64(n), "split's result"); err != nil {
+			return nil, err
+		}
+		parts = make([]string, 0, n)
+		splitWS(s, maxSplit, fromRight, func(p string) { parts = append(parts, p) })
+	} else {
+		sep, err := strArgOf("split", sepv)
+		if err != nil {
+			return nil, err
+		}
+		if sep == "" {
+			return nil, fmt.Errorf("split: empty separator")
+		}
+		n := int64(strings.Count(s, sep)) + 1
+		if maxSplit >= 0 && maxSplit+1 < n {
+			n = maxSplit + 1
+		}
+		if err := st.newList(n, "split's result"); err != nil {
+			return nil, err
+		}
+		if !fromRight {
+			parts = strings.SplitN(s, sep, int(n))
+		} else {
+			parts = make([]string, n)
+			rest := s
+			for i := n - 1; i > 0; i-- {
+				j := strings.LastIndex(rest, sep)
+				parts[i] = rest[j+len(sep):]
+				rest = rest[:j]
+			}
+			parts[0] = rest
+		}
+	}
+	l := &list{items: make([]any, len(parts))}
+	for i, p := range parts {
+		l.items[i] = p
+	}
+	return l, nil
+}
+
+// splitWS splits s on runs of whitespace like Python's str.split() and
+// str.rsplit() with no separator, calling emit (when not nil) with each
+// part in order, and returns the number of parts.
+func splitWS(s string, maxSplit int64, fromRight bool, emit func(string)) int {
+	var parts []string
+	n := 0
+	add := func(p string) {
+		n++
+		if emit != nil {
+			if fromRight {
+				parts = append(parts, p)
+			} else {
+				emit(p)
+			}
+		}
+	}
+	if !fromRight {
+		i := 0
+		for {
+			for i < len(s) {
+				r, w := utf8.DecodeRuneInString(s[i:])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				i += w
+			}
+			if i >= len(s) {
+				break
+			}
+			if maxSplit >= 0 && int64(n) == maxSplit {
+				add(s[i:])
+				break
+			}
+			j := i
+			for j < len(s) {
+				r, w := utf8.DecodeRuneInString(s[j:])
+				if unicode.IsSpace(r) {
+					break
+				}
+				j += w
+			}
+			add(s[i:j])
+			i = j
+		}
+		return n
+	}
+	j := len(s)
+	for {
+		for j > 0 {
+			r, w := utf8.DecodeLastRuneInString(s[:j])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			j -= w
+		}
+		if j <= 0 {
+			break
+		}
+		if maxSplit >= 0 && int64(n) == maxSplit {
+			add(s[:j])
+			break
+		}
+		i := j
+		for i > 0 {
+			r, w := utf8.DecodeLastRuneInString(s[:i])
+			if unicode.IsSpace(r) {
+				break
+			}
+			i -= w
+		}
+		add(s[i:j])
+		j = i
+	}
+	for k := len(parts) - 1; k >= 0; k-- {
+		emit(parts[k])
+	}
+	return n
+}
+
+// join converts items to strings (or their attribute, when attr is not
+// empty) and joins them with sep, checking the total size first.
+func (st *state) join(items []any, sep, attr string) (any, error) {
+	parts := make([]string, len(items))
+	if err := st.newList(int64(len(items)), "join's parts"); err != nil {
+		return nil, err
+	}
+	total := int64(0)
+	for i, it := range items {
+		if attr != "" {
+			var err error
+			if it, err = st.getAttrOrItem(it, attr); err != nil {
+				return nil, err
+			}
+		}
+		s, err := st.str(it)
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = s
+		total = addSize(total, int64(len(s)))
+		if i > 0 {
+			total = addSize(total, int64(len(sep)))
+		}
+		if total > st.maxStr {
+			break
+		}
+	}
+	if err := st.newStr(total, "join's result"); err != nil {
+		return nil, err
+	}
+	return strings.Join(parts, sep), nil
+}
+
+func dictMethod(d *dict, name string) *builtin {
 	switch name {
 	case "items":
-		return method(func([]any, map[string]any) (any, error) {
-			l := &list{}
-			for _, k := range d.keys {
-				l.items = append(l.items, &list{items: []any{k, d.m[k]}})
-			}
-			return l, nil
-		})
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) { return st.dictItems(d, d.keys) })
 	case "keys":
-		return method(func([]any, map[string]any) (any, error) {
-			l := &list{}
-			for _, k := range d.keys {
-				l.items = append(l.items, k)
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) {
+			if err := st.newList(int64(len(d.keys)), "keys()"); err != nil {
+				return nil, err
+			}
+			l := &list{items: make([]any, len(d.keys))}
+			for i, k := range d.keys {
+				l.items[i] = k
 			}
 			return l, nil
 		})
 	case "values":
-		return method(func([]any, map[string]any) (any, error) {
-			l := &list{}
-			for _, k := range d.keys {
-				l.items = append(l.items, d.m[k])
+		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) {
+			if err := st.newList(int64(len(d.keys)), "values()"); err != nil {
+				return nil, err
+			}
+			l := &list{items: make([]any, len(d.keys))}
+			for i, k := range d.keys {
+				l.items[i] = d.m[k]
 			}
 			return l, nil
 		})
 	case "get":
-		return method(func(args []any, _ map[string]any) (any, error) {
+		return method(name, func(_ *state, args []any, _ map[string]any) (any, error) {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("get: expected a key")
 			}
-			if v, ok := d.get(toStr(args[0])); ok {
-				return v, nil
+			if k, err := keyOf(args[0]); err == nil {
+				if v, ok := d.get(k); ok {
+					return v, nil
+				}
 			}
 			if len(args) > 1 {
 				return args[1], nil
@@ -391,12 +697,28 @@ func dictMethod(d *dict, name string) fn {
 			return nil, nil
 		})
 	case "update":
-		return method(func(args []any, kw map[string]any) (any, error) {
+		return method(name, func(st *state, args []any, kw map[string]any) (any, error) {
+			var o *dict
 			if len(args) > 0 {
-				if o, ok := args[0].(*dict); ok {
-					for _, k := range o.keys {
-						d.set(k, o.m[k])
-					}
+				var ok bool
+				if o, ok = args[0].(*dict); !ok {
+					return nil, fmt.Errorf("update: expected a dict, got %s", typeName(args[0]))
+				}
+			}
+			added := int64(len(kw))
+			if o != nil {
+				added += int64(len(o.keys))
+			}
+			if err := st.newDict(int64(len(d.keys))+added, "update()"); err != nil {
+				return nil, err
+			}
+			if o != nil {
+				keys := o.keys
+				if o == d {
+					keys = nil // d.update(d) changes nothing
+				}
+				for _, k := range keys {
+					d.set(k, o.m[k])
 				}
 			}
 			setSorted(d, kw)
@@ -406,26 +728,50 @@ func dictMethod(d *dict, name string) fn {
 	return nil
 }
 
-func listMethod(l *list, name string) fn {
+// dictItems is the list of [key, value] pairs of d, in the order of keys.
+func (st *state) dictItems(d *dict, keys []string) (any, error) {
+	n := int64(len(keys))
+	if err := st.newList(n, "items()"); err != nil {
+		return nil, err
+	}
+	if err := st.charge(n * (2*itemBytes + 32)); err != nil {
+		return nil, err
+	}
+	l := &list{items: make([]any, n)}
+	for i, k := range keys {
+		l.items[i] = &list{items: []any{k, d.m[k]}}
+	}
+	return l, nil
+}
+
+func listMethod(l *list, name string) *builtin {
 	switch name {
 	case "append":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			if len(l.items) >= maxListItems {
-				return nil, fmt.Errorf("%w: list longer than %d", ErrLimit, maxListItems)
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("append: expected one argument, got %d", len(args))
 			}
-			if len(args) == 1 {
-				l.items = append(l.items, args[0])
+			if len(l.items) >= maxItems {
+				return nil, limitf("append: a list would have more than %d items", maxItems)
 			}
+			// Amortised growth of the slice.
+			if err := st.charge(2 * itemBytes); err != nil {
+				return nil, err
+			}
+			l.items = append(l.items, args[0])
 			return nil, nil
 		})
 	case "pop":
-		return method(func(args []any, _ map[string]any) (any, error) {
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
 			if len(l.items) == 0 {
 				return nil, fmt.Errorf("pop from empty list")
 			}
 			i := int64(len(l.items) - 1)
 			if len(args) > 0 {
-				i, _ = asInt(args[0])
+				var ok bool
+				if i, ok = asIntStrict(args[0]); !ok {
+					return nil, fmt.Errorf("pop: the index must be an integer, got %s", typeName(args[0]))
+				}
 				if i < 0 {
 					i += int64(len(l.items))
 				}
@@ -433,536 +779,36 @@ func listMethod(l *list, name string) fn {
 					return nil, fmt.Errorf("pop index out of range")
 				}
 			}
+			if err := st.spend(int64(len(l.items)) - i); err != nil {
+				return nil, err
+			}
 			v := l.items[i]
 			l.items = append(l.items[:i], l.items[i+1:]...)
 			return v, nil
 		})
-	case "index":
-		return method(func(args []any, _ map[string]any) (any, error) {
-			for i, it := range l.items {
-				if len(args) > 0 && equal(it, args[0]) {
-					return int64(i), nil
-				}
+	case "index", "count":
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("%s: expected a value", name)
 			}
-			return nil, fmt.Errorf("value not in list")
-		})
-	case "count":
-		return method(func(args []any, _ map[string]any) (any, error) {
 			n := int64(0)
-			for _, it := range l.items {
-				if len(args) > 0 && equal(it, args[0]) {
+			for i, it := range l.items {
+				eq, err := st.equal(it, args[0], 0)
+				if err != nil {
+					return nil, err
+				}
+				if eq {
+					if name == "index" {
+						return int64(i), nil
+					}
 					n++
 				}
+			}
+			if name == "index" {
+				return nil, fmt.Errorf("value not in list")
 			}
 			return n, nil
 		})
 	}
 	return nil
-}
-
-// ---------------------------------------------------------------------------
-// Filters
-
-type filterFn func(st *state, v any, args []any, kw map[string]any) (any, error)
-
-var filters map[string]filterFn
-
-func kwOrArg(args []any, kw map[string]any, i int, name string) (any, bool) {
-	if v, ok := kw[name]; ok {
-		return v, true
-	}
-	if i < len(args) {
-		return args[i], true
-	}
-	return nil, false
-}
-
-func init() {
-	filters = map[string]filterFn{
-		"trim": func(_ *state, v any, args []any, _ map[string]any) (any, error) {
-			if len(args) > 0 {
-				return strings.Trim(toStr(v), toStr(args[0])), nil
-			}
-			return strings.TrimSpace(toStr(v)), nil
-		},
-		"length": filterLength,
-		"count":  filterLength,
-		"string": func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return toStr(v), nil },
-		"lower":  func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return strings.ToLower(toStr(v)), nil },
-		"upper":  func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return strings.ToUpper(toStr(v)), nil },
-		"title":  func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return titleCase(toStr(v)), nil },
-		"capitalize": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-			return capitalize(toStr(v)), nil
-		},
-		"safe":   func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return v, nil },
-		"escape": filterEscape,
-		"e":      filterEscape,
-		"int": func(_ *state, v any, args []any, _ map[string]any) (any, error) {
-			switch x := v.(type) {
-			case int64:
-				return x, nil
-			case float64:
-				return int64(x), nil
-			case bool:
-				return b2i(x), nil
-			case string:
-				if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
-					return n, nil
-				}
-				if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
-					return int64(f), nil
-				}
-			}
-			if len(args) > 0 {
-				return args[0], nil
-			}
-			return int64(0), nil
-		},
-		"float": func(_ *state, v any, args []any, _ map[string]any) (any, error) {
-			if f, ok := asFloat(v); ok {
-				return f, nil
-			}
-			if s, ok := v.(string); ok {
-				if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
-					return f, nil
-				}
-			}
-			if len(args) > 0 {
-				return args[0], nil
-			}
-			return 0.0, nil
-		},
-		"abs": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-			switch x := v.(type) {
-			case int64:
-				if x < 0 {
-					return -x, nil
-				}
-				return x, nil
-			case float64:
-				if x < 0 {
-					return -x, nil
-				}
-				return x, nil
-			}
-			return nil, fmt.Errorf("abs: expected a number")
-		},
-		"default": filterDefault,
-		"d":       filterDefault,
-		"first": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil || len(items) == 0 {
-				return undefined{}, err
-			}
-			return items[0], nil
-		},
-		"last": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil || len(items) == 0 {
-				return undefined{}, err
-			}
-			return items[len(items)-1], nil
-		},
-		"list": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			return &list{items: append([]any(nil), items...)}, nil
-		},
-		"reverse": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
-			if s, ok := v.(string); ok {
-				r := []rune(s)
-				for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
-					r[i], r[j] = r[j], r[i]
-				}
-				return string(r), nil
-			}
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]any, len(items))
-			for i, it := range items {
-				out[len(items)-1-i] = it
-			}
-			return &list{items: out}, nil
-		},
-		"join": func(st *state, v any, args []any, kw map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			sep := ""
-			if s, ok := kwOrArg(args, kw, 0, "d"); ok {
-				sep = toStr(s)
-			}
-			attr, hasAttr := kwOrArg(args, kw, 1, "attribute")
-			parts := make([]string, len(items))
-			total := 0
-			for i, it := range items {
-				if hasAttr {
-					it = getAttrOrItem(it, toStr(attr))
-				}
-				parts[i] = toStr(it)
-				total += len(parts[i]) + len(sep)
-			}
-			if err := st.checkSize(total); err != nil {
-				return nil, err
-			}
-			return strings.Join(parts, sep), nil
-		},
-		"replace": func(st *state, v any, args []any, _ map[string]any) (any, error) {
-			if len(args) < 2 {
-				return nil, fmt.Errorf("replace: expected 2 arguments")
-			}
-			n := -1
-			if len(args) > 2 {
-				c, _ := asInt(args[2])
-				n = int(c)
-			}
-			out := strings.Replace(toStr(v), toStr(args[0]), toStr(args[1]), n)
-			return out, st.checkSize(len(out))
-		},
-		"tojson": func(st *state, v any, args []any, kw map[string]any) (any, error) {
-			indent := -1
-			if iv, ok := kwOrArg(args, kw, 0, "indent"); ok && !isNilOrUndef(iv) {
-				n, _ := asInt(iv)
-				indent = int(min(max(n, 0), 32))
-			}
-			sortKeys := false
-			if sv, ok := kw["sort_keys"]; ok {
-				sortKeys = truthy(sv)
-			}
-			var b strings.Builder
-			if err := toJSON(&b, v, indent, 0, sortKeys); err != nil {
-				return nil, err
-			}
-			return b.String(), st.checkSize(b.Len())
-		},
-		"items": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-			d, ok := v.(*dict)
-			if !ok {
-				if isNilOrUndef(v) {
-					return &list{}, nil
-				}
-				return nil, fmt.Errorf("items: expected a mapping, got %s", typeName(v))
-			}
-			return dictMethod(d, "items")(nil, nil, nil)
-		},
-		"dictsort": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-			d, ok := v.(*dict)
-			if !ok {
-				return nil, fmt.Errorf("dictsort: expected a mapping")
-			}
-			keys := append([]string(nil), d.keys...)
-			sort.Strings(keys)
-			l := &list{}
-			for _, k := range keys {
-				l.items = append(l.items, &list{items: []any{k, d.m[k]}})
-			}
-			return l, nil
-		},
-		"unique": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			l := &list{}
-			for _, it := range items {
-				dup := false
-				for _, seen := range l.items {
-					if equal(seen, it) {
-						dup = true
-						break
-					}
-				}
-				if !dup {
-					l.items = append(l.items, it)
-				}
-			}
-			return l, nil
-		},
-		"sort": func(st *state, v any, args []any, kw map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			out := append([]any(nil), items...)
-			rev := false
-			if r, ok := kwOrArg(args, kw, 0, "reverse"); ok {
-				rev = truthy(r)
-			}
-			attr, hasAttr := kw["attribute"]
-			var cmpErr error
-			sort.SliceStable(out, func(i, j int) bool {
-				a, b := out[i], out[j]
-				if hasAttr {
-					a, b = getAttrOrItem(a, toStr(attr)), getAttrOrItem(b, toStr(attr))
-				}
-				c, err := compare(a, b)
-				if err != nil && cmpErr == nil {
-					cmpErr = err
-				}
-				if rev {
-					return c > 0
-				}
-				return c < 0
-			})
-			return &list{items: out}, cmpErr
-		},
-		"map": func(st *state, v any, args []any, kw map[string]any) (any, error) {
-			items, err := st.iterate(v)
-			if err != nil {
-				return nil, err
-			}
-			l := &list{}
-			if attr, ok := kw["attribute"]; ok {
-				for _, it := range items {
-					val := getAttrOrItem(it, toStr(attr))
-					if isUndef(val) {
-						if d, ok := kw["default"]; ok {
-							val = d
-						}
-					}
-					l.items = append(l.items, val)
-				}
-				return l, nil
-			}
-			if len(args) == 0 {
-				return nil, fmt.Errorf("map: expected a filter name or attribute=")
-			}
-			f, ok := filters[toStr(args[0])]
-			if !ok {
-				return nil, fmt.Errorf("map: unknown filter %q", toStr(args[0]))
-			}
-			for _, it := range items {
-				r, err := f(st, it, args[1:], nil)
-				if err != nil {
-					return nil, err
-				}
-				l.items = append(l.items, r)
-			}
-			return l, nil
-		},
-		"select":     selectFilter(false, false),
-		"reject":     selectFilter(true, false),
-		"selectattr": selectFilter(false, true),
-		"rejectattr": selectFilter(true, true),
-		"indent": func(_ *state, v any, args []any, kw map[string]any) (any, error) {
-			width := "    "
-			if w, ok := kwOrArg(args, kw, 0, "width"); ok {
-				if n, ok := asInt(w); ok {
-					width = strings.Repeat(" ", int(min(max(n, 0), 64)))
-				} else {
-					width = toStr(w)
-				}
-			}
-			first := false
-			if f, ok := kwOrArg(args, kw, 1, "first"); ok {
-				first = truthy(f)
-			}
-			lines := strings.Split(toStr(v), "\n")
-			for i := range lines {
-				if (i > 0 || first) && lines[i] != "" {
-					lines[i] = width + lines[i]
-				}
-			}
-			return strings.Join(lines, "\n"), nil
-		},
-		"wordcount": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-			return int64(len(strings.Fields(toStr(v)))), nil
-		},
-	}
-}
-
-func filterLength(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-	switch x := v.(type) {
-	case string:
-		return int64(len([]rune(x))), nil
-	case *list:
-		return int64(len(x.items)), nil
-	case *dict:
-		return int64(len(x.keys)), nil
-	case undefined, nil:
-		return int64(0), nil
-	}
-	return nil, fmt.Errorf("length: %s has no length", typeName(v))
-}
-
-func filterEscape(_ *state, v any, _ []any, _ map[string]any) (any, error) {
-	r := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\"", "&#34;", "'", "&#39;")
-	return r.Replace(toStr(v)), nil
-}
-
-func filterDefault(_ *state, v any, args []any, kw map[string]any) (any, error) {
-	def := any("")
-	if len(args) > 0 {
-		def = args[0]
-	}
-	boolean := false
-	if b, ok := kwOrArg(args, kw, 1, "boolean"); ok {
-		boolean = truthy(b)
-	}
-	if isUndef(v) || (boolean && !truthy(v)) {
-		return def, nil
-	}
-	return v, nil
-}
-
-func getAttrOrItem(v any, name string) any {
-	cur := v
-	for _, part := range strings.Split(name, ".") {
-		if d, ok := cur.(*dict); ok {
-			if x, ok := d.get(part); ok {
-				cur = x
-				continue
-			}
-			return undefined{}
-		}
-		cur = getItem(cur, part)
-		if n, err := strconv.Atoi(part); err == nil {
-			cur = getItem(v, int64(n))
-		}
-	}
-	return cur
-}
-
-func selectFilter(reject, byAttr bool) filterFn {
-	return func(st *state, v any, args []any, _ map[string]any) (any, error) {
-		items, err := st.iterate(v)
-		if err != nil {
-			return nil, err
-		}
-		attr := ""
-		if byAttr {
-			if len(args) == 0 {
-				return nil, fmt.Errorf("selectattr: expected an attribute name")
-			}
-			attr, args = toStr(args[0]), args[1:]
-		}
-		var test testFn
-		if len(args) > 0 {
-			t, ok := tests[toStr(args[0])]
-			if !ok {
-				return nil, fmt.Errorf("unknown test %q", toStr(args[0]))
-			}
-			test, args = t, args[1:]
-		}
-		l := &list{}
-		for _, it := range items {
-			val := it
-			if byAttr {
-				val = getAttrOrItem(it, attr)
-			}
-			ok := truthy(val)
-			if test != nil {
-				if ok, err = test(val, args); err != nil {
-					return nil, err
-				}
-			}
-			if ok != reject {
-				l.items = append(l.items, it)
-			}
-		}
-		return l, nil
-	}
-}
-
-// ---------------------------------------------------------------------------
-// Tests
-
-type testFn func(v any, args []any) (bool, error)
-
-var tests map[string]testFn
-
-func init() {
-	arg0 := func(args []any) any {
-		if len(args) > 0 {
-			return args[0]
-		}
-		return undefined{}
-	}
-	tests = map[string]testFn{
-		"defined":   func(v any, _ []any) (bool, error) { return !isUndef(v), nil },
-		"undefined": func(v any, _ []any) (bool, error) { return isUndef(v), nil },
-		"none":      func(v any, _ []any) (bool, error) { return v == nil, nil },
-		"string":    func(v any, _ []any) (bool, error) { _, ok := v.(string); return ok, nil },
-		"number": func(v any, _ []any) (bool, error) {
-			switch v.(type) {
-			case int64, float64:
-				return true, nil
-			}
-			return false, nil
-		},
-		"integer": func(v any, _ []any) (bool, error) { _, ok := v.(int64); return ok, nil },
-		"float":   func(v any, _ []any) (bool, error) { _, ok := v.(float64); return ok, nil },
-		"boolean": func(v any, _ []any) (bool, error) { _, ok := v.(bool); return ok, nil },
-		"true":    func(v any, _ []any) (bool, error) { b, ok := v.(bool); return ok && b, nil },
-		"false":   func(v any, _ []any) (bool, error) { b, ok := v.(bool); return ok && !b, nil },
-		"mapping": func(v any, _ []any) (bool, error) { _, ok := v.(*dict); return ok, nil },
-		"iterable": func(v any, _ []any) (bool, error) {
-			switch v.(type) {
-			case string, *list, *dict:
-				return true, nil
-			}
-			return false, nil
-		},
-		"sequence": func(v any, _ []any) (bool, error) {
-			switch v.(type) {
-			case string, *list, *dict:
-				return true, nil
-			}
-			return false, nil
-		},
-		"callable": func(v any, _ []any) (bool, error) {
-			switch v.(type) {
-			case fn, *macro:
-				return true, nil
-			}
-			return false, nil
-		},
-		"odd": func(v any, _ []any) (bool, error) {
-			n, ok := asInt(v)
-			return ok && n%2 != 0, nil
-		},
-		"even": func(v any, _ []any) (bool, error) {
-			n, ok := asInt(v)
-			return ok && n%2 == 0, nil
-		},
-		"divisibleby": func(v any, args []any) (bool, error) {
-			n, ok1 := asInt(v)
-			d, ok2 := asInt(arg0(args))
-			if !ok1 || !ok2 || d == 0 {
-				return false, fmt.Errorf("divisibleby: expected integers")
-			}
-			return n%d == 0, nil
-		},
-		"eq":          func(v any, args []any) (bool, error) { return equal(v, arg0(args)), nil },
-		"equalto":     func(v any, args []any) (bool, error) { return equal(v, arg0(args)), nil },
-		"sameas":      func(v any, args []any) (bool, error) { return equal(v, arg0(args)), nil },
-		"ne":          func(v any, args []any) (bool, error) { return !equal(v, arg0(args)), nil },
-		"in":          func(v any, args []any) (bool, error) { return contains(arg0(args), v) },
-		"lower":       func(v any, _ []any) (bool, error) { s, ok := v.(string); return ok && s == strings.ToLower(s), nil },
-		"upper":       func(v any, _ []any) (bool, error) { s, ok := v.(string); return ok && s == strings.ToUpper(s), nil },
-		"gt":          cmpTest(func(c int) bool { return c > 0 }),
-		"ge":          cmpTest(func(c int) bool { return c >= 0 }),
-		"lt":          cmpTest(func(c int) bool { return c < 0 }),
-		"le":          cmpTest(func(c int) bool { return c <= 0 }),
-		"greaterthan": cmpTest(func(c int) bool { return c > 0 }),
-		"lessthan":    cmpTest(func(c int) bool { return c < 0 }),
-	}
-}
-
-func cmpTest(ok func(int) bool) testFn {
-	return func(v any, args []any) (bool, error) {
-		if len(args) == 0 {
-			return false, fmt.Errorf("comparison test needs an argument")
-		}
-		c, err := compare(v, args[0])
-		if err != nil {
-			return false, err
-		}
-		return ok(c), nil
-	}
 }

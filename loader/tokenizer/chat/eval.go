@@ -1,12 +1,11 @@
 package chat
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
-	"time"
+	"unicode/utf8"
 )
 
 type scope struct {
@@ -31,49 +30,17 @@ func (s *scope) set(name string, v any) {
 }
 
 type state struct {
-	ctx      context.Context
-	out      strings.Builder
-	steps    int64
-	maxSteps int64
-	maxOut   int
-	deadline time.Time
-	depth    int
+	budget
+	out   strings.Builder
+	depth int // nested macro calls
 }
 
 var errBreak = errors.New("break")
 var errContinue = errors.New("continue")
 
-// ErrLimit is wrapped by the error returned when a template exceeds its step,
-// time, output or recursion limits.
-var ErrLimit = errors.New("chat template limit exceeded")
-
-const (
-	maxMacroDepth = 64
-	maxListItems  = 1 << 20
-)
-
-func (st *state) step() error {
-	st.steps++
-	if st.steps > st.maxSteps {
-		return fmt.Errorf("%w: more than %d steps (a loop bomb?)", ErrLimit, st.maxSteps)
-	}
-	if st.steps&1023 == 0 {
-		if err := st.ctx.Err(); err != nil {
-			return fmt.Errorf("chat template: %w", err)
-		}
-		if !st.deadline.IsZero() && time.Now().After(st.deadline) {
-			return fmt.Errorf("%w: rendering took longer than the time limit", ErrLimit)
-		}
-	}
-	return nil
-}
-
-func (st *state) checkSize(n int) error {
-	if n > st.maxOut {
-		return fmt.Errorf("%w: a value or the output is larger than %d bytes", ErrLimit, st.maxOut)
-	}
-	return nil
-}
+// iterationBytes is charged per loop iteration and macro call: the scope
+// and loop object it allocates, which a template can keep alive.
+const iterationBytes = 256
 
 func (st *state) exec(nodes []node, sc *scope) error {
 	for _, n := range nodes {
@@ -87,9 +54,31 @@ func (st *state) exec(nodes []node, sc *scope) error {
 	return nil
 }
 
+// write appends to the output (or to the macro or {% set %} block being
+// captured), checking its size before it grows.
 func (st *state) write(s string) error {
+	if int64(st.out.Len())+int64(len(s)) > st.maxStr {
+		return limitf("the output would be over %d bytes (Options.MaxOutputBytes)", st.maxStr)
+	}
+	// A strings.Builder allocates up to twice what it holds.
+	if err := st.charge(2 * int64(len(s))); err != nil {
+		return err
+	}
+	if err := st.spend(int64(len(s))); err != nil {
+		return err
+	}
 	st.out.WriteString(s)
-	return st.checkSize(st.out.Len())
+	return nil
+}
+
+// capture runs body with a fresh output and returns what it wrote.
+func (st *state) capture(body []node, sc *scope) (string, error) {
+	saved := st.out
+	st.out = strings.Builder{}
+	err := st.exec(body, sc)
+	text := st.out.String()
+	st.out = saved
+	return text, err
 }
 
 func (st *state) execOne(n node, sc *scope) error {
@@ -98,15 +87,18 @@ func (st *state) execOne(n node, sc *scope) error {
 		return st.write(x.s)
 	case *outputNode:
 		v, err := st.eval(x.e, sc)
-		if err != nil {
-			return fmt.Errorf("line %d: %w", x.line, err)
+		if err == nil {
+			var s string
+			if s, err = st.str(v); err == nil {
+				err = st.write(s)
+			}
 		}
-		return st.write(toStr(v))
+		return atLine(x.line, err)
 	case *ifNode:
 		for i, c := range x.conds {
 			v, err := st.eval(c, sc)
 			if err != nil {
-				return err
+				return atLine(x.line, err)
 			}
 			if truthy(v) {
 				return st.exec(x.bodies[i], sc)
@@ -114,40 +106,20 @@ func (st *state) execOne(n node, sc *scope) error {
 		}
 		return st.exec(x.els, sc)
 	case *forNode:
-		return st.execFor(x, sc)
+		return atLine(x.line, st.execFor(x, sc))
 	case *setNode:
-		v, err := st.eval(x.value, sc)
-		if err != nil {
-			return err
-		}
-		if len(x.targets) == 1 {
-			return st.assign(x.targets[0], v, sc)
-		}
-		items, err := st.iterate(v)
-		if err != nil {
-			return err
-		}
-		if len(items) != len(x.targets) {
-			return fmt.Errorf("cannot unpack %d values into %d names", len(items), len(x.targets))
-		}
-		for i, t := range x.targets {
-			if err := st.assign(t, items[i], sc); err != nil {
-				return err
-			}
-		}
-		return nil
+		return atLine(x.line, st.execSet(x, sc))
 	case *setBlockNode:
-		saved := st.out
-		st.out = strings.Builder{}
-		err := st.exec(x.body, sc)
-		body := st.out.String()
-		st.out = saved
+		body, err := st.capture(x.body, sc)
 		if err != nil {
 			return err
 		}
 		sc.set(x.name, body)
 		return nil
 	case *macroNode:
+		if err := st.charge(iterationBytes); err != nil {
+			return err
+		}
 		sc.set(x.name, &macro{node: x, defScope: sc})
 		return nil
 	case *breakNode:
@@ -156,6 +128,29 @@ func (st *state) execOne(n node, sc *scope) error {
 		return errContinue
 	}
 	return fmt.Errorf("internal: unknown node %T", n)
+}
+
+func (st *state) execSet(x *setNode, sc *scope) error {
+	v, err := st.eval(x.value, sc)
+	if err != nil {
+		return err
+	}
+	if len(x.targets) == 1 {
+		return st.assign(x.targets[0], v, sc)
+	}
+	items, err := st.iterate(v)
+	if err != nil {
+		return err
+	}
+	if len(items) != len(x.targets) {
+		return fmt.Errorf("cannot unpack %d values into %d names", len(items), len(x.targets))
+	}
+	for i, t := range x.targets {
+		if err := st.assign(t, items[i], sc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (st *state) assign(t expr, v any, sc *scope) error {
@@ -172,26 +167,48 @@ func (st *state) assign(t expr, v any, sc *scope) error {
 		if !ok {
 			return fmt.Errorf("cannot set attribute %q on %s (use namespace())", x.name, typeName(obj))
 		}
+		if _, exists := d.m[x.name]; !exists {
+			if err := st.newDict(int64(len(d.keys))+1, "a namespace"); err != nil {
+				return err
+			}
+			if err := st.charge(entryBytes + int64(len(x.name))); err != nil {
+				return err
+			}
+		}
 		d.set(x.name, v)
 		return nil
 	}
 	return fmt.Errorf("cannot assign to this expression")
 }
 
+// iterate returns the items a for loop or filter walks: a list's own items
+// (not copied), a dict's keys, or a string's characters (substrings of it,
+// so no character is copied).
 func (st *state) iterate(v any) ([]any, error) {
 	switch x := v.(type) {
 	case *list:
-		return x.items, nil
+		return x.items, st.spend(int64(len(x.items)))
 	case *dict:
+		if err := st.newList(int64(len(x.keys)), "the keys of a dict"); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(x.keys))
 		for i, k := range x.keys {
 			out[i] = k
 		}
 		return out, nil
 	case string:
-		var out []any
-		for _, r := range x {
-			out = append(out, string(r))
+		if err := st.spend(int64(len(x))); err != nil {
+			return nil, err
+		}
+		if err := st.newList(int64(utf8.RuneCountInString(x)), "the characters of a string"); err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, utf8.RuneCountInString(x))
+		for i := 0; i < len(x); {
+			_, w := utf8.DecodeRuneInString(x[i:])
+			out = append(out, x[i:i+w])
+			i += w
 		}
 		return out, nil
 	case undefined, nil:
@@ -207,7 +224,7 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 	}
 	items, err := st.iterate(iv)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", x.line, err)
+		return err
 	}
 	bind := func(s *scope, item any) error {
 		if len(x.targets) == 1 {
@@ -219,7 +236,7 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 			return err
 		}
 		if len(parts) != len(x.targets) {
-			return fmt.Errorf("line %d: cannot unpack %d values into %s", x.line, len(parts), joinNames(x.targets))
+			return fmt.Errorf("cannot unpack %d values into %s", len(parts), joinNames(x.targets))
 		}
 		for i, t := range x.targets {
 			s.set(t, parts[i])
@@ -241,6 +258,9 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 				return err
 			}
 			if truthy(c) {
+				if err := st.charge(itemBytes); err != nil {
+					return err
+				}
 				kept = append(kept, it)
 			}
 		}
@@ -249,38 +269,15 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 	if len(items) == 0 {
 		return st.exec(x.els, sc)
 	}
-	n := int64(len(items))
 	for i, it := range items {
 		if err := st.step(); err != nil {
 			return err
 		}
-		loop := newDict()
-		loop.set("index0", int64(i))
-		loop.set("index", int64(i+1))
-		loop.set("revindex0", n-int64(i)-1)
-		loop.set("revindex", n-int64(i))
-		loop.set("first", i == 0)
-		loop.set("last", int64(i) == n-1)
-		loop.set("length", n)
-		if i > 0 {
-			loop.set("previtem", items[i-1])
-		} else {
-			loop.set("previtem", undefined{})
+		if err := st.charge(iterationBytes); err != nil {
+			return err
 		}
-		if int64(i) < n-1 {
-			loop.set("nextitem", items[i+1])
-		} else {
-			loop.set("nextitem", undefined{})
-		}
-		idx := i
-		loop.set("cycle", fn(func(_ *state, args []any, _ map[string]any) (any, error) {
-			if len(args) == 0 {
-				return nil, fmt.Errorf("loop.cycle needs arguments")
-			}
-			return args[idx%len(args)], nil
-		}))
 		s := &scope{parent: sc}
-		s.set("loop", loop)
+		s.set("loop", &loopCtx{i: i, items: items})
 		if err := bind(s, it); err != nil {
 			return err
 		}
@@ -325,7 +322,7 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getItem(obj, idx), nil
+		return st.getItem(obj, idx)
 	case *sliceExpr:
 		return st.evalSlice(x, sc)
 	case *callExpr:
@@ -345,7 +342,7 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("unknown test %q", x.name)
 		}
-		r, err := t(v, args)
+		r, err := t(st, v, args)
 		if err != nil {
 			return nil, err
 		}
@@ -363,6 +360,9 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		case "-":
 			switch n := v.(type) {
 			case int64:
+				if n == math.MinInt64 {
+					return nil, errOverflow("-", n, nil)
+				}
 				return -n, nil
 			case float64:
 				return -n, nil
@@ -383,15 +383,25 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		}
 		return st.eval(x.b, sc)
 	case *listExpr:
+		if err := st.newList(int64(len(x.items)), "a list literal"); err != nil {
+			return nil, err
+		}
 		items, err := st.evalList(x.items, sc)
 		if err != nil {
 			return nil, err
 		}
 		return &list{items: items}, nil
 	case *dictExpr:
+		if err := st.newDict(int64(len(x.keys)), "a dict literal"); err != nil {
+			return nil, err
+		}
 		d := newDict()
 		for i := range x.keys {
-			k, err := st.eval(x.keys[i], sc)
+			kv, err := st.eval(x.keys[i], sc)
+			if err != nil {
+				return nil, err
+			}
+			k, err := keyOf(kv)
 			if err != nil {
 				return nil, err
 			}
@@ -399,7 +409,7 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			d.set(toStr(k), v)
+			d.set(k, v)
 		}
 		return d, nil
 	}
@@ -457,15 +467,20 @@ func getAttr(obj any, name string) any {
 		if m := listMethod(x, name); m != nil {
 			return m
 		}
+	case *loopCtx:
+		return x.attr(name)
 	}
 	return undefined{}
 }
 
-func getItem(obj any, idx any) any {
+// getItem is obj[idx]; a missing key or index is undefined, as in Jinja.
+func (st *state) getItem(obj any, idx any) (any, error) {
 	switch x := obj.(type) {
 	case *dict:
-		if v, ok := x.get(toStr(idx)); ok {
-			return v
+		if k, err := keyOf(idx); err == nil {
+			if v, ok := x.get(k); ok {
+				return v, nil
+			}
 		}
 	case *list:
 		if i, ok := asInt(idx); ok {
@@ -473,21 +488,41 @@ func getItem(obj any, idx any) any {
 				i += int64(len(x.items))
 			}
 			if i >= 0 && i < int64(len(x.items)) {
-				return x.items[i]
+				return x.items[i], nil
 			}
 		}
 	case string:
 		if i, ok := asInt(idx); ok {
-			r := []rune(x)
-			if i < 0 {
-				i += int64(len(r))
+			if err := st.spend(int64(len(x))); err != nil {
+				return nil, err
 			}
-			if i >= 0 && i < int64(len(r)) {
-				return string(r[i])
+			if i < 0 {
+				i += int64(utf8.RuneCountInString(x))
+			}
+			if i >= 0 {
+				if s, ok := runeAt(x, i); ok {
+					return s, nil
+				}
 			}
 		}
+	case *loopCtx:
+		if k, ok := idx.(string); ok {
+			return x.attr(k), nil
+		}
 	}
-	return undefined{}
+	return undefined{}, nil
+}
+
+// runeAt is the i-th character of s, as a substring.
+func runeAt(s string, i int64) (string, bool) {
+	for off := 0; off < len(s); i-- {
+		_, w := utf8.DecodeRuneInString(s[off:])
+		if i == 0 {
+			return s[off : off+w], true
+		}
+		off += w
+	}
+	return "", false
 }
 
 func asInt(v any) (int64, bool) {
@@ -497,7 +532,7 @@ func asInt(v any) (int64, bool) {
 	case bool:
 		return b2i(x), true
 	case float64:
-		if x == math.Trunc(x) {
+		if x == math.Trunc(x) && x >= -(1<<63) && x < 1<<63 {
 			return int64(x), true
 		}
 	}
@@ -524,7 +559,7 @@ func sliceBounds(n int, lo, hi, step any) (start, stop, stp int, err error) {
 		if !ok || s == 0 {
 			return 0, 0, 0, fmt.Errorf("slice step must be a non-zero integer")
 		}
-		stp = int(s)
+		stp = int(max(min(s, math.MaxInt32), -math.MaxInt32))
 	}
 	norm := func(v any, def int) (int, error) {
 		if isNilOrUndef(v) {
@@ -534,7 +569,7 @@ func sliceBounds(n int, lo, hi, step any) (start, stop, stp int, err error) {
 		if !ok {
 			return 0, fmt.Errorf("slice indices must be integers")
 		}
-		x := int(i)
+		x := int(max(min(i, math.MaxInt32), -math.MaxInt32))
 		if x < 0 {
 			x += n
 		}
@@ -559,6 +594,17 @@ func sliceBounds(n int, lo, hi, step any) (start, stop, stp int, err error) {
 	return
 }
 
+// sliceLen is the number of items a slice selects.
+func sliceLen(start, stop, step int) int {
+	switch {
+	case step > 0 && stop > start:
+		return (stop - start + step - 1) / step
+	case step < 0 && start > stop:
+		return (start - stop - step - 1) / -step
+	}
+	return 0
+}
+
 func isNilOrUndef(v any) bool { return v == nil || isUndef(v) }
 
 func (st *state) evalSlice(x *sliceExpr, sc *scope) (any, error) {
@@ -574,41 +620,61 @@ func (st *state) evalSlice(x *sliceExpr, sc *scope) (any, error) {
 			}
 		}
 	}
-	var items []any
-	var runes []rune
-	isStr := false
 	switch o := obj.(type) {
 	case *list:
-		items = o.items
+		start, stop, step, err := sliceBounds(len(o.items), parts[0], parts[1], parts[2])
+		if err != nil {
+			return nil, err
+		}
+		k := sliceLen(start, stop, step)
+		if err := st.newList(int64(k), "a slice"); err != nil {
+			return nil, err
+		}
+		out := &list{items: make([]any, 0, k)}
+		for i := start; len(out.items) < k; i += step {
+			out.items = append(out.items, o.items[i])
+		}
+		return out, nil
 	case string:
-		runes, isStr = []rune(o), true
-	default:
-		return nil, fmt.Errorf("cannot slice %s", typeName(obj))
-	}
-	n := len(items)
-	if isStr {
-		n = len(runes)
-	}
-	start, stop, step, err := sliceBounds(n, parts[0], parts[1], parts[2])
-	if err != nil {
-		return nil, err
-	}
-	var idx []int
-	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		idx = append(idx, i)
-	}
-	if isStr {
-		out := make([]rune, len(idx))
-		for k, i := range idx {
-			out[k] = runes[i]
+		if err := st.spend(int64(len(o))); err != nil {
+			return nil, err
+		}
+		n := utf8.RuneCountInString(o)
+		start, stop, step, err := sliceBounds(n, parts[0], parts[1], parts[2])
+		if err != nil {
+			return nil, err
+		}
+		k := sliceLen(start, stop, step)
+		if step == 1 {
+			// A substring: no copy.
+			return o[runeOffset(o, start):runeOffset(o, start+k)], nil
+		}
+		// Any other step copies k characters: charge the rune table too.
+		if err := st.charge(4 * int64(n)); err != nil {
+			return nil, err
+		}
+		if err := st.newStr(int64(4*k), "a string slice"); err != nil {
+			return nil, err
+		}
+		runes := []rune(o)
+		out := make([]rune, 0, k)
+		for i := start; len(out) < k; i += step {
+			out = append(out, runes[i])
 		}
 		return string(out), nil
 	}
-	out := &list{items: make([]any, len(idx))}
-	for k, i := range idx {
-		out.items[k] = items[i]
+	return nil, fmt.Errorf("cannot slice %s", typeName(obj))
+}
+
+// runeOffset is the byte offset of the i-th character of s (len(s) past
+// the end).
+func runeOffset(s string, i int) int {
+	off := 0
+	for ; i > 0 && off < len(s); i-- {
+		_, w := utf8.DecodeRuneInString(s[off:])
+		off += w
 	}
-	return out, nil
+	return off
 }
 
 func (st *state) evalCall(x *callExpr, sc *scope) (any, error) {
@@ -629,8 +695,8 @@ func (st *state) evalCall(x *callExpr, sc *scope) (any, error) {
 
 func (st *state) call(f any, args []any, kwargs map[string]any, what expr) (any, error) {
 	switch c := f.(type) {
-	case fn:
-		return c(st, args, kwargs)
+	case *builtin:
+		return c.f(st, args, kwargs)
 	case *macro:
 		return st.callMacro(c, args, kwargs)
 	}
@@ -645,18 +711,22 @@ func (st *state) call(f any, args []any, kwargs map[string]any, what expr) (any,
 }
 
 func (st *state) callMacro(m *macro, args []any, kwargs map[string]any) (any, error) {
+	if st.depth >= maxMacroDepth {
+		return nil, limitf("macro %q: calls nested deeper than %d", m.node.name, maxMacroDepth)
+	}
+	if err := st.charge(iterationBytes); err != nil {
+		return nil, err
+	}
 	st.depth++
 	defer func() { st.depth-- }()
-	if st.depth > maxMacroDepth {
-		return nil, fmt.Errorf("%w: macro calls nested deeper than %d", ErrLimit, maxMacroDepth)
-	}
 	s := &scope{parent: m.defScope}
 	for i, p := range m.node.params {
+		v, byName := kwargs[p.name]
 		switch {
 		case i < len(args):
 			s.set(p.name, args[i])
-		case kwargs != nil && kwargs[p.name] != nil:
-			s.set(p.name, kwargs[p.name])
+		case byName:
+			s.set(p.name, v)
 		case p.def != nil:
 			v, err := st.eval(p.def, m.defScope)
 			if err != nil {
@@ -667,22 +737,12 @@ func (st *state) callMacro(m *macro, args []any, kwargs map[string]any) (any, er
 			s.set(p.name, undefined{})
 		}
 	}
-	if kwargs != nil {
-		for k, v := range kwargs {
-			if _, ok := s.vars[k]; !ok {
-				s.set(k, v)
-			}
+	for k, v := range kwargs {
+		if _, ok := s.vars[k]; !ok {
+			s.set(k, v)
 		}
 	}
-	saved := st.out
-	st.out = strings.Builder{}
-	err := st.exec(m.node.body, s)
-	body := st.out.String()
-	st.out = saved
-	if err != nil {
-		return nil, err
-	}
-	return body, nil
+	return st.capture(m.node.body, s)
 }
 
 func (st *state) evalFilter(x *filterExpr, sc *scope) (any, error) {
@@ -727,10 +787,9 @@ func (st *state) evalBin(x *binExpr, sc *scope) (any, error) {
 		return nil, err
 	}
 	switch x.op {
-	case "==":
-		return equal(l, r), nil
-	case "!=":
-		return !equal(l, r), nil
+	case "==", "!=":
+		eq, err := st.equal(l, r, 0)
+		return eq == (x.op == "=="), err
 	case "<", ">", "<=", ">=":
 		c, err := compare(l, r)
 		if err != nil {
@@ -746,102 +805,98 @@ func (st *state) evalBin(x *binExpr, sc *scope) (any, error) {
 		}
 		return c >= 0, nil
 	case "in", "not in":
-		in, err := contains(r, l)
+		in, err := st.contains(r, l)
 		if err != nil {
 			return nil, err
 		}
 		return in == (x.op == "in"), nil
 	case "~":
-		s := toStr(l) + toStr(r)
-		return s, st.checkSize(len(s))
+		ls, err := st.str(l)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := st.str(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.newStr(int64(len(ls))+int64(len(rs)), "a ~ concatenation"); err != nil {
+			return nil, err
+		}
+		return ls + rs, nil
 	}
 	return st.arith(x.op, l, r)
 }
 
+func errOverflow(op string, l, r any) error {
+	if r == nil {
+		return fmt.Errorf("integer overflow: %s%s does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", op, scalarStr(l))
+	}
+	return fmt.Errorf("integer overflow: %s %s %s does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", scalarStr(l), op, scalarStr(r))
+}
+
 func (st *state) arith(op string, l, r any) (any, error) {
-	if op == "+" {
+	switch op {
+	case "+":
 		if ls, ok := l.(string); ok {
 			if rs, ok := r.(string); ok {
-				s := ls + rs
-				return s, st.checkSize(len(s))
+				if err := st.newStr(int64(len(ls))+int64(len(rs)), "a + concatenation"); err != nil {
+					return nil, err
+				}
+				return ls + rs, nil
 			}
 		}
 		if ll, ok := l.(*list); ok {
 			if rl, ok := r.(*list); ok {
-				if len(ll.items)+len(rl.items) > maxListItems {
-					return nil, fmt.Errorf("%w: list longer than %d", ErrLimit, maxListItems)
+				if err := st.newList(int64(len(ll.items))+int64(len(rl.items)), "a + of lists"); err != nil {
+					return nil, err
 				}
-				items := append(append([]any(nil), ll.items...), rl.items...)
+				items := make([]any, 0, len(ll.items)+len(rl.items))
+				items = append(append(items, ll.items...), rl.items...)
 				return &list{items: items}, nil
 			}
 		}
-	}
-	if op == "*" {
-		s, isStr := l.(string)
-		n, isInt := asInt(r)
-		if !isStr {
-			s, isStr = r.(string)
-			n, isInt = asInt(l)
+	case "*":
+		seq, n := l, r
+		switch l.(type) {
+		case string, *list:
+		default:
+			seq, n = r, l
 		}
-		if isStr && isInt {
-			if n <= 0 {
+		count, isInt := asIntStrict(n)
+		switch s := seq.(type) {
+		case string:
+			if !isInt {
+				break
+			}
+			if count <= 0 || s == "" {
 				return "", nil
 			}
-			if int64(len(s))*n > int64(st.maxOut) {
-				return nil, fmt.Errorf("%w: string repetition larger than %d bytes", ErrLimit, st.maxOut)
+			if err := st.newStr(mulSize(int64(len(s)), count), "a string repetition"); err != nil {
+				return nil, err
 			}
-			return strings.Repeat(s, int(n)), nil
+			return strings.Repeat(s, int(count)), nil
+		case *list:
+			if !isInt {
+				break
+			}
+			if count <= 0 || len(s.items) == 0 {
+				return &list{}, nil
+			}
+			total := mulSize(int64(len(s.items)), count)
+			if err := st.newList(total, "a list repetition"); err != nil {
+				return nil, err
+			}
+			items := make([]any, 0, total)
+			for range count {
+				items = append(items, s.items...)
+			}
+			return &list{items: items}, nil
 		}
 	}
-	li, lInt := l.(int64)
-	ri, rInt := r.(int64)
-	if lb, ok := l.(bool); ok {
-		li, lInt = b2i(lb), true
-	}
-	if rb, ok := r.(bool); ok {
-		ri, rInt = b2i(rb), true
-	}
+	li, lInt := asIntStrict(l)
+	ri, rInt := asIntStrict(r)
 	if lInt && rInt {
-		switch op {
-		case "+":
-			return li + ri, nil
-		case "-":
-			return li - ri, nil
-		case "*":
-			return li * ri, nil
-		case "/":
-			if ri == 0 {
-				return nil, fmt.Errorf("division by zero")
-			}
-			return float64(li) / float64(ri), nil
-		case "//":
-			if ri == 0 {
-				return nil, fmt.Errorf("division by zero")
-			}
-			q := li / ri
-			if (li%ri != 0) && ((li < 0) != (ri < 0)) {
-				q--
-			}
-			return q, nil
-		case "%":
-			if ri == 0 {
-				return nil, fmt.Errorf("modulo by zero")
-			}
-			m := li % ri
-			if m != 0 && ((m < 0) != (ri < 0)) {
-				m += ri
-			}
-			return m, nil
-		case "**":
-			if ri >= 0 && ri < 64 {
-				res := int64(1)
-				for k := int64(0); k < ri; k++ {
-					res *= li
-				}
-				return res, nil
-			}
-			return math.Pow(float64(li), float64(ri)), nil
-		}
+		return intArith(op, li, ri)
 	}
 	lf, ok1 := asFloat(l)
 	rf, ok2 := asFloat(r)
@@ -875,54 +930,203 @@ func (st *state) arith(op string, l, r any) (any, error) {
 		}
 		return m, nil
 	case "**":
-		return math.Pow(lf, rf), nil
+		p := math.Pow(lf, rf)
+		if math.IsInf(p, 0) && !math.IsInf(lf, 0) && !math.IsInf(rf, 0) {
+			if lf == 0 {
+				return nil, fmt.Errorf("zero to a negative power")
+			}
+			return nil, fmt.Errorf("float overflow: %s ** %s is out of range", pyFloat(lf), pyFloat(rf))
+		}
+		return p, nil
 	}
 	return nil, fmt.Errorf("unknown operator %q", op)
 }
 
-func equal(a, b any) bool {
+// asIntStrict accepts integers and booleans (Python's ints), not floats.
+func asIntStrict(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case bool:
+		return b2i(x), true
+	}
+	return 0, false
+}
+
+// intArith is 64-bit integer arithmetic that reports overflow instead of
+// wrapping.
+func intArith(op string, li, ri int64) (any, error) {
+	switch op {
+	case "+":
+		if (ri > 0 && li > math.MaxInt64-ri) || (ri < 0 && li < math.MinInt64-ri) {
+			return nil, errOverflow(op, li, ri)
+		}
+		return li + ri, nil
+	case "-":
+		if (ri < 0 && li > math.MaxInt64+ri) || (ri > 0 && li < math.MinInt64+ri) {
+			return nil, errOverflow(op, li, ri)
+		}
+		return li - ri, nil
+	case "*":
+		if li == 0 || ri == 0 {
+			return int64(0), nil
+		}
+		p := li * ri
+		if p/ri != li || (li == -1 && ri == math.MinInt64) || (ri == -1 && li == math.MinInt64) {
+			return nil, errOverflow(op, li, ri)
+		}
+		return p, nil
+	case "/":
+		if ri == 0 {
+			return nil, fmt.Errorf("division by zero")
+		}
+		return float64(li) / float64(ri), nil
+	case "//":
+		if ri == 0 {
+			return nil, fmt.Errorf("division by zero")
+		}
+		if li == math.MinInt64 && ri == -1 {
+			return nil, errOverflow(op, li, ri)
+		}
+		q := li / ri
+		if (li%ri != 0) && ((li < 0) != (ri < 0)) {
+			q--
+		}
+		return q, nil
+	case "%":
+		if ri == 0 {
+			return nil, fmt.Errorf("modulo by zero")
+		}
+		if ri == -1 {
+			return int64(0), nil
+		}
+		m := li % ri
+		if m != 0 && ((m < 0) != (ri < 0)) {
+			m += ri
+		}
+		return m, nil
+	case "**":
+		if ri < 0 {
+			if li == 0 {
+				return nil, fmt.Errorf("zero to a negative power")
+			}
+			return math.Pow(float64(li), float64(ri)), nil
+		}
+		switch li {
+		case 0:
+			if ri == 0 {
+				return int64(1), nil
+			}
+			return int64(0), nil
+		case 1:
+			return int64(1), nil
+		case -1:
+			if ri%2 == 0 {
+				return int64(1), nil
+			}
+			return int64(-1), nil
+		}
+		if ri >= 64 {
+			return nil, errOverflow(op, li, ri)
+		}
+		res := int64(1)
+		for range ri {
+			r, err := intArith("*", res, li)
+			if err != nil {
+				return nil, errOverflow(op, li, ri)
+			}
+			res = r.(int64)
+		}
+		return res, nil
+	}
+	return nil, fmt.Errorf("unknown operator %q", op)
+}
+
+// equal is Python's ==, within the budget: a container compared with
+// itself is equal (Python checks identity first), and comparing values
+// nested deeper than maxValueDepth is an error (Python's RecursionError).
+func (st *state) equal(a, b any, depth int) (bool, error) {
+	if ai, ok := asIntStrict(a); ok {
+		if bi, ok := asIntStrict(b); ok {
+			return ai == bi, nil
+		}
+	}
 	if af, ok := asFloat(a); ok {
 		if bf, ok := asFloat(b); ok {
-			return af == bf
+			return af == bf, nil
 		}
-		return false
+		return false, nil
 	}
 	switch x := a.(type) {
 	case nil:
-		return b == nil
+		return b == nil, nil
 	case undefined:
-		return isUndef(b)
+		return isUndef(b), nil
 	case string:
 		y, ok := b.(string)
-		return ok && x == y
+		return ok && x == y, st.spend(int64(len(x)))
 	case *list:
 		y, ok := b.(*list)
 		if !ok || len(x.items) != len(y.items) {
-			return false
+			return false, nil
+		}
+		if x == y {
+			return true, nil
+		}
+		if depth >= maxValueDepth {
+			return false, limitf("comparing lists and dicts nested deeper than %d (or containing themselves)", maxValueDepth)
+		}
+		if err := st.spend(int64(len(x.items))); err != nil {
+			return false, err
 		}
 		for i := range x.items {
-			if !equal(x.items[i], y.items[i]) {
-				return false
+			if eq, err := st.equal(x.items[i], y.items[i], depth+1); !eq || err != nil {
+				return false, err
 			}
 		}
-		return true
+		return true, nil
 	case *dict:
 		y, ok := b.(*dict)
 		if !ok || len(x.keys) != len(y.keys) {
-			return false
+			return false, nil
+		}
+		if x == y {
+			return true, nil
+		}
+		if depth >= maxValueDepth {
+			return false, limitf("comparing lists and dicts nested deeper than %d (or containing themselves)", maxValueDepth)
+		}
+		if err := st.spend(int64(len(x.keys))); err != nil {
+			return false, err
 		}
 		for _, k := range x.keys {
 			v, ok := y.m[k]
-			if !ok || !equal(x.m[k], v) {
-				return false
+			if !ok {
+				return false, nil
+			}
+			if eq, err := st.equal(x.m[k], v, depth+1); !eq || err != nil {
+				return false, err
 			}
 		}
-		return true
+		return true, nil
+	case *builtin, *macro, *loopCtx:
+		return a == b, nil
 	}
-	return false
+	return false, nil
 }
 
 func compare(a, b any) (int, error) {
+	if ai, ok := asIntStrict(a); ok {
+		if bi, ok := asIntStrict(b); ok {
+			switch {
+			case ai < bi:
+				return -1, nil
+			case ai > bi:
+				return 1, nil
+			}
+			return 0, nil
+		}
+	}
 	if af, ok := asFloat(a); ok {
 		if bf, ok := asFloat(b); ok {
 			switch {
@@ -942,23 +1146,28 @@ func compare(a, b any) (int, error) {
 	return 0, fmt.Errorf("cannot compare %s and %s", typeName(a), typeName(b))
 }
 
-func contains(container, item any) (bool, error) {
+func (st *state) contains(container, item any) (bool, error) {
 	switch c := container.(type) {
 	case string:
 		s, ok := item.(string)
 		if !ok {
 			return false, fmt.Errorf("'in <string>' requires a string, got %s", typeName(item))
 		}
-		return strings.Contains(c, s), nil
+		return strings.Contains(c, s), st.spend(int64(len(c)) + int64(len(s)))
 	case *list:
 		for _, it := range c.items {
-			if equal(it, item) {
-				return true, nil
+			eq, err := st.equal(it, item, 0)
+			if err != nil || eq {
+				return eq, err
 			}
 		}
 		return false, nil
 	case *dict:
-		_, ok := c.m[toStr(item)]
+		k, err := keyOf(item)
+		if err != nil {
+			return false, err
+		}
+		_, ok := c.m[k]
 		return ok, nil
 	case undefined, nil:
 		return false, nil

@@ -1,7 +1,9 @@
 package chat
 
 import (
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -220,8 +222,11 @@ func lexTag(s string, line int) ([]token, error) {
 				}
 				toks = append(toks, token{kind: tkFloat, f: f})
 			} else {
-				var n int64
-				if _, err := fmt.Sscanf(lit, "%d", &n); err != nil {
+				n, err := strconv.ParseInt(lit, 10, 64)
+				if errors.Is(err, strconv.ErrRange) {
+					return nil, fmt.Errorf("line %d: integer %s overflows 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", line, lit)
+				}
+				if err != nil {
 					return nil, fmt.Errorf("line %d: bad number %q", line, lit)
 				}
 				toks = append(toks, token{kind: tkInt, i: n})

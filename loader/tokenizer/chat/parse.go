@@ -20,6 +20,7 @@ type (
 		conds  []expr
 		bodies [][]node
 		els    []node
+		line   int
 	}
 	forNode struct {
 		targets []string
@@ -32,6 +33,7 @@ type (
 	setNode struct {
 		targets []expr // nameExpr or attrExpr; several for tuple unpacking
 		value   expr
+		line    int
 	}
 	setBlockNode struct {
 		name string
@@ -265,7 +267,7 @@ func (p *parser) ident() (string, error) {
 func (p *parser) parseStmt(kw string) (node, error) {
 	switch kw {
 	case "if":
-		n := &ifNode{}
+		n := &ifNode{line: p.line}
 		cond, err := p.parseExpr()
 		if err != nil {
 			return nil, err
@@ -389,7 +391,7 @@ func (p *parser) parseStmt(kw string) (node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &setNode{targets: targets, value: v}, p.expectEnd()
+		return &setNode{targets: targets, value: v, line: p.line}, p.expectEnd()
 	case "macro":
 		name, err := p.ident()
 		if err != nil {

@@ -3,9 +3,15 @@
 //
 // It has its own small Jinja interpreter, because templates come from the
 // Hub and are untrusted: there is no file or OS access ({% include %},
-// {% import %} and {% extends %} are rejected), and every render is bounded
-// by a step count, a time limit, an output size, a range() size and the
-// macro recursion depth; exceeding one returns an error wrapping ErrLimit.
+// {% import %} and {% extends %} are rejected), and every render runs
+// within one budget that every statement, builtin, filter and method
+// charges before it allocates or loops: steps (with builtin work), output
+// and string size, list and dict length, total bytes allocated, macro and
+// value nesting depth, wall time and the context. Exceeding a limit returns
+// an error wrapping ErrLimit that names the template and the limit.
+// Printing and tojson are safe on values that contain themselves; integers
+// are 64-bit and overflow is an error (Jinja has big integers); no Go value
+// or pointer is ever printed.
 // Rendering follows transformers' environment: trim_blocks and
 // lstrip_blocks on, loop controls (break/continue) enabled, tojson like
 // Python's json.dumps(ensure_ascii=False), raise_exception, strftime_now and
@@ -40,21 +46,29 @@ type Input struct {
 	Extra map[string]any
 }
 
-// Options configure a Template.
+// Options configure a Template. Every render is bounded by all of these
+// limits at once; exceeding one is an error wrapping ErrLimit (exit code 6)
+// that names the template and the limit.
 type Options struct {
 	BOSToken, EOSToken string
 	// Limits; zero means the default.
-	MaxSteps       int64         // statements, expressions-in-output and loop iterations
-	MaxOutputBytes int           // rendered text and any single string value
+	MaxSteps       int64         // statements, loop iterations, and builtin work at 256 bytes or items a step
+	MaxOutputBytes int           // the rendered text, and any single string value
+	MaxAllocBytes  int64         // bytes of strings, lists, dicts and output built during one render, in total
 	Timeout        time.Duration // wall-clock limit per Render
 }
 
-// Defaults for Options. Real chat templates take well under 10k steps.
+// Defaults for Options. Real chat templates take well under 10k steps and
+// a few MB.
 const (
 	DefaultMaxSteps       = 2_000_000
 	DefaultMaxOutputBytes = 32 << 20
-	DefaultTimeout        = 10 * time.Second
+	DefaultMaxAllocBytes  = 256 << 20
+	DefaultTimeout        = 5 * time.Second
 )
+
+// maxSource caps the template source.
+const maxSource = 4 << 20
 
 // Template is a compiled chat template, safe for concurrent use.
 type Template struct {
@@ -66,8 +80,8 @@ type Template struct {
 
 // New compiles a chat template.
 func New(name, src string, opts Options) (*Template, error) {
-	if len(src) > 4<<20 {
-		return nil, fmt.Errorf("chat template %q: larger than 4 MiB", name)
+	if len(src) > maxSource {
+		return nil, fmt.Errorf("chat template %q: %w", name, limitf("the source is %d bytes, over %d", len(src), maxSource))
 	}
 	nodes, err := parseTemplate(src)
 	if err != nil {
@@ -78,6 +92,9 @@ func New(name, src string, opts Options) (*Template, error) {
 	}
 	if opts.MaxOutputBytes <= 0 {
 		opts.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if opts.MaxAllocBytes <= 0 {
+		opts.MaxAllocBytes = DefaultMaxAllocBytes
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -116,11 +133,8 @@ func (t *Template) render(ctx context.Context, vars map[string]any) (string, err
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	st := &state{ctx: ctx, maxSteps: t.opts.MaxSteps, maxOut: t.opts.MaxOutputBytes,
-		deadline: time.Now().Add(t.opts.Timeout)}
-	if d, ok := ctx.Deadline(); ok && d.Before(st.deadline) {
-		st.deadline = d
-	}
+	st := &state{budget: budget{ctx: ctx, timeout: t.opts.Timeout, deadline: time.Now().Add(t.opts.Timeout),
+		maxSteps: t.opts.MaxSteps, maxAlloc: t.opts.MaxAllocBytes, maxStr: int64(t.opts.MaxOutputBytes)}}
 	sc := &scope{vars: vars}
 	if err := st.exec(t.nodes, sc); err != nil {
 		return "", fmt.Errorf("chat template %q: %w", t.Name, err)

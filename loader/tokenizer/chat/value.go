@@ -9,10 +9,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Template values: nil (None), undefined, bool, int64, float64, string,
-// *list, *dict, *macro and fn (builtins and bound methods).
+// *list, *dict, *macro, *loopCtx and *builtin (builtins and bound methods).
+// Integers are 64-bit: arithmetic that would overflow is an error, where
+// Jinja would switch to a big integer.
 
 type undefined struct{}
 
@@ -37,12 +40,67 @@ func (d *dict) get(k string) (any, bool) {
 	return v, ok
 }
 
-type fn func(st *state, args []any, kwargs map[string]any) (any, error)
+// builtin is a global function, a bound method or loop.cycle. It prints as
+// its name, never as a Go value.
+type builtin struct {
+	name   string
+	method bool
+	f      func(st *state, args []any, kwargs map[string]any) (any, error)
+}
+
+func newFn(name string, f func(st *state, args []any, kwargs map[string]any) (any, error)) *builtin {
+	return &builtin{name: name, f: f}
+}
 
 type macro struct {
 	node *macroNode
 	// closure scope where the macro was defined
 	defScope *scope
+}
+
+// loopCtx is the loop variable of a for loop; its fields are computed when
+// read, so an iteration allocates one small object.
+type loopCtx struct {
+	i     int
+	items []any
+}
+
+func (l *loopCtx) attr(name string) any {
+	n := int64(len(l.items))
+	i := int64(l.i)
+	switch name {
+	case "index0":
+		return i
+	case "index":
+		return i + 1
+	case "revindex0":
+		return n - i - 1
+	case "revindex":
+		return n - i
+	case "first":
+		return i == 0
+	case "last":
+		return i == n-1
+	case "length":
+		return n
+	case "previtem":
+		if i > 0 {
+			return l.items[i-1]
+		}
+	case "nextitem":
+		if i < n-1 {
+			return l.items[i+1]
+		}
+	case "cycle":
+		idx := l.i
+		return newFn("cycle", func(_ *state, args []any, _ map[string]any) (any, error) {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("loop.cycle needs arguments")
+			}
+			return args[idx%len(args)], nil
+		})
+	}
+	return undefined{}
 }
 
 func isUndef(v any) bool { _, ok := v.(undefined); return ok }
@@ -85,14 +143,16 @@ func typeName(v any) string {
 		return "list"
 	case *dict:
 		return "dict"
-	case *macro, fn:
+	case *loopCtx:
+		return "loop"
+	case *macro, *builtin:
 		return "callable"
 	}
-	return fmt.Sprintf("%T", v)
+	return "object"
 }
 
-// toStr is Python's str() as Jinja prints values.
-func toStr(v any) string {
+// scalarStr is Python's str() for every value but lists and dicts.
+func scalarStr(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "None"
@@ -109,12 +169,17 @@ func toStr(v any) string {
 		return strconv.FormatInt(x, 10)
 	case float64:
 		return pyFloat(x)
-	case *list, *dict:
-		return pyRepr(v)
 	case *macro:
-		return "<macro " + x.node.name + ">"
+		return "<Macro '" + x.node.name + "'>"
+	case *builtin:
+		if x.method {
+			return "<built-in method " + x.name + ">"
+		}
+		return "<built-in function " + x.name + ">"
+	case *loopCtx:
+		return fmt.Sprintf("<LoopContext %d/%d>", x.i+1, len(x.items))
 	}
-	return fmt.Sprint(v)
+	return "<object>"
 }
 
 func pyFloat(f float64) string {
@@ -143,59 +208,191 @@ func pyFloat(f float64) string {
 	return s
 }
 
-func pyRepr(v any) string {
+// str is Python's str(v) as Jinja prints values, within the budget: lists
+// and dicts print as Python's repr, a container that contains itself
+// prints [...] or {...} where it recurs (as Python does), and nesting
+// deeper than maxValueDepth is an error.
+func (st *state) str(v any) (string, error) {
+	switch v.(type) {
+	case *list, *dict:
+		p := printer{st: st, what: "the printed value"}
+		if err := p.repr(v, 0); err != nil {
+			return "", err
+		}
+		return p.b.String(), nil
+	case string:
+		return v.(string), nil
+	}
+	s := scalarStr(v)
+	return s, st.newStr(int64(len(s)), "a number")
+}
+
+// printer builds repr and JSON text, charging every write before it is made.
+type printer struct {
+	st    *state
+	b     strings.Builder
+	what  string
+	stack []any // containers being printed, for cycle detection
+}
+
+func (p *printer) grow(n int) error {
+	if int64(p.b.Len())+int64(n) > p.st.maxStr {
+		return limitf("%s would be over %d bytes (Options.MaxOutputBytes)", p.what, p.st.maxStr)
+	}
+	// A strings.Builder allocates up to twice what it holds.
+	if err := p.st.charge(2 * int64(n)); err != nil {
+		return err
+	}
+	return p.st.spend(int64(n))
+}
+
+func (p *printer) write(s string) error {
+	if err := p.grow(len(s)); err != nil {
+		return err
+	}
+	p.b.WriteString(s)
+	return nil
+}
+
+// enter pushes a container; recurring reports that it is already being
+// printed (a cycle).
+func (p *printer) enter(c any, depth int) (recurring bool, err error) {
+	if depth >= maxValueDepth {
+		return false, limitf("%s: lists and dicts nested deeper than %d", p.what, maxValueDepth)
+	}
+	for _, s := range p.stack {
+		if s == c {
+			return true, nil
+		}
+	}
+	p.stack = append(p.stack, c)
+	return false, nil
+}
+
+func (p *printer) leave() { p.stack = p.stack[:len(p.stack)-1] }
+
+func (p *printer) repr(v any, depth int) error {
 	switch x := v.(type) {
 	case string:
-		q := "'"
-		if strings.Contains(x, "'") && !strings.Contains(x, "\"") {
-			q = "\""
+		return p.reprString(x)
+	case *list:
+		rec, err := p.enter(x, depth)
+		if err != nil {
+			return err
 		}
-		var b strings.Builder
-		b.WriteString(q)
-		for _, r := range x {
-			switch {
-			case r == '\\':
-				b.WriteString(`\\`)
-			case string(r) == q:
-				b.WriteString(`\` + q)
-			case r == '\n':
-				b.WriteString(`\n`)
-			case r == '\r':
-				b.WriteString(`\r`)
-			case r == '\t':
-				b.WriteString(`\t`)
-			case r < 0x20 || r == 0x7f:
-				fmt.Fprintf(&b, `\x%02x`, r)
-			default:
-				b.WriteRune(r)
+		if rec {
+			return p.write("[...]")
+		}
+		defer p.leave()
+		if err := p.write("["); err != nil {
+			return err
+		}
+		for i, it := range x.items {
+			if i > 0 {
+				if err := p.write(", "); err != nil {
+					return err
+				}
+			}
+			if err := p.repr(it, depth+1); err != nil {
+				return err
 			}
 		}
-		b.WriteString(q)
-		return b.String()
-	case *list:
-		parts := make([]string, len(x.items))
-		for i, it := range x.items {
-			parts[i] = pyRepr(it)
-		}
-		return "[" + strings.Join(parts, ", ") + "]"
+		return p.write("]")
 	case *dict:
-		parts := make([]string, len(x.keys))
-		for i, k := range x.keys {
-			parts[i] = pyRepr(k) + ": " + pyRepr(x.m[k])
+		rec, err := p.enter(x, depth)
+		if err != nil {
+			return err
 		}
-		return "{" + strings.Join(parts, ", ") + "}"
+		if rec {
+			return p.write("{...}")
+		}
+		defer p.leave()
+		if err := p.write("{"); err != nil {
+			return err
+		}
+		for i, k := range x.keys {
+			if i > 0 {
+				if err := p.write(", "); err != nil {
+					return err
+				}
+			}
+			if err := p.reprString(k); err != nil {
+				return err
+			}
+			if err := p.write(": "); err != nil {
+				return err
+			}
+			if err := p.repr(x.m[k], depth+1); err != nil {
+				return err
+			}
+		}
+		return p.write("}")
 	}
-	return toStr(v)
+	return p.write(scalarStr(v))
+}
+
+// reprString writes Python's repr of a string.
+func (p *printer) reprString(x string) error {
+	q := byte('\'')
+	if strings.IndexByte(x, '\'') >= 0 && strings.IndexByte(x, '"') < 0 {
+		q = '"'
+	}
+	esc := func(r rune) string {
+		switch {
+		case r == '\\':
+			return `\\`
+		case r == rune(q):
+			return `\` + string(q)
+		case r == '\n':
+			return `\n`
+		case r == '\r':
+			return `\r`
+		case r == '\t':
+			return `\t`
+		case r < 0x20 || r == 0x7f:
+			return fmt.Sprintf(`\x%02x`, r)
+		}
+		return ""
+	}
+	n := 2
+	for _, r := range x {
+		if e := esc(r); e != "" {
+			n += len(e)
+		} else {
+			n += utf8.RuneLen(r)
+		}
+	}
+	if err := p.grow(n); err != nil {
+		return err
+	}
+	p.b.WriteByte(q)
+	for _, r := range x {
+		if e := esc(r); e != "" {
+			p.b.WriteString(e)
+		} else {
+			p.b.WriteRune(r)
+		}
+	}
+	p.b.WriteByte(q)
+	return nil
 }
 
 // toJSON writes v like Python's json.dumps(v, ensure_ascii=False) with the
-// given indent (<0: none) and separators.
-func toJSON(b *strings.Builder, v any, indent int, level int, sortKeys bool) error {
-	nl := func(l int) {
-		if indent >= 0 {
-			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*l))
+// given indent (<0: none). A container that contains itself is an error, as
+// in Python ("Circular reference detected").
+func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
+	nl := func(l int) error {
+		if indent < 0 {
+			return nil
 		}
+		if err := p.grow(1 + indent*l); err != nil {
+			return err
+		}
+		p.b.WriteByte('\n')
+		for range indent * l {
+			p.b.WriteByte(' ')
+		}
+		return nil
 	}
 	itemSep := ", "
 	if indent >= 0 {
@@ -203,106 +400,192 @@ func toJSON(b *strings.Builder, v any, indent int, level int, sortKeys bool) err
 	}
 	switch x := v.(type) {
 	case nil, undefined:
-		b.WriteString("null")
+		return p.write("null")
 	case bool:
 		if x {
-			b.WriteString("true")
-		} else {
-			b.WriteString("false")
+			return p.write("true")
 		}
+		return p.write("false")
 	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
+		return p.write(strconv.FormatInt(x, 10))
 	case float64:
-		if math.IsInf(x, 0) || math.IsNaN(x) {
-			b.WriteString(map[bool]string{true: "Infinity", false: "NaN"}[math.IsInf(x, 0)])
-			return nil
+		switch {
+		case math.IsNaN(x):
+			return p.write("NaN")
+		case math.IsInf(x, 1):
+			return p.write("Infinity")
+		case math.IsInf(x, -1):
+			return p.write("-Infinity")
 		}
-		b.WriteString(pyFloat(x))
+		return p.write(pyFloat(x))
 	case string:
-		writeJSONString(b, x)
+		return p.jsonString(x)
 	case *list:
 		if len(x.items) == 0 {
-			b.WriteString("[]")
-			return nil
+			return p.write("[]")
 		}
-		b.WriteByte('[')
+		rec, err := p.enter(x, level)
+		if err != nil {
+			return err
+		}
+		if rec {
+			return fmt.Errorf("tojson: circular reference detected (a list contains itself)")
+		}
+		defer p.leave()
+		if err := p.write("["); err != nil {
+			return err
+		}
 		for i, it := range x.items {
 			if i > 0 {
-				b.WriteString(itemSep)
+				if err := p.write(itemSep); err != nil {
+					return err
+				}
 			}
-			nl(level + 1)
-			if err := toJSON(b, it, indent, level+1, sortKeys); err != nil {
+			if err := nl(level + 1); err != nil {
+				return err
+			}
+			if err := p.toJSON(it, indent, level+1, sortKeys); err != nil {
 				return err
 			}
 		}
-		nl(level)
-		b.WriteByte(']')
+		if err := nl(level); err != nil {
+			return err
+		}
+		return p.write("]")
 	case *dict:
 		if len(x.keys) == 0 {
-			b.WriteString("{}")
-			return nil
+			return p.write("{}")
 		}
+		rec, err := p.enter(x, level)
+		if err != nil {
+			return err
+		}
+		if rec {
+			return fmt.Errorf("tojson: circular reference detected (a dict contains itself)")
+		}
+		defer p.leave()
 		keys := x.keys
 		if sortKeys {
+			if err := p.st.newList(int64(len(keys)), "tojson's sorted keys"); err != nil {
+				return err
+			}
+			if err := p.st.spend(sortCost(len(keys))); err != nil {
+				return err
+			}
 			keys = append([]string(nil), keys...)
 			sort.Strings(keys)
 		}
-		b.WriteByte('{')
+		if err := p.write("{"); err != nil {
+			return err
+		}
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(itemSep)
+				if err := p.write(itemSep); err != nil {
+					return err
+				}
 			}
-			nl(level + 1)
-			writeJSONString(b, k)
-			b.WriteString(": ")
-			if err := toJSON(b, x.m[k], indent, level+1, sortKeys); err != nil {
+			if err := nl(level + 1); err != nil {
+				return err
+			}
+			if err := p.jsonString(k); err != nil {
+				return err
+			}
+			if err := p.write(": "); err != nil {
+				return err
+			}
+			if err := p.toJSON(x.m[k], indent, level+1, sortKeys); err != nil {
 				return err
 			}
 		}
-		nl(level)
-		b.WriteByte('}')
-	default:
-		return fmt.Errorf("tojson: cannot serialize %s", typeName(v))
+		if err := nl(level); err != nil {
+			return err
+		}
+		return p.write("}")
 	}
+	return fmt.Errorf("tojson: cannot serialize %s", typeName(v))
+}
+
+func jsonEscape(r rune) string {
+	switch r {
+	case '"':
+		return `\"`
+	case '\\':
+		return `\\`
+	case '\n':
+		return `\n`
+	case '\r':
+		return `\r`
+	case '\t':
+		return `\t`
+	case '\b':
+		return `\b`
+	case '\f':
+		return `\f`
+	}
+	if r < 0x20 {
+		return fmt.Sprintf(`\u%04x`, r)
+	}
+	return ""
+}
+
+func (p *printer) jsonString(s string) error {
+	n := 2
+	for _, r := range s {
+		if e := jsonEscape(r); e != "" {
+			n += len(e)
+		} else {
+			n += utf8.RuneLen(r)
+		}
+	}
+	if err := p.grow(n); err != nil {
+		return err
+	}
+	p.b.WriteByte('"')
+	for _, r := range s {
+		if e := jsonEscape(r); e != "" {
+			p.b.WriteString(e)
+		} else {
+			p.b.WriteRune(r)
+		}
+	}
+	p.b.WriteByte('"')
 	return nil
 }
 
-func writeJSONString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '"':
-			b.WriteString(`\"`)
-		case '\\':
-			b.WriteString(`\\`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\r':
-			b.WriteString(`\r`)
-		case '\t':
-			b.WriteString(`\t`)
-		case '\b':
-			b.WriteString(`\b`)
-		case '\f':
-			b.WriteString(`\f`)
-		default:
-			if r < 0x20 {
-				fmt.Fprintf(b, `\u%04x`, r)
-			} else {
-				b.WriteRune(r)
-			}
-		}
+// sortCost is the work charged for sorting n items (n log2 n comparisons).
+func sortCost(n int) int64 {
+	c := int64(1)
+	for m := n; m > 1; m >>= 1 {
+		c++
 	}
-	b.WriteByte('"')
+	return mulSize(int64(n), c)
+}
+
+// keyOf is the dict key for v: strings as they are, other scalars as
+// Python's str() (dict keys are strings here). Lists, dicts and callables
+// are unhashable, as in Python.
+func keyOf(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case nil, undefined, bool, int64, float64:
+		return scalarStr(x), nil
+	}
+	return "", fmt.Errorf("unhashable type: '%s'", typeName(v))
 }
 
 // fromGo converts input data to template values. json.RawMessage keeps the
 // key order of JSON objects (tool schemas); Go maps are sorted by key.
-func fromGo(v any) (any, error) {
+func fromGo(v any) (any, error) { return fromGoDepth(v, 0) }
+
+func fromGoDepth(v any, depth int) (any, error) {
+	if depth > maxValueDepth {
+		return nil, fmt.Errorf("value nested deeper than %d (or it contains itself)", maxValueDepth)
+	}
 	switch x := v.(type) {
 	case nil:
 		return nil, nil
-	case undefined, *list, *dict, fn:
+	case undefined, *list, *dict, *builtin:
 		return x, nil
 	case string:
 		return x, nil
@@ -331,7 +614,7 @@ func fromGo(v any) (any, error) {
 	case []any:
 		l := &list{items: make([]any, 0, len(x))}
 		for _, it := range x {
-			c, err := fromGo(it)
+			c, err := fromGoDepth(it, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -352,7 +635,7 @@ func fromGo(v any) (any, error) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			c, err := fromGo(x[k])
+			c, err := fromGoDepth(x[k], depth+1)
 			if err != nil {
 				return nil, err
 			}

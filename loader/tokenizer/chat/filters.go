@@ -1,0 +1,847 @@
+package chat
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// ---------------------------------------------------------------------------
+// Filters. Each checks its result's size against the budget before it
+// builds it, and charges the work it does.
+
+type filterFn func(st *state, v any, args []any, kw map[string]any) (any, error)
+
+var filters map[string]filterFn
+
+func kwOrArg(args []any, kw map[string]any, i int, name string) (any, bool) {
+	if v, ok := kw[name]; ok {
+		return v, true
+	}
+	if i < len(args) {
+		return args[i], true
+	}
+	return nil, false
+}
+
+// strFilter applies a string operation to str(v).
+func strFilter(f func(st *state, s string, args []any, kw map[string]any) (any, error)) filterFn {
+	return func(st *state, v any, args []any, kw map[string]any) (any, error) {
+		s, err := st.str(v)
+		if err != nil {
+			return nil, err
+		}
+		return f(st, s, args, kw)
+	}
+}
+
+func caseFilter(m caseMapping) filterFn {
+	return strFilter(func(st *state, s string, _ []any, _ map[string]any) (any, error) { return st.mapCase(s, m) })
+}
+
+func init() {
+	filters = map[string]filterFn{
+		"trim": strFilter(func(st *state, s string, args []any, kw map[string]any) (any, error) {
+			if err := st.spend(int64(len(s))); err != nil {
+				return nil, err
+			}
+			if c, ok := kwOrArg(args, kw, 0, "chars"); ok && !isNilOrUndef(c) {
+				cut, err := strArgOf("trim", c)
+				if err != nil {
+					return nil, err
+				}
+				return strings.Trim(s, cut), nil
+			}
+			return strings.TrimSpace(s), nil
+		}),
+		"length":     filterLength,
+		"count":      filterLength,
+		"string":     func(st *state, v any, _ []any, _ map[string]any) (any, error) { return st.str(v) },
+		"lower":      caseFilter(lowerRunes),
+		"upper":      caseFilter(upperRunes),
+		"title":      caseFilter(titleRunes),
+		"capitalize": caseFilter(capitalizeRunes),
+		"safe":       func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return v, nil },
+		"escape":     filterEscape,
+		"e":          filterEscape,
+		"int":        filterInt,
+		"float": func(st *state, v any, args []any, _ map[string]any) (any, error) {
+			if f, ok := asFloat(v); ok {
+				return f, nil
+			}
+			if s, ok := v.(string); ok {
+				if err := st.spend(int64(len(s))); err != nil {
+					return nil, err
+				}
+				if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil || errors.Is(err, strconv.ErrRange) {
+					return f, nil
+				}
+			}
+			if len(args) > 0 {
+				return args[0], nil
+			}
+			return 0.0, nil
+		},
+		"abs": func(_ *state, v any, _ []any, _ map[string]any) (any, error) {
+			switch x := v.(type) {
+			case int64:
+				if x == math.MinInt64 {
+					return nil, errOverflow("abs ", x, nil)
+				}
+				if x < 0 {
+					return -x, nil
+				}
+				return x, nil
+			case bool:
+				return b2i(x), nil
+			case float64:
+				return math.Abs(x), nil
+			}
+			return nil, fmt.Errorf("abs: expected a number, got %s", typeName(v))
+		},
+		"default": filterDefault,
+		"d":       filterDefault,
+		"first":   func(st *state, v any, _ []any, _ map[string]any) (any, error) { return st.firstLast(v, true) },
+		"last":    func(st *state, v any, _ []any, _ map[string]any) (any, error) { return st.firstLast(v, false) },
+		"list": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
+			items, err := st.iterate(v)
+			if err != nil {
+				return nil, err
+			}
+			if l, ok := v.(*list); ok {
+				// iterate returns the list's own items: copy them.
+				if err := st.newList(int64(len(l.items)), "list"); err != nil {
+					return nil, err
+				}
+				items = append([]any(nil), items...)
+			}
+			return &list{items: items}, nil
+		},
+		"reverse": filterReverse,
+		"join": func(st *state, v any, args []any, kw map[string]any) (any, error) {
+			items, err := st.iterate(v)
+			if err != nil {
+				return nil, err
+			}
+			sep, attr := "", ""
+			if s, ok := kwOrArg(args, kw, 0, "d"); ok {
+				if sep, err = st.str(s); err != nil {
+					return nil, err
+				}
+			}
+			if a, ok := kwOrArg(args, kw, 1, "attribute"); ok {
+				if attr, err = st.str(a); err != nil {
+					return nil, err
+				}
+			}
+			return st.join(items, sep, attr)
+		},
+		"replace": strFilter(func(st *state, s string, args []any, _ map[string]any) (any, error) { return st.replace(s, args) }),
+		"tojson": func(st *state, v any, args []any, kw map[string]any) (any, error) {
+			indent := -1
+			if iv, ok := kwOrArg(args, kw, 0, "indent"); ok && !isNilOrUndef(iv) {
+				n, ok := asIntStrict(iv)
+				if !ok {
+					return nil, fmt.Errorf("tojson: indent must be an integer, got %s", typeName(iv))
+				}
+				indent = int(min(max(n, 0), 32))
+			}
+			sortKeys := false
+			if sv, ok := kw["sort_keys"]; ok {
+				sortKeys = truthy(sv)
+			}
+			p := printer{st: st, what: "tojson's result"}
+			if err := p.toJSON(v, indent, 0, sortKeys); err != nil {
+				return nil, err
+			}
+			return p.b.String(), nil
+		},
+		"items": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
+			d, ok := v.(*dict)
+			if !ok {
+				if isNilOrUndef(v) {
+					return &list{}, nil
+				}
+				return nil, fmt.Errorf("items: expected a mapping, got %s", typeName(v))
+			}
+			return st.dictItems(d, d.keys)
+		},
+		"dictsort":   filterDictsort,
+		"unique":     filterUnique,
+		"sort":       filterSort,
+		"map":        filterMap,
+		"select":     selectFilter(false, false),
+		"reject":     selectFilter(true, false),
+		"selectattr": selectFilter(false, true),
+		"rejectattr": selectFilter(true, true),
+		"indent":     filterIndent,
+		"wordcount": strFilter(func(st *state, s string, _ []any, _ map[string]any) (any, error) {
+			n, in := int64(0), false
+			for _, r := range s {
+				sp := unicode.IsSpace(r)
+				if !sp && !in {
+					n++
+				}
+				in = !sp
+			}
+			return n, st.spend(int64(len(s)))
+		}),
+	}
+}
+
+func filterLength(st *state, v any, _ []any, _ map[string]any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		return int64(utf8.RuneCountInString(x)), st.spend(int64(len(x)))
+	case *list:
+		return int64(len(x.items)), nil
+	case *dict:
+		return int64(len(x.keys)), nil
+	case undefined, nil:
+		return int64(0), nil
+	}
+	return nil, fmt.Errorf("length: %s has no length", typeName(v))
+}
+
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\"", "&#34;", "'", "&#39;")
+
+func filterEscape(st *state, v any, _ []any, _ map[string]any) (any, error) {
+	s, err := st.str(v)
+	if err != nil {
+		return nil, err
+	}
+	size := int64(len(s))
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '&', '<', '>':
+			size += 3
+		case '"', '\'':
+			size += 4
+		}
+	}
+	if size == int64(len(s)) {
+		return s, st.spend(size)
+	}
+	if err := st.newStr(size, "escape's result"); err != nil {
+		return nil, err
+	}
+	return htmlEscaper.Replace(s), nil
+}
+
+// filterInt is Jinja's int filter: a value that cannot be converted gives
+// the default (0); one that does not fit in 64 bits is an overflow error.
+func filterInt(st *state, v any, args []any, _ map[string]any) (any, error) {
+	def := any(int64(0))
+	if len(args) > 0 {
+		def = args[0]
+	}
+	fromFloat := func(f float64) (any, error) {
+		if math.IsNaN(f) {
+			return def, nil
+		}
+		if f >= -(1<<63) && f < 1<<63 {
+			return int64(f), nil
+		}
+		return nil, fmt.Errorf("integer overflow: int(%s) does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", pyFloat(f))
+	}
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	case float64:
+		return fromFloat(x)
+	case bool:
+		return b2i(x), nil
+	case string:
+		if err := st.spend(int64(len(x))); err != nil {
+			return nil, err
+		}
+		t := strings.TrimSpace(x)
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err == nil {
+			return n, nil
+		}
+		if errors.Is(err, strconv.ErrRange) {
+			return nil, fmt.Errorf("integer overflow: int(%.40q) does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", t)
+		}
+		if f, err := strconv.ParseFloat(t, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+			return fromFloat(f)
+		}
+	}
+	return def, nil
+}
+
+func filterDefault(_ *state, v any, args []any, kw map[string]any) (any, error) {
+	def := any("")
+	if len(args) > 0 {
+		def = args[0]
+	}
+	boolean := false
+	if b, ok := kwOrArg(args, kw, 1, "boolean"); ok {
+		boolean = truthy(b)
+	}
+	if isUndef(v) || (boolean && !truthy(v)) {
+		return def, nil
+	}
+	return v, nil
+}
+
+func (st *state) firstLast(v any, first bool) (any, error) {
+	switch x := v.(type) {
+	case *list:
+		if len(x.items) == 0 {
+			return undefined{}, nil
+		}
+		if first {
+			return x.items[0], nil
+		}
+		return x.items[len(x.items)-1], nil
+	case *dict:
+		if len(x.keys) == 0 {
+			return undefined{}, nil
+		}
+		if first {
+			return x.keys[0], nil
+		}
+		return x.keys[len(x.keys)-1], nil
+	case string:
+		if x == "" {
+			return undefined{}, nil
+		}
+		if first {
+			_, w := utf8.DecodeRuneInString(x)
+			return x[:w], nil
+		}
+		_, w := utf8.DecodeLastRuneInString(x)
+		return x[len(x)-w:], nil
+	case undefined, nil:
+		return undefined{}, nil
+	}
+	return nil, fmt.Errorf("%s is not iterable", typeName(v))
+}
+
+func filterReverse(st *state, v any, _ []any, _ map[string]any) (any, error) {
+	if s, ok := v.(string); ok {
+		if err := st.newStr(int64(len(s)), "reverse's result"); err != nil {
+			return nil, err
+		}
+		// Character by character, copying each one's bytes as they are.
+		var b strings.Builder
+		b.Grow(len(s))
+		for j := len(s); j > 0; {
+			_, w := utf8.DecodeLastRuneInString(s[:j])
+			b.WriteString(s[j-w : j])
+			j -= w
+		}
+		return b.String(), nil
+	}
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.newList(int64(len(items)), "reverse's result"); err != nil {
+		return nil, err
+	}
+	out := make([]any, len(items))
+	for i, it := range items {
+		out[len(items)-1-i] = it
+	}
+	return &list{items: out}, nil
+}
+
+// sortKey is what sort, dictsort and unique compare: strings lower-cased
+// unless case_sensitive (Jinja's default is case-insensitive).
+func (st *state) sortKey(v any, caseSensitive bool) (any, error) {
+	if s, ok := v.(string); ok && !caseSensitive {
+		return st.mapCase(s, lowerRunes)
+	}
+	return v, nil
+}
+
+// sortBy sorts items stably by keys, charging n log n comparisons first.
+func (st *state) sortBy(items, keys []any, reverse bool) error {
+	if err := st.spend(sortCost(len(items))); err != nil {
+		return err
+	}
+	idx := make([]int, len(items))
+	for i := range idx {
+		idx[i] = i
+	}
+	var cmpErr error
+	sort.SliceStable(idx, func(a, b int) bool {
+		if cmpErr != nil {
+			return false
+		}
+		c, err := compare(keys[idx[a]], keys[idx[b]])
+		if err != nil {
+			cmpErr = fmt.Errorf("sort: %w", err)
+			return false
+		}
+		if reverse {
+			return c > 0
+		}
+		return c < 0
+	})
+	if cmpErr != nil {
+		return cmpErr
+	}
+	sorted := make([]any, len(items))
+	for i, j := range idx {
+		sorted[i] = items[j]
+	}
+	copy(items, sorted)
+	return nil
+}
+
+func filterSort(st *state, v any, args []any, kw map[string]any) (any, error) {
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	n := int64(len(items))
+	// The copy, the keys, the order and its result.
+	if err := st.newList(4*n, "sort's working lists"); err != nil {
+		return nil, err
+	}
+	out := append([]any(nil), items...)
+	rev, caseSensitive := false, false
+	if r, ok := kwOrArg(args, kw, 0, "reverse"); ok {
+		rev = truthy(r)
+	}
+	if c, ok := kwOrArg(args, kw, 1, "case_sensitive"); ok {
+		caseSensitive = truthy(c)
+	}
+	attr, _ := kwOrArg(args, kw, 2, "attribute")
+	keys := make([]any, len(out))
+	for i, it := range out {
+		if !isNilOrUndef(attr) {
+			if it, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
+				return nil, err
+			}
+		}
+		if keys[i], err = st.sortKey(it, caseSensitive); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.sortBy(out, keys, rev); err != nil {
+		return nil, err
+	}
+	return &list{items: out}, nil
+}
+
+// filterDictsort is Jinja's dictsort(case_sensitive=False, by='key',
+// reverse=False): the [key, value] pairs sorted by key or value.
+func filterDictsort(st *state, v any, args []any, kw map[string]any) (any, error) {
+	d, ok := v.(*dict)
+	if !ok {
+		return nil, fmt.Errorf("dictsort: expected a mapping, got %s", typeName(v))
+	}
+	caseSensitive, byValue, rev := false, false, false
+	if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
+		caseSensitive = truthy(c)
+	}
+	if b, ok := kwOrArg(args, kw, 1, "by"); ok {
+		switch b {
+		case "key":
+		case "value":
+			byValue = true
+		default:
+			return nil, fmt.Errorf("dictsort: by must be 'key' or 'value'")
+		}
+	}
+	if r, ok := kwOrArg(args, kw, 2, "reverse"); ok {
+		rev = truthy(r)
+	}
+	n := int64(len(d.keys))
+	if err := st.newList(3*n, "dictsort's working lists"); err != nil {
+		return nil, err
+	}
+	items := make([]any, n)
+	keys := make([]any, n)
+	for i, k := range d.keys {
+		items[i] = k
+		var kv any = k
+		if byValue {
+			kv = d.m[k]
+		}
+		var err error
+		if keys[i], err = st.sortKey(kv, caseSensitive); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.sortBy(items, keys, rev); err != nil {
+		return nil, fmt.Errorf("dictsort: %w", err)
+	}
+	sorted := make([]string, n)
+	for i, it := range items {
+		sorted[i] = it.(string)
+	}
+	return st.dictItems(d, sorted)
+}
+
+// hashKey is the set key unique uses: equal values (1, 1.0 and True) have
+// equal keys, as Python's hash makes them; lists and dicts are unhashable.
+type floatKey float64
+type noneKey struct{}
+
+func hashKey(v any) (any, error) {
+	switch x := v.(type) {
+	case string, undefined:
+		return x, nil
+	case nil:
+		return noneKey{}, nil
+	case bool:
+		return b2i(x), nil
+	case int64:
+		return x, nil
+	case float64:
+		if i, ok := asInt(x); ok {
+			return i, nil
+		}
+		return floatKey(x), nil
+	}
+	return nil, fmt.Errorf("unique: unhashable type: '%s'", typeName(v))
+}
+
+// filterUnique is Jinja's unique(case_sensitive=False, attribute=None):
+// first occurrences in order, found with a set in one pass.
+func filterUnique(st *state, v any, args []any, kw map[string]any) (any, error) {
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	caseSensitive := false
+	if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
+		caseSensitive = truthy(c)
+	}
+	attr, _ := kwOrArg(args, kw, 1, "attribute")
+	// The set and the result.
+	if err := st.newDict(int64(len(items)), "unique's set"); err != nil {
+		return nil, err
+	}
+	seen := make(map[any]struct{})
+	l := &list{}
+	for _, it := range items {
+		if err := st.spend(16); err != nil {
+			return nil, err
+		}
+		kv := it
+		if !isNilOrUndef(attr) {
+			if kv, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
+				return nil, err
+			}
+		}
+		if kv, err = st.sortKey(kv, caseSensitive); err != nil {
+			return nil, err
+		}
+		k, err := hashKey(kv)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			l.items = append(l.items, it)
+		}
+	}
+	return l, nil
+}
+
+func filterMap(st *state, v any, args []any, kw map[string]any) (any, error) {
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.newList(int64(len(items)), "map's result"); err != nil {
+		return nil, err
+	}
+	l := &list{items: make([]any, 0, len(items))}
+	if attr, ok := kw["attribute"]; ok {
+		for _, it := range items {
+			val, err := st.getAttrOrItem(it, scalarStr(attr))
+			if err != nil {
+				return nil, err
+			}
+			if isUndef(val) {
+				if d, ok := kw["default"]; ok {
+					val = d
+				}
+			}
+			l.items = append(l.items, val)
+		}
+		return l, nil
+	}
+	if len(args) == 0 {
+		return nil, fmt.Errorf("map: expected a filter name or attribute=")
+	}
+	name, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("map: expected a filter name, got %s", typeName(args[0]))
+	}
+	f, ok := filters[name]
+	if !ok {
+		return nil, fmt.Errorf("map: unknown filter %q", name)
+	}
+	for _, it := range items {
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		r, err := f(st, it, args[1:], nil)
+		if err != nil {
+			return nil, err
+		}
+		l.items = append(l.items, r)
+	}
+	return l, nil
+}
+
+func filterIndent(st *state, v any, args []any, kw map[string]any) (any, error) {
+	s, err := st.str(v)
+	if err != nil {
+		return nil, err
+	}
+	width := "    "
+	if w, ok := kwOrArg(args, kw, 0, "width"); ok {
+		if n, ok := asIntStrict(w); ok {
+			n = max(n, 0)
+			if err := st.newStr(n, "indent's width"); err != nil {
+				return nil, err
+			}
+			width = strings.Repeat(" ", int(n))
+		} else if width, err = st.str(w); err != nil {
+			return nil, err
+		}
+	}
+	first := false
+	if f, ok := kwOrArg(args, kw, 1, "first"); ok {
+		first = truthy(f)
+	}
+	if err := st.spend(int64(len(s))); err != nil {
+		return nil, err
+	}
+	// Count the lines that get the prefix before building anything.
+	indented, i := int64(0), 0
+	for line := range strings.SplitSeq(s, "\n") {
+		if (i > 0 || first) && line != "" {
+			indented++
+		}
+		i++
+	}
+	size := addSize(int64(len(s)), mulSize(indented, int64(len(width))))
+	if err := st.newStr(size, "indent's result"); err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	b.Grow(int(size))
+	i = 0
+	for line := range strings.SplitSeq(s, "\n") {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if (i > 0 || first) && line != "" {
+			b.WriteString(width)
+		}
+		b.WriteString(line)
+		i++
+	}
+	return b.String(), nil
+}
+
+// getAttrOrItem follows a dotted attribute path ("a.b", "items.0") as
+// Jinja's attribute= arguments do.
+func (st *state) getAttrOrItem(v any, name string) (any, error) {
+	cur := v
+	for part := range strings.SplitSeq(name, ".") {
+		if d, ok := cur.(*dict); ok {
+			x, ok := d.get(part)
+			if !ok {
+				return undefined{}, nil
+			}
+			cur = x
+			continue
+		}
+		if n, err := strconv.ParseInt(part, 10, 64); err == nil {
+			var err error
+			if cur, err = st.getItem(cur, n); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		cur = getAttr(cur, part)
+	}
+	return cur, nil
+}
+
+func selectFilter(reject, byAttr bool) filterFn {
+	return func(st *state, v any, args []any, _ map[string]any) (any, error) {
+		items, err := st.iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		attr := ""
+		if byAttr {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("selectattr: expected an attribute name")
+			}
+			attr, args = scalarStr(args[0]), args[1:]
+		}
+		var test testFn
+		if len(args) > 0 {
+			name, ok := args[0].(string)
+			if !ok {
+				return nil, fmt.Errorf("select: expected a test name, got %s", typeName(args[0]))
+			}
+			t, ok := tests[name]
+			if !ok {
+				return nil, fmt.Errorf("unknown test %q", name)
+			}
+			test, args = t, args[1:]
+		}
+		if err := st.newList(int64(len(items)), "select's result"); err != nil {
+			return nil, err
+		}
+		l := &list{}
+		for _, it := range items {
+			if err := st.spend(16); err != nil {
+				return nil, err
+			}
+			val := it
+			if byAttr {
+				if val, err = st.getAttrOrItem(it, attr); err != nil {
+					return nil, err
+				}
+			}
+			ok := truthy(val)
+			if test != nil {
+				if ok, err = test(st, val, args); err != nil {
+					return nil, err
+				}
+			}
+			if ok != reject {
+				l.items = append(l.items, it)
+			}
+		}
+		return l, nil
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+type testFn func(st *state, v any, args []any) (bool, error)
+
+var tests map[string]testFn
+
+func simpleTest(f func(v any) bool) testFn {
+	return func(_ *state, v any, _ []any) (bool, error) { return f(v), nil }
+}
+
+func init() {
+	arg0 := func(args []any) any {
+		if len(args) > 0 {
+			return args[0]
+		}
+		return undefined{}
+	}
+	eq := func(st *state, v any, args []any) (bool, error) { return st.equal(v, arg0(args), 0) }
+	tests = map[string]testFn{
+		"defined":   simpleTest(func(v any) bool { return !isUndef(v) }),
+		"undefined": simpleTest(isUndef),
+		"none":      simpleTest(func(v any) bool { return v == nil }),
+		"string":    simpleTest(func(v any) bool { _, ok := v.(string); return ok }),
+		"number": simpleTest(func(v any) bool {
+			switch v.(type) {
+			case int64, float64:
+				return true
+			}
+			return false
+		}),
+		"integer": simpleTest(func(v any) bool { _, ok := v.(int64); return ok }),
+		"float":   simpleTest(func(v any) bool { _, ok := v.(float64); return ok }),
+		"boolean": simpleTest(func(v any) bool { _, ok := v.(bool); return ok }),
+		"true":    simpleTest(func(v any) bool { b, ok := v.(bool); return ok && b }),
+		"false":   simpleTest(func(v any) bool { b, ok := v.(bool); return ok && !b }),
+		"mapping": simpleTest(func(v any) bool { _, ok := v.(*dict); return ok }),
+		"iterable": simpleTest(func(v any) bool {
+			switch v.(type) {
+			case string, *list, *dict:
+				return true
+			}
+			return false
+		}),
+		"sequence": simpleTest(func(v any) bool {
+			switch v.(type) {
+			case string, *list, *dict:
+				return true
+			}
+			return false
+		}),
+		"callable": simpleTest(func(v any) bool {
+			switch v.(type) {
+			case *builtin, *macro:
+				return true
+			}
+			return false
+		}),
+		"odd": simpleTest(func(v any) bool {
+			n, ok := asInt(v)
+			return ok && n%2 != 0
+		}),
+		"even": simpleTest(func(v any) bool {
+			n, ok := asInt(v)
+			return ok && n%2 == 0
+		}),
+		"divisibleby": func(_ *state, v any, args []any) (bool, error) {
+			n, ok1 := asInt(v)
+			d, ok2 := asInt(arg0(args))
+			if !ok1 || !ok2 || d == 0 {
+				return false, fmt.Errorf("divisibleby: expected integers")
+			}
+			return d == -1 || n%d == 0, nil
+		},
+		"eq":      eq,
+		"equalto": eq,
+		"sameas": func(st *state, v any, args []any) (bool, error) {
+			switch v.(type) {
+			case *list, *dict, *builtin, *macro, *loopCtx:
+				return v == arg0(args), nil
+			}
+			return st.equal(v, arg0(args), 0)
+		},
+		"ne": func(st *state, v any, args []any) (bool, error) {
+			e, err := st.equal(v, arg0(args), 0)
+			return !e, err
+		},
+		"in": func(st *state, v any, args []any) (bool, error) { return st.contains(arg0(args), v) },
+		"lower": func(st *state, v any, _ []any) (bool, error) {
+			s, ok := v.(string)
+			return ok && strIs(s, "islower"), st.spend(int64(len(s)))
+		},
+		"upper": func(st *state, v any, _ []any) (bool, error) {
+			s, ok := v.(string)
+			return ok && strIs(s, "isupper"), st.spend(int64(len(s)))
+		},
+		"gt":          cmpTest(func(c int) bool { return c > 0 }),
+		"ge":          cmpTest(func(c int) bool { return c >= 0 }),
+		"lt":          cmpTest(func(c int) bool { return c < 0 }),
+		"le":          cmpTest(func(c int) bool { return c <= 0 }),
+		"greaterthan": cmpTest(func(c int) bool { return c > 0 }),
+		"lessthan":    cmpTest(func(c int) bool { return c < 0 }),
+	}
+}
+
+func cmpTest(ok func(int) bool) testFn {
+	return func(_ *state, v any, args []any) (bool, error) {
+		if len(args) == 0 {
+			return false, fmt.Errorf("comparison test needs an argument")
+		}
+		c, err := compare(v, args[0])
+		if err != nil {
+			return false, err
+		}
+		return ok(c), nil
+	}
+}
