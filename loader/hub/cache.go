@@ -20,6 +20,17 @@ type Cache struct {
 	Dir string
 }
 
+// Permissions of what tputool creates in the cache, before the umask: as
+// Python's open() and os.makedirs (and so huggingface_hub and filelock),
+// files 0666 and folders 0777, so that the process umask decides. Under
+// umask 002 a cache shared by a group gets 0664 files, 0775 folders and
+// 0664 lock files that every member can open and lock; under 022, 0644
+// and 0755.
+const (
+	filePerm os.FileMode = 0o666
+	dirPerm  os.FileMode = 0o777
+)
+
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // IsCommitHash reports whether rev is a full 40-hex commit hash (which is
@@ -112,10 +123,10 @@ func (c Cache) WriteRef(repo, rev, commit string) error {
 		return nil
 	}
 	p := c.refPath(repo, rev)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), dirPerm); err != nil {
 		return err
 	}
-	return atomicfile.Write(p, []byte(commit), 0o644)
+	return atomicfile.Write(p, []byte(commit), filePerm)
 }
 
 // Lookup finds a file in the cache without the network, like
@@ -153,10 +164,10 @@ func (c Cache) markNoExist(repo, commit, file string) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), dirPerm); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, filePerm)
 	if err != nil {
 		return err
 	}
@@ -169,7 +180,7 @@ func (c Cache) markNoExist(repo, commit, file string) error {
 func (c Cache) link(repo, etag, commit, file string) error {
 	blob := c.BlobPath(repo, etag)
 	ptr := c.PointerPath(repo, commit, file)
-	if err := os.MkdirAll(filepath.Dir(ptr), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(ptr), dirPerm); err != nil {
 		return err
 	}
 	rel, err := filepath.Rel(filepath.Dir(ptr), blob)
@@ -208,7 +219,7 @@ func (c Cache) tagDir() {
 	if _, err := os.Stat(p); err == nil {
 		return
 	}
-	_ = os.WriteFile(p, []byte(cacheDirTag), 0o644) // best effort, as upstream
+	_ = os.WriteFile(p, []byte(cacheDirTag), filePerm) // best effort, as upstream
 }
 
 // CheckFilename rejects repository file names that are empty or would
@@ -257,7 +268,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, filePerm)
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMe
 		return ptr, nil
 	}
 	blob := c.Cache.BlobPath(repo, meta.ETag)
-	if err := os.MkdirAll(c.Cache.RepoDir(repo)+"/blobs", 0o755); err != nil {
+	if err := os.MkdirAll(c.Cache.RepoDir(repo)+"/blobs", dirPerm); err != nil {
 		return "", fmt.Errorf("cache %s: %w", c.Cache.Dir, err)
 	}
 	c.Cache.tagDir()
@@ -241,7 +241,7 @@ func (t *transfer) reset() error {
 // downloadIncomplete fills inc to meta.Size bytes and verifies it. resumed
 // reports whether bytes from an earlier attempt were reused.
 func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string, meta *FileMetadata, inc string) (resumed bool, err error) {
-	f, err := os.OpenFile(inc, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(inc, os.O_CREATE|os.O_RDWR, filePerm)
 	if err != nil {
 		return false, fmt.Errorf("cache: %w", err)
 	}

@@ -15,10 +15,10 @@ type fileLock struct{ f *os.File }
 // Python's filelock it polls a non-blocking lock, so a waiting download
 // can be interrupted.
 func acquireLock(ctx context.Context, path string) (*fileLock, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), dirPerm); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, filePerm)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
