@@ -35,6 +35,26 @@
 	LEAQ (SI)(R8*2), R10 \
 	LEAQ (R9)(R8*2), R11
 
+// Software prefetch of the next four-row block (rows are short, so the
+// hardware prefetcher has no time to ramp up on each one). PF walks from the
+// start of the next block, esize lines per step of 16 columns over four
+// rows: exact when rows are contiguous, close when they are padded.
+#define PFINIT(PF) \
+	LEAQ (SI)(R8*4), PF
+#define PF4(PF) \
+	PREFETCHT0 (PF)    \
+	PREFETCHT0 64(PF)  \
+	PREFETCHT0 128(PF) \
+	PREFETCHT0 192(PF) \
+	ADDQ $256, PF
+#define PF2(PF) \
+	PREFETCHT0 (PF)   \
+	PREFETCHT0 64(PF) \
+	ADDQ $128, PF
+#define PF1(PF) \
+	PREFETCHT0 (PF) \
+	ADDQ $64, PF
+
 // ---- AVX-512 ----
 
 // Weight loaders: 16 weights at row pointer P, index R12, into Z (f32).
@@ -64,7 +84,9 @@ f32x4:
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	XORQ R12, R12
+	PFINIT(BX)
 f32x4k:
+	PF4(BX)
 	VMOVUPS     (AX)(R12*4), Z4
 	VFMADD231PS (SI)(R12*4), Z4, Z0
 	VFMADD231PS (R9)(R12*4), Z4, Z1
@@ -103,7 +125,7 @@ f32done:
 
 // GEMV16_512 is the body shared by the 16-bit and int8 kernels: LD loads and
 // widens 16 weights.
-#define GEMV16_512(LD, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
+#define GEMV16_512(LD, PF, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
 LBL4: \
 	CMPQ DX, $4 \
 	JLT  LBL1 \
@@ -113,7 +135,9 @@ LBL4: \
 	VPXORD Z2, Z2, Z2 \
 	VPXORD Z3, Z3, Z3 \
 	XORQ R12, R12 \
+	PFINIT(BX) \
 LBL4K: \
+	PF(BX) \
 	VMOVUPS (AX)(R12*4), Z4 \
 	LD(SI, Z5) \
 	LD(R9, Z6) \
@@ -163,7 +187,7 @@ TEXT ·gemvBF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ k+24(FP), CX
 	MOVQ c+32(FP), DI
 	MOVQ n+40(FP), DX
-	GEMV16_512(LD_BF16_512, bf16x4, bf16x4k, bf16x1, bf16x1k, bf16done)
+	GEMV16_512(LD_BF16_512, PF2, bf16x4, bf16x4k, bf16x1, bf16x1k, bf16done)
 
 // func gemvF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
 TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-48
@@ -173,14 +197,15 @@ TEXT ·gemvF16AVX512(SB), NOSPLIT, $0-48
 	MOVQ k+24(FP), CX
 	MOVQ c+32(FP), DI
 	MOVQ n+40(FP), DX
-	GEMV16_512(LD_F16_512, f16x4, f16x4k, f16x1, f16x1k, f16done)
+	GEMV16_512(LD_F16_512, PF2, f16x4, f16x4k, f16x1, f16x1k, f16done)
 
 // func gemvI8AVX512(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
 // Weight-only int8 with per-group scales: each group of g (a multiple of 16)
 // columns is summed separately, then scaled into the row total. BX walks the
 // scales of row 0 of the current block, one float per group; R14 is a row of
-// scales in bytes; R13 is the end of the current group.
-TEXT ·gemvI8AVX512(SB), NOSPLIT, $0-72
+// scales in bytes; the end of the current group is kept at gend-8(SP) and
+// R13 is the prefetch pointer.
+TEXT ·gemvI8AVX512(SB), NOSPLIT, $8-72
 	MOVQ a+0(FP), AX
 	MOVQ b+8(FP), SI
 	MOVQ ldb+16(FP), R8
@@ -198,14 +223,17 @@ i8x4:
 	VPXORD Z2, Z2, Z2
 	VPXORD Z3, Z3, Z3
 	XORQ R12, R12
+	PFINIT(R13)
 i8x4g:
-	MOVQ R12, R13
-	ADDQ grp+64(FP), R13
+	MOVQ grp+64(FP), R15
+	ADDQ R12, R15
+	MOVQ R15, gend-8(SP)
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
 	VPXORD Z11, Z11, Z11
 i8x4k:
+	PF1(R13)
 	VMOVUPS (AX)(R12*4), Z4
 	LD_I8_512(SI, Z5)
 	LD_I8_512(R9, Z6)
@@ -216,7 +244,7 @@ i8x4k:
 	VFMADD231PS Z7, Z4, Z10
 	VFMADD231PS Z12, Z4, Z11
 	ADDQ $16, R12
-	CMPQ R12, R13
+	CMPQ R12, gend-8(SP)
 	JLT  i8x4k
 	VBROADCASTSS (BX), Z13
 	VFMADD231PS  Z13, Z8, Z0
@@ -248,15 +276,16 @@ i8x1:
 	VPXORD Z0, Z0, Z0
 	XORQ R12, R12
 i8x1g:
-	MOVQ R12, R13
-	ADDQ grp+64(FP), R13
+	MOVQ grp+64(FP), R15
+	ADDQ R12, R15
+	MOVQ R15, gend-8(SP)
 	VPXORD Z8, Z8, Z8
 i8x1k:
 	VMOVUPS (AX)(R12*4), Z4
 	LD_I8_512(SI, Z5)
 	VFMADD231PS Z5, Z4, Z8
 	ADDQ $16, R12
-	CMPQ R12, R13
+	CMPQ R12, gend-8(SP)
 	JLT  i8x1k
 	VBROADCASTSS (BX), Z13
 	VFMADD231PS  Z13, Z8, Z0
@@ -294,7 +323,7 @@ i8done:
 	VFMADD231PS Y10, Y8, ACCLO \
 	VFMADD231PS Y11, Y9, ACCHI
 
-#define GEMV_256(LD, HOFF, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
+#define GEMV_256(LD, HOFF, PF, LBL4, LBL4K, LBL1, LBL1K, LBLDONE) \
 LBL4: \
 	CMPQ DX, $4 \
 	JLT  LBL1 \
@@ -308,7 +337,9 @@ LBL4: \
 	VXORPS Y6, Y6, Y6 \
 	VXORPS Y7, Y7, Y7 \
 	XORQ R12, R12 \
+	PFINIT(BX) \
 LBL4K: \
+	PF(BX) \
 	VMOVUPS (AX)(R12*4), Y8 \
 	VMOVUPS 32(AX)(R12*4), Y9 \
 	ROW_256(LD, HOFF, SI, Y0, Y1) \
@@ -364,17 +395,17 @@ LBLDONE: \
 // func gemvF32AVX2(a, b *float32, ldb, k int, c *float32, n int)
 TEXT ·gemvF32AVX2(SB), NOSPLIT, $0-48
 	GEMV_ARGS
-	GEMV_256(LD_F32_256, 32, f2x4, f2x4k, f2x1, f2x1k, f2done)
+	GEMV_256(LD_F32_256, 32, PF4, f2x4, f2x4k, f2x1, f2x1k, f2done)
 
 // func gemvBF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
 TEXT ·gemvBF16AVX2(SB), NOSPLIT, $0-48
 	GEMV_ARGS
-	GEMV_256(LD_BF16_256, 16, b2x4, b2x4k, b2x1, b2x1k, b2done)
+	GEMV_256(LD_BF16_256, 16, PF2, b2x4, b2x4k, b2x1, b2x1k, b2done)
 
 // func gemvF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
 TEXT ·gemvF16AVX2(SB), NOSPLIT, $0-48
 	GEMV_ARGS
-	GEMV_256(LD_F16_256, 16, h2x4, h2x4k, h2x1, h2x1k, h2done)
+	GEMV_256(LD_F16_256, 16, PF2, h2x4, h2x4k, h2x1, h2x1k, h2done)
 
 // I8ROW_256 accumulates one row's group partials into PLO, PHI.
 #define I8ROW_256(P, PLO, PHI) \
@@ -391,7 +422,7 @@ TEXT ·gemvF16AVX2(SB), NOSPLIT, $0-48
 
 // func gemvI8AVX2(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
 // Same walk as gemvI8AVX512. Y0..Y3 row totals, Y4..Y11 group partials.
-TEXT ·gemvI8AVX2(SB), NOSPLIT, $0-72
+TEXT ·gemvI8AVX2(SB), NOSPLIT, $8-72
 	GEMV_ARGS
 	MOVQ scales+48(FP), BX
 	MOVQ ngBytes+56(FP), R14
@@ -404,9 +435,11 @@ i82x4:
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	XORQ R12, R12
+	PFINIT(R13)
 i82x4g:
-	MOVQ R12, R13
-	ADDQ grp+64(FP), R13
+	MOVQ grp+64(FP), R15
+	ADDQ R12, R15
+	MOVQ R15, gend-8(SP)
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
@@ -416,6 +449,7 @@ i82x4g:
 	VXORPS Y10, Y10, Y10
 	VXORPS Y11, Y11, Y11
 i82x4k:
+	PF1(R13)
 	VMOVUPS (AX)(R12*4), Y12
 	VMOVUPS 32(AX)(R12*4), Y13
 	I8ROW_256(SI, Y4, Y5)
@@ -423,7 +457,7 @@ i82x4k:
 	I8ROW_256(R10, Y8, Y9)
 	I8ROW_256(R11, Y10, Y11)
 	ADDQ $16, R12
-	CMPQ R12, R13
+	CMPQ R12, gend-8(SP)
 	JLT  i82x4k
 	SCALE_256((BX), Y4, Y5, Y0)
 	SCALE_256((BX)(R14*1), Y6, Y7, Y1)
@@ -450,8 +484,9 @@ i82x1:
 	VXORPS Y0, Y0, Y0
 	XORQ R12, R12
 i82x1g:
-	MOVQ R12, R13
-	ADDQ grp+64(FP), R13
+	MOVQ grp+64(FP), R15
+	ADDQ R12, R15
+	MOVQ R15, gend-8(SP)
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 i82x1k:
@@ -459,7 +494,7 @@ i82x1k:
 	VMOVUPS 32(AX)(R12*4), Y13
 	I8ROW_256(SI, Y4, Y5)
 	ADDQ $16, R12
-	CMPQ R12, R13
+	CMPQ R12, gend-8(SP)
 	JLT  i82x1k
 	SCALE_256((BX), Y4, Y5, Y0)
 	ADDQ $4, BX

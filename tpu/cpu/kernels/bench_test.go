@@ -1,0 +1,189 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmarks (never timed tests). scripts/bench-kernels.sh runs them against
+// the machine's streaming bandwidth and torch's sgemm. GEMV weights are
+// cycled through copies totalling at least coldBytes, four times the L3 of
+// the reference machine, so each call streams its weights from memory as a
+// decode step does.
+
+const coldBytes = 128 << 20
+
+// gemvShapes are the 110M Llama (dim 768, hidden 2048, vocab 32000) matmuls
+// as [out, in].
+var gemvShapes = [][2]int{{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}
+
+func BenchmarkGEMV(b *testing.B) {
+	for _, dt := range []string{"f32", "bf16", "f16", "int8"} {
+		for _, sh := range gemvShapes {
+			n, k := sh[0], sh[1]
+			b.Run(fmt.Sprintf("%s/%dx%d", dt, n, k), func(b *testing.B) {
+				benchGEMV(b, dt, n, k)
+			})
+		}
+	}
+}
+
+func benchGEMV(b *testing.B, dt string, n, k int) {
+	r := rand.New(rand.NewPCG(1, 1))
+	elem := map[string]int{"f32": 4, "bf16": 2, "f16": 2, "int8": 1}[dt]
+	bytes := n * k * elem
+	copies := max(1, coldBytes/bytes)
+	a := randMat(r, 1, k, k)
+	c := make([]float32, n)
+	calls := make([]func(), copies)
+	for i := range calls {
+		switch dt {
+		case "f32":
+			w := randMat(r, n, k, k)
+			calls[i] = func() { GemmF32NT(1, n, k, a, k, w, k, c, n) }
+		case "bf16", "f16":
+			w := make([]uint16, n*k)
+			for j := range w {
+				w[j] = uint16(0x3c00 + r.IntN(0x400))
+			}
+			if dt == "bf16" {
+				calls[i] = func() { GemmBF16NT(1, n, k, a, k, w, k, c, n) }
+			} else {
+				calls[i] = func() { GemmF16NT(1, n, k, a, k, w, k, c, n) }
+			}
+		case "int8":
+			w := make([]int8, n*k)
+			for j := range w {
+				w[j] = int8(r.IntN(255) - 127)
+			}
+			sc := make([]float32, n)
+			for j := range sc {
+				sc[j] = 0.01
+			}
+			calls[i] = func() { GemmInt8NT(1, n, k, a, k, w, k, sc, k, c, n) }
+		}
+	}
+	b.SetBytes(int64(bytes))
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		calls[i%copies]()
+	}
+	b.ReportMetric(2*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// gemmShapes are prefill matmuls of a 128-token prompt on the 110M Llama:
+// m×n×k with the weight [n, k].
+var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {128, 32000, 768}}
+
+func BenchmarkGEMM(b *testing.B) {
+	for _, dt := range []string{"f32", "bf16", "int8", "NN"} {
+		for _, sh := range gemmShapes {
+			m, n, k := sh[0], sh[1], sh[2]
+			if sh[1] == 32000 && dt != "f32" {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", dt, m, n, k), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(2, 2))
+				a := randMat(r, m, k, k)
+				c := make([]float32, m*n)
+				var call func()
+				switch dt {
+				case "f32":
+					w := randMat(r, n, k, k)
+					call = func() { GemmF32NT(m, n, k, a, k, w, k, c, n) }
+				case "NN":
+					w := randMat(r, k, n, n)
+					call = func() { GemmF32NN(m, n, k, a, k, w, n, c, n) }
+				case "bf16":
+					w := make([]uint16, n*k)
+					for j := range w {
+						w[j] = uint16(0x3c00 + r.IntN(0x400))
+					}
+					call = func() { GemmBF16NT(m, n, k, a, k, w, k, c, n) }
+				case "int8":
+					q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, k)
+					call = func() { GemmInt8NT(m, n, k, a, k, q, k, sc, k, c, n) }
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					call()
+				}
+				b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkStreamRead measures the machine's streaming read bandwidth: the
+// pool's threads sum disjoint parts of a 256 MiB buffer of uint64 with eight
+// independent accumulators each. Its MB/s is the roofline GEMV is compared
+// against.
+func BenchmarkStreamRead(b *testing.B) {
+	buf := make([]uint64, (256<<20)/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	sums := make([]uint64, 1024)
+	b.SetBytes(int64(len(buf) * 8))
+	b.ResetTimer()
+	for b.Loop() {
+		Parallel(len(buf)/1024, 1, func(lo, hi int) {
+			for blk := lo; blk < hi; blk++ {
+				sums[blk%len(sums)] += sum8(buf[blk*1024 : blk*1024+1024])
+			}
+		})
+	}
+	_ = sums
+}
+
+func sum8(x []uint64) uint64 {
+	var s0, s1, s2, s3, s4, s5, s6, s7 uint64
+	for i := 0; i+8 <= len(x); i += 8 {
+		s0 += x[i]
+		s1 += x[i+1]
+		s2 += x[i+2]
+		s3 += x[i+3]
+		s4 += x[i+4]
+		s5 += x[i+5]
+		s6 += x[i+6]
+		s7 += x[i+7]
+	}
+	return s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7
+}
+
+func BenchmarkRows(b *testing.B) {
+	const rows, cols = 128, 768
+	r := rand.New(rand.NewPCG(3, 3))
+	x := randMat(r, rows, cols, cols)
+	w := randMat(r, 1, cols, cols)
+	dst := make([]float32, rows*cols)
+	b.Run("RMSNorm/128x768", func(b *testing.B) {
+		b.SetBytes(rows * cols * 8)
+		for b.Loop() {
+			RMSNorm(dst, x, w, rows, cols, 1e-5, false)
+		}
+	})
+	b.Run("SoftmaxRows/128x768", func(b *testing.B) {
+		b.SetBytes(rows * cols * 8)
+		for b.Loop() {
+			copy(dst, x)
+			SoftmaxRows(dst, rows, cols)
+		}
+	})
+	up := randMat(r, rows, cols, cols)
+	b.Run("SiLUMul/98304", func(b *testing.B) {
+		b.SetBytes(rows * cols * 12)
+		for b.Loop() {
+			SiLUMul(dst, x, up)
+		}
+	})
+	b.Run("AddInPlace/98304", func(b *testing.B) {
+		b.SetBytes(rows * cols * 12)
+		for b.Loop() {
+			AddInPlace(dst, x)
+		}
+	})
+	_ = math.Pi
+}
