@@ -35,9 +35,9 @@ func (f *Factory) HubClient() *hub.Client {
 	c.Logger = reporterLogger{r}
 	c.Progress = newHubProgress(r).report
 	if c.Token.IsSet() {
-		r.Debugf("hub: %s, cache %s, token from %s", c.Endpoint, c.Cache.Dir, src)
+		r.Debugf("hub: %s, cache %s, token from %s", hub.RedactURL(c.Endpoint), c.Cache.Dir, src)
 	} else {
-		r.Debugf("hub: %s, cache %s, no token", c.Endpoint, c.Cache.Dir)
+		r.Debugf("hub: %s, cache %s, no token", hub.RedactURL(c.Endpoint), c.Cache.Dir)
 	}
 	return c
 }

@@ -72,7 +72,9 @@ type ProgressFunc func(Progress)
 // use; New fills them from an Env.
 type Client struct {
 	// Endpoint is the Hub URL (HF_ENDPOINT); the token is only sent to this
-	// scheme, host and port.
+	// scheme, host and port. Credentials in it (http://user:token@host) are
+	// sent as HTTP basic auth, as requests does, and never printed: logs
+	// and errors show it through RedactURL.
 	Endpoint string
 	// Token authenticates requests to Endpoint; empty for anonymous.
 	Token Token
@@ -293,14 +295,14 @@ func (r *response) close() {
 // bounds the wait for headers and then for each body read.
 func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Header, followAbsolute bool, idle time.Duration) (*response, error) {
 	if c.Offline {
-		return nil, &Error{Kind: ErrNotCached, Detail: "offline mode (HF_HUB_OFFLINE/--offline) forbids " + method + " " + redactURL(rawURL)}
+		return nil, &Error{Kind: ErrNotCached, Detail: "offline mode (HF_HUB_OFFLINE/--offline) forbids " + method + " " + RedactURL(rawURL)}
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &Error{Kind: ErrNetwork, Detail: "bad URL " + redactURL(rawURL), Err: err}
+		return nil, &Error{Kind: ErrNetwork, Detail: "bad URL " + RedactURL(rawURL), Err: unwrapURLError(err)}
 	}
 	if !httpScheme(u.Scheme) {
-		return nil, &Error{Kind: ErrMetadata, Detail: fmt.Sprintf("%s %s: URL scheme %q is not http or https", method, redactURL(rawURL), u.Scheme)}
+		return nil, &Error{Kind: ErrMetadata, Detail: fmt.Sprintf("%s %s: URL scheme %q is not http or https", method, RedactURL(rawURL), u.Scheme)}
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(idle, func() { cancel(errIdle) })
@@ -310,7 +312,7 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 		if err != nil {
 			timer.Stop()
 			cancel(nil)
-			return nil, &Error{Kind: ErrNetwork, Detail: "bad URL " + redactURL(u.String()), Err: err}
+			return nil, &Error{Kind: ErrNetwork, Detail: "bad URL " + RedactURL(u.String()), Err: unwrapURLError(err)}
 		}
 		for k, v := range hdr {
 			req.Header[k] = v
@@ -320,7 +322,7 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 		if c.Token.IsSet() && c.sameOrigin(u) {
 			req.Header.Set("Authorization", "Bearer "+c.Token.Reveal())
 		}
-		c.debugf("%s %s", method, redactURL(u.String()))
+		c.debugf("%s %s", method, RedactURL(u.String()))
 		resp, err := hc.Do(req)
 		if err != nil {
 			timer.Stop()
@@ -330,9 +332,9 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 				return nil, ctx.Err()
 			}
 			if errors.Is(cause, errIdle) {
-				return nil, &Error{Kind: ErrNetwork, Detail: fmt.Sprintf("%s %s: no response within %s", method, redactURL(u.String()), idle)}
+				return nil, &Error{Kind: ErrNetwork, Detail: fmt.Sprintf("%s %s: no response within %s", method, RedactURL(u.String()), idle)}
 			}
-			return nil, &Error{Kind: ErrNetwork, Detail: method + " " + redactURL(u.String()), Err: unwrapURLError(err)}
+			return nil, &Error{Kind: ErrNetwork, Detail: method + " " + RedactURL(u.String()), Err: unwrapURLError(err)}
 		}
 		loc := resp.Header.Get("Location")
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 && loc != "" {
@@ -344,10 +346,10 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 					switch {
 					case !httpScheme(target.Scheme):
 						rerr = &Error{Kind: ErrMetadata, Status: resp.StatusCode,
-							Detail: fmt.Sprintf("%s %s redirects to a %q URL; only http and https are followed", method, redactURL(u.String()), target.Scheme)}
+							Detail: fmt.Sprintf("%s %s redirects to a %q URL; only http and https are followed", method, RedactURL(u.String()), target.Scheme)}
 					case hop >= maxRedirects:
 						rerr = &Error{Kind: ErrHTTP, Status: resp.StatusCode,
-							Detail: fmt.Sprintf("%s %s: more than %d redirects (a redirect loop?)", method, redactURL(u.String()), maxRedirects)}
+							Detail: fmt.Sprintf("%s %s: more than %d redirects (a redirect loop?)", method, RedactURL(u.String()), maxRedirects)}
 					}
 					if rerr != nil {
 						resp.Body.Close()
@@ -372,7 +374,7 @@ func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Heade
 		}
 		timer.Reset(idle)
 		r := &response{Response: resp, URL: u, cancel: cancel, timer: timer}
-		resp.Body = &idleBody{rc: resp.Body, timer: timer, idle: idle, ctx: rctx, parent: ctx, what: method + " " + redactURL(u.String())}
+		resp.Body = &idleBody{rc: resp.Body, timer: timer, idle: idle, ctx: rctx, parent: ctx, what: method + " " + RedactURL(u.String())}
 		return r, nil
 	}
 }
@@ -423,20 +425,27 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactURL drops the query string (CDN URLs carry signatures) and any
-// user info.
-func redactURL(raw string) string {
+// RedactURL is raw fit to print: credentials in it (HF_ENDPOINT as
+// http://user:token@host) become "***" and the query string (CDN URLs
+// carry signatures) becomes "?…". An unparsable URL prints as
+// "<invalid URL>", since it may hold credentials too.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<invalid URL>"
 	}
+	masked := u.User != nil
 	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = ""
-		u.ForceQuery = false
-		return u.String() + "?…"
+	query := u.RawQuery != "" || u.ForceQuery
+	u.RawQuery, u.ForceQuery = "", false
+	out := u.String()
+	if masked {
+		out = strings.Replace(out, "//", "//***@", 1)
 	}
-	return u.String()
+	if query {
+		out += "?…"
+	}
+	return out
 }
 
 // statusError maps an error response to an *Error, reading the Hub's

@@ -67,7 +67,7 @@ func (c *Client) FileMetadata(ctx context.Context, repo, rev, file string) (*Fil
 	m := &FileMetadata{Commit: resp.Header.Get("X-Repo-Commit")}
 	if m.Commit == "" {
 		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, File: file, Status: resp.StatusCode,
-			Detail: "no X-Repo-Commit header: " + c.endpoint() + " does not look like a Hugging Face Hub (check HF_ENDPOINT and proxy settings)"}
+			Detail: "no X-Repo-Commit header: " + RedactURL(c.endpoint()) + " does not look like a Hugging Face Hub (check HF_ENDPOINT and proxy settings)"}
 	}
 	if !IsCommitHash(m.Commit) {
 		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, File: file,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,5 +192,57 @@ func TestSnapshotLinkOutOfCacheIsRefused(t *testing.T) {
 	}
 	if err := c.Cache.CheckSnapshotLinks("org/tiny", commit); !errors.Is(err, hub.ErrUnsafeLink) {
 		t.Errorf("snapshot folder linked out of the cache: %v", err)
+	}
+}
+
+// Credentials in HF_ENDPOINT (http://user:token@host) reach the server as
+// basic auth but never a log line or an error: successful downloads with
+// -v style debug logging, a 5xx with retries, a server that is no Hub, an
+// unparsable endpoint.
+func TestEndpointCredentialsAreMasked(t *testing.T) {
+	const secret = "hf_endpointSECRET"
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, rec := newClient(t, srv)
+	c.Endpoint = strings.Replace(srv.URL(), "://", "://alice:"+secret+"@", 1)
+	ctx := context.Background()
+	if _, err := c.Download(ctx, "org/tiny", "main", "model.safetensors"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.all(), "://***@") {
+		t.Errorf("debug lines should show masked credentials: %s", rec.all())
+	}
+	var errsSeen []error
+	srv.AddFault(&hubtest.Fault{Match: hubtest.OnServer("hub", "HEAD"), Status: 503})
+	_, err := c.Download(ctx, "org/tiny", "main", "config.json")
+	errsSeen = append(errsSeen, err)
+	srv.ClearFaults()
+	srv.AddFault(&hubtest.Fault{Match: hubtest.OnServer("hub", "HEAD"), Header: map[string]string{"X-Repo-Commit": ""}})
+	_, err = c.Download(ctx, "org/tiny", "main", "tokenizer/tokenizer.json")
+	errsSeen = append(errsSeen, err)
+	if !errors.Is(err, hub.ErrMetadata) || !strings.Contains(err.Error(), "://***@") {
+		t.Errorf("not-a-Hub error should name the masked endpoint: %v", err)
+	}
+	srv.ClearFaults()
+	c.Endpoint = "http://alice:" + secret + "@bad host/"
+	_, err = c.Download(ctx, "org/tiny", "main", "missing.json")
+	errsSeen = append(errsSeen, err)
+	c.Cache.Dir = t.TempDir()
+	_, err = c.ListFiles(ctx, "org/tiny", "main")
+	errsSeen = append(errsSeen, err)
+	for i, err := range errsSeen {
+		if err == nil {
+			t.Errorf("case %d did not fail", i)
+			continue
+		}
+		if s := fmt.Sprintf("%v %+v %#v", err, err, err); strings.Contains(s, secret) {
+			t.Errorf("case %d: credentials in the error: %s", i, s)
+		}
+	}
+	if strings.Contains(rec.all(), secret) {
+		t.Errorf("credentials in a log line: %s", rec.all())
+	}
+	if got := hub.RedactURL("https://" + secret + "@hub.example/api?sig=" + secret); strings.Contains(got, secret) || got != "https://***@hub.example/api?…" {
+		t.Errorf("RedactURL = %q", got)
 	}
 }
