@@ -19,7 +19,7 @@ type FitRequest struct {
 	// WeightBytes is the size of the weights in the dtype they will run in.
 	WeightBytes int64 `json:"weight_bytes"`
 	// StateBytes is the KV cache (or recurrent state) for the longest
-	// context and batch to be served; see KVCacheBytes.
+	// context and batch to be served (lm.StateBytes).
 	StateBytes int64 `json:"state_bytes"`
 	// Headroom is the fraction added for activations and runtime buffers;
 	// 0 means DefaultHeadroom.
@@ -51,12 +51,6 @@ type FitResult struct {
 	HBMBytes int64 `json:"hbm_bytes"`
 	// Reason explains a result that does not fit.
 	Reason string `json:"reason,omitempty"`
-}
-
-// KVCacheBytes is the size of a standard attention KV cache: keys and
-// values for every layer, KV head, position and sequence in the batch.
-func KVCacheBytes(layers, kvHeads, headDim, seqLen, batch, bytesPerElem int) int64 {
-	return 2 * int64(layers) * int64(kvHeads) * int64(headDim) * int64(seqLen) * int64(batch) * int64(bytesPerElem)
 }
 
 func (r FitRequest) validate() (float64, error) {

@@ -120,9 +120,3 @@ func TestTPDegree(t *testing.T) {
 	}
 }
 
-func TestKVCacheBytes(t *testing.T) {
-	// Llama-3-8B: 32 layers, 8 KV heads of 128, 8192 positions, bf16:
-	// 2 * 32 * 8 * 128 * 8192 * 2 = 1 GiB.
-	assert.Equal(t, int64(1<<30), KVCacheBytes(32, 8, 128, 8192, 1, 2))
-	assert.Equal(t, int64(4<<30), KVCacheBytes(32, 8, 128, 8192, 4, 2))
-}

@@ -45,9 +45,6 @@ func Unsupportedf(format string, args ...any) error { return wrapf(ErrUnsupporte
 // Devicef returns an error wrapping ErrDeviceUnavailable.
 func Devicef(format string, args ...any) error { return wrapf(ErrDeviceUnavailable, format, args...) }
 
-// Hubf returns an error wrapping ErrHub.
-func Hubf(format string, args ...any) error { return wrapf(ErrHub, format, args...) }
-
 // Limitf returns an error wrapping ErrLimit.
 func Limitf(format string, args ...any) error { return wrapf(ErrLimit, format, args...) }
 

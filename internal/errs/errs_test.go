@@ -9,9 +9,9 @@ import (
 )
 
 func TestWrapfKeepsSentinelAndCause(t *testing.T) {
-	err := Hubf("download %q: %w", "model.safetensors", fs.ErrNotExist)
-	assert.Equal(t, `download "model.safetensors": file does not exist`, err.Error())
-	assert.ErrorIs(t, err, ErrHub)
+	err := Devicef("open %q: %w", "libtpu.so", fs.ErrNotExist)
+	assert.Equal(t, `open "libtpu.so": file does not exist`, err.Error())
+	assert.ErrorIs(t, err, ErrDeviceUnavailable)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	assert.NotErrorIs(t, err, ErrUsage)
 

@@ -94,8 +94,6 @@ func exp32(x float32) float32     { return float32(math.Exp(float64(x))) }
 func expm132(x float32) float32   { return float32(math.Expm1(float64(x))) }
 func sqrt32(x float32) float32    { return float32(math.Sqrt(float64(x))) }
 func pow32(x, y float32) float32  { return float32(math.Pow(float64(x), float64(y))) }
-func atan32(x float32) float32    { return float32(math.Atan(float64(x))) }
-func tan32(x float32) float32     { return float32(math.Tan(float64(x))) }
 func sigmoid32(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
 
 // sq32 is x**2 on a float32 tensor (torch computes it as x*x).

@@ -2,6 +2,7 @@ package schedulers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -129,20 +130,31 @@ func Names() []string {
 	return out
 }
 
-// ShortNameHelp returns a one-line description of a short name.
-func ShortNameHelp(name string) string { return shortNames[name].help }
+// Known reports whether a --scheduler value names a scheduler: a short
+// name (Names) or any implemented diffusers class name (Classes).
+func Known(name string) bool {
+	if _, ok := registry[name]; ok {
+		return true
+	}
+	return slices.Contains(Names(), name)
+}
 
 // FromShortName builds the scheduler named by a --scheduler value from a
 // model's scheduler config, like diffusers'
 // NewScheduler.from_config(pipe.scheduler.config, **overrides): the base
 // config's fields (training betas, timestep spacing, prediction type, ...)
 // carry over, fields the new class does not know are ignored, and the short
-// name's overrides (e.g. use_karras_sigmas) apply on top. An unknown name
-// is an errs.ErrUsage error.
+// name's overrides (e.g. use_karras_sigmas) apply on top. The value may
+// also be a diffusers class name, with no overrides, so that every
+// implemented class is reachable. An unknown name is an errs.ErrUsage
+// error.
 func FromShortName(name string, base map[string]any) (Scheduler, error) {
 	sn, ok := shortNames[name]
+	if _, isClass := registry[name]; !ok && isClass {
+		sn, ok = shortName{class: name}, true
+	}
 	if !ok {
-		return nil, errs.Usagef("unknown scheduler %q (want one of %s)", name, strings.Join(Names(), ", "))
+		return nil, errs.Usagef("unknown scheduler %q (want one of %s, or a diffusers class name: %s)", name, strings.Join(Names(), ", "), strings.Join(Classes(), ", "))
 	}
 	if _, ok := registry[sn.class]; !ok {
 		return nil, errs.Unsupportedf("scheduler %q (%s) is not implemented", name, sn.class)
