@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
@@ -141,7 +142,7 @@ func (c *Config) resolve(cfg *config.Model) (*Model, error) {
 		act = "gelu_pytorch_tanh"
 	}
 	if m.act = nn.Activation(act); m.act == nil {
-		return nil, errs.Unsupportedf("%s: hidden_activation %q is not supported (supported: gelu_pytorch_tanh, silu)", where, act)
+		return nil, errs.Unsupportedf("%s: hidden_activation %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
 	if err := c.resolveRope(cfg, m); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)

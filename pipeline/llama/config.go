@@ -3,6 +3,7 @@ package llama
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -106,7 +107,7 @@ func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
 		act = d.Act
 	}
 	if o.Act = nn.Activation(act); o.Act == nil {
-		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: silu, gelu_pytorch_tanh)", where, act)
+		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
 	o.Rope, err = nn.ConfigRope(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {

@@ -132,3 +132,37 @@ func WriteKV(keyCache, valueCache, k, v *Node, step *lm.Step) (*Node, *Node) {
 	valueCache = UpdateCache(valueCache, vT, step.Start, ValueCacheAxis, step.DynamicUpdateSlice)
 	return keyCache, valueCache
 }
+
+// MultiHeadAttention is the uncached scaled dot-product attention of the
+// diffusion models (diffusers' Attention with AttnProcessor2_0, CLIP's
+// self-attention, SD3's joint attention) on q [B, Sq, H*D] and k, v
+// [B, Sk, H*D], returning [B, Sq, H*D]. With causal, query i only sees
+// keys j <= i. Inputs are float32 (the causal mask is a float32 constant).
+func MultiHeadAttention(q, k, v *Node, heads int, causal bool) *Node {
+	qd := q.Shape().Dimensions
+	kd := k.Shape().Dimensions
+	b, sq, inner := qd[0], qd[1], qd[2]
+	sk := kd[1]
+	if inner%heads != 0 {
+		panic(fmt.Errorf("MultiHeadAttention: width %d is not divisible into %d heads", inner, heads))
+	}
+	hd := inner / heads
+	q = Reshape(MulScalar(q, 1/math.Sqrt(float64(hd))), b, sq, heads, hd)
+	k = Reshape(k, b, sk, heads, hd)
+	v = Reshape(v, b, sk, heads, hd)
+	scores := DotGeneral(q, []int{3}, []int{0, 2}, k, []int{3}, []int{0, 2}) // [B, H, Sq, Sk]
+	if causal {
+		// As transformers' causal mask: the lowest float32 above the
+		// diagonal, so those probabilities underflow to exactly zero.
+		mask := make([]float32, sq*sk)
+		for i := 0; i < sq; i++ {
+			for j := i + 1; j < sk; j++ {
+				mask[i*sk+j] = -math.MaxFloat32
+			}
+		}
+		scores = Add(scores, Reshape(Const(q.Graph(), mask), 1, 1, sq, sk))
+	}
+	probs := Softmax(scores, -1)
+	out := DotGeneral(probs, []int{3}, []int{0, 1}, v, []int{1}, []int{0, 2}) // [B, H, Sq, D]
+	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, sq, inner)           // [B, Sq, H*D]
+}

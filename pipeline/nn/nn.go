@@ -1,7 +1,14 @@
-// Package nn holds the graph blocks that the text-generation architectures
-// share, one function per transformers module idea and named after it:
-// Linear, Embedding, RMSNorm, the rotary embedding (rope.go), attention over
-// a static KV cache (attention.go), and the gated MLPs.
+// Package nn is tputool's one library of graph operations, shared by the
+// text-generation architectures and the diffusion components, one function
+// per torch / transformers module idea and named after it: Linear,
+// Embedding, RMSNorm, LayerNorm, GroupNorm, the activations (one
+// Activation for every config name), the rotary embedding (rope.go),
+// attention over a static KV cache and the multi-head attention of the
+// diffusion models (attention.go), 2D convolution and nearest upsampling
+// (conv.go), the gated MLPs, Gated DeltaNet (deltanet.go) and the MoE
+// router and experts (moe.go). Modules that exist only in diffusers
+// (resnet and transformer blocks, samplers, timestep embeddings) live in
+// pipeline/diffusion/blocks.
 //
 // Everything here builds GoMLX graph nodes; nothing runs. Functions panic on
 // shape errors, as GoMLX graph code does; executors recover the panics into
@@ -18,7 +25,9 @@ package nn
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph code reads best unqualified
@@ -149,30 +158,100 @@ func RMSNorm(x, w *Node, eps float64, plusOne bool) *Node {
 	return Mul(ConvertDType(y, dtype), ConvertDType(wb, dtype))
 }
 
+// LayerNorm is torch.nn.LayerNorm over the last axis, with optional
+// (nil) gamma and beta [H].
+func LayerNorm(x, gamma, beta *Node, eps float64) *Node {
+	mean := ReduceAndKeep(x, ReduceMean, -1)
+	centered := Sub(x, mean)
+	variance := ReduceAndKeep(Square(centered), ReduceMean, -1)
+	normed := Mul(centered, Rsqrt(AddScalar(variance, eps)))
+	if gamma != nil {
+		normed = Mul(normed, ExpandLeftToRank(gamma, x.Rank()))
+	}
+	if beta != nil {
+		normed = Add(normed, ExpandLeftToRank(beta, x.Rank()))
+	}
+	return normed
+}
+
+// GroupNorm is torch.nn.GroupNorm on x [B, C, ...]: statistics over each
+// group of C/groups channels and all trailing axes, then the per-channel
+// affine transform by gamma and beta [C].
+func GroupNorm(x, gamma, beta *Node, groups int, eps float64) *Node {
+	dims := x.Shape().Dimensions
+	b, c := dims[0], dims[1]
+	if c%groups != 0 {
+		panic(fmt.Errorf("GroupNorm: %d channels are not divisible into %d groups", c, groups))
+	}
+	g := Reshape(x, b, groups, -1) // [B, G, C/G * spatial]
+	mean := ReduceAndKeep(g, ReduceMean, 2)
+	centered := Sub(g, mean)
+	variance := ReduceAndKeep(Square(centered), ReduceMean, 2)
+	normed := Mul(centered, Rsqrt(AddScalar(variance, eps)))
+	normed = Reshape(normed, dims...)
+	// gamma, beta: [C] -> [1, C, 1, ...]
+	affine := make([]int, len(dims))
+	for i := range affine {
+		affine[i] = 1
+	}
+	affine[1] = c
+	return Add(Mul(normed, Reshape(gamma, affine...)), Reshape(beta, affine...))
+}
+
 // SiLU is x * sigmoid(x) (transformers' "silu").
 func SiLU(x *Node) *Node { return Mul(x, Sigmoid(x)) }
 
-// GeluTanh is the tanh approximation of GELU (transformers'
-// "gelu_pytorch_tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-func GeluTanh(x *Node) *Node {
+// GELU is the exact (erf) GELU of torch.nn.functional.gelu.
+func GELU(x *Node) *Node {
+	return Mul(MulScalar(x, 0.5), OnePlus(Erf(MulScalar(x, 1/math.Sqrt2))))
+}
+
+// GELUTanh is the tanh approximation of GELU (gelu(approximate="tanh"),
+// transformers' "gelu_pytorch_tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))).
+func GELUTanh(x *Node) *Node {
 	inner := MulScalar(Add(x, MulScalar(Mul(x, Square(x)), 0.044715)), math.Sqrt(2/math.Pi))
 	return Mul(MulScalar(x, 0.5), OnePlus(Tanh(inner)))
 }
 
-// Activation returns the activation named by a config's hidden_act or
-// hidden_activation field, or nil when it is unknown.
-func Activation(name string) func(*Node) *Node {
-	switch name {
-	case "silu", "swish":
-		return SiLU
-	case "gelu_pytorch_tanh", "gelu_new", "gelu_fast":
-		return GeluTanh
+// QuickGELU is CLIP's x * sigmoid(1.702 x).
+func QuickGELU(x *Node) *Node { return Mul(x, Sigmoid(MulScalar(x, 1.702))) }
+
+// activations maps the names configs use (transformers' hidden_act or
+// hidden_activation, diffusers' act_fn) to the activation functions.
+var activations = map[string]func(*Node) *Node{
+	"silu": SiLU, "swish": SiLU,
+	"gelu":              GELU,
+	"gelu_pytorch_tanh": GELUTanh, "gelu_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu_fast": GELUTanh,
+	"quick_gelu": QuickGELU,
+}
+
+// Activation returns the activation a config names ("silu"/"swish",
+// "gelu", "gelu_pytorch_tanh"/"gelu_tanh"/"gelu_new"/"gelu_fast",
+// "quick_gelu"), or nil when it is unknown.
+func Activation(name string) func(*Node) *Node { return activations[name] }
+
+// KnownActivation reports whether Activation knows name; configs check it
+// when they are read, so that an unknown activation is an error naming it
+// before any graph is built.
+func KnownActivation(name string) bool { return activations[name] != nil }
+
+// ActivationNames lists the names Activation knows, sorted, for error
+// messages.
+func ActivationNames() []string { return slices.Sorted(maps.Keys(activations)) }
+
+// Activate applies the activation named name to x. It panics on an unknown
+// name, which the config check (KnownActivation) reports first.
+func Activate(name string, x *Node) *Node {
+	act := activations[name]
+	if act == nil {
+		panic(fmt.Errorf("unsupported activation %q", name))
 	}
-	return nil
+	return act(x)
 }
 
 // GatedMLP is the Llama/Gemma MLP: down(act(gate(x)) * up(x)). With act =
-// SiLU it is SwiGLU, with GeluTanh it is GeGLU. Biases may be nil.
+// SiLU it is SwiGLU, with GELUTanh it is GeGLU. Biases may be nil.
 func GatedMLP(x, gate, gateB, up, upB, down, downB *Node, act func(*Node) *Node) *Node {
 	return Linear(Mul(act(Linear(x, gate, gateB)), Linear(x, up, upB)), down, downB)
 }

@@ -135,7 +135,7 @@ func TestUpdateCacheScatterAndDUS(t *testing.T) {
 
 func TestGeluTanh(t *testing.T) {
 	xs := []float32{-3, -1, -0.1, 0, 0.5, 2}
-	out := execGraph(t, func(in []*Node) []*Node { return []*Node{GeluTanh(in[0]), SiLU(in[0])} }, tensors.FromFlatDataAndDimensions(xs, 6))
+	out := execGraph(t, func(in []*Node) []*Node { return []*Node{GELUTanh(in[0]), SiLU(in[0])} }, tensors.FromFlatDataAndDimensions(xs, 6))
 	for i, x := range xs {
 		xf := float64(x)
 		g := 0.5 * xf * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(xf+0.044715*xf*xf*xf)))

@@ -6,6 +6,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // The layers below are the weight-holding leaves of the diffusers module
@@ -45,7 +47,7 @@ func NewGroupNorm(l *Loader, prefix string, c, groups int, eps float64) *GroupNo
 
 // Apply normalises x [B, C, ...].
 func (n *GroupNormLayer) Apply(w Bind, x *Node) *Node {
-	return GroupNorm(x, w(n.Weight), w(n.Bias), n.Groups, n.Eps)
+	return nn.GroupNorm(x, w(n.Weight), w(n.Bias), n.Groups, n.Eps)
 }
 
 // Params lists the layer's tensors.
@@ -67,7 +69,7 @@ func NewLayerNorm(l *Loader, prefix string, d int, eps float64) *LayerNormLayer 
 
 // Apply normalises the last axis of x.
 func (n *LayerNormLayer) Apply(w Bind, x *Node) *Node {
-	return LayerNorm(x, w(n.Weight), w(n.Bias), n.Eps)
+	return nn.LayerNorm(x, w(n.Weight), w(n.Bias), n.Eps)
 }
 
 // Params lists the layer's tensors.
@@ -93,7 +95,7 @@ func (lin *LinearLayer) Apply(w Bind, x *Node) *Node {
 	if lin.Bias != nil {
 		b = w(lin.Bias)
 	}
-	return Linear(x, w(lin.Weight), b)
+	return nn.Linear(x, w(lin.Weight), b)
 }
 
 // Params lists the layer's tensors.
@@ -110,17 +112,17 @@ func (lin *LinearLayer) Key() string { return fmt.Sprintf("lin%v", lin.Bias != n
 // ConvLayer is torch.nn.Conv2d: weight [out, in, k, k], bias [out].
 type ConvLayer struct {
 	Weight, Bias *Param
-	Spec         ConvSpec
+	Spec         nn.ConvSpec
 }
 
 // NewConv declares prefix.weight [out, in, k, k] and prefix.bias [out].
-func NewConv(l *Loader, prefix string, in, out, k int, spec ConvSpec, o Options) *ConvLayer {
+func NewConv(l *Loader, prefix string, in, out, k int, spec nn.ConvSpec, o Options) *ConvLayer {
 	spec.UseConvGeneral = o.ConvGeneral
 	return &ConvLayer{Weight: l.Take(prefix+".weight", out, in, k, k), Bias: l.Take(prefix+".bias", out), Spec: spec}
 }
 
 // Apply convolves x [B, C, H, W].
-func (c *ConvLayer) Apply(w Bind, x *Node) *Node { return Conv2D(x, w(c.Weight), w(c.Bias), c.Spec) }
+func (c *ConvLayer) Apply(w Bind, x *Node) *Node { return nn.Conv2D(x, w(c.Weight), w(c.Bias), c.Spec) }
 
 // Params lists the layer's tensors.
 func (c *ConvLayer) Params() []*Param { return []*Param{c.Weight, c.Bias} }
@@ -162,7 +164,7 @@ func (a *AttentionLayer) Apply(w Bind, x, ctx *Node) *Node {
 	q := a.Q.Apply(w, x)
 	k := a.K.Apply(w, ctx)
 	v := a.V.Apply(w, ctx)
-	return a.Out.Apply(w, Attention(q, k, v, a.Heads, a.Causal))
+	return a.Out.Apply(w, nn.MultiHeadAttention(q, k, v, a.Heads, a.Causal))
 }
 
 // Params lists the layer's tensors.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // ---- ResnetBlock2D ----------------------------------------------------------
@@ -43,14 +45,14 @@ func NewResnet(l *Loader, prefix string, c ResnetConfig, o Options) *Resnet {
 	}
 	r := &Resnet{Cfg: c}
 	r.Norm1 = NewGroupNorm(l, prefix+".norm1", c.In, c.Groups, c.Eps)
-	r.Conv1 = NewConv(l, prefix+".conv1", c.In, c.Out, 3, SamePad(1, 1), o)
+	r.Conv1 = NewConv(l, prefix+".conv1", c.In, c.Out, 3, nn.SamePad(1, 1), o)
 	if c.TembChannels > 0 {
 		r.TimeProj = NewLinear(l, prefix+".time_emb_proj", c.TembChannels, c.Out, true)
 	}
 	r.Norm2 = NewGroupNorm(l, prefix+".norm2", c.Out, c.Groups, c.Eps)
-	r.Conv2 = NewConv(l, prefix+".conv2", c.Out, c.Out, 3, SamePad(1, 1), o)
+	r.Conv2 = NewConv(l, prefix+".conv2", c.Out, c.Out, 3, nn.SamePad(1, 1), o)
 	if c.In != c.Out {
-		r.Shortcut = NewConv(l, prefix+".conv_shortcut", c.In, c.Out, 1, SamePad(1, 0), o)
+		r.Shortcut = NewConv(l, prefix+".conv_shortcut", c.In, c.Out, 1, nn.SamePad(1, 0), o)
 	}
 	r.ps = concatParams(r.Norm1.Params(), r.Conv1.Params(), r.Norm2.Params(), r.Conv2.Params())
 	if r.TimeProj != nil {
@@ -80,14 +82,14 @@ func (r *Resnet) Apply(w Bind, in []*Node) []*Node {
 		x = Concatenate([]*Node{x, rest[0]}, 1) // [B, C + Cs, H, W]
 		rest = rest[1:]
 	}
-	h := Activation(r.Cfg.Act, r.Norm1.Apply(w, x))
+	h := nn.Activate(r.Cfg.Act, r.Norm1.Apply(w, x))
 	h = r.Conv1.Apply(w, h)
 	if r.TimeProj != nil {
-		t := r.TimeProj.Apply(w, Activation(r.Cfg.Act, rest[0])) // [B, Out]
+		t := r.TimeProj.Apply(w, nn.Activate(r.Cfg.Act, rest[0])) // [B, Out]
 		d := t.Shape().Dimensions
 		h = Add(h, Reshape(t, d[0], d[1], 1, 1))
 	}
-	h = Activation(r.Cfg.Act, r.Norm2.Apply(w, h))
+	h = nn.Activate(r.Cfg.Act, r.Norm2.Apply(w, h))
 	h = r.Conv2.Apply(w, h)
 	if r.Shortcut != nil {
 		x = r.Shortcut.Apply(w, x)
@@ -164,7 +166,7 @@ func NewTransformer2D(l *Loader, prefix string, c TransformerConfig, o Options) 
 		t.In.ProjInLin = NewLinear(l, prefix+".proj_in", c.Channels, inner, true)
 		t.In.ps = concatParams(t.In.Norm.Params(), t.In.ProjInLin.Params())
 	} else {
-		t.In.ProjInConv = NewConv(l, prefix+".proj_in", c.Channels, inner, 1, SamePad(1, 0), o)
+		t.In.ProjInConv = NewConv(l, prefix+".proj_in", c.Channels, inner, 1, nn.SamePad(1, 0), o)
 		t.In.ps = concatParams(t.In.Norm.Params(), t.In.ProjInConv.Params())
 	}
 	switch c.ActivationFFN {
@@ -197,7 +199,7 @@ func NewTransformer2D(l *Loader, prefix string, c TransformerConfig, o Options) 
 		t.Out.ProjOutLin = NewLinear(l, prefix+".proj_out", inner, c.Channels, true)
 		t.Out.ps = t.Out.ProjOutLin.Params()
 	} else {
-		t.Out.ProjOutConv = NewConv(l, prefix+".proj_out", inner, c.Channels, 1, SamePad(1, 0), o)
+		t.Out.ProjOutConv = NewConv(l, prefix+".proj_out", inner, c.Channels, 1, nn.SamePad(1, 0), o)
 		t.Out.ps = t.Out.ProjOutConv.Params()
 	}
 	return t
@@ -279,7 +281,7 @@ func (b *BasicTransformerBlock) Apply(w Bind, in []*Node) []*Node {
 	half := ff.Shape().Dimensions[2] / 2
 	hidden := Slice(ff, AxisRange(), AxisRange(), AxisRange(0, half))
 	gate := Slice(ff, AxisRange(), AxisRange(), AxisRange(half, 2*half))
-	h = Add(h, b.FFOut.Apply(w, Mul(hidden, GELU(gate))))
+	h = Add(h, b.FFOut.Apply(w, Mul(hidden, nn.GELU(gate))))
 	return []*Node{h}
 }
 
@@ -291,9 +293,9 @@ type Downsample struct{ Conv *ConvLayer }
 
 // NewDownsample declares prefix.conv.
 func NewDownsample(l *Loader, prefix string, in, out, padding int, o Options) *Downsample {
-	spec := SamePad(2, padding)
+	spec := nn.SamePad(2, padding)
 	if padding == 0 {
-		spec = ConvSpec{Stride: 2, PadBottom: 1, PadRight: 1}
+		spec = nn.ConvSpec{Stride: 2, PadBottom: 1, PadRight: 1}
 	}
 	return &Downsample{Conv: NewConv(l, prefix+".conv", in, out, 3, spec, o)}
 }
@@ -312,7 +314,7 @@ type Upsample struct{ Conv *ConvLayer }
 
 // NewUpsample declares prefix.conv.
 func NewUpsample(l *Loader, prefix string, in, out int, o Options) *Upsample {
-	return &Upsample{Conv: NewConv(l, prefix+".conv", in, out, 3, SamePad(1, 1), o)}
+	return &Upsample{Conv: NewConv(l, prefix+".conv", in, out, 3, nn.SamePad(1, 1), o)}
 }
 
 // Key implements Block.
@@ -323,7 +325,7 @@ func (u *Upsample) Params() []*Param { return u.Conv.Params() }
 
 // Apply implements Block.
 func (u *Upsample) Apply(w Bind, in []*Node) []*Node {
-	return []*Node{u.Conv.Apply(w, UpsampleNearest2x(in[0]))}
+	return []*Node{u.Conv.Apply(w, nn.UpsampleNearest2x(in[0]))}
 }
 
 // NormActConv is an optional GroupNorm and activation followed by a
@@ -364,7 +366,7 @@ func (b *NormActConv) Apply(w Bind, in []*Node) []*Node {
 		x = b.Norm.Apply(w, x)
 	}
 	if b.Act != "" {
-		x = Activation(b.Act, x)
+		x = nn.Activate(b.Act, x)
 	}
 	return []*Node{b.Conv.Apply(w, x)}
 }

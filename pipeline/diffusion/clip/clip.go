@@ -19,6 +19,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Config is text_encoder/config.json (a transformers CLIPTextConfig).
@@ -72,7 +73,7 @@ func ParseConfig(b []byte) (*Config, error) {
 	if c.HiddenAct == "" {
 		c.HiddenAct = "quick_gelu"
 	}
-	if !blocks.KnownActivation(c.HiddenAct) {
+	if !nn.KnownActivation(c.HiddenAct) {
 		return nil, errs.Unsupportedf("text encoder hidden_act %q", c.HiddenAct)
 	}
 	if c.LayerNormEps == 0 {
@@ -270,7 +271,7 @@ func (ly *layer) Apply(w blocks.Bind, in []*Node) []*Node {
 	h := in[0]
 	n := ly.ln1.Apply(w, h)
 	h = Add(h, ly.attn.Apply(w, n, n))
-	m := ly.fc2.Apply(w, blocks.Activation(ly.act, ly.fc1.Apply(w, ly.ln2.Apply(w, h))))
+	m := ly.fc2.Apply(w, nn.Activate(ly.act, ly.fc1.Apply(w, ly.ln2.Apply(w, h))))
 	return []*Node{Add(h, m)}
 }
 

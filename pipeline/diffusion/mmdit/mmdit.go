@@ -23,6 +23,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Config is transformer/config.json of an SD3Transformer2DModel.
@@ -93,7 +94,7 @@ func Build(l *blocks.Loader, c *Config, o blocks.Options) *Model {
 	m := &Model{Cfg: c}
 	p := c.PatchSize
 	m.patch = &patchEmbed{
-		proj: blocks.NewConv(l, "pos_embed.proj", c.InChannels, d, p, blocks.ConvSpec{Stride: p}, o),
+		proj: blocks.NewConv(l, "pos_embed.proj", c.InChannels, d, p, nn.ConvSpec{Stride: p}, o),
 		pos:  l.Take("pos_embed.pos_embed", 1, c.PosEmbedMaxSize*c.PosEmbedMaxSize, d),
 		max:  c.PosEmbedMaxSize, patch: p,
 	}
@@ -219,8 +220,8 @@ func (b *timeTextEmbed) Params() []*blocks.Param {
 }
 func (b *timeTextEmbed) Apply(w blocks.Bind, in []*Node) []*Node {
 	t := blocks.TimestepSinusoid(in[0], 256, true, 0)
-	t = b.t2.Apply(w, blocks.SiLU(b.t1.Apply(w, t)))
-	p := b.p2.Apply(w, blocks.SiLU(b.p1.Apply(w, in[1])))
+	t = b.t2.Apply(w, nn.SiLU(b.t1.Apply(w, t)))
+	p := b.p2.Apply(w, nn.SiLU(b.p1.Apply(w, in[1])))
 	return []*Node{Add(t, p)}
 }
 
@@ -313,7 +314,7 @@ func chunks(x *Node, k int) []*Node {
 
 // modulate is LayerNorm(x, no affine, eps 1e-6) * (1 + scale) + shift.
 func modulate(x, shift, scale *Node) *Node {
-	return Add(Mul(blocks.LayerNorm(x, nil, nil, 1e-6), OnePlus(scale)), shift)
+	return Add(Mul(nn.LayerNorm(x, nil, nil, 1e-6), OnePlus(scale)), shift)
 }
 
 // rmsHeads applies RMSNorm(head_dim, eps 1e-6) with weight to every head of
@@ -329,7 +330,7 @@ func rmsHeads(x, weight *Node, heads int) *Node {
 
 func (b *jointBlock) Apply(w blocks.Bind, in []*Node) []*Node {
 	h, c, temb := in[0], in[1], in[2]
-	act := blocks.SiLU(temb)
+	act := nn.SiLU(temb)
 	m := chunks(b.ada.Apply(w, act), 6) // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
 	nh := modulate(h, m[0], m[1])
 	var nc *Node
@@ -351,19 +352,19 @@ func (b *jointBlock) Apply(w blocks.Bind, in []*Node) []*Node {
 	}
 	n := h.Shape().Dimensions[1]
 	t := c.Shape().Dimensions[1]
-	att := blocks.Attention(Concatenate([]*Node{q, aq}, 1), Concatenate([]*Node{k, ak}, 1),
+	att := nn.MultiHeadAttention(Concatenate([]*Node{q, aq}, 1), Concatenate([]*Node{k, ak}, 1),
 		Concatenate([]*Node{v, av}, 1), b.heads, false) // [B, N+T, D]
 	ha := b.out.Apply(w, Slice(att, AxisRange(), AxisRange(0, n), AxisRange()))
 
 	h = Add(h, Mul(m[2], ha))
-	ff := b.ff2.Apply(w, blocks.GELUTanh(b.ff1.Apply(w, modulate(h, m[3], m[4]))))
+	ff := b.ff2.Apply(w, nn.GELUTanh(b.ff1.Apply(w, modulate(h, m[3], m[4]))))
 	h = Add(h, Mul(m[5], ff))
 	if b.contextPreOnly {
 		return []*Node{h}
 	}
 	ca := b.addOut.Apply(w, Slice(att, AxisRange(), AxisRange(n, n+t), AxisRange()))
 	c = Add(c, Mul(cm[2], ca))
-	cff := b.cff2.Apply(w, blocks.GELUTanh(b.cff1.Apply(w, modulate(c, cm[3], cm[4]))))
+	cff := b.cff2.Apply(w, nn.GELUTanh(b.cff1.Apply(w, modulate(c, cm[3], cm[4]))))
 	c = Add(c, Mul(cm[5], cff))
 	return []*Node{h, c}
 }
@@ -383,7 +384,7 @@ func (b *outBlock) Apply(w blocks.Bind, in []*Node) []*Node {
 	ld := in[2].Shape().Dimensions // [B, C, H, W]
 	p := b.patch
 	hp, wp := ld[2]/p, ld[3]/p
-	sc := chunks(b.ada.Apply(w, blocks.SiLU(temb)), 2) // scale, shift
+	sc := chunks(b.ada.Apply(w, nn.SiLU(temb)), 2) // scale, shift
 	h = modulate(h, sc[1], sc[0])
 	h = b.proj.Apply(w, h) // [B, hp*wp, p*p*C]
 	// "nhwpqc->nchpwq"

@@ -6,6 +6,7 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // TimeEmbedding is time_proj (sinusoidal Timesteps) + time_embedding
@@ -55,14 +56,14 @@ func (t *TimeEmbedding) Apply(w blocks.Bind, in []*Node) []*Node {
 	ts := in[0]
 	b := ts.Shape().Dimensions[0]
 	emb := blocks.TimestepSinusoid(ts, t.dim, t.flip, t.shift) // [B, dim]
-	emb = t.lin2.Apply(w, blocks.Activation(t.act, t.lin1.Apply(w, emb)))
+	emb = t.lin2.Apply(w, nn.Activate(t.act, t.lin1.Apply(w, emb)))
 	if t.addLin1 != nil {
 		text, ids := in[1], in[2]
 		k := ids.Shape().Dimensions[1]
 		timeEmb := blocks.TimestepSinusoid(Reshape(ids, b*k), t.addDim, t.flip, t.shift) // [B*K, addDim]
 		timeEmb = Reshape(timeEmb, b, k*t.addDim)
 		add := Concatenate([]*Node{text, timeEmb}, 1) // [B, P + K*addDim]
-		emb = Add(emb, t.addLin2.Apply(w, blocks.Activation(t.act, t.addLin1.Apply(w, add))))
+		emb = Add(emb, t.addLin2.Apply(w, nn.Activate(t.act, t.addLin1.Apply(w, add))))
 	}
 	return []*Node{emb}
 }

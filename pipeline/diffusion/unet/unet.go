@@ -18,6 +18,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Model is a loaded UNet2DConditionModel.
@@ -58,7 +59,7 @@ func Build(l *blocks.Loader, r *Resolved, o blocks.Options) *Model {
 	temb := r.TimeEmbedDim
 	m.timeEmb = newTimeEmbedding(l, r)
 	m.convIn = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "conv_in", r.InChannels, r.BlockOut[0], r.ConvInKernel,
-		blocks.SamePad(1, (r.ConvInKernel-1)/2), o))
+		nn.SamePad(1, (r.ConvInKernel-1)/2), o))
 
 	resnet := func(prefix string, in, out, skip int, scale float64) *blocks.Resnet {
 		return blocks.NewResnet(l, prefix, blocks.ResnetConfig{In: in + skip, Out: out, TembChannels: temb, Groups: r.Groups,
@@ -140,7 +141,7 @@ func Build(l *blocks.Loader, r *Resolved, o blocks.Options) *Model {
 
 	m.convOut = blocks.NewNormActConv(
 		blocks.NewGroupNorm(l, "conv_norm_out", r.BlockOut[0], r.Groups, r.Eps), r.Act,
-		blocks.NewConv(l, "conv_out", r.BlockOut[0], r.OutChannels, r.ConvOutKernel, blocks.SamePad(1, (r.ConvOutKernel-1)/2), o))
+		blocks.NewConv(l, "conv_out", r.BlockOut[0], r.OutChannels, r.ConvOutKernel, nn.SamePad(1, (r.ConvOutKernel-1)/2), o))
 	return m
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Config is vae/config.json of an AutoencoderKL.
@@ -107,7 +108,7 @@ func (c *Config) resolve() error {
 	if c.ActFn == "" {
 		c.ActFn = "silu"
 	}
-	if !blocks.KnownActivation(c.ActFn) {
+	if !nn.KnownActivation(c.ActFn) {
 		return errs.Unsupportedf("vae config: act_fn %q", c.ActFn)
 	}
 	if c.LatentChannels == 0 {
@@ -185,10 +186,10 @@ func Build(l *blocks.Loader, c *Config, encoder bool, o blocks.Options) *Model {
 	}
 
 	if boolOr(c.UsePostQuantConv, true) {
-		m.postQuant = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "post_quant_conv", lc, lc, 1, blocks.SamePad(1, 0), o))
+		m.postQuant = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "post_quant_conv", lc, lc, 1, nn.SamePad(1, 0), o))
 	}
 	d := &m.dec
-	d.convIn = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "decoder.conv_in", lc, boc[n-1], 3, blocks.SamePad(1, 1), o))
+	d.convIn = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "decoder.conv_in", lc, boc[n-1], 3, nn.SamePad(1, 1), o))
 	d.mid = mid("decoder.mid_block")
 	out := boc[n-1]
 	for i := 0; i < n; i++ {
@@ -208,13 +209,13 @@ func Build(l *blocks.Loader, c *Config, encoder bool, o blocks.Options) *Model {
 		d.stages = append(d.stages, s)
 	}
 	d.convOut = blocks.NewNormActConv(blocks.NewGroupNorm(l, "decoder.conv_norm_out", boc[0], g, 1e-6), c.ActFn,
-		blocks.NewConv(l, "decoder.conv_out", boc[0], c.OutChannels, 3, blocks.SamePad(1, 1), o))
+		blocks.NewConv(l, "decoder.conv_out", boc[0], c.OutChannels, 3, nn.SamePad(1, 1), o))
 
 	// Encoder, and quant_conv: declared always so that loading stays
 	// strict; their tensors are read only when encoder is set.
 	mark := l.Len()
 	e := &coder{}
-	e.convIn = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "encoder.conv_in", c.InChannels, boc[0], 3, blocks.SamePad(1, 1), o))
+	e.convIn = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "encoder.conv_in", c.InChannels, boc[0], 3, nn.SamePad(1, 1), o))
 	out = boc[0]
 	for i := 0; i < n; i++ {
 		in := out
@@ -234,9 +235,9 @@ func Build(l *blocks.Loader, c *Config, encoder bool, o blocks.Options) *Model {
 	}
 	e.mid = mid("encoder.mid_block")
 	e.convOut = blocks.NewNormActConv(blocks.NewGroupNorm(l, "encoder.conv_norm_out", boc[n-1], g, 1e-6), c.ActFn,
-		blocks.NewConv(l, "encoder.conv_out", boc[n-1], 2*lc, 3, blocks.SamePad(1, 1), o))
+		blocks.NewConv(l, "encoder.conv_out", boc[n-1], 2*lc, 3, nn.SamePad(1, 1), o))
 	if boolOr(c.UseQuantConv, true) {
-		m.quant = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "quant_conv", 2*lc, 2*lc, 1, blocks.SamePad(1, 0), o))
+		m.quant = blocks.NewNormActConv(nil, "", blocks.NewConv(l, "quant_conv", 2*lc, 2*lc, 1, nn.SamePad(1, 0), o))
 	}
 	if encoder {
 		m.enc = e
