@@ -1,20 +1,21 @@
-// Package blocks holds what the diffusion models (pipeline/diffusion/unet,
-// vae, clip, mmdit) share: the graph functions of diffusers' and
-// transformers' building blocks (nn.go: GroupNorm, LayerNorm, convolutions
-// as im2col or ConvGeneral, attention, activations, nearest upsampling,
-// sinusoidal timestep embeddings), the layers and modules built from them
-// with their weights (layers.go: linear, conv, norm and attention layers;
-// modules.go: ResnetBlock2D, Transformer2DModel with BasicTransformerBlock,
-// Downsample2D, Upsample2D, the VAE's spatial attention), the strict weight
-// Loader (weights.go), and the two execution engines every model is
-// written once against (this file): Traced, which builds a whole model
-// into one graph (compiled mode), and Eager, which runs each block as its
-// own executable (eager mode), through an Executor.
+// Package blocks holds the diffusers modules the diffusion models
+// (pipeline/diffusion/unet, vae, clip, mmdit) share, built on the op
+// library pipeline/nn (Linear, LayerNorm, GroupNorm, Conv2D, the
+// activations, MultiHeadAttention, nearest upsampling): the layers with
+// their weights (layers.go: linear, conv, norm and attention layers),
+// the modules (modules.go: ResnetBlock2D, Transformer2DModel with
+// BasicTransformerBlock, Downsample2D, Upsample2D, the VAE's spatial
+// attention), the sinusoidal timestep embedding (timestep.go), the strict
+// weight Loader over safetensors.Strict (weights.go), and the two
+// execution engines every model is written once against (this file):
+// Traced, which builds a whole model into one graph (compiled mode), and
+// Eager, which runs each block as its own executable (eager mode), through
+// an Executor.
 //
-// Like pipeline/nn for the language models, it never imports tpu/ or
-// compile/: it defines the small Executor interfaces (Executor,
-// Precompiler, CompileCounter) and compile.GraphExecutor implements them.
-// Graph-building panics become errors at the model entry points (Recover).
+// Like pipeline/nn, it never imports tpu/ or compile/: it defines the
+// small Executor interfaces (Executor, Precompiler, CompileCounter) and
+// compile.GraphExecutor implements them. Graph-building panics become
+// errors at the model entry points (Recover).
 package blocks
 
 import (

@@ -321,11 +321,8 @@ func modulate(x, shift, scale *Node) *Node {
 // x [B, S, H*hd].
 func rmsHeads(x, weight *Node, heads int) *Node {
 	d := x.Shape().Dimensions
-	hd := d[2] / heads
-	h := Reshape(x, d[0], d[1], heads, hd)
-	ms := ReduceAndKeep(Square(h), ReduceMean, -1)
-	h = Mul(Mul(h, Rsqrt(AddScalar(ms, 1e-6))), Reshape(weight, 1, 1, 1, hd))
-	return Reshape(h, d...)
+	h := Reshape(x, d[0], d[1], heads, d[2]/heads) // [B, S, H, hd]
+	return Reshape(nn.RMSNorm(h, weight, 1e-6, false), d...)
 }
 
 func (b *jointBlock) Apply(w blocks.Bind, in []*Node) []*Node {
