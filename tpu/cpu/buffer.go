@@ -1,0 +1,203 @@
+package cpu
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"unsafe"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/x448/float16"
+)
+
+// Buffer is a tensor in host memory: a shape and a flat slice of the
+// dtype's Go type (shape.DType.GoType()).
+type Buffer struct {
+	mu    sync.Mutex
+	shape shapes.Shape
+	data  any // nil once finalized or donated
+}
+
+var _ backends.DataInterface = (*Backend)(nil)
+
+// makeFlat allocates a zeroed flat slice of n elements of dt.
+func makeFlat(dt dtypes.DType, n int) any {
+	switch dt {
+	case dtypes.Float32:
+		return make([]float32, n)
+	case dtypes.Float64:
+		return make([]float64, n)
+	case dtypes.BFloat16:
+		return make([]bfloat16.BFloat16, n)
+	case dtypes.Float16:
+		return make([]float16.Float16, n)
+	case dtypes.Int32:
+		return make([]int32, n)
+	case dtypes.Int64:
+		return make([]int64, n)
+	case dtypes.Bool:
+		return make([]bool, n)
+	case dtypes.Uint8:
+		return make([]uint8, n)
+	case dtypes.Int8:
+		return make([]int8, n)
+	}
+	return reflect.MakeSlice(reflect.SliceOf(dt.GoType()), n, n).Interface()
+}
+
+// flatLen is the length of a flat slice.
+func flatLen(flat any) int { return reflect.ValueOf(flat).Len() }
+
+// cloneFlat copies a flat slice.
+func cloneFlat(flat any) any {
+	v := reflect.ValueOf(flat)
+	c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+	reflect.Copy(c, v)
+	return c.Interface()
+}
+
+// copyFlat copies src into dst (same type); returns the count copied.
+func copyFlat(dst, src any) int { return reflect.Copy(reflect.ValueOf(dst), reflect.ValueOf(src)) }
+
+// bytesOf views a flat slice as bytes, without copying.
+func bytesOf(flat any) []byte {
+	v := reflect.ValueOf(flat)
+	n := v.Len()
+	if n == 0 {
+		return nil
+	}
+	size := int(v.Type().Elem().Size())
+	return unsafe.Slice((*byte)(v.UnsafePointer()), n*size)
+}
+
+// u16 views a bf16 or f16 slice as its raw uint16 bits.
+func u16(flat any) []uint16 {
+	switch f := flat.(type) {
+	case []bfloat16.BFloat16:
+		return unsafe.Slice((*uint16)(unsafe.SliceData(f)), len(f))
+	case []float16.Float16:
+		return unsafe.Slice((*uint16)(unsafe.SliceData(f)), len(f))
+	case []uint16:
+		return f
+	}
+	panic("u16: not a 16-bit slice")
+}
+
+func (b *Backend) buffer(x backends.Buffer) (*Buffer, error) {
+	buf, ok := x.(*Buffer)
+	if !ok || buf == nil {
+		return nil, fmt.Errorf("cpu backend: buffer is %T, not a cpu backend buffer", x)
+	}
+	return buf, nil
+}
+
+// BufferFinalize implements backends.DataInterface.
+func (b *Backend) BufferFinalize(x backends.Buffer) error {
+	buf, err := b.buffer(x)
+	if err != nil {
+		return err
+	}
+	buf.mu.Lock()
+	buf.data = nil
+	buf.mu.Unlock()
+	return nil
+}
+
+// BufferShape implements backends.DataInterface.
+func (b *Backend) BufferShape(x backends.Buffer) (shapes.Shape, error) {
+	buf, err := b.buffer(x)
+	if err != nil {
+		return shapes.Invalid(), err
+	}
+	return buf.shape, nil
+}
+
+// BufferDeviceNum implements backends.DataInterface.
+func (b *Backend) BufferDeviceNum(x backends.Buffer) (backends.DeviceNum, error) {
+	if _, err := b.buffer(x); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+// flatOf returns the data of a live buffer.
+func (buf *Buffer) flatOf() (any, error) {
+	buf.mu.Lock()
+	defer buf.mu.Unlock()
+	if buf.data == nil {
+		return nil, fmt.Errorf("cpu backend: buffer %s was finalized or donated", buf.shape)
+	}
+	return buf.data, nil
+}
+
+// BufferToFlatData implements backends.DataInterface.
+func (b *Backend) BufferToFlatData(x backends.Buffer, flat any) error {
+	buf, err := b.buffer(x)
+	if err != nil {
+		return err
+	}
+	src, err := buf.flatOf()
+	if err != nil {
+		return err
+	}
+	if reflect.TypeOf(flat) != reflect.TypeOf(src) {
+		return fmt.Errorf("cpu backend: BufferToFlatData: buffer %s holds %T, given %T", buf.shape, src, flat)
+	}
+	if flatLen(flat) != flatLen(src) {
+		return fmt.Errorf("cpu backend: BufferToFlatData: buffer %s has %d elements, given %d", buf.shape, flatLen(src), flatLen(flat))
+	}
+	copyFlat(flat, src)
+	return nil
+}
+
+// BufferFromFlatData implements backends.DataInterface: the data is copied.
+func (b *Backend) BufferFromFlatData(deviceNum backends.DeviceNum, flat any, shape shapes.Shape) (backends.Buffer, error) {
+	if err := b.checkDevice(deviceNum); err != nil {
+		return nil, err
+	}
+	if err := checkShape(shape); err != nil {
+		return nil, err
+	}
+	if reflect.TypeOf(flat) != reflect.SliceOf(shape.DType.GoType()) {
+		return nil, fmt.Errorf("cpu backend: BufferFromFlatData: shape %s wants []%s, given %T", shape, shape.DType.GoType(), flat)
+	}
+	if flatLen(flat) != shape.Size() {
+		return nil, fmt.Errorf("cpu backend: BufferFromFlatData: shape %s has %d elements, given %d", shape, shape.Size(), flatLen(flat))
+	}
+	return &Buffer{shape: shape.Clone(), data: cloneFlat(flat)}, nil
+}
+
+// HasSharedBuffers implements backends.DataInterface: buffers live in host
+// memory and can be shared with the caller.
+func (b *Backend) HasSharedBuffers() bool { return true }
+
+// NewSharedBuffer implements backends.DataInterface.
+func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, any, error) {
+	if err := b.checkDevice(deviceNum); err != nil {
+		return nil, nil, err
+	}
+	if err := checkShape(shape); err != nil {
+		return nil, nil, err
+	}
+	flat := makeFlat(shape.DType, shape.Size())
+	return &Buffer{shape: shape.Clone(), data: flat}, flat, nil
+}
+
+// BufferData implements backends.DataInterface.
+func (b *Backend) BufferData(x backends.Buffer) (any, error) {
+	buf, err := b.buffer(x)
+	if err != nil {
+		return nil, err
+	}
+	return buf.flatOf()
+}
+
+// BufferCopyToDevice implements backends.DataInterface: there is only one
+// device.
+func (b *Backend) BufferCopyToDevice(x backends.Buffer, deviceNum backends.DeviceNum) (backends.Buffer, error) {
+	return nil, fmt.Errorf("cpu backend: one device only, cannot copy a buffer to device %d", deviceNum)
+}

@@ -1,0 +1,271 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// DotGeneral is normalized to a batched product of [B, M, K] (lhs) with
+// either [B, N, K] ("NT", the layout of a Linear weight [out, in]) or
+// [B, K, N] ("NN"), and handed to the kernels. An operand whose axes are
+// already in one of those orders is used in place; otherwise it is copied
+// once into the NT order.
+
+type dotAux struct {
+	lhsPerm, rhsNT, rhsNN []int
+	b, m, n, k            int
+	// rhsFrom16 is set by rewrite when the rhs is the bf16/f16 operand of
+	// a ConvertDType to f32 that the product reads directly.
+	rhsFrom16 bool
+}
+
+// DotGeneral implements backends.Builder.
+func (b *Builder) DotGeneral(lhs backends.Op, lhsContracting, lhsBatch []int, rhs backends.Op, rhsContracting, rhsBatch []int) (backends.Op, error) {
+	in, err := b.in("DotGeneral", lhs, rhs)
+	if err != nil {
+		return nil, err
+	}
+	ls, rs := in[0].shape, in[1].shape
+	if ls.DType != rs.DType {
+		return nil, fmt.Errorf("cpu backend: DotGeneral: dtypes differ: %s and %s", ls, rs)
+	}
+	if len(lhsContracting) != len(rhsContracting) || len(lhsBatch) != len(rhsBatch) {
+		return nil, fmt.Errorf("cpu backend: DotGeneral: lhs has %d contracting and %d batch axes, rhs %d and %d",
+			len(lhsContracting), len(lhsBatch), len(rhsContracting), len(rhsBatch))
+	}
+	if err := axesOK("DotGeneral lhs", append(slices.Clone(lhsContracting), lhsBatch...), ls.Rank()); err != nil {
+		return nil, err
+	}
+	if err := axesOK("DotGeneral rhs", append(slices.Clone(rhsContracting), rhsBatch...), rs.Rank()); err != nil {
+		return nil, err
+	}
+	a := dotAux{b: 1, m: 1, n: 1, k: 1}
+	var outDims []int
+	for i := range lhsBatch {
+		d := ls.Dimensions[lhsBatch[i]]
+		if d != rs.Dimensions[rhsBatch[i]] {
+			return nil, fmt.Errorf("cpu backend: DotGeneral: batch axis %d of %s does not match axis %d of %s", lhsBatch[i], ls, rhsBatch[i], rs)
+		}
+		a.b *= d
+		outDims = append(outDims, d)
+	}
+	for i := range lhsContracting {
+		d := ls.Dimensions[lhsContracting[i]]
+		if d != rs.Dimensions[rhsContracting[i]] {
+			return nil, fmt.Errorf("cpu backend: DotGeneral: contracting axis %d of %s does not match axis %d of %s", lhsContracting[i], ls, rhsContracting[i], rs)
+		}
+		a.k *= d
+	}
+	lFree := freeAxes(ls.Rank(), lhsBatch, lhsContracting)
+	rFree := freeAxes(rs.Rank(), rhsBatch, rhsContracting)
+	for _, ax := range lFree {
+		a.m *= ls.Dimensions[ax]
+		outDims = append(outDims, ls.Dimensions[ax])
+	}
+	for _, ax := range rFree {
+		a.n *= rs.Dimensions[ax]
+		outDims = append(outDims, rs.Dimensions[ax])
+	}
+	a.lhsPerm = concat(lhsBatch, lFree, lhsContracting)
+	a.rhsNT = concat(rhsBatch, rFree, rhsContracting)
+	a.rhsNN = concat(rhsBatch, rhsContracting, rFree)
+	n := b.add(backends.OpTypeDotGeneral, shapes.Make(ls.DType, outDims...), in, execDot)
+	n.aux = &a
+	return n, nil
+}
+
+func freeAxes(rank int, batch, contracting []int) []int {
+	var free []int
+	for ax := 0; ax < rank; ax++ {
+		if !slices.Contains(batch, ax) && !slices.Contains(contracting, ax) {
+			free = append(free, ax)
+		}
+	}
+	return free
+}
+
+func concat(parts ...[]int) []int {
+	var out []int
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// isIdentity reports whether perm is 0, 1, ..., ignoring axes of size 1
+// (they do not change the memory order).
+func isIdentity(perm []int, dims []int) bool {
+	last := -1
+	for _, p := range perm {
+		if dims[p] == 1 {
+			continue
+		}
+		if p < last {
+			return false
+		}
+		last = p
+	}
+	return true
+}
+
+// permuted copies data so that its axes follow perm (row-major).
+func permuted(data any, s shapes.Shape, perm []int) any {
+	is := stridesOf(s.Dimensions)
+	dims := make([]int, len(perm))
+	ss := make([]int, len(perm))
+	for k, p := range perm {
+		dims[k], ss[k] = s.Dimensions[p], is[p]
+	}
+	t := makeFlat(dtypeOfFlat(data), s.Size())
+	copyWalk(t, data, walk{dims: dims, dStrides: stridesOf(dims), sStrides: ss})
+	return t
+}
+
+// rewrite runs at Compile, before liveness: a DotGeneral whose rhs is a
+// ConvertDType from bf16/f16 to f32 reads the 16-bit operand directly
+// (the weights stay in their dtype; the converted copy is never made
+// unless something else needs it).
+func rewrite(nodes []*node) {
+	for _, n := range nodes {
+		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 {
+			continue
+		}
+		r := n.inputs[1]
+		if r.op != backends.OpTypeConvertDType || r.aliasesInput || !is16(r.inputs[0].shape.DType) {
+			continue
+		}
+		a := *n.aux.(*dotAux)
+		a.rhsFrom16 = true
+		n.aux = &a
+		n.inputs = []*node{n.inputs[0], r.inputs[0]}
+	}
+}
+
+func execDot(st *execState, n *node, in []*slot) (*slot, error) {
+	a := n.aux.(*dotAux)
+	ls, rs := n.inputs[0].shape, n.inputs[1].shape
+	out := st.alloc(n.shape)
+	switch {
+	case n.shape.DType == dtypes.Float32:
+		lhs := in[0].data.([]float32)
+		if !isIdentity(a.lhsPerm, ls.Dimensions) {
+			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+		}
+		dotF32(a, out.data.([]float32), lhs, in[1].data, rs)
+	case is16(n.shape.DType):
+		// 16-bit activations: lhs to f32, rhs read as 16-bit, result back.
+		lhs := in[0].data
+		if !isIdentity(a.lhsPerm, ls.Dimensions) {
+			lhs = permuted(lhs, ls, a.lhsPerm)
+		}
+		tmp := make([]float32, n.shape.Size())
+		b16 := *a
+		b16.rhsFrom16 = true
+		dotF32(&b16, tmp, toF32(lhs), in[1].data, rs)
+		fromF32(out.data, tmp)
+	default:
+		if err := dotGeneric(a, out.data, in[0].data, ls, in[1].data, rs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// dotF32 computes out[B,M,N] from lhs [B,M,K] (f32) and rhs, f32 or (when
+// a.rhsFrom16) bf16/f16 bits, in any of the layouts DotGeneral allows.
+func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape) {
+	B, M, N, K := a.b, a.m, a.n, a.k
+	if K == 0 {
+		clear(out)
+		return
+	}
+	nn := false
+	switch {
+	case isIdentity(a.rhsNT, rs.Dimensions):
+	case !a.rhsFrom16 && isIdentity(a.rhsNN, rs.Dimensions):
+		nn = true
+	default:
+		rhs = permuted(rhs, rs, a.rhsNT)
+	}
+	var gemm func(bi int)
+	switch {
+	case nn:
+		r := rhs.([]float32)
+		gemm = func(bi int) {
+			kernels.GemmF32NN(M, N, K, lhs[bi*M*K:], K, r[bi*K*N:], N, out[bi*M*N:], N)
+		}
+	case a.rhsFrom16 && dtypeOfFlat(rhs) == dtypes.BFloat16:
+		r := u16(rhs)
+		gemm = func(bi int) {
+			kernels.GemmBF16NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
+		}
+	case a.rhsFrom16:
+		r := u16(rhs)
+		gemm = func(bi int) {
+			kernels.GemmF16NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
+		}
+	default:
+		r := rhs.([]float32)
+		gemm = func(bi int) {
+			kernels.GemmF32NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
+		}
+	}
+	// Many small products (attention heads): one thread per product, the
+	// kernels' own parallel loops then run inline. Few large ones: one
+	// after the other, each spread over the threads.
+	if B > 1 && (B >= 4*kernels.Threads() || M*N*K < 1<<18) {
+		kernels.Parallel(B, 1, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				gemm(bi)
+			}
+		})
+		return
+	}
+	for bi := 0; bi < B; bi++ {
+		gemm(bi)
+	}
+}
+
+// dotGeneric is the plain loop for f64 and integer products.
+func dotGeneric(a *dotAux, out, lhs any, ls shapes.Shape, rhs any, rs shapes.Shape) error {
+	if !isIdentity(a.lhsPerm, ls.Dimensions) {
+		lhs = permuted(lhs, ls, a.lhsPerm)
+	}
+	if !isIdentity(a.rhsNT, rs.Dimensions) {
+		rhs = permuted(rhs, rs, a.rhsNT)
+	}
+	switch o := out.(type) {
+	case []float64:
+		dotLoop(a, o, lhs.([]float64), rhs.([]float64))
+	case []int32:
+		dotLoop(a, o, lhs.([]int32), rhs.([]int32))
+	case []int64:
+		dotLoop(a, o, lhs.([]int64), rhs.([]int64))
+	default:
+		return fmt.Errorf("not implemented for %s", dtypeOfFlat(out))
+	}
+	return nil
+}
+
+func dotLoop[T number](a *dotAux, out, lhs, rhs []T) {
+	B, M, N, K := a.b, a.m, a.n, a.k
+	for bi := 0; bi < B; bi++ {
+		for i := 0; i < M; i++ {
+			l := lhs[(bi*M+i)*K : (bi*M+i+1)*K]
+			for j := 0; j < N; j++ {
+				r := rhs[(bi*N+j)*K : (bi*N+j+1)*K]
+				var s T
+				for p := range l {
+					s += l[p] * r[p]
+				}
+				out[(bi*M+i)*N+j] = s
+			}
+		}
+	}
+}
