@@ -28,3 +28,9 @@ func gemvF16AVX2(a *float32, b *uint16, ldb, k int, c *float32, n int)
 
 //go:noescape
 func gemvI8AVX2(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
+
+//go:noescape
+func gemmDot4x4AVX512(a, b *[4]*float32, k int, c *float32, ldc, acc int)
+
+//go:noescape
+func gemmDot3x4AVX2(a *[3]*float32, b *[4]*float32, k int, c *float32, ldc, acc int)

@@ -106,3 +106,39 @@ func scaleInPlace(x []float32, s float32)       { scaleInPlaceGeneric(x, s) }
 func expSubSum(x []float32, mx float32) float32 { return expSubSumGeneric(x, mx) }
 func siluMul(dst, gate, up []float32)           { siluMulGeneric(dst, gate, up) }
 func addInPlace(dst, x []float32)               { addInPlaceGeneric(dst, x) }
+
+var (
+	ntAVX512 = ntKernel{mr: 4, kstep: 16, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+		ap := [4]*float32{&a[0][0], &a[1][0], &a[2][0], &a[3][0]}
+		bp := [4]*float32{&b[0][0], &b[1][0], &b[2][0], &b[3][0]}
+		_ = c[3*ldc+3]
+		gemmDot4x4AVX512(&ap, &bp, k, &c[0], ldc*4, boolInt(acc))
+	}}
+	ntAVX2 = ntKernel{mr: 3, kstep: 8, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+		ap := [3]*float32{&a[0][0], &a[1][0], &a[2][0]}
+		bp := [4]*float32{&b[0][0], &b[1][0], &b[2][0], &b[3][0]}
+		_ = c[2*ldc+3]
+		gemmDot3x4AVX2(&ap, &bp, k, &c[0], ldc*4, boolInt(acc))
+	}}
+)
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func currentNTKernel() ntKernel {
+	switch level {
+	case levelAVX512:
+		return ntAVX512
+	case levelAVX2:
+		return ntAVX2
+	}
+	return ntGeneric
+}
+
+func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) }
+func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
+func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }

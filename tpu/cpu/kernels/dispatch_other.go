@@ -34,3 +34,9 @@ func scaleInPlace(x []float32, s float32)       { scaleInPlaceGeneric(x, s) }
 func expSubSum(x []float32, mx float32) float32 { return expSubSumGeneric(x, mx) }
 func siluMul(dst, gate, up []float32)           { siluMulGeneric(dst, gate, up) }
 func addInPlace(dst, x []float32)               { addInPlaceGeneric(dst, x) }
+
+func currentNTKernel() ntKernel { return ntGeneric }
+
+func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) }
+func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
+func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }

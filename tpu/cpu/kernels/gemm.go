@@ -5,12 +5,12 @@ import (
 	"sync"
 )
 
-// Blocking. A tile of C (mcBlock × nc) is one unit of parallel work: its
-// worker packs, for each kcBlock slice of k, an A block into mr-row panels and
-// a B block into nr-column panels (converting bf16/f16/int8 to f32 on the
-// way), then runs the microkernel over the panels. The A block
-// (mcBlock×kcBlock×4 = 128 KiB) stays in L2, one B micro-panel
-// (kcBlock×nr×4 = 32 KiB at nr 32) streams through L1.
+// Blocking of the packed (NN) driver. A tile of C (mcBlock × nc) is one unit
+// of parallel work: its worker packs, for each kcBlock slice of k, an A block
+// into mr-row panels and a B block into nr-column panels, then runs the
+// microkernel over the panels. The A block (mcBlock×kcBlock×4 = 128 KiB)
+// stays in L2, one B micro-panel (kcBlock×nr×4 = 32 KiB at nr 32) streams
+// through L1.
 const (
 	mcBlock = 128
 	kcBlock = 256
@@ -63,70 +63,6 @@ func packA(dst, a []float32, lda, i0, mc, p0, kc, mr int) {
 	}
 }
 
-// packPanels is the shared loop of the NT packers: for each output column j
-// of the block it calls row(jj-within-panel, panel slice, j) to fill one
-// column of a panel, and zero-pads the missing columns.
-func packPanelsNT(dst []float32, j0, nc, kc, nr int, row func(col []float32, j int)) {
-	for jp := 0; jp < nc; jp += nr {
-		panel := dst[(jp/nr)*nr*kc : (jp/nr+1)*nr*kc]
-		cols := min(nr, nc-jp)
-		for jj := 0; jj < cols; jj++ {
-			row(panel[jj:], j0+jp+jj)
-		}
-		for jj := cols; jj < nr; jj++ {
-			for p := 0; p < kc; p++ {
-				panel[p*nr+jj] = 0
-			}
-		}
-	}
-}
-
-func packerF32NT(b []float32, ldb int) bPacker {
-	return func(dst []float32, j0, nc, p0, kc, nr int) {
-		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
-			src := b[j*ldb+p0 : j*ldb+p0+kc]
-			for p, v := range src {
-				col[p*nr] = v
-			}
-		})
-	}
-}
-
-func packerBF16NT(b []uint16, ldb int) bPacker {
-	return func(dst []float32, j0, nc, p0, kc, nr int) {
-		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
-			src := b[j*ldb+p0 : j*ldb+p0+kc]
-			for p, v := range src {
-				col[p*nr] = bf16ToF32(v)
-			}
-		})
-	}
-}
-
-func packerF16NT(b []uint16, ldb int) bPacker {
-	t := f16Lookup()
-	return func(dst []float32, j0, nc, p0, kc, nr int) {
-		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
-			src := b[j*ldb+p0 : j*ldb+p0+kc]
-			for p, v := range src {
-				col[p*nr] = t[v]
-			}
-		})
-	}
-}
-
-func packerI8NT(b []int8, ldb int, scales []float32, ng, g int) bPacker {
-	return func(dst []float32, j0, nc, p0, kc, nr int) {
-		packPanelsNT(dst, j0, nc, kc, nr, func(col []float32, j int) {
-			src := b[j*ldb+p0 : j*ldb+p0+kc]
-			sc := scales[j*ng : j*ng+ng]
-			for p, v := range src {
-				col[p*nr] = float32(v) * sc[(p0+p)/g]
-			}
-		})
-	}
-}
-
 // packerF32NN packs B stored [k, n] (row-major, stride ldb).
 func packerF32NN(b []float32, ldb int) bPacker {
 	return func(dst []float32, j0, nc, p0, kc, nr int) {
@@ -143,9 +79,10 @@ func packerF32NN(b []float32, ldb int) bPacker {
 	}
 }
 
-// gemm is the blocked driver: C[m,n] = A[m,k] · B where B is reached through
-// pack. It overwrites C.
-func gemm(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ldc int) {
+// gemmPacked is the packed-panel driver (used for NN, where B is not
+// contiguous along k): C[m,n] = A[m,k] · B where B is reached through pack.
+// It overwrites C.
+func gemmPacked(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -248,7 +185,7 @@ func GemmF32NT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 		})
 		return
 	}
-	gemm(m, n, k, a, lda, packerF32NT(b, ldb), c, ldc)
+	gemmNT(m, n, k, a, lda, b, ldb, nil, c, ldc)
 }
 
 // GemmBF16NT is GemmF32NT with B in bfloat16, given as raw uint16 bits.
@@ -267,7 +204,7 @@ func GemmBF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []floa
 		})
 		return
 	}
-	gemm(m, n, k, a, lda, packerBF16NT(b, ldb), c, ldc)
+	gemmNT(m, n, k, a, lda, nil, 0, convBF16(b, ldb), c, ldc)
 }
 
 // GemmF16NT is GemmF32NT with B in IEEE half precision, given as raw uint16
@@ -286,7 +223,7 @@ func GemmF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float
 		})
 		return
 	}
-	gemm(m, n, k, a, lda, packerF16NT(b, ldb), c, ldc)
+	gemmNT(m, n, k, a, lda, nil, 0, convF16(b, ldb), c, ldc)
 }
 
 // GemmInt8NT is GemmF32NT with weight-only int8 B: B[j,p] stands for
@@ -315,7 +252,7 @@ func GemmInt8NT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 		})
 		return
 	}
-	gemm(m, n, k, a, lda, packerI8NT(b, ldb, scales, ng, groupSize), c, ldc)
+	gemmNT(m, n, k, a, lda, nil, 0, convI8(b, ldb, scales, ng, groupSize), c, ldc)
 }
 
 // GemmF32NN computes C[m,n] = A[m,k] · B[k,n], both row-major (strides lda,
@@ -338,5 +275,5 @@ func GemmF32NN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 		})
 		return
 	}
-	gemm(m, n, k, a, lda, packerF32NN(b, ldb), c, ldc)
+	gemmPacked(m, n, k, a, lda, packerF32NN(b, ldb), c, ldc)
 }

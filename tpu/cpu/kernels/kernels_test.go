@@ -158,6 +158,7 @@ func testShapes(r *rand.Rand) []shape {
 		{130, 70, 300}, // crosses mcBlock and kcBlock
 		{129, 600, 33}, // crosses ncMax
 		{64, 1030, 64}, // many n tiles
+		{9, 21, 2100},  // k in three chunks
 	}
 	for range 25 {
 		s = append(s, shape{1 + r.IntN(70), 1 + r.IntN(70), 1 + r.IntN(70)})

@@ -1,0 +1,193 @@
+package kernels
+
+import "sync"
+
+// The NT GEMM (C = A·Bᵀ, B [n, k]) needs no packing: A rows and B rows are
+// both contiguous along k, so the microkernel is a block of dot products,
+// mr rows of A by 4 rows of B, each accumulator a SIMD register of partial
+// sums reduced at the end. f32 weights are read in place; bf16, f16 and int8
+// weights are widened (and scaled) block by block into a per-worker f32
+// scratch, once per block and reused by every row of A.
+//
+// Blocking: a tile is ntMB rows of A by ntNB rows of B, the unit of parallel
+// work. k is cut into chunks of at most ntKC, so that a tile's B block
+// (ntNB×ntKC×4 = 256 KiB) stays in L2 while mr rows of A (16 KiB) stay in L1.
+const (
+	ntMB = 128
+	ntNB = 64
+	ntKC = 1024
+)
+
+// ntKernel computes an mr×4 tile of C (row stride ldc, elements) from mr
+// rows of A (a[i], i < mr) and 4 rows of B (b[j]), each of k elements, k a
+// positive multiple of kstep. If acc it adds to C.
+type ntKernel struct {
+	mr, kstep int
+	fn        func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool)
+}
+
+var ntGeneric = ntKernel{mr: 4, kstep: 1, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+	for i := 0; i < 4; i++ {
+		for j := 0; j < 4; j++ {
+			s := dotF32(a[i][:k], b[j])
+			if acc {
+				c[i*ldc+j] += s
+			} else {
+				c[i*ldc+j] = s
+			}
+		}
+	}
+}}
+
+// bConverter widens B rows [j0, j0+nb), columns [p0, p0+kc) to f32 into dst
+// with row stride kc.
+type bConverter func(dst []float32, j0, nb, p0, kc int)
+
+func convBF16(b []uint16, ldb int) bConverter {
+	return func(dst []float32, j0, nb, p0, kc int) {
+		for j := 0; j < nb; j++ {
+			widenBF16(dst[j*kc:j*kc+kc], b[(j0+j)*ldb+p0:])
+		}
+	}
+}
+
+func convF16(b []uint16, ldb int) bConverter {
+	return func(dst []float32, j0, nb, p0, kc int) {
+		for j := 0; j < nb; j++ {
+			widenF16(dst[j*kc:j*kc+kc], b[(j0+j)*ldb+p0:])
+		}
+	}
+}
+
+func convI8(b []int8, ldb int, scales []float32, ng, g int) bConverter {
+	return func(dst []float32, j0, nb, p0, kc int) {
+		for j := 0; j < nb; j++ {
+			row := b[(j0+j)*ldb:]
+			sc := scales[(j0+j)*ng : (j0+j)*ng+ng]
+			d := dst[j*kc : j*kc+kc]
+			// Walk the groups that overlap [p0, p0+kc).
+			for p := 0; p < kc; {
+				q := (p0 + p) / g
+				end := min(kc, (q+1)*g-p0)
+				widenI8(d[p:end], row[p0+p:p0+end], sc[q])
+				p = end
+			}
+		}
+	}
+}
+
+func widenBF16Generic(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = bf16ToF32(v)
+	}
+}
+
+func widenF16Generic(dst []float32, src []uint16) {
+	t := f16Lookup()
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = t[v]
+	}
+}
+
+func widenI8Generic(dst []float32, src []int8, s float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = float32(v) * s
+	}
+}
+
+var ntScratch = sync.Pool{New: func() any {
+	s := make([]float32, ntNB*ntKC)
+	return &s
+}}
+
+// gemmNT computes C = A·Bᵀ. B is f32 b (stride ldb) when conv is nil,
+// otherwise conv widens it block by block.
+func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConverter, c []float32, ldc int) {
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	kern := currentNTKernel()
+	mr, kstep := kern.mr, kern.kstep
+	chunks := (k + ntKC - 1) / ntKC
+	kc := ((k+chunks-1)/chunks + 15) &^ 15
+	mBlocks := (m + ntMB - 1) / ntMB
+	nBlocks := (n + ntNB - 1) / ntNB
+	Parallel(mBlocks*nBlocks, 1, func(lo, hi int) {
+		var scratch *[]float32
+		if conv != nil {
+			scratch = ntScratch.Get().(*[]float32)
+			defer ntScratch.Put(scratch)
+		}
+		var tmp [16]float32
+		for t := lo; t < hi; t++ {
+			i0 := (t / nBlocks) * ntMB
+			j0 := (t % nBlocks) * ntNB
+			mb := min(ntMB, m-i0)
+			nb := min(ntNB, n-j0)
+			for p0 := 0; p0 < k; p0 += kc {
+				kcT := min(kc, k-p0)
+				kFull := kcT &^ (kstep - 1)
+				acc := p0 > 0
+				bb, bOff, bld := b, j0*ldb+p0, ldb
+				if conv != nil {
+					bb, bOff, bld = *scratch, 0, kcT
+					conv(bb, j0, nb, p0, kcT)
+				}
+				var ar, br [4][]float32
+				for ii := 0; ii < mb; ii += mr {
+					rows := min(mr, mb-ii)
+					aOff := (i0+ii)*lda + p0
+					for i := range mr {
+						o := aOff + min(i, rows-1)*lda
+						ar[i] = a[o : o+kcT]
+					}
+					for jj := 0; jj < nb; jj += 4 {
+						cols := min(4, nb-jj)
+						cOff := (i0+ii)*ldc + j0 + jj
+						bo := bOff + jj*bld
+						for j := range 4 {
+							o := bo + min(j, cols-1)*bld
+							br[j] = bb[o : o+kcT]
+						}
+						switch {
+						case kFull == 0:
+							if !acc {
+								for i := 0; i < rows; i++ {
+									clear(c[cOff+i*ldc : cOff+i*ldc+cols])
+								}
+							}
+						case rows == mr && cols == 4:
+							kern.fn(&ar, &br, kFull, c[cOff:cOff+(mr-1)*ldc+4], ldc, acc)
+						default:
+							// Edge tile: the missing rows repeat the last
+							// valid one; compute into tmp, keep the valid part.
+							kern.fn(&ar, &br, kFull, tmp[:], 4, false)
+							for i := 0; i < rows; i++ {
+								for j := 0; j < cols; j++ {
+									if acc {
+										c[cOff+i*ldc+j] += tmp[i*4+j]
+									} else {
+										c[cOff+i*ldc+j] = tmp[i*4+j]
+									}
+								}
+							}
+						}
+						if kFull < kcT {
+							for i := 0; i < rows; i++ {
+								for j := 0; j < cols; j++ {
+									c[cOff+i*ldc+j] += dotF32(ar[i][kFull:], br[j][kFull:])
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
