@@ -110,10 +110,16 @@ type Client struct {
 	Progress ProgressFunc
 	// UserAgent is sent with every request.
 	UserAgent string
+	// FreeSpace returns the bytes that may still be written in a folder;
+	// nil means statfs (GetDiskFreeSpaceEx on Windows). An error skips the
+	// check. It must be safe for concurrent use. Tests replace it to
+	// simulate a full disk.
+	FreeSpace func(dir string) (int64, error)
 
 	progressMu sync.Mutex
 	sizesMu    sync.Mutex
-	sizes      map[string]map[string]int64 // repo@commit -> file -> size
+	sizes      map[string]map[string]int64  // repo@commit -> file -> size
+	lfsETags   map[string]map[string]string // repo@commit -> file -> sha256 of LFS files
 }
 
 // New returns a client configured from env with the default retry count,

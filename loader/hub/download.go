@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 // Download returns the cache path of one file of repo at rev
@@ -190,6 +191,11 @@ func newVerifier(etag string, size int64) (hash.Hash, string) {
 // never reaches blobs/.
 func (c *Client) downloadBlob(ctx context.Context, repo, rev, file string, meta *FileMetadata, blob string) error {
 	inc := blob + ".incomplete"
+	if have := c.incompleteSize(repo, meta.ETag); have <= meta.Size {
+		if err := c.checkSpace(repo, meta.Size-have, have); err != nil {
+			return err
+		}
+	}
 	for restart := 0; ; restart++ {
 		resumed, err := c.downloadIncomplete(ctx, repo, rev, file, meta, inc)
 		if err == nil {
@@ -398,6 +404,9 @@ func (t *transfer) copyBody(body io.Reader) (int64, error) {
 				return n, t.errorf(ErrIntegrity, "the server sent more than the announced %d bytes", size)
 			}
 			if _, err := t.f.Write(buf[:k]); err != nil {
+				if errors.Is(err, syscall.ENOSPC) {
+					return n, t.c.noSpace(t.repo, fmt.Sprintf("the disk filled up while writing %s (byte %d of %d)", t.f.Name(), t.have, size), t.have)
+				}
 				return n, fmt.Errorf("cache: writing %s: %w", t.f.Name(), err)
 			}
 			if t.h != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tputool/tputool/loader/hub"
@@ -244,5 +245,93 @@ func TestEndpointCredentialsAreMasked(t *testing.T) {
 	}
 	if got := hub.RedactURL("https://" + secret + "@hub.example/api?sig=" + secret); strings.Contains(got, secret) || got != "https://***@hub.example/api?…" {
 		t.Errorf("RedactURL = %q", got)
+	}
+}
+
+// A download that does not fit on the cache's disk fails before the first
+// byte with ErrNoSpace, naming what is needed and what is free and how to
+// reclaim space; partial downloads are kept and counted, and resume once
+// there is room.
+func TestFreeSpaceCheckedBeforeDownload(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, _ := newClient(t, srv)
+	var (
+		mu    sync.Mutex
+		free  int64 = 1000
+		asked []string
+	)
+	c.FreeSpace = func(dir string) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, dir)
+		return free, nil
+	}
+	ctx := context.Background()
+	f := tinyRepo().Files[1]
+	blobs := filepath.Join(c.Cache.Dir, "models--org--tiny", "blobs")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(blobs, f.ETag()+".incomplete"), weights[:100_000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, f := range tinyRepo().Files {
+		total += int64(len(f.Data))
+	}
+	need := total - 100_000
+
+	s, err := c.ListFiles(ctx, "org/tiny", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.ResetLog()
+	err = c.DownloadFiles(ctx, "org/tiny", s.Commit, s.RepoFiles)
+	if !errors.Is(err, hub.ErrNoSpace) || errors.Is(err, hub.ErrNotCached) {
+		t.Fatalf("err = %v, want ErrNoSpace", err)
+	}
+	for _, want := range []string{"needs 195.4 KiB more", "1000 B are free", blobs, "tputool cache rm org/tiny", "97.7 KiB", ".incomplete", "resume"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q: %v", want, err)
+		}
+	}
+	if n := srv.Count(nil); n != 0 {
+		t.Errorf("%d requests before the space check failed", n)
+	}
+	if len(asked) != 1 || asked[0] != blobs {
+		t.Errorf("free space asked for %v, want once for %s", asked, blobs)
+	}
+	// A lone Download checks its own file after the HEAD.
+	_, err = c.Download(ctx, "org/tiny", "main", f.Path)
+	if !errors.Is(err, hub.ErrNoSpace) {
+		t.Fatalf("Download: %v, want ErrNoSpace", err)
+	}
+	if st, err := os.Stat(filepath.Join(blobs, f.ETag()+".incomplete")); err != nil || st.Size() != 100_000 {
+		t.Errorf("the partial download was not kept: %v", err)
+	}
+
+	// Exactly enough room: the download goes ahead and resumes the part.
+	mu.Lock()
+	free = need
+	mu.Unlock()
+	if err := c.DownloadFiles(ctx, "org/tiny", s.Commit, s.RepoFiles); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Count(func(r hubtest.Request) bool { return isCDN(r) && r.Range == "bytes=100000-" }); n != 1 {
+		t.Errorf("the partial download did not resume: %+v", srv.Requests())
+	}
+	// Everything cached: nothing is needed, a full disk does not matter.
+	mu.Lock()
+	free = 0
+	mu.Unlock()
+	if err := c.DownloadFiles(ctx, "org/tiny", s.Commit, s.RepoFiles); err != nil {
+		t.Errorf("cached files on a full disk: %v", err)
+	}
+	// An unknown free space skips the check.
+	c.FreeSpace = func(string) (int64, error) { return 0, errors.New("no statfs") }
+	c.Cache.Dir = t.TempDir()
+	if _, err := c.Snapshot(ctx, "org/tiny", hub.SnapshotOptions{}); err != nil {
+		t.Errorf("unknown free space: %v", err)
 	}
 }

@@ -177,13 +177,16 @@ func (c *Client) ListFiles(ctx context.Context, repo, rev string) (*Snapshot, er
 	if err := c.Cache.WriteRef(repo, rev, ri.SHA); err != nil {
 		c.warnf("could not record ref %s of %s: %v", rev, repo, err)
 	}
-	sizes := map[string]int64{}
+	sizes, etags := map[string]int64{}, map[string]string{}
 	for _, s := range ri.Siblings {
 		if n, ok := s.FileSize(); ok {
 			sizes[s.RFilename] = n
 		}
+		if s.LFS != nil && sha256RE.MatchString(s.LFS.SHA256) {
+			etags[s.RFilename] = s.LFS.SHA256
+		}
 	}
-	c.rememberSizes(repo, ri.SHA, sizes)
+	c.rememberSizes(repo, ri.SHA, sizes, etags)
 	return &Snapshot{Repo: repo, Revision: rev, Commit: ri.SHA, Dir: c.Cache.SnapshotDir(repo, ri.SHA),
 		RepoFiles: ri.Files(), Sizes: sizes, Info: ri}, nil
 }
@@ -246,8 +249,15 @@ func ListDir(dir string) ([]string, error) {
 }
 
 // DownloadFiles fetches files of one commit into the cache, at most
-// Parallel at a time. The first failure cancels the rest.
+// Parallel at a time. The first failure cancels the rest. When the last
+// listing gave sizes, it first checks that what is left to fetch fits on
+// the cache's disk and fails with ErrNoSpace otherwise.
 func (c *Client) DownloadFiles(ctx context.Context, repo, commit string, files []string) error {
+	if need, have := c.pendingBytes(repo, commit, files); need > 0 {
+		if err := c.checkSpace(repo, need, have); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, c.parallel())
@@ -322,13 +332,15 @@ func (c *Client) Snapshot(ctx context.Context, repo string, opts SnapshotOptions
 
 // rememberSizes keeps a listing's file sizes for the progress totals of
 // DownloadFiles.
-func (c *Client) rememberSizes(repo, commit string, sizes map[string]int64) {
+func (c *Client) rememberSizes(repo, commit string, sizes map[string]int64, lfsETags map[string]string) {
 	c.sizesMu.Lock()
 	defer c.sizesMu.Unlock()
 	if c.sizes == nil {
 		c.sizes = map[string]map[string]int64{}
+		c.lfsETags = map[string]map[string]string{}
 	}
 	c.sizes[repo+"@"+commit] = sizes
+	c.lfsETags[repo+"@"+commit] = lfsETags
 }
 
 // knownSize returns a file's size from a listing or the cache.
