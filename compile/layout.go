@@ -22,9 +22,9 @@ const (
 	goBlockRows = 1024
 )
 
-// isGoBackend reports whether the backend is GoMLX's pure-Go one (its
-// String() is simplego.BackendName; Name() is "SimpleGo (go)").
-func (r *LM) isGoBackend() bool { return r.backend.String() == "go" }
+// isGoBackend reports whether the backend wants the blocked layout
+// (tpu.Capabilities.BlockedMatmul: GoMLX's pure-Go backend).
+func (r *LM) isGoBackend() bool { return r.opts.Caps.BlockedMatmul }
 
 // layout picks the layout of a Matmul weight [out, in]: nil keeps [out,
 // in]. On the pure-Go backend the input axis is cut into blocks of

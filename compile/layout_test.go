@@ -7,10 +7,13 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/tpu"
 )
 
 func TestLayoutChoice(t *testing.T) {
-	r := &LM{backend: goBackend(t)}
+	b := goBackend(t)
+	caps := tpu.CapabilitiesOf(b)
+	r := &LM{backend: b, opts: Options{Caps: &caps}}
 	// Parts of at most 1024 rows, and at least one block per core.
 	p := divisorAtLeast(2048, max(2, (runtime.NumCPU()+11)/12))
 	for _, tc := range []struct {
@@ -29,7 +32,7 @@ func TestLayoutChoice(t *testing.T) {
 	if b := r.layout(2048, 768); b != nil {
 		t.Errorf("SplitMatmul 1: %+v", b)
 	}
-	r.opts = Options{BlockCols: -1, SplitMatmul: 4}
+	r.opts = Options{BlockCols: -1, SplitMatmul: 4, Caps: &caps}
 	if b := r.layout(2048, 768); b == nil || *b != (nn.Blocked{J: 1, P: 4, Rows: 512, C: 768}) {
 		t.Errorf("rows only: %+v", b)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
 )
 
 // Mode is how an LM turns the model's graph pieces into executables.
@@ -76,6 +77,9 @@ type Options struct {
 	// (tensor parallel over heads and MLP columns, data parallel over the
 	// batch) with AutoSharding; 0 and 1 mean one device. See shard.go.
 	TP, DP int
+	// Caps are the backend's facts as the device decided them when it
+	// opened (tpu.Device.Capabilities); nil reads them from the backend.
+	Caps *tpu.Capabilities
 }
 
 // PromptBucket rounds a prompt length up so that prefill shapes repeat:
@@ -143,10 +147,14 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	if opts.DType == dtypes.InvalidDType {
 		opts.DType = dtypes.Float32
 	}
-	caps := backend.Capabilities()
+	if opts.Caps == nil {
+		caps := tpu.CapabilitiesOf(backend)
+		opts.Caps = &caps
+	}
 	switch opts.DType {
-	case dtypes.Float32, dtypes.BFloat16:
-		if !caps.DTypes[opts.DType] {
+	case dtypes.Float32:
+	case dtypes.BFloat16:
+		if !opts.Caps.BFloat16 {
 			return nil, errs.Unsupportedf("backend %s does not support compute dtype %s", backend.Name(), opts.DType)
 		}
 	default:
@@ -154,7 +162,7 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	}
 	r := &LM{
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
-		dus:     caps.Operations[backends.OpTypeDynamicUpdateSlice],
+		dus:     opts.Caps.DynamicUpdateSlice,
 		weights: map[string]*tensors.Tensor{},
 	}
 	if err := r.setupParallel(); err != nil {

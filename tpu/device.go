@@ -20,9 +20,21 @@ const (
 	BackendXLA = "xla"
 )
 
-// Capabilities are the backend facts model code branches on. They come from
-// the backend's own backends.Capabilities where GoMLX exposes them.
+// Capabilities are the backend facts execution branches on, decided once
+// when the device opens (CapabilitiesOf) and handed to compile/ and to the
+// commands' memory checks. The op and dtype facts come from the backend's
+// own backends.Capabilities.
 type Capabilities struct {
+	// Backend is the backend's name as GoMLX registers it: "go" or "xla".
+	Backend string `json:"backend"`
+	// HostMemory reports a backend that computes in this process's memory
+	// (the CPU backends): host RAM bounds every buffer it allocates, so
+	// the commands check their largest buffers against it beforehand.
+	HostMemory bool `json:"host_memory"`
+	// BlockedMatmul reports a backend whose matmul wants Matmul weights in
+	// the blocked layout of nn.Blocked (GoMLX's go backend, whose
+	// DotGeneral otherwise copies each large weight at every call).
+	BlockedMatmul      bool `json:"blocked_matmul"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -39,7 +51,11 @@ type Capabilities struct {
 // CapabilitiesOf reads the capability facts from a backend.
 func CapabilitiesOf(b backends.Backend) Capabilities {
 	c := b.Capabilities()
+	name := b.String()
 	return Capabilities{
+		Backend:            name,
+		HostMemory:         name == BackendGo,
+		BlockedMatmul:      name == BackendGo,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],

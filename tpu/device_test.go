@@ -61,7 +61,7 @@ func TestGoBackendCapabilities(t *testing.T) {
 	assert.Equal(t, raw.DTypes[dtypes.Float16], d.Capabilities.Float16)
 	assert.Equal(t, raw.Operations[backends.OpTypeGather], d.Supports(backends.OpTypeGather))
 	// ...and for GoMLX v0.26.0's go backend they are:
-	assert.Equal(t, Capabilities{Gather: true, BFloat16: true}, d.Capabilities)
+	assert.Equal(t, Capabilities{Backend: BackendGo, HostMemory: true, BlockedMatmul: true, Gather: true, BFloat16: true}, d.Capabilities)
 	assert.True(t, d.SupportsDType(dtypes.BFloat16))
 	assert.False(t, d.SupportsDType(dtypes.Float16))
 
