@@ -119,4 +119,3 @@ func TestTPDegree(t *testing.T) {
 		assert.Equal(t, tc.want, TPDegree(tc.chips, tc.heads, tc.kv), "%+v", tc)
 	}
 }
-
