@@ -34,3 +34,9 @@ func gemmDot4x4AVX512(a, b *[4]*float32, k int, c *float32, ldc, acc int)
 
 //go:noescape
 func gemmDot3x4AVX2(a *[3]*float32, b *[4]*float32, k int, c *float32, ldc, acc int)
+
+//go:noescape
+func gemmPack8x32AVX512(kc int, a, b, c *float32, ldc, acc int)
+
+//go:noescape
+func gemmPack6x16AVX2(kc int, a, b, c *float32, ldc, acc int)

@@ -96,7 +96,26 @@ var genericMicroKernel = microKernel{mr: genericMR, nr: genericNR, fn: func(kc i
 	gemmKernelGeneric(genericMR, genericNR, kc, a, b, c, ldc, acc)
 }}
 
-func currentMicroKernel() microKernel { return genericMicroKernel }
+var (
+	packedAVX512 = microKernel{mr: 8, nr: 32, fn: func(kc int, a, b, c []float32, ldc int, acc bool) {
+		_, _, _ = a[kc*8-1], b[kc*32-1], c[7*ldc+31]
+		gemmPack8x32AVX512(kc, &a[0], &b[0], &c[0], ldc*4, boolInt(acc))
+	}}
+	packedAVX2 = microKernel{mr: 6, nr: 16, fn: func(kc int, a, b, c []float32, ldc int, acc bool) {
+		_, _, _ = a[kc*6-1], b[kc*16-1], c[5*ldc+15]
+		gemmPack6x16AVX2(kc, &a[0], &b[0], &c[0], ldc*4, boolInt(acc))
+	}}
+)
+
+func currentMicroKernel() microKernel {
+	switch level {
+	case levelAVX512:
+		return packedAVX512
+	case levelAVX2:
+		return packedAVX2
+	}
+	return genericMicroKernel
+}
 
 func axpy(alpha float32, x, y []float32) { axpyF32(alpha, x, y) }
 
