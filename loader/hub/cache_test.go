@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/hub/hubtest"
 )
@@ -134,8 +135,12 @@ func TestScanAndDelete(t *testing.T) {
 	if _, err := c.Download(context.Background(), "google/tiny", "main", "model.safetensors"); err != nil {
 		t.Fatalf("remaining revision broken: %v", err)
 	}
-	if _, err := cache.DeleteRevision("google/tiny", "deadbeef"); !errors.Is(err, hub.ErrNotCached) {
+	// Absent from the cache is no Hub error: nothing asked the network.
+	if _, err := cache.DeleteRevision("google/tiny", "deadbeef"); !errors.Is(err, hub.ErrAbsent) || errors.Is(err, errs.ErrHub) {
 		t.Errorf("unknown revision: %v", err)
+	}
+	if _, err := cache.DeleteRepo("google/other"); !errors.Is(err, hub.ErrAbsent) || errors.Is(err, errs.ErrHub) {
+		t.Errorf("unknown repository: %v", err)
 	}
 	// The last revision takes the repo (and its locks) with it.
 	if _, err := cache.DeleteRevision("google/tiny", commitA[:8]); err != nil {

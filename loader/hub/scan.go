@@ -151,7 +151,7 @@ func (c Cache) DeleteRepo(repo string) (int64, error) {
 	}
 	r, _, ok := c.ScanRepo(repo)
 	if !ok {
-		return 0, &Error{Kind: ErrNotCached, Repo: repo, Detail: "nothing to remove in " + c.Dir}
+		return 0, c.absent(repo, "", "; nothing to remove")
 	}
 	if err := os.RemoveAll(r.Dir); err != nil {
 		return 0, fmt.Errorf("cache: removing %s: %w", r.Dir, err)
@@ -171,23 +171,11 @@ func (c Cache) DeleteRevision(repo, rev string) (int64, error) {
 	}
 	r, _, ok := c.ScanRepo(repo)
 	if !ok {
-		return 0, &Error{Kind: ErrNotCached, Repo: repo, Detail: "nothing to remove in " + c.Dir}
+		return 0, c.absent(repo, "", "; nothing to remove")
 	}
-	idx := -1
-	for i, rv := range r.Revisions {
-		match := rv.Commit == rev || (len(rev) >= 7 && strings.HasPrefix(rv.Commit, rev))
-		for _, ref := range rv.Refs {
-			match = match || ref == rev
-		}
-		if match {
-			if idx >= 0 {
-				return 0, fmt.Errorf("revision %q of %s is ambiguous: %s and %s", rev, repo, r.Revisions[idx].Commit, rv.Commit)
-			}
-			idx = i
-		}
-	}
-	if idx < 0 {
-		return 0, &Error{Kind: ErrNotCached, Repo: repo, Revision: rev, Detail: "no such cached revision"}
+	idx, err := c.findRevision(r, rev)
+	if err != nil {
+		return 0, err
 	}
 	if len(r.Revisions) == 1 {
 		return c.DeleteRepo(repo)

@@ -1,0 +1,321 @@
+package hub
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Verification statuses of a snapshot file.
+const (
+	// VerifyOK: the content hashes to the ETag its blob is named by.
+	VerifyOK = "ok"
+	// VerifyMismatch: the content does not hash to its ETag (a corrupt or
+	// truncated blob), or the file leads out of the cache.
+	VerifyMismatch = "mismatch"
+	// VerifyMissing: the snapshot entry points to a blob that is gone.
+	VerifyMissing = "missing"
+	// VerifyUnverified: there is nothing to check against: the ETag is no
+	// sha256 or git sha1 (a non-Hub server), or the file is a copy that
+	// names no blob.
+	VerifyUnverified = "unverified"
+)
+
+// VerifiedFile is one snapshot file as `cache verify` found it.
+type VerifiedFile struct {
+	File   string `json:"file"`
+	Status string `json:"status"`
+	// Algorithm is "sha256" (LFS files) or "git-sha1" (files in git).
+	Algorithm string `json:"algorithm,omitempty"`
+	// Expected is the ETag (the blob's name), Actual the hash computed.
+	Expected string `json:"expected,omitempty"`
+	Actual   string `json:"actual,omitempty"`
+	Size     int64  `json:"size"`
+	// Blob is the file that holds the bytes.
+	Blob   string `json:"blob,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// VerifiedRevision is one snapshot of a Verification.
+type VerifiedRevision struct {
+	Commit string         `json:"commit"`
+	Refs   []string       `json:"refs"`
+	Files  []VerifiedFile `json:"files"`
+}
+
+// Verification is what Cache.Verify found for one repository.
+type Verification struct {
+	Repo       string             `json:"repo"`
+	Dir        string             `json:"dir"`
+	Revisions  []VerifiedRevision `json:"revisions"`
+	Checked    int                `json:"checked"`
+	OK         int                `json:"ok"`
+	Mismatches int                `json:"mismatches"`
+	Missing    int                `json:"missing"`
+	Unverified int                `json:"unverified"`
+	// Bytes is how much was hashed (a blob shared by revisions once).
+	Bytes int64 `json:"bytes_hashed"`
+}
+
+// Failed reports whether any file mismatched or was missing.
+func (v *Verification) Failed() bool { return v.Mismatches+v.Missing > 0 }
+
+// ErrAbsent marks a repository or revision that the cache does not hold,
+// for the commands that only look at the cache (cache ls, rm, verify). It
+// is no Hub error: nothing was asked of the network (cmd exits 1).
+var ErrAbsent = errors.New("not in the cache")
+
+func (c Cache) absent(repo, rev, what string) error {
+	name := repo
+	if rev != "" {
+		name += "@" + rev
+	}
+	return fmt.Errorf("%s: %w %s%s", name, ErrAbsent, c.Dir, what)
+}
+
+// findRevision picks the cached revision rev names: a commit, a commit
+// prefix of at least 7 characters, or a branch or tag in refs/.
+func (c Cache) findRevision(r CachedRepo, rev string) (int, error) {
+	idx := -1
+	for i, rv := range r.Revisions {
+		match := rv.Commit == rev || (len(rev) >= 7 && strings.HasPrefix(rv.Commit, rev))
+		for _, ref := range rv.Refs {
+			match = match || ref == rev
+		}
+		if match {
+			if idx >= 0 {
+				return 0, fmt.Errorf("revision %q of %s is ambiguous: %s and %s", rev, r.ID, r.Revisions[idx].Commit, rv.Commit)
+			}
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, c.absent(r.ID, rev, " (no such cached revision)")
+	}
+	return idx, nil
+}
+
+// VerifyOptions selects what Verify checks.
+type VerifyOptions struct {
+	// Revision is a commit, a commit prefix or a ref; "" checks every
+	// cached revision.
+	Revision string
+	// Progress, when set, gets the bytes hashed so far and the total.
+	Progress func(done, total int64)
+}
+
+// Verify rehashes every file of repo's cached snapshots (or one revision)
+// and compares it with the ETag its blob is named by, as `hf cache verify`
+// compares with the Hub's: the sha256 of LFS files, the git blob sha1 of
+// the others. Nothing is asked of the network and nothing is changed. A
+// repository that is not cached fails with ErrAbsent; a corrupt file is
+// no error but a VerifyMismatch in the result.
+func (c Cache) Verify(ctx context.Context, repo string, opts VerifyOptions) (*Verification, error) {
+	if err := ValidateRepoID(repo); err != nil {
+		return nil, err
+	}
+	r, _, ok := c.ScanRepo(repo)
+	if !ok {
+		return nil, c.absent(repo, "", "")
+	}
+	revs := r.Revisions
+	if opts.Revision != "" {
+		i, err := c.findRevision(r, opts.Revision)
+		if err != nil {
+			return nil, err
+		}
+		revs = revs[i : i+1]
+	}
+	sort.Slice(revs, func(i, j int) bool { return revs[i].Commit < revs[j].Commit })
+	v := &Verification{Repo: repo, Dir: r.Dir, Revisions: []VerifiedRevision{}}
+	type entry struct {
+		rev  int
+		file string
+		path string
+	}
+	var (
+		entries []entry
+		total   int64
+		sized   = map[string]bool{}
+	)
+	for i, rv := range revs {
+		v.Revisions = append(v.Revisions, VerifiedRevision{Commit: rv.Commit, Refs: rv.Refs, Files: []VerifiedFile{}})
+		if rv.Refs == nil {
+			v.Revisions[i].Refs = []string{}
+		}
+		root := rv.Dir
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != root && strings.HasPrefix(d.Name(), ".") {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, entry{rev: i, file: filepath.ToSlash(rel), path: p})
+			if t, err := filepath.EvalSymlinks(p); err == nil && !sized[t] {
+				if st, err := os.Stat(t); err == nil && st.Mode().IsRegular() {
+					sized[t] = true
+					total += st.Size()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cache verify %s: %w", repo, err)
+		}
+	}
+	h := &hasher{ctx: ctx, total: total, progress: opts.Progress, done: map[string]digests{}}
+	blobDir := filepath.Join(r.Dir, "blobs")
+	if b, err := filepath.EvalSymlinks(blobDir); err == nil {
+		blobDir = b
+	}
+	for _, e := range entries {
+		f, err := c.verifyFile(h, repo, revs[e.rev].Commit, blobDir, e.file, e.path)
+		if err != nil {
+			return nil, err
+		}
+		v.Revisions[e.rev].Files = append(v.Revisions[e.rev].Files, f)
+		v.Checked++
+		switch f.Status {
+		case VerifyOK:
+			v.OK++
+		case VerifyMismatch:
+			v.Mismatches++
+		case VerifyMissing:
+			v.Missing++
+		default:
+			v.Unverified++
+		}
+	}
+	v.Bytes = h.hashed
+	return v, nil
+}
+
+// verifyFile checks one snapshot entry.
+func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (VerifiedFile, error) {
+	vf := VerifiedFile{File: file}
+	target, err := filepath.EvalSymlinks(ptr)
+	if err != nil {
+		link, _ := os.Readlink(ptr)
+		vf.Status, vf.Detail = VerifyMissing, fmt.Sprintf("the link to %s dangles: the blob is gone", link)
+		return vf, nil
+	}
+	if err := c.checkPointer(repo, commit, ptr); err != nil {
+		vf.Status, vf.Blob, vf.Detail = VerifyMismatch, target, "resolves outside the repository's folder in the cache"
+		return vf, nil
+	}
+	st, err := os.Stat(target)
+	if err != nil || !st.Mode().IsRegular() {
+		vf.Status, vf.Detail = VerifyMissing, "not a regular file"
+		return vf, nil
+	}
+	vf.Size, vf.Blob = st.Size(), target
+	d, err := h.sum(target)
+	if err != nil {
+		return vf, err
+	}
+	if filepath.Dir(target) == blobDir {
+		etag := filepath.Base(target)
+		vf.Expected = etag
+		switch {
+		case sha256RE.MatchString(etag):
+			vf.Algorithm, vf.Actual = "sha256", d.sha256
+		case sha1RE.MatchString(etag):
+			vf.Algorithm, vf.Actual = "git-sha1", d.gitSHA1
+		default:
+			vf.Status, vf.Detail = VerifyUnverified, fmt.Sprintf("the ETag %q is no sha256 or git sha1", etag)
+			return vf, nil
+		}
+		if vf.Actual == etag {
+			vf.Status = VerifyOK
+		} else {
+			vf.Status = VerifyMismatch
+			vf.Detail = fmt.Sprintf("%s of the content is %s, the blob is named %s", vf.Algorithm, vf.Actual, etag)
+		}
+		return vf, nil
+	}
+	// A copy or hard link (where symlinks are unavailable): good when a
+	// blob of that content exists under its hash.
+	for _, cand := range []struct{ algo, sum string }{{"sha256", d.sha256}, {"git-sha1", d.gitSHA1}} {
+		if bst, err := os.Stat(filepath.Join(blobDir, cand.sum)); err == nil && bst.Size() == st.Size() {
+			vf.Status, vf.Algorithm, vf.Expected, vf.Actual = VerifyOK, cand.algo, cand.sum, cand.sum
+			return vf, nil
+		}
+	}
+	vf.Status, vf.Detail = VerifyUnverified, "a plain file that names no blob: no ETag to check against"
+	return vf, nil
+}
+
+type digests struct{ sha256, gitSHA1 string }
+
+// hasher hashes each blob once, in both algorithms in one pass, checking
+// ctx between reads.
+type hasher struct {
+	ctx      context.Context
+	total    int64
+	hashed   int64
+	progress func(done, total int64)
+	done     map[string]digests
+}
+
+func (h *hasher) sum(path string) (digests, error) {
+	if d, ok := h.done[path]; ok {
+		return d, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return digests{}, fmt.Errorf("cache verify: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return digests{}, fmt.Errorf("cache verify: %w", err)
+	}
+	s256 := sha256.New()
+	g := sha1.New()
+	fmt.Fprintf(g, "blob %d\x00", st.Size())
+	w := io.MultiWriter(s256, g)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	for {
+		if err := h.ctx.Err(); err != nil {
+			return digests{}, err
+		}
+		n, rerr := f.Read(*bp)
+		if n > 0 {
+			w.Write((*bp)[:n])
+			h.hashed += int64(n)
+			if h.progress != nil {
+				h.progress(h.hashed, h.total)
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return digests{}, fmt.Errorf("cache verify: reading %s: %w", path, rerr)
+		}
+	}
+	d := digests{sha256: hexSum(s256), gitSHA1: hexSum(g)}
+	h.done[path] = d
+	return d, nil
+}
+
+func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }

@@ -1,0 +1,147 @@
+package hub_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/hub/hubtest"
+)
+
+func statuses(v *hub.Verification) map[string]string {
+	out := map[string]string{}
+	for _, rv := range v.Revisions {
+		for _, f := range rv.Files {
+			out[rv.Commit[:7]+" "+f.File] = f.Status
+		}
+	}
+	return out
+}
+
+// Verify rehashes a cache laid out by huggingface_hub: sha256 for LFS
+// blobs, git sha1 for the others, each blob once; then finds a corrupt
+// blob of the right size (which a size check cannot), a missing blob, a
+// plain-file copy, an ETag that is no hash, and a link out of the cache.
+func TestVerify(t *testing.T) {
+	dir := t.TempDir()
+	commitA, commitB := buildPythonCache(t, dir)
+	cache := hub.Cache{Dir: dir}
+	ctx := context.Background()
+	var last, total int64
+	v, err := cache.Verify(ctx, "google/tiny", hub.VerifyOptions{Progress: func(d, tot int64) { last, total = d, tot }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Failed() || v.Checked != 5 || v.OK != 5 {
+		t.Fatalf("clean cache: %+v", v)
+	}
+	cfgB := len(`{"model_type":"llama","v":2}`)
+	sched := len(`{"_class_name":"DDIMScheduler"}`)
+	want := int64(len(cfgJSON) + len(weights) + cfgB + sched) // the shared weights once
+	if v.Bytes != want || last != want || total != want {
+		t.Errorf("hashed %d bytes (progress %d of %d), want %d", v.Bytes, last, total, want)
+	}
+	algos := map[string]string{}
+	for _, f := range v.Revisions[0].Files {
+		algos[f.File] = f.Algorithm
+	}
+	if algos["model.safetensors"] != "sha256" || algos["config.json"] != "git-sha1" {
+		t.Errorf("algorithms = %v", algos)
+	}
+
+	repo := filepath.Join(dir, "models--google--tiny")
+	w := hubtest.File{Path: "model.safetensors", Data: weights, LFS: true}
+	cfg := hubtest.File{Path: "config.json", Data: cfgJSON}
+	blob := filepath.Join(repo, "blobs", w.ETag())
+	// One flipped byte: same size, different sha256.
+	b, _ := os.ReadFile(blob)
+	b[1234] ^= 0x40
+	if err := os.WriteFile(blob, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// config.json of A gone from blobs/.
+	if err := os.Remove(filepath.Join(repo, "blobs", cfg.ETag())); err != nil {
+		t.Fatal(err)
+	}
+	v, err = cache.Verify(ctx, "google/tiny", hub.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := statuses(v)
+	if got[commitA[:7]+" model.safetensors"] != hub.VerifyMismatch || got[commitB[:7]+" model.safetensors"] != hub.VerifyMismatch ||
+		got[commitA[:7]+" config.json"] != hub.VerifyMissing || got[commitB[:7]+" config.json"] != hub.VerifyOK ||
+		!v.Failed() || v.Mismatches != 2 || v.Missing != 1 {
+		t.Errorf("statuses = %v (%+v)", got, v)
+	}
+	for _, f := range v.Revisions[0].Files {
+		if f.File == "model.safetensors" && (f.Expected != w.ETag() || f.Actual == w.ETag() || f.Blob != blob ||
+			!strings.Contains(f.Detail, "sha256 of the content is")) {
+			t.Errorf("mismatch report = %+v", f)
+		}
+	}
+
+	// One revision by ref; a plain copy that names a blob is ok, one that
+	// names none is unverified; a link out of the cache is a mismatch.
+	ptrB := filepath.Join(repo, "snapshots", commitB, "config.json")
+	data, _ := os.ReadFile(ptrB)
+	os.Remove(ptrB)
+	if err := os.WriteFile(ptrB, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "snapshots", commitB, "notes.txt"), []byte("hand-made"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "x")
+	os.WriteFile(outside, []byte("x"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(repo, "snapshots", commitB, "evil.json")); err != nil {
+		t.Fatal(err)
+	}
+	v, err = cache.Verify(ctx, "google/tiny", hub.VerifyOptions{Revision: "refs/pr/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = statuses(v)
+	b7 := commitB[:7]
+	if len(v.Revisions) != 1 || got[b7+" config.json"] != hub.VerifyOK || got[b7+" notes.txt"] != hub.VerifyUnverified ||
+		got[b7+" evil.json"] != hub.VerifyMismatch || got[b7+" model.safetensors"] != hub.VerifyMismatch {
+		t.Errorf("revision B: %v", got)
+	}
+
+	// A non-hash ETag (a non-Hub server) cannot be checked.
+	odd := filepath.Join(repo, "blobs", "not-a-hash")
+	os.WriteFile(odd, []byte("y"), 0o644)
+	os.Symlink("../../blobs/not-a-hash", filepath.Join(repo, "snapshots", commitA, "odd.txt"))
+	v, _ = cache.Verify(ctx, "google/tiny", hub.VerifyOptions{Revision: commitA[:8]})
+	if s := statuses(v)[commitA[:7]+" odd.txt"]; s != hub.VerifyUnverified {
+		t.Errorf("non-hash ETag: %s", s)
+	}
+
+	for _, tc := range []struct{ repo, rev string }{{"google/none", ""}, {"google/tiny", "deadbeef"}} {
+		_, err := cache.Verify(ctx, tc.repo, hub.VerifyOptions{Revision: tc.rev})
+		if !errors.Is(err, hub.ErrAbsent) || errors.Is(err, errs.ErrHub) {
+			t.Errorf("%s@%s: %v, want ErrAbsent", tc.repo, tc.rev, err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := cache.Verify(cctx, "google/tiny", hub.VerifyOptions{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// What tputool downloads verifies clean.
+func TestVerifyAfterDownload(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, _ := newClient(t, srv)
+	downloadTiny(t, c)
+	v, err := c.Cache.Verify(context.Background(), "org/tiny", hub.VerifyOptions{Revision: "main"})
+	if err != nil || v.Failed() || v.OK != 3 || v.Checked != 3 {
+		t.Fatalf("%+v, %v", v, err)
+	}
+}
