@@ -66,9 +66,6 @@ func (s *Strict) Expect(name string, shape ...int) int {
 	return i
 }
 
-// Len returns the number of tensors declared so far.
-func (s *Strict) Len() int { return len(s.expected) }
-
 // Expected reports whether name was declared.
 func (s *Strict) Expected(name string) bool { _, ok := s.byName[name]; return ok }
 

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // graph-building code reads better unqualified
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
@@ -203,13 +202,4 @@ func Recover(err *error) {
 	default:
 		*err = fmt.Errorf("%v", v)
 	}
-}
-
-// ShapesOf returns the shapes of args, for cache keys and messages.
-func ShapesOf(args []*tensors.Tensor) []shapes.Shape {
-	out := make([]shapes.Shape, len(args))
-	for i, a := range args {
-		out[i] = a.Shape()
-	}
-	return out
 }

@@ -64,9 +64,6 @@ func (l *Loader) Len() int { return len(l.params) }
 // decoding). It must be called after those tensors are declared.
 func (l *Loader) SkipLoadingFrom(mark int) { l.skipFrom = mark }
 
-// Component returns the component name given to NewLoader.
-func (l *Loader) Component() string { return l.component }
-
 // Ignore marks a checkpoint tensor that may be present but is not a weight
 // (e.g. text_model.embeddings.position_ids). Its shape is still checked when
 // shape is not nil.
