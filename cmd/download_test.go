@@ -113,3 +113,52 @@ func TestDownloadErrorsAndToken(t *testing.T) {
 	assert.Equal(t, ExitHub, e.run("download", "--model", "org/other", "--retries", "0"))
 	assert.Contains(t, e.errOut.String(), "HTTP 503")
 }
+
+// A cached snapshot that lost config.json is incomplete, not an unsupported
+// checkpoint: offline it is "not in the cache" (exit 5, like any file
+// missing offline), naming the file and the fix.
+func TestOfflineSnapshotWithoutConfigIsNotCached(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories"), e.errOut.String())
+	require.NoError(t, os.Remove(filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "snapshots", commit, "config.json")))
+	for _, args := range [][]string{
+		{"--offline", "download", "--model", "org/stories"},
+		{"--offline", "inspect", "--model", "org/stories"},
+		{"--offline", "download", "--model", "org/stories@" + commit},
+	} {
+		e = newTestFactory(t, env)
+		assert.Equal(t, ExitHub, e.run(args...), "%v: %s", args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "lacks config.json", args)
+		assert.Contains(t, e.errOut.String(), "tputool download --model org/stories", args)
+		assert.NotContains(t, e.errOut.String(), "unsupported", args)
+	}
+}
+
+// A snapshot link planted to a file outside the cache is refused for a Hub
+// id as for a local folder, online and offline; a local cache problem
+// (exit 1), not a Hub one.
+func TestSnapshotLinkOutOfCacheIsRefused(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories"), e.errOut.String())
+	ptr := filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "snapshots", commit, "tokenizer.json")
+	outside := filepath.Join(t.TempDir(), "secret.json")
+	require.NoError(t, os.WriteFile(outside, []byte(`{"secret":1}`), 0o600))
+	require.NoError(t, os.Remove(ptr))
+	require.NoError(t, os.Symlink(outside, ptr))
+	for _, args := range [][]string{
+		{"download", "--model", "org/stories"},
+		{"--offline", "download", "--model", "org/stories"},
+		{"--offline", "download", "--model", "org/stories@" + commit},
+	} {
+		e = newTestFactory(t, env)
+		assert.Equal(t, ExitError, e.run(args...), "%v: %s", args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "outside", args)
+		assert.Contains(t, e.errOut.String(), "tputool cache rm org/stories", args)
+	}
+}
