@@ -40,3 +40,30 @@ func gemmPack8x32AVX512(kc int, a, b, c *float32, ldc, acc int)
 
 //go:noescape
 func gemmPack6x16AVX2(kc int, a, b, c *float32, ldc, acc int)
+
+//go:noescape
+func expSubSumAVX512(x *float32, n int, mx float32) float32
+
+//go:noescape
+func siluMulAVX512(dst, gate, up *float32, n int)
+
+//go:noescape
+func sumSquaresAVX512(x *float32, n int) float32
+
+//go:noescape
+func scaleMulAVX512(dst, x, w *float32, n int, s float32)
+
+//go:noescape
+func scaleInPlaceAVX512(x *float32, n int, s float32)
+
+//go:noescape
+func addInPlaceAVX512(dst, x *float32, n int)
+
+//go:noescape
+func widenBF16AVX512(dst *float32, src *uint16, n int)
+
+//go:noescape
+func widenF16AVX512(dst *float32, src *uint16, n int)
+
+//go:noescape
+func widenI8AVX512(dst *float32, src *int8, n int, s float32)

@@ -119,12 +119,67 @@ func currentMicroKernel() microKernel {
 
 func axpy(alpha float32, x, y []float32) { axpyF32(alpha, x, y) }
 
-func sumSquares(x []float32) float32            { return sumSquaresGeneric(x) }
-func scaleMul(dst, x, w []float32, s float32)   { scaleMulGeneric(dst, x, w, s) }
-func scaleInPlace(x []float32, s float32)       { scaleInPlaceGeneric(x, s) }
-func expSubSum(x []float32, mx float32) float32 { return expSubSumGeneric(x, mx) }
-func siluMul(dst, gate, up []float32)           { siluMulGeneric(dst, gate, up) }
-func addInPlace(dst, x []float32)               { addInPlaceGeneric(dst, x) }
+// Row kernels: AVX-512 assembly over the first len&^15 elements, portable Go
+// for the rest; the AVX2 and generic levels use the portable Go versions.
+
+func sumSquares(x []float32) float32 {
+	nm := len(x) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		return sumSquaresGeneric(x)
+	}
+	return sumSquaresAVX512(&x[0], nm) + sumSquaresGeneric(x[nm:])
+}
+
+func scaleMul(dst, x, w []float32, s float32) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		scaleMulGeneric(dst, x, w, s)
+		return
+	}
+	_, _ = x[len(dst)-1], w[len(dst)-1]
+	scaleMulAVX512(&dst[0], &x[0], &w[0], nm, s)
+	scaleMulGeneric(dst[nm:], x[nm:], w[nm:], s)
+}
+
+func scaleInPlace(x []float32, s float32) {
+	nm := len(x) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		scaleInPlaceGeneric(x, s)
+		return
+	}
+	scaleInPlaceAVX512(&x[0], nm, s)
+	scaleInPlaceGeneric(x[nm:], s)
+}
+
+func expSubSum(x []float32, mx float32) float32 {
+	nm := len(x) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		return expSubSumGeneric(x, mx)
+	}
+	return expSubSumAVX512(&x[0], nm, mx) + expSubSumGeneric(x[nm:], mx)
+}
+
+func siluMul(dst, gate, up []float32) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		siluMulGeneric(dst, gate, up)
+		return
+	}
+	_, _ = gate[len(dst)-1], up[len(dst)-1]
+	siluMulAVX512(&dst[0], &gate[0], &up[0], nm)
+	siluMulGeneric(dst[nm:], gate[nm:], up[nm:])
+}
+
+func addInPlace(dst, x []float32) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		addInPlaceGeneric(dst, x)
+		return
+	}
+	_ = x[len(dst)-1]
+	addInPlaceAVX512(&dst[0], &x[0], nm)
+	addInPlaceGeneric(dst[nm:], x[nm:])
+}
 
 var (
 	ntAVX512 = ntKernel{mr: 4, kstep: 16, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
@@ -158,6 +213,35 @@ func currentNTKernel() ntKernel {
 	return ntGeneric
 }
 
-func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) }
-func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
-func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }
+func widenBF16(dst []float32, src []uint16) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		widenBF16Generic(dst, src)
+		return
+	}
+	_ = src[len(dst)-1]
+	widenBF16AVX512(&dst[0], &src[0], nm)
+	widenBF16Generic(dst[nm:], src[nm:])
+}
+
+func widenF16(dst []float32, src []uint16) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		widenF16Generic(dst, src)
+		return
+	}
+	_ = src[len(dst)-1]
+	widenF16AVX512(&dst[0], &src[0], nm)
+	widenF16Generic(dst[nm:], src[nm:])
+}
+
+func widenI8(dst []float32, src []int8, s float32) {
+	nm := len(dst) &^ 15
+	if level != levelAVX512 || nm == 0 {
+		widenI8Generic(dst, src, s)
+		return
+	}
+	_ = src[len(dst)-1]
+	widenI8AVX512(&dst[0], &src[0], nm, s)
+	widenI8Generic(dst[nm:], src[nm:], s)
+}

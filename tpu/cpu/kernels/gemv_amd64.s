@@ -1,34 +1,13 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "macros_amd64.h"
 
 // GEMV row kernels: c[j] = Σ_p a[p]·B[j,p] for j < n, p < k, where B rows
 // are ldb bytes apart. k is a multiple of 16 (the Go side adds the tail).
 // Four rows at a time share each load of a; one row at a time for the rest.
 // Registers: AX a, SI B row 0, R9/R10/R11 rows 1..3, R8 ldb bytes, CX k,
 // DI c, DX rows left, R12 element index.
-
-// REDUCE512 sums the 16 lanes of Z into the float32 at dst (clobbers Z15).
-#define REDUCE512(Z, Y, X, dst) \
-	VEXTRACTF64X4 $1, Z, Y15 \
-	VADDPS        Y15, Y, Y  \
-	VEXTRACTF128  $1, Y, X15 \
-	VADDPS        X15, X, X  \
-	VMOVHLPS      X, X, X15  \
-	VADDPS        X15, X, X  \
-	VMOVSHDUP     X, X15     \
-	VADDSS        X15, X, X  \
-	VMOVSS        X, dst
-
-// REDUCE256 sums the 8 lanes of Y into the float32 at dst (clobbers Y15).
-#define REDUCE256(Y, X, dst) \
-	VEXTRACTF128 $1, Y, X15 \
-	VADDPS       X15, X, X  \
-	VMOVHLPS     X, X, X15  \
-	VADDPS       X15, X, X  \
-	VMOVSHDUP    X, X15     \
-	VADDSS       X15, X, X  \
-	VMOVSS       X, dst
 
 #define ROWPTRS \
 	LEAQ (SI)(R8*1), R9  \
