@@ -51,7 +51,12 @@ For a Hub model only the config files are downloaded: the safetensors headers ar
 read with HTTP Range requests, so no weights are fetched. A cached or local model
 needs no network at all. MoE models report total and active parameters;
 multimodal checkpoints report the tensors the text-only path skips; diffusers
-pipelines get a per-component breakdown.`,
+pipelines get a per-component breakdown.
+
+For an architecture tputool runs, the checkpoint is checked against it as
+generate would load it: every tensor the config implies that is missing,
+misshapen, of an unsupported dtype or unused is listed, and inspect exits 3
+after the report, naming the first one.`,
 		Example: `  tputool inspect --model Qwen/Qwen3-0.6B
   tputool inspect --model Qwen/Qwen3.5-9B --context 32768 --batch 8
   tputool inspect --model ./my-checkpoint --dtype f32 --json
@@ -105,9 +110,28 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 		return err
 	}
 	if opts.JSON {
-		return opts.IO.WriteJSON(r)
+		err = opts.IO.WriteJSON(r)
+	} else {
+		err = renderInspect(opts.IO, r, opts.Headroom)
 	}
-	return renderInspect(opts.IO, r, opts.Headroom)
+	if err != nil {
+		return err
+	}
+	return mismatchError(r)
+}
+
+// mismatchError is the exit status of a report whose checkpoint does not
+// load with its config: the report is printed, then inspect exits 3 naming
+// the first mismatch, as generate would refuse the checkpoint.
+func mismatchError(r *inspect.Report) error {
+	if len(r.Mismatches) == 0 {
+		return nil
+	}
+	more := ""
+	if n := len(r.Mismatches) - 1; n > 0 {
+		more = fmt.Sprintf(" (and %d more mismatches)", n)
+	}
+	return errs.Unsupportedf("%s does not load with its config.json: %s%s", r.Model, r.Mismatches[0].Message, more)
 }
 
 func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
@@ -214,9 +238,22 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 		}
 		fmt.Fprintln(w, "TP is the --tp to run with on that slice; one tputool process drives one host's chips (HOSTS > 1 is not supported yet).")
 	}
+	if len(r.Mismatches) > 0 {
+		fmt.Fprintf(w, "\nThe checkpoint does not load with its config (%d mismatches):\n", len(r.Mismatches))
+		for i, m := range r.Mismatches {
+			if i == maxMismatchesShown {
+				fmt.Fprintf(w, "  ... and %d more (--json lists all)\n", len(r.Mismatches)-i)
+				break
+			}
+			fmt.Fprintf(w, "  %s\n", m.Message)
+		}
+	}
 	writeNotes(w, r.Notes)
 	return nil
 }
+
+// maxMismatchesShown bounds the mismatch lines of the text report.
+const maxMismatchesShown = 20
 
 func layerKinds(t *inspect.Text) string {
 	var parts []string

@@ -152,3 +152,39 @@ func TestInspectFlagsAndErrors(t *testing.T) {
 	assert.Equal(t, ExitHub, e.run("inspect", "--model", "org/missing"))
 	assert.Contains(t, e.errOut.String(), "repository not found: org/missing")
 }
+
+// TestInspectNamesMissingTensor: a config with one layer more than the
+// weights hold is printed, with the tensors it lacks, and exits 3 naming
+// the first one (as generate refuses it), text and JSON alike.
+func TestInspectNamesMissingTensor(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, name))
+		require.NoError(t, err)
+		if name == "config.json" {
+			var cfg map[string]any
+			require.NoError(t, json.Unmarshal(b, &cfg))
+			cfg["num_hidden_layers"] = 6
+			b, err = json.Marshal(cfg)
+			require.NoError(t, err)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	const first = `missing tensor "model.layers.5.input_layernorm.weight" (shape [64])`
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitUnsupported, e.run("inspect", "--model", dir))
+	assert.Contains(t, e.out.String(), "The checkpoint does not load with its config (9 mismatches):\n  "+first)
+	assert.Contains(t, e.errOut.String(), first+" (and 8 more mismatches)")
+
+	e = newTestFactory(t, nil)
+	require.Equal(t, ExitUnsupported, e.run("inspect", "--model", dir, "--json"))
+	var r struct {
+		Supported  bool
+		Mismatches []struct{ Kind, Tensor string }
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &r), e.out.String())
+	assert.True(t, r.Supported)
+	require.Len(t, r.Mismatches, 9)
+	assert.Equal(t, "missing", r.Mismatches[0].Kind)
+	assert.Equal(t, "model.layers.5.input_layernorm.weight", r.Mismatches[0].Tensor)
+}
