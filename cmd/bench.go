@@ -23,7 +23,6 @@ import (
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/pipeline/bench"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -50,9 +49,11 @@ type BenchOptions struct {
 	Revision string
 	Variant  string
 	// Task is "generate", "diffuse" or "" (from the model).
-	Task   string
-	Modes  []string
-	DType  string
+	Task string
+	// Modes are the --mode values, in the order given; DType is --dtype
+	// (InvalidDType: auto, the device's).
+	Modes  []compile.Mode
+	DType  dtypes.DType
 	Repeat int
 	Warmup int
 	// TP and DP spread a language model over TP x DP devices.
@@ -91,8 +92,8 @@ const (
 func NewCmdBench(f *Factory, runF func(context.Context, *BenchOptions) error) *cobra.Command {
 	opts := &BenchOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
 	var (
-		modes, batches, promptLens, genLens, steps, sizes string
-		compare                                           bool
+		modes, dtype, batches, promptLens, genLens, steps, sizes string
+		compare                                                  bool
 	)
 	c := &cobra.Command{
 		Use:   "bench --model MODEL [flags] | bench --compare OLD.json NEW.json",
@@ -145,7 +146,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 				if len(args) > 0 {
 					return errs.Usagef("unexpected argument %q (did you mean --compare OLD.json NEW.json?)", args[0])
 				}
-				if err := benchValidate(opts, fl.Changed, modes, batches, promptLens, genLens, steps, sizes); err != nil {
+				if err := benchValidate(opts, fl.Changed, modes, dtype, batches, promptLens, genLens, steps, sizes); err != nil {
 					return err
 				}
 			}
@@ -178,7 +179,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.StringVar(&sizes, "size", "", "image sizes WIDTHxHEIGHT, comma-separated (diffuse; default: the model's)")
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
-	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
@@ -239,23 +240,33 @@ func parseSizes(s string) ([][2]int, error) {
 	return out, nil
 }
 
-func parseModes(s string) ([]string, error) {
-	var out []string
+func parseModes(s string) ([]compile.Mode, error) {
+	var out []compile.Mode
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
-		if part != bench.ModeEager && part != bench.ModeCompiled {
+		m, err := compile.ParseMode(part)
+		if err != nil || part == "" {
 			return nil, errs.Usagef("--mode %s: %q is not an execution mode (want eager, compiled or eager,compiled)", s, part)
 		}
-		if slices.Contains(out, part) {
+		if slices.Contains(out, m) {
 			return nil, errs.Usagef("--mode %s: %s is given twice", s, part)
 		}
-		out = append(out, part)
+		out = append(out, m)
 	}
 	return out, nil
 }
 
+// modeNames are the labels bench rows carry for modes (compile.Mode.String).
+func modeNames(modes []compile.Mode) []string {
+	out := make([]string, len(modes))
+	for i, m := range modes {
+		out[i] = m.String()
+	}
+	return out
+}
+
 // benchValidate parses and checks the flags of a benchmark run.
-func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches, promptLens, genLens, steps, sizes string) error {
+func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, batches, promptLens, genLens, steps, sizes string) error {
 	if opts.Model == "" {
 		return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory), or --compare OLD NEW")
 	}
@@ -298,7 +309,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, batches
 	if opts.Warmup < 0 {
 		return errs.Usagef("--warmup %d: must not be negative", opts.Warmup)
 	}
-	if _, err := parseDType(opts.DType); err != nil {
+	if opts.DType, err = parseDType(dtype); err != nil {
 		return err
 	}
 	if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
@@ -404,23 +415,20 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	var rows []bench.Row
 	var header bench.Header
 	if task == bench.TaskGenerate {
-		dtype, _ := parseDType(opts.DType)
-		if dtype == dtypes.InvalidDType {
-			dtype = dev.ComputeDType
-		}
+		dtype := computeDType(opts.DType, dev)
 		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
 		batches := opts.Batches
 		if batches == nil {
 			batches, _ = parseIntList("batch", benchDefaultGenBatch)
 		}
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
-			Modes: opts.Modes,
+			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(m.Dir, dev, dtype, opts.TP, opts.DP, rep),
+			Load:  benchLoadLM(m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP}, rep),
 		})
 	} else {
-		if d, _ := parseDType(opts.DType); d != dtypes.InvalidDType && d != dtypes.Float32 {
-			return errs.Unsupportedf("--dtype %s: diffusion pipelines run in float32 only", opts.DType)
+		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {
+			return errs.Unsupportedf("--dtype %s: diffusion pipelines run in float32 only", dtypeName(d))
 		}
 		header = benchHeader(opts, dev, model, task, "float32")
 		batches := opts.Batches
@@ -432,7 +440,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			sizes = [][2]int{{0, 0}}
 		}
 		rows, err = bench.Diffuse(ctx, cfg, bench.DiffuseSpec{
-			Modes:  opts.Modes,
+			Modes:  modeNames(opts.Modes),
 			Cases:  bench.DiffuseCases(batches, sizes, opts.Steps),
 			Prompt: benchDiffusionPrompt, Seed: benchDiffusionSeed,
 			Load: benchLoadDiffusion(m.Dir, opts.Variant, dev, rep, opts.HostMemory),
@@ -449,10 +457,11 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	return err
 }
 
-// benchLoadLM loads a language model for bench.Generate.
-func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, rep *ui.Reporter) func() (*bench.LM, error) {
+// benchLoadLM loads a language model for bench.Generate; each mode's
+// session compiles it with o and that mode.
+func benchLoadLM(m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, rep *ui.Reporter) func() (*bench.LM, error) {
 	return func() (*bench.LM, error) {
-		l, err := lm.Load(dir)
+		l, err := openLM(m, dev, o.DType, rep)
 		if err != nil {
 			return nil, err
 		}
@@ -466,16 +475,15 @@ func benchLoadLM(dir string, dev *tpu.Device, dtype dtypes.DType, tp, dp int, re
 				special = append(special, ids...)
 			}
 		}
-		rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s", dir, spec.Architecture, spec.Layers, spec.Hidden,
-			spec.VocabSize, dtypeName(dtype), dev)
 		return &bench.LM{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: special,
-			Open: func(mode string) (*bench.LMSession, error) {
-				cm, err := compile.ParseMode(mode)
-				if err != nil {
-					return nil, err
+			Open: func(label string) (*bench.LMSession, error) {
+				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
+				if i < 0 {
+					return nil, fmt.Errorf("bench: mode %q was not asked for", label)
 				}
-				r, err := compile.NewLM(dev.Backend, l, compile.Options{Mode: cm, DType: dtype, TP: tp, DP: dp,
-					OnRecompile: debugRecompile(rep)})
+				mo := o
+				mo.Mode = modes[i]
+				r, err := compileLM(dev, l, mo, rep)
 				if err != nil {
 					return nil, err
 				}
@@ -508,7 +516,7 @@ func benchLoadDiffusion(dir, variant string, dev *tpu.Device, rep *ui.Reporter, 
 			return nil, err
 		}
 		var d bench.Diffuser = p
-		if dev.BackendName == tpu.BackendGo {
+		if dev.Capabilities.HostMemory {
 			d = fitCheckedPipeline{p, hostMemory}
 		}
 		return &bench.Diffusion{Pipeline: d, Guidance: p.DefaultGuidance(),

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/bench"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
 )
@@ -49,7 +50,7 @@ func TestBenchOptions(t *testing.T) {
 	assert.Equal(t, []int{1, 8, 64}, got.Batches)
 	assert.Equal(t, []int{128, 512}, got.PromptLens)
 	assert.Equal(t, []int{128}, got.GenLens)
-	assert.Equal(t, []string{"compiled"}, got.Modes)
+	assert.Equal(t, []compile.Mode{compile.Compiled}, got.Modes)
 	assert.Equal(t, 3, got.Repeat)
 	assert.Equal(t, 0, got.Warmup)
 	assert.Equal(t, "csv", got.Format)
@@ -60,7 +61,7 @@ func TestBenchOptions(t *testing.T) {
 	c.SetArgs([]string{"-m", "x/y", "--size", "512,640x384", "--steps", "1,4"})
 	require.NoError(t, c.Execute())
 	assert.Nil(t, got.Batches, "the task's default")
-	assert.Equal(t, []string{"eager", "compiled"}, got.Modes)
+	assert.Equal(t, []compile.Mode{compile.Eager, compile.Compiled}, got.Modes)
 	assert.Equal(t, [][2]int{{512, 512}, {640, 384}}, got.Sizes)
 	assert.Equal(t, []int{1, 4}, got.Steps)
 	assert.Equal(t, []int{512}, got.PromptLens)

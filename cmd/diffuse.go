@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
@@ -58,19 +55,13 @@ type DiffuseOptions struct {
 	Seed           uint64
 	HasSeed        bool
 	Scheduler      string
-	Mode           string // "compiled" or "eager"
+	Mode           compile.Mode // --mode (or --compile)
 	Output         string
 	Retries        int
 	JSON           bool
 	// HostMemory is the host's memory in bytes (nil or 0: unknown).
 	HostMemory func() int64
 }
-
-// Execution modes.
-const (
-	modeCompiled = "compiled"
-	modeEager    = "eager"
-)
 
 // DiffuseResult is the --json result.
 type DiffuseResult struct {
@@ -138,7 +129,10 @@ func parseSize(flag, s string) ([2]int, error) {
 func NewCmdDiffuse(f *Factory, runF func(context.Context, *DiffuseOptions) error) *cobra.Command {
 	opts := &DiffuseOptions{IO: f.IOStreams, Resolve: loader.ResolveRef, Device: f.Device,
 		RandomSeed: func() uint64 { return uint64(rand.Uint32()) }}
-	var compile bool
+	var (
+		compileFlag bool
+		mode        string
+	)
 	c := &cobra.Command{
 		Use:   "diffuse --model MODEL --prompt TEXT [-o out.png]",
 		Short: "Generate images with a diffusion pipeline",
@@ -199,19 +193,15 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 				}
 				opts.Width, opts.Height = wh[0], wh[1]
 			}
-			switch opts.Mode {
-			case modeCompiled, modeEager:
-			default:
-				return errs.Usagef("--mode %q: want compiled or eager", opts.Mode)
+			var err error
+			if opts.Mode, err = compile.ParseMode(mode); err != nil {
+				return err
 			}
-			if compile {
-				if fl.Changed("mode") && opts.Mode != modeCompiled {
-					return errs.Usagef("--compile and --mode %s contradict each other", opts.Mode)
-				}
-				opts.Mode = modeCompiled
+			if compileFlag && fl.Changed("mode") && opts.Mode != compile.Compiled {
+				return errs.Usagef("--compile and --mode %s contradict each other", opts.Mode)
 			}
-			if opts.Scheduler != "" && !slices.Contains(schedulers.Names(), opts.Scheduler) {
-				return errs.Usagef("--scheduler %q: want one of %s", opts.Scheduler, strings.Join(schedulers.Names(), ", "))
+			if opts.Scheduler != "" && !schedulers.Known(opts.Scheduler) {
+				return errs.Usagef("--scheduler %q: want one of %s, or a diffusers class name (%s)", opts.Scheduler, strings.Join(schedulers.Names(), ", "), strings.Join(schedulers.Classes(), ", "))
 			}
 			if err := checkOutput(opts.Output); err != nil {
 				return err
@@ -238,40 +228,18 @@ The paths are printed on stdout (or a JSON document with timings under --json).`
 	fl.StringVar(&opts.Size, "size", "", "image size WIDTHxHEIGHT (default: the model's, e.g. 512x512 for SD 1.5)")
 	fl.IntVarP(&opts.Batch, "batch", "b", 1, "images to generate from the prompt")
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (default: a random one, reported); torch uses its low 32 bits")
-	fl.StringVar(&opts.Scheduler, "scheduler", "", "scheduler: "+strings.Join(schedulers.Names(), ", ")+" (default: the model's)")
-	fl.StringVar(&opts.Mode, "mode", modeCompiled, "execution: compiled (one executable per model) or eager (one per block)")
-	fl.BoolVar(&compile, "compile", false, "same as --mode compiled")
+	fl.StringVar(&opts.Scheduler, "scheduler", "", "scheduler: "+strings.Join(schedulers.Names(), ", ")+", or a diffusers class name such as EulerDiscreteScheduler (default: the model's)")
+	fl.StringVar(&mode, "mode", compile.Compiled.String(), "execution: compiled (one executable per model) or eager (one per block)")
+	fl.BoolVar(&compileFlag, "compile", false, "same as --mode compiled")
 	fl.StringVarP(&opts.Output, "output", "o", "out.png", "output PNG; with --batch > 1: OUT-0.png, ... or a %d pattern")
 	addRetriesFlag(c, &opts.Retries)
 	_ = c.RegisterFlagCompletionFunc("scheduler", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return schedulers.Names(), cobra.ShellCompDirectiveNoFileComp
+		return append(schedulers.Names(), schedulers.Classes()...), cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = c.RegisterFlagCompletionFunc("mode", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{modeCompiled, modeEager}, cobra.ShellCompDirectiveNoFileComp
+		return []string{compile.Compiled.String(), compile.Eager.String()}, cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
-}
-
-// checkDiffusionFits refuses a request whose largest activation alone is
-// more than the host's memory (hostMemoryFn nil or 0: unknown, no check),
-// naming the tensor and its size, before anything is allocated. It applies
-// to the go backend, whose activations live in host memory and which the
-// kernel's OOM killer would end without a message; an XLA device reports
-// its own out-of-memory error.
-func checkDiffusionFits(largest sd.Buffer, req sd.Request, hostMemoryFn func() int64) error {
-	if hostMemoryFn == nil {
-		return nil
-	}
-	hostMemory := hostMemoryFn()
-	if hostMemory <= 0 || largest.Bytes <= float64(hostMemory) {
-		return nil
-	}
-	need := "more than 8 EiB"
-	if largest.Bytes < math.MaxInt64 {
-		need = humanize.Bytes(int64(largest.Bytes))
-	}
-	return errs.Usagef("--size %dx%d --batch %d: %s alone needs %s, more than this machine's %s of memory; lower --size or --batch",
-		req.Width, req.Height, req.Batch, largest.What, need, humanize.Bytes(hostMemory))
 }
 
 // checkOutput validates -o: a .png file name, and a pattern with exactly
@@ -353,7 +321,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 
 	req := sd.Request{Prompt: opts.Prompt, NegativePrompt: opts.NegativePrompt, HasNegative: opts.HasNegative,
 		Steps: opts.Steps, Guidance: opts.Guidance, Width: opts.Width, Height: opts.Height, Batch: opts.Batch,
-		Seed: opts.Seed, Scheduler: opts.Scheduler, Eager: opts.Mode == modeEager}
+		Seed: opts.Seed, Scheduler: opts.Scheduler, Eager: opts.Mode == compile.Eager}
 	if !opts.HasGuidance {
 		req.Guidance = p.DefaultGuidance()
 	}
@@ -363,7 +331,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	if err := p.Validate(&req); err != nil {
 		return err
 	}
-	if dev.BackendName == tpu.BackendGo {
+	if dev.Capabilities.HostMemory {
 		if err := checkDiffusionFits(p.LargestBuffer(req), req, opts.HostMemory); err != nil {
 			return err
 		}
@@ -434,7 +402,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	t := res.Timings
 	out := DiffuseResult{Model: model, Pipeline: p.Class, Prompt: opts.Prompt, Seed: req.Seed, Steps: req.Steps,
 		Guidance: req.Guidance, Scheduler: schedulerLabel(opts.Scheduler, res.Scheduler), Width: res.Width, Height: res.Height,
-		Batch: req.Batch, Mode: opts.Mode, Device: dev.String(), Files: paths, Compiles: t.Compiles, NewSize: res.NewSize,
+		Batch: req.Batch, Mode: opts.Mode.String(), Device: dev.String(), Files: paths, Compiles: t.Compiles, NewSize: res.NewSize,
 		Timings: DiffuseTimings{Load: loadTime.Seconds(), TextEncode: t.TextEncode.Seconds(), Denoise: t.Denoise.Seconds(),
 			Step: t.StepSeconds(), Decode: t.Decode.Seconds(), Compile: t.Compile().Seconds(),
 			CompileText: t.CompileText.Seconds(), CompileDenoiser: t.CompileDenoiser.Seconds(), CompileDecode: t.CompileDecode.Seconds(),

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
 	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
 )
@@ -39,7 +40,7 @@ func TestDiffuseOptions(t *testing.T) {
 	require.NoError(t, cmd.Execute())
 	assert.Equal(t, "org/name", got.Model)
 	assert.Equal(t, "a fox", got.Prompt)
-	assert.Equal(t, modeCompiled, got.Mode)
+	assert.Equal(t, compile.Compiled, got.Mode)
 	assert.Equal(t, 640, got.Width)
 	assert.Equal(t, 384, got.Height)
 	assert.Equal(t, 3, got.Batch)
@@ -52,7 +53,7 @@ func TestDiffuseOptions(t *testing.T) {
 	cmd = NewCmdDiffuse(e.f, func(_ context.Context, o *DiffuseOptions) error { got = o; return nil })
 	cmd.SetArgs([]string{"-m", "x/y", "-p", "", "-n", "", "--size", "256", "--mode", "eager", "-g", "1"})
 	require.NoError(t, cmd.Execute())
-	assert.Equal(t, modeEager, got.Mode)
+	assert.Equal(t, compile.Eager, got.Mode)
 	assert.Equal(t, 256, got.Width)
 	assert.Equal(t, 256, got.Height)
 	assert.True(t, got.HasNegative, "an empty --negative-prompt is given")
@@ -171,7 +172,7 @@ func TestDiffuseJSONAndBatch(t *testing.T) {
 	assert.Positive(t, res.Timings.Total)
 	assert.Positive(t, res.Compiles)
 	assert.True(t, res.NewSize)
-	assert.Equal(t, modeCompiled, res.Mode)
+	assert.Equal(t, compile.Compiled.String(), res.Mode)
 	// --json: NDJSON events on stderr.
 	for _, line := range strings.Split(strings.TrimSpace(e.errOut.String()), "\n") {
 		var ev map[string]any

@@ -14,7 +14,10 @@ import (
 
 // GlobalOptions are the persistent flags every command shares.
 type GlobalOptions struct {
+	// Device is the --device flag as given; DeviceSpec is the spec the
+	// root command chose from it and TPUTOOL_DEVICE, parsed once.
 	Device     string
+	DeviceSpec tpu.Spec
 	JSON       bool
 	Quiet      bool
 	Verbose    bool
@@ -47,15 +50,10 @@ type Factory struct {
 	device   *tpu.Device
 }
 
-// DeviceSpec parses the effective --device value.
-func (f *Factory) DeviceSpec() (tpu.Spec, error) {
-	return tpu.ParseSpec(f.Global.Device)
-}
-
 // DeviceExplicit reports whether the user chose a device (flag or
 // TPUTOOL_DEVICE) rather than leaving it on auto.
 func (f *Factory) DeviceExplicit() bool {
-	return f.Global.Device != "" && f.Global.Device != "auto"
+	return f.Global.DeviceSpec.Kind != "" && f.Global.DeviceSpec.Kind != tpu.SpecAuto
 }
 
 // HostMemory is the host's physical memory in bytes as DeviceEnv shows it,
@@ -65,20 +63,16 @@ func (f *Factory) HostMemory() int64 {
 	return n
 }
 
-// Device opens the device --device names, once per process; later calls
-// return the same device. Errors wrap errs.ErrDeviceUnavailable (exit 4) or
-// errs.ErrUsage for a malformed spec.
+// Device opens the device of Global.DeviceSpec, once per process; later
+// calls return the same device. Errors wrap errs.ErrDeviceUnavailable
+// (exit 4).
 func (f *Factory) Device() (*tpu.Device, error) {
 	f.deviceMu.Lock()
 	defer f.deviceMu.Unlock()
 	if f.device != nil {
 		return f.device, nil
 	}
-	spec, err := f.DeviceSpec()
-	if err != nil {
-		return nil, err
-	}
-	d, err := tpu.OpenEnv(spec, f.DeviceEnv())
+	d, err := tpu.OpenEnv(f.Global.DeviceSpec, f.DeviceEnv())
 	if err != nil {
 		return nil, err
 	}

@@ -20,17 +20,7 @@ import (
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/tpu"
-
-	// The text architectures tputool runs.
-	_ "github.com/tputool/tputool/pipeline/gemma3"
-	_ "github.com/tputool/tputool/pipeline/llama"
-	_ "github.com/tputool/tputool/pipeline/mistral"
-	_ "github.com/tputool/tputool/pipeline/qwen2"
-	_ "github.com/tputool/tputool/pipeline/qwen3"
-	_ "github.com/tputool/tputool/pipeline/qwen35"
-	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 )
 
 // GenerateOptions holds `tputool generate`'s inputs.
@@ -54,12 +44,13 @@ type GenerateOptions struct {
 	PromptsFile string
 	Chat        bool
 	System      string
-	Mode        string
-	DType       string
-	Stream      bool
-	Retries     int
-	JSON        bool
-	Verbose     bool
+	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
+	Mode    compile.Mode
+	DType   dtypes.DType
+	Stream  bool
+	Retries int
+	JSON    bool
+	Verbose bool
 	// TP and DP spread the model over TP x DP devices (--tp, --dp).
 	TP, DP int
 	// Overrides are the sampling and limit flags actually given.
@@ -73,6 +64,7 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		maxNew, topK             int
 		temp, topP, minP, repPen float64
 		seed                     uint64
+		mode, dtype              string
 	)
 	c := &cobra.Command{
 		Use:   "generate --model MODEL --prompt TEXT",
@@ -110,10 +102,11 @@ the same tokens.`,
 			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
 				return errs.Usagef("give at least one --prompt or a --prompts-file")
 			}
-			if _, err := compile.ParseMode(opts.Mode); err != nil {
+			var err error
+			if opts.Mode, err = compile.ParseMode(mode); err != nil {
 				return err
 			}
-			if _, err := parseDType(opts.DType); err != nil {
+			if opts.DType, err = parseDType(dtype); err != nil {
 				return err
 			}
 			fl := c.Flags()
@@ -197,8 +190,8 @@ the same tokens.`,
 	fl.StringArrayVar(&opts.Overrides.Stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
-	fl.StringVar(&opts.Mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
-	fl.StringVar(&opts.DType, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
+	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
 	addRetriesFlag(c, &opts.Retries)
@@ -285,33 +278,18 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
 		return err
 	}
-	dtype, _ := parseDType(opts.DType)
-	if dtype == dtypes.InvalidDType {
-		dtype = dev.ComputeDType
-	}
-	mode, _ := compile.ParseMode(opts.Mode)
-	loaded, err := lm.Load(m.Dir)
+	dtype := computeDType(opts.DType, dev)
+	loaded, err := openLM(m, dev, dtype, rep)
 	if err != nil {
 		return err
 	}
 	defer loaded.Close()
-	nonFinite := newNonFiniteWarnings(rep)
-	loaded.OnNonFinite = nonFinite.note // weights are checked as NewLM converts them
 	spec := loaded.Model.Spec()
-	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s), %s mode",
-		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName, mode)
-	runner, err := compile.NewLM(dev.Backend, loaded, compile.Options{
-		Mode: mode, DType: dtype, TP: opts.TP, DP: opts.DP,
-		OnRecompile: debugRecompile(rep),
-	})
-	nonFinite.done()
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP}, rep)
 	if err != nil {
 		return err
 	}
 	defer runner.Close()
-	if par := runner.Parallel(); par.Devices > 1 {
-		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)
-	}
 	if c := dev.XLACache; c != nil {
 		rep.Debugf("XLA compile cache (%s): %s", c.Mode, c.Dir)
 	}

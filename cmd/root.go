@@ -105,7 +105,7 @@ to stderr, with progress bars only on a terminal.`,
 			if err != nil {
 				return err
 			}
-			g.Device = spec.String()
+			g.DeviceSpec = spec
 			if g.Verbose {
 				tpu.SetBackendLog(f.IOStreams.ErrOut)
 			}

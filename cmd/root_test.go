@@ -34,10 +34,10 @@ func TestExitCodes(t *testing.T) {
 		{errs.Usagef("bad"), ExitUsage},
 		{fmt.Errorf("load: %w", errs.Unsupportedf("arch X")), ExitUnsupported},
 		{errs.Devicef("no libtpu"), ExitDevice},
-		{errs.Hubf("gated"), ExitHub},
+		{fmt.Errorf("gated: %w", errs.ErrHub), ExitHub},
 		{fmt.Errorf("--chat: %w", errs.Limitf("template %q: steps", "t")), ExitLimit},
 		{fmt.Errorf("download: %w", context.Canceled), ExitInterrupted},
-		{fmt.Errorf("%w: %w", errs.ErrInterrupted, errs.Hubf("reset")), ExitInterrupted},
+		{fmt.Errorf("%w: %w", errs.ErrInterrupted, fmt.Errorf("reset: %w", errs.ErrHub)), ExitInterrupted},
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, ExitCodeFor(c.err), "%v", c.err)
@@ -79,12 +79,12 @@ func TestInterruptedRunExits130(t *testing.T) {
 func TestEnvDefaults(t *testing.T) {
 	e := newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
 	require.Equal(t, ExitOK, e.run("version"))
-	assert.Equal(t, "cpu", e.f.Global.Device)
+	assert.Equal(t, "cpu", e.f.Global.DeviceSpec.String())
 	assert.True(t, e.f.Global.Offline)
 
 	e = newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "cpu", "HF_HUB_OFFLINE": "0"})
 	require.Equal(t, ExitOK, e.run("--device", "tpu", "version"))
-	assert.Equal(t, "tpu", e.f.Global.Device, "the flag wins over the environment")
+	assert.Equal(t, "tpu", e.f.Global.DeviceSpec.String(), "the flag wins over the environment")
 	assert.False(t, e.f.Global.Offline)
 
 	// huggingface_hub's true values only: "off" is not offline.

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
@@ -106,7 +105,7 @@ func memcpyGBs() float64 {
 func BenchmarkLLM(b *testing.B) {
 	dir := benchModelDir(b)
 	be := goBackend(b)
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tputool/tputool/loader/tokenizer"
 	_ "github.com/tputool/tputool/pipeline/llama"
-	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
 func goBackend(t testing.TB) backends.Backend {
@@ -26,7 +26,7 @@ func goBackend(t testing.TB) backends.Backend {
 func TestStoriesGreedy(t *testing.T) {
 	be := goBackend(t)
 	const dir = "../testdata/stories260K-hf"
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

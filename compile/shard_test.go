@@ -31,7 +31,7 @@ func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
 	if err := m.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

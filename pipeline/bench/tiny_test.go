@@ -12,7 +12,7 @@ import (
 	_ "github.com/gomlx/gomlx/backends/simplego"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 
 	_ "github.com/tputool/tputool/pipeline/llama"
 )
@@ -53,7 +53,7 @@ func TestTinyCheckpoint(t *testing.T) {
 	clk := newClock()
 	calls := map[string]*tickRunner{}
 	load := func() (*LM, error) {
-		l, err := lm.Load(storiesDir)
+		l, err := lmtest.Load(storiesDir)
 		if err != nil {
 			return nil, err
 		}

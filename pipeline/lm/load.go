@@ -2,11 +2,7 @@ package lm
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -16,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 )
@@ -53,33 +50,28 @@ func ignoredBuffer(name string) bool {
 // maxListed bounds how many names one error lists.
 const maxListed = 8
 
-// Load reads dir/config.json, picks the architecture from the registry and
-// opens the safetensors checkpoint, checking it strictly against the
-// model's weight list: a missing tensor, an unused tensor, a shape mismatch
-// or a non-float dtype is an error naming the tensor. When the config ties
-// the embeddings, a checkpoint that still carries lm_head.weight must hold
-// the same bytes as model.embed_tokens.weight.
-func Load(dir string) (*Loaded, error) {
-	cfg, err := config.ReadModel(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, fmt.Errorf("load model: %w", err)
+// Load builds the architecture that m's config.json names (from the
+// registry) and opens its safetensors checkpoint, checking it strictly
+// against the model's weight list: a missing tensor, an unused tensor, a
+// shape mismatch or a non-float dtype is an error naming the tensor. When
+// the config ties the embeddings, a checkpoint that still carries
+// lm_head.weight must hold the same bytes as model.embed_tokens.weight.
+// m is the model as loader resolved it: config.json is not read again.
+func Load(m *loader.Model) (*Loaded, error) {
+	if m.Kind != loader.Transformers || m.Config == nil {
+		return nil, errs.Unsupportedf("%s is a %s pipeline, not a language model (try tputool diffuse)", m.Name(), m.Kind)
 	}
-	m, err := New(cfg)
+	model, err := New(m.Config)
 	if err != nil {
 		return nil, err
 	}
-	l := &Loaded{Dir: dir, Config: cfg, Model: m, weights: Weights(m)}
-	genPath := filepath.Join(dir, "generation_config.json")
-	if _, err := os.Stat(genPath); err == nil {
-		if l.Generation, err = config.ReadGeneration(genPath); err != nil {
-			return nil, fmt.Errorf("load model: %w", err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	l := &Loaded{Dir: m.Dir, Config: m.Config, Model: model, weights: Weights(model)}
+	if l.Generation, err = m.Generation(); err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
-	l.ckpt, err = safetensors.Open(dir)
+	l.ckpt, err = m.OpenCheckpoint("")
 	if err != nil {
-		return nil, fmt.Errorf("load model %s: %w", dir, err)
+		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
 	}
 	if err := l.check(); err != nil {
 		l.ckpt.Close()

@@ -16,7 +16,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	_ "github.com/tputool/tputool/pipeline/llama"
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
@@ -99,7 +98,7 @@ func TestLoadStrict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := tiny(t, tc.tied)
 			rewrite(t, dir, tc.edit)
-			l, err := lm.Load(dir)
+			l, err := lmtest.Load(dir)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -121,7 +120,7 @@ func TestLoadStrict(t *testing.T) {
 func TestUnknownArchitecture(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["FancyForCausalLM"]}`), 0o644)
-	_, err := lm.Load(dir)
+	_, err := lmtest.Load(dir)
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `"FancyForCausalLM"`) || !strings.Contains(err.Error(), "LlamaForCausalLM") {
 		t.Fatalf("err %v", err)
 	}
@@ -140,7 +139,7 @@ func TestTensorConversions(t *testing.T) {
 		v, _ := safetensors.Float32Tensor(n, safetensors.BF16, []int{24, 16}, want)
 		m[n] = v
 	})
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +190,7 @@ func TestTensorReportsNonFinite(t *testing.T) {
 			v, _ := safetensors.Float32Tensor(n, src, []int{24, 16}, vals)
 			m[n] = v
 		})
-		l, err := lm.Load(dir)
+		l, err := lmtest.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
 	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/qwen35"
 )
@@ -53,7 +54,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err := c.Write(dir); err != nil {
 				t.Fatal(err)
 			}
-			l, err := lm.Load(dir)
+			l, err := lmtest.Load(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +111,7 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 		seq[i] = 1 + (i*37+11)%(c.Vocab-1)
 	}
 	for _, chunk := range []int{64, 8} {
-		l, err := lm.Load(dir)
+		l, err := lmtest.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +156,7 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 	if err := c.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 	if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, extra), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lm.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
+	if _, err := lmtest.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
 		t.Errorf("load with an unknown text tensor: error %v, want one naming it", err)
 	}
 }
@@ -311,7 +312,7 @@ func TestBFloat16Compute(t *testing.T) {
 	if err := c.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

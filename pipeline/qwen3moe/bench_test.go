@@ -11,7 +11,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
 	"github.com/tputool/tputool/pipeline/internal/reftest"
-	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 )
 
 var (
@@ -70,7 +70,7 @@ func TestMain(m *testing.M) {
 func BenchmarkMoEDecode(b *testing.B) {
 	dir := benchModelDir(b)
 	be := reftest.GoBackend(b)
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
 	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/lm/lmtest"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 )
 
@@ -37,7 +38,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err := c.Write(dir); err != nil {
 				t.Fatal(err)
 			}
-			l, err := lm.Load(dir)
+			l, err := lmtest.Load(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +153,7 @@ func TestBFloat16Compute(t *testing.T) {
 		if err := c.Write(dir); err != nil {
 			t.Fatal(err)
 		}
-		l, err := lm.Load(dir)
+		l, err := lmtest.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func load(t *testing.T, tc lmtest.Tiny) (*lm.Loaded, *ref.Model) {
 	if err := tc.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lm.Load(dir)
+	l, err := lmtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,72 @@
+package cmd
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
+	"github.com/tputool/tputool/pipeline/diffusion/sd"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// checkStateFits refuses a generation whose layer state (KV caches) could
+// not be allocated: more bytes than int64 holds, or more than the host's
+// memory (hostMemoryFn nil or 0: unknown, only the overflow check applies). Every
+// executor allocates the state on the host before handing it to the
+// device, so host memory bounds it on every backend. It runs before the
+// allocation, with the figure in the message, so that a config with an
+// absurd max_position_embeddings and a large --max-new-tokens (or
+// generation_config.json max_new_tokens) fails cleanly instead of crashing
+// the process.
+func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype dtypes.DType, hostMemoryFn func() int64) error {
+	var hostMemory int64
+	if hostMemoryFn != nil {
+		hostMemory = hostMemoryFn()
+	}
+	positions := compile.CacheBucket(compile.PromptBucket(longestPrompt) + maxNew)
+	if positions < longestPrompt+maxNew { // the bucketing overflowed
+		positions = longestPrompt + maxNew
+	}
+	need, ok := lm.StateBytes(m, batch, positions, dtype)
+	spec := m.Spec()
+	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, dtype)
+	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts", maxNew)
+	if !ok {
+		lower = fmt.Sprintf("lower --max-new-tokens (the model allows %d positions)", spec.MaxPositions)
+	}
+	return checkHostMemory(what, need, !ok, hostMemory, lower)
+}
+
+// checkDiffusionFits refuses a request whose largest activation alone is
+// more than the host's memory (hostMemoryFn nil or 0: unknown, no check),
+// naming the tensor and its size, before anything is allocated. It applies
+// to backends that compute in host memory, which the kernel's OOM killer
+// would end without a message; an XLA device reports its own
+// out-of-memory error.
+func checkDiffusionFits(largest sd.Buffer, req sd.Request, hostMemoryFn func() int64) error {
+	if hostMemoryFn == nil {
+		return nil
+	}
+	what := fmt.Sprintf("--size %dx%d --batch %d: %s alone", req.Width, req.Height, req.Batch, largest.What)
+	overflow := largest.Bytes >= math.MaxInt64
+	return checkHostMemory(what, int64(min(largest.Bytes, math.MaxInt64)), overflow, hostMemoryFn(), "lower --size or --batch")
+}
+
+// checkHostMemory is the commands' one memory-fit check, run before a
+// large allocation on a backend that computes in host memory: need bytes
+// (overflow: more than an int64 holds) for what must fit in hostMemory
+// (0: unknown, then only an overflow is refused). The error says what
+// needs how much, and lower says how to ask for less.
+func checkHostMemory(what string, need int64, overflow bool, hostMemory int64, lower string) error {
+	switch {
+	case overflow:
+		return errs.Usagef("%s needs more than 8 EiB of memory; %s", what, lower)
+	case hostMemory > 0 && need > hostMemory:
+		return errs.Usagef("%s needs %s, more than this machine's %s of memory; %s", what, humanize.Bytes(need), humanize.Bytes(hostMemory), lower)
+	}
+	return nil
+}
