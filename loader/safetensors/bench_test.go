@@ -141,3 +141,58 @@ func xorWords(b []byte) uint64 {
 	}
 	return x
 }
+
+// BenchmarkConvert converts every weight of a 32 MiB-per-dtype checkpoint
+// (F32 and BF16 tensors of 1M elements) through Checkpoint.Convert with
+// the NaN/Inf check, into float32 (DecodeFloat32) and into bfloat16
+// (DecodeBFloat16): the host side of lm.Loaded.Tensor and of the diffusion
+// loader, reported as MB/s of checkpoint bytes.
+//
+//	go test ./loader/safetensors -run '^$' -bench Convert
+func BenchmarkConvert(b *testing.B) {
+	const n, count = 1 << 20, 8
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i%1999)*1e-3 - 1
+	}
+	var ts []safetensors.Tensor
+	for _, d := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+		for k := 0; k < count; k++ {
+			t, err := safetensors.Float32Tensor(fmt.Sprintf("%s.%d", d, k), d, []int{1024, n / 1024}, vals)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts = append(ts, t)
+		}
+	}
+	p := filepath.Join(b.TempDir(), "model.safetensors")
+	if err := safetensors.WriteFile(p, ts, nil); err != nil {
+		b.Fatal(err)
+	}
+	c, err := safetensors.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	f32 := make([]float32, n)
+	bf16 := make([]uint16, n)
+	for _, d := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+		for _, out := range []string{"float32", "bfloat16"} {
+			b.Run(fmt.Sprintf("%s-to-%s", d, out), func(b *testing.B) {
+				b.SetBytes(int64(count * n * d.Size()))
+				for b.Loop() {
+					for k := 0; k < count; k++ {
+						convert := func(at int, piece []byte) { safetensors.DecodeFloat32(f32[at:], d, piece) }
+						if out == "bfloat16" {
+							convert = func(at int, piece []byte) { safetensors.DecodeBFloat16(bf16[at:], d, piece) }
+						}
+						nf, err := c.Convert(fmt.Sprintf("%s.%d", d, k), true, convert)
+						if err != nil || nf.Count != 0 {
+							b.Fatal(err, nf)
+						}
+					}
+				}
+			})
+		}
+	}
+}
