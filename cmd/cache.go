@@ -25,22 +25,27 @@ type CacheOptions struct {
 	// Warn reports problems with single cache entries.
 	Warn func(format string, args ...any)
 	Now  func() time.Time
+	// Progress starts a byte task on stderr (verify's hashing).
+	Progress func(name string, total int64) *ui.Task
 
-	// Repo is the ORG/NAME argument, Revision its "@rev" (rm only).
+	// Repo is the ORG/NAME argument, Revision its "@rev" (rm, verify).
 	Repo     string
 	Revision string
 	Yes      bool
 	JSON     bool
 }
 
-// NewCmdCache builds `tputool cache` with its ls and rm subcommands.
+// NewCmdCache builds `tputool cache` with its ls, rm and verify
+// subcommands.
 func NewCmdCache(f *Factory, runF func(context.Context, string, *CacheOptions) error) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cache",
-		Short: "List or remove models in the Hugging Face cache",
-		Long: `List or remove models in the Hugging Face cache (--cache-dir, HF_HUB_CACHE,
-HF_HOME/hub or ~/.cache/huggingface/hub), the cache transformers and diffusers
-share. Only model repositories are shown; datasets and spaces are left alone.`,
+		Short: "List, verify or remove models in the Hugging Face cache",
+		Long: `List, verify or remove models in the Hugging Face cache (--cache-dir,
+HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub), the cache transformers
+and diffusers share. Only model repositories are shown; datasets and spaces are
+left alone. These commands never use the network; naming a model that is not in
+the cache exits 1.`,
 		Args: cobra.NoArgs,
 	}
 	newOpts := func() *CacheOptions {
@@ -49,6 +54,9 @@ share. Only model repositories are shown; datasets and spaces are left alone.`,
 			Now:   f.Now,
 			Cache: func() hub.Cache { return hub.Cache{Dir: f.cacheDir(hub.EnvFrom(f.LookupEnv))} },
 			Warn:  func(format string, args ...any) { f.Reporter().Warnf(format, args...) },
+			Progress: func(name string, total int64) *ui.Task {
+				return f.Reporter().Start(name, total, ui.UnitBytes)
+			},
 		}
 	}
 	run := func(c *cobra.Command, name string, opts *CacheOptions) error {
@@ -56,8 +64,11 @@ share. Only model repositories are shown; datasets and spaces are left alone.`,
 		if runF != nil {
 			return runF(c.Context(), name, opts)
 		}
-		if name == "ls" {
+		switch name {
+		case "ls":
 			return cacheLsRun(c.Context(), opts)
+		case "verify":
+			return cacheVerifyRun(c.Context(), opts)
 		}
 		return cacheRmRun(c.Context(), opts)
 	}
@@ -110,7 +121,41 @@ otherwise.`,
 	}
 	rm.Flags().BoolVarP(&rmOpts.Yes, "yes", "y", false, "remove without asking")
 
-	c.AddCommand(ls, rm)
+	verifyOpts := newOpts()
+	verify := &cobra.Command{
+		Use:   "verify [ORG/NAME[@REVISION]]",
+		Short: "Rehash cached files and compare them with their ETags",
+		Long: `Rehash every file of the cached snapshots of a model (or of every cached
+model) and compare it with the ETag its blob is named by, as "hf cache verify"
+compares with the Hub's: the sha256 of LFS files (weights), the git blob sha1
+of the others. With @REVISION (a commit, a commit prefix of at least 7
+characters, or a branch/tag name) only that snapshot is checked. No network.
+
+Each file is ok, mismatch (corrupt or truncated content, or a link out of the
+cache), missing (the blob is gone) or unverified (a copy or an ETag that is no
+hash: nothing to compare with). Only mismatches and problems are listed; --json
+gives every file. A mismatch or a missing file exits 1: delete the blob named
+and run "tputool download" again, or "tputool cache rm" the model.`,
+		Example: `  tputool cache verify Qwen/Qwen3-0.6B
+  tputool cache verify Qwen/Qwen3-0.6B@main --json
+  tputool cache verify`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				id, rev, hasRev := strings.Cut(args[0], "@")
+				if err := hub.ValidateRepoID(id); err != nil {
+					return errs.Usagef("%v", err)
+				}
+				if hasRev && rev == "" {
+					return errs.Usagef("%s: empty revision after @", args[0])
+				}
+				verifyOpts.Repo, verifyOpts.Revision = id, rev
+			}
+			return run(c, "verify", verifyOpts)
+		},
+	}
+
+	c.AddCommand(ls, rm, verify)
 	return c
 }
 
@@ -132,7 +177,7 @@ func cacheLsRun(_ context.Context, opts *CacheOptions) error {
 	if opts.Repo != "" {
 		r, w, ok := cache.ScanRepo(opts.Repo)
 		if !ok {
-			return &hub.Error{Kind: hub.ErrNotCached, Repo: opts.Repo, Detail: "not in " + cache.Dir}
+			return fmt.Errorf("cache ls %s: %w %s", opts.Repo, hub.ErrAbsent, cache.Dir)
 		}
 		repos, warnings = []hub.CachedRepo{r}, w
 	} else if repos, warnings, err = cache.Scan(); err != nil {
@@ -214,7 +259,7 @@ func cacheRmRun(_ context.Context, opts *CacheOptions) error {
 	cache := opts.Cache()
 	r, _, ok := cache.ScanRepo(opts.Repo)
 	if !ok {
-		return &hub.Error{Kind: hub.ErrNotCached, Repo: opts.Repo, Detail: "nothing to remove in " + cache.Dir}
+		return fmt.Errorf("cache rm %s: %w %s; nothing removed", opts.Repo, hub.ErrAbsent, cache.Dir)
 	}
 	what := fmt.Sprintf("%s (%s, %d revision(s))", opts.Repo, humanize.Bytes(r.SizeOnDisk), len(r.Revisions))
 	if opts.Revision != "" {
@@ -242,6 +287,135 @@ func cacheRmRun(_ context.Context, opts *CacheOptions) error {
 	}
 	_, err = fmt.Fprintf(opts.IO.Out, "Removed %s, freed %s\n", what, humanize.Bytes(freed))
 	return err
+}
+
+// CacheVerification is the --json document of `cache verify`.
+type CacheVerification struct {
+	Dir   string              `json:"dir"`
+	Repos []*hub.Verification `json:"repos"`
+	// The totals over Repos.
+	Checked    int   `json:"checked"`
+	OK         int   `json:"ok"`
+	Mismatches int   `json:"mismatches"`
+	Missing    int   `json:"missing"`
+	Unverified int   `json:"unverified"`
+	Bytes      int64 `json:"bytes_hashed"`
+}
+
+func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
+	cache := opts.Cache()
+	ids := []string{opts.Repo}
+	if opts.Repo == "" {
+		repos, warnings, err := cache.Scan()
+		if err != nil {
+			return err
+		}
+		for _, w := range warnings {
+			opts.Warn("%s", w)
+		}
+		ids = ids[:0]
+		for _, r := range repos {
+			ids = append(ids, r.ID)
+		}
+	}
+	res := CacheVerification{Dir: cache.Dir, Repos: []*hub.Verification{}}
+	for _, id := range ids {
+		var task *ui.Task
+		vo := hub.VerifyOptions{Revision: opts.Revision}
+		if opts.Progress != nil {
+			vo.Progress = func(done, total int64) {
+				if task == nil {
+					task = opts.Progress("Verifying "+id, total)
+				}
+				task.Set(done)
+			}
+		}
+		v, err := cache.Verify(ctx, id, vo)
+		if task != nil {
+			task.Done()
+		}
+		if err != nil {
+			return err
+		}
+		res.Repos = append(res.Repos, v)
+		res.Checked += v.Checked
+		res.OK += v.OK
+		res.Mismatches += v.Mismatches
+		res.Missing += v.Missing
+		res.Unverified += v.Unverified
+		res.Bytes += v.Bytes
+	}
+	if opts.JSON {
+		if err := opts.IO.WriteJSON(res); err != nil {
+			return err
+		}
+	} else if err := printVerification(opts, res); err != nil {
+		return err
+	}
+	if bad := res.Mismatches + res.Missing; bad > 0 {
+		var names []string
+		for _, v := range res.Repos {
+			if v.Failed() {
+				names = append(names, v.Repo)
+			}
+		}
+		fix := "delete the blobs listed and run `tputool download --model " + names[0] + "` to fetch them again, or `tputool cache rm " + names[0] + "`"
+		return fmt.Errorf("cache verify: %d of %d file(s) failed (%d mismatch, %d missing) in %s; %s",
+			bad, res.Checked, res.Mismatches, res.Missing, strings.Join(names, ", "), fix)
+	}
+	return nil
+}
+
+func printVerification(opts *CacheOptions, res CacheVerification) error {
+	out := opts.IO.Out
+	if len(res.Repos) == 0 {
+		_, err := fmt.Fprintf(out, "No models in %s\n", res.Dir)
+		return err
+	}
+	for _, v := range res.Repos {
+		for _, rv := range v.Revisions {
+			name := v.Repo + "@" + rv.Commit
+			if len(rv.Refs) > 0 {
+				name += " (" + strings.Join(rv.Refs, ", ") + ")"
+			}
+			var ok, bad int
+			for _, f := range rv.Files {
+				switch f.Status {
+				case hub.VerifyOK:
+					ok++
+				case hub.VerifyMismatch, hub.VerifyMissing:
+					bad++
+				}
+			}
+			if bad == 0 {
+				fmt.Fprintf(out, "%s: %d file(s) ok", name, ok)
+			} else {
+				fmt.Fprintf(out, "%s: %d of %d file(s) failed", name, bad, len(rv.Files))
+			}
+			if n := len(rv.Files) - ok - bad; n > 0 {
+				fmt.Fprintf(out, ", %d unverified", n)
+			}
+			fmt.Fprintln(out)
+			for _, f := range rv.Files {
+				if f.Status == hub.VerifyOK {
+					continue
+				}
+				line := fmt.Sprintf("  %-10s %s", f.Status, f.File)
+				if f.Detail != "" {
+					line += ": " + f.Detail
+				}
+				if f.Blob != "" && f.Status == hub.VerifyMismatch {
+					line += " (" + f.Blob + ")"
+				}
+				fmt.Fprintln(out, line)
+			}
+		}
+	}
+	if opts.IO.IsStdoutTTY() {
+		fmt.Fprintf(out, "%d file(s) checked, %s hashed: %d ok, %d mismatch, %d missing, %d unverified\n",
+			res.Checked, humanize.Bytes(res.Bytes), res.OK, res.Mismatches, res.Missing, res.Unverified)
+	}
+	return nil
 }
 
 // statFollow returns the size of dir/rel, following the snapshot symlink.
