@@ -162,3 +162,37 @@ func TestSnapshotLinkOutOfCacheIsRefused(t *testing.T) {
 		assert.Contains(t, e.errOut.String(), "tputool cache rm org/stories", args)
 	}
 }
+
+// Credentials inside HF_ENDPOINT (http://user:token@host) never reach
+// stdout or stderr: not the -v endpoint line, not the request log, not a
+// Hub error or a not-a-Hub error, in text or --json mode.
+func TestEndpointCredentialsNeverPrinted(t *testing.T) {
+	const secret = "hf_EndpointCanary0123456789"
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	for _, args := range [][]string{
+		{"-v", "download", "--model", "org/stories"},
+		{"-v", "--json", "download", "--model", "org/stories"},
+		{"-v", "download", "--model", "org/missing"},
+		{"-v", "--json", "inspect", "--model", "org/missing"},
+	} {
+		env := hubEnv(t, srv)
+		env["HF_ENDPOINT"] = strings.Replace(srv.URL(), "://", "://alice:"+secret+"@", 1)
+		e := newTestFactory(t, env)
+		code := e.run(args...)
+		all := e.out.String() + e.errOut.String()
+		assert.NotContains(t, all, secret, "%v", args)
+		assert.Contains(t, all, "://***@", "%v: the endpoint line shows the credentials masked", args)
+		if strings.Contains(args[len(args)-1], "missing") {
+			assert.Equal(t, ExitHub, code, args)
+		} else {
+			assert.Equal(t, ExitOK, code, "%v: %s", args, e.errOut.String())
+		}
+	}
+	// A server that is no Hub: the error names the endpoint, masked.
+	env := hubEnv(t, srv)
+	env["HF_ENDPOINT"] = strings.Replace(srv.CDN.URL, "://", "://alice:"+secret+"@", 1)
+	e := newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("--json", "download", "--model", "org/stories", "--retries", "0"))
+	assert.NotContains(t, e.out.String()+e.errOut.String(), secret)
+}
