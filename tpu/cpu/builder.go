@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/notimplemented"
@@ -89,7 +90,24 @@ func (b *Builder) in(where string, ops ...backends.Op) ([]*node, error) {
 	return out, nil
 }
 
+// opObserver, when set, is told of every op a Builder records.
+var opObserver atomic.Pointer[func(backends.OpType)]
+
+// ObserveOps sets a function told of every op any Builder of this backend
+// records (nil to stop), for surveys of the ops a workload uses; see
+// docs/cpu-engine.md. fn may be called from several goroutines at once.
+func ObserveOps(fn func(backends.OpType)) {
+	if fn == nil {
+		opObserver.Store(nil)
+		return
+	}
+	opObserver.Store(&fn)
+}
+
 func (b *Builder) add(op backends.OpType, shape shapes.Shape, inputs []*node, fn execFn) *node {
+	if f := opObserver.Load(); f != nil {
+		(*f)(op)
+	}
 	n := &node{idx: len(b.nodes), op: op, shape: shape, inputs: inputs, fn: fn}
 	b.nodes = append(b.nodes, n)
 	return n
@@ -222,7 +240,7 @@ func implementedOps() []backends.OpType {
 		backends.OpTypeSlice, backends.OpTypeConcatenate, backends.OpTypePad, backends.OpTypeIota,
 		backends.OpTypeReverse, backends.OpTypeConvertDType, backends.OpTypeWhere, backends.OpTypeClamp,
 		backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin, backends.OpTypeReduceProduct,
-		backends.OpTypeArgMinMax, backends.OpTypeDotGeneral, backends.OpTypeGather,
+		backends.OpTypeArgMinMax, backends.OpTypeDotGeneral, backends.OpTypeGather, backends.OpTypeConvGeneral,
 		backends.OpTypeDynamicSlice, backends.OpTypeDynamicUpdateSlice,
 	}
 	ops = append(ops, unaryOps...)

@@ -816,3 +816,49 @@ func TestDynamicUpdateSliceInPlace(t *testing.T) {
 		}
 	}
 }
+
+func TestConvGeneral(t *testing.T) {
+	nchw := backends.ConvolveAxesConfig{
+		InputBatch: 0, InputChannels: 1, InputSpatial: []int{2, 3},
+		KernelOutputChannels: 0, KernelInputChannels: 1, KernelSpatial: []int{2, 3},
+		OutputBatch: 0, OutputChannels: 1, OutputSpatial: []int{2, 3},
+	}
+	nhwc := backends.ConvolveAxesConfig{
+		InputBatch: 0, InputChannels: 3, InputSpatial: []int{1, 2},
+		KernelOutputChannels: 3, KernelInputChannels: 2, KernelSpatial: []int{0, 1},
+		OutputBatch: 0, OutputChannels: 3, OutputSpatial: []int{1, 2},
+	}
+	ncw := backends.ConvolveAxesConfig{
+		InputBatch: 0, InputChannels: 1, InputSpatial: []int{2},
+		KernelOutputChannels: 0, KernelInputChannels: 1, KernelSpatial: []int{2},
+		OutputBatch: 0, OutputChannels: 1, OutputSpatial: []int{2},
+	}
+	type cc struct {
+		name     string
+		x, k     []int
+		axes     backends.ConvolveAxesConfig
+		strides  []int
+		paddings [][2]int
+	}
+	cases := []cc{
+		{"3x3 same", []int{2, 3, 9, 11}, []int{5, 3, 3, 3}, nchw, []int{1, 1}, [][2]int{{1, 1}, {1, 1}}},
+		{"3x3 stride2 asym", []int{1, 4, 10, 9}, []int{6, 4, 3, 3}, nchw, []int{2, 2}, [][2]int{{0, 1}, {1, 0}}},
+		{"1x1", []int{2, 7, 5, 6}, []int{3, 7, 1, 1}, nchw, []int{1, 1}, nil},
+		{"valid 2x4", []int{1, 2, 6, 8}, []int{3, 2, 2, 4}, nchw, []int{1, 3}, nil},
+		{"big", []int{1, 8, 40, 40}, []int{16, 8, 3, 3}, nchw, []int{1, 1}, [][2]int{{1, 1}, {1, 1}}},
+		{"nhwc", []int{2, 7, 6, 3}, []int{3, 3, 3, 4}, nhwc, []int{1, 1}, [][2]int{{1, 1}, {1, 1}}},
+		{"1d", []int{2, 3, 17}, []int{4, 3, 5}, ncw, []int{2}, [][2]int{{2, 2}}},
+	}
+	for _, c := range cases {
+		for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+			chk := check
+			if dt == dtypes.BFloat16 {
+				chk = checkWide // the go backend accumulates in bf16
+			}
+			chk(t, "Conv "+c.name, []shapes.Shape{sh(dt, c.x...), sh(dt, c.k...)}, false,
+				func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+					return b.ConvGeneral(p[0], p[1], c.axes, c.strides, c.paddings, nil, nil, 1, 1)
+				})
+		}
+	}
+}
