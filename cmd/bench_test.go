@@ -17,7 +17,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/bench"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
 
 // tickClock advances by one millisecond at every reading, so each figure
@@ -231,7 +231,7 @@ func TestBenchFormats(t *testing.T) {
 
 func TestBenchDiffuse(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tiny-sd")
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD()))
 	e := benchEnv(t)
 	code := e.run("bench", "-m", dir, "--json", "--steps", "2", "--size", "32x32", "--repeat", "2", "--warmup", "0")
 	require.Equal(t, ExitOK, code, e.errOut.String())

@@ -15,14 +15,14 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
 
 // tinyPipeline generates a tiny pipeline into a temporary directory.
-func tinyPipeline(t *testing.T, spec tinysd.Spec) string {
+func tinyPipeline(t *testing.T, spec sdckpt.Spec) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), spec.Name)
-	require.NoError(t, tinysd.Generate(dir, spec))
+	require.NoError(t, sdckpt.Generate(dir, spec))
 	return dir
 }
 
@@ -61,7 +61,7 @@ func TestDiffuseOptions(t *testing.T) {
 }
 
 func TestDiffuseUsageErrors(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySD())
+	dir := tinyPipeline(t, sdckpt.TinySD())
 	out := filepath.Join(t.TempDir(), "x.png")
 	for _, tc := range []struct {
 		args []string
@@ -112,7 +112,7 @@ func readPNG(t *testing.T, path string) ([]byte, map[string]string) {
 }
 
 func TestDiffuseWritesDeterministicPNGs(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySD())
+	dir := tinyPipeline(t, sdckpt.TinySD())
 	outDir := t.TempDir()
 	run := func(name string, extra ...string) ([]byte, map[string]string, *testEnv) {
 		e := diffuseEnv(t)
@@ -154,7 +154,7 @@ func TestDiffuseWritesDeterministicPNGs(t *testing.T) {
 }
 
 func TestDiffuseJSONAndBatch(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySDXL())
+	dir := tinyPipeline(t, sdckpt.TinySDXL())
 	outDir := t.TempDir()
 	e := diffuseEnv(t)
 	require.Equal(t, ExitOK, e.run("diffuse", "-m", dir, "-p", "a cat", "--steps", "2", "--size", "32x32", "--seed", "3",
@@ -194,7 +194,7 @@ func TestDiffuseJSONAndBatch(t *testing.T) {
 }
 
 func TestDiffuseTTY(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySD())
+	dir := tinyPipeline(t, sdckpt.TinySD())
 	e := diffuseEnv(t)
 	e.f.IOStreams.SetStdoutTTY(true)
 	e.f.IOStreams.SetStderrTTY(true)
@@ -215,7 +215,7 @@ func TestDiffuseTTY(t *testing.T) {
 }
 
 func TestDiffuseSD3(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySD3())
+	dir := tinyPipeline(t, sdckpt.TinySD3())
 	e := diffuseEnv(t)
 	path := filepath.Join(t.TempDir(), "sd3.png")
 	require.Equal(t, ExitOK, e.run("diffuse", "-m", dir, "-p", "a fox", "--steps", "2", "--size", "32x48", "--seed", "5",

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tputool/tputool/loader/hub/hubtest"
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -139,7 +139,7 @@ func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
 // on the fake machine) is refused before the pipeline runs, naming the
 // tensor and the figure, instead of being killed by the OOM killer.
 func TestDiffuseRefusesActivationsThatCannotFit(t *testing.T) {
-	dir := tinyPipeline(t, tinysd.TinySD()) // UNet attention at level 0, 2 heads; VAE scale 8
+	dir := tinyPipeline(t, sdckpt.TinySD()) // UNet attention at level 0, 2 heads; VAE scale 8
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -206,7 +206,7 @@ func TestGenerateWarnsAboutNonFiniteWeights(t *testing.T) {
 // names the component folder and the tensor, found while diffuse loads the
 // weights, and the run goes on.
 func TestWarnNonFiniteNamesComponent(t *testing.T) {
-	spec := tinysd.TinySD()
+	spec := sdckpt.TinySD()
 	spec.DType = "F16"
 	dir := tinyPipeline(t, spec)
 	vaeElems := plantF16(t, filepath.Join(dir, "vae", "diffusion_pytorch_model.safetensors"), "decoder.conv_out.weight", 6, 0x7C00)  // +Inf

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 var (
@@ -29,7 +29,7 @@ func benchModelDir(b *testing.B) string {
 	benchOnce.Do(func() {
 		benchDir, benchErr = os.MkdirTemp("", "tputool-bench-llm-")
 		if benchErr == nil {
-			benchErr = lmtest.LlamaShape(768, 12, 12, 2048, 32000).Write(benchDir)
+			benchErr = lmckpt.LlamaShape(768, 12, 12, 2048, 32000).Write(benchDir)
 		}
 	})
 	if benchErr != nil {
@@ -105,7 +105,7 @@ func memcpyGBs() float64 {
 func BenchmarkLLM(b *testing.B) {
 	dir := benchModelDir(b)
 	be := goBackend(b)
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}

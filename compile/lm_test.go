@@ -9,7 +9,7 @@ import (
 
 	"github.com/tputool/tputool/loader/tokenizer"
 	_ "github.com/tputool/tputool/pipeline/llama"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func goBackend(t testing.TB) backends.Backend {
@@ -26,7 +26,7 @@ func goBackend(t testing.TB) backends.Backend {
 func TestStoriesGreedy(t *testing.T) {
 	be := goBackend(t)
 	const dir = "../testdata/stories260K-hf"
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -113,7 +113,7 @@ func TestGoBackendTrapsAreErrors(t *testing.T) {
 // converted or a graph is built.
 func TestNewLMRefusesDTypesUpFront(t *testing.T) {
 	be := cpuDevice(t)
-	l, err := lmtest.Load("../testdata/stories260K-hf")
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
 		t.Fatal(err)
 	}

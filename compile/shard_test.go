@@ -13,7 +13,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 )
 
@@ -21,7 +21,7 @@ import (
 // intermediate 96, vocab 64.
 func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
 	t.Helper()
-	m := lmtest.LlamaShape(64, 2, 8, 96, 64)
+	m := lmckpt.LlamaShape(64, 2, 8, 96, 64)
 	m.Arch = arch
 	m.Config.KVHeads = 4
 	m.Config.Tied = tied
@@ -31,7 +31,7 @@ func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
 	if err := m.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

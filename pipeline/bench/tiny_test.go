@@ -12,7 +12,7 @@ import (
 	_ "github.com/gomlx/gomlx/backends/simplego"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 
 	_ "github.com/tputool/tputool/pipeline/llama"
 )
@@ -53,7 +53,7 @@ func TestTinyCheckpoint(t *testing.T) {
 	clk := newClock()
 	calls := map[string]*tickRunner{}
 	load := func() (*LM, error) {
-		l, err := lmtest.Load(storiesDir)
+		l, err := lmckpt.Load(storiesDir)
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 )
 
@@ -44,7 +44,7 @@ func TestAbsurdConfigSizesAreRefused(t *testing.T) {
 	cfg := `{"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5",
 		"text_config":{"model_type":"qwen3_5_text","num_hidden_layers":4,"hidden_size":16,"linear_num_value_heads":1e13}}`
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644)
-	if _, err := lmtest.Load(dir); err == nil || !strings.Contains(err.Error(), "text_config.linear_num_value_heads is 10000000000000") {
+	if _, err := lmckpt.Load(dir); err == nil || !strings.Contains(err.Error(), "text_config.linear_num_value_heads is 10000000000000") {
 		t.Errorf("text_config: got %v", err)
 	}
 }

@@ -16,13 +16,13 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	_ "github.com/tputool/tputool/pipeline/llama"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // tiny writes a 2-layer Llama checkpoint and returns its directory.
 func tiny(t *testing.T, tied bool) string {
 	t.Helper()
-	tc := lmtest.LlamaShape(16, 2, 2, 24, 32)
+	tc := lmckpt.LlamaShape(16, 2, 2, 24, 32)
 	tc.Config.Tied = tied
 	dir := t.TempDir()
 	if err := tc.Write(dir); err != nil {
@@ -98,7 +98,7 @@ func TestLoadStrict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := tiny(t, tc.tied)
 			rewrite(t, dir, tc.edit)
-			l, err := lmtest.Load(dir)
+			l, err := lmckpt.Load(dir)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -120,7 +120,7 @@ func TestLoadStrict(t *testing.T) {
 func TestUnknownArchitecture(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["FancyForCausalLM"]}`), 0o644)
-	_, err := lmtest.Load(dir)
+	_, err := lmckpt.Load(dir)
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `"FancyForCausalLM"`) || !strings.Contains(err.Error(), "LlamaForCausalLM") {
 		t.Fatalf("err %v", err)
 	}
@@ -139,7 +139,7 @@ func TestTensorConversions(t *testing.T) {
 		v, _ := safetensors.Float32Tensor(n, safetensors.BF16, []int{24, 16}, want)
 		m[n] = v
 	})
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestTensorReportsNonFinite(t *testing.T) {
 			v, _ := safetensors.Float32Tensor(n, src, []int{24, 16}, vals)
 			m[n] = v
 		})
-		l, err := lmtest.Load(dir)
+		l, err := lmckpt.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

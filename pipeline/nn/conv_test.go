@@ -11,7 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 func randn(rng *rand.Rand, n int) []float32 {
@@ -52,7 +52,7 @@ func directConv(x []float32, B, C, H, W int, w []float32, O, k int, bias []float
 }
 
 func TestConv2DIm2colAndConvGeneral(t *testing.T) {
-	backend := reftest.GoBackend(t)
+	backend := refcheck.GoBackend(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		name    string
@@ -90,7 +90,7 @@ func TestConv2DIm2colAndConvGeneral(t *testing.T) {
 }
 
 func TestGroupNormMultiHeadAttentionUpsample(t *testing.T) {
-	backend := reftest.GoBackend(t)
+	backend := refcheck.GoBackend(t)
 	// GroupNorm of a constant-per-group input is the bias.
 	x := []float32{1, 1, 5, 5, 2, 2, 2, 2} // [1, 4, 2] with 2 groups of 2 channels: {1,1,5,5} {2,2,2,2}
 	out, err := ExecOnce(backend, func(x, g, b *Node) *Node { return GroupNorm(x, g, b, 2, 1e-5) },
@@ -133,7 +133,7 @@ func TestActivations(t *testing.T) {
 	xs := []float32{-3, -1, -0.1, 0, 0.5, 2}
 	names := []string{"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast", "quick_gelu"}
 	require.Equal(t, []string{"gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "quick_gelu", "silu", "swish"}, ActivationNames())
-	out := MustExecOnceN(reftest.GoBackend(t), func(in []*Node) []*Node {
+	out := MustExecOnceN(refcheck.GoBackend(t), func(in []*Node) []*Node {
 		var outs []*Node
 		for _, n := range names {
 			outs = append(outs, Activate(n, in[0]))
@@ -164,7 +164,7 @@ func TestActivations(t *testing.T) {
 	require.False(t, KnownActivation("relu6"))
 	require.Nil(t, Activation("relu6"))
 	require.PanicsWithError(t, `unsupported activation "relu6"`, func() {
-		g := NewGraph(reftest.GoBackend(t), "act")
+		g := NewGraph(refcheck.GoBackend(t), "act")
 		Activate("relu6", Parameter(g, "x", shapes.Make(dtypes.Float32, 2)))
 	})
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/qwen35"
 )
@@ -38,7 +38,7 @@ func withChunk(t *testing.T, l *lm.Loaded, n int) {
 // DeltaNet is the token-by-token recurrence) on that row alone. It also
 // checks that both modes pick the same greedy tokens.
 func TestLogitsMatchReference(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 4
 	const tol = 1e-4
@@ -54,7 +54,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err := c.Write(dir); err != nil {
 				t.Fatal(err)
 			}
-			l, err := lmtest.Load(dir)
+			l, err := lmckpt.Load(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +64,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := reftest.GreedySequences(rm, prompts, steps)
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
 			greedy := map[string][]int{}
 			for _, v := range []struct {
 				name string
@@ -79,7 +79,7 @@ func TestLogitsMatchReference(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer r.Close()
-					f := reftest.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					f := refcheck.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
 					greedy[v.name] = f.Greedy
 					t.Logf("max relative error %.3g", f.Worst)
 				})
@@ -100,7 +100,7 @@ func TestLogitsMatchReference(t *testing.T) {
 // followed by decode steps (recurrent delta rule), and compares the logits
 // after the last token.
 func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	dir := t.TempDir()
 	if err := c.Write(dir); err != nil {
@@ -111,7 +111,7 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 		seq[i] = 1 + (i*37+11)%(c.Vocab-1)
 	}
 	for _, chunk := range []int{64, 8} {
-		l, err := lmtest.Load(dir)
+		l, err := lmckpt.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +137,7 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 		for i, v := range rec[0] {
 			want[i] = float64(v)
 		}
-		e := reftest.RelErr(chunked[0], want)
+		e := refcheck.RelErr(chunked[0], want)
 		t.Logf("chunk %d: chunked prefill vs recurrence: relative error %.3g", chunk, e)
 		if e > 1e-4 {
 			t.Errorf("chunk %d: chunked prefill and token-by-token recurrence differ: relative error %.3g", chunk, e)
@@ -156,7 +156,7 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 	if err := c.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 	if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, extra), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lmtest.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
+	if _, err := lmckpt.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
 		t.Errorf("load with an unknown text tensor: error %v, want one naming it", err)
 	}
 }
@@ -305,14 +305,14 @@ func TestConfigErrors(t *testing.T) {
 // percent of the float64 reference (the delta rule itself runs in float32,
 // as in transformers).
 func TestBFloat16Compute(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	c.DType = safetensors.BF16
 	dir := t.TempDir()
 	if err := c.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestBFloat16Compute(t *testing.T) {
 		for b, p := range prompts {
 			want := rm.Logits(append(append([]int(nil), p...), next[b]))
 			for i, got := range [][]float32{logits[b], dec[b]} {
-				e := reftest.RelErr(got, want[len(p)-1+i])
+				e := refcheck.RelErr(got, want[len(p)-1+i])
 				t.Logf("%s row %d step %d: relative error %.3g", mode, b, i, e)
 				if e > 0.05 {
 					t.Errorf("%s row %d step %d: relative error %.3g > 0.05", mode, b, i, e)

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 var (
@@ -69,8 +69,8 @@ func TestMain(m *testing.M) {
 // Run it with scripts/bench-moe.sh.
 func BenchmarkMoEDecode(b *testing.B) {
 	dir := benchModelDir(b)
-	be := reftest.GoBackend(b)
-	l, err := lmtest.Load(dir)
+	be := refcheck.GoBackend(b)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 				used := 8
 				feed := func() {
 					for i := range next {
-						next[i] = reftest.Argmax(logits[i]) // greedy: realistic, varying routing
+						next[i] = refcheck.Argmax(logits[i]) // greedy: realistic, varying routing
 					}
 				}
 				// Warm up: compile the shapes the first steps route to.

@@ -10,10 +10,10 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/internal/ref/qwenref"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 )
 
@@ -24,7 +24,7 @@ import (
 // checks that the grouped compiled and eager runs produce identical greedy
 // tokens and identical logits.
 func TestLogitsMatchReference(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 5
 	const tol = 1e-4
@@ -38,7 +38,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err := c.Write(dir); err != nil {
 				t.Fatal(err)
 			}
-			l, err := lmtest.Load(dir)
+			l, err := lmckpt.Load(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +47,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := reftest.GreedySequences(rm, prompts, steps)
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
 			greedy := map[string][]int{}
 			all := map[string][]float32{}
 			for _, v := range []struct {
@@ -65,7 +65,7 @@ func TestLogitsMatchReference(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer r.Close()
-					f := reftest.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					f := refcheck.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
 					greedy[v.name], all[v.name] = f.Greedy, f.Logits
 					t.Logf("max relative error %.3g, %d executables", f.Worst, r.Stats().Executables)
 				})
@@ -145,7 +145,7 @@ func TestConfigErrors(t *testing.T) {
 // BF16) with bfloat16 compute, grouped experts in both modes: logits stay
 // within a few percent of the float64 reference.
 func TestBFloat16Compute(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
 		c.DType = safetensors.BF16
@@ -153,7 +153,7 @@ func TestBFloat16Compute(t *testing.T) {
 		if err := c.Write(dir); err != nil {
 			t.Fatal(err)
 		}
-		l, err := lmtest.Load(dir)
+		l, err := lmckpt.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestBFloat16Compute(t *testing.T) {
 				t.Fatal(err)
 			}
 			for b, p := range prompts {
-				e := reftest.RelErr(logits[b], rm.Logits(p)[len(p)-1])
+				e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])
 				t.Logf("qwen2=%v %s row %d: relative error %.3g", c.Qwen2, mode, b, e)
 				if e > 0.05 {
 					t.Errorf("qwen2=%v %s row %d: relative error %.3g > 0.05", c.Qwen2, mode, b, e)

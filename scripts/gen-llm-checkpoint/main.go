@@ -13,7 +13,7 @@ import (
 	"os"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func main() {
@@ -29,7 +29,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint: -o is required")
 		os.Exit(2)
 	}
-	t := lmtest.LlamaShape(*hidden, *layers, *heads, *inter, *vocab)
+	t := lmckpt.LlamaShape(*hidden, *layers, *heads, *inter, *vocab)
 	t.DType = safetensors.DType(*dtype)
 	if err := t.Write(*out); err != nil {
 		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint:", err)

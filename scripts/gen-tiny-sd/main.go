@@ -7,7 +7,7 @@
 //	go run ./scripts/gen-tiny-sd -preset sd-100m -o /tmp/sd-100m
 //
 // Tests generate the same pipelines through the Go package
-// pipeline/diffusion/tinysd into t.TempDir(), so no weights are committed.
+// pipeline/testkit/sdckpt into t.TempDir(), so no weights are committed.
 package main
 
 import (
@@ -17,11 +17,11 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
 
 func main() {
-	presets := tinysd.Presets()
+	presets := sdckpt.Presets()
 	var names []string
 	for n := range presets {
 		names = append(names, n)
@@ -43,7 +43,7 @@ func main() {
 	if *seed != 0 {
 		spec.Seed = *seed
 	}
-	if err := tinysd.Generate(*out, spec); err != nil {
+	if err := sdckpt.Generate(*out, spec); err != nil {
 		fmt.Fprintln(os.Stderr, "gen-tiny-sd:", err)
 		os.Exit(1)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	_ "github.com/tputool/tputool/pipeline/llama"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu/cpu"
 )
 
@@ -27,7 +27,7 @@ func argmax(v []float32) int {
 // tokens and every step's logits.
 func greedy(t *testing.T, be backends.Backend, dir string, mode compile.Mode, prompt []int, n int) ([]int, [][]float32) {
 	t.Helper()
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

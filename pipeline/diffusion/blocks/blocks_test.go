@@ -9,11 +9,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 func TestTimestepSinusoid(t *testing.T) {
-	backend := reftest.GoBackend(t)
+	backend := refcheck.GoBackend(t)
 	for _, flip := range []bool{false, true} {
 		out, err := ExecOnce(backend, func(t *Node) *Node { return TimestepSinusoid(t, 6, flip, 1) },
 			tensors.FromFlatDataAndDimensions([]float32{0, 500}, 2))

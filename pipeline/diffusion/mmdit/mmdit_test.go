@@ -15,10 +15,10 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
-	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
 	"github.com/tputool/tputool/pipeline/diffusion/mmdit"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 func randn(rng *rand.Rand, n int) []float32 {
@@ -31,10 +31,10 @@ func randn(rng *rand.Rand, n int) []float32 {
 
 func TestMMDiTMatchesReference(t *testing.T) {
 	for _, qk := range []bool{true, false} {
-		spec := tinysd.TinySD3()
+		spec := sdckpt.TinySD3()
 		spec.Transformer.QKNorm = qk
 		dir := t.TempDir()
-		require.NoError(t, tinysd.Generate(dir, spec))
+		require.NoError(t, sdckpt.Generate(dir, spec))
 		b, err := os.ReadFile(filepath.Join(dir, "transformer", "config.json"))
 		require.NoError(t, err)
 		cfg, err := mmdit.ParseConfig(b)
@@ -46,7 +46,7 @@ func TestMMDiTMatchesReference(t *testing.T) {
 		m, err := mmdit.Load(blocks.FromCheckpoint(ck), cfg, backend, blocks.OptionsFor(backend))
 		ck.Close()
 		require.NoError(t, err)
-		rm, err := ref.LoadMMDiT(filepath.Join(dir, "transformer"))
+		rm, err := sdref.LoadMMDiT(filepath.Join(dir, "transformer"))
 		require.NoError(t, err)
 
 		// 6x10 latents: 3x5 patches, an off-centre crop of the 16x16 table.
@@ -54,8 +54,8 @@ func TestMMDiTMatchesReference(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		lat, ctx, pooled := randn(rng, B*C*H*W), randn(rng, B*T*cfg.JointAttentionDim), randn(rng, B*cfg.PooledProjectionDim)
 		ts := []float32{1000, 333.5}
-		want := rm.Forward(ref.FromFloat32(lat, B, C, H, W), []float64{1000, 333.5},
-			ref.FromFloat32(ctx, B, T, cfg.JointAttentionDim), ref.FromFloat32(pooled, B, cfg.PooledProjectionDim))
+		want := rm.Forward(sdref.FromFloat32(lat, B, C, H, W), []float64{1000, 333.5},
+			sdref.FromFloat32(ctx, B, T, cfg.JointAttentionDim), sdref.FromFloat32(pooled, B, cfg.PooledProjectionDim))
 		in := mmdit.Inputs[*tensors.Tensor]{
 			Latents:   tensors.FromFlatDataAndDimensions(lat, B, C, H, W),
 			Timesteps: tensors.FromFlatDataAndDimensions(ts, B),
@@ -72,7 +72,7 @@ func TestMMDiTMatchesReference(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, []int{B, C, H, W}, out.Shape().Dimensions)
-			e := reftest.RelErr(tensors.MustCopyFlatData[float32](out), want.Data)
+			e := refcheck.RelErr(tensors.MustCopyFlatData[float32](out), want.Data)
 			t.Logf("qk_norm=%v eager=%v vs float64 reference: %.2e", qk, eager, e)
 			require.LessOrEqual(t, e, 1e-4)
 		}

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
 
 // BenchmarkDenoise measures seconds per denoising step (one UNet call with
 // classifier-free guidance, batch 2) and the compile time, eager against
 // compiled, at 64x64 and 256x256, on the tiny SD pipeline and on a ~100M
-// parameter SD-like UNet (tinysd.SD100M). The 100M pipeline is generated
+// parameter SD-like UNet (sdckpt.SD100M). The 100M pipeline is generated
 // into a temporary folder (about 400 MB) unless TPUTOOL_SD100M names an
 // existing one (go run ./scripts/gen-tiny-sd -preset sd-100m -o DIR).
 //
@@ -38,7 +38,7 @@ func BenchmarkDenoise(b *testing.B) {
 	models := []model{
 		{"tiny-sd", func(b *testing.B) string {
 			dir := b.TempDir()
-			require.NoError(b, tinysd.Generate(dir, tinysd.TinySD()))
+			require.NoError(b, sdckpt.Generate(dir, sdckpt.TinySD()))
 			return dir
 		}},
 		{"sd-100m", func(b *testing.B) string {
@@ -46,7 +46,7 @@ func BenchmarkDenoise(b *testing.B) {
 				return dir
 			}
 			dir := b.TempDir()
-			require.NoError(b, tinysd.Generate(dir, tinysd.SD100M()))
+			require.NoError(b, sdckpt.Generate(dir, sdckpt.SD100M()))
 			return dir
 		}},
 	}

@@ -6,16 +6,16 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
 
 // LargestBuffer against sizes computed by hand from the tiny specs (VAE
 // scale factor 8, VAE block_out_channels[0] = 8, float32).
 func TestLargestBuffer(t *testing.T) {
-	sd3 := tinysd.TinySD3()
+	sd3 := sdckpt.TinySD3()
 	sd3.Name, sd3.Transformer.Heads = "tiny-sd3-12-heads", 12
 	pipes := map[string]*sd.Pipeline{}
-	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL(), tinysd.TinySD3(), sd3} {
+	for _, spec := range []sdckpt.Spec{sdckpt.TinySD(), sdckpt.TinySDXL(), sdckpt.TinySD3(), sd3} {
 		pipes[spec.Name] = load(t, spec, sd.Options{})
 	}
 	for _, tc := range []struct {

@@ -14,26 +14,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/pipeline/torchrand"
 )
 
 // goOptions are the options the tests load with: the go backend and a
 // compile.GraphExecutor on it, both freed when the test ends.
 func goOptions(t testing.TB) sd.Options {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	x := compile.NewGraphExecutor(be, compile.ExecutorOptions{})
 	t.Cleanup(x.Finalize)
 	return sd.Options{Backend: be, Executor: x}
 }
 
-func load(t *testing.T, spec tinysd.Spec, opts sd.Options) *sd.Pipeline {
+func load(t *testing.T, spec sdckpt.Spec, opts sd.Options) *sd.Pipeline {
 	dir := t.TempDir()
-	require.NoError(t, tinysd.Generate(dir, spec))
+	require.NoError(t, sdckpt.Generate(dir, spec))
 	if opts.Backend == nil {
 		g := goOptions(t)
 		opts.Backend, opts.Executor = g.Backend, g.Executor
@@ -64,7 +64,7 @@ func maxRel(a, b []float32) float64 {
 }
 
 func TestSDDeterministicAndModes(t *testing.T) {
-	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL()} {
+	for _, spec := range []sdckpt.Spec{sdckpt.TinySD(), sdckpt.TinySDXL()} {
 		t.Run(spec.Name, func(t *testing.T) {
 			p := load(t, spec, sd.Options{})
 			req := sd.Request{Prompt: "a red fox in the sky", Steps: 3, Guidance: 7.5, Width: 64, Height: 64, Batch: 1, Seed: 42}
@@ -104,7 +104,7 @@ func TestSDDeterministicAndModes(t *testing.T) {
 }
 
 func TestSDInitialLatentsMatchTorchrand(t *testing.T) {
-	p := load(t, tinysd.TinySDXL(), sd.Options{})
+	p := load(t, sdckpt.TinySDXL(), sd.Options{})
 	req := sd.Request{Prompt: "fox", Steps: 2, Guidance: 3, Width: 64, Height: 32, Batch: 2, Seed: 1234}
 	r, err := p.Generate(context.Background(), req)
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ func TestSDInitialLatentsMatchTorchrand(t *testing.T) {
 
 func TestSDBatchAndNegative(t *testing.T) {
 	var warnings []string
-	p := load(t, tinysd.TinySD(), sd.Options{Warn: func(format string, args ...any) {
+	p := load(t, sdckpt.TinySD(), sd.Options{Warn: func(format string, args ...any) {
 		warnings = append(warnings, fmt.Sprintf(format, args...))
 	}})
 	ctx := context.Background()
@@ -163,7 +163,7 @@ func TestSDBatchAndNegative(t *testing.T) {
 }
 
 func TestSDValidate(t *testing.T) {
-	p := load(t, tinysd.TinySD(), sd.Options{})
+	p := load(t, sdckpt.TinySD(), sd.Options{})
 	for _, req := range []sd.Request{
 		{Steps: 2, Batch: 1, Width: 60, Height: 64},
 		{Steps: 0, Batch: 1, Width: 64, Height: 64},
@@ -183,7 +183,7 @@ func TestSDValidate(t *testing.T) {
 
 func TestSDTokenizerFromVocabAndMerges(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD()))
 	withJSON, err := sd.Load(dir, goOptions(t))
 	require.NoError(t, err)
 	defer withJSON.Close()
@@ -203,10 +203,10 @@ func TestSDLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := sd.Load(dir, goOptions(t))
 	require.ErrorContains(t, err, "model_index.json")
-	_, err = sd.Load(dir, sd.Options{Backend: reftest.GoBackend(t)})
+	_, err = sd.Load(dir, sd.Options{Backend: refcheck.GoBackend(t)})
 	require.ErrorContains(t, err, "no executor")
 
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD()))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model_index.json"),
 		[]byte(`{"_class_name": "KandinskyPipeline", "unet": ["diffusers", "UNet2DConditionModel"]}`), 0o644))
 	_, err = sd.Load(dir, goOptions(t))
@@ -214,7 +214,7 @@ func TestSDLoadErrors(t *testing.T) {
 }
 
 func TestSDFP16Variant(t *testing.T) {
-	spec := tinysd.TinySD()
+	spec := sdckpt.TinySD()
 	spec.DType = "F16"
 	spec.Variant = "fp16"
 	p := load(t, spec, sd.Options{})
@@ -226,10 +226,10 @@ func TestSDFP16Variant(t *testing.T) {
 // TestVAEAndTextEncoderMatchReference checks the pipeline's VAE decoder and
 // text encoders against the float64 reference.
 func TestVAEAndTextEncoderMatchReference(t *testing.T) {
-	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL(), tinysd.TinySD3()} {
+	for _, spec := range []sdckpt.Spec{sdckpt.TinySD(), sdckpt.TinySDXL(), sdckpt.TinySD3()} {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
-			require.NoError(t, tinysd.Generate(dir, spec))
+			require.NoError(t, sdckpt.Generate(dir, spec))
 			p, err := sd.Load(dir, goOptions(t))
 			require.NoError(t, err)
 			defer p.Close()
@@ -240,7 +240,7 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 				encoders = append(encoders, "text_encoder_2")
 			}
 			for i, name := range encoders {
-				rc, err := ref.LoadCLIP(filepath.Join(dir, name))
+				rc, err := sdref.LoadCLIP(filepath.Join(dir, name))
 				require.NoError(t, err)
 				last, penult, pooled := rc.Forward(ids)
 				for _, eager := range []bool{false, true} {
@@ -249,32 +249,32 @@ func TestVAEAndTextEncoderMatchReference(t *testing.T) {
 					for _, c := range []struct {
 						name string
 						got  []float32
-						want *ref.T
+						want *sdref.T
 					}{
 						{"last_hidden_state", flat(out.LastHidden), last},
 						{"hidden_states[-2]", flat(out.Penultimate), penult},
 						{"pooled", flat(out.Pooled), pooled},
 					} {
-						e := reftest.RelErr(c.got, c.want.Data)
+						e := refcheck.RelErr(c.got, c.want.Data)
 						t.Logf("%s %s eager=%v: %.2e", name, c.name, eager, e)
 						require.LessOrEqual(t, e, 1e-4, "%s %s", name, c.name)
 					}
 				}
 			}
 
-			rv, err := ref.LoadVAE(filepath.Join(dir, "vae"))
+			rv, err := sdref.LoadVAE(filepath.Join(dir, "vae"))
 			require.NoError(t, err)
 			lc := p.LatentChannels()
 			z := make([]float32, 2*lc*4*6)
 			for i := range z {
 				z[i] = float32(math.Sin(float64(i)*0.37)) * 1.5
 			}
-			want := rv.Decode(ref.FromFloat32(z, 2, lc, 4, 6))
+			want := rv.Decode(sdref.FromFloat32(z, 2, lc, 4, 6))
 			for _, eager := range []bool{false, true} {
 				got, err := p.VAE.Decode(p.Executor(), tensorOf(z, 2, lc, 4, 6), eager)
 				require.NoError(t, err)
 				require.Equal(t, want.Shape, got.Shape().Dimensions)
-				e := reftest.RelErr(flat(got), want.Data)
+				e := refcheck.RelErr(flat(got), want.Data)
 				t.Logf("vae decode eager=%v: %.2e", eager, e)
 				require.LessOrEqual(t, e, 1e-4)
 			}
@@ -290,7 +290,7 @@ func tensorOf(v []float32, dims ...int) *tensors.Tensor {
 
 func TestSD3Pipeline(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD3()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD3()))
 	p, err := sd.Load(dir, goOptions(t))
 	require.NoError(t, err)
 	defer p.Close()

@@ -15,10 +15,10 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
-	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 	"github.com/tputool/tputool/pipeline/diffusion/unet"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 func randn(rng *rand.Rand, n int, scale float64) []float32 {
@@ -45,13 +45,13 @@ func loadUNet(t *testing.T, dir string, backend backends.Backend) *unet.Model {
 }
 
 func TestUNetMatchesReference(t *testing.T) {
-	for _, spec := range []tinysd.Spec{tinysd.TinySD(), tinysd.TinySDXL()} {
+	for _, spec := range []sdckpt.Spec{sdckpt.TinySD(), sdckpt.TinySDXL()} {
 		t.Run(spec.Name, func(t *testing.T) {
 			dir := t.TempDir()
-			require.NoError(t, tinysd.Generate(dir, spec))
-			backend := reftest.GoBackend(t)
+			require.NoError(t, sdckpt.Generate(dir, spec))
+			backend := refcheck.GoBackend(t)
 			m := loadUNet(t, dir, backend)
-			rf, err := ref.LoadUNet(filepath.Join(dir, "unet"))
+			rf, err := sdref.LoadUNet(filepath.Join(dir, "unet"))
 			require.NoError(t, err)
 
 			const B, H, W, S = 2, 8, 16, 5
@@ -64,17 +64,17 @@ func TestUNetMatchesReference(t *testing.T) {
 				Timesteps: tensors.FromFlatDataAndDimensions(ts, B),
 				Context:   tensors.FromFlatDataAndDimensions(ctx, B, S, spec.UNet.CrossDim),
 			}
-			var textEmbeds, timeIDs *ref.T
+			var textEmbeds, timeIDs *sdref.T
 			if spec.XL {
 				te := randn(rng, B*spec.UNet.PooledDim, 1)
 				ids := []float32{64, 128, 0, 0, 64, 128, 32, 32, 0, 8, 64, 64}
 				in.TextEmbeds = tensors.FromFlatDataAndDimensions(te, B, spec.UNet.PooledDim)
 				in.TimeIDs = tensors.FromFlatDataAndDimensions(ids, B, 6)
-				textEmbeds = ref.FromFloat32(te, B, spec.UNet.PooledDim)
-				timeIDs = ref.FromFloat32(ids, B, 6)
+				textEmbeds = sdref.FromFloat32(te, B, spec.UNet.PooledDim)
+				timeIDs = sdref.FromFloat32(ids, B, 6)
 			}
-			want := rf.Forward(ref.FromFloat32(sample, B, 4, H, W), []float64{981, 21},
-				ref.FromFloat32(ctx, B, S, spec.UNet.CrossDim), textEmbeds, timeIDs)
+			want := rf.Forward(sdref.FromFloat32(sample, B, 4, H, W), []float64{981, 21},
+				sdref.FromFloat32(ctx, B, S, spec.UNet.CrossDim), textEmbeds, timeIDs)
 
 			x := compile.NewGraphExecutor(backend, compile.ExecutorOptions{})
 			defer x.Finalize()
@@ -82,7 +82,7 @@ func TestUNetMatchesReference(t *testing.T) {
 			require.NoError(t, err)
 			got := tensors.MustCopyFlatData[float32](compiled)
 			require.Equal(t, []int{B, 4, H, W}, compiled.Shape().Dimensions)
-			e := reftest.RelErr(got, want.Data)
+			e := refcheck.RelErr(got, want.Data)
 			t.Logf("compiled vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 
@@ -95,7 +95,7 @@ func TestUNetMatchesReference(t *testing.T) {
 			require.Positive(t, first.Hits-before.Hits, "shared block executables")
 			t.Logf("eager pass: %d block calls, %d executables", first.Hits-before.Hits+first.Misses-before.Misses, first.Misses-before.Misses)
 			gotE := tensors.MustCopyFlatData[float32](eager)
-			e = reftest.RelErr(gotE, want.Data)
+			e = refcheck.RelErr(gotE, want.Data)
 			t.Logf("eager vs float64 reference: %.2e", e)
 			require.LessOrEqual(t, e, 1e-4)
 
@@ -110,7 +110,7 @@ func TestUNetMatchesReference(t *testing.T) {
 
 func TestUNetStrictLoading(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD()))
 	b, err := os.ReadFile(filepath.Join(dir, "unet", "config.json"))
 	require.NoError(t, err)
 	cfg, err := unet.ParseConfig(b)

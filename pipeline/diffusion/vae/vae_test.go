@@ -15,15 +15,15 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
-	"github.com/tputool/tputool/pipeline/diffusion/internal/ref"
-	"github.com/tputool/tputool/pipeline/diffusion/tinysd"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 	"github.com/tputool/tputool/pipeline/diffusion/vae"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 func TestVAEEncoderAndDecoderMatchReference(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, tinysd.Generate(dir, tinysd.TinySD()))
+	require.NoError(t, sdckpt.Generate(dir, sdckpt.TinySD()))
 	b, err := os.ReadFile(filepath.Join(dir, "vae", "config.json"))
 	require.NoError(t, err)
 	cfg, err := vae.ParseConfig(b)
@@ -38,21 +38,21 @@ func TestVAEEncoderAndDecoderMatchReference(t *testing.T) {
 	m, err := vae.Load(blocks.FromCheckpoint(ck), cfg, backend, true, blocks.OptionsFor(backend))
 	require.NoError(t, err)
 	require.True(t, m.HasEncoder())
-	rv, err := ref.LoadVAE(filepath.Join(dir, "vae"))
+	rv, err := sdref.LoadVAE(filepath.Join(dir, "vae"))
 	require.NoError(t, err)
 
 	img := make([]float32, 1*3*16*24)
 	for i := range img {
 		img[i] = float32(math.Cos(float64(i) * 0.11))
 	}
-	wantEnc := rv.Encode(ref.FromFloat32(img, 1, 3, 16, 24))
+	wantEnc := rv.Encode(sdref.FromFloat32(img, 1, 3, 16, 24))
 	x := compile.NewGraphExecutor(backend, compile.ExecutorOptions{})
 	defer x.Finalize()
 	for _, eager := range []bool{false, true} {
 		got, err := m.Encode(x, tensors.FromFlatDataAndDimensions(img, 1, 3, 16, 24), eager)
 		require.NoError(t, err)
 		require.Equal(t, []int{1, 8, 2, 3}, got.Shape().Dimensions)
-		e := reftest.RelErr(tensors.MustCopyFlatData[float32](got), wantEnc.Data)
+		e := refcheck.RelErr(tensors.MustCopyFlatData[float32](got), wantEnc.Data)
 		t.Logf("encode eager=%v: %.2e", eager, e)
 		require.LessOrEqual(t, e, 1e-4)
 	}

@@ -1,4 +1,4 @@
-package ref_test
+package lmref_test
 
 import (
 	"fmt"
@@ -9,10 +9,10 @@ import (
 
 	. "github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/internal/ref"
-	"github.com/tputool/tputool/pipeline/internal/reftest"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/lmref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/llama"
@@ -31,8 +31,8 @@ func repeat[T any](v T, n int) []T {
 
 // tinyCases are small models of every architecture, with the features
 // that distinguish them switched on and sizes that are not all equal.
-func tinyCases() []lmtest.Tiny {
-	base := ref.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5}
+func tinyCases() []lmckpt.Tiny {
+	base := lmref.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5}
 	llama := base
 	llama.RopeTheta, llama.Window = repeat(10000.0, 3), repeat(0, 3)
 	qwen2 := llama
@@ -48,7 +48,7 @@ func tinyCases() []lmtest.Tiny {
 	gemma.RopeTheta = []float64{10000, 10000, 1e6, 10000}
 	gemma.QueryScale = 1 / math.Sqrt(24) // query_pre_attn_scalar 24 != head_dim
 	gemma.AttnSoftcap, gemma.FinalSoftcap = 20, 10
-	return []lmtest.Tiny{
+	return []lmckpt.Tiny{
 		{Arch: "LlamaForCausalLM", Config: llama, Seed: 1},
 		{Arch: "Qwen2ForCausalLM", Config: qwen2, Seed: 2},
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
@@ -59,18 +59,18 @@ func tinyCases() []lmtest.Tiny {
 
 // load writes a tiny checkpoint and loads it both ways: for the graph code
 // (closed with the test) and for the reference.
-func load(t *testing.T, tc lmtest.Tiny) (*lm.Loaded, *ref.Model) {
+func load(t *testing.T, tc lmckpt.Tiny) (*lm.Loaded, *lmref.Model) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := tc.Write(dir); err != nil {
 		t.Fatal(err)
 	}
-	l, err := lmtest.Load(dir)
+	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	rm, err := ref.Load(dir, tc.Config)
+	rm, err := lmref.Load(dir, tc.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func load(t *testing.T, tc lmtest.Tiny) (*lm.Loaded, *ref.Model) {
 // decode steps, and compares every row's logits with the float64
 // reference run on that row alone.
 func TestLogitsMatchReference(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	// 24 steps take the 16-token prompt bucket past the first cache bucket
 	// (32 slots), so the cache grows mid-generation.
@@ -92,7 +92,7 @@ func TestLogitsMatchReference(t *testing.T) {
 		t.Run(tc.Arch, func(t *testing.T) {
 			l, rm := load(t, tc)
 			// Reference token streams: greedy under the reference.
-			seqs := reftest.GreedySequences(rm, prompts, steps)
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
 			for _, variant := range []struct {
 				name string
 				opts Options
@@ -116,7 +116,7 @@ func TestLogitsMatchReference(t *testing.T) {
 							in, want = append(in, prompts[b]), append(want, seqs[b])
 						}
 						t.Run(fmt.Sprintf("rows%v", batch), func(t *testing.T) {
-							f := reftest.TeacherForced(t, r, rm, in, want, steps, tol)
+							f := refcheck.TeacherForced(t, r, rm, in, want, steps, tol)
 							worst = math.Max(worst, f.Worst)
 						})
 					}
@@ -139,7 +139,7 @@ func TestLogitsMatchReference(t *testing.T) {
 // as BF16) with bfloat16 compute on the go backend: logits stay within a
 // few percent of the float64 reference.
 func TestBFloat16Compute(t *testing.T) {
-	be := reftest.GoBackend(t)
+	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
 		if tc.Arch != "LlamaForCausalLM" && tc.Arch != "Gemma3ForCausalLM" {
@@ -159,7 +159,7 @@ func TestBFloat16Compute(t *testing.T) {
 			}
 			for b, p := range prompts {
 				want := rm.Logits(p)
-				if e := reftest.RelErr(logits[b], want[len(p)-1]); e > 0.05 {
+				if e := refcheck.RelErr(logits[b], want[len(p)-1]); e > 0.05 {
 					t.Errorf("row %d: relative error %.3g > 0.05", b, e)
 				} else {
 					t.Logf("row %d: relative error %.3g", b, e)

@@ -1,4 +1,4 @@
-package lmtest
+package lmckpt
 
 import (
 	"context"

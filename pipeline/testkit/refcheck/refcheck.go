@@ -1,10 +1,9 @@
-// Package reftest holds what the tests comparing graph code with a
-// float64 reference (pipeline/internal/ref, qwenref, the diffusion
-// reference) share: the go backend as tputool opens it, the relative
+// Package refcheck holds what the tests comparing graph code with a
+// float64 reference (lmref, qwenref, sdref) share: the go backend as tputool opens it, the relative
 // error they bound, and for language models the greedy reference
 // sequences and the step-by-step, teacher-forced comparison of a runner's
 // logits.
-package reftest
+package refcheck
 
 import (
 	"math"

@@ -2,7 +2,7 @@
 // architectures with state beyond a KV cache or with routed experts: the
 // Qwen3.5 hybrid decoder (Gated DeltaNet and gated full attention,
 // qwen35.go) and the Qwen3-MoE / Qwen2-MoE decoders (moe.go). It follows the
-// style of pipeline/internal/ref: straight loops over one sequence, no
+// style of pipeline/testkit/lmref: straight loops over one sequence, no
 // graph, no caches, no padding, no chunking (the DeltaNet runs its
 // recurrent form token by token), and it shares no code with pipeline/nn or
 // the architecture packages it checks.
@@ -17,7 +17,7 @@ import (
 	"math"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // ----------------------------------------------------------------------------
@@ -42,7 +42,7 @@ type Tensor struct {
 //	alog    log of a decay rate in [0.0045, 0.6] (slow and fast heads)
 //	dtbias  ± 0.5
 //	skip    small values for tensors the model must not read
-func fill(r *lmtest.Rand, t Tensor) []float32 {
+func fill(r *lmckpt.Rand, t Tensor) []float32 {
 	n, fan := 1, 1
 	for i, d := range t.Shape {
 		n *= d
@@ -81,7 +81,7 @@ func writeCheckpoint(dir string, config map[string]any, tensors []Tensor, seed u
 	if dtype == "" {
 		dtype = safetensors.F32
 	}
-	r := lmtest.NewRand(seed)
+	r := lmckpt.NewRand(seed)
 	var ts []safetensors.Tensor
 	for _, t := range tensors {
 		st, err := safetensors.Float32Tensor(t.Name, dtype, t.Shape, fill(r, t))
@@ -90,7 +90,7 @@ func writeCheckpoint(dir string, config map[string]any, tensors []Tensor, seed u
 		}
 		ts = append(ts, st)
 	}
-	return lmtest.WriteCheckpoint(dir, config, ts)
+	return lmckpt.WriteCheckpoint(dir, config, ts)
 }
 
 // Weights are every tensor of a checkpoint in float64.
@@ -98,7 +98,7 @@ type Weights map[string][]float64
 
 // LoadWeights reads a checkpoint directory (or file) as float64.
 func LoadWeights(path string) (Weights, error) {
-	return lmtest.ReadFloat64(path)
+	return lmckpt.ReadFloat64(path)
 }
 
 func (w Weights) get(name string) []float64 {

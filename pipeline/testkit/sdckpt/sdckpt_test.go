@@ -1,4 +1,4 @@
-package tinysd
+package sdckpt
 
 import (
 	"os"

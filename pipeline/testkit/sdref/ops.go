@@ -1,10 +1,10 @@
-// Package ref is a plain-Go float64 reference for the diffusion models:
+// Package sdref is a plain-Go float64 reference for the diffusion models:
 // UNet2DConditionModel, the AutoencoderKL decoder and encoder, the CLIP
 // text encoders and SD3's MMDiT, written with loops straight from the diffusers and
 // transformers sources and independently of the graph code, so that tests
 // can compare the GoMLX models against it. It is slow and only meant for
 // tiny checkpoints.
-package ref
+package sdref
 
 import (
 	"fmt"

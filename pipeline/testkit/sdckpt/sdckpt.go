@@ -1,4 +1,4 @@
-// Package tinysd generates small diffusers pipelines (Stable Diffusion and
+// Package sdckpt generates small diffusers pipelines (Stable Diffusion and
 // SDXL layouts with tiny channel counts and random weights) for tests and
 // benchmarks, so that no binary checkpoint is committed: tests call
 // Generate into t.TempDir(), and scripts/gen-tiny-sd writes them to disk.
@@ -7,7 +7,7 @@
 // module trees (UNet2DConditionModel, AutoencoderKL, CLIPTextModel[
 // WithProjection]), independently of the model packages that load them, so
 // a naming mistake in either shows up as a strict-loading error.
-package tinysd
+package sdckpt
 
 import (
 	"encoding/json"
@@ -522,7 +522,7 @@ func Generate(dir string, s Spec) error {
 	switch s.DType {
 	case "F32", "F16", "BF16":
 	default:
-		return fmt.Errorf("tinysd: dtype %q (want F32, F16 or BF16)", s.DType)
+		return fmt.Errorf("sdckpt: dtype %q (want F32, F16 or BF16)", s.DType)
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5d1ff))
 	weights := func(component, stem string) string {

@@ -1,4 +1,4 @@
-// Package ref is a plain-Go float64 forward pass of the decoder-only
+// Package lmref is a plain-Go float64 forward pass of the decoder-only
 // transformers tputool supports, written in the style of llama2.c's run.c:
 // straight loops, no graph, no KV-cache tricks, no padding. Tests compare
 // the graph code of pipeline/<arch> (run by compile/) against it.
@@ -7,22 +7,22 @@
 // the checkpoint by Hugging Face names, computes RoPE, attention, norms and
 // MLPs itself, and recomputes the whole sequence for every call.
 //
-// pipeline/lm/lmtest writes the checkpoints the tests use.
-package ref
+// pipeline/testkit/lmckpt writes the checkpoints the tests use.
+package lmref
 
 import (
 	"fmt"
 	"math"
 
-	"github.com/tputool/tputool/pipeline/lm/lmtest"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // ----------------------------------------------------------------------------
 // Model description
 
-// Config describes a model; it is the description lmtest writes
+// Config describes a model; it is the description lmckpt writes
 // checkpoints from.
-type Config = lmtest.Config
+type Config = lmckpt.Config
 
 // Model is a config plus its weights in float64.
 type Model struct {
@@ -32,7 +32,7 @@ type Model struct {
 
 // Load reads every tensor of a checkpoint (file or directory) as float64.
 func Load(path string, c Config) (*Model, error) {
-	w, err := lmtest.ReadFloat64(path)
+	w, err := lmckpt.ReadFloat64(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,8 @@
-// Package lmtest writes small and benchmark-sized checkpoints for tests and
+// Package lmckpt writes small and benchmark-sized checkpoints for tests and
 // benchmarks: a real config.json for one of the supported architectures and
 // a model.safetensors with exact Hugging Face tensor names and deterministic
 // pseudo-random weights. Nothing here is a trained model.
-package lmtest
+package lmckpt
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 )
 
 // Config describes a model by the features that distinguish the supported
-// architectures (pipeline/internal/ref runs the same description in
+// architectures (pipeline/testkit/lmref runs the same description in
 // float64).
 type Config struct {
 	Vocab, Hidden, Intermediate, Layers int
@@ -55,7 +55,7 @@ type Tiny struct {
 }
 
 // Rand is splitmix64: tiny, fast, reproducible. The checkpoint writers
-// (here and in pipeline/internal/ref/qwenref) draw weights from it.
+// (here and in pipeline/testkit/qwenref) draw weights from it.
 type Rand struct{ s uint64 }
 
 // NewRand returns a generator seeded with seed.
