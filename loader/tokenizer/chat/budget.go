@@ -29,6 +29,9 @@ const (
 	// items visited) to the step budget at this many units per step, so a
 	// handful of steps cannot hide an unbounded amount of work.
 	workPerStep = 256
+	// itemCost is the work charged for visiting, comparing or printing one
+	// item of a list or dict (a byte of a string costs 1).
+	itemCost = 16
 	// checkEvery: the clock and the context are checked whenever this much
 	// work or this many steps have passed since the last check.
 	checkEvery      = 1 << 16
@@ -175,6 +178,17 @@ func (b *budget) newList(n int64, what string) error {
 func (b *budget) newDict(n int64, what string) error {
 	if n < 0 || n > maxItems {
 		return limitf("%s would have %s entries, over %d", what, sizeText(n), maxItems)
+	}
+	if err := b.charge(n * entryBytes); err != nil {
+		return err
+	}
+	return b.spend(n)
+}
+
+// growDict is called before adding up to n entries to d.
+func (b *budget) growDict(d *dict, n int64, what string) error {
+	if total := int64(len(d.keys)) + n; total > maxItems {
+		return limitf("%s: a dict would have %d entries, over %d", what, total, maxItems)
 	}
 	if err := b.charge(n * entryBytes); err != nil {
 		return err

@@ -709,7 +709,7 @@ func dictMethod(d *dict, name string) *builtin {
 			if o != nil {
 				added += int64(len(o.keys))
 			}
-			if err := st.newDict(int64(len(d.keys))+added, "update()"); err != nil {
+			if err := st.growDict(d, added, "update()"); err != nil {
 				return nil, err
 			}
 			if o != nil {
@@ -793,6 +793,9 @@ func listMethod(l *list, name string) *builtin {
 			}
 			n := int64(0)
 			for i, it := range l.items {
+				if err := st.spend(itemCost); err != nil {
+					return nil, err
+				}
 				eq, err := st.equal(it, args[0], 0)
 				if err != nil {
 					return nil, err

@@ -8,14 +8,33 @@ import (
 	"unicode/utf8"
 )
 
+// scope holds variables: the few a loop iteration or macro call binds in a
+// slice (no map to allocate), more in a map.
 type scope struct {
+	names  []string
+	values []any
 	vars   map[string]any
 	parent *scope
 }
 
+const smallScope = 8
+
+func (s *scope) own(name string) (any, bool) {
+	if s.vars != nil {
+		v, ok := s.vars[name]
+		return v, ok
+	}
+	for i, n := range s.names {
+		if n == name {
+			return s.values[i], true
+		}
+	}
+	return nil, false
+}
+
 func (s *scope) lookup(name string) (any, bool) {
 	for c := s; c != nil; c = c.parent {
-		if v, ok := c.vars[name]; ok {
+		if v, ok := c.own(name); ok {
 			return v, true
 		}
 	}
@@ -23,9 +42,26 @@ func (s *scope) lookup(name string) (any, bool) {
 }
 
 func (s *scope) set(name string, v any) {
-	if s.vars == nil {
-		s.vars = map[string]any{}
+	if s.vars != nil {
+		s.vars[name] = v
+		return
 	}
+	for i, n := range s.names {
+		if n == name {
+			s.values[i] = v
+			return
+		}
+	}
+	if len(s.names) < smallScope {
+		s.names = append(s.names, name)
+		s.values = append(s.values, v)
+		return
+	}
+	s.vars = make(map[string]any, 2*smallScope)
+	for i, n := range s.names {
+		s.vars[n] = s.values[i]
+	}
+	s.names, s.values = nil, nil
 	s.vars[name] = v
 }
 
@@ -38,8 +74,8 @@ type state struct {
 var errBreak = errors.New("break")
 var errContinue = errors.New("continue")
 
-// iterationBytes is charged per loop iteration and macro call: the scope
-// and loop object it allocates, which a template can keep alive.
+// iterationBytes is charged per macro definition and call: the scope it
+// allocates, which a macro defined inside keeps alive.
 const iterationBytes = 256
 
 func (st *state) exec(nodes []node, sc *scope) error {
@@ -168,10 +204,7 @@ func (st *state) assign(t expr, v any, sc *scope) error {
 			return fmt.Errorf("cannot set attribute %q on %s (use namespace())", x.name, typeName(obj))
 		}
 		if _, exists := d.m[x.name]; !exists {
-			if err := st.newDict(int64(len(d.keys))+1, "a namespace"); err != nil {
-				return err
-			}
-			if err := st.charge(entryBytes + int64(len(x.name))); err != nil {
+			if err := st.growDict(d, 1, "a namespace"); err != nil {
 				return err
 			}
 		}
@@ -270,13 +303,13 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 		return st.exec(x.els, sc)
 	}
 	for i, it := range items {
+		// The scope and loop object are garbage after the iteration unless
+		// a macro defined in the body or a container keeps them, and those
+		// charge for what they keep.
 		if err := st.step(); err != nil {
 			return err
 		}
-		if err := st.charge(iterationBytes); err != nil {
-			return err
-		}
-		s := &scope{parent: sc}
+		s := &scope{parent: sc, names: make([]string, 0, 2), values: make([]any, 0, 2)}
 		s.set("loop", &loopCtx{i: i, items: items})
 		if err := bind(s, it); err != nil {
 			return err
@@ -738,7 +771,7 @@ func (st *state) callMacro(m *macro, args []any, kwargs map[string]any) (any, er
 		}
 	}
 	for k, v := range kwargs {
-		if _, ok := s.vars[k]; !ok {
+		if _, ok := s.own(k); !ok {
 			s.set(k, v)
 		}
 	}
@@ -827,11 +860,14 @@ func (st *state) evalBin(x *binExpr, sc *scope) (any, error) {
 	return st.arith(x.op, l, r)
 }
 
+// errOverflow is the error for integer arithmetic whose result does not
+// fit in 64 bits; it is a limit of this interpreter (Jinja has big
+// integers), so it wraps ErrLimit.
 func errOverflow(op string, l, r any) error {
 	if r == nil {
-		return fmt.Errorf("integer overflow: %s%s does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", op, scalarStr(l))
+		return limitf("integer overflow: %s%s does not fit in 64 bits (chat templates use 64-bit integers)", op, scalarStr(l))
 	}
-	return fmt.Errorf("integer overflow: %s %s %s does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", scalarStr(l), op, scalarStr(r))
+	return limitf("integer overflow: %s %s %s does not fit in 64 bits (chat templates use 64-bit integers)", scalarStr(l), op, scalarStr(r))
 }
 
 func (st *state) arith(op string, l, r any) (any, error) {
@@ -935,7 +971,7 @@ func (st *state) arith(op string, l, r any) (any, error) {
 			if lf == 0 {
 				return nil, fmt.Errorf("zero to a negative power")
 			}
-			return nil, fmt.Errorf("float overflow: %s ** %s is out of range", pyFloat(lf), pyFloat(rf))
+			return nil, limitf("float overflow: %s ** %s is out of range", pyFloat(lf), pyFloat(rf))
 		}
 		return p, nil
 	}
@@ -1076,7 +1112,7 @@ func (st *state) equal(a, b any, depth int) (bool, error) {
 		if depth >= maxValueDepth {
 			return false, limitf("comparing lists and dicts nested deeper than %d (or containing themselves)", maxValueDepth)
 		}
-		if err := st.spend(int64(len(x.items))); err != nil {
+		if err := st.spend(itemCost * int64(len(x.items))); err != nil {
 			return false, err
 		}
 		for i := range x.items {
@@ -1096,7 +1132,7 @@ func (st *state) equal(a, b any, depth int) (bool, error) {
 		if depth >= maxValueDepth {
 			return false, limitf("comparing lists and dicts nested deeper than %d (or containing themselves)", maxValueDepth)
 		}
-		if err := st.spend(int64(len(x.keys))); err != nil {
+		if err := st.spend(itemCost * int64(len(x.keys))); err != nil {
 			return false, err
 		}
 		for _, k := range x.keys {
@@ -1156,6 +1192,9 @@ func (st *state) contains(container, item any) (bool, error) {
 		return strings.Contains(c, s), st.spend(int64(len(c)) + int64(len(s)))
 	case *list:
 		for _, it := range c.items {
+			if err := st.spend(itemCost); err != nil {
+				return false, err
+			}
 			eq, err := st.equal(it, item, 0)
 			if err != nil || eq {
 				return eq, err

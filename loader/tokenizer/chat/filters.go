@@ -159,7 +159,7 @@ func init() {
 			if err := p.toJSON(v, indent, 0, sortKeys); err != nil {
 				return nil, err
 			}
-			return p.b.String(), nil
+			return p.b.String(), p.flush()
 		},
 		"items": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
 			d, ok := v.(*dict)
@@ -247,7 +247,7 @@ func filterInt(st *state, v any, args []any, _ map[string]any) (any, error) {
 		if f >= -(1<<63) && f < 1<<63 {
 			return int64(f), nil
 		}
-		return nil, fmt.Errorf("integer overflow: int(%s) does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", pyFloat(f))
+		return nil, limitf("integer overflow: int(%s) does not fit in 64 bits (chat templates use 64-bit integers)", pyFloat(f))
 	}
 	switch x := v.(type) {
 	case int64:
@@ -266,7 +266,7 @@ func filterInt(st *state, v any, args []any, _ map[string]any) (any, error) {
 			return n, nil
 		}
 		if errors.Is(err, strconv.ErrRange) {
-			return nil, fmt.Errorf("integer overflow: int(%.40q) does not fit in 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", t)
+			return nil, limitf("integer overflow: int(%.40q) does not fit in 64 bits (chat templates use 64-bit integers)", t)
 		}
 		if f, err := strconv.ParseFloat(t, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 			return fromFloat(f)
@@ -364,7 +364,7 @@ func (st *state) sortKey(v any, caseSensitive bool) (any, error) {
 
 // sortBy sorts items stably by keys, charging n log n comparisons first.
 func (st *state) sortBy(items, keys []any, reverse bool) error {
-	if err := st.spend(sortCost(len(items))); err != nil {
+	if err := st.spend(itemCost * sortCost(len(items))); err != nil {
 		return err
 	}
 	idx := make([]int, len(items))
@@ -526,7 +526,7 @@ func filterUnique(st *state, v any, args []any, kw map[string]any) (any, error) 
 	seen := make(map[any]struct{})
 	l := &list{}
 	for _, it := range items {
-		if err := st.spend(16); err != nil {
+		if err := st.spend(itemCost); err != nil {
 			return nil, err
 		}
 		kv := it
@@ -705,7 +705,7 @@ func selectFilter(reject, byAttr bool) filterFn {
 		}
 		l := &list{}
 		for _, it := range items {
-			if err := st.spend(16); err != nil {
+			if err := st.spend(itemCost); err != nil {
 				return nil, err
 			}
 			val := it

@@ -224,7 +224,7 @@ func lexTag(s string, line int) ([]token, error) {
 			} else {
 				n, err := strconv.ParseInt(lit, 10, 64)
 				if errors.Is(err, strconv.ErrRange) {
-					return nil, fmt.Errorf("line %d: integer %s overflows 64 bits (chat templates use 64-bit integers, where Jinja has big integers)", line, lit)
+					return nil, fmt.Errorf("line %d: %w", line, limitf("integer overflow: the literal %.40s does not fit in 64 bits (chat templates use 64-bit integers)", lit))
 				}
 				if err != nil {
 					return nil, fmt.Errorf("line %d: bad number %q", line, lit)

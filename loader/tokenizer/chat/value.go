@@ -19,11 +19,15 @@ import (
 
 type undefined struct{}
 
-type list struct{ items []any }
+type list struct {
+	items []any
+	busy  bool // being printed, for cycle detection
+}
 
 type dict struct {
 	keys []string
 	m    map[string]any
+	busy bool // being printed, for cycle detection
 }
 
 func newDict() *dict { return &dict{m: map[string]any{}} }
@@ -219,7 +223,7 @@ func (st *state) str(v any) (string, error) {
 		if err := p.repr(v, 0); err != nil {
 			return "", err
 		}
-		return p.b.String(), nil
+		return p.b.String(), p.flush()
 	case string:
 		return v.(string), nil
 	}
@@ -229,21 +233,32 @@ func (st *state) str(v any) (string, error) {
 
 // printer builds repr and JSON text, charging every write before it is made.
 type printer struct {
-	st    *state
-	b     strings.Builder
-	what  string
-	stack []any // containers being printed, for cycle detection
+	st      *state
+	b       strings.Builder
+	what    string
+	pending int64 // bytes written and not yet charged
 }
 
 func (p *printer) grow(n int) error {
 	if int64(p.b.Len())+int64(n) > p.st.maxStr {
 		return limitf("%s would be over %d bytes (Options.MaxOutputBytes)", p.what, p.st.maxStr)
 	}
-	// A strings.Builder allocates up to twice what it holds.
-	if err := p.st.charge(2 * int64(n)); err != nil {
+	p.pending += int64(n)
+	if p.pending >= 4096 {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush charges what was written since the last flush: a strings.Builder
+// allocates up to twice what it holds.
+func (p *printer) flush() error {
+	n := p.pending
+	p.pending = 0
+	if err := p.st.charge(2 * n); err != nil {
 		return err
 	}
-	return p.st.spend(int64(n))
+	return p.st.spend(n)
 }
 
 func (p *printer) write(s string) error {
@@ -254,22 +269,37 @@ func (p *printer) write(s string) error {
 	return nil
 }
 
-// enter pushes a container; recurring reports that it is already being
-// printed (a cycle).
+// enter marks a container as being printed; recurring reports that it
+// already is (a cycle). Printing never runs template code, so one printer
+// at a time marks containers.
 func (p *printer) enter(c any, depth int) (recurring bool, err error) {
 	if depth >= maxValueDepth {
 		return false, limitf("%s: lists and dicts nested deeper than %d", p.what, maxValueDepth)
 	}
-	for _, s := range p.stack {
-		if s == c {
+	n := 0
+	switch x := c.(type) {
+	case *list:
+		if x.busy {
 			return true, nil
 		}
+		x.busy, n = true, len(x.items)
+	case *dict:
+		if x.busy {
+			return true, nil
+		}
+		x.busy, n = true, len(x.keys)
 	}
-	p.stack = append(p.stack, c)
-	return false, nil
+	return false, p.st.spend(itemCost * int64(n+1))
 }
 
-func (p *printer) leave() { p.stack = p.stack[:len(p.stack)-1] }
+func leave(c any) {
+	switch x := c.(type) {
+	case *list:
+		x.busy = false
+	case *dict:
+		x.busy = false
+	}
+}
 
 func (p *printer) repr(v any, depth int) error {
 	switch x := v.(type) {
@@ -283,7 +313,7 @@ func (p *printer) repr(v any, depth int) error {
 		if rec {
 			return p.write("[...]")
 		}
-		defer p.leave()
+		defer leave(x)
 		if err := p.write("["); err != nil {
 			return err
 		}
@@ -306,7 +336,7 @@ func (p *printer) repr(v any, depth int) error {
 		if rec {
 			return p.write("{...}")
 		}
-		defer p.leave()
+		defer leave(x)
 		if err := p.write("{"); err != nil {
 			return err
 		}
@@ -431,7 +461,7 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 		if rec {
 			return fmt.Errorf("tojson: circular reference detected (a list contains itself)")
 		}
-		defer p.leave()
+		defer leave(x)
 		if err := p.write("["); err != nil {
 			return err
 		}
@@ -463,13 +493,13 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 		if rec {
 			return fmt.Errorf("tojson: circular reference detected (a dict contains itself)")
 		}
-		defer p.leave()
+		defer leave(x)
 		keys := x.keys
 		if sortKeys {
 			if err := p.st.newList(int64(len(keys)), "tojson's sorted keys"); err != nil {
 				return err
 			}
-			if err := p.st.spend(sortCost(len(keys))); err != nil {
+			if err := p.st.spend(itemCost * sortCost(len(keys))); err != nil {
 				return err
 			}
 			keys = append([]string(nil), keys...)
