@@ -240,7 +240,7 @@ func implementedOps() []backends.OpType {
 		backends.OpTypeSlice, backends.OpTypeConcatenate, backends.OpTypePad, backends.OpTypeIota,
 		backends.OpTypeReverse, backends.OpTypeConvertDType, backends.OpTypeWhere, backends.OpTypeClamp,
 		backends.OpTypeReduceSum, backends.OpTypeReduceMax, backends.OpTypeReduceMin, backends.OpTypeReduceProduct,
-		backends.OpTypeArgMinMax, backends.OpTypeDotGeneral, backends.OpTypeGather, backends.OpTypeConvGeneral,
+		backends.OpTypeArgMinMax, backends.OpTypeDotGeneral, backends.OpTypeGather, backends.OpTypeConvGeneral, backends.OpTypeScatterSum,
 		backends.OpTypeDynamicSlice, backends.OpTypeDynamicUpdateSlice,
 	}
 	ops = append(ops, unaryOps...)

@@ -862,3 +862,42 @@ func TestConvGeneral(t *testing.T) {
 		}
 	}
 }
+
+func TestScatterSum(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Int32, dtypes.Float64} {
+		// Rows of a [6, 5] operand, indices [4, 1] with a repeat and one out
+		// of range.
+		in := []shapes.Shape{sh(dt, 6, 5), sh(dtypes.Int32, 4, 1), sh(dt, 4, 5)}
+		r := rand.New(rand.NewPCG(11, 12))
+		data := []any{randFlat(r, in[0], false), []int32{2, 0, 2, 5}, randFlat(r, in[2], false)}
+		build := func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+			return b.ScatterSum(p[0], p[1], p[2], 1, []int{1}, []int{0}, []int{0}, false, false)
+		}
+		want, _, err := run(ref, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, "ScatterSum rows", dt, asFloat64(got), asFloat64(want))
+
+		// The KV-cache form: a [2, 3, 8, 4] cache, 2 new slots on axis 2.
+		in = []shapes.Shape{sh(dt, 2, 3, 8, 4), sh(dtypes.Int32, 2, 1), sh(dt, 2, 3, 2, 4)}
+		data = []any{randFlat(r, in[0], false), []int32{5, 6}, randFlat(r, in[2], false)}
+		build = func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+			return b.ScatterSum(p[0], p[1], p[2], 1, []int{0, 1, 3}, []int{2}, []int{2}, true, true)
+		}
+		want, _, err = run(ref, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err = run(cpu, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, "ScatterSum cache", dt, asFloat64(got), asFloat64(want))
+	}
+}
