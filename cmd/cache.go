@@ -200,6 +200,10 @@ func cacheLsRun(_ context.Context, opts *CacheOptions) error {
 	if opts.Repo != "" {
 		r := repos[0]
 		fmt.Fprintf(out, "%s: %s in %d file(s), %s\n", r.ID, humanize.Bytes(r.SizeOnDisk), r.Blobs, r.Dir)
+		if r.IncompleteFiles > 0 {
+			fmt.Fprintf(out, "%s of partial downloads in %d file(s) (%s): a download resumes them, `tputool cache rm %s` removes them\n",
+				humanize.Bytes(r.IncompleteBytes), r.IncompleteFiles, filepath.Join(r.Dir, "blobs", "*.incomplete"), r.ID)
+		}
 		tbl := opts.IO.NewTable("REVISION", "REFS", "FILES", "SIZE", "MODIFIED")
 		for _, rv := range r.Revisions {
 			tbl.Append(rv.Commit, strings.Join(rv.Refs, ", "), fmt.Sprint(rv.Files), humanize.Bytes(rv.Size), age(opts, rv.LastModified))

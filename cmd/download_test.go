@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/hub/hubtest"
 )
 
@@ -195,4 +198,49 @@ func TestEndpointCredentialsNeverPrinted(t *testing.T) {
 	e := newTestFactory(t, env)
 	assert.Equal(t, ExitHub, e.run("--json", "download", "--model", "org/stories", "--retries", "0"))
 	assert.NotContains(t, e.out.String()+e.errOut.String(), secret)
+}
+
+// A download that does not fit fails before fetching the weights with exit
+// 1 (a local problem, not the Hub), saying what is needed, what is free and
+// how to reclaim space; the partial download stays, `cache ls` shows it,
+// and the download resumes once there is room.
+func TestDownloadWithoutSpace(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	weightsData := mustRead(t, filepath.Join(storiesDir, "model.safetensors"))
+	sha := hubtest.File{Data: weightsData, LFS: true}.SHA256()
+	blobs := filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "blobs")
+	require.NoError(t, os.MkdirAll(blobs, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(blobs, sha+".incomplete"), weightsData[:100_000], 0o644))
+
+	e := newTestFactory(t, env)
+	var free int64 = 50_000 // the configs and tokenizer fit, the weights do not
+	opts := &DownloadOptions{IO: e.f.IOStreams, Model: "org/stories", HubClient: func() *hub.Client {
+		c := e.f.HubClient()
+		c.FreeSpace = func(string) (int64, error) { return free, nil }
+		return c
+	}}
+	err := downloadRun(context.Background(), opts)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, hub.ErrNoSpace), err.Error())
+	assert.Equal(t, ExitError, ExitCodeFor(err))
+	for _, want := range []string{"needs 1.0 MiB more", "48.8 KiB are free", "tputool cache rm org/stories", ".incomplete", "resume"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, 0, srv.Count(func(r hubtest.Request) bool { return r.Server == "cdn" }), "no weight byte was fetched")
+
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("cache", "ls", "org/stories"), e.errOut.String())
+	assert.Contains(t, e.out.String(), "97.7 KiB of partial downloads in 1 file(s)")
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("--json", "cache", "ls"), e.errOut.String())
+	var listing CacheListing
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &listing))
+	require.Len(t, listing.Repos, 1)
+	assert.Equal(t, int64(100_000), listing.Repos[0].IncompleteBytes)
+
+	free = 10 << 20
+	require.NoError(t, downloadRun(context.Background(), opts))
+	assert.Equal(t, 1, srv.Count(func(r hubtest.Request) bool { return r.Server == "cdn" && r.Range == "bytes=100000-" }), "resumed")
 }

@@ -20,6 +20,11 @@ type CachedRepo struct {
 	SizeOnDisk int64 `json:"size_on_disk"`
 	// Blobs is how many blobs it holds.
 	Blobs int `json:"blobs"`
+	// IncompleteBytes and IncompleteFiles are the partial downloads
+	// (blobs/*.incomplete): kept so that a download resumes, removed with
+	// the repository.
+	IncompleteBytes int64 `json:"incomplete_bytes"`
+	IncompleteFiles int   `json:"incomplete_files"`
 	// LastModified is the newest blob's modification time.
 	LastModified time.Time        `json:"last_modified"`
 	Revisions    []CachedRevision `json:"revisions"`
@@ -82,11 +87,16 @@ func (c Cache) scanRepo(id string) (CachedRepo, []string) {
 	blobDir := filepath.Join(dir, "blobs")
 	blobs, _ := os.ReadDir(blobDir)
 	for _, b := range blobs {
-		if b.IsDir() || strings.HasSuffix(b.Name(), ".incomplete") {
+		if b.IsDir() {
 			continue
 		}
 		info, err := b.Info()
 		if err != nil {
+			continue
+		}
+		if strings.HasSuffix(b.Name(), ".incomplete") {
+			r.IncompleteBytes += info.Size()
+			r.IncompleteFiles++
 			continue
 		}
 		r.SizeOnDisk += info.Size()
