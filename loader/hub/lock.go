@@ -2,6 +2,8 @@ package hub
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,7 +21,19 @@ func acquireLock(ctx context.Context, path string) (*fileLock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, filePerm)
+	if errors.Is(err, fs.ErrPermission) {
+		// A lock file another user created without group write (an older
+		// client, or umask 022): flock needs no write access, so a
+		// read-only descriptor still excludes the others.
+		if rf, rerr := os.Open(path); rerr == nil {
+			f, err = rf, nil
+		}
+	}
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("lock %s: %w (a cache shared by a group needs group-writable folders: "+
+				"chmod -R g+w the cache folder and set umask 002)", path, err)
+		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	wait := 10 * time.Millisecond
