@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,10 @@ import (
 
 // Limits for fuzzing: small enough that a hostile template is cut off in
 // milliseconds, large enough for every real template.
-var fuzzOpts = Options{BOSToken: "<s>", EOSToken: "</s>", MaxSteps: 20_000, MaxOutputBytes: 64 << 10, Timeout: 2 * time.Second}
+var fuzzOpts = Options{BOSToken: "<s>", EOSToken: "</s>", MaxSteps: 20_000, MaxOutputBytes: 64 << 10, MaxAllocBytes: 8 << 20, Timeout: 2 * time.Second}
+
+// goPointer matches a Go heap pointer as fmt prints one.
+var goPointer = regexp.MustCompile(`0xc[0-9a-f]{9}`)
 
 // fuzzMessages is the fixed conversation FuzzRender renders.
 var fuzzMessages = []Message{
@@ -26,9 +30,11 @@ var fuzzMessages = []Message{
 	{Role: "user", Content: "Bye"},
 }
 
-// FuzzRender: arbitrary template source with a fixed conversation. The
-// properties: New and Render never panic, never hang (the step, output and
-// time limits hold), and an error is a Go error naming the template.
+// FuzzRender: arbitrary template source with a fixed conversation, with
+// small limits on. The properties: New and Render never panic, never
+// overflow the stack, never hang (the step, output, allocation and time
+// limits hold), an error names the template and stays short, and no Go
+// pointer is printed.
 func FuzzRender(f *testing.F) {
 	for _, src := range realTemplates(f) {
 		f.Add(src)
@@ -47,6 +53,16 @@ func FuzzRender(f *testing.F) {
 		"{{ strftime_now('%Y') }}", "{% include 'x' %}", "{{ (((((1))))) }}", "{% raw %}{{ x }}{% endraw %}",
 		"{%- for m in messages -%}{{- m.content | replace('e', 'E') -}}{%- endfor -%}",
 		"{{ messages | map(attribute='role') | join(',') }}", "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+		// The hostile classes of sandbox_test.go.
+		"{% set l = [] %}{% set _ = l.append(l) %}{{ l }}{{ l | tojson }}", "{% set ns = namespace() %}{% set ns.s = ns %}{{ ns == ns }}{{ ns | string }}",
+		"{% set d = {} %}{% set _ = d.update({'a': [d]}) %}{{ d | dictsort }}{{ d in [d] }}",
+		"{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l | tojson }}",
+		"{{ ('ab' * 1000).replace('', 'xyz') }}", "{{ (',' * 100000).split(',') | length }}", "{{ ('a ' * 9).rsplit(none, 2) }}",
+		"{{ range(1000) | join('x' * 1000) }}", "{{ 'x' * 1000 | indent(100000) }}", "{{ range(5000) | list | tojson(indent=30) }}",
+		"{{ range(100000) | unique | list | length }}", "{{ range(100000) | sort(reverse=true) | first }}",
+		"{{ 2 ** 63 }}", "{{ -(-9223372036854775807 - 1) }}", "{{ '99999999999999999999' | int }}", "{{ 10.0 ** 400 }}",
+		"{{ range }}{{ 'a'.split }}{% for x in [1] %}{{ loop }}{% endfor %}", "{{ [1] * (2 ** 40) }}",
+		"{{ 'x'[::-1] }}{{ 'héllo'[1:3] }}{{ 'héllo' | reverse }}{{ 'ß' | upper }}",
 	} {
 		f.Add(src)
 	}
@@ -54,9 +70,7 @@ func FuzzRender(f *testing.F) {
 		defer watchdog(src)()
 		tmpl, err := New("fuzz", src, fuzzOpts)
 		if err != nil {
-			if !strings.Contains(err.Error(), `"fuzz"`) {
-				t.Fatalf("error does not name the template: %v", err)
-			}
+			checkErr(t, err)
 			return
 		}
 		start := time.Now()
@@ -65,15 +79,34 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("render took %v, over the %v limit", d, fuzzOpts.Timeout)
 		}
 		if err != nil {
-			if !strings.Contains(err.Error(), `"fuzz"`) {
-				t.Fatalf("error does not name the template: %v", err)
-			}
+			checkErr(t, err)
 			return
 		}
 		if len(out) > fuzzOpts.MaxOutputBytes {
 			t.Fatalf("output of %d bytes over the %d-byte limit", len(out), fuzzOpts.MaxOutputBytes)
 		}
+		if goPointer.MatchString(out) && !strings.Contains(src, "0x") {
+			t.Fatalf("output shows a Go pointer: %q", out)
+		}
 	})
+}
+
+// checkErr: an error names the template, is short, and a limit error says
+// which limit.
+func checkErr(t *testing.T, err error) {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, `chat template "fuzz": `) {
+		t.Fatalf("error does not name the template: %v", err)
+	}
+	if len(msg) > maxErrorText+64 {
+		t.Fatalf("error of %d bytes", len(msg))
+	}
+	if errors.Is(err, ErrLimit) && !strings.Contains(msg, "limit exceeded") {
+		t.Fatalf("limit error does not say so: %v", err)
+	}
+	if goPointer.MatchString(msg) {
+		t.Fatalf("error shows a Go pointer: %v", err)
+	}
 }
 
 // FuzzRenderMessages: the real Qwen3, Llama 3 and Gemma 3 templates with

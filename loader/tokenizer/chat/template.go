@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is one chat turn. Extra fields (tool_calls, reasoning_content,
@@ -81,11 +82,11 @@ type Template struct {
 // New compiles a chat template.
 func New(name, src string, opts Options) (*Template, error) {
 	if len(src) > maxSource {
-		return nil, fmt.Errorf("chat template %q: %w", name, limitf("the source is %d bytes, over %d", len(src), maxSource))
+		return nil, named(name, limitf("the source is %d bytes, over %d", len(src), maxSource))
 	}
 	nodes, err := parseTemplate(src)
 	if err != nil {
-		return nil, fmt.Errorf("chat template %q: %w", name, err)
+		return nil, named(name, err)
 	}
 	if opts.MaxSteps <= 0 {
 		opts.MaxSteps = DefaultMaxSteps
@@ -109,7 +110,7 @@ func (t *Template) Source() string { return t.src }
 func (t *Template) Render(ctx context.Context, in Input) (string, error) {
 	vars, err := t.variables(in)
 	if err != nil {
-		return "", fmt.Errorf("chat template %q: %w", t.Name, err)
+		return "", named(t.Name, err)
 	}
 	return t.render(ctx, vars)
 }
@@ -122,7 +123,7 @@ func (t *Template) RenderVars(ctx context.Context, vars map[string]any) (string,
 	for k, v := range vars {
 		c, err := fromGo(v)
 		if err != nil {
-			return "", fmt.Errorf("chat template %q: variable %q: %w", t.Name, k, err)
+			return "", named(t.Name, fmt.Errorf("variable %q: %w", k, err))
 		}
 		conv[k] = c
 	}
@@ -137,7 +138,7 @@ func (t *Template) render(ctx context.Context, vars map[string]any) (string, err
 		maxSteps: t.opts.MaxSteps, maxAlloc: t.opts.MaxAllocBytes, maxStr: int64(t.opts.MaxOutputBytes)}}
 	sc := &scope{vars: vars}
 	if err := st.exec(t.nodes, sc); err != nil {
-		return "", fmt.Errorf("chat template %q: %w", t.Name, err)
+		return "", named(t.Name, err)
 	}
 	return st.out.String(), nil
 }
@@ -197,4 +198,33 @@ func sortedKeys(m map[string]any) []string {
 		}
 	}
 	return keys
+}
+
+// maxErrorText caps an error's text: errors quote template text (a name, a
+// string, raise_exception's message), which can be megabytes.
+const maxErrorText = 1024
+
+// templateError names the template and keeps its text short; errors.Is
+// still sees everything it wraps.
+type templateError struct {
+	msg string
+	err error
+}
+
+func (e *templateError) Error() string { return e.msg }
+func (e *templateError) Unwrap() error { return e.err }
+
+func named(name string, err error) error {
+	if len(name) > 200 {
+		name = name[:200] + "..."
+	}
+	msg := fmt.Sprintf("chat template %q: %v", name, err)
+	if len(msg) > maxErrorText {
+		cut := maxErrorText
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + fmt.Sprintf("... (%d bytes in all)", len(msg))
+	}
+	return &templateError{msg: msg, err: err}
 }
