@@ -13,8 +13,8 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // tinyLoaded writes and loads a small checkpoint: 8 heads, 4 KV heads,

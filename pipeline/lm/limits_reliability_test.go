@@ -9,8 +9,8 @@ import (
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // TestAbsurdConfigSizesAreRefused: config.json sizes no model has (2^40

@@ -11,12 +11,12 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/testkit/qwenref"
-	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/qwen35"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 // withChunk swaps the loaded model for one whose chunked delta rule uses

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 var (

@@ -10,11 +10,11 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/qwen3moe"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
-	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
-	"github.com/tputool/tputool/pipeline/qwen3moe"
 )
 
 // TestLogitsMatchReference runs the tiny Qwen3-MoE and Qwen2-MoE on a

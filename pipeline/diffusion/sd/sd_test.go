@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/pipeline/testkit/sdref"
 	"github.com/tputool/tputool/pipeline/diffusion/pngmeta"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
-	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
 	"github.com/tputool/tputool/pipeline/torchrand"
 )
 

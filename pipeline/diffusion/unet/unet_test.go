@@ -15,10 +15,10 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/diffusion/blocks"
-	"github.com/tputool/tputool/pipeline/testkit/sdref"
-	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 	"github.com/tputool/tputool/pipeline/diffusion/unet"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
+	"github.com/tputool/tputool/pipeline/testkit/sdref"
 )
 
 func randn(rng *rand.Rand, n int, scale float64) []float32 {
