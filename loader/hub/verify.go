@@ -227,17 +227,21 @@ func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (V
 		return vf, nil
 	}
 	vf.Size, vf.Blob = st.Size(), target
-	d, err := h.sum(target)
-	if err != nil {
-		return vf, err
-	}
 	if filepath.Dir(target) == blobDir {
 		etag := filepath.Base(target)
 		vf.Expected = etag
 		switch {
 		case sha256RE.MatchString(etag):
+			d, err := h.sum(target, true, false)
+			if err != nil {
+				return vf, err
+			}
 			vf.Algorithm, vf.Actual = "sha256", d.sha256
 		case sha1RE.MatchString(etag):
+			d, err := h.sum(target, false, true)
+			if err != nil {
+				return vf, err
+			}
 			vf.Algorithm, vf.Actual = "git-sha1", d.gitSHA1
 		default:
 			vf.Status, vf.Detail = VerifyUnverified, fmt.Sprintf("the ETag %q is no sha256 or git sha1", etag)
@@ -253,6 +257,10 @@ func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (V
 	}
 	// A copy or hard link (where symlinks are unavailable): good when a
 	// blob of that content exists under its hash.
+	d, err := h.sum(target, true, true)
+	if err != nil {
+		return vf, err
+	}
 	for _, cand := range []struct{ algo, sum string }{{"sha256", d.sha256}, {"git-sha1", d.gitSHA1}} {
 		if bst, err := os.Stat(filepath.Join(blobDir, cand.sum)); err == nil && bst.Size() == st.Size() {
 			vf.Status, vf.Algorithm, vf.Expected, vf.Actual = VerifyOK, cand.algo, cand.sum, cand.sum
@@ -265,8 +273,8 @@ func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (V
 
 type digests struct{ sha256, gitSHA1 string }
 
-// hasher hashes each blob once, in both algorithms in one pass, checking
-// ctx between reads.
+// hasher hashes each blob once per algorithm (both in one pass when both
+// are wanted), checking ctx between reads.
 type hasher struct {
 	ctx      context.Context
 	total    int64
@@ -275,45 +283,64 @@ type hasher struct {
 	done     map[string]digests
 }
 
-func (h *hasher) sum(path string) (digests, error) {
-	if d, ok := h.done[path]; ok {
+func (h *hasher) sum(path string, want256, want1 bool) (digests, error) {
+	d := h.done[path]
+	want256 = want256 && d.sha256 == ""
+	want1 = want1 && d.gitSHA1 == ""
+	if !want256 && !want1 {
 		return d, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return digests{}, fmt.Errorf("cache verify: %w", err)
+		return d, fmt.Errorf("cache verify: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return digests{}, fmt.Errorf("cache verify: %w", err)
+		return d, fmt.Errorf("cache verify: %w", err)
 	}
-	s256 := sha256.New()
-	g := sha1.New()
-	fmt.Fprintf(g, "blob %d\x00", st.Size())
-	w := io.MultiWriter(s256, g)
+	var ws []io.Writer
+	var s256, g hash.Hash
+	if want256 {
+		s256 = sha256.New()
+		ws = append(ws, s256)
+	}
+	if want1 {
+		g = sha1.New()
+		fmt.Fprintf(g, "blob %d\x00", st.Size())
+		ws = append(ws, g)
+	}
+	w := io.MultiWriter(ws...)
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
+	first := h.done[path] == (digests{}) // count bytes once per blob
 	for {
 		if err := h.ctx.Err(); err != nil {
-			return digests{}, err
+			return d, err
 		}
 		n, rerr := f.Read(*bp)
 		if n > 0 {
 			w.Write((*bp)[:n])
-			h.hashed += int64(n)
-			if h.progress != nil {
-				h.progress(h.hashed, h.total)
+			if first {
+				h.hashed += int64(n)
+				if h.progress != nil {
+					h.progress(h.hashed, h.total)
+				}
 			}
 		}
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return digests{}, fmt.Errorf("cache verify: reading %s: %w", path, rerr)
+			return d, fmt.Errorf("cache verify: reading %s: %w", path, rerr)
 		}
 	}
-	d := digests{sha256: hexSum(s256), gitSHA1: hexSum(g)}
+	if s256 != nil {
+		d.sha256 = hexSum(s256)
+	}
+	if g != nil {
+		d.gitSHA1 = hexSum(g)
+	}
 	h.done[path] = d
 	return d, nil
 }

@@ -145,3 +145,34 @@ func TestVerifyAfterDownload(t *testing.T) {
 		t.Fatalf("%+v, %v", v, err)
 	}
 }
+
+// BenchmarkVerify rehashes one 256 MiB LFS blob (sha256 only, as for
+// weights); b.SetBytes makes the MB/s the verify throughput.
+func BenchmarkVerify(b *testing.B) {
+	dir := b.TempDir()
+	data := randBytes(256<<20, 3)
+	f := hubtest.File{Path: "model.safetensors", Data: data, LFS: true}
+	repo := filepath.Join(dir, "models--org--big")
+	commit := "0123456789abcdef0123456789abcdef01234567"
+	if err := os.MkdirAll(filepath.Join(repo, "blobs"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "blobs", f.ETag()), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(repo, "snapshots", commit), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Symlink("../../blobs/"+f.ETag(), filepath.Join(repo, "snapshots", commit, f.Path)); err != nil {
+		b.Fatal(err)
+	}
+	cache := hub.Cache{Dir: dir}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for range b.N {
+		v, err := cache.Verify(context.Background(), "org/big", hub.VerifyOptions{})
+		if err != nil || v.OK != 1 {
+			b.Fatal(v, err)
+		}
+	}
+}
