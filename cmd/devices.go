@@ -10,6 +10,7 @@ import (
 	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/tpu"
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // DevicesOptions holds `tputool devices`'s inputs.
@@ -27,6 +28,9 @@ type DevicesResult struct {
 	*tpu.Inventory
 	// Selected is the device --device opened (only when one was chosen).
 	Selected *tpu.Device `json:"selected,omitempty"`
+	// CPUFeatures are the instruction-set features the CPU kernels detected
+	// and use (e.g. avx2, fma, avx512f, avx512_bf16); empty off x86.
+	CPUFeatures []string `json:"cpu_features"`
 }
 
 // NewCmdDevices builds `tputool devices`.
@@ -64,7 +68,10 @@ missing runtime.`,
 }
 
 func devicesRun(_ context.Context, opts *DevicesOptions) error {
-	res := DevicesResult{Inventory: opts.Inventory()}
+	res := DevicesResult{Inventory: opts.Inventory(), CPUFeatures: kernels.Features()}
+	if res.CPUFeatures == nil {
+		res.CPUFeatures = []string{}
+	}
 	if opts.Open != nil {
 		d, err := opts.Open()
 		if err != nil {
@@ -96,6 +103,9 @@ func devicesRun(_ context.Context, opts *DevicesOptions) error {
 		backends = append(backends, s)
 	}
 	fmt.Fprintf(out, "Backends: %s\n", strings.Join(backends, ", "))
+	if len(res.CPUFeatures) > 0 {
+		fmt.Fprintf(out, "CPU features: %s\n", strings.Join(res.CPUFeatures, " "))
+	}
 	if res.Auto != "" {
 		fmt.Fprintf(out, "--device auto picks: %s\n", res.Auto)
 	}

@@ -12,20 +12,29 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/tpu/cpu"
 )
 
 // Backend names as GoMLX registers them.
 const (
-	BackendGo  = "go"
+	BackendCPU = cpu.BackendName // tputool's own CPU backend (tpu/cpu)
+	BackendGo  = "go"            // GoMLX's pure-Go backend (simplego)
 	BackendXLA = "xla"
 )
+
+// DefaultCPUBackend is the backend --device cpu, and auto without an
+// accelerator, open. It stays GoMLX's go backend until the command tests
+// that name the backend move to tputool's own (see docs/cpu-engine.md);
+// --device cpu:fast opens tputool's own, --device cpu:go the go backend.
+const DefaultCPUBackend = BackendGo
 
 // Capabilities are the backend facts execution branches on, decided once
 // when the device opens (CapabilitiesOf) and handed to compile/ and to the
 // commands' memory checks. The op and dtype facts come from the backend's
 // own backends.Capabilities.
 type Capabilities struct {
-	// Backend is the backend's name as GoMLX registers it: "go" or "xla".
+	// Backend is the backend's name as GoMLX registers it: "cpu", "go" or
+	// "xla".
 	Backend string `json:"backend"`
 	// HostMemory reports a backend that computes in this process's memory
 	// (the CPU backends): host RAM bounds every buffer it allocates, so
@@ -54,7 +63,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 	name := b.String()
 	return Capabilities{
 		Backend:            name,
-		HostMemory:         name == BackendGo,
+		HostMemory:         name == BackendGo || name == BackendCPU,
 		BlockedMatmul:      name == BackendGo,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
@@ -75,7 +84,7 @@ type Device struct {
 	Spec string `json:"spec"`
 	// Kind is what the backend drives: cpu, tpu, gpu (or other).
 	Kind Kind `json:"kind"`
-	// BackendName is "go" or "xla".
+	// BackendName is "cpu", "go" or "xla".
 	BackendName string `json:"backend"`
 	// Platform is the PJRT platform ("tpu", "cuda", "cpu"); "cpu" for go.
 	Platform string `json:"platform"`
@@ -146,10 +155,14 @@ type candidate struct {
 // resolve turns a spec into the backends to try, in order. Only auto has
 // more than one. It looks at files only; nothing is loaded.
 func resolve(spec Spec, env Env) ([]candidate, []string, error) {
-	cpu := candidate{kind: KindCPU, backend: BackendGo, platform: "cpu"}
+	cpu := candidate{kind: KindCPU, backend: DefaultCPUBackend, platform: "cpu"}
 	switch spec.Kind {
 	case SpecCPU:
 		return []candidate{cpu}, nil, nil
+	case SpecFast:
+		return []candidate{{kind: KindCPU, backend: BackendCPU, platform: "cpu"}}, nil, nil
+	case SpecGo:
+		return []candidate{{kind: KindCPU, backend: BackendGo, platform: "cpu"}}, nil, nil
 	case SpecTPU:
 		s := FindTPU(env)
 		if s.Found == nil {
@@ -220,22 +233,11 @@ func xlaCandidate(p Plugin) candidate {
 	return candidate{kind: p.Kind, backend: BackendXLA, platform: platform, path: p.Path}
 }
 
-// Open opens the device a spec names, using the process environment for
-// plugin discovery. See OpenEnv.
-func Open(spec Spec) (*Device, error) { return OpenEnv(spec, OSEnv()) }
-
-// OpenString parses a --device value and opens it: ParseSpec then Open.
-func OpenString(spec string) (*Device, error) {
-	s, err := ParseSpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	return Open(s)
-}
-
 // OpenEnv opens the device a spec names:
 //
-//   - cpu: the pure-Go backend.
+//   - cpu: DefaultCPUBackend.
+//   - cpu:fast: tputool's own CPU backend (tpu/cpu).
+//   - cpu:go: GoMLX's pure-Go backend.
 //   - tpu: libtpu found by FindTPU, through XLA/PJRT.
 //   - gpu: the CUDA plugin found by FindGPU, through XLA/PJRT.
 //   - xla:NAME / xla:/abs/path.so: that PJRT plugin.
@@ -286,6 +288,8 @@ func openCandidate(spec Spec, c candidate) (*Device, error) {
 		err error
 	)
 	switch c.backend {
+	case BackendCPU:
+		b, err = newCPUBackend()
 	case BackendGo:
 		b, err = newGoBackend()
 	case BackendXLA:
@@ -317,6 +321,15 @@ func openCandidate(spec Spec, c candidate) (*Device, error) {
 	}
 	d.ComputeDTypeName = d.ComputeDType.String()
 	return d, nil
+}
+
+// newCPUBackend opens tputool's own CPU backend.
+func newCPUBackend() (backends.Backend, error) {
+	b, err := cpu.New("")
+	if err != nil {
+		return nil, errs.Devicef("cpu backend: %w", err)
+	}
+	return b, nil
 }
 
 // newGoBackend opens the pure-Go backend, turning a constructor panic into

@@ -28,16 +28,16 @@ func TestOpenCPURunsAGraph(t *testing.T) {
 	defer d.Close()
 
 	assert.Equal(t, KindCPU, d.Kind)
-	assert.Equal(t, BackendGo, d.BackendName)
+	assert.Equal(t, DefaultCPUBackend, d.BackendName)
 	assert.Equal(t, "cpu", d.Platform)
 	assert.Empty(t, d.PluginPath)
 	assert.Equal(t, 1, d.NumDevices)
 	assert.Equal(t, "cpu", d.Spec)
 	assert.Equal(t, dtypes.Float32, d.ComputeDType)
 	assert.Equal(t, "Float32", d.ComputeDTypeName)
-	assert.Equal(t, "cpu (go, 1 device)", d.String())
+	assert.Equal(t, "cpu ("+DefaultCPUBackend+", 1 device)", d.String())
 
-	// x*x + 1 on the go backend.
+	// x*x + 1 on the default CPU backend.
 	out, err := graph.ExecOnce(d.Backend, func(x *graph.Node) *graph.Node {
 		return graph.Add(graph.Mul(x, x), graph.Const(x.Graph(), float32(1)))
 	}, []float32{1, 2, 3})
@@ -49,8 +49,27 @@ func TestOpenCPURunsAGraph(t *testing.T) {
 	assert.True(t, d.Backend.IsFinalized())
 }
 
+// TestCPUBackendCapabilities: tputool's own CPU backend computes in host
+// memory, reads Linear weights as they are (no blocked layout), and has
+// the in-place cache update and 16-bit dtypes.
+func TestCPUBackendCapabilities(t *testing.T) {
+	d, err := OpenEnv(Spec{Kind: SpecFast}, newFakeEnv(t).Env())
+	require.NoError(t, err)
+	defer d.Close()
+	assert.Equal(t, BackendCPU, d.BackendName)
+	assert.Equal(t, "cpu:fast", d.Spec)
+	assert.Equal(t, Capabilities{Backend: BackendCPU, HostMemory: true, DynamicSlice: true, DynamicUpdateSlice: true,
+		Pad: true, Reverse: true, Gather: true, Float16: true, BFloat16: true}, d.Capabilities)
+	out, err := execRecovered(d.Backend, func(x *graph.Node) *graph.Node {
+		start := graph.Const(x.Graph(), int32(1))
+		return graph.DynamicSlice(x, []*graph.Node{start}, []int{2})
+	}, []float32{1, 2, 3})
+	require.NoError(t, err)
+	assert.Equal(t, []float32{2, 3}, out)
+}
+
 func TestGoBackendCapabilities(t *testing.T) {
-	d, err := OpenEnv(Spec{Kind: SpecCPU}, newFakeEnv(t).Env())
+	d, err := OpenEnv(Spec{Kind: SpecGo}, newFakeEnv(t).Env())
 	require.NoError(t, err)
 	defer d.Close()
 
@@ -278,13 +297,4 @@ func TestOpenPluginReturningNilAPIRecoversPanic(t *testing.T) {
 	} else {
 		assert.Contains(t, err.Error(), "built without cgo")
 	}
-}
-
-func TestOpenString(t *testing.T) {
-	d, err := OpenString("cpu")
-	require.NoError(t, err)
-	assert.Equal(t, KindCPU, d.Kind)
-	d.Close()
-	_, err = OpenString("abacus")
-	assert.ErrorIs(t, err, errs.ErrUsage)
 }

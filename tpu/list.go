@@ -59,7 +59,7 @@ type Inventory struct {
 // while another process holds the TPU.
 func List(env Env) *Inventory {
 	inv := &Inventory{
-		Backends: []BackendInfo{{Name: BackendGo, Available: true}},
+		Backends: []BackendInfo{{Name: BackendGo, Available: true}, {Name: BackendCPU, Available: true, Note: "--device cpu:fast"}},
 	}
 	xb := BackendInfo{Name: BackendXLA, Available: xlaCompiled}
 	if !xlaCompiled {
@@ -69,7 +69,7 @@ func List(env Env) *Inventory {
 
 	mem, _ := hostMemory(env)
 	inv.Devices = append(inv.Devices, DeviceInfo{
-		Name: "cpu", Kind: KindCPU, Backend: BackendGo, Usable: true,
+		Name: "cpu", Kind: KindCPU, Backend: DefaultCPUBackend, Usable: true,
 		Cores: runtime.NumCPU(), MemoryBytes: mem,
 	})
 

@@ -14,11 +14,13 @@ type SpecKind string
 
 // The accepted --device kinds.
 const (
-	SpecAuto SpecKind = "auto" // TPU if libtpu is found, else a CUDA GPU, else cpu
-	SpecCPU  SpecKind = "cpu"  // the pure-Go backend ("go")
-	SpecTPU  SpecKind = "tpu"  // libtpu through XLA/PJRT
-	SpecGPU  SpecKind = "gpu"  // the CUDA PJRT plugin through XLA/PJRT
-	SpecXLA  SpecKind = "xla"  // xla:PLUGIN, a named plugin or an absolute .so path
+	SpecAuto SpecKind = "auto"     // TPU if libtpu is found, else a CUDA GPU, else cpu
+	SpecCPU  SpecKind = "cpu"      // the default CPU backend (DefaultCPUBackend)
+	SpecFast SpecKind = "cpu:fast" // tputool's own CPU backend (tpu/cpu, "cpu")
+	SpecGo   SpecKind = "cpu:go"   // GoMLX's pure-Go backend ("go")
+	SpecTPU  SpecKind = "tpu"      // libtpu through XLA/PJRT
+	SpecGPU  SpecKind = "gpu"      // the CUDA PJRT plugin through XLA/PJRT
+	SpecXLA  SpecKind = "xla"      // xla:PLUGIN, a named plugin or an absolute .so path
 )
 
 // Spec is a parsed --device value.
@@ -47,10 +49,12 @@ func (s Spec) PluginIsPath() bool {
 
 var rePluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 
-const specSyntax = "want auto, cpu, tpu, gpu, or xla:PLUGIN where PLUGIN is a plugin name (cpu, cuda, tpu) or an absolute path to a PJRT plugin .so"
+const specSyntax = "want auto, cpu, cpu:fast, cpu:go, tpu, gpu, or xla:PLUGIN where PLUGIN is a plugin name (cpu, cuda, tpu) or an absolute path to a PJRT plugin .so"
 
-// ParseSpec parses a --device value: auto | cpu | tpu | gpu | xla:PLUGIN.
-// The empty string means auto; "go" is accepted for cpu and "cuda" for gpu.
+// ParseSpec parses a --device value: auto | cpu | cpu:fast | cpu:go | tpu |
+// gpu | xla:PLUGIN. The empty string means auto; cpu is the default CPU
+// backend, cpu:fast tputool's own and cpu:go (or "go") GoMLX's pure-Go one;
+// "cuda" is accepted for gpu.
 // A relative plugin path is made absolute. Errors wrap errs.ErrUsage.
 func ParseSpec(s string) (Spec, error) {
 	return parseSpec(s, "--device")
@@ -62,8 +66,12 @@ func parseSpec(s, source string) (Spec, error) {
 	switch k := strings.ToLower(head); {
 	case !hasColon && (k == "" || k == "auto"):
 		return Spec{Kind: SpecAuto}, nil
-	case !hasColon && (k == "cpu" || k == "go"):
+	case !hasColon && k == "cpu":
 		return Spec{Kind: SpecCPU}, nil
+	case (!hasColon && k == "go") || (k == "cpu" && strings.EqualFold(strings.TrimSpace(rest), "go")):
+		return Spec{Kind: SpecGo}, nil
+	case k == "cpu" && strings.EqualFold(strings.TrimSpace(rest), "fast"):
+		return Spec{Kind: SpecFast}, nil
 	case !hasColon && k == "tpu":
 		return Spec{Kind: SpecTPU}, nil
 	case !hasColon && (k == "gpu" || k == "cuda"):

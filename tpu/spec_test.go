@@ -21,7 +21,10 @@ func TestParseSpec(t *testing.T) {
 		{"auto", Spec{Kind: SpecAuto}},
 		{" AUTO ", Spec{Kind: SpecAuto}},
 		{"cpu", Spec{Kind: SpecCPU}},
-		{"go", Spec{Kind: SpecCPU}},
+		{"go", Spec{Kind: SpecGo}},
+		{"cpu:go", Spec{Kind: SpecGo}},
+		{" CPU:Go ", Spec{Kind: SpecGo}},
+		{"cpu:fast", Spec{Kind: SpecFast}},
 		{"tpu", Spec{Kind: SpecTPU}},
 		{"Tpu", Spec{Kind: SpecTPU}},
 		{"gpu", Spec{Kind: SpecGPU}},
@@ -40,7 +43,8 @@ func TestParseSpec(t *testing.T) {
 
 func TestParseSpecErrors(t *testing.T) {
 	for _, tc := range []struct{ in, wantMsg string }{
-		{"foo", `--device "foo": want auto, cpu, tpu, gpu, or xla:PLUGIN`},
+		{"foo", `--device "foo": want auto, cpu, cpu:fast, cpu:go, tpu, gpu, or xla:PLUGIN`},
+		{"cpu:slow", `--device "cpu:slow"`},
 		{"tpu:0", `--device "tpu:0"`},
 		{"xla:", `missing plugin after "xla:"`},
 		{"xla:cpu,shared_buffers", "may not contain ','"},
@@ -54,7 +58,7 @@ func TestParseSpecErrors(t *testing.T) {
 }
 
 func TestSpecString(t *testing.T) {
-	for _, s := range []string{"auto", "cpu", "tpu", "gpu", "xla:cpu", "xla:/x/y.so"} {
+	for _, s := range []string{"auto", "cpu", "cpu:fast", "cpu:go", "tpu", "gpu", "xla:cpu", "xla:/x/y.so"} {
 		spec, err := ParseSpec(s)
 		require.NoError(t, err)
 		assert.Equal(t, s, spec.String())
