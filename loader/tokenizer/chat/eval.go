@@ -329,6 +329,10 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 // Expressions
 
 func (st *state) eval(e expr, sc *scope) (any, error) {
+	// Every expression node is work: one statement can hold thousands.
+	if err := st.spend(4); err != nil {
+		return nil, err
+	}
 	switch x := e.(type) {
 	case *litExpr:
 		return x.v, nil

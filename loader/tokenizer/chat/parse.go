@@ -136,7 +136,7 @@ func (p *parser) parseBody(stops []string) ([]node, string, error) {
 	p.depth++
 	defer func() { p.depth-- }()
 	if p.depth > maxParseDepth {
-		return nil, "", fmt.Errorf("line %d: blocks nested deeper than %d", p.line, maxParseDepth)
+		return nil, "", fmt.Errorf("line %d: %w", p.line, limitf("blocks nested deeper than %d", maxParseDepth))
 	}
 	var nodes []node
 	for p.pos < len(p.segs) {
@@ -479,7 +479,7 @@ func (p *parser) parseTuple() (expr, error) {
 func (p *parser) enter() error {
 	p.depth++
 	if p.depth > maxParseDepth {
-		return p.errf("expression nested deeper than %d", maxParseDepth)
+		return fmt.Errorf("line %d: %w", p.line, limitf("expression nested deeper than %d", maxParseDepth))
 	}
 	return nil
 }
@@ -659,6 +659,10 @@ func (p *parser) parsePow() (expr, error) {
 	}
 	if p.isOp("**") {
 		p.tp++
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer func() { p.depth-- }()
 		r, err := p.parseUnary()
 		if err != nil {
 			return nil, err
@@ -926,3 +930,111 @@ func (p *parser) parsePrimary() (expr, error) {
 }
 
 func joinNames(n []string) string { return strings.Join(n, ", ") }
+
+// maxExprDepth caps the depth of an expression tree. The parser builds
+// chains (a + b + ..., x.a.b..., x|f|g...) in loops, so their depth is not
+// bounded by maxParseDepth; evaluating a chain of a million would take
+// hundreds of MB of stack.
+const maxExprDepth = 500
+
+// checkDepth walks the template and reports the first expression nested
+// deeper than maxExprDepth. Blocks nest at most maxParseDepth deep, so the
+// walk over nodes may recurse; expressions are walked with a stack.
+func checkDepth(nodes []node) error {
+	for _, n := range nodes {
+		var exprs []expr
+		var bodies [][]node
+		line := 0
+		switch x := n.(type) {
+		case *outputNode:
+			exprs, line = []expr{x.e}, x.line
+		case *ifNode:
+			exprs, bodies, line = x.conds, append(append([][]node{}, x.bodies...), x.els), x.line
+		case *forNode:
+			exprs, bodies, line = []expr{x.iter, x.cond}, [][]node{x.body, x.els}, x.line
+		case *setNode:
+			exprs, line = append([]expr{x.value}, x.targets...), x.line
+		case *setBlockNode:
+			bodies = [][]node{x.body}
+		case *macroNode:
+			for _, p := range x.params {
+				exprs = append(exprs, p.def)
+			}
+			bodies = [][]node{x.body}
+		}
+		for _, e := range exprs {
+			if d := exprDepth(e); d > maxExprDepth {
+				return fmt.Errorf("line %d: %w", line, limitf("expression nested deeper than %d", maxExprDepth))
+			}
+		}
+		for _, b := range bodies {
+			if err := checkDepth(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// exprDepth is the depth of an expression tree, stopping early past
+// maxExprDepth.
+func exprDepth(root expr) int {
+	type item struct {
+		e expr
+		d int
+	}
+	deepest := 0
+	stack := []item{{root, 1}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if it.e == nil {
+			continue
+		}
+		deepest = max(deepest, it.d)
+		if deepest > maxExprDepth {
+			return deepest
+		}
+		push := func(es ...expr) {
+			for _, e := range es {
+				stack = append(stack, item{e, it.d + 1})
+			}
+		}
+		pushKw := func(kws []kwarg) {
+			for _, k := range kws {
+				push(k.v)
+			}
+		}
+		switch x := it.e.(type) {
+		case *attrExpr:
+			push(x.obj)
+		case *indexExpr:
+			push(x.obj, x.idx)
+		case *sliceExpr:
+			push(x.obj, x.lo, x.hi, x.step)
+		case *callExpr:
+			push(x.fn)
+			push(x.args...)
+			pushKw(x.kwargs)
+		case *filterExpr:
+			push(x.arg)
+			push(x.args...)
+			pushKw(x.kwargs)
+		case *testExpr:
+			push(x.arg)
+			push(x.args...)
+		case *binExpr:
+			push(x.l, x.r)
+		case *unaryExpr:
+			push(x.e)
+		case *condExpr:
+			push(x.cond, x.a, x.b)
+		case *listExpr:
+			push(x.items...)
+		case *dictExpr:
+			push(x.keys...)
+			push(x.vals...)
+		}
+	}
+	return deepest
+}

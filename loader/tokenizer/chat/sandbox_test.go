@@ -421,3 +421,40 @@ func TestPeakMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestDeepExpressions: chains that the parser builds in loops (a + b + ...,
+// x.a.b..., x|f|g..., x[0][0]..., f()()...) and right-recursive ones (**,
+// not, unary -) are refused past a depth, so evaluating them cannot take
+// hundreds of MB of stack; the source size caps what parsing allocates.
+func TestDeepExpressions(t *testing.T) {
+	const n = 200_000
+	for _, src := range []string{
+		"{{ 1" + strings.Repeat("+1", n) + " }}",
+		"{{ x" + strings.Repeat(".a", n) + " }}",
+		"{{ x" + strings.Repeat("|trim", n/3) + " }}",
+		"{{ x" + strings.Repeat("[0]", n) + " }}",
+		"{{ f" + strings.Repeat("()", n) + " }}",
+		"{{ 2" + strings.Repeat("**2", n) + " }}",
+		"{{ " + strings.Repeat("not ", n) + "x }}",
+		"{{ " + strings.Repeat("-", n) + "x }}",
+		"{{ 1" + strings.Repeat(" if 1 else 1", n/10) + " }}",
+		"{% set x = 1" + strings.Repeat(" ~ 1", n) + " %}",
+		"{% for x in y" + strings.Repeat(".a", n) + " %}{% endfor %}",
+		"{% macro m(a=1" + strings.Repeat("+1", n) + ") %}{% endmacro %}",
+		strings.Repeat("{% if 1 %}", 1000) + strings.Repeat("{% endif %}", 1000),
+	} {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := New("deep", src, Options{})
+		runtime.ReadMemStats(&after)
+		wantLimit(t, "deep", err, "nested deeper than")
+		if got := after.TotalAlloc - before.TotalAlloc; got > 200<<20 {
+			t.Errorf("%.40s: parsing allocated %d MiB", src, got>>20)
+		}
+	}
+	// 500 levels are fine.
+	if _, err := renderWith(t, "deep", "{{ 1"+strings.Repeat("+1", 498)+" }}", small); err != nil {
+		t.Error(err)
+	}
+}

@@ -68,8 +68,9 @@ const (
 	DefaultTimeout        = 5 * time.Second
 )
 
-// maxSource caps the template source.
-const maxSource = 4 << 20
+// maxSource caps the template source (real ones are under 100 KB): parsing
+// takes memory in proportion.
+const maxSource = 1 << 20
 
 // Template is a compiled chat template, safe for concurrent use.
 type Template struct {
@@ -85,6 +86,9 @@ func New(name, src string, opts Options) (*Template, error) {
 		return nil, named(name, limitf("the source is %d bytes, over %d", len(src), maxSource))
 	}
 	nodes, err := parseTemplate(src)
+	if err == nil {
+		err = checkDepth(nodes)
+	}
 	if err != nil {
 		return nil, named(name, err)
 	}
