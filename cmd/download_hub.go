@@ -16,9 +16,8 @@ import (
 // per download batch (a bar on a TTY, throttled lines otherwise, NDJSON
 // under --json, nothing under --quiet). It must be called inside RunE.
 //
-// Commands pass it to loader.Resolve:
-//
-//	m, err := loader.Resolve(ctx, opts.Model, loader.Options{Client: f.HubClient()})
+// Commands hand it to resolveModel (lazily, through retryingHubClient),
+// which passes it to loader.ResolveRef for Hub ids.
 func (f *Factory) HubClient() *hub.Client {
 	env := hub.EnvFrom(f.LookupEnv)
 	c := hub.New(env)

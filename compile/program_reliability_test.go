@@ -23,7 +23,7 @@ func cpuDevice(t *testing.T) backends.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := tpu.Open(spec)
+	d, err := tpu.OpenEnv(spec, tpu.OSEnv())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func TestLocalModelLinksMustStayInside(t *testing.T) {
 				os.WriteFile(filepath.Join(filepath.Dir(dir), "secret.json"), []byte("{}"), 0o600)
 			}
 			mk(dir)
-			_, err := loader.Resolve(context.Background(), dir, loader.Options{})
+			_, err := resolve(context.Background(), dir, loader.Options{})
 			if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), "outside the model folder") {
 				t.Fatalf("got %v, want a usage error about the link", err)
 			}
@@ -97,7 +97,7 @@ func TestLocalModelLinksMustStayInside(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "m")
 			localModel(t, dir)
 			mk(dir)
-			if _, err := loader.Resolve(context.Background(), dir, loader.Options{}); err != nil {
+			if _, err := resolve(context.Background(), dir, loader.Options{}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -108,7 +108,7 @@ func TestLocalModelLinksMustStayInside(t *testing.T) {
 		localModel(t, dir)
 		alias := filepath.Join(t.TempDir(), "alias")
 		symlink(t, dir, alias)
-		if _, err := loader.Resolve(context.Background(), alias, loader.Options{}); err != nil {
+		if _, err := resolve(context.Background(), alias, loader.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -125,14 +125,14 @@ func TestCacheSnapshotAsLocalModel(t *testing.T) {
 	other.ID = "org/other"
 	srv.AddRepo(other)
 	c := client(t, srv)
-	m, err := loader.Resolve(context.Background(), "org/llm", loader.Options{Client: c})
+	m, err := resolve(context.Background(), "org/llm", loader.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := loader.Resolve(context.Background(), "org/other", loader.Options{Client: c}); err != nil {
+	if _, err := resolve(context.Background(), "org/other", loader.Options{Client: c}); err != nil {
 		t.Fatal(err)
 	}
-	local, err := loader.Resolve(context.Background(), m.Dir, loader.Options{})
+	local, err := resolve(context.Background(), m.Dir, loader.Options{})
 	if err != nil {
 		t.Fatalf("the cache snapshot %s as a local folder: %v", m.Dir, err)
 	}
@@ -145,7 +145,7 @@ func TestCacheSnapshotAsLocalModel(t *testing.T) {
 	p := filepath.Join(m.Dir, "config.json")
 	os.Remove(p)
 	symlink(t, filepath.Join("..", "..", "..", filepath.Base(c.Cache.RepoDir("org/other")), "blobs", entries[0].Name()), p)
-	if _, err := loader.Resolve(context.Background(), m.Dir, loader.Options{}); !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "config.json") {
+	if _, err := resolve(context.Background(), m.Dir, loader.Options{}); !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "config.json") {
 		t.Fatalf("a link into another repository's blobs: got %v", err)
 	}
 }

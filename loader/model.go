@@ -1,7 +1,7 @@
 // Package loader turns a --model reference into a local directory that
 // holds what a command needs, downloading from the Hugging Face Hub when
-// the reference is a Hub id. Every command (generate, diffuse, inspect,
-// download) resolves models through Resolve, so caching, offline mode,
+// the reference is a Hub id. Every command (generate, diffuse, bench,
+// inspect, download) resolves models through ParseRef and ResolveRef, so caching, offline mode,
 // revisions and errors behave the same everywhere.
 package loader
 
@@ -208,23 +208,14 @@ func (m *Model) HasFile(rel string) bool {
 // Name is what messages call the model: the Hub id or the directory.
 func (m *Model) Name() string { return m.Ref.String() }
 
-// Resolve turns a --model value into a Model. For a Hub id it resolves the
-// revision (one listing request, none offline or for a cached commit) and
+// ResolveRef turns a parsed --model value (ParseRef) into a Model. For a
+// Hub id it resolves the revision (one listing request, none offline or for a cached commit) and
 // downloads what is missing from the cache: config.json,
 // generation_config.json, tokenizer files and the safetensors weights
 // (index and shards) of a transformers model, or model_index.json and the
 // components' configs, tokenizer files and weights of a diffusers
 // pipeline. Checkpoints with only pickle weights fail with
 // errs.ErrUnsupported.
-func Resolve(ctx context.Context, ref string, opts Options) (*Model, error) {
-	r, err := ParseRef(ref)
-	if err != nil {
-		return nil, err
-	}
-	return ResolveRef(ctx, r, opts)
-}
-
-// ResolveRef is Resolve for a parsed reference.
 func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 	if r.Local {
 		files, err := hub.ListDir(r.Path)
@@ -625,16 +616,4 @@ func (m *Model) Generation() (*config.Generation, error) {
 		return nil, nil
 	}
 	return config.ReadGeneration(m.Path("generation_config.json"))
-}
-
-// ComponentConfig reads a diffusers component's config.json (or
-// scheduler_config.json for schedulers).
-func (m *Model) ComponentConfig(component string) (*config.DiffusersConfig, error) {
-	for _, name := range []string{"config.json", "scheduler_config.json"} {
-		rel := component + "/" + name
-		if m.HasFile(rel) {
-			return config.ReadDiffusersConfig(m.Path(rel))
-		}
-	}
-	return nil, fmt.Errorf("%s: component %s has no config.json or scheduler_config.json: %w", m.Name(), component, fs.ErrNotExist)
 }

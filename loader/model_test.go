@@ -13,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/hub/hubtest"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -88,7 +89,7 @@ func TestResolveHubTransformers(t *testing.T) {
 	commit := srv.AddRepo(shardedRepo(t))
 	c := client(t, srv)
 	ctx := context.Background()
-	m, err := loader.Resolve(ctx, "org/llm", loader.Options{Client: c})
+	m, err := resolve(ctx, "org/llm", loader.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestResolveHubTransformers(t *testing.T) {
 
 	// Again, online: one listing request, nothing downloaded.
 	srv.ResetLog()
-	if _, err := loader.Resolve(ctx, "org/llm", loader.Options{Client: c}); err != nil {
+	if _, err := resolve(ctx, "org/llm", loader.Options{Client: c}); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.Count(nil); n != 1 {
@@ -124,12 +125,12 @@ func TestResolveHubTransformers(t *testing.T) {
 	// Offline or pinned to the commit: no request at all.
 	srv.ResetLog()
 	c.Offline = true
-	mo, err := loader.Resolve(ctx, "org/llm", loader.Options{Client: c})
+	mo, err := resolve(ctx, "org/llm", loader.Options{Client: c})
 	if err != nil || !mo.FromCache || mo.Dir != m.Dir {
 		t.Fatalf("offline: %+v, %v", mo, err)
 	}
 	c.Offline = false
-	if _, err := loader.Resolve(ctx, "org/llm@"+commit, loader.Options{Client: c}); err != nil {
+	if _, err := resolve(ctx, "org/llm@"+commit, loader.Options{Client: c}); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.Count(nil); n != 0 {
@@ -141,7 +142,7 @@ func TestResolveMetadataOnlyReadsRemoteHeaders(t *testing.T) {
 	srv := hubtest.New(t)
 	srv.AddRepo(shardedRepo(t))
 	c := client(t, srv)
-	m, err := loader.Resolve(context.Background(), "org/llm", loader.Options{Client: c, MetadataOnly: true})
+	m, err := resolve(context.Background(), "org/llm", loader.Options{Client: c, MetadataOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,11 +166,11 @@ func TestResolveMetadataOnlyReadsRemoteHeaders(t *testing.T) {
 	}
 	// Offline, the same model (configs cached) still resolves metadata-only.
 	c.Offline = true
-	if _, err := loader.Resolve(context.Background(), "org/llm", loader.Options{Client: c, MetadataOnly: true}); err != nil {
+	if _, err := resolve(context.Background(), "org/llm", loader.Options{Client: c, MetadataOnly: true}); err != nil {
 		t.Errorf("offline metadata: %v", err)
 	}
 	// but not for a full load, since the weights were never downloaded.
-	_, err = loader.Resolve(context.Background(), "org/llm", loader.Options{Client: c})
+	_, err = resolve(context.Background(), "org/llm", loader.Options{Client: c})
 	if !errors.Is(err, hub.ErrNotCached) || !strings.Contains(err.Error(), "tputool download") {
 		t.Errorf("offline full load without weights: %v", err)
 	}
@@ -197,7 +198,7 @@ func TestResolveDiffusers(t *testing.T) {
 	srv := hubtest.New(t)
 	srv.AddRepo(diffusersRepo(t))
 	c := client(t, srv)
-	m, err := loader.Resolve(context.Background(), "org/sd", loader.Options{Client: c})
+	m, err := resolve(context.Background(), "org/sd", loader.Options{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +213,10 @@ func TestResolveDiffusers(t *testing.T) {
 	if got := m.Components(); !slices.Equal(got, []string{"scheduler", "text_encoder", "tokenizer", "unet"}) {
 		t.Errorf("components %q", got)
 	}
-	cfg, err := m.ComponentConfig("scheduler")
-	if err != nil || cfg.ClassName != "DDIMScheduler" {
+	var cfg struct {
+		ClassName string `json:"_class_name"`
+	}
+	if err := config.ReadJSONFile(m.Path("scheduler/scheduler_config.json"), &cfg); err != nil || cfg.ClassName != "DDIMScheduler" {
 		t.Errorf("scheduler config %+v %v", cfg, err)
 	}
 	ck, err := m.OpenCheckpoint("unet")
@@ -223,7 +226,7 @@ func TestResolveDiffusers(t *testing.T) {
 	ck.Close()
 
 	srv.ResetLog()
-	if _, err := loader.Resolve(context.Background(), "org/sd", loader.Options{Client: c, Variant: "fp16"}); err != nil {
+	if _, err := resolve(context.Background(), "org/sd", loader.Options{Client: c, Variant: "fp16"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fetched(srv); !slices.Equal(got, []string{"unet/diffusion_pytorch_model.fp16.safetensors"}) {
@@ -237,7 +240,7 @@ func TestResolvePickleOnlyIsUnsupported(t *testing.T) {
 		{Path: "config.json", Data: []byte(`{"model_type":"gpt2"}`)},
 		{Path: "pytorch_model.bin", Data: []byte("pickle"), LFS: true},
 	}})
-	_, err := loader.Resolve(context.Background(), "org/old", loader.Options{Client: client(t, srv)})
+	_, err := resolve(context.Background(), "org/old", loader.Options{Client: client(t, srv)})
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "pickle") {
 		t.Errorf("err = %v", err)
 	}
@@ -250,7 +253,7 @@ func TestResolveLocalDir(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)
 	safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +265,7 @@ func TestResolveLocalDir(t *testing.T) {
 		t.Errorf("header: %v", err)
 	}
 	empty := t.TempDir()
-	if _, err := loader.Resolve(context.Background(), empty, loader.Options{}); !errors.Is(err, errs.ErrUnsupported) {
+	if _, err := resolve(context.Background(), empty, loader.Options{}); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("empty dir: %v", err)
 	}
 }
@@ -298,4 +301,13 @@ func TestParseRef(t *testing.T) {
 			t.Errorf("%q: %+v, %v", tc.in, r, err)
 		}
 	}
+}
+
+// resolve parses a --model value and resolves it, as the commands do.
+func resolve(ctx context.Context, model string, o loader.Options) (*loader.Model, error) {
+	ref, err := loader.ParseRef(model)
+	if err != nil {
+		return nil, err
+	}
+	return loader.ResolveRef(ctx, ref, o)
 }

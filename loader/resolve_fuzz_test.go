@@ -90,7 +90,7 @@ func FuzzResolveLocal(f *testing.F) {
 		}
 		write(comp+"model-00001-of-00002.safetensors", []byte("x"))
 		write(comp+"sub/b.safetensors", []byte("x"))
-		m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+		m, err := resolve(context.Background(), dir, loader.Options{})
 		if err != nil {
 			return
 		}

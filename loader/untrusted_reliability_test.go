@@ -42,7 +42,7 @@ func TestWeightMapEscapesAreRefused(t *testing.T) {
 			os.WriteFile(filepath.Join(root, "outside.safetensors"), encode(t, tensor(t, "model.embed_tokens.weight", 2, 2)), 0o644)
 			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`), 0o644)
 			os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), index, 0o644)
-			m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+			m, err := resolve(context.Background(), dir, loader.Options{})
 			if err == nil {
 				_, err = m.AllWeightFiles()
 			}
@@ -59,7 +59,7 @@ func TestWeightMapEscapesAreRefused(t *testing.T) {
 				{Path: "config.json", Data: []byte(`{"architectures":["LlamaForCausalLM"],"model_type":"llama"}`)},
 				{Path: "model.safetensors.index.json", Data: index},
 			}})
-			_, err := loader.Resolve(context.Background(), "org/evil", loader.Options{Client: client(t, srv)})
+			_, err := resolve(context.Background(), "org/evil", loader.Options{Client: client(t, srv)})
 			if !errNamesEntry(err, shard) {
 				t.Fatalf("got %v, want an error naming the weight_map entry", err)
 			}
@@ -84,7 +84,7 @@ func TestListingNamesThatEscapeAreRefused(t *testing.T) {
 				{Path: name, Data: []byte(`{}`)},
 			}})
 			c := client(t, srv)
-			_, err := loader.Resolve(context.Background(), "org/evil", loader.Options{Client: c})
+			_, err := resolve(context.Background(), "org/evil", loader.Options{Client: c})
 			if !errors.Is(err, hub.ErrMetadata) || !strings.Contains(err.Error(), "repository listing") {
 				t.Fatalf("got %v, want the listing refused", err)
 			}

@@ -22,7 +22,7 @@ func TestRealDevice(t *testing.T) {
 	}
 	spec, err := ParseSpec(specStr)
 	require.NoError(t, err)
-	d, err := Open(spec)
+	d, err := OpenEnv(spec, OSEnv())
 	require.NoError(t, err)
 	defer d.Close()
 	t.Logf("device: %s", d)

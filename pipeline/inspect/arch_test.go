@@ -41,7 +41,7 @@ func inspectStories(t *testing.T, edit func(cfg map[string]any)) *inspect.Report
 	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,4 +106,13 @@ func TestArchitectureNotRun(t *testing.T) {
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "tputool does not run GPT2LMHeadModel") {
 		t.Errorf("notes %q", r.Notes)
 	}
+}
+
+// resolve parses a --model value and resolves it, as the commands do.
+func resolve(ctx context.Context, model string, o loader.Options) (*loader.Model, error) {
+	ref, err := loader.ParseRef(model)
+	if err != nil {
+		return nil, err
+	}
+	return loader.ResolveRef(ctx, ref, o)
 }

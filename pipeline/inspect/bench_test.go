@@ -145,7 +145,7 @@ func benchInspectCached(b *testing.B, cfg string, ts []benchTensor, shards int) 
 		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}()
 	for i := 0; i < b.N; i++ {
-		m, err := loader.Resolve(ctx, "org/m", loader.Options{Client: c, MetadataOnly: true})
+		m, err := resolve(ctx, "org/m", loader.Options{Client: c, MetadataOnly: true})
 		if err != nil {
 			b.Fatal(err)
 		}

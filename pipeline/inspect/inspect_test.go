@@ -127,7 +127,7 @@ func writeHybrid(t *testing.T) (dir string, files map[string][]byte) {
 
 func TestHybridNumbers(t *testing.T) {
 	dir, files := writeHybrid(t)
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestHybridRemoteMatchesLocal(t *testing.T) {
 	srv.AddRepo(hubtest.Repo{ID: "org/hybrid", Files: hf})
 	c := &hub.Client{Endpoint: srv.URL(), Cache: hub.Cache{Dir: t.TempDir()}, Retries: 1,
 		Sleep: func(context.Context, time.Duration) error { return nil }}
-	m, err := loader.Resolve(context.Background(), "org/hybrid", loader.Options{Client: c, MetadataOnly: true})
+	m, err := resolve(context.Background(), "org/hybrid", loader.Options{Client: c, MetadataOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestHybridRemoteMatchesLocal(t *testing.T) {
 
 func TestDTypesAndOptions(t *testing.T) {
 	dir, _ := writeHybrid(t)
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestDiffusersComponents(t *testing.T) {
 	write("vae/config.json", []byte(`{"_class_name":"AutoencoderKL"}`))
 	write("vae/diffusion_pytorch_model.safetensors", enc(spec{"decoder.conv_out.weight", safetensors.F32, []int{3, 4, 3, 3}})) // 108
 	write("scheduler/scheduler_config.json", []byte(`{"_class_name":"EulerDiscreteScheduler"}`))
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

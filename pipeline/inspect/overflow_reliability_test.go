@@ -34,7 +34,7 @@ func TestAbsurdSizesNeverFit(t *testing.T) {
 			b, _ := safetensors.Encode([]safetensors.Tensor{w}, nil)
 			os.WriteFile(filepath.Join(dir, "model.safetensors"), b, 0o644)
 			os.WriteFile(filepath.Join(dir, "config.json"), []byte(tc.config), 0o644)
-			m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+			m, err := resolve(context.Background(), dir, loader.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -105,7 +105,7 @@ func TestQwen35_9B(t *testing.T) {
 	}
 	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
 
-	m, err := loader.Resolve(context.Background(), dir, loader.Options{})
+	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
