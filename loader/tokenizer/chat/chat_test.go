@@ -88,13 +88,9 @@ func TestLimits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
 			_, err = tmpl.Render(context.Background(), Input{})
 			if !errors.Is(err, ErrLimit) {
 				t.Fatalf("got %v, want ErrLimit", err)
-			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Fatalf("took %v", d)
 			}
 		})
 	}

@@ -73,11 +73,7 @@ func FuzzRender(f *testing.F) {
 			checkErr(t, err)
 			return
 		}
-		start := time.Now()
 		out, err := tmpl.Render(context.Background(), Input{Messages: fuzzMessages, AddGenerationPrompt: true})
-		if d := time.Since(start); d > fuzzOpts.Timeout+5*time.Second {
-			t.Fatalf("render took %v, over the %v limit", d, fuzzOpts.Timeout)
-		}
 		if err != nil {
 			checkErr(t, err)
 			return
