@@ -31,6 +31,17 @@ const (
 	dirPerm  os.FileMode = 0o777
 )
 
+// permissionHint adds the fix to a permission error met while writing to
+// the cache: a cache shared by a group needs group-writable files and
+// folders, which umask 002 gives new ones.
+func (c Cache) permissionHint(err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w; a cache shared by a group needs group-writable files and folders: "+
+		"have their owner run `chmod -R g+w %s`, and use umask 002 (as huggingface_hub needs too)", err, c.Dir)
+}
+
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // IsCommitHash reports whether rev is a full 40-hex commit hash (which is

@@ -104,7 +104,8 @@ func offlineErr(err error) error {
 
 // fetch puts the blob described by meta into the cache and links it into
 // the snapshot, under the blob's lock.
-func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMetadata) (string, error) {
+func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMetadata) (_ string, err error) {
+	defer func() { err = c.Cache.permissionHint(err) }()
 	ptr := c.Cache.PointerPath(repo, meta.Commit, file)
 	if err := c.Cache.checkPointer(repo, meta.Commit, ptr); err != nil {
 		return "", err

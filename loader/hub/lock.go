@@ -30,10 +30,6 @@ func acquireLock(ctx context.Context, path string) (*fileLock, error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("lock %s: %w (a cache shared by a group needs group-writable folders: "+
-				"chmod -R g+w the cache folder and set umask 002)", path, err)
-		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	wait := 10 * time.Millisecond
