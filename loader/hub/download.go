@@ -64,7 +64,7 @@ func (c *Client) Download(ctx context.Context, repo, rev, file string) (string, 
 		if !fallbackAllowed(err) {
 			return "", err
 		}
-		if p, lerr := c.Cache.Lookup(repo, rev, file); lerr == nil {
+		if p, lerr := c.Cache.Lookup(repo, rev, file); lerr == nil && c.sizeMatches(repo, rev, file, p) {
 			c.warnf("using the cached %s of %s@%s: the Hub could not be asked (%v)", file, repo, rev, err)
 			c.reportCached(repo, file, p)
 			return p, nil

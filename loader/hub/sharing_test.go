@@ -76,6 +76,21 @@ func TestTruncatedBlobIsFetchedAgain(t *testing.T) {
 		t.Fatal("Download returned a truncated blob")
 	}
 
+	// When the HEAD fails, a truncated cached file is not the fallback.
+	if err := os.Truncate(blob, 10); err != nil {
+		t.Fatal(err)
+	}
+	srv.AddFault(&hubtest.Fault{Match: hubtest.OnServer("hub", "HEAD"), Status: 401})
+	if p, err := c.Download(context.Background(), "org/tiny", s.Commit, f.Path); err == nil {
+		t.Errorf("a truncated file was the fallback: %s", p)
+	}
+	srv.ClearFaults()
+	if p, err := c.Download(context.Background(), "org/tiny", s.Commit, f.Path); err != nil {
+		t.Fatal(err)
+	} else if b, _ := os.ReadFile(p); !bytes.Equal(b, weights) {
+		t.Fatal("not repaired after the HEAD came back")
+	}
+
 	// Intact files cost no transfer: the listing plus one HEAD at most.
 	srv.ResetLog()
 	downloadTiny(t, c)
