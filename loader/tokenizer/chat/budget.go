@@ -166,7 +166,7 @@ const (
 // newList is called before building a list of n items.
 func (b *budget) newList(n int64, what string) error {
 	if n < 0 || n > maxItems {
-		return limitf("%s would have %s items, over %d", what, sizeText(n), maxItems)
+		return limitf("%s would have %s items, over the %d-item limit on lists", what, sizeText(n), maxItems)
 	}
 	if err := b.charge(n * itemBytes); err != nil {
 		return err
@@ -177,7 +177,7 @@ func (b *budget) newList(n int64, what string) error {
 // newDict is called before building a dict of n entries.
 func (b *budget) newDict(n int64, what string) error {
 	if n < 0 || n > maxItems {
-		return limitf("%s would have %s entries, over %d", what, sizeText(n), maxItems)
+		return limitf("%s would have %s entries, over the %d-entry limit on dicts", what, sizeText(n), maxItems)
 	}
 	if err := b.charge(n * entryBytes); err != nil {
 		return err
@@ -188,7 +188,7 @@ func (b *budget) newDict(n int64, what string) error {
 // growDict is called before adding up to n entries to d.
 func (b *budget) growDict(d *dict, n int64, what string) error {
 	if total := int64(len(d.keys)) + n; total > maxItems {
-		return limitf("%s: a dict would have %d entries, over %d", what, total, maxItems)
+		return limitf("%s: a dict would have %d entries, over the %d-entry limit on dicts", what, total, maxItems)
 	}
 	if err := b.charge(n * entryBytes); err != nil {
 		return err

@@ -120,7 +120,7 @@ func builtinRange(st *state, args []any, _ map[string]any) (any, error) {
 		}
 	}
 	if n > maxItems {
-		return nil, limitf("range() of %d items, over %d", n, maxItems)
+		return nil, limitf("range() of %d items, over the %d-item limit on lists", n, maxItems)
 	}
 	if err := st.newList(int64(n), "range()"); err != nil {
 		return nil, err

@@ -458,3 +458,14 @@ func TestDeepExpressions(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestUnsupportedFilters: Jinja filters this interpreter does not have are
+// a clear error naming the filter, not a silent pass-through.
+func TestUnsupportedFilters(t *testing.T) {
+	for _, f := range []string{"center", "format", "wordwrap", "batch", "slice", "groupby", "sum", "truncate", "pprint", "xmlattr", "urlize"} {
+		_, err := renderWith(t, "f", "{{ 'x' | "+f+" }}", small)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown filter %q", f)) || !strings.Contains(err.Error(), `"f"`) {
+			t.Errorf("%s: got %v", f, err)
+		}
+	}
+}

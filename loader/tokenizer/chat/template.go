@@ -83,7 +83,7 @@ type Template struct {
 // New compiles a chat template.
 func New(name, src string, opts Options) (*Template, error) {
 	if len(src) > maxSource {
-		return nil, named(name, limitf("the source is %d bytes, over %d", len(src), maxSource))
+		return nil, named(name, limitf("the source is %d bytes, over the %d-byte limit on templates", len(src), maxSource))
 	}
 	nodes, err := parseTemplate(src)
 	if err == nil {
