@@ -27,12 +27,16 @@ type CacheOptions struct {
 	Now  func() time.Time
 	// Progress starts a byte task on stderr (verify's hashing).
 	Progress func(name string, total int64) *ui.Task
+	// HubClient is for verify --remote, the only network use here.
+	HubClient func() *hub.Client
 
 	// Repo is the ORG/NAME argument, Revision its "@rev" (rm, verify).
 	Repo     string
 	Revision string
 	Yes      bool
 	JSON     bool
+	// Remote: verify against the Hub's listing (verify --remote).
+	Remote bool
 }
 
 // NewCmdCache builds `tputool cache` with its ls, rm and verify
@@ -44,8 +48,8 @@ func NewCmdCache(f *Factory, runF func(context.Context, string, *CacheOptions) e
 		Long: `List, verify or remove models in the Hugging Face cache (--cache-dir,
 HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub), the cache transformers
 and diffusers share. Only model repositories are shown; datasets and spaces are
-left alone. These commands never use the network; naming a model that is not in
-the cache exits 1.`,
+left alone. These commands never use the network (except verify --remote);
+naming a model that is not in the cache exits 1.`,
 		Args: cobra.NoArgs,
 	}
 	newOpts := func() *CacheOptions {
@@ -57,6 +61,7 @@ the cache exits 1.`,
 			Progress: func(name string, total int64) *ui.Task {
 				return f.Reporter().Start(name, total, ui.UnitBytes)
 			},
+			HubClient: f.HubClient,
 		}
 	}
 	run := func(c *cobra.Command, name string, opts *CacheOptions) error {
@@ -129,7 +134,11 @@ otherwise.`,
 model) and compare it with the ETag its blob is named by, as "hf cache verify"
 compares with the Hub's: the sha256 of LFS files (weights), the git blob sha1
 of the others. With @REVISION (a commit, a commit prefix of at least 7
-characters, or a branch/tag name) only that snapshot is checked. No network.
+characters, or a branch/tag name) only that snapshot is checked. No network,
+unless --remote: then each file is checked against the ETag the Hub lists for
+its commit (one listing request per snapshot), which also catches a blob
+renamed to match corrupt content, and files the commit does not have fail;
+files listed but never downloaded are counted, not failed.
 
 Each file is ok, mismatch (corrupt or truncated content, or a link out of the
 cache), missing (the blob is gone) or unverified (a copy or an ETag that is no
@@ -138,6 +147,7 @@ gives every file. A mismatch or a missing file exits 1: delete the blob named
 and run "tputool download" again, or "tputool cache rm" the model.`,
 		Example: `  tputool cache verify Qwen/Qwen3-0.6B
   tputool cache verify Qwen/Qwen3-0.6B@main --json
+  tputool cache verify Qwen/Qwen3-0.6B --remote
   tputool cache verify`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -151,9 +161,13 @@ and run "tputool download" again, or "tputool cache rm" the model.`,
 				}
 				verifyOpts.Repo, verifyOpts.Revision = id, rev
 			}
+			if verifyOpts.Remote && f.Global.Offline {
+				return errs.Usagef("cache verify: --remote asks the Hub and cannot be combined with --offline")
+			}
 			return run(c, "verify", verifyOpts)
 		},
 	}
+	verify.Flags().BoolVar(&verifyOpts.Remote, "remote", false, "check against the ETags the Hub lists (network), not the blob names")
 
 	c.AddCommand(ls, rm, verify)
 	return c
@@ -298,12 +312,15 @@ type CacheVerification struct {
 	Dir   string              `json:"dir"`
 	Repos []*hub.Verification `json:"repos"`
 	// The totals over Repos.
-	Checked    int   `json:"checked"`
-	OK         int   `json:"ok"`
-	Mismatches int   `json:"mismatches"`
-	Missing    int   `json:"missing"`
-	Unverified int   `json:"unverified"`
-	Bytes      int64 `json:"bytes_hashed"`
+	Checked    int `json:"checked"`
+	OK         int `json:"ok"`
+	Mismatches int `json:"mismatches"`
+	Missing    int `json:"missing"`
+	Unverified int `json:"unverified"`
+	// NotDownloaded counts files the Hub lists that the snapshots lack
+	// (--remote only; no failure).
+	NotDownloaded int   `json:"not_downloaded"`
+	Bytes         int64 `json:"bytes_hashed"`
 }
 
 func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
@@ -323,9 +340,18 @@ func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
 		}
 	}
 	res := CacheVerification{Dir: cache.Dir, Repos: []*hub.Verification{}}
+	var hc *hub.Client
+	if opts.Remote {
+		hc = opts.HubClient()
+	}
 	for _, id := range ids {
 		var task *ui.Task
 		vo := hub.VerifyOptions{Revision: opts.Revision}
+		if hc != nil {
+			vo.Remote = func(ctx context.Context, commit string) (map[string]string, error) {
+				return hc.RemoteETags(ctx, id, commit)
+			}
+		}
 		if opts.Progress != nil {
 			vo.Progress = func(done, total int64) {
 				if task == nil {
@@ -347,6 +373,7 @@ func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
 		res.Mismatches += v.Mismatches
 		res.Missing += v.Missing
 		res.Unverified += v.Unverified
+		res.NotDownloaded += v.NotDownloaded
 		res.Bytes += v.Bytes
 	}
 	if opts.JSON {
@@ -398,6 +425,9 @@ func printVerification(opts *CacheOptions, res CacheVerification) error {
 			}
 			if n := len(rv.Files) - ok - bad; n > 0 {
 				fmt.Fprintf(out, ", %d unverified", n)
+			}
+			if n := len(rv.NotDownloaded); n > 0 {
+				fmt.Fprintf(out, ", %d listed by the Hub but not downloaded", n)
 			}
 			fmt.Fprintln(out)
 			for _, f := range rv.Files {

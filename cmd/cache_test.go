@@ -165,3 +165,44 @@ func TestCacheVerify(t *testing.T) {
 	e = newTestFactory(t, env)
 	assert.Equal(t, ExitUsage, e.run("cache", "verify", "org/stories@"))
 }
+
+func TestCacheVerifyRemote(t *testing.T) {
+	srv := hubtest.New(t)
+	commit := srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("download", "--model", "org/stories"), e.errOut.String())
+
+	srv.ResetLog()
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("cache", "verify", "org/stories", "--remote"), e.errOut.String())
+	assert.Contains(t, e.out.String(), "6 file(s) ok, 1 listed by the Hub but not downloaded")
+	assert.Equal(t, 1, srv.Count(nil), "one listing request")
+
+	// A blob renamed to match corrupt content: only --remote sees it.
+	snap := filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "snapshots", commit)
+	ptr := filepath.Join(snap, "tokenizer.json")
+	b, err := os.ReadFile(ptr)
+	require.NoError(t, err)
+	b[0] ^= 1
+	forged := hubtest.File{Data: b}.GitSHA1()
+	require.NoError(t, os.WriteFile(filepath.Join(env["HF_HUB_CACHE"], "models--org--stories", "blobs", forged), b, 0o644))
+	require.NoError(t, os.Remove(ptr))
+	require.NoError(t, os.Symlink("../../blobs/"+forged, ptr))
+	e = newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("cache", "verify", "org/stories"), e.out.String())
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitError, e.run("--json", "cache", "verify", "org/stories", "--remote"))
+	var res CacheVerification
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	assert.Equal(t, 1, res.Mismatches)
+	assert.Equal(t, 1, res.NotDownloaded)
+	assert.Equal(t, []string{"README.md"}, res.Repos[0].Revisions[0].NotDownloaded)
+
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitUsage, e.run("--offline", "cache", "verify", "org/stories", "--remote"))
+	// The Hub unreachable: a Hub error.
+	srv.AddFault(&hubtest.Fault{Status: 503})
+	e = newTestFactory(t, env)
+	assert.Equal(t, ExitHub, e.run("cache", "verify", "org/stories", "--remote"))
+}

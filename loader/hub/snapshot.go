@@ -33,6 +33,8 @@ type Sibling struct {
 	RFilename string `json:"rfilename"`
 	// Size is the file size (for LFS files, the pointer's; see LFS).
 	Size *int64 `json:"size,omitempty"`
+	// BlobID is the git blob sha1 (of the LFS pointer, for LFS files).
+	BlobID string `json:"blobId,omitempty"`
 	// LFS is set for files stored in LFS.
 	LFS *struct {
 		SHA256 string `json:"sha256"`
@@ -369,4 +371,27 @@ func (c *Client) sizeMatches(repo, commit, file, path string) bool {
 	}
 	st, err := os.Stat(path)
 	return err == nil && st.Size() == want
+}
+
+// ETag is the ETag the Hub names the file's blob by: the sha256 of an LFS
+// file, the git blob sha1 of the others; "" when the listing gave neither.
+func (s Sibling) ETag() string {
+	if s.LFS != nil {
+		return s.LFS.SHA256
+	}
+	return s.BlobID
+}
+
+// RemoteETags lists a commit's files with their ETags (one request, as
+// RepoInfo), for Cache.Verify's Remote option.
+func (c *Client) RemoteETags(ctx context.Context, repo, commit string) (map[string]string, error) {
+	ri, err := c.RepoInfo(ctx, repo, commit)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ri.Siblings))
+	for _, s := range ri.Siblings {
+		out[s.RFilename] = s.ETag()
+	}
+	return out, nil
 }

@@ -51,6 +51,10 @@ type VerifiedRevision struct {
 	Commit string         `json:"commit"`
 	Refs   []string       `json:"refs"`
 	Files  []VerifiedFile `json:"files"`
+	// NotDownloaded lists the files the Hub's listing has and the
+	// snapshot does not (only with VerifyOptions.Remote): tputool fetches
+	// only what it needs, so they are no failure.
+	NotDownloaded []string `json:"not_downloaded,omitempty"`
 }
 
 // Verification is what Cache.Verify found for one repository.
@@ -63,6 +67,9 @@ type Verification struct {
 	Mismatches int                `json:"mismatches"`
 	Missing    int                `json:"missing"`
 	Unverified int                `json:"unverified"`
+	// NotDownloaded counts the listed files absent from the snapshots
+	// (Remote only).
+	NotDownloaded int `json:"not_downloaded"`
 	// Bytes is how much was hashed (a blob shared by revisions once).
 	Bytes int64 `json:"bytes_hashed"`
 }
@@ -112,6 +119,12 @@ type VerifyOptions struct {
 	Revision string
 	// Progress, when set, gets the bytes hashed so far and the total.
 	Progress func(done, total int64)
+	// Remote, when set, returns the ETags the Hub lists for the files of
+	// a commit (Client.RemoteETags; "" for a file listed without one).
+	// Each file is then checked against the Hub's ETag rather than the
+	// name of its blob, which also catches a blob renamed to match
+	// corrupt content; a file the listing lacks is a mismatch.
+	Remote func(ctx context.Context, commit string) (map[string]string, error)
 }
 
 // Verify rehashes every file of repo's cached snapshots (or one revision)
@@ -186,8 +199,43 @@ func (c Cache) Verify(ctx context.Context, repo string, opts VerifyOptions) (*Ve
 	if b, err := filepath.EvalSymlinks(blobDir); err == nil {
 		blobDir = b
 	}
+	var remote []map[string]string
+	if opts.Remote != nil {
+		for i, rv := range revs {
+			etags, err := opts.Remote(ctx, rv.Commit)
+			if err != nil {
+				return nil, err
+			}
+			remote = append(remote, etags)
+			local := map[string]bool{}
+			for _, e := range entries {
+				if e.rev == i {
+					local[e.file] = true
+				}
+			}
+			for f := range etags {
+				if !local[f] {
+					v.Revisions[i].NotDownloaded = append(v.Revisions[i].NotDownloaded, f)
+				}
+			}
+			sort.Strings(v.Revisions[i].NotDownloaded)
+			v.NotDownloaded += len(v.Revisions[i].NotDownloaded)
+		}
+	}
 	for _, e := range entries {
-		f, err := c.verifyFile(h, repo, revs[e.rev].Commit, blobDir, e.file, e.path)
+		var want *string
+		if remote != nil {
+			w, listed := remote[e.rev][e.file]
+			if !listed {
+				v.Revisions[e.rev].Files = append(v.Revisions[e.rev].Files, VerifiedFile{File: e.file, Status: VerifyMismatch,
+					Detail: "not in the Hub's listing of commit " + revs[e.rev].Commit})
+				v.Checked++
+				v.Mismatches++
+				continue
+			}
+			want = &w
+		}
+		f, err := c.verifyFile(h, repo, revs[e.rev].Commit, blobDir, e.file, e.path, want)
 		if err != nil {
 			return nil, err
 		}
@@ -208,8 +256,9 @@ func (c Cache) Verify(ctx context.Context, repo string, opts VerifyOptions) (*Ve
 	return v, nil
 }
 
-// verifyFile checks one snapshot entry.
-func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (VerifiedFile, error) {
+// verifyFile checks one snapshot entry against the ETag its blob is named
+// by, or against *remote (the Hub's) when given.
+func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string, remote *string) (VerifiedFile, error) {
 	vf := VerifiedFile{File: file}
 	target, err := filepath.EvalSymlinks(ptr)
 	if err != nil {
@@ -227,8 +276,11 @@ func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (V
 		return vf, nil
 	}
 	vf.Size, vf.Blob = st.Size(), target
-	if filepath.Dir(target) == blobDir {
+	if remote != nil || filepath.Dir(target) == blobDir {
 		etag := filepath.Base(target)
+		if remote != nil {
+			etag = *remote
+		}
 		vf.Expected = etag
 		switch {
 		case sha256RE.MatchString(etag):
@@ -245,11 +297,18 @@ func (c Cache) verifyFile(h *hasher, repo, commit, blobDir, file, ptr string) (V
 			vf.Algorithm, vf.Actual = "git-sha1", d.gitSHA1
 		default:
 			vf.Status, vf.Detail = VerifyUnverified, fmt.Sprintf("the ETag %q is no sha256 or git sha1", etag)
+			if remote != nil && etag == "" {
+				vf.Detail = "the Hub's listing gives no ETag for it"
+			}
 			return vf, nil
 		}
-		if vf.Actual == etag {
+		switch {
+		case vf.Actual == etag:
 			vf.Status = VerifyOK
-		} else {
+		case remote != nil:
+			vf.Status = VerifyMismatch
+			vf.Detail = fmt.Sprintf("%s of the content is %s, the Hub's ETag is %s", vf.Algorithm, vf.Actual, etag)
+		default:
 			vf.Status = VerifyMismatch
 			vf.Detail = fmt.Sprintf("%s of the content is %s, the blob is named %s", vf.Algorithm, vf.Actual, etag)
 		}

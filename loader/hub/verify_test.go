@@ -176,3 +176,68 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// With Remote, files are checked against the Hub's listing: a blob renamed
+// to match its corrupt content passes the offline check but not this one;
+// a file the commit does not have is a mismatch; listed files that were
+// never downloaded are counted, not failed.
+func TestVerifyRemote(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(tinyRepo())
+	c, _ := newClient(t, srv)
+	ctx := context.Background()
+	s, err := c.Snapshot(ctx, "org/tiny", hub.SnapshotOptions{Ignore: []string{"tokenizer/*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := hub.VerifyOptions{Remote: func(ctx context.Context, commit string) (map[string]string, error) {
+		return c.RemoteETags(ctx, "org/tiny", commit)
+	}}
+	v, err := c.Cache.Verify(ctx, "org/tiny", remote)
+	if err != nil || v.Failed() || v.OK != 2 || v.NotDownloaded != 1 ||
+		len(v.Revisions[0].NotDownloaded) != 1 || v.Revisions[0].NotDownloaded[0] != "tokenizer/tokenizer.json" {
+		t.Fatalf("clean: %+v, %v", v, err)
+	}
+
+	// Consistent tampering: corrupt the weights, rename the blob to the
+	// new sha256 and relink the snapshot entry.
+	w := tinyRepo().Files[1]
+	blobs := filepath.Join(c.Cache.Dir, "models--org--tiny", "blobs")
+	bad := append([]byte(nil), w.Data...)
+	bad[7] ^= 1
+	forged := hubtest.File{Data: bad, LFS: true}.SHA256()
+	if err := os.WriteFile(filepath.Join(blobs, forged), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ptr := filepath.Join(s.Dir, w.Path)
+	os.Remove(ptr)
+	if err := os.Symlink("../../blobs/"+forged, ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "extra.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v, err = c.Cache.Verify(ctx, "org/tiny", hub.VerifyOptions{})
+	if err != nil || statuses(v)[s.Commit[:7]+" model.safetensors"] != hub.VerifyOK {
+		t.Fatalf("offline, the forged blob is consistent: %v %v", statuses(v), err)
+	}
+	v, err = c.Cache.Verify(ctx, "org/tiny", remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := statuses(v)
+	if got[s.Commit[:7]+" model.safetensors"] != hub.VerifyMismatch || got[s.Commit[:7]+" extra.json"] != hub.VerifyMismatch ||
+		got[s.Commit[:7]+" config.json"] != hub.VerifyOK || v.Mismatches != 2 {
+		t.Errorf("remote: %v", got)
+	}
+	for _, f := range v.Revisions[0].Files {
+		if f.File == "model.safetensors" && (f.Expected != w.ETag() || !strings.Contains(f.Detail, "the Hub's ETag is "+w.ETag())) {
+			t.Errorf("forged report: %+v", f)
+		}
+	}
+	// The listing failing is the call's error (a Hub error, exit 5).
+	srv.AddFault(&hubtest.Fault{Status: 404, Header: map[string]string{"X-Error-Code": "RepoNotFound"}})
+	if _, err := c.Cache.Verify(ctx, "org/tiny", remote); !errors.Is(err, errs.ErrHub) {
+		t.Errorf("listing failure: %v", err)
+	}
+}
