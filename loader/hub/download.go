@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -107,8 +108,12 @@ func offlineErr(err error) error {
 func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMetadata) (_ string, err error) {
 	defer func() { err = c.Cache.permissionHint(err) }()
 	ptr := c.Cache.PointerPath(repo, meta.Commit, file)
-	if err := c.Cache.checkPointer(repo, meta.Commit, ptr); err != nil {
-		return "", err
+	// The entry, and the folder it goes in (a planted link there would
+	// make us write outside the cache), must stay in the snapshot.
+	for _, p := range []string{filepath.Dir(ptr), ptr} {
+		if err := c.Cache.checkPointer(repo, meta.Commit, p); err != nil {
+			return "", err
+		}
 	}
 	if st, err := os.Stat(ptr); err == nil && st.Mode().IsRegular() && st.Size() == meta.Size {
 		if err := c.Cache.WriteRef(repo, rev, meta.Commit); err != nil {

@@ -197,6 +197,26 @@ func TestSnapshotLinkOutOfCacheIsRefused(t *testing.T) {
 		t.Errorf("offline Download through a linked blobs/: %v", err)
 	}
 
+	// A subfolder of the snapshot linked out of the cache: nothing is
+	// written there.
+	c.Offline = false
+	tokDir := filepath.Join(repoDir, "snapshots", commit, "tokenizer")
+	evilDir := t.TempDir()
+	if err := os.RemoveAll(tokDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(evilDir, tokDir); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Download(ctx, "org/tiny", "main", "tokenizer/tokenizer.json")
+	if !errors.Is(err, hub.ErrUnsafeLink) {
+		t.Errorf("linked subfolder: %v", err)
+	}
+	if entries, _ := os.ReadDir(evilDir); len(entries) != 0 {
+		t.Errorf("wrote into the linked folder: %v", entries)
+	}
+	c.Offline = true
+
 	// A snapshot folder that is itself a link out of the cache.
 	snap := filepath.Join(repoDir, "snapshots", commit)
 	elsewhere := t.TempDir()
