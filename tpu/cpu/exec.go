@@ -32,6 +32,7 @@ var _ backends.Executable = (*Executable)(nil)
 func newExecutable(b *Builder, outputs []*node) *Executable {
 	e := &Executable{backend: b.backend, name: b.name, nodes: b.nodes, params: b.params, outputs: outputs}
 	rewrite(e.nodes)
+	fuse(e.nodes, outputs)
 	n := len(e.nodes)
 	e.live = make([]bool, n)
 	for _, o := range outputs {
@@ -224,7 +225,7 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 			}
 			s, err = n.fn(st, n, ins)
 			if err != nil {
-				return nil, fmt.Errorf("cpu backend: %q: %s: %w", e.name, n.op, err)
+				return nil, fmt.Errorf("cpu backend: %q: %s: %w", e.name, opName(n.op), err)
 			}
 		}
 		s.refs++

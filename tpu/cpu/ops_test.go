@@ -901,3 +901,80 @@ func TestScatterSum(t *testing.T) {
 		compareFlat(t, "ScatterSum cache", dt, asFloat64(got), asFloat64(want))
 	}
 }
+
+// TestFusion checks fused elementwise trees against the go backend (which
+// runs them op by op), over sizes that span several chunks and threads,
+// with an intermediate read twice and one that is also an output, and
+// that the trees were fused.
+func TestFusion(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, dims := range [][]int{{7}, {3, 1025}, {2, 40000}} {
+		s := sh(dtypes.Float32, dims...)
+		in := []shapes.Shape{s, s, s, sh(dtypes.Float32)}
+		r := rand.New(rand.NewPCG(21, uint64(len(dims))))
+		data := make([]any, len(in))
+		for i, x := range in {
+			data[i] = randFlat(r, x, false)
+		}
+		build := func(b backends.Builder, p []backends.Op) ([]backends.Op, error) {
+			must := func(op backends.Op, err error) backends.Op {
+				if err != nil {
+					panic(err)
+				}
+				return op
+			}
+			x, y, z, c := p[0], p[1], p[2], p[3]
+			silu := must(b.Mul(must(b.Logistic(x)), x))      // x read twice
+			gated := must(b.Mul(silu, y))                    // SiLU(x)·y
+			shifted := must(b.Add(must(b.Mul(gated, c)), c)) // scalar operands
+			e := must(b.Exp(z))                              // e is read twice
+			out1 := must(b.Sub(shifted, must(b.Div(e, must(b.Add(e, c))))))
+			out2 := must(b.Tanh(must(b.Neg(out1)))) // out1 is also an output
+			return []backends.Op{out1, out2}, nil
+		}
+		outs := func(be backends.Backend) ([][]float64, *Executable) {
+			b := be.Builder("fuse")
+			params := make([]backends.Op, len(in))
+			for i, x := range in {
+				params[i], _ = b.Parameter(fmt.Sprintf("p%d", i), x, nil)
+			}
+			ops, _ := build(b, params)
+			exe, err := b.Compile(ops, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs := make([]backends.Buffer, len(in))
+			for i, x := range in {
+				bufs[i], _ = be.BufferFromFlatData(0, data[i], x)
+			}
+			res, err := exe.Execute(bufs, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got [][]float64
+			for _, o := range res {
+				f := make([]float32, s.Size())
+				if err := be.BufferToFlatData(o, f); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, asFloat64(f))
+			}
+			own, _ := exe.(*Executable)
+			return got, own
+		}
+		want, _ := outs(ref)
+		got, exe := outs(cpu)
+		for k := range want {
+			compareFlat(t, fmt.Sprintf("fused output %d %v", k, dims), dtypes.Float32, got[k], want[k])
+		}
+		fused := 0
+		for i, n := range exe.nodes {
+			if exe.live[i] && n.op == opTypeFused {
+				fused++
+			}
+		}
+		if fused < 2 {
+			t.Errorf("%v: %d fused nodes, want at least 2", dims, fused)
+		}
+	}
+}
