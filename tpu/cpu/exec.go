@@ -201,15 +201,30 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 		}
 		st.vals[e.params[i].idx] = s
 	}
+	cur := -1
 	defer func() {
 		if r := recover(); r != nil {
-			outs, err = nil, fmt.Errorf("cpu backend: %q: panic during execution: %v\n%s", e.name, r, debug.Stack())
+			op := "?"
+			if cur >= 0 {
+				op = opName(e.nodes[cur].op)
+			}
+			outs, err = nil, fmt.Errorf("cpu backend: %q: %s: panic during execution: %v\n%s", e.name, op, r, debug.Stack())
+		}
+		// Donated inputs are invalid after the call, whatever happened:
+		// their memory may have been overwritten in place.
+		for i, buf := range bufs {
+			if donate != nil && donate[i] {
+				buf.mu.Lock()
+				buf.data = nil
+				buf.mu.Unlock()
+			}
 		}
 	}()
 	for i, n := range e.nodes {
 		if !e.live[i] {
 			continue
 		}
+		cur = i
 		var s *slot
 		switch {
 		case n.op == backends.OpTypeParameter:
@@ -244,13 +259,6 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 		}
 		exported[s] = true
 		outs[k] = &Buffer{shape: o.shape, data: data}
-	}
-	for i, buf := range bufs {
-		if donate != nil && donate[i] {
-			buf.mu.Lock()
-			buf.data = nil
-			buf.mu.Unlock()
-		}
 	}
 	return outs, nil
 }

@@ -978,3 +978,58 @@ func TestFusion(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentExecute runs one executable from several goroutines at
+// once (as GoMLX may); each result must equal the same run alone.
+func TestConcurrentExecute(t *testing.T) {
+	_, cpu := backendsForTest(t)
+	b := cpu.Builder("concurrent")
+	x, _ := b.Parameter("x", sh(dtypes.Float32, 9, 64), nil)
+	w, _ := b.Parameter("w", sh(dtypes.Float32, 33, 64), nil)
+	y, _ := b.DotGeneral(x, []int{1}, nil, w, []int{1}, nil)
+	y2, _ := b.Mul(y, y)
+	y3, _ := b.Logistic(y2)
+	s, _ := b.ReduceSum(y3, 1)
+	exe, err := b.Compile([]backends.Op{s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	wData := randFlat(r, sh(dtypes.Float32, 33, 64), false)
+	runOne := func(seed uint64) ([]float32, error) {
+		xData := randFlat(rand.New(rand.NewPCG(seed, 1)), sh(dtypes.Float32, 9, 64), false)
+		xb, _ := cpu.BufferFromFlatData(0, xData, sh(dtypes.Float32, 9, 64))
+		wb, _ := cpu.BufferFromFlatData(0, wData, sh(dtypes.Float32, 33, 64))
+		outs, err := exe.Execute([]backends.Buffer{xb, wb}, []bool{true, false}, 0)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]float32, 9)
+		return out, cpu.BufferToFlatData(outs[0], out)
+	}
+	const n = 8
+	want := make([][]float32, n)
+	for i := range want {
+		if want[i], err = runOne(uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([][]float32, n)
+	errs := make([]error, n)
+	done := make(chan int)
+	for i := range n {
+		go func() {
+			got[i], errs[i] = runOne(uint64(i))
+			done <- i
+		}()
+	}
+	for range n {
+		<-done
+	}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		compareFlat(t, fmt.Sprintf("concurrent run %d", i), dtypes.Float32, asFloat64(got[i]), asFloat64(want[i]))
+	}
+}
