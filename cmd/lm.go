@@ -53,7 +53,7 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 	if err != nil {
 		return nil, err
 	}
-	rep.Debugf("%s mode, %s", o.Mode, o.DType)
+	rep.Debugf("%s mode ready", o.Mode)
 	if par := r.Parallel(); par.Devices > 1 {
 		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)
 	}
