@@ -135,6 +135,7 @@ type LM struct {
 	maxCacheLen           int      // the cache grows up to this length (grow.go)
 	grow                  *Program // grow-cache, created on first use
 	pads                  []int32
+	pending               [][]int32       // per row: prompt tokens Begin or Extend queued, not yet run
 	padsT                 *tensors.Tensor // pads as a [B] int32 input, made once per generation
 	state                 [][]*tensors.Tensor
 }
@@ -381,25 +382,38 @@ func (r *LM) headGraph(in []*graph.Node) []*graph.Node {
 // batch, left-pads the prompts to a common bucketed length and runs them,
 // returning each row's logits at its last prompt token ([B][V]).
 // maxNew is the number of tokens Decode will be asked for afterwards;
-// with Options.CacheLen 0 it sizes the cache.
+// with Options.CacheLen 0 it sizes the cache. It is Begin followed by
+// PrefillChunk over every pending token.
 func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	n, err := r.Begin(prompts, maxNew)
+	if err != nil {
+		return nil, err
+	}
+	return r.PrefillChunk(n)
+}
+
+// Begin starts a generation without running anything: it allocates fresh
+// layer state for the batch and left-pads the prompts to a common bucketed
+// length T, which become the pending tokens. It returns T. PrefillChunk
+// then runs the pending tokens in pieces over the same cache (so a caller
+// can check for cancellation and report progress between pieces); the
+// logits of the last piece are those Prefill returns.
+func (r *LM) Begin(prompts [][]int, maxNew int) (int, error) {
 	if len(prompts) == 0 {
-		return nil, errs.Usagef("no prompts")
+		return 0, errs.Usagef("no prompts")
 	}
 	longest := 0
 	for i, p := range prompts {
 		if len(p) == 0 {
-			return nil, errs.Usagef("prompt %d is empty (no tokens)", i)
+			return 0, errs.Usagef("prompt %d is empty (no tokens)", i)
 		}
-		for _, id := range p {
-			if id < 0 || id >= r.spec.VocabSize {
-				return nil, fmt.Errorf("prompt %d: token id %d is outside the vocabulary [0, %d)", i, id, r.spec.VocabSize)
-			}
+		if err := r.checkIDs(fmt.Sprintf("prompt %d", i), p); err != nil {
+			return 0, err
 		}
 		longest = max(longest, len(p))
 	}
 	if longest+maxNew > r.spec.MaxPositions {
-		return nil, errs.Usagef("prompt of %d tokens plus %d new tokens exceeds the model's %d positions (max_position_embeddings)",
+		return 0, errs.Usagef("prompt of %d tokens plus %d new tokens exceeds the model's %d positions (max_position_embeddings)",
 			longest, maxNew, r.spec.MaxPositions)
 	}
 	t := PromptBucket(longest)
@@ -409,41 +423,148 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 		maxCacheLen = CacheBucket(t + maxNew)
 		cacheLen = initialCacheLen(t, maxCacheLen)
 	} else if t+maxNew > cacheLen {
-		return nil, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
+		return 0, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
 	}
 	if r.tp != nil {
 		cacheLen = maxCacheLen // sharded caches do not grow
 	}
 	r.release()
 	b := len(prompts)
-	r.batch, r.cacheLen, r.maxCacheLen, r.next = b, cacheLen, maxCacheLen, t
+	r.batch, r.cacheLen, r.maxCacheLen, r.next = b, cacheLen, maxCacheLen, 0
 	r.pads = make([]int32, b)
-	tokens := make([]int32, b*t)
+	tokens := make([][]int32, b)
 	for i, p := range prompts {
 		pad := t - len(p)
 		r.pads[i] = int32(pad)
+		tokens[i] = make([]int32, t)
 		for j, id := range p {
-			tokens[i*t+pad+j] = int32(id)
+			tokens[i][pad+j] = int32(id)
 		}
 	}
 	r.padsT = tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), b)
 	if r.tp != nil {
 		if err := r.allocShardedState(b, cacheLen); err != nil {
+			return 0, err
+		}
+	} else {
+		r.state = make([][]*tensors.Tensor, r.spec.Layers)
+		for i := range r.state {
+			for _, s := range r.model.LayerState(i, b, cacheLen) {
+				dt := s.DType
+				if dt == dtypes.InvalidDType {
+					dt = r.opts.DType
+				}
+				r.state[i] = append(r.state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
+			}
+		}
+	}
+	r.pending = tokens
+	return t, nil
+}
+
+// Extend continues the current generation with more prompt tokens (one
+// equal-length list per row) after everything already in the cache,
+// without re-running what is there: a conversation whose next prompt
+// extends the previous prompt and answer prefills only the new tokens.
+// The cache is the one of the last Begin, holding its prompt and every
+// token fed to Decode since. maxNew is the number of tokens Decode will be
+// asked for afterwards. It returns the number of pending tokens, which
+// PrefillChunk runs.
+func (r *LM) Extend(tokens [][]int, maxNew int) (int, error) {
+	if r.state == nil {
+		return 0, fmt.Errorf("extend before begin")
+	}
+	if len(tokens) != r.batch {
+		return 0, fmt.Errorf("extend: %d rows for a batch of %d", len(tokens), r.batch)
+	}
+	n := len(tokens[0])
+	if n == 0 {
+		return 0, errs.Usagef("extend: no new tokens")
+	}
+	pending := make([][]int32, r.batch)
+	for i, p := range tokens {
+		if len(p) != n {
+			return 0, fmt.Errorf("extend: row %d has %d tokens, row 0 has %d", i, len(p), n)
+		}
+		if err := r.checkIDs(fmt.Sprintf("extend: row %d", i), p); err != nil {
+			return 0, err
+		}
+		pending[i] = make([]int32, n)
+		for j, id := range p {
+			pending[i][j] = int32(id)
+		}
+	}
+	minPad := int(r.pads[0])
+	for _, p := range r.pads {
+		minPad = min(minPad, int(p))
+	}
+	if used := r.next - minPad + n + maxNew; used > r.spec.MaxPositions {
+		return 0, errs.Usagef("%d tokens in the cache plus %d new and %d to generate exceed the model's %d positions (max_position_embeddings)",
+			r.next-minPad, n, maxNew, r.spec.MaxPositions)
+	}
+	need := r.next + n + maxNew
+	switch {
+	case r.tp != nil || r.opts.CacheLen != 0:
+		if need > r.cacheLen {
+			return 0, errs.Usagef("%d cache slots in use plus %d new and %d to generate exceed the fixed cache length %d", r.next, n, maxNew, r.cacheLen)
+		}
+	default:
+		r.maxCacheLen = max(r.maxCacheLen, CacheBucket(need))
+	}
+	r.pending = pending
+	return n, nil
+}
+
+// Pending returns the number of tokens per row that Begin or Extend queued
+// and PrefillChunk has not run yet.
+func (r *LM) Pending() int {
+	if len(r.pending) == 0 {
+		return 0
+	}
+	return len(r.pending[0])
+}
+
+// Position returns the cache slot the next token goes to (the padded
+// length of everything run so far).
+func (r *LM) Position() int { return r.next }
+
+// PrefillChunk runs the next n pending tokens of every row into the cache
+// (growing it if needed) and returns each row's logits after the last of
+// them ([B][V]); once no tokens are pending these are the logits that
+// follow the prompts. Pieces of any size give the same tokens as one
+// Prefill, up to floating-point rounding.
+func (r *LM) PrefillChunk(n int) ([][]float32, error) {
+	if r.state == nil {
+		return nil, fmt.Errorf("prefill before begin")
+	}
+	if n <= 0 || n > r.Pending() {
+		return nil, fmt.Errorf("prefill: %d tokens asked, %d pending", n, r.Pending())
+	}
+	for r.next+n > r.cacheLen {
+		if err := r.growCache(); err != nil {
 			return nil, err
 		}
-		return r.run(r.prefill, tensors.FromFlatDataAndDimensions(tokens, b, t), 0)
 	}
-	r.state = make([][]*tensors.Tensor, r.spec.Layers)
-	for i := range r.state {
-		for _, s := range r.model.LayerState(i, b, cacheLen) {
-			dt := s.DType
-			if dt == dtypes.InvalidDType {
-				dt = r.opts.DType
-			}
-			r.state[i] = append(r.state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
+	tokens := make([]int32, r.batch*n)
+	for i, p := range r.pending {
+		copy(tokens[i*n:], p[:n])
+		r.pending[i] = p[n:]
+	}
+	prog := r.prefill
+	if n == 1 {
+		prog = r.decode
+	}
+	return r.run(prog, tensors.FromFlatDataAndDimensions(tokens, r.batch, n), r.next)
+}
+
+// checkIDs checks that ids are in the vocabulary.
+func (r *LM) checkIDs(what string, ids []int) error {
+	for _, id := range ids {
+		if id < 0 || id >= r.spec.VocabSize {
+			return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d)", what, id, r.spec.VocabSize)
 		}
 	}
-	return r.run(r.prefill, tensors.FromFlatDataAndDimensions(tokens, b, t), 0)
+	return nil
 }
 
 // Decode feeds one token per row (next[b] for row b) and returns the
@@ -451,6 +572,9 @@ func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 func (r *LM) Decode(next []int) ([][]float32, error) {
 	if r.state == nil {
 		return nil, fmt.Errorf("decode before prefill")
+	}
+	if r.Pending() > 0 {
+		return nil, fmt.Errorf("decode with %d prompt tokens still pending", r.Pending())
 	}
 	if len(next) != r.batch {
 		return nil, fmt.Errorf("decode: %d tokens for a batch of %d", len(next), r.batch)
@@ -583,6 +707,7 @@ func (r *LM) release() {
 		}
 	}
 	r.state = nil
+	r.pending = nil
 	if r.padsT != nil {
 		r.padsT.FinalizeAll()
 		r.padsT = nil

@@ -78,3 +78,109 @@ func TestStoriesGreedy(t *testing.T) {
 		}
 	}
 }
+
+// argmax returns the index of the largest value.
+func argmax(v []float32) int {
+	best := 0
+	for j, x := range v {
+		if x > v[best] {
+			best = j
+		}
+	}
+	return best
+}
+
+// greedyFrom decodes n greedy tokens from logits.
+func greedyFrom(t *testing.T, r *LM, logits [][]float32, n int) []int {
+	t.Helper()
+	var got []int
+	for len(got) < n {
+		id := argmax(logits[0])
+		got = append(got, id)
+		var err error
+		if logits, err = r.Decode([]int{id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+// TestChunkedPrefillAndExtend checks that a prompt prefilled in pieces
+// (Begin, then PrefillChunk of 1, 3 and the rest) and a conversation
+// continued with Extend over the same cache give the greedy tokens of one
+// whole Prefill, in both modes.
+func TestChunkedPrefillAndExtend(t *testing.T) {
+	be := goBackend(t)
+	const dir = "../testdata/stories260K-hf"
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt, err := tok.Encode("Once upon a time there was a big dog named Max. He", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := tok.Encode(" Then the sun came out and", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	for _, mode := range []Mode{Compiled, Eager} {
+		r, err := NewLM(be, l, Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := r.Prefill([][]int{prompt}, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := greedyFrom(t, r, logits, n)
+
+		T, err := r.Begin([][]int{prompt}, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []int{1, 3, T - 4} {
+			if logits, err = r.PrefillChunk(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.Pending() != 0 || r.Position() != T {
+			t.Fatalf("%s: %d pending at slot %d after chunks of %d tokens", mode, r.Pending(), r.Position(), T)
+		}
+		if got := greedyFrom(t, r, logits, n); fmt.Sprint(got) != fmt.Sprint(whole) {
+			t.Errorf("%s: chunked prefill gives %v, whole prefill %v", mode, got, whole)
+		}
+
+		// The cache now holds prompt + whole[:n] (each fed to Decode):
+		// Extend with more tokens, against a fresh prefill of all of it.
+		full := append(append(append([]int(nil), prompt...), whole...), more...)
+		if logits, err = r.Prefill([][]int{full}, n); err != nil {
+			t.Fatal(err)
+		}
+		fresh := greedyFrom(t, r, logits, n)
+		if _, err = r.Prefill([][]int{prompt}, n); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range whole {
+			if _, err = r.Decode([]int{id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.Extend([][]int{more}, n+200); err != nil {
+			t.Fatal(err)
+		}
+		if logits, err = r.PrefillChunk(r.Pending()); err != nil {
+			t.Fatal(err)
+		}
+		if got := greedyFrom(t, r, logits, n); fmt.Sprint(got) != fmt.Sprint(fresh) {
+			t.Errorf("%s: extended cache gives %v, fresh prefill %v", mode, got, fresh)
+		}
+		r.Close()
+	}
+}
