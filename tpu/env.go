@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
@@ -27,6 +28,9 @@ const (
 	EnvXLALog = "TPUTOOL_XLA_LOG"
 )
 
+// backendLogMu serialises SetBackendLog.
+var backendLogMu sync.Mutex
+
 func init() {
 	// Nothing may be downloaded silently: GoMLX's xla backend auto-installs
 	// PJRT plugins from the network unless this is set. The cgo file also
@@ -42,7 +46,11 @@ func init() {
 // warnings and the like) to w; nil discards it, which is the default unless
 // TPUTOOL_XLA_LOG is set. Messages from inside a PJRT plugin itself are
 // written by C++ code straight to file descriptor 2 and are not affected.
+// klog's settings are process-wide: calls are serialised (commands run in
+// parallel in tests each set it under --verbose).
 func SetBackendLog(w io.Writer) {
+	backendLogMu.Lock()
+	defer backendLogMu.Unlock()
 	if w == nil {
 		klog.SetLogger(logr.Discard())
 		return
