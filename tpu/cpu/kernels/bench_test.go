@@ -77,9 +77,18 @@ func benchGEMV(b *testing.B, dt string, n, k int) {
 // m×n×k with the weight [n, k].
 var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {128, 32000, 768}}
 
+// nnShapes are activation products: a UNet 3x3 convolution as im2col
+// (out channels 320, 32x32 outputs, 320·9 patch values) and attention
+// values (128 queries, head dim 64, 128 keys).
+var nnShapes = [][3]int{{320, 1024, 2880}, {128, 64, 128}}
+
 func BenchmarkGEMM(b *testing.B) {
 	for _, dt := range []string{"f32", "bf16", "int8", "NN"} {
-		for _, sh := range gemmShapes {
+		shapes := gemmShapes
+		if dt == "NN" {
+			shapes = append(shapes[:3:3], nnShapes...)
+		}
+		for _, sh := range shapes {
 			m, n, k := sh[0], sh[1], sh[2]
 			if sh[1] == 32000 && dt != "f32" {
 				continue
