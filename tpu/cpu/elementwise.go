@@ -478,104 +478,119 @@ func logistic(x float64) float64 {
 
 // ---- broadcasting -----------------------------------------------------------
 
-// bcast describes how an operand maps onto the output of a broadcasting
-// elementwise op: scalar, same shape, or strided with zero strides on
-// axes of size 1.
-type bcast struct {
-	scalar, same bool
-	strides      []int
-}
-
-func makeBcast(in, out shapes.Shape) bcast {
-	if in.Size() == 1 && out.Size() != 1 || in.IsScalar() {
-		return bcast{scalar: true}
+// bcastStrides are an operand's element strides over the output's axes:
+// zero on axes where the operand has size 1 (or is a scalar).
+func bcastStrides(in, out shapes.Shape) []int {
+	st := make([]int, out.Rank())
+	if in.Size() == 1 {
+		return st
 	}
-	if in.Size() == out.Size() {
-		return bcast{same: true}
-	}
-	strides := make([]int, out.Rank())
-	s := 1
-	for ax := out.Rank() - 1; ax >= 0; ax-- {
+	is := stridesOf(in.Dimensions)
+	for ax := range st {
 		if in.Dimensions[ax] != 1 {
-			strides[ax] = s
+			st[ax] = is[ax]
 		}
-		s *= in.Dimensions[ax]
 	}
-	return bcast{strides: strides}
+	return st
 }
 
-// index maps a flat output index to the operand's flat index.
-func (b bcast) index(i int, dims []int) int {
-	if b.scalar {
-		return 0
-	}
-	if b.same {
-		return i
-	}
-	off := 0
-	for ax := len(dims) - 1; ax >= 0; ax-- {
-		off += (i % dims[ax]) * b.strides[ax]
-		i /= dims[ax]
-	}
-	return off
-}
-
-// expand materializes an operand at the output's shape (the rare general
-// broadcast case), returning a flat slice of the output's size.
-func expand[T any](src []T, in, out shapes.Shape) []T {
-	b := makeBcast(in, out)
-	if b.same {
-		return src
-	}
-	dst := make([]T, out.Size())
-	for i := range dst {
-		dst[i] = src[b.index(i, out.Dimensions)]
-	}
-	return dst
-}
-
+// expandAny materializes an operand at the output's shape with a strided
+// copy (stride 0 on broadcast axes); a same-size or one-element operand is
+// returned as it is (the loops treat one element as a scalar).
 func expandAny(src any, in, out shapes.Shape) any {
-	b := makeBcast(in, out)
-	if b.same || b.scalar {
+	if in.Size() == out.Size() || in.Size() == 1 {
 		return src
 	}
-	switch s := src.(type) {
-	case []float32:
-		return expand(s, in, out)
-	case []float64:
-		return expand(s, in, out)
-	case []bfloat16.BFloat16:
-		return expand(s, in, out)
-	case []float16.Float16:
-		return expand(s, in, out)
-	case []int8:
-		return expand(s, in, out)
-	case []int16:
-		return expand(s, in, out)
-	case []int32:
-		return expand(s, in, out)
-	case []int64:
-		return expand(s, in, out)
-	case []uint8:
-		return expand(s, in, out)
-	case []uint16:
-		return expand(s, in, out)
-	case []uint32:
-		return expand(s, in, out)
-	case []uint64:
-		return expand(s, in, out)
-	case []bool:
-		return expand(s, in, out)
+	t := makeFlat(in.DType, out.Size())
+	copyWalk(t, src, walk{dims: out.Dimensions, dStrides: stridesOf(out.Dimensions), sStrides: bcastStrides(in, out)})
+	return t
+}
+
+// bplan splits a broadcasting binary op into rows of a contiguous inner
+// run: within a row each operand is either contiguous or one repeated
+// value, so the loops take whole slices (or a one-element slice, which they
+// treat as a scalar) and only the row offsets need index arithmetic.
+type bplan struct {
+	rows, inner int
+	outer       []int    // outer dims (row index space)
+	strides     [2][]int // operand strides over the outer dims
+	innerStep   [2]int   // 1: contiguous in the row; 0: one value per row
+}
+
+func makeBPlan(out, l, r shapes.Shape) *bplan {
+	ls, rs := bcastStrides(l, out), bcastStrides(r, out)
+	os := stridesOf(out.Dimensions)
+	var dims []int
+	var st [3][]int
+	for ax, d := range out.Dimensions {
+		if d == 1 {
+			continue
+		}
+		if k := len(dims) - 1; k >= 0 && st[0][k] == os[ax]*d && st[1][k] == ls[ax]*d && st[2][k] == rs[ax]*d {
+			dims[k] *= d
+			st[0][k], st[1][k], st[2][k] = os[ax], ls[ax], rs[ax]
+			continue
+		}
+		dims = append(dims, d)
+		st[0] = append(st[0], os[ax])
+		st[1] = append(st[1], ls[ax])
+		st[2] = append(st[2], rs[ax])
 	}
-	panic(fmt.Sprintf("expand: %T", src))
+	p := &bplan{rows: 1, inner: 1}
+	if len(dims) == 0 {
+		return p
+	}
+	last := len(dims) - 1
+	p.inner = dims[last]
+	p.innerStep = [2]int{st[1][last], st[2][last]}
+	p.outer = dims[:last]
+	p.strides = [2][]int{st[1][:last], st[2][:last]}
+	for _, d := range p.outer {
+		p.rows *= d
+	}
+	return p
+}
+
+// rowOffsets returns the operands' offsets for row r.
+func (p *bplan) rowOffsets(r int) (int, int) {
+	a, c := 0, 0
+	for ax := len(p.outer) - 1; ax >= 0; ax-- {
+		i := r % p.outer[ax]
+		r /= p.outer[ax]
+		a += i * p.strides[0][ax]
+		c += i * p.strides[1][ax]
+	}
+	return a, c
+}
+
+func rowSlice[T any](x []T, off, step, n int) []T {
+	if step == 0 {
+		return x[off : off+1]
+	}
+	return x[off : off+n]
+}
+
+// binaryPlanned runs a (broadcasting) binary op or comparison over rows.
+func binaryPlanned[T number](op backends.OpType, p *bplan, dst any, a, c []T) {
+	cmp := isCompare(op)
+	n := p.inner
+	kernels.Parallel(p.rows, max(1, elemGrain/max(n, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ao, co := p.rowOffsets(r)
+			av, cv := rowSlice(a, ao, p.innerStep[0], n), rowSlice(c, co, p.innerStep[1], n)
+			if cmp {
+				compareLoop(op, dst.([]bool)[r*n:(r+1)*n], av, cv)
+			} else {
+				binaryLoop(op, dst.([]T)[r*n:(r+1)*n], av, cv)
+			}
+		}
+	})
 }
 
 // ---- binary -----------------------------------------------------------------
 
 func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
-	a := expandAny(in[0].data, ls, n.shape)
-	c := expandAny(in[1].data, rs, n.shape)
 	var out *slot
 	if isCompare(n.op) {
 		out = st.alloc(n.shape)
@@ -589,55 +604,58 @@ func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 		out = st.allocOrReuse(n, cands...)
 	}
-	size := n.shape.Size()
+	if ls.DType == dtypes.Bool {
+		a := expandAny(in[0].data, ls, n.shape)
+		c := expandAny(in[1].data, rs, n.shape)
+		if !binaryDispatch(n.op, out.data, a, c) {
+			return nil, fmt.Errorf("not implemented for %s", ls.DType)
+		}
+		return out, nil
+	}
+	p := makeBPlan(n.shape, ls, rs)
+	a, c := in[0].data, in[1].data
 	if is16(ls.DType) {
 		af, cf := toF32(a), toF32(c)
 		if isCompare(n.op) {
-			compareLoop(n.op, out.data.([]bool), af, cf)
+			binaryPlanned(n.op, p, out.data, af, cf)
 			return out, nil
 		}
-		tmp := make([]float32, size)
-		binaryLoop(n.op, tmp, af, cf)
+		tmp := make([]float32, n.shape.Size())
+		binaryPlanned(n.op, p, tmp, af, cf)
 		fromF32(out.data, tmp)
 		return out, nil
 	}
-	if !binaryDispatch(n.op, out.data, a, c) {
+	switch a := a.(type) {
+	case []float32:
+		binaryPlanned(n.op, p, out.data, a, c.([]float32))
+	case []float64:
+		binaryPlanned(n.op, p, out.data, a, c.([]float64))
+	case []int8:
+		binaryPlanned(n.op, p, out.data, a, c.([]int8))
+	case []int16:
+		binaryPlanned(n.op, p, out.data, a, c.([]int16))
+	case []int32:
+		binaryPlanned(n.op, p, out.data, a, c.([]int32))
+	case []int64:
+		binaryPlanned(n.op, p, out.data, a, c.([]int64))
+	case []uint8:
+		binaryPlanned(n.op, p, out.data, a, c.([]uint8))
+	case []uint16:
+		binaryPlanned(n.op, p, out.data, a, c.([]uint16))
+	case []uint32:
+		binaryPlanned(n.op, p, out.data, a, c.([]uint32))
+	case []uint64:
+		binaryPlanned(n.op, p, out.data, a, c.([]uint64))
+	default:
 		return nil, fmt.Errorf("not implemented for %s", ls.DType)
 	}
 	return out, nil
 }
 
+// binaryDispatch runs the bool ops on operands already at the output's
+// size (or one element).
 func binaryDispatch(op backends.OpType, dst, a, c any) bool {
-	cmp := isCompare(op)
 	switch a := a.(type) {
-	case []float32:
-		if cmp {
-			compareLoop(op, dst.([]bool), a, c.([]float32))
-			return true
-		}
-		d, cc := dst.([]float32), c.([]float32)
-		kernels.Parallel(len(d), elemGrain, func(lo, hi int) {
-			binaryLoop(op, d[lo:hi], sub(a, lo, hi), sub(cc, lo, hi))
-		})
-		return true
-	case []float64:
-		return binaryTyped(op, dst, a, c.([]float64))
-	case []int8:
-		return binaryTyped(op, dst, a, c.([]int8))
-	case []int16:
-		return binaryTyped(op, dst, a, c.([]int16))
-	case []int32:
-		return binaryTyped(op, dst, a, c.([]int32))
-	case []int64:
-		return binaryTyped(op, dst, a, c.([]int64))
-	case []uint8:
-		return binaryTyped(op, dst, a, c.([]uint8))
-	case []uint16:
-		return binaryTyped(op, dst, a, c.([]uint16))
-	case []uint32:
-		return binaryTyped(op, dst, a, c.([]uint32))
-	case []uint64:
-		return binaryTyped(op, dst, a, c.([]uint64))
 	case []bool:
 		d, cc := dst.([]bool), c.([]bool)
 		n := len(d)
@@ -659,23 +677,6 @@ func binaryDispatch(op backends.OpType, dst, a, c any) bool {
 		return true
 	}
 	return false
-}
-
-// sub is x[lo:hi], or x itself for a one-element (scalar) operand.
-func sub[T any](x []T, lo, hi int) []T {
-	if len(x) == 1 {
-		return x
-	}
-	return x[lo:hi]
-}
-
-func binaryTyped[T number](op backends.OpType, dst any, a, c []T) bool {
-	if isCompare(op) {
-		compareLoop(op, dst.([]bool), a, c)
-		return true
-	}
-	binaryLoop(op, dst.([]T), a, c)
-	return true
 }
 
 // binaryLoop computes dst = a op c; a or c may have one element (scalar).

@@ -398,6 +398,9 @@ func TestBinaryOps(t *testing.T) {
 			{sh(dt, 4, 9), sh(dt)},               // scalar rhs
 			{sh(dt), sh(dt, 4, 9)},               // scalar lhs
 			{sh(dt, 4, 1, 5), sh(dt, 4, 3, 5)},   // size-1 axis broadcast
+			{sh(dt, 130, 33), sh(dt, 130, 1)},    // per-row value (RMSNorm, softmax)
+			{sh(dt, 1, 5), sh(dt, 3, 1)},         // both sides broadcast
+			{sh(dt, 2, 1, 3, 1), sh(dt, 1, 4, 1, 5)},
 		}
 	}
 	for name, f := range arith {
