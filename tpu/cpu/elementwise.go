@@ -387,6 +387,21 @@ func unaryInt[T int8 | int16 | int32 | int64](op backends.OpType, dst, src []T) 
 
 func unaryFloat[T float32 | float64](op backends.OpType, dst, src []T) {
 	dst = dst[:len(src)]
+	if d, ok := any(dst).([]float32); ok {
+		s := any(src).([]float32)
+		switch op {
+		case backends.OpTypeExp:
+			for i, v := range s {
+				d[i] = expf(v)
+			}
+			return
+		case backends.OpTypeLogistic:
+			for i, v := range s {
+				d[i] = logisticf(v)
+			}
+			return
+		}
+	}
 	switch op {
 	case backends.OpTypeNeg:
 		for i, v := range src {

@@ -931,7 +931,7 @@ func TestFusion(t *testing.T) {
 			gated := must(b.Mul(silu, y))                    // SiLU(x)·y
 			shifted := must(b.Add(must(b.Mul(gated, c)), c)) // scalar operands
 			e := must(b.Exp(z))                              // e is read twice
-			out1 := must(b.Sub(shifted, must(b.Div(e, must(b.Add(e, c))))))
+			out1 := must(b.Sub(shifted, must(b.Div(e, must(b.Add(e, must(b.Mul(c, c))))))))
 			out2 := must(b.Tanh(must(b.Neg(out1)))) // out1 is also an output
 			return []backends.Op{out1, out2}, nil
 		}
@@ -1035,4 +1035,37 @@ func TestConcurrentExecute(t *testing.T) {
 		}
 		compareFlat(t, fmt.Sprintf("concurrent run %d", i), dtypes.Float32, asFloat64(got[i]), asFloat64(want[i]))
 	}
+}
+
+// TestExpf bounds expf's error against float64 math.Exp over the whole
+// float32 range it handles, edges included.
+func TestExpf(t *testing.T) {
+	worst := 0.0
+	check := func(x float32) {
+		want := math.Exp(float64(x))
+		if w32 := float32(want); math.IsInf(float64(w32), 0) || w32 < math.SmallestNonzeroFloat32*(1<<23) {
+			return // beyond float32's normal range: the edge cases below
+		}
+		got := float64(expf(x))
+		worst = max(worst, math.Abs(got-want)/want)
+	}
+	for x := float32(-110); x < 110; x += 0.00137 {
+		check(x)
+	}
+	for _, x := range []float32{0, 1e-30, -1e-30, 88.7, 88.69, -87.3, -87.29} {
+		check(x)
+	}
+	if got := expf(1000); !math.IsInf(float64(got), 1) {
+		t.Errorf("expf(1000) = %g, want +Inf", got)
+	}
+	if got := expf(-1000); got != 0 {
+		t.Errorf("expf(-1000) = %g, want 0", got)
+	}
+	if got := expf(float32(math.NaN())); got == got {
+		t.Errorf("expf(NaN) = %g", got)
+	}
+	if worst > 2.4e-7 { // 2 ulp
+		t.Errorf("expf: worst relative error %.3g, want <= 2.4e-7", worst)
+	}
+	t.Logf("expf: worst relative error %.3g", worst)
 }

@@ -1,0 +1,49 @@
+package cpu
+
+import "math"
+
+// expf is e^x in float32: x = k·ln2 + r with |r| <= ln2/2, e^r by its
+// degree-7 Taylor polynomial (truncation below 1e-8 relative), scaled by
+// 2^k. Within 2 ulp of the correctly rounded result, and several times
+// faster than going through float64 math.Exp. Results that would be
+// subnormal, and NaN, take math.Exp.
+func expf(x float32) float32 {
+	const (
+		ln2hi = 0.693145751953125
+		ln2lo = 1.428606765330187045e-06
+		log2e = 1.44269504088896341
+	)
+	if !(x > -87.3 && x < 88.7) { // also NaN
+		return float32(math.Exp(float64(x)))
+	}
+	t := x * log2e
+	var k int32
+	if t >= 0 {
+		k = int32(t + 0.5)
+	} else {
+		k = int32(t - 0.5)
+	}
+	kf := float32(k)
+	r := (x - kf*ln2hi) - kf*ln2lo
+	p := float32(1.0 / 5040)
+	p = p*r + 1.0/720
+	p = p*r + 1.0/120
+	p = p*r + 1.0/24
+	p = p*r + 1.0/6
+	p = p*r + 0.5
+	p = p*r + 1
+	p = p*r + 1
+	if k > 127 { // 2^128 is not a float32: scale in two steps
+		return p * math.Float32frombits(uint32(k+126)<<23) * 2
+	}
+	return p * math.Float32frombits(uint32(k+127)<<23)
+}
+
+// logisticf is 1/(1+e^-x) in float32, without overflow for either sign.
+func logisticf(x float32) float32 {
+	if x >= 0 {
+		return 1 / (1 + expf(-x))
+	}
+	e := expf(x)
+	return e / (1 + e)
+}
