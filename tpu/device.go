@@ -43,7 +43,13 @@ type Capabilities struct {
 	// BlockedMatmul reports a backend whose matmul wants Matmul weights in
 	// the blocked layout of nn.Blocked (GoMLX's go backend, whose
 	// DotGeneral otherwise copies each large weight at every call).
-	BlockedMatmul      bool `json:"blocked_matmul"`
+	BlockedMatmul bool `json:"blocked_matmul"`
+	// NarrowWeights reports a backend whose DotGeneral reads a bf16/f16
+	// weight through a ConvertDType to f32 in place (tputool's own cpu
+	// backend): executors then hold Matmul weights in their checkpoint
+	// dtype and convert them in the graph where they are used (nn.Linear,
+	// nn.Embedding gathers first), instead of converting them on the host.
+	NarrowWeights      bool `json:"narrow_weights"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -65,6 +71,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 		Backend:            name,
 		HostMemory:         name == BackendGo || name == BackendCPU,
 		BlockedMatmul:      name == BackendGo,
+		NarrowWeights:      name == BackendCPU,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],
