@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -74,12 +73,24 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, and the text model
 of Qwen3_5ForConditionalGeneration), from a local directory or a Hub id.
 
+The prompt comes from --prompt (-p), from stdin when stdin is not a terminal
+and no --prompt is given (or with -p -), or from --prompts-file.
+
 The text goes to stdout as it is produced (one prompt), or per prompt when
-several run as one batch. With --json the result is a JSON array with one
+several run as one batch, each under a "==> N: PROMPT <==" label. With --json the result is a JSON array with one
 object per prompt ({text, token_ids, prompt_token_ids, finish_reason, metrics});
 with --json --stream it is NDJSON events with a "type" field: "token" per
 token, "result" per prompt, "done" with the metrics. --verbose prints
 ollama-style timings to stderr.
+
+Ctrl-C stops a generation within about a second, also during a long prompt
+(prefill runs in pieces of about 200 ms): the text so far is printed with
+finish reason "interrupted" and tputool exits 130. A second Ctrl-C exits at
+once. A prefill that takes over a second shows progress (tokens done of N
+and the rate) on stderr.
+
+Sampling without --seed draws a random seed, printed under --verbose and in
+--json ("seed"); pass it back with --seed to repeat the run exactly.
 
 Settings are layered: flags, then the model's generation_config.json, then
 transformers' defaults. The file's do_sample picks greedy decoding or sampling;
@@ -93,14 +104,23 @@ the same tokens.`,
   tputool generate --model Qwen/Qwen3-0.6B --chat --system "Be brief." --prompt "What is a TPU?"
   tputool generate --model ./my-llama --prompt "a" --prompt "b" --temperature 0 --json
   tputool generate --model ./my-llama --prompts-file prompts.txt --temperature 0.7 --seed 1
-  tputool generate --model Qwen/Qwen3-0.6B --prompt "Hi" --stream --json`,
+  tputool generate --model Qwen/Qwen3-0.6B --prompt "Hi" --stream --json
+  echo "Once upon a time" | tputool generate --model ./testdata/stories260K-hf
+  tputool generate --model ./my-llama -p - < long-prompt.txt
+  printf 'First prompt,\non two lines\n---\nSecond prompt\n' | tputool generate -m ./my-llama --prompts-file -`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
 			if opts.Model == "" {
 				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
 			}
 			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
-				return errs.Usagef("give at least one --prompt or a --prompts-file")
+				if f.IOStreams.IsStdinTTY() {
+					return errs.Usagef("give at least one --prompt or a --prompts-file, or pipe the prompt on stdin")
+				}
+				opts.Prompts = []string{"-"} // stdin is the prompt
+			}
+			if err := checkStdinUse(opts.Prompts, opts.PromptsFile); err != nil {
+				return err
 			}
 			var err error
 			if opts.Mode, err = compile.ParseMode(mode); err != nil {
@@ -158,7 +178,9 @@ the same tokens.`,
 			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 				return err
 			}
-			o.Seed = seed
+			if fl.Changed("seed") {
+				o.Seed = &seed
+			}
 			if opts.System != "" {
 				opts.Chat = true
 			}
@@ -178,15 +200,15 @@ the same tokens.`,
 	fl := c.Flags()
 	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
 	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
-	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch)")
-	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin); blank lines are skipped")
+	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch; - reads the whole of stdin as one prompt)")
+	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin), blank lines skipped; prompts split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
 	fl.IntVarP(&maxNew, "max-new-tokens", "n", 0, fmt.Sprintf("maximum tokens to generate per prompt (default: generation_config.json's, else %d)", generate.DefaultMaxNewTokens))
 	fl.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json)")
 	fl.IntVar(&topK, "top-k", 0, "keep the k most likely tokens; 0 is off (default: generation_config.json, 50 when sampling)")
 	fl.Float64Var(&topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json, else 1, off)")
 	fl.Float64Var(&minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one (default: generation_config.json, else 0, off)")
 	fl.Float64Var(&repPen, "repetition-penalty", 0, "penalize tokens already in the sequence (default: generation_config.json, else 1, off)")
-	fl.Uint64Var(&seed, "seed", 0, "random seed for sampling (runs with the same seed repeat exactly)")
+	fl.Uint64Var(&seed, "seed", 0, "random seed for sampling (default: a random one, shown under -v and in --json; the same seed repeats exactly)")
 	fl.StringArrayVar(&opts.Overrides.Stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
@@ -212,9 +234,42 @@ func parseDType(s string) (dtypes.DType, error) {
 	return 0, errs.Usagef("--dtype %q: want f32, bf16 or auto", s)
 }
 
-// readPrompts gathers --prompt values and the lines of --prompts-file.
+// checkStdinUse refuses reading stdin twice (-p - and --prompts-file -).
+func checkStdinUse(prompts []string, file string) error {
+	n := 0
+	for _, p := range prompts {
+		if p == "-" {
+			n++
+		}
+	}
+	if file == "-" {
+		n++
+	}
+	if n > 1 {
+		return errs.Usagef("stdin can be read once: give -p - or --prompts-file - once")
+	}
+	return nil
+}
+
+// readPrompts gathers --prompt values (- is the whole of stdin) and the
+// prompts of --prompts-file.
 func readPrompts(opts *GenerateOptions) ([]string, error) {
-	prompts := append([]string(nil), opts.Prompts...)
+	var prompts []string
+	for _, p := range opts.Prompts {
+		if p != "-" {
+			prompts = append(prompts, p)
+			continue
+		}
+		b, err := io.ReadAll(opts.IO.In)
+		if err != nil {
+			return nil, fmt.Errorf("reading the prompt from stdin: %w", err)
+		}
+		text := strings.TrimRight(string(b), "\r\n")
+		if strings.TrimSpace(text) == "" {
+			return nil, errs.Usagef("--prompt -: stdin is empty (pipe the prompt in, or give --prompt TEXT)")
+		}
+		prompts = append(prompts, text)
+	}
 	if opts.PromptsFile == "" {
 		return prompts, nil
 	}
@@ -229,25 +284,73 @@ func readPrompts(opts *GenerateOptions) ([]string, error) {
 		defer fh.Close()
 		r = fh
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		if line := strings.TrimRight(sc.Text(), "\r"); strings.TrimSpace(line) != "" {
-			prompts = append(prompts, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
+	b, err := io.ReadAll(io.LimitReader(r, 256<<20))
+	if err != nil {
 		return nil, fmt.Errorf("--prompts-file %s: %w", opts.PromptsFile, err)
 	}
-	if len(prompts) == 0 {
+	n := len(prompts)
+	prompts = append(prompts, splitPrompts(string(b))...)
+	if len(prompts) == n {
 		return nil, errs.Usagef("--prompts-file %s has no prompts", opts.PromptsFile)
 	}
 	return prompts, nil
 }
 
+// promptSeparator is the line that separates multi-line prompts in a
+// --prompts-file.
+const promptSeparator = "---"
+
+// splitPrompts splits a --prompts-file: on NUL bytes when it has any
+// (printf 'a\0b', find -print0), else on lines that are exactly "---" when
+// it has any (each prompt keeps its inner newlines), else one prompt per
+// line. Blank prompts are skipped; CRLF line ends are read as LF.
+func splitPrompts(text string) []string {
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	var parts []string
+	switch {
+	case strings.ContainsRune(text, 0):
+		parts = strings.Split(text, "\x00")
+		for i := range parts {
+			parts[i] = strings.Trim(parts[i], "\n")
+		}
+	case hasSeparatorLine(text):
+		var cur []string
+		for _, line := range strings.Split(text, "\n") {
+			if line == promptSeparator {
+				parts = append(parts, strings.Trim(strings.Join(cur, "\n"), "\n"))
+				cur = nil
+				continue
+			}
+			cur = append(cur, line)
+		}
+		parts = append(parts, strings.Trim(strings.Join(cur, "\n"), "\n"))
+	default:
+		parts = strings.Split(text, "\n")
+	}
+	var out []string
+	for _, p := range parts {
+		if strings.TrimSpace(p) != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasSeparatorLine(text string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if line == promptSeparator {
+			return true
+		}
+	}
+	return false
+}
+
 // generateResult is one element of the --json array.
 type generateResult struct {
 	generate.Result
+	// Seed is the sampling seed (--seed, or the one drawn): --seed with it
+	// repeats the run.
+	Seed    uint64           `json:"seed"`
 	Metrics generate.Metrics `json:"metrics"`
 }
 
@@ -318,10 +421,15 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.HostMemory); err != nil {
 		return err
 	}
-	gen.NewDecoder = func() generate.StreamDecoder { return tok.NewStreamDecoder(true) }
+	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return streamDecoder(tok, prompt) }
 	gen.Now = opts.Now
+	if gen.Sampling.Temperature > 0 {
+		rep.Debugf("sampling with seed %d (--seed %d repeats this run)", gen.Sampling.Seed, gen.Sampling.Seed)
+	}
+	progress := newPrefillReporter(rep, opts.Now)
+	gen.OnPrefill = progress.on
 
-	out := newGenerateOutput(opts, len(prompts))
+	out := newGenerateOutput(opts, prompts, gen.Sampling.Seed)
 	// Several prompts run as one batch, unless plain --stream asks for each
 	// to stream in turn.
 	batches := [][]int{}
@@ -344,7 +452,10 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 			in[j] = ids[i]
 		}
 		gen.OnEvent = func(e generate.Event) { out.event(batch[e.Row], e) }
+		out.begin(batch)
+		progress.begin()
 		res, m, err := generate.Run(ctx, runner, in, gen)
+		progress.end()
 		if res == nil && err != nil {
 			return err
 		}
@@ -420,8 +531,11 @@ func addMetrics(a, b generate.Metrics) generate.Metrics {
 }
 
 // generateOutput writes results: streamed text, a JSON array, or NDJSON.
+// Off --json, the text of several prompts is labelled "==> N: PROMPT <==".
 type generateOutput struct {
 	opts    *GenerateOptions
+	prompts []string
+	seed    uint64
 	results []generate.Result
 	nd      *ui.NDJSON
 	// streamText: plain text is printed as tokens arrive (one prompt per
@@ -429,8 +543,9 @@ type generateOutput struct {
 	streamText bool
 }
 
-func newGenerateOutput(opts *GenerateOptions, n int) *generateOutput {
-	o := &generateOutput{opts: opts, results: make([]generate.Result, n)}
+func newGenerateOutput(opts *GenerateOptions, prompts []string, seed uint64) *generateOutput {
+	n := len(prompts)
+	o := &generateOutput{opts: opts, prompts: prompts, seed: seed, results: make([]generate.Result, n)}
 	switch {
 	case opts.JSON && opts.Stream:
 		o.nd = ui.NewNDJSON(opts.IO.Out)
@@ -438,6 +553,25 @@ func newGenerateOutput(opts *GenerateOptions, n int) *generateOutput {
 		o.streamText = n == 1 || opts.Stream
 	}
 	return o
+}
+
+// label is the line above prompt index's text when there are several.
+func (o *generateOutput) label(index int) string {
+	p := strings.Join(strings.Fields(o.prompts[index]), " ")
+	if r := []rune(p); len(r) > 60 {
+		p = string(r[:59]) + "…"
+	}
+	return fmt.Sprintf("==> %d: %s <==\n", index+1, p)
+}
+
+// begin is called before a batch runs: a streamed prompt gets its label.
+func (o *generateOutput) begin(batch []int) {
+	if o.streamText && len(o.prompts) > 1 {
+		if batch[0] > 0 {
+			io.WriteString(o.opts.IO.Out, "\n")
+		}
+		io.WriteString(o.opts.IO.Out, o.label(batch[0]))
+	}
 }
 
 func (o *generateOutput) event(index int, e generate.Event) {
@@ -468,11 +602,11 @@ func (o *generateOutput) result(index int, r generate.Result) {
 func (o *generateOutput) finish(m generate.Metrics) error {
 	switch {
 	case o.nd != nil:
-		return o.nd.Write(map[string]any{"type": "done", "metrics": m})
+		return o.nd.Write(map[string]any{"type": "done", "seed": o.seed, "metrics": m})
 	case o.opts.JSON:
 		out := make([]generateResult, len(o.results))
 		for i, r := range o.results {
-			out[i] = generateResult{Result: r, Metrics: m}
+			out[i] = generateResult{Result: r, Seed: o.seed, Metrics: m}
 		}
 		return o.opts.IO.WriteJSON(out)
 	case !o.streamText:
@@ -480,7 +614,7 @@ func (o *generateOutput) finish(m generate.Metrics) error {
 			if i > 0 {
 				io.WriteString(o.opts.IO.Out, "\n")
 			}
-			io.WriteString(o.opts.IO.Out, r.Text+"\n")
+			io.WriteString(o.opts.IO.Out, o.label(i)+r.Text+"\n")
 		}
 	}
 	return nil

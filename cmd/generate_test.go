@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,10 +67,10 @@ func TestGenerateJSONBatchBothModes(t *testing.T) {
 		assert.Equal(t, []int{1, 403, 407, 261, 378}, res[0].PromptTokenIDs)
 		assert.Equal(t, "stop_string", res[0].FinishReason)
 		assert.Equal(t, ", there was a little girl named ", res[0].Text)
-		// The decoder drops the leading space of the first piece, as
-		// transformers' decode of the new ids does.
+		// The first token keeps its leading space, as in the decode of
+		// prompt plus continuation ("The little dog was ...").
 		assert.Equal(t, "stop_string", res[1].FinishReason)
-		assert.Equal(t, "was a little girl named ", res[1].Text)
+		assert.Equal(t, " was a little girl named ", res[1].Text)
 		assert.Equal(t, len(res[0].TokenIDs)+len(res[1].TokenIDs), res[0].Metrics.EvalCount)
 		byMode = append(byMode, res)
 	}
@@ -116,9 +117,7 @@ func TestGeneratePromptsFileSequentialStream(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("Once upon a time\n\nThe little dog\n"), 0o644))
 	e := genEnv(t)
 	require.Equal(t, ExitOK, e.run("generate", "--model", storiesDir, "--prompts-file", path, "-n", "4", "--stream"), e.errOut.String())
-	lines := strings.Split(strings.TrimSuffix(e.out.String(), "\n"), "\n")
-	require.Len(t, lines, 2, e.out.String())
-	assert.Equal(t, ", there was a", lines[0])
+	assert.Equal(t, "==> 1: Once upon a time <==\n, there was a\n\n==> 2: The little dog <==\n was a little g\n", e.out.String())
 }
 
 func TestGenerateSeededSamplingRepeats(t *testing.T) {
@@ -184,5 +183,91 @@ func TestGenerateOptionsParsing(t *testing.T) {
 	assert.Nil(t, got.Overrides.Temperature, "an absent flag is not an override")
 	assert.Nil(t, got.Overrides.MaxNewTokens)
 	assert.True(t, got.Chat, "--system implies --chat")
-	assert.EqualValues(t, 3, got.Overrides.Seed)
+	require.NotNil(t, got.Overrides.Seed)
+	assert.EqualValues(t, 3, *got.Overrides.Seed)
+}
+
+func TestGenerateBatchTextIsLabelled(t *testing.T) {
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "--model", storiesDir, "-n", "4", "-p", "Once upon a time", "-p", "The little dog"), e.errOut.String())
+	assert.Equal(t, "==> 1: Once upon a time <==\n, there was a\n\n==> 2: The little dog <==\n was a little g\n", e.out.String())
+}
+
+func TestGenerateFirstTokenKeepsItsSpace(t *testing.T) {
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "--model", storiesDir, "--json", "--stream", "-n", "3", "-p", "The little dog"), e.errOut.String())
+	var first map[string]any
+	require.NoError(t, json.Unmarshal(bytes.SplitN(e.out.Bytes(), []byte("\n"), 2)[0], &first))
+	assert.Equal(t, " was", first["text"], "the first token event keeps the leading space of ▁was")
+}
+
+// TestGeneratePromptFromStdin: stdin is the prompt when it is not a
+// terminal and no --prompt is given, and with -p -; on a terminal without
+// --prompt it is a usage error.
+func TestGeneratePromptFromStdin(t *testing.T) {
+	for _, args := range [][]string{{}, {"-p", "-"}} {
+		for _, tty := range []bool{false, true} {
+			e := genEnv(t)
+			e.f.IOStreams.SetStdoutTTY(tty)
+			e.f.IOStreams.In = strings.NewReader("Once upon a time\n")
+			code := e.run(append([]string{"generate", "--model", storiesDir, "-n", "4"}, args...)...)
+			require.Equal(t, ExitOK, code, e.errOut.String())
+			assert.Equal(t, ", there was a\n", e.out.String(), "%v", args)
+		}
+	}
+	e := genEnv(t)
+	e.f.IOStreams.SetStdinTTY(true)
+	assert.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir))
+	assert.Contains(t, e.errOut.String(), "pipe the prompt on stdin")
+
+	e = genEnv(t)
+	e.f.IOStreams.In = strings.NewReader("  \n")
+	assert.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir))
+	assert.Contains(t, e.errOut.String(), "stdin is empty")
+
+	e = genEnv(t)
+	assert.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "-", "--prompts-file", "-"))
+	assert.Contains(t, e.errOut.String(), "stdin can be read once")
+}
+
+func TestSplitPrompts(t *testing.T) {
+	assert.Equal(t, []string{"a", "b c"}, splitPrompts("a\n\nb c\r\n"))
+	assert.Equal(t, []string{"first,\non two lines", "second"}, splitPrompts("first,\non two lines\n---\nsecond\n"))
+	assert.Equal(t, []string{"x\n---y", "z\n\nw"}, splitPrompts("x\n---y\x00z\n\nw\n\x00\n"))
+}
+
+func TestGeneratePromptsFileMultiline(t *testing.T) {
+	e := genEnv(t)
+	e.f.IOStreams.In = strings.NewReader("Once upon\na time\n---\nThe little dog\n")
+	require.Equal(t, ExitOK, e.run("generate", "--model", storiesDir, "--json", "-n", "2", "--prompts-file", "-"), e.errOut.String())
+	var res []jsonResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res))
+	require.Len(t, res, 2)
+}
+
+// TestGenerateSeeds: without --seed, sampling draws a seed, reported in
+// --json and under -v; passing it back repeats the text exactly.
+func TestGenerateSeeds(t *testing.T) {
+	type seeded struct {
+		Text string `json:"text"`
+		Seed uint64 `json:"seed"`
+	}
+	runOnce := func(extra ...string) seeded {
+		e := genEnv(t)
+		args := append([]string{"generate", "--model", storiesDir, "--json", "-p", "Once upon a time", "-n", "20", "--temperature", "1"}, extra...)
+		require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
+		var res []seeded
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+		return res[0]
+	}
+	a, b := runOnce(), runOnce()
+	assert.NotEqual(t, a.Seed, b.Seed, "two runs without --seed drew the same seed")
+	again := runOnce("--seed", strconv.FormatUint(a.Seed, 10))
+	assert.Equal(t, a, again, "--seed with the reported seed repeats the run")
+
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "-v", "--model", storiesDir, "-p", "Once", "-n", "2", "--temperature", "1", "--seed", "42"), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "sampling with seed 42")
+	assert.Contains(t, e.errOut.String(), "prefill: 8 tokens in")
+	assert.Contains(t, e.errOut.String(), "cpu (go backend; asked for auto)")
 }

@@ -1,11 +1,16 @@
 package cmd
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/models" // the text architectures tputool runs
 	"github.com/tputool/tputool/tpu"
@@ -34,8 +39,8 @@ func openLM(m *loader.Model, dev *tpu.Device, dtype dtypes.DType, rep *ui.Report
 		return nil, err
 	}
 	spec := l.Model.Spec()
-	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s (%s)",
-		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, dev.Spec, dev.BackendName)
+	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s",
+		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, deviceLabel(dev))
 	return l, nil
 }
 
@@ -58,4 +63,90 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)
 	}
 	return r, nil
+}
+
+// deviceLabel names the device a spec resolved to, for --verbose: "cpu
+// (go backend)", "tpu (xla backend, 4 devices)", with what was asked for
+// when that differs ("cpu (go backend; asked for auto)").
+func deviceLabel(dev *tpu.Device) string {
+	s := fmt.Sprintf("%s (%s backend", dev.Kind, dev.BackendName)
+	if dev.NumDevices > 1 {
+		s += fmt.Sprintf(", %d devices", dev.NumDevices)
+	}
+	if dev.Spec != "" && dev.Spec != string(dev.Kind) {
+		s += "; asked for " + dev.Spec
+	}
+	return s + ")"
+}
+
+// streamDecoder returns the stream decoder of one row: primed with the last
+// tokens of its prompt as context, so the first generated token keeps the
+// leading space it has in the decode of prompt plus continuation (" and",
+// not "and"). A context that leaves a character incomplete is dropped.
+func streamDecoder(tok *tokenizer.Tokenizer, prompt []int) generate.StreamDecoder {
+	ctx := prompt[max(0, len(prompt)-4):]
+	d := tok.NewStreamDecoder(true)
+	got := ""
+	for _, id := range ctx {
+		got += d.Add(id)
+	}
+	if got != tok.Decode(ctx, true) {
+		return tok.NewStreamDecoder(true)
+	}
+	return d
+}
+
+// prefillSlowAfter is how long a prefill runs before it shows progress:
+// short prompts print nothing.
+const prefillSlowAfter = time.Second
+
+// prefillReporter shows prefill progress: a bar on a terminal (tokens done
+// of N, rate), plain lines or NDJSON progress events otherwise, once a
+// prefill has run for a second; under --verbose a line with its time and
+// rate when it ends. on is generate.Options.OnPrefill.
+type prefillReporter struct {
+	rep   *ui.Reporter
+	now   func() time.Time
+	start time.Time
+	task  *ui.Task
+}
+
+func newPrefillReporter(rep *ui.Reporter, now func() time.Time) *prefillReporter {
+	return &prefillReporter{rep: rep, now: now}
+}
+
+// begin marks the start of a prefill.
+func (p *prefillReporter) begin() {
+	p.start, p.task = p.now(), nil
+}
+
+func (p *prefillReporter) on(done, total int) {
+	now := p.now()
+	if p.task == nil && done < total && now.Sub(p.start) >= prefillSlowAfter {
+		p.task = p.rep.Start("prefill", int64(total), ui.UnitTokens)
+	}
+	if p.task != nil {
+		p.task.Set(int64(done))
+	}
+	if done < total {
+		return
+	}
+	if p.task != nil {
+		p.task.Done()
+		p.task = nil
+	}
+	took := now.Sub(p.start)
+	rate := 0.0
+	if took > 0 {
+		rate = float64(total) / took.Seconds()
+	}
+	p.rep.Debugf("prefill: %d tokens in %s (%.1f tokens/s)", total, took.Round(time.Millisecond), rate)
+}
+
+// end clears a progress bar left by a prefill that did not finish.
+func (p *prefillReporter) end() {
+	if p.task != nil {
+		p.task.Done()
+		p.task = nil
+	}
 }

@@ -12,6 +12,7 @@ package generate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,31 @@ type Runner interface {
 	// Decode feeds one token per row and returns the logits that follow.
 	Decode(next []int) ([][]float32, error)
 }
+
+// Chunked is implemented by runners that prefill in pieces over one cache
+// (compile.LM): Begin queues the left-padded prompts and returns their
+// padded length; PrefillChunk runs the next n queued tokens and returns
+// the logits after them. Run uses it to check for cancellation and report
+// progress between pieces.
+type Chunked interface {
+	Begin(prompts [][]int, maxNew int) (int, error)
+	PrefillChunk(n int) ([][]float32, error)
+}
+
+// Extender is implemented by runners that can continue the cache of the
+// previous Run with more prompt tokens (compile.LM); Options.Cached uses it.
+type Extender interface {
+	Chunked
+	Extend(tokens [][]int, maxNew int) (int, error)
+}
+
+// PrefillTarget is how long one prefill piece should take when
+// Options.PrefillChunk is 0: cancellation is checked between pieces.
+const PrefillTarget = 200 * time.Millisecond
+
+// firstPrefillChunk is the first piece of a timed prefill: small enough to
+// be quick on a slow CPU, it measures the rate the next pieces are sized by.
+const firstPrefillChunk = 8
 
 // CompileTimer is implemented by runners that compile lazily; Run
 // subtracts compile time from the evaluation durations.
@@ -62,9 +88,25 @@ type Options struct {
 	// Stop strings finish a row when they appear in its text; the text is
 	// cut before the stop string.
 	Stop []string
-	// NewDecoder returns a fresh stream decoder for one row; nil leaves
-	// Result.Text empty (ids only).
-	NewDecoder func() StreamDecoder
+	// NewDecoder returns a fresh stream decoder for the row of prompt (so
+	// it can take the prompt's last tokens as context and keep the first
+	// generated token's leading space); nil leaves Result.Text empty (ids
+	// only).
+	NewDecoder func(prompt []int) StreamDecoder
+	// PrefillChunk is the number of prompt tokens run per prefill piece on
+	// a Chunked runner: 0 sizes the pieces by time (PrefillTarget, first a
+	// piece of 8 tokens to measure the rate), < 0 runs the prompt as one
+	// piece. Context cancellation is checked between pieces.
+	PrefillChunk int
+	// OnPrefill, when set, is called after each prefill piece with the
+	// prompt tokens done (per row, padding included) of total.
+	OnPrefill func(done, total int)
+	// Cached is the number of leading tokens of every prompt that are
+	// already in the runner's cache from the previous Run (a conversation
+	// continued): only the rest is prefilled, through Extender.Extend. The
+	// cache holds the previous prompt and every generated token but the
+	// last; 0 starts afresh.
+	Cached int
 	// OnEvent, when set, receives every generated token and every piece of
 	// text as soon as it is final (streaming).
 	OnEvent func(Event)
@@ -98,6 +140,9 @@ type Result struct {
 // compilation.
 type Metrics struct {
 	TotalDuration      time.Duration `json:"total_duration"`
+	// PromptCachedCount is the prompt tokens reused from the cache of the
+	// previous Run (Options.Cached), not counted in PromptEvalCount.
+	PromptCachedCount int `json:"prompt_cached_count,omitempty"`
 	LoadDuration       time.Duration `json:"load_duration"`
 	CompileDuration    time.Duration `json:"compile_duration"`
 	PromptEvalCount    int           `json:"prompt_eval_count"`
@@ -176,10 +221,11 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 		rw.res.PromptTokenIDs = append([]int(nil), p...)
 		rw.res.TokenIDs = []int{}
 		if o.NewDecoder != nil {
-			rw.dec = o.NewDecoder()
+			rw.dec = o.NewDecoder(p)
 		}
 		rows[i] = rw
-		m.PromptEvalCount += len(p)
+		m.PromptEvalCount += len(p) - o.Cached
+		m.PromptCachedCount += o.Cached
 	}
 
 	start := now()
@@ -187,7 +233,10 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 	if err := ctx.Err(); err != nil {
 		return finishAll(rows, o, FinishInterrupted), m, fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
 	}
-	logits, err := r.Prefill(prompts, o.MaxNewTokens)
+	logits, err := prefill(ctx, r, prompts, o, now, compileTime)
+	if errors.Is(err, errs.ErrInterrupted) {
+		return finishAll(rows, o, FinishInterrupted), m, err
+	}
 	if err != nil {
 		return nil, m, err
 	}
@@ -238,6 +287,90 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 		out[i] = rw.res
 	}
 	return out, m, interrupted
+}
+
+// prefill runs the prompts: in pieces on a Chunked runner (checking ctx
+// between them), else in one Prefill call.
+func prefill(ctx context.Context, r Runner, prompts [][]int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
+	c, chunked := r.(Chunked)
+	if o.Cached > 0 {
+		ext, ok := r.(Extender)
+		if !ok {
+			return nil, fmt.Errorf("the runner cannot continue its cache")
+		}
+		rest := make([][]int, len(prompts))
+		for i, p := range prompts {
+			if o.Cached >= len(p) {
+				return nil, fmt.Errorf("prompt %d: %d cached tokens leave none to prefill", i, o.Cached)
+			}
+			rest[i] = p[o.Cached:]
+		}
+		total, err := ext.Extend(rest, o.MaxNewTokens)
+		if err != nil {
+			return nil, err
+		}
+		return prefillChunks(ctx, ext, total, o, now, compileTime)
+	}
+	if !chunked {
+		return r.Prefill(prompts, o.MaxNewTokens)
+	}
+	total, err := c.Begin(prompts, o.MaxNewTokens)
+	if err != nil {
+		return nil, err
+	}
+	return prefillChunks(ctx, c, total, o, now, compileTime)
+}
+
+// prefillChunks runs total queued tokens in pieces. With PrefillChunk 0 the
+// first piece has 8 tokens; each next piece is the largest power of two
+// whose measured cost (compilation excluded) fits in PrefillTarget, or all
+// the rest when that fits.
+func prefillChunks(ctx context.Context, c Chunked, total int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
+	chunk := o.PrefillChunk
+	switch {
+	case chunk < 0:
+		chunk = total
+	case chunk == 0:
+		chunk = firstPrefillChunk
+	}
+	var logits [][]float32
+	for done := 0; done < total; {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("generation cancelled during prefill (%d of %d prompt tokens): %w", done, total, errs.ErrInterrupted)
+		}
+		n := min(chunk, total-done)
+		t0, c0 := now(), compileTime()
+		var err error
+		if logits, err = c.PrefillChunk(n); err != nil {
+			return nil, err
+		}
+		done += n
+		if o.OnPrefill != nil {
+			o.OnPrefill(done, total)
+		}
+		if o.PrefillChunk == 0 {
+			chunk = nextChunk(now().Sub(t0)-(compileTime()-c0), n, total-done)
+		}
+	}
+	return logits, nil
+}
+
+// nextChunk sizes the next prefill piece from the last one (n tokens in
+// took): all the rest when it fits in PrefillTarget at that rate, else the
+// largest power of two that does (at least 1).
+func nextChunk(took time.Duration, n, rest int) int {
+	if took <= 0 {
+		return rest
+	}
+	fit := int(int64(PrefillTarget) * int64(n) / int64(took))
+	if fit >= rest {
+		return rest
+	}
+	k := 1
+	for k*2 <= fit {
+		k *= 2
+	}
+	return k
 }
 
 // step handles one new token of a row: end of sequence, text, stop

@@ -3,6 +3,7 @@ package generate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 // pieces decodes id i as pieces[i].
 type pieces []string
 
-func (p pieces) decoder() StreamDecoder { return &pieceDecoder{p} }
+func (p pieces) decoder([]int) StreamDecoder { return &pieceDecoder{p} }
 
 type pieceDecoder struct{ p pieces }
 
@@ -268,7 +269,7 @@ func TestResolve(t *testing.T) {
 	if !o.Sampling.Greedy() || o.MaxNewTokens != 5 {
 		t.Fatalf("flags: %+v", o)
 	}
-	o, _ = Resolve(nil, nil, Overrides{Temperature: ptr(0.8), TopK: ptr(0), RepetitionPenalty: ptr(1.2), Seed: 9})
+	o, _ = Resolve(nil, nil, Overrides{Temperature: ptr(0.8), TopK: ptr(0), RepetitionPenalty: ptr(1.2), Seed: ptr[uint64](9)})
 	if s := o.Sampling; s.Temperature != 0.8 || s.TopK != 0 || s.RepetitionPenalty != 1.2 || s.Seed != 9 {
 		t.Fatalf("flags on greedy file: %+v", o)
 	}
@@ -276,3 +277,123 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("bad top-p: %v", err)
 	}
 }
+
+// chunked is a script that also prefills in pieces (Chunked, Extender):
+// each piece of n tokens costs n*perToken on the clock.
+type chunked struct {
+	script
+	perToken time.Duration
+	pending  int
+	pieces   []int
+	extended [][]int
+	onPiece  func()
+}
+
+func (c *chunked) Begin(prompts [][]int, maxNew int) (int, error) {
+	longest := 0
+	for _, p := range prompts {
+		longest = max(longest, len(p))
+	}
+	c.pending = (longest + 7) / 8 * 8
+	c.prefillN, c.maxNew = len(prompts), maxNew
+	c.pos = make([]int, len(prompts))
+	c.fed = make([][]int, len(prompts))
+	return c.pending, nil
+}
+
+func (c *chunked) Extend(tokens [][]int, maxNew int) (int, error) {
+	c.extended = tokens
+	c.maxNew = maxNew
+	c.pending = len(tokens[0])
+	return c.pending, nil
+}
+
+func (c *chunked) PrefillChunk(n int) ([][]float32, error) {
+	c.pending -= n
+	c.pieces = append(c.pieces, n)
+	c.clock.t = c.clock.t.Add(time.Duration(n) * c.perToken)
+	if c.onPiece != nil {
+		c.onPiece()
+	}
+	if c.pending > 0 {
+		return make([][]float32, len(c.pos)), nil
+	}
+	return c.logits(), nil
+}
+
+func TestPrefillPiecesAreSizedByTime(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	// 25 ms a token: after the first 8, pieces of 8 fit in 200 ms.
+	c := &chunked{script: script{want: [][]int{{3, 4}}}, perToken: 25 * time.Millisecond}
+	c.clock = clock
+	var progress []int
+	o := Options{MaxNewTokens: 2, Now: clock.now, NewDecoder: words.decoder, OnPrefill: func(done, total int) {
+		progress = append(progress, done)
+		if total != 40 {
+			t.Errorf("total %d, want 40", total)
+		}
+	}}
+	res, m, err := Run(context.Background(), c, [][]int{make([]int, 33)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Text != "Hello" || !slices.Equal(c.pieces, []int{8, 8, 8, 8, 8}) || !slices.Equal(progress, []int{8, 16, 24, 32, 40}) {
+		t.Errorf("text %q, pieces %v, progress %v", res[0].Text, c.pieces, progress)
+	}
+	if m.PromptEvalDuration != time.Second {
+		t.Errorf("prompt eval %v, want 1s", m.PromptEvalDuration)
+	}
+	for _, tc := range []struct {
+		took      time.Duration
+		n, rest   int
+		wantChunk int
+	}{
+		{0, 8, 100, 100},                       // unmeasurable: the rest at once
+		{10 * time.Millisecond, 8, 100, 100},   // 160 fit
+		{100 * time.Millisecond, 8, 100, 16},   // 16 fit
+		{150 * time.Millisecond, 1, 100, 1},    // slower than the target: one at a time
+		{1200 * time.Millisecond, 8, 100, 1},   // ditto
+		{200 * time.Millisecond, 64, 1000, 64}, // exactly
+	} {
+		if got := nextChunk(tc.took, tc.n, tc.rest); got != tc.wantChunk {
+			t.Errorf("nextChunk(%v, %d, %d) = %d, want %d", tc.took, tc.n, tc.rest, got, tc.wantChunk)
+		}
+	}
+}
+
+func TestCancelDuringPrefill(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	c := &chunked{script: script{want: [][]int{{3, 4}}}, perToken: time.Second, onPiece: cancel}
+	c.clock = clock
+	res, _, err := Run(ctx, c, [][]int{make([]int, 100)}, Options{MaxNewTokens: 2, Now: clock.now, NewDecoder: words.decoder})
+	if !errors.Is(err, errs.ErrInterrupted) || !strings.Contains(err.Error(), "8 of 104 prompt tokens") {
+		t.Fatalf("err %v, want ErrInterrupted after the first piece", err)
+	}
+	if len(c.pieces) != 1 || res[0].FinishReason != FinishInterrupted || len(res[0].TokenIDs) != 0 {
+		t.Errorf("pieces %v, result %+v", c.pieces, res[0])
+	}
+}
+
+func TestCachedPromptExtends(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	c := &chunked{script: script{want: [][]int{{3, 4}}}}
+	c.clock = clock
+	c.Begin([][]int{{1}}, 1)
+	res, m, err := Run(context.Background(), c, [][]int{{1, 3, 4, 5, 6}}, Options{MaxNewTokens: 2, Cached: 3, Now: clock.now, NewDecoder: words.decoder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmtInts(c.extended) != "[[5 6]]" || res[0].Text != "Hello" || m.PromptEvalCount != 2 || m.PromptCachedCount != 3 {
+		t.Errorf("extended %v, text %q, metrics %+v", c.extended, res[0].Text, m)
+	}
+	if !slices.Equal(res[0].PromptTokenIDs, []int{1, 3, 4, 5, 6}) {
+		t.Errorf("prompt ids %v", res[0].PromptTokenIDs)
+	}
+	// A runner that cannot extend is an error, not a silent full prefill.
+	if _, _, err := Run(context.Background(), &script{want: [][]int{{3}}}, [][]int{{1, 3}}, Options{MaxNewTokens: 1, Cached: 1}); err == nil {
+		t.Error("Cached on a plain runner: no error")
+	}
+}
+
+func fmtInts(v [][]int) string { return fmt.Sprint(v) }

@@ -1,6 +1,8 @@
 package generate
 
 import (
+	"math/rand/v2"
+
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/sample"
@@ -22,7 +24,9 @@ type Overrides struct {
 	TopP              *float64
 	MinP              *float64
 	RepetitionPenalty *float64
-	Seed              uint64
+	// Seed seeds sampling; nil draws a random seed (Options.Sampling.Seed
+	// reports it, so a run can be repeated).
+	Seed *uint64
 	Stop              []string
 }
 
@@ -51,7 +55,12 @@ func Resolve(gen *config.Generation, modelEOS []int, o Overrides) (Options, erro
 	if opts.MaxNewTokens <= 0 {
 		return Options{}, errs.Usagef("max new tokens must be positive, got %d", opts.MaxNewTokens)
 	}
-	s := sample.Options{Seed: o.Seed, RepetitionPenalty: 1}
+	s := sample.Options{RepetitionPenalty: 1}
+	if o.Seed != nil {
+		s.Seed = *o.Seed
+	} else {
+		s.Seed = rand.Uint64()
+	}
 	if gen.RepetitionPenalty != nil {
 		s.RepetitionPenalty = *gen.RepetitionPenalty
 	}
