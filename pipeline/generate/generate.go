@@ -139,10 +139,10 @@ type Result struct {
 // actually processed or produced, over all rows; durations exclude
 // compilation.
 type Metrics struct {
-	TotalDuration      time.Duration `json:"total_duration"`
+	TotalDuration time.Duration `json:"total_duration"`
 	// PromptCachedCount is the prompt tokens reused from the cache of the
 	// previous Run (Options.Cached), not counted in PromptEvalCount.
-	PromptCachedCount int `json:"prompt_cached_count,omitempty"`
+	PromptCachedCount  int           `json:"prompt_cached_count,omitempty"`
 	LoadDuration       time.Duration `json:"load_duration"`
 	CompileDuration    time.Duration `json:"compile_duration"`
 	PromptEvalCount    int           `json:"prompt_eval_count"`

@@ -27,7 +27,7 @@ type Overrides struct {
 	// Seed seeds sampling; nil draws a random seed (Options.Sampling.Seed
 	// reports it, so a run can be repeated).
 	Seed *uint64
-	Stop              []string
+	Stop []string
 }
 
 // Resolve layers explicit settings over generation_config.json (gen, may
