@@ -703,19 +703,41 @@ func binaryLoop[T number](op backends.OpType, dst, a, c []T) {
 		switch op {
 		case backends.OpTypeAdd:
 			for i := range dst {
-				dst[i] = a[i] + c[i]
+				x, y := a[i], c[i]
+				dst[i] = x + y
 			}
 			return
 		case backends.OpTypeSub:
 			for i := range dst {
-				dst[i] = a[i] - c[i]
+				x, y := a[i], c[i]
+				dst[i] = x - y
 			}
 			return
 		case backends.OpTypeMul:
 			for i := range dst {
-				dst[i] = a[i] * c[i]
+				x, y := a[i], c[i]
+				dst[i] = x * y
 			}
 			return
+		case backends.OpTypeMax:
+			for i := range dst {
+				x, y := a[i], c[i]
+				dst[i] = max(x, y)
+			}
+			return
+		case backends.OpTypeMin:
+			for i := range dst {
+				x, y := a[i], c[i]
+				dst[i] = min(x, y)
+			}
+			return
+		case backends.OpTypeDiv:
+			if !isIntType[T]() {
+				for i := range dst {
+					dst[i] = a[i] / c[i]
+				}
+				return
+			}
 		}
 	case len(c) == 1 && len(a) == n:
 		y := c[0]
@@ -725,11 +747,69 @@ func binaryLoop[T number](op backends.OpType, dst, a, c []T) {
 				dst[i] = x + y
 			}
 			return
+		case backends.OpTypeSub:
+			for i, x := range a {
+				dst[i] = x - y
+			}
+			return
 		case backends.OpTypeMul:
 			for i, x := range a {
 				dst[i] = x * y
 			}
 			return
+		case backends.OpTypeMax:
+			for i, x := range a {
+				dst[i] = max(x, y)
+			}
+			return
+		case backends.OpTypeMin:
+			for i, x := range a {
+				dst[i] = min(x, y)
+			}
+			return
+		case backends.OpTypeDiv:
+			if !isIntType[T]() {
+				for i, x := range a {
+					dst[i] = x / y
+				}
+				return
+			}
+		}
+	case len(a) == 1 && len(c) == n:
+		x := a[0]
+		switch op {
+		case backends.OpTypeAdd:
+			for i, y := range c {
+				dst[i] = x + y
+			}
+			return
+		case backends.OpTypeSub:
+			for i, y := range c {
+				dst[i] = x - y
+			}
+			return
+		case backends.OpTypeMul:
+			for i, y := range c {
+				dst[i] = x * y
+			}
+			return
+		case backends.OpTypeMax:
+			for i, y := range c {
+				dst[i] = max(x, y)
+			}
+			return
+		case backends.OpTypeMin:
+			for i, y := range c {
+				dst[i] = min(x, y)
+			}
+			return
+		case backends.OpTypeDiv:
+			if !isIntType[T]() {
+				for i, y := range c {
+					dst[i] = x / y
+				}
+				return
+			}
 		}
 	}
 	am, cm := len(a) == 1, len(c) == 1

@@ -5,15 +5,22 @@ import "math"
 // expf is e^x in float32: x = k·ln2 + r with |r| <= ln2/2, e^r by its
 // degree-7 Taylor polynomial (truncation below 1e-8 relative), scaled by
 // 2^k. Within 2 ulp of the correctly rounded result, and several times
-// faster than going through float64 math.Exp. Results that would be
-// subnormal, and NaN, take math.Exp.
+// faster than going through float64 math.Exp. Below -104 the result is 0
+// and above 88.8 +Inf without further work (masked attention scores are
+// very negative); the edges in between, and NaN, take math.Exp.
 func expf(x float32) float32 {
 	const (
 		ln2hi = 0.693145751953125
 		ln2lo = 1.428606765330187045e-06
 		log2e = 1.44269504088896341
 	)
-	if !(x > -87.3 && x < 88.7) { // also NaN
+	switch {
+	case x > -87.3 && x < 88.7:
+	case x <= -104: // below half the smallest subnormal (masked scores)
+		return 0
+	case x >= 88.8:
+		return float32(math.Inf(1))
+	default: // the subnormal and overflow edges, and NaN
 		return float32(math.Exp(float64(x)))
 	}
 	t := x * log2e
