@@ -48,6 +48,32 @@ type Factory struct {
 
 	deviceMu sync.Mutex
 	device   *tpu.Device
+
+	interruptMu sync.Mutex
+	onInterrupt func() bool
+}
+
+// OnInterrupt installs fn as the handler of Ctrl-C (SIGINT) while a
+// command runs: fn returns true when it took the interrupt (chat cancels
+// the current answer), false to let Main stop the command as usual. It
+// returns a func that removes the handler.
+func (f *Factory) OnInterrupt(fn func() bool) (remove func()) {
+	f.interruptMu.Lock()
+	f.onInterrupt = fn
+	f.interruptMu.Unlock()
+	return func() {
+		f.interruptMu.Lock()
+		f.onInterrupt = nil
+		f.interruptMu.Unlock()
+	}
+}
+
+// interrupt offers a Ctrl-C to the command's handler.
+func (f *Factory) interrupt() bool {
+	f.interruptMu.Lock()
+	fn := f.onInterrupt
+	f.interruptMu.Unlock()
+	return fn != nil && fn()
 }
 
 // DeviceExplicit reports whether the user chose a device (flag or

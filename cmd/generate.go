@@ -52,6 +52,9 @@ type GenerateOptions struct {
 	Verbose bool
 	// TP and DP spread the model over TP x DP devices (--tp, --dp).
 	TP, DP int
+	// PrefillChunk is --prefill-chunk: prompt tokens per prefill piece (0
+	// sizes pieces to ~200 ms, -1 runs the prompt in one piece).
+	PrefillChunk int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
 }
@@ -172,6 +175,9 @@ the same tokens.`,
 					return errs.Usagef("--stop: empty stop string")
 				}
 			}
+			if opts.PrefillChunk < -1 {
+				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
+			}
 			if err := checkRetries(opts.Retries); err != nil {
 				return err
 			}
@@ -216,6 +222,7 @@ the same tokens.`,
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
+	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms; -1: the whole prompt at once)")
 	addRetriesFlag(c, &opts.Retries)
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	return c
@@ -428,6 +435,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	progress := newPrefillReporter(rep, opts.Now)
 	gen.OnPrefill = progress.on
+	gen.PrefillChunk = opts.PrefillChunk
 
 	out := newGenerateOutput(opts, prompts, gen.Sampling.Seed)
 	// Several prompts run as one batch, unless plain --stream asks for each

@@ -26,17 +26,43 @@ import (
 
 // Main runs tputool and returns the process exit code. main.go calls
 // os.Exit(cmd.Main()) and nothing else.
+//
+// The first Ctrl-C (or SIGTERM) cancels the command's context: it says
+// "stopping…", and the command ends its work and exits 130 with what it
+// has. A second one exits 130 at once. A command may take Ctrl-C itself
+// while it runs (chat cancels the answer, not the session): see
+// Factory.OnInterrupt.
 func Main() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal, restore the default handlers so a second
-		// Ctrl-C kills the process at once.
-		<-ctx.Done()
-		stop()
-	}()
 	f := NewFactory()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go watchSignals(f, sigs, cancel, os.Exit)
 	return int(Run(ctx, f, os.Args[1:]))
+}
+
+// watchSignals handles SIGINT and SIGTERM for Main: a SIGINT goes to the
+// command's interrupt handler when it has one and takes it; otherwise the
+// first signal cancels the context with a note on stderr, and the second
+// exits 130 at once.
+func watchSignals(f *Factory, sigs <-chan os.Signal, cancel func(), exit func(int)) {
+	stopping := false
+	for s := range sigs {
+		if s == os.Interrupt && f.interrupt() {
+			continue
+		}
+		if !stopping {
+			stopping = true
+			cancel()
+			signalNote(f, "stopping… (Ctrl-C again to quit at once)")
+			continue
+		}
+		signalNote(f, "interrupted")
+		exit(int(ExitInterrupted))
+		return
+	}
 }
 
 // Run executes the command line with the given factory and returns the exit
@@ -62,6 +88,17 @@ func Run(ctx context.Context, f *Factory, args []string) ExitCode {
 	code := ExitCodeFor(err)
 	printError(f, err, code)
 	return code
+}
+
+// signalNote prints a line about a signal on stderr (an NDJSON
+// "interrupt" event under --json).
+func signalNote(f *Factory, msg string) {
+	if f.Global.JSON {
+		b, _ := json.Marshal(map[string]any{"type": "interrupt", "message": msg})
+		fmt.Fprintln(f.IOStreams.ErrOut, string(b))
+		return
+	}
+	fmt.Fprintln(f.IOStreams.ErrOut, msg)
 }
 
 func printError(f *Factory, err error, code ExitCode) {
