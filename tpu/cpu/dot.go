@@ -23,6 +23,9 @@ type dotAux struct {
 	// rhsFrom16 is set by rewrite when the rhs is the bf16/f16 operand of
 	// a ConvertDType to f32 that the product reads directly.
 	rhsFrom16 bool
+	// int8Group is set by rewriteInt8 when the inputs are lhs, an int8
+	// weight [N, K] and its f32 scales, one per int8Group columns.
+	int8Group int
 }
 
 // DotGeneral implements backends.Builder.
@@ -133,7 +136,8 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 // unless something else needs it).
 func rewrite(nodes []*node) {
 	for _, n := range nodes {
-		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 {
+		rewriteInt8(n)
+		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}
 		r := n.inputs[1]
@@ -152,6 +156,12 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
 	out := st.alloc(n.shape)
 	switch {
+	case a.int8Group > 0:
+		lhs := in[0].data.([]float32)
+		if !isIdentity(a.lhsPerm, ls.Dimensions) {
+			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+		}
+		dotInt8(a, out.data.([]float32), lhs, in[1].data.([]int8), in[2].data.([]float32))
 	case n.shape.DType == dtypes.Float32:
 		lhs := in[0].data.([]float32)
 		if !isIdentity(a.lhsPerm, ls.Dimensions) {

@@ -1069,3 +1069,47 @@ func TestExpf(t *testing.T) {
 	}
 	t.Logf("expf: worst relative error %.3g", worst)
 }
+
+// TestDotGeneralInt8 builds nn.DequantizeInt8's form under a DotGeneral:
+// the cpu backend multiplies the int8 weight directly (checked by the
+// rewritten node's inputs) and agrees with the go backend, which computes
+// the f32 weight as written.
+func TestDotGeneralInt8(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		x       []int
+		out, g  int
+		group   int
+		contrax int
+	}{
+		{[]int{5, 128}, 33, 2, 64, 1},
+		{[]int{1, 96}, 7, 1, 96, 1}, // decode, one scale per channel
+		{[]int{2, 3, 192}, 17, 3, 64, 2},
+	} {
+		in := []shapes.Shape{sh(dtypes.Float32, c.x...), sh(dtypes.Int8, c.out, c.g, c.group), sh(dtypes.Float32, c.out, c.g, 1)}
+		r := rand.New(rand.NewPCG(31, uint64(c.out)))
+		data := []any{randFlat(r, in[0], false), randFlat(r, in[1], false), randFlat(r, in[2], true)}
+		var dot backends.Op
+		build := func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+			conv, _ := b.ConvertDType(p[1], dtypes.Float32)
+			sc, _ := b.BroadcastInDim(p[2], sh(dtypes.Float32, c.out, c.g, c.group), []int{0, 1, 2})
+			m, _ := b.Mul(conv, sc)
+			w, _ := b.Reshape(m, c.out, c.g*c.group)
+			var err error
+			dot, err = b.DotGeneral(p[0], []int{c.contrax}, nil, w, []int{1}, nil)
+			return dot, err
+		}
+		want, _, err := run(ref, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, in, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("int8 dot %v x [%d %d]", c.x, c.out, c.g*c.group), dtypes.Float32, asFloat64(got), asFloat64(want))
+		if n := dot.(*node); len(n.inputs) != 3 || n.aux.(*dotAux).int8Group != c.group {
+			t.Errorf("%v: the DotGeneral was not rewritten to read int8 (inputs %d)", c.x, len(n.inputs))
+		}
+	}
+}

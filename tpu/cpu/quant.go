@@ -1,0 +1,83 @@
+package cpu
+
+import (
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// Weight-only int8. pipeline/nn.DequantizeInt8 writes the dequantised
+// weight in one fixed form,
+//
+//	Reshape(Mul(ConvertDType(q int8 [out, g, G], f32), BroadcastInDim(scales f32 [out, g, 1])), out, g·G)
+//
+// and rewriteInt8 finds it as the right operand of an f32 DotGeneral in
+// the NT layout: the product then reads q and the scales directly
+// (kernels.GemmInt8NT, one scale per group of G input columns), and the
+// f32 weight is never made unless something else reads it.
+
+// int8Weight matches the dequantisation form at r and returns q, scales
+// and the group size.
+func int8Weight(r *node) (q, scales *node, group int, ok bool) {
+	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 {
+		return nil, nil, 0, false
+	}
+	m := r.inputs[0]
+	if m.op != backends.OpTypeMul || m.shape.DType != dtypes.Float32 || m.shape.Rank() != 3 {
+		return nil, nil, 0, false
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		c, b := m.inputs[k[0]], m.inputs[k[1]]
+		if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Int8 {
+			continue
+		}
+		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2}) {
+			continue
+		}
+		s := b.inputs[0]
+		d := m.shape.Dimensions
+		if s.shape.DType != dtypes.Float32 || !slices.Equal(s.shape.Dimensions, []int{d[0], d[1], 1}) {
+			continue
+		}
+		if !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * d[2]}) {
+			continue
+		}
+		return c.inputs[0], s, d[2], true
+	}
+	return nil, nil, 0, false
+}
+
+// rewriteInt8 points f32 DotGenerals at int8 weights where the right
+// operand is the dequantisation form, in the NT layout, with no batch.
+func rewriteInt8(n *node) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return
+	}
+	a := n.aux.(*dotAux)
+	r := n.inputs[1]
+	if a.b != 1 || a.rhsFrom16 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+		return
+	}
+	q, scales, group, ok := int8Weight(r)
+	if !ok {
+		return
+	}
+	b := *a
+	b.int8Group = group
+	n.aux = &b
+	n.inputs = []*node{n.inputs[0], q, scales}
+}
+
+// dotInt8 is the product with an int8 weight [N, K] and its scales
+// [N, K/group].
+func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
+	M, N, K := a.m, a.n, a.k
+	if K == 0 {
+		clear(out)
+		return
+	}
+	kernels.GemmInt8NT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)
+}
