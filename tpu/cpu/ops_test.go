@@ -1113,3 +1113,52 @@ func TestDotGeneralInt8(t *testing.T) {
 		}
 	}
 }
+
+// TestBadInputsAreErrors: wrong inputs to Execute and to the data
+// interface give errors that say what is wrong, never a panic.
+func TestBadInputsAreErrors(t *testing.T) {
+	_, cpuB := backendsForTest(t)
+	b := cpuB.Builder("bad")
+	x, _ := b.Parameter("x", sh(dtypes.Float32, 3), nil)
+	y, _ := b.Neg(x)
+	exe, err := b.Compile([]backends.Op{y}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := cpuB.BufferFromFlatData(0, []float32{1, 2, 3}, sh(dtypes.Float32, 3))
+	wrong, _ := cpuB.BufferFromFlatData(0, []float32{1, 2}, sh(dtypes.Float32, 2))
+	gone, _ := cpuB.BufferFromFlatData(0, []float32{1, 2, 3}, sh(dtypes.Float32, 3))
+	if err := cpuB.BufferFinalize(gone); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		in   []backends.Buffer
+		want string
+	}{
+		"count":     {[]backends.Buffer{good, good}, "takes 1 inputs, got 2"},
+		"shape":     {[]backends.Buffer{wrong}, "has shape (Float32)[2], want (Float32)[3]"},
+		"foreign":   {[]backends.Buffer{"not a buffer"}, "not a cpu backend buffer"},
+		"finalized": {[]backends.Buffer{gone}, "finalized or donated"},
+	} {
+		_, err := exe.Execute(tc.in, nil, 0)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, tc.want)
+		}
+	}
+	if _, err := cpuB.BufferFromFlatData(0, []float32{1, 2}, sh(dtypes.Float32, 3)); err == nil {
+		t.Error("BufferFromFlatData with 2 values for 3 elements: no error")
+	}
+	if _, err := cpuB.BufferFromFlatData(0, []int32{1, 2, 3}, sh(dtypes.Float32, 3)); err == nil {
+		t.Error("BufferFromFlatData with int32 data for f32: no error")
+	}
+	if err := cpuB.BufferToFlatData(good, make([]float32, 2)); err == nil {
+		t.Error("BufferToFlatData into a short slice: no error")
+	}
+	if _, err := b.Neg(x); err == nil {
+		t.Error("op on a compiled builder: no error")
+	}
+	other := cpuB.Builder("other")
+	if _, err := other.Neg(x); err == nil || !strings.Contains(err.Error(), "another builder") {
+		t.Errorf("op with another builder's operand: %v", err)
+	}
+}
