@@ -1,11 +1,11 @@
 package compile
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/x448/float16"
 
 	"github.com/tputool/tputool/pipeline/nn"
 )
@@ -68,21 +68,19 @@ func divisorAtLeast(n, k int) int {
 	return n
 }
 
-// blockWeight copies a [out, in] tensor into the blocked layout
-// [J, P, rows, C].
-func blockWeight(t *tensors.Tensor, b *nn.Blocked) *tensors.Tensor {
-	out := tensors.FromShape(shapes.Make(t.DType(), b.J, b.P, b.Rows, b.C))
-	t.MustConstFlatData(func(src any) {
-		out.MustMutableFlatData(func(dst any) {
-			switch s := src.(type) {
-			case []float32:
-				blockCopy(dst.([]float32), s, b)
-			case []bfloat16.BFloat16:
-				blockCopy(dst.([]bfloat16.BFloat16), s, b)
-			}
-		})
-	})
-	return out
+// blockInto copies a [out, in] flat slice src into dst, the blocked
+// layout [J, P, rows, C] (both of the same type).
+func blockInto(dst, src any, b *nn.Blocked) {
+	switch s := src.(type) {
+	case []float32:
+		blockCopy(dst.([]float32), s, b)
+	case []bfloat16.BFloat16:
+		blockCopy(dst.([]bfloat16.BFloat16), s, b)
+	case []float16.Float16:
+		blockCopy(dst.([]float16.Float16), s, b)
+	default:
+		panic(fmt.Sprintf("blockInto: %T", src))
+	}
 }
 
 func blockCopy[T any](dst, src []T, b *nn.Blocked) {

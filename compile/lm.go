@@ -53,8 +53,12 @@ func ParseMode(s string) (Mode, error) {
 type Options struct {
 	Mode Mode
 	// DType is the compute dtype: Float32 (the default) or BFloat16.
-	// Weights are converted on the host once.
+	// Weights are converted on the host once, except Matmul weights that
+	// the backend multiplies in their checkpoint dtype (weights.go).
 	DType dtypes.DType
+	// Quantize is "" (weights as floats) or "int8": Matmul weights read by
+	// Linear are held as int8 with per-group scales (weights.go).
+	Quantize string
 	// CacheLen fixes the static cache length; 0 picks it at each Prefill
 	// from the prompt bucket plus the tokens to generate (CacheBucket).
 	CacheLen int
@@ -178,33 +182,6 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	return r, nil
 }
 
-func (r *LM) loadWeights(l *lm.Loaded) error {
-	for _, w := range l.Weights() {
-		t, err := l.Tensor(w.Name, r.opts.DType)
-		if err != nil {
-			return err
-		}
-		if w.Matmul && len(w.Shape) == 2 {
-			if b := r.layout(w.Shape[0], w.Shape[1]); b != nil {
-				plain := t
-				t = blockWeight(plain, b)
-				plain.FinalizeAll()
-			}
-		}
-		r.weights[w.Name] = t
-		r.all = append(r.all, w.Name)
-	}
-	r.embedW = weightNames(r.model.EmbedWeights())
-	r.headW = weightNames(r.model.HeadWeights())
-	r.layerW = make([][]string, r.spec.Layers)
-	r.numStates = make([]int, r.spec.Layers)
-	for i := range r.layerW {
-		r.layerW[i] = weightNames(r.model.LayerWeights(i))
-		r.numStates[i] = len(r.model.LayerState(i, 1, 1))
-	}
-	return nil
-}
-
 func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
 	p, err := NewProgram(r.backend, name, fn)
 	if err != nil {
@@ -302,21 +279,12 @@ func (r *LM) signature(i int, weights []string) string {
 	var b strings.Builder
 	b.WriteString(r.model.LayerKind(i))
 	for _, n := range weights {
-		fmt.Fprintf(&b, " %v", r.weights[n].Shape().Dimensions)
+		fmt.Fprintf(&b, " %s", r.weights[n].Shape())
 	}
 	for _, s := range r.model.LayerState(i, 1, 1) {
 		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
 	}
 	return b.String()
-}
-
-// params maps weight names to the graph's parameter nodes.
-func params(names []string, nodes []*graph.Node) *lm.Params {
-	m := make(map[string]*graph.Node, len(names))
-	for i, n := range names {
-		m[n] = nodes[i]
-	}
-	return lm.NewParams(m)
 }
 
 // step builds the lm.Step of a graph whose first token input is [B, T].
@@ -340,7 +308,7 @@ func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
 		nStates += n
 	}
 	states := in[3 : 3+nStates]
-	w := params(r.all, in[3+nStates:])
+	w := r.params(r.all, in[3+nStates:])
 	step := r.step(tokens.Shape(), pads, start, r.cacheLen)
 	x := r.model.Embed(w, tokens)
 	out := []*graph.Node{nil}
@@ -357,7 +325,7 @@ func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
 
 // embedGraph: [tokens, embed weights...] -> [hidden].
 func (r *LM) embedGraph(in []*graph.Node) []*graph.Node {
-	return []*graph.Node{r.model.Embed(params(r.embedW, in[1:]), in[0])}
+	return []*graph.Node{r.model.Embed(r.params(r.embedW, in[1:]), in[0])}
 }
 
 // layerGraph: [hidden, pads, start, state..., layer weights...] -> [hidden, state...]
@@ -366,7 +334,7 @@ func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
 	n := r.numStates[rep]
 	states := in[3 : 3+n]
-	w := params(r.layerW[rep], in[3+n:])
+	w := r.params(r.layerW[rep], in[3+n:])
 	step := r.step(x.Shape(), pads, start, r.cacheLen)
 	x, st := r.model.Layer(rep, w, x, states, step)
 	return append([]*graph.Node{x}, st...)
@@ -374,7 +342,7 @@ func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 
 // headGraph: [hidden [B, T, H], head weights...] -> [logits [B, V] float32].
 func (r *LM) headGraph(in []*graph.Node) []*graph.Node {
-	logits := r.model.Head(params(r.headW, in[1:]), lastPosition(in[0]))
+	logits := r.model.Head(r.params(r.headW, in[1:]), lastPosition(in[0]))
 	return []*graph.Node{graph.ConvertDType(logits, dtypes.Float32)}
 }
 

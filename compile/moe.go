@@ -179,7 +179,7 @@ func routeOutputs(rt *lm.Routing) []*graph.Node {
 func (r *LM) routeGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
 	n := r.numStates[rep]
-	w := params(r.moe.routeW[rep], in[3+n:])
+	w := r.params(r.moe.routeW[rep], in[3+n:])
 	step := r.step(x.Shape(), pads, start, r.cacheLen)
 	rt, st := r.moe.rm.Route(rep, w, x, in[3:3+n], step)
 	return append(routeOutputs(rt), st...)
@@ -198,7 +198,7 @@ func (r *LM) groupedExperts(rep int, residual, input, weights, perm, slot *graph
 	out := nn.GroupedExperts(graph.Reshape(input, b*t, h), graph.Reshape(weights, b*t, k), perm, slot,
 		func(a int, x *graph.Node) *graph.Node {
 			e := a % ex.Num // representative: the graph depends on e only through names
-			return mr.rm.Expert(rep, e, params(mr.expertW[rep][e], ew[a*nw:(a+1)*nw]), x)
+			return mr.rm.Expert(rep, e, r.params(mr.expertW[rep][e], ew[a*nw:(a+1)*nw]), x)
 		})
 	return graph.Add(residual, graph.Reshape(out, b, t, h))
 }
@@ -233,7 +233,7 @@ func (r *LM) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
 		states[l] = in[off : off+r.numStates[l]]
 		off += r.numStates[l]
 	}
-	w := params(s.weights, in[off:])
+	w := r.params(s.weights, in[off:])
 	var step *lm.Step
 	if s.from < 0 {
 		x = r.model.Embed(w, first)

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/x448/float16"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
@@ -136,42 +137,87 @@ func (l *Loaded) WeightBytes() int64 {
 	return n
 }
 
-// Tensor returns a weight as a host tensor of dtype (Float32 or BFloat16)
-// with the checkpoint's shape. F16 and BF16 checkpoints are converted on
-// the host; a BF16 tensor asked for as BFloat16 is copied without
-// conversion. NaN and infinite values go to OnNonFinite.
+// StoredDType is the dtype a weight has in the checkpoint as GoMLX names
+// it: Float32, BFloat16 or Float16; Float32 for any other stored type
+// (F64, F8, integers), which executors always convert.
+func (l *Loaded) StoredDType(name string) dtypes.DType {
+	info, _ := l.ckpt.Info(name)
+	switch info.DType {
+	case safetensors.BF16:
+		return dtypes.BFloat16
+	case safetensors.F16:
+		return dtypes.Float16
+	}
+	return dtypes.Float32
+}
+
+// Tensor returns a weight as a new host tensor of dtype (Float32,
+// BFloat16 or Float16) with the checkpoint's shape (see DecodeInto).
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
 	switch dtype {
-	case dtypes.Float32, dtypes.BFloat16:
+	case dtypes.Float32, dtypes.BFloat16, dtypes.Float16:
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
 	t := tensors.FromShape(shapes.Make(dtype, info.Shape...))
-	var (
-		nf  safetensors.NonFiniteTensor
-		err error
-	)
-	t.MustMutableFlatData(func(flat any) {
-		var convert func(at int, piece []byte)
-		switch out := flat.(type) {
-		case []float32:
-			convert = func(at int, piece []byte) { safetensors.DecodeFloat32(out[at:], info.DType, piece) }
-		case []bfloat16.BFloat16:
-			convert = func(at int, piece []byte) { safetensors.DecodeBFloat16(out[at:], info.DType, piece) }
-		}
-		nf, err = l.ckpt.Convert(name, l.OnNonFinite != nil, convert)
-	})
+	var err error
+	t.MustMutableFlatData(func(flat any) { err = l.DecodeInto(name, flat) })
 	if err != nil {
+		t.FinalizeAll()
 		return nil, err
 	}
+	return t, nil
+}
+
+// DecodeInto converts weight name into flat, a []float32,
+// []bfloat16.BFloat16 or []float16.Float16 of exactly its element count
+// (a backend's shared buffer, so the weight is held once): a stored dtype
+// equal to flat's is copied, others are converted (to bf16 and f16
+// rounding to nearest even). NaN and infinite values go to OnNonFinite.
+// Afterwards the tensor's pages of the mapping are released
+// (safetensors.Checkpoint.Release): the process holds the weight once,
+// in flat, and a later read maps it in again.
+func (l *Loaded) DecodeInto(name string, flat any) error {
+	info, ok := l.ckpt.Info(name)
+	if !ok {
+		return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	}
+	var (
+		convert func(at int, piece []byte)
+		n       int
+	)
+	switch out := flat.(type) {
+	case []float32:
+		n = len(out)
+		convert = func(at int, piece []byte) { safetensors.DecodeFloat32(out[at:], info.DType, piece) }
+	case []bfloat16.BFloat16:
+		n = len(out)
+		convert = func(at int, piece []byte) { safetensors.DecodeBFloat16(out[at:], info.DType, piece) }
+	case []float16.Float16:
+		n = len(out)
+		convert = func(at int, piece []byte) { safetensors.DecodeFloat16(out[at:], info.DType, piece) }
+	default:
+		return errs.Unsupportedf("tensor %q: cannot decode into %T (want float32, bfloat16 or float16)", name, flat)
+	}
+	if int64(n) != info.NumElements() {
+		return fmt.Errorf("tensor %q: %d elements, destination holds %d", name, info.NumElements(), n)
+	}
+	if _, wide := flat.([]float32); !wide && info.DType != safetensors.F32 && info.DType != safetensors.BF16 && info.DType != safetensors.F16 {
+		return errs.Unsupportedf("tensor %q: stored as %s, which converts to float32 only", name, info.DType)
+	}
+	nf, err := l.ckpt.Convert(name, l.OnNonFinite != nil, convert)
+	if err != nil {
+		return err
+	}
+	l.ckpt.Release(name)
 	if nf.Count > 0 {
 		l.OnNonFinite(nf)
 	}
-	return t, nil
+	return nil
 }
 
 // Close unmaps the checkpoint.

@@ -119,8 +119,14 @@ func blockedMatmul(x, w *Node) *Node {
 }
 
 // Embedding is torch.nn.Embedding: ids [...] (integer) -> rows of w [V, H]
-// (or of its blocked layout [J, P, V/P, C]) -> [..., H].
+// (or of its blocked layout [J, P, V/P, C]) -> [..., H]. When w is a
+// ConvertDType of a narrower weight (an executor holding the table in its
+// checkpoint dtype), the rows are gathered first and only they are
+// converted: the same values, without converting the whole table.
 func Embedding(w, ids *Node) *Node {
+	if w.Type() == NodeTypeConvertDType && w.Rank() == 2 {
+		return ConvertDType(Embedding(w.Inputs()[0], ids), w.DType())
+	}
 	switch w.Rank() {
 	case 2:
 		return Gather(w, InsertAxes(ids, -1)) // [..., H]
@@ -139,6 +145,27 @@ func Embedding(w, ids *Node) *Node {
 	default:
 		panic(fmt.Errorf("Embedding: weight must be [V, H] or blocked [J, P, V/P, C], got %s", w.Shape()))
 	}
+}
+
+// DequantizeInt8 is the weight-only int8 dequantisation q · scale as a
+// [out, in] matrix of dtype: q is int8 [out, in/G, G] and scales is f32
+// [out, in/G, 1], one scale per group of G consecutive input columns
+// (G = in: one per output channel). The form is fixed, Reshape(Mul(
+// ConvertDType(q, f32), BroadcastInDim(scales))), so that a backend can
+// recognise it under a DotGeneral and multiply the int8 weight directly
+// (tputool's cpu backend does: tpu/cpu/quant.go); elsewhere it is computed
+// as written.
+func DequantizeInt8(q, scales *Node, dtype dtypes.DType) *Node {
+	d := q.Shape().Dimensions
+	if q.Rank() != 3 || q.DType() != dtypes.Int8 || scales.DType() != dtypes.Float32 ||
+		!slices.Equal(scales.Shape().Dimensions, []int{d[0], d[1], 1}) {
+		panic(fmt.Errorf("DequantizeInt8: want int8 [out, groups, G] and float32 [out, groups, 1], got %s and %s", q.Shape(), scales.Shape()))
+	}
+	w := Reshape(Mul(ConvertDType(q, dtypes.Float32), BroadcastToDims(scales, d...)), d[0], d[1]*d[2])
+	if dtype != dtypes.Float32 {
+		w = ConvertDType(w, dtype)
+	}
+	return w
 }
 
 // RMSNorm normalizes over the last axis in float32, as transformers does,

@@ -1,0 +1,247 @@
+package compile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// How weights are held (docs/cpu-engine.md, "Weights"):
+//
+//   - Every weight is decoded from the checkpoint's mapping straight into
+//     the memory the backend computes from: a shared buffer where the
+//     backend has them (the CPU backends), else a host tensor uploaded and
+//     dropped one weight at a time. The mapping's pages of each weight are
+//     released once it is decoded. The process holds each weight once.
+//   - Matmul weights stay in their checkpoint dtype (bf16/f16) when the
+//     backend multiplies them directly (tpu.Capabilities.NarrowWeights)
+//     and the compute dtype is f32; the graph converts them where they are
+//     used (params), which the backend fuses into its GEMM/GEMV. Other
+//     weights, and every weight elsewhere, are converted to the compute
+//     dtype on the host.
+//   - With Options.Quantize "int8", the Matmul weights that Linear reads
+//     (not the embedding table, which is only gathered) are held as int8
+//     [out, in/G, G] plus f32 scales [out, in/G, 1] (symmetric, per group
+//     of QuantGroup input columns, per channel when in is no multiple of
+//     it), quantised from the checkpoint at load; the graph dequantises
+//     them (nn.DequantizeInt8), which tputool's cpu backend fuses into its
+//     int8 GEMM/GEMV and other backends compute as written.
+
+// QuantGroup is the number of consecutive input columns that share one
+// int8 scale.
+const QuantGroup = 64
+
+// Quantizations are the values of Options.Quantize.
+var Quantizations = []string{"int8"}
+
+// scalesSuffix names the scales input of a quantised weight.
+const scalesSuffix = "#scales"
+
+// QuantGroupOf is the group size a [out, in] weight is quantised with:
+// QuantGroup when it divides in, else in (one scale per output channel).
+func QuantGroupOf(in int) int {
+	if in%QuantGroup == 0 {
+		return QuantGroup
+	}
+	return max(in, 1)
+}
+
+// HeldDType is the dtype a Matmul weight stored as stored is held in for
+// compute dtype compute: the stored 16-bit dtype when narrow (the backend
+// multiplies it directly) and compute is f32, or when stored equals
+// compute; the compute dtype otherwise.
+func HeldDType(stored, compute dtypes.DType, narrow bool) dtypes.DType {
+	if stored == compute || (narrow && compute == dtypes.Float32 && (stored == dtypes.BFloat16 || stored == dtypes.Float16)) {
+		return stored
+	}
+	return compute
+}
+
+// checkQuantize validates Options.Quantize for this LM.
+func (r *LM) checkQuantize() error {
+	switch r.opts.Quantize {
+	case "":
+		return nil
+	case "int8":
+	default:
+		return errs.Usagef("--quantize %q: want int8 (or nothing)", r.opts.Quantize)
+	}
+	if r.tp != nil {
+		return errs.Unsupportedf("--quantize int8 with --tp/--dp is not supported (weights are split on the host as floats)")
+	}
+	if _, ok := r.routedModel(); ok {
+		return errs.Unsupportedf("--quantize int8 is not supported for mixture-of-experts models yet (their expert weights run host-routed)")
+	}
+	return nil
+}
+
+// loadWeights decodes, converts or quantises and uploads every weight
+// once, and lists the graph inputs of each program.
+func (r *LM) loadWeights(l *lm.Loaded) error {
+	if err := r.checkQuantize(); err != nil {
+		return err
+	}
+	gathered := map[string]bool{}
+	for _, w := range r.model.EmbedWeights() {
+		gathered[w.Name] = true
+	}
+	for _, w := range l.Weights() {
+		if err := r.loadWeight(l, w, gathered[w.Name]); err != nil {
+			return fmt.Errorf("weight %s: %w", w.Name, err)
+		}
+		r.all = append(r.all, w.Name)
+	}
+	r.embedW = weightNames(r.model.EmbedWeights())
+	r.headW = weightNames(r.model.HeadWeights())
+	r.layerW = make([][]string, r.spec.Layers)
+	r.numStates = make([]int, r.spec.Layers)
+	for i := range r.layerW {
+		r.layerW[i] = weightNames(r.model.LayerWeights(i))
+		r.numStates[i] = len(r.model.LayerState(i, 1, 1))
+	}
+	if r.opts.Quantize != "" {
+		r.all = r.withScales(r.all)
+		r.embedW = r.withScales(r.embedW)
+		r.headW = r.withScales(r.headW)
+		for i := range r.layerW {
+			r.layerW[i] = r.withScales(r.layerW[i])
+		}
+	}
+	return nil
+}
+
+// withScales inserts the scales input after each quantised weight.
+func (r *LM) withScales(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, n)
+		if _, ok := r.weights[n+scalesSuffix]; ok {
+			out = append(out, n+scalesSuffix)
+		}
+	}
+	return out
+}
+
+// loadWeight holds one weight as the comment at the top of this file says.
+func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec, gathered bool) error {
+	matrix := w.Matmul && len(w.Shape) == 2
+	if matrix && r.opts.Quantize == "int8" && !gathered {
+		return r.quantizeWeight(l, w)
+	}
+	held := r.opts.DType
+	if w.Matmul {
+		held = HeldDType(l.StoredDType(w.Name), r.opts.DType, r.opts.Caps != nil && r.opts.Caps.NarrowWeights)
+	}
+	if matrix {
+		if b := r.layout(w.Shape[0], w.Shape[1]); b != nil {
+			plain, err := l.Tensor(w.Name, held)
+			if err != nil {
+				return err
+			}
+			defer plain.FinalizeAll()
+			t, err := r.upload(shapes.Make(held, b.J, b.P, b.Rows, b.C), func(flat any) error {
+				plain.MustConstFlatData(func(src any) { blockInto(flat, src, b) })
+				return nil
+			})
+			r.weights[w.Name] = t
+			return err
+		}
+	}
+	t, err := r.upload(shapes.Make(held, w.Shape...), func(flat any) error { return l.DecodeInto(w.Name, flat) })
+	r.weights[w.Name] = t
+	return err
+}
+
+// quantizeWeight holds a [out, in] weight as int8 [out, in/G, G] and its
+// scales [out, in/G, 1].
+func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
+	out, in := w.Shape[0], w.Shape[1]
+	g := QuantGroupOf(in)
+	wide := make([]float32, out*in)
+	if err := l.DecodeInto(w.Name, wide); err != nil {
+		return err
+	}
+	q, scales := kernels.QuantizeInt8(wide, out, in, g)
+	wide = nil
+	qt, err := r.upload(shapes.Make(dtypes.Int8, out, in/g, g), func(flat any) error { copy(flat.([]int8), q); return nil })
+	if err != nil {
+		return err
+	}
+	r.weights[w.Name] = qt
+	st, err := r.upload(shapes.Make(dtypes.Float32, out, in/g, 1), func(flat any) error { copy(flat.([]float32), scales); return nil })
+	if err != nil {
+		return err
+	}
+	r.weights[w.Name+scalesSuffix] = st
+	return nil
+}
+
+// upload makes a weight tensor of shape filled by fill, held once: in a
+// shared buffer of the backend when it has them (fill writes the memory
+// the backend computes from), else on the host, uploaded to the device
+// and the host copy dropped. With several devices (Options.TP/DP) the
+// tensor stays on the host: it is split there (shardWeights).
+func (r *LM) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Tensor, error) {
+	if r.tp == nil && r.backend.HasSharedBuffers() {
+		buf, flat, err := r.backend.NewSharedBuffer(0, shape)
+		if err != nil {
+			return nil, err
+		}
+		if err := fill(flat); err != nil {
+			_ = r.backend.BufferFinalize(buf)
+			return nil, err
+		}
+		return tensors.FromBuffer(r.backend, buf)
+	}
+	t := tensors.FromShape(shape)
+	var err error
+	t.MustMutableFlatData(func(flat any) { err = fill(flat) })
+	if err != nil {
+		t.FinalizeAll()
+		return nil, err
+	}
+	if r.tp == nil {
+		if err := t.MaterializeOnDevice(r.backend, false, 0); err != nil {
+			t.FinalizeAll()
+			return nil, err
+		}
+		t.FinalizeLocal()
+	}
+	return t, nil
+}
+
+// params maps weight names to the graph's parameter nodes, as the model
+// reads them: a weight held narrower than the compute dtype is converted
+// where it is read (the backend fuses the conversion into its matmul,
+// nn.Embedding gathers first), a quantised one is dequantised with its
+// scales (nn.DequantizeInt8).
+func (r *LM) params(names []string, nodes []*graph.Node) *lm.Params {
+	m := make(map[string]*graph.Node, len(names))
+	for i, n := range names {
+		m[n] = nodes[i]
+	}
+	for i, n := range names {
+		if strings.HasSuffix(n, scalesSuffix) {
+			delete(m, n)
+			continue
+		}
+		x := nodes[i]
+		if s, ok := m[n+scalesSuffix]; ok {
+			m[n] = nn.DequantizeInt8(x, s, r.opts.DType)
+			continue
+		}
+		if x.DType() != r.opts.DType && x.DType().IsFloat() {
+			m[n] = graph.ConvertDType(x, r.opts.DType)
+		}
+	}
+	return lm.NewParams(m)
+}

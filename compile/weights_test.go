@@ -1,0 +1,219 @@
+package compile
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/tpu"
+	_ "github.com/tputool/tputool/tpu/cpu"
+)
+
+func cpuBackend(t testing.TB) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be
+}
+
+// steps runs a prompt and n decode steps and returns the tokens fed
+// (greedy, or forced when given) and the logits of every step.
+func steps(t *testing.T, r *LM, prompt []int, n int, forced []int) (tokens []int, logits [][]float32) {
+	t.Helper()
+	out, err := r.Prefill([][]int{prompt}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		logits = append(logits, out[0])
+		next := argmax(out[0])
+		if forced != nil {
+			next = forced[i]
+		}
+		tokens = append(tokens, next)
+		if out, err = r.Decode([]int{next}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tokens, logits
+}
+
+// deviation is the largest |got - want| over all steps relative to the
+// largest |want|, and the fraction of steps whose argmax agrees.
+func deviation(got, want [][]float32) (rel, agree float64) {
+	var maxD, maxW float64
+	same := 0
+	for s := range want {
+		for j := range want[s] {
+			maxD = max(maxD, math.Abs(float64(got[s][j]-want[s][j])))
+			maxW = max(maxW, math.Abs(float64(want[s][j])))
+		}
+		if argmax(got[s]) == argmax(want[s]) {
+			same++
+		}
+	}
+	return maxD / maxW, float64(same) / float64(len(want))
+}
+
+// writeAs writes a copy of the checkpoint in dir with every tensor stored
+// as d.
+func writeAs(t *testing.T, dir string, d safetensors.DType) string {
+	t.Helper()
+	c, err := safetensors.OpenDir(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ts []safetensors.Tensor
+	for _, name := range c.Names() {
+		vals, err := c.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, _ := c.Shape(name)
+		tn, err := safetensors.Float32Tensor(name, d, shape, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tn)
+	}
+	out := t.TempDir()
+	if err := safetensors.WriteFile(filepath.Join(out, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "generation_config.json"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return out
+}
+
+func loadDir(t *testing.T, dir string) *lm.Loaded {
+	t.Helper()
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// On tputool's cpu backend a bf16 or f16 checkpoint keeps its Matmul
+// weights in their dtype (converted in the graph, multiplied in place by
+// the backend), and the f32 computation gives what converting them on the
+// host gives: the conversion to f32 is exact.
+func TestNarrowWeightsEqualHostConversion(t *testing.T) {
+	be := cpuBackend(t)
+	narrow := tpu.CapabilitiesOf(be)
+	if !narrow.NarrowWeights {
+		t.Fatal("the cpu backend should report NarrowWeights")
+	}
+	wide := narrow
+	wide.NarrowWeights = false
+	prompt := []int{1, 7, 30, 12, 55}
+	for _, d := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		for _, tied := range []bool{true, false} {
+			m := lmckpt.LlamaShape(64, 2, 8, 96, 64)
+			m.Config.Tied = tied
+			m.DType = d
+			m.MaxPositions = 128
+			dir := t.TempDir()
+			if err := m.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l := loadDir(t, dir)
+			for _, mode := range []Mode{Compiled, Eager} {
+				ref, err := NewLM(be, l, Options{Mode: mode, Caps: &wide})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantTok, want := steps(t, ref, prompt, 12, nil)
+				ref.Close()
+				r, err := NewLM(be, l, Options{Mode: mode, Caps: &narrow})
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := r.weights["model.layers.0.mlp.up_proj.weight"].DType()
+				gotTok, got := steps(t, r, prompt, 12, nil)
+				r.Close()
+				if held == dtypes.Float32 {
+					t.Errorf("%s tied=%v: up_proj held as %s, want the checkpoint's dtype", d, tied, held)
+				}
+				rel, _ := deviation(got, want)
+				if rel > 1e-6 || !equalInts(gotTok, wantTok) {
+					t.Errorf("%s tied=%v %s: narrow weights give tokens %v (relative logit difference %.3g), host conversion %v",
+						d, tied, mode, gotTok, rel, wantTok)
+				}
+			}
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// bf16 weights and --quantize int8 against f32 on the real TinyStories
+// model: each runs teacher-forced on the f32 greedy continuation, and
+// reports its largest logit difference relative to the largest f32 logit
+// and how often its argmax agrees with f32's.
+func TestCompactWeightsDeviation(t *testing.T) {
+	const dir = "../testdata/stories260K-hf"
+	const n = 40
+	prompt := []int{1, 403, 407, 261, 378} // <s> Once upon a time
+	cpu, goBe := cpuBackend(t), goBackend(t)
+	f32 := loadDir(t, dir)
+	ref, err := NewLM(cpu, f32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, want := steps(t, ref, prompt, n, nil)
+	ref.Close()
+	bf16 := loadDir(t, writeAs(t, dir, safetensors.BF16))
+	for _, c := range []struct {
+		name     string
+		be       backends.Backend
+		l        *lm.Loaded
+		opts     Options
+		maxRel   float64
+		minAgree float64
+	}{
+		{"bf16 weights, cpu", cpu, bf16, Options{}, 0.03, 0.95},
+		{"int8, cpu", cpu, f32, Options{Quantize: "int8"}, 0.03, 0.95},
+		{"int8, cpu, eager", cpu, f32, Options{Mode: Eager, Quantize: "int8"}, 0.03, 0.95},
+		{"int8 of bf16, cpu", cpu, bf16, Options{Quantize: "int8"}, 0.05, 0.9},
+		{"int8, go backend (unfused)", goBe, f32, Options{Quantize: "int8"}, 0.03, 0.95},
+	} {
+		r, err := NewLM(c.be, c.l, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got := steps(t, r, prompt, n, tokens)
+		r.Close()
+		rel, agree := deviation(got, want)
+		t.Logf("%s: max relative logit error %.4f, greedy agreement %.3f", c.name, rel, agree)
+		if rel > c.maxRel || agree < c.minAgree {
+			t.Errorf("%s: max relative logit error %.4f (bound %g), greedy agreement %.3f (bound %g)", c.name, rel, c.maxRel, agree, c.minAgree)
+		}
+	}
+}
