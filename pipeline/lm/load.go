@@ -151,15 +151,15 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 	return dtypes.Float32
 }
 
-// Tensor returns a weight as a new host tensor of dtype (Float32,
-// BFloat16 or Float16) with the checkpoint's shape (see DecodeInto).
+// Tensor returns a weight as a new host tensor of compute dtype dtype
+// (Float32 or BFloat16) with the checkpoint's shape (see DecodeInto).
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
 	switch dtype {
-	case dtypes.Float32, dtypes.BFloat16, dtypes.Float16:
+	case dtypes.Float32, dtypes.BFloat16:
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
