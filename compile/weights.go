@@ -31,14 +31,10 @@ import (
 //   - With Options.Quantize "int8", the Matmul weights that Linear reads
 //     (not the embedding table, which is only gathered) are held as int8
 //     [out, in/G, G] plus f32 scales [out, in/G, 1] (symmetric, per group
-//     of QuantGroup input columns, per channel when in is no multiple of
+//     of lm.QuantGroup input columns, per channel when in is no multiple of
 //     it), quantised from the checkpoint at load; the graph dequantises
 //     them (nn.DequantizeInt8), which tputool's cpu backend fuses into its
 //     int8 GEMM/GEMV and other backends compute as written.
-
-// QuantGroup is the number of consecutive input columns that share one
-// int8 scale.
-const QuantGroup = 64
 
 // Quantizations are the values of Options.Quantize.
 var Quantizations = []string{"int8"}
@@ -46,24 +42,26 @@ var Quantizations = []string{"int8"}
 // scalesSuffix names the scales input of a quantised weight.
 const scalesSuffix = "#scales"
 
-// QuantGroupOf is the group size a [out, in] weight is quantised with:
-// QuantGroup when it divides in, else in (one scale per output channel).
-func QuantGroupOf(in int) int {
-	if in%QuantGroup == 0 {
-		return QuantGroup
-	}
-	return max(in, 1)
+// holding is how this LM holds its weights.
+func (r *LM) holding() lm.Holding {
+	return lm.Holding{Compute: r.opts.DType, Narrow: r.opts.Caps != nil && r.opts.Caps.NarrowWeights, Quantize: r.opts.Quantize}
 }
 
-// HeldDType is the dtype a Matmul weight stored as stored is held in for
-// compute dtype compute: the stored 16-bit dtype when narrow (the backend
-// multiplies it directly) and compute is f32, or when stored equals
-// compute; the compute dtype otherwise.
-func HeldDType(stored, compute dtypes.DType, narrow bool) dtypes.DType {
-	if stored == compute || (narrow && compute == dtypes.Float32 && (stored == dtypes.BFloat16 || stored == dtypes.Float16)) {
-		return stored
+// WeightBytes is the memory the LM's weights take as held (on the device,
+// or in the backend's shared buffers), all devices together.
+func (r *LM) WeightBytes() int64 {
+	var n int64
+	for _, t := range r.weights {
+		n += int64(t.Memory())
 	}
-	return compute
+	if r.tp != nil {
+		for _, ts := range r.tp.weights {
+			for _, t := range ts {
+				n += int64(t.Memory())
+			}
+		}
+	}
+	return n
 }
 
 // checkQuantize validates Options.Quantize for this LM.
@@ -133,13 +131,14 @@ func (r *LM) withScales(names []string) []string {
 
 // loadWeight holds one weight as the comment at the top of this file says.
 func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec, gathered bool) error {
-	matrix := w.Matmul && len(w.Shape) == 2
-	if matrix && r.opts.Quantize == "int8" && !gathered {
+	h := r.holding()
+	if h.Quantized(w, gathered) {
 		return r.quantizeWeight(l, w)
 	}
+	matrix := w.Matmul && len(w.Shape) == 2
 	held := r.opts.DType
 	if w.Matmul {
-		held = HeldDType(l.StoredDType(w.Name), r.opts.DType, r.opts.Caps != nil && r.opts.Caps.NarrowWeights)
+		held = lm.HeldDType(l.StoredDType(w.Name), h.Compute, h.Narrow)
 	}
 	if matrix {
 		if b := r.layout(w.Shape[0], w.Shape[1]); b != nil {
@@ -165,7 +164,7 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec, gathered bool) error {
 // scales [out, in/G, 1].
 func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	out, in := w.Shape[0], w.Shape[1]
-	g := QuantGroupOf(in)
+	g := lm.QuantGroupOf(in)
 	wide := make([]float32, out*in)
 	if err := l.DecodeInto(w.Name, wide); err != nil {
 		return err

@@ -217,3 +217,32 @@ func TestCompactWeightsDeviation(t *testing.T) {
 		}
 	}
 }
+
+// The memory estimate (lm.Loaded.HeldBytes, which the pre-flight check and
+// inspect use) is what NewLM actually holds, for every way of holding.
+func TestHeldBytesEstimate(t *testing.T) {
+	cpu, goBe := cpuBackend(t), goBackend(t)
+	f32 := loadDir(t, "../testdata/stories260K-hf")
+	bf16 := loadDir(t, writeAs(t, "../testdata/stories260K-hf", safetensors.BF16))
+	for _, be := range []backends.Backend{cpu, goBe} {
+		caps := tpu.CapabilitiesOf(be)
+		for _, l := range []*lm.Loaded{f32, bf16} {
+			for _, o := range []Options{{}, {DType: dtypes.BFloat16}, {Quantize: "int8"}} {
+				r, err := NewLM(be, l, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := r.WeightBytes()
+				r.Close()
+				dt := o.DType
+				if dt == dtypes.InvalidDType {
+					dt = dtypes.Float32
+				}
+				want := l.HeldBytes(lm.Holding{Compute: dt, Narrow: caps.NarrowWeights, Quantize: o.Quantize})
+				if got != want {
+					t.Errorf("%s, %s checkpoint, %+v: held %d bytes, estimate %d", be.Name(), l.StoredDType("lm_head.weight"), o, got, want)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package lm
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+)
+
+// How executors hold weights (compile/weights.go; docs/cpu-engine.md,
+// "Weights"), as figures that memory estimates share with them.
+
+// QuantGroup is the number of consecutive input columns of a Matmul
+// weight that share one int8 scale under --quantize int8.
+const QuantGroup = 64
+
+// QuantGroupOf is the group size a [out, in] weight is quantised with:
+// QuantGroup when it divides in, else in (one scale per output channel).
+func QuantGroupOf(in int) int {
+	if in%QuantGroup == 0 {
+		return QuantGroup
+	}
+	return max(in, 1)
+}
+
+// HeldDType is the dtype a Matmul weight stored as stored is held in for
+// compute dtype compute: the stored 16-bit dtype when the backend
+// multiplies it directly (narrow, tpu.Capabilities.NarrowWeights) and
+// compute is f32, or when stored equals compute; the compute dtype
+// otherwise. Other weights are held in the compute dtype.
+func HeldDType(stored, compute dtypes.DType, narrow bool) dtypes.DType {
+	if stored == compute || (narrow && compute == dtypes.Float32 && (stored == dtypes.BFloat16 || stored == dtypes.Float16)) {
+		return stored
+	}
+	return compute
+}
+
+// Holding says how an executor holds a model's weights.
+type Holding struct {
+	// Compute is the compute dtype.
+	Compute dtypes.DType
+	// Narrow: the backend multiplies bf16/f16 weights directly.
+	Narrow bool
+	// Quantize is "" or "int8".
+	Quantize string
+}
+
+// Quantized reports whether weight w, which Embed reads when gathered,
+// is held as int8 under h: the Matmul matrices that only Linear reads.
+func (h Holding) Quantized(w WeightSpec, gathered bool) bool {
+	return h.Quantize == "int8" && w.Matmul && len(w.Shape) == 2 && !gathered
+}
+
+// HeldBytes is the memory weight w (stored as stored) takes when held
+// as h says: int8 plus one f32 scale per group when quantised, else its
+// elements in the held dtype.
+func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType, gathered bool) int64 {
+	n := int64(1)
+	for _, d := range w.Shape {
+		n *= int64(d)
+	}
+	if h.Quantized(w, gathered) {
+		return n + 4*n/int64(QuantGroupOf(w.Shape[1]))
+	}
+	held := h.Compute
+	if w.Matmul {
+		held = HeldDType(stored, h.Compute, h.Narrow)
+	}
+	return n * int64(held.Size())
+}
+
+// HeldBytes is the memory the model's weights take when an executor
+// holds them as h says.
+func (l *Loaded) HeldBytes(h Holding) int64 {
+	gathered := map[string]bool{}
+	for _, w := range l.Model.EmbedWeights() {
+		gathered[w.Name] = true
+	}
+	var n int64
+	for _, w := range l.weights {
+		n += h.HeldBytes(w, l.StoredDType(w.Name), gathered[w.Name])
+	}
+	return n
+}
