@@ -67,6 +67,8 @@ type BenchOptions struct {
 	Steps      []int
 	// Sizes are {width, height}; nil is the model's default size.
 	Sizes [][2]int
+	// Quantize is --quantize: "" or "int8".
+	Quantize string
 	// TaskFlags are the task-specific flags given (--steps, --size,
 	// --variant, --prompt-len, --gen-len), checked once the task is known.
 	TaskFlags []string
@@ -180,6 +182,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
@@ -312,6 +315,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	if opts.DType, err = parseDType(dtype); err != nil {
 		return err
 	}
+	if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
+		return err
+	}
 	if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 		return err
 	}
@@ -424,7 +430,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP}, rep),
+			Load:  benchLoadLM(m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep),
 		})
 	} else {
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {

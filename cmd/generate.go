@@ -57,6 +57,9 @@ type GenerateOptions struct {
 	PrefillChunk int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
+
+	// Quantize is --quantize: "" or "int8".
+	Quantize string
 }
 
 // NewCmdGenerate builds `tputool generate`.
@@ -130,6 +133,9 @@ the same tokens.`,
 				return err
 			}
 			if opts.DType, err = parseDType(dtype); err != nil {
+				return err
+			}
+			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 				return err
 			}
 			fl := c.Flags()
@@ -220,6 +226,7 @@ the same tokens.`,
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp)
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms; -1: the whole prompt at once)")
@@ -395,7 +402,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP}, rep)
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep)
 	if err != nil {
 		return err
 	}

@@ -45,10 +45,16 @@ func openLM(m *loader.Model, dev *tpu.Device, dtype dtypes.DType, rep *ui.Report
 }
 
 // compileLM builds l's runner on dev, with the device's capabilities:
-// the weights are converted (with a warning per tensor holding NaN or
-// Inf) and the executables compiled as o says; recompiles and the parallel
-// layout are reported under --verbose.
+// the weights are checked against host memory as they will be held
+// (checkWeightsFit), converted or quantised (with a warning per tensor
+// holding NaN or Inf) and the executables compiled as o says; the held
+// weights, recompiles and the parallel layout are reported under
+// --verbose.
 func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporter) (*compile.LM, error) {
+	hostMemory, _ := tpu.HostMemory(tpu.OSEnv())
+	if err := checkWeightsFit(dev, l, o, hostMemory); err != nil {
+		return nil, err
+	}
 	nonFinite := newNonFiniteWarnings(rep)
 	l.OnNonFinite = nonFinite.note // weights are checked as NewLM converts them
 	o.OnRecompile = debugRecompile(rep)
@@ -58,6 +64,8 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 	if err != nil {
 		return nil, err
 	}
+	gcHeadroom(dev, r.WeightBytes())
+	rep.Debugf("%s", weightsLine(l, r, holdingOf(dev, o)))
 	rep.Debugf("%s mode ready", o.Mode)
 	if par := r.Parallel(); par.Devices > 1 {
 		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)

@@ -1,0 +1,89 @@
+package cmd
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
+)
+
+// quantizeHelp is the help of generate's and bench's --quantize.
+const quantizeHelp = "weight quantisation: int8 (weight-only, symmetric, one f32 scale per 64 input columns, computed at load: about 1.06 bytes per weight; the embedding table stays as stored), or none"
+
+// parseQuantize reads --quantize: "" or "none" (float weights) or "int8".
+func parseQuantize(s string) (string, error) {
+	switch strings.ToLower(s) {
+	case "", "none":
+		return "", nil
+	case "int8":
+		return "int8", nil
+	}
+	return "", errs.Usagef("--quantize %q: want int8 or none", s)
+}
+
+// holdingOf is how compile.NewLM will hold l's weights on dev with o.
+func holdingOf(dev *tpu.Device, o compile.Options) lm.Holding {
+	if o.DType == dtypes.InvalidDType {
+		o.DType = dtypes.Float32 // NewLM's default
+	}
+	return lm.Holding{Compute: o.DType, Narrow: dev.Capabilities.NarrowWeights, Quantize: o.Quantize}
+}
+
+// checkWeightsFit refuses, before anything is converted, weights that
+// would not fit in host memory as the backend will hold them (checkpoint
+// dtype, compute dtype, or int8 and scales): on a backend that computes in
+// host memory the kernel's OOM killer would otherwise end the process
+// without a message.
+func checkWeightsFit(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory int64) error {
+	if !dev.Capabilities.HostMemory {
+		return nil
+	}
+	h := holdingOf(dev, o)
+	need := l.HeldBytes(h)
+	what := fmt.Sprintf("the weights of %s held as %s", l.Dir, holdingName(h))
+	lower := "try --quantize int8"
+	if o.Quantize != "" {
+		lower = "use a smaller model"
+	}
+	return checkHostMemory(what, need, false, hostMemory, lower)
+}
+
+// holdingName says how weights are held: "float32", "float32 compute
+// (bf16/f16 matmul weights as stored)", "int8 with float32 compute".
+func holdingName(h lm.Holding) string {
+	switch {
+	case h.Quantize != "":
+		return fmt.Sprintf("%s with %s compute", h.Quantize, dtypeName(h.Compute))
+	case h.Narrow && h.Compute == dtypes.Float32:
+		return "float32 compute (bf16/f16 matmul weights as stored)"
+	}
+	return dtypeName(h.Compute)
+}
+
+// gcHeadroom bounds the garbage the Go collector lets pile up between
+// collections once a model's weights are held in process memory: with
+// the default GOGC=100 the heap may grow to twice the live heap, which
+// the weights dominate, before a collection; the bound is 1/16 of the
+// weights (at least 32 MiB). GOGC set in the environment is left alone.
+func gcHeadroom(dev *tpu.Device, weights int64) {
+	if !dev.Capabilities.HostMemory || weights <= 0 || os.Getenv("GOGC") != "" {
+		return
+	}
+	room := max(32<<20, weights/16)
+	if pct := int(100 * room / weights); pct < 100 {
+		debug.SetGCPercent(max(pct, 1))
+	}
+}
+
+// weightsLine describes the held weights for --verbose.
+func weightsLine(l *lm.Loaded, r *compile.LM, h lm.Holding) string {
+	return fmt.Sprintf("weights: %s held as %s (%s in the checkpoint)", humanize.Bytes(r.WeightBytes()), holdingName(h), humanize.Bytes(l.WeightBytes()))
+}
