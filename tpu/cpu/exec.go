@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -25,7 +26,17 @@ type Executable struct {
 	lastUse []int
 	// releaseAt[i]: the nodes whose value is dead once node i has run.
 	releaseAt [][]int
+
+	// pool is the memory the last execution freed, handed to the next
+	// one, so that repeated calls (a decode step) allocate nothing big and
+	// leave no garbage behind (with GOGC's default, garbage lets the heap
+	// grow by as much as the weights). At most poolCap bytes are kept.
+	poolMu sync.Mutex
+	pool   map[freeKey][]any
 }
+
+// poolCap bounds the memory an Executable keeps between calls.
+const poolCap = 128 << 20
 
 var _ backends.Executable = (*Executable)(nil)
 
@@ -70,7 +81,11 @@ func newExecutable(b *Builder, outputs []*node) *Executable {
 }
 
 // Finalize implements backends.Executable.
-func (e *Executable) Finalize() {}
+func (e *Executable) Finalize() {
+	e.poolMu.Lock()
+	e.pool = nil
+	e.poolMu.Unlock()
+}
 
 // Inputs implements backends.Executable.
 func (e *Executable) Inputs() ([]string, []shapes.Shape) {
@@ -171,7 +186,14 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 	if donate != nil && len(donate) != len(inputs) {
 		return nil, fmt.Errorf("cpu backend: %q: %d donate flags for %d inputs", e.name, len(donate), len(inputs))
 	}
-	st := &execState{e: e, vals: make([]*slot, len(e.nodes)), free: map[freeKey][]any{}}
+	e.poolMu.Lock()
+	free := e.pool
+	e.pool = nil
+	e.poolMu.Unlock()
+	if free == nil {
+		free = map[freeKey][]any{}
+	}
+	st := &execState{e: e, vals: make([]*slot, len(e.nodes)), free: free}
 	bufs := make([]*Buffer, len(inputs))
 	for i, x := range inputs {
 		buf, err := e.backend.buffer(x)
@@ -260,7 +282,28 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 		exported[s] = true
 		outs[k] = &Buffer{shape: o.shape, data: data}
 	}
+	e.keep(st.free)
 	return outs, nil
+}
+
+// keep stores freed memory for the next call, up to poolCap bytes.
+func (e *Executable) keep(free map[freeKey][]any) {
+	total := 0
+	for k, l := range free {
+		size := k.n * k.dt.Size()
+		n := 0
+		for n < len(l) && total+size <= poolCap {
+			total += size
+			n++
+		}
+		clear(l[n:])
+		free[k] = l[:n]
+	}
+	e.poolMu.Lock()
+	if e.pool == nil {
+		e.pool = free
+	}
+	e.poolMu.Unlock()
 }
 
 // dtypeOfFlat is the dtype of a flat slice.

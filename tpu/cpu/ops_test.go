@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -1160,5 +1161,37 @@ func TestBadInputsAreErrors(t *testing.T) {
 	other := cpuB.Builder("other")
 	if _, err := other.Neg(x); err == nil || !strings.Contains(err.Error(), "another builder") {
 		t.Errorf("op with another builder's operand: %v", err)
+	}
+}
+
+// TestRepeatedCallsReuseMemory: an executable keeps the memory its last
+// call freed, so a repeated call (a decode step) allocates almost nothing
+// for its intermediates (here two 4 MiB transposes) and leaves no garbage.
+func TestRepeatedCallsReuseMemory(t *testing.T) {
+	_, cpuB := backendsForTest(t)
+	b := cpuB.Builder("reuse")
+	x, _ := b.Parameter("x", sh(dtypes.Float32, 1024, 1024), nil)
+	t1, _ := b.Transpose(x, 1, 0)
+	t2, _ := b.Transpose(t1, 1, 0)
+	s, _ := b.ReduceSum(t2, 0, 1)
+	exe, err := b.Compile([]backends.Op{s}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := cpuB.BufferFromFlatData(0, make([]float32, 1<<20), sh(dtypes.Float32, 1024, 1024))
+	call := func() {
+		if _, err := exe.Execute([]backends.Buffer{in}, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	for range 4 {
+		call()
+	}
+	runtime.ReadMemStats(&m1)
+	if perCall := (m1.TotalAlloc - m0.TotalAlloc) / 4; perCall > 1<<20 {
+		t.Errorf("a repeated call allocated %d bytes; its 8 MiB of intermediates should come from the last call's memory", perCall)
 	}
 }
