@@ -196,3 +196,15 @@ func BenchmarkRows(b *testing.B) {
 	})
 	_ = math.Pi
 }
+
+// BenchmarkQuantizeInt8 is the load-time cost of --quantize int8 on the
+// 110M Llama's classifier [32000, 768], per channel.
+func BenchmarkQuantizeInt8(b *testing.B) {
+	r := rand.New(rand.NewPCG(4, 4))
+	n, k := 32000, 768
+	w := randMat(r, n, k, k)
+	b.SetBytes(int64(n * k * 4))
+	for b.Loop() {
+		QuantizeInt8(w, n, k, k)
+	}
+}

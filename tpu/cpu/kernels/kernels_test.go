@@ -319,3 +319,32 @@ func TestQuantizedGemmRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundClamp127(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	vals := []float32{0, 0.5, -0.5, 1.5, -1.5, 2.5, 126.5, -126.5, 127, 200, -200,
+		0.49999997, -0.49999997, 0.50000006, float32(math.Inf(1)), float32(math.Inf(-1))}
+	for range 10000 {
+		vals = append(vals, float32(r.Float64()*300-150), float32(r.IntN(255)-127)+0.5)
+	}
+	for _, v := range vals {
+		want := math.Max(-127, math.Min(127, math.Round(float64(v))))
+		if got := roundClamp127(v); float64(got) != want {
+			t.Fatalf("roundClamp127(%v) = %d, want %v", v, got, want)
+		}
+	}
+	if got := roundClamp127(float32(math.NaN())); got != 0 {
+		t.Fatalf("roundClamp127(NaN) = %d, want 0", got)
+	}
+}
+
+func TestQuantizeInt8NonFinite(t *testing.T) {
+	w := []float32{1, -2, float32(math.Inf(1)), float32(math.NaN())}
+	q, sc := QuantizeInt8(w, 1, 4, 4)
+	if want := float32(2) / 127; sc[0] != want {
+		t.Fatalf("scale %v, want %v (the largest finite magnitude / 127)", sc[0], want)
+	}
+	if q[0] != 64 || q[1] != -127 || q[2] != 127 || q[3] != 0 {
+		t.Fatalf("q = %v, want [64 -127 127 0]", q)
+	}
+}

@@ -33,7 +33,10 @@ func QuantizeInt8(w []float32, n, k, groupSize int) (q []int8, scales []float32)
 				dst := q[j*k+g*groupSize : j*k+(g+1)*groupSize]
 				var amax float32
 				for _, v := range src {
-					if a := float32(math.Abs(float64(v))); a > amax && !math.IsInf(float64(a), 0) {
+					// |v| by clearing the sign bit; NaN fails both
+					// comparisons and +Inf the second.
+					a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31))
+					if a > amax && a <= math.MaxFloat32 {
 						amax = a
 					}
 				}
@@ -44,19 +47,24 @@ func QuantizeInt8(w []float32, n, k, groupSize int) (q []int8, scales []float32)
 				scales[j*ng+g] = s
 				inv := 1 / s
 				for i, v := range src {
-					r := math.Round(float64(v * inv))
-					switch {
-					case r > 127:
-						r = 127
-					case r < -127:
-						r = -127
-					case r != r: // NaN
-						r = 0
-					}
-					dst[i] = int8(r)
+					dst[i] = roundClamp127(v * inv)
 				}
 			}
 		}
 	})
 	return q, scales
+}
+
+// roundClamp127 rounds x to the nearest integer, halves away from zero (as
+// math.Round), clamps it to [-127, 127] and maps NaN to 0.
+func roundClamp127(x float32) int8 {
+	switch {
+	case x >= 127:
+		return 127
+	case x <= -127:
+		return -127
+	case x != x:
+		return 0
+	}
+	return int8(math.Round(float64(x)))
 }
