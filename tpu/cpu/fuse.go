@@ -21,8 +21,11 @@ const opTypeFused = backends.OpTypeLast + 100
 
 // opName names an op in errors.
 func opName(op backends.OpType) string {
-	if op == opTypeFused {
+	switch op {
+	case opTypeFused:
 		return "fused elementwise ops"
+	case opTypeSoftmax:
+		return "softmax"
 	}
 	return op.String()
 }
@@ -82,15 +85,9 @@ func isUnary(op backends.OpType) bool {
 // nodes whose inputs are the tree's leaves; the absorbed nodes are left
 // unreferenced (liveness then skips them).
 func fuse(nodes []*node, outputs []*node) {
-	users := make([]int, len(nodes))
-	for _, n := range nodes {
-		for _, in := range n.inputs {
-			users[in.idx]++
-		}
-	}
-	for _, o := range outputs {
-		users[o.idx] += 2 // never absorbed
-	}
+	users := countUsers(nodes, outputs)
+	rewriteSoftmax(nodes, users)
+	users = countUsers(nodes, outputs)
 	// prog[i] is node i's tree when it has been made a fused node.
 	for _, n := range nodes {
 		if !fusable(n) {
@@ -159,6 +156,21 @@ func fuse(nodes []*node, outputs []*node) {
 		n.fn = execFused
 		n.aux = &prog
 	}
+}
+
+// countUsers counts each node's readers; an output counts as two, so that
+// it is never absorbed into another node.
+func countUsers(nodes, outputs []*node) []int {
+	users := make([]int, len(nodes))
+	for _, n := range nodes {
+		for _, in := range n.inputs {
+			users[in.idx]++
+		}
+	}
+	for _, o := range outputs {
+		users[o.idx] += 2
+	}
+	return users
 }
 
 func execFused(st *execState, n *node, in []*slot) (*slot, error) {

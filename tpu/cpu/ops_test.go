@@ -14,7 +14,9 @@ import (
 	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/x448/float16"
 )
 
@@ -1193,5 +1195,33 @@ func TestRepeatedCallsReuseMemory(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	if perCall := (m1.TotalAlloc - m0.TotalAlloc) / 4; perCall > 1<<20 {
 		t.Errorf("a repeated call allocated %d bytes; its 8 MiB of intermediates should come from the last call's memory", perCall)
+	}
+}
+
+// TestSoftmax runs GoMLX's own graph.Softmax (so the form is the one the
+// graph package emits) on both backends, with masked (-Inf) entries, and
+// checks that the cpu backend rewrote it into one softmax node.
+func TestSoftmax(t *testing.T) {
+	ref, cpuB := backendsForTest(t)
+	for _, dims := range [][]int{{7}, {3, 33}, {2, 4, 5, 129}} {
+		s := sh(dtypes.Float32, dims...)
+		x := randFlat(rand.New(rand.NewPCG(41, uint64(len(dims)))), s, false).([]float32)
+		for i := 0; i < len(x); i += 5 {
+			x[i] = float32(math.Inf(-1)) // masked, never a whole row
+		}
+		var outs [2][]float64
+		before := softmaxRewrites.Load()
+		for k, be := range []backends.Backend{ref, cpuB} {
+			out, err := graph.ExecOnce(be, func(v *graph.Node) *graph.Node { return graph.Softmax(v, -1) },
+				tensors.FromFlatDataAndDimensions(x, dims...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs[k] = asFloat64(tensors.MustCopyFlatData[float32](out))
+		}
+		compareFlat(t, fmt.Sprintf("softmax %v", dims), dtypes.Float32, outs[1], outs[0])
+		if softmaxRewrites.Load() == before {
+			t.Errorf("softmax %v: the form was not rewritten", dims)
+		}
 	}
 }

@@ -1,0 +1,109 @@
+package cpu
+
+import (
+	"slices"
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// Softmax. GoMLX's graph.Softmax over the last axis reaches the backend as
+//
+//	m = Reshape(ReduceMax(x, last))   (maybe through an Identity)
+//	e = Exp(Sub(x, m))
+//	y = Div(e, Reshape(ReduceSum(e, last)))
+//
+// five passes over the scores and three full-size temporaries. rewriteSoftmax
+// finds that form (f32, intermediates read by nothing else) and turns the
+// Div into one node that runs kernels.SoftmaxRows on a copy of x, or on x
+// itself when x is dead afterwards. The one difference: a row that is
+// entirely -Inf (fully masked) gives zeros instead of NaN.
+
+// softmaxRewrites counts rewritten softmax forms (read by tests).
+var softmaxRewrites atomic.Int64
+
+// opTypeSoftmax marks a rewritten softmax node (not a GoMLX op).
+const opTypeSoftmax = backends.OpTypeLast + 101
+
+// skipIdentity follows Identity nodes.
+func skipIdentity(n *node) *node {
+	for n.op == backends.OpTypeIdentity {
+		n = n.inputs[0]
+	}
+	return n
+}
+
+// keptLastReduce matches Reshape(op(x, last axis)) keeping the reduced
+// axis as size 1, and returns x and the reduce node.
+func keptLastReduce(n *node, op backends.OpType) (x, red *node, ok bool) {
+	n = skipIdentity(n)
+	if n.op != backends.OpTypeReshape {
+		return nil, nil, false
+	}
+	red = skipIdentity(n.inputs[0])
+	if red.op != op {
+		return nil, nil, false
+	}
+	x = red.inputs[0]
+	r := x.shape.Rank()
+	if r == 0 || !slices.Equal(red.aux.([]int), []int{r - 1}) {
+		return nil, nil, false
+	}
+	want := slices.Clone(x.shape.Dimensions)
+	want[r-1] = 1
+	if !slices.Equal(n.shape.Dimensions, want) {
+		return nil, nil, false
+	}
+	return x, red, true
+}
+
+// rewriteSoftmax rewrites every softmax form in nodes; users counts each
+// node's readers (outputs count as readers too).
+func rewriteSoftmax(nodes []*node, users []int) {
+	for _, n := range nodes {
+		if n.op != backends.OpTypeDiv || n.shape.DType != dtypes.Float32 {
+			continue
+		}
+		e, sr := n.inputs[0], n.inputs[1]
+		if e.op != backends.OpTypeExp || !e.shape.Equal(n.shape) || users[e.idx] != 2 {
+			continue
+		}
+		se, _, ok := keptLastReduce(sr, backends.OpTypeReduceSum)
+		if !ok || se != e {
+			continue
+		}
+		d := e.inputs[0]
+		if d.op != backends.OpTypeSub || users[d.idx] != 1 {
+			continue
+		}
+		x, mr := d.inputs[0], d.inputs[1]
+		mx, _, ok := keptLastReduce(mr, backends.OpTypeReduceMax)
+		if !ok || mx != x || !x.shape.Equal(n.shape) {
+			continue
+		}
+		softmaxRewrites.Add(1)
+		n.op = opTypeSoftmax
+		n.inputs = []*node{x}
+		n.fn = execSoftmax
+		n.aux = nil
+	}
+}
+
+func execSoftmax(st *execState, n *node, in []*slot) (*slot, error) {
+	out := st.reuse(n, 0)
+	if out == nil {
+		out = st.alloc(n.shape)
+		copy(out.data.([]float32), in[0].data.([]float32))
+	}
+	dims := n.shape.Dimensions
+	cols := dims[len(dims)-1]
+	rows := 0
+	if cols > 0 {
+		rows = n.shape.Size() / cols
+	}
+	kernels.SoftmaxRows(out.data.([]float32), rows, cols)
+	return out, nil
+}
