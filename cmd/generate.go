@@ -66,10 +66,8 @@ type GenerateOptions struct {
 func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) error) *cobra.Command {
 	opts := &GenerateOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
 	var (
-		maxNew, topK             int
-		temp, topP, minP, repPen float64
-		seed                     uint64
-		mode, dtype              string
+		sampling    samplingFlags
+		mode, dtype string
 	)
 	c := &cobra.Command{
 		Use:   "generate --model MODEL --prompt TEXT",
@@ -138,48 +136,8 @@ the same tokens.`,
 			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 				return err
 			}
-			fl := c.Flags()
-			o := &opts.Overrides
-			if fl.Changed("max-new-tokens") {
-				if maxNew <= 0 {
-					return errs.Usagef("--max-new-tokens %d: must be at least 1", maxNew)
-				}
-				o.MaxNewTokens = &maxNew
-			}
-			if fl.Changed("temperature") {
-				if temp < 0 {
-					return errs.Usagef("--temperature %v: must not be negative", temp)
-				}
-				o.Temperature = &temp
-			}
-			if fl.Changed("top-k") {
-				if topK < 0 {
-					return errs.Usagef("--top-k %d: must not be negative", topK)
-				}
-				o.TopK = &topK
-			}
-			if fl.Changed("top-p") {
-				if topP < 0 || topP > 1 {
-					return errs.Usagef("--top-p %v: must be in [0, 1]", topP)
-				}
-				o.TopP = &topP
-			}
-			if fl.Changed("min-p") {
-				if minP < 0 || minP > 1 {
-					return errs.Usagef("--min-p %v: must be in [0, 1]", minP)
-				}
-				o.MinP = &minP
-			}
-			if fl.Changed("repetition-penalty") {
-				if repPen <= 0 {
-					return errs.Usagef("--repetition-penalty %v: must be positive", repPen)
-				}
-				o.RepetitionPenalty = &repPen
-			}
-			for _, s := range o.Stop {
-				if s == "" {
-					return errs.Usagef("--stop: empty stop string")
-				}
+			if err := sampling.overrides(c, &opts.Overrides); err != nil {
+				return err
 			}
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
@@ -189,9 +147,6 @@ the same tokens.`,
 			}
 			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 				return err
-			}
-			if fl.Changed("seed") {
-				o.Seed = &seed
 			}
 			if opts.System != "" {
 				opts.Chat = true
@@ -214,14 +169,7 @@ the same tokens.`,
 	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
 	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch; - reads the whole of stdin as one prompt)")
 	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin), blank lines skipped; prompts split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
-	fl.IntVarP(&maxNew, "max-new-tokens", "n", 0, fmt.Sprintf("maximum tokens to generate per prompt (default: generation_config.json's, else %d)", generate.DefaultMaxNewTokens))
-	fl.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json)")
-	fl.IntVar(&topK, "top-k", 0, "keep the k most likely tokens; 0 is off (default: generation_config.json, 50 when sampling)")
-	fl.Float64Var(&topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json, else 1, off)")
-	fl.Float64Var(&minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one (default: generation_config.json, else 0, off)")
-	fl.Float64Var(&repPen, "repetition-penalty", 0, "penalize tokens already in the sequence (default: generation_config.json, else 1, off)")
-	fl.Uint64Var(&seed, "seed", 0, "random seed for sampling (default: a random one, shown under -v and in --json; the same seed repeats exactly)")
-	fl.StringArrayVar(&opts.Overrides.Stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
+	sampling.add(c, &opts.Overrides.Stop)
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")

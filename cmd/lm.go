@@ -2,11 +2,16 @@ package cmd
 
 import (
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
@@ -157,4 +162,133 @@ func (p *prefillReporter) end() {
 		p.task.Done()
 		p.task = nil
 	}
+}
+
+// samplingFlags are the sampling and limit flags of generate and chat;
+// chat's /set changes them by name (set) with the same checks.
+type samplingFlags struct {
+	maxNew, topK             int
+	temp, topP, minP, repPen float64
+	seed                     uint64
+}
+
+// add registers the flags on fl.
+func (s *samplingFlags) add(c *cobra.Command, stop *[]string) {
+	fl := c.Flags()
+	fl.IntVarP(&s.maxNew, "max-new-tokens", "n", 0, fmt.Sprintf("maximum tokens to generate per prompt (default: generation_config.json's, else %d)", generate.DefaultMaxNewTokens))
+	fl.Float64Var(&s.temp, "temperature", 0, "sampling temperature; 0 is greedy (default: generation_config.json)")
+	fl.IntVar(&s.topK, "top-k", 0, "keep the k most likely tokens; 0 is off (default: generation_config.json, 50 when sampling)")
+	fl.Float64Var(&s.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (default: generation_config.json, else 1, off)")
+	fl.Float64Var(&s.minP, "min-p", 0, "drop tokens less likely than min-p times the most likely one (default: generation_config.json, else 0, off)")
+	fl.Float64Var(&s.repPen, "repetition-penalty", 0, "penalize tokens already in the sequence (default: generation_config.json, else 1, off)")
+	fl.Uint64Var(&s.seed, "seed", 0, "random seed for sampling (default: a random one, shown under -v and in --json; the same seed repeats exactly)")
+	fl.StringArrayVar(stop, "stop", nil, "stop when the text contains this string, which is not printed (repeatable)")
+}
+
+// samplingFlagNames are the flags /set accepts.
+var samplingFlagNames = []string{"max-new-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty", "seed", "stop"}
+
+// overrides returns the flags given on the command line as overrides,
+// checked.
+func (s *samplingFlags) overrides(c *cobra.Command, o *generate.Overrides) error {
+	fl := c.Flags()
+	for _, name := range samplingFlagNames {
+		if name == "stop" || !fl.Changed(name) {
+			continue
+		}
+		if err := setSampling(o, name, fl.Lookup(name).Value.String()); err != nil {
+			return err
+		}
+	}
+	for _, st := range o.Stop {
+		if st == "" {
+			return errs.Usagef("--stop: empty stop string")
+		}
+	}
+	return nil
+}
+
+// setSampling sets one sampling flag (name without dashes) from text, with
+// the flag's checks; the errors name the flag.
+func setSampling(o *generate.Overrides, name, value string) error {
+	value = strings.TrimSpace(value)
+	intVal := func() (int, error) {
+		v, err := strconv.Atoi(value)
+		if err != nil {
+			return 0, errs.Usagef("--%s %q: want an integer", name, value)
+		}
+		return v, nil
+	}
+	floatVal := func() (float64, error) {
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, errs.Usagef("--%s %q: want a number", name, value)
+		}
+		return v, nil
+	}
+	switch name {
+	case "max-new-tokens":
+		v, err := intVal()
+		if err != nil {
+			return err
+		}
+		if v <= 0 {
+			return errs.Usagef("--max-new-tokens %d: must be at least 1", v)
+		}
+		o.MaxNewTokens = &v
+	case "temperature":
+		v, err := floatVal()
+		if err != nil {
+			return err
+		}
+		if v < 0 {
+			return errs.Usagef("--temperature %v: must not be negative", v)
+		}
+		o.Temperature = &v
+	case "top-k":
+		v, err := intVal()
+		if err != nil {
+			return err
+		}
+		if v < 0 {
+			return errs.Usagef("--top-k %d: must not be negative", v)
+		}
+		o.TopK = &v
+	case "top-p", "min-p":
+		v, err := floatVal()
+		if err != nil {
+			return err
+		}
+		if v < 0 || v > 1 {
+			return errs.Usagef("--%s %v: must be in [0, 1]", name, v)
+		}
+		if name == "top-p" {
+			o.TopP = &v
+		} else {
+			o.MinP = &v
+		}
+	case "repetition-penalty":
+		v, err := floatVal()
+		if err != nil {
+			return err
+		}
+		if v <= 0 {
+			return errs.Usagef("--repetition-penalty %v: must be positive", v)
+		}
+		o.RepetitionPenalty = &v
+	case "seed":
+		v, err := strconv.ParseUint(value, 10, 64)
+		if err != nil {
+			return errs.Usagef("--seed %q: want a non-negative integer", value)
+		}
+		o.Seed = &v
+	case "stop":
+		if value == "" {
+			return errs.Usagef("--stop: empty stop string")
+		}
+		o.Stop = append(o.Stop, value)
+	default:
+		return errs.Usagef("%q is not a sampling setting (have %s)", name, strings.Join(samplingFlagNames, ", "))
+	}
+	return nil
 }

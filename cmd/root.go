@@ -152,6 +152,7 @@ to stderr, with progress bars only on a terminal.`,
 			return nil
 		},
 		Example: `  tputool generate --model Qwen/Qwen3-0.6B --prompt "Why is the sky blue?"
+  tputool chat --model Qwen/Qwen3-0.6B
   tputool diffuse --model stabilityai/sd-turbo --prompt "a red fox" -o fox.png
   tputool bench --model Qwen/Qwen3-0.6B --batch 1,8
   tputool inspect --model Qwen/Qwen3.5-9B --context 32768
@@ -177,6 +178,7 @@ to stderr, with progress bars only on a terminal.`,
 
 	for _, sub := range []*cobra.Command{
 		NewCmdGenerate(f, nil),
+		NewCmdChat(f, nil),
 		NewCmdDiffuse(f, nil),
 		NewCmdBench(f, nil),
 		NewCmdInspect(f, nil),
