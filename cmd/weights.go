@@ -16,7 +16,7 @@ import (
 )
 
 // quantizeHelp is the help of generate's and bench's --quantize.
-const quantizeHelp = "weight quantisation: int8 (weight-only, symmetric, one f32 scale per 64 input columns, computed at load: about 1.06 bytes per weight; the embedding table stays as stored), or none"
+const quantizeHelp = "weight quantisation: int8 (weight-only, symmetric, one f32 scale per 64 input columns, computed at load: about 1.06 bytes per weight, embedding table and head included), or none"
 
 // parseQuantize reads --quantize: "" or "none" (float weights) or "int8".
 func parseQuantize(s string) (string, error) {

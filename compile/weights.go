@@ -28,13 +28,14 @@ import (
 //     used (params), which the backend fuses into its GEMM/GEMV. Other
 //     weights, and every weight elsewhere, are converted to the compute
 //     dtype on the host.
-//   - With Options.Quantize "int8", the Matmul weights that Linear reads
-//     (not the embedding table, which is only gathered) are held as int8
+//   - With Options.Quantize "int8", the Matmul weights (the embedding
+//     table and head included) are held as int8
 //     [out, in/G, G] plus f32 scales [out, in/G, 1] (symmetric, per group
 //     of lm.QuantGroup input columns, per channel when in is no multiple of
 //     it), quantised from the checkpoint at load; the graph dequantises
 //     them (nn.DequantizeInt8), which tputool's cpu backend fuses into its
-//     int8 GEMM/GEMV and other backends compute as written.
+//     int8 GEMM/GEMV and other backends compute as written; nn.Embedding
+//     gathers the int8 rows and their scales before dequantising.
 
 // Quantizations are the values of Options.Quantize.
 var Quantizations = []string{"int8"}
@@ -88,12 +89,8 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 	if err := r.checkQuantize(); err != nil {
 		return err
 	}
-	gathered := map[string]bool{}
-	for _, w := range r.model.EmbedWeights() {
-		gathered[w.Name] = true
-	}
 	for _, w := range l.Weights() {
-		if err := r.loadWeight(l, w, gathered[w.Name]); err != nil {
+		if err := r.loadWeight(l, w); err != nil {
 			return fmt.Errorf("weight %s: %w", w.Name, err)
 		}
 		r.all = append(r.all, w.Name)
@@ -130,9 +127,9 @@ func (r *LM) withScales(names []string) []string {
 }
 
 // loadWeight holds one weight as the comment at the top of this file says.
-func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec, gathered bool) error {
+func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	h := r.holding()
-	if h.Quantized(w, gathered) {
+	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
 	}
 	matrix := w.Matmul && len(w.Shape) == 2

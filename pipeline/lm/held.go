@@ -42,21 +42,22 @@ type Holding struct {
 	Quantize string
 }
 
-// Quantized reports whether weight w, which Embed reads when gathered,
-// is held as int8 under h: the Matmul matrices that only Linear reads.
-func (h Holding) Quantized(w WeightSpec, gathered bool) bool {
-	return h.Quantize == "int8" && w.Matmul && len(w.Shape) == 2 && !gathered
+// Quantized reports whether weight w is held as int8 under h: every
+// Matmul matrix (nn.Linear multiplies it, nn.Embedding gathers its int8
+// rows and scales).
+func (h Holding) Quantized(w WeightSpec) bool {
+	return h.Quantize == "int8" && w.Matmul && len(w.Shape) == 2
 }
 
 // HeldBytes is the memory weight w (stored as stored) takes when held
 // as h says: int8 plus one f32 scale per group when quantised, else its
 // elements in the held dtype.
-func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType, gathered bool) int64 {
+func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 	n := int64(1)
 	for _, d := range w.Shape {
 		n *= int64(d)
 	}
-	if h.Quantized(w, gathered) {
+	if h.Quantized(w) {
 		return n + 4*n/int64(QuantGroupOf(w.Shape[1]))
 	}
 	held := h.Compute
@@ -69,13 +70,9 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType, gathered bool) int
 // HeldBytes is the memory the model's weights take when an executor
 // holds them as h says.
 func (l *Loaded) HeldBytes(h Holding) int64 {
-	gathered := map[string]bool{}
-	for _, w := range l.Model.EmbedWeights() {
-		gathered[w.Name] = true
-	}
 	var n int64
 	for _, w := range l.weights {
-		n += h.HeldBytes(w, l.StoredDType(w.Name), gathered[w.Name])
+		n += h.HeldBytes(w, l.StoredDType(w.Name))
 	}
 	return n
 }

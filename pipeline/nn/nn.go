@@ -123,9 +123,19 @@ func blockedMatmul(x, w *Node) *Node {
 // ConvertDType of a narrower weight (an executor holding the table in its
 // checkpoint dtype), the rows are gathered first and only they are
 // converted: the same values, without converting the whole table.
+//
+// Likewise for a table in DequantizeInt8's form: the int8 rows and their
+// scales are gathered and only they are dequantised.
 func Embedding(w, ids *Node) *Node {
 	if w.Type() == NodeTypeConvertDType && w.Rank() == 2 {
 		return ConvertDType(Embedding(w.Inputs()[0], ids), w.DType())
+	}
+	if q, scales, ok := dequantizeInt8Parts(w); ok {
+		d := q.Shape().Dimensions
+		rows := Gather(q, InsertAxes(ids, -1))       // [..., groups, G]
+		srows := Gather(scales, InsertAxes(ids, -1)) // [..., groups, 1]
+		y := Mul(ConvertDType(rows, dtypes.Float32), BroadcastToDims(srows, rows.Shape().Dimensions...))
+		return Reshape(y, append(ids.Shape().Clone().Dimensions, d[1]*d[2])...) // [..., H]
 	}
 	switch w.Rank() {
 	case 2:
@@ -166,6 +176,27 @@ func DequantizeInt8(q, scales *Node, dtype dtypes.DType) *Node {
 		w = ConvertDType(w, dtype)
 	}
 	return w
+}
+
+// dequantizeInt8Parts returns q and scales when w is DequantizeInt8's
+// f32 form.
+func dequantizeInt8Parts(w *Node) (q, scales *Node, ok bool) {
+	if w.Type() != NodeTypeReshape || w.Rank() != 2 || w.DType() != dtypes.Float32 {
+		return nil, nil, false
+	}
+	m := w.Inputs()[0]
+	if m.Type() != NodeTypeMul || m.Rank() != 3 {
+		return nil, nil, false
+	}
+	c, b := m.Inputs()[0], m.Inputs()[1]
+	if c.Type() != NodeTypeConvertDType || c.Inputs()[0].DType() != dtypes.Int8 || b.Type() != NodeTypeBroadcastInDim {
+		return nil, nil, false
+	}
+	q, scales = c.Inputs()[0], b.Inputs()[0]
+	if d := q.Shape().Dimensions; scales.DType() != dtypes.Float32 || !slices.Equal(scales.Shape().Dimensions, []int{d[0], d[1], 1}) {
+		return nil, nil, false
+	}
+	return q, scales, true
 }
 
 // RMSNorm normalizes over the last axis in float32, as transformers does,

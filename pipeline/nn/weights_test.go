@@ -68,3 +68,36 @@ func TestEmbeddingGathersBeforeConverting(t *testing.T) {
 		}
 	}
 }
+
+// Embedding of a table in DequantizeInt8's form gathers the int8 rows and
+// their scales: the rows of the dequantised table.
+func TestEmbeddingGathersInt8Rows(t *testing.T) {
+	const v, groups, g = 6, 2, 3
+	q := make([]int8, v*groups*g)
+	for i := range q {
+		q[i] = int8(i*29%255 - 127)
+	}
+	scales := make([]float32, v*groups)
+	for i := range scales {
+		scales[i] = 0.01 * float32(i+1)
+	}
+	ids := []int32{5, 0, 3, 3}
+	var direct NodeType
+	res := execGraph(t, func(in []*Node) []*Node {
+		e := Embedding(DequantizeInt8(in[0], in[1], dtypes.Float32), Reshape(in[2], 2, 2))
+		direct = e.Inputs()[0].Inputs()[0].Inputs()[0].Type() // Reshape(Mul(ConvertDType(Gather)))
+		return []*Node{e}
+	}, tensors.FromFlatDataAndDimensions(q, v, groups, g), tensors.FromFlatDataAndDimensions(scales, v, groups, 1),
+		tensors.FromFlatDataAndDimensions(ids, 4))
+	if direct != NodeTypeGather {
+		t.Errorf("int8 rows come from %s, want a gather", direct)
+	}
+	for i, id := range ids {
+		for c := 0; c < groups*g; c++ {
+			want := float32(q[int(id)*groups*g+c]) * scales[int(id)*groups+c/g]
+			if got := res[0][i*groups*g+c]; got != want {
+				t.Fatalf("id %d col %d = %g, want %g", id, c, got, want)
+			}
+		}
+	}
+}
