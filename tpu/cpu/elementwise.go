@@ -400,6 +400,11 @@ func unaryFloat[T float32 | float64](op backends.OpType, dst, src []T) {
 				d[i] = logisticf(v)
 			}
 			return
+		case backends.OpTypeErf:
+			for i, v := range s {
+				d[i] = erff(v)
+			}
+			return
 		}
 	}
 	switch op {

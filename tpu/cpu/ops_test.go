@@ -1225,3 +1225,21 @@ func TestSoftmax(t *testing.T) {
 		}
 	}
 }
+
+// TestErff bounds erff's absolute error against float64 math.Erf.
+func TestErff(t *testing.T) {
+	worst := 0.0
+	for x := float32(-6); x < 6; x += 0.000731 {
+		worst = max(worst, math.Abs(float64(erff(x))-math.Erf(float64(x))))
+	}
+	for _, x := range []float32{0, 1e-20, -1e-20, 30, -30, float32(math.Inf(1)), float32(math.Inf(-1))} {
+		worst = max(worst, math.Abs(float64(erff(x))-math.Erf(float64(x))))
+	}
+	if worst > 5e-7 {
+		t.Errorf("erff: worst absolute error %.3g, want <= 5e-7", worst)
+	}
+	if v := erff(float32(math.NaN())); v == v {
+		t.Errorf("erff(NaN) = %g", v)
+	}
+	t.Logf("erff: worst absolute error %.3g", worst)
+}
