@@ -186,14 +186,6 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 	if donate != nil && len(donate) != len(inputs) {
 		return nil, fmt.Errorf("cpu backend: %q: %d donate flags for %d inputs", e.name, len(donate), len(inputs))
 	}
-	e.poolMu.Lock()
-	free := e.pool
-	e.pool = nil
-	e.poolMu.Unlock()
-	if free == nil {
-		free = map[freeKey][]any{}
-	}
-	st := &execState{e: e, vals: make([]*slot, len(e.nodes)), free: free}
 	bufs := make([]*Buffer, len(inputs))
 	for i, x := range inputs {
 		buf, err := e.backend.buffer(x)
@@ -207,6 +199,7 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 	}
 	// One slot per distinct input buffer; it is owned only when donated and
 	// not also passed, undonated, as another input.
+	st := &execState{e: e, vals: make([]*slot, len(e.nodes))}
 	slots := map[*Buffer]*slot{}
 	for i, buf := range bufs {
 		data, err := buf.flatOf()
@@ -222,6 +215,13 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 			s.owned = false
 		}
 		st.vals[e.params[i].idx] = s
+	}
+	// The memory the last call freed (none when another call has it).
+	e.poolMu.Lock()
+	st.free, e.pool = e.pool, nil
+	e.poolMu.Unlock()
+	if st.free == nil {
+		st.free = map[freeKey][]any{}
 	}
 	cur := -1
 	defer func() {
