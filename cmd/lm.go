@@ -70,7 +70,7 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 		return nil, err
 	}
 	gcHeadroom(dev, r.WeightBytes())
-	rep.Debugf("%s", weightsLine(l, r, holdingOf(dev, o)))
+	reportWeights(rep, dev, l, r, o)
 	rep.Debugf("%s mode ready", o.Mode)
 	if par := r.Parallel(); par.Devices > 1 {
 		rep.Debugf("parallel: TP %d x DP %d over %d devices, %d weights split", par.TP, par.DP, par.Devices, par.Split)

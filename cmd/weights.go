@@ -11,6 +11,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/humanize"
+	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/tpu"
 )
@@ -83,7 +84,14 @@ func gcHeadroom(dev *tpu.Device, weights int64) {
 	}
 }
 
-// weightsLine describes the held weights for --verbose.
-func weightsLine(l *lm.Loaded, r *compile.LM, h lm.Holding) string {
-	return fmt.Sprintf("weights: %s held as %s (%s in the checkpoint)", humanize.Bytes(r.WeightBytes()), holdingName(h), humanize.Bytes(l.WeightBytes()))
+// reportWeights names the held weights under --verbose, and warns when
+// --quantize runs on a backend without the fused int8 matmul: the graph
+// then dequantises every weight to f32 at every step, which works but is
+// slow (GoMLX's go backend: minutes for a 110M model's 128 tokens).
+func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.LM, o compile.Options) {
+	h := holdingOf(dev, o)
+	rep.Debugf("weights: %s held as %s (%s in the checkpoint)", humanize.Bytes(r.WeightBytes()), holdingName(h), humanize.Bytes(l.WeightBytes()))
+	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
+		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies int8 directly", o.Quantize, dev.BackendName)
+	}
 }

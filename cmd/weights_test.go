@@ -1,0 +1,59 @@
+package cmd
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/tpu"
+)
+
+// --quantize int8 continues TinyStories with the f32 text, names the held
+// weights under --verbose, and on the go backend (no fused int8 matmul)
+// warns that it is slow.
+func TestGenerateQuantizeInt8(t *testing.T) {
+	for _, dev := range []string{"cpu:fast", "cpu:go"} {
+		e := genEnv(t)
+		code := e.run("--device", dev, "generate", "-v", "--model", storiesDir, "-p", "Once upon a time", "--stop", ".", "--temperature", "0", "--quantize", "int8")
+		require.Equal(t, ExitOK, code, e.errOut.String())
+		assert.Equal(t, ", there was a little girl named Lily\n", e.out.String(), dev)
+		assert.Contains(t, e.errOut.String(), "held as int8 with float32 compute", dev)
+		assert.Equal(t, dev == "cpu:go", strings.Contains(e.errOut.String(), "dequantised at every step"), dev)
+	}
+}
+
+func TestQuantizeFlagValues(t *testing.T) {
+	e := genEnv(t)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int4"))
+	assert.Contains(t, e.errOut.String(), `--quantize "int4": want int8 or none`)
+	e = genEnv(t)
+	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--quantize", "q4"))
+	assert.Contains(t, e.errOut.String(), `--quantize "q4"`)
+}
+
+// The pre-flight check counts the weights as they will be held: f32, the
+// checkpoint's bf16/f16 on a NarrowWeights backend, or int8 and scales.
+func TestCheckWeightsFit(t *testing.T) {
+	l, err := lmckpt.Load(storiesDir)
+	require.NoError(t, err)
+	defer l.Close()
+	dev := &tpu.Device{Capabilities: tpu.Capabilities{HostMemory: true, NarrowWeights: true}}
+	f32 := compile.Options{DType: dtypes.Float32}
+	int8 := compile.Options{DType: dtypes.Float32, Quantize: "int8"}
+	full := l.WeightBytes() // an f32 checkpoint: as stored
+	require.NoError(t, checkWeightsFit(dev, l, f32, full))
+	err = checkWeightsFit(dev, l, f32, full-1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "try --quantize int8")
+	require.NoError(t, checkWeightsFit(dev, l, int8, full/3))
+	err = checkWeightsFit(dev, l, int8, 1000)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "held as int8 with float32 compute")
+	// Not in host memory (an accelerator): no check.
+	require.NoError(t, checkWeightsFit(&tpu.Device{}, l, f32, 1))
+}
