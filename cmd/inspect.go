@@ -33,6 +33,8 @@ type InspectOptions struct {
 	Headroom float64
 	Retries  int
 	JSON     bool
+	// Quantize is --quantize: "" or "int8".
+	Quantize string
 }
 
 // NewCmdInspect builds `tputool inspect`.
@@ -81,6 +83,10 @@ after the report, naming the first one.`,
 			if _, _, err := inspect.ParseDType(opts.DType); err != nil {
 				return err
 			}
+			var err error
+			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
+				return err
+			}
 			opts.JSON = f.Global.JSON
 			opts.HubClient = f.retryingHubClient(opts.Retries)
 			if runF != nil {
@@ -95,6 +101,7 @@ after the report, naming the first one.`,
 	fl.IntVarP(&opts.Batch, "batch", "b", inspect.DefaultBatch, "sequences served at once")
 	fl.IntVarP(&opts.Context, "context", "c", inspect.DefaultContext, "tokens per sequence (prompt + output)")
 	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
+	fl.StringVar(&opts.Quantize, "quantize", "", "count the matrix weights as generate --quantize holds them: int8 (1 byte per weight plus an f32 scale per 64 input columns), or none")
 	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
 	addRetriesFlag(c, &opts.Retries)
 	return c
@@ -105,7 +112,7 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom})
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize})
 	if err != nil {
 		return err
 	}
@@ -209,7 +216,11 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 		}
 	}
 	m := r.Memory
-	fmt.Fprintf(w, "\nMemory at %s, batch %d, context %d:\n", m.DType, m.Batch, m.Context)
+	at := m.DType
+	if m.Quantize != "" {
+		at += ", " + m.Quantize + " matrix weights"
+	}
+	fmt.Fprintf(w, "\nMemory at %s, batch %d, context %d:\n", at, m.Batch, m.Context)
 	row := func(k string, n int64) { fmt.Fprintf(w, "  %-16s %s\n", k, humanize.Bytes(n)) }
 	row("weights", m.Weights)
 	if r.Text != nil {

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -48,6 +50,10 @@ type Options struct {
 	Fit func(tpu.FitRequest) ([]tpu.FitResult, error)
 	// Parallel bounds concurrent remote header reads (default 8).
 	Parallel int
+	// Quantize is "" or "int8": the Matmul weights of an architecture
+	// tputool runs count as int8 plus one f32 scale per group of input
+	// columns, as generate --quantize int8 holds them (lm.Holding).
+	Quantize string
 }
 
 // Report is the result of Run; its JSON form is `inspect --json`.
@@ -145,8 +151,10 @@ type Memory struct {
 	Batch   int    `json:"batch"`
 	Context int    `json:"context"`
 	// Weights is the used parameters in DType (integer tensors keep their
-	// size).
+	// size); under Options.Quantize the Matmul weights in int8 and scales.
 	Weights int64 `json:"weights_bytes"`
+	// Quantize is Options.Quantize.
+	Quantize string `json:"quantize,omitempty"`
 	State
 	// Total is Weights + KVCache + Recurrent, before headroom.
 	Total int64 `json:"total_bytes"`
@@ -263,6 +271,13 @@ func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
 			}
 		}
 		r.Memory.Weights = weightBytes(tensors, skip, elem)
+		if opts.Quantize != "" {
+			if arch == nil {
+				return nil, errs.Unsupportedf("--quantize %s: tputool does not run %s, so which weights are matrices is unknown", opts.Quantize, r.Architecture)
+			}
+			r.Memory.Weights = quantizedBytes(tensors, skip, elem, arch, opts.Quantize)
+			r.Memory.Quantize = opts.Quantize
+		}
 		kvElem = elem
 		if kvElem == 0 {
 			kvElem = 2 // auto: the KV cache runs in bf16
@@ -406,6 +421,32 @@ func byDType(ts []safetensors.TensorInfo) []DTypeCount {
 		return out[i].DType < out[j].DType
 	})
 	return out
+}
+
+// quantizedBytes is the memory of the tensors the architecture reads,
+// its Matmul weights held as quantize says (lm.Holding.HeldBytes) and the
+// others as weightBytes counts them.
+func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch lm.Model, quantize string) int64 {
+	specs := map[string]lm.WeightSpec{}
+	for _, w := range lm.Weights(arch) {
+		specs[w.Name] = w
+	}
+	h := lm.Holding{Quantize: quantize}
+	var n int64
+	for i, t := range ts {
+		if skip != nil && skip[i] != "" {
+			continue
+		}
+		w, ok := specs[t.Name]
+		switch {
+		case !ok: // not read (a tied checkpoint's lm_head.weight)
+		case h.Quantized(w):
+			n += h.HeldBytes(w, dtypes.Float32)
+		default:
+			n += weightBytes(ts[i:i+1], nil, elem)
+		}
+	}
+	return n
 }
 
 // weightBytes is the memory of the used tensors with floating-point ones
