@@ -5,6 +5,11 @@
 //
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/llama-110m            # the benchmark model
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/m -hidden 256 -layers 4 -vocab 4096
+//	go run ./scripts/gen-llm-checkpoint -o /tmp/q9b -dtype BF16 -config testdata/configs/qwen3_5_9b/config.json
+//
+// With -config it writes every tensor the architecture of that config.json
+// reads (any architecture tputool runs), streaming, so an 18 GB checkpoint
+// needs a few MiB of memory.
 package main
 
 import (
@@ -24,10 +29,18 @@ func main() {
 	inter := flag.Int("intermediate", 2048, "intermediate_size")
 	vocab := flag.Int("vocab", 32000, "vocab_size")
 	dtype := flag.String("dtype", "F32", "stored dtype: F32, F16 or BF16")
+	cfg := flag.String("config", "", "config.json of any architecture tputool runs: write its tensors (streaming) instead of a Llama shape")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint: -o is required")
 		os.Exit(2)
+	}
+	if *cfg != "" {
+		if err := writeFromConfig(*cfg, *out, safetensors.DType(*dtype)); err != nil {
+			fmt.Fprintln(os.Stderr, "gen-llm-checkpoint:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	t := lmckpt.LlamaShape(*hidden, *layers, *heads, *inter, *vocab)
 	t.DType = safetensors.DType(*dtype)
