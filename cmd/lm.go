@@ -60,6 +60,7 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 	if err := checkWeightsFit(dev, l, o, hostMemory); err != nil {
 		return nil, err
 	}
+	gcHeadroom(dev, l.HeldBytes(holdingOf(dev, o))) // before the load, whose temporaries count too
 	nonFinite := newNonFiniteWarnings(rep)
 	l.OnNonFinite = nonFinite.note // weights are checked as NewLM converts them
 	o.OnRecompile = debugRecompile(rep)
@@ -69,7 +70,6 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporte
 	if err != nil {
 		return nil, err
 	}
-	gcHeadroom(dev, r.WeightBytes())
 	reportWeights(rep, dev, l, r, o)
 	rep.Debugf("%s mode ready", o.Mode)
 	if par := r.Parallel(); par.Devices > 1 {

@@ -70,10 +70,13 @@ func holdingName(h lm.Holding) string {
 }
 
 // gcHeadroom bounds the garbage the Go collector lets pile up between
-// collections once a model's weights are held in process memory: with
-// the default GOGC=100 the heap may grow to twice the live heap, which
-// the weights dominate, before a collection; the bound is 1/16 of the
-// weights (at least 32 MiB). GOGC set in the environment is left alone.
+// collections when a model's weights (about weights bytes) are held in
+// process memory: with the default GOGC=100 the heap may grow to twice
+// the live heap, which the weights dominate, before a collection; the
+// bound is 1/16 of the weights (at least 32 MiB). It is set before the
+// weights load, so that the load's temporaries (an f32 copy of each
+// weight being quantised) are collected too. GOGC set in the environment
+// is left alone.
 func gcHeadroom(dev *tpu.Device, weights int64) {
 	if !dev.Capabilities.HostMemory || weights <= 0 || os.Getenv("GOGC") != "" {
 		return
