@@ -5,10 +5,10 @@ import (
 	"sync"
 )
 
-// Blocking of the packed (NN) driver. A tile of C (mcBlock × nc) is one unit
-// of parallel work: its worker packs, for each kcBlock slice of k, an A block
-// into mr-row panels and a B block into nr-column panels, then runs the
-// microkernel over the panels. The A block (mcBlock×kcBlock×4 = 128 KiB)
+// Blocking of the packed (NN) driver. A tile of C (all rows × nc columns) is
+// one unit of parallel work: for each kcBlock slice of k its worker packs the
+// B block into nr-column panels once, then for each mcBlock of rows packs an
+// A block into mr-row panels and runs the microkernel over the panels. The A block (mcBlock×kcBlock×4 = 128 KiB)
 // stays in L2, one B micro-panel (kcBlock×nr×4 = 32 KiB at nr 32) streams
 // through L1.
 const (
@@ -45,20 +45,31 @@ type packBufs struct {
 // packA packs rows [i0, i0+mc) and k range [p0, p0+kc) of A into panels of
 // mr rows, k-major, zero-padding the last panel.
 func packA(dst, a []float32, lda, i0, mc, p0, kc, mr int) {
+	var rows [16][]float32
 	for ip := 0; ip < mc; ip += mr {
-		panel := dst[(ip/mr)*mr*kc:]
-		rows := min(mr, mc-ip)
-		for ii := 0; ii < rows; ii++ {
-			src := a[(i0+ip+ii)*lda+p0:]
-			src = src[:kc]
-			for p, v := range src {
-				panel[p*mr+ii] = v
-			}
+		panel := dst[(ip/mr)*mr*kc : (ip/mr+1)*mr*kc]
+		n := min(mr, mc-ip)
+		for ii := 0; ii < n; ii++ {
+			o := (i0+ip+ii)*lda + p0
+			rows[ii] = a[o : o+kc]
 		}
-		for ii := rows; ii < mr; ii++ {
+		if n == mr && mr == 8 {
+			// The AVX-512 panel: one k step is 8 consecutive floats.
+			r0, r1, r2, r3 := rows[0][:kc], rows[1][:kc], rows[2][:kc], rows[3][:kc]
+			r4, r5, r6, r7 := rows[4][:kc], rows[5][:kc], rows[6][:kc], rows[7][:kc]
 			for p := 0; p < kc; p++ {
-				panel[p*mr+ii] = 0
+				d := panel[p*8 : p*8+8 : p*8+8]
+				d[0], d[1], d[2], d[3] = r0[p], r1[p], r2[p], r3[p]
+				d[4], d[5], d[6], d[7] = r4[p], r5[p], r6[p], r7[p]
 			}
+			continue
+		}
+		for p := 0; p < kc; p++ {
+			d := panel[p*mr : p*mr+mr]
+			for ii := 0; ii < n; ii++ {
+				d[ii] = rows[ii][p]
+			}
+			clear(d[n:])
 		}
 	}
 }
@@ -94,59 +105,62 @@ func gemmPacked(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ld
 	}
 	mk := currentMicroKernel()
 	mr, nr := mk.mr, mk.nr
-	mBlocks := (m + mcBlock - 1) / mcBlock
-	// Enough tiles for every thread to get about two, but no narrower
-	// than a panel and no wider than ncMax.
-	nc := ncMax
-	want := 2 * Threads()
-	if nb := (want + mBlocks - 1) / mBlocks; nb > 1 {
-		nc = min(nc, (n+nb-1)/nb)
-	}
+	// A tile is a block of nc columns over all rows of C, so each B block
+	// is packed once; A blocks are packed once per tile. Enough tiles for
+	// every thread to get about two, but no narrower than a panel and no
+	// wider than ncMax.
+	nc := min(ncMax, (n+2*Threads()-1)/(2*Threads()))
 	nc = max(nr, (nc+nr-1)/nr*nr)
 	nBlocks := (n + nc - 1) / nc
-	tiles := mBlocks * nBlocks
-	Parallel(tiles, 1, func(lo, hi int) {
+	Parallel(nBlocks, 1, func(lo, hi int) {
 		bufs := packPool.Get().(*packBufs)
 		defer packPool.Put(bufs)
 		for t := lo; t < hi; t++ {
-			i0 := (t / nBlocks) * mcBlock
-			j0 := (t % nBlocks) * nc
-			mc := min(mcBlock, m-i0)
+			j0 := t * nc
 			ncT := min(nc, n-j0)
 			for p0 := 0; p0 < k; p0 += kcBlock {
 				kc := min(kcBlock, k-p0)
-				packA(bufs.a, a, lda, i0, mc, p0, kc, mr)
 				pack(bufs.b, j0, ncT, p0, kc, nr)
-				acc := p0 > 0
-				for jp := 0; jp < ncT; jp += nr {
-					bp := bufs.b[(jp/nr)*nr*kc:]
-					cols := min(nr, ncT-jp)
-					for ip := 0; ip < mc; ip += mr {
-						ap := bufs.a[(ip/mr)*mr*kc:]
-						rows := min(mr, mc-ip)
-						ci := (i0+ip)*ldc + j0 + jp
-						if rows == mr && cols == nr {
-							mk.fn(kc, ap, bp, c[ci:ci+(mr-1)*ldc+nr], ldc, acc)
-							continue
-						}
-						tmp := bufs.tmp[:mr*nr]
-						mk.fn(kc, ap, bp, tmp, nr, false)
-						for ii := 0; ii < rows; ii++ {
-							dst := c[ci+ii*ldc : ci+ii*ldc+cols]
-							src := tmp[ii*nr : ii*nr+cols]
-							if acc {
-								for jj := range dst {
-									dst[jj] += src[jj]
-								}
-							} else {
-								copy(dst, src)
-							}
-						}
-					}
+				for i0 := 0; i0 < m; i0 += mcBlock {
+					mc := min(mcBlock, m-i0)
+					packA(bufs.a, a, lda, i0, mc, p0, kc, mr)
+					packedBlock(mk, bufs, c, ldc, i0, mc, j0, ncT, kc, p0 > 0)
 				}
 			}
 		}
 	})
+}
+
+// packedBlock runs the microkernel over one packed A block (mc rows) and B
+// block (nc columns) of kc, into C at (i0, j0).
+func packedBlock(mk microKernel, bufs *packBufs, c []float32, ldc, i0, mc, j0, nc, kc int, acc bool) {
+	mr, nr := mk.mr, mk.nr
+	for jp := 0; jp < nc; jp += nr {
+		bp := bufs.b[(jp/nr)*nr*kc:]
+		cols := min(nr, nc-jp)
+		for ip := 0; ip < mc; ip += mr {
+			ap := bufs.a[(ip/mr)*mr*kc:]
+			rows := min(mr, mc-ip)
+			ci := (i0+ip)*ldc + j0 + jp
+			if rows == mr && cols == nr {
+				mk.fn(kc, ap, bp, c[ci:ci+(mr-1)*ldc+nr], ldc, acc)
+				continue
+			}
+			tmp := bufs.tmp[:mr*nr]
+			mk.fn(kc, ap, bp, tmp, nr, false)
+			for ii := 0; ii < rows; ii++ {
+				dst := c[ci+ii*ldc : ci+ii*ldc+cols]
+				src := tmp[ii*nr : ii*nr+cols]
+				if acc {
+					for jj := range dst {
+						dst[jj] += src[jj]
+					}
+				} else {
+					copy(dst, src)
+				}
+			}
+		}
+	}
 }
 
 // gemvGrain is the fewest output rows a GEMV worker takes: enough that the
