@@ -167,7 +167,6 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		return err
 	}
 	q, scales := kernels.QuantizeInt8(wide, out, in, g)
-	wide = nil
 	qt, err := r.upload(shapes.Make(dtypes.Int8, out, in/g, g), func(flat any) error { copy(flat.([]int8), q); return nil })
 	if err != nil {
 		return err
