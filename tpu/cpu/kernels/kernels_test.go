@@ -230,9 +230,10 @@ func TestGemmThreads(t *testing.T) {
 
 func TestShortSlicesPanicClearly(t *testing.T) {
 	cases := map[string]func(){
-		"A":      func() { GemmF32NT(2, 2, 4, make([]float32, 7), 4, make([]float32, 8), 4, make([]float32, 4), 2) },
-		"B":      func() { GemmBF16NT(1, 2, 4, make([]float32, 4), 4, make([]uint16, 7), 4, make([]float32, 2), 2) },
-		"stride": func() { GemmF32NN(2, 2, 2, make([]float32, 4), 1, make([]float32, 4), 2, make([]float32, 4), 2) },
+		"A":        func() { GemmF32NT(2, 2, 4, make([]float32, 7), 4, make([]float32, 8), 4, make([]float32, 4), 2) },
+		"B":        func() { GemmBF16NT(1, 2, 4, make([]float32, 4), 4, make([]uint16, 7), 4, make([]float32, 2), 2) },
+		"overflow": func() { GemmF32NT(math.MaxInt/2, 1, 1, nil, 4, nil, 1, nil, 1) },
+		"stride":   func() { GemmF32NN(2, 2, 2, make([]float32, 4), 1, make([]float32, 4), 2, make([]float32, 4), 2) },
 		"group": func() {
 			GemmInt8NT(1, 1, 6, make([]float32, 6), 6, make([]int8, 6), 6, []float32{1}, 4, make([]float32, 1), 1)
 		},
