@@ -6,7 +6,10 @@
 // Backends:
 //
 //   - "go" (github.com/gomlx/gomlx/backends/simplego) is always compiled in
-//     and is the CPU device.
+//     and is the CPU device (DefaultCPUBackend); --device cpu:go names it.
+//   - "cpu" (tpu/cpu, tputool's own CPU backend on the SIMD kernels of
+//     tpu/cpu/kernels) is always compiled in, pure Go and Go assembly;
+//     --device cpu:fast opens it.
 //   - "xla" (github.com/gomlx/gomlx/backends/xla over go-xla's PJRT bindings)
 //     needs cgo. Files that import it carry //go:build cgo; the !cgo build has
 //     twins that return an errs.ErrDeviceUnavailable error, so the binary
