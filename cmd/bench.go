@@ -22,6 +22,7 @@ import (
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/pipeline/bench"
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
 	"github.com/tputool/tputool/tpu"
 )
@@ -406,6 +407,9 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	if err := benchTaskFlags(task, opts.TaskFlags); err != nil {
 		return err
 	}
+	if task == bench.TaskGenerate {
+		clampBenchLens(opts, m, rep)
+	}
 	dev, err := opts.Device()
 	if err != nil {
 		return err
@@ -430,7 +434,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep),
+			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep),
 		})
 	} else {
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {
@@ -465,7 +469,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 
 // benchLoadLM loads a language model for bench.Generate; each mode's
 // session compiles it with o and that mode.
-func benchLoadLM(m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, rep *ui.Reporter) func() (*bench.LM, error) {
+func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, rep *ui.Reporter) func() (*bench.LM, error) {
 	return func() (*bench.LM, error) {
 		l, err := openLM(m, dev, o.DType, rep)
 		if err != nil {
@@ -493,11 +497,78 @@ func benchLoadLM(m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compi
 				if err != nil {
 					return nil, err
 				}
-				return &bench.LMSession{Runner: r, Close: r.Close, Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
+				return &bench.LMSession{Runner: interruptibleLM{LM: r, ctx: ctx}, Close: r.Close, Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
 			},
 			Close: func() { l.Close() },
 		}, nil
 	}
+}
+
+// interruptibleLM is bench's runner: its prefill runs in pieces of about
+// 200 ms, as generate's does, so Ctrl-C stops a long prompt too (and the
+// prefill timed is the one generate runs). The pieces are sized by the
+// wall clock, not bench's (tests fix bench's).
+type interruptibleLM struct {
+	*compile.LM
+	ctx context.Context
+}
+
+func (r interruptibleLM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	return generate.Prefill(r.ctx, r.LM, prompts, generate.Options{MaxNewTokens: maxNew, Now: time.Now})
+}
+
+// clampBenchLens fits the default --prompt-len and --gen-len into the
+// model's positions (a 512-position model cannot take 512 + 128), with a
+// note; lengths given on the command line are left for the check to
+// refuse.
+func clampBenchLens(opts *BenchOptions, m *loader.Model, rep *ui.Reporter) {
+	maxPos := modelMaxPositions(m)
+	givenP, givenG := slices.Contains(opts.TaskFlags, "prompt-len"), slices.Contains(opts.TaskFlags, "gen-len")
+	if maxPos <= 0 || (givenP && givenG) {
+		return
+	}
+	p, g := slices.Max(opts.PromptLens), slices.Max(opts.GenLens)
+	if p+g <= maxPos {
+		return
+	}
+	switch {
+	case !givenP && !givenG:
+		g = min(g, maxPos/4)
+		p = maxPos - g
+	case !givenP:
+		p = maxPos - g
+	default:
+		g = maxPos - p
+	}
+	if p < 1 || g < 1 {
+		return
+	}
+	if !givenP {
+		opts.PromptLens = []int{p}
+	}
+	if !givenG {
+		opts.GenLens = []int{g}
+	}
+	rep.Infof("note: the model has %d positions: using --prompt-len %d --gen-len %d", maxPos, slices.Max(opts.PromptLens), slices.Max(opts.GenLens))
+}
+
+// modelMaxPositions reads max_position_embeddings from config.json (the
+// text model's for multimodal configs); 0 when absent.
+func modelMaxPositions(m *loader.Model) int {
+	cfg := m.Config
+	if cfg == nil {
+		return 0
+	}
+	if cfg.Text != nil && cfg.Text.Has("max_position_embeddings") {
+		cfg = cfg.Text
+	}
+	var v struct {
+		MaxPositions int `json:"max_position_embeddings"`
+	}
+	if cfg.Decode(&v) != nil {
+		return 0
+	}
+	return v.MaxPositions
 }
 
 // benchCounters sums the programs' statistics for bench.

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bench"
 	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
 )
@@ -321,4 +323,32 @@ func TestBenchCompare(t *testing.T) {
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "--compare", oldPath, bad))
 	assert.Contains(t, e.errOut.String(), bad+": no schema_version")
+}
+
+// TestBenchDefaultsFitTheModel: the default 512 + 128 do not fit the
+// stories model's 512 positions, so they are clamped with a note; lengths
+// given explicitly are left for the check to refuse.
+func TestBenchDefaultsFitTheModel(t *testing.T) {
+	cfg, err := config.ReadModel(filepath.Join(storiesDir, "config.json"))
+	require.NoError(t, err)
+	m := &loader.Model{Config: cfg}
+	for _, tc := range []struct {
+		given        []string
+		prompt, gen  []int
+		wantP, wantG []int
+		note         bool
+	}{
+		{nil, []int{512}, []int{128}, []int{384}, []int{128}, true},
+		{[]string{"gen-len"}, []int{512}, []int{28}, []int{484}, []int{28}, true},
+		{[]string{"prompt-len"}, []int{500}, []int{128}, []int{500}, []int{12}, true},
+		{[]string{"prompt-len", "gen-len"}, []int{512}, []int{128}, []int{512}, []int{128}, false},
+		{nil, []int{256}, []int{128}, []int{256}, []int{128}, false},
+	} {
+		e := genEnv(t)
+		opts := &BenchOptions{TaskFlags: tc.given, PromptLens: tc.prompt, GenLens: tc.gen}
+		clampBenchLens(opts, m, e.f.Reporter())
+		assert.Equal(t, tc.wantP, opts.PromptLens, "%v", tc)
+		assert.Equal(t, tc.wantG, opts.GenLens, "%v", tc)
+		assert.Equal(t, tc.note, strings.Contains(e.errOut.String(), "note: the model has 512 positions"), e.errOut.String())
+	}
 }

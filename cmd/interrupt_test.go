@@ -167,3 +167,20 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	assert.Equal(t, int(ExitInterrupted), code, p.stderr())
 	assert.Contains(t, p.stderr(), "interrupted")
 }
+
+// TestInterruptBenchDuringPrefill: bench's prefill runs in pieces too, so
+// Ctrl-C stops a benchmark at a long prompt.
+func TestInterruptBenchDuringPrefill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 27M-parameter prefill in a subprocess")
+	}
+	dir := slowModel(t)
+	p := startTputool(t, "bench", "-v", "--model", dir, "--mode", "compiled", "--batch", "1", "--prompt-len", "900", "--gen-len", "2", "-r", "1", "--warmup", "0")
+	p.waitLine(t, "model ", 5*time.Minute)
+	time.Sleep(2 * time.Second) // into the prefill
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	code, took := p.wait(t, 10*time.Second)
+	t.Logf("bench exit %d %s after SIGINT", code, took)
+	assert.Equal(t, int(ExitInterrupted), code, p.stderr())
+	assert.Contains(t, p.stderr(), "stopping…")
+}

@@ -289,6 +289,26 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 	return out, m, interrupted
 }
 
+// Prefill runs only the prefill of a Run: the prompts (after o.Cached
+// tokens) in pieces on a Chunked runner, sized and reported as
+// o.PrefillChunk, o.OnPrefill and o.Now say, checking ctx between pieces
+// (an error wrapping errs.ErrInterrupted when it is cancelled); else in
+// one Prefill call. It returns each row's logits after its prompt. bench
+// times prefill through it, so Ctrl-C stops a benchmark too.
+func Prefill(ctx context.Context, r Runner, prompts [][]int, o Options) ([][]float32, error) {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	compileTime := func() time.Duration {
+		if ct, ok := r.(CompileTimer); ok {
+			return ct.CompileDuration()
+		}
+		return 0
+	}
+	return prefill(ctx, r, prompts, o, now, compileTime)
+}
+
 // prefill runs the prompts: in pieces on a Chunked runner (checking ctx
 // between them), else in one Prefill call.
 func prefill(ctx context.Context, r Runner, prompts [][]int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
