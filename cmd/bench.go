@@ -22,8 +22,8 @@ import (
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/pipeline/bench"
-	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/tpu"
 )
 
