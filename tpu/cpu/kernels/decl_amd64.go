@@ -67,3 +67,21 @@ func widenF16AVX512(dst *float32, src *uint16, n int)
 
 //go:noescape
 func widenI8AVX512(dst *float32, src *int8, n int, s float32)
+
+//go:noescape
+func expSubSumAVX2(x *float32, n int, mx float32) float32
+
+//go:noescape
+func siluMulAVX2(dst, gate, up *float32, n int)
+
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float32
+
+//go:noescape
+func scaleMulAVX2(dst, x, w *float32, n int, s float32)
+
+//go:noescape
+func scaleInPlaceAVX2(x *float32, n int, s float32)
+
+//go:noescape
+func addInPlaceAVX2(dst, x *float32, n int)

@@ -119,65 +119,87 @@ func currentMicroKernel() microKernel {
 
 func axpy(alpha float32, x, y []float32) { axpyF32(alpha, x, y) }
 
-// Row kernels: AVX-512 assembly over the first len&^15 elements, portable Go
-// for the rest; the AVX2 and generic levels use the portable Go versions.
+// Row kernels: assembly over the first len&^15 elements (AVX-512 or AVX2),
+// portable Go for the rest and on the generic level.
 
 func sumSquares(x []float32) float32 {
 	nm := len(x) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	switch {
+	case nm == 0 || level == levelGeneric:
 		return sumSquaresGeneric(x)
+	case level == levelAVX512:
+		return sumSquaresAVX512(&x[0], nm) + sumSquaresGeneric(x[nm:])
 	}
-	return sumSquaresAVX512(&x[0], nm) + sumSquaresGeneric(x[nm:])
+	return sumSquaresAVX2(&x[0], nm) + sumSquaresGeneric(x[nm:])
 }
 
 func scaleMul(dst, x, w []float32, s float32) {
 	nm := len(dst) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	if nm == 0 || level == levelGeneric {
 		scaleMulGeneric(dst, x, w, s)
 		return
 	}
 	_, _ = x[len(dst)-1], w[len(dst)-1]
-	scaleMulAVX512(&dst[0], &x[0], &w[0], nm, s)
+	if level == levelAVX512 {
+		scaleMulAVX512(&dst[0], &x[0], &w[0], nm, s)
+	} else {
+		scaleMulAVX2(&dst[0], &x[0], &w[0], nm, s)
+	}
 	scaleMulGeneric(dst[nm:], x[nm:], w[nm:], s)
 }
 
 func scaleInPlace(x []float32, s float32) {
 	nm := len(x) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	if nm == 0 || level == levelGeneric {
 		scaleInPlaceGeneric(x, s)
 		return
 	}
-	scaleInPlaceAVX512(&x[0], nm, s)
+	if level == levelAVX512 {
+		scaleInPlaceAVX512(&x[0], nm, s)
+	} else {
+		scaleInPlaceAVX2(&x[0], nm, s)
+	}
 	scaleInPlaceGeneric(x[nm:], s)
 }
 
 func expSubSum(x []float32, mx float32) float32 {
 	nm := len(x) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	switch {
+	case nm == 0 || level == levelGeneric:
 		return expSubSumGeneric(x, mx)
+	case level == levelAVX512:
+		return expSubSumAVX512(&x[0], nm, mx) + expSubSumGeneric(x[nm:], mx)
 	}
-	return expSubSumAVX512(&x[0], nm, mx) + expSubSumGeneric(x[nm:], mx)
+	return expSubSumAVX2(&x[0], nm, mx) + expSubSumGeneric(x[nm:], mx)
 }
 
 func siluMul(dst, gate, up []float32) {
 	nm := len(dst) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	if nm == 0 || level == levelGeneric {
 		siluMulGeneric(dst, gate, up)
 		return
 	}
 	_, _ = gate[len(dst)-1], up[len(dst)-1]
-	siluMulAVX512(&dst[0], &gate[0], &up[0], nm)
+	if level == levelAVX512 {
+		siluMulAVX512(&dst[0], &gate[0], &up[0], nm)
+	} else {
+		siluMulAVX2(&dst[0], &gate[0], &up[0], nm)
+	}
 	siluMulGeneric(dst[nm:], gate[nm:], up[nm:])
 }
 
 func addInPlace(dst, x []float32) {
 	nm := len(dst) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	if nm == 0 || level == levelGeneric {
 		addInPlaceGeneric(dst, x)
 		return
 	}
 	_ = x[len(dst)-1]
-	addInPlaceAVX512(&dst[0], &x[0], nm)
+	if level == levelAVX512 {
+		addInPlaceAVX512(&dst[0], &x[0], nm)
+	} else {
+		addInPlaceAVX2(&dst[0], &x[0], nm)
+	}
 	addInPlaceGeneric(dst[nm:], x[nm:])
 }
 

@@ -233,3 +233,248 @@ wiloop:
 	JLT       wiloop
 	VZEROUPPER
 	RET
+
+// ---- AVX2 + FMA ----
+// The same kernels on 8-lane ymm registers. 16 registers are too few to
+// hold the exp constants, so they are 32-byte vectors in memory (L1 hits).
+// Without VSCALEFPS, 2^n is built in the exponent bits, so the input clamp
+// is [-87.3, 88.3] (n stays in the normal range): e^x of a very negative x
+// is about 1.2e-38 instead of 0, and SiLU of a very negative gate is about
+// -5e-37·up instead of -0.
+DATA expc8<>+0(SB)/4, $0x3fb8aa3b // log2e = 1.44269504
+DATA expc8<>+4(SB)/4, $0x3fb8aa3b
+DATA expc8<>+8(SB)/4, $0x3fb8aa3b
+DATA expc8<>+12(SB)/4, $0x3fb8aa3b
+DATA expc8<>+16(SB)/4, $0x3fb8aa3b
+DATA expc8<>+20(SB)/4, $0x3fb8aa3b
+DATA expc8<>+24(SB)/4, $0x3fb8aa3b
+DATA expc8<>+28(SB)/4, $0x3fb8aa3b
+DATA expc8<>+32(SB)/4, $0x3f318000 // ln2hi = 0.693359375
+DATA expc8<>+36(SB)/4, $0x3f318000
+DATA expc8<>+40(SB)/4, $0x3f318000
+DATA expc8<>+44(SB)/4, $0x3f318000
+DATA expc8<>+48(SB)/4, $0x3f318000
+DATA expc8<>+52(SB)/4, $0x3f318000
+DATA expc8<>+56(SB)/4, $0x3f318000
+DATA expc8<>+60(SB)/4, $0x3f318000
+DATA expc8<>+64(SB)/4, $0xb95e8083 // ln2lo = -0.00021219444
+DATA expc8<>+68(SB)/4, $0xb95e8083
+DATA expc8<>+72(SB)/4, $0xb95e8083
+DATA expc8<>+76(SB)/4, $0xb95e8083
+DATA expc8<>+80(SB)/4, $0xb95e8083
+DATA expc8<>+84(SB)/4, $0xb95e8083
+DATA expc8<>+88(SB)/4, $0xb95e8083
+DATA expc8<>+92(SB)/4, $0xb95e8083
+DATA expc8<>+96(SB)/4, $0xc2ae999a // lo = -87.3
+DATA expc8<>+100(SB)/4, $0xc2ae999a
+DATA expc8<>+104(SB)/4, $0xc2ae999a
+DATA expc8<>+108(SB)/4, $0xc2ae999a
+DATA expc8<>+112(SB)/4, $0xc2ae999a
+DATA expc8<>+116(SB)/4, $0xc2ae999a
+DATA expc8<>+120(SB)/4, $0xc2ae999a
+DATA expc8<>+124(SB)/4, $0xc2ae999a
+DATA expc8<>+128(SB)/4, $0x42b0999a // hi = 88.3
+DATA expc8<>+132(SB)/4, $0x42b0999a
+DATA expc8<>+136(SB)/4, $0x42b0999a
+DATA expc8<>+140(SB)/4, $0x42b0999a
+DATA expc8<>+144(SB)/4, $0x42b0999a
+DATA expc8<>+148(SB)/4, $0x42b0999a
+DATA expc8<>+152(SB)/4, $0x42b0999a
+DATA expc8<>+156(SB)/4, $0x42b0999a
+DATA expc8<>+160(SB)/4, $0x39500d01 // c7 = 0.000198412698
+DATA expc8<>+164(SB)/4, $0x39500d01
+DATA expc8<>+168(SB)/4, $0x39500d01
+DATA expc8<>+172(SB)/4, $0x39500d01
+DATA expc8<>+176(SB)/4, $0x39500d01
+DATA expc8<>+180(SB)/4, $0x39500d01
+DATA expc8<>+184(SB)/4, $0x39500d01
+DATA expc8<>+188(SB)/4, $0x39500d01
+DATA expc8<>+192(SB)/4, $0x3ab60b61 // c6 = 0.00138888889
+DATA expc8<>+196(SB)/4, $0x3ab60b61
+DATA expc8<>+200(SB)/4, $0x3ab60b61
+DATA expc8<>+204(SB)/4, $0x3ab60b61
+DATA expc8<>+208(SB)/4, $0x3ab60b61
+DATA expc8<>+212(SB)/4, $0x3ab60b61
+DATA expc8<>+216(SB)/4, $0x3ab60b61
+DATA expc8<>+220(SB)/4, $0x3ab60b61
+DATA expc8<>+224(SB)/4, $0x3c088889 // c5 = 0.00833333333
+DATA expc8<>+228(SB)/4, $0x3c088889
+DATA expc8<>+232(SB)/4, $0x3c088889
+DATA expc8<>+236(SB)/4, $0x3c088889
+DATA expc8<>+240(SB)/4, $0x3c088889
+DATA expc8<>+244(SB)/4, $0x3c088889
+DATA expc8<>+248(SB)/4, $0x3c088889
+DATA expc8<>+252(SB)/4, $0x3c088889
+DATA expc8<>+256(SB)/4, $0x3d2aaaab // c4 = 0.0416666667
+DATA expc8<>+260(SB)/4, $0x3d2aaaab
+DATA expc8<>+264(SB)/4, $0x3d2aaaab
+DATA expc8<>+268(SB)/4, $0x3d2aaaab
+DATA expc8<>+272(SB)/4, $0x3d2aaaab
+DATA expc8<>+276(SB)/4, $0x3d2aaaab
+DATA expc8<>+280(SB)/4, $0x3d2aaaab
+DATA expc8<>+284(SB)/4, $0x3d2aaaab
+DATA expc8<>+288(SB)/4, $0x3e2aaaab // c3 = 0.166666667
+DATA expc8<>+292(SB)/4, $0x3e2aaaab
+DATA expc8<>+296(SB)/4, $0x3e2aaaab
+DATA expc8<>+300(SB)/4, $0x3e2aaaab
+DATA expc8<>+304(SB)/4, $0x3e2aaaab
+DATA expc8<>+308(SB)/4, $0x3e2aaaab
+DATA expc8<>+312(SB)/4, $0x3e2aaaab
+DATA expc8<>+316(SB)/4, $0x3e2aaaab
+DATA expc8<>+320(SB)/4, $0x3f000000 // c2 = 0.5
+DATA expc8<>+324(SB)/4, $0x3f000000
+DATA expc8<>+328(SB)/4, $0x3f000000
+DATA expc8<>+332(SB)/4, $0x3f000000
+DATA expc8<>+336(SB)/4, $0x3f000000
+DATA expc8<>+340(SB)/4, $0x3f000000
+DATA expc8<>+344(SB)/4, $0x3f000000
+DATA expc8<>+348(SB)/4, $0x3f000000
+DATA expc8<>+352(SB)/4, $0x3f800000 // one = 1
+DATA expc8<>+356(SB)/4, $0x3f800000
+DATA expc8<>+360(SB)/4, $0x3f800000
+DATA expc8<>+364(SB)/4, $0x3f800000
+DATA expc8<>+368(SB)/4, $0x3f800000
+DATA expc8<>+372(SB)/4, $0x3f800000
+DATA expc8<>+376(SB)/4, $0x3f800000
+DATA expc8<>+380(SB)/4, $0x3f800000
+DATA expc8<>+384(SB)/4, $127 // exponent bias (int32)
+DATA expc8<>+388(SB)/4, $127
+DATA expc8<>+392(SB)/4, $127
+DATA expc8<>+396(SB)/4, $127
+DATA expc8<>+400(SB)/4, $127
+DATA expc8<>+404(SB)/4, $127
+DATA expc8<>+408(SB)/4, $127
+DATA expc8<>+412(SB)/4, $127
+GLOBL expc8<>(SB), RODATA|NOPTR, $416
+
+// EXP256(X, N, P): X = e^X lane-wise (8 lanes), N and P clobbered.
+#define EXP256(X, N, P) \
+	VMAXPS       expc8<>+96(SB), X, X  \
+	VMINPS       expc8<>+128(SB), X, X \
+	VMULPS       expc8<>+0(SB), X, N   \
+	VROUNDPS     $0, N, N              \
+	VFNMADD231PS expc8<>+32(SB), N, X  \
+	VFNMADD231PS expc8<>+64(SB), N, X  \
+	VMOVUPS      expc8<>+160(SB), P    \
+	VFMADD213PS  expc8<>+192(SB), X, P \
+	VFMADD213PS  expc8<>+224(SB), X, P \
+	VFMADD213PS  expc8<>+256(SB), X, P \
+	VFMADD213PS  expc8<>+288(SB), X, P \
+	VFMADD213PS  expc8<>+320(SB), X, P \
+	VFMADD213PS  expc8<>+352(SB), X, P \
+	VFMADD213PS  expc8<>+352(SB), X, P \
+	VCVTPS2DQ    N, N                  \
+	VPADDD       expc8<>+384(SB), N, N \
+	VPSLLD       $23, N, N             \
+	VMULPS       N, P, X
+
+// func expSubSumAVX2(x *float32, n int, mx float32) float32
+TEXT ·expSubSumAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS mx+16(FP), Y7
+	VXORPS Y0, Y0, Y0
+	XORQ   AX, AX
+es2loop:
+	VMOVUPS (SI)(AX*4), Y1
+	VSUBPS  Y7, Y1, Y1
+	EXP256(Y1, Y2, Y3)
+	VMOVUPS Y1, (SI)(AX*4)
+	VADDPS  Y1, Y0, Y0
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     es2loop
+	REDUCE256(Y0, X0, ret+24(FP))
+	VZEROUPPER
+	RET
+
+// func siluMulAVX2(dst, gate, up *float32, n int)
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+sm2loop:
+	VMOVUPS (SI)(AX*4), Y0
+	VXORPS  Y1, Y1, Y1
+	VSUBPS  Y0, Y1, Y1
+	EXP256(Y1, Y2, Y3)
+	VADDPS  expc8<>+352(SB), Y1, Y1
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VDIVPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     sm2loop
+	VZEROUPPER
+	RET
+
+// func sumSquaresAVX2(x *float32, n int) float32
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ   AX, AX
+ss2loop:
+	VMOVUPS     (SI)(AX*4), Y2
+	VMOVUPS     32(SI)(AX*4), Y3
+	VFMADD231PS Y2, Y2, Y0
+	VFMADD231PS Y3, Y3, Y1
+	ADDQ        $16, AX
+	CMPQ        AX, CX
+	JLT         ss2loop
+	VADDPS Y1, Y0, Y0
+	REDUCE256(Y0, X0, ret+16(FP))
+	VZEROUPPER
+	RET
+
+// func scaleMulAVX2(dst, x, w *float32, n int, s float32)
+TEXT ·scaleMulAVX2(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSS s+32(FP), Y4
+	XORQ AX, AX
+sc2loop:
+	VMULPS  (SI)(AX*4), Y4, Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     sc2loop
+	VZEROUPPER
+	RET
+
+// func scaleInPlaceAVX2(x *float32, n int, s float32)
+TEXT ·scaleInPlaceAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y4
+	XORQ AX, AX
+si2loop:
+	VMULPS  (SI)(AX*4), Y4, Y0
+	VMOVUPS Y0, (SI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     si2loop
+	VZEROUPPER
+	RET
+
+// func addInPlaceAVX2(dst, x *float32, n int)
+TEXT ·addInPlaceAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+ad2loop:
+	VMOVUPS (DI)(AX*4), Y0
+	VADDPS  (SI)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	CMPQ    AX, CX
+	JLT     ad2loop
+	VZEROUPPER
+	RET
