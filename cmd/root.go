@@ -151,12 +151,24 @@ to stderr, with progress bars only on a terminal.`,
 			}
 			return nil
 		},
-		Example: `  tputool generate --model Qwen/Qwen3-0.6B --prompt "Why is the sky blue?"
+		Example: `  tputool --version
+  tputool generate --model Qwen/Qwen3-0.6B --prompt "Why is the sky blue?"
   tputool chat --model Qwen/Qwen3-0.6B
   tputool diffuse --model stabilityai/sd-turbo --prompt "a red fox" -o fox.png
   tputool bench --model Qwen/Qwen3-0.6B --batch 1,8
   tputool inspect --model Qwen/Qwen3.5-9B --context 32768
   tputool devices --json`,
+	}
+	var showVersion bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version (as tputool version; with --json, its JSON)")
+	root.RunE = func(c *cobra.Command, args []string) error {
+		if showVersion {
+			return versionRun(c.Context(), &VersionOptions{IO: f.IOStreams, Build: f.Build, JSON: g.JSON})
+		}
+		if len(args) > 0 {
+			return errs.Usagef("unknown command %q for \"tputool\"", args[0])
+		}
+		return c.Help()
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errs.Usagef("%s", err)

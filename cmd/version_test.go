@@ -29,3 +29,20 @@ func TestVersion(t *testing.T) {
 	require.Equal(t, ExitOK, e.run("version", "--json"))
 	assert.Contains(t, e.out.String(), "\n  \"version\": \"1.2.3\"", "indented JSON on a TTY")
 }
+
+func TestVersionFlag(t *testing.T) {
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("--version"), e.errOut.String())
+	assert.Equal(t, "tputool 1.2.3\ngo1.26.8 linux/amd64, gomlx v0.26.0, go-xla v0.1.4, cgo off (pure Go: CPU backend only)\n", e.out.String())
+
+	e = newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("--version", "--json"), e.errOut.String())
+	assert.Contains(t, e.out.String(), `"version":"1.2.3"`)
+
+	// Without it, the root command still prints help; a stray word is a usage error.
+	e = newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run())
+	assert.Contains(t, e.out.String(), "Available Commands")
+	e = newTestFactory(t, nil)
+	assert.Equal(t, ExitUsage, e.run("genrate"))
+}
