@@ -19,7 +19,7 @@ import (
 // cpuDevice opens the pure-Go backend exactly as tputool does (--device cpu).
 func cpuDevice(t *testing.T) backends.Backend {
 	t.Helper()
-	spec, err := tpu.ParseSpec("cpu")
+	spec, err := tpu.ParseSpec("cpu:go")
 	if err != nil {
 		t.Fatal(err)
 	}
