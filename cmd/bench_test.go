@@ -20,6 +20,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bench"
 	"github.com/tputool/tputool/pipeline/testkit/sdckpt"
+	"github.com/tputool/tputool/tpu"
 )
 
 // tickClock advances by one millisecond at every reading, so each figure
@@ -132,8 +133,8 @@ func TestBenchGenerateJSON(t *testing.T) {
 	assert.Equal(t, "1.2.3", h.TputoolVersion)
 	assert.Equal(t, "v0.26.0", h.GoMLX)
 	assert.Equal(t, "v0.1.4", h.GoXLA)
-	assert.Equal(t, "cpu (go, 1 device)", h.Device)
-	assert.Equal(t, "go", h.Backend)
+	assert.Equal(t, "cpu ("+tpu.DefaultCPUBackend+", 1 device)", h.Device)
+	assert.Equal(t, tpu.DefaultCPUBackend, h.Backend)
 	assert.Equal(t, "float32", h.DType)
 	assert.Equal(t, storiesDir, h.Model)
 	assert.Equal(t, "generate", h.Task, "inferred from the checkpoint")

@@ -97,7 +97,7 @@ func TestDevicesCPUSelected(t *testing.T) {
 	e := newTestFactory(t, nil)
 	withFakeMachine(t, e, nil)
 	require.Equal(t, ExitOK, e.run("--device", "cpu", "devices"))
-	assert.Contains(t, e.out.String(), "Selected: cpu (go, 1 device)")
+	assert.Contains(t, e.out.String(), "Selected: cpu ("+tpu.DefaultCPUBackend+", 1 device)")
 }
 
 func TestDevicesBadSpecIsUsage(t *testing.T) {

@@ -29,7 +29,7 @@ func TestParallelFlagsUsage(t *testing.T) {
 func TestGenerateTPNeedsDevices(t *testing.T) {
 	e := genEnv(t)
 	require.Equal(t, ExitDevice, e.run("--device", "cpu", "generate", "-m", storiesDir, "-p", "Once", "--tp", "2"), e.errOut.String())
-	assert.Contains(t, e.errOut.String(), "--tp 2 needs 2 devices, but the go backend has 1")
+	assert.Contains(t, e.errOut.String(), "--tp 2 needs 2 devices, but the "+tpu.DefaultCPUBackend+" backend has 1")
 	assert.Empty(t, e.out.String())
 
 	e = genEnv(t)

@@ -28,7 +28,7 @@ func TestListFakeTPUVM(t *testing.T) {
 	for _, d := range inv.Devices {
 		byName[d.Name] = d
 	}
-	assert.Equal(t, DeviceInfo{Name: "cpu", Kind: KindCPU, Backend: "go", Usable: true, Cores: runtime.NumCPU(), MemoryBytes: 16 << 20}, byName["cpu"])
+	assert.Equal(t, DeviceInfo{Name: "cpu", Kind: KindCPU, Backend: DefaultCPUBackend, Usable: true, Cores: runtime.NumCPU(), MemoryBytes: 16 << 20}, byName["cpu"])
 
 	tpu := byName["tpu"]
 	assert.Equal(t, tpuLib, tpu.PluginPath)
