@@ -271,3 +271,22 @@ func TestGenerateSeeds(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), "prefill: 8 tokens in")
 	assert.Contains(t, e.errOut.String(), "cpu (go backend; asked for auto)")
 }
+
+// TestNotAModelFolder: a directory without config.json or model_index.json
+// is refused before anything walks it, with one message and exit 2, for
+// every model command.
+func TestNotAModelFolder(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.md"), []byte("docs"), 0o644))
+	require.NoError(t, os.Symlink("/nonexistent/target", filepath.Join(dir, "dangling")))
+	for _, args := range [][]string{
+		{"generate", "--model", dir, "-p", "x"},
+		{"chat", "--model", dir},
+		{"diffuse", "--model", dir, "-p", "x"},
+		{"inspect", "--model", dir},
+	} {
+		e := genEnv(t)
+		assert.Equal(t, ExitUsage, e.run(args...), "%v: %s", args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "not a model folder: no config.json or model_index.json", "%v", args)
+	}
+}

@@ -218,6 +218,9 @@ func (m *Model) Name() string { return m.Ref.String() }
 // errs.ErrUnsupported.
 func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 	if r.Local {
+		if err := checkModelFolder(r); err != nil {
+			return nil, err
+		}
 		files, err := hub.ListDir(r.Path)
 		if err != nil {
 			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
@@ -288,6 +291,26 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// ErrNotModelFolder marks a local --model directory with neither
+// config.json nor model_index.json (a usage error, exit 2).
+var ErrNotModelFolder = errors.New("not a model folder: no config.json or model_index.json")
+
+// checkModelFolder refuses a local directory that is not a model before
+// anything walks it (a directory such as /etc would otherwise fail on
+// whatever its tree holds).
+func checkModelFolder(r Ref) error {
+	st, err := os.Stat(r.Path)
+	if err != nil || !st.IsDir() {
+		return nil // ListDir reports it
+	}
+	for _, name := range []string{"config.json", "model_index.json"} {
+		if _, err := os.Stat(filepath.Join(r.Path, name)); err == nil {
+			return nil
+		}
+	}
+	return errs.Usagef("--model %s: %w", r.Raw, ErrNotModelFolder)
 }
 
 // resolveCached resolves a commit from the cache alone; it fails unless

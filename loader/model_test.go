@@ -265,7 +265,8 @@ func TestResolveLocalDir(t *testing.T) {
 		t.Errorf("header: %v", err)
 	}
 	empty := t.TempDir()
-	if _, err := resolve(context.Background(), empty, loader.Options{}); !errors.Is(err, errs.ErrUnsupported) {
+	// A folder that is not a model is a usage error naming what is missing.
+	if _, err := resolve(context.Background(), empty, loader.Options{}); !errors.Is(err, errs.ErrUsage) || !errors.Is(err, loader.ErrNotModelFolder) {
 		t.Errorf("empty dir: %v", err)
 	}
 }
