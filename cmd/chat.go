@@ -220,7 +220,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		s.nd = ui.NewNDJSON(opts.IO.Out)
 	}
 
-	if f, ok := opts.IO.In.(*os.File); ok && opts.IO.IsStdinTTY() && opts.IO.IsStdoutTTY() && !opts.JSON && term.IsTerminal(int(f.Fd())) {
+	if f, ok := opts.IO.In.(*os.File); ok && opts.IO.IsStdinTTY() && opts.IO.IsStdoutTTY() && !opts.IO.IsDumbTerminal() && !opts.JSON && term.IsTerminal(int(f.Fd())) {
 		return s.interactive(ctx, f)
 	}
 	return s.lines(ctx, opts.IO.In)

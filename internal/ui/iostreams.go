@@ -26,6 +26,9 @@ type IOStreams struct {
 	stdoutTTY bool
 	stderrTTY bool
 	color     bool
+	// dumb: TERM=dumb, a terminal that cannot redraw a line (no bars, no
+	// line editor).
+	dumb bool
 }
 
 func isTerminal(f *os.File) bool {
@@ -43,7 +46,8 @@ func System(getenv func(string) string) *IOStreams {
 		stdoutTTY: isTerminal(os.Stdout),
 		stderrTTY: isTerminal(os.Stderr),
 	}
-	s.color = s.stderrTTY && getenv("NO_COLOR") == "" && getenv("TERM") != "dumb"
+	s.dumb = getenv("TERM") == "dumb"
+	s.color = s.stderrTTY && getenv("NO_COLOR") == "" && !s.dumb
 	return s
 }
 
@@ -76,3 +80,10 @@ func (s *IOStreams) SetStderrTTY(v bool) { s.stderrTTY = v }
 
 // SetColorEnabled overrides the colour decision (tests, NO_COLOR).
 func (s *IOStreams) SetColorEnabled(v bool) { s.color = v }
+
+// IsDumbTerminal reports TERM=dumb: a terminal that cannot redraw a line,
+// so no progress bars are drawn (plain lines instead).
+func (s *IOStreams) IsDumbTerminal() bool { return s.dumb }
+
+// SetDumbTerminal sets what IsDumbTerminal reports (tests).
+func (s *IOStreams) SetDumbTerminal(v bool) { s.dumb = v }

@@ -111,7 +111,8 @@ type ReporterOptions struct {
 }
 
 // ChooseMode applies the rules of the output layer: bars only when stderr is
-// a TTY and neither --quiet, --json nor --no-progress is set; NDJSON under
+// a TTY that can redraw a line (TERM is not dumb) and neither --quiet,
+// --json nor --no-progress is set; NDJSON under
 // --json; plain throttled lines otherwise; nothing under --quiet.
 func ChooseMode(io *IOStreams, o ReporterOptions) Mode {
 	switch {
@@ -119,7 +120,7 @@ func ChooseMode(io *IOStreams, o ReporterOptions) Mode {
 		return ModeQuiet
 	case o.JSON:
 		return ModeJSON
-	case io.IsStderrTTY() && !o.NoProgress:
+	case io.IsStderrTTY() && !io.IsDumbTerminal() && !o.NoProgress:
 		return ModeBar
 	default:
 		return ModePlain

@@ -180,3 +180,24 @@ func TestTextEventLines(t *testing.T) {
 	NewReporter(s, ReporterOptions{JSON: true}).Event("bench_row", "row 1", map[string]any{"row": 1})
 	assert.Equal(t, "{\"row\":1,\"type\":\"bench_row\"}\n", errOut.String())
 }
+
+func TestDumbTerminalGetsNoBars(t *testing.T) {
+	io, _, _, _ := Test()
+	io.SetStderrTTY(true)
+	if m := ChooseMode(io, ReporterOptions{}); m != ModeBar {
+		t.Fatalf("a terminal: mode %v, want bars", m)
+	}
+	io.SetDumbTerminal(true)
+	if m := ChooseMode(io, ReporterOptions{}); m != ModePlain {
+		t.Errorf("TERM=dumb: mode %v, want plain lines", m)
+	}
+	sys := System(func(k string) string {
+		if k == "TERM" {
+			return "dumb"
+		}
+		return ""
+	})
+	if !sys.IsDumbTerminal() || sys.ColorEnabled() {
+		t.Errorf("System with TERM=dumb: dumb %v, colour %v", sys.IsDumbTerminal(), sys.ColorEnabled())
+	}
+}
