@@ -176,7 +176,7 @@ to stderr, with progress bars only on a terminal.`,
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodeHelp + envHelp)
 
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.Device, "device", "auto", "device: auto, cpu, tpu, gpu, or xla:PLUGIN_OR_PATH (env TPUTOOL_DEVICE)")
+	pf.StringVar(&g.Device, "device", "auto", "device: auto, cpu (cpu:fast is tputool's own CPU engine, cpu:go GoMLX's go backend), tpu, gpu, or xla:PLUGIN_OR_PATH (env TPUTOOL_DEVICE)")
 	pf.BoolVar(&g.JSON, "json", false, "print results as JSON on stdout (and NDJSON events on stderr)")
 	pf.BoolVarP(&g.Quiet, "quiet", "q", false, "print only results, warnings and errors")
 	pf.BoolVarP(&g.Verbose, "verbose", "v", false, "print timings, metrics and debug details to stderr")
