@@ -158,27 +158,65 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 }
 
 // quantizeWeight holds a [out, in] weight as int8 [out, in/G, G] and its
-// scales [out, in/G, 1].
+// scales [out, in/G, 1], quantising blocks of rows as they are decoded
+// (about 16 MiB of f32 at a time), so that no f32 copy of the whole
+// weight is ever made.
 func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	out, in := w.Shape[0], w.Shape[1]
 	g := lm.QuantGroupOf(in)
-	wide := make([]float32, out*in)
-	if err := l.DecodeInto(w.Name, wide); err != nil {
+	ng := in / g
+	rows := max(1, quantBlock/max(in, 1))
+	fill := func(q []int8, scales []float32) error {
+		return l.DecodeBlocks(w.Name, rows*in, func(at int, vals []float32) {
+			bq, bs := kernels.QuantizeInt8(vals, len(vals)/in, in, g)
+			row := at / in
+			copy(q[row*in:], bq)
+			copy(scales[row*ng:], bs)
+		})
+	}
+	qShape, sShape := shapes.Make(dtypes.Int8, out, ng, g), shapes.Make(dtypes.Float32, out, ng, 1)
+	if !r.sharedUpload() {
+		// Quantise into host slices, then upload them.
+		q, scales := make([]int8, qShape.Size()), make([]float32, sShape.Size())
+		if err := fill(q, scales); err != nil {
+			return err
+		}
+		qt, err := r.upload(qShape, func(flat any) error { copy(flat.([]int8), q); return nil })
+		if err != nil {
+			return err
+		}
+		r.weights[w.Name] = qt
+		st, err := r.upload(sShape, func(flat any) error { copy(flat.([]float32), scales); return nil })
+		r.weights[w.Name+scalesSuffix] = st
 		return err
 	}
-	q, scales := kernels.QuantizeInt8(wide, out, in, g)
-	qt, err := r.upload(shapes.Make(dtypes.Int8, out, in/g, g), func(flat any) error { copy(flat.([]int8), q); return nil })
+	qBuf, qFlat, err := r.backend.NewSharedBuffer(0, qShape)
 	if err != nil {
 		return err
 	}
-	r.weights[w.Name] = qt
-	st, err := r.upload(shapes.Make(dtypes.Float32, out, in/g, 1), func(flat any) error { copy(flat.([]float32), scales); return nil })
+	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, sShape)
 	if err != nil {
+		_ = r.backend.BufferFinalize(qBuf)
 		return err
 	}
-	r.weights[w.Name+scalesSuffix] = st
-	return nil
+	if err := fill(qFlat.([]int8), sFlat.([]float32)); err != nil {
+		_ = r.backend.BufferFinalize(qBuf)
+		_ = r.backend.BufferFinalize(sBuf)
+		return err
+	}
+	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, qBuf); err != nil {
+		return err
+	}
+	r.weights[w.Name+scalesSuffix], err = tensors.FromBuffer(r.backend, sBuf)
+	return err
 }
+
+// quantBlock is the number of weight elements quantizeWeight decodes to
+// f32 at a time (16 MiB).
+var quantBlock = 4 << 20
+
+// sharedUpload reports whether upload hands out the backend's own memory.
+func (r *LM) sharedUpload() bool { return r.tp == nil && r.backend.HasSharedBuffers() }
 
 // upload makes a weight tensor of shape filled by fill, held once: in a
 // shared buffer of the backend when it has them (fill writes the memory
@@ -186,7 +224,7 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 // and the host copy dropped. With several devices (Options.TP/DP) the
 // tensor stays on the host: it is split there (shardWeights).
 func (r *LM) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Tensor, error) {
-	if r.tp == nil && r.backend.HasSharedBuffers() {
+	if r.sharedUpload() {
 		buf, flat, err := r.backend.NewSharedBuffer(0, shape)
 		if err != nil {
 			return nil, err

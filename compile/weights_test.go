@@ -246,3 +246,28 @@ func TestHeldBytesEstimate(t *testing.T) {
 		}
 	}
 }
+
+// Quantising in blocks of rows gives the weights quantising whole tensors
+// gives (each row's groups are independent): the logits are identical.
+func TestQuantizeBlocksEqualWhole(t *testing.T) {
+	be := cpuBackend(t)
+	l := loadDir(t, "../testdata/stories260K-hf")
+	prompt := []int{1, 403, 407, 261, 378}
+	r, err := NewLM(be, l, Options{Quantize: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, whole := steps(t, r, prompt, 6, nil)
+	r.Close()
+	defer func(b int) { quantBlock = b }(quantBlock)
+	quantBlock = 3 * 172 // blocks of 3 rows for in=172, of 8 rows for in=64 (last blocks shorter)
+	r, err = NewLM(be, l, Options{Quantize: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, blocks := steps(t, r, prompt, 6, nil)
+	r.Close()
+	if rel, _ := deviation(blocks, whole); rel != 0 {
+		t.Errorf("blockwise quantisation changes the logits (relative %.3g)", rel)
+	}
+}

@@ -220,5 +220,49 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 	return nil
 }
 
+// DecodeBlocks converts weight name to float32 in consecutive blocks of
+// block elements (the last one shorter) and calls fn with each block's
+// first element index and its values, in a buffer reused between calls:
+// a weight is processed (quantised) with one block of f32 memory instead
+// of an f32 copy of the whole tensor. NaN and infinite values go to
+// OnNonFinite once, counted over the whole tensor; the tensor's pages of
+// the mapping are released afterwards.
+func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []float32)) error {
+	info, ok := l.ckpt.Info(name)
+	if !ok {
+		return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	}
+	raw, err := l.ckpt.Raw(name)
+	if err != nil {
+		return err
+	}
+	size := info.DType.Size()
+	if size == 0 || int64(len(raw)) != info.NumBytes() || len(raw)%size != 0 {
+		return fmt.Errorf("tensor %q: %d bytes do not hold %s elements", name, len(raw), info.DType)
+	}
+	block = max(block, 1)
+	buf := make([]float32, min(block, len(raw)/size))
+	nf := safetensors.NonFiniteTensor{Name: name, DType: info.DType, Elements: info.NumElements(), First: -1}
+	for at := 0; at*size < len(raw); at += block {
+		piece := raw[at*size : min((at+block)*size, len(raw))]
+		vals := buf[:len(piece)/size]
+		convert := func(off int, p []byte) { safetensors.DecodeFloat32(vals[off:], info.DType, p) }
+		if l.OnNonFinite == nil {
+			convert(0, piece)
+		} else if count, first := safetensors.ConvertChecked(info.DType, piece, convert); count > 0 {
+			if nf.Count == 0 {
+				nf.First = int64(at) + first
+			}
+			nf.Count += count
+		}
+		fn(at, vals)
+	}
+	l.ckpt.Release(name)
+	if nf.Count > 0 {
+		l.OnNonFinite(nf)
+	}
+	return nil
+}
+
 // Close unmaps the checkpoint.
 func (l *Loaded) Close() error { return l.ckpt.Close() }
