@@ -37,9 +37,6 @@ import (
 //     int8 GEMM/GEMV and other backends compute as written; nn.Embedding
 //     gathers the int8 rows and their scales before dequantising.
 
-// Quantizations are the values of Options.Quantize.
-var Quantizations = []string{"int8"}
-
 // scalesSuffix names the scales input of a quantised weight.
 const scalesSuffix = "#scales"
 
