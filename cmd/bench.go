@@ -624,6 +624,9 @@ type benchProgress struct {
 	model string
 	task  *ui.Task
 	label string
+	// perRun is the calls a run makes: the steps asked for until a run
+	// reports more (PNDM calls the UNet 6 times for 4 steps).
+	perRun int
 }
 
 func (p *benchProgress) finish() {
@@ -658,9 +661,14 @@ func (p *benchProgress) update(e bench.Progress) {
 		if e.Label != p.label {
 			p.finish()
 			p.label = e.Label
+			p.perRun = e.Steps
 			p.task = p.rep.Start(e.Label, int64(e.Runs*e.Steps), ui.UnitSteps)
 		}
-		p.task.Set(int64(e.Run*e.Steps + e.Step))
+		if e.Step > 0 && e.Steps != p.perRun {
+			p.perRun = e.Steps
+			p.task.SetTotal(int64(e.Runs * e.Steps))
+		}
+		p.task.Set(int64(e.Run*p.perRun + e.Step))
 	}
 }
 

@@ -281,9 +281,39 @@ func outputPaths(out string, batch int) []string {
 	return paths
 }
 
+// checkOutputPaths fails before any work when an output file cannot be
+// written: its directory is missing, not a directory, or not writable.
+func checkOutputPaths(paths []string) error {
+	seen := map[string]bool{}
+	for _, path := range paths {
+		dir := filepath.Dir(path)
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		st, err := os.Stat(dir)
+		if err != nil {
+			return errs.Usagef("-o %s: directory %s does not exist", path, dir)
+		}
+		if !st.IsDir() {
+			return errs.Usagef("-o %s: %s is not a directory", path, dir)
+		}
+		f, err := os.CreateTemp(dir, ".tputool-write-check-*")
+		if err != nil {
+			return errs.Usagef("-o %s: cannot write in %s: %v", path, dir, err)
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	return nil
+}
+
 func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	r := opts.Reporter
 	start := time.Now()
+	if err := checkOutputPaths(outputPaths(opts.Output, opts.Batch)); err != nil {
+		return err
+	}
 	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
 	if err != nil {
 		return err
@@ -331,6 +361,18 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	if err := p.Validate(&req); err != nil {
 		return err
 	}
+	truncated, err := p.TruncatedBy(opts.Prompt)
+	if err != nil {
+		return err
+	}
+	for _, name := range truncated {
+		r.Warnf("the prompt will be truncated to the %s tokenizer's length", name)
+	}
+	if opts.HasSeed {
+		r.Debugf("seed %d (--seed)", req.Seed)
+	} else {
+		r.Debugf("seed %d (drawn; --seed %d repeats this image)", req.Seed, req.Seed)
+	}
 	if dev.Capabilities.HostMemory {
 		if err := checkDiffusionFits(p.LargestBuffer(req), req, opts.HostMemory); err != nil {
 			return err
@@ -350,7 +392,13 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 		case sd.PhaseCompile:
 			task = r.Start(fmt.Sprintf("compiling the %s for %dx%d", denoiserName, req.Width, req.Height), 0, ui.UnitItems)
 		case sd.PhaseDenoise:
-			task = r.Start("denoising", int64(total), ui.UnitSteps)
+			if total == req.Steps {
+				task = r.Start("denoising", int64(total), ui.UnitSteps)
+			} else {
+				// PNDM, Heun, KDPM2: more denoiser calls than steps; the
+				// bar counts calls and says so.
+				task = r.Start(fmt.Sprintf("denoising, %d steps as", req.Steps), int64(total), ui.Unit(denoiserName+" calls"))
+			}
 		case sd.PhaseEncode:
 			r.Debugf("encoding the prompt")
 		case sd.PhaseDecode:
@@ -368,9 +416,6 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	}
 	if err != nil {
 		return err
-	}
-	for _, name := range res.Truncated {
-		r.Warnf("the prompt was truncated to the %s tokenizer's length", name)
 	}
 
 	// Write the images.
@@ -413,12 +458,12 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	for _, s := range t.Steps {
 		out.Timings.Steps = append(out.Timings.Steps, s.Seconds())
 	}
-	calls := ""
+	calls, per := "", "step"
 	if len(t.Steps) != req.Steps {
-		calls = fmt.Sprintf(" (%d UNet calls)", len(t.Steps))
+		calls, per = fmt.Sprintf(" (%d %s calls)", len(t.Steps), denoiserName), denoiserName+" call"
 	}
-	r.Infof("%d image(s) %dx%d, %d steps%s of %s, %.3f s/step, compile %.2f s, total %.1f s",
-		len(paths), res.Width, res.Height, req.Steps, calls, out.Scheduler, out.Timings.Step, out.Timings.Compile, out.Timings.Total)
+	r.Infof("%d image(s) %dx%d, %d steps%s of %s, %.3f s/%s, compile %.2f s, total %.1f s",
+		len(paths), res.Width, res.Height, req.Steps, calls, out.Scheduler, out.Timings.Step, per, out.Timings.Compile, out.Timings.Total)
 	if r.Verbose() {
 		r.Debugf("load %.2f s, text encoders %.2f s (compile %.2f s), denoise %.2f s (compile %.2f s), vae %.2f s (compile %.2f s), %d executables compiled",
 			out.Timings.Load, out.Timings.TextEncode, out.Timings.CompileText, out.Timings.Denoise, out.Timings.CompileDenoiser,

@@ -204,7 +204,9 @@ func TestDiffuseTTY(t *testing.T) {
 	stderr := e.errOut.String()
 	assert.Contains(t, stderr, "denoising")
 	assert.Contains(t, stderr, "\r", "a progress bar redraws in place on a terminal")
-	assert.Contains(t, stderr, "s/step")
+	// PNDM calls the UNet 3 times for 2 steps, and says so.
+	assert.Contains(t, stderr, "2 steps (3 unet calls)")
+	assert.Contains(t, stderr, "s/unet call")
 
 	// --quiet: nothing on stderr, the path on stdout.
 	e = diffuseEnv(t)
@@ -229,4 +231,29 @@ func TestDiffuseSD3(t *testing.T) {
 	assert.Equal(t, 48, res.Height)
 	_, meta := readPNG(t, path)
 	assert.Equal(t, "32x48", meta["size"])
+}
+
+// TestDiffuseFailsEarly: an output directory that does not exist fails
+// before the model is even resolved; a prompt too long for CLIP is
+// warned about before the denoising; PNDM's calls are counted apart from
+// the steps asked for.
+func TestDiffuseFailsEarly(t *testing.T) {
+	e := diffuseEnv(t)
+	assert.Equal(t, ExitUsage, e.run("diffuse", "-m", "/nonexistent/model", "-p", "fox", "-o", "/nonexistent/dir/x.png"))
+	assert.Contains(t, e.errOut.String(), "-o /nonexistent/dir/x.png: directory /nonexistent/dir does not exist")
+
+	dir := tinyPipeline(t, sdckpt.TinySD())
+	e = diffuseEnv(t)
+	path := filepath.Join(t.TempDir(), "fox.png")
+	long := strings.Repeat("a red fox in the snow ", 40)
+	require.Equal(t, ExitOK, e.run("diffuse", "-v", "-m", dir, "-p", long, "--steps", "2", "--size", "32x32", "--seed", "4", "-o", path), e.errOut.String())
+	stderr := e.errOut.String()
+	warn := strings.Index(stderr, "the prompt will be truncated")
+	denoise := strings.Index(stderr, "denoising, 2 steps as")
+	require.GreaterOrEqual(t, warn, 0, stderr)
+	require.GreaterOrEqual(t, denoise, 0, stderr)
+	assert.Less(t, warn, denoise, "the warning comes before the work")
+	assert.Contains(t, stderr, "3 unet calls")
+	assert.NotContains(t, stderr, "3 steps")
+	assert.Contains(t, stderr, "seed 4 (--seed)")
 }

@@ -224,6 +224,16 @@ func (t *Task) Set(n int64) {
 	t.p.Update(s)
 }
 
+// SetTotal changes the task's total (a count learnt once work started).
+func (t *Task) SetTotal(n int64) {
+	now := t.r.now()
+	t.mu.Lock()
+	t.s.Total, t.s.Now = n, now
+	s := t.s
+	t.mu.Unlock()
+	t.p.Update(s)
+}
+
 // Done finishes the task: clears the bar, or prints a final line.
 func (t *Task) Done() {
 	now := t.r.now()

@@ -79,7 +79,10 @@ func (quietTask) Done(TaskStatus)   {}
 
 // barTask is a progress bar (a spinner when the total is unknown), cleared
 // when the task is done.
-type barTask struct{ bar *progressbar.ProgressBar }
+type barTask struct {
+	bar   *progressbar.ProgressBar
+	total int64
+}
 
 func newBarTask(w io.Writer, s TaskStatus) *barTask {
 	max := s.Total
@@ -101,10 +104,16 @@ func newBarTask(w io.Writer, s TaskStatus) *barTask {
 	} else {
 		opts = append(opts, progressbar.OptionSetItsString(string(s.Unit)), progressbar.OptionShowIts())
 	}
-	return &barTask{bar: progressbar.NewOptions64(max, opts...)}
+	return &barTask{bar: progressbar.NewOptions64(max, opts...), total: s.Total}
 }
 
-func (t *barTask) Update(s TaskStatus) { t.bar.Set64(s.Current) }
+func (t *barTask) Update(s TaskStatus) {
+	if s.Total != t.total && s.Total > 0 {
+		t.total = s.Total
+		t.bar.ChangeMax64(s.Total)
+	}
+	t.bar.Set64(s.Current)
+}
 func (t *barTask) Done(TaskStatus)     { t.bar.Finish() }
 
 // lineTask prints "name:  40% (16 steps/40 steps)" at most once per

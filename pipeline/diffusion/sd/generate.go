@@ -251,7 +251,7 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	phase(PhaseDenoise, len(timesteps))
 	for i, t := range timesteps {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%w: denoising stopped at step %d of %d: %w", errs.ErrInterrupted, i, len(timesteps), err)
+			return nil, fmt.Errorf("%w: denoising stopped after %s: %w", errs.ErrInterrupted, StepCount(i, len(timesteps), req.Steps), err)
 		}
 		stepStart := time.Now()
 		in := latents
@@ -389,6 +389,33 @@ const sd3T5Tokens = 256
 // embeddings are the denoiser's conditioning inputs for one call.
 type embeddings struct {
 	context, pooled, timeIDs *tensors.Tensor
+}
+
+// StepCount describes denoising progress honestly: "5 of 20 steps", or,
+// for a scheduler that calls the denoiser more often than the steps asked
+// for (PNDM's PLMS repeats one timestep; Heun and KDPM2 call it twice a
+// step), "5 of 26 denoiser calls (25 steps)".
+func StepCount(done, calls, steps int) string {
+	if calls == steps {
+		return fmt.Sprintf("%d of %d steps", done, steps)
+	}
+	return fmt.Sprintf("%d of %d denoiser calls (%d steps)", done, calls, steps)
+}
+
+// TruncatedBy returns the text encoders whose tokenizer cuts prompt to its
+// length (77 tokens for CLIP), so a caller can warn before any work.
+func (p *Pipeline) TruncatedBy(prompt string) ([]string, error) {
+	var names []string
+	for _, te := range p.texts {
+		_, truncated, err := te.tok.encode(prompt, te.tok.maxLen)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", te.name, err)
+		}
+		if truncated {
+			names = append(names, te.name)
+		}
+	}
+	return names, nil
 }
 
 // encodePrompts encodes the prompt (and the negative prompt when guidance
