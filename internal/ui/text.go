@@ -114,7 +114,7 @@ func (t *barTask) Update(s TaskStatus) {
 	}
 	t.bar.Set64(s.Current)
 }
-func (t *barTask) Done(TaskStatus)     { t.bar.Finish() }
+func (t *barTask) Done(TaskStatus) { t.bar.Finish() }
 
 // lineTask prints "name:  40% (16 steps/40 steps)" at most once per
 // interval, and a last line with the time taken.
