@@ -237,9 +237,17 @@ func (c *Client) retryAfter(ctx context.Context, what string, err error, fn func
 func (c *Client) withRetry(ctx context.Context, what string, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || ctx.Err() != nil || !retryable(err) || attempt > c.Retries {
+		down := err != nil && unreachable(err)
+		if err == nil || ctx.Err() != nil || !retryable(err) || attempt > c.Retries || (down && attempt > 1) {
 			if err != nil && ctx.Err() != nil {
 				return ctx.Err()
+			}
+			var he *Error
+			if down && errors.As(err, &he) && !strings.Contains(he.Detail, hintUnreachable) {
+				if he.Detail != "" {
+					he.Detail += "; "
+				}
+				he.Detail += hintUnreachable
 			}
 			return err
 		}

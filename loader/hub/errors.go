@@ -3,7 +3,9 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -117,6 +119,21 @@ func retryable(err error) bool {
 		return he.Status == 408 || he.Status == 429 || he.Status >= 500
 	}
 	return false
+}
+
+// hintUnreachable ends the error of a Hub that cannot be reached at all.
+const hintUnreachable = "the Hub cannot be reached: use --offline for a model in the cache, or give a local path to --model"
+
+// unreachable reports a failure to reach the endpoint at all: its name
+// does not resolve (DNS) or nothing listens (connection refused). Unlike a
+// reset or a timeout mid-transfer, repeating it at once rarely helps, so
+// it is retried at most once.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 // fallbackAllowed reports whether a failed metadata call may be answered
