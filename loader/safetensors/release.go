@@ -14,7 +14,12 @@ import (
 // the file, so Release never changes what is read. Pages shared with a
 // neighbouring tensor are released too (they are simply read again). It
 // is a no-op where the platform has no madvise.
-func (c *Checkpoint) Release(name string) {
+func (c *Checkpoint) Release(name string) { c.ReleaseRange(name, 0, math.MaxInt64) }
+
+// ReleaseRange is Release for the bytes [begin, end) of tensor name (end
+// is clamped to its size): a large tensor read piece by piece gives each
+// piece back as soon as it is converted.
+func (c *Checkpoint) ReleaseRange(name string, begin, end int64) {
 	f, ok := c.byName[name]
 	if !ok || f.data == nil {
 		return
@@ -23,10 +28,14 @@ func (c *Checkpoint) Release(name string) {
 	if !ok {
 		return
 	}
+	end = min(end, info.End-info.Begin)
+	if begin < 0 || begin >= end {
+		return
+	}
 	page := int64(os.Getpagesize())
-	off := f.Header.DataOffset
-	lo := (off + info.Begin) / page * page
-	hi := min((off+info.End+page-1)/page*page, int64(len(f.data)))
+	off := f.Header.DataOffset + info.Begin
+	lo := (off + begin) / page * page
+	hi := min((off+end+page-1)/page*page, int64(len(f.data)))
 	if lo >= hi {
 		return
 	}

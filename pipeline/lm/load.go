@@ -178,9 +178,9 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 // (a backend's shared buffer, so the weight is held once): a stored dtype
 // equal to flat's is copied, others are converted (to bf16 and f16
 // rounding to nearest even). NaN and infinite values go to OnNonFinite.
-// Afterwards the tensor's pages of the mapping are released
-// (safetensors.Checkpoint.Release): the process holds the weight once,
-// in flat, and a later read maps it in again.
+// The tensor's pages of the mapping are released as it is converted, in
+// pieces of 64 MiB (safetensors.Checkpoint.ReleaseRange): the process
+// holds the weight once, in flat, and a later read maps it in again.
 func (l *Loaded) DecodeInto(name string, flat any) error {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
@@ -209,11 +209,48 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 	if _, wide := flat.([]float32); !wide && info.DType != safetensors.F32 && info.DType != safetensors.BF16 && info.DType != safetensors.F16 {
 		return errs.Unsupportedf("tensor %q: stored as %s, which converts to float32 only", name, info.DType)
 	}
-	nf, err := l.ckpt.Convert(name, l.OnNonFinite != nil, convert)
+	return l.convertReleasing(name, info, releasePiece/max(info.DType.Size(), 1), func(at int, piece []byte, check bool) (int64, int64) {
+		if !check {
+			convert(at, piece)
+			return 0, -1
+		}
+		return safetensors.ConvertChecked(info.DType, piece, func(off int, p []byte) { convert(at+off, p) })
+	})
+}
+
+// releasePiece is the number of checkpoint bytes converted before their
+// pages are released (convertReleasing): the mapping of a weight being
+// read holds at most this much, not the whole tensor (a 9B model's
+// embedding is 2 GB).
+const releasePiece = 64 << 20
+
+// convertReleasing runs conv over tensor name's bytes in pieces of elems
+// elements (at: the piece's first element; check: count NaN/Inf and
+// return the count and the first one's index in the piece), releasing
+// each piece's pages of the mapping once converted, and reports NaN and
+// infinite values to OnNonFinite once for the tensor.
+func (l *Loaded) convertReleasing(name string, info safetensors.TensorInfo, elems int, conv func(at int, piece []byte, check bool) (count, first int64)) error {
+	raw, err := l.ckpt.Raw(name)
 	if err != nil {
 		return err
 	}
-	l.ckpt.Release(name)
+	size := info.DType.Size()
+	if size == 0 || int64(len(raw)) != info.NumBytes() || len(raw)%size != 0 {
+		return fmt.Errorf("tensor %q: %d bytes do not hold %s elements", name, len(raw), info.DType)
+	}
+	step := max(elems, 1) * size
+	check := l.OnNonFinite != nil
+	nf := safetensors.NonFiniteTensor{Name: name, DType: info.DType, Elements: info.NumElements(), First: -1}
+	for off := 0; off < len(raw); off += step {
+		end := min(off+step, len(raw))
+		if count, first := conv(off/size, raw[off:end], check); count > 0 {
+			if nf.Count == 0 {
+				nf.First = int64(off/size) + first
+			}
+			nf.Count += count
+		}
+		l.ckpt.ReleaseRange(name, int64(off), int64(end))
+	}
 	if nf.Count > 0 {
 		l.OnNonFinite(nf)
 	}
@@ -225,43 +262,27 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 // first element index and its values, in a buffer reused between calls:
 // a weight is processed (quantised) with one block of f32 memory instead
 // of an f32 copy of the whole tensor. NaN and infinite values go to
-// OnNonFinite once, counted over the whole tensor; the tensor's pages of
-// the mapping are released afterwards.
+// OnNonFinite once, counted over the whole tensor; the pages of the
+// mapping are released block by block.
 func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []float32)) error {
 	info, ok := l.ckpt.Info(name)
 	if !ok {
 		return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
-	raw, err := l.ckpt.Raw(name)
-	if err != nil {
-		return err
-	}
-	size := info.DType.Size()
-	if size == 0 || int64(len(raw)) != info.NumBytes() || len(raw)%size != 0 {
-		return fmt.Errorf("tensor %q: %d bytes do not hold %s elements", name, len(raw), info.DType)
-	}
 	block = max(block, 1)
-	buf := make([]float32, min(block, len(raw)/size))
-	nf := safetensors.NonFiniteTensor{Name: name, DType: info.DType, Elements: info.NumElements(), First: -1}
-	for at := 0; at*size < len(raw); at += block {
-		piece := raw[at*size : min((at+block)*size, len(raw))]
-		vals := buf[:len(piece)/size]
+	buf := make([]float32, min(int64(block), info.NumElements()))
+	return l.convertReleasing(name, info, block, func(at int, piece []byte, check bool) (count, first int64) {
+		vals := buf[:len(piece)/info.DType.Size()]
 		convert := func(off int, p []byte) { safetensors.DecodeFloat32(vals[off:], info.DType, p) }
-		if l.OnNonFinite == nil {
+		first = -1
+		if check {
+			count, first = safetensors.ConvertChecked(info.DType, piece, convert)
+		} else {
 			convert(0, piece)
-		} else if count, first := safetensors.ConvertChecked(info.DType, piece, convert); count > 0 {
-			if nf.Count == 0 {
-				nf.First = int64(at) + first
-			}
-			nf.Count += count
 		}
 		fn(at, vals)
-	}
-	l.ckpt.Release(name)
-	if nf.Count > 0 {
-		l.OnNonFinite(nf)
-	}
-	return nil
+		return count, first
+	})
 }
 
 // Close unmaps the checkpoint.
