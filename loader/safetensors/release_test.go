@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// A released tensor reads back the same bytes: Release only drops
+// A released tensor reads back the same bytes: Release and ReleaseRange only drop
 // resident pages of the read-only mapping.
 func TestReleaseKeepsBytes(t *testing.T) {
 	vals := make([]float32, 5000) // several pages
@@ -37,6 +37,8 @@ func TestReleaseKeepsBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := bytes.Clone(raw)
+		c.ReleaseRange(name, 100, 9000)
+		c.ReleaseRange(name, 9000, 100) // empty
 		c.Release(name)
 		c.Release("missing") // ignored
 		if !bytes.Equal(raw, before) {
