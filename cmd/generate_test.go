@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/tpu"
 )
 
 // genEnv is a test factory on a fake CPU-only machine.
@@ -269,7 +271,7 @@ func TestGenerateSeeds(t *testing.T) {
 	require.Equal(t, ExitOK, e.run("generate", "-v", "--model", storiesDir, "-p", "Once", "-n", "2", "--temperature", "1", "--seed", "42"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "sampling with seed 42")
 	assert.Contains(t, e.errOut.String(), "prefill: 8 tokens in")
-	assert.Contains(t, e.errOut.String(), "cpu (go backend; asked for auto)")
+	assert.Contains(t, e.errOut.String(), "cpu ("+tpu.DefaultCPUBackend+" backend; asked for auto)")
 }
 
 // TestNotAModelFolder: a directory without config.json or model_index.json

@@ -31,8 +31,9 @@ func TestMain(m *testing.M) {
 }
 
 // slowModel writes a Llama checkpoint big enough that prefilling a few
-// hundred tokens takes seconds on the CPU backend (27M parameters), with
-// the stories tokenizer.
+// hundred tokens takes seconds on GoMLX's go backend (27M parameters), with
+// the stories tokenizer. The tests pin that backend (--device cpu:go): on
+// tputool's own the prefill would end before the signal arrives.
 func slowModel(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -137,7 +138,7 @@ func TestInterruptDuringPrefill(t *testing.T) {
 		t.Skip("runs a 27M-parameter prefill in a subprocess")
 	}
 	dir := slowModel(t)
-	p := startTputool(t, "generate", "-v", "--model", dir, "-p", longPrompt, "-n", "4", "--temperature", "0")
+	p := startTputool(t, "--device", "cpu:go", "generate", "-v", "--model", dir, "-p", longPrompt, "-n", "4", "--temperature", "0")
 	// Progress shows once the prefill has run for a second.
 	p.waitLine(t, "prefill:", 5*time.Minute)
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
@@ -156,7 +157,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 		t.Skip("runs a 27M-parameter prefill in a subprocess")
 	}
 	dir := slowModel(t)
-	p := startTputool(t, "generate", "-v", "--model", dir, "-p", longPrompt, "-n", "4", "--prefill-chunk", "-1")
+	p := startTputool(t, "--device", "cpu:go", "generate", "-v", "--model", dir, "-p", longPrompt, "-n", "4", "--prefill-chunk", "-1")
 	p.waitLine(t, "model ", 5*time.Minute)
 	time.Sleep(500 * time.Millisecond) // into the one-piece prefill
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
@@ -175,7 +176,7 @@ func TestInterruptBenchDuringPrefill(t *testing.T) {
 		t.Skip("runs a 27M-parameter prefill in a subprocess")
 	}
 	dir := slowModel(t)
-	p := startTputool(t, "bench", "-v", "--model", dir, "--mode", "compiled", "--batch", "1", "--prompt-len", "900", "--gen-len", "2", "-r", "1", "--warmup", "0")
+	p := startTputool(t, "--device", "cpu:go", "bench", "-v", "--model", dir, "--mode", "compiled", "--batch", "1", "--prompt-len", "900", "--gen-len", "2", "-r", "1", "--warmup", "0")
 	p.waitLine(t, "model ", 5*time.Minute)
 	time.Sleep(2 * time.Second) // into the prefill
 	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))

@@ -23,10 +23,10 @@ const (
 )
 
 // DefaultCPUBackend is the backend --device cpu, and auto without an
-// accelerator, open. It stays GoMLX's go backend until the command tests
-// that name the backend move to tputool's own (see docs/cpu-engine.md);
-// --device cpu:fast opens tputool's own, --device cpu:go the go backend.
-const DefaultCPUBackend = BackendGo
+// accelerator, open: tputool's own CPU engine (tpu/cpu). --device cpu:fast
+// names it explicitly, --device cpu:go opens GoMLX's go backend (the
+// per-op reference the tests compare with).
+const DefaultCPUBackend = BackendCPU
 
 // Capabilities are the backend facts execution branches on, decided once
 // when the device opens (CapabilitiesOf) and handed to compile/ and to the
