@@ -377,7 +377,9 @@ func prefillChunks(ctx context.Context, c Chunked, total int, o Options, now fun
 
 // nextChunk sizes the next prefill piece from the last one (n tokens in
 // took): all the rest when it fits in PrefillTarget at that rate, else the
-// largest power of two that does (at least 1).
+// largest power of two that does, but never below 8 tokens: every call
+// reads every weight and pays the executable's fixed cost, so tiny pieces
+// cost far more per token than they gain in reaction time.
 func nextChunk(took time.Duration, n, rest int) int {
 	if took <= 0 {
 		return rest
@@ -386,12 +388,15 @@ func nextChunk(took time.Duration, n, rest int) int {
 	if fit >= rest {
 		return rest
 	}
-	k := 1
+	k := minPrefillChunk
 	for k*2 <= fit {
 		k *= 2
 	}
-	return k
+	return min(k, rest)
 }
+
+// minPrefillChunk is the smallest timed prefill piece.
+const minPrefillChunk = 8
 
 // step handles one new token of a row: end of sequence, text, stop
 // strings, length.

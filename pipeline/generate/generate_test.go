@@ -351,8 +351,9 @@ func TestPrefillPiecesAreSizedByTime(t *testing.T) {
 		{0, 8, 100, 100},                       // unmeasurable: the rest at once
 		{10 * time.Millisecond, 8, 100, 100},   // 160 fit
 		{100 * time.Millisecond, 8, 100, 16},   // 16 fit
-		{150 * time.Millisecond, 1, 100, 1},    // slower than the target: one at a time
-		{1200 * time.Millisecond, 8, 100, 1},   // ditto
+		{150 * time.Millisecond, 1, 100, 8},    // slower than the target: the smallest piece, 8
+		{1200 * time.Millisecond, 8, 100, 8},   // ditto
+		{1200 * time.Millisecond, 8, 5, 5},     // the rest when less
 		{200 * time.Millisecond, 64, 1000, 64}, // exactly
 	} {
 		if got := nextChunk(tc.took, tc.n, tc.rest); got != tc.wantChunk {
