@@ -60,7 +60,10 @@ func startTputool(t *testing.T, args ...string) *tputoolProcess {
 	t.Helper()
 	p := &tputoolProcess{lines: make(chan string, 1000)}
 	p.cmd = exec.Command(os.Args[0], args...)
-	p.cmd.Env = append(os.Environ(), "TPUTOOL_TEST_MAIN=1", "HF_HUB_OFFLINE=1", "TPUTOOL_DEVICE=cpu")
+	// GoMLX's go backend: the slower CPU engine, so a prefill of a few
+	// hundred tokens takes seconds (tputool's own cpu backend takes well
+	// under one).
+	p.cmd.Env = append(os.Environ(), "TPUTOOL_TEST_MAIN=1", "HF_HUB_OFFLINE=1", "TPUTOOL_DEVICE=cpu:go")
 	p.cmd.Stdout = &p.out
 	stderr, err := p.cmd.StderrPipe()
 	require.NoError(t, err)
