@@ -105,35 +105,13 @@ func CheckLinks(dir string) error {
 			allowed = append(allowed, blobs)
 		}
 	}
-	inside := func(p string) bool {
-		for _, a := range allowed {
-			if rel, err := filepath.Rel(a, p); err == nil && filepath.IsLocal(rel) || p == a {
-				return true
-			}
-		}
-		return false
+	link, _, err := hub.LinkOutside(root, allowed, true)
+	if err != nil || link == "" {
+		return err
 	}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && p != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir
-		}
-		if d.Type()&fs.ModeSymlink == 0 {
-			return nil
-		}
-		target, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return nil // dangling or a loop: never read
-		}
-		if !inside(target) {
-			rel, _ := filepath.Rel(root, p)
-			link, _ := os.Readlink(p)
-			return fmt.Errorf("%s is a symbolic link to %s, outside the model folder; refusing to read it (copy the file into the folder instead)", filepath.ToSlash(rel), link)
-		}
-		return nil
-	})
+	rel, _ := filepath.Rel(root, link)
+	target, _ := os.Readlink(link)
+	return fmt.Errorf("%s is a symbolic link to %s, outside the model folder; refusing to read it (copy the file into the folder instead)", filepath.ToSlash(rel), target)
 }
 
 // ---------------------------------------------------------------- models

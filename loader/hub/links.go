@@ -80,9 +80,25 @@ func (c Cache) CheckSnapshotLinks(repo, commit string) error {
 	if !inside(roots, root) {
 		return c.unsafeLink(repo, ".", root)
 	}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	link, target, err := LinkOutside(root, roots, false)
+	if err != nil || link == "" {
+		return err
+	}
+	rel, _ := filepath.Rel(root, link)
+	return c.unsafeLink(repo, filepath.ToSlash(rel), target)
+}
+
+// LinkOutside walks the folder root (already free of links itself) and
+// returns the first symbolic link under it that resolves outside every
+// allowed folder, with what it resolves to; "" when there is none. Hidden
+// folders (.git, .cache) are skipped and dangling links ignored: nothing
+// reads them. With strict, an unreadable entry below root is an error;
+// otherwise it is passed over. The Hub cache's snapshot check and
+// loader.CheckLinks (local model folders) share it.
+func LinkOutside(root string, allowed []string, strict bool) (link, target string, err error) {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p == root {
+			if p == root || strict {
 				return err
 			}
 			return nil
@@ -93,14 +109,15 @@ func (c Cache) CheckSnapshotLinks(repo, commit string) error {
 		if d.Type()&fs.ModeSymlink == 0 {
 			return nil
 		}
-		target, err := filepath.EvalSymlinks(p)
+		t, err := filepath.EvalSymlinks(p)
 		if err != nil {
 			return nil // dangling or a loop: never read
 		}
-		if !inside(roots, target) {
-			rel, _ := filepath.Rel(root, p)
-			return c.unsafeLink(repo, filepath.ToSlash(rel), target)
+		if !inside(allowed, t) {
+			link, target = p, t
+			return filepath.SkipAll
 		}
 		return nil
 	})
+	return link, target, err
 }
