@@ -266,7 +266,7 @@ type Header struct {
 	GoXLA          string `json:"go_xla"`
 	// Device is the opened device in words ("cpu (go, 1 device)").
 	Device string `json:"device"`
-	// Backend is the GoMLX backend: "go" or "xla".
+	// Backend is the GoMLX backend: "cpu" (tputool's own), "go" or "xla".
 	Backend string `json:"backend"`
 	// Platform is the PJRT platform ("cpu", "tpu", "cuda").
 	Platform string `json:"platform"`
