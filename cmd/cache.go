@@ -311,16 +311,9 @@ func cacheRmRun(_ context.Context, opts *CacheOptions) error {
 type CacheVerification struct {
 	Dir   string              `json:"dir"`
 	Repos []*hub.Verification `json:"repos"`
-	// The totals over Repos.
-	Checked    int `json:"checked"`
-	OK         int `json:"ok"`
-	Mismatches int `json:"mismatches"`
-	Missing    int `json:"missing"`
-	Unverified int `json:"unverified"`
-	// NotDownloaded counts files the Hub lists that the snapshots lack
-	// (--remote only; no failure).
-	NotDownloaded int   `json:"not_downloaded"`
-	Bytes         int64 `json:"bytes_hashed"`
+	// The totals over Repos (NotDownloaded, the files the Hub lists that
+	// the snapshots lack under --remote, is no failure).
+	hub.VerifyCounts
 }
 
 func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
@@ -368,13 +361,7 @@ func cacheVerifyRun(ctx context.Context, opts *CacheOptions) error {
 			return err
 		}
 		res.Repos = append(res.Repos, v)
-		res.Checked += v.Checked
-		res.OK += v.OK
-		res.Mismatches += v.Mismatches
-		res.Missing += v.Missing
-		res.Unverified += v.Unverified
-		res.NotDownloaded += v.NotDownloaded
-		res.Bytes += v.Bytes
+		res.Add(v.VerifyCounts)
 	}
 	if opts.JSON {
 		if err := opts.IO.WriteJSON(res); err != nil {

@@ -59,19 +59,36 @@ type VerifiedRevision struct {
 
 // Verification is what Cache.Verify found for one repository.
 type Verification struct {
-	Repo       string             `json:"repo"`
-	Dir        string             `json:"dir"`
-	Revisions  []VerifiedRevision `json:"revisions"`
-	Checked    int                `json:"checked"`
-	OK         int                `json:"ok"`
-	Mismatches int                `json:"mismatches"`
-	Missing    int                `json:"missing"`
-	Unverified int                `json:"unverified"`
+	Repo      string             `json:"repo"`
+	Dir       string             `json:"dir"`
+	Revisions []VerifiedRevision `json:"revisions"`
+	VerifyCounts
+}
+
+// VerifyCounts are the totals of a verification, for one repository or
+// summed over several (Add).
+type VerifyCounts struct {
+	Checked    int `json:"checked"`
+	OK         int `json:"ok"`
+	Mismatches int `json:"mismatches"`
+	Missing    int `json:"missing"`
+	Unverified int `json:"unverified"`
 	// NotDownloaded counts the listed files absent from the snapshots
 	// (Remote only).
 	NotDownloaded int `json:"not_downloaded"`
 	// Bytes is how much was hashed (a blob shared by revisions once).
 	Bytes int64 `json:"bytes_hashed"`
+}
+
+// Add sums o into c.
+func (c *VerifyCounts) Add(o VerifyCounts) {
+	c.Checked += o.Checked
+	c.OK += o.OK
+	c.Mismatches += o.Mismatches
+	c.Missing += o.Missing
+	c.Unverified += o.Unverified
+	c.NotDownloaded += o.NotDownloaded
+	c.Bytes += o.Bytes
 }
 
 // Failed reports whether any file mismatched or was missing.
