@@ -205,16 +205,7 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 			return nil, m, errs.Usagef("empty stop string")
 		}
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
-	compileTime := func() time.Duration {
-		if ct, ok := r.(CompileTimer); ok {
-			return ct.CompileDuration()
-		}
-		return 0
-	}
+	now, compileTime := clocks(r, o)
 	rows := make([]*row, len(prompts))
 	for i, p := range prompts {
 		rw := &row{idx: i, history: append([]int(nil), p...), sampler: sample.New(o.Sampling, i)}
@@ -296,16 +287,7 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 // one Prefill call. It returns each row's logits after its prompt. bench
 // times prefill through it, so Ctrl-C stops a benchmark too.
 func Prefill(ctx context.Context, r Runner, prompts [][]int, o Options) ([][]float32, error) {
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
-	compileTime := func() time.Duration {
-		if ct, ok := r.(CompileTimer); ok {
-			return ct.CompileDuration()
-		}
-		return 0
-	}
+	now, compileTime := clocks(r, o)
 	return prefill(ctx, r, prompts, o, now, compileTime)
 }
 
@@ -491,4 +473,19 @@ func finishAll(rows []*row, o Options, reason string) []Result {
 		out[i] = rw.res
 	}
 	return out
+}
+
+// clocks returns the clock of o (time.Now when unset) and how long r has
+// spent compiling so far (0 when r does not say).
+func clocks(r Runner, o Options) (now func() time.Time, compileTime func() time.Duration) {
+	now = o.Now
+	if now == nil {
+		now = time.Now
+	}
+	return now, func() time.Duration {
+		if ct, ok := r.(CompileTimer); ok {
+			return ct.CompileDuration()
+		}
+		return 0
+	}
 }
