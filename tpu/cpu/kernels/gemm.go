@@ -208,17 +208,7 @@ func GemmBF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []floa
 	checkMat("GemmBF16NT A", m, k, lda, len(a))
 	checkMat("GemmBF16NT B", n, k, ldb, len(b))
 	checkMat("GemmBF16NT C", m, n, ldc, len(c))
-	if m == 0 || n == 0 {
-		return
-	}
-	if m == 1 {
-		av := a[:k]
-		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsBF16(av, b[lo*ldb:], ldb, c[lo:hi])
-		})
-		return
-	}
-	gemmNT(m, n, k, a, lda, nil, 0, convBF16(b, ldb), c, ldc)
+	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsBF16, convBF16)
 }
 
 // GemmF16NT is GemmF32NT with B in IEEE half precision, given as raw uint16
@@ -227,17 +217,26 @@ func GemmF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float
 	checkMat("GemmF16NT A", m, k, lda, len(a))
 	checkMat("GemmF16NT B", n, k, ldb, len(b))
 	checkMat("GemmF16NT C", m, n, ldc, len(c))
+	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsF16, convF16)
+}
+
+// gemm16NT is the NT product with a checked 16-bit B: the GEMV rows
+// kernel for one row of A, else the blocked GEMM widening B through conv.
+// (The callers check the shapes with constant names: nothing is built on
+// the decode path.)
+func gemm16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int,
+	gemvRows func(a []float32, b []uint16, ldb int, c []float32), conv func(b []uint16, ldb int) bConverter) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if m == 1 {
 		av := a[:k]
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsF16(av, b[lo*ldb:], ldb, c[lo:hi])
+			gemvRows(av, b[lo*ldb:], ldb, c[lo:hi])
 		})
 		return
 	}
-	gemmNT(m, n, k, a, lda, nil, 0, convF16(b, ldb), c, ldc)
+	gemmNT(m, n, k, a, lda, nil, 0, conv(b, ldb), c, ldc)
 }
 
 // GemmInt8NT is GemmF32NT with weight-only int8 B: B[j,p] stands for
