@@ -393,7 +393,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 		gen.Cached = n
 	}
 	s.cached = nil
-	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return streamDecoder(s.tok, prompt) }
+	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return s.tok.StreamDecoderAfter(prompt) }
 	gen.Now = s.opts.Now
 	gen.PrefillChunk = s.opts.PrefillChunk
 	progress := newPrefillReporter(rep, s.opts.Now)

@@ -383,7 +383,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.HostMemory); err != nil {
 		return err
 	}
-	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return streamDecoder(tok, prompt) }
+	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
 	gen.Now = opts.Now
 	if gen.Sampling.Temperature > 0 {
 		rep.Debugf("sampling with seed %d (--seed %d repeats this run)", gen.Sampling.Seed, gen.Sampling.Seed)

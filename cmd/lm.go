@@ -14,7 +14,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/models" // the text architectures tputool runs
@@ -90,23 +89,6 @@ func deviceLabel(dev *tpu.Device) string {
 		s += "; asked for " + dev.Spec
 	}
 	return s + ")"
-}
-
-// streamDecoder returns the stream decoder of one row: primed with the last
-// tokens of its prompt as context, so the first generated token keeps the
-// leading space it has in the decode of prompt plus continuation (" and",
-// not "and"). A context that leaves a character incomplete is dropped.
-func streamDecoder(tok *tokenizer.Tokenizer, prompt []int) generate.StreamDecoder {
-	ctx := prompt[max(0, len(prompt)-4):]
-	d := tok.NewStreamDecoder(true)
-	got := ""
-	for _, id := range ctx {
-		got += d.Add(id)
-	}
-	if got != tok.Decode(ctx, true) {
-		return tok.NewStreamDecoder(true)
-	}
-	return d
 }
 
 // prefillSlowAfter is how long a prefill runs before it shows progress:

@@ -67,3 +67,22 @@ func (d *StreamDecoder) Flush() string {
 	}
 	return out
 }
+
+// StreamDecoderAfter returns a stream decoder (skipping special tokens)
+// for the text generated after prompt: it is primed with the prompt's
+// last tokens as context, so the first generated token keeps the leading
+// space it has in the decode of prompt plus continuation (" and", not
+// "and"). A context that does not decode back to itself (it leaves a
+// character incomplete) is dropped for a fresh decoder.
+func (t *Tokenizer) StreamDecoderAfter(prompt []int) *StreamDecoder {
+	ctx := prompt[max(0, len(prompt)-4):]
+	d := t.NewStreamDecoder(true)
+	got := ""
+	for _, id := range ctx {
+		got += d.Add(id)
+	}
+	if got != t.Decode(ctx, true) {
+		return t.NewStreamDecoder(true)
+	}
+	return d
+}

@@ -116,3 +116,33 @@ func slicesEqual(a, b []int) bool {
 	}
 	return true
 }
+
+// TestStreamDecoderAfter: the text streamed after a primed prompt is the
+// decode of prompt plus continuation minus the prompt's decode, leading
+// space included.
+func TestStreamDecoderAfter(t *testing.T) {
+	for _, name := range []string{"qwen3", "llama3", "llama2", "gemma3"} {
+		tk := loadCached(t, filepath.Join("testdata", "tokenizers", name, "tokenizer.json.gz"))
+		prompt, err := tk.Encode("Once upon a time", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := tk.Encode("Once upon a time and then", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(all) <= len(prompt) {
+			t.Fatalf("%s: %v does not extend %v", name, all, prompt)
+		}
+		d := tk.StreamDecoderAfter(prompt)
+		var b strings.Builder
+		for _, id := range all[len(prompt):] {
+			b.WriteString(d.Add(id))
+		}
+		b.WriteString(d.Flush())
+		want := strings.TrimPrefix(tk.Decode(all, true), tk.Decode(prompt, true))
+		if b.String() != want || !strings.HasPrefix(want, " ") {
+			t.Errorf("%s: streamed %q after the prompt, want %q (with its leading space)", name, b.String(), want)
+		}
+	}
+}
