@@ -134,10 +134,17 @@ type LM struct {
 	moe             *moeRun    // host-routed experts (lm.Routed), nil otherwise
 	tp              *tpRun     // several devices (Options.TP/DP), nil otherwise
 
-	// Generation state.
+	grow *Program // grow-cache, created on first use
+
+	// genState is the current generation's (Batch swaps its own in).
+	genState
+}
+
+// genState is the state of one generation: the batch's layer state (KV
+// caches, recurrent state) and where it stands.
+type genState struct {
 	batch, cacheLen, next int
-	maxCacheLen           int      // the cache grows up to this length (grow.go)
-	grow                  *Program // grow-cache, created on first use
+	maxCacheLen           int // the cache grows up to this length (grow.go)
 	pads                  []int32
 	pending               [][]int32       // per row: prompt tokens Begin or Extend queued, not yet run
 	padsT                 *tensors.Tensor // pads as a [B] int32 input, made once per generation
@@ -415,19 +422,25 @@ func (r *LM) Begin(prompts [][]int, maxNew int) (int, error) {
 			return 0, err
 		}
 	} else {
-		r.state = make([][]*tensors.Tensor, r.spec.Layers)
-		for i := range r.state {
-			for _, s := range r.model.LayerState(i, b, cacheLen) {
-				dt := s.DType
-				if dt == dtypes.InvalidDType {
-					dt = r.opts.DType
-				}
-				r.state[i] = append(r.state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
-			}
-		}
+		r.state = r.newState(b, cacheLen)
 	}
 	r.pending = tokens
 	return t, nil
+}
+
+// newState allocates zero-filled layer state for b rows of cacheLen slots.
+func (r *LM) newState(b, cacheLen int) [][]*tensors.Tensor {
+	state := make([][]*tensors.Tensor, r.spec.Layers)
+	for i := range state {
+		for _, s := range r.model.LayerState(i, b, cacheLen) {
+			dt := s.DType
+			if dt == dtypes.InvalidDType {
+				dt = r.opts.DType
+			}
+			state[i] = append(state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
+		}
+	}
+	return state
 }
 
 // Extend continues the current generation with more prompt tokens (one

@@ -1,0 +1,269 @@
+package compile
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/qwen35"
+	_ "github.com/tputool/tputool/pipeline/qwen3moe"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+)
+
+// greedy is the index of the largest logit.
+func greedy(logits []float32) int {
+	best := 0
+	for j, v := range logits {
+		if v > logits[best] {
+			best = j
+		}
+	}
+	return best
+}
+
+// generateGreedy is generate's path: one prompt, Prefill then Decode.
+func generateGreedy(t *testing.T, r *LM, prompt []int, n int) []int {
+	t.Helper()
+	logits, err := r.Prefill([][]int{prompt}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for {
+		id := greedy(logits[0])
+		got = append(got, id)
+		if len(got) == n {
+			return got
+		}
+		if logits, err = r.Decode([]int{id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// batchSeq is one sequence of a batch test: it joins at decode step
+// `join` and generates n tokens.
+type batchSeq struct {
+	prompt []int
+	n      int
+	join   int
+}
+
+// runBatch serves seqs as the server's scheduler does: one prefill piece
+// and one decode step per round, a prefill starting when a slot is free
+// and its sequence's join step has come. It returns each sequence's ids.
+func runBatch(t *testing.T, b *Batch, seqs []batchSeq) [][]int {
+	t.Helper()
+	got := make([][]int, len(seqs))
+	handle := make([]int, len(seqs))
+	var running []int // indices into seqs
+	var pre *BatchPrefill
+	preSeq, queued := -1, 0
+	for step := 0; step < 10000; step++ {
+		if pre == nil && queued < len(seqs) && seqs[queued].join <= step && len(running) < b.Slots() {
+			var err error
+			if pre, err = b.StartPrefill(seqs[queued].prompt); err != nil {
+				t.Fatal(err)
+			}
+			preSeq = queued
+			queued++
+		}
+		if pre != nil {
+			logits, done, err := pre.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done {
+				h, err := b.Insert(pre)
+				if err != nil {
+					t.Fatal(err)
+				}
+				handle[preSeq] = h
+				got[preSeq] = append(got[preSeq], greedy(logits))
+				running = append(running, preSeq)
+				pre = nil
+			}
+		}
+		// Finished sequences leave before the step.
+		running = slices.DeleteFunc(running, func(i int) bool {
+			if len(got[i]) == seqs[i].n {
+				b.Free(handle[i])
+				return true
+			}
+			return false
+		})
+		if len(running) > 0 {
+			hs := make([]int, len(running))
+			toks := make([]int, len(running))
+			for k, i := range running {
+				hs[k], toks[k] = handle[i], got[i][len(got[i])-1]
+			}
+			logits, err := b.Decode(hs, toks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, i := range running {
+				got[i] = append(got[i], greedy(logits[k]))
+			}
+		}
+		if queued == len(seqs) && pre == nil && len(running) == 0 {
+			return got
+		}
+	}
+	t.Fatal("batch did not finish")
+	return nil
+}
+
+// batchTest checks that every sequence served by continuous batching
+// gets generate's greedy tokens, whatever joins and leaves around it.
+func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o BatchOptions, seqs []batchSeq) {
+	t.Helper()
+	r, err := NewLM(be, l, Options{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := make([][]int, len(seqs))
+	for i, s := range seqs {
+		want[i] = generateGreedy(t, r, s.prompt, s.n)
+	}
+	b, err := NewBatch(r, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runBatch(t, b, seqs)
+	calls := map[string]int{}
+	for _, p := range r.Stats().Programs {
+		calls[p.Name] = p.Calls
+	}
+	if calls["serve-insert"] != len(seqs) || calls["serve-relayout"] < 3 {
+		t.Errorf("%d inserts and %d relayouts, want %d and at least 3", calls["serve-insert"], calls["serve-relayout"], len(seqs))
+	}
+	for i := range seqs {
+		if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) {
+			t.Errorf("sequence %d (prompt of %d tokens, joining at step %d):\n got %v\nwant %v", i, len(seqs[i].prompt), seqs[i].join, got[i], want[i])
+		}
+	}
+}
+
+// testPrompt is a prompt of n token ids below vocab, seeded.
+func testPrompt(seed uint64, n, vocab int) []int {
+	r := lmckpt.NewRand(seed)
+	p := make([]int, n)
+	for i := range p {
+		p[i] = int(r.Next() % uint64(vocab))
+	}
+	return p
+}
+
+// mixedSeqs are sequences of various prompt lengths (one spanning
+// several prefill pieces) and lengths, joining at various steps, more
+// than the slots so that rows are reused, the batch grows and shrinks,
+// and the cache is compacted.
+func mixedSeqs(vocab int) []batchSeq {
+	return []batchSeq{
+		{prompt: testPrompt(1, 5, vocab), n: 20, join: 0},
+		{prompt: testPrompt(2, 1, vocab), n: 7, join: 0},
+		{prompt: testPrompt(3, 37, vocab), n: 12, join: 2},
+		{prompt: testPrompt(4, 9, vocab), n: 30, join: 3},
+		{prompt: testPrompt(5, 16, vocab), n: 3, join: 4},
+		{prompt: testPrompt(6, 3, vocab), n: 25, join: 30},
+		{prompt: testPrompt(7, 50, vocab), n: 10, join: 31},
+		{prompt: testPrompt(8, 2, vocab), n: 40, join: 60},
+	}
+}
+
+func TestBatchMatchesGenerate(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	vocab := l.Model.Spec().VocabSize
+	o := BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16}
+	for _, c := range []struct {
+		name string
+		be   func(testing.TB) backends.Backend
+		mode Mode
+	}{
+		{"cpu/compiled", cpuBackend, Compiled},
+		{"cpu/eager", cpuBackend, Eager},
+		{"go/compiled", goBackend, Compiled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			batchTest(t, c.be(t), l, c.mode, o, mixedSeqs(vocab))
+		})
+	}
+}
+
+// TestBatchRecurrentAndRouted covers the other kinds of layer state and
+// execution: Qwen3.5's DeltaNet state (no slot axis, copied whole) and
+// Qwen3-MoE's host-routed experts.
+func TestBatchRecurrentAndRouted(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		write func(dir string) error
+	}{
+		{"qwen3.5", qwenref.TinyQwen35().Write},
+		{"qwen3-moe", qwenref.TinyQwen3MoE().Write},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lmckpt.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			vocab := l.Model.Spec().VocabSize
+			o := BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16}
+			batchTest(t, cpuBackend(t), l, Compiled, o, mixedSeqs(vocab))
+		})
+	}
+}
+
+// TestBatchWarmup checks that after Warmup serving compiles no decode or
+// prefill executable.
+func TestBatchWarmup(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewLM(cpuBackend(t), l, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Warmup(); err != nil {
+		t.Fatal(err)
+	}
+	compiled := func() map[string]int {
+		m := map[string]int{}
+		for _, p := range r.Stats().Programs {
+			m[p.Name] = p.Misses
+		}
+		return m
+	}
+	before := compiled()
+	if before["decode"] != 3*3 { // rows 1, 2, 4 x slots 32, 64, 96
+		t.Errorf("warmup compiled %d decode executables, want 9", before["decode"])
+	}
+	runBatch(t, b, mixedSeqs(l.Model.Spec().VocabSize))
+	after := compiled()
+	for _, name := range []string{"decode", "prefill"} {
+		if after[name] != before[name] {
+			t.Errorf("%s: %d executables compiled under load after warmup", name, after[name]-before[name])
+		}
+	}
+}

@@ -1,0 +1,38 @@
+// Package serve is tputool's model server: a scheduler that runs many
+// requests at once over one model by continuous batching (this file and
+// scheduler.go), and the OpenAI-compatible HTTP API over it (api.go).
+//
+// The scheduler owns an Engine (compile.Batch, through cmd) from one
+// goroutine: between two decode steps it admits waiting requests into
+// free sequence slots, runs one piece of the oldest waiting prompt's
+// prefill, then decodes one token for every running sequence. Sampling,
+// stop strings and text are pipeline/generate's, per request, so a greedy
+// request gives the tokens `tputool generate` gives.
+package serve
+
+// Engine runs sequences in a fixed number of slots over fixed compiled
+// shapes (compile.Batch implements it). Calls come from one goroutine.
+type Engine interface {
+	// Slots is the most sequences decoded at once.
+	Slots() int
+	// StartPrefill begins the prefill of prompt; the returned Prefill runs
+	// it in pieces.
+	StartPrefill(prompt []int) (Prefill, error)
+	// Insert moves a finished prefill into a free slot and returns the
+	// new sequence's handle. The caller keeps at most Slots sequences.
+	Insert(p Prefill) (int, error)
+	// Decode feeds tokens[i] to sequence seqs[i] and returns the logits
+	// that follow each ([len(seqs)][vocab]).
+	Decode(seqs, tokens []int) ([][]float32, error)
+	// Free releases a sequence's slot.
+	Free(seq int)
+}
+
+// Prefill is one prompt's prefill in progress.
+type Prefill interface {
+	// Step runs the next piece of the prompt; when the prompt is done it
+	// returns the logits after its last token and done.
+	Step() (logits []float32, done bool, err error)
+	// Close releases a prefill that will not be inserted.
+	Close()
+}

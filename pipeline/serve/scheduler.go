@@ -1,0 +1,549 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// Errors of Submit.
+var (
+	// ErrQueueFull: every slot is busy and the waiting queue is full
+	// (HTTP 429).
+	ErrQueueFull = errors.New("the server is at capacity: every sequence slot is busy and the queue is full")
+	// ErrClosed: the scheduler is shutting down (HTTP 503).
+	ErrClosed = errors.New("the server is shutting down")
+)
+
+// Finish reasons beyond generate's.
+const (
+	// FinishCancelled: the client went away (its context ended).
+	FinishCancelled = "cancelled"
+	// FinishError: the engine failed; Event.Err says why.
+	FinishError = "error"
+)
+
+// Request is one sequence to generate.
+type Request struct {
+	// Prompt is the prompt's token ids.
+	Prompt []int
+	// Gen are the sequence's settings: MaxNewTokens, Sampling, EOS (empty
+	// to ignore end-of-sequence ids), Stop and NewDecoder.
+	Gen generate.Options
+	// Index picks the sampler's stream (generate's row): the n choices of
+	// one request differ by it.
+	Index int
+	// Logprobs < 0 reports no log-probabilities; 0 reports the chosen
+	// token's, k > 0 also the k most likely tokens'.
+	Logprobs int
+}
+
+// TokenLogprob is a token and its log-probability.
+type TokenLogprob struct {
+	Token   int
+	Logprob float64
+}
+
+// Event is one update of a stream: a generated token and the text that
+// became final with it; the last event carries FinishReason.
+type Event struct {
+	// Token is the generated id, or -1 for an event with no token (the
+	// finish of a cancelled or failed sequence).
+	Token       int
+	Text        string
+	Logprob     float64
+	TopLogprobs []TokenLogprob
+	// FinishReason is set on the last event: generate's "stop", "length",
+	// "stop_string", or FinishCancelled, FinishError.
+	FinishReason string
+	// Err is the engine's error on a FinishError event.
+	Err error
+}
+
+// Stream is a submitted request's output. Events delivers every event in
+// order and is closed after the last one; it is buffered for the whole
+// sequence, so the scheduler never waits for a slow reader.
+type Stream struct {
+	Events <-chan Event
+	// PromptTokens is the prompt's length.
+	PromptTokens int
+
+	mu         sync.Mutex
+	completion int
+	submitted  time.Time
+	firstToken time.Time
+}
+
+// CompletionTokens is the number of tokens generated so far.
+func (st *Stream) CompletionTokens() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.completion
+}
+
+// TTFT is the time from Submit to the first token (0 before it).
+func (st *Stream) TTFT() time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.firstToken.IsZero() {
+		return 0
+	}
+	return st.firstToken.Sub(st.submitted)
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	// MaxQueue bounds the requests waiting for a slot; beyond it Submit
+	// answers ErrQueueFull. 0 means 4 x the engine's slots.
+	MaxQueue int
+	// Observer receives the scheduler's measurements (Metrics); nil
+	// discards them.
+	Observer Observer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Observer receives measurements as the scheduler runs (Metrics
+// implements it). Calls come from the scheduler's goroutine and Submit.
+type Observer interface {
+	// Queue reports the waiting requests and the running sequences.
+	Queue(waiting, running int)
+	// Step reports a decode step: sequences decoded, slots, duration.
+	Step(running, slots int, d time.Duration)
+	// Prefill reports a prefill piece's duration.
+	Prefill(d time.Duration)
+	// FirstToken reports a sequence's time to first token.
+	FirstToken(d time.Duration)
+	// NextToken reports the time between two tokens of a sequence.
+	NextToken(d time.Duration)
+	// Finished reports a sequence's end: reason, prompt and generated
+	// tokens.
+	Finished(reason string, prompt, completion int)
+	// Rejected reports a request refused by Submit (queue full, closed).
+	Rejected(err error)
+}
+
+// job is a request in the scheduler.
+type job struct {
+	ctx    context.Context
+	req    Request
+	st     *Stream
+	events chan Event
+	seq    *generate.Sequence
+	handle int // the engine's sequence, once inserted
+	next   int // the token to feed at the next decode step
+	last   time.Time
+}
+
+// Scheduler runs requests on an Engine by continuous batching. Run drives
+// it; Submit and Shutdown may be called from any goroutine.
+type Scheduler struct {
+	e     Engine
+	cfg   Config
+	now   func() time.Time
+	obs   Observer
+	slots int
+
+	mu      sync.Mutex
+	waiting []*job
+	closed  bool
+	wake    chan struct{}
+	idle    chan struct{} // closed and replaced when the scheduler has nothing to do
+	active  int           // running + prefilling, under mu (for Queue reports)
+	abort   bool          // Shutdown's deadline passed: end everything
+
+	// Owned by Run's goroutine.
+	running []*job
+	pre     *job
+	preRun  Prefill
+}
+
+// New returns a scheduler over e; call Run to start it.
+func New(e Engine, cfg Config) *Scheduler {
+	s := &Scheduler{e: e, cfg: cfg, now: cfg.Now, obs: cfg.Observer, slots: e.Slots(),
+		wake: make(chan struct{}, 1), idle: make(chan struct{})}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.cfg.MaxQueue <= 0 {
+		s.cfg.MaxQueue = 4 * s.slots
+	}
+	return s
+}
+
+// Submit queues a request. The stream ends early, with FinishCancelled,
+// when ctx ends (the client disconnected). It returns ErrQueueFull when
+// the queue is full and ErrClosed after Shutdown.
+func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
+	if len(r.Prompt) == 0 {
+		return nil, fmt.Errorf("empty prompt")
+	}
+	if r.Gen.MaxNewTokens <= 0 {
+		return nil, fmt.Errorf("max new tokens must be positive, got %d", r.Gen.MaxNewTokens)
+	}
+	events := make(chan Event, r.Gen.MaxNewTokens+2)
+	st := &Stream{Events: events, PromptTokens: len(r.Prompt), submitted: s.now()}
+	j := &job{ctx: ctx, req: r, st: st, events: events, handle: -1}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		s.obs.Rejected(ErrClosed)
+		return nil, ErrClosed
+	case len(s.waiting) >= s.cfg.MaxQueue:
+		s.mu.Unlock()
+		s.obs.Rejected(ErrQueueFull)
+		return nil, ErrQueueFull
+	}
+	s.waiting = append(s.waiting, j)
+	s.obs.Queue(len(s.waiting), s.active)
+	s.mu.Unlock()
+	context.AfterFunc(ctx, s.poke)
+	s.poke()
+	return st, nil
+}
+
+// poke wakes Run.
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Shutdown stops accepting requests (Submit answers ErrClosed) and waits
+// until every queued and running request has finished, or ctx ends; then
+// the sequences still running end with FinishCancelled. Run returns once
+// the scheduler is idle after Shutdown.
+func (s *Scheduler) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.poke()
+	for {
+		s.mu.Lock()
+		idle := len(s.waiting) == 0 && s.active == 0
+		ch := s.idle
+		s.mu.Unlock()
+		if idle {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.abort = true
+			s.mu.Unlock()
+			s.poke()
+			return ctx.Err()
+		}
+	}
+}
+
+// Load reports the waiting requests and the sequences prefilling or
+// running.
+func (s *Scheduler) Load() (waiting, active int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting), s.active
+}
+
+// Slots is the number of sequences decoded at once.
+func (s *Scheduler) Slots() int { return s.slots }
+
+// Run drives the scheduler until ctx ends, or until it is idle after
+// Shutdown. An engine failure ends every sequence in flight with
+// FinishError and Run goes on (the engine is expected to recover at its
+// next prefill).
+func (s *Scheduler) Run(ctx context.Context) {
+	defer s.abortAll(FinishCancelled, nil)
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.abort {
+			s.mu.Unlock()
+			s.abortAll(FinishCancelled, nil)
+			s.mu.Lock()
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		s.dropCancelled()
+		worked := s.prefillStep()
+		if s.decodeStep() {
+			worked = true
+		}
+		s.mu.Lock()
+		s.active = len(s.running)
+		if s.pre != nil {
+			s.active++
+		}
+		idle := len(s.waiting) == 0 && s.active == 0
+		if idle {
+			close(s.idle)
+			s.idle = make(chan struct{})
+		}
+		s.mu.Unlock()
+		if idle && closed {
+			return
+		}
+		if !worked {
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// dropCancelled ends the sequences whose client went away, freeing their
+// slots at once.
+func (s *Scheduler) dropCancelled() {
+	s.running = slices.DeleteFunc(s.running, func(j *job) bool {
+		if j.ctx.Err() == nil {
+			return false
+		}
+		s.e.Free(j.handle)
+		s.end(j, finishEvent(j, FinishCancelled), FinishCancelled, nil)
+		return true
+	})
+	if s.pre != nil && s.pre.ctx.Err() != nil {
+		s.preRun.Close()
+		s.end(s.pre, Event{Token: -1}, FinishCancelled, nil)
+		s.pre, s.preRun = nil, nil
+	}
+	s.mu.Lock()
+	var gone []*job
+	s.waiting = slices.DeleteFunc(s.waiting, func(j *job) bool {
+		if j.ctx.Err() != nil {
+			gone = append(gone, j)
+			return true
+		}
+		return false
+	})
+	s.mu.Unlock()
+	for _, j := range gone {
+		s.end(j, Event{Token: -1}, FinishCancelled, nil)
+	}
+}
+
+// prefillStep runs one piece of the current prefill, first starting the
+// oldest waiting request's when a slot is free; a finished prefill joins
+// the running sequences with its first token. It reports whether it ran
+// anything.
+func (s *Scheduler) prefillStep() bool {
+	if s.pre == nil {
+		if len(s.running) >= s.slots {
+			return false
+		}
+		s.mu.Lock()
+		if len(s.waiting) == 0 {
+			s.mu.Unlock()
+			return false
+		}
+		j := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.obs.Queue(len(s.waiting), len(s.running)+1)
+		s.mu.Unlock()
+		p, err := s.e.StartPrefill(j.req.Prompt)
+		if err != nil {
+			s.end(j, Event{Token: -1}, FinishError, err)
+			return true
+		}
+		j.seq = generate.NewSequence(j.req.Prompt, j.req.Index, j.req.Gen)
+		s.pre, s.preRun = j, p
+	}
+	t0 := s.now()
+	logits, done, err := s.preRun.Step()
+	s.obs.Prefill(s.now().Sub(t0))
+	j := s.pre
+	if err != nil {
+		s.preRun.Close()
+		s.pre, s.preRun = nil, nil
+		s.end(j, Event{Token: -1}, FinishError, err)
+		return true
+	}
+	if !done {
+		return true
+	}
+	h, err := s.e.Insert(s.preRun)
+	s.pre, s.preRun = nil, nil
+	if err != nil {
+		s.end(j, Event{Token: -1}, FinishError, err)
+		return true
+	}
+	j.handle = h
+	if s.emit(j, logits) {
+		s.e.Free(h)
+		return true
+	}
+	s.running = append(s.running, j)
+	return true
+}
+
+// decodeStep runs one decode step for every running sequence and emits
+// their tokens. It reports whether it ran.
+func (s *Scheduler) decodeStep() bool {
+	if len(s.running) == 0 {
+		return false
+	}
+	seqs := make([]int, len(s.running))
+	tokens := make([]int, len(s.running))
+	for i, j := range s.running {
+		seqs[i], tokens[i] = j.handle, j.next
+	}
+	t0 := s.now()
+	logits, err := s.e.Decode(seqs, tokens)
+	s.obs.Step(len(s.running), s.slots, s.now().Sub(t0))
+	if err != nil {
+		for _, j := range s.running {
+			s.e.Free(j.handle)
+			s.end(j, finishEvent(j, FinishError), FinishError, err)
+		}
+		s.running = nil
+		return true
+	}
+	kept := s.running[:0]
+	for i, j := range s.running {
+		if s.emit(j, logits[i]) {
+			s.e.Free(j.handle)
+			continue
+		}
+		kept = append(kept, j)
+	}
+	clear(s.running[len(kept):])
+	s.running = kept
+	return true
+}
+
+// emit samples a sequence's next token from logits and sends its event;
+// it reports whether the sequence finished.
+func (s *Scheduler) emit(j *job, logits []float32) bool {
+	id := j.seq.Sample(logits)
+	ev := j.seq.Add(id)
+	out := Event{Token: id, Text: ev.Text}
+	if j.req.Logprobs >= 0 {
+		out.Logprob, out.TopLogprobs = logprobs(logits, id, j.req.Logprobs)
+	}
+	now := s.now()
+	j.st.mu.Lock()
+	j.st.completion++
+	first := j.st.firstToken.IsZero()
+	if first {
+		j.st.firstToken = now
+	}
+	j.st.mu.Unlock()
+	if first {
+		s.obs.FirstToken(now.Sub(j.st.submitted))
+	} else {
+		s.obs.NextToken(now.Sub(j.last))
+	}
+	j.last = now
+	j.next = id
+	if ev.FinishReason != "" {
+		s.end(j, out, ev.FinishReason, nil)
+		return true
+	}
+	j.events <- out
+	return false
+}
+
+// end sends a sequence's last event and closes its stream.
+func (s *Scheduler) end(j *job, ev Event, reason string, err error) {
+	ev.FinishReason, ev.Err = reason, err
+	if ev.Token < 0 {
+		ev.Token = -1
+	}
+	j.events <- ev
+	close(j.events)
+	s.obs.Finished(reason, j.st.PromptTokens, j.st.CompletionTokens())
+}
+
+// finishEvent ends a running sequence's text with reason: the event
+// releases its held-back text.
+func finishEvent(j *job, reason string) Event {
+	return Event{Token: -1, Text: j.seq.Finish(reason).Text}
+}
+
+// abortAll ends everything in flight with reason (Run's exit, or
+// Shutdown's deadline).
+func (s *Scheduler) abortAll(reason string, err error) {
+	for _, j := range s.running {
+		s.e.Free(j.handle)
+		s.end(j, finishEvent(j, reason), reason, err)
+	}
+	s.running = nil
+	if s.pre != nil {
+		s.preRun.Close()
+		s.end(s.pre, Event{Token: -1}, reason, err)
+		s.pre, s.preRun = nil, nil
+	}
+	s.mu.Lock()
+	w := s.waiting
+	s.waiting = nil
+	s.closed = true
+	s.active = 0
+	close(s.idle)
+	s.idle = make(chan struct{})
+	s.mu.Unlock()
+	for _, j := range w {
+		s.end(j, Event{Token: -1}, reason, err)
+	}
+}
+
+// logprobs returns the log-probability of token id under logits (the
+// model's distribution, before sampling settings, as vLLM reports) and,
+// for k > 0, the k most likely tokens.
+func logprobs(logits []float32, id, k int) (float64, []TokenLogprob) {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = max(mx, float64(v))
+	}
+	sum := 0.0
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(sum)
+	lp := float64(logits[id]) - lse
+	if k <= 0 {
+		return lp, nil
+	}
+	k = min(k, len(logits))
+	idx := make([]int, 0, k+1)
+	for i := range logits {
+		if len(idx) < k || logits[i] > logits[idx[len(idx)-1]] {
+			idx = append(idx, i)
+			sort.SliceStable(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
+			if len(idx) > k {
+				idx = idx[:k]
+			}
+		}
+	}
+	top := make([]TokenLogprob, len(idx))
+	for i, t := range idx {
+		top[i] = TokenLogprob{Token: t, Logprob: float64(logits[t]) - lse}
+	}
+	return lp, top
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Queue(int, int)               {}
+func (nopObserver) Step(int, int, time.Duration) {}
+func (nopObserver) Prefill(time.Duration)        {}
+func (nopObserver) FirstToken(time.Duration)     {}
+func (nopObserver) NextToken(time.Duration)      {}
+func (nopObserver) Finished(string, int, int)    {}
+func (nopObserver) Rejected(error)               {}
