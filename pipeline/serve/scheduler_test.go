@@ -1,0 +1,311 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/sample"
+)
+
+// countEngine is an Engine whose model counts: the token after t is
+// t+1 (mod countVocab). Prefill takes a step per 4 prompt tokens; every
+// call sleeps delay. It checks the scheduler's use of slots.
+type countEngine struct {
+	t     *testing.T
+	delay time.Duration
+
+	mu        sync.Mutex
+	slots     int
+	live      map[int]bool
+	next      int
+	maxLive   int
+	decodes   int
+	failAfter int // fail the decode call after this many (0: never)
+}
+
+const countVocab = 50
+
+func newCountEngine(t *testing.T, slots int, delay time.Duration) *countEngine {
+	return &countEngine{t: t, slots: slots, delay: delay, live: map[int]bool{}}
+}
+
+func oneHot(id int) []float32 {
+	l := make([]float32, countVocab)
+	l[id%countVocab] = 1
+	return l
+}
+
+func (e *countEngine) Slots() int { return e.slots }
+
+type countPrefill struct {
+	e    *countEngine
+	left int
+	last int
+}
+
+func (e *countEngine) StartPrefill(prompt []int) (Prefill, error) {
+	return &countPrefill{e: e, left: (len(prompt) + 3) / 4, last: prompt[len(prompt)-1]}, nil
+}
+
+func (p *countPrefill) Step() ([]float32, bool, error) {
+	time.Sleep(p.e.delay)
+	p.left--
+	if p.left > 0 {
+		return nil, false, nil
+	}
+	return oneHot(p.last + 1), true, nil
+}
+
+func (p *countPrefill) Close() {}
+
+func (e *countEngine) Insert(p Prefill) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.live) >= e.slots {
+		e.t.Errorf("insert with all %d slots in use", e.slots)
+	}
+	h := e.next
+	e.next++
+	e.live[h] = true
+	e.maxLive = max(e.maxLive, len(e.live))
+	return h, nil
+}
+
+func (e *countEngine) Decode(seqs, tokens []int) ([][]float32, error) {
+	time.Sleep(e.delay)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.decodes++
+	if e.failAfter > 0 && e.decodes > e.failAfter {
+		return nil, errors.New("device lost")
+	}
+	out := make([][]float32, len(seqs))
+	for i, h := range seqs {
+		if !e.live[h] {
+			e.t.Errorf("decode of freed sequence %d", h)
+		}
+		out[i] = oneHot(tokens[i] + 1)
+	}
+	return out, nil
+}
+
+func (e *countEngine) Free(seq int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.live, seq)
+}
+
+func (e *countEngine) liveCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.live)
+}
+
+// greedyReq is a greedy request for n tokens after prompt.
+func greedyReq(prompt []int, n int) Request {
+	return Request{Prompt: prompt, Gen: generate.Options{MaxNewTokens: n, Sampling: sample.Options{RepetitionPenalty: 1}}, Logprobs: -1}
+}
+
+// collect reads a stream to its end.
+func collect(st *Stream) (ids []int, reason string, err error) {
+	for ev := range st.Events {
+		if ev.Token >= 0 {
+			ids = append(ids, ev.Token)
+		}
+		if ev.FinishReason != "" {
+			reason, err = ev.FinishReason, ev.Err
+		}
+	}
+	return ids, reason, err
+}
+
+func startScheduler(t *testing.T, e Engine, cfg Config) (*Scheduler, func()) {
+	s := New(e, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	return s, func() { cancel(); <-done }
+}
+
+func TestSchedulerConcurrentStreams(t *testing.T) {
+	e := newCountEngine(t, 4, time.Millisecond)
+	s, stop := startScheduler(t, e, Config{MaxQueue: 64})
+	defer stop()
+	const n = 24
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			prompt := make([]int, 1+i%9)
+			for j := range prompt {
+				prompt[j] = (i + j) % countVocab
+			}
+			want := 3 + i%7
+			st, err := s.Submit(context.Background(), greedyReq(prompt, want))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids, reason, err := collect(st)
+			if err != nil || reason != generate.FinishLength {
+				t.Errorf("request %d: finish %q, %v", i, reason, err)
+			}
+			var exp []int
+			for k := 1; k <= want; k++ {
+				exp = append(exp, (prompt[len(prompt)-1]+k)%countVocab)
+			}
+			if fmt.Sprint(ids) != fmt.Sprint(exp) {
+				t.Errorf("request %d: tokens %v, want %v", i, ids, exp)
+			}
+			if st.CompletionTokens() != want || st.TTFT() <= 0 {
+				t.Errorf("request %d: %d completion tokens, TTFT %v", i, st.CompletionTokens(), st.TTFT())
+			}
+		}(i)
+	}
+	wg.Wait()
+	if e.maxLive < 2 || e.maxLive > 4 {
+		t.Errorf("at most %d sequences ran at once, want 2 to 4", e.maxLive)
+	}
+	if e.liveCount() != 0 {
+		t.Errorf("%d slots still held", e.liveCount())
+	}
+}
+
+func TestSchedulerCancelFreesSlot(t *testing.T) {
+	e := newCountEngine(t, 2, 2*time.Millisecond)
+	s, stop := startScheduler(t, e, Config{})
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := s.Submit(ctx, greedyReq([]int{1, 2}, 10000-2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-st.Events // the first token: running
+	cancel()
+	_, reason, _ := collect(st)
+	if reason != FinishCancelled {
+		t.Errorf("finish %q, want %q", reason, FinishCancelled)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for e.liveCount() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if e.liveCount() != 0 {
+		t.Error("the cancelled sequence's slot was not freed")
+	}
+}
+
+func TestSchedulerQueueFull(t *testing.T) {
+	e := newCountEngine(t, 1, 5*time.Millisecond)
+	s, stop := startScheduler(t, e, Config{MaxQueue: 1})
+	defer stop()
+	a, err := s.Submit(context.Background(), greedyReq([]int{1}, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Events // running: the queue is empty again
+	if _, err := s.Submit(context.Background(), greedyReq([]int{1}, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Submit(context.Background(), greedyReq([]int{1}, 5)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third request: %v, want ErrQueueFull", err)
+	}
+}
+
+func TestSchedulerShutdownDrains(t *testing.T) {
+	e := newCountEngine(t, 2, time.Millisecond)
+	s := New(e, Config{})
+	done := make(chan struct{})
+	go func() { s.Run(context.Background()); close(done) }()
+	var streams []*Stream
+	for i := 0; i < 4; i++ {
+		st, err := s.Submit(context.Background(), greedyReq([]int{i}, 20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range streams {
+		ids, reason, _ := collect(st)
+		if len(ids) != 20 || reason != generate.FinishLength {
+			t.Errorf("stream %d: %d tokens, %q: not drained", i, len(ids), reason)
+		}
+	}
+	if _, err := s.Submit(context.Background(), greedyReq([]int{1}, 5)); !errors.Is(err, ErrClosed) {
+		t.Errorf("submit after shutdown: %v, want ErrClosed", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after shutdown")
+	}
+}
+
+func TestSchedulerShutdownDeadline(t *testing.T) {
+	e := newCountEngine(t, 1, 2*time.Millisecond)
+	s, stop := startScheduler(t, e, Config{})
+	defer stop()
+	st, err := s.Submit(context.Background(), greedyReq([]int{1}, 100000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("shutdown: %v, want the deadline", err)
+	}
+	if _, reason, _ := collect(st); reason != FinishCancelled {
+		t.Errorf("finish %q, want %q", reason, FinishCancelled)
+	}
+}
+
+func TestSchedulerEngineError(t *testing.T) {
+	e := newCountEngine(t, 2, 0)
+	e.failAfter = 3
+	s, stop := startScheduler(t, e, Config{})
+	defer stop()
+	st, err := s.Submit(context.Background(), greedyReq([]int{1}, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, reason, err := collect(st)
+	if reason != FinishError || err == nil || len(ids) == 0 {
+		t.Errorf("%d tokens, finish %q, %v: want an error finish", len(ids), reason, err)
+	}
+}
+
+func TestSchedulerEOSAndLogprobs(t *testing.T) {
+	e := newCountEngine(t, 2, 0)
+	s, stop := startScheduler(t, e, Config{})
+	defer stop()
+	r := greedyReq([]int{1}, 100)
+	r.Gen.EOS = []int{5}
+	r.Logprobs = 2
+	st, err := s.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last Event
+	n := 0
+	for ev := range st.Events {
+		last = ev
+		n++
+		if len(ev.TopLogprobs) != 2 || ev.TopLogprobs[0].Token != ev.Token || ev.Logprob != ev.TopLogprobs[0].Logprob || ev.Logprob >= 0 {
+			t.Errorf("event %+v: logprobs do not rank the chosen token first", ev)
+		}
+	}
+	if last.FinishReason != generate.FinishStop || last.Token != 5 || n != 4 {
+		t.Errorf("%d events, last %+v: want a stop at token 5 after 4", n, last)
+	}
+}
