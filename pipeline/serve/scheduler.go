@@ -355,7 +355,8 @@ func (s *Scheduler) prefillStep() bool {
 		}
 		j := s.waiting[0]
 		s.waiting = s.waiting[1:]
-		s.obs.Queue(len(s.waiting), len(s.running)+1)
+		s.active = len(s.running) + 1 // still busy to Shutdown
+		s.obs.Queue(len(s.waiting), s.active)
 		s.mu.Unlock()
 		p, err := s.e.StartPrefill(j.req.Prompt)
 		if err != nil {
