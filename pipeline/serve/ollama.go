@@ -1,0 +1,295 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// Ollama's /api/generate and /api/chat, for the clients that speak it:
+// NDJSON streaming by default ("stream": false for one object), settings
+// in "options", errors as {"error": "..."}. Decoding is lenient, as
+// ollama's own: unknown fields are ignored, but images, tools and a JSON
+// format, which tputool cannot honour, are refused.
+
+// ollamaOptions are the options tputool honours; the others (num_ctx,
+// num_thread, ...) are ignored.
+type ollamaOptions struct {
+	NumPredict    *int     `json:"num_predict"`
+	Temperature   *float64 `json:"temperature"`
+	TopK          *int     `json:"top_k"`
+	TopP          *float64 `json:"top_p"`
+	MinP          *float64 `json:"min_p"`
+	Seed          *int64   `json:"seed"`
+	Stop          []string `json:"stop"`
+	RepeatPenalty *float64 `json:"repeat_penalty"`
+}
+
+// ollamaCommon are the fields both endpoints share.
+type ollamaCommon struct {
+	Model   string          `json:"model"`
+	Stream  *bool           `json:"stream"`
+	Format  json.RawMessage `json:"format"`
+	Options ollamaOptions   `json:"options"`
+}
+
+type ollamaGenerateRequest struct {
+	ollamaCommon
+	Prompt string   `json:"prompt"`
+	System string   `json:"system"`
+	Raw    bool     `json:"raw"`
+	Suffix string   `json:"suffix"`
+	Images []string `json:"images"`
+}
+
+type ollamaChatRequest struct {
+	ollamaCommon
+	Messages []struct {
+		Role    string   `json:"role"`
+		Content string   `json:"content"`
+		Images  []string `json:"images"`
+	} `json:"messages"`
+	Tools json.RawMessage `json:"tools"`
+}
+
+// ollamaMessage is a chat response's message.
+type ollamaMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ollamaResponse is one NDJSON line, or the whole answer without
+// streaming; the statistics come with done.
+type ollamaResponse struct {
+	Model              string         `json:"model"`
+	CreatedAt          string         `json:"created_at"`
+	Response           *string        `json:"response,omitempty"`
+	Message            *ollamaMessage `json:"message,omitempty"`
+	Done               bool           `json:"done"`
+	DoneReason         string         `json:"done_reason,omitempty"`
+	TotalDuration      int64          `json:"total_duration,omitempty"`
+	LoadDuration       int64          `json:"load_duration,omitempty"`
+	PromptEvalCount    int            `json:"prompt_eval_count,omitempty"`
+	PromptEvalDuration int64          `json:"prompt_eval_duration,omitempty"`
+	EvalCount          int            `json:"eval_count,omitempty"`
+	EvalDuration       int64          `json:"eval_duration,omitempty"`
+}
+
+// decodeOllama decodes a request leniently; errors are the API's.
+func decodeOllama(r *http.Request, v any) error {
+	err := json.NewDecoder(r.Body).Decode(v)
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is over the %d-byte limit", tooBig.Limit)}
+	}
+	return badRequest("", "invalid JSON: %v", err)
+}
+
+// writeOllamaError answers err in ollama's shape.
+func writeOllamaError(w http.ResponseWriter, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		e = &apiError{Status: http.StatusInternalServerError, Message: err.Error()}
+	}
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, map[string]string{"error": e.Message})
+}
+
+// overrides checks the common fields and returns the settings.
+func (s *Server) ollamaOverrides(c *ollamaCommon) (generate.Overrides, *int, error) {
+	var o generate.Overrides
+	name := strings.TrimSuffix(c.Model, ":latest")
+	if name != "" && name != s.o.ModelName && c.Model != s.o.ModelName {
+		return o, nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q not found: this server serves %q", c.Model, s.o.ModelName)}
+	}
+	if isSet(c.Format) && string(c.Format) != `""` {
+		return o, nil, badRequest("format", "structured output (format) is not supported")
+	}
+	p := samplingParams{Temperature: c.Options.Temperature, TopP: c.Options.TopP, TopK: c.Options.TopK, MinP: c.Options.MinP,
+		Seed: c.Options.Seed, RepetitionPenalty: c.Options.RepeatPenalty}
+	var maxTokens *int
+	if n := c.Options.NumPredict; n != nil && *n >= 0 { // -1 and -2: until the context is full
+		maxTokens = n
+	}
+	o, _, err := p.check("num_predict", maxTokens)
+	if err != nil {
+		return o, nil, err
+	}
+	for _, st := range c.Options.Stop {
+		if st == "" {
+			return o, nil, badRequest("stop", "stop strings must not be empty")
+		}
+	}
+	o.Stop = c.Options.Stop
+	return o, maxTokens, nil
+}
+
+// ollamaGenerate answers POST /api/generate: the prompt goes through the
+// chat template as one user message (with system, if given), or as is
+// under raw or without a template.
+func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req ollamaGenerateRequest
+	if err := decodeOllama(r, &req); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	p, err := s.ollamaGeneratePlan(r.Context(), &req)
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	s.ollamaRun(w, r, x, &req.ollamaCommon, p, false)
+}
+
+func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequest) (*plan, error) {
+	o, _, err := s.ollamaOverrides(&req.ollamaCommon)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(req.Images) > 0:
+		return nil, badRequest("images", "images are not supported")
+	case req.Suffix != "":
+		return nil, badRequest("suffix", "suffix (fill-in-the-middle) is not supported")
+	case s.o.Tokenizer == nil:
+		return nil, badRequest("prompt", "this server has no tokenizer")
+	}
+	var ids []int
+	if req.Raw || s.o.Template == nil {
+		ids, err = s.o.Tokenizer.Encode(req.System+req.Prompt, true)
+	} else {
+		var msgs []chat.Message
+		if req.System != "" {
+			msgs = append(msgs, chat.Message{Role: "system", Content: req.System})
+		}
+		msgs = append(msgs, chat.Message{Role: "user", Content: req.Prompt})
+		ids, err = s.renderChat(ctx, msgs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, badRequest("prompt", "prompt is empty")
+	}
+	return s.plan([][]int{ids}, o, 1, false, -1, "prompt", "num_predict")
+}
+
+// ollamaChat answers POST /api/chat.
+func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req ollamaChatRequest
+	if err := decodeOllama(r, &req); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	p, err := s.ollamaChatPlan(r.Context(), &req)
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	s.ollamaRun(w, r, x, &req.ollamaCommon, p, true)
+}
+
+func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*plan, error) {
+	o, _, err := s.ollamaOverrides(&req.ollamaCommon)
+	if err != nil {
+		return nil, err
+	}
+	if isSet(req.Tools) && string(req.Tools) != "[]" {
+		return nil, badRequest("tools", "tool calling is not supported by tputool serve")
+	}
+	if len(req.Messages) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	msgs := make([]chat.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		if len(m.Images) > 0 {
+			return nil, badRequest("images", "images are not supported")
+		}
+		msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	ids, err := s.renderChat(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return s.plan([][]int{ids}, o, 1, false, -1, "messages", "num_predict")
+}
+
+// ollamaRun submits the plan's one sequence and answers it: NDJSON lines
+// as the text becomes final, or one object with stream false.
+func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, c *ollamaCommon, p *plan, isChat bool) {
+	start := s.o.Now()
+	x.promptTokens = p.promptTokens
+	streams, cancel, err := s.submit(r.Context(), p.reqs)
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	defer cancel()
+	st := streams[0]
+	defer func() { x.completionTokens = st.CompletionTokens() }()
+	line := func(text string) ollamaResponse {
+		resp := ollamaResponse{Model: s.o.ModelName, CreatedAt: s.o.Now().UTC().Format(time.RFC3339Nano)}
+		if isChat {
+			resp.Message = &ollamaMessage{Role: "assistant", Content: text}
+		} else {
+			resp.Response = &text
+		}
+		return resp
+	}
+	final := func(text, reason string) ollamaResponse {
+		resp := line(text)
+		total := s.o.Now().Sub(start)
+		ttft := st.TTFT()
+		resp.Done, resp.DoneReason = true, finishReason(reason)
+		resp.TotalDuration, resp.PromptEvalDuration, resp.EvalDuration = total.Nanoseconds(), ttft.Nanoseconds(), (total - ttft).Nanoseconds()
+		resp.PromptEvalCount, resp.EvalCount = st.PromptTokens, st.CompletionTokens()
+		return resp
+	}
+	if c.Stream != nil && !*c.Stream {
+		choices := collectChoices(streams, p)
+		if err := outcome(r.Context(), choices); err != nil {
+			writeOllamaError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, final(choices[0].text.String(), choices[0].finish))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	for ev := range st.Events {
+		var v any
+		switch ev.FinishReason {
+		case "":
+			if ev.Text == "" {
+				continue
+			}
+			v = line(ev.Text)
+		case FinishCancelled:
+			if r.Context().Err() != nil {
+				return
+			}
+			v = map[string]string{"error": ErrClosed.Error()}
+		case FinishError:
+			v = map[string]string{"error": fmt.Sprintf("generation failed: %v", ev.Err)}
+		default:
+			v = final(ev.Text, ev.FinishReason)
+		}
+		if enc.Encode(v) != nil || rc.Flush() != nil {
+			return
+		}
+	}
+}

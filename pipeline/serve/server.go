@@ -1,0 +1,371 @@
+package serve
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// maxBodyBytes bounds a request body; beyond it the answer is 413.
+const maxBodyBytes = 8 << 20
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// ModelName is the served model's name (--served-model-name, by
+	// default the --model argument): /v1/models lists it, and a request
+	// naming another model is a 404.
+	ModelName string
+	Tokenizer *tokenizer.Tokenizer
+	// Template renders chat messages; nil makes the chat endpoints answer
+	// 400 naming the missing chat template.
+	Template *chat.Template
+	// Resolve turns a request's explicit settings into generation options
+	// (generation_config.json under them; cmd passes generate.Resolve bound
+	// to the model). nil resolves over transformers' defaults alone.
+	Resolve func(generate.Overrides) (generate.Options, error)
+	// MaxContext bounds prompt plus max_tokens (the model's positions); a
+	// request beyond it is a 400 naming the numbers. 0: no bound, and an
+	// omitted max_tokens takes Resolve's limit.
+	MaxContext int
+	// APIKey, when set, is required as `Authorization: Bearer KEY` on
+	// /v1/*, /api/* and /metrics (401 without it); /health stays open.
+	APIKey string
+	// AccessLog receives one JSON line per request (time, method, path,
+	// status, duration_ms, prompt_tokens, completion_tokens, remote); nil
+	// logs nothing.
+	AccessLog io.Writer
+	// Metrics, when set, counts the requests answered and is served on
+	// GET /metrics (the scheduler's Observer should be the same Metrics).
+	Metrics *Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the HTTP API over a Scheduler: OpenAI's /v1/models,
+// /v1/completions and /v1/chat/completions (openai.go), ollama's
+// /api/generate and /api/chat (ollama.go), GET /health and GET /metrics.
+// Every error is answered in OpenAI's error shape.
+type Server struct {
+	sched    *Scheduler
+	o        ServerOptions
+	started  time.Time
+	draining atomic.Bool
+	logMu    sync.Mutex
+}
+
+// NewServer returns the API over s; the caller runs s (s.Run) and serves
+// the Server with net/http.
+func NewServer(s *Scheduler, o ServerOptions) *Server {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Resolve == nil {
+		o.Resolve = func(ov generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, nil, ov) }
+	}
+	if o.Metrics != nil {
+		o.Metrics.setSlots(s.Slots())
+	}
+	return &Server{sched: s, o: o, started: o.Now()}
+}
+
+// SetDraining marks the server as shutting down: /health answers 503 from
+// then on, so a load balancer stops sending requests while the scheduler
+// drains (cmd calls it before Scheduler.Shutdown).
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// exchange is what a handler reports about its request for the access log
+// and the metrics.
+type exchange struct {
+	endpoint         string
+	promptTokens     int
+	completionTokens int
+}
+
+// route is one endpoint: the method it answers and its handler.
+type route struct {
+	endpoint string
+	method   string
+	handle   func(s *Server, w http.ResponseWriter, r *http.Request, x *exchange)
+}
+
+// routeOf finds the endpoint of path; ok is false for an unknown path.
+func routeOf(path string) (route, bool) {
+	switch path {
+	case "/health":
+		return route{"/health", http.MethodGet, (*Server).health}, true
+	case "/metrics":
+		return route{"/metrics", http.MethodGet, (*Server).metrics}, true
+	case "/v1/models":
+		return route{"/v1/models", http.MethodGet, (*Server).models}, true
+	case "/v1/completions":
+		return route{"/v1/completions", http.MethodPost, (*Server).completions}, true
+	case "/v1/chat/completions":
+		return route{"/v1/chat/completions", http.MethodPost, (*Server).chatCompletions}, true
+	case "/api/generate":
+		return route{"/api/generate", http.MethodPost, (*Server).ollamaGenerate}, true
+	case "/api/chat":
+		return route{"/api/chat", http.MethodPost, (*Server).ollamaChat}, true
+	}
+	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
+		return route{"/v1/models/{id}", http.MethodGet, (*Server).model}, true
+	}
+	return route{}, false
+}
+
+// ServeHTTP routes a request, checks its API key, and logs and counts it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.o.Now()
+	rec := &recorder{ResponseWriter: w}
+	x := &exchange{endpoint: "other"}
+	defer func() {
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		if s.o.Metrics != nil {
+			s.o.Metrics.request(x.endpoint, rec.status)
+		}
+		s.logRequest(r, rec.status, start, x)
+	}()
+	rt, ok := routeOf(r.URL.Path)
+	if !ok {
+		writeError(rec, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), Type: "invalid_request_error", Code: "not_found"})
+		return
+	}
+	x.endpoint = rt.endpoint
+	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
+		rec.Header().Set("Allow", rt.method)
+		writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("%s takes %s, not %s", rt.endpoint, rt.method, r.Method), Type: "invalid_request_error", Code: "method_not_allowed"})
+		return
+	}
+	if rt.endpoint != "/health" && !s.authorized(r) {
+		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
+		writeError(rec, &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"})
+		return
+	}
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(rec, r.Body, maxBodyBytes)
+	}
+	rt.handle(s, rec, r, x)
+}
+
+// authorized reports whether r carries the API key (always, without one).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.o.APIKey == "" {
+		return true
+	}
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.o.APIKey)) == 1
+}
+
+// logRequest writes the access log's line for one request.
+func (s *Server) logRequest(r *http.Request, status int, start time.Time, x *exchange) {
+	if s.o.AccessLog == nil {
+		return
+	}
+	line, err := json.Marshal(struct {
+		Time             string  `json:"time"`
+		Method           string  `json:"method"`
+		Path             string  `json:"path"`
+		Status           int     `json:"status"`
+		DurationMS       float64 `json:"duration_ms"`
+		PromptTokens     int     `json:"prompt_tokens"`
+		CompletionTokens int     `json:"completion_tokens"`
+		Remote           string  `json:"remote"`
+	}{start.UTC().Format(time.RFC3339Nano), r.Method, r.URL.Path, status,
+		float64(s.o.Now().Sub(start).Microseconds()) / 1000, x.promptTokens, x.completionTokens, r.RemoteAddr})
+	if err != nil {
+		return
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	s.o.AccessLog.Write(append(line, '\n'))
+}
+
+// health answers 200 {"status":"ok"}, or 503 {"status":"shutting_down"}
+// once the server drains.
+func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ *exchange) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting_down"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// metrics serves the Prometheus text.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, _ *exchange) {
+	if s.o.Metrics == nil {
+		writeError(w, &apiError{Status: http.StatusNotFound, Message: "metrics are not collected by this server", Type: "invalid_request_error", Code: "not_found"})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.o.Metrics.WriteTo(w)
+}
+
+// submit queues reqs under one context, derived from ctx, that the caller
+// cancels when done (which ends any sequence still running); when one
+// Submit fails the others are cancelled and the error is the API's.
+func (s *Server) submit(ctx context.Context, reqs []Request) ([]*Stream, context.CancelFunc, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	streams := make([]*Stream, len(reqs))
+	for i, rq := range reqs {
+		st, err := s.sched.Submit(ctx, rq)
+		if err != nil {
+			cancel()
+			return nil, nil, schedulerError(err)
+		}
+		streams[i] = st
+	}
+	return streams, cancel, nil
+}
+
+// schedulerError turns Submit's error into the API's: 429 for a full
+// queue, 503 when shutting down.
+func schedulerError(err error) error {
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		return &apiError{Status: http.StatusTooManyRequests, Message: err.Error(), Type: "rate_limit_error", Code: "rate_limit_exceeded"}
+	case errors.Is(err, ErrClosed):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: err.Error(), Type: "server_error", Code: "shutting_down"}
+	}
+	return &apiError{Status: http.StatusBadRequest, Message: err.Error(), Type: "invalid_request_error"}
+}
+
+// streamEvent is one event of one of a request's streams.
+type streamEvent struct {
+	stream int
+	ev     Event
+}
+
+// merge delivers the events of every stream on one channel, each stream's
+// in order; the channel closes when every stream has ended, or soon after
+// ctx ends.
+func merge(ctx context.Context, streams []*Stream) <-chan streamEvent {
+	out := make(chan streamEvent)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		wg.Go(func() {
+			for {
+				select {
+				case ev, ok := <-st.Events:
+					if !ok {
+						return
+					}
+					select {
+					case out <- streamEvent{i, ev}:
+					case <-ctx.Done():
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out
+}
+
+// ---- responses
+
+// apiError is an error answered in OpenAI's shape:
+// {"error": {"message", "type", "param", "code"}}.
+type apiError struct {
+	Status  int
+	Message string
+	Type    string
+	Param   string
+	Code    string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// badRequest is a 400 about param (may be "").
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Type: "invalid_request_error", Param: param}
+}
+
+// writeError answers err: an *apiError as it says, anything else as a 500.
+func writeError(w http.ResponseWriter, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		e = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
+	}
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, errorBody(e))
+}
+
+// errorBody is the JSON of e, for a response or an SSE event.
+func errorBody(e *apiError) any {
+	type body struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	b := body{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		b.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Code = &e.Code
+	}
+	return map[string]body{"error": b}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		data = []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(data, '\n'))
+}
+
+// recorder keeps the status a handler answered, and passes Flush through
+// for streaming.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
