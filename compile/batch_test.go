@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -265,5 +266,64 @@ func TestBatchWarmup(t *testing.T) {
 		if after[name] != before[name] {
 			t.Errorf("%s: %d executables compiled under load after warmup", name, after[name]-before[name])
 		}
+	}
+}
+
+// BenchmarkBatchDecode measures decode steps of a Batch with 1, 8 and 32
+// running sequences on the model in $TPUTOOL_BENCH_MODEL (skipped when
+// unset; scripts/gen-llm-checkpoint writes the 110M one): tokens/s is
+// the aggregate decode rate, each sequence 64 prompt tokens in.
+func BenchmarkBatchDecode(b *testing.B) {
+	dir := os.Getenv("TPUTOOL_BENCH_MODEL")
+	if dir == "" {
+		b.Skip("TPUTOOL_BENCH_MODEL is not set")
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewLM(cpuBackend(b), l, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			bt, err := NewBatch(r, BatchOptions{MaxBatch: n, MaxContext: 1024})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var seqs, toks []int
+			for i := 0; i < n; i++ {
+				p, err := bt.StartPrefill(testPrompt(uint64(i), 64, 32000))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for done := false; !done; {
+					if _, done, err = p.Step(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				h, err := bt.Insert(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				seqs, toks = append(seqs, h), append(toks, i)
+			}
+			if _, err := bt.Decode(seqs, toks); err != nil { // compile
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := bt.Decode(seqs, toks); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			for _, h := range seqs {
+				bt.Free(h)
+			}
+		})
 	}
 }

@@ -208,3 +208,25 @@ func BenchmarkQuantizeInt8(b *testing.B) {
 		QuantizeInt8(w, n, k, k)
 	}
 }
+
+// BenchmarkDecodeRows measures the NT product of a few rows of A (the
+// sequences of a decode batch) with a weight larger than the caches (the
+// 110M model's 32000x768 head): the weight streams from memory once per
+// call, so GB/s against BenchmarkStreamRead says how well m rows share it.
+func BenchmarkDecodeRows(b *testing.B) {
+	const n, k = 32000, 768
+	r := rand.New(rand.NewPCG(3, 3))
+	w := randMat(r, n, k, k)
+	for _, m := range []int{1, 2, 4, 8, 16, 32} {
+		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
+			a := randMat(r, m, k, k)
+			c := make([]float32, m*n)
+			for b.Loop() {
+				GemmF32NT(m, n, k, a, k, w, k, c, n)
+			}
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(float64(n*k*4)/s/1e9, "GB/s")
+			b.ReportMetric(2*float64(m*n*k)/s/1e9, "GFLOP/s")
+		})
+	}
+}
