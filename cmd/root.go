@@ -191,6 +191,7 @@ to stderr, with progress bars only on a terminal.`,
 	for _, sub := range []*cobra.Command{
 		NewCmdGenerate(f, nil),
 		NewCmdChat(f, nil),
+		NewCmdServe(f, nil),
 		NewCmdDiffuse(f, nil),
 		NewCmdBench(f, nil),
 		NewCmdInspect(f, nil),

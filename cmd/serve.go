@@ -1,0 +1,499 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/serve"
+	"github.com/tputool/tputool/tpu"
+)
+
+// apiKeyEnv is the environment variable --api-key defaults to.
+const apiKeyEnv = "TPUTOOL_API_KEY"
+
+// Serve defaults.
+const (
+	defaultServePort     = 8000
+	defaultMaxBatch      = 8
+	defaultServeContext  = 2048 // --max-context when the model allows more
+	defaultServeChunk    = 64
+	defaultDrainTimeout  = 30 * time.Second
+	maxServeBatch        = 1024
+	serveReadHeaderLimit = 10 * time.Second
+	serveIdleTimeout     = 2 * time.Minute
+	serveMaxHeaderBytes  = 64 << 10
+)
+
+// ServeOptions holds `tputool serve`'s inputs.
+type ServeOptions struct {
+	IO       *ui.IOStreams
+	Reporter *ui.Reporter
+	// Device opens the --device backend.
+	Device func() (*tpu.Device, error)
+	// HubClient builds the Hub client (only Hub ids need it).
+	HubClient func() *hub.Client
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
+	// Now is the clock.
+	Now func() time.Time
+	// HostMemory is the host's memory in bytes (0: unknown).
+	HostMemory func() int64
+	// Listen opens the listening socket; net.Listen by default.
+	Listen func(network, address string) (net.Listener, error)
+
+	Model    string
+	Revision string
+	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
+	Mode     compile.Mode
+	DType    dtypes.DType
+	Quantize string
+	TP, DP   int
+	Retries  int
+	JSON     bool
+	Verbose  bool
+
+	Host string
+	Port int
+	// MaxBatch is the number of sequence slots decoded at once.
+	MaxBatch int
+	// MaxContext is the longest sequence, prompt plus generated tokens (0:
+	// the model's max positions, at most defaultServeContext).
+	MaxContext int
+	// MaxQueue bounds the requests waiting for a slot (0: 4 x MaxBatch).
+	MaxQueue int
+	// PrefillChunk is the prompt tokens per prefill piece.
+	PrefillChunk int
+	// APIKey, when set, is required as a Bearer token (--api-key, else
+	// TPUTOOL_API_KEY). Never printed.
+	APIKey          string
+	ServedModelName string
+	AllowInsecure   bool
+	// Warmup compiles every batch shape before listening.
+	Warmup bool
+	// DrainTimeout bounds the wait for requests in flight at shutdown.
+	DrainTimeout time.Duration
+}
+
+// NewCmdServe builds `tputool serve`.
+func NewCmdServe(f *Factory, runF func(context.Context, *ServeOptions) error) *cobra.Command {
+	opts := &ServeOptions{IO: f.IOStreams, Resolve: loader.ResolveRef, Listen: net.Listen}
+	var mode, dtype string
+	c := &cobra.Command{
+		Use:   "serve --model MODEL [--host 127.0.0.1] [--port 8000]",
+		Short: "Serve a language model over an OpenAI-compatible HTTP API",
+		Long: `Serve a causal language model (any architecture generate runs) over HTTP with
+the OpenAI API: GET /v1/models, POST /v1/completions, POST /v1/chat/completions
+(through the model's chat template), streaming as server-sent events, plus
+GET /health and GET /metrics (Prometheus text). See docs/serve.md.
+
+Requests run together by continuous batching: --max-batch sequences are
+decoded at once in fixed compiled shapes, new requests join between decode
+steps, and long prompts are prefilled in pieces of --prefill-chunk tokens
+between them. Up to --max-queue requests wait for a free slot; beyond that
+the server answers 429. --warmup (on by default) compiles every shape before
+the server listens, so no request waits for a compile.
+
+The server listens on 127.0.0.1 (loopback) unless --host says otherwise. It
+refuses a --host other than loopback without an API key (--api-key, or the
+TPUTOOL_API_KEY environment variable, which keeps the key out of the process
+list), unless --allow-insecure is given. With a key, /v1 requests need the
+header "Authorization: Bearer KEY".
+
+When it listens, serve prints one line on stderr with the address; with
+--json it also prints {"type":"listening","address":...} on stdout, so a
+script can find the port of --port 0 (a free port). Each request is logged
+as one JSON line on stderr.
+
+SIGTERM or Ctrl-C stops accepting connections and lets the requests in
+flight finish (up to --drain-timeout; then they are cut off), and serve
+exits 0. A second signal exits 130 at once.`,
+		Example: `  tputool serve --model ./testdata/stories260K-hf
+  tputool serve --model Qwen/Qwen3-0.6B --max-batch 16 --max-context 4096
+  TPUTOOL_API_KEY=secret tputool serve --model Qwen/Qwen3-0.6B --host 0.0.0.0
+  tputool serve --model ./my-llama --port 0 --json
+  curl -s localhost:8000/v1/completions -H 'content-type: application/json' \
+    -d '{"model":"./testdata/stories260K-hf","prompt":"Once upon a time","max_tokens":16}'`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if opts.Model == "" {
+				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
+			}
+			var err error
+			if opts.Mode, err = compile.ParseMode(mode); err != nil {
+				return err
+			}
+			if opts.DType, err = parseDType(dtype); err != nil {
+				return err
+			}
+			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
+				return err
+			}
+			if err := checkRetries(opts.Retries); err != nil {
+				return err
+			}
+			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
+				return err
+			}
+			if !c.Flags().Changed("api-key") {
+				opts.APIKey = f.Getenv(apiKeyEnv)
+			} else if opts.APIKey == "" {
+				return errs.Usagef("--api-key is empty (leave it out to serve without a key)")
+			}
+			if err := checkServeFlags(opts); err != nil {
+				return err
+			}
+			opts.JSON = f.Global.JSON
+			opts.Verbose = f.Global.Verbose
+			opts.Reporter = f.Reporter()
+			opts.Device = f.Device
+			opts.HubClient = f.retryingHubClient(opts.Retries)
+			opts.Now = f.Now
+			opts.HostMemory = f.HostMemory
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			return serveRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
+	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
+	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp)
+	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices")
+	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the sequence slots over this many devices (times --tp)")
+	addRetriesFlag(c, &opts.Retries)
+	fl.StringVar(&opts.Host, "host", "127.0.0.1", "address to listen on; anything but loopback needs an API key or --allow-insecure")
+	fl.IntVar(&opts.Port, "port", defaultServePort, "TCP port (0: a free port, printed when listening)")
+	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "sequence slots: the most requests (choices) decoded at once")
+	fl.IntVar(&opts.MaxContext, "max-context", 0, fmt.Sprintf("longest sequence, prompt plus generated tokens (default: the model's max_position_embeddings, at most %d)", defaultServeContext))
+	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests waiting for a slot before the server answers 429 (default 4 x --max-batch)")
+	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", defaultServeChunk, "prompt tokens per prefill piece, interleaved with decode steps")
+	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
+	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
+	fl.BoolVar(&opts.AllowInsecure, "allow-insecure", false, "allow a --host other than loopback without an API key")
+	fl.BoolVar(&opts.Warmup, "warmup", true, "compile every batch shape before listening (--warmup=false listens sooner; the first requests then wait for compiles)")
+	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
+	return c
+}
+
+// checkServeFlags validates serve's own flags; the errors name them.
+func checkServeFlags(o *ServeOptions) error {
+	switch {
+	case o.Port < 0 || o.Port > 65535:
+		return errs.Usagef("--port %d: want 0 (a free port) to 65535", o.Port)
+	case o.MaxBatch < 1 || o.MaxBatch > maxServeBatch:
+		return errs.Usagef("--max-batch %d: want 1 to %d sequence slots", o.MaxBatch, maxServeBatch)
+	case o.MaxContext < 0:
+		return errs.Usagef("--max-context %d: want a token count (0: the model's, at most %d)", o.MaxContext, defaultServeContext)
+	case o.MaxQueue < 0:
+		return errs.Usagef("--max-queue %d: want a request count (0: 4 x --max-batch)", o.MaxQueue)
+	case o.PrefillChunk < 1:
+		return errs.Usagef("--prefill-chunk %d: want at least 1 token", o.PrefillChunk)
+	case o.DrainTimeout < 0:
+		return errs.Usagef("--drain-timeout %s: must not be negative", o.DrainTimeout)
+	case o.ServedModelName != "" && strings.TrimSpace(o.ServedModelName) == "":
+		return errs.Usagef("--served-model-name is blank")
+	}
+	if o.MaxQueue == 0 {
+		o.MaxQueue = 4 * o.MaxBatch
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(o.Host, "["), "]")
+	if host != o.Host && net.ParseIP(host) == nil {
+		return errs.Usagef("--host %q: want a host name or an IP address", o.Host)
+	}
+	o.Host = host
+	if !isLoopback(host) && o.APIKey == "" && !o.AllowInsecure {
+		shown := host
+		if shown == "" {
+			shown = `"" (every interface)`
+		}
+		return errs.Usagef("--host %s is reachable from other machines: set an API key (%s, or --api-key) or pass --allow-insecure", shown, apiKeyEnv)
+	}
+	return nil
+}
+
+// isLoopback reports whether host (a name or an IP address, without
+// brackets) is this machine only: localhost or a loopback address. Other
+// names count as reachable from elsewhere, without a DNS lookup.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// servedContext is the --max-context a model gets: the flag's, checked
+// against the model's positions, or the model's up to defaultServeContext.
+func servedContext(flag, maxPositions int) (int, error) {
+	switch {
+	case flag == 0 && maxPositions > 0:
+		return min(maxPositions, defaultServeContext), nil
+	case flag == 0:
+		return defaultServeContext, nil
+	case maxPositions > 0 && flag > maxPositions:
+		return 0, errs.Usagef("--max-context %d: the model has %d positions (max_position_embeddings)", flag, maxPositions)
+	}
+	return flag, nil
+}
+
+// checkSlotsFit refuses KV caches for every slot that the host cannot hold.
+func checkSlotsFit(m lm.Model, slots, context int, dtype dtypes.DType, hostMemoryFn func() int64) error {
+	var hostMemory int64
+	if hostMemoryFn != nil {
+		hostMemory = hostMemoryFn()
+	}
+	need, ok := lm.StateBytes(m, slots, context, dtype)
+	what := fmt.Sprintf("the KV caches of %d slots of %d positions (%d layers, %s)", slots, context, m.Spec().Layers, dtype)
+	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-batch or --max-context")
+}
+
+// batchEngine is serve.Engine over a *compile.Batch: the scheduler's
+// prefills are the batch's own, handed back at Insert.
+type batchEngine struct{ b *compile.Batch }
+
+func (e batchEngine) Slots() int { return e.b.Slots() }
+
+func (e batchEngine) StartPrefill(prompt []int) (serve.Prefill, error) {
+	p, err := e.b.StartPrefill(prompt)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return p, nil
+}
+
+func (e batchEngine) Insert(p serve.Prefill) (int, error) {
+	bp, ok := p.(*compile.BatchPrefill)
+	if !ok {
+		return -1, fmt.Errorf("serve: a %T is not this engine's prefill", p)
+	}
+	return e.b.Insert(bp)
+}
+
+func (e batchEngine) Decode(seqs, tokens []int) ([][]float32, error) {
+	return e.b.Decode(seqs, tokens)
+}
+
+func (e batchEngine) Free(seq int) { e.b.Free(seq) }
+
+// compileCounter counts the executables compiled: all of them, and those
+// compiled after the server started listening (recompiles: with --warmup
+// there should be none).
+type compileCounter struct {
+	stats func() compile.Stats
+	base  int
+}
+
+func (c *compileCounter) ready() { c.base = c.stats().Executables }
+
+func (c *compileCounter) counts() (compiles, recompiles int) {
+	n := c.stats().Executables
+	return n, max(0, n-c.base)
+}
+
+func serveRun(ctx context.Context, opts *ServeOptions) error {
+	start := opts.Now()
+	rep := opts.Reporter
+
+	// The port first, so that a taken one fails before minutes of loading;
+	// connections wait in the backlog until the server is ready.
+	ln, err := opts.Listen("tcp", net.JoinHostPort(opts.Host, fmt.Sprint(opts.Port)))
+	if err != nil {
+		return fmt.Errorf("--host %s --port %d: %w", opts.Host, opts.Port, err)
+	}
+	defer ln.Close()
+
+	// Load: model files, tokenizer and chat template, device, weights.
+	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision})
+	if err != nil {
+		return err
+	}
+	if m.Kind != loader.Transformers {
+		return errs.Unsupportedf("%s is a %s pipeline, not a language model", m.Name(), m.Kind)
+	}
+	tok, err := tokenizer.LoadDir(m.Dir)
+	if err != nil {
+		return err
+	}
+	tmpl, err := tok.ChatTemplate("")
+	switch {
+	case errors.Is(err, tokenizer.ErrNoChatTemplate):
+		rep.Debugf("%s has no chat template: /v1/chat/completions answers 400", m.Name())
+		tmpl = nil
+	case err != nil:
+		return err
+	}
+	dev, err := opts.Device()
+	if err != nil {
+		return err
+	}
+	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
+		return err
+	}
+	dtype := computeDType(opts.DType, dev)
+	loaded, err := openLM(m, dev, dtype, rep)
+	if err != nil {
+		return err
+	}
+	defer loaded.Close()
+	spec := loaded.Model.Spec()
+	maxContext, err := servedContext(opts.MaxContext, spec.MaxPositions)
+	if err != nil {
+		return err
+	}
+	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.HostMemory); err != nil {
+		return err
+	}
+	// The sampling settings of a request: its fields over the model's
+	// generation_config.json; checked once here, so a broken file fails
+	// at start rather than at every request.
+	resolve := func(o generate.Overrides) (generate.Options, error) {
+		return generate.Resolve(loaded.Generation, spec.EOS, o)
+	}
+	if _, err := resolve(generate.Overrides{}); err != nil {
+		return err
+	}
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext, PrefillChunk: opts.PrefillChunk})
+	if err != nil {
+		return err
+	}
+	counter := &compileCounter{stats: runner.Stats}
+	if opts.Warmup {
+		rep.Infof("warming up: compiling the shapes of %d slots and %d-token prefill pieces…", opts.MaxBatch, opts.PrefillChunk)
+		t := opts.Now()
+		if err := batch.Warmup(); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		rep.Debugf("warm-up: %d executables in %s", runner.Stats().Executables, opts.Now().Sub(t).Round(time.Millisecond))
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("serve: %w", errs.ErrInterrupted)
+	}
+
+	// The scheduler and the HTTP API over it.
+	name := opts.ServedModelName
+	if name == "" {
+		name = modelLabel(m)
+	}
+	metrics := serve.NewMetrics(counter.counts)
+	sched := serve.New(batchEngine{batch}, serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now})
+	api := serve.NewServer(sched, serve.ServerOptions{
+		ModelName:  name,
+		Tokenizer:  tok,
+		Template:   tmpl,
+		Resolve:    resolve,
+		MaxContext: maxContext,
+		APIKey:     opts.APIKey,
+		AccessLog:  opts.IO.ErrOut,
+		Metrics:    metrics,
+		Now:        opts.Now,
+	})
+	// The scheduler outlives ctx (the first signal): it drains.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); sched.Run(runCtx) }()
+	defer func() { stopRun(); <-runDone }()
+
+	hs := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: serveReadHeaderLimit,
+		IdleTimeout:       serveIdleTimeout,
+		MaxHeaderBytes:    serveMaxHeaderBytes,
+		// No WriteTimeout: a stream lasts as long as its generation.
+		ErrorLog: log.New(debugWriter{rep}, "http: ", 0),
+	}
+	counter.ready() // compiles from here on are recompiles
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	rep.Event("listening", fmt.Sprintf("serving %s on http://%s (%d slots, context %d, queue %d; ready in %s)",
+		name, addr, opts.MaxBatch, maxContext, opts.MaxQueue, opts.Now().Sub(start).Round(time.Millisecond)),
+		map[string]any{"address": addr, "model": name, "slots": opts.MaxBatch, "max_context": maxContext, "max_queue": opts.MaxQueue})
+	var nd *ui.NDJSON
+	if opts.JSON {
+		nd = ui.NewNDJSON(opts.IO.Out)
+		nd.Write(map[string]any{"type": "listening", "address": addr, "url": "http://" + addr, "model": name,
+			"slots": opts.MaxBatch, "max_context": maxContext, "max_queue": opts.MaxQueue})
+	}
+
+	// Serve until the first SIGINT/SIGTERM cancels ctx (Main's signal
+	// watcher; a second signal exits 130 at once), then drain.
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	drained := drainServer(hs, api, sched, opts.DrainTimeout, rep)
+	if nd != nil {
+		nd.Write(map[string]any{"type": "stopped", "drained": drained})
+	}
+	return nil
+}
+
+// drainServer shuts the server down: new connections are refused, /health
+// answers 503 on open ones, and the requests in flight run to their end,
+// at most timeout; then those left are cut off. It reports whether every
+// request finished.
+func drainServer(hs *http.Server, api *serve.Server, sched *serve.Scheduler, timeout time.Duration, rep *ui.Reporter) bool {
+	waiting, active := sched.Load()
+	rep.Infof("draining %d request(s) in flight and %d waiting (up to %s; a second signal quits at once)", active, waiting, timeout)
+	api.SetDraining()
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	schedDone := make(chan error, 1)
+	go func() { schedDone <- sched.Shutdown(dctx) }()
+	httpErr := hs.Shutdown(dctx) // closes the listener first, then waits for the handlers
+	schedErr := <-schedDone
+	if httpErr == nil && schedErr == nil {
+		rep.Infof("drained; stopped")
+		return true
+	}
+	// The deadline passed: the scheduler has ended what was left
+	// (FinishCancelled); give the handlers a moment to send that, then
+	// close what remains.
+	rep.Warnf("--drain-timeout %s passed: requests still in flight were cut off", timeout)
+	grace, cancelGrace := context.WithTimeout(context.Background(), drainGrace)
+	defer cancelGrace()
+	if err := hs.Shutdown(grace); err != nil {
+		hs.Close()
+	}
+	return false
+}
+
+// drainGrace is how long handlers get to send the end of a stream cut off
+// by the drain deadline.
+const drainGrace = 2 * time.Second
+
+// debugWriter turns net/http's log lines (bad TLS handshakes, broken
+// connections) into --verbose lines.
+type debugWriter struct{ rep *ui.Reporter }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.rep.Debugf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
