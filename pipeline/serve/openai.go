@@ -431,9 +431,14 @@ func lastToken(prompt []int) int {
 	return prompt[len(prompt)-1]
 }
 
+// statusClientClosed is the status logged for a request whose client went
+// away before the answer (nginx's 499); nobody receives it.
+const statusClientClosed = 499
+
 // outcome is the error a finished set of choices answers instead of a
-// response: an engine failure is a 500, and a sequence cancelled while the
-// client is still there (the server's shutdown deadline) a 503.
+// response: an engine failure is a 500, a sequence cancelled while the
+// client is still there (the server's shutdown deadline) a 503, and one
+// whose client went away a 499 for the log.
 func outcome(ctx context.Context, choices []*choice) error {
 	for _, c := range choices {
 		switch c.finish {
@@ -443,7 +448,7 @@ func outcome(ctx context.Context, choices []*choice) error {
 			if ctx.Err() == nil {
 				return &apiError{Status: http.StatusServiceUnavailable, Message: ErrClosed.Error(), Type: "server_error", Code: "shutting_down"}
 			}
-			return ctx.Err()
+			return &apiError{Status: statusClientClosed, Message: "the client closed the request", Type: "invalid_request_error"}
 		}
 	}
 	return nil

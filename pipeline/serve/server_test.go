@@ -570,14 +570,17 @@ func TestConcurrentRequests(t *testing.T) {
 	const n = 24
 	var wg sync.WaitGroup
 	for i := range n {
+		user := fmt.Sprintf("Tell me about the %s and the %s", words[i%len(words)], words[(i*3+1)%len(words)])
+		maxTokens := 5 + i*3%17
+		// The expected answers, computed here: require may not fail a
+		// test from another goroutine.
+		_, wantText, wantTextFinish := ts.expect(ts.encode(t, user), maxTokens)
+		_, wantChat, wantChatFinish := ts.expect(ts.chatPrompt(t, user), maxTokens)
 		wg.Go(func() {
 			ctx := context.Background()
-			user := fmt.Sprintf("Tell me about the %s and the %s", words[i%len(words)], words[(i*3+1)%len(words)])
-			maxTokens := 5 + i*3%17
 			var got, finish string
 			if i%2 == 0 {
-				prompt := ts.encode(t, user)
-				_, want, wantFinish := ts.expect(prompt, maxTokens)
+				want, wantFinish := wantText, wantTextFinish
 				if i%4 == 0 {
 					resp, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(testModel),
 						Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(user)}, MaxTokens: openai.Int(int64(maxTokens))})
@@ -606,7 +609,7 @@ func TestConcurrentRequests(t *testing.T) {
 				assert.Equal(t, wantFinish, finish, "request %d", i)
 				return
 			}
-			_, want, wantFinish := ts.expect(ts.chatPrompt(t, user), maxTokens)
+			want, wantFinish := wantChat, wantChatFinish
 			params := openai.ChatCompletionNewParams{Model: testModel,
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(user)}, MaxCompletionTokens: openai.Int(int64(maxTokens))}
 			if i%4 == 1 {
@@ -676,6 +679,19 @@ func TestClientDisconnectFreesSlot(t *testing.T) {
 	// The access log line is written when the handler returns.
 	require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), `"/v1/chat/completions"`) }, 5*time.Second, 5*time.Millisecond)
 	assert.Contains(t, metricsText(t, ts), `tputool_requests_finished_total{reason="cancelled"} 1`)
+
+	// A client waiting for a plain answer that goes away: logged as 499.
+	ctx, cancel = context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once","max_tokens":400}`))
+	require.NoError(t, err)
+	go func() {
+		assert.Eventually(t, func() bool { _, a := ts.sched.Load(); return a == 1 }, 5*time.Second, time.Millisecond)
+		cancel()
+	}()
+	_, err = http.DefaultClient.Do(req)
+	require.Error(t, err)
+	ts.waitIdle(t)
+	require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), `"status":499`) }, 5*time.Second, 5*time.Millisecond)
 }
 
 // TestQueueFull: with the slot busy and the queue full, a request is a
@@ -1000,4 +1016,32 @@ func toBytes(b []int64) []byte {
 		out[i] = byte(v)
 	}
 	return out
+}
+
+// TestShutdownDeadline: sequences the scheduler cuts off at its shutdown
+// deadline, while their clients wait, end in a 503 or a stream error.
+func TestShutdownDeadline(t *testing.T) {
+	ts := newTestServer(t, serverConfig{slots: 2})
+	ts.engine.setDelay(10 * time.Millisecond)
+	plain := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Once","max_tokens":400}`))
+		if err != nil {
+			plain <- 0
+			return
+		}
+		resp.Body.Close()
+		plain <- resp.StatusCode
+	}()
+	resp, r := streamRequest(t, ts, context.Background(), 400)
+	defer resp.Body.Close()
+	require.Eventually(t, func() bool { _, a := ts.sched.Load(); return a == 2 }, 5*time.Second, time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, ts.sched.Shutdown(ctx), context.Canceled)
+	assert.Equal(t, http.StatusServiceUnavailable, <-plain)
+	rest, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Contains(t, string(rest), `data: {"error":`)
+	assert.NotContains(t, string(rest), "[DONE]")
 }

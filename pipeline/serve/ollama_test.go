@@ -1,0 +1,114 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ollamaLines reads an NDJSON answer.
+func ollamaLines(t *testing.T, body []byte) []ollamaResponse {
+	t.Helper()
+	var out []ollamaResponse
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		var r ollamaResponse
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), sc.Text())
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestOllamaGenerate(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	_, want, _ := ts.expect(ts.chatPrompt(t, "Once upon a time"), 10)
+
+	// Streamed by default, through the chat template.
+	status, h, body := ts.post(t, "/api/generate", fmt.Sprintf(`{"model":%q,"prompt":"Once upon a time","options":{"num_predict":10,"temperature":0}}`, testModel))
+	require.Equal(t, http.StatusOK, status, string(body))
+	assert.Equal(t, "application/x-ndjson", h.Get("Content-Type"))
+	lines := ollamaLines(t, body)
+	require.Greater(t, len(lines), 2)
+	var text strings.Builder
+	for i, l := range lines {
+		require.NotNil(t, l.Response)
+		text.WriteString(*l.Response)
+		assert.Equal(t, i == len(lines)-1, l.Done)
+		assert.Equal(t, testModel, l.Model)
+	}
+	assert.Equal(t, want, text.String())
+	last := lines[len(lines)-1]
+	assert.Equal(t, "length", last.DoneReason)
+	assert.Equal(t, 10, last.EvalCount)
+	assert.Equal(t, len(ts.chatPrompt(t, "Once upon a time")), last.PromptEvalCount)
+	assert.Positive(t, last.TotalDuration)
+
+	// raw: the prompt as is; stream false: one object.
+	prompt := ts.encode(t, "Once upon a time")
+	_, wantRaw, _ := ts.expect(prompt, 6)
+	status, _, body = ts.post(t, "/api/generate", `{"model":"`+testModel+`:latest","prompt":"Once upon a time","raw":true,"stream":false,"options":{"num_predict":6,"num_ctx":2048}}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var one ollamaResponse
+	require.NoError(t, json.Unmarshal(body, &one))
+	assert.True(t, one.Done)
+	assert.Equal(t, wantRaw, *one.Response)
+	assert.Equal(t, 6, one.EvalCount)
+}
+
+func TestOllamaChat(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	_, want, _ := ts.expect(ts.chatPrompt(t, "Hi"), 8)
+	status, _, body := ts.post(t, "/api/chat", `{"model":"`+testModel+`","messages":[{"role":"user","content":"Hi"}],"options":{"num_predict":8}}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var text strings.Builder
+	lines := ollamaLines(t, body)
+	for _, l := range lines {
+		require.NotNil(t, l.Message)
+		assert.Equal(t, "assistant", l.Message.Role)
+		text.WriteString(l.Message.Content)
+	}
+	assert.Equal(t, want, text.String())
+	assert.True(t, lines[len(lines)-1].Done)
+
+	status, _, body = ts.post(t, "/api/chat", `{"model":"`+testModel+`","messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":8}}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var one ollamaResponse
+	require.NoError(t, json.Unmarshal(body, &one))
+	assert.Equal(t, want, one.Message.Content)
+	assert.Equal(t, "length", one.DoneReason)
+}
+
+func TestOllamaErrors(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	for _, tc := range []struct {
+		name, path, body string
+		status           int
+		contains         string
+	}{
+		{"unknown model", "/api/generate", `{"model":"llama3","prompt":"a"}`, 404, "llama3"},
+		{"malformed", "/api/chat", `{"model":`, 400, "invalid JSON"},
+		{"no messages", "/api/chat", `{"model":"` + testModel + `","messages":[]}`, 400, "messages"},
+		{"images", "/api/generate", `{"model":"` + testModel + `","prompt":"a","images":["aGk="]}`, 400, "images"},
+		{"tools", "/api/chat", `{"model":"` + testModel + `","messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tool"},
+		{"format", "/api/generate", `{"model":"` + testModel + `","prompt":"a","format":"json"}`, 400, "format"},
+		{"bad option", "/api/generate", `{"model":"` + testModel + `","prompt":"a","options":{"top_p":3}}`, 400, "top_p"},
+		{"beyond context", "/api/generate", `{"model":"` + testModel + `","prompt":"a","options":{"num_predict":100000}}`, 400, "512"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := ts.post(t, tc.path, tc.body)
+			require.Equal(t, tc.status, status, string(body))
+			var e struct {
+				Error string `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(body, &e), string(body))
+			assert.Contains(t, e.Error, tc.contains)
+		})
+	}
+}
