@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
 )
@@ -274,55 +275,45 @@ func (s *Server) checkModel(name string) error {
 // reqs[i] (prompt i / n, sampler stream i % n).
 type plan struct {
 	reqs         []Request
-	prompts      [][]int
 	promptTokens int
 }
 
 // plan builds the Requests of prompts: resolves the settings once (one
 // seed for the request), bounds each prompt plus its max tokens by
 // MaxContext (promptParam names the prompt in errors), and by default
-// gives each sequence the rest of the context.
+// gives each sequence the rest of the context (without MaxContext,
+// Resolve's limit).
 func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bool, logprobs int, promptParam, maxTokensParam string) (*plan, error) {
-	asked := o.MaxNewTokens
-	if asked == nil {
-		one := 1 // validated per prompt below
-		o.MaxNewTokens = &one
-	}
 	gen, err := s.o.Resolve(o)
 	if err != nil {
-		return nil, badRequest("", "%v", err)
+		if errors.Is(err, errs.ErrUsage) { // a setting out of range
+			return nil, badRequest("", "%v", err)
+		}
+		return nil, fmt.Errorf("resolving the generation settings: %w", err)
 	}
 	if ignoreEOS {
 		gen.EOS = nil
 	}
-	tok := s.o.Tokenizer
-	if tok != nil {
+	if tok := s.o.Tokenizer; tok != nil {
 		gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
 	}
-	p := &plan{prompts: prompts}
+	p := &plan{}
 	for _, prompt := range prompts {
-		limit := 0
-		switch {
-		case asked != nil:
-			limit = *asked
-			if c := s.o.MaxContext; c > 0 && len(prompt)+limit > c {
+		limit := gen.MaxNewTokens
+		switch c := s.o.MaxContext; {
+		case c <= 0:
+		case o.MaxNewTokens != nil:
+			if len(prompt)+limit > c {
 				return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam, Code: "context_length_exceeded",
 					Message: fmt.Sprintf("this model's maximum context length is %d tokens, but %d were requested (%d in the %s, %d in %s): shorten the %s or lower %s",
 						c, len(prompt)+limit, len(prompt), promptParam, limit, maxTokensParam, promptParam, maxTokensParam)}
 			}
-		case s.o.MaxContext > 0:
-			limit = s.o.MaxContext - len(prompt)
+		default:
+			limit = c - len(prompt)
 			if limit <= 0 {
 				return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam, Code: "context_length_exceeded",
-					Message: fmt.Sprintf("this model's maximum context length is %d tokens, and the %s has %d: no room is left to generate", s.o.MaxContext, promptParam, len(prompt))}
+					Message: fmt.Sprintf("this model's maximum context length is %d tokens, and the %s has %d: no room is left to generate", c, promptParam, len(prompt))}
 			}
-		default:
-			o.MaxNewTokens = nil
-			def, err := s.o.Resolve(o)
-			if err != nil {
-				return nil, badRequest("", "%v", err)
-			}
-			limit = def.MaxNewTokens
 		}
 		p.promptTokens += len(prompt)
 		for j := range n {

@@ -1045,3 +1045,27 @@ func TestShutdownDeadline(t *testing.T) {
 	assert.Contains(t, string(rest), `data: {"error":`)
 	assert.NotContains(t, string(rest), "[DONE]")
 }
+
+// TestSeed: a sampled request with a seed is repeatable, and its n
+// choices draw from different streams.
+func TestSeed(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	c := ts.client("")
+	run := func(seed int64) []string {
+		resp, err := c.Completions.New(context.Background(), openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(testModel),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
+			N:      openai.Int(4), MaxTokens: openai.Int(12), Temperature: openai.Float(8), Seed: openai.Int(seed)},
+			option.WithJSONSet("top_k", 0)) // an extra, through the SDK's escape hatch
+		require.NoError(t, err)
+		var out []string
+		for _, ch := range resp.Choices {
+			out = append(out, ch.Text)
+		}
+		return out
+	}
+	a, b := run(42), run(42)
+	assert.Equal(t, a, b, "the same seed gives the same choices")
+	slices.Sort(a)
+	assert.Greater(t, len(slices.Compact(a)), 1, "the choices differ: %q", a)
+	assert.NotEqual(t, b, run(7))
+}
