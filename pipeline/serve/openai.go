@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -464,9 +465,8 @@ func (s *Server) tokenText(prev, id int) string {
 		return fmt.Sprintf("token_id:%d", id)
 	}
 	if piece, ok := tok.IDToToken(id); ok && len(piece) == 6 && strings.HasPrefix(piece, "<0x") && piece[5] == '>' {
-		var b byte
-		if _, err := fmt.Sscanf(piece[3:5], "%02X", &b); err == nil {
-			return string([]byte{b})
+		if b, err := strconv.ParseUint(piece[3:5], 16, 8); err == nil {
+			return string([]byte{byte(b)})
 		}
 	}
 	if prev >= 0 {

@@ -124,7 +124,8 @@ func routeOf(path string) (route, bool) {
 	return route{}, false
 }
 
-// ServeHTTP routes a request, checks its API key, and logs and counts it.
+// ServeHTTP checks a request's API key, routes it, and logs and counts
+// it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := s.o.Now()
 	rec := &recorder{ResponseWriter: w}
@@ -139,19 +140,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r, rec.status, start, x)
 	}()
 	rt, ok := routeOf(r.URL.Path)
+	if ok {
+		x.endpoint = rt.endpoint
+	}
+	// The key comes first: without it, a client learns nothing, not even
+	// which paths exist.
+	if r.URL.Path != "/health" && !s.authorized(r) {
+		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
+		writeError(rec, &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"})
+		return
+	}
 	if !ok {
 		writeError(rec, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), Type: "invalid_request_error", Code: "not_found"})
 		return
 	}
-	x.endpoint = rt.endpoint
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
 		rec.Header().Set("Allow", rt.method)
 		writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("%s takes %s, not %s", rt.endpoint, rt.method, r.Method), Type: "invalid_request_error", Code: "method_not_allowed"})
-		return
-	}
-	if rt.endpoint != "/health" && !s.authorized(r) {
-		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
-		writeError(rec, &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"})
 		return
 	}
 	if r.Body != nil {

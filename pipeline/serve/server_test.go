@@ -897,6 +897,10 @@ func TestAuth(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status)
 	status, _, _ = ts.post(t, "/api/generate", `{"prompt":"a"}`)
 	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _, _ = ts.post(t, "/v1/embeddings", `{}`)
+	assert.Equal(t, http.StatusUnauthorized, status, "an unknown path without the key")
+	status, _, _ = ts.post(t, "/v1/embeddings", `{}`, "Authorization", "Bearer "+testKey)
+	assert.Equal(t, http.StatusNotFound, status)
 	status, body := get("/health", "")
 	assert.Equal(t, http.StatusOK, status)
 	assert.JSONEq(t, `{"status":"ok"}`, string(body))
@@ -1068,4 +1072,22 @@ func TestSeed(t *testing.T) {
 	slices.Sort(a)
 	assert.Greater(t, len(slices.Compact(a)), 1, "the choices differ: %q", a)
 	assert.NotEqual(t, b, run(7))
+}
+
+// TestTokenText: a token's text keeps its SentencePiece leading space
+// after another token, and a byte-fallback token is its byte.
+func TestTokenText(t *testing.T) {
+	tok := loadTestTokenizer(t)
+	s := &Server{o: ServerOptions{Tokenizer: tok}}
+	word, ok := tok.TokenToID("▁t")
+	require.True(t, ok)
+	he, ok := tok.TokenToID("he")
+	require.True(t, ok)
+	assert.Equal(t, " t", s.tokenText(word, word))
+	assert.Equal(t, "he", s.tokenText(word, he))
+	b, ok := tok.TokenToID("<0xE2>")
+	require.True(t, ok)
+	assert.Equal(t, "\xe2", s.tokenText(word, b))
+	assert.Equal(t, []int{0xe2}, tokenBytes(s.tokenText(word, b)))
+	assert.Equal(t, -9999.0, logprobValue(math.Inf(-1)))
 }
