@@ -15,7 +15,8 @@ import (
 
 // Ollama's /api/generate and /api/chat, for the clients that speak it:
 // NDJSON streaming by default ("stream": false for one object), settings
-// in "options", errors as {"error": "..."}. Decoding is lenient, as
+// in "options", errors as {"error": "..."}, and a request with no prompt
+// (a client loading the model) done at once. Decoding is lenient, as
 // ollama's own: unknown fields are ignored, but images, tools and a JSON
 // format, which tputool cannot honour, are refused.
 
@@ -145,12 +146,32 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *excha
 		writeOllamaError(w, err)
 		return
 	}
+	if req.Prompt == "" && req.System == "" {
+		s.ollamaLoaded(w, &req.ollamaCommon, false)
+		return
+	}
 	p, err := s.ollamaGeneratePlan(r.Context(), &req)
 	if err != nil {
 		writeOllamaError(w, err)
 		return
 	}
 	s.ollamaRun(w, r, x, &req.ollamaCommon, p, false)
+}
+
+// ollamaLoaded answers a request with nothing to generate, which ollama's
+// clients send to load the model: done at once, done_reason "load".
+func (s *Server) ollamaLoaded(w http.ResponseWriter, c *ollamaCommon, isChat bool) {
+	if _, _, err := s.ollamaOverrides(c); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	resp := ollamaResponse{Model: s.o.ModelName, CreatedAt: s.o.Now().UTC().Format(time.RFC3339Nano), Done: true, DoneReason: "load"}
+	if isChat {
+		resp.Message = &ollamaMessage{Role: "assistant"}
+	} else {
+		resp.Response = new("")
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequest) (*plan, error) {
@@ -191,6 +212,10 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, x *exchange)
 	var req ollamaChatRequest
 	if err := decodeOllama(r, &req); err != nil {
 		writeOllamaError(w, err)
+		return
+	}
+	if len(req.Messages) == 0 {
+		s.ollamaLoaded(w, &req.ollamaCommon, true)
 		return
 	}
 	p, err := s.ollamaChatPlan(r.Context(), &req)

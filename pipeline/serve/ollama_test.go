@@ -94,7 +94,6 @@ func TestOllamaErrors(t *testing.T) {
 	}{
 		{"unknown model", "/api/generate", `{"model":"llama3","prompt":"a"}`, 404, "llama3"},
 		{"malformed", "/api/chat", `{"model":`, 400, "invalid JSON"},
-		{"no messages", "/api/chat", `{"model":"` + testModel + `","messages":[]}`, 400, "messages"},
 		{"images", "/api/generate", `{"model":"` + testModel + `","prompt":"a","images":["aGk="]}`, 400, "images"},
 		{"tools", "/api/chat", `{"model":"` + testModel + `","messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tool"},
 		{"format", "/api/generate", `{"model":"` + testModel + `","prompt":"a","format":"json"}`, 400, "format"},
@@ -111,4 +110,23 @@ func TestOllamaErrors(t *testing.T) {
 			assert.Contains(t, e.Error, tc.contains)
 		})
 	}
+}
+
+// TestOllamaLoad: a request with nothing to generate (ollama's clients
+// send one to load the model) is done at once.
+func TestOllamaLoad(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	for path, body := range map[string]string{
+		"/api/generate": `{"model":"` + testModel + `"}`,
+		"/api/chat":     `{"model":"` + testModel + `","messages":[]}`,
+	} {
+		status, _, resp := ts.post(t, path, body)
+		require.Equal(t, http.StatusOK, status, string(resp))
+		var one ollamaResponse
+		require.NoError(t, json.Unmarshal(resp, &one))
+		assert.True(t, one.Done, path)
+		assert.Equal(t, "load", one.DoneReason, path)
+	}
+	status, _, _ := ts.post(t, "/api/generate", `{"model":"other"}`)
+	assert.Equal(t, http.StatusNotFound, status)
 }

@@ -1091,3 +1091,25 @@ func TestTokenText(t *testing.T) {
 	assert.Equal(t, []int{0xe2}, tokenBytes(s.tokenText(word, b)))
 	assert.Equal(t, -9999.0, logprobValue(math.Inf(-1)))
 }
+
+// TestOddInputIsNever500: odd but well-formed or malformed bodies are
+// 4xx answers on every generating endpoint.
+func TestOddInputIsNever500(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	bodies := []string{
+		`null`, `[]`, `"text"`, `42`, `{}`, `{"prompt":null}`, `{"prompt":[]}`, `{"prompt":[[]]}`, `{"prompt":[-1]}`,
+		`{"prompt":["a",1]}`, `{"messages":null}`, `{"messages":[null]}`, `{"messages":[{"role":"user"}]}`,
+		`{"messages":[{"role":"user","content":5}]}`, `{"n":1e400}`, `{"max_tokens":1.5}`, `{"temperature":"hot"}`,
+		`{"stop":[null]}`, `{"stream_options":{"include_usage":"yes"}}`, `{"options":{"num_predict":"x"}}`,
+		strings.Repeat("[", 20000) + strings.Repeat("]", 20000), "\xff\xfe", `{"prompt":"a","max_tokens":1}garbage`,
+	}
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/api/generate", "/api/chat"} {
+		for _, body := range bodies {
+			status, _, resp := ts.post(t, path, body)
+			if status >= 500 || status < 400 && status != http.StatusOK {
+				t.Errorf("%s %.40q: status %d: %s", path, body, status, resp)
+			}
+		}
+	}
+	ts.waitIdle(t)
+}
