@@ -31,16 +31,25 @@ import (
 // (Qwen3.5's DeltaNet) is copied whole.
 //
 // The batch keeps two shapes small, so that attention and memory follow
-// the load rather than the limits: the number of rows is a power of two
-// (a batch bucket) that grows when a sequence needs a row and shrinks when
-// few are left, and the cache length is a bucket of what the longest
-// running sequence holds. When the clock reaches the end of the cache, or
-// an insert needs more rows or more slots behind the clock, a relayout
-// gathers the running rows to the front and shifts every row's slots left
-// by the free space below the lowest pad (or right, for a prompt longer
-// than the clock), in one executable. Each decode executable is compiled
-// once per (batch bucket, cache bucket): Warmup compiles them all up
-// front, so no compile happens under load.
+// the load rather than the limits: the number of rows is a batch bucket
+// (a power of two, capped at MaxBatch) that grows when a sequence needs a
+// row and shrinks when at most a quarter is used, and the cache length is
+// a slot bucket that grows when the clock reaches the end of the cache and
+// shrinks when the running sequences hold little. Changing them is a
+// relayout, made of steps that each change one shape by one bucket: a
+// rows step gathers the running rows to the front (the rows-gather
+// program), a slots step shifts every row's slots left by the free space
+// below the lowest pad, or right for a prompt longer than the clock, and
+// resizes the cache (the slots program). An insert places the prefill's
+// prompt into a row of slots (the place program) and writes that row into
+// the batch (the write-row program).
+//
+// So the shapes of every executable come from a bounded set: decode and
+// write-row per (batch bucket, slot bucket), rows-gather per slot bucket
+// and pair of neighbouring batch buckets, slots per batch bucket and slot
+// bucket to itself or a neighbour, prefill and place per prompt bucket
+// (and slot bucket). Warmup compiles them all up front, so no compile
+// happens under load.
 
 // BatchOptions configure a Batch.
 type BatchOptions struct {
@@ -71,9 +80,11 @@ type Batch struct {
 	seqRow map[int]int
 	nextID int
 
-	slotAxes [][]int // per layer and state: the axis of cache slots, -1 for none
-	insert   *Program
-	relayout *Program
+	slotAxes [][]int  // per layer and state: the axis of cache slots, -1 for none
+	place    *Program // prefill state -> one row of slots
+	writeRow *Program // batch state, row -> batch state
+	gather   *Program // batch state -> other rows (rows step)
+	slots    *Program // batch state -> slots shifted and resized (slots step)
 }
 
 // NewBatch prepares continuous batching on r, which it then owns.
@@ -112,12 +123,20 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 		}
 		b.slotAxes = append(b.slotAxes, axes)
 	}
-	var err error
-	if b.insert, err = r.newProgram("serve-insert", b.insertGraph); err != nil {
-		return nil, err
-	}
-	if b.relayout, err = r.newProgram("serve-relayout", b.relayoutGraph); err != nil {
-		return nil, err
+	for _, p := range []struct {
+		to   **Program
+		name string
+		fn   func([]*graph.Node) []*graph.Node
+	}{
+		{&b.place, "serve-place", b.placeGraph},
+		{&b.writeRow, "serve-write-row", b.writeRowGraph},
+		{&b.gather, "serve-rows", b.rowsGraph},
+		{&b.slots, "serve-slots", b.slotsGraph},
+	} {
+		var err error
+		if *p.to, err = r.newProgram(p.name, p.fn); err != nil {
+			return nil, err
+		}
 	}
 	b.reset()
 	return b, nil
@@ -262,33 +281,22 @@ func (b *Batch) Insert(p *BatchPrefill) (int, error) {
 		return -1, err
 	}
 	row := slices.Index(b.rows, -1)
-	next, s, t := b.dec.next, b.dec.cacheLen, p.st.cacheLen
-	// Slot j of the row takes slot j - next + t of the prefill (the prompt
-	// ends at both clocks); slots outside the prompt become zero.
-	idx := make([]int32, s)
-	valid := make([]int32, s)
-	for j := range idx {
-		src := j - next + t
-		if j >= next-p.n && j < next {
-			idx[j], valid[j] = int32(src), 1
-		}
-	}
-	args := []Arg{
-		{T: tensors.FromScalar(int32(row))},
-		{T: tensors.FromFlatDataAndDimensions(idx, s)},
-		{T: tensors.FromFlatDataAndDimensions(valid, s)},
-	}
-	for _, st := range b.dec.state {
-		for _, x := range st {
-			args = append(args, Arg{T: x, Donate: true})
-		}
-	}
+	next := b.dec.next
+	args := b.placeArgs(b.dec.cacheLen, p.st.cacheLen, next, p.n)
 	for _, st := range p.st.state {
 		for _, x := range st {
 			args = append(args, Arg{T: x})
 		}
 	}
-	outs, err := b.insert.Call(args...)
+	placed, err := b.place.Call(args...)
+	if err != nil {
+		return -1, err
+	}
+	args = append(b.stateArgs(), Arg{T: tensors.FromScalar(int32(row))})
+	for _, x := range placed {
+		args = append(args, Arg{T: x, Donate: true})
+	}
+	outs, err := b.writeRow.Call(args...)
 	if err != nil {
 		b.fail()
 		return -1, err
@@ -300,6 +308,32 @@ func (b *Batch) Insert(p *BatchPrefill) (int, error) {
 	b.seqRow[id] = row
 	b.dec.pads[row] = int32(next - p.n)
 	return id, nil
+}
+
+// placeArgs are the slot maps of the place program for a row of s slots
+// taking a prompt of n tokens that ends at slot t of the prefill and at
+// the clock next of the row; slots outside the prompt become zero.
+func (b *Batch) placeArgs(s, t, next, n int) []Arg {
+	idx := make([]int32, s)
+	valid := make([]int32, s)
+	for j := max(0, next-n); j < next; j++ {
+		idx[j], valid[j] = int32(j-next+t), 1
+	}
+	return []Arg{
+		{T: tensors.FromFlatDataAndDimensions(idx, s)},
+		{T: tensors.FromFlatDataAndDimensions(valid, s)},
+	}
+}
+
+// stateArgs are the decode batch's state tensors, donated.
+func (b *Batch) stateArgs() []Arg {
+	var args []Arg
+	for _, st := range b.dec.state {
+		for _, x := range st {
+			args = append(args, Arg{T: x, Donate: true})
+		}
+	}
+	return args
 }
 
 // Decode feeds tokens[i] to sequence seqs[i] and returns the logits that
@@ -374,52 +408,99 @@ func (b *Batch) setState(outs []*tensors.Tensor) {
 	}
 }
 
-// fit makes room, by a relayout when needed, for `extra` more sequences
-// and for a step that writes slot next: rows for every sequence (growing
-// the batch bucket, or shrinking it when at most a quarter is used), at
-// least needBack slots below the clock (an inserted prompt's length), and
-// a free slot at the clock.
+// fit makes room for `extra` more sequences and for a step that writes
+// slot next: rows for every sequence, at least needBack slots below the
+// clock (an inserted prompt's length) and a free slot at the clock. It
+// runs relayout steps, each changing one shape by one bucket, until the
+// layout fits.
 func (b *Batch) fit(extra, needBack int) error {
-	k := b.active() + extra
-	rowsNow := b.dec.batch
-	rowsNew := rowsNow
-	if k > rowsNow {
-		rowsNew = b.batchBucket(k)
-	} else if rowsNow > 1 && k <= rowsNow/4 {
-		rowsNew = b.batchBucket(k)
+	for {
+		k := b.active() + extra
+		rows := b.dec.batch
+		switch {
+		case k > rows || (extra > 0 && slices.Index(b.rows, -1) < 0):
+			if err := b.rowsStep(b.batchBucket(rows + 1)); err != nil {
+				return err
+			}
+			continue
+		case rows > 1 && k <= rows/4:
+			if err := b.rowsStep(b.batchBucket(rows / 2)); err != nil {
+				return err
+			}
+			continue
+		}
+		next, s := b.dec.next, b.dec.cacheLen
+		if next >= needBack && next < s {
+			return nil
+		}
+		if err := b.slotsStep(needBack); err != nil {
+			return err
+		}
 	}
-	next, s := b.dec.next, b.dec.cacheLen
-	free := extra == 0 || slices.Index(b.rows, -1) >= 0
-	if rowsNew == rowsNow && next >= needBack && next < s && free {
-		return nil
-	}
-	low := next // the lowest pad of a running sequence
+}
+
+// lowestPad is the lowest pad of a running sequence (the clock when none
+// runs): slots below it hold nothing anyone reads.
+func (b *Batch) lowestPad() int {
+	low := b.dec.next
 	for row, h := range b.rows {
 		if h >= 0 {
 			low = min(low, int(b.dec.pads[row]))
 		}
 	}
-	nextNew := max(next-low, needBack)
-	shift := next - nextNew // old slot = new slot + shift
-	sNew, err := b.slotBucket(nextNew + 1)
-	if err != nil {
-		return err
-	}
-	rowIdx := make([]int32, rowsNew)
-	rows := slices.Repeat([]int{-1}, rowsNew)
-	pads := make([]int32, rowsNew)
+	return low
+}
+
+// rowsStep gathers the running rows to the front of a batch of n rows.
+func (b *Batch) rowsStep(n int) error {
+	rowIdx := make([]int32, n)
+	rows := slices.Repeat([]int{-1}, n)
+	pads := make([]int32, n)
 	j := 0
 	for row, h := range b.rows {
 		if h < 0 {
 			continue
 		}
-		rowIdx[j], rows[j], pads[j] = int32(row), h, b.dec.pads[row]-int32(shift)
+		rowIdx[j], rows[j], pads[j] = int32(row), h, b.dec.pads[row]
 		b.seqRow[h] = j
 		j++
 	}
-	for ; j < rowsNew; j++ {
-		pads[j] = int32(nextNew)
+	for ; j < n; j++ {
+		pads[j] = int32(b.dec.next)
 	}
+	args := append([]Arg{{T: tensors.FromFlatDataAndDimensions(rowIdx, n)}}, b.stateArgs()...)
+	outs, err := b.gather.Call(args...)
+	if err != nil {
+		b.fail()
+		return err
+	}
+	b.setState(outs)
+	b.dec.batch, b.dec.pads, b.rows = n, pads, rows
+	return nil
+}
+
+// slotsStep moves the clock to what the running sequences hold (or to
+// needBack, for a longer prompt) by shifting every row's slots, and moves
+// the cache length one bucket towards the smallest that holds the clock
+// and the slot it writes next.
+func (b *Batch) slotsStep(needBack int) error {
+	buckets := b.slotBuckets()
+	next, s := b.dec.next, b.dec.cacheLen
+	at := slices.Index(buckets, s)
+	held := next - b.lowestPad()
+	want, err := b.slotBucket(max(held, needBack) + 1)
+	if err != nil {
+		return err
+	}
+	sNew := s
+	switch {
+	case want > s:
+		sNew = buckets[at+1]
+	case want < s:
+		sNew = buckets[at-1]
+	}
+	nextNew := min(max(held, needBack), sNew-1)
+	shift := next - nextNew // old slot = new slot + shift
 	idx := make([]int32, sNew)
 	valid := make([]int32, sNew)
 	for j := range idx {
@@ -427,25 +508,20 @@ func (b *Batch) fit(extra, needBack int) error {
 			idx[j], valid[j] = int32(src), 1
 		}
 	}
-	args := []Arg{
-		{T: tensors.FromFlatDataAndDimensions(rowIdx, rowsNew)},
+	args := append([]Arg{
 		{T: tensors.FromFlatDataAndDimensions(idx, sNew)},
 		{T: tensors.FromFlatDataAndDimensions(valid, sNew)},
-	}
-	for _, st := range b.dec.state {
-		for _, x := range st {
-			args = append(args, Arg{T: x, Donate: true})
-		}
-	}
-	outs, err := b.relayout.Call(args...)
+	}, b.stateArgs()...)
+	outs, err := b.slots.Call(args...)
 	if err != nil {
 		b.fail()
 		return err
 	}
 	b.setState(outs)
-	b.dec.batch, b.dec.cacheLen, b.dec.maxCacheLen, b.dec.next = rowsNew, sNew, sNew, nextNew
-	b.dec.pads = pads
-	b.rows = rows
+	for row := range b.dec.pads {
+		b.dec.pads[row] -= int32(shift)
+	}
+	b.dec.cacheLen, b.dec.maxCacheLen, b.dec.next = sNew, sNew, nextNew
 	return nil
 }
 
@@ -483,32 +559,18 @@ func alongFirstAxis(v *graph.Node, dims []int) *graph.Node {
 	return graph.BroadcastToDims(graph.Reshape(v, r...), dims...)
 }
 
-// insertGraph: [row, idx [S], valid [S], batch state..., prefill state...]
-// -> [batch state...]: the prefill's state, its slots remapped, replaces
-// row `row` of each batch state tensor.
-func (b *Batch) insertGraph(in []*graph.Node) []*graph.Node {
-	row, idx, valid := in[0], in[1], in[2]
-	n := (len(in) - 3) / 2
-	big, small := in[3:3+n], in[3+n:]
-	out := make([]*graph.Node, n)
+// placeGraph: [idx [S], valid [S], prefill state...] -> [row state...]:
+// the prefill's state with its slots remapped (remapSlots) into a row of
+// S slots; state without slots as it is.
+func (b *Batch) placeGraph(in []*graph.Node) []*graph.Node {
+	idx, valid, small := in[0], in[1], in[2:]
+	out := make([]*graph.Node, len(small))
 	k := 0
 	for _, axes := range b.slotAxes {
 		for _, axis := range axes {
-			x, p := big[k], small[k]
+			out[k] = small[k]
 			if axis >= 0 {
-				p = remapSlots(p, axis, idx, valid)
-			}
-			if b.r.dus {
-				starts := make([]*graph.Node, x.Rank())
-				starts[0] = row
-				for a := 1; a < x.Rank(); a++ {
-					starts[a] = graph.ScalarZero(x.Graph(), dtypes.Int32)
-				}
-				out[k] = graph.DynamicUpdateSlice(x, p, starts)
-			} else {
-				rows := graph.Iota(x.Graph(), shapes.Make(dtypes.Int32, x.Shape().Dimensions[0]), 0)
-				mask := alongFirstAxis(graph.Equal(rows, row), x.Shape().Dimensions)
-				out[k] = graph.Where(mask, graph.BroadcastToShape(p, x.Shape()), x)
+				out[k] = remapSlots(small[k], axis, idx, valid)
 			}
 			k++
 		}
@@ -516,62 +578,181 @@ func (b *Batch) insertGraph(in []*graph.Node) []*graph.Node {
 	return out
 }
 
-// relayoutGraph: [rows [B'], idx [S'], valid [S'], state...] -> [state...]
-// with B' rows gathered from `rows` and slots remapped (remapSlots).
-func (b *Batch) relayoutGraph(in []*graph.Node) []*graph.Node {
-	rowIdx, idx, valid := in[0], in[1], in[2]
-	states := in[3:]
+// writeRowGraph: [batch state..., row, row state...] -> [batch state...]
+// with row `row` of each tensor replaced.
+func (b *Batch) writeRowGraph(in []*graph.Node) []*graph.Node {
+	n := (len(in) - 1) / 2
+	big, row, small := in[:n], in[n], in[n+1:]
+	out := make([]*graph.Node, n)
+	for k, x := range big {
+		p := small[k]
+		if b.r.dus {
+			starts := make([]*graph.Node, x.Rank())
+			starts[0] = row
+			for a := 1; a < x.Rank(); a++ {
+				starts[a] = graph.ScalarZero(x.Graph(), dtypes.Int32)
+			}
+			out[k] = graph.DynamicUpdateSlice(x, p, starts)
+			continue
+		}
+		rows := graph.Iota(x.Graph(), shapes.Make(dtypes.Int32, x.Shape().Dimensions[0]), 0)
+		mask := alongFirstAxis(graph.Equal(rows, row), x.Shape().Dimensions)
+		out[k] = graph.Where(mask, graph.BroadcastToShape(p, x.Shape()), x)
+	}
+	return out
+}
+
+// rowsGraph: [rows [B'], state...] -> [state...] with B' rows gathered
+// from `rows`.
+func (b *Batch) rowsGraph(in []*graph.Node) []*graph.Node {
+	rowIdx, states := in[0], in[1:]
 	nb := rowIdx.Shape().Dimensions[0]
+	out := make([]*graph.Node, len(states))
+	for k, x := range states {
+		out[k] = graph.Gather(x, graph.Reshape(rowIdx, nb, 1))
+	}
+	return out
+}
+
+// slotsGraph: [idx [S'], valid [S'], state...] -> [state...] with slots
+// remapped (remapSlots); state without slots as it is.
+func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
+	idx, valid, states := in[0], in[1], in[2:]
 	out := make([]*graph.Node, len(states))
 	k := 0
 	for _, axes := range b.slotAxes {
 		for _, axis := range axes {
-			x := graph.Gather(states[k], graph.Reshape(rowIdx, nb, 1))
+			out[k] = states[k]
 			if axis >= 0 {
-				x = remapSlots(x, axis, idx, valid)
+				out[k] = remapSlots(states[k], axis, idx, valid)
+			} else {
+				out[k] = graph.Identity(states[k])
 			}
-			out[k] = x
 			k++
 		}
 	}
 	return out
 }
 
-// Warmup compiles up front every executable that serving runs at load:
-// the decode step for each batch bucket and cache bucket, and the prefill
-// piece for each prompt bucket.
+// Warmup compiles up front every executable that serving runs, for every
+// batch bucket, slot bucket and prompt bucket (see above), so that none
+// compiles under load. Recompile reports are off while it runs.
 func (b *Batch) Warmup() error {
-	var err error
-	for rows := 1; ; rows = min(rows*2, b.o.MaxBatch) {
-		for _, s := range b.slotBuckets() {
-			st := genState{batch: rows, cacheLen: s, maxCacheLen: s, pads: make([]int32, rows), state: b.r.newState(rows, s)}
-			st.padsT = tensors.FromFlatDataAndDimensions(slices.Clone(st.pads), rows)
-			b.swapIn(&st, func() {
-				_, err = b.r.run(b.r.decode, tensors.FromFlatDataAndDimensions(make([]int32, rows), rows, 1), 0)
-				b.r.release()
-			})
-			if err != nil {
-				b.reset()
-				return err
-			}
-		}
+	for _, p := range b.r.programs {
+		report := p.OnRecompile
+		p.OnRecompile = nil
+		defer func() { p.OnRecompile = report }()
+	}
+	buckets := b.slotBuckets()
+	var rowBuckets []int
+	for rows := 1; ; rows = b.batchBucket(rows + 1) {
+		rowBuckets = append(rowBuckets, rows)
 		if rows == b.o.MaxBatch {
 			break
 		}
 	}
+	for ri, rows := range rowBuckets {
+		for si, s := range buckets {
+			if err := b.warmShape(rows, s, neighbours(rowBuckets, ri), neighbours(buckets, si)); err != nil {
+				b.reset()
+				return err
+			}
+		}
+	}
 	for t := 8; ; t *= 2 { // prompts of up to MaxContext-1 tokens
-		chunk := min(b.o.PrefillChunk, t)
-		st := genState{batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{0}, pending: [][]int32{make([]int32, chunk)}, state: b.r.newState(1, t)}
-		st.padsT = tensors.FromFlatDataAndDimensions([]int32{0}, 1)
-		b.swapIn(&st, func() {
-			_, err = b.r.PrefillChunk(chunk)
-			b.r.release()
-		})
-		if err != nil {
+		if err := b.warmPrompt(t, buckets); err != nil {
 			return err
 		}
 		if t >= b.o.MaxContext-1 {
 			return nil
 		}
 	}
+}
+
+// neighbours are the buckets next to list[i].
+func neighbours(list []int, i int) []int {
+	var out []int
+	if i > 0 {
+		out = append(out, list[i-1])
+	}
+	if i+1 < len(list) {
+		out = append(out, list[i+1])
+	}
+	return out
+}
+
+// warmShape compiles the executables that run on a decode batch of rows
+// x s: decode, write-row, the rows steps to the neighbouring batch
+// buckets and the slots steps to s and its neighbours.
+func (b *Batch) warmShape(rows, s int, rowsTo, slotsTo []int) error {
+	st := genState{batch: rows, cacheLen: s, maxCacheLen: s, pads: make([]int32, rows), state: b.r.newState(rows, s)}
+	st.padsT = tensors.FromFlatDataAndDimensions(slices.Clone(st.pads), rows)
+	var err error
+	b.swapIn(&st, func() {
+		_, err = b.r.run(b.r.decode, tensors.FromFlatDataAndDimensions(make([]int32, rows), rows, 1), 0)
+	})
+	if err != nil {
+		return err
+	}
+	defer b.swapIn(&st, func() { b.r.release() })
+	var state []Arg
+	for _, l := range st.state {
+		for _, x := range l {
+			state = append(state, Arg{T: x})
+		}
+	}
+	row := []Arg{{T: tensors.FromScalar(int32(0))}}
+	for _, l := range b.r.newState(1, s) {
+		for _, x := range l {
+			row = append(row, Arg{T: x})
+		}
+	}
+	if _, err := b.writeRow.Precompile(append(slices.Clone(state), row...)...); err != nil {
+		return err
+	}
+	for _, n := range rowsTo {
+		idx := Arg{T: tensors.FromFlatDataAndDimensions(make([]int32, n), n)}
+		if _, err := b.gather.Precompile(append([]Arg{idx}, state...)...); err != nil {
+			return err
+		}
+	}
+	for _, n := range append([]int{s}, slotsTo...) {
+		maps := []Arg{
+			{T: tensors.FromFlatDataAndDimensions(make([]int32, n), n)},
+			{T: tensors.FromFlatDataAndDimensions(make([]int32, n), n)},
+		}
+		if _, err := b.slots.Precompile(append(maps, state...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmPrompt compiles the prefill piece of prompt bucket t and the place
+// program from it to every slot bucket a prompt of that bucket fits in.
+func (b *Batch) warmPrompt(t int, buckets []int) error {
+	chunk := min(b.o.PrefillChunk, t)
+	st := genState{batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{0}, pending: [][]int32{make([]int32, chunk)}, state: b.r.newState(1, t)}
+	st.padsT = tensors.FromFlatDataAndDimensions([]int32{0}, 1)
+	var err error
+	b.swapIn(&st, func() { _, err = b.r.PrefillChunk(chunk) })
+	if err != nil {
+		return err
+	}
+	defer b.swapIn(&st, func() { b.r.release() })
+	var small []Arg
+	for _, l := range st.state {
+		for _, x := range l {
+			small = append(small, Arg{T: x})
+		}
+	}
+	for _, s := range buckets {
+		if t/2 >= s { // its prompts (more than t/2 tokens) do not fit
+			continue
+		}
+		if _, err := b.place.Precompile(append(b.placeArgs(s, t, 0, 0), small...)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
