@@ -671,8 +671,7 @@ func TestClientDisconnectFreesSlot(t *testing.T) {
 	ts.engine.setDelay(20 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	resp, _ := streamRequest(t, ts, ctx, 400)
-	_, active := ts.sched.Load()
-	assert.Equal(t, 1, active)
+	require.Eventually(t, func() bool { w, a := ts.sched.Load(); return w == 0 && a == 1 }, 5*time.Second, time.Millisecond)
 	cancel()
 	resp.Body.Close()
 	ts.waitIdle(t)
@@ -704,6 +703,7 @@ func TestQueueFull(t *testing.T) {
 	defer cancel()
 	resp1, _ := streamRequest(t, ts, ctx, 400) // runs
 	defer resp1.Body.Close()
+	require.Eventually(t, func() bool { w, a := ts.sched.Load(); return w == 0 && a == 1 }, 5*time.Second, time.Millisecond)
 	go func() { // waits
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Once","max_tokens":2}`))
 		if resp, err := http.DefaultClient.Do(req); err == nil {
