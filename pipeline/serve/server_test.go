@@ -1113,3 +1113,57 @@ func TestOddInputIsNever500(t *testing.T) {
 	}
 	ts.waitIdle(t)
 }
+
+// TestStreamingChoices: a streamed request of n choices with
+// log-probabilities delivers every choice's role first, then each choice's
+// text in order, its tokens' log-probabilities alongside.
+func TestStreamingChoices(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	c := ts.client("")
+	_, want, _ := ts.expect(ts.chatPrompt(t, "Hi"), 9)
+	stream := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: testModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi")},
+		N:        openai.Int(3), MaxTokens: openai.Int(9), Logprobs: openai.Bool(true), TopLogprobs: openai.Int(1)})
+	texts := make([]strings.Builder, 3)
+	tokens := make([]strings.Builder, 3)
+	roles := 0
+	for stream.Next() {
+		for _, cc := range stream.Current().Choices {
+			require.Less(t, cc.Index, int64(3))
+			if cc.Delta.Role == "assistant" {
+				roles++
+			} else {
+				assert.Equal(t, 3, roles, "the roles come first")
+			}
+			texts[cc.Index].WriteString(cc.Delta.Content)
+			for _, lp := range cc.Logprobs.Content {
+				tokens[cc.Index].WriteString(lp.Token)
+				assert.Len(t, lp.TopLogprobs, 1)
+			}
+		}
+	}
+	require.NoError(t, stream.Err())
+	for i := range 3 {
+		assert.Equal(t, want, texts[i].String(), "choice %d", i)
+		assert.Equal(t, want, tokens[i].String(), "choice %d", i)
+	}
+
+	prompt := ts.encode(t, "Once upon a time")
+	_, wantText, _ := ts.expect(prompt, 7)
+	cs := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(testModel),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(7), Logprobs: openai.Int(1)})
+	var text, toks strings.Builder
+	var offsets []int64
+	for cs.Next() {
+		for _, cc := range cs.Current().Choices {
+			text.WriteString(cc.Text)
+			toks.WriteString(strings.Join(cc.Logprobs.Tokens, ""))
+			offsets = append(offsets, cc.Logprobs.TextOffset...)
+		}
+	}
+	require.NoError(t, cs.Err())
+	assert.Equal(t, wantText, text.String())
+	assert.Equal(t, wantText, toks.String())
+	require.Len(t, offsets, 7)
+	assert.True(t, slices.IsSorted(offsets), "text offsets grow across chunks: %v", offsets)
+}
