@@ -208,12 +208,15 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ *exchange) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// metrics serves the Prometheus text.
+// metrics serves the Prometheus text. The queue gauges are read from the
+// scheduler first: it reports them as requests arrive and start, not as
+// they end.
 func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, _ *exchange) {
 	if s.o.Metrics == nil {
 		writeError(w, &apiError{Status: http.StatusNotFound, Message: "metrics are not collected by this server", Type: "invalid_request_error", Code: "not_found"})
 		return
 	}
+	s.o.Metrics.Queue(s.sched.Load())
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.o.Metrics.WriteTo(w)
 }

@@ -952,7 +952,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`tputool_requests_total{endpoint="/v1/completions",status="400"} 1`,
 		`tputool_generation_tokens_total 15`,
 		`tputool_requests_finished_total{reason="length"} 3`,
-		"tputool_queue_waiting 0",
+		"tputool_queue_waiting 0\n",
+		"tputool_sequences_running 0\n", // read at the scrape, after the sequences ended
 		"tputool_batch_slots 4",
 		`tputool_batch_occupancy_bucket{le="+Inf"}`,
 		`tputool_time_to_first_token_seconds_count 3`,
