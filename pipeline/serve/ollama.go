@@ -108,33 +108,35 @@ func writeOllamaError(w http.ResponseWriter, err error) {
 	writeJSON(w, e.Status, map[string]string{"error": e.Message})
 }
 
-// overrides checks the common fields and returns the settings.
-func (s *Server) ollamaOverrides(c *ollamaCommon) (generate.Overrides, *int, error) {
+// ollamaOverrides checks the fields both endpoints share and returns the
+// settings; num_predict below 0 (ollama's "until the context is full") is
+// the default, the rest of the context.
+func (s *Server) ollamaOverrides(c *ollamaCommon) (generate.Overrides, error) {
 	var o generate.Overrides
 	name := strings.TrimSuffix(c.Model, ":latest")
 	if name != "" && name != s.o.ModelName && c.Model != s.o.ModelName {
-		return o, nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q not found: this server serves %q", c.Model, s.o.ModelName)}
+		return o, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q not found: this server serves %q", c.Model, s.o.ModelName)}
 	}
 	if isSet(c.Format) && string(c.Format) != `""` {
-		return o, nil, badRequest("format", "structured output (format) is not supported")
+		return o, badRequest("format", "structured output (format) is not supported")
 	}
 	p := samplingParams{Temperature: c.Options.Temperature, TopP: c.Options.TopP, TopK: c.Options.TopK, MinP: c.Options.MinP,
 		Seed: c.Options.Seed, RepetitionPenalty: c.Options.RepeatPenalty}
 	var maxTokens *int
-	if n := c.Options.NumPredict; n != nil && *n >= 0 { // -1 and -2: until the context is full
+	if n := c.Options.NumPredict; n != nil && *n >= 0 {
 		maxTokens = n
 	}
 	o, _, err := p.check("num_predict", maxTokens)
 	if err != nil {
-		return o, nil, err
+		return o, err
 	}
 	for _, st := range c.Options.Stop {
 		if st == "" {
-			return o, nil, badRequest("stop", "stop strings must not be empty")
+			return o, badRequest("stop", "stop strings must not be empty")
 		}
 	}
 	o.Stop = c.Options.Stop
-	return o, maxTokens, nil
+	return o, nil
 }
 
 // ollamaGenerate answers POST /api/generate: the prompt goes through the
@@ -161,7 +163,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *excha
 // ollamaLoaded answers a request with nothing to generate, which ollama's
 // clients send to load the model: done at once, done_reason "load".
 func (s *Server) ollamaLoaded(w http.ResponseWriter, c *ollamaCommon, isChat bool) {
-	if _, _, err := s.ollamaOverrides(c); err != nil {
+	if _, err := s.ollamaOverrides(c); err != nil {
 		writeOllamaError(w, err)
 		return
 	}
@@ -175,7 +177,7 @@ func (s *Server) ollamaLoaded(w http.ResponseWriter, c *ollamaCommon, isChat boo
 }
 
 func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequest) (*plan, error) {
-	o, _, err := s.ollamaOverrides(&req.ollamaCommon)
+	o, err := s.ollamaOverrides(&req.ollamaCommon)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +229,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, x *exchange)
 }
 
 func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*plan, error) {
-	o, _, err := s.ollamaOverrides(&req.ollamaCommon)
+	o, err := s.ollamaOverrides(&req.ollamaCommon)
 	if err != nil {
 		return nil, err
 	}
