@@ -167,7 +167,8 @@ var (
 	tokErr  error
 )
 
-func loadTestTokenizer(t *testing.T) *tokenizer.Tokenizer {
+// loadTestTokenizer loads stories260K's tokenizer once.
+func loadTestTokenizer(t testing.TB) *tokenizer.Tokenizer {
 	t.Helper()
 	tokOnce.Do(func() {
 		testTok, tokErr = tokenizer.LoadDir(filepath.Join("..", "..", "testdata", "stories260K-hf"))
