@@ -708,7 +708,6 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 	for i, c := range choices {
 		cc := completionChoice{Index: i, Text: c.text.String(), FinishReason: new(finishReason(c.finish))}
 		if p.reqs[i].Logprobs >= 0 {
-			c.prev = lastToken(p.reqs[i].Prompt)
 			cc.Logprobs = s.completionLogprobsOf(c, c.logprobs)
 		}
 		resp.Choices = append(resp.Choices, cc)
@@ -879,7 +878,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 	for i, c := range choices {
 		cc := chatChoice{Index: i, Message: chatResponseMessage{Role: "assistant", Content: c.text.String()}, FinishReason: finishReason(c.finish)}
 		if p.reqs[i].Logprobs >= 0 {
-			c.prev = lastToken(p.reqs[i].Prompt)
 			cc.Logprobs = s.chatLogprobsOf(c, c.logprobs)
 		}
 		resp.Choices = append(resp.Choices, cc)
