@@ -227,6 +227,7 @@ Environment:
   TPUTOOL_DEVICE         default for --device
   TPUTOOL_XLA_CACHE      XLA compile caches on GPU plugins: autotune (default), all, off
   TPUTOOL_XLA_LOG        keep GoMLX/go-xla log output on stderr
+  TPUTOOL_API_KEY        serve's API key (default for --api-key; never printed)
   HF_TOKEN               Hugging Face token (HF_HOME/token is read too)
   HF_HOME, HF_HUB_CACHE  cache location
   HF_ENDPOINT            Hub endpoint (default https://huggingface.co)
