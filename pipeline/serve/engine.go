@@ -1,6 +1,6 @@
 // Package serve is tputool's model server: a scheduler that runs many
 // requests at once over one model by continuous batching (this file and
-// scheduler.go), and the OpenAI-compatible HTTP API over it (api.go).
+// scheduler.go), and the OpenAI-compatible HTTP API over it.
 //
 // The scheduler owns an Engine (compile.Batch, through cmd) from one
 // goroutine: between two decode steps it admits waiting requests into
@@ -8,6 +8,10 @@
 // prefill, then decodes one token for every running sequence. Sampling,
 // stop strings and text are pipeline/generate's, per request, so a greedy
 // request gives the tokens `tputool generate` gives.
+//
+// The HTTP API is server.go (routing, auth, access log), openai.go (the
+// OpenAI endpoints), ollama.go (ollama's) and metrics.go (Prometheus
+// text).
 package serve
 
 // Engine runs sequences in a fixed number of slots over fixed compiled

@@ -22,6 +22,9 @@ var (
 	ErrClosed = errors.New("the server is shutting down")
 )
 
+// MaxNewTokens bounds a request's tokens (its stream buffers them all).
+const MaxNewTokens = 1 << 20
+
 // Finish reasons beyond generate's.
 const (
 	// FinishCancelled: the client went away (its context ended).
@@ -188,8 +191,8 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	if len(r.Prompt) == 0 {
 		return nil, fmt.Errorf("empty prompt")
 	}
-	if r.Gen.MaxNewTokens <= 0 {
-		return nil, fmt.Errorf("max new tokens must be positive, got %d", r.Gen.MaxNewTokens)
+	if r.Gen.MaxNewTokens <= 0 || r.Gen.MaxNewTokens > MaxNewTokens {
+		return nil, fmt.Errorf("max new tokens must be 1 to %d, got %d", MaxNewTokens, r.Gen.MaxNewTokens)
 	}
 	events := make(chan Event, r.Gen.MaxNewTokens+2)
 	st := &Stream{Events: events, PromptTokens: len(r.Prompt), submitted: s.now()}
@@ -285,9 +288,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 			worked = true
 		}
 		s.mu.Lock()
-		s.active = len(s.running)
+		active := len(s.running)
 		if s.pre != nil {
-			s.active++
+			active++
+		}
+		if active != s.active {
+			s.active = active
+			s.obs.Queue(len(s.waiting), active)
 		}
 		idle := len(s.waiting) == 0 && s.active == 0
 		if idle {
@@ -387,7 +394,6 @@ func (s *Scheduler) prefillStep() bool {
 	}
 	j.handle = h
 	if s.emit(j, logits) {
-		s.e.Free(h)
 		return true
 	}
 	s.running = append(s.running, j)
@@ -419,7 +425,6 @@ func (s *Scheduler) decodeStep() bool {
 	kept := s.running[:0]
 	for i, j := range s.running {
 		if s.emit(j, logits[i]) {
-			s.e.Free(j.handle)
 			continue
 		}
 		kept = append(kept, j)
@@ -454,6 +459,7 @@ func (s *Scheduler) emit(j *job, logits []float32) bool {
 	j.last = now
 	j.next = id
 	if ev.FinishReason != "" {
+		s.e.Free(j.handle) // before the stream ends: its reader sees the slot free
 		s.end(j, out, ev.FinishReason, nil)
 		return true
 	}
