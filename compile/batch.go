@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -636,8 +637,11 @@ func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
 
 // Warmup compiles up front every executable that serving runs, for every
 // batch bucket, slot bucket and prompt bucket (see above), so that none
-// compiles under load. Recompile reports are off while it runs.
+// compiles under load. Recompile reports are off while it runs. The state
+// it allocates (up to every slot at MaxContext) is returned to the
+// operating system at the end, so an idle server holds only its weights.
 func (b *Batch) Warmup() error {
+	defer debug.FreeOSMemory()
 	for _, p := range b.r.programs {
 		report := p.OnRecompile
 		p.OnRecompile = nil
