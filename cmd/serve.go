@@ -34,6 +34,8 @@ const (
 	defaultMaxBatch      = 8
 	defaultServeContext  = 2048 // --max-context when the model allows more
 	defaultServeChunk    = 64
+	defaultPrefixCache   = 4
+	maxPrefixCache       = 1024
 	defaultDrainTimeout  = 30 * time.Second
 	maxServeBatch        = 1024
 	serveReadHeaderLimit = 10 * time.Second
@@ -80,6 +82,9 @@ type ServeOptions struct {
 	MaxQueue int
 	// PrefillChunk is the prompt tokens per prefill piece.
 	PrefillChunk int
+	// PrefixCache is the finished prefills kept for prompts that share
+	// their prefix (0: none).
+	PrefixCache int
 	// APIKey, when set, is required as a Bearer token (--api-key, else
 	// TPUTOOL_API_KEY). Never printed.
 	APIKey          string
@@ -187,6 +192,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.IntVar(&opts.MaxContext, "max-context", 0, fmt.Sprintf("longest sequence, prompt plus generated tokens (default: the model's max_position_embeddings, at most %d)", defaultServeContext))
 	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests waiting for a slot before the server answers 429 (default 4 x --max-batch)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", defaultServeChunk, "prompt tokens per prefill piece, interleaved with decode steps")
+	fl.IntVar(&opts.PrefixCache, "prefix-cache", defaultPrefixCache, "recent prompts whose KV cache is kept, so that a prompt sharing a prefix with one (a system prompt) skips it; 0 keeps none")
 	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
 	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
 	fl.BoolVar(&opts.AllowInsecure, "allow-insecure", false, "allow a --host other than loopback without an API key")
@@ -208,6 +214,8 @@ func checkServeFlags(o *ServeOptions) error {
 		return errs.Usagef("--max-queue %d: want a request count (0: 4 x --max-batch)", o.MaxQueue)
 	case o.PrefillChunk < 1:
 		return errs.Usagef("--prefill-chunk %d: want at least 1 token", o.PrefillChunk)
+	case o.PrefixCache < 0 || o.PrefixCache > maxPrefixCache:
+		return errs.Usagef("--prefix-cache %d: want 0 to %d prompts", o.PrefixCache, maxPrefixCache)
 	case o.DrainTimeout < 0:
 		return errs.Usagef("--drain-timeout %s: must not be negative", o.DrainTimeout)
 	case o.ServedModelName != "" && strings.TrimSpace(o.ServedModelName) == "":
@@ -256,15 +264,27 @@ func servedContext(flag, maxPositions int) (int, error) {
 	return flag, nil
 }
 
-// checkSlotsFit refuses KV caches for every slot that the host cannot hold.
-func checkSlotsFit(m lm.Model, slots, context int, dtype dtypes.DType, hostMemoryFn func() int64) error {
+// checkSlotsFit refuses KV caches for every slot, and for the prefix
+// cache's prompts (each at most a power of two of --max-context
+// positions), that the host cannot hold.
+func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
 	need, ok := lm.StateBytes(m, slots, context, dtype)
-	what := fmt.Sprintf("the KV caches of %d slots of %d positions (%d layers, %s)", slots, context, m.Spec().Layers, dtype)
-	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-batch or --max-context")
+	kept, ok2 := lm.StateBytes(m, prefixes, pow2At(context), dtype)
+	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, dtype)
+	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
+}
+
+// pow2At is the smallest power of two >= n.
+func pow2At(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
 }
 
 // batchEngine is serve.Engine over a *compile.Batch: the scheduler's
@@ -360,7 +380,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.HostMemory); err != nil {
+	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.HostMemory); err != nil {
 		return err
 	}
 	// The sampling settings of a request: its fields over the model's
@@ -377,10 +397,12 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	defer runner.Close()
-	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext, PrefillChunk: opts.PrefillChunk})
+	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
+		PrefillChunk: opts.PrefillChunk, PrefixCache: opts.PrefixCache})
 	if err != nil {
 		return err
 	}
+	defer batch.Close()
 	counter := &compileCounter{stats: runner.Stats}
 	if opts.Warmup {
 		rep.Infof("warming up: compiling the shapes of %d slots and %d-token prefill pieces…", opts.MaxBatch, opts.PrefillChunk)

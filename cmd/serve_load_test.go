@@ -135,3 +135,40 @@ func TestServeConcurrentEqualsGenerate(t *testing.T) {
 	assert.Greater(t, all-low, 0.0, "no decode step ran two sequences or more:\n%s", body)
 	require.Equal(t, ExitOK, stop())
 }
+
+// TestServePrefixReuse: a prompt sharing a long prefix with an earlier one
+// (a chat's system prompt) starts from its cached KV
+// (tputool_prefix_reused_tokens_total grows) and still gives generate's
+// greedy text.
+func TestServePrefixReuse(t *testing.T) {
+	prefix := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 5)
+	prompts := []string{prefix + "One day", prefix + "Her friend Tom", prefix + "One day"}
+	wants := make([]string, len(prompts))
+	for i, p := range prompts {
+		wants[i], _ = generateGreedy(t, p, 12)
+	}
+	addr, _, stop := serveInProcess(t, "--max-context", "256", "--served-model-name", "stories")
+	client := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	for i, p := range prompts {
+		c, err := client.Completions.New(context.Background(), openai.CompletionNewParams{
+			Model:       "stories",
+			Prompt:      openai.CompletionNewParamsPromptUnion{OfString: openai.String(p)},
+			MaxTokens:   openai.Int(12),
+			Temperature: openai.Float(0),
+		})
+		require.NoError(t, err)
+		assert.Equal(t, wants[i], c.Choices[0].Text, "prompt %d: generate's greedy text", i)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var reused float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "tputool_prefix_reused_tokens_total "); ok {
+			reused, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	assert.GreaterOrEqual(t, reused, 2*64.0, "the second and third prompts reuse the shared prefix (whole 64-token pieces)")
+	require.Equal(t, ExitOK, stop())
+}

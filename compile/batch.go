@@ -62,6 +62,11 @@ type BatchOptions struct {
 	// PrefillChunk is the number of prompt tokens per prefill piece,
 	// rounded up to a power of two; 0 means 64.
 	PrefillChunk int
+	// PrefixCache is the number of finished prefills kept so that a later
+	// prompt sharing a prefix with one of them (a chat's system prompt)
+	// starts from its KV cache; 0 keeps none. Models with recurrent state,
+	// and backends without DynamicUpdateSlice, keep none either.
+	PrefixCache int
 }
 
 // DefaultServePrefillChunk is BatchOptions.PrefillChunk's default.
@@ -80,6 +85,8 @@ type Batch struct {
 	rows   []int    // per row: the sequence handle, -1 when free
 	seqRow map[int]int
 	nextID int
+
+	prefixes []*prefix // finished prefills, most recently used first
 
 	slotAxes [][]int  // per layer and state: the axis of cache slots, -1 for none
 	place    *Program // prefill state -> one row of slots
@@ -206,11 +213,28 @@ func (b *Batch) swapIn(st *genState, f func()) {
 
 // BatchPrefill is one prompt's prefill, on its own batch of one.
 type BatchPrefill struct {
-	b     *Batch
-	st    genState
-	n     int // prompt tokens
-	chunk int
+	b      *Batch
+	st     genState
+	prompt []int
+	n      int // prompt tokens
+	chunk  int
+	reused int // prompt tokens taken from a cached prefix
 }
+
+// prefix is a finished prefill kept for reuse: the prompt ends at slot
+// st.cacheLen, after st.pads[0] slots of padding.
+type prefix struct {
+	prompt []int
+	st     genState
+}
+
+// minPrefixReuse is the fewest prompt tokens worth taking from a cached
+// prefix (below it the copy costs about what it saves).
+const minPrefixReuse = 16
+
+// Reused is the number of prompt tokens taken from a cached prefix rather
+// than computed.
+func (p *BatchPrefill) Reused() int { return p.reused }
 
 // StartPrefill begins prefilling prompt into a cache of its own, a power
 // of two of at least 8 slots with the prompt at its end; pieces entirely
@@ -236,12 +260,115 @@ func (b *Batch) StartPrefill(prompt []int) (*BatchPrefill, error) {
 		tokens[pad-from+j] = int32(id)
 	}
 	pads := []int32{int32(pad)}
-	p := &BatchPrefill{b: b, n: n, chunk: chunk, st: genState{
+	p := &BatchPrefill{b: b, prompt: slices.Clone(prompt), n: n, chunk: chunk, st: genState{
 		batch: 1, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
 		pending: [][]int32{tokens}, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), 1),
-		state: b.r.newState(1, t),
 	}}
+	if err := b.reusePrefix(p, from); err != nil {
+		return nil, err
+	}
+	if p.st.state == nil {
+		p.st.state = b.r.newState(1, t)
+	}
 	return p, nil
+}
+
+// reusePrefix starts p from the cached prefill that shares the longest
+// prefix with its prompt, if that saves at least minPrefixReuse tokens:
+// the shared tokens' keys and values depend only on the tokens before them
+// and their positions, so they are copied to p's slots for the same
+// positions (the place program), and p's pieces start at the piece
+// boundary at or below the end of what was copied (recomputing the few
+// tokens between, in place). The last prompt token is always recomputed:
+// its logits are the prefill's result.
+func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
+	if !b.keepsPrefixes() {
+		return nil
+	}
+	best, shared := -1, 0
+	for i, c := range b.prefixes {
+		k := 0
+		for k < len(c.prompt) && k < p.n && c.prompt[k] == p.prompt[k] {
+			k++
+		}
+		if k > shared {
+			best, shared = i, k
+		}
+	}
+	shared = min(shared, p.n-1)
+	pad := int(p.st.pads[0])
+	start := (pad + shared) / p.chunk * p.chunk // the first piece to compute
+	if best < 0 || start-max(pad, from) < minPrefixReuse {
+		return nil
+	}
+	c := b.prefixes[best]
+	b.prefixes = slices.Insert(slices.Delete(b.prefixes, best, best+1), 0, c) // most recently used
+	t := p.st.cacheLen
+	// Slot j < start of p takes the cached slot of the same position.
+	idx := make([]int32, t)
+	valid := make([]int32, t)
+	cpad := int(c.st.pads[0])
+	for j := pad; j < start; j++ {
+		idx[j], valid[j] = int32(j-pad+cpad), 1
+	}
+	args := []Arg{
+		{T: tensors.FromFlatDataAndDimensions(idx, t)},
+		{T: tensors.FromFlatDataAndDimensions(valid, t)},
+	}
+	for _, st := range c.st.state {
+		for _, x := range st {
+			args = append(args, Arg{T: x})
+		}
+	}
+	outs, err := b.place.Call(args...)
+	if err != nil {
+		return err
+	}
+	p.st.state = make([][]*tensors.Tensor, len(b.slotAxes))
+	k := 0
+	for i, axes := range b.slotAxes {
+		p.st.state[i] = outs[k : k+len(axes) : k+len(axes)]
+		k += len(axes)
+	}
+	p.st.pending[0] = p.st.pending[0][start-from:]
+	p.st.next = start
+	p.reused = start - pad
+	return nil
+}
+
+// keepsPrefixes reports whether finished prefills are kept for reuse:
+// with a prefix cache, on a backend that updates caches in place (a
+// recomputed token's slot is overwritten, not added to), for a model whose
+// every state is a cache of slots (recurrent state would absorb a
+// recomputed token twice).
+func (b *Batch) keepsPrefixes() bool {
+	if b.o.PrefixCache <= 0 || !b.r.dus {
+		return false
+	}
+	for _, axes := range b.slotAxes {
+		for _, a := range axes {
+			if a < 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// keepPrefix adds a finished prefill's state to the prefix cache (which
+// then owns it), dropping the least recently used beyond PrefixCache.
+func (b *Batch) keepPrefix(p *BatchPrefill) bool {
+	if !b.keepsPrefixes() || p.n < minPrefixReuse || p.st.state == nil || len(p.st.pending[0]) > 0 {
+		return false
+	}
+	b.prefixes = slices.Insert(b.prefixes, 0, &prefix{prompt: p.prompt, st: p.st})
+	p.st = genState{}
+	for len(b.prefixes) > b.o.PrefixCache {
+		last := b.prefixes[len(b.prefixes)-1]
+		b.prefixes = b.prefixes[:len(b.prefixes)-1]
+		b.swapIn(&last.st, func() { b.r.release() })
+	}
+	return true
 }
 
 // Step runs the next piece of the prompt; after the last one it returns
@@ -271,7 +398,11 @@ func (p *BatchPrefill) Close() {
 // Insert moves a finished prefill into a free row (making room first)
 // and returns the new sequence's handle; the prefill is closed.
 func (b *Batch) Insert(p *BatchPrefill) (int, error) {
-	defer p.Close()
+	defer func() {
+		if !b.keepPrefix(p) {
+			p.Close()
+		}
+	}()
 	if p.st.state == nil || len(p.st.pending[0]) > 0 {
 		return -1, fmt.Errorf("insert: the prefill is not finished")
 	}
@@ -383,6 +514,17 @@ func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 		out[i] = rows[b.seqRow[h]]
 	}
 	return out, nil
+}
+
+// Close frees the decode batch and the prefix cache (not the LM).
+func (b *Batch) Close() {
+	for _, c := range b.prefixes {
+		b.swapIn(&c.st, func() { b.r.release() })
+	}
+	b.prefixes = nil
+	b.swapIn(&b.dec, func() { b.r.release() })
+	b.rows = nil
+	clear(b.seqRow)
 }
 
 // Free releases a sequence's row.
@@ -756,6 +898,18 @@ func (b *Batch) warmPrompt(t int, buckets []int) error {
 		}
 		if _, err := b.place.Precompile(append(b.placeArgs(s, t, 0, 0), small...)...); err != nil {
 			return err
+		}
+	}
+	if b.keepsPrefixes() { // a cached prefill of bucket t into a prompt of any bucket
+		for to := 8; ; to *= 2 {
+			if !slices.Contains(buckets, to) || t/2 >= to { // not compiled above
+				if _, err := b.place.Precompile(append(b.placeArgs(to, t, 0, 0), small...)...); err != nil {
+					return err
+				}
+			}
+			if to >= b.o.MaxContext-1 {
+				break
+			}
 		}
 	}
 	return nil

@@ -58,7 +58,15 @@ type batchSeq struct {
 // and one decode step per round, a prefill starting when a slot is free
 // and its sequence's join step has come. It returns each sequence's ids.
 func runBatch(t *testing.T, b *Batch, seqs []batchSeq) [][]int {
+	got, _ := runBatchReusing(t, b, seqs)
+	return got
+}
+
+// runBatchReusing is runBatch, also returning the prompt tokens taken
+// from the prefix cache.
+func runBatchReusing(t *testing.T, b *Batch, seqs []batchSeq) ([][]int, int) {
 	t.Helper()
+	reused := 0
 	got := make([][]int, len(seqs))
 	handle := make([]int, len(seqs))
 	var running []int // indices into seqs
@@ -79,6 +87,7 @@ func runBatch(t *testing.T, b *Batch, seqs []batchSeq) [][]int {
 				t.Fatal(err)
 			}
 			if done {
+				reused += pre.Reused()
 				h, err := b.Insert(pre)
 				if err != nil {
 					t.Fatal(err)
@@ -112,16 +121,16 @@ func runBatch(t *testing.T, b *Batch, seqs []batchSeq) [][]int {
 			}
 		}
 		if queued == len(seqs) && pre == nil && len(running) == 0 {
-			return got
+			return got, reused
 		}
 	}
 	t.Fatal("batch did not finish")
-	return nil
+	return nil, 0
 }
 
 // batchTest checks that every sequence served by continuous batching
 // gets generate's greedy tokens, whatever joins and leaves around it.
-func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o BatchOptions, seqs []batchSeq) {
+func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o BatchOptions, seqs []batchSeq) int {
 	t.Helper()
 	r, err := NewLM(be, l, Options{Mode: mode})
 	if err != nil {
@@ -136,7 +145,7 @@ func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o Bat
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := runBatch(t, b, seqs)
+	got, reused := runBatchReusing(t, b, seqs)
 	calls := map[string]int{}
 	for _, p := range r.Stats().Programs {
 		calls[p.Name] = p.Calls
@@ -149,6 +158,7 @@ func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o Bat
 			t.Errorf("sequence %d (prompt of %d tokens, joining at step %d):\n got %v\nwant %v", i, len(seqs[i].prompt), seqs[i].join, got[i], want[i])
 		}
 	}
+	return reused
 }
 
 // testPrompt is a prompt of n token ids below vocab, seeded.
@@ -249,7 +259,7 @@ func TestBatchWarmup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, PrefixCache: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,10 +274,13 @@ func TestBatchWarmup(t *testing.T) {
 		return m
 	}
 	before := compiled()
-	if before["decode"] != 3*3 { // rows 1, 2, 4 x slots 32, 64, 96
-		t.Errorf("warmup compiled %d decode executables, want 9", before["decode"])
+	if before["decode"] != 3*4 { // rows 1, 2, 4 x slots 32, 64, 128, 160
+		t.Errorf("warmup compiled %d decode executables, want 12", before["decode"])
 	}
 	runBatch(t, b, mixedSeqs(l.Model.Spec().VocabSize))
+	if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(l.Model.Spec().VocabSize)); reused == 0 {
+		t.Error("no prefix reused")
+	}
 	for name, n := range compiled() {
 		if n != before[name] {
 			t.Errorf("%s: %d executables compiled under load after warmup", name, n-before[name])
@@ -332,4 +345,45 @@ func BenchmarkBatchDecode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// sharedPrefixSeqs are chat-like prompts: a 45-token system prefix and
+// different questions, one prompt repeated, one sharing only part of the
+// prefix, joining at different times.
+func sharedPrefixSeqs(vocab int) []batchSeq {
+	system := testPrompt(20, 45, vocab)
+	with := func(seed uint64, n int) []int { return append(slices.Clone(system), testPrompt(seed, n, vocab)...) }
+	return []batchSeq{
+		{prompt: with(21, 6), n: 12, join: 0},
+		{prompt: with(22, 30), n: 9, join: 0},
+		{prompt: with(23, 1), n: 15, join: 3},
+		{prompt: with(21, 6), n: 5, join: 10},
+		{prompt: append(slices.Clone(system[:20]), testPrompt(24, 9, vocab)...), n: 8, join: 12},
+		{prompt: with(25, 70), n: 6, join: 20},
+	}
+}
+
+// TestBatchPrefixReuse: prompts sharing a prefix with an earlier one start
+// from its cached KV and still give generate's greedy tokens.
+func TestBatchPrefixReuse(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	vocab := l.Model.Spec().VocabSize
+	o := BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 8, PrefixCache: 2}
+	for _, mode := range []Mode{Compiled, Eager} {
+		t.Run(mode.String(), func(t *testing.T) {
+			reused := batchTest(t, cpuBackend(t), l, mode, o, sharedPrefixSeqs(vocab))
+			if reused < 4*40 {
+				t.Errorf("%d prompt tokens reused, want at least 160 (four prompts sharing 45 tokens)", reused)
+			}
+		})
+	}
+	t.Run("go-backend-keeps-none", func(t *testing.T) {
+		if reused := batchTest(t, goBackend(t), l, Compiled, o, sharedPrefixSeqs(vocab)); reused != 0 {
+			t.Errorf("%d tokens reused without DynamicUpdateSlice", reused)
+		}
+	})
 }

@@ -40,3 +40,7 @@ type Prefill interface {
 	// Close releases a prefill that will not be inserted.
 	Close()
 }
+
+// A Prefill that reuses cached prompt prefixes also has Reused() int, the
+// prompt tokens it did not compute; the scheduler reports them
+// (Observer.PrefixReused).

@@ -122,6 +122,9 @@ type Observer interface {
 	Step(running, slots int, d time.Duration)
 	// Prefill reports a prefill piece's duration.
 	Prefill(d time.Duration)
+	// PrefixReused reports the prompt tokens a prefill took from the
+	// engine's prefix cache.
+	PrefixReused(tokens int)
 	// FirstToken reports a sequence's time to first token.
 	FirstToken(d time.Duration)
 	// NextToken reports the time between two tokens of a sequence.
@@ -386,6 +389,9 @@ func (s *Scheduler) prefillStep() bool {
 	if !done {
 		return true
 	}
+	if r, ok := s.preRun.(interface{ Reused() int }); ok && r.Reused() > 0 {
+		s.obs.PrefixReused(r.Reused())
+	}
 	h, err := s.e.Insert(s.preRun)
 	s.pre, s.preRun = nil, nil
 	if err != nil {
@@ -550,6 +556,7 @@ type nopObserver struct{}
 func (nopObserver) Queue(int, int)               {}
 func (nopObserver) Step(int, int, time.Duration) {}
 func (nopObserver) Prefill(time.Duration)        {}
+func (nopObserver) PrefixReused(int)             {}
 func (nopObserver) FirstToken(time.Duration)     {}
 func (nopObserver) NextToken(time.Duration)      {}
 func (nopObserver) Finished(string, int, int)    {}
