@@ -293,20 +293,24 @@ type batchEngine struct{ b *compile.Batch }
 
 func (e batchEngine) Slots() int { return e.b.Slots() }
 
-func (e batchEngine) StartPrefill(prompt []int) (serve.Prefill, error) {
-	p, err := e.b.StartPrefill(prompt)
+func (e batchEngine) MaxPrefill() int { return e.b.MaxPrefill() }
+
+func (e batchEngine) Reusable(prompt []int) bool { return e.b.Reusable(prompt) }
+
+func (e batchEngine) StartPrefill(prompts [][]int) (serve.Prefill, error) {
+	p, err := e.b.StartPrefill(prompts)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
 	}
 	return p, nil
 }
 
-func (e batchEngine) Insert(p serve.Prefill) (int, error) {
+func (e batchEngine) Insert(p serve.Prefill, i int) (int, error) {
 	bp, ok := p.(*compile.BatchPrefill)
 	if !ok {
 		return -1, fmt.Errorf("serve: a %T is not this engine's prefill", p)
 	}
-	return e.b.Insert(bp)
+	return e.b.Insert(bp, i)
 }
 
 func (e batchEngine) Decode(seqs, tokens []int) ([][]float32, error) {

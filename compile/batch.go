@@ -211,14 +211,33 @@ func (b *Batch) swapIn(st *genState, f func()) {
 	f()
 }
 
-// BatchPrefill is one prompt's prefill, on its own batch of one.
+// BatchPrefill is the prefill of one or more prompts, together in a
+// batch of their own.
 type BatchPrefill struct {
-	b      *Batch
-	st     genState
-	prompt []int
-	n      int // prompt tokens
-	chunk  int
-	reused int // prompt tokens taken from a cached prefix
+	b       *Batch
+	st      genState
+	prompts [][]int
+	chunk   int
+	reused  int // prompt tokens taken from a cached prefix
+}
+
+// maxPrefillRows is the most prompts prefilled together.
+const maxPrefillRows = 8
+
+// MaxPrefill is the most prompts StartPrefill takes at once.
+func (b *Batch) MaxPrefill() int { return min(maxPrefillRows, b.o.MaxBatch) }
+
+// prefillRows is the batch bucket of k prompts prefilled together.
+func (b *Batch) prefillRows(k int) int { return min(pow2(k), b.MaxPrefill()) }
+
+// prefillPiece is the tokens per row of a prefill piece of rows rows and
+// t slots: PrefillChunk tokens in all, a power of two per row, at most t.
+func (b *Batch) prefillPiece(rows, t int) int {
+	c := 1
+	for c*2*rows <= b.o.PrefillChunk {
+		c *= 2
+	}
+	return min(c, t)
 }
 
 // prefix is a finished prefill kept for reuse: the prompt ends at slot
@@ -236,39 +255,65 @@ const minPrefixReuse = 16
 // than computed.
 func (p *BatchPrefill) Reused() int { return p.reused }
 
-// StartPrefill begins prefilling prompt into a cache of its own, a power
-// of two of at least 8 slots with the prompt at its end; pieces entirely
-// made of left padding are skipped (they change nothing: padding is
-// masked).
-func (b *Batch) StartPrefill(prompt []int) (*BatchPrefill, error) {
-	n := len(prompt)
-	if n == 0 {
-		return nil, errs.Usagef("empty prompt")
+// StartPrefill begins prefilling prompts (1 to MaxPrefill) together into
+// a cache of their own, a power of two of at least 8 slots with every
+// prompt left-padded to end at its end. A piece runs about PrefillChunk
+// tokens in all (fewer per row with more rows); pieces made only of left
+// padding are skipped (they change nothing: padding is masked). A single
+// prompt may start from the prefix cache.
+func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
+	k := len(prompts)
+	if k == 0 || k > b.MaxPrefill() {
+		return nil, fmt.Errorf("prefill: %d prompts, want 1 to %d", k, b.MaxPrefill())
 	}
-	if n >= b.o.MaxContext {
-		return nil, errs.Usagef("prompt of %d tokens leaves no room below --max-context %d", n, b.o.MaxContext)
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, errs.Usagef("prompt %d is empty", i)
+		}
+		if len(p) >= b.o.MaxContext {
+			return nil, errs.Usagef("prompt of %d tokens leaves no room below --max-context %d", len(p), b.o.MaxContext)
+		}
+		if err := b.r.checkIDs("prompt", p); err != nil {
+			return nil, err
+		}
+		longest = max(longest, len(p))
 	}
-	if err := b.r.checkIDs("prompt", prompt); err != nil {
-		return nil, err
+	rows := b.prefillRows(k)
+	t := pow2(max(longest, 8))
+	chunk := b.prefillPiece(rows, t)
+	pads := make([]int32, rows)
+	from := t
+	for i := range pads {
+		pads[i] = int32(t)
+		if i < k {
+			pads[i] = int32(t - len(prompts[i]))
+			from = min(from, int(pads[i])/chunk*chunk) // the first piece that holds a prompt token
+		}
 	}
-	t := pow2(max(n, 8))
-	chunk := min(b.o.PrefillChunk, t)
-	pad := t - n
-	from := pad / chunk * chunk // the first piece that holds a prompt token
-	tokens := make([]int32, t-from)
-	for j, id := range prompt {
-		tokens[pad-from+j] = int32(id)
+	tokens := make([][]int32, rows)
+	for i := range tokens {
+		tokens[i] = make([]int32, t-from)
+		if i < k {
+			for j, id := range prompts[i] {
+				tokens[i][int(pads[i])-from+j] = int32(id)
+			}
+		}
 	}
-	pads := []int32{int32(pad)}
-	p := &BatchPrefill{b: b, prompt: slices.Clone(prompt), n: n, chunk: chunk, st: genState{
-		batch: 1, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
-		pending: [][]int32{tokens}, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), 1),
+	p := &BatchPrefill{b: b, chunk: chunk, st: genState{
+		batch: rows, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
+		pending: tokens, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), rows),
 	}}
-	if err := b.reusePrefix(p, from); err != nil {
-		return nil, err
+	for _, q := range prompts {
+		p.prompts = append(p.prompts, slices.Clone(q))
+	}
+	if rows == 1 {
+		if err := b.reusePrefix(p, from); err != nil {
+			return nil, err
+		}
 	}
 	if p.st.state == nil {
-		p.st.state = b.r.newState(1, t)
+		p.st.state = b.r.newState(rows, t)
 	}
 	return p, nil
 }
@@ -282,23 +327,9 @@ func (b *Batch) StartPrefill(prompt []int) (*BatchPrefill, error) {
 // tokens between, in place). The last prompt token is always recomputed:
 // its logits are the prefill's result.
 func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
-	if !b.keepsPrefixes() {
-		return nil
-	}
-	best, shared := -1, 0
-	for i, c := range b.prefixes {
-		k := 0
-		for k < len(c.prompt) && k < p.n && c.prompt[k] == p.prompt[k] {
-			k++
-		}
-		if k > shared {
-			best, shared = i, k
-		}
-	}
-	shared = min(shared, p.n-1)
+	best, start := b.prefixHit(p.prompts[0])
 	pad := int(p.st.pads[0])
-	start := (pad + shared) / p.chunk * p.chunk // the first piece to compute
-	if best < 0 || start-max(pad, from) < minPrefixReuse {
+	if best < 0 {
 		return nil
 	}
 	c := b.prefixes[best]
@@ -312,6 +343,7 @@ func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
 		idx[j], valid[j] = int32(j-pad+cpad), 1
 	}
 	args := []Arg{
+		{T: tensors.FromScalar(int32(0))},
 		{T: tensors.FromFlatDataAndDimensions(idx, t)},
 		{T: tensors.FromFlatDataAndDimensions(valid, t)},
 	}
@@ -324,16 +356,48 @@ func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
 	if err != nil {
 		return err
 	}
-	p.st.state = make([][]*tensors.Tensor, len(b.slotAxes))
-	k := 0
-	for i, axes := range b.slotAxes {
-		p.st.state[i] = outs[k : k+len(axes) : k+len(axes)]
-		k += len(axes)
-	}
+	p.st.state = b.splitState(outs)
 	p.st.pending[0] = p.st.pending[0][start-from:]
 	p.st.next = start
 	p.reused = start - pad
 	return nil
+}
+
+// prefixHit finds the cached prefill that shares the longest prefix with
+// prompt, prefilled alone, and the slot its prefill would start at; best
+// is -1 when no prefix saves at least minPrefixReuse tokens.
+func (b *Batch) prefixHit(prompt []int) (best, start int) {
+	if !b.keepsPrefixes() {
+		return -1, 0
+	}
+	n := len(prompt)
+	best, shared := -1, 0
+	for i, c := range b.prefixes {
+		k := 0
+		for k < len(c.prompt) && k < n && c.prompt[k] == prompt[k] {
+			k++
+		}
+		if k > shared {
+			best, shared = i, k
+		}
+	}
+	shared = min(shared, n-1)
+	t := pow2(max(n, 8))
+	chunk := b.prefillPiece(1, t)
+	pad := t - n
+	from := pad / chunk * chunk
+	start = (pad + shared) / chunk * chunk // the first piece to compute
+	if best < 0 || start-max(pad, from) < minPrefixReuse {
+		return -1, 0
+	}
+	return best, start
+}
+
+// Reusable reports whether prompt, prefilled alone, would start from the
+// prefix cache (the scheduler then does not group it with others).
+func (b *Batch) Reusable(prompt []int) bool {
+	best, _ := b.prefixHit(prompt)
+	return best >= 0
 }
 
 // keepsPrefixes reports whether finished prefills are kept for reuse:
@@ -355,25 +419,65 @@ func (b *Batch) keepsPrefixes() bool {
 	return true
 }
 
-// keepPrefix adds a finished prefill's state to the prefix cache (which
-// then owns it), dropping the least recently used beyond PrefixCache.
-func (b *Batch) keepPrefix(p *BatchPrefill) bool {
-	if !b.keepsPrefixes() || p.n < minPrefixReuse || p.st.state == nil || len(p.st.pending[0]) > 0 {
-		return false
+// keepPrefixes adds the prompts of a finished prefill to the prefix cache,
+// most recent first, dropping the least recently used beyond PrefixCache:
+// the prefill's state itself for one prompt (the cache then owns it), a
+// copy of each prompt's row otherwise (the place program). It reports
+// whether it took the prefill's state.
+func (b *Batch) keepPrefill(p *BatchPrefill) (took bool, err error) {
+	if !b.keepsPrefixes() || p.st.state == nil || len(p.st.pending[0]) > 0 {
+		return false, nil
 	}
-	b.prefixes = slices.Insert(b.prefixes, 0, &prefix{prompt: p.prompt, st: p.st})
-	p.st = genState{}
+	t := p.st.cacheLen
+	for i, q := range p.prompts {
+		if len(q) < minPrefixReuse {
+			continue
+		}
+		c := &prefix{prompt: q}
+		if p.st.batch == 1 {
+			c.st, took = p.st, true
+		} else {
+			idx := make([]int32, t)
+			valid := make([]int32, t)
+			for j := range idx {
+				idx[j], valid[j] = int32(j), 1
+			}
+			args := []Arg{{T: tensors.FromScalar(int32(i))}, {T: tensors.FromFlatDataAndDimensions(idx, t)}, {T: tensors.FromFlatDataAndDimensions(valid, t)}}
+			for _, st := range p.st.state {
+				for _, x := range st {
+					args = append(args, Arg{T: x})
+				}
+			}
+			outs, err := b.place.Call(args...)
+			if err != nil {
+				return took, err
+			}
+			c.st = genState{batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{p.st.pads[i]}, state: b.splitState(outs)}
+		}
+		b.prefixes = slices.Insert(b.prefixes, 0, c)
+	}
 	for len(b.prefixes) > b.o.PrefixCache {
 		last := b.prefixes[len(b.prefixes)-1]
 		b.prefixes = b.prefixes[:len(b.prefixes)-1]
 		b.swapIn(&last.st, func() { b.r.release() })
 	}
-	return true
+	return took, nil
 }
 
-// Step runs the next piece of the prompt; after the last one it returns
-// the logits that follow the prompt and done.
-func (p *BatchPrefill) Step() (logits []float32, done bool, err error) {
+// splitState groups a program's flat state outputs by layer.
+func (b *Batch) splitState(outs []*tensors.Tensor) [][]*tensors.Tensor {
+	state := make([][]*tensors.Tensor, len(b.slotAxes))
+	k := 0
+	for i, axes := range b.slotAxes {
+		state[i] = outs[k : k+len(axes) : k+len(axes)]
+		k += len(axes)
+	}
+	return state
+}
+
+// Step runs the next piece of the prompts; after the last one it returns
+// the logits that follow each prompt and done.
+func (p *BatchPrefill) Step() (logits [][]float32, done bool, err error) {
 	if p.st.state == nil {
 		return nil, false, fmt.Errorf("prefill: closed")
 	}
@@ -387,34 +491,40 @@ func (p *BatchPrefill) Step() (logits []float32, done bool, err error) {
 	if len(p.st.pending[0]) > 0 {
 		return nil, false, nil
 	}
-	return rows[0], true, nil
+	return rows[:len(p.prompts)], true, nil
 }
 
-// Close frees the prefill's state.
+// Close frees the prefill's state; a finished prefill's prompts go to the
+// prefix cache first.
 func (p *BatchPrefill) Close() {
+	took, _ := p.b.keepPrefill(p) // a failed copy only loses a cache entry
+	if took {
+		p.st = genState{}
+		return
+	}
 	p.b.swapIn(&p.st, func() { p.b.r.release() })
 }
 
-// Insert moves a finished prefill into a free row (making room first)
-// and returns the new sequence's handle; the prefill is closed.
-func (b *Batch) Insert(p *BatchPrefill) (int, error) {
-	defer func() {
-		if !b.keepPrefix(p) {
-			p.Close()
-		}
-	}()
+// Insert moves prompt i of a finished prefill into a free row (making
+// room first) and returns the new sequence's handle. The caller closes
+// the prefill after its inserts.
+func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
 	if p.st.state == nil || len(p.st.pending[0]) > 0 {
 		return -1, fmt.Errorf("insert: the prefill is not finished")
+	}
+	if i < 0 || i >= len(p.prompts) {
+		return -1, fmt.Errorf("insert: prompt %d of %d", i, len(p.prompts))
 	}
 	if b.active() >= b.o.MaxBatch {
 		return -1, fmt.Errorf("insert: all %d slots are in use", b.o.MaxBatch)
 	}
-	if err := b.fit(1, p.n); err != nil {
+	n := len(p.prompts[i])
+	if err := b.fit(1, n); err != nil {
 		return -1, err
 	}
 	row := slices.Index(b.rows, -1)
 	next := b.dec.next
-	args := b.placeArgs(b.dec.cacheLen, p.st.cacheLen, next, p.n)
+	args := append([]Arg{{T: tensors.FromScalar(int32(i))}}, b.placeArgs(b.dec.cacheLen, p.st.cacheLen, next, n)...)
 	for _, st := range p.st.state {
 		for _, x := range st {
 			args = append(args, Arg{T: x})
@@ -438,7 +548,7 @@ func (b *Batch) Insert(p *BatchPrefill) (int, error) {
 	b.nextID++
 	b.rows[row] = id
 	b.seqRow[id] = row
-	b.dec.pads[row] = int32(next - p.n)
+	b.dec.pads[row] = int32(next - n)
 	return id, nil
 }
 
@@ -702,19 +812,20 @@ func alongFirstAxis(v *graph.Node, dims []int) *graph.Node {
 	return graph.BroadcastToDims(graph.Reshape(v, r...), dims...)
 }
 
-// placeGraph: [idx [S], valid [S], prefill state...] -> [row state...]:
-// the prefill's state with its slots remapped (remapSlots) into a row of
-// S slots; state without slots as it is.
+// placeGraph: [row, idx [S], valid [S], prefill state...] -> [row
+// state...]: row `row` of the prefill's state with its slots remapped
+// (remapSlots) into a row of S slots; state without slots as it is.
 func (b *Batch) placeGraph(in []*graph.Node) []*graph.Node {
-	idx, valid, small := in[0], in[1], in[2:]
+	row, idx, valid, small := in[0], in[1], in[2], in[3:]
 	out := make([]*graph.Node, len(small))
 	k := 0
 	for _, axes := range b.slotAxes {
 		for _, axis := range axes {
-			out[k] = small[k]
+			x := graph.Gather(small[k], graph.Reshape(row, 1, 1)) // [1, ...]
 			if axis >= 0 {
-				out[k] = remapSlots(small[k], axis, idx, valid)
+				x = remapSlots(x, axis, idx, valid)
 			}
+			out[k] = x
 			k++
 		}
 	}
@@ -874,42 +985,64 @@ func (b *Batch) warmShape(rows, s int, rowsTo, slotsTo []int) error {
 	return nil
 }
 
-// warmPrompt compiles the prefill piece of prompt bucket t and the place
-// program from it to every slot bucket a prompt of that bucket fits in.
+// warmPrompt compiles, for each number of rows prefilled together, the
+// prefill piece of prompt bucket t and the place program from it to every
+// slot bucket a prompt of that bucket fits in (and, for one row, to every
+// prompt bucket: prefix reuse).
 func (b *Batch) warmPrompt(t int, buckets []int) error {
-	chunk := min(b.o.PrefillChunk, t)
-	st := genState{batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{0}, pending: [][]int32{make([]int32, chunk)}, state: b.r.newState(1, t)}
-	st.padsT = tensors.FromFlatDataAndDimensions([]int32{0}, 1)
+	for rows := 1; ; rows = b.prefillRows(rows + 1) {
+		if err := b.warmPrefill(rows, t, buckets); err != nil {
+			return err
+		}
+		if rows == b.MaxPrefill() {
+			return nil
+		}
+	}
+}
+
+func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
+	chunk := b.prefillPiece(rows, t)
+	pending := make([][]int32, rows)
+	for i := range pending {
+		pending[i] = make([]int32, chunk)
+	}
+	st := genState{batch: rows, cacheLen: t, maxCacheLen: t, pads: make([]int32, rows), pending: pending, state: b.r.newState(rows, t)}
+	st.padsT = tensors.FromFlatDataAndDimensions(make([]int32, rows), rows)
 	var err error
 	b.swapIn(&st, func() { _, err = b.r.PrefillChunk(chunk) })
 	if err != nil {
 		return err
 	}
 	defer b.swapIn(&st, func() { b.r.release() })
-	var small []Arg
+	small := []Arg{{T: tensors.FromScalar(int32(0))}}
 	for _, l := range st.state {
 		for _, x := range l {
 			small = append(small, Arg{T: x})
 		}
 	}
+	// Targets: every slot bucket its prompts fit in (one prompt has more
+	// than t/2 tokens; with several, only the longest must); with a prefix
+	// cache, a row's copy (t slots) and, from a cached prompt, every
+	// prompt bucket.
+	targets := map[int]bool{}
 	for _, s := range buckets {
-		if t/2 >= s { // its prompts (more than t/2 tokens) do not fit
-			continue
-		}
-		if _, err := b.place.Precompile(append(b.placeArgs(s, t, 0, 0), small...)...); err != nil {
-			return err
+		if t/2 < s || rows > 1 {
+			targets[s] = true
 		}
 	}
-	if b.keepsPrefixes() { // a cached prefill of bucket t into a prompt of any bucket
-		for to := 8; ; to *= 2 {
-			if !slices.Contains(buckets, to) || t/2 >= to { // not compiled above
-				if _, err := b.place.Precompile(append(b.placeArgs(to, t, 0, 0), small...)...); err != nil {
-					return err
-				}
-			}
+	if b.keepsPrefixes() {
+		targets[t] = true
+		for to := 8; rows == 1; to *= 2 {
+			targets[to] = true
 			if to >= b.o.MaxContext-1 {
 				break
 			}
+		}
+	}
+	for s := range targets {
+		args := append([]Arg{small[0]}, b.placeArgs(s, t, 0, 0)...)
+		if _, err := b.place.Precompile(append(args, small[1:]...)...); err != nil {
+			return err
 		}
 	}
 	return nil

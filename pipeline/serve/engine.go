@@ -19,12 +19,15 @@ package serve
 type Engine interface {
 	// Slots is the most sequences decoded at once.
 	Slots() int
-	// StartPrefill begins the prefill of prompt; the returned Prefill runs
-	// it in pieces.
-	StartPrefill(prompt []int) (Prefill, error)
-	// Insert moves a finished prefill into a free slot and returns the
-	// new sequence's handle. The caller keeps at most Slots sequences.
-	Insert(p Prefill) (int, error)
+	// MaxPrefill is the most prompts StartPrefill takes at once.
+	MaxPrefill() int
+	// StartPrefill begins the prefill of prompts (1 to MaxPrefill)
+	// together; the returned Prefill runs it in pieces.
+	StartPrefill(prompts [][]int) (Prefill, error)
+	// Insert moves prompt i of a finished prefill into a free slot and
+	// returns the new sequence's handle. The caller keeps at most Slots
+	// sequences, and closes the prefill after its inserts.
+	Insert(p Prefill, i int) (int, error)
 	// Decode feeds tokens[i] to sequence seqs[i] and returns the logits
 	// that follow each ([len(seqs)][vocab]).
 	Decode(seqs, tokens []int) ([][]float32, error)
@@ -32,15 +35,16 @@ type Engine interface {
 	Free(seq int)
 }
 
-// Prefill is one prompt's prefill in progress.
+// Prefill is the prefill in progress of one or more prompts.
 type Prefill interface {
-	// Step runs the next piece of the prompt; when the prompt is done it
-	// returns the logits after its last token and done.
-	Step() (logits []float32, done bool, err error)
-	// Close releases a prefill that will not be inserted.
+	// Step runs the next piece of the prompts; when they are done it
+	// returns the logits after each prompt's last token and done.
+	Step() (logits [][]float32, done bool, err error)
+	// Close releases the prefill.
 	Close()
 }
 
-// A Prefill that reuses cached prompt prefixes also has Reused() int, the
-// prompt tokens it did not compute; the scheduler reports them
-// (Observer.PrefixReused).
+// An Engine with a prefix cache also has Reusable(prompt []int) bool,
+// whether the prompt prefilled alone would start from the cache (the
+// scheduler then prefills it alone), and its Prefill has Reused() int,
+// the prompt tokens it did not compute (Observer.PrefixReused).

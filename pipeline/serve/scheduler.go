@@ -167,7 +167,7 @@ type Scheduler struct {
 
 	// Owned by Run's goroutine.
 	running []*job
-	pre     *job
+	pre     []*job // the prompts prefilling together; nil for one cancelled since
 	preRun  Prefill
 }
 
@@ -291,10 +291,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			worked = true
 		}
 		s.mu.Lock()
-		active := len(s.running)
-		if s.pre != nil {
-			active++
-		}
+		active := len(s.running) + s.prefilling()
 		if active != s.active {
 			s.active = active
 			s.obs.Queue(len(s.waiting), active)
@@ -329,9 +326,14 @@ func (s *Scheduler) dropCancelled() {
 		s.end(j, finishEvent(j, FinishCancelled), FinishCancelled, nil)
 		return true
 	})
-	if s.pre != nil && s.pre.ctx.Err() != nil {
+	for i, j := range s.pre {
+		if j != nil && j.ctx.Err() != nil {
+			s.end(j, Event{Token: -1}, FinishCancelled, nil)
+			s.pre[i] = nil
+		}
+	}
+	if s.preRun != nil && s.prefilling() == 0 { // every prompt of the prefill cancelled
 		s.preRun.Close()
-		s.end(s.pre, Event{Token: -1}, FinishCancelled, nil)
 		s.pre, s.preRun = nil, nil
 	}
 	s.mu.Lock()
@@ -349,41 +351,74 @@ func (s *Scheduler) dropCancelled() {
 	}
 }
 
-// prefillStep runs one piece of the current prefill, first starting the
-// oldest waiting request's when a slot is free; a finished prefill joins
-// the running sequences with its first token. It reports whether it ran
-// anything.
+// prefilling counts the prompts of the current prefill still wanted.
+func (s *Scheduler) prefilling() int {
+	n := 0
+	for _, j := range s.pre {
+		if j != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// prefillStep runs one piece of the current prefill, first starting one
+// when a slot is free: the oldest waiting requests, as many as free slots
+// and the engine's MaxPrefill allow, prefilled together (but a prompt the
+// engine's prefix cache serves, alone). A finished prefill's prompts join
+// the running sequences with their first tokens. It reports whether it
+// ran anything.
 func (s *Scheduler) prefillStep() bool {
-	if s.pre == nil {
-		if len(s.running) >= s.slots {
+	if s.preRun == nil {
+		free := min(s.slots-len(s.running), s.e.MaxPrefill())
+		if free <= 0 {
 			return false
 		}
+		reusable := func(j *job) bool {
+			r, ok := s.e.(interface{ Reusable([]int) bool })
+			return ok && r.Reusable(j.req.Prompt)
+		}
 		s.mu.Lock()
-		if len(s.waiting) == 0 {
+		var group []*job
+		for len(group) < free && len(s.waiting) > 0 {
+			j := s.waiting[0]
+			if len(group) > 0 && reusable(j) {
+				break
+			}
+			group = append(group, j)
+			s.waiting = s.waiting[1:]
+			if reusable(j) {
+				break
+			}
+		}
+		if len(group) == 0 {
 			s.mu.Unlock()
 			return false
 		}
-		j := s.waiting[0]
-		s.waiting = s.waiting[1:]
-		s.active = len(s.running) + 1 // still busy to Shutdown
+		s.active = len(s.running) + len(group) // still busy to Shutdown
 		s.obs.Queue(len(s.waiting), s.active)
 		s.mu.Unlock()
-		p, err := s.e.StartPrefill(j.req.Prompt)
+		prompts := make([][]int, len(group))
+		for i, j := range group {
+			prompts[i] = j.req.Prompt
+		}
+		p, err := s.e.StartPrefill(prompts)
 		if err != nil {
-			s.end(j, Event{Token: -1}, FinishError, err)
+			for _, j := range group {
+				s.end(j, Event{Token: -1}, FinishError, err)
+			}
 			return true
 		}
-		j.seq = generate.NewSequence(j.req.Prompt, j.req.Index, j.req.Gen)
-		s.pre, s.preRun = j, p
+		for _, j := range group {
+			j.seq = generate.NewSequence(j.req.Prompt, j.req.Index, j.req.Gen)
+		}
+		s.pre, s.preRun = group, p
 	}
 	t0 := s.now()
 	logits, done, err := s.preRun.Step()
 	s.obs.Prefill(s.now().Sub(t0))
-	j := s.pre
 	if err != nil {
-		s.preRun.Close()
-		s.pre, s.preRun = nil, nil
-		s.end(j, Event{Token: -1}, FinishError, err)
+		s.endPrefill(FinishError, err)
 		return true
 	}
 	if !done {
@@ -392,18 +427,37 @@ func (s *Scheduler) prefillStep() bool {
 	if r, ok := s.preRun.(interface{ Reused() int }); ok && r.Reused() > 0 {
 		s.obs.PrefixReused(r.Reused())
 	}
-	h, err := s.e.Insert(s.preRun)
+	for i, j := range s.pre {
+		if j == nil {
+			continue
+		}
+		h, err := s.e.Insert(s.preRun, i)
+		if err != nil {
+			s.end(j, Event{Token: -1}, FinishError, err)
+			continue
+		}
+		j.handle = h
+		if !s.emit(j, logits[i]) {
+			s.running = append(s.running, j)
+		}
+	}
+	s.preRun.Close()
 	s.pre, s.preRun = nil, nil
-	if err != nil {
-		s.end(j, Event{Token: -1}, FinishError, err)
-		return true
-	}
-	j.handle = h
-	if s.emit(j, logits) {
-		return true
-	}
-	s.running = append(s.running, j)
 	return true
+}
+
+// endPrefill ends every prompt of the current prefill with reason and
+// closes it.
+func (s *Scheduler) endPrefill(reason string, err error) {
+	for _, j := range s.pre {
+		if j != nil {
+			s.end(j, Event{Token: -1}, reason, err)
+		}
+	}
+	if s.preRun != nil {
+		s.preRun.Close()
+	}
+	s.pre, s.preRun = nil, nil
 }
 
 // decodeStep runs one decode step for every running sequence and emits
@@ -498,11 +552,7 @@ func (s *Scheduler) abortAll(reason string, err error) {
 		s.end(j, finishEvent(j, reason), reason, err)
 	}
 	s.running = nil
-	if s.pre != nil {
-		s.preRun.Close()
-		s.end(s.pre, Event{Token: -1}, reason, err)
-		s.pre, s.preRun = nil, nil
-	}
+	s.endPrefill(reason, err)
 	s.mu.Lock()
 	w := s.waiting
 	s.waiting = nil

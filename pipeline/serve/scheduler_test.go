@@ -24,6 +24,7 @@ type countEngine struct {
 	live      map[int]bool
 	next      int
 	maxLive   int
+	maxGroup  int
 	decodes   int
 	failAfter int // fail the decode call after this many (0: never)
 }
@@ -42,28 +43,46 @@ func oneHot(id int) []float32 {
 
 func (e *countEngine) Slots() int { return e.slots }
 
+// MaxPrefill implements Engine: up to 2 prompts prefill together.
+func (e *countEngine) MaxPrefill() int { return 2 }
+
 type countPrefill struct {
-	e    *countEngine
-	left int
-	last int
+	e     *countEngine
+	left  int
+	lasts []int
 }
 
-func (e *countEngine) StartPrefill(prompt []int) (Prefill, error) {
-	return &countPrefill{e: e, left: (len(prompt) + 3) / 4, last: prompt[len(prompt)-1]}, nil
+func (e *countEngine) StartPrefill(prompts [][]int) (Prefill, error) {
+	if len(prompts) > e.MaxPrefill() {
+		e.t.Errorf("prefill of %d prompts, above MaxPrefill", len(prompts))
+	}
+	p := &countPrefill{e: e}
+	e.mu.Lock()
+	e.maxGroup = max(e.maxGroup, len(prompts))
+	e.mu.Unlock()
+	for _, q := range prompts {
+		p.left = max(p.left, (len(q)+3)/4)
+		p.lasts = append(p.lasts, q[len(q)-1])
+	}
+	return p, nil
 }
 
-func (p *countPrefill) Step() ([]float32, bool, error) {
+func (p *countPrefill) Step() ([][]float32, bool, error) {
 	time.Sleep(p.e.delay)
 	p.left--
 	if p.left > 0 {
 		return nil, false, nil
 	}
-	return oneHot(p.last + 1), true, nil
+	out := make([][]float32, len(p.lasts))
+	for i, last := range p.lasts {
+		out[i] = oneHot(last + 1)
+	}
+	return out, true, nil
 }
 
 func (p *countPrefill) Close() {}
 
-func (e *countEngine) Insert(p Prefill) (int, error) {
+func (e *countEngine) Insert(p Prefill, i int) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.live) >= e.slots {
@@ -171,6 +190,9 @@ func TestSchedulerConcurrentStreams(t *testing.T) {
 	wg.Wait()
 	if e.maxLive < 2 || e.maxLive > 4 {
 		t.Errorf("at most %d sequences ran at once, want 2 to 4", e.maxLive)
+	}
+	if e.maxGroup != 2 {
+		t.Errorf("at most %d prompts prefilled together, want 2 (MaxPrefill)", e.maxGroup)
 	}
 	if e.liveCount() != 0 {
 		t.Errorf("%d slots still held", e.liveCount())
@@ -307,5 +329,36 @@ func TestSchedulerEOSAndLogprobs(t *testing.T) {
 	}
 	if last.FinishReason != generate.FinishStop || last.Token != 5 || n != 4 {
 		t.Errorf("%d events, last %+v: want a stop at token 5 after 4", n, last)
+	}
+}
+
+// TestSchedulerCancelDuringGroupPrefill: a request cancelled while its
+// prompt prefills with another's ends at once; the other runs on.
+func TestSchedulerCancelDuringGroupPrefill(t *testing.T) {
+	e := newCountEngine(t, 2, 5*time.Millisecond)
+	s := New(e, Config{})
+	long := make([]int, 40) // 10 prefill steps
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := s.Submit(ctx, greedyReq(long, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Submit(context.Background(), greedyReq(long, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go s.Run(runCtx) // both are waiting: they prefill together
+	time.Sleep(12 * time.Millisecond)
+	cancel()
+	if ids, reason, _ := collect(a); reason != FinishCancelled || len(ids) != 0 {
+		t.Errorf("cancelled request: %d tokens, %q", len(ids), reason)
+	}
+	if ids, reason, _ := collect(b); reason != generate.FinishLength || len(ids) != 5 {
+		t.Errorf("other request: %d tokens, %q", len(ids), reason)
+	}
+	if e.maxGroup != 2 {
+		t.Errorf("the two prompts were not prefilled together (group of %d)", e.maxGroup)
 	}
 }

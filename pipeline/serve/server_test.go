@@ -95,28 +95,42 @@ func (e *textEngine) sleep() {
 
 func (e *textEngine) Slots() int { return e.slots }
 
+// MaxPrefill implements Engine: up to 3 prompts prefill together.
+func (e *textEngine) MaxPrefill() int { return 3 }
+
 type textPrefill struct {
-	e      *textEngine
-	prompt []int
-	done   int
+	e       *textEngine
+	prompts [][]int
+	done    int
 }
 
-func (e *textEngine) StartPrefill(prompt []int) (Prefill, error) {
-	return &textPrefill{e: e, prompt: prompt}, nil
+func (e *textEngine) StartPrefill(prompts [][]int) (Prefill, error) {
+	if len(prompts) > e.MaxPrefill() {
+		e.t.Errorf("prefill of %d prompts, above MaxPrefill", len(prompts))
+	}
+	return &textPrefill{e: e, prompts: prompts}, nil
 }
 
-func (p *textPrefill) Step() ([]float32, bool, error) {
+func (p *textPrefill) Step() ([][]float32, bool, error) {
 	p.e.sleep()
-	p.done = min(p.done+4, len(p.prompt))
-	if p.done < len(p.prompt) {
+	longest := 0
+	for _, q := range p.prompts {
+		longest = max(longest, len(q))
+	}
+	p.done = min(p.done+4, longest)
+	if p.done < longest {
 		return nil, false, nil
 	}
-	return textLogits(p.prompt[len(p.prompt)-1]), true, nil
+	out := make([][]float32, len(p.prompts))
+	for i, q := range p.prompts {
+		out[i] = textLogits(q[len(q)-1])
+	}
+	return out, true, nil
 }
 
 func (p *textPrefill) Close() {}
 
-func (e *textEngine) Insert(p Prefill) (int, error) {
+func (e *textEngine) Insert(p Prefill, i int) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.live) >= e.slots {
