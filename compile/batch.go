@@ -24,12 +24,14 @@ import (
 // occupies slots [pads[b], next), its positions are slot - pads[b], and
 // attention masks everything below pads[b] (lm.Step).
 //
-// A new sequence is prefilled on its own, in a batch of one whose cache is
-// just long enough for the prompt (a power of two), in pieces the caller
-// interleaves with decode steps. Insert then copies its state into a free
-// row so that the prompt ends at the shared clock: its L tokens land in
-// slots [next-L, next) and the row's pad becomes next-L. Recurrent state
-// (Qwen3.5's DeltaNet) is copied whole.
+// New prompts are prefilled in a batch of their own (up to MaxPrefill
+// rows, left-padded to the longest) whose cache is just long enough for
+// them (a power of two), in pieces the caller interleaves with decode
+// steps. Insert then copies each prompt's row into a free row so that the
+// prompt ends at the shared clock: its L tokens land in slots
+// [next-L, next) and the row's pad becomes next-L. Recurrent state
+// (Qwen3.5's DeltaNet) is copied whole. Finished prefills are kept for
+// prompts that share their prefix (the prefix cache, below).
 //
 // The batch keeps two shapes small, so that attention and memory follow
 // the load rather than the limits: the number of rows is a batch bucket
@@ -48,9 +50,9 @@ import (
 // So the shapes of every executable come from a bounded set: decode and
 // write-row per (batch bucket, slot bucket), rows-gather per slot bucket
 // and pair of neighbouring batch buckets, slots per batch bucket and slot
-// bucket to itself or a neighbour, prefill and place per prompt bucket
-// (and slot bucket). Warmup compiles them all up front, so no compile
-// happens under load.
+// bucket to itself or a neighbour, prefill and place per prefill rows and
+// prompt bucket (and slot bucket). Warmup compiles them all up front, so
+// no compile happens under load.
 
 // BatchOptions configure a Batch.
 type BatchOptions struct {
@@ -145,6 +147,10 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 		if *p.to, err = r.newProgram(p.name, p.fn); err != nil {
 			return nil, err
 		}
+		// Their shapes come from the bounded set above, which may hold
+		// more than MaxExecutables (place: prefill rows x prompt buckets
+		// x slot and prompt buckets).
+		(*p.to).unboundedCache()
 	}
 	b.reset()
 	return b, nil

@@ -77,6 +77,10 @@ func NewProgram(backend backends.Backend, name string, fn func(inputs []*graph.N
 // Name returns the program's name.
 func (p *Program) Name() string { return p.name }
 
+// unboundedCache lifts the MaxExecutables cap, for a program whose callers
+// bound its shapes themselves (compile.Batch's).
+func (p *Program) unboundedCache() { p.exec.SetMaxCache(-1) }
+
 // Stats returns a snapshot of the statistics.
 func (p *Program) Stats() ProgramStats {
 	p.mu.Lock()
