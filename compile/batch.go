@@ -399,11 +399,14 @@ func (b *Batch) prefixHit(prompt []int) (best, start int) {
 	return best, start
 }
 
-// Reusable reports whether prompt, prefilled alone, would start from the
-// prefix cache (the scheduler then does not group it with others).
-func (b *Batch) Reusable(prompt []int) bool {
-	best, _ := b.prefixHit(prompt)
-	return best >= 0
+// PrefillGroup is the key of prompts that prefill well together: their
+// prompt bucket (rows of one length waste nothing on padding), or -1 for
+// a prompt the prefix cache serves, which is prefilled alone.
+func (b *Batch) PrefillGroup(prompt []int) int {
+	if best, _ := b.prefixHit(prompt); best >= 0 {
+		return -1
+	}
+	return pow2(max(len(prompt), 8))
 }
 
 // keepsPrefixes reports whether finished prefills are kept for reuse:

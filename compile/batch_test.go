@@ -76,14 +76,16 @@ func runBatchReusing(t *testing.T, b *Batch, seqs []batchSeq) ([][]int, int) {
 	for step := 0; step < 10000; step++ {
 		// A prefill takes every sequence whose turn has come, as many as
 		// free slots and MaxPrefill allow.
+		// (Any prompts may prefill together; the scheduler groups equal
+		// PrefillGroup keys, but a prompt the prefix cache serves alone.)
 		for pre == nil && queued < len(seqs) && seqs[queued].join <= step && len(running)+len(preSeqs) < b.Slots() && len(preSeqs) < b.MaxPrefill() {
-			// A prompt the prefix cache serves is prefilled alone.
-			if b.Reusable(seqs[queued].prompt) && len(preSeqs) > 0 {
+			alone := b.PrefillGroup(seqs[queued].prompt) < 0
+			if alone && len(preSeqs) > 0 {
 				break
 			}
 			preSeqs = append(preSeqs, queued)
 			queued++
-			if b.Reusable(seqs[queued-1].prompt) {
+			if alone {
 				break
 			}
 		}

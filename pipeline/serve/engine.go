@@ -44,7 +44,8 @@ type Prefill interface {
 	Close()
 }
 
-// An Engine with a prefix cache also has Reusable(prompt []int) bool,
-// whether the prompt prefilled alone would start from the cache (the
-// scheduler then prefills it alone), and its Prefill has Reused() int,
-// the prompt tokens it did not compute (Observer.PrefixReused).
+// An Engine may also have PrefillGroup(prompt []int) int: prompts with
+// equal keys prefill well together (compile.Batch: the same padded length),
+// a negative key prefills alone (a prompt its prefix cache serves); without
+// it any prompts are grouped. A Prefill may have Reused() int, the prompt
+// tokens it took from a prefix cache (Observer.PrefixReused).

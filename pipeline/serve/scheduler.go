@@ -363,34 +363,18 @@ func (s *Scheduler) prefilling() int {
 }
 
 // prefillStep runs one piece of the current prefill, first starting one
-// when a slot is free: the oldest waiting requests, as many as free slots
-// and the engine's MaxPrefill allow, prefilled together (but a prompt the
-// engine's prefix cache serves, alone). A finished prefill's prompts join
-// the running sequences with their first tokens. It reports whether it
-// ran anything.
+// when a slot is free: the oldest waiting request, with as many others as
+// free slots and the engine's MaxPrefill allow that it prefills well
+// together (takeGroup). A finished prefill's prompts join the running
+// sequences with their first tokens. It reports whether it ran anything.
 func (s *Scheduler) prefillStep() bool {
 	if s.preRun == nil {
 		free := min(s.slots-len(s.running), s.e.MaxPrefill())
 		if free <= 0 {
 			return false
 		}
-		reusable := func(j *job) bool {
-			r, ok := s.e.(interface{ Reusable([]int) bool })
-			return ok && r.Reusable(j.req.Prompt)
-		}
 		s.mu.Lock()
-		var group []*job
-		for len(group) < free && len(s.waiting) > 0 {
-			j := s.waiting[0]
-			if len(group) > 0 && reusable(j) {
-				break
-			}
-			group = append(group, j)
-			s.waiting = s.waiting[1:]
-			if reusable(j) {
-				break
-			}
-		}
+		group := s.takeGroup(free)
 		if len(group) == 0 {
 			s.mu.Unlock()
 			return false
@@ -444,6 +428,37 @@ func (s *Scheduler) prefillStep() bool {
 	s.preRun.Close()
 	s.pre, s.preRun = nil, nil
 	return true
+}
+
+// takeGroup takes from the queue (under mu) the prompts of the next
+// prefill: the oldest waiting request, and up to n-1 more waiting ones
+// that the engine prefills well with it (equal PrefillGroup keys; a
+// negative key prefills alone).
+func (s *Scheduler) takeGroup(n int) []*job {
+	if len(s.waiting) == 0 {
+		return nil
+	}
+	key := func(j *job) int {
+		if g, ok := s.e.(interface{ PrefillGroup([]int) int }); ok {
+			return g.PrefillGroup(j.req.Prompt)
+		}
+		return 0
+	}
+	head := s.waiting[0]
+	group := []*job{head}
+	k := key(head)
+	rest := s.waiting[1:]
+	if k >= 0 {
+		rest = slices.DeleteFunc(slices.Clone(rest), func(j *job) bool {
+			if len(group) < n && key(j) == k {
+				group = append(group, j)
+				return true
+			}
+			return false
+		})
+	}
+	s.waiting = rest
+	return group
 }
 
 // endPrefill ends every prompt of the current prefill with reason and

@@ -362,3 +362,65 @@ func TestSchedulerCancelDuringGroupPrefill(t *testing.T) {
 		t.Errorf("the two prompts were not prefilled together (group of %d)", e.maxGroup)
 	}
 }
+
+// keyedEngine groups prompts by length (as compile.Batch groups them by
+// padded length), and prefills a prompt starting with 99 alone.
+type keyedEngine struct{ *countEngine }
+
+func (keyedEngine) PrefillGroup(prompt []int) int {
+	if prompt[0] == 99 {
+		return -1
+	}
+	return len(prompt)
+}
+
+// TestSchedulerGroupsByKey: the oldest request prefills with the waiting
+// ones of its key, in order, and a negative key prefills alone.
+func TestSchedulerGroupsByKey(t *testing.T) {
+	e := keyedEngine{newCountEngine(t, 8, time.Millisecond)}
+	var groups [][]int // the first token of each prompt, per prefill
+	var mu sync.Mutex
+	rec := &groupRecorder{Engine: e, on: func(prompts [][]int) {
+		mu.Lock()
+		defer mu.Unlock()
+		var g []int
+		for _, p := range prompts {
+			g = append(g, p[0])
+		}
+		groups = append(groups, g)
+	}}
+	s := New(rec, Config{})
+	var streams []*Stream
+	for _, p := range [][]int{{1, 0}, {2, 0, 0}, {3, 0}, {99, 0}, {4, 0}, {5, 0, 0}} {
+		st, err := s.Submit(context.Background(), greedyReq(p, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.Run(ctx)
+	for _, st := range streams {
+		collect(st)
+	}
+	// MaxPrefill is 2: {1,3} (length 2), {2,5} (length 3), {99} alone, {4}.
+	if got := fmt.Sprint(groups); got != "[[1 3] [2 5] [99] [4]]" {
+		t.Errorf("prefill groups %s, want [[1 3] [2 5] [99] [4]]", got)
+	}
+}
+
+// groupRecorder reports the prompts of each StartPrefill.
+type groupRecorder struct {
+	Engine
+	on func([][]int)
+}
+
+func (g *groupRecorder) StartPrefill(prompts [][]int) (Prefill, error) {
+	g.on(prompts)
+	return g.Engine.StartPrefill(prompts)
+}
+
+func (g *groupRecorder) PrefillGroup(prompt []int) int {
+	return g.Engine.(interface{ PrefillGroup([]int) int }).PrefillGroup(prompt)
+}
