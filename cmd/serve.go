@@ -295,7 +295,7 @@ func (e batchEngine) Slots() int { return e.b.Slots() }
 
 func (e batchEngine) MaxPrefill() int { return e.b.MaxPrefill() }
 
-func (e batchEngine) PrefillGroup(prompt []int) int { return e.b.PrefillGroup(prompt) }
+func (e batchEngine) PrefillGroup(prompt []int) (key, most int) { return e.b.PrefillGroup(prompt) }
 
 func (e batchEngine) StartPrefill(prompts [][]int) (serve.Prefill, error) {
 	p, err := e.b.StartPrefill(prompts)

@@ -399,14 +399,18 @@ func (b *Batch) prefixHit(prompt []int) (best, start int) {
 	return best, start
 }
 
-// PrefillGroup is the key of prompts that prefill well together: their
-// prompt bucket (rows of one length waste nothing on padding), or -1 for
-// a prompt the prefix cache serves, which is prefilled alone.
-func (b *Batch) PrefillGroup(prompt []int) int {
+// PrefillGroup says which prompts prefill well together with prompt: those
+// of the same prompt bucket (rows of one padded length waste nothing),
+// as many as fit in one prefill piece of PrefillChunk tokens (a group
+// then costs each of its prompts one piece of waiting, as a prompt
+// prefilled alone does, in one call instead of several), at most
+// MaxPrefill; a prompt the prefix cache serves is prefilled alone.
+func (b *Batch) PrefillGroup(prompt []int) (key, most int) {
+	t := pow2(max(len(prompt), 8))
 	if best, _ := b.prefixHit(prompt); best >= 0 {
-		return -1
+		return -1, 1
 	}
-	return pow2(max(len(prompt), 8))
+	return t, max(1, min(b.o.PrefillChunk/t, b.MaxPrefill()))
 }
 
 // keepsPrefixes reports whether finished prefills are kept for reuse:

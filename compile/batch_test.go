@@ -79,7 +79,8 @@ func runBatchReusing(t *testing.T, b *Batch, seqs []batchSeq) ([][]int, int) {
 		// (Any prompts may prefill together; the scheduler groups equal
 		// PrefillGroup keys, but a prompt the prefix cache serves alone.)
 		for pre == nil && queued < len(seqs) && seqs[queued].join <= step && len(running)+len(preSeqs) < b.Slots() && len(preSeqs) < b.MaxPrefill() {
-			alone := b.PrefillGroup(seqs[queued].prompt) < 0
+			key, _ := b.PrefillGroup(seqs[queued].prompt)
+			alone := key < 0
 			if alone && len(preSeqs) > 0 {
 				break
 			}

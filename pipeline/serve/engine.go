@@ -44,8 +44,9 @@ type Prefill interface {
 	Close()
 }
 
-// An Engine may also have PrefillGroup(prompt []int) int: prompts with
-// equal keys prefill well together (compile.Batch: the same padded length),
-// a negative key prefills alone (a prompt its prefix cache serves); without
-// it any prompts are grouped. A Prefill may have Reused() int, the prompt
-// tokens it took from a prefix cache (Observer.PrefixReused).
+// An Engine may also have PrefillGroup(prompt []int) (key, most int):
+// prompts with equal keys prefill well together, at most `most` of them
+// (compile.Batch: the same padded length, as many as fit in one prefill
+// piece; 1 for a prompt its prefix cache serves); without it any prompts
+// are grouped. A Prefill may have Reused() int, the prompt tokens it took
+// from a prefix cache (Observer.PrefixReused).

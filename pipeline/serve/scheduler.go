@@ -432,25 +432,26 @@ func (s *Scheduler) prefillStep() bool {
 
 // takeGroup takes from the queue (under mu) the prompts of the next
 // prefill: the oldest waiting request, and up to n-1 more waiting ones
-// that the engine prefills well with it (equal PrefillGroup keys; a
-// negative key prefills alone).
+// that the engine prefills well with it (PrefillGroup: equal keys, at most
+// its limit); without PrefillGroup, any.
 func (s *Scheduler) takeGroup(n int) []*job {
 	if len(s.waiting) == 0 {
 		return nil
 	}
-	key := func(j *job) int {
-		if g, ok := s.e.(interface{ PrefillGroup([]int) int }); ok {
+	key := func(j *job) (int, int) {
+		if g, ok := s.e.(interface{ PrefillGroup([]int) (int, int) }); ok {
 			return g.PrefillGroup(j.req.Prompt)
 		}
-		return 0
+		return 0, n
 	}
 	head := s.waiting[0]
 	group := []*job{head}
-	k := key(head)
+	k, most := key(head)
+	n = min(n, most)
 	rest := s.waiting[1:]
-	if k >= 0 {
+	if n > 1 {
 		rest = slices.DeleteFunc(slices.Clone(rest), func(j *job) bool {
-			if len(group) < n && key(j) == k {
+			if kj, _ := key(j); len(group) < n && kj == k {
 				group = append(group, j)
 				return true
 			}

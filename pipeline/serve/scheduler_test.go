@@ -367,11 +367,11 @@ func TestSchedulerCancelDuringGroupPrefill(t *testing.T) {
 // padded length), and prefills a prompt starting with 99 alone.
 type keyedEngine struct{ *countEngine }
 
-func (keyedEngine) PrefillGroup(prompt []int) int {
+func (keyedEngine) PrefillGroup(prompt []int) (int, int) {
 	if prompt[0] == 99 {
-		return -1
+		return -1, 1
 	}
-	return len(prompt)
+	return len(prompt), 8
 }
 
 // TestSchedulerGroupsByKey: the oldest request prefills with the waiting
@@ -421,6 +421,6 @@ func (g *groupRecorder) StartPrefill(prompts [][]int) (Prefill, error) {
 	return g.Engine.StartPrefill(prompts)
 }
 
-func (g *groupRecorder) PrefillGroup(prompt []int) int {
-	return g.Engine.(interface{ PrefillGroup([]int) int }).PrefillGroup(prompt)
+func (g *groupRecorder) PrefillGroup(prompt []int) (int, int) {
+	return g.Engine.(interface{ PrefillGroup([]int) (int, int) }).PrefillGroup(prompt)
 }
