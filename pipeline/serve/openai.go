@@ -685,6 +685,30 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 		writeError(w, err)
 		return
 	}
+	var stream func([]*Stream, string, int64)
+	if req.Stream {
+		stream = func(streams []*Stream, id string, created int64) {
+			s.streamCompletions(r.Context(), w, &req, p, streams, id, created)
+		}
+	}
+	s.answer(w, r, x, p, "cmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
+		resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Usage: u}
+		for i, c := range choices {
+			cc := completionChoice{Index: i, Text: c.text.String(), FinishReason: new(finishReason(c.finish))}
+			if p.reqs[i].Logprobs >= 0 {
+				cc.Logprobs = s.completionLogprobsOf(c, c.logprobs)
+			}
+			resp.Choices = append(resp.Choices, cc)
+		}
+		return resp
+	})
+}
+
+// answer submits a plan's sequences and answers the request: through
+// stream when it is set (a streamed request), else with the JSON that
+// respond builds from the finished choices and the usage.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, x *exchange, p *plan, idPrefix string,
+	stream func(streams []*Stream, id string, created int64), respond func(choices []*choice, u *usage, id string, created int64) any) {
 	x.promptTokens = p.promptTokens
 	streams, cancel, err := s.submit(r.Context(), p.reqs)
 	if err != nil {
@@ -693,9 +717,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 	}
 	defer cancel()
 	defer func() { x.completionTokens = completionTokens(streams) }()
-	id, created := newID("cmpl-"), s.o.Now().Unix()
-	if req.Stream {
-		s.streamCompletions(r.Context(), w, &req, p, streams, id, created)
+	id, created := newID(idPrefix), s.o.Now().Unix()
+	if stream != nil {
+		stream(streams, id, created)
 		return
 	}
 	choices := collectChoices(streams, p)
@@ -703,16 +727,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 		writeError(w, err)
 		return
 	}
-	resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName,
-		Usage: newUsage(p.promptTokens, completionTokens(streams))}
-	for i, c := range choices {
-		cc := completionChoice{Index: i, Text: c.text.String(), FinishReason: new(finishReason(c.finish))}
-		if p.reqs[i].Logprobs >= 0 {
-			cc.Logprobs = s.completionLogprobsOf(c, c.logprobs)
-		}
-		resp.Choices = append(resp.Choices, cc)
-	}
-	writeJSON(w, http.StatusOK, resp)
+	writeJSON(w, http.StatusOK, respond(choices, newUsage(p.promptTokens, completionTokens(streams)), id, created))
 }
 
 // completionPlan validates a completion request and plans its sequences.
@@ -855,34 +870,23 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 		writeError(w, err)
 		return
 	}
-	x.promptTokens = p.promptTokens
-	streams, cancel, err := s.submit(r.Context(), p.reqs)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer cancel()
-	defer func() { x.completionTokens = completionTokens(streams) }()
-	id, created := newID("chatcmpl-"), s.o.Now().Unix()
+	var stream func([]*Stream, string, int64)
 	if req.Stream {
-		s.streamChat(r.Context(), w, &req, p, streams, id, created)
-		return
-	}
-	choices := collectChoices(streams, p)
-	if err := outcome(r.Context(), choices); err != nil {
-		writeError(w, err)
-		return
-	}
-	resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName,
-		Usage: newUsage(p.promptTokens, completionTokens(streams))}
-	for i, c := range choices {
-		cc := chatChoice{Index: i, Message: chatResponseMessage{Role: "assistant", Content: c.text.String()}, FinishReason: finishReason(c.finish)}
-		if p.reqs[i].Logprobs >= 0 {
-			cc.Logprobs = s.chatLogprobsOf(c, c.logprobs)
+		stream = func(streams []*Stream, id string, created int64) {
+			s.streamChat(r.Context(), w, &req, p, streams, id, created)
 		}
-		resp.Choices = append(resp.Choices, cc)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	s.answer(w, r, x, p, "chatcmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
+		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName, Usage: u}
+		for i, c := range choices {
+			cc := chatChoice{Index: i, Message: chatResponseMessage{Role: "assistant", Content: c.text.String()}, FinishReason: finishReason(c.finish)}
+			if p.reqs[i].Logprobs >= 0 {
+				cc.Logprobs = s.chatLogprobsOf(c, c.logprobs)
+			}
+			resp.Choices = append(resp.Choices, cc)
+		}
+		return resp
+	})
 }
 
 // chatPlan validates a chat request, renders and encodes its messages,
