@@ -9,6 +9,9 @@
 #      32 tokens, float32, on --device cpu and on the device, each in
 #      compiled and eager mode: every token id must equal the CPU compiled
 #      run's. Then the device's default dtype (bf16), reported only.
+#   1b. serve: the same two prompts as concurrent greedy completions of
+#      `tputool serve` on the device (float32): each text must equal the
+#      CPU generate's.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -231,6 +234,59 @@ if [ -s "$tok_ref" ]; then
 	fi
 fi
 
+# ---- 1b. serve: the same prompts through the server's continuous batching
+
+# serve_check: tputool serve on the device (float32), the two prompts as
+# concurrent greedy completions: each text must equal the CPU generate's.
+serve_check() {
+	local out="$OUT/serve-listen.json" addr="" i
+	"${f32_env[@]}" "$tputool" --json --device "$device" serve -m "$stories" --dtype f32 --port 0 \
+		--max-batch 4 --max-context 128 >"$out" 2>>"$log" &
+	local pid=$!
+	for i in $(seq 1 600); do
+		addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$out" | head -1)
+		[ -n "$addr" ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	if [ -z "$addr" ]; then
+		fail "serve: did not listen on the device (log.txt)"
+		kill -TERM "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		return
+	fi
+	say "+ serve on $device at $addr: two concurrent greedy completions"
+	local k=0 curls=()
+	for prompt in "Once upon a time" "The little dog"; do
+		curl -s "http://$addr/v1/completions" -d "{\"prompt\":\"$prompt\",\"max_tokens\":32,\"temperature\":0}" \
+			>"$OUT/serve-$k.json" 2>>"$log" &
+		curls+=($!)
+		k=$((k + 1))
+	done
+	wait "${curls[@]}" || true
+	kill -TERM "$pid" 2>/dev/null
+	wait "$pid" || fail "serve: exit $? after SIGTERM, want 0"
+	if "$PYTHON" - "$tok_ref" "$OUT/serve-0.json" "$OUT/serve-1.json" >"$OUT/serve-compare.txt" 2>&1 <<'PY'; then
+import json, sys
+ref = [r["text"] for r in json.load(open(sys.argv[1]))]
+bad = 0
+for i, p in enumerate(sys.argv[2:]):
+    got = json.load(open(p))["choices"][0]["text"]
+    if got != ref[i]:
+        print(f"prompt {i}: served {got!r} != generate {ref[i]!r}"); bad += 1
+sys.exit(1 if bad else 0)
+PY
+		serve_ok=yes
+		say "serve: the device's served completions equal the CPU's generate"
+	else
+		fail "serve: $(head -2 "$OUT/serve-compare.txt" | tr '\n' ' ')"
+	fi
+}
+serve_ok=no
+if [ -s "$tok_ref" ]; then
+	serve_check
+fi
+
 # ---- 2. diffuse: images
 
 sd="$work/tiny-sd"
@@ -298,9 +354,9 @@ fi
 
 # ---- summary
 
-"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
 import json, os, sys
-out, device, tokens_ok, images_ok, hf_status = sys.argv[1:6]
+out, device, tokens_ok, images_ok, hf_status, serve_ok = sys.argv[1:7]
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -318,6 +374,7 @@ if sel:
     print(f"opened: {sel.get('kind')} {sel.get('platform')} x{sel.get('num_devices')}, {', '.join(sel.get('device_descriptions') or [])}; "
           f"XLA cache: {(sel.get('xla_cache') or {}).get('dir', 'none')}\n")
 print(f"- greedy token ids (float32, compiled and eager) equal the CPU's: **{tokens_ok}**")
+print(f"- `tputool serve` on the device: concurrent greedy completions equal the CPU's generate: **{serve_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
     with open(os.path.join(out, "images-compare.jsonl")) as f:
