@@ -265,26 +265,17 @@ func servedContext(flag, maxPositions int) (int, error) {
 }
 
 // checkSlotsFit refuses KV caches for every slot, and for the prefix
-// cache's prompts (each at most a power of two of --max-context
-// positions), that the host cannot hold.
+// cache's prompts (each at most a prefill of --max-context positions),
+// that the host cannot hold.
 func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
 	need, ok := lm.StateBytes(m, slots, context, dtype)
-	kept, ok2 := lm.StateBytes(m, prefixes, pow2At(context), dtype)
+	kept, ok2 := lm.StateBytes(m, prefixes, compile.PrefillCacheLen(context), dtype)
 	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, dtype)
 	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
-}
-
-// pow2At is the smallest power of two >= n.
-func pow2At(n int) int {
-	p := 1
-	for p < n {
-		p *= 2
-	}
-	return p
 }
 
 // batchEngine is serve.Engine over a *compile.Batch: the scheduler's

@@ -156,6 +156,11 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 	return b, nil
 }
 
+// PrefillCacheLen is the cache length of a prefill whose longest prompt
+// has n tokens: a power of two, at least 8 (the prefix cache keeps one per
+// prompt).
+func PrefillCacheLen(n int) int { return pow2(max(n, 8)) }
+
 // pow2 is the smallest power of two >= n (n >= 1).
 func pow2(n int) int {
 	p := 1
@@ -286,7 +291,7 @@ func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
 		longest = max(longest, len(p))
 	}
 	rows := b.prefillRows(k)
-	t := pow2(max(longest, 8))
+	t := PrefillCacheLen(longest)
 	chunk := b.prefillPiece(rows, t)
 	pads := make([]int32, rows)
 	from := t
@@ -388,7 +393,7 @@ func (b *Batch) prefixHit(prompt []int) (best, start int) {
 		}
 	}
 	shared = min(shared, n-1)
-	t := pow2(max(n, 8))
+	t := PrefillCacheLen(n)
 	chunk := b.prefillPiece(1, t)
 	pad := t - n
 	from := pad / chunk * chunk
@@ -406,7 +411,7 @@ func (b *Batch) prefixHit(prompt []int) (best, start int) {
 // prefilled alone does, in one call instead of several), at most
 // MaxPrefill; a prompt the prefix cache serves is prefilled alone.
 func (b *Batch) PrefillGroup(prompt []int) (key, most int) {
-	t := pow2(max(len(prompt), 8))
+	t := PrefillCacheLen(len(prompt))
 	if best, _ := b.prefixHit(prompt); best >= 0 {
 		return -1, 1
 	}

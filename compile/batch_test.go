@@ -8,7 +8,9 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	_ "github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -247,8 +249,9 @@ func TestBatchMatchesGenerate(t *testing.T) {
 }
 
 // TestBatchRecurrentAndRouted covers the other kinds of layer state and
-// execution: Qwen3.5's DeltaNet state (no slot axis, copied whole) and
-// Qwen3-MoE's host-routed experts.
+// execution: Qwen3.5's DeltaNet state (no slot axis, copied whole),
+// Qwen3-MoE's host-routed experts, and sliding-window attention (Gemma 3's
+// local layers, Mistral's), whose window is measured from the shared clock.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -256,6 +259,8 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 	}{
 		{"qwen3.5", qwenref.TinyQwen35().Write},
 		{"qwen3-moe", qwenref.TinyQwen3MoE().Write},
+		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
+		{"mistral", slidingTiny("MistralForCausalLM").Write},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -424,4 +429,19 @@ func burstSeqs(vocab, n int) []batchSeq {
 		seqs = append(seqs, batchSeq{prompt: testPrompt(uint64(30+i), 1+i*i*2/5, vocab), n: 5 + i*3})
 	}
 	return seqs
+}
+
+// slidingTiny is a tiny checkpoint of arch with sliding-window layers
+// (window 6, shorter than the sequences), as pipeline/testkit/lmref's.
+func slidingTiny(arch string) lmckpt.Tiny {
+	c := lmckpt.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5,
+		RopeTheta: []float64{10000, 1e6, 10000}, Window: []int{6, 0, 6}}
+	if arch == "MistralForCausalLM" {
+		c.Window = []int{6, 6, 6}
+		c.RopeTheta = []float64{10000, 10000, 10000}
+	} else {
+		c.Gemma, c.Tied, c.HeadDim = true, true, 16
+		c.AttnSoftcap, c.FinalSoftcap = 20, 10
+	}
+	return lmckpt.Tiny{Arch: arch, Config: c, Seed: 7}
 }
