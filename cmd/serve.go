@@ -424,6 +424,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Template:   tmpl,
 		Resolve:    resolve,
 		MaxContext: maxContext,
+		VocabSize:  spec.VocabSize,
 		APIKey:     opts.APIKey,
 		AccessLog:  opts.IO.ErrOut,
 		Metrics:    metrics,

@@ -657,10 +657,14 @@ func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
 		}
 		prompts = append(prompts, ids)
 	}
+	vocab := s.o.VocabSize
+	if s.o.Tokenizer != nil && (vocab == 0 || s.o.Tokenizer.VocabSize() < vocab) {
+		vocab = s.o.Tokenizer.VocabSize()
+	}
 	for _, ids := range idLists {
 		for _, id := range ids {
-			if id < 0 || (s.o.Tokenizer != nil && id >= s.o.Tokenizer.VocabSize()) {
-				return nil, badRequest("prompt", "token id %d is outside the vocabulary", id)
+			if id < 0 || (vocab > 0 && id >= vocab) {
+				return nil, badRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, vocab)
 			}
 		}
 		prompts = append(prompts, ids)

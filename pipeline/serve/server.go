@@ -39,6 +39,9 @@ type ServerOptions struct {
 	// request beyond it is a 400 naming the numbers. 0: no bound, and an
 	// omitted max_tokens takes Resolve's limit.
 	MaxContext int
+	// VocabSize is the model's vocabulary: prompt token ids must be below
+	// it (and below the tokenizer's); 0 checks the tokenizer's only.
+	VocabSize int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
 	// /v1/*, /api/* and /metrics (401 without it); /health stays open.
 	APIKey string

@@ -1183,3 +1183,23 @@ func TestStreamingChoices(t *testing.T) {
 	require.Len(t, offsets, 7)
 	assert.True(t, slices.IsSorted(offsets), "text offsets grow across chunks: %v", offsets)
 }
+
+// TestPromptIDsBelowModelVocab: token-id prompts are checked against the
+// smaller of the model's and the tokenizer's vocabularies (a 400 naming
+// the bound, not the engine's 500).
+func TestPromptIDsBelowModelVocab(t *testing.T) {
+	tok := loadTestTokenizer(t)
+	s := &Server{o: ServerOptions{Tokenizer: tok, VocabSize: 100}}
+	if _, err := s.completionPrompts([]byte(`[1, 99]`)); err != nil {
+		t.Errorf("ids below both vocabularies: %v", err)
+	}
+	_, err := s.completionPrompts([]byte(`[1, 100]`))
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "[0, 100)") {
+		t.Errorf("id 100 with a model of 100 tokens: %v, want a 400 naming [0, 100)", err)
+	}
+	s.o.VocabSize = 1 << 20 // the tokenizer's is the smaller
+	if _, err := s.completionPrompts([]byte(fmt.Sprintf(`[%d]`, tok.VocabSize()))); err == nil {
+		t.Error("an id beyond the tokenizer's vocabulary was accepted")
+	}
+}
