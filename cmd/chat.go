@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -19,40 +18,19 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
-	"github.com/tputool/tputool/tpu"
 )
 
 // ChatOptions holds `tputool chat`'s inputs.
 type ChatOptions struct {
-	IO       *ui.IOStreams
-	Reporter *ui.Reporter
-	// Device opens the --device backend.
-	Device func() (*tpu.Device, error)
-	// HubClient builds the Hub client (only Hub ids need it).
-	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.ResolveRef by default.
-	Resolve resolveFunc
-	// Now is the clock.
-	Now func() time.Time
-	// HostMemory is the host's memory in bytes (0: unknown).
-	HostMemory func() int64
+	lmOptions
 	// OnInterrupt installs the Ctrl-C handler while an answer runs
 	// (Factory.OnInterrupt); nil: Ctrl-C ends the session.
 	OnInterrupt func(func() bool) func()
 
-	Model    string
-	Revision string
-	System   string
-	Mode     compile.Mode
-	DType    dtypes.DType
-	Retries  int
-	JSON     bool
-	Verbose  bool
-	TP, DP   int
+	System string
 	// PrefillChunk is --prefill-chunk (see GenerateOptions).
 	PrefillChunk int
 	// Overrides are the sampling flags given; /set changes them.
@@ -61,11 +39,8 @@ type ChatOptions struct {
 
 // NewCmdChat builds `tputool chat`.
 func NewCmdChat(f *Factory, runF func(context.Context, *ChatOptions) error) *cobra.Command {
-	opts := &ChatOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
-	var (
-		sampling    samplingFlags
-		mode, dtype string
-	)
+	opts := &ChatOptions{lmOptions: newLMOptions(f)}
+	var sampling samplingFlags
 	c := &cobra.Command{
 		Use:   "chat --model MODEL",
 		Short: "Talk with a language model through its chat template",
@@ -96,14 +71,10 @@ answers is printed, one per turn; with --json each turn is one JSON object
   printf 'Hi!\n/set temperature 0.9\nTell me a story.\n' | tputool chat -m ./my-qwen --json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if opts.Model == "" {
-				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
-			}
-			var err error
-			if opts.Mode, err = compile.ParseMode(mode); err != nil {
+			if err := opts.requireModel(); err != nil {
 				return err
 			}
-			if opts.DType, err = parseDType(dtype); err != nil {
+			if err := opts.parse(f); err != nil {
 				return err
 			}
 			if err := sampling.overrides(c, &opts.Overrides); err != nil {
@@ -112,22 +83,9 @@ answers is printed, one per turn; with --json each turn is one JSON object
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
-			if err := checkRetries(opts.Retries); err != nil {
-				return err
-			}
-			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
-				return err
-			}
 			if opts.DP > 1 {
 				return errs.Usagef("--dp %d: a chat is one conversation (batch 1); use --tp", opts.DP)
 			}
-			opts.JSON = f.Global.JSON
-			opts.Verbose = f.Global.Verbose
-			opts.Reporter = f.Reporter()
-			opts.Device = f.Device
-			opts.HubClient = f.retryingHubClient(opts.Retries)
-			opts.Now = f.Now
-			opts.HostMemory = f.HostMemory
 			opts.OnInterrupt = f.OnInterrupt
 			if runF != nil {
 				return runF(c.Context(), opts)
@@ -136,16 +94,10 @@ answers is printed, one per turn; with --json each turn is one JSON object
 		},
 	}
 	fl := c.Flags()
-	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
-	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	opts.addFlags(c, false, "tensor parallelism: split attention heads and MLP over this many devices", "data parallelism (a chat is batch 1: only 1)")
 	fl.StringVar(&opts.System, "system", "", "system message (/system changes it)")
 	sampling.add(c, &opts.Overrides.Stop)
-	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
-	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
-	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices")
-	fl.IntVar(&opts.DP, "dp", 1, "data parallelism (a chat is batch 1: only 1)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms; -1: the whole prompt at once)")
-	addRetriesFlag(c, &opts.Retries)
 	return c
 }
 

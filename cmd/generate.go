@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/spf13/cobra"
@@ -15,60 +14,31 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
-	"github.com/tputool/tputool/tpu"
 )
 
 // GenerateOptions holds `tputool generate`'s inputs.
 type GenerateOptions struct {
-	IO       *ui.IOStreams
-	Reporter *ui.Reporter
-	// Device opens the --device backend.
-	Device func() (*tpu.Device, error)
-	// HubClient builds the Hub client (only Hub ids need it).
-	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.ResolveRef by default.
-	Resolve resolveFunc
-	// Now is the clock.
-	Now func() time.Time
-	// HostMemory is the host's memory in bytes (0: unknown).
-	HostMemory func() int64
+	lmOptions
 
-	Model       string
-	Revision    string
 	Prompts     []string
 	PromptsFile string
 	Chat        bool
 	System      string
-	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
-	Mode    compile.Mode
-	DType   dtypes.DType
-	Stream  bool
-	Retries int
-	JSON    bool
-	Verbose bool
-	// TP and DP spread the model over TP x DP devices (--tp, --dp).
-	TP, DP int
+	Stream      bool
 	// PrefillChunk is --prefill-chunk: prompt tokens per prefill piece (0
 	// sizes pieces to ~200 ms, -1 runs the prompt in one piece).
 	PrefillChunk int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
-
-	// Quantize is --quantize: "" or "int8".
-	Quantize string
 }
 
 // NewCmdGenerate builds `tputool generate`.
 func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) error) *cobra.Command {
-	opts := &GenerateOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
-	var (
-		sampling    samplingFlags
-		mode, dtype string
-	)
+	opts := &GenerateOptions{lmOptions: newLMOptions(f)}
+	var sampling samplingFlags
 	c := &cobra.Command{
 		Use:   "generate --model MODEL --prompt TEXT",
 		Short: "Generate text with a language model, streamed",
@@ -114,8 +84,8 @@ the same tokens.`,
   printf 'First prompt,\non two lines\n---\nSecond prompt\n' | tputool generate -m ./my-llama --prompts-file -`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if opts.Model == "" {
-				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
+			if err := opts.requireModel(); err != nil {
+				return err
 			}
 			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
 				if f.IOStreams.IsStdinTTY() {
@@ -126,14 +96,7 @@ the same tokens.`,
 			if err := checkStdinUse(opts.Prompts, opts.PromptsFile); err != nil {
 				return err
 			}
-			var err error
-			if opts.Mode, err = compile.ParseMode(mode); err != nil {
-				return err
-			}
-			if opts.DType, err = parseDType(dtype); err != nil {
-				return err
-			}
-			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
+			if err := opts.parse(f); err != nil {
 				return err
 			}
 			if err := sampling.overrides(c, &opts.Overrides); err != nil {
@@ -142,22 +105,9 @@ the same tokens.`,
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
-			if err := checkRetries(opts.Retries); err != nil {
-				return err
-			}
-			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
-				return err
-			}
 			if opts.System != "" {
 				opts.Chat = true
 			}
-			opts.JSON = f.Global.JSON
-			opts.Verbose = f.Global.Verbose
-			opts.Reporter = f.Reporter()
-			opts.Device = f.Device
-			opts.HubClient = f.retryingHubClient(opts.Retries)
-			opts.Now = f.Now
-			opts.HostMemory = f.HostMemory
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -165,20 +115,14 @@ the same tokens.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
-	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	opts.addFlags(c, true, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)",
+		"data parallelism: split the batch of prompts over this many devices (times --tp)")
 	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "prompt text (repeat for a batch; - reads the whole of stdin as one prompt)")
 	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one prompt per line (- for stdin), blank lines skipped; prompts split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
 	sampling.add(c, &opts.Overrides.Stop)
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
-	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
-	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
-	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp)
-	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices (inspect suggests it)")
-	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the batch of prompts over this many devices (times --tp)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms; -1: the whole prompt at once)")
-	addRetriesFlag(c, &opts.Retries)
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	return c
 }

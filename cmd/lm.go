@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/models" // the text architectures tputool runs
@@ -25,6 +26,97 @@ import (
 // *loader.Model (config.json read once), openLM checks its checkpoint
 // against the architecture, and compileLM converts the weights and builds
 // the executables on the device.
+
+// lmOptions are the inputs every language-model command (generate, chat,
+// serve) shares: the run-time hooks, the model, and the flags of its
+// execution. Each command's options embed it.
+type lmOptions struct {
+	IO       *ui.IOStreams
+	Reporter *ui.Reporter
+	// Device opens the --device backend.
+	Device func() (*tpu.Device, error)
+	// HubClient builds the Hub client (only Hub ids need it).
+	HubClient func() *hub.Client
+	// Resolve resolves --model; loader.ResolveRef by default.
+	Resolve resolveFunc
+	// Now is the clock.
+	Now func() time.Time
+	// HostMemory is the host's memory in bytes (0: unknown).
+	HostMemory func() int64
+
+	Model    string
+	Revision string
+	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
+	Mode  compile.Mode
+	DType dtypes.DType
+	// Quantize is --quantize: "" or "int8" (generate and serve).
+	Quantize string
+	Retries  int
+	JSON     bool
+	Verbose  bool
+	// TP and DP spread the model over TP x DP devices (--tp, --dp).
+	TP, DP int
+
+	mode, dtype string // the flags as given
+}
+
+// newLMOptions are the options of a command of f, before its flags.
+func newLMOptions(f *Factory) lmOptions {
+	return lmOptions{IO: f.IOStreams, Resolve: loader.ResolveRef}
+}
+
+// addFlags adds the model flags (--model, --revision, --mode, --dtype,
+// --tp, --dp, --retries, and --quantize when quantize) to c, with the
+// command's help for --tp and --dp.
+func (o *lmOptions) addFlags(c *cobra.Command, quantize bool, tpHelp, dpHelp string) {
+	fl := c.Flags()
+	fl.StringVarP(&o.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
+	fl.StringVar(&o.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
+	fl.StringVar(&o.mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
+	fl.StringVar(&o.dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	if quantize {
+		fl.StringVar(&o.Quantize, "quantize", "", quantizeHelp)
+	}
+	fl.IntVar(&o.TP, "tp", 1, tpHelp)
+	fl.IntVar(&o.DP, "dp", 1, dpHelp)
+	addRetriesFlag(c, &o.Retries)
+}
+
+// requireModel refuses a missing --model.
+func (o *lmOptions) requireModel() error {
+	if o.Model == "" {
+		return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
+	}
+	return nil
+}
+
+// parse checks the model flags and takes the run-time hooks from f.
+func (o *lmOptions) parse(f *Factory) error {
+	var err error
+	if o.Mode, err = compile.ParseMode(o.mode); err != nil {
+		return err
+	}
+	if o.DType, err = parseDType(o.dtype); err != nil {
+		return err
+	}
+	if o.Quantize, err = parseQuantize(o.Quantize); err != nil {
+		return err
+	}
+	if err := checkRetries(o.Retries); err != nil {
+		return err
+	}
+	if err := checkParallelFlags(o.TP, o.DP); err != nil {
+		return err
+	}
+	o.JSON = f.Global.JSON
+	o.Verbose = f.Global.Verbose
+	o.Reporter = f.Reporter()
+	o.Device = f.Device
+	o.HubClient = f.retryingHubClient(o.Retries)
+	o.Now = f.Now
+	o.HostMemory = f.HostMemory
+	return nil
+}
 
 // computeDType is the dtype a model runs in: --dtype when given
 // (InvalidDType means auto), else the device's preferred one.

@@ -17,12 +17,10 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
-	"github.com/tputool/tputool/tpu"
 )
 
 // apiKeyEnv is the environment variable --api-key defaults to.
@@ -45,31 +43,9 @@ const (
 
 // ServeOptions holds `tputool serve`'s inputs.
 type ServeOptions struct {
-	IO       *ui.IOStreams
-	Reporter *ui.Reporter
-	// Device opens the --device backend.
-	Device func() (*tpu.Device, error)
-	// HubClient builds the Hub client (only Hub ids need it).
-	HubClient func() *hub.Client
-	// Resolve resolves --model; loader.ResolveRef by default.
-	Resolve resolveFunc
-	// Now is the clock.
-	Now func() time.Time
-	// HostMemory is the host's memory in bytes (0: unknown).
-	HostMemory func() int64
+	lmOptions
 	// Listen opens the listening socket; net.Listen by default.
 	Listen func(network, address string) (net.Listener, error)
-
-	Model    string
-	Revision string
-	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
-	Mode     compile.Mode
-	DType    dtypes.DType
-	Quantize string
-	TP, DP   int
-	Retries  int
-	JSON     bool
-	Verbose  bool
 
 	Host string
 	Port int
@@ -98,8 +74,7 @@ type ServeOptions struct {
 
 // NewCmdServe builds `tputool serve`.
 func NewCmdServe(f *Factory, runF func(context.Context, *ServeOptions) error) *cobra.Command {
-	opts := &ServeOptions{IO: f.IOStreams, Resolve: loader.ResolveRef, Listen: net.Listen}
-	var mode, dtype string
+	opts := &ServeOptions{lmOptions: newLMOptions(f), Listen: net.Listen}
 	c := &cobra.Command{
 		Use:   "serve --model MODEL [--host 127.0.0.1] [--port 8000]",
 		Short: "Serve a language model over an OpenAI-compatible HTTP API",
@@ -137,23 +112,10 @@ exits 0. A second signal exits 130 at once.`,
     -d '{"model":"./testdata/stories260K-hf","prompt":"Once upon a time","max_tokens":16}'`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			if opts.Model == "" {
-				return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory)")
-			}
-			var err error
-			if opts.Mode, err = compile.ParseMode(mode); err != nil {
+			if err := opts.requireModel(); err != nil {
 				return err
 			}
-			if opts.DType, err = parseDType(dtype); err != nil {
-				return err
-			}
-			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
-				return err
-			}
-			if err := checkRetries(opts.Retries); err != nil {
-				return err
-			}
-			if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
+			if err := opts.parse(f); err != nil {
 				return err
 			}
 			if !c.Flags().Changed("api-key") {
@@ -164,13 +126,6 @@ exits 0. A second signal exits 130 at once.`,
 			if err := checkServeFlags(opts); err != nil {
 				return err
 			}
-			opts.JSON = f.Global.JSON
-			opts.Verbose = f.Global.Verbose
-			opts.Reporter = f.Reporter()
-			opts.Device = f.Device
-			opts.HubClient = f.retryingHubClient(opts.Retries)
-			opts.Now = f.Now
-			opts.HostMemory = f.HostMemory
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -178,14 +133,8 @@ exits 0. A second signal exits 130 at once.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
-	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
-	fl.StringVar(&mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
-	fl.StringVar(&dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
-	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp)
-	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism: split attention heads and MLP over this many devices")
-	fl.IntVar(&opts.DP, "dp", 1, "data parallelism: split the sequence slots over this many devices (times --tp)")
-	addRetriesFlag(c, &opts.Retries)
+	opts.addFlags(c, true, "tensor parallelism: split attention heads and MLP over this many devices",
+		"data parallelism: split the sequence slots over this many devices (times --tp)")
 	fl.StringVar(&opts.Host, "host", "127.0.0.1", "address to listen on; anything but loopback needs an API key or --allow-insecure")
 	fl.IntVar(&opts.Port, "port", defaultServePort, "TCP port (0: a free port, printed when listening)")
 	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "sequence slots: the most requests (choices) decoded at once")
