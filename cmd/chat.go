@@ -139,15 +139,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	if err != nil {
 		return fmt.Errorf("chat needs the model's chat template: %w", err)
 	}
-	dev, err := opts.Device()
-	if err != nil {
-		return err
-	}
-	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
-		return err
-	}
-	dtype := computeDType(opts.DType, dev)
-	loaded, err := openLM(m, dev, dtype, rep)
+	dev, dtype, loaded, err := opts.openOnDevice(m)
 	if err != nil {
 		return err
 	}

@@ -280,15 +280,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	dev, err := opts.Device()
-	if err != nil {
-		return err
-	}
-	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
-		return err
-	}
-	dtype := computeDType(opts.DType, dev)
-	loaded, err := openLM(m, dev, dtype, rep)
+	dev, dtype, loaded, err := opts.openOnDevice(m)
 	if err != nil {
 		return err
 	}

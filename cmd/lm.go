@@ -118,6 +118,25 @@ func (o *lmOptions) parse(f *Factory) error {
 	return nil
 }
 
+// openOnDevice opens --device, checks --tp/--dp against its devices, and
+// loads m strictly in the compute dtype (openLM): the start of generate,
+// chat and serve. The caller closes the loaded model.
+func (o *lmOptions) openOnDevice(m *loader.Model) (*tpu.Device, dtypes.DType, *lm.Loaded, error) {
+	dev, err := o.Device()
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, o.TP, o.DP); err != nil {
+		return nil, 0, nil, err
+	}
+	dtype := computeDType(o.DType, dev)
+	loaded, err := openLM(m, dev, dtype, o.Reporter)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return dev, dtype, loaded, nil
+}
+
 // computeDType is the dtype a model runs in: --dtype when given
 // (InvalidDType means auto), else the device's preferred one.
 func computeDType(flag dtypes.DType, dev *tpu.Device) dtypes.DType {
