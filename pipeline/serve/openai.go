@@ -770,13 +770,36 @@ func (s *Server) completionPlan(req *completionRequest) (*plan, error) {
 
 // streamCompletions streams the choices as text_completion chunks.
 func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, req *completionRequest, p *plan, streams []*Stream, id string, created int64) {
-	out := startSSE(w)
+	response := func(cs []completionChoice, u *usage) completionResponse {
+		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
+	}
+	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	s.streamEvents(ctx, startSSE(w), p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
+		cc := completionChoice{Index: i, Text: ev.Text}
+		if logprobs {
+			cc.Logprobs = s.completionLogprobsOf(c, lps)
+		}
+		if ev.FinishReason != "" {
+			cc.FinishReason = new(finishReason(ev.FinishReason))
+		}
+		return response([]completionChoice{cc}, nil)
+	}, func(u *usage) any { return response([]completionChoice{}, u) })
+}
+
+// streamEvents sends the events of a plan's streams as SSE chunks, in the
+// order they come: chunk builds an event's chunk (lps holds the event when
+// its log-probabilities are to be sent; logprobs says whether the choice
+// asked for them), usageChunk the final usage chunk when withUsage.
+// An engine failure is an SSE error; a client gone ends the stream
+// silently, a shutdown cut-off as closed.
+func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []*Stream, withUsage bool,
+	chunk func(i int, c *choice, ev Event, lps []Event, logprobs bool) any, usageChunk func(*usage) any) {
 	choices := make([]*choice, len(streams))
 	for i := range choices {
 		choices[i] = &choice{prev: lastToken(p.reqs[i].Prompt)}
 	}
 	for se := range merge(ctx, streams) {
-		c, ev := choices[se.stream], se.ev
+		ev := se.ev
 		if ev.FinishReason == FinishError {
 			out.fail(ev.Err)
 			return
@@ -795,24 +818,15 @@ func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, r
 		if ev.Text == "" && ev.FinishReason == "" && len(lps) == 0 {
 			continue
 		}
-		cc := completionChoice{Index: se.stream, Text: ev.Text}
-		if logprobs {
-			cc.Logprobs = s.completionLogprobsOf(c, lps)
-		}
-		if ev.FinishReason != "" {
-			cc.FinishReason = new(finishReason(ev.FinishReason))
-		}
-		chunk := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: []completionChoice{cc}}
-		if err := out.send(chunk); err != nil {
+		if err := out.send(chunk(se.stream, choices[se.stream], ev, lps, logprobs)); err != nil {
 			return
 		}
 	}
 	if ctx.Err() != nil {
 		return
 	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		out.send(completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName,
-			Choices: []completionChoice{}, Usage: newUsage(p.promptTokens, completionTokens(streams))})
+	if withUsage {
+		out.send(usageChunk(newUsage(p.promptTokens, completionTokens(streams))))
 	}
 	out.done()
 }
@@ -1098,34 +1112,14 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 	chunk := func(cs ...chatChunkChoice) chatChunk {
 		return chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.o.ModelName, Choices: cs}
 	}
-	choices := make([]*choice, len(streams))
-	for i := range choices {
-		choices[i] = &choice{prev: lastToken(p.reqs[i].Prompt)}
+	for i := range streams {
 		if err := out.send(chunk(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: new("")}})); err != nil {
 			return
 		}
 	}
-	for se := range merge(ctx, streams) {
-		c, ev := choices[se.stream], se.ev
-		if ev.FinishReason == FinishError {
-			out.fail(ev.Err)
-			return
-		}
-		if ev.FinishReason == FinishCancelled {
-			if ctx.Err() == nil {
-				out.fail(ErrClosed)
-			}
-			return
-		}
-		logprobs := p.reqs[se.stream].Logprobs >= 0
-		var lps []Event
-		if logprobs && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
-			lps = []Event{ev}
-		}
-		if ev.Text == "" && ev.FinishReason == "" && len(lps) == 0 {
-			continue
-		}
-		cc := chatChunkChoice{Index: se.stream}
+	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	s.streamEvents(ctx, out, p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
+		cc := chatChunkChoice{Index: i}
 		if ev.Text != "" {
 			cc.Delta.Content = new(ev.Text)
 		}
@@ -1135,18 +1129,11 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 		if ev.FinishReason != "" {
 			cc.FinishReason = new(finishReason(ev.FinishReason))
 		}
-		if err := out.send(chunk(cc)); err != nil {
-			return
-		}
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		return chunk(cc)
+	}, func(u *usage) any {
 		last := chunk()
 		last.Choices = []chatChunkChoice{}
-		last.Usage = newUsage(p.promptTokens, completionTokens(streams))
-		out.send(last)
-	}
-	out.done()
+		last.Usage = u
+		return last
+	})
 }
