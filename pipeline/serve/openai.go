@@ -300,6 +300,17 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 	}
 	p := &plan{}
 	for _, prompt := range prompts {
+		// Token ids given are checked against both vocabularies
+		// (completionPrompts); text a tokenizer larger than its model
+		// encodes is checked here, so the engine never sees an id it
+		// cannot embed.
+		if v := s.o.VocabSize; v > 0 {
+			for _, id := range prompt {
+				if id >= v {
+					return nil, badRequest(promptParam, "the %s encodes to token id %d, outside the model's vocabulary [0, %d)", promptParam, id, v)
+				}
+			}
+		}
 		limit := gen.MaxNewTokens
 		switch c := s.o.MaxContext; {
 		case c <= 0:

@@ -1203,3 +1203,19 @@ func TestPromptIDsBelowModelVocab(t *testing.T) {
 		t.Error("an id beyond the tokenizer's vocabulary was accepted")
 	}
 }
+
+// TestEncodedIDsBelowModelVocab: text whose encoding holds an id the
+// model cannot embed (a tokenizer larger than its model) is a 400.
+func TestEncodedIDsBelowModelVocab(t *testing.T) {
+	tok := loadTestTokenizer(t)
+	s := &Server{o: ServerOptions{Tokenizer: tok, VocabSize: 3, Resolve: func(o generate.Overrides) (generate.Options, error) {
+		return generate.Resolve(nil, nil, o)
+	}}}
+	prompts, err := s.completionPrompts([]byte(`"Once upon a time"`))
+	require.NoError(t, err)
+	_, err = s.plan(prompts, generate.Overrides{}, 1, false, -1, "prompt", "max_tokens")
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Param != "prompt" {
+		t.Errorf("a prompt encoding beyond the model's 3 tokens: %v, want a 400 on prompt", err)
+	}
+}
