@@ -46,6 +46,8 @@ type ServeOptions struct {
 	lmOptions
 	// Listen opens the listening socket; net.Listen by default.
 	Listen func(network, address string) (net.Listener, error)
+	// Version is tputool's version, for ollama's /api/version.
+	Version string
 
 	Host string
 	Port int
@@ -74,7 +76,7 @@ type ServeOptions struct {
 
 // NewCmdServe builds `tputool serve`.
 func NewCmdServe(f *Factory, runF func(context.Context, *ServeOptions) error) *cobra.Command {
-	opts := &ServeOptions{lmOptions: newLMOptions(f), Listen: net.Listen}
+	opts := &ServeOptions{lmOptions: newLMOptions(f), Listen: net.Listen, Version: f.Build.Version}
 	c := &cobra.Command{
 		Use:   "serve --model MODEL [--host 127.0.0.1] [--port 8000]",
 		Short: "Serve a language model over an OpenAI-compatible HTTP API",
@@ -366,6 +368,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Resolve:    resolve,
 		MaxContext: maxContext,
 		VocabSize:  spec.VocabSize,
+		Version:    opts.Version,
+		Family:     spec.Architecture,
 		APIKey:     opts.APIKey,
 		AccessLog:  opts.IO.ErrOut,
 		Metrics:    metrics,

@@ -160,6 +160,35 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *excha
 	s.ollamaRun(w, r, x, &req.ollamaCommon, p, false)
 }
 
+// ollamaTags answers GET /api/tags, ollama's model list, which its
+// clients (Open WebUI among them) read first: the one served model.
+func (s *Server) ollamaTags(w http.ResponseWriter, _ *http.Request, _ *exchange) {
+	type details struct {
+		Format string `json:"format"`
+		Family string `json:"family"`
+	}
+	type model struct {
+		Name       string  `json:"name"`
+		Model      string  `json:"model"`
+		ModifiedAt string  `json:"modified_at"`
+		Size       int64   `json:"size"`
+		Digest     string  `json:"digest"`
+		Details    details `json:"details"`
+	}
+	m := model{Name: s.o.ModelName, Model: s.o.ModelName, ModifiedAt: s.started.UTC().Format(time.RFC3339Nano),
+		Details: details{Format: "safetensors", Family: s.o.Family}}
+	writeJSON(w, http.StatusOK, map[string][]model{"models": {m}})
+}
+
+// ollamaVersion answers GET /api/version: tputool's version.
+func (s *Server) ollamaVersion(w http.ResponseWriter, _ *http.Request, _ *exchange) {
+	v := s.o.Version
+	if v == "" {
+		v = "unknown"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"version": v})
+}
+
 // ollamaLoaded answers a request with nothing to generate, which ollama's
 // clients send to load the model: done at once, done_reason "load".
 func (s *Server) ollamaLoaded(w http.ResponseWriter, c *ollamaCommon, isChat bool) {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -129,4 +130,40 @@ func TestOllamaLoad(t *testing.T) {
 	}
 	status, _, _ := ts.post(t, "/api/generate", `{"model":"other"}`)
 	assert.Equal(t, http.StatusNotFound, status)
+}
+
+// TestOllamaTagsAndVersion: the model list and version ollama's clients
+// read first, behind the API key like the rest of /api.
+func TestOllamaTagsAndVersion(t *testing.T) {
+	ts := newTestServer(t, serverConfig{apiKey: "k"})
+	ts.srv.o.Version, ts.srv.o.Family = "1.2.3", "LlamaForCausalLM"
+	get := func(path, key string) (int, []byte) {
+		req, err := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	code, body := get("/api/tags", "k")
+	require.Equal(t, http.StatusOK, code, string(body))
+	var tags struct {
+		Models []struct {
+			Name, Model string
+			Details     struct{ Family string }
+		}
+	}
+	require.NoError(t, json.Unmarshal(body, &tags))
+	require.Len(t, tags.Models, 1)
+	assert.Equal(t, testModel, tags.Models[0].Name)
+	assert.Equal(t, "LlamaForCausalLM", tags.Models[0].Details.Family)
+	code, body = get("/api/version", "k")
+	assert.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"version":"1.2.3"}`, string(body))
+	code, _ = get("/api/tags", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
 }

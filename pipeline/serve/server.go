@@ -39,6 +39,9 @@ type ServerOptions struct {
 	// request beyond it is a 400 naming the numbers. 0: no bound, and an
 	// omitted max_tokens takes Resolve's limit.
 	MaxContext int
+	// Version is tputool's version (ollama's /api/version); Family the
+	// model's architecture (/api/tags' details).
+	Version, Family string
 	// VocabSize is the model's vocabulary: prompt token ids must be below
 	// it (and below the tokenizer's); 0 checks the tokenizer's only.
 	VocabSize int
@@ -120,6 +123,10 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/generate", http.MethodPost, (*Server).ollamaGenerate}, true
 	case "/api/chat":
 		return route{"/api/chat", http.MethodPost, (*Server).ollamaChat}, true
+	case "/api/tags":
+		return route{"/api/tags", http.MethodGet, (*Server).ollamaTags}, true
+	case "/api/version":
+		return route{"/api/version", http.MethodGet, (*Server).ollamaVersion}, true
 	}
 	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
 		return route{"/v1/models/{id}", http.MethodGet, (*Server).model}, true
