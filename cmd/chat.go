@@ -17,7 +17,6 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
@@ -124,14 +123,7 @@ type chatSession struct {
 func chatRun(ctx context.Context, opts *ChatOptions) error {
 	start := opts.Now()
 	rep := opts.Reporter
-	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision})
-	if err != nil {
-		return err
-	}
-	if m.Kind != loader.Transformers {
-		return errs.Unsupportedf("%s is a %s pipeline, not a language model", m.Name(), m.Kind)
-	}
-	tok, err := tokenizer.LoadDir(m.Dir)
+	m, tok, err := opts.resolveLM(ctx)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
@@ -269,14 +268,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	rep := opts.Reporter
 
 	// Load: model files, tokenizer, device, weights.
-	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision})
-	if err != nil {
-		return err
-	}
-	if m.Kind != loader.Transformers {
-		return errs.Unsupportedf("%s is a %s pipeline, not a language model (try tputool diffuse)", m.Name(), m.Kind)
-	}
-	tok, err := tokenizer.LoadDir(m.Dir)
+	m, tok, err := opts.resolveLM(ctx)
 	if err != nil {
 		return err
 	}

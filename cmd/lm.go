@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
+	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/models" // the text architectures tputool runs
@@ -116,6 +118,23 @@ func (o *lmOptions) parse(f *Factory) error {
 	o.Now = f.Now
 	o.HostMemory = f.HostMemory
 	return nil
+}
+
+// resolveLM resolves --model (a Hub id or a directory) to a language model
+// and loads its tokenizer: the first step of generate, chat and serve.
+func (o *lmOptions) resolveLM(ctx context.Context) (*loader.Model, *tokenizer.Tokenizer, error) {
+	m, err := resolveModel(ctx, o.Resolve, o.HubClient, o.Model, loader.Options{Revision: o.Revision})
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Kind != loader.Transformers {
+		return nil, nil, errs.Unsupportedf("%s is a %s pipeline, not a language model (try tputool diffuse)", m.Name(), m.Kind)
+	}
+	tok, err := tokenizer.LoadDir(m.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, tok, nil
 }
 
 // openOnDevice opens --device, checks --tp/--dp against its devices, and
