@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -47,6 +48,9 @@ type ServeOptions struct {
 	Listen func(network, address string) (net.Listener, error)
 	// Version is tputool's version, for ollama's /api/version.
 	Version string
+	// CORSOrigins are --cors-origin: browser origins allowed to call the
+	// API ("*" for any).
+	CORSOrigins []string
 
 	Host string
 	Port int
@@ -145,6 +149,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.IntVar(&opts.PrefixCache, "prefix-cache", defaultPrefixCache, "recent prompts whose KV cache is kept, so that a prompt sharing a prefix with one (a system prompt) skips it; 0 keeps none")
 	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
 	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
+	fl.StringArrayVar(&opts.CORSOrigins, "cors-origin", nil, "browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable; * allows any); none: no CORS headers")
 	fl.BoolVar(&opts.AllowInsecure, "allow-insecure", false, "allow a --host other than loopback without an API key")
 	fl.BoolVar(&opts.Warmup, "warmup", true, "compile every batch shape before listening (--warmup=false listens sooner; the first requests then wait for compiles)")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
@@ -170,6 +175,16 @@ func checkServeFlags(o *ServeOptions) error {
 		return errs.Usagef("--drain-timeout %s: must not be negative", o.DrainTimeout)
 	case o.ServedModelName != "" && strings.TrimSpace(o.ServedModelName) == "":
 		return errs.Usagef("--served-model-name is blank")
+	}
+	for i, origin := range o.CORSOrigins {
+		if origin == "*" {
+			continue
+		}
+		o.CORSOrigins[i] = strings.TrimSuffix(origin, "/") // browsers send none
+		u, err := url.Parse(origin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return errs.Usagef("--cors-origin %q: want an origin such as http://localhost:3000 (scheme and host, no path), or *", origin)
+		}
 	}
 	if o.MaxQueue == 0 {
 		o.MaxQueue = 4 * o.MaxBatch
@@ -354,18 +369,19 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	metrics := serve.NewMetrics(counter.counts)
 	sched := serve.New(batchEngine{batch}, serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now})
 	api := serve.NewServer(sched, serve.ServerOptions{
-		ModelName:  name,
-		Tokenizer:  tok,
-		Template:   tmpl,
-		Resolve:    resolve,
-		MaxContext: maxContext,
-		VocabSize:  spec.VocabSize,
-		Version:    opts.Version,
-		Family:     spec.Architecture,
-		APIKey:     opts.APIKey,
-		AccessLog:  opts.IO.ErrOut,
-		Metrics:    metrics,
-		Now:        opts.Now,
+		ModelName:   name,
+		Tokenizer:   tok,
+		Template:    tmpl,
+		Resolve:     resolve,
+		MaxContext:  maxContext,
+		VocabSize:   spec.VocabSize,
+		Version:     opts.Version,
+		CORSOrigins: opts.CORSOrigins,
+		Family:      spec.Architecture,
+		APIKey:      opts.APIKey,
+		AccessLog:   opts.IO.ErrOut,
+		Metrics:     metrics,
+		Now:         opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.
 	runCtx, stopRun := context.WithCancel(context.Background())

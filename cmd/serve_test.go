@@ -112,6 +112,8 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--max-context", "-1"}, "--max-context -1"},
 		{[]string{"--max-queue", "-2"}, "--max-queue -2"},
 		{[]string{"--prefill-chunk", "0"}, "--prefill-chunk 0"},
+		{[]string{"--cors-origin", "localhost:3000"}, `--cors-origin "localhost:3000"`},
+		{[]string{"--cors-origin", "http://example.com/app"}, `--cors-origin "http://example.com/app"`},
 		{[]string{"--port", "-1"}, "--port -1"},
 		{[]string{"--port", "65536"}, "--port 65536"},
 		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout -1s"},

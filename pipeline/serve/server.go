@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,9 @@ type ServerOptions struct {
 	// request beyond it is a 400 naming the numbers. 0: no bound, and an
 	// omitted max_tokens takes Resolve's limit.
 	MaxContext int
+	// CORSOrigins are the browser origins allowed to call the API
+	// (exact, or "*" for any); none sends no CORS headers.
+	CORSOrigins []string
 	// Version is tputool's version (ollama's /api/version); Family the
 	// model's architecture (/api/tags' details).
 	Version, Family string
@@ -153,6 +157,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		x.endpoint = rt.endpoint
 	}
+	if s.cors(rec, r) {
+		return // a preflight, answered
+	}
 	// The key comes first: without it, a client learns nothing, not even
 	// which paths exist.
 	if r.URL.Path != "/health" && !s.authorized(r) {
@@ -173,6 +180,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(rec, r.Body, maxBodyBytes)
 	}
 	rt.handle(s, rec, r, x)
+}
+
+// cors adds the CORS headers for a request from an allowed origin
+// (ServerOptions.CORSOrigins) and answers its preflight (OPTIONS with
+// Access-Control-Request-Method), which browsers send without the API key;
+// it reports whether it answered. Requests from other origins get no CORS
+// headers, so browsers refuse their answers.
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || len(s.o.CORSOrigins) == 0 {
+		return false
+	}
+	allowed := slices.Contains(s.o.CORSOrigins, "*") || slices.Contains(s.o.CORSOrigins, origin)
+	if !allowed {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 // authorized reports whether r carries the API key (always, without one).

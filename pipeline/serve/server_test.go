@@ -1219,3 +1219,42 @@ func TestEncodedIDsBelowModelVocab(t *testing.T) {
 		t.Errorf("a prompt encoding beyond the model's 3 tokens: %v, want a 400 on prompt", err)
 	}
 }
+
+// TestCORS: with allowed origins, a browser's preflight is answered
+// without the API key, answers to an allowed origin carry
+// Access-Control-Allow-Origin, and other origins get no CORS headers.
+func TestCORS(t *testing.T) {
+	ts := newTestServer(t, serverConfig{apiKey: "k"})
+	ts.srv.o.CORSOrigins = []string{"http://localhost:3000"}
+	do := func(method, origin, key string, preflight bool) *http.Response {
+		req, err := http.NewRequest(method, ts.URL+"/v1/models", nil)
+		require.NoError(t, err)
+		req.Header.Set("Origin", origin)
+		if preflight {
+			req.Header.Set("Access-Control-Request-Method", "GET")
+			req.Header.Set("Access-Control-Request-Headers", "authorization")
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	resp := do(http.MethodOptions, "http://localhost:3000", "", true)
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode, "preflight without the key")
+	assert.Equal(t, "http://localhost:3000", resp.Header.Get("Access-Control-Allow-Origin"))
+	assert.Contains(t, resp.Header.Get("Access-Control-Allow-Headers"), "Authorization")
+	resp = do(http.MethodGet, "http://localhost:3000", "k", false)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "http://localhost:3000", resp.Header.Get("Access-Control-Allow-Origin"))
+	resp = do(http.MethodGet, "http://localhost:3000", "", false)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the key is still needed")
+	resp = do(http.MethodOptions, "http://evil.example", "", true)
+	assert.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"))
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "another origin's preflight is not answered")
+	ts.srv.o.CORSOrigins = nil
+	resp = do(http.MethodGet, "http://localhost:3000", "k", false)
+	assert.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), "no origins: no CORS headers")
+}
