@@ -9,6 +9,7 @@
 #                                               # about 440 MB, written to a temporary directory)
 #   scripts/bench-serve.sh /path/to/model       # any model directory with a tokenizer
 #   LEVELS=1,8 BENCH_ARGS="-max-tokens 128 -json" scripts/bench-serve.sh 110m
+#   LEVELS=1,8,1,8,1,8 scripts/bench-serve.sh 110m   # levels interleaved: pairs for a ratio on a noisy machine
 #   SERVE_ARGS="--device cpu --max-batch 16" scripts/bench-serve.sh
 #
 # The 110m model is scripts/gen-llm-checkpoint's benchmark shape (dim 768,
