@@ -31,11 +31,9 @@ const (
 	defaultServePort     = 8000
 	defaultMaxBatch      = 8
 	defaultServeContext  = 2048 // --max-context when the model allows more
-	defaultServeChunk    = 64
 	defaultPrefixCache   = 4
 	maxPrefixCache       = 1024
 	defaultDrainTimeout  = 30 * time.Second
-	maxServeBatch        = 1024
 	serveReadHeaderLimit = 10 * time.Second
 	serveIdleTimeout     = 2 * time.Minute
 	serveMaxHeaderBytes  = 64 << 10
@@ -145,7 +143,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "sequence slots: the most requests (choices) decoded at once")
 	fl.IntVar(&opts.MaxContext, "max-context", 0, fmt.Sprintf("longest sequence, prompt plus generated tokens (default: the model's max_position_embeddings, at most %d)", defaultServeContext))
 	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests waiting for a slot before the server answers 429 (default 4 x --max-batch)")
-	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", defaultServeChunk, "prompt tokens per prefill piece, interleaved with decode steps")
+	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", compile.DefaultServePrefillChunk, "prompt tokens per prefill piece, interleaved with decode steps")
 	fl.IntVar(&opts.PrefixCache, "prefix-cache", defaultPrefixCache, "recent prompts whose KV cache is kept, so that a prompt sharing a prefix with one (a system prompt) skips it; 0 keeps none")
 	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
 	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
@@ -161,8 +159,8 @@ func checkServeFlags(o *ServeOptions) error {
 	switch {
 	case o.Port < 0 || o.Port > 65535:
 		return errs.Usagef("--port %d: want 0 (a free port) to 65535", o.Port)
-	case o.MaxBatch < 1 || o.MaxBatch > maxServeBatch:
-		return errs.Usagef("--max-batch %d: want 1 to %d sequence slots", o.MaxBatch, maxServeBatch)
+	case o.MaxBatch < 1 || o.MaxBatch > compile.MaxSlots:
+		return errs.Usagef("--max-batch %d: want 1 to %d sequence slots", o.MaxBatch, compile.MaxSlots)
 	case o.MaxContext < 0:
 		return errs.Usagef("--max-context %d: want a token count (0: the model's, at most %d)", o.MaxContext, defaultServeContext)
 	case o.MaxQueue < 0:

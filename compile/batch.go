@@ -71,6 +71,9 @@ type BatchOptions struct {
 	PrefixCache int
 }
 
+// MaxSlots bounds BatchOptions.MaxBatch.
+const MaxSlots = 1024
+
 // DefaultServePrefillChunk is BatchOptions.PrefillChunk's default.
 const DefaultServePrefillChunk = 64
 
@@ -102,8 +105,8 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 	if r.tp != nil {
 		return nil, errs.Unsupportedf("serving with --tp/--dp above 1 is not supported yet: run one device per server")
 	}
-	if o.MaxBatch < 1 || o.MaxBatch > 1024 {
-		return nil, errs.Usagef("--max-batch %d: want 1 to 1024 sequence slots", o.MaxBatch)
+	if o.MaxBatch < 1 || o.MaxBatch > MaxSlots {
+		return nil, errs.Usagef("--max-batch %d: want 1 to %d sequence slots", o.MaxBatch, MaxSlots)
 	}
 	if o.MaxContext == 0 {
 		o.MaxContext = r.spec.MaxPositions
