@@ -497,7 +497,10 @@ func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []
 				if err != nil {
 					return nil, err
 				}
-				return &bench.LMSession{Runner: interruptibleLM{LM: r, ctx: ctx}, Close: r.Close, Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
+				st := r.NewState()
+				return &bench.LMSession{Runner: interruptibleLM{State: st, ctx: ctx},
+					Close:    func() { st.Release(); r.Close() },
+					Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
 			},
 			Close: func() { l.Close() },
 		}, nil
@@ -509,12 +512,12 @@ func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []
 // prefill timed is the one generate runs). The pieces are sized by the
 // wall clock, not bench's (tests fix bench's).
 type interruptibleLM struct {
-	*compile.LM
+	*compile.State
 	ctx context.Context
 }
 
 func (r interruptibleLM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
-	return generate.Prefill(r.ctx, r.LM, prompts, generate.Options{MaxNewTokens: maxNew, Now: time.Now})
+	return generate.Prefill(r.ctx, r.State, prompts, generate.Options{MaxNewTokens: maxNew, Now: time.Now})
 }
 
 // clampBenchLens fits the default --prompt-len and --gen-len into the

@@ -105,14 +105,14 @@ type chatSession struct {
 	opts   *ChatOptions
 	tok    *tokenizer.Tokenizer
 	tmpl   *chat.Template
-	runner *compile.LM
+	state  *compile.State // the conversation's cache, continued across turns
 	spec   struct{ maxPositions int }
 	gen    func() (generate.Options, error)
 
 	system  string
 	history []chat.Message
 	turn    int
-	// cached are the tokens in the runner's cache (the last prompt and
+	// cached are the tokens in the state's cache (the last prompt and
 	// its answer but the answer's last token); nil when the cache cannot
 	// be continued.
 	cached []int
@@ -142,7 +142,9 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		return err
 	}
 	defer runner.Close()
-	s := &chatSession{opts: opts, tok: tok, tmpl: tmpl, runner: runner, system: opts.System, out: opts.IO.Out}
+	st := runner.NewState()
+	defer st.Release()
+	s := &chatSession{opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
 	s.spec.maxPositions = spec.MaxPositions
 	s.gen = func() (generate.Options, error) { return generate.Resolve(loaded.Generation, spec.EOS, opts.Overrides) }
 	if _, err := s.gen(); err != nil {
@@ -351,7 +353,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 		defer remove()
 	}
 	progress.begin()
-	res, metrics, err := generate.Run(answerCtx, s.runner, [][]int{ids}, gen)
+	res, metrics, err := generate.Run(answerCtx, s.state, [][]int{ids}, gen)
 	progress.end()
 	if res == nil && err != nil {
 		if ctx.Err() != nil {

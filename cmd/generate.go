@@ -283,6 +283,8 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	defer runner.Close()
+	st := runner.NewState()
+	defer st.Release()
 	if c := dev.XLACache; c != nil {
 		rep.Debugf("XLA compile cache (%s): %s", c.Mode, c.Dir)
 	}
@@ -345,7 +347,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		gen.OnEvent = func(e generate.Event) { out.event(batch[e.Row], e) }
 		out.begin(batch)
 		progress.begin()
-		res, m, err := generate.Run(ctx, runner, in, gen)
+		res, m, err := generate.Run(ctx, st, in, gen)
 		progress.end()
 		if res == nil && err != nil {
 			return err

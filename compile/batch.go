@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // Continuous batching over fixed shapes (the server's engine).
@@ -86,14 +87,13 @@ type Batch struct {
 	r *LM
 	o BatchOptions
 
-	dec    genState // the decode batch: dec.batch rows, dec.cacheLen slots
-	rows   []int    // per row: the sequence handle, -1 when free
+	dec    *State // the decode batch: dec.batch rows, dec.cacheLen slots
+	rows   []int  // per row: the sequence handle, -1 when free
 	seqRow map[int]int
 	nextID int
 
 	prefixes []*prefix // finished prefills, most recently used first
 
-	slotAxes [][]int  // per layer and state: the axis of cache slots, -1 for none
 	place    *Program // prefill state -> one row of slots
 	writeRow *Program // batch state, row -> batch state
 	gather   *Program // batch state -> other rows (rows step)
@@ -122,20 +122,6 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 	}
 	o.PrefillChunk = pow2(o.PrefillChunk)
 	b := &Batch{r: r, o: o, seqRow: map[int]int{}}
-	for i := 0; i < r.spec.Layers; i++ {
-		a := r.model.LayerState(i, 1, 64)
-		c := r.model.LayerState(i, 1, 128)
-		axes := make([]int, len(a))
-		for k := range a {
-			axes[k] = -1
-			for d := range a[k].Shape {
-				if a[k].Shape[d] != c[k].Shape[d] {
-					axes[k] = d
-				}
-			}
-		}
-		b.slotAxes = append(b.slotAxes, axes)
-	}
 	for _, p := range []struct {
 		to   **Program
 		name string
@@ -207,29 +193,19 @@ func (b *Batch) slotBucket(n int) (int, error) {
 
 // reset frees every sequence and starts an empty decode batch of one row.
 func (b *Batch) reset() {
-	b.swapIn(&b.dec, func() { b.r.release() })
-	s := b.slotBuckets()[0]
-	b.dec = genState{batch: 1, cacheLen: s, maxCacheLen: s, pads: []int32{0}, state: b.r.newState(1, s)}
+	if b.dec != nil {
+		b.dec.Release()
+	}
+	b.dec = b.r.newState(1, b.slotBuckets()[0], []int32{0})
 	b.rows = []int{-1}
 	clear(b.seqRow)
-}
-
-// swapIn runs f with st as the LM's generation state.
-func (b *Batch) swapIn(st *genState, f func()) {
-	saved := b.r.genState
-	b.r.genState = *st
-	defer func() {
-		*st = b.r.genState
-		b.r.genState = saved
-	}()
-	f()
 }
 
 // BatchPrefill is the prefill of one or more prompts, together in a
 // batch of their own.
 type BatchPrefill struct {
 	b       *Batch
-	st      genState
+	st      *State
 	prompts [][]int
 	chunk   int
 	reused  int // prompt tokens taken from a cached prefix
@@ -258,7 +234,7 @@ func (b *Batch) prefillPiece(rows, t int) int {
 // st.cacheLen, after st.pads[0] slots of padding.
 type prefix struct {
 	prompt []int
-	st     genState
+	st     *State
 }
 
 // minPrefixReuse is the fewest prompt tokens worth taking from a cached
@@ -314,8 +290,8 @@ func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
 			}
 		}
 	}
-	p := &BatchPrefill{b: b, chunk: chunk, st: genState{
-		batch: rows, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
+	p := &BatchPrefill{b: b, chunk: chunk, st: &State{
+		r: b.r, batch: rows, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
 		pending: tokens, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), rows),
 	}}
 	for _, q := range prompts {
@@ -326,8 +302,8 @@ func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
 			return nil, err
 		}
 	}
-	if p.st.state == nil {
-		p.st.state = b.r.newState(rows, t)
+	if p.st.tensors == nil {
+		p.st.tensors = b.r.allocState(rows, t)
 	}
 	return p, nil
 }
@@ -361,16 +337,11 @@ func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
 		{T: tensors.FromFlatDataAndDimensions(idx, t)},
 		{T: tensors.FromFlatDataAndDimensions(valid, t)},
 	}
-	for _, st := range c.st.state {
-		for _, x := range st {
-			args = append(args, Arg{T: x})
-		}
-	}
-	outs, err := b.place.Call(args...)
+	outs, err := b.place.Call(append(args, c.st.args(false)...)...)
 	if err != nil {
 		return err
 	}
-	p.st.state = b.splitState(outs)
+	p.st.tensors = b.splitState(outs)
 	p.st.pending[0] = p.st.pending[0][start-from:]
 	p.st.next = start
 	p.reused = start - pad
@@ -430,9 +401,9 @@ func (b *Batch) keepsPrefixes() bool {
 	if b.o.PrefixCache <= 0 || !b.r.dus {
 		return false
 	}
-	for _, axes := range b.slotAxes {
+	for _, axes := range b.r.slotAxes {
 		for _, a := range axes {
-			if a < 0 {
+			if a == lm.NoSlots {
 				return false
 			}
 		}
@@ -446,7 +417,7 @@ func (b *Batch) keepsPrefixes() bool {
 // copy of each prompt's row otherwise (the place program). It reports
 // whether it took the prefill's state.
 func (b *Batch) keepPrefill(p *BatchPrefill) (took bool, err error) {
-	if !b.keepsPrefixes() || p.st.state == nil || len(p.st.pending[0]) > 0 {
+	if !b.keepsPrefixes() || p.st.tensors == nil || p.st.Pending() > 0 {
 		return false, nil
 	}
 	t := p.st.cacheLen
@@ -464,32 +435,27 @@ func (b *Batch) keepPrefill(p *BatchPrefill) (took bool, err error) {
 				idx[j], valid[j] = int32(j), 1
 			}
 			args := []Arg{{T: tensors.FromScalar(int32(i))}, {T: tensors.FromFlatDataAndDimensions(idx, t)}, {T: tensors.FromFlatDataAndDimensions(valid, t)}}
-			for _, st := range p.st.state {
-				for _, x := range st {
-					args = append(args, Arg{T: x})
-				}
-			}
-			outs, err := b.place.Call(args...)
+			outs, err := b.place.Call(append(args, p.st.args(false)...)...)
 			if err != nil {
 				return took, err
 			}
-			c.st = genState{batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{p.st.pads[i]}, state: b.splitState(outs)}
+			c.st = &State{r: b.r, batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{p.st.pads[i]}, tensors: b.splitState(outs)}
 		}
 		b.prefixes = slices.Insert(b.prefixes, 0, c)
 	}
 	for len(b.prefixes) > b.o.PrefixCache {
 		last := b.prefixes[len(b.prefixes)-1]
 		b.prefixes = b.prefixes[:len(b.prefixes)-1]
-		b.swapIn(&last.st, func() { b.r.release() })
+		last.st.Release()
 	}
 	return took, nil
 }
 
 // splitState groups a program's flat state outputs by layer.
 func (b *Batch) splitState(outs []*tensors.Tensor) [][]*tensors.Tensor {
-	state := make([][]*tensors.Tensor, len(b.slotAxes))
+	state := make([][]*tensors.Tensor, len(b.r.slotAxes))
 	k := 0
-	for i, axes := range b.slotAxes {
+	for i, axes := range b.r.slotAxes {
 		state[i] = outs[k : k+len(axes) : k+len(axes)]
 		k += len(axes)
 	}
@@ -499,17 +465,14 @@ func (b *Batch) splitState(outs []*tensors.Tensor) [][]*tensors.Tensor {
 // Step runs the next piece of the prompts; after the last one it returns
 // the logits that follow each prompt and done.
 func (p *BatchPrefill) Step() (logits [][]float32, done bool, err error) {
-	if p.st.state == nil {
+	if p.st.tensors == nil {
 		return nil, false, fmt.Errorf("prefill: closed")
 	}
-	var rows [][]float32
-	p.b.swapIn(&p.st, func() {
-		rows, err = p.b.r.PrefillChunk(min(p.chunk, p.b.r.Pending()))
-	})
+	rows, err := p.st.PrefillChunk(min(p.chunk, p.st.Pending()))
 	if err != nil {
 		return nil, false, err
 	}
-	if len(p.st.pending[0]) > 0 {
+	if p.st.Pending() > 0 {
 		return nil, false, nil
 	}
 	return rows[:len(p.prompts)], true, nil
@@ -520,17 +483,17 @@ func (p *BatchPrefill) Step() (logits [][]float32, done bool, err error) {
 func (p *BatchPrefill) Close() {
 	took, _ := p.b.keepPrefill(p) // a failed copy only loses a cache entry
 	if took {
-		p.st = genState{}
+		p.st = p.b.r.NewState()
 		return
 	}
-	p.b.swapIn(&p.st, func() { p.b.r.release() })
+	p.st.Release()
 }
 
 // Insert moves prompt i of a finished prefill into a free row (making
 // room first) and returns the new sequence's handle. The caller closes
 // the prefill after its inserts.
 func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
-	if p.st.state == nil || len(p.st.pending[0]) > 0 {
+	if p.st.tensors == nil || p.st.Pending() > 0 {
 		return -1, fmt.Errorf("insert: the prefill is not finished")
 	}
 	if i < 0 || i >= len(p.prompts) {
@@ -546,16 +509,11 @@ func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
 	row := slices.Index(b.rows, -1)
 	next := b.dec.next
 	args := append([]Arg{{T: tensors.FromScalar(int32(i))}}, b.placeArgs(b.dec.cacheLen, p.st.cacheLen, next, n)...)
-	for _, st := range p.st.state {
-		for _, x := range st {
-			args = append(args, Arg{T: x})
-		}
-	}
-	placed, err := b.place.Call(args...)
+	placed, err := b.place.Call(append(args, p.st.args(false)...)...)
 	if err != nil {
 		return -1, err
 	}
-	args = append(b.stateArgs(), Arg{T: tensors.FromScalar(int32(row))})
+	args = append(b.dec.args(true), Arg{T: tensors.FromScalar(int32(row))})
 	for _, x := range placed {
 		args = append(args, Arg{T: x, Donate: true})
 	}
@@ -564,7 +522,7 @@ func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
 		b.fail()
 		return -1, err
 	}
-	b.setState(outs)
+	b.dec.keepAll(outs)
 	id := b.nextID
 	b.nextID++
 	b.rows[row] = id
@@ -586,17 +544,6 @@ func (b *Batch) placeArgs(s, t, next, n int) []Arg {
 		{T: tensors.FromFlatDataAndDimensions(idx, s)},
 		{T: tensors.FromFlatDataAndDimensions(valid, s)},
 	}
-}
-
-// stateArgs are the decode batch's state tensors, donated.
-func (b *Batch) stateArgs() []Arg {
-	var args []Arg
-	for _, st := range b.dec.state {
-		for _, x := range st {
-			args = append(args, Arg{T: x, Donate: true})
-		}
-	}
-	return args
 }
 
 // Decode feeds tokens[i] to sequence seqs[i] and returns the logits that
@@ -627,15 +574,8 @@ func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 			b.dec.pads[row] = int32(b.dec.next) // sees only its own slot
 		}
 	}
-	if b.dec.padsT != nil {
-		b.dec.padsT.FinalizeAll()
-	}
-	b.dec.padsT = tensors.FromFlatDataAndDimensions(slices.Clone(b.dec.pads), B)
-	var rows [][]float32
-	var err error
-	b.swapIn(&b.dec, func() {
-		rows, err = b.r.run(b.r.decode, tensors.FromFlatDataAndDimensions(ids, B, 1), b.dec.next)
-	})
+	b.dec.setPads(b.dec.pads)
+	rows, err := b.r.run(b.dec, b.r.decode, tensors.FromFlatDataAndDimensions(ids, B, 1), b.dec.next)
 	if err != nil {
 		b.fail()
 		return nil, err
@@ -650,10 +590,10 @@ func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 // Close frees the decode batch and the prefix cache (not the LM).
 func (b *Batch) Close() {
 	for _, c := range b.prefixes {
-		b.swapIn(&c.st, func() { b.r.release() })
+		c.st.Release()
 	}
 	b.prefixes = nil
-	b.swapIn(&b.dec, func() { b.r.release() })
+	b.dec.Release()
 	b.rows = nil
 	clear(b.seqRow)
 }
@@ -672,15 +612,6 @@ func (b *Batch) fail() { b.reset() }
 
 // active counts the rows in use.
 func (b *Batch) active() int { return len(b.seqRow) }
-
-// setState takes a program's outputs as the decode batch's state.
-func (b *Batch) setState(outs []*tensors.Tensor) {
-	off := 0
-	for i := range b.dec.state {
-		copy(b.dec.state[i], outs[off:off+len(b.dec.state[i])])
-		off += len(b.dec.state[i])
-	}
-}
 
 // fit makes room for `extra` more sequences and for a step that writes
 // slot next: rows for every sequence, at least needBack slots below the
@@ -742,14 +673,15 @@ func (b *Batch) rowsStep(n int) error {
 	for ; j < n; j++ {
 		pads[j] = int32(b.dec.next)
 	}
-	args := append([]Arg{{T: tensors.FromFlatDataAndDimensions(rowIdx, n)}}, b.stateArgs()...)
+	args := append([]Arg{{T: tensors.FromFlatDataAndDimensions(rowIdx, n)}}, b.dec.args(true)...)
 	outs, err := b.gather.Call(args...)
 	if err != nil {
 		b.fail()
 		return err
 	}
-	b.setState(outs)
-	b.dec.batch, b.dec.pads, b.rows = n, pads, rows
+	b.dec.keepAll(outs)
+	b.dec.batch, b.rows = n, rows
+	b.dec.setPads(pads)
 	return nil
 }
 
@@ -785,13 +717,13 @@ func (b *Batch) slotsStep(needBack int) error {
 	args := append([]Arg{
 		{T: tensors.FromFlatDataAndDimensions(idx, sNew)},
 		{T: tensors.FromFlatDataAndDimensions(valid, sNew)},
-	}, b.stateArgs()...)
+	}, b.dec.args(true)...)
 	outs, err := b.slots.Call(args...)
 	if err != nil {
 		b.fail()
 		return err
 	}
-	b.setState(outs)
+	b.dec.keepAll(outs)
 	for row := range b.dec.pads {
 		b.dec.pads[row] -= int32(shift)
 	}
@@ -840,10 +772,10 @@ func (b *Batch) placeGraph(in []*graph.Node) []*graph.Node {
 	row, idx, valid, small := in[0], in[1], in[2], in[3:]
 	out := make([]*graph.Node, len(small))
 	k := 0
-	for _, axes := range b.slotAxes {
+	for _, axes := range b.r.slotAxes {
 		for _, axis := range axes {
 			x := graph.Gather(small[k], graph.Reshape(row, 1, 1)) // [1, ...]
-			if axis >= 0 {
+			if axis != lm.NoSlots {
 				x = remapSlots(x, axis, idx, valid)
 			}
 			out[k] = x
@@ -895,10 +827,10 @@ func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
 	idx, valid, states := in[0], in[1], in[2:]
 	out := make([]*graph.Node, len(states))
 	k := 0
-	for _, axes := range b.slotAxes {
+	for _, axes := range b.r.slotAxes {
 		for _, axis := range axes {
 			out[k] = states[k]
-			if axis >= 0 {
+			if axis != lm.NoSlots {
 				out[k] = remapSlots(states[k], axis, idx, valid)
 			} else {
 				out[k] = graph.Identity(states[k])
@@ -963,28 +895,15 @@ func neighbours(list []int, i int) []int {
 // x s: decode, write-row, the rows steps to the neighbouring batch
 // buckets and the slots steps to s and its neighbours.
 func (b *Batch) warmShape(rows, s int, rowsTo, slotsTo []int) error {
-	st := genState{batch: rows, cacheLen: s, maxCacheLen: s, pads: make([]int32, rows), state: b.r.newState(rows, s)}
-	st.padsT = tensors.FromFlatDataAndDimensions(slices.Clone(st.pads), rows)
-	var err error
-	b.swapIn(&st, func() {
-		_, err = b.r.run(b.r.decode, tensors.FromFlatDataAndDimensions(make([]int32, rows), rows, 1), 0)
-	})
-	if err != nil {
+	st := b.r.newState(rows, s, make([]int32, rows))
+	if _, err := b.r.run(st, b.r.decode, tensors.FromFlatDataAndDimensions(make([]int32, rows), rows, 1), 0); err != nil {
 		return err
 	}
-	defer b.swapIn(&st, func() { b.r.release() })
-	var state []Arg
-	for _, l := range st.state {
-		for _, x := range l {
-			state = append(state, Arg{T: x})
-		}
-	}
-	row := []Arg{{T: tensors.FromScalar(int32(0))}}
-	for _, l := range b.r.newState(1, s) {
-		for _, x := range l {
-			row = append(row, Arg{T: x})
-		}
-	}
+	defer st.Release()
+	state := st.args(false)
+	one := b.r.newState(1, s, []int32{0})
+	defer one.Release()
+	row := append([]Arg{{T: tensors.FromScalar(int32(0))}}, one.args(false)...)
 	if _, err := b.writeRow.Precompile(append(slices.Clone(state), row...)...); err != nil {
 		return err
 	}
@@ -1027,20 +946,13 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 	for i := range pending {
 		pending[i] = make([]int32, chunk)
 	}
-	st := genState{batch: rows, cacheLen: t, maxCacheLen: t, pads: make([]int32, rows), pending: pending, state: b.r.newState(rows, t)}
-	st.padsT = tensors.FromFlatDataAndDimensions(make([]int32, rows), rows)
-	var err error
-	b.swapIn(&st, func() { _, err = b.r.PrefillChunk(chunk) })
-	if err != nil {
+	st := b.r.newState(rows, t, make([]int32, rows))
+	st.pending = pending
+	if _, err := st.PrefillChunk(chunk); err != nil {
 		return err
 	}
-	defer b.swapIn(&st, func() { b.r.release() })
-	small := []Arg{{T: tensors.FromScalar(int32(0))}}
-	for _, l := range st.state {
-		for _, x := range l {
-			small = append(small, Arg{T: x})
-		}
-	}
+	defer st.Release()
+	small := append([]Arg{{T: tensors.FromScalar(int32(0))}}, st.args(false)...)
 	// Targets: every slot bucket its prompts fit in (one prompt has more
 	// than t/2 tokens; with several, only the longest must); with a prefix
 	// cache, a row's copy (t slots) and, from a cached prompt, every

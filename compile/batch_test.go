@@ -31,7 +31,9 @@ func greedy(logits []float32) int {
 // generateGreedy is generate's path: one prompt, Prefill then Decode.
 func generateGreedy(t *testing.T, r *LM, prompt []int, n int) []int {
 	t.Helper()
-	logits, err := r.Prefill([][]int{prompt}, n)
+	gen := r.NewState()
+	defer gen.Release()
+	logits, err := gen.Prefill([][]int{prompt}, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func generateGreedy(t *testing.T, r *LM, prompt []int, n int) []int {
 		if len(got) == n {
 			return got
 		}
-		if logits, err = r.Decode([]int{id}); err != nil {
+		if logits, err = gen.Decode([]int{id}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -116,6 +116,7 @@ func BenchmarkLLM(b *testing.B) {
 	for _, mode := range []Mode{Compiled, Eager} {
 		for _, batch := range []int{1, 8} {
 			r, err := NewLM(be, l, Options{Mode: mode, CacheLen: 256})
+			gen := r.NewState()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -128,23 +129,23 @@ func BenchmarkLLM(b *testing.B) {
 			}
 			next := make([]int, batch)
 			b.Run(fmt.Sprintf("decode/%s/batch%d", mode, batch), func(b *testing.B) {
-				if _, err := r.Prefill(prompts, 8); err != nil {
+				if _, err := gen.Prefill(prompts, 8); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := r.Decode(next); err != nil { // compile
+				if _, err := gen.Decode(next); err != nil { // compile
 					b.Fatal(err)
 				}
 				b.ResetTimer()
 				cpu0 := cpuTime()
 				for i := 0; i < b.N; i++ {
-					if r.next >= r.cacheLen {
+					if gen.next >= gen.cacheLen {
 						b.StopTimer()
-						if _, err := r.Prefill(prompts, 8); err != nil {
+						if _, err := gen.Prefill(prompts, 8); err != nil {
 							b.Fatal(err)
 						}
 						b.StartTimer()
 					}
-					if _, err := r.Decode(next); err != nil {
+					if _, err := gen.Decode(next); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -154,12 +155,12 @@ func BenchmarkLLM(b *testing.B) {
 				b.ReportMetric((cpuTime()-cpu0).Seconds()*1e3/float64(b.N), "cpu-ms/step")
 			})
 			b.Run(fmt.Sprintf("prefill/%s/batch%d", mode, batch), func(b *testing.B) {
-				if _, err := r.Prefill(prompts, 8); err != nil { // compile
+				if _, err := gen.Prefill(prompts, 8); err != nil { // compile
 					b.Fatal(err)
 				}
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if _, err := r.Prefill(prompts, 8); err != nil {
+					if _, err := gen.Prefill(prompts, 8); err != nil {
 						b.Fatal(err)
 					}
 				}

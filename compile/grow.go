@@ -2,10 +2,11 @@ package compile
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // The cache grows with the sequence: Prefill allocates CacheBucket(prompt
@@ -20,14 +21,26 @@ func initialCacheLen(promptBucket, maxCacheLen int) int {
 	return min(CacheBucket(promptBucket+1), maxCacheLen)
 }
 
-// growCache moves the layer state to the next cache bucket: every state
-// tensor whose shape depends on the cache length gets zero slots appended
-// along the axes that grow (zero, as nn.UpdateCache's scatter-add needs);
-// fixed-size state (recurrent layers) is kept as is.
-func (r *LM) growCache() error {
-	newLen := CacheBucket(r.cacheLen + 1)
-	if newLen > r.maxCacheLen {
-		return fmt.Errorf("decode: the cache of %d slots is full", r.cacheLen)
+// growCache moves st to the next cache bucket: every state tensor with a
+// slot axis (lm.StateSpec.SlotAxis) gets zero slots appended along it
+// (zero, as nn.UpdateCache's scatter-add needs); fixed-size state
+// (recurrent layers) is kept as is.
+func (r *LM) growCache(st *State) error {
+	newLen := CacheBucket(st.cacheLen + 1)
+	if newLen > st.maxCacheLen {
+		return fmt.Errorf("decode: the cache of %d slots is full", st.cacheLen)
+	}
+	var args []Arg
+	for i, axes := range r.slotAxes {
+		for k, a := range axes {
+			if a != lm.NoSlots {
+				args = append(args, Arg{T: st.tensors[i][k], Donate: true})
+			}
+		}
+	}
+	if len(args) == 0 {
+		st.cacheLen = newLen
+		return nil
 	}
 	if r.grow == nil {
 		var err error
@@ -37,66 +50,40 @@ func (r *LM) growCache() error {
 			return err
 		}
 	}
-	grow := r.growing(newLen)
-	if len(grow) == 0 {
-		r.cacheLen = newLen
-		return nil
-	}
-	args := make([]Arg, len(grow))
-	for n, g := range grow {
-		args[n] = Arg{T: r.state[g.layer][g.k], Donate: true}
-	}
 	outs, err := r.grow.Call(args...)
 	if err != nil {
-		r.release()
+		st.Release()
 		return err
 	}
-	for n, g := range grow {
-		r.state[g.layer][g.k] = outs[n]
+	n := 0
+	for i, axes := range r.slotAxes {
+		for k, a := range axes {
+			if a != lm.NoSlots {
+				st.tensors[i][k] = outs[n]
+				n++
+			}
+		}
 	}
-	r.cacheLen = newLen
+	st.cacheLen = newLen
 	return nil
 }
 
-// grownState is a state tensor that grows with the cache: state k of
-// layer, and its shape at the new length.
-type grownState struct {
-	layer, k int
-	shape    []int
-}
-
-// growing lists the state tensors whose shape differs between the current
-// cache length and newLen, in layer and state order.
-func (r *LM) growing(newLen int) []grownState {
-	var out []grownState
-	for i := range r.state {
-		now := r.model.LayerState(i, r.batch, r.cacheLen)
-		next := r.model.LayerState(i, r.batch, newLen)
-		for k := range now {
-			if !slices.Equal(now[k].Shape, next[k].Shape) {
-				out = append(out, grownState{layer: i, k: k, shape: next[k].Shape})
-			}
-		}
-	}
-	return out
-}
-
-// growGraph pads each state input with zeros along the axes where its
-// shape at the next cache length is larger.
+// growGraph takes every state tensor with slots, in layer and state
+// order, and appends zero slots along each one's slot axis up to the next
+// cache bucket.
 func (r *LM) growGraph(in []*graph.Node) []*graph.Node {
-	grow := r.growing(CacheBucket(r.cacheLen + 1))
-	out := make([]*graph.Node, len(in))
-	for n, g := range grow {
-		x := in[n]
-		for axis, d := range g.shape {
-			if extra := d - x.Shape().Dimensions[axis]; extra > 0 {
-				dims := append([]int(nil), x.Shape().Dimensions...)
-				dims[axis] = extra
-				zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
-				x = graph.Concatenate([]*graph.Node{x, zeros}, axis)
+	out := make([]*graph.Node, 0, len(in))
+	for _, axes := range r.slotAxes {
+		for _, a := range axes {
+			if a == lm.NoSlots {
+				continue
 			}
+			x := in[len(out)]
+			dims := append([]int(nil), x.Shape().Dimensions...)
+			dims[a] = CacheBucket(dims[a]+1) - dims[a]
+			zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
+			out = append(out, graph.Concatenate([]*graph.Node{x, zeros}, a))
 		}
-		out[n] = x
 	}
 	return out
 }

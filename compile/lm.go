@@ -109,10 +109,18 @@ func bucket(n, lo, hi, step int) int {
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
-// LM runs a loaded model: Prefill a batch of prompts, then Decode one token
-// per row at a time. Weights are transferred to the device once; layer
-// state (KV caches) stays on the device between steps and is donated to
-// each step so it is updated in place.
+// LM is a model compiled for a backend: its weights as held (converted,
+// quantised or sharded once, at NewLM), the programs of its execution
+// mode and the facts derived from the model. It is immutable after NewLM
+// (Programs only add executables to their shape-keyed caches), so any
+// number of States may run on it, one step at a time: a generation's,
+// chat's session, the server's decode batch, its prefills and its prefix
+// cache each own their States (state.go).
+//
+// Every step takes the State it works on: State.Begin / PrefillChunk /
+// Decode call LM.run(st, ...), which hands the state's tensors to the
+// step's executable as donated inputs and keeps its outputs as the new
+// state, so KV caches are updated in place on the device.
 type LM struct {
 	backend backends.Backend
 	model   lm.Model
@@ -125,30 +133,16 @@ type LM struct {
 	embedW    []string
 	headW     []string
 	layerW    [][]string
-	numStates []int // per layer
+	numStates []int   // per layer
+	slotAxes  [][]int // per layer and state: lm.StateSpec.SlotAxis
 
 	prefill, decode *Program   // compiled mode
 	embed, head     *Program   // eager mode
 	layerProg       []*Program // eager mode, per layer (shared per kind)
+	grow            *Program   // grow-cache (grow.go)
 	programs        []*Program // all, for Stats
 	moe             *moeRun    // host-routed experts (lm.Routed), nil otherwise
 	tp              *tpRun     // several devices (Options.TP/DP), nil otherwise
-
-	grow *Program // grow-cache, created on first use
-
-	// genState is the current generation's (Batch swaps its own in).
-	genState
-}
-
-// genState is the state of one generation: the batch's layer state (KV
-// caches, recurrent state) and where it stands.
-type genState struct {
-	batch, cacheLen, next int
-	maxCacheLen           int // the cache grows up to this length (grow.go)
-	pads                  []int32
-	pending               [][]int32       // per row: prompt tokens Begin or Extend queued, not yet run
-	padsT                 *tensors.Tensor // pads as a [B] int32 input, made once per generation
-	state                 [][]*tensors.Tensor
 }
 
 // NewLM prepares a model for execution on backend: it validates the
@@ -177,6 +171,9 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 		dus:     opts.Caps.DynamicUpdateSlice,
 		weights: map[string]*tensors.Tensor{},
 	}
+	if err := r.declareState(); err != nil {
+		return nil, err
+	}
 	if err := r.setupParallel(); err != nil {
 		return nil, err
 	}
@@ -187,6 +184,45 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// declareState reads each layer's state declaration once: how many
+// tensors and their slot axes (lm.StateSpec.SlotAxis), checked.
+func (r *LM) declareState() error {
+	const probe = 64 // a cache length no other dimension is likely to equal
+	r.numStates = make([]int, r.spec.Layers)
+	r.slotAxes = make([][]int, r.spec.Layers)
+	for i := range r.slotAxes {
+		for _, s := range r.model.LayerState(i, 1, probe) {
+			if err := lm.CheckState(i, s, probe); err != nil {
+				return fmt.Errorf("%s: %w", r.spec.Architecture, err)
+			}
+			r.slotAxes[i] = append(r.slotAxes[i], s.SlotAxis)
+		}
+		r.numStates[i] = len(r.slotAxes[i])
+	}
+	return nil
+}
+
+// cacheLenOf is the cache length of a step whose state inputs are states
+// (layers' tensors in order, from layer first): the length of the first
+// slot axis, 0 when no state has slots (nothing then reads it). Graphs
+// take it from their inputs' shapes, so an executable depends only on
+// them.
+func (r *LM) cacheLenOf(first int, states []*graph.Node) int {
+	k := 0
+	for i := first; i < r.spec.Layers; i++ {
+		for _, a := range r.slotAxes[i] {
+			if k == len(states) {
+				return 0
+			}
+			if a != lm.NoSlots {
+				return states[k].Shape().Dimensions[a]
+			}
+			k++
+		}
+	}
+	return 0
 }
 
 func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
@@ -316,7 +352,7 @@ func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
 	}
 	states := in[3 : 3+nStates]
 	w := r.params(r.all, in[3+nStates:])
-	step := r.step(tokens.Shape(), pads, start, r.cacheLen)
+	step := r.step(tokens.Shape(), pads, start, r.cacheLenOf(0, states))
 	x := r.model.Embed(w, tokens)
 	out := []*graph.Node{nil}
 	off := 0
@@ -342,7 +378,7 @@ func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	n := r.numStates[rep]
 	states := in[3 : 3+n]
 	w := r.params(r.layerW[rep], in[3+n:])
-	step := r.step(x.Shape(), pads, start, r.cacheLen)
+	step := r.step(x.Shape(), pads, start, r.cacheLenOf(rep, states))
 	x, st := r.model.Layer(rep, w, x, states, step)
 	return append([]*graph.Node{x}, st...)
 }
@@ -353,267 +389,6 @@ func (r *LM) headGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{graph.ConvertDType(logits, dtypes.Float32)}
 }
 
-// Prefill starts a generation: it allocates fresh layer state for the
-// batch, left-pads the prompts to a common bucketed length and runs them,
-// returning each row's logits at its last prompt token ([B][V]).
-// maxNew is the number of tokens Decode will be asked for afterwards;
-// with Options.CacheLen 0 it sizes the cache. It is Begin followed by
-// PrefillChunk over every pending token.
-func (r *LM) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
-	n, err := r.Begin(prompts, maxNew)
-	if err != nil {
-		return nil, err
-	}
-	return r.PrefillChunk(n)
-}
-
-// Begin starts a generation without running anything: it allocates fresh
-// layer state for the batch and left-pads the prompts to a common bucketed
-// length T, which become the pending tokens. It returns T. PrefillChunk
-// then runs the pending tokens in pieces over the same cache (so a caller
-// can check for cancellation and report progress between pieces); the
-// logits of the last piece are those Prefill returns.
-func (r *LM) Begin(prompts [][]int, maxNew int) (int, error) {
-	if len(prompts) == 0 {
-		return 0, errs.Usagef("no prompts")
-	}
-	longest := 0
-	for i, p := range prompts {
-		if len(p) == 0 {
-			return 0, errs.Usagef("prompt %d is empty (no tokens)", i)
-		}
-		if err := r.checkIDs(fmt.Sprintf("prompt %d", i), p); err != nil {
-			return 0, err
-		}
-		longest = max(longest, len(p))
-	}
-	if longest+maxNew > r.spec.MaxPositions {
-		return 0, errs.Usagef("prompt of %d tokens plus %d new tokens exceeds the model's %d positions (max_position_embeddings)",
-			longest, maxNew, r.spec.MaxPositions)
-	}
-	t := PromptBucket(longest)
-	cacheLen := r.opts.CacheLen
-	maxCacheLen := cacheLen
-	if cacheLen == 0 {
-		maxCacheLen = CacheBucket(t + maxNew)
-		cacheLen = initialCacheLen(t, maxCacheLen)
-	} else if t+maxNew > cacheLen {
-		return 0, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
-	}
-	if r.tp != nil {
-		cacheLen = maxCacheLen // sharded caches do not grow
-	}
-	r.release()
-	b := len(prompts)
-	r.batch, r.cacheLen, r.maxCacheLen, r.next = b, cacheLen, maxCacheLen, 0
-	r.pads = make([]int32, b)
-	tokens := make([][]int32, b)
-	for i, p := range prompts {
-		pad := t - len(p)
-		r.pads[i] = int32(pad)
-		tokens[i] = make([]int32, t)
-		for j, id := range p {
-			tokens[i][pad+j] = int32(id)
-		}
-	}
-	r.padsT = tensors.FromFlatDataAndDimensions(append([]int32(nil), r.pads...), b)
-	if r.tp != nil {
-		if err := r.allocShardedState(b, cacheLen); err != nil {
-			return 0, err
-		}
-	} else {
-		r.state = r.newState(b, cacheLen)
-	}
-	r.pending = tokens
-	return t, nil
-}
-
-// newState allocates zero-filled layer state for b rows of cacheLen slots.
-func (r *LM) newState(b, cacheLen int) [][]*tensors.Tensor {
-	state := make([][]*tensors.Tensor, r.spec.Layers)
-	for i := range state {
-		for _, s := range r.model.LayerState(i, b, cacheLen) {
-			dt := s.DType
-			if dt == dtypes.InvalidDType {
-				dt = r.opts.DType
-			}
-			state[i] = append(state[i], tensors.FromShape(shapes.Make(dt, s.Shape...)))
-		}
-	}
-	return state
-}
-
-// Extend continues the current generation with more prompt tokens (one
-// equal-length list per row) after everything already in the cache,
-// without re-running what is there: a conversation whose next prompt
-// extends the previous prompt and answer prefills only the new tokens.
-// The cache is the one of the last Begin, holding its prompt and every
-// token fed to Decode since. maxNew is the number of tokens Decode will be
-// asked for afterwards. It returns the number of pending tokens, which
-// PrefillChunk runs.
-func (r *LM) Extend(tokens [][]int, maxNew int) (int, error) {
-	if r.state == nil {
-		return 0, fmt.Errorf("extend before begin")
-	}
-	if len(tokens) != r.batch {
-		return 0, fmt.Errorf("extend: %d rows for a batch of %d", len(tokens), r.batch)
-	}
-	n := len(tokens[0])
-	if n == 0 {
-		return 0, errs.Usagef("extend: no new tokens")
-	}
-	pending := make([][]int32, r.batch)
-	for i, p := range tokens {
-		if len(p) != n {
-			return 0, fmt.Errorf("extend: row %d has %d tokens, row 0 has %d", i, len(p), n)
-		}
-		if err := r.checkIDs(fmt.Sprintf("extend: row %d", i), p); err != nil {
-			return 0, err
-		}
-		pending[i] = make([]int32, n)
-		for j, id := range p {
-			pending[i][j] = int32(id)
-		}
-	}
-	minPad := int(r.pads[0])
-	for _, p := range r.pads {
-		minPad = min(minPad, int(p))
-	}
-	if used := r.next - minPad + n + maxNew; used > r.spec.MaxPositions {
-		return 0, errs.Usagef("%d tokens in the cache plus %d new and %d to generate exceed the model's %d positions (max_position_embeddings)",
-			r.next-minPad, n, maxNew, r.spec.MaxPositions)
-	}
-	need := r.next + n + maxNew
-	switch {
-	case r.tp != nil || r.opts.CacheLen != 0:
-		if need > r.cacheLen {
-			return 0, errs.Usagef("%d cache slots in use plus %d new and %d to generate exceed the fixed cache length %d", r.next, n, maxNew, r.cacheLen)
-		}
-	default:
-		r.maxCacheLen = max(r.maxCacheLen, CacheBucket(need))
-	}
-	r.pending = pending
-	return n, nil
-}
-
-// Pending returns the number of tokens per row that Begin or Extend queued
-// and PrefillChunk has not run yet.
-func (r *LM) Pending() int {
-	if len(r.pending) == 0 {
-		return 0
-	}
-	return len(r.pending[0])
-}
-
-// Position returns the cache slot the next token goes to (the padded
-// length of everything run so far).
-func (r *LM) Position() int { return r.next }
-
-// PrefillChunk runs the next n pending tokens of every row into the cache
-// (growing it if needed) and returns each row's logits after the last of
-// them ([B][V]); once no tokens are pending these are the logits that
-// follow the prompts. Pieces of any size give the same tokens as one
-// Prefill, up to floating-point rounding.
-func (r *LM) PrefillChunk(n int) ([][]float32, error) {
-	if r.state == nil {
-		return nil, fmt.Errorf("prefill before begin")
-	}
-	if n <= 0 || n > r.Pending() {
-		return nil, fmt.Errorf("prefill: %d tokens asked, %d pending", n, r.Pending())
-	}
-	for r.next+n > r.cacheLen {
-		if err := r.growCache(); err != nil {
-			return nil, err
-		}
-	}
-	tokens := make([]int32, r.batch*n)
-	for i, p := range r.pending {
-		copy(tokens[i*n:], p[:n])
-		r.pending[i] = p[n:]
-	}
-	prog := r.prefill
-	if n == 1 {
-		prog = r.decode
-	}
-	return r.run(prog, tensors.FromFlatDataAndDimensions(tokens, r.batch, n), r.next)
-}
-
-// checkIDs checks that ids are in the vocabulary.
-func (r *LM) checkIDs(what string, ids []int) error {
-	for _, id := range ids {
-		if id < 0 || id >= r.spec.VocabSize {
-			return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d)", what, id, r.spec.VocabSize)
-		}
-	}
-	return nil
-}
-
-// Decode feeds one token per row (next[b] for row b) and returns the
-// logits that follow it ([B][V]).
-func (r *LM) Decode(next []int) ([][]float32, error) {
-	if r.state == nil {
-		return nil, fmt.Errorf("decode before prefill")
-	}
-	if r.Pending() > 0 {
-		return nil, fmt.Errorf("decode with %d prompt tokens still pending", r.Pending())
-	}
-	if len(next) != r.batch {
-		return nil, fmt.Errorf("decode: %d tokens for a batch of %d", len(next), r.batch)
-	}
-	if r.next >= r.cacheLen {
-		if err := r.growCache(); err != nil {
-			return nil, err
-		}
-	}
-	tokens := make([]int32, r.batch)
-	for i, id := range next {
-		if id < 0 || id >= r.spec.VocabSize {
-			return nil, fmt.Errorf("decode: token id %d is outside the vocabulary [0, %d)", id, r.spec.VocabSize)
-		}
-		tokens[i] = int32(id)
-	}
-	start := r.next
-	logits, err := r.run(r.decode, tensors.FromFlatDataAndDimensions(tokens, r.batch, 1), start)
-	if err != nil {
-		return nil, err
-	}
-	return logits, nil
-}
-
-// run executes one step of tokens [B, T] written at cache slot start.
-func (r *LM) run(compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
-	t := tokens.Shape().Dimensions[1]
-	startT := tensors.FromScalar(int32(start))
-	var logits *tensors.Tensor
-	var err error
-	switch {
-	case r.tp != nil:
-		logits, err = r.runSharded(compiled, tokens, r.padsT, startT)
-	case r.opts.Mode == Compiled && r.moe != nil:
-		logits, err = r.runSegments(tokens, startT, start)
-	case r.opts.Mode == Compiled:
-		logits, err = r.runCompiled(compiled, tokens, startT)
-	default:
-		logits, err = r.runEager(tokens, startT, start)
-	}
-	if err != nil {
-		r.release()
-		return nil, err
-	}
-	r.next = start + t
-	flat, err := tensors.CopyFlatData[float32](logits)
-	logits.FinalizeAll()
-	if err != nil {
-		return nil, err
-	}
-	v := r.spec.VocabSize
-	rows := make([][]float32, r.batch)
-	for i := range rows {
-		rows[i] = flat[i*v : (i+1)*v : (i+1)*v]
-	}
-	return rows, nil
-}
-
 // weightArgs appends the named weights to args.
 func (r *LM) weightArgs(args []Arg, names []string) []Arg {
 	for _, n := range names {
@@ -622,12 +397,12 @@ func (r *LM) weightArgs(args []Arg, names []string) []Arg {
 	return args
 }
 
-// runCompiled runs the whole step as one executable and returns the
-// logits.
-func (r *LM) runCompiled(compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
-	args := []Arg{{T: tokens}, {T: r.padsT}, {T: startT}}
-	for _, st := range r.state {
-		for _, s := range st {
+// runCompiled runs the whole step as one executable on st and returns
+// the logits.
+func (r *LM) runCompiled(st *State, compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
+	args := []Arg{{T: tokens}, {T: st.padsT}, {T: startT}}
+	for _, layer := range st.tensors {
+		for _, s := range layer {
 			args = append(args, Arg{T: s, Donate: true})
 		}
 	}
@@ -635,18 +410,14 @@ func (r *LM) runCompiled(compiled *Program, tokens, startT *tensors.Tensor) (*te
 	if err != nil {
 		return nil, err
 	}
-	off := 1
-	for i := range r.state {
-		copy(r.state[i], outs[off:off+len(r.state[i])])
-		off += len(r.state[i])
-	}
+	st.keepAll(outs[1:])
 	return outs[0], nil
 }
 
 // runEager dispatches the embedding, each layer (the routed layers of an
 // lm.Routed model as Route, host grouping and experts) and the head as
-// their own executables and returns the logits.
-func (r *LM) runEager(tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+// their own executables on st and returns the logits.
+func (r *LM) runEager(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
 	outs, err := r.embed.Call(r.weightArgs([]Arg{{T: tokens}}, r.embedW)...)
 	if err != nil {
 		return nil, err
@@ -655,44 +426,24 @@ func (r *LM) runEager(tokens, startT *tensors.Tensor, start int) (*tensors.Tenso
 	t := tokens.Shape().Dimensions[1]
 	for i := 0; i < r.spec.Layers; i++ {
 		if r.moe != nil && r.moe.experts[i] != nil {
-			if x, err = r.runRoutedLayer(i, x, startT, t, start); err != nil {
+			if x, err = r.runRoutedLayer(st, i, x, startT, t, start); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		args := []Arg{{T: x, Donate: true}, {T: r.padsT}, {T: startT}}
-		for _, s := range r.state[i] {
-			args = append(args, Arg{T: s, Donate: true})
-		}
+		args := append([]Arg{{T: x, Donate: true}, {T: st.padsT}, {T: startT}}, st.layerArgs(i)...)
 		outs, err := r.layerProg[i].Call(r.weightArgs(args, r.layerW[i])...)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 		x = outs[0]
-		copy(r.state[i], outs[1:])
+		copy(st.tensors[i], outs[1:])
 	}
 	outs, err = r.head.Call(r.weightArgs([]Arg{{T: x, Donate: true}}, r.headW)...)
 	if err != nil {
 		return nil, err
 	}
 	return outs[0], nil
-}
-
-// release frees the generation state.
-func (r *LM) release() {
-	for _, st := range r.state {
-		for _, s := range st {
-			if s != nil {
-				s.FinalizeAll()
-			}
-		}
-	}
-	r.state = nil
-	r.pending = nil
-	if r.padsT != nil {
-		r.padsT.FinalizeAll()
-		r.padsT = nil
-	}
 }
 
 // Stats describes the executables and their cost so far.
@@ -737,9 +488,9 @@ func (r *LM) CompileDuration() time.Duration { return r.Stats().Compile }
 // Spec returns the model's spec.
 func (r *LM) Spec() *lm.Spec { return r.spec }
 
-// Close frees the state, the weights' device buffers and the executables.
+// Close frees the weights' device buffers and the executables. States
+// are their owners' to release.
 func (r *LM) Close() {
-	r.release()
 	r.closeSharded()
 	for _, t := range r.weights {
 		t.FinalizeAll()

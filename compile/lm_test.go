@@ -47,10 +47,11 @@ func TestStoriesGreedy(t *testing.T) {
 	var first []int
 	for _, mode := range []Mode{Compiled, Eager} {
 		r, err := NewLM(be, l, Options{Mode: mode})
+		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err := r.Prefill([][]int{prompt}, n)
+		logits, err := gen.Prefill([][]int{prompt}, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func TestStoriesGreedy(t *testing.T) {
 				}
 			}
 			got = append(got, best)
-			if logits, err = r.Decode([]int{best}); err != nil {
+			if logits, err = gen.Decode([]int{best}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -91,14 +92,14 @@ func argmax(v []float32) int {
 }
 
 // greedyFrom decodes n greedy tokens from logits.
-func greedyFrom(t *testing.T, r *LM, logits [][]float32, n int) []int {
+func greedyFrom(t *testing.T, gen *State, logits [][]float32, n int) []int {
 	t.Helper()
 	var got []int
 	for len(got) < n {
 		id := argmax(logits[0])
 		got = append(got, id)
 		var err error
-		if logits, err = r.Decode([]int{id}); err != nil {
+		if logits, err = gen.Decode([]int{id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,53 +133,54 @@ func TestChunkedPrefillAndExtend(t *testing.T) {
 	const n = 12
 	for _, mode := range []Mode{Compiled, Eager} {
 		r, err := NewLM(be, l, Options{Mode: mode})
+		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err := r.Prefill([][]int{prompt}, n)
+		logits, err := gen.Prefill([][]int{prompt}, n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		whole := greedyFrom(t, r, logits, n)
+		whole := greedyFrom(t, gen, logits, n)
 
-		T, err := r.Begin([][]int{prompt}, n)
+		T, err := gen.Begin([][]int{prompt}, n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range []int{1, 3, T - 4} {
-			if logits, err = r.PrefillChunk(k); err != nil {
+			if logits, err = gen.PrefillChunk(k); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if r.Pending() != 0 || r.Position() != T {
-			t.Fatalf("%s: %d pending at slot %d after chunks of %d tokens", mode, r.Pending(), r.Position(), T)
+		if gen.Pending() != 0 || gen.Position() != T {
+			t.Fatalf("%s: %d pending at slot %d after chunks of %d tokens", mode, gen.Pending(), gen.Position(), T)
 		}
-		if got := greedyFrom(t, r, logits, n); fmt.Sprint(got) != fmt.Sprint(whole) {
+		if got := greedyFrom(t, gen, logits, n); fmt.Sprint(got) != fmt.Sprint(whole) {
 			t.Errorf("%s: chunked prefill gives %v, whole prefill %v", mode, got, whole)
 		}
 
 		// The cache now holds prompt + whole[:n] (each fed to Decode):
 		// Extend with more tokens, against a fresh prefill of all of it.
 		full := append(append(append([]int(nil), prompt...), whole...), more...)
-		if logits, err = r.Prefill([][]int{full}, n); err != nil {
+		if logits, err = gen.Prefill([][]int{full}, n); err != nil {
 			t.Fatal(err)
 		}
-		fresh := greedyFrom(t, r, logits, n)
-		if _, err = r.Prefill([][]int{prompt}, n); err != nil {
+		fresh := greedyFrom(t, gen, logits, n)
+		if _, err = gen.Prefill([][]int{prompt}, n); err != nil {
 			t.Fatal(err)
 		}
 		for _, id := range whole {
-			if _, err = r.Decode([]int{id}); err != nil {
+			if _, err = gen.Decode([]int{id}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := r.Extend([][]int{more}, n+200); err != nil {
+		if _, err := gen.Extend([][]int{more}, n+200); err != nil {
 			t.Fatal(err)
 		}
-		if logits, err = r.PrefillChunk(r.Pending()); err != nil {
+		if logits, err = gen.PrefillChunk(gen.Pending()); err != nil {
 			t.Fatal(err)
 		}
-		if got := greedyFrom(t, r, logits, n); fmt.Sprint(got) != fmt.Sprint(fresh) {
+		if got := greedyFrom(t, gen, logits, n); fmt.Sprint(got) != fmt.Sprint(fresh) {
 			t.Errorf("%s: extended cache gives %v, fresh prefill %v", mode, got, fresh)
 		}
 		r.Close()

@@ -180,7 +180,7 @@ func (r *LM) routeGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
 	n := r.numStates[rep]
 	w := r.params(r.moe.routeW[rep], in[3+n:])
-	step := r.step(x.Shape(), pads, start, r.cacheLen)
+	step := r.step(x.Shape(), pads, start, r.cacheLenOf(rep, in[3:3+n]))
 	rt, st := r.moe.rm.Route(rep, w, x, in[3:3+n], step)
 	return append(routeOutputs(rt), st...)
 }
@@ -214,11 +214,11 @@ func (r *LM) expertsGraph(rep int, in []*graph.Node) []*graph.Node {
 // outputs [logits | residual, input, experts, weights], state...
 func (r *LM) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
 	mr := r.moe
-	var x, first *graph.Node
+	var x, tokens *graph.Node
 	var ew []*graph.Node
 	off := 0
 	if s.from < 0 {
-		first = in[0]
+		tokens = in[0]
 		off = 1
 	} else {
 		a := in[3].Shape().Dimensions[0]
@@ -229,18 +229,23 @@ func (r *LM) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
 	pads, start := in[off], in[off+1]
 	off += 2
 	states := map[int][]*graph.Node{}
+	first := off
 	for _, l := range s.states {
 		states[l] = in[off : off+r.numStates[l]]
 		off += r.numStates[l]
 	}
+	cacheLen := 0
+	if len(s.states) > 0 {
+		cacheLen = r.cacheLenOf(s.states[0], in[first:off])
+	}
 	w := r.params(s.weights, in[off:])
 	var step *lm.Step
 	if s.from < 0 {
-		x = r.model.Embed(w, first)
-		step = r.step(first.Shape(), pads, start, r.cacheLen)
+		x = r.model.Embed(w, tokens)
+		step = r.step(tokens.Shape(), pads, start, cacheLen)
 	} else {
 		x = r.groupedExperts(s.from, in[0], in[1], in[2], in[3], in[4], ew)
-		step = r.step(x.Shape(), pads, start, r.cacheLen)
+		step = r.step(x.Shape(), pads, start, cacheLen)
 	}
 	newStates := map[int][]*graph.Node{}
 	for _, l := range s.layers {
@@ -332,16 +337,17 @@ func groupTokens(ids []int32, n, k, numExperts int, skip func(token int) bool) (
 }
 
 // group reads a Route result's expert ids and groups the tokens of routed
-// layer i for a step of t tokens per row starting at cache slot start.
-func (r *LM) group(i int, ids *tensors.Tensor, t, start int) (groups, error) {
+// layer i for a step on st of t tokens per row starting at cache slot
+// start.
+func (r *LM) group(st *State, i int, ids *tensors.Tensor, t, start int) (groups, error) {
 	flat, err := tensors.CopyFlatData[int32](ids)
 	if err != nil {
 		return groups{}, err
 	}
 	ex := r.moe.experts[i]
-	n := r.batch * t
+	n := st.batch * t
 	g, err := groupTokens(flat, n, ex.TopK, ex.Num, func(tok int) bool {
-		return start+tok%t < int(r.pads[tok/t]) // left padding
+		return start+tok%t < int(st.pads[tok/t]) // left padding
 	})
 	if err != nil {
 		return groups{}, fmt.Errorf("layer %d: %w", i, err)
@@ -364,19 +370,17 @@ func (r *LM) expertArgs(i int, g groups, k int) []Arg {
 	return args
 }
 
-// runSegments runs one compiled-mode step of a routed model (its
+// runSegments runs one compiled-mode step of a routed model on st (its
 // segments, grouping tokens on the host between them) and returns the
 // logits.
-func (r *LM) runSegments(tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+func (r *LM) runSegments(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
 	mr := r.moe
 	t := tokens.Shape().Dimensions[1]
 	carry := []Arg{{T: tokens}} // the next segment's leading inputs
 	for n, s := range mr.segments {
-		args := append(carry, Arg{T: r.padsT}, Arg{T: startT})
+		args := append(carry, Arg{T: st.padsT}, Arg{T: startT})
 		for _, l := range s.states {
-			for _, st := range r.state[l] {
-				args = append(args, Arg{T: st, Donate: true})
-			}
+			args = append(args, st.layerArgs(l)...)
 		}
 		outs, err := s.prog.Call(r.weightArgs(args, s.weights)...)
 		if err != nil {
@@ -388,13 +392,13 @@ func (r *LM) runSegments(tokens, startT *tensors.Tensor, start int) (*tensors.Te
 		}
 		off := lead
 		for _, l := range s.states {
-			copy(r.state[l], outs[off:off+len(r.state[l])])
-			off += len(r.state[l])
+			copy(st.tensors[l], outs[off:off+len(st.tensors[l])])
+			off += len(st.tensors[l])
 		}
 		if s.to < 0 {
 			return outs[0], nil
 		}
-		if carry, err = r.expertsInputs(s.to, outs, t, start); err != nil {
+		if carry, err = r.expertsInputs(st, s.to, outs, t, start); err != nil {
 			return nil, err
 		}
 	}
@@ -404,18 +408,15 @@ func (r *LM) runSegments(tokens, startT *tensors.Tensor, start int) (*tensors.Te
 // runRoutedLayer runs routed layer i in eager mode: its Route program, the
 // host grouping, then its experts program; it returns the new hidden
 // states.
-func (r *LM) runRoutedLayer(i int, x, startT *tensors.Tensor, t, start int) (*tensors.Tensor, error) {
+func (r *LM) runRoutedLayer(st *State, i int, x, startT *tensors.Tensor, t, start int) (*tensors.Tensor, error) {
 	mr := r.moe
-	args := []Arg{{T: x, Donate: true}, {T: r.padsT}, {T: startT}}
-	for _, s := range r.state[i] {
-		args = append(args, Arg{T: s, Donate: true})
-	}
+	args := append([]Arg{{T: x, Donate: true}, {T: st.padsT}, {T: startT}}, st.layerArgs(i)...)
 	outs, err := mr.routeProg[i].Call(r.weightArgs(args, mr.routeW[i])...)
 	if err != nil {
 		return nil, fmt.Errorf("layer %d: %w", i, err)
 	}
-	copy(r.state[i], outs[4:])
-	eargs, err := r.expertsInputs(i, outs, t, start)
+	copy(st.tensors[i], outs[4:])
+	eargs, err := r.expertsInputs(st, i, outs, t, start)
 	if err != nil {
 		return nil, err
 	}
@@ -430,8 +431,8 @@ func (r *LM) runRoutedLayer(i int, x, startT *tensors.Tensor, t, start int) (*te
 // input, experts, weights, ...) into the experts piece's inputs: it reads
 // and frees the expert ids, groups the tokens, and returns residual, input
 // and weights (donated) followed by expertArgs.
-func (r *LM) expertsInputs(i int, route []*tensors.Tensor, t, start int) ([]Arg, error) {
-	g, err := r.group(i, route[2], t, start)
+func (r *LM) expertsInputs(st *State, i int, route []*tensors.Tensor, t, start int) ([]Arg, error) {
+	g, err := r.group(st, i, route[2], t, start)
 	route[2].FinalizeAll()
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/distributed"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -492,51 +491,47 @@ func (r *LM) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (shard
 }
 
 // allocShardedState allocates zero-filled layer state directly as shards:
-// r.state[i] holds state k of layer i on device d at k*nDev+d.
-func (r *LM) allocShardedState(batch, cacheLen int) error {
+// layer i's tensors hold state k on device d at k*nDev+d.
+func (r *LM) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error) {
 	p := r.tp.plan
 	if batch%p.DP != 0 {
-		return errs.Usagef("--dp %d: a batch of %d prompts does not split evenly over %d devices", p.DP, batch, p.DP)
+		return nil, errs.Usagef("--dp %d: a batch of %d prompts does not split evenly over %d devices", p.DP, batch, p.DP)
 	}
-	r.state = make([][]*tensors.Tensor, r.spec.Layers)
-	for i := range r.state {
+	out := make([][]*tensors.Tensor, r.spec.Layers)
+	for i := range out {
 		for _, s := range r.model.LayerState(i, batch, cacheLen) {
-			dt := s.DType
-			if dt == dtypes.InvalidDType {
-				dt = r.opts.DType
-			}
 			dims, err := ShardShape(p.State(s), s.Shape)
 			if err != nil {
-				return fmt.Errorf("layer %d state %s: %w", i, s.Name, err)
+				return nil, fmt.Errorf("layer %d state %s: %w", i, s.Name, err)
 			}
 			for d := 0; d < r.tp.nDev; d++ {
-				r.state[i] = append(r.state[i], tensors.FromShape(shapes.Make(dt, dims...)))
+				out[i] = append(out[i], tensors.FromShape(shapes.Make(r.stateDType(s), dims...)))
 			}
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // runSharded is run's body on a mesh: it shards the step inputs, calls the
-// compiled step (or the eager pieces) and returns the logits [B, V] on the
-// host.
-func (r *LM) runSharded(compiled *Program, tokens, pads, start *tensors.Tensor) (*tensors.Tensor, error) {
+// compiled step (or the eager pieces) on st and returns the logits [B, V]
+// on the host.
+func (r *LM) runSharded(st *State, compiled *Program, tokens, start *tensors.Tensor) (*tensors.Tensor, error) {
 	p := r.tp.plan
 	nDev := r.tp.nDev
 	tok, err := r.shardHost(p.Batch(), tokens)
 	if err != nil {
 		return nil, err
 	}
-	pd, err := r.shardHost(p.Batch(), pads)
+	pd, err := r.shardHost(p.Batch(), st.padsT)
 	if err != nil {
 		return nil, err
 	}
-	st, err := r.shardHost(p.Replicated(), start)
+	at, err := r.shardHost(p.Replicated(), start)
 	if err != nil {
 		return nil, err
 	}
 	defer finalizeShards(pd.shards)
-	defer finalizeShards(st.shards)
+	defer finalizeShards(at.shards)
 	weights := func(names []string) []shardedArg {
 		out := make([]shardedArg, len(names))
 		for i, n := range names {
@@ -545,21 +540,21 @@ func (r *LM) runSharded(compiled *Program, tokens, pads, start *tensors.Tensor) 
 		return out
 	}
 	state := func(i int) []shardedArg {
-		n := len(r.state[i]) / nDev
+		n := len(st.tensors[i]) / nDev
 		out := make([]shardedArg, n)
 		for k := range out {
-			out[k] = shardedArg{shards: r.state[i][k*nDev : (k+1)*nDev], donate: true}
+			out[k] = shardedArg{shards: st.tensors[i][k*nDev : (k+1)*nDev], donate: true}
 		}
 		return out
 	}
 	keep := func(i int, outs [][]*tensors.Tensor) {
 		for k, sh := range outs {
-			copy(r.state[i][k*nDev:(k+1)*nDev], sh)
+			copy(st.tensors[i][k*nDev:(k+1)*nDev], sh)
 		}
 	}
 	if r.opts.Mode == Compiled {
-		args := []shardedArg{tok, pd, st}
-		for i := range r.state {
+		args := []shardedArg{tok, pd, at}
+		for i := range st.tensors {
 			args = append(args, state(i)...)
 		}
 		args = append(args, weights(r.all)...)
@@ -569,8 +564,8 @@ func (r *LM) runSharded(compiled *Program, tokens, pads, start *tensors.Tensor) 
 			return nil, err
 		}
 		off := 1
-		for i := range r.state {
-			n := len(r.state[i]) / nDev
+		for i := range st.tensors {
+			n := len(st.tensors[i]) / nDev
 			keep(i, outs[off:off+n])
 			off += n
 		}
@@ -583,7 +578,7 @@ func (r *LM) runSharded(compiled *Program, tokens, pads, start *tensors.Tensor) 
 	}
 	x := outs[0]
 	for i := 0; i < r.spec.Layers; i++ {
-		args := append([]shardedArg{{shards: x, donate: true}, pd, st}, state(i)...)
+		args := append([]shardedArg{{shards: x, donate: true}, pd, at}, state(i)...)
 		outs, err := r.layerProg[i].callSharded(nDev, append(args, weights(r.layerW[i])...))
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)

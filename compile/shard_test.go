@@ -363,7 +363,8 @@ func TestShardedProgramsSpecs(t *testing.T) {
 	}
 	// The go backend has one device (and takes no sharded parameters): the
 	// call fails with an error naming the program, not a panic.
-	_, err := r.Prefill([][]int{{1, 2, 3}, {4, 5}}, 4)
+	gen := r.NewState()
+	_, err := gen.Prefill([][]int{{1, 2, 3}, {4, 5}}, 4)
 	if err == nil || !strings.Contains(err.Error(), `program "prefill"`) {
 		t.Errorf("prefill on the go backend: %v", err)
 	}
@@ -381,17 +382,18 @@ func TestShardedProgramsSpecs(t *testing.T) {
 
 func TestAllocShardedState(t *testing.T) {
 	r := shardedLM(t, Compiled, 2, 2)
-	if err := r.allocShardedState(4, 32); err != nil {
+	state, err := r.allocShardedState(4, 32)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.state) != 2 || len(r.state[0]) != 2*4 {
-		t.Fatalf("state %d layers, %d tensors per layer", len(r.state), len(r.state[0]))
+	if len(state) != 2 || len(state[0]) != 2*4 {
+		t.Fatalf("state %d layers, %d tensors per layer", len(state), len(state[0]))
 	}
 	// key then value, 4 devices each: [B/2, KV/2, S, D] and [B/2, KV/2, D, S].
-	if got := fmt.Sprint(r.state[1][0].Shape().Dimensions, r.state[1][7].Shape().Dimensions); got != "[2 2 32 8] [2 2 8 32]" {
+	if got := fmt.Sprint(state[1][0].Shape().Dimensions, state[1][7].Shape().Dimensions); got != "[2 2 32 8] [2 2 8 32]" {
 		t.Errorf("shard shapes %s", got)
 	}
-	err := r.allocShardedState(3, 32)
+	_, err = r.allocShardedState(3, 32)
 	if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "--dp 2") {
 		t.Errorf("batch 3 over dp 2: %v", err)
 	}

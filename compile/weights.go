@@ -95,10 +95,8 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 	r.embedW = weightNames(r.model.EmbedWeights())
 	r.headW = weightNames(r.model.HeadWeights())
 	r.layerW = make([][]string, r.spec.Layers)
-	r.numStates = make([]int, r.spec.Layers)
 	for i := range r.layerW {
 		r.layerW[i] = weightNames(r.model.LayerWeights(i))
-		r.numStates[i] = len(r.model.LayerState(i, 1, 1))
 	}
 	if r.opts.Quantize != "" {
 		r.all = r.withScales(r.all)

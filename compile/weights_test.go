@@ -29,7 +29,9 @@ func cpuBackend(t testing.TB) backends.Backend {
 // (greedy, or forced when given) and the logits of every step.
 func steps(t *testing.T, r *LM, prompt []int, n int, forced []int) (tokens []int, logits [][]float32) {
 	t.Helper()
-	out, err := r.Prefill([][]int{prompt}, n)
+	gen := r.NewState()
+	defer gen.Release()
+	out, err := gen.Prefill([][]int{prompt}, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func steps(t *testing.T, r *LM, prompt []int, n int, forced []int) (tokens []int
 			next = forced[i]
 		}
 		tokens = append(tokens, next)
-		if out, err = r.Decode([]int{next}); err != nil {
+		if out, err = gen.Decode([]int{next}); err != nil {
 			t.Fatal(err)
 		}
 	}

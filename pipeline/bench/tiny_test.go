@@ -23,7 +23,7 @@ const storiesDir = "../../testdata/stories260K-hf"
 // per call, so the figures are exact while the row's structure, the
 // executable counters and the token flow are real.
 type tickRunner struct {
-	r       *compile.LM
+	r       *compile.State
 	clk     *fakeClock
 	calls   int
 	prefill time.Duration
@@ -69,9 +69,9 @@ func TestTinyCheckpoint(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				tr := &tickRunner{r: r, clk: clk, prefill: 40 * time.Millisecond, decode: 5 * time.Millisecond}
+				tr := &tickRunner{r: r.NewState(), clk: clk, prefill: 40 * time.Millisecond, decode: 5 * time.Millisecond}
 				calls[mode] = tr
-				return &LMSession{Runner: tr, Close: r.Close, Counters: func() Counters {
+				return &LMSession{Runner: tr, Close: func() { tr.r.Release(); r.Close() }, Counters: func() Counters {
 					s := r.Stats()
 					c := Counters{Compile: s.Compile}
 					for _, p := range s.Programs {

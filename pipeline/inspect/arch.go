@@ -69,8 +69,7 @@ func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.
 func archStateBytes(m lm.Model, batch, context, elem int) State {
 	var s State
 	for i := 0; i < m.Spec().Layers; i++ {
-		now, longer := m.LayerState(i, batch, context), m.LayerState(i, batch, context+1)
-		for j, st := range now {
+		for _, st := range m.LayerState(i, batch, context) {
 			n := int64(elem)
 			if st.DType != dtypes.InvalidDType {
 				n = int64(st.DType.Size())
@@ -78,7 +77,7 @@ func archStateBytes(m lm.Model, batch, context, elem int) State {
 			for _, d := range st.Shape {
 				n = satMul(n, int64(d))
 			}
-			if j < len(longer) && !slices.Equal(st.Shape, longer[j].Shape) {
+			if st.SlotAxis != lm.NoSlots {
 				s.KVCache = satAdd(s.KVCache, n)
 			} else {
 				s.Recurrent = satAdd(s.Recurrent, n)

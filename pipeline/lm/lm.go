@@ -122,11 +122,37 @@ func (s TPSplit) String() string {
 
 // StateSpec describes one state tensor of a layer (a KV cache, a recurrent
 // state). The executor allocates it zero-filled at prefill.
+//
+// Axis 0 is always the batch (one row per sequence). A cache of slots
+// (keys, values) declares the axis whose length is the cache length
+// LayerState was given: executors grow, shift and copy a sequence's
+// slots along it (continuous batching, the prefix cache). A state of
+// fixed size (a recurrent state, a convolution window) has SlotAxis
+// NoSlots and is copied whole.
 type StateSpec struct {
 	Name  string
 	Shape []int
 	// DType is the state's dtype; InvalidDType means the compute dtype.
 	DType dtypes.DType
+	// SlotAxis is the axis of cache slots (1 or more), or NoSlots.
+	SlotAxis int
+}
+
+// NoSlots is StateSpec.SlotAxis of a state without cache slots.
+const NoSlots = -1
+
+// CheckState reports a StateSpec whose SlotAxis is not NoSlots nor an
+// axis after the batch of the given cache length: an architecture that
+// declares its state wrongly, named with its layer.
+func CheckState(layer int, s StateSpec, cacheLen int) error {
+	if s.SlotAxis == NoSlots {
+		return nil
+	}
+	if s.SlotAxis < 1 || s.SlotAxis >= len(s.Shape) || s.Shape[s.SlotAxis] != cacheLen {
+		return fmt.Errorf("layer %d state %q: shape %v at cache length %d, slot axis %d: want %d (no slots) or the axis of length %d after the batch",
+			layer, s.Name, s.Shape, cacheLen, s.SlotAxis, NoSlots, cacheLen)
+	}
+	return nil
 }
 
 // Model is implemented by each architecture. Methods that take graph nodes

@@ -24,8 +24,8 @@ const (
 // KVCacheState returns the StateSpecs of one attention layer's caches.
 func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
 	return []lm.StateSpec{
-		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}},
-		{Name: "value", Shape: []int{batch, kvHeads, headDim, cacheLen}},
+		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}, SlotAxis: KeyCacheAxis},
+		{Name: "value", Shape: []int{batch, kvHeads, headDim, cacheLen}, SlotAxis: ValueCacheAxis},
 	}
 }
 

@@ -79,8 +79,8 @@ func (d DeltaNetDims) Validate(where string) error {
 // float32, mamba_ssm_dtype). Neither depends on the sequence length.
 func DeltaNetState(d DeltaNetDims, batch int) []lm.StateSpec {
 	return []lm.StateSpec{
-		{Name: "conv", Shape: []int{batch, d.ConvKernel - 1, d.ConvDim()}},
-		{Name: "recurrent", Shape: []int{batch, d.VHeads, d.KDim, d.VDim}, DType: dtypes.Float32},
+		{Name: "conv", Shape: []int{batch, d.ConvKernel - 1, d.ConvDim()}, SlotAxis: lm.NoSlots},
+		{Name: "recurrent", Shape: []int{batch, d.VHeads, d.KDim, d.VDim}, DType: dtypes.Float32, SlotAxis: lm.NoSlots},
 	}
 }
 

@@ -75,11 +75,12 @@ func TestLogitsMatchReference(t *testing.T) {
 			} {
 				t.Run(v.name, func(t *testing.T) {
 					r, err := compile.NewLM(be, l, v.opts)
+					gen := r.NewState()
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer r.Close()
-					f := refcheck.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					f := refcheck.TeacherForced(t, gen, rm, prompts, seqs, steps, tol)
 					greedy[v.name] = f.Greedy
 					t.Logf("max relative error %.3g", f.Worst)
 				})
@@ -117,19 +118,20 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 		}
 		withChunk(t, l, chunk)
 		r, err := compile.NewLM(be, l, compile.Options{Mode: compile.Compiled, CacheLen: 256})
+		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
 		}
-		chunked, err := r.Prefill([][]int{seq}, 1)
+		chunked, err := gen.Prefill([][]int{seq}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := r.Prefill([][]int{seq[:1]}, len(seq))
+		rec, err := gen.Prefill([][]int{seq[:1]}, len(seq))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, id := range seq[1:] {
-			if rec, err = r.Decode([]int{id}); err != nil {
+			if rec, err = gen.Decode([]int{id}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -325,15 +327,16 @@ func TestBFloat16Compute(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
 		r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
 		}
-		logits, err := r.Prefill(prompts, 2)
+		logits, err := gen.Prefill(prompts, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		next := []int{5, 6}
-		dec, err := r.Decode(next)
+		dec, err := gen.Decode(next)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,6 +86,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 			{"dense-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, DenseExperts: true}},
 		} {
 			r, err := compile.NewLM(be, l, v.opts)
+			gen := r.NewState()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -98,7 +99,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("batch%d/%s", batch, v.name), func(b *testing.B) {
 				next := make([]int, batch)
-				logits, err := r.Prefill(prompts, 8)
+				logits, err := gen.Prefill(prompts, 8)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -111,7 +112,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 				// Warm up: compile the shapes the first steps route to.
 				for range 4 {
 					feed()
-					if logits, err = r.Decode(next); err != nil {
+					if logits, err = gen.Decode(next); err != nil {
 						b.Fatal(err)
 					}
 					used++
@@ -122,14 +123,14 @@ func BenchmarkMoEDecode(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					if used >= 512 {
 						b.StopTimer()
-						if logits, err = r.Prefill(prompts, 8); err != nil {
+						if logits, err = gen.Prefill(prompts, 8); err != nil {
 							b.Fatal(err)
 						}
 						used = 8
 						b.StartTimer()
 					}
 					feed()
-					if logits, err = r.Decode(next); err != nil {
+					if logits, err = gen.Decode(next); err != nil {
 						b.Fatal(err)
 					}
 					used++

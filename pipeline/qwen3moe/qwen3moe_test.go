@@ -61,11 +61,12 @@ func TestLogitsMatchReference(t *testing.T) {
 			} {
 				t.Run(v.name, func(t *testing.T) {
 					r, err := compile.NewLM(be, l, v.opts)
+					gen := r.NewState()
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer r.Close()
-					f := refcheck.TeacherForced(t, r, rm, prompts, seqs, steps, tol)
+					f := refcheck.TeacherForced(t, gen, rm, prompts, seqs, steps, tol)
 					greedy[v.name], all[v.name] = f.Greedy, f.Logits
 					t.Logf("max relative error %.3g, %d executables", f.Worst, r.Stats().Executables)
 				})
@@ -163,10 +164,11 @@ func TestBFloat16Compute(t *testing.T) {
 		}
 		for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
 			r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+			gen := r.NewState()
 			if err != nil {
 				t.Fatal(err)
 			}
-			logits, err := r.Prefill(prompts, 2)
+			logits, err := gen.Prefill(prompts, 2)
 			if err != nil {
 				t.Fatal(err)
 			}

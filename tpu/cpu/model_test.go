@@ -33,10 +33,11 @@ func greedy(t *testing.T, be backends.Backend, dir string, mode compile.Mode, pr
 	}
 	defer l.Close()
 	r, err := compile.NewLM(be, l, compile.Options{Mode: mode})
+	gen := r.NewState()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := r.Prefill([][]int{prompt}, n)
+	logits, err := gen.Prefill([][]int{prompt}, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func greedy(t *testing.T, be backends.Backend, dir string, mode compile.Mode, pr
 		all = append(all, append([]float32(nil), logits[0]...))
 		best := argmax(logits[0])
 		toks = append(toks, best)
-		if logits, err = r.Decode([]int{best}); err != nil {
+		if logits, err = gen.Decode([]int{best}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,0 +1,377 @@
+package compile
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// State is one batch's generation state on an LM, as llama2.c's RunState
+// is to its TransformerWeights: the layer tensors (KV caches, recurrent
+// state; on the LM's device, donated to each step and replaced by its
+// outputs), and where the batch stands.
+//
+// Layout. Rows are left-padded: row b's sequence starts at cache slot
+// pads[b], every row writes its next token at the shared slot next (the
+// clock), and slot s of row b holds position s - pads[b]. The cache holds
+// cacheLen slots along each state's lm.StateSpec.SlotAxis and may grow up
+// to maxCacheLen (grow.go). pending holds prompt tokens queued by Begin or
+// Extend and not run yet (one equal-length list per row).
+//
+// A State belongs to one LM and is used from one goroutine. Its methods
+// are the generation interface pipeline/generate drives (Begin,
+// PrefillChunk, Decode, Extend); they step the state through its LM.
+// Release frees its tensors; a failed step releases them too.
+type State struct {
+	r *LM
+
+	batch, cacheLen, next int
+	maxCacheLen           int
+	pads                  []int32
+	pending               [][]int32
+	padsT                 *tensors.Tensor // pads as a [B] int32 input, made when pads change
+	tensors               [][]*tensors.Tensor
+}
+
+// NewState returns an empty State on r: Begin starts its generation.
+func (r *LM) NewState() *State { return &State{r: r} }
+
+// newState returns a State of b rows and cacheLen slots (fixed: no
+// growth) with zero-filled tensors and the given pads.
+func (r *LM) newState(b, cacheLen int, pads []int32) *State {
+	return &State{r: r, batch: b, cacheLen: cacheLen, maxCacheLen: cacheLen, pads: pads,
+		padsT:   tensors.FromFlatDataAndDimensions(slices.Clone(pads), b),
+		tensors: r.allocState(b, cacheLen)}
+}
+
+// allocState allocates zero-filled layer tensors for b rows of cacheLen
+// slots.
+func (r *LM) allocState(b, cacheLen int) [][]*tensors.Tensor {
+	out := make([][]*tensors.Tensor, r.spec.Layers)
+	for i := range out {
+		for _, s := range r.model.LayerState(i, b, cacheLen) {
+			out[i] = append(out[i], tensors.FromShape(shapes.Make(r.stateDType(s), s.Shape...)))
+		}
+	}
+	return out
+}
+
+// stateDType is the dtype a state tensor is held in.
+func (r *LM) stateDType(s lm.StateSpec) dtypes.DType {
+	if s.DType == dtypes.InvalidDType {
+		return r.opts.DType
+	}
+	return s.DType
+}
+
+// Prefill starts a generation: it allocates fresh layer state for the
+// batch, left-pads the prompts to a common bucketed length and runs them,
+// returning each row's logits at its last prompt token ([B][V]).
+// maxNew is the number of tokens Decode will be asked for afterwards;
+// with Options.CacheLen 0 it sizes the cache. It is Begin followed by
+// PrefillChunk over every pending token.
+func (st *State) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	n, err := st.Begin(prompts, maxNew)
+	if err != nil {
+		return nil, err
+	}
+	return st.PrefillChunk(n)
+}
+
+// Begin starts a generation without running anything: it frees what the
+// state held, allocates fresh layer state for the batch and left-pads the
+// prompts to a common bucketed length T, which become the pending tokens.
+// It returns T. PrefillChunk then runs the pending tokens in pieces over
+// the same cache (so a caller can check for cancellation and report
+// progress between pieces); the logits of the last piece are those
+// Prefill returns.
+func (st *State) Begin(prompts [][]int, maxNew int) (int, error) {
+	r := st.r
+	if len(prompts) == 0 {
+		return 0, errs.Usagef("no prompts")
+	}
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return 0, errs.Usagef("prompt %d is empty (no tokens)", i)
+		}
+		if err := r.checkIDs(fmt.Sprintf("prompt %d", i), p); err != nil {
+			return 0, err
+		}
+		longest = max(longest, len(p))
+	}
+	if longest+maxNew > r.spec.MaxPositions {
+		return 0, errs.Usagef("prompt of %d tokens plus %d new tokens exceeds the model's %d positions (max_position_embeddings)",
+			longest, maxNew, r.spec.MaxPositions)
+	}
+	t := PromptBucket(longest)
+	cacheLen := r.opts.CacheLen
+	maxCacheLen := cacheLen
+	if cacheLen == 0 {
+		maxCacheLen = CacheBucket(t + maxNew)
+		cacheLen = initialCacheLen(t, maxCacheLen)
+	} else if t+maxNew > cacheLen {
+		return 0, errs.Usagef("prompt bucket %d plus %d new tokens exceeds the fixed cache length %d", t, maxNew, cacheLen)
+	}
+	if r.tp != nil {
+		cacheLen = maxCacheLen // sharded caches do not grow
+	}
+	st.Release()
+	b := len(prompts)
+	pads := make([]int32, b)
+	tokens := make([][]int32, b)
+	for i, p := range prompts {
+		pad := t - len(p)
+		pads[i] = int32(pad)
+		tokens[i] = make([]int32, t)
+		for j, id := range p {
+			tokens[i][pad+j] = int32(id)
+		}
+	}
+	var layers [][]*tensors.Tensor
+	if r.tp != nil {
+		var err error
+		if layers, err = r.allocShardedState(b, cacheLen); err != nil {
+			return 0, err
+		}
+	} else {
+		layers = r.allocState(b, cacheLen)
+	}
+	*st = State{r: r, batch: b, cacheLen: cacheLen, maxCacheLen: maxCacheLen, pads: pads, pending: tokens,
+		padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), b), tensors: layers}
+	return t, nil
+}
+
+// Extend continues the current generation with more prompt tokens (one
+// equal-length list per row) after everything already in the cache,
+// without re-running what is there: a conversation whose next prompt
+// extends the previous prompt and answer prefills only the new tokens.
+// The cache is the one of the last Begin, holding its prompt and every
+// token fed to Decode since. maxNew is the number of tokens Decode will be
+// asked for afterwards. It returns the number of pending tokens, which
+// PrefillChunk runs.
+func (st *State) Extend(tokens [][]int, maxNew int) (int, error) {
+	r := st.r
+	if st.tensors == nil {
+		return 0, fmt.Errorf("extend before begin")
+	}
+	if len(tokens) != st.batch {
+		return 0, fmt.Errorf("extend: %d rows for a batch of %d", len(tokens), st.batch)
+	}
+	n := len(tokens[0])
+	if n == 0 {
+		return 0, errs.Usagef("extend: no new tokens")
+	}
+	pending := make([][]int32, st.batch)
+	for i, p := range tokens {
+		if len(p) != n {
+			return 0, fmt.Errorf("extend: row %d has %d tokens, row 0 has %d", i, len(p), n)
+		}
+		if err := r.checkIDs(fmt.Sprintf("extend: row %d", i), p); err != nil {
+			return 0, err
+		}
+		pending[i] = make([]int32, n)
+		for j, id := range p {
+			pending[i][j] = int32(id)
+		}
+	}
+	minPad := int(slices.Min(st.pads))
+	if used := st.next - minPad + n + maxNew; used > r.spec.MaxPositions {
+		return 0, errs.Usagef("%d tokens in the cache plus %d new and %d to generate exceed the model's %d positions (max_position_embeddings)",
+			st.next-minPad, n, maxNew, r.spec.MaxPositions)
+	}
+	need := st.next + n + maxNew
+	switch {
+	case r.tp != nil || r.opts.CacheLen != 0:
+		if need > st.cacheLen {
+			return 0, errs.Usagef("%d cache slots in use plus %d new and %d to generate exceed the fixed cache length %d", st.next, n, maxNew, st.cacheLen)
+		}
+	default:
+		st.maxCacheLen = max(st.maxCacheLen, CacheBucket(need))
+	}
+	st.pending = pending
+	return n, nil
+}
+
+// Pending returns the number of tokens per row that Begin or Extend queued
+// and PrefillChunk has not run yet.
+func (st *State) Pending() int {
+	if len(st.pending) == 0 {
+		return 0
+	}
+	return len(st.pending[0])
+}
+
+// Position returns the cache slot the next token goes to (the padded
+// length of everything run so far).
+func (st *State) Position() int { return st.next }
+
+// PrefillChunk runs the next n pending tokens of every row into the cache
+// (growing it if needed) and returns each row's logits after the last of
+// them ([B][V]); once no tokens are pending these are the logits that
+// follow the prompts. Pieces of any size give the same tokens as one
+// Prefill, up to floating-point rounding.
+func (st *State) PrefillChunk(n int) ([][]float32, error) {
+	r := st.r
+	if st.tensors == nil {
+		return nil, fmt.Errorf("prefill before begin")
+	}
+	if n <= 0 || n > st.Pending() {
+		return nil, fmt.Errorf("prefill: %d tokens asked, %d pending", n, st.Pending())
+	}
+	for st.next+n > st.cacheLen {
+		if err := r.growCache(st); err != nil {
+			return nil, err
+		}
+	}
+	tokens := make([]int32, st.batch*n)
+	for i, p := range st.pending {
+		copy(tokens[i*n:], p[:n])
+		st.pending[i] = p[n:]
+	}
+	prog := r.prefill
+	if n == 1 {
+		prog = r.decode
+	}
+	return r.run(st, prog, tensors.FromFlatDataAndDimensions(tokens, st.batch, n), st.next)
+}
+
+// Decode feeds one token per row (next[b] for row b) and returns the
+// logits that follow it ([B][V]).
+func (st *State) Decode(next []int) ([][]float32, error) {
+	r := st.r
+	if st.tensors == nil {
+		return nil, fmt.Errorf("decode before prefill")
+	}
+	if st.Pending() > 0 {
+		return nil, fmt.Errorf("decode with %d prompt tokens still pending", st.Pending())
+	}
+	if len(next) != st.batch {
+		return nil, fmt.Errorf("decode: %d tokens for a batch of %d", len(next), st.batch)
+	}
+	if st.next >= st.cacheLen {
+		if err := r.growCache(st); err != nil {
+			return nil, err
+		}
+	}
+	tokens := make([]int32, st.batch)
+	for i, id := range next {
+		if id < 0 || id >= r.spec.VocabSize {
+			return nil, fmt.Errorf("decode: token id %d is outside the vocabulary [0, %d)", id, r.spec.VocabSize)
+		}
+		tokens[i] = int32(id)
+	}
+	return r.run(st, r.decode, tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), st.next)
+}
+
+// CompileDuration is the LM's total compile time so far (generate
+// subtracts it from the evaluation durations).
+func (st *State) CompileDuration() time.Duration { return st.r.CompileDuration() }
+
+// checkIDs checks that ids are in the vocabulary.
+func (r *LM) checkIDs(what string, ids []int) error {
+	for _, id := range ids {
+		if id < 0 || id >= r.spec.VocabSize {
+			return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d)", what, id, r.spec.VocabSize)
+		}
+	}
+	return nil
+}
+
+// run executes one step of tokens [B, T] written at cache slot start on
+// st, and advances st's clock. A failed step releases st.
+func (r *LM) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
+	t := tokens.Shape().Dimensions[1]
+	startT := tensors.FromScalar(int32(start))
+	var logits *tensors.Tensor
+	var err error
+	switch {
+	case r.tp != nil:
+		logits, err = r.runSharded(st, compiled, tokens, startT)
+	case r.opts.Mode == Compiled && r.moe != nil:
+		logits, err = r.runSegments(st, tokens, startT, start)
+	case r.opts.Mode == Compiled:
+		logits, err = r.runCompiled(st, compiled, tokens, startT)
+	default:
+		logits, err = r.runEager(st, tokens, startT, start)
+	}
+	if err != nil {
+		st.Release()
+		return nil, err
+	}
+	st.next = start + t
+	flat, err := tensors.CopyFlatData[float32](logits)
+	logits.FinalizeAll()
+	if err != nil {
+		return nil, err
+	}
+	v := r.spec.VocabSize
+	rows := make([][]float32, st.batch)
+	for i := range rows {
+		rows[i] = flat[i*v : (i+1)*v : (i+1)*v]
+	}
+	return rows, nil
+}
+
+// layerArgs are layer i's state tensors, donated.
+func (st *State) layerArgs(i int) []Arg {
+	args := make([]Arg, len(st.tensors[i]))
+	for k, x := range st.tensors[i] {
+		args[k] = Arg{T: x, Donate: true}
+	}
+	return args
+}
+
+// args are every state tensor, layer by layer; donate hands them to the
+// call (which replaces them: keepAll).
+func (st *State) args(donate bool) []Arg {
+	var args []Arg
+	for _, layer := range st.tensors {
+		for _, x := range layer {
+			args = append(args, Arg{T: x, Donate: donate})
+		}
+	}
+	return args
+}
+
+// keepAll takes outs (every state tensor, layer by layer) as the state.
+func (st *State) keepAll(outs []*tensors.Tensor) {
+	off := 0
+	for i := range st.tensors {
+		copy(st.tensors[i], outs[off:off+len(st.tensors[i])])
+		off += len(st.tensors[i])
+	}
+}
+
+// setPads replaces the rows' pads (and their graph input).
+func (st *State) setPads(pads []int32) {
+	st.pads = pads
+	if st.padsT != nil {
+		st.padsT.FinalizeAll()
+	}
+	st.padsT = tensors.FromFlatDataAndDimensions(slices.Clone(pads), len(pads))
+}
+
+// Release frees the state's tensors; the State can Begin again.
+func (st *State) Release() {
+	for _, layer := range st.tensors {
+		for _, x := range layer {
+			if x != nil {
+				x.FinalizeAll()
+			}
+		}
+	}
+	st.tensors = nil
+	st.pending = nil
+	if st.padsT != nil {
+		st.padsT.FinalizeAll()
+		st.padsT = nil
+	}
+}
