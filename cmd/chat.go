@@ -102,12 +102,12 @@ answers is printed, one per turn; with --json each turn is one JSON object
 
 // chatSession is one conversation with a loaded model.
 type chatSession struct {
-	opts   *ChatOptions
-	tok    *tokenizer.Tokenizer
-	tmpl   *chat.Template
-	state  *compile.State // the conversation's cache, continued across turns
-	spec   struct{ maxPositions int }
-	gen    func() (generate.Options, error)
+	opts  *ChatOptions
+	tok   *tokenizer.Tokenizer
+	tmpl  *chat.Template
+	state *compile.State // the conversation's cache, continued across turns
+	spec  struct{ maxPositions int }
+	gen   func() (generate.Options, error)
 
 	system  string
 	history []chat.Message
