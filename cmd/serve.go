@@ -241,38 +241,6 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype dtypes.DType,
 	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
 }
 
-// batchEngine is serve.Engine over a *compile.Batch: the scheduler's
-// prefills are the batch's own, handed back at Insert.
-type batchEngine struct{ b *compile.Batch }
-
-func (e batchEngine) Slots() int { return e.b.Slots() }
-
-func (e batchEngine) MaxPrefill() int { return e.b.MaxPrefill() }
-
-func (e batchEngine) PrefillGroup(prompt []int) (key, most int) { return e.b.PrefillGroup(prompt) }
-
-func (e batchEngine) StartPrefill(prompts [][]int) (serve.Prefill, error) {
-	p, err := e.b.StartPrefill(prompts)
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return p, nil
-}
-
-func (e batchEngine) Insert(p serve.Prefill, i int) (int, error) {
-	bp, ok := p.(*compile.BatchPrefill)
-	if !ok {
-		return -1, fmt.Errorf("serve: a %T is not this engine's prefill", p)
-	}
-	return e.b.Insert(bp, i)
-}
-
-func (e batchEngine) Decode(seqs, tokens []int) ([][]float32, error) {
-	return e.b.Decode(seqs, tokens)
-}
-
-func (e batchEngine) Free(seq int) { e.b.Free(seq) }
-
 // compileCounter counts the executables compiled: all of them, and those
 // compiled after the server started listening (recompiles: with --warmup
 // there should be none).
@@ -365,7 +333,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		name = modelLabel(m)
 	}
 	metrics := serve.NewMetrics(counter.counts)
-	sched := serve.New(batchEngine{batch}, serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now})
+	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now})
 	api := serve.NewServer(sched, serve.ServerOptions{
 		ModelName:   name,
 		Tokenizer:   tok,

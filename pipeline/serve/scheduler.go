@@ -408,8 +408,8 @@ func (s *Scheduler) prefillStep() bool {
 	if !done {
 		return true
 	}
-	if r, ok := s.preRun.(interface{ Reused() int }); ok && r.Reused() > 0 {
-		s.obs.PrefixReused(r.Reused())
+	if n := s.preRun.Reused(); n > 0 {
+		s.obs.PrefixReused(n)
 	}
 	for i, j := range s.pre {
 		if j == nil {
@@ -433,25 +433,19 @@ func (s *Scheduler) prefillStep() bool {
 // takeGroup takes from the queue (under mu) the prompts of the next
 // prefill: the oldest waiting request, and up to n-1 more waiting ones
 // that the engine prefills well with it (PrefillGroup: equal keys, at most
-// its limit); without PrefillGroup, any.
+// its limit).
 func (s *Scheduler) takeGroup(n int) []*job {
 	if len(s.waiting) == 0 {
 		return nil
 	}
-	key := func(j *job) (int, int) {
-		if g, ok := s.e.(interface{ PrefillGroup([]int) (int, int) }); ok {
-			return g.PrefillGroup(j.req.Prompt)
-		}
-		return 0, n
-	}
 	head := s.waiting[0]
 	group := []*job{head}
-	k, most := key(head)
+	k, most := s.e.PrefillGroup(head.req.Prompt)
 	n = min(n, most)
 	rest := s.waiting[1:]
 	if n > 1 {
 		rest = slices.DeleteFunc(slices.Clone(rest), func(j *job) bool {
-			if kj, _ := key(j); len(group) < n && kj == k {
+			if kj, _ := s.e.PrefillGroup(j.req.Prompt); len(group) < n && kj == k {
 				group = append(group, j)
 				return true
 			}

@@ -46,6 +46,11 @@ func (e *countEngine) Slots() int { return e.slots }
 // MaxPrefill implements Engine: up to 2 prompts prefill together.
 func (e *countEngine) MaxPrefill() int { return 2 }
 
+// PrefillGroup implements Engine: any prompts prefill together.
+func (e *countEngine) PrefillGroup([]int) (int, int) { return 0, e.MaxPrefill() }
+
+func (p *countPrefill) Reused() int { return 0 }
+
 type countPrefill struct {
 	e     *countEngine
 	left  int
@@ -419,8 +424,4 @@ type groupRecorder struct {
 func (g *groupRecorder) StartPrefill(prompts [][]int) (Prefill, error) {
 	g.on(prompts)
 	return g.Engine.StartPrefill(prompts)
-}
-
-func (g *groupRecorder) PrefillGroup(prompt []int) (int, int) {
-	return g.Engine.(interface{ PrefillGroup([]int) (int, int) }).PrefillGroup(prompt)
 }

@@ -98,6 +98,11 @@ func (e *textEngine) Slots() int { return e.slots }
 // MaxPrefill implements Engine: up to 3 prompts prefill together.
 func (e *textEngine) MaxPrefill() int { return 3 }
 
+// PrefillGroup implements Engine: any prompts prefill together.
+func (e *textEngine) PrefillGroup([]int) (int, int) { return 0, e.MaxPrefill() }
+
+func (p *textPrefill) Reused() int { return 0 }
+
 type textPrefill struct {
 	e       *textEngine
 	prompts [][]int
