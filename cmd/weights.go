@@ -32,10 +32,7 @@ func parseQuantize(s string) (string, error) {
 
 // holdingOf is how compile.NewLM will hold l's weights on dev with o.
 func holdingOf(dev *tpu.Device, o compile.Options) lm.Holding {
-	if o.DType == dtypes.InvalidDType {
-		o.DType = dtypes.Float32 // NewLM's default
-	}
-	return lm.Holding{Compute: o.DType, Narrow: dev.Capabilities.NarrowWeights, Quantize: o.Quantize}
+	return compile.HoldingOf(dev.Capabilities, o)
 }
 
 // checkWeightsFit refuses, before anything is converted, weights that

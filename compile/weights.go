@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/tpu"
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
@@ -40,9 +41,23 @@ import (
 // scalesSuffix names the scales input of a quantised weight.
 const scalesSuffix = "#scales"
 
+// HoldingOf is how NewLM holds a model's weights on a backend with caps
+// under o: the one statement of that policy, which cmd's memory checks
+// and reports read too (an unset DType is NewLM's default, float32).
+func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
+	if o.DType == dtypes.InvalidDType {
+		o.DType = dtypes.Float32
+	}
+	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize}
+}
+
 // holding is how this LM holds its weights.
 func (r *LM) holding() lm.Holding {
-	return lm.Holding{Compute: r.opts.DType, Narrow: r.opts.Caps != nil && r.opts.Caps.NarrowWeights, Quantize: r.opts.Quantize}
+	var caps tpu.Capabilities // none known: nothing held narrow
+	if r.opts.Caps != nil {
+		caps = *r.opts.Caps
+	}
+	return HoldingOf(caps, r.opts)
 }
 
 // WeightBytes is the memory the LM's weights take as held (on the device,
