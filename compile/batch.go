@@ -72,6 +72,22 @@ type BatchOptions struct {
 	PrefixCache int
 }
 
+// OptionError is a BatchOptions field out of its range: the field's name,
+// its value and what it wants. It wraps errs.ErrUsage; cmd names the flag
+// that set it.
+type OptionError struct {
+	Option string // the BatchOptions field
+	Value  int
+	Want   string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("BatchOptions.%s %d: want %s", e.Option, e.Value, e.Want)
+}
+
+// Unwrap makes an OptionError a usage error.
+func (e *OptionError) Unwrap() error { return errs.ErrUsage }
+
 // MaxSlots bounds BatchOptions.MaxBatch.
 const MaxSlots = 1024
 
@@ -106,19 +122,20 @@ func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
 		return nil, errs.Unsupportedf("serving with --tp/--dp above 1 is not supported yet: run one device per server")
 	}
 	if o.MaxBatch < 1 || o.MaxBatch > MaxSlots {
-		return nil, errs.Usagef("--max-batch %d: want 1 to %d sequence slots", o.MaxBatch, MaxSlots)
+		return nil, &OptionError{Option: "MaxBatch", Value: o.MaxBatch, Want: fmt.Sprintf("1 to %d sequence slots", MaxSlots)}
 	}
 	if o.MaxContext == 0 {
 		o.MaxContext = r.spec.MaxPositions
 	}
 	if o.MaxContext < 2 || o.MaxContext > r.spec.MaxPositions {
-		return nil, errs.Usagef("--max-context %d: want 2 to the model's %d positions (max_position_embeddings)", o.MaxContext, r.spec.MaxPositions)
+		return nil, &OptionError{Option: "MaxContext", Value: o.MaxContext,
+			Want: fmt.Sprintf("2 to the model's %d positions (max_position_embeddings)", r.spec.MaxPositions)}
 	}
 	if o.PrefillChunk == 0 {
 		o.PrefillChunk = DefaultServePrefillChunk
 	}
 	if o.PrefillChunk < 1 {
-		return nil, errs.Usagef("--prefill-chunk %d: want a positive number of tokens", o.PrefillChunk)
+		return nil, &OptionError{Option: "PrefillChunk", Value: o.PrefillChunk, Want: "a positive number of tokens"}
 	}
 	o.PrefillChunk = pow2(o.PrefillChunk)
 	b := &Batch{r: r, o: o, seqRow: map[int]int{}}
@@ -188,7 +205,7 @@ func (b *Batch) slotBucket(n int) (int, error) {
 			return s, nil
 		}
 	}
-	return 0, fmt.Errorf("serve: %d cache slots needed, above --max-context %d", n, b.o.MaxContext)
+	return 0, fmt.Errorf("serve: %d cache slots needed, above the context of %d tokens", n, b.o.MaxContext)
 }
 
 // reset frees every sequence and starts an empty decode batch of one row.
@@ -262,7 +279,7 @@ func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
 			return nil, errs.Usagef("prompt %d is empty", i)
 		}
 		if len(p) >= b.o.MaxContext {
-			return nil, errs.Usagef("prompt of %d tokens leaves no room below --max-context %d", len(p), b.o.MaxContext)
+			return nil, errs.Usagef("prompt of %d tokens leaves no room below the context of %d tokens", len(p), b.o.MaxContext)
 		}
 		if err := b.r.checkIDs("prompt", p); err != nil {
 			return nil, err

@@ -1,13 +1,16 @@
 package compile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
@@ -446,4 +449,39 @@ func slidingTiny(arch string) lmckpt.Tiny {
 		c.AttnSoftcap, c.FinalSoftcap = 20, 10
 	}
 	return lmckpt.Tiny{Arch: arch, Config: c, Seed: 7}
+}
+
+// TestBatchOptionErrors: out-of-range options are OptionErrors naming the
+// field, its value and its range, and usage errors; nothing names a flag.
+func TestBatchOptionErrors(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewLM(cpuBackend(t), l, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, c := range []struct {
+		o     BatchOptions
+		field string
+		value int
+	}{
+		{BatchOptions{MaxBatch: 0}, "MaxBatch", 0},
+		{BatchOptions{MaxBatch: MaxSlots + 1}, "MaxBatch", MaxSlots + 1},
+		{BatchOptions{MaxBatch: 2, MaxContext: r.spec.MaxPositions + 1}, "MaxContext", r.spec.MaxPositions + 1},
+		{BatchOptions{MaxBatch: 2, PrefillChunk: -3}, "PrefillChunk", -3},
+	} {
+		_, err := NewBatch(r, c.o)
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Option != c.field || oe.Value != c.value || !errors.Is(err, errs.ErrUsage) {
+			t.Errorf("%+v: %v, want an OptionError for %s %d", c.o, err, c.field, c.value)
+			continue
+		}
+		if strings.Contains(err.Error(), "--") {
+			t.Errorf("%+v: %q names a flag", c.o, err)
+		}
+	}
 }
