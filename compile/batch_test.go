@@ -454,12 +454,7 @@ func slidingTiny(arch string) lmckpt.Tiny {
 // TestBatchOptionErrors: out-of-range options are OptionErrors naming the
 // field, its value and its range, and usage errors; nothing names a flag.
 func TestBatchOptionErrors(t *testing.T) {
-	l, err := lmckpt.Load("../testdata/stories260K-hf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	r, err := NewLM(cpuBackend(t), l, Options{})
+	r, err := NewLM(cpuBackend(t), loadDir(t, "../testdata/stories260K-hf"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
