@@ -1,4 +1,4 @@
-// Package cpu is tputool's own CPU backend for GoMLX (issue 14): a
+// Package cpu is tputool's own CPU backend for GoMLX: a
 // backends.Backend that records a graph of nodes with their shapes, and
 // runs it with an executor that reuses buffers, writes in place where it
 // can, and calls the SIMD kernels of tpu/cpu/kernels for the matrix

@@ -1,5 +1,5 @@
-// Package kernels holds the numeric kernels of tputool's own CPU engine
-// (issue 14): matrix products over f32, bf16, f16 and int8 weights read in the
+// Package kernels holds the numeric kernels of tputool's own CPU engine:
+// matrix products over f32, bf16, f16 and int8 weights read in the
 // Hugging Face [out, in] layout, fused row kernels (RMSNorm, softmax,
 // SiLU·up, residual add) and the worker pool they run on.
 //
