@@ -9,9 +9,12 @@
 // stop strings and text are pipeline/generate's, per request, so a greedy
 // request gives the tokens `tputool generate` gives.
 //
-// The HTTP API is server.go (routing, auth, access log), openai.go (the
-// OpenAI endpoints), ollama.go (ollama's) and metrics.go (Prometheus
-// text).
+// The HTTP API is server.go (routing, auth, access log); OpenAI's
+// protocol: openai.go (the wire types of requests, their strict decoding
+// and checks, /v1/models), completions.go and chat.go (the endpoints),
+// sse.go (streaming) and logprobs.go; plan.go (a request's sequences and
+// choices, shared with ollama.go, ollama's endpoints); and metrics.go
+// (Prometheus text).
 package serve
 
 import "fmt"

@@ -1,0 +1,242 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// POST /v1/completions: a string, strings, token ids or lists of ids,
+// answered whole or streamed.
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+type completionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage,omitempty"`
+}
+
+// completionPrompts reads prompt: a string, an array of strings, an array
+// of token ids, or an array of arrays of token ids.
+func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
+	if !isSet(raw) {
+		return nil, badRequest("prompt", "prompt is required")
+	}
+	// Each form is tried into its own variable: a failed Unmarshal may
+	// have filled part of it.
+	var texts []string
+	var idLists [][]int
+	var one string
+	var many []string
+	var ids []int
+	var lists [][]int
+	switch {
+	case json.Unmarshal(raw, &one) == nil:
+		texts = []string{one}
+	case json.Unmarshal(raw, &many) == nil:
+		texts = many
+	case json.Unmarshal(raw, &ids) == nil:
+		idLists = [][]int{ids}
+	case json.Unmarshal(raw, &lists) == nil:
+		idLists = lists
+	default:
+		return nil, badRequest("prompt", "prompt must be a string, an array of strings, an array of token ids or an array of such arrays")
+	}
+	if len(texts) == 0 && len(idLists) == 0 {
+		return nil, badRequest("prompt", "prompt is empty")
+	}
+	var prompts [][]int
+	for _, t := range texts {
+		if s.o.Tokenizer == nil {
+			return nil, badRequest("prompt", "this server has no tokenizer: send the prompt as token ids")
+		}
+		ids, err := s.o.Tokenizer.Encode(t, true)
+		if err != nil {
+			return nil, badRequest("prompt", "encoding the prompt: %v", err)
+		}
+		prompts = append(prompts, ids)
+	}
+	vocab := s.o.VocabSize
+	if s.o.Tokenizer != nil && (vocab == 0 || s.o.Tokenizer.VocabSize() < vocab) {
+		vocab = s.o.Tokenizer.VocabSize()
+	}
+	for _, ids := range idLists {
+		for _, id := range ids {
+			if id < 0 || (vocab > 0 && id >= vocab) {
+				return nil, badRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, vocab)
+			}
+		}
+		prompts = append(prompts, ids)
+	}
+	for _, p := range prompts {
+		if len(p) == 0 {
+			return nil, badRequest("prompt", "a prompt has no tokens")
+		}
+	}
+	return prompts, nil
+}
+
+// completions answers POST /v1/completions.
+func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req completionRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := s.completionPlan(&req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var stream func([]*Stream, string, int64)
+	if req.Stream {
+		stream = func(streams []*Stream, id string, created int64) {
+			s.streamCompletions(r.Context(), w, &req, p, streams, id, created)
+		}
+	}
+	s.answer(w, r, x, p, "cmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
+		resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Usage: u}
+		for i, c := range choices {
+			cc := completionChoice{Index: i, Text: c.text.String(), FinishReason: new(finishReason(c.finish))}
+			if p.reqs[i].Logprobs >= 0 {
+				cc.Logprobs = s.completionLogprobsOf(c, c.logprobs)
+			}
+			resp.Choices = append(resp.Choices, cc)
+		}
+		return resp
+	})
+}
+
+// answer submits a plan's sequences and answers the request: through
+// stream when it is set (a streamed request), else with the JSON that
+// respond builds from the finished choices and the usage.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, x *exchange, p *plan, idPrefix string,
+	stream func(streams []*Stream, id string, created int64), respond func(choices []*choice, u *usage, id string, created int64) any) {
+	x.promptTokens = p.promptTokens
+	streams, cancel, err := s.submit(r.Context(), p.reqs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer cancel()
+	defer func() { x.completionTokens = completionTokens(streams) }()
+	id, created := newID(idPrefix), s.o.Now().Unix()
+	if stream != nil {
+		stream(streams, id, created)
+		return
+	}
+	choices := collectChoices(streams, p)
+	if err := outcome(r.Context(), choices); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, respond(choices, newUsage(p.promptTokens, completionTokens(streams)), id, created))
+}
+
+// completionPlan validates a completion request and plans its sequences.
+func (s *Server) completionPlan(req *completionRequest) (*plan, error) {
+	if err := s.checkModel(req.Model); err != nil {
+		return nil, err
+	}
+	o, n, err := req.check("max_tokens", req.MaxTokens)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Echo:
+		return nil, badRequest("echo", "echo is not supported")
+	case req.Suffix != nil && *req.Suffix != "":
+		return nil, badRequest("suffix", "suffix (fill-in-the-middle) is not supported")
+	case req.BestOf != nil && *req.BestOf != n:
+		return nil, badRequest("best_of", "best_of is not supported beyond n (%d), got %d", n, *req.BestOf)
+	}
+	logprobs := -1
+	if req.Logprobs != nil {
+		logprobs = *req.Logprobs
+		if logprobs < 0 || logprobs > maxLogprobs {
+			return nil, badRequest("logprobs", "logprobs must be between 0 and %d, got %d", maxLogprobs, logprobs)
+		}
+	}
+	prompts, err := s.completionPrompts(req.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	if len(prompts)*n > maxSequences {
+		return nil, badRequest("n", "%d prompts x n=%d is over the %d sequences one request may run", len(prompts), n, maxSequences)
+	}
+	return s.plan(prompts, o, n, req.IgnoreEOS, logprobs, "prompt", "max_tokens")
+}
+
+// streamCompletions streams the choices as text_completion chunks.
+func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, req *completionRequest, p *plan, streams []*Stream, id string, created int64) {
+	response := func(cs []completionChoice, u *usage) completionResponse {
+		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
+	}
+	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	s.streamEvents(ctx, startSSE(w), p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
+		cc := completionChoice{Index: i, Text: ev.Text}
+		if logprobs {
+			cc.Logprobs = s.completionLogprobsOf(c, lps)
+		}
+		if ev.FinishReason != "" {
+			cc.FinishReason = new(finishReason(ev.FinishReason))
+		}
+		return response([]completionChoice{cc}, nil)
+	}, func(u *usage) any { return response([]completionChoice{}, u) })
+}
+
+// streamEvents sends the events of a plan's streams as SSE chunks, in the
+// order they come: chunk builds an event's chunk (lps holds the event when
+// its log-probabilities are to be sent; logprobs says whether the choice
+// asked for them), usageChunk the final usage chunk when withUsage.
+// An engine failure is an SSE error; a client gone ends the stream
+// silently, a shutdown cut-off as closed.
+func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []*Stream, withUsage bool,
+	chunk func(i int, c *choice, ev Event, lps []Event, logprobs bool) any, usageChunk func(*usage) any) {
+	choices := make([]*choice, len(streams))
+	for i := range choices {
+		choices[i] = &choice{prev: lastToken(p.reqs[i].Prompt)}
+	}
+	for se := range merge(ctx, streams) {
+		ev := se.ev
+		if ev.FinishReason == FinishError {
+			out.fail(ev.Err)
+			return
+		}
+		if ev.FinishReason == FinishCancelled {
+			if ctx.Err() == nil {
+				out.fail(ErrClosed)
+			}
+			return
+		}
+		logprobs := p.reqs[se.stream].Logprobs >= 0
+		var lps []Event
+		if logprobs && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
+			lps = []Event{ev}
+		}
+		if ev.Text == "" && ev.FinishReason == "" && len(lps) == 0 {
+			continue
+		}
+		if err := out.send(chunk(se.stream, choices[se.stream], ev, lps, logprobs)); err != nil {
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if withUsage {
+		out.send(usageChunk(newUsage(p.promptTokens, completionTokens(streams))))
+	}
+	out.done()
+}

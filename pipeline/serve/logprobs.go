@@ -1,0 +1,107 @@
+package serve
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Log-probabilities in OpenAI's shapes: completions' and chat's.
+
+// tokenText is the text of token id after token prev (so a SentencePiece
+// word keeps its leading space); a byte-fallback token is its byte.
+func (s *Server) tokenText(prev, id int) string {
+	tok := s.o.Tokenizer
+	if tok == nil {
+		return fmt.Sprintf("token_id:%d", id)
+	}
+	if piece, ok := tok.IDToToken(id); ok && len(piece) == 6 && strings.HasPrefix(piece, "<0x") && piece[5] == '>' {
+		if b, err := strconv.ParseUint(piece[3:5], 16, 8); err == nil {
+			return string([]byte{byte(b)})
+		}
+	}
+	if prev >= 0 {
+		a := tok.Decode([]int{prev}, false)
+		ab := tok.Decode([]int{prev, id}, false)
+		if t, ok := strings.CutPrefix(ab, a); ok {
+			return t
+		}
+	}
+	return tok.Decode([]int{id}, false)
+}
+
+// logprobValue makes a log-probability JSON-safe: -Inf (a token the model
+// rules out) is reported as -9999, as OpenAI does.
+func logprobValue(v float64) float64 {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return -9999
+	}
+	return v
+}
+
+// completionLogprobs is a completion choice's logprobs object.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// completionLogprobsOf renders evs, continuing c's token context and text
+// offsets.
+func (s *Server) completionLogprobsOf(c *choice, evs []Event) *completionLogprobs {
+	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, ev := range evs {
+		text := s.tokenText(c.prev, ev.Token)
+		top := map[string]float64{}
+		for _, t := range ev.TopLogprobs {
+			top[s.tokenText(c.prev, t.Token)] = logprobValue(t.Logprob)
+		}
+		top[text] = logprobValue(ev.Logprob)
+		lp.Tokens = append(lp.Tokens, text)
+		lp.TokenLogprobs = append(lp.TokenLogprobs, logprobValue(ev.Logprob))
+		lp.TopLogprobs = append(lp.TopLogprobs, top)
+		lp.TextOffset = append(lp.TextOffset, c.offset)
+		c.offset += len(text)
+		c.prev = ev.Token
+	}
+	return lp
+}
+
+// chatLogprob is one token of a chat choice's logprobs.content.
+type chatLogprob struct {
+	Token       string        `json:"token"`
+	Logprob     float64       `json:"logprob"`
+	Bytes       []int         `json:"bytes"`
+	TopLogprobs []chatLogprob `json:"top_logprobs"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+	Refusal []chatLogprob `json:"refusal"`
+}
+
+func tokenBytes(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
+// chatLogprobsOf renders evs, continuing c's token context.
+func (s *Server) chatLogprobsOf(c *choice, evs []Event) *chatLogprobs {
+	lp := &chatLogprobs{Content: []chatLogprob{}}
+	for _, ev := range evs {
+		text := s.tokenText(c.prev, ev.Token)
+		item := chatLogprob{Token: text, Logprob: logprobValue(ev.Logprob), Bytes: tokenBytes(text), TopLogprobs: []chatLogprob{}}
+		for _, t := range ev.TopLogprobs {
+			tt := s.tokenText(c.prev, t.Token)
+			item.TopLogprobs = append(item.TopLogprobs, chatLogprob{Token: tt, Logprob: logprobValue(t.Logprob), Bytes: tokenBytes(tt), TopLogprobs: []chatLogprob{}})
+		}
+		lp.Content = append(lp.Content, item)
+		c.prev = ev.Token
+	}
+	return lp
+}

@@ -1,0 +1,183 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// The plan of a request, shared by the OpenAI and ollama endpoints: its
+// prompts, settings and limits checked once, and the choices (sequences)
+// it runs.
+
+// plan is a request's sequences: prompts x n Requests, choice i is
+// reqs[i] (prompt i / n, sampler stream i % n).
+type plan struct {
+	reqs         []Request
+	promptTokens int
+}
+
+// plan builds the Requests of prompts: resolves the settings once (one
+// seed for the request), bounds each prompt plus its max tokens by
+// MaxContext (promptParam names the prompt in errors), and by default
+// gives each sequence the rest of the context (without MaxContext,
+// Resolve's limit).
+func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bool, logprobs int, promptParam, maxTokensParam string) (*plan, error) {
+	gen, err := s.o.Resolve(o)
+	if err != nil {
+		if errors.Is(err, errs.ErrUsage) { // a setting out of range
+			return nil, badRequest("", "%v", err)
+		}
+		return nil, fmt.Errorf("resolving the generation settings: %w", err)
+	}
+	if ignoreEOS {
+		gen.EOS = nil
+	}
+	if tok := s.o.Tokenizer; tok != nil {
+		gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
+	}
+	p := &plan{}
+	for _, prompt := range prompts {
+		// Token ids given are checked against both vocabularies
+		// (completionPrompts); text a tokenizer larger than its model
+		// encodes is checked here, so the engine never sees an id it
+		// cannot embed.
+		if v := s.o.VocabSize; v > 0 {
+			for _, id := range prompt {
+				if id >= v {
+					return nil, badRequest(promptParam, "the %s encodes to token id %d, outside the model's vocabulary [0, %d)", promptParam, id, v)
+				}
+			}
+		}
+		limit := gen.MaxNewTokens
+		switch c := s.o.MaxContext; {
+		case c <= 0:
+		case o.MaxNewTokens != nil:
+			if len(prompt)+limit > c {
+				return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam, Code: "context_length_exceeded",
+					Message: fmt.Sprintf("this model's maximum context length is %d tokens, but %d were requested (%d in the %s, %d in %s): shorten the %s or lower %s",
+						c, len(prompt)+limit, len(prompt), promptParam, limit, maxTokensParam, promptParam, maxTokensParam)}
+			}
+		default:
+			limit = c - len(prompt)
+			if limit <= 0 {
+				return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam, Code: "context_length_exceeded",
+					Message: fmt.Sprintf("this model's maximum context length is %d tokens, and the %s has %d: no room is left to generate", c, promptParam, len(prompt))}
+			}
+		}
+		p.promptTokens += len(prompt)
+		for j := range n {
+			g := gen
+			g.MaxNewTokens = limit
+			p.reqs = append(p.reqs, Request{Prompt: prompt, Gen: g, Index: j, Logprobs: logprobs})
+		}
+	}
+	return p, nil
+}
+
+// finishReason is OpenAI's name for a sequence's finish.
+func finishReason(reason string) string {
+	switch reason {
+	case generate.FinishStop, generate.FinishStopString:
+		return "stop"
+	}
+	return reason
+}
+
+// newID returns a response id: prefix and 26 random characters.
+func newID(prefix string) string { return prefix + rand.Text() }
+
+// usage is OpenAI's token counts.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func newUsage(prompt, completion int) *usage {
+	return &usage{prompt, completion, prompt + completion}
+}
+
+// ---- sequences in flight
+
+// choice is one sequence's output as it arrives.
+type choice struct {
+	text     strings.Builder
+	prev     int // the last token, context for the next token's text
+	offset   int // bytes of token text so far (completions' text_offset)
+	finish   string
+	err      error
+	logprobs []Event // events with a token, for the log-probabilities
+}
+
+// collectChoices reads every stream to its end (the scheduler ends them all when
+// ctx ends) and returns the choices.
+func collectChoices(streams []*Stream, p *plan) []*choice {
+	out := make([]*choice, len(streams))
+	for i, st := range streams {
+		c := &choice{prev: lastToken(p.reqs[i].Prompt)}
+		for ev := range st.Events {
+			c.add(ev, p.reqs[i].Logprobs >= 0)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// add records an event.
+func (c *choice) add(ev Event, logprobs bool) {
+	c.text.WriteString(ev.Text)
+	if ev.FinishReason != "" {
+		c.finish, c.err = ev.FinishReason, ev.Err
+	}
+	// The end-of-sequence token's text is not part of the output, nor is
+	// its log-probability.
+	if logprobs && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
+		c.logprobs = append(c.logprobs, ev)
+	}
+}
+
+func lastToken(prompt []int) int {
+	if len(prompt) == 0 {
+		return -1
+	}
+	return prompt[len(prompt)-1]
+}
+
+// statusClientClosed is the status logged for a request whose client went
+// away before the answer (nginx's 499); nobody receives it.
+const statusClientClosed = 499
+
+// outcome is the error a finished set of choices answers instead of a
+// response: an engine failure is a 500, a sequence cancelled while the
+// client is still there (the server's shutdown deadline) a 503, and one
+// whose client went away a 499 for the log.
+func outcome(ctx context.Context, choices []*choice) error {
+	for _, c := range choices {
+		switch c.finish {
+		case FinishError:
+			return &apiError{Status: http.StatusInternalServerError, Message: fmt.Sprintf("generation failed: %v", c.err), Type: "server_error"}
+		case FinishCancelled:
+			if ctx.Err() == nil {
+				return &apiError{Status: http.StatusServiceUnavailable, Message: ErrClosed.Error(), Type: "server_error", Code: "shutting_down"}
+			}
+			return &apiError{Status: statusClientClosed, Message: "the client closed the request", Type: "invalid_request_error"}
+		}
+	}
+	return nil
+}
+
+// completionTokens sums the tokens the streams generated.
+func completionTokens(streams []*Stream) int {
+	n := 0
+	for _, st := range streams {
+		n += st.CompletionTokens()
+	}
+	return n
+}
