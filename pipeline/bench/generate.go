@@ -9,7 +9,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 )
 
-// LMRunner runs a language model one step at a time (compile.LM).
+// LMRunner runs a language model one step at a time (compile.State).
 type LMRunner interface {
 	// Prefill starts a generation of at most maxNew further tokens and
 	// returns each row's logits after its last prompt token.

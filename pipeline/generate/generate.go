@@ -3,7 +3,7 @@
 // (pipeline/sample), until every row stops on an end-of-sequence id, a
 // stop string or the token limit, or the context is cancelled.
 //
-// It depends only on a small Runner interface (compile.LM implements it),
+// It depends only on a small Runner interface (compile.State implements it),
 // so it is tested without a model. Text comes from per-row stream decoders
 // (loader/tokenizer's StreamDecoder), which never split a UTF-8 character;
 // stop strings are matched on the decoded text, and text that could still
@@ -22,7 +22,7 @@ import (
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
-// Runner runs a model one step at a time (compile.LM).
+// Runner runs a model one step at a time (compile.State).
 type Runner interface {
 	// Prefill starts a generation of at most maxNew tokens per prompt and
 	// returns each row's logits after its last prompt token.
@@ -32,7 +32,7 @@ type Runner interface {
 }
 
 // Chunked is implemented by runners that prefill in pieces over one cache
-// (compile.LM): Begin queues the left-padded prompts and returns their
+// (compile.State): Begin queues the left-padded prompts and returns their
 // padded length; PrefillChunk runs the next n queued tokens and returns
 // the logits after them. Run uses it to check for cancellation and report
 // progress between pieces.
@@ -42,7 +42,7 @@ type Chunked interface {
 }
 
 // Extender is implemented by runners that can continue the cache of the
-// previous Run with more prompt tokens (compile.LM); Options.Cached uses it.
+// previous Run with more prompt tokens (compile.State); Options.Cached uses it.
 type Extender interface {
 	Chunked
 	Extend(tokens [][]int, maxNew int) (int, error)

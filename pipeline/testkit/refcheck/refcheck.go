@@ -67,7 +67,7 @@ func GreedySequences(ref Reference, prompts [][]int, steps int) [][]int {
 	return seqs
 }
 
-// Runner runs a batch one step at a time (compile.LM).
+// Runner runs a batch one step at a time (compile.State).
 type Runner interface {
 	Prefill(prompts [][]int, maxNew int) ([][]float32, error)
 	Decode(next []int) ([][]float32, error)
