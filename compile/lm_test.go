@@ -186,3 +186,60 @@ func TestChunkedPrefillAndExtend(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestStatesAreIndependent: two States stepped in turn on one LM, each
+// growing its cache at its own time, give the tokens each gives alone,
+// and releasing one leaves the other running: the LM holds no
+// generation state.
+func TestStatesAreIndependent(t *testing.T) {
+	be := cpuBackend(t)
+	l := loadDir(t, "../testdata/stories260K-hf")
+	prompts := [][]int{{1, 403, 407, 261, 378}, {1, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401}}
+	const n = 40
+	for _, mode := range []Mode{Compiled, Eager} {
+		r, err := NewLM(be, l, Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var alone [2][]int
+		for i, p := range prompts {
+			alone[i] = generateGreedy(t, r, p, n)
+		}
+		var sts [2]*State
+		var logits [2][][]float32
+		var got [2][]int
+		for i, p := range prompts {
+			sts[i] = r.NewState()
+			if logits[i], err = sts[i].Prefill([][]int{p}, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for step := 0; step < n; step++ {
+			for i := range sts {
+				if i == 1 && step == n/2 { // the second one's tokens so far must hold
+					if fmt.Sprint(got[1]) != fmt.Sprint(alone[1][:len(got[1])]) {
+						t.Fatalf("%s: state 1 %v, alone %v", mode, got[1], alone[1][:len(got[1])])
+					}
+					sts[1].Release()
+					continue
+				}
+				if i == 1 && step > n/2 {
+					continue
+				}
+				id := argmax(logits[i][0])
+				got[i] = append(got[i], id)
+				if logits[i], err = sts[i].Decode([]int{id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if fmt.Sprint(got[0]) != fmt.Sprint(alone[0]) {
+			t.Errorf("%s: interleaved %v, alone %v", mode, got[0], alone[0])
+		}
+		if _, err := sts[1].Decode([]int{1}); err == nil {
+			t.Errorf("%s: a released state decoded", mode)
+		}
+		sts[0].Release()
+		r.Close()
+	}
+}
