@@ -577,14 +577,13 @@ func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 	if err := b.fit(0, 0); err != nil {
 		return nil, err
 	}
+	if err := b.r.checkIDs("decode", tokens); err != nil {
+		return nil, err
+	}
 	B := b.dec.batch
 	ids := make([]int32, B)
 	for i, h := range seqs {
-		id := tokens[i]
-		if id < 0 || id >= b.r.spec.VocabSize {
-			return nil, fmt.Errorf("decode: token id %d is outside the vocabulary [0, %d)", id, b.r.spec.VocabSize)
-		}
-		ids[b.seqRow[h]] = int32(id)
+		ids[b.seqRow[h]] = int32(tokens[i])
 	}
 	for row, h := range b.rows {
 		if h < 0 {

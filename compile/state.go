@@ -261,11 +261,11 @@ func (st *State) Decode(next []int) ([][]float32, error) {
 			return nil, err
 		}
 	}
+	if err := r.checkIDs("decode", next); err != nil {
+		return nil, err
+	}
 	tokens := make([]int32, st.batch)
 	for i, id := range next {
-		if id < 0 || id >= r.spec.VocabSize {
-			return nil, fmt.Errorf("decode: token id %d is outside the vocabulary [0, %d)", id, r.spec.VocabSize)
-		}
 		tokens[i] = int32(id)
 	}
 	return r.run(st, r.decode, tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), st.next)
