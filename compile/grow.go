@@ -5,8 +5,6 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
-
-	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // The cache grows with the sequence: Prefill allocates CacheBucket(prompt
@@ -30,15 +28,7 @@ func (r *LM) growCache(st *State) error {
 	if newLen > st.maxCacheLen {
 		return fmt.Errorf("decode: the cache of %d slots is full", st.cacheLen)
 	}
-	var args []Arg
-	for i, axes := range r.slotAxes {
-		for k, a := range axes {
-			if a != lm.NoSlots {
-				args = append(args, Arg{T: st.tensors[i][k], Donate: true})
-			}
-		}
-	}
-	if len(args) == 0 {
+	if len(r.slotted) == 0 {
 		st.cacheLen = newLen
 		return nil
 	}
@@ -50,40 +40,33 @@ func (r *LM) growCache(st *State) error {
 			return err
 		}
 	}
+	args := make([]Arg, len(r.slotted))
+	for n, s := range r.slotted {
+		args[n] = Arg{T: st.tensors[s.layer][s.k], Donate: true}
+	}
 	outs, err := r.grow.Call(args...)
 	if err != nil {
 		st.Release()
 		return err
 	}
-	n := 0
-	for i, axes := range r.slotAxes {
-		for k, a := range axes {
-			if a != lm.NoSlots {
-				st.tensors[i][k] = outs[n]
-				n++
-			}
-		}
+	for n, s := range r.slotted {
+		st.tensors[s.layer][s.k] = outs[n]
 	}
 	st.cacheLen = newLen
 	return nil
 }
 
-// growGraph takes every state tensor with slots, in layer and state
-// order, and appends zero slots along each one's slot axis up to the next
-// cache bucket.
+// growGraph takes every state tensor with slots (LM.slotted's) and
+// appends zero slots along each one's slot axis up to the next cache
+// bucket.
 func (r *LM) growGraph(in []*graph.Node) []*graph.Node {
-	out := make([]*graph.Node, 0, len(in))
-	for _, axes := range r.slotAxes {
-		for _, a := range axes {
-			if a == lm.NoSlots {
-				continue
-			}
-			x := in[len(out)]
-			dims := append([]int(nil), x.Shape().Dimensions...)
-			dims[a] = CacheBucket(dims[a]+1) - dims[a]
-			zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
-			out = append(out, graph.Concatenate([]*graph.Node{x, zeros}, a))
-		}
+	out := make([]*graph.Node, len(in))
+	for n, s := range r.slotted {
+		x := in[n]
+		dims := append([]int(nil), x.Shape().Dimensions...)
+		dims[s.axis] = CacheBucket(dims[s.axis]+1) - dims[s.axis]
+		zeros := graph.Zeros(x.Graph(), shapes.Make(x.DType(), dims...))
+		out[n] = graph.Concatenate([]*graph.Node{x, zeros}, s.axis)
 	}
 	return out
 }

@@ -133,8 +133,9 @@ type LM struct {
 	embedW    []string
 	headW     []string
 	layerW    [][]string
-	numStates []int   // per layer
-	slotAxes  [][]int // per layer and state: lm.StateSpec.SlotAxis
+	numStates []int          // per layer
+	slotAxes  [][]int        // per layer and state: lm.StateSpec.SlotAxis
+	slotted   []slottedState // the states with a slot axis, in layer and state order
 
 	prefill, decode *Program   // compiled mode
 	embed, head     *Program   // eager mode
@@ -197,12 +198,18 @@ func (r *LM) declareState() error {
 			if err := lm.CheckState(i, s, probe); err != nil {
 				return fmt.Errorf("%s: %w", r.spec.Architecture, err)
 			}
+			if s.SlotAxis != lm.NoSlots {
+				r.slotted = append(r.slotted, slottedState{layer: i, k: len(r.slotAxes[i]), axis: s.SlotAxis})
+			}
 			r.slotAxes[i] = append(r.slotAxes[i], s.SlotAxis)
 		}
 		r.numStates[i] = len(r.slotAxes[i])
 	}
 	return nil
 }
+
+// slottedState is state k of a layer, whose slots lie along axis.
+type slottedState struct{ layer, k, axis int }
 
 // cacheLenOf is the cache length of a step whose state inputs are states
 // (layers' tensors in order, from layer first): the length of the first
