@@ -94,3 +94,58 @@ func GroupedExperts(x, weights, perm, slot *Node, expert ExpertFn) *Node {
 	out := ReduceSum(Mul(picked, InsertAxes(weights, -1)), 1) // [N, H]
 	return ConvertDType(out, x.DType())
 }
+
+// GatheredExperts is the static-shape, in-graph formulation of routed
+// experts: for each of the P = N·k (token, choice) pairs it multiplies the
+// token by its chosen expert's matrices, as one gathered matmul per
+// projection over all pairs. Its shapes depend only on N, k and the
+// weights, never on where the tokens went, and it needs no host round
+// trip: one executable serves every routing.
+//
+// x [N, H] are the experts' inputs, ids [N, k] int32 and weights [N, k]
+// float32 TopKRouter's choice. The expert weights come stacked, each
+// expert's matrix in the Linear layout [out, in]: gate and up [E, I, H]
+// and down [E, H, I]; up nil means gate is the fused gate_up [E, 2I, H]
+// (transformers v5's experts.gate_up_proj: the first I rows are the gate,
+// the next I the up projection). Each expert is act(x·gateᵀ)·(x·upᵀ)
+// then ·downᵀ, and a token's output is Σⱼ weights[n, j] · expert_{ids[n,
+// j]}(x_n), summed in float32. The result has x's dtype.
+//
+// Written out, every pair gathers its expert's [out, in] matrix, which
+// backends without a grouped kernel compute as written (the go backend
+// and XLA: a Gather then a batched DotGeneral over the pairs); tputool's
+// cpu backend recognises the gathered product (see tpu/cpu).
+func GatheredExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node) *Node {
+	xd := x.Shape().Dimensions
+	n, h := xd[0], xd[1]
+	k := ids.Shape().Dimensions[1]
+	p := n * k
+	pairIDs := Reshape(ConvertDType(ids, dtypes.Int32), p, 1)            // [P, 1]
+	pairs := Reshape(BroadcastToDims(InsertAxes(x, 1), n, k, h), p, h)   // [P, H]
+	gathered := func(v, w *Node) *Node { return PairDot(v, w, pairIDs) } // [P, out]
+	g := gathered(pairs, gate)
+	var u *Node
+	if up != nil {
+		u = gathered(pairs, up)
+	} else {
+		inter := g.Shape().Dimensions[1] / 2
+		g, u = SliceAxis(g, 1, AxisRange(0, inter)), SliceAxis(g, 1, AxisRange(inter, 2*inter))
+	}
+	y := gathered(Mul(act(g), u), down) // [P, H]
+	y = Reshape(ConvertDType(y, dtypes.Float32), n, k, h)
+	out := ReduceSum(Mul(y, InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, H]
+	return ConvertDType(out, x.DType())
+}
+
+// PairDot multiplies each row v[p] [in] by the matrix w[ids[p]] [out, in]
+// of a stack w [E, out, in]: ids [P, 1] int32, v [P, in], result [P, out]
+// in v's dtype (the gathered matrices are converted to it if w's differs). It is the
+// gathered ("ragged") matmul of GatheredExperts, written as a Gather of
+// the matrices and a DotGeneral batched over the pairs.
+func PairDot(v, w, ids *Node) *Node {
+	gw := Gather(w, ids) // [P, out, in]: only the chosen matrices are converted
+	if gw.DType() != v.DType() {
+		gw = ConvertDType(gw, v.DType())
+	}
+	return DotGeneral(v, []int{1}, []int{0}, gw, []int{2}, []int{0})
+}

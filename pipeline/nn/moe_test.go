@@ -1,0 +1,169 @@
+package nn
+
+import (
+	"math"
+	"testing"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// moeCase is a small routed-experts problem: N tokens of width H, E
+// experts of width I, each token's k choices and weights.
+type moeCase struct {
+	n, h, e, i, k  int
+	x              []float32 // [N, H]
+	gate, up, down []float32 // [E, I, H], [E, I, H], [E, H, I]
+	ids            []int32   // [N, k]
+	weights        []float32 // [N, k]
+}
+
+func newMoECase(n, h, e, i, k int, route func(tok, j int) int32) moeCase {
+	c := moeCase{n: n, h: h, e: e, i: i, k: k}
+	c.x = values(n*h, 0.05)
+	c.gate = values(e*i*h, 0.03)
+	c.up = values(e*i*h, 0.02)
+	for j := range c.up { // break the pattern shared with gate
+		c.up[j] *= float32(1 + j%7)
+	}
+	c.down = values(e*h*i, 0.04)
+	for j := range c.down {
+		c.down[j] *= float32(1 + (j/3)%5)
+	}
+	c.ids = make([]int32, n*k)
+	c.weights = make([]float32, n*k)
+	for t := 0; t < n; t++ {
+		for j := 0; j < k; j++ {
+			c.ids[t*k+j] = route(t, j)
+			c.weights[t*k+j] = float32(j+1) / float32(k*(k+1)/2) * float32(1+t%3) / 2
+		}
+	}
+	return c
+}
+
+// reference computes Σⱼ wⱼ · down·(silu(gate·x) ⊙ up·x) in float64.
+func (c moeCase) reference() []float64 {
+	out := make([]float64, c.n*c.h)
+	for t := 0; t < c.n; t++ {
+		for j := 0; j < c.k; j++ {
+			e := int(c.ids[t*c.k+j])
+			mid := make([]float64, c.i)
+			for r := 0; r < c.i; r++ {
+				var g, u float64
+				for q := 0; q < c.h; q++ {
+					xv := float64(c.x[t*c.h+q])
+					g += float64(c.gate[(e*c.i+r)*c.h+q]) * xv
+					u += float64(c.up[(e*c.i+r)*c.h+q]) * xv
+				}
+				mid[r] = g / (1 + math.Exp(-g)) * u
+			}
+			for q := 0; q < c.h; q++ {
+				var y float64
+				for r := 0; r < c.i; r++ {
+					y += float64(c.down[(e*c.h+q)*c.i+r]) * mid[r]
+				}
+				out[t*c.h+q] += float64(c.weights[t*c.k+j]) * y
+			}
+		}
+	}
+	return out
+}
+
+// fusedGateUp stacks gate and up per expert as gate_up [E, 2I, H].
+func (c moeCase) fusedGateUp() []float32 {
+	out := make([]float32, 0, 2*len(c.gate))
+	blk := c.i * c.h
+	for e := 0; e < c.e; e++ {
+		out = append(out, c.gate[e*blk:(e+1)*blk]...)
+		out = append(out, c.up[e*blk:(e+1)*blk]...)
+	}
+	return out
+}
+
+func (c moeCase) run(t *testing.T, fused bool) []float32 {
+	t.Helper()
+	args := []any{
+		tensors.FromFlatDataAndDimensions(c.x, c.n, c.h),
+		tensors.FromFlatDataAndDimensions(c.ids, c.n, c.k),
+		tensors.FromFlatDataAndDimensions(c.weights, c.n, c.k),
+		tensors.FromFlatDataAndDimensions(c.down, c.e, c.h, c.i),
+	}
+	if fused {
+		args = append(args, tensors.FromFlatDataAndDimensions(c.fusedGateUp(), c.e, 2*c.i, c.h))
+	} else {
+		args = append(args, tensors.FromFlatDataAndDimensions(c.gate, c.e, c.i, c.h), tensors.FromFlatDataAndDimensions(c.up, c.e, c.i, c.h))
+	}
+	return execGraph(t, func(in []*Node) []*Node {
+		var up *Node
+		if !fused {
+			up = in[5]
+		}
+		return []*Node{GatheredExperts(in[0], in[1], in[2], in[4], up, in[3], SiLU)}
+	}, args...)[0]
+}
+
+func maxRelErr(got []float32, want []float64) float64 {
+	var worst, scale float64
+	for _, w := range want {
+		scale = math.Max(scale, math.Abs(w))
+	}
+	for j := range want {
+		worst = math.Max(worst, math.Abs(float64(got[j])-want[j])/scale)
+	}
+	return worst
+}
+
+// TestGatheredExpertsMatchesReference checks the in-graph formulation,
+// with separate and fused gate/up stacks, against a float64 loop over
+// each token's choices: spread routing on an odd token count, and every
+// token routed to one expert. A wrong expert id must fail the bound.
+func TestGatheredExpertsMatchesReference(t *testing.T) {
+	cases := map[string]moeCase{
+		"spread":     newMoECase(7, 12, 5, 6, 2, func(tok, j int) int32 { return int32((tok*3 + j*2) % 5) }),
+		"one expert": newMoECase(5, 12, 5, 6, 1, func(tok, j int) int32 { return 3 }),
+		"top3":       newMoECase(3, 8, 6, 4, 3, func(tok, j int) int32 { return int32((tok + j*2) % 6) }),
+	}
+	const bound = 2e-6
+	for name, c := range cases {
+		want := c.reference()
+		for _, fused := range []bool{false, true} {
+			if err := maxRelErr(c.run(t, fused), want); err > bound {
+				t.Errorf("%s (fused %v): max error %.3g relative to the largest output, want <= %g", name, fused, err, bound)
+			}
+		}
+		// Mutation: shift one choice to the next expert.
+		bad := c
+		bad.ids = append([]int32(nil), c.ids...)
+		bad.ids[len(bad.ids)-1] = (bad.ids[len(bad.ids)-1] + 1) % int32(c.e)
+		if err := maxRelErr(bad.run(t, false), want); err <= bound {
+			t.Errorf("%s: a wrong expert id still matches the reference (error %.3g)", name, err)
+		}
+	}
+}
+
+// TestGatheredExpertsEqualsDense checks that the gathered and the dense
+// formulation agree on the same routing.
+func TestGatheredExpertsEqualsDense(t *testing.T) {
+	c := newMoECase(6, 8, 4, 4, 2, func(tok, j int) int32 { return int32((tok + j) % 4) })
+	args := []any{
+		tensors.FromFlatDataAndDimensions(c.x, c.n, c.h),
+		tensors.FromFlatDataAndDimensions(c.ids, c.n, c.k),
+		tensors.FromFlatDataAndDimensions(c.weights, c.n, c.k),
+		tensors.FromFlatDataAndDimensions(c.gate, c.e, c.i, c.h),
+		tensors.FromFlatDataAndDimensions(c.up, c.e, c.i, c.h),
+		tensors.FromFlatDataAndDimensions(c.down, c.e, c.h, c.i),
+	}
+	outs := execGraph(t, func(in []*Node) []*Node {
+		x, ids, w, gate, up, down := in[0], in[1], in[2], in[3], in[4], in[5]
+		dense := DenseExperts(x, ids, w, c.e, func(e int, xe *Node) *Node {
+			at := func(s *Node) *Node { return Squeeze(SliceAxis(s, 0, AxisElem(e)), 0) }
+			return GatedMLP(xe, at(gate), nil, at(up), nil, at(down), nil, SiLU)
+		})
+		return []*Node{GatheredExperts(x, ids, w, gate, up, down, SiLU), dense}
+	}, args...)
+	for j := range outs[0] {
+		if d := math.Abs(float64(outs[0][j] - outs[1][j])); d > 1e-6 {
+			t.Fatalf("element %d: gathered %g, dense %g", j, outs[0][j], outs[1][j])
+		}
+	}
+}
