@@ -137,6 +137,7 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 func rewrite(nodes []*node) {
 	for _, n := range nodes {
 		rewriteInt8(n)
+		rewriteGrouped(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}

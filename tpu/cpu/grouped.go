@@ -1,0 +1,143 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// Grouped expert products. pipeline/nn.PairDot (the gathered matmul of
+// routed experts) reaches the backend as
+//
+//	DotGeneral(v [P, K], Gather(w [E, N, K], ids [P, 1]))    batch P, contracting K
+//
+// (with a ConvertDType from bf16/f16 after the Gather, or of the whole
+// stack before it, when the weights are held narrow): every pair gathers its expert's whole matrix, P copies of
+// [N, K] per product. rewriteGrouped turns that into one node that never
+// makes the gathered copy: at run time it sorts the pairs by expert
+// (a counting sort over the ids), and each active expert's matrix, read
+// in place in the stack, is multiplied once by the rows routed to it, one
+// GEMM (a GEMV for a single row) per active expert. Only the active
+// experts' weights are read, each once per product.
+
+const opTypeGrouped = backends.OpTypeLast + 102
+
+// groupedAux: E experts of [N, K] each; from16 when w is bf16/f16.
+type groupedAux struct {
+	e, n, k int
+	from16  bool
+}
+
+// wholeRowGather reports whether g gathers whole [N, K] matrices from a
+// rank-3 stack by one index per row: indices [P, 1], output [P, N, K].
+func wholeRowGather(g *node) bool {
+	if g.op != backends.OpTypeGather || g.inputs[0].shape.Rank() != 3 || g.inputs[1].shape.Rank() != 2 {
+		return false
+	}
+	a, ok := g.aux.(gatherAux)
+	w := g.inputs[0].shape.Dimensions
+	return ok && a.indexVectorAxis == 1 && slices.Equal(a.offsetOutputAxes, []int{1, 2}) &&
+		slices.Equal(a.collapsedSliceAxes, []int{0}) && slices.Equal(a.startIndexMap, []int{0}) &&
+		slices.Equal(a.sizes, []int{1, w[1], w[2]}) && g.inputs[1].shape.Dimensions[1] == 1
+}
+
+// rewriteGrouped finds the gathered product at n (see above).
+func rewriteGrouped(n *node) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return
+	}
+	a := n.aux.(*dotAux)
+	lhs, r := n.inputs[0], n.inputs[1]
+	if lhs.shape.Rank() != 2 || r.shape.Rank() != 3 || a.m != 1 || a.b != lhs.shape.Dimensions[0] ||
+		!slices.Equal(a.lhsPerm, []int{0, 1}) || !slices.Equal(a.rhsNT, []int{0, 1, 2}) || a.rhsFrom16 || a.int8Group > 0 {
+		return
+	}
+	from16 := false
+	if r.op == backends.OpTypeConvertDType && is16(r.inputs[0].shape.DType) {
+		r, from16 = r.inputs[0], true
+	}
+	if !wholeRowGather(r) {
+		return
+	}
+	w, ids := r.inputs[0], r.inputs[1]
+	if !from16 && w.op == backends.OpTypeConvertDType && !w.aliasesInput && is16(w.inputs[0].shape.DType) {
+		w, from16 = w.inputs[0], true // a narrow stack converted whole: read it narrow instead
+	}
+	if from16 != is16(w.shape.DType) || (!from16 && w.shape.DType != dtypes.Float32) {
+		return
+	}
+	d := w.shape.Dimensions
+	n.op = opTypeGrouped
+	n.inputs = []*node{lhs, w, ids}
+	n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16}
+	n.fn = execGrouped
+}
+
+func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
+	a := n.aux.(*groupedAux)
+	ids, err := intsOf(in[2].data)
+	if err != nil {
+		return nil, err
+	}
+	P := len(ids)
+	// Counting sort of the pairs by expert.
+	start := make([]int, a.e+1)
+	for p, e := range ids {
+		if e < 0 || e >= a.e {
+			return nil, fmt.Errorf("expert index %d of pair %d is outside [0, %d)", e, p, a.e)
+		}
+		start[e+1]++
+	}
+	for e := 0; e < a.e; e++ {
+		start[e+1] += start[e]
+	}
+	order := make([]int, P)
+	next := slices.Clone(start[:a.e])
+	for p, e := range ids {
+		order[next[e]] = p
+		next[e]++
+	}
+	lhs := in[0].data.([]float32)
+	out := st.alloc(n.shape)
+	o := out.data.([]float32)
+	N, K := a.n, a.k
+	most := 0
+	for e := 0; e < a.e; e++ {
+		most = max(most, start[e+1]-start[e])
+	}
+	rows := make([]float32, most*K) // the rows routed to one expert
+	res := make([]float32, most*N)
+	for e := 0; e < a.e; e++ {
+		group := order[start[e]:start[e+1]]
+		if len(group) == 0 {
+			continue
+		}
+		m := len(group)
+		x, c := rows[:m*K], res[:m*N]
+		if m == 1 { // one row: read it and write the result in place
+			x, c = lhs[group[0]*K:(group[0]+1)*K], o[group[0]*N:(group[0]+1)*N]
+		} else {
+			for i, p := range group {
+				copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
+			}
+		}
+		switch {
+		case !a.from16:
+			kernels.GemmF32NT(m, N, K, x, K, in[1].data.([]float32)[e*N*K:], K, c, N)
+		case dtypeOfFlat(in[1].data) == dtypes.BFloat16:
+			kernels.GemmBF16NT(m, N, K, x, K, u16(in[1].data)[e*N*K:], K, c, N)
+		default:
+			kernels.GemmF16NT(m, N, K, x, K, u16(in[1].data)[e*N*K:], K, c, N)
+		}
+		if m > 1 {
+			for i, p := range group {
+				copy(o[p*N:(p+1)*N], c[i*N:(i+1)*N])
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,69 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// TestGroupedExpertDot checks the gathered product of routed experts
+// (DotGeneral over a whole-matrix Gather, as nn.PairDot writes it)
+// against the go backend, which computes it as written: f32 and bf16
+// stacks, repeated and single experts, and every pair on one expert. The
+// product must be rewritten into the grouped node.
+func TestGroupedExpertDot(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name    string
+		e, n, k int
+		ids     []int32
+		w       dtypes.DType
+	}{
+		{"spread f32", 5, 24, 40, []int32{3, 0, 3, 4, 1, 3, 0}, dtypes.Float32},
+		{"spread bf16", 5, 24, 40, []int32{2, 2, 1, 4, 0, 2}, dtypes.BFloat16},
+		{"one pair bf16", 3, 9, 17, []int32{1}, dtypes.BFloat16},
+		{"all on one", 4, 16, 32, []int32{2, 2, 2, 2, 2}, dtypes.BFloat16},
+	} {
+		p := len(c.ids)
+		shs := []shapes.Shape{sh(dtypes.Float32, p, c.k), sh(c.w, c.e, c.n, c.k), sh(dtypes.Int32, p, 1)}
+		r := rand.New(rand.NewPCG(7, uint64(p)))
+		data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), c.ids}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.n, c.k}, false)
+			if err != nil {
+				return nil, err
+			}
+			if c.w != dtypes.Float32 {
+				if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
+					return nil, err
+				}
+			}
+			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		if n := dot.(*node); n.op != opTypeGrouped {
+			t.Errorf("%s: the gathered product was not rewritten into the grouped node", c.name)
+		}
+		// An expert index outside the stack is an error naming it.
+		bad := append([]int32(nil), c.ids...)
+		bad[0] = int32(c.e)
+		if _, _, err := run(cpu, shs, []any{data[0], data[1], bad}, build); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("expert index %d", c.e)) {
+			t.Errorf("%s: expert %d of %d: err %v, want one naming the index", c.name, c.e, c.e, err)
+		}
+	}
+}
