@@ -430,6 +430,9 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 	specs := map[string]lm.WeightSpec{}
 	for _, w := range lm.Weights(arch) {
 		specs[w.Name] = w
+		for _, p := range w.Parts { // held as the assembled stack, never quantised
+			specs[p.Name] = lm.WeightSpec{Name: p.Name, Shape: p.Shape}
+		}
 	}
 	h := lm.Holding{Quantize: quantize}
 	var n int64

@@ -79,6 +79,23 @@ type WeightSpec struct {
 	// over the devices of the "model" mesh axis when the model runs with
 	// --tp N. The zero value keeps the weight whole on every device.
 	TP TPSplit
+	// Parts, when set, are the checkpoint tensors the weight is assembled
+	// from when the checkpoint does not hold Name itself: their data,
+	// concatenated flat in order, is the weight (routed experts' per-expert
+	// matrices stacked into one [E, out, in] tensor, which transformers v5
+	// checkpoints store under Name). A checkpoint holds either Name or
+	// every part; Expect checks whichever it holds.
+	Parts []WeightSpec
+}
+
+// Sources are the checkpoint tensors that hold w in a checkpoint with
+// tensor names has: w itself, or its parts when the checkpoint does not
+// hold w and w has parts.
+func (w WeightSpec) Sources(has func(name string) bool) []WeightSpec {
+	if len(w.Parts) == 0 || has(w.Name) {
+		return []WeightSpec{w}
+	}
+	return w.Parts
 }
 
 // TPSplit is how one weight is laid out under tensor parallelism

@@ -39,6 +39,115 @@ type Loaded struct {
 
 	ckpt    *safetensors.Checkpoint
 	weights []WeightSpec
+	byName  map[string]WeightSpec // the model's weights
+	partOf  map[string]partRef    // the parts of assembled weights
+}
+
+// spec is the model's WeightSpec of name.
+func (l *Loaded) spec(name string) (WeightSpec, bool) {
+	l.index()
+	w, ok := l.byName[name]
+	return w, ok
+}
+
+// index builds byName and partOf once.
+func (l *Loaded) index() {
+	if l.byName != nil {
+		return
+	}
+	l.byName = make(map[string]WeightSpec, len(l.weights))
+	l.partOf = map[string]partRef{}
+	for _, w := range l.weights {
+		l.byName[w.Name] = w
+		at := int64(0)
+		for _, p := range w.Parts {
+			l.partOf[p.Name] = partRef{stack: w.Name, at: at}
+			at += int64(elements(p.Shape))
+		}
+	}
+}
+
+// partRef places a part of an assembled weight in its stack: the flat
+// element offset of its data there.
+type partRef struct {
+	stack string
+	at    int64
+}
+
+func elements(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// sources are the checkpoint tensors that hold weight name (see
+// WeightSpec.Sources); a name the model does not list is its own source.
+func (l *Loaded) sources(name string) []WeightSpec {
+	w, ok := l.spec(name)
+	if !ok {
+		return []WeightSpec{{Name: name}}
+	}
+	return w.Sources(l.ckpt.Has)
+}
+
+// view is where one checkpoint tensor's data lies for a weight read whole
+// or a part read from the stack the checkpoint holds: tensor name's
+// elements [first, first+n).
+type view struct {
+	name     string
+	info     safetensors.TensorInfo
+	first, n int64
+}
+
+// viewOf finds the data of name: the checkpoint's tensor of that name, or
+// the range of its stack for a part the checkpoint holds only stacked
+// (transformers v5 checkpoints hold experts as one [E, out, in] tensor).
+func (l *Loaded) viewOf(name string) (view, error) {
+	if info, ok := l.ckpt.Info(name); ok {
+		return view{name: name, info: info, n: info.NumElements()}, nil
+	}
+	l.index()
+	if ref, ok := l.partOf[name]; ok {
+		if info, ok := l.ckpt.Info(ref.stack); ok {
+			n := int64(elements(l.partSpec(name).Shape))
+			if ref.at+n > info.NumElements() {
+				return view{}, fmt.Errorf("tensor %q: part %q ends at element %d, past its %d", ref.stack, name, ref.at+n, info.NumElements())
+			}
+			return view{name: ref.stack, info: info, first: ref.at, n: n}, nil
+		}
+	}
+	return view{}, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+}
+
+// partSpec is the WeightSpec of a part name.
+func (l *Loaded) partSpec(name string) WeightSpec {
+	for _, p := range l.byName[l.partOf[name].stack].Parts {
+		if p.Name == name {
+			return p
+		}
+	}
+	return WeightSpec{Name: name}
+}
+
+// shapeOf is the shape weight name is read with: the checkpoint's, the
+// spec's for a weight assembled from parts, the part's for a part read
+// from its stack.
+func (l *Loaded) shapeOf(name string) ([]int, bool) {
+	if info, ok := l.ckpt.Info(name); ok {
+		return info.Shape, true
+	}
+	l.index()
+	if w, ok := l.byName[name]; ok && len(w.Parts) > 0 {
+		return w.Shape, true
+	}
+	if _, ok := l.partOf[name]; ok {
+		if _, err := l.viewOf(name); err == nil {
+			return l.partSpec(name).Shape, true
+		}
+	}
+	return nil, false
 }
 
 // ignoredBuffer reports checkpoint tensors that transformers itself never
@@ -130,8 +239,10 @@ func (l *Loaded) Weights() []WeightSpec { return l.weights }
 func (l *Loaded) WeightBytes() int64 {
 	var n int64
 	for _, w := range l.weights {
-		if info, ok := l.ckpt.Info(w.Name); ok {
-			n += info.NumBytes()
+		for _, p := range w.Sources(l.ckpt.Has) {
+			if info, ok := l.ckpt.Info(p.Name); ok {
+				n += info.NumBytes()
+			}
 		}
 	}
 	return n
@@ -141,8 +252,8 @@ func (l *Loaded) WeightBytes() int64 {
 // it: Float32, BFloat16 or Float16; Float32 for any other stored type
 // (F64, F8, integers), which executors always convert.
 func (l *Loaded) StoredDType(name string) dtypes.DType {
-	info, _ := l.ckpt.Info(name)
-	switch info.DType {
+	v, _ := l.viewOf(l.sources(name)[0].Name)
+	switch v.info.DType {
 	case safetensors.BF16:
 		return dtypes.BFloat16
 	case safetensors.F16:
@@ -154,7 +265,7 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 // Tensor returns a weight as a new host tensor of compute dtype dtype
 // (Float32 or BFloat16) with the checkpoint's shape (see DecodeInto).
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
-	info, ok := l.ckpt.Info(name)
+	shape, ok := l.shapeOf(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
@@ -163,7 +274,7 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 	default:
 		return nil, errs.Unsupportedf("tensor %q: compute dtype %s is not supported (use float32 or bfloat16)", name, dtype)
 	}
-	t := tensors.FromShape(shapes.Make(dtype, info.Shape...))
+	t := tensors.FromShape(shapes.Make(dtype, shape...))
 	var err error
 	t.MustMutableFlatData(func(flat any) { err = l.DecodeInto(name, flat) })
 	if err != nil {
@@ -182,10 +293,14 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 // pieces of 64 MiB (safetensors.Checkpoint.ReleaseRange): the process
 // holds the weight once, in flat, and a later read maps it in again.
 func (l *Loaded) DecodeInto(name string, flat any) error {
-	info, ok := l.ckpt.Info(name)
-	if !ok {
-		return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	if src := l.sources(name); len(src) > 1 || src[0].Name != name {
+		return l.decodeParts(name, src, flat)
 	}
+	v, err := l.viewOf(name)
+	if err != nil {
+		return err
+	}
+	info := v.info
 	var (
 		convert func(at int, piece []byte)
 		n       int
@@ -203,13 +318,13 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 	default:
 		return errs.Unsupportedf("tensor %q: cannot decode into %T (want float32, bfloat16 or float16)", name, flat)
 	}
-	if int64(n) != info.NumElements() {
-		return fmt.Errorf("tensor %q: %d elements, destination holds %d", name, info.NumElements(), n)
+	if int64(n) != v.n {
+		return fmt.Errorf("tensor %q: %d elements, destination holds %d", name, v.n, n)
 	}
 	if _, wide := flat.([]float32); !wide && info.DType != safetensors.F32 && info.DType != safetensors.BF16 && info.DType != safetensors.F16 {
 		return errs.Unsupportedf("tensor %q: stored as %s, which converts to float32 only", name, info.DType)
 	}
-	return l.convertReleasing(name, info, releasePiece/max(info.DType.Size(), 1), func(at int, piece []byte, check bool) (int64, int64) {
+	return l.convertReleasing(name, v, releasePiece/max(info.DType.Size(), 1), func(at int, piece []byte, check bool) (int64, int64) {
 		if !check {
 			convert(at, piece)
 			return 0, -1
@@ -218,29 +333,76 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 	})
 }
 
+// decodeParts decodes the parts of an assembled weight one after the
+// other into consecutive pieces of flat.
+func (l *Loaded) decodeParts(name string, parts []WeightSpec, flat any) error {
+	at := 0
+	for _, p := range parts {
+		v, err := l.viewOf(p.Name)
+		if err != nil {
+			return fmt.Errorf("%w (a part of %s)", err, name)
+		}
+		n := int(v.n)
+		var piece any
+		switch out := flat.(type) {
+		case []float32:
+			piece = out[at:min(at+n, len(out))]
+		case []bfloat16.BFloat16:
+			piece = out[at:min(at+n, len(out))]
+		case []float16.Float16:
+			piece = out[at:min(at+n, len(out))]
+		default:
+			return errs.Unsupportedf("tensor %q: cannot decode into %T (want float32, bfloat16 or float16)", name, flat)
+		}
+		if err := l.DecodeInto(p.Name, piece); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		at += n
+	}
+	if at != flatLen(flat) {
+		return fmt.Errorf("tensor %q: its parts hold %d elements, destination holds %d", name, at, flatLen(flat))
+	}
+	return nil
+}
+
+func flatLen(flat any) int {
+	switch out := flat.(type) {
+	case []float32:
+		return len(out)
+	case []bfloat16.BFloat16:
+		return len(out)
+	case []float16.Float16:
+		return len(out)
+	}
+	return 0
+}
+
 // releasePiece is the number of checkpoint bytes converted before their
 // pages are released (convertReleasing): the mapping of a weight being
 // read holds at most this much, not the whole tensor (a 9B model's
 // embedding is 2 GB).
 const releasePiece = 64 << 20
 
-// convertReleasing runs conv over tensor name's bytes in pieces of elems
-// elements (at: the piece's first element; check: count NaN/Inf and
-// return the count and the first one's index in the piece), releasing
-// each piece's pages of the mapping once converted, and reports NaN and
-// infinite values to OnNonFinite once for the tensor.
-func (l *Loaded) convertReleasing(name string, info safetensors.TensorInfo, elems int, conv func(at int, piece []byte, check bool) (count, first int64)) error {
-	raw, err := l.ckpt.Raw(name)
+// convertReleasing runs conv over the bytes of weight name's view v in
+// pieces of elems elements (at: the piece's first element within the view;
+// check: count NaN/Inf and return the count and the first one's index in
+// the piece), releasing each piece's pages of the mapping once converted,
+// and reports NaN and infinite values to OnNonFinite once for the weight.
+func (l *Loaded) convertReleasing(name string, v view, elems int, conv func(at int, piece []byte, check bool) (count, first int64)) error {
+	raw, err := l.ckpt.Raw(v.name)
 	if err != nil {
 		return err
 	}
+	info := v.info
 	size := info.DType.Size()
 	if size == 0 || int64(len(raw)) != info.NumBytes() || len(raw)%size != 0 {
-		return fmt.Errorf("tensor %q: %d bytes do not hold %s elements", name, len(raw), info.DType)
+		return fmt.Errorf("tensor %q: %d bytes do not hold %s elements", v.name, len(raw), info.DType)
 	}
+	lo := int(v.first) * size
+	raw = raw[lo : lo+int(v.n)*size]
 	step := max(elems, 1) * size
 	check := l.OnNonFinite != nil
-	nf := safetensors.NonFiniteTensor{Name: name, DType: info.DType, Elements: info.NumElements(), First: -1}
+	nf := safetensors.NonFiniteTensor{Name: name, DType: info.DType, Elements: v.n, First: -1}
 	for off := 0; off < len(raw); off += step {
 		end := min(off+step, len(raw))
 		if count, first := conv(off/size, raw[off:end], check); count > 0 {
@@ -249,7 +411,7 @@ func (l *Loaded) convertReleasing(name string, info safetensors.TensorInfo, elem
 			}
 			nf.Count += count
 		}
-		l.ckpt.ReleaseRange(name, int64(off), int64(end))
+		l.ckpt.ReleaseRange(v.name, int64(lo+off), int64(lo+end))
 	}
 	if nf.Count > 0 {
 		l.OnNonFinite(nf)
@@ -265,13 +427,17 @@ func (l *Loaded) convertReleasing(name string, info safetensors.TensorInfo, elem
 // OnNonFinite once, counted over the whole tensor; the pages of the
 // mapping are released block by block.
 func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []float32)) error {
-	info, ok := l.ckpt.Info(name)
-	if !ok {
-		return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	if src := l.sources(name); len(src) > 1 || src[0].Name != name {
+		return errs.Unsupportedf("tensor %q: assembled from %d parts, it cannot be read in blocks", name, len(src))
 	}
+	v, err := l.viewOf(name)
+	if err != nil {
+		return err
+	}
+	info := v.info
 	block = max(block, 1)
-	buf := make([]float32, min(int64(block), info.NumElements()))
-	return l.convertReleasing(name, info, block, func(at int, piece []byte, check bool) (count, first int64) {
+	buf := make([]float32, min(int64(block), v.n))
+	return l.convertReleasing(name, v, block, func(at int, piece []byte, check bool) (count, first int64) {
 		vals := buf[:len(piece)/info.DType.Size()]
 		convert := func(off int, p []byte) { safetensors.DecodeFloat32(vals[off:], info.DType, p) }
 		first = -1
