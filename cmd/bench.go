@@ -70,6 +70,9 @@ type BenchOptions struct {
 	Sizes [][2]int
 	// Quantize is --quantize: "" or "int8".
 	Quantize string
+	// Experts is --experts (generate); experts the flag as given.
+	Experts compile.ExpertsMode
+	experts string
 	// TaskFlags are the task-specific flags given (--steps, --size,
 	// --variant, --prompt-len, --gen-len), checked once the task is known.
 	TaskFlags []string
@@ -184,6 +187,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
 	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
+	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
@@ -319,6 +323,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 		return err
 	}
+	if opts.Experts, err = compile.ParseExpertsMode(opts.experts); err != nil {
+		return err
+	}
 	if err := checkParallelFlags(opts.TP, opts.DP); err != nil {
 		return err
 	}
@@ -434,7 +441,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize}, rep),
+			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, rep),
 		})
 	} else {
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {

@@ -137,7 +137,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP}, rep)
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, rep)
 	if err != nil {
 		return err
 	}

@@ -58,8 +58,10 @@ type lmOptions struct {
 	Verbose  bool
 	// TP and DP spread the model over TP x DP devices (--tp, --dp).
 	TP, DP int
+	// Experts is --experts: how mixture-of-experts layers run.
+	Experts compile.ExpertsMode
 
-	mode, dtype string // the flags as given
+	mode, dtype, experts string // the flags as given
 }
 
 // newLMOptions are the options of a command of f, before its flags.
@@ -68,7 +70,7 @@ func newLMOptions(f *Factory) lmOptions {
 }
 
 // addFlags adds the model flags (--model, --revision, --mode, --dtype,
-// --tp, --dp, --retries, and --quantize when quantize) to c, with the
+// --tp, --dp, --experts, --retries, and --quantize when quantize) to c, with the
 // command's help for --tp and --dp.
 func (o *lmOptions) addFlags(c *cobra.Command, quantize bool, tpHelp, dpHelp string) {
 	fl := c.Flags()
@@ -81,8 +83,12 @@ func (o *lmOptions) addFlags(c *cobra.Command, quantize bool, tpHelp, dpHelp str
 	}
 	fl.IntVar(&o.TP, "tp", 1, tpHelp)
 	fl.IntVar(&o.DP, "dp", 1, dpHelp)
+	fl.StringVar(&o.experts, "experts", "graph", expertsHelp)
 	addRetriesFlag(c, &o.Retries)
 }
+
+// expertsHelp is the help of --experts.
+const expertsHelp = "mixture-of-experts layers: graph (the chosen experts gathered in one graph, no host round trip), host (tokens grouped by expert on the host), or dense (every expert on every token; a baseline)"
 
 // requireModel refuses a missing --model.
 func (o *lmOptions) requireModel() error {
@@ -102,6 +108,9 @@ func (o *lmOptions) parse(f *Factory) error {
 		return err
 	}
 	if o.Quantize, err = parseQuantize(o.Quantize); err != nil {
+		return err
+	}
+	if o.Experts, err = compile.ParseExpertsMode(o.experts); err != nil {
 		return err
 	}
 	if err := checkRetries(o.Retries); err != nil {

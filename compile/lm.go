@@ -73,10 +73,10 @@ type Options struct {
 	// OnRecompile is called when a call after a program's first one needs
 	// a new executable (new input shapes); cmd turns it into a warning.
 	OnRecompile func(program, shapes string)
-	// DenseExperts runs mixture-of-experts layers of lm.Routed models in
-	// one graph with every expert on every token (Model.Layer) instead of
-	// grouping tokens by expert on the host (see moe.go); for comparison.
-	DenseExperts bool
+	// Experts is how the mixture-of-experts layers of lm.Routed models
+	// run: the model's own in-graph formulation by default (see
+	// ExpertsMode).
+	Experts ExpertsMode
 	// TP and DP spread the model over TP x DP devices of the backend
 	// (tensor parallel over heads and MLP columns, data parallel over the
 	// batch) with AutoSharding; 0 and 1 mean one device. See shard.go.
@@ -84,6 +84,43 @@ type Options struct {
 	// Caps are the backend's facts as the device decided them when it
 	// opened (tpu.Device.Capabilities); nil reads them from the backend.
 	Caps *tpu.Capabilities
+}
+
+// ExpertsMode is a formulation of the routed experts of lm.Routed models.
+type ExpertsMode string
+
+const (
+	// ExpertsInGraph builds mixture-of-experts layers with Model.Layer, the
+	// model's own formulation in one graph (Qwen MoE: the chosen experts'
+	// stacked matrices gathered by index, nn.GatheredExperts): no host
+	// round trip, one executable per shape bucket.
+	ExpertsInGraph ExpertsMode = ""
+	// ExpertsHost groups tokens by expert on the host between two graph
+	// pieces and runs each active expert once on its group (moe.go).
+	ExpertsHost ExpertsMode = "host"
+	// ExpertsDense runs every expert on every token in one graph, weighted
+	// by the routing mask (nn.DenseExperts): the naive baseline.
+	ExpertsDense ExpertsMode = "dense"
+)
+
+// ParseExpertsMode reads an experts formulation by name: "graph" (or
+// ""), "host" or "dense".
+func ParseExpertsMode(s string) (ExpertsMode, error) {
+	switch s {
+	case "", "graph":
+		return ExpertsInGraph, nil
+	case "host", "dense":
+		return ExpertsMode(s), nil
+	}
+	return "", errs.Usagef("--experts %q: want graph, host or dense", s)
+}
+
+// String is the mode's name as ParseExpertsMode reads it.
+func (m ExpertsMode) String() string {
+	if m == ExpertsInGraph {
+		return "graph"
+	}
+	return string(m)
 }
 
 // PromptBucket rounds a prompt length up so that prefill shapes repeat:
@@ -365,7 +402,7 @@ func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
 	off := 0
 	for i := 0; i < r.spec.Layers; i++ {
 		var st []*graph.Node
-		x, st = r.model.Layer(i, w, x, states[off:off+r.numStates[i]], step)
+		x, st = r.layer(i, w, x, states[off:off+r.numStates[i]], step)
 		off += r.numStates[i]
 		out = append(out, st...)
 	}
@@ -386,7 +423,7 @@ func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	states := in[3 : 3+n]
 	w := r.params(r.layerW[rep], in[3+n:])
 	step := r.step(x.Shape(), pads, start, r.cacheLenOf(rep, states))
-	x, st := r.model.Layer(rep, w, x, states, step)
+	x, st := r.layer(rep, w, x, states, step)
 	return append([]*graph.Node{x}, st...)
 }
 

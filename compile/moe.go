@@ -55,10 +55,18 @@ type segment struct {
 }
 
 // routedModel returns the model as lm.Routed when it has routed layers and
-// routing is enabled.
+// routing on the host is asked for (Options.Experts).
 func (r *LM) routedModel() (lm.Routed, bool) {
+	if r.opts.Experts != ExpertsHost {
+		return nil, false
+	}
+	return r.expertModel()
+}
+
+// expertModel returns the model as lm.Routed when it has routed layers.
+func (r *LM) expertModel() (lm.Routed, bool) {
 	rm, ok := r.model.(lm.Routed)
-	if !ok || r.opts.DenseExperts {
+	if !ok {
 		return nil, false
 	}
 	for i := 0; i < r.spec.Layers; i++ {
@@ -67,6 +75,55 @@ func (r *LM) routedModel() (lm.Routed, bool) {
 		}
 	}
 	return nil, false
+}
+
+// expertsApart reports that the experts run one by one (host-routed or
+// dense), reading lm.Experts.Weights: the weights assembled from parts
+// (expert stacks) are then held as their parts (heldSpecs).
+func (r *LM) expertsApart() bool {
+	_, ok := r.expertModel()
+	return ok && r.opts.Experts != ExpertsInGraph
+}
+
+// heldSpecs are the weights ws as this LM holds them: assembled weights
+// replaced by their parts when the experts run apart.
+func (r *LM) heldSpecs(ws []lm.WeightSpec) []lm.WeightSpec {
+	if !r.expertsApart() {
+		return ws
+	}
+	out := make([]lm.WeightSpec, 0, len(ws))
+	for _, w := range ws {
+		if len(w.Parts) > 0 {
+			out = append(out, w.Parts...)
+		} else {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// layer builds layer i: Model.Layer, or with Options.Experts
+// ExpertsDense, a routed layer as Route plus every expert on every token.
+func (r *LM) layer(i int, w *lm.Params, x *graph.Node, state []*graph.Node, step *lm.Step) (*graph.Node, []*graph.Node) {
+	if r.opts.Experts == ExpertsDense {
+		if rm, ok := r.model.(lm.Routed); ok {
+			if ex := rm.Experts(i); ex != nil {
+				return denseLayer(rm, ex, i, w, x, state, step)
+			}
+		}
+	}
+	return r.model.Layer(i, w, x, state, step)
+}
+
+// denseLayer is routed layer i in the dense formulation (nn.DenseExperts).
+func denseLayer(rm lm.Routed, ex *lm.Experts, i int, w *lm.Params, x *graph.Node, state []*graph.Node, step *lm.Step) (*graph.Node, []*graph.Node) {
+	rt, st := rm.Route(i, w, x, state, step)
+	dims := rt.Input.Shape().Dimensions
+	b, t, h := dims[0], dims[1], dims[2]
+	n := b * t
+	out := nn.DenseExperts(graph.Reshape(rt.Input, n, h), graph.Reshape(rt.Experts, n, ex.TopK), graph.Reshape(rt.Weights, n, ex.TopK), ex.Num,
+		func(e int, xe *graph.Node) *graph.Node { return rm.Expert(i, e, w, xe) })
+	return graph.Add(rt.Residual, graph.Reshape(out, b, t, h)), st
 }
 
 func weightNames(ws []lm.WeightSpec) []string {

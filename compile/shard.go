@@ -373,8 +373,8 @@ func (r *LM) setupParallel() error {
 	if tp*dp == 1 {
 		return nil
 	}
-	if _, ok := r.routedModel(); ok {
-		return errs.Unsupportedf("%s: mixture-of-experts layers route tokens on the host and cannot run with %s (use one device)",
+	if _, ok := r.expertModel(); ok {
+		return errs.Unsupportedf("%s: mixture-of-experts layers cannot run with %s yet (their experts are not split over devices; use one device)",
 			r.spec.Architecture, parallelFlags(tp, dp))
 	}
 	plan, err := PlanShards(r.model, tp, dp)

@@ -89,8 +89,8 @@ func (r *LM) checkQuantize() error {
 	if r.tp != nil {
 		return errs.Unsupportedf("--quantize int8 with --tp/--dp is not supported (weights are split on the host as floats)")
 	}
-	if _, ok := r.routedModel(); ok {
-		return errs.Unsupportedf("--quantize int8 is not supported for mixture-of-experts models yet (their expert weights run host-routed)")
+	if _, ok := r.expertModel(); ok && r.opts.Experts != ExpertsDense {
+		return errs.Unsupportedf("--quantize int8 is not supported for mixture-of-experts models with --experts %s yet (their experts would stay unquantised)", r.opts.Experts)
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 	if err := r.checkQuantize(); err != nil {
 		return err
 	}
-	for _, w := range l.Weights() {
+	for _, w := range r.heldSpecs(l.Weights()) {
 		if err := r.loadWeight(l, w); err != nil {
 			return fmt.Errorf("weight %s: %w", w.Name, err)
 		}
@@ -111,7 +111,7 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 	r.headW = weightNames(r.model.HeadWeights())
 	r.layerW = make([][]string, r.spec.Layers)
 	for i := range r.layerW {
-		r.layerW[i] = weightNames(r.model.LayerWeights(i))
+		r.layerW[i] = weightNames(r.heldSpecs(r.model.LayerWeights(i)))
 	}
 	if r.opts.Quantize != "" {
 		r.all = r.withScales(r.all)

@@ -3,21 +3,24 @@ package lm
 import "github.com/gomlx/gomlx/pkg/core/graph"
 
 // Routed is implemented by models whose layers may end in a mixture of
-// routed experts that executors run grouped: tokens are sorted by expert on
-// the host between two graph pieces, and each active expert runs once on
-// the group of tokens routed to it (the "ragged dot" idea with static
-// shapes), so a step reads only the active experts' weights.
+// routed experts, so that executors can also run those experts one by one
+// (compile.Options.Experts): grouped by the tokens routed to them on the
+// host between two graph pieces (each active expert once on its group), or
+// densely (every expert on every token, weighted by the routing mask).
 //
-// Layer(i, ...) must still build the whole layer in one graph (every expert
-// on every token, weighted by the routing mask): executors that do not
-// route on the host use it, and it is the dense baseline. Routed layers are
-// then built in two pieces instead:
+// Layer(i, ...) builds the whole layer in one graph with the model's own
+// formulation (Qwen MoE: the chosen experts' stacked matrices gathered by
+// index, nn.GatheredExperts); it is what executors run by default. The
+// per-expert formulations build a routed layer from two pieces instead:
 //
 //	Route(i)    everything up to the router: attention, the residual, the
 //	            shared expert (if any), the router's top-k choice;
-//	host        group the tokens by chosen expert (compile/ does it);
-//	Expert(i,e) one expert on its group; the executor gathers each token's
-//	            K outputs, weights them and adds them to Routing.Residual.
+//	then        the executor applies Expert(i, e) to the tokens routed to
+//	            e (grouped on the host, or all tokens, masked), weights
+//	            each token's K outputs and adds them to Routing.Residual.
+//
+// Expert weights that LayerWeights lists stacked (a WeightSpec with Parts)
+// are read there as their parts, one per expert (Experts.Weights).
 type Routed interface {
 	Model
 	// Experts describes the routed experts of layer i, or returns nil when
@@ -39,8 +42,9 @@ type Experts struct {
 	// Num is the number of experts; TopK the number each token is routed
 	// to.
 	Num, TopK int
-	// Weights lists the tensors of expert e, a subset of the layer's
-	// LayerWeights, in the same order and with the same shapes for every e.
+	// Weights lists the tensors of expert e, in the same order and with the
+	// same shapes for every e: each a weight of the layer's LayerWeights
+	// or a part of one (WeightSpec.Parts).
 	Weights func(e int) []WeightSpec
 }
 

@@ -81,9 +81,10 @@ func BenchmarkMoEDecode(b *testing.B) {
 			name string
 			opts compile.Options
 		}{
-			{"grouped-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512}},
-			{"grouped-eager", compile.Options{Mode: compile.Eager, CacheLen: 512}},
-			{"dense-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, DenseExperts: true}},
+			{"graph-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512}},
+			{"host-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, Experts: compile.ExpertsHost}},
+			{"host-eager", compile.Options{Mode: compile.Eager, CacheLen: 512, Experts: compile.ExpertsHost}},
+			{"dense-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, Experts: compile.ExpertsDense}},
 		} {
 			r, err := compile.NewLM(be, l, v.opts)
 			gen := r.NewState()

@@ -12,10 +12,17 @@
 // norm_topk_prob), each expert a SwiGLU MLP of moe_intermediate_size, plus
 // for Qwen2-MoE a shared expert scaled by sigmoid(shared_expert_gate).
 //
-// The model implements lm.Routed: compile/ runs the experts grouped by the
-// tokens routed to them (each active expert's weights read once per step),
-// and Layer is the dense formulation (every expert on every token) used as
-// the in-graph fallback and as the benchmark baseline.
+// A layer's experts are held stacked, as transformers v5 stores them
+// (Qwen3MoeExperts): experts.gate_up_proj [E, 2I, H], each expert's gate
+// rows then its up rows, and experts.down_proj [E, H, I]. Checkpoints in
+// the older layout (experts.{e}.{gate,up,down}_proj.weight, which the Hub's
+// Qwen MoE repositories hold) are assembled into the stacks at load
+// (lm.WeightSpec.Parts). Layer runs the experts in one static-shape graph
+// (nn.GatheredExperts: each token's K chosen experts' matrices are
+// gathered by index, so a step computes only the chosen experts, with no
+// host round trip and one executable per shape bucket). The model also
+// implements lm.Routed, for compile/'s host-routed and dense formulations,
+// which read the experts one by one.
 package qwen3moe
 
 import (
@@ -189,8 +196,24 @@ func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
 	}
 }
 
+// stackedExperts are layer i's expert stacks, each assembled, when the
+// checkpoint holds the experts one by one, from expertWeights in expert
+// order.
+func (m *Model) stackedExperts(i int) []lm.WeightSpec {
+	e, in, h := m.o.Experts, m.o.MoEIntermediate, m.Spec().Hidden
+	p := fmt.Sprintf("model.layers.%d.mlp.experts.", i)
+	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Replicated}
+	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Replicated}
+	for x := 0; x < e; x++ {
+		ew := m.expertWeights(i, x)
+		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
+		down.Parts = append(down.Parts, ew[2])
+	}
+	return []lm.WeightSpec{gateUp, down}
+}
+
 // LayerWeights implements lm.Model: attention and norms, then either the
-// MoE block (router, experts, shared expert) or a dense MLP.
+// MoE block (router, expert stacks, shared expert) or a dense MLP.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	if !m.o.Sparse[i] {
 		return m.Model.LayerWeights(i)
@@ -202,9 +225,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
 	add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
-	for e := 0; e < m.o.Experts; e++ {
-		ws = append(ws, m.expertWeights(i, e)...)
-	}
+	ws = append(ws, m.stackedExperts(i)...)
 	if si := m.o.SharedIntermediate; si > 0 {
 		add("mlp.shared_expert.gate_proj.weight", true, lm.Column, si, s.Hidden)
 		add("mlp.shared_expert.up_proj.weight", true, lm.Column, si, s.Hidden)
@@ -214,7 +235,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// Experts implements lm.Routed.
+// Experts implements lm.Routed: expert e reads its parts of the stacks.
 func (m *Model) Experts(i int) *lm.Experts {
 	if !m.o.Sparse[i] {
 		return nil
@@ -253,8 +274,8 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 }
 
 // Layer implements lm.Model. Dense layers are llama.Model's (attention plus
-// MLP); MoE layers use the dense formulation of the experts
-// (nn.DenseExperts).
+// MLP); MoE layers run the experts gathered by the router's choice
+// (nn.GatheredExperts over the stacks).
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	if !m.o.Sparse[i] {
 		return m.Model.Layer(i, w, x, state, step)
@@ -263,11 +284,9 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	dims := r.Input.Shape().Dimensions
 	b, t, hd := dims[0], dims[1], dims[2]
 	n := b * t
-	ids := Reshape(r.Experts, n, m.o.TopK)     // [N, K]
-	weights := Reshape(r.Weights, n, m.o.TopK) // [N, K]
-	out := nn.DenseExperts(Reshape(r.Input, n, hd), ids, weights, m.o.Experts, func(e int, xe *Node) *Node {
-		return m.Expert(i, e, w, xe)
-	}) // [N, H]
+	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
+	out := nn.GatheredExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
+		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act) // [N, H]
 	return Add(r.Residual, Reshape(out, b, t, hd)), st
 }
 

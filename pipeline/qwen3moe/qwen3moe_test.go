@@ -17,74 +17,139 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-// TestLogitsMatchReference runs the tiny Qwen3-MoE and Qwen2-MoE on a
-// left-padded batch of two prompts plus decode steps with the experts
-// grouped on the host (compiled and eager) and in the dense in-graph
-// formulation, compares every row's logits with the float64 reference, and
-// checks that the grouped compiled and eager runs produce identical greedy
-// tokens and identical logits.
+// TestLogitsMatchReference runs the tiny Qwen3-MoE and Qwen2-MoE, from
+// checkpoints holding the experts one by one and stacked (transformers
+// v5), on a left-padded batch of two prompts plus decode steps, with every
+// experts formulation (in-graph gathered, host-routed, dense) in compiled
+// and eager mode on the go backend and on tputool's cpu backend (whose
+// grouped kernel takes the gathered products), and compares every row's
+// logits with the float64 reference. The two checkpoint layouts must give
+// identical logits, and so must compiled and eager host-routed runs.
 func TestLogitsMatchReference(t *testing.T) {
-	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 5
 	const tol = 1e-4
+	type variant struct {
+		name string
+		opts compile.Options
+	}
+	variants := []variant{
+		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
+		{"graph-eager", compile.Options{Mode: compile.Eager}},
+		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
+		{"host-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1, Experts: compile.ExpertsHost}},
+		{"host-eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 2, Experts: compile.ExpertsHost}},
+		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
+	}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
 		name := "Qwen3MoE"
 		if c.Qwen2 {
 			name = "Qwen2MoE"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := c.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lmckpt.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			rm, err := qwenref.LoadMoE(dir, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			greedy := map[string][]int{}
 			all := map[string][]float32{}
-			for _, v := range []struct {
-				name string
-				opts compile.Options
-			}{
-				{"grouped-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1}},
-				{"grouped-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1}},
-				{"grouped-eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 2}},
-				{"dense-compiled", compile.Options{Mode: compile.Compiled, DenseExperts: true}},
-			} {
-				t.Run(v.name, func(t *testing.T) {
-					r, err := compile.NewLM(be, l, v.opts)
-					gen := r.NewState()
-					if err != nil {
-						t.Fatal(err)
+			greedy := map[string][]int{}
+			for _, stacked := range []bool{false, true} {
+				c.Stacked = stacked
+				layout := "per-expert"
+				if stacked {
+					layout = "stacked"
+				}
+				dir := t.TempDir()
+				if err := c.Write(dir); err != nil {
+					t.Fatal(err)
+				}
+				l, err := lmckpt.Load(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				rm, err := qwenref.LoadMoE(dir, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs := refcheck.GreedySequences(rm, prompts, steps)
+				for _, backend := range []string{"go", "cpu"} {
+					be := refcheck.GoBackend(t)
+					if backend == "cpu" {
+						be = refcheck.CPUBackend(t)
 					}
-					defer r.Close()
-					f := refcheck.TeacherForced(t, gen, rm, prompts, seqs, steps, tol)
-					greedy[v.name], all[v.name] = f.Greedy, f.Logits
-					t.Logf("max relative error %.3g, %d executables", f.Worst, r.Stats().Executables)
-				})
+					for _, v := range variants {
+						key := layout + "/" + backend + "/" + v.name
+						t.Run(key, func(t *testing.T) {
+							r, err := compile.NewLM(be, l, v.opts)
+							if err != nil {
+								t.Fatal(err)
+							}
+							defer r.Close()
+							gen := r.NewState()
+							f := refcheck.TeacherForced(t, gen, rm, prompts, seqs, steps, tol)
+							greedy[key], all[key] = f.Greedy, f.Logits
+							t.Logf("max relative error %.3g, %d executables", f.Worst, r.Stats().Executables)
+						})
+					}
+				}
 			}
 			if t.Failed() {
 				return // a variant stopped early; there is nothing whole to compare
 			}
-			if fmt.Sprint(greedy["grouped-compiled"]) != fmt.Sprint(greedy["grouped-eager"]) {
-				t.Errorf("greedy tokens differ:\ncompiled %v\neager    %v", greedy["grouped-compiled"], greedy["grouped-eager"])
-			}
-			a, b := all["grouped-compiled"], all["grouped-eager"]
-			for i := range a {
-				if a[i] != b[i] {
-					t.Errorf("grouped compiled and eager logits differ at %d: %g vs %g", i, a[i], b[i])
-					break
+			same := func(a, b string) {
+				x, y := all[a], all[b]
+				for i := range x {
+					if x[i] != y[i] {
+						t.Errorf("%s and %s logits differ at %d: %g vs %g", a, b, i, x[i], y[i])
+						return
+					}
 				}
 			}
+			for _, backend := range []string{"go", "cpu"} {
+				for _, v := range variants {
+					same("per-expert/"+backend+"/"+v.name, "stacked/"+backend+"/"+v.name)
+				}
+				same("per-expert/"+backend+"/host-compiled", "per-expert/"+backend+"/host-eager")
+			}
 		})
+	}
+}
+
+// TestInGraphOneExecutable checks the point of the in-graph formulation:
+// decode steps that route tokens to ever different experts reuse one
+// compiled executable (host routing compiles a new experts shape whenever
+// the groups' count or capacity changes).
+func TestInGraphOneExecutable(t *testing.T) {
+	c := qwenref.TinyQwen3MoE()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled, CacheLen: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	gen := r.NewState()
+	prompts := [][]int{{1, 7, 21, 33}, {1, 9, 14, 60}, {2, 5, 8, 90}}
+	logits, err := gen.Prefill(prompts, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	afterPrefill := r.Stats().Executables
+	next := make([]int, len(prompts))
+	for s := 0; s < 24; s++ {
+		for b := range next {
+			next[b] = (refcheck.Argmax(logits[b]) + 13*s + 29*b) % c.Vocab // vary the routing
+		}
+		if logits, err = gen.Decode(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.Stats().Executables - afterPrefill; got != 1 {
+		t.Errorf("24 decode steps compiled %d executables, want 1", got)
 	}
 }
 
@@ -113,14 +178,18 @@ func TestRealConfig(t *testing.T) {
 	if got := fmt.Sprint(ex.Weights(127)[2]); !strings.Contains(got, "model.layers.0.mlp.experts.127.down_proj.weight [2048 768]") {
 		t.Errorf("expert weight %s", got)
 	}
-	n := 0
+	n, parts := 0, 0
 	for _, w := range lm.Weights(m) {
 		if strings.Contains(w.Name, ".mlp.experts.") {
 			n++
+			parts += len(w.Parts)
+			if w.Name == "model.layers.47.mlp.experts.gate_up_proj" && fmt.Sprintf("%v %s", w.Shape, w.Parts[255].Name) != "[128 1536 2048] model.layers.47.mlp.experts.127.up_proj.weight" {
+				t.Errorf("stack %s %v, last part %s", w.Name, w.Shape, w.Parts[255].Name)
+			}
 		}
 	}
-	if n != 48*128*3 {
-		t.Errorf("%d expert tensors, want %d", n, 48*128*3)
+	if n != 48*2 || parts != 48*128*3 {
+		t.Errorf("%d expert stacks of %d parts, want %d of %d", n, parts, 48*2, 48*128*3)
 	}
 }
 
@@ -143,10 +212,11 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // TestBFloat16Compute runs the tiny Qwen3-MoE and Qwen2-MoE (stored as
-// BF16) with bfloat16 compute, grouped experts in both modes: logits stay
-// within a few percent of the float64 reference.
+// BF16) with bfloat16 compute on the go backend in both modes, and on the
+// cpu backend with float32 compute (the bf16 expert stacks then stay
+// narrow and the grouped kernel reads them as stored) and bfloat16:
+// logits stay within a few percent of the float64 reference.
 func TestBFloat16Compute(t *testing.T) {
-	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
 		c.DType = safetensors.BF16
@@ -162,21 +232,37 @@ func TestBFloat16Compute(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-			r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
-			gen := r.NewState()
+		for _, v := range []struct {
+			backend string
+			opts    compile.Options
+		}{
+			{"go", compile.Options{Mode: compile.Compiled, DType: dtypes.BFloat16}},
+			{"go", compile.Options{Mode: compile.Eager, DType: dtypes.BFloat16}},
+			{"cpu", compile.Options{Mode: compile.Compiled}},
+			{"cpu", compile.Options{Mode: compile.Compiled, DType: dtypes.BFloat16}},
+		} {
+			be := refcheck.GoBackend(t)
+			if v.backend == "cpu" {
+				be = refcheck.CPUBackend(t)
+			}
+			r, err := compile.NewLM(be, l, v.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
+			gen := r.NewState()
 			logits, err := gen.Prefill(prompts, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
+			tol, compute := 0.05, "bf16"
+			if v.opts.DType != dtypes.BFloat16 {
+				tol, compute = 1e-4, "f32" // the reference reads the same bf16 values
+			}
 			for b, p := range prompts {
 				e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])
-				t.Logf("qwen2=%v %s row %d: relative error %.3g", c.Qwen2, mode, b, e)
-				if e > 0.05 {
-					t.Errorf("qwen2=%v %s row %d: relative error %.3g > 0.05", c.Qwen2, mode, b, e)
+				t.Logf("qwen2=%v %s %s %s row %d: relative error %.3g", c.Qwen2, v.backend, v.opts.Mode, compute, b, e)
+				if e > tol {
+					t.Errorf("qwen2=%v %s %s %s row %d: relative error %.3g > %g", c.Qwen2, v.backend, v.opts.Mode, compute, b, e, tol)
 				}
 			}
 			r.Close()

@@ -2,8 +2,10 @@ package qwenref
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // MoE describes a Qwen3MoeForCausalLM, or with Qwen2 a Qwen2MoeForCausalLM
@@ -24,6 +26,11 @@ type MoE struct {
 	DType      safetensors.DType
 	// MaxPositions is max_position_embeddings (default 512).
 	MaxPositions int
+	// Stacked writes each sparse layer's experts as transformers v5 does
+	// (Qwen3MoeExperts): mlp.experts.gate_up_proj [E, 2I, H] (expert e's
+	// gate rows, then its up rows) and mlp.experts.down_proj [E, H, I],
+	// holding the same values as the per-expert layout.
+	Stacked bool
 }
 
 // TinyQwen3MoE is a small Qwen3-MoE with a dense first layer, 8 experts and
@@ -173,7 +180,74 @@ func (c MoE) ConfigJSON() map[string]any {
 
 // Write writes the checkpoint to dir.
 func (c MoE) Write(dir string) error {
-	return writeCheckpoint(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType)
+	if !c.Stacked {
+		return writeCheckpoint(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType)
+	}
+	dtype := c.DType
+	if dtype == "" {
+		dtype = safetensors.F32
+	}
+	r := lmckpt.NewRand(c.Seed)
+	vals := map[string][]float32{}
+	var ts []safetensors.Tensor
+	for _, t := range c.Tensors() { // the same draws as the per-expert layout
+		v := fill(r, t)
+		if !strings.Contains(t.Name, ".mlp.experts.") {
+			st, err := safetensors.Float32Tensor(t.Name, dtype, t.Shape, v)
+			if err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			ts = append(ts, st)
+			continue
+		}
+		vals[t.Name] = v
+	}
+	H, I := c.Hidden, c.MoEIntermediate
+	for l := 0; l < c.Layers; l++ {
+		if !c.Sparse(l) {
+			continue
+		}
+		p := fmt.Sprintf("model.layers.%d.mlp.experts.", l)
+		var gateUp, down []float32
+		for e := 0; e < c.Experts; e++ {
+			q := fmt.Sprintf("%s%d.", p, e)
+			gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
+			down = append(down, vals[q+"down_proj.weight"]...)
+		}
+		for _, t := range []struct {
+			name  string
+			shape []int
+			v     []float32
+		}{{p + "gate_up_proj", []int{c.Experts, 2 * I, H}, gateUp}, {p + "down_proj", []int{c.Experts, H, I}, down}} {
+			st, err := safetensors.Float32Tensor(t.name, dtype, t.shape, t.v)
+			if err != nil {
+				return fmt.Errorf("tensor %s: %w", t.name, err)
+			}
+			ts = append(ts, st)
+		}
+	}
+	return lmckpt.WriteCheckpoint(dir, c.ConfigJSON(), ts)
+}
+
+// unstack splits v5 expert stacks in w into the per-expert tensors the
+// reference reads (the inverse of Write with Stacked).
+func (c MoE) unstack(w Weights) {
+	H, I := c.Hidden, c.MoEIntermediate
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.mlp.experts.", l)
+		gateUp, ok := w[p+"gate_up_proj"]
+		if !ok {
+			continue
+		}
+		down := w[p+"down_proj"]
+		for e := 0; e < c.Experts; e++ {
+			q := fmt.Sprintf("%s%d.", p, e)
+			g := gateUp[e*2*I*H:]
+			w[q+"gate_proj.weight"] = g[:I*H]
+			w[q+"up_proj.weight"] = g[I*H : 2*I*H]
+			w[q+"down_proj.weight"] = down[e*H*I : (e+1)*H*I]
+		}
+	}
 }
 
 // MoEModel is a description plus its weights.
@@ -188,6 +262,7 @@ func LoadMoE(dir string, c MoE) (*MoEModel, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.unstack(w)
 	return &MoEModel{C: c, W: w}, nil
 }
 

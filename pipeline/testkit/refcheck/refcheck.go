@@ -11,6 +11,8 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego" // the "go" backend
+
+	_ "github.com/tputool/tputool/tpu/cpu" // the "cpu" backend
 )
 
 // GoBackend opens the pure-Go backend with ops_sequential, as tpu.Open
@@ -121,4 +123,15 @@ func TeacherForced(t testing.TB, r Runner, ref Reference, prompts, seqs [][]int,
 			t.Fatal(err)
 		}
 	}
+}
+
+// CPUBackend is tputool's cpu backend (tpu/cpu), closed when the test ends.
+func CPUBackend(t testing.TB) backends.Backend {
+	t.Helper()
+	be, err := backends.NewWithConfig("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Finalize)
+	return be
 }

@@ -1,0 +1,75 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+)
+
+// moeModelDir writes the tiny Qwen3-MoE with stories260K's vocabulary
+// size and tokenizer, its experts stacked as transformers v5 stores them
+// when stacked.
+func moeModelDir(t *testing.T, stacked bool) string {
+	t.Helper()
+	c := qwenref.TinyQwen3MoE()
+	c.Vocab, c.Stacked = 512, stacked
+	dir := t.TempDir()
+	require.NoError(t, c.Write(dir))
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	return dir
+}
+
+// Every --experts formulation, on both checkpoint layouts and on both CPU
+// backends, generates the same greedy tokens.
+func TestGenerateExpertsFormulations(t *testing.T) {
+	var want []int
+	for _, stacked := range []bool{false, true} {
+		dir := moeModelDir(t, stacked)
+		for _, dev := range []string{"cpu", "cpu:go"} {
+			for _, experts := range []string{"graph", "host", "dense"} {
+				e := genEnv(t)
+				code := e.run("--json", "--device", dev, "generate", "--model", dir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--experts", experts)
+				require.Equal(t, ExitOK, code, e.errOut.String())
+				var rs []jsonResult
+				require.NoError(t, json.Unmarshal(e.out.Bytes(), &rs), e.out.String())
+				require.Len(t, rs, 1)
+				r := rs[0]
+				require.Len(t, r.TokenIDs, 12)
+				if want == nil {
+					want = r.TokenIDs
+				}
+				assert.Equal(t, want, r.TokenIDs, "stacked=%v %s --experts %s", stacked, dev, experts)
+			}
+		}
+	}
+}
+
+func TestExpertsFlagValues(t *testing.T) {
+	e := genEnv(t)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--experts", "sparse"))
+	assert.Contains(t, e.errOut.String(), `--experts "sparse": want graph, host or dense`)
+	e = genEnv(t)
+	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--experts", "x"))
+	assert.Contains(t, e.errOut.String(), `--experts "x"`)
+}
+
+// --quantize int8 is refused for a mixture-of-experts model unless its
+// experts run dense (one by one, each quantised).
+func TestQuantizeMoE(t *testing.T) {
+	dir := moeModelDir(t, true)
+	e := genEnv(t)
+	require.Equal(t, ExitUnsupported, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8"))
+	assert.Contains(t, e.errOut.String(), "--quantize int8 is not supported for mixture-of-experts models with --experts graph")
+	e = genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", "dense"), e.errOut.String())
+}
