@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomlx/gomlx/backends"
+
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
@@ -59,23 +62,33 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkMoEDecode measures decode throughput (tokens produced per
-// second, all rows) of the MoE benchmark model at batch 1 and 64, with the
-// experts grouped by the tokens routed to them (host routing, one matmul
-// chain per active expert: compiled and eager modes) and with the naive
-// dense formulation (every expert on every token, weighted by the routing
-// mask, in one compiled graph). Prompts are 8 tokens; the cache holds 512.
-// cpu_ms/step is the process CPU time per decode step (both cores count),
-// steadier than tok/s when other work shares the machine.
-// Run it with scripts/bench-moe.sh.
+// second, all rows) of the MoE benchmark model at batch 1 and 64 on
+// tputool's cpu backend and on the pure-Go one, for each experts
+// formulation: in the graph (the chosen experts gathered by index, which
+// the cpu backend runs as its grouped kernel), grouped on the host
+// (compiled and eager), and dense (every expert on every token).
+// Prompts are 8 tokens; the cache holds 512. cpu_ms/step is the process
+// CPU time per decode step (both cores count), steadier than tok/s when
+// other work shares the machine. Select cases with -bench, e.g.
+// 'MoEDecode/cpu/batch1'. Run it with scripts/bench-moe.sh.
 func BenchmarkMoEDecode(b *testing.B) {
 	dir := benchModelDir(b)
-	be := refcheck.GoBackend(b)
 	l, err := lmckpt.Load(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
 	b.Logf("model %s: %.0f MB of weights", dir, float64(l.WeightBytes())/1e6)
+	for _, backend := range []string{"cpu", "go"} {
+		be := refcheck.GoBackend(b)
+		if backend == "cpu" {
+			be = refcheck.CPUBackend(b)
+		}
+		b.Run(backend, func(b *testing.B) { benchMoEDecode(b, be, l) })
+	}
+}
+
+func benchMoEDecode(b *testing.B, be backends.Backend, l *lm.Loaded) {
 	for _, batch := range []int{1, 64} {
 		for _, v := range []struct {
 			name string

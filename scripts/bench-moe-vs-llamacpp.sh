@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Batch-1 decode of a random Qwen3-MoE on tputool and on llama.cpp's kernels
+# (ollama), same weights, side by side: rounds interleave the two, each
+# round one tputool bench run (--repeat 3) and three ollama generations;
+# the medians of every round are printed with the load average.
+#
+# The model (docs/moe.md): hidden 1024, 8 layers, 16 heads (4 KV) of 128,
+# 64 experts of 512, top 8, vocab 151936 (Qwen3's size; the tokenizer is a
+# byte-level BPE padded with control tokens), untied head, bf16, 2.3 GB,
+# experts stacked as transformers v5 stores them. scripts/export-gguf
+# writes the same weights as GGUF for `ollama create`; Q8=1 also creates
+# ollama's q8_0 quantisation and runs tputool with --quantize int8.
+#
+#   OLLAMA=/path/to/ollama scripts/bench-moe-vs-llamacpp.sh
+#
+# Build ollama v0.24.0 with CGO_CFLAGS="-O3 -march=native"
+# CGO_CXXFLAGS="-O3 -march=native" go build (without them its ggml is
+# built for baseline x86-64, 4x slower). DIR (default
+# /tmp/tputool-moe-bench) keeps the model between runs. Env: ROUNDS (3),
+# GEN (64 decode tokens), EXPERTS (tputool --experts, default graph).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
+DIR="${DIR:-/tmp/tputool-moe-bench}"
+ROUNDS="${ROUNDS:-3}"
+GEN="${GEN:-64}"
+EXPERTS="${EXPERTS:-graph}"
+PORT="${PORT:-11500}"
+mkdir -p "$DIR/hf"
+if [ ! -f "$DIR/hf/config.json" ]; then
+  cat > "$DIR/config.json" <<'JSON'
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+ "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
+ "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 3072,
+ "moe_intermediate_size": 512, "num_experts": 64, "num_experts_per_tok": 8,
+ "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+ "vocab_size": 151936, "max_position_embeddings": 4096,
+ "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "bos_token_id": 270, "eos_token_id": 270,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 - "$DIR/hf/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
+n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
+for i in range(n, 151936):  # the model's vocabulary, as the GGUF pads it
+    t["added_tokens"].append({"id": i, "content": "<|pad_%d|>" % i, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True})
+json.dump(t, open(sys.argv[1], "w"))
+PY
+fi
+[ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
+go build -o "$DIR/tputool" .
+
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h
+"$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
+printf 'FROM %s\n' "$DIR/model.gguf" > "$DIR/Modelfile"
+"$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null
+tags=(moe-bf16)
+quant=("")
+if [ "${Q8:-0}" = 1 ]; then
+  "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null
+  tags+=(moe-q8)
+  quant+=(int8)
+fi
+PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
+
+ollama_tok_s() { # median decode tok/s of 3 generations
+  for _ in 1 2 3; do
+    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$PROMPT\",\"raw\":true,\"stream\":false,
+      \"options\":{\"num_predict\":$GEN,\"temperature\":0,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9)'
+  done | sort -g | sed -n 2p
+}
+tputool_tok_s() { # median decode tok/s of --repeat 3
+  "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
+    --mode compiled --experts "$EXPERTS" ${1:+--quantize $1} -o json |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
+}
+for i in "${!tags[@]}"; do ollama_tok_s "${tags[$i]}" > /dev/null; done # load and warm
+echo "round  weights  tputool_tok_s  ollama_tok_s  ratio  load_avg"
+for r in $(seq "$ROUNDS"); do
+  for i in "${!tags[@]}"; do
+    t=$(tputool_tok_s "${quant[$i]}")
+    o=$(ollama_tok_s "${tags[$i]}")
+    printf '%s  %s  %.1f  %.1f  %.2f  %s\n' "$r" "${tags[$i]}" "$t" "$o" "$(python3 -c "print($t/$o)")" "$(cut -d' ' -f1 /proc/loadavg)"
+  done
+done

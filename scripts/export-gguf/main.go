@@ -1,0 +1,478 @@
+// Command export-gguf converts a Hugging Face Qwen3-MoE checkpoint (a
+// directory with config.json, safetensors weights with the experts one by
+// one or stacked, and a byte-level BPE tokenizer.json, such as the one
+// scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
+// llama.cpp's kernels run through ollama (`ollama create` with
+// `FROM ./model.gguf`). It exists to time ollama on the same weights as
+// tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM
+// safetensors folders.
+//
+//	go run ./scripts/export-gguf -m DIR -o DIR/model.gguf
+//
+// The file is GGUF version 3: the header, the metadata llama.cpp's and
+// ollama's "qwen3moe" architecture read (sizes, rope, norms, experts, and
+// the tokenizer as "gpt2" byte-level BPE: tokens, types and merges, padded
+// with control tokens to vocab_size), the tensor table, then the tensors
+// aligned to 32 bytes. Matrices keep the checkpoint's dtype (F32, F16 or
+// BF16); norm weights and the router are written as F32, as llama.cpp's
+// converter does. GGUF lists dimensions innermost first, so a row-major
+// [out, in] weight is {in, out} and an expert stack [E, I, H] is
+// {H, I, E}: the bytes are the checkpoint's, unchanged. Qwen3's rotary
+// embedding rotates halves, as llama.cpp's NEOX rope for qwen3moe does, so
+// no rows are permuted.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/qwen3moe"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+func main() {
+	model := flag.String("m", "", "Hugging Face Qwen3-MoE directory (required)")
+	out := flag.String("o", "", "output .gguf file (required)")
+	flag.Parse()
+	if *model == "" || *out == "" {
+		fmt.Fprintln(os.Stderr, "export-gguf: -m and -o are required")
+		os.Exit(2)
+	}
+	if err := run(*model, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "export-gguf:", err)
+		os.Exit(1)
+	}
+}
+
+// GGUF value types and ggml tensor types.
+const (
+	tUint32  = 4
+	tInt32   = 5
+	tFloat32 = 6
+	tBool    = 7
+	tString  = 8
+	tArray   = 9
+
+	ggmlF32  = 0
+	ggmlF16  = 1
+	ggmlBF16 = 30
+
+	alignment = 32
+)
+
+// kv is one metadata entry.
+type kv struct {
+	key string
+	val any // uint32, float32, bool, string, []string, []int32
+}
+
+// tensor is one entry of the tensor table: its GGUF name, dimensions
+// (innermost first), type, and the function writing its bytes.
+type tensor struct {
+	name  string
+	dims  []uint64
+	typ   uint32
+	size  int64
+	write func(w *bufio.Writer) error
+}
+
+func run(dir, out string) error {
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	m, ok := l.Model.(*qwen3moe.Model)
+	if !ok || l.Config.Architecture() != "Qwen3MoeForCausalLM" {
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM only", dir, l.Config.Architecture())
+	}
+	o, s := m.Options(), m.Spec()
+	for i, sparse := range o.Sparse {
+		if !sparse {
+			return fmt.Errorf("%s: layer %d is dense; export-gguf writes models whose every layer is sparse", dir, i)
+		}
+	}
+	tokens, types, merges, err := vocabulary(filepath.Join(dir, "tokenizer.json"), s.VocabSize)
+	if err != nil {
+		return err
+	}
+	eos := uint32(s.VocabSize - 1)
+	if len(s.EOS) > 0 {
+		eos = uint32(s.EOS[0])
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return err
+	}
+	const a = "qwen3moe."
+	meta := []kv{
+		{"general.architecture", "qwen3moe"},
+		{"general.name", filepath.Base(dir)},
+		{"general.alignment", uint32(alignment)},
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(s.MaxPositions)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "expert_count", uint32(o.Experts)},
+		{a + "expert_used_count", uint32(o.TopK)},
+		{a + "norm_top_k_prob", o.NormTopK},
+		{"tokenizer.ggml.model", "gpt2"},
+		{"tokenizer.ggml.pre", "qwen2"},
+		{"tokenizer.ggml.tokens", tokens},
+		{"tokenizer.ggml.token_type", types},
+		{"tokenizer.ggml.merges", merges},
+		{"tokenizer.ggml.eos_token_id", eos},
+		{"tokenizer.ggml.bos_token_id", eos},
+		{"tokenizer.ggml.padding_token_id", eos},
+		{"tokenizer.ggml.add_bos_token", false},
+	}
+
+	var ts []tensor
+	add := func(gguf string, names []string, f32 bool) error {
+		t, err := newTensor(l, gguf, names, f32)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+		return nil
+	}
+	if err := add("token_embd.weight", []string{"model.embed_tokens.weight"}, false); err != nil {
+		return err
+	}
+	for i := 0; i < s.Layers; i++ {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		for _, x := range []struct {
+			gguf, hf string
+			f32      bool
+		}{
+			{"attn_norm.weight", "input_layernorm.weight", true},
+			{"attn_q.weight", "self_attn.q_proj.weight", false},
+			{"attn_k.weight", "self_attn.k_proj.weight", false},
+			{"attn_v.weight", "self_attn.v_proj.weight", false},
+			{"attn_output.weight", "self_attn.o_proj.weight", false},
+			{"attn_q_norm.weight", "self_attn.q_norm.weight", true},
+			{"attn_k_norm.weight", "self_attn.k_norm.weight", true},
+			{"ffn_norm.weight", "post_attention_layernorm.weight", true},
+			{"ffn_gate_inp.weight", "mlp.gate.weight", true},
+		} {
+			if err := add(b+x.gguf, []string{p + x.hf}, x.f32); err != nil {
+				return err
+			}
+		}
+		for _, proj := range []string{"gate", "up", "down"} {
+			names := make([]string, o.Experts)
+			for e := range names {
+				names[e] = fmt.Sprintf("%smlp.experts.%d.%s_proj.weight", p, e, proj)
+			}
+			if err := add(b+"ffn_"+proj+"_exps.weight", names, false); err != nil {
+				return err
+			}
+		}
+	}
+	if err := add("output_norm.weight", []string{"model.norm.weight"}, true); err != nil {
+		return err
+	}
+	head := "lm_head.weight"
+	if s.TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	if err := add("output.weight", []string{head}, false); err != nil {
+		return err
+	}
+	return write(out, meta, ts)
+}
+
+// newTensor is GGUF tensor gguf holding the checkpoint weights names (one
+// weight, or one matrix per expert stacked on a new outer axis), in the
+// stored dtype or, with f32, as float32.
+func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool) (tensor, error) {
+	first, err := l.Tensor(names[0], dtypes.Float32)
+	if err != nil {
+		return tensor{}, err
+	}
+	shape := first.Shape().Dimensions
+	first.FinalizeAll()
+	stored := l.StoredDType(names[0])
+	typ, elem, read := uint32(ggmlF32), int64(4), dtypes.Float32
+	if !f32 {
+		switch stored {
+		case dtypes.BFloat16:
+			typ, elem, read = ggmlBF16, 2, dtypes.BFloat16
+		case dtypes.Float16: // read as f32, written as f16 below
+			typ, elem = ggmlF16, 2
+		}
+	}
+	t := tensor{name: gguf, typ: typ}
+	n := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		t.dims = append(t.dims, uint64(shape[i]))
+		n *= int64(shape[i])
+	}
+	if len(names) > 1 {
+		t.dims = append(t.dims, uint64(len(names)))
+	}
+	t.size = n * int64(len(names)) * elem
+	t.write = func(w *bufio.Writer) error {
+		for _, name := range names {
+			x, err := l.Tensor(name, read)
+			if err != nil {
+				return err
+			}
+			err = writeData(w, x, typ)
+			x.FinalizeAll()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	return t, nil
+}
+
+func writeData(w *bufio.Writer, x *tensors.Tensor, typ uint32) error {
+	var err error
+	x.MustConstFlatData(func(flat any) {
+		switch v := flat.(type) {
+		case []float32:
+			if typ == ggmlF16 {
+				buf := make([]byte, 2*len(v))
+				for i, f := range v {
+					binary.LittleEndian.PutUint16(buf[2*i:], safetensors.Float32ToHalf(f))
+				}
+				_, err = w.Write(buf)
+				return
+			}
+			err = binary.Write(w, binary.LittleEndian, v)
+		default:
+			err = binary.Write(w, binary.LittleEndian, v)
+		}
+	})
+	return err
+}
+
+// vocabulary reads a byte-level BPE tokenizer.json: its tokens by id (the
+// model's vocabulary and the added tokens), their GGUF types (1 normal, 3
+// control for special added tokens) and merges, padded with control tokens
+// <|pad_N|> to vocab entries.
+func vocabulary(path string, vocab int) ([]string, []int32, []string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var tj struct {
+		Added []struct {
+			ID      int    `json:"id"`
+			Content string `json:"content"`
+			Special bool   `json:"special"`
+		} `json:"added_tokens"`
+		Model struct {
+			Type   string          `json:"type"`
+			Vocab  map[string]int  `json:"vocab"`
+			Merges json.RawMessage `json:"merges"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(b, &tj); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if tj.Model.Type != "BPE" {
+		return nil, nil, nil, fmt.Errorf("%s: model type %q, want a byte-level BPE", path, tj.Model.Type)
+	}
+	merges, err := readMerges(tj.Model.Merges)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: merges: %w", path, err)
+	}
+	byID := map[int]string{}
+	typ := map[int]int32{}
+	for tok, id := range tj.Model.Vocab {
+		byID[id], typ[id] = tok, 1
+	}
+	for _, a := range tj.Added {
+		byID[a.ID], typ[a.ID] = a.Content, 1
+		if a.Special {
+			typ[a.ID] = 3
+		}
+	}
+	ids := make([]int, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	if len(ids) > 0 && ids[len(ids)-1] >= vocab {
+		return nil, nil, nil, fmt.Errorf("%s: token id %d is outside vocab_size %d", path, ids[len(ids)-1], vocab)
+	}
+	tokens, types := make([]string, vocab), make([]int32, vocab)
+	for id := range tokens {
+		if tok, ok := byID[id]; ok {
+			tokens[id], types[id] = tok, typ[id]
+		} else {
+			tokens[id], types[id] = fmt.Sprintf("<|pad_%d|>", id), 3
+		}
+	}
+	return tokens, types, merges, nil
+}
+
+// readMerges reads merges as "a b" strings or [a, b] pairs.
+func readMerges(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var s []string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, err
+	}
+	for _, p := range pairs {
+		s = append(s, p[0]+" "+p[1])
+	}
+	return s, nil
+}
+
+func write(path string, meta []kv, ts []tensor) (err error) {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	w := bufio.NewWriterSize(f, 1<<20)
+	var pos int64
+	put := func(v any) {
+		if err == nil {
+			err = binary.Write(w, binary.LittleEndian, v)
+			pos += int64(binary.Size(v))
+		}
+	}
+	str := func(s string) {
+		put(uint64(len(s)))
+		if err == nil {
+			var n int
+			n, err = w.WriteString(s)
+			pos += int64(n)
+		}
+	}
+	put([]byte("GGUF"))
+	put(uint32(3))
+	put(uint64(len(ts)))
+	put(uint64(len(meta)))
+	for _, e := range meta {
+		str(e.key)
+		switch v := e.val.(type) {
+		case uint32:
+			put(uint32(tUint32))
+			put(v)
+		case float32:
+			put(uint32(tFloat32))
+			put(v)
+		case bool:
+			put(uint32(tBool))
+			b := uint8(0)
+			if v {
+				b = 1
+			}
+			put(b)
+		case string:
+			put(uint32(tString))
+			str(v)
+		case []string:
+			put(uint32(tArray))
+			put(uint32(tString))
+			put(uint64(len(v)))
+			for _, s := range v {
+				str(s)
+			}
+		case []int32:
+			put(uint32(tArray))
+			put(uint32(tInt32))
+			put(uint64(len(v)))
+			put(v)
+		default:
+			return fmt.Errorf("metadata %s: unsupported value %T", e.key, e.val)
+		}
+	}
+	var off int64
+	for _, t := range ts {
+		str(t.name)
+		put(uint32(len(t.dims)))
+		put(t.dims)
+		put(t.typ)
+		put(uint64(off))
+		off = pad(off + t.size)
+	}
+	pos = writePad(w, pos, &err)
+	for _, t := range ts {
+		if err != nil {
+			return err
+		}
+		if err = t.write(w); err != nil {
+			return err
+		}
+		pos = writePad(w, pos+t.size, &err)
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	return err
+}
+
+func pad(n int64) int64 { return (n + alignment - 1) / alignment * alignment }
+
+// writePad writes zeros from pos up to the next alignment boundary.
+func writePad(w *bufio.Writer, pos int64, err *error) int64 {
+	if *err != nil {
+		return pos
+	}
+	n := pad(pos) - pos
+	_, *err = w.Write(make([]byte, n))
+	return pos + n
+}
+
+// ropeTheta reads rope_theta from config.json (Qwen3MoeConfig's default
+// 10000 when absent).
+func ropeTheta(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var c struct {
+		Theta *float64 `json:"rope_theta"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.Theta == nil {
+		return 10000, nil
+	}
+	return *c.Theta, nil
+}
