@@ -68,8 +68,10 @@ func TestExpertsFlagValues(t *testing.T) {
 func TestQuantizeMoE(t *testing.T) {
 	dir := moeModelDir(t, true)
 	e := genEnv(t)
-	require.Equal(t, ExitUnsupported, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8"))
-	assert.Contains(t, e.errOut.String(), "--quantize int8 is not supported for mixture-of-experts models with --experts graph")
-	e = genEnv(t)
-	require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", "dense"), e.errOut.String())
+	require.Equal(t, ExitUnsupported, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", "host"))
+	assert.Contains(t, e.errOut.String(), "--quantize int8 is not supported with --experts host")
+	for _, mode := range []string{"graph", "dense"} {
+		e = genEnv(t)
+		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", mode), mode+": "+e.errOut.String())
+	}
 }

@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -89,8 +90,8 @@ func (r *LM) checkQuantize() error {
 	if r.tp != nil {
 		return errs.Unsupportedf("--quantize int8 with --tp/--dp is not supported (weights are split on the host as floats)")
 	}
-	if _, ok := r.expertModel(); ok && r.opts.Experts != ExpertsDense {
-		return errs.Unsupportedf("--quantize int8 is not supported for mixture-of-experts models with --experts %s yet (their experts would stay unquantised)", r.opts.Experts)
+	if _, ok := r.routedModel(); ok {
+		return errs.Unsupportedf("--quantize int8 is not supported with --experts host (the host-routed experts take float weights); use --experts graph or dense")
 	}
 	return nil
 }
@@ -167,12 +168,13 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	return err
 }
 
-// quantizeWeight holds a [out, in] weight as int8 [out, in/G, G] and its
-// scales [out, in/G, 1], quantising blocks of rows as they are decoded
-// (about 16 MiB of f32 at a time), so that no f32 copy of the whole
-// weight is ever made.
+// quantizeWeight holds a [..., out, in] weight (a matrix or a stack of
+// them) as int8 [..., out, in/G, G] and its scales [..., out, in/G, 1],
+// quantising blocks of rows as they are decoded (about 16 MiB of f32 at a
+// time), so that no f32 copy of the whole weight is ever made.
 func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
-	out, in := w.Shape[0], w.Shape[1]
+	lead := w.Shape[:len(w.Shape)-1]
+	in := w.Shape[len(w.Shape)-1]
 	g := lm.QuantGroupOf(in)
 	ng := in / g
 	rows := max(1, quantBlock/max(in, 1))
@@ -184,7 +186,8 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 			copy(scales[row*ng:], bs)
 		})
 	}
-	qShape, sShape := shapes.Make(dtypes.Int8, out, ng, g), shapes.Make(dtypes.Float32, out, ng, 1)
+	qShape := shapes.Make(dtypes.Int8, append(slices.Clone(lead), ng, g)...)
+	sShape := shapes.Make(dtypes.Float32, append(slices.Clone(lead), ng, 1)...)
 	if !r.sharedUpload() {
 		// Quantise into host slices, then upload them.
 		q, scales := make([]int8, qShape.Size()), make([]float32, sShape.Size())

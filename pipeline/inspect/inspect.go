@@ -430,8 +430,8 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 	specs := map[string]lm.WeightSpec{}
 	for _, w := range lm.Weights(arch) {
 		specs[w.Name] = w
-		for _, p := range w.Parts { // held as the assembled stack, never quantised
-			specs[p.Name] = lm.WeightSpec{Name: p.Name, Shape: p.Shape}
+		for _, p := range w.Parts { // held in the assembled stack, quantised as it is
+			specs[p.Name] = p
 		}
 	}
 	h := lm.Holding{Quantize: quantize}

@@ -44,9 +44,10 @@ type Holding struct {
 
 // Quantized reports whether weight w is held as int8 under h: every
 // Matmul matrix (nn.Linear multiplies it, nn.Embedding gathers its int8
-// rows and scales).
+// rows and scales) and every stack of them (routed experts [E, out, in],
+// whose chosen matrices nn.PairDot gathers with their scales).
 func (h Holding) Quantized(w WeightSpec) bool {
-	return h.Quantize == "int8" && w.Matmul && len(w.Shape) == 2
+	return h.Quantize == "int8" && w.Matmul && len(w.Shape) >= 2
 }
 
 // HeldBytes is the memory weight w (stored as stored) takes when held
@@ -58,7 +59,7 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 		n *= int64(d)
 	}
 	if h.Quantized(w) {
-		return n + 4*n/int64(QuantGroupOf(w.Shape[1]))
+		return n + 4*n/int64(QuantGroupOf(w.Shape[len(w.Shape)-1]))
 	}
 	held := h.Compute
 	if w.Matmul {

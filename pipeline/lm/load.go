@@ -425,10 +425,23 @@ func (l *Loaded) convertReleasing(name string, v view, elems int, conv func(at i
 // a weight is processed (quantised) with one block of f32 memory instead
 // of an f32 copy of the whole tensor. NaN and infinite values go to
 // OnNonFinite once, counted over the whole tensor; the pages of the
-// mapping are released block by block.
+// mapping are released block by block. A weight assembled from parts is
+// read part by part, blocks not crossing parts.
 func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []float32)) error {
 	if src := l.sources(name); len(src) > 1 || src[0].Name != name {
-		return errs.Unsupportedf("tensor %q: assembled from %d parts, it cannot be read in blocks", name, len(src))
+		at := 0 // an assembled weight: each part in blocks, at its offset
+		for _, p := range src {
+			v, err := l.viewOf(p.Name)
+			if err != nil {
+				return fmt.Errorf("%w (a part of %s)", err, name)
+			}
+			base := at
+			if err := l.DecodeBlocks(p.Name, block, func(off int, vals []float32) { fn(base+off, vals) }); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			at += int(v.n)
+		}
+		return nil
 	}
 	v, err := l.viewOf(name)
 	if err != nil {

@@ -139,11 +139,22 @@ func GatheredExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Nod
 
 // PairDot multiplies each row v[p] [in] by the matrix w[ids[p]] [out, in]
 // of a stack w [E, out, in]: ids [P, 1] int32, v [P, in], result [P, out]
-// in v's dtype (the gathered matrices are converted to it if w's differs). It is the
-// gathered ("ragged") matmul of GatheredExperts, written as a Gather of
-// the matrices and a DotGeneral batched over the pairs.
+// in v's dtype. It is the gathered ("ragged") matmul of GatheredExperts,
+// written as a Gather of the matrices and a DotGeneral batched over the
+// pairs. Only the chosen matrices are converted: a stack held narrow
+// (ConvertDType of a bf16/f16 stack) is gathered narrow, and an int8
+// stack (DequantizeInt8's form) gathers its int8 matrices and their
+// scales, then dequantises them.
 func PairDot(v, w, ids *Node) *Node {
-	gw := Gather(w, ids) // [P, out, in]: only the chosen matrices are converted
+	if w.Type() == NodeTypeConvertDType && w.Rank() == 3 {
+		w = w.Inputs()[0] // a stack held narrow: convert only the chosen matrices
+	}
+	var gw *Node // [P, out, in]
+	if q, scales, ok := dequantizeInt8Parts(w); ok {
+		gw = DequantizeInt8(Gather(q, ids), Gather(scales, ids), dtypes.Float32) // int8: gather the chosen matrices and scales
+	} else {
+		gw = Gather(w, ids)
+	}
 	if gw.DType() != v.DType() {
 		gw = ConvertDType(gw, v.DType())
 	}

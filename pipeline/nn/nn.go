@@ -167,11 +167,12 @@ func Embedding(w, ids *Node) *Node {
 // as written.
 func DequantizeInt8(q, scales *Node, dtype dtypes.DType) *Node {
 	d := q.Shape().Dimensions
-	if q.Rank() != 3 || q.DType() != dtypes.Int8 || scales.DType() != dtypes.Float32 ||
-		!slices.Equal(scales.Shape().Dimensions, []int{d[0], d[1], 1}) {
-		panic(fmt.Errorf("DequantizeInt8: want int8 [out, groups, G] and float32 [out, groups, 1], got %s and %s", q.Shape(), scales.Shape()))
+	r := len(d)
+	want := append(slices.Clone(d[:max(r-1, 0)]), 1)
+	if r < 3 || q.DType() != dtypes.Int8 || scales.DType() != dtypes.Float32 || !slices.Equal(scales.Shape().Dimensions, want) {
+		panic(fmt.Errorf("DequantizeInt8: want int8 [..., out, groups, G] and float32 [..., out, groups, 1], got %s and %s", q.Shape(), scales.Shape()))
 	}
-	w := Reshape(Mul(ConvertDType(q, dtypes.Float32), BroadcastToDims(scales, d...)), d[0], d[1]*d[2])
+	w := Reshape(Mul(ConvertDType(q, dtypes.Float32), BroadcastToDims(scales, d...)), append(slices.Clone(d[:r-2]), d[r-2]*d[r-1])...)
 	if dtype != dtypes.Float32 {
 		w = ConvertDType(w, dtype)
 	}
@@ -179,13 +180,13 @@ func DequantizeInt8(q, scales *Node, dtype dtypes.DType) *Node {
 }
 
 // dequantizeInt8Parts returns q and scales when w is DequantizeInt8's
-// f32 form.
+// f32 form (of a matrix or of a stack of them).
 func dequantizeInt8Parts(w *Node) (q, scales *Node, ok bool) {
-	if w.Type() != NodeTypeReshape || w.Rank() != 2 || w.DType() != dtypes.Float32 {
+	if w.Type() != NodeTypeReshape || w.Rank() < 2 || w.DType() != dtypes.Float32 {
 		return nil, nil, false
 	}
 	m := w.Inputs()[0]
-	if m.Type() != NodeTypeMul || m.Rank() != 3 {
+	if m.Type() != NodeTypeMul || m.Rank() != w.Rank()+1 {
 		return nil, nil, false
 	}
 	c, b := m.Inputs()[0], m.Inputs()[1]
@@ -193,7 +194,8 @@ func dequantizeInt8Parts(w *Node) (q, scales *Node, ok bool) {
 		return nil, nil, false
 	}
 	q, scales = c.Inputs()[0], b.Inputs()[0]
-	if d := q.Shape().Dimensions; scales.DType() != dtypes.Float32 || !slices.Equal(scales.Shape().Dimensions, []int{d[0], d[1], 1}) {
+	d := q.Shape().Dimensions
+	if scales.DType() != dtypes.Float32 || !slices.Equal(scales.Shape().Dimensions, append(slices.Clone(d[:len(d)-1]), 1)) {
 		return nil, nil, false
 	}
 	return q, scales, true

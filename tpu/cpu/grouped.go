@@ -16,8 +16,10 @@ import (
 //	DotGeneral(v [P, K], Gather(w [E, N, K], ids [P, 1]))    batch P, contracting K
 //
 // (with a ConvertDType from bf16/f16 after the Gather, or of the whole
-// stack before it, when the weights are held narrow): every pair gathers its expert's whole matrix, P copies of
-// [N, K] per product. rewriteGrouped turns that into one node that never
+// stack before it, when the weights are held narrow; for an int8 stack,
+// the dequantisation of the gathered int8 matrices and scales, see
+// int8Gathered): every pair gathers its expert's whole matrix, P copies
+// of [N, K] per product. rewriteGrouped turns that into one node that never
 // makes the gathered copy: at run time it sorts the pairs by expert
 // (a counting sort over the ids), and each active expert's matrix, read
 // in place in the stack, is multiplied once by the rows routed to it, one
@@ -26,23 +28,70 @@ import (
 
 const opTypeGrouped = backends.OpTypeLast + 102
 
-// groupedAux: E experts of [N, K] each; from16 when w is bf16/f16.
+// groupedAux: E experts of [N, K] each; from16 when w is bf16/f16;
+// group > 0 when w is int8 with one f32 scale per group of input columns.
 type groupedAux struct {
 	e, n, k int
 	from16  bool
+	group   int
 }
 
-// wholeRowGather reports whether g gathers whole [N, K] matrices from a
-// rank-3 stack by one index per row: indices [P, 1], output [P, N, K].
+// wholeRowGather reports whether g gathers whole entries (matrices, or
+// int8 matrices as [N, g, G]) from a stack of rank 3 or 4 by one index per
+// row: indices [P, 1], output [P, ...].
 func wholeRowGather(g *node) bool {
-	if g.op != backends.OpTypeGather || g.inputs[0].shape.Rank() != 3 || g.inputs[1].shape.Rank() != 2 {
+	if g.op != backends.OpTypeGather || g.inputs[0].shape.Rank() < 3 || g.inputs[1].shape.Rank() != 2 {
 		return false
 	}
 	a, ok := g.aux.(gatherAux)
 	w := g.inputs[0].shape.Dimensions
-	return ok && a.indexVectorAxis == 1 && slices.Equal(a.offsetOutputAxes, []int{1, 2}) &&
+	offsets, sizes := []int{}, []int{1}
+	for i := 1; i < len(w); i++ {
+		offsets, sizes = append(offsets, i), append(sizes, w[i])
+	}
+	return ok && a.indexVectorAxis == 1 && slices.Equal(a.offsetOutputAxes, offsets) &&
 		slices.Equal(a.collapsedSliceAxes, []int{0}) && slices.Equal(a.startIndexMap, []int{0}) &&
-		slices.Equal(a.sizes, []int{1, w[1], w[2]}) && g.inputs[1].shape.Dimensions[1] == 1
+		slices.Equal(a.sizes, sizes) && g.inputs[1].shape.Dimensions[1] == 1
+}
+
+// int8Gathered matches nn.PairDot's int8 form at r [P, N, K]: the
+// dequantisation (see quant.go) of whole-row gathers of an int8 stack
+// q [E, N, g, G] and its scales [E, N, g, 1] by the same indices.
+func int8Gathered(r *node) (q, scales, ids *node, group int, ok bool) {
+	if r.op != backends.OpTypeReshape || r.shape.Rank() != 3 {
+		return nil, nil, nil, 0, false
+	}
+	m := r.inputs[0]
+	if m.op != backends.OpTypeMul || m.shape.DType != dtypes.Float32 || m.shape.Rank() != 4 {
+		return nil, nil, nil, 0, false
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		c, b := m.inputs[k[0]], m.inputs[k[1]]
+		if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Int8 ||
+			b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2, 3}) {
+			continue
+		}
+		gq, gs := c.inputs[0], b.inputs[0]
+		if !wholeRowGather(gq) || !wholeRowGather(gs) || !sameIndices(gq.inputs[1], gs.inputs[1]) {
+			continue
+		}
+		d := m.shape.Dimensions
+		if gs.shape.DType != dtypes.Float32 || !slices.Equal(gs.shape.Dimensions, []int{d[0], d[1], d[2], 1}) ||
+			!slices.Equal(r.shape.Dimensions, []int{d[0], d[1], d[2] * d[3]}) {
+			continue
+		}
+		return gq.inputs[0], gs.inputs[0], gq.inputs[1], d[3], true
+	}
+	return nil, nil, nil, 0, false
+}
+
+// sameIndices reports whether two index operands are one node or the same
+// parameter.
+func sameIndices(a, b *node) bool {
+	if a == b {
+		return true
+	}
+	return a.op == backends.OpTypeParameter && b.op == backends.OpTypeParameter && a.paramIdx == b.paramIdx
 }
 
 // rewriteGrouped finds the gathered product at n (see above).
@@ -54,6 +103,14 @@ func rewriteGrouped(n *node) {
 	lhs, r := n.inputs[0], n.inputs[1]
 	if lhs.shape.Rank() != 2 || r.shape.Rank() != 3 || a.m != 1 || a.b != lhs.shape.Dimensions[0] ||
 		!slices.Equal(a.lhsPerm, []int{0, 1}) || !slices.Equal(a.rhsNT, []int{0, 1, 2}) || a.rhsFrom16 || a.int8Group > 0 {
+		return
+	}
+	if q, scales, ids, group, ok := int8Gathered(r); ok {
+		d := q.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, q, ids, scales}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group}
+		n.fn = execGrouped
 		return
 	}
 	from16 := false
@@ -126,6 +183,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			}
 		}
 		switch {
+		case a.group > 0:
+			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:
 			kernels.GemmF32NT(m, N, K, x, K, in[1].data.([]float32)[e*N*K:], K, c, N)
 		case dtypeOfFlat(in[1].data) == dtypes.BFloat16:
