@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Batch-1 decode of a random Qwen3-MoE on tputool and on llama.cpp's kernels
-# (ollama), same weights, side by side: rounds interleave the two, each
-# round one tputool bench run (--repeat 3) and three ollama generations;
-# the medians of every round are printed with the load average.
+# A random Qwen3-MoE on tputool and on llama.cpp's kernels (ollama), same
+# weights, side by side, in rounds that interleave the two:
+#
+#   MODE=decode (default): batch-1 decode; each round one tputool bench run
+#     (--repeat 3, median) and three ollama generations (median);
+#   MODE=serve: both servers up, and per round and level of LEVELS
+#     (default 8,32,64) concurrent greedy streams, scripts/servebench
+#     against `tputool serve` then against ollama (OLLAMA_NUM_PARALLEL =
+#     the largest level): aggregate tok/s, and tputool's compiles and
+#     recompiles during the measured phase (from /metrics).
+#
+# Every line carries the load average.
 #
 # The model (docs/moe.md): hidden 1024, 8 layers, 16 heads (4 KV) of 128,
 # 64 experts of 512, top 8, vocab 151936 (Qwen3's size; the tokenizer is a
-# byte-level BPE padded with control tokens), untied head, bf16, 2.3 GB,
+# byte-level BPE padded with plain tokens <|pad_N|>), untied head, bf16, 2.3 GB,
 # experts stacked as transformers v5 stores them. scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8.
@@ -44,19 +52,26 @@ JSON
 import json, sys
 t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
 n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
-for i in range(n, 151936):  # the model's vocabulary, as the GGUF pads it
+for i in range(n, 151936):  # the model's vocabulary, as the GGUF pads it; not special, so
     t["added_tokens"].append({"id": i, "content": "<|pad_%d|>" % i, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": True})
+                              "rstrip": False, "normalized": False, "special": False})  # both servers stream their text
 json.dump(t, open(sys.argv[1], "w"))
 PY
 fi
 [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
 go build -o "$DIR/tputool" .
 
-export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h
+MODE="${MODE:-decode}"
+LEVELS="${LEVELS:-8,32,64}"
+parallel=1
+if [ "$MODE" = serve ]; then
+  parallel=$(tr , '\n' <<< "$LEVELS" | sort -n | tail -1)
+fi
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=512
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
+TSERVER=""
+trap 'kill $SERVER $TSERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 printf 'FROM %s\n' "$DIR/model.gguf" > "$DIR/Modelfile"
 "$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null
@@ -81,6 +96,29 @@ tputool_tok_s() { # median decode tok/s of --repeat 3
     --mode compiled --experts "$EXPERTS" ${1:+--quantize $1} -o json |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
 }
+if [ "$MODE" = serve ]; then
+  go build -o "$DIR/servebench" ./scripts/servebench
+  "$DIR/tputool" --json serve --model "$DIR/hf" --port 0 --max-batch "$parallel" --experts "$EXPERTS" > "$DIR/serve.out" 2> "$DIR/serve.log" &
+  TSERVER=$!
+  addr=""
+  for _ in $(seq 600); do
+    addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$DIR/serve.out" | head -1)
+    [ -n "$addr" ] && break
+    kill -0 $TSERVER || { tail "$DIR/serve.log"; exit 1; }
+    sleep 0.5
+  done
+  agg() { python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(r["agg_tok_s"], r["compiles"], r["recompiles"], r["errors"])'; }
+  echo "round  streams  tputool_agg_tok_s  ollama_agg_tok_s  ratio  tputool_compiles  tputool_recompiles  load_avg"
+  for r in $(seq "$ROUNDS"); do
+    for c in ${LEVELS//,/ }; do
+      read -r t tc trc te < <("$DIR/servebench" -url "http://$addr" -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
+      read -r o _ _ oe < <("$DIR/servebench" -url "http://$OLLAMA_HOST" -model moe-bf16 -metrics=false -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
+      [ "$te" = 0 ] && [ "$oe" = 0 ] || echo "errors: tputool $te, ollama $oe" >&2
+      printf '%s  %s  %.1f  %.1f  %.2f  %s  %s  %s\n' "$r" "$c" "$t" "$o" "$(python3 -c "print($t/$o)")" "$tc" "$trc" "$(cut -d' ' -f1 /proc/loadavg)"
+    done
+  done
+  exit 0
+fi
 for i in "${!tags[@]}"; do ollama_tok_s "${tags[$i]}" > /dev/null; done # load and warm
 echo "round  weights  tputool_tok_s  ollama_tok_s  ratio  load_avg"
 for r in $(seq "$ROUNDS"); do

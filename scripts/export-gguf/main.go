@@ -12,7 +12,7 @@
 // The file is GGUF version 3: the header, the metadata llama.cpp's and
 // ollama's "qwen3moe" architecture read (sizes, rope, norms, experts, and
 // the tokenizer as "gpt2" byte-level BPE: tokens, types and merges, padded
-// with control tokens to vocab_size), the tensor table, then the tensors
+// with plain tokens to vocab_size), the tensor table, then the tensors
 // aligned to 32 bytes. Matrices keep the checkpoint's dtype (F32, F16 or
 // BF16); norm weights and the router are written as F32, as llama.cpp's
 // converter does. GGUF lists dimensions innermost first, so a row-major
@@ -116,8 +116,16 @@ func run(dir, out string) error {
 		return err
 	}
 	const a = "qwen3moe."
+	fileType := uint32(0) // llama.cpp's LLAMA_FTYPE: all F32, mostly F16 (1) or BF16 (32)
+	switch l.StoredDType("model.embed_tokens.weight") {
+	case dtypes.Float16:
+		fileType = 1
+	case dtypes.BFloat16:
+		fileType = 32
+	}
 	meta := []kv{
 		{"general.architecture", "qwen3moe"},
+		{"general.file_type", fileType},
 		{"general.name", filepath.Base(dir)},
 		{"general.alignment", uint32(alignment)},
 		{a + "block_count", uint32(s.Layers)},
@@ -270,7 +278,7 @@ func writeData(w *bufio.Writer, x *tensors.Tensor, typ uint32) error {
 
 // vocabulary reads a byte-level BPE tokenizer.json: its tokens by id (the
 // model's vocabulary and the added tokens), their GGUF types (1 normal, 3
-// control for special added tokens) and merges, padded with control tokens
+// control for special added tokens) and merges, padded with plain tokens
 // <|pad_N|> to vocab entries.
 func vocabulary(path string, vocab int) ([]string, []int32, []string, error) {
 	b, err := os.ReadFile(path)
@@ -323,7 +331,7 @@ func vocabulary(path string, vocab int) ([]string, []int32, []string, error) {
 		if tok, ok := byID[id]; ok {
 			tokens[id], types[id] = tok, typ[id]
 		} else {
-			tokens[id], types[id] = fmt.Sprintf("<|pad_%d|>", id), 3
+			tokens[id], types[id] = fmt.Sprintf("<|pad_%d|>", id), 1
 		}
 	}
 	return tokens, types, merges, nil

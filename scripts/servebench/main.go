@@ -60,6 +60,7 @@ type config struct {
 	maxTokens          int
 	requests           int
 	warmup             bool
+	metrics            bool
 	timeout            time.Duration
 }
 
@@ -100,6 +101,7 @@ func main() {
 	flag.IntVar(&cfg.maxTokens, "max-tokens", 64, "tokens per completion (ignore_eos, so exactly this many)")
 	flag.IntVar(&cfg.requests, "requests", 2, "measured requests per stream, one after another")
 	flag.BoolVar(&cfg.warmup, "warmup", true, "run one unmeasured round per level first")
+	flag.BoolVar(&cfg.metrics, "metrics", true, "read the compile counts from GET /metrics (false for servers without it, such as ollama: they report 0)")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit per request")
 	flag.BoolVar(&asJSON, "json", false, "print the results as a JSON array instead of a table")
 	flag.Parse()
@@ -343,8 +345,12 @@ func firstModel(cfg config) (string, error) {
 }
 
 // compileCounts reads tputool_compiles_total and tputool_recompiles_total
-// from /metrics (zeros when the server has no such series).
+// from /metrics (zeros when the server has no such series, or with
+// -metrics=false).
 func compileCounts(cfg config) ([2]int, error) {
+	if !cfg.metrics {
+		return [2]int{}, nil
+	}
 	b, err := get(cfg, "/metrics")
 	if err != nil {
 		return [2]int{}, fmt.Errorf("GET /metrics: %w", err)
