@@ -22,6 +22,10 @@
 #   4. transformers (scripts/hf-compare.py), when python has torch with
 #      CUDA and transformers: greedy tokens of stories260K against tputool's,
 #      and decode tok/s of the same 110M checkpoint, eager and torch.compile.
+#   5. mixture of experts (scripts/device-check-moe.sh): a tiny Qwen3-MoE's
+#      greedy tokens with every --experts formulation on the device equal
+#      the CPU's, and the in-graph formulation decodes a larger one at batch
+#      1 and 8 without compiling after its first run (about 2 minutes).
 #
 # Every result is a file in $OUT (default ./device-check-out): JSON of each
 # run, the images, log.txt, and summary.md (tables for docs). The exit
@@ -352,11 +356,23 @@ else
 	fi
 fi
 
+# ---- 5. mixture of experts
+
+moe_status="no"
+moe_env=(env OUT="$OUT" TPUTOOL_BIN_DIR="$bin" PYTHON="$PYTHON")
+[ "$dry_run" = 1 ] && moe_env+=(MOE_BENCH=0)
+if "${moe_env[@]}" scripts/device-check-moe.sh --device "$device" 2>>"$log"; then
+	moe_status="yes"
+	say "moe: every experts formulation on the device equals the CPU's tokens"
+else
+	fail "moe: scripts/device-check-moe.sh failed (moe-summary.md, moe-log.txt)"
+fi
+
 # ---- summary
 
-"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" "$moe_status" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
 import json, os, sys
-out, device, tokens_ok, images_ok, hf_status, serve_ok = sys.argv[1:7]
+out, device, tokens_ok, images_ok, hf_status, serve_ok, moe_status = sys.argv[1:8]
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -389,13 +405,14 @@ if dd and ref:
     same = sum(1 for a, b in zip(ref, dd) for x, y in zip(a["token_ids"], b["token_ids"]) if x == y)
     total = sum(len(a["token_ids"]) for a in ref)
     print(f"- default dtype on the device: {same}/{total} greedy tokens equal the float32 CPU run's (informational)")
-print(f"- transformers: {hf_status}\n")
+print(f"- transformers: {hf_status}")
+print(f"- mixture of experts (moe-summary.md): **{moe_status}**\n")
 rows = ((load("bench-dev.json") or load("bench-cpu.json") or {}).get("rows") or [{}])
 print(f"## Decode, generated Llama-shape model (random weights), prompt {rows[0].get('prompt_len', '?')}, "
       f"{rows[0].get('gen_len', '?')} new tokens\n")
 print("| engine | device | mode | batch | compile s | prefill tok/s | decode tok/s | ITL ms |")
 print("|---|---|---|---:|---:|---:|---:|---:|")
-for name, label in (("bench-cpu.json", "cpu (go)"), ("bench-dev.json", device), ("bench-dev-warm.json", device + " (warm cache)")):
+for name, label in (("bench-cpu.json", "cpu"), ("bench-dev.json", device), ("bench-dev-warm.json", device + " (warm cache)")):
     r = load(name)
     if not r:
         continue

@@ -98,7 +98,17 @@ def bench(args):
         model = transformers.AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype).to("cuda").eval()
         if mode == "compile":
             model.generation_config.cache_implementation = "static"
-            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+            if hasattr(transformers, "CompileConfig"):
+                # transformers >= 4.48 compiles the decoding forward itself
+                # when the cache is static (CompileConfig's defaults:
+                # fullgraph, "reduce-overhead", i.e. CUDA graphs) and marks
+                # each CUDA-graph step; wrapping model.forward by hand there
+                # fails on transformers 5 ("accessing tensor output of
+                # CUDAGraphs that has been overwritten").
+                model.generation_config.compile_config = transformers.CompileConfig(
+                    fullgraph=True, mode="reduce-overhead")
+            else:
+                model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         elif mode != "eager":
             raise SystemExit(f"--modes: {mode!r} is not eager or compile")
         for batch in [int(b) for b in args.batch.split(",")]:

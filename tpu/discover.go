@@ -51,7 +51,7 @@ const (
 If libtpu.so is somewhere else, point tputool at it:
   export TPU_LIBRARY_PATH=/path/to/libtpu.so`
 	gpuInstallHint = `Install the CUDA PJRT plugin and run again:
-  pip install "jax[cuda12]"   (provides jax_plugins/xla_cuda12/xla_cuda_plugin.so)
+  pip install "jax[cuda12]"   (or "jax[cuda13]"; provides jax_plugins/xla_cuda1N/xla_cuda_plugin.so)
 If the plugin is somewhere else, point tputool at it:
   export PJRT_PLUGIN_LIBRARY_PATH=/path/to/xla_cuda_plugin.so   (or use --device xla:/path/to/plugin.so)`
 	cpuPluginInstallHint = `Install the XLA CPU PJRT plugin into ~/.local/lib/go-xla with:
@@ -179,7 +179,10 @@ func kindOfPlugin(name string) Kind {
 
 // pythonSiteDirs returns glob patterns for python3 site-packages and
 // dist-packages directories, most specific first: the active virtualenv
-// and conda env, the user's installs, then system pythons. Nothing is run.
+// and conda env, the environments of the python3 programs on $PATH (a
+// virtualenv that is not activated but first on PATH, as on machines whose
+// python3 is /opt/…/.venv/bin/python3), the user's installs, then system
+// pythons. Nothing is run.
 func pythonSiteDirs(env Env) []string {
 	var dirs []string
 	for _, v := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
@@ -187,6 +190,7 @@ func pythonSiteDirs(env Env) []string {
 			dirs = append(dirs, filepath.Join(p, "lib", "python3*", "site-packages"))
 		}
 	}
+	dirs = append(dirs, pathPythonSiteDirs(env, dirs)...)
 	if env.Home != "" {
 		dirs = append(dirs,
 			filepath.Join(env.Home, ".local", "lib", "python3*", "site-packages"),
@@ -200,6 +204,34 @@ func pythonSiteDirs(env Env) []string {
 		dirs = append(dirs,
 			env.sys(filepath.Join(base, "python3*", "site-packages")),
 			env.sys(filepath.Join(base, "python3*", "dist-packages")))
+	}
+	return dirs
+}
+
+// pathPythonSiteDirs returns PREFIX/lib/python3*/site-packages for each
+// absolute $PATH entry PREFIX/bin that holds a python3 (an environment's
+// prefix is the directory above its bin/, whatever bin/python3 links to),
+// skipping the system prefixes searched anyway and those in have.
+func pathPythonSiteDirs(env Env, have []string) []string {
+	seen := map[string]bool{}
+	for _, d := range have {
+		seen[d] = true
+	}
+	var dirs []string
+	for _, bin := range splitPathList(env.Get("PATH")) {
+		if !filepath.IsAbs(bin) || filepath.Base(bin) != "bin" || !isFile(filepath.Join(bin, "python3")) {
+			continue
+		}
+		prefix := filepath.Dir(filepath.Clean(bin))
+		switch prefix {
+		case "/", "/usr", "/usr/local":
+			continue // their lib/python3* are among the system directories
+		}
+		d := filepath.Join(prefix, "lib", "python3*", "site-packages")
+		if !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
 	}
 	return dirs
 }

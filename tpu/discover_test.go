@@ -161,6 +161,36 @@ func TestFindGPU(t *testing.T) {
 	assert.Equal(t, "cuda", s.Found.Name)
 }
 
+// A virtualenv that is first on PATH but not activated (no $VIRTUAL_ENV),
+// as the python of the H200 device machine is: its site-packages is
+// searched through the python3 in its bin/.
+func TestFindGPUPathVenv(t *testing.T) {
+	f := newFakeEnv(t)
+	venv := filepath.Join(f.Root, "opt", "torch", ".venv")
+	f.touch(filepath.Join(venv, "bin", "python3"))
+	plugin := f.touch(filepath.Join(venv, "lib", "python3.12", "site-packages", "jax_plugins", "xla_cuda13", "xla_cuda_plugin.so"))
+	noPython := filepath.Join(f.Root, "opt", "other")
+	f.touch(filepath.Join(noPython, "lib", "python3.12", "site-packages", "jax_plugins", "xla_cuda12", "xla_cuda_plugin.so"))
+	require.NoError(t, os.MkdirAll(filepath.Join(noPython, "bin"), 0o755))
+	f.Vars["PATH"] = strings.Join([]string{filepath.Join(noPython, "bin"), "relative/bin", filepath.Join(venv, "bin"), "/usr/bin"}, string(os.PathListSeparator))
+
+	s := FindGPU(f.Env())
+	require.NotNil(t, s.Found, "searched %v", s.Searched)
+	assert.Equal(t, Plugin{Name: "cuda", Kind: KindGPU, Path: plugin, Source: "python site-packages"}, *s.Found)
+	for _, p := range s.Searched {
+		assert.NotContains(t, p, noPython, "a bin/ without python3 is not an environment")
+		assert.NotContains(t, p, "relative", "relative PATH entries are skipped")
+	}
+
+	// The activated environment comes first.
+	active := filepath.Join(f.Root, "active")
+	first := f.touch(filepath.Join(active, "lib", "python3.11", "site-packages", "jax_plugins", "xla_cuda12", "xla_cuda_plugin.so"))
+	f.Vars["VIRTUAL_ENV"] = active
+	s = FindGPU(f.Env())
+	require.NotNil(t, s.Found)
+	assert.Equal(t, first, s.Found.Path)
+}
+
 func TestFindGPUNotFoundError(t *testing.T) {
 	f := newFakeEnv(t)
 	f.Vars["LD_LIBRARY_PATH"] = "/opt/cuda/lib64:relative/dir"

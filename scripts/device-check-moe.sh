@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# device-check-moe.sh: check the mixture-of-experts formulations of a
+# Qwen3-MoE on an XLA/PJRT device against the CPU, and time them there.
+# scripts/device-check.sh runs it as its section 5; it also runs alone.
+#
+#   1. tokens: a generated tiny Qwen3-MoE (hidden 64, 2 layers, 8 experts
+#      of 32, top 2, stories260K's tokenizer, random weights), the two
+#      device-check prompts as one batch, greedy, 24 tokens, float32: on the
+#      CPU with --experts graph (the reference), host and dense; on the
+#      device with graph (compiled and eager), host and dense. Every token id
+#      must equal the reference's.
+#   2. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
+#      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
+#      compiled: --experts graph on the device at batch 1 and 8, which must
+#      compile nothing after its first run (recompiles 0, whatever the
+#      routing), dense on the device at batch 1 (its compile alone takes
+#      about 45 s on an H200), graph on the CPU at batch 1.
+#
+# Usage:
+#   TPUTOOL_BIN_DIR=DIR scripts/device-check-moe.sh --device xla:/path/plugin.so
+#   scripts/device-check-moe.sh --device cpu     # dry run: the device is the CPU too
+#
+# Results go to $OUT (default ./device-check-out): moe-*.json, moe-log.txt
+# and moe-summary.md. Exit 0 when the checks pass, 1 when one fails,
+# 2 on bad usage. Environment: OUT, TPUTOOL_BIN_DIR (else built with cgo),
+# PYTHON (default python3), MOE_BENCH=0 to skip the bench.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+device=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--device) device="${2:?--device needs a value}"; shift 2 ;;
+	--device=*) device="${1#--device=}"; shift ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; /^set -euo/d'; exit 0 ;;
+	*) echo "device-check-moe: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+[ -n "$device" ] || { echo "device-check-moe: --device is required (see --help)" >&2; exit 2; }
+
+PYTHON=${PYTHON:-python3}
+MOE_BENCH=${MOE_BENCH:-1}
+OUT=${OUT:-$repo/device-check-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+log="$OUT/moe-log.txt"
+: >"$log"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tputool-device-check-moe-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+say() { echo "device-check-moe: $*" | tee -a "$log" >&2; }
+failures=()
+fail() { failures+=("$*"); say "FAIL: $*"; }
+
+if [ -n "${TPUTOOL_BIN_DIR:-}" ]; then
+	bin=$(cd "$TPUTOOL_BIN_DIR" && pwd)
+else
+	bin="$work/bin"
+	mkdir -p "$bin"
+	CGO_ENABLED=1 go build -trimpath -o "$bin/tputool" . 2>>"$log"
+	go build -trimpath -o "$bin/gen-llm-checkpoint" ./scripts/gen-llm-checkpoint 2>>"$log"
+fi
+for tool in tputool gen-llm-checkpoint; do
+	[ -x "$bin/$tool" ] || { echo "device-check-moe: $bin/$tool is missing" >&2; exit 2; }
+done
+tputool="$bin/tputool"
+
+# float32 stays float32 on an NVIDIA device (see device-check.sh).
+f32_env=(env NVIDIA_TF32_OVERRIDE=0)
+case "$device" in
+xla:/*)
+	if grep -q -a -m1 xla_gpu_enable_triton_gemm "${device#xla:}" 2>/dev/null; then
+		f32_env+=("XLA_FLAGS=${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false")
+	fi
+	;;
+esac
+
+run() { # run NAME CMD...: stdout to $OUT/NAME, stderr to the log
+	local name=$1
+	shift
+	local shown="$*"
+	shown=${shown//"$bin"\//}
+	say "+ $shown"
+	local start=$SECONDS rc=0
+	"$@" >"$OUT/$name" 2>>"$log" || rc=$?
+	if [ "$rc" = 0 ]; then
+		say "  ok ($((SECONDS - start)) s)"
+		return 0
+	fi
+	fail "$name: exit $rc ($shown)"
+	return 1
+}
+
+# moe_config HIDDEN LAYERS HEADS KV HEAD_DIM EXPERTS EXPERT_SIZE TOPK VOCAB
+moe_config() {
+	cat <<EOF
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+ "hidden_size": $1, "num_hidden_layers": $2, "num_attention_heads": $3,
+ "num_key_value_heads": $4, "head_dim": $5, "num_experts": $6,
+ "moe_intermediate_size": $7, "num_experts_per_tok": $8, "vocab_size": $9,
+ "intermediate_size": $(($7 * 4)), "norm_topk_prob": true, "decoder_sparse_step": 1,
+ "mlp_only_layers": [], "hidden_act": "silu", "rms_norm_eps": 1e-06,
+ "rope_theta": 1000000.0, "rope_scaling": null, "max_position_embeddings": 512,
+ "attention_bias": false, "tie_word_embeddings": false, "use_sliding_window": false,
+ "sliding_window": null, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+EOF
+}
+
+# ---- 1. tokens
+
+tiny="$work/moe-tiny"
+mkdir -p "$tiny"
+moe_config 64 2 4 2 16 8 32 2 512 >"$work/moe-tiny.json"
+"$bin/gen-llm-checkpoint" -config "$work/moe-tiny.json" -o "$tiny" >>"$log" 2>&1
+cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
+	testdata/stories260K-hf/special_tokens_map.json "$tiny/"
+gen=(generate -m "$tiny" -p "Once upon a time" -p "The little dog" -n 24 --temperature 0 --dtype f32 --json)
+run moe-cpu-graph.json "$tputool" --device cpu "${gen[@]}" --experts graph || true
+for e in host dense; do
+	run "moe-cpu-$e.json" "$tputool" --device cpu "${gen[@]}" --experts "$e" || true
+done
+for e in graph host dense; do
+	run "moe-dev-$e.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen[@]}" --experts "$e" || true
+done
+run moe-dev-graph-eager.json "${f32_env[@]}" "$tputool" --device "$device" "${gen[@]}" --experts graph --mode eager || true
+
+tokens_ok=no
+if [ -s "$OUT/moe-cpu-graph.json" ]; then
+	if "$PYTHON" - "$OUT"/moe-cpu-graph.json "$OUT"/moe-cpu-host.json "$OUT"/moe-cpu-dense.json \
+		"$OUT"/moe-dev-graph.json "$OUT"/moe-dev-host.json "$OUT"/moe-dev-dense.json \
+		"$OUT"/moe-dev-graph-eager.json >"$OUT/moe-tokens-compare.txt" 2>&1 <<'EOF'; then
+import json, os, sys
+def load(p):
+    with open(p) as f:
+        return [r["token_ids"] for r in json.load(f)]
+ref = load(sys.argv[1])
+bad = 0
+for p in sys.argv[2:]:
+    try:
+        got = load(p)
+    except Exception as e:
+        print(f"{os.path.basename(p)}: unreadable: {e}"); bad += 1; continue
+    if got != ref:
+        print(f"{os.path.basename(p)}: token ids differ from {os.path.basename(sys.argv[1])}: {got} != {ref}"); bad += 1
+sys.exit(1 if bad else 0)
+EOF
+		tokens_ok=yes
+		say "tokens: every experts formulation on the device (and on the CPU) equals the CPU's graph run"
+	else
+		fail "MoE tokens differ: $(head -3 "$OUT/moe-tokens-compare.txt" | tr '\n' ' ')"
+	fi
+fi
+
+# ---- 2. bench
+
+if [ "$MOE_BENCH" != 0 ]; then
+	big="$work/moe-bench"
+	mkdir -p "$big"
+	moe_config 512 4 8 4 64 64 256 8 4096 >"$work/moe-bench.json"
+	"$bin/gen-llm-checkpoint" -config "$work/moe-bench.json" -o "$big" >>"$log" 2>&1
+	bench=(bench -m "$big" --prompt-len 64 --gen-len 32 --repeat 3 --warmup 1 --mode compiled -o json)
+	run moe-bench-cpu-graph.json "$tputool" --device cpu "${bench[@]}" --batch 1 --repeat 2 --experts graph || true
+	run moe-bench-dev-graph.json "$tputool" --device "$device" "${bench[@]}" --batch 1,8 --experts graph || true
+	run moe-bench-dev-dense.json "$tputool" --device "$device" "${bench[@]}" --batch 1 --experts dense || true
+	if [ -s "$OUT/moe-bench-dev-graph.json" ]; then
+		recompiles=$("$PYTHON" -c 'import json, sys; print(sum(r.get("recompiles", 0) for r in json.load(open(sys.argv[1]))["rows"]))' \
+			"$OUT/moe-bench-dev-graph.json" 2>>"$log" || echo "?")
+		if [ "$recompiles" = 0 ]; then
+			say "bench: --experts graph compiled nothing after its first run on the device"
+		else
+			fail "bench: --experts graph recompiled on the device after its first run ($recompiles)"
+		fi
+	fi
+fi
+
+# ---- summary
+
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" >"$OUT/moe-summary.md" <<'EOF' || fail "moe-summary.md could not be written"
+import json, os, sys
+out, device, tokens_ok = sys.argv[1:4]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception:
+        return None
+def med(s):
+    return "-" if not s else f"{s['median']:.1f}"
+print(f"# tputool device check: mixture of experts\n\ndevice: `{device}`\n")
+print(f"- Qwen3-MoE greedy token ids (float32; --experts graph compiled and eager, host, dense) equal the CPU's: **{tokens_ok}**\n")
+print("## Decode, generated Qwen3-MoE (hidden 512, 4 layers, 64 experts of 256, top 8; random weights)\n")
+print("| device | experts | batch | compile s | executables | recompiles | prefill tok/s | decode tok/s | ITL ms |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+for name, label, e in (("moe-bench-cpu-graph.json", "cpu", "graph"), ("moe-bench-dev-graph.json", device, "graph"),
+                       ("moe-bench-dev-dense.json", device, "dense")):
+    r = load(name)
+    for row in (r or {}).get("rows", []):
+        print(f"| {label} | {e} | {row['batch']} | {row.get('compile_s', 0):.2f} | {row.get('cache_misses', '-')} | "
+              f"{row.get('recompiles', '-')} | {med(row.get('prefill_tok_s'))} | "
+              f"{med(row.get('decode_tok_s'))} | {med(row.get('itl_ms'))} |")
+EOF
+
+if [ ${#failures[@]} -gt 0 ]; then
+	{
+		echo
+		echo "## Failures"
+		echo
+		for f in "${failures[@]}"; do echo "- $f"; done
+	} >>"$OUT/moe-summary.md"
+	say "${#failures[@]} check(s) failed; see $OUT/moe-summary.md"
+	exit 1
+fi
+say "MoE checks passed; results in $OUT (moe-summary.md)"
