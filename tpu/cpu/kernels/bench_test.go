@@ -230,3 +230,52 @@ func BenchmarkDecodeRows(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGEMMSmallM compares the two ways a bf16 weight meets a few rows
+// of activations (the decode of a few sequences, or the tokens routed to one
+// expert): "small", the small-m path (B read once and widened in registers,
+// four B rows against every four A rows), and "blocked", the blocked GEMM
+// that first widens B into f32 panels. Weights are cycled through coldBytes
+// of copies, so both stream B from memory as a decode step does. The
+// crossover sets smallM16Max.
+func BenchmarkGEMMSmallM(b *testing.B) {
+	// [out, in]: an expert's fused gate_up and its down projection of the
+	// docs/moe.md benchmark model (hidden 1024, expert 512), and a dense
+	// MLP's 3072x1024.
+	shapes := [][2]int{{1024, 1024}, {1024, 512}, {3072, 1024}}
+	for _, sh := range shapes {
+		n, k := sh[0], sh[1]
+		for _, m := range []int{2, 4, 8, 16, 32, 64, 96} {
+			for _, path := range []string{"small", "blocked"} {
+				b.Run(fmt.Sprintf("%dx%d/m=%d/%s", n, k, m, path), func(b *testing.B) {
+					r := rand.New(rand.NewPCG(3, 3))
+					a := randMat(r, m, k, k)
+					c := make([]float32, m*n)
+					copies := max(1, coldBytes/(2*n*k))
+					ws := make([][]uint16, copies)
+					for i := range ws {
+						ws[i] = make([]uint16, n*k)
+						for j := range ws[i] {
+							ws[i][j] = uint16(0x3c00 + r.IntN(0x400))
+						}
+					}
+					i := 0
+					b.ResetTimer()
+					for b.Loop() {
+						w := ws[i%copies]
+						i++
+						if path == "small" {
+							if !smallMBF16(m, n, k, a, k, w, k, c, n) {
+								b.Skip("no small-m kernel at this level")
+							}
+						} else {
+							gemmNT(m, n, k, a, k, nil, 0, convBF16(w, k), c, n)
+						}
+					}
+					b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					b.ReportMetric(float64(2*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}

@@ -85,3 +85,9 @@ func scaleInPlaceAVX2(x *float32, n int, s float32)
 
 //go:noescape
 func addInPlaceAVX2(dst, x *float32, n int)
+
+//go:noescape
+func dot4x4BF16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
+
+//go:noescape
+func dot4x4F16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)

@@ -56,6 +56,85 @@ func gemvRowsBF16(a []float32, b []uint16, ldb int, c []float32) {
 	}
 }
 
+// smallMBF16 and smallMF16 take gemmSmallM16 on AVX-512 (k >= 16).
+func smallMBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	if level != levelAVX512 || k < 16 {
+		return false
+	}
+	gemmSmallM16(m, n, k, a, lda, b, ldb, c, ldc, false)
+	return true
+}
+
+func smallMF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	if level != levelAVX512 || k < 16 {
+		return false
+	}
+	gemmSmallM16(m, n, k, a, lda, b, ldb, c, ldc, true)
+	return true
+}
+
+// gemmSmallM16 is the small-m path over the four-by-four AVX-512
+// kernels (bf16, or f16 when f16): blocks of four B rows in parallel, each
+// against every group of four A rows (a short group repeats its last row
+// into a scratch tile); k beyond the kernel's multiple of 16 and the last
+// n % 4 B rows go through dot16 and gemvRows.
+func gemmSmallM16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int,
+	f16 bool) {
+	// Direct calls (not through a func value) keep ap and tmp on the stack.
+	dot := func(ap *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int) {
+		if f16 {
+			dot4x4F16AVX512(ap, b, ldb, k, c, ldc)
+		} else {
+			dot4x4BF16AVX512(ap, b, ldb, k, c, ldc)
+		}
+	}
+	dot16, gemvRows := dotBF16, gemvRowsBF16
+	if f16 {
+		dot16, gemvRows = dotF16, gemvRowsF16
+	}
+	km := k &^ 15
+	nb := n / 4
+	_ = a[(m-1)*lda+k-1]
+	_ = c[(m-1)*ldc+n-1]
+	if nb > 0 {
+		_ = b[(4*nb-1)*ldb+k-1]
+		Parallel(nb, max(1, gemvGrain(k)/4), func(lo, hi int) {
+			var tmp [16]float32
+			for jb := lo; jb < hi; jb++ {
+				j0 := 4 * jb
+				for i0 := 0; i0 < m; i0 += 4 {
+					rows := min(4, m-i0)
+					var ap [4]*float32
+					for r := range ap {
+						ap[r] = &a[(i0+min(r, rows-1))*lda]
+					}
+					if rows == 4 {
+						dot(&ap, &b[j0*ldb], ldb*2, km, &c[i0*ldc+j0], ldc*4)
+					} else {
+						dot(&ap, &b[j0*ldb], ldb*2, km, &tmp[0], 16)
+						for r := range rows {
+							copy(c[(i0+r)*ldc+j0:(i0+r)*ldc+j0+4], tmp[4*r:4*r+4])
+						}
+					}
+					if km < k {
+						for r := range rows {
+							ar := a[(i0+r)*lda+km : (i0+r)*lda+k]
+							for j := j0; j < j0+4; j++ {
+								c[(i0+r)*ldc+j] += dot16(ar, b[j*ldb+km:j*ldb+k])
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+	if j0 := 4 * nb; j0 < n {
+		for i := range m {
+			gemvRows(a[i*lda:i*lda+k], b[j0*ldb:], ldb, c[i*ldc+j0:i*ldc+n])
+		}
+	}
+}
+
 func gemvRowsF16(a []float32, b []uint16, ldb int, c []float32) {
 	k, km := len(a), len(a)&^15
 	if level == levelGeneric || km == 0 || len(c) == 0 {

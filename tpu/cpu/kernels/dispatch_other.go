@@ -16,6 +16,15 @@ func gemvRowsF16(a []float32, b []uint16, ldb int, c []float32) {
 	gemvRowsF16Generic(a, b, ldb, c)
 }
 
+// No small-m 16-bit kernels without the assembly: the blocked GEMM runs.
+func smallMBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	return false
+}
+
+func smallMF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	return false
+}
+
 func gemvRowsI8(a []float32, b []int8, ldb int, scales []float32, ng, g int, c []float32) {
 	gemvRowsI8Generic(a, b, ldb, scales, ng, g, c)
 }

@@ -208,7 +208,7 @@ func GemmBF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []floa
 	checkMat("GemmBF16NT A", m, k, lda, len(a))
 	checkMat("GemmBF16NT B", n, k, ldb, len(b))
 	checkMat("GemmBF16NT C", m, n, ldc, len(c))
-	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsBF16, convBF16)
+	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsBF16, convBF16, smallMBF16)
 }
 
 // GemmF16NT is GemmF32NT with B in IEEE half precision, given as raw uint16
@@ -217,15 +217,18 @@ func GemmF16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float
 	checkMat("GemmF16NT A", m, k, lda, len(a))
 	checkMat("GemmF16NT B", n, k, ldb, len(b))
 	checkMat("GemmF16NT C", m, n, ldc, len(c))
-	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsF16, convF16)
+	gemm16NT(m, n, k, a, lda, b, ldb, c, ldc, gemvRowsF16, convF16, smallMF16)
 }
 
 // gemm16NT is the NT product with a checked 16-bit B: the GEMV rows
-// kernel for one row of A, else the blocked GEMM widening B through conv.
+// kernel for one row of A, the small-m path (small, where the level has
+// one) up to smallM16Max rows, else the blocked GEMM widening B through
+// conv.
 // (The callers check the shapes with constant names: nothing is built on
 // the decode path.)
 func gemm16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int,
-	gemvRows func(a []float32, b []uint16, ldb int, c []float32), conv func(b []uint16, ldb int) bConverter) {
+	gemvRows func(a []float32, b []uint16, ldb int, c []float32), conv func(b []uint16, ldb int) bConverter,
+	small func(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -236,8 +239,19 @@ func gemm16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float3
 		})
 		return
 	}
+	if m <= smallM16Max && small(m, n, k, a, lda, b, ldb, c, ldc) {
+		return
+	}
 	gemmNT(m, n, k, a, lda, nil, 0, conv(b, ldb), c, ldc)
 }
+
+// smallM16Max is the most rows of A the small-m 16-bit path takes: up to
+// it, reading B once and widening it in registers (each block of four B
+// rows multiplied by every group of four A rows while it is in L1) beats
+// widening B into an f32 panel first, as the decode of a few sequences
+// (and an expert's few routed rows) does; beyond it the blocked GEMM's
+// reuse wins. Measured by BenchmarkGEMMSmallM.
+const smallM16Max = 64
 
 // GemmInt8NT is GemmF32NT with weight-only int8 B: B[j,p] stands for
 // b[j,p]·scales[j, p/groupSize]. scales is [n, k/groupSize] (row-major, no

@@ -1,23 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
-
-// ROWRED512 reduces the four accumulators of one C row to four floats in XA
-// (lanes j = 0..3). Clobbers Y24..Y27 and the other three accumulators.
-#define ROWRED512(ZA, ZB, ZC, ZD, YA, YB, YC, YD, XA) \
-	VEXTRACTF64X4 $1, ZA, Y24 \
-	VEXTRACTF64X4 $1, ZB, Y25 \
-	VEXTRACTF64X4 $1, ZC, Y26 \
-	VEXTRACTF64X4 $1, ZD, Y27 \
-	VADDPS        Y24, YA, YA \
-	VADDPS        Y25, YB, YB \
-	VADDPS        Y26, YC, YC \
-	VADDPS        Y27, YD, YD \
-	VHADDPS       YB, YA, YA  \
-	VHADDPS       YD, YC, YC  \
-	VHADDPS       YC, YA, YA  \
-	VEXTRACTF32X4 $1, YA, X24 \
-	VADDPS        X24, XA, XA
+#include "macros_amd64.h"
 
 // ROWRED256 is ROWRED512 for ymm accumulators. Clobbers YB..YD.
 #define ROWRED256(YA, YB, YC, YD, XA, XB) \

@@ -487,3 +487,103 @@ i82x1k:
 i82done:
 	VZEROUPPER
 	RET
+
+// Small-m 16-bit kernels: C[i,j] = Σ_{p<k} A_i[p]·B[j,p] for four rows of
+// A (a, row pointers, so a short group repeats a row) and four rows of B
+// (ldb bytes apart), read and widened in registers: a few rows of
+// activations against a 16-bit weight, with no widened copy of it. k is a
+// positive multiple of 16; ldc in bytes; C is stored, not accumulated.
+// Registers: AX, BX, R14, R15 the A rows, SI/R9/R10/R11 the B rows, CX k,
+// R12 the element index, DX the prefetch of the next block of B rows; DI
+// c and R13 ldc, loaded with the others by the caller.
+// Z(4i+j) accumulates C[i,j].
+#define DOT4X4_16_512(LD, LBLK) \
+	ROWPTRS \
+	PFINIT(DX) \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15 \
+	XORQ R12, R12 \
+LBLK: \
+	PF2(DX) \
+	LD(SI, Z20) \
+	LD(R9, Z21) \
+	LD(R10, Z22) \
+	LD(R11, Z23) \
+	VMOVUPS     (AX)(R12*4), Z16 \
+	VMOVUPS     (BX)(R12*4), Z17 \
+	VMOVUPS     (R14)(R12*4), Z18 \
+	VMOVUPS     (R15)(R12*4), Z19 \
+	VFMADD231PS Z20, Z16, Z0 \
+	VFMADD231PS Z20, Z17, Z4 \
+	VFMADD231PS Z20, Z18, Z8 \
+	VFMADD231PS Z20, Z19, Z12 \
+	VFMADD231PS Z21, Z16, Z1 \
+	VFMADD231PS Z21, Z17, Z5 \
+	VFMADD231PS Z21, Z18, Z9 \
+	VFMADD231PS Z21, Z19, Z13 \
+	VFMADD231PS Z22, Z16, Z2 \
+	VFMADD231PS Z22, Z17, Z6 \
+	VFMADD231PS Z22, Z18, Z10 \
+	VFMADD231PS Z22, Z19, Z14 \
+	VFMADD231PS Z23, Z16, Z3 \
+	VFMADD231PS Z23, Z17, Z7 \
+	VFMADD231PS Z23, Z18, Z11 \
+	VFMADD231PS Z23, Z19, Z15 \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBLK \
+	ROWRED512(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0) \
+	ROWRED512(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4) \
+	ROWRED512(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8) \
+	ROWRED512(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12) \
+	VMOVUPS X0, (DI) \
+	ADDQ    R13, DI \
+	VMOVUPS X4, (DI) \
+	ADDQ    R13, DI \
+	VMOVUPS X8, (DI) \
+	ADDQ    R13, DI \
+	VMOVUPS X12, (DI) \
+	VZEROUPPER \
+	RET
+
+// func dot4x4BF16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
+TEXT ·dot4x4BF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), R12
+	MOVQ 0(R12), AX
+	MOVQ 8(R12), BX
+	MOVQ 16(R12), R14
+	MOVQ 24(R12), R15
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), R13
+	DOT4X4_16_512(LD_BF16_512, bf16d4k)
+
+// func dot4x4F16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
+TEXT ·dot4x4F16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), R12
+	MOVQ 0(R12), AX
+	MOVQ 8(R12), BX
+	MOVQ 16(R12), R14
+	MOVQ 24(R12), R15
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ ldc+40(FP), R13
+	DOT4X4_16_512(LD_F16_512, f16d4k)

@@ -167,6 +167,11 @@ func testShapes(r *rand.Rand) []shape {
 	for _, k := range []int{16, 17, 31, 32, 48, 64, 96, 128, 160} {
 		s = append(s, shape{1, 1 + r.IntN(13), k})
 	}
+	// The small-m 16-bit path (2 to smallM16Max rows): row groups around
+	// four, B rows around the blocks of four, k around 16.
+	for _, m := range []int{2, 3, 4, 5, 6, 7, 8, 9, smallM16Max - 1, smallM16Max, smallM16Max + 1} {
+		s = append(s, shape{m, 1 + r.IntN(13), 16 + r.IntN(50)})
+	}
 	return s
 }
 
