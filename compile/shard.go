@@ -26,7 +26,9 @@ import (
 // compile/ follows it without reading weight names:
 //
 //	lm.Column      [out, in] or [out]  split on axis 0 (heads, MLP columns)
+//	               [E, out, in]        split on axis 1 (every expert's columns)
 //	lm.Row         [out, in]           split on axis 1 (the partial sums are all-reduced)
+//	               [E, out, in]        split on axis 2
 //	lm.Vocab       [V, H]              split on axis 0 when V % TP == 0, else replicated
 //	lm.Replicated  anything            whole on every device (also a Vocab weight Embed reads)
 //	KV caches [B, KV, S, D], [B, KV, D, S] split on axis 1 (KV heads), batch axis on "data"
@@ -121,10 +123,12 @@ func CheckDevices(backendName string, have, tp, dp int) error {
 func splitAxis(w lm.WeightSpec, tp int, embed bool) int {
 	switch {
 	case tp == 1:
+	case w.TP == lm.Column && len(w.Shape) == 3: // an expert stack [E, out, in]
+		return 1
 	case w.TP == lm.Column && len(w.Shape) >= 1:
 		return 0
-	case w.TP == lm.Row && len(w.Shape) == 2:
-		return 1
+	case w.TP == lm.Row && (len(w.Shape) == 2 || len(w.Shape) == 3):
+		return len(w.Shape) - 1
 	case w.TP == lm.Vocab && !embed && len(w.Shape) == 2 && w.Shape[0]%tp == 0:
 		return 0
 	}
@@ -149,7 +153,13 @@ func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 	for _, w := range m.EmbedWeights() {
 		embed[w.Name] = true
 	}
+	var ws []lm.WeightSpec
 	for _, w := range lm.Weights(m) {
+		// A weight assembled from parts (an expert stack) may be held as
+		// its parts (--experts dense or host): they carry their own split.
+		ws = append(append(ws, w), w.Parts...)
+	}
+	for _, w := range ws {
 		axis := splitAxis(w, tp, embed[w.Name])
 		if axis < 0 {
 			p.Weights[w.Name] = distributed.NewReplicatedShardingSpec(mesh)
@@ -373,8 +383,8 @@ func (r *LM) setupParallel() error {
 	if tp*dp == 1 {
 		return nil
 	}
-	if _, ok := r.expertModel(); ok {
-		return errs.Unsupportedf("%s: mixture-of-experts layers cannot run with %s yet (their experts are not split over devices; use one device)",
+	if _, ok := r.expertModel(); ok && r.opts.Experts == ExpertsHost {
+		return errs.Unsupportedf("%s: --experts host cannot run with %s (its tokens are grouped on the host between pieces that are not split over devices); use --experts graph or dense",
 			r.spec.Architecture, parallelFlags(tp, dp))
 	}
 	plan, err := PlanShards(r.model, tp, dp)

@@ -15,6 +15,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
 // tinyLoaded writes and loads a small checkpoint: 8 heads, 4 KV heads,
@@ -313,7 +314,11 @@ func TestNewLMParallelErrors(t *testing.T) {
 // the device count, to check program specs and host-side state.
 func shardedLM(t *testing.T, mode Mode, tp, dp int) *LM {
 	t.Helper()
-	l := tinyLoaded(t, "LlamaForCausalLM", false, false)
+	return shardedLMOf(t, tinyLoaded(t, "LlamaForCausalLM", false, false), mode, tp, dp)
+}
+
+func shardedLMOf(t *testing.T, l *lm.Loaded, mode Mode, tp, dp int) *LM {
+	t.Helper()
 	plan, err := PlanShards(l.Model, tp, dp)
 	if err != nil {
 		t.Fatal(err)
@@ -451,5 +456,82 @@ func TestGatherRows(t *testing.T) {
 	}
 	if fmt.Sprint(out.Shape().Dimensions, tensors.MustCopyFlatData[float32](out)) != "[4 2] [0 0 1 1 2 2 3 3]" {
 		t.Errorf("gathered %v %v", out.Shape(), tensors.MustCopyFlatData[float32](out))
+	}
+}
+
+// TestPlanShardsMoE: expert stacks split as a dense MLP is (gate_up by its
+// output rows, down by its inputs, every expert alike), the per-expert
+// parts (held so by --experts dense) by their own declarations, the router
+// replicated; the graph formulation builds sharded programs and its stacks
+// are cut into shards of the spec's shape, while --experts host is refused.
+func TestPlanShardsMoE(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		m    qwenref.MoE
+	}{{"qwen3-moe", qwenref.TinyQwen3MoE()}, {"qwen2-moe", qwenref.TinyQwen2MoE()}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.m.Write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lmckpt.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p, err := PlanShards(l.Model, 2, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{
+				"model.layers.1.mlp.experts.gate_up_proj":           "[R S(model)]",
+				"model.layers.1.mlp.experts.down_proj":              "[R R S(model)]",
+				"model.layers.1.mlp.experts.3.gate_proj.weight":     "[S(model)]",
+				"model.layers.1.mlp.experts.3.up_proj.weight":       "[S(model)]",
+				"model.layers.1.mlp.experts.3.down_proj.weight":     "[R S(model)]",
+				"model.layers.1.mlp.gate.weight":                    "[]",
+				"model.layers.1.mlp.shared_expert.gate_proj.weight": "[S(model)]",
+				"model.layers.1.mlp.shared_expert.down_proj.weight": "[R S(model)]",
+				"model.layers.1.mlp.shared_expert_gate.weight":      "[]",
+			}
+			if !c.m.Qwen2 {
+				for n := range want {
+					if strings.Contains(n, "shared_expert") {
+						delete(want, n)
+					}
+				}
+			}
+			for name, w := range want {
+				if _, ok := p.Weights[name]; !ok {
+					t.Errorf("%s: not in the plan", name)
+					continue
+				}
+				if got := axes(p.Weight(name)); got != w {
+					t.Errorf("%s: %s, want %s", name, got, w)
+				}
+			}
+
+			r := shardedLMOf(t, l, Compiled, 2, 1)
+			gu := r.tp.weights["model.layers.1.mlp.experts.gate_up_proj"]
+			down := r.tp.weights["model.layers.1.mlp.experts.down_proj"]
+			e, in, h := c.m.Experts, c.m.MoEIntermediate, c.m.Hidden
+			if len(gu) != 2 || fmt.Sprint(gu[1].Shape().Dimensions) != fmt.Sprint([]int{e, in, h}) ||
+				len(down) != 2 || fmt.Sprint(down[1].Shape().Dimensions) != fmt.Sprint([]int{e, h, in / 2}) {
+				t.Errorf("expert shards: gate_up %d x %v, down %d x %v", len(gu), gu[0].Shape(), len(down), down[0].Shape())
+			}
+			if _, ok := r.tp.specs["decode"]; !ok {
+				t.Errorf("no sharded decode program")
+			}
+
+			be := goBackend(t)
+			_, err = NewLM(be, l, Options{TP: 2})
+			if !errors.Is(err, errs.ErrDeviceUnavailable) {
+				t.Errorf("--tp 2, graph experts, on the go backend: %v, want the device-count error", err)
+			}
+			_, err = NewLM(be, l, Options{TP: 2, Experts: ExpertsHost})
+			if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "--experts host") {
+				t.Errorf("--tp 2 --experts host: %v, want unsupported naming --experts host", err)
+			}
+		})
 	}
 }

@@ -108,13 +108,15 @@ const (
 	// Replicated: every device holds the whole weight (embeddings, norms,
 	// routers, tied heads, and any weight the architecture does not split).
 	Replicated TPSplit = iota
-	// Column: split on axis 0, the output rows of an [out, in] matrix or
-	// the entries of a bias [out]: whole attention heads or MLP columns per
-	// device (q/k/v, gate and up projections and their biases).
+	// Column: split on the output axis: axis 0 of an [out, in] matrix or
+	// of a bias [out], axis 1 of an expert stack [E, out, in]: whole
+	// attention heads or MLP columns per device (q/k/v, gate and up
+	// projections and their biases, every expert's gate and up).
 	Column
-	// Row: split on axis 1, the input columns of an [out, in] matrix whose
-	// input a Column weight produced (o_proj, down_proj); the partial sums
-	// are all-reduced. Only rank-2 weights split this way.
+	// Row: split on the input axis, the last one of an [out, in] matrix or
+	// an [E, out, in] expert stack whose input a Column weight produced
+	// (o_proj, down_proj, the experts' down); the partial sums are
+	// all-reduced. Only rank-2 and rank-3 weights split this way.
 	Row
 	// Vocab: an untied head [V, H] split on axis 0 by vocabulary rows when
 	// V is a multiple of the TP degree, replicated otherwise. A weight that

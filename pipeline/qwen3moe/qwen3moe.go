@@ -202,8 +202,12 @@ func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
 func (m *Model) stackedExperts(i int) []lm.WeightSpec {
 	e, in, h := m.o.Experts, m.o.MoEIntermediate, m.Spec().Hidden
 	p := fmt.Sprintf("model.layers.%d.mlp.experts.", i)
-	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Replicated}
-	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Replicated}
+	// Under --tp every expert is split as a dense MLP is: gate_up by its
+	// 2I output rows (with the gate first, the first devices hold gate rows
+	// and the others up rows, so XLA exchanges the [pairs, I] halves before
+	// the SwiGLU product; small beside the weights), down by its I inputs.
+	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Column}
+	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Row}
 	for x := 0; x < e; x++ {
 		ew := m.expertWeights(i, x)
 		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
