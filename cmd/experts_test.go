@@ -63,8 +63,8 @@ func TestExpertsFlagValues(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), `--experts "x"`)
 }
 
-// --quantize int8 is refused for a mixture-of-experts model unless its
-// experts run dense (one by one, each quantised).
+// --quantize int8 is refused for a mixture-of-experts model only with
+// --experts host; graph and dense hold the experts as int8.
 func TestQuantizeMoE(t *testing.T) {
 	dir := moeModelDir(t, true)
 	e := genEnv(t)
