@@ -166,21 +166,43 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	for e := 0; e < a.e; e++ {
 		most = max(most, start[e+1]-start[e])
 	}
+	// Experts with one routed row (every expert at batch-1 decode) are
+	// GEMVs run together in one parallel pass, reading the row and writing
+	// the result in place; the others are one GEMM each.
+	var gemvs []kernels.Gemv
+	for e := 0; e < a.e; e++ {
+		if start[e+1]-start[e] != 1 {
+			continue
+		}
+		p := order[start[e]]
+		g := kernels.Gemv{A: lhs[p*K : (p+1)*K], C: o[p*N : (p+1)*N], N: N, LDB: K}
+		switch {
+		case a.group > 0:
+			g.I8, g.Scales, g.Group = in[1].data.([]int8)[e*N*K:(e+1)*N*K], in[3].data.([]float32)[e*N*(K/a.group):], a.group
+		case !a.from16:
+			g.F32 = in[1].data.([]float32)[e*N*K : (e+1)*N*K]
+		case dtypeOfFlat(in[1].data) == dtypes.BFloat16:
+			g.BF16 = u16(in[1].data)[e*N*K : (e+1)*N*K]
+		default:
+			g.F16 = u16(in[1].data)[e*N*K : (e+1)*N*K]
+		}
+		gemvs = append(gemvs, g)
+	}
+	kernels.GemvMulti(K, gemvs)
+	if most < 2 {
+		return out, nil
+	}
 	rows := make([]float32, most*K) // the rows routed to one expert
 	res := make([]float32, most*N)
 	for e := 0; e < a.e; e++ {
 		group := order[start[e]:start[e+1]]
-		if len(group) == 0 {
+		m := len(group)
+		if m < 2 {
 			continue
 		}
-		m := len(group)
 		x, c := rows[:m*K], res[:m*N]
-		if m == 1 { // one row: read it and write the result in place
-			x, c = lhs[group[0]*K:(group[0]+1)*K], o[group[0]*N:(group[0]+1)*N]
-		} else {
-			for i, p := range group {
-				copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
-			}
+		for i, p := range group {
+			copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
 		}
 		switch {
 		case a.group > 0:
@@ -192,10 +214,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		default:
 			kernels.GemmF16NT(m, N, K, x, K, u16(in[1].data)[e*N*K:], K, c, N)
 		}
-		if m > 1 {
-			for i, p := range group {
-				copy(o[p*N:(p+1)*N], c[i*N:(i+1)*N])
-			}
+		for i, p := range group {
+			copy(o[p*N:(p+1)*N], c[i*N:(i+1)*N])
 		}
 	}
 	return out, nil

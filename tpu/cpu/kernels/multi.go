@@ -1,0 +1,97 @@
+package kernels
+
+import "fmt"
+
+// Gemv is one product of GemvMulti: C[j] = Σ_p A[p]·B[j,p] for the N rows
+// of one weight matrix B (row stride LDB) against one row of activations A
+// [k]. B is given in exactly one of F32, BF16, F16 (raw bits) or I8 (with
+// Scales [N, k/Group], as GemmInt8NT takes them).
+type Gemv struct {
+	A []float32
+	C []float32 // [N], overwritten
+	N int
+
+	F32       []float32
+	BF16, F16 []uint16
+	I8        []int8
+	Scales    []float32
+	Group     int
+	LDB       int
+}
+
+// GemvMulti computes several GEMVs of the same k in one parallel pass over
+// all their rows: the routed experts of one token at decode, each a
+// matrix of a few MiB, whose rows one call spreads over the pool at once
+// instead of one fork and join per matrix (the small matrices alone leave
+// the pool waiting on each join, and their streams stop short of the
+// machine's bandwidth). Each product's rows are split as one GEMV's are,
+// and a chunk never spans two products. It panics if a slice is too short
+// for its product.
+func GemvMulti(k int, ps []Gemv) {
+	total := 0
+	for i := range ps {
+		p := &ps[i]
+		name := fmt.Sprintf("GemvMulti product %d", i)
+		checkMat(name+" A", 1, k, k, len(p.A))
+		checkMat(name+" C", 1, p.N, p.N, len(p.C))
+		var nb int
+		switch {
+		case p.F32 != nil:
+			nb = len(p.F32)
+		case p.BF16 != nil:
+			nb = len(p.BF16)
+		case p.F16 != nil:
+			nb = len(p.F16)
+		case p.I8 != nil:
+			nb = len(p.I8)
+			if k > 0 {
+				checkGroups(name, p.N, k, p.Group, len(p.Scales))
+			}
+		default:
+			panic("kernels: " + name + ": no weight")
+		}
+		checkMat(name+" B", p.N, k, p.LDB, nb)
+		total += p.N
+	}
+	if total == 0 {
+		return
+	}
+	if k == 0 {
+		for _, p := range ps {
+			clear(p.C[:p.N])
+		}
+		return
+	}
+	// Chunks are numbered over the products' rows laid end to end; a chunk
+	// that would cross into the next product stops at its end.
+	grain := gemvGrain(k)
+	chunks, starts := 0, make([]int, len(ps)+1) // starts: each product's first chunk
+	for i, p := range ps {
+		starts[i] = chunks
+		chunks += (p.N + grain - 1) / grain
+	}
+	starts[len(ps)] = chunks
+	Parallel(chunks, 1, func(lo, hi int) {
+		i := 0
+		for c := lo; c < hi; c++ {
+			for starts[i+1] <= c {
+				i++
+			}
+			p := &ps[i]
+			j0 := (c - starts[i]) * grain
+			j1 := min(j0+grain, p.N)
+			av := p.A[:k]
+			switch {
+			case p.F32 != nil:
+				gemvRowsF32(av, p.F32[j0*p.LDB:], p.LDB, p.C[j0:j1])
+			case p.BF16 != nil:
+				gemvRowsBF16(av, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+			case p.F16 != nil:
+				gemvRowsF16(av, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+			default:
+				ng := k / p.Group
+				gemvRowsI8(av, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
+			}
+		}
+	})
+}

@@ -1,0 +1,94 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// GemvMulti against one GemmXNT per product: every dtype, row counts
+// around the chunk size, padded row strides, products sharing nothing.
+func TestGemvMulti(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(21, 22))
+		for _, k := range []int{16, 48, 1024} {
+			var ps []Gemv
+			var want [][]float32
+			for i, n := range []int{1, 15, 16, 17, 100, 300} {
+				ldb := k + r.IntN(3)
+				g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, LDB: ldb}
+				f := randMat(r, n, k, ldb)
+				w := make([]float32, n)
+				switch i % 4 {
+				case 0:
+					g.F32 = f
+					GemmF32NT(1, n, k, g.A, k, f, ldb, w, n)
+				case 1:
+					g.BF16 = make([]uint16, len(f))
+					for j, v := range f {
+						g.BF16[j] = uint16(math.Float32bits(v) >> 16)
+					}
+					GemmBF16NT(1, n, k, g.A, k, g.BF16, ldb, w, n)
+				case 2:
+					g.F16 = make([]uint16, len(f))
+					for j, v := range f {
+						g.F16[j] = f32ToF16Test(v)
+					}
+					GemmF16NT(1, n, k, g.A, k, g.F16, ldb, w, n)
+				default:
+					g.Group = 16
+					g.I8 = make([]int8, n*ldb)
+					for j := range g.I8 {
+						g.I8[j] = int8(r.IntN(255) - 127)
+					}
+					g.Scales = make([]float32, n*k/16)
+					for j := range g.Scales {
+						g.Scales[j] = float32(r.Float64()*0.02 + 0.001)
+					}
+					GemmInt8NT(1, n, k, g.A, k, g.I8, ldb, g.Scales, 16, w, n)
+				}
+				for j := range g.C {
+					g.C[j] = float32(math.NaN()) // overwritten, not accumulated
+				}
+				ps = append(ps, g)
+				want = append(want, w)
+			}
+			GemvMulti(k, ps)
+			for i, p := range ps {
+				for j := range p.N {
+					near(t, fmt.Sprintf("k=%d product %d", k, i), j, p.C[j], float64(want[i][j]), 1e-4*(1+math.Abs(float64(want[i][j]))))
+				}
+			}
+		}
+	})
+}
+
+func TestGemvMultiEdges(t *testing.T) {
+	GemvMulti(8, nil) // nothing to do
+	c := []float32{1, 2}
+	GemvMulti(0, []Gemv{{A: nil, C: c, N: 2, F32: []float32{}, LDB: 0}})
+	if c[0] != 0 || c[1] != 0 {
+		t.Errorf("k=0: %v, want zeros", c)
+	}
+	for _, bad := range []struct {
+		g    Gemv
+		want string
+	}{
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, F32: make([]float32, 7), LDB: 4}, "product 0 B"},
+		{Gemv{A: make([]float32, 3), C: make([]float32, 2), N: 2, F32: make([]float32, 8), LDB: 4}, "product 0 A"},
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, LDB: 4}, "no weight"},
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, I8: make([]int8, 8), Scales: make([]float32, 1), Group: 2, LDB: 4}, "scales"},
+	} {
+		func() {
+			defer func() {
+				p := recover()
+				if p == nil || !strings.Contains(fmt.Sprint(p), bad.want) {
+					t.Errorf("panic %v, want one naming %q", p, bad.want)
+				}
+			}()
+			GemvMulti(4, []Gemv{bad.g})
+		}()
+	}
+}
