@@ -279,3 +279,45 @@ func BenchmarkGEMMSmallM(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemvMulti: the routed experts of one token at decode (8 of a
+// stack of 64 [1024, 1024] bf16 matrices, the docs/moe.md model's fused
+// gate_up), one GemvMulti against one GemmBF16NT per expert; weights
+// cycled through coldBytes.
+func BenchmarkGemvMulti(b *testing.B) {
+	const e, n, k, active = 64, 1024, 1024, 8
+	r := rand.New(rand.NewPCG(4, 4))
+	copies := max(1, coldBytes/(2*e*n*k))
+	stacks := make([][]uint16, copies)
+	for i := range stacks {
+		stacks[i] = make([]uint16, e*n*k)
+		for j := range stacks[i] {
+			stacks[i][j] = uint16(0x3c00 + r.IntN(0x400))
+		}
+	}
+	a := randMat(r, 1, k, k)
+	c := make([]float32, active*n)
+	for _, mode := range []string{"multi", "each"} {
+		b.Run(mode, func(b *testing.B) {
+			it := 0
+			for b.Loop() {
+				s := stacks[it%copies]
+				it++
+				ps := make([]Gemv, active)
+				for x := range ps {
+					ex := (x*7 + it) % e
+					w := s[ex*n*k : (ex+1)*n*k]
+					if mode == "each" {
+						GemmBF16NT(1, n, k, a, k, w, k, c[x*n:], n)
+						continue
+					}
+					ps[x] = Gemv{A: a, C: c[x*n : (x+1)*n], N: n, BF16: w, LDB: k}
+				}
+				if mode == "multi" {
+					GemvMulti(k, ps)
+				}
+			}
+			b.ReportMetric(float64(2*active*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}
