@@ -164,6 +164,7 @@ type LM struct {
 	spec    *lm.Spec
 	opts    Options
 	dus     bool
+	gather  bool // routed experts always gathered: the backend computes in host memory (lm.Step.GatherExperts)
 
 	weights   map[string]*tensors.Tensor
 	all       []string // every weight, in lm.Weights order (compiled mode inputs)
@@ -207,6 +208,7 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	r := &LM{
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
 		dus:     opts.Caps.DynamicUpdateSlice,
+		gather:  opts.Caps.HostMemory,
 		weights: map[string]*tensors.Tensor{},
 	}
 	if err := r.declareState(); err != nil {
@@ -376,7 +378,9 @@ func (r *LM) signature(i int, weights []string) string {
 
 // step builds the lm.Step of a graph whose first token input is [B, T].
 func (r *LM) step(tokensShape shapes.Shape, pads, start *graph.Node, cacheLen int) *lm.Step {
-	return lm.NewStep(tokensShape.Dimensions[0], tokensShape.Dimensions[1], cacheLen, pads, start, r.dus)
+	st := lm.NewStep(tokensShape.Dimensions[0], tokensShape.Dimensions[1], cacheLen, pads, start, r.dus)
+	st.GatherExperts = r.gather
+	return st
 }
 
 // lastPosition returns hidden states [B, T, H] at the last position: [B, H].

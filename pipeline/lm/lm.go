@@ -295,6 +295,13 @@ type Step struct {
 	// DynamicUpdateSlice; without it caches are updated by scatter-add into
 	// zero-filled slots (see nn.UpdateCache).
 	DynamicUpdateSlice bool
+	// GatherExperts reports a backend computing in host memory (the CPU
+	// backends), where routed experts are always best gathered, one matrix
+	// per (token, choice) pair: tputool's cpu backend runs that product as
+	// a grouped kernel that copies nothing, and on the go backend the copy
+	// costs less than running every expert on every token. nn.RoutedExperts
+	// takes it.
+	GatherExperts bool
 
 	memo map[string]*graph.Node
 }

@@ -137,6 +137,64 @@ func GatheredExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Nod
 	return ConvertDType(out, x.DType())
 }
 
+// StackedExperts is the dense formulation over expert stacks, with
+// GatheredExperts' arguments and result: every expert runs on every token
+// as one matmul per projection over the whole stack (each expert's
+// matrices read once, E/k times the useful arithmetic), and each token's
+// outputs are weighted by its routing weights, zero for the experts it did
+// not choose. It reads less than the gathered formulation once there are
+// many more (token, choice) pairs than experts, as in a long prefill,
+// where gathering a matrix per pair would copy the stack many times over
+// on a backend whose Gather copies (XLA).
+func StackedExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node) *Node {
+	e := gate.Shape().Dimensions[0]
+	dt := x.DType()
+	stack := func(w *Node) *Node {
+		if w.DType() != dt {
+			w = ConvertDType(w, dt)
+		}
+		return w
+	}
+	proj := func(v, w *Node) *Node { // v [N, E, in] or [N, in], w [E, out, in] -> [N, E, out]
+		if v.Rank() == 2 {
+			return DotGeneral(v, []int{1}, nil, stack(w), []int{2}, nil) // [N, E, out]
+		}
+		return TransposeAllDims(DotGeneral(v, []int{2}, []int{1}, stack(w), []int{2}, []int{0}), 1, 0, 2) // [E, N, out] -> [N, E, out]
+	}
+	g := proj(x, gate)
+	var u *Node
+	if up != nil {
+		u = proj(x, up)
+	} else {
+		inter := g.Shape().Dimensions[2] / 2
+		g, u = SliceAxis(g, 2, AxisRange(0, inter)), SliceAxis(g, 2, AxisRange(inter, 2*inter))
+	}
+	y := ConvertDType(proj(Mul(act(g), u), down), dtypes.Float32)                                                       // [N, E, H]
+	combine := ReduceSum(Mul(OneHot(ids, e, dtypes.Float32), InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, E]
+	out := ReduceSum(Mul(y, InsertAxes(combine, -1)), 1)                                                                // [N, H]
+	return ConvertDType(out, dt)
+}
+
+// RoutedExperts applies routed experts in the static-shape formulation
+// that suits the backend, with GatheredExperts' arguments and result.
+// gather reports a backend computing in host memory (lm.Step.GatherExperts):
+// GatheredExperts always (tputool's cpu backend runs it as a grouped kernel
+// that copies nothing). On an accelerator a Gather of matrices is a copy
+// in device memory, and GatheredExperts copies one matrix per (token,
+// choice) pair (written, then read again) where StackedExperts reads each
+// expert once: GatheredExperts while the pairs are at most a third of the
+// experts (decode at small batches: only the chosen experts are read),
+// StackedExperts beyond (prefill, large batches), where gathering would
+// copy the stack several times over. Both are one executable per shape,
+// whatever the routing.
+func RoutedExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node, gather bool) *Node {
+	pairs := x.Shape().Dimensions[0] * ids.Shape().Dimensions[1]
+	if gather || 3*pairs <= gate.Shape().Dimensions[0] {
+		return GatheredExperts(x, ids, weights, gate, up, down, act)
+	}
+	return StackedExperts(x, ids, weights, gate, up, down, act)
+}
+
 // PairDot multiplies each row v[p] [in] by the matrix w[ids[p]] [out, in]
 // of a stack w [E, out, in]: ids [P, 1] int32, v [P, in], result [P, out]
 // in v's dtype. It is the gathered ("ragged") matmul of GatheredExperts,

@@ -4,7 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
@@ -80,7 +82,23 @@ func (c moeCase) fusedGateUp() []float32 {
 	return out
 }
 
+// expertsFn is a formulation of routed experts with GatheredExperts'
+// arguments.
+type expertsFn func(x, ids, weights, gate, up, down *Node, act func(*Node) *Node) *Node
+
+var formulations = map[string]expertsFn{
+	"gathered": GatheredExperts,
+	"stacked":  StackedExperts,
+	"routed": func(x, ids, w, g, u, d *Node, act func(*Node) *Node) *Node {
+		return RoutedExperts(x, ids, w, g, u, d, act, false)
+	},
+}
+
 func (c moeCase) run(t *testing.T, fused bool) []float32 {
+	return c.runWith(t, fused, GatheredExperts)
+}
+
+func (c moeCase) runWith(t *testing.T, fused bool, f expertsFn) []float32 {
 	t.Helper()
 	args := []any{
 		tensors.FromFlatDataAndDimensions(c.x, c.n, c.h),
@@ -98,7 +116,7 @@ func (c moeCase) run(t *testing.T, fused bool) []float32 {
 		if !fused {
 			up = in[5]
 		}
-		return []*Node{GatheredExperts(in[0], in[1], in[2], in[4], up, in[3], SiLU)}
+		return []*Node{f(in[0], in[1], in[2], in[4], up, in[3], SiLU)}
 	}, args...)[0]
 }
 
@@ -126,19 +144,71 @@ func TestGatheredExpertsMatchesReference(t *testing.T) {
 	const bound = 2e-6
 	for name, c := range cases {
 		want := c.reference()
-		for _, fused := range []bool{false, true} {
-			if err := maxRelErr(c.run(t, fused), want); err > bound {
-				t.Errorf("%s (fused %v): max error %.3g relative to the largest output, want <= %g", name, fused, err, bound)
+		for fname, f := range formulations {
+			for _, fused := range []bool{false, true} {
+				if err := maxRelErr(c.runWith(t, fused, f), want); err > bound {
+					t.Errorf("%s, %s (fused %v): max error %.3g relative to the largest output, want <= %g", name, fname, fused, err, bound)
+				}
+			}
+			// Mutation: shift one choice to the next expert.
+			bad := c
+			bad.ids = append([]int32(nil), c.ids...)
+			bad.ids[len(bad.ids)-1] = (bad.ids[len(bad.ids)-1] + 1) % int32(c.e)
+			if err := maxRelErr(bad.runWith(t, false, f), want); err <= bound {
+				t.Errorf("%s, %s: a wrong expert id still matches the reference (error %.3g)", name, fname, err)
 			}
 		}
-		// Mutation: shift one choice to the next expert.
-		bad := c
-		bad.ids = append([]int32(nil), c.ids...)
-		bad.ids[len(bad.ids)-1] = (bad.ids[len(bad.ids)-1] + 1) % int32(c.e)
-		if err := maxRelErr(bad.run(t, false), want); err <= bound {
-			t.Errorf("%s: a wrong expert id still matches the reference (error %.3g)", name, err)
-		}
 	}
+}
+
+// TestRoutedExpertsChoice: RoutedExperts gathers matrices on a host-memory
+// backend always, elsewhere only while the pairs are at most a third of
+// the experts.
+func TestRoutedExpertsChoice(t *testing.T) {
+	for _, c := range []struct {
+		n, k, e int
+		host    bool
+		gather  bool
+	}{
+		{1, 2, 6, false, true},  // 2 pairs of 6 experts
+		{1, 2, 5, false, false}, // 2 pairs of 5: 6 > 5
+		{8, 2, 6, true, true},   // host memory: always
+		{8, 2, 6, false, false},
+	} {
+		g := NewGraph(testBackend(t), "choice")
+		x := Parameter(g, "x", shapes.Make(dtypes.Float32, c.n, 4))
+		ids := Parameter(g, "ids", shapes.Make(dtypes.Int32, c.n, c.k))
+		w := Parameter(g, "w", shapes.Make(dtypes.Float32, c.n, c.k))
+		gu := Parameter(g, "gu", shapes.Make(dtypes.Float32, c.e, 6, 4))
+		down := Parameter(g, "down", shapes.Make(dtypes.Float32, c.e, 4, 3))
+		out := RoutedExperts(x, ids, w, gu, nil, down, SiLU, c.host)
+		if got := gathersMatrices(out); got != c.gather {
+			t.Errorf("%+v: gathers matrices %v, want %v", c, got, c.gather)
+		}
+		g.Finalize()
+	}
+}
+
+// gathersMatrices reports whether a Gather of a rank-3 operand feeds n.
+func gathersMatrices(n *Node) bool {
+	seen := map[*Node]bool{}
+	var walk func(*Node) bool
+	walk = func(n *Node) bool {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		if n.Type() == NodeTypeGather && n.Inputs()[0].Rank() == 3 {
+			return true
+		}
+		for _, in := range n.Inputs() {
+			if walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(n)
 }
 
 // TestGatheredExpertsEqualsDense checks that the gathered and the dense

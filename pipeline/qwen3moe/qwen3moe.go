@@ -289,8 +289,8 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	b, t, hd := dims[0], dims[1], dims[2]
 	n := b * t
 	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
-	out := nn.GatheredExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
-		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act) // [N, H]
+	out := nn.RoutedExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
+		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act, step.GatherExperts) // [N, H]
 	return Add(r.Residual, Reshape(out, b, t, hd)), st
 }
 

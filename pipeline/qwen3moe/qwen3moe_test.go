@@ -34,14 +34,20 @@ func TestLogitsMatchReference(t *testing.T) {
 	type variant struct {
 		name string
 		opts compile.Options
+		// accel: the backend's capabilities with HostMemory off, as an
+		// accelerator's, so that the in-graph experts take the stacked
+		// formulation wherever the pairs outnumber a third of the experts
+		// (every prefill and batch-2 decode here).
+		accel bool
 	}
 	variants := []variant{
-		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
-		{"graph-eager", compile.Options{Mode: compile.Eager}},
-		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"host-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"host-eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 2, Experts: compile.ExpertsHost}},
-		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
+		{"graph-compiled", compile.Options{Mode: compile.Compiled}, false},
+		{"graph-eager", compile.Options{Mode: compile.Eager}, false},
+		{"graph-accel-compiled", compile.Options{Mode: compile.Compiled}, true},
+		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}, false},
+		{"host-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1, Experts: compile.ExpertsHost}, false},
+		{"host-eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 2, Experts: compile.ExpertsHost}, false},
+		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}, false},
 	}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
 		name := "Qwen3MoE"
@@ -79,7 +85,13 @@ func TestLogitsMatchReference(t *testing.T) {
 					for _, v := range variants {
 						key := layout + "/" + backend + "/" + v.name
 						t.Run(key, func(t *testing.T) {
-							r, err := compile.NewLM(be, l, v.opts)
+							opts := v.opts
+							if v.accel {
+								caps := tpu.CapabilitiesOf(be)
+								caps.HostMemory = false
+								opts.Caps = &caps
+							}
+							r, err := compile.NewLM(be, l, opts)
 							if err != nil {
 								t.Fatal(err)
 							}
