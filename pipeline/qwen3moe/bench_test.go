@@ -100,10 +100,10 @@ func benchMoEDecode(b *testing.B, be backends.Backend, l *lm.Loaded) {
 			{"dense-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, Experts: compile.ExpertsDense}},
 		} {
 			r, err := compile.NewLM(be, l, v.opts)
-			gen := r.NewState()
 			if err != nil {
 				b.Fatal(err)
 			}
+			gen := r.NewState()
 			prompts := make([][]int, batch)
 			for i := range prompts {
 				prompts[i] = make([]int, 8)
