@@ -43,8 +43,9 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		Short: "Generate text with a language model, streamed",
 		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
 (LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, and the text model
-of Qwen3_5ForConditionalGeneration), from a local directory or a Hub id.
+Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, and the text models
+of Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration), from
+a local directory or a Hub id.
 
 The prompt comes from --prompt (-p), from stdin when stdin is not a terminal
 and no --prompt is given (or with -p -), or from --prompts-file.

@@ -10,6 +10,6 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"  // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen2"    // Qwen2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen3"    // Qwen3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen35"   // Qwen3.5 (text model)
+	_ "github.com/tputool/tputool/pipeline/qwen35"   // Qwen3.5 and Qwen3.5-MoE (text models)
 	_ "github.com/tputool/tputool/pipeline/qwen3moe" // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
 )

@@ -39,9 +39,14 @@ type TextConfig struct {
 	LinearNumValueHeads   *int          `json:"linear_num_value_heads"`
 	BOSTokenID            config.IDList `json:"bos_token_id"`
 	EOSTokenID            config.IDList `json:"eos_token_id"`
-	// NumExperts is set by the MoE variant (qwen3_5_moe_text), which this
-	// package does not implement.
-	NumExperts *int `json:"num_experts"`
+	// The mixture-of-experts variant (Qwen3_5MoeTextConfig, model_type
+	// qwen3_5_moe_text): every layer's MLP is a sparse block of num_experts
+	// experts of moe_intermediate_size, num_experts_per_tok of them per
+	// token, plus a shared expert of shared_expert_intermediate_size.
+	NumExperts                   *int `json:"num_experts"`
+	NumExpertsPerTok             *int `json:"num_experts_per_tok"`
+	MoEIntermediateSize          *int `json:"moe_intermediate_size"`
+	SharedExpertIntermediateSize *int `json:"shared_expert_intermediate_size"`
 }
 
 // Defaults are Qwen3_5TextConfig's defaults (the Qwen3.5-9B sizes).
@@ -54,6 +59,13 @@ var Defaults = struct {
 	MaxPositions: 32768, ConvKernel: 4, KDim: 128, VDim: 128, KHeads: 16, VHeads: 32, FullAttentionInterval: 4,
 	Eps: 1e-6, RopeTheta: 10000, PartialRotaryFactor: 0.25,
 }
+
+// MoEDefaults are Qwen3_5MoeTextConfig's defaults where they differ from
+// Qwen3_5TextConfig's (it derives from Qwen3NextConfig, with the
+// Qwen3.5-35B-A3B sizes).
+var MoEDefaults = struct {
+	Hidden, Layers, KVHeads, Experts, TopK, MoEIntermediate, SharedIntermediate int
+}{Hidden: 2048, Layers: 40, KVHeads: 2, Experts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermediate: 512}
 
 // Options are the resolved hyperparameters of a Qwen3.5 text model.
 type Options struct {
@@ -70,6 +82,11 @@ type Options struct {
 	// ChunkSize is the chunk length of the chunked delta rule in prefill
 	// (transformers and fla use 64).
 	ChunkSize int
+	// Experts > 0 makes it Qwen3.5-MoE: every layer's MLP is the sparse
+	// block, TopK of Experts experts of MoEIntermediate (softmax router,
+	// always renormalised) plus a shared expert of SharedIntermediate
+	// scaled by sigmoid(shared_expert_gate).
+	Experts, TopK, MoEIntermediate, SharedIntermediate int
 }
 
 // Resolve reads a Qwen3.5 config.json (nested or flat) into Options.
@@ -81,17 +98,19 @@ func Resolve(cfg *config.Model) (Options, error) {
 		text = cfg.Text
 		prefix = "model.language_model."
 		where += " text_config"
-	} else if cfg.Architecture() == "Qwen3_5ForConditionalGeneration" {
-		return Options{}, fmt.Errorf("%s: Qwen3_5ForConditionalGeneration needs a text_config object", where)
+	} else if strings.HasSuffix(cfg.Architecture(), "ForConditionalGeneration") {
+		return Options{}, fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
 	}
 	var c TextConfig
 	if err := text.Decode(&c); err != nil {
 		return Options{}, err
 	}
-	if c.NumExperts != nil && *c.NumExperts > 0 {
-		return Options{}, errs.Unsupportedf("%s: num_experts %d: the Qwen3.5 mixture-of-experts variant is not supported (only the dense Qwen3.5)", where, *c.NumExperts)
-	}
 	d := Defaults
+	moe := strings.Contains(cfg.Architecture(), "Moe") || c.ModelType == "qwen3_5_moe_text" || (c.NumExperts != nil && *c.NumExperts > 0)
+	if moe {
+		md := MoEDefaults
+		d.Hidden, d.Layers, d.KVHeads = md.Hidden, md.Layers, md.KVHeads
+	}
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
@@ -161,6 +180,22 @@ func Resolve(cfg *config.Model) (Options, error) {
 		}
 	}
 	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64}
+	if moe {
+		md := MoEDefaults
+		o.Experts = lm.Or(c.NumExperts, md.Experts)
+		o.TopK = lm.Or(c.NumExpertsPerTok, md.TopK)
+		o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, md.MoEIntermediate)
+		o.SharedIntermediate = lm.Or(c.SharedExpertIntermediateSize, md.SharedIntermediate)
+		if o.Experts <= 0 || o.MoEIntermediate <= 0 || o.SharedIntermediate < 0 {
+			return Options{}, fmt.Errorf("%s: num_experts %d and moe_intermediate_size %d must be positive, shared_expert_intermediate_size %d not negative",
+				where, o.Experts, o.MoEIntermediate, o.SharedIntermediate)
+		}
+		if o.TopK <= 0 || o.TopK > o.Experts {
+			return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
+		}
+		// No dense MLP: the experts' width is what --tp splits.
+		o.Spec.Intermediate = o.MoEIntermediate
+	}
 	// Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 when neither
 	// the config nor its rope_parameters set it.
 	raw := map[string]json.RawMessage{}

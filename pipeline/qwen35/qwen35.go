@@ -8,6 +8,16 @@
 // Qiu et al., 2025, arXiv:2505.06708), three to one by default
 // (full_attention_interval 4), each followed by a SwiGLU MLP.
 //
+// Qwen3.5-MoE (models/qwen3_5_moe: Qwen3_5MoeForConditionalGeneration,
+// Qwen3_5MoeForCausalLM) is the same backbone whose every MLP is a sparse
+// block: a softmax router picking num_experts_per_tok of num_experts
+// SwiGLU experts (always renormalised), held as the official checkpoints'
+// stacks (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj
+// [E, H, I]) or assembled from one tensor per expert, plus a shared expert
+// scaled by sigmoid(shared_expert_gate). The experts run in the graph
+// (nn.RoutedExperts); the model implements lm.Routed for the host-routed
+// and dense references.
+//
 // Text only: the multimodal checkpoint's vision tower (model.visual.*) and
 // its multi-token-prediction head (mtp.*) are skipped explicitly (see
 // SkipWeight). With text-only input Qwen3.5's interleaved multimodal RoPE
@@ -37,6 +47,8 @@ import (
 func init() {
 	lm.Register("Qwen3_5ForConditionalGeneration", New)
 	lm.Register("Qwen3_5ForCausalLM", New)
+	lm.Register("Qwen3_5MoeForConditionalGeneration", New)
+	lm.Register("Qwen3_5MoeForCausalLM", New)
 }
 
 // New builds the Qwen3.5 text model from its config.json.
@@ -156,10 +168,51 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		}
 	}
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
+	if m.o.Experts > 0 {
+		add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
+		ws = append(ws, m.stackedExperts(i)...)
+		if si := m.o.SharedIntermediate; si > 0 {
+			add("mlp.shared_expert.gate_proj.weight", true, lm.Column, si, s.Hidden)
+			add("mlp.shared_expert.up_proj.weight", true, lm.Column, si, s.Hidden)
+			add("mlp.shared_expert.down_proj.weight", true, lm.Row, s.Hidden, si)
+			add("mlp.shared_expert_gate.weight", true, lm.Replicated, 1, s.Hidden)
+		}
+		return ws
+	}
 	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	return ws
+}
+
+// expertWeights are expert e's tensors in layer i as the per-expert
+// re-saves hold them.
+func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
+	h, in := m.o.Spec.Hidden, m.o.MoEIntermediate
+	p := m.name(fmt.Sprintf("layers.%d.mlp.experts.%d.", i, e))
+	return []lm.WeightSpec{
+		{Name: p + "gate_proj.weight", Shape: []int{in, h}, Matmul: true, TP: lm.Column},
+		{Name: p + "up_proj.weight", Shape: []int{in, h}, Matmul: true, TP: lm.Column},
+		{Name: p + "down_proj.weight", Shape: []int{h, in}, Matmul: true, TP: lm.Row},
+	}
+}
+
+// stackedExperts are layer i's expert stacks as the official checkpoints
+// hold them (Qwen3_5MoeExperts: gate_up_proj [E, 2I, H], each expert's gate
+// rows then its up rows, and down_proj [E, H, I], no .weight suffix),
+// assembled from expertWeights when the checkpoint holds the experts one by
+// one.
+func (m *Model) stackedExperts(i int) []lm.WeightSpec {
+	e, in, h := m.o.Experts, m.o.MoEIntermediate, m.o.Spec.Hidden
+	p := m.name(fmt.Sprintf("layers.%d.mlp.experts.", i))
+	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Column}
+	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Row}
+	for x := 0; x < e; x++ {
+		ew := m.expertWeights(i, x)
+		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
+		down.Parts = append(down.Parts, ew[2])
+	}
+	return []lm.WeightSpec{gateUp, down}
 }
 
 func (m *Model) optional(p *lm.Params, name string) *Node {
@@ -176,11 +229,30 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 
 // Layer implements lm.Model: Qwen3_5DecoderLayer, a (1+w)-RMSNorm'd token
 // mixer (Gated DeltaNet or gated attention) and a (1+w)-RMSNorm'd SwiGLU
-// MLP, each with a residual connection.
+// MLP (Qwen3.5-MoE: the sparse block, routed experts in the graph with
+// nn.RoutedExperts plus the gated shared expert), each with a residual
+// connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	p := w.Scope(m.name(fmt.Sprintf("layers.%d", i)))
-	h := nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, true)
-	var out []*Node
+	x, h, out := m.mix(i, p, x, state, step)
+	mp := p.Scope("mlp")
+	if m.o.Experts > 0 {
+		x, ids, weights := m.routeMLP(mp, x, h)
+		dims := h.Shape().Dimensions
+		b, t, hd := dims[0], dims[1], dims[2]
+		ep := mp.Scope("experts")
+		y := nn.RoutedExperts(Reshape(h, b*t, hd), ids, weights, ep.Get("gate_up_proj"), nil, ep.Get("down_proj"), nn.SiLU, step.GatherExperts)
+		return Add(x, Reshape(y, b, t, hd)), out
+	}
+	x = Add(x, nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, nn.SiLU))
+	return x, out
+}
+
+// mix is a layer up to its MLP: the normed token mixer added to x, and
+// the post-attention norm of the sum (the MLP's input h); out is the
+// mixer's new state.
+func (m *Model) mix(i int, p *lm.Params, x *Node, state []*Node, step *lm.Step) (_, h *Node, out []*Node) {
+	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, true)
 	if m.LayerKind(i) == nn.KindLinearAttention {
 		var conv, rec *Node
 		h, conv, rec = m.gatedDeltaNet(p.Scope("linear_attn"), h, state[0], state[1], step)
@@ -191,11 +263,54 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		out = []*Node{keys, values}
 	}
 	x = Add(x, h)
-	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, true)
-	mp := p.Scope("mlp")
-	x = Add(x, nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, nn.SiLU))
-	return x, out
+	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, true), out
 }
+
+// routeMLP is the sparse block's part before the routed experts
+// (Qwen3_5MoeSparseMoeBlock): the router's choice on h [B, T, H] (softmax,
+// top k, renormalised: ids and weights [B·T, k]), and the residual x with
+// the shared expert, scaled by sigmoid(shared_expert_gate·h), added.
+func (m *Model) routeMLP(mp *lm.Params, x, h *Node) (residual, ids, weights *Node) {
+	dims := h.Shape().Dimensions
+	logits := nn.Linear(Reshape(h, dims[0]*dims[1], dims[2]), mp.Get("gate.weight"), nil) // [N, E]
+	ids, weights = nn.TopKRouter(logits, m.o.TopK, true)
+	if m.o.SharedIntermediate > 0 {
+		shared := nn.GatedMLP(h, mp.Get("shared_expert.gate_proj.weight"), nil, mp.Get("shared_expert.up_proj.weight"), nil,
+			mp.Get("shared_expert.down_proj.weight"), nil, nn.SiLU) // [B, T, H]
+		gate := Sigmoid(nn.Linear(h, mp.Get("shared_expert_gate.weight"), nil)) // [B, T, 1]
+		x = Add(x, Mul(shared, gate))
+	}
+	return x, ids, weights
+}
+
+// Experts implements lm.Routed (Qwen3.5-MoE): expert e reads its parts of
+// the stacks. Nil for the dense model.
+func (m *Model) Experts(i int) *lm.Experts {
+	if m.o.Experts == 0 {
+		return nil
+	}
+	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec { return m.expertWeights(i, e) }}
+}
+
+// Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.
+func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
+	p := w.Scope(m.name(fmt.Sprintf("layers.%d.mlp.experts.%d", i, e)))
+	return nn.GatedMLP(x, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, nn.SiLU)
+}
+
+// Route implements lm.Routed: the token mixer with its residual, the
+// post-attention norm, the router's choice and the gated shared expert
+// (added to the residual).
+func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
+	p := w.Scope(m.name(fmt.Sprintf("layers.%d", i)))
+	x, h, out := m.mix(i, p, x, state, step)
+	x, ids, weights := m.routeMLP(p.Scope("mlp"), x, h)
+	dims := h.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	return &lm.Routing{Residual: x, Input: h, Experts: Reshape(ids, b, t, m.o.TopK), Weights: Reshape(weights, b, t, m.o.TopK)}, out
+}
+
+var _ lm.Routed = (*Model)(nil)
 
 // gatedAttention is Qwen3_5Attention: q_proj yields a query and an output
 // gate per head; (1+w) q/k norms over head_dim; partial rotary embedding;

@@ -17,6 +17,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
 )
 
 // withChunk swaps the loaded model for one whose chunked delta rule uses
@@ -351,5 +352,199 @@ func TestBFloat16Compute(t *testing.T) {
 			}
 		}
 		r.Close()
+	}
+}
+
+// TestMoELogitsMatchReference runs the tiny Qwen3.5-MoE (stacked experts
+// as the official checkpoints hold them, and one tensor per expert as
+// re-saves do; multimodal and text-only classes) with every experts
+// formulation on the go and cpu backends, on a left-padded batch of two
+// prompts plus decode steps, against the float64 reference; both layouts
+// give identical logits. The in-graph formulation also runs with an
+// accelerator's capabilities (stacked experts for prefill and batch-2
+// decode). Mutations: the shared expert's gate dropped and the top-k
+// not renormalised must fail the bound.
+func TestMoELogitsMatchReference(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	const steps = 4
+	const tol = 1e-4
+	type variant struct {
+		name  string
+		opts  compile.Options
+		accel bool
+	}
+	variants := []variant{
+		{"graph-compiled", compile.Options{Mode: compile.Compiled}, false},
+		{"graph-eager", compile.Options{Mode: compile.Eager}, false},
+		{"graph-accel-compiled", compile.Options{Mode: compile.Compiled}, true},
+		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}, false},
+		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}, false},
+	}
+	causal := qwenref.TinyQwen35MoE()
+	causal.CausalLM = true
+	for _, c := range []qwenref.Qwen35{qwenref.TinyQwen35MoE(), causal} {
+		name := "ConditionalGeneration"
+		if c.CausalLM {
+			name = "CausalLM"
+		}
+		t.Run(name, func(t *testing.T) {
+			all := map[string][]float32{}
+			for _, stacked := range []bool{true, false} {
+				c.Stacked = stacked
+				layout := map[bool]string{true: "stacked", false: "per-expert"}[stacked]
+				dir := t.TempDir()
+				if err := c.Write(dir); err != nil {
+					t.Fatal(err)
+				}
+				l, err := lmckpt.Load(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				withChunk(t, l, 4)
+				rm, err := qwenref.LoadQwen35(dir, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seqs := refcheck.GreedySequences(rm, prompts, steps)
+				for _, backend := range []string{"go", "cpu"} {
+					be := refcheck.GoBackend(t)
+					if backend == "cpu" {
+						be = refcheck.CPUBackend(t)
+					}
+					for _, v := range variants {
+						key := layout + "/" + backend + "/" + v.name
+						t.Run(key, func(t *testing.T) {
+							opts := v.opts
+							if v.accel {
+								caps := tpu.CapabilitiesOf(be)
+								caps.HostMemory = false
+								opts.Caps = &caps
+							}
+							r, err := compile.NewLM(be, l, opts)
+							if err != nil {
+								t.Fatal(err)
+							}
+							defer r.Close()
+							f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, tol)
+							all[key] = f.Logits
+							t.Logf("max relative error %.3g", f.Worst)
+						})
+					}
+				}
+			}
+			if t.Failed() {
+				return
+			}
+			for _, backend := range []string{"go", "cpu"} {
+				for _, v := range variants {
+					a, b := all["stacked/"+backend+"/"+v.name], all["per-expert/"+backend+"/"+v.name]
+					for i := range a {
+						if a[i] != b[i] {
+							t.Errorf("%s/%s: the layouts' logits differ at %d: %g vs %g", backend, v.name, i, a[i], b[i])
+							break
+						}
+					}
+				}
+			}
+		})
+	}
+
+	// Mutations of the reference: each changes the logits beyond the bound.
+	c := qwenref.TinyQwen35MoE()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.NewState().Prefill(prompts[1:], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(w qwenref.Weights){
+		"shared gate dropped": func(w qwenref.Weights) {
+			for k, v := range w {
+				if strings.HasSuffix(k, "shared_expert_gate.weight") {
+					for i := range v {
+						v[i] = 1e3 // the gate saturates to 0 or 1 per token
+					}
+				}
+			}
+		},
+		"wrong expert": func(w qwenref.Weights) {
+			for k, v := range w {
+				if strings.HasSuffix(k, "mlp.gate.weight") {
+					h := len(v) / c.Experts
+					for i := 0; i < h; i++ { // experts 0 and 1 swap router rows
+						v[i], v[h+i] = v[h+i], v[i]
+					}
+				}
+			}
+		},
+	} {
+		rm, err := qwenref.LoadQwen35(dir, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate(rm.W)
+		want := rm.Logits(prompts[1])
+		last := want[len(want)-1]
+		worst, scale := 0.0, 0.0
+		for i, w := range last {
+			worst = math.Max(worst, math.Abs(float64(got[0][i])-w))
+			scale = math.Max(scale, math.Abs(w))
+		}
+		if worst/scale <= tol {
+			t.Errorf("%s: the model still matches the mutated reference (%.3g)", name, worst/scale)
+		}
+	}
+}
+
+// TestMoEConfig: the MoE text config's defaults (Qwen3_5MoeTextConfig) and
+// checks, and the sizes inspect and --tp read.
+func TestMoEConfig(t *testing.T) {
+	cfg := func(text string) *config.Model {
+		t.Helper()
+		m, err := config.ParseModel([]byte(`{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+			"text_config": {"model_type": "qwen3_5_moe_text"` + text + `}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	o, err := qwen35.Resolve(cfg(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := o.Spec
+	if s.Hidden != 2048 || s.Layers != 40 || s.KVHeads != 2 || o.Experts != 256 || o.TopK != 8 ||
+		o.MoEIntermediate != 512 || o.SharedIntermediate != 512 || s.Intermediate != 512 || o.Prefix != "model.language_model." {
+		t.Errorf("defaults: hidden %d layers %d kv %d experts %d top %d moe %d shared %d intermediate %d prefix %q",
+			s.Hidden, s.Layers, s.KVHeads, o.Experts, o.TopK, o.MoEIntermediate, o.SharedIntermediate, s.Intermediate, o.Prefix)
+	}
+	for _, bad := range []struct{ text, want string }{
+		{`, "num_experts": 4, "num_experts_per_tok": 5`, "num_experts_per_tok 5"},
+		{`, "num_experts_per_tok": 0`, "num_experts_per_tok 0"},
+		{`, "moe_intermediate_size": 0`, "moe_intermediate_size 0"},
+	} {
+		if _, err := qwen35.Resolve(cfg(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want an error naming %q", bad.text, err, bad.want)
+		}
+	}
+	flat, err := config.ParseModel([]byte(`{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "hidden_size": 64}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qwen35.Resolve(flat); err == nil || !strings.Contains(err.Error(), "text_config") {
+		t.Errorf("no text_config: %v", err)
 	}
 }

@@ -183,14 +183,34 @@ func (c MoE) Write(dir string) error {
 	if !c.Stacked {
 		return writeCheckpoint(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType)
 	}
-	dtype := c.DType
+	return writeStacked(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
+}
+
+// expertPrefixes are the sparse layers' "….mlp.experts." name prefixes.
+func (c MoE) expertPrefixes() []string {
+	var ps []string
+	for l := 0; l < c.Layers; l++ {
+		if c.Sparse(l) {
+			ps = append(ps, fmt.Sprintf("model.layers.%d.mlp.experts.", l))
+		}
+	}
+	return ps
+}
+
+// writeStacked writes tensors as writeCheckpoint would (the same random
+// draws), except that the per-expert tensors under each prefix of
+// expertPrefixes are written as transformers v5 stacks them:
+// PREFIXgate_up_proj [E, 2I, H] (each expert's gate rows, then its up
+// rows) and PREFIXdown_proj [E, H, I].
+func writeStacked(dir string, config map[string]any, tensors []Tensor, seed uint64, dtype safetensors.DType,
+	expertPrefixes []string, experts, inter, hidden int) error {
 	if dtype == "" {
 		dtype = safetensors.F32
 	}
-	r := lmckpt.NewRand(c.Seed)
+	r := lmckpt.NewRand(seed)
 	vals := map[string][]float32{}
 	var ts []safetensors.Tensor
-	for _, t := range c.Tensors() { // the same draws as the per-expert layout
+	for _, t := range tensors { // the same draws as the per-expert layout
 		v := fill(r, t)
 		if !strings.Contains(t.Name, ".mlp.experts.") {
 			st, err := safetensors.Float32Tensor(t.Name, dtype, t.Shape, v)
@@ -202,14 +222,10 @@ func (c MoE) Write(dir string) error {
 		}
 		vals[t.Name] = v
 	}
-	H, I := c.Hidden, c.MoEIntermediate
-	for l := 0; l < c.Layers; l++ {
-		if !c.Sparse(l) {
-			continue
-		}
-		p := fmt.Sprintf("model.layers.%d.mlp.experts.", l)
+	H, I := hidden, inter
+	for _, p := range expertPrefixes {
 		var gateUp, down []float32
-		for e := 0; e < c.Experts; e++ {
+		for e := 0; e < experts; e++ {
 			q := fmt.Sprintf("%s%d.", p, e)
 			gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
 			down = append(down, vals[q+"down_proj.weight"]...)
@@ -218,7 +234,7 @@ func (c MoE) Write(dir string) error {
 			name  string
 			shape []int
 			v     []float32
-		}{{p + "gate_up_proj", []int{c.Experts, 2 * I, H}, gateUp}, {p + "down_proj", []int{c.Experts, H, I}, down}} {
+		}{{p + "gate_up_proj", []int{experts, 2 * I, H}, gateUp}, {p + "down_proj", []int{experts, H, I}, down}} {
 			st, err := safetensors.Float32Tensor(t.name, dtype, t.shape, t.v)
 			if err != nil {
 				return fmt.Errorf("tensor %s: %w", t.name, err)
@@ -226,21 +242,20 @@ func (c MoE) Write(dir string) error {
 			ts = append(ts, st)
 		}
 	}
-	return lmckpt.WriteCheckpoint(dir, c.ConfigJSON(), ts)
+	return lmckpt.WriteCheckpoint(dir, config, ts)
 }
 
 // unstack splits v5 expert stacks in w into the per-expert tensors the
-// reference reads (the inverse of Write with Stacked).
-func (c MoE) unstack(w Weights) {
-	H, I := c.Hidden, c.MoEIntermediate
-	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.mlp.experts.", l)
+// references read (the inverse of writeStacked).
+func unstack(w Weights, expertPrefixes []string, experts, inter, hidden int) {
+	H, I := hidden, inter
+	for _, p := range expertPrefixes {
 		gateUp, ok := w[p+"gate_up_proj"]
 		if !ok {
 			continue
 		}
 		down := w[p+"down_proj"]
-		for e := 0; e < c.Experts; e++ {
+		for e := 0; e < experts; e++ {
 			q := fmt.Sprintf("%s%d.", p, e)
 			g := gateUp[e*2*I*H:]
 			w[q+"gate_proj.weight"] = g[:I*H]
@@ -262,7 +277,7 @@ func LoadMoE(dir string, c MoE) (*MoEModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.unstack(w)
+	unstack(w, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
 	return &MoEModel{C: c, W: w}, nil
 }
 
@@ -333,21 +348,29 @@ func (m *MoEModel) Logits(tokens []int) [][]float64 {
 	return out
 }
 
-// TopK returns the experts chosen for h in a sparse layer and their
-// weights: softmax over the router logits, the k largest (lowest index on
-// ties), renormalized when NormTopK.
-func (m *MoEModel) TopK(prefix string, h []float64) ([]int, []float64) {
+// sparseBlock is the MoE block on one token: Σ_j w_j expert_{e_j}(h), plus
+// sigmoid(shared_expert_gate·h) shared_expert(h) for Qwen2-MoE.
+func (m *MoEModel) sparseBlock(p string, h []float64) []float64 {
 	c := m.C
-	probs := linear(h, m.W.get(prefix+"gate.weight"), nil, c.Experts)
+	return moeBlock(m.W, p, h, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, c.NormTopK)
+}
+
+// moeBlock is a Qwen sparse MoE block (under prefix p, "….mlp.") on one
+// token h: the router's softmax, the topK largest probabilities (lowest
+// index on ties), renormalised when norm, then Σ_j w_j expert_{e_j}(h) over
+// SwiGLU experts of width inter, plus, when shared > 0,
+// sigmoid(shared_expert_gate·h) · shared_expert(h).
+func moeBlock(w Weights, p string, h []float64, experts, topK, inter, shared int, norm bool) []float64 {
+	probs := linear(h, w.get(p+"gate.weight"), nil, experts)
 	softmax(probs)
-	taken := make([]bool, c.Experts)
-	ids := make([]int, c.TopK)
-	ws := make([]float64, c.TopK)
+	taken := make([]bool, experts)
+	ids := make([]int, topK)
+	ws := make([]float64, topK)
 	sum := 0.0
 	for j := range ids {
 		best := -1
-		for e, p := range probs {
-			if !taken[e] && (best < 0 || p > probs[best]) {
+		for e, q := range probs {
+			if !taken[e] && (best < 0 || q > probs[best]) {
 				best = e
 			}
 		}
@@ -355,28 +378,20 @@ func (m *MoEModel) TopK(prefix string, h []float64) ([]int, []float64) {
 		ids[j], ws[j] = best, probs[best]
 		sum += probs[best]
 	}
-	if c.NormTopK {
+	if norm {
 		for j := range ws {
 			ws[j] /= sum
 		}
 	}
-	return ids, ws
-}
-
-// sparseBlock is the MoE block on one token: Σ_j w_j expert_{e_j}(h), plus
-// sigmoid(shared_expert_gate·h) shared_expert(h) for Qwen2-MoE.
-func (m *MoEModel) sparseBlock(p string, h []float64) []float64 {
-	c, w := m.C, m.W
-	ids, ws := m.TopK(p, h)
 	out := make([]float64, len(h))
 	for j, e := range ids {
-		y := swiglu(w, fmt.Sprintf("%sexperts.%d.", p, e), h, c.MoEIntermediate)
+		y := swiglu(w, fmt.Sprintf("%sexperts.%d.", p, e), h, inter)
 		for i := range out {
 			out[i] += ws[j] * y[i]
 		}
 	}
-	if c.SharedSize > 0 {
-		y := swiglu(w, p+"shared_expert.", h, c.SharedSize)
+	if shared > 0 {
+		y := swiglu(w, p+"shared_expert.", h, shared)
 		g := sigmoid(linear(h, w.get(p+"shared_expert_gate.weight"), nil, 1)[0])
 		for i := range out {
 			out[i] += g * y[i]

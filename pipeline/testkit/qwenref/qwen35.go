@@ -28,6 +28,33 @@ type Qwen35 struct {
 	Seed     uint64
 	// DType of the stored weights (default F32).
 	DType safetensors.DType
+	// Experts > 0 makes it Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration,
+	// or Qwen3_5MoeForCausalLM with CausalLM): every layer's MLP is the
+	// sparse block, TopK of Experts SwiGLU experts of MoEIntermediate
+	// (always renormalised) plus a shared expert of SharedSize gated by
+	// sigmoid(shared_expert_gate). Stacked writes the experts as the
+	// official checkpoints hold them (mlp.experts.gate_up_proj [E, 2I, H],
+	// mlp.experts.down_proj [E, H, I]); otherwise one tensor per expert, as
+	// re-saves do.
+	Experts, TopK, MoEIntermediate, SharedSize int
+	Stacked                                    bool
+}
+
+// TinyQwen35MoE is TinyQwen35 with every MLP sparse: 6 experts of 12, top
+// 2, and a shared expert of 20.
+func TinyQwen35MoE() Qwen35 {
+	c := TinyQwen35()
+	c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, c.Seed = 6, 2, 12, 20, 36
+	return c
+}
+
+// expertPrefixes are the layers' "….mlp.experts." name prefixes (MoE).
+func (c Qwen35) expertPrefixes() []string {
+	var ps []string
+	for l := range c.LayerTypes {
+		ps = append(ps, fmt.Sprintf("%slayers.%d.mlp.experts.", c.prefix(), l))
+	}
+	return ps
 }
 
 // TinyQwen35 is a small Qwen3.5 with every feature on: 3:1 linear/full
@@ -84,9 +111,24 @@ func (c Qwen35) Tensors() []Tensor {
 			add("self_attn.q_norm.weight", "norm1p", c.HeadDim)
 			add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
 		}
-		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
-		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
-		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		if c.Experts > 0 {
+			add("mlp.gate.weight", "router", c.Experts, H)
+			for e := 0; e < c.Experts; e++ {
+				add(fmt.Sprintf("mlp.experts.%d.gate_proj.weight", e), "linear", c.MoEIntermediate, H)
+				add(fmt.Sprintf("mlp.experts.%d.up_proj.weight", e), "linear", c.MoEIntermediate, H)
+				add(fmt.Sprintf("mlp.experts.%d.down_proj.weight", e), "linear", H, c.MoEIntermediate)
+			}
+			if c.SharedSize > 0 {
+				add("mlp.shared_expert.gate_proj.weight", "linear", c.SharedSize, H)
+				add("mlp.shared_expert.up_proj.weight", "linear", c.SharedSize, H)
+				add("mlp.shared_expert.down_proj.weight", "linear", H, c.SharedSize)
+				add("mlp.shared_expert_gate.weight", "linear", 1, H)
+			}
+		} else {
+			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		}
 		add("post_attention_layernorm.weight", "norm1p", H)
 	}
 	out = append(out, Tensor{p + "norm.weight", []int{H}, "norm1p"})
@@ -151,13 +193,24 @@ func (c Qwen35) ConfigJSON() map[string]any {
 		},
 		"dtype": "float32",
 	}
+	arch, modelType := "Qwen3_5", "qwen3_5"
+	if c.Experts > 0 { // Qwen3.5-35B-A3B's fields
+		arch, modelType = "Qwen3_5Moe", "qwen3_5_moe"
+		delete(text, "intermediate_size")
+		text["model_type"] = "qwen3_5_moe_text"
+		text["num_experts"] = c.Experts
+		text["num_experts_per_tok"] = c.TopK
+		text["moe_intermediate_size"] = c.MoEIntermediate
+		text["shared_expert_intermediate_size"] = c.SharedSize
+		text["router_aux_loss_coef"] = 0.001
+	}
 	if c.CausalLM {
-		text["architectures"] = []string{"Qwen3_5ForCausalLM"}
+		text["architectures"] = []string{arch + "ForCausalLM"}
 		return text
 	}
 	return map[string]any{
-		"architectures":       []string{"Qwen3_5ForConditionalGeneration"},
-		"model_type":          "qwen3_5",
+		"architectures":       []string{arch + "ForConditionalGeneration"},
+		"model_type":          modelType,
 		"image_token_id":      90,
 		"video_token_id":      91,
 		"tie_word_embeddings": c.Tied,
@@ -171,6 +224,9 @@ func (c Qwen35) ConfigJSON() map[string]any {
 
 // Write writes the checkpoint to dir.
 func (c Qwen35) Write(dir string) error {
+	if c.Experts > 0 && c.Stacked {
+		return writeStacked(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
+	}
 	return writeCheckpoint(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType)
 }
 
@@ -186,6 +242,9 @@ func LoadQwen35(dir string, c Qwen35) (*Qwen35Model, error) {
 	w, err := LoadWeights(dir)
 	if err != nil {
 		return nil, err
+	}
+	if c.Experts > 0 {
+		unstack(w, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
 	}
 	return &Qwen35Model{C: c, W: w}, nil
 }
@@ -217,7 +276,12 @@ func (m *Qwen35Model) Logits(tokens []int) [][]float64 {
 				x[t][i] += mixed[t][i]
 			}
 			hn := rmsnorm(x[t], w.get(lp+"post_attention_layernorm.weight"), c.Eps, true)
-			mlp := swiglu(w, lp+"mlp.", hn, c.Intermediate)
+			var mlp []float64
+			if c.Experts > 0 {
+				mlp = moeBlock(w, lp+"mlp.", hn, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, true)
+			} else {
+				mlp = swiglu(w, lp+"mlp.", hn, c.Intermediate)
+			}
 			for i := range x[t] {
 				x[t][i] += mlp[i]
 			}
