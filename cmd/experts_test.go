@@ -75,3 +75,50 @@ func TestQuantizeMoE(t *testing.T) {
 		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", mode), mode+": "+e.errOut.String())
 	}
 }
+
+// Qwen3.5-MoE through the commands: generate with the in-graph and the
+// host-routed experts gives the same greedy tokens, and inspect reports its
+// experts and active parameters.
+func TestQwen35MoECommands(t *testing.T) {
+	c := qwenref.TinyQwen35MoE()
+	c.Vocab, c.Stacked = 512, true
+	dir := t.TempDir()
+	require.NoError(t, c.Write(dir))
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	var want []int
+	for _, experts := range []string{"graph", "host"} {
+		e := genEnv(t)
+		require.Equal(t, ExitOK, e.run("--json", "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--experts", experts), e.errOut.String())
+		var rs []jsonResult
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &rs), e.out.String())
+		require.Len(t, rs, 1)
+		require.Len(t, rs[0].TokenIDs, 8)
+		if want == nil {
+			want = rs[0].TokenIDs
+		}
+		assert.Equal(t, want, rs[0].TokenIDs, "--experts %s", experts)
+	}
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("--json", "inspect", "--model", dir), e.errOut.String())
+	var r struct {
+		Text struct {
+			MoE struct {
+				Experts         int `json:"experts"`
+				ExpertsPerToken int `json:"experts_per_token"`
+			} `json:"moe"`
+		} `json:"text"`
+		Params struct {
+			Used, Active, Experts int64
+		} `json:"parameters"`
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &r), e.out.String())
+	assert.Equal(t, 6, r.Text.MoE.Experts)
+	assert.Equal(t, 2, r.Text.MoE.ExpertsPerToken)
+	experts := int64(len(c.LayerTypes) * c.Experts * 3 * c.MoEIntermediate * c.Hidden)
+	assert.Equal(t, experts, r.Params.Experts)
+	assert.Equal(t, r.Params.Used-experts+experts*2/6, r.Params.Active)
+}
