@@ -106,7 +106,12 @@ func Resolve(cfg *config.Model) (Options, error) {
 		return Options{}, err
 	}
 	d := Defaults
-	moe := strings.Contains(cfg.Architecture(), "Moe") || c.ModelType == "qwen3_5_moe_text" || (c.NumExperts != nil && *c.NumExperts > 0)
+	moe := strings.HasPrefix(cfg.Architecture(), "Qwen3_5Moe") || c.ModelType == "qwen3_5_moe_text"
+	if !moe && c.NumExperts != nil && *c.NumExperts > 0 {
+		moeArch := strings.Replace(cfg.Architecture(), "Qwen3_5", "Qwen3_5Moe", 1)
+		return Options{}, fmt.Errorf("%s: num_experts %d in a %s config: the mixture-of-experts variant is %s (model_type qwen3_5_moe_text)",
+			where, *c.NumExperts, cfg.Architecture(), moeArch)
+	}
 	if moe {
 		md := MoEDefaults
 		d.Hidden, d.Layers, d.KVHeads = md.Hidden, md.Layers, md.KVHeads

@@ -290,7 +290,7 @@ func TestConfigErrors(t *testing.T) {
 		{`{"architectures":["Qwen3_5ForCausalLM"],"num_hidden_layers":2,"layer_types":["linear_attention"]}`, "layer_types has 1 entries"},
 		{`{"architectures":["Qwen3_5ForCausalLM"],"num_hidden_layers":1,"layer_types":["sliding_attention"]}`, "layer_types[0]"},
 		{`{"architectures":["Qwen3_5ForCausalLM"],"linear_num_value_heads":3}`, "linear_num_value_heads 3"},
-		{`{"architectures":["Qwen3_5ForCausalLM"],"num_experts":8}`, "num_experts"},
+		{`{"architectures":["Qwen3_5ForCausalLM"],"num_experts":8}`, "num_experts 8 in a Qwen3_5ForCausalLM config: the mixture-of-experts variant is Qwen3_5MoeForCausalLM"},
 		{`{"architectures":["Qwen3_5ForCausalLM"],"hidden_act":"gelu"}`, "hidden_act"},
 	} {
 		cfg, err := config.ParseModel([]byte(tc.json))
