@@ -21,12 +21,19 @@ func moeModelDir(t *testing.T, stacked bool) string {
 	c.Vocab, c.Stacked = 512, stacked
 	dir := t.TempDir()
 	require.NoError(t, c.Write(dir))
+	copyStoriesTokenizer(t, dir)
+	return dir
+}
+
+// copyStoriesTokenizer gives a generated checkpoint stories260K's
+// tokenizer (vocabulary 512).
+func copyStoriesTokenizer(t *testing.T, dir string) {
+	t.Helper()
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
 		b, err := os.ReadFile(filepath.Join(storiesDir, name))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
 	}
-	return dir
 }
 
 // Every --experts formulation, on both checkpoint layouts and on both CPU
@@ -84,11 +91,7 @@ func TestQwen35MoECommands(t *testing.T) {
 	c.Vocab, c.Stacked = 512, true
 	dir := t.TempDir()
 	require.NoError(t, c.Write(dir))
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
-		b, err := os.ReadFile(filepath.Join(storiesDir, name))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
-	}
+	copyStoriesTokenizer(t, dir)
 	var want []int
 	for _, experts := range []string{"graph", "host"} {
 		e := genEnv(t)

@@ -170,12 +170,9 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	if m.o.Experts > 0 {
 		add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
-		ws = append(ws, m.stackedExperts(i)...)
+		ws = append(ws, lm.StackedExperts(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 		if si := m.o.SharedIntermediate; si > 0 {
-			add("mlp.shared_expert.gate_proj.weight", true, lm.Column, si, s.Hidden)
-			add("mlp.shared_expert.up_proj.weight", true, lm.Column, si, s.Hidden)
-			add("mlp.shared_expert.down_proj.weight", true, lm.Row, s.Hidden, si)
-			add("mlp.shared_expert_gate.weight", true, lm.Replicated, 1, s.Hidden)
+			ws = append(ws, lm.SharedExpertWeights(p+"mlp", si, s.Hidden)...)
 		}
 		return ws
 	}
@@ -185,35 +182,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// expertWeights are expert e's tensors in layer i as the per-expert
-// re-saves hold them.
-func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
-	h, in := m.o.Spec.Hidden, m.o.MoEIntermediate
-	p := m.name(fmt.Sprintf("layers.%d.mlp.experts.%d.", i, e))
-	return []lm.WeightSpec{
-		{Name: p + "gate_proj.weight", Shape: []int{in, h}, Matmul: true, TP: lm.Column},
-		{Name: p + "up_proj.weight", Shape: []int{in, h}, Matmul: true, TP: lm.Column},
-		{Name: p + "down_proj.weight", Shape: []int{h, in}, Matmul: true, TP: lm.Row},
-	}
-}
-
-// stackedExperts are layer i's expert stacks as the official checkpoints
-// hold them (Qwen3_5MoeExperts: gate_up_proj [E, 2I, H], each expert's gate
-// rows then its up rows, and down_proj [E, H, I], no .weight suffix),
-// assembled from expertWeights when the checkpoint holds the experts one by
-// one.
-func (m *Model) stackedExperts(i int) []lm.WeightSpec {
-	e, in, h := m.o.Experts, m.o.MoEIntermediate, m.o.Spec.Hidden
-	p := m.name(fmt.Sprintf("layers.%d.mlp.experts.", i))
-	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Column}
-	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Row}
-	for x := 0; x < e; x++ {
-		ew := m.expertWeights(i, x)
-		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
-		down.Parts = append(down.Parts, ew[2])
-	}
-	return []lm.WeightSpec{gateUp, down}
-}
+// expertsPrefix is layer i's "….mlp.experts" name prefix.
+func (m *Model) expertsPrefix(i int) string { return m.name(fmt.Sprintf("layers.%d.mlp.experts", i)) }
 
 func (m *Model) optional(p *lm.Params, name string) *Node {
 	if !m.o.AttentionBias {
@@ -289,7 +259,9 @@ func (m *Model) Experts(i int) *lm.Experts {
 	if m.o.Experts == 0 {
 		return nil
 	}
-	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec { return m.expertWeights(i, e) }}
+	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
+		return lm.ExpertWeights(m.expertsPrefix(i), e, m.o.MoEIntermediate, m.o.Spec.Hidden)
+	}}
 }
 
 // Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.

@@ -362,8 +362,8 @@ func TestBFloat16Compute(t *testing.T) {
 // prompts plus decode steps, against the float64 reference; both layouts
 // give identical logits. The in-graph formulation also runs with an
 // accelerator's capabilities (stacked experts for prefill and batch-2
-// decode). Mutations: the shared expert's gate dropped and the top-k
-// not renormalised must fail the bound.
+// decode). Mutations of the reference (the shared expert's gate
+// saturated, two experts' router rows swapped) must fail the bound.
 func TestMoELogitsMatchReference(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 4

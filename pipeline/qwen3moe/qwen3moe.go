@@ -185,36 +185,8 @@ func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options)
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
 
-// expertWeights lists expert e's tensors in layer i.
-func (m *Model) expertWeights(i, e int) []lm.WeightSpec {
-	s := m.Spec()
-	p := fmt.Sprintf("model.layers.%d.mlp.experts.%d.", i, e)
-	return []lm.WeightSpec{
-		{Name: p + "gate_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true, TP: lm.Column},
-		{Name: p + "up_proj.weight", Shape: []int{m.o.MoEIntermediate, s.Hidden}, Matmul: true, TP: lm.Column},
-		{Name: p + "down_proj.weight", Shape: []int{s.Hidden, m.o.MoEIntermediate}, Matmul: true, TP: lm.Row},
-	}
-}
-
-// stackedExperts are layer i's expert stacks, each assembled, when the
-// checkpoint holds the experts one by one, from expertWeights in expert
-// order.
-func (m *Model) stackedExperts(i int) []lm.WeightSpec {
-	e, in, h := m.o.Experts, m.o.MoEIntermediate, m.Spec().Hidden
-	p := fmt.Sprintf("model.layers.%d.mlp.experts.", i)
-	// Under --tp every expert is split as a dense MLP is: gate_up by its
-	// 2I output rows (with the gate first, the first devices hold gate rows
-	// and the others up rows, so XLA exchanges the [pairs, I] halves before
-	// the SwiGLU product; small beside the weights), down by its I inputs.
-	gateUp := lm.WeightSpec{Name: p + "gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Column}
-	down := lm.WeightSpec{Name: p + "down_proj", Shape: []int{e, h, in}, Matmul: true, TP: lm.Row}
-	for x := 0; x < e; x++ {
-		ew := m.expertWeights(i, x)
-		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
-		down.Parts = append(down.Parts, ew[2])
-	}
-	return []lm.WeightSpec{gateUp, down}
-}
+// expertsPrefix is layer i's "….mlp.experts" name prefix.
+func expertsPrefix(i int) string { return fmt.Sprintf("model.layers.%d.mlp.experts", i) }
 
 // LayerWeights implements lm.Model: attention and norms, then either the
 // MoE block (router, expert stacks, shared expert) or a dense MLP.
@@ -229,12 +201,9 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
 	add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
-	ws = append(ws, m.stackedExperts(i)...)
+	ws = append(ws, lm.StackedExperts(expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 	if si := m.o.SharedIntermediate; si > 0 {
-		add("mlp.shared_expert.gate_proj.weight", true, lm.Column, si, s.Hidden)
-		add("mlp.shared_expert.up_proj.weight", true, lm.Column, si, s.Hidden)
-		add("mlp.shared_expert.down_proj.weight", true, lm.Row, s.Hidden, si)
-		add("mlp.shared_expert_gate.weight", true, lm.Replicated, 1, s.Hidden)
+		ws = append(ws, lm.SharedExpertWeights(p+"mlp", si, s.Hidden)...)
 	}
 	return ws
 }
@@ -244,7 +213,9 @@ func (m *Model) Experts(i int) *lm.Experts {
 	if !m.o.Sparse[i] {
 		return nil
 	}
-	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec { return m.expertWeights(i, e) }}
+	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
+		return lm.ExpertWeights(expertsPrefix(i), e, m.o.MoEIntermediate, m.Spec().Hidden)
+	}}
 }
 
 // Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.

@@ -1,0 +1,50 @@
+package lm
+
+import "fmt"
+
+// ExpertWeights are routed expert e's tensors as checkpoints that hold the
+// experts one by one name them: PREFIX.E.{gate,up,down}_proj.weight, the
+// SwiGLU projections [inter, hidden], [inter, hidden] and [hidden, inter]
+// (prefix is the layer's "….mlp.experts"). Under --tp they split as a dense
+// MLP's.
+func ExpertWeights(prefix string, e, inter, hidden int) []WeightSpec {
+	p := fmt.Sprintf("%s.%d.", prefix, e)
+	return []WeightSpec{
+		{Name: p + "gate_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: p + "up_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: p + "down_proj.weight", Shape: []int{hidden, inter}, Matmul: true, TP: Row},
+	}
+}
+
+// StackedExperts are a layer's routed experts as transformers v5 stores
+// them (Qwen3MoeExperts, Qwen3_5MoeExperts and their kin):
+// PREFIX.gate_up_proj [E, 2·inter, hidden], each expert's gate rows then its
+// up rows, and PREFIX.down_proj [E, hidden, inter], with no .weight suffix.
+// Each stack lists its parts (ExpertWeights, in expert order), so a
+// checkpoint holding the experts one by one is assembled into the stacks
+// at load. Under --tp every expert splits as a dense MLP does (gate_up by
+// its output rows, down by its inputs).
+func StackedExperts(prefix string, experts, inter, hidden int) []WeightSpec {
+	gateUp := WeightSpec{Name: prefix + ".gate_up_proj", Shape: []int{experts, 2 * inter, hidden}, Matmul: true, TP: Column}
+	down := WeightSpec{Name: prefix + ".down_proj", Shape: []int{experts, hidden, inter}, Matmul: true, TP: Row}
+	for e := 0; e < experts; e++ {
+		ew := ExpertWeights(prefix, e, inter, hidden)
+		gateUp.Parts = append(gateUp.Parts, ew[0], ew[1])
+		down.Parts = append(down.Parts, ew[2])
+	}
+	return []WeightSpec{gateUp, down}
+}
+
+// SharedExpertWeights are a Qwen-style shared expert's tensors under
+// prefix (the layer's "….mlp"): PREFIX.shared_expert.{gate,up,down}_proj.weight,
+// a SwiGLU MLP of width inter split under --tp as a dense MLP, and its
+// gate PREFIX.shared_expert_gate.weight [1, hidden], replicated.
+func SharedExpertWeights(prefix string, inter, hidden int) []WeightSpec {
+	p := prefix + ".shared_expert"
+	return []WeightSpec{
+		{Name: p + ".gate_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: p + ".up_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: p + ".down_proj.weight", Shape: []int{hidden, inter}, Matmul: true, TP: Row},
+		{Name: p + "_gate.weight", Shape: []int{1, hidden}, Matmul: true, TP: Replicated},
+	}
+}
