@@ -3,7 +3,9 @@
 # CPU backend, and benchmark it next to Hugging Face transformers.
 #
 # On a machine with a PJRT plugin (a GPU machine whose Python has
-# jax[cuda12], or a TPU VM with libtpu) it runs, in about 5-8 minutes:
+# jax[cuda12], or a TPU VM with libtpu) it runs, in about 8 minutes on an
+# H200 with prebuilt binaries (sections 1-4 took 343 s there, the MoE
+# section about 2 minutes more):
 #
 #   1. generate: stories260K (testdata), two prompts as one batch, greedy,
 #      32 tokens, float32, on --device cpu and on the device, each in
