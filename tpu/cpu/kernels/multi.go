@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Gemv is one product of GemvMulti: C[j] = Σ_p A[p]·B[j,p] for the N rows
 // of one weight matrix B (row stride LDB) against one row of activations A
@@ -30,28 +33,8 @@ type Gemv struct {
 func GemvMulti(k int, ps []Gemv) {
 	total := 0
 	for i := range ps {
-		p := &ps[i]
-		name := fmt.Sprintf("GemvMulti product %d", i)
-		checkMat(name+" A", 1, k, k, len(p.A))
-		checkMat(name+" C", 1, p.N, p.N, len(p.C))
-		var nb int
-		switch {
-		case p.F32 != nil:
-			nb = len(p.F32)
-		case p.BF16 != nil:
-			nb = len(p.BF16)
-		case p.F16 != nil:
-			nb = len(p.F16)
-		case p.I8 != nil:
-			nb = len(p.I8)
-			if k > 0 {
-				checkGroups(name, p.N, k, p.Group, len(p.Scales))
-			}
-		default:
-			panic("kernels: " + name + ": no weight")
-		}
-		checkMat(name+" B", p.N, k, p.LDB, nb)
-		total += p.N
+		checkGemv(i, k, &ps[i])
+		total += ps[i].N
 	}
 	if total == 0 {
 		return
@@ -94,4 +77,34 @@ func GemvMulti(k int, ps []Gemv) {
 			}
 		}
 	})
+}
+
+// checkGemv checks product i of GemvMulti. The checks name it by a
+// constant, so that the decode path builds no string; only a failing check
+// pays for the product's index in its message.
+func checkGemv(i, k int, p *Gemv) {
+	defer func() {
+		if r := recover(); r != nil {
+			panic(strings.Replace(fmt.Sprint(r), "GemvMulti product", fmt.Sprintf("GemvMulti product %d", i), 1))
+		}
+	}()
+	checkMat("GemvMulti product A", 1, k, k, len(p.A))
+	checkMat("GemvMulti product C", 1, p.N, p.N, len(p.C))
+	var nb int
+	switch {
+	case p.F32 != nil:
+		nb = len(p.F32)
+	case p.BF16 != nil:
+		nb = len(p.BF16)
+	case p.F16 != nil:
+		nb = len(p.F16)
+	case p.I8 != nil:
+		nb = len(p.I8)
+		if k > 0 {
+			checkGroups("GemvMulti product", p.N, k, p.Group, len(p.Scales))
+		}
+	default:
+		panic("kernels: GemvMulti product: no weight")
+	}
+	checkMat("GemvMulti product B", p.N, k, p.LDB, nb)
 }
