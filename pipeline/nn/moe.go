@@ -48,6 +48,14 @@ func TopKRouter(logits *Node, k int, normalize bool) (ids, weights *Node) {
 	return ids, weights
 }
 
+// SharedExpert is the shared expert of a Qwen MoE block
+// (Qwen2MoeSparseMoeBlock, Qwen3_5MoeSparseMoeBlock): the SwiGLU MLP of x
+// [..., H] scaled per token by sigmoid(x·gateᵀ), gate [1, H].
+func SharedExpert(x, gateProj, upProj, downProj, gate *Node, act func(*Node) *Node) *Node {
+	y := GatedMLP(x, gateProj, nil, upProj, nil, downProj, nil, act)
+	return Mul(y, Sigmoid(Linear(x, gate, nil)))
+}
+
 // ExpertFn applies expert e to tokens x [C, H] and returns [C, H].
 type ExpertFn func(e int, x *Node) *Node
 

@@ -245,10 +245,8 @@ func (m *Model) routeMLP(mp *lm.Params, x, h *Node) (residual, ids, weights *Nod
 	logits := nn.Linear(Reshape(h, dims[0]*dims[1], dims[2]), mp.Get("gate.weight"), nil) // [N, E]
 	ids, weights = nn.TopKRouter(logits, m.o.TopK, true)
 	if m.o.SharedIntermediate > 0 {
-		shared := nn.GatedMLP(h, mp.Get("shared_expert.gate_proj.weight"), nil, mp.Get("shared_expert.up_proj.weight"), nil,
-			mp.Get("shared_expert.down_proj.weight"), nil, nn.SiLU) // [B, T, H]
-		gate := Sigmoid(nn.Linear(h, mp.Get("shared_expert_gate.weight"), nil)) // [B, T, 1]
-		x = Add(x, Mul(shared, gate))
+		x = Add(x, nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
+			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), nn.SiLU))
 	}
 	return x, ids, weights
 }

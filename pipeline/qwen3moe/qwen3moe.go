@@ -235,10 +235,8 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
 	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)                     // [N, K]
 	if m.o.SharedIntermediate > 0 {
-		shared := nn.GatedMLP(h, mp.Get("shared_expert.gate_proj.weight"), nil, mp.Get("shared_expert.up_proj.weight"), nil,
-			mp.Get("shared_expert.down_proj.weight"), nil, m.o.Act) // [B, T, H]
-		gate := Sigmoid(nn.Linear(h, mp.Get("shared_expert_gate.weight"), nil)) // [B, T, 1]
-		x = Add(x, Mul(shared, gate))
+		x = Add(x, nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
+			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), m.o.Act))
 	}
 	return &lm.Routing{
 		Residual: x,
