@@ -50,9 +50,9 @@ log="$OUT/moe-log.txt"
 work=$(mktemp -d "${TMPDIR:-/tmp}/tputool-device-check-moe-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-say() { echo "device-check-moe: $*" | tee -a "$log" >&2; }
-failures=()
-fail() { failures+=("$*"); say "FAIL: $*"; }
+prog=device-check-moe
+# shellcheck source=scripts/device-check-common.sh
+. scripts/device-check-common.sh
 
 if [ -n "${TPUTOOL_BIN_DIR:-}" ]; then
 	bin=$(cd "$TPUTOOL_BIN_DIR" && pwd)
@@ -67,31 +67,7 @@ for tool in tputool gen-llm-checkpoint; do
 done
 tputool="$bin/tputool"
 
-# float32 stays float32 on an NVIDIA device (see device-check.sh).
-f32_env=(env NVIDIA_TF32_OVERRIDE=0)
-case "$device" in
-xla:/*)
-	if grep -q -a -m1 xla_gpu_enable_triton_gemm "${device#xla:}" 2>/dev/null; then
-		f32_env+=("XLA_FLAGS=${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false")
-	fi
-	;;
-esac
-
-run() { # run NAME CMD...: stdout to $OUT/NAME, stderr to the log
-	local name=$1
-	shift
-	local shown="$*"
-	shown=${shown//"$bin"\//}
-	say "+ $shown"
-	local start=$SECONDS rc=0
-	"$@" >"$OUT/$name" 2>>"$log" || rc=$?
-	if [ "$rc" = 0 ]; then
-		say "  ok ($((SECONDS - start)) s)"
-		return 0
-	fi
-	fail "$name: exit $rc ($shown)"
-	return 1
-}
+set_f32_env # float32 stays float32 on an NVIDIA device
 
 # moe_config HIDDEN LAYERS HEADS KV HEAD_DIM EXPERTS EXPERT_SIZE TOPK VOCAB
 moe_config() {

@@ -98,9 +98,9 @@ log="$OUT/log.txt"
 work=$(mktemp -d "${TMPDIR:-/tmp}/tputool-device-check-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-say() { echo "device-check: $*" | tee -a "$log" >&2; }
-failures=()
-fail() { failures+=("$*"); say "FAIL: $*"; }
+prog=device-check
+# shellcheck source=scripts/device-check-common.sh
+. scripts/device-check-common.sh
 
 if [ -n "${TPUTOOL_BIN_DIR:-}" ]; then
 	bin=$(cd "$TPUTOOL_BIN_DIR" && pwd)
@@ -165,35 +165,8 @@ if [ "$rc" != 0 ]; then
 	exit 1
 fi
 
-# For the float32 comparison, keep the device's float32 matmuls in float32:
-# no TF32 in cuBLAS, and no Triton GEMMs (they take TF32 at default
-# precision) when the plugin knows the flag (an XLA that does not know a
-# flag in XLA_FLAGS aborts).
-f32_env=(env NVIDIA_TF32_OVERRIDE=0)
-case "$device" in
-xla:/*)
-	if grep -q -a -m1 xla_gpu_enable_triton_gemm "${device#xla:}" 2>/dev/null; then
-		f32_env+=("XLA_FLAGS=${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=false")
-	fi
-	;;
-esac
-
-# run NAME CMD...: runs CMD with stdout to $OUT/NAME, stderr to the log.
-run() {
-	local name=$1
-	shift
-	local shown="$*"
-	shown=${shown//"$bin"\//}
-	say "+ $shown"
-	local start=$SECONDS rc=0
-	"$@" >"$OUT/$name" 2>>"$log" || rc=$?
-	if [ "$rc" = 0 ]; then
-		say "  ok ($((SECONDS - start)) s)"
-		return 0
-	fi
-	fail "$name: exit $rc ($shown)"
-	return 1
-}
+# For the float32 comparison, keep the device's float32 matmuls in float32.
+set_f32_env
 
 # ---- 1. generate: token ids
 
