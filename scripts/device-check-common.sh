@@ -1,7 +1,7 @@
 # device-check-common.sh: what scripts/device-check.sh and
 # scripts/device-check-moe.sh share. Sourced, not run. The caller sets
 # prog (the prefix of its messages), log (its log file), OUT, bin (the
-# binaries' directory) and device before calling these.
+# binaries' directory), device and PYTHON before calling these.
 
 # say MSG...: MSG on stderr and in the log.
 say() { echo "$prog: $*" | tee -a "$log" >&2; }
@@ -40,4 +40,29 @@ run() {
 	fi
 	fail "$name: exit $rc ($shown)"
 	return 1
+}
+
+# compare_tokens REF OTHER...: every row's token ids equal REF's.
+compare_tokens() {
+	"$PYTHON" - "$@" <<'EOF'
+import json, sys
+def load(p):
+    with open(p) as f:
+        return [r["token_ids"] for r in json.load(f)]
+ref = load(sys.argv[1])
+bad = 0
+for p in sys.argv[2:]:
+    try:
+        got = load(p)
+    except Exception as e:
+        print(f"{p}: unreadable: {e}"); bad += 1; continue
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if a != b:
+            j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print(f"{p}: prompt {i}: token {j} differs: {b[j:j+4]} != {a[j:j+4]} (reference {sys.argv[1]})")
+            bad += 1
+    if len(ref) != len(got):
+        print(f"{p}: {len(got)} results, want {len(ref)}"); bad += 1
+sys.exit(1 if bad else 0)
+EOF
 }

@@ -104,24 +104,9 @@ run moe-dev-graph-eager.json "${f32_env[@]}" "$tputool" --device "$device" "${ge
 
 tokens_ok=no
 if [ -s "$OUT/moe-cpu-graph.json" ]; then
-	if "$PYTHON" - "$OUT"/moe-cpu-graph.json "$OUT"/moe-cpu-host.json "$OUT"/moe-cpu-dense.json \
+	if compare_tokens "$OUT"/moe-cpu-graph.json "$OUT"/moe-cpu-host.json "$OUT"/moe-cpu-dense.json \
 		"$OUT"/moe-dev-graph.json "$OUT"/moe-dev-host.json "$OUT"/moe-dev-dense.json \
-		"$OUT"/moe-dev-graph-eager.json >"$OUT/moe-tokens-compare.txt" 2>&1 <<'EOF'; then
-import json, os, sys
-def load(p):
-    with open(p) as f:
-        return [r["token_ids"] for r in json.load(f)]
-ref = load(sys.argv[1])
-bad = 0
-for p in sys.argv[2:]:
-    try:
-        got = load(p)
-    except Exception as e:
-        print(f"{os.path.basename(p)}: unreadable: {e}"); bad += 1; continue
-    if got != ref:
-        print(f"{os.path.basename(p)}: token ids differ from {os.path.basename(sys.argv[1])}: {got} != {ref}"); bad += 1
-sys.exit(1 if bad else 0)
-EOF
+		"$OUT"/moe-dev-graph-eager.json >"$OUT/moe-tokens-compare.txt" 2>&1; then
 		tokens_ok=yes
 		say "tokens: every experts formulation on the device (and on the CPU) equals the CPU's graph run"
 	else

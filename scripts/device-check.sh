@@ -178,30 +178,6 @@ for mode in compiled eager; do
 done
 run "generate-dev-default-dtype.json" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled || true
 
-# compare_tokens REF OTHER...: every row's token ids equal REF's.
-compare_tokens() {
-	"$PYTHON" - "$@" <<'EOF'
-import json, sys
-def load(p):
-    with open(p) as f:
-        return [r["token_ids"] for r in json.load(f)]
-ref = load(sys.argv[1])
-bad = 0
-for p in sys.argv[2:]:
-    try:
-        got = load(p)
-    except Exception as e:
-        print(f"{p}: unreadable: {e}"); bad += 1; continue
-    for i, (a, b) in enumerate(zip(ref, got)):
-        if a != b:
-            j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            print(f"{p}: prompt {i}: token {j} differs: {b[j:j+4]} != {a[j:j+4]} (reference {sys.argv[1]})")
-            bad += 1
-    if len(ref) != len(got):
-        print(f"{p}: {len(got)} results, want {len(ref)}"); bad += 1
-sys.exit(1 if bad else 0)
-EOF
-}
 tok_ref="$OUT/generate-cpu-compiled.json"
 tokens_ok=no
 if [ -s "$tok_ref" ]; then
