@@ -108,24 +108,32 @@ func (c MoE) Tensors() []Tensor {
 			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
 			continue
 		}
-		add("mlp.gate.weight", "router", c.Experts, H)
-		for e := 0; e < c.Experts; e++ {
-			add(fmt.Sprintf("mlp.experts.%d.gate_proj.weight", e), "linear", c.MoEIntermediate, H)
-			add(fmt.Sprintf("mlp.experts.%d.up_proj.weight", e), "linear", c.MoEIntermediate, H)
-			add(fmt.Sprintf("mlp.experts.%d.down_proj.weight", e), "linear", H, c.MoEIntermediate)
-		}
-		if c.SharedSize > 0 {
-			add("mlp.shared_expert.gate_proj.weight", "linear", c.SharedSize, H)
-			add("mlp.shared_expert.up_proj.weight", "linear", c.SharedSize, H)
-			add("mlp.shared_expert.down_proj.weight", "linear", H, c.SharedSize)
-			add("mlp.shared_expert_gate.weight", "linear", 1, H)
-		}
+		sparseBlockTensors(add, c.Experts, c.MoEIntermediate, c.SharedSize, H)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
 	return out
+}
+
+// sparseBlockTensors adds a Qwen sparse MoE block's tensors, named
+// relative to the layer as the per-expert checkpoints name them: the
+// router mlp.gate.weight, mlp.experts.E.{gate,up,down}_proj.weight, and
+// when shared > 0 the shared expert and its gate.
+func sparseBlockTensors(add func(name, init string, shape ...int), experts, inter, shared, hidden int) {
+	add("mlp.gate.weight", "router", experts, hidden)
+	for e := 0; e < experts; e++ {
+		add(fmt.Sprintf("mlp.experts.%d.gate_proj.weight", e), "linear", inter, hidden)
+		add(fmt.Sprintf("mlp.experts.%d.up_proj.weight", e), "linear", inter, hidden)
+		add(fmt.Sprintf("mlp.experts.%d.down_proj.weight", e), "linear", hidden, inter)
+	}
+	if shared > 0 {
+		add("mlp.shared_expert.gate_proj.weight", "linear", shared, hidden)
+		add("mlp.shared_expert.up_proj.weight", "linear", shared, hidden)
+		add("mlp.shared_expert.down_proj.weight", "linear", hidden, shared)
+		add("mlp.shared_expert_gate.weight", "linear", 1, hidden)
+	}
 }
 
 // ConfigJSON returns the config.json (the fields of the real

@@ -112,18 +112,7 @@ func (c Qwen35) Tensors() []Tensor {
 			add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
 		}
 		if c.Experts > 0 {
-			add("mlp.gate.weight", "router", c.Experts, H)
-			for e := 0; e < c.Experts; e++ {
-				add(fmt.Sprintf("mlp.experts.%d.gate_proj.weight", e), "linear", c.MoEIntermediate, H)
-				add(fmt.Sprintf("mlp.experts.%d.up_proj.weight", e), "linear", c.MoEIntermediate, H)
-				add(fmt.Sprintf("mlp.experts.%d.down_proj.weight", e), "linear", H, c.MoEIntermediate)
-			}
-			if c.SharedSize > 0 {
-				add("mlp.shared_expert.gate_proj.weight", "linear", c.SharedSize, H)
-				add("mlp.shared_expert.up_proj.weight", "linear", c.SharedSize, H)
-				add("mlp.shared_expert.down_proj.weight", "linear", H, c.SharedSize)
-				add("mlp.shared_expert_gate.weight", "linear", 1, H)
-			}
+			sparseBlockTensors(add, c.Experts, c.MoEIntermediate, c.SharedSize, H)
 		} else {
 			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
