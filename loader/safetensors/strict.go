@@ -32,6 +32,7 @@ type Strict struct {
 	ignored  map[string][]int // name -> shape to check (nil: any)
 	ignoreIf []func(name string) bool
 	dtypes   []DType
+	dtypeOf  map[string]DType // tensors of one required dtype (RequireDType)
 	// LinearAsConv accepts a linear weight [out, in] stored as a 1x1
 	// convolution [out, in, 1, 1] and the reverse, which diffusers
 	// converts silently for attention projections.
@@ -87,6 +88,16 @@ func (s *Strict) IgnoreIf(skip func(name string) bool) { s.ignoreIf = append(s.i
 // *Checkpoint does); with any other it checks nothing.
 func (s *Strict) RequireDTypes(allowed ...DType) { s.dtypes = allowed }
 
+// RequireDType makes the declared tensor name a problem unless it is
+// stored as dtype (an encoded tensor's bytes: MXFP4 blocks are U8),
+// whatever RequireDTypes allows the others.
+func (s *Strict) RequireDType(name string, dtype DType) {
+	if s.dtypeOf == nil {
+		s.dtypeOf = map[string]DType{}
+	}
+	s.dtypeOf[name] = dtype
+}
+
 // Errorf records a configuration problem found while the model is built.
 func (s *Strict) Errorf(format string, args ...any) {
 	s.problems = append(s.problems, Problem{Text: fmt.Sprintf(format, args...)})
@@ -128,9 +139,13 @@ func (s *Strict) Problems() Problems {
 		case !s.sameShape(got, e.shape):
 			out = append(out, Problem{Kind: Misshapen, Name: stored, Shape: got, Want: e.shape})
 		}
-		if len(s.dtypes) > 0 && info != nil {
-			if t, _ := info.Info(stored); !slices.Contains(s.dtypes, t.DType) {
-				out = append(out, Problem{Kind: BadDType, Name: stored, DType: t.DType, Allowed: s.dtypes})
+		allowed := s.dtypes
+		if d, ok := s.dtypeOf[e.name]; ok {
+			allowed = []DType{d}
+		}
+		if len(allowed) > 0 && info != nil {
+			if t, _ := info.Info(stored); !slices.Contains(allowed, t.DType) {
+				out = append(out, Problem{Kind: BadDType, Name: stored, DType: t.DType, Allowed: allowed})
 			}
 		}
 	}

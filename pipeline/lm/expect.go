@@ -19,6 +19,9 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	for _, w := range Weights(m) {
 		for _, p := range w.Sources(has) {
 			s.Expect(p.Name, p.Shape...)
+			if p.Name != w.Name && w.mxfp4(has) {
+				s.RequireDType(p.Name, safetensors.U8)
+			}
 		}
 	}
 	s.RequireDTypes(weightDTypes...)

@@ -21,6 +21,7 @@ package lm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -86,16 +87,54 @@ type WeightSpec struct {
 	// checkpoints store under Name). A checkpoint holds either Name or
 	// every part; Expect checks whichever it holds.
 	Parts []WeightSpec
+	// Transposed: the checkpoint holds Name with its last two axes
+	// swapped, [..., in, out] (transformers' GPT-OSS experts,
+	// gate_up_proj [E, H, 2I]); the loader transposes it into Shape.
+	Transposed bool
+	// MXFP4: the checkpoint may hold the weight in OCP microscaling FP4
+	// instead of under Name (GPT-OSS's experts): Name+MXFP4Blocks, U8
+	// [..., out, in/32, 16], and Name+MXFP4Scales, U8 [..., out, in/32]
+	// (loader/quant); the loader decodes it. Shape is the decoded
+	// [..., out, in].
+	MXFP4 bool
 }
 
+// The suffixes of an MXFP4 weight's two checkpoint tensors.
+const (
+	MXFP4Blocks = "_blocks"
+	MXFP4Scales = "_scales"
+)
+
 // Sources are the checkpoint tensors that hold w in a checkpoint with
-// tensor names has: w itself, or its parts when the checkpoint does not
-// hold w and w has parts.
+// tensor names has, with the shapes stored there: w itself (its axes
+// swapped when Transposed), its MXFP4 blocks and scales when w is MXFP4
+// and the checkpoint holds them and not w, or its parts when the
+// checkpoint does not hold w and w has parts.
 func (w WeightSpec) Sources(has func(name string) bool) []WeightSpec {
+	if w.mxfp4(has) {
+		r := len(w.Shape)
+		lead, in := w.Shape[:r-1], w.Shape[r-1]
+		return []WeightSpec{
+			{Name: w.Name + MXFP4Blocks, Shape: append(slices.Clone(lead), in/32, 16)},
+			{Name: w.Name + MXFP4Scales, Shape: append(slices.Clone(lead), in/32)},
+		}
+	}
 	if len(w.Parts) == 0 || has(w.Name) {
+		if w.Transposed && len(w.Shape) >= 2 {
+			t := w
+			t.Shape = slices.Clone(w.Shape)
+			r := len(t.Shape)
+			t.Shape[r-2], t.Shape[r-1] = t.Shape[r-1], t.Shape[r-2]
+			return []WeightSpec{t}
+		}
 		return []WeightSpec{w}
 	}
 	return w.Parts
+}
+
+// mxfp4 reports a weight a checkpoint holds in MXFP4.
+func (w WeightSpec) mxfp4(has func(name string) bool) bool {
+	return w.MXFP4 && len(w.Shape) >= 2 && !has(w.Name) && (has(w.Name+MXFP4Blocks) || has(w.Name+MXFP4Scales))
 }
 
 // TPSplit is how one weight is laid out under tensor parallelism

@@ -135,6 +135,9 @@ func (l *Loaded) partSpec(name string) WeightSpec {
 // spec's for a weight assembled from parts, the part's for a part read
 // from its stack.
 func (l *Loaded) shapeOf(name string) ([]int, bool) {
+	if w, how := l.encoding(name); how != "" {
+		return w.Shape, true
+	}
 	if info, ok := l.ckpt.Info(name); ok {
 		return info.Shape, true
 	}
@@ -293,6 +296,9 @@ func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error
 // pieces of 64 MiB (safetensors.Checkpoint.ReleaseRange): the process
 // holds the weight once, in flat, and a later read maps it in again.
 func (l *Loaded) DecodeInto(name string, flat any) error {
+	if w, how := l.encoding(name); how != "" {
+		return l.decodeEncodedInto(w, how, flat)
+	}
 	if src := l.sources(name); len(src) > 1 || src[0].Name != name {
 		return l.decodeParts(name, src, flat)
 	}
@@ -428,6 +434,14 @@ func (l *Loaded) convertReleasing(name string, v view, elems int, conv func(at i
 // mapping are released block by block. A weight assembled from parts is
 // read part by part, blocks not crossing parts.
 func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []float32)) error {
+	if w, how := l.encoding(name); how != "" {
+		push, flush := rebatch(block, fn)
+		if err := l.decodeEncoded(w, how, push); err != nil {
+			return err
+		}
+		flush()
+		return nil
+	}
 	if src := l.sources(name); len(src) > 1 || src[0].Name != name {
 		at := 0 // an assembled weight: each part in blocks, at its offset
 		for _, p := range src {
@@ -462,6 +476,39 @@ func (l *Loaded) DecodeBlocks(name string, block int, fn func(at int, vals []flo
 		fn(at, vals)
 		return count, first
 	})
+}
+
+// rebatch passes fn values in consecutive blocks of block elements (the
+// last one, which flush passes, shorter) when push is given them in
+// pieces of any length, in order; they are copied into a reused buffer.
+func rebatch(block int, fn func(at int, vals []float32)) (push func(at int, vals []float32), flush func()) {
+	block = max(block, 1)
+	var buf []float32
+	first := 0 // the element index of buf[0]
+	push = func(at int, vals []float32) {
+		for len(vals) > 0 {
+			if buf == nil {
+				buf = make([]float32, 0, block)
+			}
+			if len(buf) == 0 {
+				first = at
+			}
+			n := min(block-len(buf), len(vals))
+			buf = append(buf, vals[:n]...)
+			vals, at = vals[n:], at+n
+			if len(buf) == block {
+				fn(first, buf)
+				buf = buf[:0]
+			}
+		}
+	}
+	flush = func() {
+		if len(buf) > 0 {
+			fn(first, buf)
+			buf = buf[:0]
+		}
+	}
+	return push, flush
 }
 
 // Close unmaps the checkpoint.

@@ -95,6 +95,20 @@ func AttentionBias(step *lm.Step, window int) *Node {
 // the compute dtype for the value matmul, as in transformers' eager
 // attention.
 func Attention(q, keys, values, bias *Node, scale, softcap float64) *Node {
+	return attention(q, keys, values, bias, scale, softcap, nil)
+}
+
+// AttentionSinks is Attention with attention sinks (GPT-OSS's
+// eager_attention_forward): a learned logit per query head, sinks [H],
+// joins each row of scores as one more column before the softmax, and its
+// probability is dropped after it, so that a head can give less than all
+// its attention to the cache.
+func AttentionSinks(q, keys, values, bias, sinks *Node, scale float64) *Node {
+	return attention(q, keys, values, bias, scale, 0, sinks)
+}
+
+// attention is Attention, with sinks when sinks is not nil.
+func attention(q, keys, values, bias *Node, scale, softcap float64, sinks *Node) *Node {
 	dims := q.Shape().Dimensions
 	b, t, h, d := dims[0], dims[1], dims[2], dims[3]
 	kv := keys.Shape().Dimensions[1]
@@ -111,7 +125,17 @@ func Attention(q, keys, values, bias *Node, scale, softcap float64) *Node {
 	scores = MulScalar(ConvertDType(scores, dtypes.Float32), scale)
 	scores = Softcap(scores, softcap)
 	scores = Add(scores, bias)
-	probs := ConvertDType(Softmax(scores, -1), dtype)                              // [B, KV, T, G, S]
+	var probs *Node
+	if sinks == nil {
+		probs = Softmax(scores, -1) // [B, KV, T, G, S]
+	} else {
+		s := scores.Shape().Dimensions[4]
+		sink := Reshape(ConvertDType(sinks, dtypes.Float32), 1, kv, 1, groups, 1) // query head h = kv·G + g
+		sink = BroadcastToDims(sink, b, kv, t, groups, 1)
+		probs = Softmax(Concatenate([]*Node{scores, sink}, 4), -1) // [B, KV, T, G, S+1]
+		probs = SliceAxis(probs, 4, AxisRange(0, s))               // the sink's share is dropped
+	}
+	probs = ConvertDType(probs, dtype)                                             // [B, KV, T, G, S]
 	out := DotGeneral(probs, []int{4}, []int{0, 1}, values, []int{3}, []int{0, 1}) // [B, KV, T, G, D]
 	out = TransposeAllDims(out, 0, 2, 1, 3, 4)                                     // [B, T, KV, G, D]
 	return Reshape(out, b, t, h*d)                                                 // [B, T, H*D]

@@ -103,6 +103,51 @@ func GroupedExperts(x, weights, perm, slot *Node, expert ExpertFn) *Node {
 	return ConvertDType(out, x.DType())
 }
 
+// ExpertStack is a layer's routed experts held stacked, each expert's
+// matrices in the Linear layout [out, in]: Gate and Up [E, I, H] and
+// Down [E, H, I]. Up nil means Gate is the fused gate_up [E, 2I, H]
+// (transformers v5's experts.gate_up_proj).
+type ExpertStack struct {
+	Gate, Up, Down *Node
+	// GateBias [E, 2I] (the fused gate_up's) and DownBias [E, H] are
+	// per-expert biases (GPT-OSS), nil for none. They need Up nil.
+	GateBias, DownBias *Node
+	// Act is the gate's activation: an expert's hidden is act(gate)·up,
+	// with gate the first I outputs of the fused projection and up the
+	// next I.
+	Act func(*Node) *Node
+	// GLU, when set, replaces that: it maps the fused projection's
+	// output [..., 2I] (bias added) to the hidden [..., I] along the last
+	// axis (GPT-OSS interleaves gate and up and clamps them: its
+	// ClampedSwiGLU). It needs Up nil.
+	GLU func(gateUp *Node) *Node
+}
+
+// check panics on a stack whose fields do not fit together.
+func (s ExpertStack) check() {
+	if s.Up != nil && (s.GateBias != nil || s.DownBias != nil || s.GLU != nil) {
+		panic(fmt.Errorf("ExpertStack: biases and GLU need the fused gate_up (Up nil)"))
+	}
+	if s.GLU == nil && s.Act == nil {
+		panic(fmt.Errorf("ExpertStack: neither Act nor GLU is set"))
+	}
+}
+
+// hidden is the experts' hidden activations from the gate (fused
+// gate_up when up is nil) and up projections, whose last axis is the
+// output one: the GLU, or act(gate)·up.
+func (s ExpertStack) hidden(g, u *Node) *Node {
+	axis := g.Rank() - 1
+	if s.GLU != nil {
+		return s.GLU(g)
+	}
+	if u == nil {
+		inter := g.Shape().Dimensions[axis] / 2
+		g, u = SliceAxis(g, axis, AxisRange(0, inter)), SliceAxis(g, axis, AxisRange(inter, 2*inter))
+	}
+	return Mul(s.Act(g), u)
+}
+
 // GatheredExperts is the static-shape, in-graph formulation of routed
 // experts: for each of the P = N·k (token, choice) pairs it multiplies the
 // token by its chosen expert's matrices, as one gathered matmul per
@@ -111,11 +156,8 @@ func GroupedExperts(x, weights, perm, slot *Node, expert ExpertFn) *Node {
 // trip: one executable serves every routing.
 //
 // x [N, H] are the experts' inputs, ids [N, k] int32 and weights [N, k]
-// float32 TopKRouter's choice. The expert weights come stacked, each
-// expert's matrix in the Linear layout [out, in]: gate and up [E, I, H]
-// and down [E, H, I]; up nil means gate is the fused gate_up [E, 2I, H]
-// (transformers v5's experts.gate_up_proj: the first I rows are the gate,
-// the next I the up projection). Each expert is act(x·gateᵀ)·(x·upᵀ)
+// float32 TopKRouter's choice, gate, up and down an ExpertStack's
+// matrices with activation act. Each expert is act(x·gateᵀ)·(x·upᵀ)
 // then ·downᵀ, and a token's output is Σⱼ weights[n, j] · expert_{ids[n,
 // j]}(x_n), summed in float32. The result has x's dtype.
 //
@@ -124,22 +166,32 @@ func GroupedExperts(x, weights, perm, slot *Node, expert ExpertFn) *Node {
 // and XLA: a Gather then a batched DotGeneral over the pairs); tputool's
 // cpu backend recognises the gathered product (see tpu/cpu).
 func GatheredExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node) *Node {
+	return ExpertStack{Gate: gate, Up: up, Down: down, Act: act}.Gathered(x, ids, weights)
+}
+
+// Gathered is GatheredExperts over the stack, biases and GLU included (a
+// pair's biases are gathered by its expert id, as its matrices are).
+func (s ExpertStack) Gathered(x, ids, weights *Node) *Node {
+	s.check()
 	xd := x.Shape().Dimensions
 	n, h := xd[0], xd[1]
 	k := ids.Shape().Dimensions[1]
 	p := n * k
-	pairIDs := Reshape(ConvertDType(ids, dtypes.Int32), p, 1)            // [P, 1]
-	pairs := Reshape(BroadcastToDims(InsertAxes(x, 1), n, k, h), p, h)   // [P, H]
-	gathered := func(v, w *Node) *Node { return PairDot(v, w, pairIDs) } // [P, out]
-	g := gathered(pairs, gate)
-	var u *Node
-	if up != nil {
-		u = gathered(pairs, up)
-	} else {
-		inter := g.Shape().Dimensions[1] / 2
-		g, u = SliceAxis(g, 1, AxisRange(0, inter)), SliceAxis(g, 1, AxisRange(inter, 2*inter))
+	pairIDs := Reshape(ConvertDType(ids, dtypes.Int32), p, 1)          // [P, 1]
+	pairs := Reshape(BroadcastToDims(InsertAxes(x, 1), n, k, h), p, h) // [P, H]
+	gathered := func(v, w, bias *Node) *Node {                         // [P, out]
+		y := PairDot(v, w, pairIDs)
+		if bias != nil {
+			y = Add(y, ConvertDType(Gather(bias, pairIDs), y.DType()))
+		}
+		return y
 	}
-	y := gathered(Mul(act(g), u), down) // [P, H]
+	g := gathered(pairs, s.Gate, s.GateBias)
+	var u *Node
+	if s.Up != nil {
+		u = gathered(pairs, s.Up, nil)
+	}
+	y := gathered(s.hidden(g, u), s.Down, s.DownBias) // [P, H]
 	y = Reshape(ConvertDType(y, dtypes.Float32), n, k, h)
 	out := ReduceSum(Mul(y, InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, H]
 	return ConvertDType(out, x.DType())
@@ -155,7 +207,13 @@ func GatheredExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Nod
 // where gathering a matrix per pair would copy the stack many times over
 // on a backend whose Gather copies (XLA).
 func StackedExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node) *Node {
-	e := gate.Shape().Dimensions[0]
+	return ExpertStack{Gate: gate, Up: up, Down: down, Act: act}.Stacked(x, ids, weights)
+}
+
+// Stacked is StackedExperts over the stack, biases and GLU included.
+func (s ExpertStack) Stacked(x, ids, weights *Node) *Node {
+	s.check()
+	e := s.Gate.Shape().Dimensions[0]
 	dt := x.DType()
 	stack := func(w *Node) *Node {
 		if w.DType() != dt {
@@ -163,44 +221,52 @@ func StackedExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node
 		}
 		return w
 	}
-	proj := func(v, w *Node) *Node { // v [N, E, in] or [N, in], w [E, out, in] -> [N, E, out]
+	proj := func(v, w, bias *Node) *Node { // v [N, E, in] or [N, in], w [E, out, in] -> [N, E, out]
+		var y *Node
 		if v.Rank() == 2 {
-			return DotGeneral(v, []int{1}, nil, stack(w), []int{2}, nil) // [N, E, out]
+			y = DotGeneral(v, []int{1}, nil, stack(w), []int{2}, nil) // [N, E, out]
+		} else {
+			y = TransposeAllDims(DotGeneral(v, []int{2}, []int{1}, stack(w), []int{2}, []int{0}), 1, 0, 2) // [E, N, out] -> [N, E, out]
 		}
-		return TransposeAllDims(DotGeneral(v, []int{2}, []int{1}, stack(w), []int{2}, []int{0}), 1, 0, 2) // [E, N, out] -> [N, E, out]
+		if bias != nil {
+			y = Add(y, InsertAxes(stack(bias), 0)) // [1, E, out]
+		}
+		return y
 	}
-	g := proj(x, gate)
+	g := proj(x, s.Gate, s.GateBias)
 	var u *Node
-	if up != nil {
-		u = proj(x, up)
-	} else {
-		inter := g.Shape().Dimensions[2] / 2
-		g, u = SliceAxis(g, 2, AxisRange(0, inter)), SliceAxis(g, 2, AxisRange(inter, 2*inter))
+	if s.Up != nil {
+		u = proj(x, s.Up, nil)
 	}
-	y := ConvertDType(proj(Mul(act(g), u), down), dtypes.Float32)                                                       // [N, E, H]
+	y := ConvertDType(proj(s.hidden(g, u), s.Down, s.DownBias), dtypes.Float32)                                         // [N, E, H]
 	combine := ReduceSum(Mul(OneHot(ids, e, dtypes.Float32), InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, E]
 	out := ReduceSum(Mul(y, InsertAxes(combine, -1)), 1)                                                                // [N, H]
 	return ConvertDType(out, dt)
 }
 
 // RoutedExperts applies routed experts in the static-shape formulation
-// that suits the backend, with GatheredExperts' arguments and result.
-// gather reports a backend computing in host memory (lm.Step.GatherExperts):
-// GatheredExperts always (tputool's cpu backend runs it as a grouped kernel
-// that copies nothing). On an accelerator a Gather of matrices is a copy
-// in device memory, and GatheredExperts copies one matrix per (token,
-// choice) pair (written, then read again) where StackedExperts reads each
-// expert once: GatheredExperts while the pairs are at most a third of the
-// experts (decode at small batches: only the chosen experts are read),
-// StackedExperts beyond (prefill, large batches), where gathering would
-// copy the stack several times over. Both are one executable per shape,
-// whatever the routing.
+// that suits the backend, with GatheredExperts' arguments and result (see
+// ExpertStack.Routed).
 func RoutedExperts(x, ids, weights, gate, up, down *Node, act func(*Node) *Node, gather bool) *Node {
+	return ExpertStack{Gate: gate, Up: up, Down: down, Act: act}.Routed(x, ids, weights, gather)
+}
+
+// Routed applies the stack in the formulation that suits the backend.
+// gather reports a backend computing in host memory (lm.Step.GatherExperts):
+// Gathered always (tputool's cpu backend runs it as a grouped kernel
+// that copies nothing). On an accelerator a Gather of matrices is a copy
+// in device memory, and Gathered copies one matrix per (token, choice)
+// pair (written, then read again) where Stacked reads each expert once:
+// Gathered while the pairs are at most a third of the experts (decode at
+// small batches: only the chosen experts are read), Stacked beyond
+// (prefill, large batches), where gathering would copy the stack several
+// times over. Both are one executable per shape, whatever the routing.
+func (s ExpertStack) Routed(x, ids, weights *Node, gather bool) *Node {
 	pairs := x.Shape().Dimensions[0] * ids.Shape().Dimensions[1]
-	if gather || 3*pairs <= gate.Shape().Dimensions[0] {
-		return GatheredExperts(x, ids, weights, gate, up, down, act)
+	if gather || 3*pairs <= s.Gate.Shape().Dimensions[0] {
+		return s.Gathered(x, ids, weights)
 	}
-	return StackedExperts(x, ids, weights, gate, up, down, act)
+	return s.Stacked(x, ids, weights)
 }
 
 // PairDot multiplies each row v[p] [in] by the matrix w[ids[p]] [out, in]

@@ -1,0 +1,173 @@
+package lm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/x448/float16"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/quant"
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// Weights a checkpoint stores in another form than their held one
+// (WeightSpec.Transposed, WeightSpec.MXFP4) are decoded here, into the
+// held layout [..., out, in], in pieces: the process never holds more
+// than one piece of float32 (about 16 MiB, or one matrix of a transposed
+// stack) beside the destination, and the pages of the mapping are
+// released piece by piece as for plain weights.
+
+// encodedPiece is the number of values decodeEncoded converts at a time.
+const encodedPiece = 4 << 20
+
+// encoding is how the checkpoint stores weight name when it stores it
+// encoded: "mxfp4", "transposed", or "" (plain, or not a model weight).
+func (l *Loaded) encoding(name string) (WeightSpec, string) {
+	w, ok := l.spec(name)
+	if !ok || len(w.Shape) < 2 {
+		return w, ""
+	}
+	switch {
+	case w.mxfp4(l.ckpt.Has):
+		return w, "mxfp4"
+	case w.Transposed && l.ckpt.Has(w.Name):
+		return w, "transposed"
+	}
+	return w, ""
+}
+
+// decodeEncoded converts an encoded weight to float32 in pieces of whole
+// rows, in the held order, calling fn with each piece's first element
+// index and its values (a buffer reused between calls).
+func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []float32)) error {
+	r := len(w.Shape)
+	out, in := w.Shape[r-2], w.Shape[r-1]
+	rows := elements(w.Shape[:r-1]) // every matrix's rows, one after the other
+	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1}
+	defer func() {
+		if nf.Count > 0 && l.OnNonFinite != nil {
+			l.OnNonFinite(nf)
+		}
+	}()
+	switch how {
+	case "mxfp4":
+		if in%quant.MXFP4Block != 0 {
+			return fmt.Errorf("tensor %q: MXFP4 needs an input width that is a multiple of %d, got %d", w.Name, quant.MXFP4Block, in)
+		}
+		bName, sName := w.Name+MXFP4Blocks, w.Name+MXFP4Scales
+		blocks, err := l.rawOf(bName, safetensors.U8, int64(rows)*int64(in/2))
+		if err != nil {
+			return err
+		}
+		scales, err := l.rawOf(sName, safetensors.U8, int64(rows)*int64(in/quant.MXFP4Block))
+		if err != nil {
+			return err
+		}
+		nf.DType, nf.Elements = safetensors.U8, int64(rows)*int64(in)
+		step := max(1, encodedPiece/in)
+		buf := make([]float32, min(step, rows)*in)
+		sb := in / quant.MXFP4Block // scales per row
+		for row := 0; row < rows; row += step {
+			n := min(step, rows-row)
+			s := scales[row*sb : (row+n)*sb]
+			quant.DecodeMXFP4(buf[:n*in], blocks[row*in/2:(row+n)*in/2], s)
+			if i := slices.Index(s, 255); i >= 0 { // 2^128: not finite in float32
+				if nf.Count == 0 {
+					nf.First = int64(row*in + i*quant.MXFP4Block)
+				}
+				for _, v := range s {
+					if v == 255 {
+						nf.Count += quant.MXFP4Block
+					}
+				}
+			}
+			fn(row*in, buf[:n*in])
+			l.ckpt.ReleaseRange(bName, int64(row*in/2), int64((row+n)*in/2))
+			l.ckpt.ReleaseRange(sName, int64(row*sb), int64((row+n)*sb))
+		}
+		return nil
+	case "transposed":
+		info, _ := l.ckpt.Info(w.Name)
+		if !info.DType.IsFloat() {
+			return errs.Unsupportedf("tensor %q: stored as %s, not a float dtype", w.Name, info.DType)
+		}
+		size := info.DType.Size()
+		raw, err := l.rawOf(w.Name, info.DType, int64(rows)*int64(in))
+		if err != nil {
+			return err
+		}
+		nf.DType, nf.Elements = info.DType, int64(rows)*int64(in)
+		stored := make([]float32, out*in) // one matrix [in, out]
+		buf := make([]float32, out*in)
+		for m := 0; m < rows/out; m++ {
+			lo := m * out * in * size
+			piece := raw[lo : lo+out*in*size]
+			count, first := safetensors.ConvertChecked(info.DType, piece, func(at int, p []byte) {
+				safetensors.DecodeFloat32(stored[at:], info.DType, p)
+			})
+			if count > 0 {
+				if nf.Count == 0 {
+					f := int(first) // index in the stored [in, out] matrix
+					nf.First = int64(m*out*in + (f%out)*in + f/out)
+				}
+				nf.Count += count
+			}
+			for i := 0; i < in; i++ {
+				for o := 0; o < out; o++ {
+					buf[o*in+i] = stored[i*out+o]
+				}
+			}
+			fn(m*out*in, buf)
+			l.ckpt.ReleaseRange(w.Name, int64(lo), int64(lo+out*in*size))
+		}
+		return nil
+	}
+	return fmt.Errorf("tensor %q: unknown encoding %q", w.Name, how)
+}
+
+// rawOf is the bytes of checkpoint tensor name, which must be stored as
+// dtype and hold n elements.
+func (l *Loaded) rawOf(name string, dtype safetensors.DType, n int64) ([]byte, error) {
+	info, ok := l.ckpt.Info(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
+	}
+	if info.DType != dtype || info.NumElements() != n {
+		return nil, fmt.Errorf("tensor %q: %s with %d elements, want %s with %d", name, info.DType, info.NumElements(), dtype, n)
+	}
+	raw, err := l.ckpt.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) != n*int64(dtype.Size()) {
+		return nil, fmt.Errorf("tensor %q: %d bytes do not hold %d %s elements", name, len(raw), n, dtype)
+	}
+	return raw, nil
+}
+
+// decodeEncodedInto decodes an encoded weight into flat (DecodeInto's
+// destinations), rounding to bf16 and f16 to nearest even.
+func (l *Loaded) decodeEncodedInto(w WeightSpec, how string, flat any) error {
+	if n := flatLen(flat); n != elements(w.Shape) {
+		if n == 0 {
+			return errs.Unsupportedf("tensor %q: cannot decode into %T (want float32, bfloat16 or float16)", w.Name, flat)
+		}
+		return fmt.Errorf("tensor %q: %d elements, destination holds %d", w.Name, elements(w.Shape), n)
+	}
+	return l.decodeEncoded(w, how, func(at int, vals []float32) {
+		switch out := flat.(type) {
+		case []float32:
+			copy(out[at:], vals)
+		case []bfloat16.BFloat16:
+			for i, v := range vals {
+				out[at+i] = bfloat16.BFloat16(safetensors.Float32ToBF16(v))
+			}
+		case []float16.Float16:
+			for i, v := range vals {
+				out[at+i] = float16.Float16(safetensors.Float32ToHalf(v))
+			}
+		}
+	})
+}
