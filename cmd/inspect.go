@@ -186,6 +186,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	}
 	if p.Active > 0 {
 		line += fmt.Sprintf(", %s active per token", inspect.HumanCount(p.Active))
+		if p.ActiveLessEmbedding != p.Active {
+			line += fmt.Sprintf(" (%s without the input embedding)", inspect.HumanCount(p.ActiveLessEmbedding))
+		}
 	}
 	kv("Parameters", "%s (%d tensors)", line, p.Tensors)
 	for _, d := range p.ByDType {

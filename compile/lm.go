@@ -205,6 +205,9 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	default:
 		return nil, errs.Unsupportedf("compute dtype %s is not supported (use float32 or bfloat16)", opts.DType)
 	}
+	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
+		return nil, errs.Unsupportedf("--experts %s: %s runs its experts only in the graph (%s); use --experts graph", opts.Experts, l.Model.Spec().Architecture, ig.InGraphExperts())
+	}
 	r := &LM{
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
 		dus:     opts.Caps.DynamicUpdateSlice,

@@ -228,6 +228,13 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
+// InGraphExperts implements lm.InGraphExperts.
+func (m *Model) InGraphExperts() string {
+	return "biased experts with the clamped SwiGLU, held stacked, MXFP4 or transposed in the checkpoint"
+}
+
+var _ lm.InGraphExperts = (*Model)(nil)
+
 // Head implements lm.Model: the final norm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	x = m.norm(x, w.Get("model.norm.weight"))

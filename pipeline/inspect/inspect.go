@@ -113,6 +113,10 @@ type Params struct {
 	// Active is, for MoE models, the parameters one token goes through:
 	// everything but the experts, plus experts_per_token/experts of them.
 	Active int64 `json:"active,omitempty"`
+	// ActiveLessEmbedding is Active less an untied input embedding table,
+	// of which a token reads one row (the count OpenAI's model cards give;
+	// Qwen's give Active).
+	ActiveLessEmbedding int64 `json:"active_less_embedding,omitempty"`
 	// Experts counts the routed-expert parameters (MoE only).
 	Experts int64 `json:"experts,omitempty"`
 }
@@ -359,7 +363,7 @@ func readHeaders(ctx context.Context, m *loader.Model, weights []loader.Weights,
 func sumParams(ts []safetensors.TensorInfo) int64 {
 	var n int64
 	for _, t := range ts {
-		n += t.NumElements()
+		n += paramsOf(t)
 	}
 	return n
 }
@@ -370,7 +374,7 @@ func sumParams(ts []safetensors.TensorInfo) int64 {
 func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string) {
 	p.ByDType = byDType(ts)
 	for i, t := range ts {
-		n := t.NumElements()
+		n := paramsOf(t)
 		p.Total += n
 		p.Bytes += t.NumBytes()
 		if skip == nil || skip[i] == "" {
@@ -384,7 +388,7 @@ func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE) {
 	var experts int64
 	for i, t := range ts {
 		if (skip == nil || skip[i] == "") && isExpert(t.Name) {
-			experts += t.NumElements()
+			experts += paramsOf(t)
 		}
 	}
 	if experts == 0 {
@@ -392,6 +396,53 @@ func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE) {
 	}
 	p.Experts = experts
 	p.Active = p.Used - experts + experts*int64(moe.ExpertsPerToken)/int64(moe.Experts)
+	p.ActiveLessEmbedding = p.Active
+	var embed int64
+	head := false
+	for i, t := range ts {
+		if skip != nil && skip[i] != "" {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(t.Name, "embed_tokens.weight"):
+			embed += paramsOf(t)
+		case strings.HasSuffix(t.Name, "lm_head.weight"):
+			head = true
+		}
+	}
+	if head {
+		p.ActiveLessEmbedding -= embed
+	}
+}
+
+// mxfp4Part reports a tensor that holds part of an MXFP4 weight
+// (lm.WeightSpec.MXFP4): "blocks" for NAME_blocks (U8, two 4-bit values a
+// byte), "scales" for NAME_scales (U8, one exponent per 32 values), ""
+// for any other tensor.
+func mxfp4Part(t safetensors.TensorInfo) string {
+	if t.DType != safetensors.U8 {
+		return ""
+	}
+	switch {
+	case strings.HasSuffix(t.Name, lm.MXFP4Blocks):
+		return "blocks"
+	case strings.HasSuffix(t.Name, lm.MXFP4Scales):
+		return "scales"
+	}
+	return ""
+}
+
+// paramsOf is the number of parameters a tensor holds: its elements, two
+// per byte of MXFP4 blocks, none in MXFP4 scales (they scale the blocks'
+// values).
+func paramsOf(t safetensors.TensorInfo) int64 {
+	switch mxfp4Part(t) {
+	case "blocks":
+		return 2 * t.NumElements()
+	case "scales":
+		return 0
+	}
+	return t.NumElements()
 }
 
 // isExpert reports whether a tensor belongs to a routed expert:
@@ -404,10 +455,13 @@ func byDType(ts []safetensors.TensorInfo) []DTypeCount {
 	m := map[string]*DTypeCount{}
 	for _, t := range ts {
 		d := string(t.DType)
+		if mxfp4Part(t) != "" {
+			d = "MXFP4"
+		}
 		if m[d] == nil {
 			m[d] = &DTypeCount{DType: d}
 		}
-		m[d].Params += t.NumElements()
+		m[d].Params += paramsOf(t)
 		m[d].Bytes += t.NumBytes()
 	}
 	out := make([]DTypeCount, 0, len(m))
@@ -433,6 +487,9 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 		for _, p := range w.Parts { // held in the assembled stack, quantised as it is
 			specs[p.Name] = p
 		}
+		if w.MXFP4 { // the blocks stand for the decoded weight (and the scales for nothing)
+			specs[w.Name+lm.MXFP4Blocks] = w
+		}
 	}
 	h := lm.Holding{Quantize: quantize}
 	var n int64
@@ -442,7 +499,7 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 		}
 		w, ok := specs[t.Name]
 		switch {
-		case !ok: // not read (a tied checkpoint's lm_head.weight)
+		case !ok: // not read (a tied checkpoint's lm_head.weight), or MXFP4 scales
 		case h.Quantized(w):
 			n += h.HeldBytes(w, dtypes.Float32)
 		default:
@@ -460,7 +517,9 @@ func weightBytes(ts []safetensors.TensorInfo, skip []string, elem int) int64 {
 		if skip != nil && skip[i] != "" {
 			continue
 		}
-		if elem > 0 && t.DType.IsFloat() {
+		if elem > 0 && mxfp4Part(t) != "" {
+			n += paramsOf(t) * int64(elem) // decoded to the compute dtype at load
+		} else if elem > 0 && t.DType.IsFloat() {
 			n += t.NumElements() * int64(elem)
 		} else {
 			n += t.NumBytes()
@@ -505,7 +564,7 @@ func skippedGroups(ts []safetensors.TensorInfo, skip []string) []SkippedGroup {
 			kinds = append(kinds, k)
 		}
 		m[k].Tensors++
-		m[k].Params += t.NumElements()
+		m[k].Params += paramsOf(t)
 	}
 	sort.Strings(kinds)
 	var out []SkippedGroup

@@ -22,15 +22,24 @@ import (
 // given BF16 tensors and whose data is a hole (a sparse file): inspect reads
 // only headers, so a 9B-parameter checkpoint costs no disk.
 func writeSparseCheckpoint(t *testing.T, path string, names []string, shapes map[string][]int) {
+	writeSparseTyped(t, path, names, shapes, nil)
+}
+
+// writeSparseTyped is writeSparseCheckpoint with the dtype of each tensor
+// named in dtypes (U8 or BF16; BF16 for the others).
+func writeSparseTyped(t *testing.T, path string, names []string, shapes map[string][]int, dtypes map[string]string) {
 	t.Helper()
 	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
 	var off int64
 	for _, n := range names {
-		size := int64(2)
+		dt, size := "BF16", int64(2)
+		if dtypes[n] == "U8" {
+			dt, size = "U8", 1
+		}
 		for _, d := range shapes[n] {
 			size *= int64(d)
 		}
-		header[n] = map[string]any{"dtype": "BF16", "shape": shapes[n], "data_offsets": []int64{off, off + size}}
+		header[n] = map[string]any{"dtype": dt, "shape": shapes[n], "data_offsets": []int64{off, off + size}}
 		off += size
 	}
 	h, err := json.Marshal(header)

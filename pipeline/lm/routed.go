@@ -37,6 +37,16 @@ type Routed interface {
 	Expert(i, e int, w *Params, x *graph.Node) *graph.Node
 }
 
+// InGraphExperts is implemented by mixture-of-experts models that have
+// no Routed form: their experts run only in the graph of Layer (GPT-OSS,
+// whose experts carry biases, a clamped activation and checkpoint
+// encodings that the one-by-one formulations do not take). The reason
+// says why, for the error that refuses the other formulations.
+type InGraphExperts interface {
+	Model
+	InGraphExperts() (reason string)
+}
+
 // Experts describes the routed experts of one layer.
 type Experts struct {
 	// Num is the number of experts; TopK the number each token is routed
