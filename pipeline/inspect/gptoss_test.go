@@ -9,9 +9,9 @@ import (
 
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/config"
+	_ "github.com/tputool/tputool/pipeline/gptoss"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
-	_ "github.com/tputool/tputool/pipeline/gptoss"
 )
 
 // TestGptOss20B inspects the real openai/gpt-oss-20b config with a
