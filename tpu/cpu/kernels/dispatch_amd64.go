@@ -346,3 +346,18 @@ func widenI8(dst []float32, src []int8, s float32) {
 	widenI8AVX512(&dst[0], &src[0], nm, s)
 	widenI8Generic(dst[nm:], src[nm:], s)
 }
+
+// gemvRowsMXFP4 computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of an
+// MXFP4 B of len(a) values a row (blocks and scales from row 0).
+func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
+	k := len(a)
+	nb := k / MXFP4Block
+	if level != levelAVX512 || nb == 0 || len(c) == 0 {
+		gemvRowsMXFP4Generic(a, blocks, scales, c)
+		return
+	}
+	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
+	for j := range c {
+		c[j] = dotMXFP4AVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, &fp4Twice, &e8m0Half)
+	}
+}

@@ -49,3 +49,7 @@ func currentNTKernel() ntKernel { return ntGeneric }
 func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) }
 func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
 func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }
+
+func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
+	gemvRowsMXFP4Generic(a, blocks, scales, c)
+}

@@ -7,8 +7,9 @@ import (
 
 // Gemv is one product of GemvMulti: C[j] = Σ_p A[p]·B[j,p] for the N rows
 // of one weight matrix B (row stride LDB) against one row of activations A
-// [k]. B is given in exactly one of F32, BF16, F16 (raw bits) or I8 (with
-// Scales [N, k/Group], as GemmInt8NT takes them).
+// [k]. B is given in exactly one of F32, BF16, F16 (raw bits), I8 (with
+// Scales [N, k/Group], as GemmInt8NT takes them) or MXFP4 (with
+// MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused).
 type Gemv struct {
 	A []float32
 	C []float32 // [N], overwritten
@@ -19,6 +20,8 @@ type Gemv struct {
 	I8        []int8
 	Scales    []float32
 	Group     int
+	MXFP4     []byte
+	MXScales  []byte
 	LDB       int
 }
 
@@ -71,6 +74,8 @@ func GemvMulti(k int, ps []Gemv) {
 				gemvRowsBF16(av, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.F16 != nil:
 				gemvRowsF16(av, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+			case p.MXFP4 != nil:
+				gemvRowsMXFP4(av, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
 			default:
 				ng := k / p.Group
 				gemvRowsI8(av, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
@@ -103,6 +108,9 @@ func checkGemv(i, k int, p *Gemv) {
 		if k > 0 {
 			checkGroups("GemvMulti product", p.N, k, p.Group, len(p.Scales))
 		}
+	case p.MXFP4 != nil:
+		checkMXFP4("GemvMulti product", p.N, k, len(p.MXFP4), len(p.MXScales))
+		return
 	default:
 		panic("kernels: GemvMulti product: no weight")
 	}
