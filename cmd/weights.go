@@ -94,4 +94,17 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.L
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
 		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies int8 directly", o.Quantize, dev.BackendName)
 	}
+	var mx int
+	for _, w := range l.Weights() {
+		if l.StoredMXFP4(w.Name) {
+			mx++
+		}
+	}
+	switch {
+	case mx == 0:
+	case h.MXFP4:
+		rep.Debugf("weights: %d MXFP4 tensors held as stored (4.25 bits a weight), multiplied in place", mx)
+	default:
+		rep.Infof("%d MXFP4 weight tensors are decoded to %s at load: the %s backend does not multiply MXFP4 (tputool's cpu backend on one device does)", mx, dtypeName(h.Compute), dev.BackendName)
+	}
 }

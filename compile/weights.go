@@ -39,8 +39,13 @@ import (
 //     int8 GEMM/GEMV and other backends compute as written; nn.Embedding
 //     gathers the int8 rows and their scales before dequantising.
 
-// scalesSuffix names the scales input of a quantised weight.
-const scalesSuffix = "#scales"
+// scalesSuffix names the scales input of a quantised weight, and
+// mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
+// are the weight's own input).
+const (
+	scalesSuffix = "#scales"
+	mxfp4Suffix  = "#e8m0"
+)
 
 // HoldingOf is how NewLM holds a model's weights on a backend with caps
 // under o: the one statement of that policy, which cmd's memory checks
@@ -49,7 +54,10 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	if o.DType == dtypes.InvalidDType {
 		o.DType = dtypes.Float32
 	}
-	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize}
+	// MXFP4 stacks stay MXFP4 on one device of a backend that multiplies
+	// them; split over devices (TP/DP), they are split as floats.
+	mx := caps.MXFP4 && max(o.TP, 1)*max(o.DP, 1) == 1
+	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx}
 }
 
 // holding is how this LM holds its weights.
@@ -114,24 +122,25 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 	for i := range r.layerW {
 		r.layerW[i] = weightNames(r.heldSpecs(r.model.LayerWeights(i)))
 	}
-	if r.opts.Quantize != "" {
-		r.all = r.withScales(r.all)
-		r.embedW = r.withScales(r.embedW)
-		r.headW = r.withScales(r.headW)
-		for i := range r.layerW {
-			r.layerW[i] = r.withScales(r.layerW[i])
-		}
+	r.all = r.withScales(r.all)
+	r.embedW = r.withScales(r.embedW)
+	r.headW = r.withScales(r.headW)
+	for i := range r.layerW {
+		r.layerW[i] = r.withScales(r.layerW[i])
 	}
 	return nil
 }
 
-// withScales inserts the scales input after each quantised weight.
+// withScales inserts the scales input after each quantised or MXFP4
+// weight.
 func (r *LM) withScales(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		out = append(out, n)
-		if _, ok := r.weights[n+scalesSuffix]; ok {
-			out = append(out, n+scalesSuffix)
+		for _, suffix := range []string{scalesSuffix, mxfp4Suffix} {
+			if _, ok := r.weights[n+suffix]; ok {
+				out = append(out, n+suffix)
+			}
 		}
 	}
 	return out
@@ -140,6 +149,9 @@ func (r *LM) withScales(names []string) []string {
 // loadWeight holds one weight as the comment at the top of this file says.
 func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	h := r.holding()
+	if h.MXFP4 && l.StoredMXFP4(w.Name) && r.sharedUpload() {
+		return r.holdMXFP4(l, w)
+	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
 	}
@@ -165,6 +177,36 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	}
 	t, err := r.upload(shapes.Make(held, w.Shape...), func(flat any) error { return l.DecodeInto(w.Name, flat) })
 	r.weights[w.Name] = t
+	return err
+}
+
+// holdMXFP4 holds a weight the checkpoint stores in MXFP4 as stored:
+// its blocks u8 [..., out, in/32, 16] under its name and its scales u8
+// [..., out, in/32] under name+mxfp4Suffix; the graph decodes them
+// (nn.DequantizeMXFP4), which the backend multiplies in place.
+func (r *LM) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
+	rk := len(w.Shape)
+	lead, in := w.Shape[:rk-1], w.Shape[rk-1]
+	bShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), in/32, 16)...)
+	sShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), in/32)...)
+	bBuf, bFlat, err := r.backend.NewSharedBuffer(0, bShape)
+	if err != nil {
+		return err
+	}
+	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, sShape)
+	if err != nil {
+		_ = r.backend.BufferFinalize(bBuf)
+		return err
+	}
+	if err := l.MXFP4Into(w.Name, bFlat.([]uint8), sFlat.([]uint8)); err != nil {
+		_ = r.backend.BufferFinalize(bBuf)
+		_ = r.backend.BufferFinalize(sBuf)
+		return err
+	}
+	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, bBuf); err != nil {
+		return err
+	}
+	r.weights[w.Name+mxfp4Suffix], err = tensors.FromBuffer(r.backend, sBuf)
 	return err
 }
 
@@ -276,13 +318,17 @@ func (r *LM) params(names []string, nodes []*graph.Node) *lm.Params {
 		m[n] = nodes[i]
 	}
 	for i, n := range names {
-		if strings.HasSuffix(n, scalesSuffix) {
+		if strings.HasSuffix(n, scalesSuffix) || strings.HasSuffix(n, mxfp4Suffix) {
 			delete(m, n)
 			continue
 		}
 		x := nodes[i]
 		if s, ok := m[n+scalesSuffix]; ok {
 			m[n] = nn.DequantizeInt8(x, s, r.opts.DType)
+			continue
+		}
+		if s, ok := m[n+mxfp4Suffix]; ok {
+			m[n] = nn.DequantizeMXFP4(x, s, r.opts.DType)
 			continue
 		}
 		if x.DType() != r.opts.DType && x.DType().IsFloat() {

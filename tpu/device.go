@@ -49,7 +49,13 @@ type Capabilities struct {
 	// backend): executors then hold Matmul weights in their checkpoint
 	// dtype and convert them in the graph where they are used (nn.Linear,
 	// nn.Embedding gathers first), instead of converting them on the host.
-	NarrowWeights      bool `json:"narrow_weights"`
+	NarrowWeights bool `json:"narrow_weights"`
+	// MXFP4 reports a backend that multiplies MXFP4 expert stacks as
+	// checkpoints store them (nn.DequantizeMXFP4's form under nn.PairDot:
+	// tputool's cpu backend): executors then hold such weights as their
+	// blocks and scales, about 4.25 bits a weight, instead of decoding
+	// them at load.
+	MXFP4              bool `json:"mxfp4"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -72,6 +78,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 		HostMemory:         name == BackendGo || name == BackendCPU,
 		BlockedMatmul:      name == BackendGo,
 		NarrowWeights:      name == BackendCPU,
+		MXFP4:              name == BackendCPU,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],

@@ -239,3 +239,48 @@ func TestResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestMXFP4Held: on tputool's cpu backend the MXFP4 experts stay MXFP4
+// (17/32 of a byte a weight) and the rest as the holding policy says; the
+// memory estimate the commands check is what the LM holds. On the go
+// backend they are decoded to f32 at load.
+func TestMXFP4Held(t *testing.T) {
+	l, _ := write(t, gptossref.MXFP4, safetensors.BF16)
+	var mx, decoded int64
+	for _, w := range lm.Weights(l.Model) {
+		if l.StoredMXFP4(w.Name) {
+			n := int64(1)
+			for _, d := range w.Shape {
+				n *= int64(d)
+			}
+			mx += lm.MXFP4Bytes(w)
+			decoded += 4 * n // f32, the compute dtype
+		}
+	}
+	if mx == 0 {
+		t.Fatal("no weight stored in MXFP4")
+	}
+	for _, backend := range []string{"cpu", "go"} {
+		be := refcheck.GoBackend(t)
+		if backend == "cpu" {
+			be = refcheck.CPUBackend(t)
+		}
+		caps := tpu.CapabilitiesOf(be)
+		opts := compile.Options{Mode: compile.Compiled}
+		r, err := compile.NewLM(be, l, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := compile.HoldingOf(caps, opts)
+		if got, want := r.WeightBytes(), l.HeldBytes(h); got != want {
+			t.Errorf("%s: the LM holds %d bytes of weights, the estimate says %d", backend, got, want)
+		}
+		plain := h
+		plain.MXFP4 = false
+		saved := l.HeldBytes(plain) - r.WeightBytes()
+		if want := map[string]int64{"cpu": decoded - mx, "go": 0}[backend]; saved != want {
+			t.Errorf("%s: MXFP4 holding saves %d bytes, want %d", backend, saved, want)
+		}
+		r.Close()
+	}
+}

@@ -38,6 +38,42 @@ func (l *Loaded) encoding(name string) (WeightSpec, string) {
 	return w, ""
 }
 
+// StoredMXFP4 reports whether the checkpoint stores weight name in MXFP4
+// (WeightSpec.MXFP4).
+func (l *Loaded) StoredMXFP4(name string) bool {
+	_, how := l.encoding(name)
+	return how == "mxfp4"
+}
+
+// MXFP4Into copies the blocks and scales of a weight the checkpoint
+// stores in MXFP4 (StoredMXFP4) into blocks [..., out, in/2] and scales
+// [..., out, in/32] as stored, releasing the mapping's pages as it goes.
+func (l *Loaded) MXFP4Into(name string, blocks, scales []byte) error {
+	w, how := l.encoding(name)
+	if how != "mxfp4" {
+		return fmt.Errorf("tensor %q: the checkpoint does not store it in MXFP4", name)
+	}
+	n := int64(elements(w.Shape))
+	if int64(len(blocks)) != n/2 || int64(len(scales)) != n/quant.MXFP4Block {
+		return fmt.Errorf("tensor %q: %d values need %d bytes of blocks and %d scales, got %d and %d", name, n, n/2, n/quant.MXFP4Block, len(blocks), len(scales))
+	}
+	for _, part := range []struct {
+		name string
+		dst  []byte
+	}{{name + MXFP4Blocks, blocks}, {name + MXFP4Scales, scales}} {
+		raw, err := l.rawOf(part.name, safetensors.U8, int64(len(part.dst)))
+		if err != nil {
+			return err
+		}
+		for off := 0; off < len(raw); off += releasePiece {
+			end := min(off+releasePiece, len(raw))
+			copy(part.dst[off:end], raw[off:end])
+			l.ckpt.ReleaseRange(part.name, int64(off), int64(end))
+		}
+	}
+	return nil
+}
+
 // decodeEncoded converts an encoded weight to float32 in pieces of whole
 // rows, in the held order, calling fn with each piece's first element
 // index and its values (a buffer reused between calls).

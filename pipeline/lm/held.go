@@ -40,6 +40,9 @@ type Holding struct {
 	Narrow bool
 	// Quantize is "" or "int8".
 	Quantize string
+	// MXFP4: weights the checkpoint stores in MXFP4 are held so (blocks
+	// and scales, 17/32 of a byte a weight), never decoded or quantised.
+	MXFP4 bool
 }
 
 // Quantized reports whether weight w is held as int8 under h: every
@@ -73,7 +76,21 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 func (l *Loaded) HeldBytes(h Holding) int64 {
 	var n int64
 	for _, w := range l.weights {
+		if h.MXFP4 && l.StoredMXFP4(w.Name) {
+			n += MXFP4Bytes(w)
+			continue
+		}
 		n += h.HeldBytes(w, l.StoredDType(w.Name))
 	}
 	return n
+}
+
+// MXFP4Bytes is the memory an MXFP4 weight takes as stored: half a byte
+// a value plus a byte of scale per 32.
+func MXFP4Bytes(w WeightSpec) int64 {
+	n := int64(1)
+	for _, d := range w.Shape {
+		n *= int64(d)
+	}
+	return n/2 + n/32
 }

@@ -276,7 +276,8 @@ func (s ExpertStack) Routed(x, ids, weights *Node, gather bool) *Node {
 // pairs. Only the chosen matrices are converted: a stack held narrow
 // (ConvertDType of a bf16/f16 stack) is gathered narrow, and an int8
 // stack (DequantizeInt8's form) gathers its int8 matrices and their
-// scales, then dequantises them.
+// scales, then dequantises them, as an MXFP4 stack (DequantizeMXFP4's
+// form) does its blocks and scales.
 func PairDot(v, w, ids *Node) *Node {
 	if w.Type() == NodeTypeConvertDType && w.Rank() == 3 {
 		w = w.Inputs()[0] // a stack held narrow: convert only the chosen matrices
@@ -284,6 +285,8 @@ func PairDot(v, w, ids *Node) *Node {
 	var gw *Node // [P, out, in]
 	if q, scales, ok := dequantizeInt8Parts(w); ok {
 		gw = DequantizeInt8(Gather(q, ids), Gather(scales, ids), dtypes.Float32) // int8: gather the chosen matrices and scales
+	} else if blocks, scales, ok := dequantizeMXFP4Parts(w); ok {
+		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
 	} else {
 		gw = Gather(w, ids)
 	}

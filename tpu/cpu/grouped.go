@@ -29,11 +29,13 @@ import (
 const opTypeGrouped = backends.OpTypeLast + 102
 
 // groupedAux: E experts of [N, K] each; from16 when w is bf16/f16;
-// group > 0 when w is int8 with one f32 scale per group of input columns.
+// group > 0 when w is int8 with one f32 scale per group of input columns;
+// mxfp4 when w is MXFP4.
 type groupedAux struct {
 	e, n, k int
 	from16  bool
 	group   int
+	mxfp4   bool // w is MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32] (mxfp4.go)
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
@@ -113,6 +115,14 @@ func rewriteGrouped(n *node) {
 		n.fn = execGrouped
 		return
 	}
+	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
+		d := blocks.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, blocks, ids, scales}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}
+		n.fn = execGrouped
+		return
+	}
 	from16 := false
 	if r.op == backends.OpTypeConvertDType && is16(r.inputs[0].shape.DType) {
 		r, from16 = r.inputs[0], true
@@ -177,6 +187,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		p := order[start[e]]
 		g := kernels.Gemv{A: lhs[p*K : (p+1)*K], C: o[p*N : (p+1)*N], N: N, LDB: K}
 		switch {
+		case a.mxfp4:
+			g.MXFP4, g.MXScales = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32]
 		case a.group > 0:
 			g.I8, g.Scales, g.Group = in[1].data.([]int8)[e*N*K:(e+1)*N*K], in[3].data.([]float32)[e*N*(K/a.group):], a.group
 		case !a.from16:
@@ -205,6 +217,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
 		}
 		switch {
+		case a.mxfp4:
+			kernels.GemmMXFP4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
 		case a.group > 0:
 			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:

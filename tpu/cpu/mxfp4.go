@@ -1,0 +1,103 @@
+package cpu
+
+import (
+	"math"
+	"slices"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+)
+
+// MXFP4 expert stacks. pipeline/nn.PairDot over an MXFP4 stack (blocks
+// u8 [E, N, G, 16] and scales u8 [E, N, G], nn.DequantizeMXFP4) reaches
+// the backend as the dequantisation of the gathered blocks and scales,
+//
+//	Reshape(Mul(Reshape(Gather(pairs [256, 2], Reshape(ConvertDType(Gather(blocks, ids), i32), n, 1))),
+//	            BroadcastInDim(Reshape(Gather(e8m0 [256, 1], Reshape(ConvertDType(Gather(scales, ids), i32), n/16, 1))))))
+//
+// under the batched DotGeneral; mxfp4Gathered finds it, and the grouped
+// node (grouped.go) then multiplies each active expert's MXFP4 matrix in
+// place (kernels.GemvMulti, kernels.GemmMXFP4NT): the f32 matrices are
+// never made.
+
+// mxfp4Gathered matches that form at r [P, N, K] and returns the stacks
+// and the pairs' expert ids.
+func mxfp4Gathered(r *node) (blocks, scales, ids *node, ok bool) {
+	if r.op != backends.OpTypeReshape || r.shape.Rank() != 3 || r.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	m := r.inputs[0]
+	if m.op != backends.OpTypeMul || m.shape.Rank() != 4 || m.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	d := m.shape.Dimensions // [P, N, G, 32]
+	if d[3] != 32 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1], d[2] * 32}) {
+		return nil, nil, nil, false
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		v, b := m.inputs[k[0]], m.inputs[k[1]]
+		if v.op != backends.OpTypeReshape || b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2, 3}) {
+			continue
+		}
+		gb := tableSource(v.inputs[0], mxfp4PairTable[:], 2)
+		sc := b.inputs[0]
+		if sc.op != backends.OpTypeReshape || !slices.Equal(sc.shape.Dimensions, []int{d[0], d[1], d[2], 1}) {
+			continue
+		}
+		gs := tableSource(sc.inputs[0], mxfp4ScaleTable[:], 1)
+		if gb == nil || gs == nil || !wholeRowGather(gb) || !wholeRowGather(gs) || !sameIndices(gb.inputs[1], gs.inputs[1]) {
+			continue
+		}
+		bl, s := gb.inputs[0], gs.inputs[0]
+		e := bl.shape.Dimensions[0]
+		if bl.shape.DType != dtypes.Uint8 || s.shape.DType != dtypes.Uint8 ||
+			!slices.Equal(bl.shape.Dimensions, []int{e, d[1], d[2], 16}) || !slices.Equal(s.shape.Dimensions, []int{e, d[1], d[2]}) {
+			continue
+		}
+		return bl, s, gb.inputs[1], true
+	}
+	return nil, nil, nil, false
+}
+
+// tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))
+// at g, table a constant [256, width] equal to want, and returns x.
+func tableSource(g *node, want []float32, width int) *node {
+	if g.op != backends.OpTypeGather || len(g.inputs) != 2 {
+		return nil
+	}
+	t, idx := g.inputs[0], g.inputs[1]
+	if t.op != backends.OpTypeConstant || !slices.Equal(t.shape.Dimensions, []int{256, width}) {
+		return nil
+	}
+	if vals, ok := t.constant.([]float32); !ok || !slices.Equal(vals, want) {
+		return nil
+	}
+	a, ok := g.aux.(gatherAux)
+	if !ok || a.indexVectorAxis != 1 || !slices.Equal(a.collapsedSliceAxes, []int{0}) || !slices.Equal(a.startIndexMap, []int{0}) ||
+		!slices.Equal(a.sizes, []int{1, width}) || !slices.Equal(a.offsetOutputAxes, []int{1}) {
+		return nil
+	}
+	if idx.op != backends.OpTypeReshape || idx.shape.Rank() != 2 || idx.shape.Dimensions[1] != 1 {
+		return nil
+	}
+	c := idx.inputs[0]
+	if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Uint8 {
+		return nil
+	}
+	return c.inputs[0]
+}
+
+// mxfp4PairTable and mxfp4ScaleTable are nn.DequantizeMXFP4's tables,
+// flat: each byte's two FP4 values (low nibble first), and 2^(s−127).
+var mxfp4PairTable, mxfp4ScaleTable = func() (p [512]float32, s [256]float32) {
+	fp4 := [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+	for i := 0; i < 8; i++ {
+		fp4[8+i] = -fp4[i]
+	}
+	fp4[8] = float32(math.Copysign(0, -1))
+	for b := 0; b < 256; b++ {
+		p[2*b], p[2*b+1] = fp4[b&15], fp4[b>>4]
+		s[b] = float32(math.Ldexp(1, b-127))
+	}
+	return p, s
+}()
