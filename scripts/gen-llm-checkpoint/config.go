@@ -23,7 +23,11 @@ import (
 // pseudo-random values: uniform in ±1/sqrt(last axis) for matrices, ±0.02
 // for vectors. It streams: the header first (offsets are known from the
 // shapes), then each tensor in 1 MiB pieces, so a checkpoint of any size
-// takes a few MiB of memory.
+// takes a few MiB of memory. When the config's quantization_config says
+// mxfp4, the weights the architecture reads in MXFP4 (lm.WeightSpec.MXFP4,
+// GPT-OSS's experts) are written as the releases store them: NAME_blocks
+// with random nibbles and NAME_scales with the exponent that brings the
+// values to about ±1/sqrt(last axis).
 func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -40,16 +44,37 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 	if d != safetensors.F32 && d != safetensors.BF16 && d != safetensors.F16 {
 		return fmt.Errorf("dtype %s: want F32, BF16 or F16", d)
 	}
-	ws := lm.Weights(model)
-	sort.Slice(ws, func(i, j int) bool { return ws[i].Name < ws[j].Name })
+	var q struct {
+		Q *struct {
+			Method string `json:"quant_method"`
+		} `json:"quantization_config"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return err
+	}
+	mxfp4 := q.Q != nil && q.Q.Method == "mxfp4"
+	var ws []tensor
+	for _, w := range lm.Weights(model) {
+		if !mxfp4 || !w.MXFP4 {
+			ws = append(ws, tensor{name: w.Name, shape: w.Shape, dtype: d})
+			continue
+		}
+		r := len(w.Shape)
+		lead, in := w.Shape[:r-1], w.Shape[r-1]
+		s := 127 + int(math.Round(math.Log2(1/math.Sqrt(float64(in))/3))) // mean |fp4| is about 3
+		ws = append(ws,
+			tensor{name: w.Name + lm.MXFP4Blocks, shape: append(append([]int(nil), lead...), in/32, 16), dtype: safetensors.U8},
+			tensor{name: w.Name + lm.MXFP4Scales, shape: append(append([]int(nil), lead...), in/32), dtype: safetensors.U8, scale: byte(s)})
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].name < ws[j].name })
 	header := map[string]any{}
 	var offset int64
 	for _, w := range ws {
-		n := int64(d.Size())
-		for _, x := range w.Shape {
+		n := int64(w.dtype.Size())
+		for _, x := range w.shape {
 			n *= int64(x)
 		}
-		header[w.Name] = map[string]any{"dtype": d, "shape": w.Shape, "data_offsets": []int64{offset, offset + n}}
+		header[w.name] = map[string]any{"dtype": w.dtype, "shape": w.shape, "data_offsets": []int64{offset, offset + n}}
 		offset += n
 	}
 	hjson, err := json.Marshal(header)
@@ -77,21 +102,38 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 	bw.Write(hjson)
 	r := rand.New(rand.NewPCG(14, 2026))
 	vals := make([]float32, 1<<18)
+	bytes := make([]byte, 1<<18)
 	for _, w := range ws {
 		n := 1
-		for _, x := range w.Shape {
+		for _, x := range w.shape {
 			n *= x
 		}
+		if w.dtype == safetensors.U8 { // MXFP4 blocks (random) or scales (one exponent)
+			for done := 0; done < n; {
+				piece := bytes[:min(len(bytes), n-done)]
+				for i := range piece {
+					piece[i] = w.scale
+					if w.scale == 0 {
+						piece[i] = byte(r.Uint32())
+					}
+				}
+				if _, err := bw.Write(piece); err != nil {
+					return err
+				}
+				done += len(piece)
+			}
+			continue
+		}
 		scale := float32(0.02)
-		if len(w.Shape) >= 2 {
-			scale = float32(1 / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
+		if len(w.shape) >= 2 {
+			scale = float32(1 / math.Sqrt(float64(w.shape[len(w.shape)-1])))
 		}
 		for done := 0; done < n; {
 			piece := vals[:min(len(vals), n-done)]
 			for i := range piece {
 				piece[i] = (2*r.Float32() - 1) * scale
 			}
-			b, err := safetensors.EncodeFloat32(d, piece)
+			b, err := safetensors.EncodeFloat32(w.dtype, piece)
 			if err != nil {
 				return err
 			}
@@ -105,4 +147,12 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 		return err
 	}
 	return f.Close()
+}
+
+// tensor is one tensor to write: MXFP4 scales are all scale.
+type tensor struct {
+	name  string
+	shape []int
+	dtype safetensors.DType
+	scale byte
 }

@@ -6,6 +6,7 @@
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/llama-110m            # the benchmark model
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/m -hidden 256 -layers 4 -vocab 4096
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/q9b -dtype BF16 -config testdata/configs/qwen3_5_9b/config.json
+//	go run ./scripts/gen-llm-checkpoint -o /tmp/gptoss20b -dtype BF16 -config testdata/configs/gpt_oss_20b/config.json  # MXFP4 experts
 //
 // With -config it writes every tensor the architecture of that config.json
 // reads (any architecture tputool runs), streaming, so an 18 GB checkpoint
