@@ -361,3 +361,42 @@ func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
 		c[j] = dotMXFP4AVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, &fp4Twice, &e8m0Half)
 	}
 }
+
+// widenMXFP4 decodes whole MXFP4 blocks (len(dst)/32 of them) into dst.
+func widenMXFP4(dst []float32, blocks, scales []byte) {
+	nb := len(dst) / MXFP4Block
+	if level != levelAVX512 || nb == 0 {
+		widenMXFP4Generic(dst, blocks, scales)
+		return
+	}
+	_, _ = blocks[nb*MXFP4Block/2-1], scales[nb-1]
+	widenMXFP4AVX512(&dst[0], &blocks[0], &scales[0], nb, &fp4Twice, &e8m0Half)
+}
+
+// smallMMXFP4 is the small-m MXFP4 product: every B row is decoded in
+// registers once per eight rows of A (dotMXFP4x8AVX512), with no f32
+// copy of B. It reports false (and does nothing) without AVX-512.
+func smallMMXFP4(m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
+	if level != levelAVX512 {
+		return false
+	}
+	nb := k / MXFP4Block
+	_, _ = blocks[n*k/2-1], scales[n*nb-1]
+	Parallel(n, max(1, gemvGrain(k)/max(1, m/8)), func(lo, hi int) {
+		var rows [8]*float32
+		var out [8]float32
+		for i0 := 0; i0 < m; i0 += 8 {
+			r := min(8, m-i0)
+			for i := range rows {
+				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
+			}
+			for j := lo; j < hi; j++ {
+				dotMXFP4x8AVX512(&rows, &blocks[j*k/2], &scales[j*nb], nb, &fp4Twice, &e8m0Half, &out)
+				for i := 0; i < r; i++ {
+					c[(i0+i)*ldc+j] = out[i]
+				}
+			}
+		}
+	})
+	return true
+}

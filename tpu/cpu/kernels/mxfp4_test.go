@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -34,7 +35,7 @@ func mxfp4Case(r *rand.Rand, n, k int) (blocks, scales []byte, dense []float32) 
 // f32 GEMM on the decoded weights, and GemvMulti's MXFP4 products with it.
 func TestGemmMXFP4NT(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {70, 33, 2080}} {
+	for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {12, 20, 96}, {70, 33, 2080}} {
 		m, n, k := sz[0], sz[1], sz[2]
 		blocks, scales, dense := mxfp4Case(r, n, k)
 		a := make([]float32, m*k)
@@ -123,4 +124,33 @@ func BenchmarkGemvMXFP4(b *testing.B) {
 			GemmBF16NT(1, n, k, a, k, bf, k, c, n)
 		}
 	})
+}
+
+// BenchmarkGemmMXFP4 compares, for a few rows of A against one expert's
+// gate_up (5760×2880), the small-m path (B decoded in registers per eight
+// rows) with the blocked GEMM (B decoded once into the f32 scratch): the
+// crossover sets smallMMXFP4Max.
+func BenchmarkGemmMXFP4(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	n, k := 5760, 2880
+	blocks, scales, _ := mxfp4Case(r, n, k)
+	for _, m := range []int{4, 16, 32, 64, 128} {
+		a := make([]float32, m*k)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		c := make([]float32, m*n)
+		b.Run(fmt.Sprintf("m%d/small", m), func(b *testing.B) {
+			for range b.N {
+				if !smallMMXFP4(m, n, k, a, k, blocks, scales, c, n) {
+					b.Skip("no small-m MXFP4 kernel on this CPU")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("m%d/gemm", m), func(b *testing.B) {
+			for range b.N {
+				gemmNT(m, n, k, a, k, nil, 0, convMXFP4(blocks, scales, k), c, n)
+			}
+		})
+	}
 }
