@@ -144,8 +144,31 @@ func NewRope(p RopeParams) (*Rope, error) {
 			return nil, err
 		}
 		r.InvFreq, r.AttentionFactor = inv, att
+	case "proportional":
+		// Gemma 4's full-attention layers (transformers'
+		// _compute_proportional_rope_parameters): the rotation pairs dims
+		// i and i + head_dim/2 over the whole head, as plain RoPE does, but
+		// only the first int(partial_rotary_factor·head_dim/2) pairs turn,
+		// at the frequencies of a head_dim-wide RoPE; the others have
+		// frequency zero (cos 1, sin 0). factor (default 1) divides them.
+		f := 1.0
+		if v, ok := num(p.Scaling, "factor"); ok && v > 0 {
+			f = v
+		}
+		factor := p.PartialRotaryFactor
+		if factor == 0 {
+			factor = 1
+		}
+		angles := int(math.Floor(factor * float64(p.HeadDim) / 2))
+		r.RotaryDim = p.HeadDim
+		r.InvFreq = make([]float64, p.HeadDim/2)
+		for i := 0; i < angles && i < len(r.InvFreq); i++ {
+			r.InvFreq[i] = 1 / math.Pow(base, float64(2*i)/float64(p.HeadDim)) / f
+		}
+		r.key = fmt.Sprintf("rope/proportional/%d/%d/%v/%v", p.HeadDim, angles, base, f)
+		return r, nil
 	default:
-		return nil, errs.Unsupportedf("rope_scaling rope_type %q is not supported (supported: default, linear, dynamic, ntk, llama3, yarn)", typ)
+		return nil, errs.Unsupportedf("rope_scaling rope_type %q is not supported (supported: default, linear, dynamic, ntk, llama3, yarn, proportional)", typ)
 	}
 	r.key = fmt.Sprintf("rope/%s/%d/%v/%v", typ, dim, base, r.InvFreq[len(r.InvFreq)-1])
 	return r, nil
