@@ -361,8 +361,8 @@ func (m *Model) experts(p *lm.Params, residual *Node, step *lm.Step) *Node {
 	b, t, hd := dims[0], dims[1], dims[2]
 	x := Reshape(residual, b*t, hd)
 	r := MulScalar(Mul(m.norm(x, nil), ExpandLeftToRank(ConvertDType(p.Get("router.scale"), x.DType()), 2)), 1/math.Sqrt(float64(s.Hidden)))
-	logits := nn.Linear(r, p.Get("router.proj.weight"), nil)                                             // [N, E]
-	ids, weights := nn.TopKRouter(logits, m.o.TopK, true)                                                // [N, K]
+	logits := nn.Linear(r, p.Get("router.proj.weight"), nil) // [N, E]
+	ids, weights := nn.TopKRouter(logits, m.o.TopK, true)    // [N, K]
 	n, k := b*t, m.o.TopK
 	pes := ConvertDType(p.Get("router.per_expert_scale"), dtypes.Float32)
 	weights = Mul(weights, Reshape(Gather(pes, Reshape(ids, n*k, 1)), n, k)) // × per_expert_scale of each choice
