@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
 )
 
@@ -113,4 +114,51 @@ func TestGptOssCommands(t *testing.T) {
 	assert.Equal(t, experts, r.Params.Experts, "MXFP4 blocks count two parameters a byte, the scales none")
 	assert.Equal(t, r.Params.Used-experts+experts*2/8, r.Params.Active)
 	assert.Equal(t, r.Params.Active-int64(512*c.Hidden), r.Params.ActiveLess)
+}
+
+// Gemma 4 through the commands: the tiny E2B-shaped model (per-layer
+// embeddings, KV sharing) and the 26B-shaped MoE generate the same greedy
+// tokens on both CPU backends and in eager mode, chat answers, serve's
+// greedy completion is generate's, and inspect skips the vision tower.
+func TestGemma4Commands(t *testing.T) {
+	for _, c := range []gemma4ref.Config{gemma4ref.TinyE(), gemma4ref.TinyMoE()} {
+		c.Vocab = 512
+		dir := t.TempDir()
+		require.NoError(t, c.Write(dir))
+		copyStoriesTokenizer(t, dir)
+		var want []int
+		var text string
+		for _, args := range [][]string{{"--device", "cpu"}, {"--device", "cpu:go"}, {"--device", "cpu", "--mode", "eager"}} {
+			e := genEnv(t)
+			full := append([]string{"--json"}, args[:2]...)
+			full = append(full, "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0")
+			full = append(full, args[2:]...)
+			require.Equal(t, ExitOK, e.run(full...), e.errOut.String())
+			var rs []jsonResult
+			require.NoError(t, json.Unmarshal(e.out.Bytes(), &rs), e.out.String())
+			require.Len(t, rs, 1)
+			if want == nil {
+				want, text = rs[0].TokenIDs, rs[0].Text
+			}
+			assert.Equal(t, want, rs[0].TokenIDs, "%v", args)
+		}
+		addr, _, stop := serveInProcess(t, "--model", dir)
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+			strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
+		require.NoError(t, err)
+		var completion struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&completion))
+		resp.Body.Close()
+		require.Len(t, completion.Choices, 1)
+		assert.Equal(t, text, completion.Choices[0].Text, "serve's greedy completion is generate's")
+		require.Equal(t, ExitOK, stop())
+
+		e := genEnv(t)
+		require.Equal(t, ExitOK, e.run("--json", "inspect", "--model", dir), e.errOut.String())
+		assert.Contains(t, e.out.String(), `"vision"`, "the vision tower is reported as skipped")
+	}
 }

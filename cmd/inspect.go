@@ -190,6 +190,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 			line += fmt.Sprintf(" (%s without the input embedding)", inspect.HumanCount(p.ActiveLessEmbedding))
 		}
 	}
+	if p.PerLayerEmbedding > 0 {
+		line += fmt.Sprintf(", %s without the per-layer embeddings", inspect.HumanCount(p.Used-p.PerLayerEmbedding))
+	}
 	kv("Parameters", "%s (%d tensors)", line, p.Tensors)
 	for _, d := range p.ByDType {
 		fmt.Fprintf(w, "  %-12s %s params, %s\n", d.DType, inspect.HumanCount(d.Params), humanize.Bytes(d.Bytes))

@@ -155,7 +155,7 @@ func TextConfig(m *config.Model) (*Text, error) {
 	}
 	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
-		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k")
+		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts")
 		moe.ExpertIntermediate, _ = f.int("moe_intermediate_size")
 		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts")
 		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")

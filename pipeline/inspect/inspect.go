@@ -119,6 +119,10 @@ type Params struct {
 	ActiveLessEmbedding int64 `json:"active_less_embedding,omitempty"`
 	// Experts counts the routed-expert parameters (MoE only).
 	Experts int64 `json:"experts,omitempty"`
+	// PerLayerEmbedding counts the per-layer embedding tables (Gemma 4's
+	// E2B/E4B, embed_tokens_per_layer): a token reads one row of them, and
+	// the model cards' "effective" size leaves them out.
+	PerLayerEmbedding int64 `json:"per_layer_embedding,omitempty"`
 }
 
 // File is one safetensors file.
@@ -379,6 +383,9 @@ func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string) {
 		p.Bytes += t.NumBytes()
 		if skip == nil || skip[i] == "" {
 			p.Used += n
+			if strings.Contains(t.Name, "embed_tokens_per_layer") {
+				p.PerLayerEmbedding += n
+			}
 		}
 	}
 }

@@ -1,0 +1,87 @@
+package inspect_test
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
+	_ "github.com/tputool/tputool/pipeline/gemma4"
+	"github.com/tputool/tputool/pipeline/inspect"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// TestGemma4Sizes inspects each real Gemma 4 config (testdata/configs)
+// with a header-only bf16 checkpoint of the text model's tensors (names
+// and shapes from pipeline/gemma4) plus a vision-tower tensor: the tower
+// is skipped, and the sizes are the model cards' where they count the
+// text model the same way: 26B-A4B 25.2B total and 3.8B active (8 of 128
+// experts), 31B 30.7B, E2B 2.3B "effective" (without the per-layer
+// embedding table).
+func TestGemma4Sizes(t *testing.T) {
+	for _, c := range []struct {
+		dir                 string
+		total, active, less float64 // billions; 0: not checked
+	}{
+		{"gemma_4_26b_a4b", 25.2, 3.8, 0},
+		{"gemma_4_31b", 30.7, 0, 0},
+		{"gemma_4_e2b", 0, 0, 2.3},
+		{"gemma_4_e4b", 0, 0, 0},
+	} {
+		dir := t.TempDir()
+		raw, err := os.ReadFile(filepath.Join("../../testdata/configs", c.dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.ParseModel(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model, err := lm.New(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.dir, err)
+		}
+		var names []string
+		shapes := map[string][]int{}
+		var params int64
+		for _, w := range lm.Weights(model) {
+			names = append(names, w.Name)
+			shapes[w.Name] = w.Shape
+			n := int64(1)
+			for _, d := range w.Shape {
+				n *= int64(d)
+			}
+			params += n
+		}
+		names = append(names, "model.vision_tower.encoder.layers.0.mlp.up_proj.weight")
+		shapes["model.vision_tower.encoder.layers.0.mlp.up_proj.weight"] = []int{4304, 1152}
+		writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 4096, DType: "bf16"})
+		if err != nil {
+			t.Fatalf("%s: %v", c.dir, err)
+		}
+		if r.Params.Used != params {
+			t.Errorf("%s: %d parameters used, the architecture reads %d", c.dir, r.Params.Used, params)
+		}
+		near := func(what string, got int64, want float64) {
+			if want > 0 && math.Abs(float64(got)/1e9-want) > 0.051 {
+				t.Errorf("%s: %s %.3fB, the model card says %.1fB", c.dir, what, float64(got)/1e9, want)
+			}
+		}
+		near("total", r.Params.Used, c.total)
+		near("active", r.Params.Active, c.active)
+		near("without per-layer embeddings", r.Params.Used-r.Params.PerLayerEmbedding, c.less)
+		t.Logf("%s: %.3fB, active %.3fB, per-layer embeddings %.3fB, KV at 4096 %d MiB", c.dir, float64(r.Params.Used)/1e9,
+			float64(r.Params.Active)/1e9, float64(r.Params.PerLayerEmbedding)/1e9, r.Memory.KVCache>>20)
+	}
+}
