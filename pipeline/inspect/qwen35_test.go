@@ -182,3 +182,66 @@ func TestQwen35_9B(t *testing.T) {
 	}
 	t.Logf("text params %d; KV %d B; recurrent %d B", textParams, kv, rec)
 }
+
+// TestQwen35MoE35B inspects the Qwen3.5-35B-A3B config
+// (testdata/configs/qwen3_5_35b_a3b, see its SOURCE.md) with a header-only
+// checkpoint of the text model's tensors in the release's layout (fused,
+// suffix-less expert stacks) plus vision-tower tensors: the tower is
+// skipped, the text model holds 34.7B parameters (the card's 35B counts
+// the vision tower and the MTP layer too) and 3.5B are active per token
+// (8 of 256 experts beside the attention, DeltaNet and shared experts; the
+// card's name says A3B).
+func TestQwen35MoE35B(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile("../../testdata/configs/qwen3_5_35b_a3b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.ParseModel(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := lm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	shapes := map[string][]int{}
+	var params int64
+	for _, w := range lm.Weights(model) {
+		names = append(names, w.Name)
+		shapes[w.Name] = w.Shape
+		n := int64(1)
+		for _, d := range w.Shape {
+			n *= int64(d)
+		}
+		params += n
+	}
+	names = append(names, "model.visual.blocks.0.attn.qkv.weight")
+	shapes["model.visual.blocks.0.attn.qkv.weight"] = []int{3456, 1152}
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 8192, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Params.Used != params {
+		t.Errorf("used %d, the architecture reads %d", r.Params.Used, params)
+	}
+	if b := float64(params) / 1e9; b < 34.5 || b > 34.8 {
+		t.Errorf("text model %.3fB parameters, want 34.7B", b)
+	}
+	if a := float64(r.Params.Active) / 1e9; a < 3.4 || a > 3.5 {
+		t.Errorf("active %.3fB, want 3.46B", a)
+	}
+	if r.Text.MoE == nil || r.Text.MoE.Experts != 256 || r.Text.MoE.ExpertsPerToken != 8 {
+		t.Errorf("MoE %+v, want 256 experts, 8 per token", r.Text.MoE)
+	}
+	t.Logf("%.3fB, active %.3fB, weights %d GiB in bf16, KV at 8192 %d MiB", float64(params)/1e9, float64(r.Params.Active)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20)
+}
