@@ -32,7 +32,7 @@ type Strict struct {
 	ignored  map[string][]int // name -> shape to check (nil: any)
 	ignoreIf []func(name string) bool
 	dtypes   []DType
-	dtypeOf  map[string]DType // tensors of one required dtype (RequireDType)
+	dtypeOf  map[string][]DType // tensors of their own dtypes (RequireDType)
 	// LinearAsConv accepts a linear weight [out, in] stored as a 1x1
 	// convolution [out, in, 1, 1] and the reverse, which diffusers
 	// converts silently for attention projections.
@@ -89,13 +89,14 @@ func (s *Strict) IgnoreIf(skip func(name string) bool) { s.ignoreIf = append(s.i
 func (s *Strict) RequireDTypes(allowed ...DType) { s.dtypes = allowed }
 
 // RequireDType makes the declared tensor name a problem unless it is
-// stored as dtype (an encoded tensor's bytes: MXFP4 blocks are U8),
-// whatever RequireDTypes allows the others.
-func (s *Strict) RequireDType(name string, dtype DType) {
+// stored as one of allowed (an encoded tensor's bytes: MXFP4 blocks are
+// U8, FP8 weights F8_E4M3 or F8_E5M2), whatever RequireDTypes allows the
+// others.
+func (s *Strict) RequireDType(name string, allowed ...DType) {
 	if s.dtypeOf == nil {
-		s.dtypeOf = map[string]DType{}
+		s.dtypeOf = map[string][]DType{}
 	}
-	s.dtypeOf[name] = dtype
+	s.dtypeOf[name] = allowed
 }
 
 // Errorf records a configuration problem found while the model is built.
@@ -141,7 +142,7 @@ func (s *Strict) Problems() Problems {
 		}
 		allowed := s.dtypes
 		if d, ok := s.dtypeOf[e.name]; ok {
-			allowed = []DType{d}
+			allowed = d
 		}
 		if len(allowed) > 0 && info != nil {
 			if t, _ := info.Info(stored); !slices.Contains(allowed, t.DType) {

@@ -12,9 +12,9 @@ import (
 // strings that exercise its cases (casing runs, contractions, digits in
 // threes, slashes after punctuation, marks, CJK, scripts with case,
 // whitespace before newlines) and compares the pieces with Python's regex
-// module (testdata/vectors/o200k-split.json, written by it).
+// module (testdata/o200k-split.json, written by it).
 func TestO200kSplit(t *testing.T) {
-	b, err := os.ReadFile("testdata/vectors/o200k-split.json")
+	b, err := os.ReadFile("testdata/o200k-split.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,8 @@ func (l *Loaded) encoding(name string) (WeightSpec, string) {
 	switch {
 	case w.mxfp4(l.ckpt.Has):
 		return w, "mxfp4"
+	case w.fp8(l.Model.Spec(), l.ckpt.Has):
+		return w, "fp8"
 	case w.Transposed && l.ckpt.Has(w.Name):
 		return w, "transposed"
 	}
@@ -122,6 +124,48 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 			fn(row*in, buf[:n*in])
 			l.ckpt.ReleaseRange(bName, int64(row*in/2), int64((row+n)*in/2))
 			l.ckpt.ReleaseRange(sName, int64(row*sb), int64((row+n)*sb))
+		}
+		return nil
+	case "fp8":
+		info, _ := l.ckpt.Info(w.Name)
+		raw, err := l.rawOf(w.Name, info.DType, int64(rows)*int64(in))
+		if err != nil {
+			return err
+		}
+		spec := l.Model.Spec()
+		sShape, _ := l.ckpt.Shape(w.Name + fp8ScaleSuffix)
+		if err := checkFP8Scales(w.Name, sShape, w.fp8ScaleShape(spec)); err != nil {
+			return err
+		}
+		scales, err := l.ckpt.Float32(w.Name + fp8ScaleSuffix)
+		if err != nil {
+			return err
+		}
+		b0, b1, sc := spec.FP8Block[0], spec.FP8Block[1], sShape[1]
+		nf.DType, nf.Elements = info.DType, int64(rows)*int64(in)
+		step := max(1, encodedPiece/in)
+		buf := make([]float32, min(step, rows)*in)
+		for row := 0; row < rows; row += step {
+			n := min(step, rows-row)
+			piece := raw[row*in : (row+n)*in]
+			count, first := safetensors.ConvertChecked(info.DType, piece, func(at int, p []byte) {
+				safetensors.DecodeFloat32(buf[at:], info.DType, p)
+			})
+			if count > 0 {
+				if nf.Count == 0 {
+					nf.First = int64(row*in) + first
+				}
+				nf.Count += count
+			}
+			for r := 0; r < n; r++ {
+				srow := scales[((row+r)/b0)*sc:]
+				v := buf[r*in : (r+1)*in]
+				for j := range v {
+					v[j] *= srow[j/b1]
+				}
+			}
+			fn(row*in, buf[:n*in])
+			l.ckpt.ReleaseRange(w.Name, int64(row*in), int64((row+n)*in))
 		}
 		return nil
 	case "transposed":

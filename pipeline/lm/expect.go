@@ -16,12 +16,17 @@ var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safeten
 func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	s := safetensors.NewStrict(src)
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
+	spec := m.Spec()
 	for _, w := range Weights(m) {
 		for _, p := range w.Sources(has) {
 			s.Expect(p.Name, p.Shape...)
 			if p.Name != w.Name && w.mxfp4(has) {
 				s.RequireDType(p.Name, safetensors.U8)
 			}
+		}
+		if w.fp8(spec, has) {
+			s.RequireDType(w.Name, fp8DTypes...)
+			s.Expect(w.Name+fp8ScaleSuffix, w.fp8ScaleShape(spec)...)
 		}
 	}
 	s.RequireDTypes(weightDTypes...)

@@ -62,6 +62,10 @@ type Spec struct {
 	// TieEmbeddings reports tie_word_embeddings: the head reuses
 	// model.embed_tokens.weight and the checkpoint need not hold lm_head.weight.
 	TieEmbeddings bool
+	// FP8Block is the [rows, columns] of one scale of a block-wise FP8
+	// checkpoint (quantization_config quant_method "fp8",
+	// weight_block_size); zero when the checkpoint is not FP8. New sets it.
+	FP8Block [2]int
 }
 
 // WeightSpec names one checkpoint tensor a model needs.

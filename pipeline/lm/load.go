@@ -247,6 +247,11 @@ func (l *Loaded) WeightBytes() int64 {
 				n += info.NumBytes()
 			}
 		}
+		if w.fp8(l.Model.Spec(), l.ckpt.Has) {
+			if info, ok := l.ckpt.Info(w.Name + fp8ScaleSuffix); ok {
+				n += info.NumBytes()
+			}
+		}
 	}
 	return n
 }

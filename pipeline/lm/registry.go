@@ -59,5 +59,12 @@ func New(cfg *config.Model) (Model, error) {
 	if err := checkDims(cfg); err != nil {
 		return nil, err
 	}
-	return c(cfg)
+	m, err := c(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyQuantization(cfg, m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

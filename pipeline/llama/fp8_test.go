@@ -1,0 +1,190 @@
+package llama_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// fp8Value decodes an OCP FP8 E4M3 byte the long way: sign, 4 exponent
+// bits (bias 7), 3 mantissa bits, subnormals at exponent 0.
+func fp8Value(b byte) float64 {
+	sign := 1.0
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	e, m := int(b>>3)&15, float64(b&7)
+	if e == 0 {
+		return sign * m / 8 * math.Ldexp(1, -6)
+	}
+	return sign * (1 + m/8) * math.Ldexp(1, e-7)
+}
+
+// fp8Checkpoints writes a tiny Llama twice: with its projections in
+// block-wise FP8 (random E4M3 codes and one f32 scale per 16×8 block,
+// quant_method fp8; the embedding and head plain, as
+// modules_to_not_convert leaves them), and in f32 with those projections
+// dequantised by the test (code · scale_inv of its block, as transformers'
+// FP8 dequantisation does). shift moves every scale one block along the
+// columns in the FP8 checkpoint only (a mutation).
+func fp8Checkpoints(t *testing.T, shift bool) (fp8Dir, f32Dir string) {
+	t.Helper()
+	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
+	tiny.Seed = 8
+	var plain, fp8 []safetensors.Tensor
+	code := uint64(12345)
+	next := func() byte {
+		for {
+			code = code*6364136223846793005 + 1442695040888963407
+			b := byte(code >> 56)
+			if b&0x7f != 0x7f { // not NaN
+				return b
+			}
+		}
+	}
+	const b0, b1 = 16, 8
+	for _, w := range tiny.Tensors() {
+		n := 1
+		for _, d := range w.Shape {
+			n *= d
+		}
+		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = 1
+				if w.Kind == "embed" || w.Kind == "linear" {
+					v[i] = float32(fp8Value(next())) / 448
+				}
+			}
+			st, err := safetensors.Float32Tensor(w.Name, safetensors.F32, w.Shape, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, fp8 = append(plain, st), append(fp8, st)
+			continue
+		}
+		rows, cols := w.Shape[0], w.Shape[1]
+		sr, sc := (rows+b0-1)/b0, (cols+b1-1)/b1
+		codes := make([]byte, n)
+		for i := range codes {
+			codes[i] = next()
+		}
+		scales := make([]float32, sr*sc)
+		for i := range scales {
+			scales[i] = float32(1+i%5) / (448 * float32(math.Sqrt(float64(cols))))
+		}
+		deq := make([]float32, n)
+		for i := 0; i < rows; i++ {
+			for j := 0; j < cols; j++ {
+				deq[i*cols+j] = float32(fp8Value(codes[i*cols+j])) * scales[(i/b0)*sc+j/b1]
+			}
+		}
+		st, err := safetensors.Float32Tensor(w.Name, safetensors.F32, w.Shape, deq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain = append(plain, st)
+		if shift {
+			scales = append(scales[1:], scales[0])
+		}
+		sb := make([]byte, 4*len(scales))
+		for i, s := range scales {
+			binary.LittleEndian.PutUint32(sb[4*i:], math.Float32bits(s))
+		}
+		fp8 = append(fp8,
+			safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: codes},
+			safetensors.Tensor{Name: w.Name + "_scale_inv", DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
+	}
+	cfg := tiny.ConfigJSON()
+	f32Dir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(f32Dir, cfg, plain); err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+		"weight_block_size": []int{b0, b1}, "modules_to_not_convert": []string{"lm_head"}}
+	fp8Dir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(fp8Dir, cfg, fp8); err != nil {
+		t.Fatal(err)
+	}
+	return fp8Dir, f32Dir
+}
+
+// TestFP8Checkpoint: a block-wise FP8 checkpoint (quant_method fp8)
+// loads, its projections decoded to the compute dtype at load, and gives
+// exactly the logits of the f32 checkpoint holding the dequantised
+// weights, compiled and eager; with every scale moved one block, it does
+// not.
+func TestFP8Checkpoint(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	run := func(dir string, mode compile.Mode) [][]float32 {
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		lg, err := r.NewState().Prefill(prompts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+	fp8Dir, f32Dir := fp8Checkpoints(t, false)
+	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+		got, want := run(fp8Dir, mode), run(f32Dir, mode)
+		for b := range want {
+			for i := range want[b] {
+				if got[b][i] != want[b][i] {
+					t.Fatalf("%v row %d logit %d: %v from FP8, %v from the dequantised f32", mode, b, i, got[b][i], want[b][i])
+				}
+			}
+		}
+	}
+	shifted, _ := fp8Checkpoints(t, true)
+	got, want := run(shifted, compile.Compiled), run(f32Dir, compile.Compiled)
+	same := true
+	for i := range want[0] {
+		same = same && got[0][i] == want[0][i]
+	}
+	if same {
+		t.Error("scales moved by one block give the same logits: the test does not see the block layout")
+	}
+}
+
+// TestQuantizationMethods: a method tputool does not read is an
+// unsupported error naming it; per-tensor FP8 too.
+func TestQuantizationMethods(t *testing.T) {
+	for _, c := range []struct {
+		q    map[string]any
+		want string
+	}{
+		{map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}, `quant_method "bitsandbytes" is not supported`},
+		{map[string]any{"quant_method": "gptq", "bits": 4}, `quant_method "gptq" is not supported`},
+		{map[string]any{"quant_method": "fp8"}, "per-tensor FP8 is not read"},
+		{map[string]any{"quant_method": "mxfp4"}, "quant_method mxfp4 is read for the architectures that declare MXFP4 weights"},
+	} {
+		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
+		cfg := tiny.ConfigJSON()
+		cfg["quantization_config"] = c.q
+		dir := t.TempDir()
+		if err := lmckpt.WriteCheckpoint(dir, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := lmckpt.Load(dir)
+		if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an unsupported error containing %q", c.q, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package lm
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// Quantized checkpoints. config.json's quantization_config names how the
+// checkpoint stores its weights; a method tputool does not read is an
+// error naming it (exit 3), never a silent load of the raw tensors:
+//
+//   - "fp8" (block-wise, as Qwen's and DeepSeek's FP8 releases and
+//     transformers' FineGrainedFP8 store it): every Matmul weight of the
+//     architecture may be stored as NAME (F8_E4M3, or F8_E5M2) with
+//     NAME_scale_inv, one float per weight_block_size block, and stands
+//     for NAME · scale_inv[block]; the weights left in modules_to_not_convert
+//     are stored plain. The loader decodes them (encoded.go).
+//   - "mxfp4": only for architectures that declare MXFP4 weights
+//     (WeightSpec.MXFP4: GPT-OSS's experts).
+
+// fp8ScaleSuffix names an FP8 weight's scales.
+const fp8ScaleSuffix = "_scale_inv"
+
+// quantizationConfig is the part of quantization_config loading reads.
+type quantizationConfig struct {
+	Method    string `json:"quant_method"`
+	Fmt       string `json:"fmt"`
+	BlockSize []int  `json:"weight_block_size"`
+}
+
+// applyQuantization checks cfg's quantization_config against what m reads
+// and records an FP8 checkpoint's block size in m's Spec.
+func applyQuantization(cfg *config.Model, m Model) error {
+	var c struct {
+		Q *quantizationConfig `json:"quantization_config"`
+	}
+	if err := cfg.Decode(&c); err != nil {
+		return err
+	}
+	if c.Q == nil || c.Q.Method == "" {
+		return nil
+	}
+	where := ConfigName(cfg) + " quantization_config"
+	switch strings.ToLower(c.Q.Method) {
+	case "fp8":
+		if len(c.Q.BlockSize) != 2 || c.Q.BlockSize[0] <= 0 || c.Q.BlockSize[1] <= 0 {
+			return errs.Unsupportedf("%s: quant_method fp8 with weight_block_size %v: tputool reads block-wise FP8 (two positive block sizes, e.g. [128, 128]); per-tensor FP8 is not read", where, c.Q.BlockSize)
+		}
+		if f := strings.ToLower(c.Q.Fmt); f != "" && f != "e4m3" && f != "e5m2" {
+			return errs.Unsupportedf("%s: fmt %q: want e4m3 or e5m2", where, c.Q.Fmt)
+		}
+		m.Spec().FP8Block = [2]int{c.Q.BlockSize[0], c.Q.BlockSize[1]}
+		return nil
+	case "mxfp4":
+		for _, w := range Weights(m) {
+			if w.MXFP4 {
+				return nil
+			}
+		}
+		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
+	}
+	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8 and GPT-OSS's mxfp4; bitsandbytes, GPTQ, AWQ, compressed-tensors, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+}
+
+// fp8 reports a weight the checkpoint stores in block-wise FP8: a Matmul
+// matrix with its scales beside it, in an FP8 checkpoint.
+func (w WeightSpec) fp8(spec *Spec, has func(string) bool) bool {
+	return spec.FP8Block[0] > 0 && w.Matmul && len(w.Shape) == 2 && has(w.Name) && has(w.Name+fp8ScaleSuffix)
+}
+
+// fp8ScaleShape is the shape of w's scales: one per block, rounding up.
+func (w WeightSpec) fp8ScaleShape(spec *Spec) []int {
+	b := spec.FP8Block
+	return []int{(w.Shape[0] + b[0] - 1) / b[0], (w.Shape[1] + b[1] - 1) / b[1]}
+}
+
+// fp8DTypes are the dtypes an FP8 weight may be stored as.
+var fp8DTypes = []safetensors.DType{safetensors.F8E4M3, safetensors.F8E5M2}
+
+// checkFP8Shapes guards decodeEncoded against scales that do not cover w.
+func checkFP8Scales(name string, scales, want []int) error {
+	if len(scales) != 2 || scales[0] != want[0] || scales[1] != want[1] {
+		return fmt.Errorf("tensor %q: scales %v, want %v (one per weight_block_size block)", name+fp8ScaleSuffix, scales, want)
+	}
+	return nil
+}
