@@ -12,8 +12,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	_ "github.com/tputool/tputool/pipeline/gemma4"
+	_ "github.com/tputool/tputool/pipeline/gptoss"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
+	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
+	"github.com/tputool/tputool/pipeline/testkit/gptossref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -531,6 +535,53 @@ func TestPlanShardsMoE(t *testing.T) {
 			_, err = NewLM(be, l, Options{TP: 2, Experts: ExpertsHost})
 			if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "--experts host") {
 				t.Errorf("--tp 2 --experts host: %v, want unsupported naming --experts host", err)
+			}
+		})
+	}
+}
+
+// TestPlanShardsNewFamilies: GPT-OSS (experts read from MXFP4, which a
+// sharded LM decodes on the host before splitting) and the 26B-shaped
+// Gemma 4 plan their expert stacks column and row parallel, and the
+// sharded LM builds its shards.
+func TestPlanShardsNewFamilies(t *testing.T) {
+	gpt := gptossref.Tiny()
+	g4 := gemma4ref.TinyMoE()
+	for _, c := range []struct {
+		name    string
+		write   func(dir string) error
+		gateUp  string
+		down    string
+		e, i, h int
+	}{
+		{"gpt-oss", gpt.Write, "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", gpt.Experts, gpt.Intermediate, gpt.Hidden},
+		{"gemma4-moe", g4.Write, "model.language_model.layers.1.experts.gate_up_proj", "model.language_model.layers.1.experts.down_proj", g4.Experts, g4.MoEIntermediate, g4.Hidden},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := c.write(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := lmckpt.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p, err := PlanShards(l.Model, 2, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := axes(p.Weight(c.gateUp)); got != "[R S(model)]" {
+				t.Errorf("%s: %s, want column (axis 1)", c.gateUp, got)
+			}
+			if got := axes(p.Weight(c.down)); got != "[R R S(model)]" {
+				t.Errorf("%s: %s, want row (axis 2)", c.down, got)
+			}
+			r := shardedLMOf(t, l, Compiled, 2, 1)
+			gu, down := r.tp.weights[c.gateUp], r.tp.weights[c.down]
+			if len(gu) != 2 || fmt.Sprint(gu[1].Shape().Dimensions) != fmt.Sprint([]int{c.e, c.i, c.h}) ||
+				len(down) != 2 || fmt.Sprint(down[1].Shape().Dimensions) != fmt.Sprint([]int{c.e, c.h, c.i / 2}) {
+				t.Errorf("expert shards: gate_up %d x %v, down %d x %v", len(gu), gu[0].Shape(), len(down), down[0].Shape())
 			}
 		})
 	}
