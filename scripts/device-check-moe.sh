@@ -9,7 +9,11 @@
 #      CPU with --experts graph (the reference), host and dense; on the
 #      device with graph (compiled and eager), host and dense. Every token id
 #      must equal the reference's.
-#   2. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
+#   2. new families: a tiny GPT-OSS (experts in MXFP4, attention sinks,
+#      YaRN, sliding layers) and two tiny Gemma 4 (per-layer embeddings and
+#      KV sharing; the 26B's routed experts with k = v), the same prompts,
+#      16 tokens, float32: on the device compiled and eager against the CPU.
+#   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
 #      compiled: --experts graph on the device at batch 1 and 8, which must
 #      compile nothing after its first run (recompiles 0, whatever the
@@ -114,7 +118,62 @@ if [ -s "$OUT/moe-cpu-graph.json" ]; then
 	fi
 fi
 
-# ---- 2. bench
+# ---- 2. new families
+
+g4text() { # a tiny Gemma 4 text_config: KV_SHARED PLE MOE(true|false) K_EQ_V(true|false)
+	cat <<EOF
+{"model_type": "gemma4_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "global_head_dim": 32, "num_global_key_value_heads": 1, "hidden_activation": "gelu_pytorch_tanh",
+ "max_position_embeddings": 512, "rms_norm_eps": 1e-06, "sliding_window": 8,
+ "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+ "final_logit_softcapping": 30.0, "num_kv_shared_layers": $1, "use_double_wide_mlp": true,
+ "hidden_size_per_layer_input": $2, "vocab_size_per_layer_input": 512, "enable_moe_block": $3,
+ "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32, "attention_k_eq_v": $4,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2,
+ "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}}}
+EOF
+}
+families=()
+cat >"$work/gptoss.json" <<'EOF'
+{"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 8,
+ "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 2048,
+ "rms_norm_eps": 1e-05, "rope_theta": 150000, "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
+ "beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 64, "truncate": false},
+ "swiglu_limit": 7.0, "attention_bias": true, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "quantization_config": {"quant_method": "mxfp4"}}
+EOF
+printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
+printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
+for fam in gptoss gemma4-e gemma4-moe; do
+	mkdir -p "$work/$fam"
+	dtype=F32
+	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
+	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" -o "$work/$fam" >>"$log" 2>&1; then
+		families+=("$fam: no")
+		fail "$fam: the checkpoint could not be written"
+		continue
+	fi
+	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
+		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
+	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
+	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true
+	run "fam-$fam-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${fg[@]}" || true
+	run "fam-$fam-dev-eager.json" "${f32_env[@]}" "$tputool" --device "$device" "${fg[@]}" --mode eager || true
+	if [ -s "$OUT/fam-$fam-cpu.json" ] && compare_tokens "$OUT/fam-$fam-cpu.json" "$OUT/fam-$fam-dev.json" \
+		"$OUT/fam-$fam-dev-eager.json" >"$OUT/fam-$fam-compare.txt" 2>&1; then
+		families+=("$fam: yes")
+		say "$fam: the device's greedy tokens (compiled and eager) equal the CPU's"
+	else
+		families+=("$fam: no")
+		fail "$fam tokens differ: $(head -3 "$OUT/fam-$fam-compare.txt" 2>/dev/null | tr '\n' ' ')"
+	fi
+done
+
+# ---- 3. bench
 
 if [ "$MOE_BENCH" != 0 ]; then
 	big="$work/moe-bench"
@@ -138,9 +197,10 @@ fi
 
 # ---- summary
 
-"$PYTHON" - "$OUT" "$device" "$tokens_ok" >"$OUT/moe-summary.md" <<'EOF' || fail "moe-summary.md could not be written"
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "${families[@]}" >"$OUT/moe-summary.md" <<'EOF' || fail "moe-summary.md could not be written"
 import json, os, sys
 out, device, tokens_ok = sys.argv[1:4]
+families = sys.argv[4:]
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -150,7 +210,11 @@ def load(name):
 def med(s):
     return "-" if not s else f"{s['median']:.1f}"
 print(f"# tputool device check: mixture of experts\n\ndevice: `{device}`\n")
-print(f"- Qwen3-MoE greedy token ids (float32; --experts graph compiled and eager, host, dense) equal the CPU's: **{tokens_ok}**\n")
+print(f"- Qwen3-MoE greedy token ids (float32; --experts graph compiled and eager, host, dense) equal the CPU's: **{tokens_ok}**")
+for f in families:
+    name, ok = f.split(": ")
+    print(f"- {name} greedy token ids (float32, compiled and eager) equal the CPU's: **{ok}**")
+print()
 print("## Decode, generated Qwen3-MoE (hidden 512, 4 layers, 64 experts of 256, top 8; random weights)\n")
 print("| device | experts | batch | compile s | executables | recompiles | prefill tok/s | decode tok/s | ITL ms |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|")

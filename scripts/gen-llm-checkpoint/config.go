@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -21,7 +22,8 @@ import (
 // a model.safetensors holding every tensor the architecture that config
 // names reads (its lm.Weights), in dtype d, with deterministic
 // pseudo-random values: uniform in ±1/sqrt(last axis) for matrices, ±0.02
-// for vectors. It streams: the header first (offsets are known from the
+// for vectors (around 1 for norm weights, scales and layer scalars,
+// scaleLike). It streams: the header first (offsets are known from the
 // shapes), then each tensor in 1 MiB pieces, so a checkpoint of any size
 // takes a few MiB of memory. When the config's quantization_config says
 // mxfp4, the weights the architecture reads in MXFP4 (lm.WeightSpec.MXFP4,
@@ -124,14 +126,16 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 			}
 			continue
 		}
-		scale := float32(0.02)
+		scale, offset := float32(0.02), float32(0)
 		if len(w.shape) >= 2 {
 			scale = float32(1 / math.Sqrt(float64(w.shape[len(w.shape)-1])))
+		} else if scaleLike(w.name) {
+			offset = 1 // norm weights, router scales, layer scalars: around 1
 		}
 		for done := 0; done < n; {
 			piece := vals[:min(len(vals), n-done)]
 			for i := range piece {
-				piece[i] = (2*r.Float32() - 1) * scale
+				piece[i] = offset + (2*r.Float32()-1)*scale
 			}
 			b, err := safetensors.EncodeFloat32(w.dtype, piece)
 			if err != nil {
@@ -147,6 +151,18 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 		return err
 	}
 	return f.Close()
+}
+
+// scaleLike reports a vector that multiplies activations (a norm's
+// weight, a router's scale, a layer scalar), written around 1 rather
+// than around 0 so that random models keep their activations' size.
+func scaleLike(name string) bool {
+	for _, s := range []string{"norm", "scale", "layer_scalar"} {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // tensor is one tensor to write: MXFP4 scales are all scale.
