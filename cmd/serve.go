@@ -364,6 +364,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		APIKey:      opts.APIKey,
 		AccessLog:   opts.IO.ErrOut,
 		Metrics:     metrics,
+		Reasoning:   serve.ReasoningOf(tmpl),
 		Now:         opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.

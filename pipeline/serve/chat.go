@@ -14,9 +14,10 @@ import (
 // template, answered whole or streamed.
 
 type chatResponseMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role             string  `json:"role"`
+	Content          string  `json:"content"`
+	ReasoningContent string  `json:"reasoning_content,omitempty"`
+	Refusal          *string `json:"refusal"`
 }
 
 type chatChoice struct {
@@ -36,8 +37,9 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -77,7 +79,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 	s.answer(w, r, x, p, "chatcmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
 		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName, Usage: u}
 		for i, c := range choices {
-			cc := chatChoice{Index: i, Message: chatResponseMessage{Role: "assistant", Content: c.text.String()}, FinishReason: finishReason(c.finish)}
+			msg := chatResponseMessage{Role: "assistant", Content: c.text.String()}
+			if sp := p.splitter(); sp != nil {
+				r, ct := sp.feed(msg.Content)
+				r2, ct2 := sp.flush()
+				msg.ReasoningContent, msg.Content = r+r2, ct+ct2
+			}
+			cc := chatChoice{Index: i, Message: msg, FinishReason: finishReason(c.finish)}
 			if p.reqs[i].Logprobs >= 0 {
 				cc.Logprobs = s.chatLogprobsOf(c, c.logprobs)
 			}
@@ -127,14 +135,32 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err != nil {
 		return nil, err
 	}
-	ids, err := s.renderChat(ctx, msgs)
+	extra := map[string]any{}
+	for k, v := range req.ChatTemplateKwargs {
+		extra[k] = v
+	}
+	if isSet(req.ReasoningEffort) {
+		var effort string
+		if json.Unmarshal(req.ReasoningEffort, &effort) != nil {
+			return nil, badRequest("reasoning_effort", "reasoning_effort must be a string")
+		}
+		extra["reasoning_effort"] = effort
+	}
+	text, ids, err := s.renderChat(ctx, msgs, extra)
 	if err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, badRequest("messages", "the rendered messages have no tokens")
 	}
-	return s.plan([][]int{ids}, o, n, req.IgnoreEOS, logprobs, "messages", maxParam)
+	p, err := s.plan([][]int{ids}, o, n, req.IgnoreEOS, logprobs, "messages", maxParam)
+	if err != nil {
+		return nil, err
+	}
+	if r := s.o.Reasoning; r != nil {
+		p.reasoning, p.thinking = r, promptOpens(*r, text)
+	}
+	return p, nil
 }
 
 // unsupported refuses the chat fields tputool cannot honour when they ask
@@ -239,22 +265,22 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 
 // renderChat renders msgs with the chat template (adding the generation
 // prompt) and encodes them, as `tputool chat` does.
-func (s *Server) renderChat(ctx context.Context, msgs []chat.Message) ([]int, error) {
+func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[string]any) (string, []int, error) {
 	if s.o.Template == nil {
-		return nil, badRequest("messages", "the model %q has no chat template (tokenizer_config.json has no chat_template): use /v1/completions", s.o.ModelName)
+		return "", nil, badRequest("messages", "the model %q has no chat template (tokenizer_config.json has no chat_template): use /v1/completions", s.o.ModelName)
 	}
 	if s.o.Tokenizer == nil {
-		return nil, badRequest("messages", "this server has no tokenizer to encode chat messages")
+		return "", nil, badRequest("messages", "this server has no tokenizer to encode chat messages")
 	}
-	text, err := s.o.Template.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true})
+	text, err := s.o.Template.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true, Extra: extra})
 	if err != nil {
-		return nil, badRequest("messages", "rendering the chat template: %v", err)
+		return "", nil, badRequest("messages", "rendering the chat template: %v", err)
 	}
 	ids, err := s.o.Tokenizer.Encode(text, false)
 	if err != nil {
-		return nil, badRequest("messages", "encoding the rendered messages: %v", err)
+		return "", nil, badRequest("messages", "encoding the rendered messages: %v", err)
 	}
-	return ids, nil
+	return text, ids, nil
 }
 
 // messageText reads a message's content: a string, null, or an array of
@@ -298,9 +324,25 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 		}
 	}
 	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	splitters := make([]*splitter, len(streams))
+	for i := range splitters {
+		splitters[i] = p.splitter()
+	}
 	s.streamEvents(ctx, out, p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
 		cc := chatChunkChoice{Index: i}
-		if ev.Text != "" {
+		if sp := splitters[i]; sp != nil {
+			r, ct := sp.feed(ev.Text)
+			if ev.FinishReason != "" {
+				r2, ct2 := sp.flush()
+				r, ct = r+r2, ct+ct2
+			}
+			if r != "" {
+				cc.Delta.ReasoningContent = new(r)
+			}
+			if ct != "" {
+				cc.Delta.Content = new(ct)
+			}
+		} else if ev.Text != "" {
 			cc.Delta.Content = new(ev.Text)
 		}
 		if logprobs {

@@ -76,6 +76,12 @@ type chatRequest struct {
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	Logprobs            bool          `json:"logprobs"`
 	TopLogprobs         *int          `json:"top_logprobs"`
+	// ChatTemplateKwargs are extra variables for the chat template
+	// (vLLM's name; Qwen3's enable_thinking switch among them).
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	// ReasoningEffort reaches the template as reasoning_effort (gpt-oss's
+	// template reads it).
+	ReasoningEffort json.RawMessage `json:"reasoning_effort"`
 
 	// Refused unless absent or a no-op.
 	Tools            json.RawMessage `json:"tools"`
@@ -98,7 +104,6 @@ type chatRequest struct {
 	PromptCacheOptions   json.RawMessage `json:"prompt_cache_options"`
 	SafetyIdentifier     json.RawMessage `json:"safety_identifier"`
 	ServiceTier          json.RawMessage `json:"service_tier"`
-	ReasoningEffort      json.RawMessage `json:"reasoning_effort"`
 	Verbosity            json.RawMessage `json:"verbosity"`
 }
 

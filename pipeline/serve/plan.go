@@ -21,6 +21,19 @@ import (
 type plan struct {
 	reqs         []Request
 	promptTokens int
+	// reasoning, when set, splits each chat choice's reasoning from its
+	// content; thinking says the prompt opened the reasoning.
+	reasoning *Reasoning
+	thinking  bool
+}
+
+// splitter returns a splitter for one choice, nil when the plan does not
+// separate reasoning.
+func (p *plan) splitter() *splitter {
+	if p.reasoning == nil {
+		return nil
+	}
+	return newSplitter(*p.reasoning, p.thinking)
 }
 
 // plan builds the Requests of prompts: resolves the settings once (one

@@ -59,6 +59,9 @@ type ServerOptions struct {
 	// Metrics, when set, counts the requests answered and is served on
 	// GET /metrics (the scheduler's Observer should be the same Metrics).
 	Metrics *Metrics
+	// Reasoning, when set, is the markup of the model's reasoning (see
+	// ReasoningOf): chat answers carry it as reasoning_content.
+	Reasoning *Reasoning
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

@@ -74,6 +74,24 @@ type textEngine struct {
 	next     int
 	maxBatch int
 	fail     bool // Decode fails
+	// script, when set, is every sequence's answer instead of textNext's
+	// chain: token k of the answer is script[k], then EOS; pos holds
+	// each live sequence's next index.
+	script []int
+	pos    map[int]int
+	last   []int // the last prompt prefilled
+}
+
+// scriptLogits are the logits that pick token k of the script (EOS past
+// its end).
+func (e *textEngine) scriptLogits(k int) []float32 {
+	l := make([]float32, textVocab)
+	if k < len(e.script) {
+		l[e.script[k]] = 10
+	} else {
+		l[textEOS] = 10
+	}
+	return l
 }
 
 func newTextEngine(t *testing.T, slots int) *textEngine {
@@ -113,6 +131,9 @@ func (e *textEngine) StartPrefill(prompts [][]int) (Prefill, error) {
 	if len(prompts) > e.MaxPrefill() {
 		e.t.Errorf("prefill of %d prompts, above MaxPrefill", len(prompts))
 	}
+	e.mu.Lock()
+	e.last = prompts[len(prompts)-1]
+	e.mu.Unlock()
 	return &textPrefill{e: e, prompts: prompts}, nil
 }
 
@@ -129,6 +150,9 @@ func (p *textPrefill) Step() ([][]float32, bool, error) {
 	out := make([][]float32, len(p.prompts))
 	for i, q := range p.prompts {
 		out[i] = textLogits(q[len(q)-1])
+		if p.e.script != nil {
+			out[i] = p.e.scriptLogits(0)
+		}
 	}
 	return out, true, nil
 }
@@ -144,6 +168,12 @@ func (e *textEngine) Insert(p Prefill, i int) (int, error) {
 	h := e.next
 	e.next++
 	e.live[h] = true
+	if e.script != nil {
+		if e.pos == nil {
+			e.pos = map[int]int{}
+		}
+		e.pos[h] = 1
+	}
 	return h, nil
 }
 
@@ -161,6 +191,10 @@ func (e *textEngine) Decode(seqs, tokens []int) ([][]float32, error) {
 			e.t.Errorf("decode of freed sequence %d", h)
 		}
 		out[i] = textLogits(tokens[i])
+		if e.script != nil {
+			out[i] = e.scriptLogits(e.pos[h])
+			e.pos[h]++
+		}
 	}
 	return out, nil
 }
@@ -212,6 +246,11 @@ type serverConfig struct {
 	maxQueue int
 	apiKey   string
 	noChat   bool
+	// script makes every answer these tokens (textEngine.script);
+	// reasoning is ServerOptions.Reasoning; template replaces testTemplate.
+	script    []int
+	reasoning *Reasoning
+	template  string
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -223,10 +262,15 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	var tmpl *chat.Template
 	if !c.noChat {
 		var err error
-		tmpl, err = chat.New("test", testTemplate, chat.Options{BOSToken: "<s>", EOSToken: "</s>"})
+		src := testTemplate
+		if c.template != "" {
+			src = c.template
+		}
+		tmpl, err = chat.New("test", src, chat.Options{BOSToken: "<s>", EOSToken: "</s>"})
 		require.NoError(t, err)
 	}
 	e := newTextEngine(t, c.slots)
+	e.script = c.script
 	m := NewMetrics(func() (int, int) { return 3, 1 })
 	sched := New(e, Config{MaxQueue: c.maxQueue, Observer: m})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,7 +280,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	srv := NewServer(sched, ServerOptions{
 		ModelName: testModel, Tokenizer: tok, Template: tmpl,
 		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
-		MaxContext: testContext, APIKey: c.apiKey, AccessLog: log, Metrics: m,
+		MaxContext: testContext, APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
@@ -311,6 +355,15 @@ func (ts *testServer) chatPrompt(t *testing.T, user string) []int {
 	ids, err := ts.tok.Encode("<s>user: "+user+"\nassistant:", false)
 	require.NoError(t, err)
 	return ids
+}
+
+// lastPrompt is the text of the last prompt the engine prefilled.
+func (ts *testServer) lastPrompt(t *testing.T) string {
+	t.Helper()
+	ts.engine.mu.Lock()
+	ids := ts.engine.last
+	ts.engine.mu.Unlock()
+	return ts.tok.Decode(ids, false)
 }
 
 func (ts *testServer) encode(t *testing.T, text string) []int {
