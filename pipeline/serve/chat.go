@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,10 +15,34 @@ import (
 // template, answered whole or streamed.
 
 type chatResponseMessage struct {
-	Role             string  `json:"role"`
-	Content          string  `json:"content"`
-	ReasoningContent string  `json:"reasoning_content,omitempty"`
-	Refusal          *string `json:"refusal"`
+	Role             string         `json:"role"`
+	Content          string         `json:"content"`
+	ReasoningContent string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+	Refusal          *string        `json:"refusal"`
+}
+
+// toolCallJSON is a tool call in an answer or (with Index) a stream delta.
+type toolCallJSON struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func toolCallsJSON(calls []toolCall, withIndex bool) []toolCallJSON {
+	out := make([]toolCallJSON, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = callID(), "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+		if withIndex {
+			out[i].Index = new(i)
+		}
+	}
+	return out
 }
 
 type chatChoice struct {
@@ -37,9 +62,10 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -85,7 +111,19 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 				r2, ct2 := sp.flush()
 				msg.ReasoningContent, msg.Content = r+r2, ct+ct2
 			}
-			cc := chatChoice{Index: i, Message: msg, FinishReason: finishReason(c.finish)}
+			finish := finishReason(c.finish)
+			if tp := newToolParser(p.tools); tp != nil {
+				before := tp.feed(msg.Content)
+				calls, rest := tp.finish()
+				msg.Content = before + rest
+				if len(calls) > 0 {
+					msg.ToolCalls = toolCallsJSON(calls, false)
+					if finish == "stop" {
+						finish = "tool_calls"
+					}
+				}
+			}
+			cc := chatChoice{Index: i, Message: msg, FinishReason: finish}
 			if p.reqs[i].Logprobs >= 0 {
 				cc.Logprobs = s.chatLogprobsOf(c, c.logprobs)
 			}
@@ -110,6 +148,10 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 		return nil, err
 	}
 	if err := req.unsupported(); err != nil {
+		return nil, err
+	}
+	tools, format, err := s.chatTools(req)
+	if err != nil {
 		return nil, err
 	}
 	logprobs := -1
@@ -146,7 +188,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 		}
 		extra["reasoning_effort"] = effort
 	}
-	text, ids, err := s.renderChat(ctx, msgs, extra)
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +202,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if r := s.o.Reasoning; r != nil {
 		p.reasoning, p.thinking = r, promptOpens(*r, text)
 	}
+	p.tools = format
 	return p, nil
 }
 
@@ -178,12 +221,10 @@ func (req *chatRequest) unsupported() error {
 		return false
 	}
 	switch {
-	case !noOp(req.Tools, "[]"):
-		return badRequest("tools", "tool calling is not supported by tputool serve")
 	case !noOp(req.Functions, "[]"):
-		return badRequest("functions", "function calling is not supported by tputool serve")
+		return badRequest("functions", "the deprecated functions field is not supported: use tools")
 	case !noOp(req.ToolChoice, `"none"`, `"auto"`):
-		return badRequest("tool_choice", "tool calling is not supported by tputool serve (tool_choice may only be \"none\" or \"auto\")")
+		return badRequest("tool_choice", "tool_choice %s needs constrained decoding, which tputool serve does not have yet (tool_choice may be \"none\" or \"auto\")", string(req.ToolChoice))
 	case !noOp(req.FunctionCall, `"none"`, `"auto"`):
 		return badRequest("function_call", "function calling is not supported by tputool serve")
 	case !noOp(req.Audio):
@@ -210,6 +251,48 @@ func (req *chatRequest) unsupported() error {
 	}
 	return nil
 }
+
+// chatTools validates the request's tools and returns them for the
+// template (each as its JSON, key order kept) and the format to parse
+// calls in; none when the request has none or tool_choice is "none".
+func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, error) {
+	if !isSet(req.Tools) || string(req.Tools) == "[]" || string(req.ToolChoice) == `"none"` {
+		return nil, "", nil
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(req.Tools, &raw); err != nil {
+		return nil, "", badRequest("tools", "tools must be an array of tool objects")
+	}
+	if len(raw) > maxTools {
+		return nil, "", badRequest("tools", "at most %d tools, got %d", maxTools, len(raw))
+	}
+	format := ToolFormatOf(s.o.Template)
+	if format == "" {
+		return nil, "", badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
+	}
+	tools := make([]any, len(raw))
+	for i, r := range raw {
+		var t struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		param := fmt.Sprintf("tools[%d]", i)
+		if json.Unmarshal(r, &t) != nil || t.Type != "function" || t.Function == nil || t.Function.Name == "" {
+			return nil, "", badRequest(param, "%s must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", param)
+		}
+		if p := t.Function.Parameters; isSet(p) && !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+			return nil, "", badRequest(param+".function.parameters", "%s.function.parameters must be a JSON schema object", param)
+		}
+		tools[i] = r
+	}
+	return tools, format, nil
+}
+
+// maxTools bounds a request's tools.
+const maxTools = 128
 
 // chatMessages turns the request's messages into the template's: text
 // content parts are joined with newlines; a developer message is a
@@ -265,14 +348,14 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 
 // renderChat renders msgs with the chat template (adding the generation
 // prompt) and encodes them, as `tputool chat` does.
-func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[string]any) (string, []int, error) {
+func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[string]any, tools []any) (string, []int, error) {
 	if s.o.Template == nil {
 		return "", nil, badRequest("messages", "the model %q has no chat template (tokenizer_config.json has no chat_template): use /v1/completions", s.o.ModelName)
 	}
 	if s.o.Tokenizer == nil {
 		return "", nil, badRequest("messages", "this server has no tokenizer to encode chat messages")
 	}
-	text, err := s.o.Template.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true, Extra: extra})
+	text, err := s.o.Template.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true, Extra: extra, Tools: tools})
 	if err != nil {
 		return "", nil, badRequest("messages", "rendering the chat template: %v", err)
 	}
@@ -325,31 +408,47 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 	}
 	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	splitters := make([]*splitter, len(streams))
+	parsers := make([]*toolParser, len(streams))
 	for i := range splitters {
-		splitters[i] = p.splitter()
+		splitters[i], parsers[i] = p.splitter(), newToolParser(p.tools)
 	}
 	s.streamEvents(ctx, out, p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
 		cc := chatChunkChoice{Index: i}
+		r, ct := "", ev.Text
 		if sp := splitters[i]; sp != nil {
-			r, ct := sp.feed(ev.Text)
+			r, ct = sp.feed(ev.Text)
 			if ev.FinishReason != "" {
 				r2, ct2 := sp.flush()
 				r, ct = r+r2, ct+ct2
 			}
-			if r != "" {
-				cc.Delta.ReasoningContent = new(r)
+		}
+		var calls []toolCall
+		if tp := parsers[i]; tp != nil {
+			ct = tp.feed(ct)
+			if ev.FinishReason != "" {
+				var rest string
+				calls, rest = tp.finish()
+				ct += rest
 			}
-			if ct != "" {
-				cc.Delta.Content = new(ct)
-			}
-		} else if ev.Text != "" {
-			cc.Delta.Content = new(ev.Text)
+		}
+		if r != "" {
+			cc.Delta.ReasoningContent = new(r)
+		}
+		if ct != "" {
+			cc.Delta.Content = new(ct)
+		}
+		if len(calls) > 0 {
+			cc.Delta.ToolCalls = toolCallsJSON(calls, true)
 		}
 		if logprobs {
 			cc.Logprobs = s.chatLogprobsOf(c, lps)
 		}
 		if ev.FinishReason != "" {
-			cc.FinishReason = new(finishReason(ev.FinishReason))
+			f := finishReason(ev.FinishReason)
+			if len(calls) > 0 && f == "stop" {
+				f = "tool_calls"
+			}
+			cc.FinishReason = new(f)
 		}
 		return chunk(cc)
 	}, func(u *usage) any {

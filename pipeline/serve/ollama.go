@@ -227,7 +227,7 @@ func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequ
 			msgs = append(msgs, chat.Message{Role: "system", Content: req.System})
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: req.Prompt})
-		_, ids, err = s.renderChat(ctx, msgs, nil)
+		_, ids, err = s.renderChat(ctx, msgs, nil, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -275,7 +275,7 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 		}
 		msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
-	_, ids, err := s.renderChat(ctx, msgs, nil)
+	_, ids, err := s.renderChat(ctx, msgs, nil, nil)
 	if err != nil {
 		return nil, err
 	}

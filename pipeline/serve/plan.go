@@ -25,6 +25,9 @@ type plan struct {
 	// content; thinking says the prompt opened the reasoning.
 	reasoning *Reasoning
 	thinking  bool
+	// tools is the format of tool calls to parse out of chat answers
+	// ("" for none).
+	tools ToolFormat
 }
 
 // splitter returns a splitter for one choice, nil when the plan does not

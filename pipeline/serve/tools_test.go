@@ -1,0 +1,167 @@
+package serve
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The parsers read each format's calls, whole and fed in pieces of any
+// size, and give back text that holds no call unchanged.
+func TestToolParser(t *testing.T) {
+	for _, c := range []struct {
+		format  ToolFormat
+		text    string
+		content string
+		calls   []toolCall
+	}{
+		{ToolsHermes, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+			"Let me check.\n", []toolCall{{"get_weather", `{"city":"Paris"}`}}},
+		{ToolsHermes, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\",\"arguments\":\"{\\\"x\\\": 1}\"}</tool_call>",
+			"", []toolCall{{"a", `{}`}, {"b", `{"x":1}`}}},
+		{ToolsHermes, "No tools needed.", "No tools needed.", nil},
+		{ToolsHermes, "Broken <tool_call>{not json</tool_call>", "Broken <tool_call>{not json</tool_call>", nil},
+		{ToolsMistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"b\"}]",
+			"", []toolCall{{"get_weather", `{"city":"Paris"}`}, {"b", `{}`}}},
+		{ToolsLlama3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", []toolCall{{"get_weather", `{"city":"Paris"}`}}},
+		{ToolsLlama3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", []toolCall{{"f", `{}`}}},
+		{ToolsLlama3, "{\"answer\": 4}", "{\"answer\": 4}", nil}, // JSON, but no call
+		{ToolsLlama3, "It is {\"name\": \"x\"}", "It is {\"name\": \"x\"}", nil},
+	} {
+		for size := 1; size <= len(c.text); size++ {
+			p := newToolParser(c.format)
+			var content strings.Builder
+			for i := 0; i < len(c.text); i += size {
+				content.WriteString(p.feed(c.text[i:min(i+size, len(c.text))]))
+			}
+			calls, rest := p.finish()
+			content.WriteString(rest)
+			if content.String() != c.content || len(calls) != len(c.calls) {
+				t.Fatalf("%s %q in pieces of %d: content %q, calls %v; want %q, %v", c.format, c.text, size, content.String(), calls, c.content, c.calls)
+			}
+			for i := range calls {
+				if calls[i] != c.calls[i] {
+					t.Fatalf("%s %q: call %d %v, want %v", c.format, c.text, i, calls[i], c.calls[i])
+				}
+			}
+		}
+	}
+}
+
+// FuzzToolParser: any text, fed in any two pieces, parses without a
+// panic into at most maxToolCalls calls, and text without a call comes
+// back whole.
+func FuzzToolParser(f *testing.F) {
+	f.Add("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", 5)
+	f.Add("[TOOL_CALLS][{\"name\":\"a\"}]", 3)
+	f.Add("{\"name\":\"a\",\"parameters\":{\"q\":[1,2,{}]}}", 1)
+	f.Add(strings.Repeat("<tool_call>{\"name\":\"a\"}</tool_call>", 100), 7)
+	f.Fuzz(func(t *testing.T, text string, cut int) {
+		for _, format := range []ToolFormat{ToolsHermes, ToolsMistral, ToolsLlama3} {
+			p := newToolParser(format)
+			cut := min(max(cut, 0), len(text))
+			content := p.feed(text[:cut]) + p.feed(text[cut:])
+			calls, rest := p.finish()
+			if len(calls) > maxToolCalls {
+				t.Fatalf("%d calls", len(calls))
+			}
+			if len(calls) == 0 && content+rest != text {
+				t.Fatalf("%s: no call, but content %q is not the text %q", format, content+rest, text)
+			}
+		}
+	})
+}
+
+// toolTemplate renders tools as Qwen's template does (a JSON line each)
+// and teaches the hermes markup.
+const toolTemplate = "{% if tools %}Tools:{% for t in tools %}\n{{ t | tojson }}{% endfor %}\nCall with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n{% endif %}" +
+	"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:"
+
+func toolServer(t *testing.T, answer string) *testServer {
+	t.Helper()
+	ids, err := loadTestTokenizer(t).Encode(answer, false)
+	require.NoError(t, err)
+	return newTestServer(t, serverConfig{script: ids, template: toolTemplate})
+}
+
+var weatherTool = openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+	Function: openai.FunctionDefinitionParam{
+		Name: "get_weather", Description: openai.String("Get the weather"),
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}},
+	},
+}}
+
+// A model that answers with a hermes call gets tool_calls back (and
+// finish_reason tool_calls), whole and streamed, through the official
+// OpenAI client; the tools reach the template; the markup never reaches
+// the content.
+func TestToolCalls(t *testing.T) {
+	const answer = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	ts := toolServer(t, answer)
+	c := ts.client("")
+	params := openai.ChatCompletionNewParams{
+		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Paris?")},
+		Tools: []openai.ChatCompletionToolUnionParam{weatherTool}, MaxTokens: openai.Int(128),
+	}
+	resp, err := c.Chat.Completions.New(context.Background(), params)
+	require.NoError(t, err)
+	require.Len(t, resp.Choices, 1)
+	ch := resp.Choices[0]
+	assert.Equal(t, "tool_calls", ch.FinishReason)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	call := ch.Message.ToolCalls[0]
+	assert.Equal(t, "function", string(call.Type))
+	assert.Equal(t, "get_weather", call.Function.Name)
+	assert.JSONEq(t, `{"city":"Paris"}`, call.Function.Arguments)
+	assert.True(t, strings.HasPrefix(call.ID, "call_"), call.ID)
+	assert.Equal(t, "Checking.", strings.TrimSpace(ch.Message.Content))
+	assert.Contains(t, ts.lastPrompt(t), `"name": "get_weather"`, "the tools were rendered through the template")
+
+	stream := c.Chat.Completions.NewStreaming(context.Background(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	var content strings.Builder
+	for stream.Next() {
+		chunk := stream.Current()
+		acc.AddChunk(chunk)
+		for _, cc := range chunk.Choices {
+			content.WriteString(cc.Delta.Content)
+		}
+	}
+	require.NoError(t, stream.Err())
+	assert.NotContains(t, content.String(), "tool_call", "no markup in the streamed content")
+	require.Len(t, acc.Choices, 1)
+	assert.Equal(t, "tool_calls", acc.Choices[0].FinishReason)
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	assert.Equal(t, "get_weather", acc.Choices[0].Message.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city":"Paris"}`, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
+
+	// The call and its result go back to the template on the next turn.
+	next := params
+	next.Messages = append(next.Messages, resp.Choices[0].Message.ToParam(), openai.ToolMessage(`{"temp": 21}`, call.ID))
+	_, err = c.Chat.Completions.New(context.Background(), next)
+	require.NoError(t, err)
+	assert.Contains(t, ts.lastPrompt(t), `tool: {"temp": 21}`)
+}
+
+// What tputool cannot honour is a 400 naming it.
+func TestToolRequestsRefused(t *testing.T) {
+	ts := toolServer(t, "x")
+	for body, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`: "needs constrained decoding",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                    "tools[0] must be",
+		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                  "tools must be an array",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:            "must be a JSON schema object",
+	} {
+		status, _, b := ts.post(t, "/v1/chat/completions", body)
+		assert.Equal(t, 400, status, body)
+		assert.Contains(t, string(b), want, body)
+	}
+	plain := newTestServer(t, serverConfig{})
+	status, _, b := plain.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`)
+	assert.Equal(t, 400, status)
+	assert.Contains(t, string(b), "has no tool-call markup")
+}
