@@ -153,8 +153,8 @@ func TestToolRequestsRefused(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`: "needs constrained decoding",
 		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                    "tools[0] must be",
-		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                  "tools must be an array",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:            "must be a JSON schema object",
+		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                "tools must be an array",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:           "must be a JSON schema object",
 	} {
 		status, _, b := ts.post(t, "/v1/chat/completions", body)
 		assert.Equal(t, 400, status, body)
