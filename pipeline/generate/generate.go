@@ -124,6 +124,9 @@ type Event struct {
 	Text string `json:"text"`
 	// FinishReason is set on the row's last event.
 	FinishReason string `json:"finish_reason,omitempty"`
+	// StopString is the stop string that ended the row, on its last
+	// event when FinishReason is FinishStopString.
+	StopString string `json:"stop_string,omitempty"`
 }
 
 // Result is the outcome of one prompt.
@@ -132,6 +135,8 @@ type Result struct {
 	TokenIDs       []int  `json:"token_ids"`
 	PromptTokenIDs []int  `json:"prompt_token_ids"`
 	FinishReason   string `json:"finish_reason"`
+	// StopString is the stop string that ended the text (FinishStopString).
+	StopString string `json:"stop_string,omitempty"`
 }
 
 // Metrics follows ollama's api.Metrics (durations in nanoseconds in JSON),
@@ -390,8 +395,8 @@ func (rw *row) step(id int, o Options) {
 	if rw.dec != nil {
 		rw.text += rw.dec.Add(id)
 	}
-	if cut, ok := rw.findStop(o.Stop); ok {
-		rw.text = rw.text[:cut]
+	if cut, stop, ok := rw.findStop(o.Stop); ok {
+		rw.text, rw.res.StopString = rw.text[:cut], stop
 		rw.finish(o, FinishStopString, id)
 		return
 	}
@@ -404,20 +409,21 @@ func (rw *row) step(id int, o Options) {
 }
 
 // findStop returns where the earliest stop string starts in the text not
-// yet released (plus the overlap a stop string may have with it).
-func (rw *row) findStop(stops []string) (int, bool) {
+// yet released (plus the overlap a stop string may have with it), and
+// which it is.
+func (rw *row) findStop(stops []string) (int, string, bool) {
 	maxStop := 0
 	for _, s := range stops {
 		maxStop = max(maxStop, len(s))
 	}
 	from := max(0, rw.emitted-maxStop+1)
-	best := -1
+	best, which := -1, ""
 	for _, s := range stops {
 		if i := strings.Index(rw.text[from:], s); i >= 0 && (best < 0 || from+i < best) {
-			best = from + i
+			best, which = from+i, s
 		}
 	}
-	return best, best >= 0
+	return best, which, best >= 0
 }
 
 // heldBack is the length of the longest suffix of text that is a proper
@@ -443,7 +449,11 @@ func (rw *row) release(o Options, id, upto int, reason string) {
 		rw.emitted = upto
 	}
 	if o.OnEvent != nil {
-		o.OnEvent(Event{Row: rw.idx, Token: id, Text: text, FinishReason: reason})
+		ev := Event{Row: rw.idx, Token: id, Text: text, FinishReason: reason}
+		if reason == FinishStopString {
+			ev.StopString = rw.res.StopString
+		}
+		o.OnEvent(ev)
 	}
 }
 
@@ -452,8 +462,8 @@ func (rw *row) release(o Options, id, upto int, reason string) {
 func (rw *row) finish(o Options, reason string, id int) {
 	if rw.dec != nil && reason != FinishStopString {
 		rw.text += rw.dec.Flush()
-		if cut, ok := rw.findStop(o.Stop); ok {
-			rw.text = rw.text[:cut]
+		if cut, stop, ok := rw.findStop(o.Stop); ok {
+			rw.text, rw.res.StopString = rw.text[:cut], stop
 			reason = FinishStopString
 		}
 	}

@@ -148,8 +148,11 @@ func TestStopStringAcrossTokens(t *testing.T) {
 	// "Hel" "lo" " W" "orld": the stop string "o W" spans two tokens.
 	res, events, _ := run(t, [][]int{{3, 4, 5, 6, 7}}, Options{MaxNewTokens: 10, Stop: []string{"o W"}})
 	r := res[0]
-	if r.FinishReason != FinishStopString || r.Text != "Hell" {
+	if r.FinishReason != FinishStopString || r.Text != "Hell" || r.StopString != "o W" {
 		t.Fatalf("got %+v", r)
+	}
+	if last := events[len(events)-1]; last.FinishReason != FinishStopString || last.StopString != "o W" {
+		t.Errorf("last event %+v: want the stop string named", last)
 	}
 	if got := streamed(events, 0); got != "Hell" {
 		t.Errorf("streamed %q: the stop string leaked", got)
@@ -176,8 +179,8 @@ func TestHeldBackTextIsReleased(t *testing.T) {
 }
 
 func TestStopStringInOneToken(t *testing.T) {
-	res, _, _ := run(t, [][]int{{3, 14, 15}}, Options{MaxNewTokens: 5, Stop: []string{"W", "zz"}})
-	if r := res[0]; r.Text != "Helo " || r.FinishReason != FinishStopString {
+	res, _, _ := run(t, [][]int{{3, 14, 15}}, Options{MaxNewTokens: 5, Stop: []string{"zz", "W"}})
+	if r := res[0]; r.Text != "Helo " || r.FinishReason != FinishStopString || r.StopString != "W" {
 		t.Fatalf("got %+v", r)
 	}
 }

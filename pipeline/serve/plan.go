@@ -128,6 +128,7 @@ type choice struct {
 	prev     int // the last token, context for the next token's text
 	offset   int // bytes of token text so far (completions' text_offset)
 	finish   string
+	stop     string // the stop string, when one ended the text
 	err      error
 	logprobs []Event // events with a token, for the log-probabilities
 }
@@ -150,7 +151,7 @@ func collectChoices(streams []*Stream, p *plan) []*choice {
 func (c *choice) add(ev Event, logprobs bool) {
 	c.text.WriteString(ev.Text)
 	if ev.FinishReason != "" {
-		c.finish, c.err = ev.FinishReason, ev.Err
+		c.finish, c.err, c.stop = ev.FinishReason, ev.Err, ev.StopString
 	}
 	// The end-of-sequence token's text is not part of the output, nor is
 	// its log-probability.

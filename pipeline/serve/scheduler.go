@@ -68,6 +68,8 @@ type Event struct {
 	FinishReason string
 	// Err is the engine's error on a FinishError event.
 	Err error
+	// StopString is the stop string that ended the text ("stop_string").
+	StopString string
 }
 
 // Stream is a submitted request's output. Events delivers every event in
@@ -509,7 +511,7 @@ func (s *Scheduler) decodeStep() bool {
 func (s *Scheduler) emit(j *job, logits []float32) bool {
 	id := j.seq.Sample(logits)
 	ev := j.seq.Add(id)
-	out := Event{Token: id, Text: ev.Text}
+	out := Event{Token: id, Text: ev.Text, StopString: ev.StopString}
 	if j.req.Logprobs >= 0 {
 		out.Logprob, out.TopLogprobs = logprobs(logits, id, j.req.Logprobs)
 	}

@@ -126,6 +126,8 @@ func routeOf(path string) (route, bool) {
 		return route{"/v1/completions", http.MethodPost, (*Server).completions}, true
 	case "/v1/chat/completions":
 		return route{"/v1/chat/completions", http.MethodPost, (*Server).chatCompletions}, true
+	case "/v1/messages":
+		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/api/generate":
 		return route{"/api/generate", http.MethodPost, (*Server).ollamaGenerate}, true
 	case "/api/chat":
@@ -167,7 +169,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// which paths exist.
 	if r.URL.Path != "/health" && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
-		writeError(rec, &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"})
+		e := &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"}
+		if r.URL.Path == "/v1/messages" {
+			e.Message = "missing or incorrect API key: send x-api-key: <key> or Authorization: Bearer <key>"
+			writeAnthropicError(rec, e)
+			return
+		}
+		writeError(rec, e)
 		return
 	}
 	if !ok {
@@ -206,7 +214,7 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta")
 	h.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
 	return true
@@ -218,6 +226,9 @@ func (s *Server) authorized(r *http.Request) bool {
 		return true
 	}
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && r.URL.Path == "/v1/messages" { // Anthropic's clients send x-api-key
+		key, ok = r.Header.Get("X-Api-Key"), r.Header.Get("X-Api-Key") != ""
+	}
 	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.o.APIKey)) == 1
 }
 

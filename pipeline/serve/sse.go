@@ -39,6 +39,19 @@ func (e *sse) send(v any) error {
 	return e.rc.Flush()
 }
 
+// sendEvent writes one named event (`event: NAME` then `data: {json}`),
+// as Anthropic's streams do, and flushes it.
+func (e *sse) sendEvent(name string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", name, data); err != nil {
+		return err
+	}
+	return e.rc.Flush()
+}
+
 // done ends the stream with OpenAI's `data: [DONE]`.
 func (e *sse) done() {
 	io.WriteString(e.w, "data: [DONE]\n\n")
