@@ -99,7 +99,32 @@ func buildDecoder(c *component, depth int) (decoder, error) {
 	}
 }
 
+// rawDecoder is implemented by decoders that turn tokens into bytes and
+// can keep invalid UTF-8 as it is (a token that carries part of a
+// character): the bytes each token adds, for constrained decoding.
+type rawDecoder interface {
+	decodeChainRaw(tokens []string) ([]string, error)
+}
+
+// decodeRaw runs d, keeping partial characters where d can.
+func decodeRaw(d decoder, tokens []string) ([]string, error) {
+	if rd, ok := d.(rawDecoder); ok {
+		return rd.decodeChainRaw(tokens)
+	}
+	return d.decodeChain(tokens)
+}
+
 type seqDecoder []decoder
+
+func (s seqDecoder) decodeChainRaw(t []string) ([]string, error) {
+	var err error
+	for _, d := range s {
+		if t, err = decodeRaw(d, t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
 
 func (s seqDecoder) decodeChain(t []string) ([]string, error) {
 	var err error
@@ -114,6 +139,14 @@ func (s seqDecoder) decodeChain(t []string) ([]string, error) {
 type byteLevelDec struct{}
 
 func (byteLevelDec) decodeChain(tokens []string) ([]string, error) {
+	return []string{lossyUTF8(byteLevelBytes(tokens))}, nil
+}
+
+func (byteLevelDec) decodeChainRaw(tokens []string) ([]string, error) {
+	return []string{string(byteLevelBytes(tokens))}, nil
+}
+
+func byteLevelBytes(tokens []string) []byte {
 	var buf []byte
 	for _, t := range tokens {
 		var ok bool
@@ -122,7 +155,7 @@ func (byteLevelDec) decodeChain(tokens []string) ([]string, error) {
 			buf = append(buf[:n], t...)
 		}
 	}
-	return []string{lossyUTF8(buf)}, nil
+	return buf
 }
 
 // lossyUTF8 converts like Rust's String::from_utf8_lossy (and the WHATWG
@@ -197,6 +230,17 @@ func parseByteToken(t string) (byte, bool) {
 		return 0, false
 	}
 	return byte(v), true
+}
+
+func (byteFallbackDec) decodeChainRaw(tokens []string) ([]string, error) {
+	out := make([]string, 0, len(tokens))
+	for _, t := range tokens {
+		if b, ok := parseByteToken(t); ok {
+			t = string([]byte{b})
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 func (byteFallbackDec) decodeChain(tokens []string) ([]string, error) {
@@ -279,6 +323,20 @@ func (d metaspaceDec) decodeChain(tokens []string) ([]string, error) {
 			b.WriteRune(c)
 		}
 		out[i] = b.String()
+	}
+	return out, nil
+}
+
+// decodeChainRaw replaces bytewise, so bytes of a partial character pass
+// through.
+func (d metaspaceDec) decodeChainRaw(tokens []string) ([]string, error) {
+	out := make([]string, len(tokens))
+	for i, t := range tokens {
+		if i == 0 && d.prefix {
+			out[i] = strings.ReplaceAll(t, string(d.r), "") // as decodeChain
+			continue
+		}
+		out[i] = strings.ReplaceAll(t, string(d.r), " ")
 	}
 	return out, nil
 }

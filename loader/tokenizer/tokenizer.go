@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -38,6 +39,9 @@ type Tokenizer struct {
 
 	bos, eos, pad int // -1 when unknown
 	templates     map[string]string
+
+	bytesOnce  sync.Once
+	tokenBytes [][]byte // TokenBytes
 }
 
 func build(raw *rawTokenizer) (*Tokenizer, error) {
@@ -394,6 +398,65 @@ func (t *Tokenizer) Decode(ids []int, skipSpecialTokens bool) string {
 	out, err := t.dec.decodeChain(tokens)
 	if err != nil {
 		// Only a regexp2 timeout in a Replace decoder can fail here.
+		return strings.Join(tokens, "")
+	}
+	return strings.Join(out, "")
+}
+
+// TokenBytes returns, for every id, the bytes the token adds to a text
+// it does not start (as the stream decoder emits them, but with a partial
+// UTF-8 character kept as its bytes), or nil for special tokens and ids
+// without a token: the vocabulary constrained decoding walks. It is
+// computed once.
+func (t *Tokenizer) TokenBytes() [][]byte {
+	t.bytesOnce.Do(func() {
+		out := make([][]byte, len(t.idToTok))
+		// An anchor token in front keeps the first-token rules (a stripped
+		// leading space, a Metaspace prefix) off the token itself.
+		anchor, prefix := "", ""
+		for id, tok := range t.idToTok {
+			if !t.hasID[id] || t.addedByID[id] != nil {
+				continue
+			}
+			if s := t.decodeRaw([]string{tok}); len(s) == 1 && s[0] >= 'a' && s[0] <= 'z' {
+				anchor, prefix = tok, s
+				break
+			}
+		}
+		for id, tok := range t.idToTok {
+			if !t.hasID[id] {
+				continue
+			}
+			if a := t.addedByID[id]; a != nil && a.special {
+				continue
+			}
+			var s string
+			if anchor != "" {
+				s = t.decodeRaw([]string{anchor, tok})
+				if rest, ok := strings.CutPrefix(s, prefix); ok {
+					s = rest
+				} else {
+					s = t.decodeRaw([]string{tok})
+				}
+			} else {
+				s = t.decodeRaw([]string{tok})
+			}
+			if s != "" {
+				out[id] = []byte(s)
+			}
+		}
+		t.tokenBytes = out
+	})
+	return t.tokenBytes
+}
+
+// decodeRaw decodes tokens as Decode does, keeping invalid UTF-8.
+func (t *Tokenizer) decodeRaw(tokens []string) string {
+	if t.dec == nil {
+		return strings.Join(tokens, " ")
+	}
+	out, err := decodeRaw(t.dec, tokens)
+	if err != nil {
 		return strings.Join(tokens, "")
 	}
 	return strings.Join(out, "")
