@@ -15,6 +15,7 @@ import (
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/constrain"
 	"github.com/tputool/tputool/pipeline/generate"
 )
 
@@ -32,6 +33,9 @@ type GenerateOptions struct {
 	PrefillChunk int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
+	// JSONSchema is --json-schema FILE; Grammar is its compiled form.
+	JSONSchema string
+	Grammar    *constrain.Grammar
 }
 
 // NewCmdGenerate builds `tputool generate`.
@@ -108,6 +112,13 @@ the same tokens.`,
 			if opts.System != "" {
 				opts.Chat = true
 			}
+			if opts.JSONSchema != "" {
+				g, err := readJSONSchema(opts.JSONSchema)
+				if err != nil {
+					return err
+				}
+				opts.Grammar = g
+			}
 			if runF != nil {
 				return runF(c.Context(), opts)
 			}
@@ -124,7 +135,32 @@ the same tokens.`,
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms; -1: the whole prompt at once)")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
+	fl.StringVar(&opts.JSONSchema, "json-schema", "", "constrain the output to JSON valid against the JSON schema in this file (constrained decoding; \"{}\" in the file allows any JSON)")
 	return c
+}
+
+// maxSchemaBytes bounds a --json-schema file.
+const maxSchemaBytes = 4 << 20
+
+// readJSONSchema reads and compiles --json-schema FILE.
+func readJSONSchema(path string) (*constrain.Grammar, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, errs.Usagef("--json-schema: %v", err)
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxSchemaBytes+1))
+	if err != nil {
+		return nil, errs.Usagef("--json-schema %s: %v", path, err)
+	}
+	if len(b) > maxSchemaBytes {
+		return nil, errs.Usagef("--json-schema %s: larger than %d bytes", path, maxSchemaBytes)
+	}
+	g, err := constrain.JSONSchema(b)
+	if err != nil {
+		return nil, errs.Usagef("--json-schema %s: %v", path, err)
+	}
+	return g, nil
 }
 
 // parseDType reads --dtype; InvalidDType means auto.
@@ -316,6 +352,24 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
 	gen.Now = opts.Now
+	if opts.Grammar != nil {
+		if len(gen.EOS) == 0 {
+			return errs.Usagef("--json-schema needs the model's end-of-sequence token, and %s names none", opts.Model)
+		}
+		tb := tok.TokenBytes()
+		var eos []int // those the tokenizer has (a model's vocabulary may be wider)
+		for _, id := range gen.EOS {
+			if id < len(tb) {
+				eos = append(eos, id)
+			}
+		}
+		v, err := constrain.NewVocab(tb, eos)
+		if err != nil {
+			return errs.Usagef("--json-schema: %v", err)
+		}
+		ix := constrain.NewIndex(opts.Grammar, v)
+		gen.Constrain = func() generate.Constraint { return ix.NewMatcher() }
+	}
 	if gen.Sampling.Temperature > 0 {
 		rep.Debugf("sampling with seed %d (--seed %d repeats this run)", gen.Sampling.Seed, gen.Sampling.Seed)
 	}

@@ -112,6 +112,18 @@ type Options struct {
 	OnEvent func(Event)
 	// Now is the clock (tests fix it); nil means time.Now.
 	Now func() time.Time
+	// Constrain, when set, returns a fresh constraint for each row
+	// (constrained decoding: a JSON schema, a tool call): the row samples
+	// only the tokens it allows and advances it over each one taken.
+	Constrain func() Constraint
+}
+
+// Constraint is a row's constrained decoding state
+// (*constrain.Matcher).
+type Constraint interface {
+	sample.Constraint
+	// Advance records the token taken.
+	Advance(id int) error
 }
 
 // Event is one streaming update of one row.
@@ -188,10 +200,32 @@ type row struct {
 	res     Result
 	history []int // prompt + generated, for the repetition penalty
 	sampler *sample.Sampler
+	con     Constraint // nil: unconstrained
 	dec     StreamDecoder
 	text    string // decoded text so far (including held-back text)
 	emitted int    // bytes of text already released
 	done    bool
+}
+
+// newRow starts row idx of prompt.
+func newRow(idx int, prompt []int, o Options) *row {
+	rw := &row{idx: idx, history: append([]int(nil), prompt...), sampler: sample.New(o.Sampling, idx)}
+	if o.Constrain != nil {
+		rw.con = o.Constrain()
+	}
+	return rw
+}
+
+// sample picks the row's next token and advances its constraint over it.
+func (rw *row) sample(logits []float32) int {
+	if rw.con == nil {
+		return rw.sampler.Next(logits, rw.history)
+	}
+	id := rw.sampler.NextAllowed(logits, rw.history, rw.con)
+	// The sampler picks only allowed ids; an error would mean a mask
+	// with no id in the logits' range, where the pick is the model's.
+	_ = rw.con.Advance(id)
+	return id
 }
 
 // Run generates a continuation for each prompt (token ids). On context
@@ -213,7 +247,7 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 	now, compileTime := clocks(r, o)
 	rows := make([]*row, len(prompts))
 	for i, p := range prompts {
-		rw := &row{idx: i, history: append([]int(nil), p...), sampler: sample.New(o.Sampling, i)}
+		rw := newRow(i, p, o)
 		rw.res.PromptTokenIDs = append([]int(nil), p...)
 		rw.res.TokenIDs = []int{}
 		if o.NewDecoder != nil {
@@ -247,7 +281,7 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 			if rw.done {
 				continue
 			}
-			id := rw.sampler.Next(logits[rw.idx], rw.history)
+			id := rw.sample(logits[rw.idx])
 			if m.EvalCount == 0 {
 				m.TTFT = now().Sub(start)
 			}

@@ -1,9 +1,5 @@
 package generate
 
-import (
-	"github.com/tputool/tputool/pipeline/sample"
-)
-
 // Sequence follows one generated sequence outside Run, for callers that
 // drive the model themselves (the server's continuous batching): it
 // samples the next token, and turns tokens into final text with Run's
@@ -23,7 +19,7 @@ func NewSequence(prompt []int, idx int, o Options) *Sequence {
 	s := &Sequence{}
 	s.o = o
 	s.o.OnEvent = func(e Event) { s.events = append(s.events, e) }
-	s.rw = &row{idx: idx, history: append([]int(nil), prompt...), sampler: sample.New(o.Sampling, idx)}
+	s.rw = newRow(idx, prompt, o)
 	s.rw.res.PromptTokenIDs = append([]int(nil), prompt...)
 	s.rw.res.TokenIDs = []int{}
 	if o.NewDecoder != nil {
@@ -35,12 +31,18 @@ func NewSequence(prompt []int, idx int, o Options) *Sequence {
 // Sample picks the next token from the logits that follow the sequence so
 // far (it does not record it: Add does).
 func (s *Sequence) Sample(logits []float32) int {
-	return s.rw.sampler.Next(logits, s.rw.history)
+	if s.rw.con == nil {
+		return s.rw.sampler.Next(logits, s.rw.history)
+	}
+	return s.rw.sampler.NextAllowed(logits, s.rw.history, s.rw.con)
 }
 
 // Add records generated token id and returns the event it makes (the text
 // that became final, and the finish reason when id ends the sequence).
 func (s *Sequence) Add(id int) Event {
+	if s.rw.con != nil {
+		_ = s.rw.con.Advance(id) // an id the grammar refuses leaves it as it was
+	}
 	s.rw.history = append(s.rw.history, id)
 	s.rw.res.TokenIDs = append(s.rw.res.TokenIDs, id)
 	s.rw.step(id, s.o)

@@ -74,9 +74,28 @@ func New(o Options, row int) *Sampler {
 	return &Sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, uint64(row))), seen: map[int]bool{}}
 }
 
+// Constraint limits the tokens a row may take next (constrained
+// decoding: *constrain.Matcher).
+type Constraint interface {
+	// Allows reports whether id may come next.
+	Allows(id int) bool
+	// Mask is the allowed ids as bits (id%64 of word id/64); ids past it
+	// are not allowed.
+	Mask() []uint64
+}
+
 // Next returns the next token given the row's logits and every token of
 // the sequence so far (prompt and generated).
 func (s *Sampler) Next(logits []float32, history []int) int {
+	return s.NextAllowed(logits, history, nil)
+}
+
+// NextAllowed is Next over the tokens c allows (nil: all): the
+// disallowed ones are masked out after the repetition penalty and before
+// temperature, top-k, top-p and min-p, as vLLM's structured-output
+// processors do. Greedy decoding first asks c about the argmax alone, so
+// a step where the model already follows the grammar costs no mask.
+func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int {
 	if cap(s.scores) < len(logits) {
 		s.scores = make([]float64, len(logits))
 		s.probs = make([]float64, len(logits))
@@ -87,6 +106,14 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 		sc[i] = float64(v)
 	}
 	s.repetitionPenalty(sc, history)
+	if c != nil {
+		if s.o.Greedy() {
+			if best := argmax(sc); c.Allows(best) {
+				return best
+			}
+		}
+		applyMask(sc, c.Mask())
+	}
 	if s.o.Greedy() {
 		return argmax(sc)
 	}
@@ -105,6 +132,25 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 		s.minP(sc)
 	}
 	return s.draw(sc)
+}
+
+// applyMask sets the scores of the ids mask does not hold to -inf.
+func applyMask(sc []float64, mask []uint64) {
+	inf := math.Inf(-1)
+	for w := 0; w*64 < len(sc); w++ {
+		bits := uint64(0)
+		if w < len(mask) {
+			bits = mask[w]
+		}
+		if bits == ^uint64(0) {
+			continue
+		}
+		for i := w * 64; i < min(len(sc), w*64+64); i++ {
+			if bits&(1<<(i-w*64)) == 0 {
+				sc[i] = inf
+			}
+		}
+	}
 }
 
 // repetitionPenalty is RepetitionPenaltyLogitsProcessor.

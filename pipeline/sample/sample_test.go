@@ -162,3 +162,60 @@ func TestValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// setConstraint allows the ids of a set and counts mask requests.
+type setConstraint struct {
+	allowed map[int]bool
+	masks   int
+}
+
+func (c *setConstraint) Allows(id int) bool { return c.allowed[id] }
+
+func (c *setConstraint) Mask() []uint64 {
+	c.masks++
+	m := make([]uint64, 1)
+	for id := range c.allowed {
+		m[id/64] |= 1 << (id % 64)
+	}
+	return m
+}
+
+// Greedy under a constraint: the argmax when allowed (no mask asked),
+// else the best allowed id.
+func TestGreedyConstrained(t *testing.T) {
+	logits := []float32{2, 1.9, -1, -0.5}
+	c := &setConstraint{allowed: map[int]bool{0: true, 2: true}}
+	if got := New(Options{}, 0).NextAllowed(logits, nil, c); got != 0 || c.masks != 0 {
+		t.Fatalf("allowed argmax: got %d with %d masks", got, c.masks)
+	}
+	c = &setConstraint{allowed: map[int]bool{2: true, 3: true}}
+	if got := New(Options{}, 0).NextAllowed(logits, nil, c); got != 3 || c.masks != 1 {
+		t.Fatalf("masked argmax: got %d with %d masks, want 3", got, c.masks)
+	}
+}
+
+// Sampling under a constraint draws from the distribution renormalised
+// over the allowed ids, top-p applied after the mask.
+func TestSamplingConstrained(t *testing.T) {
+	logits := logitsOf(0.5, 0.2, 0.2, 0.1)
+	c := &setConstraint{allowed: map[int]bool{1: true, 3: true}}
+	s := New(Options{Temperature: 1, Seed: 5}, 0)
+	f := make([]float64, 4)
+	const n = 40000
+	for range n {
+		f[s.NextAllowed(logits, nil, c)]++
+	}
+	if f[0] != 0 || f[2] != 0 {
+		t.Fatalf("disallowed ids drawn: %v", f)
+	}
+	if p := f[1] / n; math.Abs(p-2.0/3) > 0.01 {
+		t.Errorf("p(1) = %.3f, want 2/3", p)
+	}
+	// top-p 0.6 over the allowed ids keeps id 1 alone (2/3 >= 0.6).
+	s = New(Options{Temperature: 1, TopP: 0.6, Seed: 5}, 0)
+	for range 200 {
+		if got := s.NextAllowed(logits, nil, c); got != 1 {
+			t.Fatalf("top-p after the mask: drew %d", got)
+		}
+	}
+}

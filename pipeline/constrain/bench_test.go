@@ -1,0 +1,124 @@
+package constrain
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tputool/tputool/loader/tokenizer"
+)
+
+// qwenVocab is Qwen3's 151,669-id vocabulary (the tokenizer fixture).
+func qwenVocab(b testing.TB) *Vocab {
+	path := filepath.Join("..", "..", "loader", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")
+	if _, err := os.Stat(path); err != nil {
+		b.Skip("no qwen3 tokenizer fixture")
+	}
+	tk, err := tokenizer.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eos, _ := tk.TokenToID("<|im_end|>")
+	v, err := NewVocab(tk.TokenBytes(), []int{eos})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+// The cost of one mask computed afresh (a state met for the first time)
+// over Qwen3's vocabulary, in the states a JSON answer passes through;
+// a state met again is a map lookup.
+func BenchmarkMaskUncached(b *testing.B) {
+	v := qwenVocab(b)
+	g, err := JSONSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct{ name, prefix string }{
+		{"start", ""},
+		{"in-string", `{"name": "Ann`},
+		{"after-value", `{"name": "Ann"`},
+		{"in-number", `{"name": "Ann", "age": 4`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				ix := NewIndex(g, v)
+				m := ix.NewMatcher()
+				if !m.AdvanceBytes([]byte(tc.prefix)) {
+					b.Fatal("prefix refused")
+				}
+				m.Mask()
+			}
+		})
+	}
+	b.Run("cached", func(b *testing.B) {
+		ix := NewIndex(g, v)
+		m := ix.NewMatcher()
+		m.AdvanceBytes([]byte(`{"name": "Ann`))
+		m.Mask()
+		for b.Loop() {
+			m.Mask()
+		}
+	})
+	b.Run("allows", func(b *testing.B) {
+		ix := NewIndex(g, v)
+		m := ix.NewMatcher()
+		m.AdvanceBytes([]byte(`{"name": "Ann`))
+		id := 0
+		for i, t := range v.tokens {
+			if string(t) == "ie" {
+				id = i
+			}
+		}
+		for b.Loop() {
+			if !m.Allows(id) {
+				b.Fatal("refused")
+			}
+		}
+	})
+}
+
+// Over a real vocabulary, every bit of the mask (walked, or taken whole
+// from a plain subtree) agrees with asking about the token alone.
+func TestMaskAgreesWithAllowsQwen(t *testing.T) {
+	v := qwenVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"object","properties":{"name":{"type":"string"},"tag":{"type":"string","maxLength":3},"n":{"type":"number"}},"required":["name"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := NewIndex(g, v)
+	for _, prefix := range []string{"", `{"name": "An`, `{"name": "日`, "{\"name\": \"\xe6", `{"name": "a\`, `{"name": "a", "tag": "ab`, `{"name": "a", "n": -1.`} {
+		m := ix.NewMatcher()
+		if !m.AdvanceBytes([]byte(prefix)) {
+			t.Fatalf("%q refused", prefix)
+		}
+		mask := m.Mask()
+		n := 0
+		for id := range v.size {
+			in := mask[id/64]&(1<<(id%64)) != 0
+			if in != m.Allows(id) {
+				t.Fatalf("after %q: token %d %q: mask %v, Allows %v", prefix, id, v.tokens[id], in, !in)
+			}
+			if in {
+				n++
+			}
+		}
+		t.Logf("after %q: %d tokens allowed", prefix, n)
+	}
+}
+
+// Indexing Qwen3's vocabulary (once per server and end-of-sequence set).
+func BenchmarkNewVocabQwen(b *testing.B) {
+	path := filepath.Join("..", "..", "loader", "tokenizer", "testdata", "tokenizers", "qwen3", "tokenizer.json.gz")
+	tk, err := tokenizer.Load(path)
+	if err != nil {
+		b.Skip(err)
+	}
+	tb := tk.TokenBytes()
+	for b.Loop() {
+		if _, err := NewVocab(tb, []int{151645}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package constrain
+
+// The automaton's epsilon moves (split, jmp, call, ret) are resolved once
+// per grammar: for each place a thread can resume (the start, after a
+// consumed byte, a call's return address), closure lists where it ends
+// up: the byte sets it may consume next, with the return addresses the
+// calls on the way pushed, a return that pops the thread's own stack, or
+// the end of the text.
+
+// item is one end of a resume point's closure.
+type item struct {
+	kind int8    // itemSet, itemRet, itemMatch
+	pc   int32   // itemSet: the opSet instruction
+	push []int32 // itemSet: return addresses pushed on the way, outermost first
+}
+
+const (
+	itemSet int8 = iota
+	itemRet
+	itemMatch
+)
+
+// maxDepth bounds the call stack (nesting of recursive schemas and of
+// free-form JSON); a thread that would go deeper dies, so the text closes
+// its structures first.
+const maxDepth = 32
+
+// closures computes the closure of every resume point of g.
+func (g *Grammar) closures() {
+	g.clos = make([][]item, len(g.prog)+1)
+	resume := map[int32]bool{g.start: true}
+	for pc, in := range g.prog {
+		switch in.op {
+		case opSet, opCall:
+			resume[int32(pc)+1] = true
+		}
+	}
+	for pc := range resume {
+		if int(pc) <= len(g.prog) {
+			g.clos[pc] = g.closureOf(pc)
+		}
+	}
+}
+
+// closureOf follows the epsilon moves from pc with an empty local stack.
+func (g *Grammar) closureOf(pc int32) []item {
+	var out []item
+	type key struct {
+		pc   int32
+		push string
+	}
+	seen := map[key]bool{}
+	var walk func(pc int32, push []int32)
+	walk = func(pc int32, push []int32) {
+		if len(push) > maxDepth || int(pc) >= len(g.prog) {
+			return
+		}
+		k := key{pc, pushKey(push)}
+		if seen[k] {
+			return
+		}
+		seen[k] = true
+		in := g.prog[pc]
+		switch in.op {
+		case opSet:
+			out = append(out, item{kind: itemSet, pc: pc, push: append([]int32(nil), push...)})
+		case opSplit:
+			walk(in.x, push)
+			walk(in.y, push)
+		case opJmp:
+			walk(in.x, push)
+		case opCall:
+			walk(in.x, append(push[:len(push):len(push)], pc+1))
+		case opRet:
+			if len(push) == 0 {
+				out = append(out, item{kind: itemRet})
+				return
+			}
+			walk(push[len(push)-1], push[:len(push)-1])
+		case opMatch:
+			if len(push) == 0 {
+				out = append(out, item{kind: itemMatch})
+			}
+		}
+	}
+	walk(pc, nil)
+	return dedupeItems(out)
+}
+
+func pushKey(push []int32) string {
+	b := make([]byte, 0, 4*len(push))
+	for _, p := range push {
+		b = append(b, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
+	}
+	return string(b)
+}
+
+func dedupeItems(in []item) []item {
+	var out []item
+	seen := map[string]bool{}
+	for _, it := range in {
+		k := string(rune(it.kind)) + pushKey([]int32{it.pc}) + pushKey(it.push)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, it)
+		}
+	}
+	return out
+}

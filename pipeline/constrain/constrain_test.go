@@ -1,0 +1,336 @@
+package constrain
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testVocab is every single byte (ids 0-255), some multi-byte tokens as
+// BPE vocabularies have them, and an end-of-sequence id.
+func testVocab(t testing.TB) (*Vocab, int) {
+	var toks [][]byte
+	for b := range 256 {
+		toks = append(toks, []byte{byte(b)})
+	}
+	for _, s := range []string{`{"`, `":`, `": `, `",`, `", "`, `"}`, `},`, `}]`, `["`, `"]`, "\n  ", "\n    ", ` "`,
+		`true`, `false`, `null`, `name`, `"name"`, `age`, `12`, `3.5`, `-1`, `e+`, `ab`, `abc`, `é`, "日本", `\n`, `\"`,
+		`2024`, `-01-`, `T12:`, `00Z`, `}}`, `,"`, `[]`, `{}`, `""`} {
+		toks = append(toks, []byte(s))
+	}
+	eos := len(toks)
+	toks = append(toks, nil) // the EOS id: no bytes
+	toks = append(toks, nil) // a special token: never allowed
+	v, err := NewVocab(toks, []int{eos})
+	require.NoError(t, err)
+	return v, eos
+}
+
+// walk generates one text through m by choosing allowed tokens at
+// random (closing tokens first once the text is long), checking at every
+// step that Allows agrees with Mask; it returns the text and whether it
+// ended with EOS.
+func walk(t *testing.T, ix *Index, rng *rand.Rand, eos int) (string, bool) {
+	m := ix.NewMatcher()
+	var text []byte
+	prefer := []string{"}", "]", `"`, "0", "1", ",", "null", "true"}
+	for step := 0; step < 2000; step++ {
+		mask := m.Mask()
+		var allowed []int
+		for id := range ix.v.size {
+			in := mask[id/64]&(1<<(id%64)) != 0
+			if id%7 == step%7 || in { // a sample of ids, and every allowed one
+				require.Equal(t, in, m.Allows(id), "step %d id %d (%q) after %q", step, id, ix.v.tokens[id], text)
+			}
+			if in {
+				allowed = append(allowed, id)
+			}
+		}
+		require.NotEmpty(t, allowed, "no token allowed after %q", text)
+		id := allowed[rng.IntN(len(allowed))]
+		if step > 40 {
+			// Closing tokens, at random among those allowed (inside a
+			// string, "}" is content and the quote closes).
+			var closing []int
+			for _, a := range allowed {
+				if a == eos {
+					closing = []int{a}
+					break
+				}
+				if slices.Contains(prefer, string(ix.v.tokens[a])) {
+					closing = append(closing, a)
+				}
+			}
+			if len(closing) > 0 {
+				id = closing[rng.IntN(len(closing))]
+			}
+		}
+		require.NoError(t, m.Advance(id))
+		if id == eos {
+			return string(text), true
+		}
+		text = append(text, ix.v.tokens[id]...)
+	}
+	return string(text), false
+}
+
+// validator compiles schema with a reference JSON Schema validator.
+func validator(t *testing.T, schema string) *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	require.NoError(t, c.AddResource("schema.json", doc))
+	s, err := c.Compile("schema.json")
+	require.NoError(t, err)
+	return s
+}
+
+var schemas = []string{
+	`{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},"required":["name","age"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"},"c":{"type":"number"}}}`,
+	`{"type":"object","properties":{"x":{"type":"string"},"y":{"type":"integer"},"z":{"type":"string"}},"required":["y"]}`,
+	`{"type":"array","items":{"type":"integer","minimum":-5,"maximum":120},"minItems":2,"maxItems":4}`,
+	`{"type":"array","items":{"type":"string","enum":["red","green","blue"]}}`,
+	`{"enum":["a",1,null,{"k":[true]}]}`,
+	`{"type":"string","minLength":2,"maxLength":5}`,
+	`{"type":["string","null"]}`,
+	`{"anyOf":[{"type":"integer","exclusiveMinimum":0},{"type":"string","format":"date"}]}`,
+	`{"type":"object","additionalProperties":{"type":"integer"}}`,
+	`{"type":"object"}`,
+	`{}`,
+	`{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"]}},"$ref":"#/$defs/node"}`,
+	`{"type":"object","properties":{"when":{"type":"string","format":"date-time"},"id":{"type":"string","format":"uuid"},"t":{"type":"string","format":"time"}},"required":["when","id","t"]}`,
+	`{"type":"number","minimum":-2,"maximum":3}`,
+	`{"type":"array","prefixItems":[{"const":"x"},{"type":"boolean"}],"items":false,"minItems":2}`,
+	`{"oneOf":[{"type":"string"},{"type":"integer"}]}`,
+}
+
+// Random texts through each schema's grammar always parse and validate.
+func TestRandomTextsValidate(t *testing.T) {
+	v, eos := testVocab(t)
+	for i, schema := range schemas {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			g, err := JSONSchema([]byte(schema))
+			require.NoError(t, err, schema)
+			ix := NewIndex(g, v)
+			val := validator(t, schema)
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			ended := 0
+			for range 30 {
+				text, ok := walk(t, ix, rng, eos)
+				if !ok {
+					t.Logf("unended: %q", text[max(0, len(text)-200):])
+					continue
+				}
+				ended++
+				var x any
+				require.NoError(t, json.Unmarshal([]byte(text), &x), "schema %s: %q does not parse", schema, text)
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+				require.NoError(t, err)
+				assert.NoError(t, val.Validate(inst), "schema %s: %q", schema, text)
+			}
+			assert.Greater(t, ended, 20, "walks that ended")
+		})
+	}
+}
+
+// accepts feeds text through a fresh matcher and reports whether it is a
+// complete text of the grammar.
+func accepts(ix *Index, text string) bool {
+	m := ix.NewMatcher()
+	return m.AdvanceBytes([]byte(text)) && m.Accepting()
+}
+
+// Valid texts in the spellings models write (compact, indented, spaced)
+// are accepted; invalid ones are not.
+func TestAcceptsAndRejects(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, tc := range []struct {
+		schema   string
+		good, no []string
+	}{
+		{schemas[0],
+			[]string{`{"name":"Ann","age":3}`, "\n" + `{"name":"Ann","age":3} `, "{\n  \"name\": \"Ann\",\n  \"age\": -3\n}", `{ "name" : "é\"\\u00e9", "age" : 0 }`},
+			[]string{`{"age":3,"name":"Ann"}`, `{"name":"Ann"}`, `{"name":"Ann","age":3.5}`, `{"name":"Ann","age":3,"x":1}`, `{"name":"Ann","age":03}`, `{"name":"A` + "\n" + `","age":1}`, `{"name":"Ann","age":3}  `, "{\"name\":\"\xff\",\"age\":1}"}},
+		{schemas[2], []string{`{"y":1}`, `{"x":"a","y":1}`, `{"y":1,"z":""}`, `{"x":"","y":2,"z":"q"}`}, []string{`{}`, `{"x":"a"}`, `{"y":1,}`, `{,"y":1}`, `{"z":"","y":1}`}},
+		{schemas[3], []string{`[1,2]`, `[-5,120,0,7]`, `[ 1 , 2 ]`}, []string{`[1]`, `[1,2,3,4,5]`, `[121,1]`, `[-6,1]`, `[-0,1]`}},
+		{schemas[5], []string{`"a"`, `1`, `null`, `{"k":[true]}`}, []string{`"b"`, `2`, `{"k":[false]}`, `{ "k":[true]}`}},
+		{schemas[6], []string{`"ab"`, `"abcde"`, `"日本"`, `"\n\t"`}, []string{`"a"`, `"abcdef"`, `""`}},
+		{schemas[8], []string{`1`, `99`, `"2024-02-29"`, `"2023-12-31"`}, []string{`0`, `-1`, `"2024-02-30"`, `"2024-04-31"`, `"2024-13-01"`}},
+		{schemas[9], []string{`{}`, `{"a":1,"b":-2}`}, []string{`{"a":"x"}`, `{"a":1,}`}},
+		{schemas[11], []string{`[]`, `[{"a":[1,{"b":null}]},"x",-1.5e+3,true]`, `"s"`}, []string{`[1,]`, `{"a"}`, `tru`, `01`}},
+		{schemas[12], []string{`{"v":1}`, `{"v":1,"kids":[{"v":2,"kids":[]},{"v":3}]}`}, []string{`{"kids":[]}`, `{"v":1,"kids":[{"v":2},{"v":3},{"v":4}]}`}},
+		{schemas[14], []string{`-2`, `3`, `0.5`, `-1.999`, `2.75`}, []string{`-2.5`, `3.1`, `4`, `1e2`}},
+		{schemas[15], []string{`["x",true]`}, []string{`["x"]`, `["y",true]`, `["x",true,1]`}},
+		{`{"type":"object","properties":{"q":{"type":"string","nullable":true}},"required":["q"]}`, []string{`{"q":null}`, `{"q":"s"}`}, []string{`{"q":1}`, `{}`}},
+	} {
+		g, err := JSONSchema([]byte(tc.schema))
+		require.NoError(t, err)
+		ix := NewIndex(g, v)
+		for _, s := range tc.good {
+			assert.True(t, accepts(ix, s), "%s should accept %q", tc.schema, s)
+		}
+		for _, s := range tc.no {
+			assert.False(t, accepts(ix, s), "%s should reject %q", tc.schema, s)
+		}
+	}
+}
+
+// Integer ranges, exhaustively over small bounds.
+func TestIntegerRanges(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, r := range [][2]int{{0, 0}, {0, 9}, {1, 10}, {7, 123}, {-120, -3}, {-15, 15}, {99, 100}, {-1, 0}, {5, 1099}} {
+		g, err := JSONSchema(fmt.Appendf(nil, `{"type":"integer","minimum":%d,"maximum":%d}`, r[0], r[1]))
+		require.NoError(t, err)
+		ix := NewIndex(g, v)
+		for n := -1200; n <= 1200; n++ {
+			want := n >= r[0] && n <= r[1]
+			if got := accepts(ix, strconv.Itoa(n)); got != want {
+				t.Errorf("range %v: %d accepted %v", r, n, got)
+			}
+		}
+		assert.False(t, accepts(ix, "-0"), "range %v: -0", r)
+		assert.False(t, accepts(ix, "007"), "range %v: leading zeros", r)
+	}
+	g, err := JSONSchema([]byte(`{"type":"integer","minimum":10}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	assert.True(t, accepts(ix, "9999999999999999"))
+	assert.False(t, accepts(ix, "9"))
+}
+
+// Every day of four years: a date is accepted iff it exists (29
+// February in every year).
+func TestDateFormat(t *testing.T) {
+	v, _ := testVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"string","format":"date"}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	for y := 2023; y <= 2024; y++ {
+		for m := 0; m <= 13; m++ {
+			for d := 0; d <= 32; d++ {
+				s := fmt.Sprintf("%04d-%02d-%02d", y, m, d)
+				_, err := time.Parse("2006-01-02", s)
+				want := err == nil || (m == 2 && d == 29)
+				assert.Equal(t, want, accepts(ix, `"`+s+`"`), s)
+			}
+		}
+	}
+}
+
+// Keywords the grammar cannot enforce are errors naming them and where.
+func TestUnenforceable(t *testing.T) {
+	for _, tc := range []struct{ schema, want string }{
+		{`{"type":"string","pattern":"^a+$"}`, `#: keyword "pattern" cannot be enforced`},
+		{`{"type":"object","properties":{"n":{"type":"number","multipleOf":2}}}`, `#.properties.n: keyword "multipleOf"`},
+		{`{"type":"string","format":"email"}`, `format "email" cannot be enforced`},
+		{`{"type":"number","minimum":0.5}`, `minimum: 0.5 cannot be enforced`},
+		{`{"type":"array","uniqueItems":true}`, "uniqueItems cannot be enforced"},
+		{`{"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]}`, "oneOf over two branches of type string"},
+		{`{"allOf":[{"type":"string"},{"maxLength":2}]}`, "allOf of 2 schemas"},
+		{`{"$ref":"#/$defs/missing"}`, `"#/$defs/missing" does not resolve`},
+		{`{"$ref":"http://example.com/s.json"}`, "only references inside the schema"},
+		{`{"type":"object","properties":{"a":{}},"required":["b"]}`, `"b" is not among the properties`},
+		{`{"type":"strng"}`, `unknown type "strng"`},
+		{`false`, "accepts nothing"},
+		{`{"type":"integer","minimum":5,"maximum":1}`, "leave no value"},
+		{`{"type":"string",}`, "not valid JSON"},
+		{`{"type":"string","maxLength":2000000}`, "maxLength: expected an integer"},
+		{`{"if":{"type":"string"}}`, `keyword "if"`},
+	} {
+		_, err := JSONSchema([]byte(tc.schema))
+		if assert.Error(t, err, tc.schema) {
+			assert.Contains(t, err.Error(), tc.want, tc.schema)
+		}
+	}
+}
+
+// Two matchers of one index run concurrently (serve's sequences sharing
+// a cached schema), and the cached masks equal fresh ones.
+func TestConcurrentMatchers(t *testing.T) {
+	v, eos := testVocab(t)
+	g, err := JSONSchema([]byte(schemas[0]))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	done := make(chan string, 4)
+	for w := range 4 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			m := ix.NewMatcher()
+			var text []byte
+			for range 300 {
+				mask := m.Mask()
+				var allowed []int
+				for id := range v.size {
+					if mask[id/64]&(1<<(id%64)) != 0 {
+						allowed = append(allowed, id)
+					}
+				}
+				id := allowed[rng.IntN(len(allowed))]
+				if m.Advance(id) != nil || id == eos {
+					break
+				}
+				text = append(text, v.tokens[id]...)
+			}
+			done <- string(text)
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	fresh := NewIndex(g, v)
+	m := ix.NewMatcher()
+	f := fresh.NewMatcher()
+	for _, c := range []byte(`{"name":"x`) {
+		require.True(t, m.AdvanceBytes([]byte{c}))
+		require.True(t, f.AdvanceBytes([]byte{c}))
+		assert.Equal(t, f.Mask(), m.Mask())
+	}
+}
+
+func TestAnyJSONObject(t *testing.T) {
+	v, _ := testVocab(t)
+	ix := NewIndex(AnyJSON(true), v)
+	assert.True(t, accepts(ix, `{"a":[1,2,{"b":"c"}]}`))
+	assert.False(t, accepts(ix, `[1]`))
+	assert.False(t, accepts(ix, `"s"`))
+	// Nesting deeper than the stack bound is cut off.
+	deep := strings.Repeat(`{"a":`, maxDepth+2) + "1" + strings.Repeat("}", maxDepth+2)
+	assert.False(t, accepts(ix, deep))
+}
+
+// Before the marker the text is free but cannot end; after it, the
+// grammar holds, starting with the bytes after the marker in its token.
+func TestDeferred(t *testing.T) {
+	v, eos := testVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"integer"}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	d := ix.After("</t>")
+	byteID := func(c byte) int { return int(c) }
+	assert.False(t, d.Allows(eos))
+	assert.True(t, d.Allows(byteID('x')))
+	assert.True(t, d.Allows(v.size-1) == false, "special token")
+	for _, c := range []byte("thinking </t") {
+		require.NoError(t, d.Advance(byteID(c)))
+	}
+	assert.False(t, d.Started())
+	require.NoError(t, d.Advance(byteID('>')))
+	assert.True(t, d.Started())
+	assert.False(t, d.Allows(byteID('x')))
+	assert.True(t, d.Allows(byteID('7')))
+	require.NoError(t, d.Advance(byteID('7')))
+	assert.True(t, d.Allows(eos))
+	mask := d.Mask()
+	assert.NotZero(t, mask[eos/64]&(1<<(eos%64)))
+}
