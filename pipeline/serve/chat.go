@@ -154,6 +154,10 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err != nil {
 		return nil, err
 	}
+	structured, err := responseFormat(req.ResponseFormat)
+	if err != nil {
+		return nil, err
+	}
 	logprobs := -1
 	if req.Logprobs {
 		logprobs = 0
@@ -203,6 +207,9 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 		p.reasoning, p.thinking = r, promptOpens(*r, text)
 	}
 	p.tools = format
+	if err := s.constrain(p, structured); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -235,14 +242,6 @@ func (req *chatRequest) unsupported() error {
 		return badRequest("web_search_options", "web search is not supported")
 	case !noOp(req.Moderation):
 		return badRequest("moderation", "moderation is not supported")
-	}
-	if isSet(req.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(req.ResponseFormat, &rf) != nil || rf.Type != "text" {
-			return badRequest("response_format", "only response_format {\"type\": \"text\"} is supported (no JSON mode or schemas)")
-		}
 	}
 	for _, m := range req.Modalities {
 		if m != "text" {

@@ -117,8 +117,8 @@ func (s *Server) ollamaOverrides(c *ollamaCommon) (generate.Overrides, error) {
 	if name != "" && name != s.o.ModelName && c.Model != s.o.ModelName {
 		return o, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("model %q not found: this server serves %q", c.Model, s.o.ModelName)}
 	}
-	if isSet(c.Format) && string(c.Format) != `""` {
-		return o, badRequest("format", "structured output (format) is not supported")
+	if _, err := ollamaFormat(c.Format); err != nil {
+		return o, err
 	}
 	p := samplingParams{Temperature: c.Options.Temperature, TopP: c.Options.TopP, TopK: c.Options.TopK, MinP: c.Options.MinP,
 		Seed: c.Options.Seed, RepetitionPenalty: c.Options.RepeatPenalty}
@@ -235,7 +235,20 @@ func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequ
 	if len(ids) == 0 {
 		return nil, badRequest("prompt", "prompt is empty")
 	}
-	return s.plan([][]int{ids}, o, 1, false, -1, "prompt", "num_predict")
+	return s.ollamaPlan(ids, o, &req.ollamaCommon, "prompt")
+}
+
+// ollamaPlan plans one sequence under the request's format.
+func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, promptParam string) (*plan, error) {
+	p, err := s.plan([][]int{ids}, o, 1, false, -1, promptParam, "num_predict")
+	if err != nil {
+		return nil, err
+	}
+	spec, err := ollamaFormat(c.Format)
+	if err != nil {
+		return nil, err
+	}
+	return p, s.constrain(p, spec)
 }
 
 // ollamaChat answers POST /api/chat.
@@ -279,7 +292,7 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	return s.plan([][]int{ids}, o, 1, false, -1, "messages", "num_predict")
+	return s.ollamaPlan(ids, o, &req.ollamaCommon, "messages")
 }
 
 // ollamaRun submits the plan's one sequence and answers it: NDJSON lines

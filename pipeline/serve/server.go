@@ -76,6 +76,7 @@ type Server struct {
 	started  time.Time
 	draining atomic.Bool
 	logMu    sync.Mutex
+	grammars grammarCache // structured output (structured.go)
 }
 
 // NewServer returns the API over s; the caller runs s (s.Run) and serves

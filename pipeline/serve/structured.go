@@ -1,0 +1,173 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/tputool/tputool/pipeline/constrain"
+	"github.com/tputool/tputool/pipeline/generate"
+)
+
+// Structured output: OpenAI's response_format (json_object, json_schema)
+// and ollama's format ("json" or a schema) become a grammar that every
+// sequence of the request is decoded under (pipeline/constrain), so the
+// answer always parses and validates; a schema keyword the grammar
+// cannot enforce is a 400 naming it.
+
+// grammarSpec is the structured output a request asks for.
+type grammarSpec struct {
+	key     string // cache key: the kind and the schema's compact text
+	param   string // the request field, for errors
+	compile func() (*constrain.Grammar, error)
+}
+
+// objectGrammar is any JSON object (json_object, ollama's "json").
+func objectGrammar(param string) *grammarSpec {
+	return &grammarSpec{key: "object", param: param, compile: func() (*constrain.Grammar, error) { return constrain.AnyJSON(true), nil }}
+}
+
+// schemaGrammar is the texts of schema.
+func schemaGrammar(schema json.RawMessage, param string) (*grammarSpec, error) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, schema); err != nil {
+		return nil, badRequest(param, "%s must be a JSON schema: %v", param, err)
+	}
+	text := compact.Bytes()
+	return &grammarSpec{key: "schema:" + string(text), param: param, compile: func() (*constrain.Grammar, error) { return constrain.JSONSchema(text) }}, nil
+}
+
+// responseFormat reads OpenAI's response_format (nil for text).
+func responseFormat(raw json.RawMessage) (*grammarSpec, error) {
+	if !isSet(raw) {
+		return nil, nil
+	}
+	var rf struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      *bool           `json:"strict"`
+		} `json:"json_schema"`
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&rf); err != nil {
+		return nil, badRequest("response_format", "response_format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", \"json_schema\": {...}}: %v", err)
+	}
+	switch rf.Type {
+	case "text":
+		return nil, nil
+	case "json_object":
+		return objectGrammar("response_format"), nil
+	case "json_schema":
+		if rf.JSONSchema == nil || !isSet(rf.JSONSchema.Schema) {
+			return nil, badRequest("response_format.json_schema.schema", "response_format json_schema needs json_schema.schema")
+		}
+		return schemaGrammar(rf.JSONSchema.Schema, "response_format.json_schema.schema")
+	}
+	return nil, badRequest("response_format.type", "response_format.type must be text, json_object or json_schema, got %q", rf.Type)
+}
+
+// ollamaFormat reads ollama's format: "json" or a schema ("" for none).
+func ollamaFormat(raw json.RawMessage) (*grammarSpec, error) {
+	if !isSet(raw) || string(raw) == `""` {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "json" {
+			return objectGrammar("format"), nil
+		}
+		return nil, badRequest("format", "format must be \"json\" or a JSON schema, got %q", s)
+	}
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+		return nil, badRequest("format", "format must be \"json\" or a JSON schema object")
+	}
+	return schemaGrammar(raw, "format")
+}
+
+// grammarCache keeps the vocabulary per end-of-sequence set and the
+// compiled grammars' indexes (with their mask caches) per schema, so a
+// schema an application sends with every request compiles once.
+type grammarCache struct {
+	mu      sync.Mutex
+	vocabs  map[string]*constrain.Vocab
+	indexes map[string]*constrain.Index
+}
+
+// maxCachedGrammars bounds the indexes kept; past it the cache starts over.
+const maxCachedGrammars = 64
+
+// constrain puts the plan's sequences under spec: from the first token,
+// or, when the prompt opened the model's thought, from the end of it.
+func (s *Server) constrain(p *plan, spec *grammarSpec) error {
+	if spec == nil {
+		return nil
+	}
+	if s.o.Tokenizer == nil {
+		return badRequest(spec.param, "structured output needs the model's tokenizer")
+	}
+	eos := p.reqs[0].Gen.EOS
+	if len(eos) == 0 {
+		return badRequest(spec.param, "%s cannot be combined with ignore_eos: the answer ends when its JSON does", spec.param)
+	}
+	ix, err := s.grammars.index(s, spec, eos)
+	if err != nil {
+		return err
+	}
+	factory := func() generate.Constraint { return ix.NewMatcher() }
+	if p.reasoning != nil && p.thinking {
+		end := p.reasoning.End
+		factory = func() generate.Constraint { return ix.After(end) }
+	}
+	for i := range p.reqs {
+		p.reqs[i].Gen.Constrain = factory
+	}
+	return nil
+}
+
+func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrain.Index, error) {
+	eosKey := fmt.Sprint(slices.Sorted(slices.Values(eos)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ix, ok := c.indexes[eosKey+spec.key]; ok {
+		return ix, nil
+	}
+	v := c.vocabs[eosKey]
+	if v == nil {
+		var err error
+		if v, err = constrain.NewVocab(s.o.Tokenizer.TokenBytes(), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
+			return nil, badRequest(spec.param, "%v", err)
+		}
+		if c.vocabs == nil {
+			c.vocabs = map[string]*constrain.Vocab{}
+		}
+		c.vocabs[eosKey] = v
+	}
+	g, err := spec.compile()
+	if err != nil {
+		return nil, badRequest(spec.param, "%s: %v", spec.param, strings.TrimPrefix(err.Error(), "#: "))
+	}
+	if c.indexes == nil || len(c.indexes) >= maxCachedGrammars {
+		c.indexes = map[string]*constrain.Index{}
+	}
+	ix := constrain.NewIndex(g, v)
+	c.indexes[eosKey+spec.key] = ix
+	return ix, nil
+}
+
+// validIDs keeps the ids inside the tokenizer's vocabulary.
+func validIDs(ids []int, n int) []int {
+	var out []int
+	for _, id := range ids {
+		if id >= 0 && id < n {
+			out = append(out, id)
+		}
+	}
+	return out
+}
