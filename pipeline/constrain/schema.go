@@ -75,6 +75,7 @@ type schemaCompiler struct {
 // repeated items).
 type sub struct {
 	schema *jvalue
+	root   *jvalue // the schema its $refs resolve in
 	path   string
 	entry  int32
 	calls  []int32 // call instructions to patch
@@ -91,7 +92,7 @@ func (c *schemaCompiler) call(schema *jvalue, path string) {
 		}
 		s = c.any
 	} else if s = c.subs[schema]; s == nil {
-		s = &sub{schema: schema, path: path}
+		s = &sub{schema: schema, root: c.root, path: path}
 		c.subs[schema] = s
 		c.todo = append(c.todo, s)
 	}
@@ -103,6 +104,7 @@ func (c *schemaCompiler) emitSubs() error {
 	for i := 0; i < len(c.todo); i++ {
 		s := c.todo[i]
 		s.entry = c.b.pc()
+		c.root = s.root
 		if s == c.any {
 			c.anyValueBody()
 		} else if err := c.value(s.schema, s.path); err != nil {

@@ -34,7 +34,9 @@ type anthropicRequest struct {
 	TopK          *int               `json:"top_k"`
 	Tools         []anthropicTool    `json:"tools"`
 	ToolChoice    *struct {
-		Type string `json:"type"`
+		Type                   string `json:"type"`
+		Name                   string `json:"name"`
+		DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
 	} `json:"tool_choice"`
 	Thinking *struct {
 		Type string `json:"type"`
@@ -216,8 +218,15 @@ func (req *anthropicRequest) chatRequest() (*chatRequest, error) {
 		case "auto", "":
 		case "none":
 			c.ToolChoice = json.RawMessage(`"none"`)
+		case "any":
+			c.ToolChoice = json.RawMessage(`"required"`)
+		case "tool":
+			if tc.Name == "" {
+				return nil, badRequest("tool_choice.name", "tool_choice of type tool needs the tool's name")
+			}
+			c.ToolChoice, _ = json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}})
 		default:
-			return nil, badRequest("tool_choice", "tool_choice %q needs constrained decoding, which tputool serve does not have yet (auto and none are supported)", tc.Type)
+			return nil, badRequest("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %q", tc.Type)
 		}
 	}
 	if th := req.Thinking; th != nil {
@@ -314,7 +323,8 @@ func (a *answer) end(finish, stop string) ([]anthropicBlock, string, *string) {
 	if t := a.thinking.String(); t != "" {
 		blocks = append(blocks, anthropicBlock{Type: "thinking", Thinking: new(t), Signature: new("")})
 	}
-	if t := a.text.String(); t != "" {
+	// Whitespace before a call (a tokenizer's leading space) is no answer.
+	if t := a.text.String(); t != "" && (len(calls) == 0 || strings.TrimSpace(t) != "") {
 		blocks = append(blocks, anthropicBlock{Type: "text", Text: new(t)})
 	}
 	for _, c := range calls {

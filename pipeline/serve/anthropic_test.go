@@ -110,13 +110,27 @@ func TestAnthropicTools(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, ts.lastPrompt(t), `tool: {"temp": 21}`)
 
-	any := params
-	any.ToolChoice = anthropic.ToolChoiceUnionParam{OfAny: &anthropic.ToolChoiceAnyParam{}}
-	_, err = c.Messages.New(context.Background(), any)
+	named := params
+	named.ToolChoice = anthropic.ToolChoiceUnionParam{OfTool: &anthropic.ToolChoiceToolParam{Name: "nope"}}
+	_, err = c.Messages.New(context.Background(), named)
 	var apiErr *anthropic.Error
 	require.ErrorAs(t, err, &apiErr)
 	assert.Equal(t, 400, apiErr.StatusCode)
-	assert.Contains(t, apiErr.Error(), "needs constrained decoding")
+	assert.Contains(t, apiErr.Error(), "which is not among the tools")
+
+	// tool_choice any: the answer is a call (here the model's own).
+	ids, err = loadTestTokenizer(t).Encode(`<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>`, false)
+	require.NoError(t, err)
+	forced := newTestServer(t, serverConfig{script: ids, template: toolTemplate})
+	anyCall := params
+	anyCall.ToolChoice = anthropic.ToolChoiceUnionParam{OfAny: &anthropic.ToolChoiceAnyParam{}}
+	fc := forced.anthropicClient("")
+	m, err := fc.Messages.New(context.Background(), anyCall)
+	require.NoError(t, err)
+	require.Len(t, m.Content, 1)
+	assert.Equal(t, "get_weather", m.Content[0].Name)
+	assert.JSONEq(t, `{"city":"Oslo"}`, string(m.Content[0].Input))
+	assert.Equal(t, anthropic.StopReasonToolUse, m.StopReason)
 }
 
 // Bad Messages requests are 400s in Anthropic's error shape, naming the

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/constrain"
 )
 
 // POST /v1/chat/completions: messages rendered through the model's chat
@@ -150,13 +151,19 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err := req.unsupported(); err != nil {
 		return nil, err
 	}
-	tools, format, err := s.chatTools(req)
+	tools, format, forced, err := s.chatTools(req)
 	if err != nil {
 		return nil, err
 	}
 	structured, err := responseFormat(req.ResponseFormat)
 	if err != nil {
 		return nil, err
+	}
+	if forced != nil {
+		if structured != nil {
+			return nil, badRequest("response_format", "response_format cannot be combined with tool_choice %s: the answer is a tool call", string(req.ToolChoice))
+		}
+		structured = forced
 	}
 	logprobs := -1
 	if req.Logprobs {
@@ -230,8 +237,6 @@ func (req *chatRequest) unsupported() error {
 	switch {
 	case !noOp(req.Functions, "[]"):
 		return badRequest("functions", "the deprecated functions field is not supported: use tools")
-	case !noOp(req.ToolChoice, `"none"`, `"auto"`):
-		return badRequest("tool_choice", "tool_choice %s needs constrained decoding, which tputool serve does not have yet (tool_choice may be \"none\" or \"auto\")", string(req.ToolChoice))
 	case !noOp(req.FunctionCall, `"none"`, `"auto"`):
 		return badRequest("function_call", "function calling is not supported by tputool serve")
 	case !noOp(req.Audio):
@@ -252,23 +257,33 @@ func (req *chatRequest) unsupported() error {
 }
 
 // chatTools validates the request's tools and returns them for the
-// template (each as its JSON, key order kept) and the format to parse
-// calls in; none when the request has none or tool_choice is "none".
-func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, error) {
-	if !isSet(req.Tools) || string(req.Tools) == "[]" || string(req.ToolChoice) == `"none"` {
-		return nil, "", nil
+// template (each as its JSON, key order kept), the format to parse calls
+// in, and for tool_choice "required" or a named function the grammar
+// that forces a call; none when the request has none or tool_choice is
+// "none".
+func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, *grammarSpec, error) {
+	choice, name, err := toolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if !isSet(req.Tools) || string(req.Tools) == "[]" || choice == "none" {
+		if choice == "required" || name != "" {
+			return nil, "", nil, badRequest("tool_choice", "tool_choice %s needs tools", string(req.ToolChoice))
+		}
+		return nil, "", nil, nil
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(req.Tools, &raw); err != nil {
-		return nil, "", badRequest("tools", "tools must be an array of tool objects")
+		return nil, "", nil, badRequest("tools", "tools must be an array of tool objects")
 	}
 	if len(raw) > maxTools {
-		return nil, "", badRequest("tools", "at most %d tools, got %d", maxTools, len(raw))
+		return nil, "", nil, badRequest("tools", "at most %d tools, got %d", maxTools, len(raw))
 	}
 	format := ToolFormatOf(s.o.Template)
 	if format == "" {
-		return nil, "", badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
+		return nil, "", nil, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
 	}
+	var callable []constrain.Tool
 	tools := make([]any, len(raw))
 	for i, r := range raw {
 		var t struct {
@@ -280,14 +295,74 @@ func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, error) {
 		}
 		param := fmt.Sprintf("tools[%d]", i)
 		if json.Unmarshal(r, &t) != nil || t.Type != "function" || t.Function == nil || t.Function.Name == "" {
-			return nil, "", badRequest(param, "%s must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", param)
+			return nil, "", nil, badRequest(param, "%s must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", param)
 		}
 		if p := t.Function.Parameters; isSet(p) && !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
-			return nil, "", badRequest(param+".function.parameters", "%s.function.parameters must be a JSON schema object", param)
+			return nil, "", nil, badRequest(param+".function.parameters", "%s.function.parameters must be a JSON schema object", param)
 		}
 		tools[i] = r
+		if name == "" || name == t.Function.Name {
+			var params []byte
+			if isSet(t.Function.Parameters) {
+				params = t.Function.Parameters
+			}
+			callable = append(callable, constrain.Tool{Name: t.Function.Name, Parameters: params})
+		}
 	}
-	return tools, format, nil
+	if choice != "required" && name == "" {
+		return tools, format, nil, nil
+	}
+	if len(callable) == 0 {
+		return nil, "", nil, badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools", name)
+	}
+	spec, err := forcedCalls(callable, format, name != "")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return tools, format, spec, nil
+}
+
+// toolChoice reads tool_choice: "none", "auto" (also when absent),
+// "required", or {"type": "function", "function": {"name": NAME}}.
+func toolChoice(raw json.RawMessage) (choice, name string, err error) {
+	if !isSet(raw) {
+		return "auto", "", nil
+	}
+	if json.Unmarshal(raw, &choice) == nil {
+		switch choice {
+		case "none", "auto", "required":
+			return choice, "", nil
+		}
+		return "", "", badRequest("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or a named function, got %q", choice)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &named) != nil || named.Type != "function" || named.Function.Name == "" {
+		return "", "", badRequest("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}")
+	}
+	return "function", named.Function.Name, nil
+}
+
+// forcedCalls is the grammar of an answer that calls the tools in the
+// template's markup (one call of the named function, or one or more).
+func forcedCalls(tools []constrain.Tool, format ToolFormat, named bool) (*grammarSpec, error) {
+	var mk constrain.CallMarkup
+	switch format {
+	case ToolsHermes:
+		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !named}
+	case ToolsLlama3:
+		mk = constrain.CallMarkup{ArgsKey: "parameters"}
+	default:
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>) or llama3 calls; this model's calls are %s", format)
+	}
+	key, _ := json.Marshal(tools)
+	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, named, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
+		return constrain.ToolCalls(tools, mk)
+	}}, nil
 }
 
 // maxTools bounds a request's tools.

@@ -97,7 +97,7 @@ func TestOllamaErrors(t *testing.T) {
 		{"malformed", "/api/chat", `{"model":`, 400, "invalid JSON"},
 		{"images", "/api/generate", `{"model":"` + testModel + `","prompt":"a","images":["aGk="]}`, 400, "images"},
 		{"tools", "/api/chat", `{"model":"` + testModel + `","messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]}`, 400, "tool"},
-		{"format", "/api/generate", `{"model":"` + testModel + `","prompt":"a","format":"json"}`, 400, "format"},
+		{"format", "/api/generate", `{"model":"` + testModel + `","prompt":"a","format":"yaml"}`, 400, "format"},
 		{"bad option", "/api/generate", `{"model":"` + testModel + `","prompt":"a","options":{"top_p":3}}`, 400, "top_p"},
 		{"beyond context", "/api/generate", `{"model":"` + testModel + `","prompt":"a","options":{"num_predict":100000}}`, 400, "512"},
 	} {

@@ -3,6 +3,7 @@ package serve
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -251,6 +252,7 @@ type serverConfig struct {
 	script    []int
 	reasoning *Reasoning
 	template  string
+	context   int // MaxContext (testContext when 0)
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -280,7 +282,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	srv := NewServer(sched, ServerOptions{
 		ModelName: testModel, Tokenizer: tok, Template: tmpl,
 		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
-		MaxContext: testContext, APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning,
+		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
@@ -894,7 +896,7 @@ func TestBadRequests(t *testing.T) {
 		{"frequency_penalty", "/v1/chat/completions", `{"frequency_penalty":0.5,` + chatMsg + `}`, 400, "frequency_penalty", "frequency_penalty"},
 		{"presence_penalty", "/v1/completions", `{"prompt":"a","presence_penalty":-1}`, 400, "presence_penalty", "presence_penalty"},
 		{"logit_bias", "/v1/chat/completions", `{"logit_bias":{"50":10},` + chatMsg + `}`, 400, "logit_bias", "logit_bias"},
-		{"response_format", "/v1/chat/completions", `{"response_format":{"type":"json_object"},` + chatMsg + `}`, 400, "response_format", "response_format"},
+		{"response_format", "/v1/chat/completions", `{"response_format":{"type":"yaml"},` + chatMsg + `}`, 400, "response_format.type", "response_format"},
 		{"echo", "/v1/completions", `{"prompt":"a","echo":true}`, 400, "echo", "echo"},
 		{"suffix", "/v1/completions", `{"prompt":"a","suffix":"b"}`, 400, "suffix", "suffix"},
 		{"best_of", "/v1/completions", `{"prompt":"a","best_of":3}`, 400, "best_of", "best_of"},

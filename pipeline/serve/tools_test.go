@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -151,10 +152,14 @@ func TestToolCalls(t *testing.T) {
 func TestToolRequestsRefused(t *testing.T) {
 	ts := toolServer(t, "x")
 	for body, want := range map[string]string{
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`: "needs constrained decoding",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                    "tools[0] must be",
-		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                "tools must be an array",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:           "must be a JSON schema object",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"always"}`:                                                                                     "tool_choice must be",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`:                                                  `the function \"g\", which is not among the tools`,
+		`{"messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`:                                                                                                                                         "needs tools",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"a"}}}}}],"tool_choice":"required"}`: `keyword \"pattern\" cannot be enforced`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}`:                                          "cannot be combined with tool_choice",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                                                                                                      "tools[0] must be",
+		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                                                                                                  "tools must be an array",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:                                                                                             "must be a JSON schema object",
 	} {
 		status, _, b := ts.post(t, "/v1/chat/completions", body)
 		assert.Equal(t, 400, status, body)
@@ -164,4 +169,62 @@ func TestToolRequestsRefused(t *testing.T) {
 	status, _, b := plain.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`)
 	assert.Equal(t, 400, status)
 	assert.Contains(t, string(b), "has no tool-call markup")
+}
+
+// tool_choice "required" and a named function force a call: a model that
+// would answer in prose calls a tool anyway, with arguments valid against
+// its schema; a model that calls on its own keeps its call.
+func TestToolChoiceForced(t *testing.T) {
+	bounded := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+		Function: openai.FunctionDefinitionParam{
+			Name:       "get_weather",
+			Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 6}}, "required": []string{"city"}, "additionalProperties": false},
+		},
+	}}
+	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "now"}}}
+	for _, tc := range []struct {
+		name, answer string
+		choice       openai.ChatCompletionToolChoiceOptionUnionParam
+		want         string // the tool called
+	}{
+		{"required prose", "I think it is sunny.", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, ""},
+		{"named prose", "I think it is sunny.", openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}), "get_weather"},
+		{"required follows", `<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>`, openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "get_weather"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, err := loadTestTokenizer(t).Encode(tc.answer, false)
+			require.NoError(t, err)
+			// A fake model that prefers nothing takes the most whitespace the
+			// grammar allows: room for it.
+			ts := newTestServer(t, serverConfig{script: ids, template: toolTemplate, context: 4096})
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
+				Tools: []openai.ChatCompletionToolUnionParam{bounded, clock}, ToolChoice: tc.choice,
+			})
+			var apiErr *openai.Error
+			if errors.As(err, &apiErr) {
+				t.Fatalf("%s", apiErr.RawJSON())
+			}
+			require.NoError(t, err)
+			ch := resp.Choices[0]
+			assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
+			require.NotEmpty(t, ch.Message.ToolCalls)
+			for _, call := range ch.Message.ToolCalls {
+				if tc.want != "" {
+					assert.Equal(t, tc.want, call.Function.Name)
+				}
+				switch call.Function.Name {
+				case "get_weather":
+					validates(t, `{"type":"object","properties":{"city":{"type":"string","maxLength":6}},"required":["city"],"additionalProperties":false}`, call.Function.Arguments)
+				case "now":
+					validates(t, `{"type":"object"}`, call.Function.Arguments)
+				default:
+					t.Errorf("called %q", call.Function.Name)
+				}
+			}
+			if tc.name == "required follows" {
+				assert.JSONEq(t, `{"city": "Oslo"}`, ch.Message.ToolCalls[0].Function.Arguments)
+			}
+		})
+	}
 }

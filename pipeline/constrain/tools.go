@@ -1,0 +1,96 @@
+package constrain
+
+import (
+	"fmt"
+)
+
+// Tool is a function a model may call: its name and the JSON schema of
+// its arguments (nil: any object).
+type Tool struct {
+	Name       string
+	Parameters []byte
+}
+
+// CallMarkup is how a chat template teaches a model to write a call:
+// Open, then a JSON object {"name": NAME, ArgsKey: ARGUMENTS}, then
+// Close; Many allows several calls, whitespace between them.
+type CallMarkup struct {
+	Open, Close string
+	ArgsKey     string
+	Many        bool
+}
+
+// ToolCalls compiles the grammar of answers that are tool calls (one, or
+// with Many one or more) of the tools, each call's arguments valid
+// against its tool's schema: tool_choice "required" (all the tools) or a
+// named function (one tool).
+func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
+	if len(tools) == 0 {
+		return nil, fmt.Errorf("no tools to call")
+	}
+	c := &schemaCompiler{b: newBuilder(), subs: map[*jvalue]*sub{}}
+	roots := make([]*jvalue, len(tools))
+	for i, t := range tools {
+		if len(t.Parameters) == 0 {
+			continue
+		}
+		v, err := parseJSON(t.Parameters)
+		if err != nil {
+			return nil, fmt.Errorf("tools[%d] (%s): the parameters are not valid JSON: %v", i, t.Name, err)
+		}
+		roots[i] = v
+	}
+	b := c.b
+	var err error
+	call := func() {
+		b.lit(mk.Open)
+		c.ws()
+		b.lit("{")
+		c.ws()
+		b.lit(`"name"`)
+		c.ws()
+		b.lit(":")
+		c.ws()
+		var frags []func()
+		for i, t := range tools {
+			frags = append(frags, func() {
+				b.lit(quote(t.Name))
+				c.ws()
+				b.lit(",")
+				c.ws()
+				b.lit(quote(mk.ArgsKey))
+				c.ws()
+				b.lit(":")
+				c.ws()
+				if roots[i] == nil {
+					c.anyObject()
+					return
+				}
+				c.root = roots[i]
+				// Arguments are an object whatever the schema's root says.
+				if e := c.value(roots[i], fmt.Sprintf("tools[%d].parameters", i)); e != nil && err == nil {
+					err = fmt.Errorf("%s: %w", t.Name, e)
+				}
+			})
+		}
+		b.alt(frags...)
+		c.ws()
+		b.lit("}")
+		c.ws()
+		b.lit(mk.Close)
+	}
+	c.ws()
+	call()
+	if mk.Many {
+		b.star(func() { c.ws(); call() })
+	}
+	c.ws()
+	b.emit(inst{op: opMatch})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.emitSubs(); err != nil {
+		return nil, err
+	}
+	return b.grammar(0, "tool calls")
+}

@@ -1,0 +1,75 @@
+package constrain
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testTools = []Tool{
+	{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string","maxLength":8},"unit":{"enum":["c","f"]}},"required":["city"],"additionalProperties":false}`)},
+	{Name: "now"},
+}
+
+// Random answers under the hermes markup are one or more calls of the
+// tools, each with arguments valid against its schema; llama3's is one
+// bare object with "parameters".
+func TestToolCallsGrammar(t *testing.T) {
+	v, eos := testVocab(t)
+	weather := validator(t, string(testTools[0].Parameters))
+	g, err := ToolCalls(testTools, CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: true})
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	re := regexp.MustCompile(`(?s)<tool_call>(.*?)</tool_call>`)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ended := 0
+	for range 40 {
+		text, ok := walk(t, ix, rng, eos)
+		if !ok {
+			continue
+		}
+		ended++
+		calls := re.FindAllStringSubmatch(text, -1)
+		require.NotEmpty(t, calls, text)
+		rest := strings.TrimSpace(re.ReplaceAllString(text, ""))
+		assert.Empty(t, rest, "text outside the calls in %q", text)
+		for _, c := range calls {
+			var call struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(c[1]), &call), c[1])
+			switch call.Name {
+			case "get_weather":
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(call.Arguments)))
+				require.NoError(t, err)
+				assert.NoError(t, weather.Validate(inst), string(call.Arguments))
+			case "now":
+				assert.True(t, strings.HasPrefix(strings.TrimSpace(string(call.Arguments)), "{"))
+			default:
+				t.Errorf("unknown tool %q", call.Name)
+			}
+		}
+	}
+	assert.Greater(t, ended, 30)
+	assert.True(t, accepts(ix, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"))
+	assert.False(t, accepts(ix, `Sure.<tool_call>{"name": "now", "arguments": {}}</tool_call>`))
+	assert.False(t, accepts(ix, `<tool_call>{"name": "nope", "arguments": {}}</tool_call>`))
+	assert.False(t, accepts(ix, `<tool_call>{"name": "get_weather", "arguments": {"town": "x"}}</tool_call>`))
+
+	one, err := ToolCalls(testTools[:1], CallMarkup{ArgsKey: "parameters"})
+	require.NoError(t, err)
+	ix = NewIndex(one, v)
+	assert.True(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}`))
+	assert.False(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo"}}{"name": "get_weather", "parameters": {"city": "Oslo"}}`))
+
+	_, err = ToolCalls([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"type":"string","pattern":"x"}}}`)}}, CallMarkup{ArgsKey: "arguments"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `f: tools[0].parameters.properties.s: keyword "pattern"`)
+}
