@@ -113,6 +113,8 @@ var schemas = []string{
 	`{"type":"number","minimum":-2,"maximum":3}`,
 	`{"type":"array","prefixItems":[{"const":"x"},{"type":"boolean"}],"items":false,"minItems":2}`,
 	`{"oneOf":[{"type":"string"},{"type":"integer"}]}`,
+	`{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"}`,
+	`{"type":"object","properties":{"code":{"type":"string","pattern":"^x[0-9a-f]+$"},"note":{"type":"string","pattern":"1"}},"required":["code","note"]}`,
 }
 
 // Random texts through each schema's grammar always parse and validate.
@@ -231,7 +233,10 @@ func TestDateFormat(t *testing.T) {
 // Keywords the grammar cannot enforce are errors naming them and where.
 func TestUnenforceable(t *testing.T) {
 	for _, tc := range []struct{ schema, want string }{
-		{`{"type":"string","pattern":"^a+$"}`, `#: keyword "pattern" cannot be enforced`},
+		{`{"type":"string","pattern":"^(?=a)"}`, `pattern: "^(?=a)" cannot be enforced`},
+		{`{"type":"string","pattern":"a\\bc"}`, `WordBoundary inside the pattern`},
+		{`{"type":"string","pattern":"a{2000}"}`, "invalid repeat count"},
+		{`{"type":"string","pattern":"a","maxLength":3}`, "pattern beside minLength"},
 		{`{"type":"object","properties":{"n":{"type":"number","multipleOf":2}}}`, `#.properties.n: keyword "multipleOf"`},
 		{`{"type":"string","format":"email"}`, `format "email" cannot be enforced`},
 		{`{"type":"number","minimum":0.5}`, `minimum: 0.5 cannot be enforced`},
@@ -333,4 +338,63 @@ func TestDeferred(t *testing.T) {
 	assert.True(t, d.Allows(eos))
 	mask := d.Mask()
 	assert.NotZero(t, mask[eos/64]&(1<<(eos%64)))
+}
+
+// Patterns: anchored and not, classes, escapes JSON spells, case
+// folding, multi-byte characters, the newline that . does not match.
+func TestPatterns(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, tc := range []struct {
+		pattern  string
+		good, no []string
+	}{
+		{`^[A-Z]{2}-\d{3}$`, []string{`"AB-123"`}, []string{`"ab-123"`, `"AB-12"`, `"AB-1234"`, `"xAB-123"`}},
+		{`abc`, []string{`"abc"`, `"xxabcyy"`, `"\nabc"`}, []string{`"xxab"`, `""`}},
+		{`^a"b\\c$`, []string{`"a\"b\\c"`}, []string{`"a"b\\c"`, `"a\"bc"`}},
+		{`^[é-ü]+$`, []string{`"éü"`, `"ñ"`}, []string{`"e"`, `"ÿ"`, `""`}},
+		{`(?i)^abc$`, []string{`"AbC"`, `"abc"`}, []string{`"abd"`}},
+		{`^a.b$`, []string{`"a-b"`, `"aéb"`, `"a日b"`, `"a\tb"`}, []string{`"a\nb"`, `"ab"`}},
+		{`^(cat|dog)s?$`, []string{`"cat"`, `"dogs"`}, []string{`"cats!"`, `"bird"`}},
+		{`^\S+@\S+$`, []string{`"a@b"`}, []string{`"a @b"`, `"@b"`}},
+	} {
+		schema, _ := json.Marshal(map[string]string{"type": "string", "pattern": tc.pattern})
+		g, err := JSONSchema(schema)
+		require.NoError(t, err, tc.pattern)
+		ix := NewIndex(g, v)
+		for _, s := range tc.good {
+			assert.True(t, accepts(ix, s), "%s should accept %s", tc.pattern, s)
+		}
+		for _, s := range tc.no {
+			assert.False(t, accepts(ix, s), "%s should reject %s", tc.pattern, s)
+		}
+	}
+}
+
+// The UTF-8 split of rune ranges encodes exactly the runes of the range.
+func TestUTF8Ranges(t *testing.T) {
+	for _, r := range [][2]rune{{0x20, 0x7f}, {0x7f, 0x800}, {0x7ff, 0xd7ff}, {0xe000, 0x10ffff}, {0x61, 0x10ffff}, {0x3b1, 0x3c9}, {0xfff0, 0x10010}} {
+		seqs := utf8Ranges(r[0], r[1])
+		in := func(b []byte) bool {
+			for _, seq := range seqs {
+				if len(seq) != len(b) {
+					continue
+				}
+				ok := true
+				for i, br := range seq {
+					ok = ok && br[0] <= b[i] && b[i] <= br[1]
+				}
+				if ok {
+					return true
+				}
+			}
+			return false
+		}
+		for x := rune(0); x <= 0x10ffff; x += 1 + x/64 {
+			if x >= 0xd800 && x <= 0xdfff {
+				continue
+			}
+			b := []byte(string(x))
+			assert.Equal(t, x >= r[0] && x <= r[1], in(b), "range %x-%x rune %x", r[0], r[1], x)
+		}
+	}
 }

@@ -19,7 +19,7 @@ import (
 // for the values of a free-form object), items, prefixItems, minItems,
 // maxItems, enum, const, anyOf, oneOf (of branches of distinct types),
 // allOf (of one schema), $ref (#, #/$defs/..., #/definitions/...;
-// recursive), nullable, minLength, maxLength, minimum and maximum
+// recursive), nullable, minLength, maxLength, pattern (regex.go), minimum and maximum
 // (integers; numbers between integer bounds), format (date, time,
 // date-time, uuid), and the annotations (title, description, default,
 // examples, ...), which are ignored.
@@ -131,7 +131,7 @@ var annotations = map[string]bool{
 
 // keywordsOf lists the constraining keywords each type takes.
 var keywordsOf = map[string][]string{
-	"string":  {"minLength", "maxLength", "format"},
+	"string":  {"minLength", "maxLength", "format", "pattern"},
 	"integer": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
 	"number":  {"minimum", "maximum"},
 	"object":  {"properties", "required", "additionalProperties"},
@@ -482,6 +482,15 @@ func (c *schemaCompiler) str(v *jvalue, path string) error {
 	}
 	if hi >= 0 && hi < lo {
 		return fmt.Errorf("%s: maxLength %d below minLength %d", path, hi, lo)
+	}
+	if p := v.get("pattern"); p != nil {
+		if p.kind != 's' {
+			return fmt.Errorf("%s.pattern: expected a string", path)
+		}
+		if v.get("minLength") != nil || v.get("maxLength") != nil || v.get("format") != nil {
+			return fmt.Errorf("%s: pattern beside minLength, maxLength or format cannot be enforced", path)
+		}
+		return c.pattern(p.str, path)
 	}
 	if f := v.get("format"); f != nil {
 		if v.get("minLength") != nil || v.get("maxLength") != nil {

@@ -69,7 +69,7 @@ func TestToolCallsGrammar(t *testing.T) {
 	assert.True(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}`))
 	assert.False(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo"}}{"name": "get_weather", "parameters": {"city": "Oslo"}}`))
 
-	_, err = ToolCalls([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"type":"string","pattern":"x"}}}`)}}, CallMarkup{ArgsKey: "arguments"})
+	_, err = ToolCalls([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"type":"number","multipleOf":2}}}`)}}, CallMarkup{ArgsKey: "arguments"})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `f: tools[0].parameters.properties.s: keyword "pattern"`)
+	assert.Contains(t, err.Error(), `f: tools[0].parameters.properties.s: keyword "multipleOf"`)
 }

@@ -146,7 +146,7 @@ func TestOllamaFormat(t *testing.T) {
 func TestResponseFormatRefused(t *testing.T) {
 	ts := newTestServer(t, serverConfig{})
 	for _, tc := range []struct{ format, extra, want string }{
-		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"^a"}}}`, "", `keyword \"pattern\" cannot be enforced`},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"number","multipleOf":3}}}`, "", `keyword \"multipleOf\" cannot be enforced`},
 		{`{"type":"json_schema","json_schema":{"name":"x"}}`, "", "needs json_schema.schema"},
 		{`{"type":"xml"}`, "", "must be text, json_object or json_schema"},
 		{`{"type":"json_object"}`, `,"ignore_eos":true`, "cannot be combined with ignore_eos"},

@@ -152,14 +152,14 @@ func TestToolCalls(t *testing.T) {
 func TestToolRequestsRefused(t *testing.T) {
 	ts := toolServer(t, "x")
 	for body, want := range map[string]string{
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"always"}`:                                                                                     "tool_choice must be",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`:                                                  `the function \"g\", which is not among the tools`,
-		`{"messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`:                                                                                                                                         "needs tools",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"a"}}}}}],"tool_choice":"required"}`: `keyword \"pattern\" cannot be enforced`,
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}`:                                          "cannot be combined with tool_choice",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                                                                                                      "tools[0] must be",
-		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                                                                                                  "tools must be an array",
-		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:                                                                                             "must be a JSON schema object",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"always"}`:                                                                                      "tool_choice must be",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`:                                                   `the function \"g\", which is not among the tools`,
+		`{"messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`:                                                                                                                                          "needs tools",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"number","multipleOf":3}}}}}],"tool_choice":"required"}`: `keyword \"multipleOf\" cannot be enforced`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}`:                                           "cannot be combined with tool_choice",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]}`:                                                                                                                       "tools[0] must be",
+		`{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`:                                                                                                                                                   "tools must be an array",
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":3}}]}`:                                                                                              "must be a JSON schema object",
 	} {
 		status, _, b := ts.post(t, "/v1/chat/completions", body)
 		assert.Equal(t, 400, status, body)
