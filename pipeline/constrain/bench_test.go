@@ -1,8 +1,10 @@
 package constrain
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader/tokenizer"
@@ -121,4 +123,46 @@ func BenchmarkNewVocabQwen(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A 50-property schema (strings, integers, enums, nested arrays of
+// objects) compiled, indexed over Qwen3's vocabulary, and its first mask
+// (the cost before a request's first token; later requests with the same
+// schema reuse the index in serve).
+func BenchmarkCompile50Properties(b *testing.B) {
+	v := qwenVocab(b)
+	var props []string
+	for i := range 50 {
+		var s string
+		switch i % 5 {
+		case 0:
+			s = `{"type":"string"}`
+		case 1:
+			s = `{"type":"integer","minimum":0,"maximum":1000}`
+		case 2:
+			s = `{"enum":["low","medium","high"]}`
+		case 3:
+			s = `{"type":"array","items":{"type":"object","properties":{"k":{"type":"string","maxLength":16},"v":{"type":"number"}},"required":["k","v"]}}`
+		default:
+			s = `{"type":["boolean","null"]}`
+		}
+		props = append(props, fmt.Sprintf(`"field_%02d":%s`, i, s))
+	}
+	schema := []byte(`{"type":"object","properties":{` + strings.Join(props, ",") + `},"additionalProperties":false}`)
+	b.Run("compile", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := JSONSchema(schema); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("compile+first-mask", func(b *testing.B) {
+		for b.Loop() {
+			g, err := JSONSchema(schema)
+			if err != nil {
+				b.Fatal(err)
+			}
+			NewIndex(g, v).NewMatcher().Mask()
+		}
+	})
 }

@@ -398,3 +398,19 @@ func TestUTF8Ranges(t *testing.T) {
 		}
 	}
 }
+
+// A marker that is a special token (no bytes) starts the grammar too.
+func TestDeferredSpecialMarker(t *testing.T) {
+	v, eos := testVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"boolean"}`))
+	require.NoError(t, err)
+	special := v.size - 1 // testVocab's special token
+	d := NewIndex(g, v).After("</t>", special)
+	assert.True(t, d.Allows(special))
+	assert.NotZero(t, d.Mask()[special/64]&(1<<(special%64)))
+	require.NoError(t, d.Advance(int('x')))
+	require.NoError(t, d.Advance(special))
+	assert.True(t, d.Started())
+	assert.False(t, d.Allows(eos))
+	assert.True(t, d.Allows(int('t')))
+}

@@ -91,7 +91,9 @@ func (b *builder) emit(i inst) int32 {
 		if b.err == nil {
 			b.err = fmt.Errorf("the schema compiles to more than %d instructions (lengths or counts too large to unroll)", maxProgram)
 		}
-		return b.pc()
+		// Instruction 0 takes the patches of what is no longer emitted:
+		// the program is discarded with the error.
+		return 0
 	}
 	b.prog = append(b.prog, i)
 	return int32(len(b.prog) - 1)

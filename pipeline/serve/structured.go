@@ -123,7 +123,11 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 	factory := func() generate.Constraint { return ix.NewMatcher() }
 	if p.reasoning != nil && p.thinking {
 		end := p.reasoning.End
-		factory = func() generate.Constraint { return ix.After(end) }
+		var ids []int // the end tag as a special token, which has no text
+		if id, ok := s.o.Tokenizer.TokenToID(end); ok && s.o.Tokenizer.IsSpecial(id) {
+			ids = append(ids, id)
+		}
+		factory = func() generate.Constraint { return ix.After(end, ids...) }
 	}
 	for i := range p.reqs {
 		p.reqs[i].Gen.Constrain = factory
