@@ -1,5 +1,7 @@
 package constrain
 
+import "fmt"
+
 // The automaton's epsilon moves (split, jmp, call, ret) are resolved once
 // per grammar: for each place a thread can resume (the start, after a
 // consumed byte, a call's return address), closure lists where it ends
@@ -25,9 +27,15 @@ const (
 // its structures first.
 const maxDepth = 32
 
+// maxClosureItems bounds the closures of a grammar, all together: a
+// pattern such as (|a){1000}, where every position can be skipped, has
+// closures as long as the program, and their total grows with its square.
+const maxClosureItems = 1 << 19
+
 // closures computes the closure of every resume point of g.
-func (g *Grammar) closures() {
+func (g *Grammar) closures() error {
 	g.clos = make([][]item, len(g.prog)+1)
+	total := 0
 	resume := map[int32]bool{g.start: true}
 	for pc, in := range g.prog {
 		switch in.op {
@@ -37,13 +45,19 @@ func (g *Grammar) closures() {
 	}
 	for pc := range resume {
 		if int(pc) <= len(g.prog) {
-			g.clos[pc] = g.closureOf(pc)
+			g.clos[pc] = g.closureOf(pc, maxClosureItems-total)
+			total += len(g.clos[pc])
+			if total >= maxClosureItems {
+				return fmt.Errorf("the schema is too ambiguous to enforce (a pattern or a run of optional parts whose every position may be skipped)")
+			}
 		}
 	}
+	return nil
 }
 
-// closureOf follows the epsilon moves from pc with an empty local stack.
-func (g *Grammar) closureOf(pc int32) []item {
+// closureOf follows the epsilon moves from pc with an empty local stack,
+// stopping past limit items.
+func (g *Grammar) closureOf(pc int32, limit int) []item {
 	var out []item
 	type key struct {
 		pc   int32
@@ -52,7 +66,7 @@ func (g *Grammar) closureOf(pc int32) []item {
 	seen := map[key]bool{}
 	var walk func(pc int32, push []int32)
 	walk = func(pc int32, push []int32) {
-		if len(push) > maxDepth || int(pc) >= len(g.prog) {
+		if len(push) > maxDepth || int(pc) >= len(g.prog) || len(out) > limit {
 			return
 		}
 		k := key{pc, pushKey(push)}

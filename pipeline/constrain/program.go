@@ -201,7 +201,9 @@ func (b *builder) grammar(start int32, desc string) (*Grammar, error) {
 		return nil, b.err
 	}
 	g := &Grammar{prog: b.prog, sets: b.sets, start: start, desc: desc}
-	g.closures()
+	if err := g.closures(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
