@@ -365,6 +365,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		AccessLog:   opts.IO.ErrOut,
 		Metrics:     metrics,
 		Reasoning:   serve.ReasoningOf(tmpl),
+		Harmony:     serve.IsHarmony(tmpl),
 		Now:         opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.

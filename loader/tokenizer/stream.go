@@ -75,14 +75,25 @@ func (d *StreamDecoder) Flush() string {
 // "and"). A context that does not decode back to itself (it leaves a
 // character incomplete) is dropped for a fresh decoder.
 func (t *Tokenizer) StreamDecoderAfter(prompt []int) *StreamDecoder {
+	return t.streamDecoderAfter(prompt, true)
+}
+
+// StreamDecoderWithSpecialAfter is StreamDecoderAfter keeping special
+// tokens in the text (formats whose markup is special tokens: GPT-OSS's
+// harmony).
+func (t *Tokenizer) StreamDecoderWithSpecialAfter(prompt []int) *StreamDecoder {
+	return t.streamDecoderAfter(prompt, false)
+}
+
+func (t *Tokenizer) streamDecoderAfter(prompt []int, skip bool) *StreamDecoder {
 	ctx := prompt[max(0, len(prompt)-4):]
-	d := t.NewStreamDecoder(true)
+	d := t.NewStreamDecoder(skip)
 	got := ""
 	for _, id := range ctx {
 		got += d.Add(id)
 	}
-	if got != t.Decode(ctx, true) {
-		return t.NewStreamDecoder(true)
+	if got != t.Decode(ctx, skip) {
+		return t.NewStreamDecoder(skip)
 	}
 	return d
 }

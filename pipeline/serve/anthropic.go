@@ -271,7 +271,7 @@ func jsonString(s string) json.RawMessage {
 // answer turns a generated answer into content blocks, as it arrives:
 // reasoning (a thinking block), text, and at the end the tool calls.
 type answer struct {
-	sp       *splitter
+	sp       textSplitter
 	tp       *toolParser
 	thinking strings.Builder
 	text     strings.Builder

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/constrain"
+	"github.com/tputool/tputool/pipeline/generate"
 )
 
 // POST /v1/chat/completions: messages rendered through the model's chat
@@ -212,6 +213,13 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	}
 	if r := s.o.Reasoning; r != nil {
 		p.reasoning, p.thinking = r, promptOpens(*r, text)
+	}
+	if s.o.Harmony {
+		p.harmony = true
+		tok := s.o.Tokenizer
+		for i := range p.reqs {
+			p.reqs[i].Gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderWithSpecialAfter(prompt) }
+		}
 	}
 	p.tools = format
 	if err := s.constrain(p, structured); err != nil {
@@ -481,7 +489,7 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 		}
 	}
 	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	splitters := make([]*splitter, len(streams))
+	splitters := make([]textSplitter, len(streams))
 	parsers := make([]*toolParser, len(streams))
 	for i := range splitters {
 		splitters[i], parsers[i] = p.splitter(), newToolParser(p.tools)

@@ -25,18 +25,31 @@ type plan struct {
 	// content; thinking says the prompt opened the reasoning.
 	reasoning *Reasoning
 	thinking  bool
+	// harmony says the answers are GPT-OSS's harmony messages, decoded
+	// with their special tokens (harmony.go).
+	harmony bool
 	// tools is the format of tool calls to parse out of chat answers
 	// ("" for none).
 	tools ToolFormat
 }
 
+// textSplitter separates a choice's reasoning from its content as the
+// text arrives (*splitter: think tags; *harmonySplitter: GPT-OSS).
+type textSplitter interface {
+	feed(text string) (reasoning, content string)
+	flush() (reasoning, content string)
+}
+
 // splitter returns a splitter for one choice, nil when the plan does not
 // separate reasoning.
-func (p *plan) splitter() *splitter {
-	if p.reasoning == nil {
-		return nil
+func (p *plan) splitter() textSplitter {
+	switch {
+	case p.harmony:
+		return newHarmonySplitter()
+	case p.reasoning != nil:
+		return newSplitter(*p.reasoning, p.thinking)
 	}
-	return newSplitter(*p.reasoning, p.thinking)
+	return nil
 }
 
 // plan builds the Requests of prompts: resolves the settings once (one

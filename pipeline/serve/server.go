@@ -62,6 +62,10 @@ type ServerOptions struct {
 	// Reasoning, when set, is the markup of the model's reasoning (see
 	// ReasoningOf): chat answers carry it as reasoning_content.
 	Reasoning *Reasoning
+	// Harmony says the chat template writes OpenAI's harmony format
+	// (GPT-OSS: IsHarmony): chat answers are decoded with their special
+	// tokens and split into reasoning, content and tool calls.
+	Harmony bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

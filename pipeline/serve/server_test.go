@@ -252,7 +252,8 @@ type serverConfig struct {
 	script    []int
 	reasoning *Reasoning
 	template  string
-	context   int // MaxContext (testContext when 0)
+	context   int  // MaxContext (testContext when 0)
+	harmony   bool // ServerOptions.Harmony
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -282,7 +283,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	srv := NewServer(sched, ServerOptions{
 		ModelName: testModel, Tokenizer: tok, Template: tmpl,
 		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
-		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning,
+		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning, Harmony: c.harmony,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {

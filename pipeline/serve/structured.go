@@ -112,6 +112,9 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 	if s.o.Tokenizer == nil {
 		return badRequest(spec.param, "structured output needs the model's tokenizer")
 	}
+	if p.harmony {
+		return badRequest(spec.param, "%s is not supported for harmony models (GPT-OSS) yet: their answers open with special tokens the grammar does not cover", spec.param)
+	}
 	eos := p.reqs[0].Gen.EOS
 	if len(eos) == 0 {
 		return badRequest(spec.param, "%s cannot be combined with ignore_eos: the answer ends when its JSON does", spec.param)

@@ -33,6 +33,10 @@ const (
 	ToolsHermes  ToolFormat = "hermes"
 	ToolsMistral ToolFormat = "mistral"
 	ToolsLlama3  ToolFormat = "llama3"
+	// ToolsHarmony is GPT-OSS's: calls are harmony messages to
+	// functions.NAME, which the harmony splitter re-emits as hermes
+	// markup for the parser.
+	ToolsHarmony ToolFormat = "harmony"
 )
 
 // ToolFormatOf reads a chat template's tool markup.
@@ -42,6 +46,8 @@ func ToolFormatOf(t *chat.Template) ToolFormat {
 	}
 	src := t.Source()
 	switch {
+	case IsHarmony(t):
+		return ToolsHarmony
 	case strings.Contains(src, "<tool_call>"):
 		return ToolsHermes
 	case strings.Contains(src, "[TOOL_CALLS]"):
@@ -76,6 +82,9 @@ type toolParser struct {
 func newToolParser(f ToolFormat) *toolParser {
 	if f == "" {
 		return nil
+	}
+	if f == ToolsHarmony {
+		f = ToolsHermes // the harmony splitter writes the calls as hermes markup
 	}
 	return &toolParser{format: f}
 }

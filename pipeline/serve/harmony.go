@@ -1,0 +1,162 @@
+package serve
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+)
+
+// GPT-OSS answers in OpenAI's harmony format: messages of channels, each
+// a header and a body between special tokens,
+//
+//	<|channel|>analysis<|message|>THOUGHT<|end|>
+//	<|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
+//	<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>
+//
+// The server decodes a harmony model's chat answers with the special
+// tokens kept, and harmonySplitter turns them into the parts the API
+// returns: the analysis channel is the reasoning, the final channel (and
+// commentary addressed to no one) the content, and a commentary message
+// to functions.NAME a tool call, re-emitted as hermes markup that the
+// tool-call parser downstream reads. <|return|> and <|call|> end the
+// sequence (they are end-of-sequence ids, whose text is not emitted).
+
+// harmonyTokens are the markers of the format.
+const (
+	hChannel   = "<|channel|>"
+	hMessage   = "<|message|>"
+	hEnd       = "<|end|>"
+	hStart     = "<|start|>"
+	hCall      = "<|call|>"
+	hReturn    = "<|return|>"
+	hConstrain = "<|constrain|>"
+)
+
+// IsHarmony reports whether a chat template writes the harmony format.
+func IsHarmony(t *chat.Template) bool {
+	return t != nil && strings.Contains(t.Source(), hChannel) && strings.Contains(t.Source(), hMessage)
+}
+
+// maxHarmonyHeader bounds a header: text that runs longer without a
+// <|message|> is no header, and is content.
+const maxHarmonyHeader = 256
+
+// harmonySplitter parses harmony text that arrives in pieces.
+type harmonySplitter struct {
+	header  bool   // reading a header (else a body)
+	buf     string // the header so far, or body text held back (it may begin a marker)
+	channel string
+	to      string // the recipient: functions.NAME
+	args    strings.Builder
+}
+
+func newHarmonySplitter() *harmonySplitter { return &harmonySplitter{header: true} }
+
+// feed splits the next piece of text.
+func (h *harmonySplitter) feed(text string) (reasoning, content string) {
+	var rb, cb strings.Builder
+	h.buf += text
+	for h.buf != "" {
+		if h.header {
+			i := strings.Index(h.buf, hMessage)
+			if i < 0 {
+				if len(h.buf) > maxHarmonyHeader { // not harmony: plain content
+					cb.WriteString(h.buf)
+					h.buf, h.header, h.channel = "", false, "final"
+				}
+				break
+			}
+			h.parseHeader(h.buf[:i])
+			h.buf, h.header = h.buf[i+len(hMessage):], false
+			continue
+		}
+		// A body runs to the first marker that ends it.
+		end, at := -1, ""
+		for _, m := range []string{hEnd, hCall, hReturn, hStart, hChannel} {
+			if i := strings.Index(h.buf, m); i >= 0 && (end < 0 || i < end) {
+				end, at = i, m
+			}
+		}
+		if end < 0 {
+			keep := 0
+			for _, m := range []string{hEnd, hCall, hReturn, hStart, hChannel} {
+				keep = max(keep, heldBack(h.buf, m))
+			}
+			h.body(h.buf[:len(h.buf)-keep], &rb, &cb)
+			h.buf = h.buf[len(h.buf)-keep:]
+			break
+		}
+		h.body(h.buf[:end], &rb, &cb)
+		h.closeMessage(&cb)
+		h.buf, h.header = h.buf[end+len(at):], true
+		if at == hChannel { // a header without <|start|>: its channel follows at once
+			h.buf = hChannel + h.buf
+		}
+	}
+	return rb.String(), cb.String()
+}
+
+// flush ends the text: a message cut short (or ended by <|call|> or
+// <|return|>, whose text is not emitted) is closed.
+func (h *harmonySplitter) flush() (reasoning, content string) {
+	var rb, cb strings.Builder
+	if h.header {
+		if strings.TrimSpace(h.buf) != "" && !strings.Contains(h.buf, hChannel) {
+			cb.WriteString(h.buf) // text that never became a header
+		}
+	} else {
+		h.body(h.buf, &rb, &cb)
+		h.closeMessage(&cb)
+	}
+	h.buf, h.header = "", true
+	return rb.String(), cb.String()
+}
+
+// parseHeader reads a header: the channel and the recipient, in either
+// order ("<|channel|>commentary to=functions.f <|constrain|>json" or
+// " to=functions.f<|channel|>commentary json").
+func (h *harmonySplitter) parseHeader(hd string) {
+	h.channel, h.to = "", ""
+	hd = strings.ReplaceAll(hd, hConstrain, " ")
+	hd = strings.ReplaceAll(hd, hStart, " ")
+	if i := strings.Index(hd, hChannel); i >= 0 {
+		rest := hd[i+len(hChannel):]
+		if f := strings.Fields(rest); len(f) > 0 {
+			h.channel = f[0]
+		}
+		hd = hd[:i] + " " + rest
+	}
+	for _, f := range strings.Fields(hd) {
+		if to, ok := strings.CutPrefix(f, "to="); ok {
+			h.to = to
+		}
+	}
+}
+
+// body routes body text by channel.
+func (h *harmonySplitter) body(text string, rb, cb *strings.Builder) {
+	switch {
+	case strings.HasPrefix(h.to, "functions."):
+		h.args.WriteString(text)
+	case h.channel == "analysis":
+		rb.WriteString(text)
+	default: // final, commentary to no one (a preamble), anything else
+		cb.WriteString(text)
+	}
+}
+
+// closeMessage ends a message: a function call becomes hermes markup.
+func (h *harmonySplitter) closeMessage(cb *strings.Builder) {
+	if name, ok := strings.CutPrefix(h.to, "functions."); ok {
+		args := strings.TrimSpace(h.args.String())
+		if !json.Valid([]byte(args)) {
+			b, _ := json.Marshal(args)
+			args = string(b)
+		}
+		call, _ := json.Marshal(map[string]json.RawMessage{"name": jsonString(name), "arguments": json.RawMessage(args)})
+		cb.WriteString("<tool_call>" + string(call) + "</tool_call>")
+	}
+	h.args.Reset()
+	h.channel, h.to = "", ""
+}

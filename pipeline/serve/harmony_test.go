@@ -1,0 +1,112 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Harmony text split into reasoning and content (calls as hermes
+// markup), fed in pieces of every size.
+func TestHarmonySplitterPieces(t *testing.T) {
+	call := func(name, args string) string {
+		b, _ := json.Marshal(map[string]json.RawMessage{"name": jsonString(name), "arguments": json.RawMessage(args)})
+		return "<tool_call>" + string(b) + "</tool_call>"
+	}
+	for _, c := range []struct{ text, reasoning, content string }{
+		{"<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Answer.", "Think.", "Answer."},
+		{"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}",
+			"Need weather.", call("get_weather", `{"city":"Paris"}`)},
+		{" to=functions.now<|channel|>commentary json<|message|>{}", "", call("now", `{}`)},
+		{"<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant to=functions.f<|channel|>commentary<|message|>oops", "", "Let me check." + call("f", `"oops"`)},
+		{"<|channel|>analysis<|message|>cut short", "cut short", ""},
+		{"Plain text, no harmony.", "", "Plain text, no harmony."},
+		{"<|channel|>final<|message|>A <|channel> is fine", "", "A <|channel> is fine"},
+	} {
+		for size := 1; size <= len(c.text); size++ {
+			h := newHarmonySplitter()
+			var rb, cb strings.Builder
+			for i := 0; i < len(c.text); i += size {
+				r, ct := h.feed(c.text[i:min(i+size, len(c.text))])
+				rb.WriteString(r)
+				cb.WriteString(ct)
+			}
+			r, ct := h.flush()
+			rb.WriteString(r)
+			cb.WriteString(ct)
+			if rb.String() != c.reasoning || cb.String() != c.content {
+				t.Fatalf("%q in pieces of %d: reasoning %q, content %q; want %q, %q", c.text, size, rb.String(), cb.String(), c.reasoning, c.content)
+			}
+		}
+	}
+}
+
+// harmonyTemplate writes harmony's markup (the test tokenizer spells its
+// special tokens in pieces, which the splitter reads the same way).
+const harmonyTemplate = "{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}" +
+	"{% if tools %}<|start|>developer<|message|>{% for t in tools %}{{ t | tojson }}{% endfor %}<|end|>{% endif %}" +
+	"<|start|>assistant{% if false %}<|channel|>{% endif %}"
+
+// A harmony model through the chat API: the analysis channel is
+// reasoning_content, the final channel the content, a commentary message
+// to functions.NAME a tool call; whole and streamed.
+func TestHarmonyChat(t *testing.T) {
+	for _, tc := range []struct{ name, answer string }{
+		{"final", "<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello there."},
+		{"call", "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, err := loadTestTokenizer(t).Encode(tc.answer, false)
+			require.NoError(t, err)
+			ts := newTestServer(t, serverConfig{script: ids, template: harmonyTemplate, harmony: true})
+			params := openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hi")}, MaxTokens: openai.Int(200),
+				Tools: []openai.ChatCompletionToolUnionParam{weatherTool},
+			}
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
+			require.NoError(t, err)
+			msg := resp.Choices[0].Message
+			var raw struct {
+				Reasoning string `json:"reasoning_content"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
+			stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
+			acc := openai.ChatCompletionAccumulator{}
+			var reasoning strings.Builder
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+				for _, cc := range stream.Current().Choices {
+					var d struct {
+						Reasoning string `json:"reasoning_content"`
+					}
+					if cc.Delta.RawJSON() != "" {
+						require.NoError(t, json.Unmarshal([]byte(cc.Delta.RawJSON()), &d))
+					}
+					reasoning.WriteString(d.Reasoning)
+				}
+			}
+			require.NoError(t, stream.Err())
+			if tc.name == "final" {
+				assert.Equal(t, "Hello there.", msg.Content)
+				assert.Equal(t, "User greets.", raw.Reasoning)
+				assert.Equal(t, "Hello there.", acc.Choices[0].Message.Content)
+				assert.Equal(t, "User greets.", reasoning.String())
+				return
+			}
+			assert.Equal(t, "Need the weather.", raw.Reasoning)
+			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
+			require.Len(t, msg.ToolCalls, 1)
+			assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name)
+			assert.JSONEq(t, `{"city":"Paris"}`, msg.ToolCalls[0].Function.Arguments)
+			assert.Empty(t, strings.TrimSpace(msg.Content))
+			require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+			assert.JSONEq(t, `{"city":"Paris"}`, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
+			assert.Equal(t, "Need the weather.", reasoning.String())
+		})
+	}
+}
