@@ -20,6 +20,7 @@ import (
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/serve"
 )
 
 // ChatOptions holds `tputool chat`'s inputs.
@@ -332,6 +333,9 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 	}
 	s.cached = nil
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return s.tok.StreamDecoderAfter(prompt) }
+	if serve.IsHarmony(s.tmpl) { // GPT-OSS: the final channel is the answer; the analysis shows under -v
+		gen.NewDecoder = newHarmonyDecoder(s.tok, func(r string) { rep.Debugf("reasoning: %s", r) })
+	}
 	gen.Now = s.opts.Now
 	gen.PrefillChunk = s.opts.PrefillChunk
 	progress := newPrefillReporter(rep, s.opts.Now)

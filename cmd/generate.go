@@ -17,6 +17,7 @@ import (
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/constrain"
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/serve"
 )
 
 // GenerateOptions holds `tputool generate`'s inputs.
@@ -351,6 +352,12 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
+	if opts.Chat {
+		if t, err := tok.ChatTemplate(""); err == nil && serve.IsHarmony(t) {
+			// GPT-OSS: the final channel is the answer; the analysis shows under -v.
+			gen.NewDecoder = newHarmonyDecoder(tok, func(r string) { rep.Debugf("reasoning: %s", r) })
+		}
+	}
 	gen.Now = opts.Now
 	if opts.Grammar != nil {
 		if len(gen.EOS) == 0 {

@@ -160,3 +160,18 @@ func (h *harmonySplitter) closeMessage(cb *strings.Builder) {
 	h.args.Reset()
 	h.channel, h.to = "", ""
 }
+
+// HarmonyReader reads a harmony answer as it arrives, for callers outside
+// the server (the generate and chat commands): Feed and Flush return the
+// reasoning (the analysis channel) and the content (the final channel;
+// calls as hermes markup).
+type HarmonyReader struct{ h *harmonySplitter }
+
+// NewHarmonyReader starts an answer.
+func NewHarmonyReader() *HarmonyReader { return &HarmonyReader{h: newHarmonySplitter()} }
+
+// Feed reads the next piece of text (with its special tokens).
+func (r *HarmonyReader) Feed(text string) (reasoning, content string) { return r.h.feed(text) }
+
+// Flush ends the answer.
+func (r *HarmonyReader) Flush() (reasoning, content string) { return r.h.flush() }
