@@ -171,7 +171,7 @@ func TestQuantizationMethods(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}, `quant_method "bitsandbytes" is not supported`},
-		{map[string]any{"quant_method": "gptq", "bits": 4}, `quant_method "gptq" is not supported`},
+		{map[string]any{"quant_method": "hqq", "bits": 4}, `quant_method "hqq" is not supported`},
 		{map[string]any{"quant_method": "fp8"}, "per-tensor FP8 is not read"},
 		{map[string]any{"quant_method": "mxfp4"}, "quant_method mxfp4 is read for the architectures that declare MXFP4 weights"},
 	} {

@@ -18,6 +18,13 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()
 	for _, w := range Weights(m) {
+		if w.packed(spec, has) {
+			for _, p := range w.packedSources(spec.Packed, has) {
+				s.Expect(p.name, p.shape...)
+				s.RequireDType(p.name, p.dtypes...)
+			}
+			continue
+		}
 		for _, p := range w.Sources(has) {
 			s.Expect(p.Name, p.Shape...)
 			if p.Name != w.Name && w.mxfp4(has) {

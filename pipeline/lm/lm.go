@@ -66,6 +66,9 @@ type Spec struct {
 	// checkpoint (quantization_config quant_method "fp8",
 	// weight_block_size); zero when the checkpoint is not FP8. New sets it.
 	FP8Block [2]int
+	// Packed is a GPTQ or AWQ checkpoint's quantization (packed.go); nil
+	// otherwise. New sets it.
+	Packed *PackedQuant
 }
 
 // WeightSpec names one checkpoint tensor a model needs.

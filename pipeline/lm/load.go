@@ -242,6 +242,14 @@ func (l *Loaded) Weights() []WeightSpec { return l.weights }
 func (l *Loaded) WeightBytes() int64 {
 	var n int64
 	for _, w := range l.weights {
+		if w.packed(l.Model.Spec(), l.ckpt.Has) {
+			for _, p := range w.packedSources(l.Model.Spec().Packed, l.ckpt.Has) {
+				if info, ok := l.ckpt.Info(p.name); ok {
+					n += info.NumBytes()
+				}
+			}
+			continue
+		}
 		for _, p := range w.Sources(l.ckpt.Has) {
 			if info, ok := l.ckpt.Info(p.Name); ok {
 				n += info.NumBytes()
@@ -260,6 +268,9 @@ func (l *Loaded) WeightBytes() int64 {
 // it: Float32, BFloat16 or Float16; Float32 for any other stored type
 // (F64, F8, integers), which executors always convert.
 func (l *Loaded) StoredDType(name string) dtypes.DType {
+	if _, how := l.encoding(name); how == "packed" {
+		return dtypes.Float16 // the scales' dtype in GPTQ and AWQ releases
+	}
 	v, _ := l.viewOf(l.sources(name)[0].Name)
 	switch v.info.DType {
 	case safetensors.BF16:

@@ -1,6 +1,8 @@
 package lm
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -21,6 +23,8 @@ import (
 //     are stored plain. The loader decodes them (encoded.go).
 //   - "mxfp4": only for architectures that declare MXFP4 weights
 //     (WeightSpec.MXFP4: GPT-OSS's experts).
+//   - "gptq" and "awq": Linear weights packed into int32 words with
+//     per-group scales and zero points (packed.go), decoded at load.
 
 // fp8ScaleSuffix names an FP8 weight's scales.
 const fp8ScaleSuffix = "_scale_inv"
@@ -30,6 +34,13 @@ type quantizationConfig struct {
 	Method    string `json:"quant_method"`
 	Fmt       string `json:"fmt"`
 	BlockSize []int  `json:"weight_block_size"`
+	// GPTQ and AWQ.
+	Bits             int             `json:"bits"`
+	GroupSize        *int            `json:"group_size"`
+	CheckpointFormat string          `json:"checkpoint_format"`
+	Version          string          `json:"version"`
+	ZeroPoint        *bool           `json:"zero_point"`
+	Dynamic          json.RawMessage `json:"dynamic"`
 }
 
 // applyQuantization checks cfg's quantization_config against what m reads
@@ -55,6 +66,13 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		m.Spec().FP8Block = [2]int{c.Q.BlockSize[0], c.Q.BlockSize[1]}
 		return nil
+	case "gptq", "awq":
+		q, err := packedQuant(c.Q, where)
+		if err != nil {
+			return err
+		}
+		m.Spec().Packed = q
+		return nil
 	case "mxfp4":
 		for _, w := range Weights(m) {
 			if w.MXFP4 {
@@ -63,7 +81,45 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
 	}
-	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8 and GPT-OSS's mxfp4; bitsandbytes, GPTQ, AWQ, compressed-tensors, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, GPTQ, AWQ (gemm) and GPT-OSS's mxfp4; bitsandbytes, compressed-tensors, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+}
+
+// packedQuant reads a GPTQ or AWQ quantization_config.
+func packedQuant(c *quantizationConfig, where string) (*PackedQuant, error) {
+	method := strings.ToLower(c.Method)
+	q := &PackedQuant{Method: method, Bits: c.Bits}
+	if c.GroupSize != nil && *c.GroupSize > 0 {
+		q.Group = *c.GroupSize
+	} else if c.GroupSize != nil && *c.GroupSize != -1 {
+		return nil, errs.Unsupportedf("%s: group_size %d: want a positive size or -1 (one group per row)", where, *c.GroupSize)
+	}
+	switch method {
+	case "gptq":
+		if c.Bits != 4 && c.Bits != 8 {
+			return nil, errs.Unsupportedf("%s: GPTQ with %d bits: tputool reads 4 and 8", where, c.Bits)
+		}
+		switch f := strings.ToLower(c.CheckpointFormat); f {
+		case "", "gptq":
+			q.ZeroOffset = 1
+		case "gptq_v2":
+		default:
+			return nil, errs.Unsupportedf("%s: checkpoint_format %q: tputool reads gptq and gptq_v2 (not marlin or other repacked forms)", where, c.CheckpointFormat)
+		}
+		if d := bytes.TrimSpace(c.Dynamic); len(d) > 0 && string(d) != "null" && string(d) != "{}" {
+			return nil, errs.Unsupportedf("%s: GPTQ dynamic per-module rules are not supported", where)
+		}
+	case "awq":
+		if c.Bits != 4 {
+			return nil, errs.Unsupportedf("%s: AWQ with %d bits: tputool reads 4", where, c.Bits)
+		}
+		if v := strings.ToLower(c.Version); v != "" && v != "gemm" {
+			return nil, errs.Unsupportedf("%s: AWQ version %q: tputool reads the gemm packing (not gemv, exllama or marlin)", where, c.Version)
+		}
+		if c.ZeroPoint != nil && !*c.ZeroPoint {
+			return nil, errs.Unsupportedf("%s: AWQ without zero points is not supported", where)
+		}
+	}
+	return q, nil
 }
 
 // fp8 reports a weight the checkpoint stores in block-wise FP8: a Matmul

@@ -1,0 +1,271 @@
+package llama_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// packedFormat is one GPTQ or AWQ layout the test writes.
+type packedFormat struct {
+	name   string
+	method string // gptq, awq
+	bits   int
+	v2     bool // gptq_v2: zero points stored as they are
+	gIdx   bool // write a reordered g_idx (desc_act)
+	// mutation: written one way, declared another.
+	seqAWQ   bool // AWQ packed in plain order instead of its interleaved one
+	declV2   bool // GPTQ v1 data declared gptq_v2
+	mutation bool
+}
+
+// awqOrder is AWQ's packing order: nibble k holds value awqOrder[k].
+var awqOrder = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
+
+// packedCheckpoints writes a tiny Llama twice: its projections packed as
+// f says (random codes, zero points and f16 scales per group of 16 input
+// columns), and in f32 with those projections dequantised by the test
+// (scale · (code − zero), as transformers' GPTQ and AWQ dequantisers do).
+func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) {
+	t.Helper()
+	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
+	tiny.Seed = 9
+	const group = 16
+	state := uint64(777)
+	next := func(n int) int {
+		state = state*6364136223846793005 + 1442695040888963407
+		return int(state>>33) % n
+	}
+	maxq := 1<<f.bits - 1
+	per := 32 / f.bits
+	var plain, packed []safetensors.Tensor
+	add := func(dst *[]safetensors.Tensor, name string, d safetensors.DType, shape []int, v []float32) {
+		st, err := safetensors.Float32Tensor(name, d, shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*dst = append(*dst, st)
+	}
+	ints := func(name string, shape []int, v []uint32) safetensors.Tensor {
+		b := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], x)
+		}
+		return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
+	}
+	for _, w := range tiny.Tensors() {
+		n := 1
+		for _, d := range w.Shape {
+			n *= d
+		}
+		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = 1
+				if w.Kind == "embed" || w.Kind == "linear" {
+					v[i] = float32(next(2001)-1000) / 4000
+				}
+			}
+			add(&plain, w.Name, safetensors.F32, w.Shape, v)
+			add(&packed, w.Name, safetensors.F32, w.Shape, v)
+			continue
+		}
+		out, in := w.Shape[0], w.Shape[1]
+		groups := in / group
+		q := make([]int, out*in) // [o, i]
+		for i := range q {
+			q[i] = next(maxq + 1)
+		}
+		z := make([]int, groups*out) // [g, o]; v1 stores z-1, so z >= 1
+		sc := make([]float32, groups*out)
+		for i := range z {
+			z[i] = 1 + next(maxq)
+			sc[i] = float32(1+next(7)) / (float32(maxq) * 16)
+		}
+		// Scales round to f16 in the checkpoint: dequantise with those.
+		st, err := safetensors.Float32Tensor("s", safetensors.F16, []int{groups, out}, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		safetensors.DecodeFloat32(sc, safetensors.F16, st.Data)
+		gOf := make([]int, in)
+		for i := range gOf {
+			gOf[i] = i / group
+			if f.gIdx {
+				gOf[i] = (i*5 + 3) % groups
+			}
+		}
+		deq := make([]float32, out*in)
+		for o := 0; o < out; o++ {
+			for i := 0; i < in; i++ {
+				g := gOf[i]
+				deq[o*in+i] = sc[g*out+o] * (float32(q[o*in+i]) - float32(z[g*out+o]))
+			}
+		}
+		// As f16: a packed weight is held in its scales' dtype where the
+		// backend multiplies 16-bit weights (the cpu engine), so both
+		// checkpoints hold the same rounded values.
+		add(&plain, w.Name, safetensors.F16, w.Shape, deq)
+		prefix := strings.TrimSuffix(w.Name, ".weight")
+		zs := func(g, o int) uint32 {
+			if f.method == "gptq" && !f.v2 {
+				return uint32(z[g*out+o] - 1)
+			}
+			return uint32(z[g*out+o])
+		}
+		if f.method == "awq" {
+			qw := make([]uint32, in*out/8)
+			qz := make([]uint32, groups*out/8)
+			for i := 0; i < in; i++ {
+				for c := 0; c < out/8; c++ {
+					for k := 0; k < 8; k++ {
+						j := awqOrder[k]
+						if f.seqAWQ {
+							j = k
+						}
+						qw[i*(out/8)+c] |= uint32(q[(c*8+j)*in+i]) << (4 * k)
+					}
+				}
+			}
+			for g := 0; g < groups; g++ {
+				for c := 0; c < out/8; c++ {
+					for k := 0; k < 8; k++ {
+						j := awqOrder[k]
+						if f.seqAWQ {
+							j = k
+						}
+						qz[g*(out/8)+c] |= zs(g, c*8+j) << (4 * k)
+					}
+				}
+			}
+			packed = append(packed, ints(prefix+".qweight", []int{in, out / 8}, qw), ints(prefix+".qzeros", []int{groups, out / 8}, qz))
+		} else {
+			qw := make([]uint32, in/per*out)
+			for i := 0; i < in; i++ {
+				for o := 0; o < out; o++ {
+					qw[(i/per)*out+o] |= uint32(q[o*in+i]) << (f.bits * (i % per))
+				}
+			}
+			qz := make([]uint32, groups*out/per)
+			for g := 0; g < groups; g++ {
+				for o := 0; o < out; o++ {
+					qz[g*(out/per)+o/per] |= zs(g, o) << (f.bits * (o % per))
+				}
+			}
+			packed = append(packed, ints(prefix+".qweight", []int{in / per, out}, qw), ints(prefix+".qzeros", []int{groups, out / per}, qz))
+			gi := make([]uint32, in)
+			for i := range gi {
+				gi[i] = uint32(gOf[i])
+			}
+			packed = append(packed, ints(prefix+".g_idx", []int{in}, gi))
+		}
+		packed = append(packed, st)
+		packed[len(packed)-1].Name = prefix + ".scales"
+	}
+	cfg := tiny.ConfigJSON()
+	f32Dir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(f32Dir, cfg, plain); err != nil {
+		t.Fatal(err)
+	}
+	qc := map[string]any{"quant_method": f.method, "bits": f.bits, "group_size": group}
+	if f.method == "gptq" {
+		qc["desc_act"], qc["sym"], qc["checkpoint_format"] = f.gIdx, false, "gptq"
+		if f.v2 || f.declV2 {
+			qc["checkpoint_format"] = "gptq_v2"
+		}
+	} else {
+		qc["version"], qc["zero_point"], qc["modules_to_not_convert"] = "gemm", true, []string{"lm_head"}
+	}
+	cfg["quantization_config"] = qc
+	packedDir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(packedDir, cfg, packed); err != nil {
+		t.Fatal(err)
+	}
+	return packedDir, f32Dir
+}
+
+// TestPackedCheckpoints: GPTQ (v1 and v2, 4 and 8 bits, with a reordered
+// g_idx) and AWQ checkpoints load, decoded to the compute dtype at load,
+// and give exactly the logits of the f32 checkpoint holding the weights
+// the test dequantised, compiled and eager; AWQ packed in plain order, or
+// GPTQ v1 read as v2, does not.
+func TestPackedCheckpoints(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	run := func(dir string, mode compile.Mode) [][]float32 {
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		lg, err := r.NewState().Prefill(prompts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+	for _, f := range []packedFormat{
+		{name: "gptq-v1-4bit-desc_act", method: "gptq", bits: 4, gIdx: true},
+		{name: "gptq-v2-8bit", method: "gptq", bits: 8, v2: true},
+		{name: "awq-4bit", method: "awq", bits: 4},
+		{name: "awq-plain-order", method: "awq", bits: 4, seqAWQ: true, mutation: true},
+		{name: "gptq-v1-read-as-v2", method: "gptq", bits: 4, declV2: true, mutation: true},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			pDir, fDir := packedCheckpoints(t, f)
+			modes := []compile.Mode{compile.Compiled, compile.Eager}
+			if f.mutation {
+				modes = modes[:1]
+			}
+			for _, mode := range modes {
+				got, want := run(pDir, mode), run(fDir, mode)
+				same := true
+				for b := range want {
+					for i := range want[b] {
+						same = same && got[b][i] == want[b][i]
+					}
+				}
+				if same == f.mutation {
+					t.Fatalf("%v: logits equal to the dequantised f32 checkpoint's: %v, want %v", mode, same, !f.mutation)
+				}
+			}
+		})
+	}
+}
+
+// Unsupported GPTQ and AWQ variants are errors naming them.
+func TestPackedUnsupported(t *testing.T) {
+	for _, c := range []struct {
+		q    map[string]any
+		want string
+	}{
+		{map[string]any{"quant_method": "gptq", "bits": 3, "group_size": 128}, "GPTQ with 3 bits"},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"}, `checkpoint_format "marlin"`},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": map[string]any{"-:.*mlp.*": map[string]any{}}}, "dynamic per-module rules"},
+		{map[string]any{"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, `AWQ version "gemv"`},
+		{map[string]any{"quant_method": "awq", "bits": 4, "group_size": 0}, "group_size 0"},
+	} {
+		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
+		cfg := tiny.ConfigJSON()
+		cfg["quantization_config"] = c.q
+		dir := t.TempDir()
+		if err := lmckpt.WriteCheckpoint(dir, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := lmckpt.Load(dir)
+		if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an unsupported error containing %q", c.q, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package lm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// GPTQ and AWQ checkpoints store each quantized Linear's weight W [out, in]
+// as integers packed into int32 words, with a scale and a zero point per
+// group of input columns, in place of NAME (".weight"):
+//
+//   - GPTQ (AutoGPTQ, GPTQModel, optimum): PREFIX.qweight I32 [in·bits/32,
+//     out], packed along the input (value i of a column at bits·(i mod
+//     32/bits)); PREFIX.qzeros I32 [groups, out·bits/32], packed along the
+//     output the same way; PREFIX.scales [groups, out]; PREFIX.g_idx I32
+//     [in], each input column's group (desc_act reorders them; without
+//     g_idx the group is i / group_size). W[o, i] = scales[g, o] ·
+//     (q[i, o] − (zeros[g, o] + 1)) with g = g_idx[i]: checkpoint_format
+//     "gptq" (v1) stores every zero point minus one; "gptq_v2" stores it
+//     as it is.
+//   - AWQ (AutoAWQ, version "gemm"): PREFIX.qweight I32 [in, out/8] and
+//     PREFIX.qzeros I32 [groups, out/8], packed along the output in AWQ's
+//     interleaved order (value j of 8 at nibble awqNibble[j]);
+//     PREFIX.scales [groups, out]; W[o, i] = scales[g, o] · (q[i, o] −
+//     zeros[g, o]) with g = i / group_size.
+//
+// The loader decodes them to floats at load (decodeEncoded), like FP8, so
+// they run on every backend in the compute dtype (or held as int8 with
+// --quantize int8): the checkpoint's 4-bit size is not kept in memory.
+
+// PackedQuant is a GPTQ or AWQ checkpoint's quantization (Spec.Packed).
+type PackedQuant struct {
+	Method string // "gptq" or "awq"
+	Bits   int    // 4 or 8 (AWQ: 4)
+	Group  int    // input columns per scale; 0: one group over the whole row
+	// ZeroOffset is added to the stored zero points: 1 for GPTQ v1.
+	ZeroOffset int
+}
+
+// Suffixes of a packed weight's tensors, after the Linear's prefix.
+const (
+	packedQWeight = ".qweight"
+	packedQZeros  = ".qzeros"
+	packedScales  = ".scales"
+	packedGIdx    = ".g_idx"
+)
+
+// awqNibble is where AWQ packs value j of 8 (its interleaved order
+// 0, 2, 4, 6, 1, 3, 5, 7 inverted).
+var awqNibble = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
+
+// packedPrefix is the Linear's name of weight NAME: NAME less ".weight".
+func packedPrefix(name string) (string, bool) {
+	return strings.CutSuffix(name, ".weight")
+}
+
+// packed reports a weight the checkpoint stores packed (GPTQ, AWQ): a
+// Matmul matrix whose PREFIX.qweight is there in place of NAME; a module
+// left unquantized (modules_to_not_convert) keeps its plain NAME.
+func (w WeightSpec) packed(spec *Spec, has func(string) bool) bool {
+	if spec.Packed == nil || !w.Matmul || len(w.Shape) != 2 || has(w.Name) {
+		return false
+	}
+	p, ok := packedPrefix(w.Name)
+	return ok && has(p+packedQWeight)
+}
+
+// packedGroups is the number of scale groups of w.
+func (q *PackedQuant) groups(in int) int {
+	if q.Group <= 0 {
+		return 1
+	}
+	return (in + q.Group - 1) / q.Group
+}
+
+// packedSources are the tensors of a packed weight, with their shapes and
+// dtypes (g_idx only where the checkpoint has it).
+func (w WeightSpec) packedSources(q *PackedQuant, has func(string) bool) []packedTensor {
+	p, _ := packedPrefix(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	per := 32 / q.Bits
+	g := q.groups(in)
+	scaleDTypes := []safetensors.DType{safetensors.F16, safetensors.BF16, safetensors.F32}
+	if q.Method == "awq" {
+		return []packedTensor{
+			{p + packedQWeight, []int{in, out / per}, []safetensors.DType{safetensors.I32}},
+			{p + packedQZeros, []int{g, out / per}, []safetensors.DType{safetensors.I32}},
+			{p + packedScales, []int{g, out}, scaleDTypes},
+		}
+	}
+	ts := []packedTensor{
+		{p + packedQWeight, []int{in / per, out}, []safetensors.DType{safetensors.I32}},
+		{p + packedQZeros, []int{g, out / per}, []safetensors.DType{safetensors.I32}},
+		{p + packedScales, []int{g, out}, scaleDTypes},
+	}
+	if has(p + packedGIdx) {
+		ts = append(ts, packedTensor{p + packedGIdx, []int{in}, []safetensors.DType{safetensors.I32}})
+	}
+	return ts
+}
+
+type packedTensor struct {
+	name   string
+	shape  []int
+	dtypes []safetensors.DType
+}
+
+// checkPackedShape refuses a weight whose sizes the packing cannot cover.
+func (q *PackedQuant) checkShape(w WeightSpec) error {
+	out, in := w.Shape[0], w.Shape[1]
+	per := 32 / q.Bits
+	if q.Method == "awq" && out%per != 0 || q.Method != "awq" && (in%per != 0 || out%per != 0) {
+		return fmt.Errorf("tensor %q: [%d, %d] cannot be packed %d values to an int32 (%s)", w.Name, out, in, per, q.Method)
+	}
+	return nil
+}
+
+// decodePacked decodes a packed weight into rows of [out, in], step rows
+// at a time, calling fn with each piece.
+func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) error {
+	q := l.Model.Spec().Packed
+	if err := q.checkShape(w); err != nil {
+		return err
+	}
+	out, in := w.Shape[0], w.Shape[1]
+	srcs := w.packedSources(q, l.ckpt.Has)
+	raw := make([][]byte, len(srcs))
+	for k, s := range srcs {
+		info, ok := l.ckpt.Info(s.name)
+		if !ok {
+			return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
+		}
+		var err error
+		if raw[k], err = l.rawOf(s.name, info.DType, int64(elements(s.shape))); err != nil {
+			return err
+		}
+	}
+	qw, qz := raw[0], raw[1]
+	scaleInfo, _ := l.ckpt.Info(srcs[2].name)
+	scales := make([]float32, elements(srcs[2].shape))
+	safetensors.DecodeFloat32(scales, scaleInfo.DType, raw[2])
+	groupOf := make([]int32, in)
+	for i := range groupOf {
+		if q.Group > 0 {
+			groupOf[i] = int32(i / q.Group)
+		}
+	}
+	g := q.groups(in)
+	if len(raw) > 3 { // GPTQ's g_idx
+		for i := range groupOf {
+			v := int32(binary.LittleEndian.Uint32(raw[3][4*i:]))
+			if v < 0 || int(v) >= g {
+				return fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", srcs[3].name, i, v, g)
+			}
+			groupOf[i] = v
+		}
+	}
+	per, mask := 32/q.Bits, uint32(1)<<q.Bits-1
+	word := func(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+	// value returns q[i, o] and zero returns zeros[g, o], as stored.
+	var value, zero func(i, o int) uint32
+	if q.Method == "awq" {
+		value = func(i, o int) uint32 { return word(qw, i*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
+		zero = func(g, o int) uint32 { return word(qz, g*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
+	} else {
+		value = func(i, o int) uint32 { return word(qw, (i/per)*out+o) >> (q.Bits * (i % per)) & mask }
+		zero = func(g, o int) uint32 { return word(qz, g*(out/per)+o/per) >> (q.Bits * (o % per)) & mask }
+	}
+	// Each group's zero point per output column, offset, once.
+	zeros := make([]float32, g*out)
+	for gi := range g {
+		for o := range out {
+			zeros[gi*out+o] = float32(int(zero(gi, o)) + q.ZeroOffset)
+		}
+	}
+	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1, DType: scaleInfo.DType, Elements: int64(out) * int64(in)}
+	step := max(1, encodedPiece/in)
+	buf := make([]float32, min(step, out)*in)
+	for row := 0; row < out; row += step {
+		n := min(step, out-row)
+		for r := range n {
+			o := row + r
+			dst := buf[r*in : (r+1)*in]
+			for i := range dst {
+				gi := int(groupOf[i])
+				v := scales[gi*out+o] * (float32(value(i, o)) - zeros[gi*out+o])
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					if nf.Count == 0 {
+						nf.First = int64(o*in + i)
+					}
+					nf.Count++
+				}
+				dst[i] = v
+			}
+		}
+		fn(row*in, buf[:n*in])
+	}
+	for k, s := range srcs {
+		l.ckpt.ReleaseRange(s.name, 0, int64(len(raw[k])))
+	}
+	if nf.Count > 0 && l.OnNonFinite != nil {
+		l.OnNonFinite(nf)
+	}
+	return nil
+}
