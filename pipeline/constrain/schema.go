@@ -722,10 +722,25 @@ func (c *schemaCompiler) intRange(lo, hi int64) {
 	c.b.alt(frags...)
 }
 
-// digitRange emits the digit strings of one length from a to z.
+// digitRange emits the digit strings of one length from a to z, in a
+// program linear in the length: a run from a prefix's ...0 to its ...9 is
+// one class per digit.
 func (c *schemaCompiler) digitRange(a, z string) {
 	b := c.b
 	if a == "" {
+		return
+	}
+	rest := len(a) - 1
+	anyDigits := func() {
+		for range rest {
+			b.byteRange('0', '9')
+		}
+	}
+	lowFull := strings.Trim(a[1:], "0") == "" // a is d000…
+	highFull := strings.Trim(z[1:], "9") == "" // z is d999…
+	if lowFull && highFull {
+		b.byteRange(a[0], z[0])
+		anyDigits()
 		return
 	}
 	if a[0] == z[0] {
@@ -733,18 +748,22 @@ func (c *schemaCompiler) digitRange(a, z string) {
 		c.digitRange(a[1:], z[1:])
 		return
 	}
-	nines, zeros := strings.Repeat("9", len(a)-1), strings.Repeat("0", len(a)-1)
+	lo, hi := a[0]+1, z[0]-1 // the first digits whose rest is free
 	var frags []func()
-	frags = append(frags, func() { b.lit(a[:1]); c.digitRange(a[1:], nines) })
-	if a[0]+1 <= z[0]-1 {
-		frags = append(frags, func() {
-			b.byteRange(a[0]+1, z[0]-1)
-			for range len(a) - 1 {
-				b.byteRange('0', '9')
-			}
-		})
+	if lowFull {
+		lo = a[0]
+	} else {
+		frags = append(frags, func() { b.lit(a[:1]); c.digitRange(a[1:], strings.Repeat("9", rest)) })
 	}
-	frags = append(frags, func() { b.lit(z[:1]); c.digitRange(zeros, z[1:]) })
+	if highFull {
+		hi = z[0]
+	}
+	if lo <= hi {
+		frags = append(frags, func() { b.byteRange(lo, hi); anyDigits() })
+	}
+	if !highFull {
+		frags = append(frags, func() { b.lit(z[:1]); c.digitRange(strings.Repeat("0", rest), z[1:]) })
+	}
 	b.alt(frags...)
 }
 
