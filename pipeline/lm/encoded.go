@@ -36,6 +36,8 @@ func (l *Loaded) encoding(name string) (WeightSpec, string) {
 		return w, "fp8"
 	case w.packed(l.Model.Spec(), l.ckpt.Has):
 		return w, "packed"
+	case w.compressed(l.Model.Spec(), l.ckpt.Has):
+		return w, "compressed"
 	case w.Transposed && l.ckpt.Has(w.Name):
 		return w, "transposed"
 	}
@@ -94,6 +96,8 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 	switch how {
 	case "packed":
 		return l.decodePacked(w, fn)
+	case "compressed":
+		return l.decodeCompressed(w, fn)
 	case "mxfp4":
 		if in%quant.MXFP4Block != 0 {
 			return fmt.Errorf("tensor %q: MXFP4 needs an input width that is a multiple of %d, got %d", w.Name, quant.MXFP4Block, in)

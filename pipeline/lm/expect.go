@@ -18,8 +18,15 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()
 	for _, w := range Weights(m) {
-		if w.packed(spec, has) {
-			for _, p := range w.packedSources(spec.Packed, has) {
+		var enc []packedTensor
+		switch {
+		case w.packed(spec, has):
+			enc = w.packedSources(spec.Packed, has)
+		case w.compressed(spec, has):
+			enc = w.compressedSources(spec.Compressed, has)
+		}
+		if enc != nil {
+			for _, p := range enc {
 				s.Expect(p.name, p.shape...)
 				s.RequireDType(p.name, p.dtypes...)
 			}

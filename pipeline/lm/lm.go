@@ -69,6 +69,9 @@ type Spec struct {
 	// Packed is a GPTQ or AWQ checkpoint's quantization (packed.go); nil
 	// otherwise. New sets it.
 	Packed *PackedQuant
+	// Compressed is a compressed-tensors checkpoint's scheme
+	// (compressed.go); nil otherwise. New sets it.
+	Compressed *CompressedQuant
 }
 
 // WeightSpec names one checkpoint tensor a model needs.

@@ -242,8 +242,15 @@ func (l *Loaded) Weights() []WeightSpec { return l.weights }
 func (l *Loaded) WeightBytes() int64 {
 	var n int64
 	for _, w := range l.weights {
-		if w.packed(l.Model.Spec(), l.ckpt.Has) {
-			for _, p := range w.packedSources(l.Model.Spec().Packed, l.ckpt.Has) {
+		var enc []packedTensor
+		switch spec := l.Model.Spec(); {
+		case w.packed(spec, l.ckpt.Has):
+			enc = w.packedSources(spec.Packed, l.ckpt.Has)
+		case w.compressed(spec, l.ckpt.Has):
+			enc = w.compressedSources(spec.Compressed, l.ckpt.Has)
+		}
+		if enc != nil {
+			for _, p := range enc {
 				if info, ok := l.ckpt.Info(p.name); ok {
 					n += info.NumBytes()
 				}
@@ -268,8 +275,11 @@ func (l *Loaded) WeightBytes() int64 {
 // it: Float32, BFloat16 or Float16; Float32 for any other stored type
 // (F64, F8, integers), which executors always convert.
 func (l *Loaded) StoredDType(name string) dtypes.DType {
-	if _, how := l.encoding(name); how == "packed" {
+	switch _, how := l.encoding(name); how {
+	case "packed":
 		return dtypes.Float16 // the scales' dtype in GPTQ and AWQ releases
+	case "compressed":
+		return dtypes.BFloat16 // llm-compressor's releases keep bf16 scales
 	}
 	v, _ := l.viewOf(l.sources(name)[0].Name)
 	switch v.info.DType {

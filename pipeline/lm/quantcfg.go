@@ -25,6 +25,8 @@ import (
 //     (WeightSpec.MXFP4: GPT-OSS's experts).
 //   - "gptq" and "awq": Linear weights packed into int32 words with
 //     per-group scales and zero points (packed.go), decoded at load.
+//   - "compressed-tensors": pack-quantized, naive-quantized and
+//     float-quantized weights (compressed.go), decoded at load.
 
 // fp8ScaleSuffix names an FP8 weight's scales.
 const fp8ScaleSuffix = "_scale_inv"
@@ -66,6 +68,19 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		m.Spec().FP8Block = [2]int{c.Q.BlockSize[0], c.Q.BlockSize[1]}
 		return nil
+	case "compressed-tensors":
+		var cc struct {
+			Q compressedConfig `json:"quantization_config"`
+		}
+		if err := cfg.Decode(&cc); err != nil {
+			return err
+		}
+		q, err := compressedQuant(cc.Q, where)
+		if err != nil {
+			return errs.Unsupportedf("%v", err)
+		}
+		m.Spec().Compressed = q
+		return nil
 	case "gptq", "awq":
 		q, err := packedQuant(c.Q, where)
 		if err != nil {
@@ -81,7 +96,7 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
 	}
-	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, GPTQ, AWQ (gemm) and GPT-OSS's mxfp4; bitsandbytes, compressed-tensors, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, GPTQ, AWQ (gemm), compressed-tensors and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
 }
 
 // packedQuant reads a GPTQ or AWQ quantization_config.

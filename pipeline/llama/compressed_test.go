@@ -1,0 +1,283 @@
+package llama_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// ctFormat is one compressed-tensors scheme the test writes.
+type ctFormat struct {
+	name     string
+	format   string // pack-quantized, naive-quantized, float-quantized
+	bits     int
+	sym      bool
+	strategy string // tensor, channel, group, block
+	gIdx     bool
+	reversed bool // mutation: values packed in reversed order within words
+}
+
+// ctCheckpoints writes a tiny Llama twice: its projections in f's
+// compressed-tensors scheme, and in bf16 with those projections
+// dequantised by the test (scale · (code − zero point)).
+func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
+	t.Helper()
+	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
+	tiny.Seed = 10
+	const group = 16
+	block := [2]int{16, 8}
+	state := uint64(4242)
+	next := func(n int) int {
+		state = state*6364136223846793005 + 1442695040888963407
+		return int(state>>33) % n
+	}
+	var plain, ct []safetensors.Tensor
+	add := func(dst *[]safetensors.Tensor, name string, d safetensors.DType, shape []int, v []float32) {
+		st, err := safetensors.Float32Tensor(name, d, shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*dst = append(*dst, st)
+	}
+	ints := func(name string, shape []int, v []uint32) safetensors.Tensor {
+		b := make([]byte, 4*len(v))
+		for i, x := range v {
+			binary.LittleEndian.PutUint32(b[4*i:], x)
+		}
+		return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
+	}
+	for _, w := range tiny.Tensors() {
+		n := 1
+		for _, d := range w.Shape {
+			n *= d
+		}
+		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = 1
+				if w.Kind == "embed" || w.Kind == "linear" {
+					v[i] = float32(next(2001)-1000) / 4000
+				}
+			}
+			add(&plain, w.Name, safetensors.F32, w.Shape, v)
+			add(&ct, w.Name, safetensors.F32, w.Shape, v)
+			continue
+		}
+		out, in := w.Shape[0], w.Shape[1]
+		prefix := strings.TrimSuffix(w.Name, ".weight")
+		var ss []int
+		var scaleAt func(o, i int) int
+		gOf := func(i int) int { return i / group }
+		if f.gIdx {
+			gOf = func(i int) int { return (i*3 + 1) % (in / group) }
+		}
+		switch f.strategy {
+		case "tensor":
+			ss, scaleAt = []int{1}, func(o, i int) int { return 0 }
+		case "channel":
+			ss, scaleAt = []int{out, 1}, func(o, i int) int { return o }
+		case "block":
+			ss = []int{(out + block[0] - 1) / block[0], (in + block[1] - 1) / block[1]}
+			scaleAt = func(o, i int) int { return (o/block[0])*ss[1] + i/block[1] }
+		default:
+			ss, scaleAt = []int{out, in / group}, func(o, i int) int { return o*(in/group) + gOf(i) }
+		}
+		ns := 1
+		for _, d := range ss {
+			ns *= d
+		}
+		sc := make([]float32, ns)
+		for i := range sc {
+			sc[i] = float32(1+next(7)) / 64
+		}
+		// Scales round to bf16 in the checkpoint: dequantise with those.
+		sst, err := safetensors.Float32Tensor(prefix+".weight_scale", safetensors.BF16, ss, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		safetensors.DecodeFloat32(sc, safetensors.BF16, sst.Data)
+		half := 1 << (f.bits - 1)
+		codes := make([]float32, out*in)
+		zps := make([]int, ns)
+		if !f.sym {
+			for i := range zps {
+				zps[i] = next(2*half) - half
+			}
+		}
+		deq := make([]float32, out*in)
+		var fp8 []byte
+		for o := 0; o < out; o++ {
+			for i := 0; i < in; i++ {
+				var c float32
+				if f.format == "float-quantized" {
+					b := byte(next(256))
+					if b&0x7f == 0x7f {
+						b = 0x3f
+					}
+					fp8 = append(fp8, b)
+					c = float32(fp8Value(b))
+				} else {
+					c = float32(next(2*half) - half)
+				}
+				codes[o*in+i] = c
+				deq[o*in+i] = sc[scaleAt(o, i)] * (c - float32(zps[scaleAt(o, i)]))
+			}
+		}
+		add(&plain, w.Name, safetensors.BF16, w.Shape, deq)
+		switch f.format {
+		case "pack-quantized":
+			per := 32 / f.bits
+			words := make([]uint32, out*(in/per))
+			for o := 0; o < out; o++ {
+				for i := 0; i < in; i++ {
+					k := i % per
+					if f.reversed {
+						k = per - 1 - k
+					}
+					words[o*(in/per)+i/per] |= uint32(int(codes[o*in+i])+half) << (f.bits * k)
+				}
+			}
+			ct = append(ct, ints(prefix+".weight_packed", []int{out, in / per}, words),
+				ints(prefix+".weight_shape", []int{2}, []uint32{uint32(out), uint32(in)}))
+			if !f.sym {
+				cols := ss[len(ss)-1]
+				zw := make([]uint32, (out/per)*cols)
+				for o := 0; o < out; o++ {
+					for c := 0; c < cols; c++ {
+						zw[(o/per)*cols+c] |= uint32(zps[o*cols+c]+half) << (f.bits * (o % per))
+					}
+				}
+				ct = append(ct, ints(prefix+".weight_zero_point", []int{out / per, cols}, zw))
+			}
+		case "naive-quantized":
+			q := make([]byte, out*in)
+			for i, c := range codes {
+				q[i] = byte(int8(c))
+			}
+			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.I8, Shape: w.Shape, Data: q})
+		default:
+			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: fp8})
+		}
+		ct = append(ct, sst)
+		if f.gIdx {
+			gi := make([]uint32, in)
+			for i := range gi {
+				gi[i] = uint32(gOf(i))
+			}
+			ct = append(ct, ints(prefix+".weight_g_idx", []int{in}, gi))
+		}
+	}
+	cfg := tiny.ConfigJSON()
+	plainDir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(plainDir, cfg, plain); err != nil {
+		t.Fatal(err)
+	}
+	typ := "int"
+	if f.format == "float-quantized" {
+		typ = "float"
+	}
+	weights := map[string]any{"num_bits": f.bits, "type": typ, "symmetric": f.sym, "strategy": f.strategy, "dynamic": false}
+	if f.strategy == "group" {
+		weights["group_size"] = group
+	}
+	if f.strategy == "block" {
+		weights["block_structure"] = block[:]
+	}
+	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": f.format, "quantization_status": "compressed",
+		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "weights": weights}}, "ignore": []string{"lm_head"}}
+	ctDir = t.TempDir()
+	if err := lmckpt.WriteCheckpoint(ctDir, cfg, ct); err != nil {
+		t.Fatal(err)
+	}
+	return ctDir, plainDir
+}
+
+// TestCompressedTensors: compressed-tensors checkpoints (pack-quantized
+// 4 and 8 bits, symmetric and with zero points, by group with activation
+// order and by channel; naive int8; fp8 per tensor and by block) give
+// exactly the logits of the checkpoint holding the weights the test
+// dequantised; values packed in reversed order do not.
+func TestCompressedTensors(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	run := func(dir string, mode compile.Mode) [][]float32 {
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		lg, err := r.NewState().Prefill(prompts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+	for _, f := range []ctFormat{
+		{name: "w4a16-group-actorder", format: "pack-quantized", bits: 4, sym: true, strategy: "group", gIdx: true},
+		{name: "w4a16-asym-group", format: "pack-quantized", bits: 4, strategy: "group"},
+		{name: "w8a16-channel", format: "pack-quantized", bits: 8, sym: true, strategy: "channel"},
+		{name: "int8-naive-channel", format: "naive-quantized", bits: 8, sym: true, strategy: "channel"},
+		{name: "fp8-tensor", format: "float-quantized", bits: 8, sym: true, strategy: "tensor"},
+		{name: "fp8-block", format: "float-quantized", bits: 8, sym: true, strategy: "block"},
+		{name: "reversed", format: "pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			cDir, pDir := ctCheckpoints(t, f)
+			modes := []compile.Mode{compile.Compiled, compile.Eager}
+			if f.reversed {
+				modes = modes[:1]
+			}
+			for _, mode := range modes {
+				got, want := run(cDir, mode), run(pDir, mode)
+				same := true
+				for b := range want {
+					for i := range want[b] {
+						same = same && got[b][i] == want[b][i]
+					}
+				}
+				if same == f.reversed {
+					t.Fatalf("%v: logits equal to the dequantised checkpoint's: %v, want %v", mode, same, !f.reversed)
+				}
+			}
+		})
+	}
+}
+
+// compressed-tensors schemes tputool does not read are errors naming them.
+func TestCompressedUnsupported(t *testing.T) {
+	group := func(w map[string]any, targets ...string) map[string]any {
+		return map[string]any{"group_0": map[string]any{"targets": targets, "weights": w}}
+	}
+	for _, c := range []struct {
+		q    map[string]any
+		want string
+	}{
+		{map[string]any{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "float"}, "Linear")}, `format "nvfp4-pack-quantized"`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group"}, "Linear")}, "positive group_size"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "re:.*mlp.*")}, "targets"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "naive-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, "tputool reads int8"},
+	} {
+		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
+		cfg := tiny.ConfigJSON()
+		cfg["quantization_config"] = c.q
+		dir := t.TempDir()
+		if err := lmckpt.WriteCheckpoint(dir, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err := lmckpt.Load(dir)
+		if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an unsupported error containing %q", c.q, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package lm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// compressed-tensors checkpoints (llm-compressor's, vLLM's format of
+// choice: the "quantized.w4a16", "w8a8", "FP8-dynamic" releases) store a
+// quantized Linear W [out, in] beside per-strategy scales:
+//
+//   - format "pack-quantized" (int, 2 to 8 bits): PREFIX.weight_packed I32
+//     [out, ceil(in·bits/32)], packed along the input (value i of a word
+//     at bits·(i mod 32/bits)), each value stored unsigned as the signed
+//     code plus 2^(bits−1); PREFIX.weight_shape [2]; asymmetric schemes add
+//     PREFIX.weight_zero_point I32 [ceil(out·bits/32), groups], packed along
+//     the output the same way;
+//   - "naive-quantized" (int8): NAME I8 [out, in] (zero point
+//     PREFIX.weight_zero_point I8 when asymmetric);
+//   - "float-quantized" (fp8): NAME F8_E4M3 [out, in];
+//
+// with PREFIX.weight_scale of the strategy's shape (tensor [1], channel
+// [out, 1], group [out, in/group_size], block [ceil(out/b0), ceil(in/b1)])
+// and, for activation order, PREFIX.weight_g_idx I32 [in]. W[o, i] =
+// scale · (code − zero point). The loader decodes them at load like FP8
+// and GPTQ (decodeEncoded); activation quantization (input_activations:
+// W8A8) is not applied: the weights run with float activations.
+
+// CompressedQuant is a compressed-tensors checkpoint's weight scheme
+// (Spec.Compressed).
+type CompressedQuant struct {
+	Format    string // pack-quantized, naive-quantized, float-quantized
+	Bits      int
+	Symmetric bool
+	Strategy  string // tensor, channel, group, block
+	Group     int    // group_size (strategy group)
+	Block     [2]int // block_structure (strategy block)
+}
+
+const (
+	ctPacked    = ".weight_packed"
+	ctScale     = ".weight_scale"
+	ctZeroPoint = ".weight_zero_point"
+	ctGIdx      = ".weight_g_idx"
+	ctShape     = ".weight_shape"
+)
+
+// compressed reports a weight the checkpoint stores in compressed-tensors
+// form: its scales beside it, and the packed tensor or NAME.
+func (w WeightSpec) compressed(spec *Spec, has func(string) bool) bool {
+	c := spec.Compressed
+	if c == nil || !w.Matmul || len(w.Shape) != 2 {
+		return false
+	}
+	p, ok := packedPrefix(w.Name)
+	if !ok || !has(p+ctScale) {
+		return false
+	}
+	if c.Format == "pack-quantized" {
+		return !has(w.Name) && has(p+ctPacked)
+	}
+	return has(w.Name)
+}
+
+// scaleShape is the shape of a weight's scales (and zero points) under c.
+func (c *CompressedQuant) scaleShape(out, in int) []int {
+	switch c.Strategy {
+	case "tensor":
+		return []int{1}
+	case "channel":
+		return []int{out, 1}
+	case "block":
+		return []int{(out + c.Block[0] - 1) / c.Block[0], (in + c.Block[1] - 1) / c.Block[1]}
+	}
+	return []int{out, (in + c.Group - 1) / c.Group}
+}
+
+// compressedSources are a compressed weight's tensors (shape nil: as the
+// checkpoint has it, checked by decodeCompressed).
+func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool) []packedTensor {
+	p, _ := packedPrefix(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	floats := []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16}
+	ss := c.scaleShape(out, in)
+	var ts []packedTensor
+	switch c.Format {
+	case "pack-quantized":
+		per := 32 / c.Bits
+		ts = append(ts, packedTensor{p + ctPacked, []int{out, (in + per - 1) / per}, []safetensors.DType{safetensors.I32}})
+		if has(p + ctShape) {
+			ts = append(ts, packedTensor{p + ctShape, []int{2}, []safetensors.DType{safetensors.I32, safetensors.I64}})
+		}
+		if !c.Symmetric {
+			ts = append(ts, packedTensor{p + ctZeroPoint, []int{(out + per - 1) / per, ss[len(ss)-1]}, []safetensors.DType{safetensors.I32}})
+		}
+	case "naive-quantized":
+		ts = append(ts, packedTensor{w.Name, []int{out, in}, []safetensors.DType{safetensors.I8}})
+		if !c.Symmetric {
+			ts = append(ts, packedTensor{p + ctZeroPoint, ss, []safetensors.DType{safetensors.I8}})
+		}
+	default: // float-quantized
+		ts = append(ts, packedTensor{w.Name, []int{out, in}, fp8DTypes})
+	}
+	ts = append(ts, packedTensor{p + ctScale, ss, floats})
+	if has(p + ctGIdx) {
+		ts = append(ts, packedTensor{p + ctGIdx, []int{in}, []safetensors.DType{safetensors.I32}})
+	}
+	return ts
+}
+
+// decodeCompressed decodes a compressed-tensors weight into rows of [out,
+// in], calling fn with each piece.
+func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32)) error {
+	c := l.Model.Spec().Compressed
+	p, _ := packedPrefix(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	srcs := w.compressedSources(c, l.ckpt.Has)
+	raw := map[string][]byte{}
+	dtype := map[string]safetensors.DType{}
+	for _, s := range srcs {
+		info, ok := l.ckpt.Info(s.name)
+		if !ok {
+			return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
+		}
+		b, err := l.rawOf(s.name, info.DType, int64(elements(s.shape)))
+		if err != nil {
+			return err
+		}
+		raw[s.name], dtype[s.name] = b, info.DType
+	}
+	ss := c.scaleShape(out, in)
+	scales := make([]float32, elements(ss))
+	safetensors.DecodeFloat32(scales, dtype[p+ctScale], raw[p+ctScale])
+	// scaleAt is the index of (o, i)'s scale (and zero point).
+	groupOf := func(i int) int { return i / max(c.Group, 1) }
+	if g, ok := raw[p+ctGIdx]; ok {
+		groups := ss[len(ss)-1]
+		idx := make([]int, in)
+		for i := range idx {
+			idx[i] = int(int32(binary.LittleEndian.Uint32(g[4*i:])))
+			if idx[i] < 0 || idx[i] >= groups {
+				return fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", p+ctGIdx, i, idx[i], groups)
+			}
+		}
+		groupOf = func(i int) int { return idx[i] }
+	}
+	var scaleAt func(o, i int) int
+	switch c.Strategy {
+	case "tensor":
+		scaleAt = func(o, i int) int { return 0 }
+	case "channel":
+		scaleAt = func(o, i int) int { return o }
+	case "block":
+		scaleAt = func(o, i int) int { return (o/c.Block[0])*ss[1] + i/c.Block[1] }
+	default:
+		scaleAt = func(o, i int) int { return o*ss[1] + groupOf(i) }
+	}
+	// zero returns (o, i)'s zero point; code returns its signed code.
+	zero := func(o, i int) float32 { return 0 }
+	var code func(o, i int) float32
+	switch c.Format {
+	case "pack-quantized":
+		per, mask, offset := 32/c.Bits, uint32(1)<<c.Bits-1, int32(1)<<(c.Bits-1)
+		words := (in + per - 1) / per
+		packed := raw[p+ctPacked]
+		code = func(o, i int) float32 {
+			v := binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
+			return float32(int32(v) - offset)
+		}
+		if zp, ok := raw[p+ctZeroPoint]; ok {
+			cols := ss[len(ss)-1]
+			zero = func(o, i int) float32 {
+				col := scaleAt(o, i) % cols
+				v := binary.LittleEndian.Uint32(zp[4*((o/per)*cols+col):]) >> (c.Bits * (o % per)) & mask
+				return float32(int32(v) - offset)
+			}
+		}
+	case "naive-quantized":
+		q := raw[w.Name]
+		code = func(o, i int) float32 { return float32(int8(q[o*in+i])) }
+		if zp, ok := raw[p+ctZeroPoint]; ok {
+			zero = func(o, i int) float32 { return float32(int8(zp[scaleAt(o, i)])) }
+		}
+	default:
+		q, d := raw[w.Name], dtype[w.Name]
+		row := make([]float32, in)
+		cur := -1
+		code = func(o, i int) float32 {
+			if o != cur {
+				safetensors.DecodeFloat32(row, d, q[o*in:(o+1)*in])
+				cur = o
+			}
+			return row[i]
+		}
+	}
+	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1, DType: dtype[p+ctScale], Elements: int64(out) * int64(in)}
+	step := max(1, encodedPiece/in)
+	buf := make([]float32, min(step, out)*in)
+	for row := 0; row < out; row += step {
+		n := min(step, out-row)
+		for r := range n {
+			o := row + r
+			dst := buf[r*in : (r+1)*in]
+			for i := range dst {
+				v := scales[scaleAt(o, i)] * (code(o, i) - zero(o, i))
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					if nf.Count == 0 {
+						nf.First = int64(o*in + i)
+					}
+					nf.Count++
+				}
+				dst[i] = v
+			}
+		}
+		fn(row*in, buf[:n*in])
+	}
+	for name, b := range raw {
+		l.ckpt.ReleaseRange(name, 0, int64(len(b)))
+	}
+	if nf.Count > 0 && l.OnNonFinite != nil {
+		l.OnNonFinite(nf)
+	}
+	return nil
+}
+
+// compressedConfig is the part of a compressed-tensors
+// quantization_config loading reads.
+type compressedConfig struct {
+	Format       string `json:"format"`
+	ConfigGroups map[string]struct {
+		Targets []string `json:"targets"`
+		Weights *struct {
+			NumBits        int    `json:"num_bits"`
+			Type           string `json:"type"`
+			Symmetric      bool   `json:"symmetric"`
+			Strategy       string `json:"strategy"`
+			GroupSize      *int   `json:"group_size"`
+			BlockStructure []int  `json:"block_structure"`
+			Dynamic        bool   `json:"dynamic"`
+		} `json:"weights"`
+	} `json:"config_groups"`
+}
+
+// compressedQuant reads a compressed-tensors quantization_config.
+func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error) {
+	format := strings.ToLower(c.Format)
+	switch format {
+	case "pack-quantized", "naive-quantized", "float-quantized":
+	default:
+		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized and float-quantized", where, c.Format)
+	}
+	if len(c.ConfigGroups) != 1 {
+		return nil, fmt.Errorf("%s: compressed-tensors with %d config groups: tputool reads one scheme for every Linear", where, len(c.ConfigGroups))
+	}
+	for name, g := range c.ConfigGroups {
+		if len(g.Targets) != 1 || g.Targets[0] != "Linear" {
+			return nil, fmt.Errorf("%s: config group %s targets %v: tputool reads a scheme that targets [\"Linear\"]", where, name, g.Targets)
+		}
+		wt := g.Weights
+		if wt == nil {
+			return nil, fmt.Errorf("%s: config group %s quantizes no weights", where, name)
+		}
+		q := &CompressedQuant{Format: format, Bits: wt.NumBits, Symmetric: wt.Symmetric, Strategy: strings.ToLower(wt.Strategy)}
+		switch {
+		case format == "float-quantized" && (wt.Type != "float" || wt.NumBits != 8):
+			return nil, fmt.Errorf("%s: float-quantized weights of type %s with %d bits: tputool reads 8-bit floats (fp8)", where, wt.Type, wt.NumBits)
+		case format == "naive-quantized" && (wt.Type != "int" || wt.NumBits != 8):
+			return nil, fmt.Errorf("%s: naive-quantized weights of type %s with %d bits: tputool reads int8", where, wt.Type, wt.NumBits)
+		case format == "pack-quantized" && (wt.Type != "int" || wt.NumBits < 2 || wt.NumBits > 8 || 32%wt.NumBits != 0):
+			return nil, fmt.Errorf("%s: pack-quantized weights of type %s with %d bits: tputool reads ints of 2, 4 or 8 bits", where, wt.Type, wt.NumBits)
+		case format == "float-quantized" && !wt.Symmetric:
+			return nil, fmt.Errorf("%s: asymmetric fp8 weights are not read", where)
+		}
+		switch q.Strategy {
+		case "tensor", "channel":
+		case "group":
+			if wt.GroupSize == nil || *wt.GroupSize <= 0 {
+				return nil, fmt.Errorf("%s: strategy group needs a positive group_size", where)
+			}
+			q.Group = *wt.GroupSize
+		case "block":
+			if len(wt.BlockStructure) != 2 || wt.BlockStructure[0] <= 0 || wt.BlockStructure[1] <= 0 {
+				return nil, fmt.Errorf("%s: strategy block needs a block_structure of two sizes, got %v", where, wt.BlockStructure)
+			}
+			q.Block = [2]int{wt.BlockStructure[0], wt.BlockStructure[1]}
+		default:
+			return nil, fmt.Errorf("%s: weight strategy %q: tputool reads tensor, channel, group and block", where, wt.Strategy)
+		}
+		if !q.Symmetric && format == "pack-quantized" && q.Strategy != "group" && q.Strategy != "channel" {
+			return nil, fmt.Errorf("%s: asymmetric pack-quantized weights with strategy %s are not read", where, q.Strategy)
+		}
+		return q, nil
+	}
+	return nil, nil
+}
