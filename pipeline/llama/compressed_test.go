@@ -22,6 +22,8 @@ type ctFormat struct {
 	strategy string // tensor, channel, group, block
 	gIdx     bool
 	reversed bool // mutation: values packed in reversed order within words
+	fbgemm   bool // quant_method fbgemm_fp8 (fp8 by channel), with input_scale_ub
+	inScale  bool // W8A8: static activation scales beside the weights
 }
 
 // ctCheckpoints writes a tiny Llama twice: its projections in f's
@@ -166,6 +168,12 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: fp8})
 		}
 		ct = append(ct, sst)
+		if f.inScale {
+			add(&ct, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.5})
+		}
+		if f.fbgemm {
+			add(&ct, prefix+".input_scale_ub", safetensors.F32, []int{1}, []float32{1200})
+		}
 		if f.gIdx {
 			gi := make([]uint32, in)
 			for i := range gi {
@@ -192,6 +200,9 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	}
 	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": f.format, "quantization_status": "compressed",
 		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "weights": weights}}, "ignore": []string{"lm_head"}}
+	if f.fbgemm {
+		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200, "modules_to_not_convert": []string{"lm_head"}}
+	}
 	ctDir = t.TempDir()
 	if err := lmckpt.WriteCheckpoint(ctDir, cfg, ct); err != nil {
 		t.Fatal(err)
@@ -227,7 +238,8 @@ func TestCompressedTensors(t *testing.T) {
 		{name: "w4a16-group-actorder", format: "pack-quantized", bits: 4, sym: true, strategy: "group", gIdx: true},
 		{name: "w4a16-asym-group", format: "pack-quantized", bits: 4, strategy: "group"},
 		{name: "w8a16-channel", format: "pack-quantized", bits: 8, sym: true, strategy: "channel"},
-		{name: "int8-naive-channel", format: "naive-quantized", bits: 8, sym: true, strategy: "channel"},
+		{name: "int8-naive-channel-w8a8", format: "naive-quantized", bits: 8, sym: true, strategy: "channel", inScale: true},
+		{name: "fbgemm-fp8", format: "float-quantized", bits: 8, sym: true, strategy: "channel", fbgemm: true},
 		{name: "fp8-tensor", format: "float-quantized", bits: 8, sym: true, strategy: "tensor"},
 		{name: "fp8-block", format: "float-quantized", bits: 8, sym: true, strategy: "block"},
 		{name: "reversed", format: "pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},

@@ -1,6 +1,10 @@
 package lm
 
-import "github.com/tputool/tputool/loader/safetensors"
+import (
+	"strings"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
 
 // weightDTypes are the checkpoint dtypes the text models read.
 var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16}
@@ -44,6 +48,13 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 		}
 	}
 	s.RequireDTypes(weightDTypes...)
+	if spec.Compressed != nil {
+		// Static activation scales (W8A8, FBGEMM's upper bound): the
+		// weights run with float activations, so they are not read.
+		s.IgnoreIf(func(name string) bool {
+			return strings.HasSuffix(name, ".input_scale") || strings.HasSuffix(name, ".input_scale_ub") || strings.HasSuffix(name, ".input_zero_point")
+		})
+	}
 	s.IgnoreIf(ignoredBuffer)
 	s.IgnoreIf(func(name string) bool { _, skip := SkipReason(m, name); return skip })
 	if spec := m.Spec(); spec.TieEmbeddings {

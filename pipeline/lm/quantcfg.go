@@ -81,6 +81,11 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		m.Spec().Compressed = q
 		return nil
+	case "fbgemm_fp8":
+		// FBGEMM's FP8: NAME F8_E4M3 with PREFIX.weight_scale [out, 1] per
+		// output channel, compressed-tensors' float-quantized by channel.
+		m.Spec().Compressed = &CompressedQuant{Format: "float-quantized", Bits: 8, Symmetric: true, Strategy: "channel"}
+		return nil
 	case "gptq", "awq":
 		q, err := packedQuant(c.Q, where)
 		if err != nil {
@@ -96,7 +101,7 @@ func applyQuantization(cfg *config.Model, m Model) error {
 		}
 		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
 	}
-	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, GPTQ, AWQ (gemm), compressed-tensors and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, fbgemm_fp8, GPTQ, AWQ (gemm), compressed-tensors and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
 }
 
 // packedQuant reads a GPTQ or AWQ quantization_config.
