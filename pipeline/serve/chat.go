@@ -211,8 +211,20 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err != nil {
 		return nil, err
 	}
+	s.answerParts(p, text, format)
+	if err := s.constrain(p, structured); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// answerParts sets how the plan's chat answers split into reasoning,
+// content and tool calls (in format): the reasoning markup of the
+// template (and whether the rendered prompt opened a thought), or
+// harmony's messages, decoded with their special tokens.
+func (s *Server) answerParts(p *plan, prompt string, format ToolFormat) {
 	if r := s.o.Reasoning; r != nil {
-		p.reasoning, p.thinking = r, promptOpens(*r, text)
+		p.reasoning, p.thinking = r, promptOpens(*r, prompt)
 	}
 	if s.o.Harmony {
 		p.harmony = true
@@ -222,10 +234,6 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 		}
 	}
 	p.tools = format
-	if err := s.constrain(p, structured); err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // unsupported refuses the chat fields tputool cannot honour when they ask

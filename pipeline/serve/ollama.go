@@ -18,7 +18,9 @@ import (
 // in "options", errors as {"error": "..."}, and a request with no prompt
 // (a client loading the model) done at once. Decoding is lenient, as
 // ollama's own: unknown fields are ignored, but images, tools and a JSON
-// format, which tputool cannot honour, are refused.
+// images, which tputool cannot honour, are refused. /api/chat takes tools
+// (calls come back as message.tool_calls) and think (the thought comes
+// back as message.thinking).
 
 // ollamaOptions are the options tputool honours; the others (num_ctx,
 // num_thread, ...) are ignored.
@@ -53,17 +55,46 @@ type ollamaGenerateRequest struct {
 type ollamaChatRequest struct {
 	ollamaCommon
 	Messages []struct {
-		Role    string   `json:"role"`
-		Content string   `json:"content"`
-		Images  []string `json:"images"`
+		Role      string          `json:"role"`
+		Content   string          `json:"content"`
+		Images    []string        `json:"images"`
+		Thinking  string          `json:"thinking"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+		ToolName  string          `json:"tool_name"`
 	} `json:"messages"`
 	Tools json.RawMessage `json:"tools"`
+	// Think is true or false (the template's enable_thinking), or an
+	// effort ("low", "medium", "high": reasoning_effort).
+	Think json.RawMessage `json:"think"`
 }
 
 // ollamaMessage is a chat response's message.
 type ollamaMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string           `json:"role"`
+	Content   string           `json:"content"`
+	Thinking  string           `json:"thinking,omitempty"`
+	ToolCalls []ollamaToolCall `json:"tool_calls,omitempty"`
+}
+
+// ollamaToolCall is a call in ollama's shape: arguments as an object.
+type ollamaToolCall struct {
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+// ollamaCalls converts parsed calls.
+func ollamaCalls(calls []toolCall) []ollamaToolCall {
+	out := make([]ollamaToolCall, len(calls))
+	for i, c := range calls {
+		out[i].Function.Name = c.Name
+		out[i].Function.Arguments = json.RawMessage(c.Arguments)
+		if !json.Valid(out[i].Function.Arguments) {
+			out[i].Function.Arguments = jsonString(c.Arguments)
+		}
+	}
+	return out
 }
 
 // ollamaResponse is one NDJSON line, or the whole answer without
@@ -275,24 +306,49 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	if isSet(req.Tools) && string(req.Tools) != "[]" {
-		return nil, badRequest("tools", "tool calling is not supported by tputool serve")
+	tools, format, _, err := s.chatTools(&chatRequest{Tools: req.Tools})
+	if err != nil {
+		return nil, err
 	}
 	if len(req.Messages) == 0 {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
-	msgs := make([]chat.Message, len(req.Messages))
+	in := make([]chatMessage, len(req.Messages))
 	for i, m := range req.Messages {
 		if len(m.Images) > 0 {
 			return nil, badRequest("images", "images are not supported")
 		}
-		msgs[i] = chat.Message{Role: m.Role, Content: m.Content}
+		in[i] = chatMessage{Role: m.Role, Content: jsonString(m.Content), ToolCalls: m.ToolCalls, ReasoningContent: m.Thinking, Name: m.ToolName}
 	}
-	_, ids, err := s.renderChat(ctx, msgs, nil, nil)
+	msgs, err := chatMessages(in)
 	if err != nil {
 		return nil, err
 	}
-	return s.ollamaPlan(ids, o, &req.ollamaCommon, "messages")
+	extra := map[string]any{}
+	if isSet(req.Think) {
+		var on bool
+		var effort string
+		switch {
+		case json.Unmarshal(req.Think, &on) == nil:
+			extra["enable_thinking"] = on
+		case json.Unmarshal(req.Think, &effort) == nil && (effort == "low" || effort == "medium" || effort == "high"):
+			extra["enable_thinking"], extra["reasoning_effort"] = true, effort
+		default:
+			return nil, badRequest("think", "think must be true, false, \"low\", \"medium\" or \"high\"")
+		}
+	}
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.ollamaPlan(ids, o, &req.ollamaCommon, "messages")
+	if err != nil {
+		return nil, err
+	}
+	if p.reqs[0].Gen.Constrain == nil { // a format's grammar is the whole answer
+		s.answerParts(p, text, format)
+	}
+	return p, nil
 }
 
 // ollamaRun submits the plan's one sequence and answers it: NDJSON lines
@@ -308,17 +364,46 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 	defer cancel()
 	st := streams[0]
 	defer func() { x.completionTokens = st.CompletionTokens() }()
-	line := func(text string) ollamaResponse {
+	// A chat answer splits into thinking, content and tool calls as it
+	// arrives (p.splitter and the tool parser; both nil for plain text).
+	sp, tp := p.splitter(), newToolParser(p.tools)
+	var calls []toolCall
+	split := func(text string, last bool) (thinking, content string) {
+		if !isChat {
+			return "", text
+		}
+		content = text
+		if sp != nil {
+			thinking, content = sp.feed(text)
+			if last {
+				r2, c2 := sp.flush()
+				thinking, content = thinking+r2, content+c2
+			}
+		}
+		if tp != nil {
+			content = tp.feed(content)
+			if last {
+				var rest string
+				calls, rest = tp.finish()
+				content += rest
+			}
+		}
+		return thinking, content
+	}
+	line := func(thinking, text string) ollamaResponse {
 		resp := ollamaResponse{Model: s.o.ModelName, CreatedAt: s.o.Now().UTC().Format(time.RFC3339Nano)}
 		if isChat {
-			resp.Message = &ollamaMessage{Role: "assistant", Content: text}
+			resp.Message = &ollamaMessage{Role: "assistant", Content: text, Thinking: thinking}
 		} else {
 			resp.Response = &text
 		}
 		return resp
 	}
 	final := func(text, reason string) ollamaResponse {
-		resp := line(text)
+		resp := line(split(text, true))
+		if len(calls) > 0 {
+			resp.Message.ToolCalls = ollamaCalls(calls)
+		}
 		total := s.o.Now().Sub(start)
 		ttft := st.TTFT()
 		resp.Done, resp.DoneReason = true, finishReason(reason)
@@ -343,10 +428,11 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 		var v any
 		switch ev.FinishReason {
 		case "":
-			if ev.Text == "" {
+			thinking, text := split(ev.Text, false)
+			if thinking == "" && text == "" {
 				continue
 			}
-			v = line(ev.Text)
+			v = line(thinking, text)
 		case FinishCancelled:
 			if r.Context().Err() != nil {
 				return

@@ -167,3 +167,59 @@ func TestOllamaTagsAndVersion(t *testing.T) {
 	code, _ = get("/api/tags", "")
 	assert.Equal(t, http.StatusUnauthorized, code)
 }
+
+// /api/chat with tools and a thinking model: the thought comes back as
+// message.thinking, the call as message.tool_calls (arguments as an
+// object), streamed and whole; think false reaches the template; a
+// call and its result go back through the template.
+func TestOllamaChatToolsAndThinking(t *testing.T) {
+	const answer = "<think>Need the weather.</think>Checking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"
+	ids, err := loadTestTokenizer(t).Encode(answer, false)
+	require.NoError(t, err)
+	r := ThinkTags
+	tmpl := toolTemplate + "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+	ts := newTestServer(t, serverConfig{script: ids, template: tmpl, reasoning: &r})
+	tools := `[{"type":"function","function":{"name":"get_weather","description":"Get the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]`
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":%s,"stream":false}`, testModel, tools)
+	status, _, b := ts.post(t, "/api/chat", body)
+	require.Equal(t, http.StatusOK, status, string(b))
+	var whole struct {
+		Message ollamaMessage `json:"message"`
+		Done    bool          `json:"done"`
+	}
+	require.NoError(t, json.Unmarshal(b, &whole))
+	assert.Equal(t, "Need the weather.", whole.Message.Thinking)
+	assert.Equal(t, "Checking.", whole.Message.Content)
+	require.Len(t, whole.Message.ToolCalls, 1)
+	assert.Equal(t, "get_weather", whole.Message.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city":"Paris"}`, string(whole.Message.ToolCalls[0].Function.Arguments))
+	assert.Contains(t, ts.lastPrompt(t), `"name": "get_weather"`)
+
+	status, _, b = ts.post(t, "/api/chat", strings.Replace(body, `"stream":false`, `"stream":true`, 1))
+	require.Equal(t, http.StatusOK, status, string(b))
+	var thinking, content strings.Builder
+	var calls []ollamaToolCall
+	for _, l := range ollamaLines(t, b) {
+		require.NotNil(t, l.Message)
+		thinking.WriteString(l.Message.Thinking)
+		content.WriteString(l.Message.Content)
+		calls = append(calls, l.Message.ToolCalls...)
+	}
+	assert.Equal(t, "Need the weather.", thinking.String())
+	assert.Equal(t, "Checking.", content.String())
+	require.Len(t, calls, 1)
+	assert.JSONEq(t, `{"city":"Paris"}`, string(calls[0].Function.Arguments))
+
+	// think false reaches the template; the call and its result go back.
+	next := fmt.Sprintf(`{"model":%q,"think":false,"stream":false,"tools":%s,"messages":[{"role":"user","content":"Weather in Paris?"},`+
+		`{"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},`+
+		`{"role":"tool","tool_name":"get_weather","content":"{\"temp\": 21}"}]}`, testModel, tools)
+	status, _, b = ts.post(t, "/api/chat", next)
+	require.Equal(t, http.StatusOK, status, string(b))
+	assert.Contains(t, ts.lastPrompt(t), `tool: {"temp": 21}`)
+	assert.Contains(t, ts.lastPrompt(t), "<think>\n\n</think>")
+
+	status, _, b = ts.post(t, "/api/chat", fmt.Sprintf(`{"model":%q,"think":"max","messages":[{"role":"user","content":"x"}]}`, testModel))
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, string(b), "think must be")
+}
