@@ -564,7 +564,8 @@ func (b *Batch) placeArgs(s, t, next, n int) []Arg {
 }
 
 // Decode feeds tokens[i] to sequence seqs[i] and returns the logits that
-// follow each. Rows of no sequence decode a placeholder token, masked.
+// follow each, valid until the next Decode. Rows of no sequence decode a
+// placeholder token, masked.
 func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 	if len(seqs) != len(tokens) {
 		return nil, fmt.Errorf("decode: %d sequences, %d tokens", len(seqs), len(tokens))
