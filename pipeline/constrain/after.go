@@ -9,11 +9,14 @@ import (
 // Deferred leaves the text free until a marker appears in it (the end of
 // a reasoning model's thought, "</think>"), then holds what follows to a
 // grammar. Before the marker, any token with text may come but the end of
-// the sequence (the answer is still to come).
+// the sequence (the answer is still to come), and but a token that
+// completes the marker with bytes after it the grammar would refuse (a
+// vocabulary that spells "</think>" in pieces, the last one ">\n{{").
 type Deferred struct {
 	ix     *Index
 	marker []byte
-	ids    []int // tokens that are the marker without its bytes (special tokens)
+	ids    []int   // tokens that are the marker without its bytes (special tokens)
+	ends   []int32 // tokens that may complete the marker (markerEnds)
 	mask   []uint64
 	tail   []byte // the text's last bytes, where the marker may start
 	m      *Matcher
@@ -23,7 +26,45 @@ type Deferred struct {
 // written as text or as one of ids (a special token whose text the
 // vocabulary does not hold).
 func (ix *Index) After(marker string, ids ...int) *Deferred {
-	return &Deferred{ix: ix, marker: []byte(marker), ids: ids}
+	return &Deferred{ix: ix, marker: []byte(marker), ids: ids, ends: ix.markerEnds(marker)}
+}
+
+// markerEnds lists, once per marker, the tokens that may complete it: the
+// ones that begin with a proper suffix of it or hold all of it.
+func (ix *Index) markerEnds(marker string) []int32 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if e, ok := ix.ends[marker]; ok {
+		return e
+	}
+	var out []int32
+	for id, t := range ix.v.tokens {
+		if len(t) == 0 || ix.v.isEOS[id] {
+			continue
+		}
+		hit := bytes.Contains(t, []byte(marker))
+		for j := 1; j < len(marker) && !hit; j++ {
+			hit = bytes.HasPrefix(t, []byte(marker[j:]))
+		}
+		if hit {
+			out = append(out, int32(id))
+		}
+	}
+	if ix.ends == nil {
+		ix.ends = map[string][]int32{}
+	}
+	ix.ends[marker] = out
+	return out
+}
+
+// completes returns, when token bytes t after the text so far complete
+// the marker, the bytes that follow it.
+func (d *Deferred) completes(t []byte) (rest []byte, ok bool) {
+	text := append(slices.Clone(d.tail), t...)
+	if i := bytes.Index(text, d.marker); i >= 0 {
+		return text[i+len(d.marker):], true
+	}
+	return nil, false
 }
 
 // Allows reports whether id may come next.
@@ -34,7 +75,13 @@ func (d *Deferred) Allows(id int) bool {
 	if slices.Contains(d.ids, id) {
 		return true
 	}
-	return id >= 0 && id < d.ix.v.size && len(d.ix.v.tokens[id]) > 0 && !d.ix.v.isEOS[id]
+	if id < 0 || id >= d.ix.v.size || len(d.ix.v.tokens[id]) == 0 || d.ix.v.isEOS[id] {
+		return false
+	}
+	if rest, ok := d.completes(d.ix.v.tokens[id]); ok && len(rest) > 0 {
+		return d.ix.NewMatcher().AdvanceBytes(rest)
+	}
+	return true
 }
 
 // Mask returns the allowed ids (shared; do not modify).
@@ -42,15 +89,18 @@ func (d *Deferred) Mask() []uint64 {
 	if d.m != nil {
 		return d.m.Mask()
 	}
-	if len(d.ids) == 0 {
-		return d.ix.v.free()
-	}
 	if d.mask == nil {
-		d.mask = slices.Clone(d.ix.v.free())
-		for _, id := range d.ids {
-			if id >= 0 && id < d.ix.v.size {
-				d.mask[id/64] |= 1 << (id % 64)
-			}
+		d.mask = make([]uint64, d.ix.v.Words())
+	}
+	copy(d.mask, d.ix.v.free())
+	for _, id := range d.ids {
+		if id >= 0 && id < d.ix.v.size {
+			d.mask[id/64] |= 1 << (id % 64)
+		}
+	}
+	for _, id := range d.ends {
+		if !d.Allows(int(id)) {
+			d.mask[id/64] &^= 1 << (id % 64)
 		}
 	}
 	return d.mask
@@ -60,9 +110,7 @@ func (d *Deferred) Mask() []uint64 {
 func (d *Deferred) Started() bool { return d.m != nil }
 
 // Advance records id. The bytes after the marker in the token that
-// completes it start the grammar's text (bytes it refuses are dropped
-// from its view: the sampler never picks such a token when the marker
-// is a token of its own, as in the Qwen vocabularies).
+// completes it start the grammar's text.
 func (d *Deferred) Advance(id int) error {
 	if d.m != nil {
 		return d.m.Advance(id)
@@ -74,13 +122,13 @@ func (d *Deferred) Advance(id int) error {
 		d.m, d.tail = d.ix.NewMatcher(), nil
 		return nil
 	}
-	text := append(d.tail, d.ix.v.tokens[id]...)
-	if i := bytes.Index(text, d.marker); i >= 0 {
-		d.m = d.ix.NewMatcher()
-		d.m.AdvanceBytes(text[i+len(d.marker):])
-		d.tail = nil
+	t := d.ix.v.tokens[id]
+	if rest, ok := d.completes(t); ok {
+		d.m, d.tail = d.ix.NewMatcher(), nil
+		d.m.AdvanceBytes(rest) // allowed: Allows checked it
 		return nil
 	}
-	d.tail = append(d.tail[:0], text[max(0, len(text)-len(d.marker)+1):]...)
+	text := append(d.tail, t...)
+	d.tail = append(d.tail[:0:0], text[max(0, len(text)-len(d.marker)+1):]...)
 	return nil
 }

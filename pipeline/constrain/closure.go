@@ -27,15 +27,18 @@ const (
 // its structures first.
 const maxDepth = 32
 
-// maxClosureItems bounds the closures of a grammar, all together: a
-// pattern such as (|a){1000}, where every position can be skipped, has
-// closures as long as the program, and their total grows with its square.
-const maxClosureItems = 1 << 19
+// maxClosureSteps bounds the work of a grammar's closures, all together
+// (every instruction visited on every call stack): a pattern such as
+// (|a){1000}, where every position can be skipped, has closures as long as
+// the program, and their total grows with its square; a $ref that reaches
+// itself without reading a byte, through two call sites, has as many call
+// stacks as 2^maxDepth.
+const maxClosureSteps = 1 << 18
 
 // closures computes the closure of every resume point of g.
 func (g *Grammar) closures() error {
 	g.clos = make([][]item, len(g.prog)+1)
-	total := 0
+	budget := maxClosureSteps
 	resume := map[int32]bool{g.start: true}
 	for pc, in := range g.prog {
 		switch in.op {
@@ -45,10 +48,9 @@ func (g *Grammar) closures() error {
 	}
 	for pc := range resume {
 		if int(pc) <= len(g.prog) {
-			g.clos[pc] = g.closureOf(pc, maxClosureItems-total)
-			total += len(g.clos[pc])
-			if total >= maxClosureItems {
-				return fmt.Errorf("the schema is too ambiguous to enforce (a pattern or a run of optional parts whose every position may be skipped)")
+			g.clos[pc] = g.closureOf(pc, &budget)
+			if budget < 0 {
+				return fmt.Errorf("the schema is too ambiguous to enforce (a pattern or a run of optional parts whose every position may be skipped, or a $ref that reaches itself without reading a character)")
 			}
 		}
 	}
@@ -56,8 +58,9 @@ func (g *Grammar) closures() error {
 }
 
 // closureOf follows the epsilon moves from pc with an empty local stack,
-// stopping past limit items.
-func (g *Grammar) closureOf(pc int32, limit int) []item {
+// spending one step of budget per instruction visited and stopping when
+// it runs out.
+func (g *Grammar) closureOf(pc int32, budget *int) []item {
 	var out []item
 	type key struct {
 		pc   int32
@@ -66,7 +69,7 @@ func (g *Grammar) closureOf(pc int32, limit int) []item {
 	seen := map[key]bool{}
 	var walk func(pc int32, push []int32)
 	walk = func(pc int32, push []int32) {
-		if len(push) > maxDepth || int(pc) >= len(g.prog) || len(out) > limit {
+		if len(push) > maxDepth || int(pc) >= len(g.prog) || *budget < 0 {
 			return
 		}
 		k := key{pc, pushKey(push)}
@@ -74,6 +77,7 @@ func (g *Grammar) closureOf(pc int32, limit int) []item {
 			return
 		}
 		seen[k] = true
+		*budget--
 		in := g.prog[pc]
 		switch in.op {
 		case opSet:

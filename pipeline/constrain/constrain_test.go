@@ -252,8 +252,18 @@ func TestUnenforceable(t *testing.T) {
 		{`{"type":"string",}`, "not valid JSON"},
 		{`{"type":"string","maxLength":2000000}`, "maxLength: expected an integer"},
 		{`{"if":{"type":"string"}}`, `keyword "if"`},
+		{`{"anyOf":[{"$ref":"#"},{"$ref":"#"}]}`, "too ambiguous"},
+		{`{"type":"string","enum":["a",1]}`, ""}, // filtered to "a": see TestEnumFiltered
+		{`{"type":"string","maxLength":2,"enum":["abcdef"]}`, "enum beside maxLength"},
+		{`{"oneOf":[{"type":"string","nullable":true},{"type":"integer","nullable":true}]}`, "oneOf over two branches of type null"},
 	} {
+		start := time.Now()
 		_, err := JSONSchema([]byte(tc.schema))
+		assert.Less(t, time.Since(start), 3*time.Second, tc.schema)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.schema)
+			continue
+		}
 		if assert.Error(t, err, tc.schema) {
 			assert.Contains(t, err.Error(), tc.want, tc.schema)
 		}
@@ -413,4 +423,60 @@ func TestDeferredSpecialMarker(t *testing.T) {
 	assert.True(t, d.Started())
 	assert.False(t, d.Allows(eos))
 	assert.True(t, d.Allows(int('t')))
+}
+
+// enum and const keep only the values of the schema's type; other
+// constraining keywords beside them are refused (TestUnenforceable).
+func TestEnumFiltered(t *testing.T) {
+	v, _ := testVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"string","enum":["a",1,null]}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	assert.True(t, accepts(ix, `"a"`))
+	assert.False(t, accepts(ix, `1`))
+	assert.False(t, accepts(ix, `null`))
+	g, err = JSONSchema([]byte(`{"type":["integer","null"],"const":null}`))
+	require.NoError(t, err)
+	assert.True(t, accepts(NewIndex(g, v), `null`))
+	_, err = JSONSchema([]byte(`{"type":"integer","const":"x"}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no value of the const has the type integer")
+}
+
+// A token that completes the marker with bytes the grammar refuses is not
+// allowed before the marker (a vocabulary spelling "</t>" in pieces).
+func TestDeferredSplitMarker(t *testing.T) {
+	toks := [][]byte{[]byte("</"), []byte("t"), []byte(">\n\n{"), []byte(">"), []byte(">7"), []byte("7"), []byte("x"), nil}
+	v, err := NewVocab(toks, []int{7})
+	require.NoError(t, err)
+	g, err := JSONSchema([]byte(`{"type":"integer"}`))
+	require.NoError(t, err)
+	d := NewIndex(g, v).After("</t>")
+	require.NoError(t, d.Advance(0))
+	require.NoError(t, d.Advance(1))
+	assert.False(t, d.Allows(2), `">\n\n{" would start the answer with "\n\n{"`)
+	assert.True(t, d.Allows(3))
+	assert.True(t, d.Allows(4))
+	mask := d.Mask()
+	assert.Zero(t, mask[0]&(1<<2))
+	assert.NotZero(t, mask[0]&(1<<4))
+	assert.NotZero(t, mask[0]&(1<<6), "free text before the marker")
+	require.NoError(t, d.Advance(4))
+	assert.True(t, d.Started())
+	assert.True(t, d.Allows(7), "the answer 7 is complete")
+	assert.Error(t, d.Advance(2))
+}
+
+// A dead end (no token continues the text) lets the end of the sequence
+// through, in Allows as in Mask.
+func TestDeadEndAllowsEOS(t *testing.T) {
+	toks := [][]byte{[]byte("a"), []byte("b"), nil}
+	v, err := NewVocab(toks, []int{2})
+	require.NoError(t, err)
+	g, err := JSONSchema([]byte(`{"type":"string"}`))
+	require.NoError(t, err)
+	m := NewIndex(g, v).NewMatcher()
+	assert.NotZero(t, m.Mask()[0]&(1<<2))
+	assert.True(t, m.Allows(2))
+	require.NoError(t, m.Advance(2))
 }

@@ -33,12 +33,14 @@ type Index struct {
 	frames   []frame // frames[0] is the empty stack
 	frameIdx map[[2]int32]int32
 	masks    map[string][]uint64
-	cached   int // bytes of masks held
+	cached   int                // bytes of masks held
+	ends     map[string][]int32 // Deferred's marker-completing tokens, by marker
 }
 
 // maxMaskBytes bounds the masks an index keeps; past it the cache starts
 // over (the states of a text repeat, so it refills with the live ones).
-const maxMaskBytes = 64 << 20
+// serve keeps up to 32 indexes: 512 MiB at most.
+const maxMaskBytes = 16 << 20
 
 // NewIndex returns the index of g over v.
 func NewIndex(g *Grammar, v *Vocab) *Index {
@@ -312,9 +314,16 @@ func (m *Matcher) Allows(id int) bool {
 	return true
 }
 
-// deadEnd reports whether no token continues the text (so EOS must).
+// deadEnd reports whether no token but the end of the sequence continues
+// the text (mask adds the end-of-sequence ids there).
 func (m *Matcher) deadEnd() bool {
-	for _, w := range m.Mask() {
+	mask := m.Mask()
+	for i, w := range mask {
+		for _, id := range m.ix.v.eos {
+			if id/64 == i {
+				w &^= 1 << (id % 64)
+			}
+		}
 		if w != 0 {
 			return false
 		}

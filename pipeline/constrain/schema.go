@@ -186,15 +186,31 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 		c.call(target, r.str)
 		return nil
 	}
-	if e := v.get("const"); e != nil {
-		c.literals([]*jvalue{e})
-		return nil
-	}
-	if e := v.get("enum"); e != nil {
-		if e.kind != 'a' || len(e.vals) == 0 {
-			return fmt.Errorf("%s.enum: expected a non-empty array", path)
+	if e, k := v.get("const"), "const"; e != nil || v.get("enum") != nil {
+		vals := []*jvalue{e}
+		if e == nil {
+			e, k = v.get("enum"), "enum"
+			if e.kind != 'a' || len(e.vals) == 0 {
+				return fmt.Errorf("%s.enum: expected a non-empty array", path)
+			}
+			vals = e.vals
 		}
-		c.literals(e.vals)
+		if others := constraining(v, "enum", "const", "type"); len(others) > 0 {
+			return fmt.Errorf("%s: %s beside %s cannot be enforced", path, k, strings.Join(others, ", "))
+		}
+		if v.get("type") != nil { // only the values of the type
+			types, err := typesOf(v, path)
+			if err != nil {
+				return err
+			}
+			vals = slices.DeleteFunc(slices.Clone(vals), func(x *jvalue) bool {
+				return !slices.Contains(types, jsonType(x)) && !(jsonType(x) == "integer" && slices.Contains(types, "number"))
+			})
+			if len(vals) == 0 {
+				return fmt.Errorf("%s: no value of the %s has the type %s", path, k, strings.Join(types, " or "))
+			}
+		}
+		c.literals(vals)
 		return nil
 	}
 	for _, comb := range []string{"anyOf", "oneOf", "allOf"} {
@@ -217,6 +233,27 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 	}
 	c.b.alt(frags...)
 	return err
+}
+
+// jsonType is the JSON Schema type of a value (integer for a number
+// without a fraction).
+func jsonType(x *jvalue) string {
+	switch x.kind {
+	case 'o':
+		return "object"
+	case 'a':
+		return "array"
+	case 's':
+		return "string"
+	case 'b':
+		return "boolean"
+	case 'z':
+		return "null"
+	}
+	if _, ok := x.integerValue(); ok {
+		return "integer"
+	}
+	return "number"
 }
 
 // constraining lists v's keywords other than annotations and skip.
@@ -345,10 +382,16 @@ func (c *schemaCompiler) combinator(v *jvalue, name string, e *jvalue, path stri
 			if t == "integer" {
 				t = "number"
 			}
-			if seen[t] {
-				return fmt.Errorf("%s: oneOf over two branches of type %s cannot be enforced (their texts may match both)", path, ts[0])
+			branch := []string{t}
+			if n := br.get("nullable"); n != nil && n.kind == 'b' && n.truth {
+				branch = append(branch, "null")
 			}
-			seen[t] = true
+			for _, t := range branch {
+				if seen[t] {
+					return fmt.Errorf("%s: oneOf over two branches of type %s cannot be enforced (their texts may match both)", path, t)
+				}
+				seen[t] = true
+			}
 		}
 	}
 	var err error

@@ -62,13 +62,22 @@ func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
 				c.ws()
 				b.lit(":")
 				c.ws()
-				if roots[i] == nil {
-					c.anyObject()
+				r := roots[i]
+				path := fmt.Sprintf("tools[%d].parameters", i)
+				if r == nil || r.kind == 'o' && len(constraining(r)) == 0 {
+					c.anyObject() // no schema: any object
 					return
 				}
-				c.root = roots[i]
-				// Arguments are an object whatever the schema's root says.
-				if e := c.value(roots[i], fmt.Sprintf("tools[%d].parameters", i)); e != nil && err == nil {
+				// Arguments are an object: a schema of another type, or of
+				// no type that does not imply one, is refused.
+				if ts, e := typesOf(r, path); e != nil || len(ts) != 1 || ts[0] != "object" {
+					if err == nil {
+						err = fmt.Errorf("%s: %s: a tool's parameters must be a schema of type object", t.Name, path)
+					}
+					return
+				}
+				c.root = r
+				if e := c.value(r, path); e != nil && err == nil {
 					err = fmt.Errorf("%s: %w", t.Name, e)
 				}
 			})

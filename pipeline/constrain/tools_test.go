@@ -69,6 +69,11 @@ func TestToolCallsGrammar(t *testing.T) {
 	assert.True(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}`))
 	assert.False(t, accepts(ix, `{"name": "get_weather", "parameters": {"city": "Oslo"}}{"name": "get_weather", "parameters": {"city": "Oslo"}}`))
 
+	assert.False(t, accepts(NewIndex(g, v), `<tool_call>{"name": "now", "arguments": 42}</tool_call>`), "arguments are an object")
+	_, err = ToolCalls([]Tool{{Name: "s", Parameters: []byte(`{"type":"string"}`)}}, CallMarkup{ArgsKey: "arguments"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "must be a schema of type object")
+
 	_, err = ToolCalls([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"type":"number","multipleOf":2}}}`)}}, CallMarkup{ArgsKey: "arguments"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `f: tools[0].parameters.properties.s: keyword "multipleOf"`)

@@ -45,6 +45,7 @@ const maxHarmonyHeader = 256
 // harmonySplitter parses harmony text that arrives in pieces.
 type harmonySplitter struct {
 	header  bool   // reading a header (else a body)
+	seen    bool   // a message has begun: text in a header is markup
 	buf     string // the header so far, or body text held back (it may begin a marker)
 	channel string
 	to      string // the recipient: functions.NAME
@@ -68,6 +69,7 @@ func (h *harmonySplitter) feed(text string) (reasoning, content string) {
 				break
 			}
 			h.parseHeader(h.buf[:i])
+			h.seen = true
 			h.buf, h.header = h.buf[i+len(hMessage):], false
 			continue
 		}
@@ -102,8 +104,10 @@ func (h *harmonySplitter) feed(text string) (reasoning, content string) {
 func (h *harmonySplitter) flush() (reasoning, content string) {
 	var rb, cb strings.Builder
 	if h.header {
-		if strings.TrimSpace(h.buf) != "" && !strings.Contains(h.buf, hChannel) {
-			cb.WriteString(h.buf) // text that never became a header
+		// Text that never became a header is the answer, unless messages
+		// came before it or it holds markup (an answer cut inside a header).
+		if strings.TrimSpace(h.buf) != "" && !h.seen && !strings.Contains(h.buf, "<|") {
+			cb.WriteString(h.buf)
 		}
 	} else {
 		h.body(h.buf, &rb, &cb)

@@ -27,6 +27,7 @@ func TestHarmonySplitterPieces(t *testing.T) {
 		{"<|channel|>analysis<|message|>cut short", "cut short", ""},
 		{"Plain text, no harmony.", "", "Plain text, no harmony."},
 		{"<|channel|>final<|message|>A <|channel> is fine", "", "A <|channel> is fine"},
+		{"<|channel|>analysis<|message|>think<|end|><|start|>assistant", "think", ""}, // cut inside the next header
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			h := newHarmonySplitter()

@@ -266,11 +266,13 @@ func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequ
 	if len(ids) == 0 {
 		return nil, badRequest("prompt", "prompt is empty")
 	}
-	return s.ollamaPlan(ids, o, &req.ollamaCommon, "prompt")
+	return s.ollamaPlan(ids, o, &req.ollamaCommon, "prompt", nil)
 }
 
 // ollamaPlan plans one sequence under the request's format.
-func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, promptParam string) (*plan, error) {
+// parts, when set, says how the answer splits (reasoning, harmony, tool
+// calls) before the format's grammar is put on it.
+func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, promptParam string, parts func(p *plan, structured bool)) (*plan, error) {
 	p, err := s.plan([][]int{ids}, o, 1, false, -1, promptParam, "num_predict")
 	if err != nil {
 		return nil, err
@@ -278,6 +280,9 @@ func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, pr
 	spec, err := ollamaFormat(c.Format)
 	if err != nil {
 		return nil, err
+	}
+	if parts != nil {
+		parts(p, spec != nil)
 	}
 	return p, s.constrain(p, spec)
 }
@@ -341,14 +346,12 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.ollamaPlan(ids, o, &req.ollamaCommon, "messages")
-	if err != nil {
-		return nil, err
-	}
-	if p.reqs[0].Gen.Constrain == nil { // a format's grammar is the whole answer
+	return s.ollamaPlan(ids, o, &req.ollamaCommon, "messages", func(p *plan, structured bool) {
+		if structured {
+			format = "" // the format's grammar is the whole answer: no calls in it
+		}
 		s.answerParts(p, text, format)
-	}
-	return p, nil
+	})
 }
 
 // ollamaRun submits the plan's one sequence and answers it: NDJSON lines

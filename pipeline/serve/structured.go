@@ -100,8 +100,9 @@ type grammarCache struct {
 	indexes map[string]*constrain.Index
 }
 
-// maxCachedGrammars bounds the indexes kept; past it the cache starts over.
-const maxCachedGrammars = 64
+// maxCachedGrammars bounds the indexes kept; past it the cache starts over
+// (each holds at most 16 MiB of masks: constrain.Index).
+const maxCachedGrammars = 32
 
 // constrain puts the plan's sequences under spec: from the first token,
 // or, when the prompt opened the model's thought, from the end of it.
@@ -141,29 +142,38 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrain.Index, error) {
 	eosKey := fmt.Sprint(slices.Sorted(slices.Values(eos)))
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ix, ok := c.indexes[eosKey+spec.key]; ok {
+	ix, ok := c.indexes[eosKey+spec.key]
+	v := c.vocabs[eosKey]
+	c.mu.Unlock()
+	if ok {
 		return ix, nil
 	}
-	v := c.vocabs[eosKey]
-	if v == nil {
-		var err error
-		if v, err = constrain.NewVocab(s.o.Tokenizer.TokenBytes(), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
-			return nil, badRequest(spec.param, "%v", err)
-		}
-		if c.vocabs == nil {
-			c.vocabs = map[string]*constrain.Vocab{}
-		}
-		c.vocabs[eosKey] = v
-	}
+	// Compiling happens outside the lock: a slow schema holds up only its
+	// own request.
 	g, err := spec.compile()
 	if err != nil {
 		return nil, badRequest(spec.param, "%s: %v", spec.param, strings.TrimPrefix(err.Error(), "#: "))
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v == nil {
+		if v = c.vocabs[eosKey]; v == nil {
+			if v, err = constrain.NewVocab(s.o.Tokenizer.TokenBytes(), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
+				return nil, badRequest(spec.param, "%v", err)
+			}
+			if c.vocabs == nil {
+				c.vocabs = map[string]*constrain.Vocab{}
+			}
+			c.vocabs[eosKey] = v
+		}
+	}
+	if ix, ok := c.indexes[eosKey+spec.key]; ok { // another request compiled it meanwhile
+		return ix, nil
+	}
 	if c.indexes == nil || len(c.indexes) >= maxCachedGrammars {
 		c.indexes = map[string]*constrain.Index{}
 	}
-	ix := constrain.NewIndex(g, v)
+	ix = constrain.NewIndex(g, v)
 	c.indexes[eosKey+spec.key] = ix
 	return ix, nil
 }
