@@ -112,7 +112,15 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 				return best
 			}
 		}
-		applyMask(sc, c.Mask())
+		if !applyMask(sc, c.Mask()) {
+			// Nothing allowed within the logits (a tokenizer wider than the
+			// model, whose grammar allows only ids past them): the model's
+			// own pick.
+			for i, v := range logits {
+				sc[i] = float64(v)
+			}
+			s.repetitionPenalty(sc, history)
+		}
 	}
 	if s.o.Greedy() {
 		return argmax(sc)
@@ -134,23 +142,25 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 	return s.draw(sc)
 }
 
-// applyMask sets the scores of the ids mask does not hold to -inf.
-func applyMask(sc []float64, mask []uint64) {
+// applyMask sets the scores of the ids mask does not hold to -inf and
+// reports whether any score is left.
+func applyMask(sc []float64, mask []uint64) bool {
 	inf := math.Inf(-1)
+	left := false
 	for w := 0; w*64 < len(sc); w++ {
 		bits := uint64(0)
 		if w < len(mask) {
 			bits = mask[w]
 		}
-		if bits == ^uint64(0) {
-			continue
-		}
 		for i := w * 64; i < min(len(sc), w*64+64); i++ {
 			if bits&(1<<(i-w*64)) == 0 {
 				sc[i] = inf
+			} else if !math.IsInf(sc[i], -1) {
+				left = true
 			}
 		}
 	}
+	return left
 }
 
 // repetitionPenalty is RepetitionPenaltyLogitsProcessor.

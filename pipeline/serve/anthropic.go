@@ -39,7 +39,8 @@ type anthropicRequest struct {
 		DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
 	} `json:"tool_choice"`
 	Thinking *struct {
-		Type string `json:"type"`
+		Type         string `json:"type"`
+		BudgetTokens *int   `json:"budget_tokens"` // accepted; the thought ends when the model ends it
 	} `json:"thinking"`
 	Metadata    json.RawMessage `json:"metadata"`     // ignored
 	ServiceTier json.RawMessage `json:"service_tier"` // ignored
@@ -51,10 +52,12 @@ type anthropicMessage struct {
 }
 
 type anthropicTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-	Type        string          `json:"type"` // custom tools only
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	Type         string          `json:"type"`          // custom tools only
+	CacheControl json.RawMessage `json:"cache_control"` // ignored: no prompt cache to mark
+	Strict       json.RawMessage `json:"strict"`        // ignored
 }
 
 // anthropicBlock is a content block of a request or an answer.
@@ -139,7 +142,7 @@ func (req *anthropicRequest) chatRequest() (*chatRequest, error) {
 	if req.MaxTokens == nil {
 		return nil, badRequest("max_tokens", "max_tokens is required")
 	}
-	c := &chatRequest{}
+	c := &chatRequest{continueFinal: true}
 	c.Model, c.MaxTokens, c.Temperature, c.TopP, c.TopK = req.Model, req.MaxTokens, req.Temperature, req.TopP, req.TopK
 	if len(req.StopSequences) > 0 {
 		c.Stop, _ = json.Marshal(req.StopSequences)

@@ -187,3 +187,17 @@ func TestAnthropicStopSequence(t *testing.T) {
 	assert.Equal(t, anthropic.StopReasonStopSequence, acc.StopReason)
 	assert.Equal(t, " END", acc.StopSequence)
 }
+
+// What Anthropic's clients send: thinking with a budget, cache_control on
+// a tool, and a last assistant message the answer continues (prefill).
+func TestAnthropicClientFields(t *testing.T) {
+	ts := newTestServer(t, serverConfig{template: toolTemplate})
+	body := `{"model":"` + testModel + `","max_tokens":4,"thinking":{"type":"enabled","budget_tokens":1024},` +
+		`"tools":[{"name":"f","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral"}}],` +
+		`"messages":[{"role":"user","content":"Say a number"},{"role":"assistant","content":"The number is"}]}`
+	status, _, b := ts.post(t, "/v1/messages", body)
+	require.Equal(t, 200, status, string(b))
+	prompt := ts.lastPrompt(t)
+	assert.True(t, strings.HasSuffix(prompt, "assistant:The number is"), "the prefill is continued, not closed: %q", prompt)
+	assert.Equal(t, 1, strings.Count(prompt, "assistant:"), prompt)
+}

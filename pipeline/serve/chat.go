@@ -200,7 +200,13 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 		}
 		extra["reasoning_effort"] = effort
 	}
-	text, ids, err := s.renderChat(ctx, msgs, extra, tools)
+	// A last assistant message the request asks to continue (Anthropic's
+	// prefill) is written after the generation prompt, unclosed.
+	prefill := ""
+	if n := len(msgs); req.continueFinal && n > 1 && msgs[n-1].Role == "assistant" {
+		prefill, msgs = msgs[n-1].Content, msgs[:n-1]
+	}
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools, prefill)
 	if err != nil {
 		return nil, err
 	}
@@ -226,8 +232,10 @@ func (s *Server) answerParts(p *plan, prompt string, format ToolFormat) {
 	if r := s.o.Reasoning; r != nil {
 		p.reasoning, p.thinking = r, promptOpens(*r, prompt)
 	}
-	if s.o.Harmony {
-		p.harmony = true
+	// Markup that is special tokens must reach the text: harmony's, and
+	// mistral's [TOOL_CALLS] (a control token in its tokenizers).
+	if s.o.Harmony || format == ToolsMistral {
+		p.harmony = s.o.Harmony
 		tok := s.o.Tokenizer
 		for i := range p.reqs {
 			p.reqs[i].Gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderWithSpecialAfter(prompt) }
@@ -437,8 +445,9 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 }
 
 // renderChat renders msgs with the chat template (adding the generation
-// prompt) and encodes them, as `tputool chat` does.
-func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[string]any, tools []any) (string, []int, error) {
+// prompt), appends prefill (the start of the answer, continued), and
+// encodes them, as `tputool chat` does.
+func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[string]any, tools []any, prefill string) (string, []int, error) {
 	if s.o.Template == nil {
 		return "", nil, badRequest("messages", "the model %q has no chat template (tokenizer_config.json has no chat_template): use /v1/completions", s.o.ModelName)
 	}
@@ -449,6 +458,7 @@ func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[
 	if err != nil {
 		return "", nil, badRequest("messages", "rendering the chat template: %v", err)
 	}
+	text += prefill
 	ids, err := s.o.Tokenizer.Encode(text, false)
 	if err != nil {
 		return "", nil, badRequest("messages", "encoding the rendered messages: %v", err)

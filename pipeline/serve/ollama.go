@@ -258,7 +258,7 @@ func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequ
 			msgs = append(msgs, chat.Message{Role: "system", Content: req.System})
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: req.Prompt})
-		_, ids, err = s.renderChat(ctx, msgs, nil, nil)
+		_, ids, err = s.renderChat(ctx, msgs, nil, nil, "")
 	}
 	if err != nil {
 		return nil, err
@@ -342,7 +342,7 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 			return nil, badRequest("think", "think must be true, false, \"low\", \"medium\" or \"high\"")
 		}
 	}
-	text, ids, err := s.renderChat(ctx, msgs, extra, tools)
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools, "")
 	if err != nil {
 		return nil, err
 	}

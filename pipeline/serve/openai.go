@@ -105,6 +105,10 @@ type chatRequest struct {
 	SafetyIdentifier     json.RawMessage `json:"safety_identifier"`
 	ServiceTier          json.RawMessage `json:"service_tier"`
 	Verbosity            json.RawMessage `json:"verbosity"`
+
+	// continueFinal: a last assistant message is continued, not closed
+	// (Anthropic's prefill); set by the Messages API, never by JSON.
+	continueFinal bool
 }
 
 // chatMessage is one message of a chat request.

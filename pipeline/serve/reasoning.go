@@ -54,9 +54,10 @@ func newSplitter(r Reasoning, inside bool) *splitter {
 }
 
 // promptOpens reports whether the rendered prompt ends inside the
-// reasoning: its last tag is the start tag.
+// reasoning: its generation prompt ends with the start tag (a tag in a
+// user's text earlier does not count).
 func promptOpens(r Reasoning, prompt string) bool {
-	return strings.LastIndex(prompt, r.Start) > strings.LastIndex(prompt, r.End)
+	return strings.HasSuffix(strings.TrimRight(prompt, " \t\r\n"), r.Start)
 }
 
 // feed splits the next piece of text.

@@ -178,8 +178,8 @@ func parseToolCalls(f ToolFormat, text string) []toolCall {
 			args = json.RawMessage(s)
 		}
 		var compact bytes.Buffer
-		if json.Compact(&compact, args) != nil {
-			return false
+		if json.Compact(&compact, args) != nil || compact.Len() == 0 || compact.Bytes()[0] != '{' {
+			return false // arguments are an object (Anthropic's input must be)
 		}
 		calls = append(calls, toolCall{Name: c.Name, Arguments: compact.String()})
 		return len(calls) < maxToolCalls
