@@ -214,6 +214,7 @@ func (b *Batch) reset() {
 		b.dec.Release()
 	}
 	b.dec = b.r.newState(1, b.slotBuckets()[0], []int32{0})
+	b.dec.reuseLogits = true // Decode's rows are read before the next step
 	b.rows = []int{-1}
 	clear(b.seqRow)
 }

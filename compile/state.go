@@ -38,12 +38,13 @@ type State struct {
 	pending               [][]int32
 	padsT                 *tensors.Tensor // pads as a [B] int32 input, made when pads change
 	tensors               [][]*tensors.Tensor
-	// logits is the host buffer the last step's logits were copied into
-	// (run's rows point into it): reused step after step, so decoding does
-	// not allocate a [batch, vocab] slice each time (14 MB at 23 rows of
-	// Qwen3's vocabulary). A step's rows are valid until the next step on
-	// the same State.
-	logits []float32
+	// reuseLogits: run copies the logits into logits, one host buffer
+	// reused step after step (rows valid until the next step), instead of
+	// a fresh [batch, vocab] slice each time (14 MB at 23 rows of Qwen3's
+	// vocabulary). Batch's decode state sets it; the State API's callers
+	// get slices of their own.
+	reuseLogits bool
+	logits      []float32
 }
 
 // NewState returns an empty State on r: Begin starts its generation.
@@ -151,7 +152,7 @@ func (st *State) Begin(prompts [][]int, maxNew int) (int, error) {
 		layers = r.allocState(b, cacheLen)
 	}
 	*st = State{r: r, batch: b, cacheLen: cacheLen, maxCacheLen: maxCacheLen, pads: pads, pending: tokens,
-		padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), b), tensors: layers, logits: st.logits}
+		padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), b), tensors: layers, reuseLogits: st.reuseLogits, logits: st.logits}
 	return t, nil
 }
 
@@ -250,7 +251,7 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 }
 
 // Decode feeds one token per row (next[b] for row b) and returns the
-// logits that follow it ([B][V]), valid until the State's next step.
+// logits that follow it ([B][V]).
 func (st *State) Decode(next []int) ([][]float32, error) {
 	r := st.r
 	if st.tensors == nil {
@@ -292,9 +293,9 @@ func (r *LM) checkIDs(what string, ids []int) error {
 }
 
 // run executes one step of tokens [B, T] written at cache slot start on
-// st, and advances st's clock. A failed step releases st. The logits it
-// returns (as Prefill, PrefillChunk and Decode do) lie in st's reused
-// host buffer: they are valid until st's next step.
+// st, and advances st's clock. A failed step releases st. With
+// st.reuseLogits the logits it returns lie in st's reused host buffer,
+// valid until st's next step.
 func (r *LM) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
 	t := tokens.Shape().Dimensions[1]
 	startT := tensors.FromScalar(int32(start))
@@ -316,10 +317,15 @@ func (r *LM) run(st *State, compiled *Program, tokens *tensors.Tensor, start int
 	}
 	st.next = start + t
 	n := logits.Shape().Size()
-	if cap(st.logits) < n {
-		st.logits = make([]float32, n)
+	var flat []float32
+	if st.reuseLogits {
+		if cap(st.logits) < n {
+			st.logits = make([]float32, n)
+		}
+		flat = st.logits[:n]
+	} else {
+		flat = make([]float32, n)
 	}
-	flat := st.logits[:n]
 	err = tensors.ConstFlatData(logits, func(v []float32) { copy(flat, v) })
 	logits.FinalizeAll()
 	if err != nil {
