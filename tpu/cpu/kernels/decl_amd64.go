@@ -93,10 +93,10 @@ func dot4x4BF16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int
 func dot4x4F16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
 
 //go:noescape
-func dotMXFP4AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
 
 //go:noescape
-func widenMXFP4AVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
 
 //go:noescape
-func dotMXFP4x8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
+func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)

@@ -347,40 +347,41 @@ func widenI8(dst []float32, src []int8, s float32) {
 	widenI8Generic(dst[nm:], src[nm:], s)
 }
 
-// gemvRowsMXFP4 computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of an
-// MXFP4 B of len(a) values a row (blocks and scales from row 0).
-func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
+// gemvRowsNibbles computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of
+// a nibble-coded B of format code with len(a) values a row (blocks and
+// scales from row 0).
+func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
-	nb := k / MXFP4Block
+	nb := k / nibbleBlock
 	if level != levelAVX512 || nb == 0 || len(c) == 0 {
-		gemvRowsMXFP4Generic(a, blocks, scales, c)
+		gemvRowsNibblesGeneric(code, a, blocks, scales, c)
 		return
 	}
 	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
 	for j := range c {
-		c[j] = dotMXFP4AVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, &fp4Twice, &e8m0Half)
+		c[j] = dotNibblesAVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half)
 	}
 }
 
-// widenMXFP4 decodes whole MXFP4 blocks (len(dst)/32 of them) into dst.
-func widenMXFP4(dst []float32, blocks, scales []byte) {
-	nb := len(dst) / MXFP4Block
+// widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.
+func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
+	nb := len(dst) / nibbleBlock
 	if level != levelAVX512 || nb == 0 {
-		widenMXFP4Generic(dst, blocks, scales)
+		widenNibblesGeneric(code, dst, blocks, scales)
 		return
 	}
-	_, _ = blocks[nb*MXFP4Block/2-1], scales[nb-1]
-	widenMXFP4AVX512(&dst[0], &blocks[0], &scales[0], nb, &fp4Twice, &e8m0Half)
+	_, _ = blocks[nb*nibbleBlock/2-1], scales[nb-1]
+	widenNibblesAVX512(&dst[0], &blocks[0], &scales[0], nb, code.lut, code.half)
 }
 
-// smallMMXFP4 is the small-m MXFP4 product: every B row is decoded in
-// registers once per eight rows of A (dotMXFP4x8AVX512), with no f32
+// smallMNibbles is the small-m product: every B row is decoded in
+// registers once per eight rows of A (dotNibblesX8AVX512), with no f32
 // copy of B. It reports false (and does nothing) without AVX-512.
-func smallMMXFP4(m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
+func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
 	if level != levelAVX512 {
 		return false
 	}
-	nb := k / MXFP4Block
+	nb := k / nibbleBlock
 	_, _ = blocks[n*k/2-1], scales[n*nb-1]
 	Parallel(n, max(1, gemvGrain(k)/max(1, m/8)), func(lo, hi int) {
 		var rows [8]*float32
@@ -391,7 +392,7 @@ func smallMMXFP4(m, n, k int, a []float32, lda int, blocks, scales []byte, c []f
 				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
 			}
 			for j := lo; j < hi; j++ {
-				dotMXFP4x8AVX512(&rows, &blocks[j*k/2], &scales[j*nb], nb, &fp4Twice, &e8m0Half, &out)
+				dotNibblesX8AVX512(&rows, &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half, &out)
 				for i := 0; i < r; i++ {
 					c[(i0+i)*ldc+j] = out[i]
 				}

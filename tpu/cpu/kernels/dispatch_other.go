@@ -50,12 +50,14 @@ func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) 
 func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
 func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }
 
-func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
-	gemvRowsMXFP4Generic(a, blocks, scales, c)
+func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
+	gemvRowsNibblesGeneric(code, a, blocks, scales, c)
 }
 
-func widenMXFP4(dst []float32, blocks, scales []byte) { widenMXFP4Generic(dst, blocks, scales) }
+func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
+	widenNibblesGeneric(code, dst, blocks, scales)
+}
 
-func smallMMXFP4(m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
+func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
 	return false
 }

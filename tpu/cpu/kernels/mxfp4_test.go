@@ -55,7 +55,7 @@ func TestGemmMXFP4NT(t *testing.T) {
 			continue
 		}
 		c := make([]float32, n)
-		gemvRowsMXFP4Generic(a, blocks, scales, c) // the portable path, whatever this CPU runs
+		gemvRowsNibblesGeneric(&mxfp4Code, a, blocks, scales, c) // the portable path, whatever this CPU runs
 		for j := range c {
 			if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
 				t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
@@ -129,7 +129,7 @@ func BenchmarkGemvMXFP4(b *testing.B) {
 // BenchmarkGemmMXFP4 compares, for a few rows of A against one expert's
 // gate_up (5760×2880), the small-m path (B decoded in registers per eight
 // rows) with the blocked GEMM (B decoded once into the f32 scratch): the
-// crossover sets smallMMXFP4Max.
+// crossover sets smallMNibblesMax.
 func BenchmarkGemmMXFP4(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	n, k := 5760, 2880
@@ -142,14 +142,14 @@ func BenchmarkGemmMXFP4(b *testing.B) {
 		c := make([]float32, m*n)
 		b.Run(fmt.Sprintf("m%d/small", m), func(b *testing.B) {
 			for range b.N {
-				if !smallMMXFP4(m, n, k, a, k, blocks, scales, c, n) {
+				if !smallMNibbles(&mxfp4Code, m, n, k, a, k, blocks, scales, c, n) {
 					b.Skip("no small-m MXFP4 kernel on this CPU")
 				}
 			}
 		})
 		b.Run(fmt.Sprintf("m%d/gemm", m), func(b *testing.B) {
 			for range b.N {
-				gemmNT(m, n, k, a, k, nil, 0, convMXFP4(blocks, scales, k), c, n)
+				gemmNT(m, n, k, a, k, nil, 0, convNibbles(&mxfp4Code, blocks, scales, k), c, n)
 			}
 		})
 	}

@@ -3,13 +3,15 @@
 #include "textflag.h"
 #include "macros_amd64.h"
 
-// func dotMXFP4AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
-// One MXFP4 row against a: each block's 16 bytes are split into nibbles,
-// looked up as int8 (twice the FP4 value: 0, ±1, ..., ±12) with VPSHUFB,
-// interleaved (low nibble first), widened to f32, multiplied by a, and
-// added into the accumulators scaled by half[scale] = 2^(scale-128).
+// func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+// One nibble-coded row (nibble.go) against a: each block's 16 bytes are
+// split into nibbles, looked up as int8 in lut with VPSHUFB (MXFP4: twice
+// the FP4 value, 0, ±1, ..., ±12; int4: the value, -8..7), interleaved
+// (low nibble first), widened to f32, multiplied by a, and added into the
+// accumulators scaled by half[scale code] (MXFP4: 2^(code-128); int4: the
+// matrix's scale table).
 // Z0, Z1 accumulate; X13 is the nibble mask, X14 the table.
-TEXT ·dotMXFP4AVX512(SB), NOSPLIT, $0-52
+TEXT ·dotNibblesAVX512(SB), NOSPLIT, $0-52
 	MOVQ a+0(FP), AX
 	MOVQ blocks+8(FP), SI
 	MOVQ scales+16(FP), BX
@@ -53,10 +55,10 @@ mxdone:
 	VZEROUPPER
 	RET
 
-// func widenMXFP4AVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
-// Decodes nblocks MXFP4 blocks into 32 f32 values each (the GEMM's
-// scratch), with dotMXFP4AVX512's lookup.
-TEXT ·widenMXFP4AVX512(SB), NOSPLIT, $0-48
+// func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+// Decodes nblocks nibble-coded blocks into 32 f32 values each (the GEMM's
+// scratch), with dotNibblesAVX512's lookup.
+TEXT ·widenNibblesAVX512(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ blocks+8(FP), SI
 	MOVQ scales+16(FP), BX
@@ -96,12 +98,12 @@ wddone:
 	VZEROUPPER
 	RET
 
-// func dotMXFP4x8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
-// One MXFP4 row against eight rows of A: each block is decoded once in
-// registers (as in dotMXFP4AVX512) and multiplied into the eight rows'
+// func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
+// One nibble-coded row against eight rows of A: each block is decoded once in
+// registers (as in dotNibblesAVX512) and multiplied into the eight rows'
 // accumulators Z16..Z23; c[i] gets row i's sum. R8..R15 are the rows, DI
 // the byte offset into them.
-TEXT ·dotMXFP4x8AVX512(SB), NOSPLIT, $0-56
+TEXT ·dotNibblesX8AVX512(SB), NOSPLIT, $0-56
 	MOVQ a+0(FP), DX
 	MOVQ 0(DX), R8
 	MOVQ 8(DX), R9

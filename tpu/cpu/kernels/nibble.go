@@ -1,0 +1,143 @@
+package kernels
+
+import "fmt"
+
+// Nibble-coded weights: the layout MXFP4 and int4 share. B [n, k] is held
+// as n rows of k/2 bytes, two 4-bit codes a byte (the low nibble first),
+// and n rows of k/32 one-byte scale codes, one per block of 32 values:
+//
+//	B[j, p] = value(nibble) · scale(codes[j, p/32])
+//
+// A format is its two lookup tables (nibbleCode). The kernels decode the
+// values in registers (GEMV, the small-m product) or block by block into
+// the GEMM's f32 scratch; products and sums are in f32, and the weight is
+// never widened in memory.
+
+// nibbleBlock is the number of values that share one scale code.
+const nibbleBlock = 32
+
+// nibbleCode is a nibble format's tables, in the two forms the kernels
+// use. The assembly looks a nibble up as an int8 (lut) and scales by
+// half[code], so lut[v]·half[s] must equal pairs' value times scale[s];
+// the portable code reads pairs (a byte's two values, low nibble first)
+// and scale.
+type nibbleCode struct {
+	lut   *[16]int8
+	half  *[256]float32
+	pairs *[256][2]float32
+	scale *[256]float32
+}
+
+// checkNibbles checks a nibble-coded matrix of n rows of k values.
+func checkNibbles(name string, n, k, nBlocks, nScales int) {
+	if k%nibbleBlock != 0 {
+		panic(fmt.Sprintf("kernels: %s: k=%d is not a multiple of %d", name, k, nibbleBlock))
+	}
+	if nBlocks < n*k/2 || nScales < n*k/nibbleBlock {
+		panic(fmt.Sprintf("kernels: %s: %d bytes of blocks and %d scales, need %d and %d (n=%d, k=%d)", name, nBlocks, nScales, n*k/2, n*k/nibbleBlock, n, k))
+	}
+}
+
+// gemmNibbles is GemmF32NT with a nibble-coded B of format code (blocks
+// and scales with rows contiguous). C is overwritten; the shapes are
+// checked by the caller.
+func gemmNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	if m == 1 {
+		av := a[:k]
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsNibbles(code, av, blocks[lo*k/2:], scales[lo*k/nibbleBlock:], c[lo:hi])
+		})
+		return
+	}
+	if m <= smallMNibblesMax && smallMNibbles(code, m, n, k, a, lda, blocks, scales, c, ldc) {
+		return
+	}
+	gemmNT(m, n, k, a, lda, nil, 0, convNibbles(code, blocks, scales, k), c, ldc)
+}
+
+// smallMNibblesMax is the most rows of A the small-m path takes (an
+// expert's few routed rows at batched decode, a short prompt): decoding B
+// in registers once per eight rows beats decoding it once into the f32
+// scratch only that far (BenchmarkGemmMXFP4 on a 2-core AVX-512 VM: 1.33
+// against 1.45 ms at m = 4, 4.6 against 2.4 ms at m = 16).
+const smallMNibblesMax = 8
+
+// convNibbles decodes rows [j0, j0+nb), values [p0, p0+kc) of a
+// nibble-coded B with k values a row.
+func convNibbles(code *nibbleCode, blocks, scales []byte, k int) bConverter {
+	return func(dst []float32, j0, nb, p0, kc int) {
+		for j := 0; j < nb; j++ {
+			row := blocks[(j0+j)*k/2:]
+			sc := scales[(j0+j)*k/nibbleBlock:]
+			d := dst[j*kc : j*kc+kc]
+			if p0%nibbleBlock == 0 && kc%nibbleBlock == 0 { // whole blocks (the usual chunking)
+				widenNibbles(code, d, row[p0/2:], sc[p0/nibbleBlock:])
+				continue
+			}
+			p := 0
+			for ; p < kc && (p0+p)%2 != 0; p++ { // an odd start: one high nibble
+				d[p] = code.pairs[row[(p0+p)/2]][1] * code.scale[sc[(p0+p)/nibbleBlock]]
+			}
+			for ; p+1 < kc; p += 2 {
+				q := p0 + p
+				s := code.scale[sc[q/nibbleBlock]]
+				v := &code.pairs[row[q/2]]
+				d[p], d[p+1] = v[0]*s, v[1]*s
+			}
+			if p < kc {
+				q := p0 + p
+				d[p] = code.pairs[row[q/2]][0] * code.scale[sc[q/nibbleBlock]]
+			}
+		}
+	}
+}
+
+// widenNibblesGeneric decodes whole blocks (len(dst)/32 of them) into dst.
+func widenNibblesGeneric(code *nibbleCode, dst []float32, blocks, scales []byte) {
+	for q := 0; q < len(dst)/nibbleBlock; q++ {
+		s := code.scale[scales[q]]
+		d := (*[nibbleBlock]float32)(dst[q*nibbleBlock:])
+		for i, b := range blocks[q*nibbleBlock/2 : (q+1)*nibbleBlock/2] {
+			v := &code.pairs[b]
+			d[2*i], d[2*i+1] = v[0]*s, v[1]*s
+		}
+	}
+}
+
+// gemvRowsNibblesGeneric is gemvRowsNibbles in Go.
+func gemvRowsNibblesGeneric(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
+	k := len(a)
+	nb := k / nibbleBlock
+	for j := range c {
+		c[j] = dotNibbles(code, a, blocks[j*k/2:(j+1)*k/2], scales[j*nb:(j+1)*nb])
+	}
+}
+
+// dotNibbles is Σ_p a[p]·w[p] for one nibble-coded row w (len(scales)
+// blocks).
+func dotNibbles(code *nibbleCode, a []float32, blocks, scales []byte) float32 {
+	var sum float32
+	for q, s := range scales {
+		x := (*[nibbleBlock]float32)(a[q*nibbleBlock:])
+		blk := (*[nibbleBlock / 2]byte)(blocks[q*nibbleBlock/2:])
+		var s0, s1, s2, s3 float32
+		for i := 0; i < nibbleBlock/2; i += 2 {
+			v, w := &code.pairs[blk[i]], &code.pairs[blk[i+1]]
+			s0 += x[2*i] * v[0]
+			s1 += x[2*i+1] * v[1]
+			s2 += x[2*i+2] * w[0]
+			s3 += x[2*i+3] * w[1]
+		}
+		sum += (s0 + s1 + s2 + s3) * code.scale[s]
+	}
+	return sum
+}
