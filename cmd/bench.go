@@ -68,7 +68,7 @@ type BenchOptions struct {
 	Steps      []int
 	// Sizes are {width, height}; nil is the model's default size.
 	Sizes [][2]int
-	// Quantize is --quantize: "" or "int8".
+	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
 	// Experts is --experts (generate); experts the flag as given.
 	Experts compile.ExpertsMode

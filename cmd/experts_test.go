@@ -71,7 +71,8 @@ func TestExpertsFlagValues(t *testing.T) {
 }
 
 // --quantize int8 is refused for a mixture-of-experts model only with
-// --experts host; graph and dense hold the experts as int8.
+// --experts host; graph and dense hold the experts as int8, as int4 does
+// the stacks of graph (the matrices of dense as int4).
 func TestQuantizeMoE(t *testing.T) {
 	dir := moeModelDir(t, true)
 	e := genEnv(t)
@@ -80,6 +81,12 @@ func TestQuantizeMoE(t *testing.T) {
 	for _, mode := range []string{"graph", "dense"} {
 		e = genEnv(t)
 		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", mode), mode+": "+e.errOut.String())
+	}
+	// int4 holds the matrices as int4 and the expert stacks of --experts
+	// graph as int8.
+	for _, mode := range []string{"graph", "dense"} {
+		e = genEnv(t)
+		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int4", "--experts", mode), mode+": "+e.errOut.String())
 	}
 }
 

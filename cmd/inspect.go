@@ -33,7 +33,7 @@ type InspectOptions struct {
 	Headroom float64
 	Retries  int
 	JSON     bool
-	// Quantize is --quantize: "" or "int8".
+	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
 }
 
@@ -101,7 +101,7 @@ after the report, naming the first one.`,
 	fl.IntVarP(&opts.Batch, "batch", "b", inspect.DefaultBatch, "sequences served at once")
 	fl.IntVarP(&opts.Context, "context", "c", inspect.DefaultContext, "tokens per sequence (prompt + output)")
 	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
-	fl.StringVar(&opts.Quantize, "quantize", "", "count the matrix weights as generate --quantize holds them: int8 (1 byte per weight plus an f32 scale per 64 input columns), or none")
+	fl.StringVar(&opts.Quantize, "quantize", "", "count the matrix weights as generate --quantize holds them: int8 (1 byte per weight plus an f32 scale per 64 input columns), int4 (half a byte per weight plus a byte of scale code per 32 and a 1 KiB table per matrix), or none")
 	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
 	addRetriesFlag(c, &opts.Retries)
 	return c

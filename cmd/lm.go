@@ -51,7 +51,7 @@ type lmOptions struct {
 	// Mode is --mode; DType is --dtype (InvalidDType: auto, the device's).
 	Mode  compile.Mode
 	DType dtypes.DType
-	// Quantize is --quantize: "" or "int8" (generate and serve).
+	// Quantize is --quantize: "", "int8" or "int4" (generate and serve).
 	Quantize string
 	Retries  int
 	JSON     bool

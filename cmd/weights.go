@@ -17,17 +17,18 @@ import (
 )
 
 // quantizeHelp is the help of generate's and bench's --quantize.
-const quantizeHelp = "weight quantisation: int8 (weight-only, symmetric, one f32 scale per 64 input columns, computed at load: about 1.06 bytes per weight, embedding table and head included), or none"
+const quantizeHelp = "weight quantisation, computed at load, embedding table and head included: int8 (weight-only, symmetric, one f32 scale per 64 input columns: about 1.06 bytes per weight), int4 (weight-only, symmetric, one scale per 32 input columns coded in a byte: about 0.53 bytes per weight; expert stacks and matrices whose inputs are no multiple of 32 as int8), or none"
 
-// parseQuantize reads --quantize: "" or "none" (float weights) or "int8".
+// parseQuantize reads --quantize: "" or "none" (float weights), "int8"
+// or "int4".
 func parseQuantize(s string) (string, error) {
-	switch strings.ToLower(s) {
+	switch q := strings.ToLower(s); q {
 	case "", "none":
 		return "", nil
-	case "int8":
-		return "int8", nil
+	case "int8", "int4":
+		return q, nil
 	}
-	return "", errs.Usagef("--quantize %q: want int8 or none", s)
+	return "", errs.Usagef("--quantize %q: want int8, int4 or none", s)
 }
 
 // holdingOf is how compile.NewLM will hold l's weights on dev with o.
@@ -47,8 +48,11 @@ func checkWeightsFit(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemor
 	h := holdingOf(dev, o)
 	need := l.HeldBytes(h)
 	what := fmt.Sprintf("the weights of %s held as %s", l.Dir, holdingName(h))
-	lower := "try --quantize int8"
-	if o.Quantize != "" {
+	lower := "try --quantize int8 or int4"
+	switch o.Quantize {
+	case "int8":
+		lower = "try --quantize int4, or use a smaller model"
+	case "int4":
 		lower = "use a smaller model"
 	}
 	return checkHostMemory(what, need, false, hostMemory, lower)
@@ -92,7 +96,7 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.L
 	h := holdingOf(dev, o)
 	rep.Debugf("weights: %s held as %s (%s in the checkpoint)", humanize.Bytes(r.WeightBytes()), holdingName(h), humanize.Bytes(l.WeightBytes()))
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
-		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies int8 directly", o.Quantize, dev.BackendName)
+		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies %s directly", o.Quantize, dev.BackendName, o.Quantize)
 	}
 	var mx int
 	for _, w := range l.Weights() {

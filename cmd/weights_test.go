@@ -27,10 +27,28 @@ func TestGenerateQuantizeInt8(t *testing.T) {
 	}
 }
 
+// --quantize int4 holds the weights as int4 (named under --verbose) and
+// continues TinyStories sensibly; the cpu engine's fused int4 product and
+// the go backend's graph as written give the same text.
+func TestGenerateQuantizeInt4(t *testing.T) {
+	var texts []string
+	for _, dev := range []string{"cpu:fast", "cpu:go"} {
+		e := genEnv(t)
+		code := e.run("--device", dev, "generate", "-v", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--quantize", "int4")
+		require.Equal(t, ExitOK, code, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "held as int4 with float32 compute", dev)
+		assert.Equal(t, dev == "cpu:go", strings.Contains(e.errOut.String(), "dequantised at every step"), dev)
+		texts = append(texts, e.out.String())
+	}
+	assert.Equal(t, texts[0], texts[1])
+	assert.NotEmpty(t, strings.TrimSpace(texts[0]))
+	t.Logf("int4 continuation: %q", texts[0])
+}
+
 func TestQuantizeFlagValues(t *testing.T) {
 	e := genEnv(t)
-	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int4"))
-	assert.Contains(t, e.errOut.String(), `--quantize "int4": want int8 or none`)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int3"))
+	assert.Contains(t, e.errOut.String(), `--quantize "int3": want int8, int4 or none`)
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--quantize", "q4"))
 	assert.Contains(t, e.errOut.String(), `--quantize "q4"`)

@@ -56,8 +56,9 @@ type Options struct {
 	// Weights are converted on the host once, except Matmul weights that
 	// the backend multiplies in their checkpoint dtype (weights.go).
 	DType dtypes.DType
-	// Quantize is "" (weights as floats) or "int8": Matmul weights read by
-	// Linear are held as int8 with per-group scales (weights.go).
+	// Quantize is "" (weights as floats), "int8" or "int4": Matmul weights
+	// are held as int8 with per-group scales, or as int4 with coded
+	// per-block scales (weights.go).
 	Quantize string
 	// CacheLen fixes the static cache length; 0 picks it at each Prefill
 	// from the prompt bucket plus the tokens to generate (CacheBucket).

@@ -38,14 +38,38 @@ import (
 //     them (nn.DequantizeInt8), which tputool's cpu backend fuses into its
 //     int8 GEMM/GEMV and other backends compute as written; nn.Embedding
 //     gathers the int8 rows and their scales before dequantising.
+//   - With Options.Quantize "int4", the Matmul matrices whose inputs are
+//     a multiple of 32 (the embedding table and head included) are held as
+//     int4: packed values u8 [out, in/32, 16], a scale code u8 per block of
+//     32 [out, in/32] and the matrix's table of 256 f32 scales [256, 1]
+//     (kernels.QuantizeInt4, at load); the others, and expert stacks, as
+//     int8 above. The graph dequantises them (nn.DequantizeInt4), which
+//     tputool's cpu backend fuses into its int4 GEMM/GEMV (the weight stays
+//     at 17/32 of a byte) and other backends, XLA's included, compute as
+//     written.
 
-// scalesSuffix names the scales input of a quantised weight, and
+// scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
-// are the weight's own input).
+// are the weight's own input), and int4CodesSuffix and int4TableSuffix
+// the block codes and scale table of an int4 weight (whose packed values
+// are its own input).
 const (
-	scalesSuffix = "#scales"
-	mxfp4Suffix  = "#e8m0"
+	scalesSuffix    = "#scales"
+	mxfp4Suffix     = "#e8m0"
+	int4CodesSuffix = "#i4codes"
+	int4TableSuffix = "#i4table"
 )
+
+// isAux reports whether input name is a quantised weight's companion
+// (scales, codes, table) rather than a weight.
+func isAux(name string) bool {
+	for _, suffix := range []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix} {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
 
 // HoldingOf is how NewLM holds a model's weights on a backend with caps
 // under o: the one statement of that policy, which cmd's memory checks
@@ -88,18 +112,19 @@ func (r *LM) WeightBytes() int64 {
 
 // checkQuantize validates Options.Quantize for this LM.
 func (r *LM) checkQuantize() error {
-	switch r.opts.Quantize {
+	q := r.opts.Quantize
+	switch q {
 	case "":
 		return nil
-	case "int8":
+	case "int8", "int4":
 	default:
-		return errs.Usagef("--quantize %q: want int8 (or nothing)", r.opts.Quantize)
+		return errs.Usagef("--quantize %q: want int8, int4 (or nothing)", q)
 	}
 	if r.tp != nil {
-		return errs.Unsupportedf("--quantize int8 with --tp/--dp is not supported (weights are split on the host as floats)")
+		return errs.Unsupportedf("--quantize %s with --tp/--dp is not supported (weights are split on the host as floats)", q)
 	}
 	if _, ok := r.routedModel(); ok {
-		return errs.Unsupportedf("--quantize int8 is not supported with --experts host (the host-routed experts take float weights); use --experts graph or dense")
+		return errs.Unsupportedf("--quantize %s is not supported with --experts host (the host-routed experts take float weights); use --experts graph or dense", q)
 	}
 	return nil
 }
@@ -137,7 +162,7 @@ func (r *LM) withScales(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		out = append(out, n)
-		for _, suffix := range []string{scalesSuffix, mxfp4Suffix} {
+		for _, suffix := range []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix} {
 			if _, ok := r.weights[n+suffix]; ok {
 				out = append(out, n+suffix)
 			}
@@ -154,6 +179,9 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
+	}
+	if h.Int4(w) {
+		return r.quantizeInt4(l, w)
 	}
 	matrix := w.Matmul && len(w.Shape) == 2
 	held := r.opts.DType
@@ -266,6 +294,66 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	return err
 }
 
+// quantizeInt4 holds a matrix [out, in] as int4 (kernels.QuantizeInt4):
+// packed values u8 [out, in/32, 16] under its name, block codes u8
+// [out, in/32] and its scale table f32 [256, 1] under the suffixed names.
+// The matrix is decoded twice, a block of rows at a time (about 16 MiB of
+// f32): once for the range of its blocks' magnitudes, which fixes the
+// table, once to quantise, so that no f32 copy of the whole weight is
+// ever made.
+func (r *LM) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
+	out, in := w.Shape[0], w.Shape[1]
+	rows := max(1, quantBlock/in)
+	var lo, hi float32
+	err := l.DecodeBlocks(w.Name, rows*in, func(_ int, vals []float32) {
+		blo, bhi := kernels.Int4Range(vals, len(vals)/in, in)
+		lo, hi = kernels.MergeInt4Range(lo, hi, blo, bhi)
+	})
+	if err != nil {
+		return err
+	}
+	table := kernels.Int4Table(lo, hi)
+	nb := in / kernels.Int4Block
+	fill := func(packed, codes []uint8) error {
+		return l.DecodeBlocks(w.Name, rows*in, func(at int, vals []float32) {
+			bp, bc := kernels.QuantizeInt4(vals, len(vals)/in, in, table)
+			row := at / in
+			copy(packed[row*in/2:], bp)
+			copy(codes[row*nb:], bc)
+		})
+	}
+	pShape := shapes.Make(dtypes.Uint8, out, nb, 16)
+	cShape := shapes.Make(dtypes.Uint8, out, nb)
+	var packed, codes []uint8
+	if !r.sharedUpload() {
+		packed, codes = make([]uint8, pShape.Size()), make([]uint8, cShape.Size())
+		if err := fill(packed, codes); err != nil {
+			return err
+		}
+	}
+	pt, err := r.upload(pShape, func(flat any) error {
+		if packed == nil {
+			packed = flat.([]uint8)
+			codes = make([]uint8, cShape.Size())
+			return fill(packed, codes)
+		}
+		copy(flat.([]uint8), packed)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	r.weights[w.Name] = pt
+	ct, err := r.upload(cShape, func(flat any) error { copy(flat.([]uint8), codes); return nil })
+	if err != nil {
+		return err
+	}
+	r.weights[w.Name+int4CodesSuffix] = ct
+	tt, err := r.upload(shapes.Make(dtypes.Float32, 256, 1), func(flat any) error { copy(flat.([]float32), table); return nil })
+	r.weights[w.Name+int4TableSuffix] = tt
+	return err
+}
+
 // quantBlock is the number of weight elements quantizeWeight decodes to
 // f32 at a time (16 MiB).
 var quantBlock = 4 << 20
@@ -318,13 +406,17 @@ func (r *LM) params(names []string, nodes []*graph.Node) *lm.Params {
 		m[n] = nodes[i]
 	}
 	for i, n := range names {
-		if strings.HasSuffix(n, scalesSuffix) || strings.HasSuffix(n, mxfp4Suffix) {
+		if isAux(n) {
 			delete(m, n)
 			continue
 		}
 		x := nodes[i]
 		if s, ok := m[n+scalesSuffix]; ok {
 			m[n] = nn.DequantizeInt8(x, s, r.opts.DType)
+			continue
+		}
+		if c, ok := m[n+int4CodesSuffix]; ok {
+			m[n] = nn.DequantizeInt4(x, c, m[n+int4TableSuffix], r.opts.DType)
 			continue
 		}
 		if s, ok := m[n+mxfp4Suffix]; ok {

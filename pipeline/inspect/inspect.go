@@ -50,9 +50,10 @@ type Options struct {
 	Fit func(tpu.FitRequest) ([]tpu.FitResult, error)
 	// Parallel bounds concurrent remote header reads (default 8).
 	Parallel int
-	// Quantize is "" or "int8": the Matmul weights of an architecture
-	// tputool runs count as int8 plus one f32 scale per group of input
-	// columns, as generate --quantize int8 holds them (lm.Holding).
+	// Quantize is "", "int8" or "int4": the Matmul weights of an
+	// architecture tputool runs count as generate --quantize holds them
+	// (lm.Holding): int8 plus one f32 scale per group of input columns,
+	// or int4 plus a scale code per 32 and a table per matrix.
 	Quantize string
 }
 
@@ -507,7 +508,7 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 		w, ok := specs[t.Name]
 		switch {
 		case !ok: // not read (a tied checkpoint's lm_head.weight), or MXFP4 scales
-		case h.Quantized(w):
+		case h.Quantized(w) || h.Int4(w):
 			n += h.HeldBytes(w, dtypes.Float32)
 		default:
 			n += weightBytes(ts[i:i+1], nil, elem)

@@ -12,15 +12,12 @@ import (
 	_ "github.com/tputool/tputool/pipeline/models"
 )
 
-// inspect --quantize int8 counts the weights as generate --quantize int8
-// holds them (the figure the pre-flight check and compile.NewLM use).
+// inspect --quantize int8 and int4 count the weights as generate
+// --quantize holds them (the figure the pre-flight check and
+// compile.NewLM use).
 func TestQuantizedWeightsFigure(t *testing.T) {
 	const dir = "../../testdata/stories260K-hf"
 	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Quantize: "int8"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,15 +26,23 @@ func TestQuantizedWeightsFigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want := l.HeldBytes(lm.Holding{Compute: dtypes.Float32, Quantize: "int8"})
-	if r.Memory.Weights != want || r.Memory.Quantize != "int8" {
-		t.Errorf("weights %d bytes (quantize %q), want %d as held", r.Memory.Weights, r.Memory.Quantize, want)
-	}
 	plain, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Memory.Weights*2 > plain.Memory.Weights {
-		t.Errorf("int8 weights %d bytes, f32 %d", r.Memory.Weights, plain.Memory.Weights)
+	last := plain.Memory.Weights
+	for _, q := range []string{"int8", "int4"} {
+		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Quantize: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := l.HeldBytes(lm.Holding{Compute: dtypes.Float32, Quantize: q})
+		if r.Memory.Weights != want || r.Memory.Quantize != q {
+			t.Errorf("%s: weights %d bytes (quantize %q), want %d as held", q, r.Memory.Weights, r.Memory.Quantize, want)
+		}
+		if r.Memory.Weights >= last {
+			t.Errorf("%s weights %d bytes, the wider holding's %d", q, r.Memory.Weights, last)
+		}
+		last = r.Memory.Weights
 	}
 }

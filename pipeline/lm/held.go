@@ -38,24 +38,53 @@ type Holding struct {
 	Compute dtypes.DType
 	// Narrow: the backend multiplies bf16/f16 weights directly.
 	Narrow bool
-	// Quantize is "" or "int8".
+	// Quantize is "", "int8" or "int4".
 	Quantize string
 	// MXFP4: weights the checkpoint stores in MXFP4 are held so (blocks
 	// and scales, 17/32 of a byte a weight), never decoded or quantised.
 	MXFP4 bool
 }
 
-// Quantized reports whether weight w is held as int8 under h: every
-// Matmul matrix (nn.Linear multiplies it, nn.Embedding gathers its int8
-// rows and scales) and every stack of them (routed experts [E, out, in],
-// whose chosen matrices nn.PairDot gathers with their scales).
+// Quantized reports whether weight w is held as int8 under h: under
+// int8, every Matmul matrix (nn.Linear multiplies it, nn.Embedding gathers
+// its int8 rows and scales) and every stack of them (routed experts [E,
+// out, in], whose chosen matrices nn.PairDot gathers with their scales);
+// under int4, those that int4 does not take (Int4).
 func (h Holding) Quantized(w WeightSpec) bool {
-	return h.Quantize == "int8" && w.Matmul && len(w.Shape) >= 2
+	switch h.Quantize {
+	case "int8":
+		return w.Matmul && len(w.Shape) >= 2
+	case "int4":
+		return w.Matmul && len(w.Shape) >= 2 && !h.Int4(w)
+	}
+	return false
+}
+
+// Int4 reports whether weight w is held as int4 under h: every Matmul
+// matrix whose inputs come in whole blocks of Int4Block (the embedding
+// table and head included). Expert stacks, and matrices of other widths,
+// are held as int8 (Quantized).
+func (h Holding) Int4(w WeightSpec) bool {
+	return h.Quantize == "int4" && w.Matmul && len(w.Shape) == 2 && w.Shape[1] > 0 && w.Shape[1]%Int4Block == 0
+}
+
+// Int4Block is the number of input columns that share one int4 scale
+// code (kernels.Int4Block).
+const Int4Block = 32
+
+// Int4Bytes is the memory an int4 matrix takes: half a byte a value, a
+// byte of scale code per 32 and the 1 KiB scale table.
+func Int4Bytes(w WeightSpec) int64 {
+	n := int64(1)
+	for _, d := range w.Shape {
+		n *= int64(d)
+	}
+	return n/2 + n/Int4Block + 256*4
 }
 
 // HeldBytes is the memory weight w (stored as stored) takes when held
-// as h says: int8 plus one f32 scale per group when quantised, else its
-// elements in the held dtype.
+// as h says: int8 plus one f32 scale per group, or int4 (Int4Bytes), when
+// quantised, else its elements in the held dtype.
 func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 	n := int64(1)
 	for _, d := range w.Shape {
@@ -63,6 +92,9 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 	}
 	if h.Quantized(w) {
 		return n + 4*n/int64(QuantGroupOf(w.Shape[len(w.Shape)-1]))
+	}
+	if h.Int4(w) {
+		return Int4Bytes(w)
 	}
 	held := h.Compute
 	if w.Matmul {

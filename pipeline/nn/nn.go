@@ -124,11 +124,17 @@ func blockedMatmul(x, w *Node) *Node {
 // checkpoint dtype), the rows are gathered first and only they are
 // converted: the same values, without converting the whole table.
 //
-// Likewise for a table in DequantizeInt8's form: the int8 rows and their
-// scales are gathered and only they are dequantised.
+// Likewise for a table in DequantizeInt8's or DequantizeInt4's form: the
+// quantised rows and their scales (or scale codes) are gathered and only
+// they are dequantised.
 func Embedding(w, ids *Node) *Node {
 	if w.Type() == NodeTypeConvertDType && w.Rank() == 2 {
 		return ConvertDType(Embedding(w.Inputs()[0], ids), w.DType())
+	}
+	if packed, codes, table, ok := dequantizeInt4Parts(w); ok {
+		rows := Gather(packed, InsertAxes(ids, -1))          // [..., groups, 16]
+		crows := Gather(codes, InsertAxes(ids, -1))          // [..., groups]
+		return DequantizeInt4(rows, crows, table, w.DType()) // [..., H]
 	}
 	if q, scales, ok := dequantizeInt8Parts(w); ok {
 		d := q.Shape().Dimensions

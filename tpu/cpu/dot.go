@@ -26,6 +26,9 @@ type dotAux struct {
 	// int8Group is set by rewriteInt8 when the inputs are lhs, an int8
 	// weight [N, K] and its f32 scales, one per int8Group columns.
 	int8Group int
+	// int4 is set by rewriteInt4 when the inputs are lhs and an int4
+	// weight [N, K]: its packed values, block codes and scale table.
+	int4 bool
 }
 
 // DotGeneral implements backends.Builder.
@@ -137,6 +140,7 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 func rewrite(nodes []*node) {
 	for _, n := range nodes {
 		rewriteInt8(n)
+		rewriteInt4(n)
 		rewriteGrouped(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
@@ -163,6 +167,12 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
 		}
 		dotInt8(a, out.data.([]float32), lhs, in[1].data.([]int8), in[2].data.([]float32))
+	case a.int4:
+		lhs := in[0].data.([]float32)
+		if !isIdentity(a.lhsPerm, ls.Dimensions) {
+			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+		}
+		dotInt4(a, out.data.([]float32), lhs, in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
 	case n.shape.DType == dtypes.Float32:
 		lhs := in[0].data.([]float32)
 		if !isIdentity(a.lhsPerm, ls.Dimensions) {

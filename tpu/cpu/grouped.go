@@ -104,7 +104,7 @@ func rewriteGrouped(n *node) {
 	a := n.aux.(*dotAux)
 	lhs, r := n.inputs[0], n.inputs[1]
 	if lhs.shape.Rank() != 2 || r.shape.Rank() != 3 || a.m != 1 || a.b != lhs.shape.Dimensions[0] ||
-		!slices.Equal(a.lhsPerm, []int{0, 1}) || !slices.Equal(a.rhsNT, []int{0, 1, 2}) || a.rhsFrom16 || a.int8Group > 0 {
+		!slices.Equal(a.lhsPerm, []int{0, 1}) || !slices.Equal(a.rhsNT, []int{0, 1, 2}) || a.rhsFrom16 || a.int8Group > 0 || a.int4 {
 		return
 	}
 	if q, scales, ids, group, ok := int8Gathered(r); ok {

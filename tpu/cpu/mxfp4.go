@@ -62,29 +62,40 @@ func mxfp4Gathered(r *node) (blocks, scales, ids *node, ok bool) {
 // tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))
 // at g, table a constant [256, width] equal to want, and returns x.
 func tableSource(g *node, want []float32, width int) *node {
-	if g.op != backends.OpTypeGather || len(g.inputs) != 2 {
-		return nil
-	}
-	t, idx := g.inputs[0], g.inputs[1]
-	if t.op != backends.OpTypeConstant || !slices.Equal(t.shape.Dimensions, []int{256, width}) {
+	t, x := gatherSource(g, width)
+	if t == nil || t.op != backends.OpTypeConstant {
 		return nil
 	}
 	if vals, ok := t.constant.([]float32); !ok || !slices.Equal(vals, want) {
 		return nil
 	}
+	return x
+}
+
+// gatherSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))
+// at g, table an f32 [256, width] gathered by whole rows, and returns
+// table and x.
+func gatherSource(g *node, width int) (table, x *node) {
+	if g.op != backends.OpTypeGather || len(g.inputs) != 2 {
+		return nil, nil
+	}
+	t, idx := g.inputs[0], g.inputs[1]
+	if t.shape.DType != dtypes.Float32 || !slices.Equal(t.shape.Dimensions, []int{256, width}) {
+		return nil, nil
+	}
 	a, ok := g.aux.(gatherAux)
 	if !ok || a.indexVectorAxis != 1 || !slices.Equal(a.collapsedSliceAxes, []int{0}) || !slices.Equal(a.startIndexMap, []int{0}) ||
 		!slices.Equal(a.sizes, []int{1, width}) || !slices.Equal(a.offsetOutputAxes, []int{1}) {
-		return nil
+		return nil, nil
 	}
 	if idx.op != backends.OpTypeReshape || idx.shape.Rank() != 2 || idx.shape.Dimensions[1] != 1 {
-		return nil
+		return nil, nil
 	}
 	c := idx.inputs[0]
 	if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Uint8 {
-		return nil
+		return nil, nil
 	}
-	return c.inputs[0]
+	return t, c.inputs[0]
 }
 
 // mxfp4PairTable and mxfp4ScaleTable are nn.DequantizeMXFP4's tables,

@@ -81,3 +81,93 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 	}
 	kernels.GemmInt8NT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)
 }
+
+// Weight-only int4. pipeline/nn.DequantizeInt4 writes the dequantised
+// weight in MXFP4's form (mxfp4.go) with the int4 values as the constant
+// pairs table and the matrix's scale table (an input, [256, 1]) gathered
+// by the block codes:
+//
+//	Reshape(Mul(Reshape(Gather(int4 pairs [256, 2], Reshape(ConvertDType(packed u8 [N, G, 16], i32), n, 1))),
+//	            BroadcastInDim(Reshape(Gather(table f32 [256, 1], Reshape(ConvertDType(codes u8 [N, G], i32), n/16, 1))))), N, 32·G)
+//
+// and rewriteInt4 finds it as the right operand of an f32 DotGeneral in
+// the NT layout: the product then reads the packed values, codes and
+// table directly (kernels.GemmInt4NT), and the f32 weight is never made
+// unless something else reads it.
+
+// int4PairTable is nn.DequantizeInt4's pairs table, flat: each byte's two
+// values (low nibble first, nibble − 8).
+var int4PairTable = func() (p [512]float32) {
+	for b := 0; b < 256; b++ {
+		p[2*b], p[2*b+1] = float32(b&15)-8, float32(b>>4)-8
+	}
+	return p
+}()
+
+// int4Weight matches the dequantisation form at r [N, K] and returns the
+// packed values [N, G, 16], the codes [N, G] and the table [256, 1].
+func int4Weight(r *node) (packed, codes, table *node, ok bool) {
+	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 || r.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	m := r.inputs[0]
+	if m.op != backends.OpTypeMul || m.shape.Rank() != 3 || m.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	d := m.shape.Dimensions // [N, G, 32]
+	if d[2] != 32 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * 32}) {
+		return nil, nil, nil, false
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		v, b := m.inputs[k[0]], m.inputs[k[1]]
+		if v.op != backends.OpTypeReshape || b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2}) {
+			continue
+		}
+		sc := b.inputs[0]
+		if sc.op != backends.OpTypeReshape || !slices.Equal(sc.shape.Dimensions, []int{d[0], d[1], 1}) {
+			continue
+		}
+		p := tableSource(v.inputs[0], int4PairTable[:], 2)
+		t, c := gatherSource(sc.inputs[0], 1)
+		if p == nil || t == nil || t.op == backends.OpTypeConstant {
+			continue
+		}
+		if !slices.Equal(p.shape.Dimensions, []int{d[0], d[1], 16}) || !slices.Equal(c.shape.Dimensions, []int{d[0], d[1]}) {
+			continue
+		}
+		return p, c, t, true
+	}
+	return nil, nil, nil, false
+}
+
+// rewriteInt4 points f32 DotGenerals at int4 weights where the right
+// operand is the dequantisation form, in the NT layout, with no batch.
+func rewriteInt4(n *node) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return
+	}
+	a := n.aux.(*dotAux)
+	r := n.inputs[1]
+	if a.b != 1 || a.rhsFrom16 || a.int8Group > 0 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+		return
+	}
+	packed, codes, table, ok := int4Weight(r)
+	if !ok {
+		return
+	}
+	b := *a
+	b.int4 = true
+	n.aux = &b
+	n.inputs = []*node{n.inputs[0], packed, codes, table}
+}
+
+// dotInt4 is the product with an int4 weight [N, K] (packed values,
+// codes and table).
+func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float32) {
+	M, N, K := a.m, a.n, a.k
+	if K == 0 {
+		clear(out)
+		return
+	}
+	kernels.GemmInt4NT(M, N, K, lhs, K, packed, codes, table, out, N)
+}

@@ -1,0 +1,97 @@
+package nn
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+)
+
+// Int4 weights (--quantize int4; tpu/cpu/kernels/int4.go states the
+// format): packed U8 [..., out, in/32, 16], two values a byte (low nibble
+// first, value nibble − 8), codes U8 [..., out, in/32], one per 32
+// values, and the matrix's scale table F32 [256, 1], which codes index.
+
+// int4Pairs is DequantizeInt4's constant table: each byte's two values,
+// low nibble first.
+var int4Pairs = func() [][]float32 {
+	pairs := make([][]float32, 256)
+	for b := range pairs {
+		pairs[b] = []float32{float32(b&15) - 8, float32(b>>4) - 8}
+	}
+	return pairs
+}()
+
+// DequantizeInt4 is the int4 weight of packed, codes and table as a
+// [..., out, in] tensor of dtype. The form is MXFP4's (DequantizeMXFP4)
+// with the int4 values as the constant pairs table and the matrix's own
+// scale table gathered by the codes:
+//
+//	Reshape(Mul(Reshape(Gather(pairs, Reshape(ConvertDType(packed, i32), n, 1))),
+//	            BroadcastInDim(Reshape(Gather(table, Reshape(ConvertDType(codes, i32), n/16, 1))))))
+//
+// so that a backend can recognise it under a DotGeneral and multiply the
+// int4 weight directly (tputool's cpu backend does: tpu/cpu/quant.go);
+// elsewhere it is computed as written.
+func DequantizeInt4(packed, codes, table *Node, dtype dtypes.DType) *Node {
+	bd := packed.Shape().Dimensions
+	r := len(bd)
+	if r < 3 || bd[r-1] != 16 || packed.DType() != dtypes.Uint8 || codes.DType() != dtypes.Uint8 ||
+		!slices.Equal(codes.Shape().Dimensions, bd[:r-1]) || table.DType() != dtypes.Float32 || !slices.Equal(table.Shape().Dimensions, []int{256, 1}) {
+		panic(fmt.Errorf("DequantizeInt4: want uint8 packed [..., out, groups, 16], uint8 codes [..., out, groups] and a float32 table [256, 1], got %s, %s and %s",
+			packed.Shape(), codes.Shape(), table.Shape()))
+	}
+	g := packed.Graph()
+	lead := bd[:r-1] // [..., out, groups]
+	nb, ns := packed.Shape().Size(), codes.Shape().Size()
+	pairs := Gather(Const(g, int4Pairs), Reshape(ConvertDType(packed, dtypes.Int32), nb, 1)) // [n, 2]
+	vals := Reshape(pairs, append(slices.Clone(lead), 32)...)                                // [..., out, groups, 32]
+	sc := Gather(table, Reshape(ConvertDType(codes, dtypes.Int32), ns, 1))                   // [n/16, 1]
+	sc = Reshape(sc, append(slices.Clone(lead), 1)...)                                       // [..., out, groups, 1]
+	w := Reshape(Mul(vals, BroadcastToDims(sc, vals.Shape().Dimensions...)), append(slices.Clone(bd[:r-2]), 32*bd[r-2])...)
+	if dtype != dtypes.Float32 {
+		w = ConvertDType(w, dtype)
+	}
+	return w
+}
+
+// dequantizeInt4Parts returns packed, codes and table when w is
+// DequantizeInt4's f32 form.
+func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
+	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	m := w.Inputs()[0]
+	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
+		return nil, nil, nil, false
+	}
+	v, b := m.Inputs()[0], m.Inputs()[1]
+	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
+		return nil, nil, nil, false
+	}
+	// Reshape(Gather(t, Reshape(ConvertDType(x)))) -> t, x
+	source := func(n *Node) (t, x *Node) {
+		for n.Type() == NodeTypeReshape {
+			n = n.Inputs()[0]
+		}
+		if n.Type() != NodeTypeGather {
+			return nil, nil
+		}
+		idx := n.Inputs()[1]
+		for idx.Type() == NodeTypeReshape {
+			idx = idx.Inputs()[0]
+		}
+		if idx.Type() != NodeTypeConvertDType || idx.Inputs()[0].DType() != dtypes.Uint8 {
+			return nil, nil
+		}
+		return n.Inputs()[0], idx.Inputs()[0]
+	}
+	pt, packed := source(v.Inputs()[0])
+	table, codes = source(b.Inputs()[0])
+	if pt == nil || table == nil || pt.Type() != NodeTypeConstant || table.Type() == NodeTypeConstant ||
+		table.DType() != dtypes.Float32 || !slices.Equal(table.Shape().Dimensions, []int{256, 1}) {
+		return nil, nil, nil, false
+	}
+	return packed, codes, table, true
+}

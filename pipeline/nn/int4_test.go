@@ -1,0 +1,92 @@
+package nn
+
+import (
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// int4Case is an int4 matrix [out, 32·groups] with values decoded the long
+// way (low nibble first, nibble − 8, times the block's table entry).
+func int4Case(out, groups int) (packed, codes []uint8, table, dense []float32) {
+	packed = make([]uint8, out*groups*16)
+	for i := range packed {
+		packed[i] = uint8(i*37 + 11)
+	}
+	codes = make([]uint8, out*groups)
+	for i := range codes {
+		codes[i] = uint8(i*7%255 + 1)
+	}
+	table = make([]float32, 256)
+	for i := 1; i < 256; i++ {
+		table[i] = 0.01 * float32(i)
+	}
+	dense = make([]float32, out*groups*32)
+	for i := range dense {
+		nib := int(packed[i/2] & 15)
+		if i%2 == 1 {
+			nib = int(packed[i/2] >> 4)
+		}
+		dense[i] = float32(nib-8) * table[codes[i/32]]
+	}
+	return packed, codes, table, dense
+}
+
+// DequantizeInt4 decodes as the format says, and dequantizeInt4Parts
+// finds its parts again (Embedding gathers by them); the MXFP4 matcher
+// does not take it for MXFP4 (its scale table is no constant).
+func TestDequantizeInt4(t *testing.T) {
+	const out, groups = 3, 2
+	packed, codes, table, dense := int4Case(out, groups)
+	var found, mx bool
+	res := execGraph(t, func(in []*Node) []*Node {
+		w := DequantizeInt4(in[0], in[1], in[2], dtypes.Float32)
+		p, c, tb, ok := dequantizeInt4Parts(w)
+		found = ok && p == in[0] && c == in[1] && tb == in[2]
+		_, _, mx = dequantizeMXFP4Parts(w)
+		return []*Node{w}
+	}, tensors.FromFlatDataAndDimensions(packed, out, groups, 16), tensors.FromFlatDataAndDimensions(codes, out, groups),
+		tensors.FromFlatDataAndDimensions(table, 256, 1))
+	if !found {
+		t.Error("dequantizeInt4Parts does not find the parts of DequantizeInt4's form")
+	}
+	if mx {
+		t.Error("dequantizeMXFP4Parts takes DequantizeInt4's form for MXFP4")
+	}
+	for i, want := range dense {
+		if got := res[0][i]; got != want {
+			t.Fatalf("value %d = %g, want %g", i, got, want)
+		}
+	}
+}
+
+// Embedding of a table in DequantizeInt4's form gathers the packed rows
+// and their codes: the rows of the dequantised table.
+func TestEmbeddingGathersInt4Rows(t *testing.T) {
+	const v, groups = 5, 2
+	packed, codes, table, dense := int4Case(v, groups)
+	ids := []int32{4, 0, 3, 3}
+	var gathered NodeType
+	res := execGraph(t, func(in []*Node) []*Node {
+		e := Embedding(DequantizeInt4(in[0], in[1], in[2], dtypes.Float32), Reshape(in[3], 2, 2))
+		p, _, _, ok := dequantizeInt4Parts(e)
+		if ok {
+			gathered = p.Type()
+		}
+		return []*Node{e}
+	}, tensors.FromFlatDataAndDimensions(packed, v, groups, 16), tensors.FromFlatDataAndDimensions(codes, v, groups),
+		tensors.FromFlatDataAndDimensions(table, 256, 1), tensors.FromFlatDataAndDimensions(ids, 4))
+	if gathered != NodeTypeGather {
+		t.Errorf("packed rows come from %s, want a gather", gathered)
+	}
+	const h = groups * 32
+	for i, id := range ids {
+		for c := 0; c < h; c++ {
+			if got, want := res[0][i*h+c], dense[int(id)*h+c]; got != want {
+				t.Fatalf("id %d col %d = %g, want %g", id, c, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// TestDotGeneralInt4 builds nn.DequantizeInt4's form under a DotGeneral
+// (packed values and codes decoded through the constant pairs table and
+// the matrix's table input): the cpu backend multiplies the int4 weight
+// directly (checked by the rewritten node's inputs) and agrees with the go
+// backend, which computes the f32 weight as written. A pairs table that
+// differs from nn.DequantizeInt4's, or a scale table that is a constant,
+// is not taken for it.
+func TestDotGeneralInt4(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name       string
+		x          []int
+		out, g     int
+		contrax    int
+		badPairs   bool
+		constTable bool
+	}{
+		{"prefill", []int{5, 128}, 33, 4, 1, false, false},
+		{"decode", []int{1, 96}, 7, 3, 1, false, false},
+		{"rank 3", []int{2, 3, 64}, 17, 2, 2, false, false},
+		{"other pairs", []int{3, 64}, 9, 2, 1, true, false},
+		{"constant table", []int{3, 64}, 9, 2, 1, false, true},
+	} {
+		k := c.g * 32
+		r := rand.New(rand.NewPCG(37, uint64(c.out)))
+		w := make([]float32, c.out*k)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		table := kernels.Int4Table(kernels.Int4Range(w, c.out, k))
+		packed, codes := kernels.QuantizeInt4(w, c.out, k, table)
+		shs := []shapes.Shape{sh(dtypes.Float32, c.x...), sh(dtypes.Uint8, c.out, c.g, 16), sh(dtypes.Uint8, c.out, c.g), sh(dtypes.Float32, 256, 1)}
+		data := []any{randFlat(r, shs[0], false), packed, codes, table}
+		pairs := int4PairTable
+		if c.badPairs {
+			pairs[5] = 3
+		}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			decode := func(tb, x backends.Op, width, n int) (backends.Op, error) {
+				i, _ := b.ConvertDType(x, dtypes.Int32)
+				i, _ = b.Reshape(i, n, 1)
+				return b.Gather(tb, i, 1, []int{1}, []int{0}, []int{0}, []int{1, width}, false)
+			}
+			pt, err := b.Constant(pairs[:], 256, 2)
+			if err != nil {
+				return nil, err
+			}
+			vals, err := decode(pt, ps[1], 2, c.out*c.g*16)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, c.out, c.g, 32)
+			tb := ps[3]
+			if c.constTable {
+				if tb, err = b.Constant(table, 256, 1); err != nil {
+					return nil, err
+				}
+			}
+			sc, err := decode(tb, ps[2], 1, c.out*c.g)
+			if err != nil {
+				return nil, err
+			}
+			sc, _ = b.Reshape(sc, c.out, c.g, 1)
+			sc, _ = b.BroadcastInDim(sc, sh(dtypes.Float32, c.out, c.g, 32), []int{0, 1, 2})
+			m, _ := b.Mul(vals, sc)
+			wt, _ := b.Reshape(m, c.out, k)
+			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		n := dot.(*node)
+		rewritten := n.aux.(*dotAux).int4 && len(n.inputs) == 4
+		if rewritten == (c.badPairs || c.constTable) {
+			t.Errorf("%s: rewritten to read int4: %v, want %v", c.name, rewritten, !rewritten)
+		}
+	}
+}
