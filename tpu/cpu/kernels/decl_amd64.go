@@ -100,3 +100,6 @@ func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[1
 
 //go:noescape
 func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
+
+//go:noescape
+func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks int, vals *[16]float32, half *[256]float32) float32

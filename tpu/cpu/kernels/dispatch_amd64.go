@@ -363,6 +363,33 @@ func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []f
 	}
 }
 
+// gemvNibbles is gemmNibbles at m = 1: c[j] = Σ_p a[p]·B[j,p] for the n
+// rows of B. With AVX-512 the activations are permuted once
+// (permuteBlocks), and every row is read by dotNibblesPermAVX512, which
+// needs no interleaving of a block's nibbles.
+func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
+	nb := k / nibbleBlock
+	if level != levelAVX512 || nb == 0 {
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsNibbles(code, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+		})
+		return
+	}
+	_, _ = blocks[n*k/2-1], scales[n*nb-1]
+	buf := permPool.Get().(*[]float32)
+	if cap(*buf) < k {
+		*buf = make([]float32, k)
+	}
+	ap := (*buf)[:k]
+	permuteBlocks(ap, a)
+	Parallel(n, gemvGrain(k), func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			c[j] = dotNibblesPermAVX512(&ap[0], &blocks[j*k/2], &scales[j*nb], nb, code.vals, code.half)
+		}
+	})
+	permPool.Put(buf)
+}
+
 // widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	nb := len(dst) / nibbleBlock

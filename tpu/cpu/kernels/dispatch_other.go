@@ -54,6 +54,13 @@ func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []f
 	gemvRowsNibblesGeneric(code, a, blocks, scales, c)
 }
 
+func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
+	nb := k / nibbleBlock
+	Parallel(n, gemvGrain(k), func(lo, hi int) {
+		gemvRowsNibbles(code, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+	})
+}
+
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	widenNibblesGeneric(code, dst, blocks, scales)
 }

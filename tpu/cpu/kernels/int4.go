@@ -26,6 +26,7 @@ const Int4Block = nibbleBlock
 // byte's two (low nibble first).
 var (
 	int4LUT   = [16]int8{-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}
+	int4Vals  = lutValues(&int4LUT)
 	int4Pairs [256][2]float32
 )
 
@@ -38,7 +39,7 @@ func init() {
 // int4Code is the nibble format of a matrix with scale table table.
 func int4Code(table []float32) *nibbleCode {
 	t := (*[256]float32)(table)
-	return &nibbleCode{lut: &int4LUT, half: t, pairs: &int4Pairs, scale: t}
+	return &nibbleCode{lut: &int4LUT, vals: int4Vals, half: t, pairs: &int4Pairs, scale: t}
 }
 
 // int4Span is the widest ratio between a table's largest and smallest

@@ -22,7 +22,7 @@ var (
 	e8m0Half [256]float32
 
 	// mxfp4Code is MXFP4 as a nibble format (nibble.go).
-	mxfp4Code = nibbleCode{lut: &fp4Twice, half: &e8m0Half, pairs: &fp4Pairs, scale: &e8m0}
+	mxfp4Code = nibbleCode{lut: &fp4Twice, vals: lutValues(&fp4Twice), half: &e8m0Half, pairs: &fp4Pairs, scale: &e8m0}
 )
 
 func init() {

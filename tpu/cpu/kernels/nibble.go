@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // Nibble-coded weights: the layout MXFP4 and int4 share. B [n, k] is held
 // as n rows of k/2 bytes, two 4-bit codes a byte (the low nibble first),
@@ -23,9 +26,19 @@ const nibbleBlock = 32
 // and scale.
 type nibbleCode struct {
 	lut   *[16]int8
+	vals  *[16]float32 // lut as f32 (the GEMV's lookup)
 	half  *[256]float32
 	pairs *[256][2]float32
 	scale *[256]float32
+}
+
+// lutValues is lut as f32.
+func lutValues(lut *[16]int8) *[16]float32 {
+	var v [16]float32
+	for i, x := range lut {
+		v[i] = float32(x)
+	}
+	return &v
 }
 
 // checkNibbles checks a nibble-coded matrix of n rows of k values.
@@ -52,10 +65,7 @@ func gemmNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, sc
 		return
 	}
 	if m == 1 {
-		av := a[:k]
-		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsNibbles(code, av, blocks[lo*k/2:], scales[lo*k/nibbleBlock:], c[lo:hi])
-		})
+		gemvNibbles(code, n, k, a[:k], blocks, scales, c)
 		return
 	}
 	if m <= smallMNibblesMax && smallMNibbles(code, m, n, k, a, lda, blocks, scales, c, ldc) {
@@ -141,3 +151,19 @@ func dotNibbles(code *nibbleCode, a []float32, blocks, scales []byte) float32 {
 	}
 	return sum
 }
+
+// permuteBlocks writes a's blocks of 32 into dst with each block's even
+// values first, then its odd ones: the order of a block's low nibbles,
+// then its high ones (the GEMV's layout of the activations).
+func permuteBlocks(dst, a []float32) {
+	for q := 0; q+nibbleBlock <= len(a); q += nibbleBlock {
+		src := (*[nibbleBlock]float32)(a[q:])
+		d := (*[nibbleBlock]float32)(dst[q:])
+		for i := 0; i < nibbleBlock/2; i++ {
+			d[i], d[nibbleBlock/2+i] = src[2*i], src[2*i+1]
+		}
+	}
+}
+
+// permPool holds the GEMV's permuted activations between calls.
+var permPool = sync.Pool{New: func() any { return new([]float32) }}

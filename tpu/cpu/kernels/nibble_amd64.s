@@ -190,3 +190,65 @@ x8done:
 	REDUCE512(Z0, Y0, X0, 28(DX))
 	VZEROUPPER
 	RET
+
+// func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks int, vals *[16]float32, half *[256]float32) float32
+// One nibble-coded row against a whose blocks of 32 are permuted evens
+// first (permuteBlocks): a block's 16 bytes are zero-extended to dwords,
+// whose low 4 bits (VPERMPS reads no others) index the format's 16 f32
+// values for the low nibbles and, shifted right by 4, for the high ones;
+// they multiply the even and the odd activations, and the block's sum is
+// added into the accumulator scaled by half[scale code]. Two blocks an
+// iteration into Z0 and Z1. Z14 holds vals.
+TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-52
+	MOVQ a+0(FP), AX
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nblocks+24(FP), CX
+	MOVQ vals+32(FP), DX
+	MOVQ half+40(FP), R8
+	VMOVUPS (DX), Z14
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+pmloop2:
+	CMPQ CX, $2
+	JLT  pmtail
+	VPMOVZXBD    (SI), Z2
+	VPMOVZXBD    16(SI), Z4
+	VPSRLD       $4, Z2, Z3
+	VPSRLD       $4, Z4, Z5
+	VPERMPS      Z14, Z2, Z2
+	VPERMPS      Z14, Z3, Z3
+	VPERMPS      Z14, Z4, Z4
+	VPERMPS      Z14, Z5, Z5
+	VMULPS       (AX), Z2, Z2
+	VFMADD231PS  64(AX), Z3, Z2
+	VMULPS       128(AX), Z4, Z4
+	VFMADD231PS  192(AX), Z5, Z4
+	MOVBQZX      (BX), R10
+	MOVBQZX      1(BX), R11
+	VBROADCASTSS (R8)(R10*4), Z9
+	VBROADCASTSS (R8)(R11*4), Z10
+	VFMADD231PS  Z9, Z2, Z0
+	VFMADD231PS  Z10, Z4, Z1
+	ADDQ $32, SI
+	ADDQ $2, BX
+	ADDQ $256, AX
+	SUBQ $2, CX
+	JMP  pmloop2
+pmtail:
+	TESTQ CX, CX
+	JLE   pmdone
+	VPMOVZXBD    (SI), Z2
+	VPSRLD       $4, Z2, Z3
+	VPERMPS      Z14, Z2, Z2
+	VPERMPS      Z14, Z3, Z3
+	VMULPS       (AX), Z2, Z2
+	VFMADD231PS  64(AX), Z3, Z2
+	MOVBQZX      (BX), R10
+	VBROADCASTSS (R8)(R10*4), Z9
+	VFMADD231PS  Z9, Z2, Z0
+pmdone:
+	VADDPS Z1, Z0, Z0
+	REDUCE512(Z0, Y0, X0, ret+48(FP))
+	VZEROUPPER
+	RET

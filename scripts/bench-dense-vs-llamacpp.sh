@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Batch-1 decode of a random dense Llama on tputool and on llama.cpp's
+# kernels (ollama), same weights, side by side, in rounds that interleave
+# the two. Each round runs, for each pair of PAIRS, one tputool bench
+# (--repeat 3, median) and three ollama generations (median). Every line
+# carries the load average.
+#
+# The model: Llama shape, hidden HIDDEN (768), LAYERS (12) layers, HEADS
+# (12) heads, intermediate INTER (2048), vocab 32000, untied head, bf16
+# (the 110M of docs/cpu-engine.md at the defaults), with a byte-level BPE
+# tokenizer padded with plain tokens to the vocabulary (BOS and EOS the last,
+# which a random model rarely picks, so that ollama decodes GEN tokens). ollama imports the
+# folder itself (`ollama create`, its convert_llama.go) and quantises it
+# with --quantize (v0.24.0 offers q8_0, q4_K_S and q4_K_M, no q4_0).
+#
+# PAIRS lists tputool --quantize values and ollama quantisations, as
+# TPUTOOL:OLLAMA (none = the checkpoint's bf16; default
+# "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M").
+#
+#   OLLAMA=/path/to/ollama scripts/bench-dense-vs-llamacpp.sh
+#
+# Build ollama v0.24.0 with CGO_CFLAGS="-O3 -march=native"
+# CGO_CXXFLAGS="-O3 -march=native" go build (without them its ggml is
+# built for baseline x86-64, 4x slower). DIR (default
+# /tmp/tputool-dense-bench-HIDDEN-LAYERS) keeps the model between runs.
+# Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
+#
+# ollama samples (temperature 1, top-k 40, a fixed seed) where tputool
+# bench decodes greedily: greedy decoding of a random model soon repeats
+# one token, and ollama aborts a generation after 30 repeats. Sampling 40
+# of 32000 logits costs a few microseconds of a step of milliseconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
+HIDDEN="${HIDDEN:-768}"
+LAYERS="${LAYERS:-12}"
+HEADS="${HEADS:-12}"
+INTER="${INTER:-2048}"
+DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS}"
+ROUNDS="${ROUNDS:-3}"
+GEN="${GEN:-64}"
+PORT="${PORT:-11501}"
+PAIRS="${PAIRS:-none:none int8:q8_0 int4:q4_K_S int4:q4_K_M}"
+mkdir -p "$DIR/hf"
+if [ ! -f "$DIR/hf/config.json" ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+ "hidden_size": $HIDDEN, "num_hidden_layers": $LAYERS, "num_attention_heads": $HEADS,
+ "num_key_value_heads": $HEADS, "intermediate_size": $INTER,
+ "vocab_size": 32000, "max_position_embeddings": 2048,
+ "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+ "hidden_act": "silu", "bos_token_id": 31999, "eos_token_id": 31999,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 - "$DIR/hf/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
+n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
+for i in range(n, 32000):  # the model's vocabulary; not special, so both stream their text
+    t["added_tokens"].append({"id": i, "content": "<|pad_%d|>" % i, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": False})
+json.dump(t, open(sys.argv[1], "w"))
+PY
+fi
+go build -o "$DIR/tputool" .
+
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=512
+"$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
+for p in $PAIRS; do
+  q="${p#*:}"
+  if ! "$OLLAMA" show "dense-$q" > /dev/null 2>&1; then
+    if [ "$q" = none ]; then
+      "$OLLAMA" create "dense-$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null
+    else
+      "$OLLAMA" create "dense-$q" --quantize "$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null
+    fi
+  fi
+done
+PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
+
+ollama_tok_s() { # median decode tok/s of 3 generations
+  for _ in 1 2 3; do
+    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$PROMPT\",\"raw\":true,\"stream\":false,
+      \"options\":{\"num_predict\":$GEN,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9) if "eval_count" in r else sys.exit("ollama: %s" % r)'
+  done | sort -g | sed -n 2p
+}
+tputool_tok_s() { # median decode tok/s of --repeat 3
+  local q=()
+  [ "$1" != none ] && q=(--quantize "$1")
+  "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
+    --mode compiled "${q[@]}" -o json |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
+}
+for p in $PAIRS; do ollama_tok_s "dense-${p#*:}" > /dev/null; done # load and warm
+echo "round  tputool  ollama  tputool_tok_s  ollama_tok_s  ratio  load_avg"
+for r in $(seq "$ROUNDS"); do
+  for p in $PAIRS; do
+    t=$(tputool_tok_s "${p%%:*}")
+    o=$(ollama_tok_s "dense-${p#*:}")
+    printf '%s  %s  %s  %.1f  %.1f  %.2f  %s\n' "$r" "${p%%:*}" "${p#*:}" "$t" "$o" "$(python3 -c "print($t/$o)")" "$(cut -d' ' -f1 /proc/loadavg)"
+  done
+done
