@@ -70,6 +70,8 @@ type BenchOptions struct {
 	Sizes [][2]int
 	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
+	// Activations is --activations: "" (f32) or "int8".
+	Activations string
 	// Experts is --experts (generate); experts the flag as given.
 	Experts compile.ExpertsMode
 	experts string
@@ -187,6 +189,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
 	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
+	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate)")
 	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
@@ -323,6 +326,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 		return err
 	}
+	if opts.Activations, err = parseActivations(opts.Activations, opts.Quantize); err != nil {
+		return err
+	}
 	if opts.Experts, err = compile.ParseExpertsMode(opts.experts); err != nil {
 		return err
 	}
@@ -422,6 +428,9 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, opts.TP, opts.DP); err != nil {
+		return err
+	}
+	if err := enableActivations(rep, dev, opts.Activations); err != nil {
 		return err
 	}
 	model := modelLabel(m)

@@ -53,9 +53,12 @@ type lmOptions struct {
 	DType dtypes.DType
 	// Quantize is --quantize: "", "int8" or "int4" (generate and serve).
 	Quantize string
-	Retries  int
-	JSON     bool
-	Verbose  bool
+	// Activations is --activations: "" (f32) or "int8" (generate and
+	// serve).
+	Activations string
+	Retries     int
+	JSON        bool
+	Verbose     bool
 	// TP and DP spread the model over TP x DP devices (--tp, --dp).
 	TP, DP int
 	// Experts is --experts: how mixture-of-experts layers run.
@@ -80,6 +83,7 @@ func (o *lmOptions) addFlags(c *cobra.Command, quantize bool, tpHelp, dpHelp str
 	fl.StringVar(&o.dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
 	if quantize {
 		fl.StringVar(&o.Quantize, "quantize", "", quantizeHelp)
+		fl.StringVar(&o.Activations, "activations", "f32", activationsHelp)
 	}
 	fl.IntVar(&o.TP, "tp", 1, tpHelp)
 	fl.IntVar(&o.DP, "dp", 1, dpHelp)
@@ -108,6 +112,9 @@ func (o *lmOptions) parse(f *Factory) error {
 		return err
 	}
 	if o.Quantize, err = parseQuantize(o.Quantize); err != nil {
+		return err
+	}
+	if o.Activations, err = parseActivations(o.Activations, o.Quantize); err != nil {
 		return err
 	}
 	if o.Experts, err = compile.ParseExpertsMode(o.experts); err != nil {
@@ -155,6 +162,9 @@ func (o *lmOptions) openOnDevice(m *loader.Model) (*tpu.Device, dtypes.DType, *l
 		return nil, 0, nil, err
 	}
 	if err := compile.CheckDevices(dev.BackendName, dev.NumDevices, o.TP, o.DP); err != nil {
+		return nil, 0, nil, err
+	}
+	if err := enableActivations(o.Reporter, dev, o.Activations); err != nil {
 		return nil, 0, nil, err
 	}
 	dtype := computeDType(o.DType, dev)

@@ -45,6 +45,25 @@ func TestGenerateQuantizeInt4(t *testing.T) {
 	t.Logf("int4 continuation: %q", texts[0])
 }
 
+// --activations int8 runs int4 weights with int8 activations on the CPU
+// engine, is refused elsewhere, and takes --quantize int4.
+func TestActivationsInt8(t *testing.T) {
+	e := genEnv(t)
+	code := e.run("--device", "cpu:fast", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--quantize", "int4", "--activations", "int8")
+	require.Equal(t, ExitOK, code, e.errOut.String())
+	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
+	t.Logf("int4, int8 activations: %q", e.out.String())
+	e = genEnv(t)
+	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--quantize", "int4", "--activations", "int8"))
+	assert.Contains(t, e.errOut.String(), "--activations int8 runs on tputool's CPU engine only")
+	e = genEnv(t)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--activations", "int8"))
+	assert.Contains(t, e.errOut.String(), "add --quantize int4")
+	e = genEnv(t)
+	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--quantize", "int4", "--activations", "int4"))
+	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32 or int8`)
+}
+
 func TestQuantizeFlagValues(t *testing.T) {
 	e := genEnv(t)
 	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int3"))

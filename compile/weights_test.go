@@ -179,13 +179,18 @@ func equalInts(a, b []int) bool {
 // TinyStories model: each runs teacher-forced on the f32 greedy
 // continuation, and reports its largest logit difference relative to the
 // largest f32 logit and how often its argmax agrees with f32's. The model
-// is tiny (hidden 64), which 4 bits hurt most: int4 measures 0.31 and
-// 0.90 (every backend and mode alike: the same weights).
+// is tiny (hidden 64), which 4 bits hurt most: int4 measures 0.32 and
+// 0.90 (every backend and mode alike: the same weights), and with the CPU
+// engine's int8 activations (cpu:act=int8) 0.32 and 0.90.
 func TestCompactWeightsDeviation(t *testing.T) {
 	const dir = "../testdata/stories260K-hf"
 	const n = 40
 	prompt := []int{1, 403, 407, 261, 378} // <s> Once upon a time
 	cpu, goBe := cpuBackend(t), goBackend(t)
+	cpuQ8, err := backends.NewWithConfig("cpu:act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
 	f32 := loadDir(t, dir)
 	ref, err := NewLM(cpu, f32, Options{})
 	if err != nil {
@@ -211,6 +216,7 @@ func TestCompactWeightsDeviation(t *testing.T) {
 		{"int4, cpu, eager", cpu, f32, Options{Mode: Eager, Quantize: "int4"}, 0.4, 0.85},
 		{"int4 of bf16, cpu", cpu, bf16, Options{Quantize: "int4"}, 0.4, 0.85},
 		{"int4, go backend (unfused)", goBe, f32, Options{Quantize: "int4"}, 0.4, 0.85},
+		{"int4, int8 activations, cpu", cpuQ8, f32, Options{Quantize: "int4"}, 0.4, 0.85},
 	} {
 		r, err := NewLM(c.be, c.l, c.opts)
 		if err != nil {
@@ -281,5 +287,33 @@ func TestQuantizeBlocksEqualWhole(t *testing.T) {
 		if rel, _ := deviation(blocks, whole); rel != 0 {
 			t.Errorf("%s: blockwise quantisation changes the logits (relative %.3g)", q, rel)
 		}
+	}
+}
+
+// The CPU engine's int8 activations (cpu:act=int8) against its f32
+// activations on the same int4 weights, teacher-forced on the f32 greedy
+// continuation: what quantising the activations alone costs.
+func TestInt8ActivationsDeviation(t *testing.T) {
+	const dir = "../testdata/stories260K-hf"
+	prompt := []int{1, 403, 407, 261, 378}
+	l := loadDir(t, dir)
+	cpuQ8, err := backends.NewWithConfig("cpu:act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logits [2][][]float32
+	var tokens []int
+	for i, be := range []backends.Backend{cpuBackend(t), cpuQ8} {
+		r, err := NewLM(be, l, Options{Quantize: "int4"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, logits[i] = steps(t, r, prompt, 40, tokens)
+		r.Close()
+	}
+	rel, agree := deviation(logits[1], logits[0])
+	t.Logf("int8 activations against f32 activations (int4 weights): max relative logit error %.4f, greedy agreement %.3f", rel, agree)
+	if rel == 0 || rel > 0.05 || agree < 0.95 {
+		t.Errorf("max relative logit error %.4f (want in (0, 0.05]), greedy agreement %.3f (want >= 0.95)", rel, agree)
 	}
 }

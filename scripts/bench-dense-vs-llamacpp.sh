@@ -14,8 +14,9 @@
 # with --quantize (v0.24.0 offers q8_0, q4_K_S and q4_K_M, no q4_0).
 #
 # PAIRS lists tputool --quantize values and ollama quantisations, as
-# TPUTOOL:OLLAMA (none = the checkpoint's bf16; default
-# "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M").
+# TPUTOOL:OLLAMA (none = the checkpoint's bf16; a +a8 suffix adds
+# --activations int8; default
+# "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M").
 #
 #   OLLAMA=/path/to/ollama scripts/bench-dense-vs-llamacpp.sh
 #
@@ -40,7 +41,7 @@ DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS}"
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 PORT="${PORT:-11501}"
-PAIRS="${PAIRS:-none:none int8:q8_0 int4:q4_K_S int4:q4_K_M}"
+PAIRS="${PAIRS:-none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M}"
 mkdir -p "$DIR/hf"
 if [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<JSON
@@ -91,7 +92,11 @@ ollama_tok_s() { # median decode tok/s of 3 generations
 }
 tputool_tok_s() { # median decode tok/s of --repeat 3
   local q=()
-  [ "$1" != none ] && q=(--quantize "$1")
+  case "$1" in
+    none) ;;
+    *+a8) q=(--quantize "${1%+a8}" --activations int8) ;;
+    *) q=(--quantize "$1") ;;
+  esac
   "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
     --mode compiled "${q[@]}" -o json |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'

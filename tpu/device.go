@@ -136,6 +136,19 @@ func (d *Device) Supports(op backends.OpType) bool { return d.caps.Operations[op
 // SupportsDType reports whether the backend handles a dtype.
 func (d *Device) SupportsDType(dt dtypes.DType) bool { return d.caps.DTypes[dt] }
 
+// EnableInt8Activations makes the products with int4 weights
+// (--quantize int4) of models compiled from now on quantise their
+// activations to int8 per block of 32 and multiply in integers
+// (cpu.Backend.SetInt8Activations). Only tputool's CPU engine has it.
+func (d *Device) EnableInt8Activations() error {
+	b, ok := d.Backend.(*cpu.Backend)
+	if !ok {
+		return errs.Unsupportedf("--activations int8 runs on tputool's CPU engine only (--device cpu:fast), not on the %s backend", d.BackendName)
+	}
+	b.SetInt8Activations(true)
+	return nil
+}
+
 // Close releases the backend. It is safe to call more than once.
 func (d *Device) Close() {
 	if d != nil && d.Backend != nil && !d.Backend.IsFinalized() {

@@ -27,8 +27,10 @@ type dotAux struct {
 	// weight [N, K] and its f32 scales, one per int8Group columns.
 	int8Group int
 	// int4 is set by rewriteInt4 when the inputs are lhs and an int4
-	// weight [N, K]: its packed values, block codes and scale table.
-	int4 bool
+	// weight [N, K]: its packed values, block codes and scale table;
+	// int4Q8 when the backend quantises the activations to int8
+	// (Backend.SetInt8Activations).
+	int4, int4Q8 bool
 }
 
 // DotGeneral implements backends.Builder.
@@ -137,10 +139,10 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 // ConvertDType from bf16/f16 to f32 reads the 16-bit operand directly
 // (the weights stay in their dtype; the converted copy is never made
 // unless something else needs it).
-func rewrite(nodes []*node) {
+func rewrite(nodes []*node, int8Act bool) {
 	for _, n := range nodes {
 		rewriteInt8(n)
-		rewriteInt4(n)
+		rewriteInt4(n, int8Act)
 		rewriteGrouped(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue

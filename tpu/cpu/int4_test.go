@@ -96,5 +96,31 @@ func TestDotGeneralInt4(t *testing.T) {
 		if rewritten == (c.badPairs || c.constTable) {
 			t.Errorf("%s: rewritten to read int4: %v, want %v", c.name, rewritten, !rewritten)
 		}
+		if !rewritten {
+			continue
+		}
+		// With int8 activations (act=int8): the go backend's product of
+		// the activations quantised and dequantised (kernels.FakeQuantizeQ8
+		// along the contracted axis, the last here).
+		if c.contrax != len(c.x)-1 {
+			continue
+		}
+		q8, err := New("act=int8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		xq := append([]float32(nil), data[0].([]float32)...)
+		kernels.FakeQuantizeQ8(xq)
+		want, _, err = run(ref, shs, []any{xq, packed, codes, table}, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err = run(q8, shs, data, build); err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("int4 dot %s, int8 activations", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		if a := dot.(*node).aux.(*dotAux); !a.int4Q8 {
+			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)
+		}
 	}
 }

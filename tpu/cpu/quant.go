@@ -141,8 +141,9 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 }
 
 // rewriteInt4 points f32 DotGenerals at int4 weights where the right
-// operand is the dequantisation form, in the NT layout, with no batch.
-func rewriteInt4(n *node) {
+// operand is the dequantisation form, in the NT layout, with no batch;
+// with int8Act the product quantises its activations to int8.
+func rewriteInt4(n *node, int8Act bool) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 		return
 	}
@@ -156,7 +157,7 @@ func rewriteInt4(n *node) {
 		return
 	}
 	b := *a
-	b.int4 = true
+	b.int4, b.int4Q8 = true, int8Act
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, codes, table}
 }
@@ -167,6 +168,10 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 	M, N, K := a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
+		return
+	}
+	if a.int4Q8 {
+		kernels.GemmInt4Q8NT(M, N, K, lhs, K, packed, codes, table, out, N)
 		return
 	}
 	kernels.GemmInt4NT(M, N, K, lhs, K, packed, codes, table, out, N)

@@ -103,3 +103,6 @@ func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *
 
 //go:noescape
 func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks int, vals *[16]float32, half *[256]float32) float32
+
+//go:noescape
+func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs int, table *[256]float32) float32

@@ -428,3 +428,14 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 	})
 	return true
 }
+
+// hasVNNI reports whether the int8-activation kernel's VPDPBUSD (AVX512
+// VNNI on 256-bit registers) can run.
+func hasVNNI() bool { return level == levelAVX512 && cpu.X86.HasAVX512VNNI }
+
+// dotInt4Q8 is one int4 row (k/2 bytes, k/32 codes) against r.
+func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32) float32 {
+	np := len(codes) / 2
+	_, _, _ = packed[32*np-1], r.q[64*np-1], r.corr[8*np-1]
+	return dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, table)
+}

@@ -68,3 +68,9 @@ func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
 	return false
 }
+
+func hasVNNI() bool { return false }
+
+func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32) float32 {
+	panic("kernels: dotInt4Q8 without VNNI")
+}

@@ -1,0 +1,130 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Int4 weights with int8 activations (the CPU engine's opt-in
+// "int8 activations"). Each row of A is quantised per block of 32 values
+// as llama.cpp quantises activations for its integer dot products:
+// s = max|a|/127, q = round(a/s) (halves away from zero), so that
+// a ≈ q·s. A block's product with an int4 block is then exact in
+// integers, Σ (nibble − 8)·q, and scaled once in f32 by the weight's
+// scale times s. With AVX512-VNNI (VPDPBUSD) that takes about a third of
+// the vector instructions the f32 kernels take; elsewhere, or for more
+// than q8VNNIMaxM rows, A is quantised and dequantised (q·s in f32) and the
+// f32 kernels run on it: the same activations, so the same results up to
+// the order of f32 sums.
+
+// q8VNNIMaxM is the most rows of A the VNNI path takes (one GEMV a row;
+// beyond, the blocked f32 GEMM on the dequantised rows decodes B once).
+const q8VNNIMaxM = 8
+
+// q8Row is one row of A quantised for dotInt4Q8VNNI, by pairs of blocks
+// (A = 2p, B = 2p+1): q holds 64 bytes a pair, A's even values, B's even
+// values, A's odd values, B's odd values (the order of the weights' low
+// nibbles, then high nibbles, for two blocks); corr 8 dwords a pair, −8
+// times the sum of the activations each VPDPBUSD lane multiplies (four
+// lanes a block); sa 8 floats a pair, each block's scale in its four
+// lanes.
+type q8Row struct {
+	q    []int8
+	corr []int32
+	sa   []float32
+}
+
+var q8Pool = sync.Pool{New: func() any { return new(q8Row) }}
+
+// quantizeQ8 quantises a (len a multiple of 64) into r.
+func (r *q8Row) quantizeQ8(a []float32) {
+	k := len(a)
+	np := k / 64
+	if cap(r.q) < k {
+		r.q, r.corr, r.sa = make([]int8, k), make([]int32, 8*np), make([]float32, 8*np)
+	}
+	r.q, r.corr, r.sa = r.q[:k], r.corr[:8*np], r.sa[:8*np]
+	for p := 0; p < np; p++ {
+		for h := 0; h < 2; h++ { // block A, then B
+			src := a[64*p+32*h : 64*p+32*h+32]
+			s := q8Scale(src)
+			var sum [4]int32
+			for i := 0; i < 16; i++ {
+				e, o := q8Round(src[2*i], s), q8Round(src[2*i+1], s)
+				r.q[64*p+16*h+i] = e
+				r.q[64*p+32+16*h+i] = o
+				sum[i/4] += int32(e) + int32(o)
+			}
+			for l := 0; l < 4; l++ {
+				r.corr[8*p+4*h+l] = -8 * sum[l]
+				r.sa[8*p+4*h+l] = s
+			}
+		}
+	}
+}
+
+// q8Scale is a block's activation scale: its largest finite magnitude
+// over 127 (0 for a block of zeros).
+func q8Scale(x []float32) float32 { return amax(x) / 127 }
+
+// q8Round is v/s rounded (halves away from zero) and clamped to ±127; NaN
+// and a zero scale give 0.
+func q8Round(v, s float32) int8 {
+	if s == 0 || math.IsNaN(float64(v)) {
+		return 0
+	}
+	x := math.Round(float64(v / s))
+	return int8(max(-127, min(127, x)))
+}
+
+// FakeQuantizeQ8 replaces each block of 32 values of a (len a multiple of
+// 32) by its int8 quantisation times its scale: the activations the int8
+// path multiplies.
+func FakeQuantizeQ8(a []float32) {
+	if len(a)%32 != 0 {
+		panic(fmt.Sprintf("kernels: FakeQuantizeQ8: %d values, want a multiple of 32", len(a)))
+	}
+	for b := 0; b+32 <= len(a); b += 32 {
+		x := a[b : b+32]
+		s := q8Scale(x)
+		for i, v := range x {
+			x[i] = float32(q8Round(v, s)) * s
+		}
+	}
+}
+
+// GemmInt4Q8NT is GemmInt4NT with A's rows quantised to int8 per block of
+// 32 (above). C is overwritten. It panics as GemmInt4NT does.
+func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table []float32, c []float32, ldc int) {
+	checkMat("GemmInt4Q8NT A", m, k, lda, len(a))
+	checkMat("GemmInt4Q8NT C", m, n, ldc, len(c))
+	checkNibbles("GemmInt4Q8NT", n, k, len(packed), len(codes))
+	checkInt4Table("GemmInt4Q8NT", table)
+	if m == 0 || n == 0 {
+		return
+	}
+	if hasVNNI() && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
+		r := q8Pool.Get().(*q8Row)
+		t := (*[256]float32)(table)
+		for i := 0; i < m; i++ {
+			r.quantizeQ8(a[i*lda : i*lda+k])
+			ci := c[i*ldc : i*ldc+n]
+			Parallel(n, gemvGrain(k), func(lo, hi int) {
+				for j := lo; j < hi; j++ {
+					ci[j] = dotInt4Q8(r, packed[j*k/2:(j+1)*k/2], codes[j*k/32:(j+1)*k/32], t)
+				}
+			})
+		}
+		q8Pool.Put(r)
+		return
+	}
+	aq := make([]float32, m*k)
+	for i := 0; i < m; i++ {
+		copy(aq[i*k:], a[i*lda:i*lda+k])
+	}
+	if k%32 == 0 {
+		FakeQuantizeQ8(aq)
+	}
+	gemmNibbles(int4Code(table), m, n, k, aq, k, packed, codes, c, ldc)
+}
