@@ -102,7 +102,7 @@ func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[1
 func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
 
 //go:noescape
-func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks int, vals *[16]float32, half *[256]float32) float32
+func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *[256]float32, c *float32)
 
 //go:noescape
-func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs int, table *[256]float32) float32
+func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)

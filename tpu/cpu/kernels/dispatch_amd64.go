@@ -365,8 +365,8 @@ func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []f
 
 // gemvNibbles is gemmNibbles at m = 1: c[j] = Σ_p a[p]·B[j,p] for the n
 // rows of B. With AVX-512 the activations are permuted once
-// (permuteBlocks), and every row is read by dotNibblesPermAVX512, which
-// needs no interleaving of a block's nibbles.
+// (permuteBlocks), and dotNibblesPermAVX512 reads each worker's rows in
+// one call, with no interleaving of a block's nibbles.
 func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
 	nb := k / nibbleBlock
 	if level != levelAVX512 || nb == 0 {
@@ -383,9 +383,7 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 	ap := (*buf)[:k]
 	permuteBlocks(ap, a)
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			c[j] = dotNibblesPermAVX512(&ap[0], &blocks[j*k/2], &scales[j*nb], nb, code.vals, code.half)
-		}
+		dotNibblesPermAVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nb], nb, hi-lo, code.vals, code.half, &c[lo])
 	})
 	permPool.Put(buf)
 }
@@ -433,9 +431,13 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 // VNNI on 256-bit registers) can run.
 func hasVNNI() bool { return level == levelAVX512 && cpu.X86.HasAVX512VNNI }
 
-// dotInt4Q8 is one int4 row (k/2 bytes, k/32 codes) against r.
-func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32) float32 {
-	np := len(codes) / 2
-	_, _, _ = packed[32*np-1], r.q[64*np-1], r.corr[8*np-1]
-	return dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, table)
+// dotInt4Q8 computes c[j] for the len(c) int4 rows of packed and codes
+// (k/2 bytes and k/32 codes a row) against r.
+func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32, c []float32) {
+	np := len(r.corr) / 8
+	if len(c) == 0 || np == 0 {
+		return
+	}
+	_, _, _, _ = packed[32*np*len(c)-1], codes[2*np*len(c)-1], r.q[64*np-1], r.sa[8*np-1]
+	dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, len(c), table, &c[0])
 }

@@ -9,7 +9,7 @@ import (
 // Int4 weights with int8 activations (the CPU engine's opt-in
 // "int8 activations"). Each row of A is quantised per block of 32 values
 // as llama.cpp quantises activations for its integer dot products:
-// s = max|a|/127, q = round(a/s) (halves away from zero), so that
+// s = max|a|/127, q = round(a·(1/s)) (halves away from zero), so that
 // a ≈ q·s. A block's product with an int4 block is then exact in
 // integers, Σ (nibble − 8)·q, and scaled once in f32 by the weight's
 // scale times s. With AVX512-VNNI (VPDPBUSD) that takes about a third of
@@ -49,9 +49,10 @@ func (r *q8Row) quantizeQ8(a []float32) {
 		for h := 0; h < 2; h++ { // block A, then B
 			src := a[64*p+32*h : 64*p+32*h+32]
 			s := q8Scale(src)
+			inv := q8Inverse(s)
 			var sum [4]int32
 			for i := 0; i < 16; i++ {
-				e, o := q8Round(src[2*i], s), q8Round(src[2*i+1], s)
+				e, o := q8Round(src[2*i], inv), q8Round(src[2*i+1], inv)
 				r.q[64*p+16*h+i] = e
 				r.q[64*p+32+16*h+i] = o
 				sum[i/4] += int32(e) + int32(o)
@@ -68,13 +69,22 @@ func (r *q8Row) quantizeQ8(a []float32) {
 // over 127 (0 for a block of zeros).
 func q8Scale(x []float32) float32 { return amax(x) / 127 }
 
-// q8Round is v/s rounded (halves away from zero) and clamped to ±127; NaN
-// and a zero scale give 0.
-func q8Round(v, s float32) int8 {
-	if s == 0 || math.IsNaN(float64(v)) {
+// q8Inverse is 1/s, or 0 for a zero scale (a block of zeros).
+func q8Inverse(s float32) float32 {
+	if s == 0 {
 		return 0
 	}
-	x := math.Round(float64(v / s))
+	return 1 / s
+}
+
+// q8Round is v·inv rounded (halves away from zero) and clamped to ±127;
+// NaN gives 0.
+func q8Round(v, inv float32) int8 {
+	x := float64(v * inv)
+	if x != x { // NaN
+		return 0
+	}
+	x = math.Trunc(x + math.Copysign(0.5, x)) // exact: x has 24 significant bits
 	return int8(max(-127, min(127, x)))
 }
 
@@ -88,8 +98,9 @@ func FakeQuantizeQ8(a []float32) {
 	for b := 0; b+32 <= len(a); b += 32 {
 		x := a[b : b+32]
 		s := q8Scale(x)
+		inv := q8Inverse(s)
 		for i, v := range x {
-			x[i] = float32(q8Round(v, s)) * s
+			x[i] = float32(q8Round(v, inv)) * s
 		}
 	}
 }
@@ -111,9 +122,7 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 			r.quantizeQ8(a[i*lda : i*lda+k])
 			ci := c[i*ldc : i*ldc+n]
 			Parallel(n, gemvGrain(k), func(lo, hi int) {
-				for j := lo; j < hi; j++ {
-					ci[j] = dotInt4Q8(r, packed[j*k/2:(j+1)*k/2], codes[j*k/32:(j+1)*k/32], t)
-				}
+				dotInt4Q8(r, packed[lo*k/2:hi*k/2], codes[lo*k/32:hi*k/32], t, ci[lo:hi])
 			})
 		}
 		q8Pool.Put(r)

@@ -3,26 +3,36 @@
 #include "textflag.h"
 #include "macros_amd64.h"
 
-// func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs int, table *[256]float32) float32
-// One int4 row against int8 activations (quantizeQ8's layout), two blocks
-// of 32 (a pair) at a time: the pair's 32 bytes are split into low and
-// high nibbles (unsigned 0..15), VPDPBUSD multiplies them with the pair's
-// even and odd activations (signed) into eight dword lanes, four a block,
-// starting from corr (−8 times the lanes' activations, which makes the
-// nibbles' offset of 8 exact); the lanes are converted to f32 and added
-// into the accumulators scaled by the block's weight scale (table[code])
-// times its activation scale (sa). Y6 and Y7 accumulate alternate pairs;
-// Y15 is the nibble mask.
-TEXT ·dotInt4Q8VNNI(SB), NOSPLIT, $0-60
-	MOVQ q+0(FP), DX
-	MOVQ corr+8(FP), R9
-	MOVQ sa+16(FP), R12
+// func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)
+// nrows consecutive int4 rows (each npairs pairs of blocks: 32·npairs
+// bytes and 2·npairs codes) against int8 activations (quantizeQ8's
+// layout), c[j] for row j. A row's pairs: the pair's 32 bytes are split
+// into low and high nibbles (unsigned 0..15), VPDPBUSD multiplies them
+// with the pair's even and odd activations (signed) into eight dword
+// lanes, four a block, starting from corr (−8 times the lanes'
+// activations, which makes the nibbles' offset of 8 exact); the lanes are
+// converted to f32 and added into the accumulators scaled by the block's
+// weight scale (table[code]) times its activation scale (sa). Y6 and Y7
+// accumulate alternate pairs; Y15 is the nibble mask; R13, R14, R15 keep
+// the activations' start for the next row.
+TEXT ·dotInt4Q8VNNI(SB), NOSPLIT, $0-72
+	MOVQ q+0(FP), R13
+	MOVQ corr+8(FP), R14
+	MOVQ sa+16(FP), R15
 	MOVQ packed+24(FP), SI
 	MOVQ codes+32(FP), BX
-	MOVQ npairs+40(FP), CX
-	MOVQ table+48(FP), R8
+	MOVQ nrows+48(FP), AX
+	MOVQ table+56(FP), R8
+	MOVQ c+64(FP), DI
 	MOVL $0x0F0F0F0F, R10
 	VPBROADCASTD R10, Y15
+q8row:
+	TESTQ AX, AX
+	JLE   q8end
+	MOVQ npairs+40(FP), CX
+	MOVQ R13, DX
+	MOVQ R14, R9
+	MOVQ R15, R12
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 q8loop2:
@@ -83,8 +93,20 @@ q8tail:
 	VINSERTF128  $1, X5, Y4, Y4
 	VMULPS       (R12), Y4, Y4
 	VFMADD231PS  Y4, Y3, Y6
+	ADDQ $32, SI
+	ADDQ $2, BX
 q8done:
 	VADDPS Y7, Y6, Y6
-	REDUCE256(Y6, X6, ret+56(FP))
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS       X0, X6, X6
+	VMOVHLPS     X6, X6, X0
+	VADDPS       X0, X6, X6
+	VMOVSHDUP    X6, X0
+	VADDSS       X0, X6, X6
+	VMOVSS       X6, (DI)
+	ADDQ $4, DI
+	DECQ AX
+	JMP  q8row
+q8end:
 	VZEROUPPER
 	RET

@@ -191,22 +191,29 @@ x8done:
 	VZEROUPPER
 	RET
 
-// func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks int, vals *[16]float32, half *[256]float32) float32
-// One nibble-coded row against a whose blocks of 32 are permuted evens
-// first (permuteBlocks): a block's 16 bytes are zero-extended to dwords,
-// whose low 4 bits (VPERMPS reads no others) index the format's 16 f32
-// values for the low nibbles and, shifted right by 4, for the high ones;
-// they multiply the even and the odd activations, and the block's sum is
-// added into the accumulator scaled by half[scale code]. Two blocks an
-// iteration into Z0 and Z1. Z14 holds vals.
-TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-52
-	MOVQ a+0(FP), AX
+// func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *[256]float32, c *float32)
+// nrows consecutive nibble-coded rows (nblocks blocks each) against a
+// whose blocks of 32 are permuted evens first (permuteBlocks), c[j] for
+// row j: a block's 16 bytes are zero-extended to dwords, whose low 4 bits
+// (VPERMPS reads no others) index the format's 16 f32 values for the low
+// nibbles and, shifted right by 4, for the high ones; they multiply the
+// even and the odd activations, and the block's sum is added into the
+// accumulator scaled by half[scale code]. Two blocks an iteration into Z0
+// and Z1. Z14 holds vals; R13 keeps a's start for the next row.
+TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-64
+	MOVQ a+0(FP), R13
 	MOVQ blocks+8(FP), SI
 	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ vals+32(FP), DX
-	MOVQ half+40(FP), R8
+	MOVQ nrows+32(FP), R11
+	MOVQ vals+40(FP), DX
+	MOVQ half+48(FP), R8
+	MOVQ c+56(FP), DI
 	VMOVUPS (DX), Z14
+pmrow:
+	TESTQ R11, R11
+	JLE   pmend
+	MOVQ  nblocks+24(FP), CX
+	MOVQ  R13, AX
 	VPXORD  Z0, Z0, Z0
 	VPXORD  Z1, Z1, Z1
 pmloop2:
@@ -225,9 +232,9 @@ pmloop2:
 	VMULPS       128(AX), Z4, Z4
 	VFMADD231PS  192(AX), Z5, Z4
 	MOVBQZX      (BX), R10
-	MOVBQZX      1(BX), R11
+	MOVBQZX      1(BX), R12
 	VBROADCASTSS (R8)(R10*4), Z9
-	VBROADCASTSS (R8)(R11*4), Z10
+	VBROADCASTSS (R8)(R12*4), Z10
 	VFMADD231PS  Z9, Z2, Z0
 	VFMADD231PS  Z10, Z4, Z1
 	ADDQ $32, SI
@@ -247,8 +254,14 @@ pmtail:
 	MOVBQZX      (BX), R10
 	VBROADCASTSS (R8)(R10*4), Z9
 	VFMADD231PS  Z9, Z2, Z0
+	ADDQ $16, SI
+	INCQ BX
 pmdone:
 	VADDPS Z1, Z0, Z0
-	REDUCE512(Z0, Y0, X0, ret+48(FP))
+	REDUCE512(Z0, Y0, X0, (DI))
+	ADDQ $4, DI
+	DECQ R11
+	JMP  pmrow
+pmend:
 	VZEROUPPER
 	RET
