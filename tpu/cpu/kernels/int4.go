@@ -103,11 +103,11 @@ func Int4Table(lo, hi float32) []float32 {
 
 // QuantizeInt4 quantises w, an f32 matrix [n, k] (k a multiple of 32),
 // with scale table table (Int4Table over w's range) into packed [n·k/2]
-// and codes [n·k/32], GemmInt4NT's layout. Each block takes, among the
-// table's entries between its largest magnitude over 8 and over 7, the one whose
-// rounded values (clamped to -8..7) are nearest the block in squared
-// error. NaN weights quantise to 0, ±Inf to the extremes. It panics on
-// a bad shape or a table not of 256 entries.
+// and codes [n·k/32], GemmInt4NT's layout. Each block takes, among up to
+// five of the table's entries between its largest magnitude over 8 and
+// over 7, the one whose rounded values (clamped to -8..7) are nearest the
+// block in squared error. NaN weights quantise to 0, ±Inf to the
+// extremes. It panics on a bad shape or a table not of 256 entries.
 func QuantizeInt4(w []float32, n, k int, table []float32) (packed, codes []byte) {
 	checkInt4Shape("QuantizeInt4", w, n, k)
 	if len(table) != 256 {
@@ -120,19 +120,23 @@ func QuantizeInt4(w []float32, n, k int, table []float32) (packed, codes []byte)
 		for q := lo; q < hi; q++ {
 			src := (*[Int4Block]float32)(w[q*Int4Block:])
 			codes[q] = int4Choose(src, table)
-			s := table[codes[q]]
+			inv := float32(0)
+			if s := table[codes[q]]; s != 0 {
+				inv = 1 / s
+			}
 			dst := packed[q*Int4Block/2 : (q+1)*Int4Block/2]
 			for i := range dst {
-				dst[i] = byte(int4Round(src[2*i], s)+8) | byte(int4Round(src[2*i+1], s)+8)<<4
+				dst[i] = byte(int4RoundInv(src[2*i], inv)+8) | byte(int4RoundInv(src[2*i+1], inv)+8)<<4
 			}
 		}
 	})
 	return packed, codes
 }
 
-// int4Choose picks block x's table entry: the best of up to nine
-// entries spread from its largest magnitude over 8 (the extreme maps to
-// -8) to over 7 (it maps to ±7); 0 for a block of zeros.
+// int4Choose picks block x's table entry: the best of up to five entries
+// spread from its largest magnitude over 8 (the extreme maps to -8) to
+// over 7 (it maps to ±7); 0 for a block of zeros. NaN values count for
+// nothing, and ±Inf alike for every entry.
 func int4Choose(x *[Int4Block]float32, table []float32) byte {
 	a := amax(x[:])
 	if a == 0 || table[255] == 0 {
@@ -142,17 +146,15 @@ func int4Choose(x *[Int4Block]float32, table []float32) byte {
 	// rises), one lower for the first.
 	first := func(v float32) int { return 1 + sortSearch(255, func(i int) bool { return table[1+i] >= v }) }
 	lo, hi := max(1, first(a/8)-1), min(255, first(a/7))
-	step := max(1, (hi-lo+7)/8)
-	best, bestErr := byte(0), math.Inf(1)
+	step := max(1, (hi-lo+3)/4) // up to five entries
+	best, bestErr := byte(0), float32(math.Inf(1))
 	for c := lo; c <= hi; c += step {
 		s := table[c]
-		var e float64
+		inv := 1 / s
+		var e float32
 		for _, v := range x {
-			if math.IsNaN(float64(v)) {
-				continue
-			}
-			d := float64(v) - float64(int4Round(v, s))*float64(s)
-			if !math.IsInf(d, 0) {
+			d := v - int4Rounded(v, inv)*s
+			if d-d == 0 { // finite (not NaN, not ±Inf)
 				e += d * d
 			}
 		}
@@ -161,6 +163,17 @@ func int4Choose(x *[Int4Block]float32, table []float32) byte {
 		}
 	}
 	return best
+}
+
+// int4Magic is 1.5·2^23: adding and subtracting it rounds an f32 of
+// magnitude below 2^22 to an integer (halves to even), without a branch.
+const int4Magic = 12582912
+
+// int4Rounded is v·inv clamped to -8..7 and rounded (halves to even), as
+// an f32; NaN stays NaN.
+func int4Rounded(v, inv float32) float32 {
+	x := min(max(v*inv, -8), 7)
+	return (x + int4Magic) - int4Magic
 }
 
 // sortSearch is sort.Search without the import: the smallest i in [0, n)
@@ -178,14 +191,23 @@ func sortSearch(n int, f func(int) bool) int {
 	return lo
 }
 
-// int4Round is v/s rounded (halves away from zero) and clamped to -8..7;
-// NaN and a zero scale give 0.
+// int4Round is v/s clamped to -8..7 and rounded (halves to even); NaN
+// and a zero scale give 0.
 func int4Round(v, s float32) int {
-	if s == 0 || math.IsNaN(float64(v)) {
+	if s == 0 {
 		return 0
 	}
-	x := math.Round(float64(v) / float64(s))
-	return int(max(-8, min(7, x)))
+	return int4RoundInv(v, 1/s)
+}
+
+// int4RoundInv is v·inv clamped to -8..7 and rounded (halves to even);
+// NaN gives 0.
+func int4RoundInv(v, inv float32) int {
+	r := int4Rounded(v, inv)
+	if r != r {
+		return 0
+	}
+	return int(r)
 }
 
 // amax is the largest finite magnitude in x (0 if none).
