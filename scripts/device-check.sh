@@ -189,6 +189,23 @@ if [ -s "$tok_ref" ]; then
 	fi
 fi
 
+# ---- 1a. quantised weights: --quantize int8 and int4 hold the weights
+# compact and the graph dequantises them (the cpu engine fuses that; XLA
+# computes it as written): the device's float32 tokens must equal the
+# CPU's for the same quantised weights.
+
+for q in int8 int4; do
+	run "generate-cpu-$q.json" "$tputool" --device cpu "${gen_args[@]}" --mode compiled --dtype f32 --quantize "$q" || true
+	run "generate-dev-$q.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled --dtype f32 --quantize "$q" || true
+	if [ -s "$OUT/generate-cpu-$q.json" ]; then
+		if compare_tokens "$OUT/generate-cpu-$q.json" "$OUT/generate-dev-$q.json" >"$OUT/tokens-compare-$q.txt" 2>&1; then
+			say "tokens, --quantize $q: the device's equal the CPU's"
+		else
+			fail "tokens, --quantize $q, differ: $(head -3 "$OUT/tokens-compare-$q.txt" | tr '\n' ' ')"
+		fi
+	fi
+done
+
 # ---- 1b. serve: the same prompts through the server's continuous batching
 
 # serve_check: tputool serve on the device (float32), the two prompts as
