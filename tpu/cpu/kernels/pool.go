@@ -4,14 +4,21 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// The pool is work-sharing with the caller participating: Parallel offers its
-// job to idle workers with non-blocking sends, then claims chunks itself until
-// none are left. A worker is only handed a job when it is parked waiting, so
-// a call never waits on a goroutine that is not already running its chunks;
-// a nested call (Parallel from inside fn) finds the workers busy and runs its
-// chunks inline. That is why it cannot deadlock, whatever the thread count.
+// The pool is work-sharing with the caller participating. Parallel offers
+// its job to workers, then claims chunks itself until none are left, and
+// waits only for the helpers that joined, each of which claimed its chunks
+// after it joined. A worker that has just finished a job spins for a short
+// while (spinFor) watching for the next offered job, since a decode step
+// runs hundreds of small parallel products back to back and a parked
+// goroutine wakes too late to help with them; after that it parks on the
+// channel, and Parallel hands jobs to parked workers with non-blocking
+// sends. A job takes at most Threads()−1 helpers. A nested call (Parallel
+// from inside fn) is offered in turn and also runs its chunks itself, so
+// nothing ever waits on work that no one runs: the pool cannot deadlock,
+// whatever the thread count.
 
 var (
 	threads atomic.Int64
@@ -19,7 +26,14 @@ var (
 	poolMu      sync.Mutex
 	poolWorkers int
 	poolJobs    = make(chan *job)
+
+	// offered is the job spinning workers join (the latest Parallel's,
+	// until it is done).
+	offered atomic.Pointer[job]
 )
+
+// spinFor is how long a worker watches for a job before it parks.
+const spinFor = 100 * time.Microsecond
 
 func init() {
 	threads.Store(int64(runtime.GOMAXPROCS(0)))
@@ -43,8 +57,31 @@ type job struct {
 	n      int
 	chunk  int
 	next   atomic.Int64
-	wg     sync.WaitGroup
+	slots  atomic.Int32 // helpers that may still join
+	active atomic.Int32 // helpers joined and not yet done
 	panicV atomic.Pointer[any]
+}
+
+// join takes a helper's slot in j, reporting false when none is left or
+// every chunk is claimed. A helper that joined counts as active before it
+// claims any chunk, so the caller's wait covers every chunk it runs.
+func (j *job) join() bool {
+	for {
+		s := j.slots.Load()
+		if s <= 0 || j.next.Load() >= int64(j.n) {
+			return false
+		}
+		if j.slots.CompareAndSwap(s, s-1) {
+			j.active.Add(1)
+			return true
+		}
+	}
+}
+
+// help runs j's chunks as a helper that joined.
+func (j *job) help() {
+	j.run()
+	j.active.Add(-1)
 }
 
 // run claims chunks until none are left.
@@ -67,9 +104,29 @@ func (j *job) run() {
 }
 
 func worker() {
-	for j := range poolJobs {
-		j.run()
-		j.wg.Done()
+	for {
+		if j := spinForJob(); j != nil {
+			j.help()
+			continue
+		}
+		if j := <-poolJobs; j.join() {
+			j.help()
+		}
+	}
+}
+
+// spinForJob watches offered for spinFor and returns a job it joined, or
+// nil.
+func spinForJob() *job {
+	deadline := time.Now().Add(spinFor)
+	for {
+		if j := offered.Load(); j != nil && j.join() {
+			return j
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -112,16 +169,19 @@ func Parallel(n, grain int, fn func(lo, hi int)) {
 	helpers := min(t, chunks) - 1
 	ensureWorkers(helpers)
 	j := &job{fn: fn, n: n, chunk: chunk}
-	for range helpers {
-		j.wg.Add(1)
+	j.slots.Store(int32(helpers))
+	offered.Store(j)
+	for range helpers { // wake parked workers; spinning ones see offered
 		select {
 		case poolJobs <- j:
 		default:
-			j.wg.Done()
 		}
 	}
 	j.run()
-	j.wg.Wait()
+	offered.CompareAndSwap(j, nil)
+	for j.active.Load() != 0 {
+		runtime.Gosched()
+	}
 	if p := j.panicV.Load(); p != nil {
 		panic(*p)
 	}
