@@ -10,7 +10,10 @@
 #     the largest level): aggregate tok/s, and tputool's compiles and
 #     recompiles during the measured phase (from /metrics).
 #
-# Every line carries the load average.
+# Every line carries the load average. In MODE=decode ollama samples
+# (temperature 1, top-k 40, a fixed seed): greedy decoding of a random
+# model can repeat one token, and ollama aborts a generation after 30
+# repeats (scripts/bench-dense-vs-llamacpp.sh says more).
 #
 # The model (docs/moe.md): hidden 1024, 8 layers, 16 heads (4 KV) of 128,
 # 64 experts of 512, top 8, vocab 151936 (Qwen3's size; the tokenizer is a
@@ -87,8 +90,8 @@ PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 ollama_tok_s() { # median decode tok/s of 3 generations
   for _ in 1 2 3; do
     curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$PROMPT\",\"raw\":true,\"stream\":false,
-      \"options\":{\"num_predict\":$GEN,\"temperature\":0,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9)'
+      \"options\":{\"num_predict\":$GEN,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9) if "eval_count" in r else sys.exit("ollama: %s" % r)'
   done | sort -g | sed -n 2p
 }
 tputool_tok_s() { # median decode tok/s of --repeat 3
