@@ -37,7 +37,8 @@ import (
 // The batch keeps two shapes small, so that attention and memory follow
 // the load rather than the limits: the number of rows is a batch bucket
 // (a power of two, capped at MaxBatch) that grows when a sequence needs a
-// row and shrinks when at most a quarter is used, and the cache length is
+// row and shrinks when at most a quarter is used (or one row, so that a
+// lone sequence decodes at batch 1, the GEMV path), and the cache length is
 // a slot bucket that grows when the clock reaches the end of the cache and
 // shrinks when the running sequences hold little. Changing them is a
 // relayout, made of steps that each change one shape by one bucket: a
@@ -646,7 +647,7 @@ func (b *Batch) fit(extra, needBack int) error {
 				return err
 			}
 			continue
-		case rows > 1 && k <= rows/4:
+		case rows > 1 && k <= max(rows/4, 1):
 			if err := b.rowsStep(b.batchBucket(rows / 2)); err != nil {
 				return err
 			}

@@ -480,3 +480,60 @@ func TestBatchOptionErrors(t *testing.T) {
 		}
 	}
 }
+
+// A batch that ran four sequences shrinks to one row when only one is
+// left, so that a lone sequence decodes at batch 1 (the GEMV path), not
+// in two rows.
+func TestBatchShrinksToOneRow(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewLM(cpuBackend(t), l, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	vocab := l.Model.Spec().VocabSize
+	var prompts [][]int
+	for i := range 4 {
+		prompts = append(prompts, testPrompt(uint64(i+1), 3+i, vocab))
+	}
+	pre, err := b.StartPrefill(prompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		if _, done, err = pre.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs := make([]int, 4)
+	for k := range seqs {
+		if seqs[k], err = b.Insert(pre, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pre.Close()
+	if _, err := b.Decode(seqs, []int{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if b.dec.batch != 4 {
+		t.Fatalf("four sequences decode in %d rows, want 4", b.dec.batch)
+	}
+	for _, s := range seqs[1:] {
+		b.Free(s)
+	}
+	if _, err := b.Decode(seqs[:1], []int{5}); err != nil {
+		t.Fatal(err)
+	}
+	if b.dec.batch != 1 {
+		t.Errorf("one sequence left decodes in %d rows, want 1", b.dec.batch)
+	}
+}
