@@ -59,7 +59,7 @@ func enableActivations(rep *ui.Reporter, dev *tpu.Device, activations string) er
 		return nil
 	}
 	if err := dev.EnableInt8Activations(); err != nil {
-		return err
+		return fmt.Errorf("--activations int8: %w (use --device cpu:fast)", err)
 	}
 	rep.Debugf("activations: int4 products quantise their activations to int8 per 32 values (VNNI: %v)", slices.Contains(kernels.Features(), "avx512_vnni"))
 	return nil

@@ -55,7 +55,7 @@ func TestActivationsInt8(t *testing.T) {
 	t.Logf("int4, int8 activations: %q", e.out.String())
 	e = genEnv(t)
 	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--quantize", "int4", "--activations", "int8"))
-	assert.Contains(t, e.errOut.String(), "--activations int8 runs on tputool's CPU engine only")
+	assert.Contains(t, e.errOut.String(), "--activations int8: int8 activations run on tputool's CPU engine only")
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--activations", "int8"))
 	assert.Contains(t, e.errOut.String(), "add --quantize int4")

@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu"
 	_ "github.com/tputool/tputool/tpu/cpu"
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 func cpuBackend(t testing.TB) backends.Backend {
@@ -287,6 +288,13 @@ func TestQuantizeBlocksEqualWhole(t *testing.T) {
 		if rel, _ := deviation(blocks, whole); rel != 0 {
 			t.Errorf("%s: blockwise quantisation changes the logits (relative %.3g)", q, rel)
 		}
+	}
+}
+
+// lm.Int4Block, which the memory figures use, is the kernels' block.
+func TestInt4BlockAgrees(t *testing.T) {
+	if lm.Int4Block != kernels.Int4Block {
+		t.Fatalf("lm.Int4Block %d, kernels.Int4Block %d", lm.Int4Block, kernels.Int4Block)
 	}
 }
 

@@ -143,7 +143,7 @@ func (d *Device) SupportsDType(dt dtypes.DType) bool { return d.caps.DTypes[dt] 
 func (d *Device) EnableInt8Activations() error {
 	b, ok := d.Backend.(*cpu.Backend)
 	if !ok {
-		return errs.Unsupportedf("--activations int8 runs on tputool's CPU engine only (--device cpu:fast), not on the %s backend", d.BackendName)
+		return errs.Unsupportedf("int8 activations run on tputool's CPU engine only (device cpu:fast), not on the %s backend", d.BackendName)
 	}
 	b.SetInt8Activations(true)
 	return nil
