@@ -60,10 +60,14 @@ const (
 	int4TableSuffix = "#i4table"
 )
 
+// auxSuffixes are the suffixes of a held weight's companion inputs, in the
+// order they follow it.
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix}
+
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
 func isAux(name string) bool {
-	for _, suffix := range []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix} {
+	for _, suffix := range auxSuffixes {
 		if strings.HasSuffix(name, suffix) {
 			return true
 		}
@@ -162,7 +166,7 @@ func (r *LM) withScales(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		out = append(out, n)
-		for _, suffix := range []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix} {
+		for _, suffix := range auxSuffixes {
 			if _, ok := r.weights[n+suffix]; ok {
 				out = append(out, n+suffix)
 			}
