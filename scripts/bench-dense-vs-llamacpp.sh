@@ -26,6 +26,12 @@
 # /tmp/tputool-dense-bench-HIDDEN-LAYERS) keeps the model between runs.
 # Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
 #
+# MODE=prefill times prompt processing instead: tputool bench with
+# --prompt-len PROMPT (default 512) and one generated token, against
+# ollama's prompt_eval rate on a prompt of about as many tokens, each
+# ollama call made distinct at its start so that its prompt cache cannot
+# serve it.
+#
 # ollama samples (temperature 1, top-k 40, a fixed seed) where tputool
 # bench decodes greedily: greedy decoding of a random model soon repeats
 # one token, and ollama aborts a generation after 30 repeats. Sampling 40
@@ -42,6 +48,10 @@ ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 PORT="${PORT:-11501}"
 PAIRS="${PAIRS:-none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M}"
+MODE="${MODE:-decode}"
+PROMPT_LEN="${PROMPT:-512}"
+CTX=512
+[ "$MODE" = prefill ] && CTX=2048
 mkdir -p "$DIR/hf"
 if [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<JSON
@@ -66,7 +76,7 @@ PY
 fi
 go build -o "$DIR/tputool" .
 
-export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=512
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
@@ -83,24 +93,47 @@ for p in $PAIRS; do
 done
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
-ollama_tok_s() { # median decode tok/s of 3 generations
+ollama_tok_s() { # median decode (or prompt) tok/s of 3 generations
   for _ in 1 2 3; do
-    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$PROMPT\",\"raw\":true,\"stream\":false,
-      \"options\":{\"num_predict\":$GEN,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9) if "eval_count" in r else sys.exit("ollama: %s" % r)'
+    if [ "$MODE" = prefill ]; then
+      prompt="$RANDOM$RANDOM $(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * $REPS))")"
+      npred=1
+    else
+      prompt="$PROMPT"
+      npred=$GEN
+    fi
+    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$prompt\",\"raw\":true,\"stream\":false,
+      \"options\":{\"num_predict\":$npred,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":$CTX}}" |
+      MODE="$MODE" python3 -c 'import json,os,sys; r=json.load(sys.stdin); k="prompt_eval" if os.environ["MODE"]=="prefill" else "eval"; print(r[k+"_count"]/r[k+"_duration"]*1e9) if k+"_count" in r else sys.exit("ollama: %s" % r)'
   done | sort -g | sed -n 2p
 }
-tputool_tok_s() { # median decode tok/s of --repeat 3
+tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
   local q=()
   case "$1" in
     none) ;;
     *+a8) q=(--quantize "${1%+a8}" --activations int8) ;;
     *) q=(--quantize "$1") ;;
   esac
-  "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
-    --mode compiled "${q[@]}" -o json |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
+  if [ "$MODE" = prefill ]; then
+    "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len "$PROMPT_LEN" --gen-len 1 --repeat 3 --warmup 1 \
+      --mode compiled "${q[@]}" -o json |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["prefill_tok_s"]["median"])'
+  else
+    "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
+      --mode compiled "${q[@]}" -o json |
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
+  fi
 }
+REPS=$((PROMPT_LEN / 9))
+if [ "$MODE" = prefill ]; then
+  # The phrase's repetitions that make about PROMPT_LEN of ollama's tokens
+  # (its byte-level tokenizer splits the words finely).
+  first="${PAIRS%% *}"
+  probe=$(curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"dense-${first#*:}\",\"prompt\":\"$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * 8))")\",\"raw\":true,\"stream\":false,\"options\":{\"num_predict\":1,\"num_ctx\":$CTX}}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt_eval_count"])')
+  REPS=$(( (PROMPT_LEN * 8 + probe / 2) / probe ))
+  echo "ollama: 8 repetitions are $probe tokens; prompts of $REPS repetitions (about $PROMPT_LEN tokens)" >&2
+fi
 for p in $PAIRS; do ollama_tok_s "dense-${p#*:}" > /dev/null; done # load and warm
 echo "round  tputool  ollama  tputool_tok_s  ollama_tok_s  ratio  load_avg"
 for r in $(seq "$ROUNDS"); do
