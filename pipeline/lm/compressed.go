@@ -3,7 +3,6 @@ package lm
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
@@ -198,26 +197,9 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 		}
 	}
 	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1, DType: dtype[p+ctScale], Elements: int64(out) * int64(in)}
-	step := max(1, encodedPiece/in)
-	buf := make([]float32, min(step, out)*in)
-	for row := 0; row < out; row += step {
-		n := min(step, out-row)
-		for r := range n {
-			o := row + r
-			dst := buf[r*in : (r+1)*in]
-			for i := range dst {
-				v := scales[scaleAt(o, i)] * (code(o, i) - zero(o, i))
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					if nf.Count == 0 {
-						nf.First = int64(o*in + i)
-					}
-					nf.Count++
-				}
-				dst[i] = v
-			}
-		}
-		fn(row*in, buf[:n*in])
-	}
+	emitDequantized(&nf, out, in, func(o, i int) float32 {
+		return scales[scaleAt(o, i)] * (code(o, i) - zero(o, i))
+	}, fn)
 	for name, b := range raw {
 		l.ckpt.ReleaseRange(name, 0, int64(len(b)))
 	}

@@ -2,6 +2,7 @@ package lm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -21,6 +22,33 @@ import (
 
 // encodedPiece is the number of values decodeEncoded converts at a time.
 const encodedPiece = 4 << 20
+
+// emitDequantized hands fn the matrix [out, in] whose value at (o, i) is
+// value(o, i), in blocks of encodedPiece values (whole rows), counting
+// its non-finite values into nf: the loop of the checkpoint formats that
+// dequantise value by value (packed.go, compressed.go).
+func emitDequantized(nf *safetensors.NonFiniteTensor, out, in int, value func(o, i int) float32, fn func(at int, vals []float32)) {
+	step := max(1, encodedPiece/in)
+	buf := make([]float32, min(step, out)*in)
+	for row := 0; row < out; row += step {
+		n := min(step, out-row)
+		for r := range n {
+			o := row + r
+			dst := buf[r*in : (r+1)*in]
+			for i := range dst {
+				v := value(o, i)
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					if nf.Count == 0 {
+						nf.First = int64(o*in + i)
+					}
+					nf.Count++
+				}
+				dst[i] = v
+			}
+		}
+		fn(row*in, buf[:n*in])
+	}
+}
 
 // encoding is how the checkpoint stores weight name when it stores it
 // encoded: "mxfp4", "transposed", or "" (plain, or not a model weight).

@@ -3,7 +3,6 @@ package lm
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
@@ -178,27 +177,10 @@ func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) err
 		}
 	}
 	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1, DType: scaleInfo.DType, Elements: int64(out) * int64(in)}
-	step := max(1, encodedPiece/in)
-	buf := make([]float32, min(step, out)*in)
-	for row := 0; row < out; row += step {
-		n := min(step, out-row)
-		for r := range n {
-			o := row + r
-			dst := buf[r*in : (r+1)*in]
-			for i := range dst {
-				gi := int(groupOf[i])
-				v := scales[gi*out+o] * (float32(value(i, o)) - zeros[gi*out+o])
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					if nf.Count == 0 {
-						nf.First = int64(o*in + i)
-					}
-					nf.Count++
-				}
-				dst[i] = v
-			}
-		}
-		fn(row*in, buf[:n*in])
-	}
+	emitDequantized(&nf, out, in, func(o, i int) float32 {
+		gi := int(groupOf[i])
+		return scales[gi*out+o] * (float32(value(i, o)) - zeros[gi*out+o])
+	}, fn)
 	for k, s := range srcs {
 		l.ckpt.ReleaseRange(s.name, 0, int64(len(raw[k])))
 	}
