@@ -90,17 +90,26 @@ func packerF32NN(b []float32, ldb int) bPacker {
 	}
 }
 
-// gemmPacked is the packed-panel driver (used for NN, where B is not
-// contiguous along k): C[m,n] = A[m,k] · B where B is reached through pack.
-// It overwrites C.
-func gemmPacked(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ldc int) {
+// emptyProduct settles a product with no work: nothing for an empty C,
+// zeros for k = 0. It reports whether it did.
+func emptyProduct(m, n, k int, c []float32, ldc int) bool {
 	if m == 0 || n == 0 {
-		return
+		return true
 	}
 	if k == 0 {
 		for i := 0; i < m; i++ {
 			clear(c[i*ldc : i*ldc+n])
 		}
+		return true
+	}
+	return false
+}
+
+// gemmPacked is the packed-panel driver (used for NN, where B is not
+// contiguous along k): C[m,n] = A[m,k] · B where B is reached through pack.
+// It overwrites C.
+func gemmPacked(m, n, k int, a []float32, lda int, pack bPacker, c []float32, ldc int) {
+	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
 	mk := currentMicroKernel()
@@ -262,13 +271,7 @@ func GemmInt8NT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 	checkMat("GemmInt8NT A", m, k, lda, len(a))
 	checkMat("GemmInt8NT B", n, k, ldb, len(b))
 	checkMat("GemmInt8NT C", m, n, ldc, len(c))
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		for i := 0; i < m; i++ {
-			clear(c[i*ldc : i*ldc+n])
-		}
+	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
 	ng := checkGroups("GemmInt8NT", n, k, groupSize, len(scales))

@@ -106,10 +106,7 @@ var ntScratch = sync.Pool{New: func() any {
 // gemmNT computes C = A·Bᵀ. B is f32 b (stride ldb) when conv is nil,
 // otherwise conv widens it block by block.
 func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConverter, c []float32, ldc int) {
-	if k == 0 {
-		for i := 0; i < m; i++ {
-			clear(c[i*ldc : i*ldc+n])
-		}
+	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
 	kern := currentNTKernel()

@@ -55,13 +55,7 @@ func checkNibbles(name string, n, k, nBlocks, nScales int) {
 // and scales with rows contiguous). C is overwritten; the shapes are
 // checked by the caller.
 func gemmNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		for i := 0; i < m; i++ {
-			clear(c[i*ldc : i*ldc+n])
-		}
+	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
 	if m == 1 {
