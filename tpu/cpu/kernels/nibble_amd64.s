@@ -3,6 +3,24 @@
 #include "textflag.h"
 #include "macros_amd64.h"
 
+// DECODE_BLOCK decodes the block of 16 bytes at (SI) into its 32 values
+// as f32, Z6 the first 16 and Z7 the last (low nibble first): the nibbles
+// are split with the mask in X13, looked up as int8 in the table in X14
+// (VPSHUFB), interleaved, widened and converted. Clobbers X2..X5.
+#define DECODE_BLOCK \
+	VMOVDQU    (SI), X2     \
+	VPSRLW     $4, X2, X3   \
+	VPAND      X13, X2, X2  \
+	VPAND      X13, X3, X3  \
+	VPSHUFB    X2, X14, X2  \
+	VPSHUFB    X3, X14, X3  \
+	VPUNPCKLBW X3, X2, X4   \
+	VPUNPCKHBW X3, X2, X5   \
+	VPMOVSXBD  X4, Z6       \
+	VPMOVSXBD  X5, Z7       \
+	VCVTDQ2PS  Z6, Z6       \
+	VCVTDQ2PS  Z7, Z7
+
 // func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
 // One nibble-coded row (nibble.go) against a: each block's 16 bytes are
 // split into nibbles, looked up as int8 in lut with VPSHUFB (MXFP4: twice
@@ -26,18 +44,7 @@ TEXT ·dotNibblesAVX512(SB), NOSPLIT, $0-52
 mxloop:
 	TESTQ CX, CX
 	JLE   mxdone
-	VMOVDQU    (SI), X2
-	VPSRLW     $4, X2, X3
-	VPAND      X13, X2, X2
-	VPAND      X13, X3, X3
-	VPSHUFB    X2, X14, X2
-	VPSHUFB    X3, X14, X3
-	VPUNPCKLBW X3, X2, X4
-	VPUNPCKHBW X3, X2, X5
-	VPMOVSXBD  X4, Z6
-	VPMOVSXBD  X5, Z7
-	VCVTDQ2PS  Z6, Z6
-	VCVTDQ2PS  Z7, Z7
+	DECODE_BLOCK
 	MOVBQZX    (BX), R10
 	VBROADCASTSS (R8)(R10*4), Z9
 	VMULPS     (AX), Z6, Z6
@@ -71,18 +78,7 @@ TEXT ·widenNibblesAVX512(SB), NOSPLIT, $0-48
 wdloop:
 	TESTQ CX, CX
 	JLE   wddone
-	VMOVDQU    (SI), X2
-	VPSRLW     $4, X2, X3
-	VPAND      X13, X2, X2
-	VPAND      X13, X3, X3
-	VPSHUFB    X2, X14, X2
-	VPSHUFB    X3, X14, X3
-	VPUNPCKLBW X3, X2, X4
-	VPUNPCKHBW X3, X2, X5
-	VPMOVSXBD  X4, Z6
-	VPMOVSXBD  X5, Z7
-	VCVTDQ2PS  Z6, Z6
-	VCVTDQ2PS  Z7, Z7
+	DECODE_BLOCK
 	MOVBQZX    (BX), R10
 	VBROADCASTSS (R8)(R10*4), Z9
 	VMULPS     Z9, Z6, Z6
@@ -133,18 +129,7 @@ TEXT ·dotNibblesX8AVX512(SB), NOSPLIT, $0-56
 x8loop:
 	TESTQ CX, CX
 	JLE   x8done
-	VMOVDQU    (SI), X2
-	VPSRLW     $4, X2, X3
-	VPAND      X13, X2, X2
-	VPAND      X13, X3, X3
-	VPSHUFB    X2, X14, X2
-	VPSHUFB    X3, X14, X3
-	VPUNPCKLBW X3, X2, X4
-	VPUNPCKHBW X3, X2, X5
-	VPMOVSXBD  X4, Z6
-	VPMOVSXBD  X5, Z7
-	VCVTDQ2PS  Z6, Z6
-	VCVTDQ2PS  Z7, Z7
+	DECODE_BLOCK
 	MOVBQZX    (BX), DX
 	VBROADCASTSS (AX)(DX*4), Z9
 	VMULPS     Z9, Z6, Z6
