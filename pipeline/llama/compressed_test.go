@@ -1,7 +1,6 @@
 package llama_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
-	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 // ctFormat is one compressed-tensors scheme the test writes.
@@ -35,26 +33,8 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	tiny.Seed = 10
 	const group = 16
 	block := [2]int{16, 8}
-	state := uint64(4242)
-	next := func(n int) int {
-		state = state*6364136223846793005 + 1442695040888963407
-		return int(state>>33) % n
-	}
+	next := lcg(4242)
 	var plain, ct []safetensors.Tensor
-	add := func(dst *[]safetensors.Tensor, name string, d safetensors.DType, shape []int, v []float32) {
-		st, err := safetensors.Float32Tensor(name, d, shape, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*dst = append(*dst, st)
-	}
-	ints := func(name string, shape []int, v []uint32) safetensors.Tensor {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], x)
-		}
-		return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
-	}
 	for _, w := range tiny.Tensors() {
 		n := 1
 		for _, d := range w.Shape {
@@ -68,8 +48,8 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 					v[i] = float32(next(2001)-1000) / 4000
 				}
 			}
-			add(&plain, w.Name, safetensors.F32, w.Shape, v)
-			add(&ct, w.Name, safetensors.F32, w.Shape, v)
+			addF32(t, &plain, w.Name, safetensors.F32, w.Shape, v)
+			addF32(t, &ct, w.Name, safetensors.F32, w.Shape, v)
 			continue
 		}
 		out, in := w.Shape[0], w.Shape[1]
@@ -132,7 +112,7 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 				deq[o*in+i] = sc[scaleAt(o, i)] * (c - float32(zps[scaleAt(o, i)]))
 			}
 		}
-		add(&plain, w.Name, safetensors.BF16, w.Shape, deq)
+		addF32(t, &plain, w.Name, safetensors.BF16, w.Shape, deq)
 		switch f.format {
 		case "pack-quantized":
 			per := 32 / f.bits
@@ -146,8 +126,8 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 					words[o*(in/per)+i/per] |= uint32(int(codes[o*in+i])+half) << (f.bits * k)
 				}
 			}
-			ct = append(ct, ints(prefix+".weight_packed", []int{out, in / per}, words),
-				ints(prefix+".weight_shape", []int{2}, []uint32{uint32(out), uint32(in)}))
+			ct = append(ct, i32Tensor(prefix+".weight_packed", []int{out, in / per}, words),
+				i32Tensor(prefix+".weight_shape", []int{2}, []uint32{uint32(out), uint32(in)}))
 			if !f.sym {
 				cols := ss[len(ss)-1]
 				zw := make([]uint32, (out/per)*cols)
@@ -156,7 +136,7 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 						zw[(o/per)*cols+c] |= uint32(zps[o*cols+c]+half) << (f.bits * (o % per))
 					}
 				}
-				ct = append(ct, ints(prefix+".weight_zero_point", []int{out / per, cols}, zw))
+				ct = append(ct, i32Tensor(prefix+".weight_zero_point", []int{out / per, cols}, zw))
 			}
 		case "naive-quantized":
 			q := make([]byte, out*in)
@@ -169,17 +149,17 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		}
 		ct = append(ct, sst)
 		if f.inScale {
-			add(&ct, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.5})
+			addF32(t, &ct, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.5})
 		}
 		if f.fbgemm {
-			add(&ct, prefix+".input_scale_ub", safetensors.F32, []int{1}, []float32{1200})
+			addF32(t, &ct, prefix+".input_scale_ub", safetensors.F32, []int{1}, []float32{1200})
 		}
 		if f.gIdx {
 			gi := make([]uint32, in)
 			for i := range gi {
 				gi[i] = uint32(gOf(i))
 			}
-			ct = append(ct, ints(prefix+".weight_g_idx", []int{in}, gi))
+			ct = append(ct, i32Tensor(prefix+".weight_g_idx", []int{in}, gi))
 		}
 	}
 	cfg := tiny.ConfigJSON()
@@ -217,23 +197,7 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 // dequantised; values packed in reversed order do not.
 func TestCompressedTensors(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
-	run := func(dir string, mode compile.Mode) [][]float32 {
-		l, err := lmckpt.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		lg, err := r.NewState().Prefill(prompts, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lg
-	}
+	run := func(dir string, mode compile.Mode) [][]float32 { return prefillLogits(t, dir, mode, prompts) }
 	for _, f := range []ctFormat{
 		{name: "w4a16-group-actorder", format: "pack-quantized", bits: 4, sym: true, strategy: "group", gIdx: true},
 		{name: "w4a16-asym-group", format: "pack-quantized", bits: 4, strategy: "group"},

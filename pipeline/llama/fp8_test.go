@@ -11,7 +11,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
-	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 // fp8Value decodes an OCP FP8 E4M3 byte the long way: sign, 4 exponent
@@ -124,23 +123,7 @@ func fp8Checkpoints(t *testing.T, shift bool) (fp8Dir, f32Dir string) {
 // not.
 func TestFP8Checkpoint(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
-	run := func(dir string, mode compile.Mode) [][]float32 {
-		l, err := lmckpt.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		lg, err := r.NewState().Prefill(prompts, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lg
-	}
+	run := func(dir string, mode compile.Mode) [][]float32 { return prefillLogits(t, dir, mode, prompts) }
 	fp8Dir, f32Dir := fp8Checkpoints(t, false)
 	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
 		got, want := run(fp8Dir, mode), run(f32Dir, mode)

@@ -1,7 +1,6 @@
 package llama_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
-	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 // packedFormat is one GPTQ or AWQ layout the test writes.
@@ -38,28 +36,10 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
 	tiny.Seed = 9
 	const group = 16
-	state := uint64(777)
-	next := func(n int) int {
-		state = state*6364136223846793005 + 1442695040888963407
-		return int(state>>33) % n
-	}
+	next := lcg(777)
 	maxq := 1<<f.bits - 1
 	per := 32 / f.bits
 	var plain, packed []safetensors.Tensor
-	add := func(dst *[]safetensors.Tensor, name string, d safetensors.DType, shape []int, v []float32) {
-		st, err := safetensors.Float32Tensor(name, d, shape, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		*dst = append(*dst, st)
-	}
-	ints := func(name string, shape []int, v []uint32) safetensors.Tensor {
-		b := make([]byte, 4*len(v))
-		for i, x := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], x)
-		}
-		return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
-	}
 	for _, w := range tiny.Tensors() {
 		n := 1
 		for _, d := range w.Shape {
@@ -73,8 +53,8 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 					v[i] = float32(next(2001)-1000) / 4000
 				}
 			}
-			add(&plain, w.Name, safetensors.F32, w.Shape, v)
-			add(&packed, w.Name, safetensors.F32, w.Shape, v)
+			addF32(t, &plain, w.Name, safetensors.F32, w.Shape, v)
+			addF32(t, &packed, w.Name, safetensors.F32, w.Shape, v)
 			continue
 		}
 		out, in := w.Shape[0], w.Shape[1]
@@ -112,7 +92,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		// As f16: a packed weight is held in its scales' dtype where the
 		// backend multiplies 16-bit weights (the cpu engine), so both
 		// checkpoints hold the same rounded values.
-		add(&plain, w.Name, safetensors.F16, w.Shape, deq)
+		addF32(t, &plain, w.Name, safetensors.F16, w.Shape, deq)
 		prefix := strings.TrimSuffix(w.Name, ".weight")
 		zs := func(g, o int) uint32 {
 			if f.method == "gptq" && !f.v2 {
@@ -145,7 +125,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 					}
 				}
 			}
-			packed = append(packed, ints(prefix+".qweight", []int{in, out / 8}, qw), ints(prefix+".qzeros", []int{groups, out / 8}, qz))
+			packed = append(packed, i32Tensor(prefix+".qweight", []int{in, out / 8}, qw), i32Tensor(prefix+".qzeros", []int{groups, out / 8}, qz))
 		} else {
 			qw := make([]uint32, in/per*out)
 			for i := 0; i < in; i++ {
@@ -159,12 +139,12 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 					qz[g*(out/per)+o/per] |= zs(g, o) << (f.bits * (o % per))
 				}
 			}
-			packed = append(packed, ints(prefix+".qweight", []int{in / per, out}, qw), ints(prefix+".qzeros", []int{groups, out / per}, qz))
+			packed = append(packed, i32Tensor(prefix+".qweight", []int{in / per, out}, qw), i32Tensor(prefix+".qzeros", []int{groups, out / per}, qz))
 			gi := make([]uint32, in)
 			for i := range gi {
 				gi[i] = uint32(gOf[i])
 			}
-			packed = append(packed, ints(prefix+".g_idx", []int{in}, gi))
+			packed = append(packed, i32Tensor(prefix+".g_idx", []int{in}, gi))
 		}
 		packed = append(packed, st)
 		packed[len(packed)-1].Name = prefix + ".scales"
@@ -198,23 +178,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 // GPTQ v1 read as v2, does not.
 func TestPackedCheckpoints(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
-	run := func(dir string, mode compile.Mode) [][]float32 {
-		l, err := lmckpt.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		lg, err := r.NewState().Prefill(prompts, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lg
-	}
+	run := func(dir string, mode compile.Mode) [][]float32 { return prefillLogits(t, dir, mode, prompts) }
 	for _, f := range []packedFormat{
 		{name: "gptq-v1-4bit-desc_act", method: "gptq", bits: 4, gIdx: true},
 		{name: "gptq-v2-8bit", method: "gptq", bits: 8, v2: true},

@@ -1,0 +1,64 @@
+package llama_test
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// Helpers the quantized-checkpoint tests share (packed_test.go,
+// compressed_test.go, fp8_test.go).
+
+// lcg is a linear congruential generator from seed: next(n) draws from
+// [0, n).
+func lcg(seed uint64) func(n int) int {
+	state := seed
+	return func(n int) int {
+		state = state*6364136223846793005 + 1442695040888963407
+		return int(state>>33) % n
+	}
+}
+
+// addF32 appends the tensor name of dtype d holding v to dst.
+func addF32(t *testing.T, dst *[]safetensors.Tensor, name string, d safetensors.DType, shape []int, v []float32) {
+	t.Helper()
+	st, err := safetensors.Float32Tensor(name, d, shape, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*dst = append(*dst, st)
+}
+
+// i32Tensor is an I32 tensor holding the words v, little-endian.
+func i32Tensor(name string, shape []int, v []uint32) safetensors.Tensor {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], x)
+	}
+	return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
+}
+
+// prefillLogits loads dir and returns the logits of prefilling prompts
+// in mode on the cpu backend.
+func prefillLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int) [][]float32 {
+	t.Helper()
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	lg, err := r.NewState().Prefill(prompts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lg
+}
