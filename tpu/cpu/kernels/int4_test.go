@@ -185,9 +185,10 @@ func TestGemmInt4Panics(t *testing.T) {
 	}
 }
 
-// BenchmarkGemvInt4 is a 4096x4096 GEMV in int4 against int8 (groups of
-// 64) and bf16, the widths --quantize int4 and int8 and a bf16 checkpoint
-// hold: int4 reads 0.53 bytes a weight, int8 1.06, bf16 2.
+// BenchmarkGemvInt4 is a 4096x4096 GEMV in int4 (with f32 and with int8
+// activations) against int8 (groups of 64) and bf16, the widths --quantize
+// int4 and int8 and a bf16 checkpoint hold: int4 reads 0.53 bytes a
+// weight, int8 1.06, bf16 2.
 func BenchmarkGemvInt4(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const n, k = 4096, 4096
@@ -208,6 +209,12 @@ func BenchmarkGemvInt4(b *testing.B) {
 		b.SetBytes(int64(n * k / 2))
 		for b.Loop() {
 			GemmInt4NT(1, n, k, a, k, packed, codes, table, c, n)
+		}
+	})
+	b.Run("int4-int8act", func(b *testing.B) { // --activations int8
+		b.SetBytes(int64(n * k / 2))
+		for b.Loop() {
+			GemmInt4Q8NT(1, n, k, a, k, packed, codes, table, c, n)
 		}
 	})
 	b.Run("int8", func(b *testing.B) {

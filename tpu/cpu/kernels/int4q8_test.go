@@ -51,21 +51,3 @@ func TestGemmInt4Q8NT(t *testing.T) {
 		}
 	}
 }
-
-// BenchmarkGemvInt4Q8 is BenchmarkGemvInt4's matrix with int8 activations.
-func BenchmarkGemvInt4Q8(b *testing.B) {
-	r := rand.New(rand.NewPCG(7, 8))
-	const n, k = 4096, 4096
-	w := int4Matrix(r, n, k)
-	a := make([]float32, k)
-	for i := range a {
-		a[i] = float32(r.NormFloat64())
-	}
-	c := make([]float32, n)
-	table := Int4Table(Int4Range(w, n, k))
-	packed, codes := QuantizeInt4(w, n, k, table)
-	b.SetBytes(int64(n * k / 2))
-	for b.Loop() {
-		GemmInt4Q8NT(1, n, k, a, k, packed, codes, table, c, n)
-	}
-}
