@@ -83,7 +83,7 @@ var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {
 var nnShapes = [][3]int{{320, 1024, 2880}, {128, 64, 128}}
 
 func BenchmarkGEMM(b *testing.B) {
-	for _, dt := range []string{"f32", "bf16", "int8", "NN"} {
+	for _, dt := range []string{"f32", "bf16", "bf16-bf16act", "int8", "NN"} {
 		shapes := gemmShapes
 		if dt == "NN" {
 			shapes = append(shapes[:3:3], nnShapes...)
@@ -105,12 +105,15 @@ func BenchmarkGEMM(b *testing.B) {
 				case "NN":
 					w := randMat(r, k, n, n)
 					call = func() { GemmF32NN(m, n, k, a, k, w, n, c, n) }
-				case "bf16":
+				case "bf16", "bf16-bf16act":
 					w := make([]uint16, n*k)
 					for j := range w {
 						w[j] = uint16(0x3c00 + r.IntN(0x400))
 					}
 					call = func() { GemmBF16NT(m, n, k, a, k, w, k, c, n) }
+					if dt == "bf16-bf16act" {
+						call = func() { GemmBF16DotNT(m, n, k, a, k, w, k, c, n) }
+					}
 				case "int8":
 					q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, k)
 					call = func() { GemmInt8NT(m, n, k, a, k, q, k, sc, k, c, n) }
@@ -246,7 +249,7 @@ func BenchmarkGEMMSmallM(b *testing.B) {
 	for _, sh := range shapes {
 		n, k := sh[0], sh[1]
 		for _, m := range []int{2, 4, 8, 16, 32, 64, 96} {
-			for _, path := range []string{"small", "blocked"} {
+			for _, path := range []string{"small", "blocked", "bf16act"} {
 				b.Run(fmt.Sprintf("%dx%d/m=%d/%s", n, k, m, path), func(b *testing.B) {
 					r := rand.New(rand.NewPCG(3, 3))
 					a := randMat(r, m, k, k)
@@ -264,11 +267,14 @@ func BenchmarkGEMMSmallM(b *testing.B) {
 					for b.Loop() {
 						w := ws[i%copies]
 						i++
-						if path == "small" {
+						switch path {
+						case "small":
 							if !smallMBF16(m, n, k, a, k, w, k, c, n) {
 								b.Skip("no small-m kernel at this level")
 							}
-						} else {
+						case "bf16act":
+							GemmBF16DotNT(m, n, k, a, k, w, k, c, n)
+						default:
 							gemmNT(m, n, k, a, k, nil, 0, convBF16(w, k), c, n)
 						}
 					}

@@ -106,3 +106,9 @@ func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, 
 
 //go:noescape
 func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)
+
+//go:noescape
+func dotBF16x4x4AVX512(a, b *[4]*uint16, k int, c *float32, ldc, acc int)
+
+//go:noescape
+func roundBF16AVX512(dst *uint16, src *float32, n int)

@@ -283,13 +283,13 @@ func addInPlace(dst, x []float32) {
 }
 
 var (
-	ntAVX512 = ntKernel{mr: 4, kstep: 16, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+	ntAVX512 = ntKernel{mr: 4, kstep: 16, dot: dotF32, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
 		ap := [4]*float32{&a[0][0], &a[1][0], &a[2][0], &a[3][0]}
 		bp := [4]*float32{&b[0][0], &b[1][0], &b[2][0], &b[3][0]}
 		_ = c[3*ldc+3]
 		gemmDot4x4AVX512(&ap, &bp, k, &c[0], ldc*4, boolInt(acc))
 	}}
-	ntAVX2 = ntKernel{mr: 3, kstep: 8, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+	ntAVX2 = ntKernel{mr: 3, kstep: 8, dot: dotF32, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
 		ap := [3]*float32{&a[0][0], &a[1][0], &a[2][0]}
 		bp := [4]*float32{&b[0][0], &b[1][0], &b[2][0], &b[3][0]}
 		_ = c[2*ldc+3]
@@ -440,4 +440,29 @@ func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32, c []float32)
 	}
 	_, _, _, _ = packed[32*np*len(c)-1], codes[2*np*len(c)-1], r.q[64*np-1], r.sa[8*np-1]
 	dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, len(c), table, &c[0])
+}
+
+// hasBF16Dot reports whether the bf16-activation kernel's VDPBF16PS
+// (AVX512_BF16) can run.
+func hasBF16Dot() bool { return level == levelAVX512 && cpu.X86.HasAVX512BF16 }
+
+// ntBF16Dot is the 4×4 NT kernel over bf16 rows of A and B.
+var ntBF16Dot = ntKernelOf[uint16]{mr: 4, kstep: 32, dot: dotBF16Pairs, fn: func(a *[4][]uint16, b *[4][]uint16, k int, c []float32, ldc int, acc bool) {
+	ap := [4]*uint16{&a[0][0], &a[1][0], &a[2][0], &a[3][0]}
+	bp := [4]*uint16{&b[0][0], &b[1][0], &b[2][0], &b[3][0]}
+	_ = c[3*ldc+3]
+	dotBF16x4x4AVX512(&ap, &bp, k, &c[0], ldc*4, boolInt(acc))
+}}
+
+// roundBF16 writes src's values rounded to bfloat16 bits into dst.
+func roundBF16(dst []uint16, src []float32) {
+	nm := 0
+	if hasBF16Dot() {
+		nm = len(dst) &^ 15
+	}
+	if nm > 0 {
+		_ = src[nm-1]
+		roundBF16AVX512(&dst[0], &src[0], nm)
+	}
+	roundBF16Generic(dst[nm:], src[nm:])
 }

@@ -74,3 +74,21 @@ func hasVNNI() bool { return false }
 func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32, c []float32) {
 	panic("kernels: dotInt4Q8 without VNNI")
 }
+
+func hasBF16Dot() bool { return false }
+
+// ntBF16Dot is never reached without the assembly (hasBF16Dot is false).
+var ntBF16Dot = ntKernelOf[uint16]{mr: 4, kstep: 1, dot: dotBF16Pairs, fn: func(a *[4][]uint16, b *[4][]uint16, k int, c []float32, ldc int, acc bool) {
+	for i := 0; i < 4; i++ {
+		for j := 0; j < 4; j++ {
+			s := dotBF16Pairs(a[i][:k], b[j])
+			if acc {
+				c[i*ldc+j] += s
+			} else {
+				c[i*ldc+j] = s
+			}
+		}
+	}
+}}
+
+func roundBF16(dst []uint16, src []float32) { roundBF16Generic(dst, src) }

@@ -18,15 +18,20 @@ const (
 	ntKC = 1024
 )
 
-// ntKernel computes an mr×4 tile of C (row stride ldc, elements) from mr
-// rows of A (a[i], i < mr) and 4 rows of B (b[j]), each of k elements, k a
-// positive multiple of kstep. If acc it adds to C.
-type ntKernel struct {
+// ntKernelOf computes an mr×4 tile of C (row stride ldc, elements) from mr
+// rows of A (a[i], i < mr) and 4 rows of B (b[j]), each of k elements of
+// T, k a positive multiple of kstep. If acc it adds to C. dot is the plain
+// dot product that finishes the elements past the last whole kstep.
+type ntKernelOf[T float32 | uint16] struct {
 	mr, kstep int
-	fn        func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool)
+	fn        func(a *[4][]T, b *[4][]T, k int, c []float32, ldc int, acc bool)
+	dot       func(a, b []T) float32
 }
 
-var ntGeneric = ntKernel{mr: 4, kstep: 1, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
+// ntKernel is the f32 NT kernel: A and B rows in f32.
+type ntKernel = ntKernelOf[float32]
+
+var ntGeneric = ntKernel{mr: 4, kstep: 1, dot: dotF32, fn: func(a *[4][]float32, b *[4][]float32, k int, c []float32, ldc int, acc bool) {
 	for i := 0; i < 4; i++ {
 		for j := 0; j < 4; j++ {
 			s := dotF32(a[i][:k], b[j])
@@ -106,21 +111,47 @@ var ntScratch = sync.Pool{New: func() any {
 // gemmNT computes C = A·Bᵀ. B is f32 b (stride ldb) when conv is nil,
 // otherwise conv widens it block by block.
 func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConverter, c []float32, ldc int) {
+	if conv == nil {
+		ntDrive(currentNTKernel(), m, n, k, a, lda, inPlaceB(b, ldb), c, ldc)
+		return
+	}
+	ntDrive(currentNTKernel(), m, n, k, a, lda, func() (ntBlock[float32], func()) {
+		scratch := ntScratch.Get().(*[]float32)
+		return func(j0, nb, p0, kc int) ([]float32, int, int) {
+			conv(*scratch, j0, nb, p0, kc)
+			return *scratch, 0, kc
+		}, func() { ntScratch.Put(scratch) }
+	}, c, ldc)
+}
+
+// ntBlock gives the B rows [j0, j0+nb), columns [p0, p0+kc) of one tile as
+// a slice, the offset of their first element and their row stride.
+type ntBlock[T float32 | uint16] func(j0, nb, p0, kc int) (bb []T, off, ld int)
+
+// inPlaceB reads B where it lies (stride ldb).
+func inPlaceB[T float32 | uint16](b []T, ldb int) func() (ntBlock[T], func()) {
+	return func() (ntBlock[T], func()) {
+		return func(j0, _, p0, _ int) ([]T, int, int) { return b, j0*ldb + p0, ldb }, func() {}
+	}
+}
+
+// ntDrive walks the tiles of C = A·Bᵀ over the pool. Each worker gets its
+// B access from newBlock (and hands it back through the release func), so
+// that a widening source owns one scratch per worker.
+func ntDrive[T float32 | uint16](kern ntKernelOf[T], m, n, k int, a []T, lda int,
+	newBlock func() (ntBlock[T], func()), c []float32, ldc int) {
 	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
-	kern := currentNTKernel()
 	mr, kstep := kern.mr, kern.kstep
 	chunks := (k + ntKC - 1) / ntKC
-	kc := ((k+chunks-1)/chunks + 15) &^ 15
+	step := max(16, kstep)
+	kc := ((k+chunks-1)/chunks + step - 1) / step * step
 	mBlocks := (m + ntMB - 1) / ntMB
 	nBlocks := (n + ntNB - 1) / ntNB
 	Parallel(mBlocks*nBlocks, 1, func(lo, hi int) {
-		var scratch *[]float32
-		if conv != nil {
-			scratch = ntScratch.Get().(*[]float32)
-			defer ntScratch.Put(scratch)
-		}
+		block, release := newBlock()
+		defer release()
 		var tmp [16]float32
 		for t := lo; t < hi; t++ {
 			i0 := (t / nBlocks) * ntMB
@@ -129,14 +160,10 @@ func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConve
 			nb := min(ntNB, n-j0)
 			for p0 := 0; p0 < k; p0 += kc {
 				kcT := min(kc, k-p0)
-				kFull := kcT &^ (kstep - 1)
+				kFull := kcT / kstep * kstep
 				acc := p0 > 0
-				bb, bOff, bld := b, j0*ldb+p0, ldb
-				if conv != nil {
-					bb, bOff, bld = *scratch, 0, kcT
-					conv(bb, j0, nb, p0, kcT)
-				}
-				var ar, br [4][]float32
+				bb, bOff, bld := block(j0, nb, p0, kcT)
+				var ar, br [4][]T
 				for ii := 0; ii < mb; ii += mr {
 					rows := min(mr, mb-ii)
 					aOff := (i0+ii)*lda + p0
@@ -178,7 +205,7 @@ func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConve
 						if kFull < kcT {
 							for i := 0; i < rows; i++ {
 								for j := 0; j < cols; j++ {
-									c[cOff+i*ldc+j] += dotF32(ar[i][kFull:], br[j][kFull:])
+									c[cOff+i*ldc+j] += kern.dot(ar[i][kFull:], br[j][kFull:])
 								}
 							}
 						}

@@ -1,0 +1,165 @@
+package kernels
+
+import (
+	"math"
+	"sync"
+)
+
+// Products with bf16 activations: the opt-in path for bf16 weights in which
+// A is rounded to bfloat16 too, so that both operands are bf16 and
+// AVX512_BF16's VDPBF16PS multiplies 32 pairs an instruction (twice the
+// multiply-adds of an f32 FMA) into f32 sums. llama.cpp's BF16 and F16
+// weights take their activations to 16 bits the same way. The default
+// (GemmBF16NT) keeps A in f32; this path trades A's last 16 bits of
+// mantissa for the speed of compute-bound products (prefill, batched
+// decode).
+
+// GemmBF16DotNT is GemmBF16NT with A's values rounded to bfloat16 (to
+// nearest even, NaN kept, denormals to signed zero, as VCVTNEPS2BF16 does)
+// before they multiply: C[m,n] = bf16(A)·Bᵀ, products exact, sums in f32.
+// With AVX512_BF16, k ≥ 32 and at least bf16DotMinM rows the product goes
+// through the VDPBF16PS kernel; otherwise (and for a few rows, where
+// streaming B bounds the time) the rounded A goes through GemmBF16NT's
+// kernels: the same products, summed in another order. It panics if a slice is too short for its shape.
+func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
+	checkMat("GemmBF16DotNT A", m, k, lda, len(a))
+	checkMat("GemmBF16DotNT B", n, k, ldb, len(b))
+	checkMat("GemmBF16DotNT C", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
+		buf := bf16Scratch.Get().(*bf16Buf)
+		defer bf16Scratch.Put(buf)
+		ar := grow(&buf.f32, m*k)
+		for i := 0; i < m; i++ {
+			RoundBF16(ar[i*k:(i+1)*k], a[i*lda:i*lda+k])
+		}
+		gemm16NT(m, n, k, ar, k, b, ldb, c, ldc, gemvRowsBF16, convBF16, smallMBF16)
+		return
+	}
+	buf := bf16Scratch.Get().(*bf16Buf)
+	defer bf16Scratch.Put(buf)
+	ab := grow(&buf.u16, m*k)
+	for i := 0; i < m; i++ {
+		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+	if m <= bf16DotSmallMax {
+		gemmBF16DotSmallM(ntBF16Dot, m, n, k, ab, b, ldb, c, ldc)
+		return
+	}
+	ntDrive(ntBF16Dot, m, n, k, ab, k, inPlaceB(b, ldb), c, ldc)
+}
+
+// Below bf16DotMinM rows the product is bound by streaming B, and the f32
+// small-m kernels on the rounded A stream it as fast; up to
+// bf16DotSmallMax rows the small-m order wins, beyond it ntDrive's tiles
+// (BenchmarkGEMMSmallM's bf16act cases against small).
+const (
+	bf16DotMinM     = 8
+	bf16DotSmallMax = 64
+)
+
+// bf16Buf holds a product's rounded A between calls.
+type bf16Buf struct {
+	u16 []uint16
+	f32 []float32
+}
+
+var bf16Scratch = sync.Pool{New: func() any { return new(bf16Buf) }}
+
+// grow returns (*s)[:n], reallocating when the capacity is short.
+func grow[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n)
+	}
+	return (*s)[:n]
+}
+
+// bf16Round is one value's rounding to bfloat16 bits: to nearest even,
+// NaN kept (made quiet), zero and denormals to signed zero.
+func bf16Round(f float32) uint16 {
+	u := math.Float32bits(f)
+	switch {
+	case u&0x7f800000 == 0:
+		return uint16(u>>16) & 0x8000
+	case u&0x7fffffff > 0x7f800000:
+		return uint16(u>>16) | 0x40
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
+}
+
+func roundBF16Generic(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = bf16Round(v)
+	}
+}
+
+// RoundBF16 writes src's values rounded to bfloat16 (as GemmBF16DotNT
+// rounds A) into dst, as f32.
+func RoundBF16(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = math.Float32frombits(uint32(bf16Round(v)) << 16)
+	}
+}
+
+// dotBF16Pairs is the plain bf16·bf16 dot product (the kernel's tail).
+func dotBF16Pairs(a, b []uint16) float32 {
+	b = b[:len(a)]
+	var s0, s1 float32
+	i := 0
+	for ; i+2 <= len(a); i += 2 {
+		s0 += bf16ToF32(a[i]) * bf16ToF32(b[i])
+		s1 += bf16ToF32(a[i+1]) * bf16ToF32(b[i+1])
+	}
+	for ; i < len(a); i++ {
+		s0 += bf16ToF32(a[i]) * bf16ToF32(b[i])
+	}
+	return s0 + s1
+}
+
+// gemmBF16DotSmallM is the small-m order of the bf16 product (a is m rows
+// of k, packed): blocks of four B rows in parallel, each against every
+// group of four A rows while it is in L1, so B streams from memory once
+// and the A rows (m·k·2 bytes) stay in cache. A short group or block
+// repeats its last row into a scratch tile.
+func gemmBF16DotSmallM(kern ntKernelOf[uint16], m, n, k int, a, b []uint16, ldb int, c []float32, ldc int) {
+	kFull := k / kern.kstep * kern.kstep
+	Parallel((n+3)/4, max(1, gemvGrain(k)/4), func(lo, hi int) {
+		var tmp [16]float32
+		var ar, br [4][]uint16
+		for jb := lo; jb < hi; jb++ {
+			j0 := 4 * jb
+			cols := min(4, n-j0)
+			for j := range 4 {
+				o := (j0 + min(j, cols-1)) * ldb
+				br[j] = b[o : o+k]
+			}
+			for i0 := 0; i0 < m; i0 += 4 {
+				rows := min(4, m-i0)
+				for i := range 4 {
+					o := (i0 + min(i, rows-1)) * k
+					ar[i] = a[o : o+k]
+				}
+				cOff := i0*ldc + j0
+				if rows == 4 && cols == 4 {
+					kern.fn(&ar, &br, kFull, c[cOff:cOff+3*ldc+4], ldc, false)
+				} else {
+					kern.fn(&ar, &br, kFull, tmp[:], 4, false)
+					for i := range rows {
+						copy(c[cOff+i*ldc:cOff+i*ldc+cols], tmp[4*i:4*i+cols])
+					}
+				}
+				if kFull < k {
+					for i := range rows {
+						for j := range cols {
+							c[cOff+i*ldc+j] += kern.dot(ar[i][kFull:], br[j][kFull:])
+						}
+					}
+				}
+			}
+		}
+	})
+}
