@@ -61,7 +61,23 @@ func TestActivationsInt8(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), "add --quantize int4")
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--quantize", "int4", "--activations", "int4"))
-	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32 or int8`)
+	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32, int8 or bf16`)
+}
+
+// --activations bf16 runs on the CPU engine, is refused elsewhere and
+// with --quantize.
+func TestActivationsBF16(t *testing.T) {
+	e := genEnv(t)
+	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--dtype", "bf16", "--activations", "bf16")
+	require.Equal(t, ExitOK, code, e.errOut.String())
+	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
+	assert.Contains(t, e.errOut.String(), "products with bf16 weights round their activations to bf16")
+	e = genEnv(t)
+	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--activations", "bf16"))
+	assert.Contains(t, e.errOut.String(), "--activations bf16: bf16 activations run on tputool's CPU engine only")
+	e = genEnv(t)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int8", "--activations", "bf16"))
+	assert.Contains(t, e.errOut.String(), "--activations bf16 applies to bf16 weights, not to --quantize int8 ones")
 }
 
 func TestQuantizeFlagValues(t *testing.T) {

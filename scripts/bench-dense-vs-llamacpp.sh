@@ -15,7 +15,7 @@
 #
 # PAIRS lists tputool --quantize values and ollama quantisations, as
 # TPUTOOL:OLLAMA (none = the checkpoint's bf16; a +a8 suffix adds
-# --activations int8; default
+# --activations int8, a +a16 suffix --activations bf16; default
 # "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M").
 #
 #   OLLAMA=/path/to/ollama scripts/bench-dense-vs-llamacpp.sh
@@ -112,6 +112,7 @@ tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
   case "$1" in
     none) ;;
     *+a8) q=(--quantize "${1%+a8}" --activations int8) ;;
+    none+a16) q=(--activations bf16) ;;
     *) q=(--quantize "$1") ;;
   esac
   if [ "$MODE" = prefill ]; then

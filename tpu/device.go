@@ -136,17 +136,21 @@ func (d *Device) Supports(op backends.OpType) bool { return d.caps.Operations[op
 // SupportsDType reports whether the backend handles a dtype.
 func (d *Device) SupportsDType(dt dtypes.DType) bool { return d.caps.DTypes[dt] }
 
-// EnableInt8Activations makes the products with int4 weights
-// (--quantize int4) of models compiled from now on quantise their
-// activations to int8 per block of 32 and multiply in integers
-// (cpu.Backend.SetInt8Activations). Only tputool's CPU engine has it.
-func (d *Device) EnableInt8Activations() error {
+// SetActivations sets how the products of models compiled from now on
+// treat their activations (cpu.Backend.SetActivations): "int8" quantises
+// them to int8 per block of 32 in the products with int4 weights
+// (--quantize int4), "bf16" rounds them to bfloat16 in the products with
+// bf16 weights, "f32" keeps them. Only tputool's CPU engine has the
+// narrow kinds.
+func (d *Device) SetActivations(kind string) error {
 	b, ok := d.Backend.(*cpu.Backend)
 	if !ok {
-		return errs.Unsupportedf("int8 activations run on tputool's CPU engine only (device cpu:fast), not on the %s backend", d.BackendName)
+		if kind == "" || kind == "f32" {
+			return nil
+		}
+		return errs.Unsupportedf("%s activations run on tputool's CPU engine only (device cpu:fast), not on the %s backend", kind, d.BackendName)
 	}
-	b.SetInt8Activations(true)
-	return nil
+	return b.SetActivations(kind)
 }
 
 // Close releases the backend. It is safe to call more than once.

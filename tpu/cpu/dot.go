@@ -29,8 +29,12 @@ type dotAux struct {
 	// int4 is set by rewriteInt4 when the inputs are lhs and an int4
 	// weight [N, K]: its packed values, block codes and scale table;
 	// int4Q8 when the backend quantises the activations to int8
-	// (Backend.SetInt8Activations).
+	// (SetActivations "int8").
 	int4, int4Q8 bool
+	// bf16Act is set by rewrite when the rhs is bf16 and the backend
+	// rounds the activations of such products to bf16 (SetActivations
+	// "bf16").
+	bf16Act bool
 }
 
 // DotGeneral implements backends.Builder.
@@ -139,11 +143,11 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 // ConvertDType from bf16/f16 to f32 reads the 16-bit operand directly
 // (the weights stay in their dtype; the converted copy is never made
 // unless something else needs it).
-func rewrite(nodes []*node, int8Act bool) {
+func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n)
-		rewriteInt4(n, int8Act)
-		rewriteGrouped(n)
+		rewriteInt4(n, act)
+		rewriteGrouped(n, act)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}
@@ -153,6 +157,7 @@ func rewrite(nodes []*node, int8Act bool) {
 		}
 		a := *n.aux.(*dotAux)
 		a.rhsFrom16 = true
+		a.bf16Act = act == actBF16 && r.inputs[0].shape.DType == dtypes.BFloat16
 		n.aux = &a
 		n.inputs = []*node{n.inputs[0], r.inputs[0]}
 	}
@@ -190,6 +195,9 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		tmp := make([]float32, n.shape.Size())
 		b16 := *a
 		b16.rhsFrom16 = true
+		// bf16 activations hold bf16 values already: the pair kernel
+		// multiplies the same products, twice as many an instruction.
+		b16.bf16Act = n.shape.DType == dtypes.BFloat16
 		dotF32(&b16, tmp, toF32(lhs), in[1].data, rs)
 		fromF32(out.data, tmp)
 	default:
@@ -222,6 +230,11 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape) {
 		r := rhs.([]float32)
 		gemm = func(bi int) {
 			kernels.GemmF32NN(M, N, K, lhs[bi*M*K:], K, r[bi*K*N:], N, out[bi*M*N:], N)
+		}
+	case a.rhsFrom16 && a.bf16Act && dtypeOfFlat(rhs) == dtypes.BFloat16:
+		r := u16(rhs)
+		gemm = func(bi int) {
+			kernels.GemmBF16DotNT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
 		}
 	case a.rhsFrom16 && dtypeOfFlat(rhs) == dtypes.BFloat16:
 		r := u16(rhs)

@@ -42,7 +42,7 @@ var _ backends.Executable = (*Executable)(nil)
 
 func newExecutable(b *Builder, outputs []*node) *Executable {
 	e := &Executable{backend: b.backend, name: b.name, nodes: b.nodes, params: b.params, outputs: outputs}
-	rewrite(e.nodes, b.backend.int8Act.Load())
+	rewrite(e.nodes, actKind(b.backend.act.Load()))
 	fuse(e.nodes, outputs)
 	n := len(e.nodes)
 	e.live = make([]bool, n)

@@ -36,6 +36,9 @@ type groupedAux struct {
 	from16  bool
 	group   int
 	mxfp4   bool // w is MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32] (mxfp4.go)
+	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
+	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
+	bf16Act bool
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
@@ -97,7 +100,7 @@ func sameIndices(a, b *node) bool {
 }
 
 // rewriteGrouped finds the gathered product at n (see above).
-func rewriteGrouped(n *node) {
+func rewriteGrouped(n *node, act actKind) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 		return
 	}
@@ -140,7 +143,8 @@ func rewriteGrouped(n *node) {
 	d := w.shape.Dimensions
 	n.op = opTypeGrouped
 	n.inputs = []*node{lhs, w, ids}
-	n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16}
+	n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16,
+		bf16Act: act == actBF16 && w.shape.DType == dtypes.BFloat16}
 	n.fn = execGrouped
 }
 
@@ -169,6 +173,11 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		next[e]++
 	}
 	lhs := in[0].data.([]float32)
+	if a.bf16Act {
+		r := make([]float32, len(lhs))
+		kernels.RoundBF16(r, lhs)
+		lhs = r
+	}
 	out := st.alloc(n.shape)
 	o := out.data.([]float32)
 	N, K := a.n, a.k
@@ -223,6 +232,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:
 			kernels.GemmF32NT(m, N, K, x, K, in[1].data.([]float32)[e*N*K:], K, c, N)
+		case a.bf16Act:
+			kernels.GemmBF16DotNT(m, N, K, x, K, u16(in[1].data)[e*N*K:], K, c, N)
 		case dtypeOfFlat(in[1].data) == dtypes.BFloat16:
 			kernels.GemmBF16NT(m, N, K, x, K, u16(in[1].data)[e*N*K:], K, c, N)
 		default:

@@ -142,8 +142,8 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 
 // rewriteInt4 points f32 DotGenerals at int4 weights where the right
 // operand is the dequantisation form, in the NT layout, with no batch;
-// with int8Act the product quantises its activations to int8.
-func rewriteInt4(n *node, int8Act bool) {
+// with act int8 the product quantises its activations to int8.
+func rewriteInt4(n *node, act actKind) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 		return
 	}
@@ -157,7 +157,7 @@ func rewriteInt4(n *node, int8Act bool) {
 		return
 	}
 	b := *a
-	b.int4, b.int4Q8 = true, int8Act
+	b.int4, b.int4Q8 = true, act == actInt8
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, codes, table}
 }
