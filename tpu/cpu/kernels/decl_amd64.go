@@ -112,3 +112,6 @@ func dotBF16x4x4AVX512(a, b *[4]*uint16, k int, c *float32, ldc, acc int)
 
 //go:noescape
 func roundBF16AVX512(dst *uint16, src *float32, n int)
+
+//go:noescape
+func logisticAVX512(dst, src *float32, n int)

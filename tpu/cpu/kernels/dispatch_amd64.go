@@ -466,3 +466,26 @@ func roundBF16(dst []uint16, src []float32) {
 	}
 	roundBF16Generic(dst[nm:], src[nm:])
 }
+
+// Logistic writes dst[i] = 1/(1 + e^-src[i]) with the AVX-512 exp of the
+// row kernels and reports true, or reports false (nothing written) below
+// AVX-512, where the caller's scalar loop runs. Every element takes the
+// vector path (a short tail is padded to 16), so an element's value does
+// not depend on where a slice starts or ends. dst may alias src.
+func Logistic(dst, src []float32) bool {
+	if level != levelAVX512 {
+		return false
+	}
+	src = src[:len(dst)]
+	nm := len(dst) &^ 15
+	if nm > 0 {
+		logisticAVX512(&dst[0], &src[0], nm)
+	}
+	if nm < len(dst) {
+		var tmp [16]float32
+		copy(tmp[:], src[nm:])
+		logisticAVX512(&tmp[0], &tmp[0], 16)
+		copy(dst[nm:], tmp[:])
+	}
+	return true
+}

@@ -92,3 +92,6 @@ var ntBF16Dot = ntKernelOf[uint16]{mr: 4, kstep: 1, dot: dotBF16Pairs, fn: func(
 }}
 
 func roundBF16(dst []uint16, src []float32) { roundBF16Generic(dst, src) }
+
+// Logistic has no portable kernel: the caller's scalar loop runs.
+func Logistic(dst, src []float32) bool { return false }

@@ -478,3 +478,29 @@ ad2loop:
 	JLT     ad2loop
 	VZEROUPPER
 	RET
+
+// func logisticAVX512(dst, src *float32, n int)
+// dst[i] = 1 / (1 + e^-src[i]) for n a positive multiple of 16; NaN stays
+// NaN (the clamp inside EXP512 would turn it into a number, so NaN lanes
+// are copied back from src at the end).
+TEXT ·logisticAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	EXPCONSTS
+	XORQ AX, AX
+lgloop:
+	VMOVUPS (SI)(AX*4), Z0
+	VXORPS  Z1, Z1, Z1
+	VSUBPS  Z0, Z1, Z1
+	EXP512(Z1, Z2, Z3)
+	VADDPS  Z31, Z1, Z1
+	VDIVPS  Z1, Z31, Z1
+	VCMPPS  $3, Z0, Z0, K1
+	VMOVAPS Z0, K1, Z1
+	VMOVUPS Z1, (DI)(AX*4)
+	ADDQ    $16, AX
+	CMPQ    AX, CX
+	JLT     lgloop
+	VZEROUPPER
+	RET
