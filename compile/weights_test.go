@@ -325,3 +325,31 @@ func TestInt8ActivationsDeviation(t *testing.T) {
 		t.Errorf("max relative logit error %.4f (want in (0, 0.05]), greedy agreement %.3f (want >= 0.95)", rel, agree)
 	}
 }
+
+// The CPU engine's bf16 activations (cpu:act=bf16) against its f32
+// activations on the same bf16 weights, teacher-forced on the f32 greedy
+// continuation: what rounding the activations alone costs.
+func TestBF16ActivationsDeviation(t *testing.T) {
+	const dir = "../testdata/stories260K-hf"
+	prompt := []int{1, 403, 407, 261, 378}
+	l := loadDir(t, writeAs(t, dir, safetensors.BF16))
+	cpuBF, err := backends.NewWithConfig("cpu:act=bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logits [2][][]float32
+	var tokens []int
+	for i, be := range []backends.Backend{cpuBackend(t), cpuBF} {
+		r, err := NewLM(be, l, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, logits[i] = steps(t, r, prompt, 40, tokens)
+		r.Close()
+	}
+	rel, agree := deviation(logits[1], logits[0])
+	t.Logf("bf16 activations against f32 activations (bf16 weights): max relative logit error %.4f, greedy agreement %.3f", rel, agree)
+	if rel == 0 || rel > 0.03 || agree < 0.95 {
+		t.Errorf("max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", rel, agree)
+	}
+}
