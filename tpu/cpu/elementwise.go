@@ -15,34 +15,18 @@ import (
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
+//go:generate go run ./internal/genelementwise
+
+// The per-op and per-dtype loops (unaryFloat, binaryLoop, compareLoop, the
+// type switches onto them, the one-line Builder methods, ...) are in
+// elementwise_gen.go, generated from the op table in
+// internal/elementwisegen. This file holds what is written once: shape
+// checks, the choice of path per dtype, and the broadcasting plan.
+
 func reflectElem(flat any) reflect.Type { return reflect.TypeOf(flat).Elem() }
 
 // elemGrain is the smallest piece of an elementwise pass worth a thread.
 const elemGrain = 1 << 14
-
-var unaryOps = []backends.OpType{
-	backends.OpTypeAbs, backends.OpTypeNeg, backends.OpTypeSign, backends.OpTypeExp, backends.OpTypeExpm1,
-	backends.OpTypeLog, backends.OpTypeLog1p, backends.OpTypeSqrt, backends.OpTypeRsqrt, backends.OpTypeTanh,
-	backends.OpTypeLogistic, backends.OpTypeSin, backends.OpTypeCos, backends.OpTypeErf, backends.OpTypeFloor,
-	backends.OpTypeCeil, backends.OpTypeRound, backends.OpTypeLogicalNot,
-}
-
-var binaryOps = []backends.OpType{
-	backends.OpTypeAdd, backends.OpTypeSub, backends.OpTypeMul, backends.OpTypeDiv, backends.OpTypeMax,
-	backends.OpTypeMin, backends.OpTypePow, backends.OpTypeRem, backends.OpTypeLogicalAnd,
-	backends.OpTypeLogicalOr, backends.OpTypeLogicalXor,
-}
-
-var compareOps = []backends.OpType{
-	backends.OpTypeEqual, backends.OpTypeNotEqual, backends.OpTypeLessThan, backends.OpTypeLessOrEqual,
-	backends.OpTypeGreaterThan, backends.OpTypeGreaterOrEqual,
-}
-
-// number is the set of Go types the generic loops run on; bf16 and f16
-// are computed in f32.
-type number interface {
-	int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | float32 | float64
-}
 
 // ---- Builder methods --------------------------------------------------------
 
@@ -85,149 +69,6 @@ func isCompare(op backends.OpType) bool {
 		}
 	}
 	return false
-}
-
-// Abs implements backends.Builder.
-func (b *Builder) Abs(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeAbs, x) }
-
-// Neg implements backends.Builder.
-func (b *Builder) Neg(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeNeg, x) }
-
-// Sign implements backends.Builder.
-func (b *Builder) Sign(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeSign, x) }
-
-// Exp implements backends.Builder.
-func (b *Builder) Exp(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeExp, x) }
-
-// Expm1 implements backends.Builder.
-func (b *Builder) Expm1(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeExpm1, x) }
-
-// Log implements backends.Builder.
-func (b *Builder) Log(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeLog, x) }
-
-// Log1p implements backends.Builder.
-func (b *Builder) Log1p(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeLog1p, x) }
-
-// Sqrt implements backends.Builder.
-func (b *Builder) Sqrt(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeSqrt, x) }
-
-// Rsqrt implements backends.Builder.
-func (b *Builder) Rsqrt(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeRsqrt, x) }
-
-// Tanh implements backends.Builder.
-func (b *Builder) Tanh(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeTanh, x) }
-
-// Logistic implements backends.Builder.
-func (b *Builder) Logistic(x backends.Op) (backends.Op, error) {
-	return b.unary(backends.OpTypeLogistic, x)
-}
-
-// Sin implements backends.Builder.
-func (b *Builder) Sin(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeSin, x) }
-
-// Cos implements backends.Builder.
-func (b *Builder) Cos(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeCos, x) }
-
-// Erf implements backends.Builder.
-func (b *Builder) Erf(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeErf, x) }
-
-// Floor implements backends.Builder.
-func (b *Builder) Floor(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeFloor, x) }
-
-// Ceil implements backends.Builder.
-func (b *Builder) Ceil(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeCeil, x) }
-
-// Round implements backends.Builder.
-func (b *Builder) Round(x backends.Op) (backends.Op, error) { return b.unary(backends.OpTypeRound, x) }
-
-// LogicalNot implements backends.Builder.
-func (b *Builder) LogicalNot(x backends.Op) (backends.Op, error) {
-	return b.unary(backends.OpTypeLogicalNot, x)
-}
-
-// Add implements backends.Builder.
-func (b *Builder) Add(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeAdd, l, r)
-}
-
-// Sub implements backends.Builder.
-func (b *Builder) Sub(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeSub, l, r)
-}
-
-// Mul implements backends.Builder.
-func (b *Builder) Mul(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeMul, l, r)
-}
-
-// Div implements backends.Builder.
-func (b *Builder) Div(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeDiv, l, r)
-}
-
-// Max implements backends.Builder.
-func (b *Builder) Max(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeMax, l, r)
-}
-
-// Min implements backends.Builder.
-func (b *Builder) Min(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeMin, l, r)
-}
-
-// Pow implements backends.Builder.
-func (b *Builder) Pow(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypePow, l, r)
-}
-
-// Rem implements backends.Builder.
-func (b *Builder) Rem(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeRem, l, r)
-}
-
-// LogicalAnd implements backends.Builder.
-func (b *Builder) LogicalAnd(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeLogicalAnd, l, r)
-}
-
-// LogicalOr implements backends.Builder.
-func (b *Builder) LogicalOr(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeLogicalOr, l, r)
-}
-
-// LogicalXor implements backends.Builder.
-func (b *Builder) LogicalXor(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeLogicalXor, l, r)
-}
-
-// Equal implements backends.Builder.
-func (b *Builder) Equal(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeEqual, l, r)
-}
-
-// NotEqual implements backends.Builder.
-func (b *Builder) NotEqual(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeNotEqual, l, r)
-}
-
-// LessThan implements backends.Builder.
-func (b *Builder) LessThan(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeLessThan, l, r)
-}
-
-// LessOrEqual implements backends.Builder.
-func (b *Builder) LessOrEqual(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeLessOrEqual, l, r)
-}
-
-// GreaterThan implements backends.Builder.
-func (b *Builder) GreaterThan(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeGreaterThan, l, r)
-}
-
-// GreaterOrEqual implements backends.Builder.
-func (b *Builder) GreaterOrEqual(l, r backends.Op) (backends.Op, error) {
-	return b.binary(backends.OpTypeGreaterOrEqual, l, r)
 }
 
 // Where implements backends.Builder.
@@ -276,48 +117,6 @@ func (b *Builder) ConvertDType(x backends.Op, dtype dtypes.DType) (backends.Op, 
 	return b.add(backends.OpTypeConvertDType, shape, in, execConvert), nil
 }
 
-// ---- f32 views of 16-bit floats --------------------------------------------
-
-// toF32 returns the values of a float slice as f32: the slice itself for
-// f32, a converted copy for bf16 and f16.
-func toF32(flat any) []float32 {
-	switch f := flat.(type) {
-	case []float32:
-		return f
-	case []bfloat16.BFloat16:
-		out := make([]float32, len(f))
-		for i, v := range f {
-			out[i] = v.Float32()
-		}
-		return out
-	case []float16.Float16:
-		out := make([]float32, len(f))
-		for i, v := range f {
-			out[i] = v.Float32()
-		}
-		return out
-	}
-	panic(fmt.Sprintf("toF32: %T", flat))
-}
-
-// fromF32 writes f32 values into a bf16, f16 or f32 slice.
-func fromF32(dst any, src []float32) {
-	switch d := dst.(type) {
-	case []float32:
-		copy(d, src)
-	case []bfloat16.BFloat16:
-		for i, v := range src {
-			d[i] = bfloat16.FromFloat32(v)
-		}
-	case []float16.Float16:
-		for i, v := range src {
-			d[i] = float16.Fromfloat32(v)
-		}
-	default:
-		panic(fmt.Sprintf("fromF32: %T", dst))
-	}
-}
-
 func is16(dt dtypes.DType) bool { return dt == dtypes.BFloat16 || dt == dtypes.Float16 }
 
 // ---- unary ------------------------------------------------------------------
@@ -327,10 +126,7 @@ func execUnary(st *execState, n *node, in []*slot) (*slot, error) {
 	dt := n.shape.DType
 	switch {
 	case dt == dtypes.Bool:
-		x, o := in[0].data.([]bool), out.data.([]bool)
-		for i, v := range x {
-			o[i] = !v
-		}
+		unaryBool(n.op, out.data.([]bool), in[0].data.([]bool))
 	case is16(dt):
 		tmp := toF32(in[0].data)
 		unaryFloat(n.op, tmp, tmp)
@@ -350,142 +146,10 @@ func unaryDispatch(op backends.OpType, dst, src any) bool {
 		kernels.Parallel(len(s), elemGrain, func(lo, hi int) { unaryFloat(op, d[lo:hi], s[lo:hi]) })
 	case []float64:
 		unaryFloat(op, dst.([]float64), s)
-	case []int8:
-		unaryInt(op, dst.([]int8), s)
-	case []int16:
-		unaryInt(op, dst.([]int16), s)
-	case []int32:
-		unaryInt(op, dst.([]int32), s)
-	case []int64:
-		unaryInt(op, dst.([]int64), s)
 	default:
-		return false
+		return unaryIntAny(op, dst, src)
 	}
 	return true
-}
-
-func unaryInt[T int8 | int16 | int32 | int64](op backends.OpType, dst, src []T) {
-	for i, v := range src {
-		switch op {
-		case backends.OpTypeAbs:
-			if v < 0 {
-				v = -v
-			}
-		case backends.OpTypeNeg:
-			v = -v
-		case backends.OpTypeSign:
-			switch {
-			case v > 0:
-				v = 1
-			case v < 0:
-				v = -1
-			}
-		}
-		dst[i] = v
-	}
-}
-
-func unaryFloat[T float32 | float64](op backends.OpType, dst, src []T) {
-	dst = dst[:len(src)]
-	if d, ok := any(dst).([]float32); ok {
-		s := any(src).([]float32)
-		switch op {
-		case backends.OpTypeExp:
-			for i, v := range s {
-				d[i] = expf(v)
-			}
-			return
-		case backends.OpTypeLogistic:
-			for i, v := range s {
-				d[i] = logisticf(v)
-			}
-			return
-		case backends.OpTypeErf:
-			for i, v := range s {
-				d[i] = erff(v)
-			}
-			return
-		}
-	}
-	switch op {
-	case backends.OpTypeNeg:
-		for i, v := range src {
-			dst[i] = -v
-		}
-	case backends.OpTypeAbs:
-		for i, v := range src {
-			dst[i] = T(math.Abs(float64(v)))
-		}
-	case backends.OpTypeSign:
-		for i, v := range src {
-			switch {
-			case v > 0:
-				dst[i] = 1
-			case v < 0:
-				dst[i] = -1
-			default:
-				dst[i] = v // 0, -0 and NaN
-			}
-		}
-	case backends.OpTypeExp:
-		for i, v := range src {
-			dst[i] = T(math.Exp(float64(v)))
-		}
-	case backends.OpTypeExpm1:
-		for i, v := range src {
-			dst[i] = T(math.Expm1(float64(v)))
-		}
-	case backends.OpTypeLog:
-		for i, v := range src {
-			dst[i] = T(math.Log(float64(v)))
-		}
-	case backends.OpTypeLog1p:
-		for i, v := range src {
-			dst[i] = T(math.Log1p(float64(v)))
-		}
-	case backends.OpTypeSqrt:
-		for i, v := range src {
-			dst[i] = T(math.Sqrt(float64(v)))
-		}
-	case backends.OpTypeRsqrt:
-		for i, v := range src {
-			dst[i] = T(1 / math.Sqrt(float64(v)))
-		}
-	case backends.OpTypeTanh:
-		for i, v := range src {
-			dst[i] = T(math.Tanh(float64(v)))
-		}
-	case backends.OpTypeLogistic:
-		for i, v := range src {
-			dst[i] = T(logistic(float64(v)))
-		}
-	case backends.OpTypeSin:
-		for i, v := range src {
-			dst[i] = T(math.Sin(float64(v)))
-		}
-	case backends.OpTypeCos:
-		for i, v := range src {
-			dst[i] = T(math.Cos(float64(v)))
-		}
-	case backends.OpTypeErf:
-		for i, v := range src {
-			dst[i] = T(math.Erf(float64(v)))
-		}
-	case backends.OpTypeFloor:
-		for i, v := range src {
-			dst[i] = T(math.Floor(float64(v)))
-		}
-	case backends.OpTypeCeil:
-		for i, v := range src {
-			dst[i] = T(math.Ceil(float64(v)))
-		}
-	case backends.OpTypeRound:
-		for i, v := range src {
-			dst[i] = T(math.Round(float64(v)))
-		}
-	default:
-		panic(fmt.Sprintf("unaryFloat: op %s", op))
-	}
 }
 
 func logistic(x float64) float64 {
@@ -625,9 +289,9 @@ func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 		out = st.allocOrReuse(n, cands...)
 	}
 	if ls.DType == dtypes.Bool {
-		a := expandAny(in[0].data, ls, n.shape)
-		c := expandAny(in[1].data, rs, n.shape)
-		if !binaryDispatch(n.op, out.data, a, c) {
+		a := expandAny(in[0].data, ls, n.shape).([]bool)
+		c := expandAny(in[1].data, rs, n.shape).([]bool)
+		if !binaryBool(n.op, out.data.([]bool), a, c) {
 			return nil, fmt.Errorf("not implemented for %s", ls.DType)
 		}
 		return out, nil
@@ -645,227 +309,10 @@ func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 		fromF32(out.data, tmp)
 		return out, nil
 	}
-	switch a := a.(type) {
-	case []float32:
-		binaryPlanned(n.op, p, out.data, a, c.([]float32))
-	case []float64:
-		binaryPlanned(n.op, p, out.data, a, c.([]float64))
-	case []int8:
-		binaryPlanned(n.op, p, out.data, a, c.([]int8))
-	case []int16:
-		binaryPlanned(n.op, p, out.data, a, c.([]int16))
-	case []int32:
-		binaryPlanned(n.op, p, out.data, a, c.([]int32))
-	case []int64:
-		binaryPlanned(n.op, p, out.data, a, c.([]int64))
-	case []uint8:
-		binaryPlanned(n.op, p, out.data, a, c.([]uint8))
-	case []uint16:
-		binaryPlanned(n.op, p, out.data, a, c.([]uint16))
-	case []uint32:
-		binaryPlanned(n.op, p, out.data, a, c.([]uint32))
-	case []uint64:
-		binaryPlanned(n.op, p, out.data, a, c.([]uint64))
-	default:
+	if !binaryPlannedAny(n.op, p, out.data, a, c) {
 		return nil, fmt.Errorf("not implemented for %s", ls.DType)
 	}
 	return out, nil
-}
-
-// binaryDispatch runs the bool ops on operands already at the output's
-// size (or one element).
-func binaryDispatch(op backends.OpType, dst, a, c any) bool {
-	switch a := a.(type) {
-	case []bool:
-		d, cc := dst.([]bool), c.([]bool)
-		n := len(d)
-		for i := 0; i < n; i++ {
-			x, y := a[min(i, len(a)-1)], cc[min(i, len(cc)-1)]
-			switch op {
-			case backends.OpTypeLogicalAnd:
-				d[i] = x && y
-			case backends.OpTypeLogicalOr:
-				d[i] = x || y
-			case backends.OpTypeLogicalXor, backends.OpTypeNotEqual:
-				d[i] = x != y
-			case backends.OpTypeEqual:
-				d[i] = x == y
-			default:
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// binaryLoop computes dst = a op c; a or c may have one element (scalar).
-func binaryLoop[T number](op backends.OpType, dst, a, c []T) {
-	n := len(dst)
-	switch {
-	case len(a) == n && len(c) == n:
-		a, c = a[:n], c[:n]
-		switch op {
-		case backends.OpTypeAdd:
-			for i := range dst {
-				x, y := a[i], c[i]
-				dst[i] = x + y
-			}
-			return
-		case backends.OpTypeSub:
-			for i := range dst {
-				x, y := a[i], c[i]
-				dst[i] = x - y
-			}
-			return
-		case backends.OpTypeMul:
-			for i := range dst {
-				x, y := a[i], c[i]
-				dst[i] = x * y
-			}
-			return
-		case backends.OpTypeMax:
-			for i := range dst {
-				x, y := a[i], c[i]
-				dst[i] = max(x, y)
-			}
-			return
-		case backends.OpTypeMin:
-			for i := range dst {
-				x, y := a[i], c[i]
-				dst[i] = min(x, y)
-			}
-			return
-		case backends.OpTypeDiv:
-			if !isIntType[T]() {
-				for i := range dst {
-					dst[i] = a[i] / c[i]
-				}
-				return
-			}
-		}
-	case len(c) == 1 && len(a) == n:
-		y := c[0]
-		switch op {
-		case backends.OpTypeAdd:
-			for i, x := range a {
-				dst[i] = x + y
-			}
-			return
-		case backends.OpTypeSub:
-			for i, x := range a {
-				dst[i] = x - y
-			}
-			return
-		case backends.OpTypeMul:
-			for i, x := range a {
-				dst[i] = x * y
-			}
-			return
-		case backends.OpTypeMax:
-			for i, x := range a {
-				dst[i] = max(x, y)
-			}
-			return
-		case backends.OpTypeMin:
-			for i, x := range a {
-				dst[i] = min(x, y)
-			}
-			return
-		case backends.OpTypeDiv:
-			if !isIntType[T]() {
-				for i, x := range a {
-					dst[i] = x / y
-				}
-				return
-			}
-		}
-	case len(a) == 1 && len(c) == n:
-		x := a[0]
-		switch op {
-		case backends.OpTypeAdd:
-			for i, y := range c {
-				dst[i] = x + y
-			}
-			return
-		case backends.OpTypeSub:
-			for i, y := range c {
-				dst[i] = x - y
-			}
-			return
-		case backends.OpTypeMul:
-			for i, y := range c {
-				dst[i] = x * y
-			}
-			return
-		case backends.OpTypeMax:
-			for i, y := range c {
-				dst[i] = max(x, y)
-			}
-			return
-		case backends.OpTypeMin:
-			for i, y := range c {
-				dst[i] = min(x, y)
-			}
-			return
-		case backends.OpTypeDiv:
-			if !isIntType[T]() {
-				for i, y := range c {
-					dst[i] = x / y
-				}
-				return
-			}
-		}
-	}
-	am, cm := len(a) == 1, len(c) == 1
-	for i := range dst {
-		var x, y T
-		if am {
-			x = a[0]
-		} else {
-			x = a[i]
-		}
-		if cm {
-			y = c[0]
-		} else {
-			y = c[i]
-		}
-		dst[i] = binaryScalar(op, x, y)
-	}
-}
-
-func binaryScalar[T number](op backends.OpType, x, y T) T {
-	switch op {
-	case backends.OpTypeAdd:
-		return x + y
-	case backends.OpTypeSub:
-		return x - y
-	case backends.OpTypeMul:
-		return x * y
-	case backends.OpTypeDiv:
-		if isIntType[T]() && y == 0 {
-			return 0
-		}
-		return x / y
-	case backends.OpTypeMax:
-		return max(x, y)
-	case backends.OpTypeMin:
-		return min(x, y)
-	case backends.OpTypePow:
-		if isIntType[T]() {
-			return intPow(x, y)
-		}
-		return T(math.Pow(float64(x), float64(y)))
-	case backends.OpTypeRem:
-		if isIntType[T]() {
-			if y == 0 {
-				return 0
-			}
-			return intRem(x, y)
-		}
-		return T(math.Mod(float64(x), float64(y)))
-	}
-	panic(fmt.Sprintf("binary op %s", op))
 }
 
 func isIntType[T number]() bool {
@@ -886,61 +333,6 @@ func intPow[T number](x, y T) T {
 		r *= x
 	}
 	return r
-}
-
-func intRem[T number](x, y T) T {
-	switch v := any(x).(type) {
-	case int8:
-		return T(v % any(y).(int8))
-	case int16:
-		return T(v % any(y).(int16))
-	case int32:
-		return T(v % any(y).(int32))
-	case int64:
-		return T(v % any(y).(int64))
-	case uint8:
-		return T(v % any(y).(uint8))
-	case uint16:
-		return T(v % any(y).(uint16))
-	case uint32:
-		return T(v % any(y).(uint32))
-	case uint64:
-		return T(v % any(y).(uint64))
-	}
-	return 0
-}
-
-func compareLoop[T number](op backends.OpType, dst []bool, a, c []T) {
-	am, cm := len(a) == 1, len(c) == 1
-	for i := range dst {
-		var x, y T
-		if am {
-			x = a[0]
-		} else {
-			x = a[i]
-		}
-		if cm {
-			y = c[0]
-		} else {
-			y = c[i]
-		}
-		var r bool
-		switch op {
-		case backends.OpTypeEqual:
-			r = x == y
-		case backends.OpTypeNotEqual:
-			r = x != y
-		case backends.OpTypeLessThan:
-			r = x < y
-		case backends.OpTypeLessOrEqual:
-			r = x <= y
-		case backends.OpTypeGreaterThan:
-			r = x > y
-		case backends.OpTypeGreaterOrEqual:
-			r = x >= y
-		}
-		dst[i] = r
-	}
 }
 
 // ---- Where, Clamp, ConvertDType ---------------------------------------------
@@ -1083,67 +475,17 @@ func convertFlat(dst, src any) error {
 			copy(d, s)
 			return nil
 		}
-		return convertFrom(dst, s)
-	case []float64:
-		return convertFrom(dst, s)
-	case []int8:
-		return convertFrom(dst, s)
-	case []int16:
-		return convertFrom(dst, s)
-	case []int32:
-		return convertFrom(dst, s)
-	case []int64:
-		return convertFrom(dst, s)
-	case []uint8:
-		return convertFrom(dst, s)
-	case []uint16:
-		return convertFrom(dst, s)
-	case []uint32:
-		return convertFrom(dst, s)
-	case []uint64:
-		return convertFrom(dst, s)
 	case []bool:
+		// bool converts as 0 and 1.
 		u := make([]uint8, len(s))
 		for i, v := range s {
 			if v {
 				u[i] = 1
 			}
 		}
-		return convertFrom(dst, u)
+		src = u
 	}
-	return fmt.Errorf("ConvertDType from %T is not implemented", src)
-}
-
-func convertFrom[S number](dst any, src []S) error {
-	switch d := dst.(type) {
-	case []float32:
-		convertLoop(d, src)
-	case []float64:
-		convertLoop(d, src)
-	case []int8:
-		convertLoop(d, src)
-	case []int16:
-		convertLoop(d, src)
-	case []int32:
-		convertLoop(d, src)
-	case []int64:
-		convertLoop(d, src)
-	case []uint8:
-		convertLoop(d, src)
-	case []uint16:
-		convertLoop(d, src)
-	case []uint32:
-		convertLoop(d, src)
-	case []uint64:
-		convertLoop(d, src)
-	case []bool:
-		for i, v := range src {
-			d[i] = v != 0
-		}
-	default:
-		return fmt.Errorf("ConvertDType to %T is not implemented", dst)
-	}
-	return nil
+	return convertNumbers(dst, src)
 }
 
 func convertLoop[D, S number](dst []D, src []S) {
