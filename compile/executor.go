@@ -68,7 +68,8 @@ func asArgs(ts []*tensors.Tensor) []Arg {
 
 // Call runs fn under key on args, compiling an executable first when the
 // key is new or args' shapes are. Two calls with the same key must pass
-// functions that build the same graph.
+// functions that build the same graph: only the first call's fn is kept,
+// in the key's Program.
 func (x *GraphExecutor) Call(key string, fn func([]*graph.Node) []*graph.Node, args []*tensors.Tensor) ([]*tensors.Tensor, error) {
 	p, err := x.program(key, fn)
 	if err != nil {

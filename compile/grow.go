@@ -13,6 +13,11 @@ import (
 // whole static cache at every step, so it costs what the current bucket
 // holds rather than what the generation may reach; each bucket compiles
 // its own decode executable once (CacheBucket keeps them few).
+//
+// Growth is for a State's own generation (State.PrefillChunk, Decode). A
+// Batch's states never grow: its decode batch changes length by relayout
+// (batch.go), and a prefill's cache is sized for its prompts at the start.
+// Sharded LMs allocate maxCacheLen up front.
 
 // initialCacheLen is the first cache length of a generation.
 func initialCacheLen(promptBucket, maxCacheLen int) int {
@@ -22,7 +27,8 @@ func initialCacheLen(promptBucket, maxCacheLen int) int {
 // growCache moves st to the next cache bucket: every state tensor with a
 // slot axis (lm.StateSpec.SlotAxis) gets zero slots appended along it
 // (zero, as nn.UpdateCache's scatter-add needs); fixed-size state
-// (recurrent layers) is kept as is.
+// (recurrent layers) is kept as is. The old tensors are donated; on
+// failure st is released.
 func (r *LM) growCache(st *State) error {
 	newLen := CacheBucket(st.cacheLen + 1)
 	if newLen > st.maxCacheLen {

@@ -10,7 +10,15 @@ import (
 	"github.com/tputool/tputool/pipeline/nn"
 )
 
-// Blocked layout of Matmul weights on the pure-Go backend (nn.Blocked).
+// Blocked layout of Matmul weights on the pure-Go backend (nn.Blocked:
+// [J, P, rows, C], element (j, p, r, c) = W[p·rows + r, j·C + c]).
+// simplego's small-matrix DotGeneral parallelises only over batch axes and
+// walks the contracting axis in blocks of 64, so on a plain [out, in]
+// weight a matrix-vector product reads 64 interleaved row streams and
+// stalls on memory; with 64-column blocks each (j, p) block is one
+// contiguous stream and all blocks run in parallel. Per CPU second,
+// 2048x768 went from 0.76 to 1.57 GMAC and the 32000x768 head from 0.68
+// to 1.31. Other backends keep [out, in].
 const (
 	// goBlockCols matches simplego's DotGeneral kernel, which walks the
 	// contracting axis in blocks of 64.
@@ -30,7 +38,9 @@ func (r *LM) isGoBackend() bool { return r.opts.Caps.BlockedMatmul }
 // in]. On the pure-Go backend the input axis is cut into blocks of
 // BlockCols (64) columns and the rows into the fewest parts that keep each
 // part at most goBlockRows rows and give every core a block.
-// SplitMatmul and BlockCols override; SplitMatmul 1 keeps [out, in].
+// SplitMatmul and BlockCols override; SplitMatmul 1 keeps [out, in]. A
+// negative BlockCols, or one that does not divide in, keeps whole rows
+// (C = in, J = 1).
 func (r *LM) layout(out, in int) *nn.Blocked {
 	if r.opts.SplitMatmul == 1 || (!r.isGoBackend() && r.opts.SplitMatmul == 0 && r.opts.BlockCols == 0) {
 		return nil
@@ -46,6 +56,9 @@ func (r *LM) layout(out, in int) *nn.Blocked {
 		c = in
 	}
 	j := in / c
+	// P parts: enough that no part exceeds goBlockRows rows and that the
+	// J·P blocks give every core one, rounded up to a divisor of out so
+	// that all parts have the same rows.
 	p := r.opts.SplitMatmul
 	if p == 0 {
 		p = max((out+goBlockRows-1)/goBlockRows, (runtime.NumCPU()+j-1)/j)
@@ -83,6 +96,8 @@ func blockInto(dst, src any, b *nn.Blocked) {
 	}
 }
 
+// blockCopy writes dst in its own order, j then p·rows + r, one run of C
+// contiguous source elements at a time.
 func blockCopy[T any](dst, src []T, b *nn.Blocked) {
 	in := b.J * b.C
 	i := 0

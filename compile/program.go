@@ -50,6 +50,12 @@ type ProgramStats struct {
 // executable cache, compile time measured apart from execution, and a
 // warning (OnRecompile) when a call after the first one brings new shapes.
 // Panics while building a graph become errors naming the program.
+//
+// keys records the shape keys already compiled; the executables
+// themselves live in graph.Exec's cache, which never evicts: a shape
+// beyond MaxExecutables is an error, unless unboundedCache lifts the cap.
+// Every call first compiles what it needs (timed apart), then executes,
+// so Run never includes compilation.
 type Program struct {
 	name    string
 	backend backends.Backend
@@ -152,7 +158,9 @@ func (p *Program) compile(args []Arg) (compiled bool, err error) {
 }
 
 // compileFor is compile for the inputs plain (as graph.Exec takes them)
-// identified by key.
+// identified by key. The key counts as compiled only once PreCompile has
+// succeeded, so a failed compile is tried again (another miss) by the
+// next call with those shapes.
 func (p *Program) compileFor(key string, plain []any) (compiled bool, err error) {
 	p.mu.Lock()
 	isNew := !p.keys[key]

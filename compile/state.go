@@ -25,6 +25,13 @@ import (
 // to maxCacheLen (grow.go). pending holds prompt tokens queued by Begin or
 // Extend and not run yet (one equal-length list per row).
 //
+// tensors[i] are layer i's state tensors in the order of the model's
+// LayerState. Every step donates them and keeps the step's outputs in
+// their place, so after a failed step nothing valid is left (Release).
+// maxCacheLen bounds growCache; the states a Batch makes have
+// maxCacheLen == cacheLen and never grow (its decode batch changes length
+// by relayout instead).
+//
 // A State belongs to one LM and is used from one goroutine. Its methods
 // are the generation interface pipeline/generate drives (Begin,
 // PrefillChunk, Decode, Extend); they step the state through its LM.
@@ -189,6 +196,8 @@ func (st *State) Extend(tokens [][]int, maxNew int) (int, error) {
 			pending[i][j] = int32(id)
 		}
 	}
+	// The longest row holds next − minPad tokens; with the new and
+	// generated ones they must fit in the model's positions.
 	minPad := int(slices.Min(st.pads))
 	if used := st.next - minPad + n + maxNew; used > r.spec.MaxPositions {
 		return 0, errs.Usagef("%d tokens in the cache plus %d new and %d to generate exceed the model's %d positions (max_position_embeddings)",
@@ -243,6 +252,9 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 		copy(tokens[i*n:], p[:n])
 		st.pending[i] = p[n:]
 	}
+	// A one-token piece has decode's shapes, so it runs on the decode
+	// program and shares its executables instead of compiling the same
+	// graph again under prefill.
 	prog := r.prefill
 	if n == 1 {
 		prog = r.decode
@@ -293,9 +305,11 @@ func (r *LM) checkIDs(what string, ids []int) error {
 }
 
 // run executes one step of tokens [B, T] written at cache slot start on
-// st, and advances st's clock. A failed step releases st. With
+// st, and advances st's clock to start+T. A failed step releases st. With
 // st.reuseLogits the logits it returns lie in st's reused host buffer,
-// valid until st's next step.
+// valid until st's next step. The step's form follows the LM: sharded
+// over devices, compiled in segments around host-routed experts, one
+// compiled graph, or eager (one executable per layer kind).
 func (r *LM) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
 	t := tokens.Shape().Dimensions[1]
 	startT := tensors.FromScalar(int32(start))

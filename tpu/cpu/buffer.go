@@ -15,7 +15,13 @@ import (
 )
 
 // Buffer is a tensor in host memory: a shape and a flat slice of the
-// dtype's Go type (shape.DType.GoType()).
+// dtype's Go type (shape.DType.GoType()), row-major and dense.
+//
+// mu guards data, which BufferFinalize and a donating Execute may clear
+// while other goroutines read it. Readers take the slice itself, not a
+// copy, and use it after unlocking: clearing data only drops the handle,
+// and the memory lives on as long as a slice refers to it (a donated
+// buffer's memory may by then hold the execution's values: exec.go).
 type Buffer struct {
 	mu    sync.Mutex
 	shape shapes.Shape
@@ -24,7 +30,8 @@ type Buffer struct {
 
 var _ backends.DataInterface = (*Backend)(nil)
 
-// makeFlat allocates a zeroed flat slice of n elements of dt.
+// makeFlat allocates a zeroed flat slice of n elements of dt, without
+// reflection for the common dtypes.
 func makeFlat(dt dtypes.DType, n int) any {
 	switch dt {
 	case dtypes.Float32:
@@ -63,7 +70,8 @@ func cloneFlat(flat any) any {
 // copyFlat copies src into dst (same type); returns the count copied.
 func copyFlat(dst, src any) int { return reflect.Copy(reflect.ValueOf(dst), reflect.ValueOf(src)) }
 
-// bytesOf views a flat slice as bytes, without copying.
+// bytesOf views a flat slice as bytes, without copying: writes through
+// the view change flat.
 func bytesOf(flat any) []byte {
 	v := reflect.ValueOf(flat)
 	n := v.Len()
@@ -175,7 +183,9 @@ func (b *Backend) BufferFromFlatData(deviceNum backends.DeviceNum, flat any, sha
 // memory and can be shared with the caller.
 func (b *Backend) HasSharedBuffers() bool { return true }
 
-// NewSharedBuffer implements backends.DataInterface.
+// NewSharedBuffer implements backends.DataInterface: the flat slice it
+// returns is the buffer's memory, so the caller fills the buffer by
+// writing it, without a copy.
 func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, any, error) {
 	if err := b.checkDevice(deviceNum); err != nil {
 		return nil, nil, err
@@ -187,7 +197,9 @@ func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Sha
 	return &Buffer{shape: shape.Clone(), data: flat}, flat, nil
 }
 
-// BufferData implements backends.DataInterface.
+// BufferData implements backends.DataInterface: the buffer's own memory,
+// not a copy (an execution the buffer is later donated to may overwrite
+// it).
 func (b *Backend) BufferData(x backends.Buffer) (any, error) {
 	buf, err := b.buffer(x)
 	if err != nil {

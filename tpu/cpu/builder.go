@@ -17,6 +17,12 @@ import (
 // which is a topological order: a node is only created after its inputs.
 // Every op it does not implement comes from notimplemented.Builder and
 // returns an error naming the op.
+//
+// An op method checks its operands, computes the output shape (with
+// GoMLX's shapeinference where it has a rule) and appends a node; nothing
+// runs until an Executable does. Compile hands the node list itself to
+// the Executable, which rewrites it in place; the Builder is then marked
+// compiled, and ops taking its nodes (in) fail.
 type Builder struct {
 	notimplemented.Builder
 
@@ -39,10 +45,18 @@ func newBuilder(b *Backend, name string) *Builder {
 	}
 }
 
-// execFn computes a node's value from its inputs' values.
+// execFn computes a node's value from its inputs' values (in[k] is
+// n.inputs[k]'s slot). It returns the slot of the result: new memory from
+// st.alloc, or an input's through st.reuse. It must write every element of
+// the result, since recycled memory is not zeroed, and must not write an
+// input's memory it did not get through reuse.
 type execFn func(st *execState, n *node, in []*slot) (*slot, error)
 
-// node is one op of the graph.
+// node is one op of the graph: idx is its position in the Builder's (and
+// then the Executable's) list; fn is nil for parameters, constants and
+// aliasing nodes, which the executor handles itself. Compile's rewrites
+// (exec.go) may change a node's op (to opTypeFused, opTypeSoftmax or
+// opTypeGrouped), inputs, fn and aux; idx and shape never change.
 type node struct {
 	idx    int
 	op     backends.OpType
@@ -54,8 +68,10 @@ type node struct {
 	paramName string
 	constant  any // OpTypeConstant: flat data
 	aux       any // op-specific settings
-	// aliasesInput: the value is input 0's memory (Reshape, Identity);
-	// the executor then shares the slot instead of calling fn.
+	// aliasesInput: the value is input 0's memory (Reshape, Identity, a
+	// ConvertDType to the same dtype); the executor then shares the slot
+	// instead of calling fn. The shared slot then holds two live values,
+	// so neither is written in place while the other lives.
 	aliasesInput bool
 }
 
@@ -71,7 +87,9 @@ func (b *Builder) OpShape(op backends.Op) (shapes.Shape, error) {
 	return n[0].shape, nil
 }
 
-// in checks that ops are nodes of this builder.
+// in checks that ops are nodes of this builder (not of another Builder,
+// whose idx would point at a different node here) and that the builder is
+// not compiled yet.
 func (b *Builder) in(where string, ops ...backends.Op) ([]*node, error) {
 	if b.compiled {
 		return nil, fmt.Errorf("cpu backend: %s: builder %q was already compiled", where, b.name)
@@ -104,6 +122,8 @@ func ObserveOps(fn func(backends.OpType)) {
 	opObserver.Store(&fn)
 }
 
+// add appends a node; its inputs are earlier nodes, which keeps creation
+// order topological.
 func (b *Builder) add(op backends.OpType, shape shapes.Shape, inputs []*node, fn execFn) *node {
 	if f := opObserver.Load(); f != nil {
 		(*f)(op)
@@ -127,7 +147,9 @@ func (b *Builder) Parameter(name string, shape shapes.Shape, sharding *backends.
 	return n, nil
 }
 
-// Constant implements backends.Builder: the data is copied.
+// Constant implements backends.Builder: the data is copied. Every
+// execution, from any goroutine, reads that one copy through an unowned
+// slot, so nothing ever writes it.
 func (b *Builder) Constant(flat any, dims ...int) (backends.Op, error) {
 	v := reflect.ValueOf(flat)
 	if v.Kind() != reflect.Slice {

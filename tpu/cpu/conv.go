@@ -18,7 +18,19 @@ import (
 // [C·kh·kw, rows·Wo] panel that GemmF32NN multiplies into the [O, Ho·Wo]
 // output. Blocks keep the panel near 4 MiB, so memory does not grow with
 // the image.
+//
+// Layouts: the kernel [O, C, kh, kw] is, row-major, the GEMM's A
+// [O, K] with K = C·kh·kw, its columns in (c, i, j) order; panel row
+// c·kh·kw + i·kw + j holds, for each output position of the block, the
+// input value that tap (c, i, j) reads. The product A·panel [O, rows·Wo]
+// lands in y[b] [O, Ho·Wo] at column r0·Wo with row stride Ho·Wo, so the
+// blocks fill y without a copy. bf16/f16 operands are widened to f32 and
+// the result rounded back. Scratch (y, the panel, permuted copies) is
+// allocated per call, outside the executable's pool.
 
+// convAux is ConvGeneral's aux. execConv reads only each axis's leading
+// padding: the trailing one is already in the output shape (Ho, Wo), and
+// taps past the input's end read zeros.
 type convAux struct {
 	axes     backends.ConvolveAxesConfig
 	strides  []int
@@ -74,6 +86,7 @@ func asF32(flat any) []float32 {
 	return toF32(flat)
 }
 
+// execConv computes one spatial axis as two with W = kw = Wo = 1.
 func execConv(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(*convAux)
 	xs, ks := n.inputs[0].shape, n.inputs[1].shape
@@ -148,7 +161,9 @@ func execConv(st *execState, n *node, in []*slot) (*slot, error) {
 }
 
 // im2col writes the patches for output rows [r0, r0+rows) into panel,
-// laid out [C·kh·kw, rows·Wo]; taps in the padding are zero.
+// laid out [C·kh·kw, rows·Wo]; taps in the padding are zero. x is one
+// batch item [C, H, W]. Output (r, q) reads input (r·sh − ph + i,
+// q·sw − pw + j) for tap (i, j); panel rows are spread over threads.
 func im2col(panel, x []float32, C, H, W, kh, kw, sh, sw, ph, pw, r0, rows, Wo int) {
 	cols := rows * Wo
 	kernels.Parallel(C*kh*kw, 1, func(lo, hi int) {

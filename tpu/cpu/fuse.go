@@ -15,6 +15,20 @@ import (
 // (Logistic, Mul, Mul), scale-and-shift chains and the like become one pass
 // instead of one per op. The arithmetic per element is the same as
 // unfused, so results are identical.
+//
+// What fuses (fusable): an f32 node computed by an fn (not an alias) that
+// is a unary op other than LogicalNot, an op of fusableBinary, or an
+// already fused node, whose operands are all f32 and each either of the
+// node's shape or a single value. Comparisons, Where, Clamp, ConvertDType
+// and operands broadcast along some axes only (RMSNorm's x·r[rows, 1]) do
+// not. An operand is absorbed into its reader when it is fusable, has the
+// reader's shape and has no other reader; every other operand, scalars
+// included, becomes a leaf of the tree. Outputs are never absorbed.
+//
+// Why the results are identical: each step of the tree runs the same loop
+// the unfused op runs on f32 (unaryFloat, or binaryLoop with a
+// one-element slice for a scalar) on the same values; only where the
+// intermediates live changes.
 
 // opTypeFused marks a fused elementwise node (not a GoMLX op).
 const opTypeFused = backends.OpTypeLast + 100
@@ -30,16 +44,20 @@ func opName(op backends.OpType) string {
 	return op.String()
 }
 
-// fuseChunk is the number of elements evaluated per step of a fused tree.
+// fuseChunk is the number of elements evaluated per step of a fused tree:
+// 4 KiB of f32 per intermediate, so a tree's scratch stays in cache.
 const fuseChunk = 1024
 
 // fusedStep is one op of a fused tree. args index the tree's leaves when
-// >= 0 and earlier steps as -(step+1) when < 0.
+// >= 0 and earlier steps as -(step+1) when < 0. A step's operands always
+// come from leaves or earlier steps, and the last step is the root.
 type fusedStep struct {
 	op   backends.OpType
 	args []int
 }
 
+// fusedProgram is a fused node's tree in evaluation order (its aux); the
+// node's inputs are the leaves args refer to.
 type fusedProgram struct {
 	steps []fusedStep
 }
@@ -50,6 +68,7 @@ var fusableBinary = map[backends.OpType]bool{
 	backends.OpTypePow: true,
 }
 
+// fusable reports whether n may be part of a fused tree (see above).
 func fusable(n *node) bool {
 	if n.shape.DType != dtypes.Float32 || n.fn == nil || n.aliasesInput {
 		return false
@@ -81,14 +100,19 @@ func isUnary(op backends.OpType) bool {
 	return false
 }
 
-// fuse rewrites nodes in place: roots of fused trees become OpTypeFused
+// fuse rewrites nodes in place: roots of fused trees become opTypeFused
 // nodes whose inputs are the tree's leaves; the absorbed nodes are left
 // unreferenced (liveness then skips them).
+//
+// Softmax forms are matched first, on the op-by-op graph, and the readers
+// recounted after, since that rewrite changes who reads what. Nodes are
+// then visited in creation order, so a chain grows one op at a time: the
+// fused node made at an inner op is inlined whole into its reader's tree
+// when the reader absorbs it, and is then dead.
 func fuse(nodes []*node, outputs []*node) {
 	users := countUsers(nodes, outputs)
 	rewriteSoftmax(nodes, users)
 	users = countUsers(nodes, outputs)
-	// prog[i] is node i's tree when it has been made a fused node.
 	for _, n := range nodes {
 		if !fusable(n) {
 			continue
@@ -173,6 +197,11 @@ func countUsers(nodes, outputs []*node) []int {
 	return users
 }
 
+// execFused evaluates a fused tree over chunks of fuseChunk elements.
+// Each piece of parallel work has its own scratch, one fuseChunk segment
+// per step but the last, which writes the output directly. The output may
+// be a dying full-size leaf's memory (st.reuse): the last step writes a
+// chunk only after every step has read that chunk of the leaves.
 func execFused(st *execState, n *node, in []*slot) (*slot, error) {
 	prog := n.aux.(*fusedProgram)
 	var cands []int

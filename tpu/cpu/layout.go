@@ -6,6 +6,15 @@ import (
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
+// Every op that moves data without arithmetic (Transpose, BroadcastInDim,
+// Slice, Reverse, Concatenate, Pad, DynamicSlice, DynamicUpdateSlice,
+// Gather, the reductions' and products' relayouts) describes the move as a
+// walk and runs it through copyWalk. Values are dense row-major arrays
+// (the last axis varies fastest), so any such move is an index space with
+// a base offset and a stride per axis on each side; a stride may be 0 (a
+// broadcast) or negative (Reverse). copyWalk copies elements by size (1, 2,
+// 4 or 8 bytes), so one engine serves every dtype.
+
 // stridesOf returns row-major element strides for dims.
 func stridesOf(dims []int) []int {
 	s := make([]int, len(dims))
@@ -18,7 +27,9 @@ func stridesOf(dims []int) []int {
 }
 
 // walk describes a strided copy: for every index i over dims,
-// dst[dBase + i·dStrides] = src[sBase + i·sStrides].
+// dst[dBase + i·dStrides] = src[sBase + i·sStrides]. Bases and strides are
+// in elements. Distinct indices must reach distinct dst elements: rows are
+// copied in parallel.
 type walk struct {
 	dims               []int
 	dStrides, sStrides []int
@@ -26,7 +37,10 @@ type walk struct {
 }
 
 // simplify drops axes of size 1 and merges neighbouring axes that are
-// contiguous in both source and destination, so the inner loop is long.
+// contiguous in both source and destination, so the inner loop is long:
+// axis ax joins the axis kept before it when that one's stride is ax's
+// stride times ax's size on both sides (a plain [rows, cols] copy becomes
+// one run). A walk of only size-1 axes becomes rank 0: one element.
 func (w walk) simplify() walk {
 	var dims, ds, ss []int
 	for ax, d := range w.dims {
@@ -75,6 +89,7 @@ func copyWalk(dst, src any, w walk) {
 	}
 }
 
+// view reinterprets bytes as elements of T's size (same memory).
 func view[T any](b []byte) []T {
 	var z T
 	if len(b) == 0 {
@@ -88,6 +103,10 @@ func elemSize(flat any) int { return int(reflectElem(flat).Size()) }
 // copyGrain is the number of elements worth a thread in a copy.
 const copyGrain = 1 << 15
 
+// walkT runs a simplified walk: one row per index of the outer axes,
+// rows spread over threads by copyGrain elements. The innermost axis is a
+// copy when it is contiguous on both sides, a fill when the source is one
+// repeated element (stride 0), else an element loop.
 func walkT[T any](dst, src []T, w walk) {
 	rank := len(w.dims)
 	if rank == 0 {

@@ -19,9 +19,16 @@ import (
 // node (grouped.go) then multiplies each active expert's MXFP4 matrix in
 // place (kernels.GemvMulti, kernels.GemmMXFP4NT): the f32 matrices are
 // never made.
+//
+// Layout, as int4's (quant.go) with MXFP4's values: expert e's weight
+// [N, K] is cut along K into G blocks of 32; blocks[e, n, b] holds block
+// b's 32 FP4 (E2M1) codes two to a byte, low nibble first, and
+// scales[e, n, b] its E8M0 scale, so W[n, 32·b + c] =
+// fp4(code) · 2^(scales[e, n, b] − 127).
 
 // mxfp4Gathered matches that form at r [P, N, K] and returns the stacks
-// and the pairs' expert ids.
+// and the pairs' expert ids. Blocks and scales must be gathered by the
+// same ids, whole matrices at a time.
 func mxfp4Gathered(r *node) (blocks, scales, ids *node, ok bool) {
 	if r.op != backends.OpTypeReshape || r.shape.Rank() != 3 || r.shape.DType != dtypes.Float32 {
 		return nil, nil, nil, false
@@ -100,6 +107,8 @@ func gatherSource(g *node, width int) (table, x *node) {
 
 // mxfp4PairTable and mxfp4ScaleTable are nn.DequantizeMXFP4's tables,
 // flat: each byte's two FP4 values (low nibble first), and 2^(s−127).
+// FP4 E2M1: bit 3 is the sign, bits 0-2 index the magnitudes 0, 0.5, 1,
+// 1.5, 2, 3, 4, 6; code 8 is −0.
 var mxfp4PairTable, mxfp4ScaleTable = func() (p [512]float32, s [256]float32) {
 	fp4 := [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
 	for i := 0; i < 8; i++ {

@@ -18,9 +18,14 @@ import (
 // the NT layout: the product then reads q and the scales directly
 // (kernels.GemmInt8NT, one scale per group of G input columns), and the
 // f32 weight is never made unless something else reads it.
+//
+// Layout: q [out, g, G] is, row-major, the int8 weight [N, K] with K = g·G,
+// and W[o, k] = q[o, k/G, k%G] · scales[o, k/G]. The product computes the
+// same products and sums as the f32 weight would give, up to the order of
+// the additions.
 
 // int8Weight matches the dequantisation form at r and returns q, scales
-// and the group size.
+// and the group size. The Mul's operands may come in either order.
 func int8Weight(r *node) (q, scales *node, group int, ok bool) {
 	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 {
 		return nil, nil, 0, false
@@ -94,6 +99,12 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 // the NT layout: the product then reads the packed values, codes and
 // table directly (kernels.GemmInt4NT), and the f32 weight is never made
 // unless something else reads it.
+//
+// Layout: the input axis is cut into G blocks of 32 columns. packed
+// [N, G, 16] holds a block's 32 values two to a byte, column 2k in byte
+// k's low nibble and 2k+1 in its high one, each stored as value+8; codes
+// [N, G] holds one byte per block, which picks the block's scale from the
+// table. So W[n, 32·b + c] = (nibble − 8) · table[codes[n, b]].
 
 // int4PairTable is nn.DequantizeInt4's pairs table, flat: each byte's two
 // values (low nibble first, nibble − 8).

@@ -15,7 +15,16 @@ import (
 
 // Reductions bring the reduced axes last (with a copy only when they are
 // not already last), then reduce each row.
+//
+// Each row (one output element) is reduced by one goroutine, so results do
+// not depend on the thread count; only f32 spreads rows over threads.
+// Sums use four accumulators (sumRow), so they differ from a sequential
+// sum by rounding. bf16 and f16 are widened and reduced in f32, then
+// rounded once (the go backend accumulates bf16 sums in bf16). Max and Min
+// propagate NaN.
 
+// reduce adds a reduction over axes (all axes when none are given); the
+// node's aux is the axes, sorted.
 func (b *Builder) reduce(op backends.OpType, x backends.Op, axes []int) (backends.Op, error) {
 	in, err := b.in(op.String(), x)
 	if err != nil {
@@ -66,6 +75,9 @@ func (b *Builder) ReduceProduct(x backends.Op, axes ...int) (backends.Op, error)
 
 // rowsLast returns the operand's data arranged as [rows, cols] with the
 // given axes last: the data itself when they already are, else a copy.
+// rows run over the kept axes in their order, cols over axes in the order
+// given (reduce sorts them). When a reduced axis has size 0, cols is 0
+// and rows still counts the output elements, each then the op's identity.
 func rowsLast(data any, s shapes.Shape, axes []int) (any, int, int) {
 	isRed := make([]bool, s.Rank())
 	cols := 1
@@ -146,6 +158,8 @@ func execReduce(st *execState, n *node, in []*slot) (*slot, error) {
 	return out, nil
 }
 
+// reduceInit is the identity of the reduction: 0, 1, the lowest or the
+// highest value of T (±Inf for floats).
 func reduceInit[T number](op backends.OpType) T {
 	switch op {
 	case backends.OpTypeReduceProduct:
@@ -158,6 +172,7 @@ func reduceInit[T number](op backends.OpType) T {
 	return 0
 }
 
+// lowest is T's smallest value; 0 for unsigned types (the default case).
 func lowest[T number]() T {
 	var z T
 	switch any(z).(type) {
@@ -204,6 +219,9 @@ func highest[T number]() T {
 	return 0
 }
 
+// reduceRows reduces each row of x [rows, cols] into out[row]. In Max and
+// Min the v != v test makes a NaN win and stay (nothing compares greater
+// than NaN); for integers it is always false.
 func reduceRows[T number](op backends.OpType, out, x []T, rows, cols int) {
 	for r := 0; r < rows; r++ {
 		row := x[r*cols : (r+1)*cols]
@@ -251,6 +269,7 @@ func sumRow[T number](row []T) T {
 
 // ---- ArgMinMax --------------------------------------------------------------
 
+// argAux is ArgMinMax's aux: the axis to search and which extreme.
 type argAux struct {
 	axis  int
 	isMin bool
@@ -277,6 +296,9 @@ func (b *Builder) ArgMinMax(x backends.Op, axis int, outputDType dtypes.DType, i
 	return n, nil
 }
 
+// execArgMinMax searches rows with the axis last (rowsLast); 16-bit floats
+// are searched as f32 and the other dtypes without a typed loop here as
+// f64. Indices are found as int64 and converted to the output dtype.
 func execArgMinMax(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(argAux)
 	xs := n.inputs[0].shape

@@ -7,15 +7,18 @@ import (
 	"github.com/gomlx/gomlx/backends/shapeinference"
 )
 
+// scatterAux is ScatterSum's aux: XLA's scatter dimension numbers.
 type scatterAux struct {
 	indexVectorAxis                                                int
 	updateWindowAxes, insertedWindowAxes, scatterAxesToOperandAxes []int
 }
 
 // ScatterSum implements backends.Builder (XLA scatter semantics with
-// addition). Update elements that land outside the operand are dropped.
-// The operand's memory is reused when it is dead after this op (a donated
-// cache), so only the updates are touched.
+// addition). Update elements that land outside the operand are dropped,
+// element by element. The operand's memory is reused when it is dead
+// after this op (a donated cache), so for f32 and the other native types
+// only the updates are touched; a bf16/f16 operand is widened to f32
+// whole and rounded back.
 func (b *Builder) ScatterSum(operand, indices, updates backends.Op, indexVectorAxis int, updateWindowAxes, insertedWindowAxes, scatterAxesToOperandAxes []int, indicesAreSorted, uniqueIndices bool) (backends.Op, error) {
 	in, err := b.in("ScatterSum", operand, indices, updates)
 	if err != nil {
@@ -36,6 +39,13 @@ func (b *Builder) ScatterSum(operand, indices, updates backends.Op, indexVectorA
 	return n, nil
 }
 
+// execScatterSum maps each update element to its operand element: the
+// update's scatter axes (those not in updateWindowAxes) pick a position
+// in the indices' batch axes (all but indexVectorAxis), whose index
+// vector gives start positions along scatterAxesToOperandAxes; the
+// update's window axes then add, in order, to the operand axes not in
+// insertedWindowAxes. The adds run on one goroutine, in update order, so
+// repeated indices accumulate deterministically.
 func execScatterSum(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(scatterAux)
 	od := n.shape.Dimensions
@@ -46,7 +56,9 @@ func execScatterSum(st *execState, n *node, in []*slot) (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The target: the operand itself when it may be overwritten, else a copy.
+	// The target: the operand itself when it may be overwritten, else a
+	// copy; not when the updates are the operand's own memory, which the
+	// adds would change while reading it.
 	out := st.reuse(n, 0)
 	if out == in[2] {
 		out = nil

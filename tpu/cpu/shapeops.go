@@ -10,7 +10,10 @@ import (
 )
 
 // Shape ops move data with strided copies (layout.go) and so work for
-// every dtype.
+// every dtype. Each exec function below walks the output (or, for
+// Concatenate, Pad and DynamicUpdateSlice, the part of it an operand
+// fills) in row-major order and says where each index reads in the
+// input: a base offset and one stride per output axis.
 
 // ---- Transpose ----------------------------------------------------------
 
@@ -29,6 +32,8 @@ func (b *Builder) Transpose(x backends.Op, perm ...int) (backends.Op, error) {
 	return n, nil
 }
 
+// execTranspose: output axis ax is input axis perm[ax], so it steps by
+// that axis's input stride.
 func execTranspose(st *execState, n *node, in []*slot) (*slot, error) {
 	perm := n.aux.([]int)
 	out := st.alloc(n.shape)
@@ -59,6 +64,9 @@ func (b *Builder) BroadcastInDim(x backends.Op, outputShape shapes.Shape, axes [
 	return n, nil
 }
 
+// execBroadcastInDim: input axis k is output axis axes[k]; output axes
+// that no input axis maps to, and those an input axis of size 1 maps to,
+// read with stride 0 (the value repeats).
 func execBroadcastInDim(st *execState, n *node, in []*slot) (*slot, error) {
 	axes := n.aux.([]int)
 	out := st.alloc(n.shape)
@@ -76,6 +84,7 @@ func execBroadcastInDim(st *execState, n *node, in []*slot) (*slot, error) {
 
 // ---- Slice --------------------------------------------------------------
 
+// sliceAux is Slice's aux; the limits are in the node's shape.
 type sliceAux struct{ starts, strides []int }
 
 // Slice implements backends.Builder.
@@ -99,6 +108,8 @@ func (b *Builder) Slice(x backends.Op, starts, limits, strides []int) (backends.
 	return n, nil
 }
 
+// execSlice: the walk starts at the starts' offset and steps by the
+// input strides times the slice strides.
 func execSlice(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(sliceAux)
 	out := st.alloc(n.shape)
@@ -129,6 +140,8 @@ func (b *Builder) Reverse(x backends.Op, axes ...int) (backends.Op, error) {
 	return n, nil
 }
 
+// execReverse: a reversed axis starts at its last element and steps by
+// the negated stride.
 func execReverse(st *execState, n *node, in []*slot) (*slot, error) {
 	out := st.alloc(n.shape)
 	dims := n.shape.Dimensions
@@ -163,6 +176,8 @@ func (b *Builder) Concatenate(axis int, operands ...backends.Op) (backends.Op, e
 	return n, nil
 }
 
+// execConcatenate copies each operand whole into the output, with the
+// output's strides, at its offset along axis.
 func execConcatenate(st *execState, n *node, in []*slot) (*slot, error) {
 	axis := n.aux.(int)
 	out := st.alloc(n.shape)
@@ -212,6 +227,11 @@ func (b *Builder) Pad(x, fill backends.Op, cfg ...backends.PadAxis) (backends.Op
 	return n, nil
 }
 
+// execPad fills the output with the fill value, then copies the operand
+// elements that land inside it: input index i of an axis goes to
+// Start + i·(Interior+1). Negative Start or End crop, so per axis only the
+// input indices [first, last] that land in [0, size) are copied; when an
+// axis keeps none, the output is all fill.
 func execPad(st *execState, n *node, in []*slot) (*slot, error) {
 	cfg := n.aux.([]backends.PadAxis)
 	out := st.alloc(n.shape)
@@ -269,6 +289,8 @@ func (b *Builder) Iota(shape shapes.Shape, axis int) (backends.Op, error) {
 	return n, nil
 }
 
+// execIota computes the values in f64 (exact for any index) and converts
+// them to the output dtype.
 func execIota(st *execState, n *node, _ []*slot) (*slot, error) {
 	axis := n.aux.(int)
 	out := st.alloc(n.shape)
@@ -289,7 +311,8 @@ func execIota(st *execState, n *node, _ []*slot) (*slot, error) {
 
 // ---- DynamicSlice / DynamicUpdateSlice -----------------------------------
 
-// indexValue reads a scalar integer from a slot.
+// indexValue reads a scalar integer from a slot; a uint64 above 2⁶² is
+// read as 2⁶² so that it does not wrap negative (callers clamp it).
 func indexValue(s *slot) (int, error) {
 	switch v := s.data.(type) {
 	case []int32:
@@ -317,6 +340,8 @@ func indexValue(s *slot) (int, error) {
 
 func clampInt(v, lo, hi int) int { return max(lo, min(v, hi)) }
 
+// checkScalarIndices checks the start indices of a dynamic slice: one
+// integer scalar per operand axis.
 func checkScalarIndices(where string, idx []*node, rank int) error {
 	if len(idx) != rank {
 		return fmt.Errorf("cpu backend: %s: %d start indices for rank %d", where, len(idx), rank)
@@ -329,7 +354,8 @@ func checkScalarIndices(where string, idx []*node, rank int) error {
 	return nil
 }
 
-// DynamicSlice implements backends.Builder.
+// DynamicSlice implements backends.Builder. As in XLA, start indices are
+// clamped at run time so that the slice fits in the operand.
 func (b *Builder) DynamicSlice(operand backends.Op, startIndices []backends.Op, sliceDims []int) (backends.Op, error) {
 	in, err := b.in("DynamicSlice", append([]backends.Op{operand}, startIndices...)...)
 	if err != nil {
@@ -369,7 +395,7 @@ func execDynamicSlice(st *execState, n *node, in []*slot) (*slot, error) {
 // DynamicUpdateSlice implements backends.Builder. When the operand's
 // memory may be overwritten (a dead intermediate or a donated input, such
 // as a KV cache), the update is written in place: only the update's bytes
-// move.
+// move. Start indices are clamped so that the update fits, as in XLA.
 func (b *Builder) DynamicUpdateSlice(operand, update backends.Op, startIndices []backends.Op) (backends.Op, error) {
 	in, err := b.in("DynamicUpdateSlice", append([]backends.Op{operand, update}, startIndices...)...)
 	if err != nil {
@@ -402,6 +428,7 @@ func execDynamicUpdateSlice(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 		base += clampInt(v, 0, xd[ax]-ud[ax]) * os[ax]
 	}
+	// In place unless the update is the operand's own memory.
 	out := st.reuse(n, 0)
 	if out == in[1] {
 		out = nil
@@ -416,6 +443,8 @@ func execDynamicUpdateSlice(st *execState, n *node, in []*slot) (*slot, error) {
 
 // ---- Gather ---------------------------------------------------------------
 
+// gatherAux is Gather's aux: XLA's gather dimension numbers and the slice
+// sizes (one per operand axis).
 type gatherAux struct {
 	indexVectorAxis                                            int
 	offsetOutputAxes, collapsedSliceAxes, startIndexMap, sizes []int
@@ -467,6 +496,13 @@ func intsOf(flat any) ([]int, error) {
 	return out, nil
 }
 
+// execGather copies one slice per batch position of the indices (every
+// indices axis but indexVectorAxis, row-major). The index vector there
+// gives the slice's start along the operand axes startIndexMap names
+// (other axes start at 0), clamped so that the slice fits. The slice lands
+// at the output's batch axes (those not in offsetOutputAxes, in order) for
+// that position; its operand axes that are not collapsed map, in order,
+// to offsetOutputAxes. An embedding lookup is one row copy per token.
 func execGather(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(gatherAux)
 	xd := n.inputs[0].shape.Dimensions

@@ -21,6 +21,10 @@ import (
 // Div into one node that runs kernels.SoftmaxRows on a copy of x, or on x
 // itself when x is dead afterwards. The one difference: a row that is
 // entirely -Inf (fully masked) gives zeros instead of NaN.
+//
+// Only e and x−m must have no other reader (they are the temporaries the
+// rewrite removes); the max and the sum may be read elsewhere, and then
+// simply stay live and are computed as before.
 
 // softmaxRewrites counts rewritten softmax forms (read by tests).
 var softmaxRewrites atomic.Int64
@@ -61,7 +65,9 @@ func keptLastReduce(n *node, op backends.OpType) (x, red *node, ok bool) {
 }
 
 // rewriteSoftmax rewrites every softmax form in nodes; users counts each
-// node's readers (outputs count as readers too).
+// node's readers (outputs count as readers too). The Div node itself
+// becomes the softmax node, so its readers need no change; its one input
+// is x.
 func rewriteSoftmax(nodes []*node, users []int) {
 	for _, n := range nodes {
 		if n.op != backends.OpTypeDiv || n.shape.DType != dtypes.Float32 {
@@ -92,6 +98,8 @@ func rewriteSoftmax(nodes []*node, users []int) {
 	}
 }
 
+// execSoftmax runs kernels.SoftmaxRows in place over [rows, cols], cols
+// the last axis: on x's own memory when x dies here, else on a copy.
 func execSoftmax(st *execState, n *node, in []*slot) (*slot, error) {
 	out := st.reuse(n, 0)
 	if out == nil {
