@@ -139,10 +139,14 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 	return t
 }
 
-// rewrite runs at Compile, before liveness: a DotGeneral whose rhs is a
-// ConvertDType from bf16/f16 to f32 reads the 16-bit operand directly
-// (the weights stay in their dtype; the converted copy is never made
-// unless something else needs it).
+// rewrite runs at Compile, before liveness, and points products at the
+// weights as held: int8 and int4 dequantisation forms become products that
+// read the compact weight (rewriteInt8, rewriteInt4), gathered expert
+// products become the grouped node (rewriteGrouped), and a DotGeneral whose
+// rhs is a ConvertDType from bf16/f16 to f32 reads the 16-bit operand
+// directly (the weights stay in their dtype; the converted copy is never
+// made unless something else needs it). act says what the products do
+// with their activations (Backend.SetActivations).
 func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n)

@@ -144,8 +144,9 @@ func ensureWorkers(n int) {
 // items (the last may be shorter), on up to Threads() goroutines with the
 // caller taking a share, and returns when every chunk is done. Chunks are
 // claimed dynamically, so uneven chunks balance out. fn must be safe to call
-// concurrently on disjoint ranges. A call from inside fn (nested) runs inline
-// when no worker is idle, so nesting never deadlocks. A panic in fn is
+// concurrently on disjoint ranges. A call from inside fn (nested) is offered
+// to the workers too, and its caller claims chunks until none are left, so
+// nesting never deadlocks. A panic in fn is
 // re-raised in the caller after the other chunks have stopped.
 func Parallel(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
