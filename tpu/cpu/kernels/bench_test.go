@@ -75,7 +75,7 @@ func benchGEMV(b *testing.B, dt string, n, k int) {
 
 // gemmShapes are prefill matmuls of a 128-token prompt on the 110M Llama:
 // m×n×k with the weight [n, k].
-var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {128, 32000, 768}}
+var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {128, 32000, 768}, {128, 512, 64}, {32, 512, 64}, {16, 256, 64}, {128, 512, 128}, {128, 512, 256}}
 
 // nnShapes are activation products: a UNet 3x3 convolution as im2col
 // (out channels 320, 32x32 outputs, 320·9 patch values) and attention
@@ -83,7 +83,7 @@ var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {
 var nnShapes = [][3]int{{320, 1024, 2880}, {128, 64, 128}}
 
 func BenchmarkGEMM(b *testing.B) {
-	for _, dt := range []string{"f32", "bf16", "bf16-bf16act", "int8", "NN"} {
+	for _, dt := range []string{"f32", "f32-packed", "bf16", "bf16-bf16act", "int8", "NN"} {
 		shapes := gemmShapes
 		if dt == "NN" {
 			shapes = append(shapes[:3:3], nnShapes...)
@@ -102,6 +102,9 @@ func BenchmarkGEMM(b *testing.B) {
 				case "f32":
 					w := randMat(r, n, k, k)
 					call = func() { GemmF32NT(m, n, k, a, k, w, k, c, n) }
+				case "f32-packed": // the packed driver on NT weights, where GemmF32NT takes it or not (shortNTMaxK)
+					w := randMat(r, n, k, k)
+					call = func() { gemmPacked(m, n, k, a, k, packerF32NT(w, k), c, n) }
 				case "NN":
 					w := randMat(r, k, n, n)
 					call = func() { GemmF32NN(m, n, k, a, k, w, n, c, n) }

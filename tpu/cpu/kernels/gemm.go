@@ -208,8 +208,23 @@ func GemmF32NT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 		})
 		return
 	}
+	if k <= shortNTMaxK && m >= shortNTMinM {
+		gemmPacked(m, n, k, a, lda, packerF32NT(b, ldb), c, ldc)
+		return
+	}
 	gemmNT(m, n, k, a, lda, b, ldb, nil, c, ldc)
 }
+
+// A short contraction (attention scores: k is the head size) spends the
+// NT tile's time on reducing its accumulators, once per tile for only
+// k/16 steps; the packed driver's tiles need no reduction, which pays for
+// transposing B into panels from 32 rows of A on. BenchmarkGEMM's f32 and
+// f32-packed cases: 128×512×64 97 against 152 GFLOP/s, 32×512×64 35-52
+// against 87, 128×512×256 135-140 against 156; 16×256×64 81 against 61.
+const (
+	shortNTMaxK = 256
+	shortNTMinM = 32
+)
 
 // GemmBF16NT is GemmF32NT with B in bfloat16, given as raw uint16 bits.
 // Products and sums are in f32.
@@ -306,4 +321,26 @@ func GemmF32NN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 		return
 	}
 	gemmPacked(m, n, k, a, lda, packerF32NN(b, ldb), c, ldc)
+}
+
+// packerF32NT packs B stored [n, k] (a row per output column, stride ldb)
+// into the panels of the packed driver: the transpose NN's packer copies.
+func packerF32NT(b []float32, ldb int) bPacker {
+	return func(dst []float32, j0, nc, p0, kc, nr int) {
+		for jp := 0; jp < nc; jp += nr {
+			panel := dst[(jp/nr)*nr*kc : (jp/nr+1)*nr*kc]
+			cols := min(nr, nc-jp)
+			for jj := 0; jj < cols; jj++ {
+				src := b[(j0+jp+jj)*ldb+p0 : (j0+jp+jj)*ldb+p0+kc]
+				for p, v := range src {
+					panel[p*nr+jj] = v
+				}
+			}
+			if cols < nr {
+				for p := 0; p < kc; p++ {
+					clear(panel[p*nr+cols : p*nr+nr])
+				}
+			}
+		}
+	}
 }
