@@ -56,7 +56,7 @@ func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []f
 // bf16DotSmallMax rows the small-m order wins, beyond it ntDrive's tiles
 // (BenchmarkGEMMSmallM's bf16act cases against small).
 const (
-	bf16DotMinM     = 8
+	bf16DotMinM     = 16
 	bf16DotSmallMax = 64
 )
 
