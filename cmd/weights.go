@@ -35,11 +35,11 @@ func parseQuantize(s string) (string, error) {
 
 // activationsHelp is the help of generate's, serve's and bench's
 // --activations.
-const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster, about 0.5% off each product); bf16 with bf16 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
+const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster, about 0.5% off each product); bf16 with bf16 or --quantize int8 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
 
 // parseActivations reads --activations: "" or "f32" (as computed),
-// "int8", which takes --quantize int4, or "bf16", which takes the weights
-// as they are (bf16 ones are what it changes).
+// "int8", which takes --quantize int4, or "bf16", which takes bf16 weights
+// or --quantize int8.
 func parseActivations(s, quantize string) (string, error) {
 	switch a := strings.ToLower(s); a {
 	case "", "f32", "float32":
@@ -50,8 +50,8 @@ func parseActivations(s, quantize string) (string, error) {
 		}
 		return a, nil
 	case "bf16", "bfloat16":
-		if quantize != "" {
-			return "", errs.Usagef("--activations bf16 applies to bf16 weights, not to --quantize %s ones: drop --quantize (or use --activations int8 with --quantize int4)", quantize)
+		if quantize == "int4" {
+			return "", errs.Usagef("--activations bf16 applies to bf16 and int8 weights, not to --quantize int4 ones: use --activations int8 with --quantize int4")
 		}
 		return "bf16", nil
 	}

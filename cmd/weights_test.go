@@ -64,8 +64,8 @@ func TestActivationsInt8(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32, int8 or bf16`)
 }
 
-// --activations bf16 runs on the CPU engine, is refused elsewhere and
-// with --quantize.
+// --activations bf16 runs on the CPU engine (bf16 weights and --quantize
+// int8), is refused elsewhere and with --quantize int4.
 func TestActivationsBF16(t *testing.T) {
 	e := genEnv(t)
 	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--dtype", "bf16", "--activations", "bf16")
@@ -76,8 +76,10 @@ func TestActivationsBF16(t *testing.T) {
 	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--activations", "bf16"))
 	assert.Contains(t, e.errOut.String(), "--activations bf16: bf16 activations run on tputool's CPU engine only")
 	e = genEnv(t)
-	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int8", "--activations", "bf16"))
-	assert.Contains(t, e.errOut.String(), "--activations bf16 applies to bf16 weights, not to --quantize int8 ones")
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int4", "--activations", "bf16"))
+	assert.Contains(t, e.errOut.String(), "--activations bf16 applies to bf16 and int8 weights, not to --quantize int4 ones")
+	e = genEnv(t)
+	require.Equal(t, ExitOK, e.run("--device", "cpu:fast", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "4", "--quantize", "int8", "--activations", "bf16"), e.errOut.String())
 }
 
 func TestQuantizeFlagValues(t *testing.T) {

@@ -182,13 +182,18 @@ func equalInts(a, b []int) bool {
 // largest f32 logit and how often its argmax agrees with f32's. The model
 // is tiny (hidden 64), which 4 bits hurt most: int4 measures 0.32 and
 // 0.90 (every backend and mode alike: the same weights), and with the CPU
-// engine's int8 activations (cpu:act=int8) 0.32 and 0.90.
+// engine's int8 activations (cpu:act=int8) 0.32 and 0.90. The bf16
+// activations (cpu:act=bf16) stay within bf16's and int8's bounds.
 func TestCompactWeightsDeviation(t *testing.T) {
 	const dir = "../testdata/stories260K-hf"
 	const n = 40
 	prompt := []int{1, 403, 407, 261, 378} // <s> Once upon a time
 	cpu, goBe := cpuBackend(t), goBackend(t)
 	cpuQ8, err := backends.NewWithConfig("cpu:act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuBF, err := backends.NewWithConfig("cpu:act=bf16")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +223,8 @@ func TestCompactWeightsDeviation(t *testing.T) {
 		{"int4 of bf16, cpu", cpu, bf16, Options{Quantize: "int4"}, 0.4, 0.85},
 		{"int4, go backend (unfused)", goBe, f32, Options{Quantize: "int4"}, 0.4, 0.85},
 		{"int4, int8 activations, cpu", cpuQ8, f32, Options{Quantize: "int4"}, 0.4, 0.85},
+		{"bf16 weights, bf16 activations, cpu", cpuBF, bf16, Options{}, 0.03, 0.95},
+		{"int8, bf16 activations, cpu", cpuBF, f32, Options{Quantize: "int8"}, 0.03, 0.95},
 	} {
 		r, err := NewLM(c.be, c.l, c.opts)
 		if err != nil {

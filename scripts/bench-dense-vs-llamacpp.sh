@@ -113,6 +113,7 @@ tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
     none) ;;
     *+a8) q=(--quantize "${1%+a8}" --activations int8) ;;
     none+a16) q=(--activations bf16) ;;
+    *+a16) q=(--quantize "${1%+a16}" --activations bf16) ;;
     *) q=(--quantize "$1") ;;
   esac
   if [ "$MODE" = prefill ]; then

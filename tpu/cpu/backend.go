@@ -48,9 +48,9 @@ const (
 	// int8 per block of 32 and multiply in integers
 	// (kernels.GemmInt4Q8NT: VNNI where the CPU has it).
 	actInt8
-	// actBF16: products with bf16 weights round their activations to
-	// bf16 and multiply pairs (kernels.GemmBF16DotNT: VDPBF16PS where the
-	// CPU has AVX512_BF16).
+	// actBF16: products with bf16 or int8 weights round their
+	// activations to bf16 and multiply pairs (kernels.GemmBF16DotNT,
+	// GemmInt8DotNT: VDPBF16PS where the CPU has AVX512_BF16).
 	actBF16
 )
 
@@ -58,8 +58,9 @@ const (
 // now on treat their activations: "f32" (or "") multiplies them as they
 // are; "int8" quantises them to int8 per block of 32 in the products with
 // int4 weights (about 0.5% of a product off the f32 result); "bf16"
-// rounds them to bfloat16 in the products with bf16 weights (2⁻⁹ of each
-// activation, about 0.1-0.3% of a product). The narrow kinds are faster
+// rounds them to bfloat16 in the products with bf16 and int8 weights (2⁻⁹
+// of each activation, about 0.1-0.3% of a product; int8 weights are
+// rounded to bf16 too in products of 16 rows or more). The narrow kinds are faster
 // and opt-in for what they cost in accuracy.
 func (b *Backend) SetActivations(kind string) error {
 	k, err := parseAct(kind)

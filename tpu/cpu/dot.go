@@ -31,9 +31,10 @@ type dotAux struct {
 	// int4Q8 when the backend quantises the activations to int8
 	// (SetActivations "int8").
 	int4, int4Q8 bool
-	// bf16Act is set by rewrite when the rhs is bf16 and the backend
-	// rounds the activations of such products to bf16 (SetActivations
-	// "bf16").
+	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
+	// backend rounds the activations of such products to bf16
+	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
+	// where the pair kernel runs, kernels.GemmInt8DotNT).
 	bf16Act bool
 }
 
@@ -149,7 +150,7 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 // with their activations (Backend.SetActivations).
 func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
-		rewriteInt8(n)
+		rewriteInt8(n, act)
 		rewriteInt4(n, act)
 		rewriteGrouped(n, act)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {

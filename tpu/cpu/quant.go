@@ -57,7 +57,7 @@ func int8Weight(r *node) (q, scales *node, group int, ok bool) {
 
 // rewriteInt8 points f32 DotGenerals at int8 weights where the right
 // operand is the dequantisation form, in the NT layout, with no batch.
-func rewriteInt8(n *node) {
+func rewriteInt8(n *node, act actKind) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 		return
 	}
@@ -72,6 +72,7 @@ func rewriteInt8(n *node) {
 	}
 	b := *a
 	b.int8Group = group
+	b.bf16Act = act == actBF16
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], q, scales}
 }
@@ -82,6 +83,10 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 	M, N, K := a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
+		return
+	}
+	if a.bf16Act {
+		kernels.GemmInt8DotNT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)
 		return
 	}
 	kernels.GemmInt8NT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)

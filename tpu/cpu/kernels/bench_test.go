@@ -83,7 +83,7 @@ var gemmShapes = [][3]int{{128, 768, 768}, {128, 2048, 768}, {128, 768, 2048}, {
 var nnShapes = [][3]int{{320, 1024, 2880}, {128, 64, 128}}
 
 func BenchmarkGEMM(b *testing.B) {
-	for _, dt := range []string{"f32", "f32-packed", "bf16", "bf16-bf16act", "int8", "NN"} {
+	for _, dt := range []string{"f32", "f32-packed", "bf16", "bf16-bf16act", "int8", "int8-bf16act", "NN"} {
 		shapes := gemmShapes
 		if dt == "NN" {
 			shapes = append(shapes[:3:3], nnShapes...)
@@ -117,9 +117,12 @@ func BenchmarkGEMM(b *testing.B) {
 					if dt == "bf16-bf16act" {
 						call = func() { GemmBF16DotNT(m, n, k, a, k, w, k, c, n) }
 					}
-				case "int8":
+				case "int8", "int8-bf16act":
 					q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, k)
 					call = func() { GemmInt8NT(m, n, k, a, k, q, k, sc, k, c, n) }
+					if dt == "int8-bf16act" {
+						call = func() { GemmInt8DotNT(m, n, k, a, k, q, k, sc, k, c, n) }
+					}
 				}
 				b.ResetTimer()
 				for b.Loop() {

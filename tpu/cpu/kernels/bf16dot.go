@@ -60,6 +60,56 @@ const (
 	bf16DotSmallMax = 64
 )
 
+// GemmInt8DotNT is GemmInt8NT with bf16 activations: from bf16DotMinM rows
+// on (with AVX512_BF16 and k ≥ 32), each worker widens its tile's B block
+// to bf16 (q·scale rounded to bf16, once per block and reused by every row
+// of the tile) and the pair kernel multiplies it with A rounded to bf16;
+// fewer rows, where streaming the int8 B bounds the time, take GemmInt8NT
+// on the rounded A. The weights' rounding to bf16 (2⁻⁹ of each, well
+// under int8's own step) is the price of the pair kernel on this path.
+func GemmInt8DotNT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, groupSize int, c []float32, ldc int) {
+	checkMat("GemmInt8DotNT A", m, k, lda, len(a))
+	checkMat("GemmInt8DotNT B", n, k, ldb, len(b))
+	checkMat("GemmInt8DotNT C", m, n, ldc, len(c))
+	if emptyProduct(m, n, k, c, ldc) {
+		return
+	}
+	ng := checkGroups("GemmInt8DotNT", n, k, groupSize, len(scales))
+	buf := bf16Scratch.Get().(*bf16Buf)
+	defer bf16Scratch.Put(buf)
+	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
+		ar := grow(&buf.f32, m*k)
+		for i := 0; i < m; i++ {
+			RoundBF16(ar[i*k:(i+1)*k], a[i*lda:i*lda+k])
+		}
+		GemmInt8NT(m, n, k, ar, k, b, ldb, scales, groupSize, c, ldc)
+		return
+	}
+	ab := grow(&buf.u16, m*k)
+	for i := 0; i < m; i++ {
+		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+	widen := convI8(b, ldb, scales, ng, groupSize)
+	ntDrive(ntBF16Dot, m, n, k, ab, k, func() (ntBlock[uint16], func()) {
+		s := i8Scratch.Get().(*i8Block)
+		return func(j0, nb, p0, kc int) ([]uint16, int, int) {
+			f := grow(&s.f32, nb*kc)
+			widen(f, j0, nb, p0, kc)
+			u := grow(&s.u16, nb*kc)
+			roundBF16(u, f)
+			return u, 0, kc
+		}, func() { i8Scratch.Put(s) }
+	}, c, ldc)
+}
+
+// i8Block is a worker's int8 B block, widened to f32 and rounded to bf16.
+type i8Block struct {
+	f32 []float32
+	u16 []uint16
+}
+
+var i8Scratch = sync.Pool{New: func() any { return new(i8Block) }}
+
 // bf16Buf holds a product's rounded A between calls.
 type bf16Buf struct {
 	u16 []uint16

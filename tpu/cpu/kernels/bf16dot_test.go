@@ -114,3 +114,40 @@ func TestGemmBF16DotNT(t *testing.T) {
 		}
 	})
 }
+
+// GemmInt8DotNT equals the float64 product of bf16(A) with the int8
+// weights dequantised, rounded to bf16 on the pair kernel's path (16 rows
+// or more with AVX512_BF16) and exact below it.
+func TestGemmInt8DotNT(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	forEachLevel(t, func(t *testing.T) {
+		for _, sh := range []shape{{1, 7, 64}, {5, 33, 128}, {16, 20, 96}, {40, 70, 320}, {130, 9, 2112}, {17, 5, 40}} {
+			m, n, k := sh.m, sh.n, sh.k
+			g := 32
+			if k%64 == 0 {
+				g = 64
+			}
+			if k%g != 0 {
+				g = k
+			}
+			lda, ldc := k+2, n+1
+			a := randMat(r, m, k, lda)
+			q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, g)
+			c := randMat(r, m, n, ldc)
+			GemmInt8DotNT(m, n, k, a, lda, q, k, sc, g, c, ldc)
+			ar := make([]float32, len(a))
+			for i, v := range a {
+				ar[i] = bf16RoundRef(v)
+			}
+			pairs := m >= bf16DotMinM && k >= 32 && hasBF16Dot()
+			w := func(_, j, p int) float64 {
+				v := float32(q[j*k+p]) * sc[j*(k/g)+p/g]
+				if pairs {
+					v = bf16RoundRef(v)
+				}
+				return float64(v)
+			}
+			checkC(t, "GemmInt8DotNT", m, n, k, ar, lda, w, c, ldc)
+		}
+	})
+}
