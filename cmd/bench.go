@@ -70,8 +70,12 @@ type BenchOptions struct {
 	Sizes [][2]int
 	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
-	// Activations is --activations: "" (f32) or "int8".
+	// Activations is --activations: "" (f32), "int8" or "bf16".
 	Activations string
+	// KVDType is --kv-cache-dtype (generate; InvalidDType: the compute
+	// dtype); kvDType the flag as given.
+	KVDType dtypes.DType
+	kvDType string
 	// Experts is --experts (generate); experts the flag as given.
 	Experts compile.ExpertsMode
 	experts string
@@ -188,6 +192,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.StringVar(&opts.kvDType, "kv-cache-dtype", "auto", kvDTypeHelp+" (generate)")
 	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
 	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate)")
 	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
@@ -323,6 +328,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	if opts.DType, err = parseDType(dtype); err != nil {
 		return err
 	}
+	if opts.KVDType, err = parseKVDType(opts.kvDType); err != nil {
+		return err
+	}
 	if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 		return err
 	}
@@ -450,7 +458,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, rep),
+			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, rep),
 		})
 	} else {
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {

@@ -138,7 +138,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, rep)
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, rep)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	if _, err := s.gen(); err != nil {
 		return err
 	}
-	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.HostMemory); err != nil {
+	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		rep.Warnf("a conversation as long as the model's %d positions may not fit in memory: %v", spec.MaxPositions, err)
 	}
 	rep.Debugf("ready in %s", opts.Now().Sub(start).Round(time.Millisecond))

@@ -177,6 +177,19 @@ func parseDType(s string) (dtypes.DType, error) {
 	return 0, errs.Usagef("--dtype %q: want f32, bf16 or auto", s)
 }
 
+// kvDTypeHelp is the help of --kv-cache-dtype.
+const kvDTypeHelp = "dtype of the KV cache: auto (the compute dtype), f32, or bf16 (half the memory and the bytes attention reads under f32 compute; new keys and values rounded to bf16)"
+
+// parseKVDType reads --kv-cache-dtype; auto is InvalidDType (the compute
+// dtype).
+func parseKVDType(s string) (dtypes.DType, error) {
+	dt, err := parseDType(s)
+	if err != nil {
+		return 0, errs.Usagef("--kv-cache-dtype %q: want f32, bf16 or auto", s)
+	}
+	return dt, nil
+}
+
 // checkStdinUse refuses reading stdin twice (-p - and --prompts-file -).
 func checkStdinUse(prompts []string, file string) error {
 	n := 0
@@ -316,7 +329,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, rep)
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, rep)
 	if err != nil {
 		return err
 	}
@@ -348,7 +361,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		rep.Debugf("max new tokens %d capped to %d by max_position_embeddings %d", gen.MaxNewTokens, room, spec.MaxPositions)
 		gen.MaxNewTokens = room
 	}
-	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.HostMemory); err != nil {
+	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }

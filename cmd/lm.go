@@ -63,8 +63,10 @@ type lmOptions struct {
 	TP, DP int
 	// Experts is --experts: how mixture-of-experts layers run.
 	Experts compile.ExpertsMode
+	// KVDType is --kv-cache-dtype (InvalidDType: auto, the compute dtype).
+	KVDType dtypes.DType
 
-	mode, dtype, experts string // the flags as given
+	mode, dtype, experts, kvDType string // the flags as given
 }
 
 // newLMOptions are the options of a command of f, before its flags.
@@ -81,6 +83,7 @@ func (o *lmOptions) addFlags(c *cobra.Command, quantize bool, tpHelp, dpHelp str
 	fl.StringVar(&o.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
 	fl.StringVar(&o.mode, "mode", "compiled", "execution mode: compiled (one executable per step) or eager (one per layer kind)")
 	fl.StringVar(&o.dtype, "dtype", "auto", "compute dtype: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU)")
+	fl.StringVar(&o.kvDType, "kv-cache-dtype", "auto", kvDTypeHelp)
 	if quantize {
 		fl.StringVar(&o.Quantize, "quantize", "", quantizeHelp)
 		fl.StringVar(&o.Activations, "activations", "f32", activationsHelp)
@@ -109,6 +112,9 @@ func (o *lmOptions) parse(f *Factory) error {
 		return err
 	}
 	if o.DType, err = parseDType(o.dtype); err != nil {
+		return err
+	}
+	if o.KVDType, err = parseKVDType(o.kvDType); err != nil {
 		return err
 	}
 	if o.Quantize, err = parseQuantize(o.Quantize); err != nil {

@@ -22,7 +22,7 @@ import (
 // absurd max_position_embeddings and a large --max-new-tokens (or
 // generation_config.json max_new_tokens) fails cleanly instead of crashing
 // the process.
-func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype dtypes.DType, hostMemoryFn func() int64) error {
+func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
@@ -31,9 +31,9 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype dtypes.D
 	if positions < longestPrompt+maxNew { // the bucketing overflowed
 		positions = longestPrompt + maxNew
 	}
-	need, ok := lm.StateBytes(m, batch, positions, dtype)
+	need, ok := lm.StateBytes(m, batch, positions, dtype, kv)
 	spec := m.Spec()
-	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, dtype)
+	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
 	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts", maxNew)
 	if !ok {
 		lower = fmt.Sprintf("lower --max-new-tokens (the model allows %d positions)", spec.MaxPositions)
@@ -69,4 +69,12 @@ func checkHostMemory(what string, need int64, overflow bool, hostMemory int64, l
 		return errs.Usagef("%s needs %s, more than this machine's %s of memory; %s", what, humanize.Bytes(need), humanize.Bytes(hostMemory), lower)
 	}
 	return nil
+}
+
+// kvOr is the KV caches' dtype: kv when set, else the compute dtype.
+func kvOr(kv, dtype dtypes.DType) dtypes.DType {
+	if kv == dtypes.InvalidDType {
+		return dtype
+	}
+	return kv
 }

@@ -230,14 +230,14 @@ func servedContext(flag, maxPositions int) (int, error) {
 // checkSlotsFit refuses KV caches for every slot, and for the prefix
 // cache's prompts (each at most a prefill of --max-context positions),
 // that the host cannot hold.
-func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype dtypes.DType, hostMemoryFn func() int64) error {
+func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
-	need, ok := lm.StateBytes(m, slots, context, dtype)
-	kept, ok2 := lm.StateBytes(m, prefixes, compile.PrefillCacheLen(context), dtype)
-	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, dtype)
+	need, ok := lm.StateBytes(m, slots, context, dtype, kv)
+	kept, ok2 := lm.StateBytes(m, prefixes, compile.PrefillCacheLen(context), dtype, kv)
+	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, kvOr(kv, dtype))
 	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
 }
 
@@ -308,7 +308,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.HostMemory); err != nil {
+	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	// The sampling settings of a request: its fields over the model's
@@ -320,7 +320,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if _, err := resolve(generate.Overrides{}); err != nil {
 		return err
 	}
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, rep)
+	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, rep)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
@@ -161,7 +162,13 @@ func runBatchReusing(t *testing.T, b *Batch, seqs []batchSeq) ([][]int, int) {
 // gets generate's greedy tokens, whatever joins and leaves around it.
 func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o BatchOptions, seqs []batchSeq) int {
 	t.Helper()
-	r, err := NewLM(be, l, Options{Mode: mode})
+	return batchTestWith(t, be, l, Options{Mode: mode}, o, seqs)
+}
+
+// batchTestWith is batchTest with the LM's options.
+func batchTestWith(t *testing.T, be backends.Backend, l *lm.Loaded, opts Options, o BatchOptions, seqs []batchSeq) int {
+	t.Helper()
+	r, err := NewLM(be, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +245,18 @@ func TestBatchMatchesGenerate(t *testing.T) {
 			batchTest(t, c.be(t), l, c.mode, o, mixedSeqs(vocab))
 		})
 	}
+	// KV caches held in bf16 under f32 compute: the batch's relayouts,
+	// growth and inserts move bf16 caches, and still give generate's
+	// tokens (with the same caches); on the go backend through the
+	// scatter-add update.
+	for _, be := range []struct {
+		name string
+		be   func(testing.TB) backends.Backend
+	}{{"cpu", cpuBackend}, {"go", goBackend}} {
+		t.Run("kv-bf16/"+be.name, func(t *testing.T) {
+			batchTestWith(t, be.be(t), l, Options{KVDType: dtypes.BFloat16}, o, mixedSeqs(vocab))
+		})
+	}
 	// A burst: ten prompts of 1 to 40 tokens at once, prefilled eight
 	// together (rows of very different lengths) then two.
 	t.Run("burst", func(t *testing.T) {
@@ -281,6 +300,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 			o := BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16}
 			batchTest(t, cpuBackend(t), l, Compiled, o, mixedSeqs(vocab))
 			batchTest(t, cpuBackend(t), l, Compiled, o, burstSeqs(vocab, 7)) // prefilled 4 together, then 3 in a batch of 4 rows
+			batchTestWith(t, cpuBackend(t), l, Options{KVDType: dtypes.BFloat16}, o, mixedSeqs(vocab))
 		})
 	}
 }

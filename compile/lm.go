@@ -78,6 +78,11 @@ type Options struct {
 	// run: the model's own in-graph formulation by default (see
 	// ExpertsMode).
 	Experts ExpertsMode
+	// KVDType is the dtype the KV caches are held in (lm.StateSpec.KV):
+	// InvalidDType holds them in the compute dtype; BFloat16 under f32
+	// compute halves their memory and the bytes attention reads, new keys
+	// and values rounded to bf16 as they are written.
+	KVDType dtypes.DType
 	// TP and DP spread the model over TP x DP devices of the backend
 	// (tensor parallel over heads and MLP columns, data parallel over the
 	// batch) with AutoSharding; 0 and 1 mean one device. See shard.go.
@@ -205,6 +210,15 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 		}
 	default:
 		return nil, errs.Unsupportedf("compute dtype %s is not supported (use float32 or bfloat16)", opts.DType)
+	}
+	switch opts.KVDType {
+	case dtypes.InvalidDType, dtypes.Float32:
+	case dtypes.BFloat16:
+		if !opts.Caps.BFloat16 {
+			return nil, errs.Unsupportedf("backend %s does not support a KV cache in %s", backend.Name(), opts.KVDType)
+		}
+	default:
+		return nil, errs.Unsupportedf("KV cache dtype %s is not supported (use float32 or bfloat16)", opts.KVDType)
 	}
 	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
 		return nil, errs.Unsupportedf("--experts %s: %s runs its experts only in the graph (%s); use --experts graph", opts.Experts, l.Model.Spec().Architecture, ig.InGraphExperts())

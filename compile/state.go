@@ -79,10 +79,7 @@ func (r *LM) allocState(b, cacheLen int) [][]*tensors.Tensor {
 
 // stateDType is the dtype a state tensor is held in.
 func (r *LM) stateDType(s lm.StateSpec) dtypes.DType {
-	if s.DType == dtypes.InvalidDType {
-		return r.opts.DType
-	}
-	return s.DType
+	return s.HeldIn(r.opts.DType, r.opts.KVDType)
 }
 
 // Prefill starts a generation: it allocates fresh layer state for the

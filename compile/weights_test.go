@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -358,5 +359,55 @@ func TestBF16ActivationsDeviation(t *testing.T) {
 	t.Logf("bf16 activations against f32 activations (bf16 weights): max relative logit error %.4f, greedy agreement %.3f", rel, agree)
 	if rel == 0 || rel > 0.03 || agree < 0.95 {
 		t.Errorf("max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", rel, agree)
+	}
+}
+
+// KV caches held in bf16 (Options.KVDType) under f32 compute: the caches
+// are allocated in bf16 (and counted so by lm.StateBytes), the logits stay
+// within bf16's rounding of the keys and values of the f32 caches'
+// (teacher-forced on the f32 greedy continuation), compiled and eager, and
+// a dtype other than f32 or bf16 is refused.
+func TestKVCacheBF16(t *testing.T) {
+	const dir = "../testdata/stories260K-hf"
+	prompt := []int{1, 403, 407, 261, 378}
+	l := loadDir(t, dir)
+	ref, err := NewLM(cpuBackend(t), l, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, want := steps(t, ref, prompt, 40, nil)
+	ref.Close()
+	for _, mode := range []Mode{Compiled, Eager} {
+		r, err := NewLM(cpuBackend(t), l, Options{Mode: mode, KVDType: dtypes.BFloat16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.NewState()
+		if _, err := st.Prefill([][]int{prompt}, 8); err != nil {
+			t.Fatal(err)
+		}
+		var held int64
+		for i, layer := range st.tensors {
+			for j, s := range r.model.LayerState(i, 1, st.cacheLen) {
+				if got := layer[j].DType(); s.KV && got != dtypes.BFloat16 {
+					t.Errorf("%s: layer %d state %q held in %s, want bfloat16", mode, i, s.Name, got)
+				}
+				held += int64(layer[j].Memory())
+			}
+		}
+		if n, ok := lm.StateBytes(r.model, 1, st.cacheLen, dtypes.Float32, dtypes.BFloat16); !ok || n != held {
+			t.Errorf("%s: lm.StateBytes %d (ok %v), the state holds %d", mode, n, ok, held)
+		}
+		st.Release()
+		_, got := steps(t, r, prompt, 40, tokens)
+		r.Close()
+		rel, agree := deviation(got, want)
+		t.Logf("%s: KV cache in bf16 against f32: max relative logit error %.4f, greedy agreement %.3f", mode, rel, agree)
+		if rel == 0 || rel > 0.03 || agree < 0.95 {
+			t.Errorf("%s: max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", mode, rel, agree)
+		}
+	}
+	if _, err := NewLM(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "KV cache dtype Float16 is not supported") {
+		t.Errorf("KVDType float16: err %v, want it refused", err)
 	}
 }

@@ -204,6 +204,22 @@ type StateSpec struct {
 	DType dtypes.DType
 	// SlotAxis is the axis of cache slots (1 or more), or NoSlots.
 	SlotAxis int
+	// KV marks a key or value cache: without a DType of its own it is held
+	// in the KV dtype when one is set (compile.Options.KVDType), else in
+	// the compute dtype.
+	KV bool
+}
+
+// HeldIn is the dtype the state is held in: its own DType, else kv for a
+// KV cache when kv is set, else the compute dtype.
+func (s StateSpec) HeldIn(compute, kv dtypes.DType) dtypes.DType {
+	switch {
+	case s.DType != dtypes.InvalidDType:
+		return s.DType
+	case s.KV && kv != dtypes.InvalidDType:
+		return kv
+	}
+	return compute
 }
 
 // NoSlots is StateSpec.SlotAxis of a state without cache slots.

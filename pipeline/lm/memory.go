@@ -8,24 +8,21 @@ import (
 )
 
 // StateBytes is the memory the layer state (KV caches, recurrent states)
-// of batch sequences with a cache of cacheLen positions takes, states
-// without their own dtype counted at dtype. It multiplies with overflow
+// of batch sequences with a cache of cacheLen positions takes, each state
+// in the dtype it is held in (StateSpec.HeldIn: its own, the KV dtype kv
+// for KV caches when kv is set, else dtype). It multiplies with overflow
 // checks: ok is false when the figure does not fit in an int64, which no
 // machine could hold anyway. Executors call it before allocating, so that
 // a config with an absurd max_position_embeddings or a huge token limit
 // is refused with the figure instead of crashing the process.
-func StateBytes(m Model, batch, cacheLen int, dtype dtypes.DType) (n int64, ok bool) {
+func StateBytes(m Model, batch, cacheLen int, dtype, kv dtypes.DType) (n int64, ok bool) {
 	if batch < 0 || cacheLen < 0 {
 		return 0, false
 	}
 	var total uint64
 	for i := 0; i < m.Spec().Layers; i++ {
 		for _, s := range m.LayerState(i, batch, cacheLen) {
-			dt := s.DType
-			if dt == dtypes.InvalidDType {
-				dt = dtype
-			}
-			size := uint64(dt.Size())
+			size := uint64(s.HeldIn(dtype, kv).Size())
 			for _, d := range s.Shape {
 				if d < 0 {
 					return 0, false

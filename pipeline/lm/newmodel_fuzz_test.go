@@ -59,6 +59,6 @@ func FuzzNewModel(f *testing.F) {
 			_ = m.LayerKind(i)
 			_ = m.LayerState(i, 1, 8)
 		}
-		_, _ = lm.StateBytes(m, 1, 8, dtypes.Float32)
+		_, _ = lm.StateBytes(m, 1, 8, dtypes.Float32, dtypes.InvalidDType)
 	})
 }

@@ -24,8 +24,8 @@ const (
 // KVCacheState returns the StateSpecs of one attention layer's caches.
 func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
 	return []lm.StateSpec{
-		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}, SlotAxis: KeyCacheAxis},
-		{Name: "value", Shape: []int{batch, kvHeads, headDim, cacheLen}, SlotAxis: ValueCacheAxis},
+		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}, SlotAxis: KeyCacheAxis, KV: true},
+		{Name: "value", Shape: []int{batch, kvHeads, headDim, cacheLen}, SlotAxis: ValueCacheAxis, KV: true},
 	}
 }
 
@@ -35,9 +35,14 @@ func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
 // scatter-add of the update into the cache, which is equal to a write
 // because executors zero-fill caches at prefill and every slot is written
 // at most once per generation. A donated cache is updated in place by
-// either form, so a decode step does not rewrite the whole cache.
+// either form, so a decode step does not rewrite the whole cache. An
+// update in another dtype than the cache's (a KV cache held in bf16 under
+// f32 compute) is converted to the cache's.
 func UpdateCache(cache, update, start *Node, axis int, dynamicUpdateSlice bool) *Node {
 	g := cache.Graph()
+	if update.DType() != cache.DType() { // a cache held narrower than the compute dtype
+		update = ConvertDType(update, cache.DType())
+	}
 	if dynamicUpdateSlice {
 		idx := make([]*Node, cache.Rank())
 		for i := range idx {
@@ -120,6 +125,9 @@ func attention(q, keys, values, bias *Node, scale, softcap float64, sinks *Node)
 		scale = 1 / math.Sqrt(float64(d))
 	}
 	dtype := q.DType()
+	if keys.DType() != dtype { // caches held in another dtype (compile.Options.KVDType)
+		keys, values = ConvertDType(keys, dtype), ConvertDType(values, dtype)
+	}
 	q5 := Reshape(q, b, t, kv, groups, d)                                        // [B, T, KV, G, D]
 	scores := DotGeneral(q5, []int{4}, []int{0, 2}, keys, []int{3}, []int{0, 1}) // [B, KV, T, G, S]
 	scores = MulScalar(ConvertDType(scores, dtypes.Float32), scale)
