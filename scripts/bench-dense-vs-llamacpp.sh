@@ -26,6 +26,15 @@
 # /tmp/tputool-dense-bench-HIDDEN-LAYERS) keeps the model between runs.
 # Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
 #
+# MODE=serve runs both servers (tputool serve with SERVE_ARGS, e.g.
+# "--activations bf16"; ollama with OLLAMA_NUM_PARALLEL the largest level)
+# and, per round and level of LEVELS (default 1,8,32) concurrent greedy
+# streams of GEN tokens, scripts/servebench against tputool then against
+# ollama: aggregate tok/s, and tputool's compiles and recompiles in the
+# measured phase. The tokenizer's end token is the vocabulary's last
+# (<|pad_31999|>, tokenizer_config.json), which a random model rarely
+# picks.
+#
 # MODE=prefill times prompt processing instead: tputool bench with
 # --prompt-len PROMPT (default 512) and one generated token, against
 # ollama's prompt_eval rate on a prompt of about as many tokens, each
@@ -50,8 +59,12 @@ PORT="${PORT:-11501}"
 PAIRS="${PAIRS:-none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M}"
 MODE="${MODE:-decode}"
 PROMPT_LEN="${PROMPT:-512}"
+LEVELS="${LEVELS:-1,8,32}"
+SERVE_ARGS="${SERVE_ARGS:-}"
 CTX=512
 [ "$MODE" = prefill ] && CTX=2048
+parallel=1
+[ "$MODE" = serve ] && parallel=$(tr , '\n' <<< "$LEVELS" | sort -n | tail -1)
 mkdir -p "$DIR/hf"
 if [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<JSON
@@ -74,12 +87,15 @@ for i in range(n, 32000):  # the model's vocabulary; not special, so both stream
 json.dump(t, open(sys.argv[1], "w"))
 PY
 fi
+# serve needs an end token in the vocabulary (the last one, BOS and EOS).
+printf '{"eos_token": "<|pad_31999|>", "add_bos_token": false, "add_eos_token": false}\n' > "$DIR/hf/tokenizer_config.json"
 go build -o "$DIR/tputool" .
 
-export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=1 OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
+TSERVER=""
+trap 'kill $SERVER $TSERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 for p in $PAIRS; do
   q="${p#*:}"
@@ -126,6 +142,33 @@ tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
       python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
   fi
 }
+if [ "$MODE" = serve ]; then
+  go build -o "$DIR/servebench" ./scripts/servebench
+  # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+  "$DIR/tputool" --json serve --model "$DIR/hf" --port 0 --max-batch "$parallel" --max-context "$CTX" $SERVE_ARGS > "$DIR/serve.out" 2> "$DIR/serve.log" &
+  TSERVER=$!
+  addr=""
+  for _ in $(seq 600); do
+    addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$DIR/serve.out" | head -1)
+    [ -n "$addr" ] && break
+    kill -0 $TSERVER || { tail "$DIR/serve.log"; exit 1; }
+    sleep 0.5
+  done
+  agg() { python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(r["agg_tok_s"], r["compiles"], r["recompiles"], r["errors"])'; }
+  q="${PAIRS%% *}"
+  q="${q#*:}"
+  "$DIR/servebench" -url "http://$OLLAMA_HOST" -model "dense-$q" -metrics=false -c 1 -max-tokens 8 -requests 1 > /dev/null 2>&1 # load
+  echo "round  streams  tputool_agg_tok_s  ollama_agg_tok_s  ratio  tputool_compiles  tputool_recompiles  load_avg"
+  for r in $(seq "$ROUNDS"); do
+    for c in ${LEVELS//,/ }; do
+      read -r t tc trc te < <("$DIR/servebench" -url "http://$addr" -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
+      read -r o _ _ oe < <("$DIR/servebench" -url "http://$OLLAMA_HOST" -model "dense-$q" -metrics=false -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
+      [ "$te" = 0 ] && [ "$oe" = 0 ] || echo "errors: tputool $te, ollama $oe" >&2
+      printf '%s  %s  %.1f  %.1f  %.2f  %s  %s  %s\n' "$r" "$c" "$t" "$o" "$(python3 -c "print($t/$o)")" "$tc" "$trc" "$(cut -d' ' -f1 /proc/loadavg)"
+    done
+  done
+  exit 0
+fi
 REPS=$((PROMPT_LEN / 9))
 if [ "$MODE" = prefill ]; then
   # The phrase's repetitions that make about PROMPT_LEN of ollama's tokens
