@@ -71,7 +71,7 @@ func enableActivations(rep *ui.Reporter, dev *tpu.Device, activations string) er
 	case "int8":
 		rep.Debugf("activations: int4 products quantise their activations to int8 per 32 values (VNNI: %v)", slices.Contains(kernels.Features(), "avx512_vnni"))
 	case "bf16":
-		rep.Debugf("activations: products with bf16 weights round their activations to bf16 (AVX512_BF16: %v)", slices.Contains(kernels.Features(), "avx512_bf16"))
+		rep.Debugf("activations: products with bf16 and int8 weights round their activations to bf16 (AVX512_BF16: %v)", slices.Contains(kernels.Features(), "avx512_bf16"))
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func TestActivationsBF16(t *testing.T) {
 	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--dtype", "bf16", "--activations", "bf16")
 	require.Equal(t, ExitOK, code, e.errOut.String())
 	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
-	assert.Contains(t, e.errOut.String(), "products with bf16 weights round their activations to bf16")
+	assert.Contains(t, e.errOut.String(), "products with bf16 and int8 weights round their activations to bf16")
 	e = genEnv(t)
 	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--activations", "bf16"))
 	assert.Contains(t, e.errOut.String(), "--activations bf16: bf16 activations run on tputool's CPU engine only")

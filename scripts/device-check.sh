@@ -206,6 +206,21 @@ for q in int8 int4; do
 	fi
 done
 
+# ---- 1a'. KV caches in bf16 under f32 compute (--kv-cache-dtype bf16):
+# the device converts the new keys and values to bf16 as it writes them
+# and the caches back as attention reads them; its tokens must equal the
+# CPU's with the same bf16 caches.
+
+run "generate-cpu-kvbf16.json" "$tputool" --device cpu "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype bf16 || true
+run "generate-dev-kvbf16.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype bf16 || true
+if [ -s "$OUT/generate-cpu-kvbf16.json" ]; then
+	if compare_tokens "$OUT/generate-cpu-kvbf16.json" "$OUT/generate-dev-kvbf16.json" >"$OUT/tokens-compare-kvbf16.txt" 2>&1; then
+		say "tokens, --kv-cache-dtype bf16: the device's equal the CPU's"
+	else
+		fail "tokens, --kv-cache-dtype bf16, differ: $(head -3 "$OUT/tokens-compare-kvbf16.txt" | tr '\n' ' ')"
+	fi
+fi
+
 # ---- 1b. serve: the same prompts through the server's continuous batching
 
 # serve_check: tputool serve on the device (float32), the two prompts as

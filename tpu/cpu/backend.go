@@ -60,8 +60,8 @@ const (
 // int4 weights (about 0.5% of a product off the f32 result); "bf16"
 // rounds them to bfloat16 in the products with bf16 and int8 weights (2⁻⁹
 // of each activation, about 0.1-0.3% of a product; int8 weights are
-// rounded to bf16 too in products of 16 rows or more). The narrow kinds are faster
-// and opt-in for what they cost in accuracy.
+// rounded to bf16 too in products of 16 rows or more). The narrow kinds
+// are faster and opt-in for what they cost in accuracy.
 func (b *Backend) SetActivations(kind string) error {
 	k, err := parseAct(kind)
 	if err != nil {

@@ -20,7 +20,8 @@ import (
 // With AVX512_BF16, k ≥ 32 and at least bf16DotMinM rows the product goes
 // through the VDPBF16PS kernel; otherwise (and for a few rows, where
 // streaming B bounds the time) the rounded A goes through GemmBF16NT's
-// kernels: the same products, summed in another order. It panics if a slice is too short for its shape.
+// kernels: the same products, summed in another order. It panics if a
+// slice is too short for its shape.
 func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
 	checkMat("GemmBF16DotNT A", m, k, lda, len(a))
 	checkMat("GemmBF16DotNT B", n, k, ldb, len(b))
@@ -28,22 +29,13 @@ func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []f
 	if m == 0 || n == 0 {
 		return
 	}
-	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
-		buf := bf16Scratch.Get().(*bf16Buf)
-		defer bf16Scratch.Put(buf)
-		ar := grow(&buf.f32, m*k)
-		for i := 0; i < m; i++ {
-			RoundBF16(ar[i*k:(i+1)*k], a[i*lda:i*lda+k])
-		}
-		gemm16NT(m, n, k, ar, k, b, ldb, c, ldc, gemvRowsBF16, convBF16, smallMBF16)
-		return
-	}
 	buf := bf16Scratch.Get().(*bf16Buf)
 	defer bf16Scratch.Put(buf)
-	ab := grow(&buf.u16, m*k)
-	for i := 0; i < m; i++ {
-		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
+		gemm16NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, c, ldc, gemvRowsBF16, convBF16, smallMBF16)
+		return
 	}
+	ab := buf.asBF16(a, lda, m, k)
 	if m <= bf16DotSmallMax {
 		gemmBF16DotSmallM(ntBF16Dot, m, n, k, ab, b, ldb, c, ldc)
 		return
@@ -78,17 +70,10 @@ func GemmInt8DotNT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales 
 	buf := bf16Scratch.Get().(*bf16Buf)
 	defer bf16Scratch.Put(buf)
 	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
-		ar := grow(&buf.f32, m*k)
-		for i := 0; i < m; i++ {
-			RoundBF16(ar[i*k:(i+1)*k], a[i*lda:i*lda+k])
-		}
-		GemmInt8NT(m, n, k, ar, k, b, ldb, scales, groupSize, c, ldc)
+		GemmInt8NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, scales, groupSize, c, ldc)
 		return
 	}
-	ab := grow(&buf.u16, m*k)
-	for i := 0; i < m; i++ {
-		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
-	}
+	ab := buf.asBF16(a, lda, m, k)
 	widen := convI8(b, ldb, scales, ng, groupSize)
 	ntDrive(ntBF16Dot, m, n, k, ab, k, func() (ntBlock[uint16], func()) {
 		s := i8Scratch.Get().(*i8Block)
@@ -117,6 +102,25 @@ type bf16Buf struct {
 }
 
 var bf16Scratch = sync.Pool{New: func() any { return new(bf16Buf) }}
+
+// asBF16 returns the m rows of k of a (stride lda) rounded to bf16 bits,
+// packed (stride k), in buf.
+func (buf *bf16Buf) asBF16(a []float32, lda, m, k int) []uint16 {
+	ab := grow(&buf.u16, m*k)
+	for i := 0; i < m; i++ {
+		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+	return ab
+}
+
+// asF32 is asBF16 with the rounded values as f32, for the f32 kernels.
+func (buf *bf16Buf) asF32(a []float32, lda, m, k int) []float32 {
+	ar := grow(&buf.f32, m*k)
+	for i := 0; i < m; i++ {
+		RoundBF16(ar[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+	return ar
+}
 
 // grow returns (*s)[:n], reallocating when the capacity is short.
 func grow[T any](s *[]T, n int) []T {
