@@ -359,6 +359,14 @@ func execWhere(st *execState, n *node, in []*slot) (*slot, error) {
 		whereLoop(o, cond, t.([]int64), f.([]int64))
 	case []bool:
 		whereLoop(o, cond, t.([]bool), f.([]bool))
+	case []bfloat16.BFloat16: // KV caches held in bf16 select rows through Where
+		whereLoop(o, cond, t.([]bfloat16.BFloat16), f.([]bfloat16.BFloat16))
+	case []float16.Float16:
+		whereLoop(o, cond, t.([]float16.Float16), f.([]float16.Float16))
+	case []float64:
+		whereLoop(o, cond, t.([]float64), f.([]float64))
+	case []uint8:
+		whereLoop(o, cond, t.([]uint8), f.([]uint8))
 	default:
 		for i := 0; i < size; i++ {
 			src, j := fv, i

@@ -16,8 +16,10 @@ import (
 const coldBytes = 128 << 20
 
 // gemvShapes are the 110M Llama (dim 768, hidden 2048, vocab 32000) matmuls
-// as [out, in].
-var gemvShapes = [][2]int{{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}}
+// as [out, in], and one decode step's attention over a cache of 1024 for
+// one head of 64: scores (keys [1024, 64]) and values (transposed,
+// [64, 1024]).
+var gemvShapes = [][2]int{{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}, {1024, 64}, {64, 1024}}
 
 func BenchmarkGEMV(b *testing.B) {
 	for _, dt := range []string{"f32", "bf16", "f16", "int8"} {
