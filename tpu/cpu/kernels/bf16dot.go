@@ -151,11 +151,15 @@ func roundBF16Generic(dst []uint16, src []float32) {
 }
 
 // RoundBF16 writes src's values rounded to bfloat16 (as GemmBF16DotNT
-// rounds A) into dst, as f32.
+// rounds A) into dst, as f32: rounded to bf16 bits and widened back by the
+// vector kernels, a stack buffer at a time. dst may alias src.
 func RoundBF16(dst, src []float32) {
 	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] = math.Float32frombits(uint32(bf16Round(v)) << 16)
+	var tmp [512]uint16
+	for i := 0; i < len(dst); i += len(tmp) {
+		n := min(len(tmp), len(dst)-i)
+		roundBF16(tmp[:n], src[i:i+n])
+		widenBF16(dst[i:i+n], tmp[:n])
 	}
 }
 

@@ -62,6 +62,14 @@ func TestRoundBF16(t *testing.T) {
 				t.Fatalf("bf16Round(%#08x) = %#04x, roundBF16 gave %#04x", math.Float32bits(v), b, dst[i])
 			}
 		}
+		// RoundBF16 gives the same values as f32 (in place too).
+		f := append([]float32(nil), src...)
+		RoundBF16(f, f)
+		for i := range f {
+			if math.Float32bits(f[i]) != uint32(dst[i])<<16 {
+				t.Fatalf("RoundBF16(%#08x) = %#08x, want %#04x<<16", math.Float32bits(src[i]), math.Float32bits(f[i]), dst[i])
+			}
+		}
 	})
 }
 
