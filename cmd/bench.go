@@ -458,7 +458,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
-			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, rep),
+			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, opts.HostMemory, rep),
 		})
 	} else {
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {
@@ -493,7 +493,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 
 // benchLoadLM loads a language model for bench.Generate; each mode's
 // session compiles it with o and that mode.
-func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, rep *ui.Reporter) func() (*bench.LM, error) {
+func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, hostMemory func() int64, rep *ui.Reporter) func() (*bench.LM, error) {
 	return func() (*bench.LM, error) {
 		l, err := openLM(m, dev, o.DType, rep)
 		if err != nil {
@@ -517,7 +517,7 @@ func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []
 				}
 				mo := o
 				mo.Mode = modes[i]
-				r, err := compileLM(dev, l, mo, rep)
+				r, err := compileLM(dev, l, mo, hostMemory, rep)
 				if err != nil {
 					return nil, err
 				}

@@ -208,10 +208,14 @@ func openLM(m *loader.Model, dev *tpu.Device, dtype dtypes.DType, rep *ui.Report
 // (checkWeightsFit), converted or quantised (with a warning per tensor
 // holding NaN or Inf) and the executables compiled as o says; the held
 // weights, recompiles and the parallel layout are reported under
-// --verbose.
-func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, rep *ui.Reporter) (*compile.LM, error) {
-	hostMemory, _ := tpu.HostMemory(tpu.OSEnv())
-	if err := checkWeightsFit(dev, l, o, hostMemory); err != nil {
+// --verbose. hostMemory is the command's hook for the host's memory (nil
+// or 0: unknown, no check).
+func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory func() int64, rep *ui.Reporter) (*compile.LM, error) {
+	var host int64
+	if hostMemory != nil {
+		host = hostMemory()
+	}
+	if err := checkWeightsFit(dev, l, o, host); err != nil {
 		return nil, err
 	}
 	gcHeadroom(dev, l.HeldBytes(holdingOf(dev, o))) // before the load, whose temporaries count too
