@@ -306,21 +306,22 @@ func TestInt4BlockAgrees(t *testing.T) {
 	}
 }
 
-// The CPU engine's int8 activations (cpu:act=int8) against its f32
-// activations on the same int4 weights, teacher-forced on the f32 greedy
-// continuation: what quantising the activations alone costs.
-func TestInt8ActivationsDeviation(t *testing.T) {
-	const dir = "../testdata/stories260K-hf"
-	prompt := []int{1, 403, 407, 261, 378}
-	l := loadDir(t, dir)
-	cpuQ8, err := backends.NewWithConfig("cpu:act=int8")
+// activationsDeviation runs l on the CPU engine with f32 activations and
+// with the backend config act (teacher-forced on the f32 greedy
+// continuation) and checks that the logits differ, by at most maxRel of
+// the largest, with greedy agreement of at least 95%: what the narrow
+// activations alone cost.
+func activationsDeviation(t *testing.T, l *lm.Loaded, opts Options, act string, maxRel float64) {
+	t.Helper()
+	prompt := []int{1, 403, 407, 261, 378} // <s> Once upon a time
+	narrow, err := backends.NewWithConfig("cpu:act=" + act)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logits [2][][]float32
 	var tokens []int
-	for i, be := range []backends.Backend{cpuBackend(t), cpuQ8} {
-		r, err := NewLM(be, l, Options{Quantize: "int4"})
+	for i, be := range []backends.Backend{cpuBackend(t), narrow} {
+		r, err := NewLM(be, l, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,38 +329,22 @@ func TestInt8ActivationsDeviation(t *testing.T) {
 		r.Close()
 	}
 	rel, agree := deviation(logits[1], logits[0])
-	t.Logf("int8 activations against f32 activations (int4 weights): max relative logit error %.4f, greedy agreement %.3f", rel, agree)
-	if rel == 0 || rel > 0.05 || agree < 0.95 {
-		t.Errorf("max relative logit error %.4f (want in (0, 0.05]), greedy agreement %.3f (want >= 0.95)", rel, agree)
+	t.Logf("%s activations against f32 activations: max relative logit error %.4f, greedy agreement %.3f", act, rel, agree)
+	if rel == 0 || rel > maxRel || agree < 0.95 {
+		t.Errorf("max relative logit error %.4f (want in (0, %g]), greedy agreement %.3f (want >= 0.95)", rel, maxRel, agree)
 	}
 }
 
+// The CPU engine's int8 activations (cpu:act=int8) against its f32
+// activations on the same int4 weights.
+func TestInt8ActivationsDeviation(t *testing.T) {
+	activationsDeviation(t, loadDir(t, "../testdata/stories260K-hf"), Options{Quantize: "int4"}, "int8", 0.05)
+}
+
 // The CPU engine's bf16 activations (cpu:act=bf16) against its f32
-// activations on the same bf16 weights, teacher-forced on the f32 greedy
-// continuation: what rounding the activations alone costs.
+// activations on the same bf16 weights.
 func TestBF16ActivationsDeviation(t *testing.T) {
-	const dir = "../testdata/stories260K-hf"
-	prompt := []int{1, 403, 407, 261, 378}
-	l := loadDir(t, writeAs(t, dir, safetensors.BF16))
-	cpuBF, err := backends.NewWithConfig("cpu:act=bf16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logits [2][][]float32
-	var tokens []int
-	for i, be := range []backends.Backend{cpuBackend(t), cpuBF} {
-		r, err := NewLM(be, l, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens, logits[i] = steps(t, r, prompt, 40, tokens)
-		r.Close()
-	}
-	rel, agree := deviation(logits[1], logits[0])
-	t.Logf("bf16 activations against f32 activations (bf16 weights): max relative logit error %.4f, greedy agreement %.3f", rel, agree)
-	if rel == 0 || rel > 0.03 || agree < 0.95 {
-		t.Errorf("max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", rel, agree)
-	}
+	activationsDeviation(t, loadDir(t, writeAs(t, "../testdata/stories260K-hf", safetensors.BF16)), Options{}, "bf16", 0.03)
 }
 
 // KV caches held in bf16 (Options.KVDType) under f32 compute: the caches
