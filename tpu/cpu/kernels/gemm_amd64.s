@@ -21,34 +21,7 @@
 // B_j = b[j] (row pointers, so edge tiles can repeat a row); k is a positive
 // multiple of 16; ldc in bytes. Z(4i+j) accumulates C[i,j].
 TEXT ·gemmDot4x4AVX512(SB), NOSPLIT, $0-48
-	MOVQ a+0(FP), R12
-	MOVQ 0(R12), AX
-	MOVQ 8(R12), BX
-	MOVQ 16(R12), CX
-	MOVQ 24(R12), DX
-	MOVQ b+8(FP), R12
-	MOVQ 0(R12), SI
-	MOVQ 8(R12), DI
-	MOVQ 16(R12), R8
-	MOVQ 24(R12), R9
-	MOVQ k+16(FP), R11
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	XORQ R10, R10
+	DOT4X4_BEGIN
 d4loop:
 	VMOVUPS     (AX)(R10*4), Z16
 	VMOVUPS     (BX)(R10*4), Z17
@@ -77,34 +50,7 @@ d4loop:
 	ADDQ $16, R10
 	CMPQ R10, R11
 	JLT  d4loop
-d4reduce:
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R12
-	MOVQ acc+40(FP), R13
-	ROWRED512(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0)
-	ROWRED512(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4)
-	ROWRED512(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8)
-	ROWRED512(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12)
-	CMPQ R13, $0
-	JEQ  d4store
-	VADDPS (DI), X0, X0
-	ADDQ   R12, DI
-	VADDPS (DI), X4, X4
-	ADDQ   R12, DI
-	VADDPS (DI), X8, X8
-	ADDQ   R12, DI
-	VADDPS (DI), X12, X12
-	MOVQ   c+24(FP), DI
-d4store:
-	VMOVUPS X0, (DI)
-	ADDQ    R12, DI
-	VMOVUPS X4, (DI)
-	ADDQ    R12, DI
-	VMOVUPS X8, (DI)
-	ADDQ    R12, DI
-	VMOVUPS X12, (DI)
-	VZEROUPPER
-	RET
+	DOT4X4_END(d4store)
 
 // func gemmDot3x4AVX2(a *[3]*float32, b *[4]*float32, k int, c *float32, ldc, acc int)
 // The AVX2+FMA version: three rows of A (16 ymm registers allow 12

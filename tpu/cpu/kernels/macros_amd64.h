@@ -38,3 +38,69 @@
 	VHADDPS       YC, YA, YA  \
 	VEXTRACTF32X4 $1, YA, X24 \
 	VADDPS        X24, XA, XA
+
+// DOT4X4_BEGIN starts a 4×4 dot tile (func(a, b *[4]*T, k int, c *float32,
+// ldc, acc int)): the A row pointers into AX, BX, CX, DX, the B row
+// pointers into SI, DI, R8, R9, k into R11, the index R10 and the
+// accumulators Z0..Z15 (Z(4i+j) for C[i,j]) to zero.
+#define DOT4X4_BEGIN \
+	MOVQ   a+0(FP), R12 \
+	MOVQ   0(R12), AX \
+	MOVQ   8(R12), BX \
+	MOVQ   16(R12), CX \
+	MOVQ   24(R12), DX \
+	MOVQ   b+8(FP), R12 \
+	MOVQ   0(R12), SI \
+	MOVQ   8(R12), DI \
+	MOVQ   16(R12), R8 \
+	MOVQ   24(R12), R9 \
+	MOVQ   k+16(FP), R11 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15 \
+	XORQ   R10, R10
+
+// DOT4X4_END reduces the accumulators of a 4×4 dot tile to C[0:4, 0:4]
+// (c+24(FP), row stride ldc+32(FP) in bytes), added to C when
+// acc+40(FP) != 0, and returns; store is a label of the caller's.
+#define DOT4X4_END(store) \
+	MOVQ c+24(FP), DI \
+	MOVQ ldc+32(FP), R12 \
+	MOVQ acc+40(FP), R13 \
+	ROWRED512(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0) \
+	ROWRED512(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4) \
+	ROWRED512(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8) \
+	ROWRED512(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12) \
+	CMPQ R13, $0 \
+	JEQ  store \
+	VADDPS (DI), X0, X0 \
+	ADDQ   R12, DI \
+	VADDPS (DI), X4, X4 \
+	ADDQ   R12, DI \
+	VADDPS (DI), X8, X8 \
+	ADDQ   R12, DI \
+	VADDPS (DI), X12, X12 \
+	MOVQ   c+24(FP), DI \
+store: \
+	VMOVUPS X0, (DI) \
+	ADDQ    R12, DI \
+	VMOVUPS X4, (DI) \
+	ADDQ    R12, DI \
+	VMOVUPS X8, (DI) \
+	ADDQ    R12, DI \
+	VMOVUPS X12, (DI) \
+	VZEROUPPER \
+	RET
