@@ -143,31 +143,12 @@ tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
   fi
 }
 if [ "$MODE" = serve ]; then
-  go build -o "$DIR/servebench" ./scripts/servebench
-  # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
-  "$DIR/tputool" --json serve --model "$DIR/hf" --port 0 --max-batch "$parallel" --max-context "$CTX" $SERVE_ARGS > "$DIR/serve.out" 2> "$DIR/serve.log" &
-  TSERVER=$!
-  addr=""
-  for _ in $(seq 600); do
-    addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$DIR/serve.out" | head -1)
-    [ -n "$addr" ] && break
-    kill -0 $TSERVER || { tail "$DIR/serve.log"; exit 1; }
-    sleep 0.5
-  done
-  agg() { python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(r["agg_tok_s"], r["compiles"], r["recompiles"], r["errors"])'; }
+  # shellcheck source=scripts/serve-vs-ollama.sh
+  . scripts/serve-vs-ollama.sh
   q="${PAIRS%% *}"
-  q="${q#*:}"
-  "$DIR/servebench" -url "http://$OLLAMA_HOST" -model "dense-$q" -metrics=false -c 1 -max-tokens 8 -requests 1 > /dev/null 2>&1 # load
-  echo "round  streams  tputool_agg_tok_s  ollama_agg_tok_s  ratio  tputool_compiles  tputool_recompiles  load_avg"
-  for r in $(seq "$ROUNDS"); do
-    for c in ${LEVELS//,/ }; do
-      read -r t tc trc te < <("$DIR/servebench" -url "http://$addr" -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
-      read -r o _ _ oe < <("$DIR/servebench" -url "http://$OLLAMA_HOST" -model "dense-$q" -metrics=false -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
-      [ "$te" = 0 ] && [ "$oe" = 0 ] || echo "errors: tputool $te, ollama $oe" >&2
-      printf '%s  %s  %.1f  %.1f  %.2f  %s  %s  %s\n' "$r" "$c" "$t" "$o" "$(python3 -c "print($t/$o)")" "$tc" "$trc" "$(cut -d' ' -f1 /proc/loadavg)"
-    done
-  done
-  exit 0
+  # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+  serve_vs_ollama "dense-${q#*:}" --model "$DIR/hf" --port 0 --max-batch "$parallel" --max-context "$CTX" $SERVE_ARGS
+  exit
 fi
 REPS=$((PROMPT_LEN / 9))
 if [ "$MODE" = prefill ]; then

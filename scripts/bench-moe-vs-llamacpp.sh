@@ -100,27 +100,10 @@ tputool_tok_s() { # median decode tok/s of --repeat 3
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
 }
 if [ "$MODE" = serve ]; then
-  go build -o "$DIR/servebench" ./scripts/servebench
-  "$DIR/tputool" --json serve --model "$DIR/hf" --port 0 --max-batch "$parallel" --experts "$EXPERTS" > "$DIR/serve.out" 2> "$DIR/serve.log" &
-  TSERVER=$!
-  addr=""
-  for _ in $(seq 600); do
-    addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$DIR/serve.out" | head -1)
-    [ -n "$addr" ] && break
-    kill -0 $TSERVER || { tail "$DIR/serve.log"; exit 1; }
-    sleep 0.5
-  done
-  agg() { python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(r["agg_tok_s"], r["compiles"], r["recompiles"], r["errors"])'; }
-  echo "round  streams  tputool_agg_tok_s  ollama_agg_tok_s  ratio  tputool_compiles  tputool_recompiles  load_avg"
-  for r in $(seq "$ROUNDS"); do
-    for c in ${LEVELS//,/ }; do
-      read -r t tc trc te < <("$DIR/servebench" -url "http://$addr" -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
-      read -r o _ _ oe < <("$DIR/servebench" -url "http://$OLLAMA_HOST" -model moe-bf16 -metrics=false -c "$c" -max-tokens "$GEN" -requests 2 -json 2>/dev/null | agg)
-      [ "$te" = 0 ] && [ "$oe" = 0 ] || echo "errors: tputool $te, ollama $oe" >&2
-      printf '%s  %s  %.1f  %.1f  %.2f  %s  %s  %s\n' "$r" "$c" "$t" "$o" "$(python3 -c "print($t/$o)")" "$tc" "$trc" "$(cut -d' ' -f1 /proc/loadavg)"
-    done
-  done
-  exit 0
+  # shellcheck source=scripts/serve-vs-ollama.sh
+  . scripts/serve-vs-ollama.sh
+  serve_vs_ollama moe-bf16 --model "$DIR/hf" --port 0 --max-batch "$parallel" --experts "$EXPERTS"
+  exit
 fi
 for i in "${!tags[@]}"; do ollama_tok_s "${tags[$i]}" > /dev/null; done # load and warm
 echo "round  weights  tputool_tok_s  ollama_tok_s  ratio  load_avg"
