@@ -39,6 +39,44 @@
 	VEXTRACTF32X4 $1, YA, X24 \
 	VADDPS        X24, XA, XA
 
+// The 4×4 dot tiles (gemmDot4x4AVX512, dotBF16x4x4AVX512 and the small-m
+// 16-bit kernels' DOT4X4_16_512) accumulate C[i,j] in Z(4i+j), 16 lanes of
+// partial sums each. ZERO4X4 clears them, REDUCE4X4 sums each row's four
+// into the four floats of X0, X4, X8, X12 (ROWRED512), and STORE4X4 stores
+// those rows at DI, DI+LD, DI+2·LD, DI+3·LD (DI advanced).
+#define ZERO4X4 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define REDUCE4X4 \
+	ROWRED512(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0) \
+	ROWRED512(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4) \
+	ROWRED512(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8) \
+	ROWRED512(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12)
+
+#define STORE4X4(LD) \
+	VMOVUPS X0, (DI) \
+	ADDQ    LD, DI \
+	VMOVUPS X4, (DI) \
+	ADDQ    LD, DI \
+	VMOVUPS X8, (DI) \
+	ADDQ    LD, DI \
+	VMOVUPS X12, (DI)
+
 // DOT4X4_BEGIN starts a 4×4 dot tile (func(a, b *[4]*T, k int, c *float32,
 // ldc, acc int)): the A row pointers into AX, BX, CX, DX, the B row
 // pointers into SI, DI, R8, R9, k into R11, the index R10 and the
@@ -55,22 +93,7 @@
 	MOVQ   16(R12), R8 \
 	MOVQ   24(R12), R9 \
 	MOVQ   k+16(FP), R11 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
-	VPXORD Z8, Z8, Z8 \
-	VPXORD Z9, Z9, Z9 \
-	VPXORD Z10, Z10, Z10 \
-	VPXORD Z11, Z11, Z11 \
-	VPXORD Z12, Z12, Z12 \
-	VPXORD Z13, Z13, Z13 \
-	VPXORD Z14, Z14, Z14 \
-	VPXORD Z15, Z15, Z15 \
+	ZERO4X4 \
 	XORQ   R10, R10
 
 // DOT4X4_END reduces the accumulators of a 4×4 dot tile to C[0:4, 0:4]
@@ -80,10 +103,7 @@
 	MOVQ c+24(FP), DI \
 	MOVQ ldc+32(FP), R12 \
 	MOVQ acc+40(FP), R13 \
-	ROWRED512(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0) \
-	ROWRED512(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4) \
-	ROWRED512(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8) \
-	ROWRED512(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12) \
+	REDUCE4X4 \
 	CMPQ R13, $0 \
 	JEQ  store \
 	VADDPS (DI), X0, X0 \
@@ -95,12 +115,6 @@
 	VADDPS (DI), X12, X12 \
 	MOVQ   c+24(FP), DI \
 store: \
-	VMOVUPS X0, (DI) \
-	ADDQ    R12, DI \
-	VMOVUPS X4, (DI) \
-	ADDQ    R12, DI \
-	VMOVUPS X8, (DI) \
-	ADDQ    R12, DI \
-	VMOVUPS X12, (DI) \
+	STORE4X4(R12) \
 	VZEROUPPER \
 	RET
