@@ -39,6 +39,16 @@ func int4Matrix(r *rand.Rand, n, k int) []float32 {
 	return w
 }
 
+// int4Case is a random int4Matrix [n, k] quantised (QuantizeInt4 with its
+// own table) and decoded the long way (int4Decode): the weights the
+// product tests multiply and their f32 reference.
+func int4Case(r *rand.Rand, n, k int) (packed, codes []byte, table, dense []float32) {
+	w := int4Matrix(r, n, k)
+	table = Int4Table(Int4Range(w, n, k))
+	packed, codes = QuantizeInt4(w, n, k, table)
+	return packed, codes, table, int4Decode(n, k, packed, codes, table)
+}
+
 // The layout is as the format's comment says: a byte holds its first
 // value in the low nibble, a value is nibble − 8, and a block's code
 // indexes the table. A swapped nibble order or an offset of 7 fails here.
@@ -129,14 +139,8 @@ func TestGemmInt4NT(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {8, 40, 288}, {12, 20, 96}, {70, 33, 2080}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		w := int4Matrix(r, n, k)
-		table := Int4Table(Int4Range(w, n, k))
-		packed, codes := QuantizeInt4(w, n, k, table)
-		dense := int4Decode(n, k, packed, codes, table)
-		a := make([]float32, m*k)
-		for i := range a {
-			a[i] = float32(r.NormFloat64())
-		}
+		packed, codes, table, dense := int4Case(r, n, k)
+		a := randMat(r, m, k, k)
 		want := make([]float32, m*n)
 		GemmF32NT(m, n, k, a, k, dense, k, want, n)
 		got := make([]float32, m*n)

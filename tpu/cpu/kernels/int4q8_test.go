@@ -16,14 +16,8 @@ func TestGemmInt4Q8NT(t *testing.T) {
 	t.Logf("VNNI: %v", hasVNNI())
 	for _, sz := range [][3]int{{1, 7, 64}, {1, 130, 2880}, {1, 40, 96}, {3, 33, 1024}, {8, 20, 128}, {9, 17, 256}, {20, 9, 640}} {
 		m, n, k := sz[0], sz[1], sz[2]
-		w := int4Matrix(r, n, k)
-		table := Int4Table(Int4Range(w, n, k))
-		packed, codes := QuantizeInt4(w, n, k, table)
-		dense := int4Decode(n, k, packed, codes, table)
-		a := make([]float32, m*k)
-		for i := range a {
-			a[i] = float32(r.NormFloat64())
-		}
+		packed, codes, table, dense := int4Case(r, n, k)
+		a := randMat(r, m, k, k)
 		a[3] = 0 // a zero and a block of zeros
 		if k >= 64 {
 			clear(a[32:64])
