@@ -305,22 +305,31 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 	}
 }
 
-// TestBatchWarmup checks that after Warmup serving compiles nothing.
-func TestBatchWarmup(t *testing.T) {
+// storiesBatch is a Batch with options o over the stories260K model on the
+// cpu backend, closed (with its LM and checkpoint) when the test ends.
+func storiesBatch(t *testing.T, o BatchOptions) (*LM, *Batch) {
+	t.Helper()
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	r, err := NewLM(cpuBackend(t), l, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, PrefixCache: 2})
+	t.Cleanup(r.Close)
+	b, err := NewBatch(r, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
+	return r, b
+}
+
+// TestBatchWarmup checks that after Warmup serving compiles nothing.
+func TestBatchWarmup(t *testing.T) {
+	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, PrefixCache: 2})
 	if err := b.Warmup(); err != nil {
 		t.Fatal(err)
 	}
@@ -335,8 +344,8 @@ func TestBatchWarmup(t *testing.T) {
 	if before["decode"] != 3*4 { // rows 1, 2, 4 x slots 32, 64, 128, 160
 		t.Errorf("warmup compiled %d decode executables, want 12", before["decode"])
 	}
-	runBatch(t, b, mixedSeqs(l.Model.Spec().VocabSize))
-	if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(l.Model.Spec().VocabSize)); reused == 0 {
+	runBatch(t, b, mixedSeqs(r.Spec().VocabSize))
+	if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(r.Spec().VocabSize)); reused == 0 {
 		t.Error("no prefix reused")
 	}
 	for name, n := range compiled() {
@@ -505,22 +514,8 @@ func TestBatchOptionErrors(t *testing.T) {
 // left, so that a lone sequence decodes at batch 1 (the GEMV path), not
 // in two rows.
 func TestBatchShrinksToOneRow(t *testing.T) {
-	l, err := lmckpt.Load("../testdata/stories260K-hf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	r, err := NewLM(cpuBackend(t), l, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	b, err := NewBatch(r, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	vocab := l.Model.Spec().VocabSize
+	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	vocab := r.Spec().VocabSize
 	var prompts [][]int
 	for i := range 4 {
 		prompts = append(prompts, testPrompt(uint64(i+1), 3+i, vocab))
