@@ -77,15 +77,7 @@ if [ ! -f "$DIR/hf/config.json" ]; then
  "torch_dtype": "bfloat16"}
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
-  python3 - "$DIR/hf/tokenizer.json" <<'PY'
-import json, sys
-t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
-n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
-for i in range(n, 32000):  # the model's vocabulary; not special, so both stream their text
-    t["added_tokens"].append({"id": i, "content": "<|pad_%d|>" % i, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": False})
-json.dump(t, open(sys.argv[1], "w"))
-PY
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000 # the model's vocabulary
 fi
 # serve needs an end token in the vocabulary (the last one, BOS and EOS).
 printf '{"eos_token": "<|pad_31999|>", "add_bos_token": false, "add_eos_token": false}\n' > "$DIR/hf/tokenizer_config.json"

@@ -41,16 +41,8 @@ c["num_hidden_layers"], c["layer_types"] = n, c["layer_types"][:n]
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
-  python3 - "$DIR/hf/tokenizer.json" <<'PY'
-import json, sys
-t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
-n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
-special = {199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>", 200012: "<|call|>"}
-for i in range(n, 201088):
-    t["added_tokens"].append({"id": i, "content": special.get(i, "<|pad_%d|>" % i), "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": i in special})
-json.dump(t, open(sys.argv[1], "w"))
-PY
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 201088 \
+    '199998=<|startoftext|>' '199999=<|endoftext|>' '200002=<|return|>' '200012=<|call|>'
 fi
 go build -o "$DIR/tputool" .
 

@@ -51,15 +51,7 @@ if [ ! -f "$DIR/hf/config.json" ]; then
  "torch_dtype": "bfloat16"}
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
-  python3 - "$DIR/hf/tokenizer.json" <<'PY'
-import json, sys
-t = json.load(open("loader/tokenizer/testdata/tokenizers/qwen2-tiny/tokenizer.json"))
-n = 1 + max([t["model"]["vocab"][k] for k in t["model"]["vocab"]] + [a["id"] for a in t["added_tokens"]])
-for i in range(n, 151936):  # the model's vocabulary, as the GGUF pads it; not special, so
-    t["added_tokens"].append({"id": i, "content": "<|pad_%d|>" % i, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": False})  # both servers stream their text
-json.dump(t, open(sys.argv[1], "w"))
-PY
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151936 # the model's vocabulary, as the GGUF pads it
 fi
 [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
 go build -o "$DIR/tputool" .
