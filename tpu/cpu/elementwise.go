@@ -348,27 +348,21 @@ func execWhere(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 	}
 	out := st.allocOrReuse(n, cands...)
-	ov, tv, fv := reflect.ValueOf(out.data), reflect.ValueOf(t), reflect.ValueOf(f)
-	size := n.shape.Size()
-	switch o := out.data.(type) {
-	case []float32:
-		whereLoop(o, cond, t.([]float32), f.([]float32))
-	case []int32:
-		whereLoop(o, cond, t.([]int32), f.([]int32))
-	case []int64:
-		whereLoop(o, cond, t.([]int64), f.([]int64))
-	case []bool:
-		whereLoop(o, cond, t.([]bool), f.([]bool))
-	case []bfloat16.BFloat16: // KV caches held in bf16 select rows through Where
-		whereLoop(o, cond, t.([]bfloat16.BFloat16), f.([]bfloat16.BFloat16))
-	case []float16.Float16:
-		whereLoop(o, cond, t.([]float16.Float16), f.([]float16.Float16))
-	case []float64:
-		whereLoop(o, cond, t.([]float64), f.([]float64))
-	case []uint8:
-		whereLoop(o, cond, t.([]uint8), f.([]uint8))
+	// Where only selects: one loop per element width serves every dtype
+	// (the bits are copied, as copyWalk copies them).
+	ob, tb, fb := bytesOf(out.data), bytesOf(t), bytesOf(f)
+	switch elemSize(out.data) {
+	case 1:
+		whereLoop(ob, cond, tb, fb)
+	case 2:
+		whereLoop(view[uint16](ob), cond, view[uint16](tb), view[uint16](fb))
+	case 4:
+		whereLoop(view[uint32](ob), cond, view[uint32](tb), view[uint32](fb))
+	case 8:
+		whereLoop(view[uint64](ob), cond, view[uint64](tb), view[uint64](fb))
 	default:
-		for i := 0; i < size; i++ {
+		ov, tv, fv := reflect.ValueOf(out.data), reflect.ValueOf(t), reflect.ValueOf(f)
+		for i := 0; i < n.shape.Size(); i++ {
 			src, j := fv, i
 			if cond[min(i, len(cond)-1)] {
 				src = tv
