@@ -71,8 +71,8 @@ func TestExpertsFlagValues(t *testing.T) {
 }
 
 // --quantize int8 is refused for a mixture-of-experts model only with
-// --experts host; graph and dense hold the experts as int8, as int4 does
-// the stacks of graph (the matrices of dense as int4).
+// --experts host; graph and dense hold the experts as int8, and under
+// int4 as int4 (the stacks of graph, the matrices of dense).
 func TestQuantizeMoE(t *testing.T) {
 	dir := moeModelDir(t, true)
 	e := genEnv(t)
@@ -82,8 +82,7 @@ func TestQuantizeMoE(t *testing.T) {
 		e = genEnv(t)
 		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", mode), mode+": "+e.errOut.String())
 	}
-	// int4 holds the matrices as int4 and the expert stacks of --experts
-	// graph as int8.
+	// int4 holds the matrices and the expert stacks as int4.
 	for _, mode := range []string{"graph", "dense"} {
 		e = genEnv(t)
 		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int4", "--experts", mode), mode+": "+e.errOut.String())

@@ -19,7 +19,7 @@ import (
 )
 
 // quantizeHelp is the help of generate's and bench's --quantize.
-const quantizeHelp = "weight quantisation, computed at load, embedding table and head included: int8 (weight-only, symmetric, one f32 scale per 64 input columns: about 1.06 bytes per weight), int4 (weight-only, symmetric, one scale per 32 input columns coded in a byte: about 0.53 bytes per weight; expert stacks and matrices whose inputs are no multiple of 32 as int8), or none"
+const quantizeHelp = "weight quantisation, computed at load, embedding table and head included: int8 (weight-only, symmetric, one f32 scale per 64 input columns: about 1.06 bytes per weight), int4 (weight-only, symmetric, one scale per 32 input columns coded in a byte: about 0.53 bytes per weight; expert stacks too; matrices whose inputs are no multiple of 32 as int8), or none"
 
 // parseQuantize reads --quantize: "" or "none" (float weights), "int8"
 // or "int4".

@@ -38,12 +38,12 @@ import (
 //     them (nn.DequantizeInt8), which tputool's cpu backend fuses into its
 //     int8 GEMM/GEMV and other backends compute as written; nn.Embedding
 //     gathers the int8 rows and their scales before dequantising.
-//   - With Options.Quantize "int4", the Matmul matrices whose inputs are
-//     a multiple of 32 (the embedding table and head included) are held as
-//     int4: packed values u8 [out, in/32, 16], a scale code u8 per block of
-//     32 [out, in/32] and the matrix's table of 256 f32 scales [256, 1]
-//     (kernels.QuantizeInt4, at load); the others, and expert stacks, as
-//     int8 above. The graph dequantises them (nn.DequantizeInt4), which
+//   - With Options.Quantize "int4", the Matmul matrices and expert stacks
+//     whose inputs are a multiple of 32 (the embedding table and head
+//     included) are held as int4: packed values u8 [..., out, in/32, 16],
+//     a scale code u8 per block of 32 [..., out, in/32] and the weight's
+//     table of 256 f32 scales [256, 1] (kernels.QuantizeInt4, at load);
+//     the others as int8 above. The graph dequantises them (nn.DequantizeInt4), which
 //     tputool's cpu backend fuses into its int4 GEMM/GEMV (the weight stays
 //     at 17/32 of a byte) and other backends, XLA's included, compute as
 //     written.
@@ -85,7 +85,8 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	// MXFP4 stacks stay MXFP4 on one device of a backend that multiplies
 	// them; split over devices (TP/DP), they are split as floats.
 	mx := caps.MXFP4 && max(o.TP, 1)*max(o.DP, 1) == 1
-	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx}
+	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx,
+		ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
 // holding is how this LM holds its weights.
@@ -298,15 +299,16 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	return err
 }
 
-// quantizeInt4 holds a matrix [out, in] as int4 (kernels.QuantizeInt4):
-// packed values u8 [out, in/32, 16] under its name, block codes u8
-// [out, in/32] and its scale table f32 [256, 1] under the suffixed names.
-// The matrix is decoded twice, a block of rows at a time (about 16 MiB of
+// quantizeInt4 holds a [..., out, in] weight (a matrix or a stack of
+// them) as int4 (kernels.QuantizeInt4): packed values u8 [..., out,
+// in/32, 16] under its name, block codes u8 [..., out, in/32] and one
+// scale table f32 [256, 1] for the whole weight under the suffixed names.
+// The weight is decoded twice, a block of rows at a time (about 16 MiB of
 // f32): once for the range of its blocks' magnitudes, which fixes the
 // table, once to quantise, so that no f32 copy of the whole weight is
 // ever made.
 func (r *LM) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
-	out, in := w.Shape[0], w.Shape[1]
+	lead, in := w.Shape[:len(w.Shape)-1], w.Shape[len(w.Shape)-1]
 	rows := max(1, quantBlock/in)
 	var lo, hi float32
 	err := l.DecodeBlocks(w.Name, rows*in, func(_ int, vals []float32) {
@@ -326,8 +328,8 @@ func (r *LM) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
 			copy(codes[row*nb:], bc)
 		})
 	}
-	pShape := shapes.Make(dtypes.Uint8, out, nb, 16)
-	cShape := shapes.Make(dtypes.Uint8, out, nb)
+	pShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), nb, 16)...)
+	cShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), nb)...)
 	var packed, codes []uint8
 	if !r.sharedUpload() {
 		packed, codes = make([]uint8, pShape.Size()), make([]uint8, cShape.Size())

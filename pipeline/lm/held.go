@@ -43,6 +43,11 @@ type Holding struct {
 	// MXFP4: weights the checkpoint stores in MXFP4 are held so (blocks
 	// and scales, 17/32 of a byte a weight), never decoded or quantised.
 	MXFP4 bool
+	// ExpertsApart: weights assembled from parts (expert stacks of a
+	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
+	// as their parts, each quantised on its own (the executor runs the
+	// experts one by one).
+	ExpertsApart bool
 }
 
 // Quantized reports whether weight w is held as int8 under h: under
@@ -62,10 +67,13 @@ func (h Holding) Quantized(w WeightSpec) bool {
 
 // Int4 reports whether weight w is held as int4 under h: every Matmul
 // matrix whose inputs come in whole blocks of Int4Block (the embedding
-// table and head included). Expert stacks, and matrices of other widths,
-// are held as int8 (Quantized).
+// table and head included), and every stack of them (routed experts [E,
+// out, in], one scale table for the stack, whose chosen matrices
+// nn.PairDot gathers with their codes). Weights of other widths are held
+// as int8 (Quantized).
 func (h Holding) Int4(w WeightSpec) bool {
-	return h.Quantize == "int4" && w.Matmul && len(w.Shape) == 2 && w.Shape[1] > 0 && w.Shape[1]%Int4Block == 0
+	r := len(w.Shape)
+	return h.Quantize == "int4" && w.Matmul && r >= 2 && w.Shape[r-1] > 0 && w.Shape[r-1]%Int4Block == 0
 }
 
 // Int4Block is the number of input columns that share one int4 scale
@@ -110,6 +118,12 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 	for _, w := range l.weights {
 		if h.MXFP4 && l.StoredMXFP4(w.Name) {
 			n += MXFP4Bytes(w)
+			continue
+		}
+		if h.ExpertsApart && len(w.Parts) > 0 {
+			for _, p := range w.Parts {
+				n += h.HeldBytes(p, l.StoredDType(p.Name))
+			}
 			continue
 		}
 		n += h.HeldBytes(w, l.StoredDType(w.Name))

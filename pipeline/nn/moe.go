@@ -276,8 +276,9 @@ func (s ExpertStack) Routed(x, ids, weights *Node, gather bool) *Node {
 // pairs. Only the chosen matrices are converted: a stack held narrow
 // (ConvertDType of a bf16/f16 stack) is gathered narrow, and an int8
 // stack (DequantizeInt8's form) gathers its int8 matrices and their
-// scales, then dequantises them, as an MXFP4 stack (DequantizeMXFP4's
-// form) does its blocks and scales.
+// scales, then dequantises them, as an int4 stack (DequantizeInt4's form:
+// one scale table for the stack) does its packed values and codes and an
+// MXFP4 stack (DequantizeMXFP4's form) its blocks and scales.
 func PairDot(v, w, ids *Node) *Node {
 	if w.Type() == NodeTypeConvertDType && w.Rank() == 3 {
 		w = w.Inputs()[0] // a stack held narrow: convert only the chosen matrices
@@ -285,6 +286,8 @@ func PairDot(v, w, ids *Node) *Node {
 	var gw *Node // [P, out, in]
 	if q, scales, ok := dequantizeInt8Parts(w); ok {
 		gw = DequantizeInt8(Gather(q, ids), Gather(scales, ids), dtypes.Float32) // int8: gather the chosen matrices and scales
+	} else if packed, codes, table, ok := dequantizeInt4Parts(w); ok {
+		gw = DequantizeInt4(Gather(packed, ids), Gather(codes, ids), table, dtypes.Float32) // int4: the chosen packed values and codes, the stack's table
 	} else if blocks, scales, ok := dequantizeMXFP4Parts(w); ok {
 		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
 	} else {

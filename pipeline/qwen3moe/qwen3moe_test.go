@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
@@ -353,5 +354,87 @@ func TestInt8Experts(t *testing.T) {
 			}
 			l.Close()
 		}
+	}
+}
+
+// TestInt4Experts: with --quantize int4 the expert stacks whose inputs
+// come in blocks of 32 are held as int4 (one scale table a stack), and
+// the in-graph experts run on the cpu backend (whose grouped kernel reads
+// the int4 experts in place, with f32 or int8 activations) and on the go
+// backend (which decodes the gathered matrices as written), from both
+// checkpoint layouts; dense holds each expert's matrices as int4 apart.
+// The cpu and go backends agree to float32 rounding, every run stays
+// within the bound of the float64 reference, and each holds what
+// lm.Loaded.HeldBytes estimates.
+func TestInt4Experts(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	c := qwenref.TinyQwen3MoE()
+	c.MoEIntermediate = 32 // gate, up and down all int4
+	for _, stacked := range []bool{false, true} {
+		c.Stacked = stacked
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rm, err := qwenref.LoadMoE(dir, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var graph []float32
+		for _, v := range []struct {
+			backend string
+			experts compile.ExpertsMode
+		}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu:act=int8", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}} {
+			be := refcheck.GoBackend(t)
+			if v.backend != "go" {
+				var err error
+				if be, err = backends.NewWithConfig(v.backend); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(be.Finalize)
+			}
+			name := fmt.Sprintf("stacked=%v %s --experts %s", stacked, v.backend, v.experts)
+			opts := compile.Options{Quantize: "int4", Experts: v.experts}
+			r, err := compile.NewLM(be, l, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.WeightBytes(), l.HeldBytes(compile.HoldingOf(tpu.CapabilitiesOf(be), opts)); got != want {
+				t.Errorf("%s: holds %d bytes, HeldBytes estimates %d", name, got, want)
+			}
+			logits, err := r.NewState().Prefill(prompts, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			var all []float32
+			for b, p := range prompts {
+				all = append(all, logits[b]...)
+				e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])
+				t.Logf("%s row %d: relative error %.3g", name, b, e)
+				if e > 0.25 {
+					t.Errorf("%s row %d: relative error %.3g > 0.25", name, b, e)
+				}
+			}
+			if v.backend == "cpu:act=int8" || v.experts == compile.ExpertsDense {
+				continue // other activations, or other scale tables
+			}
+			if graph == nil {
+				graph = all
+				continue
+			}
+			worst := 0.0
+			for i := range all {
+				worst = max(worst, math.Abs(float64(all[i]-graph[i])))
+			}
+			if worst > 1e-4 {
+				t.Errorf("%s: logits differ from the cpu backend's by %.3g", name, worst)
+			}
+		}
+		l.Close()
 	}
 }

@@ -18,7 +18,8 @@ import (
 // (with a ConvertDType from bf16/f16 after the Gather, or of the whole
 // stack before it, when the weights are held narrow; for an int8 stack,
 // the dequantisation of the gathered int8 matrices and scales, see
-// int8Gathered): every pair gathers its expert's whole matrix, P copies
+// int8Gathered; for MXFP4 and int4 stacks, the decoding of the gathered
+// nibbles, see mxfp4Gathered and int4Gathered): every pair gathers its expert's whole matrix, P copies
 // of [N, K] per product. rewriteGrouped turns that into one node that never
 // makes the gathered copy: at run time it sorts the pairs by expert
 // (a counting sort over the ids), and each active expert's matrix, read
@@ -30,12 +31,17 @@ const opTypeGrouped = backends.OpTypeLast + 102
 
 // groupedAux: E experts of [N, K] each; from16 when w is bf16/f16;
 // group > 0 when w is int8 with one f32 scale per group of input columns;
-// mxfp4 when w is MXFP4.
+// mxfp4 when w is MXFP4; int4 when w is int4.
 type groupedAux struct {
 	e, n, k int
 	from16  bool
 	group   int
 	mxfp4   bool // w is MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32] (mxfp4.go)
+	// int4: w is int4 (quant.go's layout): packed [E, N, K/32, 16], codes
+	// [E, N, K/32] and the stack's one scale table [256, 1]. int4Q8: the
+	// rows are quantised to int8 per block of 32 first (SetActivations
+	// "int8"), in the GEMVs as in the GEMMs.
+	int4, int4Q8 bool
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
 	bf16Act bool
@@ -118,6 +124,14 @@ func rewriteGrouped(n *node, act actKind) {
 		n.fn = execGrouped
 		return
 	}
+	if packed, codes, ids, table, ok := int4Gathered(r); ok {
+		d := packed.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, packed, ids, codes, table}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}
+		n.fn = execGrouped
+		return
+	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
 		n.op = opTypeGrouped
@@ -173,14 +187,28 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		next[e]++
 	}
 	lhs := in[0].data.([]float32)
-	if a.bf16Act {
+	N, K := a.n, a.k
+	switch {
+	case a.bf16Act:
 		r := make([]float32, len(lhs))
 		kernels.RoundBF16(r, lhs)
+		lhs = r
+	case a.int4Q8:
+		// Each row quantised to int8 per block of 32 (as the dense int4
+		// products do under int8 activations), once for all its experts;
+		// the products then multiply the quantised values in f32.
+		r := slices.Clone(lhs)
+		for p := 0; p < P; p++ {
+			kernels.FakeQuantizeQ8(r[p*K : (p+1)*K])
+		}
 		lhs = r
 	}
 	out := st.alloc(n.shape)
 	o := out.data.([]float32)
-	N, K := a.n, a.k
+	var table []float32
+	if a.int4 {
+		table = in[4].data.([]float32)
+	}
 	most := 0
 	for e := 0; e < a.e; e++ {
 		most = max(most, start[e+1]-start[e])
@@ -198,6 +226,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		switch {
 		case a.mxfp4:
 			g.MXFP4, g.MXScales = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32]
+		case a.int4:
+			g.Int4, g.Int4Codes, g.Int4Table = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table
 		case a.group > 0:
 			g.I8, g.Scales, g.Group = in[1].data.([]int8)[e*N*K:(e+1)*N*K], in[3].data.([]float32)[e*N*(K/a.group):], a.group
 		case !a.from16:
@@ -228,6 +258,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		switch {
 		case a.mxfp4:
 			kernels.GemmMXFP4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
+		case a.int4:
+			kernels.GemmInt4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.group > 0:
 			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:

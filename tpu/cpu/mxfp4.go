@@ -30,28 +30,43 @@ import (
 // and the pairs' expert ids. Blocks and scales must be gathered by the
 // same ids, whole matrices at a time.
 func mxfp4Gathered(r *node) (blocks, scales, ids *node, ok bool) {
+	blocks, scales, ids, _, ok = nibbleGathered(r, mxfp4PairTable[:], func(g *node) (table, x *node) {
+		if x = tableSource(g, mxfp4ScaleTable[:], 1); x == nil {
+			return nil, nil
+		}
+		return g.inputs[0], x
+	})
+	return blocks, scales, ids, ok
+}
+
+// nibbleGathered matches the dequantisation of whole-row gathers of a
+// nibble-coded stack (blocks u8 [E, N, G, 16], scale codes u8 [E, N, G])
+// at r [P, N, K], whose values come from the constant pairs table and
+// whose scales from the table scaleTable matches, and returns the stacks,
+// the pairs' expert ids and that scale table.
+func nibbleGathered(r *node, pairs []float32, scaleTable func(g *node) (table, x *node)) (blocks, scales, ids, table *node, ok bool) {
 	if r.op != backends.OpTypeReshape || r.shape.Rank() != 3 || r.shape.DType != dtypes.Float32 {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	m := r.inputs[0]
 	if m.op != backends.OpTypeMul || m.shape.Rank() != 4 || m.shape.DType != dtypes.Float32 {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	d := m.shape.Dimensions // [P, N, G, 32]
 	if d[3] != 32 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1], d[2] * 32}) {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	for _, k := range [][2]int{{0, 1}, {1, 0}} {
 		v, b := m.inputs[k[0]], m.inputs[k[1]]
 		if v.op != backends.OpTypeReshape || b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2, 3}) {
 			continue
 		}
-		gb := tableSource(v.inputs[0], mxfp4PairTable[:], 2)
+		gb := tableSource(v.inputs[0], pairs, 2)
 		sc := b.inputs[0]
 		if sc.op != backends.OpTypeReshape || !slices.Equal(sc.shape.Dimensions, []int{d[0], d[1], d[2], 1}) {
 			continue
 		}
-		gs := tableSource(sc.inputs[0], mxfp4ScaleTable[:], 1)
+		t, gs := scaleTable(sc.inputs[0])
 		if gb == nil || gs == nil || !wholeRowGather(gb) || !wholeRowGather(gs) || !sameIndices(gb.inputs[1], gs.inputs[1]) {
 			continue
 		}
@@ -61,9 +76,23 @@ func mxfp4Gathered(r *node) (blocks, scales, ids *node, ok bool) {
 			!slices.Equal(bl.shape.Dimensions, []int{e, d[1], d[2], 16}) || !slices.Equal(s.shape.Dimensions, []int{e, d[1], d[2]}) {
 			continue
 		}
-		return bl, s, gb.inputs[1], true
+		return bl, s, gb.inputs[1], t, true
 	}
-	return nil, nil, nil, false
+	return nil, nil, nil, nil, false
+}
+
+// int4Gathered matches nn.PairDot's int4 form (nn.DequantizeInt4 of the
+// gathered packed values and codes, quant.go's layout, with the stack's
+// one scale table [256, 1], an input) at r [P, N, K] and returns the
+// packed stack [E, N, G, 16], the codes [E, N, G], the ids and the table.
+func int4Gathered(r *node) (packed, codes, ids, table *node, ok bool) {
+	return nibbleGathered(r, int4PairTable[:], func(g *node) (table, x *node) {
+		t, x := gatherSource(g, 1)
+		if t == nil || t.op == backends.OpTypeConstant {
+			return nil, nil
+		}
+		return t, x
+	})
 }
 
 // tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))

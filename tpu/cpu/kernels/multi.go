@@ -8,8 +8,10 @@ import (
 // Gemv is one product of GemvMulti: C[j] = Σ_p A[p]·B[j,p] for the N rows
 // of one weight matrix B (row stride LDB) against one row of activations A
 // [k]. B is given in exactly one of F32, BF16, F16 (raw bits), I8 (with
-// Scales [N, k/Group], as GemmInt8NT takes them) or MXFP4 (with
-// MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused).
+// Scales [N, k/Group], as GemmInt8NT takes them), MXFP4 (with
+// MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused) or
+// Int4 (with Int4Codes and the 256-entry Int4Table, as GemmInt4NT takes
+// them; LDB unused).
 type Gemv struct {
 	A []float32
 	C []float32 // [N], overwritten
@@ -22,6 +24,9 @@ type Gemv struct {
 	Group     int
 	MXFP4     []byte
 	MXScales  []byte
+	Int4      []byte
+	Int4Codes []byte
+	Int4Table []float32
 	LDB       int
 }
 
@@ -57,6 +62,16 @@ func GemvMulti(k int, ps []Gemv) {
 		chunks += (p.N + grain - 1) / grain
 	}
 	starts[len(ps)] = chunks
+	// codes: each int4 product's nibble format (its scale table).
+	var codes []*nibbleCode
+	for i, p := range ps {
+		if p.Int4 != nil {
+			if codes == nil {
+				codes = make([]*nibbleCode, len(ps))
+			}
+			codes[i] = int4Code(p.Int4Table)
+		}
+	}
 	Parallel(chunks, 1, func(lo, hi int) {
 		i := 0
 		for c := lo; c < hi; c++ {
@@ -76,6 +91,8 @@ func GemvMulti(k int, ps []Gemv) {
 				gemvRowsF16(av, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.MXFP4 != nil:
 				gemvRowsMXFP4(av, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
+			case p.Int4 != nil:
+				gemvRowsNibbles(codes[i], av, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
 			default:
 				ng := k / p.Group
 				gemvRowsI8(av, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
@@ -110,6 +127,10 @@ func checkGemv(i, k int, p *Gemv) {
 		}
 	case p.MXFP4 != nil:
 		checkMXFP4("GemvMulti product", p.N, k, len(p.MXFP4), len(p.MXScales))
+		return
+	case p.Int4 != nil:
+		checkNibbles("GemvMulti product", p.N, k, len(p.Int4), len(p.Int4Codes))
+		checkInt4Table("GemvMulti product", p.Int4Table)
 		return
 	default:
 		panic("kernels: GemvMulti product: no weight")

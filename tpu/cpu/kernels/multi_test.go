@@ -55,6 +55,18 @@ func TestGemvMulti(t *testing.T) {
 				ps = append(ps, g)
 				want = append(want, w)
 			}
+			if k%Int4Block == 0 { // int4 products, between the others
+				for _, n := range []int{3, 77} {
+					f := randMat(r, n, k, k)
+					lo, hi := Int4Range(f, n, k)
+					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, Int4Table: Int4Table(lo, hi)}
+					g.Int4, g.Int4Codes = QuantizeInt4(f, n, k, g.Int4Table)
+					w := make([]float32, n)
+					GemmInt4NT(1, n, k, g.A, k, g.Int4, g.Int4Codes, g.Int4Table, w, n)
+					ps = append([]Gemv{g}, ps...)
+					want = append([][]float32{w}, want...)
+				}
+			}
 			GemvMulti(k, ps)
 			for i, p := range ps {
 				for j := range p.N {
@@ -75,11 +87,14 @@ func TestGemvMultiEdges(t *testing.T) {
 	for _, bad := range []struct {
 		g    Gemv
 		want string
+		k    int
 	}{
-		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, F32: make([]float32, 7), LDB: 4}, "product 0 B"},
-		{Gemv{A: make([]float32, 3), C: make([]float32, 2), N: 2, F32: make([]float32, 8), LDB: 4}, "product 0 A"},
-		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, LDB: 4}, "no weight"},
-		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, I8: make([]int8, 8), Scales: make([]float32, 1), Group: 2, LDB: 4}, "scales"},
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, F32: make([]float32, 7), LDB: 4}, "product 0 B", 4},
+		{Gemv{A: make([]float32, 3), C: make([]float32, 2), N: 2, F32: make([]float32, 8), LDB: 4}, "product 0 A", 4},
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, LDB: 4}, "no weight", 4},
+		{Gemv{A: make([]float32, 4), C: make([]float32, 2), N: 2, I8: make([]int8, 8), Scales: make([]float32, 1), Group: 2, LDB: 4}, "scales", 4},
+		{Gemv{A: make([]float32, 32), C: make([]float32, 2), N: 2, Int4: make([]byte, 32), Int4Codes: make([]byte, 2), Int4Table: make([]float32, 8)}, "table", 32},
+		{Gemv{A: make([]float32, 32), C: make([]float32, 2), N: 2, Int4: make([]byte, 31), Int4Codes: make([]byte, 2), Int4Table: make([]float32, 256)}, "bytes of blocks", 32},
 	} {
 		func() {
 			defer func() {
@@ -88,7 +103,7 @@ func TestGemvMultiEdges(t *testing.T) {
 					t.Errorf("panic %v, want one naming %q", p, bad.want)
 				}
 			}()
-			GemvMulti(4, []Gemv{bad.g})
+			GemvMulti(bad.k, []Gemv{bad.g})
 		}()
 	}
 }
