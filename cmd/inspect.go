@@ -154,7 +154,11 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	if r.ClassName != "" {
 		kv("Pipeline", "%s (diffusers)", r.ClassName)
 	} else {
-		kv("Architecture", "%s (%s)", orUnknown(r.Architecture), r.ModelType)
+		if r.ModelType != "" {
+			kv("Architecture", "%s (%s)", orUnknown(r.Architecture), r.ModelType)
+		} else {
+			kv("Architecture", "%s", orUnknown(r.Architecture)) // a config without model_type
+		}
 	}
 	if t := r.Text; t != nil {
 		kv("Layers", "%d%s", t.Layers, layerKinds(t))

@@ -93,9 +93,9 @@ for p in $PAIRS; do
   q="${p#*:}"
   if ! "$OLLAMA" show "dense-$q" > /dev/null 2>&1; then
     if [ "$q" = none ]; then
-      "$OLLAMA" create "dense-$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null
+      "$OLLAMA" create "dense-$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
     else
-      "$OLLAMA" create "dense-$q" --quantize "$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null
+      "$OLLAMA" create "dense-$q" --quantize "$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
     fi
   fi
 done

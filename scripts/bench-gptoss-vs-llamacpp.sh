@@ -53,7 +53,7 @@ trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 if ! "$OLLAMA" list | grep -q '^gptoss-mx'; then
   printf 'FROM %s\n' "$DIR/hf" > "$DIR/Modelfile"
-  "$OLLAMA" create gptoss-mx -f "$DIR/Modelfile" > /dev/null
+  "$OLLAMA" create gptoss-mx -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 fi
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 

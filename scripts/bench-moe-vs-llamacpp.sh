@@ -20,7 +20,8 @@
 # byte-level BPE padded with plain tokens <|pad_N|>), untied head, bf16, 2.3 GB,
 # experts stacked as transformers v5 stores them. scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
-# ollama's q8_0 quantisation and runs tputool with --quantize int8.
+# ollama's q8_0 quantisation and runs tputool with --quantize int8, and
+# Q4=1 ollama's q4_K_M against tputool's --quantize int4.
 #
 #   OLLAMA=/path/to/ollama scripts/bench-moe-vs-llamacpp.sh
 #
@@ -69,13 +70,18 @@ TSERVER=""
 trap 'kill $SERVER $TSERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 printf 'FROM %s\n' "$DIR/model.gguf" > "$DIR/Modelfile"
-"$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null
+"$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 tags=(moe-bf16)
 quant=("")
 if [ "${Q8:-0}" = 1 ]; then
-  "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null
+  "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
   tags+=(moe-q8)
   quant+=(int8)
+fi
+if [ "${Q4:-0}" = 1 ]; then
+  "$OLLAMA" create moe-q4 --quantize q4_K_M -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+  tags+=(moe-q4)
+  quant+=(int4)
 fi
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
