@@ -405,7 +405,7 @@ func dtypeName(d dtypes.DType) string {
 
 func benchRun(ctx context.Context, opts *BenchOptions) error {
 	rep := opts.Reporter
-	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
+	m, err := resolveCheckpoint(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
 	if err != nil {
 		return err
 	}
@@ -493,9 +493,9 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 
 // benchLoadLM loads a language model for bench.Generate; each mode's
 // session compiles it with o and that mode.
-func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []compile.Mode, o compile.Options, hostMemory func() int64, rep *ui.Reporter) func() (*bench.LM, error) {
-	return func() (*bench.LM, error) {
-		l, err := openLM(m, dev, o.DType, rep)
+func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, modes []compile.Mode, o compile.Options, hostMemory func() int64, rep *ui.Reporter) func() (*bench.Target, error) {
+	return func() (*bench.Target, error) {
+		l, err := openModel(m, dev, o.DType, rep)
 		if err != nil {
 			return nil, err
 		}
@@ -509,20 +509,20 @@ func benchLoadLM(ctx context.Context, m *loader.Model, dev *tpu.Device, modes []
 				special = append(special, ids...)
 			}
 		}
-		return &bench.LM{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: special,
-			Open: func(label string) (*bench.LMSession, error) {
+		return &bench.Target{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: special,
+			Open: func(label string) (*bench.Session, error) {
 				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
 				if i < 0 {
 					return nil, fmt.Errorf("bench: mode %q was not asked for", label)
 				}
 				mo := o
 				mo.Mode = modes[i]
-				r, err := compileLM(dev, l, mo, hostMemory, rep)
+				r, err := compileRunner(dev, l, mo, hostMemory, rep)
 				if err != nil {
 					return nil, err
 				}
 				st := r.NewState()
-				return &bench.LMSession{Runner: interruptibleLM{State: st, ctx: ctx},
+				return &bench.Session{Stepper: interruptibleLM{State: st, ctx: ctx},
 					Close:    func() { st.Release(); r.Close() },
 					Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
 			},
@@ -548,7 +548,7 @@ func (r interruptibleLM) Prefill(prompts [][]int, maxNew int) ([][]float32, erro
 // model's positions (a 512-position model cannot take 512 + 128), with a
 // note; lengths given on the command line are left for the check to
 // refuse.
-func clampBenchLens(opts *BenchOptions, m *loader.Model, rep *ui.Reporter) {
+func clampBenchLens(opts *BenchOptions, m *loader.Checkpoint, rep *ui.Reporter) {
 	maxPos := modelMaxPositions(m)
 	givenP, givenG := slices.Contains(opts.TaskFlags, "prompt-len"), slices.Contains(opts.TaskFlags, "gen-len")
 	if maxPos <= 0 || (givenP && givenG) {
@@ -581,7 +581,7 @@ func clampBenchLens(opts *BenchOptions, m *loader.Model, rep *ui.Reporter) {
 
 // modelMaxPositions reads max_position_embeddings from config.json (the
 // text model's for multimodal configs); 0 when absent.
-func modelMaxPositions(m *loader.Model) int {
+func modelMaxPositions(m *loader.Checkpoint) int {
 	cfg := m.Config
 	if cfg == nil {
 		return 0

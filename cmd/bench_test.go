@@ -332,7 +332,7 @@ func TestBenchCompare(t *testing.T) {
 func TestBenchDefaultsFitTheModel(t *testing.T) {
 	cfg, err := config.ReadModel(filepath.Join(storiesDir, "config.json"))
 	require.NoError(t, err)
-	m := &loader.Model{Config: cfg}
+	m := &loader.Checkpoint{Config: cfg}
 	for _, tc := range []struct {
 		given        []string
 		prompt, gen  []int

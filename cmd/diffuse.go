@@ -314,7 +314,7 @@ func diffuseRun(ctx context.Context, opts *DiffuseOptions) (err error) {
 	if err := checkOutputPaths(outputPaths(opts.Output, opts.Batch)); err != nil {
 		return err
 	}
-	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
+	m, err := resolveCheckpoint(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, Variant: opts.Variant})
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 // per download batch (a bar on a TTY, throttled lines otherwise, NDJSON
 // under --json, nothing under --quiet). It must be called inside RunE.
 //
-// Commands hand it to resolveModel (lazily, through retryingHubClient),
+// Commands hand it to resolveCheckpoint (lazily, through retryingHubClient),
 // which passes it to loader.ResolveRef for Hub ids.
 func (f *Factory) HubClient() *hub.Client {
 	env := hub.EnvFrom(f.LookupEnv)

@@ -329,7 +329,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
+	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,7 @@ after the report, naming the first one.`,
 }
 
 func inspectRun(ctx context.Context, opts *InspectOptions) error {
-	m, err := resolveModel(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, MetadataOnly: true})
+	m, err := resolveCheckpoint(ctx, opts.Resolve, opts.HubClient, opts.Model, loader.Options{Revision: opts.Revision, MetadataOnly: true})
 	if err != nil {
 		return err
 	}

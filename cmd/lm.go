@@ -24,9 +24,9 @@ import (
 )
 
 // The route from --model to a running language model, one for generate
-// and bench (and the commands to come): resolveModel gives the
-// *loader.Model (config.json read once), openLM checks its checkpoint
-// against the architecture, and compileLM converts the weights and builds
+// and bench (and the commands to come): resolveCheckpoint gives the
+// *loader.Checkpoint (config.json read once), openModel checks its checkpoint
+// against the architecture, and compileRunner converts the weights and builds
 // the executables on the device.
 
 // lmOptions are the inputs every language-model command (generate, chat,
@@ -144,8 +144,8 @@ func (o *lmOptions) parse(f *Factory) error {
 
 // resolveLM resolves --model (a Hub id or a directory) to a language model
 // and loads its tokenizer: the first step of generate, chat and serve.
-func (o *lmOptions) resolveLM(ctx context.Context) (*loader.Model, *tokenizer.Tokenizer, error) {
-	m, err := resolveModel(ctx, o.Resolve, o.HubClient, o.Model, loader.Options{Revision: o.Revision})
+func (o *lmOptions) resolveLM(ctx context.Context) (*loader.Checkpoint, *tokenizer.Tokenizer, error) {
+	m, err := resolveCheckpoint(ctx, o.Resolve, o.HubClient, o.Model, loader.Options{Revision: o.Revision})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -160,9 +160,9 @@ func (o *lmOptions) resolveLM(ctx context.Context) (*loader.Model, *tokenizer.To
 }
 
 // openOnDevice opens --device, checks --tp/--dp against its devices, and
-// loads m strictly in the compute dtype (openLM): the start of generate,
+// loads m strictly in the compute dtype (openModel): the start of generate,
 // chat and serve. The caller closes the loaded model.
-func (o *lmOptions) openOnDevice(m *loader.Model) (*tpu.Device, dtypes.DType, *lm.Loaded, error) {
+func (o *lmOptions) openOnDevice(m *loader.Checkpoint) (*tpu.Device, dtypes.DType, *lm.Loaded, error) {
 	dev, err := o.Device()
 	if err != nil {
 		return nil, 0, nil, err
@@ -174,7 +174,7 @@ func (o *lmOptions) openOnDevice(m *loader.Model) (*tpu.Device, dtypes.DType, *l
 		return nil, 0, nil, err
 	}
 	dtype := computeDType(o.DType, dev)
-	loaded, err := openLM(m, dev, dtype, o.Reporter)
+	loaded, err := openModel(m, dev, dtype, o.Reporter)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -190,9 +190,9 @@ func computeDType(flag dtypes.DType, dev *tpu.Device) dtypes.DType {
 	return flag
 }
 
-// openLM loads the language model m, strictly checked against its
+// openModel loads the language model m, strictly checked against its
 // architecture, and describes it under --verbose.
-func openLM(m *loader.Model, dev *tpu.Device, dtype dtypes.DType, rep *ui.Reporter) (*lm.Loaded, error) {
+func openModel(m *loader.Checkpoint, dev *tpu.Device, dtype dtypes.DType, rep *ui.Reporter) (*lm.Loaded, error) {
 	l, err := lm.Load(m)
 	if err != nil {
 		return nil, err
@@ -203,14 +203,14 @@ func openLM(m *loader.Model, dev *tpu.Device, dtype dtypes.DType, rep *ui.Report
 	return l, nil
 }
 
-// compileLM builds l's runner on dev, with the device's capabilities:
+// compileRunner builds l's runner on dev, with the device's capabilities:
 // the weights are checked against host memory as they will be held
 // (checkWeightsFit), converted or quantised (with a warning per tensor
 // holding NaN or Inf) and the executables compiled as o says; the held
 // weights, recompiles and the parallel layout are reported under
 // --verbose. hostMemory is the command's hook for the host's memory (nil
 // or 0: unknown, no check).
-func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory func() int64, rep *ui.Reporter) (*compile.LM, error) {
+func compileRunner(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory func() int64, rep *ui.Reporter) (*compile.Runner, error) {
 	var host int64
 	if hostMemory != nil {
 		host = hostMemory()
@@ -220,10 +220,10 @@ func compileLM(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory func
 	}
 	gcHeadroom(dev, l.HeldBytes(holdingOf(dev, o))) // before the load, whose temporaries count too
 	nonFinite := newNonFiniteWarnings(rep)
-	l.OnNonFinite = nonFinite.note // weights are checked as NewLM converts them
+	l.OnNonFinite = nonFinite.note // weights are checked as NewRunner converts them
 	o.OnRecompile = debugRecompile(rep)
 	o.Caps = &dev.Capabilities
-	r, err := compile.NewLM(dev.Backend, l, o)
+	r, err := compile.NewRunner(dev.Backend, l, o)
 	nonFinite.done()
 	if err != nil {
 		return nil, err

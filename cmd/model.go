@@ -12,12 +12,12 @@ import (
 )
 
 // resolveFunc resolves a parsed --model; loader.ResolveRef outside tests.
-type resolveFunc func(ctx context.Context, ref loader.Ref, o loader.Options) (*loader.Model, error)
+type resolveFunc func(ctx context.Context, ref loader.Ref, o loader.Options) (*loader.Checkpoint, error)
 
-// resolveModel parses --model and resolves it with resolve: a Hub id
+// resolveCheckpoint parses --model and resolves it with resolve: a Hub id
 // through the client hubClient builds, a local directory without one
 // (--revision, in lo.Revision, is then a usage error).
-func resolveModel(ctx context.Context, resolve resolveFunc, hubClient func() *hub.Client, model string, lo loader.Options) (*loader.Model, error) {
+func resolveCheckpoint(ctx context.Context, resolve resolveFunc, hubClient func() *hub.Client, model string, lo loader.Options) (*loader.Checkpoint, error) {
 	ref, err := loader.ParseRef(model)
 	if err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func resolveModel(ctx context.Context, resolve resolveFunc, hubClient func() *hu
 
 // modelLabel names a model in results: the --model value as given for a
 // local directory, the Hub id otherwise.
-func modelLabel(m *loader.Model) string {
+func modelLabel(m *loader.Checkpoint) string {
 	if m.Local() {
 		return m.Ref.Raw
 	}

@@ -320,7 +320,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if _, err := resolve(generate.Overrides{}); err != nil {
 		return err
 	}
-	runner, err := compileLM(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
+	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
 		return err
 	}

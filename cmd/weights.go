@@ -76,7 +76,7 @@ func enableActivations(rep *ui.Reporter, dev *tpu.Device, activations string) er
 	return nil
 }
 
-// holdingOf is how compile.NewLM will hold l's weights on dev with o.
+// holdingOf is how compile.NewRunner will hold l's weights on dev with o.
 func holdingOf(dev *tpu.Device, o compile.Options) lm.Holding {
 	return compile.HoldingOf(dev.Capabilities, o)
 }
@@ -137,7 +137,7 @@ func gcHeadroom(dev *tpu.Device, weights int64) {
 // --quantize runs on a backend without the fused int8 matmul: the graph
 // then dequantises every weight to f32 at every step, which works but is
 // slow (GoMLX's go backend: minutes for a 110M model's 128 tokens).
-func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.LM, o compile.Options) {
+func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.Runner, o compile.Options) {
 	h := holdingOf(dev, o)
 	rep.Debugf("weights: %s held as %s (%s in the checkpoint)", humanize.Bytes(r.WeightBytes()), holdingName(h), humanize.Bytes(l.WeightBytes()))
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {

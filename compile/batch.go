@@ -120,10 +120,10 @@ const DefaultServePrefillChunk = 64
 const minSlots = 32
 
 // Batch runs sequences in slots by continuous batching (see above). It
-// owns its LM: nothing else may run on it. It is used from one goroutine
+// owns its Runner: nothing else may run on it. It is used from one goroutine
 // (the server's engine loop).
 type Batch struct {
-	r *LM
+	r *Runner
 	o BatchOptions
 
 	dec    *State // the decode batch: dec.batch rows, dec.cacheLen slots
@@ -140,7 +140,7 @@ type Batch struct {
 }
 
 // NewBatch prepares continuous batching on r, which it then owns.
-func NewBatch(r *LM, o BatchOptions) (*Batch, error) {
+func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 	if r.tp != nil {
 		return nil, errs.Unsupportedf("serving with --tp/--dp above 1 is not supported yet: run one device per server")
 	}
@@ -646,7 +646,7 @@ func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
 	return out, nil
 }
 
-// Close frees the decode batch and the prefix cache (not the LM).
+// Close frees the decode batch and the prefix cache (not the Runner).
 func (b *Batch) Close() {
 	for _, c := range b.prefixes {
 		c.st.Release()
@@ -665,7 +665,7 @@ func (b *Batch) Free(seq int) {
 	}
 }
 
-// fail drops every sequence after a failed execution (whose state the LM
+// fail drops every sequence after a failed execution (whose state the Runner
 // released).
 func (b *Batch) fail() { b.reset() }
 
@@ -973,7 +973,7 @@ func neighbours(list []int, i int) []int {
 // buckets and the slots steps to s and its neighbours.
 //
 // Decode is compiled by running one step on a zero state, through the same
-// LM.run as serving (a step may be several executables: eager mode, host
+// Runner.run as serving (a step may be several executables: eager mode, host
 // experts); the other programs are only precompiled.
 func (b *Batch) warmShape(rows, s int, rowsTo, slotsTo []int) error {
 	st := b.r.newState(rows, s, make([]int32, rows))

@@ -33,7 +33,7 @@ func greedy(logits []float32) int {
 }
 
 // generateGreedy is generate's path: one prompt, Prefill then Decode.
-func generateGreedy(t *testing.T, r *LM, prompt []int, n int) []int {
+func generateGreedy(t *testing.T, r *Runner, prompt []int, n int) []int {
 	t.Helper()
 	gen := r.NewState()
 	defer gen.Release()
@@ -165,10 +165,10 @@ func batchTest(t *testing.T, be backends.Backend, l *lm.Loaded, mode Mode, o Bat
 	return batchTestWith(t, be, l, Options{Mode: mode}, o, seqs)
 }
 
-// batchTestWith is batchTest with the LM's options.
+// batchTestWith is batchTest with the Runner's options.
 func batchTestWith(t *testing.T, be backends.Backend, l *lm.Loaded, opts Options, o BatchOptions, seqs []batchSeq) int {
 	t.Helper()
-	r, err := NewLM(be, l, opts)
+	r, err := NewRunner(be, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,15 +306,15 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 }
 
 // storiesBatch is a Batch with options o over the stories260K model on the
-// cpu backend, closed (with its LM and checkpoint) when the test ends.
-func storiesBatch(t *testing.T, o BatchOptions) (*LM, *Batch) {
+// cpu backend, closed (with its Runner and checkpoint) when the test ends.
+func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
 	t.Helper()
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	r, err := NewLM(cpuBackend(t), l, Options{})
+	r, err := NewRunner(cpuBackend(t), l, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +369,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	r, err := NewLM(cpuBackend(b), l, Options{})
+	r, err := NewRunner(cpuBackend(b), l, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -483,7 +483,7 @@ func slidingTiny(arch string) lmckpt.Tiny {
 // TestBatchOptionErrors: out-of-range options are OptionErrors naming the
 // field, its value and its range, and usage errors; nothing names a flag.
 func TestBatchOptionErrors(t *testing.T) {
-	r, err := NewLM(cpuBackend(t), loadDir(t, "../testdata/stories260K-hf"), Options{})
+	r, err := NewRunner(cpuBackend(t), loadDir(t, "../testdata/stories260K-hf"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

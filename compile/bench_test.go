@@ -115,7 +115,7 @@ func BenchmarkLLM(b *testing.B) {
 	b.Logf("model %s: %.0f MB of weights; memcpy %.1f GB/s; %.2f of %d cores available", filepath.Base(dir), weightBytes/1e6, bw, availableCores(), runtime.NumCPU())
 	for _, mode := range []Mode{Compiled, Eager} {
 		for _, batch := range []int{1, 8} {
-			r, err := NewLM(be, l, Options{Mode: mode, CacheLen: 256})
+			r, err := NewRunner(be, l, Options{Mode: mode, CacheLen: 256})
 			gen := r.NewState()
 			if err != nil {
 				b.Fatal(err)

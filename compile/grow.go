@@ -29,7 +29,7 @@ func initialCacheLen(promptBucket, maxCacheLen int) int {
 // (zero, as nn.UpdateCache's scatter-add needs); fixed-size state
 // (recurrent layers) is kept as is. The old tensors are donated; on
 // failure st is released.
-func (r *LM) growCache(st *State) error {
+func (r *Runner) growCache(st *State) error {
 	newLen := CacheBucket(st.cacheLen + 1)
 	if newLen > st.maxCacheLen {
 		return fmt.Errorf("decode: the cache of %d slots is full", st.cacheLen)
@@ -62,10 +62,10 @@ func (r *LM) growCache(st *State) error {
 	return nil
 }
 
-// growGraph takes every state tensor with slots (LM.slotted's) and
+// growGraph takes every state tensor with slots (Runner.slotted's) and
 // appends zero slots along each one's slot axis up to the next cache
 // bucket.
-func (r *LM) growGraph(in []*graph.Node) []*graph.Node {
+func (r *Runner) growGraph(in []*graph.Node) []*graph.Node {
 	out := make([]*graph.Node, len(in))
 	for n, s := range r.slotted {
 		x := in[n]

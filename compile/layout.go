@@ -32,7 +32,7 @@ const (
 
 // isGoBackend reports whether the backend wants the blocked layout
 // (tpu.Capabilities.BlockedMatmul: GoMLX's pure-Go backend).
-func (r *LM) isGoBackend() bool { return r.opts.Caps.BlockedMatmul }
+func (r *Runner) isGoBackend() bool { return r.opts.Caps.BlockedMatmul }
 
 // layout picks the layout of a Matmul weight [out, in]: nil keeps [out,
 // in]. On the pure-Go backend the input axis is cut into blocks of
@@ -41,7 +41,7 @@ func (r *LM) isGoBackend() bool { return r.opts.Caps.BlockedMatmul }
 // SplitMatmul and BlockCols override; SplitMatmul 1 keeps [out, in]. A
 // negative BlockCols, or one that does not divide in, keeps whole rows
 // (C = in, J = 1).
-func (r *LM) layout(out, in int) *nn.Blocked {
+func (r *Runner) layout(out, in int) *nn.Blocked {
 	if r.opts.SplitMatmul == 1 || (!r.isGoBackend() && r.opts.SplitMatmul == 0 && r.opts.BlockCols == 0) {
 		return nil
 	}

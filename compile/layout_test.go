@@ -11,7 +11,7 @@ import (
 func TestLayoutChoice(t *testing.T) {
 	b := goBackend(t)
 	caps := tpu.CapabilitiesOf(b)
-	r := &LM{backend: b, opts: Options{Caps: &caps}}
+	r := &Runner{backend: b, opts: Options{Caps: &caps}}
 	// Parts of at most 1024 rows, and at least one block per core.
 	p := divisorAtLeast(2048, max(2, (runtime.NumCPU()+11)/12))
 	for _, tc := range []struct {

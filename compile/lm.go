@@ -16,7 +16,7 @@ import (
 	"github.com/tputool/tputool/tpu"
 )
 
-// Mode is how an LM turns the model's graph pieces into executables.
+// Mode is how a Runner turns the model's graph pieces into executables.
 type Mode int
 
 const (
@@ -49,7 +49,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, errs.Usagef("--mode %q: want compiled or eager", s)
 }
 
-// Options configure an LM.
+// Options configure a Runner.
 type Options struct {
 	Mode Mode
 	// DType is the compute dtype: Float32 (the default) or BFloat16.
@@ -152,19 +152,19 @@ func bucket(n, lo, hi, step int) int {
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
-// LM is a model compiled for a backend: its weights as held (converted,
-// quantised or sharded once, at NewLM), the programs of its execution
-// mode and the facts derived from the model. It is immutable after NewLM
+// Runner is a model compiled for a backend: its weights as held (converted,
+// quantised or sharded once, at NewRunner), the programs of its execution
+// mode and the facts derived from the model. It is immutable after NewRunner
 // (Programs only add executables to their shape-keyed caches), so any
 // number of States may run on it, one step at a time: a generation's,
 // chat's session, the server's decode batch, its prefills and its prefix
 // cache each own their States (state.go).
 //
 // Every step takes the State it works on: State.Begin / PrefillChunk /
-// Decode call LM.run(st, ...), which hands the state's tensors to the
+// Decode call Runner.run(st, ...), which hands the state's tensors to the
 // step's executable as donated inputs and keeps its outputs as the new
 // state, so KV caches are updated in place on the device.
-type LM struct {
+type Runner struct {
 	backend backends.Backend
 	model   lm.Model
 	spec    *lm.Spec
@@ -190,11 +190,11 @@ type LM struct {
 	tp              *tpRun     // several devices (Options.TP/DP), nil otherwise
 }
 
-// NewLM prepares a model for execution on backend: it validates the
+// NewRunner prepares a model for execution on backend: it validates the
 // compute dtype against the backend, converts and uploads the weights
 // (once), and creates the programs of the chosen mode. Executables are
 // compiled at the first call with each shape.
-func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
+func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, error) {
 	if opts.DType == dtypes.InvalidDType {
 		opts.DType = dtypes.Float32
 	}
@@ -223,7 +223,7 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
 		return nil, errs.Unsupportedf("--experts %s: %s runs its experts only in the graph (%s); use --experts graph", opts.Experts, l.Model.Spec().Architecture, ig.InGraphExperts())
 	}
-	r := &LM{
+	r := &Runner{
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,
 		dus:     opts.Caps.DynamicUpdateSlice,
 		gather:  opts.Caps.HostMemory,
@@ -246,7 +246,7 @@ func NewLM(backend backends.Backend, l *lm.Loaded, opts Options) (*LM, error) {
 
 // declareState reads each layer's state declaration once: how many
 // tensors and their slot axes (lm.StateSpec.SlotAxis), checked.
-func (r *LM) declareState() error {
+func (r *Runner) declareState() error {
 	const probe = 64 // a cache length no other dimension is likely to equal
 	r.numStates = make([]int, r.spec.Layers)
 	r.slotAxes = make([][]int, r.spec.Layers)
@@ -273,7 +273,7 @@ type slottedState struct{ layer, k, axis int }
 // slot axis, 0 when no state has slots (nothing then reads it). Graphs
 // take it from their inputs' shapes, so an executable depends only on
 // them.
-func (r *LM) cacheLenOf(first int, states []*graph.Node) int {
+func (r *Runner) cacheLenOf(first int, states []*graph.Node) int {
 	k := 0
 	for i := first; i < r.spec.Layers; i++ {
 		for _, a := range r.slotAxes[i] {
@@ -289,7 +289,7 @@ func (r *LM) cacheLenOf(first int, states []*graph.Node) int {
 	return 0
 }
 
-func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
+func (r *Runner) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Program, error) {
 	p, err := NewProgram(r.backend, name, fn)
 	if err != nil {
 		return nil, err
@@ -299,7 +299,7 @@ func (r *LM) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (*Pro
 	return p, nil
 }
 
-func (r *LM) makePrograms() error {
+func (r *Runner) makePrograms() error {
 	if rm, ok := r.routedModel(); ok {
 		return r.makeRoutedPrograms(rm)
 	}
@@ -321,7 +321,7 @@ func (r *LM) makePrograms() error {
 // signature (layers of one kind with equal weight and state shapes share
 // it), for the routed layers of an lm.Routed model one Route and one
 // experts program per signature instead, and head.
-func (r *LM) makeEager() error {
+func (r *Runner) makeEager() error {
 	var err error
 	if r.embed, err = r.newProgram("embed", r.embedGraph); err != nil {
 		return err
@@ -371,7 +371,7 @@ func (r *LM) makeEager() error {
 	return err
 }
 
-func (r *LM) hasProgramNamed(name string) bool {
+func (r *Runner) hasProgramNamed(name string) bool {
 	for _, p := range r.programs {
 		if p.Name() == name {
 			return true
@@ -382,7 +382,7 @@ func (r *LM) hasProgramNamed(name string) bool {
 
 // signature is layer i's kind plus the shapes of the named weights and of
 // its state: layers with equal signatures share one eager executable.
-func (r *LM) signature(i int, weights []string) string {
+func (r *Runner) signature(i int, weights []string) string {
 	var b strings.Builder
 	b.WriteString(r.model.LayerKind(i))
 	for _, n := range weights {
@@ -395,7 +395,7 @@ func (r *LM) signature(i int, weights []string) string {
 }
 
 // step builds the lm.Step of a graph whose first token input is [B, T].
-func (r *LM) step(tokensShape shapes.Shape, pads, start *graph.Node, cacheLen int) *lm.Step {
+func (r *Runner) step(tokensShape shapes.Shape, pads, start *graph.Node, cacheLen int) *lm.Step {
 	st := lm.NewStep(tokensShape.Dimensions[0], tokensShape.Dimensions[1], cacheLen, pads, start, r.dus)
 	st.GatherExperts = r.gather
 	return st
@@ -410,7 +410,7 @@ func lastPosition(x *graph.Node) *graph.Node {
 // stepGraph is the compiled-mode graph of a whole step:
 // inputs [tokens, pads, start, state..., weights...] ->
 // outputs [logits [B, V] float32, state...].
-func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
+func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node {
 	tokens, pads, start := in[0], in[1], in[2]
 	nStates := 0
 	for _, n := range r.numStates {
@@ -433,13 +433,13 @@ func (r *LM) stepGraph(in []*graph.Node) []*graph.Node {
 }
 
 // embedGraph: [tokens, embed weights...] -> [hidden].
-func (r *LM) embedGraph(in []*graph.Node) []*graph.Node {
+func (r *Runner) embedGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{r.model.Embed(r.params(r.embedW, in[1:]), in[0])}
 }
 
 // layerGraph: [hidden, pads, start, state..., layer weights...] -> [hidden, state...]
 // for the layers that share layer rep's signature.
-func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
+func (r *Runner) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
 	n := r.numStates[rep]
 	states := in[3 : 3+n]
@@ -450,13 +450,13 @@ func (r *LM) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 }
 
 // headGraph: [hidden [B, T, H], head weights...] -> [logits [B, V] float32].
-func (r *LM) headGraph(in []*graph.Node) []*graph.Node {
+func (r *Runner) headGraph(in []*graph.Node) []*graph.Node {
 	logits := r.model.Head(r.params(r.headW, in[1:]), lastPosition(in[0]))
 	return []*graph.Node{graph.ConvertDType(logits, dtypes.Float32)}
 }
 
 // weightArgs appends the named weights to args.
-func (r *LM) weightArgs(args []Arg, names []string) []Arg {
+func (r *Runner) weightArgs(args []Arg, names []string) []Arg {
 	for _, n := range names {
 		args = append(args, Arg{T: r.weights[n]})
 	}
@@ -465,7 +465,7 @@ func (r *LM) weightArgs(args []Arg, names []string) []Arg {
 
 // runCompiled runs the whole step as one executable on st and returns
 // the logits.
-func (r *LM) runCompiled(st *State, compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
+func (r *Runner) runCompiled(st *State, compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
 	args := []Arg{{T: tokens}, {T: st.padsT}, {T: startT}}
 	for _, layer := range st.tensors {
 		for _, s := range layer {
@@ -483,7 +483,7 @@ func (r *LM) runCompiled(st *State, compiled *Program, tokens, startT *tensors.T
 // runEager dispatches the embedding, each layer (the routed layers of an
 // lm.Routed model as Route, host grouping and experts) and the head as
 // their own executables on st and returns the logits.
-func (r *LM) runEager(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+func (r *Runner) runEager(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
 	outs, err := r.embed.Call(r.weightArgs([]Arg{{T: tokens}}, r.embedW)...)
 	if err != nil {
 		return nil, err
@@ -536,7 +536,7 @@ func (s Stats) Sum() ProgramStats {
 }
 
 // Stats returns the statistics of every program.
-func (r *LM) Stats() Stats {
+func (r *Runner) Stats() Stats {
 	s := Stats{Mode: r.opts.Mode.String()}
 	for _, p := range r.programs {
 		ps := p.Stats()
@@ -549,14 +549,14 @@ func (r *LM) Stats() Stats {
 
 // CompileDuration is the total compile time so far (generate subtracts it
 // from the evaluation durations).
-func (r *LM) CompileDuration() time.Duration { return r.Stats().Compile }
+func (r *Runner) CompileDuration() time.Duration { return r.Stats().Compile }
 
 // Spec returns the model's spec.
-func (r *LM) Spec() *lm.Spec { return r.spec }
+func (r *Runner) Spec() *lm.Spec { return r.spec }
 
 // Close frees the weights' device buffers and the executables. States
 // are their owners' to release.
-func (r *LM) Close() {
+func (r *Runner) Close() {
 	r.closeSharded()
 	for _, t := range r.weights {
 		t.FinalizeAll()

@@ -46,7 +46,7 @@ func TestStoriesGreedy(t *testing.T) {
 	const n = 40
 	var first []int
 	for _, mode := range []Mode{Compiled, Eager} {
-		r, err := NewLM(be, l, Options{Mode: mode})
+		r, err := NewRunner(be, l, Options{Mode: mode})
 		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
@@ -132,7 +132,7 @@ func TestChunkedPrefillAndExtend(t *testing.T) {
 	}
 	const n = 12
 	for _, mode := range []Mode{Compiled, Eager} {
-		r, err := NewLM(be, l, Options{Mode: mode})
+		r, err := NewRunner(be, l, Options{Mode: mode})
 		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
@@ -187,9 +187,9 @@ func TestChunkedPrefillAndExtend(t *testing.T) {
 	}
 }
 
-// TestStatesAreIndependent: two States stepped in turn on one LM, each
+// TestStatesAreIndependent: two States stepped in turn on one Runner, each
 // growing its cache at its own time, give the tokens each gives alone,
-// and releasing one leaves the other running: the LM holds no
+// and releasing one leaves the other running: the Runner holds no
 // generation state.
 func TestStatesAreIndependent(t *testing.T) {
 	be := cpuBackend(t)
@@ -197,7 +197,7 @@ func TestStatesAreIndependent(t *testing.T) {
 	prompts := [][]int{{1, 403, 407, 261, 378}, {1, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401}}
 	const n = 40
 	for _, mode := range []Mode{Compiled, Eager} {
-		r, err := NewLM(be, l, Options{Mode: mode})
+		r, err := NewRunner(be, l, Options{Mode: mode})
 		if err != nil {
 			t.Fatal(err)
 		}

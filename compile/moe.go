@@ -56,7 +56,7 @@ type segment struct {
 
 // routedModel returns the model as lm.Routed when it has routed layers and
 // routing on the host is asked for (Options.Experts).
-func (r *LM) routedModel() (lm.Routed, bool) {
+func (r *Runner) routedModel() (lm.Routed, bool) {
 	if r.opts.Experts != ExpertsHost {
 		return nil, false
 	}
@@ -64,7 +64,7 @@ func (r *LM) routedModel() (lm.Routed, bool) {
 }
 
 // expertModel returns the model as lm.Routed when it has routed layers.
-func (r *LM) expertModel() (lm.Routed, bool) {
+func (r *Runner) expertModel() (lm.Routed, bool) {
 	rm, ok := r.model.(lm.Routed)
 	if !ok {
 		return nil, false
@@ -80,14 +80,14 @@ func (r *LM) expertModel() (lm.Routed, bool) {
 // expertsApart reports that the experts run one by one (host-routed or
 // dense), reading lm.Experts.Weights: the weights assembled from parts
 // (expert stacks) are then held as their parts (heldSpecs).
-func (r *LM) expertsApart() bool {
+func (r *Runner) expertsApart() bool {
 	_, ok := r.expertModel()
 	return ok && r.opts.Experts != ExpertsInGraph
 }
 
-// heldSpecs are the weights ws as this LM holds them: assembled weights
+// heldSpecs are the weights ws as this Runner holds them: assembled weights
 // replaced by their parts when the experts run apart.
-func (r *LM) heldSpecs(ws []lm.WeightSpec) []lm.WeightSpec {
+func (r *Runner) heldSpecs(ws []lm.WeightSpec) []lm.WeightSpec {
 	if !r.expertsApart() {
 		return ws
 	}
@@ -104,7 +104,7 @@ func (r *LM) heldSpecs(ws []lm.WeightSpec) []lm.WeightSpec {
 
 // layer builds layer i: Model.Layer, or with Options.Experts
 // ExpertsDense, a routed layer as Route plus every expert on every token.
-func (r *LM) layer(i int, w *lm.Params, x *graph.Node, state []*graph.Node, step *lm.Step) (*graph.Node, []*graph.Node) {
+func (r *Runner) layer(i int, w *lm.Params, x *graph.Node, state []*graph.Node, step *lm.Step) (*graph.Node, []*graph.Node) {
 	if r.opts.Experts == ExpertsDense {
 		if rm, ok := r.model.(lm.Routed); ok {
 			if ex := rm.Experts(i); ex != nil {
@@ -135,7 +135,7 @@ func weightNames(ws []lm.WeightSpec) []string {
 }
 
 // makeRoutedPrograms sets up r.moe and its programs.
-func (r *LM) makeRoutedPrograms(rm lm.Routed) error {
+func (r *Runner) makeRoutedPrograms(rm lm.Routed) error {
 	mr := &moeRun{rm: rm}
 	L := r.spec.Layers
 	mr.experts = make([]*lm.Experts, L)
@@ -174,7 +174,7 @@ func (r *LM) makeRoutedPrograms(rm lm.Routed) error {
 	return r.makeEager()
 }
 
-func (r *LM) makeSegments() error {
+func (r *Runner) makeSegments() error {
 	mr := r.moe
 	seg := &segment{from: -1}
 	add := func(names []string) {
@@ -216,7 +216,7 @@ func (r *LM) makeSegments() error {
 }
 
 // expertSignature: layers with equal signatures share an experts program.
-func (r *LM) expertSignature(i int) string {
+func (r *Runner) expertSignature(i int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "top%d", r.moe.experts[i].TopK)
 	for _, n := range r.moe.expertW[i][0] {
@@ -233,7 +233,7 @@ func routeOutputs(rt *lm.Routing) []*graph.Node {
 
 // routeGraph: [hidden, pads, start, state..., route weights...] ->
 // [residual, input, experts, weights, state...].
-func (r *LM) routeGraph(rep int, in []*graph.Node) []*graph.Node {
+func (r *Runner) routeGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
 	n := r.numStates[rep]
 	w := r.params(r.moe.routeW[rep], in[3+n:])
@@ -245,7 +245,7 @@ func (r *LM) routeGraph(rep int, in []*graph.Node) []*graph.Node {
 // groupedExperts builds the experts piece of routed layer rep:
 // residual + Σ weights · expert(input) with the groups described by perm
 // [A, C] and slot [N, K], and ew the A groups' expert weights in order.
-func (r *LM) groupedExperts(rep int, residual, input, weights, perm, slot *graph.Node, ew []*graph.Node) *graph.Node {
+func (r *Runner) groupedExperts(rep int, residual, input, weights, perm, slot *graph.Node, ew []*graph.Node) *graph.Node {
 	mr := r.moe
 	dims := residual.Shape().Dimensions
 	b, t, h := dims[0], dims[1], dims[2]
@@ -261,7 +261,7 @@ func (r *LM) groupedExperts(rep int, residual, input, weights, perm, slot *graph
 }
 
 // expertsGraph: [residual, input, weights, perm, slot, expert weights...] -> [hidden].
-func (r *LM) expertsGraph(rep int, in []*graph.Node) []*graph.Node {
+func (r *Runner) expertsGraph(rep int, in []*graph.Node) []*graph.Node {
 	return []*graph.Node{r.groupedExperts(rep, in[0], in[1], in[2], in[3], in[4], in[5:])}
 }
 
@@ -269,7 +269,7 @@ func (r *LM) expertsGraph(rep int, in []*graph.Node) []*graph.Node {
 // inputs  [tokens | residual, input, weights, perm, slot, expert weights...],
 // pads, start, state..., segment weights...
 // outputs [logits | residual, input, experts, weights], state...
-func (r *LM) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
+func (r *Runner) segmentGraph(s *segment, in []*graph.Node) []*graph.Node {
 	mr := r.moe
 	var x, tokens *graph.Node
 	var ew []*graph.Node
@@ -396,7 +396,7 @@ func groupTokens(ids []int32, n, k, numExperts int, skip func(token int) bool) (
 // group reads a Route result's expert ids and groups the tokens of routed
 // layer i for a step on st of t tokens per row starting at cache slot
 // start.
-func (r *LM) group(st *State, i int, ids *tensors.Tensor, t, start int) (groups, error) {
+func (r *Runner) group(st *State, i int, ids *tensors.Tensor, t, start int) (groups, error) {
 	flat, err := tensors.CopyFlatData[int32](ids)
 	if err != nil {
 		return groups{}, err
@@ -414,7 +414,7 @@ func (r *LM) group(st *State, i int, ids *tensors.Tensor, t, start int) (groups,
 
 // expertArgs are the experts piece's inputs after residual, input and
 // weights: perm, slot and the A groups' expert weights.
-func (r *LM) expertArgs(i int, g groups, k int) []Arg {
+func (r *Runner) expertArgs(i int, g groups, k int) []Arg {
 	args := []Arg{
 		{T: tensors.FromFlatDataAndDimensions(g.perm, g.a, g.c)},
 		{T: tensors.FromFlatDataAndDimensions(g.slot, len(g.slot)/k, k)},
@@ -430,7 +430,7 @@ func (r *LM) expertArgs(i int, g groups, k int) []Arg {
 // runSegments runs one compiled-mode step of a routed model on st (its
 // segments, grouping tokens on the host between them) and returns the
 // logits.
-func (r *LM) runSegments(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+func (r *Runner) runSegments(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
 	mr := r.moe
 	t := tokens.Shape().Dimensions[1]
 	carry := []Arg{{T: tokens}} // the next segment's leading inputs
@@ -465,7 +465,7 @@ func (r *LM) runSegments(st *State, tokens, startT *tensors.Tensor, start int) (
 // runRoutedLayer runs routed layer i in eager mode: its Route program, the
 // host grouping, then its experts program; it returns the new hidden
 // states.
-func (r *LM) runRoutedLayer(st *State, i int, x, startT *tensors.Tensor, t, start int) (*tensors.Tensor, error) {
+func (r *Runner) runRoutedLayer(st *State, i int, x, startT *tensors.Tensor, t, start int) (*tensors.Tensor, error) {
 	mr := r.moe
 	args := append([]Arg{{T: x, Donate: true}, {T: st.padsT}, {T: startT}}, st.layerArgs(i)...)
 	outs, err := mr.routeProg[i].Call(r.weightArgs(args, mr.routeW[i])...)
@@ -488,7 +488,7 @@ func (r *LM) runRoutedLayer(st *State, i int, x, startT *tensors.Tensor, t, star
 // input, experts, weights, ...) into the experts piece's inputs: it reads
 // and frees the expert ids, groups the tokens, and returns residual, input
 // and weights (donated) followed by expertArgs.
-func (r *LM) expertsInputs(st *State, i int, route []*tensors.Tensor, t, start int) ([]Arg, error) {
+func (r *Runner) expertsInputs(st *State, i int, route []*tensors.Tensor, t, start int) ([]Arg, error) {
 	g, err := r.group(st, i, route[2], t, start)
 	route[2].FinalizeAll()
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package compile runs graph-building functions on a GoMLX backend and owns
 // the executable caches: Program wraps graph.Exec with shape-keyed
-// statistics and compile timing; LM runs a pipeline/lm model in one of
+// statistics and compile timing; Runner runs a pipeline/lm model in one of
 // two execution modes (one executable per step, or one per layer kind
 // dispatched op-by-op); GraphExecutor runs the diffusion models' keyed
 // graphs (whole models or blocks) on one Program per key. See

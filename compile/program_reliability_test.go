@@ -119,7 +119,7 @@ func TestNewLMRefusesDTypesUpFront(t *testing.T) {
 	}
 	defer l.Close()
 	for _, dt := range []dtypes.DType{dtypes.Float16, dtypes.Float64, dtypes.Int8} {
-		_, err := NewLM(be, l, Options{DType: dt})
+		_, err := NewRunner(be, l, Options{DType: dt})
 		if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), dt.String()) {
 			t.Errorf("%s: got %v", dt, err)
 		}

@@ -44,7 +44,7 @@ const (
 	MeshModel = "model"
 )
 
-// ShardPlan is how an LM's weights and state are laid out on a DP x TP
+// ShardPlan is how a Runner's weights and state are laid out on a DP x TP
 // device mesh.
 type ShardPlan struct {
 	TP, DP int
@@ -357,9 +357,9 @@ func (p *Program) callSharded(nDev int, args []shardedArg) (outs [][]*tensors.Te
 	return regroupOutputs(flat, nDev)
 }
 
-// ---- the LM on a mesh
+// ---- the Runner on a mesh
 
-// tpRun is the state of an LM that runs on several devices.
+// tpRun is the state of a Runner that runs on several devices.
 type tpRun struct {
 	plan *ShardPlan
 	nDev int
@@ -375,7 +375,7 @@ type programSpecs struct{ in, out []*distributed.ShardingSpec }
 // one device: it plans the shards (usage errors for sizes that do not
 // split), checks the backend's device count (device errors) and keeps
 // every weight in the [out, in] layout the specs describe.
-func (r *LM) setupParallel() error {
+func (r *Runner) setupParallel() error {
 	tp, dp := max(r.opts.TP, 1), max(r.opts.DP, 1)
 	if r.opts.TP < 0 || r.opts.DP < 0 {
 		return CheckParallel(r.spec, r.opts.TP, r.opts.DP)
@@ -402,7 +402,7 @@ func (r *LM) setupParallel() error {
 // makeShardedPrograms creates the programs of the chosen mode as
 // AutoSharding executables, then splits the weights into per-device
 // shards.
-func (r *LM) makeShardedPrograms() error {
+func (r *Runner) makeShardedPrograms() error {
 	p := r.tp.plan
 	specsOf := func(names []string) []*distributed.ShardingSpec {
 		out := make([]*distributed.ShardingSpec, len(names))
@@ -477,7 +477,7 @@ func (r *LM) makeShardedPrograms() error {
 
 // shardWeights splits every weight on the host by its spec; each shard is
 // uploaded to its device at the first call and stays there.
-func (r *LM) shardWeights() error {
+func (r *Runner) shardWeights() error {
 	for _, name := range r.all {
 		t := r.weights[name]
 		st, err := distributed.ShardTensor(r.tp.plan.Weight(name), t)
@@ -492,7 +492,7 @@ func (r *LM) shardWeights() error {
 }
 
 // shardHost splits a host tensor by spec (replicated axes are copied).
-func (r *LM) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (shardedArg, error) {
+func (r *Runner) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (shardedArg, error) {
 	st, err := distributed.ShardTensor(spec, t)
 	if err != nil {
 		return shardedArg{}, err
@@ -502,7 +502,7 @@ func (r *LM) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (shard
 
 // allocShardedState allocates zero-filled layer state directly as shards:
 // layer i's tensors hold state k on device d at k*nDev+d.
-func (r *LM) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error) {
+func (r *Runner) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error) {
 	p := r.tp.plan
 	if batch%p.DP != 0 {
 		return nil, errs.Usagef("--dp %d: a batch of %d prompts does not split evenly over %d devices", p.DP, batch, p.DP)
@@ -525,7 +525,7 @@ func (r *LM) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error)
 // runSharded is run's body on a mesh: it shards the step inputs, calls the
 // compiled step (or the eager pieces) on st and returns the logits [B, V]
 // on the host.
-func (r *LM) runSharded(st *State, compiled *Program, tokens, start *tensors.Tensor) (*tensors.Tensor, error) {
+func (r *Runner) runSharded(st *State, compiled *Program, tokens, start *tensors.Tensor) (*tensors.Tensor, error) {
 	p := r.tp.plan
 	nDev := r.tp.nDev
 	tok, err := r.shardHost(p.Batch(), tokens)
@@ -606,7 +606,7 @@ func (r *LM) runSharded(st *State, compiled *Program, tokens, start *tensors.Ten
 // gatherRows assembles batch-first [B, ...] float32 logits from their
 // shards: with DP the rows of data index i are on device i*TP; the other
 // devices hold copies.
-func (r *LM) gatherRows(shards []*tensors.Tensor) (*tensors.Tensor, error) {
+func (r *Runner) gatherRows(shards []*tensors.Tensor) (*tensors.Tensor, error) {
 	p := r.tp.plan
 	defer finalizeShards(shards)
 	var rows []float32
@@ -631,7 +631,7 @@ func finalizeShards(ts []*tensors.Tensor) {
 }
 
 // closeSharded frees the weight shards.
-func (r *LM) closeSharded() {
+func (r *Runner) closeSharded() {
 	if r.tp == nil {
 		return
 	}
@@ -641,7 +641,7 @@ func (r *LM) closeSharded() {
 	r.tp.weights = nil
 }
 
-// Parallel describes how an LM is spread over devices, for reports.
+// Parallel describes how a Runner is spread over devices, for reports.
 type Parallel struct {
 	TP      int `json:"tp"`
 	DP      int `json:"dp"`
@@ -650,8 +650,8 @@ type Parallel struct {
 	Split int `json:"split_weights"`
 }
 
-// Parallel returns the LM's device layout (TP = DP = 1 on one device).
-func (r *LM) Parallel() Parallel {
+// Parallel returns the Runner's device layout (TP = DP = 1 on one device).
+func (r *Runner) Parallel() Parallel {
 	if r.tp == nil {
 		return Parallel{TP: 1, DP: 1, Devices: 1}
 	}

@@ -287,24 +287,24 @@ func TestNewLMParallelErrors(t *testing.T) {
 	be := goBackend(t)
 	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
 	// The go backend has one device: exit 4, before any weight is loaded.
-	_, err := NewLM(be, l, Options{TP: 2})
+	_, err := NewRunner(be, l, Options{TP: 2})
 	if !errors.Is(err, errs.ErrDeviceUnavailable) {
 		t.Fatalf("--tp 2 on the go backend: %v, want a device error", err)
 	}
 	if !strings.Contains(err.Error(), "--tp 2 needs 2 devices") || !strings.Contains(err.Error(), "has 1") {
 		t.Errorf("message %q", err)
 	}
-	_, err = NewLM(be, l, Options{TP: 2, DP: 2})
+	_, err = NewRunner(be, l, Options{TP: 2, DP: 2})
 	if err == nil || !strings.Contains(err.Error(), "--tp 2 --dp 2 needs 4 devices") {
 		t.Errorf("tp 2 dp 2: %v", err)
 	}
 	// Sizes that do not split are usage errors, whatever the device.
-	_, err = NewLM(be, l, Options{TP: 3})
+	_, err = NewRunner(be, l, Options{TP: 3})
 	if !errors.Is(err, errs.ErrUsage) {
 		t.Errorf("--tp 3 with 8 heads: %v, want a usage error", err)
 	}
 	// TP 1 DP 1 is the single-device path.
-	r, err := NewLM(be, l, Options{TP: 1, DP: 1})
+	r, err := NewRunner(be, l, Options{TP: 1, DP: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,20 +314,20 @@ func TestNewLMParallelErrors(t *testing.T) {
 	r.Close()
 }
 
-// shardedLM builds an LM with a DP x TP plan on the go backend, bypassing
+// shardedLM builds a Runner with a DP x TP plan on the go backend, bypassing
 // the device count, to check program specs and host-side state.
-func shardedLM(t *testing.T, mode Mode, tp, dp int) *LM {
+func shardedLM(t *testing.T, mode Mode, tp, dp int) *Runner {
 	t.Helper()
 	return shardedLMOf(t, tinyLoaded(t, "LlamaForCausalLM", false, false), mode, tp, dp)
 }
 
-func shardedLMOf(t *testing.T, l *lm.Loaded, mode Mode, tp, dp int) *LM {
+func shardedLMOf(t *testing.T, l *lm.Loaded, mode Mode, tp, dp int) *Runner {
 	t.Helper()
 	plan, err := PlanShards(l.Model, tp, dp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &LM{backend: goBackend(t), model: l.Model, spec: l.Model.Spec(),
+	r := &Runner{backend: goBackend(t), model: l.Model, spec: l.Model.Spec(),
 		opts:    Options{Mode: mode, DType: dtypes.Float32, SplitMatmul: 1},
 		weights: map[string]*tensors.Tensor{},
 		tp:      &tpRun{plan: plan, nDev: tp * dp, weights: map[string][]*tensors.Tensor{}, specs: map[string]programSpecs{}}}
@@ -449,7 +449,7 @@ func TestGatherRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &LM{tp: &tpRun{plan: plan, nDev: 4}}
+	r := &Runner{tp: &tpRun{plan: plan, nDev: 4}}
 	// Devices 0, 1 hold rows 0-1 ([data 0]); 2, 3 rows 2-3.
 	shard := func(a, b float32) *tensors.Tensor {
 		return tensors.FromFlatDataAndDimensions([]float32{a, a, b, b}, 2, 2)
@@ -528,11 +528,11 @@ func TestPlanShardsMoE(t *testing.T) {
 			}
 
 			be := goBackend(t)
-			_, err = NewLM(be, l, Options{TP: 2})
+			_, err = NewRunner(be, l, Options{TP: 2})
 			if !errors.Is(err, errs.ErrDeviceUnavailable) {
 				t.Errorf("--tp 2, graph experts, on the go backend: %v, want the device-count error", err)
 			}
-			_, err = NewLM(be, l, Options{TP: 2, Experts: ExpertsHost})
+			_, err = NewRunner(be, l, Options{TP: 2, Experts: ExpertsHost})
 			if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "--experts host") {
 				t.Errorf("--tp 2 --experts host: %v, want unsupported naming --experts host", err)
 			}
@@ -541,9 +541,9 @@ func TestPlanShardsMoE(t *testing.T) {
 }
 
 // TestPlanShardsNewFamilies: GPT-OSS (experts read from MXFP4, which a
-// sharded LM decodes on the host before splitting) and the 26B-shaped
+// sharded Runner decodes on the host before splitting) and the 26B-shaped
 // Gemma 4 plan their expert stacks column and row parallel, and the
-// sharded LM builds its shards.
+// sharded Runner builds its shards.
 func TestPlanShardsNewFamilies(t *testing.T) {
 	gpt := gptossref.Tiny()
 	g4 := gemma4ref.TinyMoE()

@@ -13,9 +13,9 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
-// State is one batch's generation state on an LM, as llama2.c's RunState
+// State is one batch's generation state on a Runner, as llama2.c's RunState
 // is to its TransformerWeights: the layer tensors (KV caches, recurrent
-// state; on the LM's device, donated to each step and replaced by its
+// state; on the Runner's device, donated to each step and replaced by its
 // outputs), and where the batch stands.
 //
 // Layout. Rows are left-padded: row b's sequence starts at cache slot
@@ -32,12 +32,12 @@ import (
 // maxCacheLen == cacheLen and never grow (its decode batch changes length
 // by relayout instead).
 //
-// A State belongs to one LM and is used from one goroutine. Its methods
+// A State belongs to one Runner and is used from one goroutine. Its methods
 // are the generation interface pipeline/generate drives (Begin,
-// PrefillChunk, Decode, Extend); they step the state through its LM.
+// PrefillChunk, Decode, Extend); they step the state through its Runner.
 // Release frees its tensors; a failed step releases them too.
 type State struct {
-	r *LM
+	r *Runner
 
 	batch, cacheLen, next int
 	maxCacheLen           int
@@ -55,11 +55,11 @@ type State struct {
 }
 
 // NewState returns an empty State on r: Begin starts its generation.
-func (r *LM) NewState() *State { return &State{r: r} }
+func (r *Runner) NewState() *State { return &State{r: r} }
 
 // newState returns a State of b rows and cacheLen slots (fixed: no
 // growth) with zero-filled tensors and the given pads.
-func (r *LM) newState(b, cacheLen int, pads []int32) *State {
+func (r *Runner) newState(b, cacheLen int, pads []int32) *State {
 	return &State{r: r, batch: b, cacheLen: cacheLen, maxCacheLen: cacheLen, pads: pads,
 		padsT:   tensors.FromFlatDataAndDimensions(slices.Clone(pads), b),
 		tensors: r.allocState(b, cacheLen)}
@@ -67,7 +67,7 @@ func (r *LM) newState(b, cacheLen int, pads []int32) *State {
 
 // allocState allocates zero-filled layer tensors for b rows of cacheLen
 // slots.
-func (r *LM) allocState(b, cacheLen int) [][]*tensors.Tensor {
+func (r *Runner) allocState(b, cacheLen int) [][]*tensors.Tensor {
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {
 		for _, s := range r.model.LayerState(i, b, cacheLen) {
@@ -78,7 +78,7 @@ func (r *LM) allocState(b, cacheLen int) [][]*tensors.Tensor {
 }
 
 // stateDType is the dtype a state tensor is held in.
-func (r *LM) stateDType(s lm.StateSpec) dtypes.DType {
+func (r *Runner) stateDType(s lm.StateSpec) dtypes.DType {
 	return s.HeldIn(r.opts.DType, r.opts.KVDType)
 }
 
@@ -287,12 +287,12 @@ func (st *State) Decode(next []int) ([][]float32, error) {
 	return r.run(st, r.decode, tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), st.next)
 }
 
-// CompileDuration is the LM's total compile time so far (generate
+// CompileDuration is the Runner's total compile time so far (generate
 // subtracts it from the evaluation durations).
 func (st *State) CompileDuration() time.Duration { return st.r.CompileDuration() }
 
 // checkIDs checks that ids are in the vocabulary.
-func (r *LM) checkIDs(what string, ids []int) error {
+func (r *Runner) checkIDs(what string, ids []int) error {
 	for _, id := range ids {
 		if id < 0 || id >= r.spec.VocabSize {
 			return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d)", what, id, r.spec.VocabSize)
@@ -304,10 +304,10 @@ func (r *LM) checkIDs(what string, ids []int) error {
 // run executes one step of tokens [B, T] written at cache slot start on
 // st, and advances st's clock to start+T. A failed step releases st. With
 // st.reuseLogits the logits it returns lie in st's reused host buffer,
-// valid until st's next step. The step's form follows the LM: sharded
+// valid until st's next step. The step's form follows the Runner: sharded
 // over devices, compiled in segments around host-routed experts, one
 // compiled graph, or eager (one executable per layer kind).
-func (r *LM) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
+func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
 	t := tokens.Shape().Dimensions[1]
 	startT := tensors.FromScalar(int32(start))
 	var logits *tensors.Tensor

@@ -75,9 +75,9 @@ func isAux(name string) bool {
 	return false
 }
 
-// HoldingOf is how NewLM holds a model's weights on a backend with caps
+// HoldingOf is how NewRunner holds a model's weights on a backend with caps
 // under o: the one statement of that policy, which cmd's memory checks
-// and reports read too (an unset DType is NewLM's default, float32).
+// and reports read too (an unset DType is NewRunner's default, float32).
 func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	if o.DType == dtypes.InvalidDType {
 		o.DType = dtypes.Float32
@@ -89,8 +89,8 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 		ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
-// holding is how this LM holds its weights.
-func (r *LM) holding() lm.Holding {
+// holding is how this Runner holds its weights.
+func (r *Runner) holding() lm.Holding {
 	var caps tpu.Capabilities // none known: nothing held narrow
 	if r.opts.Caps != nil {
 		caps = *r.opts.Caps
@@ -98,9 +98,9 @@ func (r *LM) holding() lm.Holding {
 	return HoldingOf(caps, r.opts)
 }
 
-// WeightBytes is the memory the LM's weights take as held (on the device,
+// WeightBytes is the memory the Runner's weights take as held (on the device,
 // or in the backend's shared buffers), all devices together.
-func (r *LM) WeightBytes() int64 {
+func (r *Runner) WeightBytes() int64 {
 	var n int64
 	for _, t := range r.weights {
 		n += int64(t.Memory())
@@ -115,8 +115,8 @@ func (r *LM) WeightBytes() int64 {
 	return n
 }
 
-// checkQuantize validates Options.Quantize for this LM.
-func (r *LM) checkQuantize() error {
+// checkQuantize validates Options.Quantize for this Runner.
+func (r *Runner) checkQuantize() error {
 	q := r.opts.Quantize
 	switch q {
 	case "":
@@ -136,7 +136,7 @@ func (r *LM) checkQuantize() error {
 
 // loadWeights decodes, converts or quantises and uploads every weight
 // once, and lists the graph inputs of each program.
-func (r *LM) loadWeights(l *lm.Loaded) error {
+func (r *Runner) loadWeights(l *lm.Loaded) error {
 	if err := r.checkQuantize(); err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (r *LM) loadWeights(l *lm.Loaded) error {
 
 // withScales inserts the scales input after each quantised or MXFP4
 // weight.
-func (r *LM) withScales(names []string) []string {
+func (r *Runner) withScales(names []string) []string {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		out = append(out, n)
@@ -177,7 +177,7 @@ func (r *LM) withScales(names []string) []string {
 }
 
 // loadWeight holds one weight as the comment at the top of this file says.
-func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
+func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	h := r.holding()
 	if h.MXFP4 && l.StoredMXFP4(w.Name) && r.sharedUpload() {
 		return r.holdMXFP4(l, w)
@@ -217,7 +217,7 @@ func (r *LM) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 // its blocks u8 [..., out, in/32, 16] under its name and its scales u8
 // [..., out, in/32] under name+mxfp4Suffix; the graph decodes them
 // (nn.DequantizeMXFP4), which the backend multiplies in place.
-func (r *LM) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
+func (r *Runner) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 	rk := len(w.Shape)
 	lead, in := w.Shape[:rk-1], w.Shape[rk-1]
 	bShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), in/32, 16)...)
@@ -247,7 +247,7 @@ func (r *LM) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 // them) as int8 [..., out, in/G, G] and its scales [..., out, in/G, 1],
 // quantising blocks of rows as they are decoded (about 16 MiB of f32 at a
 // time), so that no f32 copy of the whole weight is ever made.
-func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
+func (r *Runner) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	lead := w.Shape[:len(w.Shape)-1]
 	in := w.Shape[len(w.Shape)-1]
 	g := lm.QuantGroupOf(in)
@@ -307,7 +307,7 @@ func (r *LM) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 // f32): once for the range of its blocks' magnitudes, which fixes the
 // table, once to quantise, so that no f32 copy of the whole weight is
 // ever made.
-func (r *LM) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
+func (r *Runner) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
 	lead, in := w.Shape[:len(w.Shape)-1], w.Shape[len(w.Shape)-1]
 	rows := max(1, quantBlock/in)
 	var lo, hi float32
@@ -365,14 +365,14 @@ func (r *LM) quantizeInt4(l *lm.Loaded, w lm.WeightSpec) error {
 var quantBlock = 4 << 20
 
 // sharedUpload reports whether upload hands out the backend's own memory.
-func (r *LM) sharedUpload() bool { return r.tp == nil && r.backend.HasSharedBuffers() }
+func (r *Runner) sharedUpload() bool { return r.tp == nil && r.backend.HasSharedBuffers() }
 
 // upload makes a weight tensor of shape filled by fill, held once: in a
 // shared buffer of the backend when it has them (fill writes the memory
 // the backend computes from), else on the host, uploaded to the device
 // and the host copy dropped. With several devices (Options.TP/DP) the
 // tensor stays on the host: it is split there (shardWeights).
-func (r *LM) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Tensor, error) {
+func (r *Runner) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Tensor, error) {
 	if r.sharedUpload() {
 		buf, flat, err := r.backend.NewSharedBuffer(0, shape)
 		if err != nil {
@@ -406,7 +406,7 @@ func (r *LM) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Ten
 // where it is read (the backend fuses the conversion into its matmul,
 // nn.Embedding gathers first), a quantised one is dequantised with its
 // scales (nn.DequantizeInt8).
-func (r *LM) params(names []string, nodes []*graph.Node) *lm.Params {
+func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 	m := make(map[string]*graph.Node, len(names))
 	for i, n := range names {
 		m[n] = nodes[i]

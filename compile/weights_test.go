@@ -29,7 +29,7 @@ func cpuBackend(t testing.TB) backends.Backend {
 
 // steps runs a prompt and n decode steps and returns the tokens fed
 // (greedy, or forced when given) and the logits of every step.
-func steps(t *testing.T, r *LM, prompt []int, n int, forced []int) (tokens []int, logits [][]float32) {
+func steps(t *testing.T, r *Runner, prompt []int, n int, forced []int) (tokens []int, logits [][]float32) {
 	t.Helper()
 	gen := r.NewState()
 	defer gen.Release()
@@ -139,13 +139,13 @@ func TestNarrowWeightsEqualHostConversion(t *testing.T) {
 			}
 			l := loadDir(t, dir)
 			for _, mode := range []Mode{Compiled, Eager} {
-				ref, err := NewLM(be, l, Options{Mode: mode, Caps: &wide})
+				ref, err := NewRunner(be, l, Options{Mode: mode, Caps: &wide})
 				if err != nil {
 					t.Fatal(err)
 				}
 				wantTok, want := steps(t, ref, prompt, 12, nil)
 				ref.Close()
-				r, err := NewLM(be, l, Options{Mode: mode, Caps: &narrow})
+				r, err := NewRunner(be, l, Options{Mode: mode, Caps: &narrow})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -199,7 +199,7 @@ func TestCompactWeightsDeviation(t *testing.T) {
 		t.Fatal(err)
 	}
 	f32 := loadDir(t, dir)
-	ref, err := NewLM(cpu, f32, Options{})
+	ref, err := NewRunner(cpu, f32, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestCompactWeightsDeviation(t *testing.T) {
 		{"bf16 weights, bf16 activations, cpu", cpuBF, bf16, Options{}, 0.03, 0.95},
 		{"int8, bf16 activations, cpu", cpuBF, f32, Options{Quantize: "int8"}, 0.03, 0.95},
 	} {
-		r, err := NewLM(c.be, c.l, c.opts)
+		r, err := NewRunner(c.be, c.l, c.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestCompactWeightsDeviation(t *testing.T) {
 }
 
 // The memory estimate (lm.Loaded.HeldBytes, which the pre-flight check and
-// inspect use) is what NewLM actually holds, for every way of holding.
+// inspect use) is what NewRunner actually holds, for every way of holding.
 func TestHeldBytesEstimate(t *testing.T) {
 	cpu, goBe := cpuBackend(t), goBackend(t)
 	f32 := loadDir(t, "../testdata/stories260K-hf")
@@ -251,7 +251,7 @@ func TestHeldBytesEstimate(t *testing.T) {
 		caps := tpu.CapabilitiesOf(be)
 		for _, l := range []*lm.Loaded{f32, bf16} {
 			for _, o := range []Options{{}, {DType: dtypes.BFloat16}, {Quantize: "int8"}, {Quantize: "int4"}} {
-				r, err := NewLM(be, l, o)
+				r, err := NewRunner(be, l, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -278,7 +278,7 @@ func TestQuantizeBlocksEqualWhole(t *testing.T) {
 	l := loadDir(t, "../testdata/stories260K-hf")
 	prompt := []int{1, 403, 407, 261, 378}
 	for _, q := range []string{"int8", "int4"} {
-		r, err := NewLM(be, l, Options{Quantize: q})
+		r, err := NewRunner(be, l, Options{Quantize: q})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func TestQuantizeBlocksEqualWhole(t *testing.T) {
 		r.Close()
 		saved := quantBlock
 		quantBlock = 3 * 172 // blocks of 3 rows for in=172, of 8 rows for in=64 (last blocks shorter)
-		r, err = NewLM(be, l, Options{Quantize: q})
+		r, err = NewRunner(be, l, Options{Quantize: q})
 		quantBlock = saved
 		if err != nil {
 			t.Fatal(err)
@@ -321,7 +321,7 @@ func activationsDeviation(t *testing.T, l *lm.Loaded, opts Options, act string, 
 	var logits [2][][]float32
 	var tokens []int
 	for i, be := range []backends.Backend{cpuBackend(t), narrow} {
-		r, err := NewLM(be, l, opts)
+		r, err := NewRunner(be, l, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,14 +356,14 @@ func TestKVCacheBF16(t *testing.T) {
 	const dir = "../testdata/stories260K-hf"
 	prompt := []int{1, 403, 407, 261, 378}
 	l := loadDir(t, dir)
-	ref, err := NewLM(cpuBackend(t), l, Options{})
+	ref, err := NewRunner(cpuBackend(t), l, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens, want := steps(t, ref, prompt, 40, nil)
 	ref.Close()
 	for _, mode := range []Mode{Compiled, Eager} {
-		r, err := NewLM(cpuBackend(t), l, Options{Mode: mode, KVDType: dtypes.BFloat16})
+		r, err := NewRunner(cpuBackend(t), l, Options{Mode: mode, KVDType: dtypes.BFloat16})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +392,7 @@ func TestKVCacheBF16(t *testing.T) {
 			t.Errorf("%s: max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", mode, rel, agree)
 		}
 	}
-	if _, err := NewLM(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "KV cache dtype Float16 is not supported") {
+	if _, err := NewRunner(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "KV cache dtype Float16 is not supported") {
 		t.Errorf("KVDType float16: err %v, want it refused", err)
 	}
 }

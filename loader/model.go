@@ -142,8 +142,12 @@ type Options struct {
 	Include []string
 }
 
-// Model is a resolved model reference.
-type Model struct {
+// Checkpoint is a resolved model reference: the folder that holds a
+// model's files (config, weights, tokenizer) and where they came from. It
+// is the first of the --model route's three stages: a Checkpoint, its
+// Model (pipeline/lm: the architecture loaded from it), the Runner
+// (compile: the Model compiled for a backend).
+type Checkpoint struct {
 	Ref Ref `json:"ref"`
 	// Dir is the local directory: the given folder, or the cache snapshot.
 	Dir  string `json:"dir"`
@@ -163,7 +167,7 @@ type Model struct {
 	Variant string `json:"variant,omitempty"`
 
 	// Config is config.json of a transformers model.
-	Config *config.Model `json:"-"`
+	Config *config.File `json:"-"`
 	// Index is model_index.json of a diffusers pipeline.
 	Index *config.ModelIndex `json:"-"`
 
@@ -172,19 +176,19 @@ type Model struct {
 }
 
 // Local reports whether the model is a local directory (not from the Hub).
-func (m *Model) Local() bool { return m.Ref.Local }
+func (m *Checkpoint) Local() bool { return m.Ref.Local }
 
 // Path returns the local path of a model file (rel uses "/").
-func (m *Model) Path(rel string) string { return filepath.Join(m.Dir, filepath.FromSlash(rel)) }
+func (m *Checkpoint) Path(rel string) string { return filepath.Join(m.Dir, filepath.FromSlash(rel)) }
 
 // HasFile reports whether the model has the file (on disk or on the Hub).
-func (m *Model) HasFile(rel string) bool {
+func (m *Checkpoint) HasFile(rel string) bool {
 	_, ok := slices.BinarySearch(m.Files, rel)
 	return ok
 }
 
 // Name is what messages call the model: the Hub id or the directory.
-func (m *Model) Name() string { return m.Ref.String() }
+func (m *Checkpoint) Name() string { return m.Ref.String() }
 
 // ResolveRef turns a parsed --model value (ParseRef) into a Model. For a
 // Hub id it resolves the revision (one listing request, none offline or for a cached commit) and
@@ -194,7 +198,7 @@ func (m *Model) Name() string { return m.Ref.String() }
 // components' configs, tokenizer files and weights of a diffusers
 // pipeline. Checkpoints with only pickle weights fail with
 // errs.ErrUnsupported.
-func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
+func ResolveRef(ctx context.Context, r Ref, opts Options) (*Checkpoint, error) {
 	if r.Local {
 		if err := checkModelFolder(r); err != nil {
 			return nil, err
@@ -206,7 +210,7 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 		if err := CheckLinks(r.Path); err != nil {
 			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
 		}
-		m := &Model{Ref: r, Dir: r.Path, Files: files, Variant: opts.Variant}
+		m := &Checkpoint{Ref: r, Dir: r.Path, Files: files, Variant: opts.Variant}
 		if err := m.load(); err != nil {
 			return nil, err
 		}
@@ -236,7 +240,7 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Ref: r, Dir: snap.Dir, RepoID: r.RepoID, Revision: rev, Commit: snap.Commit,
+	m := &Checkpoint{Ref: r, Dir: snap.Dir, RepoID: r.RepoID, Revision: rev, Commit: snap.Commit,
 		Files: snap.RepoFiles, FromCache: snap.FromCache, Variant: opts.Variant, client: c}
 	if err := m.detectKind(); err != nil {
 		return nil, err
@@ -293,7 +297,7 @@ func checkModelFolder(r Ref) error {
 
 // resolveCached resolves a commit from the cache alone; it fails unless
 // the snapshot has the configs and every weight file.
-func resolveCached(r Ref, commit string, c *hub.Client, opts Options) (*Model, error) {
+func resolveCached(r Ref, commit string, c *hub.Client, opts Options) (*Checkpoint, error) {
 	dir := c.Cache.SnapshotDir(r.RepoID, commit)
 	files, err := hub.ListDir(dir)
 	if err != nil {
@@ -302,7 +306,7 @@ func resolveCached(r Ref, commit string, c *hub.Client, opts Options) (*Model, e
 	if err := c.Cache.CheckSnapshotLinks(r.RepoID, commit); err != nil {
 		return nil, err
 	}
-	m := &Model{Ref: r, Dir: dir, RepoID: r.RepoID, Revision: commit, Commit: commit, Files: files,
+	m := &Checkpoint{Ref: r, Dir: dir, RepoID: r.RepoID, Revision: commit, Commit: commit, Files: files,
 		FromCache: true, Variant: opts.Variant, client: c}
 	if err := m.load(); err != nil {
 		return nil, err
@@ -320,7 +324,7 @@ func resolveCached(r Ref, commit string, c *hub.Client, opts Options) (*Model, e
 	return m, nil
 }
 
-func (m *Model) missing(files []string) []string {
+func (m *Checkpoint) missing(files []string) []string {
 	var out []string
 	for _, f := range files {
 		if st, err := os.Stat(m.Path(f)); err != nil || !st.Mode().IsRegular() {
@@ -330,7 +334,7 @@ func (m *Model) missing(files []string) []string {
 	return out
 }
 
-func (m *Model) detectKind() error {
+func (m *Checkpoint) detectKind() error {
 	switch {
 	case m.HasFile("model_index.json"):
 		m.Kind = Diffusers
@@ -347,7 +351,7 @@ func (m *Model) detectKind() error {
 }
 
 // load detects the layout and parses config.json or model_index.json.
-func (m *Model) load() error {
+func (m *Checkpoint) load() error {
 	if m.Kind == "" {
 		if err := m.detectKind(); err != nil {
 			return err
@@ -370,7 +374,7 @@ func (m *Model) load() error {
 	return nil
 }
 
-func notCachedOr(m *Model, file string, err error) error {
+func notCachedOr(m *Checkpoint, file string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) && m.RepoID != "" {
 		return m.notCached(file)
 	}
@@ -378,7 +382,7 @@ func notCachedOr(m *Model, file string, err error) error {
 }
 
 // notCached explains that a cached snapshot lacks files.
-func (m *Model) notCached(what string) error {
+func (m *Checkpoint) notCached(what string) error {
 	why := ""
 	if m.client != nil && m.client.Offline {
 		why = "offline mode is on and "
@@ -407,7 +411,7 @@ func metadataFile(name string) bool {
 
 // smallFiles picks the stage-1 files from the listing: root files for a
 // transformers model, the root and component folders for diffusers.
-func (m *Model) smallFiles(opts Options) []string {
+func (m *Checkpoint) smallFiles(opts Options) []string {
 	var folders map[string]bool
 	if m.Kind == Diffusers {
 		folders = map[string]bool{}
@@ -460,7 +464,7 @@ type Weights struct {
 // root): the variant's index or single file if present, else the plain
 // ones. A folder with only pickle weights is an errs.ErrUnsupported error;
 // a folder with no weights at all returns ok=false.
-func (m *Model) WeightFiles(component string) (w Weights, ok bool, err error) {
+func (m *Checkpoint) WeightFiles(component string) (w Weights, ok bool, err error) {
 	prefix := ""
 	if component != "" {
 		prefix = component + "/"
@@ -502,7 +506,7 @@ func inComponent(c string) string {
 	return " in " + c + "/"
 }
 
-func (m *Model) indexShards(idx string) ([]string, int64, error) {
+func (m *Checkpoint) indexShards(idx string) ([]string, int64, error) {
 	ix, err := safetensors.ReadIndex(m.Path(idx))
 	if err != nil {
 		return nil, 0, notCachedOr(m, idx, err)
@@ -530,7 +534,7 @@ func (m *Model) indexShards(idx string) ([]string, int64, error) {
 
 // Components lists the folders whose weights a model uses: "" for a
 // transformers model, the model_index.json components for diffusers.
-func (m *Model) Components() []string {
+func (m *Checkpoint) Components() []string {
 	if m.Kind != Diffusers || m.Index == nil {
 		return []string{""}
 	}
@@ -543,7 +547,7 @@ func (m *Model) Components() []string {
 
 // AllWeights returns the weights of every component that has some. The
 // result is computed once per Model.
-func (m *Model) AllWeights() ([]Weights, error) {
+func (m *Checkpoint) AllWeights() ([]Weights, error) {
 	if m.weights != nil {
 		return m.weights, nil
 	}
@@ -568,7 +572,7 @@ func (m *Model) AllWeights() ([]Weights, error) {
 }
 
 // AllWeightFiles lists every weight file of AllWeights.
-func (m *Model) AllWeightFiles() ([]string, error) {
+func (m *Checkpoint) AllWeightFiles() ([]string, error) {
 	ws, err := m.AllWeights()
 	if err != nil {
 		return nil, err
@@ -583,7 +587,7 @@ func (m *Model) AllWeightFiles() ([]string, error) {
 // ReadHeader reads a safetensors header: from disk when the file is there,
 // else from the Hub with two Range requests (nothing else is downloaded).
 // It returns the header and the file size.
-func (m *Model) ReadHeader(ctx context.Context, rel string) (*safetensors.Header, int64, error) {
+func (m *Checkpoint) ReadHeader(ctx context.Context, rel string) (*safetensors.Header, int64, error) {
 	p := m.Path(rel)
 	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 		return safetensors.ReadHeaderFile(p)
@@ -596,7 +600,7 @@ func (m *Model) ReadHeader(ctx context.Context, rel string) (*safetensors.Header
 
 // OpenCheckpoint memory-maps the weights of a component ("" for the root).
 // The weights must be on disk (Resolve without MetadataOnly).
-func (m *Model) OpenCheckpoint(component string) (*safetensors.Checkpoint, error) {
+func (m *Checkpoint) OpenCheckpoint(component string) (*safetensors.Checkpoint, error) {
 	w, ok, err := m.WeightFiles(component)
 	if err != nil {
 		return nil, err
@@ -612,7 +616,7 @@ func (m *Model) OpenCheckpoint(component string) (*safetensors.Checkpoint, error
 
 // Generation reads generation_config.json; nil (no error) when the model
 // has none.
-func (m *Model) Generation() (*config.Generation, error) {
+func (m *Checkpoint) Generation() (*config.Generation, error) {
 	if m.Kind != Transformers || !m.HasFile("generation_config.json") {
 		return nil, nil
 	}

@@ -305,7 +305,7 @@ func TestParseRef(t *testing.T) {
 }
 
 // resolve parses a --model value and resolves it, as the commands do.
-func resolve(ctx context.Context, model string, o loader.Options) (*loader.Model, error) {
+func resolve(ctx context.Context, model string, o loader.Options) (*loader.Checkpoint, error) {
 	ref, err := loader.ParseRef(model)
 	if err != nil {
 		return nil, err

@@ -38,8 +38,8 @@ func ReadJSONFile(path string, v any) error {
 	return nil
 }
 
-// Model is a transformers config.json.
-type Model struct {
+// File is a transformers config.json.
+type File struct {
 	// Path is the file it was read from.
 	Path string `json:"-"`
 	// Raw holds every top-level field, so architectures can decode their own.
@@ -51,12 +51,12 @@ type Model struct {
 	DType string `json:"dtype"`
 	// Text is the nested text_config of multimodal wrappers (Qwen3.5,
 	// Gemma 3 multimodal, Llava, ...), nil when absent.
-	Text *Model `json:"-"`
+	Text *File `json:"-"`
 }
 
 // ParseModel parses config.json bytes.
-func ParseModel(b []byte) (*Model, error) {
-	m := &Model{}
+func ParseModel(b []byte) (*File, error) {
+	m := &File{}
 	if err := json.Unmarshal(b, &m.Raw); err != nil {
 		return nil, fmt.Errorf("config is not a JSON object: %w", err)
 	}
@@ -74,7 +74,7 @@ func ParseModel(b []byte) (*Model, error) {
 }
 
 // ReadModel reads a config.json file.
-func ReadModel(path string) (*Model, error) {
+func ReadModel(path string) (*File, error) {
 	var raw json.RawMessage
 	if err := ReadJSONFile(path, &raw); err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ func ReadModel(path string) (*Model, error) {
 }
 
 // Architecture returns architectures[0], or "" when the list is empty.
-func (m *Model) Architecture() string {
+func (m *File) Architecture() string {
 	if len(m.Architectures) == 0 {
 		return ""
 	}
@@ -100,7 +100,7 @@ func (m *Model) Architecture() string {
 
 // WeightDType returns the checkpoint dtype the config declares ("bfloat16",
 // "float16", "float32"), preferring the newer "dtype" field.
-func (m *Model) WeightDType() string {
+func (m *File) WeightDType() string {
 	if m.DType != "" {
 		return m.DType
 	}
@@ -111,7 +111,7 @@ func (m *Model) WeightDType() string {
 }
 
 // Decode unmarshals the whole config into v (an architecture's Config).
-func (m *Model) Decode(v any) error {
+func (m *File) Decode(v any) error {
 	b, err := json.Marshal(m.Raw)
 	if err != nil {
 		return err
@@ -123,4 +123,4 @@ func (m *Model) Decode(v any) error {
 }
 
 // Has reports whether the field is present.
-func (m *Model) Has(field string) bool { _, ok := m.Raw[field]; return ok }
+func (m *File) Has(field string) bool { _, ok := m.Raw[field]; return ok }

@@ -56,7 +56,7 @@ func ReadGeneration(path string) (*Generation, error) {
 
 // ModelEOS returns the eos ids from a config.json (text_config first for
 // wrappers), for models that ship no generation_config.json.
-func (m *Model) ModelEOS() IDList {
+func (m *File) ModelEOS() IDList {
 	src := m
 	if m.Text != nil && m.Text.Has("eos_token_id") {
 		src = m.Text

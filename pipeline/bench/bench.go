@@ -5,7 +5,7 @@
 //
 // Every figure is computed from durations read on an injected clock
 // (Config.Now) around the calls it measures, so tests drive a fake clock
-// and assert exact values. Models plug in through small interfaces (LMRunner
+// and assert exact values. Models plug in through small interfaces (Stepper
 // for text generation, Diffuser for diffusion pipelines); this package
 // imports neither compile/ nor tpu/, and it never prints: progress goes
 // through Config.OnProgress and results are returned as Rows, which
@@ -155,7 +155,7 @@ func measureRuns(ctx context.Context, cfg Config, row *Row, steps int, counters 
 }
 
 // Counters are cumulative executable statistics of whatever runs a model
-// (the Stats of compile.LM or compile.GraphExecutor). Rows report the
+// (the Stats of compile.Runner or compile.GraphExecutor). Rows report the
 // differences over their own runs.
 type Counters struct {
 	// Compile is the total time spent compiling executables.

@@ -28,7 +28,7 @@ func near(t *testing.T, want, got float64, what string) {
 	assert.InDelta(t, want, got, 1e-9*math.Max(1, math.Abs(want)), what)
 }
 
-// fakeRunner is an LMRunner that charges the fake clock: run k's prefill
+// fakeRunner is an Stepper that charges the fake clock: run k's prefill
 // takes prefill(k), its decode step i takes decode(k, i), and the first
 // call of each kind compiles (compile time charged and counted).
 type fakeRunner struct {
@@ -93,14 +93,14 @@ func (f *fakeRunner) Decode(next []int) ([][]float32, error) {
 }
 
 // lmModel wraps runners per mode; Load and Open charge the clock too.
-func lmModel(clk *fakeClock, runners map[string]*fakeRunner) func() (*LM, error) {
-	return func() (*LM, error) {
+func lmModel(clk *fakeClock, runners map[string]*fakeRunner) func() (*Target, error) {
+	return func() (*Target, error) {
 		clk.Advance(2 * time.Second)
-		return &LM{VocabSize: 50, MaxPositions: 64, Special: []int{0, 1, 2},
-			Open: func(mode string) (*LMSession, error) {
+		return &Target{VocabSize: 50, MaxPositions: 64, Special: []int{0, 1, 2},
+			Open: func(mode string) (*Session, error) {
 				clk.Advance(250 * time.Millisecond)
 				r := runners[mode]
-				return &LMSession{Runner: r, Counters: func() Counters { return r.counters }}, nil
+				return &Session{Stepper: r, Counters: func() Counters { return r.counters }}, nil
 			}}, nil
 	}
 }
@@ -230,10 +230,10 @@ func TestGenerateSeveralCasesShareTheRunner(t *testing.T) {
 	clk := newClock()
 	r := newFakeRunner(clk, 1)
 	opens := 0
-	load := func() (*LM, error) {
-		return &LM{VocabSize: 50, Open: func(string) (*LMSession, error) {
+	load := func() (*Target, error) {
+		return &Target{VocabSize: 50, Open: func(string) (*Session, error) {
 			opens++
-			return &LMSession{Runner: r}, nil
+			return &Session{Stepper: r}, nil
 		}}, nil
 	}
 	rows, err := Generate(context.Background(), Config{Repeat: 1, Now: clk.Now}, GenerateSpec{
@@ -295,8 +295,8 @@ func TestGenerateInterruptedKeepsFinishedRows(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &cancelRunner{fakeRunner: newFakeRunner(clk, 1), cancel: cancel, n: 2*2 + 1} // in the second case
-	load := func() (*LM, error) {
-		return &LM{VocabSize: 50, Open: func(string) (*LMSession, error) { return &LMSession{Runner: r}, nil }}, nil
+	load := func() (*Target, error) {
+		return &Target{VocabSize: 50, Open: func(string) (*Session, error) { return &Session{Stepper: r}, nil }}, nil
 	}
 	rows, err := Generate(ctx, Config{Repeat: 1, Now: clk.Now}, GenerateSpec{
 		Modes: []string{ModeCompiled}, Cases: []GenerateCase{{1, 2, 2}, {2, 2, 2}}, Load: load})
@@ -307,8 +307,8 @@ func TestGenerateInterruptedKeepsFinishedRows(t *testing.T) {
 
 func TestGenerateRunnerErrorsAreWrapped(t *testing.T) {
 	boom := errors.New("boom")
-	load := func() (*LM, error) {
-		return &LM{VocabSize: 50, Open: func(string) (*LMSession, error) { return &LMSession{Runner: errRunner{boom}}, nil }}, nil
+	load := func() (*Target, error) {
+		return &Target{VocabSize: 50, Open: func(string) (*Session, error) { return &Session{Stepper: errRunner{boom}}, nil }}, nil
 	}
 	_, err := Generate(context.Background(), Config{Repeat: 1}, GenerateSpec{
 		Modes: []string{ModeEager}, Cases: []GenerateCase{{1, 2, 2}}, Load: load})
@@ -336,8 +336,8 @@ func TestSyntheticPrompts(t *testing.T) {
 	assert.Len(t, seen, 8, "every other id used")
 
 	_, err := Generate(context.Background(), Config{Repeat: 1}, GenerateSpec{Modes: []string{ModeEager}, Cases: []GenerateCase{{1, 1, 1}},
-		Load: func() (*LM, error) {
-			return &LM{VocabSize: 2, Special: []int{0, 1, 1}, Open: func(string) (*LMSession, error) { return nil, nil }}, nil
+		Load: func() (*Target, error) {
+			return &Target{VocabSize: 2, Special: []int{0, 1, 1}, Open: func(string) (*Session, error) { return nil, nil }}, nil
 		}})
 	assert.ErrorContains(t, err, "no id left")
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 )
 
-// LMRunner runs a language model one step at a time (compile.State).
-type LMRunner interface {
+// Stepper runs a language model one step at a time (compile.State).
+type Stepper interface {
 	// Prefill starts a generation of at most maxNew further tokens and
 	// returns each row's logits after its last prompt token.
 	Prefill(prompts [][]int, maxNew int) ([][]float32, error)
@@ -18,26 +18,28 @@ type LMRunner interface {
 	Decode(next []int) ([][]float32, error)
 }
 
-// LMSession is a runner prepared for one execution mode.
-type LMSession struct {
-	Runner LMRunner
-	// Counters reads the runner's cumulative executable statistics; nil
+// Session is a model prepared for one execution mode (a compile.Runner
+// and its State).
+type Session struct {
+	Stepper Stepper
+	// Counters reads the session's cumulative executable statistics; nil
 	// reports zeros.
 	Counters func() Counters
-	// Close releases the runner; may be nil.
+	// Close releases the session; may be nil.
 	Close func()
 }
 
-// LM is a loaded language model.
-type LM struct {
+// Target is the language model a benchmark runs: its vocabulary's bounds,
+// and a Session for each execution mode.
+type Target struct {
 	VocabSize int
 	// MaxPositions bounds prompt plus generated tokens (0: no bound).
 	MaxPositions int
 	// Special ids (BOS, EOS, pad) never appear in synthetic prompts.
 	Special []int
-	// Open prepares a runner for a mode (ModeEager or ModeCompiled); the
+	// Open prepares a session for a mode (ModeEager or ModeCompiled); the
 	// time it takes counts as load time on that mode's rows.
-	Open func(mode string) (*LMSession, error)
+	Open func(mode string) (*Session, error)
 	// Close releases the model; may be nil.
 	Close func()
 }
@@ -72,7 +74,7 @@ type GenerateSpec struct {
 	Modes []string
 	Cases []GenerateCase
 	// Load loads the model once; its time counts as load time on every row.
-	Load func() (*LM, error)
+	Load func() (*Target, error)
 	// Seed varies the synthetic prompts (0 is fine).
 	Seed uint64
 }
@@ -182,7 +184,7 @@ func Generate(ctx context.Context, cfg Config, spec GenerateSpec) (rows []Row, e
 	return rows, nil
 }
 
-func (m *LM) check(cases []GenerateCase) error {
+func (m *Target) check(cases []GenerateCase) error {
 	if m.Open == nil {
 		return fmt.Errorf("bench: LM.Open is nil")
 	}
@@ -274,7 +276,7 @@ type generateRun struct {
 	total time.Duration
 }
 
-func generateOnce(ctx context.Context, cfg Config, r LMRunner, prompts [][]int, genLen int, step func(int)) (generateRun, error) {
+func generateOnce(ctx context.Context, cfg Config, r Stepper, prompts [][]int, genLen int, step func(int)) (generateRun, error) {
 	var out generateRun
 	batch := len(prompts)
 	start := cfg.now()
@@ -309,14 +311,14 @@ func generateOnce(ctx context.Context, cfg Config, r LMRunner, prompts [][]int, 
 	return out, nil
 }
 
-func measureGenerate(ctx context.Context, cfg Config, m *LM, s *LMSession, mode string, c GenerateCase, seed uint64) (Row, error) {
+func measureGenerate(ctx context.Context, cfg Config, m *Target, s *Session, mode string, c GenerateCase, seed uint64) (Row, error) {
 	row := Row{Task: TaskGenerate, Mode: mode, Batch: c.Batch, Shape: c.Shape(), PromptLen: c.PromptLen, GenLen: c.GenLen,
 		Repeat: cfg.Repeat, Warmup: cfg.Warmup}
 	prompts := SyntheticPrompts(c.Batch, c.PromptLen, m.VocabSize, m.Special, seed)
 	steps := 1 + c.GenLen
 	var measured []generateRun
 	err := measureRuns(ctx, cfg, &row, steps, s.Counters, func(keep bool, step func(done, total int)) (time.Duration, error) {
-		res, err := generateOnce(ctx, cfg, s.Runner, prompts, c.GenLen, func(i int) { step(i, steps) })
+		res, err := generateOnce(ctx, cfg, s.Stepper, prompts, c.GenLen, func(i int) { step(i, steps) })
 		if err != nil {
 			return 0, err
 		}

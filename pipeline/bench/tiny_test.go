@@ -45,33 +45,33 @@ func (t *tickRunner) Decode(next []int) ([][]float32, error) {
 }
 
 // TestTinyCheckpoint benchmarks the TinyStories 260K checkpoint in both
-// modes through compile.LM on the pure-Go backend.
+// modes through compile.Runner on the pure-Go backend.
 func TestTinyCheckpoint(t *testing.T) {
 	be, err := backends.NewWithConfig("go:ops_sequential")
 	require.NoError(t, err)
 	defer be.Finalize()
 	clk := newClock()
 	calls := map[string]*tickRunner{}
-	load := func() (*LM, error) {
+	load := func() (*Target, error) {
 		l, err := lmckpt.Load(storiesDir)
 		if err != nil {
 			return nil, err
 		}
 		clk.Advance(time.Second)
 		spec := l.Model.Spec()
-		return &LM{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: append([]int{spec.BOS}, spec.EOS...),
-			Open: func(mode string) (*LMSession, error) {
+		return &Target{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: append([]int{spec.BOS}, spec.EOS...),
+			Open: func(mode string) (*Session, error) {
 				m, err := compile.ParseMode(mode)
 				if err != nil {
 					return nil, err
 				}
-				r, err := compile.NewLM(be, l, compile.Options{Mode: m})
+				r, err := compile.NewRunner(be, l, compile.Options{Mode: m})
 				if err != nil {
 					return nil, err
 				}
 				tr := &tickRunner{r: r.NewState(), clk: clk, prefill: 40 * time.Millisecond, decode: 5 * time.Millisecond}
 				calls[mode] = tr
-				return &LMSession{Runner: tr, Close: func() { tr.r.Release(); r.Close() }, Counters: func() Counters {
+				return &Session{Stepper: tr, Close: func() { tr.r.Release(); r.Close() }, Counters: func() Counters {
 					s := r.Stats()
 					c := Counters{Compile: s.Compile}
 					for _, p := range s.Programs {

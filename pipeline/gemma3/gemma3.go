@@ -76,7 +76,7 @@ type Model struct {
 }
 
 // resolve applies Gemma3TextConfig's defaults and checks the config.
-func (c *Config) resolve(cfg *config.Model) (*Model, error) {
+func (c *Config) resolve(cfg *config.File) (*Model, error) {
 	where := lm.ConfigName(cfg)
 	if c.UseBidirectionalAttention {
 		return nil, errs.Unsupportedf("%s: use_bidirectional_attention is not supported for generation", where)
@@ -153,7 +153,7 @@ func (c *Config) resolve(cfg *config.Model) (*Model, error) {
 // resolveRope builds the global and local rotary embeddings: from
 // transformers v5's per-layer-type rope_parameters, or from rope_theta +
 // rope_scaling (global) and rope_local_base_freq (local, never scaled).
-func (c *Config) resolveRope(cfg *config.Model, m *Model) error {
+func (c *Config) resolveRope(cfg *config.File, m *Model) error {
 	s := &m.spec
 	var err error
 	if len(c.RopeParameters) > 0 && string(c.RopeParameters) != "null" {
@@ -186,7 +186,7 @@ func (c *Config) resolveRope(cfg *config.Model, m *Model) error {
 }
 
 // New builds a Gemma3ForCausalLM from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
-func load(t *testing.T, cfg *config.Model) *Model {
+func load(t *testing.T, cfg *config.File) *Model {
 	t.Helper()
 	m, err := lm.New(cfg)
 	if err != nil {

@@ -107,7 +107,7 @@ var defaultRope = map[string]map[string]any{
 // Resolve reads a Gemma 4 config.json: Gemma4ForConditionalGeneration
 // (the text model of its text_config; the vision and audio towers are
 // skipped) or Gemma4ForCausalLM.
-func Resolve(cfg *config.Model) (Options, error) {
+func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	text, prefix := cfg, "model."
 	if cfg.Text != nil {

@@ -76,7 +76,7 @@ func TestLogitsMatchReference(t *testing.T) {
 							caps.HostMemory = false
 							opts.Caps = &caps
 						}
-						r, err := compile.NewLM(be, l, opts)
+						r, err := compile.NewRunner(be, l, opts)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -99,7 +99,7 @@ func TestMutationsFail(t *testing.T) {
 	p := prompts[1]
 	for name, c := range configs() {
 		l, ref := load(t, c)
-		r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,8 +22,8 @@ import (
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
-// Runner runs a model one step at a time (compile.State).
-type Runner interface {
+// Stepper runs a model one step at a time (compile.State).
+type Stepper interface {
 	// Prefill starts a generation of at most maxNew tokens per prompt and
 	// returns each row's logits after its last prompt token.
 	Prefill(prompts [][]int, maxNew int) ([][]float32, error)
@@ -231,7 +231,7 @@ func (rw *row) sample(logits []float32) int {
 // Run generates a continuation for each prompt (token ids). On context
 // cancellation it returns what was generated so far, with finish reason
 // "interrupted", together with an error wrapping errs.ErrInterrupted.
-func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, Metrics, error) {
+func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, Metrics, error) {
 	var m Metrics
 	if o.MaxNewTokens <= 0 {
 		return nil, m, errs.Usagef("max new tokens must be positive, got %d", o.MaxNewTokens)
@@ -325,14 +325,14 @@ func Run(ctx context.Context, r Runner, prompts [][]int, o Options) ([]Result, M
 // (an error wrapping errs.ErrInterrupted when it is cancelled); else in
 // one Prefill call. It returns each row's logits after its prompt. bench
 // times prefill through it, so Ctrl-C stops a benchmark too.
-func Prefill(ctx context.Context, r Runner, prompts [][]int, o Options) ([][]float32, error) {
+func Prefill(ctx context.Context, r Stepper, prompts [][]int, o Options) ([][]float32, error) {
 	now, compileTime := clocks(r, o)
 	return prefill(ctx, r, prompts, o, now, compileTime)
 }
 
 // prefill runs the prompts: in pieces on a Chunked runner (checking ctx
 // between them), else in one Prefill call.
-func prefill(ctx context.Context, r Runner, prompts [][]int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
+func prefill(ctx context.Context, r Stepper, prompts [][]int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
 	c, chunked := r.(Chunked)
 	if o.Cached > 0 {
 		ext, ok := r.(Extender)
@@ -521,7 +521,7 @@ func finishAll(rows []*row, o Options, reason string) []Result {
 
 // clocks returns the clock of o (time.Now when unset) and how long r has
 // spent compiling so far (0 when r does not say).
-func clocks(r Runner, o Options) (now func() time.Time, compileTime func() time.Duration) {
+func clocks(r Stepper, o Options) (now func() time.Time, compileTime func() time.Duration) {
 	now = o.Now
 	if now == nil {
 		now = time.Now

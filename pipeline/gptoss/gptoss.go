@@ -106,7 +106,7 @@ type Options struct {
 }
 
 // Resolve reads a GptOssForCausalLM config.json.
-func Resolve(cfg *config.Model) (Options, error) {
+func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
@@ -188,7 +188,7 @@ func hasRope(raw map[string]json.RawMessage) bool {
 }
 
 // New builds the model from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	o, err := Resolve(cfg)
 	if err != nil {
 		return nil, err

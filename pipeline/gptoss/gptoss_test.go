@@ -92,7 +92,7 @@ func TestLogitsMatchReference(t *testing.T) {
 							caps.HostMemory = false
 							opts.Caps = &caps
 						}
-						r, err := compile.NewLM(be, l, opts)
+						r, err := compile.NewRunner(be, l, opts)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -114,7 +114,7 @@ func TestLogitsMatchReference(t *testing.T) {
 func TestMutationsFail(t *testing.T) {
 	const tol = 1e-4
 	l, ref := write(t, gptossref.MXFP4, safetensors.BF16)
-	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestMutationsFail(t *testing.T) {
 func last(v [][]float64) []float64 { return v[len(v)-1] }
 
 // configOf parses a config.json given as a map.
-func configOf(t *testing.T, j map[string]any) *config.Model {
+func configOf(t *testing.T, j map[string]any) *config.File {
 	t.Helper()
 	b, err := json.Marshal(j)
 	if err != nil {
@@ -267,7 +267,7 @@ func TestMXFP4Held(t *testing.T) {
 		}
 		caps := tpu.CapabilitiesOf(be)
 		opts := compile.Options{Mode: compile.Compiled}
-		r, err := compile.NewLM(be, l, opts)
+		r, err := compile.NewRunner(be, l, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,7 +37,7 @@ var problemKinds = map[safetensors.ProblemKind]string{
 // returns the model, or nil when the architecture is not one tputool runs
 // (the report then rests on config.json alone) or its config is refused
 // (then the refusal is the report's mismatch).
-func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.Model) lm.Model {
+func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.File) lm.Model {
 	if !slices.Contains(lm.Supported(), cfg.Architecture()) {
 		arch := cfg.Architecture()
 		if arch == "" {

@@ -109,7 +109,7 @@ func TestArchitectureNotRun(t *testing.T) {
 }
 
 // resolve parses a --model value and resolves it, as the commands do.
-func resolve(ctx context.Context, model string, o loader.Options) (*loader.Model, error) {
+func resolve(ctx context.Context, model string, o loader.Options) (*loader.Checkpoint, error) {
 	ref, err := loader.ParseRef(model)
 	if err != nil {
 		return nil, err

@@ -97,7 +97,7 @@ func (f fields) strings(name string) []string {
 // preferring text_config for multimodal wrappers. Defaults follow
 // transformers: KV heads default to the attention heads, head_dim to
 // hidden/heads, every layer to full attention.
-func TextConfig(m *config.Model) (*Text, error) {
+func TextConfig(m *config.File) (*Text, error) {
 	src := m
 	if m.Text != nil {
 		src = m.Text

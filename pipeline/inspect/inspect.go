@@ -171,7 +171,7 @@ type Memory struct {
 
 // Run inspects a resolved model. Weight files that are not on disk are read
 // over HTTP Range (only their headers).
-func Run(ctx context.Context, m *loader.Model, opts Options) (*Report, error) {
+func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, error) {
 	if opts.Batch == 0 {
 		opts.Batch = DefaultBatch
 	}
@@ -327,7 +327,7 @@ type header struct {
 }
 
 // readHeaders reads every weight file's header, remote ones in parallel.
-func readHeaders(ctx context.Context, m *loader.Model, weights []loader.Weights, parallel int) (map[string]header, error) {
+func readHeaders(ctx context.Context, m *loader.Checkpoint, weights []loader.Weights, parallel int) (map[string]header, error) {
 	if parallel <= 0 {
 		parallel = 8
 	}
@@ -582,7 +582,7 @@ func skippedGroups(ts []safetensors.TensorInfo, skip []string) []SkippedGroup {
 	return out
 }
 
-func components(m *loader.Model, weights []loader.Weights, headers map[string]header) []Component {
+func components(m *loader.Checkpoint, weights []loader.Weights, headers map[string]header) []Component {
 	byName := map[string]loader.Weights{}
 	for _, w := range weights {
 		byName[w.Component] = w

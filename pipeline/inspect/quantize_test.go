@@ -14,7 +14,7 @@ import (
 
 // inspect --quantize int8 and int4 count the weights as generate
 // --quantize holds them (the figure the pre-flight check and
-// compile.NewLM use).
+// compile.NewRunner use).
 func TestQuantizedWeightsFigure(t *testing.T) {
 	const dir = "../../testdata/stories260K-hf"
 	m, err := resolve(context.Background(), dir, loader.Options{})

@@ -60,7 +60,7 @@ var LlamaDefaults = Defaults{
 // embedding, checking that the numbers fit together. All layers are
 // full-attention unless layer_types says otherwise; callers set sliding
 // windows afterwards.
-func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
+func (c *Config) Resolve(cfg *config.File, d Defaults) (Options, error) {
 	where := lm.ConfigName(cfg)
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
@@ -117,7 +117,7 @@ func (c *Config) Resolve(cfg *config.Model, d Defaults) (Options, error) {
 }
 
 // New builds a LlamaForCausalLM from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err

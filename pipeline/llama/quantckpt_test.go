@@ -51,7 +51,7 @@ func prefillLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int)
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,9 @@ var dimLimits = map[string]int64{
 
 // checkDims refuses config sizes above dimLimits, at the top level and in
 // text_config, before an architecture resolves them.
-func checkDims(cfg *config.Model) error {
+func checkDims(cfg *config.File) error {
 	where := ConfigName(cfg)
-	for _, m := range []*config.Model{cfg, cfg.Text} {
+	for _, m := range []*config.File{cfg, cfg.Text} {
 		if m == nil {
 			continue
 		}

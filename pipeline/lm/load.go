@@ -25,7 +25,7 @@ type Loaded struct {
 	// Dir is the model directory.
 	Dir string
 	// Config is config.json.
-	Config *config.Model
+	Config *config.File
 	// Generation is generation_config.json, nil when the directory has none.
 	Generation *config.Generation
 	Model      Model
@@ -170,7 +170,7 @@ const maxListed = 8
 // the config ties the embeddings, a checkpoint that still carries
 // lm_head.weight must hold the same bytes as model.embed_tokens.weight.
 // m is the model as loader resolved it: config.json is not read again.
-func Load(m *loader.Model) (*Loaded, error) {
+func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if m.Kind != loader.Transformers || m.Config == nil {
 		return nil, errs.Unsupportedf("%s is a %s pipeline, not a language model (try tputool diffuse)", m.Name(), m.Kind)
 	}

@@ -47,7 +47,7 @@ type quantizationConfig struct {
 
 // applyQuantization checks cfg's quantization_config against what m reads
 // and records an FP8 checkpoint's block size in m's Spec.
-func applyQuantization(cfg *config.Model, m Model) error {
+func applyQuantization(cfg *config.File, m Model) error {
 	var c struct {
 		Q *quantizationConfig `json:"quantization_config"`
 	}

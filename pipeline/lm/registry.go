@@ -12,7 +12,7 @@ import (
 // Constructor builds a Model from a parsed config.json. It returns an error
 // (wrapping errs.ErrUnsupported for features it does not implement) naming
 // the offending field.
-type Constructor func(cfg *config.Model) (Model, error)
+type Constructor func(cfg *config.File) (Model, error)
 
 var (
 	registryMu sync.RWMutex
@@ -44,7 +44,7 @@ func Supported() []string {
 }
 
 // New builds the model that config.json describes.
-func New(cfg *config.Model) (Model, error) {
+func New(cfg *config.File) (Model, error) {
 	arch := cfg.Architecture()
 	registryMu.RLock()
 	c, ok := registry[arch]

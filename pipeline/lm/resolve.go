@@ -23,7 +23,7 @@ func Or[T any](v *T, def T) T {
 
 // ConfigName names a config in errors: its path, or "config.json" when it
 // was not read from a file.
-func ConfigName(cfg *config.Model) string {
+func ConfigName(cfg *config.File) string {
 	if cfg.Path == "" {
 		return "config.json"
 	}

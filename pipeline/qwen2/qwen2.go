@@ -42,7 +42,7 @@ var Defaults = llama.Defaults{
 // Resolve sets the layer kinds and window of a Qwen config: when
 // layer_types is absent, layers from max_window_layers on use the sliding
 // window if use_sliding_window is set (transformers' derivation).
-func (c Sliding) Resolve(o *llama.Options, cfg *config.Model, hasLayerTypes bool) error {
+func (c Sliding) Resolve(o *llama.Options, cfg *config.File, hasLayerTypes bool) error {
 	s := &o.Spec
 	w := lm.Or(c.SlidingWindow, 4096)
 	mwl := lm.Or(c.MaxWindowLayers, 28)
@@ -64,7 +64,7 @@ func (c Sliding) Resolve(o *llama.Options, cfg *config.Model, hasLayerTypes bool
 }
 
 // New builds a Qwen2ForCausalLM from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ var Defaults = llama.Defaults{
 }
 
 // New builds a Qwen3ForCausalLM from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err

@@ -90,7 +90,7 @@ type Options struct {
 }
 
 // Resolve reads a Qwen3.5 config.json (nested or flat) into Options.
-func Resolve(cfg *config.Model) (Options, error) {
+func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	text := cfg
 	prefix := "model."

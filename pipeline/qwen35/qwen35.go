@@ -52,7 +52,7 @@ func init() {
 }
 
 // New builds the Qwen3.5 text model from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	o, err := Resolve(cfg)
 	if err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ func TestLogitsMatchReference(t *testing.T) {
 				{"eager-split", compile.Options{Mode: compile.Eager, SplitMatmul: 3}},
 			} {
 				t.Run(v.name, func(t *testing.T) {
-					r, err := compile.NewLM(be, l, v.opts)
+					r, err := compile.NewRunner(be, l, v.opts)
 					gen := r.NewState()
 					if err != nil {
 						t.Fatal(err)
@@ -118,7 +118,7 @@ func TestChunkedPrefillMatchesRecurrence(t *testing.T) {
 			t.Fatal(err)
 		}
 		withChunk(t, l, chunk)
-		r, err := compile.NewLM(be, l, compile.Options{Mode: compile.Compiled, CacheLen: 256})
+		r, err := compile.NewRunner(be, l, compile.Options{Mode: compile.Compiled, CacheLen: 256})
 		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
@@ -327,7 +327,7 @@ func TestBFloat16Compute(t *testing.T) {
 	}
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-		r, err := compile.NewLM(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+		r, err := compile.NewRunner(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
 		gen := r.NewState()
 		if err != nil {
 			t.Fatal(err)
@@ -421,7 +421,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 								caps.HostMemory = false
 								opts.Caps = &caps
 							}
-							r, err := compile.NewLM(be, l, opts)
+							r, err := compile.NewRunner(be, l, opts)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -461,7 +461,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{})
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 // TestMoEConfig: the MoE text config's defaults (Qwen3_5MoeTextConfig) and
 // checks, and the sizes inspect and --tp read.
 func TestMoEConfig(t *testing.T) {
-	cfg := func(text string) *config.Model {
+	cfg := func(text string) *config.File {
 		t.Helper()
 		m, err := config.ParseModel([]byte(`{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
 			"text_config": {"model_type": "qwen3_5_moe_text"` + text + `}}`))

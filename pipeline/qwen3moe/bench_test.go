@@ -99,7 +99,7 @@ func benchMoEDecode(b *testing.B, be backends.Backend, l *lm.Loaded) {
 			{"host-eager", compile.Options{Mode: compile.Eager, CacheLen: 512, Experts: compile.ExpertsHost}},
 			{"dense-compiled", compile.Options{Mode: compile.Compiled, CacheLen: 512, Experts: compile.ExpertsDense}},
 		} {
-			r, err := compile.NewLM(be, l, v.opts)
+			r, err := compile.NewRunner(be, l, v.opts)
 			if err != nil {
 				b.Fatal(err)
 			}

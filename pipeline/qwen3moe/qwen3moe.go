@@ -96,7 +96,7 @@ type Options struct {
 }
 
 // Resolve reads a Qwen3-MoE or Qwen2-MoE config.json.
-func Resolve(cfg *config.Model) (Options, error) {
+func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
@@ -162,7 +162,7 @@ func Resolve(cfg *config.Model) (Options, error) {
 }
 
 // New builds the model from its config.json.
-func New(cfg *config.Model) (lm.Model, error) {
+func New(cfg *config.File) (lm.Model, error) {
 	o, err := Resolve(cfg)
 	if err != nil {
 		return nil, err

@@ -92,7 +92,7 @@ func TestLogitsMatchReference(t *testing.T) {
 								caps.HostMemory = false
 								opts.Caps = &caps
 							}
-							r, err := compile.NewLM(be, l, opts)
+							r, err := compile.NewRunner(be, l, opts)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -142,7 +142,7 @@ func TestInGraphOneExecutable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r, err := compile.NewLM(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled, CacheLen: 64})
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled, CacheLen: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestBFloat16Compute(t *testing.T) {
 			if v.backend == "cpu" {
 				be = refcheck.CPUBackend(t)
 			}
-			r, err := compile.NewLM(be, l, v.opts)
+			r, err := compile.NewRunner(be, l, v.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,7 +320,7 @@ func TestInt8Experts(t *testing.T) {
 					be = refcheck.CPUBackend(t)
 				}
 				name := fmt.Sprintf("qwen2=%v stacked=%v %s --experts %s", c.Qwen2, stacked, v.backend, v.experts)
-				r, err := compile.NewLM(be, l, compile.Options{Quantize: "int8", Experts: v.experts})
+				r, err := compile.NewRunner(be, l, compile.Options{Quantize: "int8", Experts: v.experts})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -399,7 +399,7 @@ func TestInt4Experts(t *testing.T) {
 			}
 			name := fmt.Sprintf("stacked=%v %s --experts %s", stacked, v.backend, v.experts)
 			opts := compile.Options{Quantize: "int4", Experts: v.experts}
-			r, err := compile.NewLM(be, l, opts)
+			r, err := compile.NewRunner(be, l, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

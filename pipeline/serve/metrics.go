@@ -49,7 +49,7 @@ var (
 )
 
 // NewMetrics returns empty metrics; compiles, when not nil, reports the
-// executables compiled and recompiled so far (compile.LM's counts), read
+// executables compiled and recompiled so far (compile.Runner's counts), read
 // at each WriteTo.
 func NewMetrics(compiles func() (compiles, recompiles int)) *Metrics {
 	return &Metrics{

@@ -32,7 +32,7 @@ func greedy(t *testing.T, be backends.Backend, dir string, mode compile.Mode, pr
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r, err := compile.NewLM(be, l, compile.Options{Mode: mode})
+	r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
 	gen := r.NewState()
 	if err != nil {
 		t.Fatal(err)

@@ -103,7 +103,7 @@ func TestLogitsMatchReference(t *testing.T) {
 				{"eager-blocked", Options{Mode: Eager, SplitMatmul: 2, BlockCols: 16}},
 			} {
 				t.Run(variant.name, func(t *testing.T) {
-					r, err := NewLM(be, l, variant.opts)
+					r, err := NewRunner(be, l, variant.opts)
 					gen := r.NewState()
 					if err != nil {
 						t.Fatal(err)
@@ -149,7 +149,7 @@ func TestBFloat16Compute(t *testing.T) {
 		t.Run(tc.Arch, func(t *testing.T) {
 			tc.DType = safetensors.BF16
 			l, rm := load(t, tc)
-			r, err := NewLM(be, l, Options{DType: dtypes.BFloat16})
+			r, err := NewRunner(be, l, Options{DType: dtypes.BFloat16})
 			gen := r.NewState()
 			if err != nil {
 				t.Fatal(err)
