@@ -21,7 +21,8 @@
 # experts stacked as transformers v5 stores them. scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
-# Q4=1 ollama's q4_K_M against tputool's --quantize int4.
+# Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
+# Q4ACT=1, against --quantize int4 --activations int8 too).
 #
 #   OLLAMA=/path/to/ollama scripts/bench-moe-vs-llamacpp.sh
 #
@@ -82,6 +83,10 @@ if [ "${Q4:-0}" = 1 ]; then
   "$OLLAMA" create moe-q4 --quantize q4_K_M -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
   tags+=(moe-q4)
   quant+=(int4)
+  if [ "${Q4ACT:-0}" = 1 ]; then
+    tags+=(moe-q4)
+    quant+=("int4 --activations int8")
+  fi
 fi
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
@@ -94,7 +99,7 @@ ollama_tok_s() { # median decode tok/s of 3 generations
 }
 tputool_tok_s() { # median decode tok/s of --repeat 3
   "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
-    --mode compiled --experts "$EXPERTS" ${1:+--quantize $1} -o json |
+    --mode compiled --experts "$EXPERTS" ${1:+--quantize $1} -o json | # $1 unquoted: "int4 --activations int8" is three words
     python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
 }
 if [ "$MODE" = serve ]; then
@@ -109,6 +114,8 @@ for r in $(seq "$ROUNDS"); do
   for i in "${!tags[@]}"; do
     t=$(tputool_tok_s "${quant[$i]}")
     o=$(ollama_tok_s "${tags[$i]}")
-    printf '%s  %s  %.1f  %.1f  %.2f  %s\n' "$r" "${tags[$i]}" "$t" "$o" "$(python3 -c "print($t/$o)")" "$(cut -d' ' -f1 /proc/loadavg)"
+    label=${tags[$i]}
+    [[ "${quant[$i]}" == *activations* ]] && label="$label/act-int8"
+    printf '%s  %s  %.1f  %.1f  %.2f  %s\n' "$r" "$label" "$t" "$o" "$(python3 -c "print($t/$o)")" "$(cut -d' ' -f1 /proc/loadavg)"
   done
 done

@@ -39,8 +39,9 @@ type groupedAux struct {
 	mxfp4   bool // w is MXFP4: blocks [E, N, K/32, 16] and scales [E, N, K/32] (mxfp4.go)
 	// int4: w is int4 (quant.go's layout): packed [E, N, K/32, 16], codes
 	// [E, N, K/32] and the stack's one scale table [256, 1]. int4Q8: the
-	// rows are quantised to int8 per block of 32 first (SetActivations
-	// "int8"), in the GEMVs as in the GEMMs.
+	// rows are quantised to int8 per block of 32 first and multiplied as
+	// the dense int4 products are under SetActivations "int8" (VNNI), in
+	// the GEMVs as in the GEMMs.
 	int4, int4Q8 bool
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
@@ -193,15 +194,6 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		r := make([]float32, len(lhs))
 		kernels.RoundBF16(r, lhs)
 		lhs = r
-	case a.int4Q8:
-		// Each row quantised to int8 per block of 32 (as the dense int4
-		// products do under int8 activations), once for all its experts;
-		// the products then multiply the quantised values in f32.
-		r := slices.Clone(lhs)
-		for p := 0; p < P; p++ {
-			kernels.FakeQuantizeQ8(r[p*K : (p+1)*K])
-		}
-		lhs = r
 	}
 	out := st.alloc(n.shape)
 	o := out.data.([]float32)
@@ -228,6 +220,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			g.MXFP4, g.MXScales = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32]
 		case a.int4:
 			g.Int4, g.Int4Codes, g.Int4Table = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table
+			g.Int4Q8 = a.int4Q8
 		case a.group > 0:
 			g.I8, g.Scales, g.Group = in[1].data.([]int8)[e*N*K:(e+1)*N*K], in[3].data.([]float32)[e*N*(K/a.group):], a.group
 		case !a.from16:
@@ -258,6 +251,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		switch {
 		case a.mxfp4:
 			kernels.GemmMXFP4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
+		case a.int4 && a.int4Q8:
+			kernels.GemmInt4Q8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.int4:
 			kernels.GemmInt4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.group > 0:

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -11,7 +12,9 @@ import (
 // Scales [N, k/Group], as GemmInt8NT takes them), MXFP4 (with
 // MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused) or
 // Int4 (with Int4Codes and the 256-entry Int4Table, as GemmInt4NT takes
-// them; LDB unused).
+// them; LDB unused). Int4Q8 quantises A to int8 per block of 32 first and
+// multiplies as GemmInt4Q8NT does (in integers with AVX512-VNNI when k is
+// a multiple of 64).
 type Gemv struct {
 	A []float32
 	C []float32 // [N], overwritten
@@ -27,6 +30,7 @@ type Gemv struct {
 	Int4      []byte
 	Int4Codes []byte
 	Int4Table []float32
+	Int4Q8    bool
 	LDB       int
 }
 
@@ -62,14 +66,39 @@ func GemvMulti(k int, ps []Gemv) {
 		chunks += (p.N + grain - 1) / grain
 	}
 	starts[len(ps)] = chunks
-	// codes: each int4 product's nibble format (its scale table).
+	// codes: each int4 product's nibble format (its scale table); q8: its
+	// row quantised for the VNNI kernel (Int4Q8), or av its row quantised
+	// and dequantised for the f32 one (Int4Q8 without VNNI).
 	var codes []*nibbleCode
+	var q8 []*q8Row
+	av := make([][]float32, len(ps))
+	vnni := hasVNNI() && k%64 == 0
 	for i, p := range ps {
-		if p.Int4 != nil {
-			if codes == nil {
-				codes = make([]*nibbleCode, len(ps))
+		av[i] = p.A[:k]
+		if p.Int4 == nil {
+			continue
+		}
+		if codes == nil {
+			codes = make([]*nibbleCode, len(ps))
+		}
+		codes[i] = int4Code(p.Int4Table)
+		switch {
+		case p.Int4Q8 && vnni:
+			if q8 == nil {
+				q8 = make([]*q8Row, len(ps))
+				defer func() {
+					for _, r := range q8 {
+						if r != nil {
+							q8Pool.Put(r)
+						}
+					}
+				}()
 			}
-			codes[i] = int4Code(p.Int4Table)
+			q8[i] = q8Pool.Get().(*q8Row)
+			q8[i].quantizeQ8(av[i])
+		case p.Int4Q8:
+			av[i] = slices.Clone(av[i])
+			FakeQuantizeQ8(av[i])
 		}
 	}
 	Parallel(chunks, 1, func(lo, hi int) {
@@ -81,7 +110,7 @@ func GemvMulti(k int, ps []Gemv) {
 			p := &ps[i]
 			j0 := (c - starts[i]) * grain
 			j1 := min(j0+grain, p.N)
-			av := p.A[:k]
+			av := av[i]
 			switch {
 			case p.F32 != nil:
 				gemvRowsF32(av, p.F32[j0*p.LDB:], p.LDB, p.C[j0:j1])
@@ -91,6 +120,8 @@ func GemvMulti(k int, ps []Gemv) {
 				gemvRowsF16(av, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.MXFP4 != nil:
 				gemvRowsMXFP4(av, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
+			case p.Int4 != nil && q8 != nil && q8[i] != nil:
+				dotInt4Q8(q8[i], p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
 			case p.Int4 != nil:
 				gemvRowsNibbles(codes[i], av, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
 			default:

@@ -13,7 +13,7 @@ import (
 func TestGemvMulti(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(21, 22))
-		for _, k := range []int{16, 48, 1024} {
+		for _, k := range []int{16, 48, 96, 1024} {
 			var ps []Gemv
 			var want [][]float32
 			for i, n := range []int{1, 15, 16, 17, 100, 300} {
@@ -56,13 +56,17 @@ func TestGemvMulti(t *testing.T) {
 				want = append(want, w)
 			}
 			if k%Int4Block == 0 { // int4 products, between the others
-				for _, n := range []int{3, 77} {
+				for i, n := range []int{3, 77, 5, 40} {
 					f := randMat(r, n, k, k)
 					lo, hi := Int4Range(f, n, k)
-					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, Int4Table: Int4Table(lo, hi)}
+					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, Int4Table: Int4Table(lo, hi), Int4Q8: i >= 2}
 					g.Int4, g.Int4Codes = QuantizeInt4(f, n, k, g.Int4Table)
 					w := make([]float32, n)
-					GemmInt4NT(1, n, k, g.A, k, g.Int4, g.Int4Codes, g.Int4Table, w, n)
+					if g.Int4Q8 {
+						GemmInt4Q8NT(1, n, k, g.A, k, g.Int4, g.Int4Codes, g.Int4Table, w, n)
+					} else {
+						GemmInt4NT(1, n, k, g.A, k, g.Int4, g.Int4Codes, g.Int4Table, w, n)
+					}
 					ps = append([]Gemv{g}, ps...)
 					want = append([][]float32{w}, want...)
 				}
