@@ -77,7 +77,7 @@ func TestQuantizeMoE(t *testing.T) {
 	dir := moeModelDir(t, true)
 	e := genEnv(t)
 	require.Equal(t, ExitUnsupported, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", "host"))
-	assert.Contains(t, e.errOut.String(), "--quantize int8 is not supported with --experts host")
+	assert.Contains(t, e.errOut.String(), "--quantize int8: not supported with --experts host")
 	for _, mode := range []string{"graph", "dense"} {
 		e = genEnv(t)
 		require.Equal(t, ExitOK, e.run("generate", "--model", dir, "-p", "hi", "-n", "2", "--quantize", "int8", "--experts", mode), mode+": "+e.errOut.String())

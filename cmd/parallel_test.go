@@ -29,12 +29,12 @@ func TestParallelFlagsUsage(t *testing.T) {
 func TestGenerateTPNeedsDevices(t *testing.T) {
 	e := genEnv(t)
 	require.Equal(t, ExitDevice, e.run("--device", "cpu", "generate", "-m", storiesDir, "-p", "Once", "--tp", "2"), e.errOut.String())
-	assert.Contains(t, e.errOut.String(), "--tp 2 needs 2 devices, but the "+tpu.DefaultCPUBackend+" backend has 1")
+	assert.Contains(t, e.errOut.String(), "--tp 2: needs 2 devices, but the "+tpu.DefaultCPUBackend+" backend has 1")
 	assert.Empty(t, e.out.String())
 
 	e = genEnv(t)
 	require.Equal(t, ExitDevice, e.run("--device", "cpu", "generate", "-m", storiesDir, "-p", "Once", "--dp", "2"), e.errOut.String())
-	assert.Contains(t, e.errOut.String(), "--tp 1 --dp 2 needs 2 devices")
+	assert.Contains(t, e.errOut.String(), "--dp 2: needs 2 devices")
 
 	// --tp 1 is the default single-device run.
 	e = genEnv(t)
@@ -46,7 +46,7 @@ func TestBenchTPNeedsDevices(t *testing.T) {
 	e := genEnv(t)
 	code := e.run("--device", "cpu", "bench", "-m", storiesDir, "--tp", "4", "--batch", "1", "--prompt-len", "8", "--gen-len", "2", "--repeat", "1", "--warmup", "0")
 	require.Equal(t, ExitDevice, code, e.errOut.String())
-	assert.Contains(t, e.errOut.String(), "--tp 4 needs 4 devices")
+	assert.Contains(t, e.errOut.String(), "--tp 4: needs 4 devices")
 }
 
 // TestPluginFailuresExit4: a plugin path that does not exist, a directory,

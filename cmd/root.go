@@ -85,6 +85,7 @@ func Run(ctx context.Context, f *Factory, args []string) ExitCode {
 	if ctx.Err() != nil && !errors.Is(err, errs.ErrInterrupted) {
 		err = fmt.Errorf("%w: %w", errs.ErrInterrupted, err)
 	}
+	err = restateOptions(err)
 	code := ExitCodeFor(err)
 	printError(f, err, code)
 	return code

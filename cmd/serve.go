@@ -241,23 +241,6 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
 }
 
-// batchFlags names the flag that sets each compile.BatchOptions field.
-var batchFlags = map[string]string{"MaxBatch": "--max-batch", "MaxContext": "--max-context", "PrefillChunk": "--prefill-chunk"}
-
-// batchFlagError restates a compile.OptionError with the flag that set
-// the option; other errors pass as they are.
-func batchFlagError(err error) error {
-	var oe *compile.OptionError
-	if !errors.As(err, &oe) {
-		return err
-	}
-	flag, ok := batchFlags[oe.Option]
-	if !ok {
-		return err
-	}
-	return errs.Usagef("%s %d: want %s", flag, oe.Value, oe.Want)
-}
-
 // compileCounter counts the executables compiled: all of them, and those
 // compiled after the server started listening (recompiles: with --warmup
 // there should be none).
@@ -328,7 +311,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
 		PrefillChunk: opts.PrefillChunk, PrefixCache: opts.PrefixCache})
 	if err != nil {
-		return batchFlagError(err)
+		return err
 	}
 	defer batch.Close()
 	counter := &compileCounter{stats: runner.Stats}

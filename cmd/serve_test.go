@@ -20,7 +20,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 )
 
@@ -154,16 +153,6 @@ func TestServedContext(t *testing.T) {
 	_, err := servedContext(1024, 512)
 	require.True(t, errors.Is(err, errs.ErrUsage), "%v", err)
 	assert.Contains(t, err.Error(), "--max-context 1024")
-}
-
-// TestBatchFlagError: compile's option errors come back naming the flag,
-// as usage errors; other errors pass unchanged.
-func TestBatchFlagError(t *testing.T) {
-	err := batchFlagError(fmt.Errorf("batch: %w", &compile.OptionError{Option: "MaxContext", Value: 9000, Want: "2 to the model's 512 positions"}))
-	require.True(t, errors.Is(err, errs.ErrUsage), "%v", err)
-	assert.Equal(t, "--max-context 9000: want 2 to the model's 512 positions", err.Error())
-	other := errors.New("engine failed")
-	assert.Same(t, other, batchFlagError(other))
 }
 
 // serveInProcess runs serve on the stories model in this process on a free

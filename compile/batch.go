@@ -94,22 +94,6 @@ type BatchOptions struct {
 	PrefixCache int
 }
 
-// OptionError is a BatchOptions field out of its range: the field's name,
-// its value and what it wants. It wraps errs.ErrUsage; cmd names the flag
-// that set it.
-type OptionError struct {
-	Option string // the BatchOptions field
-	Value  int
-	Want   string
-}
-
-func (e *OptionError) Error() string {
-	return fmt.Sprintf("BatchOptions.%s %d: want %s", e.Option, e.Value, e.Want)
-}
-
-// Unwrap makes an OptionError a usage error.
-func (e *OptionError) Unwrap() error { return errs.ErrUsage }
-
 // MaxSlots bounds BatchOptions.MaxBatch.
 const MaxSlots = 1024
 
@@ -142,7 +126,12 @@ type Batch struct {
 // NewBatch prepares continuous batching on r, which it then owns.
 func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 	if r.tp != nil {
-		return nil, errs.Unsupportedf("serving with --tp/--dp above 1 is not supported yet: run one device per server")
+		field, v := "TP", r.opts.TP
+		if v <= 1 {
+			field, v = "DP", r.opts.DP
+		}
+		return nil, &OptionError{Option: field, Value: v, Kind: errs.ErrUnsupported,
+			Reason: "serving on several devices is not supported yet: run one device per server"}
 	}
 	if o.MaxBatch < 1 || o.MaxBatch > MaxSlots {
 		return nil, &OptionError{Option: "MaxBatch", Value: o.MaxBatch, Want: fmt.Sprintf("1 to %d sequence slots", MaxSlots)}

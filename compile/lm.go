@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func ParseMode(s string) (Mode, error) {
 	case "eager":
 		return Eager, nil
 	}
-	return 0, errs.Usagef("--mode %q: want compiled or eager", s)
+	return 0, &OptionError{Option: "Mode", Value: strconv.Quote(s), Want: "compiled or eager"}
 }
 
 // Options configure a Runner.
@@ -118,7 +119,7 @@ func ParseExpertsMode(s string) (ExpertsMode, error) {
 	case "host", "dense":
 		return ExpertsMode(s), nil
 	}
-	return "", errs.Usagef("--experts %q: want graph, host or dense", s)
+	return "", &OptionError{Option: "Experts", Value: strconv.Quote(s), Want: "graph, host or dense"}
 }
 
 // String is the mode's name as ParseExpertsMode reads it.
@@ -206,22 +207,23 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 	case dtypes.Float32:
 	case dtypes.BFloat16:
 		if !opts.Caps.BFloat16 {
-			return nil, errs.Unsupportedf("backend %s does not support compute dtype %s", backend.Name(), opts.DType)
+			return nil, &OptionError{Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported by backend " + backend.Name()}
 		}
 	default:
-		return nil, errs.Unsupportedf("compute dtype %s is not supported (use float32 or bfloat16)", opts.DType)
+		return nil, &OptionError{Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
 	}
 	switch opts.KVDType {
 	case dtypes.InvalidDType, dtypes.Float32:
 	case dtypes.BFloat16:
 		if !opts.Caps.BFloat16 {
-			return nil, errs.Unsupportedf("backend %s does not support a KV cache in %s", backend.Name(), opts.KVDType)
+			return nil, &OptionError{Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "a KV cache in it is not supported by backend " + backend.Name()}
 		}
 	default:
-		return nil, errs.Unsupportedf("KV cache dtype %s is not supported (use float32 or bfloat16)", opts.KVDType)
+		return nil, &OptionError{Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
 	}
 	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
-		return nil, errs.Unsupportedf("--experts %s: %s runs its experts only in the graph (%s); use --experts graph", opts.Experts, l.Model.Spec().Architecture, ig.InGraphExperts())
+		return nil, &OptionError{Option: "Experts", Value: opts.Experts, Kind: errs.ErrUnsupported,
+			Reason: fmt.Sprintf("%s runs its experts only in the graph (%s); use {Experts} graph", l.Model.Spec().Architecture, ig.InGraphExperts())}
 	}
 	r := &Runner{
 		backend: backend, model: l.Model, spec: l.Model.Spec(), opts: opts,

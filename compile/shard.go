@@ -61,9 +61,9 @@ type ShardPlan struct {
 // Parallel names the --tp and --dp flags in errors.
 func parallelFlags(tp, dp int) string {
 	if dp > 1 {
-		return fmt.Sprintf("--tp %d --dp %d", tp, dp)
+		return fmt.Sprintf("{TP} %d {DP} %d", tp, dp)
 	}
-	return fmt.Sprintf("--tp %d", tp)
+	return fmt.Sprintf("{TP} %d", tp)
 }
 
 // CheckParallel validates a TP degree against a model: the attention heads,
@@ -71,10 +71,10 @@ func parallelFlags(tp, dp int) string {
 // errs.ErrUsage and name the figures that do not divide.
 func CheckParallel(spec *lm.Spec, tp, dp int) error {
 	if tp < 1 {
-		return errs.Usagef("--tp %d: want 1 or more devices", tp)
+		return &OptionError{Option: "TP", Value: tp, Want: "1 or more devices"}
 	}
 	if dp < 1 {
-		return errs.Usagef("--dp %d: want 1 or more devices", dp)
+		return &OptionError{Option: "DP", Value: dp, Want: "1 or more devices"}
 	}
 	if tp == 1 {
 		return nil
@@ -90,8 +90,8 @@ func CheckParallel(spec *lm.Spec, tp, dp int) error {
 		bad = append(bad, fmt.Sprintf("intermediate_size %d", spec.Intermediate))
 	}
 	if len(bad) > 0 {
-		return errs.Usagef("--tp %d: %s must be multiples of the TP degree (try %s)",
-			tp, strings.Join(bad, ", "), suggestTP(spec, tp))
+		return &OptionError{Option: "TP", Value: tp,
+			Reason: fmt.Sprintf("%s must be multiples of the TP degree (try %s)", strings.Join(bad, ", "), suggestTP(spec, tp))}
 	}
 	return nil
 }
@@ -101,7 +101,7 @@ func suggestTP(spec *lm.Spec, tp int) string {
 	var ok []string
 	for d := 1; d < tp; d *= 2 {
 		if spec.Heads%d == 0 && spec.KVHeads%d == 0 && (spec.Intermediate == 0 || spec.Intermediate%d == 0) {
-			ok = append(ok, fmt.Sprintf("--tp %d", d))
+			ok = append(ok, fmt.Sprintf("{TP} %d", d))
 		}
 	}
 	return strings.Join(ok, " or ")
@@ -111,8 +111,16 @@ func suggestTP(spec *lm.Spec, tp int) string {
 // with have devices cannot hold a DP x TP mesh.
 func CheckDevices(backendName string, have, tp, dp int) error {
 	if need := tp * dp; need > have {
-		return errs.Devicef("%s needs %d devices, but the %s backend has %d (on a TPU VM every chip of the host is one device; the go backend has 1)",
-			parallelFlags(tp, dp), need, backendName, have)
+		field, v, with := "TP", tp, ""
+		switch {
+		case dp > 1 && tp > 1:
+			with = fmt.Sprintf("with {DP} %d, ", dp)
+		case dp > 1:
+			field, v = "DP", dp
+		}
+		return &OptionError{Option: field, Value: v, Kind: errs.ErrDeviceUnavailable,
+			Reason: fmt.Sprintf("%sneeds %d devices, but the %s backend has %d (on a TPU VM every chip of the host is one device; the go backend has 1)",
+				with, need, backendName, have)}
 	}
 	return nil
 }
@@ -166,8 +174,8 @@ func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 			continue
 		}
 		if w.Shape[axis]%tp != 0 {
-			return nil, errs.Usagef("--tp %d: tensor %s has shape %v; its axis %d (%d) is not a multiple of %d",
-				tp, w.Name, w.Shape, axis, w.Shape[axis], tp)
+			return nil, &OptionError{Option: "TP", Value: tp,
+				Reason: fmt.Sprintf("tensor %s has shape %v; its axis %d (%d) is not a multiple of %d", w.Name, w.Shape, axis, w.Shape[axis], tp)}
 		}
 		axes := make([]distributed.AxisSpec, axis+1)
 		axes[axis] = distributed.AxisSpec{MeshModel}
@@ -384,8 +392,9 @@ func (r *Runner) setupParallel() error {
 		return nil
 	}
 	if _, ok := r.expertModel(); ok && r.opts.Experts == ExpertsHost {
-		return errs.Unsupportedf("%s: --experts host cannot run with %s (its tokens are grouped on the host between pieces that are not split over devices); use --experts graph or dense",
-			r.spec.Architecture, parallelFlags(tp, dp))
+		return &OptionError{Option: "Experts", Value: r.opts.Experts, Kind: errs.ErrUnsupported,
+			Reason: fmt.Sprintf("%s cannot run its host-routed experts with %s (its tokens are grouped on the host between pieces that are not split over devices); use {Experts} graph or dense",
+				r.spec.Architecture, parallelFlags(tp, dp))}
 	}
 	plan, err := PlanShards(r.model, tp, dp)
 	if err != nil {
@@ -505,7 +514,7 @@ func (r *Runner) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (s
 func (r *Runner) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error) {
 	p := r.tp.plan
 	if batch%p.DP != 0 {
-		return nil, errs.Usagef("--dp %d: a batch of %d prompts does not split evenly over %d devices", p.DP, batch, p.DP)
+		return nil, &OptionError{Option: "DP", Value: p.DP, Reason: fmt.Sprintf("a batch of %d prompts does not split evenly over %d devices", batch, p.DP)}
 	}
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {

@@ -167,7 +167,7 @@ func TestCheckParallel(t *testing.T) {
 	if !errors.Is(err, errs.ErrUsage) {
 		t.Fatalf("--tp 8: %v, want a usage error", err)
 	}
-	for _, s := range []string{"--tp 8", "num_attention_heads 12", "num_key_value_heads 4", "try --tp 1 or --tp 2 or --tp 4"} {
+	for _, s := range []string{"Options.TP 8", "num_attention_heads 12", "num_key_value_heads 4", "try Options.TP 1 or Options.TP 2 or Options.TP 4"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
@@ -291,11 +291,11 @@ func TestNewLMParallelErrors(t *testing.T) {
 	if !errors.Is(err, errs.ErrDeviceUnavailable) {
 		t.Fatalf("--tp 2 on the go backend: %v, want a device error", err)
 	}
-	if !strings.Contains(err.Error(), "--tp 2 needs 2 devices") || !strings.Contains(err.Error(), "has 1") {
+	if !strings.Contains(err.Error(), "Options.TP 2: needs 2 devices") || !strings.Contains(err.Error(), "has 1") {
 		t.Errorf("message %q", err)
 	}
 	_, err = NewRunner(be, l, Options{TP: 2, DP: 2})
-	if err == nil || !strings.Contains(err.Error(), "--tp 2 --dp 2 needs 4 devices") {
+	if err == nil || !strings.Contains(err.Error(), "Options.TP 2: with Options.DP 2, needs 4 devices") {
 		t.Errorf("tp 2 dp 2: %v", err)
 	}
 	// Sizes that do not split are usage errors, whatever the device.
@@ -403,7 +403,7 @@ func TestAllocShardedState(t *testing.T) {
 		t.Errorf("shard shapes %s", got)
 	}
 	_, err = r.allocShardedState(3, 32)
-	if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "--dp 2") {
+	if !errors.Is(err, errs.ErrUsage) || !strings.Contains(err.Error(), "Options.DP 2") {
 		t.Errorf("batch 3 over dp 2: %v", err)
 	}
 }
@@ -533,7 +533,7 @@ func TestPlanShardsMoE(t *testing.T) {
 				t.Errorf("--tp 2, graph experts, on the go backend: %v, want the device-count error", err)
 			}
 			_, err = NewRunner(be, l, Options{TP: 2, Experts: ExpertsHost})
-			if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "--experts host") {
+			if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "Options.Experts host") {
 				t.Errorf("--tp 2 --experts host: %v, want unsupported naming --experts host", err)
 			}
 		})

@@ -3,6 +3,7 @@ package compile
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -123,13 +124,15 @@ func (r *Runner) checkQuantize() error {
 		return nil
 	case "int8", "int4":
 	default:
-		return errs.Usagef("--quantize %q: want int8, int4 (or nothing)", q)
+		return &OptionError{Option: "Quantize", Value: strconv.Quote(q), Want: "int8, int4 (or nothing)"}
 	}
 	if r.tp != nil {
-		return errs.Unsupportedf("--quantize %s with --tp/--dp is not supported (weights are split on the host as floats)", q)
+		return &OptionError{Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
+			Reason: "not supported with {TP}/{DP} (weights are split on the host as floats)"}
 	}
 	if _, ok := r.routedModel(); ok {
-		return errs.Unsupportedf("--quantize %s is not supported with --experts host (the host-routed experts take float weights); use --experts graph or dense", q)
+		return &OptionError{Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
+			Reason: "not supported with {Experts} host (the host-routed experts take float weights); use {Experts} graph or dense"}
 	}
 	return nil
 }

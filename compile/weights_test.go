@@ -392,7 +392,7 @@ func TestKVCacheBF16(t *testing.T) {
 			t.Errorf("%s: max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", mode, rel, agree)
 		}
 	}
-	if _, err := NewRunner(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "KV cache dtype Float16 is not supported") {
+	if _, err := NewRunner(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "Options.KVDType Float16: not supported") {
 		t.Errorf("KVDType float16: err %v, want it refused", err)
 	}
 }
