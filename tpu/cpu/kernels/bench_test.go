@@ -335,3 +335,30 @@ func BenchmarkGemvMulti(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInt4Levels: int4 products at each instruction set this CPU
+// has (the AVX2 kernels are what machines without AVX-512 run): a GEMV
+// (decode) and a 128-row GEMM (prefill) of a 2048x2048 weight.
+func BenchmarkInt4Levels(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	n, k := 2048, 2048
+	w := randMat(r, n, k, k)
+	lo, hi := Int4Range(w, n, k)
+	table := Int4Table(lo, hi)
+	packed, codes := QuantizeInt4(w, n, k, table)
+	for _, l := range levels() {
+		for _, m := range []int{1, 128} {
+			b.Run(fmt.Sprintf("%s/m=%d", l, m), func(b *testing.B) {
+				old := setLevel(l)
+				defer setLevel(old)
+				a := randMat(r, m, k, k)
+				c := make([]float32, m*n)
+				b.SetBytes(int64(len(packed) + len(codes)))
+				for b.Loop() {
+					GemmInt4NT(m, n, k, a, k, packed, codes, table, c, n)
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

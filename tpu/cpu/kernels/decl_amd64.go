@@ -99,6 +99,12 @@ func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]in
 func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
 
 //go:noescape
+func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+
+//go:noescape
+func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+
+//go:noescape
 func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
 
 //go:noescape

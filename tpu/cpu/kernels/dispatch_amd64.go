@@ -353,11 +353,17 @@ func widenI8(dst []float32, src []int8, s float32) {
 func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
 	nb := k / nibbleBlock
-	if level != levelAVX512 || nb == 0 || len(c) == 0 {
+	if level == levelGeneric || nb == 0 || len(c) == 0 {
 		gemvRowsNibblesGeneric(code, a, blocks, scales, c)
 		return
 	}
 	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
+	if level == levelAVX2 {
+		for j := range c {
+			c[j] = dotNibblesAVX2(&a[0], &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half)
+		}
+		return
+	}
 	for j := range c {
 		c[j] = dotNibblesAVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half)
 	}
@@ -391,11 +397,15 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 // widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	nb := len(dst) / nibbleBlock
-	if level != levelAVX512 || nb == 0 {
+	if level == levelGeneric || nb == 0 {
 		widenNibblesGeneric(code, dst, blocks, scales)
 		return
 	}
 	_, _ = blocks[nb*nibbleBlock/2-1], scales[nb-1]
+	if level == levelAVX2 {
+		widenNibblesAVX2(&dst[0], &blocks[0], &scales[0], nb, code.lut, code.half)
+		return
+	}
 	widenNibblesAVX512(&dst[0], &blocks[0], &scales[0], nb, code.lut, code.half)
 }
 

@@ -136,28 +136,30 @@ func TestQuantizeInt4Error(t *testing.T) {
 // product, the blocked GEMM with chunks that start mid-block) and the
 // portable GEMV with the f32 GEMM on the weights decoded the long way.
 func TestGemmInt4NT(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
-	for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {8, 40, 288}, {12, 20, 96}, {70, 33, 2080}} {
-		m, n, k := sz[0], sz[1], sz[2]
-		packed, codes, table, dense := int4Case(r, n, k)
-		a := randMat(r, m, k, k)
-		want := make([]float32, m*n)
-		GemmF32NT(m, n, k, a, k, dense, k, want, n)
-		got := make([]float32, m*n)
-		GemmInt4NT(m, n, k, a, k, packed, codes, table, got, n)
-		for i := range want {
-			if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
-				t.Fatalf("m=%d n=%d k=%d: C[%d] = %v, want %v", m, n, k, i, got[i], want[i])
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(5, 6))
+		for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {8, 40, 288}, {12, 20, 96}, {70, 33, 2080}} {
+			m, n, k := sz[0], sz[1], sz[2]
+			packed, codes, table, dense := int4Case(r, n, k)
+			a := randMat(r, m, k, k)
+			want := make([]float32, m*n)
+			GemmF32NT(m, n, k, a, k, dense, k, want, n)
+			got := make([]float32, m*n)
+			GemmInt4NT(m, n, k, a, k, packed, codes, table, got, n)
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("m=%d n=%d k=%d: C[%d] = %v, want %v", m, n, k, i, got[i], want[i])
+				}
+			}
+			c := make([]float32, n)
+			gemvRowsNibblesGeneric(int4Code(table), a[:k], packed, codes, c) // the portable path, whatever this CPU runs
+			for j := range c {
+				if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
+				}
 			}
 		}
-		c := make([]float32, n)
-		gemvRowsNibblesGeneric(int4Code(table), a[:k], packed, codes, c) // the portable path, whatever this CPU runs
-		for j := range c {
-			if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
-				t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
-			}
-		}
-	}
+	})
 }
 
 func TestGemmInt4Panics(t *testing.T) {

@@ -34,40 +34,42 @@ func mxfp4Case(r *rand.Rand, n, k int) (blocks, scales []byte, dense []float32) 
 // GEMM above, with k chunks that start mid-byte and mid-block) with the
 // f32 GEMM on the decoded weights, and GemvMulti's MXFP4 products with it.
 func TestGemmMXFP4NT(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {12, 20, 96}, {70, 33, 2080}} {
-		m, n, k := sz[0], sz[1], sz[2]
-		blocks, scales, dense := mxfp4Case(r, n, k)
-		a := make([]float32, m*k)
-		for i := range a {
-			a[i] = float32(r.NormFloat64())
-		}
-		want := make([]float32, m*n)
-		GemmF32NT(m, n, k, a, k, dense, k, want, n)
-		got := make([]float32, m*n)
-		GemmMXFP4NT(m, n, k, a, k, blocks, scales, got, n)
-		for i := range want {
-			if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
-				t.Fatalf("m=%d n=%d k=%d: C[%d] = %v, want %v", m, n, k, i, got[i], want[i])
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, sz := range [][3]int{{1, 7, 32}, {1, 130, 2880}, {2, 9, 64}, {5, 70, 1056}, {12, 20, 96}, {70, 33, 2080}} {
+			m, n, k := sz[0], sz[1], sz[2]
+			blocks, scales, dense := mxfp4Case(r, n, k)
+			a := make([]float32, m*k)
+			for i := range a {
+				a[i] = float32(r.NormFloat64())
+			}
+			want := make([]float32, m*n)
+			GemmF32NT(m, n, k, a, k, dense, k, want, n)
+			got := make([]float32, m*n)
+			GemmMXFP4NT(m, n, k, a, k, blocks, scales, got, n)
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("m=%d n=%d k=%d: C[%d] = %v, want %v", m, n, k, i, got[i], want[i])
+				}
+			}
+			if m != 1 {
+				continue
+			}
+			c := make([]float32, n)
+			gemvRowsNibblesGeneric(&mxfp4Code, a, blocks, scales, c) // the portable path, whatever this CPU runs
+			for j := range c {
+				if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
+				}
+			}
+			GemvMulti(k, []Gemv{{A: a, C: c, N: n, MXFP4: blocks, MXScales: scales}})
+			for j := range c {
+				if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("GemvMulti n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
+				}
 			}
 		}
-		if m != 1 {
-			continue
-		}
-		c := make([]float32, n)
-		gemvRowsNibblesGeneric(&mxfp4Code, a, blocks, scales, c) // the portable path, whatever this CPU runs
-		for j := range c {
-			if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
-				t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
-			}
-		}
-		GemvMulti(k, []Gemv{{A: a, C: c, N: n, MXFP4: blocks, MXScales: scales}})
-		for j := range c {
-			if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
-				t.Fatalf("GemvMulti n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])
-			}
-		}
-	}
+	})
 }
 
 // TestGemmMXFP4Panics: k not a multiple of 32, short blocks or scales.

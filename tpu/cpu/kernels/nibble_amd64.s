@@ -250,3 +250,103 @@ pmdone:
 pmend:
 	VZEROUPPER
 	RET
+
+// ---- AVX2 ----
+
+// DECODE_BLOCK_AVX2 is DECODE_BLOCK on 256-bit registers: the block at
+// (SI) becomes its 32 values as f32 in Y6 (0..7), Y7 (8..15), Y8 (16..23)
+// and Y9 (24..31). Clobbers X2..X5.
+#define DECODE_BLOCK_AVX2 \
+	VMOVDQU    (SI), X2     \
+	VPSRLW     $4, X2, X3   \
+	VPAND      X13, X2, X2  \
+	VPAND      X13, X3, X3  \
+	VPSHUFB    X2, X14, X2  \
+	VPSHUFB    X3, X14, X3  \
+	VPUNPCKLBW X3, X2, X4   \
+	VPUNPCKHBW X3, X2, X5   \
+	VPMOVSXBD  X4, Y6       \
+	VPSRLDQ    $8, X4, X4   \
+	VPMOVSXBD  X4, Y7       \
+	VPMOVSXBD  X5, Y8       \
+	VPSRLDQ    $8, X5, X5   \
+	VPMOVSXBD  X5, Y9       \
+	VCVTDQ2PS  Y6, Y6       \
+	VCVTDQ2PS  Y7, Y7       \
+	VCVTDQ2PS  Y8, Y8       \
+	VCVTDQ2PS  Y9, Y9
+
+// func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+// dotNibblesAVX512 for AVX2 machines: Y0, Y1 accumulate; X13 is the
+// nibble mask, X14 the table.
+TEXT ·dotNibblesAVX2(SB), NOSPLIT, $0-52
+	MOVQ a+0(FP), AX
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nblocks+24(FP), CX
+	MOVQ lut+32(FP), DX
+	MOVQ half+40(FP), R8
+	VMOVDQU (DX), X14
+	MOVL    $0x0F0F0F0F, R9
+	MOVL    R9, X13
+	VPBROADCASTD X13, X13
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+a2loop:
+	TESTQ CX, CX
+	JLE   a2done
+	DECODE_BLOCK_AVX2
+	MOVBQZX      (BX), R10
+	VBROADCASTSS (R8)(R10*4), Y10
+	VMULPS       (AX), Y6, Y6
+	VFMADD231PS  32(AX), Y7, Y6
+	VMULPS       64(AX), Y8, Y8
+	VFMADD231PS  96(AX), Y9, Y8
+	VFMADD231PS  Y10, Y6, Y0
+	VFMADD231PS  Y10, Y8, Y1
+	ADDQ $16, SI
+	INCQ BX
+	ADDQ $128, AX
+	DECQ CX
+	JMP  a2loop
+a2done:
+	VADDPS Y1, Y0, Y0
+	REDUCE256(Y0, X0, ret+48(FP))
+	VZEROUPPER
+	RET
+
+// func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+// widenNibblesAVX512 for AVX2 machines.
+TEXT ·widenNibblesAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nblocks+24(FP), CX
+	MOVQ lut+32(FP), DX
+	MOVQ half+40(FP), R8
+	VMOVDQU (DX), X14
+	MOVL    $0x0F0F0F0F, R9
+	MOVL    R9, X13
+	VPBROADCASTD X13, X13
+w2loop:
+	TESTQ CX, CX
+	JLE   w2done
+	DECODE_BLOCK_AVX2
+	MOVBQZX      (BX), R10
+	VBROADCASTSS (R8)(R10*4), Y10
+	VMULPS       Y10, Y6, Y6
+	VMULPS       Y10, Y7, Y7
+	VMULPS       Y10, Y8, Y8
+	VMULPS       Y10, Y9, Y9
+	VMOVUPS      Y6, (DI)
+	VMOVUPS      Y7, 32(DI)
+	VMOVUPS      Y8, 64(DI)
+	VMOVUPS      Y9, 96(DI)
+	ADDQ $16, SI
+	INCQ BX
+	ADDQ $128, DI
+	DECQ CX
+	JMP  w2loop
+w2done:
+	VZEROUPPER
+	RET
