@@ -22,7 +22,7 @@ const coldBytes = 128 << 20
 var gemvShapes = [][2]int{{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}, {1024, 64}, {64, 1024}}
 
 func BenchmarkGEMV(b *testing.B) {
-	for _, dt := range []string{"f32", "bf16", "f16", "int8"} {
+	for _, dt := range []string{"f32", "bf16", "f16", "int8", "fp8"} {
 		for _, sh := range gemvShapes {
 			n, k := sh[0], sh[1]
 			b.Run(fmt.Sprintf("%s/%dx%d", dt, n, k), func(b *testing.B) {
@@ -34,7 +34,7 @@ func BenchmarkGEMV(b *testing.B) {
 
 func benchGEMV(b *testing.B, dt string, n, k int) {
 	r := rand.New(rand.NewPCG(1, 1))
-	elem := map[string]int{"f32": 4, "bf16": 2, "f16": 2, "int8": 1}[dt]
+	elem := map[string]int{"f32": 4, "bf16": 2, "f16": 2, "int8": 1, "fp8": 1}[dt]
 	bytes := n * k * elem
 	copies := max(1, coldBytes/bytes)
 	a := randMat(r, 1, k, k)
@@ -65,6 +65,9 @@ func benchGEMV(b *testing.B, dt string, n, k int) {
 				sc[j] = 0.01
 			}
 			calls[i] = func() { GemmInt8NT(1, n, k, a, k, w, k, sc, k, c, n) }
+		case "fp8":
+			w, sc, _ := fp8Case(r, n, k, k, 128, 128)
+			calls[i] = func() { GemmFP8NT(1, n, k, a, k, w, k, sc, 128, 128, c, n) }
 		}
 	}
 	b.SetBytes(int64(bytes))

@@ -121,3 +121,9 @@ func roundBF16AVX512(dst *uint16, src *float32, n int)
 
 //go:noescape
 func logisticAVX512(dst, src *float32, n int)
+
+//go:noescape
+func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
+
+//go:noescape
+func widenFP8AVX512(dst *float32, src *byte, n int, scale float32)

@@ -563,3 +563,54 @@ TEXT ·dot4x4F16AVX512(SB), NOSPLIT, $0-48
 	MOVQ c+32(FP), DI
 	MOVQ ldc+40(FP), R13
 	DOT4X4_16_512(LD_F16_512, f16d4k)
+
+// ---- FP8 (E4M3) ----
+
+// LD_FP8_512 widens 16 E4M3 bytes to the f32 values of their halves (the
+// E4M3 value times 2^-8, fp8.go): sign-extended to words, shifted left by
+// 7 (exponent and mantissa to bits 7..13, the sign's copies to 14 and 15),
+// bit 14 cleared with the mask 0xBF80 in Y14, converted. Clobbers Y9.
+#define LD_FP8_512(P, Z) \
+	VPMOVSXBW (P)(R12*1), Y9 \
+	VPSLLW    $7, Y9, Y9     \
+	VPAND     Y14, Y9, Y9    \
+	VCVTPH2PS Y9, Z
+
+// func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
+TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	MOVL $0xBF80BF80, R13
+	VPBROADCASTD R13, Y14
+	GEMV16_512(LD_FP8_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
+
+// func widenFP8AVX512(dst *float32, src *byte, n int, scale float32)
+// dst[i] = half(src[i])·scale for n (a multiple of 16) values; the caller
+// passes the scale times 2^8.
+TEXT ·widenFP8AVX512(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Z2
+	MOVL $0xBF80BF80, R13
+	VPBROADCASTD R13, Y14
+wf8loop:
+	CMPQ CX, $16
+	JLT  wf8done
+	VPMOVSXBW (SI), Y1
+	VPSLLW    $7, Y1, Y1
+	VPAND     Y14, Y1, Y1
+	VCVTPH2PS Y1, Z1
+	VMULPS    Z2, Z1, Z1
+	VMOVUPS   Z1, (DI)
+	ADDQ $16, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  wf8loop
+wf8done:
+	VZEROUPPER
+	RET

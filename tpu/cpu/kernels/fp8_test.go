@@ -1,0 +1,122 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// fp8Long decodes an E4M3 byte the long way, for the table.
+func fp8Long(b byte) float64 {
+	s := 1.0
+	if b&0x80 != 0 {
+		s = -1
+	}
+	e, m := int(b>>3)&15, float64(b&7)
+	if e == 15 && m == 7 {
+		return math.NaN()
+	}
+	if e == 0 {
+		return s * m / 8 / 64
+	}
+	return s * (1 + m/8) * math.Ldexp(1, e-7)
+}
+
+// Every byte: the table against the long decode, and the widening kernels
+// (the half trick on AVX-512) against the table, NaN bytes aside.
+func TestFP8Values(t *testing.T) {
+	src := make([]byte, 256)
+	for i := range src {
+		src[i] = byte(i)
+		want := fp8Long(byte(i))
+		if got := float64(FP8Value(byte(i))); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
+			t.Fatalf("byte %#x: %v, want %v", i, got, want)
+		}
+	}
+	if FP8Value(0x7e) != 448 || FP8Value(0x01) != float32(math.Ldexp(1, -9)) || FP8Value(0x80) != 0 {
+		t.Fatal("E4M3 landmarks")
+	}
+	forEachLevel(t, func(t *testing.T) {
+		dst := make([]float32, 256)
+		widenFP8(dst, src, 0.375)
+		for i, v := range dst {
+			if b := byte(i); b&0x7f != 0x7f && v != FP8Value(b)*0.375 {
+				t.Fatalf("byte %#x widened to %v, want %v", i, v, FP8Value(b)*0.375)
+			}
+		}
+	})
+}
+
+// fp8Case is a random FP8 matrix [n, k] (stride ldb, no NaN bytes), its
+// block scales and the dense f32 matrix they stand for.
+func fp8Case(r *rand.Rand, n, k, ldb, b0, b1 int) (b []byte, scales, dense []float32) {
+	b = make([]byte, n*ldb)
+	for i := range b {
+		for b[i] = byte(r.IntN(256)); b[i]&0x7f == 0x7f; b[i] = byte(r.IntN(256)) {
+		}
+	}
+	sr, sc := (n+b0-1)/b0, (k+b1-1)/b1
+	scales = make([]float32, sr*sc)
+	for i := range scales {
+		scales[i] = float32(math.Ldexp(0.5+r.Float64(), -r.IntN(10)))
+	}
+	dense = make([]float32, n*k)
+	for j := 0; j < n; j++ {
+		for p := 0; p < k; p++ {
+			dense[j*k+p] = FP8Value(b[j*ldb+p]) * scales[(j/b0)*sc+p/b1]
+		}
+	}
+	return b, scales, dense
+}
+
+func TestGemmFP8NT(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, c := range []struct{ m, n, k, pad, b0, b1 int }{
+			{1, 7, 32, 0, 16, 8}, {1, 300, 1056, 3, 128, 128}, {1, 130, 37, 1, 7, 5}, {2, 9, 64, 0, 16, 8},
+			{5, 70, 1056, 0, 128, 128}, {12, 20, 96, 5, 4, 32}, {70, 33, 200, 0, 128, 128},
+		} {
+			b, scales, dense := fp8Case(r, c.n, c.k, c.k+c.pad, c.b0, c.b1)
+			a := randMat(r, c.m, c.k, c.k)
+			want := make([]float32, c.m*c.n)
+			GemmF32NT(c.m, c.n, c.k, a, c.k, dense, c.k, want, c.n)
+			got := make([]float32, c.m*c.n)
+			for i := range got {
+				got[i] = float32(math.NaN()) // overwritten
+			}
+			GemmFP8NT(c.m, c.n, c.k, a, c.k, b, c.k+c.pad, scales, c.b0, c.b1, got, c.n)
+			scale := 1.0
+			for _, v := range want {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); !(d <= 1e-5*scale) {
+					t.Fatalf("%+v: C[%d] = %v, want %v", c, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
+
+func TestGemmFP8Panics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"short scales", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 1), 2, 8, make([]float32, 4), 4) }, "scales"},
+		{"short B", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 31), 8, make([]float32, 2), 2, 8, make([]float32, 4), 4) }, "B"},
+		{"block", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 2), 0, 8, make([]float32, 4), 4) }, "block"},
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), c.want) {
+					t.Errorf("%s: panic %v, want one naming %q", c.name, p, c.want)
+				}
+			}()
+			c.f()
+		}()
+	}
+}
