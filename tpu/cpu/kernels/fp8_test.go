@@ -106,9 +106,15 @@ func TestGemmFP8Panics(t *testing.T) {
 		f    func()
 		want string
 	}{
-		{"short scales", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 1), 2, 8, make([]float32, 4), 4) }, "scales"},
-		{"short B", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 31), 8, make([]float32, 2), 2, 8, make([]float32, 4), 4) }, "B"},
-		{"block", func() { GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 2), 0, 8, make([]float32, 4), 4) }, "block"},
+		{"short scales", func() {
+			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 1), 2, 8, make([]float32, 4), 4)
+		}, "scales"},
+		{"short B", func() {
+			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 31), 8, make([]float32, 2), 2, 8, make([]float32, 4), 4)
+		}, "B"},
+		{"block", func() {
+			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 2), 0, 8, make([]float32, 4), 4)
+		}, "block"},
 	} {
 		func() {
 			defer func() {
