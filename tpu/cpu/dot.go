@@ -31,6 +31,10 @@ type dotAux struct {
 	// int4Q8 when the backend quantises the activations to int8
 	// (SetActivations "int8").
 	int4, int4Q8 bool
+	// fp8B0, fp8B1 are set by rewriteFP8 when the inputs are lhs, an FP8
+	// weight [N, K] (E4M3 bytes) and its f32 scales, one per block of
+	// fp8B0 rows by fp8B1 columns.
+	fp8B0, fp8B1 int
 	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
 	// backend rounds the activations of such products to bf16
 	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
@@ -141,8 +145,9 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 }
 
 // rewrite runs at Compile, before liveness, and points products at the
-// weights as held: int8 and int4 dequantisation forms become products that
-// read the compact weight (rewriteInt8, rewriteInt4), gathered expert
+// weights as held: int8, int4 and FP8 dequantisation forms become
+// products that read the compact weight (rewriteInt8, rewriteInt4,
+// rewriteFP8), gathered expert
 // products become the grouped node (rewriteGrouped), and a DotGeneral whose
 // rhs is a ConvertDType from bf16/f16 to f32 reads the 16-bit operand
 // directly (the weights stay in their dtype; the converted copy is never
@@ -152,6 +157,7 @@ func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n, act)
 		rewriteInt4(n, act)
+		rewriteFP8(n)
 		rewriteGrouped(n, act)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
@@ -179,6 +185,12 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
 		}
 		dotInt8(a, out.data.([]float32), lhs, in[1].data.([]int8), in[2].data.([]float32))
+	case a.fp8B0 > 0:
+		lhs := in[0].data.([]float32)
+		if !isIdentity(a.lhsPerm, ls.Dimensions) {
+			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+		}
+		kernels.GemmFP8NT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out.data.([]float32), a.n)
 	case a.int4:
 		lhs := in[0].data.([]float32)
 		if !isIdentity(a.lhsPerm, ls.Dimensions) {

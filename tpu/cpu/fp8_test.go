@@ -1,0 +1,89 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// TestDotGeneralFP8 builds nn.DequantizeFP8's form under a DotGeneral
+// (E4M3 bytes decoded through the constant values table, times the block
+// scales broadcast over their blocks, sliced where the blocks overhang):
+// the cpu backend multiplies the bytes directly (checked by the rewritten
+// node) and agrees with the go backend, which computes the f32 weight as
+// written. Another values table is not taken for it.
+func TestDotGeneralFP8(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name          string
+		x             []int
+		out, in       int
+		b0, b1        int
+		contrax       int
+		badTable      bool
+		wantRewritten bool
+	}{
+		{"prefill", []int{5, 128}, 33, 128, 16, 32, 1, false, true},
+		{"decode, partial blocks", []int{1, 100}, 37, 100, 8, 16, 1, false, true},
+		{"rank 3", []int{2, 3, 64}, 17, 64, 128, 128, 2, false, true},
+		{"other table", []int{3, 64}, 9, 64, 4, 16, 1, true, false},
+	} {
+		r := rand.New(rand.NewPCG(41, uint64(c.out)))
+		so, si := (c.out+c.b0-1)/c.b0, (c.in+c.b1-1)/c.b1
+		w := make([]uint8, c.out*c.in)
+		for i := range w {
+			for w[i] = uint8(r.IntN(256)); w[i]&0x7f == 0x7f; w[i] = uint8(r.IntN(256)) {
+			}
+		}
+		scales := make([]float32, so*si)
+		for i := range scales {
+			scales[i] = float32(0.001 + r.Float64()/100)
+		}
+		shs := []shapes.Shape{sh(dtypes.Float32, c.x...), sh(dtypes.Uint8, c.out, c.in), sh(dtypes.Float32, so, si)}
+		data := []any{randFlat(r, shs[0], false), w, scales}
+		table := fp8Table
+		if c.badTable {
+			table[9] = 5
+		}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			tb, err := b.Constant(table[:], 256, 1)
+			if err != nil {
+				return nil, err
+			}
+			i, _ := b.ConvertDType(ps[1], dtypes.Int32)
+			i, _ = b.Reshape(i, c.out*c.in, 1)
+			vals, err := b.Gather(tb, i, 1, []int{1}, []int{0}, []int{0}, []int{1, 1}, false)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, c.out, c.in)
+			s, _ := b.Reshape(ps[2], so, 1, si, 1)
+			s, _ = b.BroadcastInDim(s, sh(dtypes.Float32, so, c.b0, si, c.b1), []int{0, 1, 2, 3})
+			s, _ = b.Reshape(s, so*c.b0, si*c.b1)
+			if so*c.b0 != c.out || si*c.b1 != c.in {
+				s, _ = b.Slice(s, []int{0, 0}, []int{c.out, c.in}, []int{1, 1})
+			}
+			wt, _ := b.Mul(vals, s)
+			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("fp8 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		n := dot.(*node)
+		if rewritten := n.aux.(*dotAux).fp8B0 > 0; rewritten != c.wantRewritten {
+			t.Errorf("%s: rewritten to read FP8: %v, want %v", c.name, rewritten, c.wantRewritten)
+		}
+	}
+}
