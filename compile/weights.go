@@ -44,10 +44,16 @@ import (
 //     included) are held as int4: packed values u8 [..., out, in/32, 16],
 //     a scale code u8 per block of 32 [..., out, in/32] and the weight's
 //     table of 256 f32 scales [256, 1] (kernels.QuantizeInt4, at load);
-//     the others as int8 above. The graph dequantises them (nn.DequantizeInt4), which
-//     tputool's cpu backend fuses into its int4 GEMM/GEMV (the weight stays
-//     at 17/32 of a byte) and other backends, XLA's included, compute as
-//     written.
+//     the others as int8 above. The graph dequantises them
+//     (nn.DequantizeInt4), which tputool's cpu backend fuses into its int4
+//     GEMM/GEMV (the weight stays at 17/32 of a byte) and other backends,
+//     XLA's included, compute as written.
+//   - Weights the checkpoint stores as block-wise FP8 E4M3, without
+//     Options.Quantize, on a backend that multiplies them
+//     (tpu.Capabilities.FP8) on one device, are held as stored: the bytes
+//     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
+//     them (nn.DequantizeFP8), which tputool's cpu backend fuses into its
+//     FP8 GEMM/GEMV.
 
 // scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
@@ -59,11 +65,12 @@ const (
 	mxfp4Suffix     = "#e8m0"
 	int4CodesSuffix = "#i4codes"
 	int4TableSuffix = "#i4table"
+	fp8ScaleSuffix  = "#fp8scales"
 )
 
 // auxSuffixes are the suffixes of a held weight's companion inputs, in the
 // order they follow it.
-var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix}
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix}
 
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
@@ -87,7 +94,7 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	// them; split over devices (TP/DP), they are split as floats.
 	mx := caps.MXFP4 && max(o.TP, 1)*max(o.DP, 1) == 1
 	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx,
-		ExpertsApart: o.Experts != ExpertsInGraph}
+		FP8: caps.FP8 && max(o.TP, 1)*max(o.DP, 1) == 1, ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
 // holding is how this Runner holds its weights.
@@ -185,6 +192,13 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	if h.MXFP4 && l.StoredMXFP4(w.Name) && r.sharedUpload() {
 		return r.holdMXFP4(l, w)
 	}
+	if h.FP8 && h.Quantize == "" && l.StoredFP8(w.Name) && r.sharedUpload() {
+		err := r.holdFP8(l, w)
+		if !lm.IsFP8NaN(err) {
+			return err
+		}
+		// NaN bytes: decoded below, where they are reported as non-finite.
+	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
 	}
@@ -243,6 +257,33 @@ func (r *Runner) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 		return err
 	}
 	r.weights[w.Name+mxfp4Suffix], err = tensors.FromBuffer(r.backend, sBuf)
+	return err
+}
+
+// holdFP8 holds a weight the checkpoint stores as FP8 E4M3 as stored: its
+// bytes u8 [out, in] under its name and its block scales f32 [⌈out/b0⌉,
+// ⌈in/b1⌉] under name+fp8ScaleSuffix; the graph decodes them
+// (nn.DequantizeFP8), which the backend multiplies in place.
+func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
+	s := l.FP8ScaleShape(w)
+	wBuf, wFlat, err := r.backend.NewSharedBuffer(0, shapes.Make(dtypes.Uint8, w.Shape...))
+	if err != nil {
+		return err
+	}
+	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, shapes.Make(dtypes.Float32, s...))
+	if err != nil {
+		_ = r.backend.BufferFinalize(wBuf)
+		return err
+	}
+	if err := l.FP8Into(w.Name, wFlat.([]uint8), sFlat.([]float32)); err != nil {
+		_ = r.backend.BufferFinalize(wBuf)
+		_ = r.backend.BufferFinalize(sBuf)
+		return err
+	}
+	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, wBuf); err != nil {
+		return err
+	}
+	r.weights[w.Name+fp8ScaleSuffix], err = tensors.FromBuffer(r.backend, sBuf)
 	return err
 }
 
@@ -430,6 +471,11 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 		}
 		if s, ok := m[n+mxfp4Suffix]; ok {
 			m[n] = nn.DequantizeMXFP4(x, s, r.opts.DType)
+			continue
+		}
+		if s, ok := m[n+fp8ScaleSuffix]; ok {
+			b := r.spec.FP8Block
+			m[n] = nn.DequantizeFP8(x, s, b[0], b[1], r.opts.DType)
 			continue
 		}
 		if x.DType() != r.opts.DType && x.DType().IsFloat() {

@@ -55,7 +55,11 @@ type Capabilities struct {
 	// tputool's cpu backend): executors then hold such weights as their
 	// blocks and scales, about 4.25 bits a weight, instead of decoding
 	// them at load.
-	MXFP4              bool `json:"mxfp4"`
+	MXFP4 bool `json:"mxfp4"`
+	// FP8 reports a backend that multiplies FP8 E4M3 weights with block
+	// scales as checkpoints store them (nn.DequantizeFP8's form under a
+	// DotGeneral: tpu/cpu/fp8.go).
+	FP8                bool `json:"fp8"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -79,6 +83,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 		BlockedMatmul:      name == BackendGo,
 		NarrowWeights:      name == BackendCPU,
 		MXFP4:              name == BackendCPU,
+		FP8:                name == BackendCPU,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],

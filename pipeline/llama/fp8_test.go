@@ -11,6 +11,8 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
 )
 
 // fp8Value decodes an OCP FP8 E4M3 byte the long way: sign, 4 exponent
@@ -168,6 +170,49 @@ func TestQuantizationMethods(t *testing.T) {
 		_, err := lmckpt.Load(dir)
 		if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an unsupported error containing %q", c.q, err, c.want)
+		}
+	}
+}
+
+// TestFP8Held: on the cpu backend (tpu.Capabilities.FP8) the FP8
+// projections are held as stored, a byte a weight and a scale a block,
+// exactly what lm.Loaded.HeldBytes estimates and less than decoded, and
+// the logits match the f32 checkpoint of the dequantised weights up to
+// the order of f32 sums, compiled and eager.
+func TestFP8Held(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	fp8Dir, f32Dir := fp8Checkpoints(t, false)
+	be := refcheck.CPUBackend(t)
+	caps := tpu.CapabilitiesOf(be)
+	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+		want := prefillLogits(t, f32Dir, mode, prompts)
+		l, err := lmckpt.Load(fp8Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := compile.Options{Mode: mode, Caps: &caps}
+		r, err := compile.NewRunner(be, l, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
+		if got := r.WeightBytes(); got != held || held >= decoded {
+			t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held as FP8 and %d decoded", mode, got, held, decoded)
+		}
+		got, err := r.NewState().Prefill(prompts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		l.Close()
+		for b := range want {
+			w := make([]float64, len(want[b]))
+			for i, v := range want[b] {
+				w[i] = float64(v)
+			}
+			if e := refcheck.RelErr(got[b], w); e > 1e-5 {
+				t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
+			}
 		}
 	}
 }

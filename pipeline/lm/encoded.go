@@ -1,6 +1,7 @@
 package lm
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -287,3 +288,82 @@ func (l *Loaded) decodeEncodedInto(w WeightSpec, how string, flat any) error {
 		}
 	})
 }
+
+// StoredFP8 reports whether the checkpoint stores weight name as FP8
+// E4M3 with block scales (quant_method "fp8") where an executor may hold
+// it so: a matrix that products read, not one the embedding gathers rows
+// of (EmbedWeights; a tied head is one). E5M2 weights are decoded.
+func (l *Loaded) StoredFP8(name string) bool {
+	if _, how := l.encoding(name); how != "fp8" {
+		return false
+	}
+	if info, _ := l.ckpt.Info(name); info.DType != safetensors.F8E4M3 {
+		return false
+	}
+	for _, e := range l.Model.EmbedWeights() {
+		if e.Name == name {
+			return false
+		}
+	}
+	return true
+}
+
+// FP8Block is the checkpoint's weight_block_size: the rows and columns
+// that share one FP8 scale.
+func (l *Loaded) FP8Block() (rows, cols int) {
+	b := l.Model.Spec().FP8Block
+	return b[0], b[1]
+}
+
+// FP8ScaleShape is the shape of the scales of an FP8 weight w: one per
+// block, rounding up.
+func (l *Loaded) FP8ScaleShape(w WeightSpec) []int { return w.fp8ScaleShape(l.Model.Spec()) }
+
+// errFP8NaN is FP8Into's refusal of a weight with NaN bytes.
+var errFP8NaN = errors.New("NaN bytes")
+
+// FP8Into copies the E4M3 bytes of a weight the checkpoint stores in FP8
+// (StoredFP8) into w [out, in] as stored, releasing the mapping's pages as
+// it goes, and its block scales into scales (FP8ScaleShape). A weight
+// holding NaN bytes (0x7F, 0xFF) is refused (IsFP8NaN): decoded, it is
+// reported as non-finite instead.
+func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
+	spec, how := l.encoding(name)
+	if how != "fp8" {
+		return fmt.Errorf("tensor %q: the checkpoint does not store it in FP8", name)
+	}
+	if len(w) != elements(spec.Shape) {
+		return fmt.Errorf("tensor %q: %d values, destination holds %d", name, elements(spec.Shape), len(w))
+	}
+	sShape, _ := l.ckpt.Shape(name + fp8ScaleSuffix)
+	want := spec.fp8ScaleShape(l.Model.Spec())
+	if err := checkFP8Scales(name, sShape, want); err != nil {
+		return err
+	}
+	if len(scales) != want[0]*want[1] {
+		return fmt.Errorf("tensor %q: %d scales, destination holds %d", name, want[0]*want[1], len(scales))
+	}
+	raw, err := l.rawOf(name, safetensors.F8E4M3, int64(len(w)))
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(raw); off += releasePiece {
+		end := min(off+releasePiece, len(raw))
+		copy(w[off:end], raw[off:end])
+		l.ckpt.ReleaseRange(name, int64(off), int64(end))
+	}
+	for _, b := range w {
+		if b&0x7f == 0x7f {
+			return fmt.Errorf("tensor %q: %w", name, errFP8NaN)
+		}
+	}
+	s, err := l.ckpt.Float32(name + fp8ScaleSuffix)
+	if err != nil {
+		return err
+	}
+	copy(scales, s)
+	return nil
+}
+
+// IsFP8NaN reports whether err is FP8Into's refusal of NaN bytes.
+func IsFP8NaN(err error) bool { return errors.Is(err, errFP8NaN) }

@@ -43,6 +43,10 @@ type Holding struct {
 	// MXFP4: weights the checkpoint stores in MXFP4 are held so (blocks
 	// and scales, 17/32 of a byte a weight), never decoded or quantised.
 	MXFP4 bool
+	// FP8: weights the checkpoint stores as FP8 E4M3 with block scales
+	// (Loaded.StoredFP8) are held so (a byte a weight and an f32 scale a
+	// block) when nothing is quantised, never decoded.
+	FP8 bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
 	// as their parts, each quantised on its own (the executor runs the
@@ -118,6 +122,11 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 	for _, w := range l.weights {
 		if h.MXFP4 && l.StoredMXFP4(w.Name) {
 			n += MXFP4Bytes(w)
+			continue
+		}
+		if h.FP8 && h.Quantize == "" && l.StoredFP8(w.Name) {
+			s := l.FP8ScaleShape(w)
+			n += int64(elements(w.Shape)) + 4*int64(s[0]*s[1])
 			continue
 		}
 		if h.ExpertsApart && len(w.Parts) > 0 {
