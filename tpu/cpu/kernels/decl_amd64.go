@@ -127,3 +127,9 @@ func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
 
 //go:noescape
 func widenFP8AVX512(dst *float32, src *byte, n int, scale float32)
+
+//go:noescape
+func gemvFP8AVX2(a *float32, b *byte, ldb, k int, c *float32, n int)
+
+//go:noescape
+func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)

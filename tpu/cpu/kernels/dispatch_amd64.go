@@ -501,16 +501,21 @@ func Logistic(dst, src []float32) bool {
 }
 
 // gemvRowsFP8 computes c[j] = Σ_p a[p]·e4m3(b[j, p]) for the len(c) rows
-// of b (stride ldb). The AVX-512 kernel sums the halves (value·2^-8) of
-// the first k&^15 columns; the sums are scaled by 2^8 and the tail added.
+// of b (stride ldb). The AVX-512 and AVX2 kernels sum the halves
+// (value·2^-8) of the first k&^15 columns; the sums are scaled by 2^8 and
+// the tail added.
 func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 	k, km := len(a), len(a)&^15
-	if level != levelAVX512 || km == 0 || len(c) == 0 {
+	if level == levelGeneric || km == 0 || len(c) == 0 {
 		gemvRowsFP8Generic(a, b, ldb, c)
 		return
 	}
 	_ = b[(len(c)-1)*ldb+k-1]
-	gemvFP8AVX512(&a[0], &b[0], ldb, km, &c[0], len(c))
+	if level == levelAVX2 {
+		gemvFP8AVX2(&a[0], &b[0], ldb, km, &c[0], len(c))
+	} else {
+		gemvFP8AVX512(&a[0], &b[0], ldb, km, &c[0], len(c))
+	}
 	for j := range c {
 		c[j] *= 256
 		if km < k {
@@ -522,11 +527,15 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 // widenFP8 writes e4m3(src[i])·s to dst.
 func widenFP8(dst []float32, src []byte, s float32) {
 	nm := len(dst) &^ 15
-	if level != levelAVX512 || nm == 0 {
+	if level == levelGeneric || nm == 0 {
 		widenFP8Generic(dst, src, s)
 		return
 	}
 	_ = src[len(dst)-1]
-	widenFP8AVX512(&dst[0], &src[0], nm, s*256)
+	if level == levelAVX2 {
+		widenFP8AVX2(&dst[0], &src[0], nm, s*256)
+	} else {
+		widenFP8AVX512(&dst[0], &src[0], nm, s*256)
+	}
 	widenFP8Generic(dst[nm:], src[nm:], s)
 }

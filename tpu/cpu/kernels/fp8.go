@@ -16,11 +16,11 @@ import (
 // An E4M3 byte is an IEEE half with its bits moved: the sign to bit 15,
 // exponent and mantissa to bits 7..13. That half's value is the E4M3 value
 // times 2^-8 exactly, subnormals included (both formats' subnormals are
-// linear, and the half's exponent bias is 8 more). The AVX-512 kernels
-// widen that way (VPMOVSXBW, a shift, a mask, VCVTPH2PS) and fold 2^8 into
-// the scales; the Go fallback reads a 256-entry table. A NaN byte is NaN
-// in the table and 480·scale in the AVX-512 kernels: checkpoints hold
-// none, and the loader refuses to hold a weight in FP8 that has any.
+// linear, and the half's exponent bias is 8 more). The AVX-512 and AVX2
+// kernels widen that way (VPMOVSXBW, a shift, a mask, VCVTPH2PS) and fold
+// 2^8 into the scales; the Go fallback reads a 256-entry table. A NaN byte
+// is NaN in the table and 480·scale in the vector kernels: checkpoints
+// hold none, and the loader refuses to hold a weight in FP8 that has any.
 //
 // The GEMV multiplies the activations by each block's scale once per
 // block of b0 rows, then runs a plain FP8 dot over those rows; the GEMM

@@ -614,3 +614,46 @@ wf8loop:
 wf8done:
 	VZEROUPPER
 	RET
+
+// LD_FP8_256 is LD_FP8_512 for 8 bytes at OFF: the mask is in X13.
+// Clobbers X12.
+#define LD_FP8_256(P, OFF, Y) \
+	VPMOVSXBW OFF(P)(R12*1), X12 \
+	VPSLLW    $7, X12, X12       \
+	VPAND     X13, X12, X12      \
+	VCVTPH2PS X12, Y
+
+// func gemvFP8AVX2(a *float32, b *byte, ldb, k int, c *float32, n int)
+TEXT ·gemvFP8AVX2(SB), NOSPLIT, $0-48
+	GEMV_ARGS
+	MOVL $0xBF80BF80, R13
+	MOVL R13, X13
+	VPBROADCASTD X13, X13
+	GEMV_256(LD_FP8_256, 8, PF1, q2x4, q2x4k, q2x1, q2x1k, q2done)
+
+// func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)
+// widenFP8AVX512 eight values at a time (n a multiple of 8).
+TEXT ·widenFP8AVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y2
+	MOVL $0xBF80BF80, R13
+	MOVL R13, X13
+	VPBROADCASTD X13, X13
+wq2loop:
+	CMPQ CX, $8
+	JLT  wq2done
+	VPMOVSXBW (SI), X1
+	VPSLLW    $7, X1, X1
+	VPAND     X13, X1, X1
+	VCVTPH2PS X1, Y1
+	VMULPS    Y2, Y1, Y1
+	VMOVUPS   Y1, (DI)
+	ADDQ $8, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  wq2loop
+wq2done:
+	VZEROUPPER
+	RET
