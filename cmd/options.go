@@ -4,13 +4,25 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
 )
 
-// optionFlags names the flag that sets each compile.Options and
-// compile.BatchOptions field. compile's errors name fields, not flags
-// (compile.OptionError); the commands restate them here, in one place.
+// optionFlags names the flag that sets each option field that the library
+// packages' errors name (errs.OptionError): compile.Options and
+// BatchOptions, bench's Config and cases, inspect.Options, loader's model
+// reference and Options. The commands restate them here, in one place.
 var optionFlags = map[string]string{
+	"Ref":          "--model",
+	"Revision":     "--revision",
+	"Repeat":       "--repeat",
+	"Warmup":       "--warmup",
+	"Modes":        "--mode",
+	"Batch":        "--batch",
+	"PromptLen":    "--prompt-len",
+	"GenLen":       "--gen-len",
+	"Steps":        "--steps",
+	"Size":         "--size",
+	"Context":      "--context",
 	"Mode":         "--mode",
 	"DType":        "--dtype",
 	"KVDType":      "--kv-cache-dtype",
@@ -44,10 +56,10 @@ type restatedError struct {
 func (e *restatedError) Error() string { return e.msg }
 func (e *restatedError) Unwrap() error { return e.err }
 
-// restateOptions restates a compile.OptionError inside err with the flags
+// restateOptions restates an errs.OptionError inside err with the flags
 // that set the fields it names; other errors pass as they are.
 func restateOptions(err error) error {
-	var oe *compile.OptionError
+	var oe *errs.OptionError
 	if err == nil || !errors.As(err, &oe) {
 		return err
 	}

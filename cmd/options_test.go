@@ -39,6 +39,6 @@ func TestRestateOptions(t *testing.T) {
 	assert.Same(t, other, restateOptions(other))
 	require.NoError(t, restateOptions(nil))
 	// Without cmd, the fields are named as Go names them.
-	assert.Equal(t, "Options.Quantize int8: not supported with Options.TP/Options.DP", (&compile.OptionError{Option: "Quantize", Value: "int8", Reason: "not supported with {TP}/{DP}"}).Error())
-	assert.Equal(t, "BatchOptions.MaxBatch 0: want 1 or more", (&compile.OptionError{Option: "MaxBatch", Value: 0, Want: "1 or more"}).Error())
+	assert.Equal(t, "Options.Quantize int8: not supported with Options.TP/Options.DP", (&compile.OptionError{Owner: "Options", Option: "Quantize", Value: "int8", Reason: "not supported with {TP}/{DP}"}).Error())
+	assert.Equal(t, "BatchOptions.MaxBatch 0: want 1 or more", (&compile.OptionError{Owner: "BatchOptions", Option: "MaxBatch", Value: 0, Want: "1 or more"}).Error())
 }

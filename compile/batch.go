@@ -130,24 +130,24 @@ func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 		if v <= 1 {
 			field, v = "DP", r.opts.DP
 		}
-		return nil, &OptionError{Option: field, Value: v, Kind: errs.ErrUnsupported,
+		return nil, &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrUnsupported,
 			Reason: "serving on several devices is not supported yet: run one device per server"}
 	}
 	if o.MaxBatch < 1 || o.MaxBatch > MaxSlots {
-		return nil, &OptionError{Option: "MaxBatch", Value: o.MaxBatch, Want: fmt.Sprintf("1 to %d sequence slots", MaxSlots)}
+		return nil, &OptionError{Owner: "BatchOptions", Option: "MaxBatch", Value: o.MaxBatch, Want: fmt.Sprintf("1 to %d sequence slots", MaxSlots)}
 	}
 	if o.MaxContext == 0 {
 		o.MaxContext = r.spec.MaxPositions
 	}
 	if o.MaxContext < 2 || o.MaxContext > r.spec.MaxPositions {
-		return nil, &OptionError{Option: "MaxContext", Value: o.MaxContext,
+		return nil, &OptionError{Owner: "BatchOptions", Option: "MaxContext", Value: o.MaxContext,
 			Want: fmt.Sprintf("2 to the model's %d positions (max_position_embeddings)", r.spec.MaxPositions)}
 	}
 	if o.PrefillChunk == 0 {
 		o.PrefillChunk = DefaultServePrefillChunk
 	}
 	if o.PrefillChunk < 1 {
-		return nil, &OptionError{Option: "PrefillChunk", Value: o.PrefillChunk, Want: "a positive number of tokens"}
+		return nil, &OptionError{Owner: "BatchOptions", Option: "PrefillChunk", Value: o.PrefillChunk, Want: "a positive number of tokens"}
 	}
 	o.PrefillChunk = pow2(o.PrefillChunk)
 	b := &Batch{r: r, o: o, seqRow: map[int]int{}}

@@ -47,7 +47,7 @@ func ParseMode(s string) (Mode, error) {
 	case "eager":
 		return Eager, nil
 	}
-	return 0, &OptionError{Option: "Mode", Value: strconv.Quote(s), Want: "compiled or eager"}
+	return 0, &OptionError{Owner: "Options", Option: "Mode", Value: strconv.Quote(s), Want: "compiled or eager"}
 }
 
 // Options configure a Runner.
@@ -119,7 +119,7 @@ func ParseExpertsMode(s string) (ExpertsMode, error) {
 	case "host", "dense":
 		return ExpertsMode(s), nil
 	}
-	return "", &OptionError{Option: "Experts", Value: strconv.Quote(s), Want: "graph, host or dense"}
+	return "", &OptionError{Owner: "Options", Option: "Experts", Value: strconv.Quote(s), Want: "graph, host or dense"}
 }
 
 // String is the mode's name as ParseExpertsMode reads it.
@@ -207,22 +207,22 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 	case dtypes.Float32:
 	case dtypes.BFloat16:
 		if !opts.Caps.BFloat16 {
-			return nil, &OptionError{Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported by backend " + backend.Name()}
+			return nil, &OptionError{Owner: "Options", Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported by backend " + backend.Name()}
 		}
 	default:
-		return nil, &OptionError{Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
+		return nil, &OptionError{Owner: "Options", Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
 	}
 	switch opts.KVDType {
 	case dtypes.InvalidDType, dtypes.Float32:
 	case dtypes.BFloat16:
 		if !opts.Caps.BFloat16 {
-			return nil, &OptionError{Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "a KV cache in it is not supported by backend " + backend.Name()}
+			return nil, &OptionError{Owner: "Options", Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "a KV cache in it is not supported by backend " + backend.Name()}
 		}
 	default:
-		return nil, &OptionError{Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
+		return nil, &OptionError{Owner: "Options", Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
 	}
 	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
-		return nil, &OptionError{Option: "Experts", Value: opts.Experts, Kind: errs.ErrUnsupported,
+		return nil, &OptionError{Owner: "Options", Option: "Experts", Value: opts.Experts, Kind: errs.ErrUnsupported,
 			Reason: fmt.Sprintf("%s runs its experts only in the graph (%s); use {Experts} graph", l.Model.Spec().Architecture, ig.InGraphExperts())}
 	}
 	r := &Runner{

@@ -71,10 +71,10 @@ func parallelFlags(tp, dp int) string {
 // errs.ErrUsage and name the figures that do not divide.
 func CheckParallel(spec *lm.Spec, tp, dp int) error {
 	if tp < 1 {
-		return &OptionError{Option: "TP", Value: tp, Want: "1 or more devices"}
+		return &OptionError{Owner: "Options", Option: "TP", Value: tp, Want: "1 or more devices"}
 	}
 	if dp < 1 {
-		return &OptionError{Option: "DP", Value: dp, Want: "1 or more devices"}
+		return &OptionError{Owner: "Options", Option: "DP", Value: dp, Want: "1 or more devices"}
 	}
 	if tp == 1 {
 		return nil
@@ -90,7 +90,7 @@ func CheckParallel(spec *lm.Spec, tp, dp int) error {
 		bad = append(bad, fmt.Sprintf("intermediate_size %d", spec.Intermediate))
 	}
 	if len(bad) > 0 {
-		return &OptionError{Option: "TP", Value: tp,
+		return &OptionError{Owner: "Options", Option: "TP", Value: tp,
 			Reason: fmt.Sprintf("%s must be multiples of the TP degree (try %s)", strings.Join(bad, ", "), suggestTP(spec, tp))}
 	}
 	return nil
@@ -118,7 +118,7 @@ func CheckDevices(backendName string, have, tp, dp int) error {
 		case dp > 1:
 			field, v = "DP", dp
 		}
-		return &OptionError{Option: field, Value: v, Kind: errs.ErrDeviceUnavailable,
+		return &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrDeviceUnavailable,
 			Reason: fmt.Sprintf("%sneeds %d devices, but the %s backend has %d (on a TPU VM every chip of the host is one device; the go backend has 1)",
 				with, need, backendName, have)}
 	}
@@ -174,7 +174,7 @@ func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 			continue
 		}
 		if w.Shape[axis]%tp != 0 {
-			return nil, &OptionError{Option: "TP", Value: tp,
+			return nil, &OptionError{Owner: "Options", Option: "TP", Value: tp,
 				Reason: fmt.Sprintf("tensor %s has shape %v; its axis %d (%d) is not a multiple of %d", w.Name, w.Shape, axis, w.Shape[axis], tp)}
 		}
 		axes := make([]distributed.AxisSpec, axis+1)
@@ -392,7 +392,7 @@ func (r *Runner) setupParallel() error {
 		return nil
 	}
 	if _, ok := r.expertModel(); ok && r.opts.Experts == ExpertsHost {
-		return &OptionError{Option: "Experts", Value: r.opts.Experts, Kind: errs.ErrUnsupported,
+		return &OptionError{Owner: "Options", Option: "Experts", Value: r.opts.Experts, Kind: errs.ErrUnsupported,
 			Reason: fmt.Sprintf("%s cannot run its host-routed experts with %s (its tokens are grouped on the host between pieces that are not split over devices); use {Experts} graph or dense",
 				r.spec.Architecture, parallelFlags(tp, dp))}
 	}
@@ -514,7 +514,7 @@ func (r *Runner) shardHost(spec *distributed.ShardingSpec, t *tensors.Tensor) (s
 func (r *Runner) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, error) {
 	p := r.tp.plan
 	if batch%p.DP != 0 {
-		return nil, &OptionError{Option: "DP", Value: p.DP, Reason: fmt.Sprintf("a batch of %d prompts does not split evenly over %d devices", batch, p.DP)}
+		return nil, &OptionError{Owner: "Options", Option: "DP", Value: p.DP, Reason: fmt.Sprintf("a batch of %d prompts does not split evenly over %d devices", batch, p.DP)}
 	}
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {

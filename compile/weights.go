@@ -131,14 +131,14 @@ func (r *Runner) checkQuantize() error {
 		return nil
 	case "int8", "int4":
 	default:
-		return &OptionError{Option: "Quantize", Value: strconv.Quote(q), Want: "int8, int4 (or nothing)"}
+		return &OptionError{Owner: "Options", Option: "Quantize", Value: strconv.Quote(q), Want: "int8, int4 (or nothing)"}
 	}
 	if r.tp != nil {
-		return &OptionError{Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
+		return &OptionError{Owner: "Options", Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
 			Reason: "not supported with {TP}/{DP} (weights are split on the host as floats)"}
 	}
 	if _, ok := r.routedModel(); ok {
-		return &OptionError{Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
+		return &OptionError{Owner: "Options", Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
 			Reason: "not supported with {Experts} host (the host-routed experts take float weights); use {Experts} graph or dense"}
 	}
 	return nil

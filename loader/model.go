@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -54,7 +55,7 @@ func (r Ref) String() string {
 // tag or commit). Errors wrap errs.ErrUsage.
 func ParseRef(s string) (Ref, error) {
 	if strings.TrimSpace(s) == "" {
-		return Ref{}, errs.Usagef("--model is empty: give a Hub id (ORG/NAME[@revision]) or a local directory")
+		return Ref{}, &errs.OptionError{Option: "Ref", Value: strconv.Quote(s), Reason: "empty: give a Hub id (ORG/NAME[@revision]) or a local directory"}
 	}
 	explicit := s == "." || s == ".." || s == "~" || strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") ||
 		strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~/") || filepath.IsAbs(s)
@@ -62,24 +63,24 @@ func ParseRef(s string) (Ref, error) {
 	st, statErr := os.Stat(p)
 	if explicit || statErr == nil {
 		if statErr != nil {
-			return Ref{}, errs.Usagef("--model %s: no such directory", s)
+			return Ref{}, refError(s, "no such directory", nil)
 		}
 		if !st.IsDir() {
-			return Ref{}, errs.Usagef("--model %s: not a directory (give the folder that holds config.json or model_index.json)", s)
+			return Ref{}, refError(s, "not a directory (give the folder that holds config.json or model_index.json)", nil)
 		}
 		abs, err := filepath.Abs(p)
 		if err != nil {
-			return Ref{}, errs.Usagef("--model %s: %v", s, err)
+			return Ref{}, refError(s, err.Error(), err)
 		}
 		return Ref{Raw: s, Local: true, Path: abs}, nil
 	}
 	id, rev, hasRev := strings.Cut(s, "@")
 	if err := hub.ValidateRepoID(id); err != nil {
-		return Ref{}, errs.Usagef("--model %s: not an existing directory nor a Hub id: %v", s, err)
+		return Ref{}, refError(s, "not an existing directory nor a Hub id: "+err.Error(), err)
 	}
 	if hasRev {
 		if err := hub.CheckRevision(rev); err != nil {
-			return Ref{}, errs.Usagef("--model %s: %v", s, err)
+			return Ref{}, refError(s, err.Error(), err)
 		}
 	}
 	return Ref{Raw: s, RepoID: id, Revision: rev}, nil
@@ -205,10 +206,10 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Checkpoint, error) {
 		}
 		files, err := hub.ListDir(r.Path)
 		if err != nil {
-			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
+			return nil, refError(r.Raw, err.Error(), err)
 		}
 		if err := CheckLinks(r.Path); err != nil {
-			return nil, errs.Usagef("--model %s: %v", r.Raw, err)
+			return nil, refError(r.Raw, err.Error(), err)
 		}
 		m := &Checkpoint{Ref: r, Dir: r.Path, Files: files, Variant: opts.Variant}
 		if err := m.load(); err != nil {
@@ -223,7 +224,7 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Checkpoint, error) {
 	rev := r.Revision
 	if opts.Revision != "" {
 		if err := hub.CheckRevision(opts.Revision); err != nil {
-			return nil, errs.Usagef("--revision: %v", err)
+			return nil, &errs.OptionError{Owner: "Options", Option: "Revision", Value: opts.Revision, Reason: err.Error(), Cause: err}
 		}
 		rev = opts.Revision
 	}
@@ -292,7 +293,13 @@ func checkModelFolder(r Ref) error {
 			return nil
 		}
 	}
-	return errs.Usagef("--model %s: %w", r.Raw, ErrNotModelFolder)
+	return refError(r.Raw, ErrNotModelFolder.Error(), ErrNotModelFolder)
+}
+
+// refError is a usage error about the model reference s (the value of
+// --model: cmd names the flag), for reason, caused by cause (or nil).
+func refError(s, reason string, cause error) error {
+	return &errs.OptionError{Option: "Ref", Value: s, Reason: reason, Cause: cause}
 }
 
 // resolveCached resolves a commit from the cache alone; it fails unless

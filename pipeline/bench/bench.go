@@ -64,10 +64,10 @@ func (c Config) now() time.Time {
 
 func (c Config) validate() error {
 	if c.Repeat < 1 {
-		return errs.Usagef("--repeat %d: want at least 1", c.Repeat)
+		return &errs.OptionError{Owner: "Config", Option: "Repeat", Value: c.Repeat, Want: "at least 1"}
 	}
 	if c.Warmup < 0 {
-		return errs.Usagef("--warmup %d: must not be negative", c.Warmup)
+		return &errs.OptionError{Owner: "Config", Option: "Warmup", Value: c.Warmup, Reason: "must not be negative"}
 	}
 	return nil
 }

@@ -259,14 +259,14 @@ func TestGenerateUsageErrors(t *testing.T) {
 		spec func(GenerateSpec) GenerateSpec
 		msg  string
 	}{
-		"repeat":   {Config{Repeat: 0}, func(s GenerateSpec) GenerateSpec { return s }, "--repeat 0"},
-		"warmup":   {Config{Repeat: 1, Warmup: -1}, func(s GenerateSpec) GenerateSpec { return s }, "--warmup -1"},
-		"mode":     {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = []string{"foo"}; return s }, `--mode "foo"`},
-		"no mode":  {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = nil; return s }, "--mode"},
-		"twice":    {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = []string{"eager", "eager"}; return s }, "eager given twice"},
-		"batch":    {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{0, 4, 4}}; return s }, "--batch 0"},
-		"prompt":   {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{1, 0, 4}}; return s }, "--prompt-len 0"},
-		"gen":      {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{1, 4, 0}}; return s }, "--gen-len 0"},
+		"repeat":   {Config{Repeat: 0}, func(s GenerateSpec) GenerateSpec { return s }, "Config.Repeat 0"},
+		"warmup":   {Config{Repeat: 1, Warmup: -1}, func(s GenerateSpec) GenerateSpec { return s }, "Config.Warmup -1"},
+		"mode":     {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = []string{"foo"}; return s }, `GenerateSpec.Modes "foo"`},
+		"no mode":  {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = nil; return s }, "GenerateSpec.Modes"},
+		"twice":    {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Modes = []string{"eager", "eager"}; return s }, "Modes eager: given twice"},
+		"batch":    {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{0, 4, 4}}; return s }, "GenerateCase.Batch 0"},
+		"prompt":   {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{1, 0, 4}}; return s }, "GenerateCase.PromptLen 0"},
+		"gen":      {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{1, 4, 0}}; return s }, "GenerateCase.GenLen 0"},
 		"position": {Config{Repeat: 1}, func(s GenerateSpec) GenerateSpec { s.Cases = []GenerateCase{{1, 60, 8}}; return s }, "exceeds the model's 64 positions"},
 	} {
 		_, err := Generate(context.Background(), tc.cfg, tc.spec(ok))

@@ -72,11 +72,11 @@ func (s DiffuseSpec) validate() error {
 	for _, c := range s.Cases {
 		switch {
 		case c.Batch < 1:
-			return errs.Usagef("--batch %d: want a positive batch size", c.Batch)
+			return &errs.OptionError{Owner: "DiffuseCase", Option: "Batch", Value: c.Batch, Want: "a positive batch size"}
 		case c.Steps < 1:
-			return errs.Usagef("--steps %d: want at least 1", c.Steps)
+			return &errs.OptionError{Owner: "DiffuseCase", Option: "Steps", Value: c.Steps, Want: "at least 1"}
 		case c.Width < 0 || c.Height < 0:
-			return errs.Usagef("--size %dx%d: sides must be positive", c.Width, c.Height)
+			return &errs.OptionError{Owner: "DiffuseCase", Option: "Size", Value: fmt.Sprintf("%dx%d", c.Width, c.Height), Reason: "sides must be positive"}
 		}
 	}
 	if s.Load == nil {

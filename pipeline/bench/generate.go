@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"slices"
 	"time"
 
@@ -81,14 +82,14 @@ type GenerateSpec struct {
 
 func validateModes(modes []string) error {
 	if len(modes) == 0 {
-		return errs.Usagef("--mode: no execution mode given (want eager, compiled or both)")
+		return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: "[]", Want: "eager, compiled or both"}
 	}
 	for i, m := range modes {
 		if m != ModeEager && m != ModeCompiled {
-			return errs.Usagef("--mode %q: want eager or compiled", m)
+			return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: strconv.Quote(m), Want: "eager or compiled"}
 		}
 		if slices.Contains(modes[:i], m) {
-			return errs.Usagef("--mode: %s given twice", m)
+			return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: m, Reason: "given twice"}
 		}
 	}
 	return nil
@@ -104,11 +105,11 @@ func (s GenerateSpec) validate() error {
 	for _, c := range s.Cases {
 		switch {
 		case c.Batch < 1:
-			return errs.Usagef("--batch %d: want a positive batch size", c.Batch)
+			return &errs.OptionError{Owner: "GenerateCase", Option: "Batch", Value: c.Batch, Want: "a positive batch size"}
 		case c.PromptLen < 1:
-			return errs.Usagef("--prompt-len %d: want at least 1 token", c.PromptLen)
+			return &errs.OptionError{Owner: "GenerateCase", Option: "PromptLen", Value: c.PromptLen, Want: "at least 1 token"}
 		case c.GenLen < 1:
-			return errs.Usagef("--gen-len %d: want at least 1 token", c.GenLen)
+			return &errs.OptionError{Owner: "GenerateCase", Option: "GenLen", Value: c.GenLen, Want: "at least 1 token"}
 		}
 	}
 	if s.Load == nil {
@@ -199,8 +200,8 @@ func (m *Target) check(cases []GenerateCase) error {
 	}
 	for _, c := range cases {
 		if m.MaxPositions > 0 && c.PromptLen+c.GenLen > m.MaxPositions {
-			return errs.Usagef("--prompt-len %d plus --gen-len %d exceeds the model's %d positions (max_position_embeddings)",
-				c.PromptLen, c.GenLen, m.MaxPositions)
+			return &errs.OptionError{Owner: "GenerateCase", Option: "PromptLen", Value: c.PromptLen,
+				Reason: fmt.Sprintf("plus {GenLen} %d exceeds the model's %d positions (max_position_embeddings)", c.GenLen, m.MaxPositions)}
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -296,5 +297,5 @@ func ParseDType(d string) (size int, name string, err error) {
 	case "f8", "fp8":
 		return 1, "fp8", nil
 	}
-	return 0, "", errs.Usagef("--dtype %q: want bf16, f16, f32, fp8 or auto", d)
+	return 0, "", &errs.OptionError{Owner: "Options", Option: "DType", Value: strconv.Quote(d), Want: "bf16, f16, f32, fp8 or auto"}
 }

@@ -182,7 +182,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		opts.DType = DefaultDType
 	}
 	if opts.Batch < 0 || opts.Context < 0 {
-		return nil, errs.Usagef("--batch %d and --context %d must be positive", opts.Batch, opts.Context)
+		return nil, &errs.OptionError{Owner: "Options", Option: "Batch", Value: opts.Batch, Reason: fmt.Sprintf("and {Context} %d must be positive", opts.Context)}
 	}
 	elem, dtypeName, err := ParseDType(opts.DType)
 	if err != nil {
@@ -282,7 +282,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		r.Memory.Weights = weightBytes(tensors, skip, elem)
 		if opts.Quantize != "" {
 			if arch == nil {
-				return nil, errs.Unsupportedf("--quantize %s: tputool does not run %s, so which weights are matrices is unknown", opts.Quantize, r.Architecture)
+				return nil, &errs.OptionError{Owner: "Options", Option: "Quantize", Value: opts.Quantize, Kind: errs.ErrUnsupported,
+					Reason: fmt.Sprintf("tputool does not run %s, so which weights are matrices is unknown", r.Architecture)}
 			}
 			r.Memory.Weights = quantizedBytes(tensors, skip, elem, arch, opts.Quantize)
 			r.Memory.Quantize = opts.Quantize
