@@ -3,8 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
