@@ -2,33 +2,23 @@ package nn
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/loader/safetensors"
 )
 
 // FP8 weights held as the Hub's FP8 checkpoints store them (quant_method
 // "fp8"): E4M3 bytes u8 [out, in] and one f32 scale per block of b0×b1
 // (weight_scale_inv) [⌈out/b0⌉, ⌈in/b1⌉].
 
-// fp8Table is DequantizeFP8's table: the E4M3 value of each byte (NaN for
-// 0x7F and 0xFF).
+// fp8Table is DequantizeFP8's table: the E4M3 value of each byte, as the
+// loader decodes it (NaN for 0x7F and 0xFF).
 var fp8Table = func() [][]float32 {
 	t := make([][]float32, 256)
 	for b := range t {
-		e, m := (b>>3)&15, float64(b&7)
-		v := (1 + m/8) * math.Ldexp(1, e-7)
-		if e == 0 {
-			v = m / 8 * math.Ldexp(1, -6)
-		}
-		if b&0x7f == 0x7f {
-			v = math.NaN()
-		}
-		if b&0x80 != 0 {
-			v = -v
-		}
-		t[b] = []float32{float32(v)}
+		t[b] = []float32{safetensors.F8E4M3ToFloat32(byte(b))}
 	}
 	return t
 }()

@@ -294,66 +294,9 @@ func TestBFloat16Compute(t *testing.T) {
 // layouts. All agree with each other to float32 rounding, stay within 5%
 // of the float64 reference, and hold what lm.Loaded.HeldBytes estimates.
 func TestInt8Experts(t *testing.T) {
-	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, c := range []qwenref.MoE{qwenref.TinyQwen3MoE(), qwenref.TinyQwen2MoE()} {
-		var first []float32
-		for _, stacked := range []bool{false, true} {
-			c.Stacked = stacked
-			dir := t.TempDir()
-			if err := c.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lmckpt.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rm, err := qwenref.LoadMoE(dir, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range []struct {
-				backend string
-				experts compile.ExpertsMode
-			}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}} {
-				be := refcheck.GoBackend(t)
-				if v.backend == "cpu" {
-					be = refcheck.CPUBackend(t)
-				}
-				name := fmt.Sprintf("qwen2=%v stacked=%v %s --experts %s", c.Qwen2, stacked, v.backend, v.experts)
-				r, err := compile.NewRunner(be, l, compile.Options{Quantize: "int8", Experts: v.experts})
-				if err != nil {
-					t.Fatal(err)
-				}
-				caps := tpu.CapabilitiesOf(be)
-				if got, want := r.WeightBytes(), l.HeldBytes(lm.Holding{Compute: dtypes.Float32, Narrow: caps.NarrowWeights, Quantize: "int8"}); got != want {
-					t.Errorf("%s: holds %d bytes, HeldBytes estimates %d", name, got, want)
-				}
-				logits, err := r.NewState().Prefill(prompts, 2)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.Close()
-				var all []float32
-				for b, p := range prompts {
-					all = append(all, logits[b]...)
-					if e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1]); e > 0.05 {
-						t.Errorf("%s row %d: relative error %.3g > 0.05", name, b, e)
-					}
-				}
-				if first == nil {
-					first = all
-					continue
-				}
-				worst := 0.0
-				for i := range all {
-					worst = max(worst, math.Abs(float64(all[i]-first[i])))
-				}
-				if worst > 1e-4 {
-					t.Errorf("%s: logits differ from the first int8 run by %.3g", name, worst)
-				}
-			}
-			l.Close()
-		}
+		checkQuantizedExperts(t, c, "int8", 0.05, []expertsRun{
+			{"cpu", compile.ExpertsInGraph, true}, {"go", compile.ExpertsInGraph, true}, {"cpu", compile.ExpertsDense, true}})
 	}
 }
 
@@ -367,9 +310,31 @@ func TestInt8Experts(t *testing.T) {
 // within the bound of the float64 reference, and each holds what
 // lm.Loaded.HeldBytes estimates.
 func TestInt4Experts(t *testing.T) {
-	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	c := qwenref.TinyQwen3MoE()
 	c.MoEIntermediate = 32 // gate, up and down all int4
+	checkQuantizedExperts(t, c, "int4", 0.25, []expertsRun{
+		{"cpu", compile.ExpertsInGraph, true}, {"go", compile.ExpertsInGraph, true},
+		{"cpu:act=int8", compile.ExpertsInGraph, false}, // other activations
+		{"cpu", compile.ExpertsDense, false},            // other scale tables
+	})
+}
+
+// expertsRun is one way of running quantised experts: a backend config,
+// a formulation, and whether its logits must equal the first run's to
+// float32 rounding.
+type expertsRun struct {
+	backend     string
+	experts     compile.ExpertsMode
+	sameAsFirst bool
+}
+
+// checkQuantizedExperts runs c under --quantize quantize each way of runs,
+// from both checkpoint layouts: each holds what lm.Loaded.HeldBytes
+// estimates and stays within bound of the float64 reference, and the runs
+// marked sameAsFirst agree with the first to float32 rounding.
+func checkQuantizedExperts(t *testing.T, c qwenref.MoE, quantize string, bound float64, runs []expertsRun) {
+	t.Helper()
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, stacked := range []bool{false, true} {
 		c.Stacked = stacked
 		dir := t.TempDir()
@@ -384,21 +349,17 @@ func TestInt4Experts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var graph []float32
-		for _, v := range []struct {
-			backend string
-			experts compile.ExpertsMode
-		}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu:act=int8", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}} {
+		var first []float32
+		for _, v := range runs {
 			be := refcheck.GoBackend(t)
 			if v.backend != "go" {
-				var err error
 				if be, err = backends.NewWithConfig(v.backend); err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(be.Finalize)
 			}
-			name := fmt.Sprintf("stacked=%v %s --experts %s", stacked, v.backend, v.experts)
-			opts := compile.Options{Quantize: "int4", Experts: v.experts}
+			name := fmt.Sprintf("qwen2=%v stacked=%v %s --quantize %s --experts %s", c.Qwen2, stacked, v.backend, quantize, v.experts)
+			opts := compile.Options{Quantize: quantize, Experts: v.experts}
 			r, err := compile.NewRunner(be, l, opts)
 			if err != nil {
 				t.Fatal(err)
@@ -416,23 +377,23 @@ func TestInt4Experts(t *testing.T) {
 				all = append(all, logits[b]...)
 				e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])
 				t.Logf("%s row %d: relative error %.3g", name, b, e)
-				if e > 0.25 {
-					t.Errorf("%s row %d: relative error %.3g > 0.25", name, b, e)
+				if e > bound {
+					t.Errorf("%s row %d: relative error %.3g > %g", name, b, e, bound)
 				}
 			}
-			if v.backend == "cpu:act=int8" || v.experts == compile.ExpertsDense {
-				continue // other activations, or other scale tables
+			if !v.sameAsFirst {
+				continue
 			}
-			if graph == nil {
-				graph = all
+			if first == nil {
+				first = all
 				continue
 			}
 			worst := 0.0
 			for i := range all {
-				worst = max(worst, math.Abs(float64(all[i]-graph[i])))
+				worst = max(worst, math.Abs(float64(all[i]-first[i])))
 			}
 			if worst > 1e-4 {
-				t.Errorf("%s: logits differ from the cpu backend's by %.3g", name, worst)
+				t.Errorf("%s: logits differ from the first run's by %.3g", name, worst)
 			}
 		}
 		l.Close()

@@ -8,6 +8,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/loader/safetensors"
 )
 
 // TestDotGeneralFP8 builds nn.DequantizeFP8's form under a DotGeneral
@@ -85,5 +87,18 @@ func TestDotGeneralFP8(t *testing.T) {
 		if rewritten := n.aux.(*dotAux).fp8B0 > 0; rewritten != c.wantRewritten {
 			t.Errorf("%s: rewritten to read FP8: %v, want %v", c.name, rewritten, c.wantRewritten)
 		}
+	}
+}
+
+// The table rewriteFP8 looks for is nn.DequantizeFP8's, bit for bit: the
+// loader's E4M3 decoding (NaN bytes included), so that the models' FP8
+// weights are multiplied in place rather than decoded at every step.
+func TestFP8TableIsTheLoaders(t *testing.T) {
+	loaders := make([]float32, 256)
+	for b := range loaders {
+		loaders[b] = safetensors.F8E4M3ToFloat32(byte(b))
+	}
+	if !sameBits(fp8Table[:], loaders) {
+		t.Error("fp8Table differs from loader/safetensors' E4M3 values")
 	}
 }

@@ -34,11 +34,11 @@ var fp8Values = func() (t [256]float32) {
 		if e == 0 {
 			v = m / 8 * math.Ldexp(1, -6)
 		}
-		if b&0x7f == 0x7f {
-			v = math.NaN()
-		}
 		if b&0x80 != 0 {
 			v = -v
+		}
+		if b&0x7f == 0x7f {
+			v = math.NaN() // either sign: the same NaN, as the loader decodes it
 		}
 		t[b] = float32(v)
 	}

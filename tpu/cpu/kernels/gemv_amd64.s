@@ -578,12 +578,7 @@ TEXT ·dot4x4F16AVX512(SB), NOSPLIT, $0-48
 
 // func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
 TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
-	MOVQ a+0(FP), AX
-	MOVQ b+8(FP), SI
-	MOVQ ldb+16(FP), R8
-	MOVQ k+24(FP), CX
-	MOVQ c+32(FP), DI
-	MOVQ n+40(FP), DX
+	GEMV_ARGS
 	MOVL $0xBF80BF80, R13
 	VPBROADCASTD R13, Y14
 	GEMV16_512(LD_FP8_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
