@@ -336,9 +336,13 @@ func activationsDeviation(t *testing.T, l *lm.Loaded, opts Options, act string, 
 }
 
 // The CPU engine's int8 activations (cpu:act=int8) against its f32
-// activations on the same int4 weights.
+// activations on the same int4 weights, and on the same int8 weights.
 func TestInt8ActivationsDeviation(t *testing.T) {
 	activationsDeviation(t, loadDir(t, "../testdata/stories260K-hf"), Options{Quantize: "int4"}, "int8", 0.05)
+}
+
+func TestInt8ActivationsInt8WeightsDeviation(t *testing.T) {
+	activationsDeviation(t, loadDir(t, "../testdata/stories260K-hf"), Options{Quantize: "int8"}, "int8", 0.05)
 }
 
 // The CPU engine's bf16 activations (cpu:act=bf16) against its f32

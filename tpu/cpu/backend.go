@@ -44,9 +44,9 @@ type actKind int32
 const (
 	// actF32 multiplies them as they are: the default and the reference.
 	actF32 actKind = iota
-	// actInt8: products with int4 weights quantise their activations to
-	// int8 per block of 32 and multiply in integers
-	// (kernels.GemmInt4Q8NT: VNNI where the CPU has it).
+	// actInt8: products with int4 or int8 weights quantise their
+	// activations to int8 per block of 32 and multiply in integers
+	// (kernels.GemmInt4Q8NT, GemmInt8Q8NT: VNNI where the CPU has it).
 	actInt8
 	// actBF16: products with bf16 or int8 weights round their
 	// activations to bf16 and multiply pairs (kernels.GemmBF16DotNT,
@@ -57,7 +57,7 @@ const (
 // SetActivations sets how the products of the executables compiled from
 // now on treat their activations: "f32" (or "") multiplies them as they
 // are; "int8" quantises them to int8 per block of 32 in the products with
-// int4 weights (about 0.5% of a product off the f32 result); "bf16"
+// int4 and int8 weights (about 0.5% of a product off the f32 result); "bf16"
 // rounds them to bfloat16 in the products with bf16 and int8 weights (2⁻⁹
 // of each activation, about 0.1-0.3% of a product; int8 weights are
 // rounded to bf16 too in products of 16 rows or more). The narrow kinds

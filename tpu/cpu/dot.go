@@ -26,6 +26,9 @@ type dotAux struct {
 	// int8Group is set by rewriteInt8 when the inputs are lhs, an int8
 	// weight [N, K] and its f32 scales, one per int8Group columns.
 	int8Group int
+	// int8Q8 when the backend quantises the activations of those products
+	// to int8 (SetActivations "int8"; k a multiple of 32).
+	int8Q8 bool
 	// int4 is set by rewriteInt4 when the inputs are lhs and an int4
 	// weight [N, K]: its packed values, block codes and scale table;
 	// int4Q8 when the backend quantises the activations to int8

@@ -46,6 +46,9 @@ type groupedAux struct {
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
 	bf16Act bool
+	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
+	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
+	int8Q8 bool
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
@@ -121,7 +124,7 @@ func rewriteGrouped(n *node, act actKind) {
 		d := q.shape.Dimensions
 		n.op = opTypeGrouped
 		n.inputs = []*node{lhs, q, ids, scales}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}
 		n.fn = execGrouped
 		return
 	}
@@ -223,6 +226,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			g.Int4Q8 = a.int4Q8
 		case a.group > 0:
 			g.I8, g.Scales, g.Group = in[1].data.([]int8)[e*N*K:(e+1)*N*K], in[3].data.([]float32)[e*N*(K/a.group):], a.group
+			g.Int8Q8 = a.int8Q8
 		case !a.from16:
 			g.F32 = in[1].data.([]float32)[e*N*K : (e+1)*N*K]
 		case dtypeOfFlat(in[1].data) == dtypes.BFloat16:
@@ -255,6 +259,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			kernels.GemmInt4Q8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.int4:
 			kernels.GemmInt4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
+		case a.group > 0 && a.int8Q8:
+			kernels.GemmInt8Q8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case a.group > 0:
 			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:

@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // TestGroupedExpertDot checks the gathered product of routed experts
@@ -72,9 +74,14 @@ func TestGroupedExpertDot(t *testing.T) {
 // gathers of an int8 stack [E, N, g, G] and its scales [E, N, g, 1],
 // dequantised, under a batched DotGeneral): the cpu backend rewrites it
 // into the grouped node reading int8 in place and agrees with the go
-// backend, which computes the gathered f32 matrices as written.
+// backend, which computes the gathered f32 matrices as written; with int8
+// activations (act=int8), as the go backend on the quantised rows.
 func TestGroupedExpertDotInt8(t *testing.T) {
 	ref, cpu := backendsForTest(t)
+	q8, err := New("act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name           string
 		e, n, g, group int
@@ -116,6 +123,31 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
 		if n := dot.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).group != c.group {
 			t.Errorf("%s: the int8 gathered product was not rewritten into the grouped node", c.name)
+		}
+		// int8 activations: the go backend's product of the rows
+		// quantised and dequantised per block of 32 (VNNI for groups of
+		// 64, the f32 kernels on the quantised rows otherwise); rows of
+		// no whole blocks keep f32 activations.
+		if k%32 != 0 {
+			if _, _, err := run(q8, shs, data, build); err != nil {
+				t.Fatal(err)
+			}
+			if dot.(*node).aux.(*groupedAux).int8Q8 {
+				t.Errorf("%s: rows of %d values quantised per block of 32", c.name, k)
+			}
+			continue
+		}
+		xq := append([]float32(nil), data[0].([]float32)...)
+		kernels.FakeQuantizeQ8(xq)
+		if want, _, err = run(ref, shs, []any{xq, data[1], data[2], c.ids}, build); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err = run(q8, shs, data, build); err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
+		if a := dot.(*node).aux.(*groupedAux); !a.int8Q8 {
+			t.Errorf("%s: act=int8 did not make the grouped product quantise its rows", c.name)
 		}
 	}
 }

@@ -73,6 +73,7 @@ func rewriteInt8(n *node, act actKind) {
 	b := *a
 	b.int8Group = group
 	b.bf16Act = act == actBF16
+	b.int8Q8 = act == actInt8
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], q, scales}
 }
@@ -87,6 +88,10 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 	}
 	if a.bf16Act {
 		kernels.GemmInt8DotNT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)
+		return
+	}
+	if a.int8Q8 && K%32 == 0 {
+		kernels.GemmInt8Q8NT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)
 		return
 	}
 	kernels.GemmInt8NT(M, N, K, lhs, K, q, K, scales, a.int8Group, out, N)

@@ -133,3 +133,6 @@ func gemvFP8AVX2(a *float32, b *byte, ldb, k int, c *float32, n int)
 
 //go:noescape
 func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)
+
+//go:noescape
+func dotInt8Q8VNNI(q *int8, sc *float32, b *int8, ldb, kbytes, nrows int, sw *float32, ngw4 int, c *float32)

@@ -539,3 +539,14 @@ func widenFP8(dst []float32, src []byte, s float32) {
 	}
 	widenFP8Generic(dst[nm:], src[nm:], s)
 }
+
+// dotInt8Q8 computes c[j] for the len(c) int8 rows of b (stride ldb,
+// groups of 64 with ng scales a row in sw) against r.
+func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32) {
+	k := len(r.q)
+	if len(c) == 0 || k == 0 {
+		return
+	}
+	_, _ = b[(len(c)-1)*ldb+k-1], sw[(len(c)-1)*ng+k/64-1]
+	dotInt8Q8VNNI(&r.q[0], &r.sc[0], &b[0], ldb, k, len(c), &sw[0], 4*ng, &c[0])
+}

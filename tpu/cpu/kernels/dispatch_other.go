@@ -99,3 +99,7 @@ func Logistic(dst, src []float32) bool { return false }
 func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) { gemvRowsFP8Generic(a, b, ldb, c) }
 
 func widenFP8(dst []float32, src []byte, s float32) { widenFP8Generic(dst, src, s) }
+
+func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32) {
+	panic("kernels: dotInt8Q8 without VNNI")
+}

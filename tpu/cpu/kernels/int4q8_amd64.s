@@ -110,3 +110,129 @@ q8done:
 q8end:
 	VZEROUPPER
 	RET
+
+// func dotInt8Q8VNNI(q *int8, sc *float32, b *int8, ldb, kbytes, nrows int, sw *float32, ngw4 int, c *float32)
+// nrows int8 rows (stride ldb bytes, kbytes = k values in groups of 64;
+// their f32 scales one per group, stride ngw4 bytes) against int8
+// activations q (k bytes) with sc (per group 16 lane scales, each block of
+// 32's scale in its eight lanes, then 16 lane corrections), c[j] for row
+// j. A group's 64 weights go in as unsigned (XOR 0x80: w+128); VPDPBUSD
+// multiplies them with the group's activations into 16 dword lanes, which
+// are converted to f32, times their block's scale plus the lane's
+// correction (which takes off what the offset added), and added into the
+// row's accumulator times the group's weight scale. Four rows share each
+// load of the activations: SI, R9, R10, R11 are their weights (into
+// Z24..Z27) and BX, R12, R14, R8 their scales; CX walks the bytes of a row
+// and DX its scales; Z8, Z11, Z12, Z13 accumulate (REDUCE512 needs them
+// below Z16); Z9 and Z15 hold a group's lane scales and corrections, Z14
+// the sign bits.
+TEXT ·dotInt8Q8VNNI(SB), NOSPLIT, $0-72
+	MOVQ q+0(FP), R13
+	MOVQ sc+8(FP), R15
+	MOVQ b+16(FP), SI
+	MOVQ nrows+40(FP), AX
+	MOVQ sw+48(FP), BX
+	MOVQ c+64(FP), DI
+	MOVL $0x80808080, R10
+	VPBROADCASTD R10, Z14
+i8q4:
+	CMPQ AX, $4
+	JLT  i8q1
+	MOVQ ldb+24(FP), R8
+	LEAQ (SI)(R8*1), R9
+	LEAQ (SI)(R8*2), R10
+	LEAQ (R9)(R8*2), R11
+	MOVQ ldb+24(FP), DX
+	LEAQ (SI)(DX*4), DX
+	MOVQ ngw4+56(FP), R8
+	LEAQ (BX)(R8*1), R12
+	LEAQ (BX)(R8*2), R14
+	LEAQ (R12)(R8*2), R8
+	VPXORD Z8, Z8, Z8
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	XORQ CX, CX
+i8q4k:
+	PREFETCHT0   (DX)(CX*4)
+	PREFETCHT0   64(DX)(CX*4)
+	PREFETCHT0   128(DX)(CX*4)
+	PREFETCHT0   192(DX)(CX*4)
+	VMOVDQU64    (R13)(CX*1), Z10
+	VMOVUPS      (R15)(CX*2), Z9
+	VMOVUPS      64(R15)(CX*2), Z15
+	VPXORD       (SI)(CX*1), Z14, Z24
+	VPXORD       (R9)(CX*1), Z14, Z25
+	VPXORD       (R10)(CX*1), Z14, Z26
+	VPXORD       (R11)(CX*1), Z14, Z27
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPDPBUSD     Z10, Z24, Z4
+	VPDPBUSD     Z10, Z25, Z5
+	VPDPBUSD     Z10, Z26, Z6
+	VPDPBUSD     Z10, Z27, Z7
+	VCVTDQ2PS    Z4, Z4
+	VCVTDQ2PS    Z5, Z5
+	VCVTDQ2PS    Z6, Z6
+	VCVTDQ2PS    Z7, Z7
+	VFMADD213PS  Z15, Z9, Z4
+	VFMADD213PS  Z15, Z9, Z5
+	VFMADD213PS  Z15, Z9, Z6
+	VFMADD213PS  Z15, Z9, Z7
+	VBROADCASTSS (BX), Z20
+	VBROADCASTSS (R12), Z21
+	VBROADCASTSS (R14), Z22
+	VBROADCASTSS (R8), Z23
+	VFMADD231PS  Z20, Z4, Z8
+	VFMADD231PS  Z21, Z5, Z11
+	VFMADD231PS  Z22, Z6, Z12
+	VFMADD231PS  Z23, Z7, Z13
+	ADDQ $64, CX
+	ADDQ $4, BX
+	ADDQ $4, R12
+	ADDQ $4, R14
+	ADDQ $4, R8
+	CMPQ CX, kbytes+32(FP)
+	JLT  i8q4k
+	REDUCE512(Z8, Y8, X8, 0(DI))
+	REDUCE512(Z11, Y11, X11, 4(DI))
+	REDUCE512(Z12, Y12, X12, 8(DI))
+	REDUCE512(Z13, Y13, X13, 12(DI))
+	MOVQ ldb+24(FP), R8
+	LEAQ (SI)(R8*4), SI
+	MOVQ ngw4+56(FP), R8
+	LEAQ (BX)(R8*2), BX
+	ADDQ R8, BX
+	ADDQ $16, DI
+	SUBQ $4, AX
+	JMP  i8q4
+i8q1:
+	TESTQ AX, AX
+	JLE   i8qend
+	VPXORD Z8, Z8, Z8
+	XORQ CX, CX
+	XORQ DX, DX
+i8q1k:
+	VPXORD       (SI)(CX*1), Z14, Z24
+	VPXORD       Z4, Z4, Z4
+	VPDPBUSD     (R13)(CX*1), Z24, Z4
+	VCVTDQ2PS    Z4, Z4
+	VMOVUPS      (R15)(CX*2), Z9
+	VFMADD213PS  64(R15)(CX*2), Z9, Z4
+	VBROADCASTSS (BX)(DX*1), Z20
+	VFMADD231PS  Z20, Z4, Z8
+	ADDQ $64, CX
+	ADDQ $4, DX
+	CMPQ CX, kbytes+32(FP)
+	JLT  i8q1k
+	REDUCE512(Z8, Y8, X8, 0(DI))
+	ADDQ ldb+24(FP), SI
+	ADDQ ngw4+56(FP), BX
+	ADDQ $4, DI
+	DECQ AX
+	JMP  i8q1
+i8qend:
+	VZEROUPPER
+	RET

@@ -12,9 +12,9 @@ import (
 // Scales [N, k/Group], as GemmInt8NT takes them), MXFP4 (with
 // MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused) or
 // Int4 (with Int4Codes and the 256-entry Int4Table, as GemmInt4NT takes
-// them; LDB unused). Int4Q8 quantises A to int8 per block of 32 first and
-// multiplies as GemmInt4Q8NT does (in integers with AVX512-VNNI when k is
-// a multiple of 64).
+// them; LDB unused). Int4Q8 (Int8Q8) quantises A to int8 per block of 32
+// first and multiplies as GemmInt4Q8NT (GemmInt8Q8NT) does: in integers
+// with AVX512-VNNI where that kernel would.
 type Gemv struct {
 	A []float32
 	C []float32 // [N], overwritten
@@ -31,6 +31,7 @@ type Gemv struct {
 	Int4Codes []byte
 	Int4Table []float32
 	Int4Q8    bool
+	Int8Q8    bool
 	LDB       int
 }
 
@@ -71,10 +72,31 @@ func GemvMulti(k int, ps []Gemv) {
 	// and dequantised for the f32 one (Int4Q8 without VNNI).
 	var codes []*nibbleCode
 	var q8 []*q8Row
+	var q8l []*q8Lanes // the int8 products' rows quantised (Int8Q8 with VNNI)
 	av := make([][]float32, len(ps))
 	vnni := hasVNNI() && k%64 == 0
 	for i, p := range ps {
 		av[i] = p.A[:k]
+		if p.I8 != nil && p.Int8Q8 {
+			if !vnni || p.Group != 64 {
+				av[i] = slices.Clone(av[i])
+				FakeQuantizeQ8(av[i])
+				continue
+			}
+			if q8l == nil {
+				q8l = make([]*q8Lanes, len(ps))
+				defer func() {
+					for _, r := range q8l {
+						if r != nil {
+							q8LanesPool.Put(r)
+						}
+					}
+				}()
+			}
+			q8l[i] = q8LanesPool.Get().(*q8Lanes)
+			q8l[i].quantize(av[i])
+			continue
+		}
 		if p.Int4 == nil {
 			continue
 		}
@@ -124,6 +146,9 @@ func GemvMulti(k int, ps []Gemv) {
 				dotInt4Q8(q8[i], p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
 			case p.Int4 != nil:
 				gemvRowsNibbles(codes[i], av, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
+			case q8l != nil && q8l[i] != nil:
+				ng := k / p.Group
+				dotInt8Q8(q8l[i], p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])
 			default:
 				ng := k / p.Group
 				gemvRowsI8(av, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
@@ -153,6 +178,9 @@ func checkGemv(i, k int, p *Gemv) {
 		nb = len(p.F16)
 	case p.I8 != nil:
 		nb = len(p.I8)
+		if p.Int8Q8 && k%32 != 0 {
+			panic(fmt.Sprintf("kernels: GemvMulti product: int8 activations need k a multiple of 32, got %d", k))
+		}
 		if k > 0 {
 			checkGroups("GemvMulti product", p.N, k, p.Group, len(p.Scales))
 		}
