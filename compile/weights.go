@@ -49,7 +49,8 @@ import (
 //     GEMM/GEMV (the weight stays at 17/32 of a byte) and other backends,
 //     XLA's included, compute as written.
 //   - Weights the checkpoint stores as block-wise FP8 E4M3, without
-//     Options.Quantize, on a backend that multiplies them
+//     Options.Quantize, in f32 compute (the backend fuses only f32
+//     products), on a backend that multiplies them
 //     (tpu.Capabilities.FP8) on one device, are held as stored: the bytes
 //     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
 //     them (nn.DequantizeFP8), which tputool's cpu backend fuses into its
@@ -94,7 +95,7 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	// them; split over devices (TP/DP), they are split as floats.
 	mx := caps.MXFP4 && max(o.TP, 1)*max(o.DP, 1) == 1
 	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx,
-		FP8: caps.FP8 && max(o.TP, 1)*max(o.DP, 1) == 1, ExpertsApart: o.Experts != ExpertsInGraph}
+		FP8: caps.FP8 && o.DType == dtypes.Float32 && max(o.TP, 1)*max(o.DP, 1) == 1, ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
 // holding is how this Runner holds its weights.
@@ -281,6 +282,7 @@ func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
 		return err
 	}
 	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, wBuf); err != nil {
+		_ = r.backend.BufferFinalize(sBuf)
 		return err
 	}
 	r.weights[w.Name+fp8ScaleSuffix], err = tensors.FromBuffer(r.backend, sBuf)

@@ -70,17 +70,17 @@ func ParseRef(s string) (Ref, error) {
 		}
 		abs, err := filepath.Abs(p)
 		if err != nil {
-			return Ref{}, refError(s, err.Error(), err)
+			return Ref{}, refError(s, "", err)
 		}
 		return Ref{Raw: s, Local: true, Path: abs}, nil
 	}
 	id, rev, hasRev := strings.Cut(s, "@")
 	if err := hub.ValidateRepoID(id); err != nil {
-		return Ref{}, refError(s, "not an existing directory nor a Hub id: "+err.Error(), err)
+		return Ref{}, refError(s, "not an existing directory nor a Hub id", err)
 	}
 	if hasRev {
 		if err := hub.CheckRevision(rev); err != nil {
-			return Ref{}, refError(s, err.Error(), err)
+			return Ref{}, refError(s, "", err)
 		}
 	}
 	return Ref{Raw: s, RepoID: id, Revision: rev}, nil
@@ -206,10 +206,10 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Checkpoint, error) {
 		}
 		files, err := hub.ListDir(r.Path)
 		if err != nil {
-			return nil, refError(r.Raw, err.Error(), err)
+			return nil, refError(r.Raw, "", err)
 		}
 		if err := CheckLinks(r.Path); err != nil {
-			return nil, refError(r.Raw, err.Error(), err)
+			return nil, refError(r.Raw, "", err)
 		}
 		m := &Checkpoint{Ref: r, Dir: r.Path, Files: files, Variant: opts.Variant}
 		if err := m.load(); err != nil {
@@ -224,7 +224,7 @@ func ResolveRef(ctx context.Context, r Ref, opts Options) (*Checkpoint, error) {
 	rev := r.Revision
 	if opts.Revision != "" {
 		if err := hub.CheckRevision(opts.Revision); err != nil {
-			return nil, &errs.OptionError{Owner: "Options", Option: "Revision", Value: opts.Revision, Reason: err.Error(), Cause: err}
+			return nil, &errs.OptionError{Owner: "Options", Option: "Revision", Value: opts.Revision, Cause: err}
 		}
 		rev = opts.Revision
 	}
@@ -293,11 +293,12 @@ func checkModelFolder(r Ref) error {
 			return nil
 		}
 	}
-	return refError(r.Raw, ErrNotModelFolder.Error(), ErrNotModelFolder)
+	return refError(r.Raw, "", ErrNotModelFolder)
 }
 
 // refError is a usage error about the model reference s (the value of
-// --model: cmd names the flag), for reason, caused by cause (or nil).
+// --model: cmd names the flag): reason, then cause's message (either may
+// be empty or nil).
 func refError(s, reason string, cause error) error {
 	return &errs.OptionError{Option: "Ref", Value: s, Reason: reason, Cause: cause}
 }

@@ -15,8 +15,10 @@ import (
 //
 // The message is the option's name and Value, then Want (the values the
 // option takes, for a value out of range) or Reason (why this value cannot
-// be used here). Reason may name other fields of the same owner as
-// {Field}; Text fills them in. It wraps Kind, a sentinel of this package:
+// be used here), then Cause's message as it is. Reason may name other
+// fields of the same owner as {Field}; Text fills them in. Text that is
+// not the package's own (a path, another error's message) goes in Cause,
+// never in Reason. It wraps Kind, a sentinel of this package:
 // ErrUsage when nil, ErrUnsupported for a valid value the model, backend
 // or combination does not support, ErrDeviceUnavailable for one the
 // devices cannot hold.
@@ -27,8 +29,8 @@ type OptionError struct {
 	Want   string
 	Reason string
 	Kind   error
-	// Cause is the error behind Reason, when there is one (errors.Is and
-	// errors.As find it).
+	// Cause is the error behind Reason, when there is one: its message
+	// follows Reason's, and errors.Is and errors.As find it.
 	Cause error
 }
 
@@ -48,9 +50,11 @@ func (e *OptionError) Text(name func(field string) string) string {
 	fmt.Fprintf(&b, "%s %v: ", name(e.Option), e.Value)
 	if e.Want != "" {
 		b.WriteString("want " + e.Want)
-		return b.String()
 	}
 	r := e.Reason
+	if e.Want != "" {
+		r = ""
+	}
 	for {
 		i := strings.IndexByte(r, '{')
 		j := strings.IndexByte(r[max(i, 0):], '}')
@@ -61,6 +65,12 @@ func (e *OptionError) Text(name func(field string) string) string {
 		r = r[i+j+1:]
 	}
 	b.WriteString(r)
+	if e.Cause != nil {
+		if e.Want != "" || e.Reason != "" {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Cause.Error())
+	}
 	return b.String()
 }
 

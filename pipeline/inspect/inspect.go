@@ -181,8 +181,11 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	if opts.DType == "" {
 		opts.DType = DefaultDType
 	}
-	if opts.Batch < 0 || opts.Context < 0 {
-		return nil, &errs.OptionError{Owner: "Options", Option: "Batch", Value: opts.Batch, Reason: fmt.Sprintf("and {Context} %d must be positive", opts.Context)}
+	if opts.Batch < 0 {
+		return nil, &errs.OptionError{Owner: "Options", Option: "Batch", Value: opts.Batch, Want: "a positive number of sequences"}
+	}
+	if opts.Context < 0 {
+		return nil, &errs.OptionError{Owner: "Options", Option: "Context", Value: opts.Context, Want: "a positive number of positions"}
 	}
 	elem, dtypeName, err := ParseDType(opts.DType)
 	if err != nil {

@@ -45,7 +45,8 @@ type Holding struct {
 	MXFP4 bool
 	// FP8: weights the checkpoint stores as FP8 E4M3 with block scales
 	// (Loaded.StoredFP8) are held so (a byte a weight and an f32 scale a
-	// block) when nothing is quantised, never decoded.
+	// block) when nothing is quantised, never decoded. (One with NaN bytes
+	// is decoded at load: HeldBytes then counts it short.)
 	FP8 bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held

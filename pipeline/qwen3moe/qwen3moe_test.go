@@ -331,10 +331,12 @@ type expertsRun struct {
 // checkQuantizedExperts runs c under --quantize quantize each way of runs,
 // from both checkpoint layouts: each holds what lm.Loaded.HeldBytes
 // estimates and stays within bound of the float64 reference, and the runs
-// marked sameAsFirst agree with the first to float32 rounding.
+// marked sameAsFirst agree with the first (of either layout) to float32
+// rounding.
 func checkQuantizedExperts(t *testing.T, c qwenref.MoE, quantize string, bound float64, runs []expertsRun) {
 	t.Helper()
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+	var first []float32
 	for _, stacked := range []bool{false, true} {
 		c.Stacked = stacked
 		dir := t.TempDir()
@@ -349,7 +351,6 @@ func checkQuantizedExperts(t *testing.T, c qwenref.MoE, quantize string, bound f
 		if err != nil {
 			t.Fatal(err)
 		}
-		var first []float32
 		for _, v := range runs {
 			be := refcheck.GoBackend(t)
 			if v.backend != "go" {

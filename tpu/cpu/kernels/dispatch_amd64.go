@@ -2,7 +2,11 @@
 
 package kernels
 
-import "golang.org/x/sys/cpu"
+import (
+	"fmt"
+
+	"golang.org/x/sys/cpu"
+)
 
 func detectLevel() isaLevel {
 	x := cpu.X86
@@ -541,11 +545,15 @@ func widenFP8(dst []float32, src []byte, s float32) {
 }
 
 // dotInt8Q8 computes c[j] for the len(c) int8 rows of b (stride ldb,
-// groups of 64 with ng scales a row in sw) against r.
+// groups of 64 with ng = k/64 scales a row in sw, rows contiguous) against
+// r.
 func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32) {
 	k := len(r.q)
 	if len(c) == 0 || k == 0 {
 		return
+	}
+	if ng != k/64 {
+		panic(fmt.Sprintf("kernels: dotInt8Q8: %d scales a row, want k/64 = %d", ng, k/64))
 	}
 	_, _ = b[(len(c)-1)*ldb+k-1], sw[(len(c)-1)*ng+k/64-1]
 	dotInt8Q8VNNI(&r.q[0], &r.sc[0], &b[0], ldb, k, len(c), &sw[0], 4*ng, &c[0])

@@ -111,7 +111,7 @@ func TestGemmFP8Panics(t *testing.T) {
 		}, "scales"},
 		{"short B", func() {
 			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 31), 8, make([]float32, 2), 2, 8, make([]float32, 4), 4)
-		}, "B"},
+		}, "GemmFP8NT B"},
 		{"block", func() {
 			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 2), 0, 8, make([]float32, 4), 4)
 		}, "block"},

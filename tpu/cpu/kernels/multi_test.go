@@ -55,6 +55,23 @@ func TestGemvMulti(t *testing.T) {
 				ps = append(ps, g)
 				want = append(want, w)
 			}
+			if k%64 == 0 { // int8 products with int8 activations
+				for _, n := range []int{5, 21} {
+					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, LDB: k, Group: 64, Int8Q8: true}
+					g.I8 = make([]int8, n*k)
+					for j := range g.I8 {
+						g.I8[j] = int8(r.IntN(255) - 127)
+					}
+					g.Scales = make([]float32, n*k/64)
+					for j := range g.Scales {
+						g.Scales[j] = float32(r.Float64()*0.02 + 0.001)
+					}
+					w := make([]float32, n)
+					GemmInt8Q8NT(1, n, k, g.A, k, g.I8, k, g.Scales, 64, w, n)
+					ps = append(ps, g)
+					want = append(want, w)
+				}
+			}
 			if k%Int4Block == 0 { // int4 products, between the others
 				for i, n := range []int{3, 77, 5, 40} {
 					f := randMat(r, n, k, k)
