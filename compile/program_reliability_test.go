@@ -108,10 +108,10 @@ func TestGoBackendTrapsAreErrors(t *testing.T) {
 	}
 }
 
-// TestNewLMRefusesDTypesUpFront: a compute dtype the backend or tputool
+// TestNewRunnerRefusesDTypesUpFront: a compute dtype the backend or tputool
 // lacks is refused (errs.ErrUnsupported, exit 3) before any weight is
 // converted or a graph is built.
-func TestNewLMRefusesDTypesUpFront(t *testing.T) {
+func TestNewRunnerRefusesDTypesUpFront(t *testing.T) {
 	be := cpuDevice(t)
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {

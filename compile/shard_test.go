@@ -283,7 +283,7 @@ func TestShardPlanStateAndBatch(t *testing.T) {
 	}
 }
 
-func TestNewLMParallelErrors(t *testing.T) {
+func TestNewRunnerParallelErrors(t *testing.T) {
 	be := goBackend(t)
 	l := tinyLoaded(t, "LlamaForCausalLM", true, false)
 	// The go backend has one device: exit 4, before any weight is loaded.
