@@ -136,3 +136,6 @@ func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)
 
 //go:noescape
 func dotInt8Q8VNNI(q *int8, sc *float32, b *int8, ldb, kbytes, nrows int, sw *float32, ngw4 int, c *float32)
+
+//go:noescape
+func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int, c *[8]float32)

@@ -652,3 +652,76 @@ wq2loop:
 wq2done:
 	VZEROUPPER
 	RET
+
+// func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int, c *[8]float32)
+// One int8 row (ngroups groups of 16·g16 columns, one f32 scale a group)
+// against eight rows of A: each 16 weights are widened and scaled once in
+// registers and multiplied into the eight rows' accumulators Z16..Z23;
+// c[i] gets row i's sum. R8..R15 are the rows, DI the byte offset into
+// them, Z9 the group's scale.
+TEXT ·dotInt8X8AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), DX
+	MOVQ 0(DX), R8
+	MOVQ 8(DX), R9
+	MOVQ 16(DX), R10
+	MOVQ 24(DX), R11
+	MOVQ 32(DX), R12
+	MOVQ 40(DX), R13
+	MOVQ 48(DX), R14
+	MOVQ 56(DX), R15
+	MOVQ b+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ ngroups+24(FP), CX
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	XORQ DI, DI
+i8x8g:
+	TESTQ CX, CX
+	JLE   i8x8done
+	VBROADCASTSS (BX), Z9
+	MOVQ  g16+32(FP), DX
+i8x8k:
+	VPMOVSXBD   (SI), Z6
+	VCVTDQ2PS   Z6, Z6
+	VMULPS      Z9, Z6, Z6
+	VFMADD231PS (R8)(DI*1), Z6, Z16
+	VFMADD231PS (R9)(DI*1), Z6, Z17
+	VFMADD231PS (R10)(DI*1), Z6, Z18
+	VFMADD231PS (R11)(DI*1), Z6, Z19
+	VFMADD231PS (R12)(DI*1), Z6, Z20
+	VFMADD231PS (R13)(DI*1), Z6, Z21
+	VFMADD231PS (R14)(DI*1), Z6, Z22
+	VFMADD231PS (R15)(DI*1), Z6, Z23
+	ADDQ $16, SI
+	ADDQ $64, DI
+	DECQ DX
+	JNZ  i8x8k
+	ADDQ $4, BX
+	DECQ CX
+	JMP  i8x8g
+i8x8done:
+	MOVQ c+40(FP), DX
+	VMOVAPS Z16, Z0
+	REDUCE512(Z0, Y0, X0, 0(DX))
+	VMOVAPS Z17, Z0
+	REDUCE512(Z0, Y0, X0, 4(DX))
+	VMOVAPS Z18, Z0
+	REDUCE512(Z0, Y0, X0, 8(DX))
+	VMOVAPS Z19, Z0
+	REDUCE512(Z0, Y0, X0, 12(DX))
+	VMOVAPS Z20, Z0
+	REDUCE512(Z0, Y0, X0, 16(DX))
+	VMOVAPS Z21, Z0
+	REDUCE512(Z0, Y0, X0, 20(DX))
+	VMOVAPS Z22, Z0
+	REDUCE512(Z0, Y0, X0, 24(DX))
+	VMOVAPS Z23, Z0
+	REDUCE512(Z0, Y0, X0, 28(DX))
+	VZEROUPPER
+	RET
