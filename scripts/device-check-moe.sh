@@ -8,7 +8,10 @@
 #      device-check prompts as one batch, greedy, 24 tokens, float32: on the
 #      CPU with --experts graph (the reference), host and dense; on the
 #      device with graph (compiled and eager), host and dense. Every token id
-#      must equal the reference's.
+#      must equal the reference's. Then with --quantize int4 (the expert
+#      stacks int4, decoded in the graph on the device, read in place by the
+#      CPU engine's grouped kernel): the device's tokens must equal the
+#      CPU's.
 #   2. new families: a tiny GPT-OSS (experts in MXFP4, attention sinks,
 #      YaRN, sliding layers) and two tiny Gemma 4 (per-layer embeddings and
 #      KV sharing; the 26B's routed experts with k = v), the same prompts,
@@ -105,6 +108,16 @@ for e in graph host dense; do
 	run "moe-dev-$e.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen[@]}" --experts "$e" || true
 done
 run moe-dev-graph-eager.json "${f32_env[@]}" "$tputool" --device "$device" "${gen[@]}" --experts graph --mode eager || true
+
+run moe-cpu-int4.json "$tputool" --device cpu "${gen[@]}" --experts graph --quantize int4 || true
+run moe-dev-int4.json "${f32_env[@]}" "$tputool" --device "$device" "${gen[@]}" --experts graph --quantize int4 || true
+if [ -s "$OUT/moe-cpu-int4.json" ]; then
+	if compare_tokens "$OUT"/moe-cpu-int4.json "$OUT"/moe-dev-int4.json >"$OUT/moe-int4-compare.txt" 2>&1; then
+		say "tokens: int4 expert stacks on the device equal the CPU engine's"
+	else
+		fail "MoE int4 tokens differ: $(head -3 "$OUT/moe-int4-compare.txt" | tr '\n' ' ')"
+	fi
+fi
 
 tokens_ok=no
 if [ -s "$OUT/moe-cpu-graph.json" ]; then
