@@ -139,3 +139,6 @@ func dotInt8Q8VNNI(q *int8, sc *float32, b *int8, ldb, kbytes, nrows int, sw *fl
 
 //go:noescape
 func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int, c *[8]float32)
+
+//go:noescape
+func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)

@@ -560,14 +560,38 @@ func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32)
 }
 
 // smallMInt8 is GemmInt8NT's small-m product: each weight row is widened
-// and scaled in registers once per eight rows of A (dotInt8X8AVX512),
-// with no f32 copy of B. It reports false (and does nothing) without
-// AVX-512 or for groups that are no multiple of 16.
+// and scaled in registers once per eight rows of A (dotInt8X8AVX512; four
+// on AVX2, dotInt8X4AVX2), with no f32 copy of B. It reports false (and
+// does nothing) without AVX2, for groups that are no multiple of 16, or
+// beyond int8SmallM (int8SmallMAVX2) rows.
 func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, ng, g int, c []float32, ldc int) bool {
-	if level != levelAVX512 || g%16 != 0 {
+	most := int8SmallM
+	if level == levelAVX2 {
+		most = int8SmallMAVX2
+	}
+	if level == levelGeneric || g%16 != 0 || m > most {
 		return false
 	}
 	_, _ = b[(n-1)*ldb+k-1], scales[n*ng-1]
+	if level == levelAVX2 {
+		Parallel(n, max(1, gemvGrain(k)/max(1, m/4)), func(lo, hi int) {
+			var rows [4]*float32
+			var out [4]float32
+			for i0 := 0; i0 < m; i0 += 4 {
+				r := min(4, m-i0)
+				for i := range rows {
+					rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
+				}
+				for j := lo; j < hi; j++ {
+					dotInt8X4AVX2(&rows, &b[j*ldb], &scales[j*ng], ng, g/16, &out)
+					for i := 0; i < r; i++ {
+						c[(i0+i)*ldc+j] = out[i]
+					}
+				}
+			}
+		})
+		return true
+	}
 	Parallel(n, max(1, gemvGrain(k)/max(1, m/8)), func(lo, hi int) {
 		var rows [8]*float32
 		var out [8]float32

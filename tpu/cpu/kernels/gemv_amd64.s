@@ -725,3 +725,58 @@ i8x8done:
 	REDUCE512(Z0, Y0, X0, 28(DX))
 	VZEROUPPER
 	RET
+
+// func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)
+// dotInt8X8AVX512 for AVX2 machines and four rows of A: each 16 weights
+// are widened and scaled once (Y6, Y7) and multiplied into the four rows'
+// accumulators Y0..Y3. R8..R11 are the rows, DI the byte offset into
+// them, Y9 the group's scale.
+TEXT ·dotInt8X4AVX2(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), DX
+	MOVQ 0(DX), R8
+	MOVQ 8(DX), R9
+	MOVQ 16(DX), R10
+	MOVQ 24(DX), R11
+	MOVQ b+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ ngroups+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ DI, DI
+i8x4g:
+	TESTQ CX, CX
+	JLE   i8x4done
+	VBROADCASTSS (BX), Y9
+	MOVQ  g16+32(FP), DX
+i8x4k:
+	VPMOVSXBD   (SI), Y6
+	VPMOVSXBD   8(SI), Y7
+	VCVTDQ2PS   Y6, Y6
+	VCVTDQ2PS   Y7, Y7
+	VMULPS      Y9, Y6, Y6
+	VMULPS      Y9, Y7, Y7
+	VFMADD231PS (R8)(DI*1), Y6, Y0
+	VFMADD231PS 32(R8)(DI*1), Y7, Y0
+	VFMADD231PS (R9)(DI*1), Y6, Y1
+	VFMADD231PS 32(R9)(DI*1), Y7, Y1
+	VFMADD231PS (R10)(DI*1), Y6, Y2
+	VFMADD231PS 32(R10)(DI*1), Y7, Y2
+	VFMADD231PS (R11)(DI*1), Y6, Y3
+	VFMADD231PS 32(R11)(DI*1), Y7, Y3
+	ADDQ $16, SI
+	ADDQ $64, DI
+	DECQ DX
+	JNZ  i8x4k
+	ADDQ $4, BX
+	DECQ CX
+	JMP  i8x4g
+i8x4done:
+	MOVQ c+40(FP), DX
+	REDUCE256(Y0, X0, 0(DX))
+	REDUCE256(Y1, X1, 4(DX))
+	REDUCE256(Y2, X2, 8(DX))
+	REDUCE256(Y3, X3, 12(DX))
+	VZEROUPPER
+	RET
