@@ -142,3 +142,12 @@ func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int,
 
 //go:noescape
 func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)
+
+//go:noescape
+func widenBF16AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func widenF16AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func widenI8AVX2(dst *float32, src *int8, n int, s float32)

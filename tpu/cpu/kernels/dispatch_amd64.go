@@ -319,6 +319,15 @@ func currentNTKernel() ntKernel {
 }
 
 func widenBF16(dst []float32, src []uint16) {
+	if level == levelAVX2 {
+		nm := len(dst) &^ 7
+		if nm > 0 {
+			_ = src[len(dst)-1]
+			widenBF16AVX2(&dst[0], &src[0], nm)
+		}
+		widenBF16Generic(dst[nm:], src[nm:])
+		return
+	}
 	nm := len(dst) &^ 15
 	if level != levelAVX512 || nm == 0 {
 		widenBF16Generic(dst, src)
@@ -330,6 +339,15 @@ func widenBF16(dst []float32, src []uint16) {
 }
 
 func widenF16(dst []float32, src []uint16) {
+	if level == levelAVX2 {
+		nm := len(dst) &^ 7
+		if nm > 0 {
+			_ = src[len(dst)-1]
+			widenF16AVX2(&dst[0], &src[0], nm)
+		}
+		widenF16Generic(dst[nm:], src[nm:])
+		return
+	}
 	nm := len(dst) &^ 15
 	if level != levelAVX512 || nm == 0 {
 		widenF16Generic(dst, src)
@@ -341,6 +359,15 @@ func widenF16(dst []float32, src []uint16) {
 }
 
 func widenI8(dst []float32, src []int8, s float32) {
+	if level == levelAVX2 {
+		nm := len(dst) &^ 7
+		if nm > 0 {
+			_ = src[len(dst)-1]
+			widenI8AVX2(&dst[0], &src[0], nm, s)
+		}
+		widenI8Generic(dst[nm:], src[nm:], s)
+		return
+	}
 	nm := len(dst) &^ 15
 	if level != levelAVX512 || nm == 0 {
 		widenI8Generic(dst, src, s)

@@ -504,3 +504,54 @@ lgloop:
 	JLT     lgloop
 	VZEROUPPER
 	RET
+
+// ---- AVX2 widening (the blocked GEMM's scratch; n a multiple of 8) ----
+
+// func widenBF16AVX2(dst *float32, src *uint16, n int)
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+wb2loop:
+	VPMOVZXWD (SI)(AX*2), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JLT       wb2loop
+	VZEROUPPER
+	RET
+
+// func widenF16AVX2(dst *float32, src *uint16, n int)
+TEXT ·widenF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+wh2loop:
+	VCVTPH2PS (SI)(AX*2), Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JLT       wh2loop
+	VZEROUPPER
+	RET
+
+// func widenI8AVX2(dst *float32, src *int8, n int, s float32)
+TEXT ·widenI8AVX2(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS s+24(FP), Y4
+	XORQ AX, AX
+wi2loop:
+	VPMOVSXBD (SI)(AX*1), Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS    Y4, Y0, Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JLT       wi2loop
+	VZEROUPPER
+	RET
