@@ -151,3 +151,9 @@ func widenF16AVX2(dst *float32, src *uint16, n int)
 
 //go:noescape
 func widenI8AVX2(dst *float32, src *int8, n int, s float32)
+
+//go:noescape
+func dotBF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)
+
+//go:noescape
+func dotF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)

@@ -62,6 +62,10 @@ func gemvRowsBF16(a []float32, b []uint16, ldb int, c []float32) {
 
 // smallMBF16 and smallMF16 take gemmSmallM16 on AVX-512 (k >= 16).
 func smallMBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	if level == levelAVX2 && k >= 16 && m <= smallM16MaxAVX2 {
+		smallM16AVX2(m, n, k, a, lda, b, ldb, c, ldc, false)
+		return true
+	}
 	if level != levelAVX512 || k < 16 {
 		return false
 	}
@@ -70,11 +74,58 @@ func smallMBF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []floa
 }
 
 func smallMF16(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) bool {
+	if level == levelAVX2 && k >= 16 && m <= smallM16MaxAVX2 {
+		smallM16AVX2(m, n, k, a, lda, b, ldb, c, ldc, true)
+		return true
+	}
 	if level != levelAVX512 || k < 16 {
 		return false
 	}
 	gemmSmallM16(m, n, k, a, lda, b, ldb, c, ldc, true)
 	return true
+}
+
+// smallM16MaxAVX2 is the most rows of A the AVX2 small-m 16-bit product
+// takes (dotBF16X4AVX2: B read once per four rows).
+var smallM16MaxAVX2 = 8
+
+// smallM16AVX2 is the small-m product with 16-bit weights on AVX2: each B
+// row is widened in registers once per four rows of A (dotBF16X4AVX2,
+// dotF16X4AVX2: k beyond the multiple of 16 is added in Go), B rows the
+// parallel work.
+func smallM16AVX2(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, f16 bool) {
+	k16 := k &^ 15
+	_ = b[(n-1)*ldb+k-1]
+	Parallel(n, max(1, gemvGrain(k)/max(1, m/4)), func(lo, hi int) {
+		var rows [4]*float32
+		var out [4]float32
+		for i0 := 0; i0 < m; i0 += 4 {
+			r := min(4, m-i0)
+			for i := range rows {
+				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
+			}
+			for j := lo; j < hi; j++ {
+				bj := b[j*ldb : j*ldb+k]
+				if f16 {
+					dotF16X4AVX2(&rows, &bj[0], k16/16, &out)
+				} else {
+					dotBF16X4AVX2(&rows, &bj[0], k16/16, &out)
+				}
+				for i := 0; i < r; i++ {
+					v := out[i]
+					if k16 < k {
+						ai := a[(i0+i)*lda+k16 : (i0+i)*lda+k]
+						if f16 {
+							v += dotF16(ai, bj[k16:])
+						} else {
+							v += dotBF16(ai, bj[k16:])
+						}
+					}
+					c[(i0+i)*ldc+j] = v
+				}
+			}
+		}
+	})
 }
 
 // gemmSmallM16 is the small-m path over the four-by-four AVX-512

@@ -780,3 +780,72 @@ i8x4done:
 	REDUCE256(Y3, X3, 12(DX))
 	VZEROUPPER
 	RET
+
+// DOT16X4_256 multiplies one 16-bit row (LD widens 8 values at P+OFF into
+// a ymm) into four rows of A's accumulators Y0..Y3, 16 columns a step, and
+// stores the four sums at DX: R8..R11 are the rows, DI the byte offset into
+// them, SI the weights, CX the steps left.
+#define DOT16X4_256(LD, LBLK, LBLDONE) \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	XORQ DI, DI \
+LBLK: \
+	TESTQ CX, CX \
+	JLE   LBLDONE \
+	LD(SI, 0, Y6) \
+	LD(SI, 16, Y7) \
+	VFMADD231PS (R8)(DI*1), Y6, Y0 \
+	VFMADD231PS 32(R8)(DI*1), Y7, Y0 \
+	VFMADD231PS (R9)(DI*1), Y6, Y1 \
+	VFMADD231PS 32(R9)(DI*1), Y7, Y1 \
+	VFMADD231PS (R10)(DI*1), Y6, Y2 \
+	VFMADD231PS 32(R10)(DI*1), Y7, Y2 \
+	VFMADD231PS (R11)(DI*1), Y6, Y3 \
+	VFMADD231PS 32(R11)(DI*1), Y7, Y3 \
+	ADDQ $32, SI \
+	ADDQ $64, DI \
+	DECQ CX \
+	JMP  LBLK \
+LBLDONE: \
+	REDUCE256(Y0, X0, 0(DX)) \
+	REDUCE256(Y1, X1, 4(DX)) \
+	REDUCE256(Y2, X2, 8(DX)) \
+	REDUCE256(Y3, X3, 12(DX)) \
+	VZEROUPPER \
+	RET
+
+#define LDX_BF16_256(P, OFF, Y) \
+	VPMOVZXWD OFF(P), Y \
+	VPSLLD    $16, Y, Y
+#define LDX_F16_256(P, OFF, Y) \
+	VCVTPH2PS OFF(P), Y
+
+// func dotBF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)
+// One bf16 row of 16·n16 values against four rows of A (the small-m
+// product on AVX2): each 16 weights are widened once and multiplied into
+// the four rows' accumulators; c[i] gets row i's sum.
+TEXT ·dotBF16X4AVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), DX
+	MOVQ 0(DX), R8
+	MOVQ 8(DX), R9
+	MOVQ 16(DX), R10
+	MOVQ 24(DX), R11
+	MOVQ b+8(FP), SI
+	MOVQ n16+16(FP), CX
+	MOVQ c+24(FP), DX
+	DOT16X4_256(LDX_BF16_256, bx4k, bx4done)
+
+// func dotF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)
+// dotBF16X4AVX2 for f16 weights.
+TEXT ·dotF16X4AVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), DX
+	MOVQ 0(DX), R8
+	MOVQ 8(DX), R9
+	MOVQ 16(DX), R10
+	MOVQ 24(DX), R11
+	MOVQ b+8(FP), SI
+	MOVQ n16+16(FP), CX
+	MOVQ c+24(FP), DX
+	DOT16X4_256(LDX_F16_256, hx4k, hx4done)
