@@ -67,60 +67,38 @@ func GemvMulti(k int, ps []Gemv) {
 		chunks += (p.N + grain - 1) / grain
 	}
 	starts[len(ps)] = chunks
-	// codes: each int4 product's nibble format (its scale table); q8: its
-	// row quantised for the VNNI kernel (Int4Q8), or av its row quantised
-	// and dequantised for the f32 one (Int4Q8 without VNNI).
-	var codes []*nibbleCode
-	var q8 []*q8Row
-	var q8l []*q8Lanes // the int8 products' rows quantised (Int8Q8 with VNNI)
-	av := make([][]float32, len(ps))
+	// prep is what each product needs beside its weights (gemvPrep); the
+	// pooled quantised rows go back when the products are done.
+	prep := make([]gemvPrep, len(ps))
+	defer func() {
+		for _, q := range prep {
+			if q.q4 != nil {
+				q8Pool.Put(q.q4)
+			}
+			if q.q8 != nil {
+				q8LanesPool.Put(q.q8)
+			}
+		}
+	}()
 	vnni := hasVNNI() && k%64 == 0
 	for i, p := range ps {
-		av[i] = p.A[:k]
-		if p.I8 != nil && p.Int8Q8 {
-			if !vnni || p.Group != 64 {
-				av[i] = slices.Clone(av[i])
-				FakeQuantizeQ8(av[i])
-				continue
-			}
-			if q8l == nil {
-				q8l = make([]*q8Lanes, len(ps))
-				defer func() {
-					for _, r := range q8l {
-						if r != nil {
-							q8LanesPool.Put(r)
-						}
-					}
-				}()
-			}
-			q8l[i] = q8LanesPool.Get().(*q8Lanes)
-			q8l[i].quantize(av[i])
-			continue
+		q := &prep[i]
+		q.a = p.A[:k]
+		if p.Int4 != nil {
+			q.code = int4Code(p.Int4Table)
 		}
-		if p.Int4 == nil {
-			continue
-		}
-		if codes == nil {
-			codes = make([]*nibbleCode, len(ps))
-		}
-		codes[i] = int4Code(p.Int4Table)
 		switch {
-		case p.Int4Q8 && vnni:
-			if q8 == nil {
-				q8 = make([]*q8Row, len(ps))
-				defer func() {
-					for _, r := range q8 {
-						if r != nil {
-							q8Pool.Put(r)
-						}
-					}
-				}()
-			}
-			q8[i] = q8Pool.Get().(*q8Row)
-			q8[i].quantizeQ8(av[i])
-		case p.Int4Q8:
-			av[i] = slices.Clone(av[i])
-			FakeQuantizeQ8(av[i])
+		case p.Int4 != nil && p.Int4Q8 && vnni:
+			q.q4 = q8Pool.Get().(*q8Row)
+			q.q4.quantizeQ8(q.a)
+		case p.I8 != nil && p.Int8Q8 && vnni && p.Group == 64:
+			q.q8 = q8LanesPool.Get().(*q8Lanes)
+			q.q8.quantize(q.a)
+		case (p.Int4 != nil && p.Int4Q8) || (p.I8 != nil && p.Int8Q8):
+			// int8 activations where the VNNI kernels do not run: the row
+			// quantised and dequantised, for the f32 kernels.
+			q.a = slices.Clone(q.a)
+			FakeQuantizeQ8(q.a)
 		}
 	}
 	Parallel(chunks, 1, func(lo, hi int) {
@@ -132,29 +110,41 @@ func GemvMulti(k int, ps []Gemv) {
 			p := &ps[i]
 			j0 := (c - starts[i]) * grain
 			j1 := min(j0+grain, p.N)
-			av := av[i]
+			q := &prep[i]
 			switch {
 			case p.F32 != nil:
-				gemvRowsF32(av, p.F32[j0*p.LDB:], p.LDB, p.C[j0:j1])
+				gemvRowsF32(q.a, p.F32[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.BF16 != nil:
-				gemvRowsBF16(av, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+				gemvRowsBF16(q.a, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.F16 != nil:
-				gemvRowsF16(av, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+				gemvRowsF16(q.a, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.MXFP4 != nil:
-				gemvRowsMXFP4(av, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
-			case p.Int4 != nil && q8 != nil && q8[i] != nil:
-				dotInt4Q8(q8[i], p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
+				gemvRowsMXFP4(q.a, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
+			case p.Int4 != nil && q.q4 != nil:
+				dotInt4Q8(q.q4, p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
 			case p.Int4 != nil:
-				gemvRowsNibbles(codes[i], av, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
-			case q8l != nil && q8l[i] != nil:
+				gemvRowsNibbles(q.code, q.a, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
+			case q.q8 != nil:
 				ng := k / p.Group
-				dotInt8Q8(q8l[i], p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])
+				dotInt8Q8(q.q8, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])
 			default:
 				ng := k / p.Group
-				gemvRowsI8(av, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
+				gemvRowsI8(q.a, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
 			}
 		}
 	})
+}
+
+// gemvPrep is what one product of GemvMulti needs beside its weights: its
+// row of activations a (quantised and dequantised under Int4Q8/Int8Q8
+// where the VNNI kernels do not run), an int4 product's nibble format (its
+// scale table), and its row quantised for the VNNI kernels (q4 for int4,
+// q8 for int8 weights).
+type gemvPrep struct {
+	a    []float32
+	code *nibbleCode
+	q4   *q8Row
+	q8   *q8Lanes
 }
 
 // checkGemv checks product i of GemvMulti. The checks name it by a
