@@ -96,32 +96,45 @@ var smallM16MaxAVX2 = 8
 func smallM16AVX2(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int, f16 bool) {
 	k16 := k &^ 15
 	_ = b[(n-1)*ldb+k-1]
-	Parallel(n, max(1, gemvGrain(k)/max(1, m/4)), func(lo, hi int) {
-		var rows [4]*float32
-		var out [4]float32
-		for i0 := 0; i0 < m; i0 += 4 {
-			r := min(4, m-i0)
+	smallMRows(m, n, k, 4, a, lda, c, ldc, func(i0 int, rows []*float32, j int, out []float32) {
+		bj := b[j*ldb : j*ldb+k]
+		if f16 {
+			dotF16X4AVX2((*[4]*float32)(rows), &bj[0], k16/16, (*[4]float32)(out))
+		} else {
+			dotBF16X4AVX2((*[4]*float32)(rows), &bj[0], k16/16, (*[4]float32)(out))
+		}
+		if k16 == k {
+			return
+		}
+		for i := range min(4, m-i0) { // the columns past the kernel's multiple of 16
+			ai := a[(i0+i)*lda+k16 : (i0+i)*lda+k]
+			if f16 {
+				out[i] += dotF16(ai, bj[k16:])
+			} else {
+				out[i] += dotBF16(ai, bj[k16:])
+			}
+		}
+	})
+}
+
+// smallMRows is the walk the small-m products share: B rows [0, n) are
+// the parallel work, each against the rows of A in groups of width (4 or
+// 8; a short group repeats its last row), dot(i0, rows, j, out) computing
+// B row j against the group from row i0 into out, which goes to C.
+func smallMRows(m, n, k, width int, a []float32, lda int, c []float32, ldc int, dot func(i0 int, rows []*float32, j int, out []float32)) {
+	Parallel(n, max(1, gemvGrain(k)/max(1, m/width)), func(lo, hi int) {
+		var rowsBuf [8]*float32
+		var outBuf [8]float32
+		rows, out := rowsBuf[:width], outBuf[:width]
+		for i0 := 0; i0 < m; i0 += width {
+			r := min(width, m-i0)
 			for i := range rows {
-				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
+				rows[i] = &a[(i0+min(i, r-1))*lda]
 			}
 			for j := lo; j < hi; j++ {
-				bj := b[j*ldb : j*ldb+k]
-				if f16 {
-					dotF16X4AVX2(&rows, &bj[0], k16/16, &out)
-				} else {
-					dotBF16X4AVX2(&rows, &bj[0], k16/16, &out)
-				}
+				dot(i0, rows, j, out)
 				for i := 0; i < r; i++ {
-					v := out[i]
-					if k16 < k {
-						ai := a[(i0+i)*lda+k16 : (i0+i)*lda+k]
-						if f16 {
-							v += dotF16(ai, bj[k16:])
-						} else {
-							v += dotBF16(ai, bj[k16:])
-						}
-					}
-					c[(i0+i)*ldc+j] = v
+					c[(i0+i)*ldc+j] = out[i]
 				}
 			}
 		}
@@ -500,21 +513,8 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 	}
 	nb := k / nibbleBlock
 	_, _ = blocks[n*k/2-1], scales[n*nb-1]
-	Parallel(n, max(1, gemvGrain(k)/max(1, m/8)), func(lo, hi int) {
-		var rows [8]*float32
-		var out [8]float32
-		for i0 := 0; i0 < m; i0 += 8 {
-			r := min(8, m-i0)
-			for i := range rows {
-				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
-			}
-			for j := lo; j < hi; j++ {
-				dotNibblesX8AVX512(&rows, &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half, &out)
-				for i := 0; i < r; i++ {
-					c[(i0+i)*ldc+j] = out[i]
-				}
-			}
-		}
+	smallMRows(m, n, k, 8, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
+		dotNibblesX8AVX512((*[8]*float32)(rows), &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half, (*[8]float32)(out))
 	})
 	return true
 }
@@ -652,39 +652,13 @@ func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 	}
 	_, _ = b[(n-1)*ldb+k-1], scales[n*ng-1]
 	if level == levelAVX2 {
-		Parallel(n, max(1, gemvGrain(k)/max(1, m/4)), func(lo, hi int) {
-			var rows [4]*float32
-			var out [4]float32
-			for i0 := 0; i0 < m; i0 += 4 {
-				r := min(4, m-i0)
-				for i := range rows {
-					rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
-				}
-				for j := lo; j < hi; j++ {
-					dotInt8X4AVX2(&rows, &b[j*ldb], &scales[j*ng], ng, g/16, &out)
-					for i := 0; i < r; i++ {
-						c[(i0+i)*ldc+j] = out[i]
-					}
-				}
-			}
+		smallMRows(m, n, k, 4, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
+			dotInt8X4AVX2((*[4]*float32)(rows), &b[j*ldb], &scales[j*ng], ng, g/16, (*[4]float32)(out))
 		})
 		return true
 	}
-	Parallel(n, max(1, gemvGrain(k)/max(1, m/8)), func(lo, hi int) {
-		var rows [8]*float32
-		var out [8]float32
-		for i0 := 0; i0 < m; i0 += 8 {
-			r := min(8, m-i0)
-			for i := range rows {
-				rows[i] = &a[(i0+min(i, r-1))*lda] // short groups repeat their last row
-			}
-			for j := lo; j < hi; j++ {
-				dotInt8X8AVX512(&rows, &b[j*ldb], &scales[j*ng], ng, g/16, &out)
-				for i := 0; i < r; i++ {
-					c[(i0+i)*ldc+j] = out[i]
-				}
-			}
-		}
+	smallMRows(m, n, k, 8, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
+		dotInt8X8AVX512((*[8]*float32)(rows), &b[j*ldb], &scales[j*ng], ng, g/16, (*[8]float32)(out))
 	})
 	return true
 }
