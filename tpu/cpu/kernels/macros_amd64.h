@@ -22,6 +22,27 @@
 	VADDSS       X15, X, X  \
 	VMOVSS       X, dst
 
+// REDUCE8ROWS sums each of the eight row accumulators Z16..Z23 into the
+// eight floats at DX (the eight-row kernels: REDUCE512 needs its register
+// below Z16, so each goes through Z0; clobbers Z0 and Z15).
+#define REDUCE8ROWS \
+	VMOVAPS Z16, Z0 \
+	REDUCE512(Z0, Y0, X0, 0(DX)) \
+	VMOVAPS Z17, Z0 \
+	REDUCE512(Z0, Y0, X0, 4(DX)) \
+	VMOVAPS Z18, Z0 \
+	REDUCE512(Z0, Y0, X0, 8(DX)) \
+	VMOVAPS Z19, Z0 \
+	REDUCE512(Z0, Y0, X0, 12(DX)) \
+	VMOVAPS Z20, Z0 \
+	REDUCE512(Z0, Y0, X0, 16(DX)) \
+	VMOVAPS Z21, Z0 \
+	REDUCE512(Z0, Y0, X0, 20(DX)) \
+	VMOVAPS Z22, Z0 \
+	REDUCE512(Z0, Y0, X0, 24(DX)) \
+	VMOVAPS Z23, Z0 \
+	REDUCE512(Z0, Y0, X0, 28(DX))
+
 // ROWRED512 reduces the four accumulators of one C row to four floats in XA
 // (lanes j = 0..3). Clobbers Y24..Y27 and the other three accumulators.
 #define ROWRED512(ZA, ZB, ZC, ZD, YA, YB, YC, YD, XA) \
