@@ -261,6 +261,14 @@ pmend:
 	VCVTDQ2PS  Y8, Y8       \
 	VCVTDQ2PS  Y9, Y9
 
+// NIBBLE_TABLES_AVX2 loads the format's lookup table at DX into X14 and
+// the nibble mask into X13 (VEX forms only). Clobbers R9.
+#define NIBBLE_TABLES_AVX2 \
+	VMOVDQU (DX), X14 \
+	MOVL    $0x0F0F0F0F, R9 \
+	MOVL    R9, X13 \
+	VPBROADCASTD X13, X13
+
 // func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
 // dotNibblesAVX512 for AVX2 machines: Y0, Y1 accumulate; X13 is the
 // nibble mask, X14 the table.
@@ -271,10 +279,7 @@ TEXT ·dotNibblesAVX2(SB), NOSPLIT, $0-52
 	MOVQ nblocks+24(FP), CX
 	MOVQ lut+32(FP), DX
 	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	MOVL    R9, X13
-	VPBROADCASTD X13, X13
+	NIBBLE_TABLES_AVX2
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 a2loop:
@@ -309,10 +314,7 @@ TEXT ·widenNibblesAVX2(SB), NOSPLIT, $0-48
 	MOVQ nblocks+24(FP), CX
 	MOVQ lut+32(FP), DX
 	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	MOVL    R9, X13
-	VPBROADCASTD X13, X13
+	NIBBLE_TABLES_AVX2
 w2loop:
 	TESTQ CX, CX
 	JLE   w2done
