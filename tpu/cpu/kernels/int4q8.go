@@ -129,12 +129,6 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 		return
 	}
 	aq := make([]float32, m*k)
-	Parallel(m, max(1, 8192/k), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			row := aq[i*k : (i+1)*k]
-			copy(row, a[i*lda:i*lda+k])
-			FakeQuantizeQ8(row)
-		}
-	})
+	fakeQuantizeRows(aq, a, lda, m, k)
 	gemmNibbles(int4Code(table), m, n, k, aq, k, packed, codes, c, ldc)
 }
