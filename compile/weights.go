@@ -240,25 +240,9 @@ func (r *Runner) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 	lead, in := w.Shape[:rk-1], w.Shape[rk-1]
 	bShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), in/32, 16)...)
 	sShape := shapes.Make(dtypes.Uint8, append(slices.Clone(lead), in/32)...)
-	bBuf, bFlat, err := r.backend.NewSharedBuffer(0, bShape)
-	if err != nil {
-		return err
-	}
-	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, sShape)
-	if err != nil {
-		_ = r.backend.BufferFinalize(bBuf)
-		return err
-	}
-	if err := l.MXFP4Into(w.Name, bFlat.([]uint8), sFlat.([]uint8)); err != nil {
-		_ = r.backend.BufferFinalize(bBuf)
-		_ = r.backend.BufferFinalize(sBuf)
-		return err
-	}
-	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, bBuf); err != nil {
-		return err
-	}
-	r.weights[w.Name+mxfp4Suffix], err = tensors.FromBuffer(r.backend, sBuf)
-	return err
+	return r.sharedPair(w.Name, mxfp4Suffix, bShape, sShape, func(blocks, scales any) error {
+		return l.MXFP4Into(w.Name, blocks.([]uint8), scales.([]uint8))
+	})
 }
 
 // holdFP8 holds a weight the checkpoint stores as FP8 E4M3 as stored: its
@@ -266,27 +250,43 @@ func (r *Runner) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 // ⌈in/b1⌉] under name+fp8ScaleSuffix; the graph decodes them
 // (nn.DequantizeFP8), which the backend multiplies in place.
 func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
-	s := l.FP8ScaleShape(w)
-	wBuf, wFlat, err := r.backend.NewSharedBuffer(0, shapes.Make(dtypes.Uint8, w.Shape...))
+	return r.sharedPair(w.Name, fp8ScaleSuffix, shapes.Make(dtypes.Uint8, w.Shape...), shapes.Make(dtypes.Float32, l.FP8ScaleShape(w)...),
+		func(bytes, scales any) error { return l.FP8Into(w.Name, bytes.([]uint8), scales.([]float32)) })
+}
+
+// sharedPair holds a weight of two parts in the backend's shared buffers
+// (sharedUpload): main under name, aux under name+suffix, both filled by
+// fill in the memory the backend computes from. On an error neither part
+// is kept.
+func (r *Runner) sharedPair(name, suffix string, main, aux shapes.Shape, fill func(main, aux any) error) error {
+	mBuf, mFlat, err := r.backend.NewSharedBuffer(0, main)
 	if err != nil {
 		return err
 	}
-	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, shapes.Make(dtypes.Float32, s...))
+	aBuf, aFlat, err := r.backend.NewSharedBuffer(0, aux)
 	if err != nil {
-		_ = r.backend.BufferFinalize(wBuf)
+		_ = r.backend.BufferFinalize(mBuf)
 		return err
 	}
-	if err := l.FP8Into(w.Name, wFlat.([]uint8), sFlat.([]float32)); err != nil {
-		_ = r.backend.BufferFinalize(wBuf)
-		_ = r.backend.BufferFinalize(sBuf)
+	if err := fill(mFlat, aFlat); err != nil {
+		_ = r.backend.BufferFinalize(mBuf)
+		_ = r.backend.BufferFinalize(aBuf)
 		return err
 	}
-	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, wBuf); err != nil {
-		_ = r.backend.BufferFinalize(sBuf)
+	mt, err := tensors.FromBuffer(r.backend, mBuf)
+	if err != nil {
+		_ = r.backend.BufferFinalize(mBuf)
+		_ = r.backend.BufferFinalize(aBuf)
 		return err
 	}
-	r.weights[w.Name+fp8ScaleSuffix], err = tensors.FromBuffer(r.backend, sBuf)
-	return err
+	at, err := tensors.FromBuffer(r.backend, aBuf)
+	if err != nil {
+		mt.FinalizeAll()
+		_ = r.backend.BufferFinalize(aBuf)
+		return err
+	}
+	r.weights[name], r.weights[name+suffix] = mt, at
+	return nil
 }
 
 // quantizeWeight holds a [..., out, in] weight (a matrix or a stack of
@@ -324,25 +324,9 @@ func (r *Runner) quantizeWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		r.weights[w.Name+scalesSuffix] = st
 		return err
 	}
-	qBuf, qFlat, err := r.backend.NewSharedBuffer(0, qShape)
-	if err != nil {
-		return err
-	}
-	sBuf, sFlat, err := r.backend.NewSharedBuffer(0, sShape)
-	if err != nil {
-		_ = r.backend.BufferFinalize(qBuf)
-		return err
-	}
-	if err := fill(qFlat.([]int8), sFlat.([]float32)); err != nil {
-		_ = r.backend.BufferFinalize(qBuf)
-		_ = r.backend.BufferFinalize(sBuf)
-		return err
-	}
-	if r.weights[w.Name], err = tensors.FromBuffer(r.backend, qBuf); err != nil {
-		return err
-	}
-	r.weights[w.Name+scalesSuffix], err = tensors.FromBuffer(r.backend, sBuf)
-	return err
+	return r.sharedPair(w.Name, scalesSuffix, qShape, sShape, func(q, scales any) error {
+		return fill(q.([]int8), scales.([]float32))
+	})
 }
 
 // quantizeInt4 holds a [..., out, in] weight (a matrix or a stack of
