@@ -42,7 +42,7 @@ func DequantizeFP8(w, scales *Node, b0, b1 int, dtype dtypes.DType) *Node {
 	}
 	g := w.Graph()
 	out, in := d[0], d[1]
-	vals := Gather(Const(g, fp8Table), Reshape(ConvertDType(w, dtypes.Int32), out*in, 1)) // [out·in, 1]
+	vals := lookupBytes(Const(g, fp8Table), w) // [out·in, 1]
 	vals = Reshape(vals, out, in)
 	so, si := sd[0], sd[1]
 	s := BroadcastToDims(Reshape(scales, so, 1, si, 1), so, b0, si, b1)

@@ -43,12 +43,11 @@ func DequantizeInt4(packed, codes, table *Node, dtype dtypes.DType) *Node {
 			packed.Shape(), codes.Shape(), table.Shape()))
 	}
 	g := packed.Graph()
-	lead := bd[:r-1] // [..., out, groups]
-	nb, ns := packed.Shape().Size(), codes.Shape().Size()
-	pairs := Gather(Const(g, int4Pairs), Reshape(ConvertDType(packed, dtypes.Int32), nb, 1)) // [n, 2]
-	vals := Reshape(pairs, append(slices.Clone(lead), 32)...)                                // [..., out, groups, 32]
-	sc := Gather(table, Reshape(ConvertDType(codes, dtypes.Int32), ns, 1))                   // [n/16, 1]
-	sc = Reshape(sc, append(slices.Clone(lead), 1)...)                                       // [..., out, groups, 1]
+	lead := bd[:r-1]                                          // [..., out, groups]
+	pairs := lookupBytes(Const(g, int4Pairs), packed)         // [n, 2]
+	vals := Reshape(pairs, append(slices.Clone(lead), 32)...) // [..., out, groups, 32]
+	sc := lookupBytes(table, codes)                           // [n/16, 1]
+	sc = Reshape(sc, append(slices.Clone(lead), 1)...)        // [..., out, groups, 1]
 	w := Reshape(Mul(vals, BroadcastToDims(sc, vals.Shape().Dimensions...)), append(slices.Clone(bd[:r-2]), 32*bd[r-2])...)
 	if dtype != dtypes.Float32 {
 		w = ConvertDType(w, dtype)

@@ -49,19 +49,24 @@ func DequantizeMXFP4(blocks, scales *Node, dtype dtypes.DType) *Node {
 		panic(fmt.Errorf("DequantizeMXFP4: want uint8 blocks [..., out, groups, 16] and scales [..., out, groups], got %s and %s", blocks.Shape(), scales.Shape()))
 	}
 	g := blocks.Graph()
-	lead := bd[:r-1] // [..., out, groups]
-	nb, ns := blocks.Shape().Size(), scales.Shape().Size()
-	// The indices are flat [n, 1]: the go backend's Gather refuses
-	// indices of a higher rank than the table's.
-	pairs := Gather(Const(g, mxfp4Pairs), Reshape(ConvertDType(blocks, dtypes.Int32), nb, 1))                               // [n, 2]
+	lead := bd[:r-1]                                                                                                        // [..., out, groups]
+	pairs := lookupBytes(Const(g, mxfp4Pairs), blocks)                                                                      // [n, 2]
 	vals := Reshape(pairs, append(slices.Clone(lead), 32)...)                                                               // [..., out, groups, 32]
-	sc := Gather(Const(g, mxfp4Scales), Reshape(ConvertDType(scales, dtypes.Int32), ns, 1))                                 // [n/16, 1]
+	sc := lookupBytes(Const(g, mxfp4Scales), scales)                                                                        // [n/16, 1]
 	sc = Reshape(sc, append(slices.Clone(lead), 1)...)                                                                      // [..., out, groups, 1]
 	w := Reshape(Mul(vals, BroadcastToDims(sc, vals.Shape().Dimensions...)), append(slices.Clone(bd[:r-2]), 32*bd[r-2])...) // [..., out, in]
 	if dtype != dtypes.Float32 {
 		w = ConvertDType(w, dtype)
 	}
 	return w
+}
+
+// lookupBytes is the row of table [256, width] that each byte of x picks,
+// as Gather(table, Reshape(ConvertDType(x, i32), n, 1)): [n, width], n
+// x's size. The indices are flat [n, 1]: the go backend's Gather refuses
+// indices of a higher rank than the table's.
+func lookupBytes(table, x *Node) *Node {
+	return Gather(table, Reshape(ConvertDType(x, dtypes.Int32), x.Shape().Size(), 1))
 }
 
 // dequantizeMXFP4Parts returns blocks and scales when w is
