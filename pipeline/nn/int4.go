@@ -58,37 +58,8 @@ func DequantizeInt4(packed, codes, table *Node, dtype dtypes.DType) *Node {
 // dequantizeInt4Parts returns packed, codes and table when w is
 // DequantizeInt4's f32 form.
 func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
-	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
-		return nil, nil, nil, false
-	}
-	m := w.Inputs()[0]
-	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
-		return nil, nil, nil, false
-	}
-	v, b := m.Inputs()[0], m.Inputs()[1]
-	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
-		return nil, nil, nil, false
-	}
-	// Reshape(Gather(t, Reshape(ConvertDType(x)))) -> t, x
-	source := func(n *Node) (t, x *Node) {
-		for n.Type() == NodeTypeReshape {
-			n = n.Inputs()[0]
-		}
-		if n.Type() != NodeTypeGather {
-			return nil, nil
-		}
-		idx := n.Inputs()[1]
-		for idx.Type() == NodeTypeReshape {
-			idx = idx.Inputs()[0]
-		}
-		if idx.Type() != NodeTypeConvertDType || idx.Inputs()[0].DType() != dtypes.Uint8 {
-			return nil, nil
-		}
-		return n.Inputs()[0], idx.Inputs()[0]
-	}
-	pt, packed := source(v.Inputs()[0])
-	table, codes = source(b.Inputs()[0])
-	if pt == nil || table == nil || pt.Type() != NodeTypeConstant || table.Type() == NodeTypeConstant ||
+	pt, packed, table, codes, ok := lookupPair(w)
+	if !ok || pt.Type() != NodeTypeConstant || table.Type() == NodeTypeConstant ||
 		table.DType() != dtypes.Float32 || !slices.Equal(table.Shape().Dimensions, []int{256, 1}) {
 		return nil, nil, nil, false
 	}

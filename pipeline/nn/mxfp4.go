@@ -72,36 +72,49 @@ func lookupBytes(table, x *Node) *Node {
 // dequantizeMXFP4Parts returns blocks and scales when w is
 // DequantizeMXFP4's f32 form.
 func dequantizeMXFP4Parts(w *Node) (blocks, scales *Node, ok bool) {
-	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
-		return nil, nil, false
-	}
-	m := w.Inputs()[0]
-	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
-		return nil, nil, false
-	}
-	v, b := m.Inputs()[0], m.Inputs()[1]
-	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
-		return nil, nil, false
-	}
-	source := func(n *Node) *Node { // Reshape(Gather(table, Reshape(ConvertDType(x)))) -> x
-		for n.Type() == NodeTypeReshape {
-			n = n.Inputs()[0]
-		}
-		if n.Type() != NodeTypeGather || n.Inputs()[0].Type() != NodeTypeConstant {
-			return nil
-		}
-		idx := n.Inputs()[1]
-		for idx.Type() == NodeTypeReshape {
-			idx = idx.Inputs()[0]
-		}
-		if idx.Type() != NodeTypeConvertDType || idx.Inputs()[0].DType() != dtypes.Uint8 {
-			return nil
-		}
-		return idx.Inputs()[0]
-	}
-	blocks, scales = source(v.Inputs()[0]), source(b.Inputs()[0])
-	if blocks == nil || scales == nil {
+	pt, blocks, st, scales, ok := lookupPair(w)
+	if !ok || pt.Type() != NodeTypeConstant || st.Type() != NodeTypeConstant {
 		return nil, nil, false
 	}
 	return blocks, scales, true
+}
+
+// lookupPair matches the form the byte-coded dequantisations share,
+// Reshape(Mul(Reshape(lookupBytes(vt, vx)), BroadcastInDim(Reshape(lookupBytes(st, sx))))),
+// in f32, and returns the values' table and bytes and the scales' table
+// and bytes.
+func lookupPair(w *Node) (vt, vx, st, sx *Node, ok bool) {
+	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
+		return nil, nil, nil, nil, false
+	}
+	m := w.Inputs()[0]
+	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
+		return nil, nil, nil, nil, false
+	}
+	v, b := m.Inputs()[0], m.Inputs()[1]
+	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
+		return nil, nil, nil, nil, false
+	}
+	vt, vx = lookupSource(v.Inputs()[0])
+	st, sx = lookupSource(b.Inputs()[0])
+	return vt, vx, st, sx, vt != nil && st != nil
+}
+
+// lookupSource returns table and x when n is lookupBytes(table, x) under
+// any Reshapes.
+func lookupSource(n *Node) (table, x *Node) {
+	for n.Type() == NodeTypeReshape {
+		n = n.Inputs()[0]
+	}
+	if n.Type() != NodeTypeGather {
+		return nil, nil
+	}
+	idx := n.Inputs()[1]
+	for idx.Type() == NodeTypeReshape {
+		idx = idx.Inputs()[0]
+	}
+	if idx.Type() != NodeTypeConvertDType || idx.Inputs()[0].DType() != dtypes.Uint8 {
+		return nil, nil
+	}
+	return n.Inputs()[0], idx.Inputs()[0]
 }
