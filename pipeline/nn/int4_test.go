@@ -90,3 +90,44 @@ func TestEmbeddingGathersInt4Rows(t *testing.T) {
 		}
 	}
 }
+
+// DequantizeInt4Groups decodes as its comment says, with and without
+// mins.
+func TestDequantizeInt4Groups(t *testing.T) {
+	const out, blocks, ng = 3, 4, 2 // groups of 64
+	packed, _, _, _ := int4Case(out, blocks)
+	scales := make([]float32, out*ng)
+	mins := make([]float32, out*ng)
+	for i := range scales {
+		scales[i] = 0.25 * float32(i+1)
+		mins[i] = -0.5 * float32(i)
+	}
+	for _, withMins := range []bool{false, true} {
+		args := []any{tensors.FromFlatDataAndDimensions(packed, out, blocks, 16), tensors.FromFlatDataAndDimensions(scales, out, ng)}
+		if withMins {
+			args = append(args, tensors.FromFlatDataAndDimensions(mins, out, ng))
+		}
+		res := execGraph(t, func(in []*Node) []*Node {
+			var m *Node
+			if withMins {
+				m = in[2]
+			}
+			return []*Node{DequantizeInt4Groups(in[0], in[1], m, dtypes.Float32)}
+		}, args...)
+		in := 32 * blocks
+		for i := range out * in {
+			nib := int(packed[i/2] & 15)
+			if i%2 == 1 {
+				nib = int(packed[i/2] >> 4)
+			}
+			g := (i/in)*ng + (i%in)/(in/ng)
+			want := float32(nib-8) * scales[g]
+			if withMins {
+				want += mins[g]
+			}
+			if got := res[0][i]; got != want {
+				t.Fatalf("mins=%v: value %d = %g, want %g", withMins, i, got, want)
+			}
+		}
+	}
+}

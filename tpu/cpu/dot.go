@@ -34,6 +34,10 @@ type dotAux struct {
 	// int4Q8 when the backend quantises the activations to int8
 	// (SetActivations "int8").
 	int4, int4Q8 bool
+	// int4Group is set by rewriteInt4Groups when the inputs are lhs and a
+	// grouped int4 weight [N, K]: its packed values, its f32 scales, one
+	// per int4Group columns, and its mins where it has them.
+	int4Group int
 	// fp8B0, fp8B1 are set by rewriteFP8 when the inputs are lhs, an FP8
 	// weight [N, K] (E4M3 bytes) and its f32 scales, one per block of
 	// fp8B0 rows by fp8B1 columns.
@@ -148,9 +152,9 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 }
 
 // rewrite runs at Compile, before liveness, and points products at the
-// weights as held: int8, int4 and FP8 dequantisation forms become
-// products that read the compact weight (rewriteInt8, rewriteInt4,
-// rewriteFP8), gathered expert
+// weights as held: int8, int4, grouped int4 and FP8 dequantisation forms
+// become products that read the compact weight (rewriteInt8, rewriteInt4,
+// rewriteInt4Groups, rewriteFP8), gathered expert
 // products become the grouped node (rewriteGrouped), and a DotGeneral whose
 // rhs is a ConvertDType from bf16/f16 to f32 reads the 16-bit operand
 // directly (the weights stay in their dtype; the converted copy is never
@@ -160,6 +164,7 @@ func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n, act)
 		rewriteInt4(n, act)
+		rewriteInt4Groups(n)
 		rewriteFP8(n)
 		rewriteGrouped(n, act)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
@@ -177,35 +182,35 @@ func rewrite(nodes []*node, act actKind) {
 	}
 }
 
+// f32LHS is an f32 product's lhs in the [B, M, K] order the kernels read:
+// in's data, permuted where the DotGeneral's axes are in another order.
+func f32LHS(a *dotAux, in *slot, ls shapes.Shape) []float32 {
+	lhs := in.data.([]float32)
+	if !isIdentity(a.lhsPerm, ls.Dimensions) {
+		lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+	}
+	return lhs
+}
+
 func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(*dotAux)
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
 	out := st.alloc(n.shape)
 	switch {
 	case a.int8Group > 0:
-		lhs := in[0].data.([]float32)
-		if !isIdentity(a.lhsPerm, ls.Dimensions) {
-			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
-		}
-		dotInt8(a, out.data.([]float32), lhs, in[1].data.([]int8), in[2].data.([]float32))
+		dotInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32))
 	case a.fp8B0 > 0:
-		lhs := in[0].data.([]float32)
-		if !isIdentity(a.lhsPerm, ls.Dimensions) {
-			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
-		}
-		kernels.GemmFP8NT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out.data.([]float32), a.n)
+		kernels.GemmFP8NT(a.m, a.n, a.k, f32LHS(a, in[0], ls), a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out.data.([]float32), a.n)
 	case a.int4:
-		lhs := in[0].data.([]float32)
-		if !isIdentity(a.lhsPerm, ls.Dimensions) {
-			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
+		dotInt4(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
+	case a.int4Group > 0:
+		var mins []float32
+		if len(in) > 3 {
+			mins = in[3].data.([]float32)
 		}
-		dotInt4(a, out.data.([]float32), lhs, in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
+		kernels.GemmInt4GroupsNT(a.m, a.n, a.k, f32LHS(a, in[0], ls), a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out.data.([]float32), a.n)
 	case n.shape.DType == dtypes.Float32:
-		lhs := in[0].data.([]float32)
-		if !isIdentity(a.lhsPerm, ls.Dimensions) {
-			lhs = permuted(lhs, ls, a.lhsPerm).([]float32)
-		}
-		dotF32(a, out.data.([]float32), lhs, in[1].data, rs)
+		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs)
 	case is16(n.shape.DType):
 		// 16-bit activations: lhs to f32, rhs read as 16-bit, result back.
 		lhs := in[0].data

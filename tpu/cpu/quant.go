@@ -197,3 +197,100 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 	}
 	kernels.GemmInt4NT(M, N, K, lhs, K, packed, codes, table, out, N)
 }
+
+// Grouped int4 (GPTQ, AWQ and compressed-tensors 4-bit held at their
+// stored width). pipeline/nn.DequantizeInt4Groups writes the weight as
+//
+//	Reshape([Add](Mul(Reshape(Gather(int4 pairs [256, 2], Reshape(ConvertDType(packed u8 [N, K/32, 16], i32), n, 1)), N, g, G),
+//	                  BroadcastInDim(Reshape(scales f32 [N, g], N, g, 1))),
+//	              [BroadcastInDim(Reshape(mins f32 [N, g], N, g, 1))]), N, K)
+//
+// and rewriteInt4Groups finds it as the right operand of an f32
+// DotGeneral in the NT layout: the product then reads the packed values,
+// scales and mins directly (kernels.GemmInt4GroupsNT), and the f32
+// weight is never made unless something else reads it. W[n, k] =
+// (nibble − 8) · scales[n, k/G] + mins[n, k/G].
+
+// int4GroupsWeight matches the dequantisation form at r [N, K] and returns
+// the packed values [N, K/32, 16], the scales [N, g], the mins (nil for
+// none) and the group size G.
+func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) {
+	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 || r.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, 0, false
+	}
+	x := r.inputs[0]
+	if x.shape.Rank() != 3 || x.shape.DType != dtypes.Float32 {
+		return nil, nil, nil, 0, false
+	}
+	d := x.shape.Dimensions // [N, g, G]
+	if d[2]%32 != 0 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * d[2]}) {
+		return nil, nil, nil, 0, false
+	}
+	// groupInput matches BroadcastInDim(Reshape(s f32 [N, g], N, g, 1)).
+	groupInput := func(b *node) *node {
+		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2}) {
+			return nil
+		}
+		rs := b.inputs[0]
+		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, []int{d[0], d[1], 1}) {
+			return nil
+		}
+		s := rs.inputs[0]
+		if s.shape.DType != dtypes.Float32 || !slices.Equal(s.shape.Dimensions, []int{d[0], d[1]}) {
+			return nil
+		}
+		return s
+	}
+	m := x
+	if x.op == backends.OpTypeAdd {
+		for _, k := range [][2]int{{0, 1}, {1, 0}} {
+			if s := groupInput(x.inputs[k[1]]); s != nil && x.inputs[k[0]].op == backends.OpTypeMul {
+				m, mins = x.inputs[k[0]], s
+				break
+			}
+		}
+		if mins == nil {
+			return nil, nil, nil, 0, false
+		}
+	}
+	if m.op != backends.OpTypeMul {
+		return nil, nil, nil, 0, false
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		v, s := m.inputs[k[0]], groupInput(m.inputs[k[1]])
+		if v.op != backends.OpTypeReshape || s == nil {
+			continue
+		}
+		p := tableSource(v.inputs[0], int4PairTable[:], 2)
+		if p == nil || !slices.Equal(p.shape.Dimensions, []int{d[0], d[1] * d[2] / 32, 16}) {
+			continue
+		}
+		return p, s, mins, d[2], true
+	}
+	return nil, nil, nil, 0, false
+}
+
+// rewriteInt4Groups points f32 DotGenerals at grouped int4 weights where
+// the right operand is the dequantisation form, in the NT layout, with no
+// batch. The activations stay f32 whatever SetActivations says.
+func rewriteInt4Groups(n *node) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return
+	}
+	a := n.aux.(*dotAux)
+	r := n.inputs[1]
+	if a.b != 1 || a.rhsFrom16 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+		return
+	}
+	packed, scales, mins, group, ok := int4GroupsWeight(r)
+	if !ok || kernels.CheckInt4Groups(a.k, group) != nil {
+		return
+	}
+	b := *a
+	b.int4Group = group
+	n.aux = &b
+	n.inputs = []*node{n.inputs[0], packed, scales}
+	if mins != nil {
+		n.inputs = append(n.inputs, mins)
+	}
+}

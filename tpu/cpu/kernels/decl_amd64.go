@@ -93,22 +93,22 @@ func dot4x4BF16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int
 func dot4x4F16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
 
 //go:noescape
-func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32) float32
 
 //go:noescape
-func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
 
 //go:noescape
-func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32) float32
 
 //go:noescape
-func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
+func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
 
 //go:noescape
-func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
+func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32, c *[8]float32)
 
 //go:noescape
-func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *[256]float32, c *float32)
+func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
 
 //go:noescape
 func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)

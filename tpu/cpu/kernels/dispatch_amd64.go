@@ -444,23 +444,22 @@ func widenI8(dst []float32, src []int8, s float32) {
 
 // gemvRowsNibbles computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of
 // a nibble-coded B of format code with len(a) values a row (blocks and
-// scales from row 0).
-func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
+// scales from row 0, which is row j0 of the matrix).
+func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
 	nb := k / nibbleBlock
 	if level == levelGeneric || nb == 0 || len(c) == 0 {
-		gemvRowsNibblesGeneric(code, a, blocks, scales, c)
+		gemvRowsNibblesGeneric(code, j0, a, blocks, scales, c)
 		return
 	}
 	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
-	if level == levelAVX2 {
-		for j := range c {
-			c[j] = dotNibblesAVX2(&a[0], &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half)
-		}
-		return
-	}
 	for j := range c {
-		c[j] = dotNibblesAVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half)
+		rc := code.at(j0 + j)
+		if level == levelAVX2 {
+			c[j] = dotNibblesAVX2(&a[0], &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0])
+		} else {
+			c[j] = dotNibblesAVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0])
+		}
 	}
 }
 
@@ -472,7 +471,7 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 	nb := k / nibbleBlock
 	if level != levelAVX512 || nb == 0 {
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsNibbles(code, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+			gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
 		})
 		return
 	}
@@ -484,7 +483,8 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 	ap := (*buf)[:k]
 	permuteBlocks(ap, a)
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
-		dotNibblesPermAVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nb], nb, hi-lo, code.vals, code.half, &c[lo])
+		rc := code.at(lo)
+		dotNibblesPermAVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nb], nb, hi-lo, code.vals, &rc.half[0], code.rowStride(), &c[lo])
 	})
 	permPool.Put(buf)
 }
@@ -498,10 +498,10 @@ func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	}
 	_, _ = blocks[nb*nibbleBlock/2-1], scales[nb-1]
 	if level == levelAVX2 {
-		widenNibblesAVX2(&dst[0], &blocks[0], &scales[0], nb, code.lut, code.half)
+		widenNibblesAVX2(&dst[0], &blocks[0], &scales[0], nb, code.lut, &code.half[0])
 		return
 	}
-	widenNibblesAVX512(&dst[0], &blocks[0], &scales[0], nb, code.lut, code.half)
+	widenNibblesAVX512(&dst[0], &blocks[0], &scales[0], nb, code.lut, &code.half[0])
 }
 
 // smallMNibbles is the small-m product: every B row is decoded in
@@ -514,7 +514,8 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 	nb := k / nibbleBlock
 	_, _ = blocks[n*k/2-1], scales[n*nb-1]
 	smallMRows(m, n, k, 8, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
-		dotNibblesX8AVX512((*[8]*float32)(rows), &blocks[j*k/2], &scales[j*nb], nb, code.lut, code.half, (*[8]float32)(out))
+		rc := code.at(j)
+		dotNibblesX8AVX512((*[8]*float32)(rows), &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0], (*[8]float32)(out))
 	})
 	return true
 }

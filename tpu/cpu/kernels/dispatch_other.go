@@ -50,14 +50,14 @@ func widenBF16(dst []float32, src []uint16)        { widenBF16Generic(dst, src) 
 func widenF16(dst []float32, src []uint16)         { widenF16Generic(dst, src) }
 func widenI8(dst []float32, src []int8, s float32) { widenI8Generic(dst, src, s) }
 
-func gemvRowsNibbles(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
-	gemvRowsNibblesGeneric(code, a, blocks, scales, c)
+func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
+	gemvRowsNibblesGeneric(code, j0, a, blocks, scales, c)
 }
 
 func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
 	nb := k / nibbleBlock
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
-		gemvRowsNibbles(code, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+		gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
 	})
 }
 

@@ -38,7 +38,7 @@ func init() {
 
 // int4Code is the nibble format of a matrix with scale table table.
 func int4Code(table []float32) *nibbleCode {
-	t := (*[256]float32)(table)
+	t := table[:256]
 	return &nibbleCode{lut: &int4LUT, vals: int4Vals, half: t, pairs: &int4Pairs, scale: t}
 }
 

@@ -152,7 +152,7 @@ func TestGemmInt4NT(t *testing.T) {
 				}
 			}
 			c := make([]float32, n)
-			gemvRowsNibblesGeneric(int4Code(table), a[:k], packed, codes, c) // the portable path, whatever this CPU runs
+			gemvRowsNibblesGeneric(int4Code(table), 0, a[:k], packed, codes, c) // the portable path, whatever this CPU runs
 			for j := range c {
 				if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
 					t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])

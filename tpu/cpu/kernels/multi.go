@@ -123,7 +123,7 @@ func GemvMulti(k int, ps []Gemv) {
 			case p.Int4 != nil && q.q4 != nil:
 				dotInt4Q8(q.q4, p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
 			case p.Int4 != nil:
-				gemvRowsNibbles(q.code, q.a, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
+				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
 			case q.q8 != nil:
 				ng := k / p.Group
 				dotInt8Q8(q.q8, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])

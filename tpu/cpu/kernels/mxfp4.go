@@ -22,7 +22,7 @@ var (
 	e8m0Half [256]float32
 
 	// mxfp4Code is MXFP4 as a nibble format (nibble.go).
-	mxfp4Code = nibbleCode{lut: &fp4Twice, vals: lutValues(&fp4Twice), half: &e8m0Half, pairs: &fp4Pairs, scale: &e8m0}
+	mxfp4Code = nibbleCode{lut: &fp4Twice, vals: lutValues(&fp4Twice), half: e8m0Half[:], pairs: &fp4Pairs, scale: e8m0[:]}
 )
 
 func init() {
@@ -56,5 +56,5 @@ func GemmMXFP4NT(m, n, k int, a []float32, lda int, blocks, scales []byte, c []f
 // gemvRowsMXFP4 computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of an
 // MXFP4 B of len(a) values a row (blocks and scales from row 0).
 func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
-	gemvRowsNibbles(&mxfp4Code, a, blocks, scales, c)
+	gemvRowsNibbles(&mxfp4Code, 0, a, blocks, scales, c)
 }

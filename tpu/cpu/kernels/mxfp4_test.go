@@ -56,7 +56,7 @@ func TestGemmMXFP4NT(t *testing.T) {
 				continue
 			}
 			c := make([]float32, n)
-			gemvRowsNibblesGeneric(&mxfp4Code, a, blocks, scales, c) // the portable path, whatever this CPU runs
+			gemvRowsNibblesGeneric(&mxfp4Code, 0, a, blocks, scales, c) // the portable path, whatever this CPU runs
 			for j := range c {
 				if d := math.Abs(float64(c[j] - want[j])); d > 1e-4*(1+math.Abs(float64(want[j]))) {
 					t.Fatalf("generic n=%d k=%d: C[%d] = %v, want %v", n, k, j, c[j], want[j])

@@ -23,13 +23,42 @@ const nibbleBlock = 32
 // use. The assembly looks a nibble up as an int8 (lut) and scales by
 // half[code], so lut[v]·half[s] must equal pairs' value times scale[s];
 // the portable code reads pairs (a byte's two values, low nibble first)
-// and scale.
+// and scale. A scale code indexes half and scale, so they hold at least
+// as many entries as the largest code (256 for a matrix's own table).
+//
+// A format with a table per row (grouped int4: each row's own group
+// scales, int4groups.go) sets rows: row j's half and scale are then
+// rows[j·stride : (j+1)·stride] (at), and the kernels take each row's
+// table from there.
 type nibbleCode struct {
 	lut   *[16]int8
 	vals  *[16]float32 // lut as f32 (the GEMV's lookup)
-	half  *[256]float32
+	half  []float32
 	pairs *[256][2]float32
-	scale *[256]float32
+	scale []float32
+
+	rows   []float32
+	stride int
+}
+
+// at is the format of row j: code itself, or with row j's table where
+// each row has its own.
+func (code *nibbleCode) at(j int) nibbleCode {
+	r := *code
+	if code.rows != nil {
+		r.half = code.rows[j*code.stride : (j+1)*code.stride]
+		r.scale = r.half
+	}
+	return r
+}
+
+// rowStride is the bytes from one row's table to the next (0: one table
+// for the matrix), as the multi-row GEMV walks them.
+func (code *nibbleCode) rowStride() int {
+	if code.rows == nil {
+		return 0
+	}
+	return 4 * code.stride
 }
 
 // lutValues is lut as f32.
@@ -80,26 +109,27 @@ const smallMNibblesMax = 8
 func convNibbles(code *nibbleCode, blocks, scales []byte, k int) bConverter {
 	return func(dst []float32, j0, nb, p0, kc int) {
 		for j := 0; j < nb; j++ {
+			rc := code.at(j0 + j)
 			row := blocks[(j0+j)*k/2:]
 			sc := scales[(j0+j)*k/nibbleBlock:]
 			d := dst[j*kc : j*kc+kc]
 			if p0%nibbleBlock == 0 && kc%nibbleBlock == 0 { // whole blocks (the usual chunking)
-				widenNibbles(code, d, row[p0/2:], sc[p0/nibbleBlock:])
+				widenNibbles(&rc, d, row[p0/2:], sc[p0/nibbleBlock:])
 				continue
 			}
 			p := 0
 			for ; p < kc && (p0+p)%2 != 0; p++ { // an odd start: one high nibble
-				d[p] = code.pairs[row[(p0+p)/2]][1] * code.scale[sc[(p0+p)/nibbleBlock]]
+				d[p] = rc.pairs[row[(p0+p)/2]][1] * rc.scale[sc[(p0+p)/nibbleBlock]]
 			}
 			for ; p+1 < kc; p += 2 {
 				q := p0 + p
-				s := code.scale[sc[q/nibbleBlock]]
-				v := &code.pairs[row[q/2]]
+				s := rc.scale[sc[q/nibbleBlock]]
+				v := &rc.pairs[row[q/2]]
 				d[p], d[p+1] = v[0]*s, v[1]*s
 			}
 			if p < kc {
 				q := p0 + p
-				d[p] = code.pairs[row[q/2]][0] * code.scale[sc[q/nibbleBlock]]
+				d[p] = rc.pairs[row[q/2]][0] * rc.scale[sc[q/nibbleBlock]]
 			}
 		}
 	}
@@ -118,11 +148,12 @@ func widenNibblesGeneric(code *nibbleCode, dst []float32, blocks, scales []byte)
 }
 
 // gemvRowsNibblesGeneric is gemvRowsNibbles in Go.
-func gemvRowsNibblesGeneric(code *nibbleCode, a []float32, blocks, scales []byte, c []float32) {
+func gemvRowsNibblesGeneric(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
 	nb := k / nibbleBlock
 	for j := range c {
-		c[j] = dotNibbles(code, a, blocks[j*k/2:(j+1)*k/2], scales[j*nb:(j+1)*nb])
+		rc := code.at(j0 + j)
+		c[j] = dotNibbles(&rc, a, blocks[j*k/2:(j+1)*k/2], scales[j*nb:(j+1)*nb])
 	}
 }
 

@@ -161,7 +161,7 @@ x8done:
 	VZEROUPPER
 	RET
 
-// func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *[256]float32, c *float32)
+// func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
 // nrows consecutive nibble-coded rows (nblocks blocks each) against a
 // whose blocks of 32 are permuted evens first (permuteBlocks), c[j] for
 // row j: a block's 16 bytes are zero-extended to dwords, whose low 4 bits
@@ -169,15 +169,18 @@ x8done:
 // nibbles and, shifted right by 4, for the high ones; they multiply the
 // even and the odd activations, and the block's sum is added into the
 // accumulator scaled by half[scale code]. Two blocks an iteration into Z0
-// and Z1. Z14 holds vals; R13 keeps a's start for the next row.
-TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-64
+// and Z1. Z14 holds vals; R13 keeps a's start for the next row. After
+// each row the table pointer R8 moves on by tstride bytes (R9): 0 for a
+// matrix's one table, a row's table for formats with one per row.
+TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-72
 	MOVQ a+0(FP), R13
 	MOVQ blocks+8(FP), SI
 	MOVQ scales+16(FP), BX
 	MOVQ nrows+32(FP), R11
 	MOVQ vals+40(FP), DX
 	MOVQ half+48(FP), R8
-	MOVQ c+56(FP), DI
+	MOVQ tstride+56(FP), R9
+	MOVQ c+64(FP), DI
 	VMOVUPS (DX), Z14
 pmrow:
 	TESTQ R11, R11
@@ -230,6 +233,7 @@ pmdone:
 	VADDPS Z1, Z0, Z0
 	REDUCE512(Z0, Y0, X0, (DI))
 	ADDQ $4, DI
+	ADDQ R9, R8
 	DECQ R11
 	JMP  pmrow
 pmend:

@@ -1,0 +1,99 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+)
+
+// TestDotGeneralInt4Groups builds nn.DequantizeInt4Groups' form under a
+// DotGeneral (nibbles decoded through the constant pairs table, times the
+// group scales broadcast over their groups, plus the mins where there are
+// any): the cpu backend multiplies the packed values directly (checked by
+// the rewritten node) and agrees with the go backend, which computes the
+// f32 weight as written. Another pairs table, or a group of a size the
+// kernels do not take, is not rewritten and still agrees.
+func TestDotGeneralInt4Groups(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name        string
+		x           []int
+		out, k, grp int
+		contrax     int
+		mins        bool
+		badPairs    bool
+		rewritten   bool
+	}{
+		{"decode", []int{1, 256}, 7, 256, 128, 1, false, false, true},
+		{"decode, mins", []int{1, 256}, 9, 256, 64, 1, true, false, true},
+		{"prefill, mins", []int{5, 128}, 33, 128, 32, 1, true, false, true},
+		{"rank 3", []int{2, 3, 192}, 17, 192, 192, 2, false, false, true},
+		{"other pairs", []int{3, 64}, 9, 64, 32, 1, false, true, false},
+		{"groups of 16", []int{3, 64}, 9, 64, 16, 1, true, false, false},
+	} {
+		r := rand.New(rand.NewPCG(53, uint64(c.out)))
+		ng := c.k / c.grp
+		packed := make([]uint8, c.out*c.k/2)
+		for i := range packed {
+			packed[i] = uint8(r.IntN(256))
+		}
+		scales, mins := make([]float32, c.out*ng), make([]float32, c.out*ng)
+		for i := range scales {
+			scales[i] = float32(0.001 + r.Float64()/50)
+			mins[i] = scales[i] * float32(8-r.IntN(16))
+		}
+		shs := []shapes.Shape{sh(dtypes.Float32, c.x...), sh(dtypes.Uint8, c.out, c.k/32, 16), sh(dtypes.Float32, c.out, ng)}
+		data := []any{randFlat(r, shs[0], false), packed, scales}
+		if c.mins {
+			shs = append(shs, sh(dtypes.Float32, c.out, ng))
+			data = append(data, mins)
+		}
+		pairs := int4PairTable
+		if c.badPairs {
+			pairs[5] = 3
+		}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			pt, err := b.Constant(pairs[:], 256, 2)
+			if err != nil {
+				return nil, err
+			}
+			i, _ := b.ConvertDType(ps[1], dtypes.Int32)
+			i, _ = b.Reshape(i, c.out*c.k/2, 1)
+			vals, err := b.Gather(pt, i, 1, []int{1}, []int{0}, []int{0}, []int{1, 2}, false)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, c.out, ng, c.grp)
+			group := func(s backends.Op) backends.Op {
+				s, _ = b.Reshape(s, c.out, ng, 1)
+				s, _ = b.BroadcastInDim(s, sh(dtypes.Float32, c.out, ng, c.grp), []int{0, 1, 2})
+				return s
+			}
+			w, _ := b.Mul(vals, group(ps[2]))
+			if c.mins {
+				w, _ = b.Add(group(ps[3]), w)
+			}
+			w, _ = b.Reshape(w, c.out, c.k)
+			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, w, []int{1}, nil)
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("grouped int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		n := dot.(*node)
+		if rewritten := n.aux.(*dotAux).int4Group == c.grp && len(n.inputs) == len(shs); rewritten != c.rewritten {
+			t.Errorf("%s: rewritten to read grouped int4: %v, want %v", c.name, rewritten, c.rewritten)
+		}
+	}
+}

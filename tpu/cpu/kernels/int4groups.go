@@ -1,0 +1,160 @@
+package kernels
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Grouped int4: the 4-bit weights of the Hub's GPTQ, AWQ and
+// compressed-tensors checkpoints, held at their stored width. B [n, k] is
+// held as packed (GemmInt4NT's layout: n rows of k/2 bytes, the low nibble
+// first, value = nibble − 8), scales f32 [n, k/group], one per group of
+// group input columns, and, for checkpoints with zero points, mins f32
+// [n, k/group]:
+//
+//	B[j, p] = (nibble − 8) · scales[j, p/group] + mins[j, p/group]
+//
+// A checkpoint's W = s·(q − z) is this with nibble q, scale s and
+// min s·(8 − z); for s of 16 bits (f16 or bf16) and z an integer up to 16
+// both terms and their sum are exact in f32, so B is the checkpoint's W
+// to the bit.
+//
+// The kernels are the int4 ones (nibble.go) with each row's scales as its
+// own table: a row's block codes are the same for every row (block b's
+// code is its group, b·32/group), so they are made once per shape and
+// kept (int4GroupCodes). The mins add Σ_g mins[j, g]·(the sum of the
+// activations over group g) to each output, an f32 product of k/group
+// columns.
+
+// MaxInt4Groups is the most groups a row of a grouped int4 matrix may
+// have: a block's scale code is a byte.
+const MaxInt4Groups = 256
+
+// CheckInt4Groups reports whether a matrix of k input columns can be held
+// as grouped int4 with groups of group columns (nil if it can).
+func CheckInt4Groups(k, group int) error {
+	switch {
+	case group <= 0 || group%Int4Block != 0:
+		return fmt.Errorf("groups of %d columns: want a positive multiple of %d", group, Int4Block)
+	case k%group != 0:
+		return fmt.Errorf("%d columns are not a whole number of groups of %d", k, group)
+	case k/group > MaxInt4Groups:
+		return fmt.Errorf("%d groups a row: at most %d", k/group, MaxInt4Groups)
+	}
+	return nil
+}
+
+// int4GroupCodes are the block codes of grouped int4 matrices, by shape:
+// n rows of k/32 codes, block b's code b·32/group. They are shared by
+// every matrix of the shape and kept for the life of the process (a model
+// has a handful of shapes; a code a block is 1/16 of the packed values).
+var int4GroupCodes sync.Map // [3]int{n, k, group} → []byte
+
+func int4GroupCodesOf(n, k, group int) []byte {
+	key := [3]int{n, k, group}
+	if c, ok := int4GroupCodes.Load(key); ok {
+		return c.([]byte)
+	}
+	nb := k / Int4Block
+	codes := make([]byte, n*nb)
+	for b := 0; b < nb; b++ {
+		codes[b] = byte(b * Int4Block / group)
+	}
+	for j := 1; j < n; j++ {
+		copy(codes[j*nb:(j+1)*nb], codes[:nb])
+	}
+	c, _ := int4GroupCodes.LoadOrStore(key, codes)
+	return c.([]byte)
+}
+
+// int4GroupsCode is the nibble format of a grouped int4 matrix with
+// scales [n, k/group].
+func int4GroupsCode(scales []float32, ng int) *nibbleCode {
+	return &nibbleCode{lut: &int4LUT, vals: int4Vals, pairs: &int4Pairs, rows: scales, stride: ng}
+}
+
+func checkInt4Groups(name string, n, k int, packed []byte, scales, mins []float32, group int) {
+	if err := CheckInt4Groups(k, group); err != nil {
+		panic(fmt.Sprintf("kernels: %s: %v", name, err))
+	}
+	checkNibbles(name, n, k, len(packed), n*k/Int4Block)
+	ng := k / group
+	if len(scales) < n*ng || mins != nil && len(mins) < n*ng {
+		panic(fmt.Sprintf("kernels: %s: %d scales and %d mins, need %d (n=%d, k=%d, group=%d)", name, len(scales), len(mins), n*ng, n, k, group))
+	}
+}
+
+// GemmInt4GroupsNT is GemmF32NT with a grouped int4 B (packed, scales and
+// mins, nil for none, as above). C is overwritten. It panics on a group
+// CheckInt4Groups refuses or a slice too short.
+func GemmInt4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
+	checkMat("GemmInt4GroupsNT A", m, k, lda, len(a))
+	checkMat("GemmInt4GroupsNT C", m, n, ldc, len(c))
+	if k == 0 || n == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
+	}
+	checkInt4Groups("GemmInt4GroupsNT", n, k, packed, scales, mins, group)
+	ng := k / group
+	gemmNibbles(int4GroupsCode(scales, ng), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	if mins != nil {
+		addGroupMins(m, n, k, a, lda, mins, group, c, ldc)
+	}
+}
+
+// groupSumPool holds addGroupMins' scratch between calls.
+var groupSumPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// addGroupMins adds to C [m, n] the mins' part of the product: row i,
+// column j gets Σ_g mins[j, g] · Σ_{p in group g} A[i, p], an f32 product
+// of the activations' group sums [m, k/group] and the mins [n, k/group].
+func addGroupMins(m, n, k int, a []float32, lda int, mins []float32, group int, c []float32, ldc int) {
+	ng := k / group
+	buf := groupSumPool.Get().(*[]float32)
+	if need := m*ng + m*n; cap(*buf) < need {
+		*buf = make([]float32, need)
+	}
+	sums, prod := (*buf)[:m*ng], (*buf)[m*ng:m*ng+m*n]
+	for i := 0; i < m; i++ {
+		row := a[i*lda : i*lda+k]
+		for g := 0; g < ng; g++ {
+			var s0, s1, s2, s3 float32
+			x := row[g*group : (g+1)*group]
+			for p := 0; p+3 < len(x); p += 4 {
+				s0 += x[p]
+				s1 += x[p+1]
+				s2 += x[p+2]
+				s3 += x[p+3]
+			}
+			sums[i*ng+g] = (s0 + s1) + (s2 + s3)
+		}
+	}
+	GemmF32NT(m, n, ng, sums, ng, mins, ng, prod, n)
+	for i := 0; i < m; i++ {
+		AddInPlace(c[i*ldc:i*ldc+n], prod[i*n:(i+1)*n])
+	}
+	groupSumPool.Put(buf)
+}
+
+// DequantizeInt4Groups decodes a grouped int4 matrix [n, k] (as
+// GemmInt4GroupsNT takes it) into f32.
+func DequantizeInt4Groups(n, k int, packed []byte, scales, mins []float32, group int) []float32 {
+	checkInt4Groups("DequantizeInt4Groups", n, k, packed, scales, mins, group)
+	out := make([]float32, n*k)
+	ng := k / group
+	for j := 0; j < n; j++ {
+		for p := 0; p < k; p++ {
+			b := packed[(j*k+p)/2]
+			v := float32(b&15) - 8
+			if p%2 == 1 {
+				v = float32(b>>4) - 8
+			}
+			w := v * scales[j*ng+p/group]
+			if mins != nil {
+				w += mins[j*ng+p/group]
+			}
+			out[j*k+p] = w
+		}
+	}
+	return out
+}
