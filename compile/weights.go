@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -55,6 +56,14 @@ import (
 //     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
 //     them (nn.DequantizeFP8), which tputool's cpu backend fuses into its
 //     FP8 GEMM/GEMV.
+//   - Weights GPTQ, AWQ and compressed-tensors checkpoints store as 4-bit
+//     integers in groups of input columns (lm.Loaded.StoredInt4Groups),
+//     under the same conditions on a backend that multiplies them
+//     (tpu.Capabilities.Int4Groups), are held at their stored width as
+//     grouped int4: packed values u8 [out, in/32, 16], an f32 scale per
+//     group [out, in/G] and, where a zero point is not 8, as many mins
+//     (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
+//     which tputool's cpu backend fuses into its int4 GEMM/GEMV.
 
 // scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
@@ -67,11 +76,13 @@ const (
 	int4CodesSuffix = "#i4codes"
 	int4TableSuffix = "#i4table"
 	fp8ScaleSuffix  = "#fp8scales"
+	int4GScales     = "#i4gscales"
+	int4GMins       = "#i4gmins"
 )
 
 // auxSuffixes are the suffixes of a held weight's companion inputs, in the
 // order they follow it.
-var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix}
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins}
 
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
@@ -93,9 +104,10 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	}
 	// MXFP4 stacks stay MXFP4 on one device of a backend that multiplies
 	// them; split over devices (TP/DP), they are split as floats.
-	mx := caps.MXFP4 && max(o.TP, 1)*max(o.DP, 1) == 1
-	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: mx,
-		FP8: caps.FP8 && o.DType == dtypes.Float32 && max(o.TP, 1)*max(o.DP, 1) == 1, ExpertsApart: o.Experts != ExpertsInGraph}
+	one := max(o.TP, 1)*max(o.DP, 1) == 1
+	f32 := o.DType == dtypes.Float32
+	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: caps.MXFP4 && one,
+		FP8: caps.FP8 && f32 && one, Int4Groups: caps.Int4Groups && f32 && one, ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
 // holding is how this Runner holds its weights.
@@ -200,6 +212,11 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		}
 		// NaN bytes: decoded below, where they are reported as non-finite.
 	}
+	if h.Int4Groups && h.Quantize == "" && r.sharedUpload() {
+		if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
+			return r.holdInt4Groups(l, w, group, mins)
+		}
+	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
 	}
@@ -254,38 +271,80 @@ func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
 		func(bytes, scales any) error { return l.FP8Into(w.Name, bytes.([]uint8), scales.([]float32)) })
 }
 
+// holdInt4Groups holds a weight a GPTQ, AWQ or compressed-tensors
+// checkpoint stores as 4-bit integers (lm.Loaded.StoredInt4Groups) as
+// grouped int4: its packed values u8 [out, in/32, 16] under its name, its
+// scales f32 [out, in/group] under name+int4GScales and, with mins, as
+// many under name+int4GMins; the graph decodes them
+// (nn.DequantizeInt4Groups), which the backend multiplies in place.
+func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, group int, mins bool) error {
+	out, in := w.Shape[0], w.Shape[1]
+	parts := []sharedPart{
+		{"", shapes.Make(dtypes.Uint8, out, in/32, 16)},
+		{int4GScales, shapes.Make(dtypes.Float32, out, in/group)},
+	}
+	if mins {
+		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, out, in/group)})
+	}
+	return r.sharedParts(w.Name, parts, func(flat []any) error {
+		var m []float32
+		if mins {
+			m = flat[2].([]float32)
+		}
+		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m)
+	})
+}
+
 // sharedPair holds a weight of two parts in the backend's shared buffers
-// (sharedUpload): main under name, aux under name+suffix, both filled by
-// fill in the memory the backend computes from. On an error neither part
-// is kept.
+// (sharedParts): main under name, aux under name+suffix.
 func (r *Runner) sharedPair(name, suffix string, main, aux shapes.Shape, fill func(main, aux any) error) error {
-	mBuf, mFlat, err := r.backend.NewSharedBuffer(0, main)
-	if err != nil {
+	return r.sharedParts(name, []sharedPart{{"", main}, {suffix, aux}}, func(flat []any) error { return fill(flat[0], flat[1]) })
+}
+
+// sharedPart is one part of a weight held in shared buffers: its input's
+// name suffix ("" for the weight's own name) and shape.
+type sharedPart struct {
+	suffix string
+	shape  shapes.Shape
+}
+
+// sharedParts holds a weight of several parts in the backend's shared
+// buffers (sharedUpload), each under name+suffix, all filled by fill in
+// the memory the backend computes from (flat data in the parts' order).
+// On an error no part is kept.
+func (r *Runner) sharedParts(name string, parts []sharedPart, fill func(flat []any) error) error {
+	bufs := make([]backends.Buffer, 0, len(parts))
+	flats := make([]any, 0, len(parts))
+	ts := make([]*tensors.Tensor, 0, len(parts))
+	fail := func(err error) error {
+		for _, t := range ts {
+			t.FinalizeAll()
+		}
+		for _, b := range bufs[len(ts):] {
+			_ = r.backend.BufferFinalize(b)
+		}
 		return err
 	}
-	aBuf, aFlat, err := r.backend.NewSharedBuffer(0, aux)
-	if err != nil {
-		_ = r.backend.BufferFinalize(mBuf)
-		return err
+	for _, p := range parts {
+		b, flat, err := r.backend.NewSharedBuffer(0, p.shape)
+		if err != nil {
+			return fail(err)
+		}
+		bufs, flats = append(bufs, b), append(flats, flat)
 	}
-	if err := fill(mFlat, aFlat); err != nil {
-		_ = r.backend.BufferFinalize(mBuf)
-		_ = r.backend.BufferFinalize(aBuf)
-		return err
+	if err := fill(flats); err != nil {
+		return fail(err)
 	}
-	mt, err := tensors.FromBuffer(r.backend, mBuf)
-	if err != nil {
-		_ = r.backend.BufferFinalize(mBuf)
-		_ = r.backend.BufferFinalize(aBuf)
-		return err
+	for _, b := range bufs {
+		t, err := tensors.FromBuffer(r.backend, b)
+		if err != nil {
+			return fail(err)
+		}
+		ts = append(ts, t)
 	}
-	at, err := tensors.FromBuffer(r.backend, aBuf)
-	if err != nil {
-		mt.FinalizeAll()
-		_ = r.backend.BufferFinalize(aBuf)
-		return err
+	for i, p := range parts {
+		r.weights[name+p.suffix] = ts[i]
 	}
-	r.weights[name], r.weights[name+suffix] = mt, at
 	return nil
 }
 
@@ -457,6 +516,10 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 		}
 		if s, ok := m[n+mxfp4Suffix]; ok {
 			m[n] = nn.DequantizeMXFP4(x, s, r.opts.DType)
+			continue
+		}
+		if s, ok := m[n+int4GScales]; ok {
+			m[n] = nn.DequantizeInt4Groups(x, s, m[n+int4GMins], r.opts.DType)
 			continue
 		}
 		if s, ok := m[n+fp8ScaleSuffix]; ok {

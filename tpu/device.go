@@ -59,7 +59,12 @@ type Capabilities struct {
 	// FP8 reports a backend that multiplies FP8 E4M3 weights with block
 	// scales as checkpoints store them (nn.DequantizeFP8's form under a
 	// DotGeneral: tpu/cpu/fp8.go).
-	FP8                bool `json:"fp8"`
+	FP8 bool `json:"fp8"`
+	// Int4Groups reports a backend that multiplies 4-bit weights with a
+	// scale (and a min) per group of input columns, the form GPTQ, AWQ and
+	// compressed-tensors 4-bit checkpoints decode to
+	// (nn.DequantizeInt4Groups under a DotGeneral: tpu/cpu/quant.go).
+	Int4Groups         bool `json:"int4_groups"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -84,6 +89,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 		NarrowWeights:      name == BackendCPU,
 		MXFP4:              name == BackendCPU,
 		FP8:                name == BackendCPU,
+		Int4Groups:         name == BackendCPU,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],

@@ -22,6 +22,11 @@ type ctFormat struct {
 	reversed bool // mutation: values packed in reversed order within words
 	fbgemm   bool // quant_method fbgemm_fp8 (fp8 by channel), with input_scale_ub
 	inScale  bool // W8A8: static activation scales beside the weights
+	// For the held tests (packedheld_test.go): the columns a group (16
+	// if 0), the model's hidden and intermediate sizes (32 and 48 if 0),
+	// and the plain checkpoint in f32 (else bf16).
+	group, hidden, inter int
+	f32Ref               bool
 }
 
 // ctCheckpoints writes a tiny Llama twice: its projections in f's
@@ -29,9 +34,15 @@ type ctFormat struct {
 // dequantised by the test (scale · (code − zero point)).
 func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	t.Helper()
-	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
+	hidden, inter, group := 32, 48, 16
+	if f.hidden > 0 {
+		hidden, inter = f.hidden, f.inter
+	}
+	if f.group > 0 {
+		group = f.group
+	}
+	tiny := lmckpt.LlamaShape(hidden, 2, 4, inter, 64)
 	tiny.Seed = 10
-	const group = 16
 	block := [2]int{16, 8}
 	next := lcg(4242)
 	var plain, ct []safetensors.Tensor
@@ -112,7 +123,11 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 				deq[o*in+i] = sc[scaleAt(o, i)] * (c - float32(zps[scaleAt(o, i)]))
 			}
 		}
-		addF32(t, &plain, w.Name, safetensors.BF16, w.Shape, deq)
+		ref := safetensors.BF16
+		if f.f32Ref {
+			ref = safetensors.F32
+		}
+		addF32(t, &plain, w.Name, ref, w.Shape, deq)
 		switch f.format {
 		case "pack-quantized":
 			per := 32 / f.bits

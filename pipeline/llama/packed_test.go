@@ -22,6 +22,12 @@ type packedFormat struct {
 	seqAWQ   bool // AWQ packed in plain order instead of its interleaved one
 	declV2   bool // GPTQ v1 data declared gptq_v2
 	mutation bool
+	// For the held tests (packedheld_test.go): the columns a group (16
+	// if 0), the model's hidden and intermediate sizes (32 and 48 if 0),
+	// zero points all 8 (symmetric), and the f32 checkpoint in f32
+	// (else f16, as the decoded weights are held).
+	group, hidden, inter int
+	sym, f32Ref          bool
 }
 
 // awqOrder is AWQ's packing order: nibble k holds value awqOrder[k].
@@ -33,9 +39,15 @@ var awqOrder = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
 // (scale · (code − zero), as transformers' GPTQ and AWQ dequantisers do).
 func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) {
 	t.Helper()
-	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
+	hidden, inter, group := 32, 48, 16
+	if f.hidden > 0 {
+		hidden, inter = f.hidden, f.inter
+	}
+	if f.group > 0 {
+		group = f.group
+	}
+	tiny := lmckpt.LlamaShape(hidden, 2, 4, inter, 64)
 	tiny.Seed = 9
-	const group = 16
 	next := lcg(777)
 	maxq := 1<<f.bits - 1
 	per := 32 / f.bits
@@ -58,7 +70,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			continue
 		}
 		out, in := w.Shape[0], w.Shape[1]
-		groups := in / group
+		groups := (in + group - 1) / group
 		q := make([]int, out*in) // [o, i]
 		for i := range q {
 			q[i] = next(maxq + 1)
@@ -67,6 +79,9 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		sc := make([]float32, groups*out)
 		for i := range z {
 			z[i] = 1 + next(maxq)
+			if f.sym {
+				z[i] = 1 << (f.bits - 1)
+			}
 			sc[i] = float32(1+next(7)) / (float32(maxq) * 16)
 		}
 		// Scales round to f16 in the checkpoint: dequantise with those.
@@ -92,7 +107,11 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		// As f16: a packed weight is held in its scales' dtype where the
 		// backend multiplies 16-bit weights (the cpu engine), so both
 		// checkpoints hold the same rounded values.
-		addF32(t, &plain, w.Name, safetensors.F16, w.Shape, deq)
+		ref := safetensors.F16
+		if f.f32Ref {
+			ref = safetensors.F32
+		}
+		addF32(t, &plain, w.Name, ref, w.Shape, deq)
 		prefix := strings.TrimSuffix(w.Name, ".weight")
 		zs := func(g, o int) uint32 {
 			if f.method == "gptq" && !f.v2 {

@@ -115,6 +115,14 @@ func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool)
 // in], calling fn with each piece.
 func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32)) error {
 	c := l.Model.Spec().Compressed
+	if c.Format == "pack-quantized" {
+		src, err := l.compressedInts(w)
+		if err != nil {
+			return err
+		}
+		l.decodeInts(src, fn)
+		return nil
+	}
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
 	srcs := w.compressedSources(c, l.ckpt.Has)
@@ -158,26 +166,10 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	default:
 		scaleAt = func(o, i int) int { return o*ss[1] + groupOf(i) }
 	}
-	// zero returns (o, i)'s zero point; code returns its signed code.
+	// zero returns (o, i)'s zero point; code returns its code.
 	zero := func(o, i int) float32 { return 0 }
 	var code func(o, i int) float32
 	switch c.Format {
-	case "pack-quantized":
-		per, mask, offset := 32/c.Bits, uint32(1)<<c.Bits-1, int32(1)<<(c.Bits-1)
-		words := (in + per - 1) / per
-		packed := raw[p+ctPacked]
-		code = func(o, i int) float32 {
-			v := binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
-			return float32(int32(v) - offset)
-		}
-		if zp, ok := raw[p+ctZeroPoint]; ok {
-			cols := ss[len(ss)-1]
-			zero = func(o, i int) float32 {
-				col := scaleAt(o, i) % cols
-				v := binary.LittleEndian.Uint32(zp[4*((o/per)*cols+col):]) >> (c.Bits * (o % per)) & mask
-				return float32(int32(v) - offset)
-			}
-		}
 	case "naive-quantized":
 		q := raw[w.Name]
 		code = func(o, i int) float32 { return float32(int8(q[o*in+i])) }
@@ -207,6 +199,98 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 		l.OnNonFinite(nf)
 	}
 	return nil
+}
+
+// compressedInts reads a pack-quantized weight's tensors (intSource):
+// each value stored unsigned (the signed code plus 2^(bits−1)) is the
+// source's value, and the zero point stored the same way (2^(bits−1),
+// the signed zero, where symmetric) its zero, so that W = scale · (value
+// − zero) = scale · (code − zero point). Scales by block or tensor are
+// spread to one per input group and output.
+func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
+	c := l.Model.Spec().Compressed
+	p, _ := packedPrefix(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	srcs := w.compressedSources(c, l.ckpt.Has)
+	raw := map[string][]byte{}
+	dtype := map[string]safetensors.DType{}
+	for _, s := range srcs {
+		info, ok := l.ckpt.Info(s.name)
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
+		}
+		b, err := l.rawOf(s.name, info.DType, int64(elements(s.shape)))
+		if err != nil {
+			return nil, err
+		}
+		raw[s.name], dtype[s.name] = b, info.DType
+	}
+	ss := c.scaleShape(out, in)
+	stored := make([]float32, elements(ss))
+	safetensors.DecodeFloat32(stored, dtype[p+ctScale], raw[p+ctScale])
+	// The input groups: of group_size (or block columns), or one.
+	size := in
+	switch c.Strategy {
+	case "group":
+		size = c.Group
+	case "block":
+		size = c.Block[1]
+	}
+	groups := (in + size - 1) / size
+	groupOf := make([]int32, in)
+	for i := range groupOf {
+		groupOf[i] = int32(i / size)
+	}
+	sequence := true
+	if g, ok := raw[p+ctGIdx]; ok {
+		for i := range groupOf {
+			v := int32(binary.LittleEndian.Uint32(g[4*i:]))
+			if v < 0 || int(v) >= groups {
+				return nil, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", p+ctGIdx, i, v, groups)
+			}
+			sequence = sequence && v == groupOf[i]
+			groupOf[i] = v
+		}
+	}
+	// scaleAt is the stored index of (group g, output o)'s scale.
+	scaleAt := func(g, o int) int { return o*ss[len(ss)-1] + g }
+	switch c.Strategy {
+	case "tensor":
+		scaleAt = func(g, o int) int { return 0 }
+	case "channel":
+		scaleAt = func(g, o int) int { return o }
+	case "block":
+		scaleAt = func(g, o int) int { return (o/c.Block[0])*ss[1] + g }
+	}
+	per, mask, offset := 32/c.Bits, uint32(1)<<c.Bits-1, uint32(1)<<(c.Bits-1)
+	words := (in + per - 1) / per
+	packed := raw[p+ctPacked]
+	zp, asym := raw[p+ctZeroPoint]
+	cols := ss[len(ss)-1]
+	scales, zeros := make([]float32, groups*out), make([]float32, groups*out)
+	for g := range groups {
+		for o := range out {
+			at := scaleAt(g, o)
+			scales[g*out+o] = stored[at]
+			z := offset
+			if asym {
+				z = binary.LittleEndian.Uint32(zp[4*((o/per)*cols+at%cols):]) >> (c.Bits * (o % per)) & mask
+			}
+			zeros[g*out+o] = float32(z)
+		}
+	}
+	return &intSource{
+		name: w.Name, out: out, in: in, bits: c.Bits, groups: groups, groupOf: groupOf,
+		value: func(o, i int) uint32 {
+			return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
+		},
+		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: sequence,
+		release: func() {
+			for name, b := range raw {
+				l.ckpt.ReleaseRange(name, 0, int64(len(b)))
+			}
+		},
+	}, nil
 }
 
 // compressedConfig is the part of a compressed-tensors

@@ -48,6 +48,11 @@ type Holding struct {
 	// block) when nothing is quantised, never decoded. (One with NaN bytes
 	// is decoded at load: HeldBytes then counts it short.)
 	FP8 bool
+	// Int4Groups: 4-bit weights of GPTQ, AWQ and compressed-tensors
+	// checkpoints that Loaded.StoredInt4Groups takes are held as grouped
+	// int4 (half a byte a weight and an f32 scale, and a min, a group)
+	// when nothing is quantised, never decoded.
+	Int4Groups bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
 	// as their parts, each quantised on its own (the executor runs the
@@ -130,6 +135,12 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 			n += int64(elements(w.Shape)) + 4*int64(s[0]*s[1])
 			continue
 		}
+		if h.Int4Groups && h.Quantize == "" {
+			if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
+				n += Int4GroupsBytes(w, group, mins)
+				continue
+			}
+		}
 		if h.ExpertsApart && len(w.Parts) > 0 {
 			for _, p := range w.Parts {
 				n += h.HeldBytes(p, l.StoredDType(p.Name))
@@ -149,4 +160,17 @@ func MXFP4Bytes(w WeightSpec) int64 {
 		n *= int64(d)
 	}
 	return n/2 + n/32
+}
+
+// Int4GroupsBytes is the memory a grouped int4 matrix takes: half a byte
+// a value, an f32 scale a group of group values, and as many mins where
+// mins. (The kernels' block codes, a byte per 32 values, are kept once
+// per shape of matrix, shared by all the layers': not counted.)
+func Int4GroupsBytes(w WeightSpec, group int, mins bool) int64 {
+	n := int64(elements(w.Shape))
+	per := int64(4)
+	if mins {
+		per = 8
+	}
+	return n/2 + per*n/int64(group)
 }

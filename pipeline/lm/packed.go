@@ -118,12 +118,57 @@ func (q *PackedQuant) checkShape(w WeightSpec) error {
 	return nil
 }
 
+// intSource is a weight of integer codes as its checkpoint stores it,
+// read in place: W[o, i] = scale[g, o] · (value(o, i) − zero[g, o]) with
+// g = groupOf[i], zero points as integers (offsets applied). The formats
+// that store one (GPTQ, AWQ, compressed-tensors' pack-quantized) each
+// make one; it is decoded to floats (decodeInts) or, 4-bit in whole
+// groups of 32, held as grouped int4 (int4groups.go).
+type intSource struct {
+	name     string
+	out, in  int
+	bits     int
+	groups   int
+	groupOf  []int32 // in entries
+	value    func(o, i int) uint32
+	scales   []float32 // [groups, out]
+	zeros    []float32 // [groups, out]
+	scaleDT  safetensors.DType
+	release  func()
+	sequence bool // groupOf[i] = i / group for one group size: groups in order, all the same size
+}
+
+// decodeInts hands fn the weight's values in rows of [out, in] (emitDequantized)
+// and reports non-finite ones.
+func (l *Loaded) decodeInts(src *intSource, fn func(at int, vals []float32)) {
+	out := src.out
+	nf := safetensors.NonFiniteTensor{Name: src.name, First: -1, DType: src.scaleDT, Elements: int64(out) * int64(src.in)}
+	emitDequantized(&nf, out, src.in, func(o, i int) float32 {
+		gi := int(src.groupOf[i])
+		return src.scales[gi*out+o] * (float32(src.value(o, i)) - src.zeros[gi*out+o])
+	}, fn)
+	src.release()
+	if nf.Count > 0 && l.OnNonFinite != nil {
+		l.OnNonFinite(nf)
+	}
+}
+
 // decodePacked decodes a packed weight into rows of [out, in], step rows
 // at a time, calling fn with each piece.
 func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) error {
+	src, err := l.packedSource(w)
+	if err != nil {
+		return err
+	}
+	l.decodeInts(src, fn)
+	return nil
+}
+
+// packedSource reads a GPTQ or AWQ weight's tensors (intSource).
+func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 	q := l.Model.Spec().Packed
 	if err := q.checkShape(w); err != nil {
-		return err
+		return nil, err
 	}
 	out, in := w.Shape[0], w.Shape[1]
 	srcs := w.packedSources(q, l.ckpt.Has)
@@ -131,11 +176,11 @@ func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) err
 	for k, s := range srcs {
 		info, ok := l.ckpt.Info(s.name)
 		if !ok {
-			return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
+			return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
 		}
 		var err error
 		if raw[k], err = l.rawOf(s.name, info.DType, int64(elements(s.shape))); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	qw, qz := raw[0], raw[1]
@@ -149,24 +194,28 @@ func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) err
 		}
 	}
 	g := q.groups(in)
+	sequence := true
 	if len(raw) > 3 { // GPTQ's g_idx
 		for i := range groupOf {
 			v := int32(binary.LittleEndian.Uint32(raw[3][4*i:]))
 			if v < 0 || int(v) >= g {
-				return fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", srcs[3].name, i, v, g)
+				return nil, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", srcs[3].name, i, v, g)
 			}
+			sequence = sequence && v == groupOf[i]
 			groupOf[i] = v
 		}
 	}
 	per, mask := 32/q.Bits, uint32(1)<<q.Bits-1
 	word := func(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
-	// value returns q[i, o] and zero returns zeros[g, o], as stored.
-	var value, zero func(i, o int) uint32
+	// value returns input i's code for output o and zero returns
+	// zeros[g, o], as stored.
+	var value func(o, i int) uint32
+	var zero func(g, o int) uint32
 	if q.Method == "awq" {
-		value = func(i, o int) uint32 { return word(qw, i*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
+		value = func(o, i int) uint32 { return word(qw, i*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
 		zero = func(g, o int) uint32 { return word(qz, g*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
 	} else {
-		value = func(i, o int) uint32 { return word(qw, (i/per)*out+o) >> (q.Bits * (i % per)) & mask }
+		value = func(o, i int) uint32 { return word(qw, (i/per)*out+o) >> (q.Bits * (i % per)) & mask }
 		zero = func(g, o int) uint32 { return word(qz, g*(out/per)+o/per) >> (q.Bits * (o % per)) & mask }
 	}
 	// Each group's zero point per output column, offset, once.
@@ -176,16 +225,13 @@ func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) err
 			zeros[gi*out+o] = float32(int(zero(gi, o)) + q.ZeroOffset)
 		}
 	}
-	nf := safetensors.NonFiniteTensor{Name: w.Name, First: -1, DType: scaleInfo.DType, Elements: int64(out) * int64(in)}
-	emitDequantized(&nf, out, in, func(o, i int) float32 {
-		gi := int(groupOf[i])
-		return scales[gi*out+o] * (float32(value(i, o)) - zeros[gi*out+o])
-	}, fn)
-	for k, s := range srcs {
-		l.ckpt.ReleaseRange(s.name, 0, int64(len(raw[k])))
-	}
-	if nf.Count > 0 && l.OnNonFinite != nil {
-		l.OnNonFinite(nf)
-	}
-	return nil
+	return &intSource{
+		name: w.Name, out: out, in: in, bits: q.Bits, groups: g, groupOf: groupOf, value: value,
+		scales: scales, zeros: zeros, scaleDT: scaleInfo.DType, sequence: sequence,
+		release: func() {
+			for k, s := range srcs {
+				l.ckpt.ReleaseRange(s.name, 0, int64(len(raw[k])))
+			}
+		},
+	}, nil
 }

@@ -1,0 +1,104 @@
+package llama_test
+
+import (
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// TestPackedHeld: on the cpu backend (tpu.Capabilities.Int4Groups) the
+// 4-bit projections of GPTQ (v1 symmetric, v2 with zero points), AWQ and
+// compressed-tensors (symmetric, and with zero points) checkpoints are
+// held at their stored width as grouped int4, exactly the bytes
+// lm.Loaded.HeldBytes estimates and under a third of decoded, and the
+// logits match the f32 checkpoint of the dequantised weights up to the
+// order of f32 sums, compiled and eager. Groups of 64 over the 96 inputs
+// of down_proj, and an activation-order g_idx, leave those weights
+// decoded (StoredInt4Groups refuses them), held in f16 as before: the
+// logits then match to f16's rounding of the weights.
+func TestPackedHeld(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	type tc struct {
+		name   string
+		dirs   func(t *testing.T) (string, string)
+		held   int // projections held as grouped int4 (of 14)
+		gIdx   bool
+		asMins bool
+	}
+	packed := func(f packedFormat) func(t *testing.T) (string, string) {
+		f.hidden, f.inter, f.f32Ref = 64, 96, true
+		return func(t *testing.T) (string, string) { return packedCheckpoints(t, f) }
+	}
+	ct := func(f ctFormat) func(t *testing.T) (string, string) {
+		f.hidden, f.inter, f.f32Ref, f.format, f.bits = 64, 96, true, "pack-quantized", 4
+		return func(t *testing.T) (string, string) { return ctCheckpoints(t, f) }
+	}
+	for _, c := range []tc{
+		{name: "gptq-v1-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 4, group: 32, sym: true}), held: 14},
+		{name: "gptq-v2-g64", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 64}), held: 12, asMins: true},
+		{name: "gptq-desc_act", dirs: packed(packedFormat{method: "gptq", bits: 4, group: 32, gIdx: true}), held: 0},
+		{name: "awq-g32", dirs: packed(packedFormat{method: "awq", bits: 4, group: 32}), held: 14, asMins: true},
+		{name: "ct-w4a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32}), held: 14},
+		{name: "ct-w4a16-asym-g32", dirs: ct(ctFormat{strategy: "group", group: 32}), held: 14, asMins: true},
+		{name: "ct-w4a16-channel", dirs: ct(ctFormat{sym: true, strategy: "channel"}), held: 14},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			qDir, fDir := c.dirs(t)
+			be := refcheck.CPUBackend(t)
+			caps := tpu.CapabilitiesOf(be)
+			for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+				want := prefillLogits(t, fDir, mode, prompts)
+				l, err := lmckpt.Load(qDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held, mins := 0, false
+				for _, w := range l.Weights() {
+					if g, m, ok := l.StoredInt4Groups(w.Name); ok {
+						held++
+						mins = mins || m
+						if !lm.Int4GroupsFit(w.Shape[1], g) || kernels.CheckInt4Groups(w.Shape[1], g) != nil {
+							t.Errorf("%s: groups of %d over %d inputs held", w.Name, g, w.Shape[1])
+						}
+					}
+				}
+				if held != c.held || mins != c.asMins {
+					t.Errorf("%v: %d weights held as grouped int4 (mins %v), want %d (%v)", mode, held, mins, c.held, c.asMins)
+				}
+				opts := compile.Options{Mode: mode, Caps: &caps}
+				r, err := compile.NewRunner(be, l, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				est, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
+				if got := r.WeightBytes(); got != est || held > 0 && est >= decoded {
+					t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held and %d decoded", mode, got, est, decoded)
+				}
+				got, err := r.NewState().Prefill(prompts, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Close()
+				l.Close()
+				for b := range want {
+					w := make([]float64, len(want[b]))
+					for i, v := range want[b] {
+						w[i] = float64(v)
+					}
+					bound := 1e-5
+					if held < 14 {
+						bound = 1e-3 // weights decoded to f16
+					}
+					if e := refcheck.RelErr(got[b], w); e > bound {
+						t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,190 @@
+// Command int4-checkpoint writes a 4-bit copy of a Hugging Face
+// checkpoint in the layout of the Hub's GPTQ or AWQ releases: every Linear
+// projection (a 2-D tensor whose name ends in "proj.weight") becomes
+// PREFIX.qweight, PREFIX.qzeros and f16 PREFIX.scales per group of -group
+// input columns, quantised by rounding to nearest (not by GPTQ's or AWQ's
+// own algorithms: the layout, the memory and the speed are what the
+// benchmarks measure, not the quality); everything else (embeddings,
+// norms, the head) is copied as it is. For benchmarks of tputool's
+// grouped int4 path on machines that cannot download a real release:
+//
+//	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-gptq
+//	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-awq -format awq
+//
+// -format gptq writes GPTQ v1 (zero points stored minus one), symmetric
+// (every zero point 8) unless -asym; awq writes AutoAWQ's gemm layout,
+// always with zero points. The whole checkpoint is held in memory while it
+// is written.
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+func main() {
+	src := flag.String("m", "", "source model folder (config.json and safetensors)")
+	out := flag.String("o", "", "output folder")
+	format := flag.String("format", "gptq", "gptq or awq")
+	group := flag.Int("group", 128, "input columns that share a scale and zero point")
+	asym := flag.Bool("asym", false, "gptq: zero points per group (awq always has them)")
+	flag.Parse()
+	if *src == "" || *out == "" || *group <= 0 || (*format != "gptq" && *format != "awq") {
+		fmt.Fprintln(os.Stderr, "int4-checkpoint: -m and -o are required, -format is gptq or awq, -group must be positive")
+		os.Exit(2)
+	}
+	if err := run(*src, *out, *format, *group, *asym || *format == "awq"); err != nil {
+		fmt.Fprintln(os.Stderr, "int4-checkpoint:", err)
+		os.Exit(1)
+	}
+}
+
+func run(src, out, format string, group int, asym bool) error {
+	var cfg map[string]any
+	b, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(src, "config.json"), err)
+	}
+	if format == "gptq" {
+		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": false,
+			"sym": !asym, "checkpoint_format": "gptq"}
+	} else {
+		cfg["quantization_config"] = map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
+			"zero_point": true, "modules_to_not_convert": []string{"lm_head"}}
+	}
+	ck, err := safetensors.OpenDir(src, "")
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, name := range ck.Names() {
+		info, _ := ck.Info(name)
+		shape, _ := ck.Shape(name)
+		if len(shape) != 2 || !strings.HasSuffix(name, "proj.weight") {
+			raw, err := ck.Raw(name)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: shape, Data: append([]byte(nil), raw...)})
+			continue
+		}
+		nOut, in := shape[0], shape[1]
+		if in%group != 0 || in%8 != 0 || nOut%8 != 0 {
+			return fmt.Errorf("tensor %q: [%d, %d] is not whole groups of %d and words of 8", name, nOut, in, group)
+		}
+		vals, err := ck.Float32(name)
+		if err != nil {
+			return err
+		}
+		q, zeros, scales := quantize(vals, nOut, in, group, asym)
+		groups := in / group
+		prefix := strings.TrimSuffix(name, ".weight")
+		st, err := safetensors.Float32Tensor(prefix+".scales", safetensors.F16, []int{groups, nOut}, scales)
+		if err != nil {
+			return err
+		}
+		if format == "awq" {
+			ts = append(ts, words(prefix+".qweight", in, nOut/8, func(i, c int) uint32 { return awqWord(func(j int) int { return q[(c*8+j)*in+i] }) }),
+				words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 { return awqWord(func(j int) int { return zeros[g*nOut+c*8+j] }) }))
+		} else {
+			ts = append(ts, words(prefix+".qweight", in/8, nOut, func(w, o int) uint32 {
+				var v uint32
+				for k := 0; k < 8; k++ {
+					v |= uint32(q[o*in+8*w+k]) << (4 * k)
+				}
+				return v
+			}), words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 {
+				var v uint32
+				for k := 0; k < 8; k++ {
+					v |= uint32(zeros[g*nOut+8*c+k]-1) << (4 * k) // v1: stored minus one
+				}
+				return v
+			}))
+		}
+		ts = append(ts, st)
+	}
+	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
+		return err
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
+		if b, err := os.ReadFile(filepath.Join(src, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// awqOrder is AWQ's packing order: nibble k of a word holds value
+// awqOrder[k] of its 8.
+var awqOrder = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
+
+// awqWord packs the 8 values v(0..7) in AWQ's order.
+func awqWord(v func(j int) int) uint32 {
+	var w uint32
+	for k, j := range awqOrder {
+		w |= uint32(v(j)) << (4 * k)
+	}
+	return w
+}
+
+// words is an I32 tensor [rows, cols] of word(r, c).
+func words(name string, rows, cols int, word func(r, c int) uint32) safetensors.Tensor {
+	b := make([]byte, 4*rows*cols)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			binary.LittleEndian.PutUint32(b[4*(r*cols+c):], word(r, c))
+		}
+	}
+	return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: []int{rows, cols}, Data: b}
+}
+
+// quantize rounds w [n, k] to 4-bit codes q [n, k] in groups of g input
+// columns, each group with an f16-representable scale and a zero point
+// ([k/g, n], the checkpoints' order): symmetric, zero 8 and scale
+// max|w|/7.5 rounded to f16; asymmetric, scale (max − min)/15 and the
+// zero that maps min to 0. W ≈ scale · (q − zero).
+func quantize(w []float32, n, k, g int, asym bool) (q, zeros []int, scales []float32) {
+	groups := k / g
+	q, zeros, scales = make([]int, n*k), make([]int, groups*n), make([]float32, groups*n)
+	for j := 0; j < n; j++ {
+		for gi := 0; gi < groups; gi++ {
+			x := w[j*k+gi*g : j*k+(gi+1)*g]
+			lo, hi := float64(x[0]), float64(x[0])
+			for _, v := range x {
+				lo, hi = min(lo, float64(v)), max(hi, float64(v))
+			}
+			s, z := max(-lo, hi)/7.5, 8
+			if asym {
+				s = (hi - lo) / 15
+			}
+			if s == 0 {
+				s = 1
+			}
+			s = float64(safetensors.HalfToFloat32(safetensors.Float32ToHalf(float32(s))))
+			if asym {
+				z = int(math.Round(-lo / s))
+				z = min(max(z, 1), 15) // v1 stores zero − 1: keep it ≥ 0
+			}
+			scales[gi*n+j], zeros[gi*n+j] = float32(s), z
+			for p, v := range x {
+				q[j*k+gi*g+p] = min(max(int(math.Round(float64(v)/s))+z, 0), 15)
+			}
+		}
+	}
+	return q, zeros, scales
+}
