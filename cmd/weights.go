@@ -105,10 +105,14 @@ func checkWeightsFit(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemor
 
 // holdingName says how weights are held: "float32", "float32 compute
 // (bf16/f16 matmul weights as stored)", "int8 with float32 compute".
+// Where the backend also multiplies FP8 and 4-bit checkpoint weights in
+// place, they are named too.
 func holdingName(h lm.Holding) string {
 	switch {
 	case h.Quantize != "":
 		return fmt.Sprintf("%s with %s compute", h.Quantize, dtypeName(h.Compute))
+	case h.Narrow && h.Compute == dtypes.Float32 && (h.FP8 || h.Int4Groups):
+		return "float32 compute (bf16/f16, FP8 and 4-bit checkpoint matmul weights as stored)"
 	case h.Narrow && h.Compute == dtypes.Float32:
 		return "float32 compute (bf16/f16 matmul weights as stored)"
 	}

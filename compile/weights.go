@@ -58,11 +58,13 @@ import (
 //     FP8 GEMM/GEMV.
 //   - Weights GPTQ, AWQ and compressed-tensors checkpoints store as 4-bit
 //     integers in groups of input columns (lm.Loaded.StoredInt4Groups),
-//     under the same conditions on a backend that multiplies them
-//     (tpu.Capabilities.Int4Groups), are held at their stored width as
+//     in f32 compute on a backend that multiplies them
+//     (tpu.Capabilities.Int4Groups) on one device, whatever
+//     Options.Quantize says (it applies to the other weights: quantising
+//     4-bit weights again only loses), are held at their stored width as
 //     grouped int4: packed values u8 [out, in/32, 16], an f32 scale per
-//     group [out, in/G] and, where a zero point is not 8, as many mins
-//     (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
+//     group [out, in/G] and, where a zero point is not 8, mins [in/G,
+//     out] (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
 //     which tputool's cpu backend fuses into its int4 GEMM/GEMV.
 
 // scalesSuffix names the scales input of a quantised weight,
@@ -212,7 +214,7 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		}
 		// NaN bytes: decoded below, where they are reported as non-finite.
 	}
-	if h.Int4Groups && h.Quantize == "" && r.sharedUpload() {
+	if h.Int4Groups && r.sharedUpload() {
 		if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
 			return r.holdInt4Groups(l, w, group, mins)
 		}
@@ -274,8 +276,8 @@ func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
 // holdInt4Groups holds a weight a GPTQ, AWQ or compressed-tensors
 // checkpoint stores as 4-bit integers (lm.Loaded.StoredInt4Groups) as
 // grouped int4: its packed values u8 [out, in/32, 16] under its name, its
-// scales f32 [out, in/group] under name+int4GScales and, with mins, as
-// many under name+int4GMins; the graph decodes them
+// scales f32 [out, in/group] under name+int4GScales and, with mins, f32
+// [in/group, out] under name+int4GMins; the graph decodes them
 // (nn.DequantizeInt4Groups), which the backend multiplies in place.
 func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, group int, mins bool) error {
 	out, in := w.Shape[0], w.Shape[1]
@@ -284,7 +286,7 @@ func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, group int, mins b
 		{int4GScales, shapes.Make(dtypes.Float32, out, in/group)},
 	}
 	if mins {
-		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, out, in/group)})
+		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, in/group, out)})
 	}
 	return r.sharedParts(w.Name, parts, func(flat []any) error {
 		var m []float32

@@ -20,7 +20,8 @@ import (
 // order of f32 sums, compiled and eager. Groups of 64 over the 96 inputs
 // of down_proj, and an activation-order g_idx, leave those weights
 // decoded (StoredInt4Groups refuses them), held in f16 as before: the
-// logits then match to f16's rounding of the weights.
+// logits then match to f16's rounding of the weights. Under --quantize
+// int4 the 4-bit weights stay as stored and the others are quantised.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -83,7 +84,19 @@ func TestPackedHeld(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				plainBytes := r.WeightBytes()
 				r.Close()
+				// --quantize int4 leaves the 4-bit weights as stored and
+				// quantises the rest (here the embedding).
+				q4 := compile.Options{Mode: mode, Caps: &caps, Quantize: "int4"}
+				rq, err := compile.NewRunner(be, l, q4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, est := rq.WeightBytes(), l.HeldBytes(compile.HoldingOf(caps, q4)); got != est || got >= plainBytes {
+					t.Errorf("%v, int4: holds %d bytes, HeldBytes estimates %d; without --quantize %d", mode, got, est, plainBytes)
+				}
+				rq.Close()
 				l.Close()
 				for b := range want {
 					w := make([]float64, len(want[b]))

@@ -50,8 +50,8 @@ type Holding struct {
 	FP8 bool
 	// Int4Groups: 4-bit weights of GPTQ, AWQ and compressed-tensors
 	// checkpoints that Loaded.StoredInt4Groups takes are held as grouped
-	// int4 (half a byte a weight and an f32 scale, and a min, a group)
-	// when nothing is quantised, never decoded.
+	// int4 (half a byte a weight and an f32 scale, and a min, a group),
+	// never decoded nor quantised again: Quantize applies to the others.
 	Int4Groups bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
@@ -135,7 +135,7 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 			n += int64(elements(w.Shape)) + 4*int64(s[0]*s[1])
 			continue
 		}
-		if h.Int4Groups && h.Quantize == "" {
+		if h.Int4Groups {
 			if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
 				n += Int4GroupsBytes(w, group, mins)
 				continue

@@ -7,7 +7,7 @@ import "fmt"
 // in tpu/cpu/kernels' grouped int4 layout (kernels.GemmInt4GroupsNT):
 // packed nibbles [out, in/2] (the low nibble first), an f32 scale per
 // group and output [out, in/group] and, where some zero point is not 8,
-// mins [out, in/group], so that
+// mins [in/group, out], so that
 //
 //	W[o, i] = (q − 8) · s + s · (8 − z) = s · (q − z)
 //
@@ -81,8 +81,8 @@ func (l *Loaded) StoredInt4Groups(name string) (group int, mins bool, ok bool) {
 }
 
 // Int4GroupsInto writes weight name (StoredInt4Groups) as grouped int4:
-// packed [out·in/2], scales [out·in/group] and, when it needs them, mins
-// [out·in/group] (nil otherwise), then releases the mapping's pages.
+// packed [out, in/2], scales [out, in/group] and, when it needs them,
+// mins [in/group, out] (nil otherwise), then releases the mapping's pages.
 func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float32) error {
 	src, group, err := l.int4Source(name)
 	if err != nil {
@@ -107,7 +107,7 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 			s, z := src.scales[g*out+o], src.zeros[g*out+o]
 			scales[o*ng+g] = s
 			if mins != nil {
-				mins[o*ng+g] = s * (8 - z)
+				mins[g*out+o] = s * (8 - z)
 			}
 		}
 	}

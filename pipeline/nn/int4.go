@@ -70,16 +70,16 @@ func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
 // compressed-tensors 4-bit held at their stored width:
 // tpu/cpu/kernels/int4groups.go states the format) as a [out, in] tensor
 // of dtype: packed U8 [out, in/32, 16] as DequantizeInt4's, scales F32
-// [out, in/G], one per group of G input columns, and mins F32 [out, in/G]
-// or nil:
+// [out, in/G], one per group of G input columns, and mins F32 [in/G, out]
+// (by group, as checkpoints store zero points) or nil:
 //
-//	W[o, i] = (nibble − 8) · scales[o, i/G] + mins[o, i/G]
+//	W[o, i] = (nibble − 8) · scales[o, i/G] + mins[i/G, o]
 //
 // The form is fixed,
 //
 //	Reshape(Add(Mul(Reshape(Gather(pairs, Reshape(ConvertDType(packed, i32), n, 1)), out, in/G, G),
 //	                BroadcastInDim(Reshape(scales, out, in/G, 1))),
-//	            BroadcastInDim(Reshape(mins, out, in/G, 1))), out, in)
+//	            BroadcastInDim(Reshape(Transpose(mins), out, in/G, 1))), out, in)
 //
 // (no Add without mins), so that a backend can recognise it under a
 // DotGeneral and multiply the 4-bit weight directly (tputool's cpu
@@ -89,12 +89,12 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 	sd := scales.Shape().Dimensions
 	if len(bd) != 3 || bd[2] != 16 || packed.DType() != dtypes.Uint8 || scales.DType() != dtypes.Float32 ||
 		len(sd) != 2 || sd[0] != bd[0] || sd[1] <= 0 || (32*bd[1])%sd[1] != 0 || (32*bd[1]/sd[1])%32 != 0 ||
-		mins != nil && (mins.DType() != dtypes.Float32 || !slices.Equal(mins.Shape().Dimensions, sd)) {
+		mins != nil && (mins.DType() != dtypes.Float32 || !slices.Equal(mins.Shape().Dimensions, []int{sd[1], sd[0]})) {
 		ms := "none"
 		if mins != nil {
 			ms = mins.Shape().String()
 		}
-		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [out, blocks, 16], float32 scales [out, groups] with whole blocks a group, and mins as the scales or none, got %s, %s and %s",
+		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [out, blocks, 16], float32 scales [out, groups] with whole blocks a group, and float32 mins [groups, out] or none, got %s, %s and %s",
 			packed.Shape(), scales.Shape(), ms))
 	}
 	out, in, ng := bd[0], 32*bd[1], sd[1]
@@ -102,7 +102,7 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 	vals := Reshape(lookupBytes(Const(g, int4Pairs), packed), out, ng, in/ng)
 	w := Mul(vals, BroadcastToDims(Reshape(scales, out, ng, 1), out, ng, in/ng))
 	if mins != nil {
-		w = Add(w, BroadcastToDims(Reshape(mins, out, ng, 1), out, ng, in/ng))
+		w = Add(w, BroadcastToDims(Reshape(TransposeAllDims(mins, 1, 0), out, ng, 1), out, ng, in/ng))
 	}
 	w = Reshape(w, out, in)
 	if dtype != dtypes.Float32 {

@@ -105,7 +105,7 @@ func TestDequantizeInt4Groups(t *testing.T) {
 	for _, withMins := range []bool{false, true} {
 		args := []any{tensors.FromFlatDataAndDimensions(packed, out, blocks, 16), tensors.FromFlatDataAndDimensions(scales, out, ng)}
 		if withMins {
-			args = append(args, tensors.FromFlatDataAndDimensions(mins, out, ng))
+			args = append(args, tensors.FromFlatDataAndDimensions(mins, ng, out)) // [groups, out]
 		}
 		res := execGraph(t, func(in []*Node) []*Node {
 			var m *Node
@@ -120,10 +120,10 @@ func TestDequantizeInt4Groups(t *testing.T) {
 			if i%2 == 1 {
 				nib = int(packed[i/2] >> 4)
 			}
-			g := (i/in)*ng + (i%in)/(in/ng)
-			want := float32(nib-8) * scales[g]
+			o, g := i/in, (i%in)/(in/ng)
+			want := float32(nib-8) * scales[o*ng+g]
 			if withMins {
-				want += mins[g]
+				want += mins[g*out+o]
 			}
 			if got := res[0][i]; got != want {
 				t.Fatalf("mins=%v: value %d = %g, want %g", withMins, i, got, want)

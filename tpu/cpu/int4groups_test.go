@@ -41,15 +41,16 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		for i := range packed {
 			packed[i] = uint8(r.IntN(256))
 		}
-		scales, mins := make([]float32, c.out*ng), make([]float32, c.out*ng)
+		scales, mins := make([]float32, c.out*ng), make([]float32, c.out*ng) // mins [ng, out]
 		for i := range scales {
 			scales[i] = float32(0.001 + r.Float64()/50)
-			mins[i] = scales[i] * float32(8-r.IntN(16))
+			o, g := i/ng, i%ng
+			mins[g*c.out+o] = scales[i] * float32(8-r.IntN(16))
 		}
 		shs := []shapes.Shape{sh(dtypes.Float32, c.x...), sh(dtypes.Uint8, c.out, c.k/32, 16), sh(dtypes.Float32, c.out, ng)}
 		data := []any{randFlat(r, shs[0], false), packed, scales}
 		if c.mins {
-			shs = append(shs, sh(dtypes.Float32, c.out, ng))
+			shs = append(shs, sh(dtypes.Float32, ng, c.out))
 			data = append(data, mins)
 		}
 		pairs := int4PairTable
@@ -76,7 +77,8 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 			}
 			w, _ := b.Mul(vals, group(ps[2]))
 			if c.mins {
-				w, _ = b.Add(group(ps[3]), w)
+				mt, _ := b.Transpose(ps[3], 1, 0)
+				w, _ = b.Add(group(mt), w)
 			}
 			w, _ = b.Reshape(w, c.out, c.k)
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, w, []int{1}, nil)

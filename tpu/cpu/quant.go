@@ -203,17 +203,17 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 //
 //	Reshape([Add](Mul(Reshape(Gather(int4 pairs [256, 2], Reshape(ConvertDType(packed u8 [N, K/32, 16], i32), n, 1)), N, g, G),
 //	                  BroadcastInDim(Reshape(scales f32 [N, g], N, g, 1))),
-//	              [BroadcastInDim(Reshape(mins f32 [N, g], N, g, 1))]), N, K)
+//	              [BroadcastInDim(Reshape(Transpose(mins f32 [g, N]), N, g, 1))]), N, K)
 //
 // and rewriteInt4Groups finds it as the right operand of an f32
 // DotGeneral in the NT layout: the product then reads the packed values,
 // scales and mins directly (kernels.GemmInt4GroupsNT), and the f32
 // weight is never made unless something else reads it. W[n, k] =
-// (nibble − 8) · scales[n, k/G] + mins[n, k/G].
+// (nibble − 8) · scales[n, k/G] + mins[k/G, n].
 
 // int4GroupsWeight matches the dequantisation form at r [N, K] and returns
-// the packed values [N, K/32, 16], the scales [N, g], the mins (nil for
-// none) and the group size G.
+// the packed values [N, K/32, 16], the scales [N, g], the mins [g, N]
+// (nil for none) and the group size G.
 func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) {
 	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 || r.shape.DType != dtypes.Float32 {
 		return nil, nil, nil, 0, false
@@ -226,7 +226,8 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 	if d[2]%32 != 0 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * d[2]}) {
 		return nil, nil, nil, 0, false
 	}
-	// groupInput matches BroadcastInDim(Reshape(s f32 [N, g], N, g, 1)).
+	// groupInput matches BroadcastInDim(Reshape(s f32 [N, g], N, g, 1))
+	// and returns s.
 	groupInput := func(b *node) *node {
 		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2}) {
 			return nil
@@ -244,8 +245,9 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 	m := x
 	if x.op == backends.OpTypeAdd {
 		for _, k := range [][2]int{{0, 1}, {1, 0}} {
-			if s := groupInput(x.inputs[k[1]]); s != nil && x.inputs[k[0]].op == backends.OpTypeMul {
-				m, mins = x.inputs[k[0]], s
+			s := groupInput(x.inputs[k[1]])
+			if s != nil && s.op == backends.OpTypeTranspose && slices.Equal(s.aux.([]int), []int{1, 0}) && x.inputs[k[0]].op == backends.OpTypeMul {
+				m, mins = x.inputs[k[0]], s.inputs[0]
 				break
 			}
 		}

@@ -157,3 +157,9 @@ func dotBF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)
 
 //go:noescape
 func dotF16X4AVX2(a *[4]*float32, b *uint16, n16 int, c *[4]float32)
+
+//go:noescape
+func axpyAVX512(alpha float32, x, y *float32, n int)
+
+//go:noescape
+func axpyAVX2(alpha float32, x, y *float32, n int)

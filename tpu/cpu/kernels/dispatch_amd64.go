@@ -264,7 +264,21 @@ func currentMicroKernel() microKernel {
 	return genericMicroKernel
 }
 
-func axpy(alpha float32, x, y []float32) { axpyF32(alpha, x, y) }
+// axpy is y += alpha·x over len(y) elements.
+func axpy(alpha float32, x, y []float32) {
+	nm := len(y) &^ 15
+	if nm == 0 || level == levelGeneric {
+		axpyF32(alpha, x, y)
+		return
+	}
+	_ = x[len(y)-1]
+	if level == levelAVX512 {
+		axpyAVX512(alpha, &x[0], &y[0], nm)
+	} else {
+		axpyAVX2(alpha, &x[0], &y[0], nm)
+	}
+	axpyF32(alpha, x[nm:], y[nm:])
+}
 
 // Row kernels: assembly over the first len&^15 elements (AVX-512 or AVX2),
 // portable Go for the rest and on the generic level.

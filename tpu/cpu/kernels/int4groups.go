@@ -10,9 +10,9 @@ import (
 // held as packed (GemmInt4NT's layout: n rows of k/2 bytes, the low nibble
 // first, value = nibble − 8), scales f32 [n, k/group], one per group of
 // group input columns, and, for checkpoints with zero points, mins f32
-// [n, k/group]:
+// [k/group, n] (by group, then output: the checkpoints' own order):
 //
-//	B[j, p] = (nibble − 8) · scales[j, p/group] + mins[j, p/group]
+//	B[j, p] = (nibble − 8) · scales[j, p/group] + mins[p/group, j]
 //
 // A checkpoint's W = s·(q − z) is this with nibble q, scale s and
 // min s·(8 − z); for s of 16 bits (f16 or bf16) and z an integer up to 16
@@ -22,9 +22,9 @@ import (
 // The kernels are the int4 ones (nibble.go) with each row's scales as its
 // own table: a row's block codes are the same for every row (block b's
 // code is its group, b·32/group), so they are made once per shape and
-// kept (int4GroupCodes). The mins add Σ_g mins[j, g]·(the sum of the
-// activations over group g) to each output, an f32 product of k/group
-// columns.
+// kept (int4GroupCodes). The mins add Σ_g mins[g, j]·(the sum of the
+// activations over group g) to each output: k/group AXPYs over the
+// outputs a row of A.
 
 // MaxInt4Groups is the most groups a row of a grouped int4 matrix may
 // have: a block's scale code is a byte.
@@ -102,21 +102,14 @@ func GemmInt4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, scales, 
 	}
 }
 
-// groupSumPool holds addGroupMins' scratch between calls.
-var groupSumPool = sync.Pool{New: func() any { return new([]float32) }}
-
 // addGroupMins adds to C [m, n] the mins' part of the product: row i,
-// column j gets Σ_g mins[j, g] · Σ_{p in group g} A[i, p], an f32 product
-// of the activations' group sums [m, k/group] and the mins [n, k/group].
+// column j gets Σ_g mins[g, j] · Σ_{p in group g} A[i, p], one AXPY of
+// a row of mins a group and row of A.
 func addGroupMins(m, n, k int, a []float32, lda int, mins []float32, group int, c []float32, ldc int) {
 	ng := k / group
-	buf := groupSumPool.Get().(*[]float32)
-	if need := m*ng + m*n; cap(*buf) < need {
-		*buf = make([]float32, need)
-	}
-	sums, prod := (*buf)[:m*ng], (*buf)[m*ng:m*ng+m*n]
 	for i := 0; i < m; i++ {
 		row := a[i*lda : i*lda+k]
+		ci := c[i*ldc : i*ldc+n]
 		for g := 0; g < ng; g++ {
 			var s0, s1, s2, s3 float32
 			x := row[g*group : (g+1)*group]
@@ -126,14 +119,9 @@ func addGroupMins(m, n, k int, a []float32, lda int, mins []float32, group int, 
 				s2 += x[p+2]
 				s3 += x[p+3]
 			}
-			sums[i*ng+g] = (s0 + s1) + (s2 + s3)
+			axpy((s0+s1)+(s2+s3), mins[g*n:(g+1)*n], ci)
 		}
 	}
-	GemmF32NT(m, n, ng, sums, ng, mins, ng, prod, n)
-	for i := 0; i < m; i++ {
-		AddInPlace(c[i*ldc:i*ldc+n], prod[i*n:(i+1)*n])
-	}
-	groupSumPool.Put(buf)
 }
 
 // DequantizeInt4Groups decodes a grouped int4 matrix [n, k] (as
@@ -151,7 +139,7 @@ func DequantizeInt4Groups(n, k int, packed []byte, scales, mins []float32, group
 			}
 			w := v * scales[j*ng+p/group]
 			if mins != nil {
-				w += mins[j*ng+p/group]
+				w += mins[(p/group)*n+j]
 			}
 			out[j*k+p] = w
 		}

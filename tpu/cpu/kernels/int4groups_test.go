@@ -29,9 +29,11 @@ func int4GroupsCase(r *rand.Rand, n, k, group int, asym bool) (packed []byte, sc
 		}
 	}
 	if asym {
-		mins = make([]float32, n*ng)
-		for i := range mins {
-			mins[i] = scales[i] * float32(8-zeros[i])
+		mins = make([]float32, n*ng) // [ng, n]
+		for j := 0; j < n; j++ {
+			for g := 0; g < ng; g++ {
+				mins[g*n+j] = scales[j*ng+g] * float32(8-zeros[j*ng+g])
+			}
 		}
 	}
 	dense = make([]float32, n*k)

@@ -183,6 +183,24 @@ adloop:
 	VZEROUPPER
 	RET
 
+// func axpyAVX512(alpha float32, x, y *float32, n int)
+// y[i] += alpha·x[i] for n a positive multiple of 16.
+TEXT ·axpyAVX512(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Z1
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+axloop:
+	VMOVUPS     (DI)(AX*4), Z0
+	VFMADD231PS (SI)(AX*4), Z1, Z0
+	VMOVUPS     Z0, (DI)(AX*4)
+	ADDQ        $16, AX
+	CMPQ        AX, CX
+	JLT         axloop
+	VZEROUPPER
+	RET
+
 // Weight widening for the GEMM scratch: 16 elements per step.
 
 // func widenBF16AVX512(dst *float32, src *uint16, n int)
@@ -476,6 +494,24 @@ ad2loop:
 	ADDQ    $8, AX
 	CMPQ    AX, CX
 	JLT     ad2loop
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(alpha float32, x, y *float32, n int)
+// axpyAVX512 for AVX2 machines: n a positive multiple of 8.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	VBROADCASTSS alpha+0(FP), Y1
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+ax2loop:
+	VMOVUPS     (DI)(AX*4), Y0
+	VFMADD231PS (SI)(AX*4), Y1, Y0
+	VMOVUPS     Y0, (DI)(AX*4)
+	ADDQ        $8, AX
+	CMPQ        AX, CX
+	JLT         ax2loop
 	VZEROUPPER
 	RET
 
