@@ -174,7 +174,8 @@ type Runner struct {
 	gather  bool // routed experts always gathered: the backend computes in host memory (lm.Step.GatherExperts)
 
 	weights   map[string]*tensors.Tensor
-	all       []string // every weight, in lm.Weights order (compiled mode inputs)
+	fp8Blocks map[string][2]int // the block of each weight held as FP8 (holdFP8)
+	all       []string          // every weight, in lm.Weights order (compiled mode inputs)
 	embedW    []string
 	headW     []string
 	layerW    [][]string

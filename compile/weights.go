@@ -49,7 +49,9 @@ import (
 //     (nn.DequantizeInt4), which tputool's cpu backend fuses into its int4
 //     GEMM/GEMV (the weight stays at 17/32 of a byte) and other backends,
 //     XLA's included, compute as written.
-//   - Weights the checkpoint stores as block-wise FP8 E4M3, without
+//   - Weights the checkpoint stores as FP8 E4M3 with scales by block (fp8),
+//     row (fbgemm_fp8, compressed-tensors by channel), group or tensor,
+//     without
 //     Options.Quantize, in f32 compute (the backend fuses only f32
 //     products), on a backend that multiplies them
 //     (tpu.Capabilities.FP8) on one device, are held as stored: the bytes
@@ -207,8 +209,8 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	if h.MXFP4 && l.StoredMXFP4(w.Name) && r.sharedUpload() {
 		return r.holdMXFP4(l, w)
 	}
-	if h.FP8 && h.Quantize == "" && l.StoredFP8(w.Name) && r.sharedUpload() {
-		err := r.holdFP8(l, w)
+	if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" && r.sharedUpload() {
+		err := r.holdFP8(l, w, lay)
 		if !lm.IsFP8NaN(err) {
 			return err
 		}
@@ -265,12 +267,20 @@ func (r *Runner) holdMXFP4(l *lm.Loaded, w lm.WeightSpec) error {
 }
 
 // holdFP8 holds a weight the checkpoint stores as FP8 E4M3 as stored: its
-// bytes u8 [out, in] under its name and its block scales f32 [⌈out/b0⌉,
-// ⌈in/b1⌉] under name+fp8ScaleSuffix; the graph decodes them
-// (nn.DequantizeFP8), which the backend multiplies in place.
-func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec) error {
-	return r.sharedPair(w.Name, fp8ScaleSuffix, shapes.Make(dtypes.Uint8, w.Shape...), shapes.Make(dtypes.Float32, l.FP8ScaleShape(w)...),
+// bytes u8 [out, in] under its name and its scales f32 [⌈out/b0⌉,
+// ⌈in/b1⌉] (lay) under name+fp8ScaleSuffix; the graph decodes them
+// (nn.DequantizeFP8 with the weight's block, kept in fp8Blocks), which the
+// backend multiplies in place.
+func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec, lay lm.FP8Layout) error {
+	err := r.sharedPair(w.Name, fp8ScaleSuffix, shapes.Make(dtypes.Uint8, w.Shape...), shapes.Make(dtypes.Float32, lay.Scales...),
 		func(bytes, scales any) error { return l.FP8Into(w.Name, bytes.([]uint8), scales.([]float32)) })
+	if err == nil {
+		if r.fp8Blocks == nil {
+			r.fp8Blocks = map[string][2]int{}
+		}
+		r.fp8Blocks[w.Name] = [2]int{lay.B0, lay.B1}
+	}
+	return err
 }
 
 // holdInt4Groups holds a weight a GPTQ, AWQ or compressed-tensors
@@ -525,7 +535,7 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 			continue
 		}
 		if s, ok := m[n+fp8ScaleSuffix]; ok {
-			b := r.spec.FP8Block
+			b := r.fp8Blocks[n]
 			m[n] = nn.DequantizeFP8(x, s, b[0], b[1], r.opts.DType)
 			continue
 		}

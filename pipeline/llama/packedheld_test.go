@@ -115,3 +115,67 @@ func TestPackedHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestCompressedFP8Held: FP8 weights of compressed-tensors checkpoints
+// (float-quantized by channel, tensor, group and block) and of fbgemm_fp8
+// are held as stored on the cpu backend, a byte a weight and their
+// scales, exactly the bytes lm.Loaded.HeldBytes estimates, and the logits
+// match the f32 checkpoint of the dequantised weights up to the order of
+// f32 sums, compiled and eager.
+func TestCompressedFP8Held(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	for _, f := range []ctFormat{
+		{name: "channel", strategy: "channel"},
+		{name: "tensor", strategy: "tensor"},
+		{name: "group", strategy: "group", group: 32},
+		{name: "block", strategy: "block"},
+		{name: "fbgemm", strategy: "channel", fbgemm: true},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			f.format, f.bits, f.sym, f.hidden, f.inter, f.f32Ref = "float-quantized", 8, true, 64, 96, true
+			qDir, fDir := ctCheckpoints(t, f)
+			be := refcheck.CPUBackend(t)
+			caps := tpu.CapabilitiesOf(be)
+			for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+				want := prefillLogits(t, fDir, mode, prompts)
+				l, err := lmckpt.Load(qDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := 0
+				for _, w := range l.Weights() {
+					if _, ok := l.StoredFP8(w.Name); ok {
+						held++
+					}
+				}
+				if held != 14 {
+					t.Errorf("%v: %d weights held as FP8, want 14", mode, held)
+				}
+				opts := compile.Options{Mode: mode, Caps: &caps}
+				r, err := compile.NewRunner(be, l, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				est, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
+				if got := r.WeightBytes(); got != est || est >= decoded {
+					t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held and %d decoded", mode, got, est, decoded)
+				}
+				got, err := r.NewState().Prefill(prompts, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Close()
+				l.Close()
+				for b := range want {
+					w := make([]float64, len(want[b]))
+					for i, v := range want[b] {
+						w[i] = float64(v)
+					}
+					if e := refcheck.RelErr(got[b], w); e > 1e-5 {
+						t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
+					}
+				}
+			}
+		})
+	}
+}

@@ -289,59 +289,94 @@ func (l *Loaded) decodeEncodedInto(w WeightSpec, how string, flat any) error {
 	})
 }
 
-// StoredFP8 reports whether the checkpoint stores weight name as FP8
-// E4M3 with block scales (quant_method "fp8") where an executor may hold
-// it so: a matrix that products read, not one the embedding gathers rows
-// of (EmbedWeights; a tied head is one). E5M2 weights are decoded.
-func (l *Loaded) StoredFP8(name string) bool {
-	if _, how := l.encoding(name); how != "fp8" {
-		return false
+// FP8Layout is how an FP8 weight [out, in] is held as stored: its E4M3
+// bytes and f32 scales [⌈out/B0⌉, ⌈in/B1⌉], one per block of B0 rows by
+// B1 columns, so that W[o, i] = e4m3(byte) · scales[o/B0, i/B1].
+type FP8Layout struct {
+	B0, B1 int
+	Scales []int
+}
+
+// StoredFP8 reports whether the checkpoint stores weight name as FP8 E4M3
+// with scales an executor may hold it with, and how: block-wise fp8
+// (quant_method "fp8", blocks of weight_block_size), fbgemm_fp8 and
+// compressed-tensors float-quantized by tensor (one block), channel
+// (blocks of one row), group (one row by group_size) or block, without
+// activation order; a matrix that products read, not one the embedding
+// gathers rows of (EmbedWeights; a tied head is one). E5M2 weights are
+// decoded.
+func (l *Loaded) StoredFP8(name string) (FP8Layout, bool) {
+	w, how := l.encoding(name)
+	var lay FP8Layout
+	switch {
+	case how == "fp8":
+		b := l.Model.Spec().FP8Block
+		lay = FP8Layout{B0: b[0], B1: b[1], Scales: w.fp8ScaleShape(l.Model.Spec())}
+	case how == "compressed" && l.Model.Spec().Compressed.Format == "float-quantized":
+		p, _ := packedPrefix(name)
+		if l.ckpt.Has(p + ctGIdx) {
+			return FP8Layout{}, false
+		}
+		c := l.Model.Spec().Compressed
+		out, in := w.Shape[0], w.Shape[1]
+		switch c.Strategy {
+		case "tensor":
+			lay = FP8Layout{B0: out, B1: in}
+		case "channel":
+			lay = FP8Layout{B0: 1, B1: in}
+		case "group":
+			lay = FP8Layout{B0: 1, B1: c.Group}
+		case "block":
+			lay = FP8Layout{B0: c.Block[0], B1: c.Block[1]}
+		default:
+			return FP8Layout{}, false
+		}
+		if lay.B0 <= 0 || lay.B1 <= 0 {
+			return FP8Layout{}, false
+		}
+		lay.Scales = []int{(out + lay.B0 - 1) / lay.B0, (in + lay.B1 - 1) / lay.B1}
+	default:
+		return FP8Layout{}, false
 	}
 	if info, _ := l.ckpt.Info(name); info.DType != safetensors.F8E4M3 {
-		return false
+		return FP8Layout{}, false
 	}
 	for _, e := range l.Model.EmbedWeights() {
 		if e.Name == name {
-			return false
+			return FP8Layout{}, false
 		}
 	}
-	return true
+	return lay, true
 }
-
-// FP8Block is the checkpoint's weight_block_size: the rows and columns
-// that share one FP8 scale.
-func (l *Loaded) FP8Block() (rows, cols int) {
-	b := l.Model.Spec().FP8Block
-	return b[0], b[1]
-}
-
-// FP8ScaleShape is the shape of the scales of an FP8 weight w: one per
-// block, rounding up.
-func (l *Loaded) FP8ScaleShape(w WeightSpec) []int { return w.fp8ScaleShape(l.Model.Spec()) }
 
 // errFP8NaN is FP8Into's refusal of a weight with NaN bytes.
 var errFP8NaN = errors.New("NaN bytes")
 
 // FP8Into copies the E4M3 bytes of a weight the checkpoint stores in FP8
 // (StoredFP8) into w [out, in] as stored, releasing the mapping's pages as
-// it goes, and its block scales into scales (FP8ScaleShape). A weight
-// holding NaN bytes (0x7F, 0xFF) is refused (IsFP8NaN): decoded, it is
-// reported as non-finite instead.
+// it goes, and its scales into scales (the layout's Scales, as f32). A
+// weight holding NaN bytes (0x7F, 0xFF) is refused (IsFP8NaN): decoded, it
+// is reported as non-finite instead.
 func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
-	spec, how := l.encoding(name)
-	if how != "fp8" {
-		return fmt.Errorf("tensor %q: the checkpoint does not store it in FP8", name)
+	lay, ok := l.StoredFP8(name)
+	if !ok {
+		return fmt.Errorf("tensor %q: the checkpoint does not store it in FP8 with scales tputool holds", name)
 	}
+	spec, how := l.encoding(name)
 	if len(w) != elements(spec.Shape) {
 		return fmt.Errorf("tensor %q: %d values, destination holds %d", name, elements(spec.Shape), len(w))
 	}
-	sShape, _ := l.ckpt.Shape(name + fp8ScaleSuffix)
-	want := spec.fp8ScaleShape(l.Model.Spec())
-	if err := checkFP8Scales(name, sShape, want); err != nil {
-		return err
+	if len(scales) != lay.Scales[0]*lay.Scales[1] {
+		return fmt.Errorf("tensor %q: %d scales, destination holds %d", name, lay.Scales[0]*lay.Scales[1], len(scales))
 	}
-	if len(scales) != want[0]*want[1] {
-		return fmt.Errorf("tensor %q: %d scales, destination holds %d", name, want[0]*want[1], len(scales))
+	scaleName := name + fp8ScaleSuffix
+	if how == "compressed" {
+		p, _ := packedPrefix(name)
+		scaleName = p + ctScale
+	}
+	sShape, _ := l.ckpt.Shape(scaleName)
+	if elements(sShape) != len(scales) || how == "fp8" && checkFP8Scales(name, sShape, lay.Scales) != nil {
+		return fmt.Errorf("tensor %q: scales %v, want %v", scaleName, sShape, lay.Scales)
 	}
 	raw, err := l.rawOf(name, safetensors.F8E4M3, int64(len(w)))
 	if err != nil {
@@ -357,7 +392,7 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 			return fmt.Errorf("tensor %q: %w", name, errFP8NaN)
 		}
 	}
-	s, err := l.ckpt.Float32(name + fp8ScaleSuffix)
+	s, err := l.ckpt.Float32(scaleName)
 	if err != nil {
 		return err
 	}

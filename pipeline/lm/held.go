@@ -43,8 +43,8 @@ type Holding struct {
 	// MXFP4: weights the checkpoint stores in MXFP4 are held so (blocks
 	// and scales, 17/32 of a byte a weight), never decoded or quantised.
 	MXFP4 bool
-	// FP8: weights the checkpoint stores as FP8 E4M3 with block scales
-	// (Loaded.StoredFP8) are held so (a byte a weight and an f32 scale a
+	// FP8: weights the checkpoint stores as FP8 E4M3 with scales by block,
+	// row, group or tensor (Loaded.StoredFP8) are held so (a byte a weight and an f32 scale a
 	// block) when nothing is quantised, never decoded. (One with NaN bytes
 	// is decoded at load: HeldBytes then counts it short.)
 	FP8 bool
@@ -130,9 +130,8 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 			n += MXFP4Bytes(w)
 			continue
 		}
-		if h.FP8 && h.Quantize == "" && l.StoredFP8(w.Name) {
-			s := l.FP8ScaleShape(w)
-			n += int64(elements(w.Shape)) + 4*int64(s[0]*s[1])
+		if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" {
+			n += int64(elements(w.Shape)) + 4*int64(lay.Scales[0]*lay.Scales[1])
 			continue
 		}
 		if h.Int4Groups {

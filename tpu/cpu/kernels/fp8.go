@@ -82,8 +82,19 @@ var fp8Scratch = sync.Pool{New: func() any { return new([]float32) }}
 
 // gemvFP8 is GemmFP8NT at m = 1. Each worker walks its rows by blocks of
 // b0: the activations times the block row's scales (as[p] = a[p]·s[p/b1])
-// once, then the plain dot over the block's rows.
+// once, then the plain dot over the block's rows. With one scale a row
+// (one block across k: per-channel and per-tensor scales) the dots are
+// scaled instead.
 func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0, b1 int, c []float32) {
+	if sc == 1 {
+		Parallel(n, gemvGrain(k), func(lo, hi int) {
+			gemvRowsFP8(a, b[lo*ldb:], ldb, c[lo:hi])
+			for j := lo; j < hi; j++ {
+				c[j] *= scales[j/b0]
+			}
+		})
+		return
+	}
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
 		buf := fp8Scratch.Get().(*[]float32)
 		if cap(*buf) < k {

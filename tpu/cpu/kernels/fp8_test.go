@@ -77,6 +77,9 @@ func TestGemmFP8NT(t *testing.T) {
 		for _, c := range []struct{ m, n, k, pad, b0, b1 int }{
 			{1, 7, 32, 0, 16, 8}, {1, 300, 1056, 3, 128, 128}, {1, 130, 37, 1, 7, 5}, {2, 9, 64, 0, 16, 8},
 			{5, 70, 1056, 0, 128, 128}, {12, 20, 96, 5, 4, 32}, {70, 33, 200, 0, 128, 128},
+			// a scale a row (per channel), one for the whole matrix (per
+			// tensor), a row by a group
+			{1, 45, 160, 0, 1, 160}, {3, 45, 160, 2, 1, 160}, {1, 30, 96, 0, 30, 96}, {1, 19, 128, 0, 1, 64},
 		} {
 			b, scales, dense := fp8Case(r, c.n, c.k, c.k+c.pad, c.b0, c.b1)
 			a := randMat(r, c.m, c.k, c.k)
