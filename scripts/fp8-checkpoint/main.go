@@ -9,6 +9,9 @@
 //
 //	go run ./scripts/fp8-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-fp8
 //
+// With -fbgemm it writes Meta's fbgemm_fp8 form instead: one scale per
+// output channel, PREFIX.weight_scale f32 [out, 1].
+//
 // The whole checkpoint is held in memory while it is written.
 package main
 
@@ -30,18 +33,19 @@ func main() {
 	src := flag.String("m", "", "source model folder (config.json and safetensors)")
 	out := flag.String("o", "", "output folder")
 	block := flag.Int("block", 128, "weight_block_size: rows and columns that share one scale")
+	fbgemm := flag.Bool("fbgemm", false, "write fbgemm_fp8: a scale per output channel")
 	flag.Parse()
 	if *src == "" || *out == "" || *block <= 0 {
 		fmt.Fprintln(os.Stderr, "fp8-checkpoint: -m and -o are required, -block must be positive")
 		os.Exit(2)
 	}
-	if err := run(*src, *out, *block); err != nil {
+	if err := run(*src, *out, *block, *fbgemm); err != nil {
 		fmt.Fprintln(os.Stderr, "fp8-checkpoint:", err)
 		os.Exit(1)
 	}
 }
 
-func run(src, out string, block int) error {
+func run(src, out string, block int, fbgemm bool) error {
 	var cfg map[string]any
 	b, err := os.ReadFile(filepath.Join(src, "config.json"))
 	if err != nil {
@@ -52,6 +56,10 @@ func run(src, out string, block int) error {
 	}
 	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
 		"weight_block_size": []int{block, block}, "modules_to_not_convert": []string{"lm_head"}}
+	if fbgemm {
+		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200,
+			"modules_to_not_convert": []string{"lm_head"}}
+	}
 	ck, err := safetensors.OpenDir(src, "")
 	if err != nil {
 		return err
@@ -73,15 +81,23 @@ func run(src, out string, block int) error {
 		if err != nil {
 			return err
 		}
-		codes, scales := quantize(vals, shape[0], shape[1], block)
+		b0, b1 := block, block
+		if fbgemm {
+			b0, b1 = 1, shape[1]
+		}
+		codes, scales := quantize(vals, shape[0], shape[1], b0, b1)
 		sb := make([]byte, 4*len(scales))
 		for i, s := range scales {
 			u := math.Float32bits(s)
 			sb[4*i], sb[4*i+1], sb[4*i+2], sb[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 		}
-		sr, sc := (shape[0]+block-1)/block, (shape[1]+block-1)/block
+		sr, sc := (shape[0]+b0-1)/b0, (shape[1]+b1-1)/b1
+		scaleName := strings.TrimSuffix(name, "weight") + "weight_scale_inv"
+		if fbgemm {
+			scaleName = strings.TrimSuffix(name, "weight") + "weight_scale"
+		}
 		ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes},
-			safetensors.Tensor{Name: strings.TrimSuffix(name, "weight") + "weight_scale_inv", DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
+			safetensors.Tensor{Name: scaleName, DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
 	}
 	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
 		return err
@@ -128,13 +144,14 @@ func encode(x float64) byte {
 	return sign | byte(i)
 }
 
-// quantize codes w [n, k] in blocks of b×b, each with scale max|w|/448.
-func quantize(w []float32, n, k, b int) (codes []byte, scales []float32) {
-	sr, sc := (n+b-1)/b, (k+b-1)/b
+// quantize codes w [n, k] in blocks of b0×b1, each with scale
+// max|w|/448.
+func quantize(w []float32, n, k, b0, b1 int) (codes []byte, scales []float32) {
+	sr, sc := (n+b0-1)/b0, (k+b1-1)/b1
 	scales = make([]float32, sr*sc)
 	for j := 0; j < n; j++ {
 		for p := 0; p < k; p++ {
-			s := &scales[(j/b)*sc+p/b]
+			s := &scales[(j/b0)*sc+p/b1]
 			*s = max(*s, float32(math.Abs(float64(w[j*k+p]))))
 		}
 	}
@@ -148,7 +165,7 @@ func quantize(w []float32, n, k, b int) (codes []byte, scales []float32) {
 	codes = make([]byte, n*k)
 	for j := 0; j < n; j++ {
 		for p := 0; p < k; p++ {
-			codes[j*k+p] = encode(float64(w[j*k+p]) / float64(scales[(j/b)*sc+p/b]))
+			codes[j*k+p] = encode(float64(w[j*k+p]) / float64(scales[(j/b0)*sc+p/b1]))
 		}
 	}
 	return codes, scales

@@ -105,8 +105,9 @@ func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0,
 			jb := j / b0
 			end := min(hi, (jb+1)*b0)
 			s := scales[jb*sc : jb*sc+sc]
-			for p := range as {
-				as[p] = a[p] * s[p/b1]
+			copy(as, a)
+			for q, v := range s {
+				scaleInPlace(as[q*b1:min(k, (q+1)*b1)], v)
 			}
 			gemvRowsFP8(as, b[j*ldb:], ldb, c[j:end])
 			j = end
