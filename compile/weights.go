@@ -65,8 +65,9 @@ import (
 //     Options.Quantize says (it applies to the other weights: quantising
 //     4-bit weights again only loses), are held at their stored width as
 //     grouped int4: packed values u8 [out, in/32, 16], an f32 scale per
-//     group [out, in/G] and, where a zero point is not 8, mins [in/G,
-//     out] (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
+//     group [out, in/G], where a zero point is not 8, mins [in/G, out],
+//     and, in activation order, the columns sorted by group with each
+//     one's place (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
 //     which tputool's cpu backend fuses into its int4 GEMM/GEMV.
 
 // scalesSuffix names the scales input of a quantised weight,
@@ -82,11 +83,12 @@ const (
 	fp8ScaleSuffix  = "#fp8scales"
 	int4GScales     = "#i4gscales"
 	int4GMins       = "#i4gmins"
+	int4GInv        = "#i4ginv"
 )
 
 // auxSuffixes are the suffixes of a held weight's companion inputs, in the
 // order they follow it.
-var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins}
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins, int4GInv}
 
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
@@ -217,8 +219,8 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		// NaN bytes: decoded below, where they are reported as non-finite.
 	}
 	if h.Int4Groups && r.sharedUpload() {
-		if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
-			return r.holdInt4Groups(l, w, group, mins)
+		if lay, ok := l.StoredInt4Groups(w.Name); ok {
+			return r.holdInt4Groups(l, w, lay)
 		}
 	}
 	if h.Quantized(w) {
@@ -286,24 +288,33 @@ func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec, lay lm.FP8Layout) error 
 // holdInt4Groups holds a weight a GPTQ, AWQ or compressed-tensors
 // checkpoint stores as 4-bit integers (lm.Loaded.StoredInt4Groups) as
 // grouped int4: its packed values u8 [out, in/32, 16] under its name, its
-// scales f32 [out, in/group] under name+int4GScales and, with mins, f32
-// [in/group, out] under name+int4GMins; the graph decodes them
-// (nn.DequantizeInt4Groups), which the backend multiplies in place.
-func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, group int, mins bool) error {
+// scales f32 [out, in/group] under name+int4GScales, with mins f32
+// [in/group, out] under name+int4GMins and, permuted (activation order),
+// each column's place int32 [in] under name+int4GInv; the graph decodes
+// them (nn.DequantizeInt4Groups, then nn.GatherColumns where permuted),
+// which the backend multiplies in place.
+func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4GroupsLayout) error {
 	out, in := w.Shape[0], w.Shape[1]
 	parts := []sharedPart{
 		{"", shapes.Make(dtypes.Uint8, out, in/32, 16)},
-		{int4GScales, shapes.Make(dtypes.Float32, out, in/group)},
+		{int4GScales, shapes.Make(dtypes.Float32, out, in/lay.Group)},
 	}
-	if mins {
-		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, in/group, out)})
+	if lay.Mins {
+		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, in/lay.Group, out)})
+	}
+	if lay.Permuted {
+		parts = append(parts, sharedPart{int4GInv, shapes.Make(dtypes.Int32, in)})
 	}
 	return r.sharedParts(w.Name, parts, func(flat []any) error {
 		var m []float32
-		if mins {
+		var inv []int32
+		if lay.Mins {
 			m = flat[2].([]float32)
 		}
-		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m)
+		if lay.Permuted {
+			inv = flat[len(flat)-1].([]int32)
+		}
+		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m, inv)
 	})
 }
 
@@ -532,6 +543,9 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 		}
 		if s, ok := m[n+int4GScales]; ok {
 			m[n] = nn.DequantizeInt4Groups(x, s, m[n+int4GMins], r.opts.DType)
+			if inv, ok := m[n+int4GInv]; ok {
+				m[n] = nn.GatherColumns(m[n], inv)
+			}
 			continue
 		}
 		if s, ok := m[n+fp8ScaleSuffix]; ok {

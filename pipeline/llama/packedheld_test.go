@@ -42,7 +42,7 @@ func TestPackedHeld(t *testing.T) {
 	for _, c := range []tc{
 		{name: "gptq-v1-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 4, group: 32, sym: true}), held: 14},
 		{name: "gptq-v2-g64", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 64}), held: 12, asMins: true},
-		{name: "gptq-desc_act", dirs: packed(packedFormat{method: "gptq", bits: 4, group: 32, gIdx: true}), held: 0},
+		{name: "gptq-desc_act", dirs: packed(packedFormat{method: "gptq", bits: 4, group: 32, gIdx: true}), held: 14, gIdx: true, asMins: true},
 		{name: "awq-g32", dirs: packed(packedFormat{method: "awq", bits: 4, group: 32}), held: 14, asMins: true},
 		{name: "ct-w4a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32}), held: 14},
 		{name: "ct-w4a16-asym-g32", dirs: ct(ctFormat{strategy: "group", group: 32}), held: 14, asMins: true},
@@ -58,15 +58,18 @@ func TestPackedHeld(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				held, mins := 0, false
+				held, mins, perm := 0, false, false
 				for _, w := range l.Weights() {
-					if g, m, ok := l.StoredInt4Groups(w.Name); ok {
+					if lay, ok := l.StoredInt4Groups(w.Name); ok {
 						held++
-						mins = mins || m
-						if !lm.Int4GroupsFit(w.Shape[1], g) || kernels.CheckInt4Groups(w.Shape[1], g) != nil {
-							t.Errorf("%s: groups of %d over %d inputs held", w.Name, g, w.Shape[1])
+						mins, perm = mins || lay.Mins, perm || lay.Permuted
+						if !lm.Int4GroupsFit(w.Shape[1], lay.Group) || kernels.CheckInt4Groups(w.Shape[1], lay.Group) != nil {
+							t.Errorf("%s: groups of %d over %d inputs held", w.Name, lay.Group, w.Shape[1])
 						}
 					}
+				}
+				if perm != c.gIdx {
+					t.Errorf("%v: held in activation order: %v, want %v", mode, perm, c.gIdx)
 				}
 				if held != c.held || mins != c.asMins {
 					t.Errorf("%v: %d weights held as grouped int4 (mins %v), want %d (%v)", mode, held, mins, c.held, c.asMins)

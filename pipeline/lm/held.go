@@ -135,8 +135,8 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 			continue
 		}
 		if h.Int4Groups {
-			if group, mins, ok := l.StoredInt4Groups(w.Name); ok {
-				n += Int4GroupsBytes(w, group, mins)
+			if lay, ok := l.StoredInt4Groups(w.Name); ok {
+				n += Int4GroupsBytes(w, lay)
 				continue
 			}
 		}
@@ -162,14 +162,19 @@ func MXFP4Bytes(w WeightSpec) int64 {
 }
 
 // Int4GroupsBytes is the memory a grouped int4 matrix takes: half a byte
-// a value, an f32 scale a group of group values, and as many mins where
-// mins. (The kernels' block codes, a byte per 32 values, are kept once
-// per shape of matrix, shared by all the layers': not counted.)
-func Int4GroupsBytes(w WeightSpec, group int, mins bool) int64 {
+// a value, an f32 scale a group, as many mins where it has them, and an
+// int32 a column where it is permuted. (The kernels' block codes, a byte
+// per 32 values, are kept once per shape of matrix, shared by all the
+// layers': not counted.)
+func Int4GroupsBytes(w WeightSpec, lay Int4GroupsLayout) int64 {
 	n := int64(elements(w.Shape))
 	per := int64(4)
-	if mins {
+	if lay.Mins {
 		per = 8
 	}
-	return n/2 + per*n/int64(group)
+	b := n/2 + per*n/int64(lay.Group)
+	if lay.Permuted {
+		b += 4 * int64(w.Shape[len(w.Shape)-1])
+	}
+	return b
 }

@@ -26,36 +26,68 @@ func Int4GroupsFit(in, group int) bool {
 	return group > 0 && group%Int4Block == 0 && in%group == 0 && in/group <= MaxInt4Groups
 }
 
+// Int4GroupsLayout is how a weight [out, in] is held as grouped int4:
+// groups of Group input columns, mins [in/Group, out] where Mins, and,
+// where Permuted (GPTQ's activation order: a g_idx that does not keep the
+// groups in input order), its columns sorted by group, held with the
+// position of each original column, inv [in] int32, so that W[:, i] =
+// held[:, inv[i]].
+type Int4GroupsLayout struct {
+	Group    int
+	Mins     bool
+	Permuted bool
+}
+
 // int4Source is the intSource of weight name when the checkpoint stores
-// it as integer codes an executor can hold as grouped int4: 4 bits, groups
-// in input order (no g_idx, or one that keeps the order) whose size
-// Int4GroupsFit takes, and not a weight the embedding gathers
-// rows of (EmbedWeights). It returns nil (and no error) for other weights.
-func (l *Loaded) int4Source(name string) (*intSource, int, error) {
+// it as integer codes an executor can hold as grouped int4: 4 bits, in
+// groups of equal size that Int4GroupsFit takes (in input order, or in
+// any order with every group the same size: then order is the columns
+// sorted by group, stably), and not a weight the embedding gathers rows
+// of (EmbedWeights). It returns nil (and no error) for other weights.
+func (l *Loaded) int4Source(name string) (src *intSource, lay Int4GroupsLayout, order []int32, err error) {
 	w, how := l.encoding(name)
-	var src *intSource
-	var err error
 	switch {
 	case how == "packed" && l.Model.Spec().Packed.Bits == 4:
 		src, err = l.packedSource(w)
 	case how == "compressed" && l.Model.Spec().Compressed.Format == "pack-quantized" && l.Model.Spec().Compressed.Bits == 4:
 		src, err = l.compressedInts(w)
 	default:
-		return nil, 0, nil
+		return nil, lay, nil, nil
 	}
-	if err != nil || !src.sequence || src.groups == 0 || src.in%src.groups != 0 {
-		return nil, 0, err
+	if err != nil || src.groups == 0 || src.in%src.groups != 0 {
+		return nil, lay, nil, err
 	}
-	group := src.in / src.groups
-	if !Int4GroupsFit(src.in, group) {
-		return nil, 0, nil
+	lay.Group = src.in / src.groups
+	if !Int4GroupsFit(src.in, lay.Group) {
+		return nil, lay, nil, nil
 	}
 	for _, e := range l.Model.EmbedWeights() {
 		if e.Name == name {
-			return nil, 0, nil
+			return nil, lay, nil, nil
 		}
 	}
-	return src, group, nil
+	if !src.sequence {
+		// Sort the columns by group (a counting sort, stable), if every
+		// group has Group of them.
+		start := make([]int, src.groups+1)
+		for _, g := range src.groupOf {
+			start[g+1]++
+		}
+		for g := range src.groups {
+			if start[g+1] != lay.Group {
+				return nil, lay, nil, nil
+			}
+			start[g+1] += start[g]
+		}
+		order = make([]int32, src.in)
+		for i, g := range src.groupOf {
+			order[start[g]] = int32(i)
+			start[g]++
+		}
+		lay.Permuted = true
+	}
+	lay.Mins = src.hasMins()
+	return src, lay, order, nil
 }
 
 // hasMins reports whether some zero point of src is not 8 (its weights
@@ -70,38 +102,43 @@ func (src *intSource) hasMins() bool {
 }
 
 // StoredInt4Groups reports whether an executor may hold weight name as
-// grouped int4 (int4Source), with groups of group input columns, and
-// whether it needs mins.
-func (l *Loaded) StoredInt4Groups(name string) (group int, mins bool, ok bool) {
-	src, group, err := l.int4Source(name)
-	if err != nil || src == nil {
-		return 0, false, false
-	}
-	return group, src.hasMins(), true
+// grouped int4 (int4Source), and how.
+func (l *Loaded) StoredInt4Groups(name string) (Int4GroupsLayout, bool) {
+	src, lay, _, err := l.int4Source(name)
+	return lay, err == nil && src != nil
 }
 
 // Int4GroupsInto writes weight name (StoredInt4Groups) as grouped int4:
-// packed [out, in/2], scales [out, in/group] and, when it needs them,
-// mins [in/group, out] (nil otherwise), then releases the mapping's pages.
-func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float32) error {
-	src, group, err := l.int4Source(name)
+// packed [out, in/2], scales [out, in/group], mins [in/group, out] where
+// the layout has them and inv [in] where it is permuted (nil otherwise),
+// then releases the mapping's pages.
+func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float32, inv []int32) error {
+	src, lay, order, err := l.int4Source(name)
 	if err != nil {
 		return err
 	}
 	if src == nil {
-		return fmt.Errorf("tensor %q: the checkpoint does not store it as 4-bit integers in whole groups of 32", name)
+		return fmt.Errorf("tensor %q: the checkpoint does not store it as 4-bit integers in groups tputool holds", name)
 	}
 	defer src.release()
 	out, in := src.out, src.in
-	ng := in / group
-	if len(packed) != out*in/2 || len(scales) != out*ng || (mins != nil) != src.hasMins() || mins != nil && len(mins) != out*ng {
-		return fmt.Errorf("tensor %q: [%d, %d] in groups of %d needs %d bytes, %d scales and mins: %v; destination holds %d, %d and %d",
-			name, out, in, group, out*in/2, out*ng, src.hasMins(), len(packed), len(scales), len(mins))
+	ng := in / lay.Group
+	if len(packed) != out*in/2 || len(scales) != out*ng || (mins != nil) != lay.Mins || mins != nil && len(mins) != out*ng ||
+		(inv != nil) != lay.Permuted || inv != nil && len(inv) != in {
+		return fmt.Errorf("tensor %q: [%d, %d] in groups of %d needs %d bytes, %d scales, mins: %v, a permutation: %v; destination holds %d, %d, %d and %d",
+			name, out, in, lay.Group, out*in/2, out*ng, lay.Mins, lay.Permuted, len(packed), len(scales), len(mins), len(inv))
+	}
+	col := func(j int) int { return j }
+	if lay.Permuted {
+		for j, i := range order {
+			inv[i] = int32(j)
+		}
+		col = func(j int) int { return int(order[j]) }
 	}
 	for o := range out {
 		row := packed[o*in/2 : (o+1)*in/2]
 		for i := range row {
-			row[i] = byte(src.value(o, 2*i)) | byte(src.value(o, 2*i+1))<<4
+			row[i] = byte(src.value(o, col(2*i))) | byte(src.value(o, col(2*i+1)))<<4
 		}
 		for g := range ng {
 			s, z := src.scales[g*out+o], src.zeros[g*out+o]

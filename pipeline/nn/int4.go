@@ -110,3 +110,20 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 	}
 	return w
 }
+
+// GatherColumns is w [out, in] with its columns picked by idx (int32
+// [in]): result[:, i] = w[:, idx[i]]. The form is fixed,
+//
+//	Transpose(Gather(Transpose(w), Reshape(idx, in, 1)))
+//
+// so that a backend can recognise it: under a DotGeneral over a grouped
+// int4 weight held with its columns sorted by group (GPTQ's activation
+// order), tputool's cpu backend permutes the activations instead
+// (tpu/cpu/quant.go).
+func GatherColumns(w, idx *Node) *Node {
+	wd := w.Shape().Dimensions
+	if len(wd) != 2 || idx.DType() != dtypes.Int32 || !slices.Equal(idx.Shape().Dimensions, []int{wd[1]}) {
+		panic(fmt.Errorf("GatherColumns: want a matrix [out, in] and int32 indices [in], got %s and %s", w.Shape(), idx.Shape()))
+	}
+	return TransposeAllDims(Gather(TransposeAllDims(w, 1, 0), Reshape(idx, wd[1], 1)), 1, 0)
+}

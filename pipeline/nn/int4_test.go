@@ -131,3 +131,17 @@ func TestDequantizeInt4Groups(t *testing.T) {
 		}
 	}
 }
+
+// GatherColumns picks columns.
+func TestGatherColumns(t *testing.T) {
+	w := []float32{1, 2, 3, 4, 5, 6} // [2, 3]
+	idx := []int32{2, 0, 1}
+	res := execGraph(t, func(in []*Node) []*Node { return []*Node{GatherColumns(in[0], in[1])} },
+		tensors.FromFlatDataAndDimensions(w, 2, 3), tensors.FromFlatDataAndDimensions(idx, 3))
+	want := []float32{3, 1, 2, 6, 4, 5}
+	for i, v := range want {
+		if res[0][i] != v {
+			t.Fatalf("GatherColumns = %v, want %v", res[0], want)
+		}
+	}
+}

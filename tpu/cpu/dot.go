@@ -36,8 +36,10 @@ type dotAux struct {
 	int4, int4Q8 bool
 	// int4Group is set by rewriteInt4Groups when the inputs are lhs and a
 	// grouped int4 weight [N, K]: its packed values, its f32 scales, one
-	// per int4Group columns, and its mins where it has them.
-	int4Group int
+	// per int4Group columns, its mins where int4Mins and its columns'
+	// places where int4Perm (activation order).
+	int4Group          int
+	int4Mins, int4Perm bool
 	// fp8B0, fp8B1 are set by rewriteFP8 when the inputs are lhs, an FP8
 	// weight [N, K] (E4M3 bytes) and its f32 scales, one per block of
 	// fp8B0 rows by fp8B1 columns.
@@ -204,11 +206,7 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	case a.int4:
 		dotInt4(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
 	case a.int4Group > 0:
-		var mins []float32
-		if len(in) > 3 {
-			mins = in[3].data.([]float32)
-		}
-		kernels.GemmInt4GroupsNT(a.m, a.n, a.k, f32LHS(a, in[0], ls), a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out.data.([]float32), a.n)
+		dotInt4Groups(a, out.data.([]float32), f32LHS(a, in[0], ls), in)
 	case n.shape.DType == dtypes.Float32:
 		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs)
 	case is16(n.shape.DType):

@@ -16,7 +16,9 @@ import (
 // any): the cpu backend multiplies the packed values directly (checked by
 // the rewritten node) and agrees with the go backend, which computes the
 // f32 weight as written. Another pairs table, or a group of a size the
-// kernels do not take, is not rewritten and still agrees.
+// kernels do not take, is not rewritten and still agrees. With the
+// columns gathered back from group order (nn.GatherColumns: activation
+// order) the product permutes the activations instead.
 func TestDotGeneralInt4Groups(t *testing.T) {
 	ref, cpu := backendsForTest(t)
 	for _, c := range []struct {
@@ -27,13 +29,16 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		mins        bool
 		badPairs    bool
 		rewritten   bool
+		perm        bool // the columns gathered back from group order (nn.GatherColumns)
 	}{
-		{"decode", []int{1, 256}, 7, 256, 128, 1, false, false, true},
-		{"decode, mins", []int{1, 256}, 9, 256, 64, 1, true, false, true},
-		{"prefill, mins", []int{5, 128}, 33, 128, 32, 1, true, false, true},
-		{"rank 3", []int{2, 3, 192}, 17, 192, 192, 2, false, false, true},
-		{"other pairs", []int{3, 64}, 9, 64, 32, 1, false, true, false},
-		{"groups of 16", []int{3, 64}, 9, 64, 16, 1, true, false, false},
+		{"decode", []int{1, 256}, 7, 256, 128, 1, false, false, true, false},
+		{"decode, mins", []int{1, 256}, 9, 256, 64, 1, true, false, true, false},
+		{"prefill, mins", []int{5, 128}, 33, 128, 32, 1, true, false, true, false},
+		{"rank 3", []int{2, 3, 192}, 17, 192, 192, 2, false, false, true, false},
+		{"other pairs", []int{3, 64}, 9, 64, 32, 1, false, true, false, false},
+		{"groups of 16", []int{3, 64}, 9, 64, 16, 1, true, false, false, false},
+		{"decode, activation order", []int{1, 256}, 9, 256, 64, 1, true, false, true, true},
+		{"prefill, activation order", []int{4, 128}, 17, 128, 32, 1, false, false, true, true},
 	} {
 		r := rand.New(rand.NewPCG(53, uint64(c.out)))
 		ng := c.k / c.grp
@@ -52,6 +57,15 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		if c.mins {
 			shs = append(shs, sh(dtypes.Float32, ng, c.out))
 			data = append(data, mins)
+		}
+		inv := r.Perm(c.k)
+		if c.perm {
+			inv32 := make([]int32, c.k)
+			for i, v := range inv {
+				inv32[i] = int32(v)
+			}
+			shs = append(shs, sh(dtypes.Int32, c.k))
+			data = append(data, inv32)
 		}
 		pairs := int4PairTable
 		if c.badPairs {
@@ -81,6 +95,15 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 				w, _ = b.Add(group(mt), w)
 			}
 			w, _ = b.Reshape(w, c.out, c.k)
+			if c.perm {
+				wt, _ := b.Transpose(w, 1, 0)
+				idx, _ := b.Reshape(ps[len(ps)-1], c.k, 1)
+				g, err := b.Gather(wt, idx, 1, []int{1}, []int{0}, []int{0}, []int{1, c.out}, false)
+				if err != nil {
+					return nil, err
+				}
+				w, _ = b.Transpose(g, 1, 0)
+			}
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, w, []int{1}, nil)
 			return dot, err
 		}
@@ -94,7 +117,7 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		}
 		compareFlat(t, fmt.Sprintf("grouped int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
 		n := dot.(*node)
-		if rewritten := n.aux.(*dotAux).int4Group == c.grp && len(n.inputs) == len(shs); rewritten != c.rewritten {
+		if rewritten := n.aux.(*dotAux).int4Group == c.grp && n.aux.(*dotAux).int4Perm == c.perm && len(n.inputs) == len(shs); rewritten != c.rewritten {
 			t.Errorf("%s: rewritten to read grouped int4: %v, want %v", c.name, rewritten, c.rewritten)
 		}
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -272,9 +273,46 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 	return nil, nil, nil, 0, false
 }
 
+// A weight held with its columns sorted by group (GPTQ's activation
+// order) comes through nn.GatherColumns,
+//
+//	Transpose(Gather(Transpose(form), Reshape(inv i32 [K], K, 1)))
+//
+// W[:, i] = form[:, inv[i]]: the product then multiplies the activations
+// with their columns in the held order, x'[j] = x[i] where inv[i] = j.
+
+// columnsGathered matches nn.GatherColumns at r [N, K] and returns the
+// matrix whose columns it gathers and the indices inv [K].
+func columnsGathered(r *node) (w, inv *node) {
+	isT := func(t *node) bool {
+		return t.op == backends.OpTypeTranspose && slices.Equal(t.aux.([]int), []int{1, 0})
+	}
+	if !isT(r) || r.shape.Rank() != 2 {
+		return nil, nil
+	}
+	g := r.inputs[0]
+	if g.op != backends.OpTypeGather || !isT(g.inputs[0]) {
+		return nil, nil
+	}
+	k, nOut := r.shape.Dimensions[1], r.shape.Dimensions[0]
+	a, ok := g.aux.(gatherAux)
+	idx := g.inputs[1]
+	if !ok || a.indexVectorAxis != 1 || !slices.Equal(a.offsetOutputAxes, []int{1}) || !slices.Equal(a.collapsedSliceAxes, []int{0}) ||
+		!slices.Equal(a.startIndexMap, []int{0}) || !slices.Equal(a.sizes, []int{1, nOut}) ||
+		idx.op != backends.OpTypeReshape || !slices.Equal(idx.shape.Dimensions, []int{k, 1}) {
+		return nil, nil
+	}
+	inv = idx.inputs[0]
+	if inv.shape.DType != dtypes.Int32 || !slices.Equal(inv.shape.Dimensions, []int{k}) {
+		return nil, nil
+	}
+	return g.inputs[0].inputs[0], inv
+}
+
 // rewriteInt4Groups points f32 DotGenerals at grouped int4 weights where
-// the right operand is the dequantisation form, in the NT layout, with no
-// batch. The activations stay f32 whatever SetActivations says.
+// the right operand is the dequantisation form (or its columns gathered),
+// in the NT layout, with no batch. The activations stay f32 whatever
+// SetActivations says.
 func rewriteInt4Groups(n *node) {
 	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 		return
@@ -284,15 +322,62 @@ func rewriteInt4Groups(n *node) {
 	if a.b != 1 || a.rhsFrom16 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
 		return
 	}
-	packed, scales, mins, group, ok := int4GroupsWeight(r)
+	w, inv := columnsGathered(r)
+	if w == nil {
+		w = r
+	}
+	packed, scales, mins, group, ok := int4GroupsWeight(w)
 	if !ok || kernels.CheckInt4Groups(a.k, group) != nil {
 		return
 	}
 	b := *a
-	b.int4Group = group
+	b.int4Group, b.int4Mins, b.int4Perm = group, mins != nil, inv != nil
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, scales}
 	if mins != nil {
 		n.inputs = append(n.inputs, mins)
 	}
+	if inv != nil {
+		n.inputs = append(n.inputs, inv)
+	}
+}
+
+// dotInt4Groups is the product with a grouped int4 weight [N, K] (packed
+// values, scales, and mins and the columns' places where the product has
+// them).
+func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
+	var mins []float32
+	next := 3
+	if a.int4Mins {
+		mins = in[next].data.([]float32)
+		next++
+	}
+	if a.int4Perm {
+		buf := permPool.Get().(*[]float32)
+		defer permPool.Put(buf)
+		if cap(*buf) < a.m*a.k {
+			*buf = make([]float32, a.m*a.k)
+		}
+		lhs = permuteColumns((*buf)[:a.m*a.k], lhs, a.m, a.k, in[next].data.([]int32))
+	}
+	kernels.GemmInt4GroupsNT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out, a.n)
+}
+
+// permPool holds dotInt4Groups' permuted activations between calls.
+var permPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// permuteColumns writes x [m, k] into out with column i moved to inv[i]
+// (a permutation of k) and returns out. An index out of range or
+// repeated leaves a column stale rather than failing: a permutation from
+// the loader has neither.
+func permuteColumns(out, x []float32, m, k int, inv []int32) []float32 {
+	for i := range m {
+		row, dst := x[i*k:(i+1)*k], out[i*k:(i+1)*k]
+		for c, j := range inv[:k] {
+			if uint(j) < uint(k) {
+				dst[j] = row[c]
+			}
+		}
+	}
+	return out
 }
