@@ -12,8 +12,9 @@
 //	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-awq -format awq
 //
 // -format gptq writes GPTQ v1 (zero points stored minus one), symmetric
-// (every zero point 8) unless -asym; awq writes AutoAWQ's gemm layout,
-// always with zero points. The whole checkpoint is held in memory while it
+// (every zero point 8) unless -asym, and with -desc-act an activation
+// order: each group's columns spread over the row by a fixed shuffle, as
+// g_idx; awq writes AutoAWQ's gemm layout, always with zero points. The whole checkpoint is held in memory while it
 // is written.
 package main
 
@@ -23,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,18 +39,19 @@ func main() {
 	format := flag.String("format", "gptq", "gptq or awq")
 	group := flag.Int("group", 128, "input columns that share a scale and zero point")
 	asym := flag.Bool("asym", false, "gptq: zero points per group (awq always has them)")
+	descAct := flag.Bool("desc-act", false, "gptq: groups in a shuffled column order, with g_idx")
 	flag.Parse()
 	if *src == "" || *out == "" || *group <= 0 || (*format != "gptq" && *format != "awq") {
 		fmt.Fprintln(os.Stderr, "int4-checkpoint: -m and -o are required, -format is gptq or awq, -group must be positive")
 		os.Exit(2)
 	}
-	if err := run(*src, *out, *format, *group, *asym || *format == "awq"); err != nil {
+	if err := run(*src, *out, *format, *group, *asym || *format == "awq", *descAct && *format == "gptq"); err != nil {
 		fmt.Fprintln(os.Stderr, "int4-checkpoint:", err)
 		os.Exit(1)
 	}
 }
 
-func run(src, out, format string, group int, asym bool) error {
+func run(src, out, format string, group int, asym, descAct bool) error {
 	var cfg map[string]any
 	b, err := os.ReadFile(filepath.Join(src, "config.json"))
 	if err != nil {
@@ -58,7 +61,7 @@ func run(src, out, format string, group int, asym bool) error {
 		return fmt.Errorf("%s: %w", filepath.Join(src, "config.json"), err)
 	}
 	if format == "gptq" {
-		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": false,
+		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": descAct,
 			"sym": !asym, "checkpoint_format": "gptq"}
 	} else {
 		cfg["quantization_config"] = map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
@@ -89,7 +92,15 @@ func run(src, out, format string, group int, asym bool) error {
 		if err != nil {
 			return err
 		}
-		q, zeros, scales := quantize(vals, nOut, in, group, asym)
+		gOf := make([]int, in)
+		for i := range gOf {
+			gOf[i] = i / group
+		}
+		if descAct { // a fixed shuffle: equal groups spread over the row
+			rng := rand.New(rand.NewPCG(uint64(in), uint64(nOut)))
+			rng.Shuffle(in, func(i, j int) { gOf[i], gOf[j] = gOf[j], gOf[i] })
+		}
+		q, zeros, scales := quantize(vals, nOut, in, group, asym, gOf)
 		groups := in / group
 		prefix := strings.TrimSuffix(name, ".weight")
 		st, err := safetensors.Float32Tensor(prefix+".scales", safetensors.F16, []int{groups, nOut}, scales)
@@ -113,6 +124,10 @@ func run(src, out, format string, group int, asym bool) error {
 				}
 				return v
 			}))
+		}
+		if descAct {
+			ts = append(ts, words(prefix+".g_idx", 1, in, func(_, i int) uint32 { return uint32(gOf[i]) }))
+			ts[len(ts)-1].Shape = []int{in}
 		}
 		ts = append(ts, st)
 	}
@@ -154,16 +169,23 @@ func words(name string, rows, cols int, word func(r, c int) uint32) safetensors.
 }
 
 // quantize rounds w [n, k] to 4-bit codes q [n, k] in groups of g input
-// columns, each group with an f16-representable scale and a zero point
-// ([k/g, n], the checkpoints' order): symmetric, zero 8 and scale
-// max|w|/7.5 rounded to f16; asymmetric, scale (max − min)/15 and the
-// zero that maps min to 0. W ≈ scale · (q − zero).
-func quantize(w []float32, n, k, g int, asym bool) (q, zeros []int, scales []float32) {
+// columns (column p in group gOf[p]), each group with an f16-representable
+// scale and a zero point ([k/g, n], the checkpoints' order): symmetric,
+// zero 8 and scale max|w|/7.5 rounded to f16; asymmetric, scale (max −
+// min)/15 and the zero that maps min to 0. W ≈ scale · (q − zero).
+func quantize(w []float32, n, k, g int, asym bool, gOf []int) (q, zeros []int, scales []float32) {
 	groups := k / g
 	q, zeros, scales = make([]int, n*k), make([]int, groups*n), make([]float32, groups*n)
+	members := make([][]int, groups)
+	for p, gi := range gOf {
+		members[gi] = append(members[gi], p)
+	}
 	for j := 0; j < n; j++ {
 		for gi := 0; gi < groups; gi++ {
-			x := w[j*k+gi*g : j*k+(gi+1)*g]
+			x := make([]float32, 0, g)
+			for _, p := range members[gi] {
+				x = append(x, w[j*k+p])
+			}
 			lo, hi := float64(x[0]), float64(x[0])
 			for _, v := range x {
 				lo, hi = min(lo, float64(v)), max(hi, float64(v))
@@ -181,8 +203,8 @@ func quantize(w []float32, n, k, g int, asym bool) (q, zeros []int, scales []flo
 				z = min(max(z, 1), 15) // v1 stores zero − 1: keep it ≥ 0
 			}
 			scales[gi*n+j], zeros[gi*n+j] = float32(s), z
-			for p, v := range x {
-				q[j*k+gi*g+p] = min(max(int(math.Round(float64(v)/s))+z, 0), 15)
+			for i, p := range members[gi] {
+				q[j*k+p] = min(max(int(math.Round(float64(x[i])/s))+z, 0), 15)
 			}
 		}
 	}
