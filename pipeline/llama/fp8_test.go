@@ -193,15 +193,7 @@ func TestFP8Held(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := compile.Options{Mode: mode, Caps: &caps}
-		r, err := compile.NewRunner(be, l, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
-		if got := r.WeightBytes(); got != held || held >= decoded {
-			t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held as FP8 and %d decoded", mode, got, held, decoded)
-		}
+		r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, true)
 		got, err := r.NewState().Prefill(prompts, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -212,14 +204,6 @@ func TestFP8Held(t *testing.T) {
 		if compile.HoldingOf(caps, bf).FP8 {
 			t.Errorf("%v: FP8 held as stored in bf16 compute", mode)
 		}
-		for b := range want {
-			w := make([]float64, len(want[b]))
-			for i, v := range want[b] {
-				w[i] = float64(v)
-			}
-			if e := refcheck.RelErr(got[b], w); e > 1e-5 {
-				t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
-			}
-		}
+		checkLogits(t, mode.String(), got, want, 1e-5)
 	}
 }

@@ -3,6 +3,8 @@ package llama_test
 import (
 	"testing"
 
+	"github.com/gomlx/gomlx/backends"
+
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -74,15 +76,7 @@ func TestPackedHeld(t *testing.T) {
 				if held != c.held || mins != c.asMins {
 					t.Errorf("%v: %d weights held as grouped int4 (mins %v), want %d (%v)", mode, held, mins, c.held, c.asMins)
 				}
-				opts := compile.Options{Mode: mode, Caps: &caps}
-				r, err := compile.NewRunner(be, l, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				est, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
-				if got := r.WeightBytes(); got != est || held > 0 && est >= decoded {
-					t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held and %d decoded", mode, got, est, decoded)
-				}
+				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, held > 0)
 				got, err := r.NewState().Prefill(prompts, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -91,29 +85,17 @@ func TestPackedHeld(t *testing.T) {
 				r.Close()
 				// --quantize int4 leaves the 4-bit weights as stored and
 				// quantises the rest (here the embedding).
-				q4 := compile.Options{Mode: mode, Caps: &caps, Quantize: "int4"}
-				rq, err := compile.NewRunner(be, l, q4)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, est := rq.WeightBytes(), l.HeldBytes(compile.HoldingOf(caps, q4)); got != est || got >= plainBytes {
-					t.Errorf("%v, int4: holds %d bytes, HeldBytes estimates %d; without --quantize %d", mode, got, est, plainBytes)
+				rq := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps, Quantize: "int4"}, false)
+				if rq.WeightBytes() >= plainBytes {
+					t.Errorf("%v, int4: holds %d bytes, without --quantize %d", mode, rq.WeightBytes(), plainBytes)
 				}
 				rq.Close()
 				l.Close()
-				for b := range want {
-					w := make([]float64, len(want[b]))
-					for i, v := range want[b] {
-						w[i] = float64(v)
-					}
-					bound := 1e-5
-					if held < 14 {
-						bound = 1e-3 // weights decoded to f16
-					}
-					if e := refcheck.RelErr(got[b], w); e > bound {
-						t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
-					}
+				bound := 1e-5
+				if held < 14 {
+					bound = 1e-3 // weights decoded to f16
 				}
+				checkLogits(t, mode.String(), got, want, bound)
 			}
 		})
 	}
@@ -154,31 +136,47 @@ func TestCompressedFP8Held(t *testing.T) {
 				if held != 14 {
 					t.Errorf("%v: %d weights held as FP8, want 14", mode, held)
 				}
-				opts := compile.Options{Mode: mode, Caps: &caps}
-				r, err := compile.NewRunner(be, l, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				est, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
-				if got := r.WeightBytes(); got != est || est >= decoded {
-					t.Errorf("%v: holds %d bytes, HeldBytes estimates %d held and %d decoded", mode, got, est, decoded)
-				}
+				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, true)
 				got, err := r.NewState().Prefill(prompts, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
 				r.Close()
 				l.Close()
-				for b := range want {
-					w := make([]float64, len(want[b]))
-					for i, v := range want[b] {
-						w[i] = float64(v)
-					}
-					if e := refcheck.RelErr(got[b], w); e > 1e-5 {
-						t.Errorf("%v row %d: relative error %.3g against the dequantised f32 checkpoint", mode, b, e)
-					}
-				}
+				checkLogits(t, mode.String(), got, want, 1e-5)
 			}
 		})
+	}
+}
+
+// heldRunner makes a Runner over l on the cpu backend be (capabilities
+// caps) with opts, and checks that it holds exactly the bytes
+// lm.Loaded.HeldBytes estimates and, where smaller, fewer than decoded
+// at load would take.
+func heldRunner(t *testing.T, be backends.Backend, caps tpu.Capabilities, l *lm.Loaded, opts compile.Options, smaller bool) *compile.Runner {
+	t.Helper()
+	r, err := compile.NewRunner(be, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, decoded := l.HeldBytes(compile.HoldingOf(caps, opts)), l.HeldBytes(compile.HoldingOf(tpu.Capabilities{NarrowWeights: true}, opts))
+	if got := r.WeightBytes(); got != est || smaller && est >= decoded {
+		t.Errorf("%v (quantize %q): holds %d bytes, HeldBytes estimates %d held and %d decoded", opts.Mode, opts.Quantize, got, est, decoded)
+	}
+	return r
+}
+
+// checkLogits fails t where a row of got is further than bound
+// (relative) from want's.
+func checkLogits(t *testing.T, label string, got, want [][]float32, bound float64) {
+	t.Helper()
+	for b := range want {
+		w := make([]float64, len(want[b]))
+		for i, v := range want[b] {
+			w[i] = float64(v)
+		}
+		if e := refcheck.RelErr(got[b], w); e > bound {
+			t.Errorf("%s row %d: relative error %.3g against the dequantised f32 checkpoint", label, b, e)
+		}
 	}
 }

@@ -125,19 +125,9 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	}
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
-	srcs := w.compressedSources(c, l.ckpt.Has)
-	raw := map[string][]byte{}
-	dtype := map[string]safetensors.DType{}
-	for _, s := range srcs {
-		info, ok := l.ckpt.Info(s.name)
-		if !ok {
-			return fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
-		}
-		b, err := l.rawOf(s.name, info.DType, int64(elements(s.shape)))
-		if err != nil {
-			return err
-		}
-		raw[s.name], dtype[s.name] = b, info.DType
+	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	if err != nil {
+		return err
 	}
 	ss := c.scaleShape(out, in)
 	scales := make([]float32, elements(ss))
@@ -192,9 +182,7 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	emitDequantized(&nf, out, in, func(o, i int) float32 {
 		return scales[scaleAt(o, i)] * (code(o, i) - zero(o, i))
 	}, fn)
-	for name, b := range raw {
-		l.ckpt.ReleaseRange(name, 0, int64(len(b)))
-	}
+	l.releaseSources(raw)
 	if nf.Count > 0 && l.OnNonFinite != nil {
 		l.OnNonFinite(nf)
 	}
@@ -211,19 +199,9 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	c := l.Model.Spec().Compressed
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
-	srcs := w.compressedSources(c, l.ckpt.Has)
-	raw := map[string][]byte{}
-	dtype := map[string]safetensors.DType{}
-	for _, s := range srcs {
-		info, ok := l.ckpt.Info(s.name)
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
-		}
-		b, err := l.rawOf(s.name, info.DType, int64(elements(s.shape)))
-		if err != nil {
-			return nil, err
-		}
-		raw[s.name], dtype[s.name] = b, info.DType
+	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	if err != nil {
+		return nil, err
 	}
 	ss := c.scaleShape(out, in)
 	stored := make([]float32, elements(ss))
@@ -285,11 +263,7 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 			return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
 		},
 		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: sequence,
-		release: func() {
-			for name, b := range raw {
-				l.ckpt.ReleaseRange(name, 0, int64(len(b)))
-			}
-		},
+		release: func() { l.releaseSources(raw) },
 	}, nil
 }
 

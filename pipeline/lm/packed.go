@@ -172,21 +172,14 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 	}
 	out, in := w.Shape[0], w.Shape[1]
 	srcs := w.packedSources(q, l.ckpt.Has)
-	raw := make([][]byte, len(srcs))
-	for k, s := range srcs {
-		info, ok := l.ckpt.Info(s.name)
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
-		}
-		var err error
-		if raw[k], err = l.rawOf(s.name, info.DType, int64(elements(s.shape))); err != nil {
-			return nil, err
-		}
+	raw, dtype, err := l.readSources(srcs)
+	if err != nil {
+		return nil, err
 	}
-	qw, qz := raw[0], raw[1]
-	scaleInfo, _ := l.ckpt.Info(srcs[2].name)
+	qw, qz := raw[srcs[0].name], raw[srcs[1].name]
+	scaleDT := dtype[srcs[2].name]
 	scales := make([]float32, elements(srcs[2].shape))
-	safetensors.DecodeFloat32(scales, scaleInfo.DType, raw[2])
+	safetensors.DecodeFloat32(scales, scaleDT, raw[srcs[2].name])
 	groupOf := make([]int32, in)
 	for i := range groupOf {
 		if q.Group > 0 {
@@ -195,9 +188,10 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 	}
 	g := q.groups(in)
 	sequence := true
-	if len(raw) > 3 { // GPTQ's g_idx
+	if len(srcs) > 3 { // GPTQ's g_idx
+		gIdx := raw[srcs[3].name]
 		for i := range groupOf {
-			v := int32(binary.LittleEndian.Uint32(raw[3][4*i:]))
+			v := int32(binary.LittleEndian.Uint32(gIdx[4*i:]))
 			if v < 0 || int(v) >= g {
 				return nil, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", srcs[3].name, i, v, g)
 			}
@@ -227,11 +221,32 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 	}
 	return &intSource{
 		name: w.Name, out: out, in: in, bits: q.Bits, groups: g, groupOf: groupOf, value: value,
-		scales: scales, zeros: zeros, scaleDT: scaleInfo.DType, sequence: sequence,
-		release: func() {
-			for k, s := range srcs {
-				l.ckpt.ReleaseRange(s.name, 0, int64(len(raw[k])))
-			}
-		},
+		scales: scales, zeros: zeros, scaleDT: scaleDT, sequence: sequence,
+		release: func() { l.releaseSources(raw) },
 	}, nil
+}
+
+// readSources reads the tensors of an encoded weight in place: each one's
+// bytes and its dtype as stored, by name, checked against its shape.
+func (l *Loaded) readSources(srcs []packedTensor) (raw map[string][]byte, dtype map[string]safetensors.DType, err error) {
+	raw, dtype = map[string][]byte{}, map[string]safetensors.DType{}
+	for _, s := range srcs {
+		info, ok := l.ckpt.Info(s.name)
+		if !ok {
+			return nil, nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, s.name)
+		}
+		b, err := l.rawOf(s.name, info.DType, int64(elements(s.shape)))
+		if err != nil {
+			return nil, nil, err
+		}
+		raw[s.name], dtype[s.name] = b, info.DType
+	}
+	return raw, dtype, nil
+}
+
+// releaseSources releases the mapping's pages of tensors readSources read.
+func (l *Loaded) releaseSources(raw map[string][]byte) {
+	for name, b := range raw {
+		l.ckpt.ReleaseRange(name, 0, int64(len(b)))
+	}
 }

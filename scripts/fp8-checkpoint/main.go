@@ -16,17 +16,15 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/scripts/internal/projcopy"
 )
 
 func main() {
@@ -46,13 +44,9 @@ func main() {
 }
 
 func run(src, out string, block int, fbgemm bool) error {
-	var cfg map[string]any
-	b, err := os.ReadFile(filepath.Join(src, "config.json"))
+	cfg, err := projcopy.Config(src)
 	if err != nil {
 		return err
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(src, "config.json"), err)
 	}
 	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
 		"weight_block_size": []int{block, block}, "modules_to_not_convert": []string{"lm_head"}}
@@ -60,27 +54,7 @@ func run(src, out string, block int, fbgemm bool) error {
 		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200,
 			"modules_to_not_convert": []string{"lm_head"}}
 	}
-	ck, err := safetensors.OpenDir(src, "")
-	if err != nil {
-		return err
-	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, name := range ck.Names() {
-		info, _ := ck.Info(name)
-		shape, _ := ck.Shape(name)
-		if len(shape) != 2 || !strings.HasSuffix(name, "proj.weight") {
-			raw, err := ck.Raw(name)
-			if err != nil {
-				return err
-			}
-			ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: shape, Data: append([]byte(nil), raw...)})
-			continue
-		}
-		vals, err := ck.Float32(name)
-		if err != nil {
-			return err
-		}
+	return projcopy.Write(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
 		b0, b1 := block, block
 		if fbgemm {
 			b0, b1 = 1, shape[1]
@@ -96,20 +70,9 @@ func run(src, out string, block int, fbgemm bool) error {
 		if fbgemm {
 			scaleName = strings.TrimSuffix(name, "weight") + "weight_scale"
 		}
-		ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes},
-			safetensors.Tensor{Name: scaleName, DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
-	}
-	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
-		return err
-	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
-		if b, err := os.ReadFile(filepath.Join(src, f)); err == nil {
-			if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return []safetensors.Tensor{{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes},
+			{Name: scaleName, DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb}}, nil
+	})
 }
 
 // e4m3 is the finite non-negative E4M3 magnitudes (codes 0..0x7E) in

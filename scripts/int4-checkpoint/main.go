@@ -20,17 +20,15 @@ package main
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/scripts/internal/projcopy"
 )
 
 func main() {
@@ -52,13 +50,9 @@ func main() {
 }
 
 func run(src, out, format string, group int, asym, descAct bool) error {
-	var cfg map[string]any
-	b, err := os.ReadFile(filepath.Join(src, "config.json"))
+	cfg, err := projcopy.Config(src)
 	if err != nil {
 		return err
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(src, "config.json"), err)
 	}
 	if format == "gptq" {
 		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": descAct,
@@ -67,31 +61,12 @@ func run(src, out, format string, group int, asym, descAct bool) error {
 		cfg["quantization_config"] = map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
 			"zero_point": true, "modules_to_not_convert": []string{"lm_head"}}
 	}
-	ck, err := safetensors.OpenDir(src, "")
-	if err != nil {
-		return err
-	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, name := range ck.Names() {
-		info, _ := ck.Info(name)
-		shape, _ := ck.Shape(name)
-		if len(shape) != 2 || !strings.HasSuffix(name, "proj.weight") {
-			raw, err := ck.Raw(name)
-			if err != nil {
-				return err
-			}
-			ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: shape, Data: append([]byte(nil), raw...)})
-			continue
-		}
+	return projcopy.Write(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
 		nOut, in := shape[0], shape[1]
 		if in%group != 0 || in%8 != 0 || nOut%8 != 0 {
-			return fmt.Errorf("tensor %q: [%d, %d] is not whole groups of %d and words of 8", name, nOut, in, group)
+			return nil, fmt.Errorf("tensor %q: [%d, %d] is not whole groups of %d and words of 8", name, nOut, in, group)
 		}
-		vals, err := ck.Float32(name)
-		if err != nil {
-			return err
-		}
+		var ts []safetensors.Tensor
 		gOf := make([]int, in)
 		for i := range gOf {
 			gOf[i] = i / group
@@ -105,7 +80,7 @@ func run(src, out, format string, group int, asym, descAct bool) error {
 		prefix := strings.TrimSuffix(name, ".weight")
 		st, err := safetensors.Float32Tensor(prefix+".scales", safetensors.F16, []int{groups, nOut}, scales)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if format == "awq" {
 			ts = append(ts, words(prefix+".qweight", in, nOut/8, func(i, c int) uint32 { return awqWord(func(j int) int { return q[(c*8+j)*in+i] }) }),
@@ -129,19 +104,8 @@ func run(src, out, format string, group int, asym, descAct bool) error {
 			ts = append(ts, words(prefix+".g_idx", 1, in, func(_, i int) uint32 { return uint32(gOf[i]) }))
 			ts[len(ts)-1].Shape = []int{in}
 		}
-		ts = append(ts, st)
-	}
-	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
-		return err
-	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
-		if b, err := os.ReadFile(filepath.Join(src, f)); err == nil {
-			if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+		return append(ts, st), nil
+	})
 }
 
 // awqOrder is AWQ's packing order: nibble k of a word holds value

@@ -88,12 +88,8 @@ func fp8Weight(r *node) (w, scales *node, b0, b1 int, ok bool) {
 // rewriteFP8 points f32 DotGenerals at FP8 weights where the right operand
 // is the dequantisation form, in the NT layout, with no batch.
 func rewriteFP8(n *node) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
-		return
-	}
-	a := n.aux.(*dotAux)
-	r := n.inputs[1]
-	if a.b != 1 || a.rhsFrom16 || a.int8Group > 0 || a.int4 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+	a, r, ok := weightDot(n)
+	if !ok {
 		return
 	}
 	w, scales, b0, b1, ok := fp8Weight(r)

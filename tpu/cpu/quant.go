@@ -56,15 +56,24 @@ func int8Weight(r *node) (q, scales *node, group int, ok bool) {
 	return nil, nil, 0, false
 }
 
+// weightDot returns the aux and right operand of n when n is an f32
+// DotGeneral not yet rewritten, in the NT layout, with no batch: a
+// product whose right operand may be a held weight's dequantisation form
+// (the rewrites below, rewriteFP8). A rewritten product has more than two
+// inputs, so no two rewrites take the same one.
+func weightDot(n *node) (a *dotAux, r *node, ok bool) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return nil, nil, false
+	}
+	a, r = n.aux.(*dotAux), n.inputs[1]
+	return a, r, a.b == 1 && !a.rhsFrom16 && isIdentity(a.rhsNT, r.shape.Dimensions)
+}
+
 // rewriteInt8 points f32 DotGenerals at int8 weights where the right
 // operand is the dequantisation form, in the NT layout, with no batch.
 func rewriteInt8(n *node, act actKind) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
-		return
-	}
-	a := n.aux.(*dotAux)
-	r := n.inputs[1]
-	if a.b != 1 || a.rhsFrom16 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+	a, r, ok := weightDot(n)
+	if !ok {
 		return
 	}
 	q, scales, group, ok := int8Weight(r)
@@ -166,12 +175,8 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 // operand is the dequantisation form, in the NT layout, with no batch;
 // with act int8 the product quantises its activations to int8.
 func rewriteInt4(n *node, act actKind) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
-		return
-	}
-	a := n.aux.(*dotAux)
-	r := n.inputs[1]
-	if a.b != 1 || a.rhsFrom16 || a.int8Group > 0 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+	a, r, ok := weightDot(n)
+	if !ok {
 		return
 	}
 	packed, codes, table, ok := int4Weight(r)
@@ -314,12 +319,8 @@ func columnsGathered(r *node) (w, inv *node) {
 // in the NT layout, with no batch. The activations stay f32 whatever
 // SetActivations says.
 func rewriteInt4Groups(n *node) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
-		return
-	}
-	a := n.aux.(*dotAux)
-	r := n.inputs[1]
-	if a.b != 1 || a.rhsFrom16 || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+	a, r, ok := weightDot(n)
+	if !ok {
 		return
 	}
 	w, inv := columnsGathered(r)

@@ -1,0 +1,75 @@
+// Package projcopy writes a copy of a Hugging Face checkpoint folder with
+// its Linear projections re-encoded (the benchmark scripts fp8-checkpoint
+// and int4-checkpoint): every 2-D tensor whose name ends in
+// "proj.weight" goes through a function of the caller's, everything else
+// (embeddings, norms, the head) is copied as it is, and so are the
+// tokenizer and generation files.
+package projcopy
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// Config reads dir's config.json.
+func Config(dir string) (map[string]any, error) {
+	var cfg map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// Write writes src's checkpoint to out with config cfg, each projection
+// [out, in] replaced by the tensors proj makes of its f32 values. The
+// whole checkpoint is held in memory while it is written.
+func Write(src, out string, cfg map[string]any, proj func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error)) error {
+	ck, err := safetensors.OpenDir(src, "")
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, name := range ck.Names() {
+		info, _ := ck.Info(name)
+		shape, _ := ck.Shape(name)
+		if len(shape) != 2 || !strings.HasSuffix(name, "proj.weight") {
+			raw, err := ck.Raw(name)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: shape, Data: append([]byte(nil), raw...)})
+			continue
+		}
+		vals, err := ck.Float32(name)
+		if err != nil {
+			return err
+		}
+		more, err := proj(name, shape, vals)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, more...)
+	}
+	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
+		return err
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
+		if b, err := os.ReadFile(filepath.Join(src, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
