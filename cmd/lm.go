@@ -215,6 +215,9 @@ func compileRunner(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemory 
 	if hostMemory != nil {
 		host = hostMemory()
 	}
+	if err := checkActivations(dev, l, o); err != nil {
+		return nil, err
+	}
 	if err := checkWeightsFit(dev, l, o, host); err != nil {
 		return nil, err
 	}

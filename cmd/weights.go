@@ -35,19 +35,20 @@ func parseQuantize(s string) (string, error) {
 
 // activationsHelp is the help of generate's, serve's and bench's
 // --activations.
-const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 or int8 (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster with int4 weights, no faster with int8 ones on the machines measured; about 0.5% off each product); bf16 with bf16 or --quantize int8 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
+const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 or int8, or the 4-bit weights of a GPTQ, AWQ or compressed-tensors checkpoint (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster with int4 weights, no faster with int8 ones on the machines measured; about 0.5% off each product); bf16 with bf16 or --quantize int8 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
 
 // parseActivations reads --activations: "" or "f32" (as computed),
-// "int8", which takes --quantize int4 or int8, or "bf16", which takes bf16
-// weights or --quantize int8.
+// "int8", which takes --quantize int4 or int8 or a 4-bit checkpoint
+// (checkActivations), or "bf16", which takes bf16 weights or --quantize
+// int8.
 func parseActivations(s, quantize string) (string, error) {
 	switch a := strings.ToLower(s); a {
 	case "", "f32", "float32":
 		return "", nil
 	case "int8":
-		if quantize != "int4" && quantize != "int8" {
-			return "", errs.Usagef("--activations int8 applies to int4 and int8 weights: add --quantize int4 or int8")
-		}
+		// Without --quantize it applies to the 4-bit weights of GPTQ, AWQ
+		// and compressed-tensors checkpoints; compileRunner refuses it
+		// where the model holds none (checkActivations).
 		return a, nil
 	case "bf16", "bfloat16":
 		if quantize == "int4" {
@@ -56,6 +57,23 @@ func parseActivations(s, quantize string) (string, error) {
 		return "bf16", nil
 	}
 	return "", errs.Usagef("--activations %q: want f32, int8 or bf16", s)
+}
+
+// checkActivations refuses --activations int8 where no product of the
+// model would take it: without --quantize, on a checkpoint none of whose
+// weights are held as 4-bit (lm.Loaded.StoredInt4Groups).
+func checkActivations(dev *tpu.Device, l *lm.Loaded, o compile.Options) error {
+	if dev.Activations() != "int8" || o.Quantize != "" {
+		return nil
+	}
+	if holdingOf(dev, o).Int4Groups {
+		for _, w := range l.Weights() {
+			if _, ok := l.StoredInt4Groups(w.Name); ok {
+				return nil
+			}
+		}
+	}
+	return errs.Usagef("--activations int8 applies to int4 and int8 weights, and %s holds none: add --quantize int4 or int8", l.Dir)
 }
 
 // enableActivations sets the device up for --activations before any
@@ -69,7 +87,7 @@ func enableActivations(rep *ui.Reporter, dev *tpu.Device, activations string) er
 	}
 	switch activations {
 	case "int8":
-		rep.Debugf("activations: int4 products quantise their activations to int8 per 32 values (VNNI: %v)", slices.Contains(kernels.Features(), "avx512_vnni"))
+		rep.Debugf("activations: int4 and int8 products quantise their activations to int8 per 32 values (VNNI: %v)", slices.Contains(kernels.Features(), "avx512_vnni"))
 	case "bf16":
 		rep.Debugf("activations: products with bf16 and int8 weights round their activations to bf16 (AVX512_BF16: %v)", slices.Contains(kernels.Features(), "avx512_bf16"))
 	}

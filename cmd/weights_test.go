@@ -46,7 +46,8 @@ func TestGenerateQuantizeInt4(t *testing.T) {
 }
 
 // --activations int8 runs int4 weights with int8 activations on the CPU
-// engine, is refused elsewhere, and takes --quantize int4.
+// engine, is refused elsewhere, and on a float checkpoint without
+// --quantize (a 4-bit checkpoint takes it: TestActivationsInt8On4Bit).
 func TestActivationsInt8(t *testing.T) {
 	e := genEnv(t)
 	code := e.run("--device", "cpu:fast", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--quantize", "int4", "--activations", "int8")
@@ -60,7 +61,7 @@ func TestActivationsInt8(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), "--activations int8: int8 activations run on tputool's CPU engine only")
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--activations", "int8"))
-	assert.Contains(t, e.errOut.String(), "add --quantize int4 or int8")
+	assert.Contains(t, e.errOut.String(), "holds none: add --quantize int4 or int8")
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--quantize", "int4", "--activations", "int4"))
 	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32, int8 or bf16`)
@@ -133,4 +134,16 @@ func TestKVCacheDTypeFlag(t *testing.T) {
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--kv-cache-dtype", "fp8"))
 	assert.Contains(t, e.errOut.String(), `--kv-cache-dtype "fp8"`)
+}
+
+// --activations int8 without --quantize takes a GPTQ checkpoint's 4-bit
+// weights (held as stored), and its -v says how the weights are held.
+func TestActivationsInt8On4Bit(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, lmckpt.WriteInt4Copy(storiesDir, dir, lmckpt.Int4Options{Format: "gptq", Group: 32}))
+	e := genEnv(t)
+	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--activations", "int8")
+	require.Equal(t, ExitOK, code, e.errOut.String())
+	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
+	assert.Contains(t, e.errOut.String(), "4-bit checkpoint matmul weights as stored")
 }

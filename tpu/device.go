@@ -164,6 +164,15 @@ func (d *Device) SetActivations(kind string) error {
 	return b.SetActivations(kind)
 }
 
+// Activations is the activations kind SetActivations set: "f32" (also
+// on backends other than tputool's CPU engine), "int8" or "bf16".
+func (d *Device) Activations() string {
+	if b, ok := d.Backend.(*cpu.Backend); ok {
+		return b.Activations()
+	}
+	return "f32"
+}
+
 // Close releases the backend. It is safe to call more than once.
 func (d *Device) Close() {
 	if d != nil && d.Backend != nil && !d.Backend.IsFinalized() {

@@ -24,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/scripts/internal/projcopy"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func main() {
@@ -44,7 +44,7 @@ func main() {
 }
 
 func run(src, out string, block int, fbgemm bool) error {
-	cfg, err := projcopy.Config(src)
+	cfg, err := lmckpt.ReadConfig(src)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func run(src, out string, block int, fbgemm bool) error {
 		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200,
 			"modules_to_not_convert": []string{"lm_head"}}
 	}
-	return projcopy.Write(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
+	return lmckpt.CopyProjections(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
 		b0, b1 := block, block
 		if fbgemm {
 			b0, b1 = 1, shape[1]

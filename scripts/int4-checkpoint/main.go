@@ -14,21 +14,17 @@
 // -format gptq writes GPTQ v1 (zero points stored minus one), symmetric
 // (every zero point 8) unless -asym, and with -desc-act an activation
 // order: each group's columns spread over the row by a fixed shuffle, as
-// g_idx; awq writes AutoAWQ's gemm layout, always with zero points. The whole checkpoint is held in memory while it
+// g_idx; awq writes AutoAWQ's gemm layout, always with zero points
+// (lmckpt.WriteInt4Copy). The whole checkpoint is held in memory while it
 // is written.
 package main
 
 import (
-	"encoding/binary"
 	"flag"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
-	"strings"
 
-	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/scripts/internal/projcopy"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func main() {
@@ -43,134 +39,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "int4-checkpoint: -m and -o are required, -format is gptq or awq, -group must be positive")
 		os.Exit(2)
 	}
-	if err := run(*src, *out, *format, *group, *asym || *format == "awq", *descAct && *format == "gptq"); err != nil {
+	if err := lmckpt.WriteInt4Copy(*src, *out, lmckpt.Int4Options{Format: *format, Group: *group, Asym: *asym, DescAct: *descAct}); err != nil {
 		fmt.Fprintln(os.Stderr, "int4-checkpoint:", err)
 		os.Exit(1)
 	}
-}
-
-func run(src, out, format string, group int, asym, descAct bool) error {
-	cfg, err := projcopy.Config(src)
-	if err != nil {
-		return err
-	}
-	if format == "gptq" {
-		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": descAct,
-			"sym": !asym, "checkpoint_format": "gptq"}
-	} else {
-		cfg["quantization_config"] = map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
-			"zero_point": true, "modules_to_not_convert": []string{"lm_head"}}
-	}
-	return projcopy.Write(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
-		nOut, in := shape[0], shape[1]
-		if in%group != 0 || in%8 != 0 || nOut%8 != 0 {
-			return nil, fmt.Errorf("tensor %q: [%d, %d] is not whole groups of %d and words of 8", name, nOut, in, group)
-		}
-		var ts []safetensors.Tensor
-		gOf := make([]int, in)
-		for i := range gOf {
-			gOf[i] = i / group
-		}
-		if descAct { // a fixed shuffle: equal groups spread over the row
-			rng := rand.New(rand.NewPCG(uint64(in), uint64(nOut)))
-			rng.Shuffle(in, func(i, j int) { gOf[i], gOf[j] = gOf[j], gOf[i] })
-		}
-		q, zeros, scales := quantize(vals, nOut, in, group, asym, gOf)
-		groups := in / group
-		prefix := strings.TrimSuffix(name, ".weight")
-		st, err := safetensors.Float32Tensor(prefix+".scales", safetensors.F16, []int{groups, nOut}, scales)
-		if err != nil {
-			return nil, err
-		}
-		if format == "awq" {
-			ts = append(ts, words(prefix+".qweight", in, nOut/8, func(i, c int) uint32 { return awqWord(func(j int) int { return q[(c*8+j)*in+i] }) }),
-				words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 { return awqWord(func(j int) int { return zeros[g*nOut+c*8+j] }) }))
-		} else {
-			ts = append(ts, words(prefix+".qweight", in/8, nOut, func(w, o int) uint32 {
-				var v uint32
-				for k := 0; k < 8; k++ {
-					v |= uint32(q[o*in+8*w+k]) << (4 * k)
-				}
-				return v
-			}), words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 {
-				var v uint32
-				for k := 0; k < 8; k++ {
-					v |= uint32(zeros[g*nOut+8*c+k]-1) << (4 * k) // v1: stored minus one
-				}
-				return v
-			}))
-		}
-		if descAct {
-			ts = append(ts, words(prefix+".g_idx", 1, in, func(_, i int) uint32 { return uint32(gOf[i]) }))
-			ts[len(ts)-1].Shape = []int{in}
-		}
-		return append(ts, st), nil
-	})
-}
-
-// awqOrder is AWQ's packing order: nibble k of a word holds value
-// awqOrder[k] of its 8.
-var awqOrder = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
-
-// awqWord packs the 8 values v(0..7) in AWQ's order.
-func awqWord(v func(j int) int) uint32 {
-	var w uint32
-	for k, j := range awqOrder {
-		w |= uint32(v(j)) << (4 * k)
-	}
-	return w
-}
-
-// words is an I32 tensor [rows, cols] of word(r, c).
-func words(name string, rows, cols int, word func(r, c int) uint32) safetensors.Tensor {
-	b := make([]byte, 4*rows*cols)
-	for r := 0; r < rows; r++ {
-		for c := 0; c < cols; c++ {
-			binary.LittleEndian.PutUint32(b[4*(r*cols+c):], word(r, c))
-		}
-	}
-	return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: []int{rows, cols}, Data: b}
-}
-
-// quantize rounds w [n, k] to 4-bit codes q [n, k] in groups of g input
-// columns (column p in group gOf[p]), each group with an f16-representable
-// scale and a zero point ([k/g, n], the checkpoints' order): symmetric,
-// zero 8 and scale max|w|/7.5 rounded to f16; asymmetric, scale (max −
-// min)/15 and the zero that maps min to 0. W ≈ scale · (q − zero).
-func quantize(w []float32, n, k, g int, asym bool, gOf []int) (q, zeros []int, scales []float32) {
-	groups := k / g
-	q, zeros, scales = make([]int, n*k), make([]int, groups*n), make([]float32, groups*n)
-	members := make([][]int, groups)
-	for p, gi := range gOf {
-		members[gi] = append(members[gi], p)
-	}
-	for j := 0; j < n; j++ {
-		for gi := 0; gi < groups; gi++ {
-			x := make([]float32, 0, g)
-			for _, p := range members[gi] {
-				x = append(x, w[j*k+p])
-			}
-			lo, hi := float64(x[0]), float64(x[0])
-			for _, v := range x {
-				lo, hi = min(lo, float64(v)), max(hi, float64(v))
-			}
-			s, z := max(-lo, hi)/7.5, 8
-			if asym {
-				s = (hi - lo) / 15
-			}
-			if s == 0 {
-				s = 1
-			}
-			s = float64(safetensors.HalfToFloat32(safetensors.Float32ToHalf(float32(s))))
-			if asym {
-				z = int(math.Round(-lo / s))
-				z = min(max(z, 1), 15) // v1 stores zero − 1: keep it ≥ 0
-			}
-			scales[gi*n+j], zeros[gi*n+j] = float32(s), z
-			for i, p := range members[gi] {
-				q[j*k+p] = min(max(int(math.Round(float64(x[i])/s))+z, 0), 15)
-			}
-		}
-	}
-	return q, zeros, scales
 }

@@ -71,6 +71,18 @@ func (b *Backend) SetActivations(kind string) error {
 	return nil
 }
 
+// Activations is the kind SetActivations last set: "f32", "int8" or
+// "bf16".
+func (b *Backend) Activations() string {
+	switch actKind(b.act.Load()) {
+	case actInt8:
+		return "int8"
+	case actBF16:
+		return "bf16"
+	}
+	return "f32"
+}
+
 func parseAct(kind string) (actKind, error) {
 	switch kind {
 	case "", "f32":

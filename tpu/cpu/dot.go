@@ -32,7 +32,7 @@ type dotAux struct {
 	// int4 is set by rewriteInt4 when the inputs are lhs and an int4
 	// weight [N, K]: its packed values, block codes and scale table;
 	// int4Q8 when the backend quantises the activations to int8
-	// (SetActivations "int8").
+	// (SetActivations "int8"), of those and of grouped int4 products.
 	int4, int4Q8 bool
 	// int4Group is set by rewriteInt4Groups when the inputs are lhs and a
 	// grouped int4 weight [N, K]: its packed values, its f32 scales, one
@@ -166,7 +166,7 @@ func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n, act)
 		rewriteInt4(n, act)
-		rewriteInt4Groups(n)
+		rewriteInt4Groups(n, act)
 		rewriteFP8(n)
 		rewriteGrouped(n, act)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {

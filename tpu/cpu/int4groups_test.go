@@ -8,6 +8,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // TestDotGeneralInt4Groups builds nn.DequantizeInt4Groups' form under a
@@ -119,6 +121,43 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		n := dot.(*node)
 		if rewritten := n.aux.(*dotAux).int4Group == c.grp && n.aux.(*dotAux).int4Perm == c.perm && len(n.inputs) == len(shs); rewritten != c.rewritten {
 			t.Errorf("%s: rewritten to read grouped int4: %v, want %v", c.name, rewritten, c.rewritten)
+		}
+		if !c.rewritten || c.contrax != len(c.x)-1 {
+			continue
+		}
+		// With int8 activations (act=int8): the go backend's product of
+		// the activations quantised and dequantised along the contracted
+		// axis (the last here), in blocks of 32 in the order the product
+		// reads them: held order where the columns are permuted.
+		q8, err := New("act=int8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		xq := append([]float32(nil), data[0].([]float32)...)
+		if c.perm {
+			row := make([]float32, c.k)
+			for off := 0; off < len(xq); off += c.k {
+				for i, j := range inv {
+					row[j] = xq[off+i]
+				}
+				kernels.FakeQuantizeQ8(row)
+				for i, j := range inv {
+					xq[off+i] = row[j]
+				}
+			}
+		} else {
+			kernels.FakeQuantizeQ8(xq)
+		}
+		dq := append([]any{xq}, data[1:]...)
+		if want, _, err = run(ref, shs, dq, build); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err = run(q8, shs, data, build); err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, fmt.Sprintf("grouped int4 dot %s, int8 activations", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		if a := dot.(*node).aux.(*dotAux); !a.int4Q8 {
+			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)
 		}
 	}
 }

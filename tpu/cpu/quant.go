@@ -316,9 +316,9 @@ func columnsGathered(r *node) (w, inv *node) {
 
 // rewriteInt4Groups points f32 DotGenerals at grouped int4 weights where
 // the right operand is the dequantisation form (or its columns gathered),
-// in the NT layout, with no batch. The activations stay f32 whatever
-// SetActivations says.
-func rewriteInt4Groups(n *node) {
+// in the NT layout, with no batch; with act int8 the product quantises
+// its activations to int8.
+func rewriteInt4Groups(n *node, act actKind) {
 	a, r, ok := weightDot(n)
 	if !ok {
 		return
@@ -332,7 +332,7 @@ func rewriteInt4Groups(n *node) {
 		return
 	}
 	b := *a
-	b.int4Group, b.int4Mins, b.int4Perm = group, mins != nil, inv != nil
+	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8 = group, mins != nil, inv != nil, act == actInt8
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, scales}
 	if mins != nil {
@@ -361,7 +361,11 @@ func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
 		}
 		lhs = permuteColumns((*buf)[:a.m*a.k], lhs, a.m, a.k, in[next].data.([]int32))
 	}
-	kernels.GemmInt4GroupsNT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out, a.n)
+	gemm := kernels.GemmInt4GroupsNT
+	if a.int4Q8 {
+		gemm = kernels.GemmInt4GroupsQ8NT
+	}
+	gemm(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out, a.n)
 }
 
 // permPool holds dotInt4Groups' permuted activations between calls.

@@ -111,7 +111,7 @@ func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *
 func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
 
 //go:noescape
-func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)
+func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32)
 
 //go:noescape
 func dotBF16x4x4AVX512(a, b *[4]*uint16, k int, c *float32, ldc, acc int)

@@ -539,14 +539,16 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 func hasVNNI() bool { return level == levelAVX512 && cpu.X86.HasAVX512VNNI }
 
 // dotInt4Q8 computes c[j] for the len(c) int4 rows of packed and codes
-// (k/2 bytes and k/32 codes a row) against r.
-func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32, c []float32) {
+// (k/2 bytes and k/32 codes a row) against r, the first row being row j0
+// of a matrix of format code (one table, or one a row).
+func dotInt4Q8(r *q8Row, code *nibbleCode, j0 int, packed, codes []byte, c []float32) {
 	np := len(r.corr) / 8
 	if len(c) == 0 || np == 0 {
 		return
 	}
 	_, _, _, _ = packed[32*np*len(c)-1], codes[2*np*len(c)-1], r.q[64*np-1], r.sa[8*np-1]
-	dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, len(c), table, &c[0])
+	rc := code.at(j0)
+	dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, len(c), &rc.half[0], code.rowStride(), &c[0])
 }
 
 // hasBF16Dot reports whether the bf16-activation kernel's VDPBF16PS

@@ -71,7 +71,7 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 
 func hasVNNI() bool { return false }
 
-func dotInt4Q8(r *q8Row, packed, codes []byte, table *[256]float32, c []float32) {
+func dotInt4Q8(r *q8Row, code *nibbleCode, j0 int, packed, codes []byte, c []float32) {
 	panic("kernels: dotInt4Q8 without VNNI")
 }
 

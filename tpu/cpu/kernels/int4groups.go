@@ -124,6 +124,32 @@ func addGroupMins(m, n, k int, a []float32, lda int, mins []float32, group int, 
 	}
 }
 
+// GemmInt4GroupsQ8NT is GemmInt4GroupsNT with A's rows quantised to int8
+// per block of 32, as GemmInt4Q8NT's (VPDPBUSD where it runs); the mins
+// multiply the group sums of the quantised rows, so that the product is
+// that of the weight and the activations the int8 path sees
+// (FakeQuantizeQ8). It panics as GemmInt4GroupsNT does.
+func GemmInt4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
+	checkMat("GemmInt4GroupsQ8NT A", m, k, lda, len(a))
+	checkMat("GemmInt4GroupsQ8NT C", m, n, ldc, len(c))
+	if k == 0 || n == 0 || m == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
+	}
+	checkInt4Groups("GemmInt4GroupsQ8NT", n, k, packed, scales, mins, group)
+	gemmNibblesQ8(int4GroupsCode(scales, k/group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	if mins != nil {
+		buf := permPool.Get().(*[]float32)
+		if cap(*buf) < m*k {
+			*buf = make([]float32, m*k)
+		}
+		aq := (*buf)[:m*k]
+		fakeQuantizeRows(aq, a, lda, m, k)
+		addGroupMins(m, n, k, aq, k, mins, group, c, ldc)
+		permPool.Put(buf)
+	}
+}
+
 // DequantizeInt4Groups decodes a grouped int4 matrix [n, k] (as
 // GemmInt4GroupsNT takes it) into f32.
 func DequantizeInt4Groups(n, k int, packed []byte, scales, mins []float32, group int) []float32 {

@@ -53,7 +53,9 @@ func int4GroupsCase(r *rand.Rand, n, k, group int, asym bool) (packed []byte, sc
 // DequantizeInt4Groups gives W = s·(q − z) to the bit, and the products
 // (GEMV at m = 1, the small-m product, the blocked GEMM with chunks that
 // start mid-block), with and without mins, agree with the f32 GEMM on it
-// at every instruction level.
+// at every instruction level; with int8 activations
+// (GemmInt4GroupsQ8NT: VNNI up to 8 rows where k is a multiple of 64),
+// with the f32 GEMM on the quantised activations.
 func TestGemmInt4GroupsNT(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(15, 16))
@@ -72,11 +74,28 @@ func TestGemmInt4GroupsNT(t *testing.T) {
 				a := randMat(r, c.m, c.k, c.k)
 				want := make([]float32, c.m*c.n)
 				GemmF32NT(c.m, c.n, c.k, a, c.k, dense, c.k, want, c.n)
+				// The mins' part is summed apart from the rest and may cancel
+				// much of it: the bound is relative to the largest output.
+				scale := 1.0
+				for _, v := range want {
+					scale = max(scale, math.Abs(float64(v)))
+				}
 				out := make([]float32, c.m*c.n)
 				GemmInt4GroupsNT(c.m, c.n, c.k, a, c.k, packed, scales, mins, c.group, out, c.n)
 				for i := range want {
-					if d := math.Abs(float64(out[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+					if d := math.Abs(float64(out[i] - want[i])); d > 1e-4*scale {
 						t.Fatalf("%+v asym=%v: C[%d] = %v, want %v", c, asym, i, out[i], want[i])
+					}
+				}
+				// int8 activations: the product of the activations
+				// quantised and dequantised (FakeQuantizeQ8).
+				aq := append([]float32(nil), a...)
+				FakeQuantizeQ8(aq)
+				GemmF32NT(c.m, c.n, c.k, aq, c.k, dense, c.k, want, c.n)
+				GemmInt4GroupsQ8NT(c.m, c.n, c.k, a, c.k, packed, scales, mins, c.group, out, c.n)
+				for i := range want {
+					if d := math.Abs(float64(out[i] - want[i])); d > 1e-4*scale {
+						t.Fatalf("%+v asym=%v, int8 activations: C[%d] = %v, want %v", c, asym, i, out[i], want[i])
 					}
 				}
 			}

@@ -115,14 +115,20 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 	if m == 0 || n == 0 {
 		return
 	}
+	gemmNibblesQ8(int4Code(table), m, n, k, a, lda, packed, codes, c, ldc)
+}
+
+// gemmNibblesQ8 is gemmNibbles of an int4 format (one table, or one a
+// row) with A's rows quantised to int8 per block of 32: VNNI where it
+// runs, else the f32 kernels on the rows quantised and dequantised.
+func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, codes []byte, c []float32, ldc int) {
 	if hasVNNI() && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
 		r := q8Pool.Get().(*q8Row)
-		t := (*[256]float32)(table)
 		for i := 0; i < m; i++ {
 			r.quantizeQ8(a[i*lda : i*lda+k])
 			ci := c[i*ldc : i*ldc+n]
 			Parallel(n, gemvGrain(k), func(lo, hi int) {
-				dotInt4Q8(r, packed[lo*k/2:hi*k/2], codes[lo*k/32:hi*k/32], t, ci[lo:hi])
+				dotInt4Q8(r, code, lo, packed[lo*k/2:hi*k/2], codes[lo*k/32:hi*k/32], ci[lo:hi])
 			})
 		}
 		q8Pool.Put(r)
@@ -130,5 +136,5 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 	}
 	aq := make([]float32, m*k)
 	fakeQuantizeRows(aq, a, lda, m, k)
-	gemmNibbles(int4Code(table), m, n, k, aq, k, packed, codes, c, ldc)
+	gemmNibbles(code, m, n, k, aq, k, packed, codes, c, ldc)
 }

@@ -3,7 +3,7 @@
 #include "textflag.h"
 #include "macros_amd64.h"
 
-// func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *[256]float32, c *float32)
+// func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32)
 // nrows consecutive int4 rows (each npairs pairs of blocks: 32·npairs
 // bytes and 2·npairs codes) against int8 activations (quantizeQ8's
 // layout), c[j] for row j. A row's pairs: the pair's 32 bytes are split
@@ -14,8 +14,10 @@
 // converted to f32 and added into the accumulators scaled by the block's
 // weight scale (table[code]) times its activation scale (sa). Y6 and Y7
 // accumulate alternate pairs; Y15 is the nibble mask; R13, R14, R15 keep
-// the activations' start for the next row.
-TEXT ·dotInt4Q8VNNI(SB), NOSPLIT, $0-72
+// the activations' start for the next row. After each row the table
+// pointer R8 moves on by tstride bytes: 0 for a matrix's one table, a
+// row's table for formats with one per row (grouped int4).
+TEXT ·dotInt4Q8VNNI(SB), NOSPLIT, $0-80
 	MOVQ q+0(FP), R13
 	MOVQ corr+8(FP), R14
 	MOVQ sa+16(FP), R15
@@ -23,7 +25,7 @@ TEXT ·dotInt4Q8VNNI(SB), NOSPLIT, $0-72
 	MOVQ codes+32(FP), BX
 	MOVQ nrows+48(FP), AX
 	MOVQ table+56(FP), R8
-	MOVQ c+64(FP), DI
+	MOVQ c+72(FP), DI
 	MOVL $0x0F0F0F0F, R10
 	VPBROADCASTD R10, Y15
 q8row:
@@ -105,6 +107,7 @@ q8done:
 	VADDSS       X0, X6, X6
 	VMOVSS       X6, (DI)
 	ADDQ $4, DI
+	ADDQ tstride+64(FP), R8
 	DECQ AX
 	JMP  q8row
 q8end:

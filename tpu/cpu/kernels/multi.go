@@ -121,7 +121,7 @@ func GemvMulti(k int, ps []Gemv) {
 			case p.MXFP4 != nil:
 				gemvRowsMXFP4(q.a, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
 			case p.Int4 != nil && q.q4 != nil:
-				dotInt4Q8(q.q4, p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], (*[256]float32)(p.Int4Table), p.C[j0:j1])
+				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
 			case p.Int4 != nil:
 				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
 			case q.q8 != nil:

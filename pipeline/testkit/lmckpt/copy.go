@@ -1,10 +1,4 @@
-// Package projcopy writes a copy of a Hugging Face checkpoint folder with
-// its Linear projections re-encoded (the benchmark scripts fp8-checkpoint
-// and int4-checkpoint): every 2-D tensor whose name ends in
-// "proj.weight" goes through a function of the caller's, everything else
-// (embeddings, norms, the head) is copied as it is, and so are the
-// tokenizer and generation files.
-package projcopy
+package lmckpt
 
 import (
 	"encoding/json"
@@ -14,11 +8,16 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
-// Config reads dir's config.json.
-func Config(dir string) (map[string]any, error) {
+// Copies of a Hugging Face checkpoint folder with its Linear projections
+// re-encoded (scripts/fp8-checkpoint, WriteInt4Copy): every 2-D tensor
+// whose name ends in "proj.weight" goes through a function of the
+// caller's, everything else (embeddings, norms, the head) is copied as it
+// is, and so are the tokenizer and generation files.
+
+// ReadConfig reads dir's config.json.
+func ReadConfig(dir string) (map[string]any, error) {
 	var cfg map[string]any
 	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -30,10 +29,10 @@ func Config(dir string) (map[string]any, error) {
 	return cfg, nil
 }
 
-// Write writes src's checkpoint to out with config cfg, each projection
+// CopyProjections writes src's checkpoint to out with config cfg, each projection
 // [out, in] replaced by the tensors proj makes of its f32 values. The
 // whole checkpoint is held in memory while it is written.
-func Write(src, out string, cfg map[string]any, proj func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error)) error {
+func CopyProjections(src, out string, cfg map[string]any, proj func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error)) error {
 	ck, err := safetensors.OpenDir(src, "")
 	if err != nil {
 		return err
@@ -61,7 +60,7 @@ func Write(src, out string, cfg map[string]any, proj func(name string, shape []i
 		}
 		ts = append(ts, more...)
 	}
-	if err := lmckpt.WriteCheckpoint(out, cfg, ts); err != nil {
+	if err := WriteCheckpoint(out, cfg, ts); err != nil {
 		return err
 	}
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"} {
