@@ -15,8 +15,11 @@
 #
 # PAIRS lists tputool --quantize values and ollama quantisations, as
 # TPUTOOL:OLLAMA (none = the checkpoint's bf16; a +a8 suffix adds
-# --activations int8, a +a16 suffix --activations bf16; default
-# "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S int4+a8:q4_K_M").
+# --activations int8, a +a16 suffix --activations bf16; a gptq/ prefix
+# runs tputool on a GPTQ copy of the same weights, 4-bit in groups of 128
+# with the head bf16, written by scripts/int4-checkpoint into DIR/gptq;
+# default "none:none int8:q8_0 int4:q4_K_S int4:q4_K_M int4+a8:q4_K_S
+# int4+a8:q4_K_M").
 #
 #   OLLAMA=/path/to/ollama scripts/bench-dense-vs-llamacpp.sh
 #
@@ -79,6 +82,9 @@ JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000 # the model's vocabulary
 fi
+if [[ " $PAIRS" == *" gptq/"* ]] && [ ! -f "$DIR/gptq/config.json" ]; then
+  go run ./scripts/int4-checkpoint -m "$DIR/hf" -o "$DIR/gptq"
+fi
 # serve needs an end token in the vocabulary (the last one, BOS and EOS).
 printf '{"eos_token": "<|pad_31999|>", "add_bos_token": false, "add_eos_token": false}\n' > "$DIR/hf/tokenizer_config.json"
 go build -o "$DIR/tputool" .
@@ -116,7 +122,12 @@ ollama_tok_s() { # median decode (or prompt) tok/s of 3 generations
   done | sort -g | sed -n 2p
 }
 tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
-  local q=()
+  local q=() model="$DIR/hf" spec="$1"
+  if [[ "$spec" == gptq/* ]]; then
+    model="$DIR/gptq" spec="${spec#gptq/}"
+    cp "$DIR/hf/tokenizer"*.json "$model/"
+  fi
+  set -- "$spec"
   case "$1" in
     none) ;;
     *+a8) q=(--quantize "${1%+a8}" --activations int8) ;;
@@ -125,11 +136,11 @@ tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
     *) q=(--quantize "$1") ;;
   esac
   if [ "$MODE" = prefill ]; then
-    "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len "$PROMPT_LEN" --gen-len 1 --repeat 3 --warmup 1 \
+    "$DIR/tputool" bench --model "$model" --batch 1 --prompt-len "$PROMPT_LEN" --gen-len 1 --repeat 3 --warmup 1 \
       --mode compiled "${q[@]}" -o json |
       python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["prefill_tok_s"]["median"])'
   else
-    "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
+    "$DIR/tputool" bench --model "$model" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
       --mode compiled "${q[@]}" -o json |
       python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
   fi
