@@ -163,3 +163,6 @@ func axpyAVX512(alpha float32, x, y *float32, n int)
 
 //go:noescape
 func axpyAVX2(alpha float32, x, y *float32, n int)
+
+//go:noescape
+func dotInt4Q8x4VNNI(q *int8, corr *int32, sa *float32, qs, cs int, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32, ldc int)

@@ -551,6 +551,20 @@ func dotInt4Q8(r *q8Row, code *nibbleCode, j0 int, packed, codes []byte, c []flo
 	dotInt4Q8VNNI(&r.q[0], &r.corr[0], &r.sa[0], &packed[0], &codes[0], np, len(c), &rc.half[0], code.rowStride(), &c[0])
 }
 
+// dotInt4Q8x4 computes, for the n int4 rows of packed and codes (k/2
+// bytes and k/32 codes a row; the first is row j0 of a matrix of format
+// code), their products with the four rows of b into c[r·ldc + j].
+func dotInt4Q8x4(b *q8Rows4, code *nibbleCode, j0 int, packed, codes []byte, c []float32, ldc, n int) {
+	k := len(b.rows[0].q)
+	np := k / 64
+	if n == 0 || np == 0 {
+		return
+	}
+	_, _, _ = packed[32*np*n-1], codes[2*np*n-1], c[3*ldc+n-1]
+	rc := code.at(j0)
+	dotInt4Q8x4VNNI(&b.q[0], &b.corr[0], &b.sa[0], k, 32*np, &packed[0], &codes[0], np, n, &rc.half[0], code.rowStride(), &c[0], 4*ldc)
+}
+
 // hasBF16Dot reports whether the bf16-activation kernel's VDPBF16PS
 // (AVX512_BF16) can run.
 func hasBF16Dot() bool { return level == levelAVX512 && cpu.X86.HasAVX512BF16 }

@@ -71,6 +71,10 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 
 func hasVNNI() bool { return false }
 
+func dotInt4Q8x4(b *q8Rows4, code *nibbleCode, j0 int, packed, codes []byte, c []float32, ldc, n int) {
+	panic("kernels: dotInt4Q8x4 without VNNI")
+}
+
 func dotInt4Q8(r *q8Row, code *nibbleCode, j0 int, packed, codes []byte, c []float32) {
 	panic("kernels: dotInt4Q8 without VNNI")
 }

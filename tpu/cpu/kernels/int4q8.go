@@ -18,8 +18,9 @@ import (
 // f32 kernels run on it: the same activations, so the same results up to
 // the order of f32 sums.
 
-// q8VNNIMaxM is the most rows of A the VNNI path takes (one GEMV a row;
-// beyond, the blocked f32 GEMM on the dequantised rows decodes B once).
+// q8VNNIMaxM is the most rows of A the VNNI path takes (one GEMV at one
+// row, four rows a pass from two (dotInt4Q8x4VNNI); beyond, the blocked
+// f32 GEMM on the dequantised rows decodes B once).
 const q8VNNIMaxM = 8
 
 // q8Row is one row of A quantised for dotInt4Q8VNNI, by pairs of blocks
@@ -61,6 +62,41 @@ func (r *q8Row) quantizeQ8(a []float32) {
 				r.corr[8*p+4*h+l] = -8 * sum[l]
 				r.sa[8*p+4*h+l] = s
 			}
+		}
+	}
+}
+
+// q8Rows4 is four rows of A quantised for dotInt4Q8x4VNNI: each row a
+// q8Row over its share of q, corr and sa, a fixed stride apart (k bytes
+// of q, 8 values of corr and sa a pair); out holds the four rows'
+// products before they go to C.
+type q8Rows4 struct {
+	q    []int8
+	corr []int32
+	sa   []float32
+	rows [4]q8Row
+	out  []float32
+}
+
+var q8x4Pool = sync.Pool{New: func() any { return new(q8Rows4) }}
+
+// quantize quantises rows 1 to 4 of a (stride lda, k values, a multiple
+// of 64); rows past m repeat row m−1 (their products are not used).
+func (b *q8Rows4) quantize(a []float32, lda, m, k int) {
+	np := k / 64
+	if cap(b.q) < 4*k {
+		b.q, b.corr, b.sa = make([]int8, 4*k), make([]int32, 32*np), make([]float32, 32*np)
+	}
+	b.q, b.corr, b.sa = b.q[:4*k], b.corr[:32*np], b.sa[:32*np]
+	for r := range b.rows {
+		row := &b.rows[r]
+		row.q, row.corr, row.sa = b.q[r*k:(r+1)*k], b.corr[r*8*np:(r+1)*8*np], b.sa[r*8*np:(r+1)*8*np]
+		if r < m {
+			row.quantizeQ8(a[r*lda : r*lda+k])
+		} else {
+			copy(row.q, b.rows[m-1].q)
+			copy(row.corr, b.rows[m-1].corr)
+			copy(row.sa, b.rows[m-1].sa)
 		}
 	}
 }
@@ -122,6 +158,26 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 // row) with A's rows quantised to int8 per block of 32: VNNI where it
 // runs, else the f32 kernels on the rows quantised and dequantised.
 func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, codes []byte, c []float32, ldc int) {
+	if hasVNNI() && k%64 == 0 && k > 0 && m > 1 && m <= q8VNNIMaxM {
+		// Rows by fours: each weight row is read once for the four.
+		b := q8x4Pool.Get().(*q8Rows4)
+		if cap(b.out) < 4*n {
+			b.out = make([]float32, 4*n)
+		}
+		out := b.out[:4*n]
+		for i0 := 0; i0 < m; i0 += 4 {
+			r := min(4, m-i0)
+			b.quantize(a[i0*lda:], lda, r, k)
+			Parallel(n, gemvGrain(k), func(lo, hi int) {
+				dotInt4Q8x4(b, code, lo, packed[lo*k/2:hi*k/2], codes[lo*k/32:hi*k/32], out[lo:], n, hi-lo)
+			})
+			for i := 0; i < r; i++ {
+				copy(c[(i0+i)*ldc:(i0+i)*ldc+n], out[i*n:(i+1)*n])
+			}
+		}
+		q8x4Pool.Put(b)
+		return
+	}
 	if hasVNNI() && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
 		r := q8Pool.Get().(*q8Row)
 		for i := 0; i < m; i++ {

@@ -239,3 +239,96 @@ i8q1k:
 i8qend:
 	VZEROUPPER
 	RET
+
+// Q8X4_ROW is one activation row's share of a pair in dotInt4Q8x4VNNI:
+// its corrections at CORR, its quantised values at Q (even, then odd, 32
+// bytes each), its scales at SA; Y1 and Y2 hold the pair's low and high
+// nibbles, Y4 the blocks' weight scales; T and U are temporaries, ACC the
+// row's accumulator.
+#define Q8X4_ROW(CORR, Q0, Q1, SA, T, U, ACC) \
+	VMOVDQU     CORR, T   \
+	VPDPBUSD    Q0, Y1, T \
+	VPDPBUSD    Q1, Y2, T \
+	VCVTDQ2PS   T, T      \
+	VMULPS      SA, Y4, U \
+	VFMADD231PS U, T, ACC
+
+// Q8X4_SUM adds the eight lanes of Y into the float32 at DST (X0 and X is
+// Y's low half; clobbers X0).
+#define Q8X4_SUM(Y, X, DST) \
+	VEXTRACTF128 $1, Y, X0 \
+	VADDPS       X0, X, X  \
+	VMOVHLPS     X, X, X0  \
+	VADDPS       X0, X, X  \
+	VMOVSHDUP    X, X0     \
+	VADDSS       X0, X, X  \
+	VMOVSS       X, DST
+
+// func dotInt4Q8x4VNNI(q *int8, corr *int32, sa *float32, qs, cs int, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32, ldc int)
+// dotInt4Q8VNNI for four activation rows at once: each pair of a weight
+// row is split into nibbles once and multiplied with the four rows' int8
+// activations (row r's at q + r·qs bytes, its corrections and scales at
+// corr and sa + r·cs bytes), so the weights are read once for the four.
+// c[r·ldc/4 + j] gets row r's product with weight row j (ldc in bytes).
+// Y6..Y9 accumulate the four rows; Y15 is the nibble mask; R10 = qs, R11 =
+// 3·qs, R14 = cs, R15 = 3·cs.
+TEXT ·dotInt4Q8x4VNNI(SB), NOSPLIT, $0-104
+	MOVQ qs+24(FP), R10
+	LEAQ (R10)(R10*2), R11
+	MOVQ cs+32(FP), R14
+	LEAQ (R14)(R14*2), R15
+	MOVQ packed+40(FP), SI
+	MOVQ codes+48(FP), BX
+	MOVQ nrows+64(FP), AX
+	MOVQ table+72(FP), R8
+	MOVQ c+88(FP), DI
+	MOVL $0x0F0F0F0F, R13
+	VPBROADCASTD R13, Y15
+x4row:
+	TESTQ AX, AX
+	JLE   x4end
+	MOVQ npairs+56(FP), CX
+	MOVQ q+0(FP), DX
+	MOVQ corr+8(FP), R9
+	MOVQ sa+16(FP), R12
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+x4loop:
+	TESTQ CX, CX
+	JLE   x4done
+	VMOVDQU      (SI), Y0
+	VPSRLW       $4, Y0, Y2
+	VPAND        Y15, Y0, Y1
+	VPAND        Y15, Y2, Y2
+	MOVBQZX      (BX), R13
+	VBROADCASTSS (R8)(R13*4), X4
+	MOVBQZX      1(BX), R13
+	VBROADCASTSS (R8)(R13*4), X5
+	VINSERTF128  $1, X5, Y4, Y4
+	Q8X4_ROW((R9), (DX), 32(DX), (R12), Y3, Y5, Y6)
+	Q8X4_ROW((R9)(R14*1), (DX)(R10*1), 32(DX)(R10*1), (R12)(R14*1), Y10, Y11, Y7)
+	Q8X4_ROW((R9)(R14*2), (DX)(R10*2), 32(DX)(R10*2), (R12)(R14*2), Y3, Y5, Y8)
+	Q8X4_ROW((R9)(R15*1), (DX)(R11*1), 32(DX)(R11*1), (R12)(R15*1), Y10, Y11, Y9)
+	ADDQ $32, SI
+	ADDQ $2, BX
+	ADDQ $64, DX
+	ADDQ $32, R9
+	ADDQ $32, R12
+	DECQ CX
+	JMP  x4loop
+x4done:
+	MOVQ ldc+96(FP), R13
+	Q8X4_SUM(Y6, X6, (DI))
+	Q8X4_SUM(Y7, X7, (DI)(R13*1))
+	Q8X4_SUM(Y8, X8, (DI)(R13*2))
+	LEAQ (DI)(R13*2), CX
+	Q8X4_SUM(Y9, X9, (CX)(R13*1))
+	ADDQ $4, DI
+	ADDQ tstride+80(FP), R8
+	DECQ AX
+	JMP  x4row
+x4end:
+	VZEROUPPER
+	RET
