@@ -61,14 +61,17 @@ func parseActivations(s, quantize string) (string, error) {
 
 // checkActivations refuses --activations int8 where no product of the
 // model would take it: without --quantize, on a checkpoint none of whose
-// weights are held as 4-bit (lm.Loaded.StoredInt4Groups).
+// weights are held as 4-bit or 8-bit integers (lm.Loaded.StoredInt4Groups,
+// StoredInt8Groups).
 func checkActivations(dev *tpu.Device, l *lm.Loaded, o compile.Options) error {
 	if dev.Activations() != "int8" || o.Quantize != "" {
 		return nil
 	}
 	if holdingOf(dev, o).Int4Groups {
 		for _, w := range l.Weights() {
-			if _, ok := l.StoredInt4Groups(w.Name); ok {
+			_, ok4 := l.StoredInt4Groups(w.Name)
+			_, ok8 := l.StoredInt8Groups(w.Name)
+			if ok4 || ok8 {
 				return nil
 			}
 		}

@@ -69,6 +69,9 @@ import (
 //     and, in activation order, the columns sorted by group with each
 //     one's place (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
 //     which tputool's cpu backend fuses into its int4 GEMM/GEMV.
+//     Their symmetric 8-bit weights (every zero point 128) are held as
+//     --quantize int8 holds its own (holdInt8Groups), unless
+//     Options.Quantize is int4.
 
 // scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
@@ -222,6 +225,9 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		if lay, ok := l.StoredInt4Groups(w.Name); ok {
 			return r.holdInt4Groups(l, w, lay)
 		}
+		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
+			return r.holdInt8Groups(l, w, group)
+		}
 	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
@@ -316,6 +322,16 @@ func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4Groups
 		}
 		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m, inv)
 	})
+}
+
+// holdInt8Groups holds a weight a checkpoint stores as symmetric 8-bit
+// integers (lm.Loaded.StoredInt8Groups) as --quantize int8 holds its own:
+// int8 [out, in/group, group] and f32 scales [out, in/group, 1] under
+// name+scalesSuffix (nn.DequantizeInt8).
+func (r *Runner) holdInt8Groups(l *lm.Loaded, w lm.WeightSpec, group int) error {
+	out, in := w.Shape[0], w.Shape[1]
+	return r.sharedPair(w.Name, scalesSuffix, shapes.Make(dtypes.Int8, out, in/group, group), shapes.Make(dtypes.Float32, out, in/group, 1),
+		func(q, scales any) error { return l.Int8GroupsInto(w.Name, q.([]int8), scales.([]float32)) })
 }
 
 // sharedPair holds a weight of two parts in the backend's shared buffers

@@ -191,13 +191,14 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 }
 
 // TestPackedCheckpoints: GPTQ (v1 and v2, 4 and 8 bits, with a reordered
-// g_idx) and AWQ checkpoints load, decoded to the compute dtype at load,
+// g_idx) and AWQ checkpoints load, decoded to the compute dtype at load
+// (decodedLogits: the CPU engine holds some as stored, TestPackedHeld),
 // and give exactly the logits of the f32 checkpoint holding the weights
 // the test dequantised, compiled and eager; AWQ packed in plain order, or
 // GPTQ v1 read as v2, does not.
 func TestPackedCheckpoints(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
-	run := func(dir string, mode compile.Mode) [][]float32 { return prefillLogits(t, dir, mode, prompts) }
+	run := func(dir string, mode compile.Mode) [][]float32 { return decodedLogits(t, dir, mode, prompts) }
 	for _, f := range []packedFormat{
 		{name: "gptq-v1-4bit-desc_act", method: "gptq", bits: 4, gIdx: true},
 		{name: "gptq-v2-8bit", method: "gptq", bits: 8, v2: true},

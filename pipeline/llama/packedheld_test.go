@@ -24,12 +24,15 @@ import (
 // decoded (StoredInt4Groups refuses them), held in f16 as before: the
 // logits then match to f16's rounding of the weights. Under --quantize
 // int4 the 4-bit weights stay as stored and the others are quantised.
+// Symmetric 8-bit GPTQ and compressed-tensors weights are held as int8
+// with their scales (--quantize int8's layout); asymmetric ones decoded.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
 		name   string
 		dirs   func(t *testing.T) (string, string)
 		held   int // projections held as grouped int4 (of 14)
+		held8  int // projections held as int8 (symmetric 8-bit)
 		gIdx   bool
 		asMins bool
 	}
@@ -38,7 +41,10 @@ func TestPackedHeld(t *testing.T) {
 		return func(t *testing.T) (string, string) { return packedCheckpoints(t, f) }
 	}
 	ct := func(f ctFormat) func(t *testing.T) (string, string) {
-		f.hidden, f.inter, f.f32Ref, f.format, f.bits = 64, 96, true, "pack-quantized", 4
+		f.hidden, f.inter, f.f32Ref, f.format = 64, 96, true, "pack-quantized"
+		if f.bits == 0 {
+			f.bits = 4
+		}
 		return func(t *testing.T) (string, string) { return ctCheckpoints(t, f) }
 	}
 	for _, c := range []tc{
@@ -49,6 +55,9 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-w4a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32}), held: 14},
 		{name: "ct-w4a16-asym-g32", dirs: ct(ctFormat{strategy: "group", group: 32}), held: 14, asMins: true},
 		{name: "ct-w4a16-channel", dirs: ct(ctFormat{sym: true, strategy: "channel"}), held: 14},
+		{name: "gptq-8bit-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 8, group: 32, sym: true}), held8: 14},
+		{name: "gptq-8bit-asym", dirs: packed(packedFormat{method: "gptq", bits: 8, v2: true, group: 32})},
+		{name: "ct-w8a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32, bits: 8}), held8: 14},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			qDir, fDir := c.dirs(t)
@@ -60,8 +69,11 @@ func TestPackedHeld(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				held, mins, perm := 0, false, false
+				held, held8, mins, perm := 0, 0, false, false
 				for _, w := range l.Weights() {
+					if _, ok := l.StoredInt8Groups(w.Name); ok {
+						held8++
+					}
 					if lay, ok := l.StoredInt4Groups(w.Name); ok {
 						held++
 						mins, perm = mins || lay.Mins, perm || lay.Permuted
@@ -73,10 +85,10 @@ func TestPackedHeld(t *testing.T) {
 				if perm != c.gIdx {
 					t.Errorf("%v: held in activation order: %v, want %v", mode, perm, c.gIdx)
 				}
-				if held != c.held || mins != c.asMins {
-					t.Errorf("%v: %d weights held as grouped int4 (mins %v), want %d (%v)", mode, held, mins, c.held, c.asMins)
+				if held != c.held || mins != c.asMins || held8 != c.held8 {
+					t.Errorf("%v: %d weights held as grouped int4 (mins %v) and %d as int8, want %d (%v) and %d", mode, held, mins, held8, c.held, c.asMins, c.held8)
 				}
-				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, held > 0)
+				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, held+held8 > 0)
 				got, err := r.NewState().Prefill(prompts, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -86,13 +98,13 @@ func TestPackedHeld(t *testing.T) {
 				// --quantize int4 leaves the 4-bit weights as stored and
 				// quantises the rest (here the embedding).
 				rq := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps, Quantize: "int4"}, false)
-				if rq.WeightBytes() >= plainBytes {
+				if held8 == 0 && rq.WeightBytes() >= plainBytes {
 					t.Errorf("%v, int4: holds %d bytes, without --quantize %d", mode, rq.WeightBytes(), plainBytes)
 				}
 				rq.Close()
 				l.Close()
 				bound := 1e-5
-				if held < 14 {
+				if held+held8 < 14 {
 					bound = 1e-3 // weights decoded to f16
 				}
 				checkLogits(t, mode.String(), got, want, bound)

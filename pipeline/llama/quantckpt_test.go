@@ -8,6 +8,7 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
 )
 
 // Helpers the quantized-checkpoint tests share (packed_test.go,
@@ -46,12 +47,30 @@ func i32Tensor(name string, shape []int, v []uint32) safetensors.Tensor {
 // in mode on the cpu backend.
 func prefillLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int) [][]float32 {
 	t.Helper()
+	return prefillLogitsWith(t, dir, compile.Options{Mode: mode}, prompts)
+}
+
+// decodedLogits is prefillLogits with the integer weights of GPTQ, AWQ
+// and compressed-tensors checkpoints decoded at load, as backends other
+// than the CPU engine hold them (tpu.Capabilities.Int4Groups off): the
+// tests of the decoders compare those with the dequantised checkpoint's
+// exactly.
+func decodedLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int) [][]float32 {
+	t.Helper()
+	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
+	caps.Int4Groups = false
+	return prefillLogitsWith(t, dir, compile.Options{Mode: mode, Caps: &caps}, prompts)
+}
+
+// prefillLogitsWith is prefillLogits under opts.
+func prefillLogitsWith(t *testing.T, dir string, opts compile.Options, prompts [][]int) [][]float32 {
+	t.Helper()
 	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: mode})
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,8 @@ type Holding struct {
 	// checkpoints that Loaded.StoredInt4Groups takes are held as grouped
 	// int4 (half a byte a weight and an f32 scale, and a min, a group),
 	// never decoded nor quantised again: Quantize applies to the others.
+	// Their symmetric 8-bit weights (Loaded.StoredInt8Groups) are held as
+	// int8 with a scale a group, unless Quantize is int4.
 	Int4Groups bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
@@ -137,6 +139,13 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 		if h.Int4Groups {
 			if lay, ok := l.StoredInt4Groups(w.Name); ok {
 				n += Int4GroupsBytes(w, lay)
+				continue
+			}
+		}
+		if h.Int4Groups && (h.Quantize == "" || h.Quantize == "int8") {
+			if group, ok := l.StoredInt8Groups(w.Name); ok {
+				e := int64(elements(w.Shape))
+				n += e + 4*e/int64(group)
 				continue
 			}
 		}

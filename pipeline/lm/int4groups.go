@@ -150,3 +150,77 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 	}
 	return nil
 }
+
+// Symmetric 8-bit checkpoints (GPTQ with sym, compressed-tensors
+// pack-quantized 8-bit symmetric) are --quantize int8's own layout: int8
+// values q − 128 with a scale per group of input columns in input order,
+// every zero point 128, so that W = s · (q − 128). An executor may hold
+// them so (the CPU engine's int8 kernels, nn.DequantizeInt8).
+
+// int8Source is the intSource of weight name when the checkpoint stores
+// it as 8-bit codes in groups in input order, every zero point 128, and
+// not as a weight the embedding gathers rows of; the group size with it.
+func (l *Loaded) int8Source(name string) (*intSource, int, error) {
+	w, how := l.encoding(name)
+	var src *intSource
+	var err error
+	switch {
+	case how == "packed" && l.Model.Spec().Packed.Bits == 8:
+		src, err = l.packedSource(w)
+	case how == "compressed" && l.Model.Spec().Compressed.Format == "pack-quantized" && l.Model.Spec().Compressed.Bits == 8:
+		src, err = l.compressedInts(w)
+	default:
+		return nil, 0, nil
+	}
+	if err != nil || !src.sequence || src.groups == 0 || src.in%src.groups != 0 {
+		return nil, 0, err
+	}
+	for _, z := range src.zeros {
+		if z != 128 {
+			return nil, 0, nil
+		}
+	}
+	for _, e := range l.Model.EmbedWeights() {
+		if e.Name == name {
+			return nil, 0, nil
+		}
+	}
+	return src, src.in / src.groups, nil
+}
+
+// StoredInt8Groups reports whether an executor may hold weight name as
+// int8 with a scale per group of group input columns, as the checkpoint
+// stores it (int8Source).
+func (l *Loaded) StoredInt8Groups(name string) (group int, ok bool) {
+	src, group, err := l.int8Source(name)
+	return group, err == nil && src != nil
+}
+
+// Int8GroupsInto writes weight name (StoredInt8Groups) as int8 q [out,
+// in] (q − 128 of the stored values) and scales [out, in/group], then
+// releases the mapping's pages.
+func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
+	src, group, err := l.int8Source(name)
+	if err != nil {
+		return err
+	}
+	if src == nil {
+		return fmt.Errorf("tensor %q: the checkpoint does not store it as symmetric 8-bit integers in groups tputool holds", name)
+	}
+	defer src.release()
+	out, in := src.out, src.in
+	ng := in / group
+	if len(q) != out*in || len(scales) != out*ng {
+		return fmt.Errorf("tensor %q: [%d, %d] in groups of %d needs %d values and %d scales; destination holds %d and %d", name, out, in, group, out*in, out*ng, len(q), len(scales))
+	}
+	for o := range out {
+		row := q[o*in : (o+1)*in]
+		for i := range row {
+			row[i] = int8(int(src.value(o, i)) - 128)
+		}
+		for g := range ng {
+			scales[o*ng+g] = src.scales[g*out+o]
+		}
+	}
+	return nil
+}
