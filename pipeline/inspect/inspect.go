@@ -207,10 +207,14 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	if err != nil {
 		return nil, err
 	}
+	var quant *quantParts // a language model's quantization_config
+	if m.Kind != loader.Diffusers {
+		quant = quantPartsOf(m.Config)
+	}
 	for _, w := range weights {
 		for _, f := range w.Files {
 			h := headers[f]
-			r.Files = append(r.Files, File{Name: f, Size: h.size, Tensors: len(h.Tensors), Params: sumParams(h.Tensors), Remote: h.remote})
+			r.Files = append(r.Files, File{Name: f, Size: h.size, Tensors: len(h.Tensors), Params: sumParams(h.Tensors, quant), Remote: h.remote})
 			if h.remote {
 				r.Source = "remote"
 			}
@@ -236,8 +240,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	case loader.Diffusers:
 		r.ClassName = m.Index.ClassName
 		r.Components = components(m, weights, headers)
-		r.Params.summarize(tensors, nil)
-		r.Memory.Weights = weightBytes(tensors, nil, elem)
+		r.Params.summarize(tensors, nil, nil)
+		r.Memory.Weights = weightBytes(tensors, nil, elem, nil)
 	default:
 		cfg := m.Config
 		r.Architecture, r.ModelType = cfg.Architecture(), cfg.ModelType
@@ -267,8 +271,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 				}
 			}
 		}
-		r.Params.summarize(tensors, skip)
-		r.Skipped = skippedGroups(tensors, skip)
+		r.Params.summarize(tensors, skip, quant)
+		r.Skipped = skippedGroups(tensors, skip, quant)
 		if len(r.Skipped) > 0 {
 			var parts []string
 			for _, g := range r.Skipped {
@@ -277,12 +281,12 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			r.Notes = append(r.Notes, "text-only path: "+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
 		}
 		if text.MoE != nil {
-			r.Params.moe(tensors, skip, text.MoE)
+			r.Params.moe(tensors, skip, text.MoE, quant)
 			if r.Params.Experts == 0 {
 				r.Notes = append(r.Notes, "the config declares experts but no tensor name contains \".experts.\"; active parameters not computed")
 			}
 		}
-		r.Memory.Weights = weightBytes(tensors, skip, elem)
+		r.Memory.Weights = weightBytes(tensors, skip, elem, quant)
 		if opts.Quantize != "" {
 			if arch == nil {
 				return nil, &errs.OptionError{Owner: "Options", Option: "Quantize", Value: opts.Quantize, Kind: errs.ErrUnsupported,
@@ -369,10 +373,10 @@ func readHeaders(ctx context.Context, m *loader.Checkpoint, weights []loader.Wei
 	return out, firstErr
 }
 
-func sumParams(ts []safetensors.TensorInfo) int64 {
+func sumParams(ts []safetensors.TensorInfo, q *quantParts) int64 {
 	var n int64
 	for _, t := range ts {
-		n += paramsOf(t)
+		n += q.params(t)
 	}
 	return n
 }
@@ -380,10 +384,10 @@ func sumParams(ts []safetensors.TensorInfo) int64 {
 // summarize fills totals and the dtype breakdown; skip (nil: none) says
 // which tensors are outside the used path, one entry per tensor, "" for
 // used ones.
-func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string) {
-	p.ByDType = byDType(ts)
+func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string, q *quantParts) {
+	p.ByDType = byDType(ts, q)
 	for i, t := range ts {
-		n := paramsOf(t)
+		n := q.params(t)
 		p.Total += n
 		p.Bytes += t.NumBytes()
 		if skip == nil || skip[i] == "" {
@@ -396,11 +400,11 @@ func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string) {
 }
 
 // moe splits the used parameters into routed experts and the rest.
-func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE) {
+func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *quantParts) {
 	var experts int64
 	for i, t := range ts {
 		if (skip == nil || skip[i] == "") && isExpert(t.Name) {
-			experts += paramsOf(t)
+			experts += q.params(t)
 		}
 	}
 	if experts == 0 {
@@ -417,7 +421,7 @@ func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE) {
 		}
 		switch {
 		case strings.HasSuffix(t.Name, "embed_tokens.weight"):
-			embed += paramsOf(t)
+			embed += q.params(t)
 		case strings.HasSuffix(t.Name, "lm_head.weight"):
 			head = true
 		}
@@ -463,17 +467,17 @@ func paramsOf(t safetensors.TensorInfo) int64 {
 // ("shared_expert.", "shared_experts.") and routers are not.
 func isExpert(name string) bool { return strings.Contains(name, ".experts.") }
 
-func byDType(ts []safetensors.TensorInfo) []DTypeCount {
+func byDType(ts []safetensors.TensorInfo, q *quantParts) []DTypeCount {
 	m := map[string]*DTypeCount{}
 	for _, t := range ts {
-		d := string(t.DType)
+		d := q.dtype(t)
 		if mxfp4Part(t) != "" {
 			d = "MXFP4"
 		}
 		if m[d] == nil {
 			m[d] = &DTypeCount{DType: d}
 		}
-		m[d].Params += paramsOf(t)
+		m[d].Params += q.params(t)
 		m[d].Bytes += t.NumBytes()
 	}
 	out := make([]DTypeCount, 0, len(m))
@@ -515,22 +519,27 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 		case h.Quantized(w) || h.Int4(w):
 			n += h.HeldBytes(w, dtypes.Float32)
 		default:
-			n += weightBytes(ts[i:i+1], nil, elem)
+			n += weightBytes(ts[i:i+1], nil, elem, nil)
 		}
 	}
 	return n
 }
 
 // weightBytes is the memory of the used tensors with floating-point ones
-// converted to elem bytes (elem 0: as stored).
-func weightBytes(ts []safetensors.TensorInfo, skip []string, elem int) int64 {
+// converted to elem bytes (elem 0: as stored); packed integer weights (q)
+// then decode to elem bytes a value, and the tensors that serve them take
+// nothing.
+func weightBytes(ts []safetensors.TensorInfo, skip []string, elem int, q *quantParts) int64 {
 	var n int64
 	for i, t := range ts {
 		if skip != nil && skip[i] != "" {
 			continue
 		}
-		if elem > 0 && mxfp4Part(t) != "" {
-			n += paramsOf(t) * int64(elem) // decoded to the compute dtype at load
+		if elem > 0 && q.aux(t) {
+			continue
+		}
+		if elem > 0 && (mxfp4Part(t) != "" || q.packed(t)) {
+			n += q.params(t) * int64(elem) // decoded to the compute dtype at load
 		} else if elem > 0 && t.DType.IsFloat() {
 			n += t.NumElements() * int64(elem)
 		} else {
@@ -563,7 +572,7 @@ func skipKind(name string, multimodal bool) string {
 	return ""
 }
 
-func skippedGroups(ts []safetensors.TensorInfo, skip []string) []SkippedGroup {
+func skippedGroups(ts []safetensors.TensorInfo, skip []string, q *quantParts) []SkippedGroup {
 	m := map[string]*SkippedGroup{}
 	var kinds []string
 	for i, t := range ts {
@@ -576,7 +585,7 @@ func skippedGroups(ts []safetensors.TensorInfo, skip []string) []SkippedGroup {
 			kinds = append(kinds, k)
 		}
 		m[k].Tensors++
-		m[k].Params += paramsOf(t)
+		m[k].Params += q.params(t)
 	}
 	sort.Strings(kinds)
 	var out []SkippedGroup
@@ -600,11 +609,11 @@ func components(m *loader.Checkpoint, weights []loader.Weights, headers map[stri
 				ts = append(ts, headers[f].Tensors...)
 				comp.Files = append(comp.Files, path.Base(f))
 			}
-			comp.Params = sumParams(ts)
+			comp.Params = sumParams(ts, nil)
 			for _, t := range ts {
 				comp.Bytes += t.NumBytes()
 			}
-			comp.ByDType = byDType(ts)
+			comp.ByDType = byDType(ts, nil)
 		}
 		out = append(out, comp)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tputool/tputool/loader/hub/hubtest"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/inspect"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -363,5 +364,50 @@ func TestDiffusersComponents(t *testing.T) {
 	// bf16 memory: (296 + 40 + 108) x 2; no KV cache.
 	if r.Params.Total != 444 || r.Memory.Weights != 888 || r.Memory.KVCache != 0 || r.Text != nil {
 		t.Errorf("params %+v memory %+v", r.Params, r.Memory)
+	}
+}
+
+// A GPTQ copy of a checkpoint counts the same parameters as the original
+// (a packed word holds eight values; scales, zero points and indices hold
+// none) and, at a compute dtype, the weights take what the decoded ones
+// take; as stored, its files' bytes.
+func TestQuantizedCheckpointCounts(t *testing.T) {
+	src, _ := filepath.Abs("../../testdata/stories260K-hf")
+	gptq := t.TempDir()
+	if err := lmckpt.WriteInt4Copy(src, gptq, lmckpt.Int4Options{Format: "gptq", Group: 32}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(dir, dtype string) *inspect.Report {
+		t.Helper()
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	orig, q := run(src, "f32"), run(gptq, "f32")
+	if q.Params.Total != orig.Params.Total || q.Params.Used != orig.Params.Used {
+		t.Errorf("GPTQ copy: %d params (%d used), the original %d (%d)", q.Params.Total, q.Params.Used, orig.Params.Total, orig.Params.Used)
+	}
+	if q.Memory.Weights != orig.Memory.Weights {
+		t.Errorf("GPTQ copy at f32: weights %d bytes, the original %d", q.Memory.Weights, orig.Memory.Weights)
+	}
+	var int4 int64
+	for _, d := range q.Params.ByDType {
+		if d.DType == "INT4" {
+			int4 = d.Params
+		}
+	}
+	if int4 == 0 || int4%(64*64) != 0 {
+		t.Errorf("INT4 params %d, want whole 64x64 projections", int4)
+	}
+	// As stored (auto, the checkpoint's own dtypes): the packed
+	// projections take their stored bytes, less than the original's f32.
+	if stored, full := run(gptq, "auto").Memory.Weights, run(src, "auto").Memory.Weights; stored >= full {
+		t.Errorf("as stored: GPTQ copy %d bytes, the original %d", stored, full)
 	}
 }
