@@ -128,36 +128,36 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 func (l *Loaded) HeldBytes(h Holding) int64 {
 	var n int64
 	for _, w := range l.weights {
-		if h.MXFP4 && l.StoredMXFP4(w.Name) {
-			n += MXFP4Bytes(w)
-			continue
-		}
-		if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" {
-			n += int64(elements(w.Shape)) + 4*int64(lay.Scales[0]*lay.Scales[1])
-			continue
-		}
-		if h.Int4Groups {
-			if lay, ok := l.StoredInt4Groups(w.Name); ok {
-				n += Int4GroupsBytes(w, lay)
-				continue
-			}
-		}
-		if h.Int4Groups && (h.Quantize == "" || h.Quantize == "int8") {
-			if group, ok := l.StoredInt8Groups(w.Name); ok {
-				e := int64(elements(w.Shape))
-				n += e + 4*e/int64(group)
-				continue
-			}
-		}
-		if h.ExpertsApart && len(w.Parts) > 0 {
+		if h.ExpertsApart && len(w.Parts) > 0 && !(h.MXFP4 && l.StoredMXFP4(w.Name)) {
 			for _, p := range w.Parts {
-				n += h.HeldBytes(p, l.StoredDType(p.Name))
+				n += l.heldBytesOf(h, p)
 			}
 			continue
 		}
-		n += h.HeldBytes(w, l.StoredDType(w.Name))
+		n += l.heldBytesOf(h, w)
 	}
 	return n
+}
+
+// heldBytesOf is the memory weight w (or a part held apart) takes when
+// held as h says, as compile.Runner.loadWeight holds it.
+func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
+	if h.MXFP4 && l.StoredMXFP4(w.Name) {
+		return MXFP4Bytes(w)
+	}
+	if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" {
+		return int64(elements(w.Shape)) + 4*int64(lay.Scales[0]*lay.Scales[1])
+	}
+	if h.Int4Groups {
+		if lay, ok := l.StoredInt4Groups(w.Name); ok {
+			return Int4GroupsBytes(w, lay)
+		}
+		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
+			e := int64(elements(w.Shape))
+			return e + 4*e/int64(group)
+		}
+	}
+	return h.HeldBytes(w, l.StoredDType(w.Name))
 }
 
 // MXFP4Bytes is the memory an MXFP4 weight takes as stored: half a byte
