@@ -126,14 +126,10 @@ func checkWeightsFit(dev *tpu.Device, l *lm.Loaded, o compile.Options, hostMemor
 
 // holdingName says how weights are held: "float32", "float32 compute
 // (bf16/f16 matmul weights as stored)", "int8 with float32 compute".
-// Where the backend also multiplies FP8 and 4-bit checkpoint weights in
-// place, they are named too.
 func holdingName(h lm.Holding) string {
 	switch {
 	case h.Quantize != "":
 		return fmt.Sprintf("%s with %s compute", h.Quantize, dtypeName(h.Compute))
-	case h.Narrow && h.Compute == dtypes.Float32 && (h.FP8 || h.Int4Groups):
-		return "float32 compute (bf16/f16, FP8 and 4-bit checkpoint matmul weights as stored)"
 	case h.Narrow && h.Compute == dtypes.Float32:
 		return "float32 compute (bf16/f16 matmul weights as stored)"
 	}
@@ -168,10 +164,20 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
 		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies %s directly", o.Quantize, dev.BackendName, o.Quantize)
 	}
-	var mx int
+	var mx, fp8, i4, i8 int
 	for _, w := range l.Weights() {
-		if l.StoredMXFP4(w.Name) {
+		_, isFP8 := l.StoredFP8(w.Name)
+		_, isI4 := l.StoredInt4Groups(w.Name)
+		_, isI8 := l.StoredInt8Groups(w.Name)
+		switch {
+		case l.StoredMXFP4(w.Name):
 			mx++
+		case isFP8:
+			fp8++
+		case isI4:
+			i4++
+		case isI8:
+			i8++
 		}
 	}
 	switch {
@@ -180,5 +186,28 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 		rep.Debugf("weights: %d MXFP4 tensors held as stored (4.25 bits a weight), multiplied in place", mx)
 	default:
 		rep.Infof("%d MXFP4 weight tensors are decoded to %s at load: the %s backend does not multiply MXFP4 (tputool's cpu backend on one device does)", mx, dtypeName(h.Compute), dev.BackendName)
+	}
+	// The checkpoint's FP8, 4-bit and 8-bit integer weights: held as
+	// stored where the backend multiplies them (compile.HoldingOf), else
+	// decoded at load.
+	for _, c := range []struct {
+		n     int
+		what  string
+		held  bool
+		width string
+	}{
+		{fp8, "FP8", h.FP8 && h.Quantize == "", "a byte a weight"},
+		{i4, "4-bit", h.Int4Groups, "half a byte a weight and a scale a group"},
+		{i8, "8-bit", h.Int4Groups && h.Quantize != "int4", "a byte a weight and a scale a group"},
+	} {
+		switch {
+		case c.n == 0:
+		case c.held:
+			rep.Debugf("weights: %d %s matrices of the checkpoint held as stored (%s), multiplied in place", c.n, c.what, c.width)
+		case o.Quantize != "":
+			rep.Debugf("weights: %d %s matrices of the checkpoint decoded at load and quantised to %s", c.n, c.what, o.Quantize)
+		default:
+			rep.Infof("%d %s weight matrices of the checkpoint are decoded to %s at load (tputool's cpu backend holds them as stored, in float32 compute on one device)", c.n, c.what, dtypeName(h.Compute))
+		}
 	}
 }

@@ -145,5 +145,5 @@ func TestActivationsInt8On4Bit(t *testing.T) {
 	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--activations", "int8")
 	require.Equal(t, ExitOK, code, e.errOut.String())
 	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
-	assert.Contains(t, e.errOut.String(), "4-bit checkpoint matmul weights as stored")
+	assert.Contains(t, e.errOut.String(), "4-bit matrices of the checkpoint held as stored")
 }
