@@ -51,10 +51,19 @@ func emitDequantized(nf *safetensors.NonFiniteTensor, out, in int, value func(o,
 	}
 }
 
-// encoding is how the checkpoint stores weight name when it stores it
-// encoded: "mxfp4", "transposed", or "" (plain, or not a model weight).
+// encoding is how the checkpoint stores weight name (a model weight or a
+// part of one) when it stores it encoded: "mxfp4", "fp8", "packed",
+// "compressed", "transposed", or "" (plain, or not a model weight).
 func (l *Loaded) encoding(name string) (WeightSpec, string) {
 	w, ok := l.spec(name)
+	if !ok {
+		// A part of an assembled stack (an expert a checkpoint stores on
+		// its own) may be encoded as a weight of its own is.
+		l.index()
+		if _, part := l.partOf[name]; part {
+			w, ok = l.partSpec(name), true
+		}
+	}
 	if !ok || len(w.Shape) < 2 {
 		return w, ""
 	}

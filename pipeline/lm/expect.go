@@ -21,22 +21,22 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	s := safetensors.NewStrict(src)
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()
-	for _, w := range Weights(m) {
-		var enc []packedTensor
-		switch {
-		case w.packed(spec, has):
-			enc = w.packedSources(spec.Packed, has)
-		case w.compressed(spec, has):
-			enc = w.compressedSources(spec.Compressed, has)
+	expectEncoded := func(enc []packedTensor) {
+		for _, p := range enc {
+			s.Expect(p.name, p.shape...)
+			s.RequireDType(p.name, p.dtypes...)
 		}
-		if enc != nil {
-			for _, p := range enc {
-				s.Expect(p.name, p.shape...)
-				s.RequireDType(p.name, p.dtypes...)
-			}
+	}
+	for _, w := range Weights(m) {
+		if enc := w.encodedSources(spec, has); enc != nil {
+			expectEncoded(enc)
 			continue
 		}
 		for _, p := range w.Sources(has) {
+			if enc := p.encodedSources(spec, has); p.Name != w.Name && enc != nil {
+				expectEncoded(enc) // an encoded part (an expert stored on its own, quantized)
+				continue
+			}
 			s.Expect(p.Name, p.Shape...)
 			if p.Name != w.Name && w.mxfp4(has) {
 				s.RequireDType(p.Name, safetensors.U8)
@@ -65,3 +65,15 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 
 // tiedHead is the head a checkpoint with tied embeddings may still hold.
 const tiedHead = "lm_head.weight"
+
+// encodedSources are the tensors of w when the checkpoint stores it
+// packed (GPTQ, AWQ) or compressed (compressed-tensors), nil otherwise.
+func (w WeightSpec) encodedSources(spec *Spec, has func(string) bool) []packedTensor {
+	switch {
+	case w.packed(spec, has):
+		return w.packedSources(spec.Packed, has)
+	case w.compressed(spec, has):
+		return w.compressedSources(spec.Compressed, has)
+	}
+	return nil
+}

@@ -242,14 +242,7 @@ func (l *Loaded) Weights() []WeightSpec { return l.weights }
 func (l *Loaded) WeightBytes() int64 {
 	var n int64
 	for _, w := range l.weights {
-		var enc []packedTensor
-		switch spec := l.Model.Spec(); {
-		case w.packed(spec, l.ckpt.Has):
-			enc = w.packedSources(spec.Packed, l.ckpt.Has)
-		case w.compressed(spec, l.ckpt.Has):
-			enc = w.compressedSources(spec.Compressed, l.ckpt.Has)
-		}
-		if enc != nil {
+		if enc := w.encodedSources(l.Model.Spec(), l.ckpt.Has); enc != nil {
 			for _, p := range enc {
 				if info, ok := l.ckpt.Info(p.name); ok {
 					n += info.NumBytes()
@@ -258,6 +251,16 @@ func (l *Loaded) WeightBytes() int64 {
 			continue
 		}
 		for _, p := range w.Sources(l.ckpt.Has) {
+			if p.Name != w.Name {
+				if enc := p.encodedSources(l.Model.Spec(), l.ckpt.Has); enc != nil { // an encoded part
+					for _, e := range enc {
+						if info, ok := l.ckpt.Info(e.name); ok {
+							n += info.NumBytes()
+						}
+					}
+					continue
+				}
+			}
 			if info, ok := l.ckpt.Info(p.Name); ok {
 				n += info.NumBytes()
 			}
@@ -281,7 +284,13 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 	case "compressed":
 		return dtypes.BFloat16 // llm-compressor's releases keep bf16 scales
 	}
-	v, _ := l.viewOf(l.sources(name)[0].Name)
+	src := l.sources(name)[0].Name
+	if src != name {
+		if _, how := l.encoding(src); how != "" { // a stack of encoded parts
+			return l.StoredDType(src)
+		}
+	}
+	v, _ := l.viewOf(src)
 	switch v.info.DType {
 	case safetensors.BF16:
 		return dtypes.BFloat16
@@ -370,11 +379,14 @@ func (l *Loaded) DecodeInto(name string, flat any) error {
 func (l *Loaded) decodeParts(name string, parts []WeightSpec, flat any) error {
 	at := 0
 	for _, p := range parts {
-		v, err := l.viewOf(p.Name)
-		if err != nil {
-			return fmt.Errorf("%w (a part of %s)", err, name)
+		n := elements(p.Shape) // an encoded part (GPTQ, AWQ, FP8...) has no plain tensor
+		if _, how := l.encoding(p.Name); how == "" {
+			v, err := l.viewOf(p.Name)
+			if err != nil {
+				return fmt.Errorf("%w (a part of %s)", err, name)
+			}
+			n = int(v.n)
 		}
-		n := int(v.n)
 		var piece any
 		switch out := flat.(type) {
 		case []float32:
