@@ -12,9 +12,11 @@ import (
 // Scales [N, k/Group], as GemmInt8NT takes them), MXFP4 (with
 // MXScales, as GemmMXFP4NT takes them: rows of k/2 bytes, LDB unused) or
 // Int4 (with Int4Codes and the 256-entry Int4Table, as GemmInt4NT takes
-// them; LDB unused). Int4Q8 (Int8Q8) quantises A to int8 per block of 32
-// first and multiplies as GemmInt4Q8NT (GemmInt8Q8NT) does: in integers
-// with AVX512-VNNI where that kernel would.
+// them, or, grouped int4, with Int4Scales [N, k/Int4Group] and Int4Mins
+// [k/Int4Group, N] or nil, as GemmInt4GroupsNT takes them; LDB unused).
+// Int4Q8 (Int8Q8) quantises A to int8 per block of 32 first and
+// multiplies as GemmInt4Q8NT (GemmInt8Q8NT) does: in integers with
+// AVX512-VNNI where that kernel would.
 type Gemv struct {
 	A []float32
 	C []float32 // [N], overwritten
@@ -30,7 +32,10 @@ type Gemv struct {
 	Int4      []byte
 	Int4Codes []byte
 	Int4Table []float32
-	Int4Q8    bool
+	// Grouped int4 (Int4Scales set): the codes are the shape's own.
+	Int4Scales, Int4Mins []float32
+	Int4Group            int
+	Int4Q8               bool
 	Int8Q8    bool
 	LDB       int
 }
@@ -84,8 +89,11 @@ func GemvMulti(k int, ps []Gemv) {
 	for i, p := range ps {
 		q := &prep[i]
 		q.a = p.A[:k]
-		if p.Int4 != nil {
-			q.code = int4Code(p.Int4Table)
+		switch {
+		case p.Int4 != nil && p.Int4Scales != nil:
+			q.code, q.codes = int4GroupsCode(p.Int4Scales, k/p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
+		case p.Int4 != nil:
+			q.code, q.codes = int4Code(p.Int4Table), p.Int4Codes
 		}
 		switch {
 		case p.Int4 != nil && p.Int4Q8 && vnni:
@@ -99,6 +107,16 @@ func GemvMulti(k int, ps []Gemv) {
 			// quantised and dequantised, for the f32 kernels.
 			q.a = slices.Clone(q.a)
 			FakeQuantizeQ8(q.a)
+		}
+		if p.Int4Mins != nil {
+			// The mins multiply the row's group sums (of the quantised
+			// row under Int4Q8, as GemmInt4GroupsQ8NT's).
+			a := q.a
+			if p.Int4Q8 && q.q4 != nil {
+				a = slices.Clone(a)
+				FakeQuantizeQ8(a)
+			}
+			q.sums = groupSums(a, p.Int4Group)
 		}
 	}
 	Parallel(chunks, 1, func(lo, hi int) {
@@ -121,15 +139,18 @@ func GemvMulti(k int, ps []Gemv) {
 			case p.MXFP4 != nil:
 				gemvRowsMXFP4(q.a, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
 			case p.Int4 != nil && q.q4 != nil:
-				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], p.Int4Codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
+				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], q.codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
 			case p.Int4 != nil:
-				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], p.Int4Codes[j0*k/Int4Block:], p.C[j0:j1])
+				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], q.codes[j0*k/Int4Block:], p.C[j0:j1])
 			case q.q8 != nil:
 				ng := k / p.Group
 				dotInt8Q8(q.q8, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])
 			default:
 				ng := k / p.Group
 				gemvRowsI8(q.a, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.Group, p.C[j0:j1])
+			}
+			for g, sg := range q.sums { // a grouped int4 product's mins
+				axpy(sg, p.Int4Mins[g*p.N+j0:g*p.N+j1], p.C[j0:j1])
 			}
 		}
 	})
@@ -141,10 +162,25 @@ func GemvMulti(k int, ps []Gemv) {
 // scale table), and its row quantised for the VNNI kernels (q4 for int4,
 // q8 for int8 weights).
 type gemvPrep struct {
-	a    []float32
-	code *nibbleCode
-	q4   *q8Row
-	q8   *q8Lanes
+	a     []float32
+	code  *nibbleCode
+	codes []byte    // the int4 product's block codes
+	sums  []float32 // a grouped int4 product's group sums of a, for its mins
+	q4    *q8Row
+	q8    *q8Lanes
+}
+
+// groupSums is the sums of a's groups of group values.
+func groupSums(a []float32, group int) []float32 {
+	s := make([]float32, len(a)/group)
+	for g := range s {
+		var t float32
+		for _, v := range a[g*group : (g+1)*group] {
+			t += v
+		}
+		s[g] = t
+	}
+	return s
 }
 
 // checkGemv checks product i of GemvMulti. The checks name it by a
@@ -176,6 +212,9 @@ func checkGemv(i, k int, p *Gemv) {
 		}
 	case p.MXFP4 != nil:
 		checkMXFP4("GemvMulti product", p.N, k, len(p.MXFP4), len(p.MXScales))
+		return
+	case p.Int4 != nil && p.Int4Scales != nil:
+		checkInt4Groups("GemvMulti product", p.N, k, p.Int4, p.Int4Scales, p.Int4Mins, p.Int4Group)
 		return
 	case p.Int4 != nil:
 		checkNibbles("GemvMulti product", p.N, k, len(p.Int4), len(p.Int4Codes))
