@@ -68,47 +68,101 @@ func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
 
 // DequantizeInt4Groups is a grouped int4 weight (GPTQ, AWQ and
 // compressed-tensors 4-bit held at their stored width:
-// tpu/cpu/kernels/int4groups.go states the format) as a [out, in] tensor
-// of dtype: packed U8 [out, in/32, 16] as DequantizeInt4's, scales F32
-// [out, in/G], one per group of G input columns, and mins F32 [in/G, out]
-// (by group, as checkpoints store zero points) or nil:
+// tpu/cpu/kernels/int4groups.go states the format), a matrix or a stack of
+// them (routed experts), as a [..., out, in] tensor of dtype: packed U8
+// [..., out, in/32, 16] as DequantizeInt4's, scales F32 [..., out, in/G],
+// one per group of G input columns, and mins F32 [..., in/G, out] (by
+// group, as checkpoints store zero points) or nil:
 //
-//	W[o, i] = (nibble − 8) · scales[o, i/G] + mins[i/G, o]
+//	W[..., o, i] = (nibble − 8) · scales[..., o, i/G] + mins[..., i/G, o]
 //
 // The form is fixed,
 //
-//	Reshape(Add(Mul(Reshape(Gather(pairs, Reshape(ConvertDType(packed, i32), n, 1)), out, in/G, G),
-//	                BroadcastInDim(Reshape(scales, out, in/G, 1))),
-//	            BroadcastInDim(Reshape(Transpose(mins), out, in/G, 1))), out, in)
+//	Reshape(Add(Mul(Reshape(Gather(pairs, Reshape(ConvertDType(packed, i32), n, 1)), ..., out, in/G, G),
+//	                BroadcastInDim(Reshape(scales, ..., out, in/G, 1))),
+//	            BroadcastInDim(Reshape(Transpose(mins), ..., out, in/G, 1))), ..., out, in)
 //
 // (no Add without mins), so that a backend can recognise it under a
 // DotGeneral and multiply the 4-bit weight directly (tputool's cpu
-// backend does: tpu/cpu/quant.go); elsewhere it is computed as written.
+// backend does: tpu/cpu/quant.go, and tpu/cpu/grouped.go for the chosen
+// experts nn.PairDot gathers); elsewhere it is computed as written.
 func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node {
 	bd := packed.Shape().Dimensions
 	sd := scales.Shape().Dimensions
-	if len(bd) != 3 || bd[2] != 16 || packed.DType() != dtypes.Uint8 || scales.DType() != dtypes.Float32 ||
-		len(sd) != 2 || sd[0] != bd[0] || sd[1] <= 0 || (32*bd[1])%sd[1] != 0 || (32*bd[1]/sd[1])%32 != 0 ||
-		mins != nil && (mins.DType() != dtypes.Float32 || !slices.Equal(mins.Shape().Dimensions, []int{sd[1], sd[0]})) {
+	r := len(bd)
+	ok := r >= 3 && bd[r-1] == 16 && packed.DType() == dtypes.Uint8 && scales.DType() == dtypes.Float32 &&
+		len(sd) == r-1 && slices.Equal(sd[:r-2], bd[:r-2]) && sd[r-3] == bd[r-3] && sd[r-2] > 0 && (32*bd[r-2])%sd[r-2] == 0 && (32*bd[r-2]/sd[r-2])%32 == 0
+	if ok && mins != nil {
+		want := append(slices.Clone(sd[:r-3]), sd[r-2], sd[r-3])
+		ok = mins.DType() == dtypes.Float32 && slices.Equal(mins.Shape().Dimensions, want)
+	}
+	if !ok {
 		ms := "none"
 		if mins != nil {
 			ms = mins.Shape().String()
 		}
-		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [out, blocks, 16], float32 scales [out, groups] with whole blocks a group, and float32 mins [groups, out] or none, got %s, %s and %s",
+		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [..., out, blocks, 16], float32 scales [..., out, groups] with whole blocks a group, and float32 mins [..., groups, out] or none, got %s, %s and %s",
 			packed.Shape(), scales.Shape(), ms))
 	}
-	out, in, ng := bd[0], 32*bd[1], sd[1]
+	lead := slices.Clone(bd[:r-3])
+	out, in, ng := bd[r-3], 32*bd[r-2], sd[r-2]
+	dims := func(d ...int) []int { return append(slices.Clone(lead), d...) }
 	g := packed.Graph()
-	vals := Reshape(lookupBytes(Const(g, int4Pairs), packed), out, ng, in/ng)
-	w := Mul(vals, BroadcastToDims(Reshape(scales, out, ng, 1), out, ng, in/ng))
+	vals := Reshape(lookupBytes(Const(g, int4Pairs), packed), dims(out, ng, in/ng)...)
+	w := Mul(vals, BroadcastToDims(Reshape(scales, dims(out, ng, 1)...), dims(out, ng, in/ng)...))
 	if mins != nil {
-		w = Add(w, BroadcastToDims(Reshape(TransposeAllDims(mins, 1, 0), out, ng, 1), out, ng, in/ng))
+		perm := make([]int, r-1)
+		for i := range perm {
+			perm[i] = i
+		}
+		perm[r-3], perm[r-2] = r-2, r-3
+		w = Add(w, BroadcastToDims(Reshape(TransposeAllDims(mins, perm...), dims(out, ng, 1)...), dims(out, ng, in/ng)...))
 	}
-	w = Reshape(w, out, in)
+	w = Reshape(w, dims(out, in)...)
 	if dtype != dtypes.Float32 {
 		w = ConvertDType(w, dtype)
 	}
 	return w
+}
+
+// dequantizeInt4GroupsParts returns packed, scales and mins (nil for
+// none) when w is DequantizeInt4Groups' f32 form.
+func dequantizeInt4GroupsParts(w *Node) (packed, scales, mins *Node, ok bool) {
+	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
+		return nil, nil, nil, false
+	}
+	x := w.Inputs()[0]
+	// groupInput is s under BroadcastInDim(Reshape(s)).
+	groupInput := func(b *Node) *Node {
+		if b.Type() != NodeTypeBroadcastInDim || b.Inputs()[0].Type() != NodeTypeReshape {
+			return nil
+		}
+		return b.Inputs()[0].Inputs()[0]
+	}
+	if x.Type() == NodeTypeAdd {
+		t := groupInput(x.Inputs()[1])
+		if t == nil || t.Type() != NodeTypeTranspose {
+			return nil, nil, nil, false
+		}
+		mins, x = t.Inputs()[0], x.Inputs()[0]
+	}
+	if x.Type() != NodeTypeMul {
+		return nil, nil, nil, false
+	}
+	v, b := x.Inputs()[0], x.Inputs()[1]
+	if v.Type() != NodeTypeReshape {
+		return nil, nil, nil, false
+	}
+	pt, px := lookupSource(v.Inputs()[0])
+	scales = groupInput(b)
+	if pt == nil || pt.Type() != NodeTypeConstant || scales == nil || scales.DType() != dtypes.Float32 ||
+		scales.Rank() != px.Rank()-1 || px.DType() != dtypes.Uint8 {
+		return nil, nil, nil, false
+	}
+	if t, _ := lookupSource(scales); t != nil { // scales looked up by codes: int4's or MXFP4's form
+		return nil, nil, nil, false
+	}
+	return px, scales, mins, true
 }
 
 // GatherColumns is w [out, in] with its columns picked by idx (int32

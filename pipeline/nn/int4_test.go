@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"math"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -142,6 +143,64 @@ func TestGatherColumns(t *testing.T) {
 	for i, v := range want {
 		if res[0][i] != v {
 			t.Fatalf("GatherColumns = %v, want %v", res[0], want)
+		}
+	}
+}
+
+// PairDot over a grouped int4 stack (with mins) gathers the chosen
+// experts' values, scales and mins, and equals PairDot over the decoded
+// f32 stack; the parts are found again, and int4's and MXFP4's forms are
+// not taken for it.
+func TestPairDotInt4Groups(t *testing.T) {
+	const e, out, blocks, ng = 3, 4, 4, 2 // in 128, groups of 64
+	in := 32 * blocks
+	packed := make([]uint8, e*out*blocks*16)
+	for i := range packed {
+		packed[i] = uint8(i*53 + 7)
+	}
+	scales := make([]float32, e*out*ng)
+	mins := make([]float32, e*ng*out) // [e, ng, out]
+	for i := range scales {
+		scales[i] = 0.01 * float32(i%7+1)
+	}
+	for i := range mins {
+		mins[i] = 0.02 * float32(i%5-2)
+	}
+	dense := make([]float32, e*out*in)
+	for x := 0; x < e; x++ {
+		for o := 0; o < out; o++ {
+			for i := 0; i < in; i++ {
+				f := (x*out+o)*in + i
+				nib := int(packed[f/2] & 15)
+				if i%2 == 1 {
+					nib = int(packed[f/2] >> 4)
+				}
+				g := i / (in / ng)
+				dense[f] = float32(nib-8)*scales[(x*out+o)*ng+g] + mins[(x*ng+g)*out+o]
+			}
+		}
+	}
+	v := values(3*in, 0.1)
+	ids := []int32{2, 0, 2}
+	var found, wrong bool
+	res := execGraph(t, func(x []*Node) []*Node {
+		w := DequantizeInt4Groups(x[1], x[2], x[3], dtypes.Float32)
+		p, s, m, ok := dequantizeInt4GroupsParts(w)
+		found = ok && p == x[1] && s == x[2] && m == x[3]
+		_, _, _, i4 := dequantizeInt4Parts(w)
+		_, _, mx := dequantizeMXFP4Parts(w)
+		wrong = i4 || mx
+		return []*Node{PairDot(x[0], w, x[5]), PairDot(x[0], x[4], x[5])}
+	}, tensors.FromFlatDataAndDimensions(v, 3, in),
+		tensors.FromFlatDataAndDimensions(packed, e, out, blocks, 16), tensors.FromFlatDataAndDimensions(scales, e, out, ng),
+		tensors.FromFlatDataAndDimensions(mins, e, ng, out), tensors.FromFlatDataAndDimensions(dense, e, out, in),
+		tensors.FromFlatDataAndDimensions(ids, 3, 1))
+	if !found || wrong {
+		t.Errorf("parts found: %v; taken for int4 or MXFP4: %v", found, wrong)
+	}
+	for i := range res[1] {
+		if d := math.Abs(float64(res[0][i] - res[1][i])); d > 1e-5*(1+math.Abs(float64(res[1][i]))) {
+			t.Fatalf("output %d: %v, want %v", i, res[0][i], res[1][i])
 		}
 	}
 }

@@ -290,6 +290,12 @@ func PairDot(v, w, ids *Node) *Node {
 		gw = DequantizeInt4(Gather(packed, ids), Gather(codes, ids), table, dtypes.Float32) // int4: the chosen packed values and codes, the stack's table
 	} else if blocks, scales, ok := dequantizeMXFP4Parts(w); ok {
 		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
+	} else if packed, scales, mins, ok := dequantizeInt4GroupsParts(w); ok {
+		var gm *Node
+		if mins != nil {
+			gm = Gather(mins, ids)
+		}
+		gw = DequantizeInt4Groups(Gather(packed, ids), Gather(scales, ids), gm, dtypes.Float32) // grouped int4: the chosen values, scales and mins
 	} else {
 		gw = Gather(w, ids)
 	}
