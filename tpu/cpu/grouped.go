@@ -43,6 +43,11 @@ type groupedAux struct {
 	// the dense int4 products are under SetActivations "int8" (VNNI), in
 	// the GEMVs as in the GEMMs.
 	int4, int4Q8 bool
+	// int4Group: w is grouped int4 (quant.go's int4GroupsWeight layout, a
+	// stack): packed [E, N, K/32, 16], scales [E, N, K/int4Group] and,
+	// with int4Mins, mins [E, K/int4Group, N]; int4Q8 as for int4.
+	int4Group int
+	int4Mins  bool
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
 	bf16Act bool
@@ -136,6 +141,17 @@ func rewriteGrouped(n *node, act actKind) {
 		n.fn = execGrouped
 		return
 	}
+	if packed, scales, mins, ids, group, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
+		d := packed.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, packed, ids, scales}
+		if mins != nil {
+			n.inputs = append(n.inputs, mins)
+		}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8}
+		n.fn = execGrouped
+		return
+	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
 		n.op = opTypeGrouped
@@ -219,6 +235,9 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		p := order[start[e]]
 		g := kernels.Gemv{A: lhs[p*K : (p+1)*K], C: o[p*N : (p+1)*N], N: N, LDB: K}
 		switch {
+		case a.int4Group > 0:
+			g.Int4, g.Int4Scales, g.Int4Group = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group
+			g.Int4Mins, g.Int4Q8 = groupMins(a, in, e), a.int4Q8
 		case a.mxfp4:
 			g.MXFP4, g.MXScales = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32]
 		case a.int4:
@@ -253,6 +272,10 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
 		}
 		switch {
+		case a.int4Group > 0 && a.int4Q8:
+			kernels.GemmInt4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
+		case a.int4Group > 0:
+			kernels.GemmInt4GroupsNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
 		case a.mxfp4:
 			kernels.GemmMXFP4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
 		case a.int4 && a.int4Q8:
@@ -277,4 +300,19 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 	}
 	return out, nil
+}
+
+// groupScales and groupMins are expert e's scales [N, K/G] and mins
+// [K/G, N] (nil for none) of a grouped int4 stack.
+func groupScales(a *groupedAux, in []*slot, e int) []float32 {
+	ng := a.k / a.int4Group
+	return in[3].data.([]float32)[e*a.n*ng : (e+1)*a.n*ng]
+}
+
+func groupMins(a *groupedAux, in []*slot, e int) []float32 {
+	if !a.int4Mins {
+		return nil
+	}
+	ng := a.k / a.int4Group
+	return in[4].data.([]float32)[e*ng*a.n : (e+1)*ng*a.n]
 }

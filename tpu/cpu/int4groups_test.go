@@ -161,3 +161,105 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupedExpertDotInt4Groups builds nn.PairDot's grouped int4 form
+// (the gathered packed values decoded through the pairs table, times the
+// gathered scales, plus the gathered mins transposed): the cpu backend
+// rewrites it into the grouped node reading the experts in place and
+// agrees with the go backend, alone on an expert or not (GEMVs, GEMMs),
+// with and without mins and int8 activations (the go backend's product
+// of the rows quantised and dequantised per block of 32).
+func TestGroupedExpertDotInt4Groups(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	q8, err := New("act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name       string
+		e, n, blks int
+		grp        int
+		ids        []int32
+		mins       bool
+	}{
+		{"spread, mins", 5, 24, 4, 64, []int32{3, 0, 3, 4, 1, 3, 0}, true},
+		{"one pair each", 4, 9, 2, 32, []int32{2, 0, 1}, false},
+		{"all on one, mins", 4, 16, 4, 128, []int32{1, 1, 1, 1}, true},
+	} {
+		p, k := len(c.ids), c.blks*32
+		ng := k / c.grp
+		shs := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.Uint8, c.e, c.n, c.blks, 16), sh(dtypes.Float32, c.e, c.n, ng),
+			sh(dtypes.Int32, p, 1), sh(dtypes.Float32, c.e, ng, c.n)}
+		r := rand.New(rand.NewPCG(61, uint64(p)))
+		packed := make([]uint8, c.e*c.n*k/2)
+		for i := range packed {
+			packed[i] = uint8(r.IntN(256))
+		}
+		scales, mins := make([]float32, c.e*c.n*ng), make([]float32, c.e*ng*c.n)
+		for i := range scales {
+			scales[i] = float32(0.001 + r.Float64()/50)
+			mins[i] = float32(r.Float64()/20 - 0.025)
+		}
+		data := []any{randFlat(r, shs[0], false), packed, scales, c.ids, mins}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			gb, err := b.Gather(ps[1], ps[3], 1, []int{1, 2, 3}, []int{0}, []int{0}, []int{1, c.n, c.blks, 16}, false)
+			if err != nil {
+				return nil, err
+			}
+			gs, err := b.Gather(ps[2], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.n, ng}, false)
+			if err != nil {
+				return nil, err
+			}
+			pt, err := b.Constant(int4PairTable[:], 256, 2)
+			if err != nil {
+				return nil, err
+			}
+			vals, err := gatherByBytes(b, pt, gb, 2, p*c.n*c.blks*16)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, p, c.n, ng, c.grp)
+			group := func(s backends.Op) backends.Op {
+				s, _ = b.Reshape(s, p, c.n, ng, 1)
+				s, _ = b.BroadcastInDim(s, sh(dtypes.Float32, p, c.n, ng, c.grp), []int{0, 1, 2, 3})
+				return s
+			}
+			w, _ := b.Mul(vals, group(gs))
+			if c.mins {
+				gm, err := b.Gather(ps[4], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, ng, c.n}, false)
+				if err != nil {
+					return nil, err
+				}
+				mt, _ := b.Transpose(gm, 0, 2, 1)
+				w, _ = b.Add(w, group(mt))
+			}
+			w, _ = b.Reshape(w, p, c.n, k)
+			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		n := dot.(*node)
+		if n.op != opTypeGrouped || n.aux.(*groupedAux).int4Group != c.grp || n.aux.(*groupedAux).int4Mins != c.mins {
+			t.Errorf("%s: not rewritten into the grouped int4 node (op %v)", c.name, n.op)
+			continue
+		}
+		xq := append([]float32(nil), data[0].([]float32)...)
+		kernels.FakeQuantizeQ8(xq)
+		if want, _, err = run(ref, shs, []any{xq, packed, scales, c.ids, mins}, build); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, err = run(q8, shs, data, build); err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
+	}
+}
