@@ -228,6 +228,9 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
 			return r.holdInt8Groups(l, w, group)
 		}
+		if lay, ok := l.StoredInt4GroupStack(w.Name); ok {
+			return r.holdInt4GroupStack(l, w, lay)
+		}
 	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
@@ -321,6 +324,31 @@ func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4Groups
 			inv = flat[len(flat)-1].([]int32)
 		}
 		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m, inv)
+	})
+}
+
+// holdInt4GroupStack holds an expert stack [E, out, in] whose parts a
+// GPTQ, AWQ or compressed-tensors checkpoint stores as 4-bit integers
+// (lm.Loaded.StoredInt4GroupStack) as grouped int4: packed values u8 [E,
+// out, in/32, 16] under its name, scales f32 [E, out, in/group] and, with
+// mins, f32 [E, in/group, out]; nn.PairDot gathers the chosen experts'
+// (nn.DequantizeInt4Groups), which the backend's grouped expert node
+// multiplies in place.
+func (r *Runner) holdInt4GroupStack(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4GroupsLayout) error {
+	e, out, in := w.Shape[0], w.Shape[1], w.Shape[2]
+	parts := []sharedPart{
+		{"", shapes.Make(dtypes.Uint8, e, out, in/32, 16)},
+		{int4GScales, shapes.Make(dtypes.Float32, e, out, in/lay.Group)},
+	}
+	if lay.Mins {
+		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, e, in/lay.Group, out)})
+	}
+	return r.sharedParts(w.Name, parts, func(flat []any) error {
+		var m []float32
+		if lay.Mins {
+			m = flat[2].([]float32)
+		}
+		return l.Int4GroupStackInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m)
 	})
 }
 

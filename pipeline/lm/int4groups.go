@@ -224,3 +224,74 @@ func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
 	}
 	return nil
 }
+
+// StoredInt4GroupStack reports whether an executor may hold the expert
+// stack name (a weight [E, out, in] a checkpoint stores as one part per
+// expert projection, WeightSpec.Parts) as grouped int4: every part held
+// so (StoredInt4Groups) in groups of one size and in input order; the
+// stack has mins where a part has them.
+func (l *Loaded) StoredInt4GroupStack(name string) (Int4GroupsLayout, bool) {
+	w, ok := l.spec(name)
+	if !ok || len(w.Shape) != 3 || len(w.Parts) == 0 {
+		return Int4GroupsLayout{}, false
+	}
+	var lay Int4GroupsLayout
+	for i, p := range w.Parts {
+		pl, ok := l.StoredInt4Groups(p.Name)
+		if !ok || pl.Permuted || i > 0 && pl.Group != lay.Group {
+			return Int4GroupsLayout{}, false
+		}
+		lay.Group = pl.Group
+		lay.Mins = lay.Mins || pl.Mins
+	}
+	return lay, true
+}
+
+// Int4GroupStackInto writes the expert stack name (StoredInt4GroupStack)
+// as grouped int4: its parts' packed values and scales one after the
+// other (packed [E, out, in/2], scales [E, out, in/group]) and, when the
+// stack has mins, mins [E, in/group, out] (zero for a part without).
+func (l *Loaded) Int4GroupStackInto(name string, packed []byte, scales, mins []float32) error {
+	w, _ := l.spec(name)
+	lay, ok := l.StoredInt4GroupStack(name)
+	if !ok {
+		return fmt.Errorf("tensor %q: its parts are not all 4-bit integers in groups tputool holds", name)
+	}
+	e, out, in := w.Shape[0], w.Shape[1], w.Shape[2]
+	ng := in / lay.Group
+	if len(packed) != e*out*in/2 || len(scales) != e*out*ng || (mins != nil) != lay.Mins || mins != nil && len(mins) != e*ng*out {
+		return fmt.Errorf("tensor %q: [%d, %d, %d] in groups of %d needs %d bytes, %d scales and mins: %v; destination holds %d, %d and %d",
+			name, e, out, in, lay.Group, e*out*in/2, e*out*ng, lay.Mins, len(packed), len(scales), len(mins))
+	}
+	row := 0 // the stack's row the part starts at, over all experts
+	for _, p := range w.Parts {
+		rows := p.Shape[0]
+		if p.Shape[1] != in || row%out+rows > out {
+			return fmt.Errorf("tensor %q: part %q [%d, %d] does not fit expert %d's rows", name, p.Name, rows, p.Shape[1], row/out)
+		}
+		pl, _ := l.StoredInt4Groups(p.Name)
+		var pm []float32
+		if pl.Mins {
+			pm = make([]float32, ng*rows)
+		}
+		if err := l.Int4GroupsInto(p.Name, packed[row*in/2:(row+rows)*in/2], scales[row*ng:(row+rows)*ng], pm, nil); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if mins != nil {
+			x, o := row/out, row%out
+			for g := range ng {
+				dst := mins[(x*ng+g)*out+o : (x*ng+g)*out+o+rows]
+				if pm == nil {
+					clear(dst)
+				} else {
+					copy(dst, pm[g*rows:(g+1)*rows])
+				}
+			}
+		}
+		row += rows
+	}
+	if row != e*out {
+		return fmt.Errorf("tensor %q: its parts hold %d rows, the stack %d", name, row, e*out)
+	}
+	return nil
+}
