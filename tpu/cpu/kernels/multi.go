@@ -36,8 +36,8 @@ type Gemv struct {
 	Int4Scales, Int4Mins []float32
 	Int4Group            int
 	Int4Q8               bool
-	Int8Q8    bool
-	LDB       int
+	Int8Q8               bool
+	LDB                  int
 }
 
 // GemvMulti computes several GEMVs of the same k in one parallel pass over
