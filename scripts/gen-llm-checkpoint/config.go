@@ -29,8 +29,10 @@ import (
 // mxfp4, the weights the architecture reads in MXFP4 (lm.WeightSpec.MXFP4,
 // GPT-OSS's experts) are written as the releases store them: NAME_blocks
 // with random nibbles and NAME_scales with the exponent that brings the
-// values to about ±1/sqrt(last axis).
-func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
+// values to about ±1/sqrt(last axis). With apart, weights assembled from
+// parts (expert stacks) are written as their parts, one tensor per expert
+// projection, as older and quantized MoE releases store them.
+func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error {
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return err
@@ -57,6 +59,12 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType) error {
 	mxfp4 := q.Q != nil && q.Q.Method == "mxfp4"
 	var ws []tensor
 	for _, w := range lm.Weights(model) {
+		if apart && len(w.Parts) > 0 && !(mxfp4 && w.MXFP4) {
+			for _, p := range w.Parts { // one tensor per expert projection
+				ws = append(ws, tensor{name: p.Name, shape: p.Shape, dtype: d})
+			}
+			continue
+		}
 		if !mxfp4 || !w.MXFP4 {
 			ws = append(ws, tensor{name: w.Name, shape: w.Shape, dtype: d})
 			continue

@@ -31,13 +31,14 @@ func main() {
 	vocab := flag.Int("vocab", 32000, "vocab_size")
 	dtype := flag.String("dtype", "F32", "stored dtype: F32, F16 or BF16")
 	cfg := flag.String("config", "", "config.json of any architecture tputool runs: write its tensors (streaming) instead of a Llama shape")
+	apart := flag.Bool("experts-apart", false, "with -config: write expert stacks as one tensor per expert projection")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "gen-llm-checkpoint: -o is required")
 		os.Exit(2)
 	}
 	if *cfg != "" {
-		if err := writeFromConfig(*cfg, *out, safetensors.DType(*dtype)); err != nil {
+		if err := writeFromConfig(*cfg, *out, safetensors.DType(*dtype), *apart); err != nil {
 			fmt.Fprintln(os.Stderr, "gen-llm-checkpoint:", err)
 			os.Exit(1)
 		}
