@@ -33,9 +33,17 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 			continue
 		}
 		for _, p := range w.Sources(has) {
-			if enc := p.encodedSources(spec, has); p.Name != w.Name && enc != nil {
-				expectEncoded(enc) // an encoded part (an expert stored on its own, quantized)
-				continue
+			if p.Name != w.Name { // a part (an expert stored on its own), which may be quantized
+				if enc := p.encodedSources(spec, has); enc != nil {
+					expectEncoded(enc)
+					continue
+				}
+				if p.fp8(spec, has) {
+					s.Expect(p.Name, p.Shape...)
+					s.RequireDType(p.Name, fp8DTypes...)
+					s.Expect(p.Name+fp8ScaleSuffix, p.fp8ScaleShape(spec)...)
+					continue
+				}
 			}
 			s.Expect(p.Name, p.Shape...)
 			if p.Name != w.Name && w.mxfp4(has) {

@@ -260,6 +260,11 @@ func (l *Loaded) WeightBytes() int64 {
 					}
 					continue
 				}
+				if p.fp8(l.Model.Spec(), l.ckpt.Has) {
+					if info, ok := l.ckpt.Info(p.Name + fp8ScaleSuffix); ok {
+						n += info.NumBytes()
+					}
+				}
 			}
 			if info, ok := l.ckpt.Info(p.Name); ok {
 				n += info.NumBytes()

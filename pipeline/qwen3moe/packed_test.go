@@ -14,9 +14,11 @@ import (
 	"github.com/tputool/tputool/tpu"
 )
 
-// TestPackedExperts: a GPTQ checkpoint of a Qwen3-MoE that stores each
-// expert on its own (as the Hub's GPTQ and AWQ MoE releases do: every
-// expert's projections packed) loads. On the cpu backend the experts stay
+// TestPackedExperts: a GPTQ, AWQ or FP8 checkpoint of a Qwen3-MoE that
+// stores each expert on its own (as the Hub's quantized MoE releases do:
+// every expert's projections packed, or E4M3 with block scales) loads.
+// (FP8 expert stacks are decoded into the stacks in the graph
+// formulation; held apart, each expert stays FP8.) On the cpu backend the experts stay
 // 4-bit (grouped int4), as stacks assembled from the packed parts in the
 // graph formulation and as the parts themselves held apart (--experts
 // dense); the go backend decodes them. All agree to f32 rounding (the
@@ -25,7 +27,7 @@ import (
 // the logits stay within 4-bit rounding of the float64 reference of the
 // original weights.
 func TestPackedExperts(t *testing.T) {
-	for _, format := range []string{"gptq", "awq"} { // AWQ: zero points, so mins
+	for _, format := range []string{"gptq", "awq", "fp8"} { // AWQ: zero points, so mins
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
 	}
 }
@@ -37,7 +39,11 @@ func checkPackedExperts(t *testing.T, format string) {
 	if err := c.Write(src); err != nil {
 		t.Fatal(err)
 	}
-	if err := lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32}); err != nil {
+	write := func() error { return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32}) }
+	if format == "fp8" {
+		write = func() error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}) }
+	}
+	if err := write(); err != nil {
 		t.Fatal(err)
 	}
 	rm, err := qwenref.LoadMoE(src, c)
@@ -101,6 +107,12 @@ func checkPackedExperts(t *testing.T, format string) {
 	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
 	caps.Int4Groups = false // as a backend that decodes them holds them
 	decoded := l.HeldBytes(compile.HoldingOf(caps, compile.Options{}))
+	if format == "fp8" { // FP8 expert stacks are decoded at load (held apart, each expert is FP8)
+		if held[compile.ExpertsDense] >= held[compile.ExpertsInGraph] {
+			t.Errorf("FP8 experts held apart take %d bytes, decoded in the graph %d", held[compile.ExpertsDense], held[compile.ExpertsInGraph])
+		}
+		return
+	}
 	if held[compile.ExpertsInGraph] != held[compile.ExpertsDense] || held[compile.ExpertsInGraph] >= decoded/2 {
 		t.Errorf("experts in the graph take %d bytes, held apart %d, decoded %d: want both 4-bit", held[compile.ExpertsInGraph], held[compile.ExpertsDense], decoded)
 	}
