@@ -67,9 +67,11 @@ import (
 //     grouped int4: packed values u8 [out, in/32, 16], an f32 scale per
 //     group [out, in/G], where a zero point is not 8, mins [in/G, out],
 //     and, in activation order, the columns sorted by group with each
-//     one's place (holdInt4Groups); the graph decodes them (nn.DequantizeInt4Groups),
-//     which tputool's cpu backend fuses into its int4 GEMM/GEMV.
-//     Their symmetric 8-bit weights (every zero point 128) are held as
+//     one's place (holdInt4Groups); an expert stack whose parts are all so
+//     is held as one grouped int4 stack (holdInt4GroupStack). The graph
+//     decodes them (nn.DequantizeInt4Groups), which tputool's cpu backend
+//     fuses into its int4 GEMM/GEMV and its grouped expert node. Their
+//     symmetric 8-bit weights (every zero point 128) are held as
 //     --quantize int8 holds its own (holdInt8Groups), unless
 //     Options.Quantize is int4.
 
