@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -23,36 +24,74 @@ var fp8Table = func() [][]float32 {
 	return t
 }()
 
-// DequantizeFP8 is the FP8 weight w (u8 [out, in]) with block scales
-// scales (f32 [⌈out/b0⌉, ⌈in/b1⌉]) as an [out, in] tensor of dtype. The
-// form is fixed, each byte's value gathered from a constant table and
-// multiplied by its block's scale broadcast over the block,
+// DequantizeFP8 is the FP8 weight w (u8 [..., out, in]: a matrix or a
+// stack of them, routed experts) with block scales scales (f32 [...,
+// ⌈out/b0⌉, ⌈in/b1⌉]) as a [..., out, in] tensor of dtype. The form is
+// fixed, each byte's value gathered from a constant table and multiplied
+// by its block's scale broadcast over the block,
 //
-//	Mul(Reshape(Gather(values [256, 1], Reshape(ConvertDType(w, i32), out·in, 1)), out, in),
-//	    [Slice](Reshape(BroadcastInDim(Reshape(scales, so, 1, si, 1), [so, b0, si, b1]), so·b0, si·b1)))
+//	Mul(Reshape(Gather(values [256, 1], Reshape(ConvertDType(w, i32), n, 1)), ..., out, in),
+//	    [Slice](Reshape(BroadcastInDim(Reshape(scales, ..., so, 1, si, 1), [..., so, b0, si, b1]), ..., so·b0, si·b1)))
 //
 // so that a backend can recognise it (tputool's cpu backend multiplies
-// the bytes in place: tpu/cpu/fp8.go); elsewhere it is computed as
+// the bytes in place: tpu/cpu/fp8.go, and the chosen experts nn.PairDot
+// gathers in its grouped expert node); elsewhere it is computed as
 // written.
 func DequantizeFP8(w, scales *Node, b0, b1 int, dtype dtypes.DType) *Node {
 	d, sd := w.Shape().Dimensions, scales.Shape().Dimensions
-	if len(d) != 2 || w.DType() != dtypes.Uint8 || scales.DType() != dtypes.Float32 || b0 <= 0 || b1 <= 0 ||
-		len(sd) != 2 || sd[0] != (d[0]+b0-1)/b0 || sd[1] != (d[1]+b1-1)/b1 {
-		panic(fmt.Errorf("DequantizeFP8: want uint8 [out, in] and float32 scales [⌈out/%d⌉, ⌈in/%d⌉], got %s and %s", b0, b1, w.Shape(), scales.Shape()))
+	r := len(d)
+	if r < 2 || w.DType() != dtypes.Uint8 || scales.DType() != dtypes.Float32 || b0 <= 0 || b1 <= 0 ||
+		len(sd) != r || !slices.Equal(sd[:r-2], d[:r-2]) || sd[r-2] != (d[r-2]+b0-1)/b0 || sd[r-1] != (d[r-1]+b1-1)/b1 {
+		panic(fmt.Errorf("DequantizeFP8: want uint8 [..., out, in] and float32 scales [..., ⌈out/%d⌉, ⌈in/%d⌉], got %s and %s", b0, b1, w.Shape(), scales.Shape()))
 	}
 	g := w.Graph()
-	out, in := d[0], d[1]
-	vals := lookupBytes(Const(g, fp8Table), w) // [out·in, 1]
-	vals = Reshape(vals, out, in)
-	so, si := sd[0], sd[1]
-	s := BroadcastToDims(Reshape(scales, so, 1, si, 1), so, b0, si, b1)
-	s = Reshape(s, so*b0, si*b1)
+	lead := d[:r-2]
+	dims := func(x ...int) []int { return append(slices.Clone(lead), x...) }
+	out, in := d[r-2], d[r-1]
+	vals := lookupBytes(Const(g, fp8Table), w) // [n, 1]
+	vals = Reshape(vals, dims(out, in)...)
+	so, si := sd[r-2], sd[r-1]
+	s := BroadcastToDims(Reshape(scales, dims(so, 1, si, 1)...), dims(so, b0, si, b1)...)
+	s = Reshape(s, dims(so*b0, si*b1)...)
 	if so*b0 != out || si*b1 != in {
-		s = Slice(s, AxisRange(0, out), AxisRange(0, in))
+		starts := make([]SliceAxisSpec, 0, r)
+		for range lead {
+			starts = append(starts, AxisRange())
+		}
+		s = Slice(s, append(starts, AxisRange(0, out), AxisRange(0, in))...)
 	}
-	r := Mul(vals, s)
+	res := Mul(vals, s)
 	if dtype != dtypes.Float32 {
-		r = ConvertDType(r, dtype)
+		res = ConvertDType(res, dtype)
 	}
-	return r
+	return res
+}
+
+// dequantizeFP8Parts returns w, the scales and the block when x is
+// DequantizeFP8's f32 form.
+func dequantizeFP8Parts(x *Node) (w, scales *Node, b0, b1 int, ok bool) {
+	if x.Type() != NodeTypeMul || x.DType() != dtypes.Float32 {
+		return nil, nil, 0, 0, false
+	}
+	v, s := x.Inputs()[0], x.Inputs()[1]
+	if v.Type() != NodeTypeReshape {
+		return nil, nil, 0, 0, false
+	}
+	t, bytes := lookupSource(v.Inputs()[0])
+	if t == nil || t.Type() != NodeTypeConstant || t.Shape().Dimensions[1] != 1 {
+		return nil, nil, 0, 0, false
+	}
+	if s.Type() == NodeTypeSlice {
+		s = s.Inputs()[0]
+	}
+	if s.Type() != NodeTypeReshape || s.Inputs()[0].Type() != NodeTypeBroadcastInDim {
+		return nil, nil, 0, 0, false
+	}
+	b := s.Inputs()[0]
+	bd := b.Shape().Dimensions // [..., so, b0, si, b1]
+	rs := b.Inputs()[0]
+	if rs.Type() != NodeTypeReshape || len(bd) < 4 {
+		return nil, nil, 0, 0, false
+	}
+	return bytes, rs.Inputs()[0], bd[len(bd)-3], bd[len(bd)-1], true
 }

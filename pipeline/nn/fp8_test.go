@@ -46,3 +46,40 @@ func TestDequantizeFP8(t *testing.T) {
 		}
 	}
 }
+
+// PairDot over an FP8 stack (blocks that overhang) gathers the chosen
+// experts' bytes and scales, and equals PairDot over the decoded stack;
+// the parts are found again.
+func TestPairDotFP8(t *testing.T) {
+	const e, out, in, b0, b1 = 3, 5, 21, 2, 8
+	so, si := 3, 3
+	w := make([]uint8, e*out*in)
+	for i := range w {
+		w[i] = uint8(i*29 + 3)
+		if w[i]&0x7f == 0x7f {
+			w[i] = 0x39
+		}
+	}
+	scales := make([]float32, e*so*si)
+	for i := range scales {
+		scales[i] = float32(i%7+1) / 32
+	}
+	v := values(4*in, 0.1)
+	ids := []int32{1, 0, 2, 1}
+	var found bool
+	res := execGraph(t, func(x []*Node) []*Node {
+		d := DequantizeFP8(x[1], x[2], b0, b1, dtypes.Float32)
+		bw, sc, c0, c1, ok := dequantizeFP8Parts(d)
+		found = ok && bw == x[1] && sc == x[2] && c0 == b0 && c1 == b1
+		return []*Node{PairDot(x[0], d, x[3]), PairDot(x[0], StopGradient(d), x[3])}
+	}, tensors.FromFlatDataAndDimensions(v, 4, in), tensors.FromFlatDataAndDimensions(w, e, out, in),
+		tensors.FromFlatDataAndDimensions(scales, e, so, si), tensors.FromFlatDataAndDimensions(ids, 4, 1))
+	if !found {
+		t.Error("dequantizeFP8Parts does not find the parts of a stack")
+	}
+	for i := range res[1] {
+		if d := math.Abs(float64(res[0][i] - res[1][i])); d > 1e-5*(1+math.Abs(float64(res[1][i]))) {
+			t.Fatalf("output %d: %v, want %v", i, res[0][i], res[1][i])
+		}
+	}
+}

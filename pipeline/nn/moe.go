@@ -290,6 +290,8 @@ func PairDot(v, w, ids *Node) *Node {
 		gw = DequantizeInt4(Gather(packed, ids), Gather(codes, ids), table, dtypes.Float32) // int4: the chosen packed values and codes, the stack's table
 	} else if blocks, scales, ok := dequantizeMXFP4Parts(w); ok {
 		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
+	} else if bytes, scales, b0, b1, ok := dequantizeFP8Parts(w); ok && w.Rank() == 3 {
+		gw = DequantizeFP8(Gather(bytes, ids), Gather(scales, ids), b0, b1, dtypes.Float32) // FP8: the chosen bytes and block scales
 	} else if packed, scales, mins, ok := dequantizeInt4GroupsParts(w); ok {
 		var gm *Node
 		if mins != nil {
