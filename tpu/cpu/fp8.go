@@ -39,17 +39,30 @@ func sameBits(a, b []float32) bool {
 // fp8Weight matches the dequantisation form at r [N, K] and returns the
 // bytes [N, K], the scales [so, si] and the block sides.
 func fp8Weight(r *node) (w, scales *node, b0, b1 int, ok bool) {
-	if r.op != backends.OpTypeMul || r.shape.DType != dtypes.Float32 || r.shape.Rank() != 2 {
+	if r.shape.Rank() != 2 {
 		return nil, nil, 0, 0, false
 	}
-	n, k := r.shape.Dimensions[0], r.shape.Dimensions[1]
+	return fp8Form(r)
+}
+
+// fp8Form matches nn.DequantizeFP8's form at r [..., N, K] (a matrix, or
+// a batch of them as nn.PairDot gathers) and returns the bytes [..., N,
+// K], the scales [..., so, si] and the block sides.
+func fp8Form(r *node) (w, scales *node, b0, b1 int, ok bool) {
+	rk := r.shape.Rank()
+	if r.op != backends.OpTypeMul || r.shape.DType != dtypes.Float32 || rk < 2 {
+		return nil, nil, 0, 0, false
+	}
+	lead := r.shape.Dimensions[:rk-2]
+	dims := func(x ...int) []int { return append(slices.Clone(lead), x...) }
+	n, k := r.shape.Dimensions[rk-2], r.shape.Dimensions[rk-1]
 	for _, o := range [][2]int{{0, 1}, {1, 0}} {
 		v, s := r.inputs[o[0]], r.inputs[o[1]]
-		if v.op != backends.OpTypeReshape || !slices.Equal(v.shape.Dimensions, []int{n, k}) {
+		if v.op != backends.OpTypeReshape || !slices.Equal(v.shape.Dimensions, dims(n, k)) {
 			continue
 		}
 		t, x := gatherSource(v.inputs[0], 1)
-		if t == nil || t.op != backends.OpTypeConstant || x.shape.DType != dtypes.Uint8 || !slices.Equal(x.shape.Dimensions, []int{n, k}) {
+		if t == nil || t.op != backends.OpTypeConstant || x.shape.DType != dtypes.Uint8 || !slices.Equal(x.shape.Dimensions, dims(n, k)) {
 			continue
 		}
 		if vals, ok := t.constant.([]float32); !ok || !sameBits(vals, fp8Table[:]) {
@@ -62,27 +75,46 @@ func fp8Weight(r *node) (w, scales *node, b0, b1 int, ok bool) {
 			}
 			s = s.inputs[0]
 		}
-		if s.op != backends.OpTypeReshape || s.shape.Rank() != 2 {
+		if s.op != backends.OpTypeReshape || s.shape.Rank() != rk {
 			continue
 		}
 		bc := s.inputs[0]
-		if bc.op != backends.OpTypeBroadcastInDim || bc.shape.Rank() != 4 || !slices.Equal(bc.aux.([]int), []int{0, 1, 2, 3}) {
+		ident := make([]int, rk+2)
+		for i := range ident {
+			ident[i] = i
+		}
+		if bc.op != backends.OpTypeBroadcastInDim || bc.shape.Rank() != rk+2 || !slices.Equal(bc.aux.([]int), ident) {
 			continue
 		}
-		d := bc.shape.Dimensions // [so, b0, si, b1]
+		d := bc.shape.Dimensions[rk-2:] // [so, b0, si, b1]
 		rs := bc.inputs[0]
-		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, []int{d[0], 1, d[2], 1}) {
+		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, dims(d[0], 1, d[2], 1)) {
 			continue
 		}
 		sc := rs.inputs[0]
-		if sc.shape.DType != dtypes.Float32 || !slices.Equal(sc.shape.Dimensions, []int{d[0], d[2]}) ||
-			!slices.Equal(s.shape.Dimensions, []int{d[0] * d[1], d[2] * d[3]}) ||
+		if sc.shape.DType != dtypes.Float32 || !slices.Equal(sc.shape.Dimensions, dims(d[0], d[2])) ||
+			!slices.Equal(s.shape.Dimensions, dims(d[0]*d[1], d[2]*d[3])) ||
 			d[0] != (n+d[1]-1)/d[1] || d[2] != (k+d[3]-1)/d[3] {
 			continue
 		}
 		return x, sc, d[1], d[3], true
 	}
 	return nil, nil, 0, 0, false
+}
+
+// fp8Gathered matches nn.PairDot's FP8 form (nn.DequantizeFP8 of the
+// gathered bytes and scales) at r [P, N, K] and returns the stacks
+// (bytes [E, N, K], scales [E, so, si]), the pairs' expert ids and the
+// block sides.
+func fp8Gathered(r *node) (w, scales, ids *node, b0, b1 int, ok bool) {
+	if r.shape.Rank() != 3 {
+		return nil, nil, nil, 0, 0, false
+	}
+	gw, gs, b0, b1, ok := fp8Form(r)
+	if !ok || !wholeRowGather(gw) || !wholeRowGather(gs) || !sameIndices(gw.inputs[1], gs.inputs[1]) {
+		return nil, nil, nil, 0, 0, false
+	}
+	return gw.inputs[0], gs.inputs[0], gw.inputs[1], b0, b1, true
 }
 
 // rewriteFP8 points f32 DotGenerals at FP8 weights where the right operand

@@ -102,3 +102,77 @@ func TestFP8TableIsTheLoaders(t *testing.T) {
 		t.Error("fp8Table differs from loader/safetensors' E4M3 values")
 	}
 }
+
+// TestGroupedExpertDotFP8 builds nn.PairDot's FP8 form (the gathered
+// bytes decoded through the E4M3 table, times the gathered block scales
+// broadcast over their blocks, sliced where they overhang): the cpu
+// backend rewrites it into the grouped node reading the bytes in place
+// and agrees with the go backend, alone on an expert or not.
+func TestGroupedExpertDotFP8(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name    string
+		e, n, k int
+		b0, b1  int
+		ids     []int32
+	}{
+		{"spread", 5, 24, 64, 16, 32, []int32{3, 0, 3, 4, 1, 3, 0}},
+		{"one pair each, overhanging blocks", 4, 9, 40, 4, 16, []int32{2, 0, 1}},
+	} {
+		p := len(c.ids)
+		so, si := (c.n+c.b0-1)/c.b0, (c.k+c.b1-1)/c.b1
+		shs := []shapes.Shape{sh(dtypes.Float32, p, c.k), sh(dtypes.Uint8, c.e, c.n, c.k), sh(dtypes.Float32, c.e, so, si), sh(dtypes.Int32, p, 1)}
+		r := rand.New(rand.NewPCG(71, uint64(p)))
+		w := make([]uint8, c.e*c.n*c.k)
+		for i := range w {
+			for w[i] = uint8(r.IntN(256)); w[i]&0x7f == 0x7f; w[i] = uint8(r.IntN(256)) {
+			}
+		}
+		scales := make([]float32, c.e*so*si)
+		for i := range scales {
+			scales[i] = float32(0.001 + r.Float64()/100)
+		}
+		data := []any{randFlat(r, shs[0], false), w, scales, c.ids}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			gw, err := b.Gather(ps[1], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.n, c.k}, false)
+			if err != nil {
+				return nil, err
+			}
+			gs, err := b.Gather(ps[2], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, so, si}, false)
+			if err != nil {
+				return nil, err
+			}
+			tb, err := b.Constant(fp8Table[:], 256, 1)
+			if err != nil {
+				return nil, err
+			}
+			vals, err := gatherByBytes(b, tb, gw, 1, p*c.n*c.k)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, p, c.n, c.k)
+			s, _ := b.Reshape(gs, p, so, 1, si, 1)
+			s, _ = b.BroadcastInDim(s, sh(dtypes.Float32, p, so, c.b0, si, c.b1), []int{0, 1, 2, 3, 4})
+			s, _ = b.Reshape(s, p, so*c.b0, si*c.b1)
+			if so*c.b0 != c.n || si*c.b1 != c.k {
+				s, _ = b.Slice(s, []int{0, 0, 0}, []int{p, c.n, c.k}, []int{1, 1, 1})
+			}
+			wt, _ := b.Mul(vals, s)
+			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, wt, []int{2}, []int{0})
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		if n := dot.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).fp8B0 != c.b0 {
+			t.Errorf("%s: not rewritten into the grouped FP8 node", c.name)
+		}
+	}
+}

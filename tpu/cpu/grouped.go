@@ -48,6 +48,9 @@ type groupedAux struct {
 	// with int4Mins, mins [E, K/int4Group, N]; int4Q8 as for int4.
 	int4Group int
 	int4Mins  bool
+	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
+	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
+	fp8B0, fp8B1 int
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
 	bf16Act bool
@@ -152,6 +155,14 @@ func rewriteGrouped(n *node, act actKind) {
 		n.fn = execGrouped
 		return
 	}
+	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
+		d := w.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, w, ids, scales}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}
+		n.fn = execGrouped
+		return
+	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
 		n.op = opTypeGrouped
@@ -228,7 +239,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	// GEMVs run together in one parallel pass, reading the row and writing
 	// the result in place; the others are one GEMM each.
 	var gemvs []kernels.Gemv
-	for e := 0; e < a.e; e++ {
+	for e := 0; e < a.e && a.fp8B0 == 0; e++ { // (FP8 experts: one GEMV or GEMM each, below)
 		if start[e+1]-start[e] != 1 {
 			continue
 		}
@@ -256,7 +267,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		gemvs = append(gemvs, g)
 	}
 	kernels.GemvMulti(K, gemvs)
-	if most < 2 {
+	if most < 2 && a.fp8B0 == 0 {
 		return out, nil
 	}
 	rows := make([]float32, most*K) // the rows routed to one expert
@@ -264,7 +275,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	for e := 0; e < a.e; e++ {
 		group := order[start[e]:start[e+1]]
 		m := len(group)
-		if m < 2 {
+		if m < 2 && (m == 0 || a.fp8B0 == 0) {
 			continue
 		}
 		x, c := rows[:m*K], res[:m*N]
@@ -272,6 +283,9 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
 		}
 		switch {
+		case a.fp8B0 > 0:
+			so, si := (N+a.fp8B0-1)/a.fp8B0, (K+a.fp8B1-1)/a.fp8B1
+			kernels.GemmFP8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K:(e+1)*N*K], K, in[3].data.([]float32)[e*so*si:(e+1)*so*si], a.fp8B0, a.fp8B1, c, N)
 		case a.int4Group > 0 && a.int4Q8:
 			kernels.GemmInt4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
 		case a.int4Group > 0:
