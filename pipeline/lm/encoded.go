@@ -312,9 +312,12 @@ type FP8Layout struct {
 // compressed-tensors float-quantized by tensor (one block), channel
 // (blocks of one row), group (one row by group_size) or block, without
 // activation order; a matrix that products read, not one the embedding
-// gathers rows of (EmbedWeights; a tied head is one). E5M2 weights are
-// decoded.
+// gathers rows of (EmbedWeights; a tied head is one), or an expert stack
+// whose parts are all so (storedFP8Stack). E5M2 weights are decoded.
 func (l *Loaded) StoredFP8(name string) (FP8Layout, bool) {
+	if lay, ok := l.storedFP8Stack(name); ok {
+		return lay, true
+	}
 	w, how := l.encoding(name)
 	var lay FP8Layout
 	switch {
@@ -367,6 +370,9 @@ var errFP8NaN = errors.New("NaN bytes")
 // weight holding NaN bytes (0x7F, 0xFF) is refused (IsFP8NaN): decoded, it
 // is reported as non-finite instead.
 func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
+	if _, ok := l.storedFP8Stack(name); ok {
+		return l.fp8StackInto(name, w, scales)
+	}
 	lay, ok := l.StoredFP8(name)
 	if !ok {
 		return fmt.Errorf("tensor %q: the checkpoint does not store it in FP8 with scales tputool holds", name)
@@ -406,6 +412,52 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 		return err
 	}
 	copy(scales, s)
+	return nil
+}
+
+// storedFP8Stack is StoredFP8 of an expert stack [E, out, in] a
+// checkpoint stores as one FP8 matrix per expert projection: every part
+// held so, with one block whose rows each part fills whole (so that no
+// block straddles two parts); the stack's scales are [E, ⌈out/B0⌉,
+// ⌈in/B1⌉], its parts' one after the other.
+func (l *Loaded) storedFP8Stack(name string) (FP8Layout, bool) {
+	w, ok := l.spec(name)
+	if !ok || len(w.Shape) != 3 || len(w.Parts) == 0 || l.ckpt.Has(name) {
+		return FP8Layout{}, false
+	}
+	var lay FP8Layout
+	for i, p := range w.Parts {
+		pl, ok := l.StoredFP8(p.Name)
+		if !ok || p.Shape[0]%pl.B0 != 0 || i > 0 && (pl.B0 != lay.B0 || pl.B1 != lay.B1) {
+			return FP8Layout{}, false
+		}
+		lay.B0, lay.B1 = pl.B0, pl.B1
+	}
+	e, out, in := w.Shape[0], w.Shape[1], w.Shape[2]
+	if out%lay.B0 != 0 {
+		return FP8Layout{}, false
+	}
+	lay.Scales = []int{e, out / lay.B0, (in + lay.B1 - 1) / lay.B1}
+	return lay, true
+}
+
+// fp8StackInto is FP8Into of an expert stack (storedFP8Stack): its parts'
+// bytes and scales one after the other.
+func (l *Loaded) fp8StackInto(name string, w []byte, scales []float32) error {
+	spec, _ := l.spec(name)
+	lay, _ := l.storedFP8Stack(name)
+	if len(w) != elements(spec.Shape) || len(scales) != elements(lay.Scales) {
+		return fmt.Errorf("tensor %q: %d values and %d scales, destination holds %d and %d", name, elements(spec.Shape), elements(lay.Scales), len(w), len(scales))
+	}
+	at, sat := 0, 0
+	for _, p := range spec.Parts {
+		pl, _ := l.StoredFP8(p.Name)
+		n, ns := elements(p.Shape), elements(pl.Scales)
+		if err := l.FP8Into(p.Name, w[at:at+n], scales[sat:sat+ns]); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		at, sat = at+n, sat+ns
+	}
 	return nil
 }
 

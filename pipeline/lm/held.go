@@ -146,7 +146,7 @@ func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
 		return MXFP4Bytes(w)
 	}
 	if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" {
-		return int64(elements(w.Shape)) + 4*int64(lay.Scales[0]*lay.Scales[1])
+		return int64(elements(w.Shape)) + 4*int64(elements(lay.Scales))
 	}
 	if h.Int4Groups {
 		if lay, ok := l.StoredInt4Groups(w.Name); ok {
