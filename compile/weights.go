@@ -355,12 +355,15 @@ func (r *Runner) holdInt4GroupStack(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4Gr
 }
 
 // holdInt8Groups holds a weight a checkpoint stores as symmetric 8-bit
-// integers (lm.Loaded.StoredInt8Groups) as --quantize int8 holds its own:
-// int8 [out, in/group, group] and f32 scales [out, in/group, 1] under
-// name+scalesSuffix (nn.DequantizeInt8).
+// integers (lm.Loaded.StoredInt8Groups: a matrix, or an expert stack of
+// such parts) as --quantize int8 holds its own: int8 [..., out, in/group,
+// group] and f32 scales [..., out, in/group, 1] under name+scalesSuffix
+// (nn.DequantizeInt8; nn.PairDot gathers a stack's chosen experts).
 func (r *Runner) holdInt8Groups(l *lm.Loaded, w lm.WeightSpec, group int) error {
-	out, in := w.Shape[0], w.Shape[1]
-	return r.sharedPair(w.Name, scalesSuffix, shapes.Make(dtypes.Int8, out, in/group, group), shapes.Make(dtypes.Float32, out, in/group, 1),
+	rk := len(w.Shape)
+	lead, in := w.Shape[:rk-1], w.Shape[rk-1]
+	return r.sharedPair(w.Name, scalesSuffix, shapes.Make(dtypes.Int8, append(slices.Clone(lead), in/group, group)...),
+		shapes.Make(dtypes.Float32, append(slices.Clone(lead), in/group, 1)...),
 		func(q, scales any) error { return l.Int8GroupsInto(w.Name, q.([]int8), scales.([]float32)) })
 }
 

@@ -190,16 +190,50 @@ func (l *Loaded) int8Source(name string) (*intSource, int, error) {
 
 // StoredInt8Groups reports whether an executor may hold weight name as
 // int8 with a scale per group of group input columns, as the checkpoint
-// stores it (int8Source).
+// stores it (int8Source), or, for an expert stack, as its parts are, all
+// in groups of one size.
 func (l *Loaded) StoredInt8Groups(name string) (group int, ok bool) {
+	if w, ok := l.spec(name); ok && len(w.Shape) == 3 && len(w.Parts) > 0 && !l.ckpt.Has(name) {
+		for i, p := range w.Parts {
+			g, ok := l.StoredInt8Groups(p.Name)
+			if !ok || i > 0 && g != group {
+				return 0, false
+			}
+			group = g
+		}
+		return group, true
+	}
 	src, group, err := l.int8Source(name)
 	return group, err == nil && src != nil
 }
 
 // Int8GroupsInto writes weight name (StoredInt8Groups) as int8 q [out,
 // in] (q − 128 of the stored values) and scales [out, in/group], then
-// releases the mapping's pages.
+// releases the mapping's pages; an expert stack as its parts' one after
+// the other ([E, out, in] and [E, out, in/group]).
 func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
+	if w, ok := l.spec(name); ok && len(w.Parts) > 0 && !l.ckpt.Has(name) {
+		group, ok := l.StoredInt8Groups(name)
+		if !ok {
+			return fmt.Errorf("tensor %q: its parts are not all symmetric 8-bit integers in groups tputool holds", name)
+		}
+		at, sat := 0, 0
+		for _, p := range w.Parts {
+			n := elements(p.Shape)
+			ns := n / group
+			if at+n > len(q) || sat+ns > len(scales) {
+				return fmt.Errorf("tensor %q: its parts hold more than the destination's %d values", name, len(q))
+			}
+			if err := l.Int8GroupsInto(p.Name, q[at:at+n], scales[sat:sat+ns]); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			at, sat = at+n, sat+ns
+		}
+		if at != len(q) || sat != len(scales) {
+			return fmt.Errorf("tensor %q: its parts hold %d values and %d scales, the destination %d and %d", name, at, sat, len(q), len(scales))
+		}
+		return nil
+	}
 	src, group, err := l.int8Source(name)
 	if err != nil {
 		return err

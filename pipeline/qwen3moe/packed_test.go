@@ -14,11 +14,12 @@ import (
 	"github.com/tputool/tputool/tpu"
 )
 
-// TestPackedExperts: a GPTQ, AWQ or FP8 checkpoint of a Qwen3-MoE that
+// TestPackedExperts: a GPTQ (4 and 8 bits), AWQ or FP8 checkpoint of a
+// Qwen3-MoE that
 // stores each expert on its own (as the Hub's quantized MoE releases do:
 // every expert's projections packed, or E4M3 with block scales) loads.
-// On the cpu backend the experts stay as stored (grouped int4, FP8) in
-// both formulations. On the cpu backend the experts stay
+// On the cpu backend the experts stay as stored (grouped int4, FP8, int8)
+// in both formulations. On the cpu backend the experts stay
 // 4-bit (grouped int4), as stacks assembled from the packed parts in the
 // graph formulation and as the parts themselves held apart (--experts
 // dense); the go backend decodes them. All agree to f32 rounding (the
@@ -27,7 +28,7 @@ import (
 // the logits stay within 4-bit rounding of the float64 reference of the
 // original weights.
 func TestPackedExperts(t *testing.T) {
-	for _, format := range []string{"gptq", "awq", "fp8"} { // AWQ: zero points, so mins
+	for _, format := range []string{"gptq", "awq", "fp8", "gptq8"} { // AWQ: zero points, so mins; gptq8: 8 bits
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
 	}
 }
@@ -40,8 +41,13 @@ func checkPackedExperts(t *testing.T, format string) {
 		t.Fatal(err)
 	}
 	write := func() error { return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32}) }
-	if format == "fp8" {
+	switch format {
+	case "fp8":
 		write = func() error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}) }
+	case "gptq8":
+		write = func() error {
+			return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: "gptq", Group: 32, Bits: 8})
+		}
 	}
 	if err := write(); err != nil {
 		t.Fatal(err)
@@ -107,7 +113,11 @@ func checkPackedExperts(t *testing.T, format string) {
 	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
 	caps.Int4Groups, caps.FP8 = false, false // as a backend that decodes them holds them
 	decoded := l.HeldBytes(compile.HoldingOf(caps, compile.Options{}))
-	if held[compile.ExpertsInGraph] != held[compile.ExpertsDense] || held[compile.ExpertsInGraph] >= decoded/2 {
+	limit := decoded / 2 // 4-bit and FP8 against f16 and f32
+	if format == "gptq8" {
+		limit = decoded * 2 / 3 // a byte and a bit against f16
+	}
+	if held[compile.ExpertsInGraph] != held[compile.ExpertsDense] || held[compile.ExpertsInGraph] >= limit {
 		t.Errorf("experts in the graph take %d bytes, held apart %d, decoded %d: want both as stored", held[compile.ExpertsInGraph], held[compile.ExpertsDense], decoded)
 	}
 }

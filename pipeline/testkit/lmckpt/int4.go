@@ -22,6 +22,8 @@ type Int4Options struct {
 	// DescAct writes GPTQ in activation order: each group's columns
 	// spread over the row by a fixed shuffle, with g_idx.
 	DescAct bool
+	// Bits is GPTQ's width, 4 (the default) or 8; AWQ is 4-bit only.
+	Bits int
 }
 
 // WriteInt4Copy writes a 4-bit copy of the checkpoint in src to out in
@@ -32,19 +34,23 @@ type Int4Options struct {
 // Projections that are not whole groups and words of 8 values stay plain
 // (f32).
 func WriteInt4Copy(src, out string, o Int4Options) error {
-	if o.Group <= 0 || (o.Format != "gptq" && o.Format != "awq") {
-		return fmt.Errorf("lmckpt: int4 copy: format %q, group %d: want gptq or awq and a positive group", o.Format, o.Group)
+	bits := o.Bits
+	if bits == 0 {
+		bits = 4
 	}
-	return writeInt4(src, out, o.Format, o.Group, o.Asym || o.Format == "awq", o.DescAct && o.Format == "gptq")
+	if o.Group <= 0 || (o.Format != "gptq" && o.Format != "awq") || (bits != 4 && bits != 8) || (o.Format == "awq" && bits != 4) {
+		return fmt.Errorf("lmckpt: int4 copy: format %q, group %d, %d bits: want gptq (4 or 8 bits) or awq (4) and a positive group", o.Format, o.Group, bits)
+	}
+	return writeInt4(src, out, o.Format, o.Group, bits, o.Asym || o.Format == "awq", o.DescAct && o.Format == "gptq")
 }
 
-func writeInt4(src, out, format string, group int, asym, descAct bool) error {
+func writeInt4(src, out, format string, group, bits int, asym, descAct bool) error {
 	cfg, err := ReadConfig(src)
 	if err != nil {
 		return err
 	}
 	if format == "gptq" {
-		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": descAct,
+		cfg["quantization_config"] = map[string]any{"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": descAct,
 			"sym": !asym, "checkpoint_format": "gptq"}
 	} else {
 		cfg["quantization_config"] = map[string]any{"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
@@ -67,7 +73,8 @@ func writeInt4(src, out, format string, group int, asym, descAct bool) error {
 			rng := rand.New(rand.NewPCG(uint64(in), uint64(nOut)))
 			rng.Shuffle(in, func(i, j int) { gOf[i], gOf[j] = gOf[j], gOf[i] })
 		}
-		q, zeros, scales := quantize(vals, nOut, in, group, asym, gOf)
+		q, zeros, scales := quantize(vals, nOut, in, group, bits, asym, gOf)
+		per := 32 / bits
 		groups := in / group
 		prefix := strings.TrimSuffix(name, ".weight")
 		st, err := safetensors.Float32Tensor(prefix+".scales", safetensors.F16, []int{groups, nOut}, scales)
@@ -78,16 +85,16 @@ func writeInt4(src, out, format string, group int, asym, descAct bool) error {
 			ts = append(ts, words(prefix+".qweight", in, nOut/8, func(i, c int) uint32 { return awqWord(func(j int) int { return q[(c*8+j)*in+i] }) }),
 				words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 { return awqWord(func(j int) int { return zeros[g*nOut+c*8+j] }) }))
 		} else {
-			ts = append(ts, words(prefix+".qweight", in/8, nOut, func(w, o int) uint32 {
+			ts = append(ts, words(prefix+".qweight", in/per, nOut, func(w, o int) uint32 {
 				var v uint32
-				for k := 0; k < 8; k++ {
-					v |= uint32(q[o*in+8*w+k]) << (4 * k)
+				for k := 0; k < per; k++ {
+					v |= uint32(q[o*in+per*w+k]) << (bits * k)
 				}
 				return v
-			}), words(prefix+".qzeros", groups, nOut/8, func(g, c int) uint32 {
+			}), words(prefix+".qzeros", groups, nOut/per, func(g, c int) uint32 {
 				var v uint32
-				for k := 0; k < 8; k++ {
-					v |= uint32(zeros[g*nOut+8*c+k]-1) << (4 * k) // v1: stored minus one
+				for k := 0; k < per; k++ {
+					v |= uint32(zeros[g*nOut+per*c+k]-1) << (bits * k) // v1: stored minus one
 				}
 				return v
 			}))
@@ -124,12 +131,14 @@ func words(name string, rows, cols int, word func(r, c int) uint32) safetensors.
 	return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: []int{rows, cols}, Data: b}
 }
 
-// quantize rounds w [n, k] to 4-bit codes q [n, k] in groups of g input
-// columns (column p in group gOf[p]), each group with an f16-representable
-// scale and a zero point ([k/g, n], the checkpoints' order): symmetric,
-// zero 8 and scale max|w|/7.5 rounded to f16; asymmetric, scale (max −
-// min)/15 and the zero that maps min to 0. W ≈ scale · (q − zero).
-func quantize(w []float32, n, k, g int, asym bool, gOf []int) (q, zeros []int, scales []float32) {
+// quantize rounds w [n, k] to codes of bits bits q [n, k] in groups of g
+// input columns (column p in group gOf[p]), each group with an
+// f16-representable scale and a zero point ([k/g, n], the checkpoints'
+// order): symmetric, zero 2^(bits−1) and scale max|w|/(2^(bits−1) − 0.5)
+// rounded to f16; asymmetric, scale (max − min)/(2^bits − 1) and the zero
+// that maps min to 0. W ≈ scale · (q − zero).
+func quantize(w []float32, n, k, g, bits int, asym bool, gOf []int) (q, zeros []int, scales []float32) {
+	top, mid := 1<<bits-1, 1<<(bits-1)
 	groups := k / g
 	q, zeros, scales = make([]int, n*k), make([]int, groups*n), make([]float32, groups*n)
 	members := make([][]int, groups)
@@ -146,9 +155,9 @@ func quantize(w []float32, n, k, g int, asym bool, gOf []int) (q, zeros []int, s
 			for _, v := range x {
 				lo, hi = min(lo, float64(v)), max(hi, float64(v))
 			}
-			s, z := max(-lo, hi)/7.5, 8
+			s, z := max(-lo, hi)/(float64(mid)-0.5), mid
 			if asym {
-				s = (hi - lo) / 15
+				s = (hi - lo) / float64(top)
 			}
 			if s == 0 {
 				s = 1
@@ -156,11 +165,11 @@ func quantize(w []float32, n, k, g int, asym bool, gOf []int) (q, zeros []int, s
 			s = float64(safetensors.HalfToFloat32(safetensors.Float32ToHalf(float32(s))))
 			if asym {
 				z = int(math.Round(-lo / s))
-				z = min(max(z, 1), 15) // v1 stores zero − 1: keep it ≥ 0
+				z = min(max(z, 1), top) // v1 stores zero − 1: keep it ≥ 0
 			}
 			scales[gi*n+j], zeros[gi*n+j] = float32(s), z
 			for i, p := range members[gi] {
-				q[j*k+p] = min(max(int(math.Round(float64(x[i])/s))+z, 0), 15)
+				q[j*k+p] = min(max(int(math.Round(float64(x[i])/s))+z, 0), top)
 			}
 		}
 	}
