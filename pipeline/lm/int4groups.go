@@ -104,8 +104,28 @@ func (src *intSource) hasMins() bool {
 // StoredInt4Groups reports whether an executor may hold weight name as
 // grouped int4 (int4Source), and how.
 func (l *Loaded) StoredInt4Groups(name string) (Int4GroupsLayout, bool) {
+	if h, ok := l.int4Held[name]; ok {
+		return h.lay, h.ok
+	}
 	src, lay, _, err := l.int4Source(name)
-	return lay, err == nil && src != nil
+	h := int4Held{lay, err == nil && src != nil}
+	if l.int4Held == nil {
+		l.int4Held = map[string]int4Held{}
+	}
+	l.int4Held[name] = h
+	return h.lay, h.ok
+}
+
+// int4Held is a remembered StoredInt4Groups answer.
+type int4Held struct {
+	lay Int4GroupsLayout
+	ok  bool
+}
+
+// int8Held is a remembered StoredInt8Groups answer.
+type int8Held struct {
+	group int
+	ok    bool
 }
 
 // Int4GroupsInto writes weight name (StoredInt4Groups) as grouped int4:
@@ -193,6 +213,18 @@ func (l *Loaded) int8Source(name string) (*intSource, int, error) {
 // stores it (int8Source), or, for an expert stack, as its parts are, all
 // in groups of one size.
 func (l *Loaded) StoredInt8Groups(name string) (group int, ok bool) {
+	if h, ok := l.int8Held[name]; ok {
+		return h.group, h.ok
+	}
+	group, ok = l.storedInt8Groups(name)
+	if l.int8Held == nil {
+		l.int8Held = map[string]int8Held{}
+	}
+	l.int8Held[name] = int8Held{group, ok}
+	return group, ok
+}
+
+func (l *Loaded) storedInt8Groups(name string) (group int, ok bool) {
 	if w, ok := l.spec(name); ok && len(w.Shape) == 3 && len(w.Parts) > 0 && !l.ckpt.Has(name) {
 		for i, p := range w.Parts {
 			g, ok := l.StoredInt8Groups(p.Name)

@@ -41,6 +41,12 @@ type Loaded struct {
 	weights []WeightSpec
 	byName  map[string]WeightSpec // the model's weights
 	partOf  map[string]partRef    // the parts of assembled weights
+	// int4Held and int8Held remember StoredInt4Groups' and
+	// StoredInt8Groups' answers (each reads a weight's scales and zero
+	// points; a large MoE has tens of thousands of parts, asked about by
+	// several passes).
+	int4Held map[string]int4Held
+	int8Held map[string]int8Held
 }
 
 // spec is the model's WeightSpec of name.
