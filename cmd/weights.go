@@ -70,9 +70,8 @@ func checkActivations(dev *tpu.Device, l *lm.Loaded, o compile.Options) error {
 	if holdingOf(dev, o).Int4Groups {
 		for _, w := range l.Weights() {
 			_, ok4 := l.StoredInt4Groups(w.Name)
-			_, okStack := l.StoredInt4GroupStack(w.Name)
 			_, ok8 := l.StoredInt8Groups(w.Name)
-			if ok4 || okStack || ok8 {
+			if ok4 || ok8 {
 				return nil
 			}
 		}
@@ -169,9 +168,6 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	for _, w := range l.Weights() {
 		_, isFP8 := l.StoredFP8(w.Name)
 		_, isI4 := l.StoredInt4Groups(w.Name)
-		if _, stack := l.StoredInt4GroupStack(w.Name); stack {
-			isI4 = true
-		}
 		_, isI8 := l.StoredInt8Groups(w.Name)
 		switch {
 		case l.StoredMXFP4(w.Name):

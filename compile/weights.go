@@ -68,7 +68,7 @@ import (
 //     group [out, in/G], where a zero point is not 8, mins [in/G, out],
 //     and, in activation order, the columns sorted by group with each
 //     one's place (holdInt4Groups); an expert stack whose parts are all so
-//     is held as one grouped int4 stack (holdInt4GroupStack). The graph
+//     is held as one grouped int4 stack [E, ...] the same way. The graph
 //     decodes them (nn.DequantizeInt4Groups), which tputool's cpu backend
 //     fuses into its int4 GEMM/GEMV and its grouped expert node. Their
 //     symmetric 8-bit weights (every zero point 128) are held as
@@ -230,9 +230,6 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
 			return r.holdInt8Groups(l, w, group)
 		}
-		if lay, ok := l.StoredInt4GroupStack(w.Name); ok {
-			return r.holdInt4GroupStack(l, w, lay)
-		}
 	}
 	if h.Quantized(w) {
 		return r.quantizeWeight(l, w)
@@ -298,20 +295,24 @@ func (r *Runner) holdFP8(l *lm.Loaded, w lm.WeightSpec, lay lm.FP8Layout) error 
 
 // holdInt4Groups holds a weight a GPTQ, AWQ or compressed-tensors
 // checkpoint stores as 4-bit integers (lm.Loaded.StoredInt4Groups) as
-// grouped int4: its packed values u8 [out, in/32, 16] under its name, its
-// scales f32 [out, in/group] under name+int4GScales, with mins f32
-// [in/group, out] under name+int4GMins and, permuted (activation order),
-// each column's place int32 [in] under name+int4GInv; the graph decodes
-// them (nn.DequantizeInt4Groups, then nn.GatherColumns where permuted),
-// which the backend multiplies in place.
+// grouped int4: its packed values u8 [..., out, in/32, 16] under its name,
+// its scales f32 [..., out, in/group] under name+int4GScales, with mins f32
+// [..., in/group, out] under name+int4GMins and, permuted (activation
+// order, matrices only), each column's place int32 [in] under
+// name+int4GInv; the graph decodes them (nn.DequantizeInt4Groups, then
+// nn.GatherColumns where permuted), which the backend multiplies in place
+// (an expert stack's chosen experts, gathered by nn.PairDot, in its
+// grouped expert node).
 func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4GroupsLayout) error {
-	out, in := w.Shape[0], w.Shape[1]
+	rk := len(w.Shape)
+	stack, out, in := w.Shape[:rk-2], w.Shape[rk-2], w.Shape[rk-1]
+	dims := func(d ...int) []int { return append(slices.Clone(stack), d...) }
 	parts := []sharedPart{
-		{"", shapes.Make(dtypes.Uint8, out, in/32, 16)},
-		{int4GScales, shapes.Make(dtypes.Float32, out, in/lay.Group)},
+		{"", shapes.Make(dtypes.Uint8, dims(out, in/32, 16)...)},
+		{int4GScales, shapes.Make(dtypes.Float32, dims(out, in/lay.Group)...)},
 	}
 	if lay.Mins {
-		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, in/lay.Group, out)})
+		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, dims(in/lay.Group, out)...)})
 	}
 	if lay.Permuted {
 		parts = append(parts, sharedPart{int4GInv, shapes.Make(dtypes.Int32, in)})
@@ -326,31 +327,6 @@ func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4Groups
 			inv = flat[len(flat)-1].([]int32)
 		}
 		return l.Int4GroupsInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m, inv)
-	})
-}
-
-// holdInt4GroupStack holds an expert stack [E, out, in] whose parts a
-// GPTQ, AWQ or compressed-tensors checkpoint stores as 4-bit integers
-// (lm.Loaded.StoredInt4GroupStack) as grouped int4: packed values u8 [E,
-// out, in/32, 16] under its name, scales f32 [E, out, in/group] and, with
-// mins, f32 [E, in/group, out]; nn.PairDot gathers the chosen experts'
-// (nn.DequantizeInt4Groups), which the backend's grouped expert node
-// multiplies in place.
-func (r *Runner) holdInt4GroupStack(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4GroupsLayout) error {
-	e, out, in := w.Shape[0], w.Shape[1], w.Shape[2]
-	parts := []sharedPart{
-		{"", shapes.Make(dtypes.Uint8, e, out, in/32, 16)},
-		{int4GScales, shapes.Make(dtypes.Float32, e, out, in/lay.Group)},
-	}
-	if lay.Mins {
-		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, e, in/lay.Group, out)})
-	}
-	return r.sharedParts(w.Name, parts, func(flat []any) error {
-		var m []float32
-		if lay.Mins {
-			m = flat[2].([]float32)
-		}
-		return l.Int4GroupStackInto(w.Name, flat[0].([]uint8), flat[1].([]float32), m)
 	})
 }
 

@@ -350,13 +350,8 @@ func (l *Loaded) StoredFP8(name string) (FP8Layout, bool) {
 	default:
 		return FP8Layout{}, false
 	}
-	if info, _ := l.ckpt.Info(name); info.DType != safetensors.F8E4M3 {
+	if info, _ := l.ckpt.Info(name); info.DType != safetensors.F8E4M3 || l.gathered(name) {
 		return FP8Layout{}, false
-	}
-	for _, e := range l.Model.EmbedWeights() {
-		if e.Name == name {
-			return FP8Layout{}, false
-		}
 	}
 	return lay, true
 }
@@ -421,8 +416,8 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 // block straddles two parts); the stack's scales are [E, ⌈out/B0⌉,
 // ⌈in/B1⌉], its parts' one after the other.
 func (l *Loaded) storedFP8Stack(name string) (FP8Layout, bool) {
-	w, ok := l.spec(name)
-	if !ok || len(w.Shape) != 3 || len(w.Parts) == 0 || l.ckpt.Has(name) {
+	w, ok := l.assembledStack(name)
+	if !ok {
 		return FP8Layout{}, false
 	}
 	var lay FP8Layout

@@ -152,9 +152,6 @@ func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
 		if lay, ok := l.StoredInt4Groups(w.Name); ok {
 			return Int4GroupsBytes(w, lay)
 		}
-		if lay, ok := l.StoredInt4GroupStack(w.Name); ok {
-			return Int4GroupsBytes(w, lay)
-		}
 		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
 			e := int64(elements(w.Shape))
 			return e + 4*e/int64(group)

@@ -45,26 +45,12 @@ type Int4GroupsLayout struct {
 // sorted by group, stably), and not a weight the embedding gathers rows
 // of (EmbedWeights). It returns nil (and no error) for other weights.
 func (l *Loaded) int4Source(name string) (src *intSource, lay Int4GroupsLayout, order []int32, err error) {
-	w, how := l.encoding(name)
-	switch {
-	case how == "packed" && l.Model.Spec().Packed.Bits == 4:
-		src, err = l.packedSource(w)
-	case how == "compressed" && l.Model.Spec().Compressed.Format == "pack-quantized" && l.Model.Spec().Compressed.Bits == 4:
-		src, err = l.compressedInts(w)
-	default:
-		return nil, lay, nil, nil
-	}
-	if err != nil || src.groups == 0 || src.in%src.groups != 0 {
+	if src, err = l.intSourceOf(name, 4); src == nil {
 		return nil, lay, nil, err
 	}
 	lay.Group = src.in / src.groups
 	if !Int4GroupsFit(src.in, lay.Group) {
 		return nil, lay, nil, nil
-	}
-	for _, e := range l.Model.EmbedWeights() {
-		if e.Name == name {
-			return nil, lay, nil, nil
-		}
 	}
 	if !src.sequence {
 		// Sort the columns by group (a counting sort, stable), if every
@@ -102,13 +88,30 @@ func (src *intSource) hasMins() bool {
 }
 
 // StoredInt4Groups reports whether an executor may hold weight name as
-// grouped int4 (int4Source), and how.
+// grouped int4 (int4Source), and how: a matrix, or an expert stack [E,
+// out, in] a checkpoint stores as one part per expert projection
+// (WeightSpec.Parts), every part held so in groups of one size and in
+// input order (the stack has mins where a part has them).
 func (l *Loaded) StoredInt4Groups(name string) (Int4GroupsLayout, bool) {
 	if h, ok := l.int4Held[name]; ok {
 		return h.lay, h.ok
 	}
-	src, lay, _, err := l.int4Source(name)
-	h := int4Held{lay, err == nil && src != nil}
+	var h int4Held
+	if w, stack := l.assembledStack(name); stack {
+		h.ok = true
+		for i, p := range w.Parts {
+			pl, ok := l.StoredInt4Groups(p.Name)
+			if !ok || pl.Permuted || i > 0 && pl.Group != h.lay.Group {
+				h = int4Held{}
+				break
+			}
+			h.lay.Group = pl.Group
+			h.lay.Mins = h.lay.Mins || pl.Mins
+		}
+	} else {
+		src, lay, _, err := l.int4Source(name)
+		h = int4Held{lay, err == nil && src != nil}
+	}
 	if l.int4Held == nil {
 		l.int4Held = map[string]int4Held{}
 	}
@@ -131,8 +134,15 @@ type int8Held struct {
 // Int4GroupsInto writes weight name (StoredInt4Groups) as grouped int4:
 // packed [out, in/2], scales [out, in/group], mins [in/group, out] where
 // the layout has them and inv [in] where it is permuted (nil otherwise),
-// then releases the mapping's pages.
+// then releases the mapping's pages; an expert stack as int4StackInto
+// says.
 func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float32, inv []int32) error {
+	if _, stack := l.assembledStack(name); stack {
+		if inv != nil {
+			return fmt.Errorf("tensor %q: an expert stack is held in input order, with no permutation", name)
+		}
+		return l.int4StackInto(name, packed, scales, mins)
+	}
 	src, lay, order, err := l.int4Source(name)
 	if err != nil {
 		return err
@@ -181,27 +191,12 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 // it as 8-bit codes in groups in input order, every zero point 128, and
 // not as a weight the embedding gathers rows of; the group size with it.
 func (l *Loaded) int8Source(name string) (*intSource, int, error) {
-	w, how := l.encoding(name)
-	var src *intSource
-	var err error
-	switch {
-	case how == "packed" && l.Model.Spec().Packed.Bits == 8:
-		src, err = l.packedSource(w)
-	case how == "compressed" && l.Model.Spec().Compressed.Format == "pack-quantized" && l.Model.Spec().Compressed.Bits == 8:
-		src, err = l.compressedInts(w)
-	default:
-		return nil, 0, nil
-	}
-	if err != nil || !src.sequence || src.groups == 0 || src.in%src.groups != 0 {
+	src, err := l.intSourceOf(name, 8)
+	if src == nil || !src.sequence {
 		return nil, 0, err
 	}
 	for _, z := range src.zeros {
 		if z != 128 {
-			return nil, 0, nil
-		}
-	}
-	for _, e := range l.Model.EmbedWeights() {
-		if e.Name == name {
 			return nil, 0, nil
 		}
 	}
@@ -225,7 +220,7 @@ func (l *Loaded) StoredInt8Groups(name string) (group int, ok bool) {
 }
 
 func (l *Loaded) storedInt8Groups(name string) (group int, ok bool) {
-	if w, ok := l.spec(name); ok && len(w.Shape) == 3 && len(w.Parts) > 0 && !l.ckpt.Has(name) {
+	if w, stack := l.assembledStack(name); stack {
 		for i, p := range w.Parts {
 			g, ok := l.StoredInt8Groups(p.Name)
 			if !ok || i > 0 && g != group {
@@ -244,7 +239,7 @@ func (l *Loaded) storedInt8Groups(name string) (group int, ok bool) {
 // releases the mapping's pages; an expert stack as its parts' one after
 // the other ([E, out, in] and [E, out, in/group]).
 func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
-	if w, ok := l.spec(name); ok && len(w.Parts) > 0 && !l.ckpt.Has(name) {
+	if w, stack := l.assembledStack(name); stack {
 		group, ok := l.StoredInt8Groups(name)
 		if !ok {
 			return fmt.Errorf("tensor %q: its parts are not all symmetric 8-bit integers in groups tputool holds", name)
@@ -291,35 +286,13 @@ func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
 	return nil
 }
 
-// StoredInt4GroupStack reports whether an executor may hold the expert
-// stack name (a weight [E, out, in] a checkpoint stores as one part per
-// expert projection, WeightSpec.Parts) as grouped int4: every part held
-// so (StoredInt4Groups) in groups of one size and in input order; the
-// stack has mins where a part has them.
-func (l *Loaded) StoredInt4GroupStack(name string) (Int4GroupsLayout, bool) {
-	w, ok := l.spec(name)
-	if !ok || len(w.Shape) != 3 || len(w.Parts) == 0 {
-		return Int4GroupsLayout{}, false
-	}
-	var lay Int4GroupsLayout
-	for i, p := range w.Parts {
-		pl, ok := l.StoredInt4Groups(p.Name)
-		if !ok || pl.Permuted || i > 0 && pl.Group != lay.Group {
-			return Int4GroupsLayout{}, false
-		}
-		lay.Group = pl.Group
-		lay.Mins = lay.Mins || pl.Mins
-	}
-	return lay, true
-}
-
-// Int4GroupStackInto writes the expert stack name (StoredInt4GroupStack)
-// as grouped int4: its parts' packed values and scales one after the
-// other (packed [E, out, in/2], scales [E, out, in/group]) and, when the
-// stack has mins, mins [E, in/group, out] (zero for a part without).
-func (l *Loaded) Int4GroupStackInto(name string, packed []byte, scales, mins []float32) error {
+// int4StackInto writes the expert stack name (StoredInt4Groups) as
+// grouped int4: its parts' packed values and scales one after the other
+// (packed [E, out, in/2], scales [E, out, in/group]) and, when the stack
+// has mins, mins [E, in/group, out] (zero for a part without).
+func (l *Loaded) int4StackInto(name string, packed []byte, scales, mins []float32) error {
 	w, _ := l.spec(name)
-	lay, ok := l.StoredInt4GroupStack(name)
+	lay, ok := l.StoredInt4Groups(name)
 	if !ok {
 		return fmt.Errorf("tensor %q: its parts are not all 4-bit integers in groups tputool holds", name)
 	}
@@ -360,4 +333,47 @@ func (l *Loaded) Int4GroupStackInto(name string, packed []byte, scales, mins []f
 		return fmt.Errorf("tensor %q: its parts hold %d rows, the stack %d", name, row, e*out)
 	}
 	return nil
+}
+
+// intSourceOf is the intSource of weight name when the checkpoint stores
+// it as integer codes of bits bits (GPTQ, AWQ, compressed-tensors'
+// pack-quantized) in whole groups of one size, and not as a weight the
+// embedding gathers rows of; nil (and no error) for other weights.
+func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
+	w, how := l.encoding(name)
+	spec := l.Model.Spec()
+	var src *intSource
+	var err error
+	switch {
+	case how == "packed" && spec.Packed.Bits == bits:
+		src, err = l.packedSource(w)
+	case how == "compressed" && spec.Compressed.Format == "pack-quantized" && spec.Compressed.Bits == bits:
+		src, err = l.compressedInts(w)
+	default:
+		return nil, nil
+	}
+	if err != nil || src.groups == 0 || src.in%src.groups != 0 || l.gathered(name) {
+		return nil, err
+	}
+	return src, nil
+}
+
+// gathered reports whether the embedding gathers rows of weight name
+// (EmbedWeights; a tied head is one): such weights are held as the
+// embedding reads them, never in a form only products read.
+func (l *Loaded) gathered(name string) bool {
+	for _, e := range l.Model.EmbedWeights() {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// assembledStack is weight name's spec when it is an expert stack [E, out,
+// in] the checkpoint stores as its parts (one tensor per expert
+// projection) rather than whole.
+func (l *Loaded) assembledStack(name string) (WeightSpec, bool) {
+	w, ok := l.spec(name)
+	return w, ok && len(w.Shape) == 3 && len(w.Parts) > 0 && !l.ckpt.Has(name)
 }
