@@ -101,72 +101,18 @@ func int4Gathered(r *node) (packed, codes, ids, table *node, ok bool) {
 // K/32, 16], scales [E, N, g], mins [E, g, N] or nil), the pairs' expert
 // ids and the group size.
 func int4GroupsGathered(r *node) (packed, scales, mins, ids *node, group int, ok bool) {
-	fail := func() (*node, *node, *node, *node, int, bool) { return nil, nil, nil, nil, 0, false }
-	if r.op != backends.OpTypeReshape || r.shape.Rank() != 3 || r.shape.DType != dtypes.Float32 {
-		return fail()
+	if r.shape.Rank() != 3 {
+		return nil, nil, nil, nil, 0, false
 	}
-	x := r.inputs[0]
-	if x.shape.Rank() != 4 || x.shape.DType != dtypes.Float32 {
-		return fail()
+	gp, gs, gm, group, ok := int4GroupsForm(r)
+	if !ok || !wholeRowGather(gp) || !wholeRowGather(gs) || !sameIndices(gp.inputs[1], gs.inputs[1]) ||
+		gm != nil && (!wholeRowGather(gm) || !sameIndices(gp.inputs[1], gm.inputs[1])) {
+		return nil, nil, nil, nil, 0, false
 	}
-	d := x.shape.Dimensions // [P, N, g, G]
-	if d[3]%32 != 0 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1], d[2] * d[3]}) {
-		return fail()
+	if gm != nil {
+		mins = gm.inputs[0]
 	}
-	// groupInput matches BroadcastInDim(Reshape(s, P, N, g, 1)) and
-	// returns s.
-	groupInput := func(b *node) *node {
-		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2, 3}) {
-			return nil
-		}
-		rs := b.inputs[0]
-		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, []int{d[0], d[1], d[2], 1}) {
-			return nil
-		}
-		return rs.inputs[0]
-	}
-	m := x
-	var gm *node
-	if x.op == backends.OpTypeAdd {
-		for _, k := range [][2]int{{0, 1}, {1, 0}} {
-			t := groupInput(x.inputs[k[1]])
-			if t != nil && t.op == backends.OpTypeTranspose && slices.Equal(t.aux.([]int), []int{0, 2, 1}) && wholeRowGather(t.inputs[0]) {
-				m, gm = x.inputs[k[0]], t.inputs[0]
-				break
-			}
-		}
-		if gm == nil {
-			return fail()
-		}
-	}
-	if m.op != backends.OpTypeMul {
-		return fail()
-	}
-	for _, k := range [][2]int{{0, 1}, {1, 0}} {
-		v, gs := m.inputs[k[0]], groupInput(m.inputs[k[1]])
-		if v.op != backends.OpTypeReshape || gs == nil || !wholeRowGather(gs) {
-			continue
-		}
-		gb := tableSource(v.inputs[0], int4PairTable[:], 2)
-		if gb == nil || !wholeRowGather(gb) || !sameIndices(gb.inputs[1], gs.inputs[1]) || (gm != nil && !sameIndices(gb.inputs[1], gm.inputs[1])) {
-			continue
-		}
-		p, s := gb.inputs[0], gs.inputs[0]
-		e := p.shape.Dimensions[0]
-		if p.shape.DType != dtypes.Uint8 || !slices.Equal(p.shape.Dimensions, []int{e, d[1], d[2] * d[3] / 32, 16}) ||
-			s.shape.DType != dtypes.Float32 || !slices.Equal(s.shape.Dimensions, []int{e, d[1], d[2]}) {
-			continue
-		}
-		var mn *node
-		if gm != nil {
-			mn = gm.inputs[0]
-			if mn.shape.DType != dtypes.Float32 || !slices.Equal(mn.shape.Dimensions, []int{e, d[2], d[1]}) {
-				continue
-			}
-		}
-		return p, s, mn, gb.inputs[1], d[3], true
-	}
-	return fail()
+	return gp.inputs[0], gs.inputs[0], mins, gp.inputs[1], group, true
 }
 
 // tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))

@@ -221,29 +221,53 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 // the packed values [N, K/32, 16], the scales [N, g], the mins [g, N]
 // (nil for none) and the group size G.
 func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) {
-	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 || r.shape.DType != dtypes.Float32 {
+	if r.shape.Rank() != 2 {
 		return nil, nil, nil, 0, false
+	}
+	return int4GroupsForm(r)
+}
+
+// int4GroupsForm matches nn.DequantizeInt4Groups' form at r [..., N, K]
+// (a matrix, or a batch of them as nn.PairDot gathers) and returns the
+// packed values [..., N, K/32, 16], the scales [..., N, g], the mins
+// [..., g, N] (nil for none) and the group size.
+func int4GroupsForm(r *node) (packed, scales, mins *node, group int, ok bool) {
+	fail := func() (*node, *node, *node, int, bool) { return nil, nil, nil, 0, false }
+	rk := r.shape.Rank()
+	if r.op != backends.OpTypeReshape || rk < 2 || r.shape.DType != dtypes.Float32 {
+		return fail()
 	}
 	x := r.inputs[0]
-	if x.shape.Rank() != 3 || x.shape.DType != dtypes.Float32 {
-		return nil, nil, nil, 0, false
+	if x.shape.Rank() != rk+1 || x.shape.DType != dtypes.Float32 {
+		return fail()
 	}
-	d := x.shape.Dimensions // [N, g, G]
-	if d[2]%32 != 0 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * d[2]}) {
-		return nil, nil, nil, 0, false
+	lead := x.shape.Dimensions[:rk-2]
+	dims := func(d ...int) []int { return append(slices.Clone(lead), d...) }
+	d := x.shape.Dimensions[rk-2:] // [N, g, G]
+	if d[2]%32 != 0 || !slices.Equal(r.shape.Dimensions, dims(d[0], d[1]*d[2])) {
+		return fail()
 	}
-	// groupInput matches BroadcastInDim(Reshape(s f32 [N, g], N, g, 1))
-	// and returns s.
+	ident := make([]int, rk+1)
+	for i := range ident {
+		ident[i] = i
+	}
+	swap := make([]int, rk) // the mins' last two axes swapped: [..., g, N] to [..., N, g]
+	for i := range swap {
+		swap[i] = i
+	}
+	swap[rk-2], swap[rk-1] = rk-1, rk-2
+	// groupInput matches BroadcastInDim(Reshape(s f32 [..., N, g], ..., N,
+	// g, 1)) and returns s.
 	groupInput := func(b *node) *node {
-		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), []int{0, 1, 2}) {
+		if b.op != backends.OpTypeBroadcastInDim || !slices.Equal(b.aux.([]int), ident) {
 			return nil
 		}
 		rs := b.inputs[0]
-		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, []int{d[0], d[1], 1}) {
+		if rs.op != backends.OpTypeReshape || !slices.Equal(rs.shape.Dimensions, dims(d[0], d[1], 1)) {
 			return nil
 		}
 		s := rs.inputs[0]
-		if s.shape.DType != dtypes.Float32 || !slices.Equal(s.shape.Dimensions, []int{d[0], d[1]}) {
+		if s.shape.DType != dtypes.Float32 || !slices.Equal(s.shape.Dimensions, dims(d[0], d[1])) {
 			return nil
 		}
 		return s
@@ -252,17 +276,17 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 	if x.op == backends.OpTypeAdd {
 		for _, k := range [][2]int{{0, 1}, {1, 0}} {
 			s := groupInput(x.inputs[k[1]])
-			if s != nil && s.op == backends.OpTypeTranspose && slices.Equal(s.aux.([]int), []int{1, 0}) && x.inputs[k[0]].op == backends.OpTypeMul {
+			if s != nil && s.op == backends.OpTypeTranspose && slices.Equal(s.aux.([]int), swap) && x.inputs[k[0]].op == backends.OpTypeMul {
 				m, mins = x.inputs[k[0]], s.inputs[0]
 				break
 			}
 		}
 		if mins == nil {
-			return nil, nil, nil, 0, false
+			return fail()
 		}
 	}
 	if m.op != backends.OpTypeMul {
-		return nil, nil, nil, 0, false
+		return fail()
 	}
 	for _, k := range [][2]int{{0, 1}, {1, 0}} {
 		v, s := m.inputs[k[0]], groupInput(m.inputs[k[1]])
@@ -270,12 +294,12 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 			continue
 		}
 		p := tableSource(v.inputs[0], int4PairTable[:], 2)
-		if p == nil || !slices.Equal(p.shape.Dimensions, []int{d[0], d[1] * d[2] / 32, 16}) {
+		if p == nil || !slices.Equal(p.shape.Dimensions, dims(d[0], d[1]*d[2]/32, 16)) {
 			continue
 		}
 		return p, s, mins, d[2], true
 	}
-	return nil, nil, nil, 0, false
+	return fail()
 }
 
 // A weight held with its columns sorted by group (GPTQ's activation
