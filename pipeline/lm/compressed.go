@@ -135,15 +135,11 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	// scaleAt is the index of (o, i)'s scale (and zero point).
 	groupOf := func(i int) int { return i / max(c.Group, 1) }
 	if g, ok := raw[p+ctGIdx]; ok {
-		groups := ss[len(ss)-1]
-		idx := make([]int, in)
-		for i := range idx {
-			idx[i] = int(int32(binary.LittleEndian.Uint32(g[4*i:])))
-			if idx[i] < 0 || idx[i] >= groups {
-				return fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", p+ctGIdx, i, idx[i], groups)
-			}
+		idx := make([]int32, in)
+		if _, err := readGIdx(p+ctGIdx, g, idx, ss[len(ss)-1]); err != nil {
+			return err
 		}
-		groupOf = func(i int) int { return idx[i] }
+		groupOf = func(i int) int { return int(idx[i]) }
 	}
 	var scaleAt func(o, i int) int
 	switch c.Strategy {
@@ -221,13 +217,8 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	}
 	sequence := true
 	if g, ok := raw[p+ctGIdx]; ok {
-		for i := range groupOf {
-			v := int32(binary.LittleEndian.Uint32(g[4*i:]))
-			if v < 0 || int(v) >= groups {
-				return nil, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", p+ctGIdx, i, v, groups)
-			}
-			sequence = sequence && v == groupOf[i]
-			groupOf[i] = v
+		if sequence, err = readGIdx(p+ctGIdx, g, groupOf, groups); err != nil {
+			return nil, err
 		}
 	}
 	// scaleAt is the stored index of (group g, output o)'s scale.

@@ -189,14 +189,8 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 	g := q.groups(in)
 	sequence := true
 	if len(srcs) > 3 { // GPTQ's g_idx
-		gIdx := raw[srcs[3].name]
-		for i := range groupOf {
-			v := int32(binary.LittleEndian.Uint32(gIdx[4*i:]))
-			if v < 0 || int(v) >= g {
-				return nil, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", srcs[3].name, i, v, g)
-			}
-			sequence = sequence && v == groupOf[i]
-			groupOf[i] = v
+		if sequence, err = readGIdx(srcs[3].name, raw[srcs[3].name], groupOf, g); err != nil {
+			return nil, err
 		}
 	}
 	per, mask := 32/q.Bits, uint32(1)<<q.Bits-1
@@ -242,6 +236,23 @@ func (l *Loaded) readSources(srcs []packedTensor) (raw map[string][]byte, dtype 
 		raw[s.name], dtype[s.name] = b, info.DType
 	}
 	return raw, dtype, nil
+}
+
+// readGIdx reads an activation-order group index, the I32 tensor name
+// [in] (GPTQ's g_idx, compressed-tensors' weight_g_idx), into groupOf,
+// checking each entry names one of the groups; sequence reports whether
+// it equalled groupOf's order before (input i in group i/G).
+func readGIdx(name string, b []byte, groupOf []int32, groups int) (sequence bool, err error) {
+	sequence = true
+	for i := range groupOf {
+		v := int32(binary.LittleEndian.Uint32(b[4*i:]))
+		if v < 0 || int(v) >= groups {
+			return false, fmt.Errorf("tensor %q: g_idx[%d] = %d, outside the %d groups", name, i, v, groups)
+		}
+		sequence = sequence && v == groupOf[i]
+		groupOf[i] = v
+	}
+	return sequence, nil
 }
 
 // releaseSources releases the mapping's pages of tensors readSources read.
