@@ -9,6 +9,8 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
 )
 
 // packedFormat is one GPTQ or AWQ layout the test writes.
@@ -22,6 +24,7 @@ type packedFormat struct {
 	seqAWQ   bool // AWQ packed in plain order instead of its interleaved one
 	declV2   bool // GPTQ v1 data declared gptq_v2
 	mutation bool
+	badGIdx  bool // g_idx[in-1] names a group past the last
 	// For the held tests (packedheld_test.go): the columns a group (16
 	// if 0), the model's hidden and intermediate sizes (32 and 48 if 0),
 	// zero points all 8 (symmetric), and the f32 checkpoint in f32
@@ -163,6 +166,9 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			for i := range gi {
 				gi[i] = uint32(gOf[i])
 			}
+			if f.badGIdx {
+				gi[in-1] = uint32(groups)
+			}
 			packed = append(packed, i32Tensor(prefix+".g_idx", []int{in}, gi))
 		}
 		packed = append(packed, st)
@@ -225,6 +231,30 @@ func TestPackedCheckpoints(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A g_idx naming a group past the last is an error naming the tensor and
+// the entry, decoded at load or held as stored.
+func TestPackedBadGIdx(t *testing.T) {
+	dir, _ := packedCheckpoints(t, packedFormat{method: "gptq", bits: 4, gIdx: true, badGIdx: true})
+	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
+	for _, held := range []bool{false, true} {
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := caps
+		c.Int4Groups = held
+		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled, Caps: &c})
+		if err == nil {
+			_, err = r.NewState().Prefill([][]int{{1, 7, 21}}, 1)
+			r.Close()
+		}
+		l.Close()
+		if err == nil || !strings.Contains(err.Error(), `.g_idx": g_idx[31] = 2, outside the 2 groups`) {
+			t.Errorf("held %v: got %v, want an error naming g_idx[31] outside the 2 groups", held, err)
+		}
 	}
 }
 
