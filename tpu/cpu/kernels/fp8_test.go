@@ -1,10 +1,8 @@
 package kernels
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -119,13 +117,6 @@ func TestGemmFP8Panics(t *testing.T) {
 			GemmFP8NT(1, 4, 8, make([]float32, 8), 8, make([]byte, 32), 8, make([]float32, 2), 0, 8, make([]float32, 4), 4)
 		}, "block"},
 	} {
-		func() {
-			defer func() {
-				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), c.want) {
-					t.Errorf("%s: panic %v, want one naming %q", c.name, p, c.want)
-				}
-			}()
-			c.f()
-		}()
+		wantPanic(t, c.name, c.want, c.f)
 	}
 }

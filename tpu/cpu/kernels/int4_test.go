@@ -3,7 +3,6 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -179,15 +178,7 @@ func TestGemmInt4Panics(t *testing.T) {
 		}},
 		{"quantize k", "multiple of 32", func() { QuantizeInt4(make([]float32, 40), 1, 40, table) }},
 	} {
-		func() {
-			defer func() {
-				r := recover()
-				if r == nil || !strings.Contains(r.(string), c.want) {
-					t.Errorf("%s: panic %v, want one containing %q", c.name, r, c.want)
-				}
-			}()
-			c.f()
-		}()
+		wantPanic(t, c.name, c.want, c.f)
 	}
 }
 

@@ -3,7 +3,6 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -149,15 +148,7 @@ func TestGemmInt4GroupsPanics(t *testing.T) {
 			GemmInt4GroupsNT(1, 2, 64, make([]float32, 64), 64, make([]byte, 64), make([]float32, 4), make([]float32, 2), 32, make([]float32, 2), 2)
 		}},
 	} {
-		func() {
-			defer func() {
-				r := recover()
-				if r == nil || !strings.Contains(r.(string), c.want) {
-					t.Errorf("%s: panic %v, want one containing %q", c.name, r, c.want)
-				}
-			}()
-			c.f()
-		}()
+		wantPanic(t, c.name, c.want, c.f)
 	}
 }
 

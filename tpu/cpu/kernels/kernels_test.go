@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -353,4 +354,17 @@ func TestQuantizeInt8NonFinite(t *testing.T) {
 	if q[0] != 64 || q[1] != -127 || q[2] != 127 || q[3] != 0 {
 		t.Fatalf("q = %v, want [64 -127 127 0]", q)
 	}
+}
+
+// wantPanic calls f and reports an error unless it panics with a string
+// (the kernels' own checks) containing want.
+func wantPanic(t *testing.T, name, want string, f func()) {
+	t.Helper()
+	defer func() {
+		p := recover()
+		if msg, ok := p.(string); !ok || !strings.Contains(msg, want) {
+			t.Errorf("%s: panic %#v, want a message containing %q", name, p, want)
+		}
+	}()
+	f()
 }

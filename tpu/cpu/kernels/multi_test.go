@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -135,14 +134,6 @@ func TestGemvMultiEdges(t *testing.T) {
 		{Gemv{A: make([]float32, 32), C: make([]float32, 2), N: 2, Int4: make([]byte, 32), Int4Codes: make([]byte, 2), Int4Table: make([]float32, 8)}, "table", 32},
 		{Gemv{A: make([]float32, 32), C: make([]float32, 2), N: 2, Int4: make([]byte, 31), Int4Codes: make([]byte, 2), Int4Table: make([]float32, 256)}, "bytes of blocks", 32},
 	} {
-		func() {
-			defer func() {
-				p := recover()
-				if p == nil || !strings.Contains(fmt.Sprint(p), bad.want) {
-					t.Errorf("panic %v, want one naming %q", p, bad.want)
-				}
-			}()
-			GemvMulti(bad.k, []Gemv{bad.g})
-		}()
+		wantPanic(t, "GemvMulti", bad.want, func() { GemvMulti(bad.k, []Gemv{bad.g}) })
 	}
 }
