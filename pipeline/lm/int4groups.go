@@ -43,13 +43,15 @@ type Int4GroupsLayout struct {
 // groups of equal size that Int4GroupsFit takes (in input order, or in
 // any order with every group the same size: then order is the columns
 // sorted by group, stably), and not a weight the embedding gathers rows
-// of (EmbedWeights). It returns nil (and no error) for other weights.
+// of (EmbedWeights). It returns nil (and no error) for other weights,
+// with the pages it read released; the caller releases src's.
 func (l *Loaded) int4Source(name string) (src *intSource, lay Int4GroupsLayout, order []int32, err error) {
 	if src, err = l.intSourceOf(name, 4); src == nil {
 		return nil, lay, nil, err
 	}
 	lay.Group = src.in / src.groups
 	if !Int4GroupsFit(src.in, lay.Group) {
+		src.release()
 		return nil, lay, nil, nil
 	}
 	if !src.sequence {
@@ -61,6 +63,7 @@ func (l *Loaded) int4Source(name string) (src *intSource, lay Int4GroupsLayout, 
 		}
 		for g := range src.groups {
 			if start[g+1] != lay.Group {
+				src.release()
 				return nil, lay, nil, nil
 			}
 			start[g+1] += start[g]
@@ -111,6 +114,9 @@ func (l *Loaded) StoredInt4Groups(name string) (Int4GroupsLayout, bool) {
 	} else {
 		src, lay, _, err := l.int4Source(name)
 		h = int4Held{lay, err == nil && src != nil}
+		if src != nil {
+			src.release()
+		}
 	}
 	if l.int4Held == nil {
 		l.int4Held = map[string]int4Held{}
@@ -192,11 +198,16 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 // not as a weight the embedding gathers rows of; the group size with it.
 func (l *Loaded) int8Source(name string) (*intSource, int, error) {
 	src, err := l.intSourceOf(name, 8)
-	if src == nil || !src.sequence {
+	if src == nil {
 		return nil, 0, err
+	}
+	if !src.sequence {
+		src.release()
+		return nil, 0, nil
 	}
 	for _, z := range src.zeros {
 		if z != 128 {
+			src.release()
 			return nil, 0, nil
 		}
 	}
@@ -231,6 +242,9 @@ func (l *Loaded) storedInt8Groups(name string) (group int, ok bool) {
 		return group, true
 	}
 	src, group, err := l.int8Source(name)
+	if src != nil {
+		src.release()
+	}
 	return group, err == nil && src != nil
 }
 
@@ -352,8 +366,12 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	default:
 		return nil, nil
 	}
-	if err != nil || src.groups == 0 || src.in%src.groups != 0 || l.gathered(name) {
+	if err != nil {
 		return nil, err
+	}
+	if src.groups == 0 || src.in%src.groups != 0 || l.gathered(name) {
+		src.release()
+		return nil, nil
 	}
 	return src, nil
 }
