@@ -249,7 +249,7 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 		}
 	}
 	return &intSource{
-		name: w.Name, out: out, in: in, bits: c.Bits, groups: groups, groupOf: groupOf,
+		name: w.Name, out: out, in: in, groups: groups, groupOf: groupOf,
 		value: func(o, i int) uint32 {
 			return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
 		},

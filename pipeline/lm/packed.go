@@ -127,7 +127,6 @@ func (q *PackedQuant) checkShape(w WeightSpec) error {
 type intSource struct {
 	name     string
 	out, in  int
-	bits     int
 	groups   int
 	groupOf  []int32 // in entries
 	value    func(o, i int) uint32
@@ -214,7 +213,7 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 		}
 	}
 	return &intSource{
-		name: w.Name, out: out, in: in, bits: q.Bits, groups: g, groupOf: groupOf, value: value,
+		name: w.Name, out: out, in: in, groups: g, groupOf: groupOf, value: value,
 		scales: scales, zeros: zeros, scaleDT: scaleDT, sequence: sequence,
 		release: func() { l.releaseSources(raw) },
 	}, nil
