@@ -137,17 +137,20 @@ func GemmInt4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, scales
 		return
 	}
 	checkInt4Groups("GemmInt4GroupsQ8NT", n, k, packed, scales, mins, group)
-	gemmNibblesQ8(int4GroupsCode(scales, k/group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
-	if mins != nil {
+	aq := gemmNibblesQ8(int4GroupsCode(scales, k/group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	if mins == nil {
+		return
+	}
+	if aq == nil { // VNNI quantised the rows in its own form
 		buf := permPool.Get().(*[]float32)
+		defer permPool.Put(buf)
 		if cap(*buf) < m*k {
 			*buf = make([]float32, m*k)
 		}
-		aq := (*buf)[:m*k]
+		aq = (*buf)[:m*k]
 		fakeQuantizeRows(aq, a, lda, m, k)
-		addGroupMins(m, n, k, aq, k, mins, group, c, ldc)
-		permPool.Put(buf)
 	}
+	addGroupMins(m, n, k, aq, k, mins, group, c, ldc)
 }
 
 // DequantizeInt4Groups decodes a grouped int4 matrix [n, k] (as

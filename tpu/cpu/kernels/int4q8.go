@@ -156,8 +156,10 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 
 // gemmNibblesQ8 is gemmNibbles of an int4 format (one table, or one a
 // row) with A's rows quantised to int8 per block of 32: VNNI where it
-// runs, else the f32 kernels on the rows quantised and dequantised.
-func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, codes []byte, c []float32, ldc int) {
+// runs, else the f32 kernels on the rows quantised and dequantised: it
+// returns those rows [m, k] (FakeQuantizeQ8's) where it made them, nil on
+// VNNI.
+func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, codes []byte, c []float32, ldc int) (aq []float32) {
 	if hasVNNI() && k%64 == 0 && k > 0 && m > 1 && m <= q8VNNIMaxM {
 		// Rows by fours: each weight row is read once for the four.
 		b := q8x4Pool.Get().(*q8Rows4)
@@ -176,7 +178,7 @@ func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, 
 			}
 		}
 		q8x4Pool.Put(b)
-		return
+		return nil
 	}
 	if hasVNNI() && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
 		r := q8Pool.Get().(*q8Row)
@@ -188,9 +190,10 @@ func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, 
 			})
 		}
 		q8Pool.Put(r)
-		return
+		return nil
 	}
-	aq := make([]float32, m*k)
+	aq = make([]float32, m*k)
 	fakeQuantizeRows(aq, a, lda, m, k)
 	gemmNibbles(code, m, n, k, aq, k, packed, codes, c, ldc)
+	return aq
 }
