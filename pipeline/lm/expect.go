@@ -21,38 +21,12 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	s := safetensors.NewStrict(src)
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()
-	expectEncoded := func(enc []packedTensor) {
-		for _, p := range enc {
-			s.Expect(p.name, p.shape...)
-			s.RequireDType(p.name, p.dtypes...)
-		}
-	}
 	for _, w := range Weights(m) {
-		if enc := w.encodedSources(spec, has); enc != nil {
-			expectEncoded(enc)
-			continue
-		}
-		for _, p := range w.Sources(has) {
-			if p.Name != w.Name { // a part (an expert stored on its own), which may be quantized
-				if enc := p.encodedSources(spec, has); enc != nil {
-					expectEncoded(enc)
-					continue
-				}
-				if p.fp8(spec, has) {
-					s.Expect(p.Name, p.Shape...)
-					s.RequireDType(p.Name, fp8DTypes...)
-					s.Expect(p.Name+fp8ScaleSuffix, p.fp8ScaleShape(spec)...)
-					continue
-				}
+		for _, t := range w.storedTensors(spec, has) {
+			s.Expect(t.name, t.shape...)
+			if t.dtypes != nil {
+				s.RequireDType(t.name, t.dtypes...)
 			}
-			s.Expect(p.Name, p.Shape...)
-			if p.Name != w.Name && w.mxfp4(has) {
-				s.RequireDType(p.Name, safetensors.U8)
-			}
-		}
-		if w.fp8(spec, has) {
-			s.RequireDType(w.Name, fp8DTypes...)
-			s.Expect(w.Name+fp8ScaleSuffix, w.fp8ScaleShape(spec)...)
 		}
 	}
 	s.RequireDTypes(weightDTypes...)
@@ -73,6 +47,41 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 
 // tiedHead is the head a checkpoint with tied embeddings may still hold.
 const tiedHead = "lm_head.weight"
+
+// storedTensors lists the tensors the checkpoint stores weight w as, with
+// their shapes and, where the storage fixes them, their dtypes (nil: any
+// weight dtype): its encoded sources (GPTQ, AWQ, compressed-tensors); an
+// FP8 weight and its block scales; else each of its Sources, a part (an
+// expert stored on its own) encoded or FP8 as a weight would be, and
+// MXFP4's blocks and scales bytes.
+func (w WeightSpec) storedTensors(spec *Spec, has func(string) bool) []packedTensor {
+	if enc := w.encodedSources(spec, has); enc != nil {
+		return enc
+	}
+	var ts []packedTensor
+	for _, p := range w.Sources(has) {
+		if p.Name != w.Name {
+			if enc := p.encodedSources(spec, has); enc != nil {
+				ts = append(ts, enc...)
+				continue
+			}
+			if p.fp8(spec, has) {
+				ts = append(ts, packedTensor{p.Name, p.Shape, fp8DTypes}, packedTensor{p.Name + fp8ScaleSuffix, p.fp8ScaleShape(spec), nil})
+				continue
+			}
+		}
+		t := packedTensor{p.Name, p.Shape, nil}
+		if p.Name != w.Name && w.mxfp4(has) {
+			t.dtypes = []safetensors.DType{safetensors.U8}
+		}
+		ts = append(ts, t)
+	}
+	if w.fp8(spec, has) { // then Sources is w alone
+		ts[0].dtypes = fp8DTypes
+		ts = append(ts, packedTensor{w.Name + fp8ScaleSuffix, w.fp8ScaleShape(spec), nil})
+	}
+	return ts
+}
 
 // encodedSources are the tensors of w when the checkpoint stores it
 // packed (GPTQ, AWQ) or compressed (compressed-tensors), nil otherwise.

@@ -248,36 +248,8 @@ func (l *Loaded) Weights() []WeightSpec { return l.weights }
 func (l *Loaded) WeightBytes() int64 {
 	var n int64
 	for _, w := range l.weights {
-		if enc := w.encodedSources(l.Model.Spec(), l.ckpt.Has); enc != nil {
-			for _, p := range enc {
-				if info, ok := l.ckpt.Info(p.name); ok {
-					n += info.NumBytes()
-				}
-			}
-			continue
-		}
-		for _, p := range w.Sources(l.ckpt.Has) {
-			if p.Name != w.Name {
-				if enc := p.encodedSources(l.Model.Spec(), l.ckpt.Has); enc != nil { // an encoded part
-					for _, e := range enc {
-						if info, ok := l.ckpt.Info(e.name); ok {
-							n += info.NumBytes()
-						}
-					}
-					continue
-				}
-				if p.fp8(l.Model.Spec(), l.ckpt.Has) {
-					if info, ok := l.ckpt.Info(p.Name + fp8ScaleSuffix); ok {
-						n += info.NumBytes()
-					}
-				}
-			}
-			if info, ok := l.ckpt.Info(p.Name); ok {
-				n += info.NumBytes()
-			}
-		}
-		if w.fp8(l.Model.Spec(), l.ckpt.Has) {
-			if info, ok := l.ckpt.Info(w.Name + fp8ScaleSuffix); ok {
+		for _, t := range w.storedTensors(l.Model.Spec(), l.ckpt.Has) {
+			if info, ok := l.ckpt.Info(t.name); ok {
 				n += info.NumBytes()
 			}
 		}
