@@ -61,11 +61,8 @@ func fp8Form(r *node) (w, scales *node, b0, b1 int, ok bool) {
 		if v.op != backends.OpTypeReshape || !slices.Equal(v.shape.Dimensions, dims(n, k)) {
 			continue
 		}
-		t, x := gatherSource(v.inputs[0], 1)
-		if t == nil || t.op != backends.OpTypeConstant || x.shape.DType != dtypes.Uint8 || !slices.Equal(x.shape.Dimensions, dims(n, k)) {
-			continue
-		}
-		if vals, ok := t.constant.([]float32); !ok || !sameBits(vals, fp8Table[:]) {
+		x := tableSource(v.inputs[0], fp8Table[:], 1)
+		if x == nil || !slices.Equal(x.shape.Dimensions, dims(n, k)) {
 			continue
 		}
 		if s.op == backends.OpTypeSlice {

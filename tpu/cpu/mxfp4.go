@@ -116,13 +116,14 @@ func int4GroupsGathered(r *node) (packed, scales, mins, ids *node, group int, ok
 }
 
 // tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))
-// at g, table a constant [256, width] equal to want, and returns x.
+// at g, table a constant [256, width] holding want's bits (sameBits: NaN
+// entries, as FP8's, included), and returns x.
 func tableSource(g *node, want []float32, width int) *node {
 	t, x := gatherSource(g, width)
 	if t == nil || t.op != backends.OpTypeConstant {
 		return nil
 	}
-	if vals, ok := t.constant.([]float32); !ok || !slices.Equal(vals, want) {
+	if vals, ok := t.constant.([]float32); !ok || !sameBits(vals, want) {
 		return nil
 	}
 	return x
