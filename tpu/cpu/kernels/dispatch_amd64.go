@@ -490,17 +490,13 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 		return
 	}
 	_, _ = blocks[n*k/2-1], scales[n*nb-1]
-	buf := permPool.Get().(*[]float32)
-	if cap(*buf) < k {
-		*buf = make([]float32, k)
-	}
-	ap := (*buf)[:k]
+	buf, ap := f32Scratch(k)
 	permuteBlocks(ap, a)
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
 		rc := code.at(lo)
 		dotNibblesPermAVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nb], nb, hi-lo, code.vals, &rc.half[0], code.rowStride(), &c[lo])
 	})
-	permPool.Put(buf)
+	f32Pool.Put(buf)
 }
 
 // widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.

@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // FP8 weights with block scales, as the Hub's FP8 checkpoints store them
@@ -78,8 +77,6 @@ func GemmFP8NT(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 	gemmNT(m, n, k, a, lda, nil, 0, convFP8(b, ldb, scales, sc, b0, b1), c, ldc)
 }
 
-var fp8Scratch = sync.Pool{New: func() any { return new([]float32) }}
-
 // gemvFP8 is GemmFP8NT at m = 1. Each worker walks its rows by blocks of
 // b0: the activations times the block row's scales (as[p] = a[p]·s[p/b1])
 // once, then the plain dot over the block's rows. With one scale a row
@@ -96,11 +93,7 @@ func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0,
 		return
 	}
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
-		buf := fp8Scratch.Get().(*[]float32)
-		if cap(*buf) < k {
-			*buf = make([]float32, k)
-		}
-		as := (*buf)[:k]
+		buf, as := f32Scratch(k)
 		for j := lo; j < hi; {
 			jb := j / b0
 			end := min(hi, (jb+1)*b0)
@@ -112,7 +105,7 @@ func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0,
 			gemvRowsFP8(as, b[j*ldb:], ldb, c[j:end])
 			j = end
 		}
-		fp8Scratch.Put(buf)
+		f32Pool.Put(buf)
 	})
 }
 

@@ -142,12 +142,9 @@ func GemmInt4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, scales
 		return
 	}
 	if aq == nil { // VNNI quantised the rows in its own form
-		buf := permPool.Get().(*[]float32)
-		defer permPool.Put(buf)
-		if cap(*buf) < m*k {
-			*buf = make([]float32, m*k)
-		}
-		aq = (*buf)[:m*k]
+		var buf *[]float32
+		buf, aq = f32Scratch(m * k)
+		defer f32Pool.Put(buf)
 		fakeQuantizeRows(aq, a, lda, m, k)
 	}
 	addGroupMins(m, n, k, aq, k, mins, group, c, ldc)

@@ -190,5 +190,17 @@ func permuteBlocks(dst, a []float32) {
 	}
 }
 
-// permPool holds the GEMV's permuted activations between calls.
-var permPool = sync.Pool{New: func() any { return new([]float32) }}
+// f32Pool holds scratch rows of float32 between calls: the GEMV's
+// permuted activations, FP8's scaled ones, the quantised rows of int4's
+// mins.
+var f32Pool = sync.Pool{New: func() any { return new([]float32) }}
+
+// f32Scratch takes a buffer from f32Pool and returns it with its first n
+// entries; the caller puts the buffer back.
+func f32Scratch(n int) (*[]float32, []float32) {
+	buf := f32Pool.Get().(*[]float32)
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	return buf, (*buf)[:n]
+}
