@@ -47,18 +47,16 @@ func writeFP8(src, out string, block int, fbgemm bool) error {
 			b0, b1 = 1, shape[1]
 		}
 		codes, scales := quantizeFP8(vals, shape[0], shape[1], b0, b1)
-		sb := make([]byte, 4*len(scales))
-		for i, s := range scales {
-			u := math.Float32bits(s)
-			sb[4*i], sb[4*i+1], sb[4*i+2], sb[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-		}
 		sr, sc := (shape[0]+b0-1)/b0, (shape[1]+b1-1)/b1
 		scaleName := strings.TrimSuffix(name, "weight") + "weight_scale_inv"
 		if fbgemm {
 			scaleName = strings.TrimSuffix(name, "weight") + "weight_scale"
 		}
-		return []safetensors.Tensor{{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes},
-			{Name: scaleName, DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb}}, nil
+		st, err := safetensors.Float32Tensor(scaleName, safetensors.F32, []int{sr, sc}, scales)
+		if err != nil {
+			return nil, err
+		}
+		return []safetensors.Tensor{{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes}, st}, nil
 	})
 }
 
