@@ -66,17 +66,18 @@ func (l *Loaded) index() {
 	for _, w := range l.weights {
 		l.byName[w.Name] = w
 		at := int64(0)
-		for _, p := range w.Parts {
-			l.partOf[p.Name] = partRef{stack: w.Name, at: at}
+		for i, p := range w.Parts {
+			l.partOf[p.Name] = partRef{stack: w.Name, index: i, at: at}
 			at += int64(elements(p.Shape))
 		}
 	}
 }
 
-// partRef places a part of an assembled weight in its stack: the flat
-// element offset of its data there.
+// partRef places a part of an assembled weight in its stack: its index
+// in the stack's Parts and the flat element offset of its data there.
 type partRef struct {
 	stack string
+	index int
 	at    int64
 }
 
@@ -129,10 +130,8 @@ func (l *Loaded) viewOf(name string) (view, error) {
 
 // partSpec is the WeightSpec of a part name.
 func (l *Loaded) partSpec(name string) WeightSpec {
-	for _, p := range l.byName[l.partOf[name].stack].Parts {
-		if p.Name == name {
-			return p
-		}
+	if ref, ok := l.partOf[name]; ok {
+		return l.byName[ref.stack].Parts[ref.index]
 	}
 	return WeightSpec{Name: name}
 }
