@@ -101,19 +101,23 @@ func (l *Loaded) MXFP4Into(name string, blocks, scales []byte) error {
 	if int64(len(blocks)) != n/2 || int64(len(scales)) != n/quant.MXFP4Block {
 		return fmt.Errorf("tensor %q: %d values need %d bytes of blocks and %d scales, got %d and %d", name, n, n/2, n/quant.MXFP4Block, len(blocks), len(scales))
 	}
-	for _, part := range []struct {
-		name string
-		dst  []byte
-	}{{name + MXFP4Blocks, blocks}, {name + MXFP4Scales, scales}} {
-		raw, err := l.rawOf(part.name, safetensors.U8, int64(len(part.dst)))
-		if err != nil {
-			return err
-		}
-		for off := 0; off < len(raw); off += releasePiece {
-			end := min(off+releasePiece, len(raw))
-			copy(part.dst[off:end], raw[off:end])
-			l.ckpt.ReleaseRange(part.name, int64(off), int64(end))
-		}
+	if err := l.copyReleasing(name+MXFP4Blocks, safetensors.U8, blocks); err != nil {
+		return err
+	}
+	return l.copyReleasing(name+MXFP4Scales, safetensors.U8, scales)
+}
+
+// copyReleasing copies tensor name, stored as dt, into dst as its bytes
+// are, releasing the mapping's pages a piece at a time.
+func (l *Loaded) copyReleasing(name string, dt safetensors.DType, dst []byte) error {
+	raw, err := l.rawOf(name, dt, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	for off := 0; off < len(raw); off += releasePiece {
+		end := min(off+releasePiece, len(raw))
+		copy(dst[off:end], raw[off:end])
+		l.ckpt.ReleaseRange(name, int64(off), int64(end))
 	}
 	return nil
 }
@@ -388,14 +392,8 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 	if elements(sShape) != len(scales) || how == "fp8" && checkFP8Scales(name, sShape, lay.Scales) != nil {
 		return fmt.Errorf("tensor %q: scales %v, want %v", scaleName, sShape, lay.Scales)
 	}
-	raw, err := l.rawOf(name, safetensors.F8E4M3, int64(len(w)))
-	if err != nil {
+	if err := l.copyReleasing(name, safetensors.F8E4M3, w); err != nil {
 		return err
-	}
-	for off := 0; off < len(raw); off += releasePiece {
-		end := min(off+releasePiece, len(raw))
-		copy(w[off:end], raw[off:end])
-		l.ckpt.ReleaseRange(name, int64(off), int64(end))
 	}
 	for _, b := range w {
 		if b&0x7f == 0x7f {
