@@ -61,19 +61,15 @@ func parseActivations(s, quantize string) (string, error) {
 
 // checkActivations refuses --activations int8 where no product of the
 // model would take it: without --quantize, on a checkpoint none of whose
-// weights are held as 4-bit or 8-bit integers (lm.Loaded.StoredInt4Groups,
-// StoredInt8Groups).
+// weights are held as 4-bit or 8-bit integers (lm.Loaded.HeldForm).
 func checkActivations(dev *tpu.Device, l *lm.Loaded, o compile.Options) error {
 	if dev.Activations() != "int8" || o.Quantize != "" {
 		return nil
 	}
-	if holdingOf(dev, o).Int4Groups {
-		for _, w := range l.Weights() {
-			_, ok4 := l.StoredInt4Groups(w.Name)
-			_, ok8 := l.StoredInt8Groups(w.Name)
-			if ok4 || ok8 {
-				return nil
-			}
+	h := holdingOf(dev, o)
+	for _, w := range l.Weights() {
+		if f := l.HeldForm(h, w.Name); f == lm.FormInt4Groups || f == lm.FormInt8Groups {
+			return nil
 		}
 	}
 	return errs.Usagef("--activations int8 applies to int4 and int8 weights, and %s holds none: add --quantize int4 or int8", l.Dir)

@@ -213,21 +213,22 @@ func (r *Runner) withScales(names []string) []string {
 // loadWeight holds one weight as the comment at the top of this file says.
 func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	h := r.holding()
-	if h.MXFP4 && l.StoredMXFP4(w.Name) && r.sharedUpload() {
-		return r.holdMXFP4(l, w)
-	}
-	if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" && r.sharedUpload() {
-		err := r.holdFP8(l, w, lay)
-		if !lm.IsFP8NaN(err) {
-			return err
-		}
-		// NaN bytes: decoded below, where they are reported as non-finite.
-	}
-	if h.Int4Groups && r.sharedUpload() {
-		if lay, ok := l.StoredInt4Groups(w.Name); ok {
+	if r.sharedUpload() {
+		switch l.HeldForm(h, w.Name) {
+		case lm.FormMXFP4:
+			return r.holdMXFP4(l, w)
+		case lm.FormFP8:
+			lay, _ := l.StoredFP8(w.Name)
+			err := r.holdFP8(l, w, lay)
+			if !lm.IsFP8NaN(err) {
+				return err
+			}
+			// NaN bytes: decoded below, where they are reported as non-finite.
+		case lm.FormInt4Groups:
+			lay, _ := l.StoredInt4Groups(w.Name)
 			return r.holdInt4Groups(l, w, lay)
-		}
-		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
+		case lm.FormInt8Groups:
+			group, _ := l.StoredInt8Groups(w.Name)
 			return r.holdInt8Groups(l, w, group)
 		}
 	}

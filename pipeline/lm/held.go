@@ -140,24 +140,60 @@ func (l *Loaded) HeldBytes(h Holding) int64 {
 }
 
 // heldBytesOf is the memory weight w (or a part held apart) takes when
-// held as h says, as compile.Runner.loadWeight holds it.
+// held as h says, in the form HeldForm gives it.
 func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
-	if h.MXFP4 && l.StoredMXFP4(w.Name) {
+	switch l.HeldForm(h, w.Name) {
+	case FormMXFP4:
 		return MXFP4Bytes(w)
-	}
-	if lay, ok := l.StoredFP8(w.Name); ok && h.FP8 && h.Quantize == "" {
+	case FormFP8:
+		lay, _ := l.StoredFP8(w.Name)
 		return int64(elements(w.Shape)) + 4*int64(elements(lay.Scales))
-	}
-	if h.Int4Groups {
-		if lay, ok := l.StoredInt4Groups(w.Name); ok {
-			return Int4GroupsBytes(w, lay)
-		}
-		if group, ok := l.StoredInt8Groups(w.Name); ok && (h.Quantize == "" || h.Quantize == "int8") {
-			e := int64(elements(w.Shape))
-			return e + 4*e/int64(group)
-		}
+	case FormInt4Groups:
+		lay, _ := l.StoredInt4Groups(w.Name)
+		return Int4GroupsBytes(w, lay)
+	case FormInt8Groups:
+		group, _ := l.StoredInt8Groups(w.Name)
+		e := int64(elements(w.Shape))
+		return e + 4*e/int64(group)
 	}
 	return h.HeldBytes(w, l.StoredDType(w.Name))
+}
+
+// A WeightForm is the form an executor holds a weight in.
+type WeightForm int
+
+const (
+	// FormConverted: converted to the held dtype, or quantised as
+	// Holding.Quantize asks (Holding.HeldBytes).
+	FormConverted  WeightForm = iota
+	FormMXFP4                 // as the checkpoint stores it: MXFP4 (MXFP4Into)
+	FormFP8                   // FP8 with its scales (FP8Into)
+	FormInt4Groups            // grouped int4 (Int4GroupsInto)
+	FormInt8Groups            // symmetric 8-bit in groups (Int8GroupsInto)
+)
+
+// HeldForm is the form an executor holding as h keeps weight name (a
+// model weight, or an expert part held apart) in: as the checkpoint
+// stores it where h multiplies that form (an FP8 weight only when
+// nothing is quantised, an 8-bit one unless Quantize is int4), else
+// converted. compile.Runner.loadWeight holds by it and HeldBytes counts
+// by it.
+func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
+	if h.MXFP4 && l.StoredMXFP4(name) {
+		return FormMXFP4
+	}
+	if _, ok := l.StoredFP8(name); ok && h.FP8 && h.Quantize == "" {
+		return FormFP8
+	}
+	if h.Int4Groups {
+		if _, ok := l.StoredInt4Groups(name); ok {
+			return FormInt4Groups
+		}
+		if _, ok := l.StoredInt8Groups(name); ok && (h.Quantize == "" || h.Quantize == "int8") {
+			return FormInt8Groups
+		}
+	}
+	return FormConverted
 }
 
 // MXFP4Bytes is the memory an MXFP4 weight takes as stored: half a byte
