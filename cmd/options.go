@@ -33,7 +33,6 @@ var optionFlags = map[string]string{
 	"MaxBatch":     "--max-batch",
 	"MaxContext":   "--max-context",
 	"PrefillChunk": "--prefill-chunk",
-	"PrefixCache":  "--prefix-cache",
 }
 
 // flagOf is the flag that sets a compile option field, or the field's own

@@ -309,7 +309,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	defer runner.Close()
 	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
-		PrefillChunk: opts.PrefillChunk, PrefixCache: opts.PrefixCache})
+		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0})
 	if err != nil {
 		return err
 	}
@@ -333,7 +333,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		name = modelLabel(m)
 	}
 	metrics := serve.NewMetrics(counter.counts)
-	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now})
+	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
 	api := serve.NewServer(sched, serve.ServerOptions{
 		ModelName:   name,
 		Tokenizer:   tok,

@@ -17,37 +17,39 @@ import (
 // Continuous batching over fixed shapes (the server's engine).
 //
 // A Batch decodes many independent sequences in one batch whose rows are
-// sequence slots. Every row shares one write position, the shared clock
-// `next`: a decode step writes every row's new token at cache slot next,
-// as a generation's decode does, so the model's graphs, the KV cache
-// update (one DynamicUpdateSlice) and the compiled executables are those
-// of `generate`. Rows differ only by their left padding: row b's sequence
-// occupies slots [pads[b], next), its positions are slot - pads[b], and
-// attention masks everything below pads[b] (lm.Step).
+// sequence slots. Which sequence a row holds, how many rows the batch has
+// and which finished prompts are kept are its caller's (serve.Slots): the
+// Batch knows only which rows are used. Every row shares one write
+// position, the shared clock `next`: a decode step writes every row's new
+// token at cache slot next, as a generation's decode does, so the model's
+// graphs, the KV cache update (one DynamicUpdateSlice) and the compiled
+// executables are those of `generate`. Rows differ only by their left
+// padding: row b's sequence occupies slots [pads[b], next), its positions
+// are slot - pads[b], and attention masks everything below pads[b]
+// (lm.Step).
 //
 // New prompts are prefilled in a batch of their own (up to MaxPrefill
 // rows, left-padded to the longest) whose cache is just long enough for
 // them (a power of two), in pieces the caller interleaves with decode
 // steps. Insert then copies each prompt's row into a free row so that the
-// prompt ends at the shared clock: its L tokens land in slots
-// [next-L, next) and the row's pad becomes next-L. Recurrent state
-// (Qwen3.5's DeltaNet) is copied whole. Finished prefills are kept for
-// prompts that share their prefix (the prefix cache, below).
+// prompt ends at the shared clock: its L tokens land in slots [next-L,
+// next) and the row's pad becomes next-L. Recurrent state (Qwen3.5's
+// DeltaNet) is copied whole. A finished prompt's cache can be kept (Keep)
+// for later prompts that share its prefix (StartPrefillFrom).
 //
 // The batch keeps two shapes small, so that attention and memory follow
-// the load rather than the limits: the number of rows is a batch bucket
-// (a power of two, capped at MaxBatch) that grows when a sequence needs a
-// row and shrinks when at most a quarter is used (or one row, so that a
-// lone sequence decodes at batch 1, the GEMV path), and the cache length is
-// a slot bucket that grows when the clock reaches the end of the cache and
-// shrinks when the running sequences hold little. Changing them is a
-// relayout, made of steps that each change one shape by one bucket: a
-// rows step gathers the running rows to the front (the rows-gather
-// program), a slots step shifts every row's slots left by the free space
-// below the lowest pad, or right for a prompt longer than the clock, and
-// resizes the cache (the slots program). An insert places the prefill's
-// prompt into a row of slots (the place program) and writes that row into
-// the batch (the write-row program).
+// the load rather than the limits: the number of rows is a batch bucket (a
+// power of two, capped at MaxBatch) that the caller grows and shrinks
+// (Relayout), and the cache length is a slot bucket that grows when the
+// clock reaches the end of the cache and shrinks when the running
+// sequences hold little. Changing them is a relayout, made of steps that
+// each change one shape by one bucket: a rows step takes the caller's rows
+// in the caller's order (the rows-gather program), a slots step shifts
+// every row's slots left by the free space below the lowest pad, or right
+// for a prompt longer than the clock, and resizes the cache (the slots
+// program). An insert places the prefill's prompt into a row of slots (the
+// place program) and writes that row into the batch (the write-row
+// program).
 //
 // So the shapes of every executable come from a bounded set: decode and
 // write-row per (batch bucket, slot bucket), rows-gather per slot bucket
@@ -57,9 +59,8 @@ import (
 // no compile happens under load.
 //
 // Invariants, between calls:
-//   - len(rows) == dec.batch; rows[r] is the handle of the sequence in
-//     row r, or -1, and seqRow is its inverse over the used rows. Handles
-//     come from nextID and are never reused.
+//   - len(used) == dec.batch; used[r] says whether row r holds a
+//     sequence.
 //   - dec.next < dec.cacheLen after fit: the next decode step has a slot
 //     to write. A running row's sequence holds slots [pads[r], next).
 //   - Relayout keeps every row's positions: a slots step moves slots and
@@ -68,6 +69,8 @@ import (
 //   - A free row's contents are junk nobody reads: Decode gives it the
 //     clock as its pad, so it attends only to its own slot, and Insert
 //     overwrites the whole row.
+//   - A kept prompt's cache is a State of one row, its prompt ending at
+//     its last slot.
 //   - Slots from the clock on are zero in every row (a slots step and
 //     place write zeros there, a rows step moves whole rows, and a step
 //     fills slots from the clock and moves the clock past them), as
@@ -75,7 +78,8 @@ import (
 //     DynamicUpdateSlice.
 //
 // A failed execution may have consumed the donated state, so the Batch
-// then drops every sequence (fail) and starts again empty.
+// then drops every sequence (fail) and starts again empty, with one free
+// row; its error then reports StateLost (serve.Lost).
 
 // BatchOptions configure a Batch.
 type BatchOptions struct {
@@ -87,11 +91,11 @@ type BatchOptions struct {
 	// PrefillChunk is the number of prompt tokens per prefill piece,
 	// rounded up to a power of two; 0 means 64.
 	PrefillChunk int
-	// PrefixCache is the number of finished prefills kept so that a later
-	// prompt sharing a prefix with one of them (a chat's system prompt)
-	// starts from its KV cache; 0 keeps none. Models with recurrent state,
-	// and backends without DynamicUpdateSlice, keep none either.
-	PrefixCache int
+	// Prefixes allows keeping finished prompts' caches for later prompts
+	// sharing a prefix with them (a chat's system prompt; Keep): Warmup
+	// then also compiles the copies they need. Models with recurrent
+	// state, and backends without DynamicUpdateSlice, keep none.
+	Prefixes bool
 }
 
 // MaxSlots bounds BatchOptions.MaxBatch.
@@ -110,12 +114,8 @@ type Batch struct {
 	r *Runner
 	o BatchOptions
 
-	dec    *State // the decode batch: dec.batch rows, dec.cacheLen slots
-	rows   []int  // per row: the sequence handle, -1 when free
-	seqRow map[int]int
-	nextID int
-
-	prefixes []*prefix // finished prefills, most recently used first
+	dec  *State // the decode batch: dec.batch rows, dec.cacheLen slots
+	used []bool // per row: whether it holds a sequence
 
 	place    *Program // prefill state -> one row of slots
 	writeRow *Program // batch state, row -> batch state
@@ -150,7 +150,7 @@ func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 		return nil, &OptionError{Owner: "BatchOptions", Option: "PrefillChunk", Value: o.PrefillChunk, Want: "a positive number of tokens"}
 	}
 	o.PrefillChunk = pow2(o.PrefillChunk)
-	b := &Batch{r: r, o: o, seqRow: map[int]int{}}
+	b := &Batch{r: r, o: o}
 	for _, p := range []struct {
 		to   **Program
 		name string
@@ -194,9 +194,12 @@ func (b *Batch) Slots() int { return b.o.MaxBatch }
 // MaxContext is the longest sequence, prompt plus generated tokens.
 func (b *Batch) MaxContext() int { return b.o.MaxContext }
 
-// batchBucket is the number of rows for k sequences: a power of two,
-// capped at MaxBatch.
-func (b *Batch) batchBucket(k int) int { return min(pow2(max(k, 1)), b.o.MaxBatch) }
+// Rows is the number of rows of the decode batch now.
+func (b *Batch) Rows() int { return b.dec.batch }
+
+// RowBucket is the number of rows of a decode batch of at least k rows: a
+// power of two, capped at MaxBatch.
+func (b *Batch) RowBucket(k int) int { return min(pow2(max(k, 1)), b.o.MaxBatch) }
 
 // slotBuckets are the cache lengths of the decode batch: powers of two
 // from minSlots below MaxContext, then MaxContext rounded up to a multiple
@@ -228,8 +231,7 @@ func (b *Batch) reset() {
 	}
 	b.dec = b.r.newState(1, b.slotBuckets()[0], []int32{0})
 	b.dec.reuseLogits = true // Decode's rows are read before the next step
-	b.rows = []int{-1}
-	clear(b.seqRow)
+	b.used = []bool{false}
 }
 
 // BatchPrefill is the prefill of one or more prompts, together in a
@@ -241,7 +243,6 @@ type BatchPrefill struct {
 	st      *State
 	prompts [][]int
 	chunk   int
-	reused  int // prompt tokens taken from a cached prefix
 }
 
 // maxPrefillRows is the most prompts prefilled together.
@@ -263,28 +264,38 @@ func (b *Batch) prefillPiece(rows, t int) int {
 	return min(c, t)
 }
 
-// prefix is a finished prefill kept for reuse: the prompt ends at slot
-// st.cacheLen, after st.pads[0] slots of padding.
-type prefix struct {
+// Kept is a finished prompt's cache kept for later prompts sharing its
+// prefix (Keep): a State of one row, the prompt ending at its last slot.
+type Kept struct {
 	prompt []int
 	st     *State
 }
 
-// minPrefixReuse is the fewest prompt tokens worth taking from a cached
-// prefix (below it the copy costs about what it saves).
-const minPrefixReuse = 16
-
-// Reused is the number of prompt tokens taken from a cached prefix rather
-// than computed.
-func (p *BatchPrefill) Reused() int { return p.reused }
+// Release frees the kept cache.
+func (k *Kept) Release() {
+	if k.st != nil {
+		k.st.Release()
+		k.st = nil
+	}
+}
 
 // StartPrefill begins prefilling prompts (1 to MaxPrefill) together into
 // a cache of their own, a power of two of at least 8 slots with every
 // prompt left-padded to end at its end. A piece runs about PrefillChunk
 // tokens in all (fewer per row with more rows); pieces made only of left
-// padding are skipped (they change nothing: padding is masked). A single
-// prompt may start from the prefix cache.
+// padding are skipped (they change nothing: padding is masked).
 func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
+	p, err := b.newPrefill(prompts)
+	if err != nil {
+		return nil, err
+	}
+	p.st.tensors = b.r.allocState(p.st.batch, p.st.cacheLen)
+	return p, nil
+}
+
+// newPrefill checks prompts and lays out their prefill, without its
+// tensors.
+func (b *Batch) newPrefill(prompts [][]int) (*BatchPrefill, error) {
 	k := len(prompts)
 	if k == 0 || k > b.MaxPrefill() {
 		return nil, fmt.Errorf("prefill: %d prompts, want 1 to %d", k, b.MaxPrefill())
@@ -333,38 +344,62 @@ func (b *Batch) StartPrefill(prompts [][]int) (*BatchPrefill, error) {
 	for _, q := range prompts {
 		p.prompts = append(p.prompts, slices.Clone(q))
 	}
-	if rows == 1 {
-		if err := b.reusePrefix(p, from); err != nil {
-			return nil, err
-		}
-	}
-	if p.st.tensors == nil {
-		p.st.tensors = b.r.allocState(rows, t)
-	}
 	return p, nil
 }
 
-// reusePrefix starts p from the cached prefill that shares the longest
-// prefix with its prompt, if that saves at least minPrefixReuse tokens:
-// the shared tokens' keys and values depend only on the tokens before them
-// and their positions, so they are copied to p's slots for the same
-// positions (the place program), and p's pieces start at the piece
-// boundary at or below the end of what was copied (recomputing the few
-// tokens between, in place). The last prompt token is always recomputed:
-// its logits are the prefill's result.
-func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
-	best, start := b.prefixHit(p.prompts[0])
-	pad := int(p.st.pads[0])
-	if best < 0 {
-		return nil
+// reuseStart is the slot at which the prefill of an n-token prompt
+// starts computing when its first shared tokens are taken from a kept
+// cache: the piece boundary at or below the end of the shared tokens, the
+// last prompt token excluded (it is recomputed for its logits); pad is the
+// prompt's first slot.
+func (b *Batch) reuseStart(n, shared int) (start, pad int) {
+	shared = max(0, min(shared, n-1))
+	t := PrefillCacheLen(n)
+	chunk := b.prefillPiece(1, t)
+	pad = t - n
+	return (pad + shared) / chunk * chunk, pad
+}
+
+// Saving is the number of prompt tokens that the prefill of an n-token
+// prompt skips by starting from a kept cache sharing its first shared
+// tokens (StartPrefillFrom).
+func (b *Batch) Saving(n, shared int) int {
+	start, pad := b.reuseStart(n, shared)
+	return max(0, start-pad)
+}
+
+// StartPrefillFrom begins the prefill of one prompt from a kept cache:
+// the tokens it shares with the kept prompt have keys and values that
+// depend only on the tokens before them and their positions, so they are
+// copied to the prefill's slots for the same positions (the place
+// program), and its pieces start at the piece boundary at or below the
+// end of what was copied (recomputing the few tokens between, in place):
+// Saving tokens are not computed.
+func (b *Batch) StartPrefillFrom(prompt []int, from *Kept) (*BatchPrefill, error) {
+	if from == nil || from.st == nil {
+		return nil, fmt.Errorf("prefill: the kept cache was released")
 	}
-	c := b.prefixes[best]
-	b.prefixes = slices.Insert(slices.Delete(b.prefixes, best, best+1), 0, c) // most recently used
+	if !b.KeepsPrefixes() {
+		return nil, fmt.Errorf("prefill: this batch keeps no prefixes")
+	}
+	p, err := b.newPrefill([][]int{prompt})
+	if err != nil {
+		return nil, err
+	}
+	k := 0
+	for k < len(from.prompt) && k < len(prompt) && from.prompt[k] == prompt[k] {
+		k++
+	}
+	start, pad := b.reuseStart(len(prompt), k)
+	if start <= pad {
+		p.st.tensors = b.r.allocState(p.st.batch, p.st.cacheLen)
+		return p, nil
+	}
+	// Slot j < start of p takes the kept slot of the same position.
 	t := p.st.cacheLen
-	// Slot j < start of p takes the cached slot of the same position.
 	idx := make([]int32, t)
 	valid := make([]int32, t)
-	cpad := int(c.st.pads[0])
+	cpad := int(from.st.pads[0])
 	for j := pad; j < start; j++ {
 		idx[j], valid[j] = int32(j-pad+cpad), 1
 	}
@@ -373,48 +408,14 @@ func (b *Batch) reusePrefix(p *BatchPrefill, from int) error {
 		{T: tensors.FromFlatDataAndDimensions(idx, t)},
 		{T: tensors.FromFlatDataAndDimensions(valid, t)},
 	}
-	outs, err := b.place.Call(append(args, c.st.args(false)...)...)
+	outs, err := b.place.Call(append(args, from.st.args(false)...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p.st.tensors = b.splitState(outs)
-	p.st.pending[0] = p.st.pending[0][start-from:]
+	p.st.pending[0] = p.st.pending[0][start-p.st.next:]
 	p.st.next = start
-	p.reused = start - pad
-	return nil
-}
-
-// prefixHit finds the cached prefill that shares the longest prefix with
-// prompt, prefilled alone, and the slot its prefill would start at; best
-// is -1 when no prefix saves at least minPrefixReuse tokens.
-func (b *Batch) prefixHit(prompt []int) (best, start int) {
-	if !b.keepsPrefixes() {
-		return -1, 0
-	}
-	n := len(prompt)
-	best, shared := -1, 0
-	for i, c := range b.prefixes {
-		k := 0
-		for k < len(c.prompt) && k < n && c.prompt[k] == prompt[k] {
-			k++
-		}
-		if k > shared {
-			best, shared = i, k
-		}
-	}
-	// Computing restarts at the piece boundary at or below the end of the
-	// shared tokens, the last prompt token excluded (it is recomputed for
-	// its logits); the saving is the prompt tokens below that boundary.
-	shared = min(shared, n-1)
-	t := PrefillCacheLen(n)
-	chunk := b.prefillPiece(1, t)
-	pad := t - n
-	from := pad / chunk * chunk
-	start = (pad + shared) / chunk * chunk // the first piece to compute
-	if best < 0 || start-max(pad, from) < minPrefixReuse {
-		return -1, 0
-	}
-	return best, start
+	return p, nil
 }
 
 // PrefillGroup says which prompts prefill well together with prompt: those
@@ -422,25 +423,21 @@ func (b *Batch) prefixHit(prompt []int) (best, start int) {
 // as many as fit in one prefill piece of PrefillChunk tokens (a group
 // then costs each of its prompts one piece of waiting, as a prompt
 // prefilled alone does, in one call instead of several), at most
-// MaxPrefill; a prompt the prefix cache serves is prefilled alone.
-// Grouping mixed lengths pads every row to the longest: at 8 streams it
-// tripled the median time to first token (305 to 959 ms), and so did
-// groups larger than one piece.
+// MaxPrefill. Grouping mixed lengths pads every row to the longest: at 8
+// streams it tripled the median time to first token (305 to 959 ms), and
+// so did groups larger than one piece.
 func (b *Batch) PrefillGroup(prompt []int) (key, most int) {
 	t := PrefillCacheLen(len(prompt))
-	if best, _ := b.prefixHit(prompt); best >= 0 {
-		return -1, 1
-	}
 	return t, max(1, min(b.o.PrefillChunk/t, b.MaxPrefill()))
 }
 
-// keepsPrefixes reports whether finished prefills are kept for reuse:
-// with a prefix cache, on a backend that updates caches in place (a
-// recomputed token's slot is overwritten, not added to), for a model whose
-// every state is a cache of slots (recurrent state would absorb a
-// recomputed token twice).
-func (b *Batch) keepsPrefixes() bool {
-	if b.o.PrefixCache <= 0 || !b.r.dus {
+// KeepsPrefixes reports whether finished prompts' caches can be kept for
+// reuse: with BatchOptions.Prefixes, on a backend that updates caches in
+// place (a recomputed token's slot is overwritten, not added to), for a
+// model whose every state is a cache of slots (recurrent state would
+// absorb a recomputed token twice).
+func (b *Batch) KeepsPrefixes() bool {
+	if !b.o.Prefixes || !b.r.dus {
 		return false
 	}
 	for _, axes := range b.r.slotAxes {
@@ -453,47 +450,38 @@ func (b *Batch) keepsPrefixes() bool {
 	return true
 }
 
-// keepPrefixes adds the prompts of a finished prefill to the prefix cache,
-// most recent first, dropping the least recently used beyond PrefixCache:
-// the prefill's state itself for one prompt (the cache then owns it), a
-// copy of each prompt's row otherwise (the place program). It reports
-// whether it took the prefill's state.
-func (b *Batch) keepPrefill(p *BatchPrefill) (took bool, err error) {
-	if !b.keepsPrefixes() || p.st.tensors == nil || p.st.Pending() > 0 {
-		return false, nil
+// Keep keeps prompt i's cache of a finished prefill for later prompts that
+// share its prefix (StartPrefillFrom); the caller releases it. The only
+// prompt of a one-row prefill takes the prefill's state (Close then frees
+// nothing); otherwise its row is copied (the place program).
+func (b *Batch) Keep(p *BatchPrefill, i int) (*Kept, error) {
+	if !b.KeepsPrefixes() {
+		return nil, fmt.Errorf("keep: this batch keeps no prefixes")
+	}
+	if p.st.tensors == nil || p.st.Pending() > 0 {
+		return nil, fmt.Errorf("keep: the prefill is not finished")
+	}
+	if i < 0 || i >= len(p.prompts) {
+		return nil, fmt.Errorf("keep: prompt %d of %d", i, len(p.prompts))
+	}
+	if p.st.batch == 1 {
+		k := &Kept{prompt: p.prompts[0], st: p.st}
+		p.st = b.r.NewState()
+		return k, nil
 	}
 	t := p.st.cacheLen
-	for i, q := range p.prompts {
-		if len(q) < minPrefixReuse {
-			continue
-		}
-		c := &prefix{prompt: q}
-		// One prompt: the prefill's state is the entry (Close then gives
-		// p an empty State instead of releasing it). Several: a copy of
-		// row i, the same t slots.
-		if p.st.batch == 1 {
-			c.st, took = p.st, true
-		} else {
-			idx := make([]int32, t)
-			valid := make([]int32, t)
-			for j := range idx {
-				idx[j], valid[j] = int32(j), 1
-			}
-			args := []Arg{{T: tensors.FromScalar(int32(i))}, {T: tensors.FromFlatDataAndDimensions(idx, t)}, {T: tensors.FromFlatDataAndDimensions(valid, t)}}
-			outs, err := b.place.Call(append(args, p.st.args(false)...)...)
-			if err != nil {
-				return took, err
-			}
-			c.st = &State{r: b.r, batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{p.st.pads[i]}, tensors: b.splitState(outs)}
-		}
-		b.prefixes = slices.Insert(b.prefixes, 0, c)
+	idx := make([]int32, t)
+	valid := make([]int32, t)
+	for j := range idx {
+		idx[j], valid[j] = int32(j), 1
 	}
-	for len(b.prefixes) > b.o.PrefixCache {
-		last := b.prefixes[len(b.prefixes)-1]
-		b.prefixes = b.prefixes[:len(b.prefixes)-1]
-		last.st.Release()
+	args := []Arg{{T: tensors.FromScalar(int32(i))}, {T: tensors.FromFlatDataAndDimensions(idx, t)}, {T: tensors.FromFlatDataAndDimensions(valid, t)}}
+	outs, err := b.place.Call(append(args, p.st.args(false)...)...)
+	if err != nil {
+		return nil, err
 	}
-	return took, nil
+	st := &State{r: b.r, batch: 1, cacheLen: t, maxCacheLen: t, pads: []int32{p.st.pads[i]}, tensors: b.splitState(outs)}
+	return &Kept{prompt: p.prompts[i], st: st}, nil
 }
 
 // splitState groups a program's flat state outputs by layer.
@@ -523,43 +511,34 @@ func (p *BatchPrefill) Step() (logits [][]float32, done bool, err error) {
 	return rows[:len(p.prompts)], true, nil
 }
 
-// Close frees the prefill's state; a finished prefill's prompts go to the
-// prefix cache first.
-func (p *BatchPrefill) Close() {
-	took, _ := p.b.keepPrefill(p) // a failed copy only loses a cache entry
-	if took {
-		p.st = p.b.r.NewState()
-		return
-	}
-	p.st.Release()
-}
+// Close frees the prefill's state (unless Keep took it).
+func (p *BatchPrefill) Close() { p.st.Release() }
 
-// Insert moves prompt i of a finished prefill into a free row (making
-// room first) and returns the new sequence's handle. The caller closes
-// the prefill after its inserts.
-func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
+// Insert moves prompt i of a finished prefill into free row row (making
+// room in the cache first). The caller closes the prefill after its
+// inserts and keeps.
+func (b *Batch) Insert(p *BatchPrefill, i, row int) error {
 	if p.st.tensors == nil || p.st.Pending() > 0 {
-		return -1, fmt.Errorf("insert: the prefill is not finished")
+		return fmt.Errorf("insert: the prefill is not finished")
 	}
 	if i < 0 || i >= len(p.prompts) {
-		return -1, fmt.Errorf("insert: prompt %d of %d", i, len(p.prompts))
+		return fmt.Errorf("insert: prompt %d of %d", i, len(p.prompts))
 	}
-	if b.active() >= b.o.MaxBatch {
-		return -1, fmt.Errorf("insert: all %d slots are in use", b.o.MaxBatch)
+	if row < 0 || row >= b.dec.batch || b.used[row] {
+		return fmt.Errorf("insert: row %d of %d is not free", row, b.dec.batch)
 	}
 	n := len(p.prompts[i])
-	if err := b.fit(1, n); err != nil {
-		return -1, err
+	if err := b.fit(n); err != nil {
+		return err
 	}
 	// place copies prompt i's row into a row of the batch's slots, the
 	// prompt ending at the clock; write-row then swaps it into the free row
 	// (both the batch state and the placed row are donated).
-	row := slices.Index(b.rows, -1)
 	next := b.dec.next
 	args := append([]Arg{{T: tensors.FromScalar(int32(i))}}, b.placeArgs(b.dec.cacheLen, p.st.cacheLen, next, n)...)
 	placed, err := b.place.Call(append(args, p.st.args(false)...)...)
 	if err != nil {
-		return -1, err
+		return err
 	}
 	args = append(b.dec.args(true), Arg{T: tensors.FromScalar(int32(row))})
 	for _, x := range placed {
@@ -567,16 +546,12 @@ func (b *Batch) Insert(p *BatchPrefill, i int) (int, error) {
 	}
 	outs, err := b.writeRow.Call(args...)
 	if err != nil {
-		b.fail()
-		return -1, err
+		return b.fail(err)
 	}
 	b.dec.keepAll(outs)
-	id := b.nextID
-	b.nextID++
-	b.rows[row] = id
-	b.seqRow[id] = row
+	b.used[row] = true
 	b.dec.pads[row] = int32(next - n)
-	return id, nil
+	return nil
 }
 
 // placeArgs are the slot maps of the place program for a row of s slots
@@ -594,101 +569,81 @@ func (b *Batch) placeArgs(s, t, next, n int) []Arg {
 	}
 }
 
-// Decode feeds tokens[i] to sequence seqs[i] and returns the logits that
-// follow each, valid until the next Decode. Rows of no sequence decode a
-// placeholder token, masked.
-func (b *Batch) Decode(seqs, tokens []int) ([][]float32, error) {
-	if len(seqs) != len(tokens) {
-		return nil, fmt.Errorf("decode: %d sequences, %d tokens", len(seqs), len(tokens))
+// Decode feeds tokens[i] to the sequence in row rows[i] and returns the
+// logits that follow each, valid until the next Decode. Rows not named
+// decode a placeholder token, masked.
+func (b *Batch) Decode(rows, tokens []int) ([][]float32, error) {
+	if len(rows) != len(tokens) {
+		return nil, fmt.Errorf("decode: %d rows, %d tokens", len(rows), len(tokens))
 	}
-	for _, h := range seqs {
-		if _, ok := b.seqRow[h]; !ok {
-			return nil, fmt.Errorf("decode: no sequence %d", h)
+	B := b.dec.batch
+	named := make([]bool, B)
+	for _, row := range rows {
+		if row < 0 || row >= B || !b.used[row] || named[row] {
+			return nil, fmt.Errorf("decode: row %d of %d holds no sequence, or is named twice", row, B)
 		}
+		named[row] = true
 	}
-	if err := b.fit(0, 0); err != nil {
+	if err := b.fit(0); err != nil {
 		return nil, err
 	}
 	if err := b.r.checkIDs("decode", tokens); err != nil {
 		return nil, err
 	}
-	B := b.dec.batch
 	ids := make([]int32, B)
-	for i, h := range seqs {
-		ids[b.seqRow[h]] = int32(tokens[i])
+	for i, row := range rows {
+		ids[row] = int32(tokens[i])
 	}
-	for row, h := range b.rows {
-		if h < 0 {
+	for row, used := range b.used {
+		if !used {
 			b.dec.pads[row] = int32(b.dec.next) // sees only its own slot
 		}
 	}
 	b.dec.setPads(b.dec.pads)
-	rows, err := b.r.run(b.dec, b.r.decode, tensors.FromFlatDataAndDimensions(ids, B, 1), b.dec.next)
+	logits, err := b.r.run(b.dec, b.r.decode, tensors.FromFlatDataAndDimensions(ids, B, 1), b.dec.next)
 	if err != nil {
-		b.fail()
-		return nil, err
+		return nil, b.fail(err)
 	}
-	out := make([][]float32, len(seqs))
-	for i, h := range seqs {
-		out[i] = rows[b.seqRow[h]]
+	out := make([][]float32, len(rows))
+	for i, row := range rows {
+		out[i] = logits[row]
 	}
 	return out, nil
 }
 
-// Close frees the decode batch and the prefix cache (not the Runner).
+// Close frees the decode batch (not the Runner, nor kept caches).
 func (b *Batch) Close() {
-	for _, c := range b.prefixes {
-		c.st.Release()
-	}
-	b.prefixes = nil
 	b.dec.Release()
-	b.rows = nil
-	clear(b.seqRow)
+	b.used = nil
 }
 
-// Free releases a sequence's row.
-func (b *Batch) Free(seq int) {
-	if row, ok := b.seqRow[seq]; ok {
-		b.rows[row] = -1
-		delete(b.seqRow, seq)
+// Free empties a row.
+func (b *Batch) Free(row int) {
+	if row >= 0 && row < len(b.used) {
+		b.used[row] = false
 	}
 }
 
-// fail drops every sequence after a failed execution (whose state the Runner
-// released).
-func (b *Batch) fail() { b.reset() }
+// lostError is an execution's error after which the Batch dropped every
+// sequence.
+type lostError struct{ err error }
 
-// active counts the rows in use.
-func (b *Batch) active() int { return len(b.seqRow) }
+func (e lostError) Error() string   { return e.err.Error() }
+func (e lostError) Unwrap() error   { return e.err }
+func (e lostError) StateLost() bool { return true }
 
-// fit makes room for `extra` more sequences and for a step that writes
-// slot next: rows for every sequence, at least needBack slots below the
-// clock (an inserted prompt's length) and a free slot at the clock. It
-// runs relayout steps, each changing one shape by one bucket, until the
-// layout fits.
-//
-// Rows grow when full and shrink only when at most a quarter are used, so
-// a sequence joining and leaving at a bucket's edge does not relayout
-// every time. The quarter rule goes down to one row: a lone stream after a
-// burst then decodes at batch 1, on the GEMV path (61 tok/s against 46 at
-// two rows, for serve's single stream after a 32-stream burst on the 110M
-// Llama).
-func (b *Batch) fit(extra, needBack int) error {
+// fail drops every sequence after a failed execution (whose state the
+// Runner released) and returns err, marked as such.
+func (b *Batch) fail(err error) error {
+	b.reset()
+	return lostError{err}
+}
+
+// fit makes room for a step that writes slot next, with at least needBack
+// slots below the clock (an inserted prompt's length) and a free slot at
+// the clock, by slots steps, each moving the cache length by one bucket.
+func (b *Batch) fit(needBack int) error {
 	for {
-		k := b.active() + extra
-		rows := b.dec.batch
-		switch {
-		case k > rows || (extra > 0 && slices.Index(b.rows, -1) < 0):
-			if err := b.rowsStep(b.batchBucket(rows + 1)); err != nil {
-				return err
-			}
-			continue
-		case rows > 1 && k <= max(rows/4, 1):
-			if err := b.rowsStep(b.batchBucket(rows / 2)); err != nil {
-				return err
-			}
-			continue
-		}
 		next, s := b.dec.next, b.dec.cacheLen
 		if next >= needBack && next < s {
 			return nil
@@ -703,39 +658,49 @@ func (b *Batch) fit(extra, needBack int) error {
 // runs): slots below it hold nothing anyone reads.
 func (b *Batch) lowestPad() int {
 	low := b.dec.next
-	for row, h := range b.rows {
-		if h >= 0 {
+	for row, used := range b.used {
+		if used {
 			low = min(low, int(b.dec.pads[row]))
 		}
 	}
 	return low
 }
 
-// rowsStep gathers the running rows to the front of a batch of n rows.
-func (b *Batch) rowsStep(n int) error {
-	rowIdx := make([]int32, n)
-	rows := slices.Repeat([]int{-1}, n)
-	pads := make([]int32, n)
-	j := 0
-	for row, h := range b.rows {
-		if h < 0 {
-			continue
-		}
-		rowIdx[j], rows[j], pads[j] = int32(row), h, b.dec.pads[row]
-		b.seqRow[h] = j
-		j++
+// Relayout rebuilds the decode batch with len(from) rows, a RowBucket:
+// row j takes old row from[j], or is free where from[j] is -1. Every used
+// row must be taken, once.
+func (b *Batch) Relayout(from []int) error {
+	n := len(from)
+	if n < 1 || n > b.o.MaxBatch || b.RowBucket(n) != n {
+		return fmt.Errorf("relayout: %d rows is not a batch bucket", n)
 	}
-	for ; j < n; j++ {
-		pads[j] = int32(b.dec.next)
+	taken := make([]bool, b.dec.batch)
+	rowIdx := make([]int32, n)
+	used := make([]bool, n)
+	pads := make([]int32, n)
+	for j, row := range from {
+		switch {
+		case row == -1:
+			pads[j] = int32(b.dec.next)
+			continue
+		case row < 0 || row >= b.dec.batch || taken[row]:
+			return fmt.Errorf("relayout: row %d of %d taken twice or out of range", row, b.dec.batch)
+		}
+		taken[row] = true
+		rowIdx[j], used[j], pads[j] = int32(row), b.used[row], b.dec.pads[row]
+	}
+	for row, u := range b.used {
+		if u && !taken[row] {
+			return fmt.Errorf("relayout: row %d holds a sequence and is not taken", row)
+		}
 	}
 	args := append([]Arg{{T: tensors.FromFlatDataAndDimensions(rowIdx, n)}}, b.dec.args(true)...)
 	outs, err := b.gather.Call(args...)
 	if err != nil {
-		b.fail()
-		return err
+		return b.fail(err)
 	}
 	b.dec.keepAll(outs)
-	b.dec.batch, b.rows = n, rows
+	b.dec.batch, b.used = n, used
 	b.dec.setPads(pads)
 	return nil
 }
@@ -782,8 +747,7 @@ func (b *Batch) slotsStep(needBack int) error {
 	}, b.dec.args(true)...)
 	outs, err := b.slots.Call(args...)
 	if err != nil {
-		b.fail()
-		return err
+		return b.fail(err)
 	}
 	b.dec.keepAll(outs)
 	for row := range b.dec.pads {
@@ -921,7 +885,7 @@ func (b *Batch) Warmup() error {
 	}
 	buckets := b.slotBuckets()
 	var rowBuckets []int
-	for rows := 1; ; rows = b.batchBucket(rows + 1) {
+	for rows := 1; ; rows = b.RowBucket(rows + 1) {
 		rowBuckets = append(rowBuckets, rows)
 		if rows == b.o.MaxBatch {
 			break
@@ -1036,7 +1000,7 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 			targets[s] = true
 		}
 	}
-	if b.keepsPrefixes() {
+	if b.KeepsPrefixes() {
 		targets[t] = true
 		for to := 8; rows == 1; to *= 2 {
 			targets[to] = true

@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
+	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -70,15 +71,32 @@ func runBatch(t *testing.T, b *Batch, seqs []batchSeq) [][]int {
 	return got
 }
 
+// testPrefixCache is the prefix cache of the tests' serve.Slots over a
+// Batch whose options allow prefixes.
+const testPrefixCache = 2
+
+// slotsOf is the server's bookkeeping over b (serve.Slots), released when
+// the test ends.
+func slotsOf(t testing.TB, b *Batch) *serve.Slots {
+	n := 0
+	if b.o.Prefixes {
+		n = testPrefixCache
+	}
+	sl := serve.NewSlots(serve.Adapt(b), n)
+	t.Cleanup(sl.Close)
+	return sl
+}
+
 // runBatchReusing is runBatch, also returning the prompt tokens taken
 // from the prefix cache.
-func runBatchReusing(t *testing.T, b *Batch, seqs []batchSeq) ([][]int, int) {
+func runBatchReusing(t *testing.T, bt *Batch, seqs []batchSeq) ([][]int, int) {
 	t.Helper()
+	b := slotsOf(t, bt)
 	reused := 0
 	got := make([][]int, len(seqs))
 	handle := make([]int, len(seqs))
 	var running []int // indices into seqs
-	var pre *BatchPrefill
+	var pre *serve.Prefilling
 	var preSeqs []int
 	queued := 0
 	for step := 0; step < 10000; step++ {
@@ -329,7 +347,7 @@ func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
 
 // TestBatchWarmup checks that after Warmup serving compiles nothing.
 func TestBatchWarmup(t *testing.T) {
-	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, PrefixCache: 2})
+	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, Prefixes: true})
 	if err := b.Warmup(); err != nil {
 		t.Fatal(err)
 	}
@@ -376,10 +394,12 @@ func BenchmarkBatchDecode(b *testing.B) {
 	defer r.Close()
 	for _, n := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-			bt, err := NewBatch(r, BatchOptions{MaxBatch: n, MaxContext: 1024})
+			eng, err := NewBatch(r, BatchOptions{MaxBatch: n, MaxContext: 1024})
 			if err != nil {
 				b.Fatal(err)
 			}
+			defer eng.Close()
+			bt := slotsOf(b, eng)
 			var seqs, toks []int
 			for i := 0; i < n; i++ {
 				p, err := bt.StartPrefill([][]int{testPrompt(uint64(i), 64, 32000)})
@@ -440,7 +460,7 @@ func TestBatchPrefixReuse(t *testing.T) {
 	}
 	defer l.Close()
 	vocab := l.Model.Spec().VocabSize
-	o := BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 8, PrefixCache: 2}
+	o := BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 8, Prefixes: true}
 	for _, mode := range []Mode{Compiled, Eager} {
 		t.Run(mode.String(), func(t *testing.T) {
 			reused := batchTest(t, cpuBackend(t), l, mode, o, sharedPrefixSeqs(vocab))
@@ -514,7 +534,8 @@ func TestBatchOptionErrors(t *testing.T) {
 // left, so that a lone sequence decodes at batch 1 (the GEMV path), not
 // in two rows.
 func TestBatchShrinksToOneRow(t *testing.T) {
-	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	r, eng := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 96, PrefillChunk: 16})
+	b := slotsOf(t, eng)
 	vocab := r.Spec().VocabSize
 	var prompts [][]int
 	for i := range 4 {
@@ -539,8 +560,8 @@ func TestBatchShrinksToOneRow(t *testing.T) {
 	if _, err := b.Decode(seqs, []int{1, 2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
-	if b.dec.batch != 4 {
-		t.Fatalf("four sequences decode in %d rows, want 4", b.dec.batch)
+	if eng.dec.batch != 4 {
+		t.Fatalf("four sequences decode in %d rows, want 4", eng.dec.batch)
 	}
 	for _, s := range seqs[1:] {
 		b.Free(s)
@@ -548,7 +569,7 @@ func TestBatchShrinksToOneRow(t *testing.T) {
 	if _, err := b.Decode(seqs[:1], []int{5}); err != nil {
 		t.Fatal(err)
 	}
-	if b.dec.batch != 1 {
-		t.Errorf("one sequence left decodes in %d rows, want 1", b.dec.batch)
+	if eng.dec.batch != 1 {
+		t.Errorf("one sequence left decodes in %d rows, want 1", eng.dec.batch)
 	}
 }

@@ -1,12 +1,16 @@
 // Package serve is tputool's model server: a scheduler that runs many
-// requests at once over one model by continuous batching (this file and
-// scheduler.go), and the OpenAI-compatible HTTP API over it.
+// requests at once over one model by continuous batching (this file,
+// slots.go and scheduler.go), and the OpenAI-compatible HTTP API over it.
 //
 // The scheduler owns an Engine (compile.Batch, through Adapt) from one
 // goroutine: between two decode steps it admits waiting requests into
 // free sequence slots, runs one piece of the oldest waiting prompt's
-// prefill, then decodes one token for every running sequence. Sampling,
-// stop strings and text are pipeline/generate's, per request, so a greedy
+// prefill, then decodes one token for every running sequence. The Engine
+// keeps the model's state and runs its graphs over rows; which sequence a
+// row holds, how many rows the decode batch has, and which finished
+// prompts are kept for reuse are the scheduler's, in Slots (as vLLM keeps
+// its KV-cache manager apart from its model runner). Sampling, stop
+// strings and text are pipeline/generate's, per request, so a greedy
 // request gives the tokens `tputool generate` gives.
 //
 // The HTTP API is server.go (routing, auth, access log); OpenAI's
@@ -17,35 +21,68 @@
 // (Prometheus text).
 package serve
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
-// Engine runs sequences in a fixed number of slots over fixed compiled
+// Engine runs sequences in the rows of a decode batch over fixed compiled
 // shapes (compile.Batch, through Adapt). Calls come from one goroutine.
 // It is the whole contract between the scheduler and the model: the
 // scheduler asks nothing else of it.
+//
+// The engine knows which rows hold a sequence (Insert fills one, Free
+// empties it) and nothing of the sequences' identities. An error that
+// reports StateLost() true (see Lost) means an execution failed and the
+// engine dropped every sequence: it then has one row, free. Any other
+// error leaves the rows as they were.
 type Engine interface {
-	// Slots is the most sequences decoded at once.
+	// Slots is the most rows, the most sequences decoded at once.
 	Slots() int
+	// Rows is the number of rows of the decode batch now (1 to Slots).
+	Rows() int
+	// RowBucket is the number of rows the engine gives a decode batch of
+	// at least k rows (a compiled shape, k <= RowBucket(k) <= Slots).
+	RowBucket(k int) int
+	// Relayout rebuilds the decode batch with len(from) rows (a
+	// RowBucket): row j takes old row from[j], or is free where from[j] is
+	// -1. Every row that holds a sequence must be taken, once.
+	Relayout(from []int) error
 	// MaxPrefill is the most prompts StartPrefill takes at once.
 	MaxPrefill() int
 	// PrefillGroup says which prompts prefill well together with prompt:
 	// those with an equal key, at most most of them (compile.Batch: the
-	// same padded length, as many as fit in one prefill piece; key -1 and
-	// most 1 for a prompt its prefix cache serves). An engine that groups
-	// any prompts returns one key and MaxPrefill.
+	// same padded length, as many as fit in one prefill piece). An engine
+	// that groups any prompts returns one key and MaxPrefill.
 	PrefillGroup(prompt []int) (key, most int)
 	// StartPrefill begins the prefill of prompts (1 to MaxPrefill)
 	// together; the returned Prefill runs it in pieces.
 	StartPrefill(prompts [][]int) (Prefill, error)
-	// Insert moves prompt i of a finished prefill into a free slot and
-	// returns the new sequence's handle. The caller keeps at most Slots
-	// sequences, and closes the prefill after its inserts.
-	Insert(p Prefill, i int) (int, error)
-	// Decode feeds tokens[i] to sequence seqs[i] and returns the logits
-	// that follow each ([len(seqs)][vocab]).
-	Decode(seqs, tokens []int) ([][]float32, error)
-	// Free releases a sequence's slot.
-	Free(seq int)
+	// Insert moves prompt i of a finished prefill into free row row. The
+	// caller closes the prefill after its inserts and keeps.
+	Insert(p Prefill, i, row int) error
+	// Decode feeds tokens[i] to the sequence in row rows[i] and returns
+	// the logits that follow each ([len(rows)][vocab]), valid until the
+	// next call. Rows not named decode nothing anyone reads.
+	Decode(rows, tokens []int) ([][]float32, error)
+	// Free empties a row.
+	Free(row int)
+
+	// KeepsPrefixes reports whether Keep is available: whether a finished
+	// prompt's cache can be kept and a later prompt started from it.
+	KeepsPrefixes() bool
+	// Keep keeps prompt i's cache of a finished prefill for later prompts
+	// that share a prefix with it; the caller releases it. Keeping the
+	// only prompt of a prefill takes the prefill's state.
+	Keep(p Prefill, i int) (Kept, error)
+	// Saving is the number of prompt tokens that a prefill of an n-token
+	// prompt skips by starting from a kept cache sharing its first shared
+	// tokens (pieces start at the engine's boundaries, and the last
+	// prompt token is always computed: its logits are the result).
+	Saving(n, shared int) int
+	// StartPrefillFrom begins the prefill of prompt from a kept cache,
+	// taking the tokens it shares with the kept prompt (Saving of them).
+	StartPrefillFrom(prompt []int, from Kept) (Prefill, error)
 }
 
 // Prefill is the prefill in progress of one or more prompts.
@@ -53,33 +90,52 @@ type Prefill interface {
 	// Step runs the next piece of the prompts; when they are done it
 	// returns the logits after each prompt's last token and done.
 	Step() (logits [][]float32, done bool, err error)
-	// Reused is the number of prompt tokens taken from a prefix cache
-	// rather than computed (Observer.PrefixReused).
-	Reused() int
 	// Close releases the prefill.
 	Close()
 }
 
-// Typed is an Engine whose prefills are of its own type P, as
-// compile.Batch's are *compile.BatchPrefill: its Insert takes only its
-// own. Adapt makes it an Engine.
-type Typed[P Prefill] interface {
+// Kept is a finished prompt's cache, kept by Engine.Keep.
+type Kept interface {
+	// Release frees it.
+	Release()
+}
+
+// Lost reports whether err says that the engine dropped every sequence
+// (an execution failed): an error in its chain has a StateLost method
+// that returns true.
+func Lost(err error) bool {
+	var l interface{ StateLost() bool }
+	return errors.As(err, &l) && l.StateLost()
+}
+
+// Typed is an Engine whose prefills and kept caches are of its own types
+// P and K, as compile.Batch's are *compile.BatchPrefill and
+// *compile.Kept: its methods take only its own. Adapt makes it an Engine.
+type Typed[P Prefill, K Kept] interface {
 	Slots() int
+	Rows() int
+	RowBucket(k int) int
+	Relayout(from []int) error
 	MaxPrefill() int
 	PrefillGroup(prompt []int) (key, most int)
 	StartPrefill(prompts [][]int) (P, error)
-	Insert(p P, i int) (int, error)
-	Decode(seqs, tokens []int) ([][]float32, error)
-	Free(seq int)
+	Insert(p P, i, row int) error
+	Decode(rows, tokens []int) ([][]float32, error)
+	Free(row int)
+	KeepsPrefixes() bool
+	Keep(p P, i int) (K, error)
+	Saving(n, shared int) int
+	StartPrefillFrom(prompt []int, from K) (P, error)
 }
 
-// Adapt returns e as an Engine: prefills go out as Prefill and come back
-// to Insert as P (another engine's prefill is an error, never a panic).
-func Adapt[P Prefill](e Typed[P]) Engine { return adapted[P]{e} }
+// Adapt returns e as an Engine: prefills and kept caches go out as
+// Prefill and Kept and come back as P and K (another engine's is an
+// error, never a panic).
+func Adapt[P Prefill, K Kept](e Typed[P, K]) Engine { return adapted[P, K]{e} }
 
-type adapted[P Prefill] struct{ Typed[P] }
+type adapted[P Prefill, K Kept] struct{ Typed[P, K] }
 
-func (a adapted[P]) StartPrefill(prompts [][]int) (Prefill, error) {
+func (a adapted[P, K]) StartPrefill(prompts [][]int) (Prefill, error) {
 	p, err := a.Typed.StartPrefill(prompts)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -87,10 +143,34 @@ func (a adapted[P]) StartPrefill(prompts [][]int) (Prefill, error) {
 	return p, nil
 }
 
-func (a adapted[P]) Insert(p Prefill, i int) (int, error) {
+func (a adapted[P, K]) StartPrefillFrom(prompt []int, from Kept) (Prefill, error) {
+	own, ok := from.(K)
+	if !ok {
+		return nil, fmt.Errorf("serve: a %T is not this engine's kept cache", from)
+	}
+	p, err := a.Typed.StartPrefillFrom(prompt, own)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (a adapted[P, K]) Insert(p Prefill, i, row int) error {
 	own, ok := p.(P)
 	if !ok {
-		return -1, fmt.Errorf("serve: a %T is not this engine's prefill", p)
+		return fmt.Errorf("serve: a %T is not this engine's prefill", p)
 	}
-	return a.Typed.Insert(own, i)
+	return a.Typed.Insert(own, i, row)
+}
+
+func (a adapted[P, K]) Keep(p Prefill, i int) (Kept, error) {
+	own, ok := p.(P)
+	if !ok {
+		return nil, fmt.Errorf("serve: a %T is not this engine's prefill", p)
+	}
+	k, err := a.Typed.Keep(own, i)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
 }

@@ -113,6 +113,10 @@ type Config struct {
 	Observer Observer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// PrefixCache is the number of finished prompts whose caches are kept
+	// so that a later prompt sharing a prefix with one of them (a chat's
+	// system prompt) starts from it (Slots); 0 keeps none.
+	PrefixCache int
 }
 
 // Observer receives measurements as the scheduler runs (Metrics
@@ -125,7 +129,7 @@ type Observer interface {
 	// Prefill reports a prefill piece's duration.
 	Prefill(d time.Duration)
 	// PrefixReused reports the prompt tokens a prefill took from the
-	// engine's prefix cache.
+	// prefix cache (Slots).
 	PrefixReused(tokens int)
 	// FirstToken reports a sequence's time to first token.
 	FirstToken(d time.Duration)
@@ -145,7 +149,7 @@ type job struct {
 	st     *Stream
 	events chan Event
 	seq    *generate.Sequence
-	handle int // the engine's sequence, once inserted
+	handle int // its sequence in Slots, once inserted
 	next   int // the token to feed at the next decode step
 	last   time.Time
 }
@@ -153,7 +157,7 @@ type job struct {
 // Scheduler runs requests on an Engine by continuous batching. Run drives
 // it; Submit and Shutdown may be called from any goroutine.
 type Scheduler struct {
-	e     Engine
+	sl    *Slots
 	cfg   Config
 	now   func() time.Time
 	obs   Observer
@@ -170,12 +174,12 @@ type Scheduler struct {
 	// Owned by Run's goroutine.
 	running []*job
 	pre     []*job // the prompts prefilling together; nil for one cancelled since
-	preRun  Prefill
+	preRun  *Prefilling
 }
 
 // New returns a scheduler over e; call Run to start it.
 func New(e Engine, cfg Config) *Scheduler {
-	s := &Scheduler{e: e, cfg: cfg, now: cfg.Now, obs: cfg.Observer, slots: e.Slots(),
+	s := &Scheduler{sl: NewSlots(e, cfg.PrefixCache), cfg: cfg, now: cfg.Now, obs: cfg.Observer, slots: e.Slots(),
 		wake: make(chan struct{}, 1), idle: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
@@ -274,6 +278,7 @@ func (s *Scheduler) Slots() int { return s.slots }
 // FinishError and Run goes on (the engine is expected to recover at its
 // next prefill).
 func (s *Scheduler) Run(ctx context.Context) {
+	defer s.sl.Close()
 	defer s.abortAll(FinishCancelled, nil)
 	for {
 		if ctx.Err() != nil {
@@ -324,7 +329,7 @@ func (s *Scheduler) dropCancelled() {
 		if j.ctx.Err() == nil {
 			return false
 		}
-		s.e.Free(j.handle)
+		s.sl.Free(j.handle)
 		s.end(j, finishEvent(j, FinishCancelled), FinishCancelled, nil)
 		return true
 	})
@@ -371,7 +376,7 @@ func (s *Scheduler) prefilling() int {
 // sequences with their first tokens. It reports whether it ran anything.
 func (s *Scheduler) prefillStep() bool {
 	if s.preRun == nil {
-		free := min(s.slots-len(s.running), s.e.MaxPrefill())
+		free := min(s.slots-len(s.running), s.sl.MaxPrefill())
 		if free <= 0 {
 			return false
 		}
@@ -388,7 +393,7 @@ func (s *Scheduler) prefillStep() bool {
 		for i, j := range group {
 			prompts[i] = j.req.Prompt
 		}
-		p, err := s.e.StartPrefill(prompts)
+		p, err := s.sl.StartPrefill(prompts)
 		if err != nil {
 			for _, j := range group {
 				s.end(j, Event{Token: -1}, FinishError, err)
@@ -417,7 +422,7 @@ func (s *Scheduler) prefillStep() bool {
 		if j == nil {
 			continue
 		}
-		h, err := s.e.Insert(s.preRun, i)
+		h, err := s.sl.Insert(s.preRun, i)
 		if err != nil {
 			s.end(j, Event{Token: -1}, FinishError, err)
 			continue
@@ -442,12 +447,12 @@ func (s *Scheduler) takeGroup(n int) []*job {
 	}
 	head := s.waiting[0]
 	group := []*job{head}
-	k, most := s.e.PrefillGroup(head.req.Prompt)
+	k, most := s.sl.PrefillGroup(head.req.Prompt)
 	n = min(n, most)
 	rest := s.waiting[1:]
 	if n > 1 {
 		rest = slices.DeleteFunc(slices.Clone(rest), func(j *job) bool {
-			if kj, _ := s.e.PrefillGroup(j.req.Prompt); len(group) < n && kj == k {
+			if kj, _ := s.sl.PrefillGroup(j.req.Prompt); len(group) < n && kj == k {
 				group = append(group, j)
 				return true
 			}
@@ -484,11 +489,11 @@ func (s *Scheduler) decodeStep() bool {
 		seqs[i], tokens[i] = j.handle, j.next
 	}
 	t0 := s.now()
-	logits, err := s.e.Decode(seqs, tokens)
+	logits, err := s.sl.Decode(seqs, tokens)
 	s.obs.Step(len(s.running), s.slots, s.now().Sub(t0))
 	if err != nil {
 		for _, j := range s.running {
-			s.e.Free(j.handle)
+			s.sl.Free(j.handle)
 			s.end(j, finishEvent(j, FinishError), FinishError, err)
 		}
 		s.running = nil
@@ -531,7 +536,7 @@ func (s *Scheduler) emit(j *job, logits []float32) bool {
 	j.last = now
 	j.next = id
 	if ev.FinishReason != "" {
-		s.e.Free(j.handle) // before the stream ends: its reader sees the slot free
+		s.sl.Free(j.handle) // before the stream ends: its reader sees the slot free
 		s.end(j, out, ev.FinishReason, nil)
 		return true
 	}
@@ -560,7 +565,7 @@ func finishEvent(j *job, reason string) Event {
 // Shutdown's deadline).
 func (s *Scheduler) abortAll(reason string, err error) {
 	for _, j := range s.running {
-		s.e.Free(j.handle)
+		s.sl.Free(j.handle)
 		s.end(j, finishEvent(j, reason), reason, err)
 	}
 	s.running = nil

@@ -19,10 +19,11 @@ type countEngine struct {
 	t     *testing.T
 	delay time.Duration
 
+	noPrefixes
+
 	mu        sync.Mutex
 	slots     int
-	live      map[int]bool
-	next      int
+	live      map[int]bool // rows holding a sequence
 	maxLive   int
 	maxGroup  int
 	decodes   int
@@ -48,8 +49,6 @@ func (e *countEngine) MaxPrefill() int { return 2 }
 
 // PrefillGroup implements Engine: any prompts prefill together.
 func (e *countEngine) PrefillGroup([]int) (int, int) { return 0, e.MaxPrefill() }
-
-func (p *countPrefill) Reused() int { return 0 }
 
 type countPrefill struct {
 	e     *countEngine
@@ -87,20 +86,18 @@ func (p *countPrefill) Step() ([][]float32, bool, error) {
 
 func (p *countPrefill) Close() {}
 
-func (e *countEngine) Insert(p Prefill, i int) (int, error) {
+func (e *countEngine) Insert(p Prefill, i, row int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.live) >= e.slots {
-		e.t.Errorf("insert with all %d slots in use", e.slots)
+	if row < 0 || row >= e.slots || e.live[row] {
+		e.t.Errorf("insert into row %d of %d, live: %v", row, e.slots, e.live[row])
 	}
-	h := e.next
-	e.next++
-	e.live[h] = true
+	e.live[row] = true
 	e.maxLive = max(e.maxLive, len(e.live))
-	return h, nil
+	return nil
 }
 
-func (e *countEngine) Decode(seqs, tokens []int) ([][]float32, error) {
+func (e *countEngine) Decode(rows, tokens []int) ([][]float32, error) {
 	time.Sleep(e.delay)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -108,20 +105,45 @@ func (e *countEngine) Decode(seqs, tokens []int) ([][]float32, error) {
 	if e.failAfter > 0 && e.decodes > e.failAfter {
 		return nil, errors.New("device lost")
 	}
-	out := make([][]float32, len(seqs))
-	for i, h := range seqs {
-		if !e.live[h] {
-			e.t.Errorf("decode of freed sequence %d", h)
+	out := make([][]float32, len(rows))
+	for i, row := range rows {
+		if !e.live[row] {
+			e.t.Errorf("decode of free row %d", row)
 		}
 		out[i] = oneHot(tokens[i] + 1)
 	}
 	return out, nil
 }
 
-func (e *countEngine) Free(seq int) {
+func (e *countEngine) Free(row int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.live, seq)
+	delete(e.live, row)
+}
+
+// Rows implements Engine: the decode batch always has every slot's row.
+func (e *countEngine) Rows() int { return e.slots }
+
+// RowBucket implements Engine: every slot's row.
+func (e *countEngine) RowBucket(int) int { return e.slots }
+
+// Relayout implements Engine: never needed, as the rows never change.
+func (e *countEngine) Relayout(from []int) error {
+	e.t.Errorf("relayout to %d rows of a fixed batch", len(from))
+	return errors.New("fixed rows")
+}
+
+// noPrefixes is the prefix methods of an engine that keeps none.
+type noPrefixes struct{}
+
+func (noPrefixes) KeepsPrefixes() bool { return false }
+
+func (noPrefixes) Keep(Prefill, int) (Kept, error) { return nil, errors.New("no prefixes kept") }
+
+func (noPrefixes) Saving(int, int) int { return 0 }
+
+func (noPrefixes) StartPrefillFrom([]int, Kept) (Prefill, error) {
+	return nil, errors.New("no prefixes kept")
 }
 
 func (e *countEngine) liveCount() int {

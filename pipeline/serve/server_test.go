@@ -69,15 +69,16 @@ type textEngine struct {
 	t     *testing.T
 	slots int
 
+	noPrefixes
+
 	mu       sync.Mutex
 	delay    time.Duration
-	live     map[int]bool
-	next     int
+	live     map[int]bool // rows holding a sequence
 	maxBatch int
 	fail     bool // Decode fails
 	// script, when set, is every sequence's answer instead of textNext's
 	// chain: token k of the answer is script[k], then EOS; pos holds
-	// each live sequence's next index.
+	// each live row's next index.
 	script []int
 	pos    map[int]int
 	last   []int // the last prompt prefilled
@@ -120,8 +121,6 @@ func (e *textEngine) MaxPrefill() int { return 3 }
 // PrefillGroup implements Engine: any prompts prefill together.
 func (e *textEngine) PrefillGroup([]int) (int, int) { return 0, e.MaxPrefill() }
 
-func (p *textPrefill) Reused() int { return 0 }
-
 type textPrefill struct {
 	e       *textEngine
 	prompts [][]int
@@ -160,50 +159,60 @@ func (p *textPrefill) Step() ([][]float32, bool, error) {
 
 func (p *textPrefill) Close() {}
 
-func (e *textEngine) Insert(p Prefill, i int) (int, error) {
+func (e *textEngine) Insert(p Prefill, i, row int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.live) >= e.slots {
-		e.t.Errorf("insert with all %d slots in use", e.slots)
+	if row < 0 || row >= e.slots || e.live[row] {
+		e.t.Errorf("insert into row %d of %d, live: %v", row, e.slots, e.live[row])
 	}
-	h := e.next
-	e.next++
-	e.live[h] = true
+	e.live[row] = true
 	if e.script != nil {
 		if e.pos == nil {
 			e.pos = map[int]int{}
 		}
-		e.pos[h] = 1
+		e.pos[row] = 1
 	}
-	return h, nil
+	return nil
 }
 
-func (e *textEngine) Decode(seqs, tokens []int) ([][]float32, error) {
+func (e *textEngine) Decode(rows, tokens []int) ([][]float32, error) {
 	e.sleep()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fail {
 		return nil, errors.New("device lost")
 	}
-	e.maxBatch = max(e.maxBatch, len(seqs))
-	out := make([][]float32, len(seqs))
-	for i, h := range seqs {
-		if !e.live[h] {
-			e.t.Errorf("decode of freed sequence %d", h)
+	e.maxBatch = max(e.maxBatch, len(rows))
+	out := make([][]float32, len(rows))
+	for i, row := range rows {
+		if !e.live[row] {
+			e.t.Errorf("decode of free row %d", row)
 		}
 		out[i] = textLogits(tokens[i])
 		if e.script != nil {
-			out[i] = e.scriptLogits(e.pos[h])
-			e.pos[h]++
+			out[i] = e.scriptLogits(e.pos[row])
+			e.pos[row]++
 		}
 	}
 	return out, nil
 }
 
-func (e *textEngine) Free(seq int) {
+func (e *textEngine) Free(row int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.live, seq)
+	delete(e.live, row)
+}
+
+// Rows implements Engine: the decode batch always has every slot's row.
+func (e *textEngine) Rows() int { return e.slots }
+
+// RowBucket implements Engine: every slot's row.
+func (e *textEngine) RowBucket(int) int { return e.slots }
+
+// Relayout implements Engine: never needed, as the rows never change.
+func (e *textEngine) Relayout(from []int) error {
+	e.t.Errorf("relayout to %d rows of a fixed batch", len(from))
+	return errors.New("fixed rows")
 }
 
 func (e *textEngine) liveSeqs() int {
