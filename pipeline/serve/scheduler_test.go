@@ -20,6 +20,7 @@ type countEngine struct {
 	delay time.Duration
 
 	noPrefixes
+	fixedRows
 
 	mu        sync.Mutex
 	slots     int
@@ -33,7 +34,7 @@ type countEngine struct {
 const countVocab = 50
 
 func newCountEngine(t *testing.T, slots int, delay time.Duration) *countEngine {
-	return &countEngine{t: t, slots: slots, delay: delay, live: map[int]bool{}}
+	return &countEngine{t: t, slots: slots, delay: delay, live: map[int]bool{}, fixedRows: fixedRows{t, slots}}
 }
 
 func oneHot(id int) []float32 {
@@ -121,15 +122,20 @@ func (e *countEngine) Free(row int) {
 	delete(e.live, row)
 }
 
-// Rows implements Engine: the decode batch always has every slot's row.
-func (e *countEngine) Rows() int { return e.slots }
+// fixedRows is the row methods of an engine whose decode batch always
+// has a row per slot.
+type fixedRows struct {
+	t     *testing.T
+	slots int
+}
 
-// RowBucket implements Engine: every slot's row.
-func (e *countEngine) RowBucket(int) int { return e.slots }
+func (f fixedRows) Rows() int { return f.slots }
 
-// Relayout implements Engine: never needed, as the rows never change.
-func (e *countEngine) Relayout(from []int) error {
-	e.t.Errorf("relayout to %d rows of a fixed batch", len(from))
+func (f fixedRows) RowBucket(int) int { return f.slots }
+
+// Relayout is never needed, as the rows never change.
+func (f fixedRows) Relayout(from []int) error {
+	f.t.Errorf("relayout to %d rows of a fixed batch", len(from))
 	return errors.New("fixed rows")
 }
 

@@ -70,6 +70,7 @@ type textEngine struct {
 	slots int
 
 	noPrefixes
+	fixedRows
 
 	mu       sync.Mutex
 	delay    time.Duration
@@ -97,7 +98,7 @@ func (e *textEngine) scriptLogits(k int) []float32 {
 }
 
 func newTextEngine(t *testing.T, slots int) *textEngine {
-	return &textEngine{t: t, slots: slots, live: map[int]bool{}}
+	return &textEngine{t: t, slots: slots, live: map[int]bool{}, fixedRows: fixedRows{t, slots}}
 }
 
 func (e *textEngine) setDelay(d time.Duration) {
@@ -201,18 +202,6 @@ func (e *textEngine) Free(row int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.live, row)
-}
-
-// Rows implements Engine: the decode batch always has every slot's row.
-func (e *textEngine) Rows() int { return e.slots }
-
-// RowBucket implements Engine: every slot's row.
-func (e *textEngine) RowBucket(int) int { return e.slots }
-
-// Relayout implements Engine: never needed, as the rows never change.
-func (e *textEngine) Relayout(from []int) error {
-	e.t.Errorf("relayout to %d rows of a fixed batch", len(from))
-	return errors.New("fixed rows")
 }
 
 func (e *textEngine) liveSeqs() int {
