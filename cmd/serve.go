@@ -61,8 +61,8 @@ type ServeOptions struct {
 	MaxQueue int
 	// PrefillChunk is the prompt tokens per prefill piece.
 	PrefillChunk int
-	// PrefixCache is the finished prefills kept for prompts that share
-	// their prefix (0: none).
+	// PrefixCache is the number of finished prompts whose caches are kept
+	// for prompts that share their prefix (0: none).
 	PrefixCache int
 	// APIKey, when set, is required as a Bearer token (--api-key, else
 	// TPUTOOL_API_KEY). Never printed.

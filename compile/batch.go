@@ -838,8 +838,8 @@ func (b *Batch) writeRowGraph(in []*graph.Node) []*graph.Node {
 }
 
 // rowsGraph: [rows [B'], state...] -> [state...] with B' rows gathered
-// from `rows`. rowsStep gives free rows index 0: they get a copy of row 0,
-// junk nobody reads (see above).
+// from `rows`. Relayout gives free rows (from[j] == -1) index 0: they get
+// a copy of row 0, junk nobody reads (see above).
 func (b *Batch) rowsGraph(in []*graph.Node) []*graph.Node {
 	rowIdx, states := in[0], in[1:]
 	nb := rowIdx.Shape().Dimensions[0]

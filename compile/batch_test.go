@@ -92,6 +92,7 @@ func slotsOf(t testing.TB, b *Batch) *serve.Slots {
 func runBatchReusing(t *testing.T, bt *Batch, seqs []batchSeq) ([][]int, int) {
 	t.Helper()
 	b := slotsOf(t, bt)
+	defer b.Close() // before the Runner closes
 	reused := 0
 	got := make([][]int, len(seqs))
 	handle := make([]int, len(seqs))

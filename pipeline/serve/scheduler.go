@@ -439,8 +439,8 @@ func (s *Scheduler) prefillStep() bool {
 
 // takeGroup takes from the queue (under mu) the prompts of the next
 // prefill: the oldest waiting request, and up to n-1 more waiting ones
-// that the engine prefills well with it (PrefillGroup: equal keys, at most
-// its limit).
+// that prefill well with it (Slots.PrefillGroup: equal keys, at most its
+// limit; a prompt the prefix cache serves goes alone).
 func (s *Scheduler) takeGroup(n int) []*job {
 	if len(s.waiting) == 0 {
 		return nil

@@ -113,10 +113,10 @@ func (s *Slots) StartPrefill(prompts [][]int) (*Prefilling, error) {
 	if len(prompts) == 1 {
 		if best, saved := s.prefixHit(prompts[0]); best >= 0 {
 			c := s.prefixes[best]
-			s.prefixes = slices.Insert(slices.Delete(s.prefixes, best, best+1), 0, c) // most recently used
 			if pf.p, err = s.e.StartPrefillFrom(prompts[0], c.kept); err != nil {
 				return nil, err
 			}
+			s.prefixes = slices.Insert(slices.Delete(s.prefixes, best, best+1), 0, c) // most recently used
 			pf.reused = saved
 			return pf, nil
 		}
@@ -234,12 +234,12 @@ func (s *Slots) Free(seq int) {
 	}
 }
 
-// Close releases the prefix cache.
+// Close releases the prefix cache; nothing is kept after it.
 func (s *Slots) Close() {
 	for _, c := range s.prefixes {
 		c.kept.Release()
 	}
-	s.prefixes = nil
+	s.prefixes, s.capacity = nil, 0
 }
 
 // fit gives the decode batch rows for every sequence plus extra, with a
