@@ -13,11 +13,13 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/gemma4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
+	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -304,6 +306,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"qwen3-moe", qwenref.TinyQwen3MoE().Write},
 		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
 		{"mistral", slidingTiny("MistralForCausalLM").Write},
+		{"gemma4-kv-sharing", gemma4ref.TinyE().Write}, // layers without a cache of their own
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -179,7 +179,8 @@ type Runner struct {
 	embedW    []string
 	headW     []string
 	layerW    [][]string
-	numStates []int          // per layer
+	numStates []int          // per layer: the states it keeps (0 for a layer that shares another's)
+	stateSrc  []int          // per layer: the layer whose state it reads (lm.StateSource)
 	slotAxes  [][]int        // per layer and state: lm.StateSpec.SlotAxis
 	slotted   []slottedState // the states with a slot axis, in layer and state order
 
@@ -235,6 +236,10 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 	if err := r.declareState(); err != nil {
 		return nil, err
 	}
+	if _, routed := r.routedModel(); routed && r.sharesState() {
+		return nil, &OptionError{Owner: "Options", Option: "Experts", Value: opts.Experts, Kind: errs.ErrUnsupported,
+			Reason: fmt.Sprintf("%s has layers that share another layer's KV cache, which host-routed experts do not run; use {Experts} graph", r.spec.Architecture)}
+	}
 	if err := r.setupParallel(); err != nil {
 		return nil, err
 	}
@@ -248,12 +253,18 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 }
 
 // declareState reads each layer's state declaration once: how many
-// tensors and their slot axes (lm.StateSpec.SlotAxis), checked.
+// tensors and their slot axes (lm.StateSpec.SlotAxis), checked, and which
+// layer's state each layer reads (lm.StateSharer).
 func (r *Runner) declareState() error {
 	const probe = 64 // a cache length no other dimension is likely to equal
+	if err := lm.CheckShared(r.model); err != nil {
+		return fmt.Errorf("%s: %w", r.spec.Architecture, err)
+	}
 	r.numStates = make([]int, r.spec.Layers)
+	r.stateSrc = make([]int, r.spec.Layers)
 	r.slotAxes = make([][]int, r.spec.Layers)
 	for i := range r.slotAxes {
+		r.stateSrc[i] = lm.StateSource(r.model, i)
 		for _, s := range r.model.LayerState(i, 1, probe) {
 			if err := lm.CheckState(i, s, probe); err != nil {
 				return fmt.Errorf("%s: %w", r.spec.Architecture, err)
@@ -266,6 +277,16 @@ func (r *Runner) declareState() error {
 		r.numStates[i] = len(r.slotAxes[i])
 	}
 	return nil
+}
+
+// sharesState reports a layer that reads another layer's state.
+func (r *Runner) sharesState() bool {
+	for i, src := range r.stateSrc {
+		if src != i {
+			return true
+		}
+	}
+	return false
 }
 
 // slottedState is state k of a layer, whose slots lie along axis.
@@ -384,14 +405,18 @@ func (r *Runner) hasProgramNamed(name string) bool {
 }
 
 // signature is layer i's kind plus the shapes of the named weights and of
-// its state: layers with equal signatures share one eager executable.
+// the state it reads: layers with equal signatures share one eager
+// executable.
 func (r *Runner) signature(i int, weights []string) string {
 	var b strings.Builder
 	b.WriteString(r.model.LayerKind(i))
 	for _, n := range weights {
 		fmt.Fprintf(&b, " %s", r.weights[n].Shape())
 	}
-	for _, s := range r.model.LayerState(i, 1, 1) {
+	if r.stateSrc[i] != i {
+		b.WriteString(" shared")
+	}
+	for _, s := range r.model.LayerState(r.stateSrc[i], 1, 1) {
 		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
 	}
 	return b.String()
@@ -424,12 +449,16 @@ func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node {
 	step := r.step(tokens.Shape(), pads, start, r.cacheLenOf(0, states))
 	x := r.model.Embed(w, tokens)
 	out := []*graph.Node{nil}
+	newStates := make([][]*graph.Node, r.spec.Layers)
 	off := 0
 	for i := 0; i < r.spec.Layers; i++ {
-		var st []*graph.Node
-		x, st = r.layer(i, w, x, states[off:off+r.numStates[i]], step)
+		in := states[off : off+r.numStates[i]]
 		off += r.numStates[i]
-		out = append(out, st...)
+		if src := r.stateSrc[i]; src != i {
+			in = newStates[src] // written by layer src this step
+		}
+		x, newStates[i] = r.layer(i, w, x, in, step)
+		out = append(out, newStates[i]...)
 	}
 	out[0] = graph.ConvertDType(r.model.Head(w, lastPosition(x)), dtypes.Float32)
 	return out
@@ -441,13 +470,15 @@ func (r *Runner) embedGraph(in []*graph.Node) []*graph.Node {
 }
 
 // layerGraph: [hidden, pads, start, state..., layer weights...] -> [hidden, state...]
-// for the layers that share layer rep's signature.
+// for the layers that share layer rep's signature. A layer that reads
+// another's state (lm.StateSharer) takes that state and returns none.
 func (r *Runner) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	x, pads, start := in[0], in[1], in[2]
-	n := r.numStates[rep]
+	src := r.stateSrc[rep]
+	n := r.numStates[src]
 	states := in[3 : 3+n]
 	w := r.params(r.layerW[rep], in[3+n:])
-	step := r.step(x.Shape(), pads, start, r.cacheLenOf(rep, states))
+	step := r.step(x.Shape(), pads, start, r.cacheLenOf(src, states))
 	x, st := r.layer(rep, w, x, states, step)
 	return append([]*graph.Node{x}, st...)
 }

@@ -465,7 +465,7 @@ func (r *Runner) makeShardedPrograms() error {
 			prog, ok := bySig[sig]
 			if !ok {
 				rep := i
-				in := append([]*distributed.ShardingSpec{batch, batch, repl}, stateSpecs(i)...)
+				in := append([]*distributed.ShardingSpec{batch, batch, repl}, stateSpecs(r.stateSrc[i])...)
 				in = append(in, specsOf(r.layerW[i])...)
 				out := append([]*distributed.ShardingSpec{batch}, stateSpecs(i)...)
 				name := fmt.Sprintf("layer/%s#%d", r.model.LayerKind(i), len(bySig))
@@ -558,11 +558,18 @@ func (r *Runner) runSharded(st *State, compiled *Program, tokens, start *tensors
 		}
 		return out
 	}
-	state := func(i int) []shardedArg {
-		n := len(st.tensors[i]) / nDev
+	// state is layer i's own state, donated, or with read the state layer i
+	// reads: the state of the layer it shares (lm.StateSharer), not
+	// donated.
+	state := func(i int, read bool) []shardedArg {
+		src := i
+		if read {
+			src = r.stateSrc[i]
+		}
+		n := len(st.tensors[src]) / nDev
 		out := make([]shardedArg, n)
 		for k := range out {
-			out[k] = shardedArg{shards: st.tensors[i][k*nDev : (k+1)*nDev], donate: true}
+			out[k] = shardedArg{shards: st.tensors[src][k*nDev : (k+1)*nDev], donate: src == i}
 		}
 		return out
 	}
@@ -574,7 +581,7 @@ func (r *Runner) runSharded(st *State, compiled *Program, tokens, start *tensors
 	if r.opts.Mode == Compiled {
 		args := []shardedArg{tok, pd, at}
 		for i := range st.tensors {
-			args = append(args, state(i)...)
+			args = append(args, state(i, false)...)
 		}
 		args = append(args, weights(r.all)...)
 		outs, err := compiled.callSharded(nDev, args)
@@ -597,7 +604,7 @@ func (r *Runner) runSharded(st *State, compiled *Program, tokens, start *tensors
 	}
 	x := outs[0]
 	for i := 0; i < r.spec.Layers; i++ {
-		args := append([]shardedArg{{shards: x, donate: true}, pd, at}, state(i)...)
+		args := append([]shardedArg{{shards: x, donate: true}, pd, at}, state(i, true)...)
 		outs, err := r.layerProg[i].callSharded(nDev, append(args, weights(r.layerW[i])...))
 		if err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)

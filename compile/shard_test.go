@@ -331,6 +331,9 @@ func shardedLMOf(t *testing.T, l *lm.Loaded, mode Mode, tp, dp int) *Runner {
 		opts:    Options{Mode: mode, DType: dtypes.Float32, SplitMatmul: 1},
 		weights: map[string]*tensors.Tensor{},
 		tp:      &tpRun{plan: plan, nDev: tp * dp, weights: map[string][]*tensors.Tensor{}, specs: map[string]programSpecs{}}}
+	if err := r.declareState(); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.loadWeights(l); err != nil {
 		t.Fatal(err)
 	}

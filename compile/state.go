@@ -350,11 +350,13 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 	return rows, nil
 }
 
-// layerArgs are layer i's state tensors, donated.
+// layerArgs are the state tensors layer i reads: its own, donated, or
+// those of the layer it shares (lm.StateSharer), only read.
 func (st *State) layerArgs(i int) []Arg {
-	args := make([]Arg, len(st.tensors[i]))
-	for k, x := range st.tensors[i] {
-		args[k] = Arg{T: x, Donate: true}
+	src := st.r.stateSrc[i]
+	args := make([]Arg, len(st.tensors[src]))
+	for k, x := range st.tensors[src] {
+		args[k] = Arg{T: x, Donate: src == i} // a shared state is only read
 	}
 	return args
 }

@@ -69,9 +69,6 @@ type Layer struct {
 	// Source is the layer whose keys and values this layer reuses (KV
 	// sharing: the last unshared layer of the same kind), or -1.
 	Source int
-	// Feeds reports an unshared layer whose keys and values later layers
-	// reuse.
-	Feeds bool
 	// Intermediate is the dense MLP's width (doubled on shared layers
 	// with use_double_wide_mlp).
 	Intermediate int
@@ -253,7 +250,6 @@ func (o *Options) resolveLayers(where string, c *TextConfig) error {
 			}
 			src := o.Layer[l.Source]
 			l.HeadDim, l.KVHeads = src.HeadDim, src.KVHeads
-			o.Layer[l.Source].Feeds = true
 			if c.UseDoubleWideMLP {
 				l.Intermediate *= 2
 			}

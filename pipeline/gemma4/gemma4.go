@@ -16,8 +16,9 @@
 //     turn, θ 1e6). With attention_k_eq_v, full layers have no v_proj:
 //     the values are the k_proj output through v_norm.
 //   - KV sharing: the last num_kv_shared_layers layers have no k/v
-//     projections and attend over the keys and values of the last
-//     unshared layer of their kind. Layers carry them forward (below).
+//     projections and no cache: they attend over the cache of the last
+//     unshared layer of their kind (lm.StateSharer), after that layer
+//     wrote the step's keys and values.
 //   - Per-layer embeddings (PLE, E2B/E4B): a second embedding table and a
 //     projection of the input embedding give every layer a small input,
 //     gated into the residual after the MLP.
@@ -28,15 +29,10 @@
 //     soft-capped (final_logit_softcapping).
 //
 // The hidden states handed from layer to layer are [B, T, W] with W =
-// Hidden + Layers·PLE + the widths of the shared keys and values: the
-// residual stream, then every remaining layer's per-layer input (each
-// layer takes the first PLE values and rotates them to the end, so that
-// a layer's graph does not depend on its index), then, for each layer
-// kind that later layers share, the new tokens' keys and values that its
-// feeding layer wrote to its cache. A sharing layer writes those into a
-// cache of its own and attends over it: its cache holds exactly the
-// feeding layer's values, at the cost of the memory transformers saves.
-// Head reads the residual stream only.
+// Hidden + Layers·PLE: the residual stream, then every layer's per-layer
+// input (each layer takes the first PLE values and rotates them to the
+// end, so that a layer's graph does not depend on its index). Head reads
+// the residual stream only.
 package gemma4
 
 import (
@@ -46,7 +42,6 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -67,32 +62,14 @@ func New(cfg *config.File) (lm.Model, error) {
 	return NewModel(o), nil
 }
 
-// Model is the Gemma 4 text decoder; it implements lm.Model and
-// lm.Skipper.
+// Model is the Gemma 4 text decoder; it implements lm.Model, lm.Skipper
+// and lm.StateSharer.
 type Model struct {
 	o Options
-	// side holds the offset of each shared kind's keys and values in the
-	// hidden states, after the residual stream and the PLE inputs.
-	side map[string]int
-	// width is the width of the hidden states handed between layers.
-	width int
 }
 
 // NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model {
-	m := &Model{o: o, side: map[string]int{}}
-	at := o.Spec.Hidden + o.Spec.Layers*o.PLE
-	for _, l := range o.Layer {
-		if l.Feeds {
-			if _, ok := m.side[l.Kind]; !ok {
-				m.side[l.Kind] = at
-				at += 2 * l.KVHeads * l.HeadDim
-			}
-		}
-	}
-	m.width = at
-	return m
-}
+func NewModel(o Options) *Model { return &Model{o: o} }
 
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
@@ -100,26 +77,30 @@ func (m *Model) Options() Options { return m.o }
 // Spec implements lm.Model.
 func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
 
-// LayerKind implements lm.Model: the attention kind, marked "+feeds" on
-// layers whose keys and values later layers share and "+shared" on those
-// layers (their graphs differ from their kind's others).
+// LayerKind implements lm.Model: the attention kind, marked "+shared" on
+// the layers that read another layer's cache (their graphs differ from
+// their kind's others).
 func (m *Model) LayerKind(i int) string {
 	l := m.o.Layer[i]
-	switch {
-	case l.Source >= 0:
+	if l.Source >= 0 {
 		return l.Kind + "+shared"
-	case l.Feeds:
-		return l.Kind + "+feeds"
 	}
 	return l.Kind
 }
 
 // LayerState implements lm.Model: a key and a value cache of the layer's
-// head size (a sharing layer's holds its feeding layer's values).
+// head size; none for a layer that shares another's (SharedState).
 func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 	l := m.o.Layer[i]
+	if l.Source >= 0 {
+		return nil
+	}
 	return nn.KVCacheState(batch, l.KVHeads, cacheLen, l.HeadDim)
 }
+
+// SharedState implements lm.StateSharer: a KV-sharing layer reads the
+// cache of the last unshared layer of its kind.
+func (m *Model) SharedState(i int) int { return m.o.Layer[i].Source }
 
 // SkipWeight implements lm.Skipper: the vision and audio towers and their
 // embedders are not read, nor the k/v projections that a checkpoint may
@@ -233,12 +214,11 @@ func (m *Model) norm(x, w *Node) *Node {
 }
 
 // Embed implements lm.Model: the scaled embedding, then (PLE) every
-// layer's per-layer input, then zeros for the shared keys and values.
+// layer's per-layer input.
 func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 	s := &m.o.Spec
 	x := nn.Embedding(w.Get(m.name("embed_tokens.weight")), tokens) // [B, T, H]
 	x = MulScalar(x, nn.RoundTo(math.Sqrt(float64(s.Hidden)), x.DType()))
-	parts := []*Node{x}
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	if pl := m.o.PLE; pl > 0 {
@@ -247,19 +227,14 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 		proj := MulScalar(nn.Linear(x, w.Get(m.name("per_layer_model_projection.weight")), nil), 1/math.Sqrt(float64(s.Hidden)))
 		proj = m.norm(Reshape(proj, b, t, s.Layers, pl), w.Get(m.name("per_layer_projection_norm.weight")))
 		ple := MulScalar(Add(proj, Reshape(ConvertDType(tok, x.DType()), b, t, s.Layers, pl)), 1/math.Sqrt2)
-		parts = append(parts, Reshape(ple, b, t, s.Layers*pl))
+		return Concatenate([]*Node{x, Reshape(ple, b, t, s.Layers*pl)}, 2)
 	}
-	if extra := m.width - s.Hidden - s.Layers*m.o.PLE; extra > 0 {
-		parts = append(parts, Zeros(x.Graph(), shapes.Make(x.DType(), b, t, extra)))
-	}
-	if len(parts) == 1 {
-		return x
-	}
-	return Concatenate(parts, 2)
+	return x
 }
 
 // Layer implements lm.Model: Gemma4TextDecoderLayer on the residual
-// stream, carrying the per-layer inputs and the shared keys and values.
+// stream, carrying the per-layer inputs. A sharing layer's state is its
+// source's cache, read and not returned.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	s := &m.o.Spec
 	l := m.o.Layer[i]
@@ -267,7 +242,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	h := SliceAxis(x, 2, AxisRange(0, s.Hidden)) // the residual stream
 
 	residual := h
-	a, keys, values, sideKV := m.attention(p, l, m.norm(h, p.Get("input_layernorm.weight")), x, state, step)
+	a, keys, values := m.attention(p, l, m.norm(h, p.Get("input_layernorm.weight")), state, step)
 	h = Add(residual, m.norm(a, p.Get("post_attention_layernorm.weight")))
 
 	residual = h
@@ -278,78 +253,50 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	}
 	h = Add(residual, m.norm(f, p.Get("post_feedforward_layernorm.weight")))
 
-	parts := []*Node{nil}
+	var rest *Node // the remaining layers' per-layer inputs
 	if pl := m.o.PLE; pl > 0 {
 		ple := SliceAxis(x, 2, AxisRange(s.Hidden, s.Hidden+s.Layers*pl))
 		mine := SliceAxis(ple, 2, AxisRange(0, pl)) // this layer's input; the next layer's follows
 		g := Mul(nn.Activate(m.o.Act, nn.Linear(h, p.Get("per_layer_input_gate.weight"), nil)), mine)
 		h = Add(h, m.norm(nn.Linear(g, p.Get("per_layer_projection.weight"), nil), p.Get("post_per_layer_input_norm.weight")))
-		parts = append(parts, Concatenate([]*Node{SliceAxis(ple, 2, AxisRange(pl, s.Layers*pl)), mine}, 2))
+		rest = Concatenate([]*Node{SliceAxis(ple, 2, AxisRange(pl, s.Layers*pl)), mine}, 2)
 	}
 	h = Mul(h, ExpandLeftToRank(ConvertDType(p.Get("layer_scalar"), h.DType()), h.Rank()))
-	parts[0] = h
-	if rest := s.Hidden + s.Layers*m.o.PLE; m.width > rest {
-		side := SliceAxis(x, 2, AxisRange(rest, m.width))
-		if sideKV != nil { // a feeding layer: its new keys and values, for the layers that share them
-			at := m.side[l.Kind] - rest
-			n := sideKV.Shape().Dimensions[2]
-			pieces := []*Node{sideKV}
-			if at > 0 {
-				pieces = append([]*Node{SliceAxis(side, 2, AxisRange(0, at))}, pieces...)
-			}
-			if at+n < m.width-rest {
-				pieces = append(pieces, SliceAxis(side, 2, AxisRange(at+n, m.width-rest)))
-			}
-			side = pieces[0]
-			if len(pieces) > 1 {
-				side = Concatenate(pieces, 2)
-			}
-		}
-		parts = append(parts, side)
+	var newState []*Node
+	if l.Source < 0 {
+		newState = []*Node{keys, values}
 	}
-	if len(parts) == 1 {
-		return h, []*Node{keys, values}
+	if rest != nil {
+		h = Concatenate([]*Node{h, rest}, 2)
 	}
-	return Concatenate(parts, 2), []*Node{keys, values}
+	return h, newState
 }
 
-// attention is Gemma4TextAttention on h (normed) for layer l: its new
-// output, caches and, for a feeding layer, the new tokens' keys and
-// values flattened [B, T, 2·KV·D] for the layers that share them. x is
-// the layer's whole input, where a sharing layer finds those.
-func (m *Model) attention(p *lm.Params, l Layer, h, x *Node, state []*Node, step *lm.Step) (out, keys, values, side *Node) {
+// attention is Gemma4TextAttention on h (normed) for layer l: its output
+// and the caches it attended over (its own, with the step's keys and
+// values written, or for a sharing layer its source's, as given).
+func (m *Model) attention(p *lm.Params, l Layer, h *Node, state []*Node, step *lm.Step) (out, keys, values *Node) {
 	s := &m.o.Spec
 	a := p.Scope("self_attn")
-	dims := h.Shape().Dimensions
-	b, t := dims[0], dims[1]
 	cos, sin := m.o.Rope[l.Kind].CosSin(step, h.DType())
 	q := nn.SplitHeads(nn.Linear(h, a.Get("q_proj.weight"), nil), s.Heads) // [B, T, H, D]
 	q = nn.ApplyRope(m.norm(q, a.Get("q_norm.weight")), cos, sin)
-	kvw := l.KVHeads * l.HeadDim
-	var k, v *Node
-	if l.Source >= 0 {
-		at := m.side[l.Kind]
-		k = Reshape(SliceAxis(x, 2, AxisRange(at, at+kvw)), b, t, l.KVHeads, l.HeadDim)
-		v = Reshape(SliceAxis(x, 2, AxisRange(at+kvw, at+2*kvw)), b, t, l.KVHeads, l.HeadDim)
-	} else {
+	keys, values = state[0], state[1]
+	if l.Source < 0 {
 		kp := nn.SplitHeads(nn.Linear(h, a.Get("k_proj.weight"), nil), l.KVHeads) // [B, T, KV, D]
 		vp := kp
 		if !l.KEqV {
 			vp = nn.SplitHeads(nn.Linear(h, a.Get("v_proj.weight"), nil), l.KVHeads)
 		}
-		k = nn.ApplyRope(m.norm(kp, a.Get("k_norm.weight")), cos, sin)
-		v = m.norm(vp, nil)
-		if l.Feeds {
-			side = Concatenate([]*Node{Reshape(k, b, t, kvw), Reshape(v, b, t, kvw)}, 2)
-		}
+		k := nn.ApplyRope(m.norm(kp, a.Get("k_norm.weight")), cos, sin)
+		keys, values = nn.WriteKV(keys, values, k, m.norm(vp, nil), step)
 	}
-	keys, values = nn.WriteKV(state[0], state[1], k, v, step)
 	window := 0
 	if l.Kind == lm.KindSliding {
 		window = s.SlidingWindow
 	}
 	o := nn.Attention(q, keys, values, nn.AttentionBias(step, window), 1, 0) // [B, T, H·D]
-	return nn.Linear(o, a.Get("o_proj.weight"), nil), keys, values, side
+	return nn.Linear(o, a.Get("o_proj.weight"), nil), keys, values
 }
 
 // experts is the MoE half of the 26B-A4B's feed-forward on the layer's
@@ -386,6 +333,7 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 }
 
 var (
-	_ lm.Model   = (*Model)(nil)
-	_ lm.Skipper = (*Model)(nil)
+	_ lm.Model       = (*Model)(nil)
+	_ lm.Skipper     = (*Model)(nil)
+	_ lm.StateSharer = (*Model)(nil)
 )

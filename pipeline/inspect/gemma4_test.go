@@ -20,16 +20,22 @@ import (
 // is skipped, and the sizes are the model cards' where they count the
 // text model the same way: 26B-A4B 25.2B total and 3.8B active (8 of 128
 // experts), 31B 30.7B, E2B 2.3B "effective" (without the per-layer
-// embedding table).
+// embedding table). The KV cache of E2B and E4B counts only the layers
+// that keep one (the last num_kv_shared_layers read an earlier layer's):
+// at 4096 positions in bf16, keys and values, E2B's 15 of 35 layers (12
+// sliding of 1 KV head x 256, 3 full of 1 x 512) take 4096·2·2·(12·256 +
+// 3·512) bytes, E4B's 24 of 42 (20 sliding and 4 full, 2 KV heads)
+// 4096·2·2·2·(20·256 + 4·512).
 func TestGemma4Sizes(t *testing.T) {
 	for _, c := range []struct {
 		dir                 string
 		total, active, less float64 // billions; 0: not checked
+		kv                  int64   // bytes at 4096 positions; 0: not checked
 	}{
-		{"gemma_4_26b_a4b", 25.2, 3.8, 0},
-		{"gemma_4_31b", 30.7, 0, 0},
-		{"gemma_4_e2b", 0, 0, 2.3},
-		{"gemma_4_e4b", 0, 0, 0},
+		{"gemma_4_26b_a4b", 25.2, 3.8, 0, 0},
+		{"gemma_4_31b", 30.7, 0, 0, 0},
+		{"gemma_4_e2b", 0, 0, 2.3, 4096 * 2 * 2 * (12*256 + 3*512)},
+		{"gemma_4_e4b", 0, 0, 0, 4096 * 2 * 2 * 2 * (20*256 + 4*512)},
 	} {
 		dir := t.TempDir()
 		raw, err := os.ReadFile(filepath.Join("../../testdata/configs", c.dir, "config.json"))
@@ -81,6 +87,9 @@ func TestGemma4Sizes(t *testing.T) {
 		near("total", r.Params.Used, c.total)
 		near("active", r.Params.Active, c.active)
 		near("without per-layer embeddings", r.Params.Used-r.Params.PerLayerEmbedding, c.less)
+		if c.kv > 0 && r.Memory.KVCache != c.kv {
+			t.Errorf("%s: KV cache at 4096 positions %d bytes, want %d (the layers that keep a cache)", c.dir, r.Memory.KVCache, c.kv)
+		}
 		t.Logf("%s: %.3fB, active %.3fB, per-layer embeddings %.3fB, KV at 4096 %d MiB", c.dir, float64(r.Params.Used)/1e9,
 			float64(r.Params.Active)/1e9, float64(r.Params.PerLayerEmbedding)/1e9, r.Memory.KVCache>>20)
 	}
