@@ -69,6 +69,11 @@ missing runtime.`,
 
 func devicesRun(_ context.Context, opts *DevicesOptions) error {
 	res := DevicesResult{Inventory: opts.Inventory(), CPUFeatures: kernels.Features()}
+	for i, b := range res.Backends { // tpu says "device SPEC"; the command line selects it with --device
+		if spec, ok := strings.CutPrefix(b.Note, "device "); ok {
+			res.Backends[i].Note = "--device " + spec
+		}
+	}
 	if res.CPUFeatures == nil {
 		res.CPUFeatures = []string{}
 	}

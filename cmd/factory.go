@@ -15,16 +15,18 @@ import (
 // GlobalOptions are the persistent flags every command shares.
 type GlobalOptions struct {
 	// Device is the --device flag as given; DeviceSpec is the spec the
-	// root command chose from it and TPUTOOL_DEVICE, parsed once.
-	Device     string
-	DeviceSpec tpu.Spec
-	JSON       bool
-	Quiet      bool
-	Verbose    bool
-	NoProgress bool
-	CacheDir   string
-	Offline    bool
-	Token      string
+	// root command chose from it and TPUTOOL_DEVICE, parsed once, and
+	// DeviceFromEnv says TPUTOOL_DEVICE gave it (errors then name it).
+	Device        string
+	DeviceSpec    tpu.Spec
+	DeviceFromEnv bool
+	JSON          bool
+	Quiet         bool
+	Verbose       bool
+	NoProgress    bool
+	CacheDir      string
+	Offline       bool
+	Token         string
 }
 
 // Factory carries the dependencies commands are built from. Fields are
@@ -100,7 +102,7 @@ func (f *Factory) Device() (*tpu.Device, error) {
 	}
 	d, err := tpu.OpenEnv(f.Global.DeviceSpec, f.DeviceEnv())
 	if err != nil {
-		return nil, err
+		return nil, restateDevice(err, f.Global.DeviceFromEnv)
 	}
 	f.device = d
 	return d, nil

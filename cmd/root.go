@@ -85,7 +85,7 @@ func Run(ctx context.Context, f *Factory, args []string) ExitCode {
 	if ctx.Err() != nil && !errors.Is(err, errs.ErrInterrupted) {
 		err = fmt.Errorf("%w: %w", errs.ErrInterrupted, err)
 	}
-	err = restateOptions(err)
+	err = restateHub(restateOptions(err))
 	code := ExitCodeFor(err)
 	printError(f, err, code)
 	return code
@@ -139,11 +139,11 @@ to stderr, with progress bars only on a terminal.`,
 				return errs.Usagef("--quiet and --verbose cannot be used together")
 			}
 			// --device wins over TPUTOOL_DEVICE; an error names the one used.
-			spec, err := tpu.ChooseSpec(g.Device, c.Flags().Changed("device"), tpu.Env{LookupEnv: f.LookupEnv})
+			spec, fromEnv, err := tpu.ChooseSpec(g.Device, c.Flags().Changed("device"), tpu.Env{LookupEnv: f.LookupEnv})
 			if err != nil {
-				return err
+				return restateDevice(err, fromEnv)
 			}
-			g.DeviceSpec = spec
+			g.DeviceSpec, g.DeviceFromEnv = spec, fromEnv
 			if g.Verbose {
 				tpu.SetBackendLog(f.IOStreams.ErrOut)
 			}

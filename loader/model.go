@@ -396,7 +396,7 @@ func (m *Checkpoint) notCached(what string) error {
 		why = "offline mode is on and "
 	}
 	return &hub.Error{Kind: hub.ErrNotCached, Repo: m.RepoID, Revision: m.Revision,
-		Detail: fmt.Sprintf("%sthe cached snapshot lacks %s; run `tputool download --model %s` with network access", why, what, m.Ref.Raw)}
+		Detail: fmt.Sprintf("%sthe cached snapshot lacks %s; download %s with network access first", why, what, m.Ref.Raw)}
 }
 
 // smallFile reports whether a file name is a config, tokenizer or index

@@ -171,7 +171,7 @@ func TestResolveMetadataOnlyReadsRemoteHeaders(t *testing.T) {
 	}
 	// but not for a full load, since the weights were never downloaded.
 	_, err = resolve(context.Background(), "org/llm", loader.Options{Client: c})
-	if !errors.Is(err, hub.ErrNotCached) || !strings.Contains(err.Error(), "tputool download") {
+	if !errors.Is(err, hub.ErrNotCached) || !strings.Contains(err.Error(), "download org/llm with network access first") {
 		t.Errorf("offline full load without weights: %v", err)
 	}
 }

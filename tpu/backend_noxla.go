@@ -12,5 +12,5 @@ const xlaCompiled = false
 
 // newXLABackend is the !cgo twin: go-xla's PJRT bindings need cgo.
 func newXLABackend(spec Spec, c candidate) (backends.Backend, error) {
-	return nil, errs.Devicef("--device %s: %s was found, but %s", spec, pluginLabel(spec, c), noCgoMessage)
+	return nil, specErr("", spec.String(), errs.Devicef, "%s was found, but %s", pluginLabel(spec, c), noCgoMessage)
 }

@@ -22,7 +22,7 @@ func init() {
 func newXLABackend(spec Spec, c candidate) (b backends.Backend, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			b, err = nil, errs.Devicef("--device %s: %s could not be loaded: the XLA backend panicked (is it a PJRT plugin?): %v", spec, pluginLabel(spec, c), r)
+			b, err = nil, specErr("", spec.String(), errs.Devicef, "%s could not be loaded: the XLA backend panicked (is it a PJRT plugin?): %v", pluginLabel(spec, c), r)
 		}
 	}()
 	config := c.path
@@ -33,7 +33,7 @@ func newXLABackend(spec Spec, c candidate) (b backends.Backend, err error) {
 	}
 	xb, err := xla.NewWithOptions(config, nil)
 	if err != nil {
-		return nil, errs.Devicef("--device %s: %s exists but could not be loaded: %w", spec, pluginLabel(spec, c), conciseLoadError(err, c.path))
+		return nil, specErr("", spec.String(), errs.Devicef, "%s exists but could not be loaded: %w", pluginLabel(spec, c), conciseLoadError(err, c.path))
 	}
 	return xb, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -230,10 +231,10 @@ func resolve(spec Spec, env Env) ([]candidate, []string, error) {
 		if spec.PluginIsPath() {
 			st, err := os.Stat(spec.Plugin)
 			if err != nil {
-				return nil, nil, errs.Devicef("--device %s: plugin file: %w", spec, err)
+				return nil, nil, specErr("", spec.String(), errs.Devicef, "plugin file: %w", err)
 			}
 			if st.IsDir() {
-				return nil, nil, errs.Devicef("--device %s: %s is a directory; give the plugin .so file", spec, spec.Plugin)
+				return nil, nil, specErr("", spec.String(), errs.Devicef, "%s is a directory; give the plugin .so file", spec.Plugin)
 			}
 			name := pluginNameFromPath(spec.Plugin)
 			if name == "" {
@@ -273,7 +274,7 @@ func resolve(spec Spec, env Env) ([]candidate, []string, error) {
 		}
 		return append(out, cpu), notes, nil
 	}
-	return nil, nil, errs.Usagef("--device %q: %s", spec.String(), specSyntax)
+	return nil, nil, specErr("", strconv.Quote(spec.String()), errs.Usagef, "%s", specSyntax)
 }
 
 func xlaCandidate(p Plugin) candidate {

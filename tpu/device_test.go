@@ -112,7 +112,7 @@ func TestOpenTPUMissing(t *testing.T) {
 	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
 	msg := err.Error()
 	for _, want := range []string{
-		"--device tpu: no TPU runtime (libtpu.so) found",
+		"device tpu: no TPU runtime (libtpu.so) found",
 		"$TPU_LIBRARY_PATH (not set)",
 		"$PJRT_PLUGIN_LIBRARY_PATH (not set)",
 		f.home(".local/lib/python3*/site-packages/libtpu/libtpu.so"),
@@ -133,7 +133,7 @@ func TestOpenTPUMissing(t *testing.T) {
 func TestOpenGPUMissing(t *testing.T) {
 	_, err := OpenEnv(Spec{Kind: SpecGPU}, newFakeEnv(t).Env())
 	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
-	assert.Contains(t, err.Error(), "--device gpu: no CUDA PJRT plugin")
+	assert.Contains(t, err.Error(), "device gpu: no CUDA PJRT plugin")
 	assert.Contains(t, err.Error(), `pip install "jax[cuda12]"`)
 }
 
@@ -151,7 +151,7 @@ func TestOpenXLAPluginMissing(t *testing.T) {
 
 	_, err = OpenEnv(Spec{Kind: SpecXLA, Plugin: "cpu"}, f.Env())
 	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
-	assert.Contains(t, err.Error(), "--device xla:cpu: no PJRT plugin named \"cpu\"")
+	assert.Contains(t, err.Error(), "device xla:cpu: no PJRT plugin named \"cpu\"")
 }
 
 // garbagePlugin writes a file that exists but is not a shared library.
@@ -190,7 +190,7 @@ func TestOpenGarbageLibTPU(t *testing.T) {
 	f.Vars[EnvTPULibrary] = p
 	_, err := OpenEnv(Spec{Kind: SpecTPU}, f.Env())
 	checkLoadFailure(t, err, p)
-	assert.Contains(t, err.Error(), "--device tpu: tpu plugin "+p+" ")
+	assert.Contains(t, err.Error(), "device tpu: tpu plugin "+p+" ")
 }
 
 func TestOpenAuto(t *testing.T) {

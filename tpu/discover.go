@@ -53,17 +53,16 @@ If libtpu.so is somewhere else, point tputool at it:
 	gpuInstallHint = `Install the CUDA PJRT plugin and run again:
   pip install "jax[cuda12]"   (or "jax[cuda13]"; provides jax_plugins/xla_cuda1N/xla_cuda_plugin.so)
 If the plugin is somewhere else, point tputool at it:
-  export PJRT_PLUGIN_LIBRARY_PATH=/path/to/xla_cuda_plugin.so   (or use --device xla:/path/to/plugin.so)`
+  export PJRT_PLUGIN_LIBRARY_PATH=/path/to/xla_cuda_plugin.so   (or give the device as xla:/path/to/plugin.so)`
 	cpuPluginInstallHint = `Install the XLA CPU PJRT plugin into ~/.local/lib/go-xla with:
   go run github.com/gomlx/go-xla/cmd/pjrt_installer@latest
-or point tputool at it with PJRT_PLUGIN_LIBRARY_PATH; --device cpu uses the pure-Go backend, which needs no plugin.`
+or point tputool at it with PJRT_PLUGIN_LIBRARY_PATH; the device cpu (tputool's own CPU engine) needs no plugin.`
 )
 
 // NotFoundError is the errs.ErrDeviceUnavailable error for a failed search:
 // it lists every place searched and how to install the plugin.
 func (s Search) NotFoundError(spec string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "--device %s: ", spec)
 	switch s.Target {
 	case "tpu":
 		b.WriteString("no TPU runtime (libtpu.so) found")
@@ -86,12 +85,12 @@ func (s Search) NotFoundError(spec string) error {
 	case "cpu":
 		b.WriteString(cpuPluginInstallHint)
 	default:
-		fmt.Fprintf(&b, "Put pjrt_c_api_%s_plugin.so in one of these places, set PJRT_PLUGIN_LIBRARY_PATH, or use --device xla:/absolute/path/to/plugin.so", s.Target)
+		fmt.Fprintf(&b, "Put pjrt_c_api_%s_plugin.so in one of these places, set PJRT_PLUGIN_LIBRARY_PATH, or give the device as xla:/absolute/path/to/plugin.so", s.Target)
 	}
 	if !xlaCompiled {
 		b.WriteString("\nNote: " + noCgoMessage + ".")
 	}
-	return errs.Devicef("%s", b.String())
+	return specErr("", spec, errs.Devicef, "%s", b.String())
 }
 
 // searcher records the locations it examines and keeps the first match.

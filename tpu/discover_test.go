@@ -129,7 +129,7 @@ func TestFindTPUNotFoundError(t *testing.T) {
 	err := s.NotFoundError("tpu")
 	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
 	msg := err.Error()
-	assert.True(t, strings.HasPrefix(msg, "--device tpu: no TPU runtime (libtpu.so) found. Searched, in order:\n"), msg)
+	assert.True(t, strings.HasPrefix(msg, "device tpu: no TPU runtime (libtpu.so) found. Searched, in order:\n"), msg)
 	for _, p := range s.Searched {
 		assert.Contains(t, msg, "\n  "+p+"\n")
 	}
@@ -203,7 +203,7 @@ func TestFindGPUNotFoundError(t *testing.T) {
 	}
 	err := s.NotFoundError("gpu")
 	require.ErrorIs(t, err, errs.ErrDeviceUnavailable)
-	assert.Contains(t, err.Error(), "--device gpu: no CUDA PJRT plugin")
+	assert.Contains(t, err.Error(), "device gpu: no CUDA PJRT plugin")
 	assert.Contains(t, err.Error(), `pip install "jax[cuda12]"`)
 	assert.Contains(t, err.Error(), "\n  "+f.home(".local/lib/go-xla/pjrt_c_api_cuda_plugin.so")+"\n")
 }

@@ -59,7 +59,7 @@ type Inventory struct {
 // while another process holds the TPU.
 func List(env Env) *Inventory {
 	inv := &Inventory{
-		Backends: []BackendInfo{{Name: BackendGo, Available: true}, {Name: BackendCPU, Available: true, Note: "--device cpu:fast"}},
+		Backends: []BackendInfo{{Name: BackendGo, Available: true}, {Name: BackendCPU, Available: true, Note: "device cpu:fast"}},
 	}
 	xb := BackendInfo{Name: BackendXLA, Available: xlaCompiled}
 	if !xlaCompiled {

@@ -19,7 +19,7 @@ func TestListFakeTPUVM(t *testing.T) {
 	f.Vars[EnvAcceleratorType] = "v6e-8"
 
 	inv := List(f.Env())
-	assert.Equal(t, []BackendInfo{{Name: "go", Available: true}, {Name: "cpu", Available: true, Note: "--device cpu:fast"}, {Name: "xla", Available: XLACompiled(), Note: map[bool]string{false: noCgoMessage}[XLACompiled()]}}, inv.Backends)
+	assert.Equal(t, []BackendInfo{{Name: "go", Available: true}, {Name: "cpu", Available: true, Note: "device cpu:fast"}, {Name: "xla", Available: XLACompiled(), Note: map[bool]string{false: noCgoMessage}[XLACompiled()]}}, inv.Backends)
 
 	require.NotNil(t, inv.Topology)
 	assert.Equal(t, "v6e", inv.Topology.Generation)

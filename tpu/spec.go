@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -55,9 +56,40 @@ const specSyntax = "want auto, cpu, cpu:fast, cpu:go, tpu, gpu, or xla:PLUGIN wh
 // gpu | xla:PLUGIN. The empty string means auto; cpu is the default CPU
 // backend, cpu:fast tputool's own and cpu:go (or "go") GoMLX's pure-Go one;
 // "cuda" is accepted for gpu.
-// A relative plugin path is made absolute. Errors wrap errs.ErrUsage.
+// A relative plugin path is made absolute. Errors are *SpecError wrapping
+// errs.ErrUsage.
 func ParseSpec(s string) (Spec, error) {
-	return parseSpec(s, "--device")
+	return parseSpec(s, "")
+}
+
+// SpecError is an error about a device spec: the spec as written (Spec,
+// quoted where it did not parse) and where it came from (Source:
+// "$TPUTOOL_DEVICE", or "" for the caller's own value, which the command
+// line restates as its flag). Err carries the kind (errs.ErrUsage,
+// errs.ErrDeviceUnavailable) and the reason.
+type SpecError struct {
+	Source string
+	Spec   string
+	Err    error
+}
+
+func (e *SpecError) Error() string { return e.Text("device") }
+
+func (e *SpecError) Unwrap() error { return e.Err }
+
+// Text is the error with label naming the spec's source when it has none
+// of its own (cmd passes its flag).
+func (e *SpecError) Text(label string) string {
+	if e.Source != "" {
+		label = e.Source
+	}
+	return label + " " + e.Spec + ": " + e.Err.Error()
+}
+
+// specErr is the SpecError of spec from source, its reason formatted with
+// kind (errs.Usagef, errs.Devicef).
+func specErr(source, spec string, kind func(string, ...any) error, format string, args ...any) error {
+	return &SpecError{Source: source, Spec: spec, Err: kind(format, args...)}
 }
 
 func parseSpec(s, source string) (Spec, error) {
@@ -79,41 +111,44 @@ func parseSpec(s, source string) (Spec, error) {
 	case hasColon && (k == "xla" || k == "pjrt"):
 		return parseXLAPlugin(rest, raw, source)
 	}
-	return Spec{}, errs.Usagef("%s %q: %s", source, s, specSyntax)
+	return Spec{}, specErr(source, strconv.Quote(s), errs.Usagef, "%s", specSyntax)
 }
 
 func parseXLAPlugin(p, raw, source string) (Spec, error) {
 	p = strings.TrimSpace(p)
 	if p == "" {
-		return Spec{}, errs.Usagef("%s %q: missing plugin after \"xla:\"; %s", source, raw, specSyntax)
+		return Spec{}, specErr(source, strconv.Quote(raw), errs.Usagef, "missing plugin after \"xla:\"; %s", specSyntax)
 	}
 	if strings.ContainsRune(p, ',') {
 		// The xla backend reads ",option" suffixes from its config string.
-		return Spec{}, errs.Usagef("%s %q: plugin names and paths may not contain ','", source, raw)
+		return Spec{}, specErr(source, strconv.Quote(raw), errs.Usagef, "plugin names and paths may not contain ','")
 	}
 	if strings.ContainsRune(p, filepath.Separator) || strings.HasSuffix(p, ".so") {
 		abs, err := filepath.Abs(p)
 		if err != nil {
-			return Spec{}, errs.Usagef("%s %q: cannot make plugin path absolute: %w", source, raw, err)
+			return Spec{}, specErr(source, strconv.Quote(raw), errs.Usagef, "cannot make plugin path absolute: %w", err)
 		}
 		return Spec{Kind: SpecXLA, Plugin: abs}, nil
 	}
 	name := strings.ToLower(p)
 	if !rePluginName.MatchString(name) {
-		return Spec{}, errs.Usagef("%s %q: plugin name %q: want letters, digits, '_', '-' or '.', or an absolute path", source, raw, p)
+		return Spec{}, specErr(source, strconv.Quote(raw), errs.Usagef, "plugin name %q: want letters, digits, '_', '-' or '.', or an absolute path", p)
 	}
 	return Spec{Kind: SpecXLA, Plugin: name}, nil
 }
 
-// ChooseSpec picks the device spec from the --device flag and the
-// TPUTOOL_DEVICE environment variable: the flag wins when the user set it
-// (flagChanged), then a non-empty TPUTOOL_DEVICE, then the flag's default
-// value. Errors name where the bad value came from.
-func ChooseSpec(flagValue string, flagChanged bool, env Env) (Spec, error) {
-	if !flagChanged {
+// ChooseSpec picks the device spec from the caller's value (the --device
+// flag) and the TPUTOOL_DEVICE environment variable: the value wins when
+// the user set it (changed), then a non-empty TPUTOOL_DEVICE, then the
+// value's default. fromEnv reports that TPUTOOL_DEVICE gave it; a parse
+// error of that one names it as its Source.
+func ChooseSpec(value string, changed bool, env Env) (spec Spec, fromEnv bool, err error) {
+	if !changed {
 		if v := strings.TrimSpace(env.Get(EnvDevice)); v != "" {
-			return parseSpec(v, fmt.Sprintf("$%s", EnvDevice))
+			spec, err = parseSpec(v, fmt.Sprintf("$%s", EnvDevice))
+			return spec, true, err
 		}
 	}
-	return parseSpec(flagValue, "--device")
+	spec, err = parseSpec(value, "")
+	return spec, false, err
 }

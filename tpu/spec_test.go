@@ -2,6 +2,7 @@ package tpu
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,9 +44,9 @@ func TestParseSpec(t *testing.T) {
 
 func TestParseSpecErrors(t *testing.T) {
 	for _, tc := range []struct{ in, wantMsg string }{
-		{"foo", `--device "foo": want auto, cpu, cpu:fast, cpu:go, tpu, gpu, or xla:PLUGIN`},
-		{"cpu:slow", `--device "cpu:slow"`},
-		{"tpu:0", `--device "tpu:0"`},
+		{"foo", `device "foo": want auto, cpu, cpu:fast, cpu:go, tpu, gpu, or xla:PLUGIN`},
+		{"cpu:slow", `device "cpu:slow"`},
+		{"tpu:0", `device "tpu:0"`},
 		{"xla:", `missing plugin after "xla:"`},
 		{"xla:cpu,shared_buffers", "may not contain ','"},
 		{"xla:bad name", `plugin name "bad name"`},
@@ -54,6 +55,11 @@ func TestParseSpecErrors(t *testing.T) {
 		require.Error(t, err, "ParseSpec(%q)", tc.in)
 		assert.ErrorIs(t, err, errs.ErrUsage)
 		assert.Contains(t, err.Error(), tc.wantMsg)
+		assert.NotContains(t, err.Error(), "--", "below cmd, errors name no flag")
+		var se *SpecError
+		if assert.ErrorAs(t, err, &se) {
+			assert.True(t, strings.HasPrefix(se.Text("--device"), "--device "), "cmd restates it with its flag: %s", se.Text("--device"))
+		}
 	}
 }
 
@@ -72,23 +78,29 @@ func TestChooseSpec(t *testing.T) {
 	env := Env{LookupEnv: MapEnv(map[string]string{EnvDevice: "tpu"})}
 	empty := Env{LookupEnv: MapEnv(nil)}
 
-	got, err := ChooseSpec("cpu", true, env) // flag set by the user wins
+	got, fromEnv, err := ChooseSpec("cpu", true, env) // flag set by the user wins
 	require.NoError(t, err)
 	assert.Equal(t, SpecCPU, got.Kind)
+	assert.False(t, fromEnv)
 
-	got, err = ChooseSpec("auto", false, env) // flag at its default: env wins
+	got, fromEnv, err = ChooseSpec("auto", false, env) // flag at its default: env wins
 	require.NoError(t, err)
 	assert.Equal(t, SpecTPU, got.Kind)
+	assert.True(t, fromEnv)
 
-	got, err = ChooseSpec("auto", false, empty)
+	got, fromEnv, err = ChooseSpec("auto", false, empty)
 	require.NoError(t, err)
 	assert.Equal(t, SpecAuto, got.Kind)
+	assert.False(t, fromEnv)
 
-	_, err = ChooseSpec("auto", false, Env{LookupEnv: MapEnv(map[string]string{EnvDevice: "quantum"})})
+	_, _, err = ChooseSpec("auto", false, Env{LookupEnv: MapEnv(map[string]string{EnvDevice: "quantum"})})
 	require.ErrorIs(t, err, errs.ErrUsage)
 	assert.Contains(t, err.Error(), `$TPUTOOL_DEVICE "quantum"`)
+	var se *SpecError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, `$TPUTOOL_DEVICE "quantum": `, se.Text("--device")[:len(`$TPUTOOL_DEVICE "quantum": `)], "the environment's name is kept")
 
-	_, err = ChooseSpec("quantum", true, env)
+	_, _, err = ChooseSpec("quantum", true, env)
 	require.ErrorIs(t, err, errs.ErrUsage)
-	assert.Contains(t, err.Error(), `--device "quantum"`)
+	assert.Contains(t, err.Error(), `device "quantum"`)
 }

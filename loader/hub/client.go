@@ -309,7 +309,7 @@ func (r *response) close() {
 // bounds the wait for headers and then for each body read.
 func (c *Client) send(ctx context.Context, method, rawURL string, hdr http.Header, followAbsolute bool, idle time.Duration) (*response, error) {
 	if c.Offline {
-		return nil, &Error{Kind: ErrNotCached, Detail: "offline mode (HF_HUB_OFFLINE/--offline) forbids " + method + " " + RedactURL(rawURL)}
+		return nil, &Error{Kind: ErrNotCached, Detail: "offline mode (HF_HUB_OFFLINE, Client.Offline) forbids " + method + " " + RedactURL(rawURL)}
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {

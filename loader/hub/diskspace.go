@@ -72,7 +72,7 @@ func (c *Client) noSpace(repo, what string, have int64) error {
 	blobs := filepath.Join(c.Cache.RepoDir(repo), "blobs")
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s: %s. Free some space and run the command again: `tputool cache ls` lists the cached models and their sizes, "+
-		"`tputool cache rm ORG/NAME` removes one (with its partial downloads), or point --cache-dir or HF_HUB_CACHE at a bigger disk.",
+		"`tputool cache rm ORG/NAME` removes one (with its partial downloads), or point HF_HUB_CACHE at a bigger disk.",
 		repo, ErrNoSpace.Error(), what)
 	if have > 0 {
 		fmt.Fprintf(&b, " The partial downloads (%s in %s/*.incomplete) are kept and resume where they stopped; `tputool cache rm %s` removes them.",

@@ -98,7 +98,7 @@ func (c *Client) reportCached(repo, file, path string) {
 func offlineErr(err error) error {
 	var he *Error
 	if errors.As(err, &he) && errors.Is(err, ErrNotCached) {
-		he.Detail = join(he.Detail, "offline mode is on (HF_HUB_OFFLINE or --offline); run `tputool download` with network access first")
+		he.Detail = join(he.Detail, "offline mode is on (HF_HUB_OFFLINE, Client.Offline); download the files with network access first")
 	}
 	return err
 }

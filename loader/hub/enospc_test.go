@@ -25,7 +25,7 @@ func TestDiskFullWhileWriting(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("err = %v, want ErrNoSpace", err)
 	}
-	for _, want := range []string{"disk filled up while writing /dev/full", "tputool cache rm ORG/NAME", "--cache-dir"} {
+	for _, want := range []string{"disk filled up while writing /dev/full", "tputool cache rm ORG/NAME", "HF_HUB_CACHE"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("message lacks %q: %v", want, err)
 		}

@@ -99,9 +99,10 @@ func (e *Error) Unwrap() []error {
 	return out
 }
 
-// hints appended to errors whose fix is on the user's side.
+// Hints appended to errors whose fix is on the user's side, in the
+// package's terms (a command line restates hintAuth with its flag).
 const (
-	hintAuth  = "set HF_TOKEN or pass --token (a token from https://huggingface.co/settings/tokens)"
+	hintAuth  = "set HF_TOKEN or Client.Token (a token from https://huggingface.co/settings/tokens)"
 	hintGated = "accept the conditions on the model page with the account of your token, then retry"
 )
 
@@ -121,8 +122,9 @@ func retryable(err error) bool {
 	return false
 }
 
-// hintUnreachable ends the error of a Hub that cannot be reached at all.
-const hintUnreachable = "the Hub cannot be reached: use --offline for a model in the cache, or give a local path to --model"
+// hintUnreachable ends the error of a Hub that cannot be reached at all
+// (a command line restates it with its flags).
+const hintUnreachable = "the Hub cannot be reached: work offline (HF_HUB_OFFLINE=1, Client.Offline) for a model in the cache, or give a local path"
 
 // unreachable reports a failure to reach the endpoint at all: its name
 // does not resolve (DNS) or nothing listens (connection refused). Unlike a

@@ -36,8 +36,8 @@ func TestUnreachableHubFailsFast(t *testing.T) {
 		if !errors.Is(err, errs.ErrHub) {
 			t.Fatalf("%s: err %v, want a Hub error", endpoint, err)
 		}
-		if !strings.Contains(err.Error(), "--offline") || !strings.Contains(err.Error(), "local path") {
-			t.Errorf("%s: the error does not suggest --offline or a local path: %v", endpoint, err)
+		if !strings.Contains(err.Error(), "HF_HUB_OFFLINE=1, Client.Offline") || !strings.Contains(err.Error(), "local path") {
+			t.Errorf("%s: the error does not suggest offline mode or a local path: %v", endpoint, err)
 		}
 		if n := len(rec.sleeps); n > 1 {
 			t.Errorf("%s: %d retries, want at most 1 (%v)", endpoint, n, rec.all())

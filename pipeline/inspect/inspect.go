@@ -305,7 +305,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
 		}
 		if text.MaxPositions > 0 && opts.Context > text.MaxPositions {
-			r.Notes = append(r.Notes, fmt.Sprintf("--context %d exceeds max_position_embeddings %d", opts.Context, text.MaxPositions))
+			r.Notes = append(r.Notes, fmt.Sprintf("a context of %d tokens exceeds max_position_embeddings %d", opts.Context, text.MaxPositions))
 		}
 	}
 	r.Memory.DType, r.Memory.Batch, r.Memory.Context = dtypeName, opts.Batch, opts.Context

@@ -180,7 +180,7 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	m.prefill.write(&b, "tputool_prefill_piece_seconds", "Duration of a prefill piece.")
 	m.mu.Unlock()
 	counter(&b, "tputool_compiles_total", "Executables compiled.", int64(compiles))
-	counter(&b, "tputool_recompiles_total", "Executables compiled after the server started listening (none with --warmup).", int64(recompiles))
+	counter(&b, "tputool_recompiles_total", "Executables compiled after the server started listening (none after a warm-up).", int64(recompiles))
 	n, err := w.Write(b.Bytes())
 	return int64(n), err
 }
