@@ -110,6 +110,7 @@ func TestDownloadErrorsAndToken(t *testing.T) {
 	e = newTestFactory(t, env)
 	assert.Equal(t, ExitHub, e.run("--offline", "download", "--model", "org/never"))
 	assert.Contains(t, e.errOut.String(), "offline mode is on")
+	assert.Contains(t, e.errOut.String(), "run `tputool download` with network access first")
 
 	srv.AddFault(&hubtest.Fault{Status: 503})
 	e = newTestFactory(t, env)
@@ -228,6 +229,9 @@ func TestDownloadWithoutSpace(t *testing.T) {
 	for _, want := range []string{"needs 1.0 MiB more", "48.8 KiB are free", "tputool cache rm org/stories", ".incomplete", "resume"} {
 		assert.Contains(t, err.Error(), want)
 	}
+	restated := restateHub(err) // as cmd.Run says it: with the flag that moves the cache
+	assert.Contains(t, restated.Error(), "point --cache-dir or HF_HUB_CACHE at a bigger disk")
+	assert.Equal(t, ExitError, ExitCodeFor(restated))
 	assert.Equal(t, 0, srv.Count(func(r hubtest.Request) bool { return r.Server == "cdn" }), "no weight byte was fetched")
 
 	e = newTestFactory(t, env)

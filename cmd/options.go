@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/hub"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -70,16 +71,18 @@ var hubFlags = strings.NewReplacer(
 	"(--offline, or HF_HUB_OFFLINE=1) for a model in the cache, or give a local path to --model",
 	"(HF_HUB_OFFLINE, Client.Offline)", "(HF_HUB_OFFLINE or --offline)",
 	"point HF_HUB_CACHE at a bigger disk", "point --cache-dir or HF_HUB_CACHE at a bigger disk",
+	"download the files with network access first", "run `tputool download` with network access first",
 )
 
 // downloadHint is the loader's hint for a snapshot that lacks files,
 // which the command line says as the command that fetches them.
 var downloadHint = regexp.MustCompile("; download (\\S+) with network access first")
 
-// restateHub restates a Hub error's hints with tputool's flags and
-// commands; other errors pass as they are.
+// restateHub restates a Hub error's hints (and a full disk's, which is
+// not a Hub error) with tputool's flags and commands; other errors pass
+// as they are.
 func restateHub(err error) error {
-	if err == nil || !errors.Is(err, errs.ErrHub) {
+	if err == nil || !errors.Is(err, errs.ErrHub) && !errors.Is(err, hub.ErrNoSpace) {
 		return err
 	}
 	msg := downloadHint.ReplaceAllString(hubFlags.Replace(err.Error()), "; run `tputool download --model $1` with network access")

@@ -379,6 +379,9 @@ func (b *Batch) StartPrefillFrom(prompt []int, from *Kept) (*BatchPrefill, error
 	if from == nil || from.st == nil {
 		return nil, fmt.Errorf("prefill: the kept cache was released")
 	}
+	if from.st.r != b.r {
+		return nil, fmt.Errorf("prefill: the kept cache is another model's")
+	}
 	if !b.KeepsPrefixes() {
 		return nil, fmt.Errorf("prefill: this batch keeps no prefixes")
 	}
