@@ -577,3 +577,38 @@ func TestBatchShrinksToOneRow(t *testing.T) {
 		t.Errorf("one sequence left decodes in %d rows, want 1", eng.dec.batch)
 	}
 }
+
+// A kept cache serves only the Batch's own model: another's is an error,
+// and so is one released.
+func TestBatchKeptOfAnotherModel(t *testing.T) {
+	o := BatchOptions{MaxBatch: 2, MaxContext: 96, PrefillChunk: 16, Prefixes: true}
+	r1, b1 := storiesBatch(t, o)
+	_, b2 := storiesBatch(t, o)
+	prompt := testPrompt(1, 20, r1.Spec().VocabSize)
+	p, err := b1.StartPrefill([][]int{prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		if _, done, err = p.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := b1.Keep(p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := b2.StartPrefillFrom(prompt, k); err == nil {
+		t.Error("a kept cache of another model started a prefill")
+	}
+	q, err := b1.StartPrefillFrom(prompt, k) // its own: fine
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	k.Release()
+	if _, err := b1.StartPrefillFrom(prompt, k); err == nil {
+		t.Error("a released kept cache started a prefill")
+	}
+}

@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -309,5 +310,67 @@ func TestSlotsPrefixCache(t *testing.T) {
 	insertAll(t, s2, a)
 	if len(s2.prefixes) != 0 {
 		t.Error("a prefix kept by an engine that keeps none")
+	}
+}
+
+// TestSlotsRandomWalk: random joins, leaves and decode steps over 16
+// slots keep every sequence on its own row (its mark comes back), keep the
+// batch a row bucket with room for every sequence, and shrink it as the
+// quarter rule says; the walk reaches 16 rows and comes back to one.
+func TestSlotsRandomWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	e := newRowEngine(t, 16)
+	s := NewSlots(e, 0)
+	var live []int        // running handles, in join order
+	mark := map[int]int{} // handle -> its mark
+	next, most, shrinks := 1, 0, 0
+	for step := 0; step < 3000; step++ {
+		joinBias := 4
+		if step/500%2 == 1 {
+			joinBias = 2 // alternate filling and draining phases
+		}
+		switch op := r.IntN(10); {
+		case op < joinBias && len(live) < 16: // join: 1 to 3 prompts prefilled together
+			n := min(1+r.IntN(3), 16-len(live))
+			var prompts [][]int
+			for range n {
+				prompts = append(prompts, []int{next % countVocab})
+				next++
+			}
+			for i, h := range insertAll(t, s, prompts...) {
+				mark[h] = prompts[i][0]
+				live = append(live, h)
+			}
+		case op < 7 && len(live) > 0: // leave
+			i := r.IntN(len(live))
+			s.Free(live[i])
+			delete(mark, live[i])
+			live = slices.Delete(live, i, i+1)
+		default: // a decode step of every running sequence
+			if len(live) == 0 {
+				continue
+			}
+			before := len(e.rows)
+			got := decodeMarks(t, s, live)
+			for i, h := range live {
+				if got[i] != mark[h] {
+					t.Fatalf("step %d: sequence %d decodes mark %d, want %d", step, h, got[i], mark[h])
+				}
+			}
+			rows := len(e.rows)
+			if rows != e.RowBucket(rows) || rows < len(live) {
+				t.Fatalf("step %d: %d rows for %d sequences", step, rows, len(live))
+			}
+			if rows > 1 && len(live) <= max(rows/4, 1) {
+				t.Fatalf("step %d: %d rows kept for %d sequences (the quarter rule shrinks them)", step, rows, len(live))
+			}
+			most = max(most, rows)
+			if rows < before {
+				shrinks++
+			}
+		}
+	}
+	if most != 16 || shrinks == 0 {
+		t.Errorf("the walk reached %d rows and shrank %d times: want 16 and some", most, shrinks)
 	}
 }
