@@ -59,7 +59,9 @@ func (b *Builder) binary(op backends.OpType, lhs, rhs backends.Op) (backends.Op,
 	if err != nil {
 		return nil, err
 	}
-	return b.add(op, shape, in, execBinary), nil
+	n := b.add(op, shape, in, execBinary)
+	n.aux = makeBPlan(shape, in[0].shape, in[1].shape) // shapes are fixed: planned once, not at every call
+	return n, nil
 }
 
 func isCompare(op backends.OpType) bool {
@@ -296,7 +298,10 @@ func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 		return out, nil
 	}
-	p := makeBPlan(n.shape, ls, rs)
+	p, ok := n.aux.(*bplan)
+	if !ok { // a binary node made by a rewrite rather than Builder.binary
+		p = makeBPlan(n.shape, ls, rs)
+	}
 	a, c := in[0].data, in[1].data
 	if is16(ls.DType) {
 		af, cf := toF32(a), toF32(c)
