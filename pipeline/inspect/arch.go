@@ -87,6 +87,18 @@ func archStateBytes(m lm.Model, batch, context, elem int) State {
 	return s
 }
 
+// sharedStateLayers counts the layers of m that read another layer's
+// state (lm.StateSharer), of its layers.
+func sharedStateLayers(m lm.Model) (shared, layers int) {
+	layers = m.Spec().Layers
+	for i := range layers {
+		if lm.StateSource(m, i) != i {
+			shared++
+		}
+	}
+	return shared, layers
+}
+
 // tensorSet presents header tensors to safetensors.Strict.
 type tensorSet struct {
 	names  []string

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader"
@@ -89,6 +90,9 @@ func TestGemma4Sizes(t *testing.T) {
 		near("without per-layer embeddings", r.Params.Used-r.Params.PerLayerEmbedding, c.less)
 		if c.kv > 0 && r.Memory.KVCache != c.kv {
 			t.Errorf("%s: KV cache at 4096 positions %d bytes, want %d (the layers that keep a cache)", c.dir, r.Memory.KVCache, c.kv)
+		}
+		if shares := strings.Contains(strings.Join(r.Notes, "\n"), "read an earlier layer's KV cache"); shares != (c.kv > 0) {
+			t.Errorf("%s: KV-sharing note %v, want %v: %q", c.dir, shares, c.kv > 0, r.Notes)
 		}
 		t.Logf("%s: %.3fB, active %.3fB, per-layer embeddings %.3fB, KV at 4096 %d MiB", c.dir, float64(r.Params.Used)/1e9,
 			float64(r.Params.Active)/1e9, float64(r.Params.PerLayerEmbedding)/1e9, r.Memory.KVCache>>20)

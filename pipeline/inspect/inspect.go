@@ -301,6 +301,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, kvElem)
+			if n, layers := sharedStateLayers(arch); n > 0 {
+				r.Notes = append(r.Notes, fmt.Sprintf("%d of %d layers read an earlier layer's KV cache (KV sharing): the KV figure counts the %d that keep one", n, layers, layers-n))
+			}
 		} else {
 			r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
 		}
