@@ -22,6 +22,29 @@
 	VADDSS       X15, X, X  \
 	VMOVSS       X, dst
 
+// ROWS8 loads the eight row pointers at P into R8..R15 (the eight-row
+// kernels' A rows).
+#define ROWS8(P) \
+	MOVQ 0(P), R8 \
+	MOVQ 8(P), R9 \
+	MOVQ 16(P), R10 \
+	MOVQ 24(P), R11 \
+	MOVQ 32(P), R12 \
+	MOVQ 40(P), R13 \
+	MOVQ 48(P), R14 \
+	MOVQ 56(P), R15
+
+// ZERO8ROWS zeroes the eight row accumulators Z16..Z23.
+#define ZERO8ROWS \
+	VPXORD Z16, Z16, Z16 \
+	VPXORD Z17, Z17, Z17 \
+	VPXORD Z18, Z18, Z18 \
+	VPXORD Z19, Z19, Z19 \
+	VPXORD Z20, Z20, Z20 \
+	VPXORD Z21, Z21, Z21 \
+	VPXORD Z22, Z22, Z22 \
+	VPXORD Z23, Z23, Z23
+
 // REDUCE8ROWS sums each of the eight row accumulators Z16..Z23 into the
 // eight floats at DX (the eight-row kernels: REDUCE512 needs its register
 // below Z16, so each goes through Z0; clobbers Z0 and Z15).
