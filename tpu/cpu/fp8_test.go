@@ -74,15 +74,7 @@ func TestDotGeneralFP8(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("fp8 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		checkData(t, fmt.Sprintf("fp8 dot %s", c.name), ref, cpu, shs, data, build)
 		n := dot.(*node)
 		if rewritten := n.aux.(*dotAux).fp8B0 > 0; rewritten != c.wantRewritten {
 			t.Errorf("%s: rewritten to read FP8: %v, want %v", c.name, rewritten, c.wantRewritten)
@@ -162,15 +154,7 @@ func TestGroupedExpertDotFP8(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, wt, []int{2}, []int{0})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		checkData(t, c.name, ref, cpu, shs, data, build)
 		if n := dot.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).fp8B0 != c.b0 {
 			t.Errorf("%s: not rewritten into the grouped FP8 node", c.name)
 		}

@@ -257,6 +257,13 @@ func check(t *testing.T, name string, in []shapes.Shape, positive bool, build bu
 	for i, s := range in {
 		data[i] = randFlat(r, s, positive)
 	}
+	checkData(t, name, ref, cpu, in, data, build)
+}
+
+// checkData runs a graph on inputs data on ref (the go backend) and on cpu
+// and compares the outputs.
+func checkData(t *testing.T, name string, ref, cpu backends.Backend, in []shapes.Shape, data []any, build buildFn) {
+	t.Helper()
 	want, ws, err := run(ref, in, data, build)
 	if err != nil {
 		t.Fatalf("%s: go backend: %v", name, err)
