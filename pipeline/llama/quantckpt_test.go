@@ -50,15 +50,15 @@ func prefillLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int)
 	return prefillLogitsWith(t, dir, compile.Options{Mode: mode}, prompts)
 }
 
-// decodedLogits is prefillLogits with the integer weights of GPTQ, AWQ
-// and compressed-tensors checkpoints decoded at load, as backends other
-// than the CPU engine hold them (tpu.Capabilities.Int4Groups off): the
-// tests of the decoders compare those with the dequantised checkpoint's
-// exactly.
+// decodedLogits is prefillLogits with the integer and FP8 weights of
+// GPTQ, AWQ and compressed-tensors checkpoints decoded at load, as
+// backends other than the CPU engine hold them (tpu.Capabilities'
+// Int4Groups and FP8 off): the tests of the decoders compare those with
+// the dequantised checkpoint's exactly.
 func decodedLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int) [][]float32 {
 	t.Helper()
 	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
-	caps.Int4Groups = false
+	caps.Int4Groups, caps.FP8 = false, false
 	return prefillLogitsWith(t, dir, compile.Options{Mode: mode, Caps: &caps}, prompts)
 }
 
