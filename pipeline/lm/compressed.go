@@ -78,6 +78,23 @@ func (c *CompressedQuant) scaleShape(out, in int) []int {
 	return []int{out, (in + c.Group - 1) / c.Group}
 }
 
+// scaleIndex returns the index, in stored scales of shape ss
+// (scaleShape), of output o's scale for input group g: g's column of row
+// o for group scales, of o's row of blocks for block scales (g counting
+// blocks of Block[1] columns), o's for channel scales, the one of a
+// tensor scale.
+func (c *CompressedQuant) scaleIndex(ss []int) func(g, o int) int {
+	switch c.Strategy {
+	case "tensor":
+		return func(g, o int) int { return 0 }
+	case "channel":
+		return func(g, o int) int { return o }
+	case "block":
+		return func(g, o int) int { return (o/c.Block[0])*ss[1] + g }
+	}
+	return func(g, o int) int { return o*ss[len(ss)-1] + g }
+}
+
 // compressedSources are a compressed weight's tensors (shape nil: as the
 // checkpoint has it, checked by decodeCompressed).
 func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool) []packedTensor {
@@ -132,7 +149,6 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	ss := c.scaleShape(out, in)
 	scales := make([]float32, elements(ss))
 	safetensors.DecodeFloat32(scales, dtype[p+ctScale], raw[p+ctScale])
-	// scaleAt is the index of (o, i)'s scale (and zero point).
 	groupOf := func(i int) int { return i / max(c.Group, 1) }
 	if g, ok := raw[p+ctGIdx]; ok {
 		idx := make([]int32, in)
@@ -141,17 +157,12 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 		}
 		groupOf = func(i int) int { return int(idx[i]) }
 	}
-	var scaleAt func(o, i int) int
-	switch c.Strategy {
-	case "tensor":
-		scaleAt = func(o, i int) int { return 0 }
-	case "channel":
-		scaleAt = func(o, i int) int { return o }
-	case "block":
-		scaleAt = func(o, i int) int { return (o/c.Block[0])*ss[1] + i/c.Block[1] }
-	default:
-		scaleAt = func(o, i int) int { return o*ss[1] + groupOf(i) }
+	if c.Strategy == "block" { // scales by blocks of columns, whatever g_idx says
+		groupOf = func(i int) int { return i / c.Block[1] }
 	}
+	// scaleAt is the index of (o, i)'s scale (and zero point).
+	index := c.scaleIndex(ss)
+	scaleAt := func(o, i int) int { return index(groupOf(i), o) }
 	// zero returns (o, i)'s zero point; code returns its code.
 	zero := func(o, i int) float32 { return 0 }
 	var code func(o, i int) float32
@@ -221,16 +232,7 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 			return nil, err
 		}
 	}
-	// scaleAt is the stored index of (group g, output o)'s scale.
-	scaleAt := func(g, o int) int { return o*ss[len(ss)-1] + g }
-	switch c.Strategy {
-	case "tensor":
-		scaleAt = func(g, o int) int { return 0 }
-	case "channel":
-		scaleAt = func(g, o int) int { return o }
-	case "block":
-		scaleAt = func(g, o int) int { return (o/c.Block[0])*ss[1] + g }
-	}
+	scaleAt := c.scaleIndex(ss) // the stored index of (group g, output o)'s scale
 	per, mask, offset := 32/c.Bits, uint32(1)<<c.Bits-1, uint32(1)<<(c.Bits-1)
 	words := (in + per - 1) / per
 	packed := raw[p+ctPacked]
