@@ -397,43 +397,34 @@ func currentNTKernel() ntKernel {
 }
 
 func widenBF16(dst []float32, src []uint16) {
-	if level == levelAVX2 {
-		nm := len(dst) &^ 7
-		if nm > 0 {
-			_ = src[len(dst)-1]
-			widenBF16AVX2(&dst[0], &src[0], nm)
-		}
-		widenBF16Generic(dst[nm:], src[nm:])
-		return
-	}
-	nm := len(dst) &^ 15
-	if level != levelAVX512 || nm == 0 {
-		widenBF16Generic(dst, src)
-		return
-	}
-	_ = src[len(dst)-1]
-	widenBF16AVX512(&dst[0], &src[0], nm)
-	widenBF16Generic(dst[nm:], src[nm:])
+	widen16(dst, src, widenBF16AVX2, widenBF16AVX512, widenBF16Generic)
 }
 
 func widenF16(dst []float32, src []uint16) {
+	widen16(dst, src, widenF16AVX2, widenF16AVX512, widenF16Generic)
+}
+
+// widen16 widens 16-bit floats with the kernels of this machine's level:
+// AVX2's on a multiple of 8 values, AVX-512's on a multiple of 16, the
+// portable one on the rest.
+func widen16(dst []float32, src []uint16, avx2, avx512 func(dst *float32, src *uint16, n int), generic func([]float32, []uint16)) {
 	if level == levelAVX2 {
 		nm := len(dst) &^ 7
 		if nm > 0 {
 			_ = src[len(dst)-1]
-			widenF16AVX2(&dst[0], &src[0], nm)
+			avx2(&dst[0], &src[0], nm)
 		}
-		widenF16Generic(dst[nm:], src[nm:])
+		generic(dst[nm:], src[nm:])
 		return
 	}
 	nm := len(dst) &^ 15
 	if level != levelAVX512 || nm == 0 {
-		widenF16Generic(dst, src)
+		generic(dst, src)
 		return
 	}
 	_ = src[len(dst)-1]
-	widenF16AVX512(&dst[0], &src[0], nm)
-	widenF16Generic(dst[nm:], src[nm:])
+	avx512(&dst[0], &src[0], nm)
+	generic(dst[nm:], src[nm:])
 }
 
 func widenI8(dst []float32, src []int8, s float32) {
