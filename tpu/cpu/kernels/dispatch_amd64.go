@@ -601,9 +601,10 @@ func Logistic(dst, src []float32) bool {
 }
 
 // gemvRowsFP8 computes c[j] = Σ_p a[p]·e4m3(b[j, p]) for the len(c) rows
-// of b (stride ldb). The AVX-512 and AVX2 kernels sum the halves
-// (value·2^-8) of the first k&^15 columns; the sums are scaled by 2^8 and
-// the tail added.
+// of b (stride ldb), with a the activations lifted by fp8Lift (fp8.go).
+// The AVX-512 and AVX2 kernels sum the lifted activations times the E4M3
+// values ·2^-120 over the first k&^15 columns; the sums are scaled by
+// 2^120/fp8Lift and the tail added.
 func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 	k, km := len(a), len(a)&^15
 	if level == levelGeneric || km == 0 || len(c) == 0 {
@@ -617,9 +618,9 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 		gemvFP8AVX512(&a[0], &b[0], ldb, km, &c[0], len(c))
 	}
 	for j := range c {
-		c[j] *= 256
+		c[j] *= 0x1p120 / fp8Lift
 		if km < k {
-			c[j] += dotFP8(a[km:], b[j*ldb+km:j*ldb+k])
+			c[j] += dotFP8(a[km:], b[j*ldb+km:j*ldb+k]) / fp8Lift
 		}
 	}
 }

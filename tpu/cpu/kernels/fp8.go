@@ -15,15 +15,26 @@ import (
 // An E4M3 byte is an IEEE half with its bits moved: the sign to bit 15,
 // exponent and mantissa to bits 7..13. That half's value is the E4M3 value
 // times 2^-8 exactly, subnormals included (both formats' subnormals are
-// linear, and the half's exponent bias is 8 more). The AVX-512 and AVX2
-// kernels widen that way (VPMOVSXBW, a shift, a mask, VCVTPH2PS) and fold
-// 2^8 into the scales; the Go fallback reads a 256-entry table. A NaN byte
-// is NaN in the table and 480·scale in the vector kernels: checkpoints
-// hold none, and the loader refuses to hold a weight in FP8 that has any.
+// linear, and the half's exponent bias is 8 more). Moved to bits 31 and
+// 20..26 instead, it is an IEEE single whose value is the E4M3 value times
+// 2^-120 exactly (the single's bias is 120 more; E4M3's subnormals become
+// the single's). The GEMV kernels widen that way (VPMOVSXBD, a shift, a
+// mask: three integer ops, no conversion) against activations lifted by
+// fp8Lift = 2^64, so that no product of realistic size leaves the
+// singles' normal range, and scale the sums by 2^56; the GEMM's widening
+// goes through the half (VPMOVSXBW, a shift, a mask, VCVTPH2PS) with 2^8
+// folded into the scales. Both scalings are powers of two, so both are
+// exact. The Go fallback reads a 256-entry table. A NaN byte is NaN in the
+// table and 480·scale in the vector kernels: checkpoints hold none, and
+// the loader refuses to hold a weight in FP8 that has any.
 //
-// The GEMV multiplies the activations by each block's scale once per
-// block of b0 rows, then runs a plain FP8 dot over those rows; the GEMM
-// widens blocks of B into the NT driver's f32 scratch (gemm_nt.go).
+// The GEMV multiplies the activations by each block's scale (and fp8Lift)
+// once per block of b0 rows, then runs a plain FP8 dot over those rows;
+// the GEMM widens blocks of B into the NT driver's f32 scratch
+// (gemm_nt.go).
+
+// fp8Lift is the factor gemvRowsFP8's activations carry (above).
+const fp8Lift = 0x1p64
 
 // fp8Values are the E4M3 values of the 256 bytes.
 var fp8Values = func() (t [256]float32) {
@@ -84,12 +95,16 @@ func GemmFP8NT(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 // scaled instead.
 func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0, b1 int, c []float32) {
 	if sc == 1 {
+		buf, as := f32Scratch(k)
+		copy(as, a)
+		scaleInPlace(as, fp8Lift)
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsFP8(a, b[lo*ldb:], ldb, c[lo:hi])
+			gemvRowsFP8(as, b[lo*ldb:], ldb, c[lo:hi])
 			for j := lo; j < hi; j++ {
 				c[j] *= scales[j/b0]
 			}
 		})
+		f32Pool.Put(buf)
 		return
 	}
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
@@ -100,7 +115,7 @@ func gemvFP8(n, k int, a []float32, b []byte, ldb int, scales []float32, sc, b0,
 			s := scales[jb*sc : jb*sc+sc]
 			copy(as, a)
 			for q, v := range s {
-				scaleInPlace(as[q*b1:min(k, (q+1)*b1)], v)
+				scaleInPlace(as[q*b1:min(k, (q+1)*b1)], v*fp8Lift)
 			}
 			gemvRowsFP8(as, b[j*ldb:], ldb, c[j:end])
 			j = end
@@ -126,9 +141,10 @@ func convFP8(b []byte, ldb int, scales []float32, sc, b0, b1 int) bConverter {
 	}
 }
 
+// gemvRowsFP8Generic is gemvRowsFP8 (a lifted by fp8Lift) by the table.
 func gemvRowsFP8Generic(a []float32, b []byte, ldb int, c []float32) {
 	for j := range c {
-		c[j] = dotFP8(a, b[j*ldb:j*ldb+len(a)])
+		c[j] = dotFP8(a, b[j*ldb:j*ldb+len(a)]) / fp8Lift
 	}
 }
 

@@ -47,6 +47,46 @@ func TestFP8Values(t *testing.T) {
 	})
 }
 
+// Every byte through the GEMV exactly: row j of B holds byte j in one
+// column of 32 (zeros elsewhere), so C[j] is one product, which the
+// kernels' power-of-two liftings must leave exact: the byte's value times
+// the activation times the scale, for activations and scales of very
+// different sizes (a subnormal byte times 2^-20 included). A wrong shift
+// or mask in the widening, or a lifting that underflows, fails it.
+func TestGemvFP8EveryByte(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		const n, k = 256, 32
+		for _, c := range []struct {
+			act, scale float32
+			b0, b1     int // one scale a row block (b1 = k), or two across k
+		}{{1.5, 1, 1, k}, {0x1p-20 * 1.25, 0.375, 128, 16}, {3000, 0x1p-12, 16, k}, {-0.7, 2, 256, 16}, {0x1p-30, 0x1p-20, 8, 16}} {
+			b := make([]byte, n*k)
+			for j := range n {
+				b[j*k+(j*7)%k] = byte(j)
+			}
+			a := make([]float32, k)
+			for p := range a {
+				a[p] = c.act * float32(1+p%3)
+			}
+			scales := make([]float32, ((n+c.b0-1)/c.b0)*(k/c.b1))
+			for i := range scales {
+				scales[i] = c.scale
+			}
+			got := make([]float32, n)
+			GemmFP8NT(1, n, k, a, k, b, k, scales, c.b0, c.b1, got, n)
+			for j := range n {
+				if j&0x7f == 0x7f {
+					continue // NaN bytes: 480 in the kernels, NaN in the table
+				}
+				want := a[(j*7)%k] * c.scale * FP8Value(byte(j))
+				if got[j] != want {
+					t.Fatalf("%+v: byte %#x: %v, want %v", c, j, got[j], want)
+				}
+			}
+		}
+	})
+}
+
 // fp8Case is a random FP8 matrix [n, k] (stride ldb, no NaN bytes), its
 // block scales and the dense f32 matrix they stand for.
 func fp8Case(r *rand.Rand, n, k, ldb, b0, b1 int) (b []byte, scales, dense []float32) {

@@ -576,12 +576,22 @@ TEXT ·dot4x4F16AVX512(SB), NOSPLIT, $0-48
 	VPAND     Y14, Y9, Y9    \
 	VCVTPH2PS Y9, Z
 
+// LD_FP8F_512 widens 16 E4M3 bytes to the f32 values of their E4M3 values
+// times 2^-120 (fp8.go): sign-extended to doublewords, shifted left by 20
+// (exponent and mantissa to bits 20..26, the sign's copies to 27..31),
+// bits 27..30 cleared with the mask 0x87F00000 in Z14. Three integer ops,
+// where LD_FP8_512 takes three and a conversion.
+#define LD_FP8F_512(P, Z) \
+	VPMOVSXBD (P)(R12*1), Z \
+	VPSLLD    $20, Z, Z     \
+	VPANDD    Z14, Z, Z
+
 // func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
 TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
 	GEMV_ARGS
-	MOVL $0xBF80BF80, R13
-	VPBROADCASTD R13, Y14
-	GEMV16_512(LD_FP8_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
+	MOVL $0x87F00000, R13
+	VPBROADCASTD R13, Z14
+	GEMV16_512(LD_FP8F_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
 
 // func widenFP8AVX512(dst *float32, src *byte, n int, scale float32)
 // dst[i] = half(src[i])·scale for n (a multiple of 16) values; the caller
@@ -610,21 +620,19 @@ wf8done:
 	VZEROUPPER
 	RET
 
-// LD_FP8_256 is LD_FP8_512 for 8 bytes at OFF: the mask is in X13.
-// Clobbers X12.
-#define LD_FP8_256(P, OFF, Y) \
-	VPMOVSXBW OFF(P)(R12*1), X12 \
-	VPSLLW    $7, X12, X12       \
-	VPAND     X13, X12, X12      \
-	VCVTPH2PS X12, Y
+// LD_FP8F_256 is LD_FP8F_512 for 8 bytes at OFF: the mask is in Y13.
+#define LD_FP8F_256(P, OFF, Y) \
+	VPMOVSXBD OFF(P)(R12*1), Y \
+	VPSLLD    $20, Y, Y        \
+	VPAND     Y13, Y, Y
 
 // func gemvFP8AVX2(a *float32, b *byte, ldb, k int, c *float32, n int)
 TEXT ·gemvFP8AVX2(SB), NOSPLIT, $0-48
 	GEMV_ARGS
-	MOVL $0xBF80BF80, R13
+	MOVL $0x87F00000, R13
 	MOVL R13, X13
-	VPBROADCASTD X13, X13
-	GEMV_256(LD_FP8_256, 8, PF1, q2x4, q2x4k, q2x1, q2x1k, q2done)
+	VPBROADCASTD X13, Y13
+	GEMV_256(LD_FP8F_256, 8, PF1, q2x4, q2x4k, q2x1, q2x1k, q2done)
 
 // func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)
 // widenFP8AVX512 eight values at a time (n a multiple of 8).
