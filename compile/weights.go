@@ -375,7 +375,7 @@ func (r *Runner) sharedParts(name string, parts []sharedPart, fill func(flat []a
 		return err
 	}
 	for _, p := range parts {
-		b, flat, err := r.backend.NewSharedBuffer(0, p.shape)
+		b, flat, err := r.newWeightBuffer(p.shape)
 		if err != nil {
 			return fail(err)
 		}
@@ -505,6 +505,21 @@ var quantBlock = 4 << 20
 // sharedUpload reports whether upload hands out the backend's own memory.
 func (r *Runner) sharedUpload() bool { return r.tp == nil && r.backend.HasSharedBuffers() }
 
+// weightBufferer is a backend with shared buffers meant for weights
+// (tpu/cpu's packs them for huge pages).
+type weightBufferer interface {
+	NewWeightBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, any, error)
+}
+
+// newWeightBuffer is the backend's shared buffer for a weight: its
+// NewWeightBuffer where it has one, else NewSharedBuffer.
+func (r *Runner) newWeightBuffer(shape shapes.Shape) (backends.Buffer, any, error) {
+	if wb, ok := r.backend.(weightBufferer); ok {
+		return wb.NewWeightBuffer(0, shape)
+	}
+	return r.backend.NewSharedBuffer(0, shape)
+}
+
 // upload makes a weight tensor of shape filled by fill, held once: in a
 // shared buffer of the backend when it has them (fill writes the memory
 // the backend computes from), else on the host, uploaded to the device
@@ -512,7 +527,7 @@ func (r *Runner) sharedUpload() bool { return r.tp == nil && r.backend.HasShared
 // tensor stays on the host: it is split there (shardWeights).
 func (r *Runner) upload(shape shapes.Shape, fill func(flat any) error) (*tensors.Tensor, error) {
 	if r.sharedUpload() {
-		buf, flat, err := r.backend.NewSharedBuffer(0, shape)
+		buf, flat, err := r.newWeightBuffer(shape)
 		if err != nil {
 			return nil, err
 		}

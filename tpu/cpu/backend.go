@@ -36,6 +36,9 @@ type Backend struct {
 	// act is how the products of executables compiled from now on treat
 	// their activations (SetActivations), read at Compile.
 	act atomic.Int32
+	// weights holds the shared buffers (the loader's weights), packed
+	// for huge pages (hostmem.go).
+	weights arena
 }
 
 // actKind is what the products do with their f32 activations.

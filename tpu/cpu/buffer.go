@@ -31,8 +31,13 @@ type Buffer struct {
 var _ backends.DataInterface = (*Backend)(nil)
 
 // makeFlat allocates a zeroed flat slice of n elements of dt, without
-// reflection for the common dtypes.
+// reflection for the common dtypes; one of at least hugeMin bytes is
+// placed for huge pages (hostmem.go).
 func makeFlat(dt dtypes.DType, n int) any {
+	if hugePages && placeable(dt) && n*dt.Size() >= hugeMin {
+		size := n * dt.Size()
+		return viewFlat(dt, hugeRegion(size)[:size:size], n)
+	}
 	switch dt {
 	case dtypes.Float32:
 		return make([]float32, n)
@@ -194,6 +199,22 @@ func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Sha
 		return nil, nil, err
 	}
 	flat := makeFlat(shape.DType, shape.Size())
+	return &Buffer{shape: shape.Clone(), data: flat}, flat, nil
+}
+
+// NewWeightBuffer is NewSharedBuffer for a weight, memory that lives
+// about as long as the model: it is packed with the other weights for
+// huge pages (hostmem.go). A buffer of a few bytes that comes and goes
+// (a step's inputs) belongs in NewSharedBuffer, since it would keep a
+// whole chunk alive.
+func (b *Backend) NewWeightBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, any, error) {
+	if err := b.checkDevice(deviceNum); err != nil {
+		return nil, nil, err
+	}
+	if err := checkShape(shape); err != nil {
+		return nil, nil, err
+	}
+	flat := b.makeWeight(shape.DType, shape.Size())
 	return &Buffer{shape: shape.Clone(), data: flat}, flat, nil
 }
 

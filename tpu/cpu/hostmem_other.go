@@ -1,0 +1,7 @@
+//go:build !linux
+
+package cpu
+
+const hugeSupported = false
+
+func adviseHuge(b []byte) {}
