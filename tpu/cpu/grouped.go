@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
@@ -57,6 +58,10 @@ type groupedAux struct {
 	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
 	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
 	int8Q8 bool
+	// combine > 0: the node also sums each token's combine pairs weighted
+	// by the routing weights, its last input [P/combine, combine, 1] (see
+	// rewriteGroupedSum); the output is then [P/combine, N].
+	combine int
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
@@ -193,6 +198,73 @@ func rewriteGrouped(n *node, act actKind) {
 	n.fn = execGrouped
 }
 
+// rewriteGroupedSum folds the routing-weighted sum of each token's k
+// expert outputs (nn.ExpertStack.Gathered's last step) into the grouped
+// product before it:
+//
+//	ReduceSum(Mul(Reshape(grouped [P, N]) [T, k, N], w [T, k, 1]), axis 1)
+//
+// becomes one grouped node with w as a last input, which writes [T, N]
+// and never the [T, k, N] products. The sum keeps ReduceSum's order over
+// the k terms (sumRow's four accumulators) and the products are Mul's, so
+// the results are identical. Each inner node must have no other reader.
+// It runs after rewrite, on the nodes' reader counts.
+func rewriteGroupedSum(nodes, outputs []*node) {
+	users := countUsers(nodes, outputs)
+	for _, rs := range nodes {
+		if rs.op != backends.OpTypeReduceSum || rs.shape.DType != dtypes.Float32 || rs.inputs[0].shape.Rank() != 3 ||
+			!slices.Equal(rs.aux.([]int), []int{1}) {
+			continue
+		}
+		m := rs.inputs[0]
+		if m.op != backends.OpTypeMul || m.fn == nil || m.aliasesInput || users[m.idx] != 1 {
+			continue
+		}
+		d := m.shape.Dimensions // [T, k, N]
+		for _, ord := range [][2]int{{0, 1}, {1, 0}} {
+			r, w := m.inputs[ord[0]], m.inputs[ord[1]]
+			if r.op != backends.OpTypeReshape || !r.aliasesInput || users[r.idx] != 1 || !r.shape.Equal(m.shape) ||
+				w.shape.DType != dtypes.Float32 || !slices.Equal(w.shape.Dimensions, []int{d[0], d[1], 1}) {
+				continue
+			}
+			g := r.inputs[0]
+			if g.op != opTypeGrouped || users[g.idx] != 1 || g.aux.(*groupedAux).combine != 0 {
+				continue
+			}
+			a := *g.aux.(*groupedAux)
+			a.combine = d[1]
+			rs.op, rs.fn, rs.aux = opTypeGrouped, execGrouped, &a
+			rs.inputs = append(slices.Clone(g.inputs), w)
+			break
+		}
+	}
+}
+
+// combinePairs writes out[t] = Σⱼ w[t, j] · res[t·k + j] for the T = len(w)/k
+// tokens, rows of n, in the order ReduceSum sums a row of k (sumRow).
+func combinePairs(out, res, w []float32, k, n int) {
+	kernels.Parallel(len(w)/k, max(1, elemGrain/(k*n)), func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			wt, o := w[t*k:(t+1)*k], out[t*n:(t+1)*n]
+			rows := res[t*k*n : (t+1)*k*n]
+			for h := range o {
+				var a0, a1, a2, a3 float32
+				j := 0
+				for ; j+4 <= k; j += 4 {
+					a0 += float32(rows[j*n+h] * wt[j])
+					a1 += float32(rows[(j+1)*n+h] * wt[j+1])
+					a2 += float32(rows[(j+2)*n+h] * wt[j+2])
+					a3 += float32(rows[(j+3)*n+h] * wt[j+3])
+				}
+				for ; j < k; j++ {
+					a0 += float32(rows[j*n+h] * wt[j])
+				}
+				o[h] = (a0 + a1) + (a2 + a3)
+			}
+		}
+	})
+}
+
 func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(*groupedAux)
 	ids, err := intsOf(in[2].data)
@@ -225,8 +297,16 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		kernels.RoundBF16(r, lhs)
 		lhs = r
 	}
-	out := st.alloc(n.shape)
-	o := out.data.([]float32)
+	// The pairs' products go to the output, or with combine to scratch
+	// that the weighted sum reads.
+	var out, pairs *slot
+	if a.combine > 0 {
+		pairs = st.alloc(shapes.Make(dtypes.Float32, P, N))
+	} else {
+		out = st.alloc(n.shape)
+		pairs = out
+	}
+	o := pairs.data.([]float32)
 	var table []float32
 	if a.int4 {
 		table = in[4].data.([]float32)
@@ -268,7 +348,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	}
 	kernels.GemvMulti(K, gemvs)
 	if most < 2 && a.fp8B0 == 0 {
-		return out, nil
+		return combined(st, n, a, in, out, pairs), nil
 	}
 	rows := make([]float32, most*K) // the rows routed to one expert
 	res := make([]float32, most*N)
@@ -313,7 +393,20 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(o[p*N:(p+1)*N], c[i*N:(i+1)*N])
 		}
 	}
-	return out, nil
+	return combined(st, n, a, in, out, pairs), nil
+}
+
+// combined is execGrouped's result: out, or with combine the weighted sum
+// of pairs, whose scratch goes back to the free list.
+func combined(st *execState, n *node, a *groupedAux, in []*slot, out, pairs *slot) *slot {
+	if a.combine == 0 {
+		return out
+	}
+	out = st.alloc(n.shape)
+	combinePairs(out.data.([]float32), pairs.data.([]float32), in[len(in)-1].data.([]float32), a.combine, a.n)
+	pairs.refs = 1
+	st.release(pairs)
+	return out
 }
 
 // groupScales and groupMins are expert e's scales [N, K/G] and mins

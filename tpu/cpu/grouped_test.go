@@ -151,3 +151,94 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupedExpertSum builds the last step of nn.ExpertStack.Gathered:
+// the gathered product [P, N] reshaped to [T, k, N], times the routing
+// weights [T, k, 1], summed over k. The cpu backend folds the sum into
+// the grouped node (rewriteGroupedSum); the result agrees with the go
+// backend and is identical to the same sum unfused on the cpu backend (the
+// weights broadcast to [T, k, N] first, which the rewrite does not match).
+// k of 8, 3 and 6 (the four-accumulator order with and without a
+// remainder), one row and several rows per expert, f32 and bf16 stacks.
+func TestGroupedExpertSum(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, c := range []struct {
+		name                     string
+		e, out, in, topk, tokens int
+		w                        dtypes.DType
+	}{
+		{"decode k8 bf16", 16, 24, 40, 8, 1, dtypes.BFloat16},
+		{"batch k3 f32", 5, 24, 40, 3, 4, dtypes.Float32},
+		{"batch k6 bf16", 7, 17, 32, 6, 5, dtypes.BFloat16},
+	} {
+		p := c.tokens * c.topk
+		r := rand.New(rand.NewPCG(9, uint64(p)))
+		ids := make([]int32, p)
+		for i := range ids {
+			ids[i] = int32(r.IntN(c.e))
+		}
+		shs := []shapes.Shape{sh(dtypes.Float32, p, c.in), sh(c.w, c.e, c.out, c.in), sh(dtypes.Int32, p, 1), sh(dtypes.Float32, c.tokens, c.topk)}
+		data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), ids, randFlat(r, shs[3], true)}
+		var sum backends.Op
+		build := func(broadcast bool) buildFn {
+			return func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+				g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.out, c.in}, false)
+				if err != nil {
+					return nil, err
+				}
+				if c.w != dtypes.Float32 {
+					if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
+						return nil, err
+					}
+				}
+				y, err := b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+				if err != nil {
+					return nil, err
+				}
+				if y, err = b.Reshape(y, c.tokens, c.topk, c.out); err != nil {
+					return nil, err
+				}
+				w, err := b.Reshape(ps[3], c.tokens, c.topk, 1)
+				if err != nil {
+					return nil, err
+				}
+				if broadcast {
+					if w, err = b.BroadcastInDim(w, sh(dtypes.Float32, c.tokens, c.topk, c.out), []int{0, 1, 2}); err != nil {
+						return nil, err
+					}
+				}
+				m, err := b.Mul(y, w)
+				if err != nil {
+					return nil, err
+				}
+				sum, err = b.ReduceSum(m, 1)
+				return sum, err
+			}
+		}
+		want, _, err := run(ref, shs, data, build(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unfused, _, err := run(cpu, shs, data, build(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := sum.(*node); n.op == opTypeGrouped {
+			t.Fatalf("%s: the broadcast form was folded too", c.name)
+		}
+		got, _, err := run(cpu, shs, data, build(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := sum.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).combine != c.topk {
+			t.Fatalf("%s: the weighted sum was not folded into the grouped node", c.name)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		g, u := got.([]float32), unfused.([]float32)
+		for i := range g {
+			if g[i] != u[i] {
+				t.Fatalf("%s: output %d is %v folded, %v unfused", c.name, i, g[i], u[i])
+			}
+		}
+	}
+}
