@@ -201,16 +201,31 @@ func (b *Batch) Rows() int { return b.dec.batch }
 // power of two, capped at MaxBatch.
 func (b *Batch) RowBucket(k int) int { return min(pow2(max(k, 1)), b.o.MaxBatch) }
 
-// slotBuckets are the cache lengths of the decode batch: powers of two
-// from minSlots below MaxContext, then MaxContext rounded up to a multiple
-// of 8 (a running sequence holds at most MaxContext-1 tokens and writes
-// one more).
+// slotBuckets are the cache lengths of the decode batch (slotLadder, with
+// the midpoints on a backend computing in host memory). The last is
+// MaxContext rounded up to a multiple of 8: a running sequence holds at
+// most MaxContext-1 tokens and writes one more.
 func (b *Batch) slotBuckets() []int {
+	return slotLadder(b.o.MaxContext, b.r.opts.Caps.HostMemory)
+}
+
+// slotLadder is the cache lengths up to maxContext: powers of two from
+// minSlots, then maxContext (rounded up to 8). With mid, also 1.5 times
+// each power of two from 64 (96, 192, 384, ...): attention reads every
+// slot of the cache, held or not, and the cache shrinks only to a bucket,
+// so a window of 150 held slots reads 192 instead of 256. That takes
+// about half as many executables again (decode and write-row per slot
+// bucket), cheap to compile on a backend computing in host memory, not
+// on an accelerator.
+func slotLadder(maxContext int, mid bool) []int {
 	var out []int
-	for s := minSlots; s < b.o.MaxContext; s *= 2 {
+	for s := minSlots; s < maxContext; s *= 2 {
 		out = append(out, s)
+		if m := s * 3 / 2; mid && s >= 64 && m < maxContext {
+			out = append(out, m)
+		}
 	}
-	return append(out, roundUp(b.o.MaxContext, 8))
+	return append(out, roundUp(maxContext, 8))
 }
 
 // slotBucket is the smallest cache bucket of at least n slots.

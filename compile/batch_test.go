@@ -349,6 +349,26 @@ func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
 	return r, b
 }
 
+// TestSlotLadder: powers of two from 32, the midpoints from 64 where
+// asked, and the context rounded up to 8 last.
+func TestSlotLadder(t *testing.T) {
+	for _, c := range []struct {
+		max  int
+		mid  bool
+		want []int
+	}{
+		{160, false, []int{32, 64, 128, 160}},
+		{160, true, []int{32, 64, 96, 128, 160}},
+		{2048, true, []int{32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048}},
+		{100, true, []int{32, 64, 96, 104}},
+		{20, true, []int{24}},
+	} {
+		if got := slotLadder(c.max, c.mid); !slices.Equal(got, c.want) {
+			t.Errorf("slotLadder(%d, %v) = %v, want %v", c.max, c.mid, got, c.want)
+		}
+	}
+}
+
 // TestBatchWarmup checks that after Warmup serving compiles nothing.
 func TestBatchWarmup(t *testing.T) {
 	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, Prefixes: true})
@@ -363,8 +383,8 @@ func TestBatchWarmup(t *testing.T) {
 		return m
 	}
 	before := compiled()
-	if before["decode"] != 3*4 { // rows 1, 2, 4 x slots 32, 64, 128, 160
-		t.Errorf("warmup compiled %d decode executables, want 12", before["decode"])
+	if before["decode"] != 3*5 { // rows 1, 2, 4 x slots 32, 64, 96, 128, 160
+		t.Errorf("warmup compiled %d decode executables, want 15", before["decode"])
 	}
 	runBatch(t, b, mixedSeqs(r.Spec().VocabSize))
 	if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(r.Spec().VocabSize)); reused == 0 {
