@@ -243,7 +243,7 @@ func rewriteGroupedSum(nodes, outputs []*node) {
 // combinePairs writes out[t] = Σⱼ w[t, j] · res[t·k + j] for the T = len(w)/k
 // tokens, rows of n, in the order ReduceSum sums a row of k (sumRow).
 func combinePairs(out, res, w []float32, k, n int) {
-	kernels.Parallel(len(w)/k, max(1, elemGrain/(k*n)), func(lo, hi int) {
+	kernels.Parallel(len(w)/k, max(1, elemGrain/max(1, k*n)), func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			wt, o := w[t*k:(t+1)*k], out[t*n:(t+1)*n]
 			rows := res[t*k*n : (t+1)*k*n]
