@@ -26,7 +26,8 @@ import (
 //     packed into chunks of weightChunk bytes, 2 MiB-aligned and advised
 //     before anything is written, so that their pages are faulted in as
 //     huge pages; a weight larger than a quarter chunk gets a region of
-//     its own. Packing matters for small models, whose matrices (1 to 3
+//     its own, whose last huge page takes the next small weights. Packing
+//     matters for small models, whose matrices (1 to 3
 //     MB in the 110M Llama) are too small to hold an aligned huge page
 //     each;
 //   - other values of at least hugeMin bytes (KV caches, large
@@ -74,14 +75,21 @@ type arena struct {
 }
 
 // alloc returns n zeroed bytes, 64-byte aligned, of a chunk or of a
-// region of their own.
+// region of their own. A region is whole huge pages, so its tail past n
+// would be resident and unused; when that tail is larger than what the
+// current chunk has left, it becomes the chunk the next weights are
+// packed into.
 func (a *arena) alloc(n int) []byte {
-	if n > weightChunk/4 {
-		return hugeRegion(n)[:n:n]
-	}
 	n64 := (n + 63) &^ 63
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if n > weightChunk/4 {
+		r := hugeRegion(n)
+		if len(r)-n64 > len(a.cur)-a.used {
+			a.cur, a.used = r, n64
+		}
+		return r[:n:n]
+	}
 	if a.cur == nil || a.used+n64 > len(a.cur) {
 		a.cur, a.used = hugeRegion(weightChunk), 0
 	}

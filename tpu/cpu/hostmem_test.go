@@ -84,6 +84,25 @@ func TestWeightArena(t *testing.T) {
 	})
 }
 
+// A large weight's region is whole huge pages; the next small weights are
+// packed into its tail rather than into a new chunk.
+func TestWeightArenaTail(t *testing.T) {
+	withHugePages(t, true, func() {
+		b := &Backend{}
+		n := weightChunk/4/4 + 1 // float32s: just over a quarter chunk
+		_, big, _ := b.NewWeightBuffer(0, shapes.Make(dtypes.Float32, n))
+		_, small, _ := b.NewWeightBuffer(0, shapes.Make(dtypes.BFloat16, 1000))
+		want := addrOf(big) + uintptr((4*n+63)&^63)
+		if got := addrOf(small); got != want {
+			t.Errorf("small weight at %#x, want %#x (the large one's tail)", got, want)
+		}
+		bytesOf(big)[4*n-1] = 7
+		if bytesOf(small)[0] != 0 {
+			t.Error("the large weight's last byte overlaps the next one")
+		}
+	})
+}
+
 // makeFlat places a large value on a huge page, and only with huge pages
 // on; NewWeightBuffer is a plain allocation with them off.
 func TestMakeFlatHuge(t *testing.T) {
