@@ -20,7 +20,8 @@ import (
 //     dequantisation forms (quant.go), gathered expert stacks (grouped.go,
 //     mxfp4.go). It runs first, while those forms are still op by op.
 //   - rewriteGroupedSum (grouped.go) folds the routed experts' weighted
-//     sum into the grouped product before it.
+//     sum into the grouped product before it; rewriteRope (rope.go)
+//     turns rotary embeddings' nine ops into one.
 //   - fuse (fuse.go) turns softmax forms into one node, then trees of f32
 //     elementwise ops into one node each.
 //   - liveness: live marks what the outputs need; lastUse and releaseAt
@@ -91,6 +92,7 @@ func newExecutable(b *Builder, outputs []*node) *Executable {
 	e := &Executable{backend: b.backend, name: b.name, nodes: b.nodes, params: b.params, outputs: outputs}
 	rewrite(e.nodes, actKind(b.backend.act.Load()))
 	rewriteGroupedSum(e.nodes, outputs)
+	rewriteRope(e.nodes, outputs)
 	fuse(e.nodes, outputs)
 	n := len(e.nodes)
 	e.live = make([]bool, n)

@@ -40,6 +40,10 @@ func opName(op backends.OpType) string {
 		return "fused elementwise ops"
 	case opTypeSoftmax:
 		return "softmax"
+	case opTypeGrouped:
+		return "grouped expert product"
+	case opTypeRope:
+		return "rotary embedding"
 	}
 	return op.String()
 }
