@@ -63,9 +63,8 @@ var hugePages = hugeSupported && os.Getenv(EnvHugePages) != "0"
 // here, by all the kernels' threads (a zero written to each huge page),
 // rather than one at a time by whoever fills the region: a huge page's
 // first touch costs the kernel a 2 MiB clear, and on some virtual
-// machines (this one: Firecracker, whose guest hands freed 2 MiB blocks
-// back to the host) far more, 2.2 s a GiB from one thread, 1.2 s from
-// two, against 0.4 s for small pages.
+// machines far more (this one, Firecracker: 2.2 s a GiB from one thread,
+// 1.2 s from two, against 0.4 s for small pages).
 func hugeRegion(n int) []byte {
 	n = (n + hugePage - 1) &^ (hugePage - 1)
 	raw := make([]byte, n+hugePage)
