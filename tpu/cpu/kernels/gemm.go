@@ -313,13 +313,6 @@ var int8SmallM, int8SmallMAVX2 = 8, 16
 // GemmF32NN computes C[m,n] = A[m,k] · B[k,n], both row-major (strides lda,
 // ldb, ldc): activations times activations, as in attention scores·values or
 // an im2col convolution. C is overwritten. It panics if a slice is too short.
-//
-// With one row of A (attention's probabilities times the values at
-// decode), a row of B whose weight in A is zero is skipped, not read: the
-// masked slots of a cache (padding, the free slots past the clock, a
-// shorter sequence's slots in a batch) add nothing. The result is the
-// same but for the sign of a zero, and a NaN or an infinity in such a
-// row of B does not reach C.
 func GemmF32NN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	checkMat("GemmF32NN A", m, k, lda, len(a))
 	checkMat("GemmF32NN B", k, n, ldb, len(b))
@@ -332,9 +325,7 @@ func GemmF32NN(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 			cr := c[lo:hi]
 			clear(cr)
 			for p := 0; p < k; p++ {
-				if a[p] != 0 {
-					axpy(a[p], b[p*ldb+lo:p*ldb+hi], cr)
-				}
+				axpy(a[p], b[p*ldb+lo:p*ldb+hi], cr)
 			}
 		})
 		return

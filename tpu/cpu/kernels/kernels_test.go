@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -205,34 +204,6 @@ func TestGemmF32NN(t *testing.T) {
 			GemmF32NN(sh.m, sh.n, sh.k, a, lda, b, ldb, c, ldc)
 			checkC(t, fmt.Sprintf("NN %dx%dx%d", sh.m, sh.n, sh.k), sh.m, sh.n, sh.k, a, lda,
 				func(_, j, p int) float64 { return float64(b[p*ldb+j]) }, c, ldc)
-		}
-	})
-}
-
-// One row of A with zeros (attention's masked slots) against a B whose
-// rows at those zeros hold NaN and infinities: they are skipped, so C is
-// the product over the other rows, exactly as with those rows cleared.
-func TestGemmF32NNSkipsZeroWeights(t *testing.T) {
-	forEachLevel(t, func(t *testing.T) {
-		r := rand.New(rand.NewPCG(5, 6))
-		const n, k = 300, 40
-		a := randMat(r, 1, k, k)
-		b := randMat(r, k, n, n)
-		clean := slices.Clone(b)
-		for p := 0; p < k; p += 3 {
-			a[p] = 0
-			for j := 0; j < n; j++ {
-				b[p*n+j] = [3]float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}[j%3]
-				clean[p*n+j] = 0
-			}
-		}
-		got, want := make([]float32, n), make([]float32, n)
-		GemmF32NN(1, n, k, a, k, b, n, got, n)
-		GemmF32NN(1, n, k, a, k, clean, n, want, n)
-		for j := range got {
-			if got[j] != want[j] {
-				t.Fatalf("C[%d] = %v, want %v", j, got[j], want[j])
-			}
 		}
 	})
 }
