@@ -10,6 +10,7 @@ import (
 	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/tpu"
+	"github.com/tputool/tputool/tpu/cpu"
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
@@ -31,6 +32,10 @@ type DevicesResult struct {
 	// CPUFeatures are the instruction-set features the CPU kernels detected
 	// and use (e.g. avx2, fma, avx512f, avx512_bf16); empty off x86.
 	CPUFeatures []string `json:"cpu_features"`
+	// HugePages is how the CPU engine places weights and large values:
+	// the kernel's transparent huge page mode ("madvise", "always",
+	// "never"), "off" (TPUTOOL_HUGE_PAGES=0), "unsupported" or "unknown".
+	HugePages string `json:"huge_pages"`
 }
 
 // NewCmdDevices builds `tputool devices`.
@@ -68,7 +73,7 @@ missing runtime.`,
 }
 
 func devicesRun(_ context.Context, opts *DevicesOptions) error {
-	res := DevicesResult{Inventory: opts.Inventory(), CPUFeatures: kernels.Features()}
+	res := DevicesResult{Inventory: opts.Inventory(), CPUFeatures: kernels.Features(), HugePages: cpu.HugePages()}
 	for i, b := range res.Backends { // tpu says "device SPEC"; the command line selects it with --device
 		if spec, ok := strings.CutPrefix(b.Note, "device "); ok {
 			res.Backends[i].Note = "--device " + spec
@@ -111,6 +116,7 @@ func devicesRun(_ context.Context, opts *DevicesOptions) error {
 	if len(res.CPUFeatures) > 0 {
 		fmt.Fprintf(out, "CPU features: %s\n", strings.Join(res.CPUFeatures, " "))
 	}
+	fmt.Fprintf(out, "Huge pages for weights: %s\n", res.HugePages)
 	if res.Auto != "" {
 		fmt.Fprintf(out, "--device auto picks: %s\n", res.Auto)
 	}

@@ -55,11 +55,13 @@ func TestDevicesJSON(t *testing.T) {
 			Usable              bool
 			Note                string
 		}
-		Auto     string
-		Topology *struct{ Generation string }
-		Searches []struct{ Target string }
+		Auto      string
+		Topology  *struct{ Generation string }
+		Searches  []struct{ Target string }
+		HugePages string `json:"huge_pages"`
 	}
 	require.NoError(t, json.Unmarshal(e.out.Bytes(), &got), e.out.String())
+	assert.Contains(t, []string{"madvise", "always", "never", "off", "unsupported", "unknown"}, got.HugePages)
 	assert.Equal(t, "cpu", got.Devices[0].Name)
 	assert.True(t, got.Devices[0].Usable)
 	assert.Equal(t, "cpu", got.Auto)

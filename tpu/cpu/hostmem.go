@@ -57,6 +57,21 @@ const (
 // hugePages reports whether large buffers are placed for huge pages.
 var hugePages = hugeSupported && os.Getenv(EnvHugePages) != "0"
 
+// HugePages reports how this process places weights and large values:
+// "off" (TPUTOOL_HUGE_PAGES=0), "unsupported" (not Linux), or else the
+// kernel's transparent huge page mode, read from sysfs: "madvise" or
+// "always" (the advice is taken), "never" (it is refused, small pages),
+// "unknown" when the file cannot be read.
+func HugePages() string {
+	switch {
+	case !hugeSupported:
+		return "unsupported"
+	case !hugePages:
+		return "off"
+	}
+	return thpMode()
+}
+
 // hugeRegion returns n zeroed bytes of the Go heap, starting on a huge
 // page boundary and advised for huge pages, in a slice of length and
 // capacity n rounded up to whole huge pages. Its pages are faulted in

@@ -5,3 +5,5 @@ package cpu
 const hugeSupported = false
 
 func adviseHuge(b []byte) {}
+
+func thpMode() string { return "unsupported" }
