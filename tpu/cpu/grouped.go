@@ -6,7 +6,9 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/x448/float16"
 
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
@@ -60,15 +62,24 @@ type groupedAux struct {
 	int8Q8 bool
 	// combine > 0: the node also sums each token's combine pairs weighted
 	// by the routing weights, its last input [P/combine, combine, 1] (see
-	// rewriteGroupedSum); the output is then [P/combine, N].
-	combine int
+	// rewriteGroupedSum); the output is then [P/combine, N]. With
+	// combineBias, a stack of biases [E, N] (f32, bf16 or f16) is the
+	// input before it, and each pair's row gets its expert's bias first.
+	combine     int
+	combineBias bool
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
 // int8 matrices as [N, g, G]) from a stack of rank 3 or 4 by one index per
 // row: indices [P, 1], output [P, ...].
 func wholeRowGather(g *node) bool {
-	if g.op != backends.OpTypeGather || g.inputs[0].shape.Rank() < 3 || g.inputs[1].shape.Rank() != 2 {
+	return g.op == backends.OpTypeGather && g.inputs[0].shape.Rank() >= 3 && rowGather(g)
+}
+
+// rowGather is wholeRowGather for a stack of any rank from 2 (a stack of
+// bias vectors [E, N] included).
+func rowGather(g *node) bool {
+	if g.op != backends.OpTypeGather || g.inputs[0].shape.Rank() < 2 || g.inputs[1].shape.Rank() != 2 {
 		return false
 	}
 	a, ok := g.aux.(gatherAux)
@@ -227,17 +238,50 @@ func rewriteGroupedSum(nodes, outputs []*node) {
 				w.shape.DType != dtypes.Float32 || !slices.Equal(w.shape.Dimensions, []int{d[0], d[1], 1}) {
 				continue
 			}
-			g := r.inputs[0]
-			if g.op != opTypeGrouped || users[g.idx] != 1 || g.aux.(*groupedAux).combine != 0 {
+			g, bias := r.inputs[0], (*node)(nil)
+			if g.op == backends.OpTypeAdd && users[g.idx] == 1 && g.fn != nil && !g.aliasesInput {
+				g, bias = pairBias(g)
+			}
+			if g == nil || g.op != opTypeGrouped || users[g.idx] != 1 || g.aux.(*groupedAux).combine != 0 {
 				continue
 			}
 			a := *g.aux.(*groupedAux)
 			a.combine = d[1]
 			rs.op, rs.fn, rs.aux = opTypeGrouped, execGrouped, &a
-			rs.inputs = append(slices.Clone(g.inputs), w)
+			rs.inputs = slices.Clone(g.inputs)
+			if bias != nil {
+				a.combineBias = true
+				rs.inputs = append(rs.inputs, bias)
+			}
+			rs.inputs = append(rs.inputs, w)
 			break
 		}
 	}
+}
+
+// pairBias matches add = grouped + each pair's bias (GPT-OSS's down
+// projection): Add(grouped [P, N], Gather(biases [E, N], ids)) with the
+// grouped node's own ids, the gathered biases f32 or widened from bf16 or
+// f16 (an exact ConvertDType). It returns the grouped node and the bias
+// stack, or nil.
+func pairBias(add *node) (g, bias *node) {
+	for _, ord := range [][2]int{{0, 1}, {1, 0}} {
+		g, gb := add.inputs[ord[0]], add.inputs[ord[1]]
+		if g.op != opTypeGrouped || !gb.shape.Equal(g.shape) {
+			continue
+		}
+		if gb.op == backends.OpTypeConvertDType && !gb.aliasesInput && is16(gb.inputs[0].shape.DType) {
+			gb = gb.inputs[0]
+		}
+		if !rowGather(gb) || gb.inputs[0].shape.Rank() != 2 || !sameIndices(gb.inputs[1], g.inputs[2]) {
+			continue
+		}
+		if dt := gb.shape.DType; dt != dtypes.Float32 && !is16(dt) {
+			continue
+		}
+		return g, gb.inputs[0]
+	}
+	return nil, nil
 }
 
 // combinePairs writes out[t] = Σⱼ w[t, j] · res[t·k + j] for the T = len(w)/k
@@ -402,8 +446,29 @@ func combined(st *execState, n *node, a *groupedAux, in []*slot, out, pairs *slo
 	if a.combine == 0 {
 		return out
 	}
+	res := pairs.data.([]float32)
+	if a.combineBias { // each pair's row plus its expert's bias, as the Add did
+		ids, _ := intsOf(in[2].data) // checked by execGrouped
+		for p, e := range ids {
+			row := res[p*a.n : (p+1)*a.n]
+			switch b := in[len(in)-2].data.(type) {
+			case []float32:
+				for h, v := range b[e*a.n : (e+1)*a.n] {
+					row[h] += v
+				}
+			case []bfloat16.BFloat16:
+				for h, v := range b[e*a.n : (e+1)*a.n] {
+					row[h] += v.Float32()
+				}
+			case []float16.Float16:
+				for h, v := range b[e*a.n : (e+1)*a.n] {
+					row[h] += v.Float32()
+				}
+			}
+		}
+	}
 	out = st.alloc(n.shape)
-	combinePairs(out.data.([]float32), pairs.data.([]float32), in[len(in)-1].data.([]float32), a.combine, a.n)
+	combinePairs(out.data.([]float32), res, in[len(in)-1].data.([]float32), a.combine, a.n)
 	pairs.refs = 1
 	st.release(pairs)
 	return out

@@ -159,17 +159,22 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 // backend and is identical to the same sum unfused on the cpu backend (the
 // weights broadcast to [T, k, N] first, which the rewrite does not match).
 // k of 8, 3 and 6 (the four-accumulator order with and without a
-// remainder), one row and several rows per expert, f32 and bf16 stacks.
+// remainder), one row and several rows per expert, f32 and bf16 stacks,
+// and GPT-OSS's form with each pair's bias added first (f32 and bf16
+// biases).
 func TestGroupedExpertSum(t *testing.T) {
 	ref, cpu := backendsForTest(t)
 	for _, c := range []struct {
 		name                     string
 		e, out, in, topk, tokens int
 		w                        dtypes.DType
+		bias                     dtypes.DType // InvalidDType: none
 	}{
-		{"decode k8 bf16", 16, 24, 40, 8, 1, dtypes.BFloat16},
-		{"batch k3 f32", 5, 24, 40, 3, 4, dtypes.Float32},
-		{"batch k6 bf16", 7, 17, 32, 6, 5, dtypes.BFloat16},
+		{"decode k8 bf16", 16, 24, 40, 8, 1, dtypes.BFloat16, dtypes.InvalidDType},
+		{"batch k3 f32", 5, 24, 40, 3, 4, dtypes.Float32, dtypes.InvalidDType},
+		{"batch k6 bf16", 7, 17, 32, 6, 5, dtypes.BFloat16, dtypes.InvalidDType},
+		{"decode k4 f32 bias", 8, 24, 32, 4, 1, dtypes.Float32, dtypes.Float32},        // GPT-OSS's down projection
+		{"batch k4 bf16 bias bf16", 8, 20, 32, 4, 3, dtypes.BFloat16, dtypes.BFloat16}, // its biases held in bf16
 	} {
 		p := c.tokens * c.topk
 		r := rand.New(rand.NewPCG(9, uint64(p)))
@@ -179,6 +184,10 @@ func TestGroupedExpertSum(t *testing.T) {
 		}
 		shs := []shapes.Shape{sh(dtypes.Float32, p, c.in), sh(c.w, c.e, c.out, c.in), sh(dtypes.Int32, p, 1), sh(dtypes.Float32, c.tokens, c.topk)}
 		data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), ids, randFlat(r, shs[3], true)}
+		if c.bias != dtypes.InvalidDType {
+			shs = append(shs, sh(c.bias, c.e, c.out))
+			data = append(data, randFlat(r, shs[4], false))
+		}
 		var sum backends.Op
 		build := func(broadcast bool) buildFn {
 			return func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
@@ -194,6 +203,20 @@ func TestGroupedExpertSum(t *testing.T) {
 				y, err := b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
 				if err != nil {
 					return nil, err
+				}
+				if c.bias != dtypes.InvalidDType { // y + bias[ids], as nn.ExpertStack.Gathered adds DownBias
+					gb, err := b.Gather(ps[4], ps[2], 1, []int{1}, []int{0}, []int{0}, []int{1, c.out}, false)
+					if err != nil {
+						return nil, err
+					}
+					if c.bias != dtypes.Float32 {
+						if gb, err = b.ConvertDType(gb, dtypes.Float32); err != nil {
+							return nil, err
+						}
+					}
+					if y, err = b.Add(y, gb); err != nil {
+						return nil, err
+					}
 				}
 				if y, err = b.Reshape(y, c.tokens, c.topk, c.out); err != nil {
 					return nil, err
@@ -230,8 +253,9 @@ func TestGroupedExpertSum(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := sum.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).combine != c.topk {
-			t.Fatalf("%s: the weighted sum was not folded into the grouped node", c.name)
+		if n := sum.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).combine != c.topk ||
+			n.aux.(*groupedAux).combineBias != (c.bias != dtypes.InvalidDType) {
+			t.Fatalf("%s: the weighted sum (and bias) was not folded into the grouped node", c.name)
 		}
 		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
 		g, u := got.([]float32), unfused.([]float32)
