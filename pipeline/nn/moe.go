@@ -5,6 +5,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
 // Mixture-of-experts blocks (transformers' Qwen2Moe/Qwen3Moe
@@ -22,22 +23,26 @@ import (
 // and their weights, as Qwen3MoeTopKRouter does: softmax in float32, the k
 // largest probabilities (ties to the lower index), renormalized to sum to
 // one when normalize (norm_topk_prob). GoMLX has no TopK, so it takes k
-// rounds of ArgMax, masking each winner. Returns ids [N, k] int32 and
-// weights [N, k] float32.
+// rounds of ArgMax, masking each winner (the experts' iota, the zeros and
+// the mask value built once, so that a round is five ops). Returns ids
+// [N, k] int32 and weights [N, k] float32.
 func TopKRouter(logits *Node, k int, normalize bool) (ids, weights *Node) {
 	e := logits.Shape().Dimensions[1]
 	if k <= 0 || k > e {
 		panic(fmt.Errorf("TopKRouter: top %d of %d experts", k, e))
 	}
 	probs := Softmax(ConvertDType(logits, dtypes.Float32), -1) // [N, E]
+	n := probs.Shape().Dimensions[0]
+	experts := Iota(logits.Graph(), shapes.Make(dtypes.Int32, n, e), 1) // [N, E]: each column's expert
+	zeros, gone := ZerosLike(probs), AddScalar(ZerosLike(probs), -1)    // a winner's mask: probabilities are >= 0
 	masked := probs
 	idList := make([]*Node, k)
 	wList := make([]*Node, k)
 	for j := 0; j < k; j++ {
-		id := ArgMax(masked, -1, dtypes.Int32)                                                  // [N]
-		hot := OneHot(id, e, dtypes.Float32)                                                    // [N, E]
-		wList[j] = ReduceSum(Mul(probs, hot), -1)                                               // [N]
-		masked = Where(GreaterThan(hot, ZerosLike(hot)), AddScalar(ZerosLike(hot), -1), masked) // probabilities are >= 0
+		id := ArgMax(masked, -1, dtypes.Int32)                           // [N]
+		hot := Equal(experts, BroadcastToDims(InsertAxes(id, -1), n, e)) // [N, E] bool
+		wList[j] = ReduceSum(Where(hot, probs, zeros), -1)               // [N]: the winner's probability, exactly
+		masked = Where(hot, gone, masked)
 		idList[j] = id
 	}
 	ids = Stack(idList, 1)    // [N, k]

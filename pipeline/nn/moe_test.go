@@ -8,6 +8,8 @@ import (
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 // moeCase is a small routed-experts problem: N tokens of width H, E
@@ -234,6 +236,78 @@ func TestGatheredExpertsEqualsDense(t *testing.T) {
 	for j := range outs[0] {
 		if d := math.Abs(float64(outs[0][j] - outs[1][j])); d > 1e-6 {
 			t.Fatalf("element %d: gathered %g, dense %g", j, outs[0][j], outs[1][j])
+		}
+	}
+}
+
+// TopKRouter against a float64 loop: the k largest softmax probabilities
+// per token, ties to the lower index, each weight exactly its expert's
+// probability (then renormalized where asked), on the go and cpu
+// backends.
+func TestTopKRouter(t *testing.T) {
+	const n, e, k = 3, 6, 3
+	logits := []float32{
+		0.1, 2, -1, 2, 0.5, 1.5, // a tie for first: expert 1 before 3
+		-3, -3, -3, -3, -3, -3, // all tied: 0, 1, 2
+		5, 0, 4, 0, 3, 0,
+	}
+	for _, be := range []string{"go", "cpu"} {
+		backend := refcheck.GoBackend(t)
+		if be == "cpu" {
+			backend = refcheck.CPUBackend(t)
+		}
+		for _, normalize := range []bool{false, true} {
+			out, err := ExecOnce(backend, func(l *Node) *Node { // [N, 2k]: the ids (exact in f32), then the weights
+				ids, w := TopKRouter(l, k, normalize)
+				return Concatenate([]*Node{ConvertDType(ids, dtypes.Float32), w}, 1)
+			}, tensors.FromFlatDataAndDimensions(logits, n, e))
+			if err != nil {
+				t.Fatal(err)
+			}
+			flat := tensors.MustCopyFlatData[float32](out)
+			ids, ws := make([]int32, n*k), make([]float32, n*k)
+			for tok := range n {
+				for j := range k {
+					ids[tok*k+j], ws[tok*k+j] = int32(flat[tok*2*k+j]), flat[tok*2*k+k+j]
+				}
+			}
+			for tok := 0; tok < n; tok++ {
+				row := logits[tok*e : (tok+1)*e]
+				var z float64
+				for _, v := range row {
+					z += math.Exp(float64(v))
+				}
+				taken := make([]bool, e)
+				var want []int32
+				var wantW []float64
+				for range k {
+					best := -1
+					for x := range row {
+						if !taken[x] && (best < 0 || row[x] > row[best]) {
+							best = x
+						}
+					}
+					taken[best] = true
+					want, wantW = append(want, int32(best)), append(wantW, math.Exp(float64(row[best]))/z)
+				}
+				if normalize {
+					var s float64
+					for _, w := range wantW {
+						s += w
+					}
+					for j := range wantW {
+						wantW[j] /= s
+					}
+				}
+				for j := range k {
+					if got := ids[tok*k+j]; got != want[j] {
+						t.Fatalf("%s normalize=%v: token %d choice %d is expert %d, want %d", be, normalize, tok, j, got, want[j])
+					}
+					if got := float64(ws[tok*k+j]); math.Abs(got-wantW[j]) > 1e-6 {
+						t.Fatalf("%s normalize=%v: token %d choice %d weighs %v, want %v", be, normalize, tok, j, got, wantW[j])
+					}
+				}
+			}
 		}
 	}
 }
