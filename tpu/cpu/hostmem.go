@@ -49,6 +49,9 @@ const EnvHugePages = "TPUTOOL_HUGE_PAGES"
 const (
 	hugePage    = 2 << 20
 	weightChunk = 32 << 20
+	// tailRegionMax bounds the regions whose tail the arena packs into
+	// (and so may keep alive after their weight is freed).
+	tailRegionMax = 2 * weightChunk
 	// hugeMin is the smallest value makeFlat places for huge pages: the
 	// region is rounded up to whole huge pages, at most 1/4 more here.
 	hugeMin = 8 << 20
@@ -105,14 +108,16 @@ type arena struct {
 // region of their own. A region is whole huge pages, so its tail past n
 // would be resident and unused; when that tail is larger than what the
 // current chunk has left, it becomes the chunk the next weights are
-// packed into.
+// packed into. Only for regions of at most tailRegionMax bytes: the
+// arena's current chunk is kept alive by the arena (the backend's
+// lifetime), and with it the whole region, after its weight is gone.
 func (a *arena) alloc(n int) []byte {
 	n64 := (n + 63) &^ 63
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n > weightChunk/4 {
 		r := hugeRegion(n)
-		if len(r)-n64 > len(a.cur)-a.used {
+		if len(r) <= tailRegionMax && len(r)-n64 > len(a.cur)-a.used {
 			a.cur, a.used = r, n64
 		}
 		return r[:n:n]

@@ -85,7 +85,8 @@ func TestWeightArena(t *testing.T) {
 }
 
 // A large weight's region is whole huge pages; the next small weights are
-// packed into its tail rather than into a new chunk.
+// packed into its tail rather than into a new chunk, unless the region is
+// larger than tailRegionMax.
 func TestWeightArenaTail(t *testing.T) {
 	withHugePages(t, true, func() {
 		b := &Backend{}
@@ -99,6 +100,15 @@ func TestWeightArenaTail(t *testing.T) {
 		bytesOf(big)[4*n-1] = 7
 		if bytesOf(small)[0] != 0 {
 			t.Error("the large weight's last byte overlaps the next one")
+		}
+
+		// A region above tailRegionMax lends nothing: the arena would keep
+		// it alive.
+		b = &Backend{}
+		_, huge, _ := b.NewWeightBuffer(0, shapes.Make(dtypes.Uint8, tailRegionMax+1))
+		_, next, _ := b.NewWeightBuffer(0, shapes.Make(dtypes.Uint8, 100))
+		if lo, a := addrOf(huge), addrOf(next); a >= lo && a < lo+uintptr(tailRegionMax+hugePage) {
+			t.Errorf("a small weight at %#x, in the tail of a region of %d bytes at %#x", a, tailRegionMax+1, lo)
 		}
 	})
 }
