@@ -28,11 +28,10 @@ import (
 //     packed into chunks of weightChunk bytes, 2 MiB-aligned and advised
 //     before anything is written, so that their pages are faulted in as
 //     huge pages; a weight larger than a quarter chunk gets a region of
-//     its own, whose last huge page (up to tailRegionMax) takes the next
-//     small weights. Packing
-//     matters for small models, whose matrices (1 to 3
-//     MB in the 110M Llama) are too small to hold an aligned huge page
-//     each;
+//     its own, whose last huge page (for regions up to tailRegionMax)
+//     takes the next small weights. Packing matters for small models,
+//     whose matrices (1 to 3 MB in the 110M Llama) are too small to hold
+//     an aligned huge page each;
 //   - other values of at least hugeMin bytes (KV caches, large
 //     activations: makeFlat) get an aligned, advised region of their own.
 //
