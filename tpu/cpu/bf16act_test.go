@@ -38,14 +38,7 @@ func TestBF16Activations(t *testing.T) {
 		p := len(ids)
 		shs := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.BFloat16, e, n, k), sh(dtypes.Int32, p, 1)}
 		return shs, func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
-			g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, n, k}, false)
-			if err != nil {
-				return nil, err
-			}
-			if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
-				return nil, err
-			}
-			return b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+			return pairDot(b, ps[0], ps[1], ps[2], n, k, dtypes.BFloat16)
 		}
 	}
 	type tc struct {

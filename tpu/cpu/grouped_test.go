@@ -37,16 +37,8 @@ func TestGroupedExpertDot(t *testing.T) {
 		data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), c.ids}
 		var dot backends.Op
 		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
-			g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.n, c.k}, false)
-			if err != nil {
-				return nil, err
-			}
-			if c.w != dtypes.Float32 {
-				if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
-					return nil, err
-				}
-			}
-			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+			var err error
+			dot, err = pairDot(b, ps[0], ps[1], ps[2], c.n, c.k, c.w)
 			return dot, err
 		}
 		want, _, err := run(ref, shs, data, build)
@@ -68,6 +60,23 @@ func TestGroupedExpertDot(t *testing.T) {
 			t.Errorf("%s: expert %d of %d: err %v, want one naming the index", c.name, c.e, c.e, err)
 		}
 	}
+}
+
+// pairDot builds nn.PairDot's f32, bf16 or f16 form: rows v [P, k] times
+// the matrices [n, k] of stack w [E, n, k] (of dtype wdt) that ids [P, 1]
+// pick, a whole-matrix Gather (converted to f32 when wdt is narrow) under
+// a DotGeneral batched over the pairs.
+func pairDot(b backends.Builder, v, w, ids backends.Op, n, k int, wdt dtypes.DType) (backends.Op, error) {
+	g, err := b.Gather(w, ids, 1, []int{1, 2}, []int{0}, []int{0}, []int{1, n, k}, false)
+	if err != nil {
+		return nil, err
+	}
+	if wdt != dtypes.Float32 {
+		if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
+			return nil, err
+		}
+	}
+	return b.DotGeneral(v, []int{1}, []int{0}, g, []int{2}, []int{0})
 }
 
 // TestGroupedExpertDotInt8 builds nn.PairDot's int8 form (whole-row
@@ -191,16 +200,7 @@ func TestGroupedExpertSum(t *testing.T) {
 		var sum backends.Op
 		build := func(broadcast bool) buildFn {
 			return func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
-				g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.out, c.in}, false)
-				if err != nil {
-					return nil, err
-				}
-				if c.w != dtypes.Float32 {
-					if g, err = b.ConvertDType(g, dtypes.Float32); err != nil {
-						return nil, err
-					}
-				}
-				y, err := b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+				y, err := pairDot(b, ps[0], ps[1], ps[2], c.out, c.in, c.w)
 				if err != nil {
 					return nil, err
 				}
