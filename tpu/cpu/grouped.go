@@ -392,7 +392,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	}
 	kernels.GemvMulti(K, gemvs)
 	if most < 2 && a.fp8B0 == 0 {
-		return combined(st, n, a, in, out, pairs), nil
+		return combined(st, n, a, in, ids, out, pairs), nil
 	}
 	rows := make([]float32, most*K) // the rows routed to one expert
 	res := make([]float32, most*N)
@@ -437,18 +437,17 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(o[p*N:(p+1)*N], c[i*N:(i+1)*N])
 		}
 	}
-	return combined(st, n, a, in, out, pairs), nil
+	return combined(st, n, a, in, ids, out, pairs), nil
 }
 
 // combined is execGrouped's result: out, or with combine the weighted sum
 // of pairs, whose scratch goes back to the free list.
-func combined(st *execState, n *node, a *groupedAux, in []*slot, out, pairs *slot) *slot {
+func combined(st *execState, n *node, a *groupedAux, in []*slot, ids []int, out, pairs *slot) *slot {
 	if a.combine == 0 {
 		return out
 	}
 	res := pairs.data.([]float32)
 	if a.combineBias { // each pair's row plus its expert's bias, as the Add did
-		ids, _ := intsOf(in[2].data) // checked by execGrouped
 		for p, e := range ids {
 			row := res[p*a.n : (p+1)*a.n]
 			switch b := in[len(in)-2].data.(type) {
