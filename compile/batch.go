@@ -895,7 +895,12 @@ func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
 // operating system at the end, so an idle server holds only its weights
 // (the 110M model at 32 slots: 594 MB RSS idle, 5.4 GB without it).
 func (b *Batch) Warmup() error {
-	defer debug.FreeOSMemory()
+	defer func() {
+		if sr, ok := b.r.backend.(spareReleaser); ok {
+			sr.ReleaseSpares()
+		}
+		debug.FreeOSMemory()
+	}()
 	for _, p := range b.r.programs {
 		report := p.OnRecompile
 		p.OnRecompile = nil
@@ -926,6 +931,10 @@ func (b *Batch) Warmup() error {
 		}
 	}
 }
+
+// spareReleaser is a backend that keeps memory freed by executions for
+// the next ones (tpu/cpu's spares) and can let it go.
+type spareReleaser interface{ ReleaseSpares() }
 
 // neighbours are the buckets next to list[i].
 func neighbours(list []int, i int) []int {

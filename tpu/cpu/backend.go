@@ -39,6 +39,9 @@ type Backend struct {
 	// weights holds the shared buffers (the loader's weights), packed
 	// for huge pages (hostmem.go).
 	weights arena
+	// spares holds large memory executions freed, for any execution's
+	// next large values (spares.go).
+	spares spares
 }
 
 // actKind is what the products do with their f32 activations.
@@ -56,6 +59,11 @@ const (
 	// GemmInt8DotNT: VDPBF16PS where the CPU has AVX512_BF16).
 	actBF16
 )
+
+// ReleaseSpares drops the large memory that executions freed and the
+// backend keeps for the next ones (spares.go), so that the collector can
+// return it to the system: for a server going idle after its warm-up.
+func (b *Backend) ReleaseSpares() { b.spares.release() }
 
 // SetActivations sets how the products of the executables compiled from
 // now on treat their activations: "f32" (or "") multiplies them as they

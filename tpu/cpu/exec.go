@@ -188,14 +188,20 @@ type execState struct {
 }
 
 // alloc returns an owned slot for a value of this shape, recycled from a
-// dead value when one of the same dtype and size exists. Its contents are
-// not zeroed: every op writes its whole output.
+// dead value when one of the same dtype and size exists, or for a large
+// one from the backend's spares (spares.go). Its contents are not zeroed:
+// every op writes its whole output.
 func (st *execState) alloc(s shapes.Shape) *slot {
 	k := freeKey{s.DType, s.Size()}
 	if l := st.free[k]; len(l) > 0 {
 		d := l[len(l)-1]
 		st.free[k] = l[:len(l)-1]
 		return &slot{data: d, owned: true}
+	}
+	if n := s.Size() * s.DType.Size(); n >= spareMin && placeable(s.DType) {
+		if r := st.e.backend.spares.take(n); r != nil {
+			return &slot{data: spareView(s.DType, r, s.Size()), owned: true}
+		}
 	}
 	return &slot{data: makeFlat(s.DType, s.Size()), owned: true}
 }
@@ -234,11 +240,15 @@ func (st *execState) allocOrReuse(n *node, candidates ...int) *slot {
 }
 
 // release drops one live value from s; the memory goes to the free list
-// when that was the last one and the slot is owned (so never a constant's
-// or an undonated input's).
+// (a large value's to the backend's spares) when that was the last one
+// and the slot is owned (so never a constant's or an undonated input's).
 func (st *execState) release(s *slot) {
 	s.refs--
 	if s.refs == 0 && s.owned && s.data != nil {
+		if r := spareRegion(s.data); r != nil {
+			st.e.backend.spares.give(r)
+			return
+		}
 		k := freeKey{dtypeOfFlat(s.data), flatLen(s.data)}
 		st.free[k] = append(st.free[k], s.data)
 	}
