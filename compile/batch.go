@@ -414,18 +414,7 @@ func (b *Batch) StartPrefillFrom(prompt []int, from *Kept) (*BatchPrefill, error
 		return p, nil
 	}
 	// Slot j < start of p takes the kept slot of the same position.
-	t := p.st.cacheLen
-	idx := make([]int32, t)
-	valid := make([]int32, t)
-	cpad := int(from.st.pads[0])
-	for j := pad; j < start; j++ {
-		idx[j], valid[j] = int32(j-pad+cpad), 1
-	}
-	args := []Arg{
-		{T: tensors.FromScalar(int32(0))},
-		{T: tensors.FromFlatDataAndDimensions(idx, t)},
-		{T: tensors.FromFlatDataAndDimensions(valid, t)},
-	}
+	args := append([]Arg{{T: tensors.FromScalar(int32(0))}}, slotMap(p.st.cacheLen, pad, start, int(from.st.pads[0])-pad)...)
 	outs, err := b.place.Call(append(args, from.st.args(false)...)...)
 	if err != nil {
 		return nil, err
@@ -488,12 +477,7 @@ func (b *Batch) Keep(p *BatchPrefill, i int) (*Kept, error) {
 		return k, nil
 	}
 	t := p.st.cacheLen
-	idx := make([]int32, t)
-	valid := make([]int32, t)
-	for j := range idx {
-		idx[j], valid[j] = int32(j), 1
-	}
-	args := []Arg{{T: tensors.FromScalar(int32(i))}, {T: tensors.FromFlatDataAndDimensions(idx, t)}, {T: tensors.FromFlatDataAndDimensions(valid, t)}}
+	args := append([]Arg{{T: tensors.FromScalar(int32(i))}}, slotMap(t, 0, t, 0)...)
 	outs, err := b.place.Call(append(args, p.st.args(false)...)...)
 	if err != nil {
 		return nil, err
@@ -576,13 +560,19 @@ func (b *Batch) Insert(p *BatchPrefill, i, row int) error {
 // taking a prompt of n tokens that ends at slot t of the prefill and at
 // the clock next of the row; slots outside the prompt become zero.
 func (b *Batch) placeArgs(s, t, next, n int) []Arg {
-	idx := make([]int32, s)
+	return slotMap(s, max(0, next-n), next, t-next)
+}
+
+// slotMap is remapSlots' map as arguments, for S' = s new slots: new
+// slot j in [lo, hi) takes old slot j+shift, the others are zero. Every
+// j+shift there must be an old slot.
+func slotMap(s, lo, hi, shift int) []Arg {
 	valid := make([]int32, s)
-	for j := max(0, next-n); j < next; j++ {
-		idx[j], valid[j] = int32(j-next+t), 1
+	for j := max(lo, 0); j < min(hi, s); j++ {
+		valid[j] = 1
 	}
 	return []Arg{
-		{T: tensors.FromFlatDataAndDimensions(idx, s)},
+		{T: tensors.FromScalar(int32(shift))},
 		{T: tensors.FromFlatDataAndDimensions(valid, s)},
 	}
 }
@@ -752,17 +742,9 @@ func (b *Batch) slotsStep(needBack int) error {
 	}
 	nextNew := min(max(held, needBack), sNew-1)
 	shift := next - nextNew // old slot = new slot + shift
-	idx := make([]int32, sNew)
-	valid := make([]int32, sNew)
-	for j := range idx {
-		if src := j + shift; src >= 0 && src < next && j < nextNew {
-			idx[j], valid[j] = int32(src), 1
-		}
-	}
-	args := append([]Arg{
-		{T: tensors.FromFlatDataAndDimensions(idx, sNew)},
-		{T: tensors.FromFlatDataAndDimensions(valid, sNew)},
-	}, b.dec.args(true)...)
+	// New slot j < nextNew holds old slot j+shift < next; the old slots
+	// before 0 (j < -shift) do not exist.
+	args := append(slotMap(sNew, -shift, nextNew, shift), b.dec.args(true)...)
 	outs, err := b.slots.Call(args...)
 	if err != nil {
 		return b.fail(err)
@@ -775,28 +757,30 @@ func (b *Batch) slotsStep(needBack int) error {
 	return nil
 }
 
-// remapSlots returns x with its slot axis rebuilt from idx [S'] and valid
-// [S'] (int32): new slot j is x's slot idx[j] where valid[j] != 0, else
-// zero.
-func remapSlots(x *graph.Node, axis int, idx, valid *graph.Node) *graph.Node {
-	rank := x.Rank()
-	perm := []int{axis}
-	for a := 0; a < rank; a++ {
-		if a != axis {
-			perm = append(perm, a)
-		}
+// remapSlots returns x with its slot axis rebuilt into S' slots: new
+// slot j is x's slot j+shift where valid[j] != 0 (valid [S'] int32,
+// shift a scalar int32; j+shift is then one of x's slots), else zero.
+// The slots move as whole rows of the innermost axes, with no transpose:
+// x between S' zero slots on each side, the window of S' slots at
+// S'+shift (in range for every shift a valid slot allows), the invalid
+// slots zeroed.
+func remapSlots(x *graph.Node, axis int, shift, valid *graph.Node) *graph.Node {
+	g := x.Graph()
+	dims := x.Shape().Dimensions
+	n := valid.Shape().Dimensions[0]
+	zdims := slices.Clone(dims)
+	zdims[axis] = n
+	zeros := graph.Zeros(g, shapes.Make(x.DType(), zdims...))
+	padded := graph.Concatenate([]*graph.Node{zeros, x, zeros}, axis)
+	window := graph.GatherSlices(padded, []int{axis}, graph.AddScalar(shift, n), []int{n}, true)
+	keep := graph.GreaterThan(valid, graph.ScalarZero(g, dtypes.Int32)) // [S']
+	along := make([]int, x.Rank())
+	for a := range along {
+		along[a] = 1
 	}
-	n := idx.Shape().Dimensions[0]
-	xt := graph.TransposeAllAxes(x, perm...)                                    // slots first
-	got := graph.Gather(xt, graph.Reshape(idx, n, 1))                           // [S', rest...]
-	keep := graph.GreaterThan(valid, graph.ScalarZero(x.Graph(), dtypes.Int32)) // [S']
-	keep = alongFirstAxis(keep, got.Shape().Dimensions)
-	got = graph.Where(keep, got, graph.ZerosLike(got))
-	inv := make([]int, rank)
-	for i, a := range perm {
-		inv[a] = i
-	}
-	return graph.TransposeAllAxes(got, inv...)
+	along[axis] = n
+	keep = graph.BroadcastToDims(graph.Reshape(keep, along...), zdims...)
+	return graph.Where(keep, window, graph.ScalarZero(g, x.DType()))
 }
 
 // alongFirstAxis broadcasts v [dims[0]] to dims along the first axis.
@@ -809,18 +793,18 @@ func alongFirstAxis(v *graph.Node, dims []int) *graph.Node {
 	return graph.BroadcastToDims(graph.Reshape(v, r...), dims...)
 }
 
-// placeGraph: [row, idx [S], valid [S], prefill state...] -> [row
+// placeGraph: [row, shift, valid [S], prefill state...] -> [row
 // state...]: row `row` of the prefill's state with its slots remapped
 // (remapSlots) into a row of S slots; state without slots as it is.
 func (b *Batch) placeGraph(in []*graph.Node) []*graph.Node {
-	row, idx, valid, small := in[0], in[1], in[2], in[3:]
+	row, shift, valid, small := in[0], in[1], in[2], in[3:]
 	out := make([]*graph.Node, len(small))
 	k := 0
 	for _, axes := range b.r.slotAxes {
 		for _, axis := range axes {
 			x := graph.Gather(small[k], graph.Reshape(row, 1, 1)) // [1, ...]
 			if axis != lm.NoSlots {
-				x = remapSlots(x, axis, idx, valid)
+				x = remapSlots(x, axis, shift, valid)
 			}
 			out[k] = x
 			k++
@@ -868,17 +852,17 @@ func (b *Batch) rowsGraph(in []*graph.Node) []*graph.Node {
 	return out
 }
 
-// slotsGraph: [idx [S'], valid [S'], state...] -> [state...] with slots
+// slotsGraph: [shift, valid [S'], state...] -> [state...] with slots
 // remapped (remapSlots); state without slots as it is.
 func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
-	idx, valid, states := in[0], in[1], in[2:]
+	shift, valid, states := in[0], in[1], in[2:]
 	out := make([]*graph.Node, len(states))
 	k := 0
 	for _, axes := range b.r.slotAxes {
 		for _, axis := range axes {
 			out[k] = states[k]
 			if axis != lm.NoSlots {
-				out[k] = remapSlots(states[k], axis, idx, valid)
+				out[k] = remapSlots(states[k], axis, shift, valid)
 			} else {
 				out[k] = graph.Identity(states[k])
 			}
@@ -975,11 +959,7 @@ func (b *Batch) warmShape(rows, s int, rowsTo, slotsTo []int) error {
 		}
 	}
 	for _, n := range append([]int{s}, slotsTo...) {
-		maps := []Arg{
-			{T: tensors.FromFlatDataAndDimensions(make([]int32, n), n)},
-			{T: tensors.FromFlatDataAndDimensions(make([]int32, n), n)},
-		}
-		if _, err := b.slots.Precompile(append(maps, state...)...); err != nil {
+		if _, err := b.slots.Precompile(append(slotMap(n, 0, 0, 0), state...)...); err != nil {
 			return err
 		}
 	}
