@@ -30,12 +30,14 @@ import (
 // values stay dense row-major slices of the Go heap, as makeFlat's are.
 // Allocations from a spare are not zeroed: execState.alloc's never are.
 
-// spareCap bounds the bytes the spares keep; the oldest go first.
-const spareCap = 256 << 20
-
-// spareMin is the smallest value that goes to the spares (a variable for
-// the tests, which lower it so that every op's output is recycled memory).
-var spareMin = 64 << 10
+// spareMin is the smallest value that goes to the spares, and spareCap
+// bounds the bytes they keep, the oldest going first. (Variables for the
+// tests, which lower them: every op's output recycled memory, a cap
+// reached in a few allocations.)
+var (
+	spareMin = 64 << 10
+	spareCap = 256 << 20
+)
 
 // spares is a backend's free large memory.
 type spares struct {

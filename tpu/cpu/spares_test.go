@@ -9,17 +9,17 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
-// lowerSpareMin sets spareMin to n and empties the cpu test backend's
-// spares; the returned func restores both.
+// lowerSpareMin sets spareMin to n and spareCap to 64 MiB, and empties
+// the cpu test backend's spares; the returned func restores all three.
 func lowerSpareMin(t *testing.T, n int) func() {
 	t.Helper()
 	_, be := backendsForTest(t)
 	sp := &be.(*Backend).spares
-	old := spareMin
-	spareMin = n
+	oldMin, oldCap := spareMin, spareCap
+	spareMin, spareCap = n, 64<<20
 	sp.release()
 	return func() {
-		spareMin = old
+		spareMin, spareCap = oldMin, oldCap
 		sp.release()
 	}
 }
