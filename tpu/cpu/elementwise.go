@@ -381,27 +381,65 @@ func execWhere(st *execState, n *node, in []*slot) (*slot, error) {
 	return out, nil
 }
 
+// whereLoop selects dst[i] from t or f by cond[i]; a one-element cond, t
+// or f stands for every index. Ranges of elemGrain run in parallel, each
+// with its loop chosen once (dst may be t's or f's own memory: each index
+// is read before it is written).
 func whereLoop[T any](dst []T, cond []bool, t, f []T) {
-	cm, tm, fm := len(cond) == 1, len(t) == 1, len(f) == 1
-	for i := range dst {
-		c := cond[0]
-		if !cm {
-			c = cond[i]
-		}
-		if c {
-			if tm {
-				dst[i] = t[0]
-			} else {
-				dst[i] = t[i]
+	kernels.Parallel(len(dst), elemGrain, func(lo, hi int) {
+		d := dst[lo:hi]
+		switch {
+		case len(cond) == 1:
+			src := f
+			if cond[0] {
+				src = t
 			}
-		} else {
-			if fm {
-				dst[i] = f[0]
+			if len(src) == 1 {
+				v := src[0]
+				for i := range d {
+					d[i] = v
+				}
 			} else {
-				dst[i] = f[i]
+				copy(d, src[lo:hi])
+			}
+		case len(t) > 1 && len(f) > 1:
+			c, tv, fv := cond[lo:hi], t[lo:hi], f[lo:hi]
+			for i := range d {
+				if c[i] {
+					d[i] = tv[i]
+				} else {
+					d[i] = fv[i]
+				}
+			}
+		case len(t) > 1: // f one value: the zeroing select
+			c, tv, v := cond[lo:hi], t[lo:hi], f[0]
+			for i := range d {
+				if c[i] {
+					d[i] = tv[i]
+				} else {
+					d[i] = v
+				}
+			}
+		case len(f) > 1:
+			c, v, fv := cond[lo:hi], t[0], f[lo:hi]
+			for i := range d {
+				if c[i] {
+					d[i] = v
+				} else {
+					d[i] = fv[i]
+				}
+			}
+		default:
+			c, tv, fv := cond[lo:hi], t[0], f[0]
+			for i := range d {
+				if c[i] {
+					d[i] = tv
+				} else {
+					d[i] = fv
+				}
 			}
 		}
-	}
+	})
 }
 
 func execClamp(st *execState, n *node, in []*slot) (*slot, error) {

@@ -46,7 +46,10 @@ func BenchmarkElementwise(b *testing.B) {
 			bcase{"Tanh", dt, []shapes.Shape{full(dt)}, unary(backends.Builder.Tanh)},
 		)
 	}
+	where := func(bl backends.Builder, p []backends.Op) (backends.Op, error) { return bl.Where(p[0], p[1], p[2]) }
 	cases = append(cases,
+		bcase{"Where", dtypes.Float32, []shapes.Shape{full(dtypes.Bool), full(dtypes.Float32), full(dtypes.Float32)}, where},
+		bcase{"WhereZero", dtypes.Float32, []shapes.Shape{full(dtypes.Bool), full(dtypes.Float32), sh(dtypes.Float32)}, where},
 		bcase{"Add", dtypes.Int32, []shapes.Shape{full(dtypes.Int32), full(dtypes.Int32)}, add},
 		bcase{"SiLUMul", dtypes.Float32, []shapes.Shape{full(dtypes.Float32), full(dtypes.Float32)},
 			func(bl backends.Builder, p []backends.Op) (backends.Op, error) {

@@ -454,8 +454,23 @@ func TestWhereClampConvert(t *testing.T) {
 	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16, dtypes.Int32, dtypes.Int64, dtypes.Float64} {
 		check(t, "Where", []shapes.Shape{sh(dtypes.Bool, 3, 7), sh(dt, 3, 7), sh(dt, 3, 7)}, false,
 			func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Where(p[0], p[1], p[2]) })
-		check(t, "WhereScalars", []shapes.Shape{sh(dtypes.Bool, 3, 7), sh(dt), sh(dt, 3, 7)}, false,
-			func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Where(p[0], p[1], p[2]) })
+		// Each form of whereLoop: a scalar on either side, on both, a
+		// scalar condition, and more elements than one parallel range.
+		for _, c := range []struct {
+			name       string
+			cond, x, y shapes.Shape
+		}{
+			{"WhereScalars", sh(dtypes.Bool, 3, 7), sh(dt), sh(dt, 3, 7)},
+			{"WhereScalarFalse", sh(dtypes.Bool, 3, 7), sh(dt, 3, 7), sh(dt)},
+			{"WhereBothScalar", sh(dtypes.Bool, 3, 7), sh(dt), sh(dt)},
+			{"WhereScalarCond", sh(dtypes.Bool), sh(dt, 3, 7), sh(dt, 3, 7)},
+			{"WhereScalarCondScalar", sh(dtypes.Bool), sh(dt), sh(dt, 3, 7)},
+			{"WhereLarge", sh(dtypes.Bool, 5, 7001), sh(dt, 5, 7001), sh(dt, 5, 7001)},
+			{"WhereLargeScalarFalse", sh(dtypes.Bool, 5, 7001), sh(dt, 5, 7001), sh(dt)},
+		} {
+			check(t, c.name, []shapes.Shape{c.cond, c.x, c.y}, false,
+				func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Where(p[0], p[1], p[2]) })
+		}
 		check(t, "Clamp", []shapes.Shape{sh(dt), sh(dt, 11), sh(dt)}, false,
 			func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Clamp(p[0], p[1], p[2]) })
 	}
