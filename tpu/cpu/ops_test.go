@@ -1248,6 +1248,75 @@ func TestSoftmax(t *testing.T) {
 	}
 }
 
+// TestSoftmaxScaleBias: attention's softmax(scores·scale + mask), as
+// pipeline/nn's attention writes it (a constant scale, a mask broadcast
+// over the KV and group axes), becomes one node whose values equal, bit
+// for bit, the same graph's with the scale as a parameter (not folded:
+// its Mul and Add run as ops), and the go backend's within the softmax's
+// tolerance. A scale the Mul shares with another reader is not folded.
+func TestSoftmaxScaleBias(t *testing.T) {
+	ref, cpuB := backendsForTest(t)
+	const scale = 0.125
+	for _, c := range []struct{ scores, mask []int }{
+		{[]int{1, 12, 1, 1, 32}, []int{1, 1, 1, 1, 32}}, // decode
+		{[]int{2, 3, 5, 2, 17}, []int{2, 1, 5, 1, 17}},  // a batch, grouped heads
+		{[]int{1, 4, 7, 1, 40}, []int{1, 1, 7, 1, 40}},  // a prefill piece
+	} {
+		r := rand.New(rand.NewPCG(43, uint64(c.scores[4])))
+		x := randFlat(r, sh(dtypes.Float32, c.scores...), false).([]float32)
+		m := randFlat(r, sh(dtypes.Float32, c.mask...), false).([]float32)
+		for i := range m {
+			if i%3 == 0 {
+				m[i] = -1e30 // masked, as AttentionBias writes it
+			}
+		}
+		xt := func() *tensors.Tensor { return tensors.FromFlatDataAndDimensions(x, c.scores...) }
+		mt := func() *tensors.Tensor { return tensors.FromFlatDataAndDimensions(m, c.mask...) }
+		folded := func(in []*graph.Node) *graph.Node {
+			return graph.Softmax(graph.Add(graph.MulScalar(in[0], scale), in[1]), -1)
+		}
+		name := fmt.Sprint(c.scores)
+		exec := func(be backends.Backend, fn func([]*graph.Node) *graph.Node, args ...any) []float32 {
+			out, err := graph.ExecOnce(be, fn, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tensors.MustCopyFlatData[float32](out)
+		}
+		before := softmaxFolds.Load()
+		got := exec(cpuB, folded, xt(), mt())
+		if softmaxFolds.Load() == before {
+			t.Fatalf("%s: the scale and mask were not folded into the softmax", name)
+		}
+		before = softmaxFolds.Load()
+		unfolded := exec(cpuB, func(in []*graph.Node) *graph.Node {
+			return graph.Softmax(graph.Add(graph.Mul(in[0], in[2]), in[1]), -1)
+		}, xt(), mt(), tensors.FromScalar(float32(scale)))
+		if softmaxFolds.Load() != before {
+			t.Fatalf("%s: a scale given as a parameter was folded", name)
+		}
+		for i := range got {
+			if got[i] != unfolded[i] {
+				t.Fatalf("%s: element %d is %g folded, %g as separate ops", name, i, got[i], unfolded[i])
+			}
+		}
+		compareFlat(t, name, dtypes.Float32, asFloat64(got), asFloat64(exec(ref, folded, xt(), mt())))
+	}
+	// The scaled scores are read again after the softmax: the Mul has
+	// another reader.
+	before := softmaxFolds.Load()
+	_, err := graph.ExecOnce(cpuB, func(in []*graph.Node) *graph.Node {
+		scaled := graph.MulScalar(in[0], scale)
+		return graph.Concatenate([]*graph.Node{graph.Softmax(graph.Add(scaled, in[1]), -1), scaled}, 0)
+	}, tensors.FromFlatDataAndDimensions(make([]float32, 8), 1, 1, 1, 1, 8), tensors.FromFlatDataAndDimensions(make([]float32, 8), 1, 1, 1, 1, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if softmaxFolds.Load() != before {
+		t.Error("a Mul read by another output was folded into the softmax")
+	}
+}
+
 // TestErff bounds erff's absolute error against float64 math.Erf.
 func TestErff(t *testing.T) {
 	worst := 0.0

@@ -95,7 +95,96 @@ func rewriteSoftmax(nodes []*node, users []int) {
 		n.inputs = []*node{x}
 		n.fn = execSoftmax
 		n.aux = nil
+		if s, bias, scale, ok := scaledBiasedScores(x, users); ok {
+			softmaxFolds.Add(1)
+			n.inputs = []*node{s, bias}
+			n.fn = execSoftmaxScaleBias
+			n.aux = scale
+		}
 	}
+}
+
+// softmaxFolds counts softmax nodes that took in their scores' scale and
+// bias (read by tests).
+var softmaxFolds atomic.Int64
+
+// scaledBiasedScores matches attention's scores before the softmax,
+// x = Add(Mul(s, c), bias) in either order of each: c a scalar f32
+// constant, s of x's shape, bias of x's rank and last axis, its other
+// axes x's or 1 (the mask [B, 1, T, 1, S] against scores [B, KV, T, G,
+// S]). x must be read only by the softmax form's max and difference, and
+// the Mul only by x; the softmax node then reads s and bias, and the two
+// full passes over the scores go.
+func scaledBiasedScores(x *node, users []int) (s, bias *node, scale float32, ok bool) {
+	if x.op != backends.OpTypeAdd || x.aliasesInput || users[x.idx] != 2 || len(x.inputs) != 2 {
+		return nil, nil, 0, false
+	}
+	m, bias := x.inputs[0], x.inputs[1]
+	if m.op != backends.OpTypeMul {
+		m, bias = bias, m
+	}
+	if m.op != backends.OpTypeMul || m.aliasesInput || users[m.idx] != 1 || !m.shape.Equal(x.shape) {
+		return nil, nil, 0, false
+	}
+	s, c := m.inputs[0], m.inputs[1]
+	if c.op != backends.OpTypeConstant {
+		s, c = c, s
+	}
+	if c.op != backends.OpTypeConstant || c.shape.DType != dtypes.Float32 || c.shape.Rank() != 0 || !s.shape.Equal(x.shape) {
+		return nil, nil, 0, false
+	}
+	xd, bd := x.shape.Dimensions, bias.shape.Dimensions
+	if bias.shape.DType != dtypes.Float32 || len(bd) != len(xd) || len(xd) == 0 || bd[len(bd)-1] != xd[len(xd)-1] {
+		return nil, nil, 0, false
+	}
+	for a, d := range bd {
+		if d != xd[a] && d != 1 {
+			return nil, nil, 0, false
+		}
+	}
+	return s, bias, c.constant.([]float32)[0], true
+}
+
+// execSoftmaxScaleBias is execSoftmax of s·scale + bias, bias broadcast
+// over s's rows (kernels.SoftmaxScaleBiasRows): on s's own memory when s
+// dies here.
+func execSoftmaxScaleBias(st *execState, n *node, in []*slot) (*slot, error) {
+	out := st.reuse(n, 0)
+	if out == nil {
+		out = st.alloc(n.shape)
+	}
+	dims, bd := n.shape.Dimensions, n.inputs[1].shape.Dimensions
+	rank := len(dims)
+	cols := dims[rank-1]
+	rows := 0
+	if cols > 0 {
+		rows = n.shape.Size() / cols
+	}
+	// Row r of the scores reads the bias row at the sum, over the leading
+	// axes, of its index times the bias's stride (0 where the bias has 1).
+	bs := stridesOf(bd)
+	for a := range rank - 1 {
+		if bd[a] == 1 {
+			bs[a] = 0
+		}
+	}
+	offs := make([]int, rows)
+	idx := make([]int, rank-1)
+	off := 0
+	for r := range offs {
+		offs[r] = off
+		for a := rank - 2; a >= 0; a-- {
+			idx[a]++
+			off += bs[a]
+			if idx[a] < dims[a] {
+				break
+			}
+			off -= idx[a] * bs[a]
+			idx[a] = 0
+		}
+	}
+	kernels.SoftmaxScaleBiasRows(out.data.([]float32), in[0].data.([]float32), rows, cols, n.aux.(float32), in[1].data.([]float32), offs)
+	return out, nil
 }
 
 // execSoftmax runs kernels.SoftmaxRows in place over [rows, cols], cols

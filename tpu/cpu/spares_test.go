@@ -130,7 +130,7 @@ func TestOpsOnDirtySpares(t *testing.T) {
 		{"shape", TestShapeOps}, {"reduce", TestReductions}, {"dot", TestDotGeneral},
 		{"gather", TestGatherAndDynamicSlices}, {"f16", TestFloat16}, {"reverse", TestReverse},
 		{"pad", TestPad}, {"dus", TestDynamicUpdateSliceInPlace}, {"conv", TestConvGeneral},
-		{"scatter", TestScatterSum}, {"fusion", TestFusion}, {"softmax", TestSoftmax},
+		{"scatter", TestScatterSum}, {"fusion", TestFusion}, {"softmax", TestSoftmax}, {"softmaxfold", TestSoftmaxScaleBias},
 		{"rope", TestRope}, {"grouped", TestGroupedExpertDot}, {"groupedsum", TestGroupedExpertSum},
 		{"fp8", TestDotGeneralFP8}, {"int4", TestDotGeneralInt4}, {"int8", TestDotGeneralInt8},
 	} {

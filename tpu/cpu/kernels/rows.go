@@ -55,6 +55,34 @@ func SoftmaxRows(x []float32, rows, cols int) {
 	})
 }
 
+// SoftmaxScaleBiasRows is SoftmaxRows of x·scale + bias: row r of dst
+// (rows rows of cols columns, contiguous) becomes the softmax of
+// x[r]·scale + bias[biasOff[r] : biasOff[r]+cols], each product rounded to
+// f32 before the sum, as a multiplication followed by an addition would
+// round them (attention's scaled, masked scores). dst may be x. It panics
+// if a slice is too short.
+func SoftmaxScaleBiasRows(dst, x []float32, rows, cols int, scale float32, bias []float32, biasOff []int) {
+	checkMat("SoftmaxScaleBiasRows dst", rows, cols, cols, len(dst))
+	checkMat("SoftmaxScaleBiasRows x", rows, cols, cols, len(x))
+	if len(biasOff) < rows {
+		panic(fmt.Sprintf("kernels: SoftmaxScaleBiasRows: %d bias offsets for %d rows", len(biasOff), rows))
+	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	Parallel(rows, max(1, rowGrain/cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			d, xr := dst[r*cols:r*cols+cols], x[r*cols:r*cols+cols]
+			if &d[0] != &xr[0] {
+				copy(d, xr)
+			}
+			scaleInPlace(d, scale)
+			addInPlace(d, bias[biasOff[r]:biasOff[r]+cols])
+			softmaxRow(d)
+		}
+	})
+}
+
 func softmaxRow(xr []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range xr {

@@ -91,6 +91,42 @@ func TestSoftmaxRows(t *testing.T) {
 	})
 }
 
+// TestSoftmaxScaleBiasRows: at every instruction level, each row equals
+// SoftmaxRows of the row times the scale plus its bias row (both rounded
+// to f32, as the separate ops round them), in a new slice and in place,
+// with bias rows shared and out of order.
+func TestSoftmaxScaleBiasRows(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(15, 16))
+		for _, cols := range rowSizes {
+			rows := 2 + r.IntN(4)
+			x := randMat(r, rows, cols, cols)
+			bias := randMat(r, 2, cols, cols)
+			bias[1] = -1e30 // masked
+			offs := make([]int, rows)
+			for i := range offs {
+				offs[i] = cols * ((i + 1) % 2)
+			}
+			const scale = 0.37
+			want := make([]float32, len(x))
+			for i := range rows {
+				for j := range cols {
+					want[i*cols+j] = float32(x[i*cols+j]*scale) + bias[offs[i]+j]
+				}
+			}
+			SoftmaxRows(want, rows, cols)
+			got := make([]float32, len(x))
+			SoftmaxScaleBiasRows(got, x, rows, cols, scale, bias, offs)
+			SoftmaxScaleBiasRows(x, x, rows, cols, scale, bias, offs) // in place
+			for i := range want {
+				if got[i] != want[i] || x[i] != want[i] {
+					t.Fatalf("cols %d, element %d: %g (in place %g), want %g", cols, i, got[i], x[i], want[i])
+				}
+			}
+		}
+	})
+}
+
 func TestSiLUMulAndAdd(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(15, 16))
