@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"sync"
+
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
@@ -206,6 +208,11 @@ func countUsers(nodes, outputs []*node) []int {
 // per step but the last, which writes the output directly. The output may
 // be a dying full-size leaf's memory (st.reuse): the last step writes a
 // chunk only after every step has read that chunk of the leaves.
+// fuseScratch holds execFused's scratch between pieces of work (a fused
+// step runs every few microseconds in a decode; its scratch would
+// otherwise be garbage each time).
+var fuseScratch = sync.Pool{New: func() any { return new([]float32) }}
+
 func execFused(st *execState, n *node, in []*slot) (*slot, error) {
 	prog := n.aux.(*fusedProgram)
 	var cands []int
@@ -223,7 +230,12 @@ func execFused(st *execState, n *node, in []*slot) (*slot, error) {
 	size := len(dst)
 	ns := len(prog.steps)
 	kernels.Parallel(size, max(fuseChunk, elemGrain/4), func(lo, hi int) {
-		scratch := make([]float32, (ns-1)*fuseChunk)
+		sp := fuseScratch.Get().(*[]float32)
+		defer fuseScratch.Put(sp)
+		if need := (ns - 1) * fuseChunk; cap(*sp) < need {
+			*sp = make([]float32, need)
+		}
+		scratch := *sp
 		args := make([][]float32, 2)
 		for c0 := lo; c0 < hi; c0 += fuseChunk {
 			c1 := min(c0+fuseChunk, hi)
