@@ -200,7 +200,7 @@ func (st *execState) alloc(s shapes.Shape) *slot {
 	}
 	if n := s.Size() * s.DType.Size(); n >= spareMin && placeable(s.DType) {
 		if r := st.e.backend.spares.take(n); r != nil {
-			return &slot{data: spareView(s.DType, r, s.Size()), owned: true}
+			return &slot{data: viewFlat(s.DType, r, s.Size()), owned: true}
 		}
 	}
 	return &slot{data: makeFlat(s.DType, s.Size()), owned: true}

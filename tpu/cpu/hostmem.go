@@ -140,27 +140,28 @@ func placeable(dt dtypes.DType) bool {
 	return false
 }
 
-// viewFlat is a flat slice of n elements of dt over b's memory (len(b) is
-// n times dt's size; b stays alive as long as the slice does).
+// viewFlat is a flat slice of n elements of dt over b's memory (len(b)
+// at least n times dt's size), with the capacity of all of b's whole
+// elements; b stays alive as long as the slice does.
 func viewFlat(dt dtypes.DType, b []byte, n int) any {
-	p := unsafe.Pointer(unsafe.SliceData(b))
+	p, c := unsafe.Pointer(unsafe.SliceData(b)), len(b)/dt.Size()
 	switch dt {
 	case dtypes.Float32:
-		return unsafe.Slice((*float32)(p), n)
+		return unsafe.Slice((*float32)(p), c)[:n]
 	case dtypes.Float64:
-		return unsafe.Slice((*float64)(p), n)
+		return unsafe.Slice((*float64)(p), c)[:n]
 	case dtypes.BFloat16:
-		return unsafe.Slice((*bfloat16.BFloat16)(p), n)
+		return unsafe.Slice((*bfloat16.BFloat16)(p), c)[:n]
 	case dtypes.Float16:
-		return unsafe.Slice((*float16.Float16)(p), n)
+		return unsafe.Slice((*float16.Float16)(p), c)[:n]
 	case dtypes.Int32:
-		return unsafe.Slice((*int32)(p), n)
+		return unsafe.Slice((*int32)(p), c)[:n]
 	case dtypes.Int64:
-		return unsafe.Slice((*int64)(p), n)
+		return unsafe.Slice((*int64)(p), c)[:n]
 	case dtypes.Uint8:
-		return unsafe.Slice((*uint8)(p), n)
+		return unsafe.Slice((*uint8)(p), c)[:n]
 	case dtypes.Int8:
-		return unsafe.Slice((*int8)(p), n)
+		return unsafe.Slice((*int8)(p), c)[:n]
 	}
 	panic("cpu backend: viewFlat of " + dt.String())
 }

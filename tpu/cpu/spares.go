@@ -6,7 +6,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/x448/float16"
 )
@@ -24,10 +23,11 @@ import (
 // layout) are not those they allocate (the new one): a spare serves any
 // value up to its size, down to half of it.
 //
-// A spare is a region of bytes; the value made from it is a slice of the
-// value's length whose capacity covers the whole region, so that the
-// region comes back whole when the value is freed (spareRegion). The
-// values stay dense row-major slices of the Go heap, as makeFlat's are.
+// A spare is a region of bytes; the value made from it (viewFlat) is a
+// slice of the value's length whose capacity covers the whole region, so
+// that the region comes back whole when the value is freed
+// (spareRegion). The values stay dense row-major slices of the Go heap,
+// as makeFlat's are.
 // Allocations from a spare are not zeroed: execState.alloc's never are.
 
 // spareMin is the smallest value that goes to the spares, and spareCap
@@ -108,34 +108,9 @@ func (p *spares) held() int {
 	return p.bytes
 }
 
-// spareView is a flat value of n elements of dt over region r (len(r) at
-// least n times dt's size), with the capacity of the whole region.
-func spareView(dt dtypes.DType, r []byte, n int) any {
-	size := dt.Size()
-	switch f := viewFlat(dt, r[:len(r)/size*size], len(r)/size).(type) {
-	case []float32:
-		return f[:n]
-	case []float64:
-		return f[:n]
-	case []bfloat16.BFloat16:
-		return f[:n]
-	case []float16.Float16:
-		return f[:n]
-	case []int32:
-		return f[:n]
-	case []int64:
-		return f[:n]
-	case []uint8:
-		return f[:n]
-	case []int8:
-		return f[:n]
-	}
-	panic("cpu backend: spareView of " + dt.String())
-}
-
 // spareRegion is the memory of a freed flat value that may become a
 // spare: all the bytes its capacity covers, when they are at least
-// spareMin and of a type spareView makes; else nil.
+// spareMin and of a type viewFlat makes; else nil.
 func spareRegion(flat any) []byte {
 	switch f := flat.(type) {
 	case []float32:

@@ -81,12 +81,12 @@ func TestSpareViewRegion(t *testing.T) {
 	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Float64, dtypes.BFloat16, dtypes.Float16, dtypes.Int32, dtypes.Int64, dtypes.Uint8, dtypes.Int8} {
 		r := make([]byte, 1003)
 		n := 1000 / dt.Size()
-		flat := spareView(dt, r, n)
+		flat := viewFlat(dt, r, n)
 		if flatLen(flat) != n {
 			t.Fatalf("%s: length %d, want %d", dt, flatLen(flat), n)
 		}
 		if got := dtypeOfFlat(flat); got != dt {
-			t.Fatalf("spareView(%s) made %s", dt, got)
+			t.Fatalf("viewFlat(%s) made %s", dt, got)
 		}
 		back := spareRegion(flat)
 		if unsafe.SliceData(back) != unsafe.SliceData(r) || len(back) != 1003/dt.Size()*dt.Size() {
