@@ -153,7 +153,7 @@ func execSoftmaxScaleBias(st *execState, n *node, in []*slot) (*slot, error) {
 	if out == nil {
 		out = st.alloc(n.shape)
 	}
-	dims, bd := n.shape.Dimensions, n.inputs[1].shape.Dimensions
+	dims := n.shape.Dimensions
 	rank := len(dims)
 	cols := dims[rank-1]
 	rows := 0
@@ -162,12 +162,7 @@ func execSoftmaxScaleBias(st *execState, n *node, in []*slot) (*slot, error) {
 	}
 	// Row r of the scores reads the bias row at the sum, over the leading
 	// axes, of its index times the bias's stride (0 where the bias has 1).
-	bs := stridesOf(bd)
-	for a := range rank - 1 {
-		if bd[a] == 1 {
-			bs[a] = 0
-		}
-	}
+	bs := bcastStrides(n.inputs[1].shape, n.shape)
 	offs := make([]int, rows)
 	idx := make([]int, rank-1)
 	off := 0
