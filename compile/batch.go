@@ -773,23 +773,17 @@ func remapSlots(x *graph.Node, axis int, shift, valid *graph.Node) *graph.Node {
 	zeros := graph.Zeros(g, shapes.Make(x.DType(), zdims...))
 	padded := graph.Concatenate([]*graph.Node{zeros, x, zeros}, axis)
 	window := graph.GatherSlices(padded, []int{axis}, graph.AddScalar(shift, n), []int{n}, true)
-	keep := graph.GreaterThan(valid, graph.ScalarZero(g, dtypes.Int32)) // [S']
-	along := make([]int, x.Rank())
-	for a := range along {
-		along[a] = 1
-	}
-	along[axis] = n
-	keep = graph.BroadcastToDims(graph.Reshape(keep, along...), zdims...)
+	keep := alongAxis(graph.GreaterThan(valid, graph.ScalarZero(g, dtypes.Int32)), axis, zdims)
 	return graph.Where(keep, window, graph.ScalarZero(g, x.DType()))
 }
 
-// alongFirstAxis broadcasts v [dims[0]] to dims along the first axis.
-func alongFirstAxis(v *graph.Node, dims []int) *graph.Node {
+// alongAxis broadcasts v [dims[axis]] to dims along axis.
+func alongAxis(v *graph.Node, axis int, dims []int) *graph.Node {
 	r := make([]int, len(dims))
 	for i := range r {
 		r[i] = 1
 	}
-	r[0] = dims[0]
+	r[axis] = dims[axis]
 	return graph.BroadcastToDims(graph.Reshape(v, r...), dims...)
 }
 
@@ -833,7 +827,7 @@ func (b *Batch) writeRowGraph(in []*graph.Node) []*graph.Node {
 			continue
 		}
 		rows := graph.Iota(x.Graph(), shapes.Make(dtypes.Int32, x.Shape().Dimensions[0]), 0)
-		mask := alongFirstAxis(graph.Equal(rows, row), x.Shape().Dimensions)
+		mask := alongAxis(graph.Equal(rows, row), 0, x.Shape().Dimensions)
 		out[k] = graph.Where(mask, graph.BroadcastToShape(p, x.Shape()), x)
 	}
 	return out
