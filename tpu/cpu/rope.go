@@ -22,10 +22,10 @@ import (
 
 const opTypeRope = backends.OpTypeLast + 103
 
-// ropeAux: the rotated half h, and the tables' dims (1 where broadcast).
+// ropeAux: the rotated half h (the tables, inputs 1 and 2, have its
+// width, and 1 where they broadcast).
 type ropeAux struct {
-	h     int
-	table []int
+	h int
 }
 
 // rewriteRope finds ApplyRope's form at every f32 Concatenate (above).
@@ -37,7 +37,7 @@ func rewriteRope(nodes, outputs []*node) {
 		if x, c, s, h, ok := ropeForm(n, users); ok {
 			n.op, n.fn = opTypeRope, execRope
 			n.inputs = []*node{x, c, s}
-			n.aux = ropeAux{h: h, table: c.shape.Dimensions}
+			n.aux = ropeAux{h: h}
 		}
 	}
 }
@@ -131,16 +131,8 @@ func execRope(st *execState, n *node, in []*slot) (*slot, error) {
 	o := out.data.([]float32)
 	D, h := d[3], a.h
 	// The table row of (b, t, head): each axis of size 1 broadcast.
-	tstride := stridesOf(a.table)
-	tableRow := func(b, t, hd int) int {
-		off := 0
-		for ax, i := range [3]int{b, t, hd} {
-			if a.table[ax] != 1 {
-				off += i * tstride[ax]
-			}
-		}
-		return off
-	}
+	ts := bcastStrides(n.inputs[1].shape, n.shape)
+	tableRow := func(b, t, hd int) int { return b*ts[0] + t*ts[1] + hd*ts[2] }
 	rows := d[0] * d[1] * d[2]
 	kernels.Parallel(rows, max(1, elemGrain/max(1, D)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
