@@ -879,11 +879,8 @@ func (b *Batch) Warmup() error {
 		}
 		debug.FreeOSMemory()
 	}()
-	for _, p := range b.r.programs {
-		report := p.OnRecompile
-		p.OnRecompile = nil
-		defer func() { p.OnRecompile = report }()
-	}
+	b.r.warming.Store(true)
+	defer b.r.warming.Store(false)
 	buckets := b.slotBuckets()
 	var rowBuckets []int
 	for rows := 1; ; rows = b.RowBucket(rows + 1) {
@@ -976,7 +973,8 @@ func (b *Batch) warmPrompt(t int, buckets []int) error {
 }
 
 // warmPrefill compiles, for rows prompts of bucket t, the prefill piece
-// (by running one on a zero state) and the place programs from it to
+// (by running one on a zero state, and precompiling the windows of pieces
+// further on) and the place programs from it to
 // every slot bucket its prompts may be inserted in.
 func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 	chunk := b.prefillPiece(rows, t)
@@ -990,6 +988,9 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 		return err
 	}
 	defer st.Release()
+	if err := st.precompilePrefill(chunk); err != nil {
+		return err
+	}
 	small := append([]Arg{{T: tensors.FromScalar(int32(0))}}, st.args(false)...)
 	// Targets: every slot bucket its prompts fit in (one prompt has more
 	// than t/2 tokens; with several, only the longest must); with a prefix

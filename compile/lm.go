@@ -2,8 +2,11 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -156,7 +159,8 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // Runner is a model compiled for a backend: its weights as held (converted,
 // quantised or sharded once, at NewRunner), the programs of its execution
 // mode and the facts derived from the model. It is immutable after NewRunner
-// (Programs only add executables to their shape-keyed caches), so any
+// (Programs only add executables to their shape-keyed caches, and windowed
+// prefill adds programs, under a lock), so any
 // number of States may run on it, one step at a time: a generation's,
 // chat's session, the server's decode batch, its prefills and its prefix
 // cache each own their States (state.go).
@@ -184,13 +188,16 @@ type Runner struct {
 	slotAxes  [][]int        // per layer and state: lm.StateSpec.SlotAxis
 	slotted   []slottedState // the states with a slot axis, in layer and state order
 
-	prefill, decode *Program   // compiled mode
-	embed, head     *Program   // eager mode
-	layerProg       []*Program // eager mode, per layer (shared per kind)
-	grow            *Program   // grow-cache (grow.go)
-	programs        []*Program // all, for Stats
-	moe             *moeRun    // host-routed experts (lm.Routed), nil otherwise
-	tp              *tpRun     // several devices (Options.TP/DP), nil otherwise
+	prefill, decode *Program    // compiled mode
+	win             windows     // compiled mode: the prefill's windowed programs (window.go)
+	embed, head     *Program    // eager mode
+	layerProg       []*Program  // eager mode, per layer (shared per kind)
+	grow            *Program    // grow-cache (grow.go)
+	mu              sync.Mutex  // guards programs: windowed prefill adds to them while States run
+	programs        []*Program  // all, for Stats
+	warming         atomic.Bool // a Batch warms up: recompiles are not reported
+	moe             *moeRun     // host-routed experts (lm.Routed), nil otherwise
+	tp              *tpRun      // several devices (Options.TP/DP), nil otherwise
 }
 
 // NewRunner prepares a model for execution on backend: it validates the
@@ -318,9 +325,34 @@ func (r *Runner) newProgram(name string, fn func([]*graph.Node) []*graph.Node) (
 	if err != nil {
 		return nil, err
 	}
-	p.OnRecompile = r.opts.OnRecompile
-	r.programs = append(r.programs, p)
+	r.addProgram(p)
 	return p, nil
+}
+
+// addProgram lists p among the runner's programs (for Stats and Close)
+// and hooks it to Options.OnRecompile.
+func (r *Runner) addProgram(p *Program) {
+	if r.opts.OnRecompile != nil {
+		p.OnRecompile = r.recompiled
+	}
+	r.mu.Lock()
+	r.programs = append(r.programs, p)
+	r.mu.Unlock()
+}
+
+// recompiled passes a program's recompilation on to Options.OnRecompile,
+// except while a Batch warms up (every compile then is expected).
+func (r *Runner) recompiled(program, shapes string) {
+	if !r.warming.Load() {
+		r.opts.OnRecompile(program, shapes)
+	}
+}
+
+// allPrograms is a copy of the runner's programs.
+func (r *Runner) allPrograms() []*Program {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.programs)
 }
 
 func (r *Runner) makePrograms() error {
@@ -396,7 +428,7 @@ func (r *Runner) makeEager() error {
 }
 
 func (r *Runner) hasProgramNamed(name string) bool {
-	for _, p := range r.programs {
+	for _, p := range r.allPrograms() {
 		if p.Name() == name {
 			return true
 		}
@@ -438,7 +470,12 @@ func lastPosition(x *graph.Node) *graph.Node {
 // stepGraph is the compiled-mode graph of a whole step:
 // inputs [tokens, pads, start, state..., weights...] ->
 // outputs [logits [B, V] float32, state...].
-func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node {
+func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node { return r.stepGraphIn(0, in) }
+
+// stepGraphIn is stepGraph with attention reading only the cache's first
+// window slots (lm.Step.Window; 0: all of them), for windowed prefill
+// (window.go).
+func (r *Runner) stepGraphIn(window int, in []*graph.Node) []*graph.Node {
 	tokens, pads, start := in[0], in[1], in[2]
 	nStates := 0
 	for _, n := range r.numStates {
@@ -447,6 +484,9 @@ func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node {
 	states := in[3 : 3+nStates]
 	w := r.params(r.all, in[3+nStates:])
 	step := r.step(tokens.Shape(), pads, start, r.cacheLenOf(0, states))
+	if window > 0 {
+		step.Window = window
+	}
 	x := r.model.Embed(w, tokens)
 	out := []*graph.Node{nil}
 	newStates := make([][]*graph.Node, r.spec.Layers)
@@ -500,18 +540,24 @@ func (r *Runner) weightArgs(args []Arg, names []string) []Arg {
 // runCompiled runs the whole step as one executable on st and returns
 // the logits.
 func (r *Runner) runCompiled(st *State, compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
+	outs, err := compiled.Call(r.stepArgs(st, tokens, startT)...)
+	if err != nil {
+		return nil, err
+	}
+	st.keepAll(outs[1:])
+	return outs[0], nil
+}
+
+// stepArgs are the inputs of a compiled step on st: tokens, pads, start,
+// the state (donated) and the weights.
+func (r *Runner) stepArgs(st *State, tokens, startT *tensors.Tensor) []Arg {
 	args := []Arg{{T: tokens}, {T: st.padsT}, {T: startT}}
 	for _, layer := range st.tensors {
 		for _, s := range layer {
 			args = append(args, Arg{T: s, Donate: true})
 		}
 	}
-	outs, err := compiled.Call(r.weightArgs(args, r.all)...)
-	if err != nil {
-		return nil, err
-	}
-	st.keepAll(outs[1:])
-	return outs[0], nil
+	return r.weightArgs(args, r.all)
 }
 
 // runEager dispatches the embedding, each layer (the routed layers of an
@@ -572,7 +618,7 @@ func (s Stats) Sum() ProgramStats {
 // Stats returns the statistics of every program.
 func (r *Runner) Stats() Stats {
 	s := Stats{Mode: r.opts.Mode.String()}
-	for _, p := range r.programs {
+	for _, p := range r.allPrograms() {
 		ps := p.Stats()
 		s.Programs = append(s.Programs, ps)
 		s.Compile += ps.Compile
@@ -596,7 +642,7 @@ func (r *Runner) Close() {
 		t.FinalizeAll()
 	}
 	r.weights = nil
-	for _, p := range r.programs {
+	for _, p := range r.allPrograms() {
 		p.Finalize()
 	}
 }

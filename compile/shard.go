@@ -433,8 +433,7 @@ func (r *Runner) makeShardedPrograms() error {
 		if err != nil {
 			return nil, err
 		}
-		prog.OnRecompile = r.opts.OnRecompile
-		r.programs = append(r.programs, prog)
+		r.addProgram(prog)
 		r.tp.specs[name] = programSpecs{in, out}
 		return prog, nil
 	}

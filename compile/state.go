@@ -244,17 +244,20 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 			return nil, err
 		}
 	}
+	// A one-token piece has decode's shapes, so it runs on the decode
+	// program and shares its executables instead of compiling the same
+	// graph again under prefill.
+	prog := r.decode
+	if n > 1 {
+		var err error
+		if prog, err = r.prefillProgram(st.next+n, st.cacheLen); err != nil {
+			return nil, err
+		}
+	}
 	tokens := make([]int32, st.batch*n)
 	for i, p := range st.pending {
 		copy(tokens[i*n:], p[:n])
 		st.pending[i] = p[n:]
-	}
-	// A one-token piece has decode's shapes, so it runs on the decode
-	// program and shares its executables instead of compiling the same
-	// graph again under prefill.
-	prog := r.prefill
-	if n == 1 {
-		prog = r.decode
 	}
 	return r.run(st, prog, tensors.FromFlatDataAndDimensions(tokens, st.batch, n), st.next)
 }

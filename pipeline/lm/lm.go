@@ -349,6 +349,13 @@ type Step struct {
 	Batch    int
 	Len      int // T, the number of new tokens per row
 	CacheLen int // S, the static cache length
+	// Window is the number of leading cache slots the step's queries may
+	// see, at most CacheLen: every slot at or past it is empty (above
+	// Start+Len), so attention reads only slots [0, Window). NewStep sets
+	// it to CacheLen; a runner that knows where the step ends sets less
+	// (compile's windowed prefill), and the graph differs only in how
+	// much of the cache it reads.
+	Window int
 	// Pads is [B] int32: left-padding slots of each row.
 	Pads *graph.Node
 	// Start is a scalar int32: the cache slot of the first new token.
@@ -386,6 +393,15 @@ func (s *Step) Memo(key string, build func() *graph.Node) *graph.Node {
 	return n
 }
 
+// Visible is the number of leading cache slots attention reads: Window,
+// or CacheLen when Window is unset or not below it.
+func (s *Step) Visible() int {
+	if s.Window > 0 && s.Window < s.CacheLen {
+		return s.Window
+	}
+	return s.CacheLen
+}
+
 // NewStep describes a step of t new tokens per row for a batch with left
 // padding pads ([B] int32) whose first new token goes to cache slot start
 // (scalar int32), and derives Positions = start + t - pads[b].
@@ -394,7 +410,7 @@ func NewStep(batch, t, cacheLen int, pads, start *graph.Node, dynamicUpdateSlice
 	slots := graph.Add(graph.Iota(g, shapes.Make(dtypes.Int32, batch, t), 1), start) // [B, T]: start + t
 	positions := graph.Sub(slots, graph.Reshape(pads, batch, 1))                     // [B, T]
 	return &Step{
-		Batch: batch, Len: t, CacheLen: cacheLen,
+		Batch: batch, Len: t, CacheLen: cacheLen, Window: cacheLen,
 		Pads: pads, Start: start, Positions: positions,
 		DynamicUpdateSlice: dynamicUpdateSlice,
 	}

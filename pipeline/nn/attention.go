@@ -64,7 +64,8 @@ func UpdateCache(cache, update, start *Node, axis int, dynamicUpdateSlice bool) 
 
 // AttentionBias returns the additive attention bias [B, 1, T, 1, S]
 // (float32: 0 where visible, a large negative number where masked) for the
-// step's queries over the cache slots, shared by the layers of a graph.
+// step's queries over the first S = step.Visible() cache slots, shared by
+// the layers of a graph.
 //
 // Query t of row b sits in slot q = Start+t and sees slot s when s <= q
 // (causal), s >= Pads[b] (not padding) and, with a window, q - s < window
@@ -73,7 +74,7 @@ func UpdateCache(cache, update, start *Node, axis int, dynamicUpdateSlice bool) 
 func AttentionBias(step *lm.Step, window int) *Node {
 	return step.Memo(fmt.Sprintf("attention-bias/%d", window), func() *Node {
 		g := step.Pads.Graph()
-		b, t, s := step.Batch, step.Len, step.CacheLen
+		b, t, s := step.Batch, step.Len, step.Visible()
 		slot := iotaInt(g, 2, 1, t, s)                                                      // [1, T, S]: s
 		q := Add(iotaInt(g, 1, 1, t, s), ConvertDType(step.Start, dtypes.Int32))            // [1, T, S]: Start + t
 		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1)                      // [B, 1, 1]
@@ -92,7 +93,11 @@ func AttentionBias(step *lm.Step, window int) *Node {
 // static cache:
 //
 //	q [B, T, H, D], keys [B, KV, S, D], values [B, KV, D, S] (transposed),
-//	bias [B, 1, T, 1, S] (AttentionBias) -> [B, T, H*D]
+//	bias [B, 1, T, 1, W] (AttentionBias) -> [B, T, H*D]
+//
+// A bias over fewer slots than the cache holds (W < S, a step that sees
+// only the cache's first W slots: lm.Step.Window) makes attention read
+// only those slots of keys and values.
 //
 // Query head h uses KV head h / (H/KV), as transformers' repeat_kv does.
 // Scores are scaled by scale (1/sqrt(D) when 0), soft-capped when softcap >
@@ -123,6 +128,10 @@ func attention(q, keys, values, bias *Node, scale, softcap float64, sinks *Node)
 	groups := h / kv
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(d))
+	}
+	if w := bias.Shape().Dimensions[4]; w < keys.Shape().Dimensions[KeyCacheAxis] {
+		keys = SliceAxis(keys, KeyCacheAxis, AxisRange(0, w))
+		values = SliceAxis(values, ValueCacheAxis, AxisRange(0, w))
 	}
 	dtype := q.DType()
 	if keys.DType() != dtype { // caches held in another dtype (compile.Options.KVDType)
