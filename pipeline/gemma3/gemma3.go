@@ -308,9 +308,16 @@ func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, ki
 	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), keys, values
 }
 
+var _ lm.Finisher = (*Model)(nil)
+
+// Final implements lm.Finisher: the final (1+w) RMSNorm.
+func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	return nn.RMSNorm(x, w.Get("model.norm.weight"), m.eps, true)
+}
+
 // Head implements lm.Model: final (1+w) norm, lm_head, final soft-capping.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
-	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.eps, true)
+	x = m.Final(w, x)
 	name := "lm_head.weight"
 	if m.spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"

@@ -319,12 +319,18 @@ func (m *Model) experts(p *lm.Params, residual *Node, step *lm.Step) *Node {
 	return m.norm(Reshape(y, b, t, hd), p.Get("post_feedforward_layernorm_2.weight"))
 }
 
+// Final implements lm.Finisher: the final norm of the residual stream
+// (its first Hidden values: the layers carry more after them).
+func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	h := SliceAxis(x, -1, AxisRange(0, m.o.Spec.Hidden))
+	return m.norm(h, w.Get(m.name("norm.weight")))
+}
+
 // Head implements lm.Model: the final norm of the residual stream, the
 // (tied) head and the final soft-cap.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	s := &m.o.Spec
-	h := SliceAxis(x, 1, AxisRange(0, s.Hidden))
-	h = m.norm(h, w.Get(m.name("norm.weight")))
+	h := m.Final(w, x)
 	name := "lm_head.weight"
 	if s.TieEmbeddings {
 		name = m.name("embed_tokens.weight")
@@ -334,6 +340,7 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 
 var (
 	_ lm.Model       = (*Model)(nil)
+	_ lm.Finisher    = (*Model)(nil)
 	_ lm.Skipper     = (*Model)(nil)
 	_ lm.StateSharer = (*Model)(nil)
 )

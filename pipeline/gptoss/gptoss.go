@@ -235,9 +235,16 @@ func (m *Model) InGraphExperts() string {
 
 var _ lm.InGraphExperts = (*Model)(nil)
 
+var _ lm.Finisher = (*Model)(nil)
+
+// Final implements lm.Finisher: the final norm.
+func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	return m.norm(x, w.Get("model.norm.weight"))
+}
+
 // Head implements lm.Model: the final norm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
-	x = m.norm(x, w.Get("model.norm.weight"))
+	x = m.Final(w, x)
 	name := "lm_head.weight"
 	if m.Spec().TieEmbeddings {
 		name = "model.embed_tokens.weight"

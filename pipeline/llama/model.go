@@ -195,9 +195,16 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 		m.o.Act)
 }
 
+var _ lm.Finisher = (*Model)(nil)
+
+// Final implements lm.Finisher: the final RMSNorm.
+func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	return nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
+}
+
 // Head implements lm.Model: the final norm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
-	x = nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
+	x = m.Final(w, x)
 	name := "lm_head.weight"
 	if m.o.Spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"

@@ -275,6 +275,17 @@ type Model interface {
 	Head(w *Params, x *graph.Node) *graph.Node
 }
 
+// Finisher is a Model that gives apart the hidden states its Head
+// projects: the residual stream after the final norm. Every architecture
+// implements it; embeddings pool its output (compile.Runner.Embed).
+type Finisher interface {
+	// Final maps hidden states [..., Hidden] (Layer's output, at one
+	// position or many) to the normed hidden states Head multiplies by
+	// its projection, [..., Hidden] in the compute dtype. It reads only
+	// HeadWeights' norm.
+	Final(w *Params, x *graph.Node) *graph.Node
+}
+
 // Weights returns every tensor the model reads, each once, in the order
 // embed, layers, head.
 func Weights(m Model) []WeightSpec {

@@ -354,8 +354,15 @@ func (m *Model) gatedDeltaNet(p *lm.Params, x, conv, rec *Node, step *lm.Step) (
 	return out, conv, rec
 }
 
+var _ lm.Finisher = (*Model)(nil)
+
+// Final implements lm.Finisher: the final (1+w) RMSNorm.
+func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	return nn.RMSNorm(x, w.Get(m.name("norm.weight")), m.o.Eps, true)
+}
+
 // Head implements lm.Model: the final (1+w) RMSNorm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
-	x = nn.RMSNorm(x, w.Get(m.name("norm.weight")), m.o.Eps, true)
+	x = m.Final(w, x)
 	return nn.Linear(x, w.Get(m.headName()), nil) // [B, V]
 }
