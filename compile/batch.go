@@ -96,6 +96,8 @@ type BatchOptions struct {
 	// then also compiles the copies they need. Models with recurrent
 	// state, and backends without DynamicUpdateSlice, keep none.
 	Prefixes bool
+	// Pooling is how Embed pools a prompt's final hidden states.
+	Pooling Pooling
 }
 
 // MaxSlots bounds BatchOptions.MaxBatch.
@@ -320,7 +322,7 @@ func (b *Batch) newPrefill(prompts [][]int) (*BatchPrefill, error) {
 		if len(p) == 0 {
 			return nil, errs.Usagef("prompt %d is empty", i)
 		}
-		if len(p) >= b.o.MaxContext {
+		if len(p) > b.o.MaxContext {
 			return nil, errs.Usagef("prompt of %d tokens leaves no room below the context of %d tokens", len(p), b.o.MaxContext)
 		}
 		if err := b.r.checkIDs("prompt", p); err != nil {
@@ -1018,4 +1020,18 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 		}
 	}
 	return nil
+}
+
+// Embed runs prompts through the model, together in a batch of their
+// own, and returns each one's final hidden states pooled by
+// BatchOptions.Pooling (Runner.Embed): serve's embeddings. The rows and
+// the decode batch are untouched. Its executables compile at first use
+// (Warmup does not compile them).
+func (b *Batch) Embed(prompts [][]int) ([][]float32, error) {
+	for i, p := range prompts {
+		if len(p) > b.o.MaxContext {
+			return nil, errs.Usagef("prompt %d of %d tokens is beyond the context of %d tokens", i, len(p), b.o.MaxContext)
+		}
+	}
+	return b.r.Embed(prompts, b.o.Pooling)
 }

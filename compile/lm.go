@@ -190,6 +190,7 @@ type Runner struct {
 
 	prefill, decode *Program    // compiled mode
 	win             windows     // compiled mode: the prefill's windowed programs (window.go)
+	emb             embedProgs  // Embed's program (embed.go)
 	embed, head     *Program    // eager mode
 	layerProg       []*Program  // eager mode, per layer (shared per kind)
 	grow            *Program    // grow-cache (grow.go)
@@ -476,6 +477,25 @@ func (r *Runner) stepGraph(in []*graph.Node) []*graph.Node { return r.stepGraphI
 // window slots (lm.Step.Window; 0: all of them), for windowed prefill
 // (window.go).
 func (r *Runner) stepGraphIn(window int, in []*graph.Node) []*graph.Node {
+	x, w, out := r.stepLayers(window, in)
+	out[0] = graph.ConvertDType(r.model.Head(w, lastPosition(x)), dtypes.Float32)
+	return out
+}
+
+// finalGraph is stepGraph with the final hidden states of every position
+// (lm.Finisher) for output, [B, T, Hidden] float32, in place of the
+// logits: Embed's program.
+func (r *Runner) finalGraph(in []*graph.Node) []*graph.Node {
+	x, w, out := r.stepLayers(0, in)
+	out[0] = graph.ConvertDType(r.model.(lm.Finisher).Final(w, x), dtypes.Float32)
+	return out
+}
+
+// stepLayers builds a compiled step's embedding and layers, reading the
+// cache's first window slots (0: all): the last hidden states [B, T, ...],
+// the weights and the outputs with the new state from out[1] (out[0] is
+// the caller's).
+func (r *Runner) stepLayers(window int, in []*graph.Node) (*graph.Node, *lm.Params, []*graph.Node) {
 	tokens, pads, start := in[0], in[1], in[2]
 	nStates := 0
 	for _, n := range r.numStates {
@@ -500,8 +520,7 @@ func (r *Runner) stepGraphIn(window int, in []*graph.Node) []*graph.Node {
 		x, newStates[i] = r.layer(i, w, x, in, step)
 		out = append(out, newStates[i]...)
 	}
-	out[0] = graph.ConvertDType(r.model.Head(w, lastPosition(x)), dtypes.Float32)
-	return out
+	return x, w, out
 }
 
 // embedGraph: [tokens, embed weights...] -> [hidden].
@@ -521,6 +540,13 @@ func (r *Runner) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 	step := r.step(x.Shape(), pads, start, r.cacheLenOf(src, states))
 	x, st := r.layer(rep, w, x, states, step)
 	return append([]*graph.Node{x}, st...)
+}
+
+// finalHeadGraph: [hidden [B, T, H], head weights...] -> [final hidden
+// states [B, T, Hidden] float32] (lm.Finisher), eager mode's head for Embed.
+func (r *Runner) finalHeadGraph(in []*graph.Node) []*graph.Node {
+	x := r.model.(lm.Finisher).Final(r.params(r.headW, in[1:]), in[0])
+	return []*graph.Node{graph.ConvertDType(x, dtypes.Float32)}
 }
 
 // headGraph: [hidden [B, T, H], head weights...] -> [logits [B, V] float32].
@@ -561,9 +587,10 @@ func (r *Runner) stepArgs(st *State, tokens, startT *tensors.Tensor) []Arg {
 }
 
 // runEager dispatches the embedding, each layer (the routed layers of an
-// lm.Routed model as Route, host grouping and experts) and the head as
-// their own executables on st and returns the logits.
-func (r *Runner) runEager(st *State, tokens, startT *tensors.Tensor, start int) (*tensors.Tensor, error) {
+// lm.Routed model as Route, host grouping and experts) and head (the
+// logits' r.head, or Embed's final hidden states) as their own
+// executables on st and returns head's output.
+func (r *Runner) runEager(st *State, tokens, startT *tensors.Tensor, start int, head *Program) (*tensors.Tensor, error) {
 	outs, err := r.embed.Call(r.weightArgs([]Arg{{T: tokens}}, r.embedW)...)
 	if err != nil {
 		return nil, err
@@ -585,7 +612,7 @@ func (r *Runner) runEager(st *State, tokens, startT *tensors.Tensor, start int) 
 		x = outs[0]
 		copy(st.tensors[i], outs[1:])
 	}
-	outs, err = r.head.Call(r.weightArgs([]Arg{{T: x, Donate: true}}, r.headW)...)
+	outs, err = head.Call(r.weightArgs([]Arg{{T: x, Donate: true}}, r.headW)...)
 	if err != nil {
 		return nil, err
 	}

@@ -323,7 +323,7 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 	case r.opts.Mode == Compiled:
 		logits, err = r.runCompiled(st, compiled, tokens, startT)
 	default:
-		logits, err = r.runEager(st, tokens, startT, start)
+		logits, err = r.runEager(st, tokens, startT, start, r.head)
 	}
 	if err != nil {
 		st.Release()

@@ -1,0 +1,169 @@
+package compile
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// Pooling says how Embed makes one vector of a prompt's final hidden
+// states.
+type Pooling int
+
+const (
+	// PoolLast takes the last token's: in a causal model it is the only
+	// one that has seen the whole prompt (Qwen3-Embedding, e5-mistral and
+	// gte-Qwen pool so).
+	PoolLast Pooling = iota
+	// PoolMean averages every token's (sentence-transformers'
+	// pooling_mode_mean_tokens).
+	PoolMean
+)
+
+// String returns the pooling's flag value.
+func (p Pooling) String() string {
+	if p == PoolMean {
+		return "mean"
+	}
+	return "last"
+}
+
+// ParsePooling parses "last" or "mean".
+func ParsePooling(s string) (Pooling, error) {
+	switch s {
+	case "last":
+		return PoolLast, nil
+	case "mean":
+		return PoolMean, nil
+	}
+	return 0, fmt.Errorf("pooling %q: want last or mean", s)
+}
+
+// embedPiece is the most tokens per row of one of Embed's steps.
+const embedPiece = 512
+
+// embedProgs are Embed's programs, made at its first call: the whole
+// step with the final hidden states for output (compiled mode) or the
+// head that gives them (eager mode).
+type embedProgs struct {
+	once sync.Once
+	prog *Program
+	err  error
+}
+
+// Embed runs prompts through the model together, left-padded in one
+// batch as Prefill pads them, in steps of at most 512 tokens a row, and
+// returns each prompt's final hidden states (lm.Finisher: the residual
+// stream after the final norm, what the head projects) pooled by pool:
+// [len(prompts)][Hidden] float32, not normalized. Nothing of it stays in
+// any State. Models with host-routed experts or sharded over several
+// devices are refused (errs.ErrUnsupported).
+func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
+	if _, ok := r.model.(lm.Finisher); !ok {
+		return nil, fmt.Errorf("embeddings: %s does not give its final hidden states: %w", r.spec.Architecture, errs.ErrUnsupported)
+	}
+	if r.tp != nil || r.moe != nil {
+		return nil, fmt.Errorf("embeddings run on one device with the experts in the graph: %w", errs.ErrUnsupported)
+	}
+	r.emb.once.Do(func() {
+		if r.opts.Mode == Compiled {
+			r.emb.prog, r.emb.err = r.newProgram("embed-final", r.finalGraph)
+		} else {
+			r.emb.prog, r.emb.err = r.newProgram("head-final", r.finalHeadGraph)
+		}
+	})
+	if r.emb.err != nil {
+		return nil, r.emb.err
+	}
+	st := r.NewState()
+	defer st.Release()
+	if _, err := st.Begin(prompts, 0); err != nil {
+		return nil, err
+	}
+	b, h := st.batch, r.spec.Hidden
+	sums := make([][]float64, b)
+	for i := range sums {
+		sums[i] = make([]float64, h)
+	}
+	var last []float32
+	for st.Pending() > 0 {
+		n := min(embedPiece, st.Pending())
+		start := st.next
+		out, err := st.finalChunk(n)
+		if err != nil {
+			return nil, err
+		}
+		err = tensors.ConstFlatData(out, func(v []float32) { // [B, n, Hidden]
+			if st.Pending() == 0 && pool == PoolLast {
+				last = make([]float32, b*h)
+				for i := range b {
+					copy(last[i*h:(i+1)*h], v[(i*n+n-1)*h:(i*n+n)*h])
+				}
+			}
+			if pool != PoolMean {
+				return
+			}
+			for i := range b {
+				for t := max(0, int(st.pads[i])-start); t < n; t++ {
+					row := v[(i*n+t)*h : (i*n+t+1)*h]
+					for j, x := range row {
+						sums[i][j] += float64(x)
+					}
+				}
+			}
+		})
+		out.FinalizeAll()
+		if err != nil {
+			return nil, err
+		}
+	}
+	vecs := make([][]float32, b)
+	for i := range vecs {
+		vecs[i] = make([]float32, h)
+		if pool == PoolLast {
+			copy(vecs[i], last[i*h:(i+1)*h])
+			continue
+		}
+		count := float64(len(prompts[i]))
+		for j, s := range sums[i] {
+			vecs[i][j] = float32(s / count)
+		}
+	}
+	return vecs, nil
+}
+
+// finalChunk runs the next n pending tokens of every row, as
+// PrefillChunk does, and returns the final hidden states of each of
+// them, [B, n, Hidden] float32, for the caller to finalize.
+func (st *State) finalChunk(n int) (*tensors.Tensor, error) {
+	r := st.r
+	for st.next+n > st.cacheLen {
+		if err := r.growCache(st); err != nil {
+			return nil, err
+		}
+	}
+	tokens := make([]int32, st.batch*n)
+	for i, p := range st.pending {
+		copy(tokens[i*n:], p[:n])
+		st.pending[i] = p[n:]
+	}
+	tokT := tensors.FromFlatDataAndDimensions(tokens, st.batch, n)
+	startT := tensors.FromScalar(int32(st.next))
+	var out *tensors.Tensor
+	var err error
+	if r.opts.Mode == Compiled {
+		out, err = r.runCompiled(st, r.emb.prog, tokT, startT)
+	} else {
+		out, err = r.runEager(st, tokT, startT, st.next, r.emb.prog)
+	}
+	if err != nil {
+		st.Release()
+		return nil, err
+	}
+	st.next += n
+	return out, nil
+}
