@@ -197,6 +197,9 @@ func openModel(m *loader.Checkpoint, dev *tpu.Device, dtype dtypes.DType, rep *u
 	if err != nil {
 		return nil, err
 	}
+	for _, n := range l.Notes {
+		rep.Warnf("%s", n)
+	}
 	spec := l.Model.Spec()
 	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s",
 		m.Name(), spec.Architecture, spec.Layers, spec.Hidden, spec.VocabSize, dtype, deviceLabel(dev))

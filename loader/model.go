@@ -433,7 +433,7 @@ func (m *Checkpoint) smallFiles(opts Options) []string {
 	var out []string
 	for _, f := range m.Files {
 		dir, rest, nested := strings.Cut(f, "/")
-		if nested && (folders == nil || !folders[dir] || strings.Contains(rest, "/")) {
+		if nested && (folders == nil || !folders[dir] || strings.Contains(rest, "/")) && !(m.Kind == Transformers && poolingFile(f)) {
 			continue
 		}
 		if opts.MetadataOnly && !metadataFile(f) {

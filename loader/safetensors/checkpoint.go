@@ -108,6 +108,47 @@ type Checkpoint struct {
 	IndexPath string
 	byName    map[string]*File
 	names     []string
+	// stored maps a name given by Rename to the tensor's name in its
+	// file; nil until Rename.
+	stored map[string]string
+}
+
+// file is the file holding tensor name and the tensor's name there.
+func (c *Checkpoint) file(name string) (*File, string, bool) {
+	f, ok := c.byName[name]
+	if !ok {
+		return nil, "", false
+	}
+	if s, renamed := c.stored[name]; renamed {
+		return f, s, true
+	}
+	return f, name, true
+}
+
+// Rename gives every tensor the name rename returns for its stored name
+// (transformers' base-model checkpoints, saved without the "model."
+// prefix the causal-LM class reads); Names, Has, Info, Raw, Convert and
+// Release take the new names from then on. Two tensors renamed to one
+// name is an error, and nothing is renamed.
+func (c *Checkpoint) Rename(rename func(stored string) string) error {
+	byName := make(map[string]*File, len(c.byName))
+	stored := make(map[string]string, len(c.byName))
+	names := make([]string, 0, len(c.names))
+	for _, n := range c.names {
+		s, ok := c.stored[n]
+		if !ok {
+			s = n
+		}
+		to := rename(s)
+		if _, dup := byName[to]; dup {
+			return fmt.Errorf("checkpoint %s: two tensors renamed to %q", c.Dir, to)
+		}
+		byName[to], stored[to] = c.byName[n], s
+		names = append(names, to)
+	}
+	sort.Strings(names)
+	c.byName, c.stored, c.names = byName, stored, names
+	return nil
 }
 
 // Open opens a checkpoint from a .safetensors file, a .safetensors.index.json
@@ -227,11 +268,13 @@ func (c *Checkpoint) Len() int { return len(c.names) }
 
 // Info describes a tensor.
 func (c *Checkpoint) Info(name string) (TensorInfo, bool) {
-	f, ok := c.byName[name]
+	f, s, ok := c.file(name)
 	if !ok {
 		return TensorInfo{}, false
 	}
-	return f.Info(name)
+	info, ok := f.Info(s)
+	info.Name = name
+	return info, ok
 }
 
 // Has reports whether the checkpoint holds the tensor.
@@ -239,11 +282,11 @@ func (c *Checkpoint) Has(name string) bool { _, ok := c.byName[name]; return ok 
 
 // Raw returns a zero-copy view of the tensor's bytes, valid until Close.
 func (c *Checkpoint) Raw(name string) ([]byte, error) {
-	f, ok := c.byName[name]
+	f, s, ok := c.file(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
-	return f.Raw(name)
+	return f.Raw(s)
 }
 
 // Shape returns the tensor's shape and whether the checkpoint holds it.

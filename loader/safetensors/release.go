@@ -20,11 +20,11 @@ func (c *Checkpoint) Release(name string) { c.ReleaseRange(name, 0, math.MaxInt6
 // is clamped to its size): a large tensor read piece by piece gives each
 // piece back as soon as it is converted.
 func (c *Checkpoint) ReleaseRange(name string, begin, end int64) {
-	f, ok := c.byName[name]
+	f, s, ok := c.file(name)
 	if !ok || f.data == nil {
 		return
 	}
-	info, ok := f.Info(name)
+	info, ok := f.Info(s)
 	if !ok {
 		return
 	}

@@ -199,3 +199,39 @@ func TestRealCheckpoint(t *testing.T) {
 	assert.Equal(t, F32, info.DType)
 	assert.True(t, c.Has("model.layers.4.mlp.down_proj.weight"))
 }
+
+// TestRename: renamed tensors answer to their new names only, across
+// shards, twice renamed from their stored names; a rename that merges two
+// names fails and changes nothing.
+func TestRename(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := Float32Tensor("a", F32, []int{2}, []float32{1, 2})
+	b, _ := Float32Tensor("b", F32, []int{1}, []float32{3})
+	writeTestFile(t, dir, "model-00001-of-00002.safetensors", []Tensor{a})
+	writeTestFile(t, dir, "model-00002-of-00002.safetensors", []Tensor{b})
+	idx := `{"metadata":{"total_size":12},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(idx), 0o644))
+	c, err := Open(dir)
+	require.NoError(t, err)
+	defer c.Close()
+	require.Error(t, c.Rename(func(string) string { return "same" }))
+	assert.Equal(t, []string{"a", "b"}, c.Names())
+	require.NoError(t, c.Rename(func(s string) string { return "x." + s }))
+	require.NoError(t, c.Rename(func(s string) string { return "model." + s }))
+	assert.Equal(t, []string{"model.a", "model.b"}, c.Names())
+	assert.False(t, c.Has("a"))
+	assert.False(t, c.Has("x.a"))
+	v, err := c.Float32("model.a")
+	require.NoError(t, err)
+	assert.Equal(t, []float32{1, 2}, v)
+	info, ok := c.Info("model.b")
+	require.True(t, ok)
+	assert.Equal(t, "model.b", info.Name)
+	assert.Equal(t, []int{1}, info.Shape)
+	_, err = c.Raw("b")
+	require.Error(t, err)
+	c.Release("model.a") // the stored name's pages; no panic
+	v, err = c.Float32("model.a")
+	require.NoError(t, err)
+	assert.Equal(t, []float32{1, 2}, v)
+}

@@ -2,7 +2,9 @@ package lm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -36,6 +38,10 @@ type Loaded struct {
 	// check costs no pass of its own over the weights. The model still
 	// loads.
 	OnNonFinite func(safetensors.NonFiniteTensor)
+	// Notes say how the checkpoint was read where it departs from the
+	// causal-LM layout (a base-model checkpoint: baseModel); commands
+	// print them as warnings.
+	Notes []string
 
 	ckpt    *safetensors.Checkpoint
 	weights []WeightSpec
@@ -183,19 +189,69 @@ func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Loaded{Dir: m.Dir, Config: m.Config, Model: model, weights: Weights(model)}
-	if l.Generation, err = m.Generation(); err != nil {
+	gen, err := m.Generation()
+	if err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
 	}
-	l.ckpt, err = m.OpenCheckpoint("")
+	ckpt, err := m.OpenCheckpoint("")
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
 	}
+	cfg, notes, err := baseModel(m.Config, model, ckpt)
+	if err == nil && cfg != m.Config {
+		model, err = New(cfg)
+	}
+	if err != nil {
+		ckpt.Close()
+		return nil, err
+	}
+	l := &Loaded{Dir: m.Dir, Config: cfg, Generation: gen, Model: model, weights: Weights(model), ckpt: ckpt, Notes: notes}
 	if err := l.check(); err != nil {
 		l.ckpt.Close()
 		return nil, err
 	}
 	return l, nil
+}
+
+// baseModel reads a base-model checkpoint as its causal-LM class would,
+// as transformers does (base_model_prefix): one saved from the bare
+// decoder (Qwen3Model, LlamaModel: what sentence-transformers publishes,
+// Qwen3-Embedding among them) names its tensors without "model." and
+// has no lm_head. Its tensors are renamed to "model.…"; when the config
+// unties a head the checkpoint lacks, the head is tied to the embedding
+// (cfg, a copy of config.json with tie_word_embeddings true: the model's
+// logits are then the embedding's, of no use but for the final hidden
+// states its embeddings are). Any other checkpoint comes back as it was
+// (cfg == orig).
+func baseModel(orig *config.File, model Model, ckpt *safetensors.Checkpoint) (*config.File, []string, error) {
+	const embed = "embed_tokens.weight"
+	if !ckpt.Has(embed) || ckpt.Has("model."+embed) {
+		return orig, nil, nil
+	}
+	for _, n := range ckpt.Names() {
+		if strings.HasPrefix(n, "model.") {
+			return orig, nil, nil
+		}
+	}
+	if !slices.ContainsFunc(Weights(model), func(w WeightSpec) bool { return w.Name == "model."+embed }) {
+		return orig, nil, nil // an architecture that names its weights otherwise
+	}
+	if err := ckpt.Rename(func(s string) string {
+		if s == tiedHead {
+			return s
+		}
+		return "model." + s
+	}); err != nil {
+		return nil, nil, err
+	}
+	notes := []string{fmt.Sprintf("%s holds a base model's tensors (no \"model.\" prefix): read as %s's", ckpt.Dir, model.Spec().Architecture)}
+	if model.Spec().TieEmbeddings || ckpt.Has(tiedHead) {
+		return orig, notes, nil
+	}
+	cfg := *orig
+	cfg.Raw = maps.Clone(orig.Raw)
+	cfg.Raw["tie_word_embeddings"] = json.RawMessage("true")
+	return &cfg, append(notes, fmt.Sprintf("%s has no lm_head.weight: the head is tied to the embedding, so its logits mean nothing; it serves embeddings (the final hidden states)", ckpt.Dir)), nil
 }
 
 func (l *Loaded) check() error {

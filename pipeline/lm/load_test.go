@@ -236,3 +236,57 @@ func bits(t *tensors.Tensor) []uint32 {
 	}
 	return out
 }
+
+// TestLoadBaseModel: a checkpoint saved from the bare decoder (tensor
+// names without "model.", as sentence-transformers publishes
+// Qwen3-Embedding) loads as the causal LM, each tensor under its causal-LM
+// name with its own values; without its untied lm_head the head is tied to
+// the embedding, and the notes say both. With the head it stays untied.
+func TestLoadBaseModel(t *testing.T) {
+	for _, withHead := range []bool{false, true} {
+		dir := tiny(t, false)
+		var embed []float32
+		rewrite(t, dir, func(m map[string]safetensors.Tensor) {
+			for n, v := range m {
+				if n == "lm_head.weight" {
+					if !withHead {
+						delete(m, n)
+					}
+					continue
+				}
+				delete(m, n)
+				v.Name = strings.TrimPrefix(n, "model.")
+				m[v.Name] = v
+			}
+			e := m["embed_tokens.weight"]
+			embed = make([]float32, 32*16)
+			for i := range embed {
+				embed[i] = float32(i%11) - 5
+			}
+			e, _ = safetensors.Float32Tensor("embed_tokens.weight", safetensors.F32, []int{32, 16}, embed)
+			m[e.Name] = e
+		})
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatalf("head %v: %v", withHead, err)
+		}
+		if got := l.Model.Spec().TieEmbeddings; got == withHead {
+			t.Errorf("head %v: tied %v", withHead, got)
+		}
+		wantNotes := 2 // the renaming, the tied head
+		if withHead {
+			wantNotes = 1
+		}
+		if len(l.Notes) != wantNotes || !withHead && !strings.Contains(l.Notes[1], "lm_head") {
+			t.Errorf("head %v: notes %q", withHead, l.Notes)
+		}
+		x, err := l.Tensor("model.embed_tokens.weight", dtypes.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tensors.MustCopyFlatData[float32](x); !slices.Equal(got, embed) {
+			t.Errorf("head %v: model.embed_tokens.weight is not the stored embed_tokens.weight", withHead)
+		}
+		l.Close()
+	}
+}

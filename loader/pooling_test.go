@@ -1,0 +1,76 @@
+package loader_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/hub/hubtest"
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// TestPoolingFromHub: a sentence-transformers repo's modules.json and
+// 1_Pooling/config.json come with the configs, and Pooling reads the
+// last-token mode from them.
+func TestPoolingFromHub(t *testing.T) {
+	srv := hubtest.New(t)
+	repo := shardedRepo(t)
+	repo.ID = "org/embedder"
+	repo.Files = append(repo.Files,
+		hubtest.File{Path: "modules.json", Data: []byte(`[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+			{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+			{"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]`)},
+		hubtest.File{Path: "1_Pooling/config.json", Data: []byte(`{"word_embedding_dimension":8,"pooling_mode_cls_token":false,
+			"pooling_mode_mean_tokens":false,"pooling_mode_max_tokens":false,"pooling_mode_lasttoken":true,"include_prompt":true}`)})
+	srv.AddRepo(repo)
+	m, err := resolve(context.Background(), "org/embedder", loader.Options{Client: client(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fetched(srv); !slices.Contains(got, "1_Pooling/config.json") || slices.Contains(got, "onnx/model.onnx") {
+		t.Errorf("fetched %q", got)
+	}
+	if p, err := m.Pooling(); p != "last" || err != nil {
+		t.Errorf("Pooling() = %q, %v; want last", p, err)
+	}
+}
+
+// TestPoolingModes: mean, none declared, and modes tputool does not pool
+// by (an ErrUnsupported error naming them).
+func TestPoolingModes(t *testing.T) {
+	for _, c := range []struct {
+		modules, pooling string
+		want             string
+		unsupported      bool
+	}{
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true}`, "mean", false},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "", true},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":true}`, "", true},
+		{`[{"path":"","type":"sentence_transformers.models.Transformer"}]`, "", "", false},
+		{"", "", "", false},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)
+		safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
+		if c.modules != "" {
+			os.WriteFile(filepath.Join(dir, "modules.json"), []byte(c.modules), 0o644)
+		}
+		if c.pooling != "" {
+			os.MkdirAll(filepath.Join(dir, "1_Pooling"), 0o755)
+			os.WriteFile(filepath.Join(dir, "1_Pooling", "config.json"), []byte(c.pooling), 0o644)
+		}
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Pooling()
+		if got != c.want || errors.Is(err, errs.ErrUnsupported) != c.unsupported || (err != nil) != c.unsupported {
+			t.Errorf("%s %s: Pooling() = %q, %v; want %q, unsupported %v", c.modules, c.pooling, got, err, c.want, c.unsupported)
+		}
+	}
+}
