@@ -17,6 +17,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -64,6 +65,10 @@ type ServeOptions struct {
 	// PrefixCache is the number of finished prompts whose caches are kept
 	// for prompts that share their prefix (0: none).
 	PrefixCache int
+	// Pooling is --pooling: how embeddings pool the hidden states, "last",
+	// "mean" or "auto" (the model's sentence-transformers config, else
+	// last).
+	Pooling string
 	// APIKey, when set, is required as a Bearer token (--api-key, else
 	// TPUTOOL_API_KEY). Never printed.
 	APIKey          string
@@ -145,6 +150,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests waiting for a slot before the server answers 429 (default 4 x --max-batch)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", compile.DefaultServePrefillChunk, "prompt tokens per prefill piece, interleaved with decode steps")
 	fl.IntVar(&opts.PrefixCache, "prefix-cache", defaultPrefixCache, "recent prompts whose KV cache is kept, so that a prompt sharing a prefix with one (a system prompt) skips it; 0 keeps none")
+	fl.StringVar(&opts.Pooling, "pooling", "auto", "how /v1/embeddings pools a prompt's hidden states: last (the last token's), mean, or auto (the model's sentence-transformers Pooling config, else last)")
 	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
 	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
 	fl.StringArrayVar(&opts.CORSOrigins, "cors-origin", nil, "browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable; * allows any); none: no CORS headers")
@@ -167,6 +173,8 @@ func checkServeFlags(o *ServeOptions) error {
 		return errs.Usagef("--max-queue %d: want a request count (0: 4 x --max-batch)", o.MaxQueue)
 	case o.PrefillChunk < 1:
 		return errs.Usagef("--prefill-chunk %d: want at least 1 token", o.PrefillChunk)
+	case o.Pooling != "auto" && o.Pooling != "last" && o.Pooling != "mean":
+		return errs.Usagef("--pooling %q: want auto, last or mean", o.Pooling)
 	case o.PrefixCache < 0 || o.PrefixCache > maxPrefixCache:
 		return errs.Usagef("--prefix-cache %d: want 0 to %d prompts", o.PrefixCache, maxPrefixCache)
 	case o.DrainTimeout < 0:
@@ -256,6 +264,24 @@ func (c *compileCounter) counts() (compiles, recompiles int) {
 	return n, max(0, n-c.base)
 }
 
+// servePooling resolves --pooling: auto takes the model's
+// sentence-transformers Pooling config (loader.Checkpoint.Pooling), last
+// when it has none; a mode tputool does not pool by is an error that
+// names --pooling.
+func servePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) {
+	if flag == "auto" {
+		mode, err := m.Pooling()
+		if err != nil {
+			return 0, fmt.Errorf("%w (--pooling last or mean overrides it)", err)
+		}
+		if mode == "" {
+			mode = "last"
+		}
+		flag = mode
+	}
+	return compile.ParsePooling(flag)
+}
+
 func serveRun(ctx context.Context, opts *ServeOptions) error {
 	start := opts.Now()
 	rep := opts.Reporter
@@ -273,6 +299,11 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	pooling, err := servePooling(opts.Pooling, m)
+	if err != nil {
+		return err
+	}
+	rep.Debugf("embeddings: %s pooling (--pooling %s)", pooling, opts.Pooling)
 	tmpl, err := tok.ChatTemplate("")
 	switch {
 	case errors.Is(err, tokenizer.ErrNoChatTemplate):
@@ -309,7 +340,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	defer runner.Close()
 	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
-		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0})
+		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling})
 	if err != nil {
 		return err
 	}
@@ -335,21 +366,22 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	metrics := serve.NewMetrics(counter.counts)
 	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
 	api := serve.NewServer(sched, serve.ServerOptions{
-		ModelName:   name,
-		Tokenizer:   tok,
-		Template:    tmpl,
-		Resolve:     resolve,
-		MaxContext:  maxContext,
-		VocabSize:   spec.VocabSize,
-		Version:     opts.Version,
-		CORSOrigins: opts.CORSOrigins,
-		Family:      spec.Architecture,
-		APIKey:      opts.APIKey,
-		AccessLog:   opts.IO.ErrOut,
-		Metrics:     metrics,
-		Reasoning:   serve.ReasoningOf(tmpl),
-		Harmony:     serve.IsHarmony(tmpl),
-		Now:         opts.Now,
+		ModelName:     name,
+		Tokenizer:     tok,
+		Template:      tmpl,
+		Resolve:       resolve,
+		MaxContext:    maxContext,
+		VocabSize:     spec.VocabSize,
+		EmbeddingSize: spec.Hidden,
+		Version:       opts.Version,
+		CORSOrigins:   opts.CORSOrigins,
+		Family:        spec.Architecture,
+		APIKey:        opts.APIKey,
+		AccessLog:     opts.IO.ErrOut,
+		Metrics:       metrics,
+		Reasoning:     serve.ReasoningOf(tmpl),
+		Harmony:       serve.IsHarmony(tmpl),
+		Now:           opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.
 	runCtx, stopRun := context.WithCancel(context.Background())

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +21,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/safetensors"
 )
 
 // serveOptions parses a serve command line with the environment env and
@@ -112,6 +116,7 @@ func TestServeBadFlags(t *testing.T) {
 		{[]string{"--max-context", "-1"}, "--max-context -1"},
 		{[]string{"--max-queue", "-2"}, "--max-queue -2"},
 		{[]string{"--prefill-chunk", "0"}, "--prefill-chunk 0"},
+		{[]string{"--pooling", "max"}, `--pooling "max"`},
 		{[]string{"--cors-origin", "localhost:3000"}, `--cors-origin "localhost:3000"`},
 		{[]string{"--cors-origin", "http://example.com/app"}, `--cors-origin "http://example.com/app"`},
 		{[]string{"--port", "-1"}, "--port -1"},
@@ -256,6 +261,32 @@ func TestServeInProcess(t *testing.T) {
 	require.Len(t, completion.Choices, 1)
 	assert.Equal(t, ", there was a little girl", completion.Choices[0].Text, "generate's greedy text (TestGenerateVerboseMetricsOnStderr)")
 	assert.Equal(t, "length", completion.Choices[0].FinishReason)
+
+	// Embeddings: the model's hidden size, unit length; dimensions past
+	// it are a 400.
+	resp, err = http.Post(url+"/v1/embeddings", "application/json", strings.NewReader(`{"model":"stories","input":["Once upon a time","a cat"]}`))
+	require.NoError(t, err)
+	var emb struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&emb))
+	resp.Body.Close()
+	require.Len(t, emb.Data, 2)
+	for _, d := range emb.Data {
+		require.Len(t, d.Embedding, 64, "stories260K's hidden size")
+		var ss float64
+		for _, x := range d.Embedding {
+			ss += x * x
+		}
+		assert.InDelta(t, 1, ss, 1e-5)
+	}
+	assert.NotEqual(t, emb.Data[0].Embedding, emb.Data[1].Embedding)
+	resp, err = http.Post(url+"/v1/embeddings", "application/json", strings.NewReader(`{"input":"a","dimensions":65}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 
 	require.Equal(t, ExitOK, stop())
 	assert.Contains(t, out(), `"type":"stopped"`)
@@ -485,4 +516,43 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 	t.Logf("exit %d %s after the second signal, %d token(s) streamed", code, time.Since(start), s.tokens)
 	assert.Equal(t, int(ExitInterrupted), code, p.errText())
 	assert.Contains(t, p.errText(), "interrupted")
+}
+
+// TestServePooling: --pooling auto follows the model's
+// sentence-transformers Pooling config (last without one), an explicit
+// flag overrides it, and a mode tputool does not pool by fails naming
+// --pooling.
+func TestServePooling(t *testing.T) {
+	checkpoint := func(pooling string) *loader.Checkpoint {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644))
+		require.NoError(t, safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), nil, nil))
+		if pooling != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "modules.json"), []byte(`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`), 0o644))
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "1_Pooling"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "1_Pooling", "config.json"), []byte(pooling), 0o644))
+		}
+		ref, err := loader.ParseRef(dir)
+		require.NoError(t, err)
+		m, err := loader.ResolveRef(context.Background(), ref, loader.Options{})
+		require.NoError(t, err)
+		return m
+	}
+	for _, c := range []struct {
+		pooling, flag string
+		want          compile.Pooling
+	}{
+		{"", "auto", compile.PoolLast},
+		{`{"pooling_mode_mean_tokens":true}`, "auto", compile.PoolMean},
+		{`{"pooling_mode_lasttoken":true}`, "auto", compile.PoolLast},
+		{`{"pooling_mode_lasttoken":true}`, "mean", compile.PoolMean},
+		{`{"pooling_mode_cls_token":true}`, "last", compile.PoolLast},
+	} {
+		got, err := servePooling(c.flag, checkpoint(c.pooling))
+		assert.NoError(t, err, c.pooling)
+		assert.Equal(t, c.want, got, "%s --pooling %s", c.pooling, c.flag)
+	}
+	_, err := servePooling("auto", checkpoint(`{"pooling_mode_cls_token":true}`))
+	assert.ErrorIs(t, err, errs.ErrUnsupported)
+	assert.ErrorContains(t, err, "--pooling")
 }

@@ -30,8 +30,15 @@ type completionResponse struct {
 // completionPrompts reads prompt: a string, an array of strings, an array
 // of token ids, or an array of arrays of token ids.
 func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
+	return s.promptsOf("prompt", raw)
+}
+
+// promptsOf reads the prompts of the field param (completions' prompt,
+// embeddings' input): a string, an array of strings, an array of token
+// ids, or an array of arrays of token ids.
+func (s *Server) promptsOf(param string, raw json.RawMessage) ([][]int, error) {
 	if !isSet(raw) {
-		return nil, badRequest("prompt", "prompt is required")
+		return nil, badRequest(param, "%s is required", param)
 	}
 	// Each form is tried into its own variable: a failed Unmarshal may
 	// have filled part of it.
@@ -51,19 +58,19 @@ func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
 	case json.Unmarshal(raw, &lists) == nil:
 		idLists = lists
 	default:
-		return nil, badRequest("prompt", "prompt must be a string, an array of strings, an array of token ids or an array of such arrays")
+		return nil, badRequest(param, "%s must be a string, an array of strings, an array of token ids or an array of such arrays", param)
 	}
 	if len(texts) == 0 && len(idLists) == 0 {
-		return nil, badRequest("prompt", "prompt is empty")
+		return nil, badRequest(param, "%s is empty", param)
 	}
 	var prompts [][]int
 	for _, t := range texts {
 		if s.o.Tokenizer == nil {
-			return nil, badRequest("prompt", "this server has no tokenizer: send the prompt as token ids")
+			return nil, badRequest(param, "this server has no tokenizer: send the %s as token ids", param)
 		}
 		ids, err := s.o.Tokenizer.Encode(t, true)
 		if err != nil {
-			return nil, badRequest("prompt", "encoding the prompt: %v", err)
+			return nil, badRequest(param, "encoding the %s: %v", param, err)
 		}
 		prompts = append(prompts, ids)
 	}
@@ -74,14 +81,14 @@ func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
 	for _, ids := range idLists {
 		for _, id := range ids {
 			if id < 0 || (vocab > 0 && id >= vocab) {
-				return nil, badRequest("prompt", "token id %d is outside the vocabulary [0, %d)", id, vocab)
+				return nil, badRequest(param, "token id %d is outside the vocabulary [0, %d)", id, vocab)
 			}
 		}
 		prompts = append(prompts, ids)
 	}
 	for _, p := range prompts {
 		if len(p) == 0 {
-			return nil, badRequest("prompt", "a prompt has no tokens")
+			return nil, badRequest(param, "a %s has no tokens", param)
 		}
 	}
 	return prompts, nil

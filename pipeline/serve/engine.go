@@ -83,6 +83,12 @@ type Engine interface {
 	// StartPrefillFrom begins the prefill of prompt from a kept cache,
 	// taking the tokens it shares with the kept prompt (Saving of them).
 	StartPrefillFrom(prompt []int, from Kept) (Prefill, error)
+
+	// Embed runs prompts (1 to MaxPrefill) through the model and returns
+	// each one's final hidden states pooled (compile.Runner.Embed: the
+	// engine's pooling, not normalized). Nothing of them stays: the
+	// rows are untouched.
+	Embed(prompts [][]int) ([][]float32, error)
 }
 
 // Prefill is the prefill in progress of one or more prompts.
@@ -126,6 +132,7 @@ type Typed[P Prefill, K Kept] interface {
 	Keep(p P, i int) (K, error)
 	Saving(n, shared int) int
 	StartPrefillFrom(prompt []int, from K) (P, error)
+	Embed(prompts [][]int) ([][]float32, error)
 }
 
 // Adapt returns e as an Engine: prefills and kept caches go out as

@@ -165,6 +165,7 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	waiting []*job
+	embeds  []*embedJob // embedding requests, oldest first
 	closed  bool
 	wake    chan struct{}
 	idle    chan struct{} // closed and replaced when the scheduler has nothing to do
@@ -244,7 +245,7 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 	s.poke()
 	for {
 		s.mu.Lock()
-		idle := len(s.waiting) == 0 && s.active == 0
+		idle := len(s.waiting) == 0 && len(s.embeds) == 0 && s.active == 0
 		ch := s.idle
 		s.mu.Unlock()
 		if idle {
@@ -294,6 +295,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 		s.mu.Unlock()
 		s.dropCancelled()
 		worked := s.prefillStep()
+		if s.embedStep() {
+			worked = true
+		}
 		if s.decodeStep() {
 			worked = true
 		}
@@ -303,7 +307,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 			s.active = active
 			s.obs.Queue(len(s.waiting), active)
 		}
-		idle := len(s.waiting) == 0 && s.active == 0
+		idle := len(s.waiting) == 0 && len(s.embeds) == 0 && s.active == 0
 		if idle {
 			close(s.idle)
 			s.idle = make(chan struct{})
@@ -571,8 +575,8 @@ func (s *Scheduler) abortAll(reason string, err error) {
 	s.running = nil
 	s.endPrefill(reason, err)
 	s.mu.Lock()
-	w := s.waiting
-	s.waiting = nil
+	w, embeds := s.waiting, s.embeds
+	s.waiting, s.embeds = nil, nil
 	s.closed = true
 	s.active = 0
 	close(s.idle)
@@ -580,6 +584,9 @@ func (s *Scheduler) abortAll(reason string, err error) {
 	s.mu.Unlock()
 	for _, j := range w {
 		s.end(j, Event{Token: -1}, reason, err)
+	}
+	for _, e := range embeds {
+		e.done <- ErrClosed
 	}
 }
 
@@ -628,3 +635,90 @@ func (nopObserver) FirstToken(time.Duration)     {}
 func (nopObserver) NextToken(time.Duration)      {}
 func (nopObserver) Finished(string, int, int)    {}
 func (nopObserver) Rejected(error)               {}
+
+// embedJob is an embedding request in the scheduler: its prompts, run in
+// groups of the engine's MaxPrefill between decode steps, and their
+// vectors so far.
+type embedJob struct {
+	ctx     context.Context
+	prompts [][]int
+	vecs    [][]float32
+	done    chan error // receives once: nil when vecs is complete
+}
+
+// Embed queues prompts for their pooled final hidden states
+// (Engine.Embed, not normalized) and waits for them. The scheduler runs
+// them in groups of up to the engine's MaxPrefill between two decode
+// steps, as it runs prefill pieces, so running sequences go on. It
+// returns ErrQueueFull when the queue is full, ErrClosed after Shutdown,
+// and ctx's error when ctx ends first.
+func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, error) {
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("no prompts to embed")
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("prompt %d to embed is empty", i)
+		}
+	}
+	e := &embedJob{ctx: ctx, prompts: prompts, done: make(chan error, 1)}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		s.obs.Rejected(ErrClosed)
+		return nil, ErrClosed
+	case len(s.waiting)+len(s.embeds) >= s.cfg.MaxQueue:
+		s.mu.Unlock()
+		s.obs.Rejected(ErrQueueFull)
+		return nil, ErrQueueFull
+	}
+	s.embeds = append(s.embeds, e)
+	s.mu.Unlock()
+	s.poke()
+	select {
+	case err := <-e.done:
+		if err != nil {
+			return nil, err
+		}
+		return e.vecs, nil
+	case <-ctx.Done():
+		s.poke() // Run drops it
+		return nil, ctx.Err()
+	}
+}
+
+// embedStep runs the next group of the oldest embedding request, first
+// dropping those whose client went away. It reports whether it ran
+// anything.
+func (s *Scheduler) embedStep() bool {
+	s.mu.Lock()
+	var e *embedJob
+	for len(s.embeds) > 0 && e == nil {
+		e = s.embeds[0]
+		if err := e.ctx.Err(); err != nil {
+			s.embeds = s.embeds[1:]
+			e.done <- err
+			e = nil
+		}
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return false
+	}
+	group := e.prompts[len(e.vecs):]
+	group = group[:min(len(group), s.sl.MaxPrefill())]
+	vecs, err := s.sl.Embed(group)
+	if err == nil && len(vecs) != len(group) {
+		err = fmt.Errorf("embed: %d vectors for %d prompts", len(vecs), len(group))
+	}
+	e.vecs = append(e.vecs, vecs...)
+	if err == nil && len(e.vecs) < len(e.prompts) {
+		return true
+	}
+	s.mu.Lock()
+	s.embeds = slices.DeleteFunc(s.embeds, func(x *embedJob) bool { return x == e })
+	s.mu.Unlock()
+	e.done <- err
+	return true
+}

@@ -21,6 +21,7 @@ type countEngine struct {
 
 	noPrefixes
 	fixedRows
+	sumEmbed
 
 	mu        sync.Mutex
 	slots     int
@@ -137,6 +138,29 @@ func (f fixedRows) RowBucket(int) int { return f.slots }
 func (f fixedRows) Relayout(from []int) error {
 	f.t.Errorf("relayout to %d rows of a fixed batch", len(from))
 	return errors.New("fixed rows")
+}
+
+// sumEmbed is the Embed of the test engines: a prompt's vector is its
+// length, the sum of its ids, its first id and its last, so that an
+// answer shows which prompt it came from. A prompt whose first id is
+// failEmbed fails its group.
+type sumEmbed struct{}
+
+const failEmbed = 509
+
+func (sumEmbed) Embed(prompts [][]int) ([][]float32, error) {
+	out := make([][]float32, len(prompts))
+	for i, p := range prompts {
+		if p[0] == failEmbed {
+			return nil, errors.New("embedding failed")
+		}
+		sum := 0
+		for _, id := range p {
+			sum += id
+		}
+		out[i] = []float32{float32(len(p)), float32(sum), float32(p[0]), float32(p[len(p)-1])}
+	}
+	return out, nil
 }
 
 // noPrefixes is the prefix methods of an engine that keeps none.
@@ -452,4 +476,45 @@ type groupRecorder struct {
 func (g *groupRecorder) StartPrefill(prompts [][]int) (Prefill, error) {
 	g.on(prompts)
 	return g.Engine.StartPrefill(prompts)
+}
+
+// TestSchedulerEmbed: embeddings run in groups of the engine's
+// MaxPrefill between decode steps, in order, while a sequence decodes; a
+// failing group fails its request alone; after Shutdown Embed answers
+// ErrClosed.
+func TestSchedulerEmbed(t *testing.T) {
+	e := newCountEngine(t, 2, time.Millisecond)
+	s, stop := startScheduler(t, e, Config{MaxQueue: 8})
+	defer stop()
+	st, err := s.Submit(context.Background(), greedyReq([]int{1, 2}, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prompts [][]int
+	for i := range 7 {
+		prompts = append(prompts, []int{3 + i, 4, 5 + i})
+	}
+	vecs, err := s.Embed(context.Background(), prompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := sumEmbed{}.Embed(prompts)
+	if fmt.Sprint(vecs) != fmt.Sprint(want) {
+		t.Errorf("vectors %v, want %v", vecs, want)
+	}
+	if _, err := s.Embed(context.Background(), [][]int{{1}, {failEmbed, 2}}); err == nil {
+		t.Error("a failing group: no error")
+	}
+	if _, err := s.Embed(context.Background(), [][]int{{1}, {}}); err == nil {
+		t.Error("an empty prompt: no error")
+	}
+	if ids, reason, err := collect(st); len(ids) != 30 || reason != generate.FinishLength || err != nil {
+		t.Errorf("the decoding sequence: %d tokens, %q, %v", len(ids), reason, err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Embed(context.Background(), prompts); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Shutdown: %v, want ErrClosed", err)
+	}
 }

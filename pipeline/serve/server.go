@@ -49,6 +49,10 @@ type ServerOptions struct {
 	// VocabSize is the model's vocabulary: prompt token ids must be below
 	// it (and below the tokenizer's); 0 checks the tokenizer's only.
 	VocabSize int
+	// EmbeddingSize is the length of the embeddings' vectors (the model's
+	// hidden size): a request's dimensions must not exceed it; 0 does
+	// not check.
+	EmbeddingSize int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
 	// /v1/*, /api/* and /metrics (401 without it); /health stays open.
 	APIKey string
@@ -71,8 +75,9 @@ type ServerOptions struct {
 }
 
 // Server is the HTTP API over a Scheduler: OpenAI's /v1/models,
-// /v1/completions and /v1/chat/completions (openai.go), ollama's
-// /api/generate and /api/chat (ollama.go), GET /health and GET /metrics.
+// /v1/completions, /v1/chat/completions (openai.go) and /v1/embeddings
+// (embeddings.go), Anthropic's /v1/messages, ollama's /api/generate,
+// /api/chat and /api/embed (ollama.go), GET /health and GET /metrics.
 // Every error is answered in OpenAI's error shape.
 type Server struct {
 	sched    *Scheduler
@@ -131,6 +136,10 @@ func routeOf(path string) (route, bool) {
 		return route{"/v1/completions", http.MethodPost, (*Server).completions}, true
 	case "/v1/chat/completions":
 		return route{"/v1/chat/completions", http.MethodPost, (*Server).chatCompletions}, true
+	case "/v1/embeddings":
+		return route{"/v1/embeddings", http.MethodPost, (*Server).embeddings}, true
+	case "/api/embed":
+		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/api/generate":

@@ -71,6 +71,7 @@ type textEngine struct {
 
 	noPrefixes
 	fixedRows
+	sumEmbed
 
 	mu       sync.Mutex
 	delay    time.Duration
@@ -282,6 +283,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 		ModelName: testModel, Tokenizer: tok, Template: tmpl,
 		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
 		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning, Harmony: c.harmony,
+		EmbeddingSize: 4, // sumEmbed's
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
@@ -900,7 +902,7 @@ func TestBadRequests(t *testing.T) {
 		{"suffix", "/v1/completions", `{"prompt":"a","suffix":"b"}`, 400, "suffix", "suffix"},
 		{"best_of", "/v1/completions", `{"prompt":"a","best_of":3}`, 400, "best_of", "best_of"},
 		{"unknown model", "/v1/completions", `{"model":"davinci","prompt":"a"}`, 404, "model", "davinci"},
-		{"unknown endpoint", "/v1/embeddings", `{}`, 404, "", "/v1/embeddings"},
+		{"unknown endpoint", "/v1/audio/speech", `{}`, 404, "", "/v1/audio/speech"},
 		{"body too large", "/v1/completions", `{"prompt":"` + strings.Repeat("a", maxBodyBytes) + `"}`, 413, "", "limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -971,9 +973,9 @@ func TestAuth(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, status)
 	status, _, _ = ts.post(t, "/api/generate", `{"prompt":"a"}`)
 	assert.Equal(t, http.StatusUnauthorized, status)
-	status, _, _ = ts.post(t, "/v1/embeddings", `{}`)
+	status, _, _ = ts.post(t, "/v1/audio/speech", `{}`)
 	assert.Equal(t, http.StatusUnauthorized, status, "an unknown path without the key")
-	status, _, _ = ts.post(t, "/v1/embeddings", `{}`, "Authorization", "Bearer "+testKey)
+	status, _, _ = ts.post(t, "/v1/audio/speech", `{}`, "Authorization", "Bearer "+testKey)
 	assert.Equal(t, http.StatusNotFound, status)
 	status, body := get("/health", "")
 	assert.Equal(t, http.StatusOK, status)
@@ -1178,7 +1180,7 @@ func TestOddInputIsNever500(t *testing.T) {
 		`{"stop":[null]}`, `{"stream_options":{"include_usage":"yes"}}`, `{"options":{"num_predict":"x"}}`,
 		strings.Repeat("[", 20000) + strings.Repeat("]", 20000), "\xff\xfe", `{"prompt":"a","max_tokens":1}garbage`,
 	}
-	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/api/generate", "/api/chat"} {
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/api/generate", "/api/chat", "/v1/embeddings", "/api/embed"} {
 		for _, body := range bodies {
 			status, _, resp := ts.post(t, path, body)
 			if status >= 500 || status < 400 && status != http.StatusOK {

@@ -61,6 +61,10 @@ func (s *Slots) Slots() int { return s.e.Slots() }
 // MaxPrefill is the most prompts StartPrefill takes at once.
 func (s *Slots) MaxPrefill() int { return s.e.MaxPrefill() }
 
+// Embed runs up to MaxPrefill prompts through the engine for their
+// pooled hidden states (Engine.Embed); the rows are untouched.
+func (s *Slots) Embed(prompts [][]int) ([][]float32, error) { return s.e.Embed(prompts) }
+
 // PrefillGroup says which prompts prefill well together with prompt (the
 // engine's groups); a prompt the prefix cache serves is prefilled alone
 // (key -1, at most 1).

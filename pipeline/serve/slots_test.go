@@ -15,6 +15,7 @@ import (
 // buckets are powers of two, as compile.Batch's; it keeps prefixes when
 // keeps is set, starting a reused prefill at multiples of 8 tokens.
 type rowEngine struct {
+	sumEmbed
 	t         *testing.T
 	slots     int
 	rows      []int // per row: its mark, -1 when free

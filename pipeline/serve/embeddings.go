@@ -1,0 +1,235 @@
+package serve
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// POST /v1/embeddings (OpenAI) and POST /api/embed (ollama): each input's
+// final hidden states, pooled by the engine (last token or mean,
+// compile.Pooling) and normalized to unit length, as both APIs return
+// them.
+
+// maxEmbedInputs is the most inputs one embeddings request takes.
+const maxEmbedInputs = 256
+
+// embeddingRequest is POST /v1/embeddings.
+type embeddingRequest struct {
+	Input          json.RawMessage `json:"input"`
+	Model          string          `json:"model"`
+	EncodingFormat string          `json:"encoding_format"`
+	Dimensions     *int            `json:"dimensions"`
+	User           string          `json:"user"`
+}
+
+type embeddingObject struct {
+	Object    string `json:"object"`
+	Index     int    `json:"index"`
+	Embedding any    `json:"embedding"` // []float32, or a base64 string of little-endian float32s
+}
+
+type embeddingResponse struct {
+	Object string            `json:"object"`
+	Data   []embeddingObject `json:"data"`
+	Model  string            `json:"model"`
+	Usage  embeddingUsage    `json:"usage"`
+}
+
+type embeddingUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
+}
+
+// embed runs prompts through the scheduler and returns their vectors,
+// cut to dims values when dims > 0 and normalized to unit length.
+func (s *Server) embed(r *http.Request, prompts [][]int, dims int) ([][]float32, error) {
+	vecs, err := s.sched.Embed(r.Context(), prompts)
+	switch {
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrClosed), errors.Is(err, errs.ErrUsage):
+		return nil, schedulerError(err)
+	case err != nil:
+		return nil, err // a 500
+	}
+	for i, v := range vecs {
+		if dims > 0 && dims < len(v) {
+			v = v[:dims]
+		}
+		vecs[i] = normalize(v)
+	}
+	return vecs, nil
+}
+
+// normalize scales v to unit length (a zero vector stays zero).
+func normalize(v []float32) []float32 {
+	var ss float64
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	if ss == 0 {
+		return v
+	}
+	inv := 1 / math.Sqrt(ss)
+	for i, x := range v {
+		v[i] = float32(float64(x) * inv)
+	}
+	return v
+}
+
+// checkEmbedInputs bounds the inputs: how many, and each within the
+// context (longer ones are cut to it when truncate, else a 400).
+func (s *Server) checkEmbedInputs(param string, prompts [][]int, truncate bool) error {
+	if len(prompts) > maxEmbedInputs {
+		return badRequest(param, "%d inputs: at most %d per request", len(prompts), maxEmbedInputs)
+	}
+	if s.o.MaxContext <= 0 {
+		return nil
+	}
+	for i, p := range prompts {
+		if len(p) <= s.o.MaxContext {
+			continue
+		}
+		if truncate {
+			prompts[i] = p[:s.o.MaxContext]
+			continue
+		}
+		e := badRequest(param, "input %d has %d tokens, beyond the context of %d tokens", i, len(p), s.o.MaxContext)
+		e.Code = "context_length_exceeded"
+		return e
+	}
+	return nil
+}
+
+// checkDimensions checks a requested vector size against the model's.
+func (s *Server) checkDimensions(dims *int) (int, error) {
+	if dims == nil {
+		return 0, nil
+	}
+	if *dims < 1 || (s.o.EmbeddingSize > 0 && *dims > s.o.EmbeddingSize) {
+		return 0, badRequest("dimensions", "dimensions must be 1 to the model's %d, got %d", s.o.EmbeddingSize, *dims)
+	}
+	return *dims, nil
+}
+
+// embeddings answers POST /v1/embeddings.
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req embeddingRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
+	}
+	switch req.EncodingFormat {
+	case "", "float", "base64":
+	default:
+		writeError(w, badRequest("encoding_format", `encoding_format must be "float" or "base64", got %q`, req.EncodingFormat))
+		return
+	}
+	dims, err := s.checkDimensions(req.Dimensions)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	prompts, err := s.promptsOf("input", req.Input)
+	if err == nil {
+		err = s.checkEmbedInputs("input", prompts, false)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for _, p := range prompts {
+		x.promptTokens += len(p)
+	}
+	vecs, err := s.embed(r, prompts, dims)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	resp := embeddingResponse{Object: "list", Model: s.o.ModelName, Usage: embeddingUsage{x.promptTokens, x.promptTokens}}
+	for i, v := range vecs {
+		o := embeddingObject{Object: "embedding", Index: i, Embedding: v}
+		if req.EncodingFormat == "base64" {
+			b := make([]byte, 4*len(v))
+			for j, f := range v {
+				binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(f))
+			}
+			o.Embedding = base64.StdEncoding.EncodeToString(b)
+		}
+		resp.Data = append(resp.Data, o)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// ollamaEmbedRequest is POST /api/embed.
+type ollamaEmbedRequest struct {
+	Model      string          `json:"model"`
+	Input      json.RawMessage `json:"input"`
+	Truncate   *bool           `json:"truncate"`
+	Dimensions *int            `json:"dimensions"`
+	Options    json.RawMessage `json:"options"`
+	KeepAlive  json.RawMessage `json:"keep_alive"`
+}
+
+// ollamaEmbed answers POST /api/embed: input is a string or an array of
+// strings; truncate (default true) cuts inputs to the context.
+func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange) {
+	start := time.Now()
+	var req ollamaEmbedRequest
+	if err := decodeOllama(r, &req); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	if name := strings.TrimSuffix(req.Model, ":latest"); name != "" && name != s.o.ModelName && req.Model != s.o.ModelName {
+		writeOllamaError(w, &apiError{Status: http.StatusNotFound, Message: "model \"" + req.Model + "\" not found: this server serves \"" + s.o.ModelName + "\""})
+		return
+	}
+	var one string
+	var many []string
+	switch {
+	case !isSet(req.Input):
+		writeOllamaError(w, badRequest("input", "input is required"))
+		return
+	case json.Unmarshal(req.Input, &one) == nil:
+		many = []string{one}
+	case json.Unmarshal(req.Input, &many) == nil:
+	default:
+		writeOllamaError(w, badRequest("input", "input must be a string or an array of strings"))
+		return
+	}
+	raw, _ := json.Marshal(many)
+	prompts, err := s.promptsOf("input", raw)
+	if err == nil {
+		err = s.checkEmbedInputs("input", prompts, req.Truncate == nil || *req.Truncate)
+	}
+	dims := 0
+	if err == nil {
+		dims, err = s.checkDimensions(req.Dimensions)
+	}
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	for _, p := range prompts {
+		x.promptTokens += len(p)
+	}
+	vecs, err := s.embed(r, prompts, dims)
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"model": s.o.ModelName, "embeddings": vecs,
+		"total_duration": time.Since(start).Nanoseconds(), "load_duration": 0, "prompt_eval_count": x.promptTokens,
+	})
+}

@@ -1,0 +1,185 @@
+package serve
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// wantEmbedding is sumEmbed's vector of ids, cut to dims (0: all) and
+// normalized, as the server answers it.
+func wantEmbedding(ids []int, dims int) []float64 {
+	sum := 0
+	for _, id := range ids {
+		sum += id
+	}
+	v := []float64{float64(len(ids)), float64(sum), float64(ids[0]), float64(ids[len(ids)-1])}
+	if dims > 0 {
+		v = v[:dims]
+	}
+	var ss float64
+	for _, x := range v {
+		ss += x * x
+	}
+	for i := range v {
+		v[i] /= math.Sqrt(ss)
+	}
+	return v
+}
+
+func assertVector(t *testing.T, what string, want []float64, got []float64) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	for i := range want {
+		assert.InDelta(t, want[i], got[i], 1e-6, "%s [%d]", what, i)
+	}
+}
+
+// TestEmbeddings drives /v1/embeddings with the official client: strings
+// and token ids, more inputs than the engine embeds at once (their order
+// kept), dimensions, and the usage.
+func TestEmbeddings(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	c := ts.client("")
+	ctx := context.Background()
+	a, b := ts.encode(t, "Once upon a time"), ts.encode(t, "a cat")
+	resp, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: testModel,
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"Once upon a time", "a cat"}}})
+	require.NoError(t, err)
+	require.Len(t, resp.Data, 2)
+	assert.Equal(t, testModel, resp.Model)
+	assert.EqualValues(t, len(a)+len(b), resp.Usage.PromptTokens)
+	assert.EqualValues(t, len(a)+len(b), resp.Usage.TotalTokens)
+	for i, ids := range [][]int{a, b} {
+		assert.EqualValues(t, i, resp.Data[i].Index)
+		assertVector(t, fmt.Sprint("input ", i), wantEmbedding(ids, 0), resp.Data[i].Embedding)
+	}
+
+	// 11 inputs of token ids: four groups of the engine's three.
+	var lists [][]int64
+	for i := range 11 {
+		lists = append(lists, []int64{int64(10 + i), int64(20 + i)})
+	}
+	resp, err = c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: testModel, Dimensions: openai.Int(3),
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: lists}})
+	require.NoError(t, err)
+	require.Len(t, resp.Data, 11)
+	for i, d := range resp.Data {
+		assert.EqualValues(t, i, d.Index)
+		assertVector(t, fmt.Sprint("token input ", i), wantEmbedding([]int{10 + i, 20 + i}, 3), d.Embedding)
+	}
+	ts.waitIdle(t)
+}
+
+// TestEmbeddingsBase64: encoding_format base64 is the little-endian f32
+// bytes of the same vector.
+func TestEmbeddingsBase64(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	status, _, body := ts.post(t, "/v1/embeddings", `{"model":"`+testModel+`","input":[5,6,7],"encoding_format":"base64"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var resp struct {
+		Data []struct {
+			Embedding string `json:"embedding"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp))
+	raw, err := base64.StdEncoding.DecodeString(resp.Data[0].Embedding)
+	require.NoError(t, err)
+	got := make([]float64, len(raw)/4)
+	for i := range got {
+		got[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+	}
+	assertVector(t, "base64", wantEmbedding([]int{5, 6, 7}, 0), got)
+}
+
+// TestEmbeddingsErrors: each bad request is a 400 (404 for another model)
+// naming its parameter, and an engine failure a 500; the server serves
+// on after them.
+func TestEmbeddingsErrors(t *testing.T) {
+	ts := newTestServer(t, serverConfig{context: 64})
+	many := strings.TrimSuffix(strings.Repeat(`"a",`, maxEmbedInputs+1), ",")
+	long := strings.TrimSuffix(strings.Repeat(`5,`, 65), ",")
+	for _, c := range []struct {
+		body   string
+		status int
+		param  string
+		code   string
+	}{
+		{`{"input":"a","dimensions":0}`, 400, "dimensions", ""},
+		{`{"input":"a","dimensions":5}`, 400, "dimensions", ""},
+		{`{"input":"a","encoding_format":"int8"}`, 400, "encoding_format", ""},
+		{`{"model":"` + testModel + `"}`, 400, "input", ""},
+		{`{"input":[]}`, 400, "input", ""},
+		{`{"input":[[]]}`, 400, "input", ""},
+		{`{"input":[` + many + `]}`, 400, "input", ""},
+		{`{"input":[` + long + `]}`, 400, "input", "context_length_exceeded"},
+		{`{"input":"a","model":"other"}`, 404, "model", "model_not_found"},
+		{`{"input":"a","temperature":1}`, 400, "temperature", ""},
+		{`{"input":[509, 5]}`, 500, "", ""},
+	} {
+		status, _, body := ts.post(t, "/v1/embeddings", c.body)
+		require.Equal(t, c.status, status, "%.60s: %s", c.body, body)
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Param   string `json:"param"`
+				Code    string `json:"code"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(body, &e), string(body))
+		assert.Equal(t, c.param, e.Error.Param, c.body)
+		assert.Equal(t, c.code, e.Error.Code, c.body)
+		assert.NotEmpty(t, e.Error.Message, c.body)
+	}
+	status, _, body := ts.post(t, "/v1/embeddings", `{"input":[5]}`)
+	assert.Equal(t, http.StatusOK, status, string(body))
+	ts.waitIdle(t)
+}
+
+// TestOllamaEmbed: /api/embed answers ollama's shape; truncate (on by
+// default) cuts an input to the context, and false refuses it.
+func TestOllamaEmbed(t *testing.T) {
+	ts := newTestServer(t, serverConfig{context: 64})
+	status, _, body := ts.post(t, "/api/embed", `{"model":"`+testModel+`:latest","input":["Once upon a time","a cat"]}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var resp struct {
+		Model      string      `json:"model"`
+		Embeddings [][]float64 `json:"embeddings"`
+		Count      int         `json:"prompt_eval_count"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp))
+	a, b := ts.encode(t, "Once upon a time"), ts.encode(t, "a cat")
+	require.Len(t, resp.Embeddings, 2)
+	assertVector(t, "first", wantEmbedding(a, 0), resp.Embeddings[0])
+	assertVector(t, "second", wantEmbedding(b, 0), resp.Embeddings[1])
+	assert.Equal(t, len(a)+len(b), resp.Count)
+
+	long := strings.Repeat("once upon a time ", 40)
+	ids := ts.encode(t, long)
+	require.Greater(t, len(ids), 64)
+	status, _, body = ts.post(t, "/api/embed", `{"input":"`+long+`"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.NoError(t, json.Unmarshal(body, &resp))
+	assertVector(t, "truncated", wantEmbedding(ids[:64], 0), resp.Embeddings[0])
+
+	for _, bad := range []string{`{"input":"` + long + `","truncate":false}`, `{}`, `{"input":5}`, `{"input":"a","dimensions":9}`, `{"model":"other","input":"a"}`} {
+		status, _, body = ts.post(t, "/api/embed", bad)
+		assert.Contains(t, []int{400, 404}, status, "%.50s: %s", bad, body)
+		var e struct {
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(body, &e), string(body))
+		assert.NotEmpty(t, e.Error, bad)
+	}
+	ts.waitIdle(t)
+}
