@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -46,6 +47,10 @@ func ParsePooling(s string) (Pooling, error) {
 // embedPiece is the most tokens per row of one of Embed's steps.
 const embedPiece = 512
 
+// embedSkip is the granularity of the left padding Embed skips: steps
+// start at a multiple of it, so their lengths repeat.
+const embedSkip = 16
+
 // embedProgs are Embed's programs, made at its first call: the whole
 // step with the final hidden states for output (compiled mode) or the
 // head that gives them (eager mode).
@@ -56,7 +61,8 @@ type embedProgs struct {
 }
 
 // Embed runs prompts through the model together, left-padded in one
-// batch as Prefill pads them, in steps of at most 512 tokens a row, and
+// batch as Prefill pads them (the padding all rows share skipped, in
+// multiples of 16 slots), in steps of at most 512 tokens a row, and
 // returns each prompt's final hidden states (lm.Finisher: the residual
 // stream after the final norm, what the head projects) pooled by pool:
 // [len(prompts)][Hidden] float32, not normalized. Nothing of it stays in
@@ -83,6 +89,14 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	defer st.Release()
 	if _, err := st.Begin(prompts, 0); err != nil {
 		return nil, err
+	}
+	// Slots that are left padding in every row change nothing (they are
+	// masked): the steps start at the last multiple of embedSkip at or
+	// below the shortest padding, the slots before it left empty.
+	skip := int(slices.Min(st.pads)) / embedSkip * embedSkip
+	st.next = skip
+	for i, p := range st.pending {
+		st.pending[i] = p[skip:]
 	}
 	b, h := st.batch, r.spec.Hidden
 	sums := make([][]float64, b)
