@@ -327,9 +327,9 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 	}
 }
 
-// storiesBatch is a Batch with options o over the stories260K model on the
-// cpu backend, closed (with its Runner and checkpoint) when the test ends.
-func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
+// storiesRunner is the stories model compiled on the cpu backend, closed
+// with the test.
+func storiesRunner(t *testing.T) *Runner {
 	t.Helper()
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
@@ -341,6 +341,14 @@ func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
+	return r
+}
+
+// storiesBatch is a Batch with options o over the stories260K model on the
+// cpu backend, closed (with its Runner and checkpoint) when the test ends.
+func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
+	t.Helper()
+	r := storiesRunner(t)
 	b, err := NewBatch(r, o)
 	if err != nil {
 		t.Fatal(err)

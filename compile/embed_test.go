@@ -89,16 +89,7 @@ func TestEmbedLastIsWhatTheHeadProjects(t *testing.T) {
 // counted the left padding of the shorter prompt, or missed a token,
 // fails it.
 func TestEmbedMean(t *testing.T) {
-	l, err := lmckpt.Load("../testdata/stories260K-hf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	r, err := NewRunner(cpuBackend(t), l, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := storiesRunner(t)
 	prompts := embedPrompts(rand.New(rand.NewPCG(3, 4)), 9, 20)
 	means, err := r.Embed(prompts, PoolMean)
 	if err != nil {
@@ -129,16 +120,7 @@ func TestEmbedMean(t *testing.T) {
 // TestEmbedErrors: an empty prompt, one beyond the model's positions and
 // an id outside the vocabulary are usage errors naming the problem.
 func TestEmbedErrors(t *testing.T) {
-	l, err := lmckpt.Load("../testdata/stories260K-hf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	r, err := NewRunner(cpuBackend(t), l, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := storiesRunner(t)
 	for _, c := range []struct {
 		prompts [][]int
 		usage   bool

@@ -145,7 +145,11 @@ func TestRejectsBadHeaders(t *testing.T) {
 	}
 }
 
-func TestShardedCheckpoint(t *testing.T) {
+// writeTwoShards writes a checkpoint of two shards, "a" [1, 2] in the
+// first and "b" [3] in the second, with its index, and returns its
+// directory.
+func writeTwoShards(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	a, _ := Float32Tensor("a", F32, []int{2}, []float32{1, 2})
 	b, _ := Float32Tensor("b", F32, []int{1}, []float32{3})
@@ -153,6 +157,11 @@ func TestShardedCheckpoint(t *testing.T) {
 	writeTestFile(t, dir, "model-00002-of-00002.safetensors", []Tensor{b})
 	idx := `{"metadata":{"total_size":12},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(idx), 0o644))
+	return dir
+}
+
+func TestShardedCheckpoint(t *testing.T) {
+	dir := writeTwoShards(t)
 	c, err := Open(dir)
 	require.NoError(t, err)
 	defer c.Close()
@@ -204,14 +213,7 @@ func TestRealCheckpoint(t *testing.T) {
 // shards, twice renamed from their stored names; a rename that merges two
 // names fails and changes nothing.
 func TestRename(t *testing.T) {
-	dir := t.TempDir()
-	a, _ := Float32Tensor("a", F32, []int{2}, []float32{1, 2})
-	b, _ := Float32Tensor("b", F32, []int{1}, []float32{3})
-	writeTestFile(t, dir, "model-00001-of-00002.safetensors", []Tensor{a})
-	writeTestFile(t, dir, "model-00002-of-00002.safetensors", []Tensor{b})
-	idx := `{"metadata":{"total_size":12},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}`
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(idx), 0o644))
-	c, err := Open(dir)
+	c, err := Open(writeTwoShards(t))
 	require.NoError(t, err)
 	defer c.Close()
 	require.Error(t, c.Rename(func(string) string { return "same" }))

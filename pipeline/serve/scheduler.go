@@ -208,15 +208,10 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	st := &Stream{Events: events, PromptTokens: len(r.Prompt), submitted: s.now()}
 	j := &job{ctx: ctx, req: r, st: st, events: events, handle: -1}
 	s.mu.Lock()
-	switch {
-	case s.closed:
+	if err := s.refusal(); err != nil {
 		s.mu.Unlock()
-		s.obs.Rejected(ErrClosed)
-		return nil, ErrClosed
-	case len(s.waiting) >= s.cfg.MaxQueue:
-		s.mu.Unlock()
-		s.obs.Rejected(ErrQueueFull)
-		return nil, ErrQueueFull
+		s.obs.Rejected(err)
+		return nil, err
 	}
 	s.waiting = append(s.waiting, j)
 	s.obs.Queue(len(s.waiting), s.active)
@@ -224,6 +219,19 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 	context.AfterFunc(ctx, s.poke)
 	s.poke()
 	return st, nil
+}
+
+// refusal says, under mu, why a request cannot be queued: ErrClosed after
+// Shutdown, ErrQueueFull when MaxQueue requests (completions and
+// embeddings) already wait; nil when it can.
+func (s *Scheduler) refusal() error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case len(s.waiting)+len(s.embeds) >= s.cfg.MaxQueue:
+		return ErrQueueFull
+	}
+	return nil
 }
 
 // poke wakes Run.
@@ -663,15 +671,10 @@ func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, er
 	}
 	e := &embedJob{ctx: ctx, prompts: prompts, done: make(chan error, 1)}
 	s.mu.Lock()
-	switch {
-	case s.closed:
+	if err := s.refusal(); err != nil {
 		s.mu.Unlock()
-		s.obs.Rejected(ErrClosed)
-		return nil, ErrClosed
-	case len(s.waiting)+len(s.embeds) >= s.cfg.MaxQueue:
-		s.mu.Unlock()
-		s.obs.Rejected(ErrQueueFull)
-		return nil, ErrQueueFull
+		s.obs.Rejected(err)
+		return nil, err
 	}
 	s.embeds = append(s.embeds, e)
 	s.mu.Unlock()
