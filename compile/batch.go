@@ -322,7 +322,7 @@ func (b *Batch) newPrefill(prompts [][]int) (*BatchPrefill, error) {
 		if len(p) == 0 {
 			return nil, errs.Usagef("prompt %d is empty", i)
 		}
-		if len(p) > b.o.MaxContext {
+		if len(p) >= b.o.MaxContext {
 			return nil, errs.Usagef("prompt of %d tokens leaves no room below the context of %d tokens", len(p), b.o.MaxContext)
 		}
 		if err := b.r.checkIDs("prompt", p); err != nil {

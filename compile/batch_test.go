@@ -640,3 +640,24 @@ func TestBatchKeptOfAnotherModel(t *testing.T) {
 		t.Error("a released kept cache started a prefill")
 	}
 }
+
+// TestBatchPromptLimits: a prompt must leave a slot below MaxContext for
+// the token it generates; an embedding input may fill the context.
+func TestBatchPromptLimits(t *testing.T) {
+	_, b := storiesBatch(t, BatchOptions{MaxBatch: 2, MaxContext: 64})
+	prompt := testPrompt(1, 64, 512)
+	if _, err := b.StartPrefill([][]int{prompt}); !errors.Is(err, errs.ErrUsage) {
+		t.Errorf("a prompt of MaxContext tokens: %v, want a usage error", err)
+	}
+	p, err := b.StartPrefill([][]int{prompt[:63]})
+	if err != nil {
+		t.Fatalf("a prompt of MaxContext-1 tokens: %v", err)
+	}
+	p.Close()
+	if _, err := b.Embed([][]int{prompt}); err != nil {
+		t.Errorf("embedding MaxContext tokens: %v", err)
+	}
+	if _, err := b.Embed([][]int{append(prompt, 5)}); !errors.Is(err, errs.ErrUsage) {
+		t.Errorf("embedding MaxContext+1 tokens: %v, want a usage error", err)
+	}
+}
