@@ -207,16 +207,16 @@ func checkStdinUse(prompts []string, file string) error {
 	return nil
 }
 
-// readPrompts gathers --prompt values (- is the whole of stdin) and the
-// prompts of --prompts-file.
-func readPrompts(opts *GenerateOptions) ([]string, error) {
+// readPrompts gathers --prompt values (- is the whole of stdin, in) and
+// the prompts of --prompts-file (file; - is stdin).
+func readPrompts(values []string, file string, in io.Reader) ([]string, error) {
 	var prompts []string
-	for _, p := range opts.Prompts {
+	for _, p := range values {
 		if p != "-" {
 			prompts = append(prompts, p)
 			continue
 		}
-		b, err := io.ReadAll(opts.IO.In)
+		b, err := io.ReadAll(in)
 		if err != nil {
 			return nil, fmt.Errorf("reading the prompt from stdin: %w", err)
 		}
@@ -226,14 +226,14 @@ func readPrompts(opts *GenerateOptions) ([]string, error) {
 		}
 		prompts = append(prompts, text)
 	}
-	if opts.PromptsFile == "" {
+	if file == "" {
 		return prompts, nil
 	}
 	var r io.Reader
-	if opts.PromptsFile == "-" {
-		r = opts.IO.In
+	if file == "-" {
+		r = in
 	} else {
-		fh, err := os.Open(opts.PromptsFile)
+		fh, err := os.Open(file)
 		if err != nil {
 			return nil, errs.Usagef("--prompts-file: %v", err)
 		}
@@ -242,12 +242,12 @@ func readPrompts(opts *GenerateOptions) ([]string, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r, 256<<20))
 	if err != nil {
-		return nil, fmt.Errorf("--prompts-file %s: %w", opts.PromptsFile, err)
+		return nil, fmt.Errorf("--prompts-file %s: %w", file, err)
 	}
 	n := len(prompts)
 	prompts = append(prompts, splitPrompts(string(b))...)
 	if len(prompts) == n {
-		return nil, errs.Usagef("--prompts-file %s has no prompts", opts.PromptsFile)
+		return nil, errs.Usagef("--prompts-file %s has no prompts", file)
 	}
 	return prompts, nil
 }
@@ -312,7 +312,7 @@ type generateResult struct {
 
 func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	start := opts.Now()
-	prompts, err := readPrompts(opts)
+	prompts, err := readPrompts(opts.Prompts, opts.PromptsFile, opts.IO.In)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/ui"
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -150,7 +149,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests waiting for a slot before the server answers 429 (default 4 x --max-batch)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", compile.DefaultServePrefillChunk, "prompt tokens per prefill piece, interleaved with decode steps")
 	fl.IntVar(&opts.PrefixCache, "prefix-cache", defaultPrefixCache, "recent prompts whose KV cache is kept, so that a prompt sharing a prefix with one (a system prompt) skips it; 0 keeps none")
-	fl.StringVar(&opts.Pooling, "pooling", "auto", "how /v1/embeddings pools a prompt's hidden states: last (the last token's), mean, or auto (the model's sentence-transformers Pooling config, else last)")
+	fl.StringVar(&opts.Pooling, "pooling", "auto", poolingHelp)
 	fl.StringVar(&opts.APIKey, "api-key", "", "require this key as a Bearer token on /v1 requests (default: env "+apiKeyEnv+", which keeps it out of ps)")
 	fl.StringVar(&opts.ServedModelName, "served-model-name", "", "model name in the API (default: --model as given)")
 	fl.StringArrayVar(&opts.CORSOrigins, "cors-origin", nil, "browser origin allowed to call the API, e.g. http://localhost:3000 (repeatable; * allows any); none: no CORS headers")
@@ -162,6 +161,9 @@ exits 0. A second signal exits 130 at once.`,
 
 // checkServeFlags validates serve's own flags; the errors name them.
 func checkServeFlags(o *ServeOptions) error {
+	if err := checkPoolingFlag(o.Pooling); err != nil {
+		return err
+	}
 	switch {
 	case o.Port < 0 || o.Port > 65535:
 		return errs.Usagef("--port %d: want 0 (a free port) to 65535", o.Port)
@@ -173,8 +175,6 @@ func checkServeFlags(o *ServeOptions) error {
 		return errs.Usagef("--max-queue %d: want a request count (0: 4 x --max-batch)", o.MaxQueue)
 	case o.PrefillChunk < 1:
 		return errs.Usagef("--prefill-chunk %d: want at least 1 token", o.PrefillChunk)
-	case o.Pooling != "auto" && o.Pooling != "last" && o.Pooling != "mean":
-		return errs.Usagef("--pooling %q: want auto, last or mean", o.Pooling)
 	case o.PrefixCache < 0 || o.PrefixCache > maxPrefixCache:
 		return errs.Usagef("--prefix-cache %d: want 0 to %d prompts", o.PrefixCache, maxPrefixCache)
 	case o.DrainTimeout < 0:
@@ -264,24 +264,6 @@ func (c *compileCounter) counts() (compiles, recompiles int) {
 	return n, max(0, n-c.base)
 }
 
-// servePooling resolves --pooling: auto takes the model's
-// sentence-transformers Pooling config (loader.Checkpoint.Pooling), last
-// when it has none; a mode tputool does not pool by is an error that
-// names --pooling.
-func servePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) {
-	if flag == "auto" {
-		mode, err := m.Pooling()
-		if err != nil {
-			return 0, fmt.Errorf("%w (--pooling last or mean overrides it)", err)
-		}
-		if mode == "" {
-			mode = "last"
-		}
-		flag = mode
-	}
-	return compile.ParsePooling(flag)
-}
-
 func serveRun(ctx context.Context, opts *ServeOptions) error {
 	start := opts.Now()
 	rep := opts.Reporter
@@ -299,7 +281,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	pooling, err := servePooling(opts.Pooling, m)
+	pooling, err := resolvePooling(opts.Pooling, m)
 	if err != nil {
 		return err
 	}

@@ -548,11 +548,11 @@ func TestServePooling(t *testing.T) {
 		{`{"pooling_mode_lasttoken":true}`, "mean", compile.PoolMean},
 		{`{"pooling_mode_cls_token":true}`, "last", compile.PoolLast},
 	} {
-		got, err := servePooling(c.flag, checkpoint(c.pooling))
+		got, err := resolvePooling(c.flag, checkpoint(c.pooling))
 		assert.NoError(t, err, c.pooling)
 		assert.Equal(t, c.want, got, "%s --pooling %s", c.pooling, c.flag)
 	}
-	_, err := servePooling("auto", checkpoint(`{"pooling_mode_cls_token":true}`))
+	_, err := resolvePooling("auto", checkpoint(`{"pooling_mode_cls_token":true}`))
 	assert.ErrorIs(t, err, errs.ErrUnsupported)
 	assert.ErrorContains(t, err, "--pooling")
 }

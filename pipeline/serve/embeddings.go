@@ -59,16 +59,21 @@ func (s *Server) embed(r *http.Request, prompts [][]int, dims int) ([][]float32,
 		return nil, err // a 500
 	}
 	for i, v := range vecs {
-		if dims > 0 && dims < len(v) {
-			v = v[:dims]
-		}
-		vecs[i] = normalize(v)
+		vecs[i] = FinishEmbedding(v, dims, true)
 	}
 	return vecs, nil
 }
 
-// normalize scales v to unit length (a zero vector stays zero).
-func normalize(v []float32) []float32 {
+// FinishEmbedding cuts a pooled vector to its first dims values (0: all)
+// and, with normalize, scales it to unit length (a zero vector stays
+// zero), as the embeddings endpoints answer it.
+func FinishEmbedding(v []float32, dims int, normalize bool) []float32 {
+	if dims > 0 && dims < len(v) {
+		v = v[:dims]
+	}
+	if !normalize {
+		return v
+	}
 	var ss float64
 	for _, x := range v {
 		ss += float64(x) * float64(x)

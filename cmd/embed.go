@@ -1,0 +1,229 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/pipeline/serve"
+)
+
+// EmbedOptions holds `tputool embed`'s inputs.
+type EmbedOptions struct {
+	lmOptions
+
+	Prompts     []string
+	PromptsFile string
+	// Pooling is --pooling: "auto", "last" or "mean" (resolvePooling).
+	Pooling string
+	// Dimensions is --dimensions: the first that many values of each
+	// vector (0: all).
+	Dimensions int
+	// Raw is --raw: the pooled hidden states as they are, not normalized.
+	Raw bool
+}
+
+// embedGroup is the most inputs embedded together (as serve's groups).
+const embedGroup = 8
+
+// NewCmdEmbed builds `tputool embed`.
+func NewCmdEmbed(f *Factory, runF func(context.Context, *EmbedOptions) error) *cobra.Command {
+	opts := &EmbedOptions{lmOptions: newLMOptions(f)}
+	c := &cobra.Command{
+		Use:   "embed --model MODEL --prompt TEXT",
+		Short: "Embed text with a language model: its final hidden states, pooled",
+		Long: `Print an embedding of each input: the model's final hidden states (after its
+final norm) pooled over the input's tokens and normalized to unit length, as
+serve's /v1/embeddings answers them. --pooling auto (the default) pools as the
+model's sentence-transformers config says (Qwen3-Embedding: the last token),
+else by the last token; --pooling mean averages the tokens.
+
+Inputs come from --prompt (-p, repeatable), from stdin when stdin is not a
+terminal and no --prompt is given (or with -p -), or from --prompts-file, as
+for generate. They run in groups of 8, the shortest together.
+
+The output is one line per input, the values separated by spaces; with --json,
+a JSON array of {index, tokens, embedding}. Any model generate runs gives its
+hidden states, but only one trained for embeddings gives useful ones.`,
+		Example: `  tputool embed -m Qwen/Qwen3-Embedding-0.6B -p "What is a TPU?" -p "A TPU is a matrix processor."
+  tputool embed -m ./testdata/stories260K-hf --prompts-file docs.txt --json
+  tputool embed -m Qwen/Qwen3-Embedding-0.6B --dimensions 256 -p "cut to 256 values, normalized again"`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := opts.requireModel(); err != nil {
+				return err
+			}
+			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
+				if f.IOStreams.IsStdinTTY() {
+					return errs.Usagef("give at least one --prompt or a --prompts-file, or pipe the input on stdin")
+				}
+				opts.Prompts = []string{"-"}
+			}
+			if err := checkStdinUse(opts.Prompts, opts.PromptsFile); err != nil {
+				return err
+			}
+			if err := checkPoolingFlag(opts.Pooling); err != nil {
+				return err
+			}
+			if opts.Dimensions < 0 {
+				return errs.Usagef("--dimensions %d: want a value count (0: all of them)", opts.Dimensions)
+			}
+			if err := opts.parse(f); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			return embedRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	opts.addFlags(c, true, "tensor parallelism (embeddings run on one device: must be 1)", "data parallelism (must be 1)")
+	fl.StringArrayVarP(&opts.Prompts, "prompt", "p", nil, "input text (repeat for several; - reads the whole of stdin as one input)")
+	fl.StringVar(&opts.PromptsFile, "prompts-file", "", "file with one input per line (- for stdin), blank lines skipped; inputs split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
+	fl.StringVar(&opts.Pooling, "pooling", "auto", poolingHelp)
+	fl.IntVar(&opts.Dimensions, "dimensions", 0, "keep the first N values of each vector, normalized again (Matryoshka-trained models; 0: all)")
+	fl.BoolVar(&opts.Raw, "raw", false, "print the pooled hidden states as they are, not normalized to unit length")
+	return c
+}
+
+// poolingHelp is the help of --pooling (embed and serve).
+const poolingHelp = "how embeddings pool an input's hidden states: last (the last token's), mean, or auto (the model's sentence-transformers Pooling config, else last)"
+
+// checkPoolingFlag validates --pooling.
+func checkPoolingFlag(s string) error {
+	if s != "auto" && s != "last" && s != "mean" {
+		return errs.Usagef("--pooling %q: want auto, last or mean", s)
+	}
+	return nil
+}
+
+// resolvePooling resolves --pooling: auto takes the model's
+// sentence-transformers Pooling config (loader.Checkpoint.Pooling), last
+// when it has none; a mode tputool does not pool by is an error that
+// names --pooling.
+func resolvePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) {
+	if flag == "auto" {
+		mode, err := m.Pooling()
+		if err != nil {
+			return 0, fmt.Errorf("%w (--pooling last or mean overrides it)", err)
+		}
+		if mode == "" {
+			mode = "last"
+		}
+		flag = mode
+	}
+	return compile.ParsePooling(flag)
+}
+
+// embedResult is one element of the --json array.
+type embedResult struct {
+	Index     int       `json:"index"`
+	Tokens    int       `json:"tokens"`
+	Embedding []float32 `json:"embedding"`
+}
+
+func embedRun(ctx context.Context, opts *EmbedOptions) error {
+	if opts.TP*opts.DP > 1 {
+		return errs.Usagef("--tp %d --dp %d: embed runs on one device", opts.TP, opts.DP)
+	}
+	prompts, err := readPrompts(opts.Prompts, opts.PromptsFile, opts.IO.In)
+	if err != nil {
+		return err
+	}
+	rep := opts.Reporter
+	m, tok, err := opts.resolveLM(ctx)
+	if err != nil {
+		return err
+	}
+	pooling, err := resolvePooling(opts.Pooling, m)
+	if err != nil {
+		return err
+	}
+	dev, dtype, loaded, err := opts.openOnDevice(m)
+	if err != nil {
+		return err
+	}
+	defer loaded.Close()
+	spec := loaded.Model.Spec()
+	if opts.Dimensions > spec.Hidden {
+		return errs.Usagef("--dimensions %d: the model's vectors have %d values", opts.Dimensions, spec.Hidden)
+	}
+	ids := make([][]int, len(prompts))
+	longest := 0
+	for i, p := range prompts {
+		if ids[i], err = tok.Encode(p, true); err != nil {
+			return fmt.Errorf("input %d: %w", i+1, err)
+		}
+		if len(ids[i]) == 0 {
+			return errs.Usagef("input %d has no tokens", i+1)
+		}
+		if len(ids[i]) > spec.MaxPositions {
+			return errs.Usagef("input %d has %d tokens, beyond the model's %d positions (max_position_embeddings)", i+1, len(ids[i]), spec.MaxPositions)
+		}
+		longest = max(longest, len(ids[i]))
+	}
+	if err := checkStateFits(loaded.Model, min(len(ids), embedGroup), longest, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
+		return err
+	}
+	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	rep.Debugf("embeddings: %s pooling (--pooling %s), %d inputs", pooling, opts.Pooling, len(ids))
+
+	// The shortest inputs together, so that a group pads little.
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(ids[a]) - len(ids[b]) })
+	vecs := make([][]float32, len(ids))
+	for g := 0; g < len(order); g += embedGroup {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("embedding cancelled after %d of %d inputs: %w", g, len(ids), errs.ErrInterrupted)
+		}
+		group := order[g:min(g+embedGroup, len(order))]
+		in := make([][]int, len(group))
+		for j, i := range group {
+			in[j] = ids[i]
+		}
+		out, err := runner.Embed(in, pooling)
+		if err != nil {
+			return err
+		}
+		for j, i := range group {
+			vecs[i] = serve.FinishEmbedding(out[j], opts.Dimensions, !opts.Raw)
+		}
+	}
+	if opts.JSON {
+		res := make([]embedResult, len(vecs))
+		for i, v := range vecs {
+			res[i] = embedResult{Index: i, Tokens: len(ids[i]), Embedding: v}
+		}
+		return opts.IO.WriteJSON(res)
+	}
+	var b strings.Builder
+	for _, v := range vecs {
+		b.Reset()
+		for j, x := range v {
+			if j > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(strconv.FormatFloat(float64(x), 'g', -1, 32))
+		}
+		b.WriteByte('\n')
+		if _, err := fmt.Fprint(opts.IO.Out, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

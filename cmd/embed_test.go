@@ -1,0 +1,101 @@
+package cmd
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// embedJSON runs embed with --json and returns its vectors.
+func embedJSON(t *testing.T, args ...string) []embedResult {
+	t.Helper()
+	e := genEnv(t)
+	code := e.run(append([]string{"--json", "embed", "-m", storiesDir}, args...)...)
+	require.Equal(t, ExitOK, code, e.errOut.String())
+	var res []embedResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	return res
+}
+
+func norm(v []float32) float64 {
+	var ss float64
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	return math.Sqrt(ss)
+}
+
+// TestEmbed: unit vectors of the model's hidden size, in input order
+// whatever the grouping (an input alone gives the vector it gets among
+// others, shorter and longer, padded), --dimensions cuts and normalizes
+// again, --raw leaves the pooled states as they are.
+func TestEmbed(t *testing.T) {
+	inputs := []string{"Once upon a time there was a little girl", "a cat", "The dog ran to the park and played with a ball"}
+	var args []string
+	for _, p := range inputs {
+		args = append(args, "-p", p)
+	}
+	all := embedJSON(t, args...)
+	require.Len(t, all, 3)
+	for i, r := range all {
+		assert.Equal(t, i, r.Index)
+		assert.Len(t, r.Embedding, 64)
+		assert.InDelta(t, 1, norm(r.Embedding), 1e-5)
+		assert.Positive(t, r.Tokens)
+	}
+	alone := embedJSON(t, "-p", inputs[1])
+	for j := range alone[0].Embedding {
+		assert.InDelta(t, all[1].Embedding[j], alone[0].Embedding[j], 1e-5, "value %d", j)
+	}
+	cut := embedJSON(t, "-p", inputs[1], "--dimensions", "8")
+	require.Len(t, cut[0].Embedding, 8)
+	assert.InDelta(t, 1, norm(cut[0].Embedding), 1e-5)
+	s := norm(all[1].Embedding[:8])
+	for j, x := range cut[0].Embedding {
+		assert.InDelta(t, float64(all[1].Embedding[j])/s, x, 1e-5)
+	}
+	raw := embedJSON(t, "-p", inputs[1], "--raw")
+	assert.Greater(t, math.Abs(norm(raw[0].Embedding)-1), 0.01, "the raw hidden states are not unit length")
+	mean := embedJSON(t, "-p", inputs[1], "--pooling", "mean")
+	assert.NotEqual(t, alone[0].Embedding, mean[0].Embedding)
+}
+
+// TestEmbedText: one line per input of space-separated values; stdin is
+// an input.
+func TestEmbedText(t *testing.T) {
+	e := genEnv(t)
+	e.f.IOStreams.In = strings.NewReader("a cat\n")
+	require.Equal(t, ExitOK, e.run("embed", "-m", storiesDir), e.errOut.String())
+	lines := strings.Split(strings.TrimSuffix(e.out.String(), "\n"), "\n")
+	require.Len(t, lines, 1)
+	fields := strings.Fields(lines[0])
+	require.Len(t, fields, 64)
+	for _, f := range fields {
+		_, err := strconv.ParseFloat(f, 32)
+		require.NoError(t, err, f)
+	}
+}
+
+// TestEmbedBadFlags: usage errors (exit 2) naming the flag.
+func TestEmbedBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"embed", "-p", "a"}, "--model is required"},
+		{[]string{"embed", "-m", storiesDir, "-p", "a", "--pooling", "max"}, `--pooling "max"`},
+		{[]string{"embed", "-m", storiesDir, "-p", "a", "--dimensions", "-1"}, "--dimensions -1"},
+		{[]string{"embed", "-m", storiesDir, "-p", "a", "--dimensions", "65"}, "--dimensions 65"},
+		{[]string{"embed", "-m", storiesDir, "-p", "a", "--tp", "2"}, "--tp 2"},
+		{[]string{"embed", "-m", storiesDir, "-p", strings.Repeat("once upon a time ", 200)}, "positions"},
+	} {
+		e := genEnv(t)
+		assert.Equal(t, ExitUsage, e.run(c.args...), "%v: %s", c.args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), c.want, "%v", c.args)
+	}
+}
