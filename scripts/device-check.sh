@@ -14,6 +14,8 @@
 #   1b. serve: the same two prompts as concurrent greedy completions of
 #      `tputool serve` on the device (float32): each text must equal the
 #      CPU generate's.
+#   1c. embed: two inputs' embeddings (last-token and mean pooling) on the
+#      device, compiled and eager, float32: within 1e-3 of the CPU's.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -274,6 +276,32 @@ if [ -s "$tok_ref" ]; then
 	serve_check
 fi
 
+# ---- 1c. embed: the final hidden states (the program that outputs every
+# position's, in place of the logits), pooled by the last token and by the
+# mean, float32: the device's unit vectors must be within 1e-3 of the CPU
+# compiled run's, value by value.
+
+embed_args=(--json embed -m "$stories" -p "Once upon a time" -p "The little dog ran to the park" --dtype f32)
+embed_ok=yes
+for pool in last mean; do
+	run "embed-cpu-$pool.json" "$tputool" --device cpu "${embed_args[@]}" --pooling "$pool" --mode compiled || true
+	for mode in compiled eager; do
+		run "embed-dev-$pool-$mode.json" "${f32_env[@]}" "$tputool" --device "$device" "${embed_args[@]}" --pooling "$pool" --mode "$mode" || true
+		if ! "$PYTHON" - "$OUT/embed-cpu-$pool.json" "$OUT/embed-dev-$pool-$mode.json" >>"$OUT/embed-compare.txt" 2>&1 <<'PY'; then
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+worst = max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra["embedding"], rb["embedding"]))
+ok = len(a) == len(b) == 2 and all(len(ra["embedding"]) == len(rb["embedding"]) for ra, rb in zip(a, b)) and worst <= 1e-3
+print(f"{sys.argv[2]}: max |difference| {worst:.2e}: {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+			embed_ok=no
+			fail "embed --pooling $pool --mode $mode: the device's vectors differ from the CPU's (embed-compare.txt)"
+		fi
+	done
+done
+[ "$embed_ok" = yes ] && say "embed: the device's vectors (last and mean pooling, both modes) within 1e-3 of the CPU's"
+
 # ---- 2. diffuse: images
 
 sd="$work/tiny-sd"
@@ -353,9 +381,9 @@ fi
 
 # ---- summary
 
-"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" "$moe_status" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" "$moe_status" "$embed_ok" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
 import json, os, sys
-out, device, tokens_ok, images_ok, hf_status, serve_ok, moe_status = sys.argv[1:8]
+out, device, tokens_ok, images_ok, hf_status, serve_ok, moe_status, embed_ok = sys.argv[1:9]
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -374,6 +402,7 @@ if sel:
           f"XLA cache: {(sel.get('xla_cache') or {}).get('dir', 'none')}\n")
 print(f"- greedy token ids (float32, compiled and eager) equal the CPU's: **{tokens_ok}**")
 print(f"- `tputool serve` on the device: concurrent greedy completions equal the CPU's generate: **{serve_ok}**")
+print(f"- `tputool embed` on the device (last and mean pooling, compiled and eager): vectors within 1e-3 of the CPU's: **{embed_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
     with open(os.path.join(out, "images-compare.jsonl")) as f:
