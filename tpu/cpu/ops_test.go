@@ -522,10 +522,12 @@ func TestShapeOps(t *testing.T) {
 		check(t, "Concatenate", []shapes.Shape{sh(dt, 3, 2, 4), sh(dt, 3, 5, 4), sh(dt, 3, 1, 4)}, false,
 			func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Concatenate(1, p...) })
 	}
-	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Int32, dtypes.Int64, dtypes.BFloat16} {
-		check(t, "Iota", nil, false, func(b backends.Builder, p []backends.Op) (backends.Op, error) {
-			return b.Iota(sh(dt, 3, 4, 5), 1)
-		})
+	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Float64, dtypes.Int32, dtypes.Int64, dtypes.BFloat16} {
+		for axis := range 3 {
+			check(t, fmt.Sprintf("Iota/%d", axis), nil, false, func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+				return b.Iota(sh(dt, 3, 4, 5), axis)
+			})
+		}
 	}
 }
 

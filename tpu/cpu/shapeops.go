@@ -289,24 +289,51 @@ func (b *Builder) Iota(shape shapes.Shape, axis int) (backends.Op, error) {
 	return n, nil
 }
 
-// execIota computes the values in f64 (exact for any index) and converts
-// them to the output dtype.
+// execIota fills runs of equal values straight into the output for the
+// common dtypes (an attention mask's [1, 128, 768] int32 took 0.76 ms
+// through float64); others compute the values in f64 (exact for any
+// index) and convert them.
 func execIota(st *execState, n *node, _ []*slot) (*slot, error) {
 	axis := n.aux.(int)
 	out := st.alloc(n.shape)
 	dims := n.shape.Dimensions
-	vals := make([]float64, n.shape.Size())
 	inner := 1
 	for _, d := range dims[axis+1:] {
 		inner *= d
 	}
-	for i := range vals {
-		vals[i] = float64((i / inner) % dims[axis])
-	}
-	if err := convertFlat(out.data, vals); err != nil {
-		return nil, err
+	switch v := out.data.(type) {
+	case []int32:
+		iotaFill(v, dims[axis], inner)
+	case []int64:
+		iotaFill(v, dims[axis], inner)
+	case []float32:
+		iotaFill(v, dims[axis], inner)
+	case []float64:
+		iotaFill(v, dims[axis], inner)
+	default:
+		vals := make([]float64, n.shape.Size())
+		for i := range vals {
+			vals[i] = float64((i / inner) % dims[axis])
+		}
+		if err := convertFlat(out.data, vals); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// iotaFill writes v, laid out as [outer, d, inner], with each element's
+// index along d.
+func iotaFill[T int32 | int64 | float32 | float64](v []T, d, inner int) {
+	for o := 0; o < len(v); o += d * inner {
+		for k := range d {
+			run := v[o+k*inner : o+(k+1)*inner]
+			x := T(k)
+			for i := range run {
+				run[i] = x
+			}
+		}
+	}
 }
 
 // ---- DynamicSlice / DynamicUpdateSlice -----------------------------------
