@@ -329,14 +329,17 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 
 // storiesRunner is the stories model compiled on the cpu backend, closed
 // with the test.
-func storiesRunner(t *testing.T) *Runner {
+func storiesRunner(t *testing.T) *Runner { return storiesRunnerWith(t, Options{}) }
+
+// storiesRunnerWith is storiesRunner with options o.
+func storiesRunnerWith(t *testing.T, o Options) *Runner {
 	t.Helper()
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	r, err := NewRunner(cpuBackend(t), l, Options{})
+	r, err := NewRunner(cpuBackend(t), l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +351,13 @@ func storiesRunner(t *testing.T) *Runner {
 // cpu backend, closed (with its Runner and checkpoint) when the test ends.
 func storiesBatch(t *testing.T, o BatchOptions) (*Runner, *Batch) {
 	t.Helper()
-	r := storiesRunner(t)
+	return storiesBatchWith(t, Options{}, o)
+}
+
+// storiesBatchWith is storiesBatch with the Runner's options ro.
+func storiesBatchWith(t *testing.T, ro Options, o BatchOptions) (*Runner, *Batch) {
+	t.Helper()
+	r := storiesRunnerWith(t, ro)
 	b, err := NewBatch(r, o)
 	if err != nil {
 		t.Fatal(err)
@@ -377,31 +386,36 @@ func TestSlotLadder(t *testing.T) {
 	}
 }
 
-// TestBatchWarmup checks that after Warmup serving compiles nothing.
+// TestBatchWarmup checks that after Warmup serving compiles nothing, in
+// both modes (compiled mode has windowed prefill programs besides).
 func TestBatchWarmup(t *testing.T) {
-	r, b := storiesBatch(t, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, Prefixes: true})
-	if err := b.Warmup(); err != nil {
-		t.Fatal(err)
-	}
-	compiled := func() map[string]int {
-		m := map[string]int{}
-		for _, p := range r.Stats().Programs {
-			m[p.Name] = p.Misses
-		}
-		return m
-	}
-	before := compiled()
-	if before["decode"] != 3*5 { // rows 1, 2, 4 x slots 32, 64, 96, 128, 160
-		t.Errorf("warmup compiled %d decode executables, want 15", before["decode"])
-	}
-	runBatch(t, b, mixedSeqs(r.Spec().VocabSize))
-	if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(r.Spec().VocabSize)); reused == 0 {
-		t.Error("no prefix reused")
-	}
-	for name, n := range compiled() {
-		if n != before[name] {
-			t.Errorf("%s: %d executables compiled under load after warmup", name, n-before[name])
-		}
+	for _, mode := range []Mode{Compiled, Eager} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r, b := storiesBatchWith(t, Options{Mode: mode}, BatchOptions{MaxBatch: 4, MaxContext: 160, PrefillChunk: 16, Prefixes: true})
+			if err := b.Warmup(); err != nil {
+				t.Fatal(err)
+			}
+			compiled := func() map[string]int {
+				m := map[string]int{}
+				for _, p := range r.Stats().Programs {
+					m[p.Name] = p.Misses
+				}
+				return m
+			}
+			before := compiled()
+			if mode == Compiled && before["decode"] != 3*5 { // rows 1, 2, 4 x slots 32, 64, 96, 128, 160
+				t.Errorf("warmup compiled %d decode executables, want 15", before["decode"])
+			}
+			runBatch(t, b, mixedSeqs(r.Spec().VocabSize))
+			if _, reused := runBatchReusing(t, b, sharedPrefixSeqs(r.Spec().VocabSize)); reused == 0 {
+				t.Error("no prefix reused")
+			}
+			for name, n := range compiled() {
+				if n != before[name] {
+					t.Errorf("%s: %d executables compiled under load after warmup", name, n-before[name])
+				}
+			}
+		})
 	}
 }
 

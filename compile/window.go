@@ -83,10 +83,12 @@ func (r *Runner) prefillProgram(end, cacheLen int) (*Program, error) {
 // tokens per row that st's cache may run, whatever slot it starts at (a
 // multiple of n), without running them: the whole cache's and each
 // window's. Serve's warm-up calls it so that nothing compiles under load.
+// A runner that does not window has one executable for them all, which
+// the caller compiled by running a piece.
 func (st *State) precompilePrefill(n int) error {
 	r := st.r
-	if n == 1 {
-		return nil // decode's program
+	if n == 1 || !r.windowed() {
+		return nil // decode's program, or the one the caller ran
 	}
 	var progs []*Program
 	for end := n; end <= st.cacheLen; end += n {
