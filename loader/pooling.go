@@ -1,14 +1,13 @@
 package loader
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
 )
 
 // poolingFile reports whether name is a sentence-transformers Pooling
@@ -32,7 +31,7 @@ func (m *Checkpoint) Pooling() (string, error) {
 		Path string `json:"path"`
 		Type string `json:"type"`
 	}
-	if err := readJSONFile(m.Path("modules.json"), &modules); err != nil {
+	if err := config.ReadJSONFile(m.Path("modules.json"), &modules); err != nil {
 		return "", err
 	}
 	for _, mod := range modules {
@@ -44,7 +43,7 @@ func (m *Checkpoint) Pooling() (string, error) {
 			return "", fmt.Errorf("%s: modules.json names a Pooling module at %q, whose config.json the model lacks", m.Name(), mod.Path)
 		}
 		var c map[string]any
-		if err := readJSONFile(m.Path(rel), &c); err != nil {
+		if err := config.ReadJSONFile(m.Path(rel), &c); err != nil {
 			return "", err
 		}
 		var on []string
@@ -63,16 +62,4 @@ func (m *Checkpoint) Pooling() (string, error) {
 		return "", fmt.Errorf("%s: %s: pooling modes %v: tputool pools by the last token or the mean of the tokens: %w", m.Name(), rel, on, errs.ErrUnsupported)
 	}
 	return "", nil
-}
-
-// readJSONFile decodes a JSON file, naming it in errors.
-func readJSONFile(name string, v any) error {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }

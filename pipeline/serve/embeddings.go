@@ -49,8 +49,12 @@ type embeddingUsage struct {
 }
 
 // embed runs prompts through the scheduler and returns their vectors,
-// cut to dims values when dims > 0 and normalized to unit length.
-func (s *Server) embed(r *http.Request, prompts [][]int, dims int) ([][]float32, error) {
+// cut to dims values when dims > 0 and normalized to unit length; x
+// counts their tokens.
+func (s *Server) embed(r *http.Request, x *exchange, prompts [][]int, dims int) ([][]float32, error) {
+	for _, p := range prompts {
+		x.promptTokens += len(p)
+	}
 	vecs, err := s.sched.Embed(r.Context(), prompts)
 	switch {
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrClosed), errors.Is(err, errs.ErrUsage):
@@ -153,10 +157,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 		writeError(w, err)
 		return
 	}
-	for _, p := range prompts {
-		x.promptTokens += len(p)
-	}
-	vecs, err := s.embed(r, prompts, dims)
+	vecs, err := s.embed(r, x, prompts, dims)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -225,10 +226,7 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		writeOllamaError(w, err)
 		return
 	}
-	for _, p := range prompts {
-		x.promptTokens += len(p)
-	}
-	vecs, err := s.embed(r, prompts, dims)
+	vecs, err := s.embed(r, x, prompts, dims)
 	if err != nil {
 		writeOllamaError(w, err)
 		return
