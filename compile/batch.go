@@ -152,6 +152,7 @@ func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 		return nil, &OptionError{Owner: "BatchOptions", Option: "PrefillChunk", Value: o.PrefillChunk, Want: "a positive number of tokens"}
 	}
 	o.PrefillChunk = pow2(o.PrefillChunk)
+	r.wholeCache = true // see window.go: a server's prefills read whole caches
 	b := &Batch{r: r, o: o}
 	for _, p := range []struct {
 		to   **Program
@@ -975,8 +976,7 @@ func (b *Batch) warmPrompt(t int, buckets []int) error {
 }
 
 // warmPrefill compiles, for rows prompts of bucket t, the prefill piece
-// (by running one on a zero state, and precompiling the windows of pieces
-// further on) and the place programs from it to
+// (by running one on a zero state) and the place programs from it to
 // every slot bucket its prompts may be inserted in.
 func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 	chunk := b.prefillPiece(rows, t)
@@ -990,9 +990,6 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 		return err
 	}
 	defer st.Release()
-	if err := st.precompilePrefill(chunk); err != nil {
-		return err
-	}
 	small := append([]Arg{{T: tensors.FromScalar(int32(0))}}, st.args(false)...)
 	// Targets: every slot bucket its prompts fit in (one prompt has more
 	// than t/2 tokens; with several, only the longest must); with a prefix

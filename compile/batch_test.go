@@ -387,7 +387,8 @@ func TestSlotLadder(t *testing.T) {
 }
 
 // TestBatchWarmup checks that after Warmup serving compiles nothing, in
-// both modes (compiled mode has windowed prefill programs besides).
+// both modes, and that a Batch's prefills read whole caches (no windowed
+// programs).
 func TestBatchWarmup(t *testing.T) {
 	for _, mode := range []Mode{Compiled, Eager} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -413,6 +414,9 @@ func TestBatchWarmup(t *testing.T) {
 			for name, n := range compiled() {
 				if n != before[name] {
 					t.Errorf("%s: %d executables compiled under load after warmup", name, n-before[name])
+				}
+				if strings.HasPrefix(name, "prefill/w") {
+					t.Errorf("%s: a Batch's prefills read whole caches (window.go)", name)
 				}
 			}
 		})

@@ -159,8 +159,9 @@ func roundUp(n, m int) int { return (n + m - 1) / m * m }
 // Runner is a model compiled for a backend: its weights as held (converted,
 // quantised or sharded once, at NewRunner), the programs of its execution
 // mode and the facts derived from the model. It is immutable after NewRunner
-// (Programs only add executables to their shape-keyed caches, and windowed
-// prefill adds programs, under a lock), so any
+// (Programs only add executables to their shape-keyed caches, windowed
+// prefill adds programs, under a lock, and NewBatch marks a runner it
+// takes as reading whole caches), so any
 // number of States may run on it, one step at a time: a generation's,
 // chat's session, the server's decode batch, its prefills and its prefix
 // cache each own their States (state.go).
@@ -190,6 +191,7 @@ type Runner struct {
 
 	prefill, decode *Program    // compiled mode
 	win             windows     // compiled mode: the prefill's windowed programs (window.go)
+	wholeCache      bool        // set by NewBatch, which owns the runner: no windows (window.go)
 	emb             embedProgs  // Embed's program (embed.go)
 	embed, head     *Program    // eager mode
 	layerProg       []*Program  // eager mode, per layer (shared per kind)
