@@ -160,24 +160,5 @@ func (st *State) finalChunk(n int) (*tensors.Tensor, error) {
 			return nil, err
 		}
 	}
-	tokens := make([]int32, st.batch*n)
-	for i, p := range st.pending {
-		copy(tokens[i*n:], p[:n])
-		st.pending[i] = p[n:]
-	}
-	tokT := tensors.FromFlatDataAndDimensions(tokens, st.batch, n)
-	startT := tensors.FromScalar(int32(st.next))
-	var out *tensors.Tensor
-	var err error
-	if r.opts.Mode == Compiled {
-		out, err = r.runCompiled(st, r.emb.prog, tokT, startT)
-	} else {
-		out, err = r.runEager(st, tokT, startT, st.next, r.emb.prog)
-	}
-	if err != nil {
-		st.Release()
-		return nil, err
-	}
-	st.next += n
-	return out, nil
+	return r.runStep(st, r.emb.prog, r.emb.prog, st.takePending(n), st.next)
 }

@@ -196,7 +196,7 @@ type Runner struct {
 	embed, head     *Program    // eager mode
 	layerProg       []*Program  // eager mode, per layer (shared per kind)
 	grow            *Program    // grow-cache (grow.go)
-	mu              sync.Mutex  // guards programs: windowed prefill adds to them while States run
+	mu              sync.Mutex  // guards programs: windowed prefill and Embed add to them while States run
 	programs        []*Program  // all, for Stats
 	warming         atomic.Bool // a Batch warms up: recompiles are not reported
 	moe             *moeRun     // host-routed experts (lm.Routed), nil otherwise
@@ -568,24 +568,18 @@ func (r *Runner) weightArgs(args []Arg, names []string) []Arg {
 // runCompiled runs the whole step as one executable on st and returns
 // the logits.
 func (r *Runner) runCompiled(st *State, compiled *Program, tokens, startT *tensors.Tensor) (*tensors.Tensor, error) {
-	outs, err := compiled.Call(r.stepArgs(st, tokens, startT)...)
-	if err != nil {
-		return nil, err
-	}
-	st.keepAll(outs[1:])
-	return outs[0], nil
-}
-
-// stepArgs are the inputs of a compiled step on st: tokens, pads, start,
-// the state (donated) and the weights.
-func (r *Runner) stepArgs(st *State, tokens, startT *tensors.Tensor) []Arg {
 	args := []Arg{{T: tokens}, {T: st.padsT}, {T: startT}}
 	for _, layer := range st.tensors {
 		for _, s := range layer {
 			args = append(args, Arg{T: s, Donate: true})
 		}
 	}
-	return r.weightArgs(args, r.all)
+	outs, err := compiled.Call(r.weightArgs(args, r.all)...)
+	if err != nil {
+		return nil, err
+	}
+	st.keepAll(outs[1:])
+	return outs[0], nil
 }
 
 // runEager dispatches the embedding, each layer (the routed layers of an

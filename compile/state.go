@@ -254,12 +254,18 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 			return nil, err
 		}
 	}
+	return r.run(st, prog, st.takePending(n), st.next)
+}
+
+// takePending removes the next n pending tokens of every row and returns
+// them as a step's token input [B, n].
+func (st *State) takePending(n int) *tensors.Tensor {
 	tokens := make([]int32, st.batch*n)
 	for i, p := range st.pending {
 		copy(tokens[i*n:], p[:n])
 		st.pending[i] = p[n:]
 	}
-	return r.run(st, prog, tensors.FromFlatDataAndDimensions(tokens, st.batch, n), st.next)
+	return tensors.FromFlatDataAndDimensions(tokens, st.batch, n)
 }
 
 // Decode feeds one token per row (next[b] for row b) and returns the
@@ -311,25 +317,10 @@ func (r *Runner) checkIDs(what string, ids []int) error {
 // over devices, compiled in segments around host-routed experts, one
 // compiled graph, or eager (one executable per layer kind).
 func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start int) ([][]float32, error) {
-	t := tokens.Shape().Dimensions[1]
-	startT := tensors.FromScalar(int32(start))
-	var logits *tensors.Tensor
-	var err error
-	switch {
-	case r.tp != nil:
-		logits, err = r.runSharded(st, compiled, tokens, startT)
-	case r.opts.Mode == Compiled && r.moe != nil:
-		logits, err = r.runSegments(st, tokens, startT, start)
-	case r.opts.Mode == Compiled:
-		logits, err = r.runCompiled(st, compiled, tokens, startT)
-	default:
-		logits, err = r.runEager(st, tokens, startT, start, r.head)
-	}
+	logits, err := r.runStep(st, compiled, r.head, tokens, start)
 	if err != nil {
-		st.Release()
 		return nil, err
 	}
-	st.next = start + t
 	n := logits.Shape().Size()
 	var flat []float32
 	if st.reuseLogits {
@@ -351,6 +342,32 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 		rows[i] = flat[i*v : (i+1)*v : (i+1)*v]
 	}
 	return rows, nil
+}
+
+// runStep is run without reading the output: the step's first output
+// (the logits, or what head gives in eager mode and compiled gives in
+// compiled mode: Embed's final hidden states), for the caller to
+// finalize.
+func (r *Runner) runStep(st *State, compiled, head *Program, tokens *tensors.Tensor, start int) (*tensors.Tensor, error) {
+	startT := tensors.FromScalar(int32(start))
+	var out *tensors.Tensor
+	var err error
+	switch {
+	case r.tp != nil:
+		out, err = r.runSharded(st, compiled, tokens, startT)
+	case r.opts.Mode == Compiled && r.moe != nil:
+		out, err = r.runSegments(st, tokens, startT, start)
+	case r.opts.Mode == Compiled:
+		out, err = r.runCompiled(st, compiled, tokens, startT)
+	default:
+		out, err = r.runEager(st, tokens, startT, start, head)
+	}
+	if err != nil {
+		st.Release()
+		return nil, err
+	}
+	st.next = start + tokens.Shape().Dimensions[1]
+	return out, nil
 }
 
 // layerArgs are the state tensors layer i reads: its own, donated, or
