@@ -60,13 +60,7 @@ hidden states, but only one trained for embeddings gives useful ones.`,
 			if err := opts.requireModel(); err != nil {
 				return err
 			}
-			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
-				if f.IOStreams.IsStdinTTY() {
-					return errs.Usagef("give at least one --prompt or a --prompts-file, or pipe the input on stdin")
-				}
-				opts.Prompts = []string{"-"}
-			}
-			if err := checkStdinUse(opts.Prompts, opts.PromptsFile); err != nil {
+			if err := promptSources(f, &opts.Prompts, opts.PromptsFile, "input"); err != nil {
 				return err
 			}
 			if err := checkPoolingFlag(opts.Pooling); err != nil {

@@ -92,13 +92,7 @@ the same tokens.`,
 			if err := opts.requireModel(); err != nil {
 				return err
 			}
-			if len(opts.Prompts) == 0 && opts.PromptsFile == "" {
-				if f.IOStreams.IsStdinTTY() {
-					return errs.Usagef("give at least one --prompt or a --prompts-file, or pipe the prompt on stdin")
-				}
-				opts.Prompts = []string{"-"} // stdin is the prompt
-			}
-			if err := checkStdinUse(opts.Prompts, opts.PromptsFile); err != nil {
+			if err := promptSources(f, &opts.Prompts, opts.PromptsFile, "prompt"); err != nil {
 				return err
 			}
 			if err := opts.parse(f); err != nil {
@@ -188,6 +182,20 @@ func parseKVDType(s string) (dtypes.DType, error) {
 		return 0, errs.Usagef("--kv-cache-dtype %q: want f32, bf16 or auto", s)
 	}
 	return dt, nil
+}
+
+// promptSources checks where a command's prompts (noun: "prompt",
+// "input") come from: with no --prompt and no --prompts-file, stdin when
+// it is not a terminal (the whole of it, one prompt), else a usage error;
+// and stdin read at most once.
+func promptSources(f *Factory, prompts *[]string, file, noun string) error {
+	if len(*prompts) == 0 && file == "" {
+		if f.IOStreams.IsStdinTTY() {
+			return errs.Usagef("give at least one --prompt or a --prompts-file, or pipe the %s on stdin", noun)
+		}
+		*prompts = []string{"-"} // stdin is the prompt
+	}
+	return checkStdinUse(*prompts, file)
 }
 
 // checkStdinUse refuses reading stdin twice (-p - and --prompts-file -).
