@@ -135,10 +135,7 @@ func (c *Checkpoint) Rename(rename func(stored string) string) error {
 	stored := make(map[string]string, len(c.byName))
 	names := make([]string, 0, len(c.names))
 	for _, n := range c.names {
-		s, ok := c.stored[n]
-		if !ok {
-			s = n
-		}
+		_, s, _ := c.file(n)
 		to := rename(s)
 		if _, dup := byName[to]; dup {
 			return fmt.Errorf("checkpoint %s: two tensors renamed to %q", c.Dir, to)
