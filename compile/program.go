@@ -1,5 +1,6 @@
 // Package compile runs graph-building functions on a GoMLX backend and owns
-// the executable caches: Program wraps graph.Exec with shape-keyed
+// the executable caches: Program compiles a graph function once per input
+// shapes, keeps the backend's executables (not the graphs) with shape-keyed
 // statistics and compile timing; Runner runs a pipeline/lm model in one of
 // two execution modes (one executable per step, or one per layer kind
 // dispatched op-by-op); GraphExecutor runs the diffusion models' keyed
@@ -45,39 +46,63 @@ type ProgramStats struct {
 	Run time.Duration `json:"run_ns"`
 }
 
-// Program is a graph function compiled once per distinct input
-// shapes/dtypes, like graph.Exec, with statistics: hits and misses of its
+// Program is a graph function compiled once per distinct input shapes and
+// dtypes, like graph.Exec, with statistics: hits and misses of its
 // executable cache, compile time measured apart from execution, and a
 // warning (OnRecompile) when a call after the first one brings new shapes.
 // Panics while building a graph become errors naming the program.
 //
-// keys records the shape keys already compiled; the executables
-// themselves live in graph.Exec's cache, which never evicts: a shape
-// beyond MaxExecutables is an error, unless unboundedCache lifts the cap.
-// Every call first compiles what it needs (timed apart), then executes,
-// so Run never includes compilation.
+// On one device a Program keeps only the backend's executables, by shape
+// key: the graph each was compiled from (GoMLX's nodes, a few hundred
+// bytes each and a hundred thousand in a serve warm-up) is dropped once
+// compiled, so the Go collector does not mark it on every cycle for as
+// long as the program lives (docs/compile.md, "Executables"). Sharded
+// programs run through graph.Exec, which sets up the distributed graph
+// and keeps it. Either way a shape beyond MaxExecutables is an error,
+// unless unboundedCache lifts the cap. Every call first compiles what it
+// needs (timed apart), then executes, so Run never includes compilation.
 type Program struct {
 	name    string
 	backend backends.Backend
-	exec    *graph.Exec
+	fn      func([]*graph.Node) []*graph.Node
+	// exec runs a sharded program (newShardedProgram); nil on one device.
+	exec *graph.Exec
 	// OnRecompile, when set, is called when a call after the first one
 	// needs a new executable (its input shapes are new).
 	OnRecompile func(program, shapes string)
 
-	mu    sync.Mutex
-	keys  map[string]bool
-	stats ProgramStats
+	// building serializes compiles, so two calls with the same new
+	// shapes compile them once.
+	building sync.Mutex
+	mu       sync.Mutex
+	// exes holds the compiled shape keys and, on one device, their
+	// executables (nil for a sharded program's, which exec keeps).
+	exes     map[string]backends.Executable
+	maxCache int
+	stats    ProgramStats
 }
 
 // NewProgram wraps fn, which takes the inputs in call order and returns
 // the outputs.
 func NewProgram(backend backends.Backend, name string, fn func(inputs []*graph.Node) []*graph.Node) (*Program, error) {
-	e, err := graph.NewExec(backend, fn)
-	if err != nil {
-		return nil, fmt.Errorf("program %q: %w", name, err)
+	if backend == nil || fn == nil {
+		return nil, fmt.Errorf("program %q: no backend or no graph function", name)
 	}
-	e.WithName(name).SetMaxCache(MaxExecutables)
-	return &Program{name: name, backend: backend, exec: e, keys: map[string]bool{}, stats: ProgramStats{Name: name}}, nil
+	return &Program{name: name, backend: backend, fn: fn, exes: map[string]backends.Executable{},
+		maxCache: MaxExecutables, stats: ProgramStats{Name: name}}, nil
+}
+
+// sharded makes p run through graph.Exec, configured by setup (the mesh
+// and the sharding specs).
+func (p *Program) sharded(setup func(*graph.Exec)) error {
+	e, err := graph.NewExec(p.backend, p.fn)
+	if err != nil {
+		return fmt.Errorf("program %q: %w", p.name, err)
+	}
+	e.WithName(p.name).SetMaxCache(p.maxCache)
+	setup(e)
+	p.exec = e
+	return nil
 }
 
 // Name returns the program's name.
@@ -85,7 +110,14 @@ func (p *Program) Name() string { return p.name }
 
 // unboundedCache lifts the MaxExecutables cap, for a program whose callers
 // bound its shapes themselves (compile.Batch's).
-func (p *Program) unboundedCache() { p.exec.SetMaxCache(-1) }
+func (p *Program) unboundedCache() {
+	p.mu.Lock()
+	p.maxCache = -1
+	p.mu.Unlock()
+	if p.exec != nil {
+		p.exec.SetMaxCache(-1)
+	}
+}
 
 // Stats returns a snapshot of the statistics.
 func (p *Program) Stats() ProgramStats {
@@ -110,25 +142,36 @@ func shapeKey(args []Arg) string {
 // shapes are new.
 func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
 	defer p.recoverInto(&err)
-	if _, err := p.compile(args); err != nil {
+	key := shapeKey(args)
+	if _, err := p.compileFor(key, func() error { return p.build(key, args) }); err != nil {
 		return nil, err
 	}
-	in := make([]any, len(args))
+	p.mu.Lock()
+	exe := p.exes[key]
+	p.mu.Unlock()
+	bufs := make([]backends.Buffer, len(args))
+	donate := make([]bool, len(args))
 	for i, a := range args {
 		if a.Donate {
-			d, err := graph.DonateTensorBuffer(a.T, p.backend, 0)
-			if err != nil {
-				return nil, fmt.Errorf("program %q: donating input #%d: %w", p.name, i, err)
-			}
-			in[i] = d
+			bufs[i], err = a.T.DonateBuffer(p.backend, 0)
+			donate[i] = true
 		} else {
-			in[i] = a.T
+			bufs[i], err = a.T.Buffer(p.backend, 0)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("program %q: input #%d: %w", p.name, i, err)
 		}
 	}
 	start := time.Now()
-	outs, err = p.exec.Exec(in...)
+	res, err := exe.Execute(bufs, donate, 0)
 	if err != nil {
 		return nil, fmt.Errorf("program %q: %w", p.name, err)
+	}
+	outs = make([]*tensors.Tensor, len(res))
+	for i, b := range res {
+		if outs[i], err = tensors.FromBuffer(p.backend, b); err != nil {
+			return nil, fmt.Errorf("program %q: output #%d: %w", p.name, i, err)
+		}
 	}
 	p.mu.Lock()
 	p.stats.Run += time.Since(start)
@@ -147,46 +190,105 @@ func (p *Program) Precompile(args ...Arg) (compiled bool, err error) {
 }
 
 // compile counts a call and, when the input shapes are new, compiles
-// their executable with Exec.PreCompile, timed apart from execution, and
-// reports a recompilation after the first call.
+// their executable, timed apart from execution.
 func (p *Program) compile(args []Arg) (compiled bool, err error) {
-	plain := make([]any, len(args))
-	for i, a := range args {
-		plain[i] = a.T
-	}
-	return p.compileFor(shapeKey(args), plain)
+	key := shapeKey(args)
+	return p.compileFor(key, func() error { return p.build(key, args) })
 }
 
-// compileFor is compile for the inputs plain (as graph.Exec takes them)
-// identified by key. The key counts as compiled only once PreCompile has
+// build compiles the executable for args' shapes on one device and keeps
+// only the backend's executable: capture hands it over from the graph's
+// builder, and the graph itself becomes garbage.
+func (p *Program) build(key string, args []Arg) error {
+	if p.exec != nil {
+		return fmt.Errorf("a sharded program takes its inputs per device")
+	}
+	c := &capture{Backend: p.backend}
+	g := graph.NewGraph(c, p.name)
+	params := make([]*graph.Node, len(args))
+	for i, a := range args {
+		params[i] = graph.Parameter(g, fmt.Sprintf("arg%d", i), a.T.Shape())
+	}
+	g.Compile(p.fn(params)...)
+	if n := g.NumParameters(); n != len(args) {
+		return fmt.Errorf("the graph has %d parameters for %d inputs", n, len(args))
+	}
+	if c.exe == nil {
+		return fmt.Errorf("the backend compiled no executable")
+	}
+	p.mu.Lock()
+	p.exes[key] = c.exe
+	p.mu.Unlock()
+	return nil
+}
+
+// compileFor counts a call of the inputs identified by key and, when key
+// is new, compiles them with build, timed, and reports a recompilation
+// after the first call. The key counts as compiled only once build has
 // succeeded, so a failed compile is tried again (another miss) by the
 // next call with those shapes.
-func (p *Program) compileFor(key string, plain []any) (compiled bool, err error) {
+func (p *Program) compileFor(key string, build func() error) (compiled bool, err error) {
 	p.mu.Lock()
-	isNew := !p.keys[key]
+	_, done := p.exes[key]
 	first := p.stats.Calls == 0
 	p.stats.Calls++
-	if isNew {
-		p.stats.Misses++
-	} else {
+	if done {
 		p.stats.Hits++
-	}
-	p.mu.Unlock()
-	if !isNew {
+		p.mu.Unlock()
 		return false, nil
+	}
+	p.stats.Misses++
+	full := p.maxCache > 0 && len(p.exes) >= p.maxCache
+	p.mu.Unlock()
+	if full {
+		return false, fmt.Errorf("program %q: inputs %s would be executable #%d, over the cap of %d",
+			p.name, key, p.maxCache+1, p.maxCache)
 	}
 	if !first && p.OnRecompile != nil {
 		p.OnRecompile(p.name, key)
 	}
+	p.building.Lock()
+	defer p.building.Unlock()
+	p.mu.Lock()
+	_, done = p.exes[key]
+	p.mu.Unlock()
+	if done { // compiled by a concurrent call while this one waited
+		return false, nil
+	}
 	start := time.Now()
-	if err := p.exec.PreCompile(plain...); err != nil {
+	if err := build(); err != nil {
 		return false, fmt.Errorf("program %q: compiling for inputs %s: %w", p.name, key, err)
 	}
 	p.mu.Lock()
-	p.keys[key] = true
 	p.stats.Compile += time.Since(start)
 	p.mu.Unlock()
 	return true, nil
+}
+
+// capture is a backend whose builders hand over the executable they
+// compile, so a Program can keep it without the graph.
+type capture struct {
+	backends.Backend
+	exe backends.Executable
+}
+
+// Builder implements backends.Backend.
+func (c *capture) Builder(name string) backends.Builder {
+	return &captureBuilder{Builder: c.Backend.Builder(name), c: c}
+}
+
+type captureBuilder struct {
+	backends.Builder
+	c *capture
+}
+
+// Compile implements backends.Builder.
+func (b *captureBuilder) Compile(outputs []backends.Op, shardings []*backends.ShardingSpec) (backends.Executable, error) {
+	exe, err := b.Builder.Compile(outputs, shardings)
+	if err == nil {
+		b.c.exe = exe
+	}
+	return exe, err
 }
 
 // recoverInto turns a panic into an error naming the program.
@@ -197,4 +299,16 @@ func (p *Program) recoverInto(err *error) {
 }
 
 // Finalize frees the executables.
-func (p *Program) Finalize() { p.exec.Finalize() }
+func (p *Program) Finalize() {
+	if p.exec != nil {
+		p.exec.Finalize()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, e := range p.exes {
+		if e != nil {
+			e.Finalize()
+		}
+		delete(p.exes, k)
+	}
+}

@@ -280,7 +280,11 @@ func newShardedProgram(backend backends.Backend, name string, plan *ShardPlan, i
 	if err != nil {
 		return nil, err
 	}
-	p.exec.AutoSharding(plan.Mesh).WithInputShardingSpecs(in...).WithOutputShardingSpecs(out...)
+	if err := p.sharded(func(e *graph.Exec) {
+		e.AutoSharding(plan.Mesh).WithInputShardingSpecs(in...).WithOutputShardingSpecs(out...)
+	}); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -342,7 +346,16 @@ func (p *Program) callSharded(nDev int, args []shardedArg) (outs [][]*tensors.Te
 	if err != nil {
 		return nil, fmt.Errorf("program %q: %w", p.name, err)
 	}
-	if _, err := p.compileFor(shardKey(args), plain); err != nil {
+	key := shardKey(args)
+	if _, err := p.compileFor(key, func() error {
+		if err := p.exec.PreCompile(plain...); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.exes[key] = nil
+		p.mu.Unlock()
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	in, err := flattenArgs(args, nDev, func(a shardedArg, d int) (any, error) {

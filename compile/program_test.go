@@ -1,0 +1,97 @@
+package compile
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"weak"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// TestProgramKeepsNoGraph: once compiled, a Program holds the backend's
+// executable and not the GoMLX graph it was built from, whose nodes the Go
+// collector would otherwise mark on every cycle; the executable still
+// runs, and two calls racing on new shapes compile them once.
+func TestProgramKeepsNoGraph(t *testing.T) {
+	for name, open := range map[string]func(testing.TB) backends.Backend{"go": goBackend, "cpu": cpuBackend} {
+		t.Run(name, func(t *testing.T) {
+			backend := open(t)
+			var builds atomic.Int32
+			var node weak.Pointer[graph.Node]
+			p, err := NewProgram(backend, "double", func(in []*graph.Node) []*graph.Node {
+				builds.Add(1)
+				out := graph.MulScalar(in[0], 2)
+				node = weak.Make(out)
+				return []*graph.Node{out}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Finalize()
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[i] = p.Call(Arg{T: tensors.FromValue([]float32{1, 2, 3})})
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := builds.Load(); n != 1 {
+				t.Errorf("%d graphs built for one shape, want 1", n)
+			}
+			runtime.GC()
+			if node.Value() != nil {
+				t.Error("the compiled graph's nodes are still reachable")
+			}
+			outs, err := p.Call(Arg{T: tensors.FromValue([]float32{1, 2, 3})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := outs[0].Value().([]float32); got[0] != 2 || got[1] != 4 || got[2] != 6 {
+				t.Errorf("got %v, want [2 4 6]", got)
+			}
+			st := p.Stats()
+			// A call that waited on another's compile counts a miss, so
+			// the split depends on the race; the sum does not.
+			if st.Calls != 5 || st.Misses < 1 || st.Hits+st.Misses != 5 {
+				t.Errorf("stats %+v: want 5 calls, at least one a miss", st)
+			}
+		})
+	}
+}
+
+// TestProgramCap: a shape beyond the cap is an error naming the program,
+// and unboundedCache lifts it.
+func TestProgramCap(t *testing.T) {
+	backend := cpuBackend(t)
+	p, err := NewProgram(backend, "neg", func(in []*graph.Node) []*graph.Node { return []*graph.Node{graph.Neg(in[0])} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Finalize()
+	p.maxCache = 2
+	for n := 1; n <= 3; n++ {
+		_, err := p.Call(Arg{T: tensors.FromValue(make([]float32, n))})
+		if n <= 2 && err != nil {
+			t.Fatal(err)
+		}
+		if n == 3 && err == nil {
+			t.Fatal("a third shape compiled past a cap of 2")
+		}
+	}
+	p.unboundedCache()
+	if _, err := p.Call(Arg{T: tensors.FromValue(make([]float32, 3))}); err != nil {
+		t.Fatalf("after unboundedCache: %v", err)
+	}
+}
