@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/backends"
@@ -24,19 +25,18 @@ import (
 //     turns rotary embeddings' nine ops into one.
 //   - fuse (fuse.go) turns softmax forms into one node, then trees of f32
 //     elementwise ops into one node each.
-//   - liveness: live marks what the outputs need; lastUse and releaseAt
-//     say when each value dies.
+//   - liveness: only what the outputs need is kept (and the parameters),
+//     renumbered; lastUse and dying say when each value dies.
 //
 // A rewrite changes a node's op, inputs, fn and aux, and only ever points
 // it at earlier nodes, so creation order stays a topological order. The
 // nodes it bypasses (the ConvertDType, the dequantisation ops, absorbed
-// elementwise ops) stay in the list and are dead unless something else
-// still reads them.
+// elementwise ops) are dropped unless something else still reads them.
 //
-// Execute walks the live nodes in that order on the calling goroutine, one
+// Execute walks the nodes in that order on the calling goroutine, one
 // at a time: parallelism is inside the ops (kernels.Parallel), never
 // between nodes. Each value is held in a slot. After node i has run, the
-// values in releaseAt[i] are released; a slot this call owns whose last
+// values dying at i are released; a slot this call owns whose last
 // live value goes returns to a free list keyed by dtype and length, and
 // later nodes take their output memory from it (alloc) or write over a
 // dying input (reuse). A node's inputs are released only after it has
@@ -54,19 +54,22 @@ import (
 type Executable struct {
 	backend *Backend
 	name    string
-	// nodes is the Builder's list, rewritten and fused in place;
-	// nodes[i].idx == i indexes live, lastUse, releaseAt and
-	// execState.vals.
-	nodes   []*node // creation order, a topological order
+	// nodes are the Builder's nodes that the outputs need, and the
+	// parameters, rewritten and fused in place, in creation order (a
+	// topological order); nodes[i].idx == i indexes lastUse, dyingAt
+	// and execState.vals.
+	nodes   []*node
 	params  []*node
 	outputs []*node
-	// live[i]: node i is needed for an output.
-	live []bool
 	// lastUse[i]: index of the last live node reading node i's value;
 	// len(nodes) for outputs (never released), -1 when unused.
 	lastUse []int
-	// releaseAt[i]: the nodes whose value is dead once node i has run.
-	releaseAt [][]int
+	// dying[dyingAt[i]:dyingAt[i+1]] are the nodes whose value is dead
+	// once node i has run: one list cut at offsets, where a slice per
+	// node made a few hundred thousand small objects for the collector
+	// to mark across a server's executables.
+	dying   []int32
+	dyingAt []int32
 
 	// pool is the memory the last execution freed, handed to the next
 	// one, so that repeated calls (a decode step) allocate nothing big and
@@ -89,32 +92,44 @@ var _ backends.Executable = (*Executable)(nil)
 // the backend's activation setting as they run, so SetActivations applies
 // only to executables compiled after it.
 func newExecutable(b *Builder, outputs []*node) *Executable {
-	e := &Executable{backend: b.backend, name: b.name, nodes: b.nodes, params: b.params, outputs: outputs}
-	rewrite(e.nodes, actKind(b.backend.act.Load()))
-	rewriteGroupedSum(e.nodes, outputs)
-	rewriteRope(e.nodes, outputs)
-	fuse(e.nodes, outputs)
-	n := len(e.nodes)
-	e.live = make([]bool, n)
+	e := &Executable{backend: b.backend, name: b.name, params: b.params, outputs: outputs}
+	nodes := b.nodes
+	rewrite(nodes, actKind(b.backend.act.Load()))
+	rewriteGroupedSum(nodes, outputs)
+	rewriteRope(nodes, outputs)
+	fuse(nodes, outputs)
+	// Keep what the outputs need, and every parameter (Execute binds
+	// them all), renumbered in creation order, which stays topological.
+	// The rest (the forms the rewrites bypassed, whatever nothing reads)
+	// is dropped with the Builder, so a compiled program holds no more
+	// than it runs.
+	live := make([]bool, len(nodes))
 	for _, o := range outputs {
-		e.live[o.idx] = true
+		live[o.idx] = true
+	}
+	for _, p := range b.params {
+		live[p.idx] = true
 	}
 	// One backward sweep suffices: every input comes before its reader.
-	for i := n - 1; i >= 0; i-- {
-		if e.live[i] {
-			for _, in := range e.nodes[i].inputs {
-				e.live[in.idx] = true
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if live[i] {
+			for _, in := range nodes[i].inputs {
+				live[in.idx] = true
 			}
 		}
 	}
+	for i, nd := range nodes {
+		if live[i] {
+			nd.idx = len(e.nodes)
+			e.nodes = append(e.nodes, nd)
+		}
+	}
+	n := len(e.nodes)
 	e.lastUse = make([]int, n)
 	for i := range e.lastUse {
 		e.lastUse[i] = -1
 	}
 	for i, nd := range e.nodes {
-		if !e.live[i] {
-			continue
-		}
 		for _, in := range nd.inputs {
 			e.lastUse[in.idx] = i
 		}
@@ -122,10 +137,21 @@ func newExecutable(b *Builder, outputs []*node) *Executable {
 	for _, o := range outputs {
 		e.lastUse[o.idx] = n
 	}
-	e.releaseAt = make([][]int, n)
+	e.dyingAt = make([]int32, n+1)
+	for _, last := range e.lastUse {
+		if last >= 0 && last < n {
+			e.dyingAt[last+1]++
+		}
+	}
+	for i := range n {
+		e.dyingAt[i+1] += e.dyingAt[i]
+	}
+	e.dying = make([]int32, e.dyingAt[n])
+	fill := slices.Clone(e.dyingAt[:n])
 	for i, last := range e.lastUse {
 		if last >= 0 && last < n {
-			e.releaseAt[last] = append(e.releaseAt[last], i)
+			e.dying[fill[last]] = int32(i)
+			fill[last]++
 		}
 	}
 	return e
@@ -330,13 +356,13 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 	// input's, a computed node to the slot its fn returned (fresh, or a
 	// dying input's through reuse).
 	for i, n := range e.nodes {
-		if !e.live[i] {
-			continue
-		}
 		cur = i
 		var s *slot
 		switch {
 		case n.op == backends.OpTypeParameter:
+			if e.lastUse[i] < 0 {
+				continue // bound but unread: it holds no ref
+			}
 			s = st.vals[i]
 		case n.op == backends.OpTypeConstant:
 			s = &slot{data: n.constant}
@@ -354,7 +380,7 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 		}
 		s.refs++
 		st.vals[i] = s
-		for _, j := range e.releaseAt[i] {
+		for _, j := range e.dying[e.dyingAt[i]:e.dyingAt[i+1]] {
 			st.release(st.vals[j])
 		}
 	}
