@@ -1,7 +1,10 @@
 package llama_test
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,6 +34,12 @@ type packedFormat struct {
 	// (else f16, as the decoded weights are held).
 	group, hidden, inter int
 	sym, f32Ref          bool
+	// dynamic is GPTQ's per-module rules as the config writes them (a
+	// JSON object, in order), and module says what they should make of
+	// each Linear, by its prefix: its bits and group size, or skip for
+	// one left in plain weights.
+	dynamic string
+	module  func(prefix string) (bits, group int, skip bool)
 }
 
 // awqOrder is AWQ's packing order: nibble k holds value awqOrder[k].
@@ -52,15 +61,18 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 	tiny := lmckpt.LlamaShape(hidden, 2, 4, inter, 64)
 	tiny.Seed = 9
 	next := lcg(777)
-	maxq := 1<<f.bits - 1
-	per := 32 / f.bits
 	var plain, packed []safetensors.Tensor
 	for _, w := range tiny.Tensors() {
 		n := 1
 		for _, d := range w.Shape {
 			n *= d
 		}
-		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") {
+		prefix := strings.TrimSuffix(w.Name, ".weight")
+		bits, group, skip := f.bits, group, false
+		if f.module != nil && w.Kind == "linear" {
+			bits, group, skip = f.module(prefix)
+		}
+		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") || skip {
 			v := make([]float32, n)
 			for i := range v {
 				v[i] = 1
@@ -72,6 +84,8 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			addF32(t, &packed, w.Name, safetensors.F32, w.Shape, v)
 			continue
 		}
+		maxq := 1<<bits - 1
+		per := 32 / bits
 		out, in := w.Shape[0], w.Shape[1]
 		groups := (in + group - 1) / group
 		q := make([]int, out*in) // [o, i]
@@ -83,7 +97,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		for i := range z {
 			z[i] = 1 + next(maxq)
 			if f.sym {
-				z[i] = 1 << (f.bits - 1)
+				z[i] = 1 << (bits - 1)
 			}
 			sc[i] = float32(1+next(7)) / (float32(maxq) * 16)
 		}
@@ -115,7 +129,6 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			ref = safetensors.F32
 		}
 		addF32(t, &plain, w.Name, ref, w.Shape, deq)
-		prefix := strings.TrimSuffix(w.Name, ".weight")
 		zs := func(g, o int) uint32 {
 			if f.method == "gptq" && !f.v2 {
 				return uint32(z[g*out+o] - 1)
@@ -152,13 +165,13 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			qw := make([]uint32, in/per*out)
 			for i := 0; i < in; i++ {
 				for o := 0; o < out; o++ {
-					qw[(i/per)*out+o] |= uint32(q[o*in+i]) << (f.bits * (i % per))
+					qw[(i/per)*out+o] |= uint32(q[o*in+i]) << (bits * (i % per))
 				}
 			}
 			qz := make([]uint32, groups*out/per)
 			for g := 0; g < groups; g++ {
 				for o := 0; o < out; o++ {
-					qz[g*(out/per)+o/per] |= zs(g, o) << (f.bits * (o % per))
+					qz[g*(out/per)+o/per] |= zs(g, o) << (bits * (o % per))
 				}
 			}
 			packed = append(packed, i32Tensor(prefix+".qweight", []int{in / per, out}, qw), i32Tensor(prefix+".qzeros", []int{groups, out / per}, qz))
@@ -185,6 +198,9 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		if f.v2 || f.declV2 {
 			qc["checkpoint_format"] = "gptq_v2"
 		}
+		if f.dynamic != "" {
+			qc["dynamic"] = json.RawMessage(f.dynamic)
+		}
 	} else {
 		qc["version"], qc["zero_point"], qc["modules_to_not_convert"] = "gemm", true, []string{"lm_head"}
 	}
@@ -196,8 +212,32 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 	return packedDir, f32Dir
 }
 
+// GPTQ dynamic rules: the first leaves layer 0's q_proj unquantized, the
+// next two override the config's 4 bits in groups of 16.
+const (
+	dynamicRules = `{"-:model\\.layers\\.0\\.self_attn\\.q_proj": {},
+		".*layers\\.1\\.": {"group_size": 32, "sym": false},
+		"+:.*down_proj": {"bits": 8, "group_size": 24, "desc_act": false}}`
+	swappedRules = `{"-:model\\.layers\\.0\\.self_attn\\.q_proj": {},
+		"+:.*down_proj": {"bits": 8, "group_size": 24},
+		".*layers\\.1\\.": {"group_size": 32}}`
+)
+
+// dynamicModules is what dynamicRules make of each Linear.
+func dynamicModules(prefix string) (bits, group int, skip bool) {
+	switch {
+	case prefix == "model.layers.0.self_attn.q_proj":
+		return 0, 0, true
+	case strings.HasPrefix(prefix, "model.layers.1."):
+		return 4, 32, false
+	case strings.HasSuffix(prefix, ".down_proj"):
+		return 8, 24, false
+	}
+	return 4, 16, false
+}
+
 // TestPackedCheckpoints: GPTQ (v1 and v2, 4 and 8 bits, with a reordered
-// g_idx) and AWQ checkpoints load, decoded to the compute dtype at load
+// g_idx, with dynamic per-module rules) and AWQ checkpoints load, decoded to the compute dtype at load
 // (decodedLogits: the CPU engine holds some as stored, TestPackedHeld),
 // and give exactly the logits of the f32 checkpoint holding the weights
 // the test dequantised, compiled and eager; AWQ packed in plain order, or
@@ -211,6 +251,10 @@ func TestPackedCheckpoints(t *testing.T) {
 		{name: "awq-4bit", method: "awq", bits: 4},
 		{name: "awq-plain-order", method: "awq", bits: 4, seqAWQ: true, mutation: true},
 		{name: "gptq-v1-read-as-v2", method: "gptq", bits: 4, declV2: true, mutation: true},
+		// The first matching rule decides: layer 1's down_proj takes the
+		// layer rule's 4 bits in groups of 32, layer 0's the down_proj
+		// rule's 8 bits in groups of 24 (TestPackedDynamicOrder).
+		{name: "gptq-dynamic", method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			pDir, fDir := packedCheckpoints(t, f)
@@ -231,6 +275,53 @@ func TestPackedCheckpoints(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPackedDynamicOrder: the first matching rule, in the config's order,
+// decides. The dynamic checkpoint declared with its last two rules
+// swapped (the order sorted keys give, "+:" before ".") reads layer 1's
+// down_proj as 8-bit, and its load fails naming the tensor; so does
+// taking the last match instead of the first.
+func TestPackedDynamicOrder(t *testing.T) {
+	for _, rules := range []string{swappedRules, dynamicRules} {
+		f := packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}
+		dir, _ := packedCheckpoints(t, f)
+		if rules == swappedRules {
+			setDynamic(t, dir, rules)
+		}
+		l, err := lmckpt.Load(dir)
+		if err == nil {
+			l.Close()
+		}
+		const want = "model.layers.1.mlp.down_proj.qweight: shape [6 32], want [12 32]"
+		if rules == swappedRules && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("rules swapped: got %v, want an error containing %q", err, want)
+		}
+		if rules == dynamicRules && err != nil {
+			t.Errorf("rules in order: %v", err)
+		}
+	}
+}
+
+// setDynamic rewrites the dynamic rules of the GPTQ checkpoint in dir.
+func setDynamic(t *testing.T, dir, rules string) {
+	t.Helper()
+	path := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization_config"].(map[string]any)["dynamic"] = json.RawMessage(rules)
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -266,7 +357,10 @@ func TestPackedUnsupported(t *testing.T) {
 	}{
 		{map[string]any{"quant_method": "gptq", "bits": 3, "group_size": 128}, "GPTQ with 3 bits"},
 		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"}, `checkpoint_format "marlin"`},
-		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": map[string]any{"-:.*mlp.*": map[string]any{}}}, "dynamic per-module rules"},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": map[string]any{"+:(?!.*mlp).*": map[string]any{}}}, `dynamic: rule "+:(?!.*mlp).*": not a pattern tputool reads`},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": map[string]any{".*mlp.*": map[string]any{"bits": 3}}}, `rule ".*mlp.*": 3 bits`},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": map[string]any{".*mlp.*": 4}}, `rule ".*mlp.*": want an object of overrides`},
+		{map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": []string{".*"}}, "dynamic: want an object"},
 		{map[string]any{"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, `AWQ version "gemv"`},
 		{map[string]any{"quant_method": "awq", "bits": 4, "group_size": 0}, "group_size 0"},
 	} {

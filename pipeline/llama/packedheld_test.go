@@ -58,6 +58,10 @@ func TestPackedHeld(t *testing.T) {
 		{name: "gptq-8bit-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 8, group: 32, sym: true}), held8: 14},
 		{name: "gptq-8bit-asym", dirs: packed(packedFormat{method: "gptq", bits: 8, v2: true, group: 32})},
 		{name: "ct-w8a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32, bits: 8}), held8: 14},
+		// Dynamic rules: layer 1's seven projections in 4 bits by groups
+		// of 32 are held; layer 0's (groups of 16, asymmetric 8-bit
+		// down_proj, q_proj left plain) are not.
+		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 7, asMins: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			qDir, fDir := c.dirs(t)

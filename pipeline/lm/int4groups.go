@@ -359,7 +359,7 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	var src *intSource
 	var err error
 	switch {
-	case how == "packed" && spec.Packed.Bits == bits:
+	case how == "packed" && spec.Packed.ForWeight(w.Name).Bits == bits:
 		src, err = l.packedSource(w)
 	case how == "compressed" && spec.Compressed.Format == "pack-quantized" && spec.Compressed.Bits == bits:
 		src, err = l.compressedInts(w)

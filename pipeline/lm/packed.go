@@ -38,6 +38,9 @@ type PackedQuant struct {
 	Group  int    // input columns per scale; 0: one group over the whole row
 	// ZeroOffset is added to the stored zero points: 1 for GPTQ v1.
 	ZeroOffset int
+	// Rules are GPTQ's dynamic per-module rules, in the config's order
+	// (dynamic.go); For applies them.
+	Rules []PackedRule
 }
 
 // Suffixes of a packed weight's tensors, after the Linear's prefix.
@@ -60,12 +63,19 @@ func packedPrefix(name string) (string, bool) {
 // packed reports a weight the checkpoint stores packed (GPTQ, AWQ): a
 // Matmul matrix whose PREFIX.qweight is there in place of NAME; a module
 // left unquantized (modules_to_not_convert) keeps its plain NAME.
+// A module a dynamic rule leaves unquantized is plain too.
 func (w WeightSpec) packed(spec *Spec, has func(string) bool) bool {
 	if spec.Packed == nil || !w.Matmul || len(w.Shape) != 2 || has(w.Name) {
 		return false
 	}
 	p, ok := packedPrefix(w.Name)
-	return ok && has(p+packedQWeight)
+	if !ok {
+		return false
+	}
+	if _, quantized := spec.Packed.For(p); !quantized {
+		return false
+	}
+	return has(p + packedQWeight)
 }
 
 // packedGroups is the number of scale groups of w.
@@ -80,6 +90,7 @@ func (q *PackedQuant) groups(in int) int {
 // dtypes (g_idx only where the checkpoint has it).
 func (w WeightSpec) packedSources(q *PackedQuant, has func(string) bool) []packedTensor {
 	p, _ := packedPrefix(w.Name)
+	q, _ = q.For(p)
 	out, in := w.Shape[0], w.Shape[1]
 	per := 32 / q.Bits
 	g := q.groups(in)
@@ -165,7 +176,7 @@ func (l *Loaded) decodePacked(w WeightSpec, fn func(at int, vals []float32)) err
 
 // packedSource reads a GPTQ or AWQ weight's tensors (intSource).
 func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
-	q := l.Model.Spec().Packed
+	q := l.Model.Spec().Packed.ForWeight(w.Name)
 	if err := q.checkShape(w); err != nil {
 		return nil, err
 	}

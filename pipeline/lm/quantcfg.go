@@ -1,7 +1,6 @@
 package lm
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -24,7 +23,8 @@ import (
 //   - "mxfp4": only for architectures that declare MXFP4 weights
 //     (WeightSpec.MXFP4: GPT-OSS's experts).
 //   - "gptq" and "awq": Linear weights packed into int32 words with
-//     per-group scales and zero points (packed.go), decoded at load.
+//     per-group scales and zero points (packed.go), decoded at load or
+//     held as stored; GPTQ's dynamic per-module rules (dynamic.go).
 //   - "compressed-tensors": pack-quantized, naive-quantized and
 //     float-quantized weights (compressed.go), decoded at load.
 
@@ -125,9 +125,11 @@ func packedQuant(c *quantizationConfig, where string) (*PackedQuant, error) {
 		default:
 			return nil, errs.Unsupportedf("%s: checkpoint_format %q: tputool reads gptq and gptq_v2 (not marlin or other repacked forms)", where, c.CheckpointFormat)
 		}
-		if d := bytes.TrimSpace(c.Dynamic); len(d) > 0 && string(d) != "null" && string(d) != "{}" {
-			return nil, errs.Unsupportedf("%s: GPTQ dynamic per-module rules are not supported", where)
+		rules, err := parseDynamic(c.Dynamic, where)
+		if err != nil {
+			return nil, errs.Unsupportedf("%v", err)
 		}
+		q.Rules = rules
 	case "awq":
 		if c.Bits != 4 {
 			return nil, errs.Unsupportedf("%s: AWQ with %d bits: tputool reads 4", where, c.Bits)
