@@ -27,6 +27,12 @@ type ctFormat struct {
 	// and the plain checkpoint in f32 (else bf16).
 	group, hidden, inter int
 	f32Ref               bool
+	// config, when set, is the quantization_config written (several
+	// groups, targets, ignore), and module says what it makes of each
+	// Linear, by its prefix: the scheme it is stored in (format, bits,
+	// sym and strategy, the rest as f's), or skip for plain weights.
+	config map[string]any
+	module func(prefix string, f ctFormat) (scheme ctFormat, skip bool)
 }
 
 // ctCheckpoints writes a tiny Llama twice: its projections in f's
@@ -51,7 +57,12 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		for _, d := range w.Shape {
 			n *= d
 		}
-		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") {
+		prefix := strings.TrimSuffix(w.Name, ".weight")
+		sf, skip := f, false
+		if f.module != nil && w.Kind == "linear" {
+			sf, skip = f.module(prefix, f)
+		}
+		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") || skip {
 			v := make([]float32, n)
 			for i := range v {
 				v[i] = 1
@@ -64,14 +75,13 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			continue
 		}
 		out, in := w.Shape[0], w.Shape[1]
-		prefix := strings.TrimSuffix(w.Name, ".weight")
 		var ss []int
 		var scaleAt func(o, i int) int
 		gOf := func(i int) int { return i / group }
 		if f.gIdx {
 			gOf = func(i int) int { return (i*3 + 1) % (in / group) }
 		}
-		switch f.strategy {
+		switch sf.strategy {
 		case "tensor":
 			ss, scaleAt = []int{1}, func(o, i int) int { return 0 }
 		case "channel":
@@ -96,10 +106,10 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			t.Fatal(err)
 		}
 		safetensors.DecodeFloat32(sc, safetensors.BF16, sst.Data)
-		half := 1 << (f.bits - 1)
+		half := 1 << (sf.bits - 1)
 		codes := make([]float32, out*in)
 		zps := make([]int, ns)
-		if !f.sym {
+		if !sf.sym {
 			for i := range zps {
 				zps[i] = next(2*half) - half
 			}
@@ -109,7 +119,7 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		for o := 0; o < out; o++ {
 			for i := 0; i < in; i++ {
 				var c float32
-				if f.format == "float-quantized" {
+				if sf.format == "float-quantized" {
 					b := byte(next(256))
 					if b&0x7f == 0x7f {
 						b = 0x3f
@@ -128,9 +138,9 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			ref = safetensors.F32
 		}
 		addF32(t, &plain, w.Name, ref, w.Shape, deq)
-		switch f.format {
+		switch sf.format {
 		case "pack-quantized":
-			per := 32 / f.bits
+			per := 32 / sf.bits
 			words := make([]uint32, out*(in/per))
 			for o := 0; o < out; o++ {
 				for i := 0; i < in; i++ {
@@ -138,17 +148,17 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 					if f.reversed {
 						k = per - 1 - k
 					}
-					words[o*(in/per)+i/per] |= uint32(int(codes[o*in+i])+half) << (f.bits * k)
+					words[o*(in/per)+i/per] |= uint32(int(codes[o*in+i])+half) << (sf.bits * k)
 				}
 			}
 			ct = append(ct, i32Tensor(prefix+".weight_packed", []int{out, in / per}, words),
 				i32Tensor(prefix+".weight_shape", []int{2}, []uint32{uint32(out), uint32(in)}))
-			if !f.sym {
+			if !sf.sym {
 				cols := ss[len(ss)-1]
 				zw := make([]uint32, (out/per)*cols)
 				for o := 0; o < out; o++ {
 					for c := 0; c < cols; c++ {
-						zw[(o/per)*cols+c] |= uint32(zps[o*cols+c]+half) << (f.bits * (o % per))
+						zw[(o/per)*cols+c] |= uint32(zps[o*cols+c]+half) << (sf.bits * (o % per))
 					}
 				}
 				ct = append(ct, i32Tensor(prefix+".weight_zero_point", []int{out / per, cols}, zw))
@@ -195,6 +205,9 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	}
 	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": f.format, "quantization_status": "compressed",
 		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "weights": weights}}, "ignore": []string{"lm_head"}}
+	if f.config != nil {
+		cfg["quantization_config"] = f.config
+	}
 	if f.fbgemm {
 		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200, "modules_to_not_convert": []string{"lm_head"}}
 	}
@@ -205,9 +218,50 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	return ctDir, plainDir
 }
 
+// mixedConfig is a "mixed-precision" compressed-tensors config of three
+// groups: 4-bit q, k and v projections by groups of 16 (a "re:" target),
+// fp8 by channel for every other Linear, and 8-bit by channel for layer
+// 0's up_proj, named exactly, which wins over the class target of the
+// group before it. Layer 1's down_proj is ignored by pattern, lm_head by
+// name.
+func mixedConfig() map[string]any {
+	scheme := func(bits int, typ, strategy string) map[string]any {
+		w := map[string]any{"num_bits": bits, "type": typ, "symmetric": true, "strategy": strategy, "dynamic": false}
+		if strategy == "group" {
+			w["group_size"] = 16
+		}
+		return w
+	}
+	return map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "quantization_status": "compressed",
+		"config_groups": map[string]any{
+			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*self_attn\.(q|k|v)_proj$`}, "weights": scheme(4, "int", "group")},
+			"group_1": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": scheme(8, "float", "channel")},
+			"group_2": map[string]any{"format": "pack-quantized", "targets": []string{"model.layers.0.mlp.up_proj"}, "weights": scheme(8, "int", "channel")},
+		},
+		"ignore": []string{"lm_head", `re:.*layers\.1\.mlp\.down_proj$`}}
+}
+
+// mixedModules is what mixedConfig makes of each Linear.
+func mixedModules(prefix string, f ctFormat) (ctFormat, bool) {
+	f.sym = true
+	switch {
+	case prefix == "model.layers.1.mlp.down_proj":
+		return f, true
+	case strings.HasSuffix(prefix, "q_proj"), strings.HasSuffix(prefix, "k_proj"), strings.HasSuffix(prefix, "v_proj"):
+		f.format, f.bits, f.strategy = "pack-quantized", 4, "group"
+	case prefix == "model.layers.0.mlp.up_proj":
+		f.format, f.bits, f.strategy = "pack-quantized", 8, "channel"
+	default:
+		f.format, f.bits, f.strategy = "float-quantized", 8, "channel"
+	}
+	return f, false
+}
+
 // TestCompressedTensors: compressed-tensors checkpoints (pack-quantized
 // 4 and 8 bits, symmetric and with zero points, by group with activation
-// order and by channel; naive int8; fp8 per tensor and by block),
+// order and by channel; naive int8; fp8 per tensor and by block; three
+// config groups of mixed precision with targets and ignores by name and
+// pattern),
 // decoded at load (decodedLogits: the CPU engine holds some of them as
 // stored, TestPackedHeld), give exactly the logits of the checkpoint
 // holding the weights the test dequantised; values packed in reversed
@@ -224,6 +278,7 @@ func TestCompressedTensors(t *testing.T) {
 		{name: "fp8-tensor", format: "float-quantized", bits: 8, sym: true, strategy: "tensor"},
 		{name: "fp8-block", format: "float-quantized", bits: 8, sym: true, strategy: "block"},
 		{name: "reversed", format: "pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
+		{name: "mixed-precision", config: mixedConfig(), module: mixedModules},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			cDir, pDir := ctCheckpoints(t, f)
@@ -258,7 +313,10 @@ func TestCompressedUnsupported(t *testing.T) {
 	}{
 		{map[string]any{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "float"}, "Linear")}, `format "nvfp4-pack-quantized"`},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group"}, "Linear")}, "positive group_size"},
-		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "re:.*mlp.*")}, "targets"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Embedding")}, `targets the class "Embedding"`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "re:(?<=mlp).*")}, `target "re:(?<=mlp).*" is not a pattern tputool reads`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, `format "mixed-precision"`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": map[string]any{}}, "no config group"},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "naive-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, "tputool reads int8"},
 	} {
 		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)

@@ -1,9 +1,13 @@
 package lm
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
+	"unicode"
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
@@ -32,12 +36,15 @@ import (
 // CompressedQuant is a compressed-tensors checkpoint's weight scheme
 // (Spec.Compressed).
 type CompressedQuant struct {
-	Format    string // pack-quantized, naive-quantized, float-quantized
+	Format    string // pack-quantized, naive-quantized, float-quantized; "mixed" for several groups' root
 	Bits      int
 	Symmetric bool
 	Strategy  string // tensor, channel, group, block
 	Group     int    // group_size (strategy group)
 	Block     [2]int // block_structure (strategy block)
+	// targets and ignore, on the config's root, say which modules take
+	// which group's scheme (For).
+	targets, ignore []ctTarget
 }
 
 const (
@@ -51,12 +58,15 @@ const (
 // compressed reports a weight the checkpoint stores in compressed-tensors
 // form: its scales beside it, and the packed tensor or NAME.
 func (w WeightSpec) compressed(spec *Spec, has func(string) bool) bool {
-	c := spec.Compressed
-	if c == nil || !w.Matmul || len(w.Shape) != 2 {
+	if spec.Compressed == nil || !w.Matmul || len(w.Shape) != 2 {
 		return false
 	}
 	p, ok := packedPrefix(w.Name)
 	if !ok || !has(p+ctScale) {
+		return false
+	}
+	c, quantized := spec.Compressed.For(p)
+	if !quantized {
 		return false
 	}
 	if c.Format == "pack-quantized" {
@@ -99,6 +109,7 @@ func (c *CompressedQuant) scaleIndex(ss []int) func(g, o int) int {
 // checkpoint has it, checked by decodeCompressed).
 func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool) []packedTensor {
 	p, _ := packedPrefix(w.Name)
+	c = c.ForWeight(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
 	floats := []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16}
 	ss := c.scaleShape(out, in)
@@ -131,7 +142,7 @@ func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool)
 // decodeCompressed decodes a compressed-tensors weight into rows of [out,
 // in], calling fn with each piece.
 func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32)) error {
-	c := l.Model.Spec().Compressed
+	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	if c.Format == "pack-quantized" {
 		src, err := l.compressedInts(w)
 		if err != nil {
@@ -203,7 +214,7 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 // − zero) = scale · (code − zero point). Scales by block or tensor are
 // spread to one per input group and output.
 func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
-	c := l.Model.Spec().Compressed
+	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
 	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
@@ -261,72 +272,222 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 }
 
 // compressedConfig is the part of a compressed-tensors
-// quantization_config loading reads.
+// quantization_config loading reads. config_groups is read in its written
+// order (ctGroups), which decides between two targets that match one
+// module.
 type compressedConfig struct {
-	Format       string `json:"format"`
-	ConfigGroups map[string]struct {
-		Targets []string `json:"targets"`
-		Weights *struct {
-			NumBits        int    `json:"num_bits"`
-			Type           string `json:"type"`
-			Symmetric      bool   `json:"symmetric"`
-			Strategy       string `json:"strategy"`
-			GroupSize      *int   `json:"group_size"`
-			BlockStructure []int  `json:"block_structure"`
-			Dynamic        bool   `json:"dynamic"`
-		} `json:"weights"`
-	} `json:"config_groups"`
+	Format       string          `json:"format"`
+	ConfigGroups json.RawMessage `json:"config_groups"`
+	Ignore       []string        `json:"ignore"`
 }
 
-// compressedQuant reads a compressed-tensors quantization_config.
+// compressedGroup is one config group.
+type compressedGroup struct {
+	Targets []string `json:"targets"`
+	// Format is the group's own, under the config's "mixed-precision".
+	Format  string `json:"format"`
+	Weights *struct {
+		NumBits        int    `json:"num_bits"`
+		Type           string `json:"type"`
+		Symmetric      bool   `json:"symmetric"`
+		Strategy       string `json:"strategy"`
+		GroupSize      *int   `json:"group_size"`
+		BlockStructure []int  `json:"block_structure"`
+		Dynamic        bool   `json:"dynamic"`
+	} `json:"weights"`
+}
+
+// Which scheme a module takes (For), as compressed-tensors and vLLM
+// decide it: a module the ignore list names (exactly, or "re:PATTERN"
+// matched from the start of its name, as Python's re.match) stays plain;
+// else the first target, in the groups' order, that names it (exactly or
+// by "re:") gives its group's scheme; else the first class target
+// "Linear", which every projection is; else it stays plain. Targets
+// naming another class (Embedding, Attention…) would quantize tensors
+// tputool does not read this way, and are refused.
+
+// ctTarget is one target or ignore entry.
+type ctTarget struct {
+	name   string         // an exact module name
+	re     *regexp.Regexp // "re:PATTERN"
+	linear bool           // the class Linear
+	scheme *CompressedQuant
+}
+
+func (t ctTarget) matches(prefix string) bool {
+	if t.re != nil {
+		return t.re.MatchString(prefix)
+	}
+	return t.name == prefix
+}
+
+// parseCTTarget reads a target or ignore entry.
+func parseCTTarget(s string) (ctTarget, error) {
+	if pat, ok := strings.CutPrefix(s, "re:"); ok {
+		re, err := regexp.Compile(`^(?:` + pat + `)`)
+		if err != nil {
+			return ctTarget{}, fmt.Errorf("%q is not a pattern tputool reads (Go's RE2 syntax, no lookarounds or backreferences): %v", s, err)
+		}
+		return ctTarget{re: re}, nil
+	}
+	if s == "Linear" {
+		return ctTarget{linear: true}, nil
+	}
+	return ctTarget{name: s}, nil
+}
+
+// For is the scheme of the module named prefix, and false when the
+// module stays plain (above). A scheme without targets (fbgemm_fp8's, a
+// group's own) is every module's.
+func (c *CompressedQuant) For(prefix string) (*CompressedQuant, bool) {
+	if c.targets == nil {
+		return c, true
+	}
+	for _, t := range c.ignore {
+		if t.matches(prefix) {
+			return nil, false
+		}
+	}
+	for _, t := range c.targets {
+		if !t.linear && t.matches(prefix) {
+			return t.scheme, true
+		}
+	}
+	for _, t := range c.targets {
+		if t.linear {
+			return t.scheme, true
+		}
+	}
+	return nil, false
+}
+
+// ForWeight is For of weight name's module (name less ".weight"), c
+// itself where the module stays plain.
+func (c *CompressedQuant) ForWeight(name string) *CompressedQuant {
+	p, _ := packedPrefix(name)
+	if s, ok := c.For(p); ok {
+		return s
+	}
+	return c
+}
+
+// ctGroups reads config_groups in its written order.
+func ctGroups(raw json.RawMessage) (names []string, groups []compressedGroup, err error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, fmt.Errorf("config_groups: want an object of groups")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, fmt.Errorf("config_groups: %w", err)
+		}
+		name, _ := tok.(string)
+		var g compressedGroup
+		if err := dec.Decode(&g); err != nil {
+			return nil, nil, fmt.Errorf("config group %s: %w", name, err)
+		}
+		names, groups = append(names, name), append(groups, g)
+	}
+	return names, groups, nil
+}
+
+// compressedQuant reads a compressed-tensors quantization_config: the
+// scheme of every config group, its targets and the ignore list, as one
+// CompressedQuant whose For gives each module's scheme.
 func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error) {
-	format := strings.ToLower(c.Format)
+	if len(bytes.TrimSpace(c.ConfigGroups)) == 0 {
+		return nil, fmt.Errorf("%s: compressed-tensors without config_groups", where)
+	}
+	names, groups, err := ctGroups(c.ConfigGroups)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if len(groups) == 0 {
+		return nil, fmt.Errorf("%s: compressed-tensors with no config group", where)
+	}
+	root := &CompressedQuant{}
+	for i, g := range groups {
+		format := strings.ToLower(c.Format)
+		if g.Format != "" {
+			format = strings.ToLower(g.Format)
+		}
+		q, err := compressedScheme(format, g, where+" config group "+names[i])
+		if err != nil {
+			return nil, err
+		}
+		if len(g.Targets) == 0 {
+			return nil, fmt.Errorf("%s: config group %s has no targets", where, names[i])
+		}
+		for _, s := range g.Targets {
+			t, err := parseCTTarget(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: config group %s: target %w", where, names[i], err)
+			}
+			if t.name != "" && unicode.IsUpper(rune(t.name[0])) {
+				return nil, fmt.Errorf("%s: config group %s targets the class %q: tputool reads the targets Linear, a module's name and \"re:\" patterns over names", where, names[i], s)
+			}
+			t.scheme = q
+			root.targets = append(root.targets, t)
+		}
+		if i == 0 {
+			// With one group the root is its scheme too, for what reads
+			// the config as a whole (inspect).
+			root.Format, root.Bits, root.Symmetric, root.Strategy, root.Group, root.Block = q.Format, q.Bits, q.Symmetric, q.Strategy, q.Group, q.Block
+		}
+	}
+	if len(groups) > 1 {
+		root.Format = "mixed"
+	}
+	for _, s := range c.Ignore {
+		t, err := parseCTTarget(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: ignore %w", where, err)
+		}
+		root.ignore = append(root.ignore, t)
+	}
+	return root, nil
+}
+
+// compressedScheme reads one group's weight scheme in format.
+func compressedScheme(format string, g compressedGroup, where string) (*CompressedQuant, error) {
 	switch format {
 	case "pack-quantized", "naive-quantized", "float-quantized":
 	default:
-		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized and float-quantized", where, c.Format)
+		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized and float-quantized", where, format)
 	}
-	if len(c.ConfigGroups) != 1 {
-		return nil, fmt.Errorf("%s: compressed-tensors with %d config groups: tputool reads one scheme for every Linear", where, len(c.ConfigGroups))
+	wt := g.Weights
+	if wt == nil {
+		return nil, fmt.Errorf("%s quantizes no weights", where)
 	}
-	for name, g := range c.ConfigGroups {
-		if len(g.Targets) != 1 || g.Targets[0] != "Linear" {
-			return nil, fmt.Errorf("%s: config group %s targets %v: tputool reads a scheme that targets [\"Linear\"]", where, name, g.Targets)
-		}
-		wt := g.Weights
-		if wt == nil {
-			return nil, fmt.Errorf("%s: config group %s quantizes no weights", where, name)
-		}
-		q := &CompressedQuant{Format: format, Bits: wt.NumBits, Symmetric: wt.Symmetric, Strategy: strings.ToLower(wt.Strategy)}
-		switch {
-		case format == "float-quantized" && (wt.Type != "float" || wt.NumBits != 8):
-			return nil, fmt.Errorf("%s: float-quantized weights of type %s with %d bits: tputool reads 8-bit floats (fp8)", where, wt.Type, wt.NumBits)
-		case format == "naive-quantized" && (wt.Type != "int" || wt.NumBits != 8):
-			return nil, fmt.Errorf("%s: naive-quantized weights of type %s with %d bits: tputool reads int8", where, wt.Type, wt.NumBits)
-		case format == "pack-quantized" && (wt.Type != "int" || wt.NumBits < 2 || wt.NumBits > 8 || 32%wt.NumBits != 0):
-			return nil, fmt.Errorf("%s: pack-quantized weights of type %s with %d bits: tputool reads ints of 2, 4 or 8 bits", where, wt.Type, wt.NumBits)
-		case format == "float-quantized" && !wt.Symmetric:
-			return nil, fmt.Errorf("%s: asymmetric fp8 weights are not read", where)
-		}
-		switch q.Strategy {
-		case "tensor", "channel":
-		case "group":
-			if wt.GroupSize == nil || *wt.GroupSize <= 0 {
-				return nil, fmt.Errorf("%s: strategy group needs a positive group_size", where)
-			}
-			q.Group = *wt.GroupSize
-		case "block":
-			if len(wt.BlockStructure) != 2 || wt.BlockStructure[0] <= 0 || wt.BlockStructure[1] <= 0 {
-				return nil, fmt.Errorf("%s: strategy block needs a block_structure of two sizes, got %v", where, wt.BlockStructure)
-			}
-			q.Block = [2]int{wt.BlockStructure[0], wt.BlockStructure[1]}
-		default:
-			return nil, fmt.Errorf("%s: weight strategy %q: tputool reads tensor, channel, group and block", where, wt.Strategy)
-		}
-		if !q.Symmetric && format == "pack-quantized" && q.Strategy != "group" && q.Strategy != "channel" {
-			return nil, fmt.Errorf("%s: asymmetric pack-quantized weights with strategy %s are not read", where, q.Strategy)
-		}
-		return q, nil
+	q := &CompressedQuant{Format: format, Bits: wt.NumBits, Symmetric: wt.Symmetric, Strategy: strings.ToLower(wt.Strategy)}
+	switch {
+	case format == "float-quantized" && (wt.Type != "float" || wt.NumBits != 8):
+		return nil, fmt.Errorf("%s: float-quantized weights of type %s with %d bits: tputool reads 8-bit floats (fp8)", where, wt.Type, wt.NumBits)
+	case format == "naive-quantized" && (wt.Type != "int" || wt.NumBits != 8):
+		return nil, fmt.Errorf("%s: naive-quantized weights of type %s with %d bits: tputool reads int8", where, wt.Type, wt.NumBits)
+	case format == "pack-quantized" && (wt.Type != "int" || wt.NumBits < 2 || wt.NumBits > 8 || 32%wt.NumBits != 0):
+		return nil, fmt.Errorf("%s: pack-quantized weights of type %s with %d bits: tputool reads ints of 2, 4 or 8 bits", where, wt.Type, wt.NumBits)
+	case format == "float-quantized" && !wt.Symmetric:
+		return nil, fmt.Errorf("%s: asymmetric fp8 weights are not read", where)
 	}
-	return nil, nil
+	switch q.Strategy {
+	case "tensor", "channel":
+	case "group":
+		if wt.GroupSize == nil || *wt.GroupSize <= 0 {
+			return nil, fmt.Errorf("%s: strategy group needs a positive group_size", where)
+		}
+		q.Group = *wt.GroupSize
+	case "block":
+		if len(wt.BlockStructure) != 2 || wt.BlockStructure[0] <= 0 || wt.BlockStructure[1] <= 0 {
+			return nil, fmt.Errorf("%s: strategy block needs a block_structure of two sizes, got %v", where, wt.BlockStructure)
+		}
+		q.Block = [2]int{wt.BlockStructure[0], wt.BlockStructure[1]}
+	default:
+		return nil, fmt.Errorf("%s: weight strategy %q: tputool reads tensor, channel, group and block", where, wt.Strategy)
+	}
+	if !q.Symmetric && format == "pack-quantized" && q.Strategy != "group" && q.Strategy != "channel" {
+		return nil, fmt.Errorf("%s: asymmetric pack-quantized weights with strategy %s are not read", where, q.Strategy)
+	}
+	return q, nil
 }

@@ -328,12 +328,12 @@ func (l *Loaded) StoredFP8(name string) (FP8Layout, bool) {
 	case how == "fp8":
 		b := l.Model.Spec().FP8Block
 		lay = FP8Layout{B0: b[0], B1: b[1], Scales: w.fp8ScaleShape(l.Model.Spec())}
-	case how == "compressed" && l.Model.Spec().Compressed.Format == "float-quantized":
+	case how == "compressed" && l.Model.Spec().Compressed.ForWeight(name).Format == "float-quantized":
 		p, _ := packedPrefix(name)
 		if l.ckpt.Has(p + ctGIdx) {
 			return FP8Layout{}, false
 		}
-		c := l.Model.Spec().Compressed
+		c := l.Model.Spec().Compressed.ForWeight(name)
 		out, in := w.Shape[0], w.Shape[1]
 		switch c.Strategy {
 		case "tensor":

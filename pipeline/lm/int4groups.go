@@ -361,7 +361,7 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	switch {
 	case how == "packed" && spec.Packed.ForWeight(w.Name).Bits == bits:
 		src, err = l.packedSource(w)
-	case how == "compressed" && spec.Compressed.Format == "pack-quantized" && spec.Compressed.Bits == bits:
+	case how == "compressed" && spec.Compressed.ForWeight(w.Name).Format == "pack-quantized" && spec.Compressed.ForWeight(w.Name).Bits == bits:
 		src, err = l.compressedInts(w)
 	default:
 		return nil, nil
