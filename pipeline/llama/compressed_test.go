@@ -106,6 +106,20 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			t.Fatal(err)
 		}
 		safetensors.DecodeFloat32(sc, safetensors.BF16, sst.Data)
+		nvfp4 := sf.format == "nvfp4-pack-quantized"
+		if nvfp4 {
+			// E4M3 scales (positive, normal) over a global scale; the
+			// effective scale is their quotient in f32, as
+			// compressed-tensors divides before it multiplies.
+			const global = float32(2.75)
+			sb := make([]byte, ns)
+			for i := range sb {
+				sb[i] = byte(0x28 + next(0x28))
+				sc[i] = float32(fp8Value(sb[i])) / global
+			}
+			sst = safetensors.Tensor{Name: prefix + ".weight_scale", DType: safetensors.F8E4M3, Shape: ss, Data: sb}
+			addF32(t, &ct, prefix+".weight_global_scale", safetensors.F32, []int{1}, []float32{global})
+		}
 		half := 1 << (sf.bits - 1)
 		codes := make([]float32, out*in)
 		zps := make([]int, ns)
@@ -119,7 +133,14 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		for o := 0; o < out; o++ {
 			for i := 0; i < in; i++ {
 				var c float32
-				if sf.format == "float-quantized" {
+				if nvfp4 {
+					b := next(16)
+					c = []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}[b&7]
+					if b&8 != 0 {
+						c = -c
+					}
+					fp8 = append(fp8, byte(b)) // one code a byte, packed below
+				} else if sf.format == "float-quantized" {
 					b := byte(next(256))
 					if b&0x7f == 0x7f {
 						b = 0x3f
@@ -163,6 +184,16 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 				}
 				ct = append(ct, i32Tensor(prefix+".weight_zero_point", []int{out / per, cols}, zw))
 			}
+		case "nvfp4-pack-quantized":
+			// Two codes a byte, column 2k in the low nibble.
+			q := make([]byte, out*in/2)
+			for k := range q {
+				q[k] = fp8[2*k] | fp8[2*k+1]<<4
+				if sf.reversed {
+					q[k] = fp8[2*k]<<4 | fp8[2*k+1]
+				}
+			}
+			ct = append(ct, safetensors.Tensor{Name: prefix + ".weight_packed", DType: safetensors.U8, Shape: []int{out, in / 2}, Data: q})
 		case "naive-quantized":
 			q := make([]byte, out*in)
 			for i, c := range codes {
@@ -173,7 +204,9 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: fp8})
 		}
 		ct = append(ct, sst)
-		if f.inScale {
+		if f.inScale && nvfp4 {
+			addF32(t, &ct, prefix+".input_global_scale", safetensors.F32, []int{1}, []float32{120})
+		} else if f.inScale {
 			addF32(t, &ct, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.5})
 		}
 		if f.fbgemm {
@@ -193,12 +226,15 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		t.Fatal(err)
 	}
 	typ := "int"
-	if f.format == "float-quantized" {
+	if f.format == "float-quantized" || f.format == "nvfp4-pack-quantized" {
 		typ = "float"
 	}
 	weights := map[string]any{"num_bits": f.bits, "type": typ, "symmetric": f.sym, "strategy": f.strategy, "dynamic": false}
 	if f.strategy == "group" {
 		weights["group_size"] = group
+	}
+	if f.format == "nvfp4-pack-quantized" {
+		weights["strategy"], weights["group_size"] = "tensor_group", group
 	}
 	if f.strategy == "block" {
 		weights["block_structure"] = block[:]
@@ -259,13 +295,14 @@ func mixedModules(prefix string, f ctFormat) (ctFormat, bool) {
 
 // TestCompressedTensors: compressed-tensors checkpoints (pack-quantized
 // 4 and 8 bits, symmetric and with zero points, by group with activation
-// order and by channel; naive int8; fp8 per tensor and by block; three
+// order and by channel; naive int8; fp8 per tensor and by block; nvfp4
+// with W4A4's activation global scales beside it; three
 // config groups of mixed precision with targets and ignores by name and
 // pattern),
 // decoded at load (decodedLogits: the CPU engine holds some of them as
 // stored, TestPackedHeld), give exactly the logits of the checkpoint
 // holding the weights the test dequantised; values packed in reversed
-// order do not.
+// order (nvfp4: high nibble first) do not.
 func TestCompressedTensors(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	run := func(dir string, mode compile.Mode) [][]float32 { return decodedLogits(t, dir, mode, prompts) }
@@ -278,6 +315,8 @@ func TestCompressedTensors(t *testing.T) {
 		{name: "fp8-tensor", format: "float-quantized", bits: 8, sym: true, strategy: "tensor"},
 		{name: "fp8-block", format: "float-quantized", bits: 8, sym: true, strategy: "block"},
 		{name: "reversed", format: "pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
+		{name: "nvfp4", format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", inScale: true},
+		{name: "nvfp4-high-nibble-first", format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
 		{name: "mixed-precision", config: mixedConfig(), module: mixedModules},
 	} {
 		t.Run(f.name, func(t *testing.T) {
@@ -311,7 +350,9 @@ func TestCompressedUnsupported(t *testing.T) {
 		q    map[string]any
 		want string
 	}{
-		{map[string]any{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "float"}, "Linear")}, `format "nvfp4-pack-quantized"`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "float"}, "Linear")}, "reads symmetric 4-bit floats by tensor_group"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "marlin-24", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, `format "marlin-24"`},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "tensor_group", "group_size": 16}, "Linear")}, "tensor_group is read for nvfp4"},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group"}, "Linear")}, "positive group_size"},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Embedding")}, `targets the class "Embedding"`},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "re:(?<=mlp).*")}, `target "re:(?<=mlp).*" is not a pattern tputool reads`},

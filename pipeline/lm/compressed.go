@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"unicode"
@@ -25,6 +26,13 @@ import (
 //   - "naive-quantized" (int8): NAME I8 [out, in] (zero point
 //     PREFIX.weight_zero_point I8 when asymmetric);
 //   - "float-quantized" (fp8): NAME F8_E4M3 [out, in];
+//   - "nvfp4-pack-quantized" (NVIDIA's FP4): PREFIX.weight_packed U8 [out,
+//     ceil(in/2)], two E2M1 values a byte (column 2k in the low nibble,
+//     2k+1 in the high; bit 3 the sign, bits 0–2 index 0, 0.5, 1, 1.5, 2,
+//     3, 4, 6), PREFIX.weight_scale F8_E4M3 [out, in/16] and
+//     PREFIX.weight_global_scale F32 [1]: W = value · (scale /
+//     global_scale), the scale divided first, in f32, as compressed-tensors'
+//     decompressor and vLLM's emulation do;
 //
 // with PREFIX.weight_scale of the strategy's shape (tensor [1], channel
 // [out, 1], group [out, in/group_size], block [ceil(out/b0), ceil(in/b1)])
@@ -53,7 +61,14 @@ const (
 	ctZeroPoint = ".weight_zero_point"
 	ctGIdx      = ".weight_g_idx"
 	ctShape     = ".weight_shape"
+	ctGlobal    = ".weight_global_scale"
 )
+
+// ctNVFP4 is the NVFP4 format's name.
+const ctNVFP4 = "nvfp4-pack-quantized"
+
+// e2m1 are the E2M1 (FP4) values of codes 0 to 7; bit 3 is the sign.
+var e2m1 = [8]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
 
 // compressed reports a weight the checkpoint stores in compressed-tensors
 // form: its scales beside it, and the packed tensor or NAME.
@@ -69,7 +84,7 @@ func (w WeightSpec) compressed(spec *Spec, has func(string) bool) bool {
 	if !quantized {
 		return false
 	}
-	if c.Format == "pack-quantized" {
+	if c.Format == "pack-quantized" || c.Format == ctNVFP4 {
 		return !has(w.Name) && has(p+ctPacked)
 	}
 	return has(w.Name)
@@ -124,6 +139,10 @@ func (w WeightSpec) compressedSources(c *CompressedQuant, has func(string) bool)
 		if !c.Symmetric {
 			ts = append(ts, packedTensor{p + ctZeroPoint, []int{(out + per - 1) / per, ss[len(ss)-1]}, []safetensors.DType{safetensors.I32}})
 		}
+	case ctNVFP4:
+		ts = append(ts, packedTensor{p + ctPacked, []int{out, (in + 1) / 2}, []safetensors.DType{safetensors.U8}},
+			packedTensor{p + ctGlobal, []int{1}, floats})
+		floats = append(floats, safetensors.F8E4M3)
 	case "naive-quantized":
 		ts = append(ts, packedTensor{w.Name, []int{out, in}, []safetensors.DType{safetensors.I8}})
 		if !c.Symmetric {
@@ -160,6 +179,16 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	ss := c.scaleShape(out, in)
 	scales := make([]float32, elements(ss))
 	safetensors.DecodeFloat32(scales, dtype[p+ctScale], raw[p+ctScale])
+	if c.Format == ctNVFP4 {
+		var global [1]float32
+		safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
+		if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
+			return fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
+		}
+		for i := range scales {
+			scales[i] /= global[0]
+		}
+	}
 	groupOf := func(i int) int { return i / max(c.Group, 1) }
 	if g, ok := raw[p+ctGIdx]; ok {
 		idx := make([]int32, in)
@@ -178,6 +207,15 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	zero := func(o, i int) float32 { return 0 }
 	var code func(o, i int) float32
 	switch c.Format {
+	case ctNVFP4:
+		q, half := raw[p+ctPacked], (in+1)/2
+		code = func(o, i int) float32 {
+			b := q[o*half+i/2] >> (4 * (i % 2)) & 0xf
+			if b&8 != 0 {
+				return -e2m1[b&7]
+			}
+			return e2m1[b]
+		}
 	case "naive-quantized":
 		q := raw[w.Name]
 		code = func(o, i int) float32 { return float32(int8(q[o*in+i])) }
@@ -452,9 +490,9 @@ func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error)
 // compressedScheme reads one group's weight scheme in format.
 func compressedScheme(format string, g compressedGroup, where string) (*CompressedQuant, error) {
 	switch format {
-	case "pack-quantized", "naive-quantized", "float-quantized":
+	case "pack-quantized", "naive-quantized", "float-quantized", ctNVFP4:
 	default:
-		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized and float-quantized", where, format)
+		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized, float-quantized and nvfp4-pack-quantized", where, format)
 	}
 	wt := g.Weights
 	if wt == nil {
@@ -470,10 +508,16 @@ func compressedScheme(format string, g compressedGroup, where string) (*Compress
 		return nil, fmt.Errorf("%s: pack-quantized weights of type %s with %d bits: tputool reads ints of 2, 4 or 8 bits", where, wt.Type, wt.NumBits)
 	case format == "float-quantized" && !wt.Symmetric:
 		return nil, fmt.Errorf("%s: asymmetric fp8 weights are not read", where)
+	case format != ctNVFP4 && q.Strategy == "tensor_group":
+		return nil, fmt.Errorf("%s: strategy tensor_group is read for nvfp4-pack-quantized weights, not %s", where, format)
+	case format == ctNVFP4 && (wt.Type != "float" || wt.NumBits != 4 || !wt.Symmetric || q.Strategy != "tensor_group"):
+		return nil, fmt.Errorf("%s: nvfp4 weights of type %s with %d bits, strategy %s: tputool reads symmetric 4-bit floats by tensor_group", where, wt.Type, wt.NumBits, wt.Strategy)
 	}
 	switch q.Strategy {
 	case "tensor", "channel":
-	case "group":
+	case "group", "tensor_group":
+		// tensor_group (NVFP4): groups, and the global scale beside them.
+		q.Strategy = "group"
 		if wt.GroupSize == nil || *wt.GroupSize <= 0 {
 			return nil, fmt.Errorf("%s: strategy group needs a positive group_size", where)
 		}

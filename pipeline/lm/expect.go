@@ -31,10 +31,12 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	}
 	s.RequireDTypes(weightDTypes...)
 	if spec.Compressed != nil {
-		// Static activation scales (W8A8, FBGEMM's upper bound): the
-		// weights run with float activations, so they are not read.
+		// Static activation scales (W8A8, FBGEMM's upper bound, NVFP4's
+		// global one): the weights run with float activations, so they
+		// are not read.
 		s.IgnoreIf(func(name string) bool {
-			return strings.HasSuffix(name, ".input_scale") || strings.HasSuffix(name, ".input_scale_ub") || strings.HasSuffix(name, ".input_zero_point")
+			return strings.HasSuffix(name, ".input_scale") || strings.HasSuffix(name, ".input_scale_ub") ||
+				strings.HasSuffix(name, ".input_zero_point") || strings.HasSuffix(name, ".input_global_scale")
 		})
 	}
 	s.IgnoreIf(ignoredBuffer)
