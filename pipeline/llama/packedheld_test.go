@@ -61,6 +61,11 @@ func TestPackedHeld(t *testing.T) {
 		// Dynamic rules: layer 1's seven projections in 4 bits by groups
 		// of 32 are held; layer 0's (groups of 16, asymmetric 8-bit
 		// down_proj, q_proj left plain) are not.
+		// NVFP4 (E2M1 codes, E4M3 scales by 16): held as int8, twice
+		// each value with half the scale.
+		{name: "ct-nvfp4", dirs: func(t *testing.T) (string, string) {
+			return ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 96, f32Ref: true})
+		}, held8: 14},
 		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 7, asMins: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

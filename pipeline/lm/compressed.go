@@ -535,3 +535,50 @@ func compressedScheme(format string, g compressedGroup, where string) (*Compress
 	}
 	return q, nil
 }
+
+// nvfp4Ints reads an NVFP4 weight as 8-bit integer codes (intSource):
+// twice each E2M1 value is an integer from −12 to 12, so value(o, i) =
+// 128 + 2·e2m1, zero point 128 and scale (scale / global) / 2 give W
+// exactly (halving an f32 is exact), and the weight can be held as int8
+// in groups of 16 (StoredInt8Groups): a byte a weight and an f32 scale a
+// group, where bf16 would take two bytes.
+func (l *Loaded) nvfp4Ints(w WeightSpec) (*intSource, error) {
+	c := l.Model.Spec().Compressed.ForWeight(w.Name)
+	p, _ := packedPrefix(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	if err != nil {
+		return nil, err
+	}
+	ss := c.scaleShape(out, in)
+	stored := make([]float32, elements(ss))
+	safetensors.DecodeFloat32(stored, dtype[p+ctScale], raw[p+ctScale])
+	var global [1]float32
+	safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
+	if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
+		l.releaseSources(raw)
+		return nil, fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
+	}
+	g := ss[1]
+	scales, zeros := make([]float32, g*out), make([]float32, g*out)
+	for o := range out {
+		for gi := range g {
+			scales[gi*out+o] = stored[o*g+gi] / global[0] / 2
+			zeros[gi*out+o] = 128
+		}
+	}
+	groupOf := make([]int32, in)
+	for i := range groupOf {
+		groupOf[i] = int32(i / c.Group)
+	}
+	q, half := raw[p+ctPacked], (in+1)/2
+	twice := [16]int32{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+	return &intSource{
+		name: w.Name, out: out, in: in, groups: g, groupOf: groupOf,
+		value: func(o, i int) uint32 {
+			return uint32(128 + twice[q[o*half+i/2]>>(4*(i%2))&0xf])
+		},
+		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: true,
+		release: func() { l.releaseSources(raw) },
+	}, nil
+}

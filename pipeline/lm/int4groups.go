@@ -351,18 +351,24 @@ func (l *Loaded) int4StackInto(name string, packed []byte, scales, mins []float3
 
 // intSourceOf is the intSource of weight name when the checkpoint stores
 // it as integer codes of bits bits (GPTQ, AWQ, compressed-tensors'
-// pack-quantized) in whole groups of one size, and not as a weight the
+// pack-quantized; NVFP4 as 8-bit, nvfp4Ints) in whole groups of one size, and not as a weight the
 // embedding gathers rows of; nil (and no error) for other weights.
 func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	w, how := l.encoding(name)
 	spec := l.Model.Spec()
 	var src *intSource
 	var err error
+	var ct *CompressedQuant
+	if how == "compressed" {
+		ct = spec.Compressed.ForWeight(w.Name)
+	}
 	switch {
 	case how == "packed" && spec.Packed.ForWeight(w.Name).Bits == bits:
 		src, err = l.packedSource(w)
-	case how == "compressed" && spec.Compressed.ForWeight(w.Name).Format == "pack-quantized" && spec.Compressed.ForWeight(w.Name).Bits == bits:
+	case ct != nil && ct.Format == "pack-quantized" && ct.Bits == bits:
 		src, err = l.compressedInts(w)
+	case ct != nil && ct.Format == ctNVFP4 && bits == 8:
+		src, err = l.nvfp4Ints(w)
 	default:
 		return nil, nil
 	}

@@ -10,11 +10,14 @@
 //
 //	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-gptq
 //	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-awq -format awq
+//	go run ./scripts/int4-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-nvfp4 -format nvfp4
 //
 // -format gptq writes GPTQ v1 (zero points stored minus one), symmetric
 // (every zero point 8) unless -asym, and with -desc-act an activation
 // order: each group's columns spread over the row by a fixed shuffle, as
-// g_idx; awq writes AutoAWQ's gemm layout, always with zero points
+// g_idx; awq writes AutoAWQ's gemm layout, always with zero points;
+// nvfp4 writes compressed-tensors' nvfp4-pack-quantized (E2M1 codes, E4M3
+// scales by 16, a global scale; -group and -asym do not apply)
 // (lmckpt.WriteInt4Copy). The whole checkpoint is held in memory while it
 // is written.
 package main
@@ -30,13 +33,13 @@ import (
 func main() {
 	src := flag.String("m", "", "source model folder (config.json and safetensors)")
 	out := flag.String("o", "", "output folder")
-	format := flag.String("format", "gptq", "gptq or awq")
+	format := flag.String("format", "gptq", "gptq, awq or nvfp4")
 	group := flag.Int("group", 128, "input columns that share a scale and zero point")
 	asym := flag.Bool("asym", false, "gptq: zero points per group (awq always has them)")
 	descAct := flag.Bool("desc-act", false, "gptq: groups in a shuffled column order, with g_idx")
 	flag.Parse()
-	if *src == "" || *out == "" || *group <= 0 || (*format != "gptq" && *format != "awq") {
-		fmt.Fprintln(os.Stderr, "int4-checkpoint: -m and -o are required, -format is gptq or awq, -group must be positive")
+	if *src == "" || *out == "" || *group <= 0 || (*format != "gptq" && *format != "awq" && *format != "nvfp4") {
+		fmt.Fprintln(os.Stderr, "int4-checkpoint: -m and -o are required, -format is gptq, awq or nvfp4, -group must be positive")
 		os.Exit(2)
 	}
 	if err := lmckpt.WriteInt4Copy(*src, *out, lmckpt.Int4Options{Format: *format, Group: *group, Asym: *asym, DescAct: *descAct}); err != nil {

@@ -12,7 +12,9 @@ import (
 
 // Int4Options say how WriteInt4Copy quantises.
 type Int4Options struct {
-	// Format is "gptq" (v1: zero points stored minus one) or "awq" (gemm).
+	// Format is "gptq" (v1: zero points stored minus one), "awq" (gemm)
+	// or "nvfp4" (compressed-tensors' nvfp4-pack-quantized: E2M1 codes,
+	// E4M3 scales by 16 and a global scale; Group, Bits and Asym unused).
 	Format string
 	// Group is the input columns that share a scale and zero point.
 	Group int
@@ -34,6 +36,9 @@ type Int4Options struct {
 // Projections that are not whole groups and words of 8 values stay plain
 // (f32).
 func WriteInt4Copy(src, out string, o Int4Options) error {
+	if o.Format == "nvfp4" {
+		return writeNVFP4(src, out)
+	}
 	bits := o.Bits
 	if bits == 0 {
 		bits = 4
@@ -174,4 +179,79 @@ func quantize(w []float32, n, k, g, bits int, asym bool, gOf []int) (q, zeros []
 		}
 	}
 	return q, zeros, scales
+}
+
+// writeNVFP4 writes the projections as compressed-tensors NVFP4, as
+// llm-compressor quantises them (rounded to nearest): a global scale
+// 448·6 / max|W|, each group of 16 a scale max|group| / 6 times it coded
+// in E4M3, and each value the E2M1 code nearest it over its group's
+// effective scale (the E4M3 scale over the global one).
+func writeNVFP4(src, out string) error {
+	cfg, err := ReadConfig(src)
+	if err != nil {
+		return err
+	}
+	scheme := map[string]any{"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "dynamic": false}
+	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+		"quantization_status": "compressed", "ignore": []string{"lm_head"},
+		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "weights": scheme}}}
+	fp4 := []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+	nearest := func(x float64) byte {
+		var sign byte
+		if x < 0 {
+			sign, x = 8, -x
+		}
+		best := 0
+		for i, v := range fp4 {
+			if math.Abs(v-x) < math.Abs(fp4[best]-x) {
+				best = i
+			}
+		}
+		return sign | byte(best)
+	}
+	return CopyProjections(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
+		nOut, in := shape[0], shape[1]
+		if in%16 != 0 {
+			t, err := safetensors.Float32Tensor(name, safetensors.F32, shape, vals)
+			return []safetensors.Tensor{t}, err
+		}
+		amax := 0.0
+		for _, v := range vals {
+			amax = max(amax, math.Abs(float64(v)))
+		}
+		global := float32(448 * 6 / max(amax, 1e-12))
+		groups := in / 16
+		scales := make([]byte, nOut*groups)
+		packed := make([]byte, nOut*in/2)
+		for o := range nOut {
+			for g := range groups {
+				row := vals[o*in+16*g : o*in+16*g+16]
+				gmax := 0.0
+				for _, v := range row {
+					gmax = max(gmax, math.Abs(float64(v)))
+				}
+				sb := encodeE4M3(gmax / 6 * float64(global))
+				scales[o*groups+g] = sb
+				s := e4m3[sb&0x7f] / float64(global)
+				for i, v := range row {
+					c := byte(0)
+					if s > 0 {
+						c = nearest(float64(v) / s)
+					}
+					at := o*in + 16*g + i
+					packed[at/2] |= c << (4 * (at % 2))
+				}
+			}
+		}
+		prefix := strings.TrimSuffix(name, ".weight")
+		gt, err := safetensors.Float32Tensor(prefix+".weight_global_scale", safetensors.F32, []int{1}, []float32{global})
+		if err != nil {
+			return nil, err
+		}
+		return []safetensors.Tensor{
+			{Name: prefix + ".weight_packed", DType: safetensors.U8, Shape: []int{nOut, in / 2}, Data: packed},
+			{Name: prefix + ".weight_scale", DType: safetensors.F8E4M3, Shape: []int{nOut, groups}, Data: scales},
+			gt,
+		}, nil
+	})
 }
