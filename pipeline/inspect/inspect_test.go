@@ -369,7 +369,7 @@ func TestDiffusersComponents(t *testing.T) {
 
 // A GPTQ copy of a checkpoint counts the same parameters as the original
 // (a packed word holds eight values; scales, zero points and indices hold
-// none) and, at a compute dtype, the weights take what the decoded ones
+// none), and so does an NVFP4 copy (two values a byte) and, at a compute dtype, the weights take what the decoded ones
 // take; as stored, its files' bytes.
 func TestQuantizedCheckpointCounts(t *testing.T) {
 	src, _ := filepath.Abs("../../testdata/stories260K-hf")
@@ -409,5 +409,24 @@ func TestQuantizedCheckpointCounts(t *testing.T) {
 	// projections take their stored bytes, less than the original's f32.
 	if stored, full := run(gptq, "auto").Memory.Weights, run(src, "auto").Memory.Weights; stored >= full {
 		t.Errorf("as stored: GPTQ copy %d bytes, the original %d", stored, full)
+	}
+	// NVFP4 (compressed-tensors): two values a byte of weight_packed,
+	// counted as FP4; scales (E4M3) and global scales hold none.
+	nv := t.TempDir()
+	if err := lmckpt.WriteInt4Copy(src, nv, lmckpt.Int4Options{Format: "nvfp4"}); err != nil {
+		t.Fatal(err)
+	}
+	r := run(nv, "f32")
+	if r.Params.Total != orig.Params.Total || r.Memory.Weights != orig.Memory.Weights {
+		t.Errorf("NVFP4 copy: %d params, %d bytes at f32; the original %d, %d", r.Params.Total, r.Memory.Weights, orig.Params.Total, orig.Memory.Weights)
+	}
+	var fp4 int64
+	for _, d := range r.Params.ByDType {
+		if d.DType == "FP4" {
+			fp4 = d.Params
+		}
+	}
+	if fp4 == 0 || fp4 >= r.Params.Total {
+		t.Errorf("FP4 params %d of %d, want the projections packed (not the embedding)", fp4, r.Params.Total)
 	}
 }

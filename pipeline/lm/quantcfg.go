@@ -166,3 +166,68 @@ func checkFP8Scales(name string, scales, want []int) error {
 	}
 	return nil
 }
+
+// QuantLayout is how a GPTQ, AWQ or compressed-tensors checkpoint packs
+// its weights, module by module (GPTQ's dynamic rules, compressed-tensors'
+// groups and ignore list), read from config.json alone: for tools that
+// look at a checkpoint's tensors without loading a model (inspect).
+type QuantLayout struct {
+	packed     *PackedQuant
+	compressed *CompressedQuant
+}
+
+// ReadQuantLayout reads cfg's quantization_config; nil (and no error)
+// when it declares none of the packing formats.
+func ReadQuantLayout(cfg *config.File) (*QuantLayout, error) {
+	var c struct {
+		Q *quantizationConfig `json:"quantization_config"`
+	}
+	if err := cfg.Decode(&c); err != nil || c.Q == nil {
+		return nil, err
+	}
+	where := ConfigName(cfg) + " quantization_config"
+	switch strings.ToLower(c.Q.Method) {
+	case "gptq", "awq":
+		q, err := packedQuant(c.Q, where)
+		if err != nil {
+			return nil, err
+		}
+		return &QuantLayout{packed: q}, nil
+	case "compressed-tensors":
+		var cc struct {
+			Q compressedConfig `json:"quantization_config"`
+		}
+		if err := cfg.Decode(&cc); err != nil {
+			return nil, err
+		}
+		q, err := compressedQuant(cc.Q, where)
+		if err != nil {
+			return nil, err
+		}
+		return &QuantLayout{compressed: q}, nil
+	}
+	return nil, nil
+}
+
+// Packing is how module prefix's weight values are packed: bits a value,
+// whether they are floats (NVFP4's E2M1), and false for a module stored
+// plain or in a form that packs nothing (fp8, int8 a byte).
+func (q *QuantLayout) Packing(prefix string) (bits int, float, ok bool) {
+	switch {
+	case q == nil:
+	case q.packed != nil:
+		if p, quantized := q.packed.For(prefix); quantized {
+			return p.Bits, false, true
+		}
+	case q.compressed != nil:
+		c, quantized := q.compressed.For(prefix)
+		switch {
+		case !quantized:
+		case c.Format == "pack-quantized":
+			return c.Bits, false, true
+		case c.Format == ctNVFP4:
+			return 4, true, true
+		}
+	}
+	return 0, false, false
+}
