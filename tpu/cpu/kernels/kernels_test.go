@@ -368,3 +368,32 @@ func wantPanic(t *testing.T, name, want string, f func()) {
 	}()
 	f()
 }
+
+// TestGemvInt8Group16: the GEMV with a scale every 16 columns (NVFP4
+// held as int8 runs it), four-row blocks and the rows after them, padded
+// rows, at every level.
+func TestGemvInt8Group16(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(16, 16))
+		for _, s := range []struct{ n, k, ldb int }{{4, 16, 16}, {7, 64, 64}, {37, 96, 112}, {1, 32, 32}} {
+			const g = 16
+			ng := s.k / g
+			q := make([]int8, s.n*s.ldb)
+			for i := range q {
+				q[i] = int8(r.IntN(25) - 12)
+			}
+			sc := make([]float32, s.n*ng)
+			for i := range sc {
+				sc[i] = float32(r.Float64()*0.02 + 0.001)
+			}
+			a := randMat(r, 1, s.k, s.k)
+			c := make([]float32, s.n+3)
+			for i := range c {
+				c[i] = float32(math.NaN())
+			}
+			GemmInt8NT(1, s.n, s.k, a, s.k, q, s.ldb, sc, g, c, s.n+3)
+			w := func(_, j, p int) float64 { return float64(q[j*s.ldb+p]) * float64(sc[j*ng+p/g]) }
+			checkC(t, fmt.Sprintf("n %d k %d ldb %d", s.n, s.k, s.ldb), 1, s.n, s.k, a, s.k, w, c, s.n+3)
+		}
+	})
+}
