@@ -13,11 +13,15 @@ type Tool struct {
 
 // CallMarkup is how a chat template teaches a model to write a call:
 // Open, then a JSON object {"name": NAME, ArgsKey: ARGUMENTS}, then
-// Close; Many allows several calls, whitespace between them.
+// Close; Many allows several calls, whitespace between them. With Array
+// the calls are the elements of one JSON array after Open (mistral's
+// [TOOL_CALLS][{...}, {...}]): Open and Close surround the array, and
+// Many allows more than one element.
 type CallMarkup struct {
 	Open, Close string
 	ArgsKey     string
 	Many        bool
+	Array       bool
 }
 
 // ToolCalls compiles the grammar of answers that are tool calls (one, or
@@ -42,6 +46,10 @@ func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
 	}
 	b := c.b
 	var err error
+	open, close := mk.Open, mk.Close
+	if mk.Array { // the markup surrounds the array, not each call
+		mk.Open, mk.Close = "", ""
+	}
 	call := func() {
 		b.lit(mk.Open)
 		c.ws()
@@ -89,9 +97,23 @@ func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
 		b.lit(mk.Close)
 	}
 	c.ws()
-	call()
-	if mk.Many {
-		b.star(func() { c.ws(); call() })
+	if mk.Array {
+		b.lit(open)
+		c.ws()
+		b.lit("[")
+		c.ws()
+		call()
+		if mk.Many {
+			b.star(func() { b.lit(","); c.ws(); call() })
+		}
+		b.lit("]")
+		c.ws()
+		b.lit(close)
+	} else {
+		call()
+		if mk.Many {
+			b.star(func() { c.ws(); call() })
+		}
 	}
 	c.ws()
 	b.emit(inst{op: opMatch})

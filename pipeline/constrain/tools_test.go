@@ -78,3 +78,57 @@ func TestToolCallsGrammar(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `f: tools[0].parameters.properties.s: keyword "multipleOf"`)
 }
+
+// Mistral's markup: the calls are one JSON array after [TOOL_CALLS];
+// every walk of the grammar is that array, each call valid; a named
+// function (Many off) is an array of one.
+func TestToolCallsArray(t *testing.T) {
+	v, eos := testVocab(t)
+	weather := validator(t, string(testTools[0].Parameters))
+	g, err := ToolCalls(testTools, CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Many: true, Array: true})
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	rng := rand.New(rand.NewPCG(5, 6))
+	ended, several := 0, 0
+	for range 40 {
+		text, ok := walk(t, ix, rng, eos)
+		if !ok {
+			continue
+		}
+		ended++
+		body, found := strings.CutPrefix(strings.TrimSpace(text), "[TOOL_CALLS]")
+		require.True(t, found, text)
+		var calls []struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &calls), body)
+		require.NotEmpty(t, calls)
+		if len(calls) > 1 {
+			several++
+		}
+		for _, c := range calls {
+			switch c.Name {
+			case "get_weather":
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(c.Arguments)))
+				require.NoError(t, err)
+				assert.NoError(t, weather.Validate(inst), string(c.Arguments))
+			case "now":
+			default:
+				t.Errorf("unknown tool %q", c.Name)
+			}
+		}
+	}
+	assert.Greater(t, ended, 30)
+	assert.Greater(t, several, 0, "no walk made more than one call")
+	assert.True(t, accepts(ix, `[TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Paris"}}]`))
+	assert.False(t, accepts(ix, `[TOOL_CALLS]{"name": "now", "arguments": {}}`), "not an array")
+	assert.False(t, accepts(ix, `[{"name": "now", "arguments": {}}]`), "no markup")
+	assert.False(t, accepts(ix, `[TOOL_CALLS][]`), "no call")
+
+	one, err := ToolCalls(testTools[1:], CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Array: true})
+	require.NoError(t, err)
+	ix = NewIndex(one, v)
+	assert.True(t, accepts(ix, `[TOOL_CALLS][{"name": "now", "arguments": {}}]`))
+	assert.False(t, accepts(ix, `[TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}]`))
+}

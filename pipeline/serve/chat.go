@@ -375,18 +375,24 @@ func toolChoice(raw json.RawMessage) (choice, name string, err error) {
 // template's markup (one call of the named function, or one or more).
 func forcedCalls(tools []constrain.Tool, format ToolFormat, named bool) (*grammarSpec, error) {
 	var mk constrain.CallMarkup
+	var specials []string
 	switch format {
 	case ToolsHermes:
 		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !named}
 	case ToolsLlama3:
 		mk = constrain.CallMarkup{ArgsKey: "parameters"}
+	case ToolsMistral:
+		// [TOOL_CALLS] is a control token: the grammar spells it, and the
+		// vocabulary lets that token (or its text) write it.
+		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Many: !named, Array: true}
+		specials = []string{"[TOOL_CALLS]"}
 	default:
-		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>) or llama3 calls; this model's calls are %s", format)
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), mistral ([TOOL_CALLS]) or llama3 calls; this model's calls are %s", format)
 	}
 	key, _ := json.Marshal(tools)
 	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, named, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
 		return constrain.ToolCalls(tools, mk)
-	}}, nil
+	}, specials: specials}, nil
 }
 
 // maxTools bounds a request's tools.

@@ -89,7 +89,11 @@ type textEngine struct {
 // scriptLogits are the logits that pick token k of the script (EOS past
 // its end).
 func (e *textEngine) scriptLogits(k int) []float32 {
-	l := make([]float32, textVocab)
+	n := textVocab // or one more, for mistralTokenizer's extra token
+	if len(e.script) > 0 {
+		n = max(n, slices.Max(e.script)+1)
+	}
+	l := make([]float32, n)
 	if k < len(e.script) {
 		l[e.script[k]] = 10
 	} else {
@@ -253,6 +257,9 @@ type serverConfig struct {
 	template  string
 	context   int  // MaxContext (testContext when 0)
 	harmony   bool // ServerOptions.Harmony
+	// tok replaces the test tokenizer (mistralTokenizer's has one token
+	// more; the engine's logits cover it).
+	tok *tokenizer.Tokenizer
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -260,7 +267,10 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	if c.slots == 0 {
 		c.slots = 4
 	}
-	tok := loadTestTokenizer(t)
+	tok := c.tok
+	if tok == nil {
+		tok = loadTestTokenizer(t)
+	}
 	var tmpl *chat.Template
 	if !c.noChat {
 		var err error

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/constrain"
 	"github.com/tputool/tputool/pipeline/generate"
 )
@@ -23,6 +24,10 @@ type grammarSpec struct {
 	key     string // cache key: the kind and the schema's compact text
 	param   string // the request field, for errors
 	compile func() (*constrain.Grammar, error)
+	// specials are special tokens the grammar's text spells (mistral's
+	// [TOOL_CALLS]): in its vocabulary they read as their content, where
+	// special tokens are otherwise never allowed.
+	specials []string
 }
 
 // objectGrammar is any JSON object (json_object, ollama's "json").
@@ -140,7 +145,7 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 }
 
 func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrain.Index, error) {
-	eosKey := fmt.Sprint(slices.Sorted(slices.Values(eos)))
+	eosKey := fmt.Sprint(slices.Sorted(slices.Values(eos))) + strings.Join(spec.specials, "\x00")
 	c.mu.Lock()
 	ix, ok := c.indexes[eosKey+spec.key]
 	v := c.vocabs[eosKey]
@@ -158,7 +163,7 @@ func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrai
 	defer c.mu.Unlock()
 	if v == nil {
 		if v = c.vocabs[eosKey]; v == nil {
-			if v, err = constrain.NewVocab(s.o.Tokenizer.TokenBytes(), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
+			if v, err = constrain.NewVocab(vocabBytes(s.o.Tokenizer, spec.specials), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
 				return nil, badRequest(spec.param, "%v", err)
 			}
 			if c.vocabs == nil {
@@ -176,6 +181,22 @@ func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrai
 	ix = constrain.NewIndex(g, v)
 	c.indexes[eosKey+spec.key] = ix
 	return ix, nil
+}
+
+// vocabBytes is the tokenizer's TokenBytes with each special token of
+// specials reading as its content.
+func vocabBytes(tok *tokenizer.Tokenizer, specials []string) [][]byte {
+	tb := tok.TokenBytes()
+	if len(specials) == 0 {
+		return tb
+	}
+	tb = slices.Clone(tb)
+	for _, sp := range specials {
+		if id, ok := tok.TokenToID(sp); ok && id < len(tb) && tok.IsSpecial(id) {
+			tb[id] = []byte(sp)
+		}
+	}
+	return tb
 }
 
 // validIDs keeps the ids inside the tokenizer's vocabulary.

@@ -2,13 +2,18 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // The parsers read each format's calls, whole and fed in pieces of any
@@ -225,6 +230,99 @@ func TestToolChoiceForced(t *testing.T) {
 			if tc.name == "required follows" {
 				assert.JSONEq(t, `{"city": "Oslo"}`, ch.Message.ToolCalls[0].Function.Arguments)
 			}
+		})
+	}
+}
+
+// mistralTemplate writes calls as mistral's templates do: [TOOL_CALLS]
+// and a JSON array.
+const mistralTemplate = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}" +
+	"{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.tool_calls %}[TOOL_CALLS]{{ m.tool_calls | tojson }}</s>" +
+	"{% else %}{{ m.content }}</s>{% endif %}{% endfor %}"
+
+// mistralTokenizer is the test tokenizer with [TOOL_CALLS] added as a
+// special token (id 512), as mistral's tokenizers have it.
+func mistralTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	src := filepath.Join("..", "..", "testdata", "stories260K-hf")
+	dir := t.TempDir()
+	for _, f := range []string{"tokenizer_config.json", "special_tokens_map.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	b, err := os.ReadFile(filepath.Join(src, "tokenizer.json"))
+	require.NoError(t, err)
+	var tj map[string]any
+	require.NoError(t, json.Unmarshal(b, &tj))
+	tj["added_tokens"] = append(tj["added_tokens"].([]any), map[string]any{
+		"id": 512, "content": "[TOOL_CALLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+	b, err = json.Marshal(tj)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644))
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	id, ok := tok.TokenToID("[TOOL_CALLS]")
+	require.True(t, ok && id == 512 && tok.IsSpecial(id), "[TOOL_CALLS] is special token 512")
+	return tok
+}
+
+// tool_choice "required" and a named function on a mistral template: the
+// answer is [TOOL_CALLS] (the special token, which the grammar spells)
+// and a JSON array of valid calls. A model that calls on its own, with
+// the special token, keeps its call (the token is allowed: without it in
+// the grammar's vocabulary the script loses its way); one that would
+// answer in prose calls anyway.
+func TestToolChoiceForcedMistral(t *testing.T) {
+	tok := mistralTokenizer(t)
+	follow, err := tok.Encode(`[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}]`, false)
+	require.NoError(t, err)
+	require.Equal(t, 512, follow[0], "the script opens with the special token")
+	prose, err := tok.Encode("I think it is sunny.", false)
+	require.NoError(t, err)
+	// A fake model that prefers nothing takes the most whitespace and the
+	// longest strings the grammar allows: a bounded city.
+	bounded := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+		Function: openai.FunctionDefinitionParam{
+			Name:       "get_weather",
+			Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 6}}, "required": []string{"city"}, "additionalProperties": false},
+		},
+	}}
+	for _, tc := range []struct {
+		name   string
+		script []int
+		choice openai.ChatCompletionToolChoiceOptionUnionParam
+		city   string
+	}{
+		{"required follows", follow, openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "Oslo"},
+		{"named follows", follow, openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}), "Oslo"},
+		// Named: one call. (Under "required" this fake model, which takes
+		// the lowest id a tie allows, would pick "," before "]" forever.)
+		{"named prose", prose, openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, serverConfig{script: tc.script, template: mistralTemplate, context: 4096, tok: tok})
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
+				Tools: []openai.ChatCompletionToolUnionParam{bounded}, ToolChoice: tc.choice,
+			})
+			var apiErr *openai.Error
+			if errors.As(err, &apiErr) {
+				t.Fatalf("%s", apiErr.RawJSON())
+			}
+			require.NoError(t, err)
+			ch := resp.Choices[0]
+			assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
+			require.NotEmpty(t, ch.Message.ToolCalls)
+			for _, call := range ch.Message.ToolCalls {
+				assert.Equal(t, "get_weather", call.Function.Name)
+				validates(t, `{"type":"object","properties":{"city":{"type":"string","maxLength":6}},"required":["city"],"additionalProperties":false}`, call.Function.Arguments)
+			}
+			if tc.city != "" {
+				require.Len(t, ch.Message.ToolCalls, 1)
+				assert.JSONEq(t, `{"city": "`+tc.city+`"}`, ch.Message.ToolCalls[0].Function.Arguments)
+			}
+			assert.Empty(t, strings.TrimSpace(ch.Message.Content))
 		})
 	}
 }
