@@ -20,6 +20,18 @@ type Deferred struct {
 	mask   []uint64
 	tail   []byte // the text's last bytes, where the marker may start
 	m      *Matcher
+	// later are tokens never allowed once the grammar has started (Then).
+	later []int
+}
+
+// Then keeps ids out of what follows the marker: special tokens the
+// vocabulary lets read as their content, so that the text before the
+// marker may hold them (harmony's headers), which inside the grammar's
+// text would end its message instead (GPT-OSS's <|end|> in a JSON
+// string). It returns d.
+func (d *Deferred) Then(ids ...int) *Deferred {
+	d.later = append(d.later, ids...)
+	return d
 }
 
 // After returns a constraint that applies ix's grammar after marker,
@@ -70,7 +82,7 @@ func (d *Deferred) completes(t []byte) (rest []byte, ok bool) {
 // Allows reports whether id may come next.
 func (d *Deferred) Allows(id int) bool {
 	if d.m != nil {
-		return d.m.Allows(id)
+		return !slices.Contains(d.later, id) && d.m.Allows(id)
 	}
 	if slices.Contains(d.ids, id) {
 		return true
@@ -86,11 +98,20 @@ func (d *Deferred) Allows(id int) bool {
 
 // Mask returns the allowed ids (shared; do not modify).
 func (d *Deferred) Mask() []uint64 {
-	if d.m != nil {
-		return d.m.Mask()
-	}
 	if d.mask == nil {
 		d.mask = make([]uint64, d.ix.v.Words())
+	}
+	if d.m != nil {
+		if len(d.later) == 0 {
+			return d.m.Mask()
+		}
+		copy(d.mask, d.m.Mask())
+		for _, id := range d.later {
+			if id >= 0 && id < d.ix.v.size {
+				d.mask[id/64] &^= 1 << (id % 64)
+			}
+		}
+		return d.mask
 	}
 	copy(d.mask, d.ix.v.free())
 	for _, id := range d.ids {
@@ -113,6 +134,9 @@ func (d *Deferred) Started() bool { return d.m != nil }
 // completes it start the grammar's text.
 func (d *Deferred) Advance(id int) error {
 	if d.m != nil {
+		if slices.Contains(d.later, id) {
+			return fmt.Errorf("token %d is not allowed after %q", id, d.marker)
+		}
 		return d.m.Advance(id)
 	}
 	if !d.Allows(id) {

@@ -33,6 +33,13 @@ const (
 	hConstrain = "<|constrain|>"
 )
 
+// harmonySpecials are the markers, special tokens in GPT-OSS's tokenizer;
+// harmonyFinal opens the answer's final message, where structured output
+// starts.
+var harmonySpecials = []string{hChannel, hMessage, hEnd, hStart, hCall, hReturn, hConstrain}
+
+const harmonyFinal = hChannel + "final" + hMessage
+
 // IsHarmony reports whether a chat template writes the harmony format.
 func IsHarmony(t *chat.Template) bool {
 	return t != nil && strings.Contains(t.Source(), hChannel) && strings.Contains(t.Source(), hMessage)

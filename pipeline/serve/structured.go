@@ -119,7 +119,15 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 		return badRequest(spec.param, "structured output needs the model's tokenizer")
 	}
 	if p.harmony {
-		return badRequest(spec.param, "%s is not supported for harmony models (GPT-OSS) yet: their answers open with special tokens the grammar does not cover", spec.param)
+		if spec.param == "tool_choice" {
+			return badRequest(spec.param, "tool_choice \"required\" or a named function is not supported for harmony models (GPT-OSS) yet")
+		}
+		// The analysis and the headers are free; the final channel's
+		// message is held to the grammar. Harmony's special tokens read
+		// as their text before it, and never inside it.
+		hs := *spec
+		hs.specials = harmonySpecials
+		spec = &hs
 	}
 	eos := p.reqs[0].Gen.EOS
 	if len(eos) == 0 {
@@ -130,6 +138,15 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 		return err
 	}
 	factory := func() generate.Constraint { return ix.NewMatcher() }
+	if p.harmony {
+		var ids []int
+		for _, sp := range harmonySpecials {
+			if id, ok := s.o.Tokenizer.TokenToID(sp); ok && s.o.Tokenizer.IsSpecial(id) && !slices.Contains(eos, id) {
+				ids = append(ids, id)
+			}
+		}
+		factory = func() generate.Constraint { return ix.After(harmonyFinal).Then(ids...) }
+	}
 	if p.reasoning != nil && p.thinking {
 		end := p.reasoning.End
 		var ids []int // the end tag as a special token, which has no text

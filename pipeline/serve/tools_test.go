@@ -243,6 +243,12 @@ const mistralTemplate = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AV
 // mistralTokenizer is the test tokenizer with [TOOL_CALLS] added as a
 // special token (id 512), as mistral's tokenizers have it.
 func mistralTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	return tokenizerWithSpecials(t, "[TOOL_CALLS]")
+}
+
+// tokenizerWithSpecials is the test tokenizer with specials added as
+// special tokens, ids 512 on.
+func tokenizerWithSpecials(t *testing.T, specials ...string) *tokenizer.Tokenizer {
 	t.Helper()
 	src := filepath.Join("..", "..", "testdata", "stories260K-hf")
 	dir := t.TempDir()
@@ -255,15 +261,19 @@ func mistralTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	require.NoError(t, err)
 	var tj map[string]any
 	require.NoError(t, json.Unmarshal(b, &tj))
-	tj["added_tokens"] = append(tj["added_tokens"].([]any), map[string]any{
-		"id": 512, "content": "[TOOL_CALLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+	for i, sp := range specials {
+		tj["added_tokens"] = append(tj["added_tokens"].([]any), map[string]any{
+			"id": textVocab + i, "content": sp, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+	}
 	b, err = json.Marshal(tj)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644))
 	tok, err := tokenizer.LoadDir(dir)
 	require.NoError(t, err)
-	id, ok := tok.TokenToID("[TOOL_CALLS]")
-	require.True(t, ok && id == 512 && tok.IsSpecial(id), "[TOOL_CALLS] is special token 512")
+	for i, sp := range specials {
+		id, ok := tok.TokenToID(sp)
+		require.True(t, ok && id == textVocab+i && tok.IsSpecial(id), "%s is special token %d", sp, textVocab+i)
+	}
 	return tok
 }
 
