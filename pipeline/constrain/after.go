@@ -156,3 +156,65 @@ func (d *Deferred) Advance(id int) error {
 	d.tail = append(d.tail[:0:0], text[max(0, len(text)-len(d.marker)+1):]...)
 	return nil
 }
+
+// Guarded is a grammar's Matcher that, once marker has appeared in the
+// text, allows none of some ids more: special tokens the vocabulary lets
+// read as their text, which the grammar writes before the marker
+// (harmony's headers, HarmonyCall) and which inside what follows (a
+// call's JSON arguments) would end the message instead.
+type Guarded struct {
+	m      *Matcher
+	v      *Vocab
+	marker []byte
+	later  []int
+	tail   []byte
+	on     bool
+	mask   []uint64
+}
+
+// Guard returns a matcher of ix's grammar that refuses ids once marker
+// has appeared in its text.
+func (ix *Index) Guard(marker string, ids ...int) *Guarded {
+	return &Guarded{m: ix.NewMatcher(), v: ix.v, marker: []byte(marker), later: ids}
+}
+
+// Allows reports whether id may come next.
+func (g *Guarded) Allows(id int) bool {
+	return !(g.on && slices.Contains(g.later, id)) && g.m.Allows(id)
+}
+
+// Mask returns the allowed ids (shared; do not modify).
+func (g *Guarded) Mask() []uint64 {
+	if !g.on || len(g.later) == 0 {
+		return g.m.Mask()
+	}
+	if g.mask == nil {
+		g.mask = make([]uint64, g.v.Words())
+	}
+	copy(g.mask, g.m.Mask())
+	for _, id := range g.later {
+		if id >= 0 && id < g.v.size {
+			g.mask[id/64] &^= 1 << (id % 64)
+		}
+	}
+	return g.mask
+}
+
+// Advance records id.
+func (g *Guarded) Advance(id int) error {
+	if !g.Allows(id) {
+		return fmt.Errorf("token %d is not allowed here", id)
+	}
+	if err := g.m.Advance(id); err != nil {
+		return err
+	}
+	if !g.on && id >= 0 && id < g.v.size {
+		text := append(g.tail, g.v.tokens[id]...)
+		if bytes.Contains(text, g.marker) {
+			g.on, g.tail = true, nil
+		} else {
+			g.tail = append(g.tail[:0:0], text[max(0, len(text)-len(g.marker)+1):]...)
+		}
+	}
+	return nil
+}

@@ -132,3 +132,22 @@ func TestToolCallsArray(t *testing.T) {
 	assert.True(t, accepts(ix, `[TOOL_CALLS][{"name": "now", "arguments": {}}]`))
 	assert.False(t, accepts(ix, `[TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}]`))
 }
+
+// HarmonyCall: an optional analysis message without '<' in its text,
+// then one commentary message to a tool with valid arguments, and
+// nothing after.
+func TestHarmonyCallGrammar(t *testing.T) {
+	v, _ := testVocab(t)
+	g, err := HarmonyCall(testTools)
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	const call = `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}`
+	assert.True(t, accepts(ix, call))
+	assert.True(t, accepts(ix, "<|channel|>analysis<|message|>The user wants weather; call it.<|end|><|start|>assistant"+call))
+	assert.True(t, accepts(ix, `<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}`))
+	assert.False(t, accepts(ix, "<|channel|>analysis<|message|>a <b> c<|end|><|start|>assistant"+call), "'<' in the thought")
+	assert.False(t, accepts(ix, `<|channel|>commentary to=functions.nope <|constrain|>json<|message|>{}`), "no such tool")
+	assert.False(t, accepts(ix, `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"town": "x"}`), "invalid arguments")
+	assert.False(t, accepts(ix, call+call), "one call")
+	assert.False(t, accepts(ix, `<|channel|>final<|message|>{}`), "not a call")
+}

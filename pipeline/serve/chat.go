@@ -381,13 +381,19 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, named bool) (*gramma
 		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !named}
 	case ToolsLlama3:
 		mk = constrain.CallMarkup{ArgsKey: "parameters"}
+	case ToolsHarmony:
+		// One call a turn, after an optional analysis message.
+		key, _ := json.Marshal(tools)
+		return &grammarSpec{key: fmt.Sprintf("tools:%s:%s", format, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
+			return constrain.HarmonyCall(tools)
+		}}, nil
 	case ToolsMistral:
 		// [TOOL_CALLS] is a control token: the grammar spells it, and the
 		// vocabulary lets that token (or its text) write it.
 		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Many: !named, Array: true}
 		specials = []string{"[TOOL_CALLS]"}
 	default:
-		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), mistral ([TOOL_CALLS]) or llama3 calls; this model's calls are %s", format)
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s", format)
 	}
 	key, _ := json.Marshal(tools)
 	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, named, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -186,14 +188,97 @@ func TestHarmonyStructured(t *testing.T) {
 			}
 		})
 	}
-	// Forced tool calls are not enforced for harmony yet: a 400.
-	ts := newTestServer(t, serverConfig{template: harmonyTemplate, harmony: true, tok: tok})
-	_, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Where?")},
-		Tools: []openai.ChatCompletionToolUnionParam{weatherTool}, ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
-	})
-	var apiErr *openai.Error
-	require.True(t, errors.As(err, &apiErr), "%v", err)
-	assert.Equal(t, 400, apiErr.StatusCode)
-	assert.Contains(t, apiErr.RawJSON(), "harmony")
+}
+
+// tool_choice "required" and a named function for a harmony model: the
+// answer is an optional analysis message and one commentary message to
+// functions.NAME whose body is valid arguments (constrain.HarmonyCall).
+// A model that calls on its own keeps its call and its reasoning; one
+// that would answer in its final channel calls anyway; arguments that
+// would carry <|end|> in a string cannot (the marker would end the
+// message), and still validate.
+func TestHarmonyForcedCall(t *testing.T) {
+	tok := tokenizerWithSpecials(t, hChannel, hMessage, hEnd, hStart, hConstrain)
+	script := func(parts ...string) []int {
+		var ids []int
+		for _, p := range parts {
+			if id, ok := tok.TokenToID(p); ok && tok.IsSpecial(id) {
+				ids = append(ids, id)
+				continue
+			}
+			if !strings.ContainsAny(p, "{\"") { // header words, spelled (TestHarmonyStructured)
+				for _, c := range strings.ReplaceAll(p, " ", "\u2581") { // this tokenizer's space
+					id, ok := tok.TokenToID(string(c))
+					if !ok { // a byte-fallback token
+						id, ok = tok.TokenToID(fmt.Sprintf("<0x%02X>", c))
+					}
+					require.True(t, ok, "%q", c)
+					ids = append(ids, id)
+				}
+				continue
+			}
+			enc, err := tok.Encode(p, false)
+			require.NoError(t, err)
+			ids = append(ids, enc...)
+		}
+		return ids
+	}
+	analysis := []string{hChannel, "analysis", hMessage, "Think.", hEnd, hStart, "assistant"}
+	call := append(slices.Clone(analysis), hChannel, "commentary to=functions.get_weather ", hConstrain, "json", hMessage)
+	bounded := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+		Function: openai.FunctionDefinitionParam{
+			Name:       "get_weather",
+			Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 20}}, "required": []string{"city"}, "additionalProperties": false},
+		},
+	}}
+	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "now"}}}
+	required := openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+	named := openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"})
+	for _, tc := range []struct {
+		name   string
+		ids    []int
+		choice openai.ChatCompletionToolChoiceOptionUnionParam
+		want   string
+	}{
+		{"follows", script(append(call, `{"city": "Oslo"}`)...), required, `{"city": "Oslo"}`},
+		{"named follows", script(append(call, `{"city": "Oslo"}`)...), named, `{"city": "Oslo"}`},
+		{"final prose", script(append(analysis, hChannel, "final", hMessage, "Sunny.")...), required, ""},
+		{"end inside", script(append(call, `{"city": "Os`, hEnd, `lo"}`)...), named, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, serverConfig{script: tc.ids, template: harmonyTemplate, harmony: true, tok: tok, context: 4096})
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(2000),
+				Tools: []openai.ChatCompletionToolUnionParam{bounded, clock}, ToolChoice: tc.choice,
+			})
+			var apiErr *openai.Error
+			if errors.As(err, &apiErr) {
+				t.Fatalf("%s", apiErr.RawJSON())
+			}
+			require.NoError(t, err)
+			msg := resp.Choices[0].Message
+			var raw struct {
+				Reasoning string `json:"reasoning_content"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
+			assert.Equal(t, "Think.", strings.TrimSpace(raw.Reasoning))
+			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason, "%q", msg.Content)
+			require.Len(t, msg.ToolCalls, 1, "%q", msg.Content)
+			c := msg.ToolCalls[0]
+			switch c.Function.Name {
+			case "get_weather":
+				validates(t, `{"type":"object","properties":{"city":{"type":"string","maxLength":20}},"required":["city"],"additionalProperties":false}`, c.Function.Arguments)
+			case "now":
+				assert.NotEqual(t, named, tc.choice, "a named function calls it")
+				validates(t, `{"type":"object"}`, c.Function.Arguments)
+			default:
+				t.Errorf("called %q", c.Function.Name)
+			}
+			if tc.want != "" {
+				assert.Equal(t, "get_weather", c.Function.Name)
+				assert.JSONEq(t, tc.want, c.Function.Arguments)
+			}
+			assert.Empty(t, strings.TrimSpace(msg.Content))
+		})
+	}
 }

@@ -119,12 +119,11 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 		return badRequest(spec.param, "structured output needs the model's tokenizer")
 	}
 	if p.harmony {
-		if spec.param == "tool_choice" {
-			return badRequest(spec.param, "tool_choice \"required\" or a named function is not supported for harmony models (GPT-OSS) yet")
-		}
-		// The analysis and the headers are free; the final channel's
-		// message is held to the grammar. Harmony's special tokens read
-		// as their text before it, and never inside it.
+		// Structured output: the analysis and the headers are free, the
+		// final channel's message is held to the grammar. Forced calls:
+		// the grammar writes the headers (constrain.HarmonyCall). Either
+		// way harmony's special tokens read as their text before the
+		// message the grammar holds, and never inside it.
 		hs := *spec
 		hs.specials = harmonySpecials
 		spec = &hs
@@ -146,6 +145,9 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 			}
 		}
 		factory = func() generate.Constraint { return ix.After(harmonyFinal).Then(ids...) }
+		if spec.param == "tool_choice" {
+			factory = func() generate.Constraint { return ix.Guard(constrain.HarmonyArgs, ids...) }
+		}
 	}
 	if p.reasoning != nil && p.thinking {
 		end := p.reasoning.End
