@@ -23,7 +23,10 @@ import (
 //     object {"name": …, "parameters": {…}}, optionally after
 //     <|python_tag|>.
 //
-// GPT-OSS's harmony calls travel in special tokens and are not parsed yet.
+// GPT-OSS's harmony calls are messages to functions.NAME, which the
+// harmony splitter (harmony.go) re-emits as hermes markup for the parser.
+// tool_choice "required" or a named function holds the answer to a
+// grammar of the template's markup (forcedCalls).
 
 // ToolFormat is how a model writes tool calls ("" when its template has
 // no tool markup tputool knows).
