@@ -218,3 +218,72 @@ func (g *Guarded) Advance(id int) error {
 	}
 	return nil
 }
+
+// MaybeAfter is the constraint of a model that may open a thought of its
+// own (Qwen3's <think>, when the prompt neither opens nor closes one):
+// its first token either starts the grammar's text, or is one of opens
+// (a token that is the opening tag), after which the text is free until
+// marker and then held to the grammar, as After does.
+type MaybeAfter struct {
+	ix      *Index
+	opens   []int
+	marker  string
+	ids     []int
+	m       *Matcher  // the grammar from the first token
+	d       *Deferred // once the first token opened a thought
+	decided bool
+	mask    []uint64
+}
+
+// MaybeAfter returns the constraint above: opens are the tokens that
+// open a thought, marker (or one of ids) the end of one.
+func (ix *Index) MaybeAfter(opens []int, marker string, ids ...int) *MaybeAfter {
+	return &MaybeAfter{ix: ix, opens: opens, marker: marker, ids: ids, m: ix.NewMatcher()}
+}
+
+// Allows reports whether id may come next.
+func (a *MaybeAfter) Allows(id int) bool {
+	switch {
+	case a.d != nil:
+		return a.d.Allows(id)
+	case a.decided:
+		return a.m.Allows(id)
+	}
+	return a.m.Allows(id) || slices.Contains(a.opens, id)
+}
+
+// Mask returns the allowed ids (shared; do not modify).
+func (a *MaybeAfter) Mask() []uint64 {
+	switch {
+	case a.d != nil:
+		return a.d.Mask()
+	case a.decided:
+		return a.m.Mask()
+	}
+	if a.mask == nil {
+		a.mask = make([]uint64, a.ix.v.Words())
+	}
+	copy(a.mask, a.m.Mask())
+	for _, id := range a.opens {
+		if id >= 0 && id < a.ix.v.size {
+			a.mask[id/64] |= 1 << (id % 64)
+		}
+	}
+	return a.mask
+}
+
+// Advance records id: the first token decides between the two.
+func (a *MaybeAfter) Advance(id int) error {
+	switch {
+	case a.d != nil:
+		return a.d.Advance(id)
+	case a.decided:
+		return a.m.Advance(id)
+	}
+	a.decided = true
+	if slices.Contains(a.opens, id) && !a.m.Allows(id) {
+		a.d = a.ix.After(a.marker, a.ids...)
+		return nil
+	}
+	return a.m.Advance(id)
+}

@@ -231,6 +231,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 func (s *Server) answerParts(p *plan, prompt string, format ToolFormat) {
 	if r := s.o.Reasoning; r != nil {
 		p.reasoning, p.thinking = r, promptOpens(*r, prompt)
+		p.mayThink = !p.thinking && !promptCloses(*r, prompt)
 	}
 	// Markup that is special tokens must reach the text: harmony's, and
 	// mistral's [TOOL_CALLS] (a control token in its tokenizers).

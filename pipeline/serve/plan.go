@@ -24,7 +24,8 @@ type plan struct {
 	// reasoning, when set, splits each chat choice's reasoning from its
 	// content; thinking says the prompt opened the reasoning.
 	reasoning *Reasoning
-	thinking  bool
+	thinking  bool // the prompt opened a thought
+	mayThink  bool // the prompt neither opened nor closed one: the model may
 	// harmony says the answers are GPT-OSS's harmony messages, decoded
 	// with their special tokens (harmony.go).
 	harmony bool

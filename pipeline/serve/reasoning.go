@@ -60,6 +60,13 @@ func promptOpens(r Reasoning, prompt string) bool {
 	return strings.HasSuffix(strings.TrimRight(prompt, " \t\r\n"), r.Start)
 }
 
+// promptCloses reports whether the rendered prompt ends with a closed
+// thought (Qwen3's template with enable_thinking false writes an empty
+// one): the model answers at once.
+func promptCloses(r Reasoning, prompt string) bool {
+	return strings.HasSuffix(strings.TrimRight(prompt, " \t\r\n"), r.End)
+}
+
 // feed splits the next piece of text.
 func (s *splitter) feed(text string) (reasoning, content string) {
 	buf := s.pending + text

@@ -88,3 +88,73 @@ func TestReasoningTemplateKwargs(t *testing.T) {
 	assert.Equal(t, 400, status)
 	assert.Contains(t, string(body), "reasoning_effort must be a string")
 }
+
+// Structured output for a model the prompt leaves to think (Qwen3 with
+// thinking on: the prompt neither opens nor closes a thought, and the
+// think tags are tokens of their own): a model that opens a thought
+// thinks freely, then answers valid JSON; one that answers at once is
+// held from its first token; with enable_thinking false (the prompt
+// closes an empty thought) an answer that tries to think cannot.
+func TestStructuredMayThink(t *testing.T) {
+	tok := tokenizerWithAdded(t, false, "<think>", "</think>")
+	const schema = `{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":99}},"required":["n"],"additionalProperties":false}`
+	encode := func(parts ...string) []int {
+		var ids []int
+		for _, p := range parts {
+			if id, ok := tok.TokenToID(p); ok && id >= textVocab {
+				ids = append(ids, id)
+				continue
+			}
+			enc, err := tok.Encode(p, false)
+			require.NoError(t, err)
+			ids = append(ids, enc...)
+		}
+		return ids
+	}
+	// thinkTemplate without reasoning_effort's suffix: the prompt ends as
+	// Qwen3's does.
+	const tmpl = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:" +
+		"{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+	for _, tc := range []struct {
+		name      string
+		ids       []int
+		noThink   bool
+		want      string
+		reasoning string
+	}{
+		{"thinks", encode("<think>", "Two and two.", "</think>", `{"n": 4}`), false, `{"n": 4}`, "Two and two."},
+		{"answers at once", encode(`{"n": 4}`), false, `{"n": 4}`, ""},
+		{"thinks then prose", encode("<think>", "Two and two.", "</think>", "It is four."), false, "", "Two and two."},
+		{"thinking off", encode("<think>", "Two and two.", "</think>", `{"n": 4}`), true, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ThinkTags
+			ts := newTestServer(t, serverConfig{script: tc.ids, reasoning: &r, template: tmpl, tok: tok, context: 4096})
+			var opts []option.RequestOption
+			if tc.noThink {
+				opts = append(opts, option.WithJSONSet("chat_template_kwargs", map[string]any{"enable_thinking": false}))
+			}
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")}, MaxTokens: openai.Int(1000),
+				ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &openai.ResponseFormatJSONSchemaParam{
+					JSONSchema: openai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "sum", Schema: json.RawMessage(schema), Strict: openai.Bool(true)},
+				}},
+			}, opts...)
+			require.NoError(t, err)
+			msg := resp.Choices[0].Message
+			var raw struct {
+				Reasoning string `json:"reasoning_content"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
+			assert.Equal(t, tc.reasoning, strings.TrimSpace(raw.Reasoning))
+			assert.Equal(t, "stop", resp.Choices[0].FinishReason, "%q", msg.Content)
+			validates(t, schema, msg.Content)
+			if tc.want != "" {
+				assert.JSONEq(t, tc.want, msg.Content)
+			}
+			if tc.noThink {
+				assert.NotContains(t, msg.Content, "think")
+			}
+		})
+	}
+}

@@ -149,13 +149,21 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 			factory = func() generate.Constraint { return ix.Guard(constrain.HarmonyArgs, ids...) }
 		}
 	}
-	if p.reasoning != nil && p.thinking {
+	if p.reasoning != nil && (p.thinking || p.mayThink) {
 		end := p.reasoning.End
 		var ids []int // the end tag as a special token, which has no text
 		if id, ok := s.o.Tokenizer.TokenToID(end); ok && s.o.Tokenizer.IsSpecial(id) {
 			ids = append(ids, id)
 		}
 		factory = func() generate.Constraint { return ix.After(end, ids...) }
+		// A model the prompt leaves to open a thought itself: its first
+		// token opens one (the start tag as one token) or starts the
+		// answer.
+		if id, ok := s.o.Tokenizer.TokenToID(p.reasoning.Start); ok && p.mayThink {
+			factory = func() generate.Constraint { return ix.MaybeAfter([]int{id}, end, ids...) }
+		} else if p.mayThink {
+			factory = func() generate.Constraint { return ix.NewMatcher() }
+		}
 	}
 	for i := range p.reqs {
 		p.reqs[i].Gen.Constrain = factory

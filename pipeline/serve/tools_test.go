@@ -250,6 +250,13 @@ func mistralTokenizer(t *testing.T) *tokenizer.Tokenizer {
 // special tokens, ids 512 on.
 func tokenizerWithSpecials(t *testing.T, specials ...string) *tokenizer.Tokenizer {
 	t.Helper()
+	return tokenizerWithAdded(t, true, specials...)
+}
+
+// tokenizerWithAdded is the test tokenizer with tokens added, ids 512
+// on, special or not (Qwen3's think tags are added tokens that are not).
+func tokenizerWithAdded(t *testing.T, special bool, specials ...string) *tokenizer.Tokenizer {
+	t.Helper()
 	src := filepath.Join("..", "..", "testdata", "stories260K-hf")
 	dir := t.TempDir()
 	for _, f := range []string{"tokenizer_config.json", "special_tokens_map.json"} {
@@ -263,7 +270,7 @@ func tokenizerWithSpecials(t *testing.T, specials ...string) *tokenizer.Tokenize
 	require.NoError(t, json.Unmarshal(b, &tj))
 	for i, sp := range specials {
 		tj["added_tokens"] = append(tj["added_tokens"].([]any), map[string]any{
-			"id": textVocab + i, "content": sp, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
+			"id": textVocab + i, "content": sp, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": special})
 	}
 	b, err = json.Marshal(tj)
 	require.NoError(t, err)
@@ -272,7 +279,7 @@ func tokenizerWithSpecials(t *testing.T, specials ...string) *tokenizer.Tokenize
 	require.NoError(t, err)
 	for i, sp := range specials {
 		id, ok := tok.TokenToID(sp)
-		require.True(t, ok && id == textVocab+i && tok.IsSpecial(id), "%s is special token %d", sp, textVocab+i)
+		require.True(t, ok && id == textVocab+i && tok.IsSpecial(id) == special, "%s is token %d, special %v", sp, textVocab+i, special)
 	}
 	return tok
 }
