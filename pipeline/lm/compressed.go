@@ -172,23 +172,11 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	}
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
-	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	raw, dtype, scales, err := l.compressedRead(w, c)
 	if err != nil {
 		return err
 	}
 	ss := c.scaleShape(out, in)
-	scales := make([]float32, elements(ss))
-	safetensors.DecodeFloat32(scales, dtype[p+ctScale], raw[p+ctScale])
-	if c.Format == ctNVFP4 {
-		var global [1]float32
-		safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
-		if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
-			return fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
-		}
-		for i := range scales {
-			scales[i] /= global[0]
-		}
-	}
 	groupOf := func(i int) int { return i / max(c.Group, 1) }
 	if g, ok := raw[p+ctGIdx]; ok {
 		idx := make([]int32, in)
@@ -255,13 +243,11 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
-	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	raw, dtype, stored, err := l.compressedRead(w, c)
 	if err != nil {
 		return nil, err
 	}
 	ss := c.scaleShape(out, in)
-	stored := make([]float32, elements(ss))
-	safetensors.DecodeFloat32(stored, dtype[p+ctScale], raw[p+ctScale])
 	// The input groups: of group_size (or block columns), or one.
 	size := in
 	switch c.Strategy {
@@ -546,24 +532,15 @@ func (l *Loaded) nvfp4Ints(w WeightSpec) (*intSource, error) {
 	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	p, _ := packedPrefix(w.Name)
 	out, in := w.Shape[0], w.Shape[1]
-	raw, dtype, err := l.readSources(w.compressedSources(c, l.ckpt.Has))
+	raw, dtype, stored, err := l.compressedRead(w, c)
 	if err != nil {
 		return nil, err
 	}
-	ss := c.scaleShape(out, in)
-	stored := make([]float32, elements(ss))
-	safetensors.DecodeFloat32(stored, dtype[p+ctScale], raw[p+ctScale])
-	var global [1]float32
-	safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
-	if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
-		l.releaseSources(raw)
-		return nil, fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
-	}
-	g := ss[1]
+	g := c.scaleShape(out, in)[1]
 	scales, zeros := make([]float32, g*out), make([]float32, g*out)
 	for o := range out {
 		for gi := range g {
-			scales[gi*out+o] = stored[o*g+gi] / global[0] / 2
+			scales[gi*out+o] = stored[o*g+gi] / 2
 			zeros[gi*out+o] = 128
 		}
 	}
@@ -581,4 +558,30 @@ func (l *Loaded) nvfp4Ints(w WeightSpec) (*intSource, error) {
 		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: true,
 		release: func() { l.releaseSources(raw) },
 	}, nil
+}
+
+// compressedRead reads compressed weight w's tensors in scheme c and
+// decodes its scales (c.scaleShape, row-major), an NVFP4 weight's
+// divided by its global scale, in f32, as compressed-tensors divides
+// before it multiplies.
+func (l *Loaded) compressedRead(w WeightSpec, c *CompressedQuant) (raw map[string][]byte, dtype map[string]safetensors.DType, scales []float32, err error) {
+	p, _ := packedPrefix(w.Name)
+	raw, dtype, err = l.readSources(w.compressedSources(c, l.ckpt.Has))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	scales = make([]float32, elements(c.scaleShape(w.Shape[0], w.Shape[1])))
+	safetensors.DecodeFloat32(scales, dtype[p+ctScale], raw[p+ctScale])
+	if c.Format == ctNVFP4 {
+		var global [1]float32
+		safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
+		if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
+			l.releaseSources(raw)
+			return nil, nil, nil, fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
+		}
+		for i := range scales {
+			scales[i] /= global[0]
+		}
+	}
+	return raw, dtype, scales, nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // Harmony text split into reasoning and content (calls as hermes
@@ -126,31 +128,7 @@ func TestHarmonyStructured(t *testing.T) {
 	tok := tokenizerWithSpecials(t, hChannel, hMessage, hEnd, hStart)
 	// Room in the string for "Os<|end|>lo".
 	const schema = `{"type":"object","properties":{"city":{"type":"string","maxLength":20}},"required":["city"],"additionalProperties":false}`
-	// The script as GPT-OSS's byte-level tokenizer would write it: the
-	// markers special tokens, the header words right after them (this
-	// test tokenizer would put a word-start space before a word it
-	// encodes after a special token: spell them a character a token).
-	script := func(parts ...string) []int {
-		var ids []int
-		for _, p := range parts {
-			if id, ok := tok.TokenToID(p); ok && tok.IsSpecial(id) {
-				ids = append(ids, id)
-				continue
-			}
-			if p == "analysis" || p == "assistant" || p == "final" {
-				for _, c := range p {
-					id, ok := tok.TokenToID(string(c))
-					require.True(t, ok, "%q", c)
-					ids = append(ids, id)
-				}
-				continue
-			}
-			enc, err := tok.Encode(p, false)
-			require.NoError(t, err)
-			ids = append(ids, enc...)
-		}
-		return ids
-	}
+	script := func(parts ...string) []int { return harmonyScript(t, tok, parts...) }
 	head := []string{hChannel, "analysis", hMessage, "Think.", hEnd, hStart, "assistant", hChannel, "final", hMessage}
 	for _, tc := range []struct {
 		name string
@@ -176,11 +154,7 @@ func TestHarmonyStructured(t *testing.T) {
 			}
 			require.NoError(t, err)
 			msg := resp.Choices[0].Message
-			var raw struct {
-				Reasoning string `json:"reasoning_content"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
-			assert.Equal(t, "Think.", strings.TrimSpace(raw.Reasoning))
+			assert.Equal(t, "Think.", strings.TrimSpace(reasoningContent(t, msg.RawJSON())))
 			assert.Equal(t, "stop", resp.Choices[0].FinishReason, "%q", msg.Content)
 			validates(t, schema, msg.Content)
 			if tc.want != "" {
@@ -199,30 +173,7 @@ func TestHarmonyStructured(t *testing.T) {
 // message), and still validate.
 func TestHarmonyForcedCall(t *testing.T) {
 	tok := tokenizerWithSpecials(t, hChannel, hMessage, hEnd, hStart, hConstrain)
-	script := func(parts ...string) []int {
-		var ids []int
-		for _, p := range parts {
-			if id, ok := tok.TokenToID(p); ok && tok.IsSpecial(id) {
-				ids = append(ids, id)
-				continue
-			}
-			if !strings.ContainsAny(p, "{\"") { // header words, spelled (TestHarmonyStructured)
-				for _, c := range strings.ReplaceAll(p, " ", "\u2581") { // this tokenizer's space
-					id, ok := tok.TokenToID(string(c))
-					if !ok { // a byte-fallback token
-						id, ok = tok.TokenToID(fmt.Sprintf("<0x%02X>", c))
-					}
-					require.True(t, ok, "%q", c)
-					ids = append(ids, id)
-				}
-				continue
-			}
-			enc, err := tok.Encode(p, false)
-			require.NoError(t, err)
-			ids = append(ids, enc...)
-		}
-		return ids
-	}
+	script := func(parts ...string) []int { return harmonyScript(t, tok, parts...) }
 	analysis := []string{hChannel, "analysis", hMessage, "Think.", hEnd, hStart, "assistant"}
 	call := append(slices.Clone(analysis), hChannel, "commentary to=functions.get_weather ", hConstrain, "json", hMessage)
 	bounded := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
@@ -257,11 +208,7 @@ func TestHarmonyForcedCall(t *testing.T) {
 			}
 			require.NoError(t, err)
 			msg := resp.Choices[0].Message
-			var raw struct {
-				Reasoning string `json:"reasoning_content"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
-			assert.Equal(t, "Think.", strings.TrimSpace(raw.Reasoning))
+			assert.Equal(t, "Think.", strings.TrimSpace(reasoningContent(t, msg.RawJSON())))
 			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason, "%q", msg.Content)
 			require.Len(t, msg.ToolCalls, 1, "%q", msg.Content)
 			c := msg.ToolCalls[0]
@@ -281,4 +228,35 @@ func TestHarmonyForcedCall(t *testing.T) {
 			assert.Empty(t, strings.TrimSpace(msg.Content))
 		})
 	}
+}
+
+// harmonyScript is an answer as GPT-OSS's byte-level tokenizer would
+// write it: the markers special tokens, JSON encoded, and other words
+// (headers, short thoughts) a character a token, since this test
+// tokenizer would put a word-start space before a word it encodes after a
+// special token.
+func harmonyScript(t *testing.T, tok *tokenizer.Tokenizer, parts ...string) []int {
+	t.Helper()
+	var ids []int
+	for _, p := range parts {
+		if id, ok := tok.TokenToID(p); ok && tok.IsSpecial(id) {
+			ids = append(ids, id)
+			continue
+		}
+		if strings.ContainsAny(p, "{\"") {
+			enc, err := tok.Encode(p, false)
+			require.NoError(t, err)
+			ids = append(ids, enc...)
+			continue
+		}
+		for _, c := range strings.ReplaceAll(p, " ", "\u2581") { // this tokenizer's space
+			id, ok := tok.TokenToID(string(c))
+			if !ok { // a byte-fallback token
+				id, ok = tok.TokenToID(fmt.Sprintf("<0x%02X>", c))
+			}
+			require.True(t, ok, "%q", c)
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

@@ -142,11 +142,7 @@ func TestStructuredMayThink(t *testing.T) {
 			}, opts...)
 			require.NoError(t, err)
 			msg := resp.Choices[0].Message
-			var raw struct {
-				Reasoning string `json:"reasoning_content"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(msg.RawJSON()), &raw))
-			assert.Equal(t, tc.reasoning, strings.TrimSpace(raw.Reasoning))
+			assert.Equal(t, tc.reasoning, strings.TrimSpace(reasoningContent(t, msg.RawJSON())))
 			assert.Equal(t, "stop", resp.Choices[0].FinishReason, "%q", msg.Content)
 			validates(t, schema, msg.Content)
 			if tc.want != "" {
@@ -157,4 +153,14 @@ func TestStructuredMayThink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reasoningContent is the reasoning_content of a chat message's JSON.
+func reasoningContent(t *testing.T, raw string) string {
+	t.Helper()
+	var m struct {
+		Reasoning string `json:"reasoning_content"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raw), &m))
+	return m.Reasoning
 }
