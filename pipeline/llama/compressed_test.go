@@ -200,6 +200,13 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 				q[i] = byte(int8(c))
 			}
 			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.I8, Shape: w.Shape, Data: q})
+			if !sf.sym { // zero points as int8, one a scale
+				zb := make([]byte, ns)
+				for i, z := range zps {
+					zb[i] = byte(int8(z))
+				}
+				ct = append(ct, safetensors.Tensor{Name: prefix + ".weight_zero_point", DType: safetensors.I8, Shape: ss, Data: zb})
+			}
 		default:
 			ct = append(ct, safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: fp8})
 		}

@@ -24,8 +24,10 @@ import (
 // decoded (StoredInt4Groups refuses them), held in f16 as before: the
 // logits then match to f16's rounding of the weights. Under --quantize
 // int4 the 4-bit weights stay as stored and the others are quantised.
-// Symmetric 8-bit GPTQ and compressed-tensors weights are held as int8
-// with their scales (--quantize int8's layout); asymmetric ones decoded.
+// Symmetric 8-bit GPTQ and compressed-tensors weights (pack-quantized
+// and naive int8) are held as int8 with their scales (--quantize int8's
+// layout), and so is NVFP4 (twice its values, in groups of 16);
+// asymmetric ones are decoded.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -35,6 +37,7 @@ func TestPackedHeld(t *testing.T) {
 		held8  int // projections held as int8 (symmetric 8-bit)
 		gIdx   bool
 		asMins bool
+		bound  float64 // when not 1e-5 (all held) or 1e-3 (some decoded to f16)
 	}
 	packed := func(f packedFormat) func(t *testing.T) (string, string) {
 		f.hidden, f.inter, f.f32Ref = 64, 96, true
@@ -61,6 +64,15 @@ func TestPackedHeld(t *testing.T) {
 		// Dynamic rules: layer 1's seven projections in 4 bits by groups
 		// of 32 are held; layer 0's (groups of 16, asymmetric 8-bit
 		// down_proj, q_proj left plain) are not.
+		// naive-quantized int8 by channel (W8A8 releases): held as int8.
+		{name: "ct-w8a8-naive-channel", dirs: func(t *testing.T) (string, string) {
+			return ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, sym: true, strategy: "channel", hidden: 64, inter: 96, f32Ref: true, inScale: true})
+		}, held8: 14},
+		// With zero points: decoded, to bf16 (compressed-tensors' releases
+		// keep bf16 scales).
+		{name: "ct-int8-naive-asym", dirs: func(t *testing.T) (string, string) {
+			return ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, strategy: "channel", hidden: 64, inter: 96, f32Ref: true})
+		}, bound: 1e-2},
 		// NVFP4 (E2M1 codes, E4M3 scales by 16): held as int8, twice
 		// each value with half the scale.
 		{name: "ct-nvfp4", dirs: func(t *testing.T) (string, string) {
@@ -115,6 +127,9 @@ func TestPackedHeld(t *testing.T) {
 				bound := 1e-5
 				if held+held8 < 14 {
 					bound = 1e-3 // weights decoded to f16
+				}
+				if c.bound > 0 {
+					bound = c.bound
 				}
 				checkLogits(t, mode.String(), got, want, bound)
 			}

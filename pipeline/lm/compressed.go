@@ -238,7 +238,9 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 // source's value, and the zero point stored the same way (2^(bits−1),
 // the signed zero, where symmetric) its zero, so that W = scale · (value
 // − zero) = scale · (code − zero point). Scales by block or tensor are
-// spread to one per input group and output.
+// spread to one per input group and output. A naive-quantized int8
+// weight is read the same way, its signed codes and zero points plus
+// 128.
 func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	p, _ := packedPrefix(w.Name)
@@ -274,22 +276,30 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	zp, asym := raw[p+ctZeroPoint]
 	cols := ss[len(ss)-1]
 	scales, zeros := make([]float32, groups*out), make([]float32, groups*out)
+	naive := c.Format == "naive-quantized" // int8 NAME, zero points int8 as the scales
 	for g := range groups {
 		for o := range out {
 			at := scaleAt(g, o)
 			scales[g*out+o] = stored[at]
 			z := offset
-			if asym {
+			switch {
+			case asym && naive:
+				z = uint32(int32(int8(zp[at])) + 128)
+			case asym:
 				z = binary.LittleEndian.Uint32(zp[4*((o/per)*cols+at%cols):]) >> (c.Bits * (o % per)) & mask
 			}
 			zeros[g*out+o] = float32(z)
 		}
 	}
+	value := func(o, i int) uint32 {
+		return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
+	}
+	if naive {
+		q := raw[w.Name]
+		value = func(o, i int) uint32 { return uint32(int32(int8(q[o*in+i])) + 128) }
+	}
 	return &intSource{
-		name: w.Name, out: out, in: in, groups: groups, groupOf: groupOf,
-		value: func(o, i int) uint32 {
-			return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
-		},
+		name: w.Name, out: out, in: in, groups: groups, groupOf: groupOf, value: value,
 		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: sequence,
 		release: func() { l.releaseSources(raw) },
 	}, nil
