@@ -384,19 +384,26 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		if len(gen.EOS) == 0 {
 			return errs.Usagef("--json-schema needs the model's end-of-sequence token, and %s names none", opts.Model)
 		}
-		tb := tok.TokenBytes()
 		var eos []int // those the tokenizer has (a model's vocabulary may be wider)
 		for _, id := range gen.EOS {
-			if id < len(tb) {
+			if id < tok.VocabSize() {
 				eos = append(eos, id)
 			}
 		}
-		v, err := constrain.NewVocab(tb, eos)
+		// A chat answer's grammar starts where serve's does: after a
+		// thinking model's thought, in a harmony model's final message.
+		cc := serve.ChatConstraint{New: func(ix *constrain.Index) generate.Constraint { return ix.NewMatcher() }}
+		if opts.Chat {
+			if t, err := tok.ChatTemplate(""); err == nil {
+				cc = serve.ChatConstraintOf(tok, t, tok.Decode(ids[0], false), eos)
+			}
+		}
+		v, err := constrain.NewVocab(serve.VocabBytes(tok, cc.Specials), eos)
 		if err != nil {
 			return errs.Usagef("--json-schema: %v", err)
 		}
 		ix := constrain.NewIndex(opts.Grammar, v)
-		gen.Constrain = func() generate.Constraint { return ix.NewMatcher() }
+		gen.Constrain = func() generate.Constraint { return cc.New(ix) }
 	}
 	if gen.Sampling.Temperature > 0 {
 		rep.Debugf("sampling with seed %d (--seed %d repeats this run)", gen.Sampling.Seed, gen.Sampling.Seed)

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/constrain"
 	"github.com/tputool/tputool/pipeline/generate"
 )
@@ -118,57 +119,95 @@ func (s *Server) constrain(p *plan, spec *grammarSpec) error {
 	if s.o.Tokenizer == nil {
 		return badRequest(spec.param, "structured output needs the model's tokenizer")
 	}
-	if p.harmony {
-		// Structured output: the analysis and the headers are free, the
-		// final channel's message is held to the grammar. Forced calls:
-		// the grammar writes the headers (constrain.HarmonyCall). Either
-		// way harmony's special tokens read as their text before the
-		// message the grammar holds, and never inside it.
-		hs := *spec
-		hs.specials = harmonySpecials
-		spec = &hs
-	}
 	eos := p.reqs[0].Gen.EOS
 	if len(eos) == 0 {
 		return badRequest(spec.param, "%s cannot be combined with ignore_eos: the answer ends when its JSON does", spec.param)
+	}
+	cc := chatConstraint(s.o.Tokenizer, answerShape{reasoning: p.reasoning, thinking: p.thinking, mayThink: p.mayThink, harmony: p.harmony,
+		forcedCall: spec.param == "tool_choice"}, eos)
+	if len(cc.Specials) > 0 {
+		hs := *spec
+		hs.specials = cc.Specials
+		spec = &hs
 	}
 	ix, err := s.grammars.index(s, spec, eos)
 	if err != nil {
 		return err
 	}
-	factory := func() generate.Constraint { return ix.NewMatcher() }
-	if p.harmony {
+	for i := range p.reqs {
+		p.reqs[i].Gen.Constrain = func() generate.Constraint { return cc.New(ix) }
+	}
+	return nil
+}
+
+// answerShape is what of a chat answer's form decides where its grammar
+// starts.
+type answerShape struct {
+	reasoning          *Reasoning // the template's reasoning markup, if any
+	thinking, mayThink bool       // the prompt opened a thought; it neither opened nor closed one
+	harmony            bool       // GPT-OSS's harmony messages
+	forcedCall         bool       // the grammar is a forced tool call's
+}
+
+// ChatConstraint is how a chat answer is held to a grammar: the special
+// tokens its vocabulary must read as their text (VocabBytes), and the
+// constraint of each sequence over the grammar's index.
+type ChatConstraint struct {
+	Specials []string
+	New      func(ix *constrain.Index) generate.Constraint
+}
+
+// ChatConstraintOf is the ChatConstraint of answers to prompt (rendered
+// through template t, special tokens as text) with end-of-sequence ids
+// eos, for a caller outside the server (generate --chat --json-schema):
+// a thinking model thinks first where the prompt opened its thought or
+// left it to open one, and a harmony model's final message is held.
+func ChatConstraintOf(tok *tokenizer.Tokenizer, t *chat.Template, prompt string, eos []int) ChatConstraint {
+	a := answerShape{harmony: IsHarmony(t)}
+	if r := ReasoningOf(t); r != nil && !a.harmony {
+		a.reasoning, a.thinking = r, promptOpens(*r, prompt)
+		a.mayThink = !a.thinking && !promptCloses(*r, prompt)
+	}
+	return chatConstraint(tok, a, eos)
+}
+
+// chatConstraint: a harmony answer's final message (or, for a forced
+// call, the whole answer with its headers, constrain.HarmonyCall) is
+// held, harmony's markers read as text before it and never inside it; a
+// thinking model's answer is held from the end of its thought (one the
+// prompt opened, or one its first token opens); any other answer from
+// its first token.
+func chatConstraint(tok *tokenizer.Tokenizer, a answerShape, eos []int) ChatConstraint {
+	plain := ChatConstraint{New: func(ix *constrain.Index) generate.Constraint { return ix.NewMatcher() }}
+	switch {
+	case a.harmony:
 		var ids []int
 		for _, sp := range harmonySpecials {
-			if id, ok := s.o.Tokenizer.TokenToID(sp); ok && s.o.Tokenizer.IsSpecial(id) && !slices.Contains(eos, id) {
+			if id, ok := tok.TokenToID(sp); ok && tok.IsSpecial(id) && !slices.Contains(eos, id) {
 				ids = append(ids, id)
 			}
 		}
-		factory = func() generate.Constraint { return ix.After(harmonyFinal).Then(ids...) }
-		if spec.param == "tool_choice" {
-			factory = func() generate.Constraint { return ix.Guard(constrain.HarmonyArgs, ids...) }
+		if a.forcedCall {
+			return ChatConstraint{Specials: harmonySpecials, New: func(ix *constrain.Index) generate.Constraint { return ix.Guard(constrain.HarmonyArgs, ids...) }}
 		}
+		return ChatConstraint{Specials: harmonySpecials, New: func(ix *constrain.Index) generate.Constraint { return ix.After(harmonyFinal).Then(ids...) }}
+	case a.reasoning == nil || !a.thinking && !a.mayThink:
+		return plain
 	}
-	if p.reasoning != nil && (p.thinking || p.mayThink) {
-		end := p.reasoning.End
-		var ids []int // the end tag as a special token, which has no text
-		if id, ok := s.o.Tokenizer.TokenToID(end); ok && s.o.Tokenizer.IsSpecial(id) {
-			ids = append(ids, id)
-		}
-		factory = func() generate.Constraint { return ix.After(end, ids...) }
-		// A model the prompt leaves to open a thought itself: its first
-		// token opens one (the start tag as one token) or starts the
-		// answer.
-		if id, ok := s.o.Tokenizer.TokenToID(p.reasoning.Start); ok && p.mayThink {
-			factory = func() generate.Constraint { return ix.MaybeAfter([]int{id}, end, ids...) }
-		} else if p.mayThink {
-			factory = func() generate.Constraint { return ix.NewMatcher() }
-		}
+	end := a.reasoning.End
+	var ids []int // the end tag as a special token, which has no text
+	if id, ok := tok.TokenToID(end); ok && tok.IsSpecial(id) {
+		ids = append(ids, id)
 	}
-	for i := range p.reqs {
-		p.reqs[i].Gen.Constrain = factory
+	if a.thinking {
+		return ChatConstraint{New: func(ix *constrain.Index) generate.Constraint { return ix.After(end, ids...) }}
 	}
-	return nil
+	// The model may open a thought itself: its first token opens one (the
+	// start tag as one token) or starts the answer.
+	if id, ok := tok.TokenToID(a.reasoning.Start); ok {
+		return ChatConstraint{New: func(ix *constrain.Index) generate.Constraint { return ix.MaybeAfter([]int{id}, end, ids...) }}
+	}
+	return plain
 }
 
 func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrain.Index, error) {
@@ -190,7 +229,7 @@ func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrai
 	defer c.mu.Unlock()
 	if v == nil {
 		if v = c.vocabs[eosKey]; v == nil {
-			if v, err = constrain.NewVocab(vocabBytes(s.o.Tokenizer, spec.specials), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
+			if v, err = constrain.NewVocab(VocabBytes(s.o.Tokenizer, spec.specials), validIDs(eos, s.o.Tokenizer.VocabSize())); err != nil {
 				return nil, badRequest(spec.param, "%v", err)
 			}
 			if c.vocabs == nil {
@@ -210,9 +249,9 @@ func (c *grammarCache) index(s *Server, spec *grammarSpec, eos []int) (*constrai
 	return ix, nil
 }
 
-// vocabBytes is the tokenizer's TokenBytes with each special token of
-// specials reading as its content.
-func vocabBytes(tok *tokenizer.Tokenizer, specials []string) [][]byte {
+// VocabBytes is the tokenizer's TokenBytes with each special token of
+// specials reading as its content (ChatConstraint.Specials).
+func VocabBytes(tok *tokenizer.Tokenizer, specials []string) [][]byte {
 	tb := tok.TokenBytes()
 	if len(specials) == 0 {
 		return tb
