@@ -10,6 +10,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/constrain"
 )
 
 // thinkTemplate closes an empty thought when enable_thinking is false,
@@ -163,4 +166,42 @@ func reasoningContent(t *testing.T, raw string) string {
 	}
 	require.NoError(t, json.Unmarshal([]byte(raw), &m))
 	return m.Reasoning
+}
+
+// ChatConstraintOf (generate --chat --json-schema) starts the grammar as
+// the server does: after a thought the prompt opened (Deferred), with the
+// first token's choice where the prompt leaves the model to open one
+// (MaybeAfter), at once where it closed one or the template has no
+// reasoning (Matcher), in a harmony model's final message with its
+// markers read as text (Deferred, Specials).
+func TestChatConstraintOf(t *testing.T) {
+	tok := tokenizerWithAdded(t, false, "<think>", "</think>")
+	think, err := chat.New("t", thinkTemplate, chat.Options{})
+	require.NoError(t, err)
+	plain, err := chat.New("p", testTemplate, chat.Options{})
+	require.NoError(t, err)
+	harmony, err := chat.New("h", harmonyTemplate, chat.Options{})
+	require.NoError(t, err)
+	g, err := constrain.ToolCalls([]constrain.Tool{{Name: "f"}}, constrain.CallMarkup{ArgsKey: "arguments"})
+	require.NoError(t, err)
+	v, err := constrain.NewVocab(tok.TokenBytes(), []int{textEOS})
+	require.NoError(t, err)
+	ix := constrain.NewIndex(g, v)
+	for _, c := range []struct {
+		name     string
+		tmpl     *chat.Template
+		prompt   string
+		want     any
+		specials bool
+	}{
+		{"opened", think, "user: x\nassistant:<think>\n", &constrain.Deferred{}, false},
+		{"left open", think, "user: x\nassistant:", &constrain.MaybeAfter{}, false},
+		{"closed", think, "user: x\nassistant:<think>\n\n</think>\n\n", &constrain.Matcher{}, false},
+		{"no reasoning", plain, "user: x\nassistant:", &constrain.Matcher{}, false},
+		{"harmony", harmony, "<|start|>user<|message|>x<|end|><|start|>assistant", &constrain.Deferred{}, true},
+	} {
+		cc := ChatConstraintOf(tok, c.tmpl, c.prompt, []int{textEOS})
+		assert.IsType(t, c.want, cc.New(ix), c.name)
+		assert.Equal(t, c.specials, len(cc.Specials) > 0, c.name)
+	}
 }
