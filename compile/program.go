@@ -152,11 +152,15 @@ func (p *Program) Call(args ...Arg) (outs []*tensors.Tensor, err error) {
 	bufs := make([]backends.Buffer, len(args))
 	donate := make([]bool, len(args))
 	for i, a := range args {
-		if a.Donate {
+		// On the device first: a host tensor moves into a buffer the
+		// backend shares with it (the CPU engine's: no copy kept), which
+		// is then handed over. Donating a host tensor outright would copy
+		// it and keep the host copy alive with the tensor (a serve
+		// warm-up's caches, twice over).
+		bufs[i], err = a.T.Buffer(p.backend, 0)
+		if err == nil && a.Donate {
 			bufs[i], err = a.T.DonateBuffer(p.backend, 0)
 			donate[i] = true
-		} else {
-			bufs[i], err = a.T.Buffer(p.backend, 0)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("program %q: input #%d: %w", p.name, i, err)
