@@ -160,6 +160,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 			kv("Architecture", "%s", orUnknown(r.Architecture)) // a config without model_type
 		}
 	}
+	if r.Quantization != "" {
+		kv("Quantization", "%s", r.Quantization)
+	}
 	if t := r.Text; t != nil {
 		kv("Layers", "%d%s", t.Layers, layerKinds(t))
 		kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)

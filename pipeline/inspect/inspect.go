@@ -70,6 +70,9 @@ type Report struct {
 
 	Architecture string `json:"architecture,omitempty"`
 	ModelType    string `json:"model_type,omitempty"`
+	// Quantization names config.json's quantization_config as the
+	// loader reads it (lm.DescribeQuantization).
+	Quantization string `json:"quantization,omitempty"`
 	// ClassName is a diffusers pipeline's _class_name.
 	ClassName string `json:"class_name,omitempty"`
 	Text      *Text  `json:"text,omitempty"`
@@ -245,6 +248,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	default:
 		cfg := m.Config
 		r.Architecture, r.ModelType = cfg.Architecture(), cfg.ModelType
+		r.Quantization = lm.DescribeQuantization(cfg)
 		if cfg.Text != nil && cfg.Text.ModelType != "" {
 			r.ModelType = cfg.ModelType + " (text: " + cfg.Text.ModelType + ")"
 		}

@@ -426,6 +426,15 @@ func TestQuantizedCheckpointCounts(t *testing.T) {
 			fp4 = d.Params
 		}
 	}
+	for _, c := range [][2]string{
+		{r.Quantization, "compressed-tensors: nvfp4-pack-quantized 4-bit by group of 16; 1 ignored"},
+		{q.Quantization, "gptq, 4 bits, groups of 32"},
+		{orig.Quantization, ""},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("quantization %q, want %q", c[0], c[1])
+		}
+	}
 	if fp4 == 0 || fp4 >= r.Params.Total {
 		t.Errorf("FP4 params %d of %d, want the projections packed (not the embedding)", fp4, r.Params.Total)
 	}

@@ -231,3 +231,68 @@ func (q *QuantLayout) Packing(prefix string) (bits int, float, ok bool) {
 	}
 	return 0, false, false
 }
+
+// DescribeQuantization is a line that names cfg's quantization_config as
+// the loader reads it ("" without one): the method, the width, the
+// groups, and per-module rules (GPTQ's dynamic, compressed-tensors'
+// groups and ignore list). A config the loader refuses is described by
+// its method and the reason.
+func DescribeQuantization(cfg *config.File) string {
+	var c struct {
+		Q *quantizationConfig `json:"quantization_config"`
+	}
+	if err := cfg.Decode(&c); err != nil || c.Q == nil || c.Q.Method == "" {
+		return ""
+	}
+	method := strings.ToLower(c.Q.Method)
+	groups := func(g int) string {
+		if g <= 0 {
+			return "one group a row"
+		}
+		return fmt.Sprintf("groups of %d", g)
+	}
+	switch method {
+	case "fp8":
+		if len(c.Q.BlockSize) == 2 {
+			return fmt.Sprintf("fp8, blocks of %d×%d", c.Q.BlockSize[0], c.Q.BlockSize[1])
+		}
+	case "fbgemm_fp8":
+		return "fbgemm_fp8, a scale per output channel"
+	case "mxfp4":
+		return "mxfp4 (GPT-OSS experts)"
+	}
+	layout, err := ReadQuantLayout(cfg)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s (not read: %v)", method, err)
+	case layout == nil:
+		return method
+	case layout.packed != nil:
+		q := layout.packed
+		s := fmt.Sprintf("%s, %d bits, %s", method, q.Bits, groups(q.Group))
+		if len(q.Rules) > 0 {
+			s += fmt.Sprintf(", %d dynamic rules", len(q.Rules))
+		}
+		return s
+	}
+	q := layout.compressed
+	var schemes []string
+	seen := map[*CompressedQuant]bool{}
+	for _, t := range q.targets {
+		if seen[t.scheme] {
+			continue
+		}
+		seen[t.scheme] = true
+		sc := t.scheme
+		s := fmt.Sprintf("%s %d-bit by %s", sc.Format, sc.Bits, sc.Strategy)
+		if sc.Strategy == "group" {
+			s += fmt.Sprintf(" of %d", sc.Group)
+		}
+		schemes = append(schemes, s)
+	}
+	s := "compressed-tensors: " + strings.Join(schemes, "; ")
+	if n := len(q.ignore); n > 0 {
+		s += fmt.Sprintf("; %d ignored", n)
+	}
+	return s
+}
