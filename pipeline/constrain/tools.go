@@ -2,6 +2,7 @@ package constrain
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Tool is a function a model may call: its name and the JSON schema of
@@ -170,6 +171,9 @@ func HarmonyCall(tools []Tool) (*Grammar, error) {
 	})
 	var frags []func()
 	for i, t := range tools {
+		if t.Name == "" || strings.ContainsAny(t.Name, " \t\r\n<") {
+			return nil, fmt.Errorf("tools[%d]: the name %q cannot be written in a harmony header (no spaces, no '<')", i, t.Name)
+		}
 		frags = append(frags, func() {
 			b.lit("<|channel|>commentary to=functions." + t.Name + " " + HarmonyArgs)
 			if e := c.toolArgs(i, t, roots[i]); e != nil && err == nil {

@@ -150,4 +150,7 @@ func TestHarmonyCallGrammar(t *testing.T) {
 	assert.False(t, accepts(ix, `<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"town": "x"}`), "invalid arguments")
 	assert.False(t, accepts(ix, call+call), "one call")
 	assert.False(t, accepts(ix, `<|channel|>final<|message|>{}`), "not a call")
+	_, err = HarmonyCall([]Tool{{Name: "get weather"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cannot be written in a harmony header")
 }
