@@ -13,13 +13,12 @@ import (
 // completes the marker with bytes after it the grammar would refuse (a
 // vocabulary that spells "</think>" in pieces, the last one ">\n{{").
 type Deferred struct {
-	ix     *Index
-	marker []byte
-	ids    []int   // tokens that are the marker without its bytes (special tokens)
-	ends   []int32 // tokens that may complete the marker (markerEnds)
-	mask   []uint64
-	tail   []byte // the text's last bytes, where the marker may start
-	m      *Matcher
+	ix   *Index
+	scan markerScan
+	ids  []int   // tokens that are the marker without its bytes (special tokens)
+	ends []int32 // tokens that may complete the marker (markerEnds)
+	mask []uint64
+	m    *Matcher
 	// later are tokens never allowed once the grammar has started (Then).
 	later []int
 }
@@ -38,7 +37,7 @@ func (d *Deferred) Then(ids ...int) *Deferred {
 // written as text or as one of ids (a special token whose text the
 // vocabulary does not hold).
 func (ix *Index) After(marker string, ids ...int) *Deferred {
-	return &Deferred{ix: ix, marker: []byte(marker), ids: ids, ends: ix.markerEnds(marker)}
+	return &Deferred{ix: ix, scan: markerScan{marker: []byte(marker)}, ids: ids, ends: ix.markerEnds(marker)}
 }
 
 // markerEnds lists, once per marker, the tokens that may complete it: the
@@ -69,14 +68,54 @@ func (ix *Index) markerEnds(marker string) []int32 {
 	return out
 }
 
+// markerScan looks for a marker in text that arrives a token at a time.
+type markerScan struct {
+	marker []byte
+	tail   []byte // the text's last bytes, where the marker may start
+}
+
 // completes returns, when token bytes t after the text so far complete
 // the marker, the bytes that follow it.
-func (d *Deferred) completes(t []byte) (rest []byte, ok bool) {
-	text := append(slices.Clone(d.tail), t...)
-	if i := bytes.Index(text, d.marker); i >= 0 {
-		return text[i+len(d.marker):], true
+func (s *markerScan) completes(t []byte) (rest []byte, ok bool) {
+	text := append(slices.Clone(s.tail), t...)
+	if i := bytes.Index(text, s.marker); i >= 0 {
+		return text[i+len(s.marker):], true
 	}
 	return nil, false
+}
+
+// push adds token bytes t that did not complete the marker.
+func (s *markerScan) push(t []byte) {
+	text := append(s.tail, t...)
+	s.tail = append(s.tail[:0:0], text[max(0, len(text)-len(s.marker)+1):]...)
+}
+
+// setIDs sets (on) or clears the bits of ids in mask, those under size.
+func setIDs(mask []uint64, ids []int, size int, on bool) {
+	for _, id := range ids {
+		if id < 0 || id >= size {
+			continue
+		}
+		if on {
+			mask[id/64] |= 1 << (id % 64)
+		} else {
+			mask[id/64] &^= 1 << (id % 64)
+		}
+	}
+}
+
+// lessIDs is src less ids (src itself when there are none), copied into
+// *buf, allocated once.
+func lessIDs(buf *[]uint64, src []uint64, ids []int, size int) []uint64 {
+	if len(ids) == 0 {
+		return src
+	}
+	if *buf == nil {
+		*buf = make([]uint64, len(src))
+	}
+	copy(*buf, src)
+	setIDs(*buf, ids, size, false)
+	return *buf
 }
 
 // Allows reports whether id may come next.
@@ -90,7 +129,7 @@ func (d *Deferred) Allows(id int) bool {
 	if id < 0 || id >= d.ix.v.size || len(d.ix.v.tokens[id]) == 0 || d.ix.v.isEOS[id] {
 		return false
 	}
-	if rest, ok := d.completes(d.ix.v.tokens[id]); ok && len(rest) > 0 {
+	if rest, ok := d.scan.completes(d.ix.v.tokens[id]); ok && len(rest) > 0 {
 		return d.ix.NewMatcher().AdvanceBytes(rest)
 	}
 	return true
@@ -98,27 +137,14 @@ func (d *Deferred) Allows(id int) bool {
 
 // Mask returns the allowed ids (shared; do not modify).
 func (d *Deferred) Mask() []uint64 {
+	if d.m != nil {
+		return lessIDs(&d.mask, d.m.Mask(), d.later, d.ix.v.size)
+	}
 	if d.mask == nil {
 		d.mask = make([]uint64, d.ix.v.Words())
 	}
-	if d.m != nil {
-		if len(d.later) == 0 {
-			return d.m.Mask()
-		}
-		copy(d.mask, d.m.Mask())
-		for _, id := range d.later {
-			if id >= 0 && id < d.ix.v.size {
-				d.mask[id/64] &^= 1 << (id % 64)
-			}
-		}
-		return d.mask
-	}
 	copy(d.mask, d.ix.v.free())
-	for _, id := range d.ids {
-		if id >= 0 && id < d.ix.v.size {
-			d.mask[id/64] |= 1 << (id % 64)
-		}
-	}
+	setIDs(d.mask, d.ids, d.ix.v.size, true)
 	for _, id := range d.ends {
 		if !d.Allows(int(id)) {
 			d.mask[id/64] &^= 1 << (id % 64)
@@ -135,25 +161,24 @@ func (d *Deferred) Started() bool { return d.m != nil }
 func (d *Deferred) Advance(id int) error {
 	if d.m != nil {
 		if slices.Contains(d.later, id) {
-			return fmt.Errorf("token %d is not allowed after %q", id, d.marker)
+			return fmt.Errorf("token %d is not allowed after %q", id, d.scan.marker)
 		}
 		return d.m.Advance(id)
 	}
 	if !d.Allows(id) {
-		return fmt.Errorf("token %d is not allowed before %q", id, d.marker)
+		return fmt.Errorf("token %d is not allowed before %q", id, d.scan.marker)
 	}
 	if slices.Contains(d.ids, id) {
-		d.m, d.tail = d.ix.NewMatcher(), nil
+		d.m, d.scan.tail = d.ix.NewMatcher(), nil
 		return nil
 	}
 	t := d.ix.v.tokens[id]
-	if rest, ok := d.completes(t); ok {
-		d.m, d.tail = d.ix.NewMatcher(), nil
+	if rest, ok := d.scan.completes(t); ok {
+		d.m, d.scan.tail = d.ix.NewMatcher(), nil
 		d.m.AdvanceBytes(rest) // allowed: Allows checked it
 		return nil
 	}
-	text := append(d.tail, t...)
-	d.tail = append(d.tail[:0:0], text[max(0, len(text)-len(d.marker)+1):]...)
+	d.scan.push(t)
 	return nil
 }
 
@@ -163,19 +188,18 @@ func (d *Deferred) Advance(id int) error {
 // (harmony's headers, HarmonyCall) and which inside what follows (a
 // call's JSON arguments) would end the message instead.
 type Guarded struct {
-	m      *Matcher
-	v      *Vocab
-	marker []byte
-	later  []int
-	tail   []byte
-	on     bool
-	mask   []uint64
+	m     *Matcher
+	v     *Vocab
+	scan  markerScan
+	later []int
+	on    bool
+	mask  []uint64
 }
 
 // Guard returns a matcher of ix's grammar that refuses ids once marker
 // has appeared in its text.
 func (ix *Index) Guard(marker string, ids ...int) *Guarded {
-	return &Guarded{m: ix.NewMatcher(), v: ix.v, marker: []byte(marker), later: ids}
+	return &Guarded{m: ix.NewMatcher(), v: ix.v, scan: markerScan{marker: []byte(marker)}, later: ids}
 }
 
 // Allows reports whether id may come next.
@@ -185,19 +209,10 @@ func (g *Guarded) Allows(id int) bool {
 
 // Mask returns the allowed ids (shared; do not modify).
 func (g *Guarded) Mask() []uint64 {
-	if !g.on || len(g.later) == 0 {
+	if !g.on {
 		return g.m.Mask()
 	}
-	if g.mask == nil {
-		g.mask = make([]uint64, g.v.Words())
-	}
-	copy(g.mask, g.m.Mask())
-	for _, id := range g.later {
-		if id >= 0 && id < g.v.size {
-			g.mask[id/64] &^= 1 << (id % 64)
-		}
-	}
-	return g.mask
+	return lessIDs(&g.mask, g.m.Mask(), g.later, g.v.size)
 }
 
 // Advance records id.
@@ -209,11 +224,10 @@ func (g *Guarded) Advance(id int) error {
 		return err
 	}
 	if !g.on && id >= 0 && id < g.v.size {
-		text := append(g.tail, g.v.tokens[id]...)
-		if bytes.Contains(text, g.marker) {
-			g.on, g.tail = true, nil
+		if _, ok := g.scan.completes(g.v.tokens[id]); ok {
+			g.on, g.scan.tail = true, nil
 		} else {
-			g.tail = append(g.tail[:0:0], text[max(0, len(text)-len(g.marker)+1):]...)
+			g.scan.push(g.v.tokens[id])
 		}
 	}
 	return nil
@@ -264,11 +278,7 @@ func (a *MaybeAfter) Mask() []uint64 {
 		a.mask = make([]uint64, a.ix.v.Words())
 	}
 	copy(a.mask, a.m.Mask())
-	for _, id := range a.opens {
-		if id >= 0 && id < a.ix.v.size {
-			a.mask[id/64] |= 1 << (id % 64)
-		}
-	}
+	setIDs(a.mask, a.opens, a.ix.v.size, true)
 	return a.mask
 }
 
