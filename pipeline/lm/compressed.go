@@ -240,7 +240,11 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 // − zero) = scale · (code − zero point). Scales by block or tensor are
 // spread to one per input group and output. A naive-quantized int8
 // weight is read the same way, its signed codes and zero points plus
-// 128.
+// 128. An NVFP4 weight is read as 8-bit codes too: twice each E2M1 value
+// is an integer from −12 to 12, so value 128 + 2·e2m1, zero point 128
+// and half the scale (scale / global) give W exactly (halving an f32 is
+// exact), and it can be held as int8 in groups of 16 (StoredInt8Groups):
+// a byte a weight and an f32 scale a group, where bf16 would take two.
 func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	c := l.Model.Spec().Compressed.ForWeight(w.Name)
 	p, _ := packedPrefix(w.Name)
@@ -277,12 +281,15 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	cols := ss[len(ss)-1]
 	scales, zeros := make([]float32, groups*out), make([]float32, groups*out)
 	naive := c.Format == "naive-quantized" // int8 NAME, zero points int8 as the scales
+	nvfp4 := c.Format == ctNVFP4
 	for g := range groups {
 		for o := range out {
 			at := scaleAt(g, o)
 			scales[g*out+o] = stored[at]
 			z := offset
 			switch {
+			case nvfp4:
+				scales[g*out+o], z = stored[at]/2, 128
 			case asym && naive:
 				z = uint32(int32(int8(zp[at])) + 128)
 			case asym:
@@ -294,9 +301,14 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 	value := func(o, i int) uint32 {
 		return binary.LittleEndian.Uint32(packed[4*(o*words+i/per):]) >> (c.Bits * (i % per)) & mask
 	}
-	if naive {
+	switch {
+	case naive:
 		q := raw[w.Name]
 		value = func(o, i int) uint32 { return uint32(int32(int8(q[o*in+i])) + 128) }
+	case nvfp4:
+		half := (in + 1) / 2
+		twice := [16]int32{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+		value = func(o, i int) uint32 { return uint32(128 + twice[packed[o*half+i/2]>>(4*(i%2))&0xf]) }
 	}
 	return &intSource{
 		name: w.Name, out: out, in: in, groups: groups, groupOf: groupOf, value: value,
@@ -530,44 +542,6 @@ func compressedScheme(format string, g compressedGroup, where string) (*Compress
 		return nil, fmt.Errorf("%s: asymmetric pack-quantized weights with strategy %s are not read", where, q.Strategy)
 	}
 	return q, nil
-}
-
-// nvfp4Ints reads an NVFP4 weight as 8-bit integer codes (intSource):
-// twice each E2M1 value is an integer from −12 to 12, so value(o, i) =
-// 128 + 2·e2m1, zero point 128 and scale (scale / global) / 2 give W
-// exactly (halving an f32 is exact), and the weight can be held as int8
-// in groups of 16 (StoredInt8Groups): a byte a weight and an f32 scale a
-// group, where bf16 would take two bytes.
-func (l *Loaded) nvfp4Ints(w WeightSpec) (*intSource, error) {
-	c := l.Model.Spec().Compressed.ForWeight(w.Name)
-	p, _ := packedPrefix(w.Name)
-	out, in := w.Shape[0], w.Shape[1]
-	raw, dtype, stored, err := l.compressedRead(w, c)
-	if err != nil {
-		return nil, err
-	}
-	g := c.scaleShape(out, in)[1]
-	scales, zeros := make([]float32, g*out), make([]float32, g*out)
-	for o := range out {
-		for gi := range g {
-			scales[gi*out+o] = stored[o*g+gi] / 2
-			zeros[gi*out+o] = 128
-		}
-	}
-	groupOf := make([]int32, in)
-	for i := range groupOf {
-		groupOf[i] = int32(i / c.Group)
-	}
-	q, half := raw[p+ctPacked], (in+1)/2
-	twice := [16]int32{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
-	return &intSource{
-		name: w.Name, out: out, in: in, groups: g, groupOf: groupOf,
-		value: func(o, i int) uint32 {
-			return uint32(128 + twice[q[o*half+i/2]>>(4*(i%2))&0xf])
-		},
-		scales: scales, zeros: zeros, scaleDT: dtype[p+ctScale], sequence: true,
-		release: func() { l.releaseSources(raw) },
-	}, nil
 }
 
 // compressedRead reads compressed weight w's tensors in scheme c and

@@ -351,7 +351,7 @@ func (l *Loaded) int4StackInto(name string, packed []byte, scales, mins []float3
 
 // intSourceOf is the intSource of weight name when the checkpoint stores
 // it as integer codes of bits bits (GPTQ, AWQ, compressed-tensors'
-// pack-quantized and naive int8; NVFP4 as 8-bit, nvfp4Ints) in whole groups of one size, and not as a weight the
+// pack-quantized and naive int8; NVFP4 as 8-bit) in whole groups of one size, and not as a weight the
 // embedding gathers rows of; nil (and no error) for other weights.
 func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	w, how := l.encoding(name)
@@ -365,10 +365,9 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	switch {
 	case how == "packed" && spec.Packed.ForWeight(w.Name).Bits == bits:
 		src, err = l.packedSource(w)
-	case ct != nil && (ct.Format == "pack-quantized" || ct.Format == "naive-quantized") && ct.Bits == bits:
+	case ct != nil && (ct.Format == "pack-quantized" || ct.Format == "naive-quantized") && ct.Bits == bits,
+		ct != nil && ct.Format == ctNVFP4 && bits == 8: // NVFP4 reads as 8-bit codes
 		src, err = l.compressedInts(w)
-	case ct != nil && ct.Format == ctNVFP4 && bits == 8:
-		src, err = l.nvfp4Ints(w)
 	default:
 		return nil, nil
 	}
