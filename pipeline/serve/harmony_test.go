@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -148,11 +147,7 @@ func TestHarmonyStructured(t *testing.T) {
 					JSONSchema: openai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "place", Schema: json.RawMessage(schema), Strict: openai.Bool(true)},
 				}},
 			})
-			var apiErr *openai.Error
-			if errors.As(err, &apiErr) {
-				t.Fatalf("%s", apiErr.RawJSON())
-			}
-			require.NoError(t, err)
+			requireNoAPIError(t, err)
 			msg := resp.Choices[0].Message
 			assert.Equal(t, "Think.", strings.TrimSpace(reasoningContent(t, msg.RawJSON())))
 			assert.Equal(t, "stop", resp.Choices[0].FinishReason, "%q", msg.Content)
@@ -202,11 +197,7 @@ func TestHarmonyForcedCall(t *testing.T) {
 				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(2000),
 				Tools: []openai.ChatCompletionToolUnionParam{bounded, clock}, ToolChoice: tc.choice,
 			})
-			var apiErr *openai.Error
-			if errors.As(err, &apiErr) {
-				t.Fatalf("%s", apiErr.RawJSON())
-			}
-			require.NoError(t, err)
+			requireNoAPIError(t, err)
 			msg := resp.Choices[0].Message
 			assert.Equal(t, "Think.", strings.TrimSpace(reasoningContent(t, msg.RawJSON())))
 			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason, "%q", msg.Content)

@@ -206,11 +206,7 @@ func TestToolChoiceForced(t *testing.T) {
 				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
 				Tools: []openai.ChatCompletionToolUnionParam{bounded, clock}, ToolChoice: tc.choice,
 			})
-			var apiErr *openai.Error
-			if errors.As(err, &apiErr) {
-				t.Fatalf("%s", apiErr.RawJSON())
-			}
-			require.NoError(t, err)
+			requireNoAPIError(t, err)
 			ch := resp.Choices[0]
 			assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
 			require.NotEmpty(t, ch.Message.ToolCalls)
@@ -323,11 +319,7 @@ func TestToolChoiceForcedMistral(t *testing.T) {
 				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
 				Tools: []openai.ChatCompletionToolUnionParam{bounded}, ToolChoice: tc.choice,
 			})
-			var apiErr *openai.Error
-			if errors.As(err, &apiErr) {
-				t.Fatalf("%s", apiErr.RawJSON())
-			}
-			require.NoError(t, err)
+			requireNoAPIError(t, err)
 			ch := resp.Choices[0]
 			assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
 			require.NotEmpty(t, ch.Message.ToolCalls)
@@ -342,4 +334,15 @@ func TestToolChoiceForcedMistral(t *testing.T) {
 			assert.Empty(t, strings.TrimSpace(ch.Message.Content))
 		})
 	}
+}
+
+// requireNoAPIError stops the test at err, showing the server's error
+// body when it is one.
+func requireNoAPIError(t *testing.T, err error) {
+	t.Helper()
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		t.Fatalf("%s", apiErr.RawJSON())
+	}
+	require.NoError(t, err)
 }
