@@ -68,30 +68,17 @@ func applyQuantization(cfg *config.File, m Model) error {
 		}
 		m.Spec().FP8Block = [2]int{c.Q.BlockSize[0], c.Q.BlockSize[1]}
 		return nil
-	case "compressed-tensors":
-		var cc struct {
-			Q compressedConfig `json:"quantization_config"`
-		}
-		if err := cfg.Decode(&cc); err != nil {
+	case "compressed-tensors", "gptq", "awq":
+		layout, err := ReadQuantLayout(cfg)
+		if err != nil {
 			return err
 		}
-		q, err := compressedQuant(cc.Q, where)
-		if err != nil {
-			return errs.Unsupportedf("%v", err)
-		}
-		m.Spec().Compressed = q
+		m.Spec().Packed, m.Spec().Compressed = layout.packed, layout.compressed
 		return nil
 	case "fbgemm_fp8":
 		// FBGEMM's FP8: NAME F8_E4M3 with PREFIX.weight_scale [out, 1] per
 		// output channel, compressed-tensors' float-quantized by channel.
 		m.Spec().Compressed = &CompressedQuant{Format: "float-quantized", Bits: 8, Symmetric: true, Strategy: "channel"}
-		return nil
-	case "gptq", "awq":
-		q, err := packedQuant(c.Q, where)
-		if err != nil {
-			return err
-		}
-		m.Spec().Packed = q
 		return nil
 	case "mxfp4":
 		for _, w := range Weights(m) {
@@ -169,8 +156,9 @@ func checkFP8Scales(name string, scales, want []int) error {
 
 // QuantLayout is how a GPTQ, AWQ or compressed-tensors checkpoint packs
 // its weights, module by module (GPTQ's dynamic rules, compressed-tensors'
-// groups and ignore list), read from config.json alone: for tools that
-// look at a checkpoint's tensors without loading a model (inspect).
+// groups and ignore list), read from config.json alone: the loader's
+// Spec.Packed and Spec.Compressed (applyQuantization), and inspect's
+// count of a checkpoint's tensors without a model.
 type QuantLayout struct {
 	packed     *PackedQuant
 	compressed *CompressedQuant
@@ -202,7 +190,7 @@ func ReadQuantLayout(cfg *config.File) (*QuantLayout, error) {
 		}
 		q, err := compressedQuant(cc.Q, where)
 		if err != nil {
-			return nil, err
+			return nil, errs.Unsupportedf("%v", err)
 		}
 		return &QuantLayout{compressed: q}, nil
 	}
