@@ -18,10 +18,10 @@ import (
 // nearest even, NaN kept, denormals to signed zero, as VCVTNEPS2BF16 does)
 // before they multiply: C[m,n] = bf16(A)·Bᵀ, products exact, sums in f32.
 // With AVX512_BF16, k ≥ 32 and at least bf16DotMinM rows the product goes
-// through the VDPBF16PS kernel; otherwise (and for a few rows, where
-// streaming B bounds the time) the rounded A goes through GemmBF16NT's
-// kernels: the same products, summed in another order. It panics if a
-// slice is too short for its shape.
+// through the VDPBF16PS kernels; otherwise (one row, a GEMV bound by
+// streaming B) the rounded A goes through GemmBF16NT's kernels: the same
+// products, summed in another order. It panics if a slice is too short
+// for its shape.
 func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float32, ldc int) {
 	checkMat("GemmBF16DotNT A", m, k, lda, len(a))
 	checkMat("GemmBF16DotNT B", n, k, ldb, len(b))
@@ -35,7 +35,11 @@ func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []f
 		gemm16NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, c, ldc, gemvRowsBF16, convBF16, smallMBF16)
 		return
 	}
-	ab := buf.asBF16(a, lda, m, k)
+	if m <= bf16DotFewMax {
+		gemmBF16DotFewRows(m, n, k, buf.asBF16(a, lda, m, k, fewRowsStride(k)), b, ldb, c, ldc)
+		return
+	}
+	ab := buf.asBF16(a, lda, m, k, k)
 	if m <= bf16DotSmallMax {
 		gemmBF16DotSmallM(ntBF16Dot, m, n, k, ab, b, ldb, c, ldc)
 		return
@@ -43,16 +47,21 @@ func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []f
 	ntDrive(ntBF16Dot, m, n, k, ab, k, inPlaceB(b, ldb), c, ldc)
 }
 
-// Below bf16DotMinM rows the product is bound by streaming B, and the f32
-// small-m kernels on the rounded A stream it as fast; up to
-// bf16DotSmallMax rows the small-m order wins, beyond it ntDrive's tiles
-// (BenchmarkGEMMSmallM's bf16act cases against small).
+// One row is a GEMV, bound by streaming B, which the f32 kernels on the
+// rounded A do as fast. Up to bf16DotFewMax rows the few-row kernel streams
+// B once into all of them; up to bf16DotSmallMax the small-m order (blocks
+// of four B rows against groups of four A rows) wins, beyond it ntDrive's
+// tiles (BenchmarkGEMMSmallM's bf16act cases against small). With int8
+// weights, whose widening to bf16 costs a pass over each tile, the pair
+// kernel pays from int8DotMinM rows.
 const (
-	bf16DotMinM     = 16
+	bf16DotMinM     = 2
+	bf16DotFewMax   = 8
 	bf16DotSmallMax = 64
+	int8DotMinM     = 16
 )
 
-// GemmInt8DotNT is GemmInt8NT with bf16 activations: from bf16DotMinM rows
+// GemmInt8DotNT is GemmInt8NT with bf16 activations: from int8DotMinM rows
 // on (with AVX512_BF16 and k ≥ 32), each worker widens its tile's B block
 // to bf16 (q·scale rounded to bf16, once per block and reused by every row
 // of the tile) and the pair kernel multiplies it with A rounded to bf16;
@@ -69,11 +78,11 @@ func GemmInt8DotNT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales 
 	ng := checkGroups("GemmInt8DotNT", n, k, groupSize, len(scales))
 	buf := bf16Scratch.Get().(*bf16Buf)
 	defer bf16Scratch.Put(buf)
-	if m < bf16DotMinM || k < 32 || !hasBF16Dot() {
+	if m < int8DotMinM || k < 32 || !hasBF16Dot() {
 		GemmInt8NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, scales, groupSize, c, ldc)
 		return
 	}
-	ab := buf.asBF16(a, lda, m, k)
+	ab := buf.asBF16(a, lda, m, k, k)
 	widen := convI8(b, ldb, scales, ng, groupSize)
 	ntDrive(ntBF16Dot, m, n, k, ab, k, func() (ntBlock[uint16], func()) {
 		s := i8Scratch.Get().(*i8Block)
@@ -104,14 +113,20 @@ type bf16Buf struct {
 var bf16Scratch = sync.Pool{New: func() any { return new(bf16Buf) }}
 
 // asBF16 returns the m rows of k of a (stride lda) rounded to bf16 bits,
-// packed (stride k), in buf.
-func (buf *bf16Buf) asBF16(a []float32, lda, m, k int) []uint16 {
-	ab := grow(&buf.u16, m*k)
+// at stride ld (≥ k), in buf.
+func (buf *bf16Buf) asBF16(a []float32, lda, m, k, ld int) []uint16 {
+	ab := grow(&buf.u16, (m-1)*ld+k)
 	for i := 0; i < m; i++ {
-		roundBF16(ab[i*k:(i+1)*k], a[i*lda:i*lda+k])
+		roundBF16(ab[i*ld:i*ld+k], a[i*lda:i*lda+k])
 	}
 	return ab
 }
+
+// fewRowsStride is the stride of the few-row product's A rows: k and one
+// cache line, so that rows whose length is a multiple of 4 KiB do not all
+// fall in the same L1 sets (eight of them and the B rows streaming
+// through would overflow an 8-way set).
+func fewRowsStride(k int) int { return k + 32 }
 
 // asF32 is asBF16 with the rounded values as f32, for the f32 kernels.
 func (buf *bf16Buf) asF32(a []float32, lda, m, k int) []float32 {
@@ -176,6 +191,39 @@ func dotBF16Pairs(a, b []uint16) float32 {
 		s0 += bf16ToF32(a[i]) * bf16ToF32(b[i])
 	}
 	return s0 + s1
+}
+
+// gemmBF16DotFewRows is the bf16 product for 2 to 8 rows of A (a, m rows
+// of k at stride fewRowsStride(k)): B streams from memory once, two rows
+// at a time, each multiplied into all of A's rows by dotBF16x8x2 (whose
+// missing rows repeat the last one).
+func gemmBF16DotFewRows(m, n, k int, a, b []uint16, ldb int, c []float32, ldc int) {
+	kFull := k / 32 * 32
+	lda := fewRowsStride(k)
+	var ap [8]*uint16
+	for i := range ap {
+		ap[i] = &a[min(i, m-1)*lda]
+	}
+	Parallel((n+1)/2, max(1, gemvGrain(k)/2), func(lo, hi int) {
+		var tmp [16]float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 2 * jb
+			cols := min(2, n-j0)
+			bp := [2]*uint16{&b[j0*ldb], &b[(j0+cols-1)*ldb]}
+			_ = b[(j0+cols-1)*ldb+k-1]
+			dotBF16x8x2(&ap, &bp, kFull, &tmp)
+			for i := range m {
+				for j := range cols {
+					v := tmp[4*(i%4)+2*(i/4)+j]
+					if kFull < k {
+						o := (j0 + j) * ldb
+						v += dotBF16Pairs(a[i*lda+kFull:i*lda+k], b[o+kFull:o+k])
+					}
+					c[i*ldc+j0+j] = v
+				}
+			}
+		}
+	})
 }
 
 // gemmBF16DotSmallM is the small-m order of the bf16 product (a is m rows

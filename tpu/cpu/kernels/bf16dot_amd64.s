@@ -20,9 +20,22 @@
 // gemmDot4x4AVX512 with VDPBF16PS for VFMADD231PS: each step loads 32
 // values of each row (Z16..Z19 of A, Z20..Z23 of B) and Z(4i+j)
 // accumulates C[i,j] in 16 lanes of pair sums, reduced at the end.
+// Each step also prefetches four lines into L2, walking from 4 KiB past
+// the start of the next four B rows (taken to follow at the stride of
+// these): for a few rows of A, B streams from memory and the hardware
+// prefetcher, which starts afresh on each short row, falls behind. Into
+// L2, not L1, where the lines would evict the A rows.
 TEXT ·dotBF16x4x4AVX512(SB), NOSPLIT, $0-48
 	DOT4X4_BEGIN
+	MOVQ R9, R12
+	SUBQ R8, R12
+	ADDQ R9, R12
 b4loop:
+	PREFETCHT1 4096(R12)
+	PREFETCHT1 4160(R12)
+	PREFETCHT1 4224(R12)
+	PREFETCHT1 4288(R12)
+	ADDQ $256, R12
 	VMOVUPS (AX)(R10*2), Z16
 	VMOVUPS (BX)(R10*2), Z17
 	VMOVUPS (CX)(R10*2), Z18
@@ -51,6 +64,74 @@ b4loop:
 	CMPQ R10, R11
 	JLT  b4loop
 	DOT4X4_END(b4store)
+
+// func dotBF16x8x2AVX512(a *[8]*uint16, b *[2]*uint16, k int, c *[16]float32)
+// The products of 8 rows of A (a[i]) with 2 rows of B (b[j]), bf16 pairs
+// into f32 sums over k (a positive multiple of 32), for a few rows of A:
+// each step loads 32 values of both B rows once (Z16, Z17) and of each A
+// row (Z18..Z25), so B streams from memory in one pass while the A rows
+// stay in L1. C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j), so that
+// REDUCE4X4's rows give c[4·(i%4) + 2·(i/4) + j]. Each step prefetches
+// two lines into L2 as dotBF16x4x4AVX512 does, from 4 KiB past the start
+// of the next two B rows.
+TEXT ·dotBF16x8x2AVX512(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), R12
+	MOVQ 0(R12), AX
+	MOVQ 8(R12), BX
+	MOVQ 16(R12), CX
+	MOVQ 24(R12), DX
+	MOVQ 32(R12), SI
+	MOVQ 40(R12), DI
+	MOVQ 48(R12), R8
+	MOVQ 56(R12), R9
+	MOVQ b+8(FP), R13
+	MOVQ 0(R13), R11
+	MOVQ 8(R13), R12
+	MOVQ R12, R13
+	SUBQ R11, R13
+	ADDQ R12, R13
+	ZERO4X4
+	XORQ R10, R10
+b82loop:
+	PREFETCHT1 4096(R13)(R10*4)
+	PREFETCHT1 4160(R13)(R10*4)
+	VMOVUPS (R11)(R10*2), Z16
+	VMOVUPS (R12)(R10*2), Z17
+	VMOVUPS (AX)(R10*2), Z18
+	DPBF16(0xb2, 0x6e, 0xc0) // vdpbf16ps zmm0, zmm18, zmm16
+	DPBF16(0xb2, 0x6e, 0xc9) // vdpbf16ps zmm1, zmm18, zmm17
+	VMOVUPS (BX)(R10*2), Z19
+	DPBF16(0xb2, 0x66, 0xe0) // vdpbf16ps zmm4, zmm19, zmm16
+	DPBF16(0xb2, 0x66, 0xe9) // vdpbf16ps zmm5, zmm19, zmm17
+	VMOVUPS (CX)(R10*2), Z20
+	DPBF16(0x32, 0x5e, 0xc0) // vdpbf16ps zmm8, zmm20, zmm16
+	DPBF16(0x32, 0x5e, 0xc9) // vdpbf16ps zmm9, zmm20, zmm17
+	VMOVUPS (DX)(R10*2), Z21
+	DPBF16(0x32, 0x56, 0xe0) // vdpbf16ps zmm12, zmm21, zmm16
+	DPBF16(0x32, 0x56, 0xe9) // vdpbf16ps zmm13, zmm21, zmm17
+	VMOVUPS (SI)(R10*2), Z22
+	DPBF16(0xb2, 0x4e, 0xd0) // vdpbf16ps zmm2, zmm22, zmm16
+	DPBF16(0xb2, 0x4e, 0xd9) // vdpbf16ps zmm3, zmm22, zmm17
+	VMOVUPS (DI)(R10*2), Z23
+	DPBF16(0xb2, 0x46, 0xf0) // vdpbf16ps zmm6, zmm23, zmm16
+	DPBF16(0xb2, 0x46, 0xf9) // vdpbf16ps zmm7, zmm23, zmm17
+	VMOVUPS (R8)(R10*2), Z24
+	DPBF16(0x32, 0x3e, 0xd0) // vdpbf16ps zmm10, zmm24, zmm16
+	DPBF16(0x32, 0x3e, 0xd9) // vdpbf16ps zmm11, zmm24, zmm17
+	VMOVUPS (R9)(R10*2), Z25
+	DPBF16(0x32, 0x36, 0xf0) // vdpbf16ps zmm14, zmm25, zmm16
+	DPBF16(0x32, 0x36, 0xf9) // vdpbf16ps zmm15, zmm25, zmm17
+	ADDQ $32, R10
+	CMPQ R10, k+16(FP)
+	JLT  b82loop
+	REDUCE4X4
+	MOVQ    c+24(FP), DI
+	VMOVUPS X0, (DI)
+	VMOVUPS X4, 16(DI)
+	VMOVUPS X8, 32(DI)
+	VMOVUPS X12, 48(DI)
+	VZEROUPPER
+	RET
 
 // func roundBF16AVX512(dst *uint16, src *float32, n int)
 // dst[i] = bf16(src[i]) for n a positive multiple of 16, by VCVTNEPS2BF16

@@ -81,7 +81,8 @@ func TestGemmBF16DotNT(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	t.Logf("AVX512_BF16: %v", hasBF16Dot())
 	shapes := testShapes(r)
-	shapes = append(shapes, shape{4, 4, 32}, shape{5, 7, 33}, shape{16, 64, 1024}, shape{130, 70, 2100}, shape{3, 9, 2047})
+	shapes = append(shapes, shape{4, 4, 32}, shape{5, 7, 33}, shape{16, 64, 1024}, shape{130, 70, 2100}, shape{3, 9, 2047},
+		shape{2, 5, 96}, shape{6, 3, 200}, shape{8, 31, 1024}, shape{7, 1, 64}, shape{8, 2, 32})
 	forEachLevel(t, func(t *testing.T) {
 		for _, sh := range shapes {
 			m, n, k := sh.m, sh.n, sh.k
@@ -147,7 +148,7 @@ func TestGemmInt8DotNT(t *testing.T) {
 			for i, v := range a {
 				ar[i] = bf16RoundRef(v)
 			}
-			pairs := m >= bf16DotMinM && k >= 32 && hasBF16Dot()
+			pairs := m >= int8DotMinM && k >= 32 && hasBF16Dot()
 			w := func(_, j, p int) float64 {
 				v := float32(q[j*k+p]) * sc[j*(k/g)+p/g]
 				if pairs {

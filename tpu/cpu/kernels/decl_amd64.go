@@ -117,6 +117,9 @@ func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npair
 func dotBF16x4x4AVX512(a, b *[4]*uint16, k int, c *float32, ldc, acc int)
 
 //go:noescape
+func dotBF16x8x2AVX512(a *[8]*uint16, b *[2]*uint16, k int, c *[16]float32)
+
+//go:noescape
 func roundBF16AVX512(dst *uint16, src *float32, n int)
 
 //go:noescape

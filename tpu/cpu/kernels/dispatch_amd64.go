@@ -564,6 +564,12 @@ var ntBF16Dot = ntKernelOf[uint16]{mr: 4, kstep: 32, dot: dotBF16Pairs, fn: func
 	dotBF16x4x4AVX512(&ap, &bp, k, &c[0], ldc*4, boolInt(acc))
 }}
 
+// dotBF16x8x2 is the 8×2 tile of the few-row bf16 product: c[4·(i%4) +
+// 2·(i/4) + j] = Σ_{p<k} a[i][p]·b[j][p], k a positive multiple of 32.
+func dotBF16x8x2(a *[8]*uint16, b *[2]*uint16, k int, c *[16]float32) {
+	dotBF16x8x2AVX512(a, b, k, c)
+}
+
 // roundBF16 writes src's values rounded to bfloat16 bits into dst.
 func roundBF16(dst []uint16, src []float32) {
 	nm := 0

@@ -95,6 +95,10 @@ var ntBF16Dot = ntKernelOf[uint16]{mr: 4, kstep: 1, dot: dotBF16Pairs, fn: func(
 	}
 }}
 
+func dotBF16x8x2(a *[8]*uint16, b *[2]*uint16, k int, c *[16]float32) {
+	panic("kernels: dotBF16x8x2 without AVX512_BF16")
+}
+
 func roundBF16(dst []uint16, src []float32) { roundBF16Generic(dst, src) }
 
 // Logistic has no portable kernel: the caller's scalar loop runs.
