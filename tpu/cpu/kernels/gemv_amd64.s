@@ -34,6 +34,16 @@
 	PREFETCHT0 (PF) \
 	ADDQ $64, PF
 
+// PF2L2 is PF2 into L2, 4 KiB further on, for the small-m kernels: their
+// A rows (four of up to a few KiB) stay in L1, where the prefetched lines
+// would evict them, and a block takes long enough that the next one's
+// start needs fetching further ahead. (The GEMV, with one short A row,
+// streams faster with PF2's.)
+#define PF2L2(PF) \
+	PREFETCHT1 4096(PF) \
+	PREFETCHT1 4160(PF) \
+	ADDQ $128, PF
+
 // ---- AVX-512 ----
 
 // Weight loaders: 16 weights at row pointer P, index R12, into Z (f32).
@@ -503,7 +513,7 @@ i82done:
 	ZERO4X4 \
 	XORQ R12, R12 \
 LBLK: \
-	PF2(DX) \
+	PF2L2(DX) \
 	LD(SI, Z20) \
 	LD(R9, Z21) \
 	LD(R10, Z22) \
