@@ -103,6 +103,10 @@ func elemSize(flat any) int { return int(reflectElem(flat).Size()) }
 // copyGrain is the number of elements worth a thread in a copy.
 const copyGrain = 1 << 15
 
+// stridedGrain is copyGrain for elements that land a cache line apart,
+// each a miss of its own.
+const stridedGrain = 1 << 11
+
 // walkT runs a simplified walk: one row per index of the outer axes,
 // rows spread over threads by copyGrain elements. The innermost axis is a
 // copy when it is contiguous on both sides, a fill when the source is one
@@ -138,6 +142,18 @@ func walkT[T any](dst, src []T, w walk) {
 				dst[d+k*di] = src[s+k*si]
 			}
 		}
+	}
+	if outer == 1 && di != 1 && inner > stridedGrain {
+		// One long strided run (a token's column written into a
+		// transposed cache): each element is a cache line of its own, so
+		// the threads share it by stridedGrain elements.
+		d, s := w.dBase, w.sBase
+		kernels.Parallel(inner, stridedGrain, func(lo, hi int) {
+			for k := lo; k < hi; k++ {
+				dst[d+k*di] = src[s+k*si]
+			}
+		})
+		return
 	}
 	grainRows := max(1, copyGrain/max(inner, 1))
 	kernels.Parallel(outer, grainRows, func(lo, hi int) {
