@@ -121,6 +121,28 @@ func (b *Builder) ConvertDType(x backends.Op, dtype dtypes.DType) (backends.Op, 
 
 func is16(dt dtypes.DType) bool { return dt == dtypes.BFloat16 || dt == dtypes.Float16 }
 
+// Conversions between f32 and the 16-bit floats (toF32 and fromF32, and
+// with them every op computed in f32 for a 16-bit dtype). bf16 rounds to
+// nearest even, as XLA's convert and torch's .to(torch.bfloat16) do
+// (denormals flush to signed zero, as VCVTNEPS2BF16 does), with the
+// kernels' vector loops over the pool.
+
+func widenBF16s(dst []float32, src []bfloat16.BFloat16) { kernels.FromBF16(dst, u16(src)) }
+
+func narrowBF16s(dst []bfloat16.BFloat16, src []float32) { kernels.ToBF16(u16(dst), src) }
+
+func widenF16s(dst []float32, src []float16.Float16) {
+	for i, v := range src {
+		dst[i] = v.Float32()
+	}
+}
+
+func narrowF16s(dst []float16.Float16, src []float32) {
+	for i, v := range src {
+		dst[i] = float16.Fromfloat32(v)
+	}
+}
+
 // ---- unary ------------------------------------------------------------------
 
 func execUnary(st *execState, n *node, in []*slot) (*slot, error) {
@@ -499,7 +521,20 @@ func execConvert(st *execState, n *node, in []*slot) (*slot, error) {
 
 // convertFlat converts src into dst element by element.
 func convertFlat(dst, src any) error {
-	// 16-bit floats go through f32.
+	// f32 to and from bf16 directly, with the vector loops.
+	switch s := src.(type) {
+	case []float32:
+		if d, ok := dst.([]bfloat16.BFloat16); ok {
+			narrowBF16s(d, s)
+			return nil
+		}
+	case []bfloat16.BFloat16:
+		if d, ok := dst.([]float32); ok {
+			widenBF16s(d, s)
+			return nil
+		}
+	}
+	// Other 16-bit floats go through f32.
 	if _, ok := src.([]bfloat16.BFloat16); ok {
 		src = toF32(src)
 	} else if _, ok := src.([]float16.Float16); ok {

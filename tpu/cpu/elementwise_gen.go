@@ -218,15 +218,11 @@ func toF32(flat any) []float32 {
 		return f
 	case []bfloat16.BFloat16:
 		out := make([]float32, len(f))
-		for i, v := range f {
-			out[i] = v.Float32()
-		}
+		widenBF16s(out, f)
 		return out
 	case []float16.Float16:
 		out := make([]float32, len(f))
-		for i, v := range f {
-			out[i] = v.Float32()
-		}
+		widenF16s(out, f)
 		return out
 	}
 	panic(fmt.Sprintf("toF32: %T", flat))
@@ -238,13 +234,9 @@ func fromF32(dst any, src []float32) {
 	case []float32:
 		copy(d, src)
 	case []bfloat16.BFloat16:
-		for i, v := range src {
-			d[i] = bfloat16.FromFloat32(v)
-		}
+		narrowBF16s(d, src)
 	case []float16.Float16:
-		for i, v := range src {
-			d[i] = float16.Fromfloat32(v)
-		}
+		narrowF16s(d, src)
 	default:
 		panic(fmt.Sprintf("fromF32: %T", dst))
 	}

@@ -735,6 +735,64 @@ func TestFloat16(t *testing.T) {
 	}
 }
 
+// TestBF16Rounds checks that f32 values become bf16 rounded to nearest
+// even, as XLA's convert and torch round (not truncated), both through
+// ConvertDType and as the result of an op computed in f32 for bf16; NaN
+// stays NaN. Sizes cross the vector kernels' 16 and the pool's grain.
+func TestBF16Rounds(t *testing.T) {
+	_, cpu := backendsForTest(t)
+	bits := func(u uint32) float32 { return math.Float32frombits(u) }
+	cases := []struct {
+		in   float32
+		want uint16
+	}{
+		{bits(0x3f808000), 0x3f80},      // a tie, even below: down
+		{bits(0x3f818000), 0x3f82},      // a tie, odd below: up
+		{bits(0x3f808001), 0x3f81},      // above the tie: up (truncation gives 0x3f80)
+		{bits(0xbf80ffff), 0xbf81},      // negative, just under the next: away from zero
+		{bits(0x7f7fffff), 0x7f80},      // the largest f32 rounds to +Inf
+		{float32(math.Inf(-1)), 0xff80}, // -Inf
+		{0, 0}, {float32(math.Copysign(0, -1)), 0x8000},
+	}
+	for _, n := range []int{len(cases), 37, 1 << 15} {
+		in := make([]float32, n)
+		want := make([]uint16, n)
+		for i := range in {
+			c := cases[i%len(cases)]
+			in[i], want[i] = c.in, c.want
+		}
+		in[n-1] = float32(math.NaN())
+		conv := func(b backends.Builder, p []backends.Op) (backends.Op, error) {
+			return b.ConvertDType(p[0], dtypes.BFloat16)
+		}
+		got, _, err := run(cpu, []shapes.Shape{sh(dtypes.Float32, n)}, []any{in}, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := got.([]bfloat16.BFloat16)
+		for i := range n - 1 {
+			if uint16(g[i]) != want[i] {
+				t.Fatalf("n=%d: ConvertDType(%#08x) = %#04x, want %#04x", n, math.Float32bits(in[i]), uint16(g[i]), want[i])
+			}
+		}
+		if v := g[n-1].Float32(); v == v {
+			t.Errorf("n=%d: ConvertDType(NaN) = %v", n, v)
+		}
+	}
+	// 1 + 1.5·2⁻⁸ (a bf16 sum of 1 and 1.5·2⁻⁸, both exact in bf16) is
+	// above the tie between 1 and 1 + 2⁻⁷: it rounds up, truncation keeps 1.
+	one, small := bfloat16.FromFloat32(1), bfloat16.FromFloat32(1.5/256)
+	add := func(b backends.Builder, p []backends.Op) (backends.Op, error) { return b.Add(p[0], p[1]) }
+	got, _, err := run(cpu, []shapes.Shape{sh(dtypes.BFloat16, 1), sh(dtypes.BFloat16, 1)},
+		[]any{[]bfloat16.BFloat16{one}, []bfloat16.BFloat16{small}}, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.([]bfloat16.BFloat16)[0].Float32(); v != 1+1.0/128 {
+		t.Errorf("bf16 1 + 1.5/256 = %v, want %v", v, 1+1.0/128)
+	}
+}
+
 // TestReverse checks Reverse (the go backend has none) against a loop.
 func TestReverse(t *testing.T) {
 	_, cpu := backendsForTest(t)

@@ -47,3 +47,20 @@ func f16Lookup() []float32 {
 	})
 	return f16Table
 }
+
+// convertGrain is the number of values worth a thread in a conversion.
+const convertGrain = 1 << 14
+
+// ToBF16 writes src's values as bfloat16 bits into dst, rounded to nearest
+// even (NaN kept quiet, denormals to signed zero, as VCVTNEPS2BF16 rounds
+// and as GemmBF16DotNT rounds its activations), over the pool.
+func ToBF16(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	Parallel(len(dst), convertGrain, func(lo, hi int) { roundBF16(dst[lo:hi], src[lo:hi]) })
+}
+
+// FromBF16 widens bfloat16 bits to float32 (exact), over the pool.
+func FromBF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	Parallel(len(dst), convertGrain, func(lo, hi int) { widenBF16(dst[lo:hi], src[lo:hi]) })
+}

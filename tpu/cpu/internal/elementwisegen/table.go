@@ -102,11 +102,12 @@ var numberTypes = []string{
 
 // A half is a 16-bit float type, computed in f32.
 type half struct {
-	Type        string // Go type; its Float32 method widens a value
-	FromFloat32 string // function that rounds a float32 to Type
+	Type   string // Go type
+	Widen  string // func(dst []float32, src []Type): exact widening
+	Narrow string // func(dst []Type, src []float32): rounding to Type
 }
 
 var halfTypes = []half{
-	{Type: "bfloat16.BFloat16", FromFloat32: "bfloat16.FromFloat32"},
-	{Type: "float16.Float16", FromFloat32: "float16.Fromfloat32"},
+	{Type: "bfloat16.BFloat16", Widen: "widenBF16s", Narrow: "narrowBF16s"},
+	{Type: "float16.Float16", Widen: "widenF16s", Narrow: "narrowF16s"},
 }
