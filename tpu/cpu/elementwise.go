@@ -282,6 +282,25 @@ func rowSlice[T any](x []T, off, step, n int) []T {
 func binaryPlanned[T number](op backends.OpType, p *bplan, dst any, a, c []T) {
 	cmp := isCompare(op)
 	n := p.inner
+	if p.rows == 1 && n > elemGrain {
+		// One long row (operands of the same shape merge into one): the
+		// threads share it by pieces.
+		av, cv := rowSlice(a, 0, p.innerStep[0], n), rowSlice(c, 0, p.innerStep[1], n)
+		piece := func(x []T, lo, hi int) []T {
+			if len(x) == 1 {
+				return x
+			}
+			return x[lo:hi]
+		}
+		kernels.Parallel(n, elemGrain, func(lo, hi int) {
+			if cmp {
+				compareLoop(op, dst.([]bool)[lo:hi], piece(av, lo, hi), piece(cv, lo, hi))
+			} else {
+				binaryLoop(op, dst.([]T)[lo:hi], piece(av, lo, hi), piece(cv, lo, hi))
+			}
+		})
+		return
+	}
 	kernels.Parallel(p.rows, max(1, elemGrain/max(n, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			ao, co := p.rowOffsets(r)

@@ -406,6 +406,7 @@ func TestBinaryOps(t *testing.T) {
 			{sh(dt, 37), sh(dt, 37)},
 			{sh(dt, 3, 50001), sh(dt, 3, 50001)}, // large enough to run in parallel
 			{sh(dt, 4, 9), sh(dt)},               // scalar rhs
+			{sh(dt), sh(dt, 40000)},              // scalar lhs, one row shared by the threads
 			{sh(dt), sh(dt, 4, 9)},               // scalar lhs
 			{sh(dt, 4, 1, 5), sh(dt, 4, 3, 5)},   // size-1 axis broadcast
 			{sh(dt, 130, 33), sh(dt, 130, 1)},    // per-row value (RMSNorm, softmax)
