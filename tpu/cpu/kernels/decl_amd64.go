@@ -141,7 +141,10 @@ func widenFP8AVX2(dst *float32, src *byte, n int, scale float32)
 func dotInt8Q8VNNI(q *int8, sc *float32, b *int8, ldb, kbytes, nrows int, sw *float32, ngw4 int, c *float32)
 
 //go:noescape
-func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int, c *[8]float32)
+func dotInt8x8x2AVX512(a *[8]*float32, b *[2]*int8, scales *[2]*float32, ngroups, g16 int, c *[16]float32)
+
+//go:noescape
+func dotInt8x4x4AVX512(a *[4]*float32, b *[4]*int8, scales *[4]*float32, ngroups, g16 int, c *[16]float32)
 
 //go:noescape
 func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)

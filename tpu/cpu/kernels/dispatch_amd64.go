@@ -662,11 +662,39 @@ func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32)
 	dotInt8Q8VNNI(&r.q[0], &r.sc[0], &b[0], ldb, k, len(c), &sw[0], 4*ng, &c[0])
 }
 
+// smallMInt8x4 is smallMInt8 for two to four rows of A: four B rows at a
+// time (the last block repeating its last row), dotInt8x4x4AVX512.
+func smallMInt8x4(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, ng, g int, c []float32, ldc int) {
+	Parallel((n+3)/4, max(1, gemvGrain(k)/4), func(lo, hi int) {
+		var ap [4]*float32
+		for i := range ap {
+			ap[i] = &a[min(i, m-1)*lda]
+		}
+		var tmp [16]float32
+		var bp [4]*int8
+		var sp [4]*float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 4 * jb
+			cols := min(4, n-j0)
+			for j := range 4 {
+				r := j0 + min(j, cols-1)
+				bp[j], sp[j] = &b[r*ldb], &scales[r*ng]
+			}
+			dotInt8x4x4AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
+			for i := range m {
+				copy(c[i*ldc+j0:i*ldc+j0+cols], tmp[4*i:4*i+cols])
+			}
+		}
+	})
+}
+
 // smallMInt8 is GemmInt8NT's small-m product: each weight row is widened
-// and scaled in registers once per eight rows of A (dotInt8X8AVX512; four
-// on AVX2, dotInt8X4AVX2), with no f32 copy of B. It reports false (and
-// does nothing) without AVX2, for groups that are no multiple of 16, or
-// beyond int8SmallM (int8SmallMAVX2) rows.
+// and scaled in registers once for all of A's rows, with no f32 copy of B
+// (on AVX-512 two B rows at a time against each group of eight rows of
+// A, dotInt8x8x2AVX512, or four against up to four rows,
+// dotInt8x4x4AVX512; on AVX2 one against four, dotInt8X4AVX2). It reports
+// false (and does nothing) without AVX2, for groups that are no multiple
+// of 16, or beyond int8SmallM (int8SmallMAVX2) rows.
 func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, ng, g int, c []float32, ldc int) bool {
 	most := int8SmallM
 	if level == levelAVX2 {
@@ -682,8 +710,33 @@ func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 		})
 		return true
 	}
-	smallMRows(m, n, k, 8, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
-		dotInt8X8AVX512((*[8]*float32)(rows), &b[j*ldb], &scales[j*ng], ng, g/16, (*[8]float32)(out))
+	if m <= 4 {
+		smallMInt8x4(m, n, k, a, lda, b, ldb, scales, ng, g, c, ldc)
+		return true
+	}
+	Parallel((n+1)/2, max(1, gemvGrain(k)/2/((m+7)/8)), func(lo, hi int) {
+		var ap [8]*float32
+		var tmp [16]float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 2 * jb
+			cols := min(2, n-j0)
+			j1 := j0 + cols - 1
+			bp := [2]*int8{&b[j0*ldb], &b[j1*ldb]}
+			sp := [2]*float32{&scales[j0*ng], &scales[j1*ng]}
+			// Groups of eight rows; the second runs on B rows still in L1.
+			for i0 := 0; i0 < m; i0 += 8 {
+				rows := min(8, m-i0)
+				for i := range ap {
+					ap[i] = &a[(i0+min(i, rows-1))*lda]
+				}
+				dotInt8x8x2AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
+				for i := range rows {
+					for j := range cols {
+						c[(i0+i)*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
+					}
+				}
+			}
+		}
 	})
 	return true
 }

@@ -304,11 +304,11 @@ func GemmInt8NT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 }
 
 // int8SmallM is the most rows of A the small-m int8 product takes with
-// AVX-512 (it reads B once per eight rows; the blocked GEMM widens B once
-// per tile, and wins from 16 rows), and int8SmallMAVX2 with AVX2 (whose
-// blocked path widens B without vectors: the small-m product still wins
-// at 16 rows).
-var int8SmallM, int8SmallMAVX2 = 8, 16
+// AVX-512 (it widens each pair of B rows once per eight rows of A; at 32
+// rows it is even with the blocked GEMM, which widens B once per tile),
+// and int8SmallMAVX2 with AVX2 (whose blocked path widens B without
+// vectors: the small-m product still wins at 16 rows).
+var int8SmallM, int8SmallMAVX2 = 16, 16
 
 // GemmF32NN computes C[m,n] = A[m,k] · B[k,n], both row-major (strides lda,
 // ldb, ldc): activations times activations, as in attention scores·values or

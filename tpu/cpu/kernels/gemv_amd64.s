@@ -671,54 +671,189 @@ wq2done:
 	VZEROUPPER
 	RET
 
-// func dotInt8X8AVX512(a *[8]*float32, b *int8, scales *float32, ngroups, g16 int, c *[8]float32)
-// One int8 row (ngroups groups of 16·g16 columns, one f32 scale a group)
-// against eight rows of A: each 16 weights are widened and scaled once in
-// registers and multiplied into the eight rows' accumulators Z16..Z23;
-// c[i] gets row i's sum. R8..R15 are the rows, DI the byte offset into
-// them, Z9 the group's scale.
-TEXT ·dotInt8X8AVX512(SB), NOSPLIT, $0-48
+// func dotInt8x8x2AVX512(a *[8]*float32, b *[2]*int8, scales *[2]*float32, ngroups, g16 int, c *[16]float32)
+// Two int8 rows of B (ngroups groups of 16·g16 columns, one f32 scale a
+// group each) against eight rows of A (a short group repeats a row): each
+// step widens and scales 16 weights of both B rows (Z16, Z17) and loads
+// 16 values of each A row once (Z18) for both, so B streams once and each
+// A load serves two products.
+// C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j), so that REDUCE4X4's rows
+// give c[4·(i%4) + 2·(i/4) + j]. R8..R15 are A's rows, AX the byte offset
+// into them, SI/DI the B rows, BX/DX their scales, CX the steps left in a
+// group and groups-8(SP) the groups left. A worker's B rows are one
+// contiguous run, which SI and DI, 4 KiB ahead, prefetch into L2 between
+// them (for a few rows of A the hardware prefetcher alone falls behind).
+TEXT ·dotInt8x8x2AVX512(SB), NOSPLIT, $8-48
 	MOVQ a+0(FP), DX
 	ROWS8(DX)
-	MOVQ b+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ ngroups+24(FP), CX
-	ZERO8ROWS
-	XORQ DI, DI
-i8x8g:
-	TESTQ CX, CX
-	JLE   i8x8done
-	VBROADCASTSS (BX), Z9
-	MOVQ  g16+32(FP), DX
-i8x8k:
-	VPMOVSXBD   (SI), Z6
-	VCVTDQ2PS   Z6, Z6
-	VMULPS      Z9, Z6, Z6
-	VFMADD231PS (R8)(DI*1), Z6, Z16
-	VFMADD231PS (R9)(DI*1), Z6, Z17
-	VFMADD231PS (R10)(DI*1), Z6, Z18
-	VFMADD231PS (R11)(DI*1), Z6, Z19
-	VFMADD231PS (R12)(DI*1), Z6, Z20
-	VFMADD231PS (R13)(DI*1), Z6, Z21
-	VFMADD231PS (R14)(DI*1), Z6, Z22
-	VFMADD231PS (R15)(DI*1), Z6, Z23
+	MOVQ b+8(FP), DX
+	MOVQ 0(DX), SI
+	MOVQ 8(DX), DI
+	MOVQ scales+16(FP), DX
+	MOVQ 0(DX), BX
+	MOVQ 8(DX), DX
+	MOVQ ngroups+24(FP), AX
+	MOVQ AX, groups-8(SP)
+	ZERO4X4
+	XORQ AX, AX
+i8p2g:
+	CMPQ groups-8(SP), $0
+	JLE  i8p2done
+	VBROADCASTSS (BX), Z28
+	VBROADCASTSS (DX), Z29
+	MOVQ g16+32(FP), CX
+i8p2k:
+	PREFETCHT1  4096(SI)
+	PREFETCHT1  4096(DI)
+	VPMOVSXBD   (SI), Z16
+	VCVTDQ2PS   Z16, Z16
+	VMULPS      Z28, Z16, Z16
+	VPMOVSXBD   (DI), Z17
+	VCVTDQ2PS   Z17, Z17
+	VMULPS      Z29, Z17, Z17
+	VMOVUPS     (R8)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z0
+	VFMADD231PS Z18, Z17, Z1
+	VMOVUPS     (R9)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z4
+	VFMADD231PS Z18, Z17, Z5
+	VMOVUPS     (R10)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z8
+	VFMADD231PS Z18, Z17, Z9
+	VMOVUPS     (R11)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z12
+	VFMADD231PS Z18, Z17, Z13
+	VMOVUPS     (R12)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z2
+	VFMADD231PS Z18, Z17, Z3
+	VMOVUPS     (R13)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z6
+	VFMADD231PS Z18, Z17, Z7
+	VMOVUPS     (R14)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z10
+	VFMADD231PS Z18, Z17, Z11
+	VMOVUPS     (R15)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z14
+	VFMADD231PS Z18, Z17, Z15
 	ADDQ $16, SI
-	ADDQ $64, DI
-	DECQ DX
-	JNZ  i8x8k
-	ADDQ $4, BX
+	ADDQ $16, DI
+	ADDQ $64, AX
 	DECQ CX
-	JMP  i8x8g
-i8x8done:
-	MOVQ c+40(FP), DX
-	REDUCE8ROWS
+	JNZ  i8p2k
+	ADDQ $4, BX
+	ADDQ $4, DX
+	DECQ groups-8(SP)
+	JMP  i8p2g
+i8p2done:
+	REDUCE4X4
+	MOVQ    c+40(FP), DI
+	VMOVUPS X0, (DI)
+	VMOVUPS X4, 16(DI)
+	VMOVUPS X8, 32(DI)
+	VMOVUPS X12, 48(DI)
+	VZEROUPPER
+	RET
+
+// func dotInt8x4x4AVX512(a *[4]*float32, b *[4]*int8, scales *[4]*float32, ngroups, g16 int, c *[16]float32)
+// dotInt8x8x2AVX512's shape for up to four rows of A: four int8 B rows
+// (Z16..Z19, widened and scaled) against four A rows, so that a product
+// of two to four rows does half the multiply-adds the eight-row kernel
+// would. Z(4i+j) accumulates C[i,j] and c[4i+j] gets it. R8..R11 are A's
+// rows, AX the byte offset into them, R12..R15 the B rows (prefetched 4
+// KiB ahead, as in dotInt8x8x2AVX512), BX/DX/SI/DI their scales (Z24..Z27
+// the group's), CX the steps left in a group, groups-8(SP) the groups left.
+TEXT ·dotInt8x4x4AVX512(SB), NOSPLIT, $8-48
+	MOVQ a+0(FP), AX
+	MOVQ 0(AX), R8
+	MOVQ 8(AX), R9
+	MOVQ 16(AX), R10
+	MOVQ 24(AX), R11
+	MOVQ b+8(FP), AX
+	MOVQ 0(AX), R12
+	MOVQ 8(AX), R13
+	MOVQ 16(AX), R14
+	MOVQ 24(AX), R15
+	MOVQ scales+16(FP), AX
+	MOVQ 0(AX), BX
+	MOVQ 8(AX), DX
+	MOVQ 16(AX), SI
+	MOVQ 24(AX), DI
+	MOVQ ngroups+24(FP), AX
+	MOVQ AX, groups-8(SP)
+	ZERO4X4
+	XORQ AX, AX
+i8q4g:
+	CMPQ groups-8(SP), $0
+	JLE  i8q4done
+	VBROADCASTSS (BX), Z24
+	VBROADCASTSS (DX), Z25
+	VBROADCASTSS (SI), Z26
+	VBROADCASTSS (DI), Z27
+	MOVQ g16+32(FP), CX
+i8q4k:
+	PREFETCHT1  4096(R12)
+	PREFETCHT1  4096(R13)
+	PREFETCHT1  4096(R14)
+	PREFETCHT1  4096(R15)
+	VPMOVSXBD   (R12), Z16
+	VCVTDQ2PS   Z16, Z16
+	VMULPS      Z24, Z16, Z16
+	VPMOVSXBD   (R13), Z17
+	VCVTDQ2PS   Z17, Z17
+	VMULPS      Z25, Z17, Z17
+	VPMOVSXBD   (R14), Z18
+	VCVTDQ2PS   Z18, Z18
+	VMULPS      Z26, Z18, Z18
+	VPMOVSXBD   (R15), Z19
+	VCVTDQ2PS   Z19, Z19
+	VMULPS      Z27, Z19, Z19
+	VMOVUPS     (R8)(AX*1), Z20
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	VMOVUPS     (R9)(AX*1), Z20
+	VFMADD231PS Z16, Z20, Z4
+	VFMADD231PS Z17, Z20, Z5
+	VFMADD231PS Z18, Z20, Z6
+	VFMADD231PS Z19, Z20, Z7
+	VMOVUPS     (R10)(AX*1), Z20
+	VFMADD231PS Z16, Z20, Z8
+	VFMADD231PS Z17, Z20, Z9
+	VFMADD231PS Z18, Z20, Z10
+	VFMADD231PS Z19, Z20, Z11
+	VMOVUPS     (R11)(AX*1), Z20
+	VFMADD231PS Z16, Z20, Z12
+	VFMADD231PS Z17, Z20, Z13
+	VFMADD231PS Z18, Z20, Z14
+	VFMADD231PS Z19, Z20, Z15
+	ADDQ $16, R12
+	ADDQ $16, R13
+	ADDQ $16, R14
+	ADDQ $16, R15
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  i8q4k
+	ADDQ $4, BX
+	ADDQ $4, DX
+	ADDQ $4, SI
+	ADDQ $4, DI
+	DECQ groups-8(SP)
+	JMP  i8q4g
+i8q4done:
+	REDUCE4X4
+	MOVQ    c+40(FP), DI
+	VMOVUPS X0, (DI)
+	VMOVUPS X4, 16(DI)
+	VMOVUPS X8, 32(DI)
+	VMOVUPS X12, 48(DI)
 	VZEROUPPER
 	RET
 
 // func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)
-// dotInt8X8AVX512 for AVX2 machines and four rows of A: each 16 weights
-// are widened and scaled once (Y6, Y7) and multiplied into the four rows'
-// accumulators Y0..Y3. R8..R11 are the rows, DI the byte offset into
+// The small-m int8 product for AVX2 machines, one B row against four rows
+// of A: each 16 weights are widened and scaled once (Y6, Y7) and
+// multiplied into the four rows' accumulators Y0..Y3. R8..R11 are the rows, DI the byte offset into
 // them, Y9 the group's scale.
 TEXT ·dotInt8X4AVX2(SB), NOSPLIT, $0-48
 	MOVQ a+0(FP), DX

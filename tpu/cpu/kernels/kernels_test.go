@@ -173,6 +173,12 @@ func testShapes(r *rand.Rand) []shape {
 	for _, m := range []int{2, 3, 4, 5, 6, 7, 8, 9, smallM16Max - 1, smallM16Max, smallM16Max + 1} {
 		s = append(s, shape{m, 1 + r.IntN(13), 16 + r.IntN(50)})
 	}
+	// The small-m int8 kernels (2 to 4 rows by four B rows, 5 to 16 by two
+	// in groups of eight): k a multiple of 16, so that groups of 16 or 32
+	// take them.
+	for _, m := range []int{2, 3, 4, 5, 7, 8, 11, 16} {
+		s = append(s, shape{m, 1 + r.IntN(11), 16 * (1 + r.IntN(8))}, shape{m, 4*(1+r.IntN(3)) + 1, 64})
+	}
 	return s
 }
 
