@@ -121,6 +121,17 @@
 	ADDQ    LD, DI \
 	VMOVUPS X12, (DI)
 
+// REDUCE_STORE16(C) reduces the 16 accumulators as REDUCE4X4 does and
+// stores the four rows of four floats, 16 floats in all, at the pointer
+// in argument C (the few-row kernels' c *[16]float32); clobbers DI.
+#define REDUCE_STORE16(C) \
+	REDUCE4X4 \
+	MOVQ    C, DI \
+	VMOVUPS X0, (DI) \
+	VMOVUPS X4, 16(DI) \
+	VMOVUPS X8, 32(DI) \
+	VMOVUPS X12, 48(DI)
+
 // DOT4X4_BEGIN starts a 4×4 dot tile (func(a, b *[4]*T, k int, c *float32,
 // ldc, acc int)): the A row pointers into AX, BX, CX, DX, the B row
 // pointers into SI, DI, R8, R9, k into R11, the index R10 and the
