@@ -631,6 +631,76 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 	}
 }
 
+// smallMFP8 is GemmFP8NT's product for 2 to fp8SmallM rows of A on
+// AVX-512: two B rows at a time against each group of eight rows of A
+// (dotFP8x8x2AVX512), each weight widened in registers once for all the
+// rows, with no f32 copy of B. As in gemvFP8, the rows of A carry the
+// scales: with one scale a row (sc = 1) A is lifted once and the sums
+// scaled; with block scales each worker scales its copy of A by the
+// block row's scales when its B rows enter a new block (b0 even, so that
+// a pair never straddles two). It reports false (and does nothing)
+// otherwise.
+func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []float32, sc, b0, b1 int, c []float32, ldc int) bool {
+	km := k &^ 15
+	if level != levelAVX512 || m > fp8SmallM || km == 0 || (sc > 1 && b0%2 != 0) {
+		return false
+	}
+	_ = b[(n-1)*ldb+k-1]
+	Parallel((n+1)/2, max(1, gemvGrain(k)/2/((m+7)/8)), func(lo, hi int) {
+		buf, as := f32Scratch(m * k)
+		defer f32Pool.Put(buf)
+		block := -1
+		var ap [8]*float32
+		var tmp [16]float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 2 * jb
+			cols := min(2, n-j0)
+			if rb := j0 / b0; sc > 1 && rb != block || block < 0 {
+				block = rb
+				for i := range m {
+					row := as[i*k : (i+1)*k]
+					copy(row, a[i*lda:i*lda+k])
+					if sc == 1 {
+						scaleInPlace(row, fp8Lift)
+						continue
+					}
+					for q, v := range scales[rb*sc : rb*sc+sc] {
+						scaleInPlace(row[q*b1:min(k, (q+1)*b1)], v*fp8Lift)
+					}
+				}
+			}
+			bp := [2]*byte{&b[j0*ldb], &b[(j0+cols-1)*ldb]}
+			for i0 := 0; i0 < m; i0 += 8 {
+				rows := min(8, m-i0)
+				for i := range ap {
+					ap[i] = &as[(i0+min(i, rows-1))*k]
+				}
+				dotFP8x8x2AVX512(&ap, &bp, km, &tmp)
+				for i := range rows {
+					ai := as[(i0+i)*k : (i0+i+1)*k]
+					for j := range cols {
+						v := tmp[4*(i%4)+2*(i/4)+j] * (0x1p120 / fp8Lift)
+						if km < k {
+							o := (j0 + j) * ldb
+							v += dotFP8(ai[km:], b[o+km:o+k]) / fp8Lift
+						}
+						if sc == 1 {
+							v *= scales[(j0+j)/b0]
+						}
+						c[(i0+i)*ldc+j0+j] = v
+					}
+				}
+			}
+		}
+	})
+	return true
+}
+
+// fp8SmallM is the most rows of A smallMFP8 takes (groups of eight rows
+// run on the same two B rows while they are in L1; beyond, the blocked
+// GEMM widens B once per tile).
+const fp8SmallM = 16
+
 // widenFP8 writes e4m3(src[i])·s to dst.
 func widenFP8(dst []float32, src []byte, s float32) {
 	nm := len(dst) &^ 15

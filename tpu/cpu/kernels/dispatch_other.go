@@ -108,6 +108,10 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) { gemvRowsFP8Gener
 
 func widenFP8(dst []float32, src []byte, s float32) { widenFP8Generic(dst, src, s) }
 
+func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []float32, sc, b0, b1 int, c []float32, ldc int) bool {
+	return false
+}
+
 func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32) {
 	panic("kernels: dotInt8Q8 without VNNI")
 }

@@ -85,6 +85,9 @@ func GemmFP8NT(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 		gemvFP8(n, k, a[:k], b, ldb, scales, sc, b0, b1, c)
 		return
 	}
+	if smallMFP8(m, n, k, a, lda, b, ldb, scales, sc, b0, b1, c, ldc) {
+		return
+	}
 	gemmNT(m, n, k, a, lda, nil, 0, convFP8(b, ldb, scales, sc, b0, b1), c, ldc)
 }
 

@@ -118,6 +118,10 @@ func TestGemmFP8NT(t *testing.T) {
 			// a scale a row (per channel), one for the whole matrix (per
 			// tensor), a row by a group
 			{1, 45, 160, 0, 1, 160}, {3, 45, 160, 2, 1, 160}, {1, 30, 96, 0, 30, 96}, {1, 19, 128, 0, 1, 64},
+			// 2 to 16 rows (smallMFP8): a k tail, a new block every pair,
+			// two groups of rows, per tensor, and an odd block height
+			// (left to the blocked GEMM)
+			{4, 11, 200, 1, 128, 128}, {16, 9, 96, 0, 2, 32}, {9, 5, 40, 0, 8, 16}, {6, 30, 96, 0, 30, 96}, {3, 10, 64, 0, 3, 32},
 		} {
 			b, scales, dense := fp8Case(r, c.n, c.k, c.k+c.pad, c.b0, c.b1)
 			a := randMat(r, c.m, c.k, c.k)

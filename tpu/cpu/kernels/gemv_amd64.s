@@ -603,6 +603,69 @@ TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
 	VPBROADCASTD R13, Z14
 	GEMV16_512(LD_FP8F_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
 
+// func dotFP8x8x2AVX512(a *[8]*float32, b *[2]*byte, k int, c *[16]float32)
+// Two FP8 rows of B against eight rows of A (a short group repeats a
+// row), for a few rows of A: each step widens 16 bytes of both B rows as
+// LD_FP8F_512 does (the E4M3 values times 2^-120; Z19 the mask) and loads
+// 16 values of each A row once for both. k is a positive multiple of 16.
+// C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j), stored as
+// dotInt8x8x2AVX512 stores it. R8..R15 are A's rows, AX the byte offset
+// into them, SI/DI the B rows (prefetched into L2 4 KiB ahead), CX the
+// steps left.
+TEXT ·dotFP8x8x2AVX512(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), DX
+	ROWS8(DX)
+	MOVQ b+8(FP), DX
+	MOVQ 0(DX), SI
+	MOVQ 8(DX), DI
+	MOVQ k+16(FP), CX
+	SHRQ $4, CX
+	MOVL $0x87F00000, AX
+	VPBROADCASTD AX, Z19
+	ZERO4X4
+	XORQ AX, AX
+f8p2k:
+	PREFETCHT1  4096(SI)
+	PREFETCHT1  4096(DI)
+	VPMOVSXBD   (SI), Z16
+	VPSLLD      $20, Z16, Z16
+	VPANDD      Z19, Z16, Z16
+	VPMOVSXBD   (DI), Z17
+	VPSLLD      $20, Z17, Z17
+	VPANDD      Z19, Z17, Z17
+	VMOVUPS     (R8)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z0
+	VFMADD231PS Z18, Z17, Z1
+	VMOVUPS     (R9)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z4
+	VFMADD231PS Z18, Z17, Z5
+	VMOVUPS     (R10)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z8
+	VFMADD231PS Z18, Z17, Z9
+	VMOVUPS     (R11)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z12
+	VFMADD231PS Z18, Z17, Z13
+	VMOVUPS     (R12)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z2
+	VFMADD231PS Z18, Z17, Z3
+	VMOVUPS     (R13)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z6
+	VFMADD231PS Z18, Z17, Z7
+	VMOVUPS     (R14)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z10
+	VFMADD231PS Z18, Z17, Z11
+	VMOVUPS     (R15)(AX*1), Z18
+	VFMADD231PS Z18, Z16, Z14
+	VFMADD231PS Z18, Z17, Z15
+	ADDQ $16, SI
+	ADDQ $16, DI
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  f8p2k
+	REDUCE_STORE16(c+24(FP))
+	VZEROUPPER
+	RET
+
 // func widenFP8AVX512(dst *float32, src *byte, n int, scale float32)
 // dst[i] = half(src[i])·scale for n (a multiple of 16) values; the caller
 // passes the scale times 2^8.
