@@ -147,6 +147,131 @@ x8done:
 	VZEROUPPER
 	RET
 
+// DECODE_BLOCK_HI is DECODE_BLOCK on registers above Z15 (the few-row
+// kernel's accumulators hold Z0..Z15): the block at (P) into ZLO, ZHI,
+// with the nibble mask in X30 and the table in X31. Clobbers X26..X29.
+#define DECODE_BLOCK_HI(P, ZLO, ZHI) \
+	VMOVDQU64  (P), X26       \
+	VPSRLW     $4, X26, X27   \
+	VPANDD     X30, X26, X26  \
+	VPANDD     X30, X27, X27  \
+	VPSHUFB    X26, X31, X26  \
+	VPSHUFB    X27, X31, X27  \
+	VPUNPCKLBW X27, X26, X28  \
+	VPUNPCKHBW X27, X26, X29  \
+	VPMOVSXBD  X28, ZLO       \
+	VPMOVSXBD  X29, ZHI       \
+	VCVTDQ2PS  ZLO, ZLO       \
+	VCVTDQ2PS  ZHI, ZHI
+
+// func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *float32, c *[16]float32)
+// Two nibble-coded rows of one table (half) against eight rows of A (a
+// short group repeats a row): each block of both rows is decoded once in
+// registers (Z16, Z17 and Z18, Z19, scaled by half[code]) and the A
+// values, loaded once (Z22, Z23), serve both. C[i,j] accumulates in
+// Z(4·(i%4) + 2·(i/4) + j), stored as dotInt8x8x2AVX512 stores it. R8..R15
+// are A's rows (advanced a block a step), SI/DI the two rows' blocks
+// (prefetched into L2 4 KiB ahead), BX/DX their scale codes, AX half, CX
+// a code, blocks-8(SP) the blocks left.
+TEXT ·dotNibblesx8x2AVX512(SB), NOSPLIT, $8-56
+	MOVQ a+0(FP), DX
+	ROWS8(DX)
+	MOVQ blocks+8(FP), DX
+	MOVQ 0(DX), SI
+	MOVQ 8(DX), DI
+	MOVQ scales+16(FP), DX
+	MOVQ 0(DX), BX
+	MOVQ 8(DX), DX
+	MOVQ nblocks+24(FP), AX
+	MOVQ AX, blocks-8(SP)
+	MOVQ lut+32(FP), AX
+	VMOVDQU64 (AX), X31
+	MOVL      $0x0F0F0F0F, AX
+	VPBROADCASTD AX, X30
+	MOVQ half+40(FP), AX
+	ZERO4X4
+nx2loop:
+	CMPQ blocks-8(SP), $0
+	JLE  nx2done
+	PREFETCHT1 4096(SI)
+	PREFETCHT1 4096(DI)
+	DECODE_BLOCK_HI(SI, Z16, Z17)
+	MOVBQZX      (BX), CX
+	VBROADCASTSS (AX)(CX*4), Z20
+	VMULPS       Z20, Z16, Z16
+	VMULPS       Z20, Z17, Z17
+	DECODE_BLOCK_HI(DI, Z18, Z19)
+	MOVBQZX      (DX), CX
+	VBROADCASTSS (AX)(CX*4), Z21
+	VMULPS       Z21, Z18, Z18
+	VMULPS       Z21, Z19, Z19
+	VMOVUPS     (R8), Z22
+	VMOVUPS     64(R8), Z23
+	VFMADD231PS Z22, Z16, Z0
+	VFMADD231PS Z23, Z17, Z0
+	VFMADD231PS Z22, Z18, Z1
+	VFMADD231PS Z23, Z19, Z1
+	ADDQ        $128, R8
+	VMOVUPS     (R9), Z22
+	VMOVUPS     64(R9), Z23
+	VFMADD231PS Z22, Z16, Z4
+	VFMADD231PS Z23, Z17, Z4
+	VFMADD231PS Z22, Z18, Z5
+	VFMADD231PS Z23, Z19, Z5
+	ADDQ        $128, R9
+	VMOVUPS     (R10), Z22
+	VMOVUPS     64(R10), Z23
+	VFMADD231PS Z22, Z16, Z8
+	VFMADD231PS Z23, Z17, Z8
+	VFMADD231PS Z22, Z18, Z9
+	VFMADD231PS Z23, Z19, Z9
+	ADDQ        $128, R10
+	VMOVUPS     (R11), Z22
+	VMOVUPS     64(R11), Z23
+	VFMADD231PS Z22, Z16, Z12
+	VFMADD231PS Z23, Z17, Z12
+	VFMADD231PS Z22, Z18, Z13
+	VFMADD231PS Z23, Z19, Z13
+	ADDQ        $128, R11
+	VMOVUPS     (R12), Z22
+	VMOVUPS     64(R12), Z23
+	VFMADD231PS Z22, Z16, Z2
+	VFMADD231PS Z23, Z17, Z2
+	VFMADD231PS Z22, Z18, Z3
+	VFMADD231PS Z23, Z19, Z3
+	ADDQ        $128, R12
+	VMOVUPS     (R13), Z22
+	VMOVUPS     64(R13), Z23
+	VFMADD231PS Z22, Z16, Z6
+	VFMADD231PS Z23, Z17, Z6
+	VFMADD231PS Z22, Z18, Z7
+	VFMADD231PS Z23, Z19, Z7
+	ADDQ        $128, R13
+	VMOVUPS     (R14), Z22
+	VMOVUPS     64(R14), Z23
+	VFMADD231PS Z22, Z16, Z10
+	VFMADD231PS Z23, Z17, Z10
+	VFMADD231PS Z22, Z18, Z11
+	VFMADD231PS Z23, Z19, Z11
+	ADDQ        $128, R14
+	VMOVUPS     (R15), Z22
+	VMOVUPS     64(R15), Z23
+	VFMADD231PS Z22, Z16, Z14
+	VFMADD231PS Z23, Z17, Z14
+	VFMADD231PS Z22, Z18, Z15
+	VFMADD231PS Z23, Z19, Z15
+	ADDQ        $128, R15
+	ADDQ $16, SI
+	ADDQ $16, DI
+	INCQ BX
+	INCQ DX
+	DECQ blocks-8(SP)
+	JMP  nx2loop
+nx2done:
+	REDUCE_STORE16(c+48(FP))
+	VZEROUPPER
+	RET
+
 // func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
 // nrows consecutive nibble-coded rows (nblocks blocks each) against a
 // whose blocks of 32 are permuted evens first (permuteBlocks), c[j] for
