@@ -105,10 +105,7 @@ func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8
 func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
 
 //go:noescape
-func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32, c *[8]float32)
-
-//go:noescape
-func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *float32, c *[16]float32)
+func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
 
 //go:noescape
 func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)

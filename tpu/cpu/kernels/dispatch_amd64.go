@@ -506,44 +506,40 @@ func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 }
 
 // smallMNibbles is the small-m product: every B row is decoded in
-// registers once for up to eight rows of A, with no f32 copy of B: two
-// rows at a time (dotNibblesx8x2AVX512) where the matrix has one table,
-// one (dotNibblesX8AVX512) where each row has its own. It reports false
-// (and does nothing) without AVX-512.
+// registers once for up to eight rows of A, two rows at a time
+// (dotNibblesx8x2AVX512, with the matrix's table or each row's own), with
+// no f32 copy of B. It reports false (and does nothing) without AVX-512.
 func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
 	if level != levelAVX512 {
 		return false
 	}
 	nb := k / nibbleBlock
 	_, _ = blocks[n*k/2-1], scales[n*nb-1]
-	if code.rows == nil {
-		// One table for the matrix: two rows at a time, each block of
-		// both decoded once and multiplied into all of A's rows.
-		Parallel((n+1)/2, max(1, gemvGrain(k)/2), func(lo, hi int) {
-			var ap [8]*float32
-			for i := range ap {
-				ap[i] = &a[min(i, m-1)*lda]
+	Parallel((n+1)/2, max(1, gemvGrain(k)/2), func(lo, hi int) {
+		var ap [8]*float32
+		for i := range ap {
+			ap[i] = &a[min(i, m-1)*lda]
+		}
+		var tmp [16]float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 2 * jb
+			cols := min(2, n-j0)
+			j1 := j0 + cols - 1
+			bp := [2]*byte{&blocks[j0*k/2], &blocks[j1*k/2]}
+			sp := [2]*byte{&scales[j0*nb], &scales[j1*nb]}
+			var hp [2]*float32
+			if code.rows != nil {
+				hp = [2]*float32{&code.rows[j0*code.stride], &code.rows[j1*code.stride]}
+			} else {
+				hp = [2]*float32{&code.half[0], &code.half[0]}
 			}
-			var tmp [16]float32
-			for jb := lo; jb < hi; jb++ {
-				j0 := 2 * jb
-				cols := min(2, n-j0)
-				j1 := j0 + cols - 1
-				bp := [2]*byte{&blocks[j0*k/2], &blocks[j1*k/2]}
-				sp := [2]*byte{&scales[j0*nb], &scales[j1*nb]}
-				dotNibblesx8x2AVX512(&ap, &bp, &sp, nb, code.lut, &code.half[0], &tmp)
-				for i := range m {
-					for j := range cols {
-						c[i*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
-					}
+			dotNibblesx8x2AVX512(&ap, &bp, &sp, nb, code.lut, &hp, &tmp)
+			for i := range m {
+				for j := range cols {
+					c[i*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
 				}
 			}
-		})
-		return true
-	}
-	smallMRows(m, n, k, 8, a, lda, c, ldc, func(_ int, rows []*float32, j int, out []float32) {
-		rc := code.at(j)
-		dotNibblesX8AVX512((*[8]*float32)(rows), &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0], (*[8]float32)(out))
+		}
 	})
 	return true
 }

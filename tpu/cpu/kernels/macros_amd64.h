@@ -34,38 +34,6 @@
 	MOVQ 48(P), R14 \
 	MOVQ 56(P), R15
 
-// ZERO8ROWS zeroes the eight row accumulators Z16..Z23.
-#define ZERO8ROWS \
-	VPXORD Z16, Z16, Z16 \
-	VPXORD Z17, Z17, Z17 \
-	VPXORD Z18, Z18, Z18 \
-	VPXORD Z19, Z19, Z19 \
-	VPXORD Z20, Z20, Z20 \
-	VPXORD Z21, Z21, Z21 \
-	VPXORD Z22, Z22, Z22 \
-	VPXORD Z23, Z23, Z23
-
-// REDUCE8ROWS sums each of the eight row accumulators Z16..Z23 into the
-// eight floats at DX (the eight-row kernels: REDUCE512 needs its register
-// below Z16, so each goes through Z0; clobbers Z0 and Z15).
-#define REDUCE8ROWS \
-	VMOVAPS Z16, Z0 \
-	REDUCE512(Z0, Y0, X0, 0(DX)) \
-	VMOVAPS Z17, Z0 \
-	REDUCE512(Z0, Y0, X0, 4(DX)) \
-	VMOVAPS Z18, Z0 \
-	REDUCE512(Z0, Y0, X0, 8(DX)) \
-	VMOVAPS Z19, Z0 \
-	REDUCE512(Z0, Y0, X0, 12(DX)) \
-	VMOVAPS Z20, Z0 \
-	REDUCE512(Z0, Y0, X0, 16(DX)) \
-	VMOVAPS Z21, Z0 \
-	REDUCE512(Z0, Y0, X0, 20(DX)) \
-	VMOVAPS Z22, Z0 \
-	REDUCE512(Z0, Y0, X0, 24(DX)) \
-	VMOVAPS Z23, Z0 \
-	REDUCE512(Z0, Y0, X0, 28(DX))
-
 // ROWRED512 reduces the four accumulators of one C row to four floats in XA
 // (lanes j = 0..3). Clobbers Y24..Y27 and the other three accumulators.
 #define ROWRED512(ZA, ZB, ZC, ZD, YA, YB, YC, YD, XA) \

@@ -94,59 +94,6 @@ wddone:
 	VZEROUPPER
 	RET
 
-// func dotNibblesX8AVX512(a *[8]*float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32, c *[8]float32)
-// One nibble-coded row against eight rows of A: each block is decoded once in
-// registers (as in dotNibblesAVX512) and multiplied into the eight rows'
-// accumulators Z16..Z23; c[i] gets row i's sum. R8..R15 are the rows, DI
-// the byte offset into them.
-TEXT ·dotNibblesX8AVX512(SB), NOSPLIT, $0-56
-	MOVQ a+0(FP), DX
-	ROWS8(DX)
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ lut+32(FP), DX
-	MOVQ half+40(FP), AX
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, DX
-	VPBROADCASTD DX, X13
-	ZERO8ROWS
-	XORQ DI, DI
-x8loop:
-	TESTQ CX, CX
-	JLE   x8done
-	DECODE_BLOCK
-	MOVBQZX    (BX), DX
-	VBROADCASTSS (AX)(DX*4), Z9
-	VMULPS     Z9, Z6, Z6
-	VMULPS     Z9, Z7, Z7
-	VFMADD231PS (R8)(DI*1), Z6, Z16
-	VFMADD231PS 64(R8)(DI*1), Z7, Z16
-	VFMADD231PS (R9)(DI*1), Z6, Z17
-	VFMADD231PS 64(R9)(DI*1), Z7, Z17
-	VFMADD231PS (R10)(DI*1), Z6, Z18
-	VFMADD231PS 64(R10)(DI*1), Z7, Z18
-	VFMADD231PS (R11)(DI*1), Z6, Z19
-	VFMADD231PS 64(R11)(DI*1), Z7, Z19
-	VFMADD231PS (R12)(DI*1), Z6, Z20
-	VFMADD231PS 64(R12)(DI*1), Z7, Z20
-	VFMADD231PS (R13)(DI*1), Z6, Z21
-	VFMADD231PS 64(R13)(DI*1), Z7, Z21
-	VFMADD231PS (R14)(DI*1), Z6, Z22
-	VFMADD231PS 64(R14)(DI*1), Z7, Z22
-	VFMADD231PS (R15)(DI*1), Z6, Z23
-	VFMADD231PS 64(R15)(DI*1), Z7, Z23
-	ADDQ $16, SI
-	INCQ BX
-	ADDQ $128, DI
-	DECQ CX
-	JMP  x8loop
-x8done:
-	MOVQ c+48(FP), DX
-	REDUCE8ROWS
-	VZEROUPPER
-	RET
-
 // DECODE_BLOCK_HI is DECODE_BLOCK on registers above Z15 (the few-row
 // kernel's accumulators hold Z0..Z15): the block at (P) into ZLO, ZHI,
 // with the nibble mask in X30 and the table in X31. Clobbers X26..X29.
@@ -164,16 +111,18 @@ x8done:
 	VCVTDQ2PS  ZLO, ZLO       \
 	VCVTDQ2PS  ZHI, ZHI
 
-// func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *float32, c *[16]float32)
-// Two nibble-coded rows of one table (half) against eight rows of A (a
-// short group repeats a row): each block of both rows is decoded once in
-// registers (Z16, Z17 and Z18, Z19, scaled by half[code]) and the A
+// func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
+// Two nibble-coded rows (scale tables half[0] and half[1], the same one
+// or each row's own) against eight rows of A (a short group repeats a
+// row): each block of both rows is decoded once in registers (Z16, Z17
+// and Z18, Z19, scaled by their table's entry for its code) and the A
 // values, loaded once (Z22, Z23), serve both. C[i,j] accumulates in
 // Z(4·(i%4) + 2·(i/4) + j), stored as dotInt8x8x2AVX512 stores it. R8..R15
 // are A's rows (advanced a block a step), SI/DI the two rows' blocks
-// (prefetched into L2 4 KiB ahead), BX/DX their scale codes, AX half, CX
-// a code, blocks-8(SP) the blocks left.
-TEXT ·dotNibblesx8x2AVX512(SB), NOSPLIT, $8-56
+// (prefetched into L2 4 KiB ahead), BX/DX their scale codes, AX the first
+// table, CX a code, hoff-16(SP) the second table's offset from the first
+// in entries, blocks-8(SP) the blocks left.
+TEXT ·dotNibblesx8x2AVX512(SB), NOSPLIT, $16-56
 	MOVQ a+0(FP), DX
 	ROWS8(DX)
 	MOVQ blocks+8(FP), DX
@@ -188,7 +137,12 @@ TEXT ·dotNibblesx8x2AVX512(SB), NOSPLIT, $8-56
 	VMOVDQU64 (AX), X31
 	MOVL      $0x0F0F0F0F, AX
 	VPBROADCASTD AX, X30
-	MOVQ half+40(FP), AX
+	MOVQ half+40(FP), CX
+	MOVQ 0(CX), AX
+	MOVQ 8(CX), CX
+	SUBQ AX, CX
+	SARQ $2, CX
+	MOVQ CX, hoff-16(SP)
 	ZERO4X4
 nx2loop:
 	CMPQ blocks-8(SP), $0
@@ -202,6 +156,7 @@ nx2loop:
 	VMULPS       Z20, Z17, Z17
 	DECODE_BLOCK_HI(DI, Z18, Z19)
 	MOVBQZX      (DX), CX
+	ADDQ         hoff-16(SP), CX
 	VBROADCASTSS (AX)(CX*4), Z21
 	VMULPS       Z21, Z18, Z18
 	VMULPS       Z21, Z19, Z19
