@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 
 	"golang.org/x/sys/cpu"
 )
@@ -656,61 +657,58 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 
 // smallMFP8 is GemmFP8NT's product for 2 to fp8SmallM rows of A on
 // AVX-512: two B rows at a time against each group of eight rows of A
-// (dotFP8x8x2AVX512), each weight widened in registers once for all the
-// rows, with no f32 copy of B. As in gemvFP8, the rows of A carry the
-// scales: with one scale a row (sc = 1) A is lifted once and the sums
-// scaled; with block scales each worker scales its copy of A by the
-// block row's scales when its B rows enter a new block (b0 even, so that
-// a pair never straddles two). It reports false (and does nothing)
-// otherwise.
+// (dotFP8x8x2AVX512), each weight widened and scaled in registers once
+// for all the rows, with no f32 copy of B. Each weight is the product of
+// its byte's value and its scale rounded once, as the dequantised weight
+// is, so the sums are those of the f32 product on the dequantised matrix
+// in this kernel's order. The scale blocks must span whole vectors: a
+// block width (or, with one scale across a row, k) that is a multiple of
+// 16 and divides k, and scales below 2^7 (times the widening's 2^120 they
+// must stay finite). It reports false (and does nothing) otherwise.
 func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []float32, sc, b0, b1 int, c []float32, ldc int) bool {
-	km := k &^ 15
-	if level != levelAVX512 || m > fp8SmallM || km == 0 || (sc > 1 && b0%2 != 0) {
+	g := b1
+	if sc == 1 {
+		g = k
+	}
+	if level != levelAVX512 || m > fp8SmallM || g%16 != 0 || k%g != 0 {
 		return false
 	}
+	for _, v := range scales[:(n+b0-1)/b0*sc] {
+		if !(math.Abs(float64(v)) < 0x1p7) {
+			return false
+		}
+	}
+	ng := k / g
 	_ = b[(n-1)*ldb+k-1]
 	Parallel((n+1)/2, max(1, gemvGrain(k)/2/((m+7)/8)), func(lo, hi int) {
-		buf, as := f32Scratch(m * k)
+		buf, s2 := f32Scratch(2 * ng)
 		defer f32Pool.Put(buf)
-		block := -1
+		r0, r1 := -1, -1
 		var ap [8]*float32
 		var tmp [16]float32
 		for jb := lo; jb < hi; jb++ {
 			j0 := 2 * jb
 			cols := min(2, n-j0)
-			if rb := j0 / b0; sc > 1 && rb != block || block < 0 {
-				block = rb
-				for i := range m {
-					row := as[i*k : (i+1)*k]
-					copy(row, a[i*lda:i*lda+k])
-					if sc == 1 {
-						scaleInPlace(row, fp8Lift)
-						continue
-					}
-					for q, v := range scales[rb*sc : rb*sc+sc] {
-						scaleInPlace(row[q*b1:min(k, (q+1)*b1)], v*fp8Lift)
-					}
+			j1 := j0 + cols - 1
+			// The two rows' scales, times 2^120, when their block rows change.
+			if j0/b0 != r0 || j1/b0 != r1 {
+				r0, r1 = j0/b0, j1/b0
+				for q := range ng {
+					s2[q] = scales[r0*sc+q] * 0x1p120
+					s2[ng+q] = scales[r1*sc+q] * 0x1p120
 				}
 			}
-			bp := [2]*byte{&b[j0*ldb], &b[(j0+cols-1)*ldb]}
+			bp := [2]*byte{&b[j0*ldb], &b[j1*ldb]}
+			sp := [2]*float32{&s2[0], &s2[ng]}
 			for i0 := 0; i0 < m; i0 += 8 {
 				rows := min(8, m-i0)
 				for i := range ap {
-					ap[i] = &as[(i0+min(i, rows-1))*k]
+					ap[i] = &a[(i0+min(i, rows-1))*lda]
 				}
-				dotFP8x8x2AVX512(&ap, &bp, km, &tmp)
+				dotFP8x8x2AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
 				for i := range rows {
-					ai := as[(i0+i)*k : (i0+i+1)*k]
 					for j := range cols {
-						v := tmp[4*(i%4)+2*(i/4)+j] * (0x1p120 / fp8Lift)
-						if km < k {
-							o := (j0 + j) * ldb
-							v += dotFP8(ai[km:], b[o+km:o+k]) / fp8Lift
-						}
-						if sc == 1 {
-							v *= scales[(j0+j)/b0]
-						}
-						c[(i0+i)*ldc+j0+j] = v
+						c[(i0+i)*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
 					}
 				}
 			}

@@ -603,66 +603,17 @@ TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
 	VPBROADCASTD R13, Z14
 	GEMV16_512(LD_FP8F_512, PF1, fp8x4, fp8x4k, fp8x1, fp8x1k, fp8done)
 
-// func dotFP8x8x2AVX512(a *[8]*float32, b *[2]*byte, k int, c *[16]float32)
-// Two FP8 rows of B against eight rows of A (a short group repeats a
-// row), for a few rows of A: each step widens 16 bytes of both B rows as
-// LD_FP8F_512 does (the E4M3 values times 2^-120; Z19 the mask) and loads
-// 16 values of each A row once for both. k is a positive multiple of 16.
-// C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j), stored as
-// dotInt8x8x2AVX512 stores it. R8..R15 are A's rows, AX the byte offset
-// into them, SI/DI the B rows (prefetched into L2 4 KiB ahead), CX the
-// steps left.
-TEXT ·dotFP8x8x2AVX512(SB), NOSPLIT, $0-32
-	MOVQ a+0(FP), DX
-	ROWS8(DX)
-	MOVQ b+8(FP), DX
-	MOVQ 0(DX), SI
-	MOVQ 8(DX), DI
-	MOVQ k+16(FP), CX
-	SHRQ $4, CX
+// func dotFP8x8x2AVX512(a *[8]*float32, b *[2]*byte, scales *[2]*float32, ngroups, g16 int, c *[16]float32)
+// dotInt8x8x2AVX512 for two FP8 rows of B, widened as the GEMV widens
+// them (three integer ops) to the E4M3 values times 2^-120; the caller
+// passes the scales times 2^120, so that each product of a byte's value
+// and its scale is that of the dequantised weight, rounded once.
+TEXT ·dotFP8x8x2AVX512(SB), NOSPLIT, $8-48
 	MOVL $0x87F00000, AX
 	VPBROADCASTD AX, Z19
-	ZERO4X4
-	XORQ AX, AX
-f8p2k:
-	PREFETCHT1  4096(SI)
-	PREFETCHT1  4096(DI)
-	VPMOVSXBD   (SI), Z16
-	VPSLLD      $20, Z16, Z16
-	VPANDD      Z19, Z16, Z16
-	VPMOVSXBD   (DI), Z17
-	VPSLLD      $20, Z17, Z17
-	VPANDD      Z19, Z17, Z17
-	VMOVUPS     (R8)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z0
-	VFMADD231PS Z18, Z17, Z1
-	VMOVUPS     (R9)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z4
-	VFMADD231PS Z18, Z17, Z5
-	VMOVUPS     (R10)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z8
-	VFMADD231PS Z18, Z17, Z9
-	VMOVUPS     (R11)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z12
-	VFMADD231PS Z18, Z17, Z13
-	VMOVUPS     (R12)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z2
-	VFMADD231PS Z18, Z17, Z3
-	VMOVUPS     (R13)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z6
-	VFMADD231PS Z18, Z17, Z7
-	VMOVUPS     (R14)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z10
-	VFMADD231PS Z18, Z17, Z11
-	VMOVUPS     (R15)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z14
-	VFMADD231PS Z18, Z17, Z15
-	ADDQ $16, SI
-	ADDQ $16, DI
-	ADDQ $64, AX
-	DECQ CX
-	JNZ  f8p2k
-	REDUCE_STORE16(c+24(FP))
+	GROUPS_8X2_ARGS
+	GROUPS_8X2(WIDEN_FP8, f8p2g, f8p2k, f8p2done)
+	REDUCE_STORE16(c+40(FP))
 	VZEROUPPER
 	RET
 
@@ -736,78 +687,12 @@ wq2done:
 
 // func dotInt8x8x2AVX512(a *[8]*float32, b *[2]*int8, scales *[2]*float32, ngroups, g16 int, c *[16]float32)
 // Two int8 rows of B (ngroups groups of 16·g16 columns, one f32 scale a
-// group each) against eight rows of A (a short group repeats a row): each
-// step widens and scales 16 weights of both B rows (Z16, Z17) and loads
-// 16 values of each A row once (Z18) for both, so B streams once and each
-// A load serves two products.
-// C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j), so that REDUCE4X4's rows
-// give c[4·(i%4) + 2·(i/4) + j]. R8..R15 are A's rows, AX the byte offset
-// into them, SI/DI the B rows, BX/DX their scales, CX the steps left in a
-// group and groups-8(SP) the groups left. A worker's B rows are one
-// contiguous run, which SI and DI, 4 KiB ahead, prefetch into L2 between
-// them (for a few rows of A the hardware prefetcher alone falls behind).
+// group each) against eight rows of A (a short group repeats a row), by
+// GROUPS_8X2 (each weight widened and scaled once for all the rows);
+// c[4·(i%4) + 2·(i/4) + j] gets C[i,j].
 TEXT ·dotInt8x8x2AVX512(SB), NOSPLIT, $8-48
-	MOVQ a+0(FP), DX
-	ROWS8(DX)
-	MOVQ b+8(FP), DX
-	MOVQ 0(DX), SI
-	MOVQ 8(DX), DI
-	MOVQ scales+16(FP), DX
-	MOVQ 0(DX), BX
-	MOVQ 8(DX), DX
-	MOVQ ngroups+24(FP), AX
-	MOVQ AX, groups-8(SP)
-	ZERO4X4
-	XORQ AX, AX
-i8p2g:
-	CMPQ groups-8(SP), $0
-	JLE  i8p2done
-	VBROADCASTSS (BX), Z28
-	VBROADCASTSS (DX), Z29
-	MOVQ g16+32(FP), CX
-i8p2k:
-	PREFETCHT1  4096(SI)
-	PREFETCHT1  4096(DI)
-	VPMOVSXBD   (SI), Z16
-	VCVTDQ2PS   Z16, Z16
-	VMULPS      Z28, Z16, Z16
-	VPMOVSXBD   (DI), Z17
-	VCVTDQ2PS   Z17, Z17
-	VMULPS      Z29, Z17, Z17
-	VMOVUPS     (R8)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z0
-	VFMADD231PS Z18, Z17, Z1
-	VMOVUPS     (R9)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z4
-	VFMADD231PS Z18, Z17, Z5
-	VMOVUPS     (R10)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z8
-	VFMADD231PS Z18, Z17, Z9
-	VMOVUPS     (R11)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z12
-	VFMADD231PS Z18, Z17, Z13
-	VMOVUPS     (R12)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z2
-	VFMADD231PS Z18, Z17, Z3
-	VMOVUPS     (R13)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z6
-	VFMADD231PS Z18, Z17, Z7
-	VMOVUPS     (R14)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z10
-	VFMADD231PS Z18, Z17, Z11
-	VMOVUPS     (R15)(AX*1), Z18
-	VFMADD231PS Z18, Z16, Z14
-	VFMADD231PS Z18, Z17, Z15
-	ADDQ $16, SI
-	ADDQ $16, DI
-	ADDQ $64, AX
-	DECQ CX
-	JNZ  i8p2k
-	ADDQ $4, BX
-	ADDQ $4, DX
-	DECQ groups-8(SP)
-	JMP  i8p2g
-i8p2done:
+	GROUPS_8X2_ARGS
+	GROUPS_8X2(WIDEN_I8, i8p2g, i8p2k, i8p2done)
 	REDUCE_STORE16(c+40(FP))
 	VZEROUPPER
 	RET

@@ -141,3 +141,89 @@ store: \
 	STORE4X4(R12) \
 	VZEROUPPER \
 	RET
+
+// GROUPS_8X2 is the body of the few-row kernels over one-byte weights in
+// groups (dotInt8x8x2AVX512, dotFP8x8x2AVX512): two B rows (SI, DI) against
+// eight rows of A (R8..R15 at byte offset AX), in groups-8(SP) groups of
+// g16+32(FP) steps of 16 weights, each group with one scale a B row (at
+// BX and DX, broadcast into Z28 and Z29). WIDEN(P, Z) turns the 16 bytes
+// at P into f32, which the scale then multiplies (Z16, Z17); each A load
+// (Z18) serves both rows. C[i,j] accumulates in Z(4·(i%4) + 2·(i/4) + j).
+// B is prefetched into L2 4 KiB ahead: a worker's rows are one contiguous
+// run, which SI and DI cover between them.
+#define GROUPS_8X2(WIDEN, LG, LK, LDONE) \
+	ZERO4X4 \
+	XORQ AX, AX \
+LG: \
+	CMPQ groups-8(SP), $0 \
+	JLE  LDONE \
+	VBROADCASTSS (BX), Z28 \
+	VBROADCASTSS (DX), Z29 \
+	MOVQ g16+32(FP), CX \
+LK: \
+	PREFETCHT1  4096(SI) \
+	PREFETCHT1  4096(DI) \
+	WIDEN((SI), Z16) \
+	VMULPS      Z28, Z16, Z16 \
+	WIDEN((DI), Z17) \
+	VMULPS      Z29, Z17, Z17 \
+	VMOVUPS     (R8)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z0 \
+	VFMADD231PS Z18, Z17, Z1 \
+	VMOVUPS     (R9)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z4 \
+	VFMADD231PS Z18, Z17, Z5 \
+	VMOVUPS     (R10)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z8 \
+	VFMADD231PS Z18, Z17, Z9 \
+	VMOVUPS     (R11)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z12 \
+	VFMADD231PS Z18, Z17, Z13 \
+	VMOVUPS     (R12)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z2 \
+	VFMADD231PS Z18, Z17, Z3 \
+	VMOVUPS     (R13)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z6 \
+	VFMADD231PS Z18, Z17, Z7 \
+	VMOVUPS     (R14)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z10 \
+	VFMADD231PS Z18, Z17, Z11 \
+	VMOVUPS     (R15)(AX*1), Z18 \
+	VFMADD231PS Z18, Z16, Z14 \
+	VFMADD231PS Z18, Z17, Z15 \
+	ADDQ $16, SI \
+	ADDQ $16, DI \
+	ADDQ $64, AX \
+	DECQ CX \
+	JNZ  LK \
+	ADDQ $4, BX \
+	ADDQ $4, DX \
+	DECQ groups-8(SP) \
+	JMP  LG \
+LDONE:
+
+// GROUPS_8X2_ARGS loads the arguments (a *[8]*float32, b *[2]*byte,
+// scales *[2]*float32, ngroups, ...) into GROUPS_8X2's registers.
+#define GROUPS_8X2_ARGS \
+	MOVQ a+0(FP), DX \
+	ROWS8(DX) \
+	MOVQ b+8(FP), DX \
+	MOVQ 0(DX), SI \
+	MOVQ 8(DX), DI \
+	MOVQ scales+16(FP), DX \
+	MOVQ 0(DX), BX \
+	MOVQ 8(DX), DX \
+	MOVQ ngroups+24(FP), AX \
+	MOVQ AX, groups-8(SP)
+
+// WIDEN_I8 widens 16 int8 weights at P to f32 in Z.
+#define WIDEN_I8(P, Z) \
+	VPMOVSXBD P, Z \
+	VCVTDQ2PS Z, Z
+
+// WIDEN_FP8 is LD_FP8F_512 at P with the mask in Z19: the E4M3 values
+// times 2^-120.
+#define WIDEN_FP8(P, Z) \
+	VPMOVSXBD P, Z       \
+	VPSLLD    $20, Z, Z  \
+	VPANDD    Z19, Z, Z
