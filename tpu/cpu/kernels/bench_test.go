@@ -297,6 +297,42 @@ func BenchmarkGEMMSmallM(b *testing.B) {
 	}
 }
 
+// BenchmarkGEMMSmallMBytes: products of a few rows with one-byte weights,
+// int8 in groups of 64 (--quantize int8) and FP8 in blocks of 128x128,
+// the 110M Llama's MLP shapes ([out, in]); weights cycled through
+// coldBytes, as a decode step meets them.
+func BenchmarkGEMMSmallMBytes(b *testing.B) {
+	for _, sh := range [][2]int{{2048, 768}, {768, 2048}} {
+		n, k := sh[0], sh[1]
+		for _, m := range []int{2, 4, 8, 16} {
+			for _, dt := range []string{"int8", "fp8"} {
+				b.Run(fmt.Sprintf("%s/%dx%d/m=%d", dt, n, k, m), func(b *testing.B) {
+					r := rand.New(rand.NewPCG(5, 5))
+					a := randMat(r, m, k, k)
+					c := make([]float32, m*n)
+					copies := max(1, coldBytes/(n*k))
+					calls := make([]func(), copies)
+					for i := range calls {
+						if dt == "int8" {
+							q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, 64)
+							calls[i] = func() { GemmInt8NT(m, n, k, a, k, q, k, sc, 64, c, n) }
+						} else {
+							w, sc, _ := fp8Case(r, n, k, k, 128, 128)
+							calls[i] = func() { GemmFP8NT(m, n, k, a, k, w, k, sc, 128, 128, c, n) }
+						}
+					}
+					i := 0
+					for b.Loop() {
+						calls[i%copies]()
+						i++
+					}
+					b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkGemvMulti: the routed experts of one token at decode (8 of a
 // stack of 64 [1024, 1024] bf16 matrices, the docs/moe.md model's fused
 // gate_up), one GemvMulti against one GemmBF16NT per expert; weights

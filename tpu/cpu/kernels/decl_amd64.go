@@ -150,6 +150,9 @@ func dotInt8x4x4AVX512(a *[4]*float32, b *[4]*int8, scales *[4]*float32, ngroups
 func dotFP8x8x2AVX512(a *[8]*float32, b *[2]*byte, scales *[2]*float32, ngroups, g16 int, c *[16]float32)
 
 //go:noescape
+func dotFP8x4x4AVX512(a *[4]*float32, b *[4]*byte, scales *[4]*float32, ngroups, g16 int, c *[16]float32)
+
+//go:noescape
 func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)
 
 //go:noescape

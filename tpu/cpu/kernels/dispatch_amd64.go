@@ -657,7 +657,8 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 
 // smallMFP8 is GemmFP8NT's product for 2 to fp8SmallM rows of A on
 // AVX-512: two B rows at a time against each group of eight rows of A
-// (dotFP8x8x2AVX512), each weight widened and scaled in registers once
+// (dotFP8x8x2AVX512; four against up to four rows, dotFP8x4x4AVX512),
+// each weight widened and scaled in registers once
 // for all the rows, with no f32 copy of B. Each weight is the product of
 // its byte's value and its scale rounded once, as the dequantised weight
 // is, so the sums are those of the f32 product on the dequantised matrix
@@ -680,6 +681,10 @@ func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 	}
 	ng := k / g
 	_ = b[(n-1)*ldb+k-1]
+	if m <= 4 {
+		smallMFP8x4(m, n, k, a, lda, b, ldb, scales, sc, b0, ng, g, c, ldc)
+		return true
+	}
 	Parallel((n+1)/2, max(1, gemvGrain(k)/2/((m+7)/8)), func(lo, hi int) {
 		buf, s2 := f32Scratch(2 * ng)
 		defer f32Pool.Put(buf)
@@ -715,6 +720,42 @@ func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 		}
 	})
 	return true
+}
+
+// smallMFP8x4 is smallMFP8 for two to four rows of A: four B rows at a
+// time (the last block repeating its last row), dotFP8x4x4AVX512, each
+// row's ng scales times 2^120 refreshed when its block row changes.
+func smallMFP8x4(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []float32, sc, b0, ng, g int, c []float32, ldc int) {
+	Parallel((n+3)/4, max(1, gemvGrain(k)/4), func(lo, hi int) {
+		buf, s4 := f32Scratch(4 * ng)
+		defer f32Pool.Put(buf)
+		rb := [4]int{-1, -1, -1, -1}
+		var ap [4]*float32
+		for i := range ap {
+			ap[i] = &a[min(i, m-1)*lda]
+		}
+		var bp [4]*byte
+		var sp [4]*float32
+		var tmp [16]float32
+		for jb := lo; jb < hi; jb++ {
+			j0 := 4 * jb
+			cols := min(4, n-j0)
+			for j := range 4 {
+				r := j0 + min(j, cols-1)
+				if r/b0 != rb[j] {
+					rb[j] = r / b0
+					for q := range ng {
+						s4[j*ng+q] = scales[rb[j]*sc+q] * 0x1p120
+					}
+				}
+				bp[j], sp[j] = &b[r*ldb], &s4[j*ng]
+			}
+			dotFP8x4x4AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
+			for i := range m {
+				copy(c[i*ldc+j0:i*ldc+j0+cols], tmp[4*i:4*i+cols])
+			}
+		}
+	})
 }
 
 // fp8SmallM is the most rows of A smallMFP8 takes (groups of eight rows

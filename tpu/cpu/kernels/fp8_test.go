@@ -122,6 +122,7 @@ func TestGemmFP8NT(t *testing.T) {
 			// two groups of rows, per tensor, and an odd block height
 			// (left to the blocked GEMM)
 			{4, 11, 200, 1, 128, 128}, {16, 9, 96, 0, 2, 32}, {9, 5, 40, 0, 8, 16}, {6, 30, 96, 0, 30, 96}, {3, 10, 64, 0, 3, 32},
+			{2, 130, 256, 0, 128, 128}, {7, 131, 256, 0, 128, 128},
 		} {
 			b, scales, dense := fp8Case(r, c.n, c.k, c.k+c.pad, c.b0, c.b1)
 			a := randMat(r, c.m, c.k, c.k)

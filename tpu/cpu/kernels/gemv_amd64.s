@@ -610,9 +610,20 @@ TEXT ·gemvFP8AVX512(SB), NOSPLIT, $0-48
 // and its scale is that of the dequantised weight, rounded once.
 TEXT ·dotFP8x8x2AVX512(SB), NOSPLIT, $8-48
 	MOVL $0x87F00000, AX
-	VPBROADCASTD AX, Z19
+	VPBROADCASTD AX, Z30
 	GROUPS_8X2_ARGS
 	GROUPS_8X2(WIDEN_FP8, f8p2g, f8p2k, f8p2done)
+	REDUCE_STORE16(c+40(FP))
+	VZEROUPPER
+	RET
+
+// func dotFP8x4x4AVX512(a *[4]*float32, b *[4]*byte, scales *[4]*float32, ngroups, g16 int, c *[16]float32)
+// dotFP8x8x2AVX512's counterpart for up to four rows of A (GROUPS_4X4).
+TEXT ·dotFP8x4x4AVX512(SB), NOSPLIT, $8-48
+	MOVL $0x87F00000, AX
+	VPBROADCASTD AX, Z30
+	GROUPS_4X4_ARGS
+	GROUPS_4X4(WIDEN_FP8, f8q4g, f8q4k, f8q4done)
 	REDUCE_STORE16(c+40(FP))
 	VZEROUPPER
 	RET
@@ -698,92 +709,13 @@ TEXT ·dotInt8x8x2AVX512(SB), NOSPLIT, $8-48
 	RET
 
 // func dotInt8x4x4AVX512(a *[4]*float32, b *[4]*int8, scales *[4]*float32, ngroups, g16 int, c *[16]float32)
-// dotInt8x8x2AVX512's shape for up to four rows of A: four int8 B rows
-// (Z16..Z19, widened and scaled) against four A rows, so that a product
-// of two to four rows does half the multiply-adds the eight-row kernel
-// would. Z(4i+j) accumulates C[i,j] and c[4i+j] gets it. R8..R11 are A's
-// rows, AX the byte offset into them, R12..R15 the B rows (prefetched 4
-// KiB ahead, as in dotInt8x8x2AVX512), BX/DX/SI/DI their scales (Z24..Z27
-// the group's), CX the steps left in a group, groups-8(SP) the groups left.
+// dotInt8x8x2AVX512's counterpart for up to four rows of A, by GROUPS_4X4:
+// four int8 B rows against four A rows, so that a product of two to four
+// rows does half the multiply-adds the eight-row kernel would; c[4i+j]
+// gets C[i,j].
 TEXT ·dotInt8x4x4AVX512(SB), NOSPLIT, $8-48
-	MOVQ a+0(FP), AX
-	MOVQ 0(AX), R8
-	MOVQ 8(AX), R9
-	MOVQ 16(AX), R10
-	MOVQ 24(AX), R11
-	MOVQ b+8(FP), AX
-	MOVQ 0(AX), R12
-	MOVQ 8(AX), R13
-	MOVQ 16(AX), R14
-	MOVQ 24(AX), R15
-	MOVQ scales+16(FP), AX
-	MOVQ 0(AX), BX
-	MOVQ 8(AX), DX
-	MOVQ 16(AX), SI
-	MOVQ 24(AX), DI
-	MOVQ ngroups+24(FP), AX
-	MOVQ AX, groups-8(SP)
-	ZERO4X4
-	XORQ AX, AX
-i8q4g:
-	CMPQ groups-8(SP), $0
-	JLE  i8q4done
-	VBROADCASTSS (BX), Z24
-	VBROADCASTSS (DX), Z25
-	VBROADCASTSS (SI), Z26
-	VBROADCASTSS (DI), Z27
-	MOVQ g16+32(FP), CX
-i8q4k:
-	PREFETCHT1  4096(R12)
-	PREFETCHT1  4096(R13)
-	PREFETCHT1  4096(R14)
-	PREFETCHT1  4096(R15)
-	VPMOVSXBD   (R12), Z16
-	VCVTDQ2PS   Z16, Z16
-	VMULPS      Z24, Z16, Z16
-	VPMOVSXBD   (R13), Z17
-	VCVTDQ2PS   Z17, Z17
-	VMULPS      Z25, Z17, Z17
-	VPMOVSXBD   (R14), Z18
-	VCVTDQ2PS   Z18, Z18
-	VMULPS      Z26, Z18, Z18
-	VPMOVSXBD   (R15), Z19
-	VCVTDQ2PS   Z19, Z19
-	VMULPS      Z27, Z19, Z19
-	VMOVUPS     (R8)(AX*1), Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z1
-	VFMADD231PS Z18, Z20, Z2
-	VFMADD231PS Z19, Z20, Z3
-	VMOVUPS     (R9)(AX*1), Z20
-	VFMADD231PS Z16, Z20, Z4
-	VFMADD231PS Z17, Z20, Z5
-	VFMADD231PS Z18, Z20, Z6
-	VFMADD231PS Z19, Z20, Z7
-	VMOVUPS     (R10)(AX*1), Z20
-	VFMADD231PS Z16, Z20, Z8
-	VFMADD231PS Z17, Z20, Z9
-	VFMADD231PS Z18, Z20, Z10
-	VFMADD231PS Z19, Z20, Z11
-	VMOVUPS     (R11)(AX*1), Z20
-	VFMADD231PS Z16, Z20, Z12
-	VFMADD231PS Z17, Z20, Z13
-	VFMADD231PS Z18, Z20, Z14
-	VFMADD231PS Z19, Z20, Z15
-	ADDQ $16, R12
-	ADDQ $16, R13
-	ADDQ $16, R14
-	ADDQ $16, R15
-	ADDQ $64, AX
-	DECQ CX
-	JNZ  i8q4k
-	ADDQ $4, BX
-	ADDQ $4, DX
-	ADDQ $4, SI
-	ADDQ $4, DI
-	DECQ groups-8(SP)
-	JMP  i8q4g
-i8q4done:
+	GROUPS_4X4_ARGS
+	GROUPS_4X4(WIDEN_I8, i8q4g, i8q4k, i8q4done)
 	REDUCE_STORE16(c+40(FP))
 	VZEROUPPER
 	RET

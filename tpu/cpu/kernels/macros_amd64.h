@@ -221,9 +221,93 @@ LDONE:
 	VPMOVSXBD P, Z \
 	VCVTDQ2PS Z, Z
 
-// WIDEN_FP8 is LD_FP8F_512 at P with the mask in Z19: the E4M3 values
+// WIDEN_FP8 is LD_FP8F_512 at P with the mask in Z30: the E4M3 values
 // times 2^-120.
 #define WIDEN_FP8(P, Z) \
 	VPMOVSXBD P, Z       \
 	VPSLLD    $20, Z, Z  \
-	VPANDD    Z19, Z, Z
+	VPANDD    Z30, Z, Z
+
+// GROUPS_4X4 is GROUPS_8X2 for four B rows (R12..R15, their scales at BX,
+// DX, SI, DI broadcast into Z24..Z27, the widened rows Z16..Z19) against
+// four rows of A (R8..R11 at byte offset AX, each loaded once into Z20
+// for the four); C[i,j] accumulates in Z(4i+j).
+#define GROUPS_4X4(WIDEN, LG, LK, LDONE) \
+	ZERO4X4 \
+	XORQ AX, AX \
+LG: \
+	CMPQ groups-8(SP), $0 \
+	JLE  LDONE \
+	VBROADCASTSS (BX), Z24 \
+	VBROADCASTSS (DX), Z25 \
+	VBROADCASTSS (SI), Z26 \
+	VBROADCASTSS (DI), Z27 \
+	MOVQ g16+32(FP), CX \
+LK: \
+	PREFETCHT1  4096(R12) \
+	PREFETCHT1  4096(R13) \
+	PREFETCHT1  4096(R14) \
+	PREFETCHT1  4096(R15) \
+	WIDEN((R12), Z16) \
+	VMULPS      Z24, Z16, Z16 \
+	WIDEN((R13), Z17) \
+	VMULPS      Z25, Z17, Z17 \
+	WIDEN((R14), Z18) \
+	VMULPS      Z26, Z18, Z18 \
+	WIDEN((R15), Z19) \
+	VMULPS      Z27, Z19, Z19 \
+	VMOVUPS     (R8)(AX*1), Z20 \
+	VFMADD231PS Z16, Z20, Z0 \
+	VFMADD231PS Z17, Z20, Z1 \
+	VFMADD231PS Z18, Z20, Z2 \
+	VFMADD231PS Z19, Z20, Z3 \
+	VMOVUPS     (R9)(AX*1), Z20 \
+	VFMADD231PS Z16, Z20, Z4 \
+	VFMADD231PS Z17, Z20, Z5 \
+	VFMADD231PS Z18, Z20, Z6 \
+	VFMADD231PS Z19, Z20, Z7 \
+	VMOVUPS     (R10)(AX*1), Z20 \
+	VFMADD231PS Z16, Z20, Z8 \
+	VFMADD231PS Z17, Z20, Z9 \
+	VFMADD231PS Z18, Z20, Z10 \
+	VFMADD231PS Z19, Z20, Z11 \
+	VMOVUPS     (R11)(AX*1), Z20 \
+	VFMADD231PS Z16, Z20, Z12 \
+	VFMADD231PS Z17, Z20, Z13 \
+	VFMADD231PS Z18, Z20, Z14 \
+	VFMADD231PS Z19, Z20, Z15 \
+	ADDQ $16, R12 \
+	ADDQ $16, R13 \
+	ADDQ $16, R14 \
+	ADDQ $16, R15 \
+	ADDQ $64, AX \
+	DECQ CX \
+	JNZ  LK \
+	ADDQ $4, BX \
+	ADDQ $4, DX \
+	ADDQ $4, SI \
+	ADDQ $4, DI \
+	DECQ groups-8(SP) \
+	JMP  LG \
+LDONE:
+
+// GROUPS_4X4_ARGS loads the arguments (a *[4]*float32, b *[4]*byte,
+// scales *[4]*float32, ngroups, ...) into GROUPS_4X4's registers.
+#define GROUPS_4X4_ARGS \
+	MOVQ a+0(FP), AX \
+	MOVQ 0(AX), R8 \
+	MOVQ 8(AX), R9 \
+	MOVQ 16(AX), R10 \
+	MOVQ 24(AX), R11 \
+	MOVQ b+8(FP), AX \
+	MOVQ 0(AX), R12 \
+	MOVQ 8(AX), R13 \
+	MOVQ 16(AX), R14 \
+	MOVQ 24(AX), R15 \
+	MOVQ scales+16(FP), AX \
+	MOVQ 0(AX), BX \
+	MOVQ 8(AX), DX \
+	MOVQ 16(AX), SI \
+	MOVQ 24(AX), DI \
+	MOVQ ngroups+24(FP), AX \
+	MOVQ AX, groups-8(SP)
