@@ -723,8 +723,8 @@ TEXT ·dotInt8x4x4AVX512(SB), NOSPLIT, $8-48
 // func dotInt8X4AVX2(a *[4]*float32, b *int8, scales *float32, ngroups, g16 int, c *[4]float32)
 // The small-m int8 product for AVX2 machines, one B row against four rows
 // of A: each 16 weights are widened and scaled once (Y6, Y7) and
-// multiplied into the four rows' accumulators Y0..Y3. R8..R11 are the rows, DI the byte offset into
-// them, Y9 the group's scale.
+// multiplied into the four rows' accumulators Y0..Y3. R8..R11 are the
+// rows, DI the byte offset into them, Y9 the group's scale.
 TEXT ·dotInt8X4AVX2(SB), NOSPLIT, $0-48
 	MOVQ a+0(FP), DX
 	MOVQ 0(DX), R8
