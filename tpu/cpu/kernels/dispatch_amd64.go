@@ -705,21 +705,33 @@ func smallMFP8(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []fl
 			}
 			bp := [2]*byte{&b[j0*ldb], &b[j1*ldb]}
 			sp := [2]*float32{&s2[0], &s2[ng]}
-			for i0 := 0; i0 < m; i0 += 8 {
-				rows := min(8, m-i0)
-				for i := range ap {
-					ap[i] = &a[(i0+min(i, rows-1))*lda]
-				}
-				dotFP8x8x2AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
-				for i := range rows {
-					for j := range cols {
-						c[(i0+i)*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
-					}
-				}
-			}
+			rowGroups8x2(&ap, &tmp, m, a, lda, c[j0:], ldc, cols, func(ap *[8]*float32, tmp *[16]float32) {
+				dotFP8x8x2AVX512(ap, &bp, &sp, ng, g/16, tmp)
+			})
 		}
 	})
 	return true
+}
+
+// rowGroups8x2 runs an 8×2 few-row kernel (kern: A's row pointers in,
+// the tile c[4·(i%4) + 2·(i/4) + j] out) over m rows of A in groups of
+// eight, a short group repeating its last row, and stores each tile's
+// cols columns into C (c from the pair's first column). The groups after
+// the first run on B rows still in L1. ap and tmp are the worker's (kern
+// is a func value, so they would not stay on this call's stack).
+func rowGroups8x2(ap *[8]*float32, tmp *[16]float32, m int, a []float32, lda int, c []float32, ldc, cols int, kern func(ap *[8]*float32, tmp *[16]float32)) {
+	for i0 := 0; i0 < m; i0 += 8 {
+		rows := min(8, m-i0)
+		for i := range ap {
+			ap[i] = &a[(i0+min(i, rows-1))*lda]
+		}
+		kern(ap, tmp)
+		for i := range rows {
+			for j := range cols {
+				c[(i0+i)*ldc+j] = tmp[4*(i%4)+2*(i/4)+j]
+			}
+		}
+	}
 }
 
 // smallMFP8x4 is smallMFP8 for two to four rows of A: four B rows at a
@@ -855,19 +867,9 @@ func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 			j1 := j0 + cols - 1
 			bp := [2]*int8{&b[j0*ldb], &b[j1*ldb]}
 			sp := [2]*float32{&scales[j0*ng], &scales[j1*ng]}
-			// Groups of eight rows; the second runs on B rows still in L1.
-			for i0 := 0; i0 < m; i0 += 8 {
-				rows := min(8, m-i0)
-				for i := range ap {
-					ap[i] = &a[(i0+min(i, rows-1))*lda]
-				}
-				dotInt8x8x2AVX512(&ap, &bp, &sp, ng, g/16, &tmp)
-				for i := range rows {
-					for j := range cols {
-						c[(i0+i)*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]
-					}
-				}
-			}
+			rowGroups8x2(&ap, &tmp, m, a, lda, c[j0:], ldc, cols, func(ap *[8]*float32, tmp *[16]float32) {
+				dotInt8x8x2AVX512(ap, &bp, &sp, ng, g/16, tmp)
+			})
 		}
 	})
 	return true
