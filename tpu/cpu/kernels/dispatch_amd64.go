@@ -658,8 +658,8 @@ func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) {
 // smallMFP8 is GemmFP8NT's product for 2 to fp8SmallM rows of A on
 // AVX-512: two B rows at a time against each group of eight rows of A
 // (dotFP8x8x2AVX512; four against up to four rows, dotFP8x4x4AVX512),
-// each weight widened and scaled in registers once
-// for all the rows, with no f32 copy of B. Each weight is the product of
+// each weight widened and scaled in registers once for all the rows, with
+// no f32 copy of B. Each weight is the product of
 // its byte's value and its scale rounded once, as the dequantised weight
 // is, so the sums are those of the f32 product on the dequantised matrix
 // in this kernel's order. The scale blocks must span whole vectors: a
