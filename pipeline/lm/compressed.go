@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/tputool/tputool/loader/quant"
 	"github.com/tputool/tputool/loader/safetensors"
 )
 
@@ -66,9 +67,6 @@ const (
 
 // ctNVFP4 is the NVFP4 format's name.
 const ctNVFP4 = "nvfp4-pack-quantized"
-
-// e2m1 are the E2M1 (FP4) values of codes 0 to 7; bit 3 is the sign.
-var e2m1 = [8]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
 
 // compressed reports a weight the checkpoint stores in compressed-tensors
 // form: its scales beside it, and the packed tensor or NAME.
@@ -197,13 +195,7 @@ func (l *Loaded) decodeCompressed(w WeightSpec, fn func(at int, vals []float32))
 	switch c.Format {
 	case ctNVFP4:
 		q, half := raw[p+ctPacked], (in+1)/2
-		code = func(o, i int) float32 {
-			b := q[o*half+i/2] >> (4 * (i % 2)) & 0xf
-			if b&8 != 0 {
-				return -e2m1[b&7]
-			}
-			return e2m1[b]
-		}
+		code = func(o, i int) float32 { return quant.FP4[q[o*half+i/2]>>(4*(i%2))&0xf] }
 	case "naive-quantized":
 		q := raw[w.Name]
 		code = func(o, i int) float32 { return float32(int8(q[o*in+i])) }
@@ -307,7 +299,10 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 		value = func(o, i int) uint32 { return uint32(int32(int8(q[o*in+i])) + 128) }
 	case nvfp4:
 		half := (in + 1) / 2
-		twice := [16]int32{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+		var twice [16]int32 // twice each E2M1 value: integers
+		for c, v := range quant.FP4 {
+			twice[c] = int32(2 * v)
+		}
 		value = func(o, i int) uint32 { return uint32(128 + twice[packed[o*half+i/2]>>(4*(i%2))&0xf]) }
 	}
 	return &intSource{

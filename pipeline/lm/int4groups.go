@@ -351,8 +351,9 @@ func (l *Loaded) int4StackInto(name string, packed []byte, scales, mins []float3
 
 // intSourceOf is the intSource of weight name when the checkpoint stores
 // it as integer codes of bits bits (GPTQ, AWQ, compressed-tensors'
-// pack-quantized and naive int8; NVFP4 as 8-bit) in whole groups of one size, and not as a weight the
-// embedding gathers rows of; nil (and no error) for other weights.
+// pack-quantized and naive int8; NVFP4 as 8-bit) in whole groups of one
+// size, and not as a weight the embedding gathers rows of; nil (and no
+// error) for other weights.
 func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	w, how := l.encoding(name)
 	spec := l.Model.Spec()
