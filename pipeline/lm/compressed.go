@@ -365,9 +365,9 @@ func (t ctTarget) matches(prefix string) bool {
 // parseCTTarget reads a target or ignore entry.
 func parseCTTarget(s string) (ctTarget, error) {
 	if pat, ok := strings.CutPrefix(s, "re:"); ok {
-		re, err := regexp.Compile(`^(?:` + pat + `)`)
+		re, err := matchFromStart(pat)
 		if err != nil {
-			return ctTarget{}, fmt.Errorf("%q is not a pattern tputool reads (Go's RE2 syntax, no lookarounds or backreferences): %v", s, err)
+			return ctTarget{}, fmt.Errorf("%q is %w", s, err)
 		}
 		return ctTarget{re: re}, nil
 	}

@@ -114,9 +114,9 @@ func packedRule(key string, bits, group *int) (PackedRule, error) {
 		pat, _ = strings.CutPrefix(key, "+:")
 	}
 	r.Skip = skip
-	re, err := regexp.Compile(`^(?:` + pat + `)`)
+	re, err := matchFromStart(pat)
 	if err != nil {
-		return r, fmt.Errorf("not a pattern tputool reads (Go's RE2 syntax, no lookarounds or backreferences): %v", err)
+		return r, err
 	}
 	r.re = re
 	if bits != nil {
@@ -136,4 +136,15 @@ func packedRule(key string, bits, group *int) (PackedRule, error) {
 		}
 	}
 	return r, nil
+}
+
+// matchFromStart compiles a module pattern of a quantization config (GPTQ's
+// dynamic rules, compressed-tensors' "re:" targets), which Python applies
+// with re.match: from the start of the name, not necessarily to its end.
+func matchFromStart(pat string) (*regexp.Regexp, error) {
+	re, err := regexp.Compile(`^(?:` + pat + `)`)
+	if err != nil {
+		return nil, fmt.Errorf("not a pattern tputool reads (Go's RE2 syntax, no lookarounds or backreferences): %v", err)
+	}
+	return re, nil
 }
