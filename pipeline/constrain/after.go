@@ -84,10 +84,17 @@ func (s *markerScan) completes(t []byte) (rest []byte, ok bool) {
 	return nil, false
 }
 
-// push adds token bytes t that did not complete the marker.
-func (s *markerScan) push(t []byte) {
+// advance adds token bytes t: when they complete the marker it returns
+// the bytes that follow it (and forgets the text), else it keeps the
+// text's last bytes.
+func (s *markerScan) advance(t []byte) (rest []byte, done bool) {
+	if rest, ok := s.completes(t); ok {
+		s.tail = nil
+		return rest, true
+	}
 	text := append(s.tail, t...)
 	s.tail = append(s.tail[:0:0], text[max(0, len(text)-len(s.marker)+1):]...)
+	return nil, false
 }
 
 // setIDs sets (on) or clears the bits of ids in mask, those under size.
@@ -172,13 +179,10 @@ func (d *Deferred) Advance(id int) error {
 		d.m, d.scan.tail = d.ix.NewMatcher(), nil
 		return nil
 	}
-	t := d.ix.v.tokens[id]
-	if rest, ok := d.scan.completes(t); ok {
-		d.m, d.scan.tail = d.ix.NewMatcher(), nil
+	if rest, ok := d.scan.advance(d.ix.v.tokens[id]); ok {
+		d.m = d.ix.NewMatcher()
 		d.m.AdvanceBytes(rest) // allowed: Allows checked it
-		return nil
 	}
-	d.scan.push(t)
 	return nil
 }
 
@@ -224,11 +228,7 @@ func (g *Guarded) Advance(id int) error {
 		return err
 	}
 	if !g.on && id >= 0 && id < g.v.size {
-		if _, ok := g.scan.completes(g.v.tokens[id]); ok {
-			g.on, g.scan.tail = true, nil
-		} else {
-			g.scan.push(g.v.tokens[id])
-		}
+		_, g.on = g.scan.advance(g.v.tokens[id])
 	}
 	return nil
 }
