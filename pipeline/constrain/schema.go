@@ -28,23 +28,19 @@ func JSONSchema(schema []byte) (*Grammar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not valid JSON: %v", err)
 	}
-	c := &schemaCompiler{b: newBuilder(), root: root, subs: map[*jvalue]*sub{}}
+	c := newSchemaCompiler(root)
 	c.ws()
 	if err := c.value(root, "#"); err != nil {
 		return nil, err
 	}
 	c.ws()
-	c.b.emit(inst{op: opMatch})
-	if err := c.emitSubs(); err != nil {
-		return nil, err
-	}
-	return c.b.grammar(0, "the JSON schema")
+	return c.finish("the JSON schema")
 }
 
 // AnyJSON is the grammar of any JSON value; objectOnly limits the top
 // level to an object (OpenAI's response_format json_object).
 func AnyJSON(objectOnly bool) *Grammar {
-	c := &schemaCompiler{b: newBuilder(), subs: map[*jvalue]*sub{}}
+	c := newSchemaCompiler(nil)
 	c.ws()
 	if objectOnly {
 		c.anyObject()
@@ -52,15 +48,27 @@ func AnyJSON(objectOnly bool) *Grammar {
 		c.anyValue()
 	}
 	c.ws()
-	c.b.emit(inst{op: opMatch})
-	if err := c.emitSubs(); err != nil {
+	g, err := c.finish("JSON")
+	if err != nil {
 		panic(err) // a fixed grammar: cannot fail
 	}
-	g, err := c.b.grammar(0, "JSON")
-	if err != nil {
-		panic(err)
-	}
 	return g
+}
+
+// newSchemaCompiler starts a grammar whose schema is root (nil where the
+// caller sets c.root per part, as a tool call's arguments do).
+func newSchemaCompiler(root *jvalue) *schemaCompiler {
+	return &schemaCompiler{b: newBuilder(), root: root, subs: map[*jvalue]*sub{}}
+}
+
+// finish ends the grammar (a match), emits the subgrammars its schemas
+// refer to and builds it, named name in errors.
+func (c *schemaCompiler) finish(name string) (*Grammar, error) {
+	c.b.emit(inst{op: opMatch})
+	if err := c.emitSubs(); err != nil {
+		return nil, err
+	}
+	return c.b.grammar(0, name)
 }
 
 type schemaCompiler struct {

@@ -90,14 +90,10 @@ func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
 		}
 	}
 	c.ws()
-	b.emit(inst{op: opMatch})
 	if err != nil {
 		return nil, err
 	}
-	if err := c.emitSubs(); err != nil {
-		return nil, err
-	}
-	return b.grammar(0, "tool calls")
+	return c.finish("tool calls")
 }
 
 // toolCompiler parses the tools' parameter schemas, for a grammar of
@@ -106,7 +102,7 @@ func toolCompiler(tools []Tool) (*schemaCompiler, []*jvalue, error) {
 	if len(tools) == 0 {
 		return nil, nil, fmt.Errorf("no tools to call")
 	}
-	c := &schemaCompiler{b: newBuilder(), subs: map[*jvalue]*sub{}}
+	c := newSchemaCompiler(nil)
 	roots := make([]*jvalue, len(tools))
 	for i, t := range tools {
 		if len(t.Parameters) == 0 {
@@ -182,14 +178,10 @@ func HarmonyCall(tools []Tool) (*Grammar, error) {
 		})
 	}
 	b.alt(frags...)
-	b.emit(inst{op: opMatch})
 	if err != nil {
 		return nil, err
 	}
-	if err := c.emitSubs(); err != nil {
-		return nil, err
-	}
-	return b.grammar(0, "harmony tool call")
+	return c.finish("harmony tool call")
 }
 
 // Harmony's markers that HarmonyCall's grammar writes: the analysis
