@@ -843,3 +843,129 @@ TEXT ·dotF16X4AVX2(SB), NOSPLIT, $0-32
 	MOVQ n16+16(FP), CX
 	MOVQ c+24(FP), DX
 	DOT16X4_256(LDX_F16_256, hx4k, hx4done)
+
+// Short rows (attention: a head's 64 or 128 values, a short cache's
+// slots). The kernels above reduce each row's accumulator on its own, a
+// chain of seven dependent steps that, on rows of a few vectors, costs as
+// much as the row's products. GEMV8_512 takes eight rows at a time, in
+// eight independent accumulators, and reduces them together: pairs of
+// rows interleaved (VUNPCKLPS/HPS), then pairs of pairs (VUNPCKLPD/HPD),
+// then across the four 128-bit lanes (VSHUFF32X4), 23 instructions for
+// the eight sums, stored as one vector. n is a multiple of 8 (the Go side
+// takes the rest through the kernels above). Registers as above, with R13,
+// R14, R15 and BX rows 4 to 7.
+
+#define ROWPTRS8 \
+	LEAQ (SI)(R8*1), R9   \
+	LEAQ (SI)(R8*2), R10  \
+	LEAQ (R9)(R8*2), R11  \
+	LEAQ (SI)(R8*4), R13  \
+	LEAQ (R13)(R8*1), R14 \
+	LEAQ (R13)(R8*2), R15 \
+	LEAQ (R14)(R8*2), BX
+
+// REDUCE8 leaves in Y0 the sums of Z0..Z7's lanes, row order; Z8, Z9
+// clobbered.
+#define REDUCE8 \
+	VUNPCKLPS  Z1, Z0, Z8       \
+	VUNPCKHPS  Z1, Z0, Z9       \
+	VADDPS     Z9, Z8, Z0       \
+	VUNPCKLPS  Z3, Z2, Z8       \
+	VUNPCKHPS  Z3, Z2, Z9       \
+	VADDPS     Z9, Z8, Z2       \
+	VUNPCKLPS  Z5, Z4, Z8       \
+	VUNPCKHPS  Z5, Z4, Z9       \
+	VADDPS     Z9, Z8, Z4       \
+	VUNPCKLPS  Z7, Z6, Z8       \
+	VUNPCKHPS  Z7, Z6, Z9       \
+	VADDPS     Z9, Z8, Z6       \
+	VUNPCKLPD  Z2, Z0, Z8       \
+	VUNPCKHPD  Z2, Z0, Z9       \
+	VADDPS     Z9, Z8, Z0       \
+	VUNPCKLPD  Z6, Z4, Z8       \
+	VUNPCKHPD  Z6, Z4, Z9       \
+	VADDPS     Z9, Z8, Z4       \
+	VSHUFF32X4 $0x88, Z4, Z0, Z8 \
+	VSHUFF32X4 $0xDD, Z4, Z0, Z9 \
+	VADDPS     Z9, Z8, Z0       \
+	VSHUFF32X4 $0x88, Z0, Z0, Z8 \
+	VSHUFF32X4 $0xDD, Z0, Z0, Z9 \
+	VADDPS     Y9, Y8, Y0
+
+#define LD_F32_512(P, Z) \
+	VMOVUPS (P)(R12*4), Z
+
+#define GEMV8_512(LD, LBL8, LBL8K, LBLDONE) \
+LBL8: \
+	CMPQ DX, $8 \
+	JLT  LBLDONE \
+	ROWPTRS8 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	XORQ   R12, R12 \
+LBL8K: \
+	VMOVUPS (AX)(R12*4), Z8 \
+	LD(SI, Z9) \
+	LD(R9, Z10) \
+	LD(R10, Z11) \
+	LD(R11, Z12) \
+	LD(R13, Z13) \
+	LD(R14, Z14) \
+	LD(R15, Z15) \
+	LD(BX, Z16) \
+	VFMADD231PS Z9, Z8, Z0 \
+	VFMADD231PS Z10, Z8, Z1 \
+	VFMADD231PS Z11, Z8, Z2 \
+	VFMADD231PS Z12, Z8, Z3 \
+	VFMADD231PS Z13, Z8, Z4 \
+	VFMADD231PS Z14, Z8, Z5 \
+	VFMADD231PS Z15, Z8, Z6 \
+	VFMADD231PS Z16, Z8, Z7 \
+	ADDQ $16, R12 \
+	CMPQ R12, CX \
+	JLT  LBL8K \
+	REDUCE8 \
+	VMOVUPS Y0, (DI) \
+	LEAQ (SI)(R8*8), SI \
+	ADDQ $32, DI \
+	SUBQ $8, DX \
+	JMP  LBL8 \
+LBLDONE: \
+	VZEROUPPER \
+	RET
+
+// func gemv8F32AVX512(a, b *float32, ldb, k int, c *float32, n int)
+TEXT ·gemv8F32AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	GEMV8_512(LD_F32_512, f32x8, f32x8k, f32x8done)
+
+// func gemv8BF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemv8BF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	GEMV8_512(LD_BF16_512, bf16x8, bf16x8k, bf16x8done)
+
+// func gemv8F16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
+TEXT ·gemv8F16AVX512(SB), NOSPLIT, $0-48
+	MOVQ a+0(FP), AX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ k+24(FP), CX
+	MOVQ c+32(FP), DI
+	MOVQ n+40(FP), DX
+	GEMV8_512(LD_F16_512, f16x8, f16x8k, f16x8done)
