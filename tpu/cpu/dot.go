@@ -44,6 +44,12 @@ type dotAux struct {
 	// weight [N, K] (E4M3 bytes) and its f32 scales, one per block of
 	// fp8B0 rows by fp8B1 columns.
 	fp8B0, fp8B1 int
+	// visible is set by rewriteVisible (visible.go) when the product is
+	// attention's scores (visibleN) or its probabilities times the values
+	// (visibleK) and its last input is the mask, of the softmax's shape
+	// rows, whose visible spans bound the columns or the contraction.
+	visible int
+	rows    shapes.Shape
 	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
 	// backend rounds the activations of such products to bf16
 	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
@@ -198,6 +204,10 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(*dotAux)
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
 	out := st.alloc(n.shape)
+	var spans []int32
+	if a.visible != visibleNone {
+		spans = visibleSpans(a, in[2].data.([]float32), n.inputs[2].shape)
+	}
 	switch {
 	case a.int8Group > 0:
 		dotInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32))
@@ -208,7 +218,7 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	case a.int4Group > 0:
 		dotInt4Groups(a, out.data.([]float32), f32LHS(a, in[0], ls), in)
 	case n.shape.DType == dtypes.Float32:
-		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs)
+		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs, spans)
 	case is16(n.shape.DType):
 		// 16-bit activations: lhs to f32, rhs read as 16-bit, result back.
 		lhs := in[0].data
@@ -221,7 +231,7 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		// bf16 activations hold bf16 values already: the pair kernel
 		// multiplies the same products, twice as many an instruction.
 		b16.bf16Act = n.shape.DType == dtypes.BFloat16
-		dotF32(&b16, tmp, toF32(lhs), in[1].data, rs)
+		dotF32(&b16, tmp, toF32(lhs), in[1].data, rs, spans)
 		fromF32(out.data, tmp)
 	default:
 		if err := dotGeneric(a, out.data, in[0].data, ls, in[1].data, rs); err != nil {
@@ -233,7 +243,10 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 
 // dotF32 computes out[B,M,N] from lhs [B,M,K] (f32) and rhs, f32 or (when
 // a.rhsFrom16) bf16/f16 bits, in any of the layouts DotGeneral allows.
-func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape) {
+// spans, when not nil, bounds each product's columns (a.visible ==
+// visibleN: the others are written 0) or its contraction (visibleK) to
+// [spans[2b], spans[2b+1]).
+func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int32) {
 	B, M, N, K := a.b, a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
@@ -247,32 +260,44 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape) {
 	default:
 		rhs = permuted(rhs, rs, a.rhsNT)
 	}
-	var gemm func(bi int)
+	// nt is one NT product of M rows, n columns and contraction k, at
+	// offsets of lhs, rhs and out; the leading dimensions are the full
+	// product's.
+	var nt func(n, k, lo, ro, oo int)
 	switch {
 	case nn:
-		r := rhs.([]float32)
-		gemm = func(bi int) {
-			kernels.GemmF32NN(M, N, K, lhs[bi*M*K:], K, r[bi*K*N:], N, out[bi*M*N:], N)
-		}
+		spans = nil
 	case a.rhsFrom16 && a.bf16Act && dtypeOfFlat(rhs) == dtypes.BFloat16:
 		r := u16(rhs)
-		gemm = func(bi int) {
-			kernels.GemmBF16DotNT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
-		}
+		nt = func(n, k, lo, ro, oo int) { kernels.GemmBF16DotNT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
 	case a.rhsFrom16 && dtypeOfFlat(rhs) == dtypes.BFloat16:
 		r := u16(rhs)
-		gemm = func(bi int) {
-			kernels.GemmBF16NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
-		}
+		nt = func(n, k, lo, ro, oo int) { kernels.GemmBF16NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
 	case a.rhsFrom16:
 		r := u16(rhs)
-		gemm = func(bi int) {
-			kernels.GemmF16NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
-		}
+		nt = func(n, k, lo, ro, oo int) { kernels.GemmF16NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
 	default:
 		r := rhs.([]float32)
-		gemm = func(bi int) {
-			kernels.GemmF32NT(M, N, K, lhs[bi*M*K:], K, r[bi*N*K:], K, out[bi*M*N:], N)
+		nt = func(n, k, lo, ro, oo int) { kernels.GemmF32NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
+	}
+	gemm := func(bi int) {
+		lo, ro, oo := bi*M*K, bi*N*K, bi*M*N
+		switch {
+		case nn:
+			kernels.GemmF32NN(M, N, K, lhs[lo:], K, rhs.([]float32)[bi*K*N:], N, out[oo:], N)
+		case spans == nil:
+			nt(N, K, lo, ro, oo)
+		case a.visible == visibleN:
+			s0, s1 := int(spans[2*bi]), int(spans[2*bi+1])
+			for i := range M {
+				row := out[oo+i*N : oo+i*N+N]
+				clear(row[:s0])
+				clear(row[s1:])
+			}
+			nt(s1-s0, K, lo, ro+s0*K, oo+s0)
+		default: // visibleK, widened to whole blocks of 16 slots (visible.go)
+			s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
+			nt(N, s1-s0, lo+s0, ro+s0, oo)
 		}
 	}
 	// Many small products (attention heads): one thread per product, the

@@ -110,14 +110,17 @@ func isUnary(op backends.OpType) bool {
 // nodes whose inputs are the tree's leaves; the absorbed nodes are left
 // unreferenced (liveness then skips them).
 //
-// Softmax forms are matched first, on the op-by-op graph, and the readers
-// recounted after, since that rewrite changes who reads what. Nodes are
+// Softmax forms are matched first, on the op-by-op graph, then attention's
+// products around them (rewriteVisible), and the readers recounted after
+// each, since those rewrites change who reads what. Nodes are
 // then visited in creation order, so a chain grows one op at a time: the
 // fused node made at an inner op is inlined whole into its reader's tree
 // when the reader absorbs it, and is then dead.
 func fuse(nodes []*node, outputs []*node) {
 	users := countUsers(nodes, outputs)
 	rewriteSoftmax(nodes, users)
+	users = countUsers(nodes, outputs)
+	rewriteVisible(nodes, outputs)
 	users = countUsers(nodes, outputs)
 	for _, n := range nodes {
 		if !fusable(n) {

@@ -55,12 +55,37 @@ func SoftmaxRows(x []float32, rows, cols int) {
 	})
 }
 
+// MaskedBias is the bias at or below which an attention slot counts as
+// masked: pipeline/nn's masks add -1e30, and transformers' the dtype's
+// lowest value. Its probability is 0 in exact arithmetic and at most
+// 2⁻¹⁴⁹ from the exp kernels (clamped at -103) for any score under 10²⁹
+// in magnitude, below f32's resolution of any sum it could join.
+const MaskedBias = float32(-1e30)
+
+// VisibleSpan returns the span [lo, hi) of bias row b between its first
+// and last entries above MaskedBias; lo == hi when every entry is masked.
+// It reads only the masked ends and one entry each side.
+func VisibleSpan(b []float32) (lo, hi int) {
+	for lo < len(b) && b[lo] <= MaskedBias {
+		lo++
+	}
+	hi = len(b)
+	for hi > lo && b[hi-1] <= MaskedBias {
+		hi--
+	}
+	return lo, hi
+}
+
 // SoftmaxScaleBiasRows is SoftmaxRows of x·scale + bias: row r of dst
 // (rows rows of cols columns, contiguous) becomes the softmax of
 // x[r]·scale + bias[biasOff[r] : biasOff[r]+cols], each product rounded to
 // f32 before the sum, as a multiplication followed by an addition would
-// round them (attention's scaled, masked scores). dst may be x. It panics
-// if a slice is too short.
+// round them (attention's scaled, masked scores). The masked entries at
+// either end of a bias row (VisibleSpan) get probability 0 and their x is
+// not read: a decode step's row sees [pad, next) of the cache, and the
+// rest is neither read nor summed (the sum starts at the span, so a row
+// whose sequence starts at slot p sums as one starting at slot 0 would).
+// dst may be x. It panics if a slice is too short.
 func SoftmaxScaleBiasRows(dst, x []float32, rows, cols int, scale float32, bias []float32, biasOff []int) {
 	checkMat("SoftmaxScaleBiasRows dst", rows, cols, cols, len(dst))
 	checkMat("SoftmaxScaleBiasRows x", rows, cols, cols, len(x))
@@ -73,11 +98,19 @@ func SoftmaxScaleBiasRows(dst, x []float32, rows, cols int, scale float32, bias 
 	Parallel(rows, max(1, rowGrain/cols), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			d, xr := dst[r*cols:r*cols+cols], x[r*cols:r*cols+cols]
+			br := bias[biasOff[r] : biasOff[r]+cols]
+			vlo, vhi := VisibleSpan(br)
+			if vlo == vhi { // all masked: as the full row would be, uniform
+				vlo, vhi = 0, cols
+			}
+			clear(d[:vlo])
+			clear(d[vhi:])
+			d, xr, br = d[vlo:vhi], xr[vlo:vhi], br[vlo:vhi]
 			if &d[0] != &xr[0] {
 				copy(d, xr)
 			}
 			scaleInPlace(d, scale)
-			addInPlace(d, bias[biasOff[r]:biasOff[r]+cols])
+			addInPlace(d, br)
 			softmaxRow(d)
 		}
 	})

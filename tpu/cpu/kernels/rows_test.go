@@ -127,6 +127,66 @@ func TestSoftmaxScaleBiasRows(t *testing.T) {
 	})
 }
 
+// TestSoftmaxScaleBiasRowsSpan: masked entries at a bias row's ends get
+// probability exactly 0, and the visible span's values equal the softmax
+// of the span alone (a sequence that starts at slot p sums as one that
+// starts at slot 0), at every instruction level; a row masked everywhere
+// is the full row's softmax. Masked scores are NaN, to show they are
+// never read.
+func TestSoftmaxScaleBiasRowsSpan(t *testing.T) {
+	forEachLevel(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(17, 18))
+		nan := float32(math.NaN())
+		for _, cols := range rowSizes {
+			for _, span := range [][2]int{{0, cols}, {cols / 3, cols}, {0, (cols + 1) / 2}, {cols / 4, cols - cols/4}, {0, 0}} {
+				lo, hi := span[0], span[1]
+				if lo >= hi && !(lo == 0 && hi == 0) {
+					continue
+				}
+				x := randMat(r, 1, cols, cols)
+				bias := randMat(r, 1, cols, cols)
+				for j := range cols {
+					if j < lo || j >= hi {
+						bias[j] = MaskedBias
+						if hi > lo {
+							x[j] = nan
+						}
+					}
+				}
+				if lo+1 < hi-1 {
+					bias[lo+1] = -1e30 // masked inside the span: computed, not skipped
+				}
+				if gl, gh := VisibleSpan(bias); hi > lo && (gl != lo || gh != hi) {
+					t.Fatalf("cols %d: VisibleSpan %d..%d, want %d..%d", cols, gl, gh, lo, hi)
+				}
+				const scale = 0.37
+				if hi == lo { // all masked: the whole row, as SoftmaxRows gives it
+					lo, hi = 0, cols
+				}
+				want := make([]float32, hi-lo)
+				for j := range want {
+					want[j] = float32(x[lo+j]*scale) + bias[lo+j]
+				}
+				SoftmaxRows(want, 1, hi-lo)
+				got := make([]float32, cols)
+				for j := range got {
+					got[j] = 7 // recycled memory
+				}
+				SoftmaxScaleBiasRows(got, x, 1, cols, scale, bias, []int{0})
+				for j := range cols {
+					w := float32(0)
+					if j >= lo && j < hi {
+						w = want[j-lo]
+					}
+					if got[j] != w {
+						t.Fatalf("cols %d, span %v, element %d: %g, want %g", cols, span, j, got[j], w)
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestSiLUMulAndAdd(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(15, 16))

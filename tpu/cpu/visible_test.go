@@ -1,0 +1,187 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// TestVisibleSpans: pipeline/nn's attention over a cache whose rows hold
+// their sequences at different pads (a serving batch) reads only each
+// row's visible slots: with NaN in every slot a row masks at either end of
+// its keys and values, the result is finite and equals the go backend's on
+// the same caches holding zeros there, for a decode step and a prefill
+// piece, grouped heads, f32 and bf16 caches under f32 compute, and bf16
+// compute. Both products of each attention are rewritten.
+func TestVisibleSpans(t *testing.T) {
+	ref, cpuB := backendsForTest(t)
+	const b, kv, h, d, s = 3, 2, 4, 16, 40
+	pads := []int32{0, 7, 22}
+	for _, c := range []struct {
+		name           string
+		t, start       int
+		compute, cache dtypes.DType
+	}{
+		{"decode f32", 1, 30, dtypes.Float32, dtypes.Float32},
+		{"decode f32, bf16 cache", 1, 30, dtypes.Float32, dtypes.BFloat16},
+		{"decode bf16", 1, 33, dtypes.BFloat16, dtypes.BFloat16},
+		{"prefill f32", 5, 25, dtypes.Float32, dtypes.Float32},
+		{"prefill f32, bf16 cache", 5, 25, dtypes.Float32, dtypes.BFloat16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(51, uint64(c.t)))
+			q := make([]float32, b*c.t*h*d)
+			keys := make([]float32, b*kv*s*d)   // [B, KV, S, D]
+			values := make([]float32, b*kv*d*s) // [B, KV, D, S]
+			for _, x := range [][]float32{q, keys, values} {
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			// Row bi sees slots [pads[bi], start+T): the keys of the rest
+			// are poison for the engine, and so are its values outside
+			// the span widened to blocks of 16 (those inside are read,
+			// with probability 0, so they are finite garbage); the
+			// reference reads zeros there.
+			cleanK, cleanV := append([]float32(nil), keys...), append([]float32(nil), values...)
+			nan := float32(math.NaN())
+			for bi := range b {
+				lo, hi := int(pads[bi]), c.start+c.t
+				for k := range kv {
+					for slot := range s {
+						if slot >= lo && slot < hi {
+							continue
+						}
+						garbage := nan
+						if slot >= lo&^15 && slot < (hi+15)&^15 {
+							garbage = 1e3
+						}
+						for j := range d {
+							ki := ((bi*kv+k)*s+slot)*d + j
+							vi := ((bi*kv+k)*d+j)*s + slot
+							keys[ki], cleanK[ki] = nan, 0
+							values[vi], cleanV[vi] = garbage, 0
+						}
+					}
+				}
+			}
+			tensor := func(x []float32, dt dtypes.DType, dims ...int) *tensors.Tensor {
+				if dt == dtypes.BFloat16 {
+					bf := make([]bfloat16.BFloat16, len(x))
+					for i, v := range x {
+						bf[i] = bfloat16.FromFloat32(v)
+					}
+					return tensors.FromFlatDataAndDimensions(bf, dims...)
+				}
+				return tensors.FromFlatDataAndDimensions(x, dims...)
+			}
+			attend := func(in []*graph.Node) *graph.Node {
+				step := lm.NewStep(b, c.t, s, in[3], in[4], true)
+				return nn.Attention(in[0], in[1], in[2], nn.AttentionBias(step, 0), 0, 0)
+			}
+			exec := func(be backends.Backend, k, v []float32) []float64 {
+				args := []any{tensor(q, c.compute, b, c.t, h, d), tensor(k, c.cache, b, kv, s, d), tensor(v, c.cache, b, kv, d, s),
+					tensors.FromFlatDataAndDimensions(pads, b), tensors.FromScalar(int32(c.start))}
+				out, err := graph.ExecOnce(be, attend, args...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.compute == dtypes.BFloat16 {
+					return asFloat64(tensors.MustCopyFlatData[bfloat16.BFloat16](out))
+				}
+				return asFloat64(tensors.MustCopyFlatData[float32](out))
+			}
+			before := visibleRewrites.Load()
+			got := exec(cpuB, keys, values)
+			if n := visibleRewrites.Load() - before; n != 2 {
+				t.Errorf("%d products given the mask, want 2", n)
+			}
+			for i, v := range got {
+				if math.IsNaN(v) {
+					t.Fatalf("element %d is NaN: a masked slot was read", i)
+				}
+			}
+			compareFlat(t, c.name, c.compute, got, exec(ref, cleanK, cleanV))
+		})
+	}
+}
+
+// BenchmarkVisibleSpans times one layer's decode attention (pipeline/nn's,
+// 32 rows, 12 heads of 64, 192 cache slots, the clock at the last) with
+// every row holding the whole cache ("full") and with the rows' pads
+// spread over 0..160 as a server's staggered streams hold them
+// ("staggered"), with the spans ("on") and without them ("off"), for f32
+// and bf16 caches under f32 compute.
+func BenchmarkVisibleSpans(b *testing.B) {
+	be, err := New("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const rows, kv, d, s = 32, 12, 64, 192
+	r := rand.New(rand.NewPCG(53, 54))
+	for _, cache := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+		for _, layout := range []string{"full", "staggered"} {
+			pads := make([]int32, rows)
+			if layout == "staggered" {
+				for i := range pads {
+					pads[i] = int32(i * 160 / rows)
+				}
+			}
+			for _, on := range []bool{true, false} {
+				name := fmt.Sprintf("%s/%s/on=%v", cache, layout, on)
+				b.Run(name, func(b *testing.B) {
+					visibleOff = !on
+					defer func() { visibleOff = false }()
+					mk := func(dt dtypes.DType, dims ...int) *tensors.Tensor {
+						n := 1
+						for _, x := range dims {
+							n *= x
+						}
+						f := make([]float32, n)
+						for i := range f {
+							f[i] = float32(r.NormFloat64())
+						}
+						if dt == dtypes.BFloat16 {
+							bf := make([]bfloat16.BFloat16, n)
+							for i, v := range f {
+								bf[i] = bfloat16.FromFloat32(v)
+							}
+							return tensors.FromFlatDataAndDimensions(bf, dims...)
+						}
+						return tensors.FromFlatDataAndDimensions(f, dims...)
+					}
+					exec, err := graph.NewExec(be, func(in []*graph.Node) *graph.Node {
+						step := lm.NewStep(rows, 1, s, in[3], in[4], true)
+						return nn.Attention(in[0], in[1], in[2], nn.AttentionBias(step, 0), 0, 0)
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					args := []any{mk(dtypes.Float32, rows, 1, kv, d), mk(cache, rows, kv, s, d), mk(cache, rows, kv, d, s),
+						tensors.FromFlatDataAndDimensions(pads, rows), tensors.FromScalar(int32(s - 1))}
+					if _, err := exec.Exec(args...); err != nil {
+						b.Fatal(err)
+					}
+					b.ResetTimer()
+					for range b.N {
+						out, err := exec.Exec(args...)
+						if err != nil {
+							b.Fatal(err)
+						}
+						out[0].FinalizeAll()
+					}
+				})
+			}
+		}
+	}
+}
