@@ -27,7 +27,8 @@ import (
 // Symmetric 8-bit GPTQ and compressed-tensors weights (pack-quantized
 // and naive int8) are held as int8 with their scales (--quantize int8's
 // layout), and so is NVFP4 (twice its values, in groups of 16);
-// asymmetric ones are decoded.
+// asymmetric ones are decoded, and so is every weight whose group_size
+// leaves a short last group.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -61,6 +62,9 @@ func TestPackedHeld(t *testing.T) {
 		{name: "gptq-8bit-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 8, group: 32, sym: true}), held8: 14},
 		{name: "gptq-8bit-asym", dirs: packed(packedFormat{method: "gptq", bits: 8, v2: true, group: 32})},
 		{name: "ct-w8a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32, bits: 8}), held8: 14},
+		// A group_size that divides neither input width (40 over 64 and
+		// 96: a short last group) is held in neither form: decoded.
+		{name: "gptq-g40", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 40})},
 		// Dynamic rules: layer 1's seven projections in 4 bits by groups
 		// of 32 are held; layer 0's (groups of 16, asymmetric 8-bit
 		// down_proj, q_proj left plain) are not.

@@ -379,6 +379,17 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 		src.release()
 		return nil, nil
 	}
+	// In input order, groups of in/groups columns: not when the last
+	// group is short (a group_size that does not divide in).
+	if src.sequence {
+		size := src.in / src.groups
+		for i, g := range src.groupOf {
+			if int(g) != i/size {
+				src.sequence = false
+				break
+			}
+		}
+	}
 	return src, nil
 }
 
