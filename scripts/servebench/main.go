@@ -1,7 +1,8 @@
 // Command servebench is a load generator for `tputool serve` (or any
 // OpenAI-compatible server): for each concurrency level it runs that many
 // streams at once, each streaming completions of fixed prompts with a fixed
-// length (greedy, ignore_eos), and reports the aggregate decode rate, the
+// length (greedy, ignore_eos; with -mixed, lengths from a quarter of it to
+// all of it, so that the streams fall out of step), and reports the aggregate decode rate, the
 // per-stream rate, the time to first token and the compiles the server
 // made during the measured phase (from GET /metrics).
 //
@@ -58,6 +59,7 @@ type config struct {
 	url, model, apiKey string
 	levels             []int
 	maxTokens          int
+	mixed              bool
 	requests           int
 	warmup             bool
 	metrics            bool
@@ -99,6 +101,7 @@ func main() {
 	flag.StringVar(&cfg.apiKey, "api-key", os.Getenv("TPUTOOL_API_KEY"), "Bearer key (default: env TPUTOOL_API_KEY)")
 	flag.StringVar(&levels, "c", "1,8,32", "concurrent streams, a comma-separated list of levels")
 	flag.IntVar(&cfg.maxTokens, "max-tokens", 64, "tokens per completion (ignore_eos, so exactly this many)")
+	flag.BoolVar(&cfg.mixed, "mixed", false, "vary the completions' lengths between a quarter of -max-tokens and all of it (a fixed sequence), so that streams fall out of step as a real server's do")
 	flag.IntVar(&cfg.requests, "requests", 2, "measured requests per stream, one after another")
 	flag.BoolVar(&cfg.warmup, "warmup", true, "run one unmeasured round per level first")
 	flag.BoolVar(&cfg.metrics, "metrics", true, "read the compile counts from GET /metrics (false for servers without it, such as ollama: they report 0)")
@@ -227,7 +230,11 @@ func round(cfg config, streams, n int) []sample {
 		go func() {
 			defer wg.Done()
 			for k := range n {
-				s := complete(cfg, prompts[(i+k)%len(prompts)])
+				tokens := cfg.maxTokens
+				if cfg.mixed {
+					tokens = mixedTokens(cfg.maxTokens, i, k)
+				}
+				s := complete(cfg, prompts[(i+k)%len(prompts)], tokens)
 				mu.Lock()
 				out = append(out, s)
 				mu.Unlock()
@@ -238,10 +245,17 @@ func round(cfg config, streams, n int) []sample {
 	return out
 }
 
-// complete streams one completion and times it.
-func complete(cfg config, prompt string) sample {
+// mixedTokens is request k of stream i's length under -mixed: one of 16
+// steps from n/4 to n, in an order that differs between streams.
+func mixedTokens(n, i, k int) int {
+	lo := n / 4
+	return lo + (i*7+k*13+3)%16*(n-lo)/15
+}
+
+// complete streams one completion of maxTokens tokens and times it.
+func complete(cfg config, prompt string, maxTokens int) sample {
 	body, _ := json.Marshal(map[string]any{
-		"model": cfg.model, "prompt": prompt, "max_tokens": cfg.maxTokens,
+		"model": cfg.model, "prompt": prompt, "max_tokens": maxTokens,
 		"temperature": 0, "ignore_eos": true, "stream": true,
 		"stream_options": map[string]any{"include_usage": true},
 	})
