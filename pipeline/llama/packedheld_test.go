@@ -26,9 +26,10 @@ import (
 // int4 the 4-bit weights stay as stored and the others are quantised.
 // Symmetric 8-bit GPTQ and compressed-tensors weights (pack-quantized
 // and naive int8) are held as int8 with their scales (--quantize int8's
-// layout), and so is NVFP4 (twice its values, in groups of 16);
-// asymmetric ones are decoded, and so is every weight whose group_size
-// leaves a short last group.
+// layout), and so are NVFP4 (twice its values, in groups of 16) and
+// 4-bit weights in groups of 16 (q − z); asymmetric 8-bit ones are
+// decoded, and so is every weight whose group_size leaves a short last
+// group.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -59,6 +60,10 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-w4a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32}), held: 14},
 		{name: "ct-w4a16-asym-g32", dirs: ct(ctFormat{strategy: "group", group: 32}), held: 14, asMins: true},
 		{name: "ct-w4a16-channel", dirs: ct(ctFormat{sym: true, strategy: "channel"}), held: 14},
+		// Groups of 16, which grouped int4 does not take: held as int8,
+		// q − z in groups of 16, exactly.
+		{name: "gptq-v2-g16", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 16}), held8: 14},
+		{name: "ct-w4a16-asym-g16", dirs: ct(ctFormat{strategy: "group", group: 16}), held8: 14},
 		{name: "gptq-8bit-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 8, group: 32, sym: true}), held8: 14},
 		{name: "gptq-8bit-asym", dirs: packed(packedFormat{method: "gptq", bits: 8, v2: true, group: 32})},
 		{name: "ct-w8a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32, bits: 8}), held8: 14},
@@ -66,8 +71,9 @@ func TestPackedHeld(t *testing.T) {
 		// 96: a short last group) is held in neither form: decoded.
 		{name: "gptq-g40", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 40})},
 		// Dynamic rules: layer 1's seven projections in 4 bits by groups
-		// of 32 are held; layer 0's (groups of 16, asymmetric 8-bit
-		// down_proj, q_proj left plain) are not.
+		// of 32 are held as grouped int4, layer 0's five in groups of 16
+		// as int8; its asymmetric 8-bit down_proj and plain q_proj are
+		// not.
 		// naive-quantized int8 by channel (W8A8 releases): held as int8.
 		{name: "ct-w8a8-naive-channel", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, sym: true, strategy: "channel", hidden: 64, inter: 96, f32Ref: true, inScale: true})
@@ -82,7 +88,7 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-nvfp4", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 96, f32Ref: true})
 		}, held8: 14},
-		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 7, asMins: true},
+		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 7, held8: 5, asMins: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			qDir, fDir := c.dirs(t)

@@ -52,8 +52,9 @@ type Holding struct {
 	// checkpoints that Loaded.StoredInt4Groups takes are held as grouped
 	// int4 (half a byte a weight and an f32 scale, and a min, a group),
 	// never decoded nor quantised again: Quantize applies to the others.
-	// Their symmetric 8-bit weights (Loaded.StoredInt8Groups) are held as
-	// int8 with a scale a group, unless Quantize is int4.
+	// Their symmetric 8-bit weights, and 4-bit ones in groups grouped int4
+	// does not take (Loaded.StoredInt8Groups), are held as int8 with a
+	// scale a group, unless Quantize is int4.
 	Int4Groups bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
@@ -169,7 +170,7 @@ const (
 	FormMXFP4                 // as the checkpoint stores it: MXFP4 (MXFP4Into)
 	FormFP8                   // FP8 with its scales (FP8Into)
 	FormInt4Groups            // grouped int4 (Int4GroupsInto)
-	FormInt8Groups            // symmetric 8-bit in groups (Int8GroupsInto)
+	FormInt8Groups            // int8 in groups: symmetric 8-bit, 4-bit grouped int4 does not take (Int8GroupsInto)
 )
 
 // HeldForm is the form an executor holding as h keeps weight name (a

@@ -192,26 +192,41 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 // values q − 128 with a scale per group of input columns in input order,
 // every zero point 128, so that W = s · (q − 128). An executor may hold
 // them so (the CPU engine's int8 kernels, nn.DequantizeInt8).
+//
+// So may it hold the 4-bit weights that grouped int4 does not take
+// (Int4GroupsFit: groups of 16, or more than MaxInt4Groups of them a
+// row) when their groups are in input order: q − z, an integer from −16
+// to 15 for the stored value q and the integer zero point z, times the
+// group's scale is W exactly, a byte and an f32 per group a weight where
+// decoding would take two bytes.
 
 // int8Source is the intSource of weight name when the checkpoint stores
-// it as 8-bit codes in groups in input order, every zero point 128, and
-// not as a weight the embedding gathers rows of; the group size with it.
+// it as 8-bit codes in groups in input order, every zero point 128, or
+// as 4-bit codes in groups in input order that int4Source does not take,
+// with integer zero points; not as a weight the embedding gathers rows
+// of. The group size comes with it.
 func (l *Loaded) int8Source(name string) (*intSource, int, error) {
+	bits := 8
 	src, err := l.intSourceOf(name, 8)
+	if src == nil && err == nil {
+		bits = 4
+		src, err = l.intSourceOf(name, 4)
+	}
 	if src == nil {
 		return nil, 0, err
 	}
-	if !src.sequence {
+	group := src.in / src.groups
+	if !src.sequence || bits == 4 && Int4GroupsFit(src.in, group) {
 		src.release()
 		return nil, 0, nil
 	}
 	for _, z := range src.zeros {
-		if z != 128 {
+		if bits == 8 && z != 128 || bits == 4 && (z != float32(int32(z)) || z < -112 || z > 127) {
 			src.release()
 			return nil, 0, nil
 		}
 	}
-	return src, src.in / src.groups, nil
+	return src, group, nil
 }
 
 // StoredInt8Groups reports whether an executor may hold weight name as
@@ -256,7 +271,7 @@ func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
 	if w, stack := l.assembledStack(name); stack {
 		group, ok := l.StoredInt8Groups(name)
 		if !ok {
-			return fmt.Errorf("tensor %q: its parts are not all symmetric 8-bit integers in groups tputool holds", name)
+			return fmt.Errorf("tensor %q: its parts are not all integers in groups tputool holds as int8", name)
 		}
 		at, sat := 0, 0
 		for _, p := range w.Parts {
@@ -280,7 +295,7 @@ func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
 		return err
 	}
 	if src == nil {
-		return fmt.Errorf("tensor %q: the checkpoint does not store it as symmetric 8-bit integers in groups tputool holds", name)
+		return fmt.Errorf("tensor %q: the checkpoint does not store it as integers in groups tputool holds as int8", name)
 	}
 	defer src.release()
 	out, in := src.out, src.in
@@ -290,10 +305,11 @@ func (l *Loaded) Int8GroupsInto(name string, q []int8, scales []float32) error {
 	}
 	for o := range out {
 		row := q[o*in : (o+1)*in]
-		for i := range row {
-			row[i] = int8(int(src.value(o, i)) - 128)
-		}
 		for g := range ng {
+			z := int(src.zeros[g*out+o]) // 128 for 8 bits; int8Source checked that q − z fits
+			for i := g * group; i < (g+1)*group; i++ {
+				row[i] = int8(int(src.value(o, i)) - z)
+			}
 			scales[o*ng+g] = src.scales[g*out+o]
 		}
 	}
