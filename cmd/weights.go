@@ -187,19 +187,20 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	// stored where the backend multiplies them (compile.HoldingOf), else
 	// decoded at load.
 	for _, c := range []struct {
-		n     int
-		what  string
-		held  bool
-		width string
+		n    int
+		what string
+		held bool
+		form string
 	}{
-		{fp8, "FP8", h.FP8 && h.Quantize == "", "a byte a weight"},
-		{i4, "4-bit", h.Int4Groups, "half a byte a weight and a scale a group"},
-		{i8, "8-bit", h.Int4Groups && h.Quantize != "int4", "a byte a weight and a scale a group"},
+		{fp8, "FP8", h.FP8 && h.Quantize == "", "as stored (a byte a weight)"},
+		{i4, "4-bit", h.Int4Groups, "as stored (half a byte a weight and a scale a group)"},
+		// lm.Loaded.StoredInt8Groups: symmetric 8-bit, NVFP4, 4-bit by 16.
+		{i8, "integer", h.Int4Groups && h.Quantize != "int4", "as int8 (a byte a weight and a scale a group)"},
 	} {
 		switch {
 		case c.n == 0:
 		case c.held:
-			rep.Debugf("weights: %d %s matrices of the checkpoint held as stored (%s), multiplied in place", c.n, c.what, c.width)
+			rep.Debugf("weights: %d %s matrices of the checkpoint held %s, multiplied in place", c.n, c.what, c.form)
 		case o.Quantize != "":
 			rep.Debugf("weights: %d %s matrices of the checkpoint decoded at load and quantised to %s", c.n, c.what, o.Quantize)
 		default:
