@@ -32,44 +32,6 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
-// BenchmarkGEMVHeads times attention's one-row products in a decode step
-// of 32 rows by 12 heads: 384 products, one thread each, of n rows by k
-// (the scores: n cache slots by a head of k; the values: n = 64 by k
-// slots), the operands in cache as a layer's are, in f32 and bf16.
-func BenchmarkGEMVHeads(b *testing.B) {
-	const products = 384
-	for _, dt := range []string{"f32", "bf16"} {
-		for _, sh := range [][2]int{{192, 64}, {192, 128}, {64, 128}, {64, 192}} {
-			n, k := sh[0], sh[1]
-			b.Run(fmt.Sprintf("%s/%dx%d", dt, n, k), func(b *testing.B) {
-				r := rand.New(rand.NewPCG(3, 4))
-				a := randMat(r, products, k, k)
-				c := make([]float32, products*n)
-				var one func(p int)
-				if dt == "f32" {
-					w := randMat(r, products*n, k, k)
-					one = func(p int) { GemmF32NT(1, n, k, a[p*k:], k, w[p*n*k:], k, c[p*n:], n) }
-				} else {
-					w := make([]uint16, products*n*k)
-					for j := range w {
-						w[j] = uint16(0x3c00 + r.IntN(0x400))
-					}
-					one = func(p int) { GemmBF16NT(1, n, k, a[p*k:], k, w[p*n*k:], k, c[p*n:], n) }
-				}
-				b.ResetTimer()
-				for range b.N {
-					Parallel(products, 1, func(lo, hi int) {
-						for p := lo; p < hi; p++ {
-							one(p)
-						}
-					})
-				}
-				b.ReportMetric(float64(2*products*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
-	}
-}
-
 func benchGEMV(b *testing.B, dt string, n, k int) {
 	r := rand.New(rand.NewPCG(1, 1))
 	elem := map[string]int{"f32": 4, "bf16": 2, "f16": 2, "int8": 1, "fp8": 1}[dt]

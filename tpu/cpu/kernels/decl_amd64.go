@@ -14,19 +14,6 @@ func gemvBF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
 //go:noescape
 func gemvF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
 
-// gemv8F32AVX512, gemv8BF16AVX512 and gemv8F16AVX512 are the GEMV row
-// kernels eight rows at a time, reduced together (short rows); n is a
-// multiple of 8.
-//
-//go:noescape
-func gemv8F32AVX512(a, b *float32, ldb, k int, c *float32, n int)
-
-//go:noescape
-func gemv8BF16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
-
-//go:noescape
-func gemv8F16AVX512(a *float32, b *uint16, ldb, k int, c *float32, n int)
-
 //go:noescape
 func gemvI8AVX512(a *float32, b *int8, ldb, k int, c *float32, n int, scales *float32, ngBytes, grp int)
 

@@ -23,25 +23,6 @@ func detectLevel() isaLevel {
 // The GEMV kernels run the first k&^15 columns in assembly; the Go side adds
 // the remaining columns of each row.
 
-// gemv8MaxK is the longest row the eight-row GEMV kernels take: on rows
-// of a few vectors (attention's heads of 64 or 128 values) the four-row
-// kernels' reduction of each row is a large share of the row's time;
-// longer rows stream from memory, where the four-row kernels' prefetch
-// serves. BenchmarkGEMVHeads-like runs (384 bf16 products, alternating
-// builds, three each): 192x64 131–140 µs with the four-row kernels and
-// 107–112 with these, 64x128 77–88 against 70–79, 64x192 and 64x256
-// within noise.
-const gemv8MaxK = 128
-
-// gemv8Rows is how many of n rows of k (a multiple of 16) columns the
-// eight-row kernels take: a multiple of 8, or none.
-func gemv8Rows(k, n int) int {
-	if k > gemv8MaxK {
-		return 0
-	}
-	return n &^ 7
-}
-
 func gemvRowsF32(a, b []float32, ldb int, c []float32) {
 	k, km := len(a), len(a)&^15
 	if level == levelGeneric || km == 0 || len(c) == 0 {
@@ -50,13 +31,7 @@ func gemvRowsF32(a, b []float32, ldb int, c []float32) {
 	}
 	_ = b[(len(c)-1)*ldb+k-1]
 	if level == levelAVX512 {
-		n8 := gemv8Rows(km, len(c))
-		if n8 > 0 {
-			gemv8F32AVX512(&a[0], &b[0], ldb*4, km, &c[0], n8)
-		}
-		if n8 < len(c) {
-			gemvF32AVX512(&a[0], &b[n8*ldb], ldb*4, km, &c[n8], len(c)-n8)
-		}
+		gemvF32AVX512(&a[0], &b[0], ldb*4, km, &c[0], len(c))
 	} else {
 		gemvF32AVX2(&a[0], &b[0], ldb*4, km, &c[0], len(c))
 	}
@@ -75,13 +50,7 @@ func gemvRowsBF16(a []float32, b []uint16, ldb int, c []float32) {
 	}
 	_ = b[(len(c)-1)*ldb+k-1]
 	if level == levelAVX512 {
-		n8 := gemv8Rows(km, len(c))
-		if n8 > 0 {
-			gemv8BF16AVX512(&a[0], &b[0], ldb*2, km, &c[0], n8)
-		}
-		if n8 < len(c) {
-			gemvBF16AVX512(&a[0], &b[n8*ldb], ldb*2, km, &c[n8], len(c)-n8)
-		}
+		gemvBF16AVX512(&a[0], &b[0], ldb*2, km, &c[0], len(c))
 	} else {
 		gemvBF16AVX2(&a[0], &b[0], ldb*2, km, &c[0], len(c))
 	}
@@ -243,13 +212,7 @@ func gemvRowsF16(a []float32, b []uint16, ldb int, c []float32) {
 	}
 	_ = b[(len(c)-1)*ldb+k-1]
 	if level == levelAVX512 {
-		n8 := gemv8Rows(km, len(c))
-		if n8 > 0 {
-			gemv8F16AVX512(&a[0], &b[0], ldb*2, km, &c[0], n8)
-		}
-		if n8 < len(c) {
-			gemvF16AVX512(&a[0], &b[n8*ldb], ldb*2, km, &c[n8], len(c)-n8)
-		}
+		gemvF16AVX512(&a[0], &b[0], ldb*2, km, &c[0], len(c))
 	} else {
 		gemvF16AVX2(&a[0], &b[0], ldb*2, km, &c[0], len(c))
 	}

@@ -168,11 +168,6 @@ func testShapes(r *rand.Rand) []shape {
 	for _, k := range []int{16, 17, 31, 32, 48, 64, 96, 128, 160} {
 		s = append(s, shape{1, 1 + r.IntN(13), k})
 	}
-	// The eight-row GEMV on AVX-512 (k up to gemv8MaxK, 128): row counts
-	// around its blocks, the rest through the four-row kernels.
-	for _, n := range []int{7, 8, 9, 15, 16, 17, 29} {
-		s = append(s, shape{1, n, 16 * (1 + r.IntN(8))}, shape{1, n, 129 + r.IntN(15)})
-	}
 	// The small-m 16-bit path (2 to smallM16Max rows): row groups around
 	// four, B rows around the blocks of four, k around 16.
 	for _, m := range []int{2, 3, 4, 5, 6, 7, 8, 9, smallM16Max - 1, smallM16Max, smallM16Max + 1} {
