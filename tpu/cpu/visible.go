@@ -160,8 +160,8 @@ func plainProduct(d *node, rows shapes.Shape, contracting bool) (*dotAux, bool) 
 
 // visibleSpans returns [lo, hi) per product of a's b products, each of
 // a.m rows of a.rows (the softmax's shape) whose bias rows are bias's
-// (broadcast to a.rows); nil when no product can skip a slot. A product
-// with a row masked everywhere keeps the full span, as the softmax does.
+// (broadcast to a.rows); nil when no bias row can skip a slot. A row
+// masked everywhere counts as seeing every slot, as the softmax does.
 // Each bias row is scanned once, however many products read it (a
 // decode step's row serves every head).
 func visibleSpans(a *dotAux, bias []float32, biasShape shapes.Shape) []int32 {
@@ -171,22 +171,27 @@ func visibleSpans(a *dotAux, bias []float32, biasShape shapes.Shape) []int32 {
 	if cols == 0 || a.b == 0 {
 		return nil
 	}
-	row := make([]int32, 2*(len(bias)/cols)) // each bias row's span, hi = 0 until scanned
+	row := make([]int32, 2*(len(bias)/cols)) // each bias row's span
+	trimmed := false
+	for r := range len(row) / 2 {
+		l, h := kernels.VisibleSpan(bias[r*cols : (r+1)*cols])
+		if l == h {
+			l, h = 0, cols
+		}
+		row[2*r], row[2*r+1] = int32(l), int32(h)
+		trimmed = trimmed || h-l < cols
+	}
+	if !trimmed {
+		return nil
+	}
 	bs := bcastStrides(biasShape, a.rows)
 	idx := make([]int, rank-1)
 	spans := make([]int32, 2*a.b)
-	off, trimmed := 0, false
+	off := 0
 	for p := range a.b {
 		lo, hi := int32(cols), int32(0)
 		for range a.m {
 			r := 2 * (off / cols)
-			if row[r+1] == 0 {
-				l, h := kernels.VisibleSpan(bias[off : off+cols])
-				if l == h {
-					l, h = 0, cols
-				}
-				row[r], row[r+1] = int32(l), int32(h)
-			}
 			lo, hi = min(lo, row[r]), max(hi, row[r+1])
 			for ax := rank - 2; ax >= 0; ax-- { // the next row's bias offset
 				idx[ax]++
@@ -202,10 +207,6 @@ func visibleSpans(a *dotAux, bias []float32, biasShape shapes.Shape) []int32 {
 			lo, hi = 0, int32(cols)
 		}
 		spans[2*p], spans[2*p+1] = lo, hi
-		trimmed = trimmed || int(hi-lo) < cols
-	}
-	if !trimmed {
-		return nil
 	}
 	return spans
 }
