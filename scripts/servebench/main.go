@@ -2,9 +2,10 @@
 // OpenAI-compatible server): for each concurrency level it runs that many
 // streams at once, each streaming completions of fixed prompts with a fixed
 // length (greedy, ignore_eos; with -mixed, lengths from a quarter of it to
-// all of it, so that the streams fall out of step), and reports the aggregate decode rate, the
-// per-stream rate, the time to first token and the compiles the server
-// made during the measured phase (from GET /metrics).
+// all of it, so that the streams fall out of step), and reports the
+// aggregate decode rate, the per-stream rate, the time to first token and
+// the compiles the server made during the measured phase (from GET
+// /metrics).
 //
 //	go run ./scripts/servebench -url http://127.0.0.1:8000 -c 1,8,32
 //	go run ./scripts/servebench -c 8 -max-tokens 128 -requests 4 -json
