@@ -18,9 +18,10 @@ import (
 
 // TestVisibleSpans: pipeline/nn's attention over a cache whose rows hold
 // their sequences at different pads (a serving batch) reads only each
-// row's visible slots: with NaN in every slot a row masks at either end of
-// its keys and values, the result is finite and equals the go backend's on
-// the same caches holding zeros there, for a decode step and a prefill
+// row's visible slots: with NaN in every key a row masks at either end and
+// in every value outside its span widened to blocks of 16, the result is
+// finite and equals the go backend's on the same caches holding zeros
+// there, for a decode step and a prefill
 // piece, grouped heads, f32 and bf16 caches under f32 compute, and bf16
 // compute. Both products of each attention are rewritten.
 func TestVisibleSpans(t *testing.T) {
