@@ -295,8 +295,11 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int
 				clear(row[s1:])
 			}
 			nt(s1-s0, K, lo, ro+s0*K, oo+s0)
-		default: // visibleK, widened to whole blocks of 16 slots (visible.go)
+		default: // visibleK: blocks of 16 slots, only a span under 5/8 of the cache (visible.go)
 			s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
+			if 8*(s1-s0) > 5*K {
+				s0, s1 = 0, K
+			}
 			nt(N, s1-s0, lo+s0, ro+s0, oo)
 		}
 	}
