@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
@@ -160,11 +161,25 @@ func execSoftmaxScaleBias(st *execState, n *node, in []*slot) (*slot, error) {
 	if cols > 0 {
 		rows = n.shape.Size() / cols
 	}
-	// Row r of the scores reads the bias row at the sum, over the leading
-	// axes, of its index times the bias's stride (0 where the bias has 1).
-	bs := bcastStrides(n.inputs[1].shape, n.shape)
-	offs := make([]int, rows)
-	idx := make([]int, rank-1)
+	offs := biasOffsets(n.inputs[1].shape, n.shape)
+	kernels.SoftmaxScaleBiasRows(out.data.([]float32), in[0].data.([]float32), rows, cols, n.aux.(float32), in[1].data.([]float32), offs)
+	return out, nil
+}
+
+// biasOffsets returns, for each row of rows (its last axis a row), the
+// offset of the row of bias (broadcast to rows) it reads: the sum, over
+// the leading axes, of its index times the bias's stride (0 where the
+// bias has 1).
+func biasOffsets(bias, rows shapes.Shape) []int {
+	dims := rows.Dimensions
+	rank := len(dims)
+	n := 0
+	if rank > 0 && dims[rank-1] > 0 {
+		n = rows.Size() / dims[rank-1]
+	}
+	bs := bcastStrides(bias, rows)
+	offs := make([]int, n)
+	idx := make([]int, max(rank-1, 0))
 	off := 0
 	for r := range offs {
 		offs[r] = off
@@ -178,8 +193,7 @@ func execSoftmaxScaleBias(st *execState, n *node, in []*slot) (*slot, error) {
 			idx[a] = 0
 		}
 	}
-	kernels.SoftmaxScaleBiasRows(out.data.([]float32), in[0].data.([]float32), rows, cols, n.aux.(float32), in[1].data.([]float32), offs)
-	return out, nil
+	return offs
 }
 
 // execSoftmax runs kernels.SoftmaxRows in place over [rows, cols], cols

@@ -189,24 +189,13 @@ func visibleSpans(a *dotAux, bias []float32, biasShape shapes.Shape) []int32 {
 	if !trimmed {
 		return nil
 	}
-	bs := bcastStrides(biasShape, a.rows)
-	idx := make([]int, rank-1)
+	offs := biasOffsets(biasShape, a.rows)
 	spans := make([]int32, 2*a.b)
-	off := 0
 	for p := range a.b {
 		lo, hi := int32(cols), int32(0)
-		for range a.m {
+		for _, off := range offs[p*a.m : (p+1)*a.m] {
 			r := 2 * (off / cols)
 			lo, hi = min(lo, row[r]), max(hi, row[r+1])
-			for ax := rank - 2; ax >= 0; ax-- { // the next row's bias offset
-				idx[ax]++
-				off += bs[ax]
-				if idx[ax] < dims[ax] {
-					break
-				}
-				off -= idx[ax] * bs[ax]
-				idx[ax] = 0
-			}
 		}
 		if lo >= hi {
 			lo, hi = 0, int32(cols)
