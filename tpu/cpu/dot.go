@@ -265,8 +265,7 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int
 	// product's.
 	var nt func(n, k, lo, ro, oo int)
 	switch {
-	case nn:
-		spans = nil
+	case nn: // GemmF32NN below, whole: spans apply to the NT layout only
 	case a.rhsFrom16 && a.bf16Act && dtypeOfFlat(rhs) == dtypes.BFloat16:
 		r := u16(rhs)
 		nt = func(n, k, lo, ro, oo int) { kernels.GemmBF16DotNT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
