@@ -51,7 +51,9 @@
 #
 # Environment: OUT, TPUTOOL_BIN_DIR, PYTHON (default python3),
 # IMG_MAX/IMG_MEAN (image tolerances, default 16 and 1.0 of 255),
-# HF_TIMEOUT (seconds for transformers, default 300).
+# HF_TIMEOUT (seconds for transformers, default 300), HF_BENCH=0 to skip
+# transformers' bench (its greedy-token check still runs), MOE_BENCH=0 to
+# skip section 5's bench (scripts/device-check-moe.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -75,6 +77,7 @@ PYTHON=${PYTHON:-python3}
 IMG_MAX=${IMG_MAX:-16}
 IMG_MEAN=${IMG_MEAN:-1.0}
 HF_TIMEOUT=${HF_TIMEOUT:-300}
+HF_BENCH=${HF_BENCH:-1}
 
 # ---- binaries
 
@@ -358,7 +361,9 @@ else
 	else
 		fail "transformers tokens differ from tputool's, or the run failed (see hf-tokens.json, log.txt)"
 	fi
-	if timeout "$HF_TIMEOUT" "$PYTHON" scripts/hf-compare.py bench --model "$llm" --batch 1,8 --prompt-len 128 --gen-len 32 \
+	if [ "$HF_BENCH" = 0 ]; then
+		hf_status="tokens only (HF_BENCH=0)"
+	elif timeout "$HF_TIMEOUT" "$PYTHON" scripts/hf-compare.py bench --model "$llm" --batch 1,8 --prompt-len 128 --gen-len 32 \
 		--repeat 3 --modes eager,compile --out "$OUT/hf-bench.json" >>"$log" 2>&1; then
 		hf_status="ran"
 	else
@@ -372,6 +377,7 @@ fi
 moe_status="no"
 moe_env=(env OUT="$OUT" TPUTOOL_BIN_DIR="$bin" PYTHON="$PYTHON")
 [ "$dry_run" = 1 ] && moe_env+=(MOE_BENCH=0)
+[ "${MOE_BENCH:-1}" = 0 ] && moe_env+=(MOE_BENCH=0)
 if "${moe_env[@]}" scripts/device-check-moe.sh --device "$device" 2>>"$log"; then
 	moe_status="yes"
 	say "moe: every experts formulation on the device equals the CPU's tokens"
