@@ -257,6 +257,24 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 	return r.run(st, prog, st.takePending(n), st.next)
 }
 
+// DevicePrefillPiece is the prefill piece, in prompt tokens, of a
+// generation on a backend that does not compute in host memory (an XLA
+// device), where every new piece length compiles an executable for
+// seconds: see PrefillPiece.
+const DevicePrefillPiece = 512
+
+// PrefillPiece is the piece a caller that does not fix its own should
+// prefill in (generate.FixedPieces): 0 on a backend computing in host
+// memory, whose new shapes compile in milliseconds, so that pieces can
+// follow the clock; DevicePrefillPiece elsewhere, so that a prompt's
+// pieces, and the executables they need, are the same on every run.
+func (st *State) PrefillPiece() int {
+	if st.r.opts.Caps.HostMemory {
+		return 0
+	}
+	return DevicePrefillPiece
+}
+
 // takePending removes the next n pending tokens of every row and returns
 // them as a step's token input [B, n].
 func (st *State) takePending(n int) *tensors.Tensor {

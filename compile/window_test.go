@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu"
 )
@@ -101,5 +103,67 @@ func TestWindowedPrefill(t *testing.T) {
 		if want := []string{"prefill/w128", "prefill/w256", "prefill/w384"}; !slices.Equal(windows, want) {
 			t.Errorf("%s: windowed programs run %v, want %v", be.Name(), windows, want)
 		}
+	}
+}
+
+// TestPrefillPiece: a generation on a backend that does not compute in
+// host memory (an XLA device) prefills in fixed pieces, so running the
+// same prompts again compiles nothing, however long the pieces took; on a
+// host-memory backend the pieces stay timed (PrefillPiece 0).
+func TestPrefillPiece(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	be := goBackend(t)
+	caps := tpu.CapabilitiesOf(be)
+	if !caps.HostMemory {
+		t.Fatal("the go backend computes in host memory")
+	}
+	r, err := NewRunner(be, l, Options{Mode: Compiled, Caps: &caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.NewState().PrefillPiece(); got != 0 {
+		t.Errorf("host memory: PrefillPiece %d, want 0 (timed pieces)", got)
+	}
+
+	caps.HostMemory = false
+	d, err := NewRunner(be, l, Options{Mode: Compiled, Caps: &caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st := d.NewState()
+	defer st.Release()
+	if got := st.PrefillPiece(); got != DevicePrefillPiece {
+		t.Fatalf("device: PrefillPiece %d, want %d", got, DevicePrefillPiece)
+	}
+	prompts := [][]int{make([]int, 300), make([]int, 200)}
+	for i := range prompts {
+		for j := range prompts[i] {
+			prompts[i][j] = 3 + (i*7+j*13)%400
+		}
+	}
+	var misses []int
+	for range 2 {
+		if _, err := generate.Prefill(context.Background(), st, prompts, generate.Options{MaxNewTokens: 8}); err != nil {
+			t.Fatal(err)
+		}
+		misses = append(misses, d.Stats().Sum().Misses)
+	}
+	if misses[1] != misses[0] {
+		t.Errorf("the second prefill of the same prompts compiled %d executables", misses[1]-misses[0])
+	}
+	var pieces []int
+	for _, p := range d.Stats().Programs {
+		if strings.HasPrefix(p.Name, "prefill") {
+			pieces = append(pieces, p.Calls)
+		}
+	}
+	if !slices.Equal(pieces, []int{2}) {
+		t.Errorf("prefill programs' calls %v, want one piece a run ([2])", pieces)
 	}
 }

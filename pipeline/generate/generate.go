@@ -48,6 +48,19 @@ type Extender interface {
 	Extend(tokens [][]int, maxNew int) (int, error)
 }
 
+// FixedPieces is implemented by Chunked runners on which a new piece
+// length is costly, because each one compiles an executable for seconds
+// (XLA devices): with Options.PrefillChunk 0 their prompts run in pieces
+// of PrefillPiece tokens (the last piece the rest) instead of pieces sized
+// by time. Timed pieces follow the clock, so two runs of the same prompt
+// could run different piece lengths and compile again; fixed ones give
+// every prompt of a length the same shapes. PrefillPiece 0 keeps the
+// timed pieces (a backend computing in host memory compiles in
+// milliseconds).
+type FixedPieces interface {
+	PrefillPiece() int
+}
+
 // PrefillTarget is how long one prefill piece should take when
 // Options.PrefillChunk is 0: cancellation is checked between pieces.
 const PrefillTarget = 200 * time.Millisecond
@@ -95,8 +108,9 @@ type Options struct {
 	NewDecoder func(prompt []int) StreamDecoder
 	// PrefillChunk is the number of prompt tokens run per prefill piece on
 	// a Chunked runner: 0 sizes the pieces by time (PrefillTarget, first a
-	// piece of 8 tokens to measure the rate), < 0 runs the prompt as one
-	// piece. Context cancellation is checked between pieces.
+	// piece of 8 tokens to measure the rate), or on a FixedPieces runner
+	// takes its PrefillPiece; < 0 runs the prompt as one piece. Context
+	// cancellation is checked between pieces.
 	PrefillChunk int
 	// OnPrefill, when set, is called after each prefill piece with the
 	// prompt tokens done (per row, padding included) of total.
@@ -362,17 +376,22 @@ func prefill(ctx context.Context, r Stepper, prompts [][]int, o Options, now fun
 	return prefillChunks(ctx, c, total, o, now, compileTime)
 }
 
-// prefillChunks runs total queued tokens in pieces. With PrefillChunk 0 the
-// first piece has 8 tokens; each next piece is the largest power of two
-// whose measured cost (compilation excluded) fits in PrefillTarget, or all
-// the rest when that fits.
+// prefillChunks runs total queued tokens in pieces. With PrefillChunk 0 on
+// a FixedPieces runner every piece has its PrefillPiece tokens; elsewhere
+// the first piece has 8 tokens and each next piece is the largest power of
+// two whose measured cost (compilation excluded) fits in PrefillTarget, or
+// all the rest when that fits.
 func prefillChunks(ctx context.Context, c Chunked, total int, o Options, now func() time.Time, compileTime func() time.Duration) ([][]float32, error) {
-	chunk := o.PrefillChunk
+	chunk, timed := o.PrefillChunk, false
 	switch {
 	case chunk < 0:
 		chunk = total
 	case chunk == 0:
-		chunk = firstPrefillChunk
+		if f, ok := c.(FixedPieces); ok && f.PrefillPiece() > 0 {
+			chunk = f.PrefillPiece()
+		} else {
+			chunk, timed = firstPrefillChunk, true
+		}
 	}
 	var logits [][]float32
 	for done := 0; done < total; {
@@ -389,7 +408,7 @@ func prefillChunks(ctx context.Context, c Chunked, total int, o Options, now fun
 		if o.OnPrefill != nil {
 			o.OnPrefill(done, total)
 		}
-		if o.PrefillChunk == 0 {
+		if timed {
 			chunk = nextChunk(now().Sub(t0)-(compileTime()-c0), n, total-done)
 		}
 	}

@@ -365,6 +365,44 @@ func TestPrefillPiecesAreSizedByTime(t *testing.T) {
 	}
 }
 
+// fixedChunked is a chunked runner whose new piece lengths are costly.
+type fixedChunked struct {
+	chunked
+	piece int
+}
+
+func (c *fixedChunked) PrefillPiece() int { return c.piece }
+
+// TestPrefillFixedPieces: on a FixedPieces runner, pieces are its piece
+// length (the last one the rest) however long they take, so runs of one
+// prompt repeat their shapes; an explicit PrefillChunk still wins, and
+// PrefillPiece 0 keeps the timed pieces.
+func TestPrefillFixedPieces(t *testing.T) {
+	for _, tc := range []struct {
+		piece, chunk int
+		perToken     time.Duration
+		want         []int
+	}{
+		{16, 0, 25 * time.Millisecond, []int{16, 16, 8}},
+		{16, 0, time.Microsecond, []int{16, 16, 8}}, // timed pieces would run the rest after 8
+		{64, 0, time.Second, []int{40}},
+		{16, -1, time.Second, []int{40}},
+		{16, 24, time.Second, []int{24, 16}},
+		{0, 0, 25 * time.Millisecond, []int{8, 8, 8, 8, 8}},
+	} {
+		clock := &fakeClock{t: time.Unix(0, 0)}
+		c := &fixedChunked{chunked: chunked{script: script{want: [][]int{{3, 4}}}, perToken: tc.perToken}, piece: tc.piece}
+		c.clock = clock
+		o := Options{MaxNewTokens: 2, Now: clock.now, NewDecoder: words.decoder, PrefillChunk: tc.chunk}
+		if _, _, err := Run(context.Background(), c, [][]int{make([]int, 33)}, o); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.pieces, tc.want) {
+			t.Errorf("piece %d, --prefill-chunk %d, %v a token: pieces %v, want %v", tc.piece, tc.chunk, tc.perToken, c.pieces, tc.want)
+		}
+	}
+}
+
 func TestCancelDuringPrefill(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := &fakeClock{t: time.Unix(0, 0)}
