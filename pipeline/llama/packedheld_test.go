@@ -27,9 +27,9 @@ import (
 // Symmetric 8-bit GPTQ and compressed-tensors weights (pack-quantized
 // and naive int8) are held as int8 with their scales (--quantize int8's
 // layout), and so are NVFP4 (twice its values, in groups of 16) and
-// 4-bit weights in groups of 16 (q − z); asymmetric 8-bit ones are
-// decoded, and so is every weight whose group_size leaves a short last
-// group.
+// 4-bit weights in groups of 16 over rows that are not whole blocks of 32
+// (q − z); asymmetric 8-bit ones are decoded, and so is every weight
+// whose group_size leaves a short last group.
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -60,10 +60,14 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-w4a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32}), held: 14},
 		{name: "ct-w4a16-asym-g32", dirs: ct(ctFormat{strategy: "group", group: 32}), held: 14, asMins: true},
 		{name: "ct-w4a16-channel", dirs: ct(ctFormat{sym: true, strategy: "channel"}), held: 14},
-		// Groups of 16, which grouped int4 does not take: held as int8,
-		// q − z in groups of 16, exactly.
-		{name: "gptq-v2-g16", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 16}), held8: 14},
-		{name: "ct-w4a16-asym-g16", dirs: ct(ctFormat{strategy: "group", group: 16}), held8: 14},
+		// Groups of 16: grouped int4 with two scale codes a block; where a
+		// row is not whole blocks of 32 (down_proj over 80 inputs), held
+		// as int8, q − z in groups of 16, exactly.
+		{name: "gptq-v2-g16", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 16}), held: 14, asMins: true},
+		{name: "ct-w4a16-asym-g16", dirs: ct(ctFormat{strategy: "group", group: 16}), held: 14, asMins: true},
+		{name: "ct-w4a16-asym-g16-inter80", dirs: func(t *testing.T) (string, string) {
+			return ctCheckpoints(t, ctFormat{format: "pack-quantized", bits: 4, strategy: "group", group: 16, hidden: 64, inter: 80, f32Ref: true})
+		}, held: 12, held8: 2, asMins: true},
 		{name: "gptq-8bit-sym-g32", dirs: packed(packedFormat{method: "gptq", bits: 8, group: 32, sym: true}), held8: 14},
 		{name: "gptq-8bit-asym", dirs: packed(packedFormat{method: "gptq", bits: 8, v2: true, group: 32})},
 		{name: "ct-w8a16-sym-g32", dirs: ct(ctFormat{sym: true, strategy: "group", group: 32, bits: 8}), held8: 14},
@@ -71,9 +75,8 @@ func TestPackedHeld(t *testing.T) {
 		// 96: a short last group) is held in neither form: decoded.
 		{name: "gptq-g40", dirs: packed(packedFormat{method: "gptq", bits: 4, v2: true, group: 40})},
 		// Dynamic rules: layer 1's seven projections in 4 bits by groups
-		// of 32 are held as grouped int4, layer 0's five in groups of 16
-		// as int8; its asymmetric 8-bit down_proj and plain q_proj are
-		// not.
+		// of 32 and layer 0's five in groups of 16 are held as grouped
+		// int4; its asymmetric 8-bit down_proj and plain q_proj are not.
 		// naive-quantized int8 by channel (W8A8 releases): held as int8.
 		{name: "ct-w8a8-naive-channel", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, sym: true, strategy: "channel", hidden: 64, inter: 96, f32Ref: true, inScale: true})
@@ -88,7 +91,7 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-nvfp4", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 96, f32Ref: true})
 		}, held8: 14},
-		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 7, held8: 5, asMins: true},
+		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 12, asMins: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			qDir, fDir := c.dirs(t)

@@ -20,10 +20,10 @@ const MaxInt4Groups = 256
 
 // Int4GroupsFit reports whether a matrix of in input columns can be held
 // as grouped int4 in groups of group columns (kernels.CheckInt4Groups):
-// whole blocks of Int4Block a group, whole groups a row, at most
-// MaxInt4Groups of them.
+// groups of 16 or of whole blocks of Int4Block, whole blocks and whole
+// groups a row, at most MaxInt4Groups of them.
 func Int4GroupsFit(in, group int) bool {
-	return group > 0 && group%Int4Block == 0 && in%group == 0 && in/group <= MaxInt4Groups
+	return (group == Int4Block/2 || group > 0 && group%Int4Block == 0) && in%Int4Block == 0 && in%group == 0 && in/group <= MaxInt4Groups
 }
 
 // Int4GroupsLayout is how a weight [out, in] is held as grouped int4:
@@ -194,8 +194,9 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 // them so (the CPU engine's int8 kernels, nn.DequantizeInt8).
 //
 // So may it hold the 4-bit weights that grouped int4 does not take
-// (Int4GroupsFit: groups of 16, or more than MaxInt4Groups of them a
-// row) when their groups are in input order: q − z, an integer from −16
+// (Int4GroupsFit: more than MaxInt4Groups groups a row, or groups of 16
+// over a row that is not whole blocks of 32) when their groups are in
+// input order: q − z, an integer from −16
 // to 15 for the stored value q and the integer zero point z, times the
 // group's scale is W exactly, a byte and an f32 per group a weight where
 // decoding would take two bytes.

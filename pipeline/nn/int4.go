@@ -91,7 +91,7 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 	sd := scales.Shape().Dimensions
 	r := len(bd)
 	ok := r >= 3 && bd[r-1] == 16 && packed.DType() == dtypes.Uint8 && scales.DType() == dtypes.Float32 &&
-		len(sd) == r-1 && slices.Equal(sd[:r-2], bd[:r-2]) && sd[r-3] == bd[r-3] && sd[r-2] > 0 && (32*bd[r-2])%sd[r-2] == 0 && (32*bd[r-2]/sd[r-2])%32 == 0
+		len(sd) == r-1 && slices.Equal(sd[:r-2], bd[:r-2]) && sd[r-3] == bd[r-3] && sd[r-2] > 0 && (32*bd[r-2])%sd[r-2] == 0 && (32*bd[r-2]/sd[r-2] == 16 || (32*bd[r-2]/sd[r-2])%32 == 0)
 	if ok && mins != nil {
 		want := append(slices.Clone(sd[:r-3]), sd[r-2], sd[r-3])
 		ok = mins.DType() == dtypes.Float32 && slices.Equal(mins.Shape().Dimensions, want)
@@ -101,7 +101,7 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 		if mins != nil {
 			ms = mins.Shape().String()
 		}
-		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [..., out, blocks, 16], float32 scales [..., out, groups] with whole blocks a group, and float32 mins [..., groups, out] or none, got %s, %s and %s",
+		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [..., out, blocks, 16], float32 scales [..., out, groups] with groups of 16 or whole blocks, and float32 mins [..., groups, out] or none, got %s, %s and %s",
 			packed.Shape(), scales.Shape(), ms))
 	}
 	lead := slices.Clone(bd[:r-3])

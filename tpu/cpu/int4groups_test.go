@@ -17,8 +17,9 @@ import (
 // group scales broadcast over their groups, plus the mins where there are
 // any): the cpu backend multiplies the packed values directly (checked by
 // the rewritten node) and agrees with the go backend, which computes the
-// f32 weight as written. Another pairs table, or a group of a size the
-// kernels do not take, is not rewritten and still agrees. With the
+// f32 weight as written (groups of 16 too: two scale codes a block).
+// Another pairs table, or a group of a size the kernels do not take (8),
+// is not rewritten and still agrees. With the
 // columns gathered back from group order (nn.GatherColumns: activation
 // order) the product permutes the activations instead.
 func TestDotGeneralInt4Groups(t *testing.T) {
@@ -38,7 +39,9 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		{"prefill, mins", []int{5, 128}, 33, 128, 32, 1, true, false, true, false},
 		{"rank 3", []int{2, 3, 192}, 17, 192, 192, 2, false, false, true, false},
 		{"other pairs", []int{3, 64}, 9, 64, 32, 1, false, true, false, false},
-		{"groups of 16", []int{3, 64}, 9, 64, 16, 1, true, false, false, false},
+		{"groups of 16, decode", []int{1, 64}, 9, 64, 16, 1, true, false, true, false},
+		{"groups of 16, prefill", []int{3, 128}, 9, 128, 16, 1, false, false, true, false},
+		{"groups of 8", []int{3, 64}, 9, 64, 8, 1, true, false, false, false},
 		{"decode, activation order", []int{1, 256}, 9, 256, 64, 1, true, false, true, true},
 		{"prefill, activation order", []int{4, 128}, 17, 128, 32, 1, false, false, true, true},
 	} {

@@ -230,7 +230,8 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 // int4GroupsForm matches nn.DequantizeInt4Groups' form at r [..., N, K]
 // (a matrix, or a batch of them as nn.PairDot gathers) and returns the
 // packed values [..., N, K/32, 16], the scales [..., N, g], the mins
-// [..., g, N] (nil for none) and the group size.
+// [..., g, N] (nil for none) and the group size (16 or whole blocks of
+// 32).
 func int4GroupsForm(r *node) (packed, scales, mins *node, group int, ok bool) {
 	fail := func() (*node, *node, *node, int, bool) { return nil, nil, nil, 0, false }
 	rk := r.shape.Rank()
@@ -244,7 +245,7 @@ func int4GroupsForm(r *node) (packed, scales, mins *node, group int, ok bool) {
 	lead := x.shape.Dimensions[:rk-2]
 	dims := func(d ...int) []int { return append(slices.Clone(lead), d...) }
 	d := x.shape.Dimensions[rk-2:] // [N, g, G]
-	if d[2]%32 != 0 || !slices.Equal(r.shape.Dimensions, dims(d[0], d[1]*d[2])) {
+	if d[2] != 16 && d[2]%32 != 0 || (d[1]*d[2])%32 != 0 || !slices.Equal(r.shape.Dimensions, dims(d[0], d[1]*d[2])) {
 		return fail()
 	}
 	ident := make([]int, rk+1)

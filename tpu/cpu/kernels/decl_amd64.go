@@ -107,8 +107,32 @@ func widenNibblesAVX2(dst *float32, blocks, scales *byte, nblocks int, lut *[16]
 //go:noescape
 func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
 
+// dotNibblesx8x2x16AVX512 is dotNibblesx8x2AVX512 with two scale codes
+// a block, one per 16 values.
+//
+//go:noescape
+func dotNibblesx8x2x16AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
+
 //go:noescape
 func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
+
+// dotNibblesPerm16AVX512 is dotNibblesPermAVX512 with two scale codes a
+// block, one per 16 values.
+//
+//go:noescape
+func dotNibblesPerm16AVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
+
+// dotNibbles16AVX512 is dotNibblesAVX512 with two scale codes a block,
+// one per 16 values.
+//
+//go:noescape
+func dotNibbles16AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32) float32
+
+// widenNibbles16AVX512 is widenNibblesAVX512 with two scale codes a
+// block, one per 16 values.
+//
+//go:noescape
+func widenNibbles16AVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
 
 //go:noescape
 func dotInt4Q8VNNI(q *int8, corr *int32, sa *float32, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32)

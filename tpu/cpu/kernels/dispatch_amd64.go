@@ -454,8 +454,16 @@ func widenI8(dst []float32, src []int8, s float32) {
 func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
 	nb := k / nibbleBlock
-	if level == levelGeneric || nb == 0 || len(c) == 0 {
+	if level == levelGeneric || nb == 0 || len(c) == 0 || code.split && level != levelAVX512 {
 		gemvRowsNibblesGeneric(code, j0, a, blocks, scales, c)
+		return
+	}
+	if code.split {
+		_, _ = blocks[len(c)*k/2-1], scales[2*len(c)*nb-1]
+		for j := range c {
+			rc := code.at(j0 + j)
+			c[j] = dotNibbles16AVX512(&a[0], &blocks[j*k/2], &scales[2*j*nb], nb, rc.lut, &rc.half[0])
+		}
 		return
 	}
 	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
@@ -473,19 +481,27 @@ func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byt
 // rows of B. With AVX-512 the activations are permuted once
 // (permuteBlocks), and dotNibblesPermAVX512 reads each worker's rows in
 // one call, with no interleaving of a block's nibbles.
+//
+// A split format (two codes a block) takes dotNibblesPerm16AVX512: a
+// permuted block's first eight lanes of each half are its values 0–15.
 func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
 	nb := k / nibbleBlock
+	nc := k / code.codeSpan()
 	if level != levelAVX512 || nb == 0 {
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
-			gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+			gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nc:], c[lo:hi])
 		})
 		return
 	}
-	_, _ = blocks[n*k/2-1], scales[n*nb-1]
+	_, _ = blocks[n*k/2-1], scales[n*nc-1]
 	buf, ap := f32Scratch(k)
 	permuteBlocks(ap, a)
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
 		rc := code.at(lo)
+		if code.split {
+			dotNibblesPerm16AVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nc], nb, hi-lo, code.vals, &rc.half[0], code.rowStride(), &c[lo])
+			return
+		}
 		dotNibblesPermAVX512(&ap[0], &blocks[lo*k/2], &scales[lo*nb], nb, hi-lo, code.vals, &rc.half[0], code.rowStride(), &c[lo])
 	})
 	f32Pool.Put(buf)
@@ -494,8 +510,13 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 // widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	nb := len(dst) / nibbleBlock
-	if level == levelGeneric || nb == 0 {
+	if level == levelGeneric || nb == 0 || code.split && level != levelAVX512 {
 		widenNibblesGeneric(code, dst, blocks, scales)
+		return
+	}
+	if code.split {
+		_, _ = blocks[nb*nibbleBlock/2-1], scales[2*nb-1]
+		widenNibbles16AVX512(&dst[0], &blocks[0], &scales[0], nb, code.lut, &code.half[0])
 		return
 	}
 	_, _ = blocks[nb*nibbleBlock/2-1], scales[nb-1]
@@ -510,12 +531,14 @@ func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 // registers once for up to eight rows of A, two rows at a time
 // (dotNibblesx8x2AVX512, with the matrix's table or each row's own), with
 // no f32 copy of B. It reports false (and does nothing) without AVX-512.
+// A split format takes dotNibblesx8x2x16AVX512.
 func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) bool {
 	if level != levelAVX512 {
 		return false
 	}
 	nb := k / nibbleBlock
-	_, _ = blocks[n*k/2-1], scales[n*nb-1]
+	nc := k / code.codeSpan()
+	_, _ = blocks[n*k/2-1], scales[n*nc-1]
 	Parallel((n+1)/2, max(1, gemvGrain(k)/2), func(lo, hi int) {
 		var ap [8]*float32
 		for i := range ap {
@@ -527,14 +550,18 @@ func smallMNibbles(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, 
 			cols := min(2, n-j0)
 			j1 := j0 + cols - 1
 			bp := [2]*byte{&blocks[j0*k/2], &blocks[j1*k/2]}
-			sp := [2]*byte{&scales[j0*nb], &scales[j1*nb]}
+			sp := [2]*byte{&scales[j0*nc], &scales[j1*nc]}
 			var hp [2]*float32
 			if code.rows != nil {
 				hp = [2]*float32{&code.rows[j0*code.stride], &code.rows[j1*code.stride]}
 			} else {
 				hp = [2]*float32{&code.half[0], &code.half[0]}
 			}
-			dotNibblesx8x2AVX512(&ap, &bp, &sp, nb, code.lut, &hp, &tmp)
+			if code.split {
+				dotNibblesx8x2x16AVX512(&ap, &bp, &sp, nb, code.lut, &hp, &tmp)
+			} else {
+				dotNibblesx8x2AVX512(&ap, &bp, &sp, nb, code.lut, &hp, &tmp)
+			}
 			for i := range m {
 				for j := range cols {
 					c[i*ldc+j0+j] = tmp[4*(i%4)+2*(i/4)+j]

@@ -55,9 +55,9 @@ func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byt
 }
 
 func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte, c []float32) {
-	nb := k / nibbleBlock
+	nc := k / code.codeSpan()
 	Parallel(n, gemvGrain(k), func(lo, hi int) {
-		gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nb:], c[lo:hi])
+		gemvRowsNibbles(code, lo, a, blocks[lo*k/2:], scales[lo*nc:], c[lo:hi])
 	})
 }
 

@@ -22,7 +22,8 @@ import (
 // The kernels are the int4 ones (nibble.go) with each row's scales as its
 // own table: a row's block codes are the same for every row (block b's
 // code is its group, b·32/group), so they are made once per shape and
-// kept (int4GroupCodes). The mins add Σ_g mins[g, j]·(the sum of the
+// kept (int4GroupCodes). Groups of 16 are the split format: two codes a
+// block, 2b and 2b+1. The mins add Σ_g mins[g, j]·(the sum of the
 // activations over group g) to each output: k/group AXPYs over the
 // outputs a row of A.
 
@@ -34,8 +35,10 @@ const MaxInt4Groups = 256
 // as grouped int4 with groups of group columns (nil if it can).
 func CheckInt4Groups(k, group int) error {
 	switch {
-	case group <= 0 || group%Int4Block != 0:
-		return fmt.Errorf("groups of %d columns: want a positive multiple of %d", group, Int4Block)
+	case group != Int4Block/2 && (group <= 0 || group%Int4Block != 0):
+		return fmt.Errorf("groups of %d columns: want %d or a positive multiple of %d", group, Int4Block/2, Int4Block)
+	case k%Int4Block != 0:
+		return fmt.Errorf("%d columns are not a whole number of blocks of %d", k, Int4Block)
 	case k%group != 0:
 		return fmt.Errorf("%d columns are not a whole number of groups of %d", k, group)
 	case k/group > MaxInt4Groups:
@@ -45,7 +48,8 @@ func CheckInt4Groups(k, group int) error {
 }
 
 // int4GroupCodes are the block codes of grouped int4 matrices, by shape:
-// n rows of k/32 codes, block b's code b·32/group. They are shared by
+// n rows of k/32 codes, block b's code b·32/group (groups of 16: k/16
+// codes, 0, 1, 2, ...). They are shared by
 // every matrix of the shape and kept for the life of the process (a model
 // has a handful of shapes; a code a block is 1/16 of the packed values).
 var int4GroupCodes sync.Map // [3]int{n, k, group} → []byte
@@ -55,10 +59,11 @@ func int4GroupCodesOf(n, k, group int) []byte {
 	if c, ok := int4GroupCodes.Load(key); ok {
 		return c.([]byte)
 	}
-	nb := k / Int4Block
+	span := min(group, Int4Block)
+	nb := k / span
 	codes := make([]byte, n*nb)
 	for b := 0; b < nb; b++ {
-		codes[b] = byte(b * Int4Block / group)
+		codes[b] = byte(b * span / group)
 	}
 	for j := 1; j < n; j++ {
 		copy(codes[j*nb:(j+1)*nb], codes[:nb])
@@ -68,9 +73,9 @@ func int4GroupCodesOf(n, k, group int) []byte {
 }
 
 // int4GroupsCode is the nibble format of a grouped int4 matrix with
-// scales [n, k/group].
-func int4GroupsCode(scales []float32, ng int) *nibbleCode {
-	return &nibbleCode{lut: &int4LUT, vals: int4Vals, pairs: &int4Pairs, rows: scales, stride: ng}
+// scales [n, k/group] (split for groups of 16).
+func int4GroupsCode(scales []float32, ng, group int) *nibbleCode {
+	return &nibbleCode{lut: &int4LUT, vals: int4Vals, pairs: &int4Pairs, rows: scales, stride: ng, split: group < Int4Block}
 }
 
 func checkInt4Groups(name string, n, k int, packed []byte, scales, mins []float32, group int) {
@@ -96,7 +101,7 @@ func GemmInt4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, scales, 
 	}
 	checkInt4Groups("GemmInt4GroupsNT", n, k, packed, scales, mins, group)
 	ng := k / group
-	gemmNibbles(int4GroupsCode(scales, ng), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	gemmNibbles(int4GroupsCode(scales, ng, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
 	if mins != nil {
 		addGroupMins(m, n, k, a, lda, mins, group, c, ldc)
 	}
@@ -137,7 +142,7 @@ func GemmInt4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, scales
 		return
 	}
 	checkInt4Groups("GemmInt4GroupsQ8NT", n, k, packed, scales, mins, group)
-	aq := gemmNibblesQ8(int4GroupsCode(scales, k/group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	aq := gemmNibblesQ8(int4GroupsCode(scales, k/group, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
 	if mins == nil {
 		return
 	}

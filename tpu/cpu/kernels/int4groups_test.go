@@ -61,6 +61,8 @@ func TestGemmInt4GroupsNT(t *testing.T) {
 		for _, c := range []struct{ m, n, k, group int }{
 			{1, 7, 32, 32}, {1, 130, 2048, 128}, {1, 33, 8192, 32}, {1, 45, 192, 192}, {2, 9, 128, 64},
 			{5, 70, 1024, 128}, {8, 40, 256, 32}, {12, 20, 384, 128}, {70, 33, 2048, 64},
+			// groups of 16: two scale codes a block
+			{1, 7, 32, 16}, {1, 130, 2048, 16}, {3, 21, 512, 16}, {8, 40, 256, 16}, {70, 33, 1024, 16},
 		} {
 			for _, asym := range []bool{false, true} {
 				packed, scales, mins, dense := int4GroupsCase(r, c.n, c.k, c.group, asym)
@@ -107,22 +109,24 @@ func TestGemmInt4GroupsNT(t *testing.T) {
 func TestInt4GroupsRowTables(t *testing.T) {
 	forEachLevel(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(17, 18))
-		const n, k, group = 24, 512, 128
-		packed, scales, _, dense := int4GroupsCase(r, n, k, group, false)
-		a := randMat(r, 1, k, k)
-		want := make([]float32, n)
-		GemmF32NT(1, n, k, a, k, dense, k, want, n)
-		shifted := append(scales[1:], scales[0])
-		got := make([]float32, n)
-		GemmInt4GroupsNT(1, n, k, a, k, packed, shifted, nil, group, got, n)
-		same := 0
-		for j := range want {
-			if math.Abs(float64(got[j]-want[j])) <= 1e-4*(1+math.Abs(float64(want[j]))) {
-				same++
+		const n, k = 24, 512
+		for _, group := range []int{128, 16} {
+			packed, scales, _, dense := int4GroupsCase(r, n, k, group, false)
+			a := randMat(r, 1, k, k)
+			want := make([]float32, n)
+			GemmF32NT(1, n, k, a, k, dense, k, want, n)
+			shifted := append(scales[1:], scales[0])
+			got := make([]float32, n)
+			GemmInt4GroupsNT(1, n, k, a, k, packed, shifted, nil, group, got, n)
+			same := 0
+			for j := range want {
+				if math.Abs(float64(got[j]-want[j])) <= 1e-4*(1+math.Abs(float64(want[j]))) {
+					same++
+				}
 			}
-		}
-		if same > n/4 {
-			t.Errorf("with the scales moved one group, %d of %d outputs still match", same, n)
+			if same > n/4 {
+				t.Errorf("groups of %d: with the scales moved one group, %d of %d outputs still match", group, same, n)
+			}
 		}
 	})
 }
@@ -132,8 +136,11 @@ func TestGemmInt4GroupsPanics(t *testing.T) {
 		name, want string
 		f          func()
 	}{
-		{"group", "positive multiple of 32", func() {
-			GemmInt4GroupsNT(1, 1, 64, make([]float32, 64), 64, make([]byte, 32), make([]float32, 4), nil, 16, make([]float32, 1), 1)
+		{"group", "want 16 or a positive multiple of 32", func() {
+			GemmInt4GroupsNT(1, 1, 64, make([]float32, 64), 64, make([]byte, 32), make([]float32, 8), nil, 8, make([]float32, 1), 1)
+		}},
+		{"whole blocks", "not a whole number of blocks of 32", func() {
+			GemmInt4GroupsNT(1, 1, 48, make([]float32, 48), 48, make([]byte, 24), make([]float32, 3), nil, 16, make([]float32, 1), 1)
 		}},
 		{"whole groups", "not a whole number of groups", func() {
 			GemmInt4GroupsNT(1, 1, 96, make([]float32, 96), 96, make([]byte, 48), make([]float32, 2), nil, 64, make([]float32, 1), 1)

@@ -91,12 +91,12 @@ func GemvMulti(k int, ps []Gemv) {
 		q.a = p.A[:k]
 		switch {
 		case p.Int4 != nil && p.Int4Scales != nil:
-			q.code, q.codes = int4GroupsCode(p.Int4Scales, k/p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
+			q.code, q.codes = int4GroupsCode(p.Int4Scales, k/p.Int4Group, p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
 		case p.Int4 != nil:
 			q.code, q.codes = int4Code(p.Int4Table), p.Int4Codes
 		}
 		switch {
-		case p.Int4 != nil && p.Int4Q8 && vnni:
+		case p.Int4 != nil && p.Int4Q8 && vnni && !q.code.split: // the VNNI kernel takes a code a block
 			q.q4 = q8Pool.Get().(*q8Row)
 			q.q4.quantizeQ8(q.a)
 		case p.I8 != nil && p.Int8Q8 && vnni && p.Group == 64:
@@ -141,7 +141,8 @@ func GemvMulti(k int, ps []Gemv) {
 			case p.Int4 != nil && q.q4 != nil:
 				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], q.codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
 			case p.Int4 != nil:
-				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], q.codes[j0*k/Int4Block:], p.C[j0:j1])
+				span := q.code.codeSpan()
+				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], q.codes[j0*k/span:], p.C[j0:j1])
 			case q.q8 != nil:
 				ng := k / p.Group
 				dotInt8Q8(q.q8, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])

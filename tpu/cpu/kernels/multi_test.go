@@ -88,14 +88,18 @@ func TestGemvMulti(t *testing.T) {
 				}
 			}
 			if k%Int4Block == 0 { // grouped int4 products, with and without mins and int8 activations
-				for i, n := range []int{6, 33, 9, 50} {
-					packed, scales, mins, _ := int4GroupsCase(r, n, k, 32, i%2 == 1)
-					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, Int4: packed, Int4Scales: scales, Int4Mins: mins, Int4Group: 32, Int4Q8: i >= 2}
+				for i, n := range []int{6, 33, 9, 50, 7, 31, 12, 44} {
+					group := 32
+					if i >= 4 {
+						group = 16 // two scale codes a block
+					}
+					packed, scales, mins, _ := int4GroupsCase(r, n, k, group, i%2 == 1)
+					g := Gemv{A: randMat(r, 1, k, k), C: make([]float32, n), N: n, Int4: packed, Int4Scales: scales, Int4Mins: mins, Int4Group: group, Int4Q8: i%4 >= 2}
 					w := make([]float32, n)
 					if g.Int4Q8 {
-						GemmInt4GroupsQ8NT(1, n, k, g.A, k, packed, scales, mins, 32, w, n)
+						GemmInt4GroupsQ8NT(1, n, k, g.A, k, packed, scales, mins, group, w, n)
 					} else {
-						GemmInt4GroupsNT(1, n, k, g.A, k, packed, scales, mins, 32, w, n)
+						GemmInt4GroupsNT(1, n, k, g.A, k, packed, scales, mins, group, w, n)
 					}
 					ps = append([]Gemv{g}, ps...)
 					want = append([][]float32{w}, want...)

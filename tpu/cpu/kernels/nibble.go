@@ -30,6 +30,10 @@ const nibbleBlock = 32
 // scales, int4groups.go) sets rows: row j's half and scale are then
 // rows[j·stride : (j+1)·stride] (at), and the kernels take each row's
 // table from there.
+//
+// A format with split set has two scale codes a block, one per half of
+// 16 values (grouped int4 in groups of 16): n rows of k/16 codes, value p
+// scaled by codes[j, p/16].
 type nibbleCode struct {
 	lut   *[16]int8
 	vals  *[16]float32 // lut as f32 (the GEMV's lookup)
@@ -39,6 +43,16 @@ type nibbleCode struct {
 
 	rows   []float32
 	stride int
+	split  bool
+}
+
+// codeSpan is the number of values that share a scale code: a block, or
+// half of one where the format is split.
+func (code *nibbleCode) codeSpan() int {
+	if code.split {
+		return nibbleBlock / 2
+	}
+	return nibbleBlock
 }
 
 // at is the format of row j: code itself, or with row j's table where
@@ -111,25 +125,26 @@ func convNibbles(code *nibbleCode, blocks, scales []byte, k int) bConverter {
 		for j := 0; j < nb; j++ {
 			rc := code.at(j0 + j)
 			row := blocks[(j0+j)*k/2:]
-			sc := scales[(j0+j)*k/nibbleBlock:]
+			span := code.codeSpan()
+			sc := scales[(j0+j)*k/span:]
 			d := dst[j*kc : j*kc+kc]
 			if p0%nibbleBlock == 0 && kc%nibbleBlock == 0 { // whole blocks (the usual chunking)
-				widenNibbles(&rc, d, row[p0/2:], sc[p0/nibbleBlock:])
+				widenNibbles(&rc, d, row[p0/2:], sc[p0/span:])
 				continue
 			}
 			p := 0
 			for ; p < kc && (p0+p)%2 != 0; p++ { // an odd start: one high nibble
-				d[p] = rc.pairs[row[(p0+p)/2]][1] * rc.scale[sc[(p0+p)/nibbleBlock]]
+				d[p] = rc.pairs[row[(p0+p)/2]][1] * rc.scale[sc[(p0+p)/span]]
 			}
-			for ; p+1 < kc; p += 2 {
+			for ; p+1 < kc; p += 2 { // a pair never straddles two codes (spans are even)
 				q := p0 + p
-				s := rc.scale[sc[q/nibbleBlock]]
+				s := rc.scale[sc[q/span]]
 				v := &rc.pairs[row[q/2]]
 				d[p], d[p+1] = v[0]*s, v[1]*s
 			}
 			if p < kc {
 				q := p0 + p
-				d[p] = rc.pairs[row[q/2]][0] * rc.scale[sc[q/nibbleBlock]]
+				d[p] = rc.pairs[row[q/2]][0] * rc.scale[sc[q/span]]
 			}
 		}
 	}
@@ -137,10 +152,11 @@ func convNibbles(code *nibbleCode, blocks, scales []byte, k int) bConverter {
 
 // widenNibblesGeneric decodes whole blocks (len(dst)/32 of them) into dst.
 func widenNibblesGeneric(code *nibbleCode, dst []float32, blocks, scales []byte) {
-	for q := 0; q < len(dst)/nibbleBlock; q++ {
+	span := code.codeSpan()
+	for q := 0; q < len(dst)/span; q++ {
 		s := code.scale[scales[q]]
-		d := (*[nibbleBlock]float32)(dst[q*nibbleBlock:])
-		for i, b := range blocks[q*nibbleBlock/2 : (q+1)*nibbleBlock/2] {
+		d := dst[q*span : (q+1)*span]
+		for i, b := range blocks[q*span/2 : (q+1)*span/2] {
 			v := &code.pairs[b]
 			d[2*i], d[2*i+1] = v[0]*s, v[1]*s
 		}
@@ -150,22 +166,23 @@ func widenNibblesGeneric(code *nibbleCode, dst []float32, blocks, scales []byte)
 // gemvRowsNibblesGeneric is gemvRowsNibbles in Go.
 func gemvRowsNibblesGeneric(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
-	nb := k / nibbleBlock
+	nc := k / code.codeSpan()
 	for j := range c {
 		rc := code.at(j0 + j)
-		c[j] = dotNibbles(&rc, a, blocks[j*k/2:(j+1)*k/2], scales[j*nb:(j+1)*nb])
+		c[j] = dotNibbles(&rc, a, blocks[j*k/2:(j+1)*k/2], scales[j*nc:(j+1)*nc])
 	}
 }
 
 // dotNibbles is Σ_p a[p]·w[p] for one nibble-coded row w (len(scales)
-// blocks).
+// codes, each of codeSpan values).
 func dotNibbles(code *nibbleCode, a []float32, blocks, scales []byte) float32 {
 	var sum float32
+	span := code.codeSpan()
 	for q, s := range scales {
-		x := (*[nibbleBlock]float32)(a[q*nibbleBlock:])
-		blk := (*[nibbleBlock / 2]byte)(blocks[q*nibbleBlock/2:])
+		x := a[q*span : (q+1)*span]
+		blk := blocks[q*span/2 : (q+1)*span/2]
 		var s0, s1, s2, s3 float32
-		for i := 0; i < nibbleBlock/2; i += 2 {
+		for i := 0; i < span/2; i += 2 {
 			v, w := &code.pairs[blk[i]], &code.pairs[blk[i+1]]
 			s0 += x[2*i] * v[0]
 			s1 += x[2*i+1] * v[1]

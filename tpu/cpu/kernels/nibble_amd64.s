@@ -62,6 +62,44 @@ mxdone:
 	VZEROUPPER
 	RET
 
+// func dotNibbles16AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
+// dotNibblesAVX512 with two scale codes a block: values 0..15 (Z6) take
+// the first, 16..31 (Z7) the second.
+TEXT ·dotNibbles16AVX512(SB), NOSPLIT, $0-52
+	MOVQ a+0(FP), AX
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nblocks+24(FP), CX
+	MOVQ lut+32(FP), DX
+	MOVQ half+40(FP), R8
+	VMOVDQU (DX), X14
+	MOVL    $0x0F0F0F0F, R9
+	VPBROADCASTD R9, X13
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+d16loop:
+	TESTQ CX, CX
+	JLE   d16done
+	DECODE_BLOCK
+	MOVBQZX    (BX), R10
+	MOVBQZX    1(BX), R11
+	VBROADCASTSS (R8)(R10*4), Z9
+	VBROADCASTSS (R8)(R11*4), Z10
+	VMULPS     (AX), Z6, Z6
+	VMULPS     64(AX), Z7, Z7
+	VFMADD231PS Z9, Z6, Z0
+	VFMADD231PS Z10, Z7, Z1
+	ADDQ $16, SI
+	ADDQ $2, BX
+	ADDQ $128, AX
+	DECQ CX
+	JMP  d16loop
+d16done:
+	VADDPS Z1, Z0, Z0
+	REDUCE512(Z0, Y0, X0, ret+48(FP))
+	VZEROUPPER
+	RET
+
 // func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
 // Decodes nblocks nibble-coded blocks into 32 f32 values each (the GEMM's
 // scratch), with dotNibblesAVX512's lookup.
@@ -110,6 +148,67 @@ wddone:
 	VPMOVSXBD  X29, ZHI       \
 	VCVTDQ2PS  ZLO, ZLO       \
 	VCVTDQ2PS  ZHI, ZHI
+
+// NX2_FMAS multiplies the two decoded, scaled blocks (Z16, Z17 of the
+// first row of B, Z18, Z19 of the second) by the eight rows of A at R8..R15
+// into dotNibblesx8x2AVX512's accumulators and advances the rows a block.
+#define NX2_FMAS \
+	VMOVUPS     (R8), Z22 \
+	VMOVUPS     64(R8), Z23 \
+	VFMADD231PS Z22, Z16, Z0 \
+	VFMADD231PS Z23, Z17, Z0 \
+	VFMADD231PS Z22, Z18, Z1 \
+	VFMADD231PS Z23, Z19, Z1 \
+	ADDQ        $128, R8 \
+	VMOVUPS     (R9), Z22 \
+	VMOVUPS     64(R9), Z23 \
+	VFMADD231PS Z22, Z16, Z4 \
+	VFMADD231PS Z23, Z17, Z4 \
+	VFMADD231PS Z22, Z18, Z5 \
+	VFMADD231PS Z23, Z19, Z5 \
+	ADDQ        $128, R9 \
+	VMOVUPS     (R10), Z22 \
+	VMOVUPS     64(R10), Z23 \
+	VFMADD231PS Z22, Z16, Z8 \
+	VFMADD231PS Z23, Z17, Z8 \
+	VFMADD231PS Z22, Z18, Z9 \
+	VFMADD231PS Z23, Z19, Z9 \
+	ADDQ        $128, R10 \
+	VMOVUPS     (R11), Z22 \
+	VMOVUPS     64(R11), Z23 \
+	VFMADD231PS Z22, Z16, Z12 \
+	VFMADD231PS Z23, Z17, Z12 \
+	VFMADD231PS Z22, Z18, Z13 \
+	VFMADD231PS Z23, Z19, Z13 \
+	ADDQ        $128, R11 \
+	VMOVUPS     (R12), Z22 \
+	VMOVUPS     64(R12), Z23 \
+	VFMADD231PS Z22, Z16, Z2 \
+	VFMADD231PS Z23, Z17, Z2 \
+	VFMADD231PS Z22, Z18, Z3 \
+	VFMADD231PS Z23, Z19, Z3 \
+	ADDQ        $128, R12 \
+	VMOVUPS     (R13), Z22 \
+	VMOVUPS     64(R13), Z23 \
+	VFMADD231PS Z22, Z16, Z6 \
+	VFMADD231PS Z23, Z17, Z6 \
+	VFMADD231PS Z22, Z18, Z7 \
+	VFMADD231PS Z23, Z19, Z7 \
+	ADDQ        $128, R13 \
+	VMOVUPS     (R14), Z22 \
+	VMOVUPS     64(R14), Z23 \
+	VFMADD231PS Z22, Z16, Z10 \
+	VFMADD231PS Z23, Z17, Z10 \
+	VFMADD231PS Z22, Z18, Z11 \
+	VFMADD231PS Z23, Z19, Z11 \
+	ADDQ        $128, R14 \
+	VMOVUPS     (R15), Z22 \
+	VMOVUPS     64(R15), Z23 \
+	VFMADD231PS Z22, Z16, Z14 \
+	VFMADD231PS Z23, Z17, Z14 \
+	VFMADD231PS Z22, Z18, Z15 \
+	VFMADD231PS Z23, Z19, Z15 \
+	ADDQ        $128, R15
 
 // func dotNibblesx8x2AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
 // Two nibble-coded rows (scale tables half[0] and half[1], the same one
@@ -160,62 +259,7 @@ nx2loop:
 	VBROADCASTSS (AX)(CX*4), Z21
 	VMULPS       Z21, Z18, Z18
 	VMULPS       Z21, Z19, Z19
-	VMOVUPS     (R8), Z22
-	VMOVUPS     64(R8), Z23
-	VFMADD231PS Z22, Z16, Z0
-	VFMADD231PS Z23, Z17, Z0
-	VFMADD231PS Z22, Z18, Z1
-	VFMADD231PS Z23, Z19, Z1
-	ADDQ        $128, R8
-	VMOVUPS     (R9), Z22
-	VMOVUPS     64(R9), Z23
-	VFMADD231PS Z22, Z16, Z4
-	VFMADD231PS Z23, Z17, Z4
-	VFMADD231PS Z22, Z18, Z5
-	VFMADD231PS Z23, Z19, Z5
-	ADDQ        $128, R9
-	VMOVUPS     (R10), Z22
-	VMOVUPS     64(R10), Z23
-	VFMADD231PS Z22, Z16, Z8
-	VFMADD231PS Z23, Z17, Z8
-	VFMADD231PS Z22, Z18, Z9
-	VFMADD231PS Z23, Z19, Z9
-	ADDQ        $128, R10
-	VMOVUPS     (R11), Z22
-	VMOVUPS     64(R11), Z23
-	VFMADD231PS Z22, Z16, Z12
-	VFMADD231PS Z23, Z17, Z12
-	VFMADD231PS Z22, Z18, Z13
-	VFMADD231PS Z23, Z19, Z13
-	ADDQ        $128, R11
-	VMOVUPS     (R12), Z22
-	VMOVUPS     64(R12), Z23
-	VFMADD231PS Z22, Z16, Z2
-	VFMADD231PS Z23, Z17, Z2
-	VFMADD231PS Z22, Z18, Z3
-	VFMADD231PS Z23, Z19, Z3
-	ADDQ        $128, R12
-	VMOVUPS     (R13), Z22
-	VMOVUPS     64(R13), Z23
-	VFMADD231PS Z22, Z16, Z6
-	VFMADD231PS Z23, Z17, Z6
-	VFMADD231PS Z22, Z18, Z7
-	VFMADD231PS Z23, Z19, Z7
-	ADDQ        $128, R13
-	VMOVUPS     (R14), Z22
-	VMOVUPS     64(R14), Z23
-	VFMADD231PS Z22, Z16, Z10
-	VFMADD231PS Z23, Z17, Z10
-	VFMADD231PS Z22, Z18, Z11
-	VFMADD231PS Z23, Z19, Z11
-	ADDQ        $128, R14
-	VMOVUPS     (R15), Z22
-	VMOVUPS     64(R15), Z23
-	VFMADD231PS Z22, Z16, Z14
-	VFMADD231PS Z23, Z17, Z14
-	VFMADD231PS Z22, Z18, Z15
-	VFMADD231PS Z23, Z19, Z15
-	ADDQ        $128, R15
+	NX2_FMAS
 	ADDQ $16, SI
 	ADDQ $16, DI
 	INCQ BX
@@ -223,6 +267,64 @@ nx2loop:
 	DECQ blocks-8(SP)
 	JMP  nx2loop
 nx2done:
+	REDUCE_STORE16(c+48(FP))
+	VZEROUPPER
+	RET
+
+// func dotNibblesx8x2x16AVX512(a *[8]*float32, blocks, scales *[2]*byte, nblocks int, lut *[16]int8, half *[2]*float32, c *[16]float32)
+// dotNibblesx8x2AVX512 with two scale codes a block: each row's values
+// 0..15 (Z16, Z18) take its first, 16..31 (Z17, Z19) its second.
+TEXT ·dotNibblesx8x2x16AVX512(SB), NOSPLIT, $16-56
+	MOVQ a+0(FP), DX
+	ROWS8(DX)
+	MOVQ blocks+8(FP), DX
+	MOVQ 0(DX), SI
+	MOVQ 8(DX), DI
+	MOVQ scales+16(FP), DX
+	MOVQ 0(DX), BX
+	MOVQ 8(DX), DX
+	MOVQ nblocks+24(FP), AX
+	MOVQ AX, blocks-8(SP)
+	MOVQ lut+32(FP), AX
+	VMOVDQU64 (AX), X31
+	MOVL      $0x0F0F0F0F, AX
+	VPBROADCASTD AX, X30
+	MOVQ half+40(FP), CX
+	MOVQ 0(CX), AX
+	MOVQ 8(CX), CX
+	SUBQ AX, CX
+	SARQ $2, CX
+	MOVQ CX, hoff-16(SP)
+	ZERO4X4
+n16loop:
+	CMPQ blocks-8(SP), $0
+	JLE  n16done
+	PREFETCHT1 4096(SI)
+	PREFETCHT1 4096(DI)
+	DECODE_BLOCK_HI(SI, Z16, Z17)
+	MOVBQZX      (BX), CX
+	VBROADCASTSS (AX)(CX*4), Z20
+	VMULPS       Z20, Z16, Z16
+	MOVBQZX      1(BX), CX
+	VBROADCASTSS (AX)(CX*4), Z20
+	VMULPS       Z20, Z17, Z17
+	DECODE_BLOCK_HI(DI, Z18, Z19)
+	MOVBQZX      (DX), CX
+	ADDQ         hoff-16(SP), CX
+	VBROADCASTSS (AX)(CX*4), Z21
+	VMULPS       Z21, Z18, Z18
+	MOVBQZX      1(DX), CX
+	ADDQ         hoff-16(SP), CX
+	VBROADCASTSS (AX)(CX*4), Z21
+	VMULPS       Z21, Z19, Z19
+	NX2_FMAS
+	ADDQ $16, SI
+	ADDQ $16, DI
+	ADDQ $2, BX
+	ADDQ $2, DX
+	DECQ blocks-8(SP)
+	JMP  n16loop
+n16done:
 	REDUCE_STORE16(c+48(FP))
 	VZEROUPPER
 	RET
@@ -303,6 +405,96 @@ pmdone:
 	DECQ R11
 	JMP  pmrow
 pmend:
+	VZEROUPPER
+	RET
+
+// func dotNibblesPerm16AVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
+// dotNibblesPermAVX512 with two scale codes a block (groups of 16): a
+// block's bytes 0..7 hold its values 0..15, so in the permuted form the
+// first eight lanes of both its low- and high-nibble halves take the first
+// code's scale and the last eight the second's. Z9 holds the two scales
+// as such a vector (VINSERTF64X4 of the second broadcast over the upper
+// half); a block's products are summed before it scales them, as in
+// dotNibblesPermAVX512.
+TEXT ·dotNibblesPerm16AVX512(SB), NOSPLIT, $0-72
+	MOVQ a+0(FP), R13
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nrows+32(FP), R11
+	MOVQ vals+40(FP), DX
+	MOVQ half+48(FP), R8
+	MOVQ tstride+56(FP), R9
+	MOVQ c+64(FP), DI
+	VMOVUPS (DX), Z14
+p16row:
+	TESTQ R11, R11
+	JLE   p16end
+	MOVQ  nblocks+24(FP), CX
+	MOVQ  R13, AX
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+p16loop:
+	TESTQ CX, CX
+	JLE   p16done
+	VPMOVZXBD    (SI), Z2
+	VPSRLD       $4, Z2, Z3
+	VPERMPS      Z14, Z2, Z2
+	VPERMPS      Z14, Z3, Z3
+	VMULPS       (AX), Z2, Z2
+	VFMADD231PS  64(AX), Z3, Z2
+	MOVBQZX      (BX), R10
+	MOVBQZX      1(BX), R12
+	VBROADCASTSS (R8)(R10*4), Z9
+	VBROADCASTSS (R8)(R12*4), Y10
+	VINSERTF64X4 $1, Y10, Z9, Z9
+	VFMADD231PS  Z9, Z2, Z0
+	ADDQ $16, SI
+	ADDQ $2, BX
+	ADDQ $128, AX
+	DECQ CX
+	JMP  p16loop
+p16done:
+	VADDPS Z1, Z0, Z0
+	REDUCE512(Z0, Y0, X0, (DI))
+	ADDQ $4, DI
+	ADDQ R9, R8
+	DECQ R11
+	JMP  p16row
+p16end:
+	VZEROUPPER
+	RET
+
+// func widenNibbles16AVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
+// widenNibblesAVX512 with two scale codes a block: values 0..15 (Z6)
+// scaled by the first, 16..31 (Z7) by the second.
+TEXT ·widenNibbles16AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ blocks+8(FP), SI
+	MOVQ scales+16(FP), BX
+	MOVQ nblocks+24(FP), CX
+	MOVQ lut+32(FP), DX
+	MOVQ half+40(FP), R8
+	VMOVDQU (DX), X14
+	MOVL    $0x0F0F0F0F, R9
+	VPBROADCASTD R9, X13
+w16loop:
+	TESTQ CX, CX
+	JLE   w16done
+	DECODE_BLOCK
+	MOVBQZX    (BX), R10
+	MOVBQZX    1(BX), R11
+	VBROADCASTSS (R8)(R10*4), Z9
+	VBROADCASTSS (R8)(R11*4), Z10
+	VMULPS     Z9, Z6, Z6
+	VMULPS     Z10, Z7, Z7
+	VMOVUPS    Z6, (DI)
+	VMOVUPS    Z7, 64(DI)
+	ADDQ $16, SI
+	ADDQ $2, BX
+	ADDQ $128, DI
+	DECQ CX
+	JMP  w16loop
+w16done:
 	VZEROUPPER
 	RET
 
