@@ -68,7 +68,7 @@ func checkActivations(dev *tpu.Device, l *lm.Loaded, o compile.Options) error {
 	}
 	h := holdingOf(dev, o)
 	for _, w := range l.Weights() {
-		if f := l.HeldForm(h, w.Name); f == lm.FormInt4Groups || f == lm.FormInt8Groups {
+		if f := l.HeldForm(h, w.Name); f == lm.FormInt4Groups || f == lm.FormInt8Groups || f == lm.FormNVFP4 {
 			return nil
 		}
 	}
@@ -160,7 +160,7 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
 		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies %s directly", o.Quantize, dev.BackendName, o.Quantize)
 	}
-	var mx, fp8, i4, i8 int
+	var mx, fp8, i4, i8, nv int
 	for _, w := range l.Weights() {
 		_, isFP8 := l.StoredFP8(w.Name)
 		_, isI4 := l.StoredInt4Groups(w.Name)
@@ -172,6 +172,8 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 			fp8++
 		case isI4:
 			i4++
+		case h.NVFP4 && l.StoredNVFP4(w.Name):
+			nv++
 		case isI8:
 			i8++
 		}
@@ -194,7 +196,9 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	}{
 		{fp8, "FP8", h.FP8 && h.Quantize == "", "as stored (a byte a weight)"},
 		{i4, "4-bit", h.Int4Groups, "as stored (half a byte a weight and a scale a group)"},
-		// lm.Loaded.StoredInt8Groups: symmetric 8-bit, NVFP4, 4-bit by 16.
+		{nv, "NVFP4", h.NVFP4, "as stored (half a byte a weight and a byte of scale per 16)"},
+		// lm.Loaded.StoredInt8Groups: symmetric 8-bit, NVFP4 and 4-bit by
+		// 16 not held as stored.
 		{i8, "integer", h.Int4Groups && h.Quantize != "int4", "as int8 (a byte a weight and a scale a group)"},
 	} {
 		switch {

@@ -74,6 +74,15 @@ import (
 //     symmetric 8-bit weights (every zero point 128) are held as
 //     --quantize int8 holds its own (holdInt8Groups), unless
 //     Options.Quantize is int4.
+//   - Matrices a compressed-tensors NVFP4 checkpoint stores with E4M3
+//     scales (lm.Loaded.StoredNVFP4), in f32 compute on a backend that
+//     multiplies them (tpu.Capabilities.NVFP4) on one device, whatever
+//     Options.Quantize says, are held as stored: the packed E2M1 codes u8
+//     [out, in/32, 16], the scale bytes u8 [out, in/16] and a table of
+//     256 f32 half-scales (holdNVFP4). The graph decodes them
+//     (nn.DequantizeNVFP4), which tputool's cpu backend fuses into its
+//     NVFP4 GEMM/GEMV. Other NVFP4 weights are held as the 4-bit ones
+//     grouped int4 does not take (holdInt8Groups).
 
 // scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
@@ -89,11 +98,13 @@ const (
 	int4GScales     = "#i4gscales"
 	int4GMins       = "#i4gmins"
 	int4GInv        = "#i4ginv"
+	nvfp4Codes      = "#nvcodes"
+	nvfp4Half       = "#nvhalf"
 )
 
 // auxSuffixes are the suffixes of a held weight's companion inputs, in the
 // order they follow it.
-var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins, int4GInv}
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins, int4GInv, nvfp4Codes, nvfp4Half}
 
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
@@ -118,7 +129,8 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	one := max(o.TP, 1)*max(o.DP, 1) == 1
 	f32 := o.DType == dtypes.Float32
 	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: caps.MXFP4 && one,
-		FP8: caps.FP8 && f32 && one, Int4Groups: caps.Int4Groups && f32 && one, ExpertsApart: o.Experts != ExpertsInGraph}
+		FP8: caps.FP8 && f32 && one, Int4Groups: caps.Int4Groups && f32 && one, NVFP4: caps.NVFP4 && f32 && one,
+		ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
 // holding is how this Runner holds its weights.
@@ -230,6 +242,8 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 		case lm.FormInt8Groups:
 			group, _ := l.StoredInt8Groups(w.Name)
 			return r.holdInt8Groups(l, w, group)
+		case lm.FormNVFP4:
+			return r.holdNVFP4(l, w)
 		}
 	}
 	if h.Quantized(w) {
@@ -342,6 +356,23 @@ func (r *Runner) holdInt8Groups(l *lm.Loaded, w lm.WeightSpec, group int) error 
 	return r.sharedPair(w.Name, scalesSuffix, shapes.Make(dtypes.Int8, append(slices.Clone(lead), in/group, group)...),
 		shapes.Make(dtypes.Float32, append(slices.Clone(lead), in/group, 1)...),
 		func(q, scales any) error { return l.Int8GroupsInto(w.Name, q.([]int8), scales.([]float32)) })
+}
+
+// holdNVFP4 holds a matrix a compressed-tensors checkpoint stores as
+// NVFP4 (lm.Loaded.StoredNVFP4) as stored: its packed codes u8 [out,
+// in/32, 16] under its name, its E4M3 scale bytes u8 [out, in/16] under
+// name+nvfp4Codes and its table of half-scales f32 [256, 1] under
+// name+nvfp4Half; the graph decodes them (nn.DequantizeNVFP4), which the
+// backend multiplies in place.
+func (r *Runner) holdNVFP4(l *lm.Loaded, w lm.WeightSpec) error {
+	out, in := w.Shape[0], w.Shape[1]
+	return r.sharedParts(w.Name, []sharedPart{
+		{"", shapes.Make(dtypes.Uint8, out, in/32, 16)},
+		{nvfp4Codes, shapes.Make(dtypes.Uint8, out, in/lm.NVFP4Group)},
+		{nvfp4Half, shapes.Make(dtypes.Float32, 256, 1)},
+	}, func(flat []any) error {
+		return l.NVFP4Into(w.Name, flat[0].([]uint8), flat[1].([]uint8), flat[2].([]float32))
+	})
 }
 
 // sharedPair holds a weight of two parts in the backend's shared buffers
@@ -572,6 +603,10 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 		x := nodes[i]
 		if s, ok := m[n+scalesSuffix]; ok {
 			m[n] = nn.DequantizeInt8(x, s, r.opts.DType)
+			continue
+		}
+		if c, ok := m[n+nvfp4Codes]; ok {
+			m[n] = nn.DequantizeNVFP4(x, c, m[n+nvfp4Half], r.opts.DType)
 			continue
 		}
 		if c, ok := m[n+int4CodesSuffix]; ok {

@@ -65,7 +65,11 @@ type Capabilities struct {
 	// scale (and a min) per group of input columns, the form GPTQ, AWQ and
 	// compressed-tensors 4-bit checkpoints decode to
 	// (nn.DequantizeInt4Groups under a DotGeneral: tpu/cpu/quant.go).
-	Int4Groups         bool `json:"int4_groups"`
+	Int4Groups bool `json:"int4_groups"`
+	// NVFP4 reports a backend that multiplies NVFP4 weights as
+	// compressed-tensors checkpoints store them (nn.DequantizeNVFP4's form
+	// under a DotGeneral: tpu/cpu/quant.go).
+	NVFP4              bool `json:"nvfp4"`
 	DynamicSlice       bool `json:"dynamic_slice"`
 	DynamicUpdateSlice bool `json:"dynamic_update_slice"`
 	Pad                bool `json:"pad"`
@@ -91,6 +95,7 @@ func CapabilitiesOf(b backends.Backend) Capabilities {
 		MXFP4:              name == BackendCPU,
 		FP8:                name == BackendCPU,
 		Int4Groups:         name == BackendCPU,
+		NVFP4:              name == BackendCPU,
 		DynamicSlice:       c.Operations[backends.OpTypeDynamicSlice],
 		DynamicUpdateSlice: c.Operations[backends.OpTypeDynamicUpdateSlice],
 		Pad:                c.Operations[backends.OpTypePad],

@@ -58,7 +58,7 @@ func TestCPUBackendCapabilities(t *testing.T) {
 	defer d.Close()
 	assert.Equal(t, BackendCPU, d.BackendName)
 	assert.Equal(t, "cpu:fast", d.Spec)
-	assert.Equal(t, Capabilities{Backend: BackendCPU, HostMemory: true, NarrowWeights: true, MXFP4: true, FP8: true, Int4Groups: true, DynamicSlice: true, DynamicUpdateSlice: true,
+	assert.Equal(t, Capabilities{Backend: BackendCPU, HostMemory: true, NarrowWeights: true, MXFP4: true, FP8: true, Int4Groups: true, NVFP4: true, DynamicSlice: true, DynamicUpdateSlice: true,
 		Pad: true, Reverse: true, Gather: true, Float16: true, BFloat16: true}, d.Capabilities)
 	out, err := execRecovered(d.Backend, func(x *graph.Node) *graph.Node {
 		start := graph.Const(x.Graph(), int32(1))

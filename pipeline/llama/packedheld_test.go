@@ -37,6 +37,7 @@ func TestPackedHeld(t *testing.T) {
 		dirs   func(t *testing.T) (string, string)
 		held   int // projections held as grouped int4 (of 14)
 		held8  int // projections held as int8 (symmetric 8-bit)
+		heldNV int // projections held as NVFP4 as stored
 		gIdx   bool
 		asMins bool
 		bound  float64 // when not 1e-5 (all held) or 1e-3 (some decoded to f16)
@@ -86,11 +87,16 @@ func TestPackedHeld(t *testing.T) {
 		{name: "ct-int8-naive-asym", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, strategy: "channel", hidden: 64, inter: 96, f32Ref: true})
 		}, bound: 1e-2},
-		// NVFP4 (E2M1 codes, E4M3 scales by 16): held as int8, twice
-		// each value with half the scale.
+		// NVFP4 (E2M1 codes, E4M3 scales by 16): held as stored, the
+		// codes and scale bytes, with a table of half-scales; where a row
+		// is not whole blocks of 32 (down_proj over 80 inputs), as int8,
+		// twice each value with half the scale.
 		{name: "ct-nvfp4", dirs: func(t *testing.T) (string, string) {
 			return ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 96, f32Ref: true})
-		}, held8: 14},
+		}, heldNV: 14},
+		{name: "ct-nvfp4-inter80", dirs: func(t *testing.T) (string, string) {
+			return ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 80, f32Ref: true})
+		}, heldNV: 12, held8: 2},
 		{name: "gptq-dynamic", dirs: packed(packedFormat{method: "gptq", bits: 4, dynamic: dynamicRules, module: dynamicModules}), held: 12, asMins: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,9 +109,13 @@ func TestPackedHeld(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				held, held8, mins, perm := 0, 0, false, false
+				held, held8, heldNV, mins, perm := 0, 0, 0, false, false
 				for _, w := range l.Weights() {
-					if _, ok := l.StoredInt8Groups(w.Name); ok {
+					_, i8 := l.StoredInt8Groups(w.Name)
+					switch {
+					case l.StoredNVFP4(w.Name):
+						heldNV++
+					case i8:
 						held8++
 					}
 					if lay, ok := l.StoredInt4Groups(w.Name); ok {
@@ -119,10 +129,11 @@ func TestPackedHeld(t *testing.T) {
 				if perm != c.gIdx {
 					t.Errorf("%v: held in activation order: %v, want %v", mode, perm, c.gIdx)
 				}
-				if held != c.held || mins != c.asMins || held8 != c.held8 {
-					t.Errorf("%v: %d weights held as grouped int4 (mins %v) and %d as int8, want %d (%v) and %d", mode, held, mins, held8, c.held, c.asMins, c.held8)
+				if held != c.held || mins != c.asMins || held8 != c.held8 || heldNV != c.heldNV {
+					t.Errorf("%v: %d weights held as grouped int4 (mins %v), %d as int8 and %d as NVFP4, want %d (%v), %d and %d",
+						mode, held, mins, held8, heldNV, c.held, c.asMins, c.held8, c.heldNV)
 				}
-				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, held+held8 > 0)
+				r := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps}, held+held8+heldNV > 0)
 				got, err := r.NewState().Prefill(prompts, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -138,7 +149,7 @@ func TestPackedHeld(t *testing.T) {
 				rq.Close()
 				l.Close()
 				bound := 1e-5
-				if held+held8 < 14 {
+				if held+held8+heldNV < 14 {
 					bound = 1e-3 // weights decoded to f16
 				}
 				if c.bound > 0 {

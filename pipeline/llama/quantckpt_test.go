@@ -58,7 +58,7 @@ func prefillLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int)
 func decodedLogits(t *testing.T, dir string, mode compile.Mode, prompts [][]int) [][]float32 {
 	t.Helper()
 	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
-	caps.Int4Groups, caps.FP8 = false, false
+	caps.Int4Groups, caps.FP8, caps.NVFP4 = false, false, false
 	return prefillLogitsWith(t, dir, compile.Options{Mode: mode, Caps: &caps}, prompts)
 }
 

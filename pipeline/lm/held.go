@@ -56,6 +56,11 @@ type Holding struct {
 	// does not take (Loaded.StoredInt8Groups), are held as int8 with a
 	// scale a group, unless Quantize is int4.
 	Int4Groups bool
+	// NVFP4: matrices a compressed-tensors NVFP4 checkpoint stores with
+	// E4M3 scales (Loaded.StoredNVFP4) are held as stored (half a byte a
+	// weight and a byte of scale per 16), never decoded nor quantised:
+	// Quantize applies to the others.
+	NVFP4 bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
 	// as their parts, each quantised on its own (the executor runs the
@@ -156,6 +161,8 @@ func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
 		group, _ := l.StoredInt8Groups(w.Name)
 		e := int64(elements(w.Shape))
 		return e + 4*e/int64(group)
+	case FormNVFP4:
+		return NVFP4Bytes(w)
 	}
 	return h.HeldBytes(w, l.StoredDType(w.Name))
 }
@@ -170,7 +177,8 @@ const (
 	FormMXFP4                 // as the checkpoint stores it: MXFP4 (MXFP4Into)
 	FormFP8                   // FP8 with its scales (FP8Into)
 	FormInt4Groups            // grouped int4 (Int4GroupsInto)
-	FormInt8Groups            // int8 in groups: symmetric 8-bit, 4-bit grouped int4 does not take (Int8GroupsInto)
+	FormInt8Groups            // int8 in groups: symmetric 8-bit, 4-bit grouped int4 does not take, NVFP4 otherwise (Int8GroupsInto)
+	FormNVFP4                 // NVFP4 as stored (NVFP4Into)
 )
 
 // HeldForm is the form an executor holding as h keeps weight name (a
@@ -185,6 +193,9 @@ func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
 	}
 	if _, ok := l.StoredFP8(name); ok && h.FP8 && h.Quantize == "" {
 		return FormFP8
+	}
+	if h.NVFP4 && l.StoredNVFP4(name) {
+		return FormNVFP4
 	}
 	if h.Int4Groups {
 		if _, ok := l.StoredInt4Groups(name); ok {

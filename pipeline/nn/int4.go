@@ -63,6 +63,10 @@ func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
 		table.DType() != dtypes.Float32 || !slices.Equal(table.Shape().Dimensions, []int{256, 1}) {
 		return nil, nil, nil, false
 	}
+	// A code per 32 values (DequantizeNVFP4's form has one per 16).
+	if pd := packed.Shape().Dimensions; len(pd) < 2 || !slices.Equal(codes.Shape().Dimensions, pd[:len(pd)-1]) {
+		return nil, nil, nil, false
+	}
 	return packed, codes, table, true
 }
 

@@ -204,3 +204,43 @@ func TestPairDotInt4Groups(t *testing.T) {
 		}
 	}
 }
+
+// DequantizeNVFP4 decodes as the format says (2·fp4 times half the
+// effective scale of each 16 values' code), and the int4 matcher does not
+// take its form for int4's.
+func TestDequantizeNVFP4(t *testing.T) {
+	const out, in = 3, 64
+	packed := make([]uint8, out*in/2)
+	for i := range packed {
+		packed[i] = uint8(i*37 + 11)
+	}
+	codes := make([]uint8, out*in/16)
+	for i := range codes {
+		codes[i] = uint8(i*7%255 + 1)
+	}
+	half := make([]float32, 256)
+	for i := range half {
+		half[i] = 0.005 * float32(i)
+	}
+	fp4 := []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
+	var int4 bool
+	res := execGraph(t, func(x []*Node) []*Node {
+		w := DequantizeNVFP4(x[0], x[1], x[2], dtypes.Float32)
+		_, _, _, int4 = dequantizeInt4Parts(w)
+		return []*Node{w}
+	}, tensors.FromFlatDataAndDimensions(packed, out, in/32, 16), tensors.FromFlatDataAndDimensions(codes, out, in/16),
+		tensors.FromFlatDataAndDimensions(half, 256, 1))
+	if int4 {
+		t.Error("dequantizeInt4Parts takes DequantizeNVFP4's form for int4's")
+	}
+	for i := range out * in {
+		nib := packed[i/2] & 15
+		if i%2 == 1 {
+			nib = packed[i/2] >> 4
+		}
+		want := float32(fp4[nib] * float64(half[codes[i/16]]) * 2)
+		if got := res[0][i]; got != want || math.Signbit(float64(got)) != math.Signbit(float64(want)) && want != 0 {
+			t.Fatalf("value %d = %g, want %g", i, got, want)
+		}
+	}
+}

@@ -111,7 +111,7 @@ func checkPackedExperts(t *testing.T, format string) {
 		}
 	}
 	caps := tpu.CapabilitiesOf(refcheck.CPUBackend(t))
-	caps.Int4Groups, caps.FP8 = false, false // as a backend that decodes them holds them
+	caps.Int4Groups, caps.FP8, caps.NVFP4 = false, false, false // as a backend that decodes them holds them
 	decoded := l.HeldBytes(compile.HoldingOf(caps, compile.Options{}))
 	limit := decoded / 2 // 4-bit and FP8 against f16 and f32
 	if format == "gptq8" {

@@ -34,6 +34,9 @@ type dotAux struct {
 	// int4Q8 when the backend quantises the activations to int8
 	// (SetActivations "int8"), of those and of grouped int4 products.
 	int4, int4Q8 bool
+	// nvfp4 (with int4) when that weight is NVFP4 (nn.DequantizeNVFP4):
+	// E2M1 values, a code per 16 values, a table of half-scales.
+	nvfp4 bool
 	// int4Group is set by rewriteInt4Groups when the inputs are lhs and a
 	// grouped int4 weight [N, K]: its packed values, its f32 scales, one
 	// per int4Group columns, its mins where int4Mins and its columns'

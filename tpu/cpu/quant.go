@@ -128,6 +128,15 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 
 // int4PairTable is nn.DequantizeInt4's pairs table, flat: each byte's two
 // values (low nibble first, nibble − 8).
+// nvfp4PairTable is nn.DequantizeNVFP4's pairs table, flat: each byte's
+// two E2M1 values doubled (low nibble first; code 8 is −0).
+var nvfp4PairTable = func() (p [512]float32) {
+	for i, v := range mxfp4PairTable {
+		p[i] = 2 * v
+	}
+	return p
+}()
+
 var int4PairTable = func() (p [512]float32) {
 	for b := 0; b < 256; b++ {
 		p[2*b], p[2*b+1] = float32(b&15)-8, float32(b>>4)-8
@@ -138,6 +147,21 @@ var int4PairTable = func() (p [512]float32) {
 // int4Weight matches the dequantisation form at r [N, K] and returns the
 // packed values [N, G, 16], the codes [N, G] and the table [256, 1].
 func int4Weight(r *node) (packed, codes, table *node, ok bool) {
+	return nibbleTableWeight(r, int4PairTable[:], kernels.Int4Block)
+}
+
+// nvfp4Weight matches nn.DequantizeNVFP4's form at r [N, K] and returns
+// its packed values [N, K/32, 16], its codes [N, K/16] and its table of
+// half-scales [256, 1].
+func nvfp4Weight(r *node) (packed, codes, half *node, ok bool) {
+	return nibbleTableWeight(r, nvfp4PairTable[:], kernels.NVFP4Group)
+}
+
+// nibbleTableWeight matches the form DequantizeInt4 and DequantizeNVFP4
+// share at r [N, K], with pairs as the constant values' table and a code
+// per span values gathering from a table that is an input, and returns
+// the packed values [N, K/32, 16], the codes [N, K/span] and the table.
+func nibbleTableWeight(r *node, pairs []float32, span int) (packed, codes, table *node, ok bool) {
 	if r.op != backends.OpTypeReshape || r.shape.Rank() != 2 || r.shape.DType != dtypes.Float32 {
 		return nil, nil, nil, false
 	}
@@ -145,8 +169,8 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 	if m.op != backends.OpTypeMul || m.shape.Rank() != 3 || m.shape.DType != dtypes.Float32 {
 		return nil, nil, nil, false
 	}
-	d := m.shape.Dimensions // [N, G, 32]
-	if d[2] != 32 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * 32}) {
+	d := m.shape.Dimensions // [N, K/span, span]
+	if d[2] != span || (d[1]*span)%32 != 0 || !slices.Equal(r.shape.Dimensions, []int{d[0], d[1] * span}) {
 		return nil, nil, nil, false
 	}
 	for _, k := range [][2]int{{0, 1}, {1, 0}} {
@@ -158,12 +182,12 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 		if sc.op != backends.OpTypeReshape || !slices.Equal(sc.shape.Dimensions, []int{d[0], d[1], 1}) {
 			continue
 		}
-		p := tableSource(v.inputs[0], int4PairTable[:], 2)
+		p := tableSource(v.inputs[0], pairs, 2)
 		t, c := gatherSource(sc.inputs[0], 1)
 		if p == nil || t == nil || t.op == backends.OpTypeConstant {
 			continue
 		}
-		if !slices.Equal(p.shape.Dimensions, []int{d[0], d[1], 16}) || !slices.Equal(c.shape.Dimensions, []int{d[0], d[1]}) {
+		if !slices.Equal(p.shape.Dimensions, []int{d[0], d[1] * span / 32, 16}) || !slices.Equal(c.shape.Dimensions, []int{d[0], d[1]}) {
 			continue
 		}
 		return p, c, t, true
@@ -174,27 +198,43 @@ func int4Weight(r *node) (packed, codes, table *node, ok bool) {
 // rewriteInt4 points f32 DotGenerals at int4 weights where the right
 // operand is the dequantisation form, in the NT layout, with no batch;
 // with act int8 the product quantises its activations to int8.
+//
+// NVFP4 weights held as stored (nn.DequantizeNVFP4: the same form with
+// the doubled E2M1 values as the pairs table and a code per 16 values)
+// become products that read them the same way (kernels.GemmNVFP4NT).
 func rewriteInt4(n *node, act actKind) {
 	a, r, ok := weightDot(n)
 	if !ok {
 		return
 	}
 	packed, codes, table, ok := int4Weight(r)
+	nvfp4 := false
 	if !ok {
-		return
+		if packed, codes, table, ok = nvfp4Weight(r); !ok {
+			return
+		}
+		nvfp4 = true
 	}
 	b := *a
-	b.int4, b.int4Q8 = true, act == actInt8
+	b.int4, b.nvfp4, b.int4Q8 = true, nvfp4, act == actInt8
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, codes, table}
 }
 
-// dotInt4 is the product with an int4 weight [N, K] (packed values,
-// codes and table).
+// dotInt4 is the product with an int4 or NVFP4 weight [N, K] (packed
+// values, codes and table).
 func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float32) {
 	M, N, K := a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
+		return
+	}
+	switch {
+	case a.nvfp4 && a.int4Q8:
+		kernels.GemmNVFP4Q8NT(M, N, K, lhs, K, packed, codes, table, out, N)
+		return
+	case a.nvfp4:
+		kernels.GemmNVFP4NT(M, N, K, lhs, K, packed, codes, table, out, N)
 		return
 	}
 	if a.int4Q8 {

@@ -1,0 +1,90 @@
+package lm
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// NVFP4 weights held as compressed-tensors checkpoints store them
+// (tpu/cpu/kernels/nvfp4.go, nn.DequantizeNVFP4): the packed E2M1 codes
+// [out, in/2] and the E4M3 scale bytes [out, in/16] as stored, which
+// index a table of 256 f32 entries, half the effective scale of each
+// byte: its E4M3 value over the tensor's global scale, divided in f32 as
+// compressed-tensors divides it, then halved (exact). 2·fp4 · half is
+// then the checkpoint's W to the bit, at half a byte a weight and a
+// sixteenth of scale.
+
+// NVFP4Group is the number of input columns that share an NVFP4 scale.
+const NVFP4Group = 16
+
+// StoredNVFP4 reports whether an executor may hold weight name as NVFP4
+// as stored: a model matrix (not an expert stack or part) that a
+// compressed-tensors nvfp4-pack-quantized checkpoint stores with F8_E4M3
+// scales, its input columns whole blocks of Int4Block, and not a weight
+// the embedding gathers rows of.
+func (l *Loaded) StoredNVFP4(name string) bool {
+	w, ok := l.spec(name)
+	if !ok || len(w.Shape) != 2 || !w.Matmul || w.Shape[1]%Int4Block != 0 || l.gathered(name) {
+		return false
+	}
+	if _, how := l.encoding(name); how != "compressed" {
+		return false
+	}
+	if c := l.Model.Spec().Compressed.ForWeight(name); c == nil || c.Format != ctNVFP4 {
+		return false
+	}
+	p, _ := packedPrefix(name)
+	info, ok := l.ckpt.Info(p + ctScale)
+	return ok && info.DType == safetensors.F8E4M3
+}
+
+// NVFP4Bytes is the memory an NVFP4 matrix takes as stored: half a byte
+// a value, a byte of scale per 16, and its 1 KiB table.
+func NVFP4Bytes(w WeightSpec) int64 {
+	n := int64(elements(w.Shape))
+	return n/2 + n/NVFP4Group + 4*256
+}
+
+// NVFP4Into copies weight name's (StoredNVFP4) packed codes [out, in/2]
+// and scale bytes [out, in/16] as stored, releasing the mapping's pages
+// as it goes, and writes half [256], half the effective scale of each
+// scale byte. A scale byte that is NaN in E4M3 (0x7f, 0xff) is refused.
+func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) error {
+	if !l.StoredNVFP4(name) {
+		return fmt.Errorf("tensor %q: the checkpoint does not store it as NVFP4 with E4M3 scales", name)
+	}
+	w, _ := l.spec(name)
+	n := int64(elements(w.Shape))
+	if int64(len(packed)) != n/2 || int64(len(codes)) != n/NVFP4Group || len(half) != 256 {
+		return fmt.Errorf("tensor %q: %d values need %d packed bytes, %d scale bytes and a table of 256, got %d, %d and %d",
+			name, n, n/2, n/NVFP4Group, len(packed), len(codes), len(half))
+	}
+	p, _ := packedPrefix(name)
+	raw, dtype, err := l.readSources([]packedTensor{{name: p + ctGlobal, shape: []int{1}}})
+	if err != nil {
+		return err
+	}
+	var global [1]float32
+	safetensors.DecodeFloat32(global[:], dtype[p+ctGlobal], raw[p+ctGlobal])
+	l.releaseSources(raw)
+	if !(global[0] > 0) || math.IsInf(float64(global[0]), 0) {
+		return fmt.Errorf("tensor %q: %v, want a positive finite global scale", p+ctGlobal, global[0])
+	}
+	if err := l.copyReleasing(p+ctScale, safetensors.F8E4M3, codes); err != nil {
+		return err
+	}
+	for i, c := range codes {
+		if c&0x7f == 0x7f {
+			return fmt.Errorf("tensor %q: scale %d is NaN (E4M3 byte %#02x)", p+ctScale, i, c)
+		}
+	}
+	if err := l.copyReleasing(p+ctPacked, safetensors.U8, packed); err != nil {
+		return err
+	}
+	for c := range half {
+		half[c] = safetensors.F8E4M3ToFloat32(byte(c)) / global[0] / 2
+	}
+	return nil
+}
