@@ -160,7 +160,8 @@ func TestGemmInt4GroupsPanics(t *testing.T) {
 }
 
 // BenchmarkGemvInt4Groups is a 4096x4096 GEMV in grouped int4 (groups of
-// 128, with and without mins) against --quantize int4's format.
+// 128, with and without mins; groups of 16) against --quantize int4's
+// format and NVFP4.
 func BenchmarkGemvInt4Groups(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const n, k, group = 4096, 4096, 128
@@ -168,9 +169,21 @@ func BenchmarkGemvInt4Groups(b *testing.B) {
 	c := make([]float32, n)
 	packed, scales, mins, _ := int4GroupsCase(r, n, k, group, true)
 	ip, codes, table, _ := int4Case(r, n, k)
+	p16, s16, _, _ := int4GroupsCase(r, n, k, 16, false)
+	np, nc, nh, _, _ := nvfp4Case(r, n, k)
 	b.Run("groups", func(b *testing.B) {
 		for b.Loop() {
 			GemmInt4GroupsNT(1, n, k, a, k, packed, scales, nil, group, c, n)
+		}
+	})
+	b.Run("groups16", func(b *testing.B) {
+		for b.Loop() {
+			GemmInt4GroupsNT(1, n, k, a, k, p16, s16, nil, 16, c, n)
+		}
+	})
+	b.Run("nvfp4", func(b *testing.B) {
+		for b.Loop() {
+			GemmNVFP4NT(1, n, k, a, k, np, nc, nh, c, n)
 		}
 	})
 	b.Run("groups+mins", func(b *testing.B) {
