@@ -81,8 +81,12 @@ import (
 //     [out, in/32, 16], the scale bytes u8 [out, in/16] and a table of
 //     256 f32 half-scales (holdNVFP4). The graph decodes them
 //     (nn.DequantizeNVFP4), which tputool's cpu backend fuses into its
-//     NVFP4 GEMM/GEMV. Other NVFP4 weights are held as the 4-bit ones
-//     grouped int4 does not take (holdInt8Groups).
+//     NVFP4 GEMM/GEMV. An expert stack whose parts are all NVFP4 (each
+//     expert with its own global scale) is held as grouped FP4: the codes
+//     as stored and each group's half-scale f32 (holdInt4Groups,
+//     lm.Int4GroupsLayout.FP4; nn.DequantizeFP4Groups). Other NVFP4
+//     weights are held as the 4-bit ones grouped int4 does not take
+//     (holdInt8Groups).
 
 // scalesSuffix names the scales input of a quantised weight,
 // mxfp4Suffix the scales input of a weight held in MXFP4 (whose blocks
@@ -100,11 +104,12 @@ const (
 	int4GInv        = "#i4ginv"
 	nvfp4Codes      = "#nvcodes"
 	nvfp4Half       = "#nvhalf"
+	fp4GHalf        = "#fp4ghalf"
 )
 
 // auxSuffixes are the suffixes of a held weight's companion inputs, in the
 // order they follow it.
-var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins, int4GInv, nvfp4Codes, nvfp4Half}
+var auxSuffixes = []string{scalesSuffix, mxfp4Suffix, int4CodesSuffix, int4TableSuffix, fp8ScaleSuffix, int4GScales, int4GMins, int4GInv, nvfp4Codes, nvfp4Half, fp4GHalf}
 
 // isAux reports whether input name is a quantised weight's companion
 // (scales, codes, table) rather than a weight.
@@ -322,9 +327,13 @@ func (r *Runner) holdInt4Groups(l *lm.Loaded, w lm.WeightSpec, lay lm.Int4Groups
 	rk := len(w.Shape)
 	stack, out, in := w.Shape[:rk-2], w.Shape[rk-2], w.Shape[rk-1]
 	dims := func(d ...int) []int { return append(slices.Clone(stack), d...) }
+	scales := int4GScales
+	if lay.FP4 {
+		scales = fp4GHalf // NVFP4 experts' half-scales (nn.DequantizeFP4Groups)
+	}
 	parts := []sharedPart{
 		{"", shapes.Make(dtypes.Uint8, dims(out, in/32, 16)...)},
-		{int4GScales, shapes.Make(dtypes.Float32, dims(out, in/lay.Group)...)},
+		{scales, shapes.Make(dtypes.Float32, dims(out, in/lay.Group)...)},
 	}
 	if lay.Mins {
 		parts = append(parts, sharedPart{int4GMins, shapes.Make(dtypes.Float32, dims(in/lay.Group, out)...)})
@@ -615,6 +624,10 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 		}
 		if s, ok := m[n+mxfp4Suffix]; ok {
 			m[n] = nn.DequantizeMXFP4(x, s, r.opts.DType)
+			continue
+		}
+		if s, ok := m[n+fp4GHalf]; ok {
+			m[n] = nn.DequantizeFP4Groups(x, s, r.opts.DType)
 			continue
 		}
 		if s, ok := m[n+int4GScales]; ok {

@@ -198,7 +198,7 @@ func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
 		return FormNVFP4
 	}
 	if h.Int4Groups {
-		if _, ok := l.StoredInt4Groups(name); ok {
+		if lay, ok := l.StoredInt4Groups(name); ok && (!lay.FP4 || h.NVFP4) {
 			return FormInt4Groups
 		}
 		if _, ok := l.StoredInt8Groups(name); ok && (h.Quantize == "" || h.Quantize == "int8") {

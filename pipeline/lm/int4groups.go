@@ -36,6 +36,10 @@ type Int4GroupsLayout struct {
 	Group    int
 	Mins     bool
 	Permuted bool
+	// FP4: the values are NVFP4's E2M1 codes and the scales half of each
+	// group's effective scale (an NVFP4 expert stack, whose experts each
+	// have a global scale of their own: nvfp4.go); no mins.
+	FP4 bool
 }
 
 // int4Source is the intSource of weight name when the checkpoint stores
@@ -104,13 +108,15 @@ func (l *Loaded) StoredInt4Groups(name string) (Int4GroupsLayout, bool) {
 		h.ok = true
 		for i, p := range w.Parts {
 			pl, ok := l.StoredInt4Groups(p.Name)
-			if !ok || pl.Permuted || i > 0 && pl.Group != h.lay.Group {
+			if !ok || pl.Permuted || i > 0 && (pl.Group != h.lay.Group || pl.FP4 != h.lay.FP4) {
 				h = int4Held{}
 				break
 			}
-			h.lay.Group = pl.Group
+			h.lay.Group, h.lay.FP4 = pl.Group, pl.FP4
 			h.lay.Mins = h.lay.Mins || pl.Mins
 		}
+	} else if l.nvfp4Part(name) {
+		h = int4Held{Int4GroupsLayout{Group: NVFP4Group, FP4: true}, true}
 	} else {
 		src, lay, _, err := l.int4Source(name)
 		h = int4Held{lay, err == nil && src != nil}
@@ -148,6 +154,12 @@ func (l *Loaded) Int4GroupsInto(name string, packed []byte, scales, mins []float
 			return fmt.Errorf("tensor %q: an expert stack is held in input order, with no permutation", name)
 		}
 		return l.int4StackInto(name, packed, scales, mins)
+	}
+	if l.nvfp4Part(name) {
+		if mins != nil || inv != nil {
+			return fmt.Errorf("tensor %q: NVFP4 is held with no mins and no permutation", name)
+		}
+		return l.fp4GroupsInto(name, packed, scales)
 	}
 	src, lay, order, err := l.int4Source(name)
 	if err != nil {

@@ -19,6 +19,59 @@ import (
 // NVFP4Group is the number of input columns that share an NVFP4 scale.
 const NVFP4Group = 16
 
+// nvfp4Stored reports whether a compressed-tensors NVFP4 checkpoint
+// stores matrix name (a model weight or an expert's part) whose input
+// columns are whole blocks of Int4Block.
+func (l *Loaded) nvfp4Stored(name string) bool {
+	w, how := l.encoding(name)
+	if how != "compressed" || len(w.Shape) != 2 || w.Shape[1]%Int4Block != 0 {
+		return false
+	}
+	c := l.Model.Spec().Compressed.ForWeight(w.Name)
+	return c != nil && c.Format == ctNVFP4 && c.Group == NVFP4Group
+}
+
+// nvfp4Part reports whether name is an expert's part (of a stack a
+// checkpoint stores one matrix per expert) stored as NVFP4: such parts
+// are held as grouped FP4 (Int4GroupsLayout.FP4), each expert's
+// half-scales decoded, since each has its own global scale.
+func (l *Loaded) nvfp4Part(name string) bool {
+	l.index()
+	if _, part := l.partOf[name]; !part {
+		return false
+	}
+	return l.nvfp4Stored(name)
+}
+
+// fp4GroupsInto writes NVFP4 part name (nvfp4Part) as grouped FP4: its
+// packed codes [out, in/2] as stored and half [out, in/16], half of each
+// group's effective scale (its E4M3 scale over the global one, divided in
+// f32 as compressed-tensors divides it), then releases the mapping's
+// pages.
+func (l *Loaded) fp4GroupsInto(name string, packed []byte, half []float32) error {
+	w, _ := l.encoding(name)
+	c := l.Model.Spec().Compressed.ForWeight(w.Name)
+	out, in := w.Shape[0], w.Shape[1]
+	if len(packed) != out*in/2 || len(half) != out*in/NVFP4Group {
+		return fmt.Errorf("tensor %q: [%d, %d] as NVFP4 needs %d bytes and %d scales; destination holds %d and %d",
+			name, out, in, out*in/2, out*in/NVFP4Group, len(packed), len(half))
+	}
+	raw, _, scales, err := l.compressedRead(w, c)
+	if err != nil {
+		return err
+	}
+	defer l.releaseSources(raw)
+	p, _ := packedPrefix(w.Name)
+	copy(packed, raw[p+ctPacked])
+	for i, s := range scales {
+		if math.IsNaN(float64(s)) {
+			return fmt.Errorf("tensor %q: scale %d is NaN", p+ctScale, i)
+		}
+		half[i] = s / 2
+	}
+	return nil
+}
+
 // StoredNVFP4 reports whether an executor may hold weight name as NVFP4
 // as stored: a model matrix (not an expert stack or part) that a
 // compressed-tensors nvfp4-pack-quantized checkpoint stores with F8_E4M3
@@ -26,13 +79,7 @@ const NVFP4Group = 16
 // the embedding gathers rows of.
 func (l *Loaded) StoredNVFP4(name string) bool {
 	w, ok := l.spec(name)
-	if !ok || len(w.Shape) != 2 || !w.Matmul || w.Shape[1]%Int4Block != 0 || l.gathered(name) {
-		return false
-	}
-	if _, how := l.encoding(name); how != "compressed" {
-		return false
-	}
-	if c := l.Model.Spec().Compressed.ForWeight(name); c == nil || c.Format != ctNVFP4 {
+	if !ok || !w.Matmul || l.gathered(name) || !l.nvfp4Stored(name) {
 		return false
 	}
 	p, _ := packedPrefix(name)

@@ -91,6 +91,27 @@ func dequantizeInt4Parts(w *Node) (packed, codes, table *Node, ok bool) {
 // backend does: tpu/cpu/quant.go, and tpu/cpu/grouped.go for the chosen
 // experts nn.PairDot gathers); elsewhere it is computed as written.
 func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node {
+	return dequantizeNibbleGroups("DequantizeInt4Groups", Const(packed.Graph(), int4Pairs), packed, scales, mins, dtype)
+}
+
+// DequantizeFP4Groups is a grouped FP4 weight (NVFP4 expert stacks, whose
+// experts each have a global scale of their own:
+// tpu/cpu/kernels/nvfp4.go states the format) as a [..., out, in] tensor
+// of dtype: packed U8 [..., out, in/32, 16] of E2M1 codes and half F32
+// [..., out, in/G], half of each group's effective scale:
+//
+//	W[..., o, i] = 2·fp4(nibble) · half[..., o, i/G]
+//
+// in DequantizeInt4Groups' form (without mins) with the doubled E2M1
+// values as the pairs table, which tputool's cpu backend recognises.
+func DequantizeFP4Groups(packed, half *Node, dtype dtypes.DType) *Node {
+	return dequantizeNibbleGroups("DequantizeFP4Groups", Const(packed.Graph(), nvfp4Pairs), packed, half, nil, dtype)
+}
+
+// dequantizeNibbleGroups is the grouped form with pairs, the constant
+// pairs table [256, 2] (PairDot passes the one of the form it gathers
+// from, so that the gathered form has the same values).
+func dequantizeNibbleGroups(name string, pairs, packed, scales, mins *Node, dtype dtypes.DType) *Node {
 	bd := packed.Shape().Dimensions
 	sd := scales.Shape().Dimensions
 	r := len(bd)
@@ -105,14 +126,13 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 		if mins != nil {
 			ms = mins.Shape().String()
 		}
-		panic(fmt.Errorf("DequantizeInt4Groups: want uint8 packed [..., out, blocks, 16], float32 scales [..., out, groups] with groups of 16 or whole blocks, and float32 mins [..., groups, out] or none, got %s, %s and %s",
-			packed.Shape(), scales.Shape(), ms))
+		panic(fmt.Errorf("%s: want uint8 packed [..., out, blocks, 16], float32 scales [..., out, groups] with groups of 16 or whole blocks, and float32 mins [..., groups, out] or none, got %s, %s and %s",
+			name, packed.Shape(), scales.Shape(), ms))
 	}
 	lead := slices.Clone(bd[:r-3])
 	out, in, ng := bd[r-3], 32*bd[r-2], sd[r-2]
 	dims := func(d ...int) []int { return append(slices.Clone(lead), d...) }
-	g := packed.Graph()
-	vals := Reshape(lookupBytes(Const(g, int4Pairs), packed), dims(out, ng, in/ng)...)
+	vals := Reshape(lookupBytes(pairs, packed), dims(out, ng, in/ng)...)
 	w := Mul(vals, BroadcastToDims(Reshape(scales, dims(out, ng, 1)...), dims(out, ng, in/ng)...))
 	if mins != nil {
 		perm := make([]int, r-1)
@@ -129,11 +149,18 @@ func DequantizeInt4Groups(packed, scales, mins *Node, dtype dtypes.DType) *Node 
 	return w
 }
 
-// dequantizeInt4GroupsParts returns packed, scales and mins (nil for
-// none) when w is DequantizeInt4Groups' f32 form.
-func dequantizeInt4GroupsParts(w *Node) (packed, scales, mins *Node, ok bool) {
+// dequantizeInt4GroupsParts returns packed, scales, mins (nil for none)
+// and the constant pairs table when w is DequantizeInt4Groups' or
+// DequantizeFP4Groups' f32 form.
+func dequantizeInt4GroupsParts(w *Node) (packed, scales, mins, pairs *Node, ok bool) {
+	return nibbleGroupsParts(w)
+}
+
+// nibbleGroupsParts matches the grouped form and returns its parts and
+// its constant pairs table.
+func nibbleGroupsParts(w *Node) (packed, scales, mins, pairs *Node, ok bool) {
 	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	x := w.Inputs()[0]
 	// groupInput is s under BroadcastInDim(Reshape(s)).
@@ -146,27 +173,27 @@ func dequantizeInt4GroupsParts(w *Node) (packed, scales, mins *Node, ok bool) {
 	if x.Type() == NodeTypeAdd {
 		t := groupInput(x.Inputs()[1])
 		if t == nil || t.Type() != NodeTypeTranspose {
-			return nil, nil, nil, false
+			return nil, nil, nil, nil, false
 		}
 		mins, x = t.Inputs()[0], x.Inputs()[0]
 	}
 	if x.Type() != NodeTypeMul {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	v, b := x.Inputs()[0], x.Inputs()[1]
 	if v.Type() != NodeTypeReshape {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	pt, px := lookupSource(v.Inputs()[0])
 	scales = groupInput(b)
 	if pt == nil || pt.Type() != NodeTypeConstant || scales == nil || scales.DType() != dtypes.Float32 ||
 		scales.Rank() != px.Rank()-1 || px.DType() != dtypes.Uint8 {
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	if t, _ := lookupSource(scales); t != nil { // scales looked up by codes: int4's or MXFP4's form
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
-	return px, scales, mins, true
+	return px, scales, mins, pt, true
 }
 
 // GatherColumns is w [out, in] with its columns picked by idx (int32

@@ -185,7 +185,7 @@ func TestPairDotInt4Groups(t *testing.T) {
 	var found, wrong bool
 	res := execGraph(t, func(x []*Node) []*Node {
 		w := DequantizeInt4Groups(x[1], x[2], x[3], dtypes.Float32)
-		p, s, m, ok := dequantizeInt4GroupsParts(w)
+		p, s, m, _, ok := dequantizeInt4GroupsParts(w)
 		found = ok && p == x[1] && s == x[2] && m == x[3]
 		_, _, _, i4 := dequantizeInt4Parts(w)
 		_, _, mx := dequantizeMXFP4Parts(w)
@@ -241,6 +241,57 @@ func TestDequantizeNVFP4(t *testing.T) {
 		want := float32(fp4[nib] * float64(half[codes[i/16]]) * 2)
 		if got := res[0][i]; got != want || math.Signbit(float64(got)) != math.Signbit(float64(want)) && want != 0 {
 			t.Fatalf("value %d = %g, want %g", i, got, want)
+		}
+	}
+}
+
+// PairDot over a grouped FP4 stack (DequantizeFP4Groups: NVFP4 experts,
+// groups of 16) gathers the chosen experts' codes and half-scales and
+// equals PairDot over the decoded f32 stack (it keeps the form's pairs
+// table); the parts are found again, and int4's form is not taken for it.
+func TestPairDotFP4Groups(t *testing.T) {
+	const e, out, in = 3, 4, 64
+	ng := in / 16
+	packed := make([]uint8, e*out*in/2)
+	for i := range packed {
+		packed[i] = uint8(i*53 + 7)
+	}
+	half := make([]float32, e*out*ng)
+	for i := range half {
+		half[i] = 0.01 * float32(i%7+1)
+	}
+	fp4 := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
+	dense := make([]float32, e*out*in)
+	for f := range dense {
+		nib := packed[f/2] & 15
+		if f%2 == 1 {
+			nib = packed[f/2] >> 4
+		}
+		dense[f] = 2 * fp4[nib] * half[f/16]
+	}
+	v := values(3*in, 0.1)
+	ids := []int32{2, 0, 2}
+	var found, wrong bool
+	res := execGraph(t, func(x []*Node) []*Node {
+		w := DequantizeFP4Groups(x[1], x[2], dtypes.Float32)
+		p, s, m, _, ok := dequantizeInt4GroupsParts(w)
+		found = ok && p == x[1] && s == x[2] && m == nil
+		_, _, _, wrong = dequantizeInt4Parts(w)
+		return []*Node{PairDot(x[0], w, x[4]), PairDot(x[0], x[3], x[4]), w}
+	}, tensors.FromFlatDataAndDimensions(v, 3, in),
+		tensors.FromFlatDataAndDimensions(packed, e, out, in/32, 16), tensors.FromFlatDataAndDimensions(half, e, out, ng),
+		tensors.FromFlatDataAndDimensions(dense, e, out, in), tensors.FromFlatDataAndDimensions(ids, 3, 1))
+	if !found || wrong {
+		t.Errorf("parts found: %v; taken for int4: %v", found, wrong)
+	}
+	for i, want := range dense {
+		if res[2][i] != want {
+			t.Fatalf("weight value %d = %v, want %v", i, res[2][i], want)
+		}
+	}
+	for i := range res[1] {
+		if d := math.Abs(float64(res[0][i] - res[1][i])); d > 1e-5*(1+math.Abs(float64(res[1][i]))) {
+			t.Fatalf("output %d: %v, want %v", i, res[0][i], res[1][i])
 		}
 	}
 }

@@ -297,12 +297,13 @@ func PairDot(v, w, ids *Node) *Node {
 		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
 	} else if bytes, scales, b0, b1, ok := dequantizeFP8Parts(w); ok && w.Rank() == 3 {
 		gw = DequantizeFP8(Gather(bytes, ids), Gather(scales, ids), b0, b1, dtypes.Float32) // FP8: the chosen bytes and block scales
-	} else if packed, scales, mins, ok := dequantizeInt4GroupsParts(w); ok {
+	} else if packed, scales, mins, pairs, ok := dequantizeInt4GroupsParts(w); ok {
 		var gm *Node
 		if mins != nil {
 			gm = Gather(mins, ids)
 		}
-		gw = DequantizeInt4Groups(Gather(packed, ids), Gather(scales, ids), gm, dtypes.Float32) // grouped int4: the chosen values, scales and mins
+		// Grouped int4 or FP4 (its pairs table): the chosen values, scales and mins.
+		gw = dequantizeNibbleGroups("PairDot", pairs, Gather(packed, ids), Gather(scales, ids), gm, dtypes.Float32)
 	} else {
 		gw = Gather(w, ids)
 	}

@@ -28,7 +28,7 @@ import (
 // the logits stay within 4-bit rounding of the float64 reference of the
 // original weights.
 func TestPackedExperts(t *testing.T) {
-	for _, format := range []string{"gptq", "awq", "fp8", "gptq8"} { // AWQ: zero points, so mins; gptq8: 8 bits
+	for _, format := range []string{"gptq", "awq", "fp8", "gptq8", "nvfp4"} { // AWQ: zero points, so mins; gptq8: 8 bits; nvfp4: grouped FP4 stacks
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
 	}
 }
@@ -61,6 +61,22 @@ func checkPackedExperts(t *testing.T, format string) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	if format == "nvfp4" { // every expert stack as grouped FP4, in groups of 16
+		stacks := 0
+		for _, w := range l.Weights() {
+			if len(w.Parts) == 0 {
+				continue
+			}
+			lay, ok := l.StoredInt4Groups(w.Name)
+			if !ok || !lay.FP4 || lay.Group != 16 || lay.Mins {
+				t.Errorf("%s: held as %+v (%v), want grouped FP4 by 16", w.Name, lay, ok)
+			}
+			stacks++
+		}
+		if stacks == 0 {
+			t.Error("no expert stack of parts in the NVFP4 checkpoint")
+		}
+	}
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	var first [][]float32
 	held := map[compile.ExpertsMode]int64{}
@@ -114,8 +130,11 @@ func checkPackedExperts(t *testing.T, format string) {
 	caps.Int4Groups, caps.FP8, caps.NVFP4 = false, false, false // as a backend that decodes them holds them
 	decoded := l.HeldBytes(compile.HoldingOf(caps, compile.Options{}))
 	limit := decoded / 2 // 4-bit and FP8 against f16 and f32
-	if format == "gptq8" {
+	switch format {
+	case "gptq8":
 		limit = decoded * 2 / 3 // a byte and a bit against f16
+	case "nvfp4":
+		limit = decoded * 3 / 5 // stacks at 6 bits, matrices at 4.5, against bf16; the embedding stays bf16
 	}
 	if held[compile.ExpertsInGraph] != held[compile.ExpertsDense] || held[compile.ExpertsInGraph] >= limit {
 		t.Errorf("experts in the graph take %d bytes, held apart %d, decoded %d: want both as stored", held[compile.ExpertsInGraph], held[compile.ExpertsDense], decoded)

@@ -43,6 +43,9 @@ type dotAux struct {
 	// places where int4Perm (activation order).
 	int4Group          int
 	int4Mins, int4Perm bool
+	// int4FP4: that weight's values are FP4 E2M1 codes and its scales
+	// half-scales (nn.DequantizeFP4Groups: NVFP4 experts).
+	int4FP4 bool
 	// fp8B0, fp8B1 are set by rewriteFP8 when the inputs are lhs, an FP8
 	// weight [N, K] (E4M3 bytes) and its f32 scales, one per block of
 	// fp8B0 rows by fp8B1 columns.

@@ -51,6 +51,9 @@ type groupedAux struct {
 	// with int4Mins, mins [E, K/int4Group, N]; int4Q8 as for int4.
 	int4Group int
 	int4Mins  bool
+	// int4FP4: that grouped stack's values are FP4 E2M1 codes and its
+	// scales half-scales (nn.DequantizeFP4Groups: NVFP4 experts).
+	int4FP4 bool
 	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
@@ -160,14 +163,14 @@ func rewriteGrouped(n *node, act actKind) {
 		n.fn = execGrouped
 		return
 	}
-	if packed, scales, mins, ids, group, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
+	if packed, scales, mins, ids, group, fp4, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
 		d := packed.shape.Dimensions
 		n.op = opTypeGrouped
 		n.inputs = []*node{lhs, packed, ids, scales}
 		if mins != nil {
 			n.inputs = append(n.inputs, mins)
 		}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}
 		n.fn = execGrouped
 		return
 	}
@@ -372,7 +375,7 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		switch {
 		case a.int4Group > 0:
 			g.Int4, g.Int4Scales, g.Int4Group = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group
-			g.Int4Mins, g.Int4Q8 = groupMins(a, in, e), a.int4Q8
+			g.Int4Mins, g.Int4Q8, g.Int4FP4 = groupMins(a, in, e), a.int4Q8, a.int4FP4
 		case a.mxfp4:
 			g.MXFP4, g.MXScales = in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32]
 		case a.int4:
@@ -410,6 +413,10 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		case a.fp8B0 > 0:
 			so, si := (N+a.fp8B0-1)/a.fp8B0, (K+a.fp8B1-1)/a.fp8B1
 			kernels.GemmFP8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K:(e+1)*N*K], K, in[3].data.([]float32)[e*so*si:(e+1)*so*si], a.fp8B0, a.fp8B1, c, N)
+		case a.int4FP4 && a.int4Q8:
+			kernels.GemmFP4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group, c, N)
+		case a.int4FP4:
+			kernels.GemmFP4GroupsNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group, c, N)
 		case a.int4Group > 0 && a.int4Q8:
 			kernels.GemmInt4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
 		case a.int4Group > 0:

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -42,6 +43,9 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		{"groups of 16, decode", []int{1, 64}, 9, 64, 16, 1, true, false, true, false},
 		{"groups of 16, prefill", []int{3, 128}, 9, 128, 16, 1, false, false, true, false},
 		{"groups of 8", []int{3, 64}, 9, 64, 8, 1, true, false, false, false},
+		// nn.DequantizeFP4Groups (NVFP4 experts' form): E2M1 codes, half-scales
+		{"fp4 by 16, decode", []int{1, 64}, 9, 64, 16, 1, false, false, true, false},
+		{"fp4 by 16, prefill", []int{3, 128}, 9, 128, 16, 1, false, false, true, false},
 		{"decode, activation order", []int{1, 256}, 9, 256, 64, 1, true, false, true, true},
 		{"prefill, activation order", []int{4, 128}, 17, 128, 32, 1, false, false, true, true},
 	} {
@@ -75,6 +79,10 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		pairs := int4PairTable
 		if c.badPairs {
 			pairs[5] = 3
+		}
+		fp4 := strings.HasPrefix(c.name, "fp4")
+		if fp4 {
+			pairs = nvfp4PairTable
 		}
 		var dot backends.Op
 		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
@@ -122,7 +130,7 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		}
 		compareFlat(t, fmt.Sprintf("grouped int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
 		n := dot.(*node)
-		if rewritten := n.aux.(*dotAux).int4Group == c.grp && n.aux.(*dotAux).int4Perm == c.perm && len(n.inputs) == len(shs); rewritten != c.rewritten {
+		if rewritten := n.aux.(*dotAux).int4Group == c.grp && n.aux.(*dotAux).int4Perm == c.perm && n.aux.(*dotAux).int4FP4 == fp4 && len(n.inputs) == len(shs); rewritten != c.rewritten {
 			t.Errorf("%s: rewritten to read grouped int4: %v, want %v", c.name, rewritten, c.rewritten)
 		}
 		if !c.rewritten || c.contrax != len(c.x)-1 {
@@ -184,10 +192,13 @@ func TestGroupedExpertDotInt4Groups(t *testing.T) {
 		grp        int
 		ids        []int32
 		mins       bool
+		fp4        bool // nn.DequantizeFP4Groups: E2M1 codes, half-scales (NVFP4 experts)
 	}{
-		{"spread, mins", 5, 24, 4, 64, []int32{3, 0, 3, 4, 1, 3, 0}, true},
-		{"one pair each", 4, 9, 2, 32, []int32{2, 0, 1}, false},
-		{"all on one, mins", 4, 16, 4, 128, []int32{1, 1, 1, 1}, true},
+		{"spread, mins", 5, 24, 4, 64, []int32{3, 0, 3, 4, 1, 3, 0}, true, false},
+		{"one pair each", 4, 9, 2, 32, []int32{2, 0, 1}, false, false},
+		{"all on one, mins", 4, 16, 4, 128, []int32{1, 1, 1, 1}, true, false},
+		{"fp4 by 16, spread", 5, 24, 4, 16, []int32{3, 0, 3, 4, 1, 3, 0}, false, true},
+		{"fp4 by 16, one pair each", 4, 9, 2, 16, []int32{2, 0, 1}, false, true},
 	} {
 		p, k := len(c.ids), c.blks*32
 		ng := k / c.grp
@@ -214,7 +225,11 @@ func TestGroupedExpertDotInt4Groups(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			pt, err := b.Constant(int4PairTable[:], 256, 2)
+			pairs := int4PairTable
+			if c.fp4 {
+				pairs = nvfp4PairTable
+			}
+			pt, err := b.Constant(pairs[:], 256, 2)
 			if err != nil {
 				return nil, err
 			}
@@ -251,7 +266,7 @@ func TestGroupedExpertDotInt4Groups(t *testing.T) {
 		}
 		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
 		n := dot.(*node)
-		if n.op != opTypeGrouped || n.aux.(*groupedAux).int4Group != c.grp || n.aux.(*groupedAux).int4Mins != c.mins {
+		if n.op != opTypeGrouped || n.aux.(*groupedAux).int4Group != c.grp || n.aux.(*groupedAux).int4Mins != c.mins || n.aux.(*groupedAux).int4FP4 != c.fp4 {
 			t.Errorf("%s: not rewritten into the grouped int4 node (op %v)", c.name, n.op)
 			continue
 		}

@@ -99,20 +99,21 @@ func int4Gathered(r *node) (packed, codes, ids, table *node, ok bool) {
 // DequantizeInt4Groups of the gathered packed values, scales and mins,
 // quant.go's layout) at r [P, N, K] and returns the stacks (packed [E, N,
 // K/32, 16], scales [E, N, g], mins [E, g, N] or nil), the pairs' expert
-// ids and the group size.
-func int4GroupsGathered(r *node) (packed, scales, mins, ids *node, group int, ok bool) {
+// ids, the group size and whether the values are FP4's (nn.
+// DequantizeFP4Groups: NVFP4 experts).
+func int4GroupsGathered(r *node) (packed, scales, mins, ids *node, group int, fp4, ok bool) {
 	if r.shape.Rank() != 3 {
-		return nil, nil, nil, nil, 0, false
+		return nil, nil, nil, nil, 0, false, false
 	}
-	gp, gs, gm, group, ok := int4GroupsForm(r)
+	gp, gs, gm, group, fp4, ok := int4GroupsForm(r)
 	if !ok || !wholeRowGather(gp) || !wholeRowGather(gs) || !sameIndices(gp.inputs[1], gs.inputs[1]) ||
 		gm != nil && (!wholeRowGather(gm) || !sameIndices(gp.inputs[1], gm.inputs[1])) {
-		return nil, nil, nil, nil, 0, false
+		return nil, nil, nil, nil, 0, false, false
 	}
 	if gm != nil {
 		mins = gm.inputs[0]
 	}
-	return gp.inputs[0], gs.inputs[0], mins, gp.inputs[1], group, true
+	return gp.inputs[0], gs.inputs[0], mins, gp.inputs[1], group, fp4, true
 }
 
 // tableSource matches Gather(table, Reshape(ConvertDType(x u8, i32), n, 1))

@@ -259,10 +259,11 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 
 // int4GroupsWeight matches the dequantisation form at r [N, K] and returns
 // the packed values [N, K/32, 16], the scales [N, g], the mins [g, N]
-// (nil for none) and the group size G.
-func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) {
+// (nil for none), the group size G and whether the values are FP4's
+// (nn.DequantizeFP4Groups: E2M1 codes, half-scales, no mins).
+func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, fp4, ok bool) {
 	if r.shape.Rank() != 2 {
-		return nil, nil, nil, 0, false
+		return nil, nil, nil, 0, false, false
 	}
 	return int4GroupsForm(r)
 }
@@ -272,8 +273,8 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, ok bool) 
 // packed values [..., N, K/32, 16], the scales [..., N, g], the mins
 // [..., g, N] (nil for none) and the group size (16 or whole blocks of
 // 32).
-func int4GroupsForm(r *node) (packed, scales, mins *node, group int, ok bool) {
-	fail := func() (*node, *node, *node, int, bool) { return nil, nil, nil, 0, false }
+func int4GroupsForm(r *node) (packed, scales, mins *node, group int, fp4, ok bool) {
+	fail := func() (*node, *node, *node, int, bool, bool) { return nil, nil, nil, 0, false, false }
 	rk := r.shape.Rank()
 	if r.op != backends.OpTypeReshape || rk < 2 || r.shape.DType != dtypes.Float32 {
 		return fail()
@@ -335,10 +336,14 @@ func int4GroupsForm(r *node) (packed, scales, mins *node, group int, ok bool) {
 			continue
 		}
 		p := tableSource(v.inputs[0], int4PairTable[:], 2)
+		fp4 := p == nil && mins == nil
+		if fp4 {
+			p = tableSource(v.inputs[0], nvfp4PairTable[:], 2) // nn.DequantizeFP4Groups: doubled E2M1 values, half-scales
+		}
 		if p == nil || !slices.Equal(p.shape.Dimensions, dims(d[0], d[1]*d[2]/32, 16)) {
 			continue
 		}
-		return p, s, mins, d[2], true
+		return p, s, mins, d[2], fp4, true
 	}
 	return fail()
 }
@@ -392,12 +397,12 @@ func rewriteInt4Groups(n *node, act actKind) {
 	if w == nil {
 		w = r
 	}
-	packed, scales, mins, group, ok := int4GroupsWeight(w)
+	packed, scales, mins, group, fp4, ok := int4GroupsWeight(w)
 	if !ok || kernels.CheckInt4Groups(a.k, group) != nil {
 		return
 	}
 	b := *a
-	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8 = group, mins != nil, inv != nil, act == actInt8
+	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8, b.int4FP4 = group, mins != nil, inv != nil, act == actInt8, fp4
 	n.aux = &b
 	n.inputs = []*node{n.inputs[0], packed, scales}
 	if mins != nil {
@@ -426,11 +431,17 @@ func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
 		}
 		lhs = permuteColumns((*buf)[:a.m*a.k], lhs, a.m, a.k, in[next].data.([]int32))
 	}
-	gemm := kernels.GemmInt4GroupsNT
-	if a.int4Q8 {
-		gemm = kernels.GemmInt4GroupsQ8NT
+	packed, scales := in[1].data.([]uint8), in[2].data.([]float32)
+	switch {
+	case a.int4FP4 && a.int4Q8:
+		kernels.GemmFP4GroupsQ8NT(a.m, a.n, a.k, lhs, a.k, packed, scales, a.int4Group, out, a.n)
+	case a.int4FP4:
+		kernels.GemmFP4GroupsNT(a.m, a.n, a.k, lhs, a.k, packed, scales, a.int4Group, out, a.n)
+	case a.int4Q8:
+		kernels.GemmInt4GroupsQ8NT(a.m, a.n, a.k, lhs, a.k, packed, scales, mins, a.int4Group, out, a.n)
+	default:
+		kernels.GemmInt4GroupsNT(a.m, a.n, a.k, lhs, a.k, packed, scales, mins, a.int4Group, out, a.n)
 	}
-	gemm(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), in[2].data.([]float32), mins, a.int4Group, out, a.n)
 }
 
 // permPool holds dotInt4Groups' permuted activations between calls.

@@ -507,6 +507,28 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 	f32Pool.Put(buf)
 }
 
+// nibblesPermuted reports whether gemvRowsNibblesPerm runs (AVX-512), for
+// rows of k values.
+func nibblesPermuted(k int) bool { return level == levelAVX512 && k >= nibbleBlock }
+
+// gemvRowsNibblesPerm is gemvRowsNibbles on the activations permuted by
+// permuteBlocks (ap): each call's rows in one dotNibblesPerm(16)AVX512.
+func gemvRowsNibblesPerm(code *nibbleCode, j0 int, ap []float32, blocks, scales []byte, c []float32) {
+	k := len(ap)
+	nb := k / nibbleBlock
+	nc := k / code.codeSpan()
+	if len(c) == 0 {
+		return
+	}
+	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nc-1]
+	rc := code.at(j0)
+	if code.split {
+		dotNibblesPerm16AVX512(&ap[0], &blocks[0], &scales[0], nb, len(c), code.vals, &rc.half[0], code.rowStride(), &c[0])
+		return
+	}
+	dotNibblesPermAVX512(&ap[0], &blocks[0], &scales[0], nb, len(c), code.vals, &rc.half[0], code.rowStride(), &c[0])
+}
+
 // widenNibbles decodes whole blocks (len(dst)/32 of them) into dst.
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	nb := len(dst) / nibbleBlock

@@ -61,6 +61,12 @@ func gemvNibbles(code *nibbleCode, n, k int, a []float32, blocks, scales []byte,
 	})
 }
 
+func nibblesPermuted(k int) bool { return false }
+
+func gemvRowsNibblesPerm(code *nibbleCode, j0 int, ap []float32, blocks, scales []byte, c []float32) {
+	panic("kernels: gemvRowsNibblesPerm without AVX-512")
+}
+
 func widenNibbles(code *nibbleCode, dst []float32, blocks, scales []byte) {
 	widenNibblesGeneric(code, dst, blocks, scales)
 }

@@ -160,7 +160,7 @@ func GemmInt4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, table
 // returns those rows [m, k] (FakeQuantizeQ8's) where it made them, nil on
 // VNNI.
 func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, codes []byte, c []float32, ldc int) (aq []float32) {
-	if hasVNNI() && !code.split && k%64 == 0 && k > 0 && m > 1 && m <= q8VNNIMaxM {
+	if hasVNNI() && !code.split && code.lut == &int4LUT && k%64 == 0 && k > 0 && m > 1 && m <= q8VNNIMaxM {
 		// Rows by fours: each weight row is read once for the four.
 		b := q8x4Pool.Get().(*q8Rows4)
 		if cap(b.out) < 4*n {
@@ -180,7 +180,7 @@ func gemmNibblesQ8(code *nibbleCode, m, n, k int, a []float32, lda int, packed, 
 		q8x4Pool.Put(b)
 		return nil
 	}
-	if hasVNNI() && !code.split && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
+	if hasVNNI() && !code.split && code.lut == &int4LUT && k%64 == 0 && k > 0 && m <= q8VNNIMaxM {
 		r := q8Pool.Get().(*q8Row)
 		for i := 0; i < m; i++ {
 			r.quantizeQ8(a[i*lda : i*lda+k])

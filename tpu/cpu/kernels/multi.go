@@ -36,8 +36,11 @@ type Gemv struct {
 	Int4Scales, Int4Mins []float32
 	Int4Group            int
 	Int4Q8               bool
-	Int8Q8               bool
-	LDB                  int
+	// Int4FP4: a grouped Int4 holds FP4 E2M1 codes and Int4Scales half
+	// of each group's scale (GemmFP4GroupsNT; no mins).
+	Int4FP4 bool
+	Int8Q8  bool
+	LDB     int
 }
 
 // GemvMulti computes several GEMVs of the same k in one parallel pass over
@@ -83,6 +86,9 @@ func GemvMulti(k int, ps []Gemv) {
 			if q.q8 != nil {
 				q8LanesPool.Put(q.q8)
 			}
+			if q.apBuf != nil {
+				f32Pool.Put(q.apBuf)
+			}
 		}
 	}()
 	vnni := hasVNNI() && k%64 == 0
@@ -90,13 +96,17 @@ func GemvMulti(k int, ps []Gemv) {
 		q := &prep[i]
 		q.a = p.A[:k]
 		switch {
+		case p.MXFP4 != nil:
+			q.code, q.codes = &mxfp4Code, p.MXScales
+		case p.Int4 != nil && p.Int4Scales != nil && p.Int4FP4:
+			q.code, q.codes = fp4GroupsCode(p.Int4Scales, k/p.Int4Group, p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
 		case p.Int4 != nil && p.Int4Scales != nil:
 			q.code, q.codes = int4GroupsCode(p.Int4Scales, k/p.Int4Group, p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
 		case p.Int4 != nil:
 			q.code, q.codes = int4Code(p.Int4Table), p.Int4Codes
 		}
 		switch {
-		case p.Int4 != nil && p.Int4Q8 && vnni && !q.code.split: // the VNNI kernel takes a code a block
+		case p.Int4 != nil && p.Int4Q8 && vnni && !q.code.split && q.code.lut == &int4LUT: // the VNNI kernel takes int4 values, a code a block
 			q.q4 = q8Pool.Get().(*q8Row)
 			q.q4.quantizeQ8(q.a)
 		case p.I8 != nil && p.Int8Q8 && vnni && p.Group == 64:
@@ -118,6 +128,12 @@ func GemvMulti(k int, ps []Gemv) {
 			}
 			q.sums = groupSums(a, p.Int4Group)
 		}
+		if q.code != nil && q.q4 == nil && nibblesPermuted(k) {
+			// Nibble products read the activations permuted once, a block's
+			// even values then its odd ones (gemvRowsNibblesPerm).
+			q.apBuf, q.ap = f32Scratch(k)
+			permuteBlocks(q.ap, q.a)
+		}
 	}
 	Parallel(chunks, 1, func(lo, hi int) {
 		i := 0
@@ -136,6 +152,13 @@ func GemvMulti(k int, ps []Gemv) {
 				gemvRowsBF16(q.a, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.F16 != nil:
 				gemvRowsF16(q.a, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
+			case q.ap != nil: // nibbles (MXFP4, int4, grouped int4 or FP4), permuted
+				blocks := p.MXFP4
+				if blocks == nil {
+					blocks = p.Int4
+				}
+				span := q.code.codeSpan()
+				gemvRowsNibblesPerm(q.code, j0, q.ap, blocks[j0*k/2:], q.codes[j0*k/span:], p.C[j0:j1])
 			case p.MXFP4 != nil:
 				gemvRowsMXFP4(q.a, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
 			case p.Int4 != nil && q.q4 != nil:
@@ -165,7 +188,11 @@ func GemvMulti(k int, ps []Gemv) {
 type gemvPrep struct {
 	a     []float32
 	code  *nibbleCode
-	codes []byte    // the int4 product's block codes
+	codes []byte // a nibble product's block codes
+	// ap is a permuted (permuteBlocks) for a nibble product's rows, in
+	// apBuf from f32Pool, where gemvRowsNibblesPerm runs.
+	ap    []float32
+	apBuf *[]float32
 	sums  []float32 // a grouped int4 product's group sums of a, for its mins
 	q4    *q8Row
 	q8    *q8Lanes

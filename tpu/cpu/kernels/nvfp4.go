@@ -47,6 +47,49 @@ func GemmNVFP4NT(m, n, k int, a []float32, lda int, packed, codes []byte, half [
 	gemmNibbles(nvfp4Code(half), m, n, k, a, lda, packed, codes, c, ldc)
 }
 
+// Grouped FP4: NVFP4 expert stacks, whose experts each have their own
+// global scale, are held as grouped int4 is (int4groups.go) with FP4
+// E2M1 codes for values: B [n, k] as packed (as above) and half, f32
+// [n, k/group], half of each group's effective scale, so that
+//
+//	B[j, p] = 2·fp4(nibble) · half[j, p/group]
+//
+// (groups of 16: the split format; a row's scales are its table).
+
+// fp4GroupsCode is the nibble format of a grouped FP4 matrix with
+// half-scales [n, k/group].
+func fp4GroupsCode(half []float32, ng, group int) *nibbleCode {
+	return &nibbleCode{lut: &fp4Twice, vals: fp4TwiceVals, pairs: &fp4TwicePairs, rows: half, stride: ng, split: group < Int4Block}
+}
+
+// GemmFP4GroupsNT is GemmF32NT with a grouped FP4 B (packed and half as
+// above). C is overwritten. It panics on a group CheckInt4Groups refuses
+// or a slice too short.
+func GemmFP4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
+	checkMat("GemmFP4GroupsNT A", m, k, lda, len(a))
+	checkMat("GemmFP4GroupsNT C", m, n, ldc, len(c))
+	if k == 0 || n == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
+	}
+	checkInt4Groups("GemmFP4GroupsNT", n, k, packed, half, nil, group)
+	gemmNibbles(fp4GroupsCode(half, k/group, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+}
+
+// GemmFP4GroupsQ8NT is GemmFP4GroupsNT on A's rows quantised to int8 per
+// block of 32 and dequantised (FakeQuantizeQ8).
+func GemmFP4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
+	checkMat("GemmFP4GroupsQ8NT A", m, k, lda, len(a))
+	if m == 0 || k == 0 {
+		GemmFP4GroupsNT(m, n, k, a, lda, packed, half, group, c, ldc)
+		return
+	}
+	buf, aq := f32Scratch(m * k)
+	defer f32Pool.Put(buf)
+	fakeQuantizeRows(aq, a, lda, m, k)
+	GemmFP4GroupsNT(m, n, k, aq, k, packed, half, group, c, ldc)
+}
+
 // GemmNVFP4Q8NT is GemmNVFP4NT on A's rows quantised to int8 per block of
 // 32 and dequantised (FakeQuantizeQ8): the product int8 activations give
 // (the VNNI kernels take a scale code a block, not NVFP4's two).
