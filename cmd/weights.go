@@ -160,16 +160,18 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	if o.Quantize != "" && dev.Capabilities.HostMemory && !dev.Capabilities.NarrowWeights {
 		rep.Warnf("--quantize %s on the %s backend: weights are dequantised at every step (slow); --device cpu:fast multiplies %s directly", o.Quantize, dev.BackendName, o.Quantize)
 	}
-	var mx, fp8, i4, i8, nv int
+	var mx, fp8, i4, i8, nv, nvStacks int
 	for _, w := range l.Weights() {
 		_, isFP8 := l.StoredFP8(w.Name)
-		_, isI4 := l.StoredInt4Groups(w.Name)
+		lay, isI4 := l.StoredInt4Groups(w.Name)
 		_, isI8 := l.StoredInt8Groups(w.Name)
 		switch {
 		case l.StoredMXFP4(w.Name):
 			mx++
 		case isFP8:
 			fp8++
+		case isI4 && lay.FP4 && h.NVFP4:
+			nvStacks++
 		case isI4:
 			i4++
 		case h.NVFP4 && l.StoredNVFP4(w.Name):
@@ -197,6 +199,7 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 		{fp8, "FP8", h.FP8 && h.Quantize == "", "as stored (a byte a weight)"},
 		{i4, "4-bit", h.Int4Groups, "as stored (half a byte a weight and a scale a group)"},
 		{nv, "NVFP4", h.NVFP4, "as stored (half a byte a weight and a byte of scale per 16)"},
+		{nvStacks, "NVFP4 expert-stack", h.NVFP4, "as grouped FP4 (half a byte a weight and an f32 scale per 16)"},
 		// lm.Loaded.StoredInt8Groups: symmetric 8-bit, NVFP4 and 4-bit by
 		// 16 not held as stored.
 		{i8, "integer", h.Int4Groups && h.Quantize != "int4", "as int8 (a byte a weight and a scale a group)"},
