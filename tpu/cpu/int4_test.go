@@ -51,34 +51,17 @@ func TestDotGeneralInt4(t *testing.T) {
 		}
 		var dot backends.Op
 		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
-			decode := func(tb, x backends.Op, width, n int) (backends.Op, error) {
-				i, _ := b.ConvertDType(x, dtypes.Int32)
-				i, _ = b.Reshape(i, n, 1)
-				return b.Gather(tb, i, 1, []int{1}, []int{0}, []int{0}, []int{1, width}, false)
-			}
-			pt, err := b.Constant(pairs[:], 256, 2)
-			if err != nil {
-				return nil, err
-			}
-			vals, err := decode(pt, ps[1], 2, c.out*c.g*16)
-			if err != nil {
-				return nil, err
-			}
-			vals, _ = b.Reshape(vals, c.out, c.g, 32)
 			tb := ps[3]
 			if c.constTable {
+				var err error
 				if tb, err = b.Constant(table, 256, 1); err != nil {
 					return nil, err
 				}
 			}
-			sc, err := decode(tb, ps[2], 1, c.out*c.g)
+			wt, err := nibbleTableForm(b, pairs[:], ps[1], ps[2], tb, c.out, k, 32)
 			if err != nil {
 				return nil, err
 			}
-			sc, _ = b.Reshape(sc, c.out, c.g, 1)
-			sc, _ = b.BroadcastInDim(sc, sh(dtypes.Float32, c.out, c.g, 32), []int{0, 1, 2})
-			m, _ := b.Mul(vals, sc)
-			wt, _ := b.Reshape(m, c.out, k)
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
 			return dot, err
 		}
@@ -123,4 +106,35 @@ func TestDotGeneralInt4(t *testing.T) {
 			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)
 		}
 	}
+}
+
+// nibbleTableForm builds nn.DequantizeInt4's form (and nn.
+// DequantizeNVFP4's: another pairs table, a code per 16 values) of an
+// [out, k] weight: the packed values' pairs looked up in the constant
+// pairs, times the table entry each code (a code per span values) looks
+// up.
+func nibbleTableForm(b backends.Builder, pairs []float32, packed, codes, table backends.Op, out, k, span int) (backends.Op, error) {
+	decode := func(tb, x backends.Op, width, n int) (backends.Op, error) {
+		i, _ := b.ConvertDType(x, dtypes.Int32)
+		i, _ = b.Reshape(i, n, 1)
+		return b.Gather(tb, i, 1, []int{1}, []int{0}, []int{0}, []int{1, width}, false)
+	}
+	pt, err := b.Constant(pairs, 256, 2)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := decode(pt, packed, 2, out*k/2)
+	if err != nil {
+		return nil, err
+	}
+	nc := k / span
+	vals, _ = b.Reshape(vals, out, nc, span)
+	sc, err := decode(table, codes, 1, out*nc)
+	if err != nil {
+		return nil, err
+	}
+	sc, _ = b.Reshape(sc, out, nc, 1)
+	sc, _ = b.BroadcastInDim(sc, sh(dtypes.Float32, out, nc, span), []int{0, 1, 2})
+	m, _ := b.Mul(vals, sc)
+	return b.Reshape(m, out, k)
 }

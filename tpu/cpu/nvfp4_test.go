@@ -61,34 +61,17 @@ func TestDotGeneralNVFP4(t *testing.T) {
 		}
 		var dot backends.Op
 		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
-			decode := func(tb, x backends.Op, width, n int) (backends.Op, error) {
-				i, _ := b.ConvertDType(x, dtypes.Int32)
-				i, _ = b.Reshape(i, n, 1)
-				return b.Gather(tb, i, 1, []int{1}, []int{0}, []int{0}, []int{1, width}, false)
-			}
-			pt, err := b.Constant(pairs[:], 256, 2)
-			if err != nil {
-				return nil, err
-			}
-			vals, err := decode(pt, ps[1], 2, c.out*k/2)
-			if err != nil {
-				return nil, err
-			}
-			vals, _ = b.Reshape(vals, c.out, nc, c.span)
 			tb := ps[3]
 			if c.constTable {
+				var err error
 				if tb, err = b.Constant(half, 256, 1); err != nil {
 					return nil, err
 				}
 			}
-			sc, err := decode(tb, ps[2], 1, c.out*nc)
+			wt, err := nibbleTableForm(b, pairs[:], ps[1], ps[2], tb, c.out, k, c.span)
 			if err != nil {
 				return nil, err
 			}
-			sc, _ = b.Reshape(sc, c.out, nc, 1)
-			sc, _ = b.BroadcastInDim(sc, sh(dtypes.Float32, c.out, nc, c.span), []int{0, 1, 2})
-			m, _ := b.Mul(vals, sc)
-			wt, _ := b.Reshape(m, c.out, k)
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
 			return dot, err
 		}

@@ -93,15 +93,24 @@ func checkInt4Groups(name string, n, k int, packed []byte, scales, mins []float3
 // mins, nil for none, as above). C is overwritten. It panics on a group
 // CheckInt4Groups refuses or a slice too short.
 func GemmInt4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
-	checkMat("GemmInt4GroupsNT A", m, k, lda, len(a))
-	checkMat("GemmInt4GroupsNT C", m, n, ldc, len(c))
+	gemmGroups(&[3]string{"GemmInt4GroupsNT A", "GemmInt4GroupsNT C", "GemmInt4GroupsNT"}, int4GroupsCode, m, n, k, a, lda, packed, scales, mins, group, c, ldc)
+}
+
+// gemmGroups is the product of a grouped nibble matrix in the format
+// code makes of its scales (int4's, or FP4's half-scales), plus the mins'
+// part where there are mins, as GemmInt4GroupsNT says; names name A, C
+// and the product in panics (constants: the decode path builds no
+// string).
+func gemmGroups(names *[3]string, code func(scales []float32, ng, group int) *nibbleCode,
+	m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
+	checkMat(names[0], m, k, lda, len(a))
+	checkMat(names[1], m, n, ldc, len(c))
 	if k == 0 || n == 0 {
 		emptyProduct(m, n, k, c, ldc)
 		return
 	}
-	checkInt4Groups("GemmInt4GroupsNT", n, k, packed, scales, mins, group)
-	ng := k / group
-	gemmNibbles(int4GroupsCode(scales, ng, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	checkInt4Groups(names[2], n, k, packed, scales, mins, group)
+	gemmNibbles(code(scales, k/group, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
 	if mins != nil {
 		addGroupMins(m, n, k, a, lda, mins, group, c, ldc)
 	}

@@ -66,27 +66,15 @@ func fp4GroupsCode(half []float32, ng, group int) *nibbleCode {
 // above). C is overwritten. It panics on a group CheckInt4Groups refuses
 // or a slice too short.
 func GemmFP4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
-	checkMat("GemmFP4GroupsNT A", m, k, lda, len(a))
-	checkMat("GemmFP4GroupsNT C", m, n, ldc, len(c))
-	if k == 0 || n == 0 {
-		emptyProduct(m, n, k, c, ldc)
-		return
-	}
-	checkInt4Groups("GemmFP4GroupsNT", n, k, packed, half, nil, group)
-	gemmNibbles(fp4GroupsCode(half, k/group, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	gemmGroups(&[3]string{"GemmFP4GroupsNT A", "GemmFP4GroupsNT C", "GemmFP4GroupsNT"}, fp4GroupsCode, m, n, k, a, lda, packed, half, nil, group, c, ldc)
 }
 
 // GemmFP4GroupsQ8NT is GemmFP4GroupsNT on A's rows quantised to int8 per
 // block of 32 and dequantised (FakeQuantizeQ8).
 func GemmFP4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
 	checkMat("GemmFP4GroupsQ8NT A", m, k, lda, len(a))
-	if m == 0 || k == 0 {
-		GemmFP4GroupsNT(m, n, k, a, lda, packed, half, group, c, ldc)
-		return
-	}
-	buf, aq := f32Scratch(m * k)
-	defer f32Pool.Put(buf)
-	fakeQuantizeRows(aq, a, lda, m, k)
+	aq, done := fakeQuantized(m, k, a, lda)
+	defer done()
 	GemmFP4GroupsNT(m, n, k, aq, k, packed, half, group, c, ldc)
 }
 
@@ -95,12 +83,17 @@ func GemmFP4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, half []
 // (the VNNI kernels take a scale code a block, not NVFP4's two).
 func GemmNVFP4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, half []float32, c []float32, ldc int) {
 	checkMat("GemmNVFP4Q8NT A", m, k, lda, len(a))
-	if m == 0 || k == 0 {
-		GemmNVFP4NT(m, n, k, a, lda, packed, codes, half, c, ldc)
-		return
-	}
-	buf, aq := f32Scratch(m * k)
-	defer f32Pool.Put(buf)
-	fakeQuantizeRows(aq, a, lda, m, k)
+	aq, done := fakeQuantized(m, k, a, lda)
+	defer done()
 	GemmNVFP4NT(m, n, k, aq, k, packed, codes, half, c, ldc)
+}
+
+// fakeQuantized returns A's m rows of k values quantised and dequantised
+// (FakeQuantizeQ8), contiguous, in pooled scratch that done gives back.
+func fakeQuantized(m, k int, a []float32, lda int) (aq []float32, done func()) {
+	buf, aq := f32Scratch(m * k)
+	if m > 0 && k > 0 {
+		fakeQuantizeRows(aq, a, lda, m, k)
+	}
+	return aq, func() { f32Pool.Put(buf) }
 }
