@@ -243,12 +243,20 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 			// NaN bytes: decoded below, where they are reported as non-finite.
 		case lm.FormInt4Groups:
 			lay, _ := l.StoredInt4Groups(w.Name)
-			return r.holdInt4Groups(l, w, lay)
+			err := r.holdInt4Groups(l, w, lay)
+			if !lm.IsFP8NaN(err) {
+				return err
+			}
+			// NVFP4 experts' NaN scales: decoded below, as FP8's NaN bytes.
 		case lm.FormInt8Groups:
 			group, _ := l.StoredInt8Groups(w.Name)
 			return r.holdInt8Groups(l, w, group)
 		case lm.FormNVFP4:
-			return r.holdNVFP4(l, w)
+			err := r.holdNVFP4(l, w)
+			if !lm.IsFP8NaN(err) {
+				return err
+			}
+			// NaN scale bytes: decoded below, as FP8's NaN bytes.
 		}
 	}
 	if h.Quantized(w) {

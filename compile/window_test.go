@@ -107,9 +107,11 @@ func TestWindowedPrefill(t *testing.T) {
 }
 
 // TestPrefillPiece: a generation on a backend that does not compute in
-// host memory (an XLA device) prefills in fixed pieces, so running the
-// same prompts again compiles nothing, however long the pieces took; on a
-// host-memory backend the pieces stay timed (PrefillPiece 0).
+// host memory (an XLA device) prefills in fixed pieces (one, for prompts
+// under DevicePrefillPiece), and running the same prompts again compiles
+// nothing; on a host-memory backend the pieces stay timed (PrefillPiece
+// 0). generate's TestPrefillFixedPieces checks that fixed pieces do not
+// follow the clock.
 func TestPrefillPiece(t *testing.T) {
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {

@@ -2,6 +2,7 @@ package llama_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -22,6 +23,7 @@ type ctFormat struct {
 	reversed bool // mutation: values packed in reversed order within words
 	fbgemm   bool // quant_method fbgemm_fp8 (fp8 by channel), with input_scale_ub
 	inScale  bool // W8A8: static activation scales beside the weights
+	nanScale bool // nvfp4: layer 0's q_proj has one scale byte NaN (0x7f)
 	// For the held tests (packedheld_test.go): the columns a group (16
 	// if 0), the model's hidden and intermediate sizes (32 and 48 if 0),
 	// and the plain checkpoint in f32 (else bf16).
@@ -116,6 +118,9 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 			for i := range sb {
 				sb[i] = byte(0x28 + next(0x28))
 				sc[i] = float32(fp8Value(sb[i])) / global
+			}
+			if f.nanScale && prefix == "model.layers.0.self_attn.q_proj" {
+				sb[0], sc[0] = 0x7f, float32(math.NaN())
 			}
 			sst = safetensors.Tensor{Name: prefix + ".weight_scale", DType: safetensors.F8E4M3, Shape: ss, Data: sb}
 			addF32(t, &ct, prefix+".weight_global_scale", safetensors.F32, []int{1}, []float32{global})

@@ -1,11 +1,13 @@
 package llama_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
@@ -238,5 +240,41 @@ func checkLogits(t *testing.T, label string, got, want [][]float32, bound float6
 		if e := refcheck.RelErr(got[b], w); e > bound {
 			t.Errorf("%s row %d: relative error %.3g against the dequantised f32 checkpoint", label, b, e)
 		}
+	}
+}
+
+// An NVFP4 matrix with a NaN scale byte (E4M3 0x7f) is not held as
+// stored: the load goes on, decodes it and reports its non-finite values,
+// as an FP8 weight's NaN bytes are; the other matrices stay held.
+func TestNVFP4NaNScale(t *testing.T) {
+	qDir, _ := ctCheckpoints(t, ctFormat{format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", hidden: 64, inter: 96, f32Ref: true, nanScale: true})
+	be := refcheck.CPUBackend(t)
+	caps := tpu.CapabilitiesOf(be)
+	l, err := lmckpt.Load(qDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var bad []string
+	l.OnNonFinite = func(nf safetensors.NonFiniteTensor) { bad = append(bad, nf.Name) }
+	r, err := compile.NewRunner(be, l, compile.Options{Caps: &caps})
+	if err != nil {
+		t.Fatalf("NewRunner: %v, want the NaN-scaled matrix decoded", err)
+	}
+	defer r.Close()
+	const name = "model.layers.0.self_attn.q_proj.weight"
+	if !slices.Equal(bad, []string{name}) {
+		t.Errorf("non-finite tensors reported: %v, want [%s]", bad, name)
+	}
+	var w lm.WeightSpec
+	for _, x := range l.Weights() {
+		if x.Name == name {
+			w = x
+		}
+	}
+	h := compile.HoldingOf(caps, compile.Options{})
+	want := l.HeldBytes(h) - lm.NVFP4Bytes(w) + h.HeldBytes(w, l.StoredDType(name))
+	if got := r.WeightBytes(); got != want {
+		t.Errorf("holds %d bytes, want %d: the other 13 matrices as NVFP4, %s decoded", got, want, name)
 	}
 }

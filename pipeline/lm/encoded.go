@@ -454,5 +454,6 @@ func (l *Loaded) fp8StackInto(name string, w []byte, scales []float32) error {
 	return nil
 }
 
-// IsFP8NaN reports whether err is FP8Into's refusal of NaN bytes.
+// IsFP8NaN reports whether err is FP8Into's refusal of NaN bytes, or
+// NVFP4Into's and Int4GroupsInto's of an NVFP4 weight's NaN scales.
 func IsFP8NaN(err error) bool { return errors.Is(err, errFP8NaN) }

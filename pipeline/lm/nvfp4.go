@@ -47,7 +47,7 @@ func (l *Loaded) nvfp4Part(name string) bool {
 // packed codes [out, in/2] as stored and half [out, in/16], half of each
 // group's effective scale (its E4M3 scale over the global one, divided in
 // f32 as compressed-tensors divides it), then releases the mapping's
-// pages.
+// pages. A NaN scale is refused as NVFP4Into refuses one.
 func (l *Loaded) fp4GroupsInto(name string, packed []byte, half []float32) error {
 	w, _ := l.encoding(name)
 	c := l.Model.Spec().Compressed.ForWeight(w.Name)
@@ -65,7 +65,7 @@ func (l *Loaded) fp4GroupsInto(name string, packed []byte, half []float32) error
 	copy(packed, raw[p+ctPacked])
 	for i, s := range scales {
 		if math.IsNaN(float64(s)) {
-			return fmt.Errorf("tensor %q: scale %d is NaN", p+ctScale, i)
+			return fmt.Errorf("tensor %q: scale %d: %w", p+ctScale, i, errFP8NaN)
 		}
 		half[i] = s / 2
 	}
@@ -97,7 +97,9 @@ func NVFP4Bytes(w WeightSpec) int64 {
 // NVFP4Into copies weight name's (StoredNVFP4) packed codes [out, in/2]
 // and scale bytes [out, in/16] as stored, releasing the mapping's pages
 // as it goes, and writes half [256], half the effective scale of each
-// scale byte. A scale byte that is NaN in E4M3 (0x7f, 0xff) is refused.
+// scale byte. A scale byte that is NaN in E4M3 (0x7f, 0xff) is refused
+// as FP8Into refuses NaN bytes (IsFP8NaN): the weight is then decoded,
+// where its non-finite values are reported.
 func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) error {
 	if !l.StoredNVFP4(name) {
 		return fmt.Errorf("tensor %q: the checkpoint does not store it as NVFP4 with E4M3 scales", name)
@@ -124,7 +126,7 @@ func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) er
 	}
 	for i, c := range codes {
 		if c&0x7f == 0x7f {
-			return fmt.Errorf("tensor %q: scale %d is NaN (E4M3 byte %#02x)", p+ctScale, i, c)
+			return fmt.Errorf("tensor %q: scale %d (E4M3 byte %#02x): %w", p+ctScale, i, c, errFP8NaN)
 		}
 	}
 	if err := l.copyReleasing(p+ctPacked, safetensors.U8, packed); err != nil {
