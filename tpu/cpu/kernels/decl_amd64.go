@@ -93,9 +93,6 @@ func dot4x4BF16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int
 func dot4x4F16AVX512(a *[4]*float32, b *uint16, ldb, k int, c *float32, ldc int)
 
 //go:noescape
-func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32) float32
-
-//go:noescape
 func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32)
 
 //go:noescape
@@ -121,12 +118,6 @@ func dotNibblesPermAVX512(a *float32, blocks, scales *byte, nblocks, nrows int, 
 //
 //go:noescape
 func dotNibblesPerm16AVX512(a *float32, blocks, scales *byte, nblocks, nrows int, vals *[16]float32, half *float32, tstride int, c *float32)
-
-// dotNibbles16AVX512 is dotNibblesAVX512 with two scale codes a block,
-// one per 16 values.
-//
-//go:noescape
-func dotNibbles16AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *float32) float32
 
 // widenNibbles16AVX512 is widenNibblesAVX512 with two scale codes a
 // block, one per 16 values.

@@ -450,30 +450,27 @@ func widenI8(dst []float32, src []int8, s float32) {
 
 // gemvRowsNibbles computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of
 // a nibble-coded B of format code with len(a) values a row (blocks and
-// scales from row 0, which is row j0 of the matrix).
+// scales from row 0, which is row j0 of the matrix). With AVX-512 it
+// permutes a and runs gemvRowsNibblesPerm (GemvMulti and gemvNibbles
+// permute once for all their rows and call that directly); on AVX2 a row
+// at a time (the Go code for a split format).
 func gemvRowsNibbles(code *nibbleCode, j0 int, a []float32, blocks, scales []byte, c []float32) {
 	k := len(a)
 	nb := k / nibbleBlock
-	if level == levelGeneric || nb == 0 || len(c) == 0 || code.split && level != levelAVX512 {
+	switch {
+	case level == levelGeneric || nb == 0 || len(c) == 0 || code.split && level == levelAVX2:
 		gemvRowsNibblesGeneric(code, j0, a, blocks, scales, c)
-		return
-	}
-	if code.split {
-		_, _ = blocks[len(c)*k/2-1], scales[2*len(c)*nb-1]
+	case level == levelAVX2:
+		_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
 		for j := range c {
 			rc := code.at(j0 + j)
-			c[j] = dotNibbles16AVX512(&a[0], &blocks[j*k/2], &scales[2*j*nb], nb, rc.lut, &rc.half[0])
-		}
-		return
-	}
-	_, _ = blocks[len(c)*k/2-1], scales[len(c)*nb-1]
-	for j := range c {
-		rc := code.at(j0 + j)
-		if level == levelAVX2 {
 			c[j] = dotNibblesAVX2(&a[0], &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0])
-		} else {
-			c[j] = dotNibblesAVX512(&a[0], &blocks[j*k/2], &scales[j*nb], nb, rc.lut, &rc.half[0])
 		}
+	default:
+		buf, ap := f32Scratch(k)
+		permuteBlocks(ap, a)
+		gemvRowsNibblesPerm(code, j0, ap, blocks, scales, c)
+		f32Pool.Put(buf)
 	}
 }
 

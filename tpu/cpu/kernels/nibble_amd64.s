@@ -21,88 +21,13 @@
 	VCVTDQ2PS  Z6, Z6       \
 	VCVTDQ2PS  Z7, Z7
 
-// func dotNibblesAVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
-// One nibble-coded row (nibble.go) against a: each block's 16 bytes are
-// split into nibbles, looked up as int8 in lut with VPSHUFB (MXFP4: twice
-// the FP4 value, 0, ±1, ..., ±12; int4: the value, -8..7), interleaved
-// (low nibble first), widened to f32, multiplied by a, and added into the
-// accumulators scaled by half[scale code] (MXFP4: 2^(code-128); int4: the
-// matrix's scale table).
-// Z0, Z1 accumulate; X13 is the nibble mask, X14 the table.
-TEXT ·dotNibblesAVX512(SB), NOSPLIT, $0-52
-	MOVQ a+0(FP), AX
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ lut+32(FP), DX
-	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	VPBROADCASTD R9, X13
-	VPXORD  Z0, Z0, Z0
-	VPXORD  Z1, Z1, Z1
-mxloop:
-	TESTQ CX, CX
-	JLE   mxdone
-	DECODE_BLOCK
-	MOVBQZX    (BX), R10
-	VBROADCASTSS (R8)(R10*4), Z9
-	VMULPS     (AX), Z6, Z6
-	VMULPS     64(AX), Z7, Z7
-	VFMADD231PS Z9, Z6, Z0
-	VFMADD231PS Z9, Z7, Z1
-	ADDQ $16, SI
-	INCQ BX
-	ADDQ $128, AX
-	DECQ CX
-	JMP  mxloop
-mxdone:
-	VADDPS Z1, Z0, Z0
-	REDUCE512(Z0, Y0, X0, ret+48(FP))
-	VZEROUPPER
-	RET
-
-// func dotNibbles16AVX512(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
-// dotNibblesAVX512 with two scale codes a block: values 0..15 (Z6) take
-// the first, 16..31 (Z7) the second.
-TEXT ·dotNibbles16AVX512(SB), NOSPLIT, $0-52
-	MOVQ a+0(FP), AX
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ lut+32(FP), DX
-	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	VPBROADCASTD R9, X13
-	VPXORD  Z0, Z0, Z0
-	VPXORD  Z1, Z1, Z1
-d16loop:
-	TESTQ CX, CX
-	JLE   d16done
-	DECODE_BLOCK
-	MOVBQZX    (BX), R10
-	MOVBQZX    1(BX), R11
-	VBROADCASTSS (R8)(R10*4), Z9
-	VBROADCASTSS (R8)(R11*4), Z10
-	VMULPS     (AX), Z6, Z6
-	VMULPS     64(AX), Z7, Z7
-	VFMADD231PS Z9, Z6, Z0
-	VFMADD231PS Z10, Z7, Z1
-	ADDQ $16, SI
-	ADDQ $2, BX
-	ADDQ $128, AX
-	DECQ CX
-	JMP  d16loop
-d16done:
-	VADDPS Z1, Z0, Z0
-	REDUCE512(Z0, Y0, X0, ret+48(FP))
-	VZEROUPPER
-	RET
-
 // func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
 // Decodes nblocks nibble-coded blocks into 32 f32 values each (the GEMM's
-// scratch), with dotNibblesAVX512's lookup.
+// scratch): each block's 16 bytes are split into nibbles, looked up as
+// int8 in lut (MXFP4: twice the FP4 value, 0, ±1, ..., ±12; int4: the
+// value, -8..7), interleaved (low nibble first), widened to f32 and
+// scaled by half[scale code] (MXFP4: 2^(code-128); int4: the matrix's
+// scale table).
 TEXT ·widenNibblesAVX512(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ blocks+8(FP), SI
@@ -532,8 +457,10 @@ w16done:
 	VPBROADCASTD X13, X13
 
 // func dotNibblesAVX2(a *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32) float32
-// dotNibblesAVX512 for AVX2 machines: Y0, Y1 accumulate; X13 is the
-// nibble mask, X14 the table.
+// One nibble-coded row against a, on AVX2 machines: each block decoded as
+// widenNibblesAVX512 decodes it, multiplied by a and added into the
+// accumulators (Y0, Y1) scaled by its half[code]; X13 is the nibble mask,
+// X14 the table.
 TEXT ·dotNibblesAVX2(SB), NOSPLIT, $0-52
 	MOVQ a+0(FP), AX
 	MOVQ blocks+8(FP), SI
