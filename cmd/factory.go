@@ -27,6 +27,9 @@ type GlobalOptions struct {
 	CacheDir      string
 	Offline       bool
 	Token         string
+	// CPUProfile is --cpuprofile: a file for a Go CPU profile of the
+	// whole command (pprof format), "" for none.
+	CPUProfile string
 }
 
 // Factory carries the dependencies commands are built from. Fields are
@@ -53,6 +56,9 @@ type Factory struct {
 
 	interruptMu sync.Mutex
 	onInterrupt func() bool
+
+	// stopProfile ends --cpuprofile's profile (Close calls it).
+	stopProfile func()
 }
 
 // OnInterrupt installs fn as the handler of Ctrl-C (SIGINT) while a
@@ -114,6 +120,10 @@ func (f *Factory) Close() {
 	defer f.deviceMu.Unlock()
 	f.device.Close()
 	f.device = nil
+	if f.stopProfile != nil {
+		f.stopProfile()
+		f.stopProfile = nil
+	}
 }
 
 // Getenv returns the variable or "".

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -150,7 +151,7 @@ to stderr, with progress bars only on a terminal.`,
 			if !c.Flags().Changed("offline") && hub.IsTrue(f.Getenv("HF_HUB_OFFLINE")) {
 				g.Offline = true
 			}
-			return nil
+			return startCPUProfile(f)
 		},
 		Example: `  tputool --version
   tputool generate --model Qwen/Qwen3-0.6B --prompt "Why is the sky blue?"
@@ -185,6 +186,7 @@ to stderr, with progress bars only on a terminal.`,
 	pf.StringVar(&g.CacheDir, "cache-dir", "", "Hugging Face cache directory (default: HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)")
 	pf.BoolVar(&g.Offline, "offline", false, "use only the local cache, never the network (env HF_HUB_OFFLINE=1)")
 	pf.StringVar(&g.Token, "token", "", "Hugging Face access token (default: HF_TOKEN, then HF_HOME/token); never printed")
+	pf.StringVar(&g.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the command to this file (pprof format: go tool pprof FILE)")
 	_ = root.RegisterFlagCompletionFunc("device", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"auto", "cpu", "tpu", "gpu", "xla:"}, cobra.ShellCompDirectiveNoSpace
 	})
@@ -236,3 +238,29 @@ Environment:
   HF_HUB_OFFLINE=1       same as --offline
   NO_COLOR               disable colour
 `
+
+// startCPUProfile starts --cpuprofile's profile, which Factory.Close
+// stops and writes: the host side of a command, where a device run spends
+// its time outside the device (tputool's own code, PJRT's calls, copies).
+// A file that cannot be created is a usage error naming the flag.
+func startCPUProfile(f *Factory) error {
+	path := f.Global.CPUProfile
+	if path == "" || f.stopProfile != nil {
+		return nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return errs.Usagef("--cpuprofile %s: %v", path, err)
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return errs.Usagef("--cpuprofile %s: %v", path, err)
+	}
+	f.stopProfile = func() {
+		pprof.StopCPUProfile()
+		if err := file.Close(); err != nil {
+			fmt.Fprintf(f.IOStreams.ErrOut, "warning: --cpuprofile %s: %v\n", path, err)
+		}
+	}
+	return nil
+}

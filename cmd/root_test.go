@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -100,4 +102,21 @@ func TestBadDeviceEnvIsNamed(t *testing.T) {
 
 	e = newTestFactory(t, map[string]string{"TPUTOOL_DEVICE": "quantum"})
 	assert.Equal(t, ExitOK, e.run("--device", "cpu", "version"), "the flag wins over a bad variable")
+}
+
+// --cpuprofile writes a pprof CPU profile (gzip-compressed protobuf) of
+// the command when it ends; a file that cannot be created is a usage
+// error naming the flag.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	e := newTestFactory(t, nil)
+	assert.Equal(t, ExitOK, e.run("--cpuprofile", path, "version"))
+	b, err := os.ReadFile(path)
+	if assert.NoError(t, err) && assert.Greater(t, len(b), 2) {
+		assert.Equal(t, []byte{0x1f, 0x8b}, b[:2], "not a gzip-compressed profile")
+	}
+
+	e = newTestFactory(t, nil)
+	assert.Equal(t, ExitUsage, e.run("--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "p"), "version"))
+	assert.Contains(t, e.errOut.String(), "--cpuprofile")
 }

@@ -22,7 +22,8 @@
 #   3. bench: a generated ~110M-parameter Llama-shape model (random weights),
 #      prompt 128, 32 new tokens: the CPU (compiled, batch 1) and the device
 #      (eager and compiled, batch 1 and 8), then the device again, compiled,
-#      to see the compile time with a warm XLA cache.
+#      to see the compile time with a warm XLA cache, under --cpuprofile
+#      (bench-dev.cpuprof: the host side of the device's decode steps).
 #   4. transformers (scripts/hf-compare.py), when python has torch with
 #      CUDA and transformers: greedy tokens of stories260K against tputool's,
 #      and decode tok/s of the same 110M checkpoint, eager and torch.compile.
@@ -343,8 +344,10 @@ else
 fi
 run bench-cpu.json "$tputool" --device cpu bench -m "$llm" "${bench_cpu[@]}" -o json || true
 run bench-dev.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]}" -o json || true
-# The same compiled executables again: a warm XLA cache shows as a shorter compile_s.
-run bench-dev-warm.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]}" --mode compiled --repeat 1 --warmup 0 -o json || true
+# The same compiled executables again: a warm XLA cache shows as a shorter compile_s;
+# with a Go CPU profile of the host side (go tool pprof -top bench-dev.cpuprof):
+# where a decode step's time goes outside the device.
+run bench-dev-warm.json "$tputool" --cpuprofile "$OUT/bench-dev.cpuprof" --device "$device" bench -m "$llm" "${bench_dev[@]}" --mode compiled --repeat 1 --warmup 0 -o json || true
 
 # ---- 4. transformers
 
