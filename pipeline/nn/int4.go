@@ -153,12 +153,6 @@ func dequantizeNibbleGroups(name string, pairs, packed, scales, mins *Node, dtyp
 // and the constant pairs table when w is DequantizeInt4Groups' or
 // DequantizeFP4Groups' f32 form.
 func dequantizeInt4GroupsParts(w *Node) (packed, scales, mins, pairs *Node, ok bool) {
-	return nibbleGroupsParts(w)
-}
-
-// nibbleGroupsParts matches the grouped form and returns its parts and
-// its constant pairs table.
-func nibbleGroupsParts(w *Node) (packed, scales, mins, pairs *Node, ok bool) {
 	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
 		return nil, nil, nil, nil, false
 	}

@@ -128,18 +128,19 @@ func dotInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32) {
 
 // int4PairTable is nn.DequantizeInt4's pairs table, flat: each byte's two
 // values (low nibble first, nibble − 8).
-// nvfp4PairTable is nn.DequantizeNVFP4's pairs table, flat: each byte's
-// two E2M1 values doubled (low nibble first; code 8 is −0).
-var nvfp4PairTable = func() (p [512]float32) {
-	for i, v := range mxfp4PairTable {
-		p[i] = 2 * v
+var int4PairTable = func() (p [512]float32) {
+	for b := 0; b < 256; b++ {
+		p[2*b], p[2*b+1] = float32(b&15)-8, float32(b>>4)-8
 	}
 	return p
 }()
 
-var int4PairTable = func() (p [512]float32) {
-	for b := 0; b < 256; b++ {
-		p[2*b], p[2*b+1] = float32(b&15)-8, float32(b>>4)-8
+// nvfp4PairTable is nn.DequantizeNVFP4's (and nn.DequantizeFP4Groups')
+// pairs table, flat: each byte's two E2M1 values doubled (low nibble
+// first; code 8 is −0).
+var nvfp4PairTable = func() (p [512]float32) {
+	for i, v := range mxfp4PairTable {
+		p[i] = 2 * v
 	}
 	return p
 }()
@@ -232,16 +233,13 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 	switch {
 	case a.nvfp4 && a.int4Q8:
 		kernels.GemmNVFP4Q8NT(M, N, K, lhs, K, packed, codes, table, out, N)
-		return
 	case a.nvfp4:
 		kernels.GemmNVFP4NT(M, N, K, lhs, K, packed, codes, table, out, N)
-		return
-	}
-	if a.int4Q8 {
+	case a.int4Q8:
 		kernels.GemmInt4Q8NT(M, N, K, lhs, K, packed, codes, table, out, N)
-		return
+	default:
+		kernels.GemmInt4NT(M, N, K, lhs, K, packed, codes, table, out, N)
 	}
-	kernels.GemmInt4NT(M, N, K, lhs, K, packed, codes, table, out, N)
 }
 
 // Grouped int4 (GPTQ, AWQ and compressed-tensors 4-bit held at their
@@ -271,8 +269,9 @@ func int4GroupsWeight(r *node) (packed, scales, mins *node, group int, fp4, ok b
 // int4GroupsForm matches nn.DequantizeInt4Groups' form at r [..., N, K]
 // (a matrix, or a batch of them as nn.PairDot gathers) and returns the
 // packed values [..., N, K/32, 16], the scales [..., N, g], the mins
-// [..., g, N] (nil for none) and the group size (16 or whole blocks of
-// 32).
+// [..., g, N] (nil for none), the group size (16 or whole blocks of 32)
+// and whether the values are FP4's (nn.DequantizeFP4Groups' pairs table:
+// half-scales, no mins).
 func int4GroupsForm(r *node) (packed, scales, mins *node, group int, fp4, ok bool) {
 	fail := func() (*node, *node, *node, int, bool, bool) { return nil, nil, nil, 0, false, false }
 	rk := r.shape.Rank()

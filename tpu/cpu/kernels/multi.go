@@ -152,20 +152,19 @@ func GemvMulti(k int, ps []Gemv) {
 				gemvRowsBF16(q.a, p.BF16[j0*p.LDB:], p.LDB, p.C[j0:j1])
 			case p.F16 != nil:
 				gemvRowsF16(q.a, p.F16[j0*p.LDB:], p.LDB, p.C[j0:j1])
-			case q.ap != nil: // nibbles (MXFP4, int4, grouped int4 or FP4), permuted
+			case q.q4 != nil:
+				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], q.codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
+			case q.code != nil: // nibbles: MXFP4, int4, grouped int4 or FP4
 				blocks := p.MXFP4
 				if blocks == nil {
 					blocks = p.Int4
 				}
-				span := q.code.codeSpan()
-				gemvRowsNibblesPerm(q.code, j0, q.ap, blocks[j0*k/2:], q.codes[j0*k/span:], p.C[j0:j1])
-			case p.MXFP4 != nil:
-				gemvRowsMXFP4(q.a, p.MXFP4[j0*k/2:], p.MXScales[j0*k/MXFP4Block:], p.C[j0:j1])
-			case p.Int4 != nil && q.q4 != nil:
-				dotInt4Q8(q.q4, q.code, j0, p.Int4[j0*k/2:j1*k/2], q.codes[j0*k/Int4Block:j1*k/Int4Block], p.C[j0:j1])
-			case p.Int4 != nil:
-				span := q.code.codeSpan()
-				gemvRowsNibbles(q.code, j0, q.a, p.Int4[j0*k/2:], q.codes[j0*k/span:], p.C[j0:j1])
+				blocks, codes := blocks[j0*k/2:], q.codes[j0*k/q.code.codeSpan():]
+				if q.ap != nil { // the activations permuted once (AVX-512)
+					gemvRowsNibblesPerm(q.code, j0, q.ap, blocks, codes, p.C[j0:j1])
+				} else {
+					gemvRowsNibbles(q.code, j0, q.a, blocks, codes, p.C[j0:j1])
+				}
 			case q.q8 != nil:
 				ng := k / p.Group
 				dotInt8Q8(q.q8, p.I8[j0*p.LDB:], p.LDB, p.Scales[j0*ng:], ng, p.C[j0:j1])

@@ -52,9 +52,3 @@ func GemmMXFP4NT(m, n, k int, a []float32, lda int, blocks, scales []byte, c []f
 	checkMXFP4("GemmMXFP4NT", n, k, len(blocks), len(scales))
 	gemmNibbles(&mxfp4Code, m, n, k, a, lda, blocks, scales, c, ldc)
 }
-
-// gemvRowsMXFP4 computes c[j] = Σ_p a[p]·B[j,p] for the len(c) rows of an
-// MXFP4 B of len(a) values a row (blocks and scales from row 0).
-func gemvRowsMXFP4(a []float32, blocks, scales []byte, c []float32) {
-	gemvRowsNibbles(&mxfp4Code, 0, a, blocks, scales, c)
-}

@@ -70,12 +70,17 @@ func GemmFP4GroupsNT(m, n, k int, a []float32, lda int, packed []byte, half []fl
 }
 
 // GemmFP4GroupsQ8NT is GemmFP4GroupsNT on A's rows quantised to int8 per
-// block of 32 and dequantised (FakeQuantizeQ8).
+// block of 32 and dequantised (FakeQuantizeQ8), as gemmNibblesQ8 runs a
+// format the VNNI kernels do not take.
 func GemmFP4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
 	checkMat("GemmFP4GroupsQ8NT A", m, k, lda, len(a))
-	aq, done := fakeQuantized(m, k, a, lda)
-	defer done()
-	GemmFP4GroupsNT(m, n, k, aq, k, packed, half, group, c, ldc)
+	checkMat("GemmFP4GroupsQ8NT C", m, n, ldc, len(c))
+	if k == 0 || n == 0 || m == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
+	}
+	checkInt4Groups("GemmFP4GroupsQ8NT", n, k, packed, half, nil, group)
+	gemmNibblesQ8(fp4GroupsCode(half, k/group, group), m, n, k, a, lda, packed, int4GroupCodesOf(n, k, group), c, ldc)
 }
 
 // GemmNVFP4Q8NT is GemmNVFP4NT on A's rows quantised to int8 per block of
@@ -83,17 +88,12 @@ func GemmFP4GroupsQ8NT(m, n, k int, a []float32, lda int, packed []byte, half []
 // (the VNNI kernels take a scale code a block, not NVFP4's two).
 func GemmNVFP4Q8NT(m, n, k int, a []float32, lda int, packed, codes []byte, half []float32, c []float32, ldc int) {
 	checkMat("GemmNVFP4Q8NT A", m, k, lda, len(a))
-	aq, done := fakeQuantized(m, k, a, lda)
-	defer done()
-	GemmNVFP4NT(m, n, k, aq, k, packed, codes, half, c, ldc)
-}
-
-// fakeQuantized returns A's m rows of k values quantised and dequantised
-// (FakeQuantizeQ8), contiguous, in pooled scratch that done gives back.
-func fakeQuantized(m, k int, a []float32, lda int) (aq []float32, done func()) {
-	buf, aq := f32Scratch(m * k)
-	if m > 0 && k > 0 {
-		fakeQuantizeRows(aq, a, lda, m, k)
+	checkMat("GemmNVFP4Q8NT C", m, n, ldc, len(c))
+	checkNibbles("GemmNVFP4Q8NT", n, k, len(packed), len(codes)/2)
+	checkInt4Table("GemmNVFP4Q8NT", half)
+	if k == 0 || n == 0 || m == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
 	}
-	return aq, func() { f32Pool.Put(buf) }
+	gemmNibblesQ8(nvfp4Code(half), m, n, k, a, lda, packed, codes, c, ldc)
 }
