@@ -112,6 +112,9 @@ type bf16Buf struct {
 
 var bf16Scratch = sync.Pool{New: func() any { return new(bf16Buf) }}
 
+// roundScratch holds RoundBF16's bf16 bits.
+var roundScratch = sync.Pool{New: func() any { return new([512]uint16) }}
+
 // asBF16 returns the m rows of k of a (stride lda) rounded to bf16 bits,
 // at stride ld (≥ k), in buf.
 func (buf *bf16Buf) asBF16(a []float32, lda, m, k, ld int) []uint16 {
@@ -167,10 +170,14 @@ func roundBF16Generic(dst []uint16, src []float32) {
 
 // RoundBF16 writes src's values rounded to bfloat16 (as GemmBF16DotNT
 // rounds A) into dst, as f32: rounded to bf16 bits and widened back by the
-// vector kernels, a stack buffer at a time. dst may alias src.
+// vector kernels, a pooled buffer at a time (one on the stack would move
+// to the heap, since the kernels are called through variables: an
+// allocation a call, a few a row of every bf16 product). dst may alias
+// src.
 func RoundBF16(dst, src []float32) {
 	src = src[:len(dst)]
-	var tmp [512]uint16
+	tmp := roundScratch.Get().(*[512]uint16)
+	defer roundScratch.Put(tmp)
 	for i := 0; i < len(dst); i += len(tmp) {
 		n := min(len(tmp), len(dst)-i)
 		roundBF16(tmp[:n], src[i:i+n])

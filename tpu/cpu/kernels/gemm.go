@@ -203,6 +203,10 @@ func GemmF32NT(m, n, k int, a []float32, lda int, b []float32, ldb int, c []floa
 	}
 	if m == 1 {
 		av := a[:k]
+		if n <= gemvGrain(k) { // one chunk, without a closure on the heap: attention's rows
+			gemvRowsF32(av, b, ldb, c[:n])
+			return
+		}
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
 			gemvRowsF32(av, b[lo*ldb:], ldb, c[lo:hi])
 		})
@@ -258,6 +262,10 @@ func gemm16NT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []float3
 	}
 	if m == 1 {
 		av := a[:k]
+		if n <= gemvGrain(k) { // as in GemmF32NT
+			gemvRows(av, b, ldb, c[:n])
+			return
+		}
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
 			gemvRows(av, b[lo*ldb:], ldb, c[lo:hi])
 		})

@@ -153,6 +153,7 @@ func ntDrive[T float32 | uint16](kern ntKernelOf[T], m, n, k int, a []T, lda int
 		block, release := newBlock()
 		defer release()
 		var tmp [16]float32
+		var ar, br [4][]T // on the heap (kern.fn is a variable): once a chunk
 		for t := lo; t < hi; t++ {
 			i0 := (t / nBlocks) * ntMB
 			j0 := (t % nBlocks) * ntNB
@@ -163,7 +164,6 @@ func ntDrive[T float32 | uint16](kern ntKernelOf[T], m, n, k int, a []T, lda int
 				kFull := kcT / kstep * kstep
 				acc := p0 > 0
 				bb, bOff, bld := block(j0, nb, p0, kcT)
-				var ar, br [4][]T
 				for ii := 0; ii < mb; ii += mr {
 					rows := min(mr, mb-ii)
 					aOff := (i0+ii)*lda + p0
