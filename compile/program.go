@@ -316,3 +316,21 @@ func (p *Program) Finalize() {
 		delete(p.exes, k)
 	}
 }
+
+// recycler is a backend that takes back the memory of an execution's
+// output once it has been read (tpu/cpu's Recycle), for the next
+// executions' values.
+type recycler interface {
+	Recycle(backends.Buffer) error
+}
+
+// recycle finalizes t, an execution's output that has been read and of
+// which no view is kept, its memory going back to a recycler backend.
+func recycle(backend backends.Backend, t *tensors.Tensor) {
+	if rc, ok := backend.(recycler); ok && t.IsOnDevice(0) {
+		if buf, err := t.Buffer(backend, 0); err == nil {
+			_ = rc.Recycle(buf) // the buffer is finalized whatever it returns
+		}
+	}
+	t.FinalizeAll()
+}

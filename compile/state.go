@@ -350,7 +350,7 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 		flat = make([]float32, n)
 	}
 	err = tensors.ConstFlatData(logits, func(v []float32) { copy(flat, v) })
-	logits.FinalizeAll()
+	recycle(r.backend, logits)
 	if err != nil {
 		return nil, err
 	}

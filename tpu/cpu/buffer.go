@@ -26,6 +26,10 @@ type Buffer struct {
 	mu    sync.Mutex
 	shape shapes.Shape
 	data  any // nil once finalized or donated
+	// output marks an execution's output, whose memory nothing else
+	// holds (not a host tensor's, as NewSharedBuffer's is): Recycle may
+	// take it back.
+	output bool
 }
 
 var _ backends.DataInterface = (*Backend)(nil)
@@ -117,6 +121,31 @@ func (b *Backend) BufferFinalize(x backends.Buffer) error {
 	buf.mu.Lock()
 	buf.data = nil
 	buf.mu.Unlock()
+	return nil
+}
+
+// Recycle finalizes an execution's output whose reader is done with it
+// (a step's logits, copied out) and keeps its memory, when large, in the
+// spares for the next executions' values (spares.go), where
+// BufferFinalize leaves it to the collector: a decode step of 32 rows
+// returns 4 MB of logits, which would otherwise be fresh heap every step.
+// The caller must hold no view of the memory (BufferData's, or one taken
+// inside a tensor's ConstFlatData callback) after the call. Other buffers
+// are only finalized.
+func (b *Backend) Recycle(x backends.Buffer) error {
+	buf, err := b.buffer(x)
+	if err != nil {
+		return err
+	}
+	buf.mu.Lock()
+	data, output := buf.data, buf.output
+	buf.data = nil
+	buf.mu.Unlock()
+	if output && data != nil {
+		if r := spareRegion(data); r != nil {
+			b.spares.give(r)
+		}
+	}
 	return nil
 }
 

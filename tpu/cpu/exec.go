@@ -397,7 +397,7 @@ func (e *Executable) Execute(inputs []backends.Buffer, donate []bool, deviceNum 
 			data = cloneFlat(data)
 		}
 		exported[s] = true
-		outs[k] = &Buffer{shape: o.shape, data: data}
+		outs[k] = &Buffer{shape: o.shape, data: data, output: true}
 	}
 	e.keep(st.free)
 	return outs, nil

@@ -7,6 +7,9 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
 // lowerSpareMin sets spareMin to n and spareCap to 64 MiB, and empties
@@ -199,5 +202,70 @@ func TestSparesAcrossExecutables(t *testing.T) {
 	be.(*Backend).ReleaseSpares()
 	if sp.held() != 0 {
 		t.Fatalf("ReleaseSpares left %d bytes", sp.held())
+	}
+}
+
+// TestRecycle: an execution's output handed back with Recycle is
+// finalized and its memory is the next execution's value of that size; a
+// buffer that shares a host tensor's memory is only finalized.
+func TestRecycle(t *testing.T) {
+	defer lowerSpareMin(t, 16)()
+	_, be := backendsForTest(t)
+	b := be.(*Backend)
+	exec, err := graph.NewExec(be, func(x *graph.Node) *graph.Node { return graph.AddScalar(x, 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := tensors.FromFlatDataAndDimensions(make([]float32, 64), 64)
+	run := func() (backends.Buffer, unsafe.Pointer) {
+		t.Helper()
+		out, err := exec.Exec(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf, err := out[0].Buffer(be, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat, err := b.BufferData(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := flat.([]float32)[63]; got != 1 {
+			t.Fatalf("output [63] = %v, want 1", got)
+		}
+		return buf, unsafe.Pointer(unsafe.SliceData(flat.([]float32)))
+	}
+	buf, p := run()
+	if err := b.Recycle(buf); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.spares.held(); got != 256 {
+		t.Fatalf("spares hold %d bytes after Recycle, want the output's 256", got)
+	}
+	if _, err := b.BufferData(buf); err == nil {
+		t.Fatal("a recycled buffer can still be read")
+	}
+	buf2, p2 := run()
+	if p2 != p {
+		t.Fatal("the next execution's output did not take the recycled memory")
+	}
+	if got := b.spares.held(); got != 0 {
+		t.Fatalf("spares hold %d bytes after the next execution, want 0", got)
+	}
+	b.BufferFinalize(buf2)
+
+	shared, _, err := b.NewSharedBuffer(0, shapes.Make(dtypes.Float32, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Recycle(shared); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.spares.held(); got != 0 {
+		t.Fatalf("a shared buffer's memory went to the spares (%d bytes held)", got)
+	}
+	if _, err := b.BufferData(shared); err == nil {
+		t.Fatal("a shared buffer given to Recycle was not finalized")
 	}
 }
