@@ -15,8 +15,8 @@ import (
 // With bf16 activations (act=bf16) a product with a bf16 weight equals the
 // go backend's product of the activations rounded to bf16
 // (kernels.RoundBF16) with the weight: as a plain DotGeneral (one row,
-// a few, enough for the VDPBF16PS tiles) and as the grouped product of
-// routed experts. Without the option the same graph equals the unrounded
+// a few, enough for the VDPBF16PS tiles), batched (one row and a few a
+// product) and as the grouped product of routed experts. Without the option the same graph equals the unrounded
 // product, and the two differ (the rounding is not a no-op).
 func TestBF16Activations(t *testing.T) {
 	ref, cpu := backendsForTest(t)
@@ -51,6 +51,22 @@ func TestBF16Activations(t *testing.T) {
 	for _, mnk := range [][3]int{{1, 40, 96}, {5, 33, 64}, {40, 70, 300}, {130, 24, 64}} {
 		shs, build := dense(mnk[0], mnk[1], mnk[2])
 		cases = append(cases, tc{fmt.Sprintf("dense %dx%dx%d", mnk[0], mnk[1], mnk[2]), shs, build, nil})
+	}
+	// Batched one-row products (attention's at decode, a row and head a
+	// product: their rows rounded once for all) and batched few-row ones.
+	batched := func(bs, m, n, k int) ([]shapes.Shape, func(b backends.Builder, ps []backends.Op) (backends.Op, error)) {
+		shs := []shapes.Shape{sh(dtypes.Float32, bs, m, k), sh(dtypes.BFloat16, bs, n, k)}
+		return shs, func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			w, err := b.ConvertDType(ps[1], dtypes.Float32)
+			if err != nil {
+				return nil, err
+			}
+			return b.DotGeneral(ps[0], []int{2}, []int{0}, w, []int{2}, []int{0})
+		}
+	}
+	for _, bmnk := range [][4]int{{24, 1, 40, 64}, {3, 1, 33, 96}, {6, 3, 20, 64}} {
+		shs, build := batched(bmnk[0], bmnk[1], bmnk[2], bmnk[3])
+		cases = append(cases, tc{fmt.Sprintf("batched %dx%dx%dx%d", bmnk[0], bmnk[1], bmnk[2], bmnk[3]), shs, build, nil})
 	}
 	ids := make([]int32, 40)
 	for i := range ids {

@@ -272,6 +272,19 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int
 	var nt func(n, k, lo, ro, oo int)
 	switch {
 	case nn: // GemmF32NN below, whole: spans apply to the NT layout only
+	case a.rhsFrom16 && a.bf16Act && dtypeOfFlat(rhs) == dtypes.BFloat16 && M == 1:
+		// One row a product (attention's at decode: a product a row and
+		// head): GemmBF16DotNT rounds the row and takes GemmBF16NT's
+		// kernels, so the rows are rounded here once for all products.
+		buf := permPool.Get().(*[]float32)
+		defer permPool.Put(buf)
+		if cap(*buf) < len(lhs) {
+			*buf = make([]float32, len(lhs))
+		}
+		rounded := (*buf)[:len(lhs)]
+		kernels.RoundBF16(rounded, lhs)
+		r := u16(rhs)
+		nt = func(n, k, lo, ro, oo int) { kernels.GemmBF16NT(M, n, k, rounded[lo:], K, r[ro:], K, out[oo:], N) }
 	case a.rhsFrom16 && a.bf16Act && dtypeOfFlat(rhs) == dtypes.BFloat16:
 		r := u16(rhs)
 		nt = func(n, k, lo, ro, oo int) { kernels.GemmBF16DotNT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }

@@ -443,7 +443,8 @@ func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
 	}
 }
 
-// permPool holds dotInt4Groups' permuted activations between calls.
+// permPool holds dotInt4Groups' permuted activations and dotF32's rounded
+// ones between calls.
 var permPool = sync.Pool{New: func() any { return new([]float32) }}
 
 // permuteColumns writes x [m, k] into out with column i moved to inv[i]
