@@ -16,8 +16,9 @@ import (
 // go backend's product of the activations rounded to bf16
 // (kernels.RoundBF16) with the weight: as a plain DotGeneral (one row,
 // a few, enough for the VDPBF16PS tiles), batched (one row and a few a
-// product) and as the grouped product of routed experts. Without the option the same graph equals the unrounded
-// product, and the two differ (the rounding is not a no-op).
+// product) and as the grouped product of routed experts. Without the
+// option the same graph equals the unrounded product, and the two differ
+// (the rounding is not a no-op).
 func TestBF16Activations(t *testing.T) {
 	ref, cpu := backendsForTest(t)
 	bf, err := New("act=bf16")
