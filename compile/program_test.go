@@ -8,7 +8,9 @@ import (
 	"weak"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
@@ -122,5 +124,31 @@ func TestProgramDonatesHostTensors(t *testing.T) {
 	}
 	if x.Ok() {
 		t.Error("the donated host tensor still holds data after the call")
+	}
+}
+
+// keyOf reuses the last call's key only when every input has the same
+// dtype and dimensions: a changed shape, count or dtype gives shapeKey's
+// key of the new inputs, and going back gives the old one again.
+func TestProgramKeyOf(t *testing.T) {
+	mk := func(dims ...[]int) []Arg {
+		args := make([]Arg, len(dims))
+		for i, d := range dims {
+			args[i] = Arg{T: tensors.FromShape(shapes.Make(dtypes.Float32, d...))}
+		}
+		return args
+	}
+	var p Program
+	a := mk([]int{2, 3}, []int{4})
+	b := mk([]int{2, 3}, []int{5})
+	c := mk([]int{2, 3})
+	d := []Arg{a[0], {T: tensors.FromShape(shapes.Make(dtypes.Int32, 4))}}
+	for i, args := range [][]Arg{a, a, b, a, c, a, d, d, a} {
+		if got, want := p.keyOf(args), shapeKey(args); got != want {
+			t.Fatalf("call %d: key %q, want %q", i, got, want)
+		}
+	}
+	if shapeKey(a) == shapeKey(d) {
+		t.Fatal("inputs of other dtypes have the same key")
 	}
 }
