@@ -77,6 +77,8 @@ type ServeOptions struct {
 	Warmup bool
 	// DrainTimeout bounds the wait for requests in flight at shutdown.
 	DrainTimeout time.Duration
+	// Pprof serves Go's runtime profiles under /debug/pprof/.
+	Pprof bool
 }
 
 // NewCmdServe builds `tputool serve`.
@@ -156,6 +158,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.BoolVar(&opts.AllowInsecure, "allow-insecure", false, "allow a --host other than loopback without an API key")
 	fl.BoolVar(&opts.Warmup, "warmup", true, "compile every batch shape before listening (--warmup=false listens sooner; the first requests then wait for compiles)")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
+	fl.BoolVar(&opts.Pprof, "pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/, behind the API key like /v1")
 	return c
 }
 
@@ -363,6 +366,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Metrics:       metrics,
 		Reasoning:     serve.ReasoningOf(tmpl),
 		Harmony:       serve.IsHarmony(tmpl),
+		Pprof:         opts.Pprof,
 		Now:           opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.

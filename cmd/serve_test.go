@@ -54,9 +54,11 @@ func TestServeDefaults(t *testing.T) {
 	assert.Equal(t, 30*time.Second, o.DrainTimeout)
 	assert.Empty(t, o.APIKey)
 	assert.False(t, o.AllowInsecure)
+	assert.False(t, o.Pprof)
 
-	o, err = serveOptions(t, nil, "--model", "m", "--max-batch", "3", "--warmup=false", "--drain-timeout", "5s", "--served-model-name", "tiny")
+	o, err = serveOptions(t, nil, "--model", "m", "--max-batch", "3", "--warmup=false", "--drain-timeout", "5s", "--served-model-name", "tiny", "--pprof")
 	require.NoError(t, err)
+	assert.True(t, o.Pprof)
 	assert.Equal(t, 12, o.MaxQueue)
 	assert.False(t, o.Warmup)
 	assert.Equal(t, 5*time.Second, o.DrainTimeout)

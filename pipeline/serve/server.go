@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,12 @@ type ServerOptions struct {
 	// (GPT-OSS: IsHarmony): chat answers are decoded with their special
 	// tokens and split into reasoning, content and tool calls.
 	Harmony bool
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ (the
+	// index, cmdline, profile, symbol, trace and the named profiles:
+	// heap, allocs, goroutine…), behind APIKey like /v1: a CPU profile of
+	// the server under load, without its warm-up. Off, those paths are
+	// 404s.
+	Pprof bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -123,6 +130,28 @@ type route struct {
 	handle   func(s *Server, w http.ResponseWriter, r *http.Request, x *exchange)
 }
 
+// pprofRoute is the /debug/pprof/ endpoint of path (ServerOptions.Pprof).
+// The profile and trace handlers answer after the seconds they are asked
+// for (30 by default).
+func pprofRoute(path string) (route, bool) {
+	name, ok := strings.CutPrefix(path, "/debug/pprof/")
+	if !ok {
+		return route{}, false
+	}
+	h := pprof.Index // "" and the named profiles
+	switch name {
+	case "cmdline":
+		h = pprof.Cmdline
+	case "profile":
+		h = pprof.Profile
+	case "symbol":
+		h = pprof.Symbol
+	case "trace":
+		h = pprof.Trace
+	}
+	return route{"/debug/pprof/", http.MethodGet, func(_ *Server, w http.ResponseWriter, r *http.Request, _ *exchange) { h(w, r) }}, true
+}
+
 // routeOf finds the endpoint of path; ok is false for an unknown path.
 func routeOf(path string) (route, bool) {
 	switch path {
@@ -173,6 +202,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r, rec.status, start, x)
 	}()
 	rt, ok := routeOf(r.URL.Path)
+	if !ok && s.o.Pprof {
+		rt, ok = pprofRoute(r.URL.Path)
+	}
 	if ok {
 		x.endpoint = rt.endpoint
 	}

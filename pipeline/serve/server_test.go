@@ -257,6 +257,7 @@ type serverConfig struct {
 	template  string
 	context   int  // MaxContext (testContext when 0)
 	harmony   bool // ServerOptions.Harmony
+	pprof     bool // ServerOptions.Pprof
 	// tok replaces the test tokenizer (mistralTokenizer's has one token
 	// more; the engine's logits cover it).
 	tok *tokenizer.Tokenizer
@@ -294,6 +295,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
 		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning, Harmony: c.harmony,
 		EmbeddingSize: 4, // sumEmbed's
+		Pprof:         c.pprof,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
@@ -1328,4 +1330,41 @@ func TestCORS(t *testing.T) {
 	ts.srv.o.CORSOrigins = nil
 	resp = do(http.MethodGet, "http://localhost:3000", "k", false)
 	assert.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), "no origins: no CORS headers")
+}
+
+// With Pprof the runtime's profiles are served under /debug/pprof/,
+// behind the API key; without it those paths are 404s.
+func TestServerPprof(t *testing.T) {
+	get := func(ts *testServer, path, key string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, body
+	}
+	off := newTestServer(t, serverConfig{})
+	status, _ := get(off, "/debug/pprof/", "")
+	assert.Equal(t, http.StatusNotFound, status)
+
+	on := newTestServer(t, serverConfig{pprof: true, apiKey: testKey})
+	status, _ = get(on, "/debug/pprof/allocs?debug=1", "")
+	assert.Equal(t, http.StatusUnauthorized, status, "without the key")
+	status, body := get(on, "/debug/pprof/allocs?debug=1", testKey)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, string(body), "heap profile")
+	status, body = get(on, "/debug/pprof/", testKey)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, string(body), "goroutine")
+	status, body = get(on, "/debug/pprof/profile?seconds=1", testKey)
+	assert.Equal(t, http.StatusOK, status)
+	assert.True(t, len(body) > 2 && body[0] == 0x1f && body[1] == 0x8b, "a CPU profile is gzipped protobuf")
+	status, _ = get(on, "/debug/pprof/no-such-profile", testKey)
+	assert.Equal(t, http.StatusNotFound, status)
 }
