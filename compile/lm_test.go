@@ -243,3 +243,53 @@ func TestStatesAreIndependent(t *testing.T) {
 		r.Close()
 	}
 }
+
+// With ReuseLogits a State's steps return their logits in one buffer
+// that the next step overwrites, with the values a State without it
+// returns (the stories model, two rows, compiled, the go backend).
+func TestStateReuseLogits(t *testing.T) {
+	be := goBackend(t)
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewRunner(be, l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fresh, reused := r.NewState(), r.NewState()
+	reused.ReuseLogits()
+	prompts := [][]int{{1, 403, 407, 261, 378}, {1, 403}}
+	a, err := fresh.Prefill(prompts, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := reused.Prefill(prompts, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf, prevFresh *float32
+	for step := 0; step < 3; step++ {
+		for i := range a {
+			if fmt.Sprint(a[i]) != fmt.Sprint(b[i]) {
+				t.Fatalf("step %d, row %d: reused logits differ from fresh ones", step, i)
+			}
+		}
+		if step > 0 && &b[0][0] != buf {
+			t.Fatalf("step %d: the logits are not in the reused buffer", step)
+		}
+		if step > 0 && &a[0][0] == prevFresh {
+			t.Fatalf("step %d: a State without ReuseLogits returned the last step's buffer", step)
+		}
+		buf, prevFresh = &b[0][0], &a[0][0]
+		next := []int{step + 5, step + 9}
+		if a, err = fresh.Decode(next); err != nil {
+			t.Fatal(err)
+		}
+		if b, err = reused.Decode(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

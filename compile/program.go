@@ -369,3 +369,18 @@ func recycle(backend backends.Backend, t *tensors.Tensor) {
 	}
 	t.FinalizeAll()
 }
+
+// readInto copies t's float32 values into flat (t's size): from its
+// device buffer directly when it has one, where ConstFlatData would
+// first make a host copy of its own on a backend without shared buffers
+// (XLA's: a [B, vocab] allocation and a second copy every step).
+func readInto(backend backends.Backend, t *tensors.Tensor, flat []float32) error {
+	if t.IsOnDevice(0) {
+		buf, err := t.Buffer(backend, 0)
+		if err != nil {
+			return err
+		}
+		return backend.BufferToFlatData(buf, flat)
+	}
+	return tensors.ConstFlatData(t, func(v []float32) { copy(flat, v) })
+}

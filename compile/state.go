@@ -48,8 +48,8 @@ type State struct {
 	// reuseLogits: run copies the logits into logits, one host buffer
 	// reused step after step (rows valid until the next step), instead of
 	// a fresh [batch, vocab] slice each time (14 MB at 23 rows of Qwen3's
-	// vocabulary). Batch's decode state sets it; the State API's callers
-	// get slices of their own.
+	// vocabulary). Batch's decode state sets it, and ReuseLogits; other
+	// callers get slices of their own.
 	reuseLogits bool
 	logits      []float32
 }
@@ -286,6 +286,13 @@ func (st *State) takePending(n int) *tensors.Tensor {
 	return tensors.FromFlatDataAndDimensions(tokens, st.batch, n)
 }
 
+// ReuseLogits makes Prefill, PrefillChunk and Decode return their logits
+// in one host buffer that each call overwrites, where they otherwise
+// return a fresh [B][V] each: for a caller that reads a step's logits
+// before its next step (generate.Run, bench), which then allocates
+// nothing for them.
+func (st *State) ReuseLogits() { st.reuseLogits = true }
+
 // Decode feeds one token per row (next[b] for row b) and returns the
 // logits that follow it ([B][V]).
 func (st *State) Decode(next []int) ([][]float32, error) {
@@ -349,7 +356,7 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 	} else {
 		flat = make([]float32, n)
 	}
-	err = tensors.ConstFlatData(logits, func(v []float32) { copy(flat, v) })
+	err = readInto(r.backend, logits, flat)
 	recycle(r.backend, logits)
 	if err != nil {
 		return nil, err

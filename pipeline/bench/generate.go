@@ -279,6 +279,9 @@ type generateRun struct {
 
 func generateOnce(ctx context.Context, cfg Config, r Stepper, prompts [][]int, genLen int, step func(int)) (generateRun, error) {
 	var out generateRun
+	if lr, ok := r.(interface{ ReuseLogits() }); ok {
+		lr.ReuseLogits() // each step's logits are read before the next step (generate.LogitsReuser)
+	}
 	batch := len(prompts)
 	start := cfg.now()
 	logits, err := r.Prefill(prompts, genLen)

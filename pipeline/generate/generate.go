@@ -31,6 +31,11 @@ type Stepper interface {
 	Decode(next []int) ([][]float32, error)
 }
 
+// LogitsReuser is implemented by runners that can return each step's
+// logits in one buffer that the next step overwrites (compile.State):
+// Run reads a step's logits before the next one, so it asks for that.
+type LogitsReuser interface{ ReuseLogits() }
+
 // Chunked is implemented by runners that prefill in pieces over one cache
 // (compile.State): Begin queues the left-padded prompts and returns their
 // padded length; PrefillChunk runs the next n queued tokens and returns
@@ -257,6 +262,9 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 		if s == "" {
 			return nil, m, errs.Usagef("empty stop string")
 		}
+	}
+	if lr, ok := r.(LogitsReuser); ok {
+		lr.ReuseLogits()
 	}
 	now, compileTime := clocks(r, o)
 	rows := make([]*row, len(prompts))
