@@ -359,11 +359,25 @@ type recycler interface {
 	Recycle(backends.Buffer) error
 }
 
+// deviceBuffer is t's buffer on device 0 of its own backend, when it has
+// one.
+func deviceBuffer(t *tensors.Tensor) (backends.Backend, backends.Buffer, bool) {
+	if !t.IsOnDevice(0) {
+		return nil, nil, false
+	}
+	be, err := t.Backend()
+	if err != nil {
+		return nil, nil, false
+	}
+	buf, err := t.Buffer(be, 0)
+	return be, buf, err == nil
+}
+
 // recycle finalizes t, an execution's output that has been read and of
 // which no view is kept, its memory going back to a recycler backend.
-func recycle(backend backends.Backend, t *tensors.Tensor) {
-	if rc, ok := backend.(recycler); ok && t.IsOnDevice(0) {
-		if buf, err := t.Buffer(backend, 0); err == nil {
+func recycle(t *tensors.Tensor) {
+	if be, buf, ok := deviceBuffer(t); ok {
+		if rc, ok := be.(recycler); ok {
 			_ = rc.Recycle(buf) // the buffer is finalized whatever it returns
 		}
 	}
@@ -374,13 +388,9 @@ func recycle(backend backends.Backend, t *tensors.Tensor) {
 // device buffer directly when it has one, where ConstFlatData would
 // first make a host copy of its own on a backend without shared buffers
 // (XLA's: a [B, vocab] allocation and a second copy every step).
-func readInto(backend backends.Backend, t *tensors.Tensor, flat []float32) error {
-	if t.IsOnDevice(0) {
-		buf, err := t.Buffer(backend, 0)
-		if err != nil {
-			return err
-		}
-		return backend.BufferToFlatData(buf, flat)
+func readInto(t *tensors.Tensor, flat []float32) error {
+	if be, buf, ok := deviceBuffer(t); ok {
+		return be.BufferToFlatData(buf, flat)
 	}
 	return tensors.ConstFlatData(t, func(v []float32) { copy(flat, v) })
 }

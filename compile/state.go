@@ -356,8 +356,8 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 	} else {
 		flat = make([]float32, n)
 	}
-	err = readInto(r.backend, logits, flat)
-	recycle(r.backend, logits)
+	err = readInto(logits, flat)
+	recycle(logits)
 	if err != nil {
 		return nil, err
 	}
