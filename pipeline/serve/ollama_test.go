@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -137,18 +136,7 @@ func TestOllamaLoad(t *testing.T) {
 func TestOllamaTagsAndVersion(t *testing.T) {
 	ts := newTestServer(t, serverConfig{apiKey: "k"})
 	ts.srv.o.Version, ts.srv.o.Family = "1.2.3", "LlamaForCausalLM"
-	get := func(path, key string) (int, []byte) {
-		req, err := http.NewRequest(http.MethodGet, ts.URL+path, nil)
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	get := func(path, key string) (int, []byte) { return ts.getWithKey(t, path, key) }
 	code, body := get("/api/tags", "k")
 	require.Equal(t, http.StatusOK, code, string(body))
 	var tags struct {

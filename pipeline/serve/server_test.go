@@ -314,6 +314,23 @@ func (ts *testServer) client(key string) *openai.Client {
 	return &c
 }
 
+// getWithKey sends a GET with the API key as a Bearer token (none when
+// key is empty) and returns the status and body.
+func (ts *testServer) getWithKey(t *testing.T, path, key string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, body
+}
+
 // post sends a JSON body and returns the status and body.
 func (ts *testServer) post(t *testing.T, path, body string, header ...string) (int, http.Header, []byte) {
 	t.Helper()
@@ -1335,20 +1352,7 @@ func TestCORS(t *testing.T) {
 // With Pprof the runtime's profiles are served under /debug/pprof/,
 // behind the API key; without it those paths are 404s.
 func TestServerPprof(t *testing.T) {
-	get := func(ts *testServer, path, key string) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, ts.URL+path, nil)
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, body
-	}
+	get := func(ts *testServer, path, key string) (int, []byte) { return ts.getWithKey(t, path, key) }
 	off := newTestServer(t, serverConfig{})
 	status, _ := get(off, "/debug/pprof/", "")
 	assert.Equal(t, http.StatusNotFound, status)
