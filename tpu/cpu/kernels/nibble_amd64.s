@@ -21,6 +21,68 @@
 	VCVTDQ2PS  Z6, Z6       \
 	VCVTDQ2PS  Z7, Z7
 
+// NX2_BEGIN loads the few-row nibble kernels' arguments into the
+// registers dotNibblesx8x2AVX512 names (and blocks-8(SP), hoff-16(SP))
+// and zeroes the accumulators.
+#define NX2_BEGIN \
+	MOVQ a+0(FP), DX \
+	ROWS8(DX) \
+	MOVQ blocks+8(FP), DX \
+	MOVQ 0(DX), SI \
+	MOVQ 8(DX), DI \
+	MOVQ scales+16(FP), DX \
+	MOVQ 0(DX), BX \
+	MOVQ 8(DX), DX \
+	MOVQ nblocks+24(FP), AX \
+	MOVQ AX, blocks-8(SP) \
+	MOVQ lut+32(FP), AX \
+	VMOVDQU64 (AX), X31 \
+	MOVL      $0x0F0F0F0F, AX \
+	VPBROADCASTD AX, X30 \
+	MOVQ half+40(FP), CX \
+	MOVQ 0(CX), AX \
+	MOVQ 8(CX), CX \
+	SUBQ AX, CX \
+	SARQ $2, CX \
+	MOVQ CX, hoff-16(SP) \
+	ZERO4X4
+
+// PERM_BEGIN loads the permuted nibble kernels' arguments into the
+// registers dotNibblesPermAVX512 names and its value table into Z14;
+// PERM_ROW_END(row) stores a row's sum, moves to the next row's output
+// and table, and jumps back to row.
+#define PERM_BEGIN \
+	MOVQ a+0(FP), R13 \
+	MOVQ blocks+8(FP), SI \
+	MOVQ scales+16(FP), BX \
+	MOVQ nrows+32(FP), R11 \
+	MOVQ vals+40(FP), DX \
+	MOVQ half+48(FP), R8 \
+	MOVQ tstride+56(FP), R9 \
+	MOVQ c+64(FP), DI \
+	VMOVUPS (DX), Z14
+
+#define PERM_ROW_END(row) \
+	VADDPS Z1, Z0, Z0 \
+	REDUCE512(Z0, Y0, X0, (DI)) \
+	ADDQ $4, DI \
+	ADDQ R9, R8 \
+	DECQ R11 \
+	JMP  row
+
+// WIDEN_BEGIN loads the widening kernels' arguments into the registers
+// DECODE_BLOCK reads (the table in X14, the nibble mask in X13).
+#define WIDEN_BEGIN \
+	MOVQ dst+0(FP), DI \
+	MOVQ blocks+8(FP), SI \
+	MOVQ scales+16(FP), BX \
+	MOVQ nblocks+24(FP), CX \
+	MOVQ lut+32(FP), DX \
+	MOVQ half+40(FP), R8 \
+	VMOVDQU (DX), X14 \
+	MOVL    $0x0F0F0F0F, R9 \
+	VPBROADCASTD R9, X13
+
 // func widenNibblesAVX512(dst *float32, blocks, scales *byte, nblocks int, lut *[16]int8, half *[256]float32)
 // Decodes nblocks nibble-coded blocks into 32 f32 values each (the GEMM's
 // scratch): each block's 16 bytes are split into nibbles, looked up as
@@ -29,15 +91,7 @@
 // scaled by half[scale code] (MXFP4: 2^(code-128); int4: the matrix's
 // scale table).
 TEXT ·widenNibblesAVX512(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ lut+32(FP), DX
-	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	VPBROADCASTD R9, X13
+	WIDEN_BEGIN
 wdloop:
 	TESTQ CX, CX
 	JLE   wddone
@@ -147,27 +201,7 @@ wddone:
 // table, CX a code, hoff-16(SP) the second table's offset from the first
 // in entries, blocks-8(SP) the blocks left.
 TEXT ·dotNibblesx8x2AVX512(SB), NOSPLIT, $16-56
-	MOVQ a+0(FP), DX
-	ROWS8(DX)
-	MOVQ blocks+8(FP), DX
-	MOVQ 0(DX), SI
-	MOVQ 8(DX), DI
-	MOVQ scales+16(FP), DX
-	MOVQ 0(DX), BX
-	MOVQ 8(DX), DX
-	MOVQ nblocks+24(FP), AX
-	MOVQ AX, blocks-8(SP)
-	MOVQ lut+32(FP), AX
-	VMOVDQU64 (AX), X31
-	MOVL      $0x0F0F0F0F, AX
-	VPBROADCASTD AX, X30
-	MOVQ half+40(FP), CX
-	MOVQ 0(CX), AX
-	MOVQ 8(CX), CX
-	SUBQ AX, CX
-	SARQ $2, CX
-	MOVQ CX, hoff-16(SP)
-	ZERO4X4
+	NX2_BEGIN
 nx2loop:
 	CMPQ blocks-8(SP), $0
 	JLE  nx2done
@@ -200,27 +234,7 @@ nx2done:
 // dotNibblesx8x2AVX512 with two scale codes a block: each row's values
 // 0..15 (Z16, Z18) take its first, 16..31 (Z17, Z19) its second.
 TEXT ·dotNibblesx8x2x16AVX512(SB), NOSPLIT, $16-56
-	MOVQ a+0(FP), DX
-	ROWS8(DX)
-	MOVQ blocks+8(FP), DX
-	MOVQ 0(DX), SI
-	MOVQ 8(DX), DI
-	MOVQ scales+16(FP), DX
-	MOVQ 0(DX), BX
-	MOVQ 8(DX), DX
-	MOVQ nblocks+24(FP), AX
-	MOVQ AX, blocks-8(SP)
-	MOVQ lut+32(FP), AX
-	VMOVDQU64 (AX), X31
-	MOVL      $0x0F0F0F0F, AX
-	VPBROADCASTD AX, X30
-	MOVQ half+40(FP), CX
-	MOVQ 0(CX), AX
-	MOVQ 8(CX), CX
-	SUBQ AX, CX
-	SARQ $2, CX
-	MOVQ CX, hoff-16(SP)
-	ZERO4X4
+	NX2_BEGIN
 n16loop:
 	CMPQ blocks-8(SP), $0
 	JLE  n16done
@@ -266,15 +280,7 @@ n16done:
 // each row the table pointer R8 moves on by tstride bytes (R9): 0 for a
 // matrix's one table, a row's table for formats with one per row.
 TEXT ·dotNibblesPermAVX512(SB), NOSPLIT, $0-72
-	MOVQ a+0(FP), R13
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nrows+32(FP), R11
-	MOVQ vals+40(FP), DX
-	MOVQ half+48(FP), R8
-	MOVQ tstride+56(FP), R9
-	MOVQ c+64(FP), DI
-	VMOVUPS (DX), Z14
+	PERM_BEGIN
 pmrow:
 	TESTQ R11, R11
 	JLE   pmend
@@ -323,12 +329,7 @@ pmtail:
 	ADDQ $16, SI
 	INCQ BX
 pmdone:
-	VADDPS Z1, Z0, Z0
-	REDUCE512(Z0, Y0, X0, (DI))
-	ADDQ $4, DI
-	ADDQ R9, R8
-	DECQ R11
-	JMP  pmrow
+	PERM_ROW_END(pmrow)
 pmend:
 	VZEROUPPER
 	RET
@@ -342,15 +343,7 @@ pmend:
 // half); a block's products are summed before it scales them, as in
 // dotNibblesPermAVX512.
 TEXT ·dotNibblesPerm16AVX512(SB), NOSPLIT, $0-72
-	MOVQ a+0(FP), R13
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nrows+32(FP), R11
-	MOVQ vals+40(FP), DX
-	MOVQ half+48(FP), R8
-	MOVQ tstride+56(FP), R9
-	MOVQ c+64(FP), DI
-	VMOVUPS (DX), Z14
+	PERM_BEGIN
 p16row:
 	TESTQ R11, R11
 	JLE   p16end
@@ -379,12 +372,7 @@ p16loop:
 	DECQ CX
 	JMP  p16loop
 p16done:
-	VADDPS Z1, Z0, Z0
-	REDUCE512(Z0, Y0, X0, (DI))
-	ADDQ $4, DI
-	ADDQ R9, R8
-	DECQ R11
-	JMP  p16row
+	PERM_ROW_END(p16row)
 p16end:
 	VZEROUPPER
 	RET
@@ -393,15 +381,7 @@ p16end:
 // widenNibblesAVX512 with two scale codes a block: values 0..15 (Z6)
 // scaled by the first, 16..31 (Z7) by the second.
 TEXT ·widenNibbles16AVX512(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ blocks+8(FP), SI
-	MOVQ scales+16(FP), BX
-	MOVQ nblocks+24(FP), CX
-	MOVQ lut+32(FP), DX
-	MOVQ half+40(FP), R8
-	VMOVDQU (DX), X14
-	MOVL    $0x0F0F0F0F, R9
-	VPBROADCASTD R9, X13
+	WIDEN_BEGIN
 w16loop:
 	TESTQ CX, CX
 	JLE   w16done
