@@ -9,8 +9,6 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
-
-	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // TestGroupedExpertDot checks the gathered product of routed experts
@@ -146,15 +144,7 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 			}
 			continue
 		}
-		xq := append([]float32(nil), data[0].([]float32)...)
-		kernels.FakeQuantizeQ8(xq)
-		if want, _, err = run(ref, shs, []any{xq, data[1], data[2], c.ids}, build); err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, c.name, ref, q8, shs, data, build, nil)
 		if a := dot.(*node).aux.(*groupedAux); !a.int8Q8 {
 			t.Errorf("%s: act=int8 did not make the grouped product quantise its rows", c.name)
 		}

@@ -92,16 +92,7 @@ func TestDotGeneralInt4(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		xq := append([]float32(nil), data[0].([]float32)...)
-		kernels.FakeQuantizeQ8(xq)
-		want, _, err = run(ref, shs, []any{xq, packed, codes, table}, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("int4 dot %s, int8 activations", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, "int4 dot "+c.name, ref, q8, shs, data, build, nil)
 		if a := dot.(*node).aux.(*dotAux); !a.int4Q8 {
 			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)
 		}

@@ -144,29 +144,22 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		xq := append([]float32(nil), data[0].([]float32)...)
+		var quantize func([]float32) // FakeQuantizeQ8 as the rows lie
 		if c.perm {
-			row := make([]float32, c.k)
-			for off := 0; off < len(xq); off += c.k {
-				for i, j := range inv {
-					row[j] = xq[off+i]
-				}
-				kernels.FakeQuantizeQ8(row)
-				for i, j := range inv {
-					xq[off+i] = row[j]
+			quantize = func(xq []float32) {
+				row := make([]float32, c.k)
+				for off := 0; off < len(xq); off += c.k {
+					for i, j := range inv {
+						row[j] = xq[off+i]
+					}
+					kernels.FakeQuantizeQ8(row)
+					for i, j := range inv {
+						xq[off+i] = row[j]
+					}
 				}
 			}
-		} else {
-			kernels.FakeQuantizeQ8(xq)
 		}
-		dq := append([]any{xq}, data[1:]...)
-		if want, _, err = run(ref, shs, dq, build); err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("grouped int4 dot %s, int8 activations", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, "grouped int4 dot "+c.name, ref, q8, shs, data, build, quantize)
 		if a := dot.(*node).aux.(*dotAux); !a.int4Q8 {
 			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)
 		}
@@ -270,14 +263,6 @@ func TestGroupedExpertDotInt4Groups(t *testing.T) {
 			t.Errorf("%s: not rewritten into the grouped int4 node (op %v)", c.name, n.op)
 			continue
 		}
-		xq := append([]float32(nil), data[0].([]float32)...)
-		kernels.FakeQuantizeQ8(xq)
-		if want, _, err = run(ref, shs, []any{xq, packed, scales, c.ids, mins}, build); err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, c.name, ref, q8, shs, data, build, nil)
 	}
 }

@@ -188,15 +188,7 @@ func TestGroupedExpertDotInt4(t *testing.T) {
 		}
 		// int8 activations: the go backend's product of the rows
 		// quantised and dequantised per block of 32.
-		xq := append([]float32(nil), data[0].([]float32)...)
-		kernels.FakeQuantizeQ8(xq)
-		if want, _, err = run(ref, shs, []any{xq, packed, codes, c.ids, table}, build); err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, c.name, ref, q8, shs, data, build, nil)
 		if a := dot.(*node).aux.(*groupedAux); !a.int4Q8 {
 			t.Errorf("%s: act=int8 did not make the grouped product quantise its rows", c.name)
 		}

@@ -8,8 +8,6 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
-
-	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // TestDotGeneralNVFP4 builds nn.DequantizeNVFP4's form under a DotGeneral
@@ -97,14 +95,6 @@ func TestDotGeneralNVFP4(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		xq := append([]float32(nil), data[0].([]float32)...)
-		kernels.FakeQuantizeQ8(xq)
-		if want, _, err = run(ref, shs, []any{xq, packed, codes, half}, build); err != nil {
-			t.Fatal(err)
-		}
-		if got, _, err = run(q8, shs, data, build); err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("nvfp4 dot %s, int8 activations", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareInt8Activations(t, "nvfp4 dot "+c.name, ref, q8, shs, data, build, nil)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/x448/float16"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // Every op is checked against GoMLX's go backend on the same inputs.
@@ -311,6 +313,30 @@ func checkWide(t *testing.T, name string, in []shapes.Shape, positive bool, buil
 		t.Fatalf("%s: cpu backend: %v", name, err)
 	}
 	compareFlat(t, name, gs.DType, asFloat64(got), asFloat64(want))
+}
+
+// compareInt8Activations compares the act=int8 backend q8's result of
+// build on data with the go backend ref's on data whose first input (the
+// activations) is quantised and dequantised: by kernels.FakeQuantizeQ8,
+// or by quantize where the product reads them in another order. It
+// reports under name+", int8 activations" and runs q8 last, so that the
+// ops build made are q8's.
+func compareInt8Activations(t *testing.T, name string, ref, q8 backends.Backend, shs []shapes.Shape, data []any, build buildFn, quantize func([]float32)) {
+	t.Helper()
+	xq := append([]float32(nil), data[0].([]float32)...)
+	if quantize == nil {
+		quantize = kernels.FakeQuantizeQ8
+	}
+	quantize(xq)
+	want, _, err := run(ref, shs, append([]any{xq}, data[1:]...), build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := run(q8, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareFlat(t, name+", int8 activations", dtypes.Float32, asFloat64(got), asFloat64(want))
 }
 
 func compareFlat(t *testing.T, name string, dt dtypes.DType, got, want []float64) {
