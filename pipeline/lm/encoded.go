@@ -395,10 +395,8 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 	if err := l.copyReleasing(name, safetensors.F8E4M3, w); err != nil {
 		return err
 	}
-	for _, b := range w {
-		if b&0x7f == 0x7f {
-			return fmt.Errorf("tensor %q: %w", name, errFP8NaN)
-		}
+	if fp8NaNAt(w) >= 0 {
+		return fmt.Errorf("tensor %q: %w", name, errFP8NaN)
 	}
 	s, err := l.ckpt.Float32(scaleName)
 	if err != nil {
@@ -457,3 +455,14 @@ func (l *Loaded) fp8StackInto(name string, w []byte, scales []float32) error {
 // IsFP8NaN reports whether err is FP8Into's refusal of NaN bytes, or
 // NVFP4Into's and Int4GroupsInto's of an NVFP4 weight's NaN scales.
 func IsFP8NaN(err error) bool { return errors.Is(err, errFP8NaN) }
+
+// fp8NaNAt is the index of the first E4M3 NaN byte of b (0x7f or 0xff),
+// or -1.
+func fp8NaNAt(b []byte) int {
+	for i, c := range b {
+		if c&0x7f == 0x7f {
+			return i
+		}
+	}
+	return -1
+}

@@ -124,10 +124,8 @@ func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) er
 	if err := l.copyReleasing(p+ctScale, safetensors.F8E4M3, codes); err != nil {
 		return err
 	}
-	for i, c := range codes {
-		if c&0x7f == 0x7f {
-			return fmt.Errorf("tensor %q: scale %d (E4M3 byte %#02x): %w", p+ctScale, i, c, errFP8NaN)
-		}
+	if i := fp8NaNAt(codes); i >= 0 {
+		return fmt.Errorf("tensor %q: scale %d (E4M3 byte %#02x): %w", p+ctScale, i, codes[i], errFP8NaN)
 	}
 	if err := l.copyReleasing(p+ctPacked, safetensors.U8, packed); err != nil {
 		return err
