@@ -39,8 +39,11 @@ type Gemv struct {
 	// Int4FP4: a grouped Int4 holds FP4 E2M1 codes and Int4Scales half
 	// of each group's scale (GemmFP4GroupsNT; no mins).
 	Int4FP4 bool
-	Int8Q8  bool
-	LDB     int
+	// NVFP4: Int4 holds NVFP4's E2M1 codes, Int4Codes its scale bytes
+	// (one per 16 values) and Int4Table their half-scales (GemmNVFP4NT).
+	NVFP4  bool
+	Int8Q8 bool
+	LDB    int
 }
 
 // GemvMulti computes several GEMVs of the same k in one parallel pass over
@@ -102,6 +105,8 @@ func GemvMulti(k int, ps []Gemv) {
 			q.code, q.codes = fp4GroupsCode(p.Int4Scales, k/p.Int4Group, p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
 		case p.Int4 != nil && p.Int4Scales != nil:
 			q.code, q.codes = int4GroupsCode(p.Int4Scales, k/p.Int4Group, p.Int4Group), int4GroupCodesOf(p.N, k, p.Int4Group)
+		case p.Int4 != nil && p.NVFP4:
+			q.code, q.codes = nvfp4Code(p.Int4Table), p.Int4Codes
 		case p.Int4 != nil:
 			q.code, q.codes = int4Code(p.Int4Table), p.Int4Codes
 		}
@@ -242,6 +247,10 @@ func checkGemv(i, k int, p *Gemv) {
 		return
 	case p.Int4 != nil && p.Int4Scales != nil:
 		checkInt4Groups("GemvMulti product", p.N, k, p.Int4, p.Int4Scales, p.Int4Mins, p.Int4Group)
+		return
+	case p.Int4 != nil && p.NVFP4:
+		checkNibbles("GemvMulti product", p.N, k, len(p.Int4), len(p.Int4Codes)/2)
+		checkInt4Table("GemvMulti product", p.Int4Table)
 		return
 	case p.Int4 != nil:
 		checkNibbles("GemvMulti product", p.N, k, len(p.Int4), len(p.Int4Codes))

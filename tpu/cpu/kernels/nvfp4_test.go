@@ -70,12 +70,34 @@ func TestGemmNVFP4NT(t *testing.T) {
 			if far == 0 {
 				t.Fatalf("%+v: a code a block gives the same product: the case does not tell them apart", c)
 			}
+			if c.m == 1 { // GemvMulti, each product with its own table (twice the first's)
+				twice := make([]float32, 256)
+				for i, h := range half {
+					twice[i] = 2 * h
+				}
+				ps := []Gemv{
+					{A: a, C: make([]float32, c.n), N: c.n, Int4: packed, Int4Codes: codes, Int4Table: half, NVFP4: true},
+					{A: a, C: make([]float32, c.n), N: c.n, Int4: packed, Int4Codes: codes, Int4Table: twice, NVFP4: true},
+				}
+				GemvMulti(c.k, ps)
+				for i := range want {
+					near(t, fmt.Sprintf("%+v, GemvMulti", c), i, ps[0].C[i], float64(want[i]), 1e-4*(1+math.Abs(float64(want[i]))))
+					near(t, fmt.Sprintf("%+v, GemvMulti, doubled table", c), i, ps[1].C[i], 2*float64(want[i]), 2e-4*(1+math.Abs(float64(want[i]))))
+				}
+			}
 			aq := append([]float32(nil), a...)
 			FakeQuantizeQ8(aq)
 			GemmF32NT(c.m, c.n, c.k, aq, c.k, dense, c.k, want, c.n)
 			GemmNVFP4Q8NT(c.m, c.n, c.k, a, c.k, packed, codes, half, got, c.n)
 			for i := range want {
 				near(t, fmt.Sprintf("%+v, int8 activations", c), i, got[i], float64(want[i]), 1e-4*(1+math.Abs(float64(want[i]))))
+			}
+			if c.m == 1 {
+				g := Gemv{A: a, C: make([]float32, c.n), N: c.n, Int4: packed, Int4Codes: codes, Int4Table: half, NVFP4: true, Int4Q8: true}
+				GemvMulti(c.k, []Gemv{g})
+				for i := range want {
+					near(t, fmt.Sprintf("%+v, GemvMulti, int8 activations", c), i, g.C[i], float64(want[i]), 1e-4*(1+math.Abs(float64(want[i]))))
+				}
 			}
 		}
 	})
