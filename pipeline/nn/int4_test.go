@@ -295,3 +295,61 @@ func TestPairDotFP4Groups(t *testing.T) {
 		}
 	}
 }
+
+// DequantizeNVFP4Tables decodes each row with its part's table, and PairDot
+// over such a stack gathers the chosen experts' codes, scale bytes and
+// tables and equals PairDot over the decoded f32 stack; the parts are
+// found again, and no other form's matcher takes it.
+func TestPairDotNVFP4Tables(t *testing.T) {
+	const e, parts, out, in = 3, 2, 4, 64
+	packed := make([]uint8, e*out*in/2)
+	for i := range packed {
+		packed[i] = uint8(i*53 + 7)
+	}
+	codes := make([]uint8, e*out*in/16)
+	for i := range codes {
+		codes[i] = uint8(i*11%250 + 3)
+	}
+	halves := make([]float32, e*parts*256)
+	for i := range halves {
+		halves[i] = 0.001 * float32(i%256) * float32(1+i/256) // every table its own
+	}
+	fp4 := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
+	dense := make([]float32, e*out*in)
+	for f := range dense {
+		nib := packed[f/2] & 15
+		if f%2 == 1 {
+			nib = packed[f/2] >> 4
+		}
+		row := f / in // over all experts
+		table := row / (out / parts)
+		dense[f] = 2 * fp4[nib] * halves[table*256+int(codes[f/16])]
+	}
+	v := values(3*in, 0.1)
+	ids := []int32{2, 0, 2}
+	var found, int4, groups bool
+	res := execGraph(t, func(x []*Node) []*Node {
+		w := DequantizeNVFP4Tables(x[1], x[2], x[3], dtypes.Float32)
+		p, c, h, ok := dequantizeNVFP4TablesParts(w)
+		found = ok && p == x[1] && c == x[2] && h == x[3]
+		_, _, _, int4 = dequantizeInt4Parts(w)
+		_, _, _, _, groups = dequantizeInt4GroupsParts(w)
+		return []*Node{PairDot(x[0], w, x[5]), PairDot(x[0], x[4], x[5]), w}
+	}, tensors.FromFlatDataAndDimensions(v, 3, in),
+		tensors.FromFlatDataAndDimensions(packed, e, out, in/32, 16), tensors.FromFlatDataAndDimensions(codes, e, out, in/16),
+		tensors.FromFlatDataAndDimensions(halves, e, parts, 256),
+		tensors.FromFlatDataAndDimensions(dense, e, out, in), tensors.FromFlatDataAndDimensions(ids, 3, 1))
+	if !found || int4 || groups {
+		t.Errorf("parts found: %v; taken for int4: %v, for grouped int4: %v", found, int4, groups)
+	}
+	for i, want := range dense {
+		if res[2][i] != want {
+			t.Fatalf("weight value %d = %v, want %v", i, res[2][i], want)
+		}
+	}
+	for i := range res[1] {
+		if d := math.Abs(float64(res[0][i] - res[1][i])); d > 1e-5*(1+math.Abs(float64(res[1][i]))) {
+			t.Fatalf("output %d: %v, want %v", i, res[0][i], res[1][i])
+		}
+	}
+}

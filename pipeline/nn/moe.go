@@ -282,8 +282,10 @@ func (s ExpertStack) Routed(x, ids, weights *Node, gather bool) *Node {
 // (ConvertDType of a bf16/f16 stack) is gathered narrow, and an int8
 // stack (DequantizeInt8's form) gathers its int8 matrices and their
 // scales, then dequantises them, as an int4 stack (DequantizeInt4's form:
-// one scale table for the stack) does its packed values and codes and an
-// MXFP4 stack (DequantizeMXFP4's form) its blocks and scales.
+// one scale table for the stack) does its packed values and codes, an
+// MXFP4 stack (DequantizeMXFP4's form) its blocks and scales, and an
+// NVFP4 stack (DequantizeNVFP4Tables' form) its codes, scale bytes and
+// tables.
 func PairDot(v, w, ids *Node) *Node {
 	if w.Type() == NodeTypeConvertDType && w.Rank() == 3 {
 		w = w.Inputs()[0] // a stack held narrow: convert only the chosen matrices
@@ -297,6 +299,8 @@ func PairDot(v, w, ids *Node) *Node {
 		gw = DequantizeMXFP4(Gather(blocks, ids), Gather(scales, ids), dtypes.Float32) // MXFP4: the chosen blocks and scales
 	} else if bytes, scales, b0, b1, ok := dequantizeFP8Parts(w); ok && w.Rank() == 3 {
 		gw = DequantizeFP8(Gather(bytes, ids), Gather(scales, ids), b0, b1, dtypes.Float32) // FP8: the chosen bytes and block scales
+	} else if packed, codes, halves, ok := dequantizeNVFP4TablesParts(w); ok {
+		gw = DequantizeNVFP4Tables(Gather(packed, ids), Gather(codes, ids), Gather(halves, ids), dtypes.Float32) // NVFP4: the chosen codes, scale bytes and tables
 	} else if packed, scales, mins, pairs, ok := dequantizeInt4GroupsParts(w); ok {
 		var gm *Node
 		if mins != nil {

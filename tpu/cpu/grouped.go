@@ -21,8 +21,9 @@ import (
 // (with a ConvertDType from bf16/f16 after the Gather, or of the whole
 // stack before it, when the weights are held narrow; for an int8 stack,
 // the dequantisation of the gathered int8 matrices and scales, see
-// int8Gathered; for MXFP4 and int4 stacks, the decoding of the gathered
-// nibbles, see mxfp4Gathered and int4Gathered): every pair gathers its expert's whole matrix, P copies
+// int8Gathered; for MXFP4, int4 and NVFP4 stacks, the decoding of the
+// gathered nibbles, see mxfp4Gathered, int4Gathered and
+// nvfp4TablesGathered): every pair gathers its expert's whole matrix, P copies
 // of [N, K] per product. rewriteGrouped turns that into one node that never
 // makes the gathered copy: at run time it sorts the pairs by expert
 // (a counting sort over the ids), and each active expert's matrix, read
@@ -54,6 +55,10 @@ type groupedAux struct {
 	// int4FP4: that grouped stack's values are FP4 E2M1 codes and its
 	// scales half-scales (nn.DequantizeFP4Groups: NVFP4 experts).
 	int4FP4 bool
+	// nvfp4Parts > 0: w is NVFP4 with a table per part (nvfp4.go): packed
+	// [E, N, K/32, 16], scale bytes [E, N, K/16] and tables [E,
+	// nvfp4Parts, 256], each part N/nvfp4Parts rows; int4Q8 as for int4.
+	nvfp4Parts int
 	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
@@ -171,6 +176,14 @@ func rewriteGrouped(n *node, act actKind) {
 			n.inputs = append(n.inputs, mins)
 		}
 		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}
+		n.fn = execGrouped
+		return
+	}
+	if packed, codes, tables, ids, parts, ok := nvfp4TablesGathered(r); ok {
+		d := packed.shape.Dimensions
+		n.op = opTypeGrouped
+		n.inputs = []*node{lhs, packed, ids, codes, tables}
+		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}
 		n.fn = execGrouped
 		return
 	}
@@ -371,6 +384,15 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			continue
 		}
 		p := order[start[e]]
+		if a.nvfp4Parts > 0 { // a product a part, each with its table
+			rows := N / a.nvfp4Parts
+			for t := range a.nvfp4Parts {
+				packed, codes, table := nvfp4Part(a, in, e, t)
+				gemvs = append(gemvs, kernels.Gemv{A: lhs[p*K : (p+1)*K], C: o[p*N+t*rows : p*N+(t+1)*rows], N: rows,
+					Int4: packed, Int4Codes: codes, Int4Table: table, NVFP4: true, Int4Q8: a.int4Q8})
+			}
+			continue
+		}
 		g := kernels.Gemv{A: lhs[p*K : (p+1)*K], C: o[p*N : (p+1)*N], N: N, LDB: K}
 		switch {
 		case a.int4Group > 0:
@@ -410,6 +432,16 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			copy(x[i*K:(i+1)*K], lhs[p*K:(p+1)*K])
 		}
 		switch {
+		case a.nvfp4Parts > 0:
+			rows := N / a.nvfp4Parts
+			for t := range a.nvfp4Parts {
+				packed, codes, table := nvfp4Part(a, in, e, t)
+				if a.int4Q8 {
+					kernels.GemmNVFP4Q8NT(m, rows, K, x, K, packed, codes, table, c[t*rows:], N)
+				} else {
+					kernels.GemmNVFP4NT(m, rows, K, x, K, packed, codes, table, c[t*rows:], N)
+				}
+			}
 		case a.fp8B0 > 0:
 			so, si := (N+a.fp8B0-1)/a.fp8B0, (K+a.fp8B1-1)/a.fp8B1
 			kernels.GemmFP8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K:(e+1)*N*K], K, in[3].data.([]float32)[e*so*si:(e+1)*so*si], a.fp8B0, a.fp8B1, c, N)
@@ -493,4 +525,15 @@ func groupMins(a *groupedAux, in []*slot, e int) []float32 {
 	}
 	ng := a.k / a.int4Group
 	return in[4].data.([]float32)[e*ng*a.n : (e+1)*ng*a.n]
+}
+
+// nvfp4Part is part t of expert e of an NVFP4 stack with a table per
+// part: its packed values, scale bytes and table.
+func nvfp4Part(a *groupedAux, in []*slot, e, t int) (packed, codes []uint8, table []float32) {
+	rows := a.n / a.nvfp4Parts
+	r0 := e*a.n + t*rows // the part's first row over the stack
+	packed = in[1].data.([]uint8)[r0*a.k/2 : (r0+rows)*a.k/2]
+	codes = in[3].data.([]uint8)[r0*a.k/16 : (r0+rows)*a.k/16]
+	at := (e*a.nvfp4Parts + t) * 256
+	return packed, codes, in[4].data.([]float32)[at : at+256]
 }

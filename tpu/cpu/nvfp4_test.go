@@ -98,3 +98,118 @@ func TestDotGeneralNVFP4(t *testing.T) {
 		compareInt8Activations(t, "nvfp4 dot "+c.name, ref, q8, shs, data, build, nil)
 	}
 }
+
+// TestGroupedExpertDotNVFP4Tables builds nn.PairDot's form over an NVFP4
+// stack with a table per part (nn.DequantizeNVFP4Tables of the gathered
+// packed values, scale bytes and tables, the codes offset by the constant
+// 256·i): the cpu backend rewrites it into the grouped node reading each
+// part with its own table and agrees with the go backend, alone on an
+// expert or not (GEMVs, GEMMs), and with int8 activations. Offsets that
+// are not 256·i are not taken for it (and still agree as what they are).
+func TestGroupedExpertDotNVFP4Tables(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	q8, err := New("act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name          string
+		e, n, blks    int
+		parts         int
+		ids           []int32
+		shiftedOffset bool
+	}{
+		{"two parts, spread", 5, 24, 4, 2, []int32{3, 0, 3, 4, 1, 3, 0}, false},
+		{"two parts, one pair each", 4, 18, 2, 2, []int32{2, 0, 1}, false},
+		{"one part, all on one", 3, 16, 4, 1, []int32{1, 1, 1, 1}, false},
+		{"three parts, spread", 4, 12, 2, 3, []int32{0, 3, 3, 1, 0}, false},
+		{"offsets not 256·i", 4, 18, 2, 2, []int32{2, 0, 2}, true},
+	} {
+		p, k := len(c.ids), c.blks*32
+		ng := k / 16
+		rows := c.n / c.parts
+		shs := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.Uint8, c.e, c.n, c.blks, 16), sh(dtypes.Uint8, c.e, c.n, ng),
+			sh(dtypes.Int32, p, 1), sh(dtypes.Float32, c.e, c.parts, 256)}
+		r := rand.New(rand.NewPCG(71, uint64(p)))
+		packed, codes := make([]uint8, c.e*c.n*k/2), make([]uint8, c.e*c.n*ng)
+		for i := range packed {
+			packed[i] = uint8(r.IntN(256))
+		}
+		for i := range codes {
+			codes[i] = uint8(r.IntN(256))
+		}
+		tables := make([]float32, c.e*c.parts*256)
+		for i := range tables {
+			tables[i] = float32(0.001 + r.Float64()/50)
+		}
+		data := []any{randFlat(r, shs[0], false), packed, codes, c.ids, tables}
+		var dot backends.Op
+		build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+			gp, err := b.Gather(ps[1], ps[3], 1, []int{1, 2, 3}, []int{0}, []int{0}, []int{1, c.n, c.blks, 16}, false)
+			if err != nil {
+				return nil, err
+			}
+			gc, err := b.Gather(ps[2], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.n, ng}, false)
+			if err != nil {
+				return nil, err
+			}
+			gt, err := b.Gather(ps[4], ps[3], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, c.parts, 256}, false)
+			if err != nil {
+				return nil, err
+			}
+			pt, err := b.Constant(nvfp4PairTable[:], 256, 2)
+			if err != nil {
+				return nil, err
+			}
+			vals, err := gatherByBytes(b, pt, gp, 2, p*c.n*c.blks*16)
+			if err != nil {
+				return nil, err
+			}
+			vals, _ = b.Reshape(vals, p, c.n, ng, 16)
+			offsets := make([]int32, p*c.parts)
+			for i := range offsets {
+				offsets[i] = int32(256 * i)
+				if c.shiftedOffset {
+					offsets[i] = int32(256*i + 1)
+				}
+			}
+			off, err := b.Constant(offsets, p*c.parts, 1)
+			if err != nil {
+				return nil, err
+			}
+			off, _ = b.BroadcastInDim(off, sh(dtypes.Int32, p*c.parts, rows*ng), []int{0, 1})
+			idx, _ := b.ConvertDType(gc, dtypes.Int32)
+			idx, _ = b.Reshape(idx, p*c.parts, rows*ng)
+			idx, _ = b.Add(idx, off)
+			idx, _ = b.Reshape(idx, p*c.n*ng, 1)
+			ht, _ := b.Reshape(gt, p*c.parts*256, 1)
+			s, err := b.Gather(ht, idx, 1, []int{1}, []int{0}, []int{0}, []int{1, 1}, false)
+			if err != nil {
+				return nil, err
+			}
+			s, _ = b.Reshape(s, p, c.n, ng, 1)
+			s, _ = b.BroadcastInDim(s, sh(dtypes.Float32, p, c.n, ng, 16), []int{0, 1, 2, 3})
+			w, _ := b.Mul(vals, s)
+			w, _ = b.Reshape(w, p, c.n, k)
+			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
+			return dot, err
+		}
+		want, _, err := run(ref, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := run(cpu, shs, data, build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		n := dot.(*node)
+		if rewritten := n.op == opTypeGrouped && n.aux.(*groupedAux).nvfp4Parts == c.parts; rewritten == c.shiftedOffset {
+			t.Errorf("%s: rewritten into the grouped NVFP4 node: %v (op %v)", c.name, rewritten, n.op)
+			continue
+		}
+		if !c.shiftedOffset {
+			compareInt8Activations(t, c.name, ref, q8, shs, data, build, nil)
+		}
+	}
+}
