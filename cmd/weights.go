@@ -165,11 +165,14 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 		_, isFP8 := l.StoredFP8(w.Name)
 		lay, isI4 := l.StoredInt4Groups(w.Name)
 		_, isI8 := l.StoredInt8Groups(w.Name)
+		_, isNVStack := l.StoredNVFP4Stack(w.Name)
 		switch {
 		case l.StoredMXFP4(w.Name):
 			mx++
 		case isFP8:
 			fp8++
+		case isNVStack && h.NVFP4:
+			nv++
 		case isI4 && lay.FP4 && h.NVFP4:
 			nvStacks++
 		case isI4:
@@ -198,7 +201,7 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 	}{
 		{fp8, "FP8", h.FP8 && h.Quantize == "", "as stored (a byte a weight)"},
 		{i4, "4-bit", h.Int4Groups, "as stored (half a byte a weight and a scale a group)"},
-		{nv, "NVFP4", h.NVFP4, "as stored (half a byte a weight and a byte of scale per 16)"},
+		{nv, "NVFP4", h.NVFP4, "as stored (half a byte a weight and a byte of scale per 16; expert stacks with a table per part)"},
 		{nvStacks, "NVFP4 expert-stack", h.NVFP4, "as grouped FP4 (half a byte a weight and an f32 scale per 16)"},
 		// lm.Loaded.StoredInt8Groups: symmetric 8-bit, NVFP4 and 4-bit by
 		// 16 not held as stored.

@@ -81,8 +81,12 @@ import (
 //     [out, in/32, 16], the scale bytes u8 [out, in/16] and a table of
 //     256 f32 half-scales (holdNVFP4). The graph decodes them
 //     (nn.DequantizeNVFP4), which tputool's cpu backend fuses into its
-//     NVFP4 GEMM/GEMV. An expert stack whose parts are all NVFP4 (each
-//     expert with its own global scale) is held as grouped FP4: the codes
+//     NVFP4 GEMM/GEMV. An expert stack whose parts are all so (each
+//     expert's projection with its own global scale) is held as stored
+//     with a table per part, f32 [E, parts, 256] (holdNVFP4Stack,
+//     lm.Loaded.StoredNVFP4Stack; nn.DequantizeNVFP4Tables, which the
+//     grouped expert node multiplies in place); one whose parts' scales
+//     are not E4M3, or not equal parts, is held as grouped FP4: the codes
 //     as stored and each group's half-scale f32 (holdInt4Groups,
 //     lm.Int4GroupsLayout.FP4; nn.DequantizeFP4Groups). Other NVFP4
 //     weights are held as the 4-bit ones grouped int4 does not take
@@ -382,6 +386,9 @@ func (r *Runner) holdInt8Groups(l *lm.Loaded, w lm.WeightSpec, group int) error 
 // name+nvfp4Half; the graph decodes them (nn.DequantizeNVFP4), which the
 // backend multiplies in place.
 func (r *Runner) holdNVFP4(l *lm.Loaded, w lm.WeightSpec) error {
+	if parts, ok := l.StoredNVFP4Stack(w.Name); ok {
+		return r.holdNVFP4Stack(l, w, parts)
+	}
 	out, in := w.Shape[0], w.Shape[1]
 	return r.sharedParts(w.Name, []sharedPart{
 		{"", shapes.Make(dtypes.Uint8, out, in/32, 16)},
@@ -389,6 +396,25 @@ func (r *Runner) holdNVFP4(l *lm.Loaded, w lm.WeightSpec) error {
 		{nvfp4Half, shapes.Make(dtypes.Float32, 256, 1)},
 	}, func(flat []any) error {
 		return l.NVFP4Into(w.Name, flat[0].([]uint8), flat[1].([]uint8), flat[2].([]float32))
+	})
+}
+
+// holdNVFP4Stack holds an expert stack [E, out, in] whose parts a
+// compressed-tensors checkpoint stores as NVFP4 (lm.Loaded.StoredNVFP4Stack,
+// parts a matrix) as they are stored: the packed codes u8 [E, out, in/32,
+// 16] under its name, the scale bytes u8 [E, out, in/16] under
+// name+nvfp4Codes and each part's table of half-scales f32 [E, parts,
+// 256] under name+nvfp4Half; the graph decodes them
+// (nn.DequantizeNVFP4Tables), and the backend multiplies the chosen
+// experts' parts in place (nn.PairDot, its grouped expert node).
+func (r *Runner) holdNVFP4Stack(l *lm.Loaded, w lm.WeightSpec, parts int) error {
+	e, out, in := w.Shape[0], w.Shape[1], w.Shape[2]
+	return r.sharedParts(w.Name, []sharedPart{
+		{"", shapes.Make(dtypes.Uint8, e, out, in/32, 16)},
+		{nvfp4Codes, shapes.Make(dtypes.Uint8, e, out, in/lm.NVFP4Group)},
+		{nvfp4Half, shapes.Make(dtypes.Float32, e, parts, 256)},
+	}, func(flat []any) error {
+		return l.NVFP4StackInto(w.Name, flat[0].([]uint8), flat[1].([]uint8), flat[2].([]float32))
 	})
 }
 
@@ -623,7 +649,11 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 			continue
 		}
 		if c, ok := m[n+nvfp4Codes]; ok {
-			m[n] = nn.DequantizeNVFP4(x, c, m[n+nvfp4Half], r.opts.DType)
+			if h := m[n+nvfp4Half]; h.Rank() == 3 { // an expert stack, a table per part
+				m[n] = nn.DequantizeNVFP4Tables(x, c, h, r.opts.DType)
+			} else {
+				m[n] = nn.DequantizeNVFP4(x, c, h, r.opts.DType)
+			}
 			continue
 		}
 		if c, ok := m[n+int4CodesSuffix]; ok {

@@ -51,19 +51,25 @@ func emitDequantized(nf *safetensors.NonFiniteTensor, out, in int, value func(o,
 	}
 }
 
+// specOrPart is the WeightSpec of name, a model weight or a part of an
+// assembled one.
+func (l *Loaded) specOrPart(name string) (WeightSpec, bool) {
+	if w, ok := l.spec(name); ok {
+		return w, true
+	}
+	if _, part := l.partOf[name]; part { // (spec built the index)
+		return l.partSpec(name), true
+	}
+	return WeightSpec{}, false
+}
+
 // encoding is how the checkpoint stores weight name (a model weight or a
 // part of one) when it stores it encoded: "mxfp4", "fp8", "packed",
 // "compressed", "transposed", or "" (plain, or not a model weight).
 func (l *Loaded) encoding(name string) (WeightSpec, string) {
-	w, ok := l.spec(name)
-	if !ok {
-		// A part of an assembled stack (an expert a checkpoint stores on
-		// its own) may be encoded as a weight of its own is.
-		l.index()
-		if _, part := l.partOf[name]; part {
-			w, ok = l.partSpec(name), true
-		}
-	}
+	// A part of an assembled stack (an expert a checkpoint stores on its
+	// own) may be encoded as a weight of its own is.
+	w, ok := l.specOrPart(name)
 	if !ok || len(w.Shape) < 2 {
 		return w, ""
 	}

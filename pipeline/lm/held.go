@@ -57,9 +57,10 @@ type Holding struct {
 	// scale a group, unless Quantize is int4.
 	Int4Groups bool
 	// NVFP4: matrices a compressed-tensors NVFP4 checkpoint stores with
-	// E4M3 scales (Loaded.StoredNVFP4) are held as stored (half a byte a
-	// weight and a byte of scale per 16), never decoded nor quantised:
-	// Quantize applies to the others.
+	// E4M3 scales (Loaded.StoredNVFP4), and expert stacks of such parts
+	// (Loaded.StoredNVFP4Stack, a table per part), are held as stored
+	// (half a byte a weight and a byte of scale per 16), never decoded
+	// nor quantised: Quantize applies to the others.
 	NVFP4 bool
 	// ExpertsApart: weights assembled from parts (expert stacks of a
 	// checkpoint that stores each expert apart, WeightSpec.Parts) are held
@@ -162,6 +163,9 @@ func (l *Loaded) heldBytesOf(h Holding, w WeightSpec) int64 {
 		e := int64(elements(w.Shape))
 		return e + 4*e/int64(group)
 	case FormNVFP4:
+		if parts, ok := l.StoredNVFP4Stack(w.Name); ok {
+			return NVFP4StackBytes(w, parts)
+		}
 		return NVFP4Bytes(w)
 	}
 	return h.HeldBytes(w, l.StoredDType(w.Name))
@@ -178,7 +182,7 @@ const (
 	FormFP8                   // FP8 with its scales (FP8Into)
 	FormInt4Groups            // grouped int4 (Int4GroupsInto)
 	FormInt8Groups            // int8 in groups: symmetric 8-bit, 4-bit grouped int4 does not take, NVFP4 otherwise (Int8GroupsInto)
-	FormNVFP4                 // NVFP4 as stored (NVFP4Into)
+	FormNVFP4                 // NVFP4 as stored (NVFP4Into; an expert stack with a table per part, NVFP4StackInto)
 )
 
 // HeldForm is the form an executor holding as h keeps weight name (a
@@ -195,6 +199,9 @@ func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
 		return FormFP8
 	}
 	if h.NVFP4 && l.StoredNVFP4(name) {
+		return FormNVFP4
+	}
+	if _, ok := l.StoredNVFP4Stack(name); ok && h.NVFP4 {
 		return FormNVFP4
 	}
 	if h.Int4Groups {

@@ -53,6 +53,9 @@ type Loaded struct {
 	// several passes).
 	int4Held map[string]int4Held
 	int8Held map[string]int8Held
+	// nvfp4Stacks remembers StoredNVFP4Stack's answers (parts a matrix,
+	// 0 for no).
+	nvfp4Stacks map[string]int
 }
 
 // spec is the model's WeightSpec of name.

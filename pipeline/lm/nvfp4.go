@@ -73,12 +73,13 @@ func (l *Loaded) fp4GroupsInto(name string, packed []byte, half []float32) error
 }
 
 // StoredNVFP4 reports whether an executor may hold weight name as NVFP4
-// as stored: a model matrix (not an expert stack or part) that a
-// compressed-tensors nvfp4-pack-quantized checkpoint stores with F8_E4M3
-// scales, its input columns whole blocks of Int4Block, and not a weight
-// the embedding gathers rows of.
+// as stored: a model matrix, or an expert's part held apart
+// (Holding.ExpertsApart), that a compressed-tensors nvfp4-pack-quantized
+// checkpoint stores with F8_E4M3 scales, its input columns whole blocks
+// of Int4Block, and not a weight the embedding gathers rows of. (Expert
+// stacks: StoredNVFP4Stack.)
 func (l *Loaded) StoredNVFP4(name string) bool {
-	w, ok := l.spec(name)
+	w, ok := l.specOrPart(name)
 	if !ok || !w.Matmul || l.gathered(name) || !l.nvfp4Stored(name) {
 		return false
 	}
@@ -104,8 +105,12 @@ func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) er
 	if !l.StoredNVFP4(name) {
 		return fmt.Errorf("tensor %q: the checkpoint does not store it as NVFP4 with E4M3 scales", name)
 	}
-	w, _ := l.spec(name)
-	n := int64(elements(w.Shape))
+	w, _ := l.specOrPart(name)
+	return l.nvfp4Into(name, int64(elements(w.Shape)), packed, codes, half)
+}
+
+// nvfp4Into is NVFP4Into for a matrix or an expert's part of n values.
+func (l *Loaded) nvfp4Into(name string, n int64, packed, codes []byte, half []float32) error {
 	if int64(len(packed)) != n/2 || int64(len(codes)) != n/NVFP4Group || len(half) != 256 {
 		return fmt.Errorf("tensor %q: %d values need %d packed bytes, %d scale bytes and a table of 256, got %d, %d and %d",
 			name, n, n/2, n/NVFP4Group, len(packed), len(codes), len(half))
@@ -132,6 +137,81 @@ func (l *Loaded) NVFP4Into(name string, packed, codes []byte, half []float32) er
 	}
 	for c := range half {
 		half[c] = safetensors.F8E4M3ToFloat32(byte(c)) / global[0] / 2
+	}
+	return nil
+}
+
+// StoredNVFP4Stack reports whether an executor may hold expert stack name
+// [E, out, in] as NVFP4 with a table per part, and with how many parts a
+// matrix: a stack the checkpoint stores as one part per expert
+// projection (WeightSpec.Parts, in expert order), every part NVFP4 with
+// F8_E4M3 scales (each with its own global scale, hence its own table),
+// each expert the same number T of parts of out/T rows (gate_up's gate
+// and up: T = 2; down: T = 1).
+func (l *Loaded) StoredNVFP4Stack(name string) (parts int, ok bool) {
+	if t, ok := l.nvfp4Stacks[name]; ok {
+		return t, t > 0
+	}
+	parts = l.storedNVFP4Stack(name)
+	if l.nvfp4Stacks == nil {
+		l.nvfp4Stacks = map[string]int{}
+	}
+	l.nvfp4Stacks[name] = parts
+	return parts, parts > 0
+}
+
+func (l *Loaded) storedNVFP4Stack(name string) int {
+	w, stack := l.assembledStack(name)
+	if !stack || len(w.Parts)%w.Shape[0] != 0 || l.gathered(name) {
+		return 0
+	}
+	parts := len(w.Parts) / w.Shape[0]
+	out, in := w.Shape[1], w.Shape[2]
+	if out%parts != 0 {
+		return 0
+	}
+	for _, p := range w.Parts {
+		if len(p.Shape) != 2 || p.Shape[0] != out/parts || p.Shape[1] != in || !l.nvfp4Part(p.Name) {
+			return 0
+		}
+		pre, _ := packedPrefix(p.Name)
+		if info, ok := l.ckpt.Info(pre + ctScale); !ok || info.DType != safetensors.F8E4M3 {
+			return 0
+		}
+	}
+	return parts
+}
+
+// NVFP4StackBytes is the memory an NVFP4 stack with a table per part
+// takes as stored (StoredNVFP4Stack): NVFP4Bytes' with a table a part.
+func NVFP4StackBytes(w WeightSpec, parts int) int64 {
+	return NVFP4Bytes(w) + int64(w.Shape[0]*parts-1)*4*256
+}
+
+// NVFP4StackInto writes expert stack name (StoredNVFP4Stack) as its
+// parts store it, one after the other: the packed codes [E, out, in/2],
+// the scale bytes [E, out, in/16] and each part's table of half-scales
+// [E, T, 256] (NVFP4Into's, from the part's own global scale), releasing
+// the mapping's pages as it goes. A NaN scale byte is refused as
+// NVFP4Into refuses one.
+func (l *Loaded) NVFP4StackInto(name string, packed, codes []byte, halves []float32) error {
+	parts, ok := l.StoredNVFP4Stack(name)
+	if !ok {
+		return fmt.Errorf("tensor %q: its parts are not all NVFP4 with E4M3 scales, the same number of equal parts an expert", name)
+	}
+	w, _ := l.spec(name)
+	n := elements(w.Shape)
+	if len(packed) != n/2 || len(codes) != n/NVFP4Group || len(halves) != len(w.Parts)*256 {
+		return fmt.Errorf("tensor %q: %v as NVFP4 in %d parts an expert needs %d packed bytes, %d scale bytes and %d table entries; destination holds %d, %d and %d",
+			name, w.Shape, parts, n/2, n/NVFP4Group, len(w.Parts)*256, len(packed), len(codes), len(halves))
+	}
+	at := 0 // the part's first value in the stack
+	for i, p := range w.Parts {
+		m := elements(p.Shape)
+		if err := l.nvfp4Into(p.Name, int64(m), packed[at/2:(at+m)/2], codes[at/NVFP4Group:(at+m)/NVFP4Group], halves[i*256:(i+1)*256]); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		at += m
 	}
 	return nil
 }

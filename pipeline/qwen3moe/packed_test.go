@@ -3,6 +3,7 @@ package qwen3moe_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -28,7 +29,7 @@ import (
 // the logits stay within 4-bit rounding of the float64 reference of the
 // original weights.
 func TestPackedExperts(t *testing.T) {
-	for _, format := range []string{"gptq", "awq", "fp8", "gptq8", "nvfp4"} { // AWQ: zero points, so mins; gptq8: 8 bits; nvfp4: grouped FP4 stacks
+	for _, format := range []string{"gptq", "awq", "fp8", "gptq8", "nvfp4"} { // AWQ: zero points, so mins; gptq8: 8 bits; nvfp4: stacks as stored, a table a part
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
 	}
 }
@@ -61,16 +62,21 @@ func checkPackedExperts(t *testing.T, format string) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if format == "nvfp4" { // every expert stack as grouped FP4, in groups of 16
+	tables := 0            // NVFP4: the tables of half-scales held, 1 KiB each
+	if format == "nvfp4" { // every expert stack as stored, a table a part (gate_up's two, down's one)
 		stacks := 0
 		for _, w := range l.Weights() {
+			if l.StoredNVFP4(w.Name) {
+				tables++
+			}
 			if len(w.Parts) == 0 {
 				continue
 			}
-			lay, ok := l.StoredInt4Groups(w.Name)
-			if !ok || !lay.FP4 || lay.Group != 16 || lay.Mins {
-				t.Errorf("%s: held as %+v (%v), want grouped FP4 by 16", w.Name, lay, ok)
+			parts, ok := l.StoredNVFP4Stack(w.Name)
+			if want := len(w.Parts) / w.Shape[0]; !ok || parts != want {
+				t.Errorf("%s: held as NVFP4 with %d tables an expert (%v), want %d", w.Name, parts, ok, want)
 			}
+			tables += len(w.Parts)
 			stacks++
 		}
 		if stacks == 0 {
@@ -134,9 +140,68 @@ func checkPackedExperts(t *testing.T, format string) {
 	case "gptq8":
 		limit = decoded * 2 / 3 // a byte and a bit against f16
 	case "nvfp4":
-		limit = decoded * 3 / 5 // stacks at 6 bits, matrices at 4.5, against bf16; the embedding stays bf16
+		// 4.5 bits against bf16 (the embedding and norms stay as they
+		// are), and the tables: 1 KiB a part, large beside this model's
+		// 32×32 parts (the form is checked above).
+		limit = decoded*9/20 + 1024*int64(tables)
 	}
 	if held[compile.ExpertsInGraph] != held[compile.ExpertsDense] || held[compile.ExpertsInGraph] >= limit {
 		t.Errorf("experts in the graph take %d bytes, held apart %d, decoded %d: want both as stored", held[compile.ExpertsInGraph], held[compile.ExpertsDense], decoded)
+	}
+}
+
+// TestNVFP4StackHeld: the expert stacks of an NVFP4 checkpoint that
+// stores each expert's projections on their own, each with its own
+// global scale, are held as stored with a table per part
+// (lm.Loaded.NVFP4StackInto), and 2·fp4 · table[code] is the decoded
+// stack (compressed-tensors' dequantisation, lm.Loaded.DecodeInto) to the
+// bit; the parts' global scales differ, so a table read for the wrong
+// part fails.
+func TestNVFP4StackHeld(t *testing.T) {
+	c := qwenref.TinyQwen3MoE()
+	c.MoEIntermediate = 32
+	src, dir := t.TempDir(), t.TempDir()
+	if err := c.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: "nvfp4"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fp4 := [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
+	stacks := 0
+	for _, w := range l.Weights() {
+		parts, ok := l.StoredNVFP4Stack(w.Name)
+		if !ok {
+			continue
+		}
+		stacks++
+		n := w.Shape[0] * w.Shape[1] * w.Shape[2]
+		packed, codes, halves := make([]byte, n/2), make([]byte, n/16), make([]float32, len(w.Parts)*256)
+		if err := l.NVFP4StackInto(w.Name, packed, codes, halves); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, n)
+		if err := l.DecodeInto(w.Name, want); err != nil {
+			t.Fatal(err)
+		}
+		rows := w.Shape[1] / parts // a part's rows
+		for i := range n {
+			nib := packed[i/2] >> (4 * (i % 2)) & 15
+			table := i / w.Shape[2] / rows
+			if got := 2 * fp4[nib] * halves[table*256+int(codes[i/16])]; got != want[i] {
+				t.Fatalf("%s value %d (part %d): %v, want %v", w.Name, i, table, got, want[i])
+			}
+		}
+		if parts > 1 && slices.Equal(halves[:256], halves[256:512]) {
+			t.Errorf("%s: expert 0's parts have one table: the case does not tell them apart", w.Name)
+		}
+	}
+	if stacks != 2*(c.Layers-len(c.MLPOnly)) {
+		t.Errorf("%d stacks held as NVFP4 with their tables, want gate_up and down of each sparse layer", stacks)
 	}
 }
