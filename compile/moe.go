@@ -153,10 +153,18 @@ func (r *Runner) makeRoutedPrograms(rm lm.Routed) error {
 		isExpert := map[string]bool{}
 		mr.expertW[i] = make([][]string, ex.Num)
 		for e := 0; e < ex.Num; e++ {
-			mr.expertW[i][e] = weightNames(ex.Weights(e))
-			for _, n := range mr.expertW[i][e] {
-				if _, ok := r.weights[n]; !ok {
+			// Each weight with its companions (scales, codes, tables) where
+			// it is held quantised, which r.params decodes it with.
+			mr.expertW[i][e] = r.withScales(weightNames(ex.Weights(e)))
+			for j, n := range mr.expertW[i][e] {
+				t, ok := r.weights[n]
+				if !ok {
 					return fmt.Errorf("layer %d expert %d: weight %q is not among the model's weights", i, e, n)
+				}
+				// The experts program takes any A experts' inputs laid end to end: every expert must be held alike.
+				if w0 := mr.expertW[i][0]; len(mr.expertW[i][e]) != len(w0) || !t.Shape().Equal(r.weights[w0[j]].Shape()) {
+					return fmt.Errorf("layer %d: expert %d's weights are held unlike expert 0's (%d inputs, %s against %d); run the experts in the graph (Options.Experts %q)",
+						i, e, len(mr.expertW[i][e]), n, len(w0), ExpertsInGraph)
 				}
 				isExpert[n] = true
 			}

@@ -182,10 +182,6 @@ func (r *Runner) checkQuantize() error {
 		return &OptionError{Owner: "Options", Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
 			Reason: "not supported with {TP}/{DP} (weights are split on the host as floats)"}
 	}
-	if _, ok := r.routedModel(); ok {
-		return &OptionError{Owner: "Options", Option: "Quantize", Value: q, Kind: errs.ErrUnsupported,
-			Reason: "not supported with {Experts} host (the host-routed experts take float weights); use {Experts} graph or dense"}
-	}
 	return nil
 }
 

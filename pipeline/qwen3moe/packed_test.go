@@ -23,7 +23,8 @@ import (
 // in both formulations. On the cpu backend the experts stay
 // 4-bit (grouped int4), as stacks assembled from the packed parts in the
 // graph formulation and as the parts themselves held apart (--experts
-// dense); the go backend decodes them. All agree to f32 rounding (the
+// dense, and host, whose programs take each expert's weights with their
+// scales, codes or tables); the go backend decodes them. All agree to f32 rounding (the
 // weights are the checkpoint's exactly either way), each holds what
 // lm.Loaded.HeldBytes estimates, the cpu backend less than decoded, and
 // the logits stay within 4-bit rounding of the float64 reference of the
@@ -89,7 +90,7 @@ func checkPackedExperts(t *testing.T, format string) {
 	for _, run := range []struct {
 		backend string
 		experts compile.ExpertsMode
-	}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}} {
+	}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}, {"cpu", compile.ExpertsHost}} {
 		name := fmt.Sprintf("%s --experts %s", run.backend, run.experts)
 		be, err := backends.NewWithConfig(run.backend)
 		if err != nil {
