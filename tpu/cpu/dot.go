@@ -181,6 +181,7 @@ func rewrite(nodes []*node, act actKind) {
 		rewriteInt4Groups(n, act)
 		rewriteFP8(n)
 		rewriteGrouped(n, act)
+		rewriteRemap(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}

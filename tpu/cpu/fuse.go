@@ -46,6 +46,8 @@ func opName(op backends.OpType) string {
 		return "grouped expert product"
 	case opTypeRope:
 		return "rotary embedding"
+	case opTypeRemap:
+		return "slot remap"
 	}
 	return op.String()
 }
