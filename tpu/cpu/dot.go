@@ -173,7 +173,8 @@ func permuted(data any, s shapes.Shape, perm []int) any {
 // rhs is a ConvertDType from bf16/f16 to f32 reads the 16-bit operand
 // directly (the weights stay in their dtype; the converted copy is never
 // made unless something else needs it). act says what the products do
-// with their activations (Backend.SetActivations).
+// with their activations (Backend.SetActivations). Serve's slot remaps
+// become one node too (rewriteRemap, remap.go).
 func rewrite(nodes []*node, act actKind) {
 	for _, n := range nodes {
 		rewriteInt8(n, act)
