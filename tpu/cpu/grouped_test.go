@@ -39,15 +39,7 @@ func TestGroupedExpertDot(t *testing.T) {
 			dot, err = pairDot(b, ps[0], ps[1], ps[2], c.n, c.k, c.w)
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		if n := dot.(*node); n.op != opTypeGrouped {
 			t.Errorf("%s: the gathered product was not rewritten into the grouped node", c.name)
 		}
@@ -119,15 +111,7 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		if n := dot.(*node); n.op != opTypeGrouped || n.aux.(*groupedAux).group != c.group {
 			t.Errorf("%s: the int8 gathered product was not rewritten into the grouped node", c.name)
 		}

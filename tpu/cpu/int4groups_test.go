@@ -249,15 +249,7 @@ func TestGroupedExpertDotInt4Groups(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		n := dot.(*node)
 		if n.op != opTypeGrouped || n.aux.(*groupedAux).int4Group != c.grp || n.aux.(*groupedAux).int4Mins != c.mins || n.aux.(*groupedAux).int4FP4 != c.fp4 {
 			t.Errorf("%s: not rewritten into the grouped int4 node (op %v)", c.name, n.op)

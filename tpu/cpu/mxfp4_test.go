@@ -59,15 +59,7 @@ func TestGroupedExpertDotMXFP4(t *testing.T) {
 			})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		n := dot.(*node)
 		rewritten := n.op == opTypeGrouped && n.aux.(*groupedAux).mxfp4
 		if rewritten == c.badTable {
@@ -169,15 +161,7 @@ func TestGroupedExpertDotInt4(t *testing.T) {
 			})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		n := dot.(*node)
 		rewritten := n.op == opTypeGrouped && n.aux.(*groupedAux).int4
 		if rewritten == (c.badPairs || c.constTab) {

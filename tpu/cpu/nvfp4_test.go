@@ -194,15 +194,7 @@ func TestGroupedExpertDotNVFP4Tables(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, c.name, ref, cpu, shs, data, build)
 		n := dot.(*node)
 		if rewritten := n.op == opTypeGrouped && n.aux.(*groupedAux).nvfp4Parts == c.parts; rewritten == c.shiftedOffset {
 			t.Errorf("%s: rewritten into the grouped NVFP4 node: %v (op %v)", c.name, rewritten, n.op)

@@ -315,6 +315,22 @@ func checkWide(t *testing.T, name string, in []shapes.Shape, positive bool, buil
 	compareFlat(t, name, gs.DType, asFloat64(got), asFloat64(want))
 }
 
+// compareBackends runs build on the reference backend and on cpu (last,
+// so that the ops build made are cpu's) and compares the results as f32
+// (compareFlat).
+func compareBackends(t *testing.T, name string, ref, cpu backends.Backend, shs []shapes.Shape, data []any, build buildFn) {
+	t.Helper()
+	want, _, err := run(ref, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := run(cpu, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareFlat(t, name, dtypes.Float32, asFloat64(got), asFloat64(want))
+}
+
 // compareInt8Activations compares the act=int8 backend q8's result of
 // build on data with the go backend ref's on data whose first input (the
 // activations) is quantised and dequantised: by kernels.FakeQuantizeQ8,

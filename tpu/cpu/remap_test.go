@@ -111,15 +111,7 @@ func TestRemapSlots(t *testing.T) {
 			var w backends.Op
 			build := remapBuild(c.dims, c.axis, c.s, c.right, c.dt, c.one, &w)
 			data := []any{x, []int32{int32(shift)}, valid}
-			want, _, err := run(ref, shs, data, build)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _, err := run(cpu, shs, data, build)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compareFlat(t, name, dtypes.Float32, asFloat64(got), asFloat64(want)) // exact: copies and zeros
+			compareBackends(t, name, ref, cpu, shs, data, build) // exact: copies and zeros
 			if rewritten := w.(*node).op == opTypeRemap; rewritten == c.one {
 				t.Fatalf("%s: rewritten into the remap node: %v", name, rewritten)
 			}
