@@ -284,16 +284,7 @@ func TestPairDotFP4Groups(t *testing.T) {
 	if !found || wrong {
 		t.Errorf("parts found: %v; taken for int4: %v", found, wrong)
 	}
-	for i, want := range dense {
-		if res[2][i] != want {
-			t.Fatalf("weight value %d = %v, want %v", i, res[2][i], want)
-		}
-	}
-	for i := range res[1] {
-		if d := math.Abs(float64(res[0][i] - res[1][i])); d > 1e-5*(1+math.Abs(float64(res[1][i]))) {
-			t.Fatalf("output %d: %v, want %v", i, res[0][i], res[1][i])
-		}
-	}
+	checkStackPairDot(t, res, dense)
 }
 
 // DequantizeNVFP4Tables decodes each row with its part's table, and PairDot
@@ -342,6 +333,14 @@ func TestPairDotNVFP4Tables(t *testing.T) {
 	if !found || int4 || groups {
 		t.Errorf("parts found: %v; taken for int4: %v, for grouped int4: %v", found, int4, groups)
 	}
+	checkStackPairDot(t, res, dense)
+}
+
+// checkStackPairDot checks a stack test's results: res[2] the decoded
+// stack, which must be dense exactly, and res[0] and res[1] PairDot over
+// the held form and over dense, which must agree to f32 rounding.
+func checkStackPairDot(t *testing.T, res [][]float32, dense []float32) {
+	t.Helper()
 	for i, want := range dense {
 		if res[2][i] != want {
 			t.Fatalf("weight value %d = %v, want %v", i, res[2][i], want)

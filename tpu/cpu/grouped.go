@@ -154,53 +154,36 @@ func rewriteGrouped(n *node, act actKind) {
 	}
 	if q, scales, ids, group, ok := int8Gathered(r); ok {
 		d := q.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, q, ids, scales}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}, lhs, q, ids, scales)
 		return
 	}
 	if packed, codes, ids, table, ok := int4Gathered(r); ok {
 		d := packed.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, packed, ids, codes, table}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}, lhs, packed, ids, codes, table)
 		return
 	}
 	if packed, scales, mins, ids, group, fp4, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
 		d := packed.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, packed, ids, scales}
+		inputs := []*node{lhs, packed, ids, scales}
 		if mins != nil {
-			n.inputs = append(n.inputs, mins)
+			inputs = append(inputs, mins)
 		}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}, inputs...)
 		return
 	}
 	if packed, codes, tables, ids, parts, ok := nvfp4TablesGathered(r); ok {
 		d := packed.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, packed, ids, codes, tables}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}, lhs, packed, ids, codes, tables)
 		return
 	}
 	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
 		d := w.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, w, ids, scales}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}, lhs, w, ids, scales)
 		return
 	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
-		n.op = opTypeGrouped
-		n.inputs = []*node{lhs, blocks, ids, scales}
-		n.aux = &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}
-		n.fn = execGrouped
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}, lhs, blocks, ids, scales)
 		return
 	}
 	from16 := false
@@ -218,11 +201,14 @@ func rewriteGrouped(n *node, act actKind) {
 		return
 	}
 	d := w.shape.Dimensions
-	n.op = opTypeGrouped
-	n.inputs = []*node{lhs, w, ids}
-	n.aux = &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16,
-		bf16Act: act == actBF16 && w.shape.DType == dtypes.BFloat16}
-	n.fn = execGrouped
+	becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16,
+		bf16Act: act == actBF16 && w.shape.DType == dtypes.BFloat16}, lhs, w, ids)
+}
+
+// becomeGrouped makes n the grouped node over inputs (the rows, the
+// stack, the ids, then the stack's other parts) with aux a.
+func becomeGrouped(n *node, a *groupedAux, inputs ...*node) {
+	n.op, n.fn, n.aux, n.inputs = opTypeGrouped, execGrouped, a, inputs
 }
 
 // rewriteGroupedSum folds the routing-weighted sum of each token's k
