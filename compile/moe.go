@@ -161,10 +161,11 @@ func (r *Runner) makeRoutedPrograms(rm lm.Routed) error {
 				if !ok {
 					return fmt.Errorf("layer %d expert %d: weight %q is not among the model's weights", i, e, n)
 				}
-				// The experts program takes any A experts' inputs laid end to end: every expert must be held alike.
+				// The experts program takes any A experts' inputs laid end
+				// to end: every expert must be held alike.
 				if w0 := mr.expertW[i][0]; len(mr.expertW[i][e]) != len(w0) || !t.Shape().Equal(r.weights[w0[j]].Shape()) {
-					return fmt.Errorf("layer %d: expert %d's weights are held unlike expert 0's (%d inputs, %s against %d); run the experts in the graph (Options.Experts %q)",
-						i, e, len(mr.expertW[i][e]), n, len(w0), ExpertsInGraph)
+					return fmt.Errorf("layer %d: expert %d is held unlike expert 0 (%d inputs against %d, or %q's shape differs); run the experts in the graph (Options.Experts %q)",
+						i, e, len(mr.expertW[i][e]), len(w0), n, ExpertsInGraph)
 				}
 				isExpert[n] = true
 			}
