@@ -15,20 +15,18 @@ import (
 	"github.com/tputool/tputool/tpu"
 )
 
-// TestPackedExperts: a GPTQ (4 and 8 bits), AWQ or FP8 checkpoint of a
-// Qwen3-MoE that
-// stores each expert on its own (as the Hub's quantized MoE releases do:
-// every expert's projections packed, or E4M3 with block scales) loads.
-// On the cpu backend the experts stay as stored (grouped int4, FP8, int8)
-// in both formulations. On the cpu backend the experts stay
-// 4-bit (grouped int4), as stacks assembled from the packed parts in the
-// graph formulation and as the parts themselves held apart (--experts
-// dense, and host, whose programs take each expert's weights with their
-// scales, codes or tables); the go backend decodes them. All agree to f32 rounding (the
-// weights are the checkpoint's exactly either way), each holds what
-// lm.Loaded.HeldBytes estimates, the cpu backend less than decoded, and
-// the logits stay within 4-bit rounding of the float64 reference of the
-// original weights.
+// TestPackedExperts: a GPTQ (4 and 8 bits), AWQ, FP8 or NVFP4 checkpoint
+// of a Qwen3-MoE that stores each expert on its own (as the Hub's
+// quantized MoE releases do: every expert's projections packed, E4M3 with
+// block scales, or NVFP4) loads. On the cpu backend the experts stay as
+// stored (grouped int4, FP8, int8, NVFP4): as stacks assembled from the
+// parts in the graph formulation, and as the parts themselves held apart
+// (--experts dense, and host, whose programs take each expert's weights
+// with their scales, codes or tables); the go backend decodes them. All
+// agree to f32 rounding (the weights are the checkpoint's exactly either
+// way), each holds what lm.Loaded.HeldBytes estimates, the cpu backend
+// less than decoded, and the logits stay within 4-bit rounding of the
+// float64 reference of the original weights.
 func TestPackedExperts(t *testing.T) {
 	for _, format := range []string{"gptq", "awq", "fp8", "gptq8", "nvfp4"} { // AWQ: zero points, so mins; gptq8: 8 bits; nvfp4: stacks as stored, a table a part
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
