@@ -183,10 +183,18 @@ func (s *Sampler) repetitionPenalty(sc []float64, history []int) {
 	}
 }
 
-func argmax(sc []float64) int {
+func argmax(sc []float64) int { return Argmax(sc) }
+
+// Argmax is the index of x's largest value: the smallest such index on a
+// tie, and the first NaN if there is one, as torch.argmax (and the
+// backends' ArgMax, compile.State.DecodeArgmax) pick. 0 for an empty x.
+func Argmax[T float32 | float64](x []T) int {
 	best := 0
-	for i, v := range sc {
-		if v > sc[best] {
+	for i, v := range x {
+		if v != v { // NaN
+			return i
+		}
+		if v > x[best] {
 			best = i
 		}
 	}

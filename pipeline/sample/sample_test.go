@@ -219,3 +219,29 @@ func TestSamplingConstrained(t *testing.T) {
 		}
 	}
 }
+
+// Argmax takes the smallest index of a tie and the first NaN, as
+// torch.argmax and the backends' ArgMax do; greedy sampling follows it.
+func TestArgmax(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		x    []float32
+		want int
+	}{
+		{[]float32{1, 3, 3, 2}, 1},
+		{[]float32{-1, -1}, 0},
+		{[]float32{1, nan, 5, nan}, 1},
+		{[]float32{nan, 9}, 0},
+		{[]float32{float32(math.Inf(-1)), -3}, 1},
+		{nil, 0},
+	} {
+		if got := Argmax(c.x); got != c.want {
+			t.Errorf("Argmax(%v) = %d, want %d", c.x, got, c.want)
+		}
+		if len(c.x) > 0 {
+			if got := New(Options{}, 0).Next(c.x, nil); got != c.want {
+				t.Errorf("greedy Next(%v) = %d, want %d", c.x, got, c.want)
+			}
+		}
+	}
+}
