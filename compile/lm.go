@@ -196,6 +196,7 @@ type Runner struct {
 	embed, head     *Program    // eager mode
 	layerProg       []*Program  // eager mode, per layer (shared per kind)
 	grow            *Program    // grow-cache (grow.go)
+	argmax          *Program    // each row's argmax of a step's logits (State.DecodeArgmax)
 	mu              sync.Mutex  // guards programs: windowed prefill and Embed add to them while States run
 	programs        []*Program  // all, for Stats
 	warming         atomic.Bool // a Batch warms up: recompiles are not reported
@@ -257,6 +258,10 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 		return nil, err
 	}
 	if err := r.makePrograms(); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.argmax, err = r.newProgram("argmax", argmaxGraph); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tputool/tputool/loader/tokenizer"
 	_ "github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/sample"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -291,5 +292,55 @@ func TestStateReuseLogits(t *testing.T) {
 		if b, err = reused.Decode(next); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// DecodeArgmax gives, step after step, the argmax of the logits Decode
+// gives (sample.Argmax, the sampler's greedy pick) on the go and cpu
+// backends, compiled and eager; before a prefill it is an error, as
+// Decode is.
+func TestDecodeArgmax(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, c := range []struct {
+		name string
+		be   backends.Backend
+		mode Mode
+	}{{"go compiled", goBackend(t), Compiled}, {"cpu compiled", cpuBackend(t), Compiled}, {"cpu eager", cpuBackend(t), Eager}} {
+		r, err := NewRunner(c.be, l, Options{Mode: c.mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, device := r.NewState(), r.NewState()
+		if _, err := device.DecodeArgmax([]int{1}); err == nil {
+			t.Errorf("%s: DecodeArgmax before a prefill: no error", c.name)
+		}
+		prompts := [][]int{{1, 403, 407, 261, 378}, {1, 403}}
+		logits, err := host.Prefill(prompts, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := device.Prefill(prompts, 8); err != nil {
+			t.Fatal(err)
+		}
+		next := []int{sample.Argmax(logits[0]), sample.Argmax(logits[1])}
+		for step := range 6 {
+			if logits, err = host.Decode(next); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := device.DecodeArgmax(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []int{sample.Argmax(logits[0]), sample.Argmax(logits[1])}
+			if fmt.Sprint(ids) != fmt.Sprint(want) {
+				t.Fatalf("%s step %d: DecodeArgmax %v, the logits' argmax %v", c.name, step, ids, want)
+			}
+			next = want
+		}
+		r.Close()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
@@ -296,6 +297,61 @@ func (st *State) ReuseLogits() { st.reuseLogits = true }
 // Decode feeds one token per row (next[b] for row b) and returns the
 // logits that follow it ([B][V]).
 func (st *State) Decode(next []int) ([][]float32, error) {
+	tokens, err := st.decodeTokens(next)
+	if err != nil {
+		return nil, err
+	}
+	return st.r.run(st, st.r.decode, tokens, st.next)
+}
+
+// DecodeArgmax is Decode for greedy decoding without logits processors:
+// it returns each row's argmax of the logits that follow next, taken
+// where the logits are (on an accelerator, by a small program on the
+// device), so that B ids come back to the host instead of [B][V] logits.
+// Ties go to the smallest id and a NaN wins, as in torch.argmax and
+// sample.Argmax.
+func (st *State) DecodeArgmax(next []int) ([]int, error) {
+	r := st.r
+	tokens, err := st.decodeTokens(next)
+	if err != nil {
+		return nil, err
+	}
+	logits, err := r.runStep(st, r.decode, r.head, tokens, st.next)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := r.argmax.Call(Arg{T: logits})
+	recycle(logits)
+	if err != nil {
+		st.Release()
+		return nil, err
+	}
+	defer outs[0].FinalizeAll()
+	ids := make([]int, st.batch)
+	var bad error
+	outs[0].MustConstFlatData(func(flat any) {
+		v := flat.([]int32)
+		if len(v) != len(ids) {
+			bad = fmt.Errorf("argmax: %d ids for a batch of %d", len(v), len(ids))
+			return
+		}
+		for i, id := range v {
+			ids[i] = int(id)
+		}
+	})
+	return ids, bad
+}
+
+// argmaxGraph: [logits [..., V]] -> [ids [B] int32], the argmax of each
+// of the B rows of V logits.
+func argmaxGraph(in []*graph.Node) []*graph.Node {
+	logits := in[0]
+	return []*graph.Node{graph.ArgMax(graph.Reshape(logits, -1, logits.Shape().Dimensions[logits.Rank()-1]), 1, dtypes.Int32)}
+}
+
+// decodeTokens checks a Decode's tokens, grows the cache when it is full,
+// and returns them as the step's input [B, 1].
+func (st *State) decodeTokens(next []int) (*tensors.Tensor, error) {
 	r := st.r
 	if st.tensors == nil {
 		return nil, fmt.Errorf("decode before prefill")
@@ -318,7 +374,7 @@ func (st *State) Decode(next []int) ([][]float32, error) {
 	for i, id := range next {
 		tokens[i] = int32(id)
 	}
-	return r.run(st, r.decode, tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), st.next)
+	return tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), nil
 }
 
 // CompileDuration is the Runner's total compile time so far (generate

@@ -36,6 +36,16 @@ type Stepper interface {
 // Run reads a step's logits before the next one, so it asks for that.
 type LogitsReuser interface{ ReuseLogits() }
 
+// ArgmaxDecoder is implemented by runners that can take a decode step's
+// argmax where its logits are (compile.State: on the device) and return
+// the B ids alone: Run asks for them when every row decodes greedily with
+// no logits processor (no repetition penalty, no constraint), where the
+// logits would only be read for their argmax. Ties and NaNs go as in
+// sample.Argmax.
+type ArgmaxDecoder interface {
+	DecodeArgmax(next []int) ([]int, error)
+}
+
 // Chunked is implemented by runners that prefill in pieces over one cache
 // (compile.State): Begin queues the left-padded prompts and returns their
 // padded length; PrefillChunk runs the next n queued tokens and returns
@@ -297,13 +307,24 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	m.PromptEvalDuration = prefillEnd.Sub(start) - (compile1 - compile0)
 
 	next := make([]int, len(rows))
+	// Plain greedy decoding reads the logits for their argmax alone: a
+	// runner that can takes it where they are (ArgmaxDecoder).
+	ad, argmaxOnly := r.(ArgmaxDecoder)
+	p := o.Sampling.RepetitionPenalty
+	argmaxOnly = argmaxOnly && o.Sampling.Greedy() && (p == 0 || p == 1) && o.Constrain == nil
+	var ids []int // the step's ids when DecodeArgmax gave them, else nil
 	var interrupted error
 	for step := 0; ; step++ {
 		for _, rw := range rows {
 			if rw.done {
 				continue
 			}
-			id := rw.sample(logits[rw.idx])
+			var id int
+			if ids != nil {
+				id = ids[rw.idx]
+			} else {
+				id = rw.sample(logits[rw.idx])
+			}
 			if m.EvalCount == 0 {
 				m.TTFT = now().Sub(start)
 			}
@@ -325,7 +346,11 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			finishAll(rows, o, FinishInterrupted)
 			break
 		}
-		if logits, err = r.Decode(next); err != nil {
+		if argmaxOnly {
+			if ids, err = ad.DecodeArgmax(next); err != nil {
+				return nil, m, err
+			}
+		} else if logits, err = r.Decode(next); err != nil {
 			return nil, m, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 const vocab = 16
@@ -439,3 +440,67 @@ func TestCachedPromptExtends(t *testing.T) {
 }
 
 func fmtInts(v [][]int) string { return fmt.Sprint(v) }
+
+// argmaxScript is script with DecodeArgmax: the ids alone, each row's
+// argmax of the logits Decode would give.
+type argmaxScript struct {
+	script
+	argmaxCalls int
+}
+
+func (s *argmaxScript) DecodeArgmax(next []int) ([]int, error) {
+	s.argmaxCalls++
+	logits, err := s.Decode(next)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int, len(logits))
+	for b, row := range logits {
+		ids[b] = slices.Index(row, slices.Max(row))
+	}
+	return ids, nil
+}
+
+// Greedy decoding with no logits processor asks an ArgmaxDecoder for the
+// ids (every decode step), and gives the tokens the logits give; with a
+// repetition penalty, sampling or a constraint it reads the logits.
+func TestRunArgmaxDecoder(t *testing.T) {
+	want := [][]int{{5, 6, 7, 8}, {9, 10, 11, 12}}
+	prompts := [][]int{{1, 3}, {1, 3}}
+	allow := func() Constraint { return allowAll{} }
+	for _, c := range []struct {
+		name   string
+		o      Options
+		argmax bool
+	}{
+		{"greedy", Options{}, true},
+		{"greedy, penalty 1", Options{Sampling: sample.Options{RepetitionPenalty: 1}}, true},
+		{"greedy, penalty 1.2", Options{Sampling: sample.Options{RepetitionPenalty: 1.2}}, false},
+		{"sampling", Options{Sampling: sample.Options{Temperature: 0.7, TopK: 1}}, false},
+		{"constrained", Options{Constrain: allow}, false},
+	} {
+		s := &argmaxScript{script: script{want: want}}
+		c.o.MaxNewTokens = 4
+		res, _, err := Run(context.Background(), s, prompts, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range want {
+			if !slices.Equal(res[b].TokenIDs, want[b]) {
+				t.Errorf("%s row %d: %v, want %v", c.name, b, res[b].TokenIDs, want[b])
+			}
+		}
+		if got := s.argmaxCalls == s.decodes && s.decodes > 0; got != c.argmax {
+			t.Errorf("%s: %d of %d decode steps through DecodeArgmax, want all: %v", c.name, s.argmaxCalls, s.decodes, c.argmax)
+		}
+	}
+}
+
+// allowAll is a Constraint that allows every id.
+type allowAll struct{}
+
+func (allowAll) Allows(int) bool { return true }
+func (allowAll) Mask() []uint64 {
+	return []uint64{^uint64(0)} // the 16 ids of vocab
+}
+func (allowAll) Advance(int) error { return nil }
