@@ -79,6 +79,9 @@ type BenchOptions struct {
 	// Experts is --experts (generate); experts the flag as given.
 	Experts compile.ExpertsMode
 	experts string
+	// HostArgmax is --host-argmax (generate): each decode step's argmax
+	// taken on the host from the logits, not on the device.
+	HostArgmax bool
 	// TaskFlags are the task-specific flags given (--steps, --size,
 	// --variant, --prompt-len, --gen-len), checked once the task is known.
 	TaskFlags []string
@@ -148,7 +151,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 				if len(args) != 2 {
 					return errs.Usagef("--compare takes two reports, OLD.json NEW.json (got %d argument(s))", len(args))
 				}
-				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp", "retries"} {
+				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp", "retries", "host-argmax"} {
 					if fl.Changed(name) {
 						return errs.Usagef("--compare reads two reports; --%s does not apply", name)
 					}
@@ -196,6 +199,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
 	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate)")
 	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
+	fl.BoolVar(&opts.HostArgmax, "host-argmax", false, "read each decode step's logits and take their argmax on the host, instead of on the device with only the ids read back (generate; to compare the two)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
 	fl.IntVar(&opts.DP, "dp", 1, "data parallelism for generate: split each batch over this many devices (times --tp)")
 	fl.StringVarP(&opts.Format, "output", "o", bench.FormatMarkdown, "output format: md, csv, json or jsonl")
@@ -347,7 +351,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 		return err
 	}
 	opts.TaskFlags = nil
-	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp"} {
+	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax"} {
 		if changed(name) {
 			opts.TaskFlags = append(opts.TaskFlags, name)
 		}
@@ -362,7 +366,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 func benchTaskFlags(task string, given []string) error {
 	other := []string{"steps", "size", "variant"}
 	if task == bench.TaskDiffuse {
-		other = []string{"prompt-len", "gen-len", "tp", "dp"}
+		other = []string{"prompt-len", "gen-len", "tp", "dp", "host-argmax"}
 	}
 	for _, name := range given {
 		if slices.Contains(other, name) {
@@ -377,7 +381,7 @@ func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string)
 	b := opts.Build
 	h := bench.Header{TputoolVersion: b.Version, Commit: b.Commit, GoVersion: b.GoVersion, GoMLX: b.GoMLX, GoXLA: b.GoXLA,
 		Device: dev.String(), Backend: dev.BackendName, Platform: dev.Platform, DType: dtype, Model: model, Task: task,
-		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup,
+		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup, HostArgmax: opts.HostArgmax,
 		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
 	if opts.DeviceEnv != nil {
 		env := opts.DeviceEnv()
@@ -444,7 +448,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	model := modelLabel(m)
 	prog := &benchProgress{rep: rep, model: model}
 	defer prog.finish()
-	cfg := bench.Config{Repeat: opts.Repeat, Warmup: opts.Warmup, Now: opts.Now, OnProgress: prog.update}
+	cfg := bench.Config{Repeat: opts.Repeat, Warmup: opts.Warmup, Now: opts.Now, OnProgress: prog.update, HostArgmax: opts.HostArgmax}
 
 	var rows []bench.Row
 	var header bench.Header

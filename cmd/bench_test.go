@@ -164,7 +164,8 @@ func TestBenchGenerateJSON(t *testing.T) {
 		assert.Nil(t, r.StepS)
 	}
 	assert.Equal(t, []string{"eager b1 p6+g3", "eager b2 p6+g3", "compiled b1 p6+g3", "compiled b2 p6+g3"}, labels)
-	assert.Equal(t, 2, rep.Rows[2].CacheMisses, "compiled: prefill and decode executables")
+	assert.Equal(t, 3, rep.Rows[2].CacheMisses, "compiled: prefill, decode and the decode's argmax executables")
+	assert.False(t, h.HostArgmax)
 	assert.Equal(t, 1.0, *rep.Rows[2].SpeedupVsEager)
 	assert.Nil(t, rep.Rows[0].SpeedupVsEager)
 
@@ -178,6 +179,13 @@ func TestBenchGenerateJSON(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 4, rows)
+
+	// --host-argmax: each step's logits come back and their argmax is
+	// taken here, so no argmax executable.
+	rep, _ = runBenchJSON(t, "--batch", "1", "--prompt-len", "6", "--gen-len", "3", "--repeat", "1", "--mode", "compiled", "--host-argmax")
+	assert.True(t, rep.Header.HostArgmax)
+	require.Len(t, rep.Rows, 1)
+	assert.Equal(t, 2, rep.Rows[0].CacheMisses, "compiled: prefill and decode executables")
 }
 
 func TestBenchFormats(t *testing.T) {
@@ -261,6 +269,9 @@ func TestBenchDiffuse(t *testing.T) {
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--gen-len", "3"))
 	assert.Contains(t, e.errOut.String(), "--gen-len does not apply to --task diffuse")
+	e = benchEnv(t)
+	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--host-argmax"))
+	assert.Contains(t, e.errOut.String(), "--host-argmax does not apply to --task diffuse")
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--size", "36x36", "--steps", "1", "--repeat", "1"))
 	assert.Contains(t, e.errOut.String(), "multiples of")

@@ -23,7 +23,9 @@
 #      prompt 128, 32 new tokens: the CPU (compiled, batch 1) and the device
 #      (eager and compiled, batch 1 and 8), then the device again, compiled,
 #      to see the compile time with a warm XLA cache, under --cpuprofile
-#      (bench-dev.cpuprof: the host side of the device's decode steps).
+#      (bench-dev.cpuprof: the host side of the device's decode steps),
+#      and compiled with --host-argmax (each step's logits read back, as
+#      before the device argmax).
 #   4. transformers (scripts/hf-compare.py), when python has torch with
 #      CUDA and transformers: greedy tokens of stories260K against tputool's,
 #      and decode tok/s of the same 110M checkpoint, eager and torch.compile.
@@ -348,6 +350,11 @@ run bench-dev.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]
 # with a Go CPU profile of the host side (go tool pprof -top bench-dev.cpuprof):
 # where a decode step's time goes outside the device.
 run bench-dev-warm.json "$tputool" --cpuprofile "$OUT/bench-dev.cpuprof" --device "$device" bench -m "$llm" "${bench_dev[@]}" --mode compiled --repeat 1 --warmup 0 -o json || true
+# bench-dev.json's compiled rows again with each decode step's logits read
+# back and their argmax taken on the host (--host-argmax), where bench
+# otherwise takes it on the device and reads back the ids alone: the
+# difference is what the logits' transfer costs a step.
+run bench-dev-hostargmax.json "$tputool" --device "$device" bench -m "$llm" "${bench_dev[@]}" --mode compiled --host-argmax -o json || true
 
 # ---- 4. transformers
 
@@ -433,7 +440,8 @@ print(f"## Decode, generated Llama-shape model (random weights), prompt {rows[0]
       f"{rows[0].get('gen_len', '?')} new tokens\n")
 print("| engine | device | mode | batch | compile s | prefill tok/s | decode tok/s | ITL ms |")
 print("|---|---|---|---:|---:|---:|---:|---:|")
-for name, label in (("bench-cpu.json", "cpu"), ("bench-dev.json", device), ("bench-dev-warm.json", device + " (warm cache)")):
+for name, label in (("bench-cpu.json", "cpu"), ("bench-dev.json", device), ("bench-dev-warm.json", device + " (warm cache)"),
+                    ("bench-dev-hostargmax.json", device + " (--host-argmax)")):
     r = load(name)
     if not r:
         continue

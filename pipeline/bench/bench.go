@@ -53,6 +53,11 @@ type Config struct {
 	Now func() time.Time
 	// OnProgress, when set, is called as the work advances.
 	OnProgress func(Progress)
+	// HostArgmax: text generation reads each decode step's logits and
+	// takes their argmax on the host, where it otherwise asks a runner
+	// that can for the ids alone (DecodeArgmax: the argmax taken where
+	// the logits are). For comparing the two.
+	HostArgmax bool
 }
 
 func (c Config) now() time.Time {
@@ -278,6 +283,9 @@ type Header struct {
 	Host   Host   `json:"host"`
 	Repeat int    `json:"repeat"`
 	Warmup int    `json:"warmup"`
+	// HostArgmax: decode steps took their argmax on the host
+	// (Config.HostArgmax, --host-argmax).
+	HostArgmax bool `json:"host_argmax,omitempty"`
 }
 
 // Report is the JSON document: `tputool bench -o json` writes it and

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // Stepper runs a language model one step at a time (compile.State).
@@ -259,13 +261,7 @@ func greedy(logits [][]float32, batch int, call string) ([]int, error) {
 		if len(row) == 0 {
 			return nil, fmt.Errorf("%s returned no logits for row %d", call, i)
 		}
-		best := 0
-		for j, v := range row {
-			if v > row[best] {
-				best = j
-			}
-		}
-		next[i] = best
+		next[i] = sample.Argmax(row)
 	}
 	return next, nil
 }
@@ -282,6 +278,8 @@ func generateOnce(ctx context.Context, cfg Config, r Stepper, prompts [][]int, g
 	if lr, ok := r.(interface{ ReuseLogits() }); ok {
 		lr.ReuseLogits() // each step's logits are read before the next step (generate.LogitsReuser)
 	}
+	ad, onDevice := r.(generate.ArgmaxDecoder)
+	onDevice = onDevice && !cfg.HostArgmax
 	batch := len(prompts)
 	start := cfg.now()
 	logits, err := r.Prefill(prompts, genLen)
@@ -301,11 +299,17 @@ func generateOnce(ctx context.Context, cfg Config, r Stepper, prompts [][]int, g
 			return out, err
 		}
 		s0 := cfg.now()
-		if logits, err = r.Decode(next); err != nil {
-			return out, fmt.Errorf("decode step %d: %w", i+1, err)
-		}
-		if next, err = greedy(logits, batch, "decode"); err != nil {
-			return out, err
+		if onDevice {
+			if next, err = ad.DecodeArgmax(next); err != nil {
+				return out, fmt.Errorf("decode step %d: %w", i+1, err)
+			}
+		} else {
+			if logits, err = r.Decode(next); err != nil {
+				return out, fmt.Errorf("decode step %d: %w", i+1, err)
+			}
+			if next, err = greedy(logits, batch, "decode"); err != nil {
+				return out, err
+			}
 		}
 		last = cfg.now()
 		out.itl[i] = last.Sub(s0)
