@@ -12,6 +12,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // State is one batch's generation state on a Runner, as llama2.c's RunState
@@ -315,6 +316,17 @@ func (st *State) DecodeArgmax(next []int) ([]int, error) {
 	tokens, err := st.decodeTokens(next)
 	if err != nil {
 		return nil, err
+	}
+	if r.tp != nil { // split over devices: the logits are read back and searched here
+		rows, err := r.run(st, r.decode, tokens, st.next)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]int, len(rows))
+		for i, row := range rows {
+			ids[i] = sample.Argmax(row)
+		}
+		return ids, nil
 	}
 	logits, err := r.runStep(st, r.decode, r.head, tokens, st.next)
 	if err != nil {
