@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
@@ -202,5 +204,79 @@ func TestNVFP4StackHeld(t *testing.T) {
 	}
 	if stacks != 2*(c.Layers-len(c.MLPOnly)) {
 		t.Errorf("%d stacks held as NVFP4 with their tables, want gate_up and down of each sparse layer", stacks)
+	}
+}
+
+// An NVFP4 expert stack with a NaN scale byte (E4M3 0x7f) in one expert's
+// part is not held as stored: the load goes on, decodes that stack and
+// reports its non-finite values, as a matrix's NaN scale is; every other
+// stack stays as stored.
+func TestNVFP4StackNaNScale(t *testing.T) {
+	c := qwenref.TinyQwen3MoE()
+	c.MoEIntermediate = 32
+	src, nv, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := c.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := lmckpt.WriteInt4Copy(src, nv, lmckpt.Int4Options{Format: "nvfp4"}); err != nil {
+		t.Fatal(err)
+	}
+	// The same checkpoint with one scale byte of layer 1's expert 3 up_proj NaN.
+	ck, err := safetensors.OpenDir(nv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const part = "model.layers.1.mlp.experts.3.up_proj.weight_scale"
+	var ts []safetensors.Tensor
+	for _, name := range ck.Names() {
+		info, _ := ck.Info(name)
+		shape, _ := ck.Shape(name)
+		raw, err := ck.Raw(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := append([]byte(nil), raw...)
+		if name == part {
+			data[5] = 0x7f
+		}
+		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: shape, Data: data})
+	}
+	ck.Close()
+	cfg, err := lmckpt.ReadConfig(nv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var bad []string
+	l.OnNonFinite = func(nf safetensors.NonFiniteTensor) { bad = append(bad, nf.Name) }
+	be := refcheck.CPUBackend(t)
+	caps := tpu.CapabilitiesOf(be)
+	r, err := compile.NewRunner(be, l, compile.Options{Caps: &caps})
+	if err != nil {
+		t.Fatalf("NewRunner: %v, want the stack with the NaN scale decoded", err)
+	}
+	defer r.Close()
+	const stack = "model.layers.1.mlp.experts.gate_up_proj"
+	if want := []string{"model.layers.1.mlp.experts.3.up_proj.weight"}; !slices.Equal(bad, want) {
+		t.Errorf("non-finite tensors reported: %v, want %v", bad, want)
+	}
+	h := compile.HoldingOf(caps, compile.Options{})
+	var w lm.WeightSpec
+	for _, x := range l.Weights() {
+		if x.Name == stack {
+			w = x
+		}
+	}
+	parts, _ := l.StoredNVFP4Stack(stack)
+	want := l.HeldBytes(h) - lm.NVFP4StackBytes(w, parts) + h.HeldBytes(w, l.StoredDType(stack))
+	if got := r.WeightBytes(); got != want {
+		t.Errorf("holds %d bytes, want %d: every other stack as stored, %s decoded", got, want, stack)
 	}
 }
