@@ -96,6 +96,9 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 // processors do. Greedy decoding first asks c about the argmax alone, so
 // a step where the model already follows the grammar costs no mask.
 func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int {
+	if p := s.o.RepetitionPenalty; c == nil && s.o.Greedy() && (p == 0 || p == 1) {
+		return Argmax(logits) // no processor: the f64 scores would order as the logits do
+	}
 	if cap(s.scores) < len(logits) {
 		s.scores = make([]float64, len(logits))
 		s.probs = make([]float64, len(logits))
