@@ -65,15 +65,7 @@ func TestDotGeneralInt4(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, fmt.Sprintf("int4 dot %s", c.name), ref, cpu, shs, data, build)
 		n := dot.(*node)
 		rewritten := n.aux.(*dotAux).int4 && len(n.inputs) == 4
 		if rewritten == (c.badPairs || c.constTable) {

@@ -120,15 +120,7 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, w, []int{1}, nil)
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("grouped int4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, fmt.Sprintf("grouped int4 dot %s", c.name), ref, cpu, shs, data, build)
 		n := dot.(*node)
 		if rewritten := n.aux.(*dotAux).int4Group == c.grp && n.aux.(*dotAux).int4Perm == c.perm && n.aux.(*dotAux).int4FP4 == fp4 && len(n.inputs) == len(shs); rewritten != c.rewritten {
 			t.Errorf("%s: rewritten to read grouped int4: %v, want %v", c.name, rewritten, c.rewritten)

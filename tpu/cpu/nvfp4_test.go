@@ -73,15 +73,7 @@ func TestDotGeneralNVFP4(t *testing.T) {
 			dot, err = b.DotGeneral(ps[0], []int{c.contrax}, nil, wt, []int{1}, nil)
 			return dot, err
 		}
-		want, _, err := run(ref, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, shs, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("nvfp4 dot %s", c.name), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, fmt.Sprintf("nvfp4 dot %s", c.name), ref, cpu, shs, data, build)
 		a := dot.(*node).aux.(*dotAux)
 		if rewritten := a.nvfp4 && a.int4 && len(dot.(*node).inputs) == 4; rewritten != c.rewritten {
 			t.Errorf("%s: rewritten to read NVFP4: %v, want %v", c.name, rewritten, c.rewritten)

@@ -1227,15 +1227,7 @@ func TestDotGeneralInt8(t *testing.T) {
 			dot, err = b.DotGeneral(p[0], []int{c.contrax}, nil, w, []int{1}, nil)
 			return dot, err
 		}
-		want, _, err := run(ref, in, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := run(cpu, in, data, build)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compareFlat(t, fmt.Sprintf("int8 dot %v x [%d %d]", c.x, c.out, c.g*c.group), dtypes.Float32, asFloat64(got), asFloat64(want))
+		compareBackends(t, fmt.Sprintf("int8 dot %v x [%d %d]", c.x, c.out, c.g*c.group), ref, cpu, in, data, build)
 		if n := dot.(*node); len(n.inputs) != 3 || n.aux.(*dotAux).int8Group != c.group {
 			t.Errorf("%v: the DotGeneral was not rewritten to read int8 (inputs %d)", c.x, len(n.inputs))
 		}
