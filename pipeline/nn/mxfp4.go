@@ -84,20 +84,31 @@ func dequantizeMXFP4Parts(w *Node) (blocks, scales *Node, ok bool) {
 // in f32, and returns the values' table and bytes and the scales' table
 // and bytes.
 func lookupPair(w *Node) (vt, vx, st, sx *Node, ok bool) {
-	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
-		return nil, nil, nil, nil, false
-	}
-	m := w.Inputs()[0]
-	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
-		return nil, nil, nil, nil, false
-	}
-	v, b := m.Inputs()[0], m.Inputs()[1]
-	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
+	v, b, ok := valuesTimesScales(w)
+	if !ok {
 		return nil, nil, nil, nil, false
 	}
 	vt, vx = lookupSource(v.Inputs()[0])
 	st, sx = lookupSource(b.Inputs()[0])
 	return vt, vx, st, sx, vt != nil && st != nil
+}
+
+// valuesTimesScales matches the product the byte-coded dequantisations
+// end with, Reshape(Mul(Reshape(values), BroadcastInDim(scales))) in f32,
+// and returns the Mul's two operands.
+func valuesTimesScales(w *Node) (v, b *Node, ok bool) {
+	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
+		return nil, nil, false
+	}
+	m := w.Inputs()[0]
+	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
+		return nil, nil, false
+	}
+	v, b = m.Inputs()[0], m.Inputs()[1]
+	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim {
+		return nil, nil, false
+	}
+	return v, b, true
 }
 
 // lookupSource returns table and x when n is lookupBytes(table, x) under

@@ -120,15 +120,8 @@ func DequantizeNVFP4Tables(packed, codes, halves *Node, dtype dtypes.DType) *Nod
 // dequantizeNVFP4TablesParts returns packed, codes and halves when w is
 // DequantizeNVFP4Tables' f32 form.
 func dequantizeNVFP4TablesParts(w *Node) (packed, codes, halves *Node, ok bool) {
-	if w.Type() != NodeTypeReshape || w.DType() != dtypes.Float32 {
-		return nil, nil, nil, false
-	}
-	m := w.Inputs()[0]
-	if m.Type() != NodeTypeMul || len(m.Inputs()) != 2 {
-		return nil, nil, nil, false
-	}
-	v, b := m.Inputs()[0], m.Inputs()[1]
-	if v.Type() != NodeTypeReshape || b.Type() != NodeTypeBroadcastInDim || b.Inputs()[0].Type() != NodeTypeReshape {
+	v, b, ok := valuesTimesScales(w)
+	if !ok || b.Inputs()[0].Type() != NodeTypeReshape {
 		return nil, nil, nil, false
 	}
 	pt, px := lookupSource(v.Inputs()[0])
