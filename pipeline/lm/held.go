@@ -198,11 +198,10 @@ func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
 	if _, ok := l.StoredFP8(name); ok && h.FP8 && h.Quantize == "" {
 		return FormFP8
 	}
-	if h.NVFP4 && l.StoredNVFP4(name) {
-		return FormNVFP4
-	}
-	if _, ok := l.StoredNVFP4Stack(name); ok && h.NVFP4 {
-		return FormNVFP4
+	if h.NVFP4 {
+		if _, stack := l.StoredNVFP4Stack(name); stack || l.StoredNVFP4(name) {
+			return FormNVFP4
+		}
 	}
 	if h.Int4Groups {
 		if lay, ok := l.StoredInt4Groups(name); ok && (!lay.FP4 || h.NVFP4) {
