@@ -310,8 +310,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	// Plain greedy decoding reads the logits for their argmax alone: a
 	// runner that can takes it where they are (ArgmaxDecoder).
 	ad, argmaxOnly := r.(ArgmaxDecoder)
-	p := o.Sampling.RepetitionPenalty
-	argmaxOnly = argmaxOnly && o.Sampling.Greedy() && (p == 0 || p == 1) && o.Constrain == nil
+	argmaxOnly = argmaxOnly && o.Sampling.ArgmaxOnly() && o.Constrain == nil
 	var ids []int // the step's ids when DecodeArgmax gave them, else nil
 	var interrupted error
 	for step := 0; ; step++ {

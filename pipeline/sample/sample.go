@@ -57,6 +57,17 @@ func (o Options) Validate() error {
 // Greedy reports whether the options select greedy decoding.
 func (o Options) Greedy() bool { return o.Temperature == 0 }
 
+// ArgmaxOnly reports whether the options pick the argmax of the logits as
+// they are (Argmax): greedy decoding with no repetition penalty. A
+// constraint, where there is one, still masks them.
+func (o Options) ArgmaxOnly() bool { return o.Greedy() && !o.penalizes() }
+
+// penalizes reports whether the repetition penalty is on.
+func (o Options) penalizes() bool {
+	p := o.RepetitionPenalty
+	return p != 0 && p != 1
+}
+
 // Sampler picks tokens for one row of a batch. It reuses its buffers, so
 // a step allocates nothing.
 type Sampler struct {
@@ -96,7 +107,7 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 // processors do. Greedy decoding first asks c about the argmax alone, so
 // a step where the model already follows the grammar costs no mask.
 func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int {
-	if p := s.o.RepetitionPenalty; c == nil && s.o.Greedy() && (p == 0 || p == 1) {
+	if c == nil && s.o.ArgmaxOnly() {
 		return Argmax(logits) // no processor: the f64 scores would order as the logits do
 	}
 	if cap(s.scores) < len(logits) {
@@ -168,10 +179,10 @@ func applyMask(sc []float64, mask []uint64) bool {
 
 // repetitionPenalty is RepetitionPenaltyLogitsProcessor.
 func (s *Sampler) repetitionPenalty(sc []float64, history []int) {
-	p := s.o.RepetitionPenalty
-	if p == 0 || p == 1 {
+	if !s.o.penalizes() {
 		return
 	}
+	p := s.o.RepetitionPenalty
 	clear(s.seen)
 	for _, id := range history {
 		if id < 0 || id >= len(sc) || s.seen[id] {
