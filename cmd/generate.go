@@ -172,14 +172,17 @@ func parseDType(s string) (dtypes.DType, error) {
 }
 
 // kvDTypeHelp is the help of --kv-cache-dtype.
-const kvDTypeHelp = "dtype of the KV cache: auto (the compute dtype), f32, or bf16 (half the memory and the bytes attention reads under f32 compute; new keys and values rounded to bf16)"
+const kvDTypeHelp = "dtype of the KV cache: auto (the compute dtype), f32, bf16 (half the memory and the bytes attention reads under f32 compute; new keys and values rounded to bf16) or int8 (a quarter of f32's: each new key and value of a head int8 with an f32 scale)"
 
 // parseKVDType reads --kv-cache-dtype; auto is InvalidDType (the compute
 // dtype).
 func parseKVDType(s string) (dtypes.DType, error) {
+	if s == "int8" {
+		return dtypes.Int8, nil
+	}
 	dt, err := parseDType(s)
 	if err != nil {
-		return 0, errs.Usagef("--kv-cache-dtype %q: want f32, bf16 or auto", s)
+		return 0, errs.Usagef("--kv-cache-dtype %q: want f32, bf16, int8 or auto", s)
 	}
 	return dt, nil
 }

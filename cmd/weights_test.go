@@ -116,21 +116,23 @@ func TestCheckWeightsFit(t *testing.T) {
 	require.NoError(t, checkWeightsFit(&tpu.Device{}, l, f32, 1))
 }
 
-// --kv-cache-dtype bf16 generates (on the CPU engine and the go backend);
-// other values are usage errors naming the flag.
+// --kv-cache-dtype bf16 and int8 generate (on the CPU engine and the go
+// backend, the same text); other values are usage errors naming the flag.
 func TestKVCacheDTypeFlag(t *testing.T) {
-	var texts []string
-	for _, dev := range []string{"cpu:fast", "cpu:go"} {
-		e := genEnv(t)
-		code := e.run("--device", dev, "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--kv-cache-dtype", "bf16")
-		require.Equal(t, ExitOK, code, e.errOut.String())
-		texts = append(texts, e.out.String())
+	for _, kv := range []string{"bf16", "int8"} {
+		var texts []string
+		for _, dev := range []string{"cpu:fast", "cpu:go"} {
+			e := genEnv(t)
+			code := e.run("--device", dev, "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--kv-cache-dtype", kv)
+			require.Equal(t, ExitOK, code, e.errOut.String())
+			texts = append(texts, e.out.String())
+		}
+		assert.Equal(t, texts[0], texts[1], kv)
+		assert.NotEmpty(t, strings.TrimSpace(texts[0]), kv)
 	}
-	assert.Equal(t, texts[0], texts[1])
-	assert.NotEmpty(t, strings.TrimSpace(texts[0]))
 	e := genEnv(t)
-	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--kv-cache-dtype", "int8"))
-	assert.Contains(t, e.errOut.String(), `--kv-cache-dtype "int8": want f32, bf16 or auto`)
+	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--kv-cache-dtype", "int4"))
+	assert.Contains(t, e.errOut.String(), `--kv-cache-dtype "int4": want f32, bf16, int8 or auto`)
 	e = genEnv(t)
 	require.Equal(t, ExitUsage, e.run("bench", "--model", storiesDir, "--kv-cache-dtype", "fp8"))
 	assert.Contains(t, e.errOut.String(), `--kv-cache-dtype "fp8"`)

@@ -266,8 +266,9 @@ func TestBatchMatchesGenerate(t *testing.T) {
 			batchTest(t, c.be(t), l, c.mode, o, mixedSeqs(vocab))
 		})
 	}
-	// KV caches held in bf16 under f32 compute: the batch's relayouts,
-	// growth and inserts move bf16 caches, and still give generate's
+	// KV caches held in bf16 or int8 under f32 compute: the batch's
+	// relayouts, growth and inserts move the narrow caches (and the int8
+	// caches' scales, state of their own), and still give generate's
 	// tokens (with the same caches); on the go backend through the
 	// scatter-add update.
 	for _, be := range []struct {
@@ -276,6 +277,9 @@ func TestBatchMatchesGenerate(t *testing.T) {
 	}{{"cpu", cpuBackend}, {"go", goBackend}} {
 		t.Run("kv-bf16/"+be.name, func(t *testing.T) {
 			batchTestWith(t, be.be(t), l, Options{KVDType: dtypes.BFloat16}, o, mixedSeqs(vocab))
+		})
+		t.Run("kv-int8/"+be.name, func(t *testing.T) {
+			batchTestWith(t, be.be(t), l, Options{KVDType: dtypes.Int8}, o, mixedSeqs(vocab))
 		})
 	}
 	// A burst: ten prompts of 1 to 40 tokens at once, prefilled eight
@@ -323,6 +327,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 			batchTest(t, cpuBackend(t), l, Compiled, o, mixedSeqs(vocab))
 			batchTest(t, cpuBackend(t), l, Compiled, o, burstSeqs(vocab, 7)) // prefilled 4 together, then 3 in a batch of 4 rows
 			batchTestWith(t, cpuBackend(t), l, Options{KVDType: dtypes.BFloat16}, o, mixedSeqs(vocab))
+			batchTestWith(t, cpuBackend(t), l, Options{KVDType: dtypes.Int8}, o, mixedSeqs(vocab))
 		})
 	}
 }

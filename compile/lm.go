@@ -85,7 +85,10 @@ type Options struct {
 	// KVDType is the dtype the KV caches are held in (lm.StateSpec.KV):
 	// InvalidDType holds them in the compute dtype; BFloat16 under f32
 	// compute halves their memory and the bytes attention reads, new keys
-	// and values rounded to bf16 as they are written.
+	// and values rounded to bf16 as they are written; Int8 holds each new
+	// key and value as int8 with one f32 scale per slot and KV head (its
+	// largest magnitude over 127), about a quarter of f32's bytes, with the
+	// scales as state of their own (lm.HeldState).
 	KVDType dtypes.DType
 	// TP and DP spread the model over TP x DP devices of the backend
 	// (tensor parallel over heads and MLP columns, data parallel over the
@@ -226,13 +229,13 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 		return nil, &OptionError{Owner: "Options", Option: "DType", Value: opts.DType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
 	}
 	switch opts.KVDType {
-	case dtypes.InvalidDType, dtypes.Float32:
+	case dtypes.InvalidDType, dtypes.Float32, dtypes.Int8:
 	case dtypes.BFloat16:
 		if !opts.Caps.BFloat16 {
 			return nil, &OptionError{Owner: "Options", Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "a KV cache in it is not supported by backend " + backend.Name()}
 		}
 	default:
-		return nil, &OptionError{Owner: "Options", Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32 or bfloat16)"}
+		return nil, &OptionError{Owner: "Options", Option: "KVDType", Value: opts.KVDType, Kind: errs.ErrUnsupported, Reason: "not supported (use float32, bfloat16 or int8)"}
 	}
 	if ig, ok := l.Model.(lm.InGraphExperts); ok && opts.Experts != ExpertsInGraph {
 		return nil, &OptionError{Owner: "Options", Option: "Experts", Value: opts.Experts, Kind: errs.ErrUnsupported,
@@ -280,7 +283,7 @@ func (r *Runner) declareState() error {
 	r.slotAxes = make([][]int, r.spec.Layers)
 	for i := range r.slotAxes {
 		r.stateSrc[i] = lm.StateSource(r.model, i)
-		for _, s := range r.model.LayerState(i, 1, probe) {
+		for _, s := range lm.HeldState(r.model, i, 1, probe, r.opts.KVDType) {
 			if err := lm.CheckState(i, s, probe); err != nil {
 				return fmt.Errorf("%s: %w", r.spec.Architecture, err)
 			}
@@ -456,7 +459,7 @@ func (r *Runner) signature(i int, weights []string) string {
 	if r.stateSrc[i] != i {
 		b.WriteString(" shared")
 	}
-	for _, s := range r.model.LayerState(r.stateSrc[i], 1, 1) {
+	for _, s := range lm.HeldState(r.model, r.stateSrc[i], 1, 1, r.opts.KVDType) {
 		fmt.Fprintf(&b, " %s%v", s.Name, s.Shape)
 	}
 	return b.String()

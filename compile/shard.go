@@ -216,14 +216,15 @@ func (p *ShardPlan) Batch() *distributed.ShardingSpec {
 }
 
 // State returns the spec of a layer state tensor: KV caches ("key" and
-// "value" of rank 4 with the KV heads on axis 1) are split by KV head over
-// "model"; every state's batch axis (0) goes over "data".
+// "value" of rank 4 with the KV heads on axis 1) and their int8 scales
+// ("key_scale", "value_scale", rank 3) are split by KV head over "model";
+// every state's batch axis (0) goes over "data".
 func (p *ShardPlan) State(s lm.StateSpec) *distributed.ShardingSpec {
 	var axes []distributed.AxisSpec
 	if p.DP > 1 && len(s.Shape) >= 1 {
 		axes = []distributed.AxisSpec{{MeshData}}
 	}
-	if p.TP > 1 && (s.Name == "key" || s.Name == "value") && len(s.Shape) == 4 && s.Shape[1] == p.spec.KVHeads {
+	if p.TP > 1 && (s.Name == "key" || s.Name == "value" || s.Name == "key_scale" || s.Name == "value_scale") && len(s.Shape) >= 3 && s.Shape[1] == p.spec.KVHeads {
 		if len(axes) == 0 {
 			axes = []distributed.AxisSpec{distributed.ReplicatedAxis}
 		}
@@ -435,7 +436,7 @@ func (r *Runner) makeShardedPrograms() error {
 	}
 	stateSpecs := func(i int) []*distributed.ShardingSpec {
 		var out []*distributed.ShardingSpec
-		for _, s := range r.model.LayerState(i, p.DP, 1) {
+		for _, s := range lm.HeldState(r.model, i, p.DP, 1, r.opts.KVDType) {
 			out = append(out, p.State(s))
 		}
 		return out
@@ -530,7 +531,7 @@ func (r *Runner) allocShardedState(batch, cacheLen int) ([][]*tensors.Tensor, er
 	}
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {
-		for _, s := range r.model.LayerState(i, batch, cacheLen) {
+		for _, s := range lm.HeldState(r.model, i, batch, cacheLen, r.opts.KVDType) {
 			dims, err := ShardShape(p.State(s), s.Shape)
 			if err != nil {
 				return nil, fmt.Errorf("layer %d state %s: %w", i, s.Name, err)

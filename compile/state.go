@@ -72,7 +72,7 @@ func (r *Runner) newState(b, cacheLen int, pads []int32) *State {
 func (r *Runner) allocState(b, cacheLen int) [][]*tensors.Tensor {
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {
-		for _, s := range r.model.LayerState(i, b, cacheLen) {
+		for _, s := range lm.HeldState(r.model, i, b, cacheLen, r.opts.KVDType) {
 			out[i] = append(out[i], tensors.FromShape(shapes.Make(r.stateDType(s), s.Shape...)))
 		}
 	}

@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -351,12 +352,14 @@ func TestBF16ActivationsDeviation(t *testing.T) {
 	activationsDeviation(t, loadDir(t, writeAs(t, "../testdata/stories260K-hf", safetensors.BF16)), Options{}, "bf16", 0.03)
 }
 
-// KV caches held in bf16 (Options.KVDType) under f32 compute: the caches
-// are allocated in bf16 (and counted so by lm.StateBytes), the logits stay
-// within bf16's rounding of the keys and values of the f32 caches'
-// (teacher-forced on the f32 greedy continuation), compiled and eager, and
-// a dtype other than f32 or bf16 is refused.
-func TestKVCacheBF16(t *testing.T) {
+// KV caches held in bf16 or int8 (Options.KVDType) under f32 compute: the
+// caches are allocated in that dtype, int8 ones with their f32 scales
+// after them (lm.HeldState; counted so by lm.StateBytes), the logits stay
+// within the rounding of the keys and values of the f32 caches'
+// (teacher-forced on the f32 greedy continuation), compiled and eager, on
+// the CPU engine and the go backend, and a dtype other than f32, bf16 or
+// int8 is refused.
+func TestKVCacheNarrow(t *testing.T) {
 	const dir = "../testdata/stories260K-hf"
 	prompt := []int{1, 403, 407, 261, 378}
 	l := loadDir(t, dir)
@@ -366,37 +369,57 @@ func TestKVCacheBF16(t *testing.T) {
 	}
 	tokens, want := steps(t, ref, prompt, 40, nil)
 	ref.Close()
-	for _, mode := range []Mode{Compiled, Eager} {
-		r, err := NewRunner(cpuBackend(t), l, Options{Mode: mode, KVDType: dtypes.BFloat16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := r.NewState()
-		if _, err := st.Prefill([][]int{prompt}, 8); err != nil {
-			t.Fatal(err)
-		}
-		var held int64
-		for i, layer := range st.tensors {
-			for j, s := range r.model.LayerState(i, 1, st.cacheLen) {
-				if got := layer[j].DType(); s.KV && got != dtypes.BFloat16 {
-					t.Errorf("%s: layer %d state %q held in %s, want bfloat16", mode, i, s.Name, got)
+	for _, c := range []struct {
+		kv    dtypes.DType
+		bound float64
+		be    func(testing.TB) backends.Backend
+		modes []Mode
+	}{
+		{dtypes.BFloat16, 0.03, cpuBackend, []Mode{Compiled, Eager}},
+		{dtypes.Int8, 0.05, cpuBackend, []Mode{Compiled, Eager}},
+		{dtypes.Int8, 0.05, goBackend, []Mode{Compiled}},
+	} {
+		for _, mode := range c.modes {
+			r, err := NewRunner(c.be(t), l, Options{Mode: mode, KVDType: c.kv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := fmt.Sprintf("%s %s %s", c.kv, r.backend.Name(), mode)
+			st := r.NewState()
+			if _, err := st.Prefill([][]int{prompt}, 8); err != nil {
+				t.Fatal(err)
+			}
+			var held int64
+			for i, layer := range st.tensors {
+				specs := lm.HeldState(r.model, i, 1, st.cacheLen, c.kv)
+				if len(layer) != len(specs) {
+					t.Fatalf("%s: layer %d holds %d state tensors, want %d", name, i, len(layer), len(specs))
 				}
-				held += int64(layer[j].Memory())
+				for j, s := range specs {
+					wantDT := c.kv
+					if strings.HasSuffix(s.Name, "_scale") {
+						wantDT = dtypes.Float32
+					}
+					if got := layer[j].DType(); s.KV && got != wantDT {
+						t.Errorf("%s: layer %d state %q held in %s, want %s", name, i, s.Name, got, wantDT)
+					}
+					held += int64(layer[j].Memory())
+				}
+			}
+			if n, ok := lm.StateBytes(r.model, 1, st.cacheLen, dtypes.Float32, c.kv); !ok || n != held {
+				t.Errorf("%s: lm.StateBytes %d (ok %v), the state holds %d", name, n, ok, held)
+			}
+			st.Release()
+			_, got := steps(t, r, prompt, 40, tokens)
+			r.Close()
+			rel, agree := deviation(got, want)
+			t.Logf("%s: KV cache against f32: max relative logit error %.4f, greedy agreement %.3f", name, rel, agree)
+			if rel == 0 || rel > c.bound || agree < 0.95 {
+				t.Errorf("%s: max relative logit error %.4f (want in (0, %g]), greedy agreement %.3f (want >= 0.95)", name, rel, c.bound, agree)
 			}
 		}
-		if n, ok := lm.StateBytes(r.model, 1, st.cacheLen, dtypes.Float32, dtypes.BFloat16); !ok || n != held {
-			t.Errorf("%s: lm.StateBytes %d (ok %v), the state holds %d", mode, n, ok, held)
-		}
-		st.Release()
-		_, got := steps(t, r, prompt, 40, tokens)
-		r.Close()
-		rel, agree := deviation(got, want)
-		t.Logf("%s: KV cache in bf16 against f32: max relative logit error %.4f, greedy agreement %.3f", mode, rel, agree)
-		if rel == 0 || rel > 0.03 || agree < 0.95 {
-			t.Errorf("%s: max relative logit error %.4f (want in (0, 0.03]), greedy agreement %.3f (want >= 0.95)", mode, rel, agree)
-		}
 	}
-	if _, err := NewRunner(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "Options.KVDType Float16: not supported") {
+	if _, err := NewRunner(cpuBackend(t), l, Options{KVDType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "Options.KVDType Float16: not supported (use float32, bfloat16 or int8)") {
 		t.Errorf("KVDType float16: err %v, want it refused", err)
 	}
 }

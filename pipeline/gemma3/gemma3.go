@@ -277,20 +277,20 @@ func (m *Model) optional(p *lm.Params, name string) *Node {
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h := m.norm(p, "input_layernorm.weight", x)
-	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
+	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
 	h = m.norm(p, "post_attention_layernorm.weight", h)
 	x = Add(x, h)
 	h = m.norm(p, "pre_feedforward_layernorm.weight", x)
 	mp := p.Scope("mlp")
 	h = nn.GatedMLP(h, mp.Get("gate_proj.weight"), nil, mp.Get("up_proj.weight"), nil, mp.Get("down_proj.weight"), nil, m.act)
 	h = m.norm(p, "post_feedforward_layernorm.weight", h)
-	return Add(x, h), []*Node{k, v}
+	return Add(x, h), c.State()
 }
 
 // attention is Gemma3Attention: projections, (1+w) q/k norms per head, the
 // local or global rotary embedding, cache write, soft-capped grouped-query
 // attention scaled by query_pre_attn_scalar^-0.5, o_proj.
-func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, kind string) (*Node, *Node, *Node) {
+func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
 	s := &m.spec
 	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), m.optional(p, "q_proj.bias")), s.Heads)   // [B, T, H, D]
 	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), m.optional(p, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
@@ -303,9 +303,9 @@ func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, ki
 	}
 	cos, sin := rope.CosSin(step, x.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	keys, values = nn.WriteKV(keys, values, k, v, step)
-	out := nn.Attention(q, keys, values, nn.AttentionBias(step, window), m.scale, m.attnSoftcap) // [B, T, H*D]
-	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), keys, values
+	c = nn.WriteKV(c, k, v, step)
+	out := nn.Attention(q, c, nn.AttentionBias(step, window), m.scale, m.attnSoftcap) // [B, T, H*D]
+	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), c
 }
 
 var _ lm.Finisher = (*Model)(nil)

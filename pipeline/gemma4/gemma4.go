@@ -242,7 +242,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	h := SliceAxis(x, 2, AxisRange(0, s.Hidden)) // the residual stream
 
 	residual := h
-	a, keys, values := m.attention(p, l, m.norm(h, p.Get("input_layernorm.weight")), state, step)
+	a, c := m.attention(p, l, m.norm(h, p.Get("input_layernorm.weight")), state, step)
 	h = Add(residual, m.norm(a, p.Get("post_attention_layernorm.weight")))
 
 	residual = h
@@ -264,7 +264,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	h = Mul(h, ExpandLeftToRank(ConvertDType(p.Get("layer_scalar"), h.DType()), h.Rank()))
 	var newState []*Node
 	if l.Source < 0 {
-		newState = []*Node{keys, values}
+		newState = c.State()
 	}
 	if rest != nil {
 		h = Concatenate([]*Node{h, rest}, 2)
@@ -275,13 +275,13 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // attention is Gemma4TextAttention on h (normed) for layer l: its output
 // and the caches it attended over (its own, with the step's keys and
 // values written, or for a sharing layer its source's, as given).
-func (m *Model) attention(p *lm.Params, l Layer, h *Node, state []*Node, step *lm.Step) (out, keys, values *Node) {
+func (m *Model) attention(p *lm.Params, l Layer, h *Node, state []*Node, step *lm.Step) (out *Node, c nn.KV) {
 	s := &m.o.Spec
 	a := p.Scope("self_attn")
 	cos, sin := m.o.Rope[l.Kind].CosSin(step, h.DType())
 	q := nn.SplitHeads(nn.Linear(h, a.Get("q_proj.weight"), nil), s.Heads) // [B, T, H, D]
 	q = nn.ApplyRope(m.norm(q, a.Get("q_norm.weight")), cos, sin)
-	keys, values = state[0], state[1]
+	c = nn.KVOf(state)
 	if l.Source < 0 {
 		kp := nn.SplitHeads(nn.Linear(h, a.Get("k_proj.weight"), nil), l.KVHeads) // [B, T, KV, D]
 		vp := kp
@@ -289,14 +289,14 @@ func (m *Model) attention(p *lm.Params, l Layer, h *Node, state []*Node, step *l
 			vp = nn.SplitHeads(nn.Linear(h, a.Get("v_proj.weight"), nil), l.KVHeads)
 		}
 		k := nn.ApplyRope(m.norm(kp, a.Get("k_norm.weight")), cos, sin)
-		keys, values = nn.WriteKV(keys, values, k, m.norm(vp, nil), step)
+		c = nn.WriteKV(c, k, m.norm(vp, nil), step)
 	}
 	window := 0
 	if l.Kind == lm.KindSliding {
 		window = s.SlidingWindow
 	}
-	o := nn.Attention(q, keys, values, nn.AttentionBias(step, window), 1, 0) // [B, T, H·D]
-	return nn.Linear(o, a.Get("o_proj.weight"), nil), keys, values
+	o := nn.Attention(q, c, nn.AttentionBias(step, window), 1, 0) // [B, T, H·D]
+	return nn.Linear(o, a.Get("o_proj.weight"), nil), c
 }
 
 // experts is the MoE half of the 26B-A4B's feed-forward on the layer's

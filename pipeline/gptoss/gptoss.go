@@ -266,17 +266,17 @@ func (m *Model) norm(x, w *Node) *Node {
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h := m.norm(x, p.Get("input_layernorm.weight"))
-	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
+	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
 	x = Add(x, h)
 	h = m.norm(x, p.Get("post_attention_layernorm.weight"))
 	x = Add(x, m.experts(p.Scope("mlp"), h, step))
-	return x, []*Node{k, v}
+	return x, c.State()
 }
 
 // attention is GptOssAttention: biased projections, rotary embedding,
 // cache write, grouped-query attention with sinks (windowed on sliding
 // layers), o_proj.
-func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, kind string) (*Node, *Node, *Node) {
+func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
 	s := m.Spec()
 	bias := func(name string) *Node {
 		if !m.o.QKVBias {
@@ -289,17 +289,17 @@ func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, ki
 	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), bias("v_proj.bias")), s.KVHeads) // [B, T, KV, D]
 	cos, sin := m.o.Rope.CosSin(step, x.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	keys, values = nn.WriteKV(keys, values, k, v, step)
+	c = nn.WriteKV(c, k, v, step)
 	window := 0
 	if kind == lm.KindSliding {
 		window = s.SlidingWindow
 	}
-	out := nn.AttentionSinks(q, keys, values, nn.AttentionBias(step, window), p.Get("sinks"), 0) // [B, T, H*D]
+	out := nn.AttentionSinks(q, c, nn.AttentionBias(step, window), p.Get("sinks"), 0) // [B, T, H*D]
 	var ob *Node
 	if m.o.OBias {
 		ob = p.Get("o_proj.bias")
 	}
-	return nn.Linear(out, p.Get("o_proj.weight"), ob), keys, values
+	return nn.Linear(out, p.Get("o_proj.weight"), ob), c
 }
 
 // experts is GptOssMLP on h [B, T, H]: the router's top-k, then the

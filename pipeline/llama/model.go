@@ -157,15 +157,15 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-	h, k, v := m.attention(p.Scope("self_attn"), h, state[0], state[1], step, m.LayerKind(i))
+	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
 	x = Add(x, h)
 	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
-	return x, h, []*Node{k, v}
+	return x, h, c.State()
 }
 
 // attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k
 // norms, rotary embedding, cache write, grouped-query attention, o_proj.
-func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, kind string) (*Node, *Node, *Node) {
+func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
 	s := &m.o.Spec
 	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")), s.Heads)   // [B, T, H, D]
 	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
@@ -176,13 +176,13 @@ func (m *Model) attention(p *lm.Params, x, keys, values *Node, step *lm.Step, ki
 	}
 	cos, sin := m.o.Rope.CosSin(step, x.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	keys, values = nn.WriteKV(keys, values, k, v, step)
+	c = nn.WriteKV(c, k, v, step)
 	window := 0
 	if kind == lm.KindSliding {
 		window = s.SlidingWindow
 	}
-	out := nn.Attention(q, keys, values, nn.AttentionBias(step, window), 0, 0) // [B, T, H*D]
-	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), keys, values
+	out := nn.Attention(q, c, nn.AttentionBias(step, window), 0, 0) // [B, T, H*D]
+	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
 }
 
 // mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)).

@@ -225,6 +225,36 @@ func (s StateSpec) HeldIn(compute, kv dtypes.DType) dtypes.DType {
 // NoSlots is StateSpec.SlotAxis of a state without cache slots.
 const NoSlots = -1
 
+// HeldState is layer i's state as an executor holds it with its KV caches
+// in kv (InvalidDType: the compute dtype): m.LayerState, and with 8-bit
+// caches (kv Int8) one scale per slot and KV head for each KV cache,
+// after the layer's own tensors in the order of their caches. A KV cache
+// is [B, KVHeads, S, D] or, transposed, [B, KVHeads, D, S] (its SlotAxis
+// says which); its scales are f32 [B, KVHeads, S], named as the cache
+// with "_scale" after it, and count as KV state (they shard and shift as
+// the caches do). Layer receives and returns its state in this order
+// (pipeline/nn.KVOf reads it).
+func HeldState(m Model, i, batch, cacheLen int, kv dtypes.DType) []StateSpec {
+	specs := m.LayerState(i, batch, cacheLen)
+	if kv != dtypes.Int8 {
+		return specs
+	}
+	held := slices.Clone(specs)
+	for _, s := range specs {
+		if !s.KV || s.DType != dtypes.InvalidDType || len(s.Shape) != 4 || (s.SlotAxis != 2 && s.SlotAxis != 3) {
+			continue
+		}
+		held = append(held, StateSpec{
+			Name:     s.Name + "_scale",
+			Shape:    []int{s.Shape[0], s.Shape[1], s.Shape[s.SlotAxis]},
+			DType:    dtypes.Float32,
+			SlotAxis: 2,
+			KV:       true,
+		})
+	}
+	return held
+}
+
 // CheckState reports a StateSpec whose SlotAxis is not NoSlots nor an
 // axis after the batch of the given cache length: an architecture that
 // declares its state wrongly, named with its layer.
@@ -262,13 +292,14 @@ type Model interface {
 	// Layers of the same kind have identically shaped weights and state.
 	LayerKind(i int) string
 	// LayerState lists the state tensors of layer i for a batch and a
-	// static cache length.
+	// static cache length (executors hold them as HeldState says).
 	LayerState(i int, batch, cacheLen int) []StateSpec
 	// Embed maps token ids [B, T] (int32) to hidden states [B, T, Hidden].
 	Embed(w *Params, tokens *graph.Node) *graph.Node
 	// Layer runs decoder layer i on hidden states [B, T, Hidden] for the
-	// step described by step, reading its state (ordered as LayerState) and
-	// returning the new hidden states and the new state.
+	// step described by step, reading its state (ordered as HeldState:
+	// LayerState's, then any KV scales) and returning the new hidden states
+	// and the new state in the same order.
 	Layer(i int, w *Params, x *graph.Node, state []*graph.Node, step *Step) (*graph.Node, []*graph.Node)
 	// Head maps hidden states [B, Hidden] to logits [B, VocabSize] (float32
 	// or the compute dtype).

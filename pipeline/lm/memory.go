@@ -21,7 +21,7 @@ func StateBytes(m Model, batch, cacheLen int, dtype, kv dtypes.DType) (n int64, 
 	}
 	var total uint64
 	for i := 0; i < m.Spec().Layers; i++ {
-		for _, s := range m.LayerState(i, batch, cacheLen) {
+		for _, s := range HeldState(m, i, batch, cacheLen, kv) {
 			size := uint64(s.HeldIn(dtype, kv).Size())
 			for _, d := range s.Shape {
 				if d < 0 {

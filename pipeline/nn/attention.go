@@ -22,6 +22,8 @@ const (
 )
 
 // KVCacheState returns the StateSpecs of one attention layer's caches.
+// Executors hold them as lm.HeldState says: in int8 with their scales
+// after them, which KVOf reads.
 func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
 	return []lm.StateSpec{
 		{Name: "key", Shape: []int{batch, kvHeads, cacheLen, headDim}, SlotAxis: KeyCacheAxis, KV: true},
@@ -60,6 +62,58 @@ func UpdateCache(cache, update, start *Node, axis int, dynamicUpdateSlice bool) 
 		}
 	}
 	return BackendScatterSum(cache, indices, update, 1, window, []int{axis}, []int{axis}, true, true)
+}
+
+// KV is one attention layer's key and value caches as its state holds
+// them: keys [B, KV, S, D] and values [B, KV, D, S] in the compute dtype,
+// bf16 or int8, and with int8 caches each one's scales [B, KV, S] (f32:
+// slot s of head h holds keys[.., h, s, :]·KeyScales[.., h, s], and so
+// for values). The scales are nil for caches of any other dtype.
+type KV struct {
+	Keys, Values           *Node
+	KeyScales, ValueScales *Node
+}
+
+// KVOf reads a layer's KV state in lm.HeldState's order: the two caches,
+// then their scales when the caches are int8.
+func KVOf(state []*Node) KV {
+	c := KV{Keys: state[0], Values: state[1]}
+	if c.Keys.DType() == dtypes.Int8 {
+		if len(state) < 4 {
+			panic(fmt.Errorf("KVOf: int8 caches without their scales (%d state tensors)", len(state)))
+		}
+		c.KeyScales, c.ValueScales = state[2], state[3]
+	}
+	return c
+}
+
+// State returns the caches in lm.HeldState's order, as Layer returns its
+// state.
+func (c KV) State() []*Node {
+	if c.KeyScales != nil {
+		return []*Node{c.Keys, c.Values, c.KeyScales, c.ValueScales}
+	}
+	return []*Node{c.Keys, c.Values}
+}
+
+// quantizeKV rounds x to int8 with one scale per position along all axes
+// but axis: scales = max|x| over axis / 127 (f32, axis removed) and codes
+// round(x / scales), so that codes·scales is x to within half a scale. A
+// position of zeros has scale 0 and codes 0.
+func quantizeKV(x *Node, axis int) (codes, scales *Node) {
+	g := x.Graph()
+	x = ConvertDType(x, dtypes.Float32)
+	scales = DivScalar(ReduceMax(Abs(x), axis), 127)
+	inv := Div(ScalarOne(g, dtypes.Float32), Max(scales, Scalar(g, dtypes.Float32, math.SmallestNonzeroFloat32)))
+	codes = Round(Mul(x, ExpandAxes(inv, axis)))
+	codes = ClipScalar(codes, -127, 127) // a non-finite x
+	return ConvertDType(codes, dtypes.Int8), scales
+}
+
+// dequantizeKV is cache·scales in f32, the scales [B, KV, S] broadcast
+// over the cache's other axis (axis, the head dimension).
+func dequantizeKV(cache, scales *Node, axis int) *Node {
+	return Mul(ConvertDType(cache, dtypes.Float32), ExpandAxes(scales, axis))
 }
 
 // AttentionBias returns the additive attention bias [B, 1, T, 1, S]
@@ -104,8 +158,8 @@ func AttentionBias(step *lm.Step, window int) *Node {
 // 0, masked, and normalized in float32; the probabilities are cast back to
 // the compute dtype for the value matmul, as in transformers' eager
 // attention.
-func Attention(q, keys, values, bias *Node, scale, softcap float64) *Node {
-	return attention(q, keys, values, bias, scale, softcap, nil)
+func Attention(q *Node, c KV, bias *Node, scale, softcap float64) *Node {
+	return attention(q, c, bias, scale, softcap, nil)
 }
 
 // AttentionSinks is Attention with attention sinks (GPT-OSS's
@@ -113,12 +167,13 @@ func Attention(q, keys, values, bias *Node, scale, softcap float64) *Node {
 // joins each row of scores as one more column before the softmax, and its
 // probability is dropped after it, so that a head can give less than all
 // its attention to the cache.
-func AttentionSinks(q, keys, values, bias, sinks *Node, scale float64) *Node {
-	return attention(q, keys, values, bias, scale, 0, sinks)
+func AttentionSinks(q *Node, c KV, bias, sinks *Node, scale float64) *Node {
+	return attention(q, c, bias, scale, 0, sinks)
 }
 
 // attention is Attention, with sinks when sinks is not nil.
-func attention(q, keys, values, bias *Node, scale, softcap float64, sinks *Node) *Node {
+func attention(q *Node, c KV, bias *Node, scale, softcap float64, sinks *Node) *Node {
+	keys, values := c.Keys, c.Values
 	dims := q.Shape().Dimensions
 	b, t, h, d := dims[0], dims[1], dims[2], dims[3]
 	kv := keys.Shape().Dimensions[1]
@@ -129,11 +184,19 @@ func attention(q, keys, values, bias *Node, scale, softcap float64, sinks *Node)
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(d))
 	}
+	keyScales, valueScales := c.KeyScales, c.ValueScales
 	if w := bias.Shape().Dimensions[4]; w < keys.Shape().Dimensions[KeyCacheAxis] {
 		keys = SliceAxis(keys, KeyCacheAxis, AxisRange(0, w))
 		values = SliceAxis(values, ValueCacheAxis, AxisRange(0, w))
+		if keyScales != nil {
+			keyScales = SliceAxis(keyScales, 2, AxisRange(0, w))
+			valueScales = SliceAxis(valueScales, 2, AxisRange(0, w))
+		}
 	}
 	dtype := q.DType()
+	if keyScales != nil { // int8 caches: dequantised as read, in f32
+		keys, values = dequantizeKV(keys, keyScales, 3), dequantizeKV(values, valueScales, 2)
+	}
 	if keys.DType() != dtype { // caches held in another dtype (compile.Options.KVDType)
 		keys, values = ConvertDType(keys, dtype), ConvertDType(values, dtype)
 	}
@@ -165,13 +228,22 @@ func SplitHeads(x *Node, heads int) *Node {
 }
 
 // WriteKV stores new keys and values [B, T, KV, D] into the layer's caches
-// at the step's slots and returns the updated caches.
-func WriteKV(keyCache, valueCache, k, v *Node, step *lm.Step) (*Node, *Node) {
+// at the step's slots and returns the updated caches. Into int8 caches
+// each slot's key and value of a head is written as int8 with its scale
+// (quantizeKV: the largest magnitude over 127).
+func WriteKV(c KV, k, v *Node, step *lm.Step) KV {
 	kT := TransposeAllDims(k, 0, 2, 1, 3) // [B, KV, T, D]
 	vT := TransposeAllDims(v, 0, 2, 3, 1) // [B, KV, D, T]
-	keyCache = UpdateCache(keyCache, kT, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
-	valueCache = UpdateCache(valueCache, vT, step.Start, ValueCacheAxis, step.DynamicUpdateSlice)
-	return keyCache, valueCache
+	if c.KeyScales != nil {
+		var ks, vs *Node
+		kT, ks = quantizeKV(kT, 3) // scales [B, KV, T]
+		vT, vs = quantizeKV(vT, 2)
+		c.KeyScales = UpdateCache(c.KeyScales, ks, step.Start, 2, step.DynamicUpdateSlice)
+		c.ValueScales = UpdateCache(c.ValueScales, vs, step.Start, 2, step.DynamicUpdateSlice)
+	}
+	c.Keys = UpdateCache(c.Keys, kT, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
+	c.Values = UpdateCache(c.Values, vT, step.Start, ValueCacheAxis, step.DynamicUpdateSlice)
+	return c
 }
 
 // MultiHeadAttention is the uncached scaled dot-product attention of the

@@ -228,9 +228,9 @@ func (m *Model) mix(i int, p *lm.Params, x *Node, state []*Node, step *lm.Step) 
 		h, conv, rec = m.gatedDeltaNet(p.Scope("linear_attn"), h, state[0], state[1], step)
 		out = []*Node{conv, rec}
 	} else {
-		var keys, values *Node
-		h, keys, values = m.gatedAttention(p.Scope("self_attn"), h, state[0], state[1], step)
-		out = []*Node{keys, values}
+		var c nn.KV
+		h, c = m.gatedAttention(p.Scope("self_attn"), h, nn.KVOf(state), step)
+		out = c.State()
 	}
 	x = Add(x, h)
 	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, true), out
@@ -286,7 +286,7 @@ var _ lm.Routed = (*Model)(nil)
 // gate per head; (1+w) q/k norms over head_dim; partial rotary embedding;
 // grouped-query attention over the KV cache; the output is multiplied by
 // sigmoid(gate) before o_proj.
-func (m *Model) gatedAttention(p *lm.Params, x, keys, values *Node, step *lm.Step) (*Node, *Node, *Node) {
+func (m *Model) gatedAttention(p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
 	dims := x.Shape().Dimensions
 	b, t, d := dims[0], dims[1], s.HeadDim
@@ -300,10 +300,10 @@ func (m *Model) gatedAttention(p *lm.Params, x, keys, values *Node, step *lm.Ste
 	k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, true)
 	cos, sin := m.o.Rope.CosSin(step, x.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	keys, values = nn.WriteKV(keys, values, k, v, step)
-	out := nn.Attention(q, keys, values, nn.AttentionBias(step, 0), 0, 0) // [B, T, H*D]
+	c = nn.WriteKV(c, k, v, step)
+	out := nn.Attention(q, c, nn.AttentionBias(step, 0), 0, 0) // [B, T, H*D]
 	out = Mul(out, Sigmoid(gate))
-	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), keys, values
+	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), c
 }
 
 // gatedDeltaNet is Qwen3_5GatedDeltaNet: padding positions are zeroed

@@ -94,7 +94,7 @@ func TestVisibleSpans(t *testing.T) {
 			}
 			attend := func(in []*graph.Node) *graph.Node {
 				step := lm.NewStep(b, c.t, s, in[3], in[4], true)
-				return nn.Attention(in[0], in[1], in[2], nn.AttentionBias(step, 0), 0, 0)
+				return nn.Attention(in[0], nn.KV{Keys: in[1], Values: in[2]}, nn.AttentionBias(step, 0), 0, 0)
 			}
 			exec := func(be backends.Backend, k, v []float32) []float64 {
 				args := []any{tensor(q, c.compute, b, c.t, h, d), tensor(k, c.cache, b, kv, s, d), tensor(v, c.cache, b, kv, d, s),
@@ -169,7 +169,7 @@ func BenchmarkVisibleSpans(b *testing.B) {
 					}
 					exec, err := graph.NewExec(be, func(in []*graph.Node) *graph.Node {
 						step := lm.NewStep(rows, 1, s, in[3], in[4], true)
-						return nn.Attention(in[0], in[1], in[2], nn.AttentionBias(step, 0), 0, 0)
+						return nn.Attention(in[0], nn.KV{Keys: in[1], Values: in[2]}, nn.AttentionBias(step, 0), 0, 0)
 					})
 					if err != nil {
 						b.Fatal(err)
