@@ -56,6 +56,10 @@ type dotAux struct {
 	// rows, whose visible spans bound the columns or the contraction.
 	visible int
 	rows    shapes.Shape
+	// kv8 is set by rewriteKVInt8 (kvint8.go) when the inputs are lhs, an
+	// int8 KV cache [B, N, K] and its f32 scales, one per row (kv8Rows)
+	// or per contraction column (kv8Cols).
+	kv8 int
 	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
 	// backend rounds the activations of such products to bf16
 	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
@@ -183,6 +187,7 @@ func rewrite(nodes []*node, act actKind) {
 		rewriteFP8(n)
 		rewriteGrouped(n, act)
 		rewriteRemap(n)
+		rewriteKVInt8(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}
@@ -213,10 +218,12 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
 	out := st.alloc(n.shape)
 	var spans []int32
-	if a.visible != visibleNone {
-		spans = visibleSpans(a, in[2].data.([]float32), n.inputs[2].shape)
+	if a.visible != visibleNone { // the mask is the last input
+		spans = visibleSpans(a, in[len(in)-1].data.([]float32), n.inputs[len(in)-1].shape)
 	}
 	switch {
+	case a.kv8 != kv8None:
+		dotKVInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32), spans)
 	case a.int8Group > 0:
 		dotInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32))
 	case a.fp8B0 > 0:

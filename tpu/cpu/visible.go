@@ -89,7 +89,7 @@ func rewriteVisible(nodes, outputs []*node) {
 		}
 	}
 	for _, v := range nodes {
-		if v.op != backends.OpTypeDotGeneral || len(v.inputs) != 2 {
+		if v.op != backends.OpTypeDotGeneral {
 			continue
 		}
 		p := v.inputs[0]
@@ -102,7 +102,7 @@ func rewriteVisible(nodes, outputs []*node) {
 		if a, ok := plainProduct(v, p.shape, true); ok {
 			a.visible, a.rows = visibleK, p.shape
 			v.aux = a
-			v.inputs = []*node{v.inputs[0], v.inputs[1], p.inputs[1]}
+			v.inputs = append(slices.Clone(v.inputs), p.inputs[1])
 			visibleRewrites.Add(1)
 		}
 	}
@@ -130,12 +130,16 @@ func liveUsers(nodes, outputs []*node) []int {
 }
 
 // plainProduct returns a copy of d's dotAux when d is an unquantised
-// product (two inputs, f32 or 16-bit) laid out over rows, the softmax's
+// product (two inputs, f32 or 16-bit) or one over an int8 KV cache (three:
+// the cache's scales, kvint8.go) laid out over rows, the softmax's
 // shape [..., S]: as its output (scores: products of M rows by S
 // columns), or, with contracting, as its lhs, contracted over S and read
 // in place.
 func plainProduct(d *node, rows shapes.Shape, contracting bool) (*dotAux, bool) {
-	if d.op != backends.OpTypeDotGeneral || len(d.inputs) != 2 {
+	if d.op != backends.OpTypeDotGeneral {
+		return nil, false
+	}
+	if want := 2 + min(d.aux.(*dotAux).kv8, 1); len(d.inputs) != want {
 		return nil, false
 	}
 	if dt := d.shape.DType; dt != dtypes.Float32 && !is16(dt) {

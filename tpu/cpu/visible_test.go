@@ -23,8 +23,10 @@ import (
 // values product cuts it: at most 5/8 of the cache), the result is
 // finite and equals the go backend's on the same caches holding zeros
 // there, for a decode step and a prefill
-// piece, grouped heads, f32 and bf16 caches under f32 compute, and bf16
-// compute. Both products of each attention are rewritten.
+// piece, grouped heads, f32, bf16 and int8 caches under f32 compute, and
+// bf16 compute. Both products of each attention are rewritten, and under
+// f32 compute both read an int8 cache in place (rewriteKVInt8; its
+// poison is in the scales).
 func TestVisibleSpans(t *testing.T) {
 	ref, cpuB := backendsForTest(t)
 	const b, kv, h, d, s = 3, 2, 4, 16, 64
@@ -39,6 +41,9 @@ func TestVisibleSpans(t *testing.T) {
 		{"decode bf16", 1, 53, dtypes.BFloat16, dtypes.BFloat16},
 		{"prefill f32", 5, 44, dtypes.Float32, dtypes.Float32},
 		{"prefill f32, bf16 cache", 5, 44, dtypes.Float32, dtypes.BFloat16},
+		{"decode f32, int8 cache", 1, 50, dtypes.Float32, dtypes.Int8},
+		{"prefill f32, int8 cache", 5, 44, dtypes.Float32, dtypes.Int8},
+		{"decode bf16, int8 cache", 1, 53, dtypes.BFloat16, dtypes.Int8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(51, uint64(c.t)))
@@ -58,6 +63,27 @@ func TestVisibleSpans(t *testing.T) {
 			// The reference reads zeros there.
 			cleanK, cleanV := append([]float32(nil), keys...), append([]float32(nil), values...)
 			nan := float32(math.NaN())
+			// An int8 cache holds codes (the values above, scaled to
+			// ±127) with a scale per slot and head: the poison and the
+			// garbage go into the scales, the codes stay.
+			int8Cache := c.cache == dtypes.Int8
+			var kCodes, vCodes []int8
+			var kScales, vScales, cleanKS, cleanVS []float32
+			if int8Cache {
+				code := func(x []float32) []int8 {
+					out := make([]int8, len(x))
+					for i, v := range x {
+						out[i] = int8(max(-127, min(127, math.Round(float64(v)*40))))
+					}
+					return out
+				}
+				kCodes, vCodes = code(keys), code(values)
+				kScales, vScales = make([]float32, b*kv*s), make([]float32, b*kv*s)
+				for i := range kScales {
+					kScales[i], vScales[i] = 0.0225+0.005*r.Float32(), 0.0225+0.005*r.Float32() // about 1/40: the values above
+				}
+				cleanKS, cleanVS = append([]float32(nil), kScales...), append([]float32(nil), vScales...)
+			}
 			for bi := range b {
 				lo, hi := int(pads[bi]), c.start+c.t
 				w0, w1 := lo&^15, min(s, (hi+15)&^15)
@@ -72,6 +98,12 @@ func TestVisibleSpans(t *testing.T) {
 						garbage := nan
 						if slot >= w0 && slot < w1 {
 							garbage = 1e3
+						}
+						if int8Cache {
+							si := (bi*kv+k)*s + slot
+							kScales[si], cleanKS[si] = nan, 0
+							vScales[si], cleanVS[si] = garbage, 0
+							continue
 						}
 						for j := range d {
 							ki := ((bi*kv+k)*s+slot)*d + j
@@ -94,11 +126,24 @@ func TestVisibleSpans(t *testing.T) {
 			}
 			attend := func(in []*graph.Node) *graph.Node {
 				step := lm.NewStep(b, c.t, s, in[3], in[4], true)
-				return nn.Attention(in[0], nn.KV{Keys: in[1], Values: in[2]}, nn.AttentionBias(step, 0), 0, 0)
+				cache := nn.KV{Keys: in[1], Values: in[2]}
+				if int8Cache {
+					cache.KeyScales, cache.ValueScales = in[5], in[6]
+				}
+				return nn.Attention(in[0], cache, nn.AttentionBias(step, 0), 0, 0)
 			}
 			exec := func(be backends.Backend, k, v []float32) []float64 {
-				args := []any{tensor(q, c.compute, b, c.t, h, d), tensor(k, c.cache, b, kv, s, d), tensor(v, c.cache, b, kv, d, s),
+				var kt, vt *tensors.Tensor
+				if int8Cache { // k and v are the scales
+					kt, vt = tensors.FromFlatDataAndDimensions(kCodes, b, kv, s, d), tensors.FromFlatDataAndDimensions(vCodes, b, kv, d, s)
+				} else {
+					kt, vt = tensor(k, c.cache, b, kv, s, d), tensor(v, c.cache, b, kv, d, s)
+				}
+				args := []any{tensor(q, c.compute, b, c.t, h, d), kt, vt,
 					tensors.FromFlatDataAndDimensions(pads, b), tensors.FromScalar(int32(c.start))}
+				if int8Cache {
+					args = append(args, tensors.FromFlatDataAndDimensions(k, b, kv, s), tensors.FromFlatDataAndDimensions(v, b, kv, s))
+				}
 				out, err := graph.ExecOnce(be, attend, args...)
 				if err != nil {
 					t.Fatal(err)
@@ -108,17 +153,24 @@ func TestVisibleSpans(t *testing.T) {
 				}
 				return asFloat64(tensors.MustCopyFlatData[float32](out))
 			}
-			before := visibleRewrites.Load()
-			got := exec(cpuB, keys, values)
+			before, before8 := visibleRewrites.Load(), kvInt8Rewrites.Load()
+			k, v, ck, cv := keys, values, cleanK, cleanV
+			if int8Cache {
+				k, v, ck, cv = kScales, vScales, cleanKS, cleanVS
+			}
+			got := exec(cpuB, k, v)
 			if n := visibleRewrites.Load() - before; n != 2 {
 				t.Errorf("%d products given the mask, want 2", n)
+			}
+			if n, want := kvInt8Rewrites.Load()-before8, map[bool]int64{true: 2}[int8Cache && c.compute == dtypes.Float32]; n != want {
+				t.Errorf("%d products read the int8 cache in place, want %d", n, want)
 			}
 			for i, v := range got {
 				if math.IsNaN(v) {
 					t.Fatalf("element %d is NaN: a masked slot was read", i)
 				}
 			}
-			compareFlat(t, c.name, c.compute, got, exec(ref, cleanK, cleanV))
+			compareFlat(t, c.name, c.compute, got, exec(ref, ck, cv))
 		})
 	}
 }

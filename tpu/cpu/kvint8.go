@@ -1,0 +1,182 @@
+package cpu
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
+)
+
+// int8 KV caches. pipeline/nn holds a KV cache in int8 with one f32 scale
+// per slot and head (compile.Options.KVDType int8) and attention reads it
+// dequantised,
+//
+//	Mul(ConvertDType(q int8 [B.., N, K], f32), scales f32 [B.., N, 1] or [B.., 1, K])
+//
+// keys [B, KV, S, D] with their scales along the product's rows (N = S,
+// the scores' columns) and the transposed values [B, KV, D, S] with
+// theirs along its contraction (K = S). rewriteKVInt8 finds that form as
+// the right operand of an f32 batched DotGeneral in the NT layout; the
+// product then reads the int8 cache directly (kernels.GemmInt8NT, the
+// weight-only int8 kernels, one scale a row: the key scales, or ones),
+// with the value scales multiplied into a copy of the probabilities
+// first, and the f32 cache is never made. It stays a plain product to
+// rewriteVisible (visible.go), which bounds it by the mask as it does the
+// f32 and 16-bit caches' products. The sums are the f32 cache's up to
+// their order.
+
+// Where a KV product's scales run (dotAux.kv8).
+const (
+	kv8None = iota
+	kv8Rows // one scale per rhs row (N): keys
+	kv8Cols // one scale per contraction column (K): the transposed values
+)
+
+// kvInt8Cache matches the dequantised cache at r for a product of a's
+// layout (NT, rhs [B.., N, K] in place) and returns the int8 cache, the
+// scales and where they run. The Mul's operands may come in either order,
+// and the scales through a BroadcastInDim to the cache's shape.
+func kvInt8Cache(a *dotAux, r *node) (q, scales *node, kind int, ok bool) {
+	if r.op != backends.OpTypeMul || r.shape.DType != dtypes.Float32 || r.shape.Rank() < 2 {
+		return nil, nil, kv8None, false
+	}
+	rank := r.shape.Rank()
+	ident := make([]int, rank)
+	for i := range ident {
+		ident[i] = i
+	}
+	for _, k := range [][2]int{{0, 1}, {1, 0}} {
+		c, b := r.inputs[k[0]], r.inputs[k[1]]
+		if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Int8 {
+			continue
+		}
+		s := b // the backend's Mul broadcasts an axis of 1 itself
+		if b.op == backends.OpTypeBroadcastInDim && slices.Equal(b.aux.([]int), ident) {
+			s = b.inputs[0]
+		}
+		if s.shape.DType != dtypes.Float32 || s.shape.Rank() != rank {
+			continue
+		}
+		d, sd := r.shape.Dimensions, s.shape.Dimensions
+		if !slices.Equal(sd[:rank-2], d[:rank-2]) || s.shape.Size()*max(d[rank-1], d[rank-2]) == 0 {
+			continue
+		}
+		switch {
+		case sd[rank-2] == d[rank-2] && sd[rank-1] == 1 && a.n == d[rank-2] && a.k == d[rank-1]:
+			return c.inputs[0], s, kv8Rows, true
+		case sd[rank-2] == 1 && sd[rank-1] == d[rank-1] && a.k == d[rank-1]:
+			return c.inputs[0], s, kv8Cols, true
+		}
+	}
+	return nil, nil, kv8None, false
+}
+
+// rewriteKVInt8 points f32 DotGenerals at int8 KV caches where the right
+// operand is the dequantisation form, in the NT layout.
+func rewriteKVInt8(n *node) {
+	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+		return
+	}
+	a, r := n.aux.(*dotAux), n.inputs[1]
+	if a.rhsFrom16 || a.int8Group > 0 || a.kv8 != kv8None || !isIdentity(a.rhsNT, r.shape.Dimensions) {
+		return
+	}
+	q, scales, kind, ok := kvInt8Cache(a, r)
+	if !ok {
+		return
+	}
+	b := *a
+	b.kv8 = kind
+	n.aux = &b
+	n.inputs = []*node{n.inputs[0], q, scales}
+	kvInt8Rewrites.Add(1)
+}
+
+// kvInt8Rewrites counts products given an int8 cache (read by tests).
+var kvInt8Rewrites atomic.Int64
+
+// dotKVInt8 is the product with an int8 cache q [B, N, K] and its scales
+// (a.kv8: [B, N] or [B, K]); spans as dotF32's.
+func dotKVInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32, spans []int32) {
+	B, M, N, K := a.b, a.m, a.n, a.k
+	if K == 0 {
+		clear(out)
+		return
+	}
+	one := ones(N)
+	gemm := func(bi int) {
+		lo, ro, oo := bi*M*K, bi*N*K, bi*M*N
+		x := lhs[lo : lo+M*K]
+		rowScales := one
+		if a.kv8 == kv8Rows {
+			rowScales = scales[bi*N : (bi+1)*N]
+		} else {
+			buf := permPool.Get().(*[]float32)
+			defer permPool.Put(buf)
+			if cap(*buf) < M*K {
+				*buf = make([]float32, M*K)
+			}
+			x = (*buf)[:M*K]
+			col := scales[bi*K : (bi+1)*K]
+			for i := range M {
+				xi, li := x[i*K:(i+1)*K], lhs[lo+i*K:lo+(i+1)*K]
+				for p, s := range col {
+					xi[p] = li[p] * s
+				}
+			}
+		}
+		switch {
+		case spans == nil:
+			kernels.GemmInt8NT(M, N, K, x, K, q[ro:], K, rowScales, K, out[oo:], N)
+		case a.visible == visibleN:
+			s0, s1 := int(spans[2*bi]), int(spans[2*bi+1])
+			for i := range M {
+				row := out[oo+i*N : oo+i*N+N]
+				clear(row[:s0])
+				clear(row[s1:])
+			}
+			if s1 > s0 {
+				kernels.GemmInt8NT(M, s1-s0, K, x, K, q[ro+s0*K:], K, rowScales[s0:], K, out[oo+s0:], N)
+			}
+		default: // visibleK, as dotF32
+			s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
+			if 8*(s1-s0) > 5*K {
+				s0, s1 = 0, K
+			}
+			kernels.GemmInt8NT(M, N, s1-s0, x[s0:], K, q[ro+s0:], K, rowScales, s1-s0, out[oo:], N)
+		}
+	}
+	if B > 1 && (B >= 4*kernels.Threads() || M*N*K < 1<<18) {
+		kernels.Parallel(B, 1, func(lo, hi int) {
+			for bi := lo; bi < hi; bi++ {
+				gemm(bi)
+			}
+		})
+		return
+	}
+	for bi := 0; bi < B; bi++ {
+		gemm(bi)
+	}
+}
+
+// ones returns n ones (shared: read only).
+func ones(n int) []float32 {
+	onesMu.Lock()
+	defer onesMu.Unlock()
+	if len(onesBuf) < n {
+		onesBuf = make([]float32, max(n, 2*len(onesBuf), 1024))
+		for i := range onesBuf {
+			onesBuf[i] = 1
+		}
+	}
+	return onesBuf[:n]
+}
+
+var (
+	onesMu  sync.Mutex
+	onesBuf []float32
+)
