@@ -98,16 +98,16 @@ func (c KV) State() []*Node {
 
 // quantizeKV rounds x to int8 with one scale per position along all axes
 // but axis: scales = max|x| over axis / 127 (f32, axis removed) and codes
-// round(x / scales), so that codes·scales is x to within half a scale. A
-// position of zeros has scale 0 and codes 0.
+// round(x / scales) (ties as the backend's Round), so that codes·scales
+// is x to within half a scale and no code leaves ±127. A position of
+// zeros has scale 0 and codes 0 (it divides by the smallest float
+// instead).
 func quantizeKV(x *Node, axis int) (codes, scales *Node) {
 	g := x.Graph()
 	x = ConvertDType(x, dtypes.Float32)
 	scales = DivScalar(ReduceMax(Abs(x), axis), 127)
-	inv := Div(ScalarOne(g, dtypes.Float32), Max(scales, Scalar(g, dtypes.Float32, math.SmallestNonzeroFloat32)))
-	codes = Round(Mul(x, ExpandAxes(inv, axis)))
-	codes = ClipScalar(codes, -127, 127) // a non-finite x
-	return ConvertDType(codes, dtypes.Int8), scales
+	div := Max(scales, Scalar(g, dtypes.Float32, math.SmallestNonzeroFloat32))
+	return ConvertDType(Round(Div(x, ExpandAxes(div, axis))), dtypes.Int8), scales
 }
 
 // dequantizeKV is cache·scales in f32, the scales [B, KV, S] broadcast

@@ -13,7 +13,8 @@ import (
 )
 
 // quantizeKV gives, per position along every axis but the quantised one,
-// the scale max|x|/127 and codes round(x·(1/scale)) (half to even), so
+// the scale max|x|/127 and codes round(x/scale) (half away from zero, as
+// the go backend rounds), so
 // that codes·scales is x to within half a scale; a position of zeros has
 // scale and codes 0. Checked along both axes the caches quantise.
 func TestQuantizeKV(t *testing.T) {
@@ -60,7 +61,7 @@ func TestQuantizeKV(t *testing.T) {
 			}
 			want := float32(0)
 			if scale > 0 {
-				want = float32(math.RoundToEven(float64(x[i] * (1 / scale))))
+				want = float32(math.Round(float64(x[i] / scale)))
 			}
 			if codes[i] != want {
 				t.Fatalf("axis %d: code %d = %g, want %g (x %g, scale %g)", axis, i, codes[i], want, x[i], scale)

@@ -188,6 +188,7 @@ func rewrite(nodes []*node, act actKind) {
 		rewriteGrouped(n, act)
 		rewriteRemap(n)
 		rewriteKVInt8(n)
+		rewriteQuantizeKV(n)
 		if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
 			continue
 		}

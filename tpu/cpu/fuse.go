@@ -48,6 +48,8 @@ func opName(op backends.OpType) string {
 		return "rotary embedding"
 	case opTypeRemap:
 		return "slot remap"
+	case opTypeQuantizeKV:
+		return "int8 KV quantisation"
 	}
 	return op.String()
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -180,3 +181,94 @@ var (
 	onesMu  sync.Mutex
 	onesBuf []float32
 )
+
+// Writing an int8 cache: pipeline/nn quantises each new key and value of
+// a head as
+//
+//	ConvertDType(Round(Div(x f32, d f32)), int8)
+//
+// d being x's shape with one axis of 1 (the scales, broadcast by the
+// backend's Div). rewriteQuantizeKV runs that as one node, a pass over x
+// writing the int8 codes, where it was three passes and two f32
+// temporaries. Each value is the same: the f32 quotient, rounded half
+// away from zero as the Round op rounds.
+
+const opTypeQuantizeKV = backends.OpTypeLast + 105
+
+// quantizeKVAux: x's shape as outer × mid × inner around d's axis of 1.
+type quantizeKVAux struct {
+	outer, mid, inner int
+}
+
+// rewriteQuantizeKV finds the form above at every ConvertDType to int8.
+func rewriteQuantizeKV(n *node) {
+	if n.op != backends.OpTypeConvertDType || n.shape.DType != dtypes.Int8 || n.aliasesInput {
+		return
+	}
+	r := n.inputs[0]
+	if r.op != backends.OpTypeRound || r.shape.DType != dtypes.Float32 {
+		return
+	}
+	dv := r.inputs[0]
+	if dv.op != backends.OpTypeDiv || len(dv.inputs) != 2 {
+		return
+	}
+	x, d := dv.inputs[0], dv.inputs[1]
+	xs, ds := x.shape, d.shape
+	if xs.DType != dtypes.Float32 || ds.DType != dtypes.Float32 || !slices.Equal(xs.Dimensions, n.shape.Dimensions) || ds.Rank() != xs.Rank() {
+		return
+	}
+	axis := -1
+	for i, dim := range ds.Dimensions {
+		switch {
+		case dim == xs.Dimensions[i]:
+		case dim == 1 && axis < 0:
+			axis = i
+		default:
+			return
+		}
+	}
+	if axis < 0 {
+		return
+	}
+	a := quantizeKVAux{outer: 1, mid: xs.Dimensions[axis], inner: 1}
+	for _, dim := range xs.Dimensions[:axis] {
+		a.outer *= dim
+	}
+	for _, dim := range xs.Dimensions[axis+1:] {
+		a.inner *= dim
+	}
+	n.op, n.fn, n.aux = opTypeQuantizeKV, execQuantizeKV, a
+	n.inputs = []*node{x, d}
+	quantizeKVRewrites.Add(1)
+}
+
+// quantizeKVRewrites counts rewritten quantisations (read by tests).
+var quantizeKVRewrites atomic.Int64
+
+func execQuantizeKV(st *execState, n *node, in []*slot) (*slot, error) {
+	a := n.aux.(quantizeKVAux)
+	x, d := in[0].data.([]float32), in[1].data.([]float32)
+	out := st.alloc(n.shape)
+	q := out.data.([]int8)
+	kernels.Parallel(a.outer, max(1, (1<<14)/max(1, a.mid*a.inner)), func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			if a.inner == 1 { // keys: a row of the head dimension per scale
+				dv := d[o]
+				for i, v := range x[o*a.mid : (o+1)*a.mid] {
+					q[o*a.mid+i] = int8(math.Round(float64(v / dv)))
+				}
+				continue
+			}
+			dd := d[o*a.inner : (o+1)*a.inner]
+			for m := range a.mid {
+				base := (o*a.mid + m) * a.inner
+				xr, qr := x[base:base+a.inner], q[base:base+a.inner]
+				for i, v := range xr {
+					qr[i] = int8(math.Round(float64(v / dd[i])))
+				}
+			}
+		}
+	})
+	return out, nil
+}
