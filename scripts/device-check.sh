@@ -214,20 +214,23 @@ for q in int8 int4; do
 	fi
 done
 
-# ---- 1a'. KV caches in bf16 under f32 compute (--kv-cache-dtype bf16):
-# the device converts the new keys and values to bf16 as it writes them
-# and the caches back as attention reads them; its tokens must equal the
-# CPU's with the same bf16 caches.
+# ---- 1a'. KV caches in bf16 or int8 under f32 compute (--kv-cache-dtype):
+# the device converts (bf16) or quantises per slot and head (int8, with
+# the scales as state of their own) the new keys and values as it writes
+# them, and the caches back as attention reads them; its tokens must
+# equal the CPU's with the same caches.
 
-run "generate-cpu-kvbf16.json" "$tputool" --device cpu "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype bf16 || true
-run "generate-dev-kvbf16.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype bf16 || true
-if [ -s "$OUT/generate-cpu-kvbf16.json" ]; then
-	if compare_tokens "$OUT/generate-cpu-kvbf16.json" "$OUT/generate-dev-kvbf16.json" >"$OUT/tokens-compare-kvbf16.txt" 2>&1; then
-		say "tokens, --kv-cache-dtype bf16: the device's equal the CPU's"
-	else
-		fail "tokens, --kv-cache-dtype bf16, differ: $(head -3 "$OUT/tokens-compare-kvbf16.txt" | tr '\n' ' ')"
+for kv in bf16 int8; do
+	run "generate-cpu-kv$kv.json" "$tputool" --device cpu "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype "$kv" || true
+	run "generate-dev-kv$kv.json" "${f32_env[@]}" "$tputool" --device "$device" "${gen_args[@]}" --mode compiled --dtype f32 --kv-cache-dtype "$kv" || true
+	if [ -s "$OUT/generate-cpu-kv$kv.json" ]; then
+		if compare_tokens "$OUT/generate-cpu-kv$kv.json" "$OUT/generate-dev-kv$kv.json" >"$OUT/tokens-compare-kv$kv.txt" 2>&1; then
+			say "tokens, --kv-cache-dtype $kv: the device's equal the CPU's"
+		else
+			fail "tokens, --kv-cache-dtype $kv, differ: $(head -3 "$OUT/tokens-compare-kv$kv.txt" | tr '\n' ' ')"
+		fi
 	fi
-fi
+done
 
 # ---- 1b. serve: the same prompts through the server's continuous batching
 

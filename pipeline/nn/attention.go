@@ -146,12 +146,13 @@ func AttentionBias(step *lm.Step, window int) *Node {
 // Attention is scaled dot-product attention with grouped KV heads over a
 // static cache:
 //
-//	q [B, T, H, D], keys [B, KV, S, D], values [B, KV, D, S] (transposed),
+//	q [B, T, H, D], c.Keys [B, KV, S, D], c.Values [B, KV, D, S] (transposed),
 //	bias [B, 1, T, 1, W] (AttentionBias) -> [B, T, H*D]
 //
 // A bias over fewer slots than the cache holds (W < S, a step that sees
 // only the cache's first W slots: lm.Step.Window) makes attention read
-// only those slots of keys and values.
+// only those slots of keys and values. Caches in another dtype than q's
+// are read in q's; int8 caches as their codes times their scales, in f32.
 //
 // Query head h uses KV head h / (H/KV), as transformers' repeat_kv does.
 // Scores are scaled by scale (1/sqrt(D) when 0), soft-capped when softcap >

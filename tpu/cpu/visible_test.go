@@ -179,8 +179,8 @@ func TestVisibleSpans(t *testing.T) {
 // 32 rows, 12 heads of 64, 192 cache slots, the clock at the last) with
 // every row holding the whole cache ("full") and with the rows' pads
 // spread over 0..155 as a server's staggered streams hold them
-// ("staggered"), with the spans ("on") and without them ("off"), for f32
-// and bf16 caches under f32 compute.
+// ("staggered"), with the spans ("on") and without them ("off"), for f32,
+// bf16 and int8 caches under f32 compute.
 func BenchmarkVisibleSpans(b *testing.B) {
 	be, err := New("")
 	if err != nil {
@@ -188,7 +188,7 @@ func BenchmarkVisibleSpans(b *testing.B) {
 	}
 	const rows, kv, d, s = 32, 12, 64, 192
 	r := rand.New(rand.NewPCG(53, 54))
-	for _, cache := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+	for _, cache := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16, dtypes.Int8} {
 		for _, layout := range []string{"full", "staggered"} {
 			pads := make([]int32, rows)
 			if layout == "staggered" {
@@ -210,24 +210,38 @@ func BenchmarkVisibleSpans(b *testing.B) {
 						for i := range f {
 							f[i] = float32(r.NormFloat64())
 						}
-						if dt == dtypes.BFloat16 {
+						switch dt {
+						case dtypes.BFloat16:
 							bf := make([]bfloat16.BFloat16, n)
 							for i, v := range f {
 								bf[i] = bfloat16.FromFloat32(v)
 							}
 							return tensors.FromFlatDataAndDimensions(bf, dims...)
+						case dtypes.Int8:
+							q := make([]int8, n)
+							for i, v := range f {
+								q[i] = int8(max(-127, min(127, 40*v)))
+							}
+							return tensors.FromFlatDataAndDimensions(q, dims...)
 						}
 						return tensors.FromFlatDataAndDimensions(f, dims...)
 					}
 					exec, err := graph.NewExec(be, func(in []*graph.Node) *graph.Node {
 						step := lm.NewStep(rows, 1, s, in[3], in[4], true)
-						return nn.Attention(in[0], nn.KV{Keys: in[1], Values: in[2]}, nn.AttentionBias(step, 0), 0, 0)
+						c := nn.KV{Keys: in[1], Values: in[2]}
+						if cache == dtypes.Int8 {
+							c.KeyScales, c.ValueScales = in[5], in[6]
+						}
+						return nn.Attention(in[0], c, nn.AttentionBias(step, 0), 0, 0)
 					})
 					if err != nil {
 						b.Fatal(err)
 					}
 					args := []any{mk(dtypes.Float32, rows, 1, kv, d), mk(cache, rows, kv, s, d), mk(cache, rows, kv, d, s),
 						tensors.FromFlatDataAndDimensions(pads, rows), tensors.FromScalar(int32(s - 1))}
+					if cache == dtypes.Int8 {
+						args = append(args, mk(dtypes.Float32, rows, kv, s), mk(dtypes.Float32, rows, kv, s))
+					}
 					if _, err := exec.Exec(args...); err != nil {
 						b.Fatal(err)
 					}
