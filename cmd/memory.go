@@ -34,11 +34,20 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 	need, ok := lm.StateBytes(m, batch, positions, dtype, kv)
 	spec := m.Spec()
 	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
-	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts", maxNew)
+	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts%s", maxNew, narrowerKV(kv))
 	if !ok {
 		lower = fmt.Sprintf("lower --max-new-tokens (the model allows %d positions)", spec.MaxPositions)
 	}
 	return checkHostMemory(what, need, !ok, hostMemory, lower)
+}
+
+// narrowerKV suggests int8 KV caches, where they are not int8 already,
+// to a lower-this-or-that hint.
+func narrowerKV(kv dtypes.DType) string {
+	if kv == dtypes.Int8 {
+		return ""
+	}
+	return ", or hold the caches in int8 (--kv-cache-dtype int8, a quarter of f32's memory)"
 }
 
 // checkDiffusionFits refuses a request whose largest activation alone is

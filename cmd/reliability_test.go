@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,7 +116,9 @@ func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
 		want []string
 	}{
 		// 5 layers x K and V x 4 heads x 8 dims x 4 bytes = 1280 B per position.
-		{[]string{"-n", "1000000"}, []string{"1000192 positions", "1.2 GiB", "more than this machine's 16.0 MiB", "--max-new-tokens"}},
+		{[]string{"-n", "1000000"}, []string{"1000192 positions", "1.2 GiB", "more than this machine's 16.0 MiB", "--max-new-tokens", "--kv-cache-dtype int8"}},
+		// int8: 5 x 2 x 4 x 8 bytes of codes and 5 x 2 x 4 f32 scales = 480 B per position.
+		{[]string{"-n", "1000000", "--kv-cache-dtype", "int8"}, []string{"1000192 positions", "(5 layers, Int8)", "457.9 MiB", "--max-new-tokens (now 1000000) or the number of prompts"}},
 		{nil, []string{"1099511628032 positions", "1.3 PiB"}}, // generation_config.json's 2^40
 		{[]string{"-n", "4611686018427387000"}, []string{"more than 8 EiB"}},
 	}
@@ -125,6 +128,9 @@ func TestGenerateRefusesStateThatCannotFit(t *testing.T) {
 		require.Equal(t, ExitUsage, code, e.errOut.String())
 		for _, w := range tc.want {
 			assert.Contains(t, e.errOut.String(), w)
+		}
+		if slices.Contains(tc.args, "int8") { // no hint to what is asked already
+			assert.NotContains(t, e.errOut.String(), "--kv-cache-dtype int8,")
 		}
 		assert.Empty(t, e.out.String())
 	}

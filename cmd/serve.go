@@ -249,7 +249,7 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 	need, ok := lm.StateBytes(m, slots, context, dtype, kv)
 	kept, ok2 := lm.StateBytes(m, prefixes, compile.PrefillCacheLen(context), dtype, kv)
 	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, kvOr(kv, dtype))
-	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache")
+	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache"+narrowerKV(kv))
 }
 
 // compileCounter counts the executables compiled: all of them, and those

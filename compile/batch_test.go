@@ -507,7 +507,8 @@ func sharedPrefixSeqs(vocab int) []batchSeq {
 }
 
 // TestBatchPrefixReuse: prompts sharing a prefix with an earlier one start
-// from its cached KV and still give generate's greedy tokens.
+// from its cached KV and still give generate's greedy tokens (with f32
+// and int8 caches).
 func TestBatchPrefixReuse(t *testing.T) {
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
@@ -524,6 +525,12 @@ func TestBatchPrefixReuse(t *testing.T) {
 			}
 		})
 	}
+	// Int8 caches: the kept prompts hold their codes and scales.
+	t.Run("kv-int8", func(t *testing.T) {
+		if reused := batchTestWith(t, cpuBackend(t), l, Options{KVDType: dtypes.Int8}, o, sharedPrefixSeqs(vocab)); reused < 2*40 {
+			t.Errorf("%d prompt tokens reused, want at least 80", reused)
+		}
+	})
 	t.Run("go-backend-keeps-none", func(t *testing.T) {
 		if reused := batchTest(t, goBackend(t), l, Compiled, o, sharedPrefixSeqs(vocab)); reused != 0 {
 			t.Errorf("%d tokens reused without DynamicUpdateSlice", reused)
