@@ -12,6 +12,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
@@ -374,6 +375,9 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
+	}
+	if positions, need, ok := stateNeed(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType); ok {
+		rep.Debugf("KV cache: up to %s for %d sequence(s) of %d positions, held as %s", humanize.Bytes(need), len(ids), positions, kvHeld(opts.KVDType, dtype))
 	}
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
 	if opts.Chat {

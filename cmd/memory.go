@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
@@ -27,11 +28,7 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
-	positions := compile.CacheBucket(compile.PromptBucket(longestPrompt) + maxNew)
-	if positions < longestPrompt+maxNew { // the bucketing overflowed
-		positions = longestPrompt + maxNew
-	}
-	need, ok := lm.StateBytes(m, batch, positions, dtype, kv)
+	positions, need, ok := stateNeed(m, batch, longestPrompt, maxNew, dtype, kv)
 	spec := m.Spec()
 	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
 	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts%s", maxNew, narrowerKV(kv))
@@ -39,6 +36,26 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 		lower = fmt.Sprintf("lower --max-new-tokens (the model allows %d positions)", spec.MaxPositions)
 	}
 	return checkHostMemory(what, need, !ok, hostMemory, lower)
+}
+
+// stateNeed is the most layer state a generation allocates: batch rows of
+// positions slots (the cache bucket of the longest prompt's bucket plus
+// maxNew), need bytes; ok is false when the figure overflows.
+func stateNeed(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtypes.DType) (positions int, need int64, ok bool) {
+	positions = compile.CacheBucket(compile.PromptBucket(longestPrompt) + maxNew)
+	if positions < longestPrompt+maxNew { // the bucketing overflowed
+		positions = longestPrompt + maxNew
+	}
+	need, ok = lm.StateBytes(m, batch, positions, dtype, kv)
+	return positions, need, ok
+}
+
+// kvHeld names how the KV caches are held, for -v.
+func kvHeld(kv, dtype dtypes.DType) string {
+	if kv == dtypes.Int8 {
+		return "int8 with an f32 scale a slot and head"
+	}
+	return strings.ToLower(kvOr(kv, dtype).String())
 }
 
 // narrowerKV suggests int8 KV caches, where they are not int8 already,

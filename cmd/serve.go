@@ -16,6 +16,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
@@ -309,6 +310,9 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
+	}
+	if need, ok := lm.StateBytes(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.KVDType); ok {
+		rep.Debugf("KV caches: up to %s for %d slots of %d positions, held as %s", humanize.Bytes(need), opts.MaxBatch, maxContext, kvHeld(opts.KVDType, dtype))
 	}
 	// The sampling settings of a request: its fields over the model's
 	// generation_config.json; checked once here, so a broken file fails

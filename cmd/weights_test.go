@@ -117,14 +117,22 @@ func TestCheckWeightsFit(t *testing.T) {
 }
 
 // --kv-cache-dtype bf16 and int8 generate (on the CPU engine and the go
-// backend, the same text); other values are usage errors naming the flag.
+// backend, the same text), and -v says what the caches take (stories:
+// 5 layers, K and V, 4 heads of 8 values, 32 positions: 2 bytes a value,
+// or 1 and a 4-byte scale a slot and head); other values are usage
+// errors naming the flag.
 func TestKVCacheDTypeFlag(t *testing.T) {
-	for _, kv := range []string{"bf16", "int8"} {
+	for _, c := range []struct{ kv, held string }{
+		{"bf16", "KV cache: up to 20.0 KiB for 1 sequence(s) of 32 positions, held as bfloat16"},
+		{"int8", "KV cache: up to 15.0 KiB for 1 sequence(s) of 32 positions, held as int8 with an f32 scale a slot and head"},
+	} {
+		kv := c.kv
 		var texts []string
 		for _, dev := range []string{"cpu:fast", "cpu:go"} {
 			e := genEnv(t)
-			code := e.run("--device", dev, "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--kv-cache-dtype", kv)
+			code := e.run("-v", "--device", dev, "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "--kv-cache-dtype", kv)
 			require.Equal(t, ExitOK, code, e.errOut.String())
+			assert.Contains(t, e.errOut.String(), c.held)
 			texts = append(texts, e.out.String())
 		}
 		assert.Equal(t, texts[0], texts[1], kv)
