@@ -63,13 +63,15 @@ func kvInt8Cache(a *dotAux, r *node) (q, scales *node, kind int, ok bool) {
 			continue
 		}
 		d, sd := r.shape.Dimensions, s.shape.Dimensions
-		if !slices.Equal(sd[:rank-2], d[:rank-2]) || s.shape.Size()*max(d[rank-1], d[rank-2]) == 0 {
+		// One N and one K axis (the rest are the batch), and the scales
+		// the cache's shape but for one of the two.
+		if a.n != d[rank-2] || a.k != d[rank-1] || !slices.Equal(sd[:rank-2], d[:rank-2]) {
 			continue
 		}
 		switch {
-		case sd[rank-2] == d[rank-2] && sd[rank-1] == 1 && a.n == d[rank-2] && a.k == d[rank-1]:
+		case sd[rank-2] == d[rank-2] && sd[rank-1] == 1:
 			return c.inputs[0], s, kv8Rows, true
-		case sd[rank-2] == 1 && sd[rank-1] == d[rank-1] && a.k == d[rank-1]:
+		case sd[rank-2] == 1 && sd[rank-1] == d[rank-1]:
 			return c.inputs[0], s, kv8Cols, true
 		}
 	}

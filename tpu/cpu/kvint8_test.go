@@ -87,3 +87,58 @@ func TestQuantizeKVNode(t *testing.T) {
 		}
 	}
 }
+
+// The int8 product forms rewriteKVInt8 takes, against the go backend: a
+// scale per rhs row and one per contraction column, over batch axes, and
+// a form it must not take as either (two N axes, the scales varying
+// along the first), which still computes the same as the go backend.
+func TestKVInt8ProductForms(t *testing.T) {
+	ref, cpuB := backendsForTest(t)
+	const b, m, n1, n2, k = 3, 2, 4, 5, 32
+	r := rand.New(rand.NewPCG(71, 72))
+	x := make([]float32, b*m*k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	q := make([]int8, b*n1*n2*k)
+	for i := range q {
+		q[i] = int8(r.IntN(255) - 127)
+	}
+	for _, c := range []struct {
+		name      string
+		qDims     []int
+		scaleDims []int
+		rewritten bool
+	}{
+		{"rows", []int{b, n1 * n2, k}, []int{b, n1 * n2, 1}, true},
+		{"columns", []int{b, n1 * n2, k}, []int{b, 1, k}, true},
+		{"two N axes", []int{b, n1, n2, k}, []int{b, n1, 1, k}, false},
+	} {
+		size := 1
+		for _, d := range c.scaleDims {
+			size *= d
+		}
+		sc := make([]float32, size)
+		for i := range sc {
+			sc[i] = 0.01 + r.Float32()
+		}
+		product := func(be backends.Backend) []float32 {
+			out, err := graph.ExecOnce(be, func(in []*graph.Node) *graph.Node {
+				w := graph.Mul(graph.ConvertDType(in[1], dtypes.Float32), in[2])
+				rank := len(c.qDims)
+				return graph.DotGeneral(in[0], []int{2}, []int{0}, w, []int{rank - 1}, []int{0})
+			}, tensors.FromFlatDataAndDimensions(x, b, m, k), tensors.FromFlatDataAndDimensions(q, c.qDims...),
+				tensors.FromFlatDataAndDimensions(sc, c.scaleDims...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tensors.MustCopyFlatData[float32](out)
+		}
+		before := kvInt8Rewrites.Load()
+		got := product(cpuB)
+		if n := kvInt8Rewrites.Load() - before; (n == 1) != c.rewritten || n > 1 {
+			t.Errorf("%s: %d products rewritten, want rewritten %v", c.name, n, c.rewritten)
+		}
+		compareFlat(t, c.name, dtypes.Float32, asFloat64(got), asFloat64(product(ref)))
+	}
+}
