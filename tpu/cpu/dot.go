@@ -263,7 +263,7 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 // visibleN: the others are written 0) or its contraction (visibleK) to
 // [spans[2b], spans[2b+1]).
 func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int32) {
-	B, M, N, K := a.b, a.m, a.n, a.k
+	M, N, K := a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
 		return
@@ -308,32 +308,47 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int
 		r := rhs.([]float32)
 		nt = func(n, k, lo, ro, oo int) { kernels.GemmF32NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
 	}
-	gemm := func(bi int) {
+	eachProduct(a, func(bi int) {
 		lo, ro, oo := bi*M*K, bi*N*K, bi*M*N
-		switch {
-		case nn:
+		if nn {
 			kernels.GemmF32NN(M, N, K, lhs[lo:], K, rhs.([]float32)[bi*K*N:], N, out[oo:], N)
-		case spans == nil:
-			nt(N, K, lo, ro, oo)
-		case a.visible == visibleN:
-			s0, s1 := int(spans[2*bi]), int(spans[2*bi+1])
-			for i := range M {
-				row := out[oo+i*N : oo+i*N+N]
-				clear(row[:s0])
-				clear(row[s1:])
-			}
-			nt(s1-s0, K, lo, ro+s0*K, oo+s0)
-		default: // visibleK: blocks of 16 slots, only a span under 5/8 of the cache (visible.go)
-			s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
-			if 8*(s1-s0) > 5*K {
-				s0, s1 = 0, K
-			}
-			nt(N, s1-s0, lo+s0, ro+s0, oo)
+			return
 		}
+		spanned(a, spans, bi, out[oo:], func(n, k, dn, dk int) { nt(n, k, lo+dk, ro+dn*K+dk, oo+dn) })
+	})
+}
+
+// spanned runs product bi of a's batched NT product, whose output starts
+// at out, as nt(n, k, dn, dk): n columns from column dn, contracted over
+// k values from dk; bounded by spans as a.visible says (dotF32).
+func spanned(a *dotAux, spans []int32, bi int, out []float32, nt func(n, k, dn, dk int)) {
+	M, N, K := a.m, a.n, a.k
+	switch {
+	case spans == nil:
+		nt(N, K, 0, 0)
+	case a.visible == visibleN:
+		s0, s1 := int(spans[2*bi]), int(spans[2*bi+1])
+		for i := range M {
+			row := out[i*N : i*N+N]
+			clear(row[:s0])
+			clear(row[s1:])
+		}
+		nt(s1-s0, K, s0, 0)
+	default: // visibleK: blocks of 16 slots, only a span under 5/8 of the cache (visible.go)
+		s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
+		if 8*(s1-s0) > 5*K {
+			s0, s1 = 0, K
+		}
+		nt(N, s1-s0, 0, s0)
 	}
-	// Many small products (attention heads): one thread per product, the
-	// kernels' own parallel loops then run inline. Few large ones: one
-	// after the other, each spread over the threads.
+}
+
+// eachProduct runs gemm(bi) for a's a.b products. Many small ones
+// (attention heads): one thread per product, the kernels' own parallel
+// loops then run inline. Few large ones: one after the other, each
+// spread over the threads.
+func eachProduct(a *dotAux, gemm func(bi int)) {
+	B, M, N, K := a.b, a.m, a.n, a.k
 	if B > 1 && (B >= 4*kernels.Threads() || M*N*K < 1<<18) {
 		kernels.Parallel(B, 1, func(lo, hi int) {
 			for bi := lo; bi < hi; bi++ {

@@ -105,13 +105,13 @@ var kvInt8Rewrites atomic.Int64
 // dotKVInt8 is the product with an int8 cache q [B, N, K] and its scales
 // (a.kv8: [B, N] or [B, K]); spans as dotF32's.
 func dotKVInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32, spans []int32) {
-	B, M, N, K := a.b, a.m, a.n, a.k
+	M, N, K := a.m, a.n, a.k
 	if K == 0 {
 		clear(out)
 		return
 	}
 	one := ones(N)
-	gemm := func(bi int) {
+	eachProduct(a, func(bi int) {
 		lo, ro, oo := bi*M*K, bi*N*K, bi*M*N
 		x := lhs[lo : lo+M*K]
 		rowScales := one
@@ -132,38 +132,10 @@ func dotKVInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32, spans 
 				}
 			}
 		}
-		switch {
-		case spans == nil:
-			kernels.GemmInt8NT(M, N, K, x, K, q[ro:], K, rowScales, K, out[oo:], N)
-		case a.visible == visibleN:
-			s0, s1 := int(spans[2*bi]), int(spans[2*bi+1])
-			for i := range M {
-				row := out[oo+i*N : oo+i*N+N]
-				clear(row[:s0])
-				clear(row[s1:])
-			}
-			if s1 > s0 {
-				kernels.GemmInt8NT(M, s1-s0, K, x, K, q[ro+s0*K:], K, rowScales[s0:], K, out[oo+s0:], N)
-			}
-		default: // visibleK, as dotF32
-			s0, s1 := int(spans[2*bi])&^15, min(K, (int(spans[2*bi+1])+15)&^15)
-			if 8*(s1-s0) > 5*K {
-				s0, s1 = 0, K
-			}
-			kernels.GemmInt8NT(M, N, s1-s0, x[s0:], K, q[ro+s0:], K, rowScales, s1-s0, out[oo:], N)
-		}
-	}
-	if B > 1 && (B >= 4*kernels.Threads() || M*N*K < 1<<18) {
-		kernels.Parallel(B, 1, func(lo, hi int) {
-			for bi := lo; bi < hi; bi++ {
-				gemm(bi)
-			}
+		spanned(a, spans, bi, out[oo:], func(n, k, dn, dk int) {
+			kernels.GemmInt8NT(M, n, k, x[dk:], K, q[ro+dn*K+dk:], K, rowScales[dn:], k, out[oo+dn:], N)
 		})
-		return
-	}
-	for bi := 0; bi < B; bi++ {
-		gemm(bi)
-	}
+	})
 }
 
 // ones returns n ones (shared: read only).
