@@ -64,7 +64,7 @@ func narrowerKV(kv dtypes.DType) string {
 	if kv == dtypes.Int8 {
 		return ""
 	}
-	return ", or hold the caches in int8 (--kv-cache-dtype int8, a quarter of f32's memory)"
+	return ", or hold the caches in int8 (--kv-cache-dtype int8: about a quarter of f32's memory, half of bf16's)"
 }
 
 // checkDiffusionFits refuses a request whose largest activation alone is

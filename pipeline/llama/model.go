@@ -152,7 +152,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 
 // Attend is the attention half of LlamaDecoderLayer i: x plus the
 // attention of its input_layernorm, and the post_attention_layernorm of
-// that sum (the MLP's input), with the new key and value caches.
+// that sum (the MLP's input), with the layer's new state (nn.KV.State).
 // Architectures that replace the MLP (pipeline/qwen3moe) build on it.
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
