@@ -383,6 +383,21 @@ func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string)
 		Device: dev.String(), Backend: dev.BackendName, Platform: dev.Platform, DType: dtype, Model: model, Task: task,
 		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup, HostArgmax: opts.HostArgmax,
 		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
+	if task == bench.TaskGenerate { // the executor's settings, where not their defaults
+		if opts.KVDType != dtypes.InvalidDType {
+			h.KVCacheDType = strings.ToLower(opts.KVDType.String())
+		}
+		h.Quantize, h.Activations = opts.Quantize, opts.Activations
+		if opts.Experts != compile.ExpertsInGraph {
+			h.Experts = opts.Experts.String()
+		}
+		if opts.TP > 1 {
+			h.TP = opts.TP
+		}
+		if opts.DP > 1 {
+			h.DP = opts.DP
+		}
+	}
 	if opts.DeviceEnv != nil {
 		env := opts.DeviceEnv()
 		h.Host.MemoryBytes, _ = tpu.HostMemory(env)

@@ -166,6 +166,8 @@ func TestBenchGenerateJSON(t *testing.T) {
 	assert.Equal(t, []string{"eager b1 p6+g3", "eager b2 p6+g3", "compiled b1 p6+g3", "compiled b2 p6+g3"}, labels)
 	assert.Equal(t, 3, rep.Rows[2].CacheMisses, "compiled: prefill, decode and the decode's argmax executables")
 	assert.False(t, h.HostArgmax)
+	assert.Empty(t, h.KVCacheDType+h.Quantize+h.Activations+h.Experts, "the executor's defaults are not named")
+	assert.Zero(t, h.TP+h.DP)
 	assert.Equal(t, 1.0, *rep.Rows[2].SpeedupVsEager)
 	assert.Nil(t, rep.Rows[0].SpeedupVsEager)
 
@@ -186,6 +188,15 @@ func TestBenchGenerateJSON(t *testing.T) {
 	assert.True(t, rep.Header.HostArgmax)
 	require.Len(t, rep.Rows, 1)
 	assert.Equal(t, 2, rep.Rows[0].CacheMisses, "compiled: prefill and decode executables")
+
+	// The executor's settings that change what is measured are in the
+	// header, JSON and text.
+	rep, _ = runBenchJSON(t, "--batch", "1", "--prompt-len", "6", "--gen-len", "2", "--repeat", "1", "--mode", "compiled",
+		"--kv-cache-dtype", "int8", "--quantize", "int8", "--activations", "bf16")
+	assert.Equal(t, "int8", rep.Header.KVCacheDType)
+	assert.Equal(t, "int8", rep.Header.Quantize)
+	assert.Equal(t, "bf16", rep.Header.Activations)
+	assert.Contains(t, bench.HeaderLine(rep.Header), "dtype float32, kv cache int8, quantize int8, activations bf16 |")
 }
 
 func TestBenchFormats(t *testing.T) {

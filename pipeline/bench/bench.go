@@ -286,6 +286,18 @@ type Header struct {
 	// HostArgmax: decode steps took their argmax on the host
 	// (Config.HostArgmax, --host-argmax).
 	HostArgmax bool `json:"host_argmax,omitempty"`
+	// The settings of a text generation's executor that change what is
+	// measured, where not their defaults: the KV caches' dtype
+	// (--kv-cache-dtype: "bfloat16", "int8"), the weights' quantisation
+	// (--quantize: "int8", "int4"), the products' activations
+	// (--activations: "int8", "bf16"), where the experts run (--experts:
+	// "dense", "host") and the devices (--tp, --dp).
+	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
+	Quantize     string `json:"quantize,omitempty"`
+	Activations  string `json:"activations,omitempty"`
+	Experts      string `json:"experts,omitempty"`
+	TP           int    `json:"tp,omitempty"`
+	DP           int    `json:"dp,omitempty"`
 }
 
 // Report is the JSON document: `tputool bench -o json` writes it and

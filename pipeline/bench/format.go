@@ -96,6 +96,14 @@ func HeaderLine(h Header) string {
 	}
 	fmt.Fprintf(&b, " (gomlx %s, go-xla %s)", orDash(h.GoMLX), orDash(h.GoXLA))
 	fmt.Fprintf(&b, " | %s %s | device %s | backend %s | dtype %s", h.Task, h.Model, h.Device, h.Backend, h.DType)
+	for _, s := range []struct{ name, value string }{
+		{"kv cache", h.KVCacheDType}, {"quantize", h.Quantize}, {"activations", h.Activations}, {"experts", h.Experts},
+		{"tp", positive(h.TP)}, {"dp", positive(h.DP)},
+	} {
+		if s.value != "" {
+			fmt.Fprintf(&b, ", %s %s", s.name, s.value)
+		}
+	}
 	fmt.Fprintf(&b, " | %s/%s, %d cores", h.Host.OS, h.Host.Arch, h.Host.Cores)
 	switch m := h.Host.MemoryBytes; {
 	case m >= 1<<30:
@@ -108,6 +116,14 @@ func HeaderLine(h Header) string {
 	}
 	fmt.Fprintf(&b, " | repeat %d, warmup %d | %s", h.Repeat, h.Warmup, h.Date)
 	return b.String()
+}
+
+// positive is n in decimal, or "" for 0 and below.
+func positive(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 func orDash(s string) string {
