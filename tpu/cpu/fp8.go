@@ -76,11 +76,7 @@ func fp8Form(r *node) (w, scales *node, b0, b1 int, ok bool) {
 			continue
 		}
 		bc := s.inputs[0]
-		ident := make([]int, rk+2)
-		for i := range ident {
-			ident[i] = i
-		}
-		if bc.op != backends.OpTypeBroadcastInDim || bc.shape.Rank() != rk+2 || !slices.Equal(bc.aux.([]int), ident) {
+		if bc.op != backends.OpTypeBroadcastInDim || bc.shape.Rank() != rk+2 || !slices.Equal(bc.aux.([]int), iotaInts(rk+2)) {
 			continue
 		}
 		d := bc.shape.Dimensions[rk-2:] // [so, b0, si, b1]

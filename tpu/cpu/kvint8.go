@@ -46,17 +46,13 @@ func kvInt8Cache(a *dotAux, r *node) (q, scales *node, kind int, ok bool) {
 		return nil, nil, kv8None, false
 	}
 	rank := r.shape.Rank()
-	ident := make([]int, rank)
-	for i := range ident {
-		ident[i] = i
-	}
 	for _, k := range [][2]int{{0, 1}, {1, 0}} {
 		c, b := r.inputs[k[0]], r.inputs[k[1]]
 		if c.op != backends.OpTypeConvertDType || c.inputs[0].shape.DType != dtypes.Int8 {
 			continue
 		}
 		s := b // the backend's Mul broadcasts an axis of 1 itself
-		if b.op == backends.OpTypeBroadcastInDim && slices.Equal(b.aux.([]int), ident) {
+		if b.op == backends.OpTypeBroadcastInDim && slices.Equal(b.aux.([]int), iotaInts(rank)) {
 			s = b.inputs[0]
 		}
 		if s.shape.DType != dtypes.Float32 || s.shape.Rank() != rank {

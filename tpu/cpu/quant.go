@@ -288,14 +288,8 @@ func int4GroupsForm(r *node) (packed, scales, mins *node, group int, fp4, ok boo
 	if d[2] != 16 && d[2]%32 != 0 || (d[1]*d[2])%32 != 0 || !slices.Equal(r.shape.Dimensions, dims(d[0], d[1]*d[2])) {
 		return fail()
 	}
-	ident := make([]int, rk+1)
-	for i := range ident {
-		ident[i] = i
-	}
-	swap := make([]int, rk) // the mins' last two axes swapped: [..., g, N] to [..., N, g]
-	for i := range swap {
-		swap[i] = i
-	}
+	ident := iotaInts(rk + 1)
+	swap := iotaInts(rk) // the mins' last two axes swapped: [..., g, N] to [..., N, g]
 	swap[rk-2], swap[rk-1] = rk-1, rk-2
 	// groupInput matches BroadcastInDim(Reshape(s f32 [..., N, g], ..., N,
 	// g, 1)) and returns s.
@@ -443,8 +437,8 @@ func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
 	}
 }
 
-// permPool holds dotInt4Groups' permuted activations and dotF32's rounded
-// ones between calls.
+// permPool holds dotInt4Groups' permuted activations, dotF32's rounded
+// ones and dotKVInt8's scaled probabilities between calls.
 var permPool = sync.Pool{New: func() any { return new([]float32) }}
 
 // permuteColumns writes x [m, k] into out with column i moved to inv[i]

@@ -105,6 +105,8 @@ func zeroConstant(n *node) bool {
 	return true
 }
 
+// iotaInts is 0, 1, ..., n-1: the identity permutation, a BroadcastInDim's
+// axes when no axis is added.
 func iotaInts(n int) []int {
 	out := make([]int, n)
 	for i := range out {

@@ -139,13 +139,17 @@ func plainProduct(d *node, rows shapes.Shape, contracting bool) (*dotAux, bool) 
 	if d.op != backends.OpTypeDotGeneral {
 		return nil, false
 	}
-	if want := 2 + min(d.aux.(*dotAux).kv8, 1); len(d.inputs) != want {
-		return nil, false
-	}
 	if dt := d.shape.DType; dt != dtypes.Float32 && !is16(dt) {
 		return nil, false
 	}
 	a := *d.aux.(*dotAux)
+	want := 2
+	if a.kv8 != kv8None {
+		want = 3 // the int8 cache's scales
+	}
+	if len(d.inputs) != want {
+		return nil, false
+	}
 	if a.visible != visibleNone || a.int8Group > 0 || a.fp8B0 > 0 || a.int4 || a.int4Group > 0 {
 		return nil, false
 	}
