@@ -275,8 +275,8 @@ type generateRun struct {
 
 func generateOnce(ctx context.Context, cfg Config, r Stepper, prompts [][]int, genLen int, step func(int)) (generateRun, error) {
 	var out generateRun
-	if lr, ok := r.(interface{ ReuseLogits() }); ok {
-		lr.ReuseLogits() // each step's logits are read before the next step (generate.LogitsReuser)
+	if lr, ok := r.(generate.LogitsReuser); ok {
+		lr.ReuseLogits() // each step's logits are read before the next step
 	}
 	ad, onDevice := r.(generate.ArgmaxDecoder)
 	onDevice = onDevice && !cfg.HostArgmax

@@ -122,7 +122,7 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 	s.repetitionPenalty(sc, history)
 	if c != nil {
 		if s.o.Greedy() {
-			if best := argmax(sc); c.Allows(best) {
+			if best := Argmax(sc); c.Allows(best) {
 				return best
 			}
 		}
@@ -137,7 +137,7 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 		}
 	}
 	if s.o.Greedy() {
-		return argmax(sc)
+		return Argmax(sc)
 	}
 	if t := s.o.Temperature; t != 1 {
 		for i := range sc {
@@ -196,8 +196,6 @@ func (s *Sampler) repetitionPenalty(sc []float64, history []int) {
 		}
 	}
 }
-
-func argmax(sc []float64) int { return Argmax(sc) }
 
 // Argmax is the index of x's largest value: the smallest such index on a
 // tie, and the first NaN if there is one, as torch.argmax (and the
