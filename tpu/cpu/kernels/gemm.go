@@ -300,6 +300,10 @@ func GemmInt8NT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []f
 	ng := checkGroups("GemmInt8NT", n, k, groupSize, len(scales))
 	if m == 1 {
 		av := a[:k]
+		if n <= gemvGrain(k) { // as in GemmF32NT: attention's rows over an int8 KV cache
+			gemvRowsI8(av, b, ldb, scales, ng, groupSize, c[:n])
+			return
+		}
 		Parallel(n, gemvGrain(k), func(lo, hi int) {
 			gemvRowsI8(av, b[lo*ldb:], ldb, scales[lo*ng:], ng, groupSize, c[lo:hi])
 		})
