@@ -77,10 +77,7 @@ func pairDot(b backends.Builder, v, w, ids backends.Op, n, k int, wdt dtypes.DTy
 // activations (act=int8), as the go backend on the quantised rows.
 func TestGroupedExpertDotInt8(t *testing.T) {
 	ref, cpu := backendsForTest(t)
-	q8, err := New("act=int8")
-	if err != nil {
-		t.Fatal(err)
-	}
+	q8 := int8ActBackend(t)
 	for _, c := range []struct {
 		name           string
 		e, n, g, group int

@@ -80,10 +80,7 @@ func TestDotGeneralInt4(t *testing.T) {
 		if c.contrax != len(c.x)-1 {
 			continue
 		}
-		q8, err := New("act=int8")
-		if err != nil {
-			t.Fatal(err)
-		}
+		q8 := int8ActBackend(t)
 		compareInt8Activations(t, "int4 dot "+c.name, ref, q8, shs, data, build, nil)
 		if a := dot.(*node).aux.(*dotAux); !a.int4Q8 {
 			t.Errorf("%s: act=int8 did not make the product quantise its activations", c.name)

@@ -132,10 +132,7 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 		// the activations quantised and dequantised along the contracted
 		// axis (the last here), in blocks of 32 in the order the product
 		// reads them: held order where the columns are permuted.
-		q8, err := New("act=int8")
-		if err != nil {
-			t.Fatal(err)
-		}
+		q8 := int8ActBackend(t)
 		var quantize func([]float32) // FakeQuantizeQ8 as the rows lie
 		if c.perm {
 			quantize = func(xq []float32) {
@@ -167,10 +164,7 @@ func TestDotGeneralInt4Groups(t *testing.T) {
 // of the rows quantised and dequantised per block of 32).
 func TestGroupedExpertDotInt4Groups(t *testing.T) {
 	ref, cpu := backendsForTest(t)
-	q8, err := New("act=int8")
-	if err != nil {
-		t.Fatal(err)
-	}
+	q8 := int8ActBackend(t)
 	for _, c := range []struct {
 		name       string
 		e, n, blks int

@@ -118,10 +118,7 @@ func gatherByBytes(b backends.Builder, table, x backends.Op, width, count int) (
 // pairs table is not taken for it.
 func TestGroupedExpertDotInt4(t *testing.T) {
 	ref, cpu := backendsForTest(t)
-	q8, err := New("act=int8")
-	if err != nil {
-		t.Fatal(err)
-	}
+	q8 := int8ActBackend(t)
 	for _, c := range []struct {
 		name               string
 		e, n, g            int

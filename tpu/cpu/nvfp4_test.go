@@ -83,10 +83,7 @@ func TestDotGeneralNVFP4(t *testing.T) {
 		}
 		// With int8 activations: the go backend's product of the
 		// activations quantised and dequantised.
-		q8, err := New("act=int8")
-		if err != nil {
-			t.Fatal(err)
-		}
+		q8 := int8ActBackend(t)
 		compareInt8Activations(t, "nvfp4 dot "+c.name, ref, q8, shs, data, build, nil)
 	}
 }
@@ -100,10 +97,7 @@ func TestDotGeneralNVFP4(t *testing.T) {
 // are not 256·i are not taken for it (and still agree as what they are).
 func TestGroupedExpertDotNVFP4Tables(t *testing.T) {
 	ref, cpu := backendsForTest(t)
-	q8, err := New("act=int8")
-	if err != nil {
-		t.Fatal(err)
-	}
+	q8 := int8ActBackend(t)
 	for _, c := range []struct {
 		name          string
 		e, n, blks    int

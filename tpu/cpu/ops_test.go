@@ -331,6 +331,17 @@ func compareBackends(t *testing.T, name string, ref, cpu backends.Backend, shs [
 	compareFlat(t, name, dtypes.Float32, asFloat64(got), asFloat64(want))
 }
 
+// int8ActBackend is a cpu backend that quantises the activations of its
+// quantised products to int8 (act=int8), for compareInt8Activations.
+func int8ActBackend(t *testing.T) backends.Backend {
+	t.Helper()
+	q8, err := New("act=int8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q8
+}
+
 // compareInt8Activations compares the act=int8 backend q8's result of
 // build on data with the go backend ref's on data whose first input (the
 // activations) is quantised and dequantised: by kernels.FakeQuantizeQ8,
