@@ -222,7 +222,6 @@ func TestDequantizeNVFP4(t *testing.T) {
 	for i := range half {
 		half[i] = 0.005 * float32(i)
 	}
-	fp4 := []float64{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
 	var int4 bool
 	res := execGraph(t, func(x []*Node) []*Node {
 		w := DequantizeNVFP4(x[0], x[1], x[2], dtypes.Float32)
@@ -234,11 +233,7 @@ func TestDequantizeNVFP4(t *testing.T) {
 		t.Error("dequantizeInt4Parts takes DequantizeNVFP4's form for int4's")
 	}
 	for i := range out * in {
-		nib := packed[i/2] & 15
-		if i%2 == 1 {
-			nib = packed[i/2] >> 4
-		}
-		want := float32(fp4[nib] * float64(half[codes[i/16]]) * 2)
+		want := float32(float64(e2m1At(packed, i)) * float64(half[codes[i/16]]) * 2)
 		if got := res[0][i]; got != want || math.Signbit(float64(got)) != math.Signbit(float64(want)) && want != 0 {
 			t.Fatalf("value %d = %g, want %g", i, got, want)
 		}
@@ -260,14 +255,9 @@ func TestPairDotFP4Groups(t *testing.T) {
 	for i := range half {
 		half[i] = 0.01 * float32(i%7+1)
 	}
-	fp4 := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
 	dense := make([]float32, e*out*in)
 	for f := range dense {
-		nib := packed[f/2] & 15
-		if f%2 == 1 {
-			nib = packed[f/2] >> 4
-		}
-		dense[f] = 2 * fp4[nib] * half[f/16]
+		dense[f] = 2 * e2m1At(packed, f) * half[f/16]
 	}
 	v := values(3*in, 0.1)
 	ids := []int32{2, 0, 2}
@@ -305,16 +295,11 @@ func TestPairDotNVFP4Tables(t *testing.T) {
 	for i := range halves {
 		halves[i] = 0.001 * float32(i%256) * float32(1+i/256) // every table its own
 	}
-	fp4 := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
 	dense := make([]float32, e*out*in)
 	for f := range dense {
-		nib := packed[f/2] & 15
-		if f%2 == 1 {
-			nib = packed[f/2] >> 4
-		}
 		row := f / in // over all experts
 		table := row / (out / parts)
-		dense[f] = 2 * fp4[nib] * halves[table*256+int(codes[f/16])]
+		dense[f] = 2 * e2m1At(packed, f) * halves[table*256+int(codes[f/16])]
 	}
 	v := values(3*in, 0.1)
 	ids := []int32{2, 0, 2}
@@ -352,3 +337,16 @@ func checkStackPairDot(t *testing.T, res [][]float32, dense []float32) {
 		}
 	}
 }
+
+// e2m1At is the FP4 E2M1 value of the f-th nibble of packed, low nibble
+// first, from the format's table written out here (apart from the
+// package's own pairs tables, which the tests check).
+func e2m1At(packed []uint8, f int) float32 {
+	nib := packed[f/2] & 15
+	if f%2 == 1 {
+		nib = packed[f/2] >> 4
+	}
+	return e2m1Values[nib]
+}
+
+var e2m1Values = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6}
