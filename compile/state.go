@@ -2,9 +2,11 @@ package compile
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -73,10 +75,48 @@ func (r *Runner) allocState(b, cacheLen int) [][]*tensors.Tensor {
 	out := make([][]*tensors.Tensor, r.spec.Layers)
 	for i := range out {
 		for _, s := range lm.HeldState(r.model, i, b, cacheLen, r.opts.KVDType) {
-			out[i] = append(out[i], tensors.FromShape(shapes.Make(r.stateDType(s), s.Shape...)))
+			out[i] = append(out[i], r.zeros(shapes.Make(r.stateDType(s), s.Shape...)))
 		}
 	}
 	return out
+}
+
+// zeroBufferer is a backend that hands out buffers of zeros on a device
+// without a host tensor to copy from (the CPU engine: its memory comes
+// zeroed from the Go runtime).
+type zeroBufferer interface {
+	NewZeroBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, error)
+}
+
+// zeros returns a tensor of zeros of shape on the runner's device. A
+// host tensor would be zeroed, then copied into the device's buffer at
+// the first step that reads it: for a batch's caches (gigabytes for a
+// server of 32 sequences of 2048 positions) twice the memory traffic, and
+// the host copy's allocation is garbage at once. A backend whose buffers
+// are host memory makes the buffer in place (zeroBufferer, or a shared
+// buffer cleared here); any other gets the host tensor, uploaded at its
+// first use as before.
+func (r *Runner) zeros(shape shapes.Shape) *tensors.Tensor {
+	var buf backends.Buffer
+	var err error
+	switch z, ok := r.backend.(zeroBufferer); {
+	case ok:
+		buf, err = z.NewZeroBuffer(0, shape)
+	case r.backend.HasSharedBuffers():
+		var flat any
+		if buf, flat, err = r.backend.NewSharedBuffer(0, shape); err == nil {
+			reflect.ValueOf(flat).Clear() // shared buffers may be reused memory
+		}
+	default:
+		return tensors.FromShape(shape)
+	}
+	if err == nil {
+		if t, err := tensors.FromBuffer(r.backend, buf); err == nil {
+			return t
+		}
+		_ = r.backend.BufferFinalize(buf)
+	}
+	return tensors.FromShape(shape) // the backend refused: the host path reports it at the step
 }
 
 // stateDType is the dtype a state tensor is held in.

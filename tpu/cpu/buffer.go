@@ -231,6 +231,14 @@ func (b *Backend) NewSharedBuffer(deviceNum backends.DeviceNum, shape shapes.Sha
 	return &Buffer{shape: shape.Clone(), data: flat}, flat, nil
 }
 
+// NewZeroBuffer returns a buffer of zeros: NewSharedBuffer's memory, which
+// the Go runtime hands out zeroed (the huge-page regions too), so no host
+// tensor is zeroed and copied in (a state's caches; compile's Runner.zeros).
+func (b *Backend) NewZeroBuffer(deviceNum backends.DeviceNum, shape shapes.Shape) (backends.Buffer, error) {
+	buf, _, err := b.NewSharedBuffer(deviceNum, shape)
+	return buf, err
+}
+
 // NewWeightBuffer is NewSharedBuffer for a weight, memory that lives
 // about as long as the model: it is packed with the other weights for
 // huge pages (hostmem.go). A buffer of a few bytes that comes and goes
