@@ -10,7 +10,10 @@ import (
 // The pool is work-sharing with the caller participating. Parallel offers
 // its job to workers, then claims chunks itself until none are left, and
 // waits only for the helpers that joined, each of which claimed its chunks
-// after it joined. A worker that has just finished a job spins for a short
+// after it joined. Chunks shrink as the job runs out (guided
+// self-scheduling): each claim takes a share of what is left, so the
+// threads finish within a small chunk of each other rather than one
+// waiting out the other's last large one. A worker that has just finished a job spins for a short
 // while (spinFor) watching for the next offered job, since a decode step
 // runs hundreds of small parallel products back to back and a parked
 // goroutine wakes too late to help with them; after that it parks on the
@@ -55,7 +58,8 @@ func Threads() int { return int(threads.Load()) }
 type job struct {
 	fn     func(lo, hi int)
 	n      int
-	chunk  int
+	least  int // the smallest chunk claimed (but the last)
+	share  int // a claim takes the items left over share, at least least
 	next   atomic.Int64
 	slots  atomic.Int32 // helpers that may still join
 	active atomic.Int32 // helpers joined and not yet done
@@ -94,12 +98,26 @@ func (j *job) run() {
 		}
 	}()
 	for {
-		lo := int(j.next.Add(int64(j.chunk))) - j.chunk
-		if lo >= j.n {
+		lo, hi, ok := j.claim()
+		if !ok {
 			return
 		}
-		hi := min(lo+j.chunk, j.n)
 		j.fn(lo, hi)
+	}
+}
+
+// claim takes the next chunk: the items left over share, at least least.
+func (j *job) claim() (lo, hi int, ok bool) {
+	for {
+		next := j.next.Load()
+		lo = int(next)
+		if lo >= j.n {
+			return 0, 0, false
+		}
+		hi = min(lo+max(j.least, (j.n-lo)/j.share), j.n)
+		if j.next.CompareAndSwap(next, int64(hi)) {
+			return lo, hi, true
+		}
 	}
 }
 
@@ -160,16 +178,17 @@ func Parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	// About four chunks per thread for balance, never below grain.
-	chunk := max(grain, (n+4*t-1)/(4*t))
-	chunks := (n + chunk - 1) / chunk
+	// Claims take half a thread's share of what is left (the first about
+	// n/2t), down to chunks of about n/16t for the tail, never below grain.
+	least := max(grain, (n+16*t-1)/(16*t))
+	chunks := (n + least - 1) / least
 	if chunks <= 1 {
 		fn(0, n)
 		return
 	}
 	helpers := min(t, chunks) - 1
 	ensureWorkers(helpers)
-	j := &job{fn: fn, n: n, chunk: chunk}
+	j := &job{fn: fn, n: n, least: least, share: 2 * t}
 	j.slots.Store(int32(helpers))
 	offered.Store(j)
 	for range helpers { // wake parked workers; spinning ones see offered

@@ -40,6 +40,45 @@ func TestParallelCoversOnce(t *testing.T) {
 	}
 }
 
+// TestParallelChunksShrink: claims take a share of what is left, so the
+// first chunk is the largest and the last ones small (a thread never waits
+// out another's large last chunk); none but the last is under grain. The
+// claims are replayed one thread at a time (claim is what every thread
+// calls).
+func TestParallelChunksShrink(t *testing.T) {
+	for _, c := range []struct{ n, grain, threads int }{{1000, 1, 2}, {4096, 16, 2}, {1000, 1, 8}, {100, 30, 2}} {
+		least := max(c.grain, (c.n+16*c.threads-1)/(16*c.threads))
+		j := &job{n: c.n, least: least, share: 2 * c.threads}
+		var sizes []int
+		next := 0
+		for {
+			lo, hi, ok := j.claim()
+			if !ok {
+				break
+			}
+			if lo != next || hi <= lo {
+				t.Fatalf("%+v: chunk [%d,%d) after %d", c, lo, hi, next)
+			}
+			next = hi
+			sizes = append(sizes, hi-lo)
+		}
+		if next != c.n {
+			t.Fatalf("%+v: chunks end at %d", c, next)
+		}
+		for i, sz := range sizes {
+			if i > 0 && sz > sizes[i-1] {
+				t.Errorf("%+v: chunk %d of %d items after one of %d: chunks must not grow (%v)", c, i, sz, sizes[i-1], sizes)
+			}
+			if sz < c.grain && i != len(sizes)-1 {
+				t.Errorf("%+v: chunk %d of %d items, under grain (%v)", c, i, sz, sizes)
+			}
+		}
+		if first, last := sizes[0], sizes[len(sizes)-1]; c.n > 16*c.threads*c.grain && last*4 > first {
+			t.Errorf("%+v: first chunk %d, last %d: the tail does not shrink (%v)", c, first, last, sizes)
+		}
+	}
+}
+
 // TestParallelNested runs Parallel inside Parallel, three deep, at several
 // thread counts: it must finish (no deadlock) and cover every index.
 func TestParallelNested(t *testing.T) {
