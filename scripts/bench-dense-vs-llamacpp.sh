@@ -13,8 +13,12 @@
 # folder itself (`ollama create`, its convert_llama.go) and quantises it
 # with --quantize (v0.24.0 offers q8_0, q4_K_S and q4_K_M, no q4_0).
 #
+# DTYPE=F16 writes the checkpoint in float16 instead (ollama keeps a
+# float16 folder as F16, a bfloat16 one as BF16: llama.cpp's F16 products
+# widen to f32, its BF16 ones use the CPU's bf16 dot product).
+#
 # PAIRS lists tputool --quantize values and ollama quantisations, as
-# TPUTOOL:OLLAMA (none = the checkpoint's bf16; a +a8 suffix adds
+# TPUTOOL:OLLAMA (none = the checkpoint's bf16 or f16; a +a8 suffix adds
 # --activations int8, a +a16 suffix --activations bf16; a gptq/ prefix
 # runs tputool on a GPTQ copy of the same weights, 4-bit in groups of 128
 # with the head bf16, written by scripts/int4-checkpoint into DIR/gptq;
@@ -26,7 +30,8 @@
 # Build ollama v0.24.0 with CGO_CFLAGS="-O3 -march=native"
 # CGO_CXXFLAGS="-O3 -march=native" go build (without them its ggml is
 # built for baseline x86-64, 4x slower). DIR (default
-# /tmp/tputool-dense-bench-HIDDEN-LAYERS) keeps the model between runs.
+# /tmp/tputool-dense-bench-HIDDEN-LAYERS, -f16 after it for DTYPE=F16)
+# keeps the model between runs.
 # Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
 #
 # MODE=serve runs both servers (tputool serve with SERVE_ARGS, e.g.
@@ -55,7 +60,13 @@ HIDDEN="${HIDDEN:-768}"
 LAYERS="${LAYERS:-12}"
 HEADS="${HEADS:-12}"
 INTER="${INTER:-2048}"
-DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS}"
+DTYPE="${DTYPE:-BF16}"
+case "$DTYPE" in
+  BF16) torch_dtype=bfloat16 suffix="" ;;
+  F16) torch_dtype=float16 suffix="-f16" ;;
+  *) echo "DTYPE: BF16 or F16, not $DTYPE" >&2; exit 2 ;;
+esac
+DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS$suffix}"
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 PORT="${PORT:-11501}"
@@ -77,9 +88,9 @@ if [ ! -f "$DIR/hf/config.json" ]; then
  "vocab_size": 32000, "max_position_embeddings": 2048,
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
  "hidden_act": "silu", "bos_token_id": 31999, "eos_token_id": 31999,
- "torch_dtype": "bfloat16"}
+ "torch_dtype": "$torch_dtype"}
 JSON
-  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype "$DTYPE" -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000 # the model's vocabulary
 fi
 if [[ " $PAIRS" == *" gptq/"* ]] && [ ! -f "$DIR/gptq/config.json" ]; then
