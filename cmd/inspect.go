@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/spf13/cobra"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -35,6 +36,10 @@ type InspectOptions struct {
 	JSON     bool
 	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
+	// KVCacheDType is --kv-cache-dtype as given; KV its dtype
+	// (InvalidDType: auto, the --dtype).
+	KVCacheDType string
+	KV           dtypes.DType
 }
 
 // NewCmdInspect builds `tputool inspect`.
@@ -87,6 +92,9 @@ after the report, naming the first one.`,
 			if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 				return err
 			}
+			if opts.KV, err = parseKVDType(opts.KVCacheDType); err != nil {
+				return err
+			}
 			opts.JSON = f.Global.JSON
 			opts.HubClient = f.retryingHubClient(opts.Retries)
 			if runF != nil {
@@ -102,6 +110,7 @@ after the report, naming the first one.`,
 	fl.IntVarP(&opts.Context, "context", "c", inspect.DefaultContext, "tokens per sequence (prompt + output)")
 	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
 	fl.StringVar(&opts.Quantize, "quantize", "", "count the matrix weights as generate --quantize holds them: int8 (1 byte per weight plus an f32 scale per 64 input columns), int4 (half a byte per weight plus a byte of scale code per 32 and a 1 KiB table per matrix), or none")
+	fl.StringVar(&opts.KVCacheDType, "kv-cache-dtype", "auto", "dtype the KV caches are counted in, as generate holds them: auto (--dtype's), f32, bf16, or int8 (a byte an entry plus an f32 scale per position and KV head; architectures tputool runs)")
 	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
 	addRetriesFlag(c, &opts.Retries)
 	return c
@@ -112,7 +121,7 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize})
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize, KVCacheDType: opts.KV})
 	if err != nil {
 		return err
 	}
@@ -232,6 +241,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	at := m.DType
 	if m.Quantize != "" {
 		at += ", " + m.Quantize + " matrix weights"
+	}
+	if m.KVCacheDType != "" {
+		at += ", " + m.KVCacheDType + " KV cache"
 	}
 	fmt.Fprintf(w, "\nMemory at %s, batch %d, context %d:\n", at, m.Batch, m.Context)
 	row := func(k string, n int64) { fmt.Fprintf(w, "  %-16s %s\n", k, humanize.Bytes(n)) }

@@ -89,6 +89,33 @@ func TestInspectJSON(t *testing.T) {
 	assert.True(t, r.Fit[0].Fits)
 }
 
+// TestInspectKVCacheDType: --kv-cache-dtype counts the KV caches as
+// generate holds them, named in the memory header and the JSON.
+func TestInspectKVCacheDType(t *testing.T) {
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--context", "256", "--kv-cache-dtype", "int8"), e.errOut.String())
+	assert.Contains(t, e.out.String(), "Memory at bf16, int8 KV cache, batch 1, context 256:")
+	assert.Contains(t, e.out.String(), "KV cache         120.0 KiB") // 5 layers, K+V, 4 heads, 8 codes + a 4-byte scale, 256 positions
+
+	e = newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--json", "--context", "256", "--kv-cache-dtype", "f32"), e.errOut.String())
+	var r struct {
+		Memory struct {
+			DType string `json:"dtype"`
+			KVDT  string `json:"kv_cache_dtype"`
+			KV    int64  `json:"kv_cache_bytes"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &r), e.out.String())
+	assert.Equal(t, "bf16", r.Memory.DType)
+	assert.Equal(t, "f32", r.Memory.KVDT)
+	assert.EqualValues(t, 5*2*4*8*4*256, r.Memory.KV)
+
+	e = newTestFactory(t, nil) // auto: --dtype's, not named
+	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--json", "--context", "256", "--kv-cache-dtype", "auto"), e.errOut.String())
+	assert.NotContains(t, e.out.String(), "kv_cache_dtype")
+}
+
 func TestInspectRemoteDownloadsNoWeights(t *testing.T) {
 	srv := hubtest.New(t)
 	srv.AddRepo(storiesRepo(t, "org/stories"))
@@ -141,6 +168,7 @@ func TestInspectFlagsAndErrors(t *testing.T) {
 		{"inspect"},
 		{"inspect", "--model", storiesDir, "--batch", "0"},
 		{"inspect", "--model", storiesDir, "--dtype", "int4"},
+		{"inspect", "--model", storiesDir, "--kv-cache-dtype", "int4"},
 		{"inspect", "--model", "./no/such/dir"},
 		{"inspect", "--model", storiesDir, "--revision", "main"},
 	} {

@@ -65,14 +65,19 @@ func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.
 // archStateBytes is the state the model allocates for batch sequences of
 // context tokens, split into the caches that grow with the context (KV)
 // and the fixed recurrent state, with elem bytes per entry for states in
-// the compute dtype. Sizes saturate at math.MaxInt64.
-func archStateBytes(m lm.Model, batch, context, elem int) State {
+// the compute dtype and the KV caches held as kv (InvalidDType: the
+// compute dtype; Int8 adds their scales, lm.HeldState). Sizes saturate at
+// math.MaxInt64.
+func archStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) State {
 	var s State
 	for i := 0; i < m.Spec().Layers; i++ {
-		for _, st := range m.LayerState(i, batch, context) {
+		for _, st := range lm.HeldState(m, i, batch, context, kv) {
 			n := int64(elem)
-			if st.DType != dtypes.InvalidDType {
+			switch {
+			case st.DType != dtypes.InvalidDType:
 				n = int64(st.DType.Size())
+			case st.KV && kv != dtypes.InvalidDType:
+				n = int64(kv.Size())
 			}
 			for _, d := range st.Shape {
 				n = satMul(n, int64(d))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
 )
@@ -115,4 +117,35 @@ func resolve(ctx context.Context, model string, o loader.Options) (*loader.Check
 		return nil, err
 	}
 	return loader.ResolveRef(ctx, ref, o)
+}
+
+func TestKVCacheInt8NotRun(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "stories260K-hf")
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		raw, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "config.json" {
+			raw = []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"GPT2LMHeadModel"`, 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inspect.Run(context.Background(), m, inspect.Options{KVCacheDType: dtypes.Int8}); err == nil || !strings.Contains(err.Error(), "tputool does not run GPT2LMHeadModel") {
+		t.Errorf("int8 KV cache of GPT2LMHeadModel: %v, want refused naming it", err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Context: 100, KVCacheDType: dtypes.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Memory.KVCache != 100*5*2*4*8*4 || r.Memory.KVCacheDType != "f32" {
+		t.Errorf("f32 KV cache of GPT2LMHeadModel (the config's shape): %d bytes (%q), want %d", r.Memory.KVCache, r.Memory.KVCacheDType, 100*5*2*4*8*4)
+	}
 }

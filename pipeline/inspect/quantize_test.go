@@ -46,3 +46,45 @@ func TestQuantizedWeightsFigure(t *testing.T) {
 		last = r.Memory.Weights
 	}
 }
+
+// TestKVCacheDTypeFigure: --kv-cache-dtype counts the KV caches as the
+// executors hold them (lm.StateBytes: int8 with its scales), and int8 is
+// refused for an architecture tputool does not run, whose caches and so
+// scales it does not know.
+func TestKVCacheDTypeFigure(t *testing.T) {
+	const dir = "../../testdata/stories260K-hf"
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lm.Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const batch, ctx = 2, 512
+	base, err := inspect.Run(context.Background(), m, inspect.Options{DType: "bf16", Batch: batch, Context: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := lm.StateBytes(l.Model, batch, ctx, dtypes.BFloat16, dtypes.InvalidDType); base.Memory.KVCache != want || base.Memory.KVCacheDType != "" {
+		t.Errorf("bf16, KV cache auto: %d bytes (%q), want %d", base.Memory.KVCache, base.Memory.KVCacheDType, want)
+	}
+	for _, c := range []struct {
+		kv   dtypes.DType
+		name string
+	}{{dtypes.Float32, "f32"}, {dtypes.BFloat16, "bf16"}, {dtypes.Int8, "int8"}} {
+		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "bf16", Batch: batch, Context: ctx, KVCacheDType: c.kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := lm.StateBytes(l.Model, batch, ctx, dtypes.BFloat16, c.kv)
+		if r.Memory.KVCache != want || r.Memory.KVCacheDType != c.name || r.Memory.Total != r.Memory.Weights+want {
+			t.Errorf("%s: KV cache %d bytes (%q), total %d; want %d as held, total %d", c.name, r.Memory.KVCache, r.Memory.KVCacheDType, r.Memory.Total, want, r.Memory.Weights+want)
+		}
+	}
+	// 5 layers x K and V x 4 KV heads x (8 codes + a 4-byte scale) a position.
+	if r, _ := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Batch: 1, Context: 100, KVCacheDType: dtypes.Int8}); r == nil || r.Memory.KVCache != 100*5*2*4*(8+4) {
+		t.Errorf("int8: %+v, want %d bytes of KV cache", r, 100*5*2*4*(8+4))
+	}
+}
