@@ -12,12 +12,11 @@ import (
 	_ "github.com/tputool/tputool/pipeline/models"
 )
 
-// inspect --quantize int8 and int4 count the weights as generate
-// --quantize holds them (the figure the pre-flight check and
-// compile.NewRunner use).
-func TestQuantizedWeightsFigure(t *testing.T) {
-	const dir = "../../testdata/stories260K-hf"
-	m, err := resolve(context.Background(), dir, loader.Options{})
+// loadStories resolves the stories checkpoint and loads it as generate
+// does (closed at the test's end).
+func loadStories(t *testing.T) (*loader.Checkpoint, *lm.Loaded) {
+	t.Helper()
+	m, err := resolve(context.Background(), "../../testdata/stories260K-hf", loader.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +24,15 @@ func TestQuantizedWeightsFigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return m, l
+}
+
+// inspect --quantize int8 and int4 count the weights as generate
+// --quantize holds them (the figure the pre-flight check and
+// compile.NewRunner use).
+func TestQuantizedWeightsFigure(t *testing.T) {
+	m, l := loadStories(t)
 	plain, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32"})
 	if err != nil {
 		t.Fatal(err)
@@ -52,16 +59,7 @@ func TestQuantizedWeightsFigure(t *testing.T) {
 // refused for an architecture tputool does not run, whose caches and so
 // scales it does not know.
 func TestKVCacheDTypeFigure(t *testing.T) {
-	const dir = "../../testdata/stories260K-hf"
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lm.Load(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	m, l := loadStories(t)
 	const batch, ctx = 2, 512
 	base, err := inspect.Run(context.Background(), m, inspect.Options{DType: "bf16", Batch: batch, Context: ctx})
 	if err != nil {
