@@ -121,7 +121,7 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize, KVCacheDType: opts.KV})
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize, KVDType: opts.KV})
 	if err != nil {
 		return err
 	}

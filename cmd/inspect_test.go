@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,6 +115,18 @@ func TestInspectKVCacheDType(t *testing.T) {
 	e = newTestFactory(t, nil) // auto: --dtype's, not named
 	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--json", "--context", "256", "--kv-cache-dtype", "auto"), e.errOut.String())
 	assert.NotContains(t, e.out.String(), "kv_cache_dtype")
+
+	// int8 only where tputool knows the caches: exit 3 naming the flag.
+	dir := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join(storiesDir, "config.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"GPT2LMHeadModel"`, 1)), 0o644))
+	weights, err := os.ReadFile(filepath.Join(storiesDir, "model.safetensors"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644))
+	e = newTestFactory(t, nil)
+	assert.Equal(t, ExitUnsupported, e.run("inspect", "--model", dir, "--kv-cache-dtype", "int8"))
+	assert.Contains(t, e.errOut.String(), "--kv-cache-dtype int8: tputool does not run GPT2LMHeadModel")
 }
 
 func TestInspectRemoteDownloadsNoWeights(t *testing.T) {

@@ -138,10 +138,10 @@ func TestKVCacheInt8NotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inspect.Run(context.Background(), m, inspect.Options{KVCacheDType: dtypes.Int8}); err == nil || !strings.Contains(err.Error(), "tputool does not run GPT2LMHeadModel") {
+	if _, err := inspect.Run(context.Background(), m, inspect.Options{KVDType: dtypes.Int8}); err == nil || !strings.Contains(err.Error(), "tputool does not run GPT2LMHeadModel") {
 		t.Errorf("int8 KV cache of GPT2LMHeadModel: %v, want refused naming it", err)
 	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Context: 100, KVCacheDType: dtypes.Float32})
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Context: 100, KVDType: dtypes.Float32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,11 +55,12 @@ type Options struct {
 	// (lm.Holding): int8 plus one f32 scale per group of input columns,
 	// or int4 plus a scale code per 32 and a table per matrix.
 	Quantize string
-	// KVCacheDType is the dtype the KV caches are held in, as generate's
-	// --kv-cache-dtype: InvalidDType (DType's), Float32, BFloat16, or Int8
-	// (a byte an entry plus an f32 scale per slot and KV head; only for an
-	// architecture tputool runs, whose caches it knows).
-	KVCacheDType dtypes.DType
+	// KVDType is the dtype the KV caches are held in, as generate's
+	// --kv-cache-dtype (compile.Options.KVDType): InvalidDType (DType's),
+	// Float32, BFloat16, or Int8 (a byte an entry plus an f32 scale per
+	// slot and KV head; only for an architecture tputool runs, whose
+	// caches it knows).
+	KVDType dtypes.DType
 }
 
 // Report is the result of Run; its JSON form is `inspect --json`.
@@ -172,7 +173,7 @@ type Memory struct {
 	Weights int64 `json:"weights_bytes"`
 	// Quantize is Options.Quantize.
 	Quantize string `json:"quantize,omitempty"`
-	// KVCacheDType is Options.KVCacheDType when set: f32, bf16 or int8.
+	// KVCacheDType is Options.KVDType when set: f32, bf16 or int8.
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 	State
 	// Total is Weights + KVCache + Recurrent, before headroom.
@@ -311,22 +312,22 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			kvElem = 2 // auto: the KV cache runs in bf16
 		}
 		stateElem := kvElem // recurrent state: the compute dtype
-		switch kv := opts.KVCacheDType; kv {
+		switch kv := opts.KVDType; kv {
 		case dtypes.InvalidDType:
 		case dtypes.Float32, dtypes.BFloat16:
 			kvElem = kv.Size()
 			r.Memory.KVCacheDType = kvName(kv)
 		case dtypes.Int8:
 			if arch == nil {
-				return nil, &errs.OptionError{Owner: "Options", Option: "KVCacheDType", Value: "int8", Kind: errs.ErrUnsupported,
+				return nil, &errs.OptionError{Owner: "Options", Option: "KVDType", Value: "int8", Kind: errs.ErrUnsupported,
 					Reason: fmt.Sprintf("tputool does not run %s, so which states are KV caches with scales is unknown", r.Architecture)}
 			}
 			r.Memory.KVCacheDType = kvName(kv)
 		default:
-			return nil, &errs.OptionError{Owner: "Options", Option: "KVCacheDType", Value: kv.String(), Want: "Float32, BFloat16 or Int8"}
+			return nil, &errs.OptionError{Owner: "Options", Option: "KVDType", Value: kv.String(), Want: "Float32, BFloat16 or Int8"}
 		}
 		if arch != nil {
-			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVCacheDType)
+			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
 			if n, layers := sharedStateLayers(arch); n > 0 {
 				r.Notes = append(r.Notes, fmt.Sprintf("%d of %d layers read an earlier layer's KV cache (KV sharing): the KV figure counts the %d that keep one", n, layers, layers-n))
 			}

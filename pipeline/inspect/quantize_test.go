@@ -72,7 +72,7 @@ func TestKVCacheDTypeFigure(t *testing.T) {
 		kv   dtypes.DType
 		name string
 	}{{dtypes.Float32, "f32"}, {dtypes.BFloat16, "bf16"}, {dtypes.Int8, "int8"}} {
-		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "bf16", Batch: batch, Context: ctx, KVCacheDType: c.kv})
+		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "bf16", Batch: batch, Context: ctx, KVDType: c.kv})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func TestKVCacheDTypeFigure(t *testing.T) {
 		}
 	}
 	// 5 layers x K and V x 4 KV heads x (8 codes + a 4-byte scale) a position.
-	if r, _ := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Batch: 1, Context: 100, KVCacheDType: dtypes.Int8}); r == nil || r.Memory.KVCache != 100*5*2*4*(8+4) {
+	if r, _ := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Batch: 1, Context: 100, KVDType: dtypes.Int8}); r == nil || r.Memory.KVCache != 100*5*2*4*(8+4) {
 		t.Errorf("int8: %+v, want %d bytes of KV cache", r, 100*5*2*4*(8+4))
 	}
 }
