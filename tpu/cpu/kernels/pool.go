@@ -13,12 +13,12 @@ import (
 // after it joined. Chunks shrink as the job runs out (guided
 // self-scheduling): each claim takes a share of what is left, so the
 // threads finish within a small chunk of each other rather than one
-// waiting out the other's last large one. A worker that has just finished a job spins for a short
-// while (spinFor) watching for the next offered job, since a decode step
-// runs hundreds of small parallel products back to back and a parked
-// goroutine wakes too late to help with them; after that it parks on the
-// channel, and Parallel hands jobs to parked workers with non-blocking
-// sends. A job takes at most Threads()−1 helpers. A nested call (Parallel
+// waiting out the other's last large one. A worker that has just
+// finished a job spins for a short while (spinFor) watching for the next
+// offered job, since a decode step runs hundreds of small parallel
+// products back to back and a parked goroutine wakes too late to help
+// with them; after that it parks on the channel, and Parallel hands jobs
+// to parked workers with non-blocking sends. A job takes at most Threads()−1 helpers. A nested call (Parallel
 // from inside fn) is offered in turn and also runs its chunks itself, so
 // nothing ever waits on work that no one runs: the pool cannot deadlock,
 // whatever the thread count.
