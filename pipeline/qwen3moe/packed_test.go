@@ -35,25 +35,41 @@ func TestPackedExperts(t *testing.T) {
 	}
 }
 
-func checkPackedExperts(t *testing.T, format string) {
-	c := qwenref.TinyQwen3MoE()
-	c.MoEIntermediate = 32 // whole groups of 32 in every projection
-	src, dir := t.TempDir(), t.TempDir()
+// writeMoECopy writes the tiny Qwen3-MoE, its experts 32 wide (whole
+// groups of 32 in every projection), to a temporary folder and its copy
+// by write to another, and returns the model and the two folders.
+func writeMoECopy(t *testing.T, write func(src, dir string) error) (c qwenref.MoE, src, dir string) {
+	t.Helper()
+	c = qwenref.TinyQwen3MoE()
+	c.MoEIntermediate = 32
+	src, dir = t.TempDir(), t.TempDir()
 	if err := c.Write(src); err != nil {
 		t.Fatal(err)
 	}
-	write := func() error { return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32}) }
+	if err := write(src, dir); err != nil {
+		t.Fatal(err)
+	}
+	return c, src, dir
+}
+
+// nvfp4Copy writes an NVFP4 (compressed-tensors) copy of src to dir.
+func nvfp4Copy(src, dir string) error {
+	return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: "nvfp4"})
+}
+
+func checkPackedExperts(t *testing.T, format string) {
+	write := func(src, dir string) error {
+		return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32})
+	}
 	switch format {
 	case "fp8":
-		write = func() error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}) }
+		write = func(src, dir string) error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}) }
 	case "gptq8":
-		write = func() error {
+		write = func(src, dir string) error {
 			return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: "gptq", Group: 32, Bits: 8})
 		}
 	}
-	if err := write(); err != nil {
-		t.Fatal(err)
-	}
+	c, src, dir := writeMoECopy(t, write)
 	rm, err := qwenref.LoadMoE(src, c)
 	if err != nil {
 		t.Fatal(err)
@@ -159,15 +175,7 @@ func checkPackedExperts(t *testing.T, format string) {
 // bit; the parts' global scales differ, so a table read for the wrong
 // part fails.
 func TestNVFP4StackHeld(t *testing.T) {
-	c := qwenref.TinyQwen3MoE()
-	c.MoEIntermediate = 32
-	src, dir := t.TempDir(), t.TempDir()
-	if err := c.Write(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: "nvfp4"}); err != nil {
-		t.Fatal(err)
-	}
+	c, _, dir := writeMoECopy(t, nvfp4Copy)
 	l, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -212,15 +220,8 @@ func TestNVFP4StackHeld(t *testing.T) {
 // reports its non-finite values, as a matrix's NaN scale is; every other
 // stack stays as stored.
 func TestNVFP4StackNaNScale(t *testing.T) {
-	c := qwenref.TinyQwen3MoE()
-	c.MoEIntermediate = 32
-	src, nv, dir := t.TempDir(), t.TempDir(), t.TempDir()
-	if err := c.Write(src); err != nil {
-		t.Fatal(err)
-	}
-	if err := lmckpt.WriteInt4Copy(src, nv, lmckpt.Int4Options{Format: "nvfp4"}); err != nil {
-		t.Fatal(err)
-	}
+	_, _, nv := writeMoECopy(t, nvfp4Copy)
+	dir := t.TempDir()
 	// The same checkpoint with one scale byte of layer 1's expert 3 up_proj NaN.
 	ck, err := safetensors.OpenDir(nv, "")
 	if err != nil {
