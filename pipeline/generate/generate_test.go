@@ -456,7 +456,7 @@ func (s *argmaxScript) DecodeArgmax(next []int) ([]int, error) {
 	}
 	ids := make([]int, len(logits))
 	for b, row := range logits {
-		ids[b] = slices.Index(row, slices.Max(row))
+		ids[b] = sample.Argmax(row)
 	}
 	return ids, nil
 }
