@@ -106,7 +106,10 @@ func dotKVInt8(a *dotAux, out, lhs []float32, q []int8, scales []float32, spans 
 		clear(out)
 		return
 	}
-	one := ones(N)
+	var one []float32 // the row scales of the values' products
+	if a.kv8 == kv8Cols {
+		one = ones(N)
+	}
 	eachProduct(a, func(bi int) {
 		lo, ro, oo := bi*M*K, bi*N*K, bi*M*N
 		x := lhs[lo : lo+M*K]
