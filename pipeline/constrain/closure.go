@@ -23,8 +23,11 @@ const (
 )
 
 // maxDepth bounds the call stack (nesting of recursive schemas and of
-// free-form JSON); a thread that would go deeper dies, so the text closes
-// its structures first.
+// free-form JSON). A thread lives only while what it has opened can still
+// be closed within the bound (Grammar.need): at the deepest level an
+// object may open but takes no member whose value would have to nest
+// deeper, so the text closes its structures first and never reaches a
+// dead end.
 const maxDepth = 32
 
 // maxClosureSteps bounds the work of a grammar's closures, all together
@@ -34,6 +37,70 @@ const maxDepth = 32
 // itself without reading a byte, through two call sites, has as many call
 // stacks as 2^maxDepth.
 const maxClosureSteps = 1 << 18
+
+// needs computes g.need: for each instruction, the fewest call levels
+// below the current one that a text must still open to get from there to
+// its level's end (the return of its subroutine, or the match), at most
+// maxDepth+1 (none within the bound). A thread whose stack depth plus its
+// need exceeds maxDepth could not finish, so the index drops it.
+func (g *Grammar) needs() error {
+	const none = maxDepth + 1
+	n := int32(len(g.prog))
+	need := make([]int8, n+1)
+	preds := make([][]int32, n+1)
+	var queue []int32
+	for pc, in := range g.prog {
+		need[pc] = none
+		p := int32(pc)
+		switch in.op {
+		case opSet:
+			preds[p+1] = append(preds[p+1], p)
+		case opSplit:
+			preds[in.x] = append(preds[in.x], p)
+			preds[in.y] = append(preds[in.y], p)
+		case opJmp:
+			preds[in.x] = append(preds[in.x], p)
+		case opCall:
+			preds[in.x] = append(preds[in.x], p)
+			preds[p+1] = append(preds[p+1], p)
+		case opRet, opMatch:
+			need[pc] = 0
+			queue = append(queue, p)
+		}
+	}
+	need[n] = none // past the end: nothing
+	// The needs only fall, each at most none times: a worklist over the
+	// predecessors of every instruction whose need fell.
+	eval := func(pc int32) int8 {
+		in := g.prog[pc]
+		switch in.op {
+		case opSet:
+			return need[pc+1]
+		case opSplit:
+			return min(need[in.x], need[in.y])
+		case opJmp:
+			return need[in.x]
+		case opCall:
+			return min(none, max(need[in.x]+1, need[pc+1]))
+		}
+		return 0
+	}
+	for len(queue) > 0 {
+		pc := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, p := range preds[pc] {
+			if v := eval(p); v < need[p] {
+				need[p] = v
+				queue = append(queue, p)
+			}
+		}
+	}
+	g.need = need
+	if need[g.start] > maxDepth {
+		return fmt.Errorf("the schema has no value that nests at most %d deep (a required $ref back to itself?)", maxDepth)
+	}
+	return nil
+}
 
 // closures computes the closure of every resume point of g.
 func (g *Grammar) closures() error {

@@ -211,21 +211,34 @@ func TestIntegerRanges(t *testing.T) {
 	assert.False(t, accepts(ix, "9"))
 }
 
-// Every day of four years: a date is accepted iff it exists (29
-// February in every year).
+// Every day of eleven years, leap and not (2000 and 2400 are, 1900 and
+// 2100 not): a date is accepted iff it exists; and 29 February of every
+// year from 0 to 9999 iff the year is a leap year, in date-time too.
 func TestDateFormat(t *testing.T) {
 	v, _ := testVocab(t)
 	g, err := JSONSchema([]byte(`{"type":"string","format":"date"}`))
 	require.NoError(t, err)
 	ix := NewIndex(g, v)
-	for y := 2023; y <= 2024; y++ {
+	for _, y := range []int{0, 4, 100, 1900, 1996, 2000, 2023, 2024, 2100, 2400, 9999} {
 		for m := 0; m <= 13; m++ {
 			for d := 0; d <= 32; d++ {
 				s := fmt.Sprintf("%04d-%02d-%02d", y, m, d)
 				_, err := time.Parse("2006-01-02", s)
-				want := err == nil || (m == 2 && d == 29)
-				assert.Equal(t, want, accepts(ix, `"`+s+`"`), s)
+				assert.Equal(t, err == nil, accepts(ix, `"`+s+`"`), s)
 			}
+		}
+	}
+	g, err = JSONSchema([]byte(`{"type":"string","format":"date-time"}`))
+	require.NoError(t, err)
+	dt := NewIndex(g, v)
+	for y := range 10000 {
+		leap := y%4 == 0 && (y%100 != 0 || y%400 == 0)
+		s := fmt.Sprintf("%04d-02-29", y)
+		if got := accepts(ix, `"`+s+`"`); got != leap {
+			t.Errorf("%s accepted %v", s, got)
+		}
+		if got := accepts(dt, `"`+s+`T12:00:00Z"`); got != leap {
+			t.Errorf("%sT12:00:00Z accepted %v", s, got)
 		}
 	}
 }
@@ -256,6 +269,12 @@ func TestUnenforceable(t *testing.T) {
 		{`{"type":"string","enum":["a",1]}`, ""}, // filtered to "a": see TestEnumFiltered
 		{`{"type":"string","maxLength":2,"enum":["abcdef"]}`, "enum beside maxLength"},
 		{`{"oneOf":[{"type":"string","nullable":true},{"type":"integer","nullable":true}]}`, "oneOf over two branches of type null"},
+		{`{"type":"object","properties":{"a":{"type":[]}}}`, "#.properties.a.type: an empty list of types accepts nothing"},
+		{`{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`, "no value that nests at most 32 deep"},
+		{`{"minimum":0.5}`, "#.minimum: 0.5 cannot be enforced: expected an integer (a number's bounds must be whole)"},
+		{`{"type":"object","properties":{"a":{"$id":"a.json","$defs":{"x":{"type":"string"}},"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"integer"}}}`, "#.properties.a: $id below the schema's root"},
+		{`{"$defs":{"A":{"$id":"a.json","$defs":{"B":{"type":"string"}},"properties":{"x":{"$ref":"#/$defs/B"}}},"B":{"type":"integer"}},"$ref":"#/$defs/A/properties/x"}`, `"#/$defs/A/properties/x" passes through a subschema with $id`},
+		{`{"const":"c","enum":["a","b"]}`, "#: the const is not among the enum's values: the schema cannot be satisfied"},
 	} {
 		start := time.Now()
 		_, err := JSONSchema([]byte(tc.schema))
@@ -362,7 +381,6 @@ func TestPatterns(t *testing.T) {
 		{`abc`, []string{`"abc"`, `"xxabcyy"`, `"\nabc"`}, []string{`"xxab"`, `""`}},
 		{`^a"b\\c$`, []string{`"a\"b\\c"`}, []string{`"a"b\\c"`, `"a\"bc"`}},
 		{`^[é-ü]+$`, []string{`"éü"`, `"ñ"`}, []string{`"e"`, `"ÿ"`, `""`}},
-		{`(?i)^abc$`, []string{`"AbC"`, `"abc"`}, []string{`"abd"`}},
 		{`^a.b$`, []string{`"a-b"`, `"aéb"`, `"a日b"`, `"a\tb"`}, []string{`"a\nb"`, `"ab"`}},
 		{`^(cat|dog)s?$`, []string{`"cat"`, `"dogs"`}, []string{`"cats!"`, `"bird"`}},
 		{`^\S+@\S+$`, []string{`"a@b"`}, []string{`"a @b"`, `"@b"`}},
@@ -479,4 +497,213 @@ func TestDeadEndAllowsEOS(t *testing.T) {
 	assert.NotZero(t, m.Mask()[0]&(1<<2))
 	assert.True(t, m.Allows(2))
 	require.NoError(t, m.Advance(2))
+}
+
+// Patterns read as ECMA-262 (with the u flag) reads them: . stops at
+// every line terminator, \s and \S are ECMA's, \u escapes and [^] are
+// ECMA's; what Go reads otherwise is refused, naming the construct.
+func TestPatternsECMA(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, tc := range []struct {
+		pattern  string
+		good, no []string
+	}{
+		{`^a.b$`, []string{`"a-b"`, "\"a\u00a0b\""}, []string{`"a\rb"`, `"a\nb"`, "\"a\u2028b\"", "\"a\u2029b\""}},
+		{`^\s$`, []string{`" "`, `"\t"`, `"\u000b"`, `"\f"`, "\"\u00a0\"", "\"\u1680\"", "\"\u2005\"", "\"\u2028\"", "\"\u202f\"", "\"\u3000\"", "\"\ufeff\""}, []string{`"x"`, "\"\u200b\"", `""`}},
+		{`^\S$`, []string{`"x"`, `"é"`, "\"\u200b\""}, []string{`" "`, `"\u000b"`, "\"\u00a0\"", "\"\ufeff\"", `"ab"`}},
+		{`^[\s]$`, []string{`"\u000b"`, "\"\u3000\""}, []string{`"x"`}},
+		{`^[^\S]$`, []string{`"\u000b"`, "\"\u3000\""}, []string{`"x"`}},
+		{`^[\Sx]$`, []string{`"x"`, `"y"`}, []string{`"\u000b"`, "\"\u00a0\""}},
+		{`^[^\s]$`, []string{`"x"`}, []string{`"\u000b"`, "\"\u00a0\""}},
+		{`^\d\w$`, []string{`"1_"`, `"0Z"`}, []string{`"١a"`, `"1é"`}},
+		{`^\u0041\u{42}\x43$`, []string{`"ABC"`}, []string{`"abc"`}},
+		{`^\uD83D\uDE00$`, []string{`"😀"`}, []string{`"x"`}},
+		{`^[^]$`, []string{`"\n"`, `"x"`}, []string{`""`}},
+		{`^(?<word>ab)+$`, []string{`"abab"`}, []string{`"aba"`}},
+		{`^[\b]\0$`, []string{`"\b\u0000"`}, []string{`"b"`}},
+		{`^\cJ$`, []string{`"\n"`}, []string{`"J"`}},
+		{`^\/\-$`, []string{`"/-"`}, []string{`"-"`}},
+	} {
+		schema, _ := json.Marshal(map[string]string{"type": "string", "pattern": tc.pattern})
+		g, err := JSONSchema(schema)
+		require.NoError(t, err, tc.pattern)
+		ix := NewIndex(g, v)
+		for _, s := range tc.good {
+			assert.True(t, accepts(ix, s), "%s should accept %s", tc.pattern, s)
+		}
+		for _, s := range tc.no {
+			assert.False(t, accepts(ix, s), "%s should reject %s", tc.pattern, s)
+		}
+	}
+	for _, tc := range []struct{ pattern, want string }{
+		{`^[[:digit:]]$`, "a [ inside a class"},
+		{`^a\z`, `\z is not an ECMA-262 escape`},
+		{`\Aa`, `\A is not an ECMA-262 escape`},
+		{`\Qa.b\E`, `\Q is not an ECMA-262 escape`},
+		{`\a`, `\a is not an ECMA-262 escape`},
+		{`(?i)abc`, "(?i: inline flags"},
+		{`(?s:a.b)`, "(?s: inline flags"},
+		{`(?P<n>a)`, "(?P: inline flags"},
+		{`\pL`, `Unicode property escapes (\p)`},
+		{`\P{L}`, `Unicode property escapes (\P)`},
+		{`\x{41}`, `\x takes two hex digits`},
+		{`(a)\1`, `backreferences (\1)`},
+		{`\k<n>`, `backreferences (\k)`},
+		{`\012`, `octal escapes (\01)`},
+		{`\ud800`, `\ud800 is a lone surrogate`},
+		{`a[]`, "the empty class [] matches nothing"},
+		{`(?=a)`, "lookarounds are not supported"},
+		{`(?<!a)b`, "lookarounds are not supported"},
+		{`a\`, "cannot end in a backslash"},
+	} {
+		schema, _ := json.Marshal(map[string]any{"type": "object", "properties": map[string]any{"p": map[string]string{"type": "string", "pattern": tc.pattern}}})
+		_, err := JSONSchema(schema)
+		if assert.Error(t, err, tc.pattern) {
+			assert.Contains(t, err.Error(), "#.properties.p.pattern: "+strconv.Quote(tc.pattern)+" cannot be enforced", tc.pattern)
+			assert.Contains(t, err.Error(), tc.want, tc.pattern)
+		}
+	}
+}
+
+// A \u escape is never a surrogate, so each escape is one character
+// (minLength counts a pair as one) and no lone surrogate is written;
+// characters beyond the BMP come as their UTF-8 bytes.
+func TestUnicodeEscapes(t *testing.T) {
+	v, _ := testVocab(t)
+	g, err := JSONSchema([]byte(`{"type":"string","minLength":2}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	assert.False(t, accepts(ix, `"\ud83d\ude00"`), "a pair is one character")
+	assert.False(t, accepts(ix, `"\uD800\uDFFF"`))
+	assert.True(t, accepts(ix, `"😀😀"`))
+	assert.True(t, accepts(ix, `"\u00e9\uD7FF"`))
+	assert.True(t, accepts(ix, `"\uE000\uffff"`))
+	g, err = JSONSchema([]byte(`{"type":"string"}`))
+	require.NoError(t, err)
+	ix = NewIndex(g, v)
+	for _, s := range []string{`"\ud800"`, `"a\udfffb"`, `"\uDBFF"`, `"\ud83d\ude00"`} {
+		assert.False(t, accepts(ix, s), s)
+	}
+	assert.True(t, accepts(ix, `"\u0041\ucfff"`))
+}
+
+// Without type, minimum and maximum imply number (integers included);
+// the exclusive bounds, which only integers' grammar enforces, integer.
+func TestImpliedNumber(t *testing.T) {
+	v, _ := testVocab(t)
+	g, err := JSONSchema([]byte(`{"minimum":0,"maximum":1}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	for _, s := range []string{`0`, `1`, `0.5`, `0.25`} {
+		assert.True(t, accepts(ix, s), s)
+	}
+	for _, s := range []string{`-0.5`, `1.5`, `2`, `"x"`} {
+		assert.False(t, accepts(ix, s), s)
+	}
+	g, err = JSONSchema([]byte(`{"exclusiveMinimum":0}`))
+	require.NoError(t, err)
+	ix = NewIndex(g, v)
+	assert.True(t, accepts(ix, `1`))
+	assert.False(t, accepts(ix, `0`))
+	assert.False(t, accepts(ix, `0.5`))
+}
+
+// const beside enum: the value must be in both.
+func TestConstAndEnum(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, schema := range []string{`{"const":"a","enum":["a","b"]}`, `{"enum":["b","a"],"const":"a"}`} {
+		g, err := JSONSchema([]byte(schema))
+		require.NoError(t, err)
+		ix := NewIndex(g, v)
+		assert.True(t, accepts(ix, `"a"`), schema)
+		assert.False(t, accepts(ix, `"b"`), schema)
+	}
+	g, err := JSONSchema([]byte(`{"const":{"x":1,"y":[2]},"enum":[{"y":[2.0],"x":1e0},3]}`))
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	assert.True(t, accepts(ix, `{"x":1,"y":[2]}`))
+	assert.False(t, accepts(ix, `3`))
+	for _, schema := range []string{`{"const":1,"enum":[2]}`, `{"const":[1],"enum":[[1,2]]}`, `{"const":{"a":1},"enum":[{"a":1,"b":2}]}`} {
+		_, err := JSONSchema([]byte(schema))
+		if assert.Error(t, err, schema) {
+			assert.Contains(t, err.Error(), "cannot be satisfied", schema)
+		}
+	}
+}
+
+// At the nesting bound a text can always be finished: an object or array
+// opens there only when it can close, a member or item that would need
+// to nest deeper is not offered, so until the text is complete the mask
+// always holds a token other than the end of the sequence, and the text
+// finished by closing parses and validates.
+func TestDepthLimitNoDeadEnd(t *testing.T) {
+	v, eos := testVocab(t)
+	live := func(m *Matcher) bool {
+		for id, w := range m.Mask() {
+			for b := range 64 {
+				if w&(1<<b) != 0 && id*64+b != eos {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct{ schema, open string }{
+		{"json_object", `{"a":`},
+		{"json", `[`},
+		{"json", `{"a":[`},
+		{`{"type":"object","additionalProperties":{"$ref":"#"}}`, `{"a":`},
+		{`{"type":"object","properties":{"a":{"$ref":"#"}}}`, `{"a":`},
+		{`{"type":"array","items":{"$ref":"#"}}`, `[`},
+		{`{"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"}`, `{"v":1,"kids":[`},
+	} {
+		var g *Grammar
+		switch tc.schema {
+		case "json_object", "json":
+			g = AnyJSON(tc.schema == "json_object")
+		default:
+			var err error
+			g, err = JSONSchema([]byte(tc.schema))
+			require.NoError(t, err, tc.schema)
+		}
+		m := NewIndex(g, v).NewMatcher()
+		var text []byte
+		advance := func(c byte) {
+			require.NoError(t, m.Advance(int(c)), "%s after %q", tc.schema, text)
+			text = append(text, c)
+			require.True(t, m.Accepting() || live(m), "%s: only the end of the sequence after %q", tc.schema, text)
+		}
+		// Open as deep as the grammar lets, then take what it offers,
+		// closing first.
+		open := []byte(strings.Repeat(tc.open, 3*maxDepth))
+		for len(text) < len(open) && m.Allows(int(open[len(text)])) {
+			advance(open[len(text)])
+		}
+		require.Less(t, len(text), len(open), "%s: the bound was not reached", tc.schema)
+		for !m.Accepting() {
+			require.Less(t, len(text), 2*len(open), "%s: no end after %q", tc.schema, text)
+			next := -1
+			for _, c := range []byte(`}]1"`) {
+				if m.Allows(int(c)) {
+					next = int(c)
+					break
+				}
+			}
+			for id := 0; next < 0 && id < 256; id++ {
+				if m.Allows(id) {
+					next = id
+				}
+			}
+			require.GreaterOrEqual(t, next, 0, "%s: no byte allowed after %q", tc.schema, text)
+			advance(byte(next))
+		}
+		var x any
+		require.NoError(t, json.Unmarshal(text, &x), "%s: %q", tc.schema, text)
+		if strings.HasPrefix(tc.schema, "{") {
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(text)))
+			require.NoError(t, err)
+			assert.NoError(t, validator(t, tc.schema).Validate(inst), "%s: %q", tc.schema, text)
+		}
+		t.Logf("%s: %d bytes, %d opened", tc.schema, len(text), strings.Count(string(text), tc.open[:1]))
+	}
 }

@@ -50,9 +50,10 @@ func NewIndex(g *Grammar, v *Vocab) *Index {
 // Grammar returns the index's grammar.
 func (ix *Index) Grammar() *Grammar { return ix.g }
 
-// push interns the stack s with ret on top; ok is false past maxDepth.
+// push interns the stack s with ret on top; ok is false past maxDepth,
+// or when what follows the return could not finish within it.
 func (ix *Index) push(s, ret int32) (int32, bool) {
-	if ix.frames[s].depth >= maxDepth {
+	if d := ix.frames[s].depth; d >= maxDepth || d+int32(ix.g.need[ret]) > maxDepth {
 		return 0, false
 	}
 	k := [2]int32{s, ret}
@@ -86,7 +87,7 @@ func (ix *Index) resume(out []thread, pc, s int32) []thread {
 					break
 				}
 			}
-			if ok {
+			if ok && ix.frames[st].depth+int32(ix.g.need[it.pc]) <= maxDepth {
 				out = addThread(out, thread{it.pc, st})
 			}
 		}

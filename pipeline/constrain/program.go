@@ -62,6 +62,7 @@ type Grammar struct {
 	start int32
 	desc  string   // what it accepts, for errors and logs
 	clos  [][]item // closure of each resume point (closure.go)
+	need  []int8   // call levels each instruction still needs to finish (closure.go)
 }
 
 // String describes the grammar.
@@ -202,6 +203,9 @@ func (b *builder) grammar(start int32, desc string) (*Grammar, error) {
 	}
 	g := &Grammar{prog: b.prog, sets: b.sets, start: start, desc: desc}
 	if err := g.closures(); err != nil {
+		return nil, err
+	}
+	if err := g.needs(); err != nil {
 		return nil, err
 	}
 	return g, nil

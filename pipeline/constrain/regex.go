@@ -3,25 +3,231 @@ package constrain
 import (
 	"fmt"
 	"regexp/syntax"
+	"slices"
+	"strconv"
+	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// A string's pattern is compiled from Go's regexp/syntax tree (the
-// ECMA-262 patterns of JSON Schema that RE2 reads the same way: classes,
-// escapes, groups, alternation, quantifiers) into the same automaton as
-// the rest of the schema. The characters are generated as the JSON text
-// spells them: the quote, the backslash and control characters as
-// escapes, every other character as its UTF-8 bytes. Unanchored ends
-// match anywhere, as JSON Schema says: any characters may come before an
-// unanchored start and after an unanchored end.
+// A string's pattern is an ECMA-262 regular expression (JSON Schema's
+// dialect, read with the u flag as JSON Schema 2020-12 asks: it matches
+// code points). ecmaPattern rewrites it in Go's regexp/syntax with the
+// same meaning (ECMA's ., \s and \S spelled out as classes) and refuses
+// what Go would read otherwise (POSIX classes, \A, \z, \Q, \p, inline
+// flags, octal escapes); the tree is then compiled into the same
+// automaton as the rest of the schema. The characters are generated as
+// the JSON text spells them: the quote, the backslash and control
+// characters as escapes, every other character as its UTF-8 bytes.
+// Unanchored ends match anywhere, as JSON Schema says: any characters may
+// come before an unanchored start and after an unanchored end.
+
+// ecmaSpace is ECMA-262's \s: its WhiteSpace and LineTerminator
+// characters, as inclusive ranges.
+var ecmaSpace = []rune{
+	'\t', '\r', ' ', ' ', 0xa0, 0xa0, 0x1680, 0x1680, 0x2000, 0x200a,
+	0x2028, 0x2029, 0x202f, 0x202f, 0x205f, 0x205f, 0x3000, 0x3000, 0xfeff, 0xfeff,
+}
+
+// ecmaLineEnd is what ECMA-262's . does not match: its LineTerminators.
+var ecmaLineEnd = []rune{'\n', '\n', '\r', '\r', 0x2028, 0x2029}
+
+// goRanges spells inclusive rune ranges for the inside of a Go class.
+func goRanges(ranges []rune) string {
+	var sb strings.Builder
+	for i := 0; i+1 < len(ranges); i += 2 {
+		fmt.Fprintf(&sb, `\x{%x}`, ranges[i])
+		if ranges[i+1] != ranges[i] {
+			fmt.Fprintf(&sb, `-\x{%x}`, ranges[i+1])
+		}
+	}
+	return sb.String()
+}
+
+// complement is the ranges of every rune outside ranges (sorted, disjoint).
+func complement(ranges []rune) []rune {
+	var out []rune
+	next := rune(0)
+	for i := 0; i+1 < len(ranges); i += 2 {
+		if ranges[i] > next {
+			out = append(out, next, ranges[i]-1)
+		}
+		next = ranges[i+1] + 1
+	}
+	if next <= unicode.MaxRune {
+		out = append(out, next, unicode.MaxRune)
+	}
+	return out
+}
+
+// ecmaPattern rewrites the ECMA-262 pattern src in Go's syntax, or says
+// which of its constructs cannot be read the same way.
+func ecmaPattern(src string) (string, error) {
+	rs := []rune(src)
+	var out strings.Builder
+	inClass := false
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		switch {
+		case r == '\\':
+			s, n, err := ecmaEscape(rs[i+1:], inClass)
+			if err != nil {
+				return "", err
+			}
+			out.WriteString(s)
+			i += n
+		case inClass && r == '[':
+			return "", fmt.Errorf("a [ inside a class (Go reads [: as a POSIX class; write \\[)")
+		case inClass:
+			if r == ']' {
+				inClass = false
+			}
+			out.WriteRune(r)
+		case r == '[':
+			neg := i+1 < len(rs) && rs[i+1] == '^'
+			j := i + 1
+			if neg {
+				j++
+			}
+			if j < len(rs) && rs[j] == ']' { // ECMA's [] and [^]
+				if !neg {
+					return "", fmt.Errorf("the empty class [] matches nothing")
+				}
+				out.WriteString(`[\x00-\x{10ffff}]`)
+				i = j
+				continue
+			}
+			out.WriteString(string(rs[i:j]))
+			i = j - 1
+			inClass = true
+		case r == '.':
+			out.WriteString("[^" + goRanges(ecmaLineEnd) + "]")
+		case r == '(' && i+1 < len(rs) && rs[i+1] == '?':
+			rest := string(rs[i+2:])
+			switch {
+			case strings.HasPrefix(rest, ":"):
+				out.WriteString("(?:")
+				i += 2
+			case strings.HasPrefix(rest, "="), strings.HasPrefix(rest, "!"), strings.HasPrefix(rest, "<="), strings.HasPrefix(rest, "<!"):
+				return "", fmt.Errorf("lookarounds are not supported")
+			case strings.HasPrefix(rest, "<"):
+				// A named group: a group (the name only serves
+				// backreferences, which are refused).
+				end := strings.IndexByte(rest, '>')
+				if end < 0 {
+					return "", fmt.Errorf("an unterminated group name")
+				}
+				out.WriteString("(")
+				i += 2 + utf8.RuneCountInString(rest[:end+1]) - 1
+			default:
+				return "", fmt.Errorf("(?%s: inline flags and Go's group syntax are not ECMA-262", string(rs[i+2:min(i+3, len(rs))]))
+			}
+		default:
+			out.WriteRune(r)
+		}
+	}
+	return out.String(), nil
+}
+
+// ecmaEscape rewrites the escape whose text after the backslash starts
+// rs, returning its Go spelling and how many runes of rs it took.
+func ecmaEscape(rs []rune, inClass bool) (string, int, error) {
+	if len(rs) == 0 {
+		return "", 0, fmt.Errorf("a pattern cannot end in a backslash")
+	}
+	hex := func(s []rune) (rune, bool) {
+		n, err := strconv.ParseUint(string(s), 16, 32)
+		return rune(n), err == nil && n <= unicode.MaxRune
+	}
+	lit := func(r rune) string { return fmt.Sprintf(`\x{%x}`, r) }
+	switch c := rs[0]; c {
+	case 'd', 'D', 'w', 'W', 'f', 'n', 'r', 't', 'v':
+		return `\` + string(c), 1, nil // the same in Go (\d and \w ASCII)
+	case 's':
+		if inClass {
+			return goRanges(ecmaSpace), 1, nil
+		}
+		return "[" + goRanges(ecmaSpace) + "]", 1, nil
+	case 'S':
+		if inClass {
+			return goRanges(complement(ecmaSpace)), 1, nil
+		}
+		return "[^" + goRanges(ecmaSpace) + "]", 1, nil
+	case 'b':
+		if inClass {
+			return `\x08`, 1, nil // backspace
+		}
+		return `\b`, 1, nil // a word boundary: refused after parsing
+	case 'B':
+		if !inClass {
+			return `\B`, 1, nil
+		}
+	case '0':
+		if len(rs) < 2 || rs[1] < '0' || rs[1] > '9' {
+			return `\x00`, 1, nil
+		}
+		return "", 0, fmt.Errorf(`octal escapes (\0%c) are not supported`, rs[1])
+	case '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return "", 0, fmt.Errorf(`backreferences (\%c) are not supported`, c)
+	case 'x':
+		if len(rs) >= 3 {
+			if r, ok := hex(rs[1:3]); ok {
+				return lit(r), 3, nil
+			}
+		}
+		return "", 0, fmt.Errorf(`\x takes two hex digits (Go's \x{...} is not ECMA-262)`)
+	case 'u':
+		if len(rs) >= 3 && rs[1] == '{' {
+			end := slices.Index(rs, '}')
+			if r, ok := hex(rs[2:max(end, 2)]); end > 2 && ok && !isSurrogate(r) {
+				return lit(r), end + 1, nil
+			}
+			return "", 0, fmt.Errorf(`\u{...} takes a code point (not a surrogate) in hex`)
+		}
+		if len(rs) >= 5 {
+			if r, ok := hex(rs[1:5]); ok {
+				if !isSurrogate(r) {
+					return lit(r), 5, nil
+				}
+				if r < 0xdc00 && len(rs) >= 11 && rs[5] == '\\' && rs[6] == 'u' {
+					if lo, ok := hex(rs[7:11]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+						return lit(utf16.DecodeRune(r, lo)), 11, nil
+					}
+				}
+				return "", 0, fmt.Errorf(`\u%s is a lone surrogate`, string(rs[1:5]))
+			}
+		}
+		return "", 0, fmt.Errorf(`\u takes four hex digits or {code point}`)
+	case 'c':
+		if len(rs) >= 2 && (rs[1] >= 'a' && rs[1] <= 'z' || rs[1] >= 'A' && rs[1] <= 'Z') {
+			return lit(rs[1] % 32), 2, nil
+		}
+	case 'p', 'P':
+		return "", 0, fmt.Errorf(`Unicode property escapes (\%c) are not supported`, c)
+	case 'k':
+		return "", 0, fmt.Errorf(`backreferences (\k) are not supported`)
+	default:
+		if c < utf8.RuneSelf && !unicode.IsLetter(c) && !unicode.IsDigit(c) {
+			return `\` + string(c), 1, nil // an escaped punctuation character is itself
+		}
+	}
+	return "", 0, fmt.Errorf(`\%c is not an ECMA-262 escape that Go reads the same way`, rs[0])
+}
+
+// isSurrogate reports whether r is a UTF-16 surrogate (not a character).
+func isSurrogate(r rune) bool { return r >= 0xd800 && r <= 0xdfff }
 
 // maxPatternRepeat bounds a counted repetition ({n,m}) in a pattern.
 const maxPatternRepeat = 1000
 
 // pattern emits a string matching re (a JSON Schema pattern).
 func (c *schemaCompiler) pattern(src, path string) error {
-	re, err := syntax.Parse(src, syntax.Perl)
+	goSrc, err := ecmaPattern(src)
+	if err != nil {
+		return fmt.Errorf("%s.pattern: %q cannot be enforced: %v", path, src, err)
+	}
+	re, err := syntax.Parse(goSrc, syntax.Perl)
 	if err != nil {
 		return fmt.Errorf("%s.pattern: %q cannot be enforced: %v (lookarounds and backreferences are not supported)", path, src, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,12 +18,14 @@ import (
 // naming it and where it is, never ignored. Supported: type (one or a
 // list), properties, required, additionalProperties (false, or a schema
 // for the values of a free-form object), items, prefixItems, minItems,
-// maxItems, enum, const, anyOf, oneOf (of branches of distinct types),
-// allOf (of one schema), $ref (#, #/$defs/..., #/definitions/...;
-// recursive), nullable, minLength, maxLength, pattern (regex.go), minimum and maximum
-// (integers; numbers between integer bounds), format (date, time,
-// date-time, uuid), and the annotations (title, description, default,
-// examples, ...), which are ignored.
+// maxItems, enum, const (both: the values in both), anyOf, oneOf (of
+// branches of distinct types), allOf (of one schema), $ref (#,
+// #/$defs/..., #/definitions/...; recursive; $id only at the root),
+// nullable, minLength, maxLength, pattern (ECMA-262, regex.go), minimum
+// and maximum (integers; numbers between integer bounds), format (date
+// with 29 February in leap years only, time, date-time, uuid), and the
+// annotations (title, description, default, examples, ...), which are
+// ignored.
 func JSONSchema(schema []byte) (*Grammar, error) {
 	root, err := parseJSON(schema)
 	if err != nil {
@@ -164,6 +167,11 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 	default:
 		return fmt.Errorf("%s: a schema must be an object or a boolean", path)
 	}
+	// $id below the root would move the base its #/... references
+	// resolve against.
+	if id := v.get("$id"); id != nil && v != c.root {
+		return fmt.Errorf("%s: $id below the schema's root cannot be enforced (its references would resolve against it)", path)
+	}
 	// Every keyword must be known: enforced, an annotation, or one of
 	// another type's (which JSON Schema ignores for this type).
 	for _, k := range v.keys {
@@ -180,7 +188,7 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 	}
 	if n := v.get("nullable"); n != nil && n.kind == 'b' && n.truth {
 		var err error
-		c.b.alt(func() { c.b.lit("null") }, func() { err = c.value(without(v, "nullable"), path) })
+		c.b.alt(func() { c.b.lit("null") }, func() { err = c.value(without(v, "nullable", "$id"), path) })
 		return err
 	}
 	if r := v.get("$ref"); r != nil {
@@ -196,12 +204,15 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 	}
 	if e, k := v.get("const"), "const"; e != nil || v.get("enum") != nil {
 		vals := []*jvalue{e}
-		if e == nil {
-			e, k = v.get("enum"), "enum"
-			if e.kind != 'a' || len(e.vals) == 0 {
+		if en := v.get("enum"); en != nil {
+			if en.kind != 'a' || len(en.vals) == 0 {
 				return fmt.Errorf("%s.enum: expected a non-empty array", path)
 			}
-			vals = e.vals
+			if e == nil {
+				vals, k = en.vals, "enum"
+			} else if !slices.ContainsFunc(en.vals, func(x *jvalue) bool { return jsonEqual(x, e) }) {
+				return fmt.Errorf("%s: the const is not among the enum's values: the schema cannot be satisfied", path)
+			}
 		}
 		if others := constraining(v, "enum", "const", "type"); len(others) > 0 {
 			return fmt.Errorf("%s: %s beside %s cannot be enforced", path, k, strings.Join(others, ", "))
@@ -243,6 +254,36 @@ func (c *schemaCompiler) value(v *jvalue, path string) error {
 	return err
 }
 
+// jsonEqual reports whether a and b are the same JSON value (numbers by
+// value, objects whatever their key order), as const and enum compare.
+func jsonEqual(a, b *jvalue) bool {
+	if a.kind != b.kind {
+		return false
+	}
+	switch a.kind {
+	case 'n':
+		x, okx := new(big.Rat).SetString(a.str)
+		y, oky := new(big.Rat).SetString(b.str)
+		return okx && oky && x.Cmp(y) == 0
+	case 's':
+		return a.str == b.str
+	case 'b':
+		return a.truth == b.truth
+	case 'a':
+		return slices.EqualFunc(a.vals, b.vals, jsonEqual)
+	case 'o':
+		if len(a.keys) != len(b.keys) {
+			return false
+		}
+		for i, k := range a.keys {
+			if y := b.get(k); y == nil || !jsonEqual(a.vals[i], y) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // jsonType is the JSON Schema type of a value (integer for a number
 // without a fraction).
 func jsonType(x *jvalue) string {
@@ -275,11 +316,11 @@ func constraining(v *jvalue, skip ...string) []string {
 	return out
 }
 
-// without returns v less the keyword k.
-func without(v *jvalue, k string) *jvalue {
+// without returns v less the keywords ks.
+func without(v *jvalue, ks ...string) *jvalue {
 	out := &jvalue{kind: 'o'}
 	for i, key := range v.keys {
-		if key != k {
+		if !slices.Contains(ks, key) {
 			out.keys = append(out.keys, key)
 			out.vals = append(out.vals, v.vals[i])
 		}
@@ -288,7 +329,9 @@ func without(v *jvalue, k string) *jvalue {
 }
 
 // typesOf reads v's type: a name, a list, or (absent) the type its
-// keywords imply, or every type.
+// keywords imply, or every type. Numeric keywords imply number, but
+// exclusiveMinimum and exclusiveMaximum, which only an integer's grammar
+// enforces, imply integer.
 func typesOf(v *jvalue, path string) ([]string, error) {
 	t := v.get("type")
 	if t == nil {
@@ -299,6 +342,9 @@ func typesOf(v *jvalue, path string) ([]string, error) {
 					implied = append(implied, name)
 				}
 			}
+		}
+		if i := slices.Index(implied, "integer"); i >= 0 && v.get("exclusiveMinimum") == nil && v.get("exclusiveMaximum") == nil {
+			implied[i] = "number"
 		}
 		if len(implied) == 0 {
 			return []string{"any"}, nil
@@ -313,11 +359,16 @@ func typesOf(v *jvalue, path string) ([]string, error) {
 	case 's':
 		names = []string{t.str}
 	case 'a':
+		if len(t.vals) == 0 {
+			return nil, fmt.Errorf("%s.type: an empty list of types accepts nothing", path)
+		}
 		for _, x := range t.vals {
 			if x.kind != 's' {
 				return nil, fmt.Errorf("%s.type: expected a type name or a list of them", path)
 			}
-			names = append(names, x.str)
+			if !slices.Contains(names, x.str) {
+				names = append(names, x.str)
+			}
 		}
 	default:
 		return nil, fmt.Errorf("%s.type: expected a type name or a list of them", path)
@@ -356,6 +407,9 @@ func (c *schemaCompiler) resolve(r *jvalue, path string) (*jvalue, error) {
 		}
 		if next == nil {
 			return nil, fmt.Errorf("%s.$ref: %q does not resolve", path, r.str)
+		}
+		if id := cur.get("$id"); cur != c.root && id != nil && id.kind == 's' {
+			return nil, fmt.Errorf("%s.$ref: %q passes through a subschema with $id, which cannot be enforced (only the root may have one)", path, r.str)
 		}
 		cur = next
 	}
@@ -482,7 +536,10 @@ func (c *schemaCompiler) ws() {
 
 // char emits one character of a JSON string's content: printable ASCII
 // but the quote and backslash, a well-formed UTF-8 sequence, or an
-// escape.
+// escape. A \u escape never names a surrogate (D800-DFFF): a pair of
+// them is one character and a lone one none, so a character beyond the
+// BMP is written as its UTF-8 bytes, and every escape is one character
+// for minLength and maxLength.
 func (c *schemaCompiler) char() {
 	b := c.b
 	var ascii, cont byteSet
@@ -490,13 +547,24 @@ func (c *schemaCompiler) char() {
 	ascii[0] &^= 1 << '"'
 	ascii[1] &^= 1 << ('\\' - 64)
 	cont.addRange(0x80, 0xbf)
-	var esc, hex byteSet
+	var esc, hex, notD, d, low byteSet
 	for _, ch := range `"\/bfnrt` {
 		esc.add(byte(ch))
 	}
 	hex.addRange('0', '9')
 	hex.addRange('a', 'f')
 	hex.addRange('A', 'F')
+	notD = hex
+	notD[1] &^= 1<<('d'-64) | 1<<('D'-64)
+	d.add('d')
+	d.add('D')
+	low.addRange('0', '7')
+	unicodeEsc := func() { // \uXXXX but not \uD800-\uDFFF
+		b.lit("u")
+		b.alt(func() { b.set(notD); b.set(hex) }, func() { b.set(d); b.set(low) })
+		b.set(hex)
+		b.set(hex)
+	}
 	b.alt(
 		func() { b.set(ascii) },
 		func() { b.byteRange(0xc2, 0xdf); b.set(cont) },
@@ -509,7 +577,7 @@ func (c *schemaCompiler) char() {
 		func() { b.byteRange(0xf4, 0xf4); b.byteRange(0x80, 0x8f); b.set(cont); b.set(cont) },
 		func() {
 			b.lit(`\`)
-			b.alt(func() { b.set(esc) }, func() { b.lit("u"); b.set(hex); b.set(hex); b.set(hex); b.set(hex) })
+			b.alt(func() { b.set(esc) }, unicodeEsc)
 		},
 	)
 }
@@ -572,17 +640,37 @@ func (c *schemaCompiler) format(f *jvalue, path string) error {
 			b.byteRange('0', byte('0'+max%10))
 		})
 	}
-	// Days 01-29 in every month, 30 but in February, 31 in the months
-	// that have it (29 February is allowed in every year).
+	// Days 01 to last (28, 30 or 31).
 	day := func(last int) {
 		frags := []func(){
 			func() { b.lit("0"); b.byteRange('1', '9') },
-			func() { b.byteRange('1', '2'); b.byteRange('0', '9') },
+			func() { b.lit("1"); b.byteRange('0', '9') },
 		}
-		if last >= 30 {
-			frags = append(frags, func() { b.lit("3"); b.byteRange('0', byte('0'+last-30)) })
+		if last == 28 {
+			frags = append(frags, func() { b.lit("2"); b.byteRange('0', '8') })
+		} else {
+			frags = append(frags, func() { b.lit("2"); b.byteRange('0', '9') }, func() { b.lit("3"); b.byteRange('0', byte('0'+last-30)) })
 		}
 		b.alt(frags...)
+	}
+	// Two digits that are a multiple of 4 (00, 04, ..., 96); nonzero
+	// leaves out 00.
+	fourth := func(nonzero bool) {
+		of := func(chars string) (s byteSet) {
+			for i := range len(chars) {
+				s.add(chars[i])
+			}
+			return s
+		}
+		units := "048"
+		if nonzero {
+			units = "48"
+		}
+		b.alt(
+			func() { b.lit("0"); b.set(of(units)) },
+			func() { b.set(of("2468")); b.set(of("048")) },
+			func() { b.set(of("13579")); b.set(of("26")) },
+		)
 	}
 	months := func(ms ...string) func() {
 		return func() {
@@ -593,14 +681,21 @@ func (c *schemaCompiler) format(f *jvalue, path string) error {
 			b.alt(frags...)
 		}
 	}
+	// A date: 29 February only in leap years (a multiple of 4 but not
+	// of 100, or of 400).
 	date := func() {
-		digits(4)
-		b.lit("-")
-		b.alt(
-			func() { months("01", "03", "05", "07", "08", "10", "12")(); b.lit("-"); day(31) },
-			func() { months("04", "06", "09", "11")(); b.lit("-"); day(30) },
-			func() { b.lit("02-"); day(29) },
-		)
+		b.alt(func() {
+			digits(4)
+			b.lit("-")
+			b.alt(
+				func() { months("01", "03", "05", "07", "08", "10", "12")(); b.lit("-"); day(31) },
+				func() { months("04", "06", "09", "11")(); b.lit("-"); day(30) },
+				func() { b.lit("02-"); day(28) },
+			)
+		}, func() {
+			b.alt(func() { digits(2); fourth(true) }, func() { fourth(false); b.lit("00") })
+			b.lit("-02-29")
+		})
 	}
 	time := func() {
 		twoDigit(23)
