@@ -14,16 +14,23 @@ import (
 
 // ctFormat is one compressed-tensors scheme the test writes.
 type ctFormat struct {
-	name     string
-	format   string // pack-quantized, naive-quantized, float-quantized
-	bits     int
-	sym      bool
-	strategy string // tensor, channel, group, block
-	gIdx     bool
-	reversed bool // mutation: values packed in reversed order within words
-	fbgemm   bool // quant_method fbgemm_fp8 (fp8 by channel), with input_scale_ub
-	inScale  bool // W8A8: static activation scales beside the weights
-	nanScale bool // nvfp4: layer 0's q_proj has one scale byte NaN (0x7f)
+	name   string
+	format string // pack-quantized, naive-quantized (int8), float-quantized (fp8): the storage
+	// cfgFormat, when set, is the format the config writes instead
+	// (int-quantized; naive-quantized over fp8 weights).
+	cfgFormat string
+	bits      int
+	sym       bool
+	strategy  string // tensor, channel, group, block
+	gIdx      bool
+	reversed  bool // mutation: values packed in reversed order within words
+	fbgemm    bool // quant_method fbgemm_fp8 (fp8 by channel), with input_scale_ub
+	inScale   bool // W8A8: static activation scales beside the weights
+	nanScale  bool // nvfp4: layer 0's q_proj has one scale byte NaN (0x7f)
+	// kvScales writes each layer's self_attn.k_scale, v_scale and
+	// q_scale (compressed-tensors' KV-cache and attention scales);
+	// kvScheme declares kv_cache_scheme in the config.
+	kvScales, kvScheme bool
 	// For the held tests (packedheld_test.go): the columns a group (16
 	// if 0), the model's hidden and intermediate sizes (32 and 48 if 0),
 	// and the plain checkpoint in f32 (else bf16).
@@ -63,6 +70,12 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 		sf, skip := f, false
 		if f.module != nil && w.Kind == "linear" {
 			sf, skip = f.module(prefix, f)
+		}
+		if f.kvScales && strings.HasSuffix(prefix, "self_attn.q_proj") {
+			attn := strings.TrimSuffix(prefix, ".q_proj")
+			for _, s := range []string{".k_scale", ".v_scale", ".q_scale"} {
+				addF32(t, &ct, attn+s, safetensors.F32, []int{1}, []float32{0.25})
+			}
 		}
 		if len(w.Shape) != 2 || w.Kind != "linear" || strings.Contains(w.Name, "lm_head") || skip {
 			v := make([]float32, n)
@@ -251,11 +264,19 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	if f.strategy == "block" {
 		weights["block_structure"] = block[:]
 	}
-	cfg["quantization_config"] = map[string]any{"quant_method": "compressed-tensors", "format": f.format, "quantization_status": "compressed",
+	format := f.format
+	if f.cfgFormat != "" {
+		format = f.cfgFormat
+	}
+	qc := map[string]any{"quant_method": "compressed-tensors", "format": format, "quantization_status": "compressed",
 		"config_groups": map[string]any{"group_0": map[string]any{"targets": []string{"Linear"}, "weights": weights}}, "ignore": []string{"lm_head"}}
 	if f.config != nil {
-		cfg["quantization_config"] = f.config
+		qc = f.config
 	}
+	if f.kvScheme {
+		qc["kv_cache_scheme"] = map[string]any{"num_bits": 8, "type": "float", "symmetric": true, "strategy": "tensor", "dynamic": false}
+	}
+	cfg["quantization_config"] = qc
 	if f.fbgemm {
 		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200, "modules_to_not_convert": []string{"lm_head"}}
 	}
@@ -305,12 +326,48 @@ func mixedModules(prefix string, f ctFormat) (ctFormat, bool) {
 	return f, false
 }
 
+// orderConfig has two groups whose patterns both match every down_proj:
+// the first written names it the longer way, 8-bit by channel; the
+// second, 4-bit by groups of 16, is first in compressed-tensors' order
+// ("re:.*down_proj" sorts before "re:.*mlp\.down_proj$") and is the one
+// the down_proj weights are stored in. A third group takes every other
+// Linear in fp8 by channel.
+func orderConfig() map[string]any {
+	scheme := func(bits int, typ, strategy string) map[string]any {
+		w := map[string]any{"num_bits": bits, "type": typ, "symmetric": true, "strategy": strategy, "dynamic": false}
+		if strategy == "group" {
+			w["group_size"] = 16
+		}
+		return w
+	}
+	return map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "quantization_status": "compressed",
+		"config_groups": map[string]any{
+			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*mlp\.down_proj$`}, "weights": scheme(8, "int", "channel")},
+			"group_1": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*down_proj`}, "weights": scheme(4, "int", "group")},
+			"group_2": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": scheme(8, "float", "channel")},
+		},
+		"ignore": []string{"lm_head"}}
+}
+
+// orderModules is what orderConfig makes of each Linear.
+func orderModules(prefix string, f ctFormat) (ctFormat, bool) {
+	f.sym = true
+	f.format, f.bits, f.strategy = "float-quantized", 8, "channel"
+	if strings.HasSuffix(prefix, "down_proj") {
+		f.format, f.bits, f.strategy = "pack-quantized", 4, "group"
+	}
+	return f, false
+}
+
 // TestCompressedTensors: compressed-tensors checkpoints (pack-quantized
 // 4 and 8 bits, symmetric and with zero points, by group with activation
 // order and by channel; naive int8; fp8 per tensor and by block; nvfp4
-// with W4A4's activation global scales beside it; three
-// config groups of mixed precision with targets and ignores by name and
-// pattern),
+// with W4A4's activation global scales beside it; int-quantized, the
+// W8A8 releases' name for naive int8; fp8 and int8 with a
+// kv_cache_scheme's KV-cache and attention scales beside them;
+// naive-quantized fp8; three config groups of mixed precision with
+// targets and ignores by name and pattern; two groups whose patterns
+// both match down_proj, taken in compressed-tensors' order),
 // decoded at load (decodedLogits: the CPU engine holds some of them as
 // stored, TestPackedHeld), give exactly the logits of the checkpoint
 // holding the weights the test dequantised; values packed in reversed
@@ -323,13 +380,20 @@ func TestCompressedTensors(t *testing.T) {
 		{name: "w4a16-asym-group", format: "pack-quantized", bits: 4, strategy: "group"},
 		{name: "w8a16-channel", format: "pack-quantized", bits: 8, sym: true, strategy: "channel"},
 		{name: "int8-naive-channel-w8a8", format: "naive-quantized", bits: 8, sym: true, strategy: "channel", inScale: true},
+		// llm-compressor's W8A8 int8 releases: int-quantized, naive int8
+		// storage under another name, with KV-cache scales beside it.
+		{name: "int8-int-quantized-w8a8", format: "naive-quantized", cfgFormat: "int-quantized", bits: 8, sym: true, strategy: "channel", inScale: true, kvScales: true, kvScheme: true},
+		// Weight-only fp8 stored naive: NAME F8_E4M3, read as float-quantized.
+		{name: "fp8-naive-quantized", format: "float-quantized", cfgFormat: "naive-quantized", bits: 8, sym: true, strategy: "channel"},
 		{name: "fbgemm-fp8", format: "float-quantized", bits: 8, sym: true, strategy: "channel", fbgemm: true},
 		{name: "fp8-tensor", format: "float-quantized", bits: 8, sym: true, strategy: "tensor"},
+		{name: "fp8-tensor-kv-cache", format: "float-quantized", bits: 8, sym: true, strategy: "tensor", kvScales: true, kvScheme: true},
 		{name: "fp8-block", format: "float-quantized", bits: 8, sym: true, strategy: "block"},
 		{name: "reversed", format: "pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
 		{name: "nvfp4", format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", inScale: true},
 		{name: "nvfp4-high-nibble-first", format: "nvfp4-pack-quantized", bits: 4, sym: true, strategy: "group", reversed: true},
 		{name: "mixed-precision", config: mixedConfig(), module: mixedModules},
+		{name: "target-order", config: orderConfig(), module: orderModules},
 	} {
 		t.Run(f.name, func(t *testing.T) {
 			cDir, pDir := ctCheckpoints(t, f)
@@ -370,7 +434,8 @@ func TestCompressedUnsupported(t *testing.T) {
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "re:(?<=mlp).*")}, `target "re:(?<=mlp).*" is not a pattern tputool reads`},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, `format "mixed-precision"`},
 		{map[string]any{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": map[string]any{}}, "no config group"},
-		{map[string]any{"quant_method": "compressed-tensors", "format": "naive-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, "tputool reads int8"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "naive-quantized", "config_groups": group(map[string]any{"num_bits": 4, "type": "int", "symmetric": true, "strategy": "channel"}, "Linear")}, "tputool reads int8 and 8-bit floats"},
+		{map[string]any{"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": group(map[string]any{"num_bits": 16, "type": "float", "symmetric": true, "strategy": "channel"}, "Linear")}, "int-quantized weights of type float with 16 bits"},
 	} {
 		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
 		cfg := tiny.ConfigJSON()
@@ -382,6 +447,27 @@ func TestCompressedUnsupported(t *testing.T) {
 		_, err := lmckpt.Load(dir)
 		if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an unsupported error containing %q", c.q, err, c.want)
+		}
+	}
+}
+
+// KV-cache and attention scales (self_attn.k_scale, v_scale, q_scale) are
+// read past only where the config declares a kv_cache_scheme: without
+// one, or in a plain checkpoint, they are unused tensors the load names.
+func TestKVCacheScalesNeedScheme(t *testing.T) {
+	undeclared, _ := ctCheckpoints(t, ctFormat{format: "naive-quantized", bits: 8, sym: true, strategy: "channel", kvScales: true})
+	plain := t.TempDir()
+	if err := lmckpt.LlamaShape(32, 2, 4, 48, 64).Write(plain); err != nil {
+		t.Fatal(err)
+	}
+	addTensors(t, plain, safetensors.Tensor{Name: "model.layers.0.self_attn.k_scale", DType: safetensors.F32, Shape: []int{1}, Data: make([]byte, 4)})
+	for name, dir := range map[string]string{"compressed without kv_cache_scheme": undeclared, "plain": plain} {
+		l, err := lmckpt.Load(dir)
+		if err == nil {
+			l.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "unused tensors") || !strings.Contains(err.Error(), "model.layers.0.self_attn.k_scale") {
+			t.Errorf("%s: got %v, want an error naming the unused model.layers.0.self_attn.k_scale", name, err)
 		}
 	}
 }

@@ -2,8 +2,11 @@ package llama_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -40,6 +43,26 @@ func fp8Value(b byte) float64 {
 // columns in the FP8 checkpoint only (a mutation).
 func fp8Checkpoints(t *testing.T, shift bool) (fp8Dir, f32Dir string) {
 	t.Helper()
+	return fp8CheckpointsOf(t, fp8Layout{shift: shift, block: [2]int{16, 8}})
+}
+
+// fp8Layout is how fp8CheckpointsOf writes the FP8 checkpoint.
+type fp8Layout struct {
+	shift bool
+	block [2]int // weight_block_size
+	// noBlockKey leaves weight_block_size out of the config (block
+	// must then be transformers' default, 128×128).
+	noBlockKey bool
+	// static: activation_scheme "static", with a scale for each
+	// projection's input, PREFIX.input_scale [1] (vLLM's name) for the
+	// attention's, PREFIX.activation_scale [] (transformers') for the MLP's.
+	static bool
+}
+
+// fp8CheckpointsOf is fp8Checkpoints in layout l.
+func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
+	t.Helper()
+	shift := l.shift
 	tiny := lmckpt.LlamaShape(32, 2, 4, 48, 64)
 	tiny.Seed = 8
 	var plain, fp8 []safetensors.Tensor
@@ -53,7 +76,7 @@ func fp8Checkpoints(t *testing.T, shift bool) (fp8Dir, f32Dir string) {
 			}
 		}
 	}
-	const b0, b1 = 16, 8
+	b0, b1 := l.block[0], l.block[1]
 	for _, w := range tiny.Tensors() {
 		n := 1
 		for _, d := range w.Shape {
@@ -105,14 +128,26 @@ func fp8Checkpoints(t *testing.T, shift bool) (fp8Dir, f32Dir string) {
 		fp8 = append(fp8,
 			safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: codes},
 			safetensors.Tensor{Name: w.Name + "_scale_inv", DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
+		if prefix := strings.TrimSuffix(w.Name, ".weight"); l.static && strings.Contains(prefix, "self_attn") {
+			addF32(t, &fp8, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.02})
+		} else if l.static {
+			addF32(t, &fp8, prefix+".activation_scale", safetensors.F32, []int{}, []float32{0.02})
+		}
 	}
 	cfg := tiny.ConfigJSON()
 	f32Dir = t.TempDir()
 	if err := lmckpt.WriteCheckpoint(f32Dir, cfg, plain); err != nil {
 		t.Fatal(err)
 	}
-	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+	qc := map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
 		"weight_block_size": []int{b0, b1}, "modules_to_not_convert": []string{"lm_head"}}
+	if l.noBlockKey {
+		delete(qc, "weight_block_size")
+	}
+	if l.static {
+		qc["activation_scheme"] = "static"
+	}
+	cfg["quantization_config"] = qc
 	fp8Dir = t.TempDir()
 	if err := lmckpt.WriteCheckpoint(fp8Dir, cfg, fp8); err != nil {
 		t.Fatal(err)
@@ -150,8 +185,56 @@ func TestFP8Checkpoint(t *testing.T) {
 	}
 }
 
+// TestFP8Layouts: an fp8 config without weight_block_size reads blocks
+// of 128×128 (transformers' FineGrainedFP8Config default), and one with
+// activation_scheme "static" loads past its activation scales (not
+// applied: activations stay float), each giving exactly the logits of
+// the f32 checkpoint of the dequantised weights; the static scales in a
+// checkpoint whose config says "dynamic" are unused tensors the load
+// names.
+func TestFP8Layouts(t *testing.T) {
+	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	for name, l := range map[string]fp8Layout{
+		"default-block": {block: [2]int{128, 128}, noBlockKey: true},
+		"static":        {block: [2]int{16, 8}, static: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fp8Dir, f32Dir := fp8CheckpointsOf(t, l)
+			got, want := prefillLogits(t, fp8Dir, compile.Compiled, prompts), prefillLogits(t, f32Dir, compile.Compiled, prompts)
+			for b := range want {
+				for i := range want[b] {
+					if got[b][i] != want[b][i] {
+						t.Fatalf("row %d logit %d: %v from FP8, %v from the dequantised f32", b, i, got[b][i], want[b][i])
+					}
+				}
+			}
+		})
+	}
+	dir, _ := fp8CheckpointsOf(t, fp8Layout{block: [2]int{16, 8}, static: true})
+	cfg, err := lmckpt.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization_config"].(map[string]any)["activation_scheme"] = "dynamic"
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err == nil {
+		l.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "unused tensors") || !strings.Contains(err.Error(), "model.layers.0.self_attn.q_proj.input_scale") {
+		t.Errorf("static scales under activation_scheme dynamic: got %v, want an error naming the unused input_scale", err)
+	}
+}
+
 // TestQuantizationMethods: a method tputool does not read is an
-// unsupported error naming it; per-tensor FP8 too.
+// unsupported error naming it; per-tensor FP8 (weight_block_size null)
+// too.
 func TestQuantizationMethods(t *testing.T) {
 	for _, c := range []struct {
 		q    map[string]any
@@ -159,7 +242,8 @@ func TestQuantizationMethods(t *testing.T) {
 	}{
 		{map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}, `quant_method "bitsandbytes" is not supported`},
 		{map[string]any{"quant_method": "hqq", "bits": 4}, `quant_method "hqq" is not supported`},
-		{map[string]any{"quant_method": "fp8"}, "per-tensor FP8 is not read"},
+		{map[string]any{"quant_method": "fp8", "weight_block_size": nil}, "per-tensor FP8 is not read"},
+		{map[string]any{"quant_method": "fp8", "weight_block_size": []int{128}}, "per-tensor FP8 is not read"},
 		{map[string]any{"quant_method": "mxfp4"}, "quant_method mxfp4 is read for the architectures that declare MXFP4 weights"},
 	} {
 		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
@@ -205,5 +289,38 @@ func TestFP8Held(t *testing.T) {
 			t.Errorf("%v: FP8 held as stored in bf16 compute", mode)
 		}
 		checkLogits(t, mode.String(), got, want, 1e-5)
+	}
+}
+
+// TestFP8PerChannelRefused: AutoFP8's layout also says quant_method fp8
+// with no weight_block_size, but stores PREFIX.weight_scale (per tensor
+// or per channel): an unsupported error that says so and names a scale,
+// not the default blocks' missing scales.
+func TestFP8PerChannelRefused(t *testing.T) {
+	src, dir := t.TempDir(), t.TempDir()
+	if err := lmckpt.LlamaShape(32, 1, 4, 48, 64).Write(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{FBGEMM: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := lmckpt.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic"}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err == nil {
+		l.Close()
+	}
+	if err == nil || !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "AutoFP8's layout") || !strings.Contains(err.Error(), ".weight_scale") {
+		t.Errorf("got %v, want an unsupported error naming AutoFP8's layout and a weight_scale", err)
 	}
 }

@@ -22,7 +22,10 @@ type packedFormat struct {
 	method string // gptq, awq
 	bits   int
 	v2     bool // gptq_v2: zero points stored as they are
-	gIdx   bool // write a reordered g_idx (desc_act)
+	// zero0: zero points drawn from 0 up, output 0's in group 0 being 0
+	// (v1 then stores it as 15, or 255, borrowing from output 1's).
+	zero0 bool
+	gIdx  bool // write a reordered g_idx (desc_act)
 	// mutation: written one way, declared another.
 	seqAWQ   bool // AWQ packed in plain order instead of its interleaved one
 	declV2   bool // GPTQ v1 data declared gptq_v2
@@ -92,14 +95,20 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 		for i := range q {
 			q[i] = next(maxq + 1)
 		}
-		z := make([]int, groups*out) // [g, o]; v1 stores z-1, so z >= 1
+		z := make([]int, groups*out) // [g, o]
 		sc := make([]float32, groups*out)
 		for i := range z {
 			z[i] = 1 + next(maxq)
+			if f.zero0 {
+				z[i] = next(maxq + 1)
+			}
 			if f.sym {
 				z[i] = 1 << (bits - 1)
 			}
 			sc[i] = float32(1+next(7)) / (float32(maxq) * 16)
+		}
+		if f.zero0 {
+			z[0], z[1] = 0, 5
 		}
 		// Scales round to f16 in the checkpoint: dequantise with those.
 		st, err := safetensors.Float32Tensor("s", safetensors.F16, []int{groups, out}, sc)
@@ -129,12 +138,7 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			ref = safetensors.F32
 		}
 		addF32(t, &plain, w.Name, ref, w.Shape, deq)
-		zs := func(g, o int) uint32 {
-			if f.method == "gptq" && !f.v2 {
-				return uint32(z[g*out+o] - 1)
-			}
-			return uint32(z[g*out+o])
-		}
+		zs := func(g, o int) uint32 { return uint32(z[g*out+o]) }
 		if f.method == "awq" {
 			qw := make([]uint32, in*out/8)
 			qz := make([]uint32, groups*out/8)
@@ -172,6 +176,18 @@ func packedCheckpoints(t *testing.T, f packedFormat) (packedDir, f32Dir string) 
 			for g := 0; g < groups; g++ {
 				for o := 0; o < out; o++ {
 					qz[g*(out/per)+o/per] |= zs(g, o) << (bits * (o % per))
+				}
+			}
+			if !f.v2 {
+				// v1 as GPTQModel writes it from v2: each word minus one
+				// in every value (0x11111111, 8 bits 0x01010101), the
+				// borrow running on into the next value.
+				ones := uint32(0x11111111)
+				if bits == 8 {
+					ones = 0x01010101
+				}
+				for k := range qz {
+					qz[k] -= ones
 				}
 			}
 			packed = append(packed, i32Tensor(prefix+".qweight", []int{in / per, out}, qw), i32Tensor(prefix+".qzeros", []int{groups, out / per}, qz))
@@ -247,6 +263,10 @@ func TestPackedCheckpoints(t *testing.T) {
 	run := func(dir string, mode compile.Mode) [][]float32 { return decodedLogits(t, dir, mode, prompts) }
 	for _, f := range []packedFormat{
 		{name: "gptq-v1-4bit-desc_act", method: "gptq", bits: 4, gIdx: true},
+		// Zero points of 0, which v1 stores as 15 (255) borrowing one
+		// from the next: read back as GPTQModel converts v1 to v2.
+		{name: "gptq-v1-4bit-zero-points-0", method: "gptq", bits: 4, zero0: true},
+		{name: "gptq-v1-8bit-zero-points-0", method: "gptq", bits: 8, zero0: true},
 		{name: "gptq-v2-8bit", method: "gptq", bits: 8, v2: true},
 		{name: "awq-4bit", method: "awq", bits: 4},
 		{name: "awq-plain-order", method: "awq", bits: 4, seqAWQ: true, mutation: true},

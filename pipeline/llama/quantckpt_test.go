@@ -2,6 +2,7 @@ package llama_test
 
 import (
 	"encoding/binary"
+	"path/filepath"
 	"testing"
 
 	"github.com/tputool/tputool/compile"
@@ -41,6 +42,29 @@ func i32Tensor(name string, shape []int, v []uint32) safetensors.Tensor {
 		binary.LittleEndian.PutUint32(b[4*i:], x)
 	}
 	return safetensors.Tensor{Name: name, DType: safetensors.I32, Shape: shape, Data: b}
+}
+
+// addTensors rewrites dir/model.safetensors with extra beside its tensors.
+func addTensors(t *testing.T, dir string, extra ...safetensors.Tensor) {
+	t.Helper()
+	path := filepath.Join(dir, "model.safetensors")
+	ck, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		raw, err := ck.Raw(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+	}
+	ck.Close()
+	if err := safetensors.WriteFile(path, append(ts, extra...), map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // prefillLogits loads dir and returns the logits of prefilling prompts

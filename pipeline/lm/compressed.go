@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -24,9 +25,13 @@ import (
 //     code plus 2^(bits−1); PREFIX.weight_shape [2]; asymmetric schemes add
 //     PREFIX.weight_zero_point I32 [ceil(out·bits/32), groups], packed along
 //     the output the same way;
-//   - "naive-quantized" (int8): NAME I8 [out, in] (zero point
-//     PREFIX.weight_zero_point I8 when asymmetric);
-//   - "float-quantized" (fp8): NAME F8_E4M3 [out, in];
+//   - "naive-quantized", "int-quantized" and "float-quantized", which
+//     compressed-tensors registers as one compressor: NAME in the dtype of
+//     the weights' type, int8 (I8 [out, in], zero point
+//     PREFIX.weight_zero_point I8 when asymmetric: read as
+//     "naive-quantized") or 8-bit float (F8_E4M3 [out, in]: read as
+//     "float-quantized"), whichever of the three names the config writes
+//     (llm-compressor's W8A8 int8 releases write int-quantized);
 //   - "nvfp4-pack-quantized" (NVIDIA's FP4): PREFIX.weight_packed U8 [out,
 //     ceil(in/2)], two E2M1 values a byte (column 2k in the low nibble,
 //     2k+1 in the high; bit 3 the sign, bits 0–2 index 0, 0.5, 1, 1.5, 2,
@@ -45,15 +50,17 @@ import (
 // CompressedQuant is a compressed-tensors checkpoint's weight scheme
 // (Spec.Compressed).
 type CompressedQuant struct {
-	Format    string // pack-quantized, naive-quantized, float-quantized; "mixed" for several groups' root
+	Format    string // pack-quantized, naive-quantized (int8), float-quantized (fp8), nvfp4-pack-quantized; "mixed" for several groups' root
 	Bits      int
 	Symmetric bool
 	Strategy  string // tensor, channel, group, block
 	Group     int    // group_size (strategy group)
 	Block     [2]int // block_structure (strategy block)
 	// targets and ignore, on the config's root, say which modules take
-	// which group's scheme (For).
+	// which group's scheme (For); targets are in the order For tries
+	// them (ctTargetOrder). schemes are the groups', in their order.
 	targets, ignore []ctTarget
+	schemes         []*CompressedQuant
 }
 
 const (
@@ -314,8 +321,8 @@ func (l *Loaded) compressedInts(w WeightSpec) (*intSource, error) {
 
 // compressedConfig is the part of a compressed-tensors
 // quantization_config loading reads. config_groups is read in its written
-// order (ctGroups), which decides between two targets that match one
-// module.
+// order (ctGroups), which decides which group a target written in two
+// groups belongs to (the last).
 type compressedConfig struct {
 	Format       string          `json:"format"`
 	ConfigGroups json.RawMessage `json:"config_groups"`
@@ -338,17 +345,26 @@ type compressedGroup struct {
 	} `json:"weights"`
 }
 
-// Which scheme a module takes (For), as compressed-tensors and vLLM
-// decide it: a module the ignore list names (exactly, or "re:PATTERN"
-// matched from the start of its name, as Python's re.match) stays plain;
-// else the first target, in the groups' order, that names it (exactly or
-// by "re:") gives its group's scheme; else the first class target
-// "Linear", which every projection is; else it stays plain. Targets
+// Which scheme a module takes (For), as compressed-tensors decides it
+// when it quantizes and compresses the model (apply_quantization_config,
+// match_targets), so as the tensors on disk are: a module the ignore
+// list names (exactly, or "re:PATTERN" matched from the start of its
+// name, as Python's re.match) stays plain. Else every group's targets
+// are taken together, each target once (written in several groups, it
+// is the last group's), and sorted by the key ("re:" in target,
+// target): the exact names first, then the patterns, each kind in
+// byte order of the target as written, whatever group or position
+// wrote it. The first of them that names the module (exactly or by
+// "re:") gives its group's scheme; else the class target "Linear",
+// which every projection is; else the module stays plain. (vLLM takes
+// the first matching target in the written order instead; the two
+// agree unless two name or pattern targets match one module.) Targets
 // naming another class (Embedding, Attention…) would quantize tensors
 // tputool does not read this way, and are refused.
 
 // ctTarget is one target or ignore entry.
 type ctTarget struct {
+	raw    string         // as written
 	name   string         // an exact module name
 	re     *regexp.Regexp // "re:PATTERN"
 	linear bool           // the class Linear
@@ -369,12 +385,27 @@ func parseCTTarget(s string) (ctTarget, error) {
 		if err != nil {
 			return ctTarget{}, fmt.Errorf("%q is %w", s, err)
 		}
-		return ctTarget{re: re}, nil
+		return ctTarget{raw: s, re: re}, nil
 	}
 	if s == "Linear" {
-		return ctTarget{linear: true}, nil
+		return ctTarget{raw: s, linear: true}, nil
 	}
-	return ctTarget{name: s}, nil
+	return ctTarget{raw: s, name: s}, nil
+}
+
+// ctTargetOrder orders targets as compressed-tensors' match_targets
+// sorts them, by the key ("re:" in target, target): the ones without
+// "re:" first, each kind in byte order (Python compares strings by code
+// point, which UTF-8's byte order keeps).
+func ctTargetOrder(a, b ctTarget) int {
+	ra, rb := strings.Contains(a.raw, "re:"), strings.Contains(b.raw, "re:")
+	switch {
+	case ra != rb && !ra:
+		return -1
+	case ra != rb:
+		return 1
+	}
+	return strings.Compare(a.raw, b.raw)
 }
 
 // For is the scheme of the module named prefix, and false when the
@@ -448,6 +479,7 @@ func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error)
 		return nil, fmt.Errorf("%s: compressed-tensors with no config group", where)
 	}
 	root := &CompressedQuant{}
+	at := map[string]int{} // a target's index in root.targets
 	for i, g := range groups {
 		format := strings.ToLower(c.Format)
 		if g.Format != "" {
@@ -469,8 +501,14 @@ func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error)
 				return nil, fmt.Errorf("%s: config group %s targets the class %q: tputool reads the targets Linear, a module's name and \"re:\" patterns over names", where, names[i], s)
 			}
 			t.scheme = q
+			if j, ok := at[s]; ok { // the last group that writes it
+				root.targets[j] = t
+				continue
+			}
+			at[s] = len(root.targets)
 			root.targets = append(root.targets, t)
 		}
+		root.schemes = append(root.schemes, q)
 		if i == 0 {
 			// With one group the root is its scheme too, for what reads
 			// the config as a whole (inspect).
@@ -480,6 +518,7 @@ func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error)
 	if len(groups) > 1 {
 		root.Format = "mixed"
 	}
+	slices.SortFunc(root.targets, ctTargetOrder)
 	for _, s := range c.Ignore {
 		t, err := parseCTTarget(s)
 		if err != nil {
@@ -493,20 +532,27 @@ func compressedQuant(c compressedConfig, where string) (*CompressedQuant, error)
 // compressedScheme reads one group's weight scheme in format.
 func compressedScheme(format string, g compressedGroup, where string) (*CompressedQuant, error) {
 	switch format {
-	case "pack-quantized", "naive-quantized", "float-quantized", ctNVFP4:
+	case "pack-quantized", "naive-quantized", "int-quantized", "float-quantized", ctNVFP4:
 	default:
-		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized, float-quantized and nvfp4-pack-quantized", where, format)
+		return nil, fmt.Errorf("%s: compressed-tensors format %q: tputool reads pack-quantized, naive-quantized, int-quantized, float-quantized and nvfp4-pack-quantized", where, format)
 	}
 	wt := g.Weights
 	if wt == nil {
 		return nil, fmt.Errorf("%s quantizes no weights", where)
 	}
+	if format == "naive-quantized" || format == "int-quantized" || format == "float-quantized" {
+		// One compressor under three names: NAME in the weights' dtype.
+		switch {
+		case wt.Type == "int" && wt.NumBits == 8:
+			format = "naive-quantized"
+		case wt.Type == "float" && wt.NumBits == 8:
+			format = "float-quantized"
+		default:
+			return nil, fmt.Errorf("%s: %s weights of type %s with %d bits: tputool reads int8 and 8-bit floats (fp8)", where, format, wt.Type, wt.NumBits)
+		}
+	}
 	q := &CompressedQuant{Format: format, Bits: wt.NumBits, Symmetric: wt.Symmetric, Strategy: strings.ToLower(wt.Strategy)}
 	switch {
-	case format == "float-quantized" && (wt.Type != "float" || wt.NumBits != 8):
-		return nil, fmt.Errorf("%s: float-quantized weights of type %s with %d bits: tputool reads 8-bit floats (fp8)", where, wt.Type, wt.NumBits)
-	case format == "naive-quantized" && (wt.Type != "int" || wt.NumBits != 8):
-		return nil, fmt.Errorf("%s: naive-quantized weights of type %s with %d bits: tputool reads int8", where, wt.Type, wt.NumBits)
 	case format == "pack-quantized" && (wt.Type != "int" || wt.NumBits < 2 || wt.NumBits > 8 || 32%wt.NumBits != 0):
 		return nil, fmt.Errorf("%s: pack-quantized weights of type %s with %d bits: tputool reads ints of 2, 4 or 8 bits", where, wt.Type, wt.NumBits)
 	case format == "float-quantized" && !wt.Symmetric:

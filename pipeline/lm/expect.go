@@ -39,6 +39,19 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 				strings.HasSuffix(name, ".input_zero_point") || strings.HasSuffix(name, ".input_global_scale")
 		})
 	}
+	if suffixes := spec.UnreadScales; len(suffixes) > 0 {
+		// Static activation scales (fp8's activation_scheme "static") and
+		// KV-cache scales (compressed-tensors' kv_cache_scheme): the
+		// activations and the KV cache stay float, so they are not read.
+		s.IgnoreIf(func(name string) bool {
+			for _, suf := range suffixes {
+				if strings.HasSuffix(name, suf) {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	s.IgnoreIf(ignoredBuffer)
 	s.IgnoreIf(func(name string) bool { _, skip := SkipReason(m, name); return skip })
 	if spec := m.Spec(); spec.TieEmbeddings {

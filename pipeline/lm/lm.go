@@ -72,6 +72,12 @@ type Spec struct {
 	// Compressed is a compressed-tensors checkpoint's scheme
 	// (compressed.go); nil otherwise. New sets it.
 	Compressed *CompressedQuant
+	// UnreadScales are the name suffixes of the activation and KV-cache
+	// scales the quantization_config declares (fp8's static
+	// activation_scheme, compressed-tensors' kv_cache_scheme): activations
+	// and the KV cache stay float, so Expect lets the checkpoint hold them
+	// unread. New sets it.
+	UnreadScales []string
 }
 
 // WeightSpec names one checkpoint tensor a model needs.

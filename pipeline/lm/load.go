@@ -271,6 +271,16 @@ func (l *Loaded) check() error {
 	if len(problems) == 0 {
 		return nil
 	}
+	if spec.FP8Block != [2]int{} {
+		// AutoFP8's (and vLLM's) per-tensor FP8 also says quant_method
+		// fp8, with no weight_block_size, but stores PREFIX.weight_scale.
+		for _, p := range problems {
+			if p.Kind == safetensors.Unused && strings.HasSuffix(p.Name, ".weight_scale") {
+				return errs.Unsupportedf("checkpoint %s: quant_method fp8 (%s) with scales such as %s is per-tensor or per-channel FP8 (AutoFP8's layout); tputool reads block-wise FP8 (NAME_scale_inv, weight_block_size)",
+					l.Dir, l.Config.Path, p.Name)
+			}
+		}
+	}
 	return errs.Unsupportedf("checkpoint %s does not match %s (%s config): %s",
 		l.Dir, spec.Architecture, l.Config.Path, strings.Join(problems.Grouped(maxListed), "; "))
 }

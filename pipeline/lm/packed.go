@@ -18,9 +18,15 @@ import (
 //     output the same way; PREFIX.scales [groups, out]; PREFIX.g_idx I32
 //     [in], each input column's group (desc_act reorders them; without
 //     g_idx the group is i / group_size). W[o, i] = scales[g, o] ·
-//     (q[i, o] − (zeros[g, o] + 1)) with g = g_idx[i]: checkpoint_format
-//     "gptq" (v1) stores every zero point minus one; "gptq_v2" stores it
-//     as it is.
+//     (q[i, o] − zeros[g, o]) with g = g_idx[i]. checkpoint_format
+//     "gptq_v2" stores the zero points as they are; "gptq" (v1) stores
+//     each qzeros word minus 0x11111111 (8 bits: 0x01010101), the borrow
+//     running from one value into the next, and is read as GPTQModel
+//     (which transformers uses) converts v1 to v2: each word plus that
+//     constant, wrapping in 32 bits, then the values extracted
+//     (v1ZeroWord). That is each value plus one wherever no zero point of
+//     the word is 0; a true 0 is stored as 15 (255) and borrows one from
+//     the next value, which per-value +1 would misread.
 //   - AWQ (AutoAWQ, version "gemm"): PREFIX.qweight I32 [in, out/8] and
 //     PREFIX.qzeros I32 [groups, out/8], packed along the output in AWQ's
 //     interleaved order (value j of 8 at nibble awqNibble[j]);
@@ -36,8 +42,9 @@ type PackedQuant struct {
 	Method string // "gptq" or "awq"
 	Bits   int    // 4 or 8 (AWQ: 4)
 	Group  int    // input columns per scale; 0: one group over the whole row
-	// ZeroOffset is added to the stored zero points: 1 for GPTQ v1.
-	ZeroOffset int
+	// V1 is GPTQ's checkpoint_format "gptq": qzeros words are read as
+	// v1ZeroWord gives them.
+	V1 bool
 	// Rules are GPTQ's dynamic per-module rules, in the config's order
 	// (dynamic.go); For applies them.
 	Rules []PackedRule
@@ -213,14 +220,18 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 		value = func(o, i int) uint32 { return word(qw, i*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
 		zero = func(g, o int) uint32 { return word(qz, g*(out/8)+o/8) >> (4 * awqNibble[o%8]) & mask }
 	} else {
+		zword := func(g, o int) uint32 { return word(qz, g*(out/per)+o/per) }
+		if q.V1 {
+			zword = func(g, o int) uint32 { return v1ZeroWord(word(qz, g*(out/per)+o/per), q.Bits) }
+		}
 		value = func(o, i int) uint32 { return word(qw, (i/per)*out+o) >> (q.Bits * (i % per)) & mask }
-		zero = func(g, o int) uint32 { return word(qz, g*(out/per)+o/per) >> (q.Bits * (o % per)) & mask }
+		zero = func(g, o int) uint32 { return zword(g, o) >> (q.Bits * (o % per)) & mask }
 	}
-	// Each group's zero point per output column, offset, once.
+	// Each group's zero point per output column, once.
 	zeros := make([]float32, g*out)
 	for gi := range g {
 		for o := range out {
-			zeros[gi*out+o] = float32(int(zero(gi, o)) + q.ZeroOffset)
+			zeros[gi*out+o] = float32(zero(gi, o))
 		}
 	}
 	return &intSource{
@@ -228,6 +239,19 @@ func (l *Loaded) packedSource(w WeightSpec) (*intSource, error) {
 		scales: scales, zeros: zeros, scaleDT: scaleDT, sequence: sequence,
 		release: func() { l.releaseSources(raw) },
 	}, nil
+}
+
+// v1ZeroWord is GPTQ v1's qzeros word w of bits-wide values as v2 stores
+// it: w plus one in every value, added as one 32-bit word (0x11111111 for
+// 4 bits, 0x01010101 for 8), the carry running from a value into the
+// next and out of the top, as GPTQModel's convert_gptq_v1_to_v2_format
+// adds it, the inverse of the subtraction that wrote v1.
+func v1ZeroWord(w uint32, bits int) uint32 {
+	var ones uint32
+	for k := 0; k < 32; k += bits {
+		ones |= 1 << k
+	}
+	return w + ones
 }
 
 // readSources reads the tensors of an encoded weight in place: each one's

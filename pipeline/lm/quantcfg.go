@@ -1,6 +1,7 @@
 package lm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -19,23 +20,54 @@ import (
 //     architecture may be stored as NAME (F8_E4M3, or F8_E5M2) with
 //     NAME_scale_inv, one float per weight_block_size block, and stands
 //     for NAME · scale_inv[block]; the weights left in modules_to_not_convert
-//     are stored plain. The loader decodes them (encoded.go).
+//     are stored plain. The loader decodes them (encoded.go). Without a
+//     weight_block_size key the blocks are 128×128, as transformers'
+//     FineGrainedFP8Config defaults them; an explicit null is per-tensor
+//     FP8, which is refused. activation_scheme "static" stores a scale
+//     for each projection's input (PREFIX.input_scale, or transformers'
+//     PREFIX.activation_scale): not applied, activations stay float
+//     (Spec.UnreadScales).
 //   - "mxfp4": only for architectures that declare MXFP4 weights
 //     (WeightSpec.MXFP4: GPT-OSS's experts).
 //   - "gptq" and "awq": Linear weights packed into int32 words with
 //     per-group scales and zero points (packed.go), decoded at load or
 //     held as stored; GPTQ's dynamic per-module rules (dynamic.go).
-//   - "compressed-tensors": pack-quantized, naive-quantized and
-//     float-quantized weights (compressed.go), decoded at load.
+//   - "compressed-tensors": pack-quantized, naive-quantized (and its
+//     aliases int-quantized and float-quantized) and nvfp4 weights
+//     (compressed.go), decoded at load. A kv_cache_scheme's scales
+//     (ATTENTION.k_scale, v_scale, q_scale) are not applied: the KV cache
+//     stays float (Spec.UnreadScales).
 
 // fp8ScaleSuffix names an FP8 weight's scales.
 const fp8ScaleSuffix = "_scale_inv"
 
+// fp8DefaultBlock is weight_block_size when the config has no such key
+// (transformers' FineGrainedFP8Config default).
+var fp8DefaultBlock = []int{128, 128}
+
+// Name suffixes of the scales a quantization_config declares for
+// activations and the KV cache, which the loader does not apply
+// (Spec.UnreadScales): fp8's static activation_scheme (vLLM's
+// input_scale, transformers' activation_scale, and its fused experts'
+// gate_up_proj_activation_scale), and compressed-tensors' kv_cache_scheme
+// (compressed-tensors' KVCacheScaleType on the attention module, a query
+// scale where the attention itself is quantized, zero points where
+// asymmetric).
+var (
+	fp8StaticScales = []string{".input_scale", ".activation_scale", "_activation_scale"}
+	kvCacheScales   = []string{".k_scale", ".v_scale", ".q_scale", ".k_zero_point", ".v_zero_point", ".q_zero_point"}
+)
+
 // quantizationConfig is the part of quantization_config loading reads.
 type quantizationConfig struct {
-	Method    string `json:"quant_method"`
-	Fmt       string `json:"fmt"`
-	BlockSize []int  `json:"weight_block_size"`
+	Method string `json:"quant_method"`
+	Fmt    string `json:"fmt"`
+	// BlockSize is weight_block_size as written: nil when absent, "null"
+	// when null (fp8Block).
+	BlockSize        json.RawMessage `json:"weight_block_size"`
+	ActivationScheme string          `json:"activation_scheme"`
+	// KVCacheScheme is compressed-tensors' kv_cache_scheme.
+	KVCacheScheme json.RawMessage `json:"kv_cache_scheme"`
 	// GPTQ and AWQ.
 	Bits             int             `json:"bits"`
 	GroupSize        *int            `json:"group_size"`
@@ -60,13 +92,17 @@ func applyQuantization(cfg *config.File, m Model) error {
 	where := ConfigName(cfg) + " quantization_config"
 	switch strings.ToLower(c.Q.Method) {
 	case "fp8":
-		if len(c.Q.BlockSize) != 2 || c.Q.BlockSize[0] <= 0 || c.Q.BlockSize[1] <= 0 {
-			return errs.Unsupportedf("%s: quant_method fp8 with weight_block_size %v: tputool reads block-wise FP8 (two positive block sizes, e.g. [128, 128]); per-tensor FP8 is not read", where, c.Q.BlockSize)
+		b, ok := c.Q.fp8Block()
+		if !ok {
+			return errs.Unsupportedf("%s: quant_method fp8 with weight_block_size %s: tputool reads block-wise FP8 (two positive block sizes, e.g. [128, 128], the default when the key is absent); per-tensor FP8 is not read", where, bytes.TrimSpace(c.Q.BlockSize))
 		}
 		if f := strings.ToLower(c.Q.Fmt); f != "" && f != "e4m3" && f != "e5m2" {
 			return errs.Unsupportedf("%s: fmt %q: want e4m3 or e5m2", where, c.Q.Fmt)
 		}
-		m.Spec().FP8Block = [2]int{c.Q.BlockSize[0], c.Q.BlockSize[1]}
+		m.Spec().FP8Block = b
+		if strings.EqualFold(c.Q.ActivationScheme, "static") {
+			m.Spec().UnreadScales = fp8StaticScales
+		}
 		return nil
 	case "compressed-tensors", "gptq", "awq":
 		layout, err := ReadQuantLayout(cfg)
@@ -74,6 +110,9 @@ func applyQuantization(cfg *config.File, m Model) error {
 			return err
 		}
 		m.Spec().Packed, m.Spec().Compressed = layout.packed, layout.compressed
+		if layout.compressed != nil && c.Q.kvCache() {
+			m.Spec().UnreadScales = kvCacheScales
+		}
 		return nil
 	case "fbgemm_fp8":
 		// FBGEMM's FP8: NAME F8_E4M3 with PREFIX.weight_scale [out, 1] per
@@ -89,6 +128,28 @@ func applyQuantization(cfg *config.File, m Model) error {
 		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
 	}
 	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, fbgemm_fp8, GPTQ, AWQ (gemm), compressed-tensors and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+}
+
+// fp8Block is an fp8 config's weight_block_size, [128, 128] without the
+// key; false when it is null (per-tensor) or not two positive sizes.
+func (c *quantizationConfig) fp8Block() ([2]int, bool) {
+	b := fp8DefaultBlock
+	if len(bytes.TrimSpace(c.BlockSize)) > 0 {
+		b = nil
+		if json.Unmarshal(c.BlockSize, &b) != nil {
+			return [2]int{}, false
+		}
+	}
+	if len(b) != 2 || b[0] <= 0 || b[1] <= 0 {
+		return [2]int{}, false
+	}
+	return [2]int{b[0], b[1]}, true
+}
+
+// kvCache reports a kv_cache_scheme that is there and not null.
+func (c *quantizationConfig) kvCache() bool {
+	s := string(bytes.TrimSpace(c.KVCacheScheme))
+	return s != "" && s != "null"
 }
 
 // packedQuant reads a GPTQ or AWQ quantization_config.
@@ -107,7 +168,7 @@ func packedQuant(c *quantizationConfig, where string) (*PackedQuant, error) {
 		}
 		switch f := strings.ToLower(c.CheckpointFormat); f {
 		case "", "gptq":
-			q.ZeroOffset = 1
+			q.V1 = true
 		case "gptq_v2":
 		default:
 			return nil, errs.Unsupportedf("%s: checkpoint_format %q: tputool reads gptq and gptq_v2 (not marlin or other repacked forms)", where, c.CheckpointFormat)
@@ -241,8 +302,12 @@ func DescribeQuantization(cfg *config.File) string {
 	}
 	switch method {
 	case "fp8":
-		if len(c.Q.BlockSize) == 2 {
-			return fmt.Sprintf("fp8, blocks of %d×%d", c.Q.BlockSize[0], c.Q.BlockSize[1])
+		if b, ok := c.Q.fp8Block(); ok {
+			s := fmt.Sprintf("fp8, blocks of %d×%d", b[0], b[1])
+			if strings.EqualFold(c.Q.ActivationScheme, "static") {
+				s += "; static activation scales not applied (activations stay float)"
+			}
+			return s
 		}
 	case "fbgemm_fp8":
 		return "fbgemm_fp8, a scale per output channel"
@@ -265,13 +330,7 @@ func DescribeQuantization(cfg *config.File) string {
 	}
 	q := layout.compressed
 	var schemes []string
-	seen := map[*CompressedQuant]bool{}
-	for _, t := range q.targets {
-		if seen[t.scheme] {
-			continue
-		}
-		seen[t.scheme] = true
-		sc := t.scheme
+	for _, sc := range q.schemes {
 		s := fmt.Sprintf("%s %d-bit by %s", sc.Format, sc.Bits, sc.Strategy)
 		if sc.Strategy == "group" {
 			s += fmt.Sprintf(" of %d", sc.Group)
@@ -281,6 +340,9 @@ func DescribeQuantization(cfg *config.File) string {
 	s := "compressed-tensors: " + strings.Join(schemes, "; ")
 	if n := len(q.ignore); n > 0 {
 		s += fmt.Sprintf("; %d ignored", n)
+	}
+	if c.Q.kvCache() {
+		s += "; KV-cache scales not applied (the KV cache stays float)"
 	}
 	return s
 }

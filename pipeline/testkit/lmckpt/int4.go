@@ -97,11 +97,12 @@ func writeInt4(src, out, format string, group, bits int, asym, descAct bool) err
 				}
 				return v
 			}), words(prefix+".qzeros", groups, nOut/per, func(g, c int) uint32 {
-				var v uint32
+				var v, ones uint32
 				for k := 0; k < per; k++ {
-					v |= uint32(zeros[g*nOut+per*c+k]-1) << (bits * k) // v1: stored minus one
+					v |= uint32(zeros[g*nOut+per*c+k]) << (bits * k)
+					ones |= 1 << (bits * k)
 				}
-				return v
+				return v - ones // v1, as GPTQModel writes it: the word minus one in every value
 			}))
 		}
 		if descAct {
@@ -170,7 +171,7 @@ func quantize(w []float32, n, k, g, bits int, asym bool, gOf []int) (q, zeros []
 			s = float64(safetensors.HalfToFloat32(safetensors.Float32ToHalf(float32(s))))
 			if asym {
 				z = int(math.Round(-lo / s))
-				z = min(max(z, 1), top) // v1 stores zero − 1: keep it ≥ 0
+				z = min(max(z, 1), top) // from 1 (v1's zero points of 0, with their borrow, are pipeline/llama's TestPackedCheckpoints')
 			}
 			scales[gi*n+j], zeros[gi*n+j] = float32(s), z
 			for i, p := range members[gi] {
