@@ -17,10 +17,13 @@ type Tool struct {
 // Close; Many allows several calls, whitespace between them. With Array
 // the calls are the elements of one JSON array after Open (mistral's
 // [TOOL_CALLS][{...}, {...}]): Open and Close surround the array, and
-// Many allows more than one element.
+// Many allows more than one element. With NameArgs a call is Open, the
+// tool's name, NameArgs and the arguments object, no JSON around them
+// (mistral's from tokenizer v11 on: [TOOL_CALLS]NAME[ARGS]{...}).
 type CallMarkup struct {
 	Open, Close string
 	ArgsKey     string
+	NameArgs    string
 	Many        bool
 	Array       bool
 }
@@ -41,6 +44,20 @@ func ToolCalls(tools []Tool, mk CallMarkup) (*Grammar, error) {
 	}
 	call := func() {
 		b.lit(mk.Open)
+		if mk.NameArgs != "" {
+			var frags []func()
+			for i, t := range tools {
+				frags = append(frags, func() {
+					b.lit(t.Name + mk.NameArgs)
+					if e := c.toolArgs(i, t, roots[i]); e != nil && err == nil {
+						err = e
+					}
+				})
+			}
+			b.alt(frags...)
+			b.lit(mk.Close)
+			return
+		}
 		c.ws()
 		b.lit("{")
 		c.ws()

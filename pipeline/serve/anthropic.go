@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -19,9 +20,17 @@ import (
 // Anthropic's shapes: content blocks (thinking, text, tool_use), a
 // stop_reason, usage, and for stream: true the event stream
 // (message_start, content_block_start/delta/stop, message_delta,
-// message_stop).
+// message_stop). POST /v1/messages/count_tokens counts the tokens of the
+// prompt a request renders.
 
-// anthropicRequest is POST /v1/messages.
+// anthropicPath reports whether path is Anthropic's (/v1/messages and
+// below): the API key may come as x-api-key, and errors have Anthropic's
+// shape.
+func anthropicPath(path string) bool {
+	return path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/")
+}
+
+// anthropicRequest is POST /v1/messages (and count_tokens).
 type anthropicRequest struct {
 	Model         string             `json:"model"`
 	MaxTokens     *int               `json:"max_tokens"`
@@ -39,11 +48,13 @@ type anthropicRequest struct {
 		DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
 	} `json:"tool_choice"`
 	Thinking *struct {
-		Type         string `json:"type"`
-		BudgetTokens *int   `json:"budget_tokens"` // accepted; the thought ends when the model ends it
+		Type         string          `json:"type"`
+		BudgetTokens *int            `json:"budget_tokens"` // accepted; the thought ends when the model ends it
+		Display      json.RawMessage `json:"display"`       // ignored: a thought is always shown
 	} `json:"thinking"`
-	Metadata    json.RawMessage `json:"metadata"`     // ignored
-	ServiceTier json.RawMessage `json:"service_tier"` // ignored
+	Metadata     json.RawMessage `json:"metadata"`      // ignored
+	ServiceTier  json.RawMessage `json:"service_tier"`  // ignored
+	CacheControl json.RawMessage `json:"cache_control"` // ignored: no prompt cache to mark
 }
 
 type anthropicMessage struct {
@@ -71,6 +82,7 @@ type anthropicBlock struct {
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	Content   json.RawMessage `json:"content,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"` // a tool_result's
 }
 
 type anthropicUsage struct {
@@ -101,6 +113,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, x *exchange) {
 		writeAnthropicError(w, err)
 		return
 	}
+	think, _ := req.thinks() // checked by chatRequest
 	p, err := s.chatPlan(r.Context(), creq)
 	if err != nil {
 		writeAnthropicError(w, err)
@@ -116,7 +129,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, x *exchange) {
 	defer func() { x.completionTokens = completionTokens(streams) }()
 	id := "msg_" + rand.Text()
 	if req.Stream {
-		s.streamMessages(r.Context(), w, p, streams, id)
+		s.streamMessages(r.Context(), w, p, streams, id, think)
 		return
 	}
 	choices := collectChoices(streams, p)
@@ -125,7 +138,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, x *exchange) {
 		return
 	}
 	c := choices[0]
-	a := newAnswer(p)
+	a := newAnswer(p, think)
 	a.feed(c.text.String())
 	blocks, stop, seq := a.end(c.finish, c.stop)
 	if len(blocks) == 0 {
@@ -137,11 +150,42 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, x *exchange) {
 	})
 }
 
+// countTokens answers POST /v1/messages/count_tokens: {"input_tokens":
+// N}, the tokens of the prompt /v1/messages would render of the same
+// request (system, tools and messages), planned as it would be and not
+// run. max_tokens and stream are accepted and ignored.
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req anthropicRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeAnthropicError(w, err)
+		return
+	}
+	creq, err := req.chat()
+	if err != nil {
+		writeAnthropicError(w, err)
+		return
+	}
+	creq.MaxTokens = nil
+	p, err := s.chatPlan(r.Context(), creq)
+	if err != nil {
+		writeAnthropicError(w, err)
+		return
+	}
+	x.promptTokens = p.promptTokens
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": p.promptTokens})
+}
+
 // chatRequest translates the request into a chat completion request.
 func (req *anthropicRequest) chatRequest() (*chatRequest, error) {
 	if req.MaxTokens == nil {
 		return nil, badRequest("max_tokens", "max_tokens is required")
 	}
+	return req.chat()
+}
+
+// chat is chatRequest without the check of max_tokens, which
+// count_tokens does not need.
+func (req *anthropicRequest) chat() (*chatRequest, error) {
 	c := &chatRequest{continueFinal: true}
 	c.Model, c.MaxTokens, c.Temperature, c.TopP, c.TopK = req.Model, req.MaxTokens, req.Temperature, req.TopP, req.TopK
 	if len(req.StopSequences) > 0 {
@@ -177,16 +221,24 @@ func (req *anthropicRequest) chatRequest() (*chatRequest, error) {
 				}
 			case "thinking", "redacted_thinking": // earlier thoughts are not sent back to the model
 			case "tool_use":
+				// The template gets the input as an object (Qwen's and
+				// Llama's iterate arguments.items() or write it | tojson).
 				args := b.Input
 				if !isSet(args) {
 					args = json.RawMessage("{}")
 				}
+				if !bytes.HasPrefix(bytes.TrimSpace(args), []byte("{")) {
+					return nil, badRequest(bp+".input", "%s.input must be a JSON object", bp)
+				}
 				calls = append(calls, map[string]any{"id": b.ID, "type": "function",
-					"function": map[string]any{"name": b.Name, "arguments": string(args)}})
+					"function": map[string]any{"name": b.Name, "arguments": args}})
 			case "tool_result":
 				result, err := blocksText(b.Content, bp+".content")
 				if err != nil {
 					return nil, err
+				}
+				if b.IsError {
+					result = "Error: " + result
 				}
 				c.Messages = append(c.Messages, chatMessage{Role: "tool", ToolCallID: b.ToolUseID, Content: jsonString(result)})
 			default:
@@ -231,16 +283,36 @@ func (req *anthropicRequest) chatRequest() (*chatRequest, error) {
 		default:
 			return nil, badRequest("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %q", tc.Type)
 		}
-	}
-	if th := req.Thinking; th != nil {
-		switch th.Type {
-		case "enabled":
-			c.ChatTemplateKwargs = map[string]any{"enable_thinking": true}
-		case "disabled":
-			c.ChatTemplateKwargs = map[string]any{"enable_thinking": false}
+		if tc.Type != "none" && tc.DisableParallelToolUse != nil && *tc.DisableParallelToolUse {
+			c.ParallelToolCalls = json.RawMessage("false")
 		}
 	}
+	// Anthropic's models think only when asked: without thinking (or
+	// with it disabled) the template is told so, and a thought the model
+	// writes anyway is left out of the answer (answer's think).
+	think, err := req.thinks()
+	if err != nil {
+		return nil, err
+	}
+	c.ChatTemplateKwargs = map[string]any{"enable_thinking": think}
 	return c, nil
+}
+
+// thinks reports whether the request asks for thinking: type enabled or
+// adaptive (the model decides how long, as every thought here); absent
+// or disabled, it does not.
+func (req *anthropicRequest) thinks() (bool, error) {
+	th := req.Thinking
+	if th == nil {
+		return false, nil
+	}
+	switch th.Type {
+	case "enabled", "adaptive":
+		return true, nil
+	case "disabled":
+		return false, nil
+	}
+	return false, badRequest("thinking.type", "thinking.type must be enabled, adaptive or disabled, got %q", th.Type)
 }
 
 // blocksText reads a string or an array of text blocks.
@@ -280,7 +352,31 @@ type answer struct {
 	text     strings.Builder
 }
 
-func newAnswer(p *plan) *answer { return &answer{sp: p.splitter(), tp: newToolParser(p.tools)} }
+// newAnswer starts an answer of p; without think, the reasoning a model
+// writes anyway (one whose template has no switch) is left out.
+func newAnswer(p *plan, think bool) *answer {
+	a := &answer{sp: p.splitter(), tp: p.toolParser()}
+	if a.tp != nil {
+		a.tp.objects = true // tool_use input is an object
+	}
+	if a.sp != nil && !think {
+		a.sp = unthought{a.sp}
+	}
+	return a
+}
+
+// unthought splits text as its splitter does and drops the reasoning.
+type unthought struct{ textSplitter }
+
+func (u unthought) feed(text string) (reasoning, content string) {
+	_, content = u.textSplitter.feed(text)
+	return "", content
+}
+
+func (u unthought) flush() (reasoning, content string) {
+	_, content = u.textSplitter.flush()
+	return "", content
+}
 
 // feed splits the next piece into reasoning and text (text held back
 // when it may be a tool call) and returns them.
@@ -357,7 +453,7 @@ func stopReason(finish, stop string, calls bool) (string, *string) {
 // opened when its first text arrives (thinking, then text), closed when
 // the next kind starts or the answer ends; tool calls come last, one
 // tool_use block each with its input as one input_json_delta.
-func (s *Server) streamMessages(ctx context.Context, w http.ResponseWriter, p *plan, streams []*Stream, id string) {
+func (s *Server) streamMessages(ctx context.Context, w http.ResponseWriter, p *plan, streams []*Stream, id string, think bool) {
 	out := startSSE(w)
 	send := func(typ string, v map[string]any) bool {
 		v["type"] = typ
@@ -368,14 +464,22 @@ func (s *Server) streamMessages(ctx context.Context, w http.ResponseWriter, p *p
 	if !send("message_start", map[string]any{"message": msg}) {
 		return
 	}
-	a := newAnswer(p)
+	a := newAnswer(p, think)
 	index, open := -1, "" // the open block
+	// closeBlock ends the open block; a thinking block's signature (empty:
+	// nothing signs a local thought, as in the whole answer) comes first.
+	closeBlock := func() bool {
+		if open == "thinking" && !send("content_block_delta", map[string]any{"index": index, "delta": map[string]any{"type": "signature_delta", "signature": ""}}) {
+			return false
+		}
+		return send("content_block_stop", map[string]any{"index": index})
+	}
 	block := func(kind, piece string) bool {
 		if piece == "" {
 			return true
 		}
 		if open != kind {
-			if open != "" && !send("content_block_stop", map[string]any{"index": index}) {
+			if open != "" && !closeBlock() {
 				return false
 			}
 			index, open = index+1, kind
@@ -419,7 +523,7 @@ func (s *Server) streamMessages(ctx context.Context, w http.ResponseWriter, p *p
 	if !block("thinking", r) || !block("text", t) {
 		return
 	}
-	if open != "" && !send("content_block_stop", map[string]any{"index": index}) {
+	if open != "" && !closeBlock() {
 		return
 	}
 	for _, c := range calls {
@@ -439,20 +543,34 @@ func (s *Server) streamMessages(ctx context.Context, w http.ResponseWriter, p *p
 	send("message_stop", map[string]any{})
 }
 
-// writeAnthropicError answers err in Anthropic's error shape.
+// statusOverloaded is Anthropic's status for an API that cannot take a
+// request now (overloaded_error), which its clients retry.
+const statusOverloaded = 529
+
+// writeAnthropicError answers err in Anthropic's error shape, with
+// Anthropic's types; a server that cannot take the request now (503:
+// shutting down) answers 529 overloaded_error, and a 429 (full queue)
+// carries Retry-After as writeError's does.
 func writeAnthropicError(w http.ResponseWriter, err error) {
 	var e *apiError
 	if !errors.As(err, &e) {
 		e = &apiError{Status: http.StatusInternalServerError, Message: err.Error(), Type: "server_error"}
 	}
-	typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-		429: "rate_limit_error", 503: "overloaded_error"}[e.Status]
+	status := e.Status
+	if status == http.StatusServiceUnavailable {
+		status = statusOverloaded
+	}
+	typ := map[int]string{400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
+		413: "request_too_large", 429: "rate_limit_error", statusOverloaded: "overloaded_error"}[status]
 	if typ == "" {
 		typ = "api_error"
+	}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
 	}
 	msg := e.Message
 	if e.Param != "" && !strings.Contains(msg, e.Param) {
 		msg = e.Param + ": " + msg
 	}
-	writeJSON(w, e.Status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
 }

@@ -17,8 +17,9 @@ import (
 // template, answered whole or streamed.
 
 type chatResponseMessage struct {
-	Role             string         `json:"role"`
-	Content          string         `json:"content"`
+	Role string `json:"role"`
+	// Content is null in an answer of tool calls alone, as OpenAI's.
+	Content          *string        `json:"content"`
 	ReasoningContent string         `json:"reasoning_content,omitempty"`
 	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 	Refusal          *string        `json:"refusal"`
@@ -35,10 +36,10 @@ type toolCallJSON struct {
 	} `json:"function"`
 }
 
-func toolCallsJSON(calls []toolCall, withIndex bool) []toolCallJSON {
+func toolCallsJSON(calls []toolCall, withIndex bool, f ToolFormat) []toolCallJSON {
 	out := make([]toolCallJSON, len(calls))
 	for i, c := range calls {
-		out[i].ID, out[i].Type = callID(), "function"
+		out[i].ID, out[i].Type = callID(f), "function"
 		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
 		if withIndex {
 			out[i].Index = new(i)
@@ -107,23 +108,29 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 	s.answer(w, r, x, p, "chatcmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
 		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName, Usage: u}
 		for i, c := range choices {
-			msg := chatResponseMessage{Role: "assistant", Content: c.text.String()}
+			msg := chatResponseMessage{Role: "assistant"}
+			content := c.text.String()
 			if sp := p.splitter(); sp != nil {
-				r, ct := sp.feed(msg.Content)
+				r, ct := sp.feed(content)
 				r2, ct2 := sp.flush()
-				msg.ReasoningContent, msg.Content = r+r2, ct+ct2
+				msg.ReasoningContent, content = r+r2, ct+ct2
 			}
 			finish := finishReason(c.finish)
-			if tp := newToolParser(p.tools); tp != nil {
-				before := tp.feed(msg.Content)
+			if tp := p.toolParser(); tp != nil {
+				before := tp.feed(content)
 				calls, rest := tp.finish()
-				msg.Content = before + rest
+				content = before + rest
 				if len(calls) > 0 {
-					msg.ToolCalls = toolCallsJSON(calls, false)
+					msg.ToolCalls = toolCallsJSON(calls, false, p.tools)
 					if finish == "stop" {
 						finish = "tool_calls"
 					}
 				}
+			}
+			// Whitespace before calls (a tokenizer's leading space) is
+			// no content.
+			if strings.TrimSpace(content) != "" || len(msg.ToolCalls) == 0 {
+				msg.Content = &content
 			}
 			cc := chatChoice{Index: i, Message: msg, FinishReason: finish}
 			if p.reqs[i].Logprobs >= 0 {
@@ -152,7 +159,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err := req.unsupported(); err != nil {
 		return nil, err
 	}
-	tools, format, forced, err := s.chatTools(req)
+	tools, err := s.chatTools(req)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +167,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err != nil {
 		return nil, err
 	}
-	if forced != nil {
+	if forced := tools.forced; forced != nil {
 		if structured != nil {
 			return nil, badRequest("response_format", "response_format cannot be combined with tool_choice %s: the answer is a tool call", string(req.ToolChoice))
 		}
@@ -206,7 +213,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if n := len(msgs); req.continueFinal && n > 1 && msgs[n-1].Role == "assistant" {
 		prefill, msgs = msgs[n-1].Content, msgs[:n-1]
 	}
-	text, ids, err := s.renderChat(ctx, msgs, extra, tools, prefill)
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools.list, prefill)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +224,7 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.answerParts(p, text, format)
+	s.answerParts(p, text, tools)
 	if err := s.constrain(p, structured); err != nil {
 		return nil, err
 	}
@@ -225,24 +232,25 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 }
 
 // answerParts sets how the plan's chat answers split into reasoning,
-// content and tool calls (in format): the reasoning markup of the
+// content and tool calls (as tools says): the reasoning markup of the
 // template (and whether the rendered prompt opened a thought), or
 // harmony's messages, decoded with their special tokens.
-func (s *Server) answerParts(p *plan, prompt string, format ToolFormat) {
+func (s *Server) answerParts(p *plan, prompt string, tools chatToolSet) {
+	format := tools.format
 	if r := s.o.Reasoning; r != nil {
 		p.reasoning, p.thinking = r, promptOpens(*r, prompt)
 		p.mayThink = !p.thinking && !promptCloses(*r, prompt)
 	}
 	// Markup that is special tokens must reach the text: harmony's, and
 	// mistral's [TOOL_CALLS] (a control token in its tokenizers).
-	if s.o.Harmony || format == ToolsMistral {
+	if s.o.Harmony || format.isMistral() {
 		p.harmony = s.o.Harmony
 		tok := s.o.Tokenizer
 		for i := range p.reqs {
 			p.reqs[i].Gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderWithSpecialAfter(prompt) }
 		}
 	}
-	p.tools = format
+	p.tools, p.toolTypes, p.oneCall = format, tools.types, tools.one
 }
 
 // unsupported refuses the chat fields tputool cannot honour when they ask
@@ -281,34 +289,53 @@ func (req *chatRequest) unsupported() error {
 	return nil
 }
 
-// chatTools validates the request's tools and returns them for the
-// template (each as its JSON, key order kept), the format to parse calls
-// in, and for tool_choice "required" or a named function the grammar
-// that forces a call; none when the request has none or tool_choice is
-// "none".
-func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, *grammarSpec, error) {
+// chatToolSet is what a request's tools make of its plan: the tools for
+// the template (each as its JSON, key order kept), the format to parse
+// calls in, the types of their parameters (qwen_xml), whether an answer
+// keeps one call only (parallel_tool_calls false), and for tool_choice
+// "required" or a named function the grammar that forces a call.
+type chatToolSet struct {
+	list   []any
+	format ToolFormat
+	types  map[string]map[string]string
+	one    bool
+	forced *grammarSpec
+}
+
+// chatTools validates the request's tools (chatToolSet); none when the
+// request has none or tool_choice is "none".
+func (s *Server) chatTools(req *chatRequest) (chatToolSet, error) {
+	var none chatToolSet
 	choice, name, err := toolChoice(req.ToolChoice)
 	if err != nil {
-		return nil, "", nil, err
+		return none, err
+	}
+	one := false
+	if isSet(req.ParallelToolCalls) {
+		var parallel bool
+		if json.Unmarshal(req.ParallelToolCalls, &parallel) != nil {
+			return none, badRequest("parallel_tool_calls", "parallel_tool_calls must be true or false")
+		}
+		one = !parallel
 	}
 	if !isSet(req.Tools) || string(req.Tools) == "[]" || choice == "none" {
 		if choice == "required" || name != "" {
-			return nil, "", nil, badRequest("tool_choice", "tool_choice %s needs tools", string(req.ToolChoice))
+			return none, badRequest("tool_choice", "tool_choice %s needs tools", string(req.ToolChoice))
 		}
-		return nil, "", nil, nil
+		return none, nil
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(req.Tools, &raw); err != nil {
-		return nil, "", nil, badRequest("tools", "tools must be an array of tool objects")
+		return none, badRequest("tools", "tools must be an array of tool objects")
 	}
 	if len(raw) > maxTools {
-		return nil, "", nil, badRequest("tools", "at most %d tools, got %d", maxTools, len(raw))
+		return none, badRequest("tools", "at most %d tools, got %d", maxTools, len(raw))
 	}
 	format := ToolFormatOf(s.o.Template)
 	if format == "" {
-		return nil, "", nil, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
+		return none, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, qwen_xml <function=…>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
 	}
-	var callable []constrain.Tool
+	var all, callable []constrain.Tool
 	tools := make([]any, len(raw))
 	for i, r := range raw {
 		var t struct {
@@ -320,31 +347,37 @@ func (s *Server) chatTools(req *chatRequest) ([]any, ToolFormat, *grammarSpec, e
 		}
 		param := fmt.Sprintf("tools[%d]", i)
 		if json.Unmarshal(r, &t) != nil || t.Type != "function" || t.Function == nil || t.Function.Name == "" {
-			return nil, "", nil, badRequest(param, "%s must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", param)
+			return none, badRequest(param, "%s must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", param)
 		}
 		if p := t.Function.Parameters; isSet(p) && !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
-			return nil, "", nil, badRequest(param+".function.parameters", "%s.function.parameters must be a JSON schema object", param)
+			return none, badRequest(param+".function.parameters", "%s.function.parameters must be a JSON schema object", param)
 		}
 		tools[i] = r
+		var params []byte
+		if isSet(t.Function.Parameters) {
+			params = t.Function.Parameters
+		}
+		tool := constrain.Tool{Name: t.Function.Name, Parameters: params}
+		all = append(all, tool)
 		if name == "" || name == t.Function.Name {
-			var params []byte
-			if isSet(t.Function.Parameters) {
-				params = t.Function.Parameters
-			}
-			callable = append(callable, constrain.Tool{Name: t.Function.Name, Parameters: params})
+			callable = append(callable, tool)
 		}
 	}
+	set := chatToolSet{list: tools, format: format, one: one}
+	if format == ToolsQwenXML {
+		set.types = parameterTypes(all)
+	}
 	if choice != "required" && name == "" {
-		return tools, format, nil, nil
+		return set, nil
 	}
 	if len(callable) == 0 {
-		return nil, "", nil, badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools", name)
+		return none, badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools", name)
 	}
-	spec, err := forcedCalls(callable, format, name != "")
+	set.forced, err = forcedCalls(callable, format, name != "" || one)
 	if err != nil {
-		return nil, "", nil, err
+		return none, err
 	}
-	return tools, format, spec, nil
+	return set, nil
 }
 
 // toolChoice reads tool_choice: "none", "auto" (also when absent),
@@ -373,13 +406,14 @@ func toolChoice(raw json.RawMessage) (choice, name string, err error) {
 }
 
 // forcedCalls is the grammar of an answer that calls the tools in the
-// template's markup (one call of the named function, or one or more).
-func forcedCalls(tools []constrain.Tool, format ToolFormat, named bool) (*grammarSpec, error) {
+// template's markup (one call when single: a named function, or
+// parallel_tool_calls false; else one or more).
+func forcedCalls(tools []constrain.Tool, format ToolFormat, single bool) (*grammarSpec, error) {
 	var mk constrain.CallMarkup
 	var specials []string
 	switch format {
 	case ToolsHermes:
-		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !named}
+		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !single}
 	case ToolsLlama3:
 		mk = constrain.CallMarkup{ArgsKey: "parameters"}
 	case ToolsHarmony:
@@ -391,13 +425,18 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, named bool) (*gramma
 	case ToolsMistral:
 		// [TOOL_CALLS] is a control token: the grammar spells it, and the
 		// vocabulary lets that token (or its text) write it.
-		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Many: !named, Array: true}
+		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", ArgsKey: "arguments", Many: !single, Array: true}
 		specials = []string{"[TOOL_CALLS]"}
+	case ToolsMistralArgs:
+		// [TOOL_CALLS]NAME[ARGS]{…} a call; both markers are control
+		// tokens.
+		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", NameArgs: "[ARGS]", Many: !single}
+		specials = []string{"[TOOL_CALLS]", "[ARGS]"}
 	default:
-		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s", format)
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s (its calls are parsed with tool_choice \"auto\")", format)
 	}
 	key, _ := json.Marshal(tools)
-	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, named, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
+	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, single, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
 		return constrain.ToolCalls(tools, mk)
 	}, specials: specials}, nil
 }
@@ -446,6 +485,10 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 				if err := json.Unmarshal(raw, &v); err != nil {
 					return nil, badRequest(param+"."+key, "%s.%s: %v", param, key, err)
 				}
+				if calls, ok := v.([]any); ok && len(calls) == 0 {
+					continue // no calls: templates test for tool_calls, not its length
+				}
+				argumentsAsJSON(v)
 				extra[key] = v
 			}
 		}
@@ -455,6 +498,38 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 		out = append(out, cm)
 	}
 	return out, nil
+}
+
+// argumentsAsJSON replaces, in a message's tool_calls (a list) or
+// function_call, each call's arguments sent as a JSON string by the JSON
+// it holds: templates write a call's arguments as an object (| tojson,
+// .items()), as transformers and vLLM pass them. Arguments that are not
+// JSON stay the string.
+func argumentsAsJSON(v any) {
+	fix := func(call any) {
+		c, ok := call.(map[string]any)
+		if !ok {
+			return
+		}
+		if fn, ok := c["function"].(map[string]any); ok {
+			c = fn
+		}
+		text, ok := c["arguments"].(string)
+		if !ok {
+			return
+		}
+		var args any
+		if json.Unmarshal([]byte(text), &args) == nil {
+			c["arguments"] = args
+		}
+	}
+	if calls, ok := v.([]any); ok {
+		for _, c := range calls {
+			fix(c)
+		}
+		return
+	}
+	fix(v)
 }
 
 // renderChat renders msgs with the chat template (adding the generation
@@ -523,7 +598,7 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 	splitters := make([]textSplitter, len(streams))
 	parsers := make([]*toolParser, len(streams))
 	for i := range splitters {
-		splitters[i], parsers[i] = p.splitter(), newToolParser(p.tools)
+		splitters[i], parsers[i] = p.splitter(), p.toolParser()
 	}
 	s.streamEvents(ctx, out, p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
 		cc := chatChunkChoice{Index: i}
@@ -551,7 +626,7 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 			cc.Delta.Content = new(ct)
 		}
 		if len(calls) > 0 {
-			cc.Delta.ToolCalls = toolCallsJSON(calls, true)
+			cc.Delta.ToolCalls = toolCallsJSON(calls, true, p.tools)
 		}
 		if logprobs {
 			cc.Logprobs = s.chatLogprobsOf(c, lps)

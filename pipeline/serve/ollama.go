@@ -311,7 +311,7 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	tools, format, _, err := s.chatTools(&chatRequest{Tools: req.Tools})
+	tools, err := s.chatTools(&chatRequest{Tools: req.Tools})
 	if err != nil {
 		return nil, err
 	}
@@ -342,15 +342,15 @@ func (s *Server) ollamaChatPlan(ctx context.Context, req *ollamaChatRequest) (*p
 			return nil, badRequest("think", "think must be true, false, \"low\", \"medium\" or \"high\"")
 		}
 	}
-	text, ids, err := s.renderChat(ctx, msgs, extra, tools, "")
+	text, ids, err := s.renderChat(ctx, msgs, extra, tools.list, "")
 	if err != nil {
 		return nil, err
 	}
 	return s.ollamaPlan(ids, o, &req.ollamaCommon, "messages", func(p *plan, structured bool) {
 		if structured {
-			format = "" // the format's grammar is the whole answer: no calls in it
+			tools.format = "" // the format's grammar is the whole answer: no calls in it
 		}
-		s.answerParts(p, text, format)
+		s.answerParts(p, text, tools)
 	})
 }
 
@@ -369,7 +369,7 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 	defer func() { x.completionTokens = st.CompletionTokens() }()
 	// A chat answer splits into thinking, content and tool calls as it
 	// arrives (p.splitter and the tool parser; both nil for plain text).
-	sp, tp := p.splitter(), newToolParser(p.tools)
+	sp, tp := p.splitter(), p.toolParser()
 	var calls []toolCall
 	split := func(text string, last bool) (thinking, content string) {
 		if !isChat {

@@ -30,8 +30,18 @@ type plan struct {
 	// with their special tokens (harmony.go).
 	harmony bool
 	// tools is the format of tool calls to parse out of chat answers
-	// ("" for none).
-	tools ToolFormat
+	// ("" for none); toolTypes the JSON types of each tool's parameters
+	// (for formats whose values are untyped text: qwen_xml); oneCall
+	// keeps only an answer's first call (parallel_tool_calls false).
+	tools     ToolFormat
+	toolTypes map[string]map[string]string
+	oneCall   bool
+}
+
+// toolParser starts parsing one chat answer's tool calls (nil when the
+// plan has none).
+func (p *plan) toolParser() *toolParser {
+	return newToolParser(p.tools, p.toolTypes, p.oneCall)
 }
 
 // textSplitter separates a choice's reasoning from its content as the
@@ -48,7 +58,11 @@ func (p *plan) splitter() textSplitter {
 	case p.harmony:
 		return newHarmonySplitter()
 	case p.reasoning != nil:
-		return newSplitter(*p.reasoning, p.thinking)
+		sp := newSplitter(*p.reasoning, p.thinking)
+		if p.tools == ToolsHermes || p.tools == ToolsQwenXML {
+			sp.call = "<tool_call>"
+		}
+		return sp
 	}
 	return nil
 }

@@ -37,9 +37,14 @@ func ReasoningOf(t *chat.Template) *Reasoning {
 // splitter separates reasoning from content in text that arrives in
 // pieces: a tag split over two pieces is held back until it is whole. The
 // start tag is honoured only before any content (a model may quote the
-// tags in its answer); whitespace right after a tag is dropped.
+// tags in its answer); whitespace right after a tag is dropped. Where call
+// is set (a tool call's opening markup), a call inside the reasoning ends
+// it: Qwen3.5 models sometimes call a tool without closing their thought
+// first, and the call is the answer's, as vLLM's qwen3 reasoning parser
+// reads it.
 type splitter struct {
 	r       Reasoning
+	call    string
 	inside  bool
 	content bool   // some content has been emitted
 	trim    bool   // drop the whitespace that follows a tag
@@ -101,7 +106,16 @@ func (s *splitter) feed(text string) (reasoning, content string) {
 			}
 			tag = s.r.Start
 		}
-		if i := strings.Index(buf, tag); i >= 0 {
+		i := strings.Index(buf, tag)
+		if s.inside && s.call != "" {
+			if j := strings.Index(buf, s.call); j >= 0 && (i < 0 || j < i) {
+				emit(buf[:j]) // the thought ends where the call starts
+				buf = buf[j:]
+				s.inside, s.trim, s.lead = false, false, ""
+				continue
+			}
+		}
+		if i >= 0 {
 			if !s.inside && strings.TrimSpace(buf[:i]) != "" { // an answer that quotes the tag
 				emit(buf)
 				buf = ""
@@ -113,6 +127,9 @@ func (s *splitter) feed(text string) (reasoning, content string) {
 			continue
 		}
 		keep := heldBack(buf, tag)
+		if s.inside && s.call != "" {
+			keep = max(keep, heldBack(buf, s.call))
+		}
 		emit(buf[:len(buf)-keep])
 		s.pending = buf[len(buf)-keep:]
 		break

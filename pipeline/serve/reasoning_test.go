@@ -11,19 +11,27 @@ func TestSplitterPieces(t *testing.T) {
 	for _, c := range []struct {
 		text, reasoning, content string
 		inside                   bool
+		call                     string // splitter.call
 	}{
-		{"<think>\nLet me see.\n</think>\n\nIt is 4.", "Let me see.\n", "It is 4.", false},
-		{"It is 4.", "", "It is 4.", false},
-		{"Plan first.</think>Done", "Plan first.", "Done", true}, // the prompt opened the thought
-		{"<think>never closed", "never closed", "", false},       // cut by max_tokens
-		{"Answer <think>quoted</think> tags", "", "Answer <think>quoted</think> tags", false},
-		{"<think></think>\n\nEmpty thought.", "", "Empty thought.", false},
-		{"<thin", "", "<thin", false},                  // a prefix of the tag that never completes
-		{" \n<think>x</think> Yes", "x", "Yes", false}, // whitespace before the thought is not content
-		{"  Hi <b>", "", "  Hi <b>", false},            // nor is it dropped before an answer
+		{"<think>\nLet me see.\n</think>\n\nIt is 4.", "Let me see.\n", "It is 4.", false, ""},
+		{"It is 4.", "", "It is 4.", false, ""},
+		{"Plan first.</think>Done", "Plan first.", "Done", true, ""}, // the prompt opened the thought
+		{"<think>never closed", "never closed", "", false, ""},       // cut by max_tokens
+		{"Answer <think>quoted</think> tags", "", "Answer <think>quoted</think> tags", false, ""},
+		{"<think></think>\n\nEmpty thought.", "", "Empty thought.", false, ""},
+		{"<thin", "", "<thin", false, ""},                  // a prefix of the tag that never completes
+		{" \n<think>x</think> Yes", "x", "Yes", false, ""}, // whitespace before the thought is not content
+		{"  Hi <b>", "", "  Hi <b>", false, ""},            // nor is it dropped before an answer
+		// A call inside the thought ends it (Qwen3.5 calls without
+		// closing its thought), where calls are that markup.
+		{"I need the weather.\n<tool_call>\n<function=f>\n</function>\n</tool_call>", "I need the weather.\n", "<tool_call>\n<function=f>\n</function>\n</tool_call>", true, "<tool_call>"},
+		{"<think>Plan.</think>\n<tool_call>{}</tool_call>", "Plan.", "<tool_call>{}</tool_call>", false, "<tool_call>"},
+		{"<think>x <tool_call", "x <tool_call", "", false, "<tool_call>"}, // cut short: a prefix stays thought
+		{"I need <tool_call> here", "I need <tool_call> here", "", true, ""},
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			s := newSplitter(ThinkTags, c.inside)
+			s.call = c.call
 			var rb, cb strings.Builder
 			for i := 0; i < len(c.text); i += size {
 				r, ct := s.feed(c.text[i:min(i+size, len(c.text))])

@@ -83,9 +83,10 @@ type ServerOptions struct {
 
 // Server is the HTTP API over a Scheduler: OpenAI's /v1/models,
 // /v1/completions, /v1/chat/completions (openai.go) and /v1/embeddings
-// (embeddings.go), Anthropic's /v1/messages, ollama's /api/generate,
-// /api/chat and /api/embed (ollama.go), GET /health and GET /metrics.
-// Every error is answered in OpenAI's error shape.
+// (embeddings.go), Anthropic's /v1/messages and /v1/messages/count_tokens
+// (anthropic.go), ollama's /api/generate, /api/chat and /api/embed
+// (ollama.go), GET /health and GET /metrics. Every error is answered in
+// OpenAI's error shape, except under /v1/messages, in Anthropic's.
 type Server struct {
 	sched    *Scheduler
 	o        ServerOptions
@@ -171,6 +172,8 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
+	case "/v1/messages/count_tokens":
+		return route{"/v1/messages/count_tokens", http.MethodPost, (*Server).countTokens}, true
 	case "/api/generate":
 		return route{"/api/generate", http.MethodPost, (*Server).ollamaGenerate}, true
 	case "/api/chat":
@@ -216,7 +219,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/health" && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
 		e := &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"}
-		if r.URL.Path == "/v1/messages" {
+		if anthropicPath(r.URL.Path) {
 			e.Message = "missing or incorrect API key: send x-api-key: <key> or Authorization: Bearer <key>"
 			writeAnthropicError(rec, e)
 			return
@@ -224,13 +227,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rec, e)
 		return
 	}
+	fail := writeError
+	if anthropicPath(r.URL.Path) {
+		fail = writeAnthropicError
+	}
 	if !ok {
-		writeError(rec, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), Type: "invalid_request_error", Code: "not_found"})
+		fail(rec, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), Type: "invalid_request_error", Code: "not_found"})
 		return
 	}
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
 		rec.Header().Set("Allow", rt.method)
-		writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("%s takes %s, not %s", rt.endpoint, rt.method, r.Method), Type: "invalid_request_error", Code: "method_not_allowed"})
+		fail(rec, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("%s takes %s, not %s", rt.endpoint, rt.method, r.Method), Type: "invalid_request_error", Code: "method_not_allowed"})
 		return
 	}
 	if r.Body != nil {
@@ -260,9 +267,56 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta")
+	h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Values("Access-Control-Request-Headers")))
+	h.Add("Vary", "Access-Control-Request-Headers")
 	h.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+// corsHeaders are the request headers every preflight allows.
+var corsHeaders = []string{"Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version", "Anthropic-Beta"}
+
+// allowHeaders is a preflight's Access-Control-Allow-Headers: corsHeaders
+// and the names the browser asks for (Access-Control-Request-Headers),
+// which are the client's own (the OpenAI and Anthropic SDKs send
+// X-Stainless-* headers, Anthropic's browser clients
+// anthropic-dangerous-direct-browser-access); a name that is not an HTTP
+// token is left out, and so are names past maxCORSHeaders.
+func allowHeaders(requested []string) string {
+	names := slices.Clone(corsHeaders)
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[strings.ToLower(n)] = true
+	}
+	for _, line := range requested {
+		for name := range strings.SplitSeq(line, ",") {
+			name = strings.TrimSpace(name)
+			if len(names) >= maxCORSHeaders || !isToken(name) || seen[strings.ToLower(name)] {
+				continue
+			}
+			seen[strings.ToLower(name)] = true
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// maxCORSHeaders bounds the names a preflight's answer allows.
+const maxCORSHeaders = 64
+
+// isToken reports whether s is an HTTP token (RFC 9110 5.6.2), as a
+// header's name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
 	return true
 }
 
@@ -272,7 +326,7 @@ func (s *Server) authorized(r *http.Request) bool {
 		return true
 	}
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok && r.URL.Path == "/v1/messages" { // Anthropic's clients send x-api-key
+	if !ok && anthropicPath(r.URL.Path) { // Anthropic's clients send x-api-key
 		key, ok = r.Header.Get("X-Api-Key"), r.Header.Get("X-Api-Key") != ""
 	}
 	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.o.APIKey)) == 1

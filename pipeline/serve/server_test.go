@@ -1349,6 +1349,36 @@ func TestCORS(t *testing.T) {
 	assert.Empty(t, resp.Header.Get("Access-Control-Allow-Origin"), "no origins: no CORS headers")
 }
 
+// TestCORSRequestHeaders: a preflight allows the headers the browser asks
+// for (the Anthropic TypeScript SDK's X-Stainless-* and
+// anthropic-dangerous-direct-browser-access) besides the fixed ones;
+// a name that is not a token is left out.
+func TestCORSRequestHeaders(t *testing.T) {
+	ts := newTestServer(t, serverConfig{apiKey: "k"})
+	ts.srv.o.CORSOrigins = []string{"http://localhost:3000"}
+	req, err := http.NewRequest(http.MethodOptions, ts.URL+"/v1/messages", nil)
+	require.NoError(t, err)
+	req.Header.Set("Origin", "http://localhost:3000")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "anthropic-dangerous-direct-browser-access,anthropic-version,content-type,x-api-key,x-stainless-arch,x-stainless-retry-count, x-stainless-timeout,bad(name)")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNoContent, resp.StatusCode)
+	assert.Equal(t, "http://localhost:3000", resp.Header.Get("Access-Control-Allow-Origin"))
+	allowed := map[string]bool{}
+	for name := range strings.SplitSeq(resp.Header.Get("Access-Control-Allow-Headers"), ",") {
+		allowed[strings.ToLower(strings.TrimSpace(name))] = true
+	}
+	for _, name := range []string{"authorization", "anthropic-dangerous-direct-browser-access", "anthropic-version", "content-type", "x-api-key",
+		"x-stainless-arch", "x-stainless-retry-count", "x-stainless-timeout"} {
+		assert.True(t, allowed[name], name)
+	}
+	assert.False(t, allowed["bad(name)"])
+	assert.Len(t, allowed, 9, "each name once: %s", resp.Header.Get("Access-Control-Allow-Headers"))
+	assert.Contains(t, resp.Header.Values("Vary"), "Access-Control-Request-Headers")
+}
+
 // With Pprof the runtime's profiles are served under /debug/pprof/,
 // behind the API key; without it those paths are 404s.
 func TestServerPprof(t *testing.T) {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/constrain"
 )
 
 // Tool calls. A model calls a tool by writing markup its chat template
@@ -17,11 +20,17 @@ import (
 //
 //   - hermes (Qwen2.5/3, Hermes, most fine-tunes): <tool_call>{"name":
 //     …, "arguments": {…}}</tool_call>, any number of them;
+//   - qwen_xml (Qwen3-Coder, Qwen3.5): <tool_call><function=NAME>
+//     <parameter=KEY>VALUE</parameter>…</function></tool_call>, each
+//     value untyped text that the tool's schema types (xmlValue);
 //   - mistral: [TOOL_CALLS] followed by a JSON array of {"name",
-//     "arguments"} (or one object);
-//   - llama3 (Llama 3.1+ JSON calling): the whole answer is one JSON
-//     object {"name": …, "parameters": {…}}, optionally after
-//     <|python_tag|>.
+//     "arguments"} (or one object); mistral_args (tokenizers v11 on:
+//     Mistral Small 3.2, Magistral, Devstral): [TOOL_CALLS]NAME[ARGS]{…}
+//     a call, [CALL_ID]ID optionally before [ARGS]; either is parsed in
+//     both;
+//   - llama3 (Llama 3.1+ JSON calling): the whole answer is JSON objects
+//     {"name": …, "parameters": {…}}, separated by ';' when several,
+//     optionally after <|python_tag|>.
 //
 // GPT-OSS's harmony calls are messages to functions.NAME, which the
 // harmony splitter (harmony.go) re-emits as hermes markup for the parser.
@@ -34,8 +43,12 @@ type ToolFormat string
 
 const (
 	ToolsHermes  ToolFormat = "hermes"
+	ToolsQwenXML ToolFormat = "qwen_xml"
 	ToolsMistral ToolFormat = "mistral"
-	ToolsLlama3  ToolFormat = "llama3"
+	// ToolsMistralArgs is mistral's from tokenizer v11 on: the name, then
+	// [ARGS], then the arguments, a [TOOL_CALLS] each call.
+	ToolsMistralArgs ToolFormat = "mistral_args"
+	ToolsLlama3      ToolFormat = "llama3"
 	// ToolsHarmony is GPT-OSS's: calls are harmony messages to
 	// functions.NAME, which the harmony splitter re-emits as hermes
 	// markup for the parser.
@@ -51,8 +64,12 @@ func ToolFormatOf(t *chat.Template) ToolFormat {
 	switch {
 	case IsHarmony(t):
 		return ToolsHarmony
+	case strings.Contains(src, "<function=") && strings.Contains(src, "<parameter="):
+		return ToolsQwenXML
 	case strings.Contains(src, "<tool_call>"):
 		return ToolsHermes
+	case strings.Contains(src, "[TOOL_CALLS]") && strings.Contains(src, "[ARGS]"):
+		return ToolsMistralArgs
 	case strings.Contains(src, "[TOOL_CALLS]"):
 		return ToolsMistral
 	case strings.Contains(src, "<|python_tag|>") || (strings.Contains(src, "ipython") && strings.Contains(src, "\"parameters\"")):
@@ -61,10 +78,19 @@ func ToolFormatOf(t *chat.Template) ToolFormat {
 	return ""
 }
 
+// isMistral reports the two mistral formats: [TOOL_CALLS] is a control
+// token, and their call ids are nine letters and digits.
+func (f ToolFormat) isMistral() bool { return f == ToolsMistral || f == ToolsMistralArgs }
+
 // toolCall is one parsed call.
 type toolCall struct {
-	Name      string
-	Arguments string // JSON text
+	Name string
+	// Arguments is the call's arguments as JSON text (compact), or, where
+	// the model wrote something that does not parse, that text as it is
+	// (OpenAI's arguments are a string the client parses).
+	Arguments string
+	// Object says Arguments is a JSON object (Anthropic's input must be).
+	Object bool
 }
 
 // maxToolCalls bounds the calls one answer may make.
@@ -76,28 +102,33 @@ const maxToolCalls = 64
 // out not to be a call is returned as content, unchanged.
 type toolParser struct {
 	format ToolFormat
-	held   strings.Builder
-	hold   bool // the markup (or, llama3, a leading '{') was seen
-	any    bool // non-space content was emitted
-	tail   string
+	types  map[string]map[string]string // qwen_xml: tool → parameter → JSON type
+	one    bool                         // keep the first call only
+	// objects: an answer whose calls' arguments are not all JSON objects
+	// is content (Anthropic's tool_use input must be an object).
+	objects bool
+	held    strings.Builder
+	hold    bool // the markup (or, llama3, a leading '{') was seen
+	any     bool // non-space content was emitted
+	tail    string
 }
 
-func newToolParser(f ToolFormat) *toolParser {
+func newToolParser(f ToolFormat, types map[string]map[string]string, one bool) *toolParser {
 	if f == "" {
 		return nil
 	}
 	if f == ToolsHarmony {
 		f = ToolsHermes // the harmony splitter writes the calls as hermes markup
 	}
-	return &toolParser{format: f}
+	return &toolParser{format: f, types: types, one: one}
 }
 
 // marker is the text that opens a call.
 func (p *toolParser) marker() string {
 	switch p.format {
-	case ToolsHermes:
+	case ToolsHermes, ToolsQwenXML:
 		return "<tool_call>"
-	case ToolsMistral:
+	case ToolsMistral, ToolsMistralArgs:
 		return "[TOOL_CALLS]"
 	}
 	return "<|python_tag|>"
@@ -150,80 +181,269 @@ func (p *toolParser) finish() (calls []toolCall, content string) {
 		return nil, t
 	}
 	text := p.held.String()
-	calls = parseToolCalls(p.format, text)
+	calls = parseToolCalls(p.format, text, p.types)
+	for _, c := range calls {
+		if p.objects && !c.Object {
+			calls = nil
+		}
+	}
 	if len(calls) == 0 {
 		return nil, text
+	}
+	if p.one {
+		calls = calls[:1]
 	}
 	return calls, ""
 }
 
-// parseToolCalls parses the calls in text (the markup onwards) in format.
-func parseToolCalls(f ToolFormat, text string) []toolCall {
+// parseToolCalls parses the calls in text (the markup onwards) in format;
+// none when some call in it does not parse (the text is then content).
+func parseToolCalls(f ToolFormat, text string, types map[string]map[string]string) []toolCall {
 	var calls []toolCall
-	add := func(raw json.RawMessage) bool {
+	ok := true
+	// add takes one call, its name and its arguments (any JSON value; a
+	// JSON string whose text is JSON stands for that JSON).
+	add := func(name string, args json.RawMessage) {
+		if name == "" {
+			ok = false
+			return
+		}
+		args = bytes.TrimSpace(args)
+		if len(args) == 0 || string(args) == "null" {
+			args = json.RawMessage("{}")
+		}
+		c := toolCall{Name: name, Arguments: string(args)}
+		var s string
+		if json.Unmarshal(args, &s) == nil { // the JSON it holds, or its text
+			c.Arguments, args = s, json.RawMessage(s)
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, args) == nil && compact.Len() > 0 {
+			c.Arguments = compact.String()
+			c.Object = c.Arguments[0] == '{'
+		}
+		if len(calls) < maxToolCalls {
+			calls = append(calls, c)
+		}
+	}
+	// addJSON takes a call written as {"name": …, "arguments" (or
+	// "parameters"): …}.
+	addJSON := func(raw []byte) {
 		var c struct {
 			Name       string          `json:"name"`
 			Arguments  json.RawMessage `json:"arguments"`
 			Parameters json.RawMessage `json:"parameters"`
 		}
-		if json.Unmarshal(raw, &c) != nil || c.Name == "" {
-			return false
+		if json.Unmarshal(raw, &c) != nil {
+			ok = false
+			return
 		}
-		args := c.Arguments
-		if len(args) == 0 {
-			args = c.Parameters
+		if len(c.Arguments) == 0 {
+			c.Arguments = c.Parameters
 		}
-		if len(args) == 0 || string(args) == "null" {
-			args = json.RawMessage("{}")
-		}
-		var s string // arguments sent as a JSON string stay that string
-		if json.Unmarshal(args, &s) == nil {
-			args = json.RawMessage(s)
-		}
-		var compact bytes.Buffer
-		if json.Compact(&compact, args) != nil || compact.Len() == 0 || compact.Bytes()[0] != '{' {
-			return false // arguments are an object (Anthropic's input must be)
-		}
-		calls = append(calls, toolCall{Name: c.Name, Arguments: compact.String()})
-		return len(calls) < maxToolCalls
+		add(c.Name, c.Arguments)
 	}
 	switch f {
-	case ToolsHermes:
-		for len(calls) < maxToolCalls {
-			i := strings.Index(text, "<tool_call>")
-			if i < 0 {
-				break
+	case ToolsHermes, ToolsQwenXML:
+		for _, body := range tagged(text, "<tool_call>", "</tool_call>") {
+			if f == ToolsQwenXML && strings.Contains(body, "<function=") {
+				name, args := xmlCall(body, types)
+				add(name, args)
+				continue
 			}
-			text = text[i+len("<tool_call>"):]
-			body := text
-			if j := strings.Index(text, "</tool_call>"); j >= 0 {
-				body, text = text[:j], text[j+len("</tool_call>"):]
-			} else {
-				text = ""
-			}
-			if !add(json.RawMessage(strings.TrimSpace(body))) {
-				return nil
-			}
+			addJSON([]byte(strings.TrimSpace(body)))
 		}
-	case ToolsMistral:
-		body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "[TOOL_CALLS]"))
-		var list []json.RawMessage
-		if json.Unmarshal([]byte(body), &list) != nil {
-			list = []json.RawMessage{json.RawMessage(body)}
-		}
-		for _, raw := range list {
-			if !add(raw) {
-				return nil
+	case ToolsMistral, ToolsMistralArgs:
+		parts := strings.Split(text, "[TOOL_CALLS]")
+		for _, part := range parts[1:] {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			if head, args, found := strings.Cut(part, "[ARGS]"); found {
+				name, _, _ := strings.Cut(head, "[CALL_ID]")
+				add(strings.TrimSpace(name), json.RawMessage(args))
+				continue
+			}
+			var list []json.RawMessage
+			if json.Unmarshal([]byte(part), &list) != nil {
+				list = []json.RawMessage{json.RawMessage(part)}
+			}
+			for _, raw := range list {
+				addJSON(raw)
 			}
 		}
 	case ToolsLlama3:
 		body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "<|python_tag|>"))
-		if !add(json.RawMessage(body)) {
-			return nil
+		for ok && body != "" {
+			dec := json.NewDecoder(strings.NewReader(body))
+			var raw json.RawMessage
+			if dec.Decode(&raw) != nil {
+				return nil
+			}
+			addJSON(raw)
+			body = strings.TrimSpace(body[dec.InputOffset():])
+			if body != "" { // calls are separated by ';'
+				rest, sep := strings.CutPrefix(body, ";")
+				if !sep {
+					return nil
+				}
+				body = strings.TrimSpace(rest)
+			}
 		}
+	}
+	if !ok {
+		return nil
 	}
 	return calls
 }
 
-// callID is a new tool call id, as OpenAI's: "call_" and 24 letters.
-func callID() string { return "call_" + rand.Text()[:24] }
+// tagged returns the text between each open and the next close (or the
+// end of text, for a last call cut short), at most maxToolCalls of them.
+func tagged(text, open, close string) []string {
+	var out []string
+	for len(out) < maxToolCalls {
+		i := strings.Index(text, open)
+		if i < 0 {
+			break
+		}
+		text = text[i+len(open):]
+		body := text
+		if j := strings.Index(text, close); j >= 0 {
+			body, text = text[:j], text[j+len(close):]
+		} else {
+			text = ""
+		}
+		out = append(out, body)
+	}
+	return out
+}
+
+// xmlCall reads a qwen_xml call's body, <function=NAME> and its
+// <parameter=KEY>VALUE</parameter>s (a parameter cut short ends at the
+// next one, at </function> or at the end), into the name and the
+// arguments as a JSON object, each value typed by the tool's schema
+// (xmlValue); a key given twice keeps its last value.
+func xmlCall(body string, types map[string]map[string]string) (string, json.RawMessage) {
+	_, fn, _ := strings.Cut(body, "<function=")
+	name, rest, _ := strings.Cut(fn, ">")
+	name = strings.TrimSpace(name)
+	rest, _, _ = strings.Cut(rest, "</function>")
+	var keys []string
+	vals := map[string]json.RawMessage{}
+	for {
+		i := strings.Index(rest, "<parameter=")
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len("<parameter="):]
+		end := len(rest)
+		if j := strings.Index(rest, "</parameter>"); j >= 0 {
+			end = j
+		}
+		if j := strings.Index(rest, "<parameter="); j >= 0 && j < end {
+			end = j
+		}
+		key, value, _ := strings.Cut(rest[:end], ">")
+		rest = strings.TrimPrefix(rest[end:], "</parameter>")
+		key = strings.TrimSpace(key)
+		value = strings.TrimPrefix(value, "\n")
+		value = strings.TrimSuffix(value, "\n")
+		if _, seen := vals[key]; !seen {
+			keys = append(keys, key)
+		}
+		vals[key] = xmlValue(value, types[name][key])
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(jsonString(k))
+		b.WriteByte(':')
+		b.Write(vals[k])
+	}
+	b.WriteByte('}')
+	return name, b.Bytes()
+}
+
+// xmlValue is a qwen_xml parameter's text as the JSON value its schema
+// type (typ: "" when the tool's schema does not give one) says, as
+// vLLM's qwen3_coder parser reads it: null for "null"; a string for
+// string types and untyped parameters; an integer or a number where the
+// text is one; true or false for booleans ("true", any case, is true);
+// objects and arrays (and other types) as the JSON the text is. Text
+// that is not the type's stays a string.
+func xmlValue(text, typ string) json.RawMessage {
+	if strings.EqualFold(strings.TrimSpace(text), "null") {
+		return json.RawMessage("null")
+	}
+	t := strings.TrimSpace(text)
+	switch {
+	case typ == "" || typ == "string":
+	case typ == "integer":
+		if _, err := strconv.ParseInt(t, 10, 64); err == nil {
+			return json.RawMessage(t)
+		}
+	case typ == "number":
+		if f, err := strconv.ParseFloat(t, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {
+			b, _ := json.Marshal(f)
+			return b
+		}
+	case typ == "boolean":
+		switch strings.ToLower(t) {
+		case "true":
+			return json.RawMessage("true")
+		case "false":
+			return json.RawMessage("false")
+		}
+	default: // object, array
+		if json.Valid([]byte(t)) {
+			return json.RawMessage(t)
+		}
+	}
+	return jsonString(text)
+}
+
+// parameterTypes reads each tool's parameters' JSON types (the first of
+// a list that is not "null"), for the qwen_xml parser.
+func parameterTypes(tools []constrain.Tool) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, t := range tools {
+		var schema struct {
+			Properties map[string]struct {
+				Type json.RawMessage `json:"type"`
+			} `json:"properties"`
+		}
+		if json.Unmarshal(t.Parameters, &schema) != nil {
+			continue
+		}
+		types := map[string]string{}
+		for k, p := range schema.Properties {
+			var one string
+			var list []string
+			if json.Unmarshal(p.Type, &one) == nil {
+				types[k] = one
+			} else if json.Unmarshal(p.Type, &list) == nil {
+				for _, x := range list {
+					if x != "null" {
+						types[k] = x
+						break
+					}
+				}
+			}
+		}
+		out[t.Name] = types
+	}
+	return out
+}
+
+// callID is a new tool call id: OpenAI's form, "call_" and 24 letters and
+// digits; for mistral's templates, which refuse any other, nine.
+func callID(f ToolFormat) string {
+	if f.isMistral() {
+		return rand.Text()[:9]
+	}
+	return "call_" + rand.Text()[:24]
+}

@@ -14,11 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/pipeline/constrain"
 )
 
 // The parsers read each format's calls, whole and fed in pieces of any
 // size, and give back text that holds no call unchanged.
 func TestToolParser(t *testing.T) {
+	obj := func(name, args string) toolCall { return toolCall{Name: name, Arguments: args, Object: true} }
+	types := map[string]map[string]string{"get_weather": {"city": "string", "days": "integer", "metric": "boolean", "at": "number", "opts": "object"}}
 	for _, c := range []struct {
 		format  ToolFormat
 		text    string
@@ -26,20 +29,41 @@ func TestToolParser(t *testing.T) {
 		calls   []toolCall
 	}{
 		{ToolsHermes, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
-			"Let me check.\n", []toolCall{{"get_weather", `{"city":"Paris"}`}}},
+			"Let me check.\n", []toolCall{obj("get_weather", `{"city":"Paris"}`)}},
 		{ToolsHermes, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"b\",\"arguments\":\"{\\\"x\\\": 1}\"}</tool_call>",
-			"", []toolCall{{"a", `{}`}, {"b", `{"x":1}`}}},
+			"", []toolCall{obj("a", `{}`), obj("b", `{"x":1}`)}},
+		// Arguments that are not an object are kept, as the model wrote
+		// them: JSON compacted, other text as it is.
+		{ToolsHermes, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":\"x\"}</tool_call><tool_call>{\"name\":\"c\",\"arguments\":[1, 2]}</tool_call>",
+			"", []toolCall{obj("a", `{}`), {"b", "x", false}, {"c", "[1,2]", false}}},
 		{ToolsHermes, "No tools needed.", "No tools needed.", nil},
 		{ToolsHermes, "Broken <tool_call>{not json</tool_call>", "Broken <tool_call>{not json</tool_call>", nil},
 		{ToolsMistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"b\"}]",
-			"", []toolCall{{"get_weather", `{"city":"Paris"}`}, {"b", `{}`}}},
-		{ToolsLlama3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", []toolCall{{"get_weather", `{"city":"Paris"}`}}},
-		{ToolsLlama3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", []toolCall{{"f", `{}`}}},
+			"", []toolCall{obj("get_weather", `{"city":"Paris"}`), obj("b", `{}`)}},
+		// Tokenizer v11's form, with and without a call id, in either
+		// mistral format.
+		{ToolsMistralArgs, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[CALL_ID]a1b2c3d4e[ARGS]{}",
+			"", []toolCall{obj("get_weather", `{"city":"Paris"}`), obj("get_time", `{}`)}},
+		{ToolsMistral, "Sure. [TOOL_CALLS]f[ARGS]{\"q\": [1]}", "Sure. ", []toolCall{obj("f", `{"q":[1]}`)}},
+		{ToolsMistralArgs, "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS][ARGS]{}", nil}, // no name
+		{ToolsLlama3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", []toolCall{obj("get_weather", `{"city":"Paris"}`)}},
+		{ToolsLlama3, "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", []toolCall{obj("f", `{}`)}},
+		{ToolsLlama3, "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": \";\"}}",
+			"", []toolCall{obj("a", `{}`), obj("b", `{"x":";"}`)}},
+		{ToolsLlama3, "{\"name\": \"a\", \"parameters\": {}} and more", "{\"name\": \"a\", \"parameters\": {}} and more", nil},
 		{ToolsLlama3, "{\"answer\": 4}", "{\"answer\": 4}", nil}, // JSON, but no call
 		{ToolsLlama3, "It is {\"name\": \"x\"}", "It is {\"name\": \"x\"}", nil},
+		// Qwen3-Coder / Qwen3.5: values typed by the tool's schema.
+		{ToolsQwenXML, "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, \"CA\"\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=at>\n1.50\n</parameter>\n<parameter=opts>\n{\"a\": [1]}\n</parameter>\n<parameter=extra>\n7\n</parameter>\n</function>\n</tool_call>",
+			"Checking.\n", []toolCall{obj("get_weather", `{"city":"San Francisco, \"CA\"","days":3,"metric":true,"at":1.5,"opts":{"a":[1]},"extra":"7"}`)}},
+		// Values that are not their type stay text; null is null; a call
+		// cut short still parses; hermes JSON calls are read too.
+		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=city>\nnull\n</parameter>\n<parameter=opts>\n{bad\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC",
+			"", []toolCall{obj("get_weather", `{"days":"three","city":null,"opts":"{bad"}`), obj("get_time", `{"tz":"UTC"}`)}},
+		{ToolsQwenXML, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "", []toolCall{obj("f", `{}`)}},
 	} {
 		for size := 1; size <= len(c.text); size++ {
-			p := newToolParser(c.format)
+			p := newToolParser(c.format, types, false)
 			var content strings.Builder
 			for i := 0; i < len(c.text); i += size {
 				content.WriteString(p.feed(c.text[i:min(i+size, len(c.text))]))
@@ -58,17 +82,59 @@ func TestToolParser(t *testing.T) {
 	}
 }
 
+// With one (parallel_tool_calls false) only the first call is kept; with
+// objects (Anthropic) calls whose arguments are not objects leave the
+// answer as text.
+func TestToolParserOneAndObjects(t *testing.T) {
+	text := "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":{\"x\":1}}</tool_call>"
+	p := newToolParser(ToolsHermes, nil, true)
+	p.feed(text)
+	calls, rest := p.finish()
+	require.Equal(t, []toolCall{{"a", "{}", true}}, calls)
+	require.Empty(t, rest)
+
+	bad := "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call><tool_call>{\"name\":\"b\",\"arguments\":\"x\"}</tool_call>"
+	p = newToolParser(ToolsHermes, nil, false)
+	p.objects = true
+	content := p.feed(bad)
+	calls, rest = p.finish()
+	require.Empty(t, calls)
+	require.Equal(t, bad, content+rest)
+}
+
+// A tool's parameter types come from its schema's properties (the first
+// type of a list that is not null); tools without a schema have none.
+func TestParameterTypes(t *testing.T) {
+	got := parameterTypes([]constrain.Tool{
+		{Name: "f", Parameters: []byte(`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":["null","number"]},"c":{"description":"x"}}}`)},
+		{Name: "g"},
+	})
+	require.Equal(t, map[string]map[string]string{"f": {"a": "integer", "b": "number"}}, got)
+}
+
+// Call ids: OpenAI's form, and nine letters and digits for mistral's
+// templates (which refuse any other).
+func TestCallID(t *testing.T) {
+	require.Regexp(t, `^call_[A-Za-z0-9]{24}$`, callID(ToolsHermes))
+	for _, f := range []ToolFormat{ToolsMistral, ToolsMistralArgs} {
+		require.Regexp(t, `^[A-Za-z0-9]{9}$`, callID(f))
+	}
+}
+
 // FuzzToolParser: any text, fed in any two pieces, parses without a
 // panic into at most maxToolCalls calls, and text without a call comes
 // back whole.
 func FuzzToolParser(f *testing.F) {
 	f.Add("<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>", 5)
 	f.Add("[TOOL_CALLS][{\"name\":\"a\"}]", 3)
+	f.Add("[TOOL_CALLS]a[CALL_ID]x[ARGS]{\"k\":1}[TOOL_CALLS]b[ARGS]", 9)
+	f.Add("<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n<parameter=y>\n", 20)
+	f.Add("{\"name\":\"a\"};{\"name\":\"b\"};", 4)
 	f.Add("{\"name\":\"a\",\"parameters\":{\"q\":[1,2,{}]}}", 1)
 	f.Add(strings.Repeat("<tool_call>{\"name\":\"a\"}</tool_call>", 100), 7)
 	f.Fuzz(func(t *testing.T, text string, cut int) {
-		for _, format := range []ToolFormat{ToolsHermes, ToolsMistral, ToolsLlama3} {
-			p := newToolParser(format)
+		for _, format := range []ToolFormat{ToolsHermes, ToolsQwenXML, ToolsMistral, ToolsMistralArgs, ToolsLlama3} {
+			p := newToolParser(format, map[string]map[string]string{"a": {"x": "integer"}}, false)
 			cut := min(max(cut, 0), len(text))
 			content := p.feed(text[:cut]) + p.feed(text[cut:])
 			calls, rest := p.finish()
@@ -345,4 +411,150 @@ func requireNoAPIError(t *testing.T, err error) {
 		t.Fatalf("%s", apiErr.RawJSON())
 	}
 	require.NoError(t, err)
+}
+
+// Earlier calls go back to the template with their arguments as objects
+// (a string of JSON is decoded, as transformers and vLLM pass them), so
+// that `| tojson` writes the object and `.items()` iterates it; an empty
+// tool_calls is no call. An answer of calls alone has null content.
+func TestToolCallsHistory(t *testing.T) {
+	const tmpl = "{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{% for tc in m.tool_calls %}" +
+		"[{{ tc.function.arguments | tojson }}{% for k, v in tc.function.arguments.items() %} {{ k }}={{ v }}{% endfor %}]" +
+		"{% endfor %}{% else %} {{ m.content }}{% endif %}\n{% endfor %}assistant: <tool_call>"
+	ids, err := loadTestTokenizer(t).Encode(`<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>`, false)
+	require.NoError(t, err)
+	ts := newTestServer(t, serverConfig{script: ids, template: tmpl})
+	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Weather?"},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},`+
+		`{"role":"tool","tool_call_id":"call_1","content":"21"},{"role":"assistant","content":"Done.","tool_calls":[]}],`+
+		`"tools":[{"type":"function","function":{"name":"get_weather"}}],"max_tokens":64}`)
+	require.Equal(t, 200, status, string(b))
+	prompt := ts.lastPrompt(t)
+	assert.Contains(t, prompt, `assistant:[{"city": "Paris"} city=Paris]`)
+	assert.Contains(t, prompt, "assistant: Done.", "an empty tool_calls is no call")
+	var resp map[string]any
+	require.NoError(t, json.Unmarshal(b, &resp))
+	msg := resp["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+	assert.Contains(t, msg, "content")
+	assert.Nil(t, msg["content"], "an answer of calls alone has null content")
+	require.Len(t, msg["tool_calls"], 1)
+}
+
+// parallel_tool_calls false keeps an answer's first call.
+func TestParallelToolCallsFalse(t *testing.T) {
+	ts := toolServer(t, `<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call><tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>`)
+	for _, parallel := range []bool{true, false} {
+		resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(128),
+			Tools: []openai.ChatCompletionToolUnionParam{weatherTool}, ParallelToolCalls: openai.Bool(parallel),
+		})
+		requireNoAPIError(t, err)
+		calls := resp.Choices[0].Message.ToolCalls
+		if parallel {
+			require.Len(t, calls, 2)
+			continue
+		}
+		require.Len(t, calls, 1)
+		assert.JSONEq(t, `{"city": "Oslo"}`, calls[0].Function.Arguments)
+	}
+	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":"no"}`)
+	assert.Equal(t, 400, status)
+	assert.Contains(t, string(b), "parallel_tool_calls must be true or false")
+}
+
+// qwenXMLTemplate teaches Qwen3-Coder's (and Qwen3.5's) XML calls.
+const qwenXMLTemplate = "{% if tools %}Tools:{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n" +
+	"Call with <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>\n{% endif %}" +
+	"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:"
+
+// A qwen_xml model's calls come back as tool_calls, their values typed by
+// the tool's schema, whole and streamed; tool_choice that would force a
+// call is a 400 naming the format (its calls are still parsed).
+func TestToolCallsQwenXML(t *testing.T) {
+	const answer = "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+	ids, err := loadTestTokenizer(t).Encode(answer, false)
+	require.NoError(t, err)
+	ts := newTestServer(t, serverConfig{script: ids, template: qwenXMLTemplate})
+	tool := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
+		Name:       "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}},
+	}}}
+	params := openai.ChatCompletionNewParams{
+		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+		Tools: []openai.ChatCompletionToolUnionParam{tool}, MaxTokens: openai.Int(256),
+	}
+	resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
+	requireNoAPIError(t, err)
+	ch := resp.Choices[0]
+	assert.Equal(t, "tool_calls", ch.FinishReason)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	assert.Equal(t, "get_weather", ch.Message.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, ch.Message.ToolCalls[0].Function.Arguments)
+	assert.Equal(t, "Let me look.", strings.TrimSpace(ch.Message.Content))
+
+	stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	require.NoError(t, stream.Err())
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
+	assert.NotContains(t, acc.Choices[0].Message.Content, "<function=")
+
+	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`)
+	assert.Equal(t, 400, status)
+	assert.Contains(t, string(b), "qwen_xml")
+}
+
+// mistralArgsTemplate writes calls as tokenizer v11's templates do.
+const mistralArgsTemplate = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}" +
+	"{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.tool_calls %}" +
+	"{% for tc in m.tool_calls %}[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ tc.function.arguments | tojson }}{% endfor %}</s>" +
+	"{% else %}{{ m.content }}</s>{% endif %}{% endfor %}"
+
+// On a tokenizer-v11 mistral template, a call the model writes
+// ([TOOL_CALLS]NAME[ARGS]{…}, both markers special tokens) comes back
+// with a nine-character id; tool_choice forces that form.
+func TestToolCallsMistralArgs(t *testing.T) {
+	tok := tokenizerWithSpecials(t, "[TOOL_CALLS]", "[ARGS]")
+	follow, err := tok.Encode(`[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}`, false)
+	require.NoError(t, err)
+	require.Contains(t, follow, 513, "[ARGS] is its special token")
+	prose, err := tok.Encode("I think it is sunny.", false)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		script []int
+		choice openai.ChatCompletionToolChoiceOptionUnionParam
+		city   string
+	}{
+		{"auto", follow, openai.ChatCompletionToolChoiceOptionUnionParam{}, "Oslo"},
+		{"required follows", follow, openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "Oslo"},
+		{"named prose", prose, openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t, serverConfig{script: tc.script, template: mistralArgsTemplate, context: 4096, tok: tok})
+			bounded := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
+				Name:       "get_weather",
+				Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 6}}, "required": []string{"city"}, "additionalProperties": false},
+			}}}
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
+				Tools: []openai.ChatCompletionToolUnionParam{bounded}, ToolChoice: tc.choice,
+			})
+			requireNoAPIError(t, err)
+			ch := resp.Choices[0]
+			assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
+			require.Len(t, ch.Message.ToolCalls, 1)
+			call := ch.Message.ToolCalls[0]
+			assert.Equal(t, "get_weather", call.Function.Name)
+			assert.Regexp(t, `^[A-Za-z0-9]{9}$`, call.ID)
+			validates(t, `{"type":"object","properties":{"city":{"type":"string","maxLength":6}},"required":["city"],"additionalProperties":false}`, call.Function.Arguments)
+			if tc.city != "" {
+				assert.JSONEq(t, `{"city": "`+tc.city+`"}`, call.Function.Arguments)
+			}
+			assert.Empty(t, strings.TrimSpace(ch.Message.Content))
+		})
+	}
 }
