@@ -542,11 +542,10 @@ func (c *schemaCompiler) ws() {
 // for minLength and maxLength.
 func (c *schemaCompiler) char() {
 	b := c.b
-	var ascii, cont byteSet
+	var ascii byteSet
 	ascii.addRange(0x20, 0x7f)
 	ascii[0] &^= 1 << '"'
 	ascii[1] &^= 1 << ('\\' - 64)
-	cont.addRange(0x80, 0xbf)
 	var esc, hex, notD, d, low byteSet
 	for _, ch := range `"\/bfnrt` {
 		esc.add(byte(ch))
@@ -565,8 +564,19 @@ func (c *schemaCompiler) char() {
 		b.set(hex)
 		b.set(hex)
 	}
-	b.alt(
-		func() { b.set(ascii) },
+	frags := append([]func(){func() { b.set(ascii) }}, utf8Multi(b)...)
+	b.alt(append(frags, func() {
+		b.lit(`\`)
+		b.alt(func() { b.set(esc) }, unicodeEsc)
+	})...)
+}
+
+// utf8Multi are the fragments of one well-formed UTF-8 sequence of two to
+// four bytes (no overlong forms, no surrogates, nothing past U+10FFFF).
+func utf8Multi(b *builder) []func() {
+	var cont byteSet
+	cont.addRange(0x80, 0xbf)
+	return []func(){
 		func() { b.byteRange(0xc2, 0xdf); b.set(cont) },
 		func() { b.byteRange(0xe0, 0xe0); b.byteRange(0xa0, 0xbf); b.set(cont) },
 		func() { b.byteRange(0xe1, 0xec); b.set(cont); b.set(cont) },
@@ -575,11 +585,7 @@ func (c *schemaCompiler) char() {
 		func() { b.byteRange(0xf0, 0xf0); b.byteRange(0x90, 0xbf); b.set(cont); b.set(cont) },
 		func() { b.byteRange(0xf1, 0xf3); b.set(cont); b.set(cont); b.set(cont) },
 		func() { b.byteRange(0xf4, 0xf4); b.byteRange(0x80, 0x8f); b.set(cont); b.set(cont) },
-		func() {
-			b.lit(`\`)
-			b.alt(func() { b.set(esc) }, unicodeEsc)
-		},
-	)
+	}
 }
 
 // anyString emits a JSON string of any content.

@@ -1,7 +1,9 @@
 package constrain
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -208,3 +210,176 @@ const (
 	HarmonyAnalysis = "<|channel|>analysis<|message|>"
 	HarmonyArgs     = "<|constrain|>json<|message|>"
 )
+
+// XMLCalls compiles the grammar of answers that are qwen_xml tool calls
+// (Qwen3-Coder, Qwen3.5), one or with many one or more, in the layout
+// their templates teach:
+//
+//	<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n…</function>\n</tool_call>
+//
+// A tool's parameters are written in its schema's property order, the
+// required ones always and the others optionally (no other keys; a tool
+// without properties takes none). A value is the text the parser reads
+// back as the property's type: an integer, number, boolean, object or
+// array as the JSON its schema allows, a string as raw text (any
+// characters but "</", and no '<' last, so that the parameter's close
+// cannot start inside it; an enum or const of strings as one of them). A
+// string property with other keywords (pattern, lengths, format), or a
+// property of several types one of which is string, cannot be enforced
+// on raw text and is refused, naming it.
+func XMLCalls(tools []Tool, many bool) (*Grammar, error) {
+	c, roots, err := toolCompiler(tools)
+	if err != nil {
+		return nil, err
+	}
+	b := c.b
+	var frags []func()
+	for i, t := range tools {
+		if t.Name == "" || strings.ContainsAny(t.Name, "<>\r\n") {
+			return nil, fmt.Errorf("tools[%d]: the name %q cannot be written in a <function=…> tag (no '<', '>' or line breaks)", i, t.Name)
+		}
+		frags = append(frags, func() {
+			b.lit("<tool_call>\n<function=" + t.Name + ">\n")
+			if e := c.xmlParams(i, t, roots[i]); e != nil && err == nil {
+				err = e
+			}
+			b.lit("</function>\n</tool_call>")
+		})
+	}
+	call := func() { b.alt(frags...) }
+	c.ws()
+	call()
+	if many {
+		b.star(func() { c.ws(); call() })
+	}
+	c.ws()
+	if err != nil {
+		return nil, err
+	}
+	return c.finish("qwen_xml tool calls")
+}
+
+// xmlParams emits tool i's parameters (XMLCalls) from its schema r.
+func (c *schemaCompiler) xmlParams(i int, t Tool, r *jvalue) error {
+	path := fmt.Sprintf("tools[%d].parameters", i)
+	if r == nil {
+		return nil
+	}
+	if ts, e := typesOf(r, path); e != nil || len(ts) != 1 || ts[0] != "object" {
+		return fmt.Errorf("%s: %s: a tool's parameters must be a schema of type object", t.Name, path)
+	}
+	props := r.get("properties")
+	if props == nil {
+		return nil
+	}
+	if props.kind != 'o' {
+		return fmt.Errorf("%s: %s.properties: expected an object", t.Name, path)
+	}
+	required := map[string]bool{}
+	if req := r.get("required"); req != nil && req.kind == 'a' {
+		for _, x := range req.vals {
+			if x.kind == 's' {
+				required[x.str] = true
+			}
+		}
+	}
+	c.root = r
+	var err error
+	for k, key := range props.keys {
+		if strings.ContainsAny(key, "<>\r\n") {
+			return fmt.Errorf("%s: %s.properties: the key %q cannot be written in a <parameter=…> tag", t.Name, path, key)
+		}
+		ppath := path + ".properties." + key
+		param := func() {
+			c.b.lit("<parameter=" + key + ">\n")
+			if e := c.xmlValue(props.vals[k], ppath); e != nil && err == nil {
+				err = fmt.Errorf("%s: %w", t.Name, e)
+			}
+			c.b.lit("\n</parameter>\n")
+		}
+		if required[key] {
+			param()
+		} else {
+			c.b.opt(param)
+		}
+	}
+	return err
+}
+
+// xmlValue emits one qwen_xml parameter's value (XMLCalls).
+func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
+	if v.kind == 'b' { // true: any value; the parser reads untyped text as a string
+		if !v.truth {
+			return fmt.Errorf("%s: false accepts no value", path)
+		}
+		c.b.star(c.xmlText)
+		return nil
+	}
+	ts, err := typesOf(v, path)
+	if err != nil {
+		return err
+	}
+	// The parser reads a parameter its schema gives no type as a string.
+	str := slices.Contains(ts, "string") || ts[0] == "any"
+	switch {
+	case !str:
+		return c.value(v, path) // as JSON, which the parser reads back
+	case len(ts) > 1:
+		return fmt.Errorf("%s: a qwen_xml parameter of types %v cannot be enforced: its string is raw text, which the others' JSON could be", path, ts)
+	}
+	var vals []*jvalue
+	if e := v.get("enum"); e != nil && e.kind == 'a' {
+		vals = e.vals
+	}
+	if cst := v.get("const"); cst != nil {
+		vals = []*jvalue{cst}
+	}
+	if kw := constraining(v, "type", "enum", "const"); len(kw) > 0 {
+		return fmt.Errorf("%s: keyword %q cannot be enforced on a qwen_xml string parameter (raw text)", path, kw[0])
+	}
+	if vals == nil {
+		c.b.star(c.xmlText)
+		return nil
+	}
+	var frags []func()
+	for _, x := range vals {
+		if x.kind != 's' {
+			if ts[0] == "any" {
+				var buf bytes.Buffer
+				x.encode(&buf)
+				return fmt.Errorf("%s: a qwen_xml parameter without a type is read back as a string, so its value %s cannot be", path, buf.String())
+			}
+			continue // not a string: the type excludes it
+		}
+		if strings.Contains(x.str, "</") || strings.HasSuffix(x.str, "<") || strings.EqualFold(strings.TrimSpace(x.str), "null") {
+			return fmt.Errorf("%s: the value %q cannot be written as a qwen_xml parameter", path, x.str)
+		}
+		frags = append(frags, func() { c.b.lit(x.str) })
+	}
+	if len(frags) == 0 {
+		return fmt.Errorf("%s: no string among the enum's values", path)
+	}
+	c.b.alt(frags...)
+	return nil
+}
+
+// xmlText emits one character of a qwen_xml parameter's raw text: a
+// well-formed UTF-8 character other than '<' and the control characters
+// but tab, line feed and carriage return, or '<' followed by such a
+// character other than '/' (so the text never holds "</" nor ends in
+// '<').
+func (c *schemaCompiler) xmlText() {
+	b := c.b
+	var plain byteSet
+	plain.addRange(0x20, 0x7e)
+	plain.add('\t')
+	plain.add('\n')
+	plain.add('\r')
+	plain[0] &^= 1 << '<'
+	afterLT := plain
+	afterLT[0] &^= 1 << '/'
+	b.alt(append(append([]func(){func() { b.set(plain) }}, utf8Multi(b)...), func() {
+		b.lit("<")
+		b.alt(append([]func(){func() { b.set(afterLT) }}, utf8Multi(b)...)...)
+	})...)
+}

@@ -154,3 +154,96 @@ func TestHarmonyCallGrammar(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cannot be written in a harmony header")
 }
+
+// xmlTools have the parameter types qwen_xml writes as raw text (a
+// string, an enum of strings) and as JSON (an integer, an object).
+var xmlTools = []Tool{
+	{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1,"maximum":7},` +
+		`"unit":{"enum":["c","f"]},"opts":{"type":"object","properties":{"x":{"type":"boolean"}},"required":["x"],"additionalProperties":false}},` +
+		`"required":["city","days"],"additionalProperties":false}`)},
+	{Name: "now"},
+}
+
+// xmlArgs reads a qwen_xml call's parameters back as the server's parser
+// does for these tools (raw text for city and unit, JSON for the rest).
+func xmlArgs(t *testing.T, body string) (string, map[string]any) {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)^<function=([^>]*)>\n(.*)</function>\n$`).FindStringSubmatch(body)
+	require.NotNil(t, m, "%q", body)
+	args := map[string]any{}
+	for _, p := range regexp.MustCompile(`(?s)<parameter=([^>]*)>\n(.*?)\n</parameter>\n`).FindAllStringSubmatch(m[2], -1) {
+		switch p[1] {
+		case "city", "unit":
+			args[p[1]] = p[2]
+		default:
+			var v any
+			require.NoError(t, json.Unmarshal([]byte(p[2]), &v), "%s = %q", p[1], p[2])
+			args[p[1]] = v
+		}
+	}
+	return m[1], args
+}
+
+// Random answers under qwen_xml's markup are calls whose parameters, read
+// back as the parser reads them, validate against the tool's schema;
+// string text never holds "</"; keywords that raw text cannot honour are
+// refused.
+func TestXMLCallsGrammar(t *testing.T) {
+	v, eos := testVocab(t)
+	weather := validator(t, string(xmlTools[0].Parameters))
+	g, err := XMLCalls(xmlTools, true)
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	re := regexp.MustCompile(`(?s)<tool_call>\n(.*?)</tool_call>`)
+	rng := rand.New(rand.NewPCG(7, 8))
+	ended := 0
+	for range 60 {
+		text, ok := walk(t, ix, rng, eos)
+		if !ok {
+			continue
+		}
+		ended++
+		calls := re.FindAllStringSubmatch(text, -1)
+		require.NotEmpty(t, calls, text)
+		assert.Empty(t, strings.TrimSpace(re.ReplaceAllString(text, "")), "text outside the calls in %q", text)
+		for _, c := range calls {
+			name, args := xmlArgs(t, c[1])
+			switch name {
+			case "get_weather":
+				assert.NoError(t, weather.Validate(args), "%q", c[1])
+				assert.NotContains(t, args["city"], "</")
+			case "now":
+				assert.Empty(t, args)
+			default:
+				t.Errorf("unknown tool %q", name)
+			}
+		}
+	}
+	assert.Greater(t, ended, 20)
+	call := "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan José, <CA>\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>"
+	assert.True(t, accepts(ix, call+"\n<tool_call>\n<function=now>\n</function>\n</tool_call>"))
+	for _, bad := range []string{
+		"<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",                                        // city is required
+		"<tool_call>\n<function=get_weather>\n<parameter=city>\na</b>\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", // "</" in text
+		"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\n9\n</parameter>\n</function>\n</tool_call>",     // days over its maximum
+		"<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\n1\n</parameter>\n<parameter=unit>\nk\n</parameter>\n</function>\n</tool_call>",
+		"<tool_call>\n<function=nope>\n</function>\n</tool_call>",
+	} {
+		assert.False(t, accepts(ix, bad), bad)
+	}
+	g, err = XMLCalls(xmlTools, false)
+	require.NoError(t, err)
+	assert.False(t, accepts(NewIndex(g, v), call+"\n"+call), "one call only")
+
+	for schema, want := range map[string]string{
+		`{"type":"object","properties":{"s":{"type":"string","maxLength":3}}}`:  `keyword "maxLength" cannot be enforced on a qwen_xml string parameter`,
+		`{"type":"object","properties":{"s":{"type":["string","integer"]}}}`:    "cannot be enforced: its string is raw text",
+		`{"type":"object","properties":{"s":{"enum":["a</b"]}}}`:                "cannot be written as a qwen_xml parameter",
+		`{"type":"object","properties":{"a>b":{"type":"string"}}}`:              "cannot be written in a <parameter=…> tag",
+		`{"type":"object","properties":{"n":{"type":"number","multipleOf":2}}}`: `"multipleOf"`,
+		`{"type":"array"}`: "must be a schema of type object",
+	} {
+		_, err := XMLCalls([]Tool{{Name: "f", Parameters: []byte(schema)}}, true)
+		assert.ErrorContains(t, err, want, schema)
+	}
+}

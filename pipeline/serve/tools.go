@@ -370,13 +370,14 @@ func xmlCall(body string, types map[string]map[string]string) (string, json.RawM
 
 // xmlValue is a qwen_xml parameter's text as the JSON value its schema
 // type (typ: "" when the tool's schema does not give one) says, as
-// vLLM's qwen3_coder parser reads it: null for "null"; a string for
-// string types and untyped parameters; an integer or a number where the
-// text is one; true or false for booleans ("true", any case, is true);
-// objects and arrays (and other types) as the JSON the text is. Text
-// that is not the type's stays a string.
+// vLLM's qwen3_coder parser reads it: null for "null" (but for a string
+// parameter, whose text it may be); a string for string types and
+// untyped parameters; an integer or a number where the text is one; true
+// or false for booleans ("true", any case, is true); objects and arrays
+// (and other types) as the JSON the text is. Text that is not the type's
+// stays a string.
 func xmlValue(text, typ string) json.RawMessage {
-	if strings.EqualFold(strings.TrimSpace(text), "null") {
+	if typ != "string" && strings.EqualFold(strings.TrimSpace(text), "null") {
 		return json.RawMessage("null")
 	}
 	t := strings.TrimSpace(text)

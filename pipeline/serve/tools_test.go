@@ -56,10 +56,11 @@ func TestToolParser(t *testing.T) {
 		// Qwen3-Coder / Qwen3.5: values typed by the tool's schema.
 		{ToolsQwenXML, "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, \"CA\"\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=at>\n1.50\n</parameter>\n<parameter=opts>\n{\"a\": [1]}\n</parameter>\n<parameter=extra>\n7\n</parameter>\n</function>\n</tool_call>",
 			"Checking.\n", []toolCall{obj("get_weather", `{"city":"San Francisco, \"CA\"","days":3,"metric":true,"at":1.5,"opts":{"a":[1]},"extra":"7"}`)}},
-		// Values that are not their type stay text; null is null; a call
-		// cut short still parses; hermes JSON calls are read too.
-		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=city>\nnull\n</parameter>\n<parameter=opts>\n{bad\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC",
-			"", []toolCall{obj("get_weather", `{"days":"three","city":null,"opts":"{bad"}`), obj("get_time", `{"tz":"UTC"}`)}},
+		// Values that are not their type stay text; null is null but
+		// for a string; a call cut short still parses; hermes JSON calls
+		// are read too.
+		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=city>\nnull\n</parameter>\n<parameter=at>\nNull\n</parameter>\n<parameter=opts>\n{bad\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC",
+			"", []toolCall{obj("get_weather", `{"days":"three","city":"null","at":null,"opts":"{bad"}`), obj("get_time", `{"tz":"UTC"}`)}},
 		{ToolsQwenXML, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "", []toolCall{obj("f", `{}`)}},
 	} {
 		for size := 1; size <= len(c.text); size++ {
@@ -468,8 +469,7 @@ const qwenXMLTemplate = "{% if tools %}Tools:{% for t in tools %}\n{{ t | tojson
 	"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:"
 
 // A qwen_xml model's calls come back as tool_calls, their values typed by
-// the tool's schema, whole and streamed; tool_choice that would force a
-// call is a 400 naming the format (its calls are still parsed).
+// the tool's schema, whole and streamed.
 func TestToolCallsQwenXML(t *testing.T) {
 	const answer = "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
 	ids, err := loadTestTokenizer(t).Encode(answer, false)
@@ -501,10 +501,43 @@ func TestToolCallsQwenXML(t *testing.T) {
 	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
 	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
 	assert.NotContains(t, acc.Choices[0].Message.Content, "<function=")
+}
 
-	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`)
+// tool_choice "required" and a named function on a qwen_xml template: a
+// model that would answer in prose writes a call in the template's XML,
+// whose values, typed back by the parser, validate; a string parameter
+// with keywords raw text cannot honour is a 400 naming it.
+func TestToolChoiceForcedQwenXML(t *testing.T) {
+	prose, err := loadTestTokenizer(t).Encode("I think it is sunny.", false)
+	require.NoError(t, err)
+	const schema = `{"type":"object","properties":{"city":{"enum":["Oslo","Rome"]},"days":{"type":"integer","minimum":1,"maximum":3}},"required":["city","days"],"additionalProperties":false}`
+	var params map[string]any
+	require.NoError(t, json.Unmarshal([]byte(schema), &params))
+	tool := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "get_weather", Parameters: params}}}
+	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "now"}}}
+	ts := newTestServer(t, serverConfig{script: prose, template: qwenXMLTemplate, context: 4096})
+	for _, choice := range []openai.ChatCompletionToolChoiceOptionUnionParam{
+		{OfAuto: openai.String("required")},
+		openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}),
+	} {
+		resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
+			Tools: []openai.ChatCompletionToolUnionParam{tool, clock}, ToolChoice: choice, ParallelToolCalls: openai.Bool(false),
+		})
+		requireNoAPIError(t, err)
+		ch := resp.Choices[0]
+		assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
+		require.Len(t, ch.Message.ToolCalls, 1)
+		call := ch.Message.ToolCalls[0]
+		if call.Function.Name == "get_weather" {
+			validates(t, schema, call.Function.Arguments)
+		} else {
+			assert.Equal(t, "now", call.Function.Name)
+		}
+	}
+	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"^a"}}}}}],"tool_choice":"required"}`)
 	assert.Equal(t, 400, status)
-	assert.Contains(t, string(b), "qwen_xml")
+	assert.Contains(t, string(b), `keyword \"pattern\" cannot be enforced on a qwen_xml string parameter`)
 }
 
 // mistralArgsTemplate writes calls as tokenizer v11's templates do.
