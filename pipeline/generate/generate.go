@@ -227,7 +227,7 @@ func (m Metrics) Summary() string {
 type row struct {
 	idx     int
 	res     Result
-	history []int // prompt + generated, for the repetition penalty
+	history []int // prompt + generated, for the penalties
 	sampler *sample.Sampler
 	con     Constraint // nil: unconstrained
 	dec     StreamDecoder
@@ -239,6 +239,7 @@ type row struct {
 // newRow starts row idx of prompt.
 func newRow(idx int, prompt []int, o Options) *row {
 	rw := &row{idx: idx, history: append([]int(nil), prompt...), sampler: sample.New(o.Sampling, idx)}
+	rw.sampler.SetPromptLen(len(prompt))
 	if o.Constrain != nil {
 		rw.con = o.Constrain()
 	}

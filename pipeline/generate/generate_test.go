@@ -277,6 +277,13 @@ func TestResolve(t *testing.T) {
 	if s := o.Sampling; s.Temperature != 0.8 || s.TopK != 0 || s.RepetitionPenalty != 1.2 || s.Seed != 9 {
 		t.Fatalf("flags on greedy file: %+v", o)
 	}
+	o, _ = Resolve(nil, nil, Overrides{PresencePenalty: ptr(0.5), FrequencyPenalty: ptr(-0.25), LogitBias: map[int]float64{7: 2}})
+	if s := o.Sampling; s.PresencePenalty != 0.5 || s.FrequencyPenalty != -0.25 || s.LogitBias[7] != 2 || !s.Greedy() {
+		t.Fatalf("OpenAI's penalties: %+v", o.Sampling)
+	}
+	if _, err := Resolve(nil, nil, Overrides{PresencePenalty: ptr(3.0)}); !errors.Is(err, errs.ErrUsage) {
+		t.Fatalf("presence penalty out of range: %v", err)
+	}
 	if _, err := Resolve(nil, nil, Overrides{TopP: ptr(2.0), Temperature: ptr(1.0)}); !errors.Is(err, errs.ErrUsage) {
 		t.Fatalf("bad top-p: %v", err)
 	}
@@ -476,6 +483,8 @@ func TestRunArgmaxDecoder(t *testing.T) {
 		{"greedy", Options{}, true},
 		{"greedy, penalty 1", Options{Sampling: sample.Options{RepetitionPenalty: 1}}, true},
 		{"greedy, penalty 1.2", Options{Sampling: sample.Options{RepetitionPenalty: 1.2}}, false},
+		{"greedy, presence penalty", Options{Sampling: sample.Options{PresencePenalty: 0.5}}, false},
+		{"greedy, logit bias", Options{Sampling: sample.Options{LogitBias: map[int]float64{0: -1}}}, false},
 		{"sampling", Options{Sampling: sample.Options{Temperature: 0.7, TopK: 1}}, false},
 		{"constrained", Options{Constrain: allow}, false},
 	} {

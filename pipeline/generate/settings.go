@@ -24,6 +24,11 @@ type Overrides struct {
 	TopP              *float64
 	MinP              *float64
 	RepetitionPenalty *float64
+	// PresencePenalty, FrequencyPenalty and LogitBias are OpenAI's
+	// (sample.Options); generation_config.json has none of them.
+	PresencePenalty  *float64
+	FrequencyPenalty *float64
+	LogitBias        map[int]float64
 	// Seed seeds sampling; nil draws a random seed (Options.Sampling.Seed
 	// reports it, so a run can be repeated).
 	Seed *uint64
@@ -66,6 +71,15 @@ func Resolve(gen *config.Generation, modelEOS []int, o Overrides) (Options, erro
 	}
 	if o.RepetitionPenalty != nil {
 		s.RepetitionPenalty = *o.RepetitionPenalty
+	}
+	if o.PresencePenalty != nil {
+		s.PresencePenalty = *o.PresencePenalty
+	}
+	if o.FrequencyPenalty != nil {
+		s.FrequencyPenalty = *o.FrequencyPenalty
+	}
+	if len(o.LogitBias) > 0 {
+		s.LogitBias = o.LogitBias
 	}
 	doSample := gen.DoSample != nil && *gen.DoSample
 	if o.Temperature != nil {

@@ -3,6 +3,9 @@
 // repetition penalty, then (when sampling) temperature, top-k, top-p and
 // min-p, then a draw from the softmax. Temperature 0 is greedy decoding
 // (argmax after the repetition penalty, as transformers' do_sample=False).
+// OpenAI's logit bias and presence and frequency penalties, when set, go
+// around the repetition penalty as vLLM's sampler applies them: the bias
+// first, the two penalties after it.
 //
 // Draws come from a seeded PCG stream per row, so a seed reproduces a run
 // exactly (tputool's own streams; they do not reproduce PyTorch's
@@ -33,9 +36,25 @@ type Options struct {
 	// ones of every token already in the sequence (prompt included); 0 or 1
 	// is off.
 	RepetitionPenalty float64
+	// PresencePenalty is subtracted from the logit of every token the
+	// sequence has generated (not the prompt's), once; FrequencyPenalty
+	// is subtracted once per time it was generated (OpenAI's, in [-2, 2]).
+	// 0 is off.
+	PresencePenalty  float64
+	FrequencyPenalty float64
+	// LogitBias is added to the logits of its token ids (OpenAI's, each
+	// in [-100, 100]) before every other processor; ids past the logits
+	// are ignored.
+	LogitBias map[int]float64
 	// Seed seeds the draws.
 	Seed uint64
 }
+
+// Bounds of OpenAI's penalties and logit bias.
+const (
+	MaxPenalty   = 2
+	MaxLogitBias = 100
+)
 
 // Validate checks the ranges, naming the flag-like field at fault.
 func (o Options) Validate() error {
@@ -50,6 +69,15 @@ func (o Options) Validate() error {
 		return fmt.Errorf("min-p must be in [0, 1], got %v", o.MinP)
 	case o.RepetitionPenalty < 0 || math.IsNaN(o.RepetitionPenalty):
 		return fmt.Errorf("repetition penalty must be > 0, got %v", o.RepetitionPenalty)
+	case !(math.Abs(o.PresencePenalty) <= MaxPenalty):
+		return fmt.Errorf("presence penalty must be in [-%d, %d], got %v", MaxPenalty, MaxPenalty, o.PresencePenalty)
+	case !(math.Abs(o.FrequencyPenalty) <= MaxPenalty):
+		return fmt.Errorf("frequency penalty must be in [-%d, %d], got %v", MaxPenalty, MaxPenalty, o.FrequencyPenalty)
+	}
+	for id, b := range o.LogitBias {
+		if id < 0 || !(math.Abs(b) <= MaxLogitBias) {
+			return fmt.Errorf("logit bias of token %d must be in [-%d, %d] for an id >= 0, got %v", id, MaxLogitBias, MaxLogitBias, b)
+		}
 	}
 	return nil
 }
@@ -58,14 +86,23 @@ func (o Options) Validate() error {
 func (o Options) Greedy() bool { return o.Temperature == 0 }
 
 // ArgmaxOnly reports whether the options pick the argmax of the logits as
-// they are (Argmax): greedy decoding with no repetition penalty. A
-// constraint, where there is one, still masks them.
-func (o Options) ArgmaxOnly() bool { return o.Greedy() && !o.penalizes() }
+// they are (Argmax): greedy decoding with no repetition penalty, presence
+// or frequency penalty or logit bias. A constraint, where there is one,
+// still masks them.
+func (o Options) ArgmaxOnly() bool {
+	return o.Greedy() && !o.penalizes() && !o.penalizesGenerated() && len(o.LogitBias) == 0
+}
 
 // penalizes reports whether the repetition penalty is on.
 func (o Options) penalizes() bool {
 	p := o.RepetitionPenalty
 	return p != 0 && p != 1
+}
+
+// penalizesGenerated reports whether the presence or frequency penalty is
+// on.
+func (o Options) penalizesGenerated() bool {
+	return o.PresencePenalty != 0 || o.FrequencyPenalty != 0
 }
 
 // Sampler picks tokens for one row of a batch. It reuses its buffers, so
@@ -77,13 +114,21 @@ type Sampler struct {
 	probs  []float64 // scratch: probabilities, a copy for top-k
 	idx    []int     // scratch: token order for top-p
 	seen   map[int]bool
+	counts map[int]int // scratch: how often each generated token came
+	prompt int         // the tokens of history that are the prompt
 }
 
 // New returns the sampler of row `row`: rows draw from independent
 // streams of the same seed.
 func New(o Options, row int) *Sampler {
-	return &Sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, uint64(row))), seen: map[int]bool{}}
+	return &Sampler{o: o, rng: rand.New(rand.NewPCG(o.Seed, uint64(row))), seen: map[int]bool{}, counts: map[int]int{}}
 }
+
+// SetPromptLen says that the first n tokens of the history Next is given
+// are the prompt: the presence and frequency penalties count only the
+// tokens after them (the repetition penalty counts all). Without it the
+// whole history counts as generated.
+func (s *Sampler) SetPromptLen(n int) { s.prompt = n }
 
 // Constraint limits the tokens a row may take next (constrained
 // decoding: *constrain.Matcher).
@@ -116,10 +161,7 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 		s.idx = make([]int, len(logits))
 	}
 	sc := s.scores[:len(logits)]
-	for i, v := range logits {
-		sc[i] = float64(v)
-	}
-	s.repetitionPenalty(sc, history)
+	s.process(sc, logits, history)
 	if c != nil {
 		if s.o.Greedy() {
 			if best := Argmax(sc); c.Allows(best) {
@@ -130,10 +172,7 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 			// Nothing allowed within the logits (a tokenizer wider than the
 			// model, whose grammar allows only ids past them): the model's
 			// own pick.
-			for i, v := range logits {
-				sc[i] = float64(v)
-			}
-			s.repetitionPenalty(sc, history)
+			s.process(sc, logits, history)
 		}
 	}
 	if s.o.Greedy() {
@@ -175,6 +214,40 @@ func applyMask(sc []float64, mask []uint64) bool {
 		}
 	}
 	return left
+}
+
+// process writes the logits into sc with the processors that come
+// before a constraint's mask: the logit bias, the repetition penalty, the
+// presence and frequency penalties.
+func (s *Sampler) process(sc []float64, logits []float32, history []int) {
+	for i, v := range logits {
+		sc[i] = float64(v)
+	}
+	for id, b := range s.o.LogitBias {
+		if id >= 0 && id < len(sc) {
+			sc[id] += b
+		}
+	}
+	s.repetitionPenalty(sc, history)
+	s.generatedPenalties(sc, history)
+}
+
+// generatedPenalties subtracts OpenAI's presence and frequency penalties:
+// logit[t] -= presence·(count[t] > 0) + frequency·count[t], count[t] the
+// times t was generated.
+func (s *Sampler) generatedPenalties(sc []float64, history []int) {
+	if !s.o.penalizesGenerated() || s.prompt >= len(history) {
+		return
+	}
+	clear(s.counts)
+	for _, id := range history[s.prompt:] {
+		if id >= 0 && id < len(sc) {
+			s.counts[id]++
+		}
+	}
+	for id, n := range s.counts {
+		sc[id] -= s.o.PresencePenalty + s.o.FrequencyPenalty*float64(n)
+	}
 }
 
 // repetitionPenalty is RepetitionPenaltyLogitsProcessor.

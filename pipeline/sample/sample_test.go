@@ -152,13 +152,60 @@ func TestKthLargest(t *testing.T) {
 	}
 }
 
+// OpenAI's presence and frequency penalties count the generated tokens
+// only (history after SetPromptLen), and the logit bias moves the logits
+// of its ids: each changes the greedy pick.
+func TestPresenceFrequencyPenaltiesAndLogitBias(t *testing.T) {
+	logits := []float32{3, 2.5, 1, 0}
+	history := []int{0, 1, 0, 0} // prompt {0, 1}, then token 0 twice
+	next := func(o Options, prompt int) int {
+		s := New(o, 0)
+		s.SetPromptLen(prompt)
+		return s.Next(logits, history)
+	}
+	for _, c := range []struct {
+		name   string
+		o      Options
+		prompt int
+		want   int
+	}{
+		{"none", Options{}, 2, 0},
+		// 3 - 0.4 = 2.6 > 2.5: presence alone does not move it...
+		{"presence 0.4", Options{PresencePenalty: 0.4}, 2, 0},
+		// ...0.6 does (token 1 is the prompt's: not penalized).
+		{"presence 0.6", Options{PresencePenalty: 0.6}, 2, 1},
+		// 3 - 2*0.3 = 2.4 < 2.5: frequency counts both times.
+		{"frequency 0.3", Options{FrequencyPenalty: 0.3}, 2, 1},
+		// With the whole history generated, token 1 is penalized too:
+		// 3 - 3*0.3 = 2.1, 2.5 - 0.3 = 2.2.
+		{"frequency 0.3, no prompt", Options{FrequencyPenalty: 0.3}, 0, 1},
+		// Token 1 counted too, 2.5 - 0.6 < 3 - 0.6: the prompt decides.
+		{"presence 0.6, no prompt", Options{PresencePenalty: 0.6}, 0, 0},
+		{"negative presence", Options{PresencePenalty: -2, FrequencyPenalty: 0.1}, 0, 0},
+		{"bias", Options{LogitBias: map[int]float64{3: 3.5}}, 2, 3},
+		{"bias -100", Options{LogitBias: map[int]float64{0: -100, 99: 5}}, 2, 1},
+		{"sampling, bias 100", Options{Temperature: 1, LogitBias: map[int]float64{2: 100}}, 2, 2},
+	} {
+		if got := next(c.o, c.prompt); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+		if c.name != "none" && c.o.ArgmaxOnly() {
+			t.Errorf("%s: ArgmaxOnly, yet the logits are processed", c.name)
+		}
+	}
+	if logits[0] != 3 {
+		t.Fatalf("Next modified its input: %v", logits)
+	}
+}
+
 func TestValidate(t *testing.T) {
-	for _, o := range []Options{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {MinP: -0.1}, {RepetitionPenalty: -2}} {
+	for _, o := range []Options{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}, {MinP: -0.1}, {RepetitionPenalty: -2},
+		{PresencePenalty: 2.5}, {FrequencyPenalty: -3}, {PresencePenalty: math.NaN()}, {LogitBias: map[int]float64{1: 101}}, {LogitBias: map[int]float64{-1: 1}}} {
 		if o.Validate() == nil {
 			t.Errorf("%+v: no error", o)
 		}
 	}
-	if err := (Options{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, RepetitionPenalty: 1.1}).Validate(); err != nil {
+	if err := (Options{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05, RepetitionPenalty: 1.1, PresencePenalty: -2, FrequencyPenalty: 2, LogitBias: map[int]float64{5: -100}}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
