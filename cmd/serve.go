@@ -239,6 +239,46 @@ func servedContext(flag, maxPositions int) (int, error) {
 	return flag, nil
 }
 
+// parameterCount is the number of values in l's weights (ollama's
+// parameter_size).
+func parameterCount(l *lm.Loaded) int64 {
+	var n int64
+	for _, w := range l.Weights() {
+		size := int64(1)
+		for _, d := range w.Shape {
+			size *= int64(d)
+		}
+		n += size
+	}
+	return n
+}
+
+// quantizationLevel names how the weights are held, as ollama's
+// quantization_level: --quantize (INT8, INT4), else the checkpoint's
+// quantization method (MXFP4, FP8, GPTQ…), else the compute dtype as
+// ollama writes it (BF16, F16, F32).
+func quantizationLevel(quantize string, l *lm.Loaded, dtype dtypes.DType) string {
+	if quantize != "" {
+		return strings.ToUpper(quantize)
+	}
+	if l.Config != nil {
+		if d := lm.DescribeQuantization(l.Config); d != "" {
+			method, _, _ := strings.Cut(d, ",")
+			method, _, _ = strings.Cut(method, " ")
+			return strings.ToUpper(method)
+		}
+	}
+	switch dtype {
+	case dtypes.BFloat16:
+		return "BF16"
+	case dtypes.Float16:
+		return "F16"
+	case dtypes.Float32:
+		return "F32"
+	}
+	return strings.ToUpper(dtype.String())
+}
+
 // checkSlotsFit refuses KV caches for every slot, and for the prefix
 // cache's prompts (each at most a prefill of --max-context positions),
 // that the host cannot hold.
@@ -355,23 +395,25 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	metrics := serve.NewMetrics(counter.counts)
 	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
 	api := serve.NewServer(sched, serve.ServerOptions{
-		ModelName:     name,
-		Tokenizer:     tok,
-		Template:      tmpl,
-		Resolve:       resolve,
-		MaxContext:    maxContext,
-		VocabSize:     spec.VocabSize,
-		EmbeddingSize: spec.Hidden,
-		Version:       opts.Version,
-		CORSOrigins:   opts.CORSOrigins,
-		Family:        spec.Architecture,
-		APIKey:        opts.APIKey,
-		AccessLog:     opts.IO.ErrOut,
-		Metrics:       metrics,
-		Reasoning:     serve.ReasoningOf(tmpl),
-		Harmony:       serve.IsHarmony(tmpl),
-		Pprof:         opts.Pprof,
-		Now:           opts.Now,
+		ModelName:      name,
+		Tokenizer:      tok,
+		Template:       tmpl,
+		Resolve:        resolve,
+		MaxContext:     maxContext,
+		VocabSize:      spec.VocabSize,
+		EmbeddingSize:  spec.Hidden,
+		Version:        opts.Version,
+		CORSOrigins:    opts.CORSOrigins,
+		Family:         spec.Architecture,
+		ParameterCount: parameterCount(loaded),
+		Quantization:   quantizationLevel(opts.Quantize, loaded, dtype),
+		APIKey:         opts.APIKey,
+		AccessLog:      opts.IO.ErrOut,
+		Metrics:        metrics,
+		Reasoning:      serve.ReasoningOf(tmpl),
+		Harmony:        serve.IsHarmony(tmpl),
+		Pprof:          opts.Pprof,
+		Now:            opts.Now,
 	})
 	// The scheduler outlives ctx (the first signal): it drains.
 	runCtx, stopRun := context.WithCancel(context.Background())

@@ -249,6 +249,25 @@ func TestServeInProcess(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
 	assert.Contains(t, string(b), `"stories"`)
 
+	// ollama's details: the parameter count and the held dtype.
+	resp, err = http.Get(url + "/api/tags")
+	require.NoError(t, err)
+	var tags struct {
+		Models []struct {
+			Name    string `json:"name"`
+			Details struct {
+				ParameterSize     string `json:"parameter_size"`
+				QuantizationLevel string `json:"quantization_level"`
+			} `json:"details"`
+		} `json:"models"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&tags))
+	resp.Body.Close()
+	require.Len(t, tags.Models, 1)
+	assert.Equal(t, "stories:latest", tags.Models[0].Name)
+	assert.Regexp(t, `^\d+K$`, tags.Models[0].Details.ParameterSize, "stories260K's weights")
+	assert.Contains(t, []string{"F32", "BF16"}, tags.Models[0].Details.QuantizationLevel)
+
 	resp, err = http.Post(url+"/v1/completions", "application/json",
 		strings.NewReader(`{"model":"stories","prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
 	require.NoError(t, err)

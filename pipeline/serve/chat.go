@@ -19,7 +19,11 @@ import (
 type chatResponseMessage struct {
 	Role string `json:"role"`
 	// Content is null in an answer of tool calls alone, as OpenAI's.
-	Content          *string        `json:"content"`
+	Content *string `json:"content"`
+	// Reasoning and ReasoningContent are the same thought, under current
+	// vLLM's name and under the older one (DeepSeek's), for clients of
+	// either.
+	Reasoning        string         `json:"reasoning,omitempty"`
 	ReasoningContent string         `json:"reasoning_content,omitempty"`
 	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 	Refusal          *string        `json:"refusal"`
@@ -65,8 +69,10 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role             string         `json:"role,omitempty"`
-	Content          *string        `json:"content,omitempty"`
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+	// Reasoning and ReasoningContent: as in chatResponseMessage.
+	Reasoning        *string        `json:"reasoning,omitempty"`
 	ReasoningContent *string        `json:"reasoning_content,omitempty"`
 	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 }
@@ -84,7 +90,7 @@ type chatChunk struct {
 	Created int64             `json:"created"`
 	Model   string            `json:"model"`
 	Choices []chatChunkChoice `json:"choices"`
-	Usage   *usage            `json:"usage,omitempty"`
+	Usage   chunkUsage        `json:"usage,omitzero"`
 }
 
 // chatCompletions answers POST /v1/chat/completions.
@@ -114,6 +120,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 				r, ct := sp.feed(content)
 				r2, ct2 := sp.flush()
 				msg.ReasoningContent, content = r+r2, ct+ct2
+				msg.Reasoning = msg.ReasoningContent
 			}
 			finish := finishReason(c.finish)
 			if tp := p.toolParser(); tp != nil {
@@ -481,20 +488,18 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 		if m.ToolCallID != "" {
 			extra["tool_call_id"] = m.ToolCallID
 		}
-		if m.ReasoningContent != "" {
-			extra["reasoning_content"] = m.ReasoningContent
+		if r := m.reasoning(); r != "" {
+			extra["reasoning_content"] = r
 		}
 		for key, raw := range map[string]json.RawMessage{"tool_calls": m.ToolCalls, "function_call": m.FunctionCall} {
 			if isSet(raw) {
-				var v any
-				if err := json.Unmarshal(raw, &v); err != nil {
+				v, err := argumentsAsJSON(raw)
+				if err != nil {
 					return nil, badRequest(param+"."+key, "%s.%s: %v", param, key, err)
 				}
-				if calls, ok := v.([]any); ok && len(calls) == 0 {
-					continue // no calls: templates test for tool_calls, not its length
+				if v != nil {
+					extra[key] = v
 				}
-				argumentsAsJSON(v)
-				extra[key] = v
 			}
 		}
 		if len(extra) > 0 {
@@ -505,36 +510,57 @@ func chatMessages(in []chatMessage) ([]chat.Message, error) {
 	return out, nil
 }
 
-// argumentsAsJSON replaces, in a message's tool_calls (a list) or
-// function_call, each call's arguments sent as a JSON string by the JSON
-// it holds: templates write a call's arguments as an object (| tojson,
-// .items()), as transformers and vLLM pass them. Arguments that are not
-// JSON stay the string.
-func argumentsAsJSON(v any) {
-	fix := func(call any) {
-		c, ok := call.(map[string]any)
-		if !ok {
-			return
+// argumentsAsJSON returns a message's tool_calls (a list) or
+// function_call for the template, with each call's arguments sent as a
+// JSON string replaced by the JSON it holds: templates write a call's
+// arguments as an object (| tojson, .items()), as transformers and vLLM
+// pass them. Arguments that are not JSON stay the string. The result is
+// JSON text, so that the template sees every object's keys in the
+// request's order, as Python's dicts keep them; nil for an empty list (no
+// calls: templates test for tool_calls, not its length).
+func argumentsAsJSON(raw json.RawMessage) (json.RawMessage, error) {
+	var calls []json.RawMessage
+	single := json.Unmarshal(raw, &calls) != nil
+	if single {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, err
 		}
-		if fn, ok := c["function"].(map[string]any); ok {
-			c = fn
+		calls = []json.RawMessage{raw}
+	} else if len(calls) == 0 {
+		return nil, nil
+	}
+	out := make([]json.RawMessage, len(calls))
+	for i, call := range calls {
+		out[i] = call
+		var c struct {
+			Arguments json.RawMessage `json:"arguments"`
+			Function  *struct {
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
 		}
-		text, ok := c["arguments"].(string)
-		if !ok {
-			return
+		if json.Unmarshal(call, &c) != nil {
+			continue
 		}
-		var args any
-		if json.Unmarshal([]byte(text), &args) == nil {
-			c["arguments"] = args
+		args := c.Arguments
+		if c.Function != nil {
+			args = c.Function.Arguments
+		}
+		var text string
+		if json.Unmarshal(args, &text) != nil || !json.Valid([]byte(text)) {
+			continue
+		}
+		// The string's bytes, as written, appear once in the call (its
+		// id and name are other strings): put the JSON in their place.
+		if bytes.Count(call, args) == 1 {
+			out[i] = bytes.Replace(call, args, []byte(text), 1)
 		}
 	}
-	if calls, ok := v.([]any); ok {
-		for _, c := range calls {
-			fix(c)
-		}
-		return
+	if single {
+		return out[0], nil
 	}
-	fix(v)
+	b, err := json.Marshal(out)
+	return b, err
 }
 
 // renderChat renders msgs with the chat template (adding the generation
@@ -591,21 +617,21 @@ func messageText(raw json.RawMessage, param string) (string, error) {
 // last one with its finish reason.
 func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *chatRequest, p *plan, streams []*Stream, id string, created int64) {
 	out := startSSE(w)
-	chunk := func(cs ...chatChunkChoice) chatChunk {
-		return chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.o.ModelName, Choices: cs}
+	chunk := func(u chunkUsage, cs ...chatChunkChoice) chatChunk {
+		return chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
 	}
+	su := req.streamUsageOf()
 	for i := range streams {
-		if err := out.send(chunk(chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: new("")}})); err != nil {
+		if err := out.send(chunk(su.chunk(p.promptTokens, 0), chatChunkChoice{Index: i, Delta: chatDelta{Role: "assistant", Content: new("")}})); err != nil {
 			return
 		}
 	}
-	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	splitters := make([]textSplitter, len(streams))
 	parsers := make([]*toolParser, len(streams))
 	for i := range splitters {
 		splitters[i], parsers[i] = p.splitter(), p.toolParser()
 	}
-	s.streamEvents(ctx, out, p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
+	s.streamEvents(ctx, out, p, streams, su, func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any {
 		cc := chatChunkChoice{Index: i}
 		r, ct := "", ev.Text
 		if sp := splitters[i]; sp != nil {
@@ -625,7 +651,7 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 			}
 		}
 		if r != "" {
-			cc.Delta.ReasoningContent = new(r)
+			cc.Delta.Reasoning, cc.Delta.ReasoningContent = new(r), new(r)
 		}
 		if ct != "" {
 			cc.Delta.Content = new(ct)
@@ -643,11 +669,10 @@ func (s *Server) streamChat(ctx context.Context, w http.ResponseWriter, req *cha
 			}
 			cc.FinishReason = new(f)
 		}
-		return chunk(cc)
+		return chunk(u, cc)
 	}, func(u *usage) any {
-		last := chunk()
+		last := chunk(chunkUsage{set: true, u: u})
 		last.Choices = []chatChunkChoice{}
-		last.Usage = u
 		return last
 	})
 }

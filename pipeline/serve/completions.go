@@ -27,6 +27,21 @@ type completionResponse struct {
 	Usage   *usage             `json:"usage,omitempty"`
 }
 
+// completionChunk is a streamed completionResponse.
+type completionChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   chunkUsage         `json:"usage,omitzero"`
+}
+
+// defaultCompletionTokens is max_tokens when a completion request does
+// not set it: OpenAI's default, and vLLM's (chat's default is the rest of
+// the context).
+const defaultCompletionTokens = 16
+
 // completionPrompts reads prompt: a string, an array of strings, an array
 // of token ids, or an array of arrays of token ids.
 func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
@@ -74,10 +89,7 @@ func (s *Server) promptsOf(param string, raw json.RawMessage) ([][]int, error) {
 		}
 		prompts = append(prompts, ids)
 	}
-	vocab := s.o.VocabSize
-	if s.o.Tokenizer != nil && (vocab == 0 || s.o.Tokenizer.VocabSize() < vocab) {
-		vocab = s.o.Tokenizer.VocabSize()
-	}
+	vocab := s.vocabSize()
 	for _, ids := range idLists {
 		for _, id := range ids {
 			if id < 0 || (vocab > 0 && id >= vocab) {
@@ -182,16 +194,24 @@ func (s *Server) completionPlan(req *completionRequest) (*plan, error) {
 	if len(prompts)*n > maxSequences {
 		return nil, badRequest("n", "%d prompts x n=%d is over the %d sequences one request may run", len(prompts), n, maxSequences)
 	}
-	return s.plan(prompts, o, n, req.IgnoreEOS, logprobs, "prompt", "max_tokens")
+	p, err := s.plan(prompts, o, n, req.IgnoreEOS, logprobs, "prompt", "max_tokens")
+	if err != nil || req.MaxTokens != nil {
+		return p, err
+	}
+	// Without max_tokens, the default within the room the context leaves.
+	for i := range p.reqs {
+		g := &p.reqs[i].Gen
+		g.MaxNewTokens = min(g.MaxNewTokens, defaultCompletionTokens)
+	}
+	return p, nil
 }
 
 // streamCompletions streams the choices as text_completion chunks.
 func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, req *completionRequest, p *plan, streams []*Stream, id string, created int64) {
-	response := func(cs []completionChoice, u *usage) completionResponse {
-		return completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
+	response := func(cs []completionChoice, u chunkUsage) completionChunk {
+		return completionChunk{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
 	}
-	withUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	s.streamEvents(ctx, startSSE(w), p, streams, withUsage, func(i int, c *choice, ev Event, lps []Event, logprobs bool) any {
+	s.streamEvents(ctx, startSSE(w), p, streams, req.streamUsageOf(), func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any {
 		cc := completionChoice{Index: i, Text: ev.Text}
 		if logprobs {
 			cc.Logprobs = s.completionLogprobsOf(c, lps)
@@ -199,24 +219,29 @@ func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, r
 		if ev.FinishReason != "" {
 			cc.FinishReason = new(finishReason(ev.FinishReason))
 		}
-		return response([]completionChoice{cc}, nil)
-	}, func(u *usage) any { return response([]completionChoice{}, u) })
+		return response([]completionChoice{cc}, u)
+	}, func(u *usage) any { return response([]completionChoice{}, chunkUsage{set: true, u: u}) })
 }
 
 // streamEvents sends the events of a plan's streams as SSE chunks, in the
 // order they come: chunk builds an event's chunk (lps holds the event when
 // its log-probabilities are to be sent; logprobs says whether the choice
-// asked for them), usageChunk the final usage chunk when withUsage.
-// An engine failure is an SSE error; a client gone ends the stream
-// silently, a shutdown cut-off as closed.
-func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []*Stream, withUsage bool,
-	chunk func(i int, c *choice, ev Event, lps []Event, logprobs bool) any, usageChunk func(*usage) any) {
+// asked for them; u is its usage field, as su says, counting the tokens
+// of the events sent so far), usageChunk the final usage chunk when
+// su.include. An engine failure is an SSE error; a client gone ends the
+// stream silently, a shutdown cut-off as closed.
+func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []*Stream, su streamUsage,
+	chunk func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any, usageChunk func(*usage) any) {
 	choices := make([]*choice, len(streams))
 	for i := range choices {
 		choices[i] = &choice{prev: lastToken(p.reqs[i].Prompt)}
 	}
+	generated := 0 // the tokens of the events so far
 	for se := range merge(ctx, streams) {
 		ev := se.ev
+		if ev.Token >= 0 {
+			generated++
+		}
 		if ev.FinishReason == FinishError {
 			out.fail(ev.Err)
 			return
@@ -235,14 +260,14 @@ func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []
 		if ev.Text == "" && ev.FinishReason == "" && len(lps) == 0 {
 			continue
 		}
-		if err := out.send(chunk(se.stream, choices[se.stream], ev, lps, logprobs)); err != nil {
+		if err := out.send(chunk(se.stream, choices[se.stream], ev, lps, logprobs, su.chunk(p.promptTokens, generated))); err != nil {
 			return
 		}
 	}
 	if ctx.Err() != nil {
 		return
 	}
-	if withUsage {
+	if su.include {
 		out.send(usageChunk(newUsage(p.promptTokens, completionTokens(streams))))
 	}
 	out.done()

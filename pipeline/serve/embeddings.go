@@ -7,7 +7,6 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -16,10 +15,15 @@ import (
 // POST /v1/embeddings (OpenAI) and POST /api/embed (ollama): each input's
 // final hidden states, pooled by the engine (last token or mean,
 // compile.Pooling) and normalized to unit length, as both APIs return
-// them.
+// them; ollama's deprecated POST /api/embeddings returns the pooled
+// vector as it is, as ollama's does.
 
-// maxEmbedInputs is the most inputs one embeddings request takes.
-const maxEmbedInputs = 256
+// maxEmbedInputs is the most inputs one embeddings request takes:
+// OpenAI's limit (LangChain sends 1000 at a time). The scheduler runs
+// them a group of the engine's MaxPrefill at a time between decode steps
+// (Scheduler.Embed), so one request holds the engine no longer than a
+// prefill piece; the body limit bounds their tokens.
+const maxEmbedInputs = 2048
 
 // embeddingRequest is POST /v1/embeddings.
 type embeddingRequest struct {
@@ -49,9 +53,9 @@ type embeddingUsage struct {
 }
 
 // embed runs prompts through the scheduler and returns their vectors,
-// cut to dims values when dims > 0 and normalized to unit length; x
-// counts their tokens.
-func (s *Server) embed(r *http.Request, x *exchange, prompts [][]int, dims int) ([][]float32, error) {
+// cut to dims values when dims > 0 and, with normalize, scaled to unit
+// length; x counts their tokens.
+func (s *Server) embed(r *http.Request, x *exchange, prompts [][]int, dims int, normalize bool) ([][]float32, error) {
 	for _, p := range prompts {
 		x.promptTokens += len(p)
 	}
@@ -63,7 +67,7 @@ func (s *Server) embed(r *http.Request, x *exchange, prompts [][]int, dims int) 
 		return nil, err // a 500
 	}
 	for i, v := range vecs {
-		vecs[i] = FinishEmbedding(v, dims, true)
+		vecs[i] = FinishEmbedding(v, dims, normalize)
 	}
 	return vecs, nil
 }
@@ -157,7 +161,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 		writeError(w, err)
 		return
 	}
-	vecs, err := s.embed(r, x, prompts, dims)
+	vecs, err := s.embed(r, x, prompts, dims, true)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -188,7 +192,10 @@ type ollamaEmbedRequest struct {
 }
 
 // ollamaEmbed answers POST /api/embed: input is a string or an array of
-// strings; truncate (default true) cuts inputs to the context.
+// strings; truncate (default true) cuts inputs to the context. No input
+// ("", [] or none: a client loading the model) answers no embeddings;
+// dimensions 0 or beyond the model's size is ignored (whole vectors), as
+// ollama's.
 func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange) {
 	start := time.Now()
 	var req ollamaEmbedRequest
@@ -196,21 +203,25 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		writeOllamaError(w, err)
 		return
 	}
-	if name := strings.TrimSuffix(req.Model, ":latest"); name != "" && name != s.o.ModelName && req.Model != s.o.ModelName {
-		writeOllamaError(w, &apiError{Status: http.StatusNotFound, Message: "model \"" + req.Model + "\" not found: this server serves \"" + s.o.ModelName + "\""})
+	if err := s.checkOllamaModel(req.Model); err != nil {
+		writeOllamaError(w, err)
 		return
 	}
 	var one string
 	var many []string
 	switch {
 	case !isSet(req.Input):
-		writeOllamaError(w, badRequest("input", "input is required"))
-		return
 	case json.Unmarshal(req.Input, &one) == nil:
-		many = []string{one}
+		if one != "" {
+			many = []string{one}
+		}
 	case json.Unmarshal(req.Input, &many) == nil:
 	default:
 		writeOllamaError(w, badRequest("input", "input must be a string or an array of strings"))
+		return
+	}
+	if len(many) == 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"model": s.o.ModelName, "embeddings": [][]float32{}})
 		return
 	}
 	raw, _ := json.Marshal(many)
@@ -218,15 +229,15 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 	if err == nil {
 		err = s.checkEmbedInputs("input", prompts, req.Truncate == nil || *req.Truncate)
 	}
-	dims := 0
-	if err == nil {
-		dims, err = s.checkDimensions(req.Dimensions)
-	}
 	if err != nil {
 		writeOllamaError(w, err)
 		return
 	}
-	vecs, err := s.embed(r, x, prompts, dims)
+	dims := 0
+	if d := req.Dimensions; d != nil && *d > 0 && (s.o.EmbeddingSize == 0 || *d <= s.o.EmbeddingSize) {
+		dims = *d
+	}
+	vecs, err := s.embed(r, x, prompts, dims, true)
 	if err != nil {
 		writeOllamaError(w, err)
 		return
@@ -235,4 +246,43 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		"model": s.o.ModelName, "embeddings": vecs,
 		"total_duration": time.Since(start).Nanoseconds(), "load_duration": 0, "prompt_eval_count": x.promptTokens,
 	})
+}
+
+// ollamaEmbeddings answers POST /api/embeddings, ollama's deprecated
+// endpoint: {"model", "prompt"} to {"embedding": [...]}, the pooled
+// vector not normalized (as ollama's), an empty prompt (a client loading
+// the model) to an empty one. A prompt beyond the context is a 400.
+func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req struct {
+		Model     string          `json:"model"`
+		Prompt    string          `json:"prompt"`
+		Options   json.RawMessage `json:"options"`
+		KeepAlive json.RawMessage `json:"keep_alive"`
+	}
+	if err := decodeOllama(r, &req); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	if err := s.checkOllamaModel(req.Model); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	if req.Prompt == "" {
+		writeJSON(w, http.StatusOK, map[string][]float32{"embedding": {}})
+		return
+	}
+	prompts, err := s.promptsOf("prompt", jsonString(req.Prompt))
+	if err == nil {
+		err = s.checkEmbedInputs("prompt", prompts, false)
+	}
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	vecs, err := s.embed(r, x, prompts, 0, false)
+	if err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]float32{"embedding": vecs[0]})
 }

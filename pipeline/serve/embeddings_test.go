@@ -172,7 +172,21 @@ func TestOllamaEmbed(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &resp))
 	assertVector(t, "truncated", wantEmbedding(ids[:64], 0), resp.Embeddings[0])
 
-	for _, bad := range []string{`{"input":"` + long + `","truncate":false}`, `{}`, `{"input":5}`, `{"input":"a","dimensions":9}`, `{"model":"other","input":"a"}`} {
+	// No input answers no embeddings; dimensions 0 or past the model's
+	// size are whole vectors, as ollama's.
+	for _, empty := range []string{`{}`, `{"input":""}`, `{"input":[]}`} {
+		status, _, body = ts.post(t, "/api/embed", empty)
+		require.Equal(t, http.StatusOK, status, "%s: %s", empty, body)
+		assert.JSONEq(t, `{"model":"`+testModel+`","embeddings":[]}`, string(body), empty)
+	}
+	for _, dims := range []string{"0", "9", "-1"} {
+		status, _, body = ts.post(t, "/api/embed", `{"input":"a cat","dimensions":`+dims+`}`)
+		require.Equal(t, http.StatusOK, status, string(body))
+		require.NoError(t, json.Unmarshal(body, &resp))
+		assertVector(t, "dimensions "+dims, wantEmbedding(b, 0), resp.Embeddings[0])
+	}
+
+	for _, bad := range []string{`{"input":"` + long + `","truncate":false}`, `{"input":5}`, `{"model":"other","input":"a"}`} {
 		status, _, body = ts.post(t, "/api/embed", bad)
 		assert.Contains(t, []int{400, 404}, status, "%.50s: %s", bad, body)
 		var e struct {
@@ -182,4 +196,23 @@ func TestOllamaEmbed(t *testing.T) {
 		assert.NotEmpty(t, e.Error, bad)
 	}
 	ts.waitIdle(t)
+}
+
+// TestEmbeddingsManyInputs: a request of 1000 inputs (LangChain's batch)
+// is answered, in order, through the engine's groups of MaxPrefill.
+func TestEmbeddingsManyInputs(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	inputs := make([][]int64, 1000)
+	for i := range inputs {
+		inputs[i] = []int64{1, int64(3 + i%500)}
+	}
+	resp, err := ts.client("").Embeddings.New(context.Background(), openai.EmbeddingNewParams{Model: testModel,
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: inputs}})
+	require.NoError(t, err)
+	require.Len(t, resp.Data, len(inputs))
+	for i, d := range resp.Data {
+		require.EqualValues(t, i, d.Index)
+		assertVector(t, fmt.Sprint("input ", i), wantEmbedding([]int{1, 3 + i%500}, 0), d.Embedding)
+	}
+	assert.EqualValues(t, 2000, resp.Usage.PromptTokens)
 }

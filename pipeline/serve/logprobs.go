@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Log-probabilities in OpenAI's shapes: completions' and chat's.
@@ -63,18 +64,23 @@ func (s *Server) completionLogprobsOf(c *choice, evs []Event) *completionLogprob
 		lp.TokenLogprobs = append(lp.TokenLogprobs, logprobValue(ev.Logprob))
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
 		lp.TextOffset = append(lp.TextOffset, c.offset)
-		c.offset += len(text)
+		c.offset += utf8.RuneCountInString(text)
 		c.prev = ev.Token
 	}
 	return lp
 }
 
+// chatTopLogprob is one of a token's top_logprobs (OpenAI's TopLogprob).
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
 // chatLogprob is one token of a chat choice's logprobs.content.
 type chatLogprob struct {
-	Token       string        `json:"token"`
-	Logprob     float64       `json:"logprob"`
-	Bytes       []int         `json:"bytes"`
-	TopLogprobs []chatLogprob `json:"top_logprobs"`
+	chatTopLogprob
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
 }
 
 type chatLogprobs struct {
@@ -82,10 +88,20 @@ type chatLogprobs struct {
 	Refusal []chatLogprob `json:"refusal"`
 }
 
-func tokenBytes(s string) []int {
-	b := make([]int, len(s))
-	for i := range len(s) {
-		b[i] = int(s[i])
+// tokenBytes is token id's bytes as OpenAI's logprobs give them: its raw
+// bytes where the tokenizer says them (a byte-level BPE token holding part
+// of a character has that part, so the bytes of the tokens concatenated
+// are the text), else the UTF-8 of its text.
+func (s *Server) tokenBytes(id int, text string) []int {
+	raw := []byte(text)
+	if tok := s.o.Tokenizer; tok != nil {
+		if all := tok.TokenBytes(); id >= 0 && id < len(all) && all[id] != nil {
+			raw = all[id]
+		}
+	}
+	b := make([]int, len(raw))
+	for i, c := range raw {
+		b[i] = int(c)
 	}
 	return b
 }
@@ -95,10 +111,10 @@ func (s *Server) chatLogprobsOf(c *choice, evs []Event) *chatLogprobs {
 	lp := &chatLogprobs{Content: []chatLogprob{}}
 	for _, ev := range evs {
 		text := s.tokenText(c.prev, ev.Token)
-		item := chatLogprob{Token: text, Logprob: logprobValue(ev.Logprob), Bytes: tokenBytes(text), TopLogprobs: []chatLogprob{}}
+		item := chatLogprob{chatTopLogprob: chatTopLogprob{Token: text, Logprob: logprobValue(ev.Logprob), Bytes: s.tokenBytes(ev.Token, text)}, TopLogprobs: []chatTopLogprob{}}
 		for _, t := range ev.TopLogprobs {
 			tt := s.tokenText(c.prev, t.Token)
-			item.TopLogprobs = append(item.TopLogprobs, chatLogprob{Token: tt, Logprob: logprobValue(t.Logprob), Bytes: tokenBytes(tt), TopLogprobs: []chatLogprob{}})
+			item.TopLogprobs = append(item.TopLogprobs, chatTopLogprob{Token: tt, Logprob: logprobValue(t.Logprob), Bytes: s.tokenBytes(t.Token, tt)})
 		}
 		lp.Content = append(lp.Content, item)
 		c.prev = ev.Token

@@ -7,9 +7,11 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // OpenAI's API as its official clients use it: /v1/models,
@@ -17,9 +19,9 @@ import (
 // (server-sent events). A request is decoded strictly: a field outside
 // OpenAI's API (and tputool's few extras: ignore_eos, min_p, top_k,
 // repetition_penalty) is a 400 naming it, and a field of OpenAI's that
-// tputool cannot honour (tools, a non-zero penalty, a logit bias, a JSON
-// response format) is a 400 too rather than silently ignored; harmless
-// ones (user, metadata, store, ...) are accepted and ignored.
+// tputool cannot honour (audio, predicted outputs, ...) is a 400 too
+// rather than silently ignored; harmless ones (user, metadata, store,
+// ...) are accepted and ignored.
 
 // Bounds on a request.
 const (
@@ -42,12 +44,16 @@ type samplingParams struct {
 	StreamOptions *struct {
 		IncludeUsage       bool `json:"include_usage"`
 		IncludeObfuscation bool `json:"include_obfuscation"` // ignored: no obfuscation padding
+		// ContinuousUsageStats (vLLM's) puts the usage so far in every
+		// chunk, with include_usage.
+		ContinuousUsageStats bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 
-	// Refused unless they are their no-op value.
-	FrequencyPenalty *float64       `json:"frequency_penalty"`
-	PresencePenalty  *float64       `json:"presence_penalty"`
-	LogitBias        map[string]any `json:"logit_bias"`
+	// OpenAI's penalties on the generated tokens, in [-2, 2], and biases
+	// by token id (keys are ids as strings), in [-100, 100].
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	LogitBias        map[string]float64 `json:"logit_bias"`
 
 	// Accepted and ignored.
 	User json.RawMessage `json:"user"`
@@ -123,8 +129,19 @@ type chatMessage struct {
 	// FunctionCall is the deprecated form of ToolCalls.
 	FunctionCall json.RawMessage `json:"function_call,omitempty"`
 	// ReasoningContent is a reasoning model's earlier thinking (vLLM,
-	// DeepSeek); templates that know it use it.
+	// DeepSeek); templates that know it use it. Reasoning is current
+	// vLLM's name for it, and wins when both are given.
 	ReasoningContent string `json:"reasoning_content,omitempty"`
+	Reasoning        string `json:"reasoning,omitempty"`
+}
+
+// reasoning is the message's earlier thinking: reasoning, else
+// reasoning_content.
+func (m *chatMessage) reasoning() string {
+	if m.Reasoning != "" {
+		return m.Reasoning
+	}
+	return m.ReasoningContent
 }
 
 // decodeBody decodes a JSON request body strictly into v: malformed JSON,
@@ -223,13 +240,31 @@ func (p *samplingParams) check(maxTokensParam string, maxTokens *int) (generate.
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"frequency_penalty", p.FrequencyPenalty}, {"presence_penalty", p.PresencePenalty}} {
-		if f.v != nil && *f.v != 0 {
-			return o, 0, badRequest(f.name, "%s is not supported (only 0); repetition_penalty is", f.name)
+		to   **float64
+	}{{"frequency_penalty", p.FrequencyPenalty, &o.FrequencyPenalty}, {"presence_penalty", p.PresencePenalty, &o.PresencePenalty}} {
+		if f.v == nil {
+			continue
 		}
+		if !(math.Abs(*f.v) <= sample.MaxPenalty) {
+			return o, 0, badRequest(f.name, "%s must be in [-%d, %d], got %v", f.name, sample.MaxPenalty, sample.MaxPenalty, *f.v)
+		}
+		*f.to = f.v
 	}
 	if len(p.LogitBias) > 0 {
-		return o, 0, badRequest("logit_bias", "logit_bias is not supported")
+		o.LogitBias = make(map[int]float64, len(p.LogitBias))
+		for k, v := range p.LogitBias {
+			id, err := strconv.Atoi(k)
+			if err != nil || id < 0 {
+				return o, 0, badRequest("logit_bias", "logit_bias keys must be token ids, got %q", k)
+			}
+			if !(math.Abs(v) <= sample.MaxLogitBias) {
+				return o, 0, badRequest("logit_bias", "logit_bias values must be in [-%d, %d], got %v for token %d", sample.MaxLogitBias, sample.MaxLogitBias, v, id)
+			}
+			o.LogitBias[id] = v
+		}
+	}
+	if p.StreamOptions != nil && !p.Stream {
+		return o, 0, badRequest("stream_options", "stream_options can only be set when stream is true")
 	}
 	stop, err := parseStop(p.Stop)
 	if err != nil {

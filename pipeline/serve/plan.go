@@ -86,6 +86,13 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 	if tok := s.o.Tokenizer; tok != nil {
 		gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderAfter(prompt) }
 	}
+	if v := s.vocabSize(); v > 0 {
+		for id := range o.LogitBias {
+			if id >= v {
+				return nil, badRequest("logit_bias", "logit_bias names token id %d, outside the vocabulary [0, %d)", id, v)
+			}
+		}
+	}
 	p := &plan{}
 	for _, prompt := range prompts {
 		// Token ids given are checked against both vocabularies
@@ -125,6 +132,16 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 	return p, nil
 }
 
+// vocabSize is the ids a request may name: the smaller of the model's
+// and the tokenizer's vocabularies, as far as they are known (0: not).
+func (s *Server) vocabSize() int {
+	vocab := s.o.VocabSize
+	if s.o.Tokenizer != nil && (vocab == 0 || s.o.Tokenizer.VocabSize() < vocab) {
+		vocab = s.o.Tokenizer.VocabSize()
+	}
+	return vocab
+}
+
 // finishReason is OpenAI's name for a sequence's finish.
 func finishReason(reason string) string {
 	switch reason {
@@ -154,7 +171,7 @@ func newUsage(prompt, completion int) *usage {
 type choice struct {
 	text     strings.Builder
 	prev     int // the last token, context for the next token's text
-	offset   int // bytes of token text so far (completions' text_offset)
+	offset   int // characters (code points) of token text so far (completions' text_offset)
 	finish   string
 	stop     string // the stop string, when one ended the text
 	err      error

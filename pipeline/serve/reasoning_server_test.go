@@ -32,9 +32,10 @@ func thinkingServer(t *testing.T, answer string) *testServer {
 }
 
 // A thinking model's answer comes back split: the thought as
-// reasoning_content, the rest as content, whole and streamed (tags split
-// over tokens: the test tokenizer spells them in pieces), through the
-// official OpenAI client.
+// reasoning_content and reasoning (the same text, for clients of either
+// name), the rest as content, whole and streamed (tags split over tokens:
+// the test tokenizer spells them in pieces), through the official OpenAI
+// client.
 func TestReasoningContent(t *testing.T) {
 	const answer = "<think>\nTwo and two.\n</think>\n\nIt is four."
 	ts := thinkingServer(t, answer)
@@ -47,28 +48,52 @@ func TestReasoningContent(t *testing.T) {
 	require.Len(t, resp.Choices, 1)
 	assert.Equal(t, "It is four.", resp.Choices[0].Message.Content)
 	var raw struct {
-		Reasoning string `json:"reasoning_content"`
+		ReasoningContent string `json:"reasoning_content"`
+		Reasoning        string `json:"reasoning"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(resp.Choices[0].Message.RawJSON()), &raw))
+	assert.Equal(t, "Two and two.\n", raw.ReasoningContent)
 	assert.Equal(t, "Two and two.\n", raw.Reasoning)
 
 	stream := c.Chat.Completions.NewStreaming(context.Background(), params)
-	var content, reasoning strings.Builder
+	var content, reasoningContent, reasoning strings.Builder
 	for stream.Next() {
 		for _, cc := range stream.Current().Choices {
 			content.WriteString(cc.Delta.Content)
 			var d struct {
-				Reasoning string `json:"reasoning_content"`
+				ReasoningContent string `json:"reasoning_content"`
+				Reasoning        string `json:"reasoning"`
 			}
 			if cc.Delta.RawJSON() != "" {
 				require.NoError(t, json.Unmarshal([]byte(cc.Delta.RawJSON()), &d))
 			}
+			assert.Equal(t, d.ReasoningContent, d.Reasoning, "a delta carries the thought under both names")
+			reasoningContent.WriteString(d.ReasoningContent)
 			reasoning.WriteString(d.Reasoning)
 		}
 	}
 	require.NoError(t, stream.Err())
 	assert.Equal(t, "It is four.", content.String(), "no tag reaches the content")
+	assert.Equal(t, "Two and two.\n", reasoningContent.String())
 	assert.Equal(t, "Two and two.\n", reasoning.String())
+}
+
+// An earlier assistant message's thought reaches the template as
+// reasoning_content whether the request names it reasoning (current
+// vLLM's) or reasoning_content; given both, reasoning wins.
+func TestReasoningInput(t *testing.T) {
+	const tmpl = "{% for m in messages %}{{ m.role }}:{% if m.reasoning_content %}[{{ m.reasoning_content }}]{% endif %}{{ m.content }}\n{% endfor %}assistant:"
+	ts := newTestServer(t, serverConfig{template: tmpl})
+	for _, c := range []struct{ fields, want string }{
+		{`"reasoning":"new name"`, "assistant:[new name]Four."},
+		{`"reasoning_content":"old name"`, "assistant:[old name]Four."},
+		{`"reasoning":"new name","reasoning_content":"old name"`, "assistant:[new name]Four."},
+	} {
+		status, _, body := ts.post(t, "/v1/chat/completions", `{"max_tokens":1,"messages":[{"role":"user","content":"2+2?"},`+
+			`{"role":"assistant","content":"Four.",`+c.fields+`},{"role":"user","content":"Sure?"}]}`)
+		require.Equal(t, 200, status, string(body))
+		assert.Contains(t, ts.lastPrompt(t), c.want, c.fields)
+	}
 }
 
 // chat_template_kwargs and reasoning_effort reach the template: with

@@ -44,9 +44,16 @@ type ServerOptions struct {
 	// CORSOrigins are the browser origins allowed to call the API
 	// (exact, or "*" for any); none sends no CORS headers.
 	CORSOrigins []string
-	// Version is tputool's version (ollama's /api/version); Family the
-	// model's architecture (/api/tags' details).
+	// Version is tputool's version (/api/version's tputool_version);
+	// Family the model's architecture (ollama's details and model_info).
 	Version, Family string
+	// ParameterCount is the number of the model's weights (ollama's
+	// parameter_size and general.parameter_count); 0: unknown.
+	ParameterCount int64
+	// Quantization names the form the weights are held in, as ollama's
+	// quantization_level: "BF16", "F16", "F32", or the quantization
+	// ("INT8", "INT4", a checkpoint's "MXFP4", "FP8"…); "" unknown.
+	Quantization string
 	// VocabSize is the model's vocabulary: prompt token ids must be below
 	// it (and below the tokenizer's); 0 checks the tokenizer's only.
 	VocabSize int
@@ -55,7 +62,8 @@ type ServerOptions struct {
 	// not check.
 	EmbeddingSize int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
-	// /v1/*, /api/* and /metrics (401 without it); /health stays open.
+	// /v1/*, /api/* and /metrics (401 without it); /health and / (ollama's
+	// "Ollama is running") stay open.
 	APIKey string
 	// AccessLog receives one JSON line per request (time, method, path,
 	// status, duration_ms, prompt_tokens, completion_tokens, remote); nil
@@ -84,9 +92,11 @@ type ServerOptions struct {
 // Server is the HTTP API over a Scheduler: OpenAI's /v1/models,
 // /v1/completions, /v1/chat/completions (openai.go) and /v1/embeddings
 // (embeddings.go), Anthropic's /v1/messages and /v1/messages/count_tokens
-// (anthropic.go), ollama's /api/generate, /api/chat and /api/embed
-// (ollama.go), GET /health and GET /metrics. Every error is answered in
-// OpenAI's error shape, except under /v1/messages, in Anthropic's.
+// (anthropic.go), ollama's /api/generate, /api/chat (ollama.go), /api/embed,
+// /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
+// and /api/ps (ollama_models.go), GET /health and GET /metrics. Every
+// error is answered in OpenAI's error shape, except under /v1/messages,
+// in Anthropic's, and under / and /api/, in ollama's.
 type Server struct {
 	sched    *Scheduler
 	o        ServerOptions
@@ -170,6 +180,8 @@ func routeOf(path string) (route, bool) {
 		return route{"/v1/embeddings", http.MethodPost, (*Server).embeddings}, true
 	case "/api/embed":
 		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
+	case "/api/embeddings":
+		return route{"/api/embeddings", http.MethodPost, (*Server).ollamaEmbeddings}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/v1/messages/count_tokens":
@@ -182,6 +194,12 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/tags", http.MethodGet, (*Server).ollamaTags}, true
 	case "/api/version":
 		return route{"/api/version", http.MethodGet, (*Server).ollamaVersion}, true
+	case "/api/show":
+		return route{"/api/show", http.MethodPost, (*Server).ollamaShow}, true
+	case "/api/ps":
+		return route{"/api/ps", http.MethodGet, (*Server).ollamaPS}, true
+	case "/":
+		return route{"/", http.MethodGet, (*Server).ollamaRoot}, true
 	}
 	if id, ok := strings.CutPrefix(path, "/v1/models/"); ok && id != "" {
 		return route{"/v1/models/{id}", http.MethodGet, (*Server).model}, true
@@ -214,22 +232,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cors(rec, r) {
 		return // a preflight, answered
 	}
+	fail := writeError
+	switch {
+	case anthropicPath(r.URL.Path):
+		fail = writeAnthropicError
+	case ollamaPath(r.URL.Path):
+		fail = writeOllamaError
+	}
 	// The key comes first: without it, a client learns nothing, not even
-	// which paths exist.
-	if r.URL.Path != "/health" && !s.authorized(r) {
+	// which paths exist. / (ollama's "Ollama is running") is open, as
+	// /health is.
+	if r.URL.Path != "/health" && r.URL.Path != "/" && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
 		e := &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"}
 		if anthropicPath(r.URL.Path) {
 			e.Message = "missing or incorrect API key: send x-api-key: <key> or Authorization: Bearer <key>"
-			writeAnthropicError(rec, e)
-			return
 		}
-		writeError(rec, e)
+		fail(rec, e)
 		return
-	}
-	fail := writeError
-	if anthropicPath(r.URL.Path) {
-		fail = writeAnthropicError
 	}
 	if !ok {
 		fail(rec, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path), Type: "invalid_request_error", Code: "not_found"})

@@ -59,8 +59,51 @@ func (e *sse) done() {
 }
 
 // fail ends the stream with an error event, for a sequence that failed
-// after the response began.
+// after the response began, then `data: [DONE]` (as vLLM ends it).
 func (e *sse) fail(err error) {
 	ae := &apiError{Message: fmt.Sprintf("generation failed: %v", err), Type: "server_error"}
-	e.send(errorBody(ae))
+	if e.send(errorBody(ae)) == nil {
+		e.done()
+	}
 }
+
+// streamUsage is what a stream's chunks say of the usage
+// (stream_options): nothing (neither is set); with include, a last chunk
+// of usage and "usage": null in the others (OpenAI's); with continuous
+// too, the usage so far in every chunk (vLLM's continuous_usage_stats).
+type streamUsage struct {
+	include, continuous bool
+}
+
+// streamUsageOf reads stream_options.
+func (p *samplingParams) streamUsageOf() streamUsage {
+	o := p.StreamOptions
+	if o == nil || !o.IncludeUsage {
+		return streamUsage{}
+	}
+	return streamUsage{include: true, continuous: o.ContinuousUsageStats}
+}
+
+// chunk is the usage of a chunk other than the last, after completion
+// tokens of the request's prompt tokens.
+func (m streamUsage) chunk(prompt, completion int) chunkUsage {
+	switch {
+	case m.continuous:
+		return chunkUsage{set: true, u: newUsage(prompt, completion)}
+	case m.include:
+		return chunkUsage{set: true}
+	}
+	return chunkUsage{}
+}
+
+// chunkUsage is a chunk's usage field: absent (the zero value), null, or
+// the counts.
+type chunkUsage struct {
+	set bool
+	u   *usage
+}
+
+// IsZero leaves the field out (omitzero) unless it is set.
+func (c chunkUsage) IsZero() bool { return !c.set }
+
+func (c chunkUsage) MarshalJSON() ([]byte, error) { return json.Marshal(c.u) }

@@ -415,9 +415,9 @@ func requireNoAPIError(t *testing.T, err error) {
 }
 
 // Earlier calls go back to the template with their arguments as objects
-// (a string of JSON is decoded, as transformers and vLLM pass them), so
-// that `| tojson` writes the object and `.items()` iterates it; an empty
-// tool_calls is no call. An answer of calls alone has null content.
+// (a string of JSON is decoded, as transformers and vLLM pass them, its
+// keys in their order), so that `| tojson` writes the object and
+// `.items()` iterates it; an empty tool_calls is no call. An answer of calls alone has null content.
 func TestToolCallsHistory(t *testing.T) {
 	const tmpl = "{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{% for tc in m.tool_calls %}" +
 		"[{{ tc.function.arguments | tojson }}{% for k, v in tc.function.arguments.items() %} {{ k }}={{ v }}{% endfor %}]" +
@@ -426,12 +426,12 @@ func TestToolCallsHistory(t *testing.T) {
 	require.NoError(t, err)
 	ts := newTestServer(t, serverConfig{script: ids, template: tmpl})
 	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Weather?"},`+
-		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"unit\": \"c\", \"city\": \"Paris\"}"}}]},`+
 		`{"role":"tool","tool_call_id":"call_1","content":"21"},{"role":"assistant","content":"Done.","tool_calls":[]}],`+
 		`"tools":[{"type":"function","function":{"name":"get_weather"}}],"max_tokens":64}`)
 	require.Equal(t, 200, status, string(b))
 	prompt := ts.lastPrompt(t)
-	assert.Contains(t, prompt, `assistant:[{"city": "Paris"} city=Paris]`)
+	assert.Contains(t, prompt, `assistant:[{"unit": "c", "city": "Paris"} unit=c city=Paris]`, "the arguments' keys in the request's order")
 	assert.Contains(t, prompt, "assistant: Done.", "an empty tool_calls is no call")
 	var resp map[string]any
 	require.NoError(t, json.Unmarshal(b, &resp))
