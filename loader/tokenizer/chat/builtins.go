@@ -216,6 +216,26 @@ func strMethod(s, name string) *builtin {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("%s: expected an argument", name)
 			}
+			if len(args) > 1 {
+				// s.startswith(prefix, start, end) tests s[start:end]; a
+				// start past the end of s matches nothing, not even "".
+				var hi any
+				if len(args) > 2 {
+					hi = args[2]
+				}
+				if err := st.spend(int64(len(s))); err != nil {
+					return nil, err
+				}
+				n := utf8.RuneCountInString(s)
+				start, stop, _, err := sliceBounds(n, args[1], hi, nil)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", name, err)
+				}
+				if lo, _ := asInt(args[1]); lo > int64(n) || start > stop {
+					return false, nil
+				}
+				s = s[runeOffset(s, start):runeOffset(s, stop)]
+			}
 			var prefixes []any
 			if l, ok := args[0].(*list); ok {
 				prefixes = l.items
@@ -256,11 +276,11 @@ func strMethod(s, name string) *builtin {
 			}
 			switch name {
 			case "strip":
-				return strings.TrimSpace(s), nil
+				return strings.TrimFunc(s, pyIsSpace), nil
 			case "lstrip":
-				return strings.TrimLeftFunc(s, unicode.IsSpace), nil
+				return strings.TrimLeftFunc(s, pyIsSpace), nil
 			}
-			return strings.TrimRightFunc(s, unicode.IsSpace), nil
+			return strings.TrimRightFunc(s, pyIsSpace), nil
 		})
 	case "split", "rsplit":
 		return method(name, func(st *state, args []any, kw map[string]any) (any, error) {
@@ -331,6 +351,63 @@ func strMethod(s, name string) *builtin {
 			}
 			return st.join(items, s, "")
 		})
+	case "splitlines":
+		return method(name, func(st *state, args []any, kw map[string]any) (any, error) {
+			keep := truthy(optArg(args, kw, 0, "keepends"))
+			return st.splitLines(s, keep)
+		})
+	case "zfill":
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("zfill: expected a width")
+			}
+			w, ok := asIntStrict(args[0])
+			if !ok {
+				return nil, fmt.Errorf("zfill: the width must be an integer, got %s", typeName(args[0]))
+			}
+			n := int64(utf8.RuneCountInString(s))
+			if w <= n {
+				return s, st.spend(int64(len(s)))
+			}
+			if err := st.newStr(int64(len(s))+w-n, "zfill's result"); err != nil {
+				return nil, err
+			}
+			sign := ""
+			if s != "" && (s[0] == '+' || s[0] == '-') {
+				sign = s[:1]
+			}
+			return sign + strings.Repeat("0", int(w-n)) + s[len(sign):], nil
+		})
+	case "partition", "rpartition":
+		return method(name, func(st *state, args []any, _ map[string]any) (any, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("%s: expected a separator", name)
+			}
+			sep, err := strArgOf(name, args[0])
+			if err != nil {
+				return nil, err
+			}
+			if sep == "" {
+				return nil, fmt.Errorf("%s: empty separator", name)
+			}
+			if err := st.spend(int64(len(s))); err != nil {
+				return nil, err
+			}
+			if err := st.newList(3, name); err != nil {
+				return nil, err
+			}
+			i := strings.Index(s, sep)
+			if name == "rpartition" {
+				i = strings.LastIndex(s, sep)
+			}
+			switch {
+			case i >= 0:
+				return &list{items: []any{s[:i], sep, s[i+len(sep):]}, tuple: true}, nil
+			case name == "partition":
+				return &list{items: []any{s, "", ""}, tuple: true}, nil
+			}
+			return &list{items: []any{"", "", s}, tuple: true}, nil
+		})
 	case "isdigit", "isalpha", "isspace", "isalnum", "islower", "isupper":
 		return method(name, func(st *state, _ []any, _ map[string]any) (any, error) {
 			return strIs(s, name), st.spend(int64(len(s)))
@@ -371,7 +448,7 @@ func strIs(s, name string) bool {
 		case "isalpha":
 			ok = unicode.IsLetter(r)
 		case "isspace":
-			ok = unicode.IsSpace(r)
+			ok = pyIsSpace(r)
 		case "isalnum":
 			ok = unicode.IsLetter(r) || unicode.IsDigit(r)
 		}
@@ -413,6 +490,26 @@ func titleRunes(s string, emit func(rune)) {
 		} else {
 			emit(r)
 			prev = false
+		}
+	}
+}
+
+// jinjaTitleRunes is Jinja's title filter (do_title), which is not
+// str.title: the text is split at runs of whitespace, "-", "(", "{", "["
+// and "<", and each piece gets its first character upper-cased and the
+// rest lower-cased ("it's"|title is "It's").
+func jinjaTitleRunes(s string, emit func(rune)) {
+	first := true
+	for _, r := range s {
+		switch {
+		case pyIsSpace(r) || strings.ContainsRune("-({[<", r):
+			emit(r)
+			first = true
+		case first:
+			emit(unicode.ToUpper(r))
+			first = false
+		default:
+			emit(unicode.ToLower(r))
 		}
 	}
 }
@@ -542,6 +639,60 @@ func (st *state) split(s string, fromRight bool, sepv, maxv any) (any, error) {
 	return l, nil
 }
 
+// isLineBreak is what Python's str.splitlines splits at (besides \r\n).
+func isLineBreak(r rune) bool {
+	switch r {
+	case '\n', '\r', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x85, 0x2028, 0x2029:
+		return true
+	}
+	return false
+}
+
+// splitLines is str.splitlines(keepends); the parts are substrings of s.
+func (st *state) splitLines(s string, keep bool) (any, error) {
+	if err := st.spend(int64(len(s))); err != nil {
+		return nil, err
+	}
+	var parts []any
+	count := 0
+	for pass := 0; pass < 2; pass++ {
+		start := 0
+		for i := 0; i < len(s); {
+			r, w := utf8.DecodeRuneInString(s[i:])
+			if !isLineBreak(r) {
+				i += w
+				continue
+			}
+			end := i + w
+			if r == '\r' && end < len(s) && s[end] == '\n' {
+				end++
+			}
+			if pass == 0 {
+				count++
+			} else if keep {
+				parts = append(parts, s[start:end])
+			} else {
+				parts = append(parts, s[start:i])
+			}
+			start, i = end, end
+		}
+		if start < len(s) {
+			if pass == 0 {
+				count++
+			} else {
+				parts = append(parts, s[start:])
+			}
+		}
+		if pass == 0 {
+			if err := st.newList(int64(count), "splitlines' result"); err != nil {
+				return nil, err
+			}
+			parts = make([]any, 0, count)
+		}
+	}
+	return &list{items: parts}, nil
+}
+
 // splitWS splits s on runs of whitespace like Python's str.split() and
 // str.rsplit() with no separator, calling emit (when not nil) with each
 // part in order, and returns the number of parts.
@@ -563,7 +714,7 @@ func splitWS(s string, maxSplit int64, fromRight bool, emit func(string)) int {
 		for {
 			for i < len(s) {
 				r, w := utf8.DecodeRuneInString(s[i:])
-				if !unicode.IsSpace(r) {
+				if !pyIsSpace(r) {
 					break
 				}
 				i += w
@@ -578,7 +729,7 @@ func splitWS(s string, maxSplit int64, fromRight bool, emit func(string)) int {
 			j := i
 			for j < len(s) {
 				r, w := utf8.DecodeRuneInString(s[j:])
-				if unicode.IsSpace(r) {
+				if pyIsSpace(r) {
 					break
 				}
 				j += w
@@ -592,7 +743,7 @@ func splitWS(s string, maxSplit int64, fromRight bool, emit func(string)) int {
 	for {
 		for j > 0 {
 			r, w := utf8.DecodeLastRuneInString(s[:j])
-			if !unicode.IsSpace(r) {
+			if !pyIsSpace(r) {
 				break
 			}
 			j -= w
@@ -607,7 +758,7 @@ func splitWS(s string, maxSplit int64, fromRight bool, emit func(string)) int {
 		i := j
 		for i > 0 {
 			r, w := utf8.DecodeLastRuneInString(s[:i])
-			if unicode.IsSpace(r) {
+			if pyIsSpace(r) {
 				break
 			}
 			i -= w
@@ -728,7 +879,7 @@ func dictMethod(d *dict, name string) *builtin {
 	return nil
 }
 
-// dictItems is the list of [key, value] pairs of d, in the order of keys.
+// dictItems is the list of (key, value) tuples of d, in the order of keys.
 func (st *state) dictItems(d *dict, keys []string) (any, error) {
 	n := int64(len(keys))
 	if err := st.newList(n, "items()"); err != nil {
@@ -739,7 +890,7 @@ func (st *state) dictItems(d *dict, keys []string) (any, error) {
 	}
 	l := &list{items: make([]any, n)}
 	for i, k := range keys {
-		l.items[i] = &list{items: []any{k, d.m[k]}}
+		l.items[i] = &list{items: []any{k, d.m[k]}, tuple: true}
 	}
 	return l, nil
 }

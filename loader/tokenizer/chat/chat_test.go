@@ -53,6 +53,61 @@ func TestJinjaFeatures(t *testing.T) {
 		{"a\n  {% if true %}\nb\n  {% endif %}\nc", nil, "a\nb\nc"},
 		{"a  {{- ' b ' -}}  c", nil, "a b c"},
 		{"{# comment #}x{#- c -#} y", nil, "xy"},
+		// Expected outputs below are Python jinja2 3.1.6's in transformers'
+		// environment (scripts/chat-template-check.sh), by review item.
+		// 1: lstrip_blocks also strips a tag's indentation when trim_blocks took the newline before it (Jinja; Cohere Command-A/R7B).
+		{"{% if true %}\n    {% if true %}\n        x\n    {% endif %}\n{% endif %}\n", nil, "        x\n"},
+		{"{% for m in ['a', 'b'] %}\n  {# note #}\n  {% if m == 'a' %}\n    {{ m }}\n  {% endif %}\n{% endfor %}", nil, "    a\n"},
+		{"{% if true -%}\n  {%+ if true %}x{% endif %}{% endif %}", nil, "x"},
+		// 2: string literals use Python's escapes: backslash-newline vanishes, \u \U \x octal \a \b \f \v, unknown escapes keep the backslash, and '\é' is the text \xe9 (Python's backslashreplace step).
+		{"{{ 'one \\\ntwo' }}", nil, "one two"},
+		{"{{ ['\\u00e9\\U0001F600\\x41\\101\\0\\a\\b\\f\\v\\q\\d'] }}", nil, "['é😀AA\\x00\\x07\\x08\\x0c\\x0b\\\\q\\\\d']"},
+		{"{{ '\\é' }}|{{ \"\\'\\\"\" }}", nil, "\\xe9|'\""},
+		// 3: tojson is transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False): the first positional argument is ensure_ascii.
+		{"{{ {'a': [1, 'é😀'], 'b': none} | tojson }}", nil, "{\"a\": [1, \"é😀\"], \"b\": null}"},
+		{"{{ {'a': [1, 2]} | tojson(separators=(',', ':')) }}", nil, "{\"a\":[1,2]}"},
+		{"{{ ['é😀\\x7f<'] | tojson(ensure_ascii=true) }} {{ ['é'] | tojson(true) }}", nil, "[\"\\u00e9\\ud83d\\ude00\\u007f<\"] [\"\\u00e9\"]"},
+		{"{{ {'b': [1], 'a': 1} | tojson(indent='\\t', sort_keys=true) }}", nil, "{\n\t\"a\": 1,\n\t\"b\": [\n\t\t1\n\t]\n}"},
+		{"{{ {'b': [1, 2]} | tojson(indent=1, separators=(', ', ': ')) }}", nil, "{\n \"b\": [\n  1, \n  2\n ]\n}"},
+		// 4: one trailing newline is dropped and \r\n and \r are newlines, also inside string literals.
+		{"a\r\nb\rc\n", nil, "a\nb\nc"},
+		{"x\n\n", nil, "x\n"},
+		{"{{ 'p\r\nq' }}{% if true %}\r\nr{% endif %}\r\n", nil, "p\nqr"},
+		// 5: Jinja's precedence: chained comparisons; ** left-associative and below unary minus; filters apply to the whole unary; ~ binds tighter than + and -.
+		{"{{ 5 > 3 > 1 }} {{ 1 < 2 < 2 }} {{ 1 == 1 != 2 }} {{ 1 in [1] in [[1]] }}", nil, "True False True True"},
+		{"{{ 2 ** 3 ** 2 }} {{ -1 ** 2 }} {{ -2 ** 2 }} {{ 2 * 3 ** 2 }}", nil, "64 1 4 18"},
+		{"{{ -3 | abs }} {{ - -3 | abs }} {{ -[1, 2] | length if false else 'ok' }}", nil, "3 3 ok"},
+		{"{{ 'a' ~ 2 * 3 }} {{ ('a' ~ 1) + 'b' }} {{ 'a' + 'b' ~ 'c' }}", nil, "a6 a1b abc"},
+		// 6: bool is a number; undefined is iterable and a sequence; macro defaults see earlier parameters; '+%}' keeps the newline.
+		{"{{ true is number }} {{ true is integer }} {{ x is iterable }} {{ x is sequence }} {{ none is iterable }}", nil, "True False True True False"},
+		{"{% macro m(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ m('x') }} {{ m('x', 'y') }}", nil, "xx! xy"},
+		{"{% if true +%}\nkept{% endif %}", nil, "\nkept"},
+		// 7: Python reprs: tuples, dictsort and items as lists of tuples, non-printable characters escaped as repr does.
+		{"{{ (1,) }} {{ ('a', 'b') }} {{ () }} {{ (1, 2) == [1, 2] }}", nil, "(1,) ('a', 'b') () False"},
+		{"{{ {'b': 1, 'a': 2} | dictsort }} {{ {'a': 1} | items | list }} {{ {'a': 1}.items() | list }}", nil, "[('a', 2), ('b', 1)] [('a', 1)] [('a', 1)]"},
+		{"{{ ['\\x85\\xa0\\u200b\\u2028\\u3000é\\x7f\\U000e0001'] }}", nil, "['\\x85\\xa0\\u200b\\u2028\\u3000é\\x7f\\U000e0001']"},
+		// 8: title is Jinja's do_title, startswith honours start, strip and trim strip Python whitespace, int takes a base.
+		{"{{ \"it's a-b(c) x_y\" | title }}|{{ \"it's\".title() }}", nil, "It's A-B(C) X_y|It'S"},
+		{"{{ 'hello'.startswith('ll', 2) }} {{ 'hello'.startswith('he', 1) }} {{ 'hello'.endswith('ll', 0, 4) }}", nil, "True False True"},
+		{"[{{ '\\x1c\\x1d x \\xa0\\u3000'.strip() }}] [{{ '\\x1f y \\x85' | trim }}]", nil, "[x] [y]"},
+		{"{{ 'ff' | int(base=16) }} {{ '0x1f' | int(0, 16) }} {{ '0b11' | int(base=0) }} {{ '12.7' | int }} {{ '1_000' | int }}", nil, "255 31 3 12 1000"},
+		// 9: constructs that failed to compile.
+		{"{{ 1e20 }} {{ 1.5E-3 }} {{ 2e3 }} {{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 1_000 }}", nil, "1e+20 0.0015 2000.0 31 15 5 1000"},
+		{"{{ [1, 2.5] | sum }} {{ [{'n': 1}, {'n': 2}] | sum(attribute='n', start=10) }}", nil, "3.5 13"},
+		{"{{ 2.5 | round }} {{ 0.125 | round(2) }} {{ 2.675 | round(2) }} {{ 1250 | round(-2) }} {{ 42.55 | round(1, 'floor') }} {{ 42.1 | round(method='ceil') }}", nil, "2.0 0.12 2.67 1200 42.5 43.0"},
+		{"{{ ['b', 'A', 'c'] | min }} {{ ['b', 'A', 'c'] | max }} {{ [{'n': 2}, {'n': 1}] | min(attribute='n') }} {{ [] | max }}", nil, "A c {'n': 1} "},
+		{"{{ [1, 2, 3, 4, 5] | batch(2) | list }} {{ [1, 2, 3] | batch(2, 0) | list }}", nil, "[[1, 2], [3, 4], [5]] [[1, 2], [3, 0]]"},
+		{"{{ '%s=%05.1f|%-3d|%x' | format('a', 2.25, 7, 255) }} {{ '%(k)s' | format(k=1) }} {{ '%d%%' % 50 }}", nil, "a=002.2|7  |ff 1 50%"},
+		{"{{ 'foo bar baz qux' | truncate(9) }}|{{ 'foo bar baz qux' | truncate(9, true) }}|{{ 'foo bar baz qux' | truncate(11) }}", nil, "foo...|foo ba...|foo bar baz qux"},
+		{"{% macro list(items) %}<{% for i in items %}{{ caller(i) }}{% endfor %}>{% endmacro %}{% call(x) list([1, 2]) %}[{{ x }}]{% endcall %}", nil, "<[1][2]>"},
+		{"{% macro box() %}({{ caller() }}){% endmacro %}{% call box() %}\n  body\n{% endcall %}", nil, "(  body\n)"},
+		{"{% filter upper | replace('B', 'b') %}abc{% endfilter %}", nil, "AbC"},
+		{"{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}", nil, "211"},
+		{"{% raw %}{{ x }}{% if %}{% endraw %}", nil, "{{ x }}{% if %}"},
+		{"{% macro m(a, b, c=3) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ m(*[1], **{'b': 2}) }} {{ '%s-%s' | format(*(1, 2)) }}", nil, "123 1-2"},
+		{"{{ [{'n': 1}, {'n': 3}, {'n': 5}] | selectattr('n', '>', 1) | map(attribute='n') | list }} {{ [1, 2, 3] | select('ne', 2) | list }} {{ [1, 2, 3] | reject('in', [1, 3]) | list }} {{ [1, 2] | select('==', 2) | list }}", nil, "[3, 5] [1, 3] [2] [2]"},
+		{"{% for x in [1, 1, 2] %}{{ loop.changed(x) }}{{ loop.depth }}{{ loop.depth0 }} {% endfor %}", nil, "True10 False10 True10 "},
+		{"{{ 'a\\nb\\r\\nc'.splitlines() }} {{ 'a\\n'.splitlines(true) }} {{ '-42'.zfill(6) }} {{ 'a=b=c'.partition('=') }} {{ 'a=b=c'.rpartition('=') }}", nil, "['a', 'b', 'c'] ['a\\n'] -00042 ('a', '=', 'b=c') ('a=b', '=', 'c')"},
 	}
 	for _, c := range cases {
 		if got := render(t, c.src, c.vars); got != c.want {

@@ -158,12 +158,72 @@ func (st *state) execOne(n node, sc *scope) error {
 		}
 		sc.set(x.name, &macro{node: x, defScope: sc})
 		return nil
+	case *callBlockNode:
+		return atLine(x.line, st.execCallBlock(x, sc))
+	case *filterBlockNode:
+		body, err := st.capture(x.body, sc)
+		if err != nil {
+			return err
+		}
+		var v any = body
+		for _, f := range x.filters {
+			if v, err = st.applyFilter(f, v, sc); err != nil {
+				return atLine(x.line, err)
+			}
+		}
+		s, err := st.str(v)
+		if err != nil {
+			return atLine(x.line, err)
+		}
+		return st.write(s)
+	case *withNode:
+		if err := st.charge(iterationBytes); err != nil {
+			return err
+		}
+		inner := &scope{parent: sc}
+		vals, err := st.evalList(x.values, sc)
+		if err != nil {
+			return atLine(x.line, err)
+		}
+		for i, name := range x.targets {
+			inner.set(name, vals[i])
+		}
+		return st.exec(x.body, inner)
 	case *breakNode:
 		return errBreak
 	case *continueNode:
 		return errContinue
 	}
 	return fmt.Errorf("internal: unknown node %T", n)
+}
+
+// execCallBlock calls the macro of a {% call %} block with caller, a
+// macro that renders the block's body, and writes what it returns.
+func (st *state) execCallBlock(x *callBlockNode, sc *scope) error {
+	if err := st.charge(iterationBytes); err != nil {
+		return err
+	}
+	f, err := st.eval(x.call.fn, sc)
+	if err != nil {
+		return err
+	}
+	args, kwargs, err := st.evalArgs(x.call.callArgs, sc)
+	if err != nil {
+		return err
+	}
+	if kwargs == nil {
+		kwargs = map[string]any{}
+	}
+	kwargs["caller"] = &macro{node: x.caller, defScope: sc}
+	v, err := st.call(f, args, kwargs, x.call.fn)
+	if err != nil {
+		return err
+	}
+	s, err := st.str(v)
+	if err != nil {
+		return err
+	}
+	return st.write(s)
 }
 
 func (st *state) execSet(x *setNode, sc *scope) error {
@@ -302,6 +362,7 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 	if len(items) == 0 {
 		return st.exec(x.els, sc)
 	}
+	shared := &loopShared{}
 	for i, it := range items {
 		// The scope and loop object are garbage after the iteration unless
 		// a macro defined in the body or a container keeps them, and those
@@ -310,7 +371,7 @@ func (st *state) execFor(x *forNode, sc *scope) error {
 			return err
 		}
 		s := &scope{parent: sc, names: make([]string, 0, 2), values: make([]any, 0, 2)}
-		s.set("loop", &loopCtx{i: i, items: items})
+		s.set("loop", &loopCtx{i: i, items: items, shared: shared})
 		if err := bind(s, it); err != nil {
 			return err
 		}
@@ -371,7 +432,7 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		args, err := st.evalList(x.args, sc)
+		args, _, err := st.evalArgs(x.callArgs, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -386,6 +447,23 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		return r != x.neg, nil
 	case *binExpr:
 		return st.evalBin(x, sc)
+	case *compareExpr:
+		l, err := st.eval(x.first, sc)
+		if err != nil {
+			return nil, err
+		}
+		for i, op := range x.ops {
+			r, err := st.eval(x.rest[i], sc)
+			if err != nil {
+				return nil, err
+			}
+			ok, err := st.compareOp(op, l, r)
+			if err != nil || !ok {
+				return false, err
+			}
+			l = r
+		}
+		return true, nil
 	case *unaryExpr:
 		v, err := st.eval(x.e, sc)
 		if err != nil {
@@ -427,7 +505,7 @@ func (st *state) eval(e expr, sc *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &list{items: items}, nil
+		return &list{items: items, tuple: x.tuple}, nil
 	case *dictExpr:
 		if err := st.newDict(int64(len(x.keys)), "a dict literal"); err != nil {
 			return nil, err
@@ -465,19 +543,55 @@ func (st *state) evalList(es []expr, sc *scope) ([]any, error) {
 	return out, nil
 }
 
-func (st *state) evalKwargs(kws []kwarg, sc *scope) (map[string]any, error) {
-	if len(kws) == 0 {
-		return nil, nil
+// evalArgs evaluates call arguments: *x adds the items of x to the
+// positional ones, **d the entries of d to the keyword ones.
+func (st *state) evalArgs(a callArgs, sc *scope) ([]any, map[string]any, error) {
+	args, err := st.evalList(a.args, sc)
+	if err != nil {
+		return nil, nil, err
 	}
-	m := make(map[string]any, len(kws))
-	for _, k := range kws {
+	if a.star != nil {
+		v, err := st.eval(a.star, sc)
+		if err != nil {
+			return nil, nil, err
+		}
+		items, err := st.iterate(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := st.newList(int64(len(args))+int64(len(items)), "*args"); err != nil {
+			return nil, nil, err
+		}
+		args = append(args, items...)
+	}
+	if len(a.kwargs) == 0 && a.starStar == nil {
+		return args, nil, nil
+	}
+	m := make(map[string]any, len(a.kwargs))
+	for _, k := range a.kwargs {
 		v, err := st.eval(k.v, sc)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m[k.name] = v
 	}
-	return m, nil
+	if a.starStar != nil {
+		v, err := st.eval(a.starStar, sc)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, ok := v.(*dict)
+		if !ok {
+			return nil, nil, fmt.Errorf("argument after ** must be a mapping, not %s", typeName(v))
+		}
+		if err := st.newDict(int64(len(d.keys)), "**kwargs"); err != nil {
+			return nil, nil, err
+		}
+		for _, k := range d.keys {
+			m[k] = d.m[k]
+		}
+	}
+	return args, m, nil
 }
 
 func b2i(b bool) int64 {
@@ -501,6 +615,9 @@ func getAttr(obj any, name string) any {
 			return m
 		}
 	case *list:
+		if x.tuple && (name == "append" || name == "pop") {
+			return undefined{} // tuples are immutable
+		}
 		if m := listMethod(x, name); m != nil {
 			return m
 		}
@@ -667,7 +784,7 @@ func (st *state) evalSlice(x *sliceExpr, sc *scope) (any, error) {
 		if err := st.newList(int64(k), "a slice"); err != nil {
 			return nil, err
 		}
-		out := &list{items: make([]any, 0, k)}
+		out := &list{items: make([]any, 0, k), tuple: o.tuple}
 		for i := start; len(out.items) < k; i += step {
 			out.items = append(out.items, o.items[i])
 		}
@@ -719,11 +836,7 @@ func (st *state) evalCall(x *callExpr, sc *scope) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	args, err := st.evalList(x.args, sc)
-	if err != nil {
-		return nil, err
-	}
-	kwargs, err := st.evalKwargs(x.kwargs, sc)
+	args, kwargs, err := st.evalArgs(x.callArgs, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -765,7 +878,8 @@ func (st *state) callMacro(m *macro, args []any, kwargs map[string]any) (any, er
 		case byName:
 			s.set(p.name, v)
 		case p.def != nil:
-			v, err := st.eval(p.def, m.defScope)
+			// Defaults see the parameters before them: m(a, b=a).
+			v, err := st.eval(p.def, s)
 			if err != nil {
 				return nil, err
 			}
@@ -787,11 +901,12 @@ func (st *state) evalFilter(x *filterExpr, sc *scope) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	args, err := st.evalList(x.args, sc)
-	if err != nil {
-		return nil, err
-	}
-	kwargs, err := st.evalKwargs(x.kwargs, sc)
+	return st.applyFilter(x, v, sc)
+}
+
+// applyFilter applies the filter x (evaluating its arguments) to v.
+func (st *state) applyFilter(x *filterExpr, v any, sc *scope) (any, error) {
+	args, kwargs, err := st.evalArgs(x.callArgs, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -824,29 +939,6 @@ func (st *state) evalBin(x *binExpr, sc *scope) (any, error) {
 		return nil, err
 	}
 	switch x.op {
-	case "==", "!=":
-		eq, err := st.equal(l, r, 0)
-		return eq == (x.op == "=="), err
-	case "<", ">", "<=", ">=":
-		c, err := compare(l, r)
-		if err != nil {
-			return nil, err
-		}
-		switch x.op {
-		case "<":
-			return c < 0, nil
-		case ">":
-			return c > 0, nil
-		case "<=":
-			return c <= 0, nil
-		}
-		return c >= 0, nil
-	case "in", "not in":
-		in, err := st.contains(r, l)
-		if err != nil {
-			return nil, err
-		}
-		return in == (x.op == "in"), nil
 	case "~":
 		ls, err := st.str(l)
 		if err != nil {
@@ -864,6 +956,31 @@ func (st *state) evalBin(x *binExpr, sc *scope) (any, error) {
 	return st.arith(x.op, l, r)
 }
 
+// compareOp is one comparison of a chain: ==, !=, <, >, <=, >=, in, not in.
+func (st *state) compareOp(op string, l, r any) (bool, error) {
+	switch op {
+	case "==", "!=":
+		eq, err := st.equal(l, r, 0)
+		return eq == (op == "=="), err
+	case "in", "not in":
+		in, err := st.contains(r, l)
+		return in == (op == "in"), err
+	}
+	c, err := compare(l, r)
+	if err != nil {
+		return false, err
+	}
+	switch op {
+	case "<":
+		return c < 0, nil
+	case ">":
+		return c > 0, nil
+	case "<=":
+		return c <= 0, nil
+	}
+	return c >= 0, nil
+}
+
 // errOverflow is the error for integer arithmetic whose result does not
 // fit in 64 bits; it is a limit of this interpreter (Jinja has big
 // integers), so it wraps ErrLimit.
@@ -876,6 +993,10 @@ func errOverflow(op string, l, r any) error {
 
 func (st *state) arith(op string, l, r any) (any, error) {
 	switch op {
+	case "%":
+		if f, ok := l.(string); ok {
+			return st.pyPercent(f, r)
+		}
 	case "+":
 		if ls, ok := l.(string); ok {
 			if rs, ok := r.(string); ok {
@@ -886,13 +1007,13 @@ func (st *state) arith(op string, l, r any) (any, error) {
 			}
 		}
 		if ll, ok := l.(*list); ok {
-			if rl, ok := r.(*list); ok {
+			if rl, ok := r.(*list); ok && ll.tuple == rl.tuple {
 				if err := st.newList(int64(len(ll.items))+int64(len(rl.items)), "a + of lists"); err != nil {
 					return nil, err
 				}
 				items := make([]any, 0, len(ll.items)+len(rl.items))
 				items = append(append(items, ll.items...), rl.items...)
-				return &list{items: items}, nil
+				return &list{items: items, tuple: ll.tuple}, nil
 			}
 		}
 	case "*":
@@ -920,7 +1041,7 @@ func (st *state) arith(op string, l, r any) (any, error) {
 				break
 			}
 			if count <= 0 || len(s.items) == 0 {
-				return &list{}, nil
+				return &list{tuple: s.tuple}, nil
 			}
 			total := mulSize(int64(len(s.items)), count)
 			if err := st.newList(total, "a list repetition"); err != nil {
@@ -930,7 +1051,7 @@ func (st *state) arith(op string, l, r any) (any, error) {
 			for range count {
 				items = append(items, s.items...)
 			}
-			return &list{items: items}, nil
+			return &list{items: items, tuple: s.tuple}, nil
 		}
 	}
 	li, lInt := asIntStrict(l)
@@ -1107,7 +1228,7 @@ func (st *state) equal(a, b any, depth int) (bool, error) {
 		return ok && x == y, st.spend(int64(len(x)))
 	case *list:
 		y, ok := b.(*list)
-		if !ok || len(x.items) != len(y.items) {
+		if !ok || len(x.items) != len(y.items) || x.tuple != y.tuple {
 			return false, nil
 		}
 		if x == y {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,14 +58,14 @@ func init() {
 				}
 				return strings.Trim(s, cut), nil
 			}
-			return strings.TrimSpace(s), nil
+			return strings.TrimFunc(s, pyIsSpace), nil
 		}),
 		"length":     filterLength,
 		"count":      filterLength,
 		"string":     func(st *state, v any, _ []any, _ map[string]any) (any, error) { return st.str(v) },
 		"lower":      caseFilter(lowerRunes),
 		"upper":      caseFilter(upperRunes),
-		"title":      caseFilter(titleRunes),
+		"title":      caseFilter(jinjaTitleRunes),
 		"capitalize": caseFilter(capitalizeRunes),
 		"safe":       func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return v, nil },
 		"escape":     filterEscape,
@@ -142,25 +143,7 @@ func init() {
 			return st.join(items, sep, attr)
 		},
 		"replace": strFilter(func(st *state, s string, args []any, _ map[string]any) (any, error) { return st.replace(s, args) }),
-		"tojson": func(st *state, v any, args []any, kw map[string]any) (any, error) {
-			indent := -1
-			if iv, ok := kwOrArg(args, kw, 0, "indent"); ok && !isNilOrUndef(iv) {
-				n, ok := asIntStrict(iv)
-				if !ok {
-					return nil, fmt.Errorf("tojson: indent must be an integer, got %s", typeName(iv))
-				}
-				indent = int(min(max(n, 0), 32))
-			}
-			sortKeys := false
-			if sv, ok := kw["sort_keys"]; ok {
-				sortKeys = truthy(sv)
-			}
-			p := printer{st: st, what: "tojson's result"}
-			if err := p.toJSON(v, indent, 0, sortKeys); err != nil {
-				return nil, err
-			}
-			return p.b.String(), p.flush()
-		},
+		"tojson":  filterToJSON,
 		"items": func(st *state, v any, _ []any, _ map[string]any) (any, error) {
 			d, ok := v.(*dict)
 			if !ok {
@@ -180,18 +163,357 @@ func init() {
 		"selectattr": selectFilter(false, true),
 		"rejectattr": selectFilter(true, true),
 		"indent":     filterIndent,
+		// wordcount counts matches of Python's \w+ (letters, digits, _).
 		"wordcount": strFilter(func(st *state, s string, _ []any, _ map[string]any) (any, error) {
 			n, in := int64(0), false
 			for _, r := range s {
-				sp := unicode.IsSpace(r)
-				if !sp && !in {
+				w := r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)
+				if w && !in {
 					n++
 				}
-				in = !sp
+				in = w
 			}
 			return n, st.spend(int64(len(s)))
 		}),
+		"sum":      filterSum,
+		"round":    filterRound,
+		"min":      minMaxFilter(false),
+		"max":      minMaxFilter(true),
+		"batch":    filterBatch,
+		"truncate": strFilter(filterTruncate),
+		"format": strFilter(func(st *state, s string, args []any, kw map[string]any) (any, error) {
+			if len(args) > 0 && len(kw) > 0 {
+				return nil, fmt.Errorf("format: can't handle positional and keyword arguments at the same time")
+			}
+			if len(kw) > 0 {
+				if err := st.newDict(int64(len(kw)), "format's arguments"); err != nil {
+					return nil, err
+				}
+				d := newDict()
+				setSorted(d, kw)
+				return st.pyPercent(s, d)
+			}
+			return st.pyPercent(s, &list{items: args, tuple: true})
+		}),
 	}
+}
+
+// filterSum is Jinja's sum(iterable, attribute=None, start=0): start plus
+// each item (or its attribute), with +.
+func filterSum(st *state, v any, args []any, kw map[string]any) (any, error) {
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	attr, _ := kwOrArg(args, kw, 0, "attribute")
+	total := any(int64(0))
+	if s, ok := kwOrArg(args, kw, 1, "start"); ok {
+		total = s
+	}
+	if _, ok := total.(string); ok {
+		return nil, fmt.Errorf("sum: can't sum strings (use join)")
+	}
+	for _, it := range items {
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		if !isNilOrUndef(attr) {
+			if it, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
+				return nil, err
+			}
+		}
+		if total, err = st.arith("+", total, it); err != nil {
+			return nil, fmt.Errorf("sum: %w", err)
+		}
+	}
+	return total, nil
+}
+
+// filterRound is Jinja's round(value, precision=0, method='common'):
+// 'common' is Python's round (half to even on the exact binary value; an
+// integer stays an integer), 'ceil' and 'floor' give a float.
+func filterRound(_ *state, v any, args []any, kw map[string]any) (any, error) {
+	prec := int64(0)
+	if p, ok := kwOrArg(args, kw, 0, "precision"); ok {
+		n, ok := asIntStrict(p)
+		if !ok {
+			return nil, fmt.Errorf("round: precision must be an integer, got %s", typeName(p))
+		}
+		prec = n
+	}
+	method := "common"
+	if m, ok := kwOrArg(args, kw, 1, "method"); ok {
+		method, _ = m.(string)
+	}
+	if method != "common" && method != "ceil" && method != "floor" {
+		return nil, fmt.Errorf("round: method must be common, ceil or floor")
+	}
+	if _, ok := asFloat(v); !ok {
+		return nil, fmt.Errorf("round: expected a number, got %s", typeName(v))
+	}
+	if method == "common" {
+		if n, ok := asIntStrict(v); ok {
+			return roundInt(n, prec), nil
+		}
+		return roundFloat(v.(float64), prec)
+	}
+	x, _ := asFloat(v)
+	scale, _ := strconv.ParseFloat("1e"+strconv.FormatInt(max(min(prec, 400), -400), 10), 64)
+	y := x * scale
+	if method == "ceil" {
+		y = math.Ceil(y)
+	} else {
+		y = math.Floor(y)
+	}
+	if math.IsInf(y, 0) || math.IsNaN(y) {
+		return nil, fmt.Errorf("round: cannot convert %s to an integer", pyFloat(y))
+	}
+	return y / scale, nil
+}
+
+// roundInt is Python's round(n, prec) for an integer: prec >= 0 keeps n,
+// a negative one rounds half to even to a multiple of 10**-prec.
+func roundInt(n, prec int64) int64 {
+	if prec >= 0 {
+		return n
+	}
+	if prec < -18 {
+		return 0
+	}
+	p := int64(1)
+	for range -prec {
+		p *= 10
+	}
+	r := n % p
+	if r < 0 {
+		r += p
+	}
+	q := n - r // a multiple of p, at most n
+	if r > p-r || r == p-r && (q/p)%2 != 0 {
+		if q > math.MaxInt64-p {
+			return q // saturate rather than overflow
+		}
+		q += p
+	}
+	return q
+}
+
+// roundFloat is Python's round(x, prec) for a float: exact, half to even.
+func roundFloat(x float64, prec int64) (any, error) {
+	if math.IsNaN(x) || math.IsInf(x, 0) || x == 0 || prec > 330 {
+		return x, nil
+	}
+	if prec < -330 {
+		return math.Copysign(0, x), nil
+	}
+	r := new(big.Rat).SetFloat64(x)
+	scale := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(abs64(prec)), nil))
+	if prec >= 0 {
+		r.Mul(r, scale)
+	} else {
+		r.Quo(r, scale)
+	}
+	// Half to even: floor, then compare the remainder with one half.
+	q, m := new(big.Int).DivMod(r.Num(), r.Denom(), new(big.Int))
+	twice := new(big.Int).Lsh(m, 1)
+	if c := twice.Cmp(r.Denom()); c > 0 || c == 0 && q.Bit(0) == 1 {
+		q.Add(q, big.NewInt(1))
+	}
+	res := new(big.Rat).SetInt(q)
+	if prec >= 0 {
+		res.Quo(res, scale)
+	} else {
+		res.Mul(res, scale)
+	}
+	f, _ := res.Float64()
+	if math.IsInf(f, 0) {
+		return nil, fmt.Errorf("round: overflow")
+	}
+	if f == 0 {
+		f = math.Copysign(0, x)
+	}
+	return f, nil
+}
+
+func abs64(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// minMaxFilter is Jinja's min and max(case_sensitive=False,
+// attribute=None): the first smallest or largest item, undefined when
+// there is none.
+func minMaxFilter(isMax bool) filterFn {
+	return func(st *state, v any, args []any, kw map[string]any) (any, error) {
+		items, err := st.iterate(v)
+		if err != nil {
+			return nil, err
+		}
+		caseSensitive := false
+		if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
+			caseSensitive = truthy(c)
+		}
+		attr, _ := kwOrArg(args, kw, 1, "attribute")
+		var best, bestKey any = undefined{}, nil
+		for i, it := range items {
+			if err := st.spend(itemCost); err != nil {
+				return nil, err
+			}
+			k := it
+			if !isNilOrUndef(attr) {
+				if k, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
+					return nil, err
+				}
+			}
+			if k, err = st.sortKey(k, caseSensitive); err != nil {
+				return nil, err
+			}
+			if i > 0 {
+				c, err := compare(k, bestKey)
+				if err != nil {
+					return nil, err
+				}
+				if isMax && c <= 0 || !isMax && c >= 0 {
+					continue
+				}
+			}
+			best, bestKey = it, k
+		}
+		return best, nil
+	}
+}
+
+// filterBatch is Jinja's batch(linecount, fill_with=None): lists of
+// linecount items, the last filled up with fill_with when it is given.
+func filterBatch(st *state, v any, args []any, kw map[string]any) (any, error) {
+	items, err := st.iterate(v)
+	if err != nil {
+		return nil, err
+	}
+	lc, ok := kwOrArg(args, kw, 0, "linecount")
+	n, isInt := asInt(lc)
+	if !ok || !isInt {
+		return nil, fmt.Errorf("batch: linecount must be an integer")
+	}
+	fill, _ := kwOrArg(args, kw, 1, "fill_with")
+	if err := st.newList(2*int64(len(items)), "batch's result"); err != nil {
+		return nil, err
+	}
+	out := &list{}
+	var cur []any
+	for _, it := range items {
+		if int64(len(cur)) == n {
+			out.items = append(out.items, &list{items: cur})
+			cur = nil
+		}
+		cur = append(cur, it)
+	}
+	if len(cur) > 0 {
+		if fill != nil && int64(len(cur)) < n {
+			if err := st.newList(n-int64(len(cur)), "batch's fill"); err != nil {
+				return nil, err
+			}
+			for int64(len(cur)) < n {
+				cur = append(cur, fill)
+			}
+		}
+		out.items = append(out.items, &list{items: cur})
+	}
+	return out, nil
+}
+
+// filterTruncate is Jinja's truncate(length=255, killwords=False,
+// end='...', leeway=5): a string longer than length+leeway characters is
+// cut to length-len(end) (at the last space unless killwords) plus end.
+func filterTruncate(st *state, s string, args []any, kw map[string]any) (any, error) {
+	length, killwords, end, leeway := int64(255), false, "...", int64(5)
+	if v, ok := kwOrArg(args, kw, 0, "length"); ok {
+		if length, ok = asIntStrict(v); !ok {
+			return nil, fmt.Errorf("truncate: length must be an integer")
+		}
+	}
+	if v, ok := kwOrArg(args, kw, 1, "killwords"); ok {
+		killwords = truthy(v)
+	}
+	if v, ok := kwOrArg(args, kw, 2, "end"); ok {
+		var err error
+		if end, err = strArgOf("truncate", v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := kwOrArg(args, kw, 3, "leeway"); ok && v != nil {
+		if leeway, ok = asIntStrict(v); !ok {
+			return nil, fmt.Errorf("truncate: leeway must be an integer")
+		}
+	}
+	endLen := int64(utf8.RuneCountInString(end))
+	if length < endLen {
+		return nil, fmt.Errorf("truncate: expected length >= %d, got %d", endLen, length)
+	}
+	if leeway < 0 {
+		return nil, fmt.Errorf("truncate: expected leeway >= 0, got %d", leeway)
+	}
+	if err := st.spend(int64(len(s))); err != nil {
+		return nil, err
+	}
+	if int64(utf8.RuneCountInString(s)) <= length+leeway {
+		return s, nil
+	}
+	head := s[:runeOffset(s, int(length-endLen))]
+	if !killwords {
+		if i := strings.LastIndexByte(head, ' '); i >= 0 {
+			head = head[:i]
+		}
+	}
+	if err := st.newStr(int64(len(head))+int64(len(end)), "truncate's result"); err != nil {
+		return nil, err
+	}
+	return head + end, nil
+}
+
+// filterToJSON is transformers' tojson(x, ensure_ascii=False, indent=None,
+// separators=None, sort_keys=False), which is json.dumps with those
+// arguments: the first positional argument is ensure_ascii, not indent.
+func filterToJSON(st *state, v any, args []any, kw map[string]any) (any, error) {
+	o := jsonOptions{itemSep: ", ", keySep: ": "}
+	if a, ok := kwOrArg(args, kw, 0, "ensure_ascii"); ok {
+		o.ascii = truthy(a)
+	}
+	if iv, ok := kwOrArg(args, kw, 1, "indent"); ok && !isNilOrUndef(iv) {
+		o.pretty, o.itemSep = true, ","
+		if s, ok := iv.(string); ok {
+			o.indent = s
+		} else if n, ok := asIntStrict(iv); ok {
+			if err := st.newStr(max(n, 0), "tojson's indent"); err != nil {
+				return nil, err
+			}
+			o.indent = strings.Repeat(" ", int(max(n, 0)))
+		} else {
+			return nil, fmt.Errorf("tojson: indent must be an integer or a string, got %s", typeName(iv))
+		}
+	}
+	if sv, ok := kwOrArg(args, kw, 2, "separators"); ok && !isNilOrUndef(sv) {
+		l, ok := sv.(*list)
+		if !ok || len(l.items) != 2 {
+			return nil, fmt.Errorf("tojson: separators must be a pair of strings, got %s", typeName(sv))
+		}
+		item, ok1 := l.items[0].(string)
+		key, ok2 := l.items[1].(string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("tojson: separators must be a pair of strings")
+		}
+		o.itemSep, o.keySep = item, key
+	}
+	if sv, ok := kwOrArg(args, kw, 3, "sort_keys"); ok {
+		o.sortKeys = truthy(sv)
+	}
+	p := printer{st: st, what: "tojson's result"}
+	if err := p.toJSON(v, &o, 0); err != nil {
+		return nil, err
+	}
+	return p.b.String(), p.flush()
 }
 
 func filterLength(st *state, v any, _ []any, _ map[string]any) (any, error) {
@@ -233,15 +555,25 @@ func filterEscape(st *state, v any, _ []any, _ map[string]any) (any, error) {
 	return htmlEscaper.Replace(s), nil
 }
 
-// filterInt is Jinja's int filter: a value that cannot be converted gives
-// the default (0); one that does not fit in 64 bits is an overflow error.
-func filterInt(st *state, v any, args []any, _ map[string]any) (any, error) {
+// filterInt is Jinja's int(value, default=0, base=10): a string is
+// Python's int(s, base) (base 0 or 16 accept prefixes like 0x), or else
+// int(float(s)); a value that cannot be converted gives the default; one
+// that does not fit in 64 bits is an overflow error.
+func filterInt(st *state, v any, args []any, kw map[string]any) (any, error) {
 	def := any(int64(0))
-	if len(args) > 0 {
-		def = args[0]
+	if d, ok := kwOrArg(args, kw, 0, "default"); ok {
+		def = d
+	}
+	base := int64(10)
+	if b, ok := kwOrArg(args, kw, 1, "base"); ok {
+		n, ok := asIntStrict(b)
+		if !ok || n != 0 && (n < 2 || n > 36) {
+			return nil, fmt.Errorf("int: base must be 0 or 2 to 36")
+		}
+		base = n
 	}
 	fromFloat := func(f float64) (any, error) {
-		if math.IsNaN(f) {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return def, nil
 		}
 		if f >= -(1<<63) && f < 1<<63 {
@@ -260,19 +592,93 @@ func filterInt(st *state, v any, args []any, _ map[string]any) (any, error) {
 		if err := st.spend(int64(len(x))); err != nil {
 			return nil, err
 		}
-		t := strings.TrimSpace(x)
-		n, err := strconv.ParseInt(t, 10, 64)
+		t := strings.TrimFunc(x, pyIsSpace)
+		n, err := pyParseInt(t, int(base))
 		if err == nil {
 			return n, nil
 		}
 		if errors.Is(err, strconv.ErrRange) {
 			return nil, limitf("integer overflow: int(%.40q) does not fit in 64 bits (chat templates use 64-bit integers)", t)
 		}
-		if f, err := strconv.ParseFloat(t, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if f, ok := pyParseFloat(t); ok {
 			return fromFloat(f)
 		}
 	}
 	return def, nil
+}
+
+// pyParseInt is Python's int(s, base) on a stripped string: a sign, "_"
+// between digits, and for base 0 (or a matching base) a 0x/0o/0b prefix;
+// base 0 also refuses leading zeros ("010").
+func pyParseInt(s string, base int) (int64, error) {
+	body, neg := s, false
+	if body != "" && (body[0] == '+' || body[0] == '-') {
+		neg, body = body[0] == '-', body[1:]
+	}
+	if len(body) > 1 && body[0] == '0' {
+		pb := 0
+		switch body[1] | 0x20 {
+		case 'x':
+			pb = 16
+		case 'o':
+			pb = 8
+		case 'b':
+			pb = 2
+		}
+		if pb != 0 && (base == 0 || base == pb) {
+			body, base = body[2:], pb
+			if strings.HasPrefix(body, "_") {
+				body = body[1:]
+			}
+		}
+	}
+	if base == 0 {
+		if len(body) > 1 && body[0] == '0' && strings.Trim(body, "0_") != "" {
+			return 0, strconv.ErrSyntax
+		}
+		base = 10
+	}
+	if body == "" || body[0] == '_' || body[len(body)-1] == '_' || strings.Contains(body, "__") {
+		return 0, strconv.ErrSyntax
+	}
+	u, err := strconv.ParseUint(strings.ReplaceAll(body, "_", ""), base, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, strconv.ErrRange
+		}
+		return 0, strconv.ErrSyntax
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, strconv.ErrRange
+		}
+		return -int64(u), nil
+	}
+	if u > math.MaxInt64 {
+		return 0, strconv.ErrRange
+	}
+	return int64(u), nil
+}
+
+// pyParseFloat is Python's float(s) on a stripped string: decimal and
+// exponent forms with "_" between digits, inf, infinity and nan; not Go's
+// hex floats.
+func pyParseFloat(s string) (float64, bool) {
+	t := strings.ToLower(strings.TrimLeft(s, "+-"))
+	switch t {
+	case "inf", "infinity", "nan":
+	default:
+		if t == "" || strings.ContainsAny(t, "xp") || strings.Contains(t, "__") || t[0] == '_' || t[len(t)-1] == '_' {
+			return 0, false
+		}
+		for i := 1; i < len(t)-1; i++ {
+			if t[i] == '_' && !(t[i-1] >= '0' && t[i-1] <= '9' && t[i+1] >= '0' && t[i+1] <= '9') {
+				return 0, false
+			}
+		}
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(s, "_", ""), 64)
+	return f, err == nil || errors.Is(err, strconv.ErrRange)
 }
 
 func filterDefault(_ *state, v any, args []any, kw map[string]any) (any, error) {
@@ -747,14 +1153,19 @@ func init() {
 		return undefined{}
 	}
 	eq := func(st *state, v any, args []any) (bool, error) { return st.equal(v, arg0(args), 0) }
+	ne := func(st *state, v any, args []any) (bool, error) {
+		e, err := st.equal(v, arg0(args), 0)
+		return !e, err
+	}
 	tests = map[string]testFn{
 		"defined":   simpleTest(func(v any) bool { return !isUndef(v) }),
 		"undefined": simpleTest(isUndef),
 		"none":      simpleTest(func(v any) bool { return v == nil }),
 		"string":    simpleTest(func(v any) bool { _, ok := v.(string); return ok }),
+		// Python's bool is an int, so true is a number (and not an integer).
 		"number": simpleTest(func(v any) bool {
 			switch v.(type) {
-			case int64, float64:
+			case int64, float64, bool:
 				return true
 			}
 			return false
@@ -765,20 +1176,33 @@ func init() {
 		"true":    simpleTest(func(v any) bool { b, ok := v.(bool); return ok && b }),
 		"false":   simpleTest(func(v any) bool { b, ok := v.(bool); return ok && !b }),
 		"mapping": simpleTest(func(v any) bool { _, ok := v.(*dict); return ok }),
+		// Jinja's Undefined iterates as empty, and has a length and
+		// __getitem__, so it is iterable and a sequence.
 		"iterable": simpleTest(func(v any) bool {
 			switch v.(type) {
-			case string, *list, *dict:
+			case string, *list, *dict, undefined:
 				return true
 			}
 			return false
 		}),
 		"sequence": simpleTest(func(v any) bool {
 			switch v.(type) {
-			case string, *list, *dict:
+			case string, *list, *dict, undefined:
 				return true
 			}
 			return false
 		}),
+		"filter": simpleTest(func(v any) bool {
+			s, ok := v.(string)
+			_, known := filters[s]
+			return ok && known
+		}),
+		"test": simpleTest(func(v any) bool {
+			s, ok := v.(string)
+			_, known := tests[s]
+			return ok && known
+		}),
+		"escaped": simpleTest(func(any) bool { return false }), // no Markup values
 		"callable": simpleTest(func(v any) bool {
 			switch v.(type) {
 			case *builtin, *macro:
@@ -804,6 +1228,7 @@ func init() {
 		},
 		"eq":      eq,
 		"equalto": eq,
+		"==":      eq,
 		"sameas": func(st *state, v any, args []any) (bool, error) {
 			switch v.(type) {
 			case *list, *dict, *builtin, *macro, *loopCtx:
@@ -811,10 +1236,8 @@ func init() {
 			}
 			return st.equal(v, arg0(args), 0)
 		},
-		"ne": func(st *state, v any, args []any) (bool, error) {
-			e, err := st.equal(v, arg0(args), 0)
-			return !e, err
-		},
+		"ne": ne,
+		"!=": ne,
 		"in": func(st *state, v any, args []any) (bool, error) { return st.contains(arg0(args), v) },
 		"lower": func(st *state, v any, _ []any) (bool, error) {
 			s, ok := v.(string)
@@ -825,9 +1248,13 @@ func init() {
 			return ok && strIs(s, "isupper"), st.spend(int64(len(s)))
 		},
 		"gt":          cmpTest(func(c int) bool { return c > 0 }),
+		">":           cmpTest(func(c int) bool { return c > 0 }),
 		"ge":          cmpTest(func(c int) bool { return c >= 0 }),
+		">=":          cmpTest(func(c int) bool { return c >= 0 }),
 		"lt":          cmpTest(func(c int) bool { return c < 0 }),
+		"<":           cmpTest(func(c int) bool { return c < 0 }),
 		"le":          cmpTest(func(c int) bool { return c <= 0 }),
+		"<=":          cmpTest(func(c int) bool { return c <= 0 }),
 		"greaterthan": cmpTest(func(c int) bool { return c > 0 }),
 		"lessthan":    cmpTest(func(c int) bool { return c < 0 }),
 	}

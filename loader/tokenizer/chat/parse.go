@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -44,6 +45,27 @@ type (
 		params []param
 		body   []node
 	}
+	// callBlockNode is {% call(params) m(args) %}body{% endcall %}: m is
+	// called with caller, a macro of params whose body is body.
+	callBlockNode struct {
+		call   *callExpr
+		caller *macroNode
+		line   int
+	}
+	// filterBlockNode is {% filter f|g(x) %}body{% endfilter %}.
+	filterBlockNode struct {
+		filters []*filterExpr // each with a nil arg
+		body    []node
+		line    int
+	}
+	// withNode is {% with a = x, b = y %}body{% endwith %}: the values are
+	// evaluated in the outer scope, and the body runs in an inner one.
+	withNode struct {
+		targets []string
+		values  []expr
+		body    []node
+		line    int
+	}
 	breakNode    struct{}
 	continueNode struct{}
 )
@@ -65,38 +87,53 @@ type (
 	indexExpr struct{ obj, idx expr }
 	sliceExpr struct{ obj, lo, hi, step expr }
 	callExpr  struct {
-		fn     expr
-		args   []expr
-		kwargs []kwarg
+		fn expr
+		callArgs
 	}
 	filterExpr struct {
-		arg    expr
-		name   string
-		args   []expr
-		kwargs []kwarg
+		arg  expr
+		name string
+		callArgs
 	}
 	testExpr struct {
 		arg  expr
 		name string
-		args []expr
-		neg  bool
+		callArgs
+		neg bool
 	}
 	binExpr struct {
 		op   string
 		l, r expr
+	}
+	// compareExpr is a chain of comparisons, Python's a < b < c: each
+	// operand is evaluated once, and the chain stops at the first false.
+	compareExpr struct {
+		first expr
+		ops   []string
+		rest  []expr
 	}
 	unaryExpr struct {
 		op string
 		e  expr
 	}
 	condExpr struct{ cond, a, b expr } // a if cond else b
-	listExpr struct{ items []expr }
+	listExpr struct {
+		items []expr
+		tuple bool
+	}
 	dictExpr struct{ keys, vals []expr }
 )
 
 type kwarg struct {
 	name string
 	v    expr
+}
+
+// callArgs are the arguments of a call, filter or test: f(a, k=v, *l, **d).
+type callArgs struct {
+	args           []expr
+	kwargs         []kwarg
+	star, starStar expr
 }
 
 // ---------------------------------------------------------------------------
@@ -401,30 +438,88 @@ func (p *parser) parseStmt(kw string) (node, error) {
 		if err := p.expectOp("("); err != nil {
 			return nil, err
 		}
-		for !p.isOp(")") {
-			pn, err := p.ident()
-			if err != nil {
-				return nil, err
-			}
-			prm := param{name: pn}
-			if p.isOp("=") {
-				p.tp++
-				if prm.def, err = p.parseExpr(); err != nil {
-					return nil, err
-				}
-			}
-			n.params = append(n.params, prm)
-			if p.isOp(",") {
-				p.tp++
-			} else if !p.isOp(")") {
-				return nil, p.errf("expected ',' or ')' in macro parameters")
-			}
+		if n.params, err = p.parseSignature(); err != nil {
+			return nil, err
 		}
-		p.tp++
 		if err := p.expectEnd(); err != nil {
 			return nil, err
 		}
 		body, _, err := p.parseBody([]string{"endmacro"})
+		if err != nil {
+			return nil, err
+		}
+		n.body = body
+		return n, p.expectEnd()
+	case "call":
+		n := &callBlockNode{caller: &macroNode{name: "caller"}, line: p.line}
+		if p.isOp("(") {
+			p.tp++
+			var err error
+			if n.caller.params, err = p.parseSignature(); err != nil {
+				return nil, err
+			}
+		}
+		e, err := p.parseExpr()
+		if err != nil {
+			return nil, err
+		}
+		call, ok := e.(*callExpr)
+		if !ok {
+			return nil, p.errf("expected a call in {%% call %%}")
+		}
+		n.call = call
+		if err := p.expectEnd(); err != nil {
+			return nil, err
+		}
+		if n.caller.body, _, err = p.parseBody([]string{"endcall"}); err != nil {
+			return nil, err
+		}
+		return n, p.expectEnd()
+	case "filter":
+		n := &filterBlockNode{line: p.line}
+		for {
+			f, err := p.parseFilter(nil)
+			if err != nil {
+				return nil, err
+			}
+			n.filters = append(n.filters, f)
+			if !p.isOp("|") {
+				break
+			}
+			p.tp++
+		}
+		if err := p.expectEnd(); err != nil {
+			return nil, err
+		}
+		body, _, err := p.parseBody([]string{"endfilter"})
+		if err != nil {
+			return nil, err
+		}
+		n.body = body
+		return n, p.expectEnd()
+	case "with":
+		n := &withNode{line: p.line}
+		for p.peek().kind != tkEOF {
+			if len(n.targets) > 0 {
+				if err := p.expectOp(","); err != nil {
+					return nil, err
+				}
+			}
+			name, err := p.ident()
+			if err != nil {
+				return nil, err
+			}
+			if err := p.expectOp("="); err != nil {
+				return nil, err
+			}
+			v, err := p.parseExpr()
+			if err != nil {
+				return nil, err
+			}
+			n.targets = append(n.targets, name)
+			n.values = append(n.values, v)
+		}
+		body, _, err := p.parseBody([]string{"endwith"})
 		if err != nil {
 			return nil, err
 		}
@@ -452,6 +547,34 @@ func (p *parser) parseStmt(kw string) (node, error) {
 	}
 }
 
+// parseSignature parses macro parameters after "(", through ")".
+func (p *parser) parseSignature() ([]param, error) {
+	var params []param
+	for !p.isOp(")") {
+		pn, err := p.ident()
+		if err != nil {
+			return nil, err
+		}
+		prm := param{name: pn}
+		if p.isOp("=") {
+			p.tp++
+			if prm.def, err = p.parseExpr(); err != nil {
+				return nil, err
+			}
+		} else if len(params) > 0 && params[len(params)-1].def != nil {
+			return nil, p.errf("non-default argument follows default argument")
+		}
+		params = append(params, prm)
+		if p.isOp(",") {
+			p.tp++
+		} else if !p.isOp(")") {
+			return nil, p.errf("expected ',' or ')' in macro parameters")
+		}
+	}
+	p.tp++
+	return params, nil
+}
+
 // parseTuple parses "a, b, c" as a list literal (Jinja tuples), or one expr.
 func (p *parser) parseTuple() (expr, error) {
 	e, err := p.parseExpr()
@@ -473,7 +596,7 @@ func (p *parser) parseTuple() (expr, error) {
 		}
 		items = append(items, e)
 	}
-	return &listExpr{items}, nil
+	return &listExpr{items: items, tuple: true}, nil
 }
 
 func (p *parser) enter() error {
@@ -559,16 +682,26 @@ func (p *parser) parseNot() (expr, error) {
 	return p.parseCompare()
 }
 
+// The expression grammar is Jinja's (jinja2/parser.py), loosest first:
+// conditional, or, and, not, comparisons (chained: a < b < c), + and -,
+// ~, * / // %, ** (left-associative: 2 ** 3 ** 2 is 64), unary - and +
+// (binding tighter than **: -1 ** 2 is 1), then a primary with its
+// postfixes, then filters and tests, which apply to the whole unary
+// (-x|abs is abs(-x)).
+
+var compareOps = map[string]bool{"==": true, "!=": true, "<": true, ">": true, "<=": true, ">=": true}
+
 func (p *parser) parseCompare() (expr, error) {
-	l, err := p.parseConcat()
+	l, err := p.parseMath1()
 	if err != nil {
 		return nil, err
 	}
+	var c *compareExpr
 	for {
 		t := p.peek()
 		var op string
 		switch {
-		case t.kind == tkOp && (t.s == "==" || t.s == "!=" || t.s == "<" || t.s == ">" || t.s == "<=" || t.s == ">="):
+		case t.kind == tkOp && compareOps[t.s]:
 			op = t.s
 			p.tp++
 		case t.kind == tkName && t.s == "in":
@@ -578,121 +711,99 @@ func (p *parser) parseCompare() (expr, error) {
 			op = "not in"
 			p.tp += 2
 		default:
+			if c == nil {
+				return l, nil
+			}
+			return c, nil
+		}
+		r, err := p.parseMath1()
+		if err != nil {
+			return nil, err
+		}
+		if c == nil {
+			c = &compareExpr{first: l}
+		}
+		c.ops = append(c.ops, op)
+		c.rest = append(c.rest, r)
+	}
+}
+
+// binaryLoop parses a left-associative chain of ops over operands.
+func (p *parser) binaryLoop(operand func() (expr, error), ops ...string) (expr, error) {
+	l, err := operand()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		t := p.peek()
+		if t.kind != tkOp || !slices.Contains(ops, t.s) {
 			return l, nil
 		}
-		r, err := p.parseConcat()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: op, l: l, r: r}
-	}
-}
-
-func (p *parser) parseConcat() (expr, error) {
-	l, err := p.parseAdd()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("~") {
 		p.tp++
-		r, err := p.parseAdd()
+		r, err := operand()
 		if err != nil {
 			return nil, err
 		}
-		l = &binExpr{op: "~", l: l, r: r}
+		l = &binExpr{op: t.s, l: l, r: r}
 	}
-	return l, nil
 }
 
-func (p *parser) parseAdd() (expr, error) {
-	l, err := p.parseMul()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("+") || p.isOp("-") {
-		op := p.next().s
-		r, err := p.parseMul()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: op, l: l, r: r}
-	}
-	return l, nil
+func (p *parser) parseMath1() (expr, error) { return p.binaryLoop(p.parseConcat, "+", "-") }
+
+func (p *parser) parseConcat() (expr, error) { return p.binaryLoop(p.parseMath2, "~") }
+
+func (p *parser) parseMath2() (expr, error) {
+	return p.binaryLoop(p.parsePow, "*", "/", "//", "%")
 }
 
-func (p *parser) parseMul() (expr, error) {
-	l, err := p.parseUnary()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%") {
-		op := p.next().s
-		r, err := p.parseUnary()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: op, l: l, r: r}
-	}
-	return l, nil
+func (p *parser) parsePow() (expr, error) {
+	return p.binaryLoop(func() (expr, error) { return p.parseUnary(true) }, "**")
 }
 
-func (p *parser) parseUnary() (expr, error) {
+func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	var e expr
 	if p.isOp("-") || p.isOp("+") {
 		op := p.next().s
 		if err := p.enter(); err != nil {
 			return nil, err
 		}
-		defer func() { p.depth-- }()
-		e, err := p.parseUnary()
+		inner, err := p.parseUnary(false)
+		p.depth--
 		if err != nil {
 			return nil, err
 		}
-		return &unaryExpr{op: op, e: e}, nil
-	}
-	return p.parsePow()
-}
-
-func (p *parser) parsePow() (expr, error) {
-	l, err := p.parseFilterTest()
-	if err != nil {
-		return nil, err
-	}
-	if p.isOp("**") {
-		p.tp++
-		if err := p.enter(); err != nil {
+		e = &unaryExpr{op: op, e: inner}
+	} else {
+		var err error
+		if e, err = p.parsePrimary(); err != nil {
 			return nil, err
 		}
-		defer func() { p.depth-- }()
-		r, err := p.parseUnary()
-		if err != nil {
-			return nil, err
-		}
-		return &binExpr{op: "**", l: l, r: r}, nil
 	}
-	return l, nil
+	e, err := p.parsePostfixOf(e)
+	if err != nil || !withFilter {
+		return e, err
+	}
+	return p.parseFilterTest(e)
 }
 
-func (p *parser) parseFilterTest() (expr, error) {
-	e, err := p.parsePostfix()
-	if err != nil {
-		return nil, err
-	}
+// parseFilterTest parses the filters, tests and calls after an operand.
+func (p *parser) parseFilterTest(e expr) (expr, error) {
 	for {
 		switch {
 		case p.isOp("|"):
 			p.tp++
-			name, err := p.dottedName()
+			f, err := p.parseFilter(e)
 			if err != nil {
 				return nil, err
 			}
-			f := &filterExpr{arg: e, name: name}
-			if p.isOp("(") {
-				p.tp++
-				if f.args, f.kwargs, err = p.parseArgs(); err != nil {
-					return nil, err
-				}
-			}
 			e = f
+		case p.isOp("("):
+			p.tp++
+			a, err := p.parseArgs()
+			if err != nil {
+				return nil, err
+			}
+			e = &callExpr{fn: e, callArgs: a}
 		case p.isName("is"):
 			p.tp++
 			t := &testExpr{arg: e}
@@ -700,17 +811,18 @@ func (p *parser) parseFilterTest() (expr, error) {
 				p.tp++
 				t.neg = true
 			}
-			tok := p.next()
-			if tok.kind != tkName {
+			name, err := p.dottedName()
+			if err != nil {
 				return nil, p.errf("expected a test name after 'is'")
 			}
-			t.name = tok.s
+			t.name = name
 			if p.isOp("(") {
 				p.tp++
-				if t.args, _, err = p.parseArgs(); err != nil {
+				if t.callArgs, err = p.parseArgs(); err != nil {
 					return nil, err
 				}
 			} else if pk := p.peek(); pk.kind == tkString || pk.kind == tkInt || pk.kind == tkFloat ||
+				pk.kind == tkOp && (pk.s == "[" || pk.s == "{") ||
 				(pk.kind == tkName && pk.s != "and" && pk.s != "or" && pk.s != "else" && pk.s != "if" && pk.s != "is" && pk.s != "in" && pk.s != "not") {
 				arg, err := p.parsePostfix()
 				if err != nil {
@@ -723,6 +835,23 @@ func (p *parser) parseFilterTest() (expr, error) {
 			return e, nil
 		}
 	}
+}
+
+// parseFilter parses "name" or "name(args)" after a "|"; arg is what it
+// filters (nil in a filter block).
+func (p *parser) parseFilter(arg expr) (*filterExpr, error) {
+	name, err := p.dottedName()
+	if err != nil {
+		return nil, err
+	}
+	f := &filterExpr{arg: arg, name: name}
+	if p.isOp("(") {
+		p.tp++
+		if f.callArgs, err = p.parseArgs(); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 func (p *parser) dottedName() (string, error) {
@@ -741,33 +870,58 @@ func (p *parser) dottedName() (string, error) {
 	return name, nil
 }
 
-func (p *parser) parseArgs() ([]expr, []kwarg, error) {
-	var args []expr
-	var kwargs []kwarg
+// parseArgs parses call arguments after "(": positional, name=value,
+// *list and **dict, as Jinja's parse_call_args.
+func (p *parser) parseArgs() (callArgs, error) {
+	var a callArgs
 	for !p.isOp(")") {
-		if p.peek().kind == tkName && p.tp+1 < len(p.toks) && p.toks[p.tp+1].kind == tkOp && p.toks[p.tp+1].s == "=" {
+		switch {
+		case p.isOp("*"):
+			p.tp++
+			if a.star != nil || a.starStar != nil {
+				return a, p.errf("invalid syntax for function call expression")
+			}
+			v, err := p.parseExpr()
+			if err != nil {
+				return a, err
+			}
+			a.star = v
+		case p.isOp("**"):
+			p.tp++
+			if a.starStar != nil {
+				return a, p.errf("invalid syntax for function call expression")
+			}
+			v, err := p.parseExpr()
+			if err != nil {
+				return a, err
+			}
+			a.starStar = v
+		case p.peek().kind == tkName && p.tp+1 < len(p.toks) && p.toks[p.tp+1].kind == tkOp && p.toks[p.tp+1].s == "=":
 			name := p.next().s
 			p.tp++
 			v, err := p.parseExpr()
 			if err != nil {
-				return nil, nil, err
+				return a, err
 			}
-			kwargs = append(kwargs, kwarg{name, v})
-		} else {
+			a.kwargs = append(a.kwargs, kwarg{name, v})
+		default:
+			if a.star != nil || a.starStar != nil || len(a.kwargs) > 0 {
+				return a, p.errf("invalid syntax for function call expression (a positional argument after a keyword argument)")
+			}
 			v, err := p.parseExpr()
 			if err != nil {
-				return nil, nil, err
+				return a, err
 			}
-			args = append(args, v)
+			a.args = append(a.args, v)
 		}
 		if p.isOp(",") {
 			p.tp++
 		} else if !p.isOp(")") {
-			return nil, nil, p.errf("expected ',' or ')' in arguments, got %s", describe(p.peek()))
+			return a, p.errf("expected ',' or ')' in arguments, got %s", describe(p.peek()))
 		}
 	}
 	p.tp++
-	return args, kwargs, nil
+	return a, nil
 }
 
 func (p *parser) parsePostfix() (expr, error) {
@@ -775,6 +929,11 @@ func (p *parser) parsePostfix() (expr, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.parsePostfixOf(e)
+}
+
+// parsePostfixOf parses the attributes, subscripts and calls after e.
+func (p *parser) parsePostfixOf(e expr) (expr, error) {
 	for {
 		switch {
 		case p.isOp("."):
@@ -822,11 +981,11 @@ func (p *parser) parsePostfix() (expr, error) {
 			}
 		case p.isOp("("):
 			p.tp++
-			args, kwargs, err := p.parseArgs()
+			a, err := p.parseArgs()
 			if err != nil {
 				return nil, err
 			}
-			e = &callExpr{fn: e, args: args, kwargs: kwargs}
+			e = &callExpr{fn: e, callArgs: a}
 		default:
 			return e, nil
 		}
@@ -862,7 +1021,7 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "(":
 			if p.isOp(")") {
 				p.tp++
-				return &listExpr{}, nil
+				return &listExpr{tuple: true}, nil
 			}
 			e, err := p.parseExpr()
 			if err != nil {
@@ -881,7 +1040,7 @@ func (p *parser) parsePrimary() (expr, error) {
 					}
 					items = append(items, v)
 				}
-				e = &listExpr{items}
+				e = &listExpr{items: items, tuple: true}
 			}
 			return e, p.expectOp(")")
 		case "[":
@@ -961,6 +1120,19 @@ func checkDepth(nodes []node) error {
 				exprs = append(exprs, p.def)
 			}
 			bodies = [][]node{x.body}
+		case *callBlockNode:
+			exprs, line = []expr{x.call}, x.line
+			for _, p := range x.caller.params {
+				exprs = append(exprs, p.def)
+			}
+			bodies = [][]node{x.caller.body}
+		case *filterBlockNode:
+			for _, f := range x.filters {
+				exprs = append(exprs, f)
+			}
+			bodies, line = [][]node{x.body}, x.line
+		case *withNode:
+			exprs, bodies, line = x.values, [][]node{x.body}, x.line
 		}
 		for _, e := range exprs {
 			if d := exprDepth(e); d > maxExprDepth {
@@ -1000,10 +1172,12 @@ func exprDepth(root expr) int {
 				stack = append(stack, item{e, it.d + 1})
 			}
 		}
-		pushKw := func(kws []kwarg) {
-			for _, k := range kws {
+		pushArgs := func(a callArgs) {
+			push(a.args...)
+			for _, k := range a.kwargs {
 				push(k.v)
 			}
+			push(a.star, a.starStar)
 		}
 		switch x := it.e.(type) {
 		case *attrExpr:
@@ -1014,17 +1188,18 @@ func exprDepth(root expr) int {
 			push(x.obj, x.lo, x.hi, x.step)
 		case *callExpr:
 			push(x.fn)
-			push(x.args...)
-			pushKw(x.kwargs)
+			pushArgs(x.callArgs)
 		case *filterExpr:
 			push(x.arg)
-			push(x.args...)
-			pushKw(x.kwargs)
+			pushArgs(x.callArgs)
 		case *testExpr:
 			push(x.arg)
-			push(x.args...)
+			pushArgs(x.callArgs)
 		case *binExpr:
 			push(x.l, x.r)
+		case *compareExpr:
+			push(x.first)
+			push(x.rest...)
 		case *unaryExpr:
 			push(x.e)
 		case *condExpr:

@@ -53,6 +53,11 @@ func FuzzRender(f *testing.F) {
 		"{{ strftime_now('%Y') }}", "{% include 'x' %}", "{{ (((((1))))) }}", "{% raw %}{{ x }}{% endraw %}",
 		"{%- for m in messages -%}{{- m.content | replace('e', 'E') -}}{%- endfor -%}",
 		"{{ messages | map(attribute='role') | join(',') }}", "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+		// Constructs from the Jinja compatibility review.
+		"{% macro m(a, b=a) %}{{ caller(a) }}{% endmacro %}{% call(x) m(1) %}{{ x }}{% endcall %}",
+		"{% filter upper %}{% with a = 1 %}{{ a }}{% endwith %}{% endfilter %}", "{{ '%-*.*f|%(a)s' % (5, 2, 1.5) }}",
+		"{{ [1, 2] | batch(1) | sum(start=[]) | max }}", "{{ 2.675 | round(2) }} {{ 'a\\\nb\\u00e9' }}", "{{ 1 < 2 < 3 }}{{ -1 ** 2 }}",
+		"{{ messages | tojson(true, '\\t', (',', ':'), true) }}", "{{ (1,) }}{{ 'x'.partition('x') }}{{ 'a\\nb'.splitlines() }}",
 		// The hostile classes of sandbox_test.go.
 		"{% set l = [] %}{% set _ = l.append(l) %}{{ l }}{{ l | tojson }}", "{% set ns = namespace() %}{% set ns.s = ns %}{{ ns == ns }}{{ ns | string }}",
 		"{% set d = {} %}{% set _ = d.update({'a': [d]}) %}{{ d | dictsort }}{{ d in [d] }}",

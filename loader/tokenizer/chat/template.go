@@ -13,9 +13,12 @@
 // are 64-bit and overflow is an error (Jinja has big integers); no Go value
 // or pointer is ever printed.
 // Rendering follows transformers' environment: trim_blocks and
-// lstrip_blocks on, loop controls (break/continue) enabled, tojson like
-// Python's json.dumps(ensure_ascii=False), raise_exception, strftime_now and
-// namespace as globals.
+// lstrip_blocks on, keep_trailing_newline off, loop controls
+// (break/continue) enabled, tojson as transformers defines it (json.dumps
+// with ensure_ascii=False, indent, separators and sort_keys),
+// raise_exception, strftime_now and namespace as globals. Parsing and
+// printing follow Jinja and Python: operator precedence, string escapes,
+// tuples and reprs.
 package chat
 
 import (

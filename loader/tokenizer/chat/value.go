@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -22,6 +24,7 @@ type undefined struct{}
 type list struct {
 	items []any
 	busy  bool // being printed, for cycle detection
+	tuple bool // a Python tuple: prints as (a, b), is not equal to a list
 }
 
 type dict struct {
@@ -65,8 +68,16 @@ type macro struct {
 // loopCtx is the loop variable of a for loop; its fields are computed when
 // read, so an iteration allocates one small object.
 type loopCtx struct {
-	i     int
-	items []any
+	i      int
+	items  []any
+	shared *loopShared
+}
+
+// loopShared is what every iteration's loop object shares: the values
+// loop.changed saw last.
+type loopShared struct {
+	changedSet bool
+	changed    []any
 }
 
 func (l *loopCtx) attr(name string) any {
@@ -103,6 +114,27 @@ func (l *loopCtx) attr(name string) any {
 			}
 			return args[idx%len(args)], nil
 		})
+	case "changed":
+		// True on the first call and whenever the arguments differ from
+		// the previous call's.
+		sh := l.shared
+		return newFn("changed", func(st *state, args []any, _ map[string]any) (any, error) {
+			if sh == nil {
+				return true, nil
+			}
+			if sh.changedSet {
+				same, err := st.equal(&list{items: args, tuple: true}, &list{items: sh.changed, tuple: true}, 0)
+				if err != nil || same {
+					return false, err
+				}
+			}
+			sh.changedSet, sh.changed = true, args
+			return true, nil
+		})
+	case "depth":
+		return int64(1) // no recursive loops
+	case "depth0":
+		return int64(0)
 	}
 	return undefined{}
 }
@@ -314,7 +346,14 @@ func (p *printer) repr(v any, depth int) error {
 			return p.write("[...]")
 		}
 		defer leave(x)
-		if err := p.write("["); err != nil {
+		open, end := "[", "]"
+		if x.tuple {
+			open, end = "(", ")"
+			if len(x.items) == 1 {
+				end = ",)"
+			}
+		}
+		if err := p.write(open); err != nil {
 			return err
 		}
 		for i, it := range x.items {
@@ -327,7 +366,7 @@ func (p *printer) repr(v any, depth int) error {
 				return err
 			}
 		}
-		return p.write("]")
+		return p.write(end)
 	case *dict:
 		rec, err := p.enter(x, depth)
 		if err != nil {
@@ -361,7 +400,9 @@ func (p *printer) repr(v any, depth int) error {
 	return p.write(scalarStr(v))
 }
 
-// reprString writes Python's repr of a string.
+// reprString writes Python's repr of a string: characters Python does not
+// print (controls, format characters, separators other than the space,
+// unassigned ones) are \xNN, \uNNNN or \UNNNNNNNN escapes.
 func (p *printer) reprString(x string) error {
 	q := byte('\'')
 	if strings.IndexByte(x, '\'') >= 0 && strings.IndexByte(x, '"') < 0 {
@@ -379,10 +420,14 @@ func (p *printer) reprString(x string) error {
 			return `\r`
 		case r == '\t':
 			return `\t`
-		case r < 0x20 || r == 0x7f:
+		case unicode.IsPrint(r):
+			return ""
+		case r < 0x100:
 			return fmt.Sprintf(`\x%02x`, r)
+		case r < 0x10000:
+			return fmt.Sprintf(`\u%04x`, r)
 		}
-		return ""
+		return fmt.Sprintf(`\U%08x`, r)
 	}
 	n := 2
 	for _, r := range x {
@@ -407,26 +452,32 @@ func (p *printer) reprString(x string) error {
 	return nil
 }
 
-// toJSON writes v like Python's json.dumps(v, ensure_ascii=False) with the
-// given indent (<0: none). A container that contains itself is an error, as
-// in Python ("Circular reference detected").
-func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
+// jsonOptions are json.dumps's: indent ("" with pretty for indent=0),
+// the item and key separators, sort_keys and ensure_ascii.
+type jsonOptions struct {
+	pretty          bool
+	indent          string
+	itemSep, keySep string
+	sortKeys, ascii bool
+}
+
+// toJSON writes v like Python's json.dumps with the given options. A
+// container that contains itself is an error, as in Python ("Circular
+// reference detected").
+func (p *printer) toJSON(v any, o *jsonOptions, level int) error {
 	nl := func(l int) error {
-		if indent < 0 {
+		if !o.pretty {
 			return nil
 		}
-		if err := p.grow(1 + indent*l); err != nil {
+		size := addSize(1, mulSize(int64(len(o.indent)), int64(l)))
+		if err := p.grow(int(min(size, math.MaxInt32))); err != nil {
 			return err
 		}
 		p.b.WriteByte('\n')
-		for range indent * l {
-			p.b.WriteByte(' ')
+		for range l {
+			p.b.WriteString(o.indent)
 		}
 		return nil
-	}
-	itemSep := ", "
-	if indent >= 0 {
-		itemSep = ","
 	}
 	switch x := v.(type) {
 	case nil, undefined:
@@ -449,7 +500,7 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 		}
 		return p.write(pyFloat(x))
 	case string:
-		return p.jsonString(x)
+		return p.jsonString(x, o.ascii)
 	case *list:
 		if len(x.items) == 0 {
 			return p.write("[]")
@@ -467,14 +518,14 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 		}
 		for i, it := range x.items {
 			if i > 0 {
-				if err := p.write(itemSep); err != nil {
+				if err := p.write(o.itemSep); err != nil {
 					return err
 				}
 			}
 			if err := nl(level + 1); err != nil {
 				return err
 			}
-			if err := p.toJSON(it, indent, level+1, sortKeys); err != nil {
+			if err := p.toJSON(it, o, level+1); err != nil {
 				return err
 			}
 		}
@@ -495,7 +546,7 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 		}
 		defer leave(x)
 		keys := x.keys
-		if sortKeys {
+		if o.sortKeys {
 			if err := p.st.newList(int64(len(keys)), "tojson's sorted keys"); err != nil {
 				return err
 			}
@@ -503,27 +554,27 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 				return err
 			}
 			keys = append([]string(nil), keys...)
-			sort.Strings(keys)
+			sort.Strings(keys) // byte order is code point order, as Python sorts
 		}
 		if err := p.write("{"); err != nil {
 			return err
 		}
 		for i, k := range keys {
 			if i > 0 {
-				if err := p.write(itemSep); err != nil {
+				if err := p.write(o.itemSep); err != nil {
 					return err
 				}
 			}
 			if err := nl(level + 1); err != nil {
 				return err
 			}
-			if err := p.jsonString(k); err != nil {
+			if err := p.jsonString(k, o.ascii); err != nil {
 				return err
 			}
-			if err := p.write(": "); err != nil {
+			if err := p.write(o.keySep); err != nil {
 				return err
 			}
-			if err := p.toJSON(x.m[k], indent, level+1, sortKeys); err != nil {
+			if err := p.toJSON(x.m[k], o, level+1); err != nil {
 				return err
 			}
 		}
@@ -535,7 +586,10 @@ func (p *printer) toJSON(v any, indent, level int, sortKeys bool) error {
 	return fmt.Errorf("tojson: cannot serialize %s", typeName(v))
 }
 
-func jsonEscape(r rune) string {
+// jsonEscape is json.dumps's escape of r ("" when it is written as it is);
+// with ascii (ensure_ascii=True) every character outside ' '..'~' is a
+// \uXXXX escape, a surrogate pair beyond the BMP.
+func jsonEscape(r rune, ascii bool) string {
 	switch r {
 	case '"':
 		return `\"`
@@ -552,16 +606,20 @@ func jsonEscape(r rune) string {
 	case '\f':
 		return `\f`
 	}
-	if r < 0x20 {
+	if r < 0x20 || ascii && r >= 0x7f {
+		if r > 0xffff {
+			r1, r2 := utf16.EncodeRune(r)
+			return fmt.Sprintf(`\u%04x\u%04x`, r1, r2)
+		}
 		return fmt.Sprintf(`\u%04x`, r)
 	}
 	return ""
 }
 
-func (p *printer) jsonString(s string) error {
+func (p *printer) jsonString(s string, ascii bool) error {
 	n := 2
 	for _, r := range s {
-		if e := jsonEscape(r); e != "" {
+		if e := jsonEscape(r, ascii); e != "" {
 			n += len(e)
 		} else {
 			n += utf8.RuneLen(r)
@@ -572,7 +630,7 @@ func (p *printer) jsonString(s string) error {
 	}
 	p.b.WriteByte('"')
 	for _, r := range s {
-		if e := jsonEscape(r); e != "" {
+		if e := jsonEscape(r, ascii); e != "" {
 			p.b.WriteString(e)
 		} else {
 			p.b.WriteRune(r)
