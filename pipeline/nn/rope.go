@@ -198,17 +198,21 @@ func llama3Freq(inv []float64, factor, lowFactor, highFactor, oldCtx float64) []
 // yarnFreq is YaRN (arXiv:2309.00071) as transformers implements it.
 func yarnFreq(p RopeParams, dim int) ([]float64, float64, error) {
 	s := p.Scaling
-	factor, ok := num(s, "factor")
-	if !ok {
-		return nil, 0, fmt.Errorf("rope_scaling (rope_type \"yarn\") needs a numeric \"factor\"")
-	}
+	// The factor is the config's; only without one is it the ratio of
+	// max_position_embeddings to original_max_position_embeddings (as
+	// transformers has read it since 4.56: Qwen's model cards add factor 4
+	// over 32768 original positions to configs whose
+	// max_position_embeddings is 32768 or 40960).
+	factor, hasFactor := num(s, "factor")
 	origMax := float64(p.MaxPositions)
 	if v, ok := num(s, "original_max_position_embeddings"); ok {
 		origMax = v
-		factor = float64(p.MaxPositions) / origMax
-		if p.MaxPositions == 0 {
-			factor, _ = num(s, "factor")
+		if !hasFactor && p.MaxPositions > 0 && v > 0 {
+			factor, hasFactor = float64(p.MaxPositions)/v, true
 		}
+	}
+	if !hasFactor {
+		return nil, 0, fmt.Errorf("rope_scaling (rope_type \"yarn\") needs a numeric \"factor\" (or original_max_position_embeddings and max_position_embeddings to derive it)")
 	}
 	mscale := func(scale, m float64) float64 {
 		if scale <= 1 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -42,6 +43,40 @@ func TestRopeTypes(t *testing.T) {
 	}
 	if _, err := NewRope(RopeParams{Theta: 10000, HeadDim: 64, Scaling: scaling(t, `{"rope_type":"longrope","short_factor":[1],"long_factor":[1]}`)}); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("longrope: %v", err)
+	}
+}
+
+// YaRN's factor is the config's, not max_position_embeddings over
+// original_max_position_embeddings (transformers since 4.56): Qwen3-8B
+// (40960 positions) and Qwen2.5 (32768) with their model cards' factor 4
+// over 32768 original positions scale as factor 4 does; without a factor
+// the ratio stands in.
+func TestRopeYarnExplicitFactor(t *testing.T) {
+	want, err := NewRope(RopeParams{Theta: 1e6, HeadDim: 128, MaxPositions: 131072,
+		Scaling: scaling(t, `{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, maxPos := range []int{40960, 32768} {
+		r, err := NewRope(RopeParams{Theta: 1e6, HeadDim: 128, MaxPositions: maxPos,
+			Scaling: scaling(t, `{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.AttentionFactor != want.AttentionFactor || !slices.Equal(r.InvFreq, want.InvFreq) {
+			t.Errorf("max_position_embeddings %d: attention factor %v, want %v (factor 4's)", maxPos, r.AttentionFactor, want.AttentionFactor)
+		}
+	}
+	r, err := NewRope(RopeParams{Theta: 1e6, HeadDim: 128, MaxPositions: 131072,
+		Scaling: scaling(t, `{"rope_type":"yarn","original_max_position_embeddings":32768}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AttentionFactor != want.AttentionFactor || !slices.Equal(r.InvFreq, want.InvFreq) {
+		t.Errorf("no factor: attention factor %v, want the ratio 4's %v", r.AttentionFactor, want.AttentionFactor)
+	}
+	if _, err := NewRope(RopeParams{Theta: 1e6, HeadDim: 128, Scaling: scaling(t, `{"rope_type":"yarn"}`)}); err == nil {
+		t.Error("yarn without a factor or positions to derive it: no error")
 	}
 }
 

@@ -333,7 +333,7 @@ func (m *Model) Experts(l int, name string, out, in int) [][]float64 {
 func (c Config) yarn() ([]float64, float64) {
 	dim := float64(c.HeadDim)
 	base := c.Theta
-	factor := float64(c.MaxPositions) / float64(c.OrigMax) // original_max_position_embeddings is set
+	factor := c.Factor // the config's, as transformers reads it
 	att := 0.1*math.Log(factor) + 1
 	corr := func(rot float64) float64 {
 		return dim * math.Log(float64(c.OrigMax)/(rot*2*math.Pi)) / (2 * math.Log(base))
