@@ -131,8 +131,10 @@ func TestGroupNormMultiHeadAttentionUpsample(t *testing.T) {
 // for Activate.
 func TestActivations(t *testing.T) {
 	xs := []float32{-3, -1, -0.1, 0, 0.5, 2}
-	names := []string{"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast", "quick_gelu"}
-	require.Equal(t, []string{"gelu", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "quick_gelu", "silu", "swish"}, ActivationNames())
+	names := []string{"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_accurate", "quick_gelu",
+		"relu", "relu2", "sigmoid", "tanh", "mish"}
+	require.Equal(t, []string{"gelu", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "mish", "quick_gelu",
+		"relu", "relu2", "sigmoid", "silu", "swish", "tanh"}, ActivationNames())
 	out := MustExecOnceN(refcheck.GoBackend(t), func(in []*Node) []*Node {
 		var outs []*Node
 		for _, n := range names {
@@ -155,6 +157,16 @@ func TestActivations(t *testing.T) {
 				want = 0.5 * xf * (1 + math.Erf(xf/math.Sqrt2))
 			case "quick_gelu":
 				want = xf / (1 + math.Exp(-1.702*xf))
+			case "relu":
+				want = math.Max(xf, 0)
+			case "relu2":
+				want = math.Max(xf, 0) * math.Max(xf, 0)
+			case "sigmoid":
+				want = 1 / (1 + math.Exp(-xf))
+			case "tanh":
+				want = math.Tanh(xf)
+			case "mish":
+				want = xf * math.Tanh(math.Log1p(math.Exp(xf)))
 			default:
 				want = float64(tanh[j])
 			}

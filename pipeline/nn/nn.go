@@ -283,18 +283,32 @@ func GELUTanh(x *Node) *Node {
 // QuickGELU is CLIP's x * sigmoid(1.702 x).
 func QuickGELU(x *Node) *Node { return Mul(x, Sigmoid(MulScalar(x, 1.702))) }
 
+// ReLU is max(x, 0).
+func ReLU(x *Node) *Node { return Max(x, ZerosLike(x)) }
+
+// ReLU2 is relu(x)² (transformers' "relu2", Primer's squared ReLU).
+func ReLU2(x *Node) *Node { return Square(ReLU(x)) }
+
+// Mish is x · tanh(softplus(x)).
+func Mish(x *Node) *Node { return Mul(x, Tanh(Softplus(x))) }
+
 // activations maps the names configs use (transformers' hidden_act or
-// hidden_activation, diffusers' act_fn) to the activation functions.
+// hidden_activation, as its ACT2FN names them; diffusers' act_fn) to the
+// activation functions. ("gelu_accurate" is the tanh approximation
+// written another way, the same function.)
 var activations = map[string]func(*Node) *Node{
 	"silu": SiLU, "swish": SiLU,
 	"gelu":              GELU,
-	"gelu_pytorch_tanh": GELUTanh, "gelu_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu_fast": GELUTanh,
+	"gelu_pytorch_tanh": GELUTanh, "gelu_tanh": GELUTanh, "gelu_new": GELUTanh, "gelu_fast": GELUTanh, "gelu_accurate": GELUTanh,
 	"quick_gelu": QuickGELU,
+	"relu":       ReLU, "relu2": ReLU2,
+	"sigmoid": Sigmoid, "tanh": Tanh, "mish": Mish,
 }
 
 // Activation returns the activation a config names ("silu"/"swish",
-// "gelu", "gelu_pytorch_tanh"/"gelu_tanh"/"gelu_new"/"gelu_fast",
-// "quick_gelu"), or nil when it is unknown.
+// "gelu", "gelu_pytorch_tanh"/"gelu_tanh"/"gelu_new"/"gelu_fast"/
+// "gelu_accurate", "quick_gelu", "relu", "relu2", "sigmoid", "tanh",
+// "mish"), or nil when it is unknown.
 func Activation(name string) func(*Node) *Node { return activations[name] }
 
 // KnownActivation reports whether Activation knows name; configs check it
