@@ -49,14 +49,15 @@ type piece struct {
 	id         int
 }
 
+// endsWithWord and startsWithWord are tokenizers' `\w$` and `^\w`.
 func endsWithWord(s string) bool {
 	r, sz := utf8.DecodeLastRuneInString(s)
-	return sz > 0 && (r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r))
+	return sz > 0 && isWordChar(r)
 }
 
 func startsWithWord(s string) bool {
 	r, sz := utf8.DecodeRuneInString(s)
-	return sz > 0 && (r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r))
+	return sz > 0 && isWordChar(r)
 }
 
 // split appends the pieces of s to dst, mirroring AddedVocabulary::find_matches.

@@ -62,24 +62,33 @@ func compileRegex(expr, where string) (matcher, error) {
 	return re, nil
 }
 
-type regexMatcher struct{ re *regexp2.Regexp }
+type regexMatcher struct {
+	re   *regexp2.Regexp
+	expr string // as written in tokenizer.json, for errors
+}
 
+// newRegexp2 compiles an Oniguruma pattern, as tokenizers writes them, with
+// regexp2 (see onigToNET).
 func newRegexp2(expr string) (regexMatcher, error) {
 	if len(expr) > 1<<16 {
 		return regexMatcher{}, fmt.Errorf("pattern longer than 64 KiB")
 	}
-	re, err := regexp2.Compile(expr, regexp2.None)
+	net, err := onigToNET(expr)
+	if err != nil {
+		return regexMatcher{}, err
+	}
+	re, err := regexp2.Compile(net, regexp2.Multiline)
 	if err != nil {
 		return regexMatcher{}, err
 	}
 	re.MatchTimeout = regexMatchTimeout
-	return regexMatcher{re}, nil
+	return regexMatcher{re, expr}, nil
 }
 
 func (m regexMatcher) findAll(s string, fn func(start, end int)) error {
 	idx, err := m.re.FindAllStringIndex(s, -1)
 	if err != nil {
-		return fmt.Errorf("regex %q: %w", m.re.String(), err)
+		return fmt.Errorf("regex %q: %w", m.expr, err)
 	}
 	for _, p := range idx {
 		fn(p[0], p[1])
@@ -87,10 +96,243 @@ func (m regexMatcher) findAll(s string, fn func(start, end int)) error {
 	return nil
 }
 
+// onigWord is Oniguruma's Unicode word class (CR_Word): Alphabetic (letters,
+// Nl, Other_Alphabetic), marks, Nd and Pc. \w inside a character class is
+// this. \w outside one, \W and \b test characters below U+0100 against a
+// Latin-1 table that also counts ²³¹¼½¾ (onigLatin1Word). regexp2's own \w
+// is L, Mn, Nd, Pc, U+200C and U+200D.
+const (
+	onigWord       = `\p{L}\p{Nl}\p{Other_Alphabetic}\p{M}\p{Nd}\p{Pc}`
+	onigLatin1Word = `\u00B2\u00B3\u00B9\u00BC-\u00BE`
+)
+
+// onigToNET rewrites a pattern in the syntax tokenizers compiles it with
+// (onig's default, ONIG_SYNTAX_ONIGURUMA, Ruby-like) into regexp2's .NET
+// syntax, for compiling with regexp2.Multiline (^ and $ are line anchors in
+// Oniguruma). It rewrites the constructs whose meaning differs:
+//
+//   - ^ does not match at the end of the text after a final newline:
+//     (?:^(?!\z)).
+//   - \w, \W, \b and \B use Oniguruma's word characters (onigWord).
+//   - The inline option m is .NET's s (dot matches newline).
+//   - {,n} is {0,n}.
+//
+// and rejects, with an error naming them, those it cannot: character class
+// nesting, intersection (&&) and POSIX brackets ([[:alpha:]]), \W inside a
+// class, the options s (undefined in Oniguruma) and x, and an interval
+// followed by + (Oniguruma's (?:x{n,m})+) or {n} followed by ? ((?:x{n})?).
+// Multi-character case folding under (?i) (ß matching "ss") is not
+// reproduced.
+func onigToNET(expr string) (string, error) {
+	var b strings.Builder
+	b.Grow(len(expr) + 16)
+	wordSet := "[" + onigWord + onigLatin1Word + "]"
+	i := 0
+	// copyBraced copies "{...}" at expr[i], if there is one.
+	copyBraced := func() {
+		if i < len(expr) && expr[i] == '{' {
+			if j := strings.IndexByte(expr[i:], '}'); j >= 0 {
+				b.WriteString(expr[i : i+j+1])
+				i += j + 1
+			}
+		}
+	}
+	for i < len(expr) {
+		c := expr[i]
+		switch c {
+		case '\\':
+			if i+1 >= len(expr) {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			n := expr[i+1]
+			i += 2
+			switch n {
+			case 'w':
+				b.WriteString(wordSet)
+			case 'W':
+				b.WriteString("[^" + onigWord + onigLatin1Word + "]")
+			case 'b':
+				fmt.Fprintf(&b, "(?:(?<=%[1]s)(?!%[1]s)|(?<!%[1]s)(?=%[1]s))", wordSet)
+			case 'B':
+				fmt.Fprintf(&b, "(?:(?<=%[1]s)(?=%[1]s)|(?<!%[1]s)(?!%[1]s))", wordSet)
+			case 'p', 'P', 'x':
+				b.WriteByte('\\')
+				b.WriteByte(n)
+				copyBraced()
+			default:
+				b.WriteByte('\\')
+				b.WriteByte(n)
+			}
+		case '[':
+			end, err := onigClass(expr, i, &b)
+			if err != nil {
+				return "", err
+			}
+			i = end
+		case '(':
+			if !strings.HasPrefix(expr[i:], "(?") {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			if strings.HasPrefix(expr[i:], "(?#") {
+				j := strings.IndexByte(expr[i:], ')')
+				if j < 0 {
+					j = len(expr) - i - 1
+				}
+				b.WriteString(expr[i : i+j+1])
+				i += j + 1
+				continue
+			}
+			j := i + 2
+			for j < len(expr) && (expr[j] == '-' || 'a' <= expr[j] && expr[j] <= 'z' || 'A' <= expr[j] && expr[j] <= 'Z') {
+				j++
+			}
+			if j == i+2 || j == len(expr) || (expr[j] != ')' && expr[j] != ':') {
+				// Not an option group: (?:, (?=, (?<name>, ...
+				b.WriteString("(?")
+				i += 2
+				continue
+			}
+			b.WriteString("(?")
+			for _, o := range expr[i+2 : j] {
+				switch o {
+				case 'i', '-':
+					b.WriteRune(o)
+				case 'm':
+					b.WriteByte('s')
+				default:
+					return "", fmt.Errorf("inline option %q at offset %d is not supported", o, i)
+				}
+			}
+			i = j
+		case '^':
+			b.WriteString(`(?:^(?!\z))`)
+			i++
+		case '{':
+			lo, hi, end, ok := onigInterval(expr, i)
+			if !ok {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			exact := !strings.Contains(expr[i:end], ",")
+			if end < len(expr) && (expr[end] == '+' || expr[end] == '?' && exact) {
+				return "", fmt.Errorf("%q at offset %d: Oniguruma reads it as a nested quantifier", expr[i:end+1], i)
+			}
+			if lo == "" {
+				lo = "0"
+			}
+			if exact {
+				fmt.Fprintf(&b, "{%s}", lo)
+			} else {
+				fmt.Fprintf(&b, "{%s,%s}", lo, hi)
+			}
+			i = end
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String(), nil
+}
+
+// onigInterval parses the interval quantifier {n}, {n,}, {,m} or {n,m} at
+// expr[i]. Anything else is literal text in Oniguruma (and .NET).
+func onigInterval(expr string, i int) (lo, hi string, end int, ok bool) {
+	j := i + 1
+	digits := func() string {
+		k := j
+		for j < len(expr) && '0' <= expr[j] && expr[j] <= '9' {
+			j++
+		}
+		return expr[k:j]
+	}
+	lo = digits()
+	hi = lo
+	if j < len(expr) && expr[j] == ',' {
+		j++
+		hi = digits()
+		if lo == "" && hi == "" {
+			return "", "", 0, false
+		}
+	} else if lo == "" {
+		return "", "", 0, false
+	}
+	if j >= len(expr) || expr[j] != '}' {
+		return "", "", 0, false
+	}
+	return lo, hi, j + 1, true
+}
+
+// onigClass copies the character class at expr[i] ('[') to b and returns
+// the offset after it.
+func onigClass(expr string, i int, b *strings.Builder) (int, error) {
+	start := i
+	b.WriteByte('[')
+	i++
+	if i < len(expr) && expr[i] == '^' {
+		b.WriteByte('^')
+		i++
+	}
+	if i < len(expr) && expr[i] == ']' { // a leading ] is literal
+		b.WriteByte(']')
+		i++
+	}
+	for i < len(expr) {
+		c := expr[i]
+		switch {
+		case c == ']':
+			b.WriteByte(c)
+			return i + 1, nil
+		case c == '[':
+			return 0, fmt.Errorf("nested character class or POSIX bracket at offset %d (in class at %d) is not supported", i, start)
+		case c == '&' && strings.HasPrefix(expr[i:], "&&"):
+			return 0, fmt.Errorf("character class intersection && at offset %d is not supported", i)
+		case c == '\\' && i+1 < len(expr):
+			n := expr[i+1]
+			switch n {
+			case 'w':
+				b.WriteString(onigWord)
+			case 'W':
+				return 0, fmt.Errorf(`\W inside a character class at offset %d is not supported`, i)
+			default:
+				b.WriteByte('\\')
+				b.WriteByte(n)
+				if n == 'p' || n == 'P' || n == 'x' {
+					if i+2 < len(expr) && expr[i+2] == '{' {
+						if j := strings.IndexByte(expr[i+2:], '}'); j >= 0 {
+							b.WriteString(expr[i+2 : i+2+j+1])
+							i += j + 1
+						}
+					}
+				}
+			}
+			i += 2
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return i, nil // unterminated: regexp2 reports it
+}
+
 type literalMatcher struct{ lit string }
 
+// findAll matches like tokenizers, which compiles a String pattern to the
+// escaped regex: the empty string matches at every character boundary of a
+// non-empty s.
 func (m literalMatcher) findAll(s string, fn func(start, end int)) error {
 	if m.lit == "" {
+		if s == "" {
+			return nil
+		}
+		for i := range s {
+			fn(i, i)
+		}
+		fn(len(s), len(s))
 		return nil
 	}
 	off := 0

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -123,7 +124,139 @@ func (u unicodeNorm) normalize(s string) (string, error) {
 	if isASCII(s) || u.f.IsNormalString(s) {
 		return s, nil
 	}
-	return u.f.String(s), nil
+	out := u.f.String(s)
+	// x/text/unicode/norm follows the Stream-Safe Text Format: after 30
+	// non-starters in a row it inserts U+034F and restarts canonical
+	// ordering and composition. tokenizers (the unicode-normalization
+	// crate) does neither, so such text takes the slow path. Normalization
+	// never adds or removes a U+034F otherwise.
+	if strings.Contains(out, norm.GraphemeJoiner) &&
+		strings.Count(out, norm.GraphemeJoiner) != strings.Count(s, norm.GraphemeJoiner) {
+		return normalizeUnbounded(u.f, s), nil
+	}
+	return out, nil
+}
+
+// normalizeUnbounded normalizes s as the unicode-normalization crate does:
+// full decomposition, a stable sort by combining class of every run of
+// non-starters however long, then (NFC, NFKC) canonical composition. The
+// character data comes from x/text/unicode/norm, applied to single
+// characters and pairs, which never reach its 30 non-starter limit. Bytes
+// that are not UTF-8 pass through and act as starters that compose with
+// nothing.
+func normalizeUnbounded(f norm.Form, s string) string {
+	decomp, compose := norm.NFD, false
+	switch f {
+	case norm.NFC:
+		compose = true
+	case norm.NFKC:
+		decomp, compose = norm.NFKD, true
+	case norm.NFKD:
+		decomp = norm.NFKD
+	}
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/2)
+	var chars []normChar
+	flush := func() {
+		sortNonStarters(chars)
+		if compose {
+			chars = composeChars(chars)
+		}
+		for _, c := range chars {
+			b.WriteRune(c.r)
+		}
+		chars = chars[:0]
+	}
+	var buf [utf8.UTFMax]byte
+	for i := 0; i < len(s); {
+		r, sz := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && sz == 1 {
+			flush()
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		d := s[i : i+sz]
+		if r >= utf8.RuneSelf {
+			d = decomp.String(d)
+		}
+		for _, dr := range d {
+			chars = append(chars, normChar{dr, combiningClass(dr, &buf)})
+		}
+		i += sz
+	}
+	flush()
+	return b.String()
+}
+
+type normChar struct {
+	r   rune
+	ccc uint8
+}
+
+func combiningClass(r rune, buf *[utf8.UTFMax]byte) uint8 {
+	if r < utf8.RuneSelf {
+		return 0
+	}
+	return norm.NFD.Properties(utf8.AppendRune(buf[:0], r)).CCC()
+}
+
+// sortNonStarters sorts each run of non-starters by combining class,
+// keeping the order of equal classes (canonical ordering).
+func sortNonStarters(cs []normChar) {
+	for i := 0; i < len(cs); {
+		if cs[i].ccc == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(cs) && cs[j].ccc != 0 {
+			j++
+		}
+		slices.SortStableFunc(cs[i:j], func(a, b normChar) int { return int(a.ccc) - int(b.ccc) })
+		i = j
+	}
+}
+
+// composeChars is the canonical composition algorithm, as the
+// unicode-normalization crate's Recompositions implements it: a character
+// combines with the last starter unless a character between them is left
+// uncombined and has a class of 0 or at least its own.
+func composeChars(cs []normChar) []normChar {
+	out := cs[:0]
+	starter := -1 // index in out of the last starter, or -1
+	lastCCC := -1 // class of the last uncombined character after it, or -1
+	for _, c := range cs {
+		if starter >= 0 && (lastCCC < 0 || lastCCC < int(c.ccc)) {
+			if p, ok := composePair(out[starter].r, c.r); ok {
+				out[starter].r = p
+				continue
+			}
+		}
+		if c.ccc == 0 {
+			starter = len(out)
+			lastCCC = -1
+		} else if starter >= 0 {
+			lastCCC = int(c.ccc)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// composePair returns the primary composite of a starter and the character
+// after it. NFC of the pair is a single character exactly when they
+// compose: the starter's decomposition recomposes to itself, and the second
+// character sorts after everything it holds.
+func composePair(a, b rune) (rune, bool) {
+	var buf [2 * utf8.UTFMax]byte
+	p := utf8.AppendRune(utf8.AppendRune(buf[:0], a), b)
+	c := norm.NFC.Append(nil, p...)
+	r, sz := utf8.DecodeRune(c)
+	if sz == 0 || sz != len(c) {
+		return 0, false
+	}
+	return r, true
 }
 
 func isASCII(s string) bool {
@@ -158,7 +291,7 @@ type stripAccentsNorm struct{}
 
 func (stripAccentsNorm) normalize(s string) (string, error) {
 	return strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
+		if unicode.IsMark(r) { // Mn, Mc and Me, as is_combining_mark
 			return -1
 		}
 		return r
@@ -193,27 +326,28 @@ type replaceNorm struct {
 
 func (n replaceNorm) normalize(s string) (string, error) { return replaceAll(n.m, s, n.content) }
 
+// replaceAll replaces every match of m in s with content, as tokenizers'
+// NormalizedString::replace and Replace decoder do: empty matches insert
+// content too ("a*" -> "-" makes "bab" "-b-b-"), and an empty s has no
+// matches at all.
 func replaceAll(m matcher, s, content string) (string, error) {
-	if lm, ok := m.(literalMatcher); ok {
-		if lm.lit == "" {
-			return s, nil
-		}
+	if s == "" {
+		return s, nil
+	}
+	if lm, ok := m.(literalMatcher); ok && lm.lit != "" {
 		return strings.ReplaceAll(s, lm.lit, content), nil
 	}
 	var b strings.Builder
-	last := 0
+	last, found := 0, false
 	err := m.findAll(s, func(start, end int) {
-		if start == end {
-			return
-		}
 		b.WriteString(s[last:start])
 		b.WriteString(content)
-		last = end
+		last, found = end, true
 	})
 	if err != nil {
 		return "", err
 	}
-	if last == 0 {
+	if !found {
 		return s, nil
 	}
 	b.WriteString(s[last:])
@@ -265,7 +399,15 @@ func (n bertNorm) normalize(s string) (string, error) {
 	}
 	out := b.String()
 	if n.stripAccents {
-		out, _ = stripAccentsNorm{}.normalize(norm.NFD.String(out))
+		// Unlike StripAccents, BertNormalizer removes only Mn
+		// (is_mark_nonspacing).
+		out, _ = unicodeNorm{norm.NFD}.normalize(out)
+		out = strings.Map(func(r rune) rune {
+			if unicode.Is(unicode.Mn, r) {
+				return -1
+			}
+			return r
+		}, out)
 	}
 	if n.lowercase {
 		out = lowerFull(out)

@@ -286,8 +286,16 @@ func (p *splitPre) pretok(s string, atStart bool, out sink) error {
 // wordRunMatcher matches `\w+|[^\w\s]+` (the Whitespace pre-tokenizer).
 type wordRunMatcher struct{}
 
+// isWordChar is \w of the regex crate (UTS #18): Alphabetic (letters, Nl,
+// Other_Alphabetic), marks, Nd, Pc and Join_Control. Other numbers such as
+// '³' are not word characters. tokenizers uses it in the Whitespace
+// pre-tokenizer and for added tokens' single_word.
 func isWordChar(r rune) bool {
-	return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r) || unicode.Is(unicode.Pc, r)
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_'
+	}
+	return unicode.IsLetter(r) || unicode.IsMark(r) || unicode.IsDigit(r) ||
+		unicode.In(r, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
 }
 
 func (wordRunMatcher) findAll(s string, fn func(start, end int)) error {
@@ -494,7 +502,7 @@ func (p *metaspacePre) pretok(s string, atStart bool, out sink) error {
 	// MergedWithNext on the replacement character: each piece starts at a
 	// replacement character (except possibly the first).
 	start := 0
-	for i := len(p.rep); i <= len(s); {
+	for i := 0; i < len(s); {
 		j := strings.Index(s[i:], p.rep)
 		if j < 0 {
 			break

@@ -3,10 +3,12 @@ package tokenizer
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -196,5 +198,174 @@ func TestMinimalModels(t *testing.T) {
 	}
 	if got := wp.Decode([]int{1, 2, 3, 4, 5}, false); got != "unaffable hello!" {
 		t.Errorf("wordpiece decode: %q", got)
+	}
+}
+
+// The expected values in the tests below are the outputs of tokenizers
+// 0.23.2 (the Node binding) for the same component and input.
+
+type collectSink struct{ out []string }
+
+func (c *collectSink) emit(s string, _ bool) error {
+	c.out = append(c.out, s)
+	return nil
+}
+
+// TestNormalizersMatchHF covers normalizer edge cases: runs of more than 30
+// combining marks (no U+034F, full canonical ordering), StripAccents on Mn,
+// Mc and Me, empty Replace matches, and Oniguruma regex semantics.
+func TestNormalizersMatchHF(t *testing.T) {
+	cases := []struct{ json, in, want string }{
+		{`{"type": "NFC"}`, "e" + strings.Repeat("\u0301", 31), "\u00e9" + strings.Repeat("\u0301", 30)},
+		{`{"type": "NFC"}`, "a" + strings.Repeat("\u0301", 20) + "\u0323" + strings.Repeat("\u0301", 15), "\u1ea1" + strings.Repeat("\u0301", 35)},
+		{`{"type": "NFC"}`, "u\u0308\u0304" + strings.Repeat("\u0301", 30) + "\u0323x", "\u1ee5\u0308\u0304" + strings.Repeat("\u0301", 30) + "x"},
+		{`{"type": "NFC"}`, "\u1e09" + strings.Repeat("\u0301", 29) + "\u0323", "\u1e09\u0323" + strings.Repeat("\u0301", 29)},
+		{`{"type": "NFD"}`, "\u00e9" + strings.Repeat("\u0301", 30), "e" + strings.Repeat("\u0301", 31)},
+		{`{"type": "NFKC"}`, "\ufb01" + strings.Repeat("\u0301", 35) + "\u034f\u0301", "f\u00ed" + strings.Repeat("\u0301", 34) + "\u034f\u0301"},
+		{`{"type": "NFKD"}`, "x" + strings.Repeat("\u0344", 20) + "\u0301", "x\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0308\u0301\u0301"},
+		{`{"type": "StripAccents"}`, "a\u0301b\u0903c\u20dd", "abc"},
+		{`{"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "StripAccents"}]}`, "\u00e9" + strings.Repeat("\u0301", 40) + "x", "ex"},
+		{`{"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true, "strip_accents": null, "lowercase": true}`, "\u00c9\u0903\u20dd" + strings.Repeat("\u0301", 40), "e\u0903\u20dd"},
+		{`{"type": "Replace", "pattern": {"Regex": "a*"}, "content": "-"}`, "bab", "-b-b-"},
+		{`{"type": "Replace", "pattern": {"Regex": "a*"}, "content": "-"}`, "\u00e9baa", "-\u00e9-b-"},
+		{`{"type": "Replace", "pattern": {"Regex": "a*"}, "content": "-"}`, "", ""},
+		{`{"type": "Replace", "pattern": {"String": ""}, "content": "-"}`, "ab", "-a-b-"},
+		{`{"type": "Replace", "pattern": {"Regex": "^"}, "content": ">"}`, "a\nb\n", ">a\n>b\n"},
+		{`{"type": "Replace", "pattern": {"Regex": "$"}, "content": "<"}`, "a\nb\n", "a<\nb<\n<"},
+		{`{"type": "Replace", "pattern": {"Regex": "^\\s+|\\s+$"}, "content": ""}`, "  a b \n c \n", "a b\nc"},
+		{`{"type": "Replace", "pattern": {"Regex": "\\w+"}, "content": "-"}`, "a\u00b3_\u24b6\u200d\u3007\u0903.\u00bd", "-\u200d-.-"},
+		{`{"type": "Replace", "pattern": {"Regex": "[\\w.]+"}, "content": "-"}`, "a\u00b3_\u24b6\u200d\u3007\u0903.\u00bd", "-\u00b3-\u200d-\u00bd"},
+		{`{"type": "Replace", "pattern": {"Regex": "\\W"}, "content": "-"}`, "a\u00b3_\u24b6\u200d\u3007\u0903.\u00bd", "a\u00b3_\u24b6-\u3007\u0903-\u00bd"},
+		{`{"type": "Replace", "pattern": {"Regex": "\\b"}, "content": "|"}`, "a\u216b \u00b3x\u200dy\u0903", "|a\u216b| |\u00b3x|\u200d|y\u0903|"},
+		{`{"type": "Replace", "pattern": {"Regex": "\\B"}, "content": "|"}`, "ab\u00b3 c", "a|b|\u00b3 c"},
+		{`{"type": "Replace", "pattern": {"Regex": "(?m)a."}, "content": "-"}`, "a\nab", "--"},
+		{`{"type": "Replace", "pattern": {"Regex": "(?m:a.)|a."}, "content": "-"}`, "a\na\n", "--"},
+		{`{"type": "Replace", "pattern": {"Regex": "a{,2}"}, "content": "-"}`, "baaab", "-b--b-"},
+		{`{"type": "Replace", "pattern": {"Regex": "[]a]"}, "content": "-"}`, "a]b", "--b"},
+	}
+	for _, c := range cases {
+		comp, err := parseComponent(json.RawMessage(c.json), "normalizer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := buildNormalizer(comp, 0)
+		if err != nil {
+			t.Errorf("%s: %v", c.json, err)
+			continue
+		}
+		if got, err := n.normalize(c.in); err != nil || got != c.want {
+			t.Errorf("%s on %+q: got %+q (%v), want %+q", c.json, c.in, got, err, c.want)
+		}
+	}
+}
+
+// TestPreTokenizersMatchHF: the Whitespace pre-tokenizer's \w (the regex
+// crate's), Metaspace splitting at a replacement character at byte 1 or 2,
+// and empty matches in Split.
+func TestPreTokenizersMatchHF(t *testing.T) {
+	cases := []struct {
+		json, in string
+		want     []string
+	}{
+		{`{"type": "Whitespace"}`, "a\u216bb x\u0345y \u00b3z a\u200cb \u24b6\u3007 \u00bdx \u06631", []string{"a\u216bb", "x\u0345y", "\u00b3", "z", "a\u200cb", "\u24b6\u3007", "\u00bd", "x", "\u06631"}},
+		{`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true}`, "e f", []string{"e", "\u2581f"}},
+		{`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true}`, "e  ", []string{"e", "\u2581", "\u2581"}},
+		{`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`, "\u2581\u2581a b", []string{"\u2581", "\u2581a", "\u2581b"}},
+		{`{"type": "Split", "pattern": {"String": ""}, "behavior": "Removed", "invert": false}`, "b\u00e9", []string{"b", "\u00e9"}},
+		{`{"type": "Split", "pattern": {"Regex": "^"}, "behavior": "Isolated", "invert": false}`, "a\nb\n", []string{"a\n", "b\n"}},
+	}
+	for _, c := range cases {
+		comp, err := parseComponent(json.RawMessage(c.json), "pre_tokenizer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := buildPreTokenizer(comp, 0)
+		if err != nil {
+			t.Errorf("%s: %v", c.json, err)
+			continue
+		}
+		var got collectSink
+		if err := p.pretok(c.in, true, &got); err != nil || !slices.Equal(got.out, c.want) {
+			t.Errorf("%s on %+q: got %+q (%v), want %+q", c.json, c.in, got.out, err, c.want)
+		}
+	}
+}
+
+// TestEncodeDecodeMatchHF: single_word added tokens (\w of the regex crate:
+// Alphabetic, marks, Nd, Pc, Join_Control, not '³' or '½'), Metaspace with
+// prepend_scheme "first" after an added token, and the Replace decoder's
+// empty matches.
+func TestEncodeDecodeMatchHF(t *testing.T) {
+	parse := func(js string) *Tokenizer {
+		t.Helper()
+		tk, err := Parse([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	sw := parse(`{"version": "1.0", "added_tokens": [{"id": 1, "content": "tok", "single_word": true, "lstrip": false, "rstrip": false, "normalized": false, "special": false}], "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "tok": 1}, "unk_token": "[UNK]"}}`)
+	ms := parse(`{"version": "1.0", "added_tokens": [{"id": 1, "content": "<x>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}], "normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true}, "post_processor": null, "decoder": null, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "<x>": 1, "e": 2, "▁": 3, "▁f": 4, "e▁": 5, "e▁f": 6, "▁e": 7}, "unk_token": "[UNK]"}}`)
+	dec := parse(`{"version": "1.0", "added_tokens": [], "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": {"type": "Replace", "pattern": {"Regex": "a*"}, "content": "-"}, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "bab": 1, "aa": 2, "ébaa": 3}, "unk_token": "[UNK]"}}`)
+	cases := []struct {
+		tk   *Tokenizer
+		in   string
+		want []int
+	}{
+		{sw, "\u24b6tok", []int{0}},
+		{sw, "tok\u216b", []int{0}},
+		{sw, "\u00b3tok", []int{0, 1}},
+		{sw, "tok\u00bd", []int{1, 0}},
+		{sw, "\u200dtok", []int{0}},
+		{sw, "tok\u0903", []int{0}},
+		{sw, "tok\u20dd", []int{0}},
+		{sw, "\u203ftok", []int{0}},
+		{sw, "\u0663tok", []int{0}},
+		{sw, "-tok", []int{0, 1}},
+		{sw, "tok.", []int{1, 0}},
+		{ms, "e f", []int{7, 4}},
+		{ms, "<x>e f", []int{1, 2, 4}},
+		{ms, "<x>e  ", []int{1, 2, 3, 3}},
+	}
+	for _, c := range cases {
+		if got, err := c.tk.Encode(c.in, false); err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("Encode(%+q) = %v (%v), want %v", c.in, got, err, c.want)
+		}
+	}
+	decodes := []struct {
+		ids  []int
+		want string
+	}{
+		{[]int{1}, "-b-b-"},
+		{[]int{3}, "-\u00e9-b-"},
+		{[]int{1, 2, 3}, "-b-b---\u00e9-b-"},
+	}
+	for _, c := range decodes {
+		if got := dec.Decode(c.ids, false); got != c.want {
+			t.Errorf("Decode(%v) = %+q, want %+q", c.ids, got, c.want)
+		}
+	}
+}
+
+// TestRegexUnsupported: patterns whose Oniguruma meaning regexp2 cannot
+// reproduce fail to load with an error naming them, rather than silently
+// matching something else.
+func TestRegexUnsupported(t *testing.T) {
+	for _, pat := range []string{
+		`[a&&[^b]]`,     // class intersection
+		`[[:alpha:]]`,   // POSIX bracket
+		`[a-z-[aeiou]]`, // nested class (a union in Oniguruma)
+		`[\W]`,          // \W inside a class
+		`(?s).`,         // undefined in Oniguruma
+		`(?x) a`,        // extended mode
+		`a{2}+`,         // (?:a{2})+ in Oniguruma
+		`a{2}?`,         // (?:a{2})? in Oniguruma
+	} {
+		js, _ := json.Marshal(pat)
+		_, err := Parse([]byte(`{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": ` + string(js) + `}, "behavior": "Isolated"},
+			"model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}`))
+		if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), strconv.Quote(pat)) {
+			t.Errorf("%s: got %v, want ErrUnsupported naming the pattern", pat, err)
+		}
 	}
 }
