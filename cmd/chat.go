@@ -147,7 +147,9 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	defer st.Release()
 	s := &chatSession{opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
 	s.spec.maxPositions = spec.MaxPositions
-	s.gen = func() (generate.Options, error) { return generate.Resolve(loaded.Generation, spec.EOS, opts.Overrides) }
+	s.gen = func() (generate.Options, error) {
+		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), opts.Overrides)
+	}
 	if _, err := s.gen(); err != nil {
 		return err
 	}

@@ -358,7 +358,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	gen, err := generate.Resolve(loaded.Generation, spec.EOS, opts.Overrides)
+	gen, err := generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), opts.Overrides)
 	if err != nil {
 		return err
 	}
@@ -470,6 +470,18 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 }
 
 // encodePrompts tokenizes the prompts, through the chat template with --chat.
+// tokenizerEOS is tok's end token for generate.ResolveWith (-1: none, or
+// no tokenizer).
+func tokenizerEOS(tok *tokenizer.Tokenizer) int {
+	if tok == nil {
+		return -1
+	}
+	if id, ok := tok.EOS(); ok {
+		return id
+	}
+	return -1
+}
+
 func encodePrompts(ctx context.Context, tok *tokenizer.Tokenizer, prompts []string, opts *GenerateOptions) ([][]int, error) {
 	var tmpl *chat.Template
 	if opts.Chat {

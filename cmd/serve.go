@@ -358,7 +358,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	// generation_config.json; checked once here, so a broken file fails
 	// at start rather than at every request.
 	resolve := func(o generate.Overrides) (generate.Options, error) {
-		return generate.Resolve(loaded.Generation, spec.EOS, o)
+		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), o)
 	}
 	if _, err := resolve(generate.Overrides{}); err != nil {
 		return err

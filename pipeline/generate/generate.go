@@ -109,7 +109,11 @@ const (
 type Options struct {
 	// MaxNewTokens bounds the tokens generated per prompt (> 0).
 	MaxNewTokens int
-	Sampling     sample.Options
+	// ConfigMaxNewTokens is generation_config.json's max_new_tokens (0:
+	// none), which Resolve read: a server whose request gives no limit
+	// bounds it by the rest of the context and this, as vLLM does.
+	ConfigMaxNewTokens int
+	Sampling           sample.Options
 	// EOS are the end-of-sequence ids; generating one finishes the row
 	// (the id is kept in TokenIDs, its text is not emitted).
 	EOS []int

@@ -513,3 +513,32 @@ func (allowAll) Mask() []uint64 {
 	return []uint64{^uint64(0)} // the 16 ids of vocab
 }
 func (allowAll) Advance(int) error { return nil }
+
+// ResolveWith stops at the tokenizer's end token besides the configs'
+// (as vLLM), once, and not when there is none.
+func TestResolveWithTokenizerEOS(t *testing.T) {
+	gen := &config.Generation{EOSTokenID: []int{2}}
+	for _, c := range []struct {
+		gen    *config.Generation
+		model  []int
+		tokEOS int
+		want   []int
+	}{
+		{gen, []int{9}, 7, []int{2, 7}},
+		{gen, nil, 2, []int{2}},
+		{nil, []int{9}, 7, []int{9, 7}},
+		{nil, []int{9}, -1, []int{9}},
+		{nil, nil, 7, []int{7}},
+	} {
+		o, err := ResolveWith(c.gen, c.model, c.tokEOS, Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(o.EOS, c.want) {
+			t.Errorf("%+v, model %v, tokenizer %d: EOS %v, want %v", c.gen, c.model, c.tokEOS, o.EOS, c.want)
+		}
+	}
+	if !slices.Equal(gen.EOSTokenID, []int{2}) {
+		t.Errorf("the config's list changed: %v", gen.EOSTokenID)
+	}
+}

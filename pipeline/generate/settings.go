@@ -2,6 +2,7 @@ package generate
 
 import (
 	"math/rand/v2"
+	"slices"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -44,6 +45,24 @@ type Overrides struct {
 // (0 is greedy, > 0 samples). When sampling, top_k defaults to 50 unless
 // set (pass 0 to turn it off).
 func Resolve(gen *config.Generation, modelEOS []int, o Overrides) (Options, error) {
+	return ResolveWith(gen, modelEOS, -1, o)
+}
+
+// ResolveWith is Resolve that also stops at the tokenizer's end token
+// tokEOS (tokenizer_config.json's eos_token; negative: none) besides the
+// configs' ones, as vLLM does: a chat fine-tune whose tokenizer ends turns
+// with <|im_end|> while its configs still name the base model's end token
+// would otherwise write on past its turn, the token itself invisible.
+// (transformers' generate stops at the configs' only.)
+func ResolveWith(gen *config.Generation, modelEOS []int, tokEOS int, o Overrides) (Options, error) {
+	opts, err := resolve(gen, modelEOS, o)
+	if err == nil && tokEOS >= 0 && !slices.Contains(opts.EOS, tokEOS) {
+		opts.EOS = append(slices.Clone(opts.EOS), tokEOS)
+	}
+	return opts, err
+}
+
+func resolve(gen *config.Generation, modelEOS []int, o Overrides) (Options, error) {
 	if gen == nil {
 		gen = &config.Generation{}
 	}
@@ -56,6 +75,9 @@ func Resolve(gen *config.Generation, modelEOS []int, o Overrides) (Options, erro
 		opts.MaxNewTokens = *o.MaxNewTokens
 	case gen.MaxNewTokens != nil:
 		opts.MaxNewTokens = *gen.MaxNewTokens
+	}
+	if gen.MaxNewTokens != nil && *gen.MaxNewTokens > 0 {
+		opts.ConfigMaxNewTokens = *gen.MaxNewTokens
 	}
 	if opts.MaxNewTokens <= 0 {
 		return Options{}, errs.Usagef("max new tokens must be positive, got %d", opts.MaxNewTokens)

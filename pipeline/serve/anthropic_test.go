@@ -206,6 +206,12 @@ func TestAnthropicClientFields(t *testing.T) {
 	prompt := ts.lastPrompt(t)
 	assert.True(t, strings.HasSuffix(prompt, "assistant:The number is"), "the prefill is continued, not closed: %q", prompt)
 	assert.Equal(t, 1, strings.Count(prompt, "assistant:"), prompt)
+
+	// A prefill that ends in whitespace is refused, as Anthropic's API
+	// refuses it.
+	status, _, b = ts.post(t, "/v1/messages", strings.Replace(body, `"The number is"`, `"The number is "`, 1))
+	require.Equal(t, 400, status, string(b))
+	assert.Contains(t, string(b), "cannot end with trailing whitespace")
 }
 
 // sseEvents reads an Anthropic event stream's data objects in order.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/constrain"
@@ -219,6 +220,12 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	prefill := ""
 	if n := len(msgs); req.continueFinal && n > 1 && msgs[n-1].Role == "assistant" {
 		prefill, msgs = msgs[n-1].Content, msgs[:n-1]
+		// As Anthropic's API: a prompt ending in a lone space token is
+		// one models rarely saw (transformers' continue_final_message
+		// strips it instead).
+		if strings.TrimRightFunc(prefill, unicode.IsSpace) != prefill {
+			return nil, badRequest("messages", "final assistant content cannot end with trailing whitespace")
+		}
 	}
 	text, ids, err := s.renderChat(ctx, msgs, extra, tools.list, prefill)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
@@ -173,6 +174,24 @@ func TestStreamErrorEndsWithDone(t *testing.T) {
 // generates 16 tokens (OpenAI's and vLLM's default), fewer where the
 // context leaves less room; chat and ollama's /api/generate still run to
 // the end of the context.
+// A request without a limit generates up to generation_config.json's
+// max_new_tokens when the model has one (bounded by the context), as
+// vLLM's default; a request's limit wins over it.
+func TestConfigMaxNewTokensDefault(t *testing.T) {
+	five := 5
+	ts := newTestServer(t, serverConfig{context: 64, gen: &config.Generation{MaxNewTokens: &five}})
+	for body, want := range map[string]int{
+		`{"messages":[{"role":"user","content":"Hi"}],"ignore_eos":true}`:                5,
+		`{"messages":[{"role":"user","content":"Hi"}],"ignore_eos":true,"max_tokens":9}`: 9,
+	} {
+		status, _, b := ts.post(t, "/v1/chat/completions", body)
+		require.Equal(t, http.StatusOK, status, string(b))
+		var chr chatResponse
+		require.NoError(t, json.Unmarshal(b, &chr))
+		assert.Equal(t, want, chr.Usage.CompletionTokens, body)
+	}
+}
+
 func TestCompletionDefaultMaxTokens(t *testing.T) {
 	ts := newTestServer(t, serverConfig{context: 64})
 	prompt := []int{1, 259}

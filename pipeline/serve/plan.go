@@ -116,7 +116,12 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 						c, len(prompt)+limit, len(prompt), promptParam, limit, maxTokensParam, promptParam, maxTokensParam)}
 			}
 		default:
+			// The rest of the context, bounded by generation_config's
+			// max_new_tokens where it has one (as vLLM's default).
 			limit = c - len(prompt)
+			if m := gen.ConfigMaxNewTokens; m > 0 && limit > m {
+				limit = m
+			}
 			if limit <= 0 {
 				return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: promptParam, Code: "context_length_exceeded",
 					Message: fmt.Sprintf("this model's maximum context length is %d tokens, and the %s has %d: no room is left to generate", c, promptParam, len(prompt))}

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/loader/tokenizer/chat"
 	"github.com/tputool/tputool/pipeline/generate"
@@ -261,6 +262,8 @@ type serverConfig struct {
 	// tok replaces the test tokenizer (mistralTokenizer's has one token
 	// more; the engine's logits cover it).
 	tok *tokenizer.Tokenizer
+	// gen is the model's generation_config.json (none when nil).
+	gen *config.Generation
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -292,7 +295,9 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	log := &syncBuffer{}
 	srv := NewServer(sched, ServerOptions{
 		ModelName: testModel, Tokenizer: tok, Template: tmpl,
-		Resolve:    func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) },
+		Resolve: func(o generate.Overrides) (generate.Options, error) {
+			return generate.Resolve(c.gen, []int{textEOS}, o)
+		},
 		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning, Harmony: c.harmony,
 		EmbeddingSize: 4, // sumEmbed's
 		Pprof:         c.pprof,
