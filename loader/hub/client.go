@@ -117,6 +117,7 @@ type Client struct {
 	FreeSpace func(dir string) (int64, error)
 
 	progressMu sync.Mutex
+	softOnce   sync.Once
 	sizesMu    sync.Mutex
 	sizes      map[string]map[string]int64  // repo@commit -> file -> size
 	lfsETags   map[string]map[string]string // repo@commit -> file -> sha256 of LFS files
@@ -175,6 +176,12 @@ func (c *Client) debugf(format string, args ...any) {
 	if c.Logger != nil {
 		c.Logger.Debug(fmt.Sprintf(format, args...))
 	}
+}
+
+// warnSoftLockOnce warns, once per client, that locks fall back to soft
+// locks; the reason is the same for every blob of a cache.
+func (c *Client) warnSoftLockOnce(format string, args ...any) {
+	c.softOnce.Do(func() { c.warnf(format, args...) })
 }
 
 func (c *Client) report(p Progress) {
@@ -501,6 +508,23 @@ func statusError(resp *http.Response, repo, rev, file string) *Error {
 		}
 	}
 	return e
+}
+
+// downloadStatusError is statusError for a download (GET) answer. A 401,
+// 403 or 410 from a host other than the endpoint is no verdict on the
+// token, which never goes there: it is the storage host refusing a signed
+// URL, usually because it expired (Xet's and S3's last an hour or so), and
+// is marked so that the caller asks the Hub for a fresh one. Only the
+// endpoint's own 401/403 are ErrUnauthorized/ErrForbidden.
+func (c *Client) downloadStatusError(resp *response, repo, rev, file string) *Error {
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusGone:
+		if !c.sameOrigin(resp.URL) {
+			return &Error{Kind: ErrHTTP, Repo: repo, Revision: rev, File: file, Status: resp.StatusCode, refused: true,
+				Detail: fmt.Sprintf("the storage host %s refused the download URL (a signed URL that expired?)", resp.URL.Host)}
+		}
+	}
+	return statusError(resp.Response, repo, rev, file)
 }
 
 func join(a, b string) string {

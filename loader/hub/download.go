@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,9 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Download returns the cache path of one file of repo at rev
@@ -130,7 +133,7 @@ func (c *Client) fetch(ctx context.Context, repo, rev, file string, meta *FileMe
 	if err := c.Cache.WriteRef(repo, rev, meta.Commit); err != nil {
 		return "", fmt.Errorf("cache %s: writing ref %s: %w", c.Cache.Dir, rev, err)
 	}
-	lock, err := acquireLock(ctx, c.Cache.LockPath(repo, meta.ETag))
+	lock, err := acquireLock(ctx, c.Cache.LockPath(repo, meta.ETag), c.warnSoftLockOnce)
 	if err != nil {
 		return "", err
 	}
@@ -191,37 +194,170 @@ func newVerifier(etag string, size int64) (hash.Hash, string) {
 	return nil, ""
 }
 
-// downloadBlob writes blobs/<etag>.incomplete, resuming what is there with
-// a Range request and after dropped connections, verifies size and hash and
-// renames it to blobs/<etag>. A file that fails verification is deleted and
-// never reaches blobs/.
+// downloadBlob fetches the blob into a partial file only this call writes,
+// blobs/<etag>.<8 hex>.incomplete (the name huggingface_hub gives its own
+// partial files), checks the size and hash of that file as read back from
+// the disk and renames it to blobs/<etag>. The partial file is private so
+// that two writers can never mix their bytes, even where the blob's lock is
+// not honoured (flock that succeeds for every caller on Lustre localflock or
+// NFS nolock, the soft lock's rare race); the read-back check makes sure
+// that whatever happened on the disk, a blob that does not match its ETag is
+// never published.
+//
+// Resume across runs goes through blobs/<etag>.incomplete, where a run that
+// fails or is interrupted leaves its bytes ("parks" them); the next run
+// claims that file by renaming it to its own private name, which only one
+// claimant can do. Partial files of a process that died without parking
+// (killed, power loss) are adopted once nobody has written to them for
+// staleAfter.
 func (c *Client) downloadBlob(ctx context.Context, repo, rev, file string, meta *FileMetadata, blob string) error {
-	inc := blob + ".incomplete"
+	parked := blob + ".incomplete"
 	if have := c.incompleteSize(repo, meta.ETag); have <= meta.Size {
 		if err := c.checkSpace(repo, meta.Size-have, have); err != nil {
 			return err
 		}
 	}
 	for restart := 0; ; restart++ {
-		resumed, err := c.downloadIncomplete(ctx, repo, rev, file, meta, inc)
+		part := c.claimPartial(blob, restart == 0)
+		resumed, err := c.downloadPartial(ctx, repo, rev, file, meta, part)
 		if err == nil {
-			if err := os.Rename(inc, blob); err != nil {
+			if err := publish(part, blob, meta.Size); err != nil {
 				return fmt.Errorf("cache: %w", err)
 			}
+			c.removeStalePartials(blob)
 			c.report(Progress{Event: FileDone, Repo: repo, File: file, Bytes: meta.Size, Total: meta.Size})
 			return nil
 		}
 		if errors.Is(err, ErrIntegrity) {
-			os.Remove(inc)
+			os.Remove(part)
 			if resumed && restart == 0 {
 				// The bad bytes may be a stale partial file from an earlier
 				// run: start once more from scratch.
 				c.warnf("%s: %v; downloading again from the start", file, err)
 				continue
 			}
+			return err
 		}
+		park(part, parked)
 		return err
 	}
+}
+
+// publish renames the verified partial file to the blob. A blob another
+// writer published meanwhile (a lock that excluded nobody) is kept, so
+// that a reader who has it open or mapped is not raced (Windows refuses to
+// replace an open file).
+func publish(part, blob string, size int64) error {
+	if st, err := os.Lstat(blob); err == nil && st.Mode().IsRegular() && st.Size() == size {
+		os.Remove(part)
+		return nil
+	}
+	if err := os.Rename(part, blob); err != nil {
+		os.Remove(part)
+		return err
+	}
+	return nil
+}
+
+// partialRE matches the private partial files of a blob's writers:
+// <etag>.<8 hex>.incomplete.
+var partialRE = regexp.MustCompile(`^(.+)\.[0-9a-f]{8}\.incomplete$`)
+
+// staleAfter is how long a private partial file must have gone unwritten
+// before it is taken for the leftover of a dead process. A live writer
+// writes at least once per idle timeout and touches its file around every
+// retry wait (at most maxRetryAfter), so an hour leaves a wide margin.
+func (c *Client) staleAfter() time.Duration { return time.Hour + 2*c.idleTimeout() }
+
+// claimPartial returns the private partial file for this attempt: the
+// parked blobs/<etag>.incomplete or a stale orphan, renamed to a fresh
+// private name, when resume is set and one exists; otherwise a fresh name
+// with no file yet.
+func (c *Client) claimPartial(blob string, resume bool) string {
+	part := blob + "." + randomHex8() + ".incomplete"
+	if !resume {
+		return part
+	}
+	if err := os.Rename(blob+".incomplete", part); err == nil {
+		return part
+	}
+	if orphan := c.stalePartials(blob); len(orphan) > 0 {
+		// The biggest one saves the most; the others go after the download.
+		if err := os.Rename(orphan[0], part); err == nil {
+			c.debugf("adopting %s, a partial download no process has written to for %s", orphan[0], c.staleAfter())
+		}
+	}
+	return part
+}
+
+// stalePartials lists blob's private partial files that nobody has written
+// to for staleAfter, biggest first.
+func (c *Client) stalePartials(blob string) []string {
+	dir, etag := filepath.Dir(blob), filepath.Base(blob)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type partial struct {
+		path string
+		size int64
+	}
+	var out []partial
+	for _, e := range entries {
+		m := partialRE.FindStringSubmatch(e.Name())
+		if m == nil || m[1] != etag || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < c.staleAfter() {
+			continue
+		}
+		out = append(out, partial{filepath.Join(dir, e.Name()), info.Size()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].size > out[j].size })
+	paths := make([]string, len(out))
+	for i, p := range out {
+		paths[i] = p.path
+	}
+	return paths
+}
+
+// removeStalePartials deletes the stale partial files of a blob that is
+// now complete. Fresh ones may belong to a live writer and stay.
+func (c *Client) removeStalePartials(blob string) {
+	for _, p := range c.stalePartials(blob) {
+		if err := os.Remove(p); err == nil {
+			c.debugf("removed %s, an abandoned partial download", p)
+		}
+	}
+}
+
+// park leaves a failed attempt's bytes at blobs/<etag>.incomplete for the
+// next run to resume, unless a bigger parked file is already there. Parked
+// files are never written to, only claimed by a rename, so replacing one
+// loses at most some bytes to download again. An empty file is removed.
+func park(part, parked string) {
+	st, err := os.Stat(part)
+	if err != nil {
+		return
+	}
+	if st.Size() == 0 {
+		os.Remove(part)
+		return
+	}
+	if pst, err := os.Stat(parked); err == nil && pst.Size() >= st.Size() {
+		os.Remove(part)
+		return
+	}
+	if err := os.Rename(part, parked); err != nil {
+		os.Remove(part)
+	}
+}
+
+func randomHex8() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // transfer is one blob download in progress.
@@ -230,9 +366,7 @@ type transfer struct {
 	repo, rev, file string
 	meta            *FileMetadata
 	f               *os.File
-	have            int64     // bytes in f
-	h               hash.Hash // over the bytes in f; nil when the ETag is no hash
-	algo            string
+	have            int64 // bytes in f
 }
 
 func (t *transfer) errorf(kind error, format string, args ...any) *Error {
@@ -246,20 +380,23 @@ func (t *transfer) reset() error {
 		return err
 	}
 	t.have = 0
-	t.h, t.algo = newVerifier(t.meta.ETag, t.meta.Size)
 	return nil
 }
 
-// downloadIncomplete fills inc to meta.Size bytes and verifies it. resumed
-// reports whether bytes from an earlier attempt were reused.
-func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string, meta *FileMetadata, inc string) (resumed bool, err error) {
-	f, err := os.OpenFile(inc, os.O_CREATE|os.O_RDWR, filePerm)
+// maxURLRefresh bounds the fresh download URLs asked for in a row without
+// a byte received in between.
+const maxURLRefresh = 2
+
+// downloadPartial fills the private partial file part to meta.Size bytes
+// and verifies it. resumed reports whether bytes from an earlier attempt
+// were reused.
+func (c *Client) downloadPartial(ctx context.Context, repo, rev, file string, meta *FileMetadata, part string) (resumed bool, err error) {
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_RDWR, filePerm)
 	if err != nil {
 		return false, fmt.Errorf("cache: %w", err)
 	}
 	defer f.Close()
 	t := &transfer{c: c, repo: repo, rev: rev, file: file, meta: meta, f: f}
-	t.h, t.algo = newVerifier(meta.ETag, meta.Size)
 	have, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
 		return false, fmt.Errorf("cache: %w", err)
@@ -268,15 +405,6 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 		have = 0
 	}
 	if have > 0 {
-		// Hash the bytes we keep.
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return false, fmt.Errorf("cache: %w", err)
-		}
-		if t.h != nil {
-			if _, err := io.CopyN(t.h, f, have); err != nil {
-				return false, fmt.Errorf("cache: reading %s: %w", inc, err)
-			}
-		}
 		resumed = true
 		c.debugf("resuming %s of %s at byte %d of %d", file, repo, have, meta.Size)
 	}
@@ -286,8 +414,9 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 	t.have = have
 	c.report(Progress{Event: FileStart, Repo: repo, File: file, Bytes: have, Total: meta.Size})
 
-	failures := 0
-	best := t.have // the most bytes ever on disk: only going past it is progress
+	failures, refreshes := 0, 0
+	best := t.have           // the most bytes ever on disk: only going past it is progress
+	refreshedAt := int64(-1) // t.have at the last fresh URL
 	for t.have < meta.Size {
 		_, err := t.get(ctx)
 		if err == nil {
@@ -295,6 +424,24 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 		}
 		if ctx.Err() != nil {
 			return resumed, ctx.Err()
+		}
+		var he *Error
+		if errors.As(err, &he) && he.refused {
+			// A signed CDN URL that expired during a long download (or
+			// its retries): the Hub hands out a fresh one.
+			if t.have != refreshedAt {
+				refreshes = 0
+			}
+			if refreshes < maxURLRefresh {
+				refreshes++
+				refreshedAt = t.have
+				c.warnf("%s: %v; asking the Hub for a fresh download URL", file, err)
+				if err := t.refreshURL(ctx); err != nil {
+					return resumed, err
+				}
+				continue
+			}
+			return resumed, err
 		}
 		if !retryable(err) {
 			return resumed, err
@@ -310,27 +457,86 @@ func (c *Client) downloadIncomplete(ctx context.Context, repo, rev, file string,
 			return resumed, err
 		}
 		d := c.backoff(failures)
-		var he *Error
-		if errors.As(err, &he) && he.retryAfter > 0 {
+		if he != nil && he.retryAfter > 0 {
 			d = he.retryAfter
 		}
 		c.warnf("%s: %v; resuming at byte %d (retry %d/%d in %s)", file, err, t.have, failures, c.Retries, d)
+		t.touch()
 		if err := c.sleep(ctx, d); err != nil {
 			return resumed, err
 		}
+		t.touch()
 	}
 	if err := f.Sync(); err != nil {
 		return resumed, fmt.Errorf("cache: %w", err)
 	}
-	if st, err := f.Stat(); err != nil || st.Size() != meta.Size {
-		return resumed, t.errorf(ErrIntegrity, "got %d bytes, the Hub announced %d", t.have, meta.Size)
+	return resumed, t.verifyOnDisk(part)
+}
+
+// touch marks the partial file as in use, so that no other process takes
+// it for abandoned while this one waits to retry.
+func (t *transfer) touch() {
+	now := time.Now()
+	os.Chtimes(t.f.Name(), now, now)
+}
+
+// refreshURL asks the Hub again for the file's download location (the
+// commit is pinned, so the blob stays the same).
+func (t *transfer) refreshURL(ctx context.Context) error {
+	var m *FileMetadata
+	err := t.c.withRetry(ctx, "metadata for "+t.repo+"/"+t.file, func() error {
+		var err error
+		m, err = t.c.FileMetadata(ctx, t.repo, t.meta.Commit, t.file)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	if t.h != nil {
-		if got := hex.EncodeToString(t.h.Sum(nil)); got != meta.ETag {
-			return resumed, t.errorf(ErrIntegrity, "%s of the downloaded bytes is %s, the ETag says %s", t.algo, got, meta.ETag)
-		}
+	if m.ETag != t.meta.ETag || m.Size != t.meta.Size {
+		return t.errorf(ErrMetadata, "asked again for a fresh download URL, the Hub names blob %s of %d bytes, not %s of %d",
+			m.ETag, m.Size, t.meta.ETag, t.meta.Size)
 	}
-	return resumed, nil
+	t.meta.Location = m.Location
+	return nil
+}
+
+// verifyOnDisk checks the finished partial file as it is on the disk, read
+// back through its name (the name the rename publishes): the same file this
+// transfer wrote, the announced size, and the hash the ETag names. Hashing
+// what was received instead would miss bytes another writer changed.
+func (t *transfer) verifyOnDisk(part string) error {
+	r, err := os.Open(part)
+	if err != nil {
+		return fmt.Errorf("cache: verifying %s: %w", part, err)
+	}
+	defer r.Close()
+	st, err := r.Stat()
+	if err != nil {
+		return fmt.Errorf("cache: verifying %s: %w", part, err)
+	}
+	if wst, err := t.f.Stat(); err == nil && !os.SameFile(st, wst) {
+		return t.errorf(ErrIntegrity, "%s was replaced by another file while downloading", part)
+	}
+	if st.Size() != t.meta.Size {
+		return t.errorf(ErrIntegrity, "%s holds %d bytes as written to disk, the Hub announced %d", part, st.Size(), t.meta.Size)
+	}
+	h, algo := newVerifier(t.meta.ETag, t.meta.Size)
+	if h == nil {
+		return nil
+	}
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	n, err := io.CopyBuffer(struct{ io.Writer }{h}, r, *bp)
+	if err != nil {
+		return fmt.Errorf("cache: verifying %s: %w", part, err)
+	}
+	if n != t.meta.Size {
+		return t.errorf(ErrIntegrity, "%s changed size while it was verified (%d bytes read, %d announced)", part, n, t.meta.Size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != t.meta.ETag {
+		return t.errorf(ErrIntegrity, "%s of %s as written to disk is %s, the ETag says %s", algo, part, got, t.meta.ETag)
+	}
+	return nil
 }
 
 func truncateAt(f *os.File, n int64) error {
@@ -387,14 +593,14 @@ func (t *transfer) get(ctx context.Context) (int64, error) {
 		e.Status = resp.StatusCode
 		return 0, e
 	default:
-		return 0, statusError(resp.Response, t.repo, t.rev, t.file)
+		return 0, t.c.downloadStatusError(resp, t.repo, t.rev, t.file)
 	}
 	return t.copyBody(resp.Body)
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
-// copyBody appends body to the file, hashing and reporting progress.
+// copyBody appends body to the file, reporting progress.
 func (t *transfer) copyBody(body io.Reader) (int64, error) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -414,9 +620,6 @@ func (t *transfer) copyBody(body io.Reader) (int64, error) {
 					return n, t.c.noSpace(t.repo, fmt.Sprintf("the disk filled up while writing %s (byte %d of %d)", t.f.Name(), t.have, size), t.have)
 				}
 				return n, fmt.Errorf("cache: writing %s: %w", t.f.Name(), err)
-			}
-			if t.h != nil {
-				t.h.Write(buf[:k])
 			}
 			n += int64(k)
 			t.have += int64(k)

@@ -62,6 +62,9 @@ type Error struct {
 
 	// retryAfter is the server's Retry-After, when it sent one.
 	retryAfter time.Duration
+	// refused marks a 401/403/410 from a host other than the endpoint: a
+	// signed download URL that expired, which a fresh HEAD replaces.
+	refused bool
 }
 
 func (e *Error) Error() string {

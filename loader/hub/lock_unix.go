@@ -28,3 +28,11 @@ func tryLock(f *os.File) (bool, error) {
 }
 
 func unlock(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
+
+// lockUnsupported reports a file system without flock: ENOSYS (what
+// filelock checks), EOPNOTSUPP/ENOTSUP (FUSE, Lustre mounted noflock) and
+// ENOLCK (NFS without a lock manager).
+func lockUnsupported(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTSUP) ||
+		errors.Is(err, unix.ENOLCK)
+}

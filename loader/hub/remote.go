@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,6 +44,18 @@ func (r *RemoteFile) ReadRange(ctx context.Context, off, n int64) ([]byte, int64
 	err := r.c.withRetry(ctx, "reading "+r.Repo+"/"+r.File, func() error {
 		var err error
 		data, total, err = r.readOnce(ctx, off, n)
+		var he *Error
+		if errors.As(err, &he) && he.refused {
+			// The remembered CDN URL expired: go through the Hub again.
+			r.mu.Lock()
+			stale := r.location != ""
+			r.location = ""
+			r.mu.Unlock()
+			if stale {
+				r.c.debugf("%s: %v; asking the Hub for a fresh URL", r.File, err)
+				data, total, err = r.readOnce(ctx, off, n)
+			}
+		}
 		return err
 	})
 	return data, total, err
@@ -85,7 +98,7 @@ func (r *RemoteFile) readOnce(ctx context.Context, off, n int64) ([]byte, int64,
 	case http.StatusRequestedRangeNotSatisfiable:
 		return nil, 0, fail(ErrMetadata, "bytes %d-%d are past the end of the file", off, off+n-1)
 	default:
-		return nil, 0, statusError(resp.Response, r.Repo, r.Commit, r.File)
+		return nil, 0, r.c.downloadStatusError(resp, r.Repo, r.Commit, r.File)
 	}
 	buf := make([]byte, n)
 	k, err := io.ReadFull(resp.Body, buf)

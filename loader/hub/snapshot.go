@@ -105,11 +105,19 @@ func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, err
 		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev,
 			Detail: fmt.Sprintf("repository listing has no valid commit hash (sha %q)", ri.SHA)}
 	}
+	// A name that cannot be a path in the snapshot (a backslash, a drive
+	// letter, "..", an absolute path) is left out of the listing with a
+	// warning rather than failing it: tputool never needs such a file, and
+	// Download refuses it by name if it is asked for.
+	kept := ri.Siblings[:0]
 	for _, s := range ri.Siblings {
 		if err := CheckFilename(s.RFilename); err != nil {
-			return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, Detail: "repository listing", Err: err}
+			c.warnf("%s@%s: skipping a file of the repository listing: %v", repo, rev, err)
+			continue
 		}
+		kept = append(kept, s)
 	}
+	ri.Siblings = kept
 	return ri, nil
 }
 

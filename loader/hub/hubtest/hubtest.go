@@ -136,6 +136,7 @@ type Server struct {
 	blobs    map[string][]byte // sha256 -> data for the CDN
 	requests []Request
 	faults   []*Fault
+	signed   int // CDN URLs handed out
 }
 
 // New starts the two servers; they stop when the test ends.
@@ -228,6 +229,15 @@ func OnPath(suffix string) func(string, *http.Request) bool {
 func OnServer(server, method string) func(string, *http.Request) bool {
 	return func(srv string, r *http.Request) bool {
 		return srv == server && (method == "" || r.Method == method)
+	}
+}
+
+// OnSignature matches CDN requests made with the n-th signed URL the Hub
+// handed out (1 for the first HEAD's Location): with Status 403 it makes
+// that URL expire, as a CDN's signed URLs do after an hour or so.
+func OnSignature(n int) func(string, *http.Request) bool {
+	return func(srv string, r *http.Request) bool {
+		return srv == "cdn" && r.URL.Query().Get("X-Amz-Signature") == "fake"+strconv.Itoa(n)
 	}
 }
 
@@ -471,7 +481,13 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, id, rev, p
 		h.Set("X-Linked-Size", strconv.Itoa(len(file.Data)))
 		// The Hub's own ETag for the pointer file differs from the blob's.
 		h.Set("ETag", `"`+File{Data: []byte("pointer " + file.SHA256())}.GitSHA1()+`"`)
-		h.Set("Location", s.CDN.URL+"/repos/"+file.SHA256()+"?X-Amz-Signature=fake&Expires=9999999999")
+		// Each answer signs anew (fake1, fake2, ...), so a test can let the
+		// URLs it handed out expire: see Signature.
+		s.mu.Lock()
+		s.signed++
+		sig := "fake" + strconv.Itoa(s.signed)
+		s.mu.Unlock()
+		h.Set("Location", s.CDN.URL+"/repos/"+file.SHA256()+"?X-Amz-Signature="+sig+"&Expires=9999999999")
 		h.Set("Content-Length", "0")
 		w.WriteHeader(http.StatusFound)
 		return
