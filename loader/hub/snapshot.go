@@ -105,13 +105,18 @@ func (c *Client) RepoInfo(ctx context.Context, repo, rev string) (*RepoInfo, err
 		return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev,
 			Detail: fmt.Sprintf("repository listing has no valid commit hash (sha %q)", ri.SHA)}
 	}
-	// A name that cannot be a path in the snapshot (a backslash, a drive
-	// letter, "..", an absolute path) is left out of the listing with a
-	// warning rather than failing it: tputool never needs such a file, and
-	// Download refuses it by name if it is asked for.
+	// A name that is only not a portable path here (a backslash, a drive
+	// letter) is left out of the listing with a warning rather than
+	// failing it: tputool never needs such a file, and Download refuses it
+	// by name if it is asked for. A name that climbs or is absolute
+	// (".", "..", empty segments, a leading "/") no Git tree holds: such a
+	// listing is hostile and refused as a whole.
 	kept := ri.Siblings[:0]
 	for _, s := range ri.Siblings {
 		if err := CheckFilename(s.RFilename); err != nil {
+			if escapingName(s.RFilename) {
+				return nil, &Error{Kind: ErrMetadata, Repo: repo, Revision: rev, Detail: "repository listing", Err: err}
+			}
 			c.warnf("%s@%s: skipping a file of the repository listing: %v", repo, rev, err)
 			continue
 		}
@@ -402,4 +407,19 @@ func (c *Client) RemoteETags(ctx context.Context, repo, commit string) (map[stri
 		out[s.RFilename] = s.ETag()
 	}
 	return out, nil
+}
+
+// escapingName reports a listed name no Git tree can hold: empty, with a
+// NUL, absolute, or with an empty, "." or ".." segment (split at '/' and
+// at '\').
+func escapingName(file string) bool {
+	if file == "" || strings.ContainsRune(file, 0) || strings.HasPrefix(file, "/") || strings.HasPrefix(file, `\`) {
+		return true
+	}
+	for _, seg := range strings.Split(strings.ReplaceAll(file, `\`, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
