@@ -142,10 +142,13 @@ Stable Diffusion 3 (StableDiffusion3Pipeline, without its T5 text encoder),
 read from a Hub id or a local folder with model_index.json.
 
 The initial noise comes from a reimplementation of torch's CPU generator, so a
-seed gives the same starting latents as diffusers with
-torch.Generator().manual_seed(seed); with --batch N the N images are drawn
-from that one generator, as diffusers does. Classifier-free guidance runs the
-unconditional and conditional inputs as one batch.
+seed gives the same starting latents as a float32 diffusers pipeline with
+torch.Generator().manual_seed(seed) (one loaded with torch_dtype=float16 or
+bfloat16 draws its noise in that dtype and starts elsewhere); with --batch N
+the N images are drawn from that one generator, as diffusers does.
+Classifier-free guidance runs the unconditional and conditional inputs as one
+batch. The SD 1.x safety checker is not run (a warning says so) and SDXL
+images are not watermarked.
 
 --mode compiled (the default, also --compile) builds each model (UNet or
 transformer, VAE decoder, text encoders) into one executable; --mode eager

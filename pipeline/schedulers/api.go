@@ -100,8 +100,10 @@ type SigmaProvider interface {
 type StepIndexer interface {
 	// StepIndex returns the current step index, or -1 before the first step.
 	StepIndex() int
-	// SetBeginIndex is diffusers' set_begin_index (img2img pipelines call
-	// it so that repeated timesteps resolve by position).
+	// SetBeginIndex is diffusers' set_begin_index (img2img pipelines and
+	// the SDXL pipeline call it so that repeated timesteps resolve by
+	// position). Pipelines should go through the package function
+	// SetBeginIndex, which skips the classes without set_begin_index.
 	SetBeginIndex(i int)
 	// ResetStepIndex clears the step index (scheduler._step_index = None).
 	ResetStepIndex()

@@ -44,6 +44,58 @@ var registry = map[string]factory{
 	"SASolverScheduler":                  newSASolver,
 }
 
+// hasBeginIndex says, for every registered class, whether its diffusers
+// class defines set_begin_index (diffusers 58eb52c). Pipelines call it
+// guarded by hasattr, so it is a no-op for the classes marked false.
+var hasBeginIndex = map[string]bool{
+	"DDIMScheduler":                      false,
+	"DDIMParallelScheduler":              false,
+	"DDIMInverseScheduler":               false,
+	"DDPMScheduler":                      false,
+	"DDPMParallelScheduler":              false,
+	"PNDMScheduler":                      false,
+	"EulerDiscreteScheduler":             true,
+	"EulerAncestralDiscreteScheduler":    true,
+	"LMSDiscreteScheduler":               true,
+	"HeunDiscreteScheduler":              true,
+	"DPMSolverMultistepScheduler":        true,
+	"DPMSolverMultistepInverseScheduler": false,
+	"DPMSolverSinglestepScheduler":       true,
+	"DEISMultistepScheduler":             true,
+	"UniPCMultistepScheduler":            true,
+	"LCMScheduler":                       true,
+	"TCDScheduler":                       true,
+	"FlowMatchEulerDiscreteScheduler":    true,
+	"FlowMatchHeunDiscreteScheduler":     true,
+	"KDPM2DiscreteScheduler":             true,
+	"KDPM2AncestralDiscreteScheduler":    true,
+	"EDMEulerScheduler":                  true,
+	"EDMDPMSolverMultistepScheduler":     true,
+	"CMStochasticIterativeScheduler":     true,
+	"IPNDMScheduler":                     true,
+	"UnCLIPScheduler":                    false,
+	"ScoreSdeVeScheduler":                false,
+	"FlowMapEulerDiscreteScheduler":      true,
+	"SASolverScheduler":                  true,
+}
+
+// SetBeginIndex is the pipelines' `if hasattr(self.scheduler,
+// "set_begin_index"): self.scheduler.set_begin_index(i)`: it sets s's begin
+// index when its diffusers class defines set_begin_index, and reports
+// whether it did. Call it after SetTimesteps, which clears the index. With
+// begin index 0 the first step starts at the first sigma even when the first
+// timestep repeats (Karras, exponential or beta sigmas whose sigma_max is
+// above the largest training sigma), where the timestep lookup would take
+// the second occurrence.
+func SetBeginIndex(s Scheduler, i int) bool {
+	si, ok := s.(StepIndexer)
+	if !ok || !hasBeginIndex[s.Name()] {
+		return false
+	}
+	si.SetBeginIndex(i)
+	return true
+}
+
 // Classes returns the diffusers class names New accepts, sorted.
 func Classes() []string {
 	out := make([]string, 0, len(registry))

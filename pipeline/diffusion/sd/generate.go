@@ -88,7 +88,8 @@ func (t Timings) Compile() time.Duration { return t.CompileText + t.CompileDenoi
 type Result struct {
 	Images []*image.NRGBA
 	// InitialLatents are the starting noise: randn_tensor(LatentShape,
-	// torch.Generator().manual_seed(Seed)) * init_noise_sigma.
+	// torch.Generator().manual_seed(Seed)), times init_noise_sigma for SD
+	// and SDXL (not SD3, as in diffusers).
 	InitialLatents []float32
 	// Latents are the final latents [Batch, C, h, w] before VAE decoding
 	// (scaled, as the scheduler leaves them).
@@ -212,9 +213,10 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	stats1 := p.compileStats()
 	res.Timings.CompileText = stats1.took - stats0.took
 
-	// 2. Timesteps and initial latents: randn_tensor with one CPU generator
-	// times init_noise_sigma.
-	if err := p.setTimesteps(sched, req); err != nil {
+	// 2. Timesteps and initial latents: randn_tensor with one CPU generator,
+	// times init_noise_sigma for SD and SDXL (the SD3 pipeline's
+	// prepare_latents does not scale the noise).
+	if err := p.startSchedule(sched, req); err != nil {
 		return nil, fmt.Errorf("scheduler %s: %w", sched.Name(), err)
 	}
 	ch := p.LatentChannels()
@@ -225,9 +227,11 @@ func (p *Pipeline) Generate(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sigma := float32(sched.InitNoiseSigma())
-	for i := range latents {
-		latents[i] *= sigma
+	if !p.SD3 {
+		sigma := float32(sched.InitNoiseSigma())
+		for i := range latents {
+			latents[i] *= sigma
+		}
 	}
 	res.InitialLatents = append([]float32(nil), latents...)
 
@@ -355,6 +359,21 @@ func wrap(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// startSchedule sets the timesteps and, for SDXL, the begin index 0: the
+// SDXL pipeline calls set_begin_index(0) before its loop (when the class has
+// it), so the first step is at the first sigma even when the first timestep
+// repeats; the SD and SD3 pipelines do not, and their schedulers find the
+// step index by looking the timestep up.
+func (p *Pipeline) startSchedule(s schedulers.Scheduler, req Request) error {
+	if err := p.setTimesteps(s, req); err != nil {
+		return err
+	}
+	if p.XL {
+		schedulers.SetBeginIndex(s, 0)
+	}
+	return nil
 }
 
 // setTimesteps starts the schedule; with a flow-matching scheduler whose
@@ -560,7 +579,7 @@ func (p *Pipeline) EncodeText(index int, ids [][]int, eager bool) (clip.Output[*
 // times 255, rounded half to even.
 func (p *Pipeline) decode(latents []float32, shape []int, eager bool) ([]*image.NRGBA, error) {
 	z := append([]float32(nil), latents...)
-	p.VAE.Cfg.Unscale(z, shape[1], shape[2]*shape[3])
+	p.unscale(z, shape[1], shape[2]*shape[3])
 	out, err := p.VAE.Decode(p.exec, tensors.FromFlatDataAndDimensions(z, shape...), eager)
 	if err != nil {
 		return nil, fmt.Errorf("vae decode: %w", err)
@@ -571,6 +590,40 @@ func (p *Pipeline) decode(latents []float32, shape []int, eager bool) ([]*image.
 	}
 	px := tensors.MustCopyFlatData[float32](out)
 	return ToImages(px, d[0], d[2], d[3]), nil
+}
+
+// unscale turns the final latents z [B, C, h*w] into the VAE decoder's input
+// in place, as each pipeline class does before vae.decode, in float32 as
+// torch does on the CPU (the Python floats become float32 scalars):
+//
+//   - StableDiffusionPipeline: latents / scaling_factor;
+//   - StableDiffusionXLPipeline: latents * latents_std / scaling_factor +
+//     latents_mean per channel when the VAE config sets both, otherwise
+//     latents / scaling_factor; never shift_factor;
+//   - StableDiffusion3Pipeline: latents / scaling_factor + shift_factor
+//     (0 when unset, where diffusers fails); never latents_mean/std.
+func (p *Pipeline) unscale(z []float32, channels, hw int) {
+	c := p.VAE.Cfg
+	sf := float32(*c.ScalingFactor)
+	switch {
+	case p.SD3:
+		var shift float32
+		if c.ShiftFactor != nil {
+			shift = float32(*c.ShiftFactor)
+		}
+		for i, v := range z {
+			z[i] = float32(v/sf) + shift
+		}
+	case p.XL && c.LatentsMean != nil && c.LatentsStd != nil:
+		for i, v := range z {
+			ch := (i / hw) % channels
+			z[i] = float32(float32(v*float32(c.LatentsStd[ch]))/sf) + float32(c.LatentsMean[ch])
+		}
+	default:
+		for i, v := range z {
+			z[i] = v / sf
+		}
+	}
 }
 
 // ToImages converts decoder output [B, 3, H, W] in [-1, 1] to 8-bit images.

@@ -6,9 +6,12 @@
 // and decodes the latents with the VAE.
 //
 // It follows diffusers' pipelines/stable_diffusion/pipeline_stable_diffusion.py
-// and pipelines/stable_diffusion_xl/pipeline_stable_diffusion_xl.py. The
-// initial latents come from pipeline/torchrand, so a seed gives the same
-// starting noise as diffusers with a CPU torch.Generator.
+// and pipelines/stable_diffusion_xl/pipeline_stable_diffusion_xl.py (and
+// pipelines/stable_diffusion_3/pipeline_stable_diffusion_3.py). The initial
+// latents come from pipeline/torchrand, so a seed gives the same starting
+// noise as a float32 diffusers pipeline with a CPU torch.Generator (a
+// float16 or bfloat16 pipeline draws its noise in that dtype, with other
+// values). The safety checker and SDXL's invisible watermark are not applied.
 package sd
 
 import (
@@ -152,6 +155,9 @@ func Load(dir string, opts Options) (p *Pipeline, err error) {
 	}
 	if _, ok := mi.Component("text_encoder_3"); ok && p.SD3 && opts.Warn != nil {
 		opts.Warn("%s: text_encoder_3 (T5) is not supported; running without it as diffusers does with text_encoder_3=None (its prompt embeddings are zeros), which lowers prompt adherence", dir)
+	}
+	if c, ok := mi.Component("safety_checker"); ok && opts.Warn != nil {
+		opts.Warn("%s: model_index.json names a safety_checker (%s) that is not run: diffusers would black out images it flags as NSFW, these images are written as generated", dir, c.Class)
 	}
 	for name, class := range want {
 		c, ok := mi.Component(name)

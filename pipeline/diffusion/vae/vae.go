@@ -126,9 +126,15 @@ func (c *Config) resolve() error {
 		sf := 0.18215
 		c.ScalingFactor = &sf
 	}
-	if (c.LatentsMean == nil) != (c.LatentsStd == nil) ||
-		(c.LatentsMean != nil && (len(c.LatentsMean) != c.LatentChannels || len(c.LatentsStd) != c.LatentChannels)) {
-		return fmt.Errorf("vae config: latents_mean and latents_std must both have latent_channels=%d entries", c.LatentChannels)
+	// latents_mean and latents_std are used (by the SDXL pipeline) only
+	// when both are set; either may be set alone, as diffusers allows.
+	for _, f := range []struct {
+		name string
+		v    []float64
+	}{{"latents_mean", c.LatentsMean}, {"latents_std", c.LatentsStd}} {
+		if f.v != nil && len(f.v) != c.LatentChannels {
+			return fmt.Errorf("vae config: %s has %d entries, want latent_channels=%d", f.name, len(f.v), c.LatentChannels)
+		}
 	}
 	return nil
 }
@@ -285,8 +291,9 @@ func runCoder[V any](e blocks.Engine[V], c *coder, x V, decoder bool) V {
 	return blocks.Run1(e, c.convOut, h)
 }
 
-// DecodeForward maps latents z [B, latent, h, w] (already unscaled, see
-// Unscale) to images [B, out, h*f, w*f] in about [-1, 1].
+// DecodeForward maps latents z [B, latent, h, w] (already unscaled by the
+// pipeline: scaling_factor, and shift_factor or latents_mean/std depending
+// on the pipeline class) to images [B, out, h*f, w*f] in about [-1, 1].
 func DecodeForward[V any](m *Model, e blocks.Engine[V], z V) V {
 	if m.postQuant != nil {
 		z = blocks.Run1(e, m.postQuant, z)
@@ -302,28 +309,6 @@ func EncodeForward[V any](m *Model, e blocks.Engine[V], x V) V {
 		h = blocks.Run1(e, m.quant, h)
 	}
 	return h
-}
-
-// Unscale turns the diffusion latents into the decoder's input in place:
-// latents / scaling_factor (+ shift_factor), or with latents_mean/std
-// latents * std / scaling_factor + mean per channel, as the pipelines do
-// before vae.decode. latents has layout [B, C, h, w].
-func (c *Config) Unscale(latents []float32, channels, hw int) {
-	sf := *c.ScalingFactor
-	shift := 0.0
-	if c.ShiftFactor != nil {
-		shift = *c.ShiftFactor
-	}
-	for i := range latents {
-		ch := (i / hw) % channels
-		v := float64(latents[i])
-		if c.LatentsMean != nil {
-			v = v*c.LatentsStd[ch]/sf + c.LatentsMean[ch]
-		} else {
-			v = v/sf + shift
-		}
-		latents[i] = float32(v)
-	}
 }
 
 // Decode runs DecodeForward compiled (one executable) or eager.

@@ -86,18 +86,17 @@ func TestVAEConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 8, c.ScaleFactor())
 	require.Equal(t, 32, c.NormNumGroups)
-	lat := []float32{0.13025, -0.2605}
-	c.Unscale(lat, 1, 2)
-	require.InDelta(t, 1, lat[0], 1e-6)
-	require.InDelta(t, -2, lat[1], 1e-6)
+	require.InDelta(t, 0.13025, *c.ScalingFactor, 0)
+	require.Nil(t, c.LatentsMean)
 
 	_, err = vae.ParseConfig([]byte(`{"_class_name": "AutoencoderTiny"}`))
 	require.ErrorIs(t, err, errs.ErrUnsupported)
-	_, err = vae.ParseConfig([]byte(`{"block_out_channels": [32], "latents_mean": [0,0,0,0]}`))
-	require.ErrorContains(t, err, "latents_std")
-	m, err := vae.ParseConfig([]byte(`{"block_out_channels": [32], "latents_mean": [1,2], "latents_std": [2,4], "latent_channels": 2, "scaling_factor": 0.5}`))
+	// latents_mean without latents_std loads, as in diffusers (the SDXL
+	// pipeline then divides by scaling_factor only); a length other than
+	// latent_channels does not.
+	m, err := vae.ParseConfig([]byte(`{"block_out_channels": [32], "latents_mean": [0,0,0,0]}`))
 	require.NoError(t, err)
-	lat = []float32{1, 1, 1, 1} // [1, 2, 1, 2]
-	m.Unscale(lat, 2, 2)
-	require.Equal(t, []float32{5, 5, 10, 10}, lat) // 1*2/0.5+1, 1*4/0.5+2
+	require.Nil(t, m.LatentsStd)
+	_, err = vae.ParseConfig([]byte(`{"block_out_channels": [32], "latents_mean": [1,2], "latents_std": [2,4,1,1]}`))
+	require.ErrorContains(t, err, "latents_mean has 2 entries, want latent_channels=4")
 }
