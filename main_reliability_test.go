@@ -186,6 +186,19 @@ func bigRepo(t *testing.T) (hubtest.Repo, hubtest.File) {
 	}}, w
 }
 
+// partialSize is the size of the largest partial download of blob sha in
+// blobs (a download writes <sha>.<8 hex>.incomplete of its own; an
+// interrupted one leaves <sha>.incomplete for the next to resume), -1
+// when there is none.
+func partialSize(blobs, sha string) int64 {
+	matches, _ := filepath.Glob(filepath.Join(blobs, sha+"*.incomplete"))
+	size := int64(-1)
+	for _, m := range matches {
+		size = max(size, fileSize(m))
+	}
+	return size
+}
+
 func fileSize(p string) int64 {
 	st, err := os.Stat(p)
 	if err != nil {
@@ -195,9 +208,9 @@ func fileSize(p string) int64 {
 }
 
 // TestSubprocessDownloadInterruptResumes: SIGINT during a download exits
-// 130 and leaves the partial blob as .incomplete (never in blobs/ under its
-// final name, never linked into a snapshot); the next run resumes it with a
-// Range request and completes a valid cache.
+// 130 and leaves the partial blob as <sha>.incomplete (never in blobs/
+// under its final name, never linked into a snapshot); the next run
+// resumes it with a Range request and completes a valid cache.
 func TestSubprocessDownloadInterruptResumes(t *testing.T) {
 	srv := hubtest.New(t)
 	repo, w := bigRepo(t)
@@ -206,10 +219,11 @@ func TestSubprocessDownloadInterruptResumes(t *testing.T) {
 	srv.AddFault(&hubtest.Fault{Match: hubtest.OnServer("cdn", "GET"), Times: 1, Stall: time.Minute, After: sent})
 	cache := filepath.Join(t.TempDir(), "hub")
 	env := hubEnv(srv, cache, "HF_HUB_DOWNLOAD_TIMEOUT=120")
-	inc := filepath.Join(cache, "models--org--big", "blobs", w.SHA256()+".incomplete")
+	blobs := filepath.Join(cache, "models--org--big", "blobs")
+	inc := filepath.Join(blobs, w.SHA256()+".incomplete")
 
 	p := start(t, env, "download", "--model", "org/big")
-	waitFor(t, time.Minute, "the partial download", func() bool { return fileSize(inc) >= sent })
+	waitFor(t, time.Minute, "the partial download", func() bool { return partialSize(blobs, w.SHA256()) >= sent })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -266,10 +280,10 @@ func TestSubprocessTwoProcessesOneFile(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "hub")
 	// The stalled transfer is cut by the idle timeout after 2 s and resumed.
 	env := hubEnv(srv, cache, "HF_HUB_DOWNLOAD_TIMEOUT=2")
-	inc := filepath.Join(cache, "models--org--big", "blobs", w.SHA256()+".incomplete")
+	blobs := filepath.Join(cache, "models--org--big", "blobs")
 
 	a := start(t, env, "--json", "download", "--model", "org/big")
-	waitFor(t, time.Minute, "the first process's partial download", func() bool { return fileSize(inc) >= sent })
+	waitFor(t, time.Minute, "the first process's partial download", func() bool { return partialSize(blobs, w.SHA256()) >= sent })
 	b := start(t, env, "--json", "download", "--model", "org/big")
 	codeA, codeB := a.wait(t, 2*time.Minute), b.wait(t, 2*time.Minute)
 	if codeA != 0 || codeB != 0 {
