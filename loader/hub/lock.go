@@ -107,7 +107,11 @@ func acquireSoftLock(ctx context.Context, path string) (*fileLock, error) {
 			// Check again right before removing, so that a lock someone
 			// just refreshed or re-created survives.
 			if st2, err := os.Stat(path); err == nil && st2.ModTime().Equal(st.ModTime()) && os.SameFile(st, st2) {
-				os.Remove(path)
+				// A stale lock that cannot be removed would never be
+				// released: say so rather than retrying without a pause.
+				if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return nil, fmt.Errorf("lock %s: removing a stale soft lock: %w", path, err)
+				}
 			}
 			continue
 		}
@@ -135,6 +139,7 @@ func (l *fileLock) heartbeat() {
 	}
 }
 
+// pause waits d, or until ctx ends.
 func pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
