@@ -178,10 +178,10 @@ var (
 	sha1RE   = regexp.MustCompile(`^[0-9a-f]{40}$`)
 )
 
-// newVerifier returns the hash the ETag promises, and the prefix to feed it
-// first: LFS files are named by their sha256, git files by the git blob
-// sha1 of "blob <size>\x00<content>". Other ETags can only be checked by
-// size (nil hash).
+// newVerifier returns the hash the ETag promises, with the git prefix
+// already written, and its name for messages: LFS files are named by their
+// sha256, git files by the git blob sha1 of "blob <size>\x00<content>".
+// Other ETags can only be checked by size (nil hash).
 func newVerifier(etag string, size int64) (hash.Hash, string) {
 	switch {
 	case sha256RE.MatchString(etag):

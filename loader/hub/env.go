@@ -50,7 +50,8 @@ type Env struct {
 }
 
 // EnvFrom reads the configuration through lookup (os.LookupEnv, or a map in
-// tests). HOME is read through lookup too, falling back to os.UserHomeDir.
+// tests). HOME is read through lookup too, falling back to the password
+// database, then os.UserHomeDir.
 func EnvFrom(lookup func(string) (string, bool)) Env {
 	get := func(k string) string { v, _ := lookup(k); return v }
 	expand := func(p string) string { return expandPath(p, lookup) }

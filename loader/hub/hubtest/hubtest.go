@@ -482,7 +482,7 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, id, rev, p
 		// The Hub's own ETag for the pointer file differs from the blob's.
 		h.Set("ETag", `"`+File{Data: []byte("pointer " + file.SHA256())}.GitSHA1()+`"`)
 		// Each answer signs anew (fake1, fake2, ...), so a test can let the
-		// URLs it handed out expire: see Signature.
+		// URLs it handed out expire: see OnSignature.
 		s.mu.Lock()
 		s.signed++
 		sig := "fake" + strconv.Itoa(s.signed)
