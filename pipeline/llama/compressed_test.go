@@ -287,6 +287,16 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 	return ctDir, plainDir
 }
 
+// ctScheme is a config group's symmetric weights scheme (groups of 16
+// under strategy group).
+func ctScheme(bits int, typ, strategy string) map[string]any {
+	w := map[string]any{"num_bits": bits, "type": typ, "symmetric": true, "strategy": strategy, "dynamic": false}
+	if strategy == "group" {
+		w["group_size"] = 16
+	}
+	return w
+}
+
 // mixedConfig is a "mixed-precision" compressed-tensors config of three
 // groups: 4-bit q, k and v projections by groups of 16 (a "re:" target),
 // fp8 by channel for every other Linear, and 8-bit by channel for layer
@@ -294,18 +304,11 @@ func ctCheckpoints(t *testing.T, f ctFormat) (ctDir, plainDir string) {
 // group before it. Layer 1's down_proj is ignored by pattern, lm_head by
 // name.
 func mixedConfig() map[string]any {
-	scheme := func(bits int, typ, strategy string) map[string]any {
-		w := map[string]any{"num_bits": bits, "type": typ, "symmetric": true, "strategy": strategy, "dynamic": false}
-		if strategy == "group" {
-			w["group_size"] = 16
-		}
-		return w
-	}
 	return map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "quantization_status": "compressed",
 		"config_groups": map[string]any{
-			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*self_attn\.(q|k|v)_proj$`}, "weights": scheme(4, "int", "group")},
-			"group_1": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": scheme(8, "float", "channel")},
-			"group_2": map[string]any{"format": "pack-quantized", "targets": []string{"model.layers.0.mlp.up_proj"}, "weights": scheme(8, "int", "channel")},
+			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*self_attn\.(q|k|v)_proj$`}, "weights": ctScheme(4, "int", "group")},
+			"group_1": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": ctScheme(8, "float", "channel")},
+			"group_2": map[string]any{"format": "pack-quantized", "targets": []string{"model.layers.0.mlp.up_proj"}, "weights": ctScheme(8, "int", "channel")},
 		},
 		"ignore": []string{"lm_head", `re:.*layers\.1\.mlp\.down_proj$`}}
 }
@@ -333,18 +336,11 @@ func mixedModules(prefix string, f ctFormat) (ctFormat, bool) {
 // the down_proj weights are stored in. A third group takes every other
 // Linear in fp8 by channel.
 func orderConfig() map[string]any {
-	scheme := func(bits int, typ, strategy string) map[string]any {
-		w := map[string]any{"num_bits": bits, "type": typ, "symmetric": true, "strategy": strategy, "dynamic": false}
-		if strategy == "group" {
-			w["group_size"] = 16
-		}
-		return w
-	}
 	return map[string]any{"quant_method": "compressed-tensors", "format": "mixed-precision", "quantization_status": "compressed",
 		"config_groups": map[string]any{
-			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*mlp\.down_proj$`}, "weights": scheme(8, "int", "channel")},
-			"group_1": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*down_proj`}, "weights": scheme(4, "int", "group")},
-			"group_2": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": scheme(8, "float", "channel")},
+			"group_0": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*mlp\.down_proj$`}, "weights": ctScheme(8, "int", "channel")},
+			"group_1": map[string]any{"format": "pack-quantized", "targets": []string{`re:.*down_proj`}, "weights": ctScheme(4, "int", "group")},
+			"group_2": map[string]any{"format": "float-quantized", "targets": []string{"Linear"}, "weights": ctScheme(8, "float", "channel")},
 		},
 		"ignore": []string{"lm_head"}}
 }

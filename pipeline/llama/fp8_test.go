@@ -2,11 +2,8 @@ package llama_test
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -211,18 +208,9 @@ func TestFP8Layouts(t *testing.T) {
 		})
 	}
 	dir, _ := fp8CheckpointsOf(t, fp8Layout{block: [2]int{16, 8}, static: true})
-	cfg, err := lmckpt.ReadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg["quantization_config"].(map[string]any)["activation_scheme"] = "dynamic"
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editConfig(t, dir, func(cfg map[string]any) {
+		cfg["quantization_config"].(map[string]any)["activation_scheme"] = "dynamic"
+	})
 	l, err := lmckpt.Load(dir)
 	if err == nil {
 		l.Close()
@@ -304,18 +292,9 @@ func TestFP8PerChannelRefused(t *testing.T) {
 	if err := lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{FBGEMM: true}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := lmckpt.ReadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic"}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editConfig(t, dir, func(cfg map[string]any) {
+		cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "activation_scheme": "dynamic"}
+	})
 	l, err := lmckpt.Load(dir)
 	if err == nil {
 		l.Close()

@@ -3,8 +3,6 @@ package llama_test
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -327,22 +325,9 @@ func TestPackedDynamicOrder(t *testing.T) {
 // setDynamic rewrites the dynamic rules of the GPTQ checkpoint in dir.
 func setDynamic(t *testing.T, dir, rules string) {
 	t.Helper()
-	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["quantization_config"].(map[string]any)["dynamic"] = json.RawMessage(rules)
-	if b, err = json.Marshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	editConfig(t, dir, func(cfg map[string]any) {
+		cfg["quantization_config"].(map[string]any)["dynamic"] = json.RawMessage(rules)
+	})
 }
 
 // A g_idx naming a group past the last is an error naming the tensor and

@@ -2,6 +2,8 @@ package llama_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -63,6 +65,23 @@ func addTensors(t *testing.T, dir string, extra ...safetensors.Tensor) {
 	}
 	ck.Close()
 	if err := safetensors.WriteFile(path, append(ts, extra...), map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// editConfig rewrites dir's config.json with edit applied.
+func editConfig(t *testing.T, dir string, edit func(cfg map[string]any)) {
+	t.Helper()
+	cfg, err := lmckpt.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(cfg)
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -32,7 +32,8 @@ func editJSON(t *testing.T, dir, name string, edit func(m map[string]any)) {
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 }
 
-// loadEdited generates spec, applies edits (file name -> edit) and loads it.
+// loadEdited generates spec, applies edits (file name -> edit) and loads
+// it, on the go backend unless opts names one.
 func loadEdited(t *testing.T, spec sdckpt.Spec, opts sd.Options, edits map[string]func(map[string]any)) *sd.Pipeline {
 	t.Helper()
 	dir := t.TempDir()
@@ -40,8 +41,10 @@ func loadEdited(t *testing.T, spec sdckpt.Spec, opts sd.Options, edits map[strin
 	for name, edit := range edits {
 		editJSON(t, dir, name, edit)
 	}
-	g := goOptions(t)
-	opts.Backend, opts.Executor = g.Backend, g.Executor
+	if opts.Backend == nil {
+		g := goOptions(t)
+		opts.Backend, opts.Executor = g.Backend, g.Executor
+	}
 	p, err := sd.Load(dir, opts)
 	require.NoError(t, err)
 	t.Cleanup(p.Close)

@@ -32,16 +32,8 @@ func goOptions(t testing.TB) sd.Options {
 }
 
 func load(t *testing.T, spec sdckpt.Spec, opts sd.Options) *sd.Pipeline {
-	dir := t.TempDir()
-	require.NoError(t, sdckpt.Generate(dir, spec))
-	if opts.Backend == nil {
-		g := goOptions(t)
-		opts.Backend, opts.Executor = g.Backend, g.Executor
-	}
-	p, err := sd.Load(dir, opts)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	return p
+	t.Helper()
+	return loadEdited(t, spec, opts, nil)
 }
 
 func pngBytes(t *testing.T, res *sd.Result) [][]byte {
