@@ -99,6 +99,7 @@ func TestJinjaFeatures(t *testing.T) {
 		{"{{ [1, 2, 3, 4, 5] | batch(2) | list }} {{ [1, 2, 3] | batch(2, 0) | list }}", nil, "[[1, 2], [3, 4], [5]] [[1, 2], [3, 0]]"},
 		{"{{ '%s=%05.1f|%-3d|%x' | format('a', 2.25, 7, 255) }} {{ '%(k)s' | format(k=1) }} {{ '%d%%' % 50 }}", nil, "a=002.2|7  |ff 1 50%"},
 		{"{{ 'foo bar baz qux' | truncate(9) }}|{{ 'foo bar baz qux' | truncate(9, true) }}|{{ 'foo bar baz qux' | truncate(11) }}", nil, "foo...|foo ba...|foo bar baz qux"},
+		{"{{ '%a|%r|%.4a' % ('é😀', 'é', 'ü') }} {{ 'foo bar baz' | truncate(9223372036854775807) }}", nil, "'\\xe9\\U0001f600'|'é'|'\\xf foo bar baz"},
 		{"{% macro list(items) %}<{% for i in items %}{{ caller(i) }}{% endfor %}>{% endmacro %}{% call(x) list([1, 2]) %}[{{ x }}]{% endcall %}", nil, "<[1][2]>"},
 		{"{% macro box() %}({{ caller() }}){% endmacro %}{% call box() %}\n  body\n{% endcall %}", nil, "(  body\n)"},
 		{"{% filter upper | replace('B', 'b') %}abc{% endfilter %}", nil, "AbC"},
@@ -179,5 +180,9 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("%q: no error", src)
 			}
 		}
+	}
+	// Jinja's parse_call_args: only a ** argument may follow one.
+	if _, err := New("t", "{{ dict(**{'a': 1}, b=2) }}", Options{}); err == nil || !strings.Contains(err.Error(), "after **") {
+		t.Errorf("keyword argument after **: got %v", err)
 	}
 }

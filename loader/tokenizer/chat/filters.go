@@ -361,13 +361,8 @@ func minMaxFilter(isMax bool) filterFn {
 			if err := st.spend(itemCost); err != nil {
 				return nil, err
 			}
-			k := it
-			if !isNilOrUndef(attr) {
-				if k, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
-					return nil, err
-				}
-			}
-			if k, err = st.sortKey(k, caseSensitive); err != nil {
+			k, err := st.itemKey(it, attr, caseSensitive)
+			if err != nil {
 				return nil, err
 			}
 			if i > 0 {
@@ -458,7 +453,7 @@ func filterTruncate(st *state, s string, args []any, kw map[string]any) (any, er
 	if err := st.spend(int64(len(s))); err != nil {
 		return nil, err
 	}
-	if int64(utf8.RuneCountInString(s)) <= length+leeway {
+	if int64(utf8.RuneCountInString(s)) <= addSize(length, leeway) {
 		return s, nil
 	}
 	head := s[:runeOffset(s, int(length-endLen))]
@@ -768,6 +763,19 @@ func (st *state) sortKey(v any, caseSensitive bool) (any, error) {
 	return v, nil
 }
 
+// itemKey is the key sort, unique, min and max compare an item by (Jinja's
+// make_attrgetter with ignore_case): its attribute when attr is given, then
+// sortKey.
+func (st *state) itemKey(it, attr any, caseSensitive bool) (any, error) {
+	if !isNilOrUndef(attr) {
+		var err error
+		if it, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
+			return nil, err
+		}
+	}
+	return st.sortKey(it, caseSensitive)
+}
+
 // sortBy sorts items stably by keys, charging n log n comparisons first.
 func (st *state) sortBy(items, keys []any, reverse bool) error {
 	if err := st.spend(itemCost * sortCost(len(items))); err != nil {
@@ -824,12 +832,7 @@ func filterSort(st *state, v any, args []any, kw map[string]any) (any, error) {
 	attr, _ := kwOrArg(args, kw, 2, "attribute")
 	keys := make([]any, len(out))
 	for i, it := range out {
-		if !isNilOrUndef(attr) {
-			if it, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
-				return nil, err
-			}
-		}
-		if keys[i], err = st.sortKey(it, caseSensitive); err != nil {
+		if keys[i], err = st.itemKey(it, attr, caseSensitive); err != nil {
 			return nil, err
 		}
 	}
@@ -935,13 +938,8 @@ func filterUnique(st *state, v any, args []any, kw map[string]any) (any, error) 
 		if err := st.spend(itemCost); err != nil {
 			return nil, err
 		}
-		kv := it
-		if !isNilOrUndef(attr) {
-			if kv, err = st.getAttrOrItem(it, scalarStr(attr)); err != nil {
-				return nil, err
-			}
-		}
-		if kv, err = st.sortKey(kv, caseSensitive); err != nil {
+		kv, err := st.itemKey(it, attr, caseSensitive)
+		if err != nil {
 			return nil, err
 		}
 		k, err := hashKey(kv)

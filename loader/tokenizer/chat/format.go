@@ -162,7 +162,13 @@ func (st *state) pyPercent(f string, values any) (string, error) {
 				s = pad + s
 			}
 		}
-		if err := st.newStr(int64(b.Len())+int64(len(s)), "format's result"); err != nil {
+		// The result must fit the string limit; what is charged is only
+		// what this conversion adds (charging the whole result each time
+		// would be quadratic in the number of conversions).
+		if total := int64(b.Len()) + int64(len(s)); total > st.maxStr {
+			return "", limitf("format's result would be %d bytes, over %d bytes (Options.MaxOutputBytes)", total, st.maxStr)
+		}
+		if err := st.newStr(int64(len(s)), "format's result"); err != nil {
 			return "", err
 		}
 		b.WriteString(s)
@@ -197,6 +203,9 @@ func (st *state) formatOne(conv byte, flags string, prec int64, hasPrec bool, ar
 			if err = p.repr(arg, 0); err == nil {
 				s, err = p.b.String(), p.flush()
 			}
+		}
+		if err == nil && conv == 'a' {
+			s, err = st.asciiEscape(s)
 		}
 		if err != nil {
 			return "", err
@@ -291,6 +300,45 @@ func (st *state) formatOne(conv byte, flags string, prec int64, hasPrec bool, ar
 		return "", fmt.Errorf("%%c requires an int or a unicode character, not %s", typeName(arg))
 	}
 	return "", fmt.Errorf("unsupported format character %q", conv)
+}
+
+// asciiEscape is what Python's ascii() adds to repr(): every non-ASCII
+// character becomes a \xNN, \uNNNN or \UNNNNNNNN escape.
+func (st *state) asciiEscape(s string) (string, error) {
+	n := 0
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			n++
+		case r < 0x100:
+			n += len(`\xNN`)
+		case r < 0x10000:
+			n += len(`\uNNNN`)
+		default:
+			n += len(`\UNNNNNNNN`)
+		}
+	}
+	if n == len(s) { // all ASCII: every escape is longer than the character
+		return s, nil
+	}
+	if err := st.newStr(int64(n), "ascii()"); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, r := range s {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteByte(byte(r))
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	return b.String(), nil
 }
 
 func isNonFinite(v any) bool {

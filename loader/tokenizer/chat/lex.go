@@ -175,7 +175,7 @@ func rawBlock(src string, i, line int) ([]segment, int, error) {
 			return nil, 0, fmt.Errorf("line %d: missing {%% endraw %%}", line)
 		}
 		start := q + k
-		end := segment{kind: segRaw, line: line + strings.Count(src[i:start], "\n")}
+		end := segment{kind: segRaw}
 		e := start + 2
 		if e < len(src) && (src[e] == '-' || src[e] == '+') {
 			end.trimLeft, end.keepLStrip = src[e] == '-', src[e] == '+'
@@ -198,6 +198,9 @@ func rawBlock(src string, i, line int) ([]segment, int, error) {
 				closed = false
 			}
 			if closed {
+				// Lines are counted only here: counting at every "{%"
+				// inside the block would be quadratic in the source.
+				end.line = line + strings.Count(src[i:start], "\n")
 				text := segment{kind: segText, text: src[p:start], line: line + strings.Count(src[i:p], "\n")}
 				return []segment{begin, text, end}, e, nil
 			}

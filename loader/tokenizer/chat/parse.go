@@ -897,6 +897,9 @@ func (p *parser) parseArgs() (callArgs, error) {
 			}
 			a.starStar = v
 		case p.peek().kind == tkName && p.tp+1 < len(p.toks) && p.toks[p.tp+1].kind == tkOp && p.toks[p.tp+1].s == "=":
+			if a.starStar != nil {
+				return a, p.errf("invalid syntax for function call expression (a keyword argument after **)")
+			}
 			name := p.next().s
 			p.tp++
 			v, err := p.parseExpr()

@@ -224,6 +224,8 @@ func TestSuperLinear(t *testing.T) {
 		{items + "{{ l | select('equalto', '5') | list }}", "['5']"},
 		{items + "{{ '99999' in l }} {{ l.index('99999') }} {{ l.count('7') }}", "True 99999 1"},
 		{items + "{{ l | join(',') | length }}", "588889"},
+		// Each conversion is charged for what it adds, not for the whole result.
+		{"{{ ('%s' * 20000) | format(*range(20000)) | length }}", "88890"},
 		{"{{ ['b', 'A', 'a', 'B'] | unique | list }} {{ ['b', 'A', 'a'] | unique(case_sensitive=true) | list }}", "['b', 'A'] ['b', 'A', 'a']"},
 		{"{{ [1, 1.0, true, 2, none, none] | unique | list }}", "[1, 2, None]"},
 		{"{{ ['b', 'A', 'c'] | sort }} {{ ['b', 'A', 'c'] | sort(case_sensitive=true) }}", "['A', 'b', 'c'] ['A', 'b', 'c']"},
@@ -485,5 +487,19 @@ func TestUnsupportedFilters(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unknown filter %q", f)) || !strings.Contains(err.Error(), `"f"`) {
 			t.Errorf("%s: got %v", f, err)
 		}
+	}
+}
+
+// TestParseLinear: compiling takes time linear in the source (New has no
+// step budget): a raw block full of "{%", each a candidate for its end,
+// compiles at once.
+func TestParseLinear(t *testing.T) {
+	src := "{% raw %}" + strings.Repeat("{%", (maxSource-100)/2) + "{% endraw %}"
+	start := time.Now()
+	if _, err := New("raw", src, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("compiling a %d-byte raw block took %v", len(src), d)
 	}
 }
