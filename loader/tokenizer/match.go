@@ -128,15 +128,6 @@ func onigToNET(expr string) (string, error) {
 	b.Grow(len(expr) + 16)
 	wordSet := "[" + onigWord + onigLatin1Word + "]"
 	i := 0
-	// copyBraced copies "{...}" at expr[i], if there is one.
-	copyBraced := func() {
-		if i < len(expr) && expr[i] == '{' {
-			if j := strings.IndexByte(expr[i:], '}'); j >= 0 {
-				b.WriteString(expr[i : i+j+1])
-				i += j + 1
-			}
-		}
-	}
 	for i < len(expr) {
 		c := expr[i]
 		switch c {
@@ -157,13 +148,10 @@ func onigToNET(expr string) (string, error) {
 				fmt.Fprintf(&b, "(?:(?<=%[1]s)(?!%[1]s)|(?<!%[1]s)(?=%[1]s))", wordSet)
 			case 'B':
 				fmt.Fprintf(&b, "(?:(?<=%[1]s)(?=%[1]s)|(?<!%[1]s)(?!%[1]s))", wordSet)
-			case 'p', 'P', 'x':
-				b.WriteByte('\\')
-				b.WriteByte(n)
-				copyBraced()
 			default:
-				b.WriteByte('\\')
-				b.WriteByte(n)
+				k := bracedArg(expr, i, n)
+				b.WriteString(expr[i-2 : i+k])
+				i += k
 			}
 		case '[':
 			end, err := onigClass(expr, i, &b)
@@ -299,16 +287,9 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 			case 'W':
 				return 0, fmt.Errorf(`\W inside a character class at offset %d is not supported`, i)
 			default:
-				b.WriteByte('\\')
-				b.WriteByte(n)
-				if n == 'p' || n == 'P' || n == 'x' {
-					if i+2 < len(expr) && expr[i+2] == '{' {
-						if j := strings.IndexByte(expr[i+2:], '}'); j >= 0 {
-							b.WriteString(expr[i+2 : i+2+j+1])
-							i += j + 1
-						}
-					}
-				}
+				k := bracedArg(expr, i+2, n)
+				b.WriteString(expr[i : i+2+k])
+				i += k
 			}
 			i += 2
 		default:
@@ -317,6 +298,15 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 		}
 	}
 	return i, nil // unterminated: regexp2 reports it
+}
+
+// bracedArg is the length of the "{...}" at expr[i] that belongs to the
+// escape \n before it (\p{L}, \x{41}), or 0; it is copied as it is.
+func bracedArg(expr string, i int, n byte) int {
+	if n != 'p' && n != 'P' && n != 'x' || i >= len(expr) || expr[i] != '{' {
+		return 0
+	}
+	return strings.IndexByte(expr[i:], '}') + 1 // 0 when there is no '}'
 }
 
 type literalMatcher struct{ lit string }

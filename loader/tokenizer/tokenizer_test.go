@@ -242,6 +242,7 @@ func TestNormalizersMatchHF(t *testing.T) {
 		{`{"type": "Replace", "pattern": {"Regex": "(?m:a.)|a."}, "content": "-"}`, "a\na\n", "--"},
 		{`{"type": "Replace", "pattern": {"Regex": "a{,2}"}, "content": "-"}`, "baaab", "-b--b-"},
 		{`{"type": "Replace", "pattern": {"Regex": "[]a]"}, "content": "-"}`, "a]b", "--b"},
+		{`{"type": "Replace", "pattern": {"Regex": "\\p{Lu}[\\x{61}\\p{N}]|\\x{63}"}, "content": "-"}`, "Aa B1 Cc Dd", "- - C- Dd"},
 	}
 	for _, c := range cases {
 		comp, err := parseComponent(json.RawMessage(c.json), "normalizer")
