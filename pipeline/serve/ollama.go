@@ -427,10 +427,7 @@ func (s *Server) ollamaGeneratePlan(ctx context.Context, req *ollamaGenerateRequ
 // checkTokenIDs checks token ids a request sends against both
 // vocabularies (the model's and the tokenizer's).
 func (s *Server) checkTokenIDs(param string, ids []int) error {
-	vocab := s.o.VocabSize
-	if s.o.Tokenizer != nil && (vocab == 0 || s.o.Tokenizer.VocabSize() < vocab) {
-		vocab = s.o.Tokenizer.VocabSize()
-	}
+	vocab := s.vocabSize()
 	for _, id := range ids {
 		if id < 0 || (vocab > 0 && id >= vocab) {
 			return badRequest(param, "token id %d in %s is outside the vocabulary [0, %d)", id, param, vocab)
@@ -475,34 +472,56 @@ func (s *Server) ollamaFit(ids []int, o *generate.Overrides, truncate bool, para
 
 // ollamaRender renders a chat's messages. Under truncate, while the
 // prompt leaves no room in the context, the oldest messages are dropped,
-// one at a time, but for the system messages and the last one, as
-// ollama's chatPrompt does; a cut the template refuses to render (roles
-// that must alternate) is passed over. A prompt that still leaves no room
-// is cut by ollamaFit.
+// but for the system messages and the last one, as ollama's chatPrompt
+// does; a cut the template refuses to render (roles that must alternate)
+// is passed over. The fewest drops that fit are found by bisection (a
+// prompt shortens as messages go), so a long chat costs log n renders,
+// not n (each of n messages: quadratic on a hostile request). A prompt
+// that still leaves no room is cut by ollamaFit.
 func (s *Server) ollamaRender(ctx context.Context, msgs []chat.Message, extra map[string]any, tools []any, truncate bool) (string, []int, error) {
 	text, ids, err := s.renderChat(ctx, msgs, extra, tools, "")
 	c := s.o.MaxContext
 	if err != nil || !truncate || c <= 0 || len(ids) < c {
 		return text, ids, err
 	}
-	for i := 1; i < len(msgs); i++ {
-		var kept []chat.Message
-		for _, m := range msgs[:i] {
-			if m.Role == "system" {
-				kept = append(kept, m)
+	// cut renders the chat from message i on (and the system messages
+	// before it), or, where the template refuses that, from the next
+	// ones, ollamaCutTries in all; next is where a later cut may start.
+	cut := func(i int) (next int, t string, x []int, ok bool) {
+		for end := min(i+ollamaCutTries, len(msgs)); i < end; i++ {
+			var kept []chat.Message
+			for _, m := range msgs[:i] {
+				if m.Role == "system" {
+					kept = append(kept, m)
+				}
+			}
+			if t, x, err := s.renderChat(ctx, append(kept, msgs[i:]...), extra, tools, ""); err == nil {
+				return i + 1, t, x, true
 			}
 		}
-		t, x, err := s.renderChat(ctx, append(kept, msgs[i:]...), extra, tools, "")
-		if err != nil {
-			continue
-		}
-		text, ids = t, x
-		if len(ids) < c {
-			break
+		return i, "", nil, false
+	}
+	fits := false
+	for lo, hi := 1, len(msgs)-1; lo <= hi; {
+		mid := lo + (hi-lo)/2
+		next, t, x, ok := cut(mid)
+		switch {
+		case ok && len(x) < c:
+			text, ids, fits = t, x, true
+			hi = mid - 1
+		case ok && !fits: // the most dropped so far, for ollamaFit to cut
+			text, ids = t, x
+			lo = next
+		default:
+			lo = next
 		}
 	}
 	return text, ids, nil
 }
+
+// ollamaCutTries bounds the cuts ollamaRender tries from one point
+// when the template refuses to render them.
+const ollamaCutTries = 4
 
 // ollamaPlan fits ids to the context (ollamaFit) and plans the one
 // sequence under the request's format. parts, when set, says how the

@@ -431,6 +431,20 @@ func TestOllamaChatTruncate(t *testing.T) {
 	status, _, b = ts.post(t, "/api/chat", strings.Replace(body, `"stream":false`, `"stream":false,"truncate":false`, 1))
 	assert.Equal(t, http.StatusBadRequest, status)
 	assert.Contains(t, ollamaError(t, b), "exceeds the context length")
+
+	// A long chat is cut in log n renders, not n: 4,000 messages took
+	// over half a minute when each drop re-rendered the rest.
+	msgs = msgs[:0]
+	for i := range 4000 {
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":"message %d"}`, []string{"user", "assistant"}[i%2], i))
+	}
+	start := time.Now()
+	status, _, b = ts.post(t, "/api/chat", fmt.Sprintf(`{"model":%q,"stream":false,"messages":[%s],"options":{"num_predict":4}}`, testModel, strings.Join(msgs, ",")))
+	require.Equal(t, http.StatusOK, status, string(b))
+	assert.Less(t, time.Since(start), 5*time.Second)
+	prompt = ts.lastPrompt(t)
+	assert.Contains(t, prompt, "user: message 3998\n")
+	assert.NotContains(t, prompt, "message 3900")
 }
 
 // TestOllamaGenerateTruncate: a prompt beyond the context keeps its first
