@@ -17,6 +17,7 @@ type jvalue struct {
 	vals  []*jvalue // object members, array items
 	str   string    // string, or the number's text
 	truth bool
+	key   string // a number's numberKey, once jsonEqual has computed it
 }
 
 // get returns the member named key, or nil.

@@ -104,7 +104,9 @@ func ecmaPattern(src string) (string, error) {
 		case r == '.':
 			out.WriteString("[^" + goRanges(ecmaLineEnd) + "]")
 		case r == '(' && i+1 < len(rs) && rs[i+1] == '?':
-			rest := string(rs[i+2:])
+			// Two runes tell the group's kind (converting the whole rest
+			// at every group would be quadratic in the pattern).
+			rest := string(rs[i+2 : min(i+4, len(rs))])
 			switch {
 			case strings.HasPrefix(rest, ":"):
 				out.WriteString("(?:")
@@ -114,12 +116,12 @@ func ecmaPattern(src string) (string, error) {
 			case strings.HasPrefix(rest, "<"):
 				// A named group: a group (the name only serves
 				// backreferences, which are refused).
-				end := strings.IndexByte(rest, '>')
+				end := slices.Index(rs[i+2:], '>')
 				if end < 0 {
 					return "", fmt.Errorf("an unterminated group name")
 				}
 				out.WriteString("(")
-				i += 2 + utf8.RuneCountInString(rest[:end+1]) - 1
+				i += 2 + end
 			default:
 				return "", fmt.Errorf("(?%s: inline flags and Go's group syntax are not ECMA-262", string(rs[i+2:min(i+3, len(rs))]))
 			}
@@ -229,7 +231,7 @@ func (c *schemaCompiler) pattern(src, path string) error {
 	}
 	re, err := syntax.Parse(goSrc, syntax.Perl)
 	if err != nil {
-		return fmt.Errorf("%s.pattern: %q cannot be enforced: %v (lookarounds and backreferences are not supported)", path, src, err)
+		return fmt.Errorf("%s.pattern: %q cannot be enforced: %v", path, src, err)
 	}
 	re = re.Simplify()
 	subs := []*syntax.Regexp{re}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -262,9 +261,12 @@ func jsonEqual(a, b *jvalue) bool {
 	}
 	switch a.kind {
 	case 'n':
-		x, okx := new(big.Rat).SetString(a.str)
-		y, oky := new(big.Rat).SetString(b.str)
-		return okx && oky && x.Cmp(y) == 0
+		for _, x := range []*jvalue{a, b} {
+			if x.key == "" { // once per value: a const is compared with every enum value
+				x.key = numberKey(x.str)
+			}
+		}
+		return a.key == b.key
 	case 's':
 		return a.str == b.str
 	case 'b':
@@ -282,6 +284,37 @@ func jsonEqual(a, b *jvalue) bool {
 		}
 	}
 	return true
+}
+
+// numberKey spells the JSON number s so that equal values spell the
+// same (1, 1.0, 10e-1, 0.1e1; 0 and -0): its sign, its significant digits
+// and its exponent. It is linear in s, where big.Rat would expand an
+// exponent such as 1e-999999 into a million digits (a second each, over
+// every value of a hostile enum).
+func numberKey(s string) string {
+	sign := ""
+	if rest, ok := strings.CutPrefix(s, "-"); ok {
+		sign, s = "-", rest
+	}
+	mant, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
+	exp := 0
+	if hasExp {
+		e, err := strconv.Atoi(expText)
+		if err != nil || e > 1<<40 || e < -1<<40 {
+			return "text " + sign + s // beyond any range: equal to its own text only
+		}
+		exp = e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	all := whole + frac
+	digits := strings.TrimLeft(all, "0")
+	// The value is 0.DIGITS × 10^exp, DIGITS without its leading zeros.
+	exp += len(whole) - (len(all) - len(digits))
+	digits = strings.TrimRight(digits, "0")
+	if digits == "" {
+		return "0"
+	}
+	return sign + digits + "e" + strconv.Itoa(exp)
 }
 
 // jsonType is the JSON Schema type of a value (integer for a number

@@ -212,7 +212,7 @@ const (
 )
 
 // XMLCalls compiles the grammar of answers that are qwen_xml tool calls
-// (Qwen3-Coder, Qwen3.5), one or with many one or more, in the layout
+// (Qwen3-Coder, Qwen3.5), one, or with many one or more, in the layout
 // their templates teach:
 //
 //	<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n…</function>\n</tool_call>
@@ -262,26 +262,30 @@ func XMLCalls(tools []Tool, many bool) (*Grammar, error) {
 // xmlParams emits tool i's parameters (XMLCalls) from its schema r.
 func (c *schemaCompiler) xmlParams(i int, t Tool, r *jvalue) error {
 	path := fmt.Sprintf("tools[%d].parameters", i)
-	if r == nil {
-		return nil
+	if r == nil || r.kind == 'o' && len(constraining(r)) == 0 {
+		return nil // no schema ({} or annotations only): no parameters, as toolArgs's any object
 	}
 	if ts, e := typesOf(r, path); e != nil || len(ts) != 1 || ts[0] != "object" {
 		return fmt.Errorf("%s: %s: a tool's parameters must be a schema of type object", t.Name, path)
 	}
 	props := r.get("properties")
-	if props == nil {
-		return nil
-	}
-	if props.kind != 'o' {
+	if props != nil && props.kind != 'o' {
 		return fmt.Errorf("%s: %s.properties: expected an object", t.Name, path)
 	}
 	required := map[string]bool{}
 	if req := r.get("required"); req != nil && req.kind == 'a' {
 		for _, x := range req.vals {
-			if x.kind == 's' {
-				required[x.str] = true
+			if x.kind != 's' {
+				continue
 			}
+			if props.get(x.str) == nil { // never written: the call would lack it
+				return fmt.Errorf("%s: %s.required: %q is not among the properties, and a required property without a schema cannot be enforced", t.Name, path, x.str)
+			}
+			required[x.str] = true
 		}
+	}
+	if props == nil {
+		return nil
 	}
 	c.root = r
 	var err error
@@ -328,10 +332,17 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 		return fmt.Errorf("%s: a qwen_xml parameter of types %v cannot be enforced: its string is raw text, which the others' JSON could be", path, ts)
 	}
 	var vals []*jvalue
-	if e := v.get("enum"); e != nil && e.kind == 'a' {
+	if e := v.get("enum"); e != nil {
+		if e.kind != 'a' || len(e.vals) == 0 {
+			return fmt.Errorf("%s.enum: expected a non-empty array", path)
+		}
 		vals = e.vals
 	}
 	if cst := v.get("const"); cst != nil {
+		// Beside enum, as JSON's: the value must be in both.
+		if vals != nil && !slices.ContainsFunc(vals, func(x *jvalue) bool { return jsonEqual(x, cst) }) {
+			return fmt.Errorf("%s: the const is not among the enum's values: the schema cannot be satisfied", path)
+		}
 		vals = []*jvalue{cst}
 	}
 	if kw := constraining(v, "type", "enum", "const"); len(kw) > 0 {
@@ -351,7 +362,9 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 			}
 			continue // not a string: the type excludes it
 		}
-		if strings.Contains(x.str, "</") || strings.HasSuffix(x.str, "<") || strings.EqualFold(strings.TrimSpace(x.str), "null") {
+		// The parser reads "null" as null but for a string parameter.
+		untypedNull := ts[0] == "any" && strings.EqualFold(strings.TrimSpace(x.str), "null")
+		if strings.Contains(x.str, "</") || strings.HasSuffix(x.str, "<") || untypedNull {
 			return fmt.Errorf("%s: the value %q cannot be written as a qwen_xml parameter", path, x.str)
 		}
 		frags = append(frags, func() { c.b.lit(x.str) })

@@ -234,6 +234,15 @@ func TestXMLCallsGrammar(t *testing.T) {
 	g, err = XMLCalls(xmlTools, false)
 	require.NoError(t, err)
 	assert.False(t, accepts(NewIndex(g, v), call+"\n"+call), "one call only")
+	// A tool whose schema constrains nothing ({}, as ToolCalls's any
+	// object) takes no parameters.
+	g, err = XMLCalls([]Tool{{Name: "f", Parameters: []byte(`{"description":"no arguments"}`)}}, false)
+	require.NoError(t, err)
+	assert.True(t, accepts(NewIndex(g, v), "<tool_call>\n<function=f>\n</function>\n</tool_call>"))
+	// "null" is a string parameter's text (the parser keeps it so).
+	g, err = XMLCalls([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"type":"string","enum":["null","x"]}},"required":["s"]}`)}}, false)
+	require.NoError(t, err)
+	assert.True(t, accepts(NewIndex(g, v), "<tool_call>\n<function=f>\n<parameter=s>\nnull\n</parameter>\n</function>\n</tool_call>"))
 
 	for schema, want := range map[string]string{
 		`{"type":"object","properties":{"s":{"type":"string","maxLength":3}}}`:  `keyword "maxLength" cannot be enforced on a qwen_xml string parameter`,
@@ -242,6 +251,11 @@ func TestXMLCallsGrammar(t *testing.T) {
 		`{"type":"object","properties":{"a>b":{"type":"string"}}}`:              "cannot be written in a <parameter=…> tag",
 		`{"type":"object","properties":{"n":{"type":"number","multipleOf":2}}}`: `"multipleOf"`,
 		`{"type":"array"}`: "must be a schema of type object",
+		`{"type":"object","properties":{"a":{"type":"string"}},"required":["a","b"]}`:     `"b" is not among the properties`,
+		`{"type":"object","required":["a"]}`:                                              `"a" is not among the properties`,
+		`{"type":"object","properties":{"s":{"type":"string","const":"a","enum":["b"]}}}`: "the const is not among the enum's values",
+		`{"type":"object","properties":{"s":{"type":"string","enum":[]}}}`:                "expected a non-empty array",
+		`{"type":"object","properties":{"s":{"enum":["x","null"]}}}`:                      `the value "null" cannot be written`,
 	} {
 		_, err := XMLCalls([]Tool{{Name: "f", Parameters: []byte(schema)}}, true)
 		assert.ErrorContains(t, err, want, schema)
