@@ -469,7 +469,6 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	return runErr
 }
 
-// encodePrompts tokenizes the prompts, through the chat template with --chat.
 // tokenizerEOS is tok's end token for generate.ResolveWith (-1: none, or
 // no tokenizer).
 func tokenizerEOS(tok *tokenizer.Tokenizer) int {
@@ -482,6 +481,7 @@ func tokenizerEOS(tok *tokenizer.Tokenizer) int {
 	return -1
 }
 
+// encodePrompts tokenizes the prompts, through the chat template with --chat.
 func encodePrompts(ctx context.Context, tok *tokenizer.Tokenizer, prompts []string, opts *GenerateOptions) ([][]int, error) {
 	var tmpl *chat.Template
 	if opts.Chat {

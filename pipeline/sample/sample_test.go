@@ -181,7 +181,11 @@ func TestPresenceFrequencyPenaltiesAndLogitBias(t *testing.T) {
 		{"frequency 0.3, no prompt", Options{FrequencyPenalty: 0.3}, 0, 1},
 		// Token 1 counted too, 2.5 - 0.6 < 3 - 0.6: the prompt decides.
 		{"presence 0.6, no prompt", Options{PresencePenalty: 0.6}, 0, 0},
-		{"negative presence", Options{PresencePenalty: -2, FrequencyPenalty: 0.1}, 0, 0},
+		// The bias drops token 0 below token 1 (3 - 1 = 2 < 2.5); a
+		// negative penalty raises it back (2 + 2 = 4, 2 + 2*0.8 = 3.6).
+		{"bias -1", Options{LogitBias: map[int]float64{0: -1}}, 2, 1},
+		{"negative presence", Options{PresencePenalty: -2, LogitBias: map[int]float64{0: -1}}, 2, 0},
+		{"negative frequency", Options{FrequencyPenalty: -0.8, LogitBias: map[int]float64{0: -1}}, 2, 0},
 		{"bias", Options{LogitBias: map[int]float64{3: 3.5}}, 2, 3},
 		{"bias -100", Options{LogitBias: map[int]float64{0: -100, 99: 5}}, 2, 1},
 		{"sampling, bias 100", Options{Temperature: 1, LogitBias: map[int]float64{2: 100}}, 2, 2},

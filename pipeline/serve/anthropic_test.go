@@ -21,6 +21,19 @@ func (ts *testServer) anthropicClient(key string) anthropic.Client {
 	return anthropic.NewClient(option.WithBaseURL(ts.URL), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
+// streamMessage sends params streamed and returns the message the SDK
+// accumulates from the events.
+func streamMessage(t *testing.T, c anthropic.Client, params anthropic.MessageNewParams) anthropic.Message {
+	t.Helper()
+	stream := c.Messages.NewStreaming(context.Background(), params)
+	acc := anthropic.Message{}
+	for stream.Next() {
+		require.NoError(t, acc.Accumulate(stream.Current()))
+	}
+	require.NoError(t, stream.Err())
+	return acc
+}
+
 // Messages API: a system prompt and a user turn render through the chat
 // template; the answer is the fake model's greedy text as one text
 // block, whole and streamed (accumulated by the SDK), with usage and
@@ -46,12 +59,7 @@ func TestAnthropicMessages(t *testing.T) {
 	assert.True(t, strings.HasPrefix(msg.ID, "msg_"), msg.ID)
 	assert.Equal(t, testModel, msg.Model)
 
-	stream := c.Messages.NewStreaming(context.Background(), params)
-	acc := anthropic.Message{}
-	for stream.Next() {
-		require.NoError(t, acc.Accumulate(stream.Current()))
-	}
-	require.NoError(t, stream.Err())
+	acc := streamMessage(t, c, params)
 	require.Len(t, acc.Content, 1)
 	assert.Equal(t, text, acc.Content[0].Text)
 	assert.Equal(t, msg.StopReason, acc.StopReason)
@@ -99,12 +107,7 @@ func TestAnthropicTools(t *testing.T) {
 	check(*msg)
 	assert.Contains(t, ts.lastPrompt(t), `"name": "get_weather"`)
 
-	stream := c.Messages.NewStreaming(context.Background(), params)
-	acc := anthropic.Message{}
-	for stream.Next() {
-		require.NoError(t, acc.Accumulate(stream.Current()))
-	}
-	require.NoError(t, stream.Err())
+	acc := streamMessage(t, c, params)
 	check(acc)
 
 	next := params
@@ -182,12 +185,7 @@ func TestAnthropicStopSequence(t *testing.T) {
 	assert.Equal(t, anthropic.StopReasonStopSequence, msg.StopReason)
 	assert.Equal(t, " END", msg.StopSequence)
 
-	stream := c.Messages.NewStreaming(context.Background(), params)
-	acc := anthropic.Message{}
-	for stream.Next() {
-		require.NoError(t, acc.Accumulate(stream.Current()))
-	}
-	require.NoError(t, stream.Err())
+	acc := streamMessage(t, c, params)
 	assert.Equal(t, msg.Content[0].Text, acc.Content[0].Text)
 	assert.Equal(t, anthropic.StopReasonStopSequence, acc.StopReason)
 	assert.Equal(t, " END", acc.StopSequence)
@@ -268,12 +266,7 @@ func TestAnthropicThinking(t *testing.T) {
 			check(*msg)
 			assert.Equal(t, !tc.think, strings.HasSuffix(strings.TrimSpace(ts.lastPrompt(t)), "</think>"), "enable_thinking false: %q", ts.lastPrompt(t))
 
-			stream := c.Messages.NewStreaming(context.Background(), params)
-			acc := anthropic.Message{}
-			for stream.Next() {
-				require.NoError(t, acc.Accumulate(stream.Current()))
-			}
-			require.NoError(t, stream.Err())
+			acc := streamMessage(t, c, params)
 			check(acc)
 		})
 	}

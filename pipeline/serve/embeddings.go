@@ -252,12 +252,12 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 // endpoint: {"model", "prompt"} to {"embedding": [...]}, the pooled
 // vector not normalized (as ollama's), an empty prompt (a client loading
 // the model) to an empty one. A prompt beyond the context is a 400.
+// options and keep_alive are ignored, as every field decodeOllama does
+// not know.
 func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exchange) {
 	var req struct {
-		Model     string          `json:"model"`
-		Prompt    string          `json:"prompt"`
-		Options   json.RawMessage `json:"options"`
-		KeepAlive json.RawMessage `json:"keep_alive"`
+		Model  string `json:"model"`
+		Prompt string `json:"prompt"`
 	}
 	if err := decodeOllama(r, &req); err != nil {
 		writeOllamaError(w, err)

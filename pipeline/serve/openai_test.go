@@ -170,10 +170,6 @@ func TestStreamErrorEndsWithDone(t *testing.T) {
 	}
 }
 
-// TestCompletionDefaultMaxTokens: /v1/completions without max_tokens
-// generates 16 tokens (OpenAI's and vLLM's default), fewer where the
-// context leaves less room; chat and ollama's /api/generate still run to
-// the end of the context.
 // A request without a limit generates up to generation_config.json's
 // max_new_tokens when the model has one (bounded by the context), as
 // vLLM's default; a request's limit wins over it.
@@ -192,6 +188,10 @@ func TestConfigMaxNewTokensDefault(t *testing.T) {
 	}
 }
 
+// TestCompletionDefaultMaxTokens: /v1/completions without max_tokens
+// generates 16 tokens (OpenAI's and vLLM's default), fewer where the
+// context leaves less room; chat and ollama's /api/generate still run to
+// the end of the context.
 func TestCompletionDefaultMaxTokens(t *testing.T) {
 	ts := newTestServer(t, serverConfig{context: 64})
 	prompt := []int{1, 259}
