@@ -210,7 +210,7 @@ func (req *anthropicRequest) chat() (*chatRequest, error) {
 		} else if err := json.Unmarshal(m.Content, &blocks); err != nil {
 			return nil, badRequest(param+".content", "%s.content must be a string or an array of content blocks", param)
 		}
-		var text []string
+		var text, thought []string
 		var calls []map[string]any
 		for j, b := range blocks {
 			bp := fmt.Sprintf("%s.content[%d]", param, j)
@@ -219,7 +219,14 @@ func (req *anthropicRequest) chat() (*chatRequest, error) {
 				if b.Text != nil {
 					text = append(text, *b.Text)
 				}
-			case "thinking", "redacted_thinking": // earlier thoughts are not sent back to the model
+			case "thinking":
+				// Kept only beside a tool_use (below): a tool-use loop's
+				// thought goes back to the model, as Anthropic's API and
+				// harmony (GPT-OSS's analysis before a call) keep it.
+				if b.Thinking != nil {
+					thought = append(thought, *b.Thinking)
+				}
+			case "redacted_thinking":
 			case "tool_use":
 				// The template gets the input as an object (Qwen's and
 				// Llama's iterate arguments.items() or write it | tojson).
@@ -251,6 +258,7 @@ func (req *anthropicRequest) chat() (*chatRequest, error) {
 		cm := chatMessage{Role: m.Role, Content: jsonString(strings.Join(text, "\n"))}
 		if len(calls) > 0 {
 			cm.ToolCalls, _ = json.Marshal(calls)
+			cm.Reasoning = strings.Join(thought, "\n")
 		}
 		c.Messages = append(c.Messages, cm)
 	}

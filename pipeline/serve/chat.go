@@ -259,6 +259,9 @@ func (s *Server) answerParts(p *plan, prompt string, tools chatToolSet) {
 	// mistral's [TOOL_CALLS] (a control token in its tokenizers).
 	if s.o.Harmony || format.isMistral() {
 		p.harmony = s.o.Harmony
+		if p.harmony {
+			p.harmonyPrompt = prompt
+		}
 		tok := s.o.Tokenizer
 		for i := range p.reqs {
 			p.reqs[i].Gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return tok.StreamDecoderWithSpecialAfter(prompt) }
@@ -579,6 +582,12 @@ func (s *Server) renderChat(ctx context.Context, msgs []chat.Message, extra map[
 	}
 	if s.o.Tokenizer == nil {
 		return "", nil, badRequest("messages", "this server has no tokenizer to encode chat messages")
+	}
+	if s.o.Harmony {
+		msgs = harmonyMessages(msgs)
+		if prefill != "" { // the answer so far is the final message's
+			prefill = harmonyFinal + prefill
+		}
 	}
 	text, err := s.o.Template.Render(ctx, chat.Input{Messages: msgs, AddGenerationPrompt: true, Extra: extra, Tools: tools})
 	if err != nil {

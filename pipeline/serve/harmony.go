@@ -2,6 +2,8 @@ package serve
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/tputool/tputool/loader/tokenizer/chat"
@@ -152,6 +154,9 @@ func (h *harmonySplitter) body(text string, rb, cb *strings.Builder) {
 		h.args.WriteString(text)
 	case h.channel == "analysis":
 		rb.WriteString(text)
+	case h.to != "" && h.channel != "final":
+		// A message to another recipient (a built-in tool: browser.*,
+		// python) is not the user's: vLLM drops it, as it does here.
 	default: // final, commentary to no one (a preamble), anything else
 		cb.WriteString(text)
 	}
@@ -170,6 +175,41 @@ func (h *harmonySplitter) closeMessage(cb *strings.Builder) {
 	}
 	h.args.Reset()
 	h.channel, h.to = "", ""
+}
+
+// continues primes the splitter with the prompt's last message when the
+// prompt opened its body (a prefill after "<|channel|>final<|message|>"):
+// the answer is that body's continuation, not a new header.
+func (h *harmonySplitter) continues(prompt string) {
+	i := strings.LastIndex(prompt, hStart)
+	if i < 0 || !strings.Contains(prompt[i:], hMessage) {
+		return
+	}
+	h.feed(prompt[i:]) // the prompt's text, not the answer's
+	h.buf = ""
+}
+
+// harmonyMessages readies a conversation for a harmony template
+// (gpt-oss's chat_template.jinja), which reads an assistant message's
+// earlier analysis from "thinking", not reasoning_content: it keeps the
+// analysis of a tool call that no final answer follows yet and drops the
+// others, as harmony's renderer and vLLM (auto_drop_analysis_messages)
+// do. A call's message with content as well keeps its content only,
+// since that template refuses both.
+func harmonyMessages(msgs []chat.Message) []chat.Message {
+	out := slices.Clone(msgs)
+	for i, m := range out {
+		r, _ := m.Extra["reasoning_content"].(string)
+		if m.Role != "assistant" || r == "" {
+			continue
+		}
+		if _, calls := m.Extra["tool_calls"]; calls && m.Content != "" {
+			continue
+		}
+		out[i].Extra = maps.Clone(m.Extra)
+		out[i].Extra["thinking"] = r
+	}
+	return out
 }
 
 // HarmonyReader reads a harmony answer as it arrives, for callers outside

@@ -32,6 +32,10 @@ func TestHarmonySplitterPieces(t *testing.T) {
 		{"Plain text, no harmony.", "", "Plain text, no harmony."},
 		{"<|channel|>final<|message|>A <|channel> is fine", "", "A <|channel> is fine"},
 		{"<|channel|>analysis<|message|>think<|end|><|start|>assistant", "think", ""}, // cut inside the next header
+		// A call to a built-in tool is no content (vLLM drops it); on the
+		// analysis channel it is reasoning.
+		{"<|channel|>analysis<|message|>Look.<|end|><|start|>assistant<|channel|>commentary to=browser.search <|constrain|>json<|message|>{\"query\":\"x\"}", "Look.", ""},
+		{"<|channel|>analysis to=python code<|message|>print(1)", "print(1)", ""},
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			h := newHarmonySplitter()
@@ -250,4 +254,61 @@ func harmonyScript(t *testing.T, tok *tokenizer.Tokenizer, parts ...string) []in
 		}
 	}
 	return ids
+}
+
+// harmonyTurnsTemplate renders earlier turns as gpt-oss's template does:
+// a call's message writes its "thinking" (or, refusing both, its content)
+// as an analysis message before the call; other messages their content.
+const harmonyTurnsTemplate = "{% for m in messages %}{% if m.tool_calls %}" +
+	"{% if m.content and m.thinking %}{{ raise_exception('Cannot pass both content and thinking') }}{% endif %}" +
+	"{% if m.content %}<|start|>assistant<|channel|>analysis<|message|>{{ m.content }}<|end|>{% endif %}" +
+	"{% if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}" +
+	"<|start|>assistant to=functions.{{ m.tool_calls[0].function.name }}<|channel|>commentary json<|message|>{{ m.tool_calls[0].function.arguments | tojson }}<|call|>" +
+	"{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}{% endfor %}<|start|>assistant"
+
+// A tool-use loop's analysis goes back to a harmony template as
+// "thinking" (the field gpt-oss's template reads), from each API's own
+// field: OpenAI's reasoning, ollama's thinking, Anthropic's thinking
+// block beside its tool_use.
+func TestHarmonyReasoningInput(t *testing.T) {
+	ts := newTestServer(t, serverConfig{template: harmonyTurnsTemplate, harmony: true})
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"max_tokens":1,"messages":[{"role":"user","content":"Weather?"},` +
+			`{"role":"assistant","content":null,"reasoning":"Need the weather.","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"Sunny"}]}`, "Need the weather."},
+		// With content too (a preamble) the template would refuse both:
+		// the content stays, as before.
+		{"/v1/chat/completions", `{"max_tokens":1,"messages":[{"role":"user","content":"Weather?"},` +
+			`{"role":"assistant","content":"Let me check.","reasoning":"Need the weather.","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"Sunny"}]}`, "Let me check."},
+		{"/api/chat", `{"model":"` + testModel + `","stream":false,"options":{"num_predict":1},"messages":[{"role":"user","content":"Weather?"},` +
+			`{"role":"assistant","content":"","thinking":"Need the weather.","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},` +
+			`{"role":"tool","content":"Sunny"}]}`, "Need the weather."},
+		{"/v1/messages", `{"model":"` + testModel + `","max_tokens":1,"messages":[{"role":"user","content":"Weather?"},` +
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"Need the weather.","signature":""},{"type":"tool_use","id":"t1","name":"get_weather","input":{"city":"Paris"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"Sunny"}]}]}`, "Need the weather."},
+	} {
+		status, _, body := ts.post(t, c.path, c.body)
+		require.Equal(t, 200, status, "%s: %s", c.path, body)
+		assert.Contains(t, ts.lastPrompt(t), "<|channel|>analysis<|message|>"+c.want+"<|end|>", c.path)
+	}
+}
+
+// Anthropic's prefill for a harmony model continues the final message:
+// the prompt opens it, and the answer is read as its body.
+func TestHarmonyPrefill(t *testing.T) {
+	ids, err := loadTestTokenizer(t).Encode(" 42.<|end|>", false)
+	require.NoError(t, err)
+	ts := newTestServer(t, serverConfig{script: ids, template: harmonyTemplate, harmony: true})
+	status, _, body := ts.post(t, "/v1/messages", `{"model":"`+testModel+`","max_tokens":64,`+
+		`"messages":[{"role":"user","content":"Say a number"},{"role":"assistant","content":"The number is"}]}`)
+	require.Equal(t, 200, status, string(body))
+	prompt := ts.lastPrompt(t)
+	assert.True(t, strings.HasSuffix(prompt, "<|start|>assistant<|channel|>final<|message|>The number is"), "%q", prompt)
+	var resp struct {
+		Content []struct{ Type, Text string } `json:"content"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp))
+	require.Len(t, resp.Content, 1, string(body))
+	assert.Equal(t, "42.", strings.TrimSpace(resp.Content[0].Text))
 }

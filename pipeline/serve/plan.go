@@ -29,6 +29,9 @@ type plan struct {
 	// harmony says the answers are GPT-OSS's harmony messages, decoded
 	// with their special tokens (harmony.go).
 	harmony bool
+	// harmonyPrompt is the rendered prompt of a harmony plan, whose last
+	// message the answer may continue (a prefill).
+	harmonyPrompt string
 	// tools is the format of tool calls to parse out of chat answers
 	// ("" for none); toolTypes the JSON types of each tool's parameters
 	// (for formats whose values are untyped text: qwen_xml); oneCall
@@ -56,7 +59,9 @@ type textSplitter interface {
 func (p *plan) splitter() textSplitter {
 	switch {
 	case p.harmony:
-		return newHarmonySplitter()
+		h := newHarmonySplitter()
+		h.continues(p.harmonyPrompt)
+		return h
 	case p.reasoning != nil:
 		sp := newSplitter(*p.reasoning, p.thinking)
 		if p.tools == ToolsHermes || p.tools == ToolsQwenXML {
