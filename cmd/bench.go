@@ -151,7 +151,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 				if len(args) != 2 {
 					return errs.Usagef("--compare takes two reports, OLD.json NEW.json (got %d argument(s))", len(args))
 				}
-				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp", "retries", "host-argmax"} {
+				for _, name := range []string{"model", "task", "mode", "batch", "prompt-len", "gen-len", "steps", "size", "repeat", "warmup", "dtype", "tp", "dp", "retries", "host-argmax", "variant", "kv-cache-dtype", "quantize", "activations", "experts"} {
 					if fl.Changed(name) {
 						return errs.Usagef("--compare reads two reports; --%s does not apply", name)
 					}

@@ -375,3 +375,14 @@ func TestBenchDefaultsFitTheModel(t *testing.T) {
 		assert.Equal(t, tc.note, strings.Contains(e.errOut.String(), "note: the model has 512 positions"), e.errOut.String())
 	}
 }
+
+// TestBenchCompareRefusesRunFlags: --compare reads two reports, so a flag
+// that sets up a run is refused by name rather than ignored.
+func TestBenchCompareRefusesRunFlags(t *testing.T) {
+	for _, flag := range [][]string{{"--variant", "fp16"}, {"--kv-cache-dtype", "int8"}, {"--quantize", "int8"}, {"--activations", "int8"}, {"--experts", "host"}, {"--warmup", "2"}} {
+		e := benchEnv(t)
+		args := append([]string{"bench", "--compare", "old.json", "new.json"}, flag...)
+		assert.Equal(t, ExitUsage, e.run(args...), "%v", flag)
+		assert.Contains(t, e.errOut.String(), "--compare reads two reports; "+flag[0]+" does not apply")
+	}
+}

@@ -248,7 +248,6 @@ const chatHelp = `/bye            end the session (or Ctrl-D)
 // session ends. Errors of a command or a turn are printed and the session
 // goes on; only fatal errors end it.
 func (s *chatSession) line(ctx context.Context, line string) (bool, error) {
-	errOut := s.opts.IO.ErrOut
 	trimmed := strings.TrimSpace(line)
 	if trimmed == "" {
 		return false, nil
@@ -264,13 +263,13 @@ func (s *chatSession) line(ctx context.Context, line string) (bool, error) {
 	case "/clear":
 		s.history = nil
 		s.cached = nil
-		fmt.Fprintln(errOut, "conversation cleared")
+		s.note("conversation cleared")
 	case "/system":
 		s.system = arg
 		if arg == "" {
-			fmt.Fprintln(errOut, "system message removed")
+			s.note("system message removed")
 		} else {
-			fmt.Fprintln(errOut, "system message set")
+			s.note("system message set")
 		}
 	case "/set":
 		name, value, _ := strings.Cut(arg, " ")
@@ -278,23 +277,44 @@ func (s *chatSession) line(ctx context.Context, line string) (bool, error) {
 		next := s.opts.Overrides
 		next.Stop = slices.Clone(next.Stop)
 		if err := setSampling(&next, name, value); err != nil {
-			fmt.Fprintln(errOut, "error:", err)
+			s.noteErr(err)
 			return false, nil
 		}
 		old := s.opts.Overrides
 		s.opts.Overrides = next
 		if _, err := s.gen(); err != nil {
 			s.opts.Overrides = old
-			fmt.Fprintln(errOut, "error:", err)
+			s.noteErr(err)
 			return false, nil
 		}
-		fmt.Fprintf(errOut, "set %s %s\n", name, strings.TrimSpace(value))
+		s.note(fmt.Sprintf("set %s %s", name, strings.TrimSpace(value)))
 	case "/help", "/?":
-		fmt.Fprintln(errOut, chatHelp)
+		s.note(chatHelp)
 	default:
-		fmt.Fprintf(errOut, "unknown command %s\n%s\n", cmd, chatHelp)
+		s.note(fmt.Sprintf("unknown command %s\n%s", cmd, chatHelp))
 	}
 	return false, nil
+}
+
+// note prints a session message on stderr: as it is, or under --json as
+// an NDJSON log line, so that stderr stays NDJSON there.
+func (s *chatSession) note(msg string) {
+	if s.nd != nil {
+		s.opts.Reporter.Infof("%s", msg)
+		return
+	}
+	fmt.Fprintln(s.opts.IO.ErrOut, msg)
+}
+
+// noteErr prints an error the session goes on after (a bad /set, a turn
+// that failed): "error: ..." on stderr, or a warning log line under --json
+// (an "error" object is the command's own failure, with its exit code).
+func (s *chatSession) noteErr(err error) {
+	if s.nd != nil {
+		s.opts.Reporter.Warnf("%v", err)
+		return
+	}
+	fmt.Fprintln(s.opts.IO.ErrOut, "error:", err)
 }
 
 // answer runs one user turn: render the conversation, prefill what the
@@ -313,7 +333,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 		if errors.Is(err, errs.ErrLimit) {
 			return err
 		}
-		fmt.Fprintln(errOut, "error:", err)
+		s.noteErr(err)
 		return nil
 	}
 	ids, err := s.tok.Encode(text, false)
@@ -326,7 +346,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 	}
 	room := s.spec.maxPositions - len(ids)
 	if room <= 0 {
-		fmt.Fprintf(errOut, "error: the conversation (%d tokens) fills the model's %d positions: /clear to start over\n", len(ids), s.spec.maxPositions)
+		s.noteErr(fmt.Errorf("the conversation (%d tokens) fills the model's %d positions: /clear to start over", len(ids), s.spec.maxPositions))
 		return nil
 	}
 	gen.MaxNewTokens = min(gen.MaxNewTokens, room)
@@ -365,7 +385,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		fmt.Fprintln(errOut, "error:", err)
+		s.noteErr(err)
 		return nil
 	}
 	r := res[0]

@@ -171,3 +171,34 @@ func TestChatInterruptCancelsTheAnswer(t *testing.T) {
 	assert.Zero(t, turns[1].Metrics.PromptCachedCount)
 	assert.False(t, e.f.interrupt(), "the handler stays installed after the answer")
 }
+
+// TestChatJSONKeepsStderrNDJSON: under --json the session's notes and
+// errors (/set, /clear, /help, a bad /set) are NDJSON log lines on stderr,
+// and under --json --quiet only the warnings are, still as NDJSON.
+func TestChatJSONKeepsStderrNDJSON(t *testing.T) {
+	dir := chatModel(t)
+	for _, quiet := range []bool{false, true} {
+		e := genEnv(t)
+		e.f.IOStreams.In = strings.NewReader("/set temperature 0\n/set colour blue\n/clear\n/help\n/nope\n/system Be short.\nHi\n")
+		args := []string{"chat", "--model", dir, "--json", "-n", "3"}
+		if quiet {
+			args = append(args, "-q")
+		}
+		require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
+		require.Len(t, chatTurns(t, e.out.Bytes()), 1, e.out.String())
+		var logs []map[string]any
+		sc := bufio.NewScanner(bytes.NewReader(e.errOut.Bytes()))
+		for sc.Scan() {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "stderr line not JSON: %q", sc.Text())
+			logs = append(logs, m)
+		}
+		assert.Contains(t, logs, map[string]any{"type": "log", "level": "warning", "message": `"colour" is not a sampling setting (have max-new-tokens, temperature, top-k, top-p, min-p, repetition-penalty, seed, stop)`})
+		if quiet {
+			assert.Len(t, logs, 1, e.errOut.String())
+		} else {
+			assert.Contains(t, logs, map[string]any{"type": "log", "level": "info", "message": "conversation cleared"})
+			assert.Contains(t, logs, map[string]any{"type": "log", "level": "info", "message": "set temperature 0"})
+		}
+	}
+}

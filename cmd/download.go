@@ -109,6 +109,9 @@ func downloadRun(ctx context.Context, opts *DownloadOptions) error {
 	if ref.Local {
 		return errs.Usagef("--model %s is a local directory; download takes a Hub id (ORG/NAME[@revision])", opts.Model)
 	}
+	if err := checkRevisions(ref, opts.Revision); err != nil {
+		return err
+	}
 	c := opts.HubClient()
 	res := DownloadResult{Model: ref.String(), RepoID: ref.RepoID}
 	if len(opts.Include) > 0 || len(opts.Exclude) > 0 {

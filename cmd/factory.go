@@ -137,12 +137,35 @@ func (f *Factory) Getenv(key string) string {
 func (f *Factory) Reporter() *ui.Reporter {
 	f.reporterOnce.Do(func() {
 		g := f.Global
-		f.reporter = ui.NewReporter(f.IOStreams, ui.ReporterOptions{
-			JSON: g.JSON, Quiet: g.Quiet, Verbose: g.Verbose, NoProgress: g.NoProgress, Now: f.Now,
-		})
+		o := ui.ReporterOptions{JSON: g.JSON, Quiet: g.Quiet, Verbose: g.Verbose, NoProgress: g.NoProgress, Now: f.Now}
+		if g.JSON && g.Quiet {
+			// --quiet keeps the warnings, and --json keeps stderr NDJSON.
+			o.Printer = quietJSONPrinter{ui.NewJSONPrinter(f.IOStreams.ErrOut, 5*time.Second)}
+		}
+		f.reporter = ui.NewReporter(f.IOStreams, o)
 	})
 	return f.reporter
 }
+
+// quietJSONPrinter is the stderr printer of --json --quiet: warnings as
+// NDJSON log lines, and no progress, events or other logs.
+type quietJSONPrinter struct{ json ui.Printer }
+
+func (p quietJSONPrinter) Log(level ui.Level, msg string) {
+	if level >= ui.LevelWarning {
+		p.json.Log(level, msg)
+	}
+}
+
+func (quietJSONPrinter) Event(string, string, map[string]any) {}
+
+func (quietJSONPrinter) StartTask(ui.TaskStatus) ui.TaskPrinter { return noTaskPrinter{} }
+
+// noTaskPrinter shows nothing of a task.
+type noTaskPrinter struct{}
+
+func (noTaskPrinter) Update(ui.TaskStatus) {}
+func (noTaskPrinter) Done(ui.TaskStatus)   {}
 
 // NewFactory returns the factory for a real process.
 func NewFactory() *Factory {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -41,6 +42,9 @@ type InspectOptions struct {
 	KVCacheDType string
 	KV           dtypes.DType
 }
+
+// maxHeadroom is the largest --headroom, as tpu.FitRequest takes it.
+const maxHeadroom = 10
 
 // NewCmdInspect builds `tputool inspect`.
 func NewCmdInspect(f *Factory, runF func(context.Context, *InspectOptions) error) *cobra.Command {
@@ -82,8 +86,8 @@ after the report, naming the first one.`,
 			if err := checkRetries(opts.Retries); err != nil {
 				return err
 			}
-			if opts.Headroom < 0 {
-				return errs.Usagef("--headroom %v: must not be negative", opts.Headroom)
+			if !(opts.Headroom >= 0 && opts.Headroom <= maxHeadroom) { // NaN too
+				return errs.Usagef("--headroom %v: want a fraction from 0 to %d", opts.Headroom, maxHeadroom)
 			}
 			if _, _, err := inspect.ParseDType(opts.DType); err != nil {
 				return err
@@ -111,7 +115,7 @@ after the report, naming the first one.`,
 	fl.StringVar(&opts.DType, "dtype", inspect.DefaultDType, "dtype of weights and KV cache: bf16, f16, f32, fp8, or auto (as stored)")
 	fl.StringVar(&opts.Quantize, "quantize", "", "count the matrix weights as generate --quantize holds them: int8 (1 byte per weight plus an f32 scale per 64 input columns), int4 (half a byte per weight plus a byte of scale code per 32 and a 1 KiB table per matrix), or none")
 	fl.StringVar(&opts.KVCacheDType, "kv-cache-dtype", "auto", "dtype the KV caches are counted in, as generate holds them: auto (--dtype's), f32, bf16, or int8 (a byte an entry plus an f32 scale per position and KV head; architectures tputool runs)")
-	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers")
+	fl.Float64Var(&opts.Headroom, "headroom", tpu.DefaultHeadroom, "extra fraction of memory kept free for activations and runtime buffers, 0 to 10 (0: none)")
 	addRetriesFlag(c, &opts.Retries)
 	return c
 }
@@ -121,7 +125,14 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: opts.Headroom, Quantize: opts.Quantize, KVDType: opts.KV})
+	// inspect.Options and tpu.FitRequest read a Headroom of 0 as the
+	// default; --headroom 0 asks for none, which the smallest positive
+	// float gives exactly (1 + it rounds to 1).
+	headroom := opts.Headroom
+	if headroom == 0 {
+		headroom = math.SmallestNonzeroFloat64
+	}
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: headroom, Quantize: opts.Quantize, KVDType: opts.KV})
 	if err != nil {
 		return err
 	}
@@ -256,9 +267,6 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	}
 	row("total", m.Total)
 	if len(r.Fit) > 0 {
-		if headroom == 0 {
-			headroom = tpu.DefaultHeadroom
-		}
 		fmt.Fprintf(w, "\nSmallest TPU slice per generation (with %.0f%% headroom):\n", headroom*100)
 		tbl := s.NewTable("TPU", "CHIPS", "HOSTS", "TP", "PER CHIP", "HBM/CHIP", "FITS")
 		for _, f := range r.Fit {

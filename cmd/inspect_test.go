@@ -229,3 +229,58 @@ func TestInspectNamesMissingTensor(t *testing.T) {
 	assert.Equal(t, "missing", r.Mismatches[0].Kind)
 	assert.Equal(t, "model.layers.5.input_layernorm.weight", r.Mismatches[0].Tensor)
 }
+
+// TestInspectHeadroom: --headroom 0 counts no headroom (the library
+// reads 0 as its default, 15%), and a value out of range is a usage error
+// naming the flag.
+func TestInspectHeadroom(t *testing.T) {
+	total := func(headroom string) int64 {
+		e := newTestFactory(t, nil)
+		require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--json", "--context", "256", "--headroom", headroom), e.errOut.String())
+		var r struct {
+			Memory struct {
+				Total int64 `json:"total_bytes"`
+			}
+			Fit []tpu.FitResult
+		}
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &r), e.out.String())
+		require.NotEmpty(t, r.Fit)
+		if headroom == "0" {
+			assert.Equal(t, r.Memory.Total, r.Fit[0].TotalBytes)
+		}
+		return r.Fit[0].TotalBytes
+	}
+	assert.Less(t, total("0"), total("0.15"))
+
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", storiesDir, "--headroom", "0"), e.errOut.String())
+	assert.Contains(t, e.out.String(), "(with 0% headroom)")
+
+	for _, h := range []string{"-0.1", "11", "NaN"} {
+		e := newTestFactory(t, nil)
+		assert.Equal(t, ExitUsage, e.run("inspect", "--model", storiesDir, "--headroom", h), h)
+		assert.Contains(t, e.errOut.String(), "--headroom "+h+": want a fraction from 0 to 10", h)
+	}
+}
+
+// TestModelRevisionConflict: --model ORG/NAME@REV with a --revision naming
+// another revision is a usage error, before any request; the same
+// revision twice is fine.
+func TestModelRevisionConflict(t *testing.T) {
+	srv := hubtest.New(t)
+	srv.AddRepo(storiesRepo(t, "org/stories"))
+	env := hubEnv(t, srv)
+	for _, args := range [][]string{
+		{"inspect", "--model", "org/stories@v1", "--revision", "main"},
+		{"download", "--model", "org/stories@v1", "--revision", "main"},
+		{"generate", "--model", "org/stories@v1", "--revision", "main", "-p", "hi"},
+	} {
+		e := newTestFactory(t, env)
+		assert.Equal(t, ExitUsage, e.run(args...), "%v: %s", args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "--model org/stories@v1 and --revision main name different revisions")
+	}
+	assert.Zero(t, srv.Count(nil), "a refused command made requests")
+
+	e := newTestFactory(t, env)
+	require.Equal(t, ExitOK, e.run("inspect", "--model", "org/stories@main", "--revision", "main"), e.errOut.String())
+}

@@ -23,11 +23,23 @@ func resolveCheckpoint(ctx context.Context, resolve resolveFunc, hubClient func(
 		return nil, err
 	}
 	if !ref.Local {
+		if err := checkRevisions(ref, lo.Revision); err != nil {
+			return nil, err
+		}
 		lo.Client = hubClient()
 	} else if lo.Revision != "" {
 		return nil, errs.Usagef("--revision applies to Hub models, not the local directory %s", model)
 	}
 	return resolve(ctx, ref, lo)
+}
+
+// checkRevisions refuses a Hub --model ORG/NAME@REV with a --revision
+// that names another revision: neither would silently win.
+func checkRevisions(ref loader.Ref, revision string) error {
+	if ref.Revision != "" && revision != "" && ref.Revision != revision {
+		return errs.Usagef("--model %s and --revision %s name different revisions: give one", ref.Raw, revision)
+	}
+	return nil
 }
 
 // modelLabel names a model in results: the --model value as given for a

@@ -72,9 +72,6 @@ func watchSignals(f *Factory, sigs <-chan os.Signal, cancel func(), exit func(in
 func Run(ctx context.Context, f *Factory, args []string) ExitCode {
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
-	root.SetIn(f.IOStreams.In)
-	root.SetOut(f.IOStreams.Out)
-	root.SetErr(f.IOStreams.ErrOut)
 	defer f.Close()
 	_, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -206,8 +203,27 @@ to stderr, with progress bars only on a terminal.`,
 	} {
 		root.AddCommand(sub)
 	}
+	root.SetIn(f.IOStreams.In)
+	root.SetOut(f.IOStreams.Out) // before the completion command, which keeps the writer
+	root.SetErr(f.IOStreams.ErrOut)
+	root.InitDefaultCompletionCmd() // here rather than at Execute, so requireSubcommand sees it
+	requireSubcommand(root)
 	wrapArgErrors(root)
 	return root
+}
+
+// requireSubcommand makes each command that only groups others (cache,
+// completion) print its help when run alone and refuse an unknown
+// subcommand as a usage error (exit 2), where cobra would print the help
+// and exit 0, which a script takes for success.
+func requireSubcommand(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireSubcommand(sub)
+	}
+	if c.HasParent() && !c.Runnable() && c.HasSubCommands() {
+		c.Args = cobra.NoArgs
+		c.RunE = func(c *cobra.Command, args []string) error { return c.Help() }
+	}
 }
 
 // wrapArgErrors makes every positional-argument validation error a usage

@@ -120,3 +120,22 @@ func TestCPUProfile(t *testing.T) {
 	assert.Equal(t, ExitUsage, e.run("--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "p"), "version"))
 	assert.Contains(t, e.errOut.String(), "--cpuprofile")
 }
+
+// TestGroupCommandRefusesUnknownSubcommand: a command that only groups
+// others prints its help alone (exit 0), but a mistyped subcommand is a
+// usage error, not the help with exit 0 that a script takes for success.
+func TestGroupCommandRefusesUnknownSubcommand(t *testing.T) {
+	for _, group := range []string{"cache", "completion"} {
+		e := newTestFactory(t, nil)
+		assert.Equal(t, ExitUsage, e.run(group, "lst"), group)
+		assert.Contains(t, e.errOut.String(), `unknown command "lst" for "tputool `+group+`"`)
+		assert.Empty(t, e.out.String())
+
+		e = newTestFactory(t, nil)
+		require.Equal(t, ExitOK, e.run(group), e.errOut.String())
+		assert.Contains(t, e.out.String(), "Available Commands:")
+	}
+	e := newTestFactory(t, nil)
+	require.Equal(t, ExitOK, e.run("completion", "bash"), e.errOut.String())
+	assert.NotEmpty(t, e.out.String())
+}
