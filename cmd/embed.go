@@ -102,8 +102,12 @@ func checkPoolingFlag(s string) error {
 // resolvePooling resolves --pooling: auto takes the model's
 // sentence-transformers Pooling config (loader.Checkpoint.Pooling), last
 // when it has none; a mode tputool does not pool by is an error that
-// names --pooling.
+// names --pooling. A model with a sentence-transformers module tputool
+// does not apply (a Dense projection) is refused whatever the flag.
 func resolvePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) {
+	if err := m.CheckSentenceModules(); err != nil {
+		return 0, err
+	}
 	if flag == "auto" {
 		mode, err := m.Pooling()
 		if err != nil {

@@ -1,14 +1,21 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/safetensors"
 )
 
 // embedJSON runs embed with --json and returns its vectors.
@@ -97,5 +104,27 @@ func TestEmbedBadFlags(t *testing.T) {
 		e := genEnv(t)
 		assert.Equal(t, ExitUsage, e.run(c.args...), "%v: %s", c.args, e.errOut.String())
 		assert.Contains(t, e.errOut.String(), c.want, "%v", c.args)
+	}
+}
+
+// TestEmbedPoolingDense: a sentence-transformers model with a Dense
+// projection after its pooling is refused, even with an explicit
+// --pooling: tputool does not apply the projection.
+func TestEmbedPoolingDense(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644))
+	require.NoError(t, safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), nil, nil))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "modules.json"), []byte(`[{"path":"","type":"sentence_transformers.models.Transformer"},
+		{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},{"path":"2_Dense","type":"sentence_transformers.models.Dense"}]`), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "1_Pooling"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "1_Pooling", "config.json"), []byte(`{"pooling_mode_mean_tokens":true}`), 0o644))
+	ref, err := loader.ParseRef(dir)
+	require.NoError(t, err)
+	m, err := loader.ResolveRef(context.Background(), ref, loader.Options{})
+	require.NoError(t, err)
+	for _, flag := range []string{"auto", "mean", "last"} {
+		_, err := resolvePooling(flag, m)
+		assert.ErrorIs(t, err, errs.ErrUnsupported, flag)
+		assert.ErrorContains(t, err, "Dense", flag)
 	}
 }

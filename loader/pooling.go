@@ -17,25 +17,65 @@ func poolingFile(name string) bool {
 	return ok && rest == "config.json" && strings.HasSuffix(dir, "_Pooling")
 }
 
+// stModule is one entry of a sentence-transformers modules.json.
+type stModule struct {
+	Path string `json:"path"`
+	Type string `json:"type"`
+}
+
+// class is the module's class name: sentence-transformers 2 and 3 save
+// "sentence_transformers.models.Pooling", later versions the class's own
+// module ("sentence_transformers.sentence_transformer.modules.pooling.Pooling").
+func (mod stModule) class() string {
+	if !strings.HasPrefix(mod.Type, "sentence_transformers.") {
+		return mod.Type
+	}
+	return mod.Type[strings.LastIndex(mod.Type, ".")+1:]
+}
+
+// sentenceModules reads modules.json (nil when the model has none) and
+// refuses a module after the first (the transformer, which tputool runs)
+// that changes the vectors and that tputool does not apply: a Dense
+// projection (2_Dense), LayerNorm, or any other but Pooling and Normalize
+// (the embeddings are always normalized).
+func (m *Checkpoint) sentenceModules() ([]stModule, error) {
+	if m.Kind != Transformers || !m.HasFile("modules.json") {
+		return nil, nil
+	}
+	var modules []stModule
+	if err := config.ReadJSONFile(m.Path("modules.json"), &modules); err != nil {
+		return nil, err
+	}
+	for i, mod := range modules {
+		if c := mod.class(); i > 0 && c != "Pooling" && c != "Normalize" {
+			return nil, fmt.Errorf("%s: modules.json: the %s module at %q transforms the pooled vectors and tputool does not apply it: %w", m.Name(), mod.Type, mod.Path, errs.ErrUnsupported)
+		}
+	}
+	return modules, nil
+}
+
+// CheckSentenceModules refuses a sentence-transformers model whose
+// modules.json has a module tputool does not apply (sentenceModules),
+// whatever the pooling: its vectors would not be the model's.
+func (m *Checkpoint) CheckSentenceModules() error {
+	_, err := m.sentenceModules()
+	return err
+}
+
 // Pooling reads how a sentence-transformers model pools its token
 // embeddings (modules.json's sentence_transformers.models.Pooling module
 // and that module's config.json): "last" (pooling_mode_lasttoken, as
 // Qwen3-Embedding), "mean" (pooling_mode_mean_tokens), or "" when the
 // model declares none. A mode tputool does not pool by (CLS token, max,
-// weighted mean, several at once) is an ErrUnsupported error naming it.
+// weighted mean, several at once) is an ErrUnsupported error naming it,
+// as is a module tputool does not apply (CheckSentenceModules).
 func (m *Checkpoint) Pooling() (string, error) {
-	if m.Kind != Transformers || !m.HasFile("modules.json") {
-		return "", nil
-	}
-	var modules []struct {
-		Path string `json:"path"`
-		Type string `json:"type"`
-	}
-	if err := config.ReadJSONFile(m.Path("modules.json"), &modules); err != nil {
+	modules, err := m.sentenceModules()
+	if err != nil {
 		return "", err
 	}
 	for _, mod := range modules {
-		if mod.Type != "sentence_transformers.models.Pooling" {
+		if mod.class() != "Pooling" {
 			continue
 		}
 		rel := path.Join(mod.Path, "config.json")

@@ -40,8 +40,9 @@ func TestPoolingFromHub(t *testing.T) {
 	}
 }
 
-// TestPoolingModes: mean, none declared, and modes tputool does not pool
-// by (an ErrUnsupported error naming them).
+// TestPoolingModes: mean, none declared, modules.json as later
+// sentence-transformers versions name its modules, and modes or modules
+// tputool does not apply (an ErrUnsupported error naming them).
 func TestPoolingModes(t *testing.T) {
 	for _, c := range []struct {
 		modules, pooling string
@@ -52,6 +53,14 @@ func TestPoolingModes(t *testing.T) {
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "", true},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":true}`, "", true},
 		{`[{"path":"","type":"sentence_transformers.models.Transformer"}]`, "", "", false},
+		// Saved by a later sentence-transformers: the class's own module.
+		{`[{"path":"","type":"sentence_transformers.base.modules.transformer.Transformer"},{"path":"1_Pooling","type":"sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+			{"path":"2_Normalize","type":"sentence_transformers.sentence_transformer.modules.normalize.Normalize"}]`, `{"pooling_mode_mean_tokens":true}`, "mean", false},
+		// A Dense projection after the pooling is refused, not skipped.
+		{`[{"path":"","type":"sentence_transformers.models.Transformer"},{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+			{"path":"2_Dense","type":"sentence_transformers.models.Dense"}]`, `{"pooling_mode_mean_tokens":true}`, "", true},
+		{`[{"path":"","type":"sentence_transformers.base.modules.transformer.Transformer"},{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+			{"path":"2_Dense","type":"sentence_transformers.base.modules.dense.Dense"}]`, `{"pooling_mode_lasttoken":true}`, "", true},
 		{"", "", "", false},
 	} {
 		dir := t.TempDir()
