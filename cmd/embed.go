@@ -47,7 +47,10 @@ else by the last token; --pooling mean averages the tokens.
 
 Inputs come from --prompt (-p, repeatable), from stdin when stdin is not a
 terminal and no --prompt is given (or with -p -), or from --prompts-file, as
-for generate. They run in groups of 8, the shortest together.
+for generate. They run in groups of 8, the shortest together. An input longer
+than the model's sentence_bert_config.json max_seq_length is cut to it as
+sentence-transformers cuts it (the text, keeping the special tokens the
+tokenizer adds); one beyond the model's positions is an error.
 
 The output is one line per input, the values separated by spaces; with --json,
 a JSON array of {index, tokens, embedding}. Any model generate runs gives its
@@ -154,11 +157,23 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	if opts.Dimensions > spec.Hidden {
 		return errs.Usagef("--dimensions %d: the model's vectors have %d values", opts.Dimensions, spec.Hidden)
 	}
+	// sentence-transformers cuts inputs to its max_seq_length: the
+	// content, the special tokens kept (serve.TruncateInput).
+	maxLen, err := m.MaxSeqLength()
+	if err != nil {
+		return err
+	}
 	ids := make([][]int, len(prompts))
 	longest := 0
 	for i, p := range prompts {
 		if ids[i], err = tok.Encode(p, true); err != nil {
 			return fmt.Errorf("input %d: %w", i+1, err)
+		}
+		if maxLen > 0 && len(ids[i]) > maxLen {
+			rep.Debugf("input %d: %d tokens, cut to max_seq_length %d (sentence_bert_config.json)", i+1, len(ids[i]), maxLen)
+			if ids[i], err = serve.TruncateInput(tok, p, ids[i], maxLen); err != nil {
+				return fmt.Errorf("input %d: %w", i+1, err)
+			}
 		}
 		if len(ids[i]) == 0 {
 			return errs.Usagef("input %d has no tokens", i+1)

@@ -16,6 +16,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // embedJSON runs embed with --json and returns its vectors.
@@ -127,4 +128,57 @@ func TestEmbedPoolingDense(t *testing.T) {
 		assert.ErrorIs(t, err, errs.ErrUnsupported, flag)
 		assert.ErrorContains(t, err, "Dense", flag)
 	}
+}
+
+// TestEmbedMaxSeqLength: an input longer than sentence_bert_config.json's
+// max_seq_length is cut to it as sentence-transformers cuts it (the
+// content; the <s> and </s> the tokenizer's post-processor adds kept),
+// even one beyond the model's positions.
+func TestEmbedMaxSeqLength(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	b, err := os.ReadFile(filepath.Join(storiesDir, "tokenizer.json"))
+	require.NoError(t, err)
+	var tj map[string]any
+	require.NoError(t, json.Unmarshal(b, &tj))
+	special := func(s string) map[string]any {
+		return map[string]any{"SpecialToken": map[string]any{"id": s, "type_id": 0}}
+	}
+	tj["post_processor"] = map[string]any{"type": "TemplateProcessing",
+		"single": []any{special("<s>"), map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}, special("</s>")},
+		"pair":   []any{},
+		"special_tokens": map[string]any{
+			"<s>":  map[string]any{"id": "<s>", "ids": []int{1}, "tokens": []string{"<s>"}},
+			"</s>": map[string]any{"id": "</s>", "ids": []int{2}, "tokens": []string{"</s>"}}}}
+	b, err = json.Marshal(tj)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(`{"max_seq_length":8,"do_lower_case":false}`), 0o644))
+
+	run := func(args ...string) []embedResult {
+		t.Helper()
+		e := genEnv(t)
+		require.Equal(t, ExitOK, e.run(append([]string{"--json", "embed", "-m", dir}, args...)...), e.errOut.String())
+		var res []embedResult
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+		return res
+	}
+	// The long input keeps its first 6 content tokens: the reference is
+	// their text, which encodes to <s>, exactly them and </s>.
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	longIDs, err := tok.Encode(strings.Repeat("once upon a time ", 200), true)
+	require.NoError(t, err)
+	ref := tok.Decode(longIDs[1:7], true)
+	refIDs, err := tok.Encode(ref, true)
+	require.NoError(t, err)
+	require.Equal(t, append(longIDs[:7:7], 2), refIDs, "%q", ref)
+	long := run("-p", strings.Repeat("once upon a time ", 200))
+	short := run("-p", ref)
+	require.Equal(t, 8, long[0].Tokens)
+	assert.InDeltaSlice(t, short[0].Embedding, long[0].Embedding, 1e-5)
 }

@@ -330,6 +330,10 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	rep.Debugf("embeddings: %s pooling (--pooling %s)", pooling, opts.Pooling)
+	embedMaxLength, err := m.MaxSeqLength()
+	if err != nil {
+		return err
+	}
 	tmpl, err := tok.ChatTemplate("")
 	switch {
 	case errors.Is(err, tokenizer.ErrNoChatTemplate):
@@ -402,6 +406,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		MaxContext:     maxContext,
 		VocabSize:      spec.VocabSize,
 		EmbeddingSize:  spec.Hidden,
+		EmbedMaxLength: embedMaxLength,
 		Version:        opts.Version,
 		CORSOrigins:    opts.CORSOrigins,
 		Family:         spec.Architecture,

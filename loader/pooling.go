@@ -103,3 +103,26 @@ func (m *Checkpoint) Pooling() (string, error) {
 	}
 	return "", nil
 }
+
+// MaxSeqLength reads sentence_bert_config.json's max_seq_length: the most
+// tokens sentence-transformers gives the model per input, cutting the
+// content of a longer one (the special tokens the tokenizer adds kept); 0
+// when the model has no such file or it sets no limit.
+func (m *Checkpoint) MaxSeqLength() (int, error) {
+	if m.Kind != Transformers || !m.HasFile("sentence_bert_config.json") {
+		return 0, nil
+	}
+	var c struct {
+		MaxSeqLength *int `json:"max_seq_length"`
+	}
+	if err := config.ReadJSONFile(m.Path("sentence_bert_config.json"), &c); err != nil {
+		return 0, err
+	}
+	if c.MaxSeqLength == nil {
+		return 0, nil
+	}
+	if *c.MaxSeqLength < 1 {
+		return 0, fmt.Errorf("%s: sentence_bert_config.json: max_seq_length %d: want a token count", m.Name(), *c.MaxSeqLength)
+	}
+	return *c.MaxSeqLength, nil
+}

@@ -83,3 +83,33 @@ func TestPoolingModes(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolingMaxSeqLength: sentence_bert_config.json's max_seq_length, 0
+// without the file or the field, an error for a value that is no length.
+func TestPoolingMaxSeqLength(t *testing.T) {
+	for _, c := range []struct {
+		file    string
+		want    int
+		wantErr bool
+	}{
+		{`{"max_seq_length":512,"do_lower_case":false}`, 512, false},
+		{`{"do_lower_case":false}`, 0, false},
+		{"", 0, false},
+		{`{"max_seq_length":0}`, 0, true},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)
+		safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
+		if c.file != "" {
+			os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(c.file), 0o644)
+		}
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.MaxSeqLength()
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("%s: MaxSeqLength() = %d, %v; want %d, error %v", c.file, got, err, c.want, c.wantErr)
+		}
+	}
+}

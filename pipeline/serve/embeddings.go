@@ -7,9 +7,11 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // POST /v1/embeddings (OpenAI) and POST /api/embed (ollama): each input's
@@ -97,25 +99,88 @@ func FinishEmbedding(v []float32, dims int, normalize bool) []float32 {
 }
 
 // checkEmbedInputs bounds the inputs: how many, and each within the
-// context (longer ones are cut to it when truncate, else a 400).
-func (s *Server) checkEmbedInputs(param string, prompts [][]int, truncate bool) error {
+// context (longer ones are cut to it when truncate, else a 400) and
+// within EmbedMaxLength (longer ones cut to it whatever truncate, as
+// sentence-transformers cuts to its max_seq_length). texts[i] is input
+// i's text when it came as one (nil when the inputs are token ids): a
+// text is cut as HF tokenizers cut it (TruncateInput), token ids at the
+// end.
+func (s *Server) checkEmbedInputs(param string, texts []string, prompts [][]int, truncate bool) error {
 	if len(prompts) > maxEmbedInputs {
 		return badRequest(param, "%d inputs: at most %d per request", len(prompts), maxEmbedInputs)
 	}
-	if s.o.MaxContext <= 0 {
+	limit := s.o.MaxContext
+	if n := s.o.EmbedMaxLength; n > 0 && (limit <= 0 || n < limit) {
+		limit = n
+	}
+	if limit <= 0 {
 		return nil
 	}
 	for i, p := range prompts {
-		if len(p) <= s.o.MaxContext {
+		if len(p) <= limit {
 			continue
 		}
-		if truncate {
-			prompts[i] = p[:s.o.MaxContext]
+		if ctx := s.o.MaxContext; ctx > 0 && len(p) > ctx && !truncate {
+			e := badRequest(param, "input %d has %d tokens, beyond the context of %d tokens", i, len(p), ctx)
+			e.Code = "context_length_exceeded"
+			return e
+		}
+		if i >= len(texts) {
+			prompts[i] = p[:limit]
 			continue
 		}
-		e := badRequest(param, "input %d has %d tokens, beyond the context of %d tokens", i, len(p), s.o.MaxContext)
-		e.Code = "context_length_exceeded"
-		return e
+		cut, err := TruncateInput(s.o.Tokenizer, texts[i], p, limit)
+		if err != nil {
+			return badRequest(param, "encoding the %s: %v", param, err)
+		}
+		prompts[i] = cut
+	}
+	return nil
+}
+
+// TruncateInput cuts ids, text encoded by tok with its special tokens,
+// to n tokens as HF tokenizers truncate (and so sentence-transformers,
+// and Qwen3-Embedding's reference code): the content is cut, and the
+// tokens the post-processor added before and after it are kept
+// (Qwen3-Embedding's final <|endoftext|>, whose hidden state last-token
+// pooling takes). The added tokens are found by encoding text without
+// them. ids of n tokens or fewer come back as they are; when the added
+// tokens cannot be told apart from the content, or leave no room for
+// it, the end is cut.
+func TruncateInput(tok *tokenizer.Tokenizer, text string, ids []int, n int) ([]int, error) {
+	if len(ids) <= n {
+		return ids, nil
+	}
+	content, err := tok.Encode(text, false)
+	if err != nil {
+		return nil, err
+	}
+	added := len(ids) - len(content)
+	if added < 0 || added >= n {
+		return ids[:n], nil
+	}
+	for before := 0; before <= added; before++ {
+		if !slices.Equal(ids[before:before+len(content)], content) {
+			continue
+		}
+		out := make([]int, 0, n)
+		out = append(out, ids[:before]...)
+		out = append(out, content[:n-added]...)
+		return append(out, ids[before+len(content):]...), nil
+	}
+	return ids[:n], nil
+}
+
+// embedTexts is an embeddings input's texts: a string or an array of
+// strings; nil for token ids.
+func embedTexts(raw json.RawMessage) []string {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		return many
 	}
 	return nil
 }
@@ -155,7 +220,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 	}
 	prompts, err := s.promptsOf("input", req.Input)
 	if err == nil {
-		err = s.checkEmbedInputs("input", prompts, false)
+		err = s.checkEmbedInputs("input", embedTexts(req.Input), prompts, false)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -192,7 +257,8 @@ type ollamaEmbedRequest struct {
 }
 
 // ollamaEmbed answers POST /api/embed: input is a string or an array of
-// strings; truncate (default true) cuts inputs to the context. No input
+// strings; truncate (default true) cuts inputs to the context
+// (checkEmbedInputs). No input
 // ("", [] or none: a client loading the model) answers no embeddings;
 // dimensions 0 or beyond the model's size is ignored (whole vectors), as
 // ollama's.
@@ -227,7 +293,7 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 	raw, _ := json.Marshal(many)
 	prompts, err := s.promptsOf("input", raw)
 	if err == nil {
-		err = s.checkEmbedInputs("input", prompts, req.Truncate == nil || *req.Truncate)
+		err = s.checkEmbedInputs("input", many, prompts, req.Truncate == nil || *req.Truncate)
 	}
 	if err != nil {
 		writeOllamaError(w, err)
@@ -273,7 +339,7 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exc
 	}
 	prompts, err := s.promptsOf("prompt", jsonString(req.Prompt))
 	if err == nil {
-		err = s.checkEmbedInputs("prompt", prompts, false)
+		err = s.checkEmbedInputs("prompt", []string{req.Prompt}, prompts, false)
 	}
 	if err != nil {
 		writeOllamaError(w, err)

@@ -8,12 +8,17 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // wantEmbedding is sumEmbed's vector of ids, cut to dims (0: all) and
@@ -215,4 +220,135 @@ func TestEmbeddingsManyInputs(t *testing.T) {
 		assertVector(t, fmt.Sprint("input ", i), wantEmbedding([]int{1, 3 + i%500}, 0), d.Embedding)
 	}
 	assert.EqualValues(t, 2000, resp.Usage.PromptTokens)
+}
+
+// tokenizerWithEnd is the test tokenizer with a post-processor that adds
+// </s> after the content as well as <s> before it, as Qwen3-Embedding's
+// adds <|endoftext|> (its last-token pooling takes that token's state).
+func tokenizerWithEnd(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "stories260K-hf", "tokenizer.json"))
+	require.NoError(t, err)
+	var tj map[string]any
+	require.NoError(t, json.Unmarshal(b, &tj))
+	tj["post_processor"] = map[string]any{"type": "TemplateProcessing",
+		"single": []any{
+			map[string]any{"SpecialToken": map[string]any{"id": "<s>", "type_id": 0}},
+			map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}},
+			map[string]any{"SpecialToken": map[string]any{"id": "</s>", "type_id": 0}}},
+		"pair": []any{},
+		"special_tokens": map[string]any{
+			"<s>":  map[string]any{"id": "<s>", "ids": []int{1}, "tokens": []string{"<s>"}},
+			"</s>": map[string]any{"id": "</s>", "ids": []int{textEOS}, "tokens": []string{"</s>"}}}}
+	b, err = json.Marshal(tj)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644))
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	ids, err := tok.Encode("a cat", true)
+	require.NoError(t, err)
+	require.True(t, len(ids) > 2 && ids[0] == 1 && ids[len(ids)-1] == textEOS, "a cat: %v", ids)
+	return tok
+}
+
+// cutContent is ids (<s>, content, </s>) cut to n tokens as HF
+// tokenizers cut it: the content, both added tokens kept.
+func cutContent(ids []int, n int) []int {
+	out := append([]int{}, ids[:n-1]...)
+	return append(out, ids[len(ids)-1])
+}
+
+// TestOllamaEmbedTruncateKeepsAdded: /api/embed's truncate cuts the
+// content, not the end, so the </s> the post-processor appends stays the
+// last token (the one last-token pooling takes).
+func TestOllamaEmbedTruncateKeepsAdded(t *testing.T) {
+	tok := tokenizerWithEnd(t)
+	ts := newTestServer(t, serverConfig{context: 64, tok: tok})
+	long := strings.Repeat("once upon a time ", 40)
+	ids := ts.encode(t, long)
+	require.Greater(t, len(ids), 64)
+	status, _, body := ts.post(t, "/api/embed", `{"input":"`+long+`"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var resp struct {
+		Embeddings [][]float64 `json:"embeddings"`
+		Count      int         `json:"prompt_eval_count"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp))
+	assertVector(t, "truncated", wantEmbedding(cutContent(ids, 64), 0), resp.Embeddings[0])
+	assert.Equal(t, 64, resp.Count)
+	ts.waitIdle(t)
+}
+
+// TestEmbedMaxLength: EmbedMaxLength (sentence_bert_config.json's
+// max_seq_length) cuts every endpoint's inputs to it, texts as HF
+// tokenizers cut them and token ids at the end, while an input beyond
+// the context is still a 400 where truncate is off.
+func TestEmbedMaxLength(t *testing.T) {
+	tok := tokenizerWithEnd(t)
+	ts := newTestServer(t, serverConfig{context: 64, tok: tok})
+	ts.srv.o.EmbedMaxLength = 16 // set before any request; served directly below
+	do := func(path, body string) (int, []byte) {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		ts.srv.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.Bytes()
+	}
+	mid := strings.Repeat("once upon a time ", 6)
+	ids := ts.encode(t, mid)
+	require.True(t, len(ids) > 16 && len(ids) <= 64, "%d tokens", len(ids))
+	want := wantEmbedding(cutContent(ids, 16), 0)
+
+	status, body := do("/v1/embeddings", `{"model":"`+testModel+`","input":"`+mid+`"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var oa struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+		Usage embeddingUsage `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal(body, &oa))
+	assertVector(t, "/v1/embeddings", want, oa.Data[0].Embedding)
+	assert.Equal(t, 16, oa.Usage.PromptTokens)
+
+	// Token ids have no added tokens to keep: their end is cut.
+	raw, _ := json.Marshal(ids)
+	status, body = do("/v1/embeddings", `{"model":"`+testModel+`","input":`+string(raw)+`}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.NoError(t, json.Unmarshal(body, &oa))
+	assertVector(t, "token ids", wantEmbedding(ids[:16], 0), oa.Data[0].Embedding)
+
+	for _, body := range []string{`{"input":"` + mid + `"}`, `{"input":["` + mid + `"],"truncate":false}`} {
+		status, b := do("/api/embed", body)
+		require.Equal(t, http.StatusOK, status, string(b))
+		var resp struct {
+			Embeddings [][]float64 `json:"embeddings"`
+		}
+		require.NoError(t, json.Unmarshal(b, &resp))
+		assertVector(t, "/api/embed "+body[len(body)-16:], want, resp.Embeddings[0])
+	}
+
+	// Beyond the context: /v1/embeddings and truncate false refuse it,
+	// truncate cuts it to the bound as well.
+	long := strings.Repeat("once upon a time ", 40)
+	require.Greater(t, len(ts.encode(t, long)), 64)
+	for _, body := range []string{`{"input":"` + long + `"}`, `{"model":"` + testModel + `","input":["` + long + `"]}`} {
+		path := "/v1/embeddings"
+		if !strings.Contains(body, "model") {
+			path = "/api/embed"
+			body = strings.TrimSuffix(body, "}") + `,"truncate":false}`
+		}
+		status, b := do(path, body)
+		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", path, b)
+	}
+	status, body = do("/api/embed", `{"input":"`+long+`"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var resp struct {
+		Embeddings [][]float64 `json:"embeddings"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp))
+	assertVector(t, "long, truncate", wantEmbedding(cutContent(ts.encode(t, long), 16), 0), resp.Embeddings[0])
+	ts.waitIdle(t)
 }

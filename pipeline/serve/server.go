@@ -61,6 +61,11 @@ type ServerOptions struct {
 	// hidden size): a request's dimensions must not exceed it; 0 does
 	// not check.
 	EmbeddingSize int
+	// EmbedMaxLength, when set, cuts the embeddings' inputs to that many
+	// tokens (sentence_bert_config.json's max_seq_length), the content
+	// cut and the tokenizer's special tokens kept, whatever a request's
+	// truncate; 0 cuts them to MaxContext only.
+	EmbedMaxLength int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
 	// /v1/*, /api/* and /metrics (401 without it); /health and / (ollama's
 	// "Ollama is running") stay open.
