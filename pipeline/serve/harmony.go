@@ -179,7 +179,8 @@ func (h *harmonySplitter) closeMessage(cb *strings.Builder) {
 
 // continues primes the splitter with the prompt's last message when the
 // prompt opened its body (a prefill after "<|channel|>final<|message|>"):
-// the answer is that body's continuation, not a new header.
+// the answer is that body's continuation, not a new header. A prompt
+// whose last message is closed leaves the splitter as new.
 func (h *harmonySplitter) continues(prompt string) {
 	i := strings.LastIndex(prompt, hStart)
 	if i < 0 || !strings.Contains(prompt[i:], hMessage) {
@@ -187,6 +188,9 @@ func (h *harmonySplitter) continues(prompt string) {
 	}
 	h.feed(prompt[i:]) // the prompt's text, not the answer's
 	h.buf = ""
+	if h.header { // closed: nothing of the answer has begun
+		h.seen = false
+	}
 }
 
 // harmonyMessages readies a conversation for a harmony template

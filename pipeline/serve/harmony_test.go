@@ -312,3 +312,22 @@ func TestHarmonyPrefill(t *testing.T) {
 	require.Len(t, resp.Content, 1, string(body))
 	assert.Equal(t, "42.", strings.TrimSpace(resp.Content[0].Text))
 }
+
+// continues primes the splitter only when the prompt ends inside a
+// message's body: after a closed last message (a template that adds no
+// generation prompt) an unmarked answer is still the content, as with no
+// prompt at all.
+func TestHarmonySplitterContinues(t *testing.T) {
+	for _, c := range []struct{ prompt, answer, content string }{
+		{"<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>The number is", " 42.", " 42."},
+		{"<|start|>user<|message|>Hi<|end|><|start|>assistant", "Plain answer.", "Plain answer."},
+		{"<|start|>user<|message|>Hi<|end|>", "Plain answer.", "Plain answer."},
+		{"<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", "Plain answer.", "Plain answer."},
+	} {
+		h := newHarmonySplitter()
+		h.continues(c.prompt)
+		_, ct := h.feed(c.answer)
+		_, rest := h.flush()
+		assert.Equal(t, c.content, ct+rest, "%q", c.prompt)
+	}
+}
