@@ -50,7 +50,8 @@ terminal and no --prompt is given (or with -p -), or from --prompts-file, as
 for generate. They run in groups of 8, the shortest together. An input longer
 than the model's sentence_bert_config.json max_seq_length is cut to it as
 sentence-transformers cuts it (the text, keeping the special tokens the
-tokenizer adds); one beyond the model's positions is an error.
+tokenizer adds); without max_seq_length, one beyond the model's positions is
+an error.
 
 The output is one line per input, the values separated by spaces; with --json,
 a JSON array of {index, tokens, embedding}. Any model generate runs gives its

@@ -98,10 +98,16 @@ func TestPoolingMaxSeqLength(t *testing.T) {
 		{`{"max_seq_length":0}`, 0, true},
 	} {
 		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644)
-		safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"llama"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil); err != nil {
+			t.Fatal(err)
+		}
 		if c.file != "" {
-			os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(c.file), 0o644)
+			if err := os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(c.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		m, err := resolve(context.Background(), dir, loader.Options{})
 		if err != nil {
