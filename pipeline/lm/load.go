@@ -182,7 +182,8 @@ const maxListed = 8
 // against the model's weight list: a missing tensor, an unused tensor, a
 // shape mismatch or a non-float dtype is an error naming the tensor. When
 // the config ties the embeddings, a checkpoint that still carries
-// lm_head.weight must hold the same bytes as model.embed_tokens.weight.
+// lm_head.weight must hold the same bytes as the embedding it is tied to
+// (model.embed_tokens.weight, or under the model's prefix).
 // m is the model as loader resolved it: config.json is not read again.
 func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if m.Kind != loader.Transformers || m.Config == nil {
@@ -286,7 +287,7 @@ func (l *Loaded) check() error {
 }
 
 func (l *Loaded) checkTiedHead() error {
-	const embed = "model.embed_tokens.weight"
+	embed := tiedEmbedding(l.Model)
 	hi, _ := l.ckpt.Info(tiedHead)
 	ei, ok := l.ckpt.Info(embed)
 	if !ok {
@@ -307,6 +308,19 @@ func (l *Loaded) checkTiedHead() error {
 	}
 	return errs.Unsupportedf("checkpoint %s: tie_word_embeddings is true in %s, but lm_head.weight differs from %s",
 		l.Dir, l.Config.Path, embed)
+}
+
+// tiedEmbedding is the embedding a tied head shares: the model's
+// "…embed_tokens.weight", under its prefix ("model.language_model." in
+// the multimodal wrappers of Qwen3.5 and Gemma 4), not always
+// model.embed_tokens.weight.
+func tiedEmbedding(m Model) string {
+	for _, w := range m.EmbedWeights() {
+		if strings.HasSuffix(w.Name, "embed_tokens.weight") {
+			return w.Name
+		}
+	}
+	return "model.embed_tokens.weight"
 }
 
 // Weights lists the tensors the model reads (each once).

@@ -169,11 +169,69 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 		t.Errorf("Skipped() = %s, want the vision tower and the MTP head", got)
 	}
 	// An extra text tensor is still an error that names it.
-	ts := []safetensors.Tensor{}
+	ts := readF32(t, dir)
+	extra, err := safetensors.Float32Tensor("model.language_model.layers.0.linear_attn.in_proj_ba.weight", safetensors.F32, []int{2}, []float32{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, extra), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lmckpt.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
+		t.Errorf("load with an unknown text tensor: error %v, want one naming it", err)
+	}
+}
+
+// TestTiedHeadUnderPrefix checks a tied multimodal checkpoint (the small
+// Qwen3.5s tie the head) that still ships lm_head.weight: accepted when it
+// holds model.language_model.embed_tokens.weight's bytes, refused naming
+// that embedding when it differs (the check once looked for
+// model.embed_tokens.weight only, and let any head through here).
+func TestTiedHeadUnderPrefix(t *testing.T) {
+	c := qwenref.TinyQwen35()
+	c.Tied = true
+	const embed = "model.language_model.embed_tokens.weight"
+	for _, same := range []bool{true, false} {
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		ts := readF32(t, dir)
+		var head safetensors.Tensor
+		for _, st := range ts {
+			if st.Name == embed {
+				head = st
+			}
+		}
+		head.Name = "lm_head.weight"
+		if !same {
+			head.Data = make([]byte, len(head.Data))
+		}
+		if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, head), nil); err != nil {
+			t.Fatal(err)
+		}
+		l, err := lmckpt.Load(dir)
+		switch {
+		case same && err != nil:
+			t.Errorf("lm_head.weight equal to %s: %v", embed, err)
+		case !same && (err == nil || !strings.Contains(err.Error(), "lm_head.weight differs from "+embed)):
+			t.Errorf("lm_head.weight differing from %s: error %v, want one naming both", embed, err)
+		}
+		if err == nil {
+			l.Close()
+		}
+	}
+}
+
+// readF32 reads every tensor of the checkpoint in dir as F32.
+func readF32(t *testing.T, dir string) []safetensors.Tensor {
+	t.Helper()
 	ck, err := safetensors.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
 	for _, n := range ck.Names() {
 		v, err := ck.Float32(n)
 		if err != nil {
@@ -186,17 +244,7 @@ func TestSkipsVisionAndMTP(t *testing.T) {
 		}
 		ts = append(ts, st)
 	}
-	ck.Close()
-	extra, err := safetensors.Float32Tensor("model.language_model.layers.0.linear_attn.in_proj_ba.weight", safetensors.F32, []int{2}, []float32{1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := safetensors.WriteFile(dir+"/model.safetensors", append(ts, extra), nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lmckpt.Load(dir); err == nil || !strings.Contains(err.Error(), "in_proj_ba") {
-		t.Errorf("load with an unknown text tensor: error %v, want one naming it", err)
-	}
+	return ts
 }
 
 // TestRealConfig9B resolves the real Qwen/Qwen3.5-9B config.json.
