@@ -49,9 +49,10 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		Short: "Generate text with a language model, streamed",
 		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
 (LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, and the text models
-of Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration), from
-a local directory or a Hub id.
+Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
+Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
+Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
+Qwen3_5MoeForConditionalGeneration), from a local directory or a Hub id.
 
 The prompt comes from --prompt (-p), from stdin when stdin is not a terminal
 and no --prompt is given (or with -p -), or from --prompts-file.

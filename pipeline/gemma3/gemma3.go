@@ -1,5 +1,8 @@
 // Package gemma3 implements Gemma3ForCausalLM (the text-only Gemma 3
-// models, model_type gemma3_text), following transformers'
+// models, model_type gemma3_text) and the text model of
+// Gemma3ForConditionalGeneration (4B and up, model_type gemma3: the
+// settings of its text_config; the SigLIP vision tower and the
+// multimodal projector are skipped), following transformers'
 // models/gemma3/modeling_gemma3.py: "Gemma 3 Technical Report" (Gemma Team,
 // 2025, arXiv:2503.19786).
 //
@@ -11,6 +14,13 @@
 // interleaved local (sliding-window, rope_local_base_freq) and global
 // (rope_theta, rope_scaling) layers; optional attention and final logit
 // soft-capping.
+//
+// Gemma3ForConditionalGeneration's tensors are model.language_model.* and
+// lm_head.weight; the first uploads (google/gemma-3-4b-it and its
+// siblings) name them language_model.model.* and language_model.lm_head.*,
+// which the model renames as transformers' _checkpoint_conversion_mapping
+// does (lm.Renamer). Its head applies no final logit soft-capping:
+// transformers' Gemma3ForConditionalGeneration.forward does not.
 package gemma3
 
 import (
@@ -27,12 +37,17 @@ import (
 	"github.com/tputool/tputool/pipeline/nn"
 )
 
+// Conditional is the multimodal class, run text-only.
+const Conditional = "Gemma3ForConditionalGeneration"
+
 func init() {
 	lm.Register("Gemma3ForCausalLM", New)
+	lm.Register(Conditional, New)
 }
 
-// Config is a Gemma3ForCausalLM (gemma3_text) config.json. Pointer fields
-// are nil when absent; resolve applies Gemma3TextConfig's defaults.
+// Config is a Gemma3ForCausalLM (gemma3_text) config.json, or the
+// text_config of a Gemma3ForConditionalGeneration one. Pointer fields are
+// nil when absent; resolve applies Gemma3TextConfig's defaults.
 type Config struct {
 	Architectures             []string        `json:"architectures"`
 	ModelType                 string          `json:"model_type"`
@@ -73,11 +88,22 @@ type Model struct {
 	bias          bool
 	act           func(*Node) *Node
 	global, local *nn.Rope
+	// prefix is the text model's tensor prefix: "model." for
+	// Gemma3ForCausalLM, "model.language_model." for the multimodal class
+	// (multimodal set).
+	prefix     string
+	multimodal bool
 }
 
-// resolve applies Gemma3TextConfig's defaults and checks the config.
-func (c *Config) resolve(cfg *config.File) (*Model, error) {
+// resolve applies Gemma3TextConfig's defaults and checks the config. cfg
+// is config.json, text the object c was read from (cfg, or its
+// text_config).
+func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 	where := lm.ConfigName(cfg)
+	multimodal := text != cfg
+	if multimodal {
+		where += " text_config"
+	}
 	if c.UseBidirectionalAttention {
 		return nil, errs.Unsupportedf("%s: use_bidirectional_attention is not supported for generation", where)
 	}
@@ -95,16 +121,40 @@ func (c *Config) resolve(cfg *config.File) (*Model, error) {
 		EOS:          c.EOSTokenID,
 		BOS:          2,
 	}
-	if c.EOSTokenID == nil && !cfg.Has("eos_token_id") {
+	switch {
+	case text.Has("eos_token_id"): // c.EOSTokenID, null included
+	case multimodal && cfg.Has("eos_token_id"): // Gemma3Config's own, which generation_config.json repeats
+		s.EOS = cfg.ModelEOS()
+	default:
 		s.EOS = []int{1}
 	}
-	if len(c.BOSTokenID) > 0 {
-		s.BOS = c.BOSTokenID[0]
+	bos := c.BOSTokenID
+	if multimodal && !text.Has("bos_token_id") {
+		var w struct {
+			BOS config.IDList `json:"bos_token_id"`
+		}
+		if err := cfg.Decode(&w); err != nil {
+			return nil, err
+		}
+		bos = w.BOS
+	}
+	if len(bos) > 0 {
+		s.BOS = bos[0]
 	}
 	if err := s.CheckSizes(where); err != nil {
 		return nil, err
 	}
-	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, true)
+	tie := c.TieWordEmbeddings
+	if tie == nil && multimodal { // the wrapper's field decides when text_config has none
+		var w struct {
+			Tie *bool `json:"tie_word_embeddings"`
+		}
+		if err := cfg.Decode(&w); err != nil {
+			return nil, err
+		}
+		tie = w.Tie
+	}
+	s.TieEmbeddings = lm.Or(tie, true)
 	s.SlidingWindow = lm.Or(c.SlidingWindow, 4096)
 	var err error
 	if s.LayerKinds, err = lm.LayerTypes(where, c.LayerTypes, s.Layers, lm.KindFull, lm.KindSliding); err != nil {
@@ -136,6 +186,12 @@ func (c *Config) resolve(cfg *config.File) (*Model, error) {
 		attnSoftcap:  lm.Or(c.AttnLogitSoftcapping, 0),
 		finalSoftcap: lm.Or(c.FinalLogitSoftcapping, 0),
 		bias:         c.AttentionBias,
+		prefix:       "model.",
+		multimodal:   multimodal,
+	}
+	if multimodal {
+		m.prefix = "model.language_model."
+		m.finalSoftcap = 0 // Gemma3ForConditionalGeneration's head does not soft-cap
 	}
 	act := c.HiddenActivation
 	if act == "" {
@@ -144,7 +200,7 @@ func (c *Config) resolve(cfg *config.File) (*Model, error) {
 	if m.act = nn.Activation(act); m.act == nil {
 		return nil, errs.Unsupportedf("%s: hidden_activation %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
-	if err := c.resolveRope(cfg, m); err != nil {
+	if err := c.resolveRope(text, m); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return m, nil
@@ -185,13 +241,65 @@ func (c *Config) resolveRope(cfg *config.File, m *Model) error {
 	return err
 }
 
-// New builds a Gemma3ForCausalLM from its config.json.
+// New builds a Gemma3ForCausalLM, or the text model of a
+// Gemma3ForConditionalGeneration (from its text_config), from config.json.
 func New(cfg *config.File) (lm.Model, error) {
+	text := cfg
+	if cfg.Architecture() == Conditional {
+		if cfg.Text == nil {
+			return nil, fmt.Errorf("%s: %s needs a text_config object", lm.ConfigName(cfg), Conditional)
+		}
+		text = cfg.Text
+	}
 	var c Config
-	if err := cfg.Decode(&c); err != nil {
+	if err := text.Decode(&c); err != nil {
 		return nil, err
 	}
-	return c.resolve(cfg)
+	return c.resolve(cfg, text)
+}
+
+// conversion is Gemma3ForConditionalGeneration's
+// _checkpoint_conversion_mapping: the first uploads' prefixes and the
+// ones transformers reads them as.
+var conversion = [][2]string{
+	{"language_model.model.", "model.language_model."},
+	{"vision_tower.", "model.vision_tower."},
+	{"multi_modal_projector.", "model.multi_modal_projector."},
+	{"language_model.lm_head.", "lm_head."},
+}
+
+var _ lm.Renamer = (*Model)(nil)
+
+// RenameWeight implements lm.Renamer: the multimodal class reads the
+// first uploads' language_model.model.* as model.language_model.* (and
+// the towers and head likewise), as transformers does.
+func (m *Model) RenameWeight(stored string) string {
+	if !m.multimodal {
+		return stored
+	}
+	for _, c := range conversion {
+		if rest, ok := strings.CutPrefix(stored, c[0]); ok {
+			return c[1] + rest
+		}
+	}
+	return stored
+}
+
+var _ lm.Skipper = (*Model)(nil)
+
+// SkipWeight implements lm.Skipper: the multimodal class does not read
+// the vision tower or the multimodal projector (under either layout's
+// names).
+func (m *Model) SkipWeight(name string) (string, bool) {
+	if !m.multimodal {
+		return "", false
+	}
+	for _, p := range []string{"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.", "multi_modal_projector."} {
+		if strings.HasPrefix(name, p) {
+			return "vision tower and projector (model.vision_tower.*, model.multi_modal_projector.*): tputool runs the text model only", true
+		}
+	}
+	return "", false
 }
 
 // Spec implements lm.Model.
@@ -207,7 +315,7 @@ func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 
 // EmbedWeights implements lm.Model.
 func (m *Model) EmbedWeights() []lm.WeightSpec {
-	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true}}
+	return []lm.WeightSpec{{Name: m.prefix + "embed_tokens.weight", Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true}}
 }
 
 // HeadWeights implements lm.Model.
@@ -215,10 +323,10 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	head := "lm_head.weight"
 	tp := lm.Vocab // an untied head splits by vocabulary; a tied one is the replicated embedding
 	if m.spec.TieEmbeddings {
-		head, tp = "model.embed_tokens.weight", lm.Replicated
+		head, tp = m.prefix+"embed_tokens.weight", lm.Replicated
 	}
 	return []lm.WeightSpec{
-		{Name: "model.norm.weight", Shape: []int{m.spec.Hidden}},
+		{Name: m.prefix + "norm.weight", Shape: []int{m.spec.Hidden}},
 		{Name: head, Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true, TP: tp},
 	}
 }
@@ -226,7 +334,7 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 // LayerWeights implements lm.Model.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s := &m.spec
-	p := fmt.Sprintf("model.layers.%d.", i)
+	p := fmt.Sprintf("%slayers.%d.", m.prefix, i)
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	var ws []lm.WeightSpec
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
@@ -257,7 +365,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 // Embed implements lm.Model: Gemma3TextScaledWordEmbedding, the embedding
 // times sqrt(hidden_size) rounded to the compute dtype.
 func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
-	x := nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+	x := nn.Embedding(w.Get(m.prefix+"embed_tokens.weight"), tokens) // [B, T, H]
 	scale := nn.RoundTo(math.Sqrt(float64(m.spec.Hidden)), x.DType())
 	return MulScalar(x, scale)
 }
@@ -275,7 +383,7 @@ func (m *Model) optional(p *lm.Params, name string) *Node {
 
 // Layer implements lm.Model: Gemma3DecoderLayer with sandwich norms.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
-	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+	p := w.Scope(fmt.Sprintf("%slayers.%d", m.prefix, i))
 	h := m.norm(p, "input_layernorm.weight", x)
 	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
 	h = m.norm(p, "post_attention_layernorm.weight", h)
@@ -312,15 +420,16 @@ var _ lm.Finisher = (*Model)(nil)
 
 // Final implements lm.Finisher: the final (1+w) RMSNorm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {
-	return nn.RMSNorm(x, w.Get("model.norm.weight"), m.eps, true)
+	return nn.RMSNorm(x, w.Get(m.prefix+"norm.weight"), m.eps, true)
 }
 
-// Head implements lm.Model: final (1+w) norm, lm_head, final soft-capping.
+// Head implements lm.Model: final (1+w) norm, lm_head, final soft-capping
+// (none for the multimodal class).
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	x = m.Final(w, x)
 	name := "lm_head.weight"
 	if m.spec.TieEmbeddings {
-		name = "model.embed_tokens.weight"
+		name = m.prefix + "embed_tokens.weight"
 	}
 	logits := nn.Linear(x, w.Get(name), nil) // [B, V]
 	return nn.Softcap(logits, m.finalSoftcap)

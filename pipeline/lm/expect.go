@@ -16,8 +16,10 @@ var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safeten
 // lm_head.weight of the embedding's shape that the checkpoint may still
 // carry. src may be a memory-mapped checkpoint or the headers inspect
 // reads, so that loading and `tputool inspect` name the same missing,
-// misshapen and unused tensors.
+// misshapen and unused tensors. A model that renames an older layout's
+// tensors (Renamer) sees src's tensors under their new names.
 func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
+	src = renamedSource(m, src)
 	s := safetensors.NewStrict(src)
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()

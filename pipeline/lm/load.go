@@ -183,7 +183,9 @@ const maxListed = 8
 // shape mismatch or a non-float dtype is an error naming the tensor. When
 // the config ties the embeddings, a checkpoint that still carries
 // lm_head.weight must hold the same bytes as the embedding it is tied to
-// (model.embed_tokens.weight, or under the model's prefix).
+// (model.embed_tokens.weight, or under the model's prefix). A model
+// that reads an older layout under its own names (Renamer) gets the
+// checkpoint's tensors renamed first.
 // m is the model as loader resolved it: config.json is not read again.
 func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if m.Kind != loader.Transformers || m.Config == nil {
@@ -201,6 +203,11 @@ func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
 	}
+	from, to, err := renameCheckpoint(model, ckpt)
+	if err != nil {
+		ckpt.Close()
+		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
+	}
 	cfg, notes, err := baseModel(m.Config, model, ckpt)
 	if err == nil && cfg != m.Config {
 		model, err = New(cfg)
@@ -212,6 +219,10 @@ func Load(m *loader.Checkpoint) (*Loaded, error) {
 	l := &Loaded{Dir: m.Dir, Config: cfg, Generation: gen, Model: model, weights: Weights(model), ckpt: ckpt, Notes: notes}
 	if err := l.check(); err != nil {
 		l.ckpt.Close()
+		if from != "" {
+			return nil, fmt.Errorf("%w (the checkpoint's tensors are read under %s's names, as transformers renames them: %s as %s)",
+				err, model.Spec().Architecture, from, to)
+		}
 		return nil, err
 	}
 	return l, nil

@@ -221,6 +221,15 @@ func (t Tiny) ConfigJSON() map[string]any {
 // Write writes dir/config.json, dir/generation_config.json and
 // dir/model.safetensors.
 func (t Tiny) Write(dir string) error {
+	ts, err := t.encoded()
+	if err != nil {
+		return err
+	}
+	return WriteCheckpoint(dir, t.ConfigJSON(), ts)
+}
+
+// encoded returns the checkpoint tensors Write writes.
+func (t Tiny) encoded() ([]safetensors.Tensor, error) {
 	dt := t.DType
 	if dt == "" {
 		dt = safetensors.F32
@@ -230,11 +239,11 @@ func (t Tiny) Write(dir string) error {
 	for _, w := range t.Tensors() {
 		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, t.values(r, w))
 		if err != nil {
-			return fmt.Errorf("tensor %s: %w", w.Name, err)
+			return nil, fmt.Errorf("tensor %s: %w", w.Name, err)
 		}
 		ts = append(ts, st)
 	}
-	return WriteCheckpoint(dir, t.ConfigJSON(), ts)
+	return ts, nil
 }
 
 // WriteCheckpoint writes dir/config.json from config, a
