@@ -538,12 +538,17 @@ func quantizedBytes(ts []safetensors.TensorInfo, skip []string, elem int, arch l
 		}
 	}
 	h := lm.Holding{Quantize: quantize}
+	rename, _ := arch.(lm.Renamer) // a stored layout the model reads renamed
 	var n int64
 	for i, t := range ts {
 		if skip != nil && skip[i] != "" {
 			continue
 		}
-		w, ok := specs[t.Name]
+		name := t.Name
+		if rename != nil {
+			name = rename.RenameWeight(name)
+		}
+		w, ok := specs[name]
 		switch {
 		case !ok: // not read (a tied checkpoint's lm_head.weight), or MXFP4 scales
 		case h.Quantized(w) || h.Int4(w):

@@ -10,6 +10,7 @@ import (
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/models"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // loadStories resolves the stories checkpoint and loads it as generate
@@ -84,5 +85,45 @@ func TestKVCacheDTypeFigure(t *testing.T) {
 	// 5 layers x K and V x 4 KV heads x (8 codes + a 4-byte scale) a position.
 	if r, _ := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Batch: 1, Context: 100, KVDType: dtypes.Int8}); r == nil || r.Memory.KVCache != 100*5*2*4*(8+4) {
 		t.Errorf("int8: %+v, want %d bytes of KV cache", r, 100*5*2*4*(8+4))
+	}
+}
+
+// --quantize counts a Gemma3ForConditionalGeneration checkpoint's weights
+// the same in both of its layouts: the original upload's names, which
+// the model reads renamed (lm.Renamer), are matched to its weights too.
+func TestQuantizedWeightsRenamedLayout(t *testing.T) {
+	c := lmckpt.Config{Vocab: 64, Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Eps: 1e-6, Gemma: true, Tied: true}
+	c.Window = []int{4, 0}
+	c.RopeTheta = []float64{10000, 1e6}
+	tiny := lmckpt.Tiny{Arch: "Gemma3ForCausalLM", Config: c, Seed: 3}
+	figures := map[lmckpt.Gemma3Layout]int64{}
+	for _, layout := range []lmckpt.Gemma3Layout{lmckpt.Gemma3Original, lmckpt.Gemma3Saved} {
+		cfg, ts, err := tiny.Gemma3Multimodal(layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
+			t.Fatal(err)
+		}
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := inspect.Run(context.Background(), m, inspect.Options{DType: "f32", Quantize: "int8"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Memory.Weights >= plain.Memory.Weights {
+			t.Errorf("%s: int8 weights %d bytes, f32 %d: nothing counted as quantised", layout, r.Memory.Weights, plain.Memory.Weights)
+		}
+		figures[layout] = r.Memory.Weights
+	}
+	if figures[lmckpt.Gemma3Original] != figures[lmckpt.Gemma3Saved] {
+		t.Errorf("int8 weights: %d bytes in the original layout, %d in the saved one", figures[lmckpt.Gemma3Original], figures[lmckpt.Gemma3Saved])
 	}
 }
