@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -291,4 +292,25 @@ func TestNotAModelFolder(t *testing.T) {
 		assert.Equal(t, ExitUsage, e.run(args...), "%v: %s", args, e.errOut.String())
 		assert.Contains(t, e.errOut.String(), "not a model folder: no config.json or model_index.json", "%v", args)
 	}
+}
+
+// -v says which checkpoint tensors the model skips (a multimodal
+// checkpoint's vision tower run text-only), by reason, with their count
+// and size.
+func TestGenerateVerboseSkipped(t *testing.T) {
+	c := lmckpt.Config{Vocab: 512, Hidden: 32, Intermediate: 48, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Eps: 1e-6, Gemma: true, Tied: true}
+	c.Window = []int{4, 0}
+	c.RopeTheta = []float64{10000, 1e6}
+	cfg, ts, err := lmckpt.Tiny{Arch: "Gemma3ForCausalLM", Config: c, Seed: 5}.Gemma3Multimodal(lmckpt.Gemma3Saved)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, lmckpt.WriteCheckpoint(dir, cfg, ts))
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "-v", "--model", dir, "-p", "Once", "-n", "1"), e.errOut.String())
+	assert.Regexp(t, `not loaded: \d+ tensors, .* \(.*vision.*\)`, e.errOut.String())
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/hub"
@@ -199,6 +200,9 @@ func openModel(m *loader.Checkpoint, dev *tpu.Device, dtype dtypes.DType, rep *u
 	}
 	for _, n := range l.Notes {
 		rep.Warnf("%s", n)
+	}
+	for _, g := range l.Skipped() {
+		rep.Debugf("not loaded: %d tensors, %s (%s)", g.Tensors, humanize.Bytes(g.Bytes), g.Reason)
 	}
 	spec := l.Model.Spec()
 	rep.Debugf("model %s: %s, %d layers, hidden %d, vocab %d; %s on %s",
