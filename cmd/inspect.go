@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -42,9 +41,6 @@ type InspectOptions struct {
 	KVCacheDType string
 	KV           dtypes.DType
 }
-
-// maxHeadroom is the largest --headroom, as tpu.FitRequest takes it.
-const maxHeadroom = 10
 
 // NewCmdInspect builds `tputool inspect`.
 func NewCmdInspect(f *Factory, runF func(context.Context, *InspectOptions) error) *cobra.Command {
@@ -86,8 +82,8 @@ after the report, naming the first one.`,
 			if err := checkRetries(opts.Retries); err != nil {
 				return err
 			}
-			if !(opts.Headroom >= 0 && opts.Headroom <= maxHeadroom) { // NaN too
-				return errs.Usagef("--headroom %v: want a fraction from 0 to %d", opts.Headroom, maxHeadroom)
+			if !(opts.Headroom >= 0 && opts.Headroom <= tpu.MaxHeadroom) { // NaN too
+				return errs.Usagef("--headroom %v: want a fraction from 0 to %d", opts.Headroom, tpu.MaxHeadroom)
 			}
 			if _, _, err := inspect.ParseDType(opts.DType); err != nil {
 				return err
@@ -125,14 +121,7 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	// inspect.Options and tpu.FitRequest read a Headroom of 0 as the
-	// default; --headroom 0 asks for none, which the smallest positive
-	// float gives exactly (1 + it rounds to 1).
-	headroom := opts.Headroom
-	if headroom == 0 {
-		headroom = math.SmallestNonzeroFloat64
-	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: headroom, Quantize: opts.Quantize, KVDType: opts.KV})
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: &opts.Headroom, Quantize: opts.Quantize, KVDType: opts.KV})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,9 @@ import (
 // free on a TPU; see docs/devices.md.
 const DefaultHeadroom = 0.15
 
+// MaxHeadroom is the largest headroom a fit takes.
+const MaxHeadroom = 10
+
 // FitRequest describes a model's memory needs.
 type FitRequest struct {
 	// WeightBytes is the size of the weights in the dtype they will run in.
@@ -21,9 +24,9 @@ type FitRequest struct {
 	// StateBytes is the KV cache (or recurrent state) for the longest
 	// context and batch to be served (lm.StateBytes).
 	StateBytes int64 `json:"state_bytes"`
-	// Headroom is the fraction added for activations and runtime buffers;
-	// 0 means DefaultHeadroom.
-	Headroom float64 `json:"headroom"`
+	// Headroom is the fraction added for activations and runtime buffers,
+	// 0 to MaxHeadroom; nil means DefaultHeadroom.
+	Headroom *float64 `json:"headroom"`
 	// NumHeads and NumKVHeads, when > 0, constrain the tensor-parallel
 	// degree: it must divide both, since attention is split by head.
 	NumHeads   int `json:"num_heads,omitempty"`
@@ -60,12 +63,12 @@ func (r FitRequest) validate() (float64, error) {
 	if r.NumHeads < 0 || r.NumKVHeads < 0 {
 		return 0, errs.Usagef("memory fit: head counts must not be negative (heads %d, kv heads %d)", r.NumHeads, r.NumKVHeads)
 	}
-	h := r.Headroom
-	if h == 0 {
-		h = DefaultHeadroom
+	h := DefaultHeadroom
+	if r.Headroom != nil {
+		h = *r.Headroom
 	}
-	if h < 0 || h > 10 || math.IsNaN(h) {
-		return 0, errs.Usagef("memory fit: headroom %v must be a fraction between 0 and 10", r.Headroom)
+	if !(h >= 0 && h <= MaxHeadroom) { // NaN too
+		return 0, errs.Usagef("memory fit: headroom %v must be a fraction between 0 and %d", h, MaxHeadroom)
 	}
 	return h, nil
 }

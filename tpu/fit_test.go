@@ -53,7 +53,7 @@ func TestFit8B(t *testing.T) {
 // A 70B model in bf16 (140e9 bytes), no KV cache, 25% headroom:
 // total = 175e9 bytes exactly.
 func TestFit70B(t *testing.T) {
-	req := FitRequest{WeightBytes: 140e9, Headroom: 0.25, NumHeads: 64, NumKVHeads: 8}
+	req := FitRequest{WeightBytes: 140e9, Headroom: new(0.25), NumHeads: 64, NumKVHeads: 8}
 	got := fitByGen(t, req)
 
 	// v4: 4 chips need 43.75e9 > 34359738368; 8 chips need 21.875e9.
@@ -96,7 +96,7 @@ func TestFitValidation(t *testing.T) {
 	for _, req := range []FitRequest{
 		{WeightBytes: -1},
 		{StateBytes: -5},
-		{WeightBytes: 1, Headroom: -0.1},
+		{WeightBytes: 1, Headroom: new(-0.1)},
 		{WeightBytes: 1, NumKVHeads: -2},
 	} {
 		_, err := FitAll(req)

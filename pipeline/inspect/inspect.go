@@ -44,8 +44,8 @@ type Options struct {
 	// DType is the dtype weights and KV cache run in: bf16 (default), f16,
 	// f32, fp8, or auto for the checkpoint's own dtypes (KV cache then bf16).
 	DType string
-	// Headroom is the fit's margin; 0 means tpu.DefaultHeadroom.
-	Headroom float64
+	// Headroom is the fit's margin; nil means tpu.DefaultHeadroom.
+	Headroom *float64
 	// Fit computes the fit table; nil means tpu.FitAll.
 	Fit func(tpu.FitRequest) ([]tpu.FitResult, error)
 	// Parallel bounds concurrent remote header reads (default 8).
