@@ -48,17 +48,27 @@ func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
 	return s.promptsOf("prompt", raw)
 }
 
-// promptsOf reads the prompts of the field param (completions' prompt,
-// embeddings' input): a string, an array of strings, an array of token
-// ids, or an array of arrays of token ids.
+// promptsOf reads and encodes the prompts of the field param
+// (completions' prompt; embeddings' input, which also needs the texts,
+// calls promptForms and encodePrompts itself): a string, an array of
+// strings, an array of token ids, or an array of arrays of token ids.
 func (s *Server) promptsOf(param string, raw json.RawMessage) ([][]int, error) {
+	texts, idLists, err := promptForms(param, raw)
+	if err != nil {
+		return nil, err
+	}
+	return s.encodePrompts(param, texts, idLists)
+}
+
+// promptForms reads a prompt field in one of its forms: texts (a string
+// or an array of strings) or token id lists (an array of ids or an array
+// of such arrays); one of the two is set.
+func promptForms(param string, raw json.RawMessage) (texts []string, idLists [][]int, err error) {
 	if !isSet(raw) {
-		return nil, badRequest(param, "%s is required", param)
+		return nil, nil, badRequest(param, "%s is required", param)
 	}
 	// Each form is tried into its own variable: a failed Unmarshal may
 	// have filled part of it.
-	var texts []string
-	var idLists [][]int
 	var one string
 	var many []string
 	var ids []int
@@ -73,11 +83,18 @@ func (s *Server) promptsOf(param string, raw json.RawMessage) ([][]int, error) {
 	case json.Unmarshal(raw, &lists) == nil:
 		idLists = lists
 	default:
-		return nil, badRequest(param, "%s must be a string, an array of strings, an array of token ids or an array of such arrays", param)
+		return nil, nil, badRequest(param, "%s must be a string, an array of strings, an array of token ids or an array of such arrays", param)
 	}
 	if len(texts) == 0 && len(idLists) == 0 {
-		return nil, badRequest(param, "%s is empty", param)
+		return nil, nil, badRequest(param, "%s is empty", param)
 	}
+	return texts, idLists, nil
+}
+
+// encodePrompts encodes texts (with the tokenizer's special tokens) and
+// checks token id lists against the vocabulary: the prompts, texts first;
+// each must have a token.
+func (s *Server) encodePrompts(param string, texts []string, idLists [][]int) ([][]int, error) {
 	var prompts [][]int
 	for _, t := range texts {
 		if s.o.Tokenizer == nil {

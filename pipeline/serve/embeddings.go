@@ -171,20 +171,6 @@ func TruncateInput(tok *tokenizer.Tokenizer, text string, ids []int, n int) ([]i
 	return ids[:n], nil
 }
 
-// embedTexts is an embeddings input's texts: a string or an array of
-// strings; nil for token ids.
-func embedTexts(raw json.RawMessage) []string {
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		return []string{one}
-	}
-	var many []string
-	if json.Unmarshal(raw, &many) == nil {
-		return many
-	}
-	return nil
-}
-
 // checkDimensions checks a requested vector size against the model's.
 func (s *Server) checkDimensions(dims *int) (int, error) {
 	if dims == nil {
@@ -218,9 +204,13 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 		writeError(w, err)
 		return
 	}
-	prompts, err := s.promptsOf("input", req.Input)
+	texts, idLists, err := promptForms("input", req.Input)
+	var prompts [][]int
 	if err == nil {
-		err = s.checkEmbedInputs("input", embedTexts(req.Input), prompts, false)
+		prompts, err = s.encodePrompts("input", texts, idLists)
+	}
+	if err == nil {
+		err = s.checkEmbedInputs("input", texts, prompts, false)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -290,8 +280,7 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		writeJSON(w, http.StatusOK, map[string]any{"model": s.o.ModelName, "embeddings": [][]float32{}})
 		return
 	}
-	raw, _ := json.Marshal(many)
-	prompts, err := s.promptsOf("input", raw)
+	prompts, err := s.encodePrompts("input", many, nil)
 	if err == nil {
 		err = s.checkEmbedInputs("input", many, prompts, req.Truncate == nil || *req.Truncate)
 	}
@@ -337,7 +326,7 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exc
 		writeJSON(w, http.StatusOK, map[string][]float32{"embedding": {}})
 		return
 	}
-	prompts, err := s.promptsOf("prompt", jsonString(req.Prompt))
+	prompts, err := s.encodePrompts("prompt", []string{req.Prompt}, nil)
 	if err == nil {
 		err = s.checkEmbedInputs("prompt", []string{req.Prompt}, prompts, false)
 	}
