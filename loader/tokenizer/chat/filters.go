@@ -30,6 +30,13 @@ func kwOrArg(args []any, kw map[string]any, i int, name string) (any, bool) {
 	return nil, false
 }
 
+// kwFlag is a boolean argument that defaults to false (reverse,
+// case_sensitive, ...): position i or keyword name, as Python's truth.
+func kwFlag(args []any, kw map[string]any, i int, name string) bool {
+	v, ok := kwOrArg(args, kw, i, name)
+	return ok && truthy(v)
+}
+
 // strFilter applies a string operation to str(v).
 func strFilter(f func(st *state, s string, args []any, kw map[string]any) (any, error)) filterFn {
 	return func(st *state, v any, args []any, kw map[string]any) (any, error) {
@@ -351,10 +358,7 @@ func minMaxFilter(isMax bool) filterFn {
 		if err != nil {
 			return nil, err
 		}
-		caseSensitive := false
-		if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
-			caseSensitive = truthy(c)
-		}
+		caseSensitive := kwFlag(args, kw, 0, "case_sensitive")
 		attr, _ := kwOrArg(args, kw, 1, "attribute")
 		var best, bestKey any = undefined{}, nil
 		for i, it := range items {
@@ -429,9 +433,7 @@ func filterTruncate(st *state, s string, args []any, kw map[string]any) (any, er
 			return nil, fmt.Errorf("truncate: length must be an integer")
 		}
 	}
-	if v, ok := kwOrArg(args, kw, 1, "killwords"); ok {
-		killwords = truthy(v)
-	}
+	killwords = kwFlag(args, kw, 1, "killwords")
 	if v, ok := kwOrArg(args, kw, 2, "end"); ok {
 		var err error
 		if end, err = strArgOf("truncate", v); err != nil {
@@ -473,9 +475,7 @@ func filterTruncate(st *state, s string, args []any, kw map[string]any) (any, er
 // arguments: the first positional argument is ensure_ascii, not indent.
 func filterToJSON(st *state, v any, args []any, kw map[string]any) (any, error) {
 	o := jsonOptions{itemSep: ", ", keySep: ": "}
-	if a, ok := kwOrArg(args, kw, 0, "ensure_ascii"); ok {
-		o.ascii = truthy(a)
-	}
+	o.ascii = kwFlag(args, kw, 0, "ensure_ascii")
 	if iv, ok := kwOrArg(args, kw, 1, "indent"); ok && !isNilOrUndef(iv) {
 		o.pretty, o.itemSep = true, ","
 		if s, ok := iv.(string); ok {
@@ -501,9 +501,7 @@ func filterToJSON(st *state, v any, args []any, kw map[string]any) (any, error) 
 		}
 		o.itemSep, o.keySep = item, key
 	}
-	if sv, ok := kwOrArg(args, kw, 3, "sort_keys"); ok {
-		o.sortKeys = truthy(sv)
-	}
+	o.sortKeys = kwFlag(args, kw, 3, "sort_keys")
 	p := printer{st: st, what: "tojson's result"}
 	if err := p.toJSON(v, &o, 0); err != nil {
 		return nil, err
@@ -681,10 +679,7 @@ func filterDefault(_ *state, v any, args []any, kw map[string]any) (any, error) 
 	if len(args) > 0 {
 		def = args[0]
 	}
-	boolean := false
-	if b, ok := kwOrArg(args, kw, 1, "boolean"); ok {
-		boolean = truthy(b)
-	}
+	boolean := kwFlag(args, kw, 1, "boolean")
 	if isUndef(v) || (boolean && !truthy(v)) {
 		return def, nil
 	}
@@ -822,13 +817,8 @@ func filterSort(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, err
 	}
 	out := append([]any(nil), items...)
-	rev, caseSensitive := false, false
-	if r, ok := kwOrArg(args, kw, 0, "reverse"); ok {
-		rev = truthy(r)
-	}
-	if c, ok := kwOrArg(args, kw, 1, "case_sensitive"); ok {
-		caseSensitive = truthy(c)
-	}
+	rev := kwFlag(args, kw, 0, "reverse")
+	caseSensitive := kwFlag(args, kw, 1, "case_sensitive")
 	attr, _ := kwOrArg(args, kw, 2, "attribute")
 	keys := make([]any, len(out))
 	for i, it := range out {
@@ -849,10 +839,7 @@ func filterDictsort(st *state, v any, args []any, kw map[string]any) (any, error
 	if !ok {
 		return nil, fmt.Errorf("dictsort: expected a mapping, got %s", typeName(v))
 	}
-	caseSensitive, byValue, rev := false, false, false
-	if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
-		caseSensitive = truthy(c)
-	}
+	caseSensitive, byValue := kwFlag(args, kw, 0, "case_sensitive"), false
 	if b, ok := kwOrArg(args, kw, 1, "by"); ok {
 		switch b {
 		case "key":
@@ -862,9 +849,7 @@ func filterDictsort(st *state, v any, args []any, kw map[string]any) (any, error
 			return nil, fmt.Errorf("dictsort: by must be 'key' or 'value'")
 		}
 	}
-	if r, ok := kwOrArg(args, kw, 2, "reverse"); ok {
-		rev = truthy(r)
-	}
+	rev := kwFlag(args, kw, 2, "reverse")
 	n := int64(len(d.keys))
 	if err := st.newList(3*n, "dictsort's working lists"); err != nil {
 		return nil, err
@@ -923,10 +908,7 @@ func filterUnique(st *state, v any, args []any, kw map[string]any) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	caseSensitive := false
-	if c, ok := kwOrArg(args, kw, 0, "case_sensitive"); ok {
-		caseSensitive = truthy(c)
-	}
+	caseSensitive := kwFlag(args, kw, 0, "case_sensitive")
 	attr, _ := kwOrArg(args, kw, 1, "attribute")
 	// The set and the result.
 	if err := st.newDict(int64(len(items)), "unique's set"); err != nil {
@@ -1019,10 +1001,7 @@ func filterIndent(st *state, v any, args []any, kw map[string]any) (any, error) 
 			return nil, err
 		}
 	}
-	first := false
-	if f, ok := kwOrArg(args, kw, 1, "first"); ok {
-		first = truthy(f)
-	}
+	first := kwFlag(args, kw, 1, "first")
 	if err := st.spend(int64(len(s))); err != nil {
 		return nil, err
 	}
