@@ -159,7 +159,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 		return errs.Usagef("--dimensions %d: the model's vectors have %d values", opts.Dimensions, spec.Hidden)
 	}
 	// sentence-transformers cuts inputs to its max_seq_length: the
-	// content, the special tokens kept (serve.TruncateInput).
+	// content, the special tokens kept (Tokenizer.Truncate).
 	maxLen, err := m.MaxSeqLength()
 	if err != nil {
 		return err
@@ -172,7 +172,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 		}
 		if maxLen > 0 && len(ids[i]) > maxLen {
 			rep.Debugf("input %d: %d tokens, cut to max_seq_length %d (sentence_bert_config.json)", i+1, len(ids[i]), maxLen)
-			if ids[i], err = serve.TruncateInput(tok, p, ids[i], maxLen); err != nil {
+			if ids[i], err = tok.Truncate(p, ids[i], maxLen); err != nil {
 				return fmt.Errorf("input %d: %w", i+1, err)
 			}
 		}

@@ -372,6 +372,35 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]int, error) {
 	return ids, nil
 }
 
+// Truncate cuts ids, text encoded with its special tokens (Encode(text,
+// true)), to n tokens as HF tokenizers truncate: the content is cut and
+// the post-processor then adds its tokens before and after it, so they
+// are kept (Qwen3-Embedding's final <|endoftext|>, whose hidden state
+// last-token pooling takes). ids of n tokens or fewer come back as they
+// are; when the added tokens leave no room for content, the end is cut.
+func (t *Tokenizer) Truncate(text string, ids []int, n int) ([]int, error) {
+	if len(ids) <= n {
+		return ids, nil
+	}
+	var before, after []int
+	if t.post != nil {
+		before, after = t.post.around()
+	}
+	room := n - len(before) - len(after)
+	if room <= 0 {
+		return ids[:n], nil
+	}
+	content, err := t.Encode(text, false)
+	if err != nil {
+		return nil, err
+	}
+	content = content[:min(room, len(content))]
+	if t.post == nil {
+		return content, nil
+	}
+	return t.post.process(content), nil
+}
+
 // ---------------------------------------------------------------------------
 // Decoding
 

@@ -370,3 +370,37 @@ func TestRegexUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// Truncate cuts the content and keeps what the post-processor adds (T5's
+// </s> after it, as Qwen3-Embedding's <|endoftext|>), as HF tokenizers
+// truncate before post-processing; short enough, the ids stay as they
+// are; no room for content cuts the end.
+func TestTruncateKeepsAddedTokens(t *testing.T) {
+	tk := loadCached(t, filepath.Join("testdata", "tokenizers", "t5-sp", "tokenizer.json.gz"))
+	text := "The quick brown fox jumps over the lazy dog, twice over."
+	ids, err := tk.Encode(text, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, err := tk.Encode(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(content)+1 || len(ids) < 6 || !slices.Equal(ids[:len(content)], content) {
+		t.Fatalf("ids %v, content %v: want one added token after", ids, content)
+	}
+	end := ids[len(ids)-1]
+	got, err := tk.Truncate(text, ids, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(content[:4]), end); !slices.Equal(got, want) {
+		t.Errorf("Truncate to 5: %v, want %v", got, want)
+	}
+	if got, _ := tk.Truncate(text, ids, len(ids)); !slices.Equal(got, ids) {
+		t.Errorf("Truncate to its length: %v, want %v", got, ids)
+	}
+	if got, _ := tk.Truncate(text, ids, 1); !slices.Equal(got, ids[:1]) {
+		t.Errorf("Truncate to 1 (no room for content): %v, want %v", got, ids[:1])
+	}
+}

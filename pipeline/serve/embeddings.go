@@ -7,11 +7,9 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/tokenizer"
 )
 
 // POST /v1/embeddings (OpenAI) and POST /api/embed (ollama): each input's
@@ -103,7 +101,7 @@ func FinishEmbedding(v []float32, dims int, normalize bool) []float32 {
 // within EmbedMaxLength (longer ones cut to it whatever truncate, as
 // sentence-transformers cuts to its max_seq_length). texts[i] is input
 // i's text when it came as one (nil when the inputs are token ids): a
-// text is cut as HF tokenizers cut it (TruncateInput), token ids at the
+// text is cut as HF tokenizers cut it (Tokenizer.Truncate), token ids at the
 // end.
 func (s *Server) checkEmbedInputs(param string, texts []string, prompts [][]int, truncate bool) error {
 	if len(prompts) > maxEmbedInputs {
@@ -129,46 +127,13 @@ func (s *Server) checkEmbedInputs(param string, texts []string, prompts [][]int,
 			prompts[i] = p[:limit]
 			continue
 		}
-		cut, err := TruncateInput(s.o.Tokenizer, texts[i], p, limit)
+		cut, err := s.o.Tokenizer.Truncate(texts[i], p, limit)
 		if err != nil {
 			return badRequest(param, "encoding the %s: %v", param, err)
 		}
 		prompts[i] = cut
 	}
 	return nil
-}
-
-// TruncateInput cuts ids, text encoded by tok with its special tokens,
-// to n tokens as HF tokenizers truncate (and so sentence-transformers,
-// and Qwen3-Embedding's reference code): the content is cut, and the
-// tokens the post-processor added before and after it are kept
-// (Qwen3-Embedding's final <|endoftext|>, whose hidden state last-token
-// pooling takes). The added tokens are found by encoding text without
-// them. ids of n tokens or fewer come back as they are; when the added
-// tokens cannot be told apart from the content, or leave no room for
-// it, the end is cut.
-func TruncateInput(tok *tokenizer.Tokenizer, text string, ids []int, n int) ([]int, error) {
-	if len(ids) <= n {
-		return ids, nil
-	}
-	content, err := tok.Encode(text, false)
-	if err != nil {
-		return nil, err
-	}
-	added := len(ids) - len(content)
-	if added < 0 || added >= n {
-		return ids[:n], nil
-	}
-	for before := 0; before <= added; before++ {
-		if !slices.Equal(ids[before:before+len(content)], content) {
-			continue
-		}
-		out := make([]int, 0, n)
-		out = append(out, ids[:before]...)
-		out = append(out, content[:n-added]...)
-		return append(out, ids[before+len(content):]...), nil
-	}
-	return ids[:n], nil
 }
 
 // checkDimensions checks a requested vector size against the model's.
