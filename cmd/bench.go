@@ -519,6 +519,9 @@ func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, mod
 			return nil, err
 		}
 		spec := l.Model.Spec()
+		if spec.Encoder {
+			return nil, compile.EncoderError(spec)
+		}
 		special := append([]int(nil), spec.EOS...)
 		if spec.BOS >= 0 {
 			special = append(special, spec.BOS)

@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
 )
 
@@ -93,12 +94,12 @@ hidden states, but only one trained for embeddings gives useful ones.`,
 }
 
 // poolingHelp is the help of --pooling (embed and serve).
-const poolingHelp = "how embeddings pool an input's hidden states: last (the last token's), mean, or auto (the model's sentence-transformers Pooling config, else last)"
+const poolingHelp = "how embeddings pool an input's hidden states: last (the last token's), mean, cls (the first token's), or auto (the model's sentence-transformers Pooling config, else mean for an encoder such as BERT and last for the others)"
 
 // checkPoolingFlag validates --pooling.
 func checkPoolingFlag(s string) error {
-	if s != "auto" && s != "last" && s != "mean" {
-		return errs.Usagef("--pooling %q: want auto, last or mean", s)
+	if s != "auto" && s != "last" && s != "mean" && s != "cls" {
+		return errs.Usagef("--pooling %q: want auto, last, mean or cls", s)
 	}
 	return nil
 }
@@ -106,9 +107,12 @@ func checkPoolingFlag(s string) error {
 // resolvePooling resolves --pooling: auto takes the model's
 // sentence-transformers Pooling config (loader.Checkpoint.Pooling), last
 // when it has none; a mode tputool does not pool by is an error that
-// names --pooling. A model with a sentence-transformers module tputool
-// does not apply (a Dense projection) is refused whatever the flag.
-func resolvePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) {
+// names --pooling. Without a Pooling config, an encoder (BERT) pools by
+// the mean, as sentence-transformers does for a plain transformers
+// model, and a decoder by the last token. A model with a
+// sentence-transformers module tputool does not apply (a Dense
+// projection) is refused whatever the flag.
+func resolvePooling(flag string, m *loader.Checkpoint, encoder bool) (compile.Pooling, error) {
 	if err := m.CheckSentenceModules(); err != nil {
 		return 0, err
 	}
@@ -119,10 +123,24 @@ func resolvePooling(flag string, m *loader.Checkpoint) (compile.Pooling, error) 
 		}
 		if mode == "" {
 			mode = "last"
+			if encoder {
+				mode = "mean"
+			}
 		}
 		flag = mode
 	}
 	return compile.ParsePooling(flag)
+}
+
+// isEncoder reports whether the model's config.json describes an encoder
+// (lm.Spec.Encoder: BERT), before its weights are loaded; a config the
+// model cannot be built from is reported when it loads.
+func isEncoder(m *loader.Checkpoint) bool {
+	if m.Config == nil {
+		return false
+	}
+	model, err := lm.New(m.Config)
+	return err == nil && model.Spec().Encoder
 }
 
 // embedResult is one element of the --json array.
@@ -145,7 +163,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	if err != nil {
 		return err
 	}
-	pooling, err := resolvePooling(opts.Pooling, m)
+	pooling, err := resolvePooling(opts.Pooling, m, isEncoder(m))
 	if err != nil {
 		return err
 	}

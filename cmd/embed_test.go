@@ -124,7 +124,7 @@ func TestEmbedPoolingDense(t *testing.T) {
 	m, err := loader.ResolveRef(context.Background(), ref, loader.Options{})
 	require.NoError(t, err)
 	for _, flag := range []string{"auto", "mean", "last"} {
-		_, err := resolvePooling(flag, m)
+		_, err := resolvePooling(flag, m, false)
 		assert.ErrorIs(t, err, errs.ErrUnsupported, flag)
 		assert.ErrorContains(t, err, "Dense", flag)
 	}

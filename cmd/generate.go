@@ -342,6 +342,9 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
+	if spec.Encoder {
+		return compile.EncoderError(spec)
+	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
 		return err

@@ -325,7 +325,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	pooling, err := resolvePooling(opts.Pooling, m)
+	pooling, err := resolvePooling(opts.Pooling, m, isEncoder(m))
 	if err != nil {
 		return err
 	}
@@ -348,6 +348,9 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
+	if spec.Encoder {
+		return compile.EncoderError(spec)
+	}
 	maxContext, err := servedContext(opts.MaxContext, spec.MaxPositions)
 	if err != nil {
 		return err

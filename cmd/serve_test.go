@@ -568,12 +568,18 @@ func TestServePooling(t *testing.T) {
 		{`{"pooling_mode_lasttoken":true}`, "auto", compile.PoolLast},
 		{`{"pooling_mode_lasttoken":true}`, "mean", compile.PoolMean},
 		{`{"pooling_mode_cls_token":true}`, "last", compile.PoolLast},
+		{`{"pooling_mode_cls_token":true}`, "auto", compile.PoolCLS},
+		{"", "cls", compile.PoolCLS},
 	} {
-		got, err := resolvePooling(c.flag, checkpoint(c.pooling))
+		got, err := resolvePooling(c.flag, checkpoint(c.pooling), false)
 		assert.NoError(t, err, c.pooling)
 		assert.Equal(t, c.want, got, "%s --pooling %s", c.pooling, c.flag)
 	}
-	_, err := resolvePooling("auto", checkpoint(`{"pooling_mode_cls_token":true}`))
+	// Without a Pooling config an encoder pools by the mean.
+	got, err := resolvePooling("auto", checkpoint(""), true)
+	assert.NoError(t, err)
+	assert.Equal(t, compile.PoolMean, got)
+	_, err = resolvePooling("auto", checkpoint(`{"pooling_mode_max_tokens":true}`), false)
 	assert.ErrorIs(t, err, errs.ErrUnsupported)
 	assert.ErrorContains(t, err, "--pooling")
 }

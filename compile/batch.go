@@ -127,6 +127,9 @@ type Batch struct {
 
 // NewBatch prepares continuous batching on r, which it then owns.
 func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
+	if r.spec.Encoder {
+		return nil, EncoderError(r.spec)
+	}
 	if r.tp != nil {
 		field, v := "TP", r.opts.TP
 		if v <= 1 {

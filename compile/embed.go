@@ -23,25 +23,33 @@ const (
 	// PoolMean averages every token's (sentence-transformers'
 	// pooling_mode_mean_tokens).
 	PoolMean
+	// PoolCLS takes the first token's: a BERT encoder's [CLS]
+	// (sentence-transformers' pooling_mode_cls_token: BAAI/bge-*).
+	PoolCLS
 )
 
 // String returns the pooling's flag value.
 func (p Pooling) String() string {
-	if p == PoolMean {
+	switch p {
+	case PoolMean:
 		return "mean"
+	case PoolCLS:
+		return "cls"
 	}
 	return "last"
 }
 
-// ParsePooling parses "last" or "mean".
+// ParsePooling parses "last", "mean" or "cls".
 func ParsePooling(s string) (Pooling, error) {
 	switch s {
 	case "last":
 		return PoolLast, nil
 	case "mean":
 		return PoolMean, nil
+	case "cls":
+		return PoolCLS, nil
 	}
-	return 0, fmt.Errorf("pooling %q: want last or mean", s)
+	return 0, fmt.Errorf("pooling %q: want last, mean or cls", s)
 }
 
 // embedPiece is the most tokens per row of one of Embed's steps.
@@ -62,8 +70,9 @@ type embedProgs struct {
 
 // Embed runs prompts through the model together, left-padded in one
 // batch as Prefill pads them (the padding all rows share skipped, in
-// multiples of 16 slots), in steps of at most 512 tokens a row, and
-// returns each prompt's final hidden states (lm.Finisher: the residual
+// multiples of 16 slots), in steps of at most 512 tokens a row (an
+// encoder's, lm.Spec.Encoder, in one step: each token attends to the
+// whole input), and returns each prompt's final hidden states (lm.Finisher: the residual
 // stream after the final norm, what the head projects) pooled by pool:
 // [len(prompts)][Hidden] float32, not normalized. Nothing of it stays in
 // any State. Models with host-routed experts or sharded over several
@@ -103,9 +112,12 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	for i := range sums {
 		sums[i] = make([]float64, h)
 	}
-	var last []float32
+	var last, first []float32
 	for st.Pending() > 0 {
 		n := min(embedPiece, st.Pending())
+		if r.spec.Encoder {
+			n = st.Pending()
+		}
 		start := st.next
 		out, err := st.finalChunk(n)
 		if err != nil {
@@ -116,6 +128,16 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 				last = make([]float32, b*h)
 				for i := range b {
 					copy(last[i*h:(i+1)*h], v[(i*n+n-1)*h:(i*n+n)*h])
+				}
+			}
+			if pool == PoolCLS {
+				for i := range b {
+					if t := int(st.pads[i]) - start; t >= 0 && t < n {
+						if first == nil {
+							first = make([]float32, b*h)
+						}
+						copy(first[i*h:(i+1)*h], v[(i*n+t)*h:(i*n+t+1)*h])
+					}
 				}
 			}
 			if pool != PoolMean {
@@ -138,8 +160,12 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	vecs := make([][]float32, b)
 	for i := range vecs {
 		vecs[i] = make([]float32, h)
-		if pool == PoolLast {
+		switch pool {
+		case PoolLast:
 			copy(vecs[i], last[i*h:(i+1)*h])
+			continue
+		case PoolCLS:
+			copy(vecs[i], first[i*h:(i+1)*h])
 			continue
 		}
 		count := float64(len(prompts[i]))
@@ -148,6 +174,12 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 		}
 	}
 	return vecs, nil
+}
+
+// EncoderError is the error for generating with an encoder (lm.Spec.Encoder):
+// it gives embeddings, not text.
+func EncoderError(s *lm.Spec) error {
+	return fmt.Errorf("%s is an encoder: it gives embeddings (tputool embed), not text: %w", s.Architecture, errs.ErrUnsupported)
 }
 
 // finalChunk runs the next n pending tokens of every row, as

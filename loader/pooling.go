@@ -65,8 +65,9 @@ func (m *Checkpoint) CheckSentenceModules() error {
 // Pooling reads how a sentence-transformers model pools its token
 // embeddings (modules.json's sentence_transformers.models.Pooling module
 // and that module's config.json): "last" (pooling_mode_lasttoken, as
-// Qwen3-Embedding), "mean" (pooling_mode_mean_tokens), or "" when the
-// model declares none. A mode tputool does not pool by (CLS token, max,
+// Qwen3-Embedding), "mean" (pooling_mode_mean_tokens, as
+// all-MiniLM-L6-v2), "cls" (pooling_mode_cls_token, as bge), or "" when
+// the model declares none. A mode tputool does not pool by (max,
 // weighted mean, several at once) is an ErrUnsupported error naming it,
 // as is a module tputool does not apply (CheckSentenceModules).
 func (m *Checkpoint) Pooling() (string, error) {
@@ -98,8 +99,10 @@ func (m *Checkpoint) Pooling() (string, error) {
 			return "last", nil
 		case len(on) == 1 && on[0] == "mean_tokens":
 			return "mean", nil
+		case len(on) == 1 && on[0] == "cls_token":
+			return "cls", nil
 		}
-		return "", fmt.Errorf("%s: %s: pooling modes %v: tputool pools by the last token or the mean of the tokens: %w", m.Name(), rel, on, errs.ErrUnsupported)
+		return "", fmt.Errorf("%s: %s: pooling modes %v: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, on, errs.ErrUnsupported)
 	}
 	return "", nil
 }

@@ -40,7 +40,7 @@ func TestPoolingFromHub(t *testing.T) {
 	}
 }
 
-// TestPoolingModes: mean, none declared, modules.json as later
+// TestPoolingModes: mean, CLS, none declared, modules.json as later
 // sentence-transformers versions name its modules, and modes or modules
 // tputool does not apply (an ErrUnsupported error naming them).
 func TestPoolingModes(t *testing.T) {
@@ -50,7 +50,8 @@ func TestPoolingModes(t *testing.T) {
 		unsupported      bool
 	}{
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true}`, "mean", false},
-		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "", true},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "cls", false},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_max_tokens":true,"pooling_mode_mean_tokens":false}`, "", true},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":true}`, "", true},
 		{`[{"path":"","type":"sentence_transformers.models.Transformer"}]`, "", "", false},
 		// Saved by a later sentence-transformers: the class's own module.

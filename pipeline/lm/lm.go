@@ -72,6 +72,11 @@ type Spec struct {
 	// Compressed is a compressed-tensors checkpoint's scheme
 	// (compressed.go); nil otherwise. New sets it.
 	Compressed *CompressedQuant
+	// Encoder marks a bidirectional encoder without a language-model head
+	// (BERT, XLM-RoBERTa: pipeline/bert): every token of an input attends
+	// to every other, so an input runs in one step, and the model gives
+	// hidden states (embeddings), not logits. Head is never called.
+	Encoder bool
 	// UnreadScales are the name suffixes of the activation and KV-cache
 	// scales the quantization_config declares (fp8's static
 	// activation_scheme, compressed-tensors' kv_cache_scheme): activations

@@ -143,6 +143,30 @@ func AttentionBias(step *lm.Step, window int) *Node {
 	})
 }
 
+// EncoderBias is AttentionBias for a bidirectional encoder (BERT): query
+// t of row b sees every slot s with Pads[b] <= s < Start+Len, the tokens
+// of its input before it and after it, as transformers' encoders attend
+// under an attention mask that hides only padding. A padding query sees
+// its own slot too, so no row of the softmax is empty. The whole input
+// must be in the cache by the end of the step: an encoder runs an input
+// in one step (lm.Spec.Encoder).
+func EncoderBias(step *lm.Step) *Node {
+	return step.Memo("encoder-bias", func() *Node {
+		g := step.Pads.Graph()
+		b, t, s := step.Batch, step.Len, step.Visible()
+		start := ConvertDType(step.Start, dtypes.Int32)
+		slot := iotaInt(g, 2, 1, t, s)                                 // [1, T, S]: s
+		q := Add(iotaInt(g, 1, 1, t, s), start)                        // [1, T, S]: Start + t
+		end := AddScalar(start, float64(t))                            // Start + T
+		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1) // [B, 1, 1]
+		visible := Or(And(GreaterOrEqual(slot, pad), LessThan(slot, end)), Equal(slot, q))
+		zero := ScalarZero(g, dtypes.Float32)
+		masked := Scalar(g, dtypes.Float32, -1e30)
+		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
+		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
+	})
+}
+
 // Attention is scaled dot-product attention with grouped KV heads over a
 // static cache:
 //

@@ -1,0 +1,134 @@
+package compile
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/internal/errs"
+	_ "github.com/tputool/tputool/pipeline/bert" // BertModel, XLMRobertaModel
+	"github.com/tputool/tputool/pipeline/testkit/bertref"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// TestEmbedEncoders: a BERT and an XLM-RoBERTa encoder, written with
+// transformers' tensor names, give through Embed the pooled hidden
+// states of the float64 reference (bertref: BertModel's forward written
+// from modeling_bert.py), for a batch of inputs of unequal lengths
+// (left-padded together: positions, the padding mask and the CLS token
+// each row's own), by the mean and by the first token, in both modes on
+// both CPU backends. The BERT checkpoint is a BertForPreTraining's (its
+// encoder under bert., LayerNorm.gamma and .beta, the pooler, the MLM
+// head and the position_ids buffer), which loads as its encoder.
+func TestEmbedEncoders(t *testing.T) {
+	for _, c := range []bertref.Config{
+		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12,
+			Arch: "BertForPreTraining", Prefix: "bert.", GammaBeta: true, Pooler: true, PositionIDs: true, MLMHead: true},
+		{Vocab: 64, Hidden: 32, Layers: 3, Heads: 2, Intermediate: 40, MaxPositions: 42, TypeVocab: 1, Eps: 1e-5, Roberta: true},
+	} {
+		dir := t.TempDir()
+		if err := bertref.Write(dir, c, 7); err != nil {
+			t.Fatal(err)
+		}
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if s := l.Model.Spec(); !s.Encoder || s.MaxPositions != 40 {
+			t.Fatalf("%s: spec %+v: want an encoder of 40 positions", c.Arch, s)
+		}
+		// Ids from 5 on: none is a special token, nor XLM-R's pad id (1),
+		// which transformers gives the padding position.
+		r := rand.New(rand.NewPCG(3, 4))
+		var prompts [][]int
+		for _, n := range []int{9, 1, 40, 17} {
+			p := make([]int, n)
+			for i := range p {
+				p[i] = 5 + r.IntN(c.Vocab-5)
+			}
+			prompts = append(prompts, p)
+		}
+		want := map[Pooling][][]float64{}
+		for _, p := range prompts {
+			h, err := bertref.Forward(dir, c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[PoolMean] = append(want[PoolMean], bertref.Pool(h, "mean", false))
+			want[PoolCLS] = append(want[PoolCLS], bertref.Pool(h, "cls", false))
+			want[PoolLast] = append(want[PoolLast], bertref.Pool(h, "last", false))
+		}
+		for _, be := range []backends.Backend{cpuBackend(t), goBackend(t)} {
+			for _, mode := range []Mode{Compiled, Eager} {
+				t.Run(fmt.Sprintf("%s/%s/%s", l.Model.Spec().Architecture, be.Name(), mode), func(t *testing.T) {
+					run, err := NewRunner(be, l, Options{Mode: mode})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer run.Close()
+					for _, pool := range []Pooling{PoolMean, PoolCLS, PoolLast} {
+						got, err := run.Embed(prompts, pool)
+						if err != nil {
+							t.Fatal(err)
+						}
+						var worst float64
+						for i := range prompts {
+							for j, x := range got[i] {
+								worst = max(worst, math.Abs(float64(x)-want[pool][i][j]))
+							}
+						}
+						// The hidden states are LayerNorm outputs, of size
+						// about 1: f32 against float64.
+						if worst > 2e-5 {
+							t.Errorf("%s pooling: largest difference from the reference %.3g", pool, worst)
+						}
+					}
+					// One input alone gives the vector it gets among others.
+					alone, err := run.Embed(prompts[1:2], PoolCLS)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for j, x := range alone[0] {
+						if d := math.Abs(float64(x) - want[PoolCLS][1][j]); d > 2e-5 {
+							t.Fatalf("alone: value %d differs by %.3g", j, d)
+						}
+					}
+					// An encoder generates nothing.
+					st := run.NewState()
+					defer st.Release()
+					if _, err := st.Prefill(prompts[:1], 1); !errors.Is(err, errs.ErrUnsupported) {
+						t.Errorf("Prefill on an encoder: %v, want ErrUnsupported", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestEncoderRefusesBatch: serving (continuous batching) an encoder is
+// refused, saying what it is.
+func TestEncoderRefusesBatch(t *testing.T) {
+	dir := t.TempDir()
+	c := bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}
+	if err := bertref.Write(dir, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := NewBatch(r, BatchOptions{MaxBatch: 2}); !errors.Is(err, errs.ErrUnsupported) {
+		t.Fatalf("NewBatch on an encoder: %v, want ErrUnsupported", err)
+	}
+}

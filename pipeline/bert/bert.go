@@ -1,0 +1,335 @@
+// Package bert implements the BERT-family encoders that sentence
+// embedding models are built on, following transformers'
+// models/bert/modeling_bert.py (BertModel: "BERT: Pre-training of Deep
+// Bidirectional Transformers for Language Understanding", Devlin et al.,
+// 2019, arXiv:1810.04805) and models/xlm_roberta/modeling_xlm_roberta.py
+// (XLMRobertaModel and RobertaModel, the same encoder with positions
+// counted from pad_token_id + 1): sentence-transformers/all-MiniLM-L6-v2,
+// BAAI/bge-*-en-v1.5, intfloat/e5-*, BAAI/bge-m3 and the like.
+//
+// The encoder has absolute position embeddings and a token-type
+// embedding, post-norm layers (LayerNorm after each residual sum) with
+// biased projections, a GELU MLP, and attention in both directions. It
+// has no language-model head: Spec().Encoder is set, so tputool runs it
+// for embeddings (compile.Runner.Embed, which runs an input in one step)
+// and the generating commands refuse it. The *ForMaskedLM classes load
+// as their encoder, the prediction head skipped, as their checkpoints
+// are how bert-base-uncased and xlm-roberta-base are published.
+//
+// The model fits lm.Model as an encoder whose KV cache holds the step's
+// own keys and values: Layer writes them, then every token attends to
+// every token of its input (nn.EncoderBias). The embedding's positional
+// half needs the step's positions, which Embed does not get, so layer 0
+// (its own kind, "encoder_first") adds the position and token-type
+// embeddings and applies the embedding LayerNorm before its attention.
+package bert
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// The architectures this package builds: the bare encoders, and the
+// masked-LM classes read as their encoders.
+var (
+	bertArchs    = []string{"BertModel", "BertForMaskedLM", "BertForPreTraining"}
+	robertaArchs = []string{"RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForMaskedLM"}
+)
+
+func init() {
+	for _, a := range bertArchs {
+		lm.Register(a, New)
+	}
+	for _, a := range robertaArchs {
+		lm.Register(a, New)
+	}
+}
+
+// Layer kinds: layer 0 also finishes the embedding.
+const (
+	KindFirst = "encoder_first"
+	KindLayer = "encoder"
+)
+
+// Config is a BertConfig, RobertaConfig or XLMRobertaConfig config.json.
+type Config struct {
+	ModelType             string   `json:"model_type"`
+	VocabSize             *int     `json:"vocab_size"`
+	HiddenSize            *int     `json:"hidden_size"`
+	IntermediateSize      *int     `json:"intermediate_size"`
+	NumHiddenLayers       *int     `json:"num_hidden_layers"`
+	NumAttentionHeads     *int     `json:"num_attention_heads"`
+	HiddenAct             string   `json:"hidden_act"`
+	MaxPositionEmbeddings *int     `json:"max_position_embeddings"`
+	TypeVocabSize         *int     `json:"type_vocab_size"`
+	LayerNormEps          *float64 `json:"layer_norm_eps"`
+	PadTokenID            *int     `json:"pad_token_id"`
+	PositionEmbeddingType string   `json:"position_embedding_type"`
+	IsDecoder             bool     `json:"is_decoder"`
+}
+
+// Options are a resolved encoder's hyperparameters.
+type Options struct {
+	Spec lm.Spec
+	// Positions is max_position_embeddings as stored (the position
+	// table's rows); TypeVocab is type_vocab_size.
+	Positions, TypeVocab int
+	// PositionOffset is the position of an input's first token: 0 for
+	// BERT, pad_token_id + 1 for RoBERTa (create_position_ids_from_input_ids
+	// on an input without padding).
+	PositionOffset int
+	Eps            float64
+	Act            func(*Node) *Node
+}
+
+// New builds an encoder from its config.json.
+func New(cfg *config.File) (lm.Model, error) {
+	where := lm.ConfigName(cfg)
+	arch := cfg.Architecture()
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	roberta := false
+	for _, a := range robertaArchs {
+		roberta = roberta || a == arch
+	}
+	pad := 0
+	if roberta {
+		pad = 1 // RobertaConfig's and XLMRobertaConfig's pad_token_id
+	}
+	pad = lm.Or(c.PadTokenID, pad)
+	if c.IsDecoder {
+		return nil, errs.Unsupportedf("%s: is_decoder is set: tputool runs %s as an encoder only", where, arch)
+	}
+	if t := c.PositionEmbeddingType; t != "" && t != "absolute" {
+		return nil, errs.Unsupportedf("%s: position_embedding_type %q is not supported (supported: absolute)", where, t)
+	}
+	o := Options{
+		Positions: lm.Or(c.MaxPositionEmbeddings, 512),
+		TypeVocab: lm.Or(c.TypeVocabSize, 2),
+		Eps:       lm.Or(c.LayerNormEps, 1e-12),
+	}
+	if roberta {
+		o.PositionOffset = pad + 1
+	}
+	s := lm.Spec{
+		Architecture: arch,
+		ModelType:    c.ModelType,
+		VocabSize:    lm.Or(c.VocabSize, 30522),
+		Hidden:       lm.Or(c.HiddenSize, 768),
+		Intermediate: lm.Or(c.IntermediateSize, 3072),
+		Layers:       lm.Or(c.NumHiddenLayers, 12),
+		Heads:        lm.Or(c.NumAttentionHeads, 12),
+		MaxPositions: o.Positions - o.PositionOffset,
+		BOS:          -1,
+		Encoder:      true,
+	}
+	s.KVHeads = s.Heads
+	if s.Hidden > 0 && s.Heads > 0 {
+		if s.Hidden%s.Heads != 0 {
+			return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", where, s.Hidden, s.Heads)
+		}
+		s.HeadDim = s.Hidden / s.Heads
+	}
+	if err := s.CheckSizes(where); err != nil {
+		if o.PositionOffset > 0 && s.MaxPositions <= 0 {
+			return nil, fmt.Errorf("%s: max_position_embeddings %d leaves no position after the first %d (pad_token_id %d + 1)", where, o.Positions, o.PositionOffset, pad)
+		}
+		return nil, err
+	}
+	if o.TypeVocab < 1 {
+		return nil, fmt.Errorf("%s: type_vocab_size must be positive, got %d", where, o.TypeVocab)
+	}
+	if pad < 0 {
+		return nil, fmt.Errorf("%s: pad_token_id %d: want a token id", where, pad)
+	}
+	act := c.HiddenAct
+	if act == "" {
+		act = "gelu"
+	}
+	if o.Act = nn.Activation(act); o.Act == nil {
+		return nil, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
+	}
+	s.LayerKinds = make([]string, s.Layers)
+	for i := range s.LayerKinds {
+		s.LayerKinds[i] = KindLayer
+	}
+	s.LayerKinds[0] = KindFirst
+	o.Spec = s
+	return NewModel(o), nil
+}
+
+// Model is a BERT-family encoder; it implements lm.Model and lm.Finisher.
+type Model struct {
+	o Options
+}
+
+// NewModel returns the encoder for resolved options.
+func NewModel(o Options) *Model { return &Model{o: o} }
+
+// Options returns the resolved hyperparameters.
+func (m *Model) Options() Options { return m.o }
+
+// Spec implements lm.Model.
+func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
+
+// LayerKind implements lm.Model: layer 0 is KindFirst, the others
+// KindLayer.
+func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
+
+// LayerState implements lm.Model: the step's keys and values.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	s := &m.o.Spec
+	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
+}
+
+// EmbedWeights implements lm.Model: the word embeddings.
+func (m *Model) EmbedWeights() []lm.WeightSpec {
+	s := &m.o.Spec
+	return []lm.WeightSpec{{Name: "embeddings.word_embeddings.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+}
+
+// HeadWeights implements lm.Model: none (the encoder has no head; the
+// last layer's output is normed already).
+func (m *Model) HeadWeights() []lm.WeightSpec { return nil }
+
+// LayerWeights implements lm.Model: layer 0 also reads the embedding's
+// positional half and its LayerNorm.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s := &m.o.Spec
+	H, I := s.Hidden, s.Intermediate
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: name, Shape: shape, Matmul: matmul, TP: tp})
+	}
+	if i == 0 {
+		add("embeddings.position_embeddings.weight", false, lm.Replicated, m.o.Positions, H)
+		add("embeddings.token_type_embeddings.weight", false, lm.Replicated, m.o.TypeVocab, H)
+		add("embeddings.LayerNorm.weight", false, lm.Replicated, H)
+		add("embeddings.LayerNorm.bias", false, lm.Replicated, H)
+	}
+	p := fmt.Sprintf("encoder.layer.%d.", i)
+	for _, n := range []string{"query", "key", "value"} {
+		add(p+"attention.self."+n+".weight", true, lm.Column, H, H)
+		add(p+"attention.self."+n+".bias", false, lm.Column, H)
+	}
+	add(p+"attention.output.dense.weight", true, lm.Row, H, H)
+	add(p+"attention.output.dense.bias", false, lm.Replicated, H)
+	add(p+"attention.output.LayerNorm.weight", false, lm.Replicated, H)
+	add(p+"attention.output.LayerNorm.bias", false, lm.Replicated, H)
+	add(p+"intermediate.dense.weight", true, lm.Column, I, H)
+	add(p+"intermediate.dense.bias", false, lm.Column, I)
+	add(p+"output.dense.weight", true, lm.Row, H, I)
+	add(p+"output.dense.bias", false, lm.Replicated, H)
+	add(p+"output.LayerNorm.weight", false, lm.Replicated, H)
+	add(p+"output.LayerNorm.bias", false, lm.Replicated, H)
+	return ws
+}
+
+// Embed implements lm.Model: the word embeddings (layer 0 adds the rest).
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	return nn.Embedding(w.Get("embeddings.word_embeddings.weight"), tokens) // [B, T, H]
+}
+
+// embeddings is the rest of BertEmbeddings: the position embedding of
+// each token (padding slots, whose positions are negative, read the
+// first row: they are masked), the token type 0's embedding (inputs are
+// single sentences), and the LayerNorm.
+func (m *Model) embeddings(p *lm.Params, x *Node, step *lm.Step) *Node {
+	g := x.Graph()
+	pos := Max(step.Positions, ScalarZero(g, dtypes.Int32)) // [B, T]
+	if m.o.PositionOffset > 0 {
+		pos = AddScalar(pos, float64(m.o.PositionOffset))
+	}
+	pe := nn.Embedding(p.Get("position_embeddings.weight"), pos) // [B, T, H]
+	tt := SliceAxis(p.Get("token_type_embeddings.weight"), 0, AxisRange(0, 1))
+	tt = Reshape(tt, 1, 1, m.o.Spec.Hidden)
+	x = Add(Add(x, ConvertDType(pe, x.DType())), ConvertDType(tt, x.DType()))
+	return nn.LayerNorm(x, p.Get("LayerNorm.weight"), p.Get("LayerNorm.bias"), m.o.Eps)
+}
+
+// Layer implements lm.Model: BertLayer (layer 0 first finishes the
+// embedding): self-attention over the whole input, then
+// LayerNorm(attention + x); the GELU MLP, then LayerNorm(mlp + that).
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	s := &m.o.Spec
+	if i == 0 {
+		x = m.embeddings(w.Scope("embeddings"), x, step)
+	}
+	p := w.Scope(fmt.Sprintf("encoder.layer.%d", i))
+	sa := p.Scope("attention.self")
+	proj := func(name string) *Node {
+		return nn.SplitHeads(nn.Linear(x, sa.Get(name+".weight"), sa.Get(name+".bias")), s.Heads) // [B, T, H, D]
+	}
+	q, k, v := proj("query"), proj("key"), proj("value")
+	c := nn.WriteKV(nn.KVOf(state), k, v, step)
+	ctx := nn.Attention(q, c, nn.EncoderBias(step), 0, 0) // [B, T, Hidden]
+	ao := p.Scope("attention.output")
+	x = nn.LayerNorm(Add(nn.Linear(ctx, ao.Get("dense.weight"), ao.Get("dense.bias")), x), ao.Get("LayerNorm.weight"), ao.Get("LayerNorm.bias"), m.o.Eps)
+	h := m.o.Act(nn.Linear(x, p.Get("intermediate.dense.weight"), p.Get("intermediate.dense.bias")))
+	out := p.Scope("output")
+	x = nn.LayerNorm(Add(nn.Linear(h, out.Get("dense.weight"), out.Get("dense.bias")), x), out.Get("LayerNorm.weight"), out.Get("LayerNorm.bias"), m.o.Eps)
+	return x, c.State()
+}
+
+var _ lm.Finisher = (*Model)(nil)
+
+// Final implements lm.Finisher: the last layer's output as it is (each
+// layer ends in its LayerNorm).
+func (m *Model) Final(w *lm.Params, x *Node) *Node { return x }
+
+// Head implements lm.Model. An encoder has no language-model head, and
+// runners never ask for one (lm.Spec.Encoder): reaching it is a
+// programming error, which the executor reports.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	panic(fmt.Errorf("%s is an encoder: it has no language-model head (it gives embeddings, not logits): %w", m.o.Spec.Architecture, errs.ErrUnsupported))
+}
+
+var _ lm.Renamer = (*Model)(nil)
+
+// RenameWeight implements lm.Renamer: a *ForMaskedLM checkpoint's
+// encoder under bert. or roberta. is read without the prefix, and the
+// LayerNorm.gamma and .beta of older saves as .weight and .bias, as
+// transformers renames them at load.
+func (m *Model) RenameWeight(stored string) string {
+	name := stored
+	for _, p := range []string{"bert.", "roberta."} {
+		if rest, ok := strings.CutPrefix(name, p); ok {
+			name = rest
+			break
+		}
+	}
+	if rest, ok := strings.CutSuffix(name, "LayerNorm.gamma"); ok {
+		name = rest + "LayerNorm.weight"
+	} else if rest, ok := strings.CutSuffix(name, "LayerNorm.beta"); ok {
+		name = rest + "LayerNorm.bias"
+	}
+	return name
+}
+
+var _ lm.Skipper = (*Model)(nil)
+
+// SkipWeight implements lm.Skipper: the pooler (BertModel's dense and
+// tanh over the first token, which sentence-transformers does not use),
+// the masked-LM head, and the position and token-type id buffers older
+// saves hold.
+func (m *Model) SkipWeight(name string) (string, bool) {
+	switch {
+	case strings.HasPrefix(name, "pooler."):
+		return "pooler (pooler.*): embeddings pool the last hidden states", true
+	case strings.HasPrefix(name, "cls.") || strings.HasPrefix(name, "lm_head."):
+		return "masked-LM head (cls.*, lm_head.*): tputool runs the encoder", true
+	case name == "embeddings.position_ids" || name == "embeddings.token_type_ids":
+		return "id buffers (embeddings.position_ids, embeddings.token_type_ids)", true
+	}
+	return "", false
+}

@@ -1,0 +1,760 @@
+// Package bertref writes tiny BERT-family encoder checkpoints (BertModel,
+// XLMRobertaModel and their *ForMaskedLM layouts) with exact Hugging Face
+// tensor names and deterministic pseudo-random weights, a tiny WordPiece
+// tokenizer.json and a sentence-transformers layout, and runs the encoder in
+// float64 as an independent reference for pipeline/bert. Nothing here is a
+// trained model.
+//
+// The reference follows transformers' BertModel / XLMRobertaModel forward in
+// eval mode (no dropout) for one unpadded sequence: token_type_ids all 0,
+// attention_mask all 1, absolute position embeddings, post-LayerNorm
+// encoder layers with the exact (erf) GELU.
+package bertref
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// Config describes a tiny BERT-family encoder checkpoint.
+type Config struct {
+	Vocab, Hidden, Layers, Heads, Intermediate int
+	// MaxPositions is max_position_embeddings as stored in config.json
+	// (XLM-RoBERTa stores 2 more than the longest input: 514 for 512).
+	MaxPositions int
+	// TypeVocab is type_vocab_size (2 for BERT, 1 for XLM-RoBERTa).
+	TypeVocab int
+	// Eps is layer_norm_eps (1e-12 for BERT, 1e-5 for XLM-RoBERTa).
+	Eps float64
+	// Roberta selects the XLM-RoBERTa layout: model_type "xlm-roberta",
+	// architectures ["XLMRobertaModel"], pad_token_id 1, bos 0, eos 2, and
+	// position ids from create_position_ids_from_input_ids (padding_idx+1+t
+	// for an input without pad tokens).
+	Roberta bool
+	// Arch overrides architectures[0] (default "BertModel" or
+	// "XLMRobertaModel"), e.g. "BertForMaskedLM".
+	Arch string
+	// Prefix ("" or e.g. "bert." / "roberta.") is prepended to every
+	// encoder tensor name (embeddings, encoder, pooler), as the *ForMaskedLM
+	// classes save them.
+	Prefix string
+	// GammaBeta names LayerNorm parameters LayerNorm.gamma / LayerNorm.beta
+	// (old TF-converted checkpoints) instead of .weight / .bias.
+	GammaBeta bool
+	// Pooler also writes pooler.dense.weight [H,H] and pooler.dense.bias [H]
+	// (under Prefix); the reference does not use them.
+	Pooler bool
+	// PositionIDs also writes the buffer embeddings.position_ids (under
+	// Prefix), I64 [1, MaxPositions] = 0..MaxPositions-1, as older saves do.
+	PositionIDs bool
+	// MLMHead also writes a masked-LM head, not under Prefix: for BERT
+	// cls.predictions.transform.dense.weight [H,H] / .bias [H],
+	// cls.predictions.transform.LayerNorm.weight / .bias [H] and
+	// cls.predictions.bias [V]; for XLM-RoBERTa lm_head.dense.weight /
+	// .bias, lm_head.layer_norm.weight / .bias and lm_head.bias [V]. The
+	// decoder weight is tied to the word embeddings and not stored.
+	MLMHead bool
+}
+
+// padID is config.json's pad_token_id.
+func (c Config) padID() int {
+	if c.Roberta {
+		return 1
+	}
+	return 0
+}
+
+func (c Config) arch() string {
+	switch {
+	case c.Arch != "":
+		return c.Arch
+	case c.Roberta:
+		return "XLMRobertaModel"
+	default:
+		return "BertModel"
+	}
+}
+
+// lnNames returns the weight and bias names of the LayerNorm module at
+// path (e.g. "embeddings.LayerNorm"), honouring GammaBeta.
+func (c Config) lnNames(path string) (w, b string) {
+	if c.GammaBeta {
+		return path + ".gamma", path + ".beta"
+	}
+	return path + ".weight", path + ".bias"
+}
+
+func (c Config) check() error {
+	switch {
+	case c.Vocab <= 0 || c.Hidden <= 0 || c.Layers < 0 || c.Heads <= 0 || c.Intermediate <= 0:
+		return fmt.Errorf("bertref: sizes must be positive: %+v", c)
+	case c.Hidden%c.Heads != 0:
+		return fmt.Errorf("bertref: hidden %d is not a multiple of heads %d", c.Hidden, c.Heads)
+	case c.MaxPositions <= 0 || c.TypeVocab <= 0:
+		return fmt.Errorf("bertref: max positions %d and type vocab %d must be positive", c.MaxPositions, c.TypeVocab)
+	case c.Roberta && c.Vocab <= 2:
+		return fmt.Errorf("bertref: an XLM-RoBERTa vocabulary needs ids 0..2")
+	case c.Eps <= 0:
+		return fmt.Errorf("bertref: layer_norm_eps %g must be positive", c.Eps)
+	}
+	return nil
+}
+
+// tensor is one weight to write: its full name, shape and how to draw it.
+type tensor struct {
+	name  string
+	shape []int
+	kind  string // "linear", "bias", "lnw", "lnb", "embed"
+}
+
+// tensors lists the float tensors Write stores, in the order their values
+// are drawn: the encoder first, so the optional extras do not change the
+// encoder's weights for a given seed.
+func (c Config) tensors() []tensor {
+	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	var out []tensor
+	add := func(name, kind string, shape ...int) { out = append(out, tensor{name, shape, kind}) }
+	ln := func(path string) {
+		w, b := c.lnNames(path)
+		add(w, "lnw", H)
+		add(b, "lnb", H)
+	}
+	add(P+"embeddings.word_embeddings.weight", "embed", c.Vocab, H)
+	add(P+"embeddings.position_embeddings.weight", "embed", c.MaxPositions, H)
+	add(P+"embeddings.token_type_embeddings.weight", "embed", c.TypeVocab, H)
+	ln(P + "embeddings.LayerNorm")
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
+		for _, m := range []string{"query", "key", "value"} {
+			add(p+"attention.self."+m+".weight", "linear", H, H)
+			add(p+"attention.self."+m+".bias", "bias", H)
+		}
+		add(p+"attention.output.dense.weight", "linear", H, H)
+		add(p+"attention.output.dense.bias", "bias", H)
+		ln(p + "attention.output.LayerNorm")
+		add(p+"intermediate.dense.weight", "linear", I, H)
+		add(p+"intermediate.dense.bias", "bias", I)
+		add(p+"output.dense.weight", "linear", H, I)
+		add(p+"output.dense.bias", "bias", H)
+		ln(p + "output.LayerNorm")
+	}
+	if c.Pooler {
+		add(P+"pooler.dense.weight", "linear", H, H)
+		add(P+"pooler.dense.bias", "bias", H)
+	}
+	if c.MLMHead {
+		if c.Roberta {
+			add("lm_head.dense.weight", "linear", H, H)
+			add("lm_head.dense.bias", "bias", H)
+			add("lm_head.layer_norm.weight", "lnw", H)
+			add("lm_head.layer_norm.bias", "lnb", H)
+			add("lm_head.bias", "bias", c.Vocab)
+		} else {
+			add("cls.predictions.transform.dense.weight", "linear", H, H)
+			add("cls.predictions.transform.dense.bias", "bias", H)
+			ln("cls.predictions.transform.LayerNorm")
+			add("cls.predictions.bias", "bias", c.Vocab)
+		}
+	}
+	return out
+}
+
+// values draws a tensor's values from r.
+func values(r *lmckpt.Rand, t tensor) []float32 {
+	n := 1
+	for _, d := range t.shape {
+		n *= d
+	}
+	v := make([]float32, n)
+	fanIn := float64(t.shape[len(t.shape)-1])
+	for i := range v {
+		u := r.Uniform()
+		switch t.kind {
+		case "linear":
+			// 1.5/sqrt(fan_in) keeps activations of order one.
+			v[i] = float32(1.5 * u / math.Sqrt(fanIn))
+		case "bias":
+			v[i] = float32(0.1 * u)
+		case "lnw":
+			v[i] = float32(1 + 0.2*u)
+		case "lnb":
+			v[i] = float32(0.1 * u)
+		case "embed":
+			v[i] = float32(0.5 * u)
+		}
+	}
+	return v
+}
+
+// configJSON returns a config.json as transformers writes it for the class.
+func (c Config) configJSON() map[string]any {
+	j := map[string]any{
+		"architectures":                []string{c.arch()},
+		"attention_probs_dropout_prob": 0.1,
+		"classifier_dropout":           nil,
+		"hidden_act":                   "gelu",
+		"hidden_dropout_prob":          0.1,
+		"hidden_size":                  c.Hidden,
+		"initializer_range":            0.02,
+		"intermediate_size":            c.Intermediate,
+		"layer_norm_eps":               c.Eps,
+		"max_position_embeddings":      c.MaxPositions,
+		"num_attention_heads":          c.Heads,
+		"num_hidden_layers":            c.Layers,
+		"pad_token_id":                 c.padID(),
+		"position_embedding_type":      "absolute",
+		"torch_dtype":                  "float32",
+		"transformers_version":         "4.46.3",
+		"type_vocab_size":              c.TypeVocab,
+		"use_cache":                    true,
+		"vocab_size":                   c.Vocab,
+	}
+	if c.Roberta {
+		j["model_type"] = "xlm-roberta"
+		j["bos_token_id"] = 0
+		j["eos_token_id"] = 2
+		j["output_past"] = true
+	} else {
+		j["model_type"] = "bert"
+	}
+	return j
+}
+
+// Write writes dir/config.json, dir/generation_config.json (lmckpt's) and
+// dir/model.safetensors for c, with weights drawn from seed: linear weights
+// uniform·1.5/sqrt(fan_in), biases uniform·0.1, LayerNorm weights 1+0.2·u
+// and biases 0.1·u, embeddings uniform·0.5, all stored as F32.
+func Write(dir string, c Config, seed uint64) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	r := lmckpt.NewRand(seed)
+	var ts []safetensors.Tensor
+	for _, t := range c.tensors() {
+		st, err := safetensors.Float32Tensor(t.name, safetensors.F32, t.shape, values(r, t))
+		if err != nil {
+			return err
+		}
+		ts = append(ts, st)
+	}
+	if c.PositionIDs {
+		data := make([]byte, 8*c.MaxPositions)
+		for i := 0; i < c.MaxPositions; i++ {
+			binary.LittleEndian.PutUint64(data[8*i:], uint64(i))
+		}
+		ts = append(ts, safetensors.Tensor{
+			Name:  c.Prefix + "embeddings.position_ids",
+			DType: safetensors.I64,
+			Shape: []int{1, c.MaxPositions},
+			Data:  data,
+		})
+	}
+	return lmckpt.WriteCheckpoint(dir, c.configJSON(), ts)
+}
+
+// Forward is transformers' BertModel / XLMRobertaModel forward in float64 for one
+// unpadded input ids (token_type_ids all 0, attention_mask all 1), eval mode:
+// returns last_hidden_state [len(ids)][Hidden].
+//
+// Position ids are 0..T-1 for BERT. For XLM-RoBERTa they follow
+// create_position_ids_from_input_ids with padding_idx = pad_token_id = 1:
+// padding_idx + (number of non-pad ids up to and including t), and
+// padding_idx itself for a pad id, so padding_idx+1+t when no id is 1.
+func Forward(dir string, c Config, ids []int) ([][]float64, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	w, err := lmckpt.ReadFloat64(dir)
+	if err != nil {
+		return nil, err
+	}
+	return forward(w, c, ids)
+}
+
+// PositionIDs returns the position ids transformers uses for ids (see
+// Forward).
+func PositionIDs(c Config, ids []int) []int {
+	pos := make([]int, len(ids))
+	if !c.Roberta {
+		for t := range pos {
+			pos[t] = t
+		}
+		return pos
+	}
+	pad := c.padID()
+	count := 0
+	for t, id := range ids {
+		if id == pad {
+			pos[t] = pad
+			continue
+		}
+		count++
+		pos[t] = pad + count
+	}
+	return pos
+}
+
+// weights looks tensors up in a map from lmckpt.ReadFloat64, checking sizes.
+type weights struct {
+	m   map[string][]float64
+	err error
+}
+
+func (w *weights) get(name string, n int) []float64 {
+	if w.err != nil {
+		return nil
+	}
+	v, ok := w.m[name]
+	switch {
+	case !ok:
+		w.err = fmt.Errorf("bertref: checkpoint has no tensor %q", name)
+	case len(v) != n:
+		w.err = fmt.Errorf("bertref: tensor %q has %d values, want %d", name, len(v), n)
+	}
+	return v
+}
+
+// forward runs the encoder on weights already read (so tests can perturb
+// them).
+func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("bertref: no input ids")
+	}
+	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	w := &weights{m: m}
+	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
+	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
+	typeEmb := w.get(P+"embeddings.token_type_embeddings.weight", c.TypeVocab*H)
+	lnW, lnB := c.lnNames(P + "embeddings.LayerNorm")
+	embG, embB := w.get(lnW, H), w.get(lnB, H)
+	if w.err != nil {
+		return nil, w.err
+	}
+	pos := PositionIDs(c, ids)
+	T := len(ids)
+	x := make([][]float64, T)
+	for t, id := range ids {
+		if id < 0 || id >= c.Vocab {
+			return nil, fmt.Errorf("bertref: id %d at %d is outside the vocabulary of %d", id, t, c.Vocab)
+		}
+		if pos[t] >= c.MaxPositions {
+			return nil, fmt.Errorf("bertref: position %d at %d is past max_position_embeddings %d", pos[t], t, c.MaxPositions)
+		}
+		e := make([]float64, H)
+		for i := range e {
+			// token_type_ids are all 0: row 0 of the token type table.
+			e[i] = word[id*H+i] + typeEmb[i] + posEmb[pos[t]*H+i]
+		}
+		x[t] = layerNorm(e, embG, embB, c.Eps)
+	}
+
+	heads := c.Heads
+	d := H / heads
+	scale := 1 / math.Sqrt(float64(d))
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
+		qW, qB := w.get(p+"attention.self.query.weight", H*H), w.get(p+"attention.self.query.bias", H)
+		kW, kB := w.get(p+"attention.self.key.weight", H*H), w.get(p+"attention.self.key.bias", H)
+		vW, vB := w.get(p+"attention.self.value.weight", H*H), w.get(p+"attention.self.value.bias", H)
+		oW, oB := w.get(p+"attention.output.dense.weight", H*H), w.get(p+"attention.output.dense.bias", H)
+		aw, ab := c.lnNames(p + "attention.output.LayerNorm")
+		aG, aB := w.get(aw, H), w.get(ab, H)
+		iW, iB := w.get(p+"intermediate.dense.weight", I*H), w.get(p+"intermediate.dense.bias", I)
+		dW, dB := w.get(p+"output.dense.weight", H*I), w.get(p+"output.dense.bias", H)
+		ow, ob := c.lnNames(p + "output.LayerNorm")
+		outG, outB := w.get(ow, H), w.get(ob, H)
+		if w.err != nil {
+			return nil, w.err
+		}
+
+		q := make([][]float64, T)
+		k := make([][]float64, T)
+		v := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			q[t] = linear(x[t], qW, qB)
+			k[t] = linear(x[t], kW, kB)
+			v[t] = linear(x[t], vW, vB)
+		}
+		next := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			ctx := make([]float64, H)
+			for h := 0; h < heads; h++ {
+				lo := h * d
+				scores := make([]float64, T)
+				for s := 0; s < T; s++ {
+					dot := 0.0
+					for j := 0; j < d; j++ {
+						dot += q[t][lo+j] * k[s][lo+j]
+					}
+					scores[s] = dot * scale
+				}
+				probs := softmax(scores)
+				for s := 0; s < T; s++ {
+					for j := 0; j < d; j++ {
+						ctx[lo+j] += probs[s] * v[s][lo+j]
+					}
+				}
+			}
+			// BertSelfOutput: LayerNorm(dense(context) + input).
+			a := linear(ctx, oW, oB)
+			for i := range a {
+				a[i] += x[t][i]
+			}
+			a = layerNorm(a, aG, aB, c.Eps)
+			// BertIntermediate: exact GELU; BertOutput: LayerNorm(dense + a).
+			hmid := linear(a, iW, iB)
+			for i := range hmid {
+				hmid[i] = gelu(hmid[i])
+			}
+			o := linear(hmid, dW, dB)
+			for i := range o {
+				o[i] += a[i]
+			}
+			next[t] = layerNorm(o, outG, outB, c.Eps)
+		}
+		x = next
+	}
+	return x, nil
+}
+
+// linear returns W·x + b for W stored [out][in] row-major (nn.Linear).
+func linear(x, W, b []float64) []float64 {
+	in := len(x)
+	out := make([]float64, len(b))
+	for o := range out {
+		s := b[o]
+		row := W[o*in : (o+1)*in]
+		for i, xi := range x {
+			s += row[i] * xi
+		}
+		out[o] = s
+	}
+	return out
+}
+
+// layerNorm is nn.LayerNorm: biased variance, eps inside the square root.
+func layerNorm(x, g, b []float64, eps float64) []float64 {
+	n := float64(len(x))
+	mean := 0.0
+	for _, v := range x {
+		mean += v
+	}
+	mean /= n
+	variance := 0.0
+	for _, v := range x {
+		variance += (v - mean) * (v - mean)
+	}
+	variance /= n
+	inv := 1 / math.Sqrt(variance+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = (v-mean)*inv*g[i] + b[i]
+	}
+	return out
+}
+
+// softmax is a numerically stable softmax.
+func softmax(s []float64) []float64 {
+	m := math.Inf(-1)
+	for _, v := range s {
+		m = math.Max(m, v)
+	}
+	out := make([]float64, len(s))
+	sum := 0.0
+	for i, v := range s {
+		out[i] = math.Exp(v - m)
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// gelu is the exact GELU, transformers' "gelu" (torch.nn.functional.gelu).
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+// Pool pools hidden states as sentence-transformers' Pooling does for one unpadded input: mode "cls" (first token), "mean" (average of all tokens), "last"; then if normalize, divides by the L2 norm.
+//
+// Mode "max" (elementwise maximum over tokens) is also accepted. The norm
+// is clamped below at 1e-12 as torch.nn.functional.normalize does (the
+// Normalize module). Pool panics on another mode or on no tokens.
+func Pool(h [][]float64, mode string, normalize bool) []float64 {
+	if len(h) == 0 {
+		panic("bertref.Pool: no tokens")
+	}
+	out := make([]float64, len(h[0]))
+	switch mode {
+	case "cls":
+		copy(out, h[0])
+	case "last":
+		copy(out, h[len(h)-1])
+	case "mean":
+		for _, row := range h {
+			for i, v := range row {
+				out[i] += v
+			}
+		}
+		for i := range out {
+			out[i] /= float64(len(h))
+		}
+	case "max":
+		copy(out, h[0])
+		for _, row := range h[1:] {
+			for i, v := range row {
+				out[i] = math.Max(out[i], v)
+			}
+		}
+	default:
+		panic(fmt.Sprintf("bertref.Pool: unknown mode %q", mode))
+	}
+	if normalize {
+		norm := 0.0
+		for _, v := range out {
+			norm += v * v
+		}
+		norm = math.Max(math.Sqrt(norm), 1e-12)
+		for i := range out {
+			out[i] /= norm
+		}
+	}
+	return out
+}
+
+// Vocabulary building blocks for WriteTokenizer, in id order.
+var (
+	specialTokens = []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+	coreTokens    = []string{
+		".", "?", ",", "!",
+		"the", "a", "tpu", "is", "what", "hello", "world", "matrix", "processor",
+		"model", "run", "embed", "##s", "##ing", "##ed",
+	}
+	extraTokens = []string{
+		"this", "that", "of", "and", "to", "in", "for", "on", "it", "with",
+		"text", "sentence", "vector", "search", "query", "document", "##er", "##ly",
+		"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "'", "-",
+	}
+)
+
+// MinTokenizerVocab is the smallest vocabulary WriteTokenizer accepts;
+// FullTokenizerVocab is the smallest one that holds every single letter
+// a-z and ##a-##z, so that any lowercase ASCII word tokenizes without
+// [UNK].
+const (
+	MinTokenizerVocab  = 40
+	FullTokenizerVocab = 75
+)
+
+// TokenizerVocab returns the first n entries of WriteTokenizer's
+// vocabulary, in id order: [PAD] [UNK] [CLS] [SEP] [MASK], punctuation and
+// a few words, the letters a-z, ##a-##z, more words and digits, then
+// [unused0], [unused1], ...
+func TokenizerVocab(n int) []string {
+	var all []string
+	seen := map[string]bool{}
+	add := func(s string) {
+		if !seen[s] {
+			seen[s] = true
+			all = append(all, s)
+		}
+	}
+	for _, s := range specialTokens {
+		add(s)
+	}
+	for _, s := range coreTokens {
+		add(s)
+	}
+	for ch := 'a'; ch <= 'z'; ch++ {
+		add(string(ch))
+	}
+	for ch := 'a'; ch <= 'z'; ch++ {
+		add("##" + string(ch))
+	}
+	for _, s := range extraTokens {
+		add(s)
+	}
+	for i := 0; len(all) < n; i++ {
+		add(fmt.Sprintf("[unused%d]", i))
+	}
+	return all[:n]
+}
+
+// orderedVocab marshals as a JSON object token → id in id order, as the
+// tokenizers library writes a WordPiece vocabulary.
+type orderedVocab []string
+
+func (v orderedVocab) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for id, tok := range v {
+		if id > 0 {
+			b.WriteByte(',')
+		}
+		k, err := json.Marshal(tok)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		fmt.Fprintf(&b, ":%d", id)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+type addedToken struct {
+	ID         int    `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+type tokenizerJSON struct {
+	Version       string         `json:"version"`
+	Truncation    any            `json:"truncation"`
+	Padding       any            `json:"padding"`
+	AddedTokens   []addedToken   `json:"added_tokens"`
+	Normalizer    map[string]any `json:"normalizer"`
+	PreTokenizer  map[string]any `json:"pre_tokenizer"`
+	PostProcessor map[string]any `json:"post_processor"`
+	Decoder       map[string]any `json:"decoder"`
+	Model         map[string]any `json:"model"`
+}
+
+// WriteTokenizer writes dir/tokenizer.json and dir/tokenizer_config.json: a tiny but real HF "tokenizers" WordPiece tokenizer as bert-base-uncased's is configured (normalizer BertNormalizer{clean_text, handle_chinese_chars, strip_accents null, lowercase true}, pre_tokenizer BertPreTokenizer, model WordPiece{unk_token "[UNK]", continuing_subword_prefix "##", max_input_chars_per_word 100, vocab}, post_processor TemplateProcessing single "[CLS] $A [SEP]" pair "[CLS] $A [SEP] $B:1 [SEP]:1" with special_tokens ids, decoder WordPiece{prefix "##", cleanup true}, added_tokens for [PAD] [UNK] [CLS] [SEP] [MASK] with special true), with a vocabulary of exactly `vocab` entries (vocab ≥ 40): ids 0..4 = [PAD] [UNK] [CLS] [SEP] [MASK] (so pad_token_id 0 for Bert), then words like "the", "a", "tpu", "is", "matrix", "processor", "what", "hello", "world", ".", "?", ",", "##s", "##ing", "##ed", "run", "model", "embed", ... and single letters a-z and ##a-##z as fill so any lowercase ASCII word tokenizes; pad with "[unused0]".. if needed to reach exactly vocab entries.
+// tokenizer_config.json: {"do_lower_case": true, "model_max_length": 512, "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]", "tokenizer_class": "BertTokenizer"}.
+//
+// The order of the vocabulary is TokenizerVocab's; every letter and
+// ##letter is present from FullTokenizerVocab (75) entries on, so with a
+// smaller vocab a word may encode to [UNK].
+func WriteTokenizer(dir string, vocab int) error {
+	if vocab < MinTokenizerVocab {
+		return fmt.Errorf("bertref: tokenizer vocabulary %d is below %d", vocab, MinTokenizerVocab)
+	}
+	toks := TokenizerVocab(vocab)
+	id := func(tok string) int {
+		for i, t := range toks {
+			if t == tok {
+				return i
+			}
+		}
+		panic("bertref: no token " + tok)
+	}
+	special := func(tok string, typeID int) map[string]any {
+		return map[string]any{"SpecialToken": map[string]any{"id": tok, "type_id": typeID}}
+	}
+	seq := func(name string, typeID int) map[string]any {
+		return map[string]any{"Sequence": map[string]any{"id": name, "type_id": typeID}}
+	}
+	tj := tokenizerJSON{
+		Version: "1.0",
+		Normalizer: map[string]any{
+			"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+			"strip_accents": nil, "lowercase": true,
+		},
+		PreTokenizer: map[string]any{"type": "BertPreTokenizer"},
+		PostProcessor: map[string]any{
+			"type":   "TemplateProcessing",
+			"single": []any{special("[CLS]", 0), seq("A", 0), special("[SEP]", 0)},
+			"pair":   []any{special("[CLS]", 0), seq("A", 0), special("[SEP]", 0), seq("B", 1), special("[SEP]", 1)},
+			"special_tokens": map[string]any{
+				"[CLS]": map[string]any{"id": "[CLS]", "ids": []int{id("[CLS]")}, "tokens": []string{"[CLS]"}},
+				"[SEP]": map[string]any{"id": "[SEP]", "ids": []int{id("[SEP]")}, "tokens": []string{"[SEP]"}},
+			},
+		},
+		Decoder: map[string]any{"type": "WordPiece", "prefix": "##", "cleanup": true},
+		Model: map[string]any{
+			"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+			"max_input_chars_per_word": 100, "vocab": orderedVocab(toks),
+		},
+	}
+	for _, s := range specialTokens {
+		tj.AddedTokens = append(tj.AddedTokens, addedToken{ID: id(s), Content: s, Special: true})
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "tokenizer.json"), tj); err != nil {
+		return err
+	}
+	cfg := map[string]any{
+		"clean_up_tokenization_spaces": true,
+		"cls_token":                    "[CLS]",
+		"do_lower_case":                true,
+		"mask_token":                   "[MASK]",
+		"model_max_length":             512,
+		"pad_token":                    "[PAD]",
+		"sep_token":                    "[SEP]",
+		"strip_accents":                nil,
+		"tokenize_chinese_chars":       true,
+		"tokenizer_class":              "BertTokenizer",
+		"unk_token":                    "[UNK]",
+	}
+	return writeJSON(filepath.Join(dir, "tokenizer_config.json"), cfg)
+}
+
+// poolingModes are the keys of sentence-transformers' 1_Pooling/config.json
+// and the Pool mode that turns each on ("" for none).
+var poolingModes = []struct{ key, mode string }{
+	{"pooling_mode_cls_token", "cls"},
+	{"pooling_mode_mean_tokens", "mean"},
+	{"pooling_mode_max_tokens", "max"},
+	{"pooling_mode_mean_sqrt_len_tokens", ""},
+	{"pooling_mode_weightedmean_tokens", ""},
+	{"pooling_mode_lasttoken", "last"},
+}
+
+// WriteSentenceTransformers writes modules.json (0: Transformer at "", 1: Pooling at "1_Pooling", 2: Normalize at "2_Normalize"; types "sentence_transformers.models.Transformer" etc.), 1_Pooling/config.json (word_embedding_dimension, pooling_mode_cls_token / pooling_mode_mean_tokens / pooling_mode_max_tokens / pooling_mode_mean_sqrt_len_tokens / pooling_mode_weightedmean_tokens / pooling_mode_lasttoken with exactly the one named by mode "cls"/"mean"/"last" true, include_prompt true), 2_Normalize/ (an empty dir is fine; sentence-transformers writes none), and sentence_bert_config.json {"max_seq_length": maxSeq, "do_lower_case": false}.
+//
+// Mode "max" (pooling_mode_max_tokens) is also accepted.
+func WriteSentenceTransformers(dir string, hidden int, mode string, maxSeq int) error {
+	pool := map[string]any{"word_embedding_dimension": hidden, "include_prompt": true}
+	found := false
+	for _, pm := range poolingModes {
+		on := pm.mode != "" && pm.mode == mode
+		found = found || on
+		pool[pm.key] = on
+	}
+	if !found {
+		return fmt.Errorf("bertref: unknown pooling mode %q", mode)
+	}
+	for _, sub := range []string{"1_Pooling", "2_Normalize"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	modules := []map[string]any{
+		{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+		{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+		{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+	}
+	if err := writeJSON(filepath.Join(dir, "modules.json"), modules); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "1_Pooling", "config.json"), pool); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, "sentence_bert_config.json"),
+		map[string]any{"max_seq_length": maxSeq, "do_lower_case": false})
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
