@@ -298,12 +298,17 @@ func (b *Builder) ArgMinMax(x backends.Op, axis int, outputDType dtypes.DType, i
 
 // execArgMinMax searches rows with the axis last (rowsLast); 16-bit floats
 // are searched as f32 and the other dtypes without a typed loop here as
-// f64. Indices are found as int64 and converted to the output dtype.
+// f64. Indices are found as int64, in the output itself when it is int64,
+// else converted to the output dtype.
 func execArgMinMax(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(argAux)
 	xs := n.inputs[0].shape
 	data, rows, cols := rowsLast(in[0].data, xs, []int{a.axis})
-	idx := make([]int64, rows)
+	out := st.alloc(n.shape)
+	idx, direct := out.data.([]int64)
+	if !direct {
+		idx = make([]int64, rows)
+	}
 	switch d := data.(type) {
 	case []float32:
 		argRows(idx, d, rows, cols, a.isMin)
@@ -324,27 +329,166 @@ func execArgMinMax(st *execState, n *node, in []*slot) (*slot, error) {
 			argRows(idx, f, rows, cols, a.isMin)
 		}
 	}
-	out := st.alloc(n.shape)
-	if err := convertFlat(out.data, idx); err != nil {
-		return nil, err
+	if !direct {
+		if err := convertFlat(out.data, idx); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// argRows picks the first extreme value of each row; a NaN wins.
+// ArgMinMax spreads over threads from argParallelMin elements: rows go
+// to threads in chunks of about argGrain elements, and when the rows are
+// few and do not divide evenly among the threads (a single row: batch-1
+// greedy sampling) each row is cut into up to Threads() segments of at
+// least argSegMin elements, searched apart and then combined.
+const (
+	argParallelMin = 1 << 14
+	argGrain       = 1 << 14
+	argSegMin      = 1 << 13
+)
+
+// argRows sets idx[r] to the index of the first extreme value (the max,
+// or the min when isMin) of row r of x [rows, cols]; a NaN wins, the first
+// one when there are several. An empty row gives 0. The result does not
+// depend on the thread count.
 func argRows[T number](idx []int64, x []T, rows, cols int, isMin bool) {
-	for r := 0; r < rows; r++ {
+	idx = idx[:rows]
+	if cols <= 1 {
+		clear(idx)
+		return
+	}
+	search := argMaxRow[T]
+	if isMin {
+		search = argMinRow[T]
+	}
+	t := kernels.Threads()
+	if t <= 1 || rows*cols < argParallelMin {
+		for r := range idx {
+			i, _ := search(x[r*cols : (r+1)*cols])
+			idx[r] = int64(i)
+		}
+		return
+	}
+	segs := 1
+	if rows%t != 0 && rows < 4*t {
+		segs = min(t, cols/argSegMin)
+	}
+	if segs <= 1 {
+		kernels.Parallel(rows, max(1, argGrain/cols), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				i, _ := search(x[r*cols : (r+1)*cols])
+				idx[r] = int64(i)
+			}
+		})
+		return
+	}
+	// Few long rows: search segments of each row apart, then take per row
+	// the first segment's NaN, else its best value, the earlier segment on
+	// ties.
+	seg := (cols + segs - 1) / segs
+	type found struct {
+		i   int // index in the row
+		nan bool
+	}
+	res := make([]found, rows*segs)
+	kernels.Parallel(rows*segs, 1, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			r, s := u/segs, u%segs
+			a, b := min(s*seg, cols), min((s+1)*seg, cols)
+			i, nan := search(x[r*cols+a : r*cols+b])
+			res[u] = found{a + i, nan}
+		}
+	})
+	for r := range idx {
 		row := x[r*cols : (r+1)*cols]
-		best := 0
-		for i := 1; i < len(row); i++ {
-			v, b := row[i], row[best]
-			if b != b {
+		best := res[r*segs]
+		for _, f := range res[r*segs+1 : (r+1)*segs] {
+			if best.nan {
 				break
 			}
-			if v != v || (isMin && v < b) || (!isMin && v > b) {
-				best = i
+			if f.nan || (isMin && row[f.i] < row[best.i]) || (!isMin && row[f.i] > row[best.i]) {
+				best = f
 			}
 		}
-		idx[r] = int64(best)
+		idx[r] = int64(best.i)
 	}
+}
+
+// argMaxRow returns the index of row's first max, or of its first NaN
+// (nan then true); 0 for an empty row. It keeps the best value so far in
+// m and tests blocks of 8 elements against it: !(v <= m) is true for a
+// greater v and for a NaN, so the block is searched element by element
+// only when it holds a new max or a NaN, which is rare after the start of
+// a row. That search goes in order and takes only a strictly greater
+// value, and a NaN at once, so the first max (or NaN) is found.
+func argMaxRow[T number](row []T) (int, bool) {
+	if len(row) == 0 {
+		return 0, false
+	}
+	m := row[0]
+	if m != m {
+		return 0, true
+	}
+	best, i := 0, 0
+	for rest := row; len(rest) >= 8; rest = rest[8:] {
+		s := (*[8]T)(rest)
+		if !(s[0] <= m) || !(s[1] <= m) || !(s[2] <= m) || !(s[3] <= m) ||
+			!(s[4] <= m) || !(s[5] <= m) || !(s[6] <= m) || !(s[7] <= m) {
+			for k, v := range s {
+				if !(v <= m) {
+					if v != v {
+						return i + k, true
+					}
+					m, best = v, i+k
+				}
+			}
+		}
+		i += 8
+	}
+	for k, v := range row[i:] {
+		if !(v <= m) {
+			if v != v {
+				return i + k, true
+			}
+			m, best = v, i+k
+		}
+	}
+	return best, false
+}
+
+// argMinRow is argMaxRow for the first min.
+func argMinRow[T number](row []T) (int, bool) {
+	if len(row) == 0 {
+		return 0, false
+	}
+	m := row[0]
+	if m != m {
+		return 0, true
+	}
+	best, i := 0, 0
+	for rest := row; len(rest) >= 8; rest = rest[8:] {
+		s := (*[8]T)(rest)
+		if !(s[0] >= m) || !(s[1] >= m) || !(s[2] >= m) || !(s[3] >= m) ||
+			!(s[4] >= m) || !(s[5] >= m) || !(s[6] >= m) || !(s[7] >= m) {
+			for k, v := range s {
+				if !(v >= m) {
+					if v != v {
+						return i + k, true
+					}
+					m, best = v, i+k
+				}
+			}
+		}
+		i += 8
+	}
+	for k, v := range row[i:] {
+		if !(v >= m) {
+			if v != v {
+				return i + k, true
+			}
+			m, best = v, i+k
+		}
+	}
+	return best, false
 }
