@@ -39,12 +39,16 @@ func NewCmdEmbed(f *Factory, runF func(context.Context, *EmbedOptions) error) *c
 	opts := &EmbedOptions{lmOptions: newLMOptions(f)}
 	c := &cobra.Command{
 		Use:   "embed --model MODEL --prompt TEXT",
-		Short: "Embed text with a language model: its final hidden states, pooled",
+		Short: "Embed text with a language model or a BERT encoder: its final hidden states, pooled",
 		Long: `Print an embedding of each input: the model's final hidden states (after its
 final norm) pooled over the input's tokens and normalized to unit length, as
-serve's /v1/embeddings answers them. --pooling auto (the default) pools as the
-model's sentence-transformers config says (Qwen3-Embedding: the last token),
-else by the last token; --pooling mean averages the tokens.
+serve's /v1/embeddings answers them. Decoders (Qwen3-Embedding) and the
+BERT-family encoders (BertModel, XLMRobertaModel: all-MiniLM, bge, e5,
+bge-m3) both run. --pooling auto (the default) pools as the model's
+sentence-transformers config says (Qwen3-Embedding: the last token;
+all-MiniLM: the mean; bge: the first, CLS, token), else by the mean for an
+encoder and the last token for a decoder; --pooling last, mean or cls
+chooses.
 
 Inputs come from --prompt (-p, repeatable), from stdin when stdin is not a
 terminal and no --prompt is given (or with -p -), or from --prompts-file, as
@@ -58,6 +62,7 @@ The output is one line per input, the values separated by spaces; with --json,
 a JSON array of {index, tokens, embedding}. Any model generate runs gives its
 hidden states, but only one trained for embeddings gives useful ones.`,
 		Example: `  tputool embed -m Qwen/Qwen3-Embedding-0.6B -p "What is a TPU?" -p "A TPU is a matrix processor."
+  tputool embed -m sentence-transformers/all-MiniLM-L6-v2 -p "What is a TPU?"
   tputool embed -m ./testdata/stories260K-hf --prompts-file docs.txt --json
   tputool embed -m Qwen/Qwen3-Embedding-0.6B --dimensions 256 -p "cut to 256 values, normalized again"`,
 		Args: cobra.NoArgs,
