@@ -30,10 +30,13 @@ type InspectOptions struct {
 	Revision string
 	Batch    int
 	Context  int
-	DType    string
-	Headroom float64
-	Retries  int
-	JSON     bool
+	// contextSet says --context was given; without it an encoder's
+	// figures are for its positions (inspect.Run).
+	contextSet bool
+	DType      string
+	Headroom   float64
+	Retries    int
+	JSON       bool
 	// Quantize is --quantize: "", "int8" or "int4".
 	Quantize string
 	// KVCacheDType is --kv-cache-dtype as given; KV its dtype
@@ -96,6 +99,7 @@ after the report, naming the first one.`,
 				return err
 			}
 			opts.JSON = f.Global.JSON
+			opts.contextSet = c.Flags().Changed("context")
 			opts.HubClient = f.retryingHubClient(opts.Retries)
 			if runF != nil {
 				return runF(c.Context(), opts)
@@ -121,7 +125,11 @@ func inspectRun(ctx context.Context, opts *InspectOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: opts.Context, DType: opts.DType, Headroom: &opts.Headroom, Quantize: opts.Quantize, KVDType: opts.KV})
+	context := opts.Context
+	if !opts.contextSet {
+		context = 0 // inspect's default: DefaultContext, or an encoder's positions
+	}
+	r, err := inspect.Run(ctx, m, inspect.Options{Batch: opts.Batch, Context: context, DType: opts.DType, Headroom: &opts.Headroom, Quantize: opts.Quantize, KVDType: opts.KV})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
+	"github.com/tputool/tputool/pipeline/testkit/bertref"
 )
 
 // stories copies the shipped 260K Llama into a temporary folder with its
@@ -147,5 +148,41 @@ func TestKVCacheInt8NotRun(t *testing.T) {
 	}
 	if r.Memory.KVCache != 100*5*2*4*8*4 || r.Memory.KVCacheDType != "f32" {
 		t.Errorf("f32 KV cache of GPT2LMHeadModel (the config's shape): %d bytes (%q), want %d", r.Memory.KVCache, r.Memory.KVCacheDType, 100*5*2*4*8*4)
+	}
+}
+
+// TestEncoderContext: an encoder (BERT) is inspected at its positions
+// unless --context says otherwise, says that it gives embeddings, and
+// its pooler and position_ids buffer are the tensors it skips.
+func TestEncoderContext(t *testing.T) {
+	dir := t.TempDir()
+	c := bertref.Config{Vocab: 50, Hidden: 16, Layers: 2, Heads: 2, Intermediate: 24, MaxPositions: 64, TypeVocab: 2, Eps: 1e-12, Pooler: true, PositionIDs: true}
+	if err := bertref.Write(dir, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctx := range []int{0, 32} {
+		r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 2, Context: ctx, DType: "f32"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ctx
+		if ctx == 0 {
+			want = 64
+		}
+		// 2 layers x K,V x 2 heads x head_dim 8 x positions x 2 inputs x 4 bytes.
+		if !r.Supported || len(r.Mismatches) != 0 || r.Memory.Context != want || r.Memory.KVCache != int64(2*2*2*8*want*2*4) {
+			t.Errorf("context %d: supported %v, mismatches %+v, memory %+v; want context %d", ctx, r.Supported, r.Mismatches, r.Memory, want)
+		}
+		notes := strings.Join(r.Notes, "\n")
+		if !strings.Contains(notes, "BertModel is an encoder: it gives embeddings") || strings.Contains(notes, "exceeds") {
+			t.Errorf("context %d: notes %q", ctx, r.Notes)
+		}
+		if len(r.Skipped) == 0 {
+			t.Errorf("context %d: the pooler and buffer are not listed as skipped", ctx)
+		}
 	}
 }

@@ -186,7 +186,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	if opts.Batch == 0 {
 		opts.Batch = DefaultBatch
 	}
-	if opts.Context == 0 {
+	contextSet := opts.Context != 0
+	if !contextSet {
 		opts.Context = DefaultContext
 	}
 	if opts.DType == "" {
@@ -325,6 +326,13 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			r.Memory.KVCacheDType = kvName(kv)
 		default:
 			return nil, &errs.OptionError{Owner: "Options", Option: "KVDType", Value: kv.String(), Want: "Float32, BFloat16 or Int8"}
+		}
+		if arch != nil && arch.Spec().Encoder {
+			// An encoder's inputs are at most its positions long.
+			if !contextSet {
+				opts.Context = min(opts.Context, arch.Spec().MaxPositions)
+			}
+			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed), not text; the KV figure is for a batch of %d inputs of %d tokens", r.Architecture, opts.Batch, opts.Context))
 		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
