@@ -316,6 +316,14 @@ func unaryFloat[T float32 | float64](op backends.OpType, dst, src []T) {
 				dst[i] = expf(v)
 			}
 			return
+		case backends.OpTypeTanh:
+			if kernels.Tanh(dst, src) {
+				return
+			}
+			for i, v := range src {
+				dst[i] = float32(math.Tanh(float64(v)))
+			}
+			return
 		case backends.OpTypeLogistic:
 			if kernels.Logistic(dst, src) {
 				return
@@ -325,6 +333,9 @@ func unaryFloat[T float32 | float64](op backends.OpType, dst, src []T) {
 			}
 			return
 		case backends.OpTypeErf:
+			if kernels.Erf(dst, src) {
+				return
+			}
 			for i, v := range src {
 				dst[i] = erff(v)
 			}

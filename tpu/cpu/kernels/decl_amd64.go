@@ -141,6 +141,12 @@ func roundBF16AVX512(dst *uint16, src *float32, n int)
 func logisticAVX512(dst, src *float32, n int)
 
 //go:noescape
+func erfAVX512(dst, src *float32, n int)
+
+//go:noescape
+func tanhAVX512(dst, src *float32, n int)
+
+//go:noescape
 func gemvFP8AVX512(a *float32, b *byte, ldb, k int, c *float32, n int)
 
 //go:noescape

@@ -676,6 +676,42 @@ func Logistic(dst, src []float32) bool {
 	return true
 }
 
+// Erf writes dst[i] = erf(src[i]) with the AVX-512 exp of the row
+// kernels (Abramowitz and Stegun's 7.1.26, as the backend's scalar erf:
+// absolute error below 5e-7) and reports true, or reports false (nothing
+// written) below AVX-512. As Logistic, a short tail is padded to 16, so an
+// element's value does not depend on the slice; dst may alias src.
+func Erf(dst, src []float32) bool {
+	return rowsAVX512(dst, src, erfAVX512)
+}
+
+// Tanh writes dst[i] = tanh(src[i]) (within 3e-7 relative of float64's:
+// the odd Taylor series below |x| 0.5, 1 - 2/(e^(2|x|)+1) above) and
+// reports true, or reports false (nothing written) below AVX-512, as Erf.
+func Tanh(dst, src []float32) bool {
+	return rowsAVX512(dst, src, tanhAVX512)
+}
+
+// rowsAVX512 runs an elementwise AVX-512 kernel over src into dst, the
+// tail padded to 16; false below AVX-512.
+func rowsAVX512(dst, src []float32, k func(dst, src *float32, n int)) bool {
+	if level != levelAVX512 {
+		return false
+	}
+	src = src[:len(dst)]
+	nm := len(dst) &^ 15
+	if nm > 0 {
+		k(&dst[0], &src[0], nm)
+	}
+	if nm < len(dst) {
+		var tmp [16]float32
+		copy(tmp[:], src[nm:])
+		k(&tmp[0], &tmp[0], 16)
+		copy(dst[nm:], tmp[:])
+	}
+	return true
+}
+
 // gemvRowsFP8 computes c[j] = Σ_p a[p]·e4m3(b[j, p]) for the len(c) rows
 // of b (stride ldb), with a the activations lifted by fp8Lift (fp8.go).
 // The AVX-512 and AVX2 kernels sum the lifted activations times the E4M3

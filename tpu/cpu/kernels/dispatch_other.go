@@ -110,6 +110,12 @@ func roundBF16(dst []uint16, src []float32) { roundBF16Generic(dst, src) }
 // Logistic has no portable kernel: the caller's scalar loop runs.
 func Logistic(dst, src []float32) bool { return false }
 
+// Erf has no portable kernel: the caller's scalar loop runs.
+func Erf(dst, src []float32) bool { return false }
+
+// Tanh has no portable kernel: the caller's scalar loop runs.
+func Tanh(dst, src []float32) bool { return false }
+
 func gemvRowsFP8(a []float32, b []byte, ldb int, c []float32) { gemvRowsFP8Generic(a, b, ldb, c) }
 
 func widenFP8(dst []float32, src []byte, s float32) { widenFP8Generic(dst, src, s) }

@@ -591,3 +591,121 @@ wi2loop:
 	JLT       wi2loop
 	VZEROUPPER
 	RET
+
+// erf and tanh constants: erf is Abramowitz and Stegun's 7.1.26 (absolute
+// error below 1.5e-7), as the backend's scalar erff: with t = 1/(1+p|x|),
+// erf|x| = 1 - t(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(-x²). tanh is
+// 1 - 2/(e^(2|x|)+1) from |x| = 0.5 up (there the subtraction loses at
+// most a bit), and below it the odd Taylor series x + x³(c3 + x²(c5 + …
+// + x²·c15)), whose next term is under 1e-8 of x.
+DATA erfc<>+0(SB)/4, $0x3ea7ba05  // p = 0.3275911
+DATA erfc<>+4(SB)/4, $0x3e827906  // a1 = 0.254829592
+DATA erfc<>+8(SB)/4, $0xbe91a98e  // a2 = -0.284496736
+DATA erfc<>+12(SB)/4, $0x3fb5f0e3 // a3 = 1.421413741
+DATA erfc<>+16(SB)/4, $0xbfba00e3 // a4 = -1.453152027
+DATA erfc<>+20(SB)/4, $0x3f87dc22 // a5 = 1.061405429
+DATA erfc<>+24(SB)/4, $0x7fffffff // abs mask
+DATA erfc<>+28(SB)/4, $0x40000000 // 2
+DATA erfc<>+32(SB)/4, $0x3f000000 // 0.5: tanh's series below, exp above
+DATA erfc<>+36(SB)/4, $0xbeaaaaab // c3 = -1/3
+DATA erfc<>+40(SB)/4, $0x3e088889 // c5 = 2/15
+DATA erfc<>+44(SB)/4, $0xbd5d0dd1 // c7 = -17/315
+DATA erfc<>+48(SB)/4, $0x3cb327a4 // c9 = 62/2835
+DATA erfc<>+52(SB)/4, $0xbc11371b // c11 = -1382/155925
+DATA erfc<>+56(SB)/4, $0x3b6b69e8 // c13 = 21844/6081075
+DATA erfc<>+60(SB)/4, $0xbabed1b2 // c15 = -929569/638512875
+GLOBL erfc<>(SB), RODATA|NOPTR, $64
+
+// func erfAVX512(dst, src *float32, n int)
+// dst[i] = erf(src[i]) for n a positive multiple of 16; NaN stays NaN.
+TEXT ·erfAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	EXPCONSTS
+	VBROADCASTSS erfc<>+0(SB), Z10
+	VBROADCASTSS erfc<>+4(SB), Z11
+	VBROADCASTSS erfc<>+8(SB), Z12
+	VBROADCASTSS erfc<>+12(SB), Z13
+	VBROADCASTSS erfc<>+16(SB), Z14
+	VBROADCASTSS erfc<>+20(SB), Z15
+	VBROADCASTSS erfc<>+24(SB), Z16
+	XORQ AX, AX
+erfloop:
+	VMOVUPS     (SI)(AX*4), Z0
+	VANDPS      Z16, Z0, Z1     // |x|
+	VMOVAPS     Z1, Z2
+	VFMADD213PS Z31, Z10, Z2    // 1 + p|x|
+	VDIVPS      Z2, Z31, Z2     // t
+	VMOVAPS     Z15, Z3
+	VFMADD213PS Z14, Z2, Z3
+	VFMADD213PS Z13, Z2, Z3
+	VFMADD213PS Z12, Z2, Z3
+	VFMADD213PS Z11, Z2, Z3
+	VMULPS      Z2, Z3, Z3      // t·poly(t)
+	VMULPS      Z1, Z1, Z4
+	VXORPS      Z5, Z5, Z5
+	VSUBPS      Z4, Z5, Z4      // -x²
+	EXP512(Z4, Z5, Z6)
+	VMULPS      Z4, Z3, Z3
+	VSUBPS      Z3, Z31, Z3     // erf|x| >= 0
+	VANDNPS     Z0, Z16, Z7     // the sign of x
+	VORPS       Z7, Z3, Z3
+	VCMPPS      $3, Z0, Z0, K1  // NaN lanes keep x
+	VMOVAPS     Z0, K1, Z3
+	VMOVUPS     Z3, (DI)(AX*4)
+	ADDQ        $16, AX
+	CMPQ        AX, CX
+	JLT         erfloop
+	VZEROUPPER
+	RET
+
+// func tanhAVX512(dst, src *float32, n int)
+// dst[i] = tanh(src[i]) for n a positive multiple of 16; NaN stays NaN.
+TEXT ·tanhAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	EXPCONSTS
+	VBROADCASTSS erfc<>+24(SB), Z16
+	VBROADCASTSS erfc<>+28(SB), Z17
+	VBROADCASTSS erfc<>+32(SB), Z18
+	VBROADCASTSS erfc<>+36(SB), Z10
+	VBROADCASTSS erfc<>+40(SB), Z11
+	VBROADCASTSS erfc<>+44(SB), Z12
+	VBROADCASTSS erfc<>+48(SB), Z13
+	VBROADCASTSS erfc<>+52(SB), Z14
+	VBROADCASTSS erfc<>+56(SB), Z15
+	VBROADCASTSS erfc<>+60(SB), Z19
+	XORQ AX, AX
+tanhloop:
+	VMOVUPS     (SI)(AX*4), Z0
+	VANDPS      Z16, Z0, Z1     // |x|
+	VADDPS      Z1, Z1, Z4      // 2|x|
+	EXP512(Z4, Z5, Z6)
+	VADDPS      Z31, Z4, Z4     // e^(2|x|) + 1
+	VDIVPS      Z4, Z17, Z4     // 2/(e^(2|x|)+1)
+	VSUBPS      Z4, Z31, Z4     // tanh|x|, from 0.5 up
+	VMULPS      Z1, Z1, Z2      // x²
+	VMOVAPS     Z19, Z3
+	VFMADD213PS Z15, Z2, Z3
+	VFMADD213PS Z14, Z2, Z3
+	VFMADD213PS Z13, Z2, Z3
+	VFMADD213PS Z12, Z2, Z3
+	VFMADD213PS Z11, Z2, Z3
+	VFMADD213PS Z10, Z2, Z3
+	VMULPS      Z2, Z3, Z3
+	VMULPS      Z1, Z3, Z3
+	VADDPS      Z1, Z3, Z3      // tanh|x| below 0.5
+	VCMPPS      $1, Z18, Z1, K2 // |x| < 0.5
+	VMOVAPS     Z3, K2, Z4
+	VANDNPS     Z0, Z16, Z7     // the sign of x
+	VORPS       Z7, Z4, Z4
+	VCMPPS      $3, Z0, Z0, K1  // NaN lanes keep x
+	VMOVAPS     Z0, K1, Z4
+	VMOVUPS     Z4, (DI)(AX*4)
+	ADDQ        $16, AX
+	CMPQ        AX, CX
+	JLT         tanhloop
+	VZEROUPPER
+	RET

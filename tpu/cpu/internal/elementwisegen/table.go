@@ -16,7 +16,7 @@ type op struct {
 	F32 string
 	// F32Slice names a whole-slice float32 kernel tried before the F32
 	// loop: func(dst, src []float32) bool, false when it did not run
-	// (kernels.Logistic below AVX-512).
+	// (kernels.Logistic, Erf and Tanh below AVX-512).
 	F32Slice string
 	// Int is the code for the integer types: signed ones for unary ops, all
 	// of them for binary ops and comparisons.
@@ -56,11 +56,11 @@ var unaryTable = []op{
 	{Name: "Log1p", Float: viaF64("math.Log1p")},
 	{Name: "Sqrt", Float: viaF64("math.Sqrt")},
 	{Name: "Rsqrt", Float: set("T(1 / math.Sqrt(float64(v)))")},
-	{Name: "Tanh", Float: viaF64("math.Tanh")},
+	{Name: "Tanh", Float: viaF64("math.Tanh"), F32: set("float32(math.Tanh(float64(v)))"), F32Slice: "kernels.Tanh"},
 	{Name: "Logistic", Float: viaF64("logistic"), F32: set("logisticf(v)"), F32Slice: "kernels.Logistic"},
 	{Name: "Sin", Float: viaF64("math.Sin")},
 	{Name: "Cos", Float: viaF64("math.Cos")},
-	{Name: "Erf", Float: viaF64("math.Erf"), F32: set("erff(v)")},
+	{Name: "Erf", Float: viaF64("math.Erf"), F32: set("erff(v)"), F32Slice: "kernels.Erf"},
 	{Name: "Floor", Float: viaF64("math.Floor")},
 	{Name: "Ceil", Float: viaF64("math.Ceil")},
 	{Name: "Round", Float: viaF64("math.Round")},
