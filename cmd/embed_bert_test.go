@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -77,19 +79,102 @@ func TestEmbedBert(t *testing.T) {
 	}
 }
 
-// TestEncoderRefusesText: generate, chat, serve and bench on an encoder
-// exit 3 (unsupported) saying that it gives embeddings.
+// TestEncoderRefusesText: generate and bench on an encoder exit 3
+// (unsupported) saying that it gives embeddings (serve serves its
+// embeddings: TestServeEncoder).
 func TestEncoderRefusesText(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}
 	dir := bertModel(t, c, "mean", 16)
 	for _, args := range [][]string{
 		{"generate", "-m", dir, "-p", "hello", "-n", "2"},
 		{"bench", "-m", dir, "--prompt-len", "4", "--gen-len", "2"},
-		{"serve", "-m", dir, "--port", "0"},
 	} {
 		e := genEnv(t)
 		code := e.run(args...)
 		assert.Equal(t, ExitUnsupported, code, "%v: %s", args, e.errOut.String())
 		assert.True(t, strings.Contains(e.errOut.String(), "is an encoder: it gives embeddings"), "%v: %s", args, e.errOut.String())
 	}
+}
+
+// TestServeEncoder: serve on a BERT sentence-transformers model serves
+// its embeddings: the listening event says embeddings only (no slots),
+// /v1/embeddings gives for text the reference encoder's hidden states of
+// the tokenizer's ids pooled as the model's Pooling config says and
+// normalized (inputs beyond max_seq_length cut to it, [SEP] kept), as
+// `tputool embed` does, while the generating endpoints answer 400 and
+// /api/show lists the capability "embedding" alone.
+func TestServeEncoder(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 24, TypeVocab: 2, Eps: 1e-12}
+	dir := bertModel(t, c, "cls", 12)
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	addr, out, stop := serveModelInProcess(t, "--model", dir, "--served-model-name", "minilm")
+	url := "http://" + addr
+
+	var listening map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out(), "\n", 2)[0]), &listening), out())
+	assert.Equal(t, "listening", listening["type"])
+	assert.Equal(t, true, listening["embeddings_only"])
+	assert.EqualValues(t, 0, listening["slots"])
+	assert.EqualValues(t, 24, listening["max_context"], "the model's positions")
+
+	post := func(path, body string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, b
+	}
+
+	texts := []string{"What is a TPU?", "the model runs a matrix processor, what is it?", "hello world"}
+	in, err := json.Marshal(texts)
+	require.NoError(t, err)
+	status, body := post("/v1/embeddings", `{"model":"minilm","input":`+string(in)+`}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var emb struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal(body, &emb))
+	require.Len(t, emb.Data, len(texts))
+	tokens := 0
+	for i, p := range texts {
+		ids, err := tok.Encode(p, true)
+		require.NoError(t, err)
+		if len(ids) > 12 { // max_seq_length: the content cut, [SEP] kept
+			ids = append(ids[:11:11], ids[len(ids)-1])
+		}
+		tokens += len(ids)
+		h, err := bertref.Forward(dir, c, ids)
+		require.NoError(t, err)
+		want := bertref.Pool(h, "cls", true)
+		require.Len(t, emb.Data[i].Embedding, c.Hidden)
+		for j, x := range emb.Data[i].Embedding {
+			assert.InDelta(t, want[j], x, 1e-5, "input %d, value %d", i, j)
+		}
+	}
+	assert.Equal(t, tokens, emb.Usage.PromptTokens)
+
+	status, body = post("/v1/chat/completions", `{"model":"minilm","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusBadRequest, status, string(body))
+	assert.Contains(t, string(body), `is an embedding model: it serves /v1/embeddings and /api/embed only`)
+	assert.Contains(t, string(body), `"invalid_request_error"`)
+	status, body = post("/api/generate", `{"model":"minilm","prompt":"hi"}`)
+	assert.Equal(t, http.StatusBadRequest, status, string(body))
+	assert.JSONEq(t, `{"error":"\"minilm\" does not support generate"}`, string(body))
+	status, body = post("/api/show", `{"model":"minilm"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var show struct {
+		Capabilities []string `json:"capabilities"`
+	}
+	require.NoError(t, json.Unmarshal(body, &show))
+	assert.Equal(t, []string{"embedding"}, show.Capabilities)
+
+	require.Equal(t, ExitOK, stop())
 }

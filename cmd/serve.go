@@ -93,6 +93,11 @@ the OpenAI API: GET /v1/models, POST /v1/completions, POST /v1/chat/completions
 (through the model's chat template), streaming as server-sent events, plus
 GET /health and GET /metrics (Prometheus text). See docs/serve.md.
 
+An encoder (BERT, XLM-RoBERTa: all-MiniLM, bge, e5) gives embeddings only:
+serve answers /v1/embeddings, /api/embed and /api/embeddings for it, the
+generating endpoints answer 400, and --max-batch, --prefill-chunk,
+--prefix-cache and --warmup do not apply.
+
 Requests run together by continuous batching: --max-batch sequences are
 decoded at once in fixed compiled shapes, new requests join between decode
 steps, and long prompts are prefilled in pieces of --prefill-chunk tokens
@@ -293,6 +298,52 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache"+narrowerKV(kv))
 }
 
+// checkEncoderFits refuses an encoder's serving state that the host
+// cannot hold: the keys and values of a group of inputs embedded
+// together (as many as compile.Encoder runs at once), each of up to
+// --max-context positions.
+func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+	var hostMemory int64
+	if hostMemoryFn != nil {
+		hostMemory = hostMemoryFn()
+	}
+	need, ok := lm.StateBytes(m, embedGroup, context, dtype, kv)
+	what := fmt.Sprintf("the state of %d inputs of %d positions embedded together (%d layers, %s)", embedGroup, context, m.Spec().Layers, kvOr(kv, dtype))
+	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))
+}
+
+// servedEngine is serve's engine over a Runner: a compile.Batch for a
+// model that generates, a compile.Encoder for an encoder, as the
+// scheduler takes it.
+type servedEngine struct {
+	serve.Engine
+	// warmup compiles the engine's shapes; nil when it has none to warm
+	// (an encoder's embed programs compile at first use).
+	warmup func() error
+	// close frees the engine's state (not the Runner).
+	close func()
+}
+
+// serveEngine builds the engine of the runner, which it then owns: an
+// encoder's (embeddings only, one row) or continuous batching of
+// --max-batch slots; slots is what the listening line reports, 0 for an
+// encoder, which decodes no sequences.
+func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling compile.Pooling, embeddingsOnly bool) (e servedEngine, slots int, err error) {
+	if embeddingsOnly {
+		enc, err := compile.NewEncoder(r, compile.EncoderOptions{Pooling: pooling, MaxContext: maxContext})
+		if err != nil {
+			return servedEngine{}, 0, err
+		}
+		return servedEngine{Engine: serve.Adapt(enc), close: func() {}}, 0, nil
+	}
+	batch, err := compile.NewBatch(r, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
+		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling})
+	if err != nil {
+		return servedEngine{}, 0, err
+	}
+	return servedEngine{Engine: serve.Adapt(batch), warmup: batch.Warmup, close: batch.Close}, opts.MaxBatch, nil
+}
+
 // compileCounter counts the executables compiled: all of them, and those
 // compiled after the server started listening (recompiles: with --warmup
 // there should be none).
@@ -348,44 +399,53 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if spec.Encoder {
-		return compile.EncoderError(spec)
-	}
+	// An encoder (BERT, XLM-RoBERTa) gives embeddings only: it is served
+	// by the embeddings endpoints, without slots, prefix cache or
+	// warm-up (compile.Encoder), and the generating endpoints answer 400.
+	embeddingsOnly := spec.Encoder
 	maxContext, err := servedContext(opts.MaxContext, spec.MaxPositions)
 	if err != nil {
 		return err
 	}
-	if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory); err != nil {
-		return err
-	}
-	if need, ok := lm.StateBytes(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.KVDType); ok {
-		rep.Debugf("KV caches: up to %s for %d slots of %d positions, held as %s", humanize.Bytes(need), opts.MaxBatch, maxContext, kvHeld(opts.KVDType, dtype))
+	if embeddingsOnly {
+		rep.Debugf("%s is an encoder: serving embeddings only (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
+		if err := checkEncoderFits(loaded.Model, maxContext, dtype, opts.KVDType, opts.HostMemory); err != nil {
+			return err
+		}
+	} else {
+		if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory); err != nil {
+			return err
+		}
+		if need, ok := lm.StateBytes(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.KVDType); ok {
+			rep.Debugf("KV caches: up to %s for %d slots of %d positions, held as %s", humanize.Bytes(need), opts.MaxBatch, maxContext, kvHeld(opts.KVDType, dtype))
+		}
 	}
 	// The sampling settings of a request: its fields over the model's
 	// generation_config.json; checked once here, so a broken file fails
-	// at start rather than at every request.
+	// at start rather than at every request (an encoder's is never read).
 	resolve := func(o generate.Overrides) (generate.Options, error) {
 		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), o)
 	}
-	if _, err := resolve(generate.Overrides{}); err != nil {
-		return err
+	if !embeddingsOnly {
+		if _, err := resolve(generate.Overrides{}); err != nil {
+			return err
+		}
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
 		return err
 	}
 	defer runner.Close()
-	batch, err := compile.NewBatch(runner, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
-		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling})
+	engine, slots, err := serveEngine(runner, opts, maxContext, pooling, embeddingsOnly)
 	if err != nil {
 		return err
 	}
-	defer batch.Close()
+	defer engine.close()
 	counter := &compileCounter{stats: runner.Stats}
-	if opts.Warmup {
+	if opts.Warmup && engine.warmup != nil {
 		rep.Infof("warming up: compiling the shapes of %d slots and %d-token prefill pieces…", opts.MaxBatch, opts.PrefillChunk)
 		t := opts.Now()
-		if err := batch.Warmup(); err != nil {
+		if err := engine.warmup(); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 		rep.Debugf("warm-up: %d executables in %s", runner.Stats().Executables, opts.Now().Sub(t).Round(time.Millisecond))
@@ -400,7 +460,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		name = modelLabel(m)
 	}
 	metrics := serve.NewMetrics(counter.counts)
-	sched := serve.New(serve.Adapt(batch), serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
+	sched := serve.New(engine.Engine, serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
 	api := serve.NewServer(sched, serve.ServerOptions{
 		ModelName:      name,
 		Tokenizer:      tok,
@@ -420,6 +480,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Metrics:        metrics,
 		Reasoning:      serve.ReasoningOf(tmpl),
 		Harmony:        serve.IsHarmony(tmpl),
+		EmbeddingsOnly: embeddingsOnly,
 		Pprof:          opts.Pprof,
 		Now:            opts.Now,
 	})
@@ -442,14 +503,18 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
-	rep.Event("listening", fmt.Sprintf("serving %s on http://%s (%d slots, context %d, queue %d; ready in %s)",
-		name, addr, opts.MaxBatch, maxContext, opts.MaxQueue, opts.Now().Sub(start).Round(time.Millisecond)),
-		map[string]any{"address": addr, "model": name, "slots": opts.MaxBatch, "max_context": maxContext, "max_queue": opts.MaxQueue})
+	what := fmt.Sprintf("%d slots", slots)
+	if embeddingsOnly {
+		what = "embeddings only"
+	}
+	rep.Event("listening", fmt.Sprintf("serving %s on http://%s (%s, context %d, queue %d; ready in %s)",
+		name, addr, what, maxContext, opts.MaxQueue, opts.Now().Sub(start).Round(time.Millisecond)),
+		map[string]any{"address": addr, "model": name, "slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue, "embeddings_only": embeddingsOnly})
 	var nd *ui.NDJSON
 	if opts.JSON {
 		nd = ui.NewNDJSON(opts.IO.Out)
 		nd.Write(map[string]any{"type": "listening", "address": addr, "url": "http://" + addr, "model": name,
-			"slots": opts.MaxBatch, "max_context": maxContext, "max_queue": opts.MaxQueue})
+			"slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue, "embeddings_only": embeddingsOnly})
 	}
 
 	// Serve until the first SIGINT/SIGTERM cancels ctx (Main's signal

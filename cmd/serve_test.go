@@ -168,6 +168,13 @@ func TestServedContext(t *testing.T) {
 // returns its exit code.
 func serveInProcess(t *testing.T, args ...string) (addr string, out func() string, stop func() ExitCode) {
 	t.Helper()
+	return serveModelInProcess(t, append([]string{"--model", storiesDir, "--max-batch", "2", "--max-context", "128"}, args...)...)
+}
+
+// serveModelInProcess is serveInProcess with serve's arguments args (the
+// model's among them) after --json serve --port 0.
+func serveModelInProcess(t *testing.T, args ...string) (addr string, out func() string, stop func() ExitCode) {
+	t.Helper()
 	e := genEnv(t)
 	lines := make(chan string, 16)
 	var mu sync.Mutex
@@ -188,7 +195,7 @@ func serveInProcess(t *testing.T, args ...string) (addr string, out func() strin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan ExitCode, 1)
 	go func() {
-		done <- Run(ctx, e.f, append([]string{"--json", "serve", "--model", storiesDir, "--port", "0", "--max-batch", "2", "--max-context", "128"}, args...))
+		done <- Run(ctx, e.f, append([]string{"--json", "serve", "--port", "0"}, args...))
 	}()
 	for addr == "" {
 		select {

@@ -12,7 +12,8 @@
 // biased projections, a GELU MLP, and attention in both directions. It
 // has no language-model head: Spec().Encoder is set, so tputool runs it
 // for embeddings (compile.Runner.Embed, which runs an input in one step)
-// and the generating commands refuse it. The *ForMaskedLM classes load
+// and the generating commands refuse it (serve serves its embeddings
+// alone, through compile.Encoder). The *ForMaskedLM classes load
 // as their encoder, the prediction head skipped, as their checkpoints
 // are how bert-base-uncased and xlm-roberta-base are published.
 //

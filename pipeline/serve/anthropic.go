@@ -153,7 +153,10 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, x *exchange) {
 // countTokens answers POST /v1/messages/count_tokens: {"input_tokens":
 // N}, the tokens of the prompt /v1/messages would render of the same
 // request (system, tools and messages), planned as it would be and not
-// run. max_tokens and stream are accepted and ignored.
+// run. max_tokens and stream are accepted and ignored. For a model that
+// only gives embeddings (ServerOptions.EmbeddingsOnly) it is a 400, as
+// /v1/messages is: it counts the prompt of a request the model cannot
+// answer.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, x *exchange) {
 	var req anthropicRequest
 	if err := decodeBody(r, &req); err != nil {

@@ -156,6 +156,9 @@ func (s *Server) chatPlan(ctx context.Context, req *chatRequest) (*plan, error) 
 	if err := s.checkModel(req.Model); err != nil {
 		return nil, err
 	}
+	if err := s.noGeneration(); err != nil {
+		return nil, err
+	}
 	maxParam, maxTokens := "max_tokens", req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxParam, maxTokens = "max_completion_tokens", req.MaxCompletionTokens

@@ -185,6 +185,9 @@ func (s *Server) completionPlan(req *completionRequest) (*plan, error) {
 	if err := s.checkModel(req.Model); err != nil {
 		return nil, err
 	}
+	if err := s.noGeneration(); err != nil {
+		return nil, err
+	}
 	o, n, err := req.check("max_tokens", req.MaxTokens)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,10 @@ import (
 )
 
 // Engine runs sequences in the rows of a decode batch over fixed compiled
-// shapes (compile.Batch, through Adapt). Calls come from one goroutine.
+// shapes (compile.Batch, through Adapt; compile.Encoder for an encoder,
+// which only embeds: one row, and no prefill nor decode, which the
+// server does not ask of it under ServerOptions.EmbeddingsOnly). Calls
+// come from one goroutine.
 // It is the whole contract between the scheduler and the model: the
 // scheduler asks nothing else of it.
 //

@@ -339,6 +339,10 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *excha
 		writeOllamaError(w, err)
 		return
 	}
+	if err := s.ollamaNoGeneration(&req.ollamaCommon, req.Prompt == "", "generate"); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
 	if req.Prompt == "" {
 		s.ollamaLoaded(w, &req.ollamaCommon, false)
 		return
@@ -349,6 +353,29 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, x *excha
 		return
 	}
 	s.ollamaRun(w, r, x, &req.ollamaCommon, p, false, !req.Raw)
+}
+
+// ollamaNoGeneration is ollama's answer to /api/generate or /api/chat
+// (endpoint "generate" or "chat") for a model that only gives embeddings
+// (ServerOptions.EmbeddingsOnly): another model's name is the 404 it
+// always is, and the served one a 400 in ollama's words, `"NAME" does
+// not support generate` (or chat), NAME as the request wrote it. A
+// request that unloads the model (nothing to generate, keep_alive 0) is
+// answered as for any model, as ollama answers it before it checks what
+// the model can do; one that loads it (nothing to generate) is refused,
+// as ollama refuses it. nil for a model that generates.
+func (s *Server) ollamaNoGeneration(c *ollamaCommon, nothing bool, endpoint string) error {
+	if !s.o.EmbeddingsOnly || (nothing && keepAliveZero(c.KeepAlive)) {
+		return nil
+	}
+	if err := s.checkOllamaModel(c.Model); err != nil {
+		return err
+	}
+	name := c.Model
+	if name == "" {
+		name = s.ollamaModelName()
+	}
+	return badRequest("model", "%q does not support %s", name, endpoint)
 }
 
 // ollamaLoaded answers a request with nothing to generate, which ollama's
@@ -550,6 +577,10 @@ func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, pr
 func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, x *exchange) {
 	var req ollamaChatRequest
 	if err := decodeOllama(r, &req); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	if err := s.ollamaNoGeneration(&req.ollamaCommon, len(req.Messages) == 0, "chat"); err != nil {
 		writeOllamaError(w, err)
 		return
 	}

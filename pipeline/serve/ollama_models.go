@@ -104,12 +104,17 @@ func (s *Server) ollamaTags(w http.ResponseWriter, _ *http.Request, _ *exchange)
 }
 
 // ollamaCapabilities are the model's capabilities as /api/show lists
-// them: "completion"; "tools" when its template has call markup tputool
-// parses; "thinking" when it has reasoning markup (or is harmony).
-// "embedding" is left out, though /api/embed serves any model: ollama
-// lists it for embedding models only, and its CLI then runs the model
-// as one (embedding its prompt instead of chatting).
+// them: "embedding" alone for a model that only gives embeddings
+// (ServerOptions.EmbeddingsOnly), as ollama lists an embedding model's;
+// else "completion", "tools" when its template has call markup tputool
+// parses, and "thinking" when it has reasoning markup (or is harmony).
+// A generative model does not list "embedding", though /api/embed
+// serves it: ollama lists it for embedding models only, and its CLI then
+// runs the model as one (embedding its prompt instead of chatting).
 func (s *Server) ollamaCapabilities() []string {
+	if s.o.EmbeddingsOnly {
+		return []string{"embedding"}
+	}
 	caps := []string{"completion"}
 	if ToolFormatOf(s.o.Template) != "" {
 		caps = append(caps, "tools")

@@ -84,6 +84,16 @@ type ServerOptions struct {
 	// (GPT-OSS: IsHarmony): chat answers are decoded with their special
 	// tokens and split into reasoning, content and tool calls.
 	Harmony bool
+	// EmbeddingsOnly says the model gives embeddings and generates
+	// nothing (an encoder: BERT, XLM-RoBERTa; compile.Encoder is its
+	// engine): /v1/embeddings, /api/embed and /api/embeddings serve it,
+	// while the generating endpoints (/v1/completions,
+	// /v1/chat/completions, /v1/messages and its count_tokens,
+	// /api/generate, /api/chat) answer 400 in their API's error shape
+	// without reaching the scheduler, and /api/show lists the capability
+	// "embedding" alone. The model list, /health and /metrics are as for
+	// any model.
+	EmbeddingsOnly bool
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ (the
 	// index, cmdline, profile, symbol, trace and the named profiles:
 	// heap, allocs, goroutine…), behind APIKey like /v1: a CPU profile of
@@ -101,7 +111,9 @@ type ServerOptions struct {
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
 // and /api/ps (ollama_models.go), GET /health and GET /metrics. Every
 // error is answered in OpenAI's error shape, except under /v1/messages,
-// in Anthropic's, and under / and /api/, in ollama's.
+// in Anthropic's, and under / and /api/, in ollama's. A model that only
+// gives embeddings (ServerOptions.EmbeddingsOnly) is served by the
+// embeddings endpoints and the model list alone.
 type Server struct {
 	sched    *Scheduler
 	o        ServerOptions
@@ -419,6 +431,19 @@ func (s *Server) submit(ctx context.Context, reqs []Request) ([]*Stream, context
 		streams[i] = st
 	}
 	return streams, cancel, nil
+}
+
+// noGeneration is the 400 of the generating endpoints of OpenAI's and
+// Anthropic's APIs (completions, chat completions, messages and
+// count_tokens) for a model that only gives embeddings
+// (ServerOptions.EmbeddingsOnly), as OpenAI refuses a model that an
+// endpoint does not serve (invalid_request_error about param model);
+// nil for a model that generates.
+func (s *Server) noGeneration() error {
+	if !s.o.EmbeddingsOnly {
+		return nil
+	}
+	return badRequest("model", "model %q is an embedding model: it serves /v1/embeddings and /api/embed only", s.o.ModelName)
 }
 
 // schedulerError turns Submit's error into the API's: 429 for a full

@@ -1,0 +1,129 @@
+package compile
+
+import (
+	"fmt"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// EncoderOptions configure an Encoder.
+type EncoderOptions struct {
+	// Pooling is how Embed pools an input's final hidden states.
+	Pooling Pooling
+	// MaxContext is the longest input, in tokens; 0 means the model's max
+	// positions.
+	MaxContext int
+}
+
+// Encoder is the server's engine (serve.Engine, through serve.Adapt) for
+// an encoder (lm.Spec.Encoder: BERT, XLM-RoBERTa), which gives embeddings
+// and generates nothing: Embed runs inputs through Runner.Embed, and the
+// engine has one row that never holds a sequence. Its prefills and kept
+// caches would be a Batch's types, but it makes none: StartPrefill,
+// Insert, Decode, Keep and StartPrefillFrom are EncoderError (the server
+// refuses generating requests before they reach it:
+// serve.ServerOptions.EmbeddingsOnly). It owns its Runner: nothing else
+// may run on it. It is used from one goroutine (the server's engine
+// loop).
+type Encoder struct {
+	r *Runner
+	o EncoderOptions
+}
+
+// NewEncoder prepares serving embeddings of r, an encoder's Runner, which
+// it then owns. A Runner of a model that is not an encoder is refused
+// (NewBatch serves it), and so is one sharded over several devices.
+func NewEncoder(r *Runner, o EncoderOptions) (*Encoder, error) {
+	if !r.spec.Encoder {
+		return nil, fmt.Errorf("NewEncoder: %s is not an encoder (lm.Spec.Encoder): want an encoder's Runner (a causal model is served by NewBatch): %w", r.spec.Architecture, errs.ErrUsage)
+	}
+	if r.tp != nil {
+		field, v := "TP", r.opts.TP
+		if v <= 1 {
+			field, v = "DP", r.opts.DP
+		}
+		return nil, &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrUnsupported,
+			Reason: "embeddings run on one device: run one device per server"}
+	}
+	if o.MaxContext == 0 {
+		o.MaxContext = r.spec.MaxPositions
+	}
+	if o.MaxContext < 1 || o.MaxContext > r.spec.MaxPositions {
+		return nil, &OptionError{Owner: "EncoderOptions", Option: "MaxContext", Value: o.MaxContext,
+			Want: fmt.Sprintf("1 to the model's %d positions (max_position_embeddings)", r.spec.MaxPositions)}
+	}
+	return &Encoder{r: r, o: o}, nil
+}
+
+// Slots is 1: the engine's one row, which never holds a sequence.
+func (e *Encoder) Slots() int { return 1 }
+
+// MaxContext is the longest input, in tokens.
+func (e *Encoder) MaxContext() int { return e.o.MaxContext }
+
+// Rows is 1.
+func (e *Encoder) Rows() int { return 1 }
+
+// RowBucket is 1, whatever k.
+func (e *Encoder) RowBucket(int) int { return 1 }
+
+// Relayout accepts the one-row layout, from = [-1] or [0], and changes
+// nothing; any other is an error.
+func (e *Encoder) Relayout(from []int) error {
+	if len(from) == 1 && (from[0] == -1 || from[0] == 0) {
+		return nil
+	}
+	return fmt.Errorf("encoder: relayout to %v: want the one row, [-1] or [0]", from)
+}
+
+// MaxPrefill is the most inputs Embed runs together: 8, as a Batch
+// prefills and `tputool embed` groups them.
+func (e *Encoder) MaxPrefill() int { return maxPrefillRows }
+
+// PrefillGroup puts any inputs together: one key, MaxPrefill of them.
+func (e *Encoder) PrefillGroup([]int) (key, most int) { return 0, e.MaxPrefill() }
+
+// StartPrefill is EncoderError: an encoder generates nothing.
+func (e *Encoder) StartPrefill([][]int) (*BatchPrefill, error) { return nil, EncoderError(e.r.spec) }
+
+// Insert is EncoderError: an encoder generates nothing.
+func (e *Encoder) Insert(*BatchPrefill, int, int) error { return EncoderError(e.r.spec) }
+
+// Decode is EncoderError: an encoder generates nothing.
+func (e *Encoder) Decode([]int, []int) ([][]float32, error) { return nil, EncoderError(e.r.spec) }
+
+// Free does nothing: no row holds a sequence.
+func (e *Encoder) Free(int) {}
+
+// KeepsPrefixes is false: there are no prompt caches to keep.
+func (e *Encoder) KeepsPrefixes() bool { return false }
+
+// Keep is EncoderError: an encoder generates nothing.
+func (e *Encoder) Keep(*BatchPrefill, int) (*Kept, error) { return nil, EncoderError(e.r.spec) }
+
+// Saving is 0: no prefill starts from a kept cache.
+func (e *Encoder) Saving(int, int) int { return 0 }
+
+// StartPrefillFrom is EncoderError: an encoder generates nothing.
+func (e *Encoder) StartPrefillFrom([]int, *Kept) (*BatchPrefill, error) {
+	return nil, EncoderError(e.r.spec)
+}
+
+// Embed runs prompts (at least one, each of 1 to MaxContext tokens)
+// through the encoder together and returns each one's final hidden states
+// pooled by EncoderOptions.Pooling (Runner.Embed), not normalized. Its
+// executables compile at first use of each shape.
+func (e *Encoder) Embed(prompts [][]int) ([][]float32, error) {
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("embed: no inputs, want at least one")
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, errs.Usagef("input %d is empty", i)
+		}
+		if len(p) > e.o.MaxContext {
+			return nil, errs.Usagef("input %d of %d tokens is beyond the context of %d tokens", i, len(p), e.o.MaxContext)
+		}
+	}
+	return e.r.Embed(prompts, e.o.Pooling)
+}
