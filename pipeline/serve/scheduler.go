@@ -657,7 +657,9 @@ type embedJob struct {
 // Embed queues prompts for their pooled final hidden states
 // (Engine.Embed, not normalized) and waits for them. The scheduler runs
 // them in groups of up to the engine's MaxPrefill between two decode
-// steps, as it runs prefill pieces, so running sequences go on. It
+// steps, as it runs prefill pieces, so running sequences go on; the
+// shortest run together (as `tputool embed` groups them), so that a
+// group pads little, and the vectors come back in the prompts' order. It
 // returns ErrQueueFull when the queue is full, ErrClosed after Shutdown,
 // and ctx's error when ctx ends first.
 func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, error) {
@@ -669,6 +671,28 @@ func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, er
 			return nil, fmt.Errorf("prompt %d to embed is empty", i)
 		}
 	}
+	order := make([]int, len(prompts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(prompts[a]) - len(prompts[b]) })
+	sorted := make([][]int, len(prompts))
+	for i, j := range order {
+		sorted[i] = prompts[j]
+	}
+	vecs, err := s.embedSorted(ctx, sorted)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(vecs))
+	for i, j := range order {
+		out[j] = vecs[i]
+	}
+	return out, nil
+}
+
+// embedSorted is Embed of prompts in the order they run.
+func (s *Scheduler) embedSorted(ctx context.Context, prompts [][]int) ([][]float32, error) {
 	e := &embedJob{ctx: ctx, prompts: prompts, done: make(chan error, 1)}
 	s.mu.Lock()
 	if err := s.refusal(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -476,6 +477,61 @@ type groupRecorder struct {
 func (g *groupRecorder) StartPrefill(prompts [][]int) (Prefill, error) {
 	g.on(prompts)
 	return g.Engine.StartPrefill(prompts)
+}
+
+// groupsEngine is a countEngine that records the prompt lengths of each
+// group it embeds.
+type groupsEngine struct {
+	*countEngine
+	groups [][]int
+}
+
+func (g *groupsEngine) Embed(prompts [][]int) ([][]float32, error) {
+	var lens []int
+	for _, p := range prompts {
+		lens = append(lens, len(p))
+	}
+	g.groups = append(g.groups, lens)
+	return g.countEngine.Embed(prompts)
+}
+
+// TestSchedulerEmbedByLength: a request's prompts run the shortest
+// together (groups of the engine's MaxPrefill over the prompts sorted by
+// length, ties in their order), and the vectors come back in the
+// prompts' order.
+func TestSchedulerEmbedByLength(t *testing.T) {
+	e := &groupsEngine{countEngine: newCountEngine(t, 2, 0)}
+	s, stop := startScheduler(t, e, Config{MaxQueue: 8})
+	defer stop()
+	lens := []int{9, 1, 30, 2, 9, 17, 3, 1, 25, 4, 12, 5}
+	var prompts [][]int
+	for i, n := range lens {
+		p := make([]int, n)
+		for j := range p {
+			p[j] = 3 + i
+		}
+		prompts = append(prompts, p)
+	}
+	vecs, err := s.Embed(context.Background(), prompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := sumEmbed{}.Embed(prompts)
+	if fmt.Sprint(vecs) != fmt.Sprint(want) {
+		t.Errorf("vectors %v, want %v", vecs, want)
+	}
+	sorted := slices.Clone(lens)
+	slices.Sort(sorted)
+	var got []int
+	for _, g := range e.groups {
+		if len(g) > e.MaxPrefill() {
+			t.Errorf("a group of %d prompts, more than MaxPrefill %d", len(g), e.MaxPrefill())
+		}
+		got = append(got, g...)
+	}
+	if !slices.Equal(got, sorted) {
+		t.Errorf("groups %v: want the lengths in order, %v", e.groups, sorted)
+	}
 }
 
 // TestSchedulerEmbed: embeddings run in groups of the engine's
