@@ -592,3 +592,18 @@ func convertLoop[D, S number](dst []D, src []S) {
 		dst[i] = D(v)
 	}
 }
+
+// arithOf is the kernels.Arith of an f32 operation ArithF32 runs.
+func arithOf(op backends.OpType) (kernels.Arith, bool) {
+	switch op {
+	case backends.OpTypeAdd:
+		return kernels.ArithAdd, true
+	case backends.OpTypeSub:
+		return kernels.ArithSub, true
+	case backends.OpTypeMul:
+		return kernels.ArithMul, true
+	case backends.OpTypeDiv:
+		return kernels.ArithDiv, true
+	}
+	return 0, false
+}

@@ -480,9 +480,15 @@ func binaryBool(op backends.OpType, dst, a, c []bool) bool {
 }
 
 // binaryLoop computes dst = a op c; a or c may have one element (scalar).
-// The Fast ops have one loop per operand layout, chosen before the loop;
-// the others go element by element through binaryScalar.
+// f32 Add, Sub, Mul and Div take kernels.ArithF32 (AVX-512, the same
+// bits); the Fast ops have one loop per operand layout, chosen before the
+// loop; the others go element by element through binaryScalar.
 func binaryLoop[T number](op backends.OpType, dst, a, c []T) {
+	if d, ok := any(dst).([]float32); ok && len(d) >= 16 {
+		if k, ok := arithOf(op); ok && kernels.ArithF32(k, d, any(a).([]float32), any(c).([]float32)) {
+			return
+		}
+	}
 	n := len(dst)
 	switch {
 	case len(a) == n && len(c) == n:

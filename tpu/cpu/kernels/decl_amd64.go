@@ -199,3 +199,35 @@ func axpyAVX2(alpha float32, x, y *float32, n int)
 
 //go:noescape
 func dotInt4Q8x4VNNI(q *int8, corr *int32, sa *float32, qs, cs int, packed, codes *byte, npairs, nrows int, table *float32, tstride int, c *float32, ldc int)
+
+// Elementwise f32 arithmetic (arith_amd64.s): n a positive multiple of 16.
+
+//go:noescape
+func addVVAVX512(dst, a, c *float32, n int)
+
+//go:noescape
+func subVVAVX512(dst, a, c *float32, n int)
+
+//go:noescape
+func mulVVAVX512(dst, a, c *float32, n int)
+
+//go:noescape
+func divVVAVX512(dst, a, c *float32, n int)
+
+//go:noescape
+func addVSAVX512(dst, a *float32, c float32, n int)
+
+//go:noescape
+func subVSAVX512(dst, a *float32, c float32, n int)
+
+//go:noescape
+func mulVSAVX512(dst, a *float32, c float32, n int)
+
+//go:noescape
+func divVSAVX512(dst, a *float32, c float32, n int)
+
+//go:noescape
+func subSVAVX512(dst *float32, a float32, c *float32, n int)
+
+//go:noescape
+func divSVAVX512(dst *float32, a float32, c *float32, n int)

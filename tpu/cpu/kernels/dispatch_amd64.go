@@ -712,6 +712,57 @@ func rowsAVX512(dst, src []float32, k func(dst, src *float32, n int)) bool {
 	return true
 }
 
+// ArithF32 computes dst = a op c elementwise, a and c of dst's length or
+// one value (broadcast), with AVX-512 over the first len(dst)&^15
+// elements and Go over the rest, and reports true; below AVX-512 it
+// reports false and writes nothing (the caller's loop runs). Each element
+// is the one IEEE operation, so the results are the scalar loop's bits.
+// dst may alias a or c.
+func ArithF32(op Arith, dst, a, c []float32) bool {
+	if level != levelAVX512 {
+		return false
+	}
+	n := len(dst)
+	nm := n &^ 15
+	if nm > 0 {
+		switch {
+		case len(a) == 1 && len(c) == 1:
+			nm = 0 // a constant: the Go loop
+		case len(c) == 1:
+			_ = a[nm-1]
+			vs := [...]func(*float32, *float32, float32, int){addVSAVX512, subVSAVX512, mulVSAVX512, divVSAVX512}[op]
+			vs(&dst[0], &a[0], c[0], nm)
+		case len(a) == 1:
+			_ = c[nm-1]
+			switch op {
+			case ArithAdd:
+				addVSAVX512(&dst[0], &c[0], a[0], nm)
+			case ArithMul:
+				mulVSAVX512(&dst[0], &c[0], a[0], nm)
+			case ArithSub:
+				subSVAVX512(&dst[0], a[0], &c[0], nm)
+			default:
+				divSVAVX512(&dst[0], a[0], &c[0], nm)
+			}
+		default:
+			_, _ = a[n-1], c[n-1]
+			vv := [...]func(*float32, *float32, *float32, int){addVVAVX512, subVVAVX512, mulVVAVX512, divVVAVX512}[op]
+			vv(&dst[0], &a[0], &c[0], nm)
+		}
+	}
+	if nm < n {
+		ta, tc := a, c
+		if len(a) > 1 {
+			ta = a[nm:n]
+		}
+		if len(c) > 1 {
+			tc = c[nm:n]
+		}
+		arithScalar(op, dst[nm:], ta, tc)
+	}
+	return true
+}
+
 // gemvRowsFP8 computes c[j] = Σ_p a[p]·e4m3(b[j, p]) for the len(c) rows
 // of b (stride ldb), with a the activations lifted by fp8Lift (fp8.go).
 // The AVX-512 and AVX2 kernels sum the lifted activations times the E4M3

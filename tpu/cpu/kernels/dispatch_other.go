@@ -131,3 +131,6 @@ func dotInt8Q8(r *q8Lanes, b []int8, ldb int, sw []float32, ng int, c []float32)
 func smallMInt8(m, n, k int, a []float32, lda int, b []int8, ldb int, scales []float32, ng, g int, c []float32, ldc int) bool {
 	return false
 }
+
+// ArithF32 has no portable kernel: the caller's loop runs.
+func ArithF32(op Arith, dst, a, c []float32) bool { return false }
