@@ -43,8 +43,8 @@ func NewCmdEmbed(f *Factory, runF func(context.Context, *EmbedOptions) error) *c
 		Long: `Print an embedding of each input: the model's final hidden states (after its
 final norm) pooled over the input's tokens and normalized to unit length, as
 serve's /v1/embeddings answers them. Decoders (Qwen3-Embedding) and the
-BERT-family encoders (BertModel, XLMRobertaModel: all-MiniLM, bge, e5,
-bge-m3) both run. --pooling auto (the default) pools as the model's
+BERT-family encoders (BertModel, XLMRobertaModel, MPNetModel: all-MiniLM,
+all-mpnet, bge, e5, bge-m3) both run. --pooling auto (the default) pools as the model's
 sentence-transformers config says (Qwen3-Embedding: the last token;
 all-MiniLM: the mean; bge: the first, CLS, token), else by the mean for an
 encoder and the last token for a decoder; --pooling last, mean or cls

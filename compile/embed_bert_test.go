@@ -15,20 +15,25 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
-// TestEmbedEncoders: a BERT and an XLM-RoBERTa encoder, written with
+// TestEmbedEncoders: BERT, XLM-RoBERTa and MPNet encoders, written with
 // transformers' tensor names, give through Embed the pooled hidden
-// states of the float64 reference (bertref: BertModel's forward written
-// from modeling_bert.py), for a batch of inputs of unequal lengths
-// (left-padded together: positions, the padding mask and the CLS token
-// each row's own), by the mean and by the first token, in both modes on
-// both CPU backends. The BERT checkpoint is a BertForPreTraining's (its
-// encoder under bert., LayerNorm.gamma and .beta, the pooler, the MLM
-// head and the position_ids buffer), which loads as its encoder.
+// states of the float64 reference (bertref: the forwards written from
+// modeling_bert.py and modeling_mpnet.py), for a batch of inputs of
+// unequal lengths (left-padded together: positions, the padding mask,
+// MPNet's relative position bias and the CLS token each row's own), by
+// the mean and by the first token, in both modes on both CPU backends.
+// The BERT checkpoint is a BertForPreTraining's (its encoder under bert.,
+// LayerNorm.gamma and .beta, the pooler, the MLM head and the
+// position_ids buffer), one MPNet an MPNetForMaskedLM's with a larger
+// bias table than its 32 buckets read; both load as their encoders.
 func TestEmbedEncoders(t *testing.T) {
 	for _, c := range []bertref.Config{
 		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12,
 			Arch: "BertForPreTraining", Prefix: "bert.", GammaBeta: true, Pooler: true, PositionIDs: true, MLMHead: true},
 		{Vocab: 64, Hidden: 32, Layers: 3, Heads: 2, Intermediate: 40, MaxPositions: 42, TypeVocab: 1, Eps: 1e-5, Roberta: true},
+		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 42, Eps: 1e-5, MPNet: true},
+		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 42, Eps: 1e-5, MPNet: true,
+			Arch: "MPNetForMaskedLM", Prefix: "mpnet.", MLMHead: true, Buckets: 40},
 	} {
 		dir := t.TempDir()
 		if err := bertref.Write(dir, c, 7); err != nil {

@@ -2,10 +2,15 @@
 // embedding models are built on, following transformers'
 // models/bert/modeling_bert.py (BertModel: "BERT: Pre-training of Deep
 // Bidirectional Transformers for Language Understanding", Devlin et al.,
-// 2019, arXiv:1810.04805) and models/xlm_roberta/modeling_xlm_roberta.py
+// 2019, arXiv:1810.04805), models/xlm_roberta/modeling_xlm_roberta.py
 // (XLMRobertaModel and RobertaModel, the same encoder with positions
-// counted from pad_token_id + 1): sentence-transformers/all-MiniLM-L6-v2,
-// BAAI/bge-*-en-v1.5, intfloat/e5-*, BAAI/bge-m3 and the like.
+// counted from pad_token_id + 1) and models/mpnet/modeling_mpnet.py
+// (MPNetModel: "MPNet: Masked and Permuted Pre-training for Language
+// Understanding", Song et al., 2020, arXiv:2004.09297; RoBERTa's
+// positions, no token types, and a T5-style relative position bias per
+// head shared by the layers): sentence-transformers/all-MiniLM-L6-v2 and
+// all-mpnet-base-v2, BAAI/bge-*-en-v1.5, intfloat/e5-*, BAAI/bge-m3 and
+// the like.
 //
 // The encoder has absolute position embeddings and a token-type
 // embedding, post-norm layers (LayerNorm after each residual sum) with
@@ -27,10 +32,13 @@ package bert
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -43,6 +51,7 @@ import (
 var (
 	bertArchs    = []string{"BertModel", "BertForMaskedLM", "BertForPreTraining"}
 	robertaArchs = []string{"RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForMaskedLM"}
+	mpnetArchs   = []string{"MPNetModel", "MPNetForMaskedLM"}
 )
 
 func init() {
@@ -50,6 +59,9 @@ func init() {
 		lm.Register(a, New)
 	}
 	for _, a := range robertaArchs {
+		lm.Register(a, New)
+	}
+	for _, a := range mpnetArchs {
 		lm.Register(a, New)
 	}
 }
@@ -75,6 +87,9 @@ type Config struct {
 	PadTokenID            *int     `json:"pad_token_id"`
 	PositionEmbeddingType string   `json:"position_embedding_type"`
 	IsDecoder             bool     `json:"is_decoder"`
+	// RelativeBuckets is MPNet's relative_attention_num_buckets: the rows
+	// of its bias table.
+	RelativeBuckets *int `json:"relative_attention_num_buckets"`
 }
 
 // Options are a resolved encoder's hyperparameters.
@@ -89,6 +104,11 @@ type Options struct {
 	PositionOffset int
 	Eps            float64
 	Act            func(*Node) *Node
+	// MPNet: no token types, and a relative position bias per head
+	// (encoder.relative_attention_bias.weight, RelativeBuckets rows)
+	// added to every layer's attention scores.
+	MPNet           bool
+	RelativeBuckets int
 }
 
 // New builds an encoder from its config.json.
@@ -99,15 +119,15 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err
 	}
-	roberta := false
-	for _, a := range robertaArchs {
-		roberta = roberta || a == arch
-	}
+	roberta, mpnet := slices.Contains(robertaArchs, arch), slices.Contains(mpnetArchs, arch)
 	pad := 0
 	if roberta {
 		pad = 1 // RobertaConfig's and XLMRobertaConfig's pad_token_id
 	}
 	pad = lm.Or(c.PadTokenID, pad)
+	if mpnet {
+		pad = 1 // MPNetEmbeddings' padding_idx, whatever pad_token_id says
+	}
 	if c.IsDecoder {
 		return nil, errs.Unsupportedf("%s: is_decoder is set: tputool runs %s as an encoder only", where, arch)
 	}
@@ -118,9 +138,18 @@ func New(cfg *config.File) (lm.Model, error) {
 		Positions: lm.Or(c.MaxPositionEmbeddings, 512),
 		TypeVocab: lm.Or(c.TypeVocabSize, 2),
 		Eps:       lm.Or(c.LayerNormEps, 1e-12),
+		MPNet:     mpnet,
 	}
-	if roberta {
+	if roberta || mpnet {
 		o.PositionOffset = pad + 1
+	}
+	if mpnet {
+		o.TypeVocab = 0 // MPNet has no token types
+		// compute_position_bias buckets distances into 32 whatever the
+		// table's size; a smaller table could not be indexed.
+		if o.RelativeBuckets = lm.Or(c.RelativeBuckets, 32); o.RelativeBuckets < mpnetBuckets {
+			return nil, fmt.Errorf("%s: relative_attention_num_buckets %d: MPNet's position bias reads %d buckets", where, o.RelativeBuckets, mpnetBuckets)
+		}
 	}
 	s := lm.Spec{
 		Architecture: arch,
@@ -147,7 +176,7 @@ func New(cfg *config.File) (lm.Model, error) {
 		}
 		return nil, err
 	}
-	if o.TypeVocab < 1 {
+	if o.TypeVocab < 1 && !mpnet {
 		return nil, fmt.Errorf("%s: type_vocab_size must be positive, got %d", where, o.TypeVocab)
 	}
 	if pad < 0 {
@@ -214,19 +243,33 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	if i == 0 {
 		add("embeddings.position_embeddings.weight", false, lm.Replicated, m.o.Positions, H)
-		add("embeddings.token_type_embeddings.weight", false, lm.Replicated, m.o.TypeVocab, H)
+		if !m.o.MPNet {
+			add("embeddings.token_type_embeddings.weight", false, lm.Replicated, m.o.TypeVocab, H)
+		}
 		add("embeddings.LayerNorm.weight", false, lm.Replicated, H)
 		add("embeddings.LayerNorm.bias", false, lm.Replicated, H)
 	}
 	p := fmt.Sprintf("encoder.layer.%d.", i)
-	for _, n := range []string{"query", "key", "value"} {
-		add(p+"attention.self."+n+".weight", true, lm.Column, H, H)
-		add(p+"attention.self."+n+".bias", false, lm.Column, H)
+	if m.o.MPNet { // every layer reads the shared bias table
+		add("encoder.relative_attention_bias.weight", false, lm.Replicated, m.o.RelativeBuckets, s.Heads)
+		for _, n := range []string{"q", "k", "v"} {
+			add(p+"attention.attn."+n+".weight", true, lm.Column, H, H)
+			add(p+"attention.attn."+n+".bias", false, lm.Column, H)
+		}
+		add(p+"attention.attn.o.weight", true, lm.Row, H, H)
+		add(p+"attention.attn.o.bias", false, lm.Replicated, H)
+		add(p+"attention.LayerNorm.weight", false, lm.Replicated, H)
+		add(p+"attention.LayerNorm.bias", false, lm.Replicated, H)
+	} else {
+		for _, n := range []string{"query", "key", "value"} {
+			add(p+"attention.self."+n+".weight", true, lm.Column, H, H)
+			add(p+"attention.self."+n+".bias", false, lm.Column, H)
+		}
+		add(p+"attention.output.dense.weight", true, lm.Row, H, H)
+		add(p+"attention.output.dense.bias", false, lm.Replicated, H)
+		add(p+"attention.output.LayerNorm.weight", false, lm.Replicated, H)
+		add(p+"attention.output.LayerNorm.bias", false, lm.Replicated, H)
 	}
-	add(p+"attention.output.dense.weight", true, lm.Row, H, H)
-	add(p+"attention.output.dense.bias", false, lm.Replicated, H)
-	add(p+"attention.output.LayerNorm.weight", false, lm.Replicated, H)
-	add(p+"attention.output.LayerNorm.bias", false, lm.Replicated, H)
 	add(p+"intermediate.dense.weight", true, lm.Column, I, H)
 	add(p+"intermediate.dense.bias", false, lm.Column, I)
 	add(p+"output.dense.weight", true, lm.Row, H, I)
@@ -252,9 +295,11 @@ func (m *Model) embeddings(p *lm.Params, x *Node, step *lm.Step) *Node {
 		pos = AddScalar(pos, float64(m.o.PositionOffset))
 	}
 	pe := nn.Embedding(p.Get("position_embeddings.weight"), pos) // [B, T, H]
-	tt := SliceAxis(p.Get("token_type_embeddings.weight"), 0, AxisRange(0, 1))
-	tt = Reshape(tt, 1, 1, m.o.Spec.Hidden)
-	x = Add(Add(x, ConvertDType(pe, x.DType())), ConvertDType(tt, x.DType()))
+	x = Add(x, ConvertDType(pe, x.DType()))
+	if !m.o.MPNet {
+		tt := SliceAxis(p.Get("token_type_embeddings.weight"), 0, AxisRange(0, 1))
+		x = Add(x, ConvertDType(Reshape(tt, 1, 1, m.o.Spec.Hidden), x.DType()))
+	}
 	return nn.LayerNorm(x, p.Get("LayerNorm.weight"), p.Get("LayerNorm.bias"), m.o.Eps)
 }
 
@@ -267,19 +312,80 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		x = m.embeddings(w.Scope("embeddings"), x, step)
 	}
 	p := w.Scope(fmt.Sprintf("encoder.layer.%d", i))
-	sa := p.Scope("attention.self")
+	// BERT's names, or MPNet's (attention.attn.q/k/v/o, the attention's
+	// LayerNorm directly under attention).
+	sa, names, ao, dense := p.Scope("attention.self"), [4]string{"query", "key", "value"}, p.Scope("attention.output"), "dense"
+	if m.o.MPNet {
+		sa, names, ao, dense = p.Scope("attention.attn"), [4]string{"q", "k", "v"}, p.Scope("attention"), "attn.o"
+	}
 	proj := func(name string) *Node {
 		return nn.SplitHeads(nn.Linear(x, sa.Get(name+".weight"), sa.Get(name+".bias")), s.Heads) // [B, T, H, D]
 	}
-	q, k, v := proj("query"), proj("key"), proj("value")
+	q, k, v := proj(names[0]), proj(names[1]), proj(names[2])
 	c := nn.WriteKV(nn.KVOf(state), k, v, step)
-	ctx := nn.Attention(q, c, nn.EncoderBias(step), 0, 0) // [B, T, Hidden]
-	ao := p.Scope("attention.output")
-	x = nn.LayerNorm(Add(nn.Linear(ctx, ao.Get("dense.weight"), ao.Get("dense.bias")), x), ao.Get("LayerNorm.weight"), ao.Get("LayerNorm.bias"), m.o.Eps)
+	bias := nn.EncoderBias(step) // [B, 1, T, 1, S]
+	if m.o.MPNet {
+		bias = Add(bias, m.positionBias(w, step)) // [B, Heads, T, 1, S]
+	}
+	ctx := nn.Attention(q, c, bias, 0, 0) // [B, T, Hidden]
+	x = nn.LayerNorm(Add(nn.Linear(ctx, ao.Get(dense+".weight"), ao.Get(dense+".bias")), x), ao.Get("LayerNorm.weight"), ao.Get("LayerNorm.bias"), m.o.Eps)
 	h := m.o.Act(nn.Linear(x, p.Get("intermediate.dense.weight"), p.Get("intermediate.dense.bias")))
 	out := p.Scope("output")
 	x = nn.LayerNorm(Add(nn.Linear(h, out.Get("dense.weight"), out.Get("dense.bias")), x), out.Get("LayerNorm.weight"), out.Get("LayerNorm.bias"), m.o.Eps)
 	return x, c.State()
+}
+
+// mpnetBuckets and mpnetMaxDistance are MPNetEncoder.compute_position_bias's
+// bucketing: 32 buckets (its default, whatever relative_attention_num_buckets
+// says) up to a distance of 128.
+const (
+	mpnetBuckets     = 32
+	mpnetMaxDistance = 128
+)
+
+// RelativeBucket is MPNet's relative_position_bucket (T5's, both
+// directions) of the distance rel = key position - query position: half
+// the buckets for keys before or at the query, half (offset by 16) for
+// keys after it; exact below 8, logarithmic up to 128, the last bucket
+// of each half beyond. The logarithm is float32's, as torch computes it
+// on a float tensor.
+func RelativeBucket(rel int) int {
+	half := mpnetBuckets / 2
+	exact := half / 2
+	n := -rel
+	ret := 0
+	if n < 0 {
+		ret, n = half, -n
+	}
+	if n < exact {
+		return ret + n
+	}
+	large := exact + int(float32(math.Log(float64(float32(n)/float32(exact))))/float32(math.Log(float64(mpnetMaxDistance)/float64(exact)))*float32(half-exact))
+	return ret + min(large, half-1)
+}
+
+// positionBias is MPNetEncoder.compute_position_bias for the step: for
+// the query in slot Start+t and the key in slot s, the bias table's row
+// of RelativeBucket(s - Start - t), one value per head, as [1, Heads, T,
+// 1, S] to add to the scores (the slots' distances are the positions'
+// whatever the padding before them). Shared by the layers of a graph.
+func (m *Model) positionBias(w *lm.Params, step *lm.Step) *Node {
+	return step.Memo("mpnet-position-bias", func() *Node {
+		g := step.Pads.Graph()
+		t, s, h := step.Len, step.Visible(), m.o.Spec.Heads
+		table := make([]int32, 2*s-1) // the bucket of each distance from -(s-1) to s-1
+		for i := range table {
+			table[i] = int32(RelativeBucket(i - (s - 1)))
+		}
+		start := ConvertDType(step.Start, dtypes.Int32)
+		key := Iota(g, shapes.Make(dtypes.Int32, t, s), 1)
+		query := Add(Iota(g, shapes.Make(dtypes.Int32, t, s), 0), start)
+		dist := AddScalar(Sub(key, query), float64(s-1))                                          // [T, S]: the table's index
+		bucket := Reshape(Gather(Reshape(Const(g, table), 2*s-1, 1), InsertAxes(dist, -1)), t, s) // [T, S]
+		vals := nn.Embedding(w.Get("encoder.relative_attention_bias.weight"), bucket)             // [T, S, Heads]
+		vals = TransposeAllDims(ConvertDType(vals, dtypes.Float32), 2, 0, 1)                      // [Heads, T, S]
+		return Reshape(vals, 1, h, t, 1, s)
+	})
 }
 
 var _ lm.Finisher = (*Model)(nil)
@@ -298,12 +404,12 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 var _ lm.Renamer = (*Model)(nil)
 
 // RenameWeight implements lm.Renamer: a *ForMaskedLM checkpoint's
-// encoder under bert. or roberta. is read without the prefix, and the
+// encoder under bert., roberta. or mpnet. is read without the prefix, and the
 // LayerNorm.gamma and .beta of older saves as .weight and .bias, as
 // transformers renames them at load.
 func (m *Model) RenameWeight(stored string) string {
 	name := stored
-	for _, p := range []string{"bert.", "roberta."} {
+	for _, p := range []string{"bert.", "roberta.", "mpnet."} {
 		if rest, ok := strings.CutPrefix(name, p); ok {
 			name = rest
 			break

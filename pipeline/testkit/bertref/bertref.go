@@ -1,14 +1,18 @@
 // Package bertref writes tiny BERT-family encoder checkpoints (BertModel,
-// XLMRobertaModel and their *ForMaskedLM layouts) with exact Hugging Face
-// tensor names and deterministic pseudo-random weights, a tiny WordPiece
-// tokenizer.json and a sentence-transformers layout, and runs the encoder in
-// float64 as an independent reference for pipeline/bert. Nothing here is a
-// trained model.
+// XLMRobertaModel, MPNetModel and their *ForMaskedLM layouts) with exact
+// Hugging Face tensor names and deterministic pseudo-random weights, a tiny
+// WordPiece tokenizer.json and a sentence-transformers layout, and runs the
+// encoder in float64 as an independent reference for pipeline/bert. Nothing
+// here is a trained model.
 //
 // The reference follows transformers' BertModel / XLMRobertaModel forward in
 // eval mode (no dropout) for one unpadded sequence: token_type_ids all 0,
 // attention_mask all 1, absolute position embeddings, post-LayerNorm
-// encoder layers with the exact (erf) GELU.
+// encoder layers with the exact (erf) GELU. For MPNetModel it follows
+// modeling_mpnet.py: no token type embeddings, and a T5-style bucketed
+// relative position bias (encoder.relative_attention_bias, shared by all
+// layers) added to every head's scaled attention scores; see Forward and
+// MPNetBucket.
 package bertref
 
 import (
@@ -30,21 +34,43 @@ type Config struct {
 	// MaxPositions is max_position_embeddings as stored in config.json
 	// (XLM-RoBERTa stores 2 more than the longest input: 514 for 512).
 	MaxPositions int
-	// TypeVocab is type_vocab_size (2 for BERT, 1 for XLM-RoBERTa).
+	// TypeVocab is type_vocab_size (2 for BERT, 1 for XLM-RoBERTa). MPNet
+	// has no token type embeddings and ignores it.
 	TypeVocab int
-	// Eps is layer_norm_eps (1e-12 for BERT, 1e-5 for XLM-RoBERTa).
+	// Eps is layer_norm_eps (1e-12 for BERT, 1e-5 for XLM-RoBERTa and for
+	// sentence-transformers/all-mpnet-base-v2; MPNetConfig's default is
+	// 1e-12).
 	Eps float64
 	// Roberta selects the XLM-RoBERTa layout: model_type "xlm-roberta",
 	// architectures ["XLMRobertaModel"], pad_token_id 1, bos 0, eos 2, and
 	// position ids from create_position_ids_from_input_ids (padding_idx+1+t
 	// for an input without pad tokens).
 	Roberta bool
-	// Arch overrides architectures[0] (default "BertModel" or
-	// "XLMRobertaModel"), e.g. "BertForMaskedLM".
+	// MPNet selects the MPNet layout (MPNetModel, e.g.
+	// sentence-transformers/all-mpnet-base-v2): model_type "mpnet",
+	// architectures ["MPNetModel"], pad_token_id 1, bos 0, eos 2,
+	// relative_attention_num_buckets Buckets, no type_vocab_size and no
+	// token_type_embeddings; position ids as for XLM-RoBERTa
+	// (padding_idx 1); tensors embeddings.{word,position}_embeddings,
+	// embeddings.LayerNorm, encoder.layer.N.attention.attn.{q,k,v,o},
+	// encoder.layer.N.attention.LayerNorm, encoder.layer.N.intermediate.dense,
+	// encoder.layer.N.output.{dense,LayerNorm} and
+	// encoder.relative_attention_bias.weight [Buckets, Heads]. MPNet and
+	// Roberta are exclusive.
+	MPNet bool
+	// Buckets is relative_attention_num_buckets for MPNet, the rows of
+	// encoder.relative_attention_bias.weight; 0 means 32. (MPNetEncoder
+	// buckets distances with a fixed 32 whatever the config says, so a
+	// table of fewer than 32 rows fails for inputs that reach a row past
+	// its end, and rows from 32 on are never read; see Forward.)
+	Buckets int
+	// Arch overrides architectures[0] (default "BertModel",
+	// "XLMRobertaModel" or "MPNetModel"), e.g. "BertForMaskedLM" or
+	// "MPNetForMaskedLM".
 	Arch string
-	// Prefix ("" or e.g. "bert." / "roberta.") is prepended to every
-	// encoder tensor name (embeddings, encoder, pooler), as the *ForMaskedLM
-	// classes save them.
+	// Prefix ("" or e.g. "bert." / "roberta." / "mpnet.") is prepended to
+	// every encoder tensor name (embeddings, encoder, pooler), as the
+	// *ForMaskedLM classes save them.
 	Prefix string
 	// GammaBeta names LayerNorm parameters LayerNorm.gamma / LayerNorm.beta
 	// (old TF-converted checkpoints) instead of .weight / .bias.
@@ -58,24 +84,36 @@ type Config struct {
 	// MLMHead also writes a masked-LM head, not under Prefix: for BERT
 	// cls.predictions.transform.dense.weight [H,H] / .bias [H],
 	// cls.predictions.transform.LayerNorm.weight / .bias [H] and
-	// cls.predictions.bias [V]; for XLM-RoBERTa lm_head.dense.weight /
-	// .bias, lm_head.layer_norm.weight / .bias and lm_head.bias [V]. The
-	// decoder weight is tied to the word embeddings and not stored.
+	// cls.predictions.bias [V]; for XLM-RoBERTa and MPNet
+	// lm_head.dense.weight / .bias, lm_head.layer_norm.weight / .bias and
+	// lm_head.bias [V]. The decoder weight is tied to the word embeddings
+	// (and MPNet's decoder bias to lm_head.bias) and not stored.
 	MLMHead bool
 }
 
-// padID is config.json's pad_token_id.
+// padID is config.json's pad_token_id (also the padding_idx of the
+// position ids for XLM-RoBERTa and MPNet).
 func (c Config) padID() int {
-	if c.Roberta {
+	if c.Roberta || c.MPNet {
 		return 1
 	}
 	return 0
+}
+
+// buckets is relative_attention_num_buckets (MPNet only).
+func (c Config) buckets() int {
+	if c.Buckets == 0 {
+		return 32
+	}
+	return c.Buckets
 }
 
 func (c Config) arch() string {
 	switch {
 	case c.Arch != "":
 		return c.Arch
+	case c.MPNet:
+		return "MPNetModel"
 	case c.Roberta:
 		return "XLMRobertaModel"
 	default:
@@ -98,10 +136,16 @@ func (c Config) check() error {
 		return fmt.Errorf("bertref: sizes must be positive: %+v", c)
 	case c.Hidden%c.Heads != 0:
 		return fmt.Errorf("bertref: hidden %d is not a multiple of heads %d", c.Hidden, c.Heads)
-	case c.MaxPositions <= 0 || c.TypeVocab <= 0:
+	case c.MPNet && c.Roberta:
+		return fmt.Errorf("bertref: MPNet and Roberta are exclusive")
+	case c.MPNet && (c.MaxPositions <= 0 || c.Buckets < 0):
+		return fmt.Errorf("bertref: max positions %d must be positive and buckets %d not negative", c.MaxPositions, c.Buckets)
+	case !c.MPNet && (c.MaxPositions <= 0 || c.TypeVocab <= 0):
 		return fmt.Errorf("bertref: max positions %d and type vocab %d must be positive", c.MaxPositions, c.TypeVocab)
 	case c.Roberta && c.Vocab <= 2:
 		return fmt.Errorf("bertref: an XLM-RoBERTa vocabulary needs ids 0..2")
+	case c.MPNet && c.Vocab <= 2:
+		return fmt.Errorf("bertref: an MPNet vocabulary needs ids 0..2")
 	case c.Eps <= 0:
 		return fmt.Errorf("bertref: layer_norm_eps %g must be positive", c.Eps)
 	}
@@ -112,13 +156,16 @@ func (c Config) check() error {
 type tensor struct {
 	name  string
 	shape []int
-	kind  string // "linear", "bias", "lnw", "lnb", "embed"
+	kind  string // "linear", "bias", "lnw", "lnb", "embed", "relbias"
 }
 
 // tensors lists the float tensors Write stores, in the order their values
 // are drawn: the encoder first, so the optional extras do not change the
 // encoder's weights for a given seed.
 func (c Config) tensors() []tensor {
+	if c.MPNet {
+		return c.mpnetTensors()
+	}
 	H, I, P := c.Hidden, c.Intermediate, c.Prefix
 	var out []tensor
 	add := func(name, kind string, shape ...int) { out = append(out, tensor{name, shape, kind}) }
@@ -167,6 +214,49 @@ func (c Config) tensors() []tensor {
 	return out
 }
 
+// mpnetTensors is tensors for MPNet, in MPNetModel's module order: the
+// embeddings, the layers, then encoder.relative_attention_bias (registered
+// after the layers), then the optional pooler and masked-LM head.
+func (c Config) mpnetTensors() []tensor {
+	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	var out []tensor
+	add := func(name, kind string, shape ...int) { out = append(out, tensor{name, shape, kind}) }
+	ln := func(path string) {
+		w, b := c.lnNames(path)
+		add(w, "lnw", H)
+		add(b, "lnb", H)
+	}
+	add(P+"embeddings.word_embeddings.weight", "embed", c.Vocab, H)
+	add(P+"embeddings.position_embeddings.weight", "embed", c.MaxPositions, H)
+	ln(P + "embeddings.LayerNorm")
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
+		for _, m := range []string{"q", "k", "v", "o"} {
+			add(p+"attention.attn."+m+".weight", "linear", H, H)
+			add(p+"attention.attn."+m+".bias", "bias", H)
+		}
+		ln(p + "attention.LayerNorm")
+		add(p+"intermediate.dense.weight", "linear", I, H)
+		add(p+"intermediate.dense.bias", "bias", I)
+		add(p+"output.dense.weight", "linear", H, I)
+		add(p+"output.dense.bias", "bias", H)
+		ln(p + "output.LayerNorm")
+	}
+	add(P+"encoder.relative_attention_bias.weight", "relbias", c.buckets(), c.Heads)
+	if c.Pooler {
+		add(P+"pooler.dense.weight", "linear", H, H)
+		add(P+"pooler.dense.bias", "bias", H)
+	}
+	if c.MLMHead {
+		add("lm_head.dense.weight", "linear", H, H)
+		add("lm_head.dense.bias", "bias", H)
+		add("lm_head.layer_norm.weight", "lnw", H)
+		add("lm_head.layer_norm.bias", "lnb", H)
+		add("lm_head.bias", "bias", c.Vocab)
+	}
+	return out
+}
+
 // values draws a tensor's values from r.
 func values(r *lmckpt.Rand, t tensor) []float32 {
 	n := 1
@@ -189,6 +279,9 @@ func values(r *lmckpt.Rand, t tensor) []float32 {
 			v[i] = float32(0.1 * u)
 		case "embed":
 			v[i] = float32(0.5 * u)
+		case "relbias":
+			// Of the order of the scaled scores, so the bias matters.
+			v[i] = float32(u)
 		}
 	}
 	return v
@@ -196,6 +289,31 @@ func values(r *lmckpt.Rand, t tensor) []float32 {
 
 // configJSON returns a config.json as transformers writes it for the class.
 func (c Config) configJSON() map[string]any {
+	if c.MPNet {
+		// MPNetConfig's keys: no type_vocab_size, position_embedding_type,
+		// use_cache or classifier_dropout.
+		return map[string]any{
+			"architectures":                  []string{c.arch()},
+			"attention_probs_dropout_prob":   0.1,
+			"bos_token_id":                   0,
+			"eos_token_id":                   2,
+			"hidden_act":                     "gelu",
+			"hidden_dropout_prob":            0.1,
+			"hidden_size":                    c.Hidden,
+			"initializer_range":              0.02,
+			"intermediate_size":              c.Intermediate,
+			"layer_norm_eps":                 c.Eps,
+			"max_position_embeddings":        c.MaxPositions,
+			"model_type":                     "mpnet",
+			"num_attention_heads":            c.Heads,
+			"num_hidden_layers":              c.Layers,
+			"pad_token_id":                   c.padID(),
+			"relative_attention_num_buckets": c.buckets(),
+			"torch_dtype":                    "float32",
+			"transformers_version":           "4.46.3",
+			"vocab_size":                     c.Vocab,
+		}
+	}
 	j := map[string]any{
 		"architectures":                []string{c.arch()},
 		"attention_probs_dropout_prob": 0.1,
@@ -260,14 +378,26 @@ func Write(dir string, c Config, seed uint64) error {
 	return lmckpt.WriteCheckpoint(dir, c.configJSON(), ts)
 }
 
-// Forward is transformers' BertModel / XLMRobertaModel forward in float64 for one
-// unpadded input ids (token_type_ids all 0, attention_mask all 1), eval mode:
-// returns last_hidden_state [len(ids)][Hidden].
+// Forward is transformers' BertModel / XLMRobertaModel / MPNetModel forward
+// in float64 for one unpadded input ids (token_type_ids all 0,
+// attention_mask all 1), eval mode: returns last_hidden_state
+// [len(ids)][Hidden].
 //
-// Position ids are 0..T-1 for BERT. For XLM-RoBERTa they follow
+// Position ids are 0..T-1 for BERT. For XLM-RoBERTa and MPNet they follow
 // create_position_ids_from_input_ids with padding_idx = pad_token_id = 1:
 // padding_idx + (number of non-pad ids up to and including t), and
 // padding_idx itself for a pad id, so padding_idx+1+t when no id is 1.
+//
+// MPNet: embeddings = LayerNorm(word + position) (no token types). The
+// relative position bias is computed once per forward from the token
+// indices t (query) and s (key), not from the position ids:
+// bias[h][t][s] = relative_attention_bias.weight[MPNetBucket(s-t, 32,
+// 128)][h], with the bucket count fixed at 32 as MPNetEncoder's
+// compute_position_bias default (it does not read
+// relative_attention_num_buckets); a bucket past the table's Buckets rows
+// is an error, as the embedding lookup fails in transformers. Each layer:
+// scores = q·k/sqrt(d) + bias, softmax, a = LayerNorm(o(context) + x),
+// out = LayerNorm(dense(gelu(intermediate(a))) + a), all linears with bias.
 func Forward(dir string, c Config, ids []int) ([][]float64, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -283,7 +413,7 @@ func Forward(dir string, c Config, ids []int) ([][]float64, error) {
 // Forward).
 func PositionIDs(c Config, ids []int) []int {
 	pos := make([]int, len(ids))
-	if !c.Roberta {
+	if !c.Roberta && !c.MPNet {
 		for t := range pos {
 			pos[t] = t
 		}
@@ -330,6 +460,9 @@ func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("bertref: no input ids")
+	}
+	if c.MPNet {
+		return forwardMPNet(m, c, ids)
 	}
 	H, I, P := c.Hidden, c.Intermediate, c.Prefix
 	w := &weights{m: m}
@@ -413,6 +546,174 @@ func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 			}
 			a = layerNorm(a, aG, aB, c.Eps)
 			// BertIntermediate: exact GELU; BertOutput: LayerNorm(dense + a).
+			hmid := linear(a, iW, iB)
+			for i := range hmid {
+				hmid[i] = gelu(hmid[i])
+			}
+			o := linear(hmid, dW, dB)
+			for i := range o {
+				o[i] += a[i]
+			}
+			next[t] = layerNorm(o, outG, outB, c.Eps)
+		}
+		x = next
+	}
+	return x, nil
+}
+
+// MPNetEncoder.compute_position_bias calls relative_position_bucket with
+// its own defaults: num_buckets 32 (not relative_attention_num_buckets) and
+// max_distance 128.
+const (
+	mpnetBucketCount = 32
+	mpnetMaxDistance = 128
+)
+
+// MPNetBucket is transformers' MPNetEncoder.relative_position_bucket (a
+// bidirectional T5-style bucketing) for rel = memory_position -
+// context_position, i.e. key index minus query index: rel > 0 when the key
+// comes after the query. With half = buckets/2 and exact = half/2 (integer
+// division) and n = -rel:
+//
+//   - keys after the query (n < 0) use the upper half, offset half; keys at
+//     or before it (n >= 0, rel <= 0, distance 0 included) the lower half;
+//   - with n = |n|, a distance n < exact is its own bucket n;
+//   - otherwise exact + trunc(log(n/exact) / log(maxDistance/exact) ·
+//     (half-exact)), at most half-1.
+//
+// So for MPNet's 32 buckets and max distance 128: rel 0 → 0, rel -1..-7 →
+// 1..7, rel 1..7 → 17..23, rel -8 → 8, rel 8 → 24, and every distance from
+// 91 on saturates at 15 (rel <= -91) or 31 (rel >= 91). The logarithmic
+// part is evaluated in float32, as transformers does (n.float(); the
+// divisor log(maxDistance/exact) is a Python float, applied in float32),
+// with a correctly rounded float32 log; truncation is toward zero.
+// MPNetBucket panics unless buckets >= 4 and maxDistance > buckets/4.
+func MPNetBucket(rel, buckets, maxDistance int) int {
+	half := buckets / 2
+	exact := half / 2
+	if exact <= 0 || maxDistance <= exact {
+		panic(fmt.Sprintf("bertref.MPNetBucket: buckets %d, max distance %d", buckets, maxDistance))
+	}
+	n := -rel
+	ret := 0
+	if n < 0 {
+		ret = half
+		n = -n
+	}
+	if n < exact {
+		return ret + n
+	}
+	lg := float32(math.Log(float64(float32(n) / float32(exact))))
+	den := float32(math.Log(float64(maxDistance) / float64(exact)))
+	frac := float32(lg / den)
+	large := exact + int(float32(frac*float32(half-exact)))
+	if large > half-1 {
+		large = half - 1
+	}
+	return ret + large
+}
+
+// forwardMPNet is forward for the MPNet layout.
+func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
+	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	heads, nb := c.Heads, c.buckets()
+	w := &weights{m: m}
+	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
+	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
+	lnW, lnB := c.lnNames(P + "embeddings.LayerNorm")
+	embG, embB := w.get(lnW, H), w.get(lnB, H)
+	relBias := w.get(P+"encoder.relative_attention_bias.weight", nb*heads)
+	if w.err != nil {
+		return nil, w.err
+	}
+	pos := PositionIDs(c, ids)
+	T := len(ids)
+	x := make([][]float64, T)
+	for t, id := range ids {
+		if id < 0 || id >= c.Vocab {
+			return nil, fmt.Errorf("bertref: id %d at %d is outside the vocabulary of %d", id, t, c.Vocab)
+		}
+		if pos[t] >= c.MaxPositions {
+			return nil, fmt.Errorf("bertref: position %d at %d is past max_position_embeddings %d", pos[t], t, c.MaxPositions)
+		}
+		e := make([]float64, H)
+		for i := range e {
+			e[i] = word[id*H+i] + posEmb[pos[t]*H+i]
+		}
+		x[t] = layerNorm(e, embG, embB, c.Eps)
+	}
+
+	// The position bias, once for all layers: bias[t][s] is the row of
+	// relative_attention_bias.weight [Buckets, Heads] for query t, key s.
+	bias := make([][][]float64, T)
+	for t := range bias {
+		bias[t] = make([][]float64, T)
+		for s := range bias[t] {
+			b := MPNetBucket(s-t, mpnetBucketCount, mpnetMaxDistance)
+			if b >= nb {
+				return nil, fmt.Errorf("bertref: relative distance %d falls in bucket %d, past relative_attention_num_buckets %d", s-t, b, nb)
+			}
+			bias[t][s] = relBias[b*heads : (b+1)*heads]
+		}
+	}
+
+	d := H / heads
+	scale := 1 / math.Sqrt(float64(d))
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
+		lin := func(m string) (W, b []float64) {
+			return w.get(p+"attention.attn."+m+".weight", H*H), w.get(p+"attention.attn."+m+".bias", H)
+		}
+		qW, qB := lin("q")
+		kW, kB := lin("k")
+		vW, vB := lin("v")
+		oW, oB := lin("o")
+		aw, ab := c.lnNames(p + "attention.LayerNorm")
+		aG, aB := w.get(aw, H), w.get(ab, H)
+		iW, iB := w.get(p+"intermediate.dense.weight", I*H), w.get(p+"intermediate.dense.bias", I)
+		dW, dB := w.get(p+"output.dense.weight", H*I), w.get(p+"output.dense.bias", H)
+		ow, ob := c.lnNames(p + "output.LayerNorm")
+		outG, outB := w.get(ow, H), w.get(ob, H)
+		if w.err != nil {
+			return nil, w.err
+		}
+
+		q := make([][]float64, T)
+		k := make([][]float64, T)
+		v := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			q[t] = linear(x[t], qW, qB)
+			k[t] = linear(x[t], kW, kB)
+			v[t] = linear(x[t], vW, vB)
+		}
+		next := make([][]float64, T)
+		for t := 0; t < T; t++ {
+			ctx := make([]float64, H)
+			for h := 0; h < heads; h++ {
+				lo := h * d
+				scores := make([]float64, T)
+				for s := 0; s < T; s++ {
+					dot := 0.0
+					for j := 0; j < d; j++ {
+						dot += q[t][lo+j] * k[s][lo+j]
+					}
+					// MPNetSelfAttention: scale first, then add the bias.
+					scores[s] = dot*scale + bias[t][s][h]
+				}
+				probs := softmax(scores)
+				for s := 0; s < T; s++ {
+					for j := 0; j < d; j++ {
+						ctx[lo+j] += probs[s] * v[s][lo+j]
+					}
+				}
+			}
+			// MPNetAttention: LayerNorm(o(context) + input).
+			a := linear(ctx, oW, oB)
+			for i := range a {
+				a[i] += x[t][i]
+			}
+			a = layerNorm(a, aG, aB, c.Eps)
+			// MPNetIntermediate / MPNetOutput as BERT's.
 			hmid := linear(a, iW, iB)
 			for i := range hmid {
 				hmid[i] = gelu(hmid[i])

@@ -756,3 +756,524 @@ func readJSON(t *testing.T, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+var tinyMPNet = Config{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, Eps: 1e-5, MPNet: true}
+
+func TestMPNetCheckpointLayout(t *testing.T) {
+	for _, c := range []Config{
+		tinyMPNet,
+		{Vocab: 50, Hidden: 8, Layers: 2, Heads: 2, Intermediate: 12, MaxPositions: 12, Eps: 1e-5, MPNet: true, Buckets: 16,
+			Arch: "MPNetForMaskedLM", Prefix: "mpnet.", GammaBeta: true, Pooler: true, PositionIDs: true, MLMHead: true},
+	} {
+		dir := mustWrite(t, c, 1)
+		ck, err := safetensors.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shapes := map[string][]int{}
+		for _, n := range ck.Names() {
+			info, _ := ck.Info(n)
+			shapes[n] = info.Shape
+			want := safetensors.F32
+			if strings.HasSuffix(n, "position_ids") {
+				want = safetensors.I64
+			}
+			if info.DType != want {
+				t.Errorf("%s: dtype %s", n, info.DType)
+			}
+			if strings.Contains(n, "token_type") {
+				t.Errorf("MPNet checkpoint has %s", n)
+			}
+		}
+		ck.Close()
+		H, P, V, I := c.Hidden, c.Prefix, c.Vocab, c.Intermediate
+		lw, lb := ".weight", ".bias"
+		if c.GammaBeta {
+			lw, lb = ".gamma", ".beta"
+		}
+		want := map[string][]int{
+			P + "embeddings.word_embeddings.weight":      {V, H},
+			P + "embeddings.position_embeddings.weight":  {c.MaxPositions, H},
+			P + "embeddings.LayerNorm" + lw:              {H},
+			P + "embeddings.LayerNorm" + lb:              {H},
+			P + "encoder.relative_attention_bias.weight": {c.buckets(), c.Heads},
+		}
+		for l := 0; l < c.Layers; l++ {
+			p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
+			for _, m := range []string{"q", "k", "v", "o"} {
+				want[p+"attention.attn."+m+".weight"] = []int{H, H}
+				want[p+"attention.attn."+m+".bias"] = []int{H}
+			}
+			want[p+"attention.LayerNorm"+lw] = []int{H}
+			want[p+"attention.LayerNorm"+lb] = []int{H}
+			want[p+"intermediate.dense.weight"] = []int{I, H}
+			want[p+"intermediate.dense.bias"] = []int{I}
+			want[p+"output.dense.weight"] = []int{H, I}
+			want[p+"output.dense.bias"] = []int{H}
+			want[p+"output.LayerNorm"+lw] = []int{H}
+			want[p+"output.LayerNorm"+lb] = []int{H}
+		}
+		if c.Pooler {
+			want[P+"pooler.dense.weight"] = []int{H, H}
+			want[P+"pooler.dense.bias"] = []int{H}
+		}
+		if c.PositionIDs {
+			want[P+"embeddings.position_ids"] = []int{1, c.MaxPositions}
+		}
+		if c.MLMHead {
+			want["lm_head.dense.weight"] = []int{H, H}
+			want["lm_head.dense.bias"] = []int{H}
+			want["lm_head.layer_norm.weight"] = []int{H}
+			want["lm_head.layer_norm.bias"] = []int{H}
+			want["lm_head.bias"] = []int{V}
+		}
+		if !reflect.DeepEqual(shapes, want) {
+			t.Errorf("%+v:\n got %v\nwant %v", c, shapes, want)
+		}
+
+		var cfg map[string]any
+		readJSON(t, filepath.Join(dir, "config.json"), &cfg)
+		wantCfg := map[string]any{
+			"architectures": []any{c.arch()}, "model_type": "mpnet",
+			"pad_token_id": 1.0, "bos_token_id": 0.0, "eos_token_id": 2.0,
+			"hidden_act": "gelu", "layer_norm_eps": c.Eps, "relative_attention_num_buckets": float64(c.buckets()),
+			"vocab_size": float64(V), "hidden_size": float64(H), "num_hidden_layers": float64(c.Layers),
+			"num_attention_heads": float64(c.Heads), "intermediate_size": float64(I),
+			"max_position_embeddings": float64(c.MaxPositions),
+			"hidden_dropout_prob":     0.1, "attention_probs_dropout_prob": 0.1,
+		}
+		for k, v := range wantCfg {
+			if !reflect.DeepEqual(cfg[k], v) {
+				t.Errorf("config.json %s = %v, want %v", k, cfg[k], v)
+			}
+		}
+		for _, k := range []string{"type_vocab_size", "position_embedding_type"} {
+			if _, ok := cfg[k]; ok {
+				t.Errorf("MPNet config.json has %s", k)
+			}
+		}
+	}
+	if got := (Config{MPNet: true}).arch(); got != "MPNetModel" {
+		t.Errorf("default MPNet arch %q", got)
+	}
+	bad := tinyMPNet
+	bad.Roberta = true
+	if err := Write(t.TempDir(), bad, 1); err == nil {
+		t.Error("MPNet and Roberta together: no error")
+	}
+	bad = tinyMPNet
+	bad.Buckets = -1
+	if err := Write(t.TempDir(), bad, 1); err == nil {
+		t.Error("negative buckets: no error")
+	}
+}
+
+// MPNetBucket by hand. rel is memory_position - context_position (key
+// index minus query index); n = -rel. For 32 buckets: half = 16 and
+// exact = 8; n < 0 (key after query) adds 16; |n| < 8 is its own bucket;
+// otherwise 8 + trunc(8·ln(|n|/8)/ln(128/8)) = 8 + trunc(2·log2(|n|/8)),
+// at most 15.
+func TestMPNetBucket(t *testing.T) {
+	cases := []struct{ rel, buckets, maxDist, want int }{
+		{0, 32, 128, 0},
+		{-1, 32, 128, 1},  // n = 1, key before query: lower half
+		{1, 32, 128, 17},  // n = -1: 16 + 1
+		{-7, 32, 128, 7},  // last exact bucket
+		{7, 32, 128, 23},  // 16 + 7
+		{-8, 32, 128, 8},  // 8 + trunc(2·log2(1)) = 8
+		{8, 32, 128, 24},  // 16 + 8
+		{-15, 32, 128, 9}, // 2·log2(1.875) = 1.81
+		{-16, 32, 128, 10},
+		{-31, 32, 128, 11},  // 2·log2(3.875) = 3.91
+		{-32, 32, 128, 12},  // 2·log2(4) = 4
+		{-63, 32, 128, 13},  // 2·log2(7.875) = 5.95
+		{-64, 32, 128, 14},  // 2·log2(8) = 6
+		{-90, 32, 128, 14},  // 2·log2(11.25) = 6.98
+		{-91, 32, 128, 15},  // 2·log2(11.375) = 7.02
+		{91, 32, 128, 31},   // 16 + 15
+		{90, 32, 128, 30},   // 16 + 14
+		{-127, 32, 128, 15}, // 2·log2(15.875) = 7.98
+		{-128, 32, 128, 15}, // 8 + 8 = 16, clamped to 15
+		{128, 32, 128, 31},
+		{-1000, 32, 128, 15},
+		{1 << 30, 32, 128, 31},
+		// 16 buckets, max distance 64: half 8, exact 4,
+		// 4 + trunc(4·ln(n/4)/ln(16)) = 4 + trunc(log2(n/4)), at most 7.
+		{-3, 16, 64, 3},
+		{3, 16, 64, 11},
+		{-20, 16, 64, 6}, // log2(5) = 2.32
+		{20, 16, 64, 14},
+		{-64, 16, 64, 7}, // 4 + 4, clamped
+	}
+	for _, tc := range cases {
+		if got := MPNetBucket(tc.rel, tc.buckets, tc.maxDist); got != tc.want {
+			t.Errorf("MPNetBucket(%d, %d, %d) = %d, want %d", tc.rel, tc.buckets, tc.maxDist, got, tc.want)
+		}
+	}
+	// Every distance for 32 / 128 against integer arithmetic: for d >= 8
+	// the bucket is 8 + k for the largest k with 8·log16(d/8) >= k, i.e.
+	// d^8 >= 8^8·16^k = 2^(24+4k), at most 15.
+	for d := 0; d <= 200; d++ {
+		want := d
+		if d >= 8 {
+			d8 := uint64(1)
+			for i := 0; i < 8; i++ {
+				d8 *= uint64(d)
+			}
+			k := 0
+			for k < 8 && d8 >= uint64(1)<<(24+4*(k+1)) {
+				k++
+			}
+			want = min(8+k, 15)
+		}
+		if got := MPNetBucket(-d, 32, 128); got != want {
+			t.Errorf("MPNetBucket(%d) = %d, want %d", -d, got, want)
+		}
+		up := want + 16
+		if d == 0 {
+			up = 0
+		}
+		if got := MPNetBucket(d, 32, 128); got != up {
+			t.Errorf("MPNetBucket(%d) = %d, want %d", d, got, up)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("2 buckets: no panic")
+		}
+	}()
+	MPNetBucket(1, 2, 128)
+}
+
+// perturbBucket returns a copy of w with head h of bias row b moved by dv.
+func perturbBucket(c Config, w map[string][]float64, b, h int, dv float64) map[string][]float64 {
+	pw := cloneWeights(w)
+	pw[c.Prefix+"encoder.relative_attention_bias.weight"][b*c.Heads+h] += dv
+	return pw
+}
+
+func changedRows(a, b [][]float64) []int {
+	var out []int
+	for i := range a {
+		if !reflect.DeepEqual(a[i], b[i]) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Forward reads exactly the bias rows of the distances in the input.
+func TestMPNetForwardUsesRelativeBias(t *testing.T) {
+	c := tinyMPNet
+	w := mustRead(t, mustWrite(t, c, 5))
+	ids := []int{0, 7, 9, 12, 2} // no pad id: position ids 2..6
+	base, err := forward(w, c, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Distances key-query in -4..4 reach buckets 0..4 (key at or before the
+	// query) and 17..20 (key after it).
+	reached := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 17: true, 18: true, 19: true, 20: true}
+	for b := 0; b < 32; b++ {
+		for h := 0; h < c.Heads; h++ {
+			got, err := forward(perturbBucket(c, w, b, h, 0.7), c, ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changed := len(changedRows(got, base)) > 0; changed != reached[b] {
+				t.Errorf("bucket %d head %d: output changed = %v, want %v", b, h, changed, reached[b])
+			}
+		}
+	}
+	// With one layer only the query that sees a distance changes: rel +4
+	// (bucket 20) is query 0 reading key 4, rel -4 (bucket 4) query 4
+	// reading key 0.
+	one := c
+	one.Layers = 1
+	w1 := mustRead(t, mustWrite(t, one, 5))
+	base1, err := forward(w1, one, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ bucket, row int }{{20, 0}, {4, 4}} {
+		got, err := forward(perturbBucket(one, w1, tc.bucket, 1, 0.7), one, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rows := changedRows(got, base1); !reflect.DeepEqual(rows, []int{tc.row}) {
+			t.Errorf("bucket %d: rows %v changed, want [%d]", tc.bucket, rows, tc.row)
+		}
+	}
+}
+
+// For one token only bucket 0 (distance 0) is read, and as the softmax over
+// a single key is 1 even its value does not change the output; a NaN there
+// shows that it is read.
+func TestMPNetOneToken(t *testing.T) {
+	c := tinyMPNet
+	c.Layers = 1
+	w := mustRead(t, mustWrite(t, c, 6))
+	ids := []int{9}
+	base, err := forward(w, c, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := 0; b < 32; b++ {
+		got, err := forward(perturbBucket(c, w, b, b%c.Heads, 3), c, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, base) {
+			t.Errorf("one token: bucket %d changes the output", b)
+		}
+		got, err = forward(perturbBucket(c, w, b, 0, math.NaN()), c, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nan := math.IsNaN(got[0][0]); nan != (b == 0) {
+			t.Errorf("one token: NaN in bucket %d gives NaN output = %v", b, nan)
+		}
+	}
+	// A one-row table is enough for one token but not for two.
+	small := c
+	small.Buckets = 1
+	ws := mustRead(t, mustWrite(t, small, 6))
+	if _, err := forward(ws, small, ids); err != nil {
+		t.Errorf("one token, one bucket: %v", err)
+	}
+	if _, err := forward(ws, small, []int{9, 9}); err == nil || !strings.Contains(err.Error(), "bucket") {
+		t.Errorf("two tokens, one bucket: err = %v", err)
+	}
+
+	// By hand: the context is v(x), x = LayerNorm(word[9] + position[2]).
+	const H, I = 32, 48
+	dense := func(v []float64, name string, out int) []float64 {
+		r := make([]float64, out)
+		for o := range r {
+			r[o] = w[name+".bias"][o]
+			for i, x := range v {
+				r[o] += w[name+".weight"][o*len(v)+i] * x
+			}
+		}
+		return r
+	}
+	ln := func(v []float64, prefix string) []float64 {
+		var s, s2 float64
+		for _, x := range v {
+			s += x
+			s2 += x * x
+		}
+		m := s / H
+		sd := math.Sqrt(s2/H - m*m + c.Eps)
+		out := make([]float64, H)
+		for i := range v {
+			out[i] = (v[i]-m)/sd*w[prefix+".weight"][i] + w[prefix+".bias"][i]
+		}
+		return out
+	}
+	e := make([]float64, H)
+	for i := range e {
+		e[i] = w["embeddings.word_embeddings.weight"][9*H+i] + w["embeddings.position_embeddings.weight"][2*H+i]
+	}
+	x := ln(e, "embeddings.LayerNorm")
+	p := "encoder.layer.0."
+	a := dense(dense(x, p+"attention.attn.v", H), p+"attention.attn.o", H)
+	for i := range a {
+		a[i] += x[i]
+	}
+	a = ln(a, p+"attention.LayerNorm")
+	mid := dense(a, p+"intermediate.dense", I)
+	for i, z := range mid {
+		mid[i] = z * (1 + math.Erf(z/math.Sqrt(2))) / 2
+	}
+	o := dense(mid, p+"output.dense", H)
+	for i := range o {
+		o[i] += a[i]
+	}
+	if want := ln(o, p+"output.LayerNorm"); !sameRows(base[0], want, 1e-9) {
+		t.Errorf("one token: got %v, want %v", base[0], want)
+	}
+}
+
+// An independent re-derivation of one MPNet layer on two tokens: for two
+// keys the softmax is a logistic function of the difference of the biased
+// scores. Query 0 reads key 0 at rel 0 (bucket 0) and key 1 at rel +1
+// (bucket 17); query 1 reads key 0 at rel -1 (bucket 1) and key 1 at rel 0.
+func TestMPNetOneLayerTwoTokensIndependent(t *testing.T) {
+	for _, heads := range []int{1, 2} {
+		c := Config{Vocab: 6, Hidden: 4, Layers: 1, Heads: heads, Intermediate: 5, MaxPositions: 4, Eps: 1e-6, MPNet: true}
+		w := mustRead(t, mustWrite(t, c, uint64(30+heads)))
+		ids := []int{4, 3}
+		got, err := forward(w, c, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const H, I = 4, 5
+		ln := func(v []float64, prefix string) []float64 {
+			var s, s2 float64
+			for _, x := range v {
+				s += x
+				s2 += x * x
+			}
+			m := s / H
+			sd := math.Sqrt(s2/H - m*m + c.Eps)
+			out := make([]float64, H)
+			for i := range v {
+				out[i] = (v[i]-m)/sd*w[prefix+".weight"][i] + w[prefix+".bias"][i]
+			}
+			return out
+		}
+		dense := func(v []float64, name string, out int) []float64 {
+			r := make([]float64, out)
+			for o := range r {
+				r[o] = w[name+".bias"][o]
+				for i, x := range v {
+					r[o] += w[name+".weight"][o*len(v)+i] * x
+				}
+			}
+			return r
+		}
+		var x [2][]float64
+		for tk := 0; tk < 2; tk++ {
+			e := make([]float64, H)
+			for i := range e {
+				// Position ids 2 and 3 (padding_idx 1 + 1 + t).
+				e[i] = w["embeddings.word_embeddings.weight"][ids[tk]*H+i] +
+					w["embeddings.position_embeddings.weight"][(2+tk)*H+i]
+			}
+			x[tk] = ln(e, "embeddings.LayerNorm")
+		}
+		p := "encoder.layer.0."
+		var q, k, v [2][]float64
+		for tk := 0; tk < 2; tk++ {
+			q[tk] = dense(x[tk], p+"attention.attn.q", H)
+			k[tk] = dense(x[tk], p+"attention.attn.k", H)
+			v[tk] = dense(x[tk], p+"attention.attn.v", H)
+		}
+		rb := w["encoder.relative_attention_bias.weight"]
+		bucket := [2][2]int{{0, 17}, {1, 0}}
+		d := H / heads
+		for tk := 0; tk < 2; tk++ {
+			ctx := make([]float64, H)
+			for hd := 0; hd < heads; hd++ {
+				var s [2]float64
+				for j := hd * d; j < (hd+1)*d; j++ {
+					s[0] += q[tk][j] * k[0][j]
+					s[1] += q[tk][j] * k[1][j]
+				}
+				for key := 0; key < 2; key++ {
+					s[key] = s[key]/math.Sqrt(float64(d)) + rb[bucket[tk][key]*heads+hd]
+				}
+				p1 := 1 / (1 + math.Exp(s[0]-s[1]))
+				for j := hd * d; j < (hd+1)*d; j++ {
+					ctx[j] = (1-p1)*v[0][j] + p1*v[1][j]
+				}
+			}
+			a := dense(ctx, p+"attention.attn.o", H)
+			for i := range a {
+				a[i] += x[tk][i]
+			}
+			a = ln(a, p+"attention.LayerNorm")
+			mid := dense(a, p+"intermediate.dense", I)
+			for i, z := range mid {
+				mid[i] = z * (1 + math.Erf(z/math.Sqrt(2))) / 2
+			}
+			o := dense(mid, p+"output.dense", H)
+			for i := range o {
+				o[i] += a[i]
+			}
+			if want := ln(o, p+"output.LayerNorm"); !sameRows(got[tk], want, 1e-9) {
+				t.Errorf("heads %d token %d: got %v, want %v", heads, tk, got[tk], want)
+			}
+		}
+	}
+}
+
+// Position ids follow create_position_ids_from_input_ids (padding_idx 1),
+// but the relative bias uses token indices: with pad ids inside the input,
+// ids [0 1 1 5] sit at positions [2 1 1 3] (largest position distance 2)
+// while query 0 still reads key 3 at rel +3 (bucket 19).
+func TestMPNetPositionsAndBiasIndices(t *testing.T) {
+	c := Config{Vocab: 16, Hidden: 8, Layers: 0, Heads: 2, Intermediate: 8, MaxPositions: 6, Eps: 1e-5, MPNet: true}
+	for _, tc := range []struct{ ids, pos []int }{
+		{[]int{0, 7, 7, 2}, []int{2, 3, 4, 5}},
+		{[]int{0, 7, 1, 2}, []int{2, 3, 1, 4}},
+	} {
+		if got := PositionIDs(c, tc.ids); !reflect.DeepEqual(got, tc.pos) {
+			t.Fatalf("PositionIDs(%v) = %v, want %v", tc.ids, got, tc.pos)
+		}
+		w := mustRead(t, mustWrite(t, c, 5))
+		base, err := forward(w, c, tc.ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for row := 0; row < c.MaxPositions; row++ {
+			pw := cloneWeights(w)
+			pw["embeddings.position_embeddings.weight"][row*c.Hidden] += 1
+			h, err := forward(pw, c, tc.ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for tk := range tc.ids {
+				if changed, reads := !sameRows(h[tk], base[tk], 0), tc.pos[tk] == row; changed != reads {
+					t.Errorf("ids %v: token %d changed=%v when position row %d moves", tc.ids, tk, changed, row)
+				}
+			}
+		}
+	}
+	if _, err := Forward(mustWrite(t, c, 5), c, []int{0, 5, 6, 7, 2}); err == nil {
+		t.Error("5 ids with 6 MPNet positions: no error")
+	}
+
+	one := c
+	one.Layers = 1
+	w := mustRead(t, mustWrite(t, one, 8))
+	ids := []int{0, 1, 1, 5}
+	base, err := forward(w, one, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := forward(perturbBucket(one, w, 19, 0, 0.7), one, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows := changedRows(got, base); !reflect.DeepEqual(rows, []int{0}) {
+		t.Errorf("bucket 19 (rel +3): rows %v changed, want [0]", rows)
+	}
+}
+
+// The optional tensors, the name variants and a larger bias table do not
+// change MPNet's outputs for a seed (rows from 32 on are never read, and
+// the first 32 rows are drawn first).
+func TestMPNetLayoutVariantsSameOutputs(t *testing.T) {
+	ids := []int{0, 17, 33, 8, 40, 2}
+	want, err := Forward(mustWrite(t, tinyMPNet, 11), tinyMPNet, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := tinyMPNet
+	v.Prefix, v.GammaBeta, v.Pooler, v.PositionIDs, v.MLMHead = "mpnet.", true, true, true, true
+	v.Arch, v.Buckets = "MPNetForMaskedLM", 64
+	got, err := Forward(mustWrite(t, v, 11), v, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Error("the variant layout changes the outputs")
+	}
+	if _, err := Forward(mustWrite(t, v, 11), tinyMPNet, ids); err == nil || !strings.Contains(err.Error(), "no tensor") {
+		t.Errorf("reading a prefixed checkpoint without Prefix: err = %v", err)
+	}
+	// A BERT reading of an MPNet checkpoint fails on the names.
+	bert := tinyMPNet
+	bert.MPNet, bert.TypeVocab = false, 2
+	if _, err := Forward(mustWrite(t, tinyMPNet, 11), bert, ids); err == nil || !strings.Contains(err.Error(), "no tensor") {
+		t.Errorf("BERT reading of an MPNet checkpoint: err = %v", err)
+	}
+	// Sixteen buckets cannot hold bucket 17 (rel +1).
+	s := tinyMPNet
+	s.Buckets = 16
+	if _, err := Forward(mustWrite(t, s, 11), s, ids); err == nil || !strings.Contains(err.Error(), "bucket") {
+		t.Errorf("16 buckets: err = %v", err)
+	}
+}
