@@ -137,3 +137,95 @@ func TestEncoderRefusesBatch(t *testing.T) {
 		t.Fatalf("NewBatch on an encoder: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestScoreCrossEncoders: a BertForSequenceClassification (pairs with
+// token types: the second text's ids carry type 1 as id + VocabSize) and
+// an XLMRobertaForSequenceClassification (one type) give through Score
+// the reference's classifier logits (bertref.Score, from modeling_bert.py
+// and modeling_xlm_roberta.py), for pairs of unequal lengths scored
+// together, in both modes on both CPU backends; a model without a head
+// is refused.
+func TestScoreCrossEncoders(t *testing.T) {
+	for _, c := range []bertref.Config{
+		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."},
+		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 2, Intermediate: 40, MaxPositions: 42, TypeVocab: 1, Eps: 1e-5, Roberta: true, Labels: 3, Prefix: "roberta."},
+	} {
+		dir := t.TempDir()
+		if err := bertref.Write(dir, c, 21); err != nil {
+			t.Fatal(err)
+		}
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		r := rand.New(rand.NewPCG(5, 6))
+		var inputs [][]int
+		var want [][]float64
+		for _, n := range [][2]int{{3, 9}, {1, 1}, {12, 20}, {5, 2}} {
+			ids, types := make([]int, 0, n[0]+n[1]), make([]int, 0, n[0]+n[1])
+			for part, k := range n {
+				for range k {
+					ids = append(ids, 5+r.IntN(c.Vocab-5))
+					if c.TypeVocab > 1 {
+						types = append(types, part)
+					} else {
+						types = append(types, 0)
+					}
+				}
+			}
+			in := make([]int, len(ids))
+			for i, id := range ids {
+				in[i] = id + types[i]*c.Vocab
+			}
+			s, err := bertref.Score(dir, c, ids, types)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs, want = append(inputs, in), append(want, s)
+		}
+		for _, be := range []backends.Backend{cpuBackend(t), goBackend(t)} {
+			for _, mode := range []Mode{Compiled, Eager} {
+				t.Run(fmt.Sprintf("%s/%s/%s", l.Model.Spec().Architecture, be.Name(), mode), func(t *testing.T) {
+					run, err := NewRunner(be, l, Options{Mode: mode})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer run.Close()
+					got, err := run.Score(inputs)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range want {
+						if len(got[i]) != c.Labels {
+							t.Fatalf("input %d: %d scores, want %d", i, len(got[i]), c.Labels)
+						}
+						for j, x := range got[i] {
+							if d := math.Abs(float64(x) - want[i][j]); d > 2e-5 {
+								t.Errorf("input %d, label %d: %v, want %v", i, j, x, want[i][j])
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+	// An encoder without a classifier has no scores.
+	dir := t.TempDir()
+	if err := bertref.Write(dir, bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}, 1); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	run, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	if _, err := run.Score([][]int{{5, 6}}); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("Score without a classifier: %v, want ErrUnsupported", err)
+	}
+}

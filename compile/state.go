@@ -433,10 +433,15 @@ func (st *State) decodeTokens(next []int) (*tensors.Tensor, error) {
 // subtracts it from the evaluation durations).
 func (st *State) CompileDuration() time.Duration { return st.r.CompileDuration() }
 
-// checkIDs checks that ids are in the vocabulary.
+// checkIDs checks that ids are in the vocabulary, each of an encoder's
+// token types (id + type·VocabSize: lm.Spec.TokenTypes).
 func (r *Runner) checkIDs(what string, ids []int) error {
+	end := r.spec.VocabSize * max(1, r.spec.TokenTypes)
 	for _, id := range ids {
-		if id < 0 || id >= r.spec.VocabSize {
+		if id < 0 || id >= end {
+			if end > r.spec.VocabSize {
+				return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d) of each of %d token types", what, id, r.spec.VocabSize, r.spec.TokenTypes)
+			}
 			return fmt.Errorf("%s: token id %d is outside the vocabulary [0, %d)", what, id, r.spec.VocabSize)
 		}
 	}

@@ -52,6 +52,10 @@ var (
 	bertArchs    = []string{"BertModel", "BertForMaskedLM", "BertForPreTraining"}
 	robertaArchs = []string{"RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForMaskedLM"}
 	mpnetArchs   = []string{"MPNetModel", "MPNetForMaskedLM"}
+	// The cross-encoders (rerankers): the encoder and a classification
+	// head on its first token (lm.Scorer).
+	bertScorers    = []string{"BertForSequenceClassification"}
+	robertaScorers = []string{"XLMRobertaForSequenceClassification", "RobertaForSequenceClassification"}
 )
 
 func init() {
@@ -62,6 +66,9 @@ func init() {
 		lm.Register(a, New)
 	}
 	for _, a := range mpnetArchs {
+		lm.Register(a, New)
+	}
+	for _, a := range append(slices.Clone(bertScorers), robertaScorers...) {
 		lm.Register(a, New)
 	}
 }
@@ -90,6 +97,10 @@ type Config struct {
 	// RelativeBuckets is MPNet's relative_attention_num_buckets: the rows
 	// of its bias table.
 	RelativeBuckets *int `json:"relative_attention_num_buckets"`
+	// ID2Label and NumLabels give a classifier's labels (transformers
+	// counts id2label, 2 when a config has neither).
+	ID2Label  map[string]string `json:"id2label"`
+	NumLabels *int              `json:"num_labels"`
 }
 
 // Options are a resolved encoder's hyperparameters.
@@ -109,6 +120,11 @@ type Options struct {
 	// added to every layer's attention scores.
 	MPNet           bool
 	RelativeBuckets int
+	// Scorer: a sequence-classification head of Labels scores on the
+	// first token, BERT's (the pooler's dense and tanh, then classifier)
+	// or RoBERTa's (classifier.dense and tanh, then classifier.out_proj).
+	Scorer, RobertaHead bool
+	Labels              int
 }
 
 // New builds an encoder from its config.json.
@@ -119,7 +135,9 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err
 	}
-	roberta, mpnet := slices.Contains(robertaArchs, arch), slices.Contains(mpnetArchs, arch)
+	robertaScorer := slices.Contains(robertaScorers, arch)
+	roberta := slices.Contains(robertaArchs, arch) || robertaScorer
+	mpnet := slices.Contains(mpnetArchs, arch)
 	pad := 0
 	if roberta {
 		pad = 1 // RobertaConfig's and XLMRobertaConfig's pad_token_id
@@ -142,6 +160,18 @@ func New(cfg *config.File) (lm.Model, error) {
 	}
 	if roberta || mpnet {
 		o.PositionOffset = pad + 1
+	}
+	if o.Scorer = robertaScorer || slices.Contains(bertScorers, arch); o.Scorer {
+		o.RobertaHead = robertaScorer
+		o.Labels = 2 // PretrainedConfig's default
+		if len(c.ID2Label) > 0 {
+			o.Labels = len(c.ID2Label)
+		} else if c.NumLabels != nil {
+			o.Labels = *c.NumLabels
+		}
+		if o.Labels < 1 {
+			return nil, fmt.Errorf("%s: %d labels: a classifier needs at least one", where, o.Labels)
+		}
 	}
 	if mpnet {
 		o.TypeVocab = 0 // MPNet has no token types
@@ -189,6 +219,9 @@ func New(cfg *config.File) (lm.Model, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return nil, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
+	if !mpnet {
+		s.TokenTypes = o.TypeVocab
+	}
 	s.LayerKinds = make([]string, s.Layers)
 	for i := range s.LayerKinds {
 		s.LayerKinds[i] = KindLayer
@@ -222,15 +255,54 @@ func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
 }
 
-// EmbedWeights implements lm.Model: the word embeddings.
+// EmbedWeights implements lm.Model: the word embeddings, and the
+// token-type embeddings (not MPNet's: it has none).
 func (m *Model) EmbedWeights() []lm.WeightSpec {
 	s := &m.o.Spec
-	return []lm.WeightSpec{{Name: "embeddings.word_embeddings.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+	ws := []lm.WeightSpec{{Name: "embeddings.word_embeddings.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
+	if !m.o.MPNet {
+		ws = append(ws, lm.WeightSpec{Name: "embeddings.token_type_embeddings.weight", Shape: []int{m.o.TypeVocab, s.Hidden}})
+	}
+	return ws
 }
 
-// HeadWeights implements lm.Model: none (the encoder has no head; the
-// last layer's output is normed already).
-func (m *Model) HeadWeights() []lm.WeightSpec { return nil }
+// HeadWeights implements lm.Model: a cross-encoder's classification
+// head (Score), else none (the encoder has no head; the last layer's
+// output is normed already).
+func (m *Model) HeadWeights() []lm.WeightSpec {
+	if !m.o.Scorer {
+		return nil
+	}
+	H, L := m.o.Spec.Hidden, m.o.Labels
+	dense, out := "pooler.dense", "classifier"
+	if m.o.RobertaHead {
+		dense, out = "classifier.dense", "classifier.out_proj"
+	}
+	return []lm.WeightSpec{
+		{Name: dense + ".weight", Shape: []int{H, H}, Matmul: true},
+		{Name: dense + ".bias", Shape: []int{H}},
+		{Name: out + ".weight", Shape: []int{L, H}, Matmul: true},
+		{Name: out + ".bias", Shape: []int{L}},
+	}
+}
+
+var _ lm.Scorer = (*Model)(nil)
+
+// Labels implements lm.Scorer: the classifier's scores per input (0 for
+// a model without one).
+func (m *Model) Labels() int { return m.o.Labels }
+
+// Score implements lm.Scorer: BertForSequenceClassification's pooler
+// (dense, tanh) and classifier, or RobertaClassificationHead's dense,
+// tanh and out_proj, on the first token's hidden states [B, Hidden].
+func (m *Model) Score(w *lm.Params, first *Node) *Node {
+	dense, out := "pooler.dense", "classifier"
+	if m.o.RobertaHead {
+		dense, out = "classifier.dense", "classifier.out_proj"
+	}
+	x := Tanh(nn.Linear(first, w.Get(dense+".weight"), w.Get(dense+".bias")))
+	return ConvertDType(nn.Linear(x, w.Get(out+".weight"), w.Get(out+".bias")), dtypes.Float32) // [B, Labels]
+}
 
 // LayerWeights implements lm.Model: layer 0 also reads the embedding's
 // positional half and its LayerNorm.
@@ -243,9 +315,6 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	if i == 0 {
 		add("embeddings.position_embeddings.weight", false, lm.Replicated, m.o.Positions, H)
-		if !m.o.MPNet {
-			add("embeddings.token_type_embeddings.weight", false, lm.Replicated, m.o.TypeVocab, H)
-		}
 		add("embeddings.LayerNorm.weight", false, lm.Replicated, H)
 		add("embeddings.LayerNorm.bias", false, lm.Replicated, H)
 	}
@@ -279,15 +348,27 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// Embed implements lm.Model: the word embeddings (layer 0 adds the rest).
+// Embed implements lm.Model: the word embeddings, and the token-type
+// embeddings, each id carrying its type as id + type·VocabSize
+// (lm.Spec.Encoder: a pair's second text is type 1 for BERT); layer 0
+// adds the positions. MPNet has no token types.
 func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
-	return nn.Embedding(w.Get("embeddings.word_embeddings.weight"), tokens) // [B, T, H]
+	if m.o.MPNet {
+		return nn.Embedding(w.Get("embeddings.word_embeddings.weight"), tokens) // [B, T, H]
+	}
+	v := Scalar(tokens.Graph(), tokens.DType(), m.o.Spec.VocabSize)
+	types := Div(tokens, v)
+	x := nn.Embedding(w.Get("embeddings.word_embeddings.weight"), Sub(tokens, Mul(types, v))) // [B, T, H]
+	// A type beyond the table (an id beyond the vocabulary, refused
+	// before it gets here) reads the last row rather than out of range.
+	types = Min(types, Scalar(tokens.Graph(), tokens.DType(), m.o.TypeVocab-1))
+	tt := nn.Embedding(w.Get("embeddings.token_type_embeddings.weight"), types)
+	return Add(x, ConvertDType(tt, x.DType()))
 }
 
 // embeddings is the rest of BertEmbeddings: the position embedding of
 // each token (padding slots, whose positions are negative, read the
-// first row: they are masked), the token type 0's embedding (inputs are
-// single sentences), and the LayerNorm.
+// first row: they are masked) and the LayerNorm.
 func (m *Model) embeddings(p *lm.Params, x *Node, step *lm.Step) *Node {
 	g := x.Graph()
 	pos := Max(step.Positions, ScalarZero(g, dtypes.Int32)) // [B, T]
@@ -296,10 +377,6 @@ func (m *Model) embeddings(p *lm.Params, x *Node, step *lm.Step) *Node {
 	}
 	pe := nn.Embedding(p.Get("position_embeddings.weight"), pos) // [B, T, H]
 	x = Add(x, ConvertDType(pe, x.DType()))
-	if !m.o.MPNet {
-		tt := SliceAxis(p.Get("token_type_embeddings.weight"), 0, AxisRange(0, 1))
-		x = Add(x, ConvertDType(Reshape(tt, 1, 1, m.o.Spec.Hidden), x.DType()))
-	}
 	return nn.LayerNorm(x, p.Get("LayerNorm.weight"), p.Get("LayerNorm.bias"), m.o.Eps)
 }
 
@@ -431,7 +508,7 @@ var _ lm.Skipper = (*Model)(nil)
 // saves hold.
 func (m *Model) SkipWeight(name string) (string, bool) {
 	switch {
-	case strings.HasPrefix(name, "pooler."):
+	case strings.HasPrefix(name, "pooler.") && !(m.o.Scorer && !m.o.RobertaHead): // BERT's classifier reads it
 		return "pooler (pooler.*): embeddings pool the last hidden states", true
 	case strings.HasPrefix(name, "cls.") || strings.HasPrefix(name, "lm_head."):
 		return "masked-LM head (cls.*, lm_head.*): tputool runs the encoder", true

@@ -75,8 +75,13 @@ type Spec struct {
 	// Encoder marks a bidirectional encoder without a language-model head
 	// (BERT, XLM-RoBERTa: pipeline/bert): every token of an input attends
 	// to every other, so an input runs in one step, and the model gives
-	// hidden states (embeddings), not logits. Head is never called.
+	// hidden states (embeddings), not logits. Head is never called. An
+	// encoder's input ids may carry a token type: id + type·VocabSize
+	// (the second text of a pair, for a cross-encoder: Scorer).
 	Encoder bool
+	// TokenTypes is an encoder's type_vocab_size: its input ids run to
+	// VocabSize·TokenTypes (0 or 1: one type).
+	TokenTypes int
 	// UnreadScales are the name suffixes of the activation and KV-cache
 	// scales the quantization_config declares (fp8's static
 	// activation_scheme, compressed-tensors' kv_cache_scheme): activations
@@ -326,6 +331,19 @@ type Finisher interface {
 	// its projection, [..., Hidden] in the compute dtype. It reads only
 	// HeadWeights' norm.
 	Final(w *Params, x *graph.Node) *graph.Node
+}
+
+// Scorer is an encoder with a sequence-classification head (a
+// cross-encoder reranker: BertForSequenceClassification,
+// XLMRobertaForSequenceClassification), which scores an input, or a
+// pair of texts in one input, from its first token's final hidden state.
+type Scorer interface {
+	// Labels is the number of scores per input (config.json's labels).
+	Labels() int
+	// Score maps first tokens' final hidden states [B, Hidden] to scores
+	// [B, Labels] (float32: the classifier's logits). It reads only
+	// HeadWeights.
+	Score(w *Params, first *graph.Node) *graph.Node
 }
 
 // Weights returns every tensor the model reads, each once, in the order

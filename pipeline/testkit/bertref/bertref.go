@@ -89,6 +89,14 @@ type Config struct {
 	// lm_head.bias [V]. The decoder weight is tied to the word embeddings
 	// (and MPNet's decoder bias to lm_head.bias) and not stored.
 	MLMHead bool
+	// Labels > 0 also writes a sequence-classification head of that many
+	// labels, not under Prefix (BertForSequenceClassification: the pooler
+	// under Prefix, then classifier.weight [Labels, H] and .bias;
+	// XLMRobertaForSequenceClassification: classifier.dense [H, H] and
+	// classifier.out_proj [Labels, H], each with a bias), and id2label in
+	// config.json; the default Arch becomes the *ForSequenceClassification
+	// class. Not for MPNet.
+	Labels int
 }
 
 // padID is config.json's pad_token_id (also the padding_idx of the
@@ -114,6 +122,10 @@ func (c Config) arch() string {
 		return c.Arch
 	case c.MPNet:
 		return "MPNetModel"
+	case c.Roberta && c.Labels > 0:
+		return "XLMRobertaForSequenceClassification"
+	case c.Labels > 0:
+		return "BertForSequenceClassification"
 	case c.Roberta:
 		return "XLMRobertaModel"
 	default:
@@ -148,6 +160,8 @@ func (c Config) check() error {
 		return fmt.Errorf("bertref: an MPNet vocabulary needs ids 0..2")
 	case c.Eps <= 0:
 		return fmt.Errorf("bertref: layer_norm_eps %g must be positive", c.Eps)
+	case c.Labels < 0 || (c.MPNet && c.Labels > 0):
+		return fmt.Errorf("bertref: labels %d: want 0, or a BERT or XLM-R classifier's count", c.Labels)
 	}
 	return nil
 }
@@ -209,6 +223,21 @@ func (c Config) tensors() []tensor {
 			add("cls.predictions.transform.dense.bias", "bias", H)
 			ln("cls.predictions.transform.LayerNorm")
 			add("cls.predictions.bias", "bias", c.Vocab)
+		}
+	}
+	if c.Labels > 0 { // drawn last: the encoder's weights do not change
+		if c.Roberta {
+			add("classifier.dense.weight", "linear", H, H)
+			add("classifier.dense.bias", "bias", H)
+			add("classifier.out_proj.weight", "linear", c.Labels, H)
+			add("classifier.out_proj.bias", "bias", c.Labels)
+		} else {
+			if !c.Pooler {
+				add(P+"pooler.dense.weight", "linear", H, H)
+				add(P+"pooler.dense.bias", "bias", H)
+			}
+			add("classifier.weight", "linear", c.Labels, H)
+			add("classifier.bias", "bias", c.Labels)
 		}
 	}
 	return out
@@ -335,6 +364,14 @@ func (c Config) configJSON() map[string]any {
 		"use_cache":                    true,
 		"vocab_size":                   c.Vocab,
 	}
+	if c.Labels > 0 {
+		id2label, label2id := map[string]string{}, map[string]int{}
+		for i := range c.Labels {
+			id2label[fmt.Sprint(i)] = fmt.Sprintf("LABEL_%d", i)
+			label2id[fmt.Sprintf("LABEL_%d", i)] = i
+		}
+		j["id2label"], j["label2id"] = id2label, label2id
+	}
 	if c.Roberta {
 		j["model_type"] = "xlm-roberta"
 		j["bos_token_id"] = 0
@@ -399,6 +436,12 @@ func Write(dir string, c Config, seed uint64) error {
 // scores = q·k/sqrt(d) + bias, softmax, a = LayerNorm(o(context) + x),
 // out = LayerNorm(dense(gelu(intermediate(a))) + a), all linears with bias.
 func Forward(dir string, c Config, ids []int) ([][]float64, error) {
+	return ForwardTypes(dir, c, ids, nil)
+}
+
+// ForwardTypes is Forward with token_type_ids (nil: all 0; BERT only, the
+// second text of a pair is type 1).
+func ForwardTypes(dir string, c Config, ids, types []int) ([][]float64, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -406,7 +449,45 @@ func Forward(dir string, c Config, ids []int) ([][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return forward(w, c, ids)
+	return forwardTypes(w, c, ids, types)
+}
+
+// Score is the *ForSequenceClassification forward in float64 for one
+// input (ids with their token types, nil for all 0): the classifier's
+// logits on the first token's last hidden state. BERT: classifier(tanh(
+// pooler.dense(h0))); XLM-R's RobertaClassificationHead: out_proj(tanh(
+// dense(h0))) (dropout off).
+func Score(dir string, c Config, ids, types []int) ([]float64, error) {
+	if c.Labels <= 0 {
+		return nil, fmt.Errorf("bertref: Score needs a classifier (Labels > 0)")
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	m, err := lmckpt.ReadFloat64(dir)
+	if err != nil {
+		return nil, err
+	}
+	h, err := forwardTypes(m, c, ids, types)
+	if err != nil {
+		return nil, err
+	}
+	H := c.Hidden
+	dense, out := c.Prefix+"pooler.dense", "classifier"
+	if c.Roberta {
+		dense, out = "classifier.dense", "classifier.out_proj"
+	}
+	w := &weights{m: m}
+	dW, dB := w.get(dense+".weight", H*H), w.get(dense+".bias", H)
+	oW, oB := w.get(out+".weight", c.Labels*H), w.get(out+".bias", c.Labels)
+	if w.err != nil {
+		return nil, w.err
+	}
+	x := linear(h[0], dW, dB)
+	for i := range x {
+		x[i] = math.Tanh(x[i])
+	}
+	return linear(x, oW, oB), nil
 }
 
 // PositionIDs returns the position ids transformers uses for ids (see
@@ -455,8 +536,15 @@ func (w *weights) get(name string, n int) []float64 {
 // forward runs the encoder on weights already read (so tests can perturb
 // them).
 func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
+	return forwardTypes(m, c, ids, nil)
+}
+
+func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float64, error) {
 	if err := c.check(); err != nil {
 		return nil, err
+	}
+	if types != nil && (len(types) != len(ids) || c.MPNet) {
+		return nil, fmt.Errorf("bertref: %d token types for %d ids (MPNet has none)", len(types), len(ids))
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("bertref: no input ids")
@@ -484,10 +572,16 @@ func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 		if pos[t] >= c.MaxPositions {
 			return nil, fmt.Errorf("bertref: position %d at %d is past max_position_embeddings %d", pos[t], t, c.MaxPositions)
 		}
+		tt := 0 // token_type_ids all 0 unless given
+		if types != nil {
+			tt = types[t]
+		}
+		if tt < 0 || tt >= c.TypeVocab {
+			return nil, fmt.Errorf("bertref: token type %d at %d is outside type_vocab_size %d", tt, t, c.TypeVocab)
+		}
 		e := make([]float64, H)
 		for i := range e {
-			// token_type_ids are all 0: row 0 of the token type table.
-			e[i] = word[id*H+i] + typeEmb[i] + posEmb[pos[t]*H+i]
+			e[i] = word[id*H+i] + typeEmb[tt*H+i] + posEmb[pos[t]*H+i]
 		}
 		x[t] = layerNorm(e, embG, embB, c.Eps)
 	}

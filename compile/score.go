@@ -1,0 +1,70 @@
+package compile
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// scoreProgs is Score's program, made at its first call: the
+// classification head over first tokens' hidden states.
+type scoreProgs struct {
+	once sync.Once
+	prog *Program
+	err  error
+}
+
+// Score runs inputs through a cross-encoder (lm.Scorer) together, as
+// Embed runs them, and returns each one's scores: its classifier's
+// logits on the first token's final hidden state, [len(inputs)][Labels]
+// float32. An input is one text, or a pair in one sequence with the
+// second text's ids carrying their token type (lm.Spec.Encoder). A model
+// without a classification head is refused (errs.ErrUnsupported).
+func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
+	sc, ok := r.model.(lm.Scorer)
+	if !ok || sc.Labels() == 0 {
+		return nil, fmt.Errorf("scores: %s has no classification head (a cross-encoder is a *ForSequenceClassification): %w", r.spec.Architecture, errs.ErrUnsupported)
+	}
+	first, err := r.Embed(inputs, PoolCLS)
+	if err != nil {
+		return nil, err
+	}
+	r.score.once.Do(func() { r.score.prog, r.score.err = r.newProgram("score", r.scoreGraph) })
+	if r.score.err != nil {
+		return nil, r.score.err
+	}
+	h := r.spec.Hidden
+	flat := make([]float32, 0, len(first)*h)
+	for _, v := range first {
+		flat = append(flat, v...)
+	}
+	outs, err := r.score.prog.Call(r.weightArgs([]Arg{{T: tensors.FromFlatDataAndDimensions(flat, len(first), h)}}, r.headW)...)
+	if err != nil {
+		return nil, err
+	}
+	defer outs[0].FinalizeAll()
+	l := sc.Labels()
+	scores := make([][]float32, len(first))
+	err = tensors.ConstFlatData(outs[0], func(v []float32) { // [B, Labels]
+		for i := range scores {
+			scores[i] = append([]float32(nil), v[i*l:(i+1)*l]...)
+		}
+	})
+	return scores, err
+}
+
+// scoreGraph: [first tokens' hidden states [B, Hidden] float32, head
+// weights...] -> [scores [B, Labels] float32].
+func (r *Runner) scoreGraph(in []*graph.Node) []*graph.Node {
+	x := in[0]
+	if dt := r.opts.DType; dt != dtypes.InvalidDType && dt != x.DType() {
+		x = graph.ConvertDType(x, dt)
+	}
+	return []*graph.Node{r.model.(lm.Scorer).Score(r.params(r.headW, in[1:]), x)}
+}
