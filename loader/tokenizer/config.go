@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -101,6 +102,16 @@ func (t *Tokenizer) applyAddBOSEOS(addBOS, addEOS *bool) {
 	if wantEOS && t.eos >= 0 {
 		p.after = []int{t.eos}
 	}
+	// The pair template is the single one with type id 0, then again
+	// around $B with type id 1: "bos:0 $A:0 eos:0 bos:1 $B:1 eos:1".
+	p.single = flatPieces(p.before, p.after, 0)
+	second := flatPieces(p.before, p.after, 1)
+	for i := range second {
+		if second[i].seq == 0 {
+			second[i].seq = 1
+		}
+	}
+	p.pair = append(slices.Clip(p.single), second...)
 	t.post = p
 }
 

@@ -10,9 +10,9 @@ import (
 )
 
 // FuzzLoad: no input makes Parse panic or hang; whatever loads can encode
-// and decode a few strings.
+// and decode a few strings, and encode a pair (or refuse to).
 func FuzzLoad(f *testing.F) {
-	for _, name := range []string{"qwen2-tiny", "gpt2-tiny", "clip-tiny", "unigram-tiny"} {
+	for _, name := range []string{"qwen2-tiny", "gpt2-tiny", "clip-tiny", "unigram-tiny", "bert-pair", "xlmr-tiny", "odd-template"} {
 		data, err := readMaybeGzip(filepath.Join("testdata", "tokenizers", name, "tokenizer.json"), maxFileBytes)
 		if err != nil {
 			f.Fatal(err)
@@ -34,6 +34,16 @@ func FuzzLoad(f *testing.F) {
 			out := tk.Decode(ids, false)
 			if !utf8.ValidString(out) {
 				t.Fatalf("decode produced invalid UTF-8 %q", out)
+			}
+		}
+		for _, add := range []bool{false, true} {
+			if ids, types, err := tk.EncodePair("hello world", "ünï 你好", add); err == nil && len(ids) != len(types) {
+				t.Fatalf("EncodePair: %d ids, %d type ids", len(ids), len(types))
+			}
+		}
+		for _, n := range []int{0, 3, 8} {
+			if ids, types, err := tk.EncodePairTruncated("hello world again", "a  b\n\nc d e", n); err == nil && (len(ids) != len(types) || len(ids) > n) {
+				t.Fatalf("EncodePairTruncated(%d): %d ids, %d type ids", n, len(ids), len(types))
 			}
 		}
 	})

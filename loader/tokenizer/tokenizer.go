@@ -4,13 +4,16 @@
 // Unigram, WordPiece, WordLevel), then the post-processor; decoding runs the
 // decoder chain. It covers the byte-level BPE of GPT-2/Llama 3/Qwen, the
 // SentencePiece-style BPE with byte fallback of Llama 2/Mistral/Gemma, CLIP's
-// BPE and T5's Unigram. See docs/tokenizers.md.
+// BPE and T5's Unigram. EncodePair and EncodePairTruncated encode a pair of
+// texts (a cross-encoder's query and document) with the post-processor's
+// pair form and token type ids. See docs/tokenizers.md.
 //
 // A Tokenizer is safe for concurrent use.
 package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -308,23 +311,45 @@ func finalByteLevel(p preTokenizer) *byteLevelPre {
 
 // encodeSink feeds pre-tokens to the model.
 type encodeSink struct {
-	m   model
-	ids []int
+	m     model
+	ids   []int
+	limit int // when > 0, stop once a pre-token brings ids to limit
 }
+
+// errLimit stops an encoding that has reached its limit.
+var errLimit = errors.New("tokenizer: limit reached")
 
 func (e *encodeSink) emit(s string, _ bool) error {
 	var err error
 	e.ids, err = e.m.tokenize(s, e.ids)
+	if err == nil && e.limit > 0 && len(e.ids) >= e.limit {
+		return errLimit
+	}
 	return err
 }
 
 // Encode converts text to ids. With addSpecialTokens, the post-processor adds
 // its special tokens (e.g. BOS). Invalid UTF-8 is replaced by U+FFFD first.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]int, error) {
+	ids, err := t.encode(text, 0)
+	if err != nil {
+		return nil, err
+	}
+	if addSpecialTokens && t.post != nil {
+		ids = t.post.process(ids)
+	}
+	return ids, nil
+}
+
+// encode converts text to ids without special tokens. With limit > 0 it
+// stops as tokenizers (0.23 and later) does when truncation is set: after
+// the pre-token whose tokens bring the count to limit or more, added
+// tokens counting but not stopping it.
+func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 	if !utf8.ValidString(text) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
-	sink := &encodeSink{m: t.model, ids: make([]int, 0, len(text)/4+8)}
+	sink := &encodeSink{m: t.model, ids: make([]int, 0, len(text)/4+8), limit: limit}
 	var pieces []piece
 	pieces = t.rawAdded.split(text, pieces)
 	var sub []piece
@@ -360,16 +385,15 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]int, error) {
 			} else {
 				err = sink.emit(w, atStart)
 			}
+			if errors.Is(err, errLimit) {
+				return sink.ids, nil
+			}
 			if err != nil {
 				return nil, err
 			}
 		}
 	}
-	ids := sink.ids
-	if addSpecialTokens && t.post != nil {
-		ids = t.post.process(ids)
-	}
-	return ids, nil
+	return sink.ids, nil
 }
 
 // Truncate cuts ids, text encoded with its special tokens (Encode(text,
