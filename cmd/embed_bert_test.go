@@ -1,9 +1,14 @@
 package cmd
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,4 +182,131 @@ func TestServeEncoder(t *testing.T) {
 	assert.Equal(t, []string{"embedding"}, show.Capabilities)
 
 	require.Equal(t, ExitOK, stop())
+}
+
+// crossEncoderModel writes a tiny BertForSequenceClassification of c
+// (c.Labels labels) with bertref's WordPiece tokenizer, whose pair form
+// is [CLS] A [SEP] B:1 [SEP]:1, and returns its folder; noPair drops the
+// tokenizer's post-processor, and with it the pair form.
+func crossEncoderModel(t *testing.T, c bertref.Config, noPair bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, bertref.Write(dir, c, 13))
+	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	if noPair {
+		path := filepath.Join(dir, "tokenizer.json")
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		var tj map[string]any
+		require.NoError(t, json.Unmarshal(raw, &tj))
+		tj["post_processor"] = nil
+		raw, err = json.Marshal(tj)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, raw, 0o644))
+	}
+	return dir
+}
+
+// TestServeRerank: serve on a cross-encoder of one label
+// (BertForSequenceClassification) serves /v1/rerank: the listening event
+// says rerank (no slots, not embeddings), and each document's
+// relevance_score is the sigmoid of the reference classifier's logit
+// (bertref.Score) of the tokenizer's pair (EncodePairTruncated, cut to
+// the model's positions: one document is longer), best first, usage
+// counting the pairs' tokens; /v1/embeddings answers 400 and /api/show
+// lists no capability.
+func TestServeRerank(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
+	dir := crossEncoderModel(t, c, false)
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	addr, out, stop := serveModelInProcess(t, "--model", dir, "--served-model-name", "reranker")
+	url := "http://" + addr
+
+	var listening map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(out(), "\n", 2)[0]), &listening), out())
+	assert.Equal(t, true, listening["rerank"])
+	assert.Equal(t, false, listening["embeddings_only"])
+	assert.EqualValues(t, 0, listening["slots"])
+	assert.EqualValues(t, 40, listening["max_context"], "the model's positions")
+
+	post := func(path, body string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, b
+	}
+
+	query := "what is a tpu?"
+	docs := []string{
+		"hello world",
+		"a tpu is a matrix processor, it runs the model",
+		strings.Repeat("the processor runs this model on a tpu and it embeds the text of the query. ", 4), // cut to 40 tokens
+	}
+	in, err := json.Marshal(docs)
+	require.NoError(t, err)
+	status, body := post("/v1/rerank", `{"model":"reranker","query":"`+query+`","documents":`+string(in)+`}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var resp struct {
+		Model string `json:"model"`
+		Usage struct {
+			TotalTokens int `json:"total_tokens"`
+		} `json:"usage"`
+		Results []struct {
+			Index          int     `json:"index"`
+			RelevanceScore float64 `json:"relevance_score"`
+			Document       struct {
+				Text string `json:"text"`
+			} `json:"document"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(body, &resp), string(body))
+	assert.Equal(t, "reranker", resp.Model)
+	require.Len(t, resp.Results, len(docs))
+	want := make([]float64, len(docs))
+	tokens := 0
+	for i, d := range docs {
+		ids, types, err := tok.EncodePairTruncated(query, d, c.MaxPositions)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(ids), c.MaxPositions)
+		tokens += len(ids)
+		s, err := bertref.Score(dir, c, ids, types)
+		require.NoError(t, err)
+		want[i] = 1 / (1 + math.Exp(-s[0]))
+	}
+	assert.Equal(t, tokens, resp.Usage.TotalTokens)
+	order := []int{0, 1, 2}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(want[b], want[a]) })
+	for k, r := range resp.Results {
+		assert.Equal(t, order[k], r.Index, "result %d: the documents best first (want %v)", k, want)
+		assert.InDelta(t, want[r.Index], r.RelevanceScore, 1e-5, "document %d", r.Index)
+		assert.Equal(t, docs[r.Index], r.Document.Text)
+	}
+
+	status, body = post("/v1/embeddings", `{"model":"reranker","input":"hello"}`)
+	assert.Equal(t, http.StatusBadRequest, status, string(body))
+	assert.Contains(t, string(body), `model \"reranker\" is a reranker (a cross-encoder): it serves /v1/rerank`)
+	status, body = post("/api/show", `{"model":"reranker"}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	assert.Contains(t, string(body), `"capabilities":[]`)
+
+	require.Equal(t, ExitOK, stop())
+}
+
+// TestServeRefusesClassifier: serve refuses, exit 3 (unsupported), a
+// cross-encoder of more labels than one (a text classifier, not a
+// reranker), naming the label count, and a cross-encoder whose
+// tokenizer has no pair form.
+func TestServeRefusesClassifier(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12, Labels: 3, Prefix: "bert."}
+	e := genEnv(t)
+	assert.Equal(t, ExitUnsupported, e.run("serve", "--port", "0", "--model", crossEncoderModel(t, c, false)), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "has 3 labels: serve reranks with a cross-encoder of one label")
+	c.Labels = 1
+	e = genEnv(t)
+	assert.Equal(t, ExitUnsupported, e.run("serve", "--port", "0", "--model", crossEncoderModel(t, c, true)), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "its tokenizer has no pair form")
 }

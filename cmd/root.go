@@ -191,6 +191,7 @@ to stderr, with progress bars only on a terminal.`,
 	for _, sub := range []*cobra.Command{
 		NewCmdGenerate(f, nil),
 		NewCmdEmbed(f, nil),
+		NewCmdRerank(f, nil),
 		NewCmdChat(f, nil),
 		NewCmdServe(f, nil),
 		NewCmdDiffuse(f, nil),

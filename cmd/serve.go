@@ -96,7 +96,12 @@ GET /health and GET /metrics (Prometheus text). See docs/serve.md.
 An encoder (BERT, XLM-RoBERTa: all-MiniLM, bge, e5) gives embeddings only:
 serve answers /v1/embeddings, /api/embed and /api/embeddings for it, the
 generating endpoints answer 400, and --max-batch, --prefill-chunk,
---prefix-cache and --warmup do not apply.
+--prefix-cache and --warmup do not apply. A cross-encoder of one label (a
+reranker: cross-encoder/ms-marco-MiniLM-L-6-v2, BAAI/bge-reranker-base) is
+served by POST /v1/rerank and POST /rerank alone (Jina's and Cohere's API:
+a query and documents to the documents' relevance scores, best first), the
+embeddings endpoints answering it 400 too; a classifier of more labels is
+refused.
 
 Requests run together by continuous batching: --max-batch sequences are
 decoded at once in fixed compiled shapes, new requests join between decode
@@ -312,6 +317,27 @@ func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemor
 	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))
 }
 
+// servedReranker reports whether serve serves m as a reranker: an
+// encoder with a classification head (lm.Scorer) of one label, whose
+// logit is a (query, document) pair's relevance. A classifier of more
+// labels is refused, and so is a cross-encoder whose tokenizer has no
+// pair form (it could not encode the pairs it was trained on): both
+// errs.ErrUnsupported.
+func servedReranker(m lm.Model, tok *tokenizer.Tokenizer) (bool, error) {
+	spec := m.Spec()
+	sc, ok := m.(lm.Scorer)
+	if !spec.Encoder || !ok || sc.Labels() == 0 {
+		return false, nil
+	}
+	if n := sc.Labels(); n > 1 {
+		return false, fmt.Errorf("%s has %d labels: serve reranks with a cross-encoder of one label (a relevance score), and a %d-label text classifier is not served: %w", spec.Architecture, n, n, errs.ErrUnsupported)
+	}
+	if !tok.HasPairTemplate() {
+		return false, fmt.Errorf("%s is a cross-encoder, but its tokenizer has no pair form (tokenizer.json's post_processor joins no second text) to encode (query, document) pairs with: %w", spec.Architecture, errs.ErrUnsupported)
+	}
+	return true, nil
+}
+
 // servedEngine is serve's engine over a Runner: a compile.Batch for a
 // model that generates, a compile.Encoder for an encoder, as the
 // scheduler takes it.
@@ -325,12 +351,12 @@ type servedEngine struct {
 }
 
 // serveEngine builds the engine of the runner, which it then owns: an
-// encoder's (embeddings only, one row) or continuous batching of
-// --max-batch slots; slots is what the listening line reports, 0 for an
-// encoder, which decodes no sequences.
-func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling compile.Pooling, embeddingsOnly bool) (e servedEngine, slots int, err error) {
-	if embeddingsOnly {
-		enc, err := compile.NewEncoder(r, compile.EncoderOptions{Pooling: pooling, MaxContext: maxContext})
+// encoder's (embeddings only, or with scores a cross-encoder's scores;
+// one row) or continuous batching of --max-batch slots; slots is what the
+// listening line reports, 0 for an encoder, which decodes no sequences.
+func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling compile.Pooling, encoder, scores bool) (e servedEngine, slots int, err error) {
+	if encoder {
+		enc, err := compile.NewEncoder(r, compile.EncoderOptions{Pooling: pooling, MaxContext: maxContext, Scores: scores})
 		if err != nil {
 			return servedEngine{}, 0, err
 		}
@@ -402,13 +428,23 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	// An encoder (BERT, XLM-RoBERTa) gives embeddings only: it is served
 	// by the embeddings endpoints, without slots, prefix cache or
 	// warm-up (compile.Encoder), and the generating endpoints answer 400.
+	// A cross-encoder of one label (a reranker) gives scores only: it is
+	// served by /v1/rerank, its engine giving each pair's logit.
 	embeddingsOnly := spec.Encoder
+	rerank, err := servedReranker(loaded.Model, tok)
+	if err != nil {
+		return err
+	}
 	maxContext, err := servedContext(opts.MaxContext, spec.MaxPositions)
 	if err != nil {
 		return err
 	}
-	if embeddingsOnly {
+	if rerank {
+		rep.Debugf("%s is a cross-encoder of one label: serving reranking only, on /v1/rerank (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
+	} else if embeddingsOnly {
 		rep.Debugf("%s is an encoder: serving embeddings only (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
+	}
+	if embeddingsOnly {
 		if err := checkEncoderFits(loaded.Model, maxContext, dtype, opts.KVDType, opts.HostMemory); err != nil {
 			return err
 		}
@@ -436,7 +472,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	defer runner.Close()
-	engine, slots, err := serveEngine(runner, opts, maxContext, pooling, embeddingsOnly)
+	engine, slots, err := serveEngine(runner, opts, maxContext, pooling, embeddingsOnly, rerank)
 	if err != nil {
 		return err
 	}
@@ -481,6 +517,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Reasoning:      serve.ReasoningOf(tmpl),
 		Harmony:        serve.IsHarmony(tmpl),
 		EmbeddingsOnly: embeddingsOnly,
+		Rerank:         rerank,
 		Pprof:          opts.Pprof,
 		Now:            opts.Now,
 	})
@@ -503,18 +540,24 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
+	// embeddings_only and rerank say what a model that generates nothing
+	// serves: its embeddings, or a reranker's scores.
 	what := fmt.Sprintf("%d slots", slots)
-	if embeddingsOnly {
+	switch {
+	case rerank:
+		what = "reranking only"
+	case embeddingsOnly:
 		what = "embeddings only"
 	}
 	rep.Event("listening", fmt.Sprintf("serving %s on http://%s (%s, context %d, queue %d; ready in %s)",
 		name, addr, what, maxContext, opts.MaxQueue, opts.Now().Sub(start).Round(time.Millisecond)),
-		map[string]any{"address": addr, "model": name, "slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue, "embeddings_only": embeddingsOnly})
+		map[string]any{"address": addr, "model": name, "slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue,
+			"embeddings_only": embeddingsOnly && !rerank, "rerank": rerank})
 	var nd *ui.NDJSON
 	if opts.JSON {
 		nd = ui.NewNDJSON(opts.IO.Out)
 		nd.Write(map[string]any{"type": "listening", "address": addr, "url": "http://" + addr, "model": name,
-			"slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue, "embeddings_only": embeddingsOnly})
+			"slots": slots, "max_context": maxContext, "max_queue": opts.MaxQueue, "embeddings_only": embeddingsOnly && !rerank, "rerank": rerank})
 	}
 
 	// Serve until the first SIGINT/SIGTERM cancels ctx (Main's signal

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // EncoderOptions configure an Encoder.
@@ -13,12 +14,17 @@ type EncoderOptions struct {
 	// MaxContext is the longest input, in tokens; 0 means the model's max
 	// positions.
 	MaxContext int
+	// Scores makes Embed give a cross-encoder's scores (Runner.Score: its
+	// classifier's logits, Labels of them) instead of pooled hidden
+	// states: the engine of a reranking server.
+	Scores bool
 }
 
 // Encoder is the server's engine (serve.Engine, through serve.Adapt) for
 // an encoder (lm.Spec.Encoder: BERT, XLM-RoBERTa), which gives embeddings
-// and generates nothing: Embed runs inputs through Runner.Embed, and the
-// engine has one row that never holds a sequence. Its prefills and kept
+// and generates nothing: Embed runs inputs through Runner.Embed (a
+// cross-encoder's, with EncoderOptions.Scores, through Runner.Score), and
+// the engine has one row that never holds a sequence. Its prefills and kept
 // caches would be a Batch's types, but it makes none: StartPrefill,
 // Insert, Decode, Keep and StartPrefillFrom are EncoderError (the server
 // refuses generating requests before they reach it:
@@ -31,8 +37,10 @@ type Encoder struct {
 }
 
 // NewEncoder prepares serving embeddings of r, an encoder's Runner, which
-// it then owns. A Runner of a model that is not an encoder is refused
-// (NewBatch serves it), and so is one sharded over several devices.
+// it then owns (or, with o.Scores, its scores). A Runner of a model that
+// is not an encoder is refused (NewBatch serves it), and so is one
+// sharded over several devices, and Scores for a model without a
+// classification head (lm.Scorer with Labels; errs.ErrUnsupported).
 func NewEncoder(r *Runner, o EncoderOptions) (*Encoder, error) {
 	if !r.spec.Encoder {
 		return nil, fmt.Errorf("NewEncoder: %s is not an encoder (lm.Spec.Encoder): want an encoder's Runner (a causal model is served by NewBatch): %w", r.spec.Architecture, errs.ErrUsage)
@@ -47,6 +55,9 @@ func NewEncoder(r *Runner, o EncoderOptions) (*Encoder, error) {
 	}
 	if o.MaxContext == 0 {
 		o.MaxContext = r.spec.MaxPositions
+	}
+	if sc, ok := r.model.(lm.Scorer); o.Scores && (!ok || sc.Labels() == 0) {
+		return nil, fmt.Errorf("NewEncoder: %s has no classification head to score with (a cross-encoder is a *ForSequenceClassification): %w", r.spec.Architecture, errs.ErrUnsupported)
 	}
 	if o.MaxContext < 1 || o.MaxContext > r.spec.MaxPositions {
 		return nil, &OptionError{Owner: "EncoderOptions", Option: "MaxContext", Value: o.MaxContext,
@@ -111,8 +122,9 @@ func (e *Encoder) StartPrefillFrom([]int, *Kept) (*BatchPrefill, error) {
 
 // Embed runs prompts (at least one, each of 1 to MaxContext tokens)
 // through the encoder together and returns each one's final hidden states
-// pooled by EncoderOptions.Pooling (Runner.Embed), not normalized. Its
-// executables compile at first use of each shape.
+// pooled by EncoderOptions.Pooling (Runner.Embed), not normalized, or
+// with EncoderOptions.Scores its scores (Runner.Score). Its executables
+// compile at first use of each shape.
 func (e *Encoder) Embed(prompts [][]int) ([][]float32, error) {
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("embed: no inputs, want at least one")
@@ -124,6 +136,9 @@ func (e *Encoder) Embed(prompts [][]int) ([][]float32, error) {
 		if len(p) > e.o.MaxContext {
 			return nil, errs.Usagef("input %d of %d tokens is beyond the context of %d tokens", i, len(p), e.o.MaxContext)
 		}
+	}
+	if e.o.Scores {
+		return e.r.Score(prompts)
 	}
 	return e.r.Embed(prompts, e.o.Pooling)
 }

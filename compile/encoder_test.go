@@ -177,3 +177,75 @@ func TestNewEncoderRefuses(t *testing.T) {
 		t.Errorf("MaxContext %d, want the model's 16 positions", enc.MaxContext())
 	}
 }
+
+// TestEncoderScores: an Encoder with Scores over a cross-encoder
+// (BertForSequenceClassification, one label) gives through Embed, and
+// through the scheduler in groups of 8, each pair's classifier logit as
+// Runner.Score gives it: the reference's (bertref.Score), for pairs whose
+// second text's ids carry type 1 (id + VocabSize); NewEncoder refuses
+// Scores for an encoder without a classification head.
+func TestEncoderScores(t *testing.T) {
+	c := bertref.Config{Vocab: 48, Hidden: 16, Layers: 2, Heads: 2, Intermediate: 24, MaxPositions: 24, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
+	r, dir := bertRunner(t, c)
+	enc, err := NewEncoder(r, EncoderOptions{Scores: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var inputs [][]int
+	var want []float64
+	for _, n := range [][2]int{{3, 9}, {1, 1}, {12, 10}, {5, 2}, {2, 7}, {4, 4}, {8, 1}, {1, 15}, {6, 6}, {3, 3}} {
+		var ids, types, in []int
+		for part, k := range n {
+			for range k {
+				id := 5 + rng.IntN(c.Vocab-5)
+				ids, types, in = append(ids, id), append(types, part), append(in, id+part*c.Vocab)
+			}
+		}
+		s, err := bertref.Score(dir, c, ids, types)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs, want = append(inputs, in), append(want, s[0])
+	}
+	check := func(what string, got [][]float32) {
+		t.Helper()
+		if len(got) != len(inputs) {
+			t.Fatalf("%s: %d results for %d inputs", what, len(got), len(inputs))
+		}
+		for i, g := range got {
+			if len(g) != 1 {
+				t.Fatalf("%s: input %d: %d scores, want 1 (the one label's logit)", what, i, len(g))
+			}
+			if d := math.Abs(float64(g[0]) - want[i]); d > 2e-5 {
+				t.Errorf("%s: input %d: %v, want the reference's %v", what, i, g[0], want[i])
+			}
+		}
+	}
+	got, err := enc.Embed(inputs[:8])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := enc.Embed(inputs[8:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Embed", append(got, rest...))
+
+	sched := serve.New(serve.Adapt(enc), serve.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sched.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	got, err = sched.Embed(context.Background(), inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("Scheduler.Embed", got)
+
+	// Without a head there is nothing to score with.
+	plain, _ := bertRunner(t, bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12})
+	if _, err := NewEncoder(plain, EncoderOptions{Scores: true}); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "no classification head") {
+		t.Errorf("Scores on an encoder without a head: %v, want ErrUnsupported naming the missing classification head", err)
+	}
+}

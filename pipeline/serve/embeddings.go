@@ -16,7 +16,8 @@ import (
 // final hidden states, pooled by the engine (last token or mean,
 // compile.Pooling) and normalized to unit length, as both APIs return
 // them; ollama's deprecated POST /api/embeddings returns the pooled
-// vector as it is, as ollama's does.
+// vector as it is, as ollama's does. A reranker (ServerOptions.Rerank)
+// gives scores, not vectors: all three answer it 400 (rerank.go).
 
 // maxEmbedInputs is the most inputs one embeddings request takes:
 // OpenAI's limit (LangChain sends 1000 at a time). The scheduler runs
@@ -158,6 +159,10 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 		writeError(w, err)
 		return
 	}
+	if err := s.noEmbeddings(); err != nil {
+		writeError(w, err)
+		return
+	}
 	switch req.EncodingFormat {
 	case "", "float", "base64":
 	default:
@@ -228,6 +233,10 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		writeOllamaError(w, err)
 		return
 	}
+	if err := s.noEmbeddings(); err != nil { // loading it too, as ollama refuses a model without the capability
+		writeOllamaError(w, err)
+		return
+	}
 	var one string
 	var many []string
 	switch {
@@ -284,6 +293,10 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exc
 		return
 	}
 	if err := s.checkOllamaModel(req.Model); err != nil {
+		writeOllamaError(w, err)
+		return
+	}
+	if err := s.noEmbeddings(); err != nil {
 		writeOllamaError(w, err)
 		return
 	}

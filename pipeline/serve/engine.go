@@ -17,8 +17,9 @@
 // protocol: openai.go (the wire types of requests, their strict decoding
 // and checks, /v1/models), completions.go and chat.go (the endpoints),
 // sse.go (streaming) and logprobs.go; plan.go (a request's sequences and
-// choices, shared with ollama.go, ollama's endpoints); and metrics.go
-// (Prometheus text).
+// choices, shared with ollama.go, ollama's endpoints); embeddings.go and
+// rerank.go (a cross-encoder's /v1/rerank, rerank_ids.go its pairs); and
+// metrics.go (Prometheus text).
 package serve
 
 import (

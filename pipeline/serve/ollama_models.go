@@ -111,7 +111,17 @@ func (s *Server) ollamaTags(w http.ResponseWriter, _ *http.Request, _ *exchange)
 // A generative model does not list "embedding", though /api/embed
 // serves it: ollama lists it for embedding models only, and its CLI then
 // runs the model as one (embedding its prompt instead of chatting).
+//
+// A reranker (ServerOptions.Rerank) lists none: ollama (0.24.0) has no
+// capability for reranking, and each it has names endpoints that answer
+// a reranker 400 here ("embedding" would send ollama's CLI and clients
+// such as Open WebUI to /api/embed, "completion" to /api/generate). The
+// list is [], not left out as ollama leaves out an empty one, so that a
+// client reading it finds an array.
 func (s *Server) ollamaCapabilities() []string {
+	if s.o.Rerank {
+		return []string{}
+	}
 	if s.o.EmbeddingsOnly {
 		return []string{"embedding"}
 	}

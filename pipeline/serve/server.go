@@ -67,8 +67,8 @@ type ServerOptions struct {
 	// truncate; 0 cuts them to MaxContext only.
 	EmbedMaxLength int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
-	// /v1/*, /api/* and /metrics (401 without it); /health and / (ollama's
-	// "Ollama is running") stay open.
+	// /v1/*, /api/*, /rerank and /metrics (401 without it); /health and /
+	// (ollama's "Ollama is running") stay open.
 	APIKey string
 	// AccessLog receives one JSON line per request (time, method, path,
 	// status, duration_ms, prompt_tokens, completion_tokens, remote); nil
@@ -94,6 +94,19 @@ type ServerOptions struct {
 	// "embedding" alone. The model list, /health and /metrics are as for
 	// any model.
 	EmbeddingsOnly bool
+	// Rerank says the model is a reranker: a cross-encoder of one label
+	// (BertForSequenceClassification, XLMRobertaForSequenceClassification:
+	// cross-encoder/ms-marco-MiniLM, bge-reranker), whose engine's Embed
+	// gives each input's logit (compile.EncoderOptions.Scores) and whose
+	// tokenizer has a pair form. POST /v1/rerank and POST /rerank serve it
+	// (rerank.go), each pair cut to MaxContext and its second text's ids
+	// offset by VocabSize (PairIDs), which must be the model's. It implies EmbeddingsOnly's refusals of the generating
+	// endpoints (NewServer sets EmbeddingsOnly), and the embeddings
+	// endpoints (/v1/embeddings, /api/embed, /api/embeddings) answer 400
+	// too, in their API's shape: its outputs are scores, not vectors.
+	// /api/show lists no capability (ollama has none for reranking).
+	// Without it, /v1/rerank answers 400.
+	Rerank bool
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ (the
 	// index, cmdline, profile, symbol, trace and the named profiles:
 	// heap, allocs, goroutine…), behind APIKey like /v1: a CPU profile of
@@ -109,11 +122,13 @@ type ServerOptions struct {
 // (embeddings.go), Anthropic's /v1/messages and /v1/messages/count_tokens
 // (anthropic.go), ollama's /api/generate, /api/chat (ollama.go), /api/embed,
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
-// and /api/ps (ollama_models.go), GET /health and GET /metrics. Every
-// error is answered in OpenAI's error shape, except under /v1/messages,
-// in Anthropic's, and under / and /api/, in ollama's. A model that only
+// and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank and
+// /rerank (rerank.go), GET /health and GET /metrics. Every error is
+// answered in OpenAI's error shape, except under /v1/messages, in
+// Anthropic's, and under / and /api/, in ollama's. A model that only
 // gives embeddings (ServerOptions.EmbeddingsOnly) is served by the
-// embeddings endpoints and the model list alone.
+// embeddings endpoints and the model list alone, a reranker
+// (ServerOptions.Rerank) by the rerank endpoints and the model list.
 type Server struct {
 	sched    *Scheduler
 	o        ServerOptions
@@ -128,6 +143,9 @@ type Server struct {
 func NewServer(s *Scheduler, o ServerOptions) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Rerank {
+		o.EmbeddingsOnly = true // a reranker generates nothing either
 	}
 	if o.Resolve == nil {
 		o.Resolve = func(ov generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, nil, ov) }
@@ -199,6 +217,8 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
 	case "/api/embeddings":
 		return route{"/api/embeddings", http.MethodPost, (*Server).ollamaEmbeddings}, true
+	case "/v1/rerank", "/rerank":
+		return route{path, http.MethodPost, (*Server).rerank}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/v1/messages/count_tokens":
@@ -436,12 +456,16 @@ func (s *Server) submit(ctx context.Context, reqs []Request) ([]*Stream, context
 // noGeneration is the 400 of the generating endpoints of OpenAI's and
 // Anthropic's APIs (completions, chat completions, messages and
 // count_tokens) for a model that only gives embeddings
-// (ServerOptions.EmbeddingsOnly), as OpenAI refuses a model that an
-// endpoint does not serve (invalid_request_error about param model);
-// nil for a model that generates.
+// (ServerOptions.EmbeddingsOnly) or scores (a reranker:
+// ServerOptions.Rerank), as OpenAI refuses a model that an endpoint does
+// not serve (invalid_request_error about param model); nil for a model
+// that generates.
 func (s *Server) noGeneration() error {
 	if !s.o.EmbeddingsOnly {
 		return nil
+	}
+	if s.o.Rerank {
+		return badRequest("model", "model %q is a reranker (a cross-encoder): it serves /v1/rerank only", s.o.ModelName)
 	}
 	return badRequest("model", "model %q is an embedding model: it serves /v1/embeddings and /api/embed only", s.o.ModelName)
 }

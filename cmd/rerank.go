@@ -1,0 +1,188 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/serve"
+)
+
+// RerankOptions holds `tputool rerank`'s inputs.
+type RerankOptions struct {
+	lmOptions
+
+	Query         string
+	Documents     []string
+	DocumentsFile string
+	// TopN is --top-n: the best that many documents (0: all).
+	TopN int
+	// Raw is --raw: the classifier's logits instead of their sigmoid.
+	Raw bool
+}
+
+// NewCmdRerank builds `tputool rerank`.
+func NewCmdRerank(f *Factory, runF func(context.Context, *RerankOptions) error) *cobra.Command {
+	opts := &RerankOptions{lmOptions: newLMOptions(f)}
+	c := &cobra.Command{
+		Use:   "rerank --model MODEL --query TEXT --document TEXT...",
+		Short: "Score documents against a query with a cross-encoder, best first",
+		Long: `Score each document's relevance to the query with a cross-encoder reranker
+(BertForSequenceClassification, XLMRobertaForSequenceClassification with one
+label: cross-encoder/ms-marco-MiniLM-L-6-v2, BAAI/bge-reranker-base,
+BAAI/bge-reranker-v2-m3), best first. Each (query, document) pair is one input,
+encoded with the tokenizer's pair form and cut to the model's positions as
+transformers cuts a pair (longest first). The score is the sigmoid of the
+classifier's logit, as sentence-transformers' CrossEncoder gives it for a
+one-label model; --raw prints the logit.
+
+Documents come from --document (-d, repeatable) and --documents-file (one per
+line, - for stdin; blank lines skipped; split on NUL bytes when the file has
+any, else on lines that are exactly ---, when it has any). The output is one
+line per document, "SCORE<TAB>INDEX<TAB>DOCUMENT" (INDEX counts from 0 in the
+order given); with --json, an array of {index, relevance_score, document}.`,
+		Example: `  tputool rerank -m BAAI/bge-reranker-base --query "What is a TPU?" -d "A TPU is a matrix processor." -d "Paris is in France."
+  tputool rerank -m cross-encoder/ms-marco-MiniLM-L-6-v2 --query "tpu" --documents-file docs.txt --top-n 3 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := opts.requireModel(); err != nil {
+				return err
+			}
+			if strings.TrimSpace(opts.Query) == "" {
+				return errs.Usagef("--query is required (the text the documents are scored against)")
+			}
+			if len(opts.Documents) == 0 && opts.DocumentsFile == "" {
+				return errs.Usagef("give at least one --document or a --documents-file")
+			}
+			if err := checkStdinUse(opts.Documents, opts.DocumentsFile); err != nil {
+				return err
+			}
+			if opts.TopN < 0 {
+				return errs.Usagef("--top-n %d: want a document count (0: all of them)", opts.TopN)
+			}
+			if err := opts.parse(f); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(c.Context(), opts)
+			}
+			return rerankRun(c.Context(), opts)
+		},
+	}
+	fl := c.Flags()
+	opts.addFlags(c, true, "tensor parallelism (reranking runs on one device: must be 1)", "data parallelism (must be 1)")
+	fl.StringVar(&opts.Query, "query", "", "the query the documents are scored against (required)")
+	fl.StringArrayVarP(&opts.Documents, "document", "d", nil, "a document to score (repeat for several; - reads the whole of stdin as one)")
+	fl.StringVar(&opts.DocumentsFile, "documents-file", "", "file with one document per line (- for stdin), blank lines skipped; split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
+	fl.IntVar(&opts.TopN, "top-n", 0, "print the best N documents (0: all)")
+	fl.BoolVar(&opts.Raw, "raw", false, "print the classifier's logits instead of their sigmoid")
+	return c
+}
+
+// rerankResult is one element of the --json array.
+type rerankResult struct {
+	Index          int     `json:"index"`
+	RelevanceScore float64 `json:"relevance_score"`
+	Document       string  `json:"document"`
+}
+
+func rerankRun(ctx context.Context, opts *RerankOptions) error {
+	if opts.TP*opts.DP > 1 {
+		return errs.Usagef("--tp %d --dp %d: rerank runs on one device", opts.TP, opts.DP)
+	}
+	docs, err := readPrompts(opts.Documents, opts.DocumentsFile, opts.IO.In)
+	if err != nil {
+		return err
+	}
+	if len(docs) == 0 {
+		return errs.Usagef("no documents to score (the file has only blank lines)")
+	}
+	rep := opts.Reporter
+	m, tok, err := opts.resolveLM(ctx)
+	if err != nil {
+		return err
+	}
+	dev, dtype, loaded, err := opts.openOnDevice(m)
+	if err != nil {
+		return err
+	}
+	defer loaded.Close()
+	spec := loaded.Model.Spec()
+	sc, ok := loaded.Model.(lm.Scorer)
+	if !ok || sc.Labels() == 0 {
+		return fmt.Errorf("%s has no classification head: rerank needs a cross-encoder (a *ForSequenceClassification with one label): %w", spec.Architecture, errs.ErrUnsupported)
+	}
+	if sc.Labels() != 1 {
+		return fmt.Errorf("%s has %d labels: rerank needs a cross-encoder with one (a relevance score), not a %d-way classifier: %w", spec.Architecture, sc.Labels(), sc.Labels(), errs.ErrUnsupported)
+	}
+	inputs := make([][]int, len(docs))
+	longest := 0
+	for i, d := range docs {
+		if inputs[i], err = serve.PairIDs(tok, spec.VocabSize, opts.Query, d, spec.MaxPositions); err != nil {
+			return fmt.Errorf("document %d: %w", i, err)
+		}
+		longest = max(longest, len(inputs[i]))
+	}
+	if err := checkStateFits(loaded.Model, min(len(inputs), embedGroup), longest, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
+		return err
+	}
+	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, Quantize: opts.Quantize}, opts.HostMemory, rep)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	rep.Debugf("rerank: %d documents, the longest pair %d tokens", len(docs), longest)
+
+	// The shortest pairs together, so that a group pads little.
+	order := make([]int, len(inputs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(inputs[a]) - len(inputs[b]) })
+	res := make([]rerankResult, len(inputs))
+	for g := 0; g < len(order); g += embedGroup {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("reranking cancelled after %d of %d documents: %w", g, len(inputs), errs.ErrInterrupted)
+		}
+		group := order[g:min(g+embedGroup, len(order))]
+		in := make([][]int, len(group))
+		for j, i := range group {
+			in[j] = inputs[i]
+		}
+		scores, err := runner.Score(in)
+		if err != nil {
+			return err
+		}
+		for j, i := range group {
+			res[i] = rerankResult{Index: i, RelevanceScore: serve.RelevanceScore(scores[j][0], opts.Raw), Document: docs[i]}
+		}
+	}
+	// Best first; equal scores keep the documents' order.
+	slices.SortStableFunc(res, func(a, b rerankResult) int {
+		switch {
+		case a.RelevanceScore > b.RelevanceScore:
+			return -1
+		case a.RelevanceScore < b.RelevanceScore:
+			return 1
+		}
+		return 0
+	})
+	if opts.TopN > 0 && opts.TopN < len(res) {
+		res = res[:opts.TopN]
+	}
+	if opts.JSON {
+		return opts.IO.WriteJSON(res)
+	}
+	var b strings.Builder
+	for _, r := range res {
+		fmt.Fprintf(&b, "%.6g\t%d\t%s\n", r.RelevanceScore, r.Index, strings.ReplaceAll(r.Document, "\n", " "))
+	}
+	_, err = fmt.Fprint(opts.IO.Out, b.String())
+	return err
+}

@@ -1,0 +1,252 @@
+package serve
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// POST /v1/rerank and POST /rerank: a cross-encoder's relevance scores of
+// documents to a query, best first, for a server of a reranker
+// (ServerOptions.Rerank). The API is Jina's and Cohere's, as vLLM serves
+// it on both paths and llama.cpp's server too:
+//
+//	{"model", "query", "documents": ["text", ...] or [{"text"}, ...],
+//	 "top_n", "return_documents"}
+//	-> {"id", "model", "usage": {"total_tokens", "prompt_tokens"},
+//	    "results": [{"index", "relevance_score", "document": {"text"}}]}
+//
+// Each (query, document) pair is one input of the model (PairIDs: the
+// tokenizer's pair form, cut to the served context as transformers cuts
+// a pair), scored through the scheduler as embeddings are
+// (Scheduler.Embed: groups of the engine's MaxPrefill, the shortest
+// together); relevance_score is the sigmoid of the classifier's logit,
+// as sentence-transformers' CrossEncoder scores a one-label model
+// (RelevanceScore). The request is decoded strictly, as OpenAI's
+// endpoints are: a field outside the five (Cohere's max_chunks_per_doc,
+// rank_fields or max_tokens_per_doc, vLLM's truncate_prompt_tokens) is a
+// 400 naming it; documents are cut to the context, never split into
+// chunks. A blank query, no documents, more than maxRerankDocuments of
+// them and a negative top_n are 400s too, another model's name the 404
+// of every endpoint, and /v1/rerank on a model that is not a reranker a
+// 400; a full queue is a 429 and a server shutting down a 503, as for
+// embeddings. usage counts the pairs' tokens (all of them, whatever
+// top_n), as the access log and the metrics do.
+
+// maxRerankDocuments is the most documents one rerank request takes, as
+// Cohere's API recommends at most 1,000; the scheduler runs them a group
+// of the engine's MaxPrefill at a time, and the body limit bounds their
+// text.
+const maxRerankDocuments = 1000
+
+// rerankRequest is POST /v1/rerank.
+type rerankRequest struct {
+	Model string `json:"model"`
+	Query string `json:"query"`
+	// Documents are strings, or objects {"text": ...} (Cohere's v1 and
+	// Jina's), or a mix: parsed by rerankDocuments.
+	Documents json.RawMessage `json:"documents"`
+	// TopN keeps the best that many results; 0 or absent, all of them.
+	TopN *int `json:"top_n"`
+	// ReturnDocuments puts each document's text in its result (default
+	// true, as Jina and vLLM).
+	ReturnDocuments *bool `json:"return_documents"`
+}
+
+// rerankDocument is a document as a result returns it.
+type rerankDocument struct {
+	Text string `json:"text"`
+}
+
+type rerankResult struct {
+	Index          int             `json:"index"`
+	RelevanceScore float64         `json:"relevance_score"`
+	Document       *rerankDocument `json:"document,omitempty"`
+}
+
+type rerankUsage struct {
+	TotalTokens  int `json:"total_tokens"`
+	PromptTokens int `json:"prompt_tokens"`
+}
+
+type rerankResponse struct {
+	ID      string         `json:"id"`
+	Model   string         `json:"model"`
+	Usage   rerankUsage    `json:"usage"`
+	Results []rerankResult `json:"results"`
+}
+
+// rerankDocuments reads documents: an array (1 to maxRerankDocuments
+// long) whose elements are strings or objects {"text": string}; an
+// object with other fields is a 400 naming the field.
+func rerankDocuments(raw json.RawMessage) ([]string, error) {
+	if !isSet(raw) {
+		return nil, badRequest("documents", "documents is required: an array of strings (or of objects with text)")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, badRequest("documents", "documents must be an array of strings or of objects with text, got JSON %s", jsonKind(raw))
+	}
+	switch {
+	case len(elems) == 0:
+		return nil, badRequest("documents", "documents is empty: want at least one document")
+	case len(elems) > maxRerankDocuments:
+		return nil, badRequest("documents", "%d documents: at most %d per request", len(elems), maxRerankDocuments)
+	}
+	docs := make([]string, len(elems))
+	for i, e := range elems {
+		if json.Unmarshal(e, &docs[i]) == nil && isSet(e) {
+			continue
+		}
+		var obj struct {
+			Text *string `json:"text"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(e))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&obj)
+		switch {
+		case err != nil && strings.HasPrefix(err.Error(), "json: unknown field "):
+			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return nil, badRequest("documents", "document %d: unknown field %q: a document is a string or an object with text alone", i, field)
+		case err != nil || !isSet(e):
+			return nil, badRequest("documents", "document %d must be a string or an object with text, got JSON %s", i, jsonKind(e))
+		case obj.Text == nil:
+			return nil, badRequest("documents", "document %d has no text: want {\"text\": string}", i)
+		}
+		docs[i] = *obj.Text
+	}
+	return docs, nil
+}
+
+// jsonKind names the kind of a JSON value, for errors.
+func jsonKind(raw json.RawMessage) string {
+	b := bytes.TrimSpace(raw)
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '"':
+		return "string"
+	case '[':
+		return "array"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// notReranker is the 400 of /v1/rerank for a model that is not a
+// reranker; nil for one that is.
+func (s *Server) notReranker() error {
+	if s.o.Rerank {
+		return nil
+	}
+	return badRequest("model", "model %q is not a reranker: /v1/rerank serves a cross-encoder (a *ForSequenceClassification of one label)", s.o.ModelName)
+}
+
+// noEmbeddings is the 400 of the embeddings endpoints for a reranker
+// (ServerOptions.Rerank), whose outputs are scores, not vectors; nil for
+// any other model.
+func (s *Server) noEmbeddings() error {
+	if !s.o.Rerank {
+		return nil
+	}
+	return badRequest("model", "model %q is a reranker (a cross-encoder): it serves /v1/rerank", s.o.ModelName)
+}
+
+// rerank answers POST /v1/rerank and POST /rerank.
+func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req rerankRequest
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.notReranker(); err != nil {
+		writeError(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Query) == "" {
+		writeError(w, badRequest("query", "query is required: the text the documents are scored against"))
+		return
+	}
+	docs, err := rerankDocuments(req.Documents)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	topN := len(docs)
+	if req.TopN != nil {
+		if *req.TopN < 0 {
+			writeError(w, badRequest("top_n", "top_n must be at least 0 (0: every document), got %d", *req.TopN))
+			return
+		}
+		if *req.TopN > 0 {
+			topN = min(*req.TopN, len(docs))
+		}
+	}
+	scores, err := s.rerankScores(r, x, req.Query, docs)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	results := make([]rerankResult, len(docs))
+	for i, sc := range scores {
+		results[i] = rerankResult{Index: i, RelevanceScore: sc}
+		if req.ReturnDocuments == nil || *req.ReturnDocuments {
+			results[i].Document = &rerankDocument{Text: docs[i]}
+		}
+	}
+	// Best first; equal scores keep the documents' order.
+	slices.SortStableFunc(results, func(a, b rerankResult) int { return cmp.Compare(b.RelevanceScore, a.RelevanceScore) })
+	writeJSON(w, http.StatusOK, rerankResponse{
+		ID: newID("rerank-"), Model: s.o.ModelName,
+		Usage:   rerankUsage{TotalTokens: x.promptTokens, PromptTokens: x.promptTokens},
+		Results: results[:topN],
+	})
+}
+
+// rerankScores encodes each (query, document) pair (PairIDs, cut to the
+// served context), scores them through the scheduler and returns their
+// relevance scores in the documents' order; x counts their tokens.
+func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs []string) ([]float64, error) {
+	if s.o.Tokenizer == nil {
+		return nil, badRequest("query", "this server has no tokenizer to encode the query and documents with")
+	}
+	maxLen := s.o.MaxContext
+	if maxLen <= 0 {
+		maxLen = math.MaxInt32 // no bound
+	}
+	inputs := make([][]int, len(docs))
+	for i, d := range docs {
+		ids, err := PairIDs(s.o.Tokenizer, s.o.VocabSize, query, d, maxLen)
+		if err != nil {
+			return nil, badRequest("documents", "encoding the query with document %d: %v", i, err)
+		}
+		inputs[i] = ids
+	}
+	out, err := s.embed(r, x, inputs, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	scores := make([]float64, len(out))
+	for i, v := range out {
+		if len(v) != 1 {
+			return nil, fmt.Errorf("rerank: the model gave %d scores for pair %d, want 1 (a cross-encoder of one label)", len(v), i)
+		}
+		scores[i] = RelevanceScore(v[0], false)
+	}
+	return scores, nil
+}
