@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/bert" // BertModel, XLMRobertaModel
@@ -227,5 +228,62 @@ func TestScoreCrossEncoders(t *testing.T) {
 	defer run.Close()
 	if _, err := run.Score([][]int{{5, 6}}); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("Score without a classifier: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestScoreBF16: under bf16 compute the classifier head still runs in
+// f32: the scores are near the f32 reference (the encoder's bf16 costs
+// what it costs) and are not all on bf16's grid, as a head in bf16 would
+// leave them (steps of 1/16 around the ms-marco models' 8 to 16).
+func TestScoreBF16(t *testing.T) {
+	c := bertref.Config{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
+	dir := t.TempDir()
+	if err := bertref.Write(dir, c, 21); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := rand.New(rand.NewPCG(9, 10))
+	var inputs [][]int
+	var want []float64
+	for n := 2; n < 12; n++ {
+		ids, types := make([]int, n), make([]int, n)
+		in := make([]int, n)
+		for i := range ids {
+			ids[i] = 5 + r.IntN(c.Vocab-5)
+			if i > n/2 {
+				types[i] = 1
+			}
+			in[i] = ids[i] + types[i]*c.Vocab
+		}
+		s, err := bertref.Score(dir, c, ids, types)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs, want = append(inputs, in), append(want, s[0])
+	}
+	run, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled, DType: dtypes.BFloat16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	got, err := run.Score(inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offGrid := 0
+	for i, g := range got {
+		if d := math.Abs(float64(g[0]) - want[i]); d > 0.1 {
+			t.Errorf("input %d: %v, want about %v (bf16 encoder)", i, g[0], want[i])
+		}
+		if math.Float32bits(g[0])&0xFFFF != 0 {
+			offGrid++
+		}
+	}
+	if offGrid == 0 {
+		t.Errorf("every score is a bf16 value: the head ran in bf16")
 	}
 }

@@ -62,9 +62,5 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 // scoreGraph: [first tokens' hidden states [B, Hidden] float32, head
 // weights...] -> [scores [B, Labels] float32].
 func (r *Runner) scoreGraph(in []*graph.Node) []*graph.Node {
-	x := in[0]
-	if dt := r.opts.DType; dt != dtypes.InvalidDType && dt != x.DType() {
-		x = graph.ConvertDType(x, dt)
-	}
-	return []*graph.Node{r.model.(lm.Scorer).Score(r.params(r.headW, in[1:]), x)}
+	return []*graph.Node{graph.ConvertDType(r.model.(lm.Scorer).Score(r.params(r.headW, in[1:]), in[0]), dtypes.Float32)}
 }

@@ -294,14 +294,18 @@ func (m *Model) Labels() int { return m.o.Labels }
 
 // Score implements lm.Scorer: BertForSequenceClassification's pooler
 // (dense, tanh) and classifier, or RobertaClassificationHead's dense,
-// tanh and out_proj, on the first token's hidden states [B, Hidden].
+// tanh and out_proj, on the first token's hidden states [B, Hidden], in
+// f32 whatever the compute dtype: a bf16 logit would be rounded to steps
+// of 1/16 around the ms-marco models' 8 to 16, tying documents that
+// sentence-transformers orders (the head is two small products).
 func (m *Model) Score(w *lm.Params, first *Node) *Node {
 	dense, out := "pooler.dense", "classifier"
 	if m.o.RobertaHead {
 		dense, out = "classifier.dense", "classifier.out_proj"
 	}
-	x := Tanh(nn.Linear(first, w.Get(dense+".weight"), w.Get(dense+".bias")))
-	return ConvertDType(nn.Linear(x, w.Get(out+".weight"), w.Get(out+".bias")), dtypes.Float32) // [B, Labels]
+	f32 := func(name string) *Node { return ConvertDType(w.Get(name), dtypes.Float32) }
+	x := Tanh(nn.Linear(ConvertDType(first, dtypes.Float32), f32(dense+".weight"), f32(dense+".bias")))
+	return nn.Linear(x, f32(out+".weight"), f32(out+".bias")) // [B, Labels]
 }
 
 // LayerWeights implements lm.Model: layer 0 also reads the embedding's

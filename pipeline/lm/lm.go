@@ -340,9 +340,9 @@ type Finisher interface {
 type Scorer interface {
 	// Labels is the number of scores per input (config.json's labels).
 	Labels() int
-	// Score maps first tokens' final hidden states [B, Hidden] to scores
-	// [B, Labels] (float32: the classifier's logits). It reads only
-	// HeadWeights.
+	// Score maps first tokens' final hidden states [B, Hidden] (float32)
+	// to scores [B, Labels] (float32: the classifier's logits). It reads
+	// only HeadWeights.
 	Score(w *Params, first *graph.Node) *graph.Node
 }
 

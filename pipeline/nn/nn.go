@@ -225,8 +225,20 @@ func RMSNorm(x, w *Node, eps float64, plusOne bool) *Node {
 }
 
 // LayerNorm is torch.nn.LayerNorm over the last axis, with optional
-// (nil) gamma and beta [H].
+// (nil) gamma and beta [H]. A 16-bit x is normalized in f32 and the
+// result rounded back, as torch's kernels accumulate a bf16 or f16
+// LayerNorm in f32 (a bf16 mean and variance over 768 values lose the
+// small differences the norm divides by).
 func LayerNorm(x, gamma, beta *Node, eps float64) *Node {
+	if dt := x.DType(); dt == dtypes.BFloat16 || dt == dtypes.Float16 {
+		f32 := func(n *Node) *Node {
+			if n == nil {
+				return nil
+			}
+			return ConvertDType(n, dtypes.Float32)
+		}
+		return ConvertDType(LayerNorm(f32(x), f32(gamma), f32(beta), eps), dt)
+	}
 	mean := ReduceAndKeep(x, ReduceMean, -1)
 	centered := Sub(x, mean)
 	variance := ReduceAndKeep(Square(centered), ReduceMean, -1)

@@ -155,3 +155,25 @@ func TestRoundTo(t *testing.T) {
 		t.Errorf("bf16(sqrt(1152)) = %v", got)
 	}
 }
+
+// TestLayerNormBF16: a bf16 LayerNorm is the f32 LayerNorm of the same
+// bf16 values, rounded: its mean and variance are taken in f32, as torch
+// takes them. Over 256 values of 64 and 64.5 a sum in bf16 (a step of 128
+// past 16384) would lose the mean, and the norm with it.
+func TestLayerNormBF16(t *testing.T) {
+	const h = 256
+	x := make([]float32, h)
+	for i := range x {
+		x[i] = 64 + float32(i%2)/2 // exact in bf16
+	}
+	out := execGraph(t, func(in []*Node) []*Node {
+		f := LayerNorm(in[0], nil, nil, 1e-5)
+		b := ConvertDType(LayerNorm(ConvertDType(in[0], dtypes.BFloat16), nil, nil, 1e-5), dtypes.Float32)
+		return []*Node{f, b}
+	}, tensors.FromFlatDataAndDimensions(x, 1, h))
+	for i := range x {
+		if d := math.Abs(float64(out[1][i] - out[0][i])); d > 0.01*math.Abs(float64(out[0][i])) {
+			t.Fatalf("value %d: bf16 %v, f32 %v", i, out[1][i], out[0][i])
+		}
+	}
+}
