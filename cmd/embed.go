@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
 )
@@ -124,7 +125,7 @@ func resolvePooling(flag string, m *loader.Checkpoint, encoder bool) (compile.Po
 	if flag == "auto" {
 		mode, err := m.Pooling()
 		if err != nil {
-			return 0, fmt.Errorf("%w (--pooling last or mean overrides it)", err)
+			return 0, fmt.Errorf("%w (--pooling last, mean or cls overrides it)", err)
 		}
 		if mode == "" {
 			mode = "last"
@@ -146,6 +147,26 @@ func isEncoder(m *loader.Checkpoint) bool {
 	}
 	model, err := lm.New(m.Config)
 	return err == nil && model.Spec().Encoder
+}
+
+// stMaxSeqLength is the most tokens sentence-transformers gives the model
+// per input: sentence_bert_config.json's max_seq_length, else, for a
+// sentence-transformers model (modules.json), the tokenizer's
+// model_max_length within the model's positions, as its Transformer
+// module takes it when the config sets none (and as sentence-transformers
+// 5.4 and later save the limit); 0 when there is none.
+func stMaxSeqLength(m *loader.Checkpoint, tok *tokenizer.Tokenizer, positions int) (int, error) {
+	n, err := m.MaxSeqLength()
+	if err != nil || n > 0 {
+		return n, err
+	}
+	if m.HasFile("modules.json") && tok.ModelMaxLength() > 0 {
+		n = tok.ModelMaxLength()
+		if positions > 0 {
+			n = min(n, positions)
+		}
+	}
+	return n, nil
 }
 
 // embedResult is one element of the --json array.
@@ -183,7 +204,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	}
 	// sentence-transformers cuts inputs to its max_seq_length: the
 	// content, the special tokens kept (Tokenizer.Truncate).
-	maxLen, err := m.MaxSeqLength()
+	maxLen, err := stMaxSeqLength(m, tok, spec.MaxPositions)
 	if err != nil {
 		return err
 	}
@@ -194,7 +215,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 			return fmt.Errorf("input %d: %w", i+1, err)
 		}
 		if maxLen > 0 && len(ids[i]) > maxLen {
-			rep.Debugf("input %d: %d tokens, cut to max_seq_length %d (sentence_bert_config.json)", i+1, len(ids[i]), maxLen)
+			rep.Debugf("input %d: %d tokens, cut to max_seq_length %d (sentence-transformers')", i+1, len(ids[i]), maxLen)
 			if ids[i], err = tok.Truncate(p, ids[i], maxLen); err != nil {
 				return fmt.Errorf("input %d: %w", i+1, err)
 			}

@@ -310,3 +310,28 @@ func TestServeRefusesClassifier(t *testing.T) {
 	assert.Equal(t, ExitUnsupported, e.run("serve", "--port", "0", "--model", crossEncoderModel(t, c, true)), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "its tokenizer has no pair form")
 }
+
+// TestEmbedBertModelMaxLength: a sentence-transformers model whose
+// sentence_bert_config.json sets no max_seq_length (as 5.4 and later save
+// it) is cut to the tokenizer's model_max_length, as sentence-transformers
+// cuts it.
+func TestEmbedBertModelMaxLength(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12}
+	dir := bertModel(t, c, "mean", 12)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(`{"do_lower_case": false}`), 0o644))
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	raw, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	cfg["model_max_length"] = 10
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("--json", "embed", "-m", dir, "-p", "the model runs a matrix processor, what is it?"), e.errOut.String())
+	var res []embedResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, 1)
+	assert.Equal(t, 10, res[0].Tokens)
+}

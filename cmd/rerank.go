@@ -37,10 +37,12 @@ func NewCmdRerank(f *Factory, runF func(context.Context, *RerankOptions) error) 
 (BertForSequenceClassification, XLMRobertaForSequenceClassification with one
 label: cross-encoder/ms-marco-MiniLM-L-6-v2, BAAI/bge-reranker-base,
 BAAI/bge-reranker-v2-m3), best first. Each (query, document) pair is one input,
-encoded with the tokenizer's pair form and cut to the model's positions as
-transformers cuts a pair (longest first). The score is the sigmoid of the
-classifier's logit, as sentence-transformers' CrossEncoder gives it for a
-one-label model; --raw prints the logit.
+encoded with the tokenizer's pair form and cut as CrossEncoder cuts a pair
+(longest first, to the tokenizer's model_max_length within the model's
+positions). The score is the sigmoid of the classifier's logit, or the logit
+itself when the model's config names the Identity activation
+(cross-encoder/ms-marco-*), as sentence-transformers' CrossEncoder scores a
+one-label model; --raw prints the logit whatever the config says.
 
 Documents come from --document (-d, repeatable) and --documents-file (one per
 line, - for stdin; blank lines skipped; split on NUL bytes when the file has
@@ -81,7 +83,7 @@ order given); with --json, an array of {index, relevance_score, document}.`,
 	fl.StringArrayVarP(&opts.Documents, "document", "d", nil, "a document to score (repeat for several; - reads the whole of stdin as one)")
 	fl.StringVar(&opts.DocumentsFile, "documents-file", "", "file with one document per line (- for stdin), blank lines skipped; split on NUL bytes when the file has any, else on lines that are exactly ---, when it has any")
 	fl.IntVar(&opts.TopN, "top-n", 0, "print the best N documents (0: all)")
-	fl.BoolVar(&opts.Raw, "raw", false, "print the classifier's logits instead of their sigmoid")
+	fl.BoolVar(&opts.Raw, "raw", false, "print the classifier's logits, whatever activation the model's config names")
 	return c
 }
 
@@ -121,10 +123,21 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	if sc.Labels() != 1 {
 		return fmt.Errorf("%s has %d labels: rerank needs a cross-encoder with one (a relevance score), not a %d-way classifier: %w", spec.Architecture, sc.Labels(), sc.Labels(), errs.ErrUnsupported)
 	}
+	raw, err := m.CrossEncoderRaw()
+	if err != nil {
+		return err
+	}
+	raw = raw || opts.Raw
+	// CrossEncoder cuts a pair to the tokenizer's model_max_length within
+	// the model's positions.
+	maxLen := spec.MaxPositions
+	if n := tok.ModelMaxLength(); n > 0 {
+		maxLen = min(maxLen, n)
+	}
 	inputs := make([][]int, len(docs))
 	longest := 0
 	for i, d := range docs {
-		if inputs[i], err = serve.PairIDs(tok, spec.VocabSize, opts.Query, d, spec.MaxPositions); err != nil {
+		if inputs[i], err = serve.PairIDs(tok, spec.VocabSize, opts.Query, d, maxLen); err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
 		longest = max(longest, len(inputs[i]))
@@ -160,7 +173,7 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 			return err
 		}
 		for j, i := range group {
-			res[i] = rerankResult{Index: i, RelevanceScore: serve.RelevanceScore(scores[j][0], opts.Raw), Document: docs[i]}
+			res[i] = rerankResult{Index: i, RelevanceScore: serve.RelevanceScore(scores[j][0], raw), Document: docs[i]}
 		}
 	}
 	// Best first; equal scores keep the documents' order.

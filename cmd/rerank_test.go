@@ -3,6 +3,8 @@ package cmd
 import (
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,4 +106,36 @@ func TestRerankRefuses(t *testing.T) {
 	e := genEnv(t)
 	assert.Equal(t, ExitUnsupported, e.run("rerank", "-m", dir, "--query", "q", "-d", "a"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "3 labels")
+}
+
+// TestRerankIdentityActivation: a cross-encoder whose config names the
+// Identity activation (cross-encoder/ms-marco-*) is scored by its logits,
+// as CrossEncoder scores it.
+func TestRerankIdentityActivation(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 24,
+		TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
+	dir := t.TempDir()
+	require.NoError(t, bertref.Write(dir, c, 5))
+	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	cfgPath := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	cfg["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	ids, types, err := tok.EncodePairTruncated("what is a tpu?", "a matrix processor", 24)
+	require.NoError(t, err)
+	want, err := bertref.Score(dir, c, ids, types)
+	require.NoError(t, err)
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("--json", "rerank", "-m", dir, "--query", "what is a tpu?", "-d", "a matrix processor"), e.errOut.String())
+	var res []rerankResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, 1)
+	assert.InDelta(t, want[0], res[0].RelevanceScore, 1e-5)
 }

@@ -407,7 +407,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	rep.Debugf("embeddings: %s pooling (--pooling %s)", pooling, opts.Pooling)
-	embedMaxLength, err := m.MaxSeqLength()
+	// Bounded again by the served context (serve.ServerOptions.EmbedMaxLength).
+	embedMaxLength, err := stMaxSeqLength(m, tok, 0)
 	if err != nil {
 		return err
 	}
@@ -438,6 +439,18 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	maxContext, err := servedContext(opts.MaxContext, spec.MaxPositions)
 	if err != nil {
 		return err
+	}
+	if embeddingsOnly && opts.MaxContext == 0 && spec.MaxPositions > 0 {
+		// An encoder's inputs hold no KV cache between requests: its
+		// context is its positions (a bge-m3 reads 8192), not the
+		// decoders' default.
+		maxContext = spec.MaxPositions
+	}
+	var rerankRaw bool
+	if rerank {
+		if rerankRaw, err = m.CrossEncoderRaw(); err != nil {
+			return err
+		}
 	}
 	if rerank {
 		rep.Debugf("%s is a cross-encoder of one label: serving reranking only, on /v1/rerank (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
@@ -518,6 +531,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Harmony:        serve.IsHarmony(tmpl),
 		EmbeddingsOnly: embeddingsOnly,
 		Rerank:         rerank,
+		RerankRaw:      rerankRaw,
 		Pprof:          opts.Pprof,
 		Now:            opts.Now,
 	})

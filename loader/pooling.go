@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
@@ -88,10 +89,29 @@ func (m *Checkpoint) Pooling() (string, error) {
 			return "", err
 		}
 		var on []string
+		legacy := false
 		for k, v := range c {
-			if b, ok := v.(bool); ok && b && strings.HasPrefix(k, "pooling_mode_") {
-				on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
+			if b, ok := v.(bool); ok && strings.HasPrefix(k, "pooling_mode_") {
+				legacy = true
+				if b {
+					on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
+				}
 			}
+		}
+		if mode, ok := c["pooling_mode"].(string); ok {
+			// sentence-transformers 5.4 and later: one mode by name.
+			switch mode {
+			case "cls":
+				return "cls", nil
+			case "mean":
+				return "mean", nil
+			case "lasttoken":
+				return "last", nil
+			}
+			return "", fmt.Errorf("%s: %s: pooling_mode %q: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, mode, errs.ErrUnsupported)
+		}
+		if legacy && len(on) == 0 {
+			return "mean", nil // every flag false: sentence-transformers pools by the mean
 		}
 		slices.Sort(on)
 		switch {
@@ -129,3 +149,54 @@ func (m *Checkpoint) MaxSeqLength() (int, error) {
 	}
 	return *c.MaxSeqLength, nil
 }
+
+// CrossEncoderRaw reports whether a cross-encoder's relevance scores are
+// its logits as they are, as sentence-transformers' CrossEncoder decides:
+// config_sentence_transformers.json's activation_fn (sentence-transformers
+// 5.4 and later), else config.json's sentence_transformers.activation_fn
+// (4 and later) or sbert_ce_default_activation_function (earlier) naming
+// torch's Identity (the cross-encoder/ms-marco-* models: scores of about
+// -10 to 10) gives true; Sigmoid, or neither key (CrossEncoder's default
+// for one label, bge-reranker's case), false. Another activation is an
+// ErrUnsupported error naming it.
+func (m *Checkpoint) CrossEncoderRaw() (bool, error) {
+	if m.Config == nil {
+		return false, nil
+	}
+	var name string
+	// sentence-transformers 5.4 and later save it in
+	// config_sentence_transformers.json.
+	if m.Kind == Transformers && m.HasFile("config_sentence_transformers.json") {
+		var st struct {
+			ActivationFn string `json:"activation_fn"`
+		}
+		if err := config.ReadJSONFile(m.Path("config_sentence_transformers.json"), &st); err != nil {
+			return false, err
+		}
+		name = st.ActivationFn
+	}
+	if raw, ok := m.Config.Raw["sentence_transformers"]; ok && name == "" && !isJSONNull(raw) {
+		var st struct {
+			ActivationFn string `json:"activation_fn"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return false, fmt.Errorf("%s: config.json: sentence_transformers: %w", m.Name(), err)
+		}
+		name = st.ActivationFn
+	}
+	if raw, ok := m.Config.Raw["sbert_ce_default_activation_function"]; ok && name == "" && !isJSONNull(raw) {
+		if err := json.Unmarshal(raw, &name); err != nil {
+			return false, fmt.Errorf("%s: config.json: sbert_ce_default_activation_function: %w", m.Name(), err)
+		}
+	}
+	switch {
+	case name == "" || name == "Sigmoid" || strings.HasSuffix(name, ".Sigmoid"):
+		return false, nil
+	case name == "Identity" || strings.HasSuffix(name, ".Identity"):
+		return true, nil
+	}
+	return false, fmt.Errorf("%s: config.json: the cross-encoder's activation %q: tputool scores with its sigmoid or its logit (Identity): %w", m.Name(), name, errs.ErrUnsupported)
+}
+
+// isJSONNull reports whether a raw JSON value is null.
+func isJSONNull(raw json.RawMessage) bool { return strings.TrimSpace(string(raw)) == "null" }

@@ -52,6 +52,12 @@ func TestPoolingModes(t *testing.T) {
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true}`, "mean", false},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "cls", false},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_max_tokens":true,"pooling_mode_mean_tokens":false}`, "", true},
+		// Every flag false is the mean, as sentence-transformers reads it.
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":false}`, "mean", false},
+		// sentence-transformers 5.4 and later write one mode by name.
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"cls","include_prompt":true}`, "cls", false},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"lasttoken"}`, "last", false},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"weightedmean"}`, "", true},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":true}`, "", true},
 		{`[{"path":"","type":"sentence_transformers.models.Transformer"}]`, "", "", false},
 		// Saved by a later sentence-transformers: the class's own module.
@@ -117,6 +123,44 @@ func TestPoolingMaxSeqLength(t *testing.T) {
 		got, err := m.MaxSeqLength()
 		if got != c.want || (err != nil) != c.wantErr {
 			t.Errorf("%s: MaxSeqLength() = %d, %v; want %d, error %v", c.file, got, err, c.want, c.wantErr)
+		}
+	}
+}
+
+// TestCrossEncoderRaw: a cross-encoder's activation as sentence-transformers
+// reads it, from each place it has been saved, and an unknown one refused.
+func TestCrossEncoderRaw(t *testing.T) {
+	for _, c := range []struct {
+		config, stConfig string
+		raw, bad         bool
+	}{
+		{`{"model_type":"bert"}`, "", false, false},
+		{`{"model_type":"bert","sbert_ce_default_activation_function":"torch.nn.modules.linear.Identity"}`, "", true, false},
+		{`{"model_type":"bert","sbert_ce_default_activation_function":"torch.nn.modules.activation.Sigmoid"}`, "", false, false},
+		{`{"model_type":"bert","sentence_transformers":{"activation_fn":"torch.nn.modules.linear.Identity","version":"4.1.0"}}`, "", true, false},
+		{`{"model_type":"bert","sentence_transformers":{"activation_fn":"torch.nn.modules.activation.Sigmoid"},"sbert_ce_default_activation_function":"torch.nn.modules.linear.Identity"}`, "", false, false},
+		{`{"model_type":"bert"}`, `{"activation_fn":"torch.nn.modules.linear.Identity"}`, true, false},
+		{`{"model_type":"bert","sbert_ce_default_activation_function":"torch.nn.modules.activation.Tanh"}`, "", false, true},
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(c.config), 0o644)
+		safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
+		if c.stConfig != "" {
+			os.WriteFile(filepath.Join(dir, "config_sentence_transformers.json"), []byte(c.stConfig), 0o644)
+		}
+		m, err := resolve(context.Background(), dir, loader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := m.CrossEncoderRaw()
+		if c.bad {
+			if !errors.Is(err, errs.ErrUnsupported) {
+				t.Errorf("%s: %v, want ErrUnsupported", c.config, err)
+			}
+			continue
+		}
+		if err != nil || raw != c.raw {
+			t.Errorf("%s %s: raw %v, %v; want %v", c.config, c.stConfig, raw, err, c.raw)
 		}
 	}
 }

@@ -19,6 +19,11 @@ type rawConfig struct {
 	AddBOS       *bool           `json:"add_bos_token"`
 	AddEOS       *bool           `json:"add_eos_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
+	// ModelMaxLength is transformers' model_max_length: the longest
+	// input the tokenizer was saved for (sentence-transformers' and
+	// CrossEncoder's max_length); a number of 1e18 or more is
+	// transformers' "no limit" (int(1e30)).
+	ModelMaxLength *float64 `json:"model_max_length"`
 }
 
 // tokenName reads a special-token field: a string, or an AddedToken object
@@ -63,6 +68,9 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 	}
 	if cfg.AddBOS != nil || cfg.AddEOS != nil {
 		t.applyAddBOSEOS(cfg.AddBOS, cfg.AddEOS)
+	}
+	if n := cfg.ModelMaxLength; n != nil && *n >= 1 && *n < 1e18 {
+		t.maxLen = int(*n)
 	}
 	if !isNull(cfg.ChatTemplate) {
 		tm, err := parseChatTemplates(cfg.ChatTemplate)

@@ -42,6 +42,7 @@ type Tokenizer struct {
 
 	bos, eos, pad int // -1 when unknown
 	templates     map[string]string
+	maxLen        int // tokenizer_config.json's model_max_length; 0 when unset
 
 	bytesOnce  sync.Once
 	tokenBytes [][]byte // TokenBytes
@@ -565,6 +566,12 @@ func (t *Tokenizer) BOS() (int, bool) { return t.bos, t.bos >= 0 }
 // EOS returns the end-of-sequence id (tokenizer_config.json's eos_token, else
 // the last special token the post-processor appends).
 func (t *Tokenizer) EOS() (int, bool) { return t.eos, t.eos >= 0 }
+
+// ModelMaxLength is tokenizer_config.json's model_max_length, the longest
+// input the tokenizer was saved for (what sentence-transformers and
+// CrossEncoder cut inputs to, with the model's positions); 0 when it is
+// unset or transformers' "no limit".
+func (t *Tokenizer) ModelMaxLength() int { return t.maxLen }
 
 // Pad returns the padding id (pad_token, else tokenizer.json's padding).
 func (t *Tokenizer) Pad() (int, bool) { return t.pad, t.pad >= 0 }

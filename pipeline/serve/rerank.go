@@ -11,10 +11,11 @@ import (
 	"strings"
 )
 
-// POST /v1/rerank and POST /rerank: a cross-encoder's relevance scores of
-// documents to a query, best first, for a server of a reranker
+// POST /v1/rerank, /rerank and /v2/rerank: a cross-encoder's relevance
+// scores of documents to a query, best first, for a server of a reranker
 // (ServerOptions.Rerank). The API is Jina's and Cohere's, as vLLM serves
-// it on both paths and llama.cpp's server too:
+// it on the three paths (the Cohere SDK's v2 client posts to /v2/rerank)
+// and llama.cpp's server on the first two:
 //
 //	{"model", "query", "documents": ["text", ...] or [{"text"}, ...],
 //	 "top_n", "return_documents"}
@@ -26,13 +27,16 @@ import (
 // a pair), scored through the scheduler as embeddings are
 // (Scheduler.Embed: groups of the engine's MaxPrefill, the shortest
 // together); relevance_score is the sigmoid of the classifier's logit,
-// as sentence-transformers' CrossEncoder scores a one-label model
+// or the logit with ServerOptions.RerankRaw, as sentence-transformers'
+// CrossEncoder scores a one-label model by its config's activation
 // (RelevanceScore). The request is decoded strictly, as OpenAI's
-// endpoints are: a field outside the five (Cohere's max_chunks_per_doc,
-// rank_fields or max_tokens_per_doc, vLLM's truncate_prompt_tokens) is a
-// 400 naming it; documents are cut to the context, never split into
-// chunks. A blank query, no documents, more than maxRerankDocuments of
-// them and a negative top_n are 400s too, another model's name the 404
+// endpoints are, except for the fields Cohere's SDKs and vLLM's clients
+// send (max_chunks_per_doc, max_tokens_per_doc, rank_fields,
+// truncate_prompt_tokens, priority), accepted and ignored; another field
+// is a 400 naming it. Documents are cut to the context (and the
+// tokenizer's model_max_length), never split into chunks. No documents
+// and more than maxRerankDocuments of them are 400s too, a top_n of 0 or
+// less means every document (as vLLM), another model's name is the 404
 // of every endpoint, and /v1/rerank on a model that is not a reranker a
 // 400; a full queue is a 429 and a server shutting down a 503, as for
 // embeddings. usage counts the pairs' tokens (all of them, whatever
@@ -56,6 +60,16 @@ type rerankRequest struct {
 	// ReturnDocuments puts each document's text in its result (default
 	// true, as Jina and vLLM).
 	ReturnDocuments *bool `json:"return_documents"`
+	// Fields other clients send, accepted and ignored, as vLLM and
+	// llama.cpp ignore them: Cohere's SDKs write max_chunks_per_doc (v1,
+	// often null), max_tokens_per_doc (v2) and rank_fields; vLLM's own
+	// truncate_prompt_tokens and priority. Pairs are cut to the served
+	// context whatever they say.
+	MaxChunksPerDoc      json.RawMessage `json:"max_chunks_per_doc"`
+	MaxTokensPerDoc      json.RawMessage `json:"max_tokens_per_doc"`
+	RankFields           json.RawMessage `json:"rank_fields"`
+	TruncatePromptTokens json.RawMessage `json:"truncate_prompt_tokens"`
+	Priority             json.RawMessage `json:"priority"`
 }
 
 // rerankDocument is a document as a result returns it.
@@ -178,24 +192,14 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
 		writeError(w, err)
 		return
 	}
-	if strings.TrimSpace(req.Query) == "" {
-		writeError(w, badRequest("query", "query is required: the text the documents are scored against"))
-		return
-	}
 	docs, err := rerankDocuments(req.Documents)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	topN := len(docs)
-	if req.TopN != nil {
-		if *req.TopN < 0 {
-			writeError(w, badRequest("top_n", "top_n must be at least 0 (0: every document), got %d", *req.TopN))
-			return
-		}
-		if *req.TopN > 0 {
-			topN = min(*req.TopN, len(docs))
-		}
+	if req.TopN != nil && *req.TopN > 0 { // 0 or less: every document, as vLLM
+		topN = min(*req.TopN, len(docs))
 	}
 	scores, err := s.rerankScores(r, x, req.Query, docs)
 	if err != nil {
@@ -229,6 +233,9 @@ func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs [
 	if maxLen <= 0 {
 		maxLen = math.MaxInt32 // no bound
 	}
+	if n := s.o.Tokenizer.ModelMaxLength(); n > 0 {
+		maxLen = min(maxLen, n) // CrossEncoder's max_length
+	}
 	inputs := make([][]int, len(docs))
 	for i, d := range docs {
 		ids, err := PairIDs(s.o.Tokenizer, s.o.VocabSize, query, d, maxLen)
@@ -246,7 +253,7 @@ func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs [
 		if len(v) != 1 {
 			return nil, fmt.Errorf("rerank: the model gave %d scores for pair %d, want 1 (a cross-encoder of one label)", len(v), i)
 		}
-		scores[i] = RelevanceScore(v[0], false)
+		scores[i] = RelevanceScore(v[0], s.o.RerankRaw)
 	}
 	return scores, nil
 }

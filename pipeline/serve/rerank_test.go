@@ -239,19 +239,16 @@ func TestRerankCutsToContext(t *testing.T) {
 	assert.Equal(t, len(want)+len(short), decodeRerank(t, body).Usage.TotalTokens)
 }
 
-// TestRerankBadRequests: a missing or blank query, no documents, a
-// document that is neither a string nor an object with text alone, a
-// negative top_n, more than maxRerankDocuments documents and a field
-// outside the API are 400s in OpenAI's shape naming what is wrong, and
-// another model's name is the 404; none reaches the engine.
+// TestRerankBadRequests: no documents, a document that is neither a
+// string nor an object with text alone, more than maxRerankDocuments
+// documents and a field outside the API are 400s in OpenAI's shape naming
+// what is wrong, and another model's name is the 404; none reaches the
+// engine.
 func TestRerankBadRequests(t *testing.T) {
 	ts, e := rerankServer(t, true, 64, 0)
 	many, err := json.Marshal(make([]string, maxRerankDocuments+1))
 	require.NoError(t, err)
 	for _, tc := range []struct{ body, param, msg string }{
-		{`{"documents":["a"]}`, "query", "query is required"},
-		{`{"query":"","documents":["a"]}`, "query", "query is required"},
-		{`{"query":"  ","documents":["a"]}`, "query", "query is required"},
 		{`{"query":"tpu"}`, "documents", "documents is required"},
 		{`{"query":"tpu","documents":null}`, "documents", "documents is required"},
 		{`{"query":"tpu","documents":[]}`, "documents", "documents is empty"},
@@ -261,10 +258,9 @@ func TestRerankBadRequests(t *testing.T) {
 		{`{"query":"tpu","documents":[["a"]]}`, "documents", "document 0 must be a string or an object with text, got JSON array"},
 		{`{"query":"tpu","documents":[{"title":"a","text":"b"}]}`, "documents", `document 0: unknown field "title"`},
 		{`{"query":"tpu","documents":["a",{}]}`, "documents", "document 1 has no text"},
-		{`{"query":"tpu","documents":["a"],"top_n":-1}`, "top_n", "top_n must be at least 0 (0: every document), got -1"},
 		{`{"query":"tpu","documents":["a"],"top_n":"2"}`, "top_n", `invalid type for "top_n"`},
 		{`{"query":"tpu","documents":` + string(many) + `}`, "documents", "1001 documents: at most 1000 per request"},
-		{`{"query":"tpu","documents":["a"],"max_chunks_per_doc":2}`, "max_chunks_per_doc", `unknown field "max_chunks_per_doc"`},
+		{`{"query":"tpu","documents":["a"],"return_text":true}`, "return_text", `unknown field "return_text"`},
 	} {
 		status, _, body := ts.post(t, "/v1/rerank", tc.body)
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", tc.body, body)
@@ -431,4 +427,26 @@ func TestPairIDs(t *testing.T) {
 	assert.InDelta(t, 0.5, RelevanceScore(0, false), 1e-15)
 	assert.InDelta(t, 1/(1+math.Exp(-2.5)), RelevanceScore(2.5, false), 1e-12)
 	assert.Equal(t, -2.5, RelevanceScore(-2.5, true))
+}
+
+// TestRerankLenient: what other clients send is answered as vLLM answers
+// it: a blank query, a top_n of 0 or less (every document), the fields
+// Cohere's SDKs and vLLM's clients write (null or not), and the Cohere v2
+// client's path /v2/rerank.
+func TestRerankLenient(t *testing.T) {
+	ts, _ := rerankServer(t, true, 64, 0)
+	for _, tc := range []struct {
+		path, body string
+		results    int
+	}{
+		{"/v1/rerank", `{"query":"","documents":["a","b"]}`, 2},
+		{"/v1/rerank", `{"query":"tpu","documents":["a","b","c"],"top_n":-1}`, 3},
+		{"/v1/rerank", `{"query":"tpu","documents":["a","b"],"top_n":1,"max_chunks_per_doc":null,"return_documents":false}`, 1},
+		{"/rerank", `{"query":"tpu","documents":["a"],"max_tokens_per_doc":4096,"rank_fields":null,"truncate_prompt_tokens":null,"priority":0}`, 1},
+		{"/v2/rerank", `{"model":"stories-test","query":"tpu","documents":["a","b"],"top_n":2,"max_tokens_per_doc":null}`, 2},
+	} {
+		status, _, body := ts.post(t, tc.path, tc.body)
+		require.Equal(t, http.StatusOK, status, "%s %s: %s", tc.path, tc.body, body)
+		assert.Len(t, decodeRerank(t, body).Results, tc.results, "%s %s", tc.path, tc.body)
+	}
 }

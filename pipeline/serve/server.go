@@ -67,7 +67,7 @@ type ServerOptions struct {
 	// truncate; 0 cuts them to MaxContext only.
 	EmbedMaxLength int
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
-	// /v1/*, /api/*, /rerank and /metrics (401 without it); /health and /
+	// /v1/*, /api/*, /rerank, /v2/rerank and /metrics (401 without it); /health and /
 	// (ollama's "Ollama is running") stay open.
 	APIKey string
 	// AccessLog receives one JSON line per request (time, method, path,
@@ -98,15 +98,20 @@ type ServerOptions struct {
 	// (BertForSequenceClassification, XLMRobertaForSequenceClassification:
 	// cross-encoder/ms-marco-MiniLM, bge-reranker), whose engine's Embed
 	// gives each input's logit (compile.EncoderOptions.Scores) and whose
-	// tokenizer has a pair form. POST /v1/rerank and POST /rerank serve it
+	// tokenizer has a pair form. POST /v1/rerank, /rerank and /v2/rerank serve it
 	// (rerank.go), each pair cut to MaxContext and its second text's ids
-	// offset by VocabSize (PairIDs), which must be the model's. It implies EmbeddingsOnly's refusals of the generating
-	// endpoints (NewServer sets EmbeddingsOnly), and the embeddings
+	// offset by VocabSize (PairIDs), which must be the model's. It
+	// implies EmbeddingsOnly's refusals of the generating endpoints (NewServer sets EmbeddingsOnly), and the embeddings
 	// endpoints (/v1/embeddings, /api/embed, /api/embeddings) answer 400
 	// too, in their API's shape: its outputs are scores, not vectors.
 	// /api/show lists no capability (ollama has none for reranking).
 	// Without it, /v1/rerank answers 400.
 	Rerank bool
+	// RerankRaw makes a reranker's relevance scores its logits as they
+	// are instead of their sigmoid, as CrossEncoder scores a model whose
+	// config names the Identity activation (cross-encoder/ms-marco-*:
+	// loader.Checkpoint.CrossEncoderRaw).
+	RerankRaw bool
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ (the
 	// index, cmdline, profile, symbol, trace and the named profiles:
 	// heap, allocs, goroutine…), behind APIKey like /v1: a CPU profile of
@@ -122,8 +127,8 @@ type ServerOptions struct {
 // (embeddings.go), Anthropic's /v1/messages and /v1/messages/count_tokens
 // (anthropic.go), ollama's /api/generate, /api/chat (ollama.go), /api/embed,
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
-// and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank and
-// /rerank (rerank.go), GET /health and GET /metrics. Every error is
+// and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank,
+// /rerank and /v2/rerank (rerank.go), GET /health and GET /metrics. Every error is
 // answered in OpenAI's error shape, except under /v1/messages, in
 // Anthropic's, and under / and /api/, in ollama's. A model that only
 // gives embeddings (ServerOptions.EmbeddingsOnly) is served by the
@@ -217,7 +222,7 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
 	case "/api/embeddings":
 		return route{"/api/embeddings", http.MethodPost, (*Server).ollamaEmbeddings}, true
-	case "/v1/rerank", "/rerank":
+	case "/v1/rerank", "/rerank", "/v2/rerank":
 		return route{path, http.MethodPost, (*Server).rerank}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
