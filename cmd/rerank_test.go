@@ -60,6 +60,14 @@ func TestRerank(t *testing.T) {
 			assert.GreaterOrEqual(t, res[k-1].RelevanceScore, r.RelevanceScore, "best first")
 		}
 	}
+	// Quantized weights score too (the head stays as stored).
+	for _, q := range []string{"int8", "int4"} {
+		qres := run("--quantize", q)
+		require.Len(t, qres, len(docs), q)
+		for _, r := range qres {
+			assert.InDelta(t, 1/(1+math.Exp(-logits[r.Index])), r.RelevanceScore, 0.1, "--quantize %s, document %d", q, r.Index)
+		}
+	}
 	raw := run("--raw", "--top-n", "2")
 	require.Len(t, raw, 2)
 	assert.Equal(t, res[0].Index, raw[0].Index)

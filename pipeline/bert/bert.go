@@ -278,10 +278,12 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	if m.o.RobertaHead {
 		dense, out = "classifier.dense", "classifier.out_proj"
 	}
+	// Not Matmul: the head stays as stored (never quantized or blocked),
+	// for Score to read in f32.
 	return []lm.WeightSpec{
-		{Name: dense + ".weight", Shape: []int{H, H}, Matmul: true},
+		{Name: dense + ".weight", Shape: []int{H, H}},
 		{Name: dense + ".bias", Shape: []int{H}},
-		{Name: out + ".weight", Shape: []int{L, H}, Matmul: true},
+		{Name: out + ".weight", Shape: []int{L, H}},
 		{Name: out + ".bias", Shape: []int{L}},
 	}
 }
