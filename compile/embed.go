@@ -179,7 +179,7 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 // EncoderError is the error for generating with an encoder (lm.Spec.Encoder):
 // it gives embeddings, not text.
 func EncoderError(s *lm.Spec) error {
-	return fmt.Errorf("%s is an encoder: it gives embeddings (tputool embed), not text: %w", s.Architecture, errs.ErrUnsupported)
+	return fmt.Errorf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text: %w", s.Architecture, errs.ErrUnsupported)
 }
 
 // finalChunk runs the next n pending tokens of every row, as

@@ -332,7 +332,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			if !contextSet {
 				opts.Context = min(opts.Context, arch.Spec().MaxPositions)
 			}
-			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed), not text; the KV figure is for a batch of %d inputs of %d tokens", r.Architecture, opts.Batch, opts.Context))
+			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text; the KV figure is for a batch of %d inputs of %d tokens", r.Architecture, opts.Batch, opts.Context))
 		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
