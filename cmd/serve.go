@@ -98,7 +98,7 @@ serve answers /v1/embeddings, /api/embed and /api/embeddings for it, the
 generating endpoints answer 400, and --max-batch, --prefill-chunk,
 --prefix-cache and --warmup do not apply. A cross-encoder of one label (a
 reranker: cross-encoder/ms-marco-MiniLM-L-6-v2, BAAI/bge-reranker-base) is
-served by POST /v1/rerank and POST /rerank alone (Jina's and Cohere's API:
+served by POST /v1/rerank, /rerank and /v2/rerank alone (Jina's and Cohere's API:
 a query and documents to the documents' relevance scores, best first), the
 embeddings endpoints answering it 400 too; a classifier of more labels is
 refused.
@@ -446,13 +446,11 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		// decoders' default.
 		maxContext = spec.MaxPositions
 	}
-	var rerankRaw bool
+	var rerankRaw bool // the scores are the logits (loader.Checkpoint.CrossEncoderRaw)
 	if rerank {
 		if rerankRaw, err = m.CrossEncoderRaw(); err != nil {
 			return err
 		}
-	}
-	if rerank {
 		rep.Debugf("%s is a cross-encoder of one label: serving reranking only, on /v1/rerank (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
 	} else if embeddingsOnly {
 		rep.Debugf("%s is an encoder: serving embeddings only (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
