@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,10 @@ type EmbedOptions struct {
 	Dimensions int
 	// Raw is --raw: the pooled hidden states as they are, not normalized.
 	Raw bool
+	// PromptName is --prompt-name: the sentence-transformers prompt put
+	// before each input ("": the model's default_prompt_name, if any;
+	// "none": no prompt).
+	PromptName string
 }
 
 // embedGroup is the most inputs embedded together (as serve's groups).
@@ -96,6 +101,7 @@ hidden states, but only one trained for embeddings gives useful ones.`,
 	fl.StringVar(&opts.Pooling, "pooling", "auto", poolingHelp)
 	fl.IntVar(&opts.Dimensions, "dimensions", 0, "keep the first N values of each vector, normalized again (Matryoshka-trained models; 0: all)")
 	fl.BoolVar(&opts.Raw, "raw", false, "print the pooled hidden states as they are, not normalized to unit length")
+	fl.StringVar(&opts.PromptName, "prompt-name", "", "put the model's sentence-transformers prompt of that name before each input (config_sentence_transformers.json: e.g. query); default: its default_prompt_name, if any; none: no prompt")
 	return c
 }
 
@@ -136,6 +142,47 @@ func resolvePooling(flag string, m *loader.Checkpoint, encoder bool) (compile.Po
 		flag = mode
 	}
 	return compile.ParsePooling(flag)
+}
+
+// embedPrompt resolves --prompt-name to the text sentence-transformers
+// puts before each input (SentenceTransformer.encode's prompt_name): a
+// named prompt of config_sentence_transformers.json, the model's
+// default_prompt_name when the flag is empty, nothing for "none". A name
+// the model lacks is a usage error listing its prompts, and a prompt the
+// mean pooling would have to leave out (include_prompt false) is refused.
+func embedPrompt(m *loader.Checkpoint, name string, pooling compile.Pooling) (string, error) {
+	if name == "none" {
+		return "", nil
+	}
+	prompts, def, err := m.SentencePrompts()
+	if err != nil {
+		return "", err
+	}
+	explicit := name != ""
+	if !explicit {
+		name = def
+	}
+	if name == "" {
+		return "", nil
+	}
+	prompt, ok := prompts[name]
+	if !ok {
+		names := slices.Sorted(maps.Keys(prompts))
+		if len(names) == 0 {
+			return "", errs.Usagef("--prompt-name %q: the model has no sentence-transformers prompts (config_sentence_transformers.json)", name)
+		}
+		return "", errs.Usagef("--prompt-name %q: the model's prompts are %s", name, strings.Join(names, ", "))
+	}
+	if prompt != "" && pooling == compile.PoolMean {
+		in, err := m.PoolingIncludesPrompt()
+		if err != nil {
+			return "", err
+		}
+		if !in {
+			return "", fmt.Errorf("%s: its Pooling config leaves a prompt's tokens out of the mean (include_prompt false), which tputool does not (--prompt-name none embeds without the prompt): %w", m.Name(), errs.ErrUnsupported)
+		}
+	}
+	return prompt, nil
 }
 
 // isEncoder reports whether the model's config.json describes an encoder
@@ -192,6 +239,16 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	pooling, err := resolvePooling(opts.Pooling, m, isEncoder(m))
 	if err != nil {
 		return err
+	}
+	prompt, err := embedPrompt(m, opts.PromptName, pooling)
+	if err != nil {
+		return err
+	}
+	if prompt != "" {
+		rep.Debugf("embeddings: each input after the prompt %q", prompt)
+		for i := range prompts {
+			prompts[i] = prompt + prompts[i]
+		}
 	}
 	dev, dtype, loaded, err := opts.openOnDevice(m)
 	if err != nil {

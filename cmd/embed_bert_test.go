@@ -335,3 +335,55 @@ func TestEmbedBertModelMaxLength(t *testing.T) {
 	require.Len(t, res, 1)
 	assert.Equal(t, 10, res[0].Tokens)
 }
+
+// TestEmbedPromptName: --prompt-name puts the model's sentence-transformers
+// prompt before each input, as encode(prompt_name=...) does; the model's
+// default_prompt_name applies without the flag and --prompt-name none
+// drops it; an unknown name is a usage error listing the prompts; a
+// prompt that mean pooling would have to leave out (include_prompt
+// false) is refused.
+func TestEmbedPromptName(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12}
+	dir := bertModel(t, c, "mean", 32)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config_sentence_transformers.json"),
+		[]byte(`{"prompts": {"query": "what is ", "document": ""}, "default_prompt_name": "query"}`), 0o644))
+	tok, err := tokenizer.LoadDir(dir)
+	require.NoError(t, err)
+	vector := func(text string) []float64 {
+		ids, err := tok.Encode(text, true)
+		require.NoError(t, err)
+		h, err := bertref.Forward(dir, c, ids)
+		require.NoError(t, err)
+		return bertref.Pool(h, "mean", true)
+	}
+	embed := func(args ...string) []float32 {
+		t.Helper()
+		e := genEnv(t)
+		require.Equal(t, ExitOK, e.run(append([]string{"--json", "embed", "-m", dir, "-p", "a tpu"}, args...)...), e.errOut.String())
+		var res []embedResult
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+		return res[0].Embedding
+	}
+	for _, tc := range []struct {
+		args []string
+		text string
+	}{
+		{nil, "what is a tpu"}, // the default prompt
+		{[]string{"--prompt-name", "query"}, "what is a tpu"},
+		{[]string{"--prompt-name", "document"}, "a tpu"},
+		{[]string{"--prompt-name", "none"}, "a tpu"},
+	} {
+		got, want := embed(tc.args...), vector(tc.text)
+		for j, x := range got {
+			assert.InDelta(t, want[j], x, 1e-5, "%v: value %d", tc.args, j)
+		}
+	}
+	e := genEnv(t)
+	assert.Equal(t, ExitUsage, e.run("embed", "-m", dir, "-p", "a", "--prompt-name", "passage"), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "document, query")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "1_Pooling", "config.json"),
+		[]byte(`{"word_embedding_dimension": 16, "pooling_mode_mean_tokens": true, "include_prompt": false}`), 0o644))
+	e = genEnv(t)
+	assert.Equal(t, ExitUnsupported, e.run("embed", "-m", dir, "-p", "a"), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "include_prompt")
+}

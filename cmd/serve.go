@@ -407,6 +407,10 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	rep.Debugf("embeddings: %s pooling (--pooling %s)", pooling, opts.Pooling)
+	embedPromptText, err := embedPrompt(m, "", pooling) // the model's default prompt, if any
+	if err != nil {
+		return err
+	}
 	// Bounded again by the served context (serve.ServerOptions.EmbedMaxLength).
 	embedMaxLength, err := stMaxSeqLength(m, tok, 0)
 	if err != nil {
@@ -517,6 +521,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		VocabSize:      spec.VocabSize,
 		EmbeddingSize:  spec.Hidden,
 		EmbedMaxLength: embedMaxLength,
+		EmbedPrompt:    embedPromptText,
 		Version:        opts.Version,
 		CORSOrigins:    opts.CORSOrigins,
 		Family:         spec.Architecture,

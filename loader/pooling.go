@@ -200,3 +200,56 @@ func (m *Checkpoint) CrossEncoderRaw() (bool, error) {
 
 // isJSONNull reports whether a raw JSON value is null.
 func isJSONNull(raw json.RawMessage) bool { return strings.TrimSpace(string(raw)) == "null" }
+
+// SentencePrompts reads config_sentence_transformers.json's prompts (name
+// to the text sentence-transformers puts before an input when encode is
+// given that prompt_name: Qwen3-Embedding's "query" instruction, e5's
+// "query: ") and its default_prompt_name (applied when none is given);
+// nil and "" when the model has none. A default that names no prompt is
+// an error.
+func (m *Checkpoint) SentencePrompts() (prompts map[string]string, defaultName string, err error) {
+	if m.Kind != Transformers || !m.HasFile("config_sentence_transformers.json") {
+		return nil, "", nil
+	}
+	var c struct {
+		Prompts           map[string]string `json:"prompts"`
+		DefaultPromptName *string           `json:"default_prompt_name"`
+	}
+	if err := config.ReadJSONFile(m.Path("config_sentence_transformers.json"), &c); err != nil {
+		return nil, "", err
+	}
+	if c.DefaultPromptName != nil {
+		defaultName = *c.DefaultPromptName
+		if _, ok := c.Prompts[defaultName]; !ok && defaultName != "" {
+			return nil, "", fmt.Errorf("%s: config_sentence_transformers.json: default_prompt_name %q names none of its prompts", m.Name(), defaultName)
+		}
+	}
+	return c.Prompts, defaultName, nil
+}
+
+// PoolingIncludesPrompt reads the Pooling module's include_prompt (true
+// when the model has no Pooling config or the key is absent): false makes
+// sentence-transformers leave a prompt's tokens out of a mean.
+func (m *Checkpoint) PoolingIncludesPrompt() (bool, error) {
+	modules, err := m.sentenceModules()
+	if err != nil {
+		return false, err
+	}
+	for _, mod := range modules {
+		if mod.class() != "Pooling" {
+			continue
+		}
+		rel := path.Join(mod.Path, "config.json")
+		if !m.HasFile(rel) {
+			return true, nil
+		}
+		var c struct {
+			IncludePrompt *bool `json:"include_prompt"`
+		}
+		if err := config.ReadJSONFile(m.Path(rel), &c); err != nil {
+			return false, err
+		}
+		return c.IncludePrompt == nil || *c.IncludePrompt, nil
+	}
+	return true, nil
+}

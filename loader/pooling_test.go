@@ -164,3 +164,38 @@ func TestCrossEncoderRaw(t *testing.T) {
 		}
 	}
 }
+
+// TestSentencePrompts: config_sentence_transformers.json's prompts and
+// default, a default naming no prompt refused, and include_prompt.
+func TestSentencePrompts(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"bert"}`), 0o644)
+	safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{tensor(t, "w", 2, 2)}, nil)
+	os.WriteFile(filepath.Join(dir, "modules.json"), []byte(`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`), 0o644)
+	os.MkdirAll(filepath.Join(dir, "1_Pooling"), 0o755)
+	os.WriteFile(filepath.Join(dir, "1_Pooling", "config.json"), []byte(`{"pooling_mode_mean_tokens":true,"include_prompt":false}`), 0o644)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, def, err := m.SentencePrompts(); p != nil || def != "" || err != nil {
+		t.Errorf("no config_sentence_transformers.json: %v %q %v", p, def, err)
+	}
+	if in, err := m.PoolingIncludesPrompt(); in || err != nil {
+		t.Errorf("include_prompt false: %v %v", in, err)
+	}
+	os.WriteFile(filepath.Join(dir, "config_sentence_transformers.json"), []byte(`{"prompts":{"query":"query: ","passage":"passage: "},"default_prompt_name":null}`), 0o644)
+	if m, err = resolve(context.Background(), dir, loader.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, def, err := m.SentencePrompts(); len(p) != 2 || p["query"] != "query: " || def != "" || err != nil {
+		t.Errorf("prompts: %v %q %v", p, def, err)
+	}
+	os.WriteFile(filepath.Join(dir, "config_sentence_transformers.json"), []byte(`{"prompts":{"query":"q"},"default_prompt_name":"passage"}`), 0o644)
+	if m, err = resolve(context.Background(), dir, loader.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.SentencePrompts(); err == nil {
+		t.Error("a default naming no prompt: no error")
+	}
+}

@@ -97,6 +97,19 @@ func FinishEmbedding(v []float32, dims int, normalize bool) []float32 {
 	return v
 }
 
+// withEmbedPrompt puts ServerOptions.EmbedPrompt before each text (a new
+// slice; texts as they are without a prompt).
+func (s *Server) withEmbedPrompt(texts []string) []string {
+	if s.o.EmbedPrompt == "" || len(texts) == 0 {
+		return texts
+	}
+	out := make([]string, len(texts))
+	for i, t := range texts {
+		out[i] = s.o.EmbedPrompt + t
+	}
+	return out
+}
+
 // checkEmbedInputs bounds the inputs: how many, and each within the
 // context (longer ones are cut to it when truncate, else a 400) and
 // within EmbedMaxLength (longer ones cut to it whatever truncate, as
@@ -175,6 +188,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request, x *exchange)
 		return
 	}
 	texts, idLists, err := promptForms("input", req.Input)
+	texts = s.withEmbedPrompt(texts)
 	var prompts [][]int
 	if err == nil {
 		prompts, err = s.encodePrompts("input", texts, idLists)
@@ -254,6 +268,7 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, x *exchange
 		writeJSON(w, http.StatusOK, map[string]any{"model": s.o.ModelName, "embeddings": [][]float32{}})
 		return
 	}
+	many = s.withEmbedPrompt(many)
 	prompts, err := s.encodePrompts("input", many, nil)
 	if err == nil {
 		err = s.checkEmbedInputs("input", many, prompts, req.Truncate == nil || *req.Truncate)
@@ -304,9 +319,10 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request, x *exc
 		writeJSON(w, http.StatusOK, map[string][]float32{"embedding": {}})
 		return
 	}
-	prompts, err := s.encodePrompts("prompt", []string{req.Prompt}, nil)
+	text := s.withEmbedPrompt([]string{req.Prompt})
+	prompts, err := s.encodePrompts("prompt", text, nil)
 	if err == nil {
-		err = s.checkEmbedInputs("prompt", []string{req.Prompt}, prompts, false)
+		err = s.checkEmbedInputs("prompt", text, prompts, false)
 	}
 	if err != nil {
 		writeOllamaError(w, err)

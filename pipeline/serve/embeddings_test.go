@@ -352,3 +352,41 @@ func TestEmbedMaxLength(t *testing.T) {
 	assertVector(t, "long, truncate", wantEmbedding(cutContent(ts.encode(t, long), 16), 0), resp.Embeddings[0])
 	ts.waitIdle(t)
 }
+
+// TestEmbedPrompt: the model's default prompt (ServerOptions.EmbedPrompt)
+// goes before every text input of the three embeddings endpoints, as
+// sentence-transformers' encode puts it, and not before token ids.
+func TestEmbedPrompt(t *testing.T) {
+	ts := newTestServer(t, serverConfig{embedPrompt: "Once upon "})
+	withPrompt := ts.encode(t, "Once upon a cat")
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/embeddings", `{"model":"` + testModel + `","input":"a cat"}`},
+		{"/api/embed", `{"model":"` + testModel + `","input":["a cat"]}`},
+	} {
+		status, _, body := ts.post(t, tc.path, tc.body)
+		require.Equal(t, http.StatusOK, status, "%s: %s", tc.path, body)
+		var r struct {
+			Data []struct {
+				Embedding []float64 `json:"embedding"`
+			} `json:"data"`
+			Embeddings [][]float64 `json:"embeddings"`
+		}
+		require.NoError(t, json.Unmarshal(body, &r), string(body))
+		got := r.Embeddings
+		for _, d := range r.Data {
+			got = append(got, d.Embedding)
+		}
+		require.Len(t, got, 1, tc.path)
+		assertVector(t, tc.path, wantEmbedding(withPrompt, 0), got[0])
+	}
+	status, _, body := ts.post(t, "/v1/embeddings", `{"model":"`+testModel+`","input":[[10,20]]}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var r struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(body, &r), string(body))
+	require.Len(t, r.Data, 1)
+	assertVector(t, "token ids", wantEmbedding([]int{10, 20}, 0), r.Data[0].Embedding)
+}

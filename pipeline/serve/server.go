@@ -66,6 +66,12 @@ type ServerOptions struct {
 	// cut and the tokenizer's special tokens kept, whatever a request's
 	// truncate; 0 cuts them to MaxContext only.
 	EmbedMaxLength int
+	// EmbedPrompt is put before every text input of the embeddings
+	// endpoints (not before token ids): the model's sentence-transformers
+	// default prompt (config_sentence_transformers.json's
+	// default_prompt_name), as sentence-transformers' encode puts it; ""
+	// for none.
+	EmbedPrompt string
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
 	// /v1/*, /api/*, /rerank, /v2/rerank and /metrics (401 without it); /health and /
 	// (ollama's "Ollama is running") stay open.

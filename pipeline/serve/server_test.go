@@ -261,6 +261,8 @@ type serverConfig struct {
 	pprof     bool // ServerOptions.Pprof
 	// embeddingsOnly is ServerOptions.EmbeddingsOnly.
 	embeddingsOnly bool
+	// embedPrompt is ServerOptions.EmbedPrompt.
+	embedPrompt string
 	// tok replaces the test tokenizer (mistralTokenizer's has one token
 	// more; the engine's logits cover it).
 	tok *tokenizer.Tokenizer
@@ -301,9 +303,9 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 			return generate.Resolve(c.gen, []int{textEOS}, o)
 		},
 		MaxContext: cmp.Or(c.context, testContext), APIKey: c.apiKey, AccessLog: log, Metrics: m, Reasoning: c.reasoning, Harmony: c.harmony,
-		EmbeddingSize:  4, // sumEmbed's
-		Pprof:          c.pprof,
-		EmbeddingsOnly: c.embeddingsOnly,
+		EmbeddingSize: 4, // sumEmbed's
+		Pprof:         c.pprof,
+		EmbedPrompt:   c.embedPrompt, EmbeddingsOnly: c.embeddingsOnly,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
