@@ -149,8 +149,9 @@ func resolvePooling(flag string, m *loader.Checkpoint, encoder bool) (compile.Po
 // named prompt of config_sentence_transformers.json, the model's
 // default_prompt_name when the flag is empty, nothing for "none". A name
 // the model lacks is a usage error listing its prompts, and a prompt the
-// mean pooling would have to leave out (include_prompt false) is refused.
-func embedPrompt(m *loader.Checkpoint, name string, pooling compile.Pooling) (string, error) {
+// mean pooling would have to leave out (include_prompt false) is refused,
+// hint saying what avoids it.
+func embedPrompt(m *loader.Checkpoint, name string, pooling compile.Pooling, hint string) (string, error) {
 	if name == "none" {
 		return "", nil
 	}
@@ -179,7 +180,7 @@ func embedPrompt(m *loader.Checkpoint, name string, pooling compile.Pooling) (st
 			return "", err
 		}
 		if !in {
-			return "", fmt.Errorf("%s: its Pooling config leaves a prompt's tokens out of the mean (include_prompt false), which tputool does not (--prompt-name none embeds without the prompt): %w", m.Name(), errs.ErrUnsupported)
+			return "", fmt.Errorf("%s: its Pooling config leaves a prompt's tokens out of the mean (include_prompt false), which tputool does not (%s): %w", m.Name(), hint, errs.ErrUnsupported)
 		}
 	}
 	return prompt, nil
@@ -199,18 +200,19 @@ func isEncoder(m *loader.Checkpoint) bool {
 // stMaxSeqLength is the most tokens sentence-transformers gives the model
 // per input: sentence_bert_config.json's max_seq_length, else, for a
 // sentence-transformers model (modules.json), the tokenizer's
-// model_max_length within the model's positions, as its Transformer
-// module takes it when the config sets none (and as sentence-transformers
-// 5.4 and later save the limit); 0 when there is none.
+// model_max_length within the model's positions (the positions when it is
+// unset), as its Transformer module takes it when the config sets none
+// (and as sentence-transformers 5.4 and later save the limit); 0 when
+// there is none.
 func stMaxSeqLength(m *loader.Checkpoint, tok *tokenizer.Tokenizer, positions int) (int, error) {
 	n, err := m.MaxSeqLength()
 	if err != nil || n > 0 {
 		return n, err
 	}
-	if m.HasFile("modules.json") && tok.ModelMaxLength() > 0 {
-		n = tok.ModelMaxLength()
-		if positions > 0 {
-			n = min(n, positions)
+	if m.HasFile("modules.json") {
+		n = positions
+		if l := tok.ModelMaxLength(); l > 0 && (n <= 0 || l < n) {
+			n = l
 		}
 	}
 	return n, nil
@@ -240,7 +242,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	if err != nil {
 		return err
 	}
-	prompt, err := embedPrompt(m, opts.PromptName, pooling)
+	prompt, err := embedPrompt(m, opts.PromptName, pooling, "--prompt-name none embeds without the prompt")
 	if err != nil {
 		return err
 	}

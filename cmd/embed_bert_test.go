@@ -387,3 +387,27 @@ func TestEmbedPromptName(t *testing.T) {
 	assert.Equal(t, ExitUnsupported, e.run("embed", "-m", dir, "-p", "a"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "include_prompt")
 }
+
+// TestEmbedBertPositionsLimit: a sentence-transformers model with neither
+// max_seq_length nor model_max_length is cut to its positions, as
+// sentence-transformers cuts it, instead of refused.
+func TestEmbedBertPositionsLimit(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 20, TypeVocab: 2, Eps: 1e-12}
+	dir := bertModel(t, c, "mean", 12)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(`{}`), 0o644))
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	raw, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	delete(cfg, "model_max_length")
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("--json", "embed", "-m", dir, "-p", strings.Repeat("a tpu ", 20)), e.errOut.String())
+	var res []embedResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, 1)
+	assert.Equal(t, 20, res[0].Tokens)
+}

@@ -123,11 +123,12 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	if sc.Labels() != 1 {
 		return fmt.Errorf("%s has %d labels: rerank needs a cross-encoder with one (a relevance score), not a %d-way classifier: %w", spec.Architecture, sc.Labels(), sc.Labels(), errs.ErrUnsupported)
 	}
-	raw, err := m.CrossEncoderRaw()
-	if err != nil {
-		return err
+	raw := opts.Raw // the logit, whatever activation the config names
+	if !raw {
+		if raw, err = m.CrossEncoderRaw(); err != nil {
+			return err
+		}
 	}
-	raw = raw || opts.Raw
 	// CrossEncoder cuts a pair to the tokenizer's model_max_length within
 	// the model's positions.
 	maxLen := spec.MaxPositions

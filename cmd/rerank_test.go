@@ -147,3 +147,28 @@ func TestRerankIdentityActivation(t *testing.T) {
 	require.Len(t, res, 1)
 	assert.InDelta(t, want[0], res[0].RelevanceScore, 1e-5)
 }
+
+// TestRerankRawWhateverActivation: --raw prints the logit even for a
+// model whose config names an activation tputool does not apply, which
+// without it exits 3 naming it.
+func TestRerankRawWhateverActivation(t *testing.T) {
+	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 24,
+		TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
+	dir := t.TempDir()
+	require.NoError(t, bertref.Write(dir, c, 5))
+	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	cfgPath := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	cfg["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Tanh"
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	e := genEnv(t)
+	assert.Equal(t, ExitUnsupported, e.run("rerank", "-m", dir, "--query", "q", "-d", "a"), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "Tanh")
+	e = genEnv(t)
+	assert.Equal(t, ExitOK, e.run("rerank", "-m", dir, "--query", "q", "-d", "a", "--raw"), e.errOut.String())
+}

@@ -407,7 +407,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	rep.Debugf("embeddings: %s pooling (--pooling %s)", pooling, opts.Pooling)
-	embedPromptText, err := embedPrompt(m, "", pooling) // the model's default prompt, if any
+	embedPromptText, err := embedPrompt(m, "", pooling, "--pooling last or cls pools without leaving it out") // the model's default prompt, if any
 	if err != nil {
 		return err
 	}

@@ -572,10 +572,10 @@ func TestServePooling(t *testing.T) {
 	}{
 		{"", "auto", compile.PoolLast},
 		{`{"pooling_mode_mean_tokens":true}`, "auto", compile.PoolMean},
-		{`{"pooling_mode_lasttoken":true}`, "auto", compile.PoolLast},
-		{`{"pooling_mode_lasttoken":true}`, "mean", compile.PoolMean},
-		{`{"pooling_mode_cls_token":true}`, "last", compile.PoolLast},
-		{`{"pooling_mode_cls_token":true}`, "auto", compile.PoolCLS},
+		{`{"pooling_mode_lasttoken":true,"pooling_mode_mean_tokens":false}`, "auto", compile.PoolLast},
+		{`{"pooling_mode_lasttoken":true,"pooling_mode_mean_tokens":false}`, "mean", compile.PoolMean},
+		{`{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "last", compile.PoolLast},
+		{`{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "auto", compile.PoolCLS},
 		{"", "cls", compile.PoolCLS},
 	} {
 		got, err := resolvePooling(c.flag, checkpoint(c.pooling), false)

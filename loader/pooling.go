@@ -88,19 +88,10 @@ func (m *Checkpoint) Pooling() (string, error) {
 		if err := config.ReadJSONFile(m.Path(rel), &c); err != nil {
 			return "", err
 		}
-		var on []string
-		legacy := false
-		for k, v := range c {
-			if b, ok := v.(bool); ok && strings.HasPrefix(k, "pooling_mode_") {
-				legacy = true
-				if b {
-					on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
-				}
-			}
-		}
 		if mode, ok := c["pooling_mode"].(string); ok {
-			// sentence-transformers 5.4 and later: one mode by name.
-			switch mode {
+			// One mode by name (sentence-transformers 5.4 and later save
+			// it so; Pooling lowercases it).
+			switch strings.ToLower(mode) {
 			case "cls":
 				return "cls", nil
 			case "mean":
@@ -110,8 +101,19 @@ func (m *Checkpoint) Pooling() (string, error) {
 			}
 			return "", fmt.Errorf("%s: %s: pooling_mode %q: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, mode, errs.ErrUnsupported)
 		}
-		if legacy && len(on) == 0 {
-			return "mean", nil // every flag false: sentence-transformers pools by the mean
+		// The flags, as Pooling's constructor takes them: the mean unless
+		// pooling_mode_mean_tokens says otherwise, the others when true.
+		on := []string{}
+		if v, ok := c["pooling_mode_mean_tokens"].(bool); !ok || v {
+			on = append(on, "mean_tokens")
+		}
+		for k, v := range c {
+			if b, ok := v.(bool); ok && b && strings.HasPrefix(k, "pooling_mode_") && k != "pooling_mode_mean_tokens" {
+				on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
+			}
+		}
+		if len(on) == 0 {
+			return "", fmt.Errorf("%s: %s: every pooling_mode_* is false, so sentence-transformers pools nothing: %w", m.Name(), rel, errs.ErrUnsupported)
 		}
 		slices.Sort(on)
 		switch {

@@ -52,8 +52,13 @@ func TestPoolingModes(t *testing.T) {
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_mean_tokens":true}`, "mean", false},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`, "cls", false},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_max_tokens":true,"pooling_mode_mean_tokens":false}`, "", true},
-		// Every flag false is the mean, as sentence-transformers reads it.
-		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":false}`, "mean", false},
+		// Every flag false pools nothing (sentence-transformers fails); a
+		// config without the mean's flag pools by the mean, its default,
+		// beside any other mode set.
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":false}`, "", true},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"word_embedding_dimension":384}`, "mean", false},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode_cls_token":true}`, "", true},
+		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"CLS"}`, "cls", false},
 		// sentence-transformers 5.4 and later write one mode by name.
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"cls","include_prompt":true}`, "cls", false},
 		{`[{"path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`, `{"pooling_mode":"lasttoken"}`, "last", false},

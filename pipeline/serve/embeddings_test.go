@@ -354,8 +354,9 @@ func TestEmbedMaxLength(t *testing.T) {
 }
 
 // TestEmbedPrompt: the model's default prompt (ServerOptions.EmbedPrompt)
-// goes before every text input of the three embeddings endpoints, as
-// sentence-transformers' encode puts it, and not before token ids.
+// goes before every text input (/v1/embeddings and /api/embed here;
+// /api/embeddings takes the same path), as sentence-transformers' encode
+// puts it, and not before token ids.
 func TestEmbedPrompt(t *testing.T) {
 	ts := newTestServer(t, serverConfig{embedPrompt: "Once upon "})
 	withPrompt := ts.encode(t, "Once upon a cat")

@@ -34,8 +34,9 @@ import (
 // send (max_chunks_per_doc, max_tokens_per_doc, rank_fields,
 // truncate_prompt_tokens, priority), accepted and ignored; another field
 // is a 400 naming it. Documents are cut to the context (and the
-// tokenizer's model_max_length), never split into chunks. No documents
-// and more than maxRerankDocuments of them are 400s too, a top_n of 0 or
+// tokenizer's model_max_length), never split into chunks. No query (an
+// empty one is scored), no documents and more than maxRerankDocuments of
+// them are 400s too, a top_n of 0 or
 // less means every document (as vLLM), another model's name is the 404
 // of every endpoint, and /v1/rerank on a model that is not a reranker a
 // 400; a full queue is a 429 and a server shutting down a 503, as for
@@ -51,7 +52,8 @@ const maxRerankDocuments = 1000
 // rerankRequest is POST /v1/rerank.
 type rerankRequest struct {
 	Model string `json:"model"`
-	Query string `json:"query"`
+	// Query is required; an empty one is scored, as vLLM scores it.
+	Query *string `json:"query"`
 	// Documents are strings, or objects {"text": ...} (Cohere's v1 and
 	// Jina's), or a mix: parsed by rerankDocuments.
 	Documents json.RawMessage `json:"documents"`
@@ -192,6 +194,10 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
 		writeError(w, err)
 		return
 	}
+	if req.Query == nil {
+		writeError(w, badRequest("query", "query is required: the text the documents are scored against"))
+		return
+	}
 	docs, err := rerankDocuments(req.Documents)
 	if err != nil {
 		writeError(w, err)
@@ -201,7 +207,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if req.TopN != nil && *req.TopN > 0 { // 0 or less: every document, as vLLM
 		topN = min(*req.TopN, len(docs))
 	}
-	scores, err := s.rerankScores(r, x, req.Query, docs)
+	scores, err := s.rerankScores(r, x, *req.Query, docs)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -239,7 +239,7 @@ func TestRerankCutsToContext(t *testing.T) {
 	assert.Equal(t, len(want)+len(short), decodeRerank(t, body).Usage.TotalTokens)
 }
 
-// TestRerankBadRequests: no documents, a document that is neither a
+// TestRerankBadRequests: no query, no documents, a document that is neither a
 // string nor an object with text alone, more than maxRerankDocuments
 // documents and a field outside the API are 400s in OpenAI's shape naming
 // what is wrong, and another model's name is the 404; none reaches the
@@ -249,6 +249,8 @@ func TestRerankBadRequests(t *testing.T) {
 	many, err := json.Marshal(make([]string, maxRerankDocuments+1))
 	require.NoError(t, err)
 	for _, tc := range []struct{ body, param, msg string }{
+		{`{"documents":["a"]}`, "query", "query is required"},
+		{`{"query":null,"documents":["a"]}`, "query", "query is required"},
 		{`{"query":"tpu"}`, "documents", "documents is required"},
 		{`{"query":"tpu","documents":null}`, "documents", "documents is required"},
 		{`{"query":"tpu","documents":[]}`, "documents", "documents is empty"},
