@@ -304,16 +304,17 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 }
 
 // checkEncoderFits refuses an encoder's serving state that the host
-// cannot hold: the keys and values of a group of inputs embedded
-// together (as many as compile.Encoder runs at once), each of up to
-// --max-context positions.
+// cannot hold: the keys, values and attention scores of a group of
+// inputs embedded together (as many as compile.Encoder runs at once),
+// each of up to --max-context positions.
 func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
 	need, ok := lm.StateBytes(m, embedGroup, context, dtype, kv)
-	what := fmt.Sprintf("the state of %d inputs of %d positions embedded together (%d layers, %s)", embedGroup, context, m.Spec().Layers, kvOr(kv, dtype))
+	need += compile.EncoderScoreBytes(m.Spec(), embedGroup, context)
+	what := fmt.Sprintf("the keys, values and attention scores of %d inputs of %d positions embedded together (%d layers, %s)", embedGroup, context, m.Spec().Layers, kvOr(kv, dtype))
 	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))
 }
 

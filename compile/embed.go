@@ -84,6 +84,18 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	if r.tp != nil || r.moe != nil {
 		return nil, fmt.Errorf("embeddings run on one device with the experts in the graph: %w", errs.ErrUnsupported)
 	}
+	if rows := r.encoderRows(prompts); rows < len(prompts) {
+		// Long inputs to an encoder run fewer at a time (encoderRows).
+		var vecs [][]float32
+		for lo := 0; lo < len(prompts); lo += rows {
+			v, err := r.Embed(prompts[lo:min(lo+rows, len(prompts))], pool)
+			if err != nil {
+				return nil, err
+			}
+			vecs = append(vecs, v...)
+		}
+		return vecs, nil
+	}
 	r.emb.once.Do(func() {
 		if r.opts.Mode == Compiled {
 			r.emb.prog, r.emb.err = r.newProgram("embed-final", r.finalGraph)
@@ -174,6 +186,36 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 		}
 	}
 	return vecs, nil
+}
+
+// encoderScoreBudget bounds the attention scores an encoder's step
+// holds (encoderRows); a variable for tests.
+var encoderScoreBudget int64 = 1 << 30
+
+// EncoderScoreBytes is the most attention scores an encoder's step holds
+// for up to rows inputs of at most longest tokens: a bound of 1 GiB
+// (Embed runs fewer inputs at a time past it), one input's at least.
+func EncoderScoreBytes(s *lm.Spec, rows, longest int) int64 {
+	perRow := int64(s.Heads) * int64(longest) * int64(longest) * 4
+	return max(perRow, min(int64(rows)*perRow, encoderScoreBudget))
+}
+
+// encoderRows is how many of prompts an encoder's step runs together:
+// every token of an input attends to every other in one step, so a step
+// holds rows·heads·T² scores (T the longest input, f32), and long inputs
+// run fewer at a time to keep them within encoderScoreBudget (one at a
+// time at least: a single bge-m3 input of 8192 tokens holds 4 GiB of
+// them). All of them for a decoder, whose steps are pieces.
+func (r *Runner) encoderRows(prompts [][]int) int {
+	if !r.spec.Encoder || len(prompts) < 2 {
+		return len(prompts)
+	}
+	longest := 0
+	for _, p := range prompts {
+		longest = max(longest, len(p))
+	}
+	perRow := int64(r.spec.Heads) * int64(longest) * int64(longest) * 4
+	return int(max(1, min(int64(len(prompts)), encoderScoreBudget/max(perRow, 1))))
 }
 
 // EncoderError is the error for generating with an encoder (lm.Spec.Encoder):

@@ -287,3 +287,53 @@ func TestScoreBF16(t *testing.T) {
 		t.Errorf("every score is a bf16 value: the head ran in bf16")
 	}
 }
+
+// TestEncoderRowsSplit: inputs whose attention scores exceed the budget
+// run fewer at a time, and give the vectors they give together.
+func TestEncoderRowsSplit(t *testing.T) {
+	c := bertref.Config{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12}
+	dir := t.TempDir()
+	if err := bertref.Write(dir, c, 3); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	run, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	r := rand.New(rand.NewPCG(1, 1))
+	var prompts [][]int
+	for _, n := range []int{30, 7, 25, 12, 3} {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 5 + r.IntN(59)
+		}
+		prompts = append(prompts, p)
+	}
+	whole, err := run.Embed(prompts, PoolMean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := encoderScoreBudget
+	encoderScoreBudget = 2 * 4 * 30 * 30 * 4 // two rows of the longest
+	defer func() { encoderScoreBudget = old }()
+	if got := run.encoderRows(prompts); got != 2 {
+		t.Fatalf("encoderRows = %d, want 2", got)
+	}
+	split, err := run.Embed(prompts, PoolMean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range whole {
+		for j := range whole[i] {
+			if d := math.Abs(float64(whole[i][j] - split[i][j])); d > 1e-5 {
+				t.Fatalf("input %d value %d: %v split, %v together", i, j, split[i][j], whole[i][j])
+			}
+		}
+	}
+}
