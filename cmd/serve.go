@@ -420,7 +420,9 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	tmpl, err := tok.ChatTemplate("")
 	switch {
 	case errors.Is(err, tokenizer.ErrNoChatTemplate):
-		rep.Debugf("%s has no chat template: /v1/chat/completions answers 400", m.Name())
+		if !isEncoder(m) { // an encoder's server answers chat 400 anyway
+			rep.Debugf("%s has no chat template: /v1/chat/completions answers 400", m.Name())
+		}
 		tmpl = nil
 	case err != nil:
 		return err
