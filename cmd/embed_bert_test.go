@@ -19,6 +19,19 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
 )
 
+// editJSON rewrites the JSON object in the file at path through edit.
+func editJSON(t *testing.T, path string, edit func(map[string]any)) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(raw, &v))
+	edit(v)
+	raw, err = json.Marshal(v)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, raw, 0o644))
+}
+
 // bertModel writes a sentence-transformers BERT model (all-MiniLM's and
 // bge's layout: a WordPiece tokenizer, modules.json with Pooling by mode
 // and Normalize, max_seq_length maxSeq) and returns its folder.
@@ -319,15 +332,9 @@ func TestEmbedBertModelMaxLength(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12}
 	dir := bertModel(t, c, "mean", 12)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(`{"do_lower_case": false}`), 0o644))
-	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	raw, err := os.ReadFile(cfgPath)
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(raw, &cfg))
-	cfg["model_max_length"] = 10
-	raw, err = json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	editJSON(t, filepath.Join(dir, "tokenizer_config.json"), func(v map[string]any) {
+		v["model_max_length"] = 10
+	})
 	e := genEnv(t)
 	require.Equal(t, ExitOK, e.run("--json", "embed", "-m", dir, "-p", "the model runs a matrix processor, what is it?"), e.errOut.String())
 	var res []embedResult
@@ -395,15 +402,9 @@ func TestEmbedBertPositionsLimit(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 20, TypeVocab: 2, Eps: 1e-12}
 	dir := bertModel(t, c, "mean", 12)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sentence_bert_config.json"), []byte(`{}`), 0o644))
-	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	raw, err := os.ReadFile(cfgPath)
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(raw, &cfg))
-	delete(cfg, "model_max_length")
-	raw, err = json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	editJSON(t, filepath.Join(dir, "tokenizer_config.json"), func(v map[string]any) {
+		delete(v, "model_max_length")
+	})
 	e := genEnv(t)
 	require.Equal(t, ExitOK, e.run("--json", "embed", "-m", dir, "-p", strings.Repeat("a tpu ", 20)), e.errOut.String())
 	var res []embedResult

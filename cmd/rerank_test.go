@@ -3,7 +3,6 @@ package cmd
 import (
 	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -125,15 +124,9 @@ func TestRerankIdentityActivation(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, bertref.Write(dir, c, 5))
 	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
-	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(raw, &cfg))
-	cfg["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"
-	raw, err = json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) {
+		v["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"
+	})
 	tok, err := tokenizer.LoadDir(dir)
 	require.NoError(t, err)
 	ids, types, err := tok.EncodePairTruncated("what is a tpu?", "a matrix processor", 24)
@@ -157,15 +150,9 @@ func TestRerankRawWhateverActivation(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, bertref.Write(dir, c, 5))
 	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
-	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(raw, &cfg))
-	cfg["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Tanh"
-	raw, err = json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) {
+		v["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Tanh"
+	})
 	e := genEnv(t)
 	assert.Equal(t, ExitUnsupported, e.run("rerank", "-m", dir, "--query", "q", "-d", "a"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "Tanh")

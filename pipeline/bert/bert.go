@@ -274,10 +274,7 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 		return nil
 	}
 	H, L := m.o.Spec.Hidden, m.o.Labels
-	dense, out := "pooler.dense", "classifier"
-	if m.o.RobertaHead {
-		dense, out = "classifier.dense", "classifier.out_proj"
-	}
+	dense, out := m.headNames()
 	// Not Matmul: the head stays as stored (never quantized or blocked),
 	// for Score to read in f32.
 	return []lm.WeightSpec{
@@ -286,6 +283,16 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 		{Name: out + ".weight", Shape: []int{L, H}},
 		{Name: out + ".bias", Shape: []int{L}},
 	}
+}
+
+// headNames are the classification head's two linear layers: BERT's
+// pooler and classifier, or RobertaClassificationHead's dense and
+// out_proj.
+func (m *Model) headNames() (dense, out string) {
+	if m.o.RobertaHead {
+		return "classifier.dense", "classifier.out_proj"
+	}
+	return "pooler.dense", "classifier"
 }
 
 var _ lm.Scorer = (*Model)(nil)
@@ -301,10 +308,7 @@ func (m *Model) Labels() int { return m.o.Labels }
 // of 1/16 around the ms-marco models' 8 to 16, tying documents that
 // sentence-transformers orders (the head is two small products).
 func (m *Model) Score(w *lm.Params, first *Node) *Node {
-	dense, out := "pooler.dense", "classifier"
-	if m.o.RobertaHead {
-		dense, out = "classifier.dense", "classifier.out_proj"
-	}
+	dense, out := m.headNames()
 	f32 := func(name string) *Node { return ConvertDType(w.Get(name), dtypes.Float32) }
 	x := Tanh(nn.Linear(ConvertDType(first, dtypes.Float32), f32(dense+".weight"), f32(dense+".bias")))
 	return nn.Linear(x, f32(out+".weight"), f32(out+".bias")) // [B, Labels]
@@ -327,24 +331,16 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	p := fmt.Sprintf("encoder.layer.%d.", i)
 	if m.o.MPNet { // every layer reads the shared bias table
 		add("encoder.relative_attention_bias.weight", false, lm.Replicated, m.o.RelativeBuckets, s.Heads)
-		for _, n := range []string{"q", "k", "v"} {
-			add(p+"attention.attn."+n+".weight", true, lm.Column, H, H)
-			add(p+"attention.attn."+n+".bias", false, lm.Column, H)
-		}
-		add(p+"attention.attn.o.weight", true, lm.Row, H, H)
-		add(p+"attention.attn.o.bias", false, lm.Replicated, H)
-		add(p+"attention.LayerNorm.weight", false, lm.Replicated, H)
-		add(p+"attention.LayerNorm.bias", false, lm.Replicated, H)
-	} else {
-		for _, n := range []string{"query", "key", "value"} {
-			add(p+"attention.self."+n+".weight", true, lm.Column, H, H)
-			add(p+"attention.self."+n+".bias", false, lm.Column, H)
-		}
-		add(p+"attention.output.dense.weight", true, lm.Row, H, H)
-		add(p+"attention.output.dense.bias", false, lm.Replicated, H)
-		add(p+"attention.output.LayerNorm.weight", false, lm.Replicated, H)
-		add(p+"attention.output.LayerNorm.bias", false, lm.Replicated, H)
 	}
+	a := m.attentionNames()
+	for _, n := range a.qkv {
+		add(p+a.self+"."+n+".weight", true, lm.Column, H, H)
+		add(p+a.self+"."+n+".bias", false, lm.Column, H)
+	}
+	add(p+a.out+".weight", true, lm.Row, H, H)
+	add(p+a.out+".bias", false, lm.Replicated, H)
+	add(p+a.norm+".weight", false, lm.Replicated, H)
+	add(p+a.norm+".bias", false, lm.Replicated, H)
 	add(p+"intermediate.dense.weight", true, lm.Column, I, H)
 	add(p+"intermediate.dense.bias", false, lm.Column, I)
 	add(p+"output.dense.weight", true, lm.Row, H, I)
@@ -352,6 +348,23 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	add(p+"output.LayerNorm.weight", false, lm.Replicated, H)
 	add(p+"output.LayerNorm.bias", false, lm.Replicated, H)
 	return ws
+}
+
+// attentionNames are a layer's attention modules under its prefix:
+// BERT's attention.self.{query,key,value}, attention.output.dense and
+// attention.output.LayerNorm, or MPNet's attention.attn.{q,k,v},
+// attention.attn.o and attention.LayerNorm.
+type attentionNames struct {
+	self      string
+	qkv       [3]string
+	out, norm string
+}
+
+func (m *Model) attentionNames() attentionNames {
+	if m.o.MPNet {
+		return attentionNames{"attention.attn", [3]string{"q", "k", "v"}, "attention.attn.o", "attention.LayerNorm"}
+	}
+	return attentionNames{"attention.self", [3]string{"query", "key", "value"}, "attention.output.dense", "attention.output.LayerNorm"}
 }
 
 // Embed implements lm.Model: the word embeddings, and the token-type
@@ -395,23 +408,18 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		x = m.embeddings(w.Scope("embeddings"), x, step)
 	}
 	p := w.Scope(fmt.Sprintf("encoder.layer.%d", i))
-	// BERT's names, or MPNet's (attention.attn.q/k/v/o, the attention's
-	// LayerNorm directly under attention).
-	sa, names, ao, dense := p.Scope("attention.self"), [4]string{"query", "key", "value"}, p.Scope("attention.output"), "dense"
-	if m.o.MPNet {
-		sa, names, ao, dense = p.Scope("attention.attn"), [4]string{"q", "k", "v"}, p.Scope("attention"), "attn.o"
-	}
+	a := m.attentionNames()
 	proj := func(name string) *Node {
-		return nn.SplitHeads(nn.Linear(x, sa.Get(name+".weight"), sa.Get(name+".bias")), s.Heads) // [B, T, H, D]
+		return nn.SplitHeads(nn.Linear(x, p.Get(a.self+"."+name+".weight"), p.Get(a.self+"."+name+".bias")), s.Heads) // [B, T, H, D]
 	}
-	q, k, v := proj(names[0]), proj(names[1]), proj(names[2])
+	q, k, v := proj(a.qkv[0]), proj(a.qkv[1]), proj(a.qkv[2])
 	c := nn.WriteKV(nn.KVOf(state), k, v, step)
 	bias := nn.EncoderBias(step) // [B, 1, T, 1, S]
 	if m.o.MPNet {
 		bias = Add(bias, m.positionBias(w, step)) // [B, Heads, T, 1, S]
 	}
 	ctx := nn.Attention(q, c, bias, 0, 0) // [B, T, Hidden]
-	x = nn.LayerNorm(Add(nn.Linear(ctx, ao.Get(dense+".weight"), ao.Get(dense+".bias")), x), ao.Get("LayerNorm.weight"), ao.Get("LayerNorm.bias"), m.o.Eps)
+	x = nn.LayerNorm(Add(nn.Linear(ctx, p.Get(a.out+".weight"), p.Get(a.out+".bias")), x), p.Get(a.norm+".weight"), p.Get(a.norm+".bias"), m.o.Eps)
 	h := m.o.Act(nn.Linear(x, p.Get("intermediate.dense.weight"), p.Get("intermediate.dense.bias")))
 	out := p.Scope("output")
 	x = nn.LayerNorm(Add(nn.Linear(h, out.Get("dense.weight"), out.Get("dense.bias")), x), out.Get("LayerNorm.weight"), out.Get("LayerNorm.bias"), m.o.Eps)
