@@ -33,7 +33,7 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
 	if spec.Encoder { // and a step's attention scores over the whole input
 		need += compile.EncoderScoreBytes(spec, batch, longestPrompt)
-		what = fmt.Sprintf("the keys, values and attention scores of %d input(s) of %d tokens (%d layers, %s)", batch, longestPrompt, spec.Layers, kvOr(kv, dtype))
+		what = fmt.Sprintf("the attention scores of %d input(s) of %d tokens (%d heads, f32)", batch, longestPrompt, spec.Heads)
 	}
 	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts%s", maxNew, narrowerKV(kv))
 	if !ok {

@@ -304,9 +304,9 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 }
 
 // checkEncoderFits refuses an encoder's serving state that the host
-// cannot hold: the keys, values and attention scores of a group of
-// inputs embedded together (as many as compile.Encoder runs at once),
-// each of up to --max-context positions.
+// cannot hold: the attention scores of a group of inputs embedded
+// together (as many as compile.Encoder runs at once), each of up to
+// --max-context positions (and any layer state, which BERT has none of).
 func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
@@ -314,7 +314,7 @@ func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemor
 	}
 	need, ok := lm.StateBytes(m, embedGroup, context, dtype, kv)
 	need += compile.EncoderScoreBytes(m.Spec(), embedGroup, context)
-	what := fmt.Sprintf("the keys, values and attention scores of %d inputs of %d positions embedded together (%d layers, %s)", embedGroup, context, m.Spec().Layers, kvOr(kv, dtype))
+	what := fmt.Sprintf("the attention scores of %d inputs of %d positions embedded together (%d heads, f32)", embedGroup, context, m.Spec().Heads)
 	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))
 }
 

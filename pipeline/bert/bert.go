@@ -22,9 +22,9 @@
 // as their encoder, the prediction head skipped, as their checkpoints
 // are how bert-base-uncased and xlm-roberta-base are published.
 //
-// The model fits lm.Model as an encoder whose KV cache holds the step's
-// own keys and values: Layer writes them, then every token attends to
-// every token of its input (nn.EncoderBias). The embedding's positional
+// The model fits lm.Model as an encoder without state: each layer's
+// tokens attend to every token of the step, its own keys and values, kept
+// nowhere (nn.StepKV, nn.EncoderBias). The embedding's positional
 // half needs the step's positions, which Embed does not get, so layer 0
 // (its own kind, "encoder_first") adds the position and token-type
 // embeddings and applies the embedding LayerNorm before its attention.
@@ -249,11 +249,9 @@ func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
 // KindLayer.
 func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
 
-// LayerState implements lm.Model: the step's keys and values.
-func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
-	s := &m.o.Spec
-	return nn.KVCacheState(batch, s.KVHeads, cacheLen, s.HeadDim)
-}
+// LayerState implements lm.Model: none (an input runs in one step, whose
+// keys and values its attention reads as they are).
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec { return nil }
 
 // EmbedWeights implements lm.Model: the word embeddings, and the
 // token-type embeddings (not MPNet's: it has none).
@@ -413,17 +411,16 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		return nn.SplitHeads(nn.Linear(x, p.Get(a.self+"."+name+".weight"), p.Get(a.self+"."+name+".bias")), s.Heads) // [B, T, H, D]
 	}
 	q, k, v := proj(a.qkv[0]), proj(a.qkv[1]), proj(a.qkv[2])
-	c := nn.WriteKV(nn.KVOf(state), k, v, step)
-	bias := nn.EncoderBias(step) // [B, 1, T, 1, S]
+	bias := nn.EncoderBias(step) // [B, 1, T, 1, T]
 	if m.o.MPNet {
-		bias = Add(bias, m.positionBias(w, step)) // [B, Heads, T, 1, S]
+		bias = Add(bias, m.positionBias(w, step)) // [B, Heads, T, 1, T]
 	}
-	ctx := nn.Attention(q, c, bias, 0, 0) // [B, T, Hidden]
+	ctx := nn.Attention(q, nn.StepKV(k, v), bias, 0, 0) // [B, T, Hidden]
 	x = nn.LayerNorm(Add(nn.Linear(ctx, p.Get(a.out+".weight"), p.Get(a.out+".bias")), x), p.Get(a.norm+".weight"), p.Get(a.norm+".bias"), m.o.Eps)
 	h := m.o.Act(nn.Linear(x, p.Get("intermediate.dense.weight"), p.Get("intermediate.dense.bias")))
 	out := p.Scope("output")
 	x = nn.LayerNorm(Add(nn.Linear(h, out.Get("dense.weight"), out.Get("dense.bias")), x), out.Get("LayerNorm.weight"), out.Get("LayerNorm.bias"), m.o.Eps)
-	return x, c.State()
+	return x, nil
 }
 
 // mpnetBuckets and mpnetMaxDistance are MPNetEncoder.compute_position_bias's
@@ -456,21 +453,21 @@ func RelativeBucket(rel int) int {
 }
 
 // positionBias is MPNetEncoder.compute_position_bias for the step: for
-// the query in slot Start+t and the key in slot s, the bias table's row
-// of RelativeBucket(s - Start - t), one value per head, as [1, Heads, T,
-// 1, S] to add to the scores (the slots' distances are the positions'
-// whatever the padding before them). Shared by the layers of a graph.
+// query t and key j of the step, the bias table's row of
+// RelativeBucket(j - t), one value per head, as [1, Heads, T, 1, T] to
+// add to the scores (the step's distances are the positions' whatever
+// the padding before them). Shared by the layers of a graph.
 func (m *Model) positionBias(w *lm.Params, step *lm.Step) *Node {
 	return step.Memo("mpnet-position-bias", func() *Node {
 		g := step.Pads.Graph()
-		t, s, h := step.Len, step.Visible(), m.o.Spec.Heads
+		t, h := step.Len, m.o.Spec.Heads
+		s := t
 		table := make([]int32, 2*s-1) // the bucket of each distance from -(s-1) to s-1
 		for i := range table {
 			table[i] = int32(RelativeBucket(i - (s - 1)))
 		}
-		start := ConvertDType(step.Start, dtypes.Int32)
 		key := Iota(g, shapes.Make(dtypes.Int32, t, s), 1)
-		query := Add(Iota(g, shapes.Make(dtypes.Int32, t, s), 0), start)
+		query := Iota(g, shapes.Make(dtypes.Int32, t, s), 0)
 		dist := AddScalar(Sub(key, query), float64(s-1))                                          // [T, S]: the table's index
 		bucket := Reshape(Gather(Reshape(Const(g, table), 2*s-1, 1), InsertAxes(dist, -1)), t, s) // [T, S]
 		vals := nn.Embedding(w.Get("encoder.relative_attention_bias.weight"), bucket)             // [T, S, Heads]

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dustin/go-humanize"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -332,7 +333,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			if !contextSet {
 				opts.Context = min(opts.Context, arch.Spec().MaxPositions)
 			}
-			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text; the KV figure is for a batch of %d inputs of %d tokens", r.Architecture, opts.Batch, opts.Context))
+			heads := int64(arch.Spec().Heads)
+			scores := heads * int64(opts.Context) * int64(opts.Context) * 4
+			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text; it keeps no KV cache, and a step's attention scores take %s per input of %d tokens (f32, %d heads), at most 1 GiB for a batch beyond one input", r.Architecture, humanize.IBytes(uint64(scores)), opts.Context, heads))
 		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)

@@ -143,28 +143,35 @@ func AttentionBias(step *lm.Step, window int) *Node {
 	})
 }
 
-// EncoderBias is AttentionBias for a bidirectional encoder (BERT): query
-// t of row b sees every slot s with Pads[b] <= s < Start+Len, the tokens
-// of its input before it and after it, as transformers' encoders attend
-// under an attention mask that hides only padding. A padding query sees
-// its own slot too, so no row of the softmax is empty. The whole input
-// must be in the cache by the end of the step: an encoder runs an input
-// in one step (lm.Spec.Encoder).
+// EncoderBias is the additive attention bias [B, 1, T, 1, T] (float32)
+// of a bidirectional encoder (BERT) attending over its step's own keys:
+// query t of row b sees key j when the key's slot Start+j is not padding
+// (Start+j >= Pads[b]), the tokens of its input before it and after it,
+// as transformers' encoders attend under an attention mask that hides
+// only padding. A padding query sees its own key too, so no row of the
+// softmax is empty. An encoder runs an input in one step
+// (lm.Spec.Encoder), so the step holds every key.
 func EncoderBias(step *lm.Step) *Node {
 	return step.Memo("encoder-bias", func() *Node {
 		g := step.Pads.Graph()
-		b, t, s := step.Batch, step.Len, step.Visible()
+		b, t := step.Batch, step.Len
 		start := ConvertDType(step.Start, dtypes.Int32)
-		slot := iotaInt(g, 2, 1, t, s)                                 // [1, T, S]: s
-		q := Add(iotaInt(g, 1, 1, t, s), start)                        // [1, T, S]: Start + t
-		end := AddScalar(start, float64(t))                            // Start + T
+		key := Add(iotaInt(g, 2, 1, t, t), start)                      // [1, T, T]: the key's slot
+		self := Equal(iotaInt(g, 2, 1, t, t), iotaInt(g, 1, 1, t, t))  // [1, T, T]: the query's own key
 		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1) // [B, 1, 1]
-		visible := Or(And(GreaterOrEqual(slot, pad), LessThan(slot, end)), Equal(slot, q))
+		visible := Or(GreaterOrEqual(key, pad), self)                  // [B, T, T]
 		zero := ScalarZero(g, dtypes.Float32)
 		masked := Scalar(g, dtypes.Float32, -1e30)
-		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
-		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
+		bias := Where(visible, BroadcastToDims(zero, b, t, t), BroadcastToDims(masked, b, t, t)) // [B, T, T]
+		return Reshape(bias, b, 1, t, 1, t)                                                      // [B, 1, T, 1, T]
 	})
+}
+
+// StepKV is a step's own keys and values [B, T, KV, D] in Attention's
+// cache layout, keys [B, KV, T, D] and values [B, KV, D, T], for an
+// encoder that attends over them without keeping them (EncoderBias).
+func StepKV(k, v *Node) KV {
+	return KV{Keys: TransposeAllDims(k, 0, 2, 1, 3), Values: TransposeAllDims(v, 0, 2, 3, 1)}
 }
 
 // Attention is scaled dot-product attention with grouped KV heads over a
