@@ -18,15 +18,18 @@
 // has no language-model head: Spec().Encoder is set, so tputool runs it
 // for embeddings (compile.Runner.Embed, which runs an input in one step)
 // and the generating commands refuse it (serve serves its embeddings
-// alone, through compile.Encoder). The *ForMaskedLM classes load
-// as their encoder, the prediction head skipped, as their checkpoints
-// are how bert-base-uncased and xlm-roberta-base are published.
+// alone, through compile.Encoder). The *ForMaskedLM classes load as
+// their encoder, the prediction head skipped, as their checkpoints are
+// how bert-base-uncased and xlm-roberta-base are published; the
+// *ForSequenceClassification classes (cross-encoder rerankers) add their
+// classification head on the first token (lm.Scorer, Runner.Score).
 //
 // The model fits lm.Model as an encoder without state: each layer's
 // tokens attend to every token of the step, its own keys and values, kept
-// nowhere (nn.StepKV, nn.EncoderBias). The embedding's positional
-// half needs the step's positions, which Embed does not get, so layer 0
-// (its own kind, "encoder_first") adds the position and token-type
+// nowhere (nn.StepKV, nn.EncoderBias). Embed adds the word and token-type
+// embeddings (an id carries its type as id + type·VocabSize); the
+// positional half needs the step's positions, which Embed does not get,
+// so layer 0 (its own kind, "encoder_first") adds the position
 // embeddings and applies the embedding LayerNorm before its attention.
 package bert
 
