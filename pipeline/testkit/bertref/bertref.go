@@ -552,7 +552,7 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 	if c.MPNet {
 		return forwardMPNet(m, c, ids)
 	}
-	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	H, P := c.Hidden, c.Prefix
 	w := &weights{m: m}
 	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
 	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
@@ -586,73 +586,7 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 		x[t] = layerNorm(e, embG, embB, c.Eps)
 	}
 
-	heads := c.Heads
-	d := H / heads
-	scale := 1 / math.Sqrt(float64(d))
-	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
-		qW, qB := w.get(p+"attention.self.query.weight", H*H), w.get(p+"attention.self.query.bias", H)
-		kW, kB := w.get(p+"attention.self.key.weight", H*H), w.get(p+"attention.self.key.bias", H)
-		vW, vB := w.get(p+"attention.self.value.weight", H*H), w.get(p+"attention.self.value.bias", H)
-		oW, oB := w.get(p+"attention.output.dense.weight", H*H), w.get(p+"attention.output.dense.bias", H)
-		aw, ab := c.lnNames(p + "attention.output.LayerNorm")
-		aG, aB := w.get(aw, H), w.get(ab, H)
-		iW, iB := w.get(p+"intermediate.dense.weight", I*H), w.get(p+"intermediate.dense.bias", I)
-		dW, dB := w.get(p+"output.dense.weight", H*I), w.get(p+"output.dense.bias", H)
-		ow, ob := c.lnNames(p + "output.LayerNorm")
-		outG, outB := w.get(ow, H), w.get(ob, H)
-		if w.err != nil {
-			return nil, w.err
-		}
-
-		q := make([][]float64, T)
-		k := make([][]float64, T)
-		v := make([][]float64, T)
-		for t := 0; t < T; t++ {
-			q[t] = linear(x[t], qW, qB)
-			k[t] = linear(x[t], kW, kB)
-			v[t] = linear(x[t], vW, vB)
-		}
-		next := make([][]float64, T)
-		for t := 0; t < T; t++ {
-			ctx := make([]float64, H)
-			for h := 0; h < heads; h++ {
-				lo := h * d
-				scores := make([]float64, T)
-				for s := 0; s < T; s++ {
-					dot := 0.0
-					for j := 0; j < d; j++ {
-						dot += q[t][lo+j] * k[s][lo+j]
-					}
-					scores[s] = dot * scale
-				}
-				probs := softmax(scores)
-				for s := 0; s < T; s++ {
-					for j := 0; j < d; j++ {
-						ctx[lo+j] += probs[s] * v[s][lo+j]
-					}
-				}
-			}
-			// BertSelfOutput: LayerNorm(dense(context) + input).
-			a := linear(ctx, oW, oB)
-			for i := range a {
-				a[i] += x[t][i]
-			}
-			a = layerNorm(a, aG, aB, c.Eps)
-			// BertIntermediate: exact GELU; BertOutput: LayerNorm(dense + a).
-			hmid := linear(a, iW, iB)
-			for i := range hmid {
-				hmid[i] = gelu(hmid[i])
-			}
-			o := linear(hmid, dW, dB)
-			for i := range o {
-				o[i] += a[i]
-			}
-			next[t] = layerNorm(o, outG, outB, c.Eps)
-		}
-		x = next
-	}
-	return x, nil
+	return encoderLayers(w, c, x, nil)
 }
 
 // MPNetEncoder.compute_position_bias calls relative_position_bucket with
@@ -709,7 +643,7 @@ func MPNetBucket(rel, buckets, maxDistance int) int {
 
 // forwardMPNet is forward for the MPNet layout.
 func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
-	H, I, P := c.Hidden, c.Intermediate, c.Prefix
+	H, P := c.Hidden, c.Prefix
 	heads, nb := c.Heads, c.buckets()
 	w := &weights{m: m}
 	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
@@ -751,18 +685,32 @@ func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, err
 		}
 	}
 
+	return encoderLayers(w, c, x, bias)
+}
+
+// encoderLayers runs the encoder's layers on the embeddings x [T][H]:
+// BertLayer (attention.self.{query,key,value}, attention.output.dense
+// and its LayerNorm) or MPNetLayer (attention.attn.{q,k,v,o} and
+// attention.LayerNorm), whose scores add bias[t][s][h] after the
+// scaling (MPNetSelfAttention); bias is nil for BERT. Each layer:
+// scores = q·k/sqrt(d) (+ bias), softmax, a = LayerNorm(o(context) + x),
+// out = LayerNorm(dense(gelu(intermediate(a))) + a).
+func encoderLayers(w *weights, c Config, x [][]float64, bias [][][]float64) ([][]float64, error) {
+	H, I, P, T := c.Hidden, c.Intermediate, c.Prefix, len(x)
+	heads := c.Heads
 	d := H / heads
 	scale := 1 / math.Sqrt(float64(d))
+	self, qkv, out, norm := "attention.self.", [3]string{"query", "key", "value"}, "attention.output.dense", "attention.output.LayerNorm"
+	if c.MPNet {
+		self, qkv, out, norm = "attention.attn.", [3]string{"q", "k", "v"}, "attention.attn.o", "attention.LayerNorm"
+	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
-		lin := func(m string) (W, b []float64) {
-			return w.get(p+"attention.attn."+m+".weight", H*H), w.get(p+"attention.attn."+m+".bias", H)
-		}
-		qW, qB := lin("q")
-		kW, kB := lin("k")
-		vW, vB := lin("v")
-		oW, oB := lin("o")
-		aw, ab := c.lnNames(p + "attention.LayerNorm")
+		qW, qB := w.get(p+self+qkv[0]+".weight", H*H), w.get(p+self+qkv[0]+".bias", H)
+		kW, kB := w.get(p+self+qkv[1]+".weight", H*H), w.get(p+self+qkv[1]+".bias", H)
+		vW, vB := w.get(p+self+qkv[2]+".weight", H*H), w.get(p+self+qkv[2]+".bias", H)
+		oW, oB := w.get(p+out+".weight", H*H), w.get(p+out+".bias", H)
+		aw, ab := c.lnNames(p + norm)
 		aG, aB := w.get(aw, H), w.get(ab, H)
 		iW, iB := w.get(p+"intermediate.dense.weight", I*H), w.get(p+"intermediate.dense.bias", I)
 		dW, dB := w.get(p+"output.dense.weight", H*I), w.get(p+"output.dense.bias", H)
@@ -791,8 +739,10 @@ func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, err
 					for j := 0; j < d; j++ {
 						dot += q[t][lo+j] * k[s][lo+j]
 					}
-					// MPNetSelfAttention: scale first, then add the bias.
-					scores[s] = dot*scale + bias[t][s][h]
+					scores[s] = dot * scale
+					if bias != nil { // MPNetSelfAttention: scale first, then add the bias
+						scores[s] += bias[t][s][h]
+					}
 				}
 				probs := softmax(scores)
 				for s := 0; s < T; s++ {
@@ -801,13 +751,13 @@ func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, err
 					}
 				}
 			}
-			// MPNetAttention: LayerNorm(o(context) + input).
+			// BertSelfOutput / MPNetAttention: LayerNorm(o(context) + input).
 			a := linear(ctx, oW, oB)
 			for i := range a {
 				a[i] += x[t][i]
 			}
 			a = layerNorm(a, aG, aB, c.Eps)
-			// MPNetIntermediate / MPNetOutput as BERT's.
+			// Intermediate: exact GELU; output: LayerNorm(dense + a).
 			hmid := linear(a, iW, iB)
 			for i := range hmid {
 				hmid[i] = gelu(hmid[i])
