@@ -125,18 +125,27 @@ type Batch struct {
 	slots    *Program // batch state -> slots shifted and resized (slots step)
 }
 
+// oneDevice is nil for a Runner on one device, else the
+// errs.ErrUnsupported OptionError naming the --tp or --dp that split it,
+// with reason.
+func (r *Runner) oneDevice(reason string) error {
+	if r.tp == nil {
+		return nil
+	}
+	field, v := "TP", r.opts.TP
+	if v <= 1 {
+		field, v = "DP", r.opts.DP
+	}
+	return &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrUnsupported, Reason: reason}
+}
+
 // NewBatch prepares continuous batching on r, which it then owns.
 func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
 	if r.spec.Encoder {
 		return nil, EncoderError(r.spec)
 	}
-	if r.tp != nil {
-		field, v := "TP", r.opts.TP
-		if v <= 1 {
-			field, v = "DP", r.opts.DP
-		}
-		return nil, &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrUnsupported,
-			Reason: "serving on several devices is not supported yet: run one device per server"}
+	if err := r.oneDevice("serving on several devices is not supported yet: run one device per server"); err != nil {
+		return nil, err
 	}
 	if o.MaxBatch < 1 || o.MaxBatch > MaxSlots {
 		return nil, &OptionError{Owner: "BatchOptions", Option: "MaxBatch", Value: o.MaxBatch, Want: fmt.Sprintf("1 to %d sequence slots", MaxSlots)}

@@ -45,13 +45,8 @@ func NewEncoder(r *Runner, o EncoderOptions) (*Encoder, error) {
 	if !r.spec.Encoder {
 		return nil, fmt.Errorf("NewEncoder: %s is not an encoder (lm.Spec.Encoder): want an encoder's Runner (a causal model is served by NewBatch): %w", r.spec.Architecture, errs.ErrUsage)
 	}
-	if r.tp != nil {
-		field, v := "TP", r.opts.TP
-		if v <= 1 {
-			field, v = "DP", r.opts.DP
-		}
-		return nil, &OptionError{Owner: "Options", Option: field, Value: v, Kind: errs.ErrUnsupported,
-			Reason: "embeddings run on one device: run one device per server"}
+	if err := r.oneDevice("embeddings run on one device: run one device per server"); err != nil {
+		return nil, err
 	}
 	if o.MaxContext == 0 {
 		o.MaxContext = r.spec.MaxPositions
