@@ -403,7 +403,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	pooling, err := resolvePooling(opts.Pooling, m, isEncoder(m))
+	encoder := isEncoder(m) // before the weights load; spec.Encoder after
+	pooling, err := resolvePooling(opts.Pooling, m, encoder)
 	if err != nil {
 		return err
 	}
@@ -420,7 +421,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	tmpl, err := tok.ChatTemplate("")
 	switch {
 	case errors.Is(err, tokenizer.ErrNoChatTemplate):
-		if !isEncoder(m) { // an encoder's server answers chat 400 anyway
+		if !encoder { // an encoder's server answers chat 400 anyway
 			rep.Debugf("%s has no chat template: /v1/chat/completions answers 400", m.Name())
 		}
 		tmpl = nil
