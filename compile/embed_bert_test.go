@@ -13,7 +13,6 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/bert" // BertModel, XLMRobertaModel
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
-	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // TestEmbedEncoders: BERT, XLM-RoBERTa and MPNet encoders, written with
@@ -36,15 +35,7 @@ func TestEmbedEncoders(t *testing.T) {
 		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 42, Eps: 1e-5, MPNet: true,
 			Arch: "MPNetForMaskedLM", Prefix: "mpnet.", MLMHead: true, Buckets: 40},
 	} {
-		dir := t.TempDir()
-		if err := bertref.Write(dir, c, 7); err != nil {
-			t.Fatal(err)
-		}
-		l, err := lmckpt.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l, dir := bertLoaded(t, c, 7)
 		if s := l.Model.Spec(); !s.Encoder || s.MaxPositions != 40 {
 			t.Fatalf("%s: spec %+v: want an encoder of 40 positions", c.Arch, s)
 		}
@@ -119,16 +110,8 @@ func TestEmbedEncoders(t *testing.T) {
 // TestEncoderRefusesBatch: serving (continuous batching) an encoder is
 // refused, saying what it is.
 func TestEncoderRefusesBatch(t *testing.T) {
-	dir := t.TempDir()
 	c := bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}
-	if err := bertref.Write(dir, c, 1); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := bertLoaded(t, c, 1)
 	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
 	if err != nil {
 		t.Fatal(err)
@@ -151,15 +134,7 @@ func TestScoreCrossEncoders(t *testing.T) {
 		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."},
 		{Vocab: 64, Hidden: 32, Layers: 2, Heads: 2, Intermediate: 40, MaxPositions: 42, TypeVocab: 1, Eps: 1e-5, Roberta: true, Labels: 3, Prefix: "roberta."},
 	} {
-		dir := t.TempDir()
-		if err := bertref.Write(dir, c, 21); err != nil {
-			t.Fatal(err)
-		}
-		l, err := lmckpt.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l, dir := bertLoaded(t, c, 21)
 		r := rand.New(rand.NewPCG(5, 6))
 		var inputs [][]int
 		var want [][]float64
@@ -212,15 +187,7 @@ func TestScoreCrossEncoders(t *testing.T) {
 		}
 	}
 	// An encoder without a classifier has no scores.
-	dir := t.TempDir()
-	if err := bertref.Write(dir, bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}, 1); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := bertLoaded(t, bertref.Config{Vocab: 40, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}, 1)
 	run, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
 	if err != nil {
 		t.Fatal(err)
@@ -237,15 +204,7 @@ func TestScoreCrossEncoders(t *testing.T) {
 // leave them (steps of 1/16 around the ms-marco models' 8 to 16).
 func TestScoreBF16(t *testing.T) {
 	c := bertref.Config{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
-	dir := t.TempDir()
-	if err := bertref.Write(dir, c, 21); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, dir := bertLoaded(t, c, 21)
 	r := rand.New(rand.NewPCG(9, 10))
 	var inputs [][]int
 	var want []float64
@@ -292,15 +251,7 @@ func TestScoreBF16(t *testing.T) {
 // run fewer at a time, and give the vectors they give together.
 func TestEncoderRowsSplit(t *testing.T) {
 	c := bertref.Config{Vocab: 64, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 40, TypeVocab: 2, Eps: 1e-12}
-	dir := t.TempDir()
-	if err := bertref.Write(dir, c, 3); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := bertLoaded(t, c, 3)
 	run, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
 	if err != nil {
 		t.Fatal(err)

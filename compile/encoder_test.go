@@ -9,19 +9,28 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
 )
+
+// bertLoaded writes a tiny BERT-family checkpoint of c with weights from
+// seed and returns it loaded (closed with the test) and its folder.
+func bertLoaded(t *testing.T, c bertref.Config, seed uint64) (*lm.Loaded, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := bertref.Write(dir, c, seed); err != nil {
+		t.Fatal(err)
+	}
+	return loadDir(t, dir), dir
+}
 
 // bertRunner writes a tiny BERT checkpoint of c and returns its Runner
 // on the cpu backend, closed with the test, and its folder.
 func bertRunner(t *testing.T, c bertref.Config) (*Runner, string) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := bertref.Write(dir, c, 5); err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewRunner(cpuBackend(t), loadDir(t, dir), Options{Mode: Compiled})
+	l, dir := bertLoaded(t, c, 5)
+	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
 	if err != nil {
 		t.Fatal(err)
 	}
