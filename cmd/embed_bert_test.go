@@ -207,15 +207,7 @@ func crossEncoderModel(t *testing.T, c bertref.Config, noPair bool) string {
 	require.NoError(t, bertref.Write(dir, c, 13))
 	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
 	if noPair {
-		path := filepath.Join(dir, "tokenizer.json")
-		raw, err := os.ReadFile(path)
-		require.NoError(t, err)
-		var tj map[string]any
-		require.NoError(t, json.Unmarshal(raw, &tj))
-		tj["post_processor"] = nil
-		raw, err = json.Marshal(tj)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, raw, 0o644))
+		editJSON(t, filepath.Join(dir, "tokenizer.json"), func(v map[string]any) { v["post_processor"] = nil })
 	}
 	return dir
 }

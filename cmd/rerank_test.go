@@ -23,9 +23,7 @@ import (
 func TestRerank(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 24,
 		TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
-	dir := t.TempDir()
-	require.NoError(t, bertref.Write(dir, c, 13))
-	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	dir := crossEncoderModel(t, c, false)
 	tok, err := tokenizer.LoadDir(dir)
 	require.NoError(t, err)
 	query := "what is a tpu?"
@@ -107,9 +105,7 @@ func TestRerankRefuses(t *testing.T) {
 	// A three-way classifier is not a reranker.
 	cfg := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 24,
 		TypeVocab: 2, Eps: 1e-12, Labels: 3, Prefix: "bert."}
-	dir := t.TempDir()
-	require.NoError(t, bertref.Write(dir, cfg, 1))
-	require.NoError(t, bertref.WriteTokenizer(dir, cfg.Vocab))
+	dir := crossEncoderModel(t, cfg, false)
 	e := genEnv(t)
 	assert.Equal(t, ExitUnsupported, e.run("rerank", "-m", dir, "--query", "q", "-d", "a"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "3 labels")
@@ -121,9 +117,7 @@ func TestRerankRefuses(t *testing.T) {
 func TestRerankIdentityActivation(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 24,
 		TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
-	dir := t.TempDir()
-	require.NoError(t, bertref.Write(dir, c, 5))
-	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	dir := crossEncoderModel(t, c, false)
 	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) {
 		v["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"
 	})
@@ -147,9 +141,7 @@ func TestRerankIdentityActivation(t *testing.T) {
 func TestRerankRawWhateverActivation(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 24,
 		TypeVocab: 2, Eps: 1e-12, Labels: 1, Prefix: "bert."}
-	dir := t.TempDir()
-	require.NoError(t, bertref.Write(dir, c, 5))
-	require.NoError(t, bertref.WriteTokenizer(dir, c.Vocab))
+	dir := crossEncoderModel(t, c, false)
 	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) {
 		v["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Tanh"
 	})
