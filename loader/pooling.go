@@ -72,61 +72,75 @@ func (m *Checkpoint) CheckSentenceModules() error {
 // weighted mean, several at once) is an ErrUnsupported error naming it,
 // as is a module tputool does not apply (CheckSentenceModules).
 func (m *Checkpoint) Pooling() (string, error) {
+	rel, c, err := m.poolingConfig()
+	if err != nil || rel == "" {
+		return "", err
+	}
+	if c == nil {
+		return "", fmt.Errorf("%s: modules.json names a Pooling module at %q, whose config.json the model lacks", m.Name(), path.Dir(rel))
+	}
+	if mode, ok := c["pooling_mode"].(string); ok {
+		// One mode by name (sentence-transformers 5.4 and later save
+		// it so; Pooling lowercases it).
+		switch strings.ToLower(mode) {
+		case "cls":
+			return "cls", nil
+		case "mean":
+			return "mean", nil
+		case "lasttoken":
+			return "last", nil
+		}
+		return "", fmt.Errorf("%s: %s: pooling_mode %q: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, mode, errs.ErrUnsupported)
+	}
+	// The flags, as Pooling's constructor takes them: the mean unless
+	// pooling_mode_mean_tokens says otherwise, the others when true.
+	on := []string{}
+	if v, ok := c["pooling_mode_mean_tokens"].(bool); !ok || v {
+		on = append(on, "mean_tokens")
+	}
+	for k, v := range c {
+		if b, ok := v.(bool); ok && b && strings.HasPrefix(k, "pooling_mode_") && k != "pooling_mode_mean_tokens" {
+			on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
+		}
+	}
+	if len(on) == 0 {
+		return "", fmt.Errorf("%s: %s: every pooling_mode_* is false, so sentence-transformers pools nothing: %w", m.Name(), rel, errs.ErrUnsupported)
+	}
+	slices.Sort(on)
+	switch {
+	case len(on) == 1 && on[0] == "lasttoken":
+		return "last", nil
+	case len(on) == 1 && on[0] == "mean_tokens":
+		return "mean", nil
+	case len(on) == 1 && on[0] == "cls_token":
+		return "cls", nil
+	}
+	return "", fmt.Errorf("%s: %s: pooling modes %v: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, on, errs.ErrUnsupported)
+}
+
+// poolingConfig finds the sentence-transformers Pooling module of
+// modules.json and reads its config.json: its path and keys ("" and nil
+// when the model has no Pooling module; the path and nil when the model
+// lacks the module's config.json).
+func (m *Checkpoint) poolingConfig() (rel string, c map[string]any, err error) {
 	modules, err := m.sentenceModules()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, mod := range modules {
 		if mod.class() != "Pooling" {
 			continue
 		}
-		rel := path.Join(mod.Path, "config.json")
+		rel = path.Join(mod.Path, "config.json")
 		if !m.HasFile(rel) {
-			return "", fmt.Errorf("%s: modules.json names a Pooling module at %q, whose config.json the model lacks", m.Name(), mod.Path)
+			return rel, nil, nil
 		}
-		var c map[string]any
 		if err := config.ReadJSONFile(m.Path(rel), &c); err != nil {
-			return "", err
+			return "", nil, err
 		}
-		if mode, ok := c["pooling_mode"].(string); ok {
-			// One mode by name (sentence-transformers 5.4 and later save
-			// it so; Pooling lowercases it).
-			switch strings.ToLower(mode) {
-			case "cls":
-				return "cls", nil
-			case "mean":
-				return "mean", nil
-			case "lasttoken":
-				return "last", nil
-			}
-			return "", fmt.Errorf("%s: %s: pooling_mode %q: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, mode, errs.ErrUnsupported)
-		}
-		// The flags, as Pooling's constructor takes them: the mean unless
-		// pooling_mode_mean_tokens says otherwise, the others when true.
-		on := []string{}
-		if v, ok := c["pooling_mode_mean_tokens"].(bool); !ok || v {
-			on = append(on, "mean_tokens")
-		}
-		for k, v := range c {
-			if b, ok := v.(bool); ok && b && strings.HasPrefix(k, "pooling_mode_") && k != "pooling_mode_mean_tokens" {
-				on = append(on, strings.TrimPrefix(k, "pooling_mode_"))
-			}
-		}
-		if len(on) == 0 {
-			return "", fmt.Errorf("%s: %s: every pooling_mode_* is false, so sentence-transformers pools nothing: %w", m.Name(), rel, errs.ErrUnsupported)
-		}
-		slices.Sort(on)
-		switch {
-		case len(on) == 1 && on[0] == "lasttoken":
-			return "last", nil
-		case len(on) == 1 && on[0] == "mean_tokens":
-			return "mean", nil
-		case len(on) == 1 && on[0] == "cls_token":
-			return "cls", nil
-		}
-		return "", fmt.Errorf("%s: %s: pooling modes %v: tputool pools by the first (CLS) token, the last token or the mean of the tokens: %w", m.Name(), rel, on, errs.ErrUnsupported)
+		return rel, c, nil
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // MaxSeqLength reads sentence_bert_config.json's max_seq_length: the most
@@ -233,25 +247,10 @@ func (m *Checkpoint) SentencePrompts() (prompts map[string]string, defaultName s
 // when the model has no Pooling config or the key is absent): false makes
 // sentence-transformers leave a prompt's tokens out of a mean.
 func (m *Checkpoint) PoolingIncludesPrompt() (bool, error) {
-	modules, err := m.sentenceModules()
+	_, c, err := m.poolingConfig()
 	if err != nil {
 		return false, err
 	}
-	for _, mod := range modules {
-		if mod.class() != "Pooling" {
-			continue
-		}
-		rel := path.Join(mod.Path, "config.json")
-		if !m.HasFile(rel) {
-			return true, nil
-		}
-		var c struct {
-			IncludePrompt *bool `json:"include_prompt"`
-		}
-		if err := config.ReadJSONFile(m.Path(rel), &c); err != nil {
-			return false, err
-		}
-		return c.IncludePrompt == nil || *c.IncludePrompt, nil
-	}
-	return true, nil
+	in, ok := c["include_prompt"].(bool)
+	return !ok || in, nil
 }
