@@ -556,14 +556,8 @@ func (r *Runner) layerGraph(rep int, in []*graph.Node) []*graph.Node {
 // finalHeadGraph: [hidden [B, T, H], head weights...] -> [final hidden
 // states [B, T, Hidden] float32] (lm.Finisher), eager mode's head for Embed.
 func (r *Runner) finalHeadGraph(in []*graph.Node) []*graph.Node {
-	x := graph.ConvertDType(r.model.(lm.Finisher).Final(r.params(r.headW, in[1:]), in[0]), dtypes.Float32)
-	if x == in[0] && len(in) > 1 {
-		// An encoder's Final is its input; the go backend cannot run a
-		// program whose output is its first parameter while it has
-		// others (a cross-encoder's head weights).
-		x = graph.Identity(x)
-	}
-	return []*graph.Node{x}
+	x := r.model.(lm.Finisher).Final(r.params(r.headW, in[1:]), in[0])
+	return []*graph.Node{graph.ConvertDType(x, dtypes.Float32)}
 }
 
 // headGraph: [hidden [B, T, H], head weights...] -> [logits [B, V] float32].

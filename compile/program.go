@@ -248,7 +248,17 @@ func (p *Program) build(key string, args []Arg) error {
 	for i, a := range args {
 		params[i] = graph.Parameter(g, fmt.Sprintf("arg%d", i), a.T.Shape())
 	}
-	g.Compile(p.fn(params)...)
+	outs := p.fn(params)
+	for i, o := range outs {
+		if o.Type() == graph.NodeTypeParameter && len(params) > 1 {
+			// The go backend cannot run a program whose output is one
+			// of its parameters while it has others (an encoder's
+			// head-final: its input as it is, beside a cross-encoder's
+			// head weights it does not read).
+			outs[i] = graph.Identity(o)
+		}
+	}
+	g.Compile(outs...)
 	if n := g.NumParameters(); n != len(args) {
 		return fmt.Errorf("the graph has %d parameters for %d inputs", n, len(args))
 	}
