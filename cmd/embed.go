@@ -218,6 +218,37 @@ func stMaxSeqLength(m *loader.Checkpoint, tok *tokenizer.Tokenizer, positions in
 	return n, nil
 }
 
+// inGroups runs inputs through run in groups of embedGroup, the shortest
+// together so that a group pads little, and returns the outputs in the
+// inputs' order; ctx ending between groups stops it (what and noun name
+// the work in the error: "embedding", "inputs").
+func inGroups(ctx context.Context, what, noun string, inputs [][]int, run func([][]int) ([][]float32, error)) ([][]float32, error) {
+	order := make([]int, len(inputs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(inputs[a]) - len(inputs[b]) })
+	out := make([][]float32, len(inputs))
+	for g := 0; g < len(order); g += embedGroup {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s cancelled after %d of %d %s: %w", what, g, len(inputs), noun, errs.ErrInterrupted)
+		}
+		group := order[g:min(g+embedGroup, len(order))]
+		in := make([][]int, len(group))
+		for j, i := range group {
+			in[j] = inputs[i]
+		}
+		res, err := run(in)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range group {
+			out[i] = res[j]
+		}
+	}
+	return out, nil
+}
+
 // embedResult is one element of the --json array.
 type embedResult struct {
 	Index     int       `json:"index"`
@@ -297,29 +328,13 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	defer runner.Close()
 	rep.Debugf("embeddings: %s pooling (--pooling %s), %d inputs", pooling, opts.Pooling, len(ids))
 
-	// The shortest inputs together, so that a group pads little.
-	order := make([]int, len(ids))
-	for i := range order {
-		order[i] = i
+	out, err := inGroups(ctx, "embedding", "inputs", ids, func(in [][]int) ([][]float32, error) { return runner.Embed(in, pooling) })
+	if err != nil {
+		return err
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return len(ids[a]) - len(ids[b]) })
 	vecs := make([][]float32, len(ids))
-	for g := 0; g < len(order); g += embedGroup {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("embedding cancelled after %d of %d inputs: %w", g, len(ids), errs.ErrInterrupted)
-		}
-		group := order[g:min(g+embedGroup, len(order))]
-		in := make([][]int, len(group))
-		for j, i := range group {
-			in[j] = ids[i]
-		}
-		out, err := runner.Embed(in, pooling)
-		if err != nil {
-			return err
-		}
-		for j, i := range group {
-			vecs[i] = serve.FinishEmbedding(out[j], opts.Dimensions, !opts.Raw)
-		}
+	for i, v := range out {
+		vecs[i] = serve.FinishEmbedding(v, opts.Dimensions, !opts.Raw)
 	}
 	if opts.JSON {
 		res := make([]embedResult, len(vecs))

@@ -153,29 +153,13 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	defer runner.Close()
 	rep.Debugf("rerank: %d documents, the longest pair %d tokens", len(docs), longest)
 
-	// The shortest pairs together, so that a group pads little.
-	order := make([]int, len(inputs))
-	for i := range order {
-		order[i] = i
+	scores, err := inGroups(ctx, "reranking", "documents", inputs, runner.Score)
+	if err != nil {
+		return err
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return len(inputs[a]) - len(inputs[b]) })
 	res := make([]rerankResult, len(inputs))
-	for g := 0; g < len(order); g += embedGroup {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("reranking cancelled after %d of %d documents: %w", g, len(inputs), errs.ErrInterrupted)
-		}
-		group := order[g:min(g+embedGroup, len(order))]
-		in := make([][]int, len(group))
-		for j, i := range group {
-			in[j] = inputs[i]
-		}
-		scores, err := runner.Score(in)
-		if err != nil {
-			return err
-		}
-		for j, i := range group {
-			res[i] = rerankResult{Index: i, RelevanceScore: serve.RelevanceScore(scores[j][0], raw), Document: docs[i]}
-		}
+	for i, s := range scores {
+		res[i] = rerankResult{Index: i, RelevanceScore: serve.RelevanceScore(s[0], raw), Document: docs[i]}
 	}
 	// Best first; equal scores keep the documents' order.
 	slices.SortStableFunc(res, func(a, b rerankResult) int {
