@@ -13,7 +13,7 @@ import (
 )
 
 // scoreProgs is Score's program, made at its first call: the
-// classification head over first tokens' hidden states.
+// classification head over pooled hidden states.
 type scoreProgs struct {
 	once sync.Once
 	prog *Program
@@ -22,8 +22,8 @@ type scoreProgs struct {
 
 // Score runs inputs through a cross-encoder (lm.Scorer) together, as
 // Embed runs them, and returns each one's scores: its classifier's
-// logits on the first token's final hidden state, [len(inputs)][Labels]
-// float32. An input is one text, or a pair in one sequence with the
+// logits on its final hidden states pooled as the model says (the first
+// token's for BERT), [len(inputs)][Labels] float32. An input is one text, or a pair in one sequence with the
 // second text's ids carrying their token type (lm.Spec.Encoder). A model
 // without a classification head is refused (errs.ErrUnsupported).
 func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
@@ -31,7 +31,11 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 	if !ok || sc.Labels() == 0 {
 		return nil, fmt.Errorf("scores: %s has no classification head (a cross-encoder is a *ForSequenceClassification): %w", r.spec.Architecture, errs.ErrUnsupported)
 	}
-	first, err := r.Embed(inputs, PoolCLS)
+	pool, err := ParsePooling(sc.ScorePool())
+	if err != nil {
+		return nil, fmt.Errorf("scores: %s: %w", r.spec.Architecture, err)
+	}
+	first, err := r.Embed(inputs, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +63,7 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 	return scores, err
 }
 
-// scoreGraph: [first tokens' hidden states [B, Hidden] float32, head
+// scoreGraph: [pooled final hidden states [B, Hidden] float32, head
 // weights...] -> [scores [B, Labels] float32].
 func (r *Runner) scoreGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{graph.ConvertDType(r.model.(lm.Scorer).Score(r.params(r.headW, in[1:]), in[0]), dtypes.Float32)}

@@ -302,6 +302,9 @@ var _ lm.Scorer = (*Model)(nil)
 // a model without one).
 func (m *Model) Labels() int { return m.o.Labels }
 
+// ScorePool implements lm.Scorer: both heads read the first token.
+func (m *Model) ScorePool() string { return lm.PoolFirst }
+
 // Score implements lm.Scorer: BertForSequenceClassification's pooler
 // (dense, tanh) and classifier, or RobertaClassificationHead's dense,
 // tanh and out_proj, on the first token's hidden states [B, Hidden], in

@@ -333,18 +333,30 @@ type Finisher interface {
 	Final(w *Params, x *graph.Node) *graph.Node
 }
 
-// Scorer is an encoder with a sequence-classification head (a
+// Scorer is a model with a sequence-classification head (a
 // cross-encoder reranker: BertForSequenceClassification,
-// XLMRobertaForSequenceClassification), which scores an input, or a
-// pair of texts in one input, from its first token's final hidden state.
+// XLMRobertaForSequenceClassification, ModernBertForSequenceClassification),
+// which scores an input, or a pair of texts in one input, from its final
+// hidden states pooled as ScorePool says.
 type Scorer interface {
 	// Labels is the number of scores per input (config.json's labels).
 	Labels() int
-	// Score maps first tokens' final hidden states [B, Hidden] (float32)
-	// to scores [B, Labels] (float32: the classifier's logits). It reads
+	// ScorePool is how the head's input is made of an input's final
+	// hidden states (lm.Finisher's): "cls" the first token's, "mean" the
+	// average over its tokens, "last" the last token's.
+	ScorePool() string
+	// Score maps pooled final hidden states [B, Hidden] (float32) to
+	// scores [B, Labels] (float32: the classifier's logits). It reads
 	// only HeadWeights.
-	Score(w *Params, first *graph.Node) *graph.Node
+	Score(w *Params, pooled *graph.Node) *graph.Node
 }
+
+// The values of Scorer.ScorePool.
+const (
+	PoolFirst = "cls"
+	PoolMean  = "mean"
+	PoolLast  = "last"
+)
 
 // Weights returns every tensor the model reads, each once, in the order
 // embed, layers, head.
