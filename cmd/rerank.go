@@ -138,7 +138,7 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	inputs := make([][]int, len(docs))
 	longest := 0
 	for i, d := range docs {
-		if inputs[i], err = serve.PairIDs(tok, spec.VocabSize, opts.Query, d, maxLen); err != nil {
+		if inputs[i], err = serve.PairIDs(tok, serve.TypeStride(spec.VocabSize, spec.TokenTypes), opts.Query, d, maxLen); err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
 		longest = max(longest, len(inputs[i]))

@@ -523,6 +523,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		Resolve:        resolve,
 		MaxContext:     maxContext,
 		VocabSize:      spec.VocabSize,
+		TokenTypes:     spec.TokenTypes,
 		EmbeddingSize:  spec.Hidden,
 		EmbedMaxLength: embedMaxLength,
 		EmbedPrompt:    embedPromptText,

@@ -244,7 +244,7 @@ func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs [
 	}
 	inputs := make([][]int, len(docs))
 	for i, d := range docs {
-		ids, err := PairIDs(s.o.Tokenizer, s.o.VocabSize, query, d, maxLen)
+		ids, err := PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, d, maxLen)
 		if err != nil {
 			return nil, badRequest("documents", "encoding the query with document %d: %v", i, err)
 		}

@@ -11,9 +11,10 @@ import (
 // PairIDs encodes a cross-encoder's (query, document) pair as one input:
 // the tokenizer's pair form cut to maxLen tokens as transformers cuts it
 // (tokenizer.EncodePairTruncated), each id carrying its token type as id
-// + type·vocab, as an encoder reads it (lm.Spec.Encoder). A tokenizer
-// without a pair form is refused (errs.ErrUnsupported).
-func PairIDs(tok *tokenizer.Tokenizer, vocab int, query, doc string, maxLen int) ([]int, error) {
+// + type·stride, as an encoder reads it (lm.Spec.Encoder; TypeStride
+// gives the stride, 0 for a model without token types, whose ids carry
+// none). A tokenizer without a pair form is refused (errs.ErrUnsupported).
+func PairIDs(tok *tokenizer.Tokenizer, stride int, query, doc string, maxLen int) ([]int, error) {
 	if !tok.HasPairTemplate() {
 		return nil, fmt.Errorf("the tokenizer has no pair form (its post-processor joins no second text): %w", errs.ErrUnsupported)
 	}
@@ -22,9 +23,21 @@ func PairIDs(tok *tokenizer.Tokenizer, vocab int, query, doc string, maxLen int)
 		return nil, err
 	}
 	for i, t := range types {
-		ids[i] += t * vocab
+		ids[i] += t * stride
 	}
 	return ids, nil
+}
+
+// TypeStride is the offset of one token type in an input's ids for a
+// model of vocab tokens and tokenTypes types (lm.Spec.TokenTypes): vocab
+// for a model that reads two or more (BERT), else 0: a model without
+// token types (ModernBERT, MPNet) ignores the types a tokenizer gives,
+// as transformers' forward takes no token_type_ids.
+func TypeStride(vocab, tokenTypes int) int {
+	if tokenTypes < 2 {
+		return 0
+	}
+	return vocab
 }
 
 // RelevanceScore is a cross-encoder's relevance score from its logit:

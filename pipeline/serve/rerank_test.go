@@ -95,7 +95,7 @@ func rerankServer(t *testing.T, rerank bool, ctx, maxQueue int) (*testServer, *s
 	srv := NewServer(sched, ServerOptions{
 		ModelName: testModel, Tokenizer: tok, MaxContext: ctx, VocabSize: rerankVocab,
 		AccessLog: log, Metrics: m, EmbeddingSize: 1, Family: "BertForSequenceClassification",
-		EmbeddingsOnly: !rerank, Rerank: rerank,
+		EmbeddingsOnly: !rerank, Rerank: rerank, TokenTypes: 2,
 	})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {

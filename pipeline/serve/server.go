@@ -57,6 +57,10 @@ type ServerOptions struct {
 	// VocabSize is the model's vocabulary: prompt token ids must be below
 	// it (and below the tokenizer's); 0 checks the tokenizer's only.
 	VocabSize int
+	// TokenTypes is the model's token types (lm.Spec.TokenTypes): a
+	// reranker's pair carries them in its ids only when it reads two or
+	// more (TypeStride).
+	TokenTypes int
 	// EmbeddingSize is the length of the embeddings' vectors (the model's
 	// hidden size): a request's dimensions must not exceed it; 0 does
 	// not check.
@@ -106,7 +110,8 @@ type ServerOptions struct {
 	// gives each input's logit (compile.EncoderOptions.Scores) and whose
 	// tokenizer has a pair form. POST /v1/rerank, /rerank and /v2/rerank serve it
 	// (rerank.go), each pair cut to MaxContext and its second text's ids
-	// offset by VocabSize (PairIDs), which must be the model's. It
+	// offset by VocabSize when the model reads TokenTypes (PairIDs,
+	// TypeStride), which must be the model's. It
 	// implies EmbeddingsOnly's refusals of the generating endpoints (NewServer sets EmbeddingsOnly), and the embeddings
 	// endpoints (/v1/embeddings, /api/embed, /api/embeddings) answer 400
 	// too, in their API's shape: its outputs are scores, not vectors.
