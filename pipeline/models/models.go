@@ -5,14 +5,15 @@
 package models
 
 import (
-	_ "github.com/tputool/tputool/pipeline/bert"     // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
-	_ "github.com/tputool/tputool/pipeline/gemma3"   // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)
-	_ "github.com/tputool/tputool/pipeline/gemma4"   // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
-	_ "github.com/tputool/tputool/pipeline/gptoss"   // GptOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/llama"    // LlamaForCausalLM
-	_ "github.com/tputool/tputool/pipeline/mistral"  // MistralForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen2"    // Qwen2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen3"    // Qwen3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen35"   // Qwen3.5 and Qwen3.5-MoE (text models)
-	_ "github.com/tputool/tputool/pipeline/qwen3moe" // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/bert"       // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
+	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
+	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen3"      // Qwen3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen35"     // Qwen3.5 and Qwen3.5-MoE (text models)
+	_ "github.com/tputool/tputool/pipeline/qwen3moe"   // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
 )

@@ -167,6 +167,22 @@ func EncoderBias(step *lm.Step) *Node {
 	})
 }
 
+// EncoderWindowBias is EncoderBias within a window: query t sees key j
+// only when their slots are at most half apart (|t - j| <= half), as
+// ModernBERT's local layers attend (local_attention / 2 on either side;
+// the distance of two tokens of an input is that of their slots, the
+// padding all before them).
+func EncoderWindowBias(step *lm.Step, half int) *Node {
+	return step.Memo(fmt.Sprintf("encoder-window-bias/%d", half), func() *Node {
+		g := step.Pads.Graph()
+		b, t := step.Batch, step.Len
+		dist := Abs(Sub(iotaInt(g, 2, 1, t, t), iotaInt(g, 1, 1, t, t)))                 // [1, T, T]: |j - t|
+		near := Reshape(LessOrEqual(dist, Scalar(g, dtypes.Int32, half)), 1, 1, t, 1, t) // [1, 1, T, 1, T]
+		masked := Scalar(g, dtypes.Float32, -1e30)
+		return Where(BroadcastToDims(near, b, 1, t, 1, t), EncoderBias(step), BroadcastToDims(masked, b, 1, t, 1, t))
+	})
+}
+
 // StepKV is a step's own keys and values [B, T, KV, D] in Attention's
 // cache layout, keys [B, KV, T, D] and values [B, KV, D, T], for an
 // encoder that attends over them without keeping them (EncoderBias).
