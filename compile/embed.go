@@ -9,6 +9,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Pooling says how Embed makes one vector of a prompt's final hidden
@@ -196,16 +197,23 @@ var encoderScoreBudget int64 = 1 << 30
 // for up to rows inputs of at most longest tokens: a bound of 1 GiB
 // (Embed runs fewer inputs at a time past it), one input's at least.
 func EncoderScoreBytes(s *lm.Spec, rows, longest int) int64 {
-	perRow := int64(s.Heads) * int64(longest) * int64(longest) * 4
+	perRow := encoderRowScores(s, longest)
 	return max(perRow, min(int64(rows)*perRow, encoderScoreBudget))
+}
+
+// encoderRowScores is the bytes of attention scores one input of T
+// tokens holds at a time in an encoder's step: heads·min(T, B)·T f32,
+// its queries attending in pieces of B = nn.EncoderBlock (an 8192-token
+// input of 16 heads: 512 MiB).
+func encoderRowScores(s *lm.Spec, t int) int64 {
+	return int64(s.Heads) * int64(min(t, nn.EncoderBlock)) * int64(t) * 4
 }
 
 // encoderRows is how many of prompts an encoder's step runs together:
 // every token of an input attends to every other in one step, so a step
-// holds rows·heads·T² scores (T the longest input, f32), and long inputs
-// run fewer at a time to keep them within encoderScoreBudget (one at a
-// time at least: a single bge-m3 input of 8192 tokens holds 4 GiB of
-// them). All of them for a decoder, whose steps are pieces.
+// holds rows·encoderRowScores (T the longest input), and long inputs run
+// fewer at a time to keep them within encoderScoreBudget (one at a time
+// at least). All of them for a decoder, whose steps are pieces.
 func (r *Runner) encoderRows(prompts [][]int) int {
 	if !r.spec.Encoder || len(prompts) < 2 {
 		return len(prompts)
@@ -214,7 +222,7 @@ func (r *Runner) encoderRows(prompts [][]int) int {
 	for _, p := range prompts {
 		longest = max(longest, len(p))
 	}
-	perRow := int64(r.spec.Heads) * int64(longest) * int64(longest) * 4
+	perRow := encoderRowScores(r.spec, longest)
 	return int(max(1, min(int64(len(prompts)), encoderScoreBudget/max(perRow, 1))))
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/bert" // BertModel, XLMRobertaModel
+	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
 )
 
@@ -63,6 +64,12 @@ func TestEmbedEncoders(t *testing.T) {
 		for _, be := range []backends.Backend{cpuBackend(t), goBackend(t)} {
 			for _, mode := range []Mode{Compiled, Eager} {
 				t.Run(fmt.Sprintf("%s/%s/%s", l.Model.Spec().Architecture, be.Name(), mode), func(t *testing.T) {
+					if mode == Eager {
+						// Attention in pieces of 7 queries (nn.EncoderAttention;
+						// MPNet's is whole).
+						defer func(b int) { nn.EncoderBlock = b }(nn.EncoderBlock)
+						nn.EncoderBlock = 7
+					}
 					run, err := NewRunner(be, l, Options{Mode: mode})
 					if err != nil {
 						t.Fatal(err)
@@ -286,5 +293,15 @@ func TestEncoderRowsSplit(t *testing.T) {
 				t.Fatalf("input %d value %d: %v split, %v together", i, j, split[i][j], whole[i][j])
 			}
 		}
+	}
+	// Attention in pieces of 10 queries holds a piece's scores at a time:
+	// three rows of the longest fit where two whole ones did.
+	defer func(b int) { nn.EncoderBlock = b }(nn.EncoderBlock)
+	nn.EncoderBlock = 10
+	if got, want := EncoderScoreBytes(l.Model.Spec(), 1, 30), int64(4*10*30*4); got != want {
+		t.Errorf("EncoderScoreBytes(1 row of 30) = %d, want %d", got, want)
+	}
+	if got := run.encoderRows(prompts); got != 5 {
+		t.Errorf("encoderRows in pieces = %d, want all 5", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification
+	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
 	"github.com/tputool/tputool/pipeline/testkit/modernbertref"
 )
@@ -39,7 +40,8 @@ func modernInputs(seed uint64, vocab int, lens ...int) [][]int {
 // which layers are global all show. The configs cover the 4.48 keys and
 // transformers 5's layer_types and rope_parameters, biases on and off, a
 // masked-LM checkpoint (its encoder under model., its head skipped), a
-// null local_rope_theta and another activation.
+// null local_rope_theta and another activation. The eager runs attend in
+// pieces of 7 queries (nn.EncoderBlock), as a long input does.
 func TestEmbedModernBert(t *testing.T) {
 	base := modernbertref.Config{Vocab: 64, Hidden: 32, Intermediate: 40, Layers: 4, Heads: 4, MaxPositions: 64,
 		LocalAttention: 4, GlobalEvery: 3, PadID: 0, CLSID: 1, SepID: 2}
@@ -71,6 +73,12 @@ func TestEmbedModernBert(t *testing.T) {
 		for _, be := range []backends.Backend{cpuBackend(t), goBackend(t)} {
 			for _, mode := range []Mode{Compiled, Eager} {
 				t.Run(fmt.Sprintf("%s/new-style=%v/%s/%s", c.Arch(), c.NewStyleConfig, be.Name(), mode), func(t *testing.T) {
+					if mode == Eager {
+						// Attention in pieces of 7 queries (nn.EncoderAttention),
+						// their windows reaching into the next piece.
+						defer func(b int) { nn.EncoderBlock = b }(nn.EncoderBlock)
+						nn.EncoderBlock = 7
+					}
 					run, err := NewRunner(be, l, Options{Mode: mode})
 					if err != nil {
 						t.Fatal(err)

@@ -417,11 +417,15 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		return nn.SplitHeads(nn.Linear(x, p.Get(a.self+"."+name+".weight"), p.Get(a.self+"."+name+".bias")), s.Heads) // [B, T, H, D]
 	}
 	q, k, v := proj(a.qkv[0]), proj(a.qkv[1]), proj(a.qkv[2])
-	bias := nn.EncoderBias(step) // [B, 1, T, 1, T]
+	var ctx *Node // [B, T, Hidden]
 	if m.o.MPNet {
-		bias = Add(bias, m.positionBias(w, step)) // [B, Heads, T, 1, T]
+		// MPNet's position bias is per head over the whole input (of at
+		// most 512 tokens: not pieced, nn.EncoderBlock).
+		bias := Add(nn.EncoderBias(step), m.positionBias(w, step)) // [B, Heads, T, 1, T]
+		ctx = nn.Attention(q, nn.StepKV(k, v), bias, 0, 0)
+	} else {
+		ctx = nn.EncoderAttention(q, k, v, step, 0)
 	}
-	ctx := nn.Attention(q, nn.StepKV(k, v), bias, 0, 0) // [B, T, Hidden]
 	x = nn.LayerNorm(Add(nn.Linear(ctx, p.Get(a.out+".weight"), p.Get(a.out+".bias")), x), p.Get(a.norm+".weight"), p.Get(a.norm+".bias"), m.o.Eps)
 	h := m.o.Act(nn.Linear(x, p.Get("intermediate.dense.weight"), p.Get("intermediate.dense.bias")))
 	out := p.Scope("output")

@@ -26,6 +26,7 @@ import (
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -334,7 +335,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 				opts.Context = min(opts.Context, arch.Spec().MaxPositions)
 			}
 			heads := int64(arch.Spec().Heads)
-			scores := heads * int64(opts.Context) * int64(opts.Context) * 4
+			// Its queries attend in pieces (nn.EncoderAttention).
+			scores := heads * int64(min(opts.Context, nn.EncoderBlock)) * int64(opts.Context) * 4
 			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text; it keeps no KV cache, and a step's attention scores take %s per input of %d tokens (f32, %d heads), at most 1 GiB for a batch beyond one input", r.Architecture, humanize.IBytes(uint64(scores)), opts.Context, heads))
 		}
 		if arch != nil {

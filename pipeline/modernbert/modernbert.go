@@ -425,13 +425,13 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		return nn.SplitHeads(SliceAxis(qkv, -1, AxisRange(j*H, (j+1)*H)), s.Heads) // [B, T, Heads, D]
 	}
 	q, k, v := part(0), part(1), part(2)
-	rope, bias := m.o.GlobalRope, nn.EncoderBias(step)
+	rope, half := m.o.GlobalRope, 0
 	if !m.o.Global[i] {
-		rope, bias = m.o.LocalRope, nn.EncoderWindowBias(step, m.o.Window)
+		rope, half = m.o.LocalRope, m.o.Window
 	}
 	cos, sin := rope.CosSin(step, q.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
-	ctx := nn.Attention(q, nn.StepKV(k, v), bias, 0, 0) // [B, T, H]
+	ctx := nn.EncoderAttention(q, k, v, step, half) // [B, T, H]
 	x = Add(x, linear(p, "attn.Wo", ctx, m.o.AttentionBias))
 	g := linear(p, "mlp.Wi", m.layerNorm(p, "mlp_norm", x), m.o.MLPBias) // [B, T, 2I]: input, gate
 	I := s.Intermediate

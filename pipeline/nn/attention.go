@@ -167,19 +167,63 @@ func EncoderBias(step *lm.Step) *Node {
 	})
 }
 
-// EncoderWindowBias is EncoderBias within a window: query t sees key j
-// only when their slots are at most half apart (|t - j| <= half), as
-// ModernBERT's local layers attend (local_attention / 2 on either side;
-// the distance of two tokens of an input is that of their slots, the
-// padding all before them).
-func EncoderWindowBias(step *lm.Step, half int) *Node {
-	return step.Memo(fmt.Sprintf("encoder-window-bias/%d", half), func() *Node {
+// EncoderBlock is the most queries of one piece of EncoderAttention: an
+// encoder's step of more tokens attends in pieces of this many queries,
+// each holding its own scores only (a variable for tests).
+var EncoderBlock = 1024
+
+// EncoderAttention is an encoder's self-attention over its step's own
+// keys and values (q, k, v [B, T, Heads, D] -> [B, T, Heads·D]): each
+// token of an input sees every token of it (EncoderBias), or with
+// half > 0 those at most half positions away on either side (|t - j| <=
+// half: ModernBERT's local layers, local_attention / 2; the distance of
+// two tokens of an input is that of their slots, the padding all before
+// them). A step of more than EncoderBlock tokens runs in pieces of
+// EncoderBlock queries, so it holds heads·EncoderBlock·T scores at a
+// time instead of heads·T² (an 8192-token input of 16 heads: 512 MiB
+// instead of 4 GiB), and a windowed piece reads only the keys its
+// window reaches, so a local layer's work grows as T·(EncoderBlock +
+// 2·half) instead of T². Each query's softmax is over the same keys as
+// unpieced, all in its piece.
+func EncoderAttention(q, k, v *Node, step *lm.Step, half int) *Node {
+	t := step.Len
+	kv := StepKV(k, v)
+	if t <= EncoderBlock {
+		return Attention(q, kv, encoderBias(step, 0, t, 0, t, half), 0, 0)
+	}
+	var parts []*Node
+	for lo := 0; lo < t; lo += EncoderBlock {
+		hi := min(t, lo+EncoderBlock)
+		klo, khi := 0, t
+		if half > 0 {
+			klo, khi = max(0, lo-half), min(t, hi+half)
+		}
+		piece := KV{Keys: SliceAxis(kv.Keys, KeyCacheAxis, AxisRange(klo, khi)), Values: SliceAxis(kv.Values, ValueCacheAxis, AxisRange(klo, khi))}
+		parts = append(parts, Attention(SliceAxis(q, 1, AxisRange(lo, hi)), piece, encoderBias(step, lo, hi, klo, khi, half), 0, 0))
+	}
+	return Concatenate(parts, 1) // [B, T, Heads·D]
+}
+
+// encoderBias is the additive bias [B, 1, hi-lo, 1, khi-klo] (float32)
+// of the step's queries [lo, hi) over its keys [klo, khi): EncoderBias's
+// (a key is visible unless it is padding; a padding query sees its own
+// key), and with half > 0 only the keys at most half slots from the
+// query. Shared by the layers of a graph.
+func encoderBias(step *lm.Step, lo, hi, klo, khi, half int) *Node {
+	return step.Memo(fmt.Sprintf("encoder-bias/%d/%d/%d/%d/%d", lo, hi, klo, khi, half), func() *Node {
 		g := step.Pads.Graph()
-		b, t := step.Batch, step.Len
-		dist := Abs(Sub(iotaInt(g, 2, 1, t, t), iotaInt(g, 1, 1, t, t)))                 // [1, T, T]: |j - t|
-		near := Reshape(LessOrEqual(dist, Scalar(g, dtypes.Int32, half)), 1, 1, t, 1, t) // [1, 1, T, 1, T]
+		b, t, s := step.Batch, hi-lo, khi-klo
+		query := AddScalar(iotaInt(g, 1, 1, t, s), float64(lo)) // [1, T, S]: the query's slot, less Start
+		key := AddScalar(iotaInt(g, 2, 1, t, s), float64(klo))  // [1, T, S]: the key's
+		pad := Sub(Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1), ConvertDType(step.Start, dtypes.Int32))
+		visible := Or(GreaterOrEqual(key, pad), Equal(key, query)) // [B, T, S]
+		if half > 0 {
+			visible = And(visible, LessOrEqual(Abs(Sub(key, query)), Scalar(g, dtypes.Int32, half)))
+		}
+		zero := ScalarZero(g, dtypes.Float32)
 		masked := Scalar(g, dtypes.Float32, -1e30)
-		return Where(BroadcastToDims(near, b, 1, t, 1, t), EncoderBias(step), BroadcastToDims(masked, b, 1, t, 1, t))
+		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
+		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
 	})
 }
 
