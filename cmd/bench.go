@@ -519,8 +519,8 @@ func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, mod
 			return nil, err
 		}
 		spec := l.Model.Spec()
-		if spec.Encoder {
-			return nil, compile.EncoderError(spec)
+		if err := compile.GenerateError(spec); err != nil {
+			return nil, err
 		}
 		special := append([]int(nil), spec.EOS...)
 		if spec.BOS >= 0 {

@@ -138,8 +138,8 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if spec.Encoder {
-		return compile.EncoderError(spec)
+	if err := compile.GenerateError(spec); err != nil {
+		return err
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, opts.HostMemory, rep)
 	if err != nil {

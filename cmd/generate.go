@@ -342,8 +342,8 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if spec.Encoder {
-		return compile.EncoderError(spec)
+	if err := compile.GenerateError(spec); err != nil {
+		return err
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {

@@ -36,13 +36,19 @@ func NewCmdRerank(f *Factory, runF func(context.Context, *RerankOptions) error) 
 		Long: `Score each document's relevance to the query with a cross-encoder reranker
 (BertForSequenceClassification, XLMRobertaForSequenceClassification with one
 label: cross-encoder/ms-marco-MiniLM-L-6-v2, BAAI/bge-reranker-base,
-BAAI/bge-reranker-v2-m3), best first. Each (query, document) pair is one input,
-encoded with the tokenizer's pair form and cut as CrossEncoder cuts a pair
-(longest first, to the tokenizer's model_max_length within the model's
-positions). The score is the sigmoid of the classifier's logit, or the logit
-itself when the model's config names the Identity activation
-(cross-encoder/ms-marco-*), as sentence-transformers' CrossEncoder scores a
-one-label model; --raw prints the logit whatever the config says.
+BAAI/bge-reranker-v2-m3; or a decoder's, Qwen3ForSequenceClassification,
+Qwen2-, Llama-, Mistral- and Gemma3TextForSequenceClassification with one label:
+tomaarsen/Qwen3-Reranker-0.6B-seq-cls), best first. Each (query, document) pair
+is one input, encoded with the tokenizer's pair form (a decoder's tokenizer
+without one, as Qwen's: the two texts one after the other, as tokenizers encodes
+a pair) and cut as CrossEncoder cuts a pair (longest first, to the tokenizer's
+model_max_length within the model's positions). A decoder reranker reads the
+texts as given: write the query and documents in the form its model card says
+(Qwen3-Reranker's instruction and chat markup). The score is the sigmoid of the
+classifier's logit, or the logit itself when the model's config names the
+Identity activation (cross-encoder/ms-marco-*), as sentence-transformers'
+CrossEncoder scores a one-label model; --raw prints the logit whatever the
+config says.
 
 Documents come from --document (-d, repeatable) and --documents-file (one per
 line, - for stdin; blank lines skipped; split on NUL bytes when the file has
@@ -138,7 +144,12 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	inputs := make([][]int, len(docs))
 	longest := 0
 	for i, d := range docs {
-		if inputs[i], err = serve.PairIDs(tok, serve.TypeStride(spec.VocabSize, spec.TokenTypes), opts.Query, d, maxLen); err != nil {
+		if spec.Classifier { // a causal cross-encoder: a tokenizer without a pair form concatenates
+			inputs[i], err = serve.CausalPairIDs(tok, opts.Query, d, maxLen)
+		} else {
+			inputs[i], err = serve.PairIDs(tok, serve.TypeStride(spec.VocabSize, spec.TokenTypes), opts.Query, d, maxLen)
+		}
+		if err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
 		longest = max(longest, len(inputs[i]))

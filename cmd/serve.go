@@ -306,42 +306,51 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 // checkEncoderFits refuses an encoder's serving state that the host
 // cannot hold: the attention scores of a group of inputs embedded
 // together (as many as compile.Encoder runs at once), each of up to
-// --max-context positions (and any layer state, which BERT has none of).
+// --max-context positions (and any layer state, which BERT has none of);
+// for a causal classifier (lm.Spec.Classifier), whose inputs run in
+// pieces, the KV caches of such a group.
 func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
+	spec := m.Spec()
 	need, ok := lm.StateBytes(m, embedGroup, context, dtype, kv)
-	need += compile.EncoderScoreBytes(m.Spec(), embedGroup, context)
-	what := fmt.Sprintf("the attention scores of %d inputs of %d positions embedded together (%d heads, f32)", embedGroup, context, m.Spec().Heads)
+	what := fmt.Sprintf("the KV caches of %d inputs of %d positions scored together (%d layers, %s)", embedGroup, context, spec.Layers, kvOr(kv, dtype))
+	if spec.Encoder {
+		need += compile.EncoderScoreBytes(spec, embedGroup, context)
+		what = fmt.Sprintf("the attention scores of %d inputs of %d positions embedded together (%d heads, f32)", embedGroup, context, spec.Heads)
+	}
 	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))
 }
 
 // servedReranker reports whether serve serves m as a reranker: an
-// encoder with a classification head (lm.Scorer) of one label, whose
-// logit is a (query, document) pair's relevance. A classifier of more
-// labels is refused, and so is a cross-encoder whose tokenizer has no
-// pair form (it could not encode the pairs it was trained on): both
-// errs.ErrUnsupported.
+// encoder, or a causal classifier (lm.Spec.Classifier), with a
+// classification head (lm.Scorer) of one label, whose logit is a (query,
+// document) pair's relevance. A classifier of more labels is refused,
+// and so is an encoder cross-encoder whose tokenizer has no pair form (it
+// could not encode the pairs it was trained on): both
+// errs.ErrUnsupported. A causal classifier's pairs without a pair form
+// are the two texts one after the other, as tokenizers encodes them
+// (serve.CausalPairIDs).
 func servedReranker(m lm.Model, tok *tokenizer.Tokenizer) (bool, error) {
 	spec := m.Spec()
 	sc, ok := m.(lm.Scorer)
-	if !spec.Encoder || !ok || sc.Labels() == 0 {
+	if spec.Generates() || !ok || sc.Labels() == 0 {
 		return false, nil
 	}
 	if n := sc.Labels(); n > 1 {
 		return false, fmt.Errorf("%s has %d labels: serve reranks with a cross-encoder of one label (a relevance score), and a %d-label text classifier is not served: %w", spec.Architecture, n, n, errs.ErrUnsupported)
 	}
-	if !tok.HasPairTemplate() {
+	if spec.Encoder && !tok.HasPairTemplate() {
 		return false, fmt.Errorf("%s is a cross-encoder, but its tokenizer has no pair form (tokenizer.json's post_processor joins no second text) to encode (query, document) pairs with: %w", spec.Architecture, errs.ErrUnsupported)
 	}
 	return true, nil
 }
 
 // servedEngine is serve's engine over a Runner: a compile.Batch for a
-// model that generates, a compile.Encoder for an encoder, as the
-// scheduler takes it.
+// model that generates, a compile.Encoder for one that does not (an
+// encoder, a causal classifier), as the scheduler takes it.
 type servedEngine struct {
 	serve.Engine
 	// warmup compiles the engine's shapes; nil when it has none to warm
@@ -438,8 +447,10 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	// by the embeddings endpoints, without slots, prefix cache or
 	// warm-up (compile.Encoder), and the generating endpoints answer 400.
 	// A cross-encoder of one label (a reranker) gives scores only: it is
-	// served by /v1/rerank, its engine giving each pair's logit.
-	embeddingsOnly := spec.Encoder
+	// served by /v1/rerank, its engine giving each pair's logit; so is a
+	// causal classifier (lm.Spec.Classifier: Qwen3ForSequenceClassification
+	// and the like), a reranker or refused.
+	embeddingsOnly := !spec.Generates()
 	rerank, err := servedReranker(loaded.Model, tok)
 	if err != nil {
 		return err
@@ -448,7 +459,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	if embeddingsOnly && opts.MaxContext == 0 && spec.MaxPositions > 0 {
+	if spec.Encoder && opts.MaxContext == 0 && spec.MaxPositions > 0 {
 		// An encoder's inputs hold no KV cache between requests: its
 		// context is its positions (a bge-m3 reads 8192), not the
 		// decoders' default.
@@ -460,7 +471,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 			return err
 		}
 		rep.Debugf("%s is a cross-encoder of one label: serving reranking only, on /v1/rerank (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
-	} else if embeddingsOnly {
+	} else if spec.Encoder {
 		rep.Debugf("%s is an encoder: serving embeddings only (--max-batch, --prefill-chunk, --prefix-cache and --warmup do not apply)", spec.Architecture)
 	}
 	if embeddingsOnly {
@@ -540,6 +551,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		EmbeddingsOnly: embeddingsOnly,
 		Rerank:         rerank,
 		RerankRaw:      rerankRaw,
+		RerankCausal:   rerank && spec.Classifier,
 		Pprof:          opts.Pprof,
 		Now:            opts.Now,
 	})

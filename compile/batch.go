@@ -141,8 +141,8 @@ func (r *Runner) oneDevice(reason string) error {
 
 // NewBatch prepares continuous batching on r, which it then owns.
 func NewBatch(r *Runner, o BatchOptions) (*Batch, error) {
-	if r.spec.Encoder {
-		return nil, EncoderError(r.spec)
+	if err := GenerateError(r.spec); err != nil {
+		return nil, err
 	}
 	if err := r.oneDevice("serving on several devices is not supported yet: run one device per server"); err != nil {
 		return nil, err

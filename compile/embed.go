@@ -232,6 +232,27 @@ func EncoderError(s *lm.Spec) error {
 	return fmt.Errorf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text: %w", s.Architecture, errs.ErrUnsupported)
 }
 
+// ClassifierError is the error for generating with a causal model whose
+// head is a sequence classifier (lm.Spec.Classifier: a decoder's
+// *ForSequenceClassification): it gives scores, not text.
+func ClassifierError(s *lm.Spec) error {
+	return fmt.Errorf("%s is a sequence classifier (a cross-encoder): it has no language-model head and gives scores (tputool rerank), not text: %w", s.Architecture, errs.ErrUnsupported)
+}
+
+// GenerateError is the error for generating with a model that does not
+// generate (lm.Spec.Generates): EncoderError for an encoder,
+// ClassifierError for a causal classifier; nil for a model with a
+// language-model head.
+func GenerateError(s *lm.Spec) error {
+	switch {
+	case s.Encoder:
+		return EncoderError(s)
+	case s.Classifier:
+		return ClassifierError(s)
+	}
+	return nil
+}
+
 // finalChunk runs the next n pending tokens of every row, as
 // PrefillChunk does, and returns the final hidden states of each of
 // them, [B, n, Hidden] float32, for the caller to finalize.

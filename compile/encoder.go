@@ -21,29 +21,37 @@ type EncoderOptions struct {
 }
 
 // Encoder is the server's engine (serve.Engine, through serve.Adapt) for
-// an encoder (lm.Spec.Encoder: BERT, XLM-RoBERTa), which gives embeddings
-// and generates nothing: Embed runs inputs through Runner.Embed (a
-// cross-encoder's, with EncoderOptions.Scores, through Runner.Score), and
-// the engine has one row that never holds a sequence. Its prefills and kept
-// caches would be a Batch's types, but it makes none: StartPrefill,
-// Insert, Decode, Keep and StartPrefillFrom are EncoderError (the server
-// refuses generating requests before they reach it:
-// serve.ServerOptions.EmbeddingsOnly). It owns its Runner: nothing else
-// may run on it. It is used from one goroutine (the server's engine
-// loop).
+// a model that generates nothing: an encoder (lm.Spec.Encoder: BERT,
+// XLM-RoBERTa), which gives embeddings, or a causal classifier
+// (lm.Spec.Classifier: Qwen3ForSequenceClassification and the other
+// decoders' cross-encoders), which gives scores. Embed runs inputs
+// through Runner.Embed (a cross-encoder's, with EncoderOptions.Scores,
+// through Runner.Score), and the engine has one row that never holds a
+// sequence. Its prefills and kept caches would be a Batch's types, but
+// it makes none: StartPrefill, Insert, Decode, Keep and StartPrefillFrom
+// are GenerateError (the server refuses generating requests before they
+// reach it: serve.ServerOptions.EmbeddingsOnly). It owns its Runner:
+// nothing else may run on it. It is used from one goroutine (the
+// server's engine loop).
 type Encoder struct {
 	r *Runner
 	o EncoderOptions
 }
 
 // NewEncoder prepares serving embeddings of r, an encoder's Runner, which
-// it then owns (or, with o.Scores, its scores). A Runner of a model that
-// is not an encoder is refused (NewBatch serves it), and so is one
+// it then owns (or, with o.Scores, its scores), or the scores of a causal
+// classifier's Runner (lm.Spec.Classifier, with o.Scores: its inputs run
+// as Runner.Embed runs a decoder's, in pieces through KV caches it drops
+// after each call). A Runner of a model that generates is refused
+// (NewBatch serves it), and so is a classifier's without Scores, one
 // sharded over several devices, and Scores for a model without a
 // classification head (lm.Scorer with Labels; errs.ErrUnsupported).
 func NewEncoder(r *Runner, o EncoderOptions) (*Encoder, error) {
-	if !r.spec.Encoder {
-		return nil, fmt.Errorf("NewEncoder: %s is not an encoder (lm.Spec.Encoder): want an encoder's Runner (a causal model is served by NewBatch): %w", r.spec.Architecture, errs.ErrUsage)
+	if r.spec.Generates() {
+		return nil, fmt.Errorf("NewEncoder: %s is not an encoder nor a causal classifier (lm.Spec.Encoder, lm.Spec.Classifier): want the Runner of a model that generates nothing (a causal LM is served by NewBatch): %w", r.spec.Architecture, errs.ErrUsage)
+	}
+	if r.spec.Classifier && !o.Scores {
+		return nil, fmt.Errorf("NewEncoder: %s is a causal sequence classifier: it is served for its scores (EncoderOptions.Scores), not embeddings: %w", r.spec.Architecture, errs.ErrUsage)
 	}
 	if err := r.oneDevice("embeddings run on one device: run one device per server"); err != nil {
 		return nil, err
@@ -89,14 +97,14 @@ func (e *Encoder) MaxPrefill() int { return maxPrefillRows }
 // PrefillGroup puts any inputs together: one key, MaxPrefill of them.
 func (e *Encoder) PrefillGroup([]int) (key, most int) { return 0, e.MaxPrefill() }
 
-// StartPrefill is EncoderError: an encoder generates nothing.
-func (e *Encoder) StartPrefill([][]int) (*BatchPrefill, error) { return nil, EncoderError(e.r.spec) }
+// StartPrefill is GenerateError: the model generates nothing.
+func (e *Encoder) StartPrefill([][]int) (*BatchPrefill, error) { return nil, GenerateError(e.r.spec) }
 
-// Insert is EncoderError: an encoder generates nothing.
-func (e *Encoder) Insert(*BatchPrefill, int, int) error { return EncoderError(e.r.spec) }
+// Insert is GenerateError: the model generates nothing.
+func (e *Encoder) Insert(*BatchPrefill, int, int) error { return GenerateError(e.r.spec) }
 
-// Decode is EncoderError: an encoder generates nothing.
-func (e *Encoder) Decode([]int, []int) ([][]float32, error) { return nil, EncoderError(e.r.spec) }
+// Decode is GenerateError: the model generates nothing.
+func (e *Encoder) Decode([]int, []int) ([][]float32, error) { return nil, GenerateError(e.r.spec) }
 
 // Free does nothing: no row holds a sequence.
 func (e *Encoder) Free(int) {}
@@ -104,15 +112,15 @@ func (e *Encoder) Free(int) {}
 // KeepsPrefixes is false: there are no prompt caches to keep.
 func (e *Encoder) KeepsPrefixes() bool { return false }
 
-// Keep is EncoderError: an encoder generates nothing.
-func (e *Encoder) Keep(*BatchPrefill, int) (*Kept, error) { return nil, EncoderError(e.r.spec) }
+// Keep is GenerateError: the model generates nothing.
+func (e *Encoder) Keep(*BatchPrefill, int) (*Kept, error) { return nil, GenerateError(e.r.spec) }
 
 // Saving is 0: no prefill starts from a kept cache.
 func (e *Encoder) Saving(int, int) int { return 0 }
 
-// StartPrefillFrom is EncoderError: an encoder generates nothing.
+// StartPrefillFrom is GenerateError: the model generates nothing.
 func (e *Encoder) StartPrefillFrom([]int, *Kept) (*BatchPrefill, error) {
-	return nil, EncoderError(e.r.spec)
+	return nil, GenerateError(e.r.spec)
 }
 
 // Embed runs prompts (at least one, each of 1 to MaxContext tokens)

@@ -23,9 +23,12 @@ type scoreProgs struct {
 // Score runs inputs through a cross-encoder (lm.Scorer) together, as
 // Embed runs them, and returns each one's scores: its classifier's
 // logits on its final hidden states pooled as the model says (the first
-// token's for BERT), [len(inputs)][Labels] float32. An input is one text, or a pair in one sequence with the
-// second text's ids carrying their token type (lm.Spec.Encoder). A model
-// without a classification head is refused (errs.ErrUnsupported).
+// token's for BERT; the last token's for a causal classifier,
+// lm.Spec.Classifier, which Embed's left padding makes each input's own
+// last token), [len(inputs)][Labels] float32. An input is one text, or a
+// pair in one sequence with the second text's ids carrying their token
+// type (lm.Spec.Encoder; a decoder reads none). A model without a
+// classification head is refused (errs.ErrUnsupported).
 func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 	sc, ok := r.model.(lm.Scorer)
 	if !ok || sc.Labels() == 0 {

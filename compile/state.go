@@ -487,8 +487,8 @@ func (r *Runner) run(st *State, compiled *Program, tokens *tensors.Tensor, start
 // compiled mode: Embed's final hidden states), for the caller to
 // finalize.
 func (r *Runner) runStep(st *State, compiled, head *Program, tokens *tensors.Tensor, start int) (*tensors.Tensor, error) {
-	if r.spec.Encoder && (r.emb.prog == nil || head != r.emb.prog) {
-		return nil, EncoderError(r.spec)
+	if !r.spec.Generates() && (r.emb.prog == nil || head != r.emb.prog) {
+		return nil, GenerateError(r.spec) // only Embed's steps run a model without a language-model head
 	}
 	startT := tensors.FromScalar(int32(start))
 	var out *tensors.Tensor

@@ -21,6 +21,11 @@
 // which the model renames as transformers' _checkpoint_conversion_mapping
 // does (lm.Renamer). Its head applies no final logit soft-capping:
 // transformers' Gemma3ForConditionalGeneration.forward does not.
+//
+// Gemma3TextForSequenceClassification is the text model with
+// GenericForSequenceClassification's head instead of lm_head
+// (lm.Classifier: score.weight on the last token's final normed hidden
+// states, no soft-capping).
 package gemma3
 
 import (
@@ -43,6 +48,9 @@ const Conditional = "Gemma3ForConditionalGeneration"
 func init() {
 	lm.Register("Gemma3ForCausalLM", New)
 	lm.Register(Conditional, New)
+	// transformers' Gemma3TextForSequenceClassification: the text model
+	// with GenericForSequenceClassification's head (lm.Classifier).
+	lm.Register("Gemma3TextForSequenceClassification", lm.ClassifierOf(New))
 }
 
 // Config is a Gemma3ForCausalLM (gemma3_text) config.json, or the
@@ -325,10 +333,12 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	if m.spec.TieEmbeddings {
 		head, tp = m.prefix+"embed_tokens.weight", lm.Replicated
 	}
-	return []lm.WeightSpec{
-		{Name: m.prefix + "norm.weight", Shape: []int{m.spec.Hidden}},
-		{Name: head, Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true, TP: tp},
-	}
+	return append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{m.spec.VocabSize, m.spec.Hidden}, Matmul: true, TP: tp})
+}
+
+// FinalWeights implements lm.FinalWeighter: the final norm.
+func (m *Model) FinalWeights() []lm.WeightSpec {
+	return []lm.WeightSpec{{Name: m.prefix + "norm.weight", Shape: []int{m.spec.Hidden}}}
 }
 
 // LayerWeights implements lm.Model.
@@ -416,7 +426,7 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 	return nn.Linear(out, p.Get("o_proj.weight"), m.optional(p, "o_proj.bias")), c
 }
 
-var _ lm.Finisher = (*Model)(nil)
+var _ lm.FinalWeighter = (*Model)(nil)
 
 // Final implements lm.Finisher: the final (1+w) RMSNorm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {

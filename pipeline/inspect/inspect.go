@@ -339,6 +339,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			scores := heads * int64(min(opts.Context, nn.EncoderBlock)) * int64(opts.Context) * 4
 			r.Notes = append(r.Notes, fmt.Sprintf("%s is an encoder: it gives embeddings (tputool embed) or, a cross-encoder, scores (tputool rerank), not text; it keeps no KV cache, and a step's attention scores take %s per input of %d tokens (f32, %d heads), at most 1 GiB for a batch beyond one input", r.Architecture, humanize.IBytes(uint64(scores)), opts.Context, heads))
 		}
+		if arch != nil && arch.Spec().Classifier {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s is a sequence classifier (a cross-encoder): it has no language-model head and gives scores (tputool rerank), not text; its inputs run through KV caches, dropped after each batch", r.Architecture))
+		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
 			if n, layers := sharedStateLayers(arch); n > 0 {

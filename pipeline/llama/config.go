@@ -13,6 +13,7 @@ import (
 
 func init() {
 	lm.Register("LlamaForCausalLM", New)
+	lm.Register("LlamaForSequenceClassification", lm.ClassifierOf(New))
 }
 
 // Config is a LlamaForCausalLM config.json. Optional fields are pointers so

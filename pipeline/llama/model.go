@@ -11,6 +11,13 @@
 // and Mistral (sliding-window attention). See pipeline/qwen2, pipeline/qwen3
 // and pipeline/mistral. pipeline/qwen3moe embeds Model and replaces the MLP
 // of its sparse layers, building on Attend.
+//
+// Each of Llama, Qwen2, Qwen3 and Mistral also registers its
+// *ForSequenceClassification (LlamaForSequenceClassification, ...): the
+// same decoder with transformers' GenericForSequenceClassification head
+// in place of lm_head (lm.Classifier: score.weight on the last token's
+// final normed hidden states), a cross-encoder reranker such as
+// Qwen3-Reranker converted to one label.
 package llama
 
 import (
@@ -73,10 +80,12 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	if s.TieEmbeddings {
 		head, tp = "model.embed_tokens.weight", lm.Replicated
 	}
-	return []lm.WeightSpec{
-		{Name: "model.norm.weight", Shape: []int{s.Hidden}},
-		{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp},
-	}
+	return append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp})
+}
+
+// FinalWeights implements lm.FinalWeighter: the final norm.
+func (m *Model) FinalWeights() []lm.WeightSpec {
+	return []lm.WeightSpec{{Name: "model.norm.weight", Shape: []int{m.o.Spec.Hidden}}}
 }
 
 // LayerWeights implements lm.Model.
@@ -195,7 +204,7 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 		m.o.Act)
 }
 
-var _ lm.Finisher = (*Model)(nil)
+var _ lm.FinalWeighter = (*Model)(nil)
 
 // Final implements lm.Finisher: the final RMSNorm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {

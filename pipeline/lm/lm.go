@@ -79,6 +79,16 @@ type Spec struct {
 	// encoder's input ids may carry a token type: id + type·VocabSize
 	// (the second text of a pair, for a cross-encoder: Scorer).
 	Encoder bool
+	// Classifier marks a causal model whose head is a sequence
+	// classifier instead of a language-model head (a decoder family's
+	// *ForSequenceClassification: Qwen3ForSequenceClassification and
+	// the others Classifier wraps): it runs as the causal model it is
+	// built on (KV caches, prompts in pieces), but its head gives an
+	// input's scores (Scorer, pooled on its last token), not logits
+	// over a vocabulary, so it generates nothing and Head is never
+	// called. An encoder's classification head is marked by Encoder
+	// alone. Generates reports either.
+	Classifier bool
 	// TokenTypes is an encoder's type_vocab_size: its input ids run to
 	// VocabSize·TokenTypes (0 or 1: one type).
 	TokenTypes int
@@ -89,6 +99,11 @@ type Spec struct {
 	// unread. New sets it.
 	UnreadScales []string
 }
+
+// Generates reports whether the model generates text: it has a
+// language-model head (it is neither an Encoder nor a causal
+// Classifier). Runners refuse to generate with any other model.
+func (s *Spec) Generates() bool { return !s.Encoder && !s.Classifier }
 
 // WeightSpec names one checkpoint tensor a model needs.
 type WeightSpec struct {
@@ -335,9 +350,10 @@ type Finisher interface {
 
 // Scorer is a model with a sequence-classification head (a
 // cross-encoder reranker: BertForSequenceClassification,
-// XLMRobertaForSequenceClassification, ModernBertForSequenceClassification),
-// which scores an input, or a pair of texts in one input, from its final
-// hidden states pooled as ScorePool says.
+// XLMRobertaForSequenceClassification, ModernBertForSequenceClassification,
+// or a causal model's, Qwen3ForSequenceClassification and the others
+// Classifier wraps), which scores an input, or a pair of texts in one
+// input, from its final hidden states pooled as ScorePool says.
 type Scorer interface {
 	// Labels is the number of scores per input (config.json's labels).
 	Labels() int

@@ -5,6 +5,9 @@
 // biases, with sliding-window attention on every layer when sliding_window
 // is set (Mistral 7B v0.1) and plain causal attention when it is null
 // (v0.2, v0.3).
+//
+// MistralForSequenceClassification is the same decoder with a
+// classification head instead of lm_head (lm.Classifier).
 package mistral
 
 import (
@@ -17,6 +20,7 @@ import (
 
 func init() {
 	lm.Register("MistralForCausalLM", New)
+	lm.Register("MistralForSequenceClassification", lm.ClassifierOf(New))
 }
 
 // Config is a MistralForCausalLM config.json.

@@ -5,6 +5,9 @@
 // decoder (pipeline/llama) with biases on the q, k and v projections (none
 // on o_proj) and optional sliding-window attention on the layers from
 // max_window_layers on.
+//
+// Qwen2ForSequenceClassification is the same decoder with a
+// classification head instead of lm_head (lm.Classifier).
 package qwen2
 
 import (
@@ -17,6 +20,7 @@ import (
 
 func init() {
 	lm.Register("Qwen2ForCausalLM", New)
+	lm.Register("Qwen2ForSequenceClassification", lm.ClassifierOf(New))
 }
 
 // Config is a Qwen2ForCausalLM config.json: Llama's fields plus the

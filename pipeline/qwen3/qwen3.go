@@ -6,6 +6,11 @@
 // (q_norm, k_norm over head_dim) before the rotary embedding, an explicit
 // head_dim, attention biases only when attention_bias is set, and Qwen's
 // optional sliding window.
+//
+// Qwen3ForSequenceClassification is the same decoder with a
+// classification head instead of lm_head (lm.Classifier): the
+// Qwen3-Reranker models converted to one label
+// (tomaarsen/Qwen3-Reranker-0.6B-seq-cls) are cross-encoders of it.
 package qwen3
 
 import (
@@ -17,6 +22,7 @@ import (
 
 func init() {
 	lm.Register("Qwen3ForCausalLM", New)
+	lm.Register("Qwen3ForSequenceClassification", lm.ClassifierOf(New))
 }
 
 // Config is a Qwen3ForCausalLM config.json.

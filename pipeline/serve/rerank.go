@@ -24,7 +24,7 @@ import (
 //
 // Each (query, document) pair is one input of the model (PairIDs: the
 // tokenizer's pair form, cut to the served context as transformers cuts
-// a pair), scored through the scheduler as embeddings are
+// a pair; CausalPairIDs for a causal cross-encoder), scored through the scheduler as embeddings are
 // (Scheduler.Embed: groups of the engine's MaxPrefill, the shortest
 // together); relevance_score is the sigmoid of the classifier's logit,
 // or the logit with ServerOptions.RerankRaw, as sentence-transformers'
@@ -244,7 +244,13 @@ func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs [
 	}
 	inputs := make([][]int, len(docs))
 	for i, d := range docs {
-		ids, err := PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, d, maxLen)
+		var ids []int
+		var err error
+		if s.o.RerankCausal {
+			ids, err = CausalPairIDs(s.o.Tokenizer, query, d, maxLen)
+		} else {
+			ids, err = PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, d, maxLen)
+		}
 		if err != nil {
 			return nil, badRequest("documents", "encoding the query with document %d: %v", i, err)
 		}

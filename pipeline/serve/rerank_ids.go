@@ -28,6 +28,22 @@ func PairIDs(tok *tokenizer.Tokenizer, stride int, query, doc string, maxLen int
 	return ids, nil
 }
 
+// CausalPairIDs encodes a causal cross-encoder's (query, document) pair
+// (a decoder's *ForSequenceClassification, lm.Spec.Classifier:
+// Qwen3-Reranker converted to one label) as one input, cut to maxLen
+// tokens longest first as transformers cuts a pair
+// (tokenizer.EncodePairTruncated): with the tokenizer's pair form when it
+// has one (Llama 3's and Mistral's templates), else the two texts' tokens
+// one after the other without special tokens, which is what tokenizers
+// gives for a pair when its post-processor has no pair form (none, or
+// ByteLevel alone, as Qwen's: the encodings are merged as they are), and
+// so what sentence-transformers' CrossEncoder feeds such a model. The
+// ids carry no token type: a decoder reads none.
+func CausalPairIDs(tok *tokenizer.Tokenizer, query, doc string, maxLen int) ([]int, error) {
+	ids, _, err := tok.EncodePairTruncated(query, doc, maxLen)
+	return ids, err
+}
+
 // TypeStride is the offset of one token type in an input's ids for a
 // model of vocab tokens and tokenTypes types (lm.Spec.TokenTypes): vocab
 // for a model that reads two or more (BERT), else 0: a model without

@@ -106,9 +106,10 @@ type ServerOptions struct {
 	EmbeddingsOnly bool
 	// Rerank says the model is a reranker: a cross-encoder of one label
 	// (BertForSequenceClassification, XLMRobertaForSequenceClassification:
-	// cross-encoder/ms-marco-MiniLM, bge-reranker), whose engine's Embed
-	// gives each input's logit (compile.EncoderOptions.Scores) and whose
-	// tokenizer has a pair form. POST /v1/rerank, /rerank and /v2/rerank serve it
+	// cross-encoder/ms-marco-MiniLM, bge-reranker; or a causal one,
+	// RerankCausal), whose engine's Embed gives each input's logit
+	// (compile.EncoderOptions.Scores) and whose tokenizer has a pair form
+	// (a causal one's need not). POST /v1/rerank, /rerank and /v2/rerank serve it
 	// (rerank.go), each pair cut to MaxContext and its second text's ids
 	// offset by VocabSize when the model reads TokenTypes (PairIDs,
 	// TypeStride), which must be the model's. It
@@ -123,6 +124,12 @@ type ServerOptions struct {
 	// config names the Identity activation (cross-encoder/ms-marco-*:
 	// loader.Checkpoint.CrossEncoderRaw).
 	RerankRaw bool
+	// RerankCausal says the reranker is a causal model's classifier
+	// (lm.Spec.Classifier: Qwen3ForSequenceClassification and the like):
+	// its pairs are CausalPairIDs', the two texts one after the other
+	// when the tokenizer has no pair form (Qwen's), as tokenizers
+	// encodes a pair then.
+	RerankCausal bool
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ (the
 	// index, cmdline, profile, symbol, trace and the named profiles:
 	// heap, allocs, goroutine…), behind APIKey like /v1: a CPU profile of

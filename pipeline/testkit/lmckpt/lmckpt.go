@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
@@ -43,7 +44,9 @@ type Config struct {
 // Tiny describes a generated checkpoint.
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
-	// Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM.
+	// Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM, or with
+	// Labels one of their *ForSequenceClassification
+	// (Gemma3TextForSequenceClassification for Gemma 3).
 	Arch   string
 	Config Config
 	// Seed makes the weights reproducible.
@@ -52,6 +55,21 @@ type Tiny struct {
 	DType safetensors.DType
 	// MaxPositions is max_position_embeddings (default 256).
 	MaxPositions int
+	// Labels makes the checkpoint a *ForSequenceClassification's
+	// (transformers' GenericForSequenceClassification): score.weight
+	// [Labels, Hidden] instead of lm_head.weight, and id2label with
+	// Labels entries in config.json. The other tensors, and their
+	// values, are the causal LM's of the same Seed. 0: a causal LM.
+	Labels int
+}
+
+// CausalArch is the causal LM class a *ForSequenceClassification is
+// built on (arch itself for a causal LM).
+func CausalArch(arch string) string {
+	if arch == "Gemma3TextForSequenceClassification" {
+		return "Gemma3ForCausalLM"
+	}
+	return strings.Replace(arch, "ForSequenceClassification", "ForCausalLM", 1)
 }
 
 // Rand is splitmix64: tiny, fast, reproducible. The checkpoint writers
@@ -117,7 +135,10 @@ func (t Tiny) Tensors() []Tensor {
 		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
-	if !c.Tied {
+	switch {
+	case t.Labels > 0:
+		out = append(out, Tensor{"score.weight", []int{t.Labels, H}, "linear"})
+	case !c.Tied:
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
 	return out
@@ -174,7 +195,14 @@ func (t Tiny) ConfigJSON() map[string]any {
 		"rope_theta":              c.RopeTheta[0],
 		"torch_dtype":             "float32",
 	}
-	switch t.Arch {
+	if t.Labels > 0 {
+		labels := map[string]string{}
+		for i := range t.Labels {
+			labels[fmt.Sprint(i)] = fmt.Sprintf("LABEL_%d", i)
+		}
+		j["id2label"] = labels
+	}
+	switch CausalArch(t.Arch) {
 	case "LlamaForCausalLM":
 		j["model_type"], j["hidden_act"] = "llama", "silu"
 	case "Qwen2ForCausalLM":

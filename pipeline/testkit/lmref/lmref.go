@@ -132,6 +132,39 @@ func rope(v []float64, pos int, theta float64) {
 // ([len(tokens)][Vocab]).
 func (m *Model) Logits(tokens []int) [][]float64 {
 	c := m.C
+	head := "lm_head.weight"
+	if c.Tied {
+		head = "model.embed_tokens.weight"
+	}
+	hidden := m.Hidden(tokens)
+	out := make([][]float64, len(hidden))
+	for t, h := range hidden {
+		out[t] = make([]float64, c.Vocab)
+		matmul(out[t], h, m.w(head), nil)
+		for i := range out[t] {
+			out[t][i] = softcap(out[t][i], c.FinalSoftcap)
+		}
+	}
+	return out
+}
+
+// Score is a *ForSequenceClassification's logits for the sequence
+// (transformers' GenericForSequenceClassification, the sequence taken
+// as unpadded): score.weight [Labels, Hidden] times the final normed
+// hidden states of its last token ([Labels]).
+func (m *Model) Score(tokens []int) []float64 {
+	hidden := m.Hidden(tokens)
+	last := hidden[len(hidden)-1]
+	w := m.w("score.weight")
+	out := make([]float64, len(w)/len(last))
+	matmul(out, last, w, nil)
+	return out
+}
+
+// Hidden runs the whole sequence and returns the final normed hidden
+// states of every token ([len(tokens)][Hidden]): what the head projects.
+func (m *Model) Hidden(tokens []int) [][]float64 {
+	c := m.C
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
 	qDim, kvDim := c.Heads*D, c.KVHeads*D
 	group := c.Heads / c.KVHeads
@@ -251,19 +284,11 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 		}
 	}
 
-	// Final norm and classifier.
-	head := "lm_head.weight"
-	if c.Tied {
-		head = "model.embed_tokens.weight"
-	}
+	// Final norm.
 	out := make([][]float64, T)
 	for t := 0; t < T; t++ {
-		rmsnorm(h, x[t], m.w("model.norm.weight"), c.Eps, c.Gemma)
-		out[t] = make([]float64, c.Vocab)
-		matmul(out[t], h, m.w(head), nil)
-		for i := range out[t] {
-			out[t][i] = softcap(out[t][i], c.FinalSoftcap)
-		}
+		out[t] = make([]float64, H)
+		rmsnorm(out[t], x[t], m.w("model.norm.weight"), c.Eps, c.Gemma)
 	}
 	return out
 }
