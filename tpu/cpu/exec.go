@@ -268,16 +268,25 @@ func (st *execState) allocOrReuse(n *node, candidates ...int) *slot {
 // release drops one live value from s; the memory goes to the free list
 // (a large value's to the backend's spares) when that was the last one
 // and the slot is owned (so never a constant's or an undonated input's).
+// A dead slot lets go of its memory: what the spares do not keep (a
+// value over spareCap, or one they drop for room) is then the
+// collector's at once, not held by vals until the execution ends (an
+// encoder's attention scores, one set a layer: 7.8 GB for one
+// 2,635-token input of a 22-layer ModernBERT).
 func (st *execState) release(s *slot) {
 	s.refs--
-	if s.refs == 0 && s.owned && s.data != nil {
+	if s.refs != 0 {
+		return
+	}
+	if s.owned && s.data != nil {
 		if r := spareRegion(s.data); r != nil {
 			st.e.backend.spares.give(r)
-			return
+		} else {
+			k := freeKey{dtypeOfFlat(s.data), flatLen(s.data)}
+			st.free[k] = append(st.free[k], s.data)
 		}
-		k := freeKey{dtypeOfFlat(s.data), flatLen(s.data)}
-		st.free[k] = append(st.free[k], s.data)
 	}
+	s.data = nil
 }
 
 // Execute implements backends.Executable. Inputs must have the
