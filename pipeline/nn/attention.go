@@ -204,20 +204,26 @@ func EncoderAttention(q, k, v *Node, step *lm.Step, half int) *Node {
 	return Concatenate(parts, 1) // [B, T, Heads·D]
 }
 
-// encoderBias is the additive bias [B, 1, hi-lo, 1, khi-klo] (float32)
-// of the step's queries [lo, hi) over its keys [klo, khi): EncoderBias's
-// (a key is visible unless it is padding; a padding query sees its own
-// key), and with half > 0 only the keys at most half slots from the
-// query. Shared by the layers of a graph.
+// encoderBias is the additive bias (float32) of the step's queries [lo,
+// hi) over its keys [klo, khi): a key is visible unless it is padding
+// (a padding query's row is all masked, its softmax uniform and its
+// output unread), and with half > 0 only the keys at most half slots
+// from the query, [B, 1, hi-lo, 1, khi-klo]. Without a window it is the
+// padding alone, [B, 1, 1, 1, khi-klo], which every query shares: a
+// step keeps no T² bias (256 MiB for one 8192-token input). Shared by
+// the layers of a graph.
 func encoderBias(step *lm.Step, lo, hi, klo, khi, half int) *Node {
 	return step.Memo(fmt.Sprintf("encoder-bias/%d/%d/%d/%d/%d", lo, hi, klo, khi, half), func() *Node {
 		g := step.Pads.Graph()
 		b, t, s := step.Batch, hi-lo, khi-klo
-		query := AddScalar(iotaInt(g, 1, 1, t, s), float64(lo)) // [1, T, S]: the query's slot, less Start
-		key := AddScalar(iotaInt(g, 2, 1, t, s), float64(klo))  // [1, T, S]: the key's
+		if half <= 0 {
+			t = 1
+		}
+		key := AddScalar(iotaInt(g, 2, 1, t, s), float64(klo)) // [1, T, S]: the key's slot, less Start
 		pad := Sub(Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1), ConvertDType(step.Start, dtypes.Int32))
-		visible := Or(GreaterOrEqual(key, pad), Equal(key, query)) // [B, T, S]
+		visible := GreaterOrEqual(key, pad) // [B, T, S]
 		if half > 0 {
+			query := AddScalar(iotaInt(g, 1, 1, t, s), float64(lo)) // [1, T, S]: the query's
 			visible = And(visible, LessOrEqual(Abs(Sub(key, query)), Scalar(g, dtypes.Int32, half)))
 		}
 		zero := ScalarZero(g, dtypes.Float32)
