@@ -1,10 +1,14 @@
 package compile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,5 +248,66 @@ func TestCausalClassifierGeneratesNothing(t *testing.T) {
 	}
 	if _, ok := l.Model.(lm.Scorer); !ok {
 		t.Error("the classifier is not an lm.Scorer")
+	}
+}
+
+// TestScoreTrailingPad: a causal classifier whose config names a
+// pad_token_id pools at each input's last token that is not the pad, as
+// GenericForSequenceClassification does: an input ending in pad ids
+// scores as the input without them, one of pad ids alone as its first
+// token; without pad_token_id the last token is pooled whatever it is.
+func TestScoreTrailingPad(t *testing.T) {
+	tc := classifierCases()[0]
+	dir := t.TempDir()
+	if err := tc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := lmref.Load(dir, tc.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pad = 0 // the prompts' ids start at 3
+	prompts := classifierPrompts()
+	padded := [][]int{append(slices.Clone(prompts[0]), pad, pad), {pad, pad, pad}, prompts[1], append(slices.Clone(prompts[3]), pad)}
+	bare := [][]int{prompts[0], {pad}, prompts[1], prompts[3]}
+	score := func(t *testing.T) [][]float32 {
+		t.Helper()
+		r, err := NewRunner(cpuBackend(t), loadDir(t, dir), Options{Mode: Compiled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		got, err := r.Score(padded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// Without pad_token_id: the trailing pads are tokens like any other.
+	got := score(t)
+	if w := ref.Score(padded[0])[0]; math.Abs(float64(got[0][0])-w) > 1e-4*math.Max(1, math.Abs(w)) {
+		t.Errorf("no pad_token_id: %v, want the reference's %v on the input as given", got[0][0], w)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["pad_token_id"] = pad
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got = score(t)
+	for i, in := range bare {
+		w := ref.Score(in)[0]
+		if d := math.Abs(float64(got[i][0]) - w); d > 1e-4*math.Max(1, math.Abs(w)) {
+			t.Errorf("input %d (%d tokens, %d trailing pads): %v, want the reference's %v without them", i, len(padded[i]), len(padded[i])-len(in), got[i][0], w)
+		}
 	}
 }

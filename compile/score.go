@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -38,6 +39,9 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scores: %s: %w", r.spec.Architecture, err)
 	}
+	if pt, ok := sc.(lm.PadTrimmer); ok && pt.TrailingPad() >= 0 {
+		inputs = trimTrailing(inputs, pt.TrailingPad())
+	}
 	first, err := r.Embed(inputs, pool)
 	if err != nil {
 		return nil, err
@@ -70,4 +74,26 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 // weights...] -> [scores [B, Labels] float32].
 func (r *Runner) scoreGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{graph.ConvertDType(r.model.(lm.Scorer).Score(r.params(r.headW, in[1:]), in[0]), dtypes.Float32)}
+}
+
+// trimTrailing is inputs without the pad ids each ends in (the first
+// token kept when every one is the pad), for a model that pools at each
+// input's last token that is not its pad (lm.PadTrimmer); inputs
+// unchanged share their slices.
+func trimTrailing(inputs [][]int, pad int) [][]int {
+	out, copied := inputs, false
+	for i, in := range inputs {
+		n := len(in)
+		for n > 1 && in[n-1] == pad {
+			n--
+		}
+		if n == len(in) {
+			continue
+		}
+		if !copied {
+			out, copied = slices.Clone(inputs), true
+		}
+		out[i] = in[:n]
+	}
+	return out
 }

@@ -21,6 +21,17 @@ type FinalWeighter interface {
 	FinalWeights() []WeightSpec
 }
 
+// PadTrimmer is a Scorer that pools at each input's last token that is
+// not its pad token, as transformers' GenericForSequenceClassification
+// does ((positions · (ids != pad_token_id)).argmax: the first token when
+// every one is the pad). Runner.Score drops an input's trailing pad ids
+// before running it, which gives the same states in a causal model.
+type PadTrimmer interface {
+	Scorer
+	// TrailingPad is the pad token id, -1 for none.
+	TrailingPad() int
+}
+
 // ClassifierScore is the tensor of a causal model's classification head:
 // GenericForSequenceClassification's score, a Linear(hidden, labels)
 // without bias.
@@ -40,12 +51,15 @@ const ClassifierScore = "score.weight"
 // transformers pools at each row's last token that is not pad_token_id,
 // which handles left and right padding; tputool's executors left-pad
 // (compile.Runner.Embed), so an input's last position is its last token,
-// and the two agree unless an input itself ends in pad_token_id tokens
-// (which transformers would skip).
+// and an input that itself ends in pad_token_id tokens has them dropped
+// before it runs (PadTrimmer): in a causal model the hidden state of the
+// last other token does not depend on them.
 type Classifier struct {
 	Model
 	final  FinalWeighter
 	labels int
+	// pad is config.json's pad_token_id, -1 when it has none.
+	pad int
 }
 
 // NewClassifier wraps base, a causal model built from the classifier's
@@ -70,7 +84,7 @@ func NewClassifier(base Model, labels int) (*Classifier, error) {
 		return nil, fmt.Errorf("%s: %d labels: a classifier needs at least one", s.Architecture, labels)
 	}
 	s.Classifier, s.TieEmbeddings = true, false
-	return &Classifier{Model: base, final: f, labels: labels}, nil
+	return &Classifier{Model: base, final: f, labels: labels, pad: -1}, nil
 }
 
 // ClassifierOf is the Constructor of the *ForSequenceClassification of
@@ -89,6 +103,15 @@ func ClassifierOf(base Constructor) Constructor {
 		c, err := NewClassifier(m, labels)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ConfigName(cfg), err)
+		}
+		var pad struct {
+			ID *int `json:"pad_token_id"`
+		}
+		if err := cfg.Decode(&pad); err != nil {
+			return nil, err
+		}
+		if pad.ID != nil && *pad.ID >= 0 {
+			c.pad = *pad.ID
 		}
 		return c, nil
 	}
@@ -144,6 +167,13 @@ func (c *Classifier) Labels() int { return c.labels }
 // ScorePool implements Scorer: the last token, the only one a causal
 // model's attention lets see the whole input.
 func (c *Classifier) ScorePool() string { return PoolLast }
+
+var _ PadTrimmer = (*Classifier)(nil)
+
+// TrailingPad implements PadTrimmer: config.json's pad_token_id (-1 when
+// it has none), which transformers' pooling passes over at the end of an
+// input.
+func (c *Classifier) TrailingPad() int { return c.pad }
 
 // Score implements Scorer: score.weight times the last token's final
 // hidden states [B, Hidden], in f32 whatever the compute dtype (a bf16
