@@ -24,6 +24,7 @@ import (
 	"github.com/tputool/tputool/pipeline/bench"
 	"github.com/tputool/tputool/pipeline/diffusion/sd"
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -49,7 +50,7 @@ type BenchOptions struct {
 	Model    string
 	Revision string
 	Variant  string
-	// Task is "generate", "diffuse" or "" (from the model).
+	// Task is "generate", "embed", "diffuse" or "" (from the model).
 	Task string
 	// Modes are the --mode values, in the order given; DType is --dtype
 	// (InvalidDType: auto, the device's).
@@ -83,7 +84,8 @@ type BenchOptions struct {
 	// taken on the host from the logits, not on the device.
 	HostArgmax bool
 	// TaskFlags are the task-specific flags given (--steps, --size,
-	// --variant, --prompt-len, --gen-len), checked once the task is known.
+	// --variant, --prompt-len, --gen-len, ...: benchTaskSpecific), checked
+	// once the task is known.
 	TaskFlags []string
 	// Compare holds the two reports of --compare.
 	Compare []string
@@ -99,7 +101,7 @@ const (
 	benchDefaultWarmup       = 1
 	benchDiffusionPrompt     = "a photograph of an astronaut riding a horse"
 	benchDiffusionSeed       = 42
-	benchDefaultGenBatch     = "1,8"
+	benchDefaultGenBatch     = "1,8" // generate and embed
 	benchDefaultDiffuseBatch = "1"
 )
 
@@ -123,11 +125,18 @@ synthetic prompts of exactly --prompt-len token ids (deterministic, without
 special ids) and decodes exactly --gen-len tokens greedily, ignoring EOS.
 TTFT is the prefill call plus picking the first tokens; ITL is one decode
 step; prefill tok/s = batch × prompt length / TTFT; decode tok/s = batch /
-median ITL. Diffusion (--task diffuse, from a diffusers pipeline) reports
-s/step (one denoising step) and s/image (the whole request over the batch).
-Figures are medians ± standard deviation in tables; the JSON holds the
-median, min, max, stddev and sample count of each. Compiled rows get a
-"compiled vs eager" speed-up: eager median ITL (or s/step) over compiled.
+median ITL. Embeddings (--task embed, the default for a transformers model
+that does not generate: a BERT-family or ModernBERT encoder, a
+cross-encoder) run one call per run on --batch synthetic inputs of exactly
+--prompt-len tokens: a cross-encoder's scores as rerank computes them, else
+the final hidden states pooled as embed pools them (mean for an encoder,
+the last token for a decoder such as Qwen3-Embedding); embed tok/s = batch ×
+input length / the call's time. Diffusion (--task diffuse, from a diffusers
+pipeline) reports s/step (one denoising step) and s/image (the whole request
+over the batch). Figures are medians ± standard deviation in tables; the
+JSON holds the median, min, max, stddev and sample count of each. Compiled
+rows get a "compiled vs eager" speed-up: eager median ITL (embed ms, s/step)
+over compiled.
 
 Output (-o): md (a table: box-drawn on a terminal, markdown otherwise), csv,
 json (the documented, versioned document; same as --json) or jsonl (a header
@@ -139,6 +148,8 @@ task, mode, batch and shape, and prints new/old per metric with whether
 that is better or worse. See docs/benchmarks.md for the schema.`,
 		Example: `  tputool bench --model Qwen/Qwen3-0.6B --batch 1,8 --prompt-len 512 --gen-len 128
   tputool bench -m ./llama-110m --mode compiled --batch 1 --prompt-len 128 --gen-len 32 -o json > new.json
+  tputool bench -m sentence-transformers/all-MiniLM-L6-v2 --batch 1,32 --prompt-len 128
+  tputool bench -m Qwen/Qwen3-Embedding-0.6B --task embed --batch 8 --prompt-len 256
   tputool bench -m stabilityai/sd-turbo --steps 1,4 --size 512x512 --repeat 3
   tputool bench --compare old.json new.json`,
 		Args: cobra.ArbitraryArgs,
@@ -185,19 +196,19 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.StringVarP(&opts.Model, "model", "m", "", "Hub id (ORG/NAME[@revision]) or local directory")
 	fl.StringVar(&opts.Revision, "revision", "", "branch, tag or commit of a Hub model (default main)")
 	fl.StringVar(&opts.Variant, "variant", "", `diffusers weight variant, e.g. "fp16"`)
-	fl.StringVar(&opts.Task, "task", "", "generate or diffuse (default: from the model: transformers or diffusers)")
+	fl.StringVar(&opts.Task, "task", "", "generate, embed or diffuse (default: from the model: embed for a transformers model that does not generate, generate for the others, diffuse for diffusers)")
 	fl.StringVar(&modes, "mode", benchDefaultModes, "execution modes to run, comma-separated: eager, compiled")
-	fl.StringVarP(&batches, "batch", "b", "", "batch sizes, comma-separated (default "+benchDefaultGenBatch+" for generate, "+benchDefaultDiffuseBatch+" for diffuse)")
-	fl.StringVar(&promptLens, "prompt-len", strconv.Itoa(benchDefaultPromptLen), "prompt lengths in tokens, comma-separated (generate)")
+	fl.StringVarP(&batches, "batch", "b", "", "batch sizes, comma-separated (default "+benchDefaultGenBatch+" for generate and embed, "+benchDefaultDiffuseBatch+" for diffuse)")
+	fl.StringVar(&promptLens, "prompt-len", strconv.Itoa(benchDefaultPromptLen), "prompt lengths in tokens, comma-separated (generate; embed: each input's tokens)")
 	fl.StringVar(&genLens, "gen-len", strconv.Itoa(benchDefaultGenLen), "tokens to decode per prompt, comma-separated (generate)")
 	fl.StringVar(&steps, "steps", strconv.Itoa(benchDefaultSteps), "denoising steps, comma-separated (diffuse)")
 	fl.StringVar(&sizes, "size", "", "image sizes WIDTHxHEIGHT, comma-separated (diffuse; default: the model's)")
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
-	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
+	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate and embed: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
 	fl.StringVar(&opts.kvDType, "kv-cache-dtype", "auto", kvDTypeHelp+" (generate)")
-	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate)")
-	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate)")
+	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate, embed)")
+	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate, embed)")
 	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
 	fl.BoolVar(&opts.HostArgmax, "host-argmax", false, "read each decode step's logits and take their argmax on the host, instead of on the device with only the ids read back (generate; to compare the two)")
 	fl.IntVar(&opts.TP, "tp", 1, "tensor parallelism for generate: split heads and MLP over this many devices")
@@ -209,7 +220,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 		return bench.Formats(), cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = c.RegisterFlagCompletionFunc("task", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{bench.TaskGenerate, bench.TaskDiffuse}, cobra.ShellCompDirectiveNoFileComp
+		return []string{bench.TaskGenerate, bench.TaskEmbed, bench.TaskDiffuse}, cobra.ShellCompDirectiveNoFileComp
 	})
 	return c
 }
@@ -291,9 +302,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 		return errs.Usagef("--model is required (a Hub id ORG/NAME[@revision] or a local directory), or --compare OLD NEW")
 	}
 	switch opts.Task {
-	case "", bench.TaskGenerate, bench.TaskDiffuse:
+	case "", bench.TaskGenerate, bench.TaskEmbed, bench.TaskDiffuse:
 	default:
-		return errs.Usagef("--task %q: want generate or diffuse", opts.Task)
+		return errs.Usagef("--task %q: want generate, embed or diffuse", opts.Task)
 	}
 	var err error
 	if opts.Modes, err = parseModes(modes); err != nil {
@@ -351,7 +362,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 		return err
 	}
 	opts.TaskFlags = nil
-	for _, name := range []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax"} {
+	for _, name := range benchTaskSpecific {
 		if changed(name) {
 			opts.TaskFlags = append(opts.TaskFlags, name)
 		}
@@ -362,11 +373,22 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	return nil
 }
 
-// benchTaskFlags rejects flags of the other task.
+// benchTaskSpecific are the flags that apply to some tasks only
+// (benchTaskFlags), checked once the task is known.
+var benchTaskSpecific = []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "kv-cache-dtype", "experts"}
+
+// benchTaskFlags rejects flags of another task. Embeddings run on one
+// device with no KV cache kept and the experts in the graph, so the
+// generate flags but --prompt-len (each input's tokens) do not apply.
 func benchTaskFlags(task string, given []string) error {
-	other := []string{"steps", "size", "variant"}
-	if task == bench.TaskDiffuse {
+	var other []string
+	switch task {
+	case bench.TaskDiffuse:
 		other = []string{"prompt-len", "gen-len", "tp", "dp", "host-argmax"}
+	case bench.TaskEmbed:
+		other = []string{"gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "kv-cache-dtype", "experts"}
+	default:
+		other = []string{"steps", "size", "variant"}
 	}
 	for _, name := range given {
 		if slices.Contains(other, name) {
@@ -383,6 +405,9 @@ func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string)
 		Device: dev.String(), Backend: dev.BackendName, Platform: dev.Platform, DType: dtype, Model: model, Task: task,
 		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup, HostArgmax: opts.HostArgmax,
 		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
+	if task == bench.TaskEmbed {
+		h.Quantize, h.Activations = opts.Quantize, opts.Activations
+	}
 	if task == bench.TaskGenerate { // the executor's settings, where not their defaults
 		if opts.KVDType != dtypes.InvalidDType {
 			h.KVCacheDType = strings.ToLower(opts.KVDType.String())
@@ -429,10 +454,19 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	task := opts.Task
+	var spec *lm.Spec // the language model's, from its config alone; nil if it cannot be built
 	switch m.Kind {
 	case loader.Transformers:
+		if m.Config != nil {
+			if model, err := lm.New(m.Config); err == nil {
+				spec = model.Spec()
+			}
+		}
 		if task == "" {
 			task = bench.TaskGenerate
+			if spec != nil && !spec.Generates() {
+				task = bench.TaskEmbed
+			}
 		}
 	case loader.Diffusers:
 		if task == "" {
@@ -441,14 +475,24 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	default:
 		return errs.Unsupportedf("%s is a %s checkpoint; tputool bench runs language models and diffusers pipelines", m.Name(), m.Kind)
 	}
-	if (task == bench.TaskGenerate) != (m.Kind == loader.Transformers) {
+	if (task == bench.TaskDiffuse) == (m.Kind == loader.Transformers) {
 		return errs.Usagef("--task %s does not fit %s, a %s checkpoint", task, m.Name(), m.Kind)
 	}
 	if err := benchTaskFlags(task, opts.TaskFlags); err != nil {
 		return err
 	}
-	if task == bench.TaskGenerate {
+	switch task {
+	case bench.TaskGenerate:
+		if spec != nil {
+			if err := benchGenerateError(spec); err != nil {
+				return err
+			}
+		}
 		clampBenchLens(opts, m, rep)
+	case bench.TaskEmbed:
+		if spec != nil {
+			clampEmbedLens(opts, spec.MaxPositions, rep)
+		}
 	}
 	dev, err := opts.Device()
 	if err != nil {
@@ -467,7 +511,20 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 
 	var rows []bench.Row
 	var header bench.Header
-	if task == bench.TaskGenerate {
+	switch task {
+	case bench.TaskEmbed:
+		dtype := computeDType(opts.DType, dev)
+		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
+		batches := opts.Batches
+		if batches == nil {
+			batches, _ = parseIntList("batch", benchDefaultGenBatch)
+		}
+		rows, err = bench.Embed(ctx, cfg, bench.EmbedSpec{
+			Modes: modeNames(opts.Modes),
+			Cases: bench.EmbedCases(batches, opts.PromptLens),
+			Load:  benchLoadEmbed(m, dev, opts.Modes, compile.Options{DType: dtype, Quantize: opts.Quantize}, opts.HostMemory, rep, &header),
+		})
+	case bench.TaskGenerate:
 		dtype := computeDType(opts.DType, dev)
 		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
 		batches := opts.Batches
@@ -479,7 +536,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
 			Load:  benchLoadLM(ctx, m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Quantize: opts.Quantize, Experts: opts.Experts}, opts.HostMemory, rep),
 		})
-	} else {
+	default:
 		if d := opts.DType; d != dtypes.InvalidDType && d != dtypes.Float32 {
 			return errs.Unsupportedf("--dtype %s: diffusion pipelines run in float32 only", dtypeName(d))
 		}
@@ -519,19 +576,11 @@ func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, mod
 			return nil, err
 		}
 		spec := l.Model.Spec()
-		if err := compile.GenerateError(spec); err != nil {
+		if err := benchGenerateError(spec); err != nil {
+			l.Close()
 			return nil, err
 		}
-		special := append([]int(nil), spec.EOS...)
-		if spec.BOS >= 0 {
-			special = append(special, spec.BOS)
-		}
-		if g := l.Generation; g != nil {
-			for _, ids := range [][]int{g.BOSTokenID, g.EOSTokenID, g.PadTokenID} {
-				special = append(special, ids...)
-			}
-		}
-		return &bench.Target{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: special,
+		return &bench.Target{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: specialIDs(l),
 			Open: func(label string) (*bench.Session, error) {
 				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
 				if i < 0 {
@@ -551,6 +600,138 @@ func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, mod
 			Close: func() { l.Close() },
 		}, nil
 	}
+}
+
+// benchGenerateError is compile.GenerateError (exit 3 for a model that does
+// not generate), with the task that measures such a model.
+func benchGenerateError(spec *lm.Spec) error {
+	if err := compile.GenerateError(spec); err != nil {
+		return fmt.Errorf("%w (bench --task embed measures its embeddings or scores)", err)
+	}
+	return nil
+}
+
+// specialIDs are the ids synthetic inputs leave out: the model's BOS and
+// EOS and generation_config.json's BOS, EOS and pad.
+func specialIDs(l *lm.Loaded) []int {
+	spec := l.Model.Spec()
+	special := append([]int(nil), spec.EOS...)
+	if spec.BOS >= 0 {
+		special = append(special, spec.BOS)
+	}
+	if g := l.Generation; g != nil {
+		for _, ids := range [][]int{g.BOSTokenID, g.EOSTokenID, g.PadTokenID} {
+			special = append(special, ids...)
+		}
+	}
+	return special
+}
+
+// benchLoadEmbed loads a model for bench.Embed and fills h's Call and
+// Pooling with what its sessions run: a cross-encoder (an lm.Scorer with
+// labels) its scores, compile.Runner.Score, as rerank does; any other
+// model its final hidden states pooled, compile.Runner.Embed, by the mean
+// for an encoder and the last token for a decoder (as embed pools a model
+// without a sentence-transformers Pooling config). Each mode's session
+// compiles it with o and that mode. Every case is checked against the
+// host's memory (benchEmbedFits) before any runs.
+func benchLoadEmbed(m *loader.Checkpoint, dev *tpu.Device, modes []compile.Mode, o compile.Options, hostMemory func() int64, rep *ui.Reporter, h *bench.Header) func() (*bench.EmbedTarget, error) {
+	return func() (*bench.EmbedTarget, error) {
+		l, err := openModel(m, dev, o.DType, rep)
+		if err != nil {
+			return nil, err
+		}
+		spec := l.Model.Spec()
+		score := false
+		pool := compile.PoolLast
+		if sc, ok := l.Model.(lm.Scorer); ok && sc.Labels() > 0 {
+			if pool, err = compile.ParsePooling(sc.ScorePool()); err != nil {
+				l.Close()
+				return nil, fmt.Errorf("%s: %w", spec.Architecture, err)
+			}
+			score = true
+		} else if _, ok := l.Model.(lm.Finisher); !ok {
+			l.Close()
+			return nil, fmt.Errorf("%s does not give its final hidden states: bench --task embed cannot run it: %w", spec.Architecture, errs.ErrUnsupported)
+		} else if spec.Encoder {
+			pool = compile.PoolMean
+		}
+		h.Call, h.Pooling = "embed", pool.String()
+		if score {
+			h.Call = "score"
+		}
+		rep.Debugf("bench: each call runs %s (%s pooling)", h.Call, h.Pooling)
+		return &bench.EmbedTarget{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: specialIDs(l),
+			Validate: func(c bench.EmbedCase) error { return benchEmbedFits(l.Model, c, o.DType, hostMemory) },
+			Open: func(label string) (*bench.EmbedSession, error) {
+				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
+				if i < 0 {
+					return nil, fmt.Errorf("bench: mode %q was not asked for", label)
+				}
+				mo := o
+				mo.Mode = modes[i]
+				r, err := compileRunner(dev, l, mo, hostMemory, rep)
+				if err != nil {
+					return nil, err
+				}
+				return &bench.EmbedSession{Embedder: runnerEmbedder{r: r, score: score, pool: pool},
+					Close:    r.Close,
+					Counters: func() bench.Counters { return benchCounters(r.Stats()) }}, nil
+			},
+			Close: func() { l.Close() },
+		}, nil
+	}
+}
+
+// runnerEmbedder is bench's Embedder: a cross-encoder's scores or the
+// pooled final hidden states of a batch, in one call.
+type runnerEmbedder struct {
+	r     *compile.Runner
+	score bool
+	pool  compile.Pooling
+}
+
+func (e runnerEmbedder) Embed(inputs [][]int) error {
+	if e.score {
+		_, err := e.r.Score(inputs)
+		return err
+	}
+	_, err := e.r.Embed(inputs, e.pool)
+	return err
+}
+
+// benchEmbedFits refuses an embeddings case whose buffers could not be
+// allocated, as checkStateFits does for embed and rerank: the layer state
+// of c.Batch inputs of c.InputLen tokens (a decoder's KV caches) and, for
+// an encoder, the attention scores of its step; more bytes than int64
+// holds, or more than the host's memory (hostMemory nil or 0: unknown,
+// only the overflow check applies).
+func benchEmbedFits(m lm.Model, c bench.EmbedCase, dtype dtypes.DType, hostMemory func() int64) error {
+	var host int64
+	if hostMemory != nil {
+		host = hostMemory()
+	}
+	spec := m.Spec()
+	positions, need, ok := stateNeed(m, c.Batch, c.InputLen, 0, dtype, dtypes.InvalidDType)
+	what := fmt.Sprintf("--batch %d --prompt-len %d: the KV cache of %d input(s) of %d positions (%d layers, %s)",
+		c.Batch, c.InputLen, c.Batch, positions, spec.Layers, dtypeName(dtype))
+	if spec.Encoder {
+		need += compile.EncoderScoreBytes(spec, c.Batch, c.InputLen)
+		what = fmt.Sprintf("--batch %d --prompt-len %d: the attention scores of %d input(s) of %d tokens (%d heads, f32)",
+			c.Batch, c.InputLen, c.Batch, c.InputLen, spec.Heads)
+	}
+	return checkHostMemory(what, need, !ok, host, "lower --batch or --prompt-len")
+}
+
+// clampEmbedLens fits the default --prompt-len into the model's positions
+// (an encoder has 512 or fewer), with a note; lengths given on the command
+// line are left for the check to refuse.
+func clampEmbedLens(opts *BenchOptions, maxPos int, rep *ui.Reporter) {
+	if maxPos <= 0 || slices.Contains(opts.TaskFlags, "prompt-len") || slices.Max(opts.PromptLens) <= maxPos {
+		return
+	}
+	opts.PromptLens = []int{maxPos}
+	rep.Infof("note: the model has %d positions: using --prompt-len %d", maxPos, maxPos)
 }
 
 // interruptibleLM is bench's runner: its prefill runs in pieces of about
@@ -730,9 +911,12 @@ func benchRowLine(r *bench.Row) string {
 		return bench.Num(s.Median)
 	}
 	var figures string
-	if r.Task == bench.TaskDiffuse {
+	switch r.Task {
+	case bench.TaskDiffuse:
 		figures = fmt.Sprintf("%s s/step, %s s/image", med(r.StepS), med(r.ImageS))
-	} else {
+	case bench.TaskEmbed:
+		figures = fmt.Sprintf("embed %s tok/s, %s ms", med(r.EmbedTokS), med(r.EmbedMs))
+	default:
 		figures = fmt.Sprintf("prefill %s tok/s, decode %s tok/s, TTFT %s ms, ITL %s ms",
 			med(r.PrefillTokS), med(r.DecodeTokS), med(r.TTFTMs), med(r.ITLMs))
 	}

@@ -97,20 +97,26 @@ func TestEmbedBert(t *testing.T) {
 	}
 }
 
-// TestEncoderRefusesText: generate and bench on an encoder exit 3
-// (unsupported) saying that it gives embeddings (serve serves its
-// embeddings: TestServeEncoder).
+// TestEncoderRefusesText: generate, and bench --task generate, on an
+// encoder exit 3 (unsupported) saying that it gives embeddings (serve
+// serves its embeddings: TestServeEncoder; bench without --task measures
+// them).
 func TestEncoderRefusesText(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 16, Layers: 1, Heads: 2, Intermediate: 24, MaxPositions: 16, TypeVocab: 2, Eps: 1e-12}
 	dir := bertModel(t, c, "mean", 16)
+	// bench measures an encoder's embeddings by default (--task embed:
+	// TestBenchEmbedEncoder); asked to generate with it, it refuses.
 	for _, args := range [][]string{
 		{"generate", "-m", dir, "-p", "hello", "-n", "2"},
-		{"bench", "-m", dir, "--prompt-len", "4", "--gen-len", "2"},
+		{"bench", "-m", dir, "--task", "generate", "--prompt-len", "4", "--gen-len", "2"},
 	} {
 		e := genEnv(t)
 		code := e.run(args...)
 		assert.Equal(t, ExitUnsupported, code, "%v: %s", args, e.errOut.String())
 		assert.True(t, strings.Contains(e.errOut.String(), "is an encoder: it gives embeddings"), "%v: %s", args, e.errOut.String())
+		if args[0] == "bench" {
+			assert.Contains(t, e.errOut.String(), "bench --task embed measures its embeddings or scores")
+		}
 	}
 }
 

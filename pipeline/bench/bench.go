@@ -6,7 +6,8 @@
 // Every figure is computed from durations read on an injected clock
 // (Config.Now) around the calls it measures, so tests drive a fake clock
 // and assert exact values. Models plug in through small interfaces (Stepper
-// for text generation, Diffuser for diffusion pipelines); this package
+// for text generation, Embedder for embeddings and reranking, Diffuser for
+// diffusion pipelines); this package
 // imports neither compile/ nor tpu/, and it never prints: progress goes
 // through Config.OnProgress and results are returned as Rows, which
 // format.go writes as CSV, JSON or JSON lines and turns into table cells.
@@ -31,6 +32,7 @@ const SchemaVersion = 1
 // Tasks.
 const (
 	TaskGenerate = "generate"
+	TaskEmbed    = "embed"
 	TaskDiffuse  = "diffuse"
 )
 
@@ -96,7 +98,8 @@ type Progress struct {
 	// measured runs); Runs is their number.
 	Run, Runs int
 	// Step is the number of calls done in the run (for text generation the
-	// prefill and each decode step; for diffusion each denoising step);
+	// prefill and each decode step; for embeddings the one call; for
+	// diffusion each denoising step);
 	// Steps is their number per run.
 	Step, Steps int
 	// Row is the finished row (PhaseDone only).
@@ -159,6 +162,64 @@ func measureRuns(ctx context.Context, cfg Config, row *Row, steps int, counters 
 	return nil
 }
 
+// modeTarget is a loaded model that prepares a session per execution
+// mode: *Target (text generation) or *EmbedTarget (embeddings).
+type modeTarget[S modeSession] interface {
+	open(mode string) (S, error)
+	close()
+}
+
+// modeSession is a model prepared for one mode: *Session or *EmbedSession.
+type modeSession interface{ close() }
+
+// runModes is the loop Generate and Embed share. It loads the model once
+// (its time counts as load time on every row) and checks it, then for
+// each mode prepares a session (its time is added to that mode's rows'
+// load time), measures every case with it, reporting each finished row,
+// and closes it before the next mode, so that one mode's runner holds the
+// device at a time. Compiled rows get their speed-ups over eager ones. On
+// error (cancellation between modes wraps errs.ErrInterrupted) the rows
+// finished so far are returned with it.
+func runModes[T modeTarget[S], S modeSession, C any](ctx context.Context, cfg Config, modes []string, cases []C,
+	load func() (T, error), check func(T) error, measure func(m T, s S, mode string, c C) (Row, error)) (rows []Row, err error) {
+	defer func() { setSpeedups(rows) }()
+	cfg.progress(Progress{Phase: PhaseLoad})
+	start := cfg.now()
+	m, err := load()
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	loadTime := cfg.now().Sub(start)
+	if err := check(m); err != nil {
+		return nil, err
+	}
+	for _, mode := range modes {
+		if err := interrupted(ctx, "before "+mode+" mode"); err != nil {
+			return rows, err
+		}
+		cfg.progress(Progress{Phase: PhaseLoad, Label: mode})
+		start := cfg.now()
+		s, err := m.open(mode)
+		if err != nil {
+			return rows, fmt.Errorf("%s mode: %w", mode, err)
+		}
+		open := cfg.now().Sub(start)
+		for _, c := range cases {
+			row, err := measure(m, s, mode, c)
+			if err != nil {
+				s.close()
+				return rows, err
+			}
+			row.LoadS = (loadTime + open).Seconds()
+			rows = append(rows, row)
+			cfg.progress(Progress{Phase: PhaseDone, Label: row.Label(), Row: &rows[len(rows)-1]})
+		}
+		s.close()
+	}
+	return rows, nil
+}
+
 // Counters are cumulative executable statistics of whatever runs a model
 // (the Stats of compile.Runner or compile.GraphExecutor). Rows report the
 // differences over their own runs.
@@ -181,7 +242,7 @@ type Stat struct {
 	N int `json:"n"`
 }
 
-// Row is one measured configuration. Fields of the other task are absent
+// Row is one measured configuration. Fields of the other tasks are absent
 // from its JSON. Times are seconds (_s) or milliseconds (_ms); rates are
 // per second. See docs/benchmarks.md for the definition of each field.
 type Row struct {
@@ -189,9 +250,12 @@ type Row struct {
 	Mode  string `json:"mode"`
 	Batch int    `json:"batch"`
 	// Shape is the label of the sizes: "p128+g32" (prompt and generated
-	// tokens) or "512x512/25" (width x height / steps).
+	// tokens), "p128" (an embedding's input tokens) or "512x512/25"
+	// (width x height / steps).
 	Shape string `json:"shape"`
 
+	// PromptLen is the tokens of each prompt (text generation) or input
+	// (embeddings).
 	PromptLen int `json:"prompt_len,omitempty"`
 	GenLen    int `json:"gen_len,omitempty"`
 	Steps     int `json:"steps,omitempty"`
@@ -226,13 +290,19 @@ type Row struct {
 	TTFTMs              *Stat    `json:"ttft_ms,omitempty"`
 	ITLMs               *Stat    `json:"itl_ms,omitempty"`
 
+	// Embeddings: EmbedTokS is Batch*PromptLen tokens over each measured
+	// call's time, EmbedMs each measured call's time.
+	EmbedTokS *Stat `json:"embed_tok_s,omitempty"`
+	EmbedMs   *Stat `json:"embed_ms,omitempty"`
+
 	// Diffusion.
 	StepS  *Stat `json:"step_s,omitempty"`
 	ImageS *Stat `json:"image_s,omitempty"`
 
 	// SpeedupVsEager is set on compiled rows that have an eager row of the
 	// same batch and shape: eager median ITL / compiled median ITL (text
-	// generation) or eager median s/step / compiled median s/step.
+	// generation), eager median embed ms / compiled median embed ms
+	// (embeddings) or eager median s/step / compiled median s/step.
 	SpeedupVsEager *float64 `json:"speedup_vs_eager,omitempty"`
 	// PrefillSpeedupVsEager is eager median TTFT / compiled median TTFT.
 	PrefillSpeedupVsEager *float64 `json:"prefill_speedup_vs_eager,omitempty"`
@@ -286,18 +356,25 @@ type Header struct {
 	// HostArgmax: decode steps took their argmax on the host
 	// (Config.HostArgmax, --host-argmax).
 	HostArgmax bool `json:"host_argmax,omitempty"`
-	// The settings of a text generation's executor that change what is
+	// The settings of a language model's executor that change what is
 	// measured, where not their defaults: the KV caches' dtype
 	// (--kv-cache-dtype: "bfloat16", "int8"), the weights' quantisation
 	// (--quantize: "int8", "int4"), the products' activations
 	// (--activations: "int8", "bf16"), where the experts run (--experts:
-	// "dense", "host") and the devices (--tp, --dp).
+	// "dense", "host") and the devices (--tp, --dp). Embeddings take
+	// only Quantize and Activations.
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 	Quantize     string `json:"quantize,omitempty"`
 	Activations  string `json:"activations,omitempty"`
 	Experts      string `json:"experts,omitempty"`
 	TP           int    `json:"tp,omitempty"`
 	DP           int    `json:"dp,omitempty"`
+	// Embeddings: what each call ran, Call "embed" (the final hidden
+	// states pooled: an embedding model) or "score" (a cross-encoder's
+	// classifier on them: what rerank runs), and the pooling ("mean",
+	// "last", "cls").
+	Call    string `json:"call,omitempty"`
+	Pooling string `json:"pooling,omitempty"`
 }
 
 // Report is the JSON document: `tputool bench -o json` writes it and
@@ -354,6 +431,8 @@ func setSpeedups(rows []Row) {
 		case TaskGenerate:
 			r.SpeedupVsEager = ratio(e.ITLMs, r.ITLMs)
 			r.PrefillSpeedupVsEager = ratio(e.TTFTMs, r.TTFTMs)
+		case TaskEmbed:
+			r.SpeedupVsEager = ratio(e.EmbedMs, r.EmbedMs)
 		case TaskDiffuse:
 			r.SpeedupVsEager = ratio(e.StepS, r.StepS)
 		}

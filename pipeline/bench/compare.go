@@ -31,6 +31,8 @@ func Metrics() []Metric {
 		{"decode_tok_s", "decode tok/s", true, statMedian(func(r *Row) *Stat { return r.DecodeTokS })},
 		{"ttft_ms", "TTFT ms", false, statMedian(func(r *Row) *Stat { return r.TTFTMs })},
 		{"itl_ms", "ITL ms", false, statMedian(func(r *Row) *Stat { return r.ITLMs })},
+		{"embed_tok_s", "embed tok/s", true, statMedian(func(r *Row) *Stat { return r.EmbedTokS })},
+		{"embed_ms", "embed ms", false, statMedian(func(r *Row) *Stat { return r.EmbedMs })},
 		{"step_s", "s/step", false, statMedian(func(r *Row) *Stat { return r.StepS })},
 		{"image_s", "s/image", false, statMedian(func(r *Row) *Stat { return r.ImageS })},
 		{"compile_s", "compile s", false, func(r *Row) (float64, bool) { return r.CompileS, true }},

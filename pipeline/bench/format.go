@@ -68,18 +68,24 @@ func Table(rows []Row) (header []string, cells [][]string) {
 		task = rows[0].Task
 	}
 	header = []string{"mode", "batch", "shape", "load s", "compile s", "hits/misses"}
-	if task == TaskDiffuse {
+	switch task {
+	case TaskDiffuse:
 		header = append(header, "s/step", "s/image")
-	} else {
+	case TaskEmbed:
+		header = append(header, "embed tok/s", "embed ms")
+	default:
 		header = append(header, "prefill tok/s", "decode tok/s", "TTFT ms", "ITL ms")
 	}
 	header = append(header, "compiled vs eager")
 	for _, r := range rows {
 		c := []string{r.Mode, strconv.Itoa(r.Batch), r.Shape, Num(r.LoadS), Num(r.CompileS),
 			fmt.Sprintf("%d/%d", r.CacheHits, r.CacheMisses)}
-		if task == TaskDiffuse {
+		switch task {
+		case TaskDiffuse:
 			c = append(c, statCell(r.StepS), statCell(r.ImageS))
-		} else {
+		case TaskEmbed:
+			c = append(c, statCell(r.EmbedTokS), statCell(r.EmbedMs))
+		default:
 			c = append(c, statCell(r.PrefillTokS), statCell(r.DecodeTokS), statCell(r.TTFTMs), statCell(r.ITLMs))
 		}
 		cells = append(cells, append(c, speedupCell(r.SpeedupVsEager)))
@@ -98,7 +104,7 @@ func HeaderLine(h Header) string {
 	fmt.Fprintf(&b, " | %s %s | device %s | backend %s | dtype %s", h.Task, h.Model, h.Device, h.Backend, h.DType)
 	for _, s := range []struct{ name, value string }{
 		{"kv cache", h.KVCacheDType}, {"quantize", h.Quantize}, {"activations", h.Activations}, {"experts", h.Experts},
-		{"tp", positive(h.TP)}, {"dp", positive(h.DP)},
+		{"tp", positive(h.TP)}, {"dp", positive(h.DP)}, {"call", h.Call}, {"pooling", h.Pooling},
 	} {
 		if s.value != "" {
 			fmt.Fprintf(&b, ", %s %s", s.name, s.value)
@@ -134,10 +140,10 @@ func orDash(s string) string {
 }
 
 // statNames are the Stat-valued columns, in CSV order.
-var statNames = []string{"prefill_tok_s", "decode_tok_s", "ttft_ms", "itl_ms", "step_s", "image_s"}
+var statNames = []string{"prefill_tok_s", "decode_tok_s", "ttft_ms", "itl_ms", "embed_tok_s", "embed_ms", "step_s", "image_s"}
 
 func statsOf(r *Row) []*Stat {
-	return []*Stat{r.PrefillTokS, r.DecodeTokS, r.TTFTMs, r.ITLMs, r.StepS, r.ImageS}
+	return []*Stat{r.PrefillTokS, r.DecodeTokS, r.TTFTMs, r.ITLMs, r.EmbedTokS, r.EmbedMs, r.StepS, r.ImageS}
 }
 
 // CSVHeader lists the CSV columns.

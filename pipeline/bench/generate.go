@@ -143,68 +143,54 @@ func Generate(ctx context.Context, cfg Config, spec GenerateSpec) (rows []Row, e
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	defer func() { setSpeedups(rows) }()
-	cfg.progress(Progress{Phase: PhaseLoad})
-	start := cfg.now()
-	m, err := spec.Load()
-	if err != nil {
-		return nil, err
+	return runModes(ctx, cfg, spec.Modes, spec.Cases, spec.Load,
+		func(m *Target) error { return m.check(spec.Cases) },
+		func(m *Target, s *Session, mode string, c GenerateCase) (Row, error) {
+			return measureGenerate(ctx, cfg, m, s, mode, c, spec.Seed)
+		})
+}
+
+func (m *Target) open(mode string) (*Session, error) { return m.Open(mode) }
+
+func (m *Target) close() {
+	if m != nil && m.Close != nil {
+		m.Close()
 	}
-	if m.Close != nil {
-		defer m.Close()
+}
+
+func (s *Session) close() {
+	if s != nil && s.Close != nil {
+		s.Close()
 	}
-	load := cfg.now().Sub(start)
-	if err := m.check(spec.Cases); err != nil {
-		return nil, err
-	}
-	for _, mode := range spec.Modes {
-		if err := interrupted(ctx, "before "+mode+" mode"); err != nil {
-			return rows, err
-		}
-		cfg.progress(Progress{Phase: PhaseLoad, Label: mode})
-		start := cfg.now()
-		s, err := m.Open(mode)
-		if err != nil {
-			return rows, fmt.Errorf("%s mode: %w", mode, err)
-		}
-		open := cfg.now().Sub(start)
-		for _, c := range spec.Cases {
-			row, err := measureGenerate(ctx, cfg, m, s, mode, c, spec.Seed)
-			if err != nil {
-				if s.Close != nil {
-					s.Close()
-				}
-				return rows, err
-			}
-			row.LoadS = (load + open).Seconds()
-			rows = append(rows, row)
-			cfg.progress(Progress{Phase: PhaseDone, Label: row.Label(), Row: &rows[len(rows)-1]})
-		}
-		if s.Close != nil {
-			s.Close()
-		}
-	}
-	return rows, nil
 }
 
 func (m *Target) check(cases []GenerateCase) error {
 	if m.Open == nil {
 		return fmt.Errorf("bench: LM.Open is nil")
 	}
-	usable := m.VocabSize
-	for _, id := range uniqueInts(m.Special) {
-		if id >= 0 && id < m.VocabSize {
-			usable--
-		}
-	}
-	if usable < 1 {
-		return fmt.Errorf("vocabulary of %d ids has no id left for synthetic prompts after the %d special ids", m.VocabSize, len(m.Special))
+	if err := checkVocab(m.VocabSize, m.Special); err != nil {
+		return err
 	}
 	for _, c := range cases {
 		if m.MaxPositions > 0 && c.PromptLen+c.GenLen > m.MaxPositions {
 			return &errs.OptionError{Owner: "GenerateCase", Option: "PromptLen", Value: c.PromptLen,
 				Reason: fmt.Sprintf("plus {GenLen} %d exceeds the model's %d positions (max_position_embeddings)", c.GenLen, m.MaxPositions)}
 		}
+	}
+	return nil
+}
+
+// checkVocab refuses a vocabulary that leaves no id for synthetic inputs
+// once the special ids are taken out.
+func checkVocab(vocab int, special []int) error {
+	usable := vocab
+	for _, id := range uniqueInts(special) {
+		if id >= 0 && id < vocab {
+			usable--
+		}
+	}
+	if usable < 1 {
+		return fmt.Errorf("vocabulary of %d ids has no id left for synthetic prompts after the %d special ids", vocab, len(special))
 	}
 	return nil
 }
