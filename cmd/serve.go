@@ -18,6 +18,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -422,6 +423,10 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	teiPrompts, err := servedPrompts(m, pooling)
+	if err != nil {
+		return err
+	}
 	// Bounded again by the served context (serve.ServerOptions.EmbedMaxLength).
 	embedMaxLength, err := stMaxSeqLength(m, tok, 0)
 	if err != nil {
@@ -538,6 +543,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		EmbeddingSize:  spec.Hidden,
 		EmbedMaxLength: embedMaxLength,
 		EmbedPrompt:    embedPromptText,
+		EmbedPrompts:   teiPrompts,
+		Pooling:        pooling.String(),
 		Version:        opts.Version,
 		CORSOrigins:    opts.CORSOrigins,
 		Family:         spec.Architecture,
@@ -649,4 +656,20 @@ type debugWriter struct{ rep *ui.Reporter }
 func (w debugWriter) Write(p []byte) (int, error) {
 	w.rep.Debugf("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// servedPrompts are the model's sentence-transformers prompts that TEI's
+// /embed may pick by prompt_name (serve.ServerOptions.EmbedPrompts): all
+// of them, or none when a mean would have to leave a prompt's tokens out
+// (its Pooling config's include_prompt false), which tputool does not.
+func servedPrompts(m *loader.Checkpoint, pooling compile.Pooling) (map[string]string, error) {
+	prompts, _, err := m.SentencePrompts()
+	if err != nil || len(prompts) == 0 || pooling != compile.PoolMean {
+		return prompts, err
+	}
+	in, err := m.PoolingIncludesPrompt()
+	if err != nil || !in {
+		return nil, err
+	}
+	return prompts, nil
 }

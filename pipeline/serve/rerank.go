@@ -42,6 +42,12 @@ import (
 // 400; a full queue is a 429 and a server shutting down a 503, as for
 // embeddings. usage counts the pairs' tokens (all of them, whatever
 // top_n), as the access log and the metrics do.
+//
+// POST /rerank also serves text-embeddings-inference's form, {"query",
+// "texts"}: a body with texts and without documents is answered by
+// teiRerank (tei.go) in TEI's shapes; any other body, and every body on
+// /v1/rerank and /v2/rerank, is read as above (texts beside documents is
+// a 400 naming it).
 
 // maxRerankDocuments is the most documents one rerank request takes, as
 // Cohere's API recommends at most 1,000; the scheduler runs them a group
@@ -179,8 +185,15 @@ func (s *Server) noEmbeddings() error {
 	return badRequest("model", "model %q is a reranker (a cross-encoder): it serves /v1/rerank", s.o.ModelName)
 }
 
-// rerank answers POST /v1/rerank and POST /rerank.
+// rerank answers POST /v1/rerank, /rerank and /v2/rerank; on /rerank a
+// body in TEI's form goes to teiRerank.
 func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
+	if r.URL.Path == "/rerank" {
+		if body, ok := teiRerankBody(r); ok {
+			s.teiRerank(w, r, x, body)
+			return
+		}
+	}
 	var req rerankRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeError(w, err)
@@ -228,44 +241,68 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request, x *exchange) {
 	})
 }
 
-// rerankScores encodes each (query, document) pair (PairIDs, cut to the
-// served context), scores them through the scheduler and returns their
-// relevance scores in the documents' order; x counts their tokens.
+// rerankScores encodes each (query, document) pair (rerankPair, cut to
+// the served context), scores them through the scheduler and returns
+// their relevance scores in the documents' order; x counts their tokens.
 func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs []string) ([]float64, error) {
 	if s.o.Tokenizer == nil {
 		return nil, badRequest("query", "this server has no tokenizer to encode the query and documents with")
 	}
-	maxLen := s.o.MaxContext
-	if maxLen <= 0 {
-		maxLen = math.MaxInt32 // no bound
-	}
-	if n := s.o.Tokenizer.ModelMaxLength(); n > 0 {
-		maxLen = min(maxLen, n) // CrossEncoder's max_length
-	}
+	maxLen := s.rerankMaxLen()
 	inputs := make([][]int, len(docs))
 	for i, d := range docs {
-		var ids []int
-		var err error
-		if s.o.RerankCausal {
-			ids, err = CausalPairIDs(s.o.Tokenizer, query, d, maxLen)
-		} else {
-			ids, err = PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, d, maxLen)
-		}
+		ids, err := s.rerankPair(query, d, maxLen)
 		if err != nil {
 			return nil, badRequest("documents", "encoding the query with document %d: %v", i, err)
 		}
 		inputs[i] = ids
 	}
+	logits, err := s.rerankLogits(r, x, inputs)
+	if err != nil {
+		return nil, err
+	}
+	scores := make([]float64, len(logits))
+	for i, l := range logits {
+		scores[i] = RelevanceScore(l, s.o.RerankRaw)
+	}
+	return scores, nil
+}
+
+// rerankMaxLen is the most tokens of a pair: the served context and the
+// tokenizer's model_max_length (CrossEncoder's max_length), the smaller.
+func (s *Server) rerankMaxLen() int {
+	maxLen := s.o.MaxContext
+	if maxLen <= 0 {
+		maxLen = math.MaxInt32 // no bound
+	}
+	if n := s.o.Tokenizer.ModelMaxLength(); n > 0 {
+		maxLen = min(maxLen, n)
+	}
+	return maxLen
+}
+
+// rerankPair is the model's input of a (query, document) pair cut to
+// maxLen tokens: PairIDs, or CausalPairIDs for a causal cross-encoder.
+func (s *Server) rerankPair(query, doc string, maxLen int) ([]int, error) {
+	if s.o.RerankCausal {
+		return CausalPairIDs(s.o.Tokenizer, query, doc, maxLen)
+	}
+	return PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, doc, maxLen)
+}
+
+// rerankLogits scores a reranker's inputs through the scheduler: each
+// one's logit, in their order; x counts their tokens.
+func (s *Server) rerankLogits(r *http.Request, x *exchange, inputs [][]int) ([]float32, error) {
 	out, err := s.embed(r, x, inputs, 0, false)
 	if err != nil {
 		return nil, err
 	}
-	scores := make([]float64, len(out))
+	logits := make([]float32, len(out))
 	for i, v := range out {
 		if len(v) != 1 {
 			return nil, fmt.Errorf("rerank: the model gave %d scores for pair %d, want 1 (a cross-encoder of one label)", len(v), i)
 		}
-		scores[i] = RelevanceScore(v[0], s.o.RerankRaw)
+		logits[i] = v[0]
 	}
-	return scores, nil
+	return logits, nil
 }

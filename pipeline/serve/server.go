@@ -76,8 +76,20 @@ type ServerOptions struct {
 	// default_prompt_name), as sentence-transformers' encode puts it; ""
 	// for none.
 	EmbedPrompt string
+	// EmbedPrompts are the model's sentence-transformers prompts by name
+	// (config_sentence_transformers.json's prompts), which the prompt_name
+	// of TEI's /embed picks (tei.go): that prompt instead of EmbedPrompt;
+	// nil makes every prompt_name TEI's 422. Leave it nil when the model's
+	// Pooling config leaves the prompt out of a mean (include_prompt
+	// false), which tputool does not.
+	EmbedPrompts map[string]string
+	// Pooling names how the engine pools the embeddings ("last", "mean",
+	// "cls": compile.Pooling's names), for TEI's GET /info
+	// (model_type.embedding.pooling); "" unknown.
+	Pooling string
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
-	// /v1/*, /api/*, /rerank, /v2/rerank and /metrics (401 without it); /health and /
+	// /v1/*, /api/*, /rerank, /v2/rerank, TEI's paths (/embed, /info…)
+	// and /metrics (401 without it); /health and /
 	// (ollama's "Ollama is running") stay open.
 	APIKey string
 	// AccessLog receives one JSON line per request (time, method, path,
@@ -146,9 +158,12 @@ type ServerOptions struct {
 // (anthropic.go), ollama's /api/generate, /api/chat (ollama.go), /api/embed,
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
 // and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank,
-// /rerank and /v2/rerank (rerank.go), GET /health and GET /metrics. Every error is
+// /rerank and /v2/rerank (rerank.go), text-embeddings-inference's /embed,
+// /rerank (its form), /predict, /decode and /info (tei.go), GET /health
+// and GET /metrics. Every error is
 // answered in OpenAI's error shape, except under /v1/messages, in
-// Anthropic's, and under / and /api/, in ollama's. A model that only
+// Anthropic's, under / and /api/, in ollama's, and on TEI's paths (and
+// a TEI-form /rerank), in TEI's. A model that only
 // gives embeddings (ServerOptions.EmbeddingsOnly) is served by the
 // embeddings endpoints and the model list alone, a reranker
 // (ServerOptions.Rerank) by the rerank endpoints and the model list.
@@ -242,6 +257,16 @@ func routeOf(path string) (route, bool) {
 		return route{"/api/embeddings", http.MethodPost, (*Server).ollamaEmbeddings}, true
 	case "/v1/rerank", "/rerank", "/v2/rerank":
 		return route{path, http.MethodPost, (*Server).rerank}, true
+	case "/embed":
+		return route{"/embed", http.MethodPost, (*Server).teiEmbed}, true
+	case "/predict":
+		return route{"/predict", http.MethodPost, (*Server).teiPredict}, true
+	case "/decode":
+		return route{"/decode", http.MethodPost, (*Server).teiDecode}, true
+	case "/info":
+		return route{"/info", http.MethodGet, (*Server).teiInfo}, true
+	case "/embed_all", "/embed_sparse", "/tokenize":
+		return route{path, http.MethodPost, (*Server).teiUnsupported}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/v1/messages/count_tokens":
@@ -298,6 +323,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail = writeAnthropicError
 	case ollamaPath(r.URL.Path):
 		fail = writeOllamaError
+	case teiPath(r.URL.Path):
+		fail = writeTEIError
 	}
 	// The key comes first: without it, a client learns nothing, not even
 	// which paths exist. / (ollama's "Ollama is running") is open, as
