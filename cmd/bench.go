@@ -715,8 +715,9 @@ func benchEmbedFits(m lm.Model, c bench.EmbedCase, dtype dtypes.DType, hostMemor
 	positions, need, ok := stateNeed(m, c.Batch, c.InputLen, 0, dtype, dtypes.InvalidDType)
 	what := fmt.Sprintf("--batch %d --prompt-len %d: the KV cache of %d input(s) of %d positions (%d layers, %s)",
 		c.Batch, c.InputLen, c.Batch, positions, spec.Layers, dtypeName(dtype))
+	need += compile.EmbedScoreBytes(spec, c.Batch, c.InputLen)
+	what += fmt.Sprintf(" and their attention scores (%d heads, f32)", spec.Heads)
 	if spec.Encoder {
-		need += compile.EncoderScoreBytes(spec, c.Batch, c.InputLen)
 		what = fmt.Sprintf("--batch %d --prompt-len %d: the attention scores of %d input(s) of %d tokens (%d heads, f32)",
 			c.Batch, c.InputLen, c.Batch, c.InputLen, spec.Heads)
 	}

@@ -318,7 +318,7 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 		}
 		longest = max(longest, len(ids[i]))
 	}
-	if err := checkStateFits(loaded.Model, min(len(ids), embedGroup), longest, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
+	if err := checkEmbedFits(loaded.Model, min(len(ids), embedGroup), longest, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)

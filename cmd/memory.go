@@ -42,6 +42,22 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 	return checkHostMemory(what, need, !ok, hostMemory, lower)
 }
 
+// checkEmbedFits refuses embedding or scoring rows inputs of at most
+// longest tokens together (embed, rerank) when the host cannot hold
+// their layer state (a decoder's KV caches) and a step's attention
+// scores (compile.EmbedScoreBytes).
+func checkEmbedFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+	var hostMemory int64
+	if hostMemoryFn != nil {
+		hostMemory = hostMemoryFn()
+	}
+	spec := m.Spec()
+	_, need, ok := stateNeed(m, rows, longest, 0, dtype, kv)
+	need += compile.EmbedScoreBytes(spec, rows, longest)
+	what := fmt.Sprintf("%d input(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype))
+	return checkHostMemory(what, need, !ok, hostMemory, "shorten the inputs or lower their number")
+}
+
 // stateNeed is the most layer state a generation allocates: batch rows of
 // positions slots (the cache bucket of the longest prompt's bucket plus
 // maxNew), need bytes; ok is false when the figure overflows.

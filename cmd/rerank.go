@@ -154,7 +154,7 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 		}
 		longest = max(longest, len(inputs[i]))
 	}
-	if err := checkStateFits(loaded.Model, min(len(inputs), embedGroup), longest, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
+	if err := checkEmbedFits(loaded.Model, min(len(inputs), embedGroup), longest, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, Quantize: opts.Quantize}, opts.HostMemory, rep)

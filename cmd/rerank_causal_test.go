@@ -203,3 +203,22 @@ func TestServeRerankCausal(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, status, string(body))
 	require.Equal(t, ExitOK, stop())
 }
+
+// TestRerankCausalRefusesScoresThatCannotFit: a decoder cross-encoder's
+// pairs run in steps of up to 512 tokens attending over the whole pair,
+// and the memory check counts those scores (compile.EmbedScoreBytes), not
+// only the KV caches: a pair of about 2,300 tokens needs more than the
+// fake machine's 16 MiB (4 heads·512·T·4 bytes), and is refused before
+// anything runs; a short one runs.
+func TestRerankCausalRefusesScoresThatCannotFit(t *testing.T) {
+	dir, _ := seqClsModel(t, "Qwen3ForSequenceClassification", 1, true)
+	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) { v["max_position_embeddings"] = 8192 })
+	editJSON(t, filepath.Join(dir, "tokenizer_config.json"), func(v map[string]any) { v["model_max_length"] = 8192 })
+	long := strings.Repeat("the park ", 1200)
+	e := genEnv(t)
+	require.Equal(t, ExitUsage, e.run("rerank", "-m", dir, "--query", "Who went to the park?", "-d", long), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "attention scores in f32) needs")
+	assert.Contains(t, e.errOut.String(), "more than this machine's 16.0 MiB")
+	e = genEnv(t)
+	require.Equal(t, ExitOK, e.run("rerank", "-m", dir, "--query", "Who went to the park?", "-d", "the park"), e.errOut.String())
+}

@@ -309,7 +309,8 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 // together (as many as compile.Encoder runs at once), each of up to
 // --max-context positions (and any layer state, which BERT has none of);
 // for a causal classifier (lm.Spec.Classifier), whose inputs run in
-// pieces, the KV caches of such a group.
+// pieces, the KV caches of such a group and a piece's attention scores
+// (compile.EmbedScoreBytes).
 func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
@@ -318,8 +319,9 @@ func checkEncoderFits(m lm.Model, context int, dtype, kv dtypes.DType, hostMemor
 	spec := m.Spec()
 	need, ok := lm.StateBytes(m, embedGroup, context, dtype, kv)
 	what := fmt.Sprintf("the KV caches of %d inputs of %d positions scored together (%d layers, %s)", embedGroup, context, spec.Layers, kvOr(kv, dtype))
+	need += compile.EmbedScoreBytes(spec, embedGroup, context)
+	what += fmt.Sprintf(" and their attention scores (%d heads, f32)", spec.Heads)
 	if spec.Encoder {
-		need += compile.EncoderScoreBytes(spec, embedGroup, context)
 		what = fmt.Sprintf("the attention scores of %d inputs of %d positions embedded together (%d heads, f32)", embedGroup, context, spec.Heads)
 	}
 	return checkHostMemory(what, need, !ok, hostMemory, "lower --max-context"+narrowerKV(kv))

@@ -201,6 +201,19 @@ func EncoderScoreBytes(s *lm.Spec, rows, longest int) int64 {
 	return max(perRow, min(int64(rows)*perRow, encoderScoreBudget))
 }
 
+// EmbedScoreBytes is the most attention scores one of Embed's (or
+// Score's) steps holds for up to rows inputs of at most longest tokens:
+// an encoder's (EncoderScoreBytes), or a decoder's, whose steps of at
+// most 512 tokens a row attend over up to longest slots:
+// rows·heads·min(longest, 512)·longest f32 (8 Qwen3-Reranker-0.6B pairs
+// of 40,960 tokens: 10.7 GB).
+func EmbedScoreBytes(s *lm.Spec, rows, longest int) int64 {
+	if s.Encoder {
+		return EncoderScoreBytes(s, rows, longest)
+	}
+	return int64(rows) * int64(s.Heads) * int64(min(longest, embedPiece)) * int64(longest) * 4
+}
+
 // encoderRowScores is the bytes of attention scores one input of T
 // tokens holds at a time in an encoder's step: heads·min(T, B)·T f32,
 // its queries attending in pieces of B = nn.EncoderBlock (an 8192-token
