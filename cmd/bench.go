@@ -582,13 +582,7 @@ func benchLoadLM(ctx context.Context, m *loader.Checkpoint, dev *tpu.Device, mod
 		}
 		return &bench.Target{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: specialIDs(l),
 			Open: func(label string) (*bench.Session, error) {
-				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
-				if i < 0 {
-					return nil, fmt.Errorf("bench: mode %q was not asked for", label)
-				}
-				mo := o
-				mo.Mode = modes[i]
-				r, err := compileRunner(dev, l, mo, hostMemory, rep)
+				r, err := benchRunner(label, modes, o, dev, l, hostMemory, rep)
 				if err != nil {
 					return nil, err
 				}
@@ -664,13 +658,7 @@ func benchLoadEmbed(m *loader.Checkpoint, dev *tpu.Device, modes []compile.Mode,
 		return &bench.EmbedTarget{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: specialIDs(l),
 			Validate: func(c bench.EmbedCase) error { return benchEmbedFits(l.Model, c, o.DType, hostMemory) },
 			Open: func(label string) (*bench.EmbedSession, error) {
-				i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
-				if i < 0 {
-					return nil, fmt.Errorf("bench: mode %q was not asked for", label)
-				}
-				mo := o
-				mo.Mode = modes[i]
-				r, err := compileRunner(dev, l, mo, hostMemory, rep)
+				r, err := benchRunner(label, modes, o, dev, l, hostMemory, rep)
 				if err != nil {
 					return nil, err
 				}
@@ -733,6 +721,17 @@ func clampEmbedLens(opts *BenchOptions, maxPos int, rep *ui.Reporter) {
 	}
 	opts.PromptLens = []int{maxPos}
 	rep.Infof("note: the model has %d positions: using --prompt-len %d", maxPos, maxPos)
+}
+
+// benchRunner compiles the loaded model's runner for the mode labelled
+// label, one of modes, with o.
+func benchRunner(label string, modes []compile.Mode, o compile.Options, dev *tpu.Device, l *lm.Loaded, hostMemory func() int64, rep *ui.Reporter) (*compile.Runner, error) {
+	i := slices.IndexFunc(modes, func(m compile.Mode) bool { return m.String() == label })
+	if i < 0 {
+		return nil, fmt.Errorf("bench: mode %q was not asked for", label)
+	}
+	o.Mode = modes[i]
+	return compileRunner(dev, l, o, hostMemory, rep)
 }
 
 // interruptibleLM is bench's runner: its prefill runs in pieces of about
