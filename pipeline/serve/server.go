@@ -153,9 +153,10 @@ type ServerOptions struct {
 }
 
 // Server is the HTTP API over a Scheduler: OpenAI's /v1/models,
-// /v1/completions, /v1/chat/completions (openai.go) and /v1/embeddings
-// (embeddings.go), Anthropic's /v1/messages and /v1/messages/count_tokens
-// (anthropic.go), ollama's /api/generate, /api/chat (ollama.go), /api/embed,
+// /v1/completions, /v1/chat/completions (openai.go), /v1/responses
+// (responses.go) and /v1/embeddings (embeddings.go), Anthropic's
+// /v1/messages and /v1/messages/count_tokens (anthropic.go), ollama's
+// /api/generate, /api/chat (ollama.go), /api/embed,
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
 // and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank,
 // /rerank and /v2/rerank (rerank.go), text-embeddings-inference's /embed,
@@ -267,6 +268,8 @@ func routeOf(path string) (route, bool) {
 		return route{"/info", http.MethodGet, (*Server).teiInfo}, true
 	case "/embed_all", "/embed_sparse", "/tokenize":
 		return route{path, http.MethodPost, (*Server).teiUnsupported}, true
+	case "/v1/responses":
+		return route{"/v1/responses", http.MethodPost, (*Server).responses}, true
 	case "/v1/messages":
 		return route{"/v1/messages", http.MethodPost, (*Server).messages}, true
 	case "/v1/messages/count_tokens":
