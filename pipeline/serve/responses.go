@@ -44,6 +44,8 @@ type responsesRequest struct {
 		Effort          *string         `json:"effort"`
 		Summary         json.RawMessage `json:"summary"`          // accepted: no summary is written
 		GenerateSummary json.RawMessage `json:"generate_summary"` // the deprecated summary
+		Context         json.RawMessage `json:"context"`          // accepted: the thought is the template's
+		Mode            json.RawMessage `json:"mode"`
 	} `json:"reasoning"`
 	MaxOutputTokens *int     `json:"max_output_tokens"`
 	Temperature     *float64 `json:"temperature"`
@@ -77,6 +79,9 @@ type responsesRequest struct {
 	PromptCacheOptions   json.RawMessage `json:"prompt_cache_options"`
 	SafetyIdentifier     json.RawMessage `json:"safety_identifier"`
 	ServiceTier          json.RawMessage `json:"service_tier"`
+	// ClientMetadata is Codex CLI's, on every request it sends.
+	ClientMetadata    json.RawMessage `json:"client_metadata"`
+	BackgroundOptions json.RawMessage `json:"background_options"`
 }
 
 // responses answers POST /v1/responses.
@@ -111,13 +116,14 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, x *exchange) 
 	defer cancel()
 	defer func() { x.completionTokens = completionTokens(streams) }()
 	resp := s.newResponse(&req, p)
+	encrypted := slices.Contains(req.Include, "reasoning.encrypted_content")
 	if req.Stream {
-		s.streamResponse(r.Context(), w, p, streams[0], resp)
+		s.streamResponse(r.Context(), w, p, encrypted, streams[0], resp)
 		return
 	}
 	// The whole answer is built as the stream's is, without its events,
 	// so both have the same items.
-	out := newResponseOutput(p, nil)
+	out := newResponseOutput(p, encrypted, nil)
 	c := &choice{}
 	for ev := range streams[0].Events {
 		c.add(ev, false)
@@ -227,6 +233,9 @@ type responsesItem struct {
 	Summary []struct {
 		Text string `json:"text"`
 	} `json:"summary"`
+	// EncryptedContent is the thought as this server wrote it (plain
+	// text), which Codex sends back instead of the content.
+	EncryptedContent *string `json:"encrypted_content"`
 }
 
 // responsesInput turns input (a string: one user message; or a list of
@@ -314,6 +323,11 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			}
 			if len(c) == 0 { // a summary stands for the thought
 				c = it.Summary
+			}
+			if len(c) == 0 && it.EncryptedContent != nil { // the thought as this server sent it
+				c = append(c, struct {
+					Text string `json:"text"`
+				}{*it.EncryptedContent})
 			}
 			for _, part := range c {
 				reasoning = joinLines(reasoning, part.Text)

@@ -28,6 +28,12 @@ type responseItem struct {
 	typ    string // reasoning, message, function_call
 	status string // in_progress, completed, incomplete
 	text   strings.Builder
+	// encrypted puts a reasoning item's thought in encrypted_content too
+	// (as plain text, as ollama writes it), which a client that asks
+	// include ["reasoning.encrypted_content"] sends back in place of the
+	// content (Codex drops reasoning_text content from the items it
+	// returns).
+	encrypted bool
 	// a function call's
 	callID, name, arguments string
 }
@@ -51,6 +57,9 @@ func (it *responseItem) object() map[string]any {
 	switch it.typ {
 	case "reasoning":
 		o["summary"], o["content"] = []any{}, content
+		if it.encrypted && it.status != "in_progress" {
+			o["encrypted_content"] = it.text.String()
+		}
 	case "message":
 		o["role"], o["content"] = "assistant", content
 	case "function_call":
@@ -71,14 +80,15 @@ type responseOutput struct {
 	items     []*responseItem
 	open      *responseItem
 	pending   string          // whitespace no message holds yet
+	encrypted bool            // reasoning items carry encrypted_content (responseItem)
 	reasoning strings.Builder // the whole thought, for the usage
 	// send writes an event (its type and sequence number added); false
 	// when the client is gone. nil sends nothing (a whole answer).
 	send func(typ string, v map[string]any) bool
 }
 
-func newResponseOutput(p *plan, send func(string, map[string]any) bool) *responseOutput {
-	return &responseOutput{a: &answer{sp: p.splitter(), tp: p.toolParser()}, format: p.tools, send: send}
+func newResponseOutput(p *plan, encrypted bool, send func(string, map[string]any) bool) *responseOutput {
+	return &responseOutput{a: &answer{sp: p.splitter(), tp: p.toolParser()}, format: p.tools, encrypted: encrypted, send: send}
 }
 
 func (o *responseOutput) event(typ string, v map[string]any) bool {
@@ -135,7 +145,7 @@ func (o *responseOutput) add(kind, piece string) bool {
 // start opens an item of kind with its one content part.
 func (o *responseOutput) start(kind string) bool {
 	prefix := map[string]string{"reasoning": "rs_", "message": "msg_"}[kind]
-	it := &responseItem{index: len(o.items), id: prefix + rand.Text(), typ: kind, status: "in_progress"}
+	it := &responseItem{index: len(o.items), id: prefix + rand.Text(), typ: kind, status: "in_progress", encrypted: o.encrypted}
 	o.items, o.open = append(o.items, it), it
 	return o.event("response.output_item.added", map[string]any{"output_index": it.index, "item": it.object()}) &&
 		o.event("response.content_part.added", map[string]any{"item_id": it.id, "output_index": it.index, "content_index": 0, "part": it.part("")})
@@ -213,7 +223,7 @@ func (o *responseOutput) objects() []any {
 }
 
 // streamResponse streams the answer as the Responses events.
-func (s *Server) streamResponse(ctx context.Context, w http.ResponseWriter, p *plan, st *Stream, resp *responseObject) {
+func (s *Server) streamResponse(ctx context.Context, w http.ResponseWriter, p *plan, encrypted bool, st *Stream, resp *responseObject) {
 	out := startSSE(w)
 	seq := 0
 	send := func(typ string, v map[string]any) bool {
@@ -224,7 +234,7 @@ func (s *Server) streamResponse(ctx context.Context, w http.ResponseWriter, p *p
 	if !send("response.created", map[string]any{"response": resp}) || !send("response.in_progress", map[string]any{"response": resp}) {
 		return
 	}
-	o := newResponseOutput(p, send)
+	o := newResponseOutput(p, encrypted, send)
 	finish := ""
 	for ev := range st.Events {
 		if ev.FinishReason == FinishError || ev.FinishReason == FinishCancelled {

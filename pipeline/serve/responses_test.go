@@ -242,8 +242,9 @@ func TestResponsesTools(t *testing.T) {
 }
 
 // Earlier turns as items: function calls join the assistant message
-// before them, a reasoning item's text (its content, else its summary)
-// is the next assistant message's reasoning (reasoning_content in the
+// before them, a reasoning item's text (its content, else its summary,
+// else the encrypted_content this server wrote, which Codex sends back
+// alone) is the next assistant message's reasoning (reasoning_content in the
 // template), the arguments reach the template as an object, as chat's
 // do; a thought no assistant message follows is dropped.
 func TestResponsesHistory(t *testing.T) {
@@ -259,10 +260,11 @@ func TestResponsesHistory(t *testing.T) {
 		`{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"21"}]},`+
 		`{"type":"function_call_output","call_id":"c2","output":"noon"},`+
 		`{"type":"reasoning","summary":[{"type":"summary_text","text":"Warm."}]},{"role":"assistant","content":"It is 21."},{"role":"user","content":"Thanks."},`+
+		`{"type":"reasoning","summary":[],"encrypted_content":"Polite."},{"role":"assistant","content":"Welcome."},{"role":"user","content":"Bye."},`+
 		`{"type":"reasoning","summary":[{"type":"summary_text","text":"dropped: no assistant message follows"}]}]}`)
 	require.Equal(t, 200, status, string(body))
 	prompt := ts.lastPrompt(t)
-	assert.Equal(t, "system:Sys.user:Weather?assistant:[Need it.]Checking.<c1 get_weather {\"city\": \"Oslo\"}><c2 now \"\">tool:21tool:noonassistant:[Warm.]It is 21.user:Thanks.assistant:", prompt)
+	assert.Equal(t, "system:Sys.user:Weather?assistant:[Need it.]Checking.<c1 get_weather {\"city\": \"Oslo\"}><c2 now \"\">tool:21tool:noonassistant:[Warm.]It is 21.user:Thanks.assistant:[Polite.]Welcome.user:Bye.assistant:", prompt)
 }
 
 // tool_choice "required" and a named function force a call through the
@@ -371,6 +373,17 @@ func TestResponsesReasoning(t *testing.T) {
 	rt := resp.Usage.OutputTokensDetails.ReasoningTokens
 	assert.Greater(t, rt, int64(2))
 	assert.Less(t, rt, resp.Usage.OutputTokens)
+
+	assert.Empty(t, resp.Output[0].EncryptedContent, "not asked for")
+
+	// include reasoning.encrypted_content: the thought (plain text) for a
+	// client that sends items back without their content.
+	enc := params
+	enc.Include = []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent}
+	er, err := c.Responses.New(context.Background(), enc)
+	requireNoAPIError(t, err)
+	assert.Equal(t, "Two and two.\n", er.Output[0].EncryptedContent)
+	assert.Equal(t, "Two and two.\n", streamResponse(t, c, enc).final.Output[0].EncryptedContent)
 
 	s := streamResponse(t, c, params)
 	check(s.final)
@@ -489,6 +502,13 @@ func TestResponsesRefused(t *testing.T) {
 	status, _, b = ts.post(t, "/v1/responses", `{"input":[{"role":"user","content":"hi"}],"max_output_tokens":2,"store":false,"metadata":{"a":"b"},`+
 		`"user":"u","service_tier":"auto","prompt_cache_key":"k","safety_identifier":"s","include":["reasoning.encrypted_content"],`+
 		`"reasoning":{"effort":"low","summary":"auto"},"truncation":"disabled","parallel_tool_calls":true,"top_logprobs":0,"stream_options":{"include_obfuscation":false}}`)
+	assert.Equal(t, 200, status, string(b))
+	// Codex CLI's request: its client_metadata on every request, function
+	// tools, tool_choice auto, store false, the encrypted thought.
+	status, _, b = ts.post(t, "/v1/responses", `{"model":"`+testModel+`","instructions":"You are Codex.","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}],`+
+		`"tools":[{"type":"function","name":"shell","description":"Runs a command","strict":false,"parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}},"required":["command"]}}],`+
+		`"tool_choice":"auto","parallel_tool_calls":false,"reasoning":{"effort":"medium","summary":"auto"},"store":false,"stream":false,`+
+		`"include":["reasoning.encrypted_content"],"prompt_cache_key":"0199","client_metadata":{"x-codex-installation-id":"i"},"max_output_tokens":2}`)
 	assert.Equal(t, 200, status, string(b))
 }
 

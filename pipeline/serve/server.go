@@ -310,6 +310,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.logRequest(r, rec.status, start, x)
 	}()
+	if r.Method == http.MethodPost && s.o.EmbeddingsOnly && (r.URL.Path == "/" || r.URL.Path == "/invocations") {
+		// TEI's default routes (and SageMaker's): an embedding model's
+		// /embed, a reranker's /rerank. GET / stays ollama's.
+		r.URL.Path = "/embed"
+		if s.o.Rerank {
+			r.URL.Path = "/rerank"
+		}
+	}
 	rt, ok := routeOf(r.URL.Path)
 	if !ok && s.o.Pprof {
 		rt, ok = pprofRoute(r.URL.Path)

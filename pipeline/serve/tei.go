@@ -298,6 +298,9 @@ func teiInputs(raw json.RawMessage) ([]teiInput, error) {
 	shape := teiBodyError(http.StatusUnprocessableEntity, "Failed to deserialize the JSON body into the target type: inputs must be a string, an array of token ids, or an array of strings and arrays of token ids")
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, teiEmptyError("inputs") // tokenization.rs refuses an empty input
+		}
 		return []teiInput{{text: one}}, nil
 	}
 	var elems []json.RawMessage
@@ -319,6 +322,9 @@ func teiInputs(raw json.RawMessage) ([]teiInput, error) {
 			inputs[i].isIDs = true
 		default:
 			return nil, shape
+		}
+		if inputs[i].text == "" && len(inputs[i].ids) == 0 {
+			return nil, teiEmptyError("inputs")
 		}
 	}
 	return inputs, nil
@@ -765,6 +771,12 @@ func (s *Server) teiDecode(w http.ResponseWriter, r *http.Request, _ *exchange) 
 	if s.o.Tokenizer == nil {
 		writeTEIError(w, teiTokenizerError(errors.New("this server has no tokenizer")))
 		return
+	}
+	for _, ids := range lists {
+		if len(ids) == 0 {
+			writeTEIError(w, teiEmptyError("input_ids"))
+			return
+		}
 	}
 	skip := req.SkipSpecialTokens == nil || *req.SkipSpecialTokens
 	texts := make([]string, len(lists))

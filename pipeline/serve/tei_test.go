@@ -251,6 +251,11 @@ func TestTEIBadRequests(t *testing.T) {
 		{"/embed", `{"inputs":5}`, 422, "Validation", "inputs must be a string"},
 		{"/embed", `{"inputs":["a",{"text":"b"}]}`, 422, "Validation", "inputs must be a string"},
 		{"/embed", `{"inputs":[]}`, 400, "Empty", "`inputs` cannot be empty"},
+		{"/embed", `{"inputs":""}`, 400, "Empty", "`inputs` cannot be empty"},
+		{"/embed", `{"inputs":["a",""]}`, 400, "Empty", "`inputs` cannot be empty"},
+		{"/embed", `{"inputs":[[]]}`, 400, "Empty", "`inputs` cannot be empty"},
+		{"/decode", `{"ids":[]}`, 400, "Empty", "`input_ids` cannot be empty"},
+		{"/decode", `{"ids":[[1],[]]}`, 400, "Empty", "`input_ids` cannot be empty"},
 		{"/embed", `{"inputs":"a","normalize":"yes"}`, 422, "Validation", "normalize: invalid type: string"},
 		{"/embed", `{"inputs":"a","truncation_direction":"Up"}`, 422, "Validation", "unknown variant `Up`, expected `Left` or `Right`"},
 		{"/embed", `{"inputs":"a","dimensions":0}`, 422, "Validation", "Input validation error: `dimensions` should be positive"},
@@ -527,10 +532,10 @@ func TestTEIDecode(t *testing.T) {
 	assert.Equal(t, []string{ts.tok.Decode(ids, true)}, texts)
 	assert.Equal(t, "Once upon a time", strings.TrimSpace(texts[0]))
 
-	status, _, body = ts.post(t, "/decode", `{"ids":[`+string(raw)+`,[]],"skip_special_tokens":false}`)
+	status, _, body = ts.post(t, "/decode", `{"ids":[`+string(raw)+`,[5]],"skip_special_tokens":false}`)
 	require.Equal(t, http.StatusOK, status, string(body))
 	require.NoError(t, json.Unmarshal(body, &texts))
-	assert.Equal(t, []string{ts.tok.Decode(ids, false), ""}, texts)
+	assert.Equal(t, []string{ts.tok.Decode(ids, false), ts.tok.Decode([]int{5}, false)}, texts)
 	assert.NotEqual(t, texts[0], ts.tok.Decode(ids, true), "the special <s> is kept")
 }
 
@@ -604,4 +609,34 @@ func TestLeftTruncate(t *testing.T) {
 		k1, k2 := pairKeep(tc.n1, tc.n2, tc.room)
 		assert.Equal(t, []int{tc.k1, tc.k2}, []int{k1, k2}, "%+v", tc)
 	}
+}
+
+// TestTEIDefaultRoute: TEI's POST / (and SageMaker's /invocations) is an
+// embedding server's /embed and a reranker's /rerank, for the clients
+// given the server's bare URL (huggingface_hub's InferenceClient,
+// haystack's embedders); GET / stays ollama's, and a generating model's
+// POST / is still a 405.
+func TestTEIDefaultRoute(t *testing.T) {
+	ts := newTestServer(t, serverConfig{embeddingsOnly: true})
+	_, _, want := ts.post(t, "/embed", `{"inputs":["a cat","the end"]}`)
+	for _, path := range []string{"/", "/invocations"} {
+		status, _, body := ts.post(t, path, `{"inputs":["a cat","the end"]}`)
+		require.Equal(t, http.StatusOK, status, "%s: %s", path, body)
+		assert.JSONEq(t, string(want), string(body), "%s: /embed's vectors", path)
+	}
+	resp, err := http.Get(ts.URL + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "GET / is ollama's")
+
+	rs, _ := rerankServer(t, true, 64, 0)
+	body := `{"query":"what is a tpu","texts":["hello","the tpu is a matrix processor"]}`
+	_, _, want = rs.post(t, "/rerank", body)
+	status, _, got := rs.post(t, "/", body)
+	require.Equal(t, http.StatusOK, status, string(got))
+	assert.JSONEq(t, string(want), string(got), "/rerank's ranks")
+
+	gen := newTestServer(t, serverConfig{})
+	status, _, got = gen.post(t, "/", `{"inputs":"a"}`)
+	assert.Equal(t, http.StatusMethodNotAllowed, status, string(got))
 }
