@@ -386,7 +386,7 @@ func benchTaskFlags(task string, given []string) error {
 	case bench.TaskDiffuse:
 		other = []string{"prompt-len", "gen-len", "tp", "dp", "host-argmax"}
 	case bench.TaskEmbed:
-		other = []string{"gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "kv-cache-dtype", "experts"}
+		other = []string{"gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "experts"}
 	default:
 		other = []string{"steps", "size", "variant"}
 	}
@@ -405,14 +405,13 @@ func benchHeader(opts *BenchOptions, dev *tpu.Device, model, task, dtype string)
 		Device: dev.String(), Backend: dev.BackendName, Platform: dev.Platform, DType: dtype, Model: model, Task: task,
 		Date: opts.Now().UTC().Format(time.RFC3339), Repeat: opts.Repeat, Warmup: opts.Warmup, HostArgmax: opts.HostArgmax,
 		Host: bench.Host{OS: runtime.GOOS, Arch: runtime.GOARCH, Cores: runtime.NumCPU()}}
-	if task == bench.TaskEmbed {
-		h.Quantize, h.Activations = opts.Quantize, opts.Activations
-	}
-	if task == bench.TaskGenerate { // the executor's settings, where not their defaults
+	if task == bench.TaskEmbed || task == bench.TaskGenerate { // the executor's settings, where not their defaults
 		if opts.KVDType != dtypes.InvalidDType {
 			h.KVCacheDType = strings.ToLower(opts.KVDType.String())
 		}
 		h.Quantize, h.Activations = opts.Quantize, opts.Activations
+	}
+	if task == bench.TaskGenerate {
 		if opts.Experts != compile.ExpertsInGraph {
 			h.Experts = opts.Experts.String()
 		}
@@ -522,7 +521,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		rows, err = bench.Embed(ctx, cfg, bench.EmbedSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.EmbedCases(batches, opts.PromptLens),
-			Load:  benchLoadEmbed(m, dev, opts.Modes, compile.Options{DType: dtype, Quantize: opts.Quantize}, opts.HostMemory, rep, &header),
+			Load:  benchLoadEmbed(m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, Quantize: opts.Quantize}, opts.HostMemory, rep, &header),
 		})
 	case bench.TaskGenerate:
 		dtype := computeDType(opts.DType, dev)
@@ -656,7 +655,7 @@ func benchLoadEmbed(m *loader.Checkpoint, dev *tpu.Device, modes []compile.Mode,
 		}
 		rep.Debugf("bench: each call runs %s (%s pooling)", h.Call, h.Pooling)
 		return &bench.EmbedTarget{VocabSize: spec.VocabSize, MaxPositions: spec.MaxPositions, Special: specialIDs(l),
-			Validate: func(c bench.EmbedCase) error { return benchEmbedFits(l.Model, c, o.DType, hostMemory) },
+			Validate: func(c bench.EmbedCase) error { return benchEmbedFits(l.Model, c, o.DType, o.KVDType, hostMemory) },
 			Open: func(label string) (*bench.EmbedSession, error) {
 				r, err := benchRunner(label, modes, o, dev, l, hostMemory, rep)
 				if err != nil {
@@ -694,15 +693,15 @@ func (e runnerEmbedder) Embed(inputs [][]int) error {
 // an encoder, the attention scores of its step; more bytes than int64
 // holds, or more than the host's memory (hostMemory nil or 0: unknown,
 // only the overflow check applies).
-func benchEmbedFits(m lm.Model, c bench.EmbedCase, dtype dtypes.DType, hostMemory func() int64) error {
+func benchEmbedFits(m lm.Model, c bench.EmbedCase, dtype, kv dtypes.DType, hostMemory func() int64) error {
 	var host int64
 	if hostMemory != nil {
 		host = hostMemory()
 	}
 	spec := m.Spec()
-	positions, need, ok := stateNeed(m, c.Batch, c.InputLen, 0, dtype, dtypes.InvalidDType)
+	positions, need, ok := stateNeed(m, c.Batch, c.InputLen, 0, dtype, kv)
 	what := fmt.Sprintf("--batch %d --prompt-len %d: the KV cache of %d input(s) of %d positions (%d layers, %s)",
-		c.Batch, c.InputLen, c.Batch, positions, spec.Layers, dtypeName(dtype))
+		c.Batch, c.InputLen, c.Batch, positions, spec.Layers, kvOr(kv, dtype))
 	need += compile.EmbedScoreBytes(spec, c.Batch, c.InputLen)
 	what += fmt.Sprintf(" and their attention scores (%d heads, f32)", spec.Heads)
 	if spec.Encoder {

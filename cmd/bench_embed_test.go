@@ -121,6 +121,10 @@ func TestBenchEmbedDecoder(t *testing.T) {
 	rep, _ := benchJSON(t, "-m", storiesDir, "--task", "embed", "--batch", "2", "--prompt-len", "6", "--repeat", "1")
 	assert.Equal(t, []string{"embed", "embed", "last"}, []string{rep.Header.Task, rep.Header.Call, rep.Header.Pooling})
 	checkEmbedRows(t, rep.Rows, []string{"eager b2 p6", "compiled b2 p6"}, 1)
+	// A decoder's inputs run through KV caches, in the dtype asked for.
+	rep, _ = benchJSON(t, "-m", storiesDir, "--task", "embed", "--batch", "2", "--prompt-len", "6", "--repeat", "1", "--kv-cache-dtype", "int8")
+	assert.Equal(t, "int8", rep.Header.KVCacheDType)
+	checkEmbedRows(t, rep.Rows, []string{"eager b2 p6", "compiled b2 p6"}, 1)
 }
 
 // TestBenchEmbedRefusals: the flags of other tasks are usage errors naming
@@ -130,7 +134,7 @@ func TestBenchEmbedDecoder(t *testing.T) {
 func TestBenchEmbedRefusals(t *testing.T) {
 	dir := tinyBert(t)
 	for _, flag := range [][]string{{"--gen-len", "3"}, {"--steps", "2"}, {"--size", "64x64"}, {"--variant", "fp16"},
-		{"--tp", "1"}, {"--dp", "1"}, {"--host-argmax"}, {"--kv-cache-dtype", "int8"}, {"--experts", "host"}} {
+		{"--tp", "1"}, {"--dp", "1"}, {"--host-argmax"}, {"--experts", "host"}} {
 		for _, args := range [][]string{{"bench", "-m", dir}, {"bench", "-m", storiesDir, "--task", "embed"}} {
 			e := benchEnv(t)
 			args = append(append(args, "--repeat", "1"), flag...)
