@@ -250,7 +250,7 @@ func routeOf(path string) (route, bool) {
 		return route{"/v1/completions", http.MethodPost, (*Server).completions}, true
 	case "/v1/chat/completions":
 		return route{"/v1/chat/completions", http.MethodPost, (*Server).chatCompletions}, true
-	case "/v1/embeddings":
+	case "/v1/embeddings", "/embeddings": // TEI serves OpenAI's embeddings without /v1 too
 		return route{"/v1/embeddings", http.MethodPost, (*Server).embeddings}, true
 	case "/api/embed":
 		return route{"/api/embed", http.MethodPost, (*Server).ollamaEmbed}, true
@@ -260,6 +260,8 @@ func routeOf(path string) (route, bool) {
 		return route{path, http.MethodPost, (*Server).rerank}, true
 	case "/embed":
 		return route{"/embed", http.MethodPost, (*Server).teiEmbed}, true
+	case "/similarity":
+		return route{"/similarity", http.MethodPost, (*Server).teiSimilarity}, true
 	case "/predict":
 		return route{"/predict", http.MethodPost, (*Server).teiPredict}, true
 	case "/decode":

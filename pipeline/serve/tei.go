@@ -123,7 +123,7 @@ func teiBodyError(status int, format string, args ...any) *teiError {
 // Cohere's too, and answers TEI's shape only for a body in TEI's form.
 func teiPath(path string) bool {
 	switch path {
-	case "/embed", "/embed_all", "/embed_sparse", "/predict", "/info", "/tokenize", "/decode":
+	case "/embed", "/embed_all", "/embed_sparse", "/predict", "/info", "/tokenize", "/decode", "/similarity":
 		return true
 	}
 	return false
@@ -395,11 +395,30 @@ func (s *Server) teiEmbed(w http.ResponseWriter, r *http.Request, x *exchange) {
 		writeTEIError(w, err)
 		return
 	}
-	limit, truncate := s.teiEmbedLimit(), teiTruncate(req.Truncate)
+	prompts, err := s.teiEncode(inputs, prompt, teiTruncate(req.Truncate), left)
+	if err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	vecs, err := s.embed(r, x, prompts, dims, req.Normalize == nil || *req.Normalize)
+	if err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, vecs)
+}
+
+// teiEncode is the token ids of /embed's inputs: each text after the
+// prompt, encoded, or ids as sent; each cut to the embedding limit
+// (teiCut: from the left with left, an error beyond it without
+// truncate).
+func (s *Server) teiEncode(inputs []teiInput, prompt string, truncate, left bool) ([][]int, error) {
+	limit := s.teiEmbedLimit()
 	prompts := make([][]int, len(inputs))
 	for i, in := range inputs {
 		text := prompt + in.text
 		var enc [][]int
+		var err error
 		if in.isIDs {
 			enc, err = s.encodePrompts("text", nil, [][]int{in.ids})
 		} else {
@@ -409,16 +428,106 @@ func (s *Server) teiEmbed(w http.ResponseWriter, r *http.Request, x *exchange) {
 			prompts[i], err = s.teiCut(text, !in.isIDs, enc[0], limit, truncate, left)
 		}
 		if err != nil {
-			writeTEIError(w, err)
+			return nil, err
+		}
+	}
+	return prompts, nil
+}
+
+// ---- POST /similarity
+
+// teiSimilarityRequest is TEI's POST /similarity (huggingface_hub's
+// InferenceClient.sentence_similarity): a source sentence and the
+// sentences to compare with it.
+type teiSimilarityRequest struct {
+	Inputs *struct {
+		SourceSentence *string   `json:"source_sentence"`
+		Sentences      []*string `json:"sentences"`
+	} `json:"inputs"`
+	Parameters *struct {
+		Truncate            *bool   `json:"truncate"`
+		TruncationDirection *string `json:"truncation_direction"`
+		PromptName          *string `json:"prompt_name"`
+	} `json:"parameters"`
+}
+
+// teiSimilarity answers POST /similarity: the cosine similarity of the
+// source sentence's embedding with each sentence's ([f32], in the
+// sentences' order), the embeddings /embed gives (normalized, the
+// prompt_name's prompt before every text).
+func (s *Server) teiSimilarity(w http.ResponseWriter, r *http.Request, x *exchange) {
+	var req teiSimilarityRequest
+	if err := decodeTEI(r, &req); err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	switch {
+	case req.Inputs == nil:
+		writeTEIError(w, teiMissing("inputs"))
+		return
+	case req.Inputs.SourceSentence == nil:
+		writeTEIError(w, teiMissing("source_sentence"))
+		return
+	case len(req.Inputs.Sentences) == 0:
+		writeTEIError(w, teiEmptyError("sentences"))
+		return
+	}
+	inputs := []teiInput{{text: *req.Inputs.SourceSentence}}
+	for i, t := range req.Inputs.Sentences {
+		if t == nil {
+			writeTEIError(w, teiBodyError(http.StatusUnprocessableEntity, "Failed to deserialize the JSON body into the target type: inputs.sentences[%d]: invalid type: null, expected a string", i))
+			return
+		}
+		inputs = append(inputs, teiInput{text: *t})
+	}
+	for _, in := range inputs {
+		if in.text == "" {
+			writeTEIError(w, teiEmptyError("inputs"))
 			return
 		}
 	}
-	vecs, err := s.embed(r, x, prompts, dims, req.Normalize == nil || *req.Normalize)
+	if n := s.teiMaxClientBatch(); len(inputs) > n {
+		writeTEIError(w, teiBatchError(len(inputs), n))
+		return
+	}
+	if s.o.Rerank {
+		writeTEIError(w, teiBackendError("Model is not an embedding model"))
+		return
+	}
+	var truncate *bool
+	var direction, name *string
+	if p := req.Parameters; p != nil {
+		truncate, direction, name = p.Truncate, p.TruncationDirection, p.PromptName
+	}
+	left, err := teiDirection(direction)
 	if err != nil {
 		writeTEIError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, vecs)
+	prompt, err := s.teiPrompt(name)
+	if err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	prompts, err := s.teiEncode(inputs, prompt, teiTruncate(truncate), left)
+	if err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	vecs, err := s.embed(r, x, prompts, 0, true)
+	if err != nil {
+		writeTEIError(w, err)
+		return
+	}
+	sims := make([]float32, len(vecs)-1)
+	for i, v := range vecs[1:] {
+		var dot float64
+		for j, a := range vecs[0] {
+			dot += float64(a) * float64(v[j])
+		}
+		sims[i] = float32(dot)
+	}
+	writeJSON(w, http.StatusOK, sims)
 }
 
 // ---- POST /rerank (TEI's form)

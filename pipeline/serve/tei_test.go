@@ -640,3 +640,58 @@ func TestTEIDefaultRoute(t *testing.T) {
 	status, _, got = gen.post(t, "/", `{"inputs":"a"}`)
 	assert.Equal(t, http.StatusMethodNotAllowed, status, string(got))
 }
+
+// TestTEISimilarity: POST /similarity (huggingface_hub's
+// sentence_similarity) is the cosine of the source sentence's /embed
+// vector with each sentence's, in their order; /embeddings is
+// /v1/embeddings; a reranker's /similarity is TEI's 424, and missing or
+// empty inputs TEI's 4xx.
+func TestTEISimilarity(t *testing.T) {
+	ts := newTestServer(t, serverConfig{embeddingsOnly: true})
+	_, _, body := ts.post(t, "/embed", `{"inputs":["Once upon a time","a cat","the end"]}`)
+	vecs := teiVectors(t, body)
+	status, _, body := ts.post(t, "/similarity", `{"inputs":{"source_sentence":"Once upon a time","sentences":["a cat","the end"]}}`)
+	require.Equal(t, http.StatusOK, status, string(body))
+	var sims []float64
+	require.NoError(t, json.Unmarshal(body, &sims))
+	require.Len(t, sims, 2)
+	for i, v := range vecs[1:] {
+		var dot float64
+		for j, a := range vecs[0] {
+			dot += a * v[j]
+		}
+		assert.InDelta(t, dot, sims[i], 1e-6, "sentence %d", i)
+	}
+	assert.NotEqual(t, sims[0], sims[1])
+
+	_, _, want := ts.post(t, "/v1/embeddings", `{"input":"a cat"}`)
+	status, _, got := ts.post(t, "/embeddings", `{"input":"a cat"}`)
+	require.Equal(t, http.StatusOK, status, string(got))
+	var a, b struct {
+		Data []struct {
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(want, &a))
+	require.NoError(t, json.Unmarshal(got, &b))
+	assert.Equal(t, a.Data, b.Data, "/embeddings is /v1/embeddings")
+
+	for _, tc := range []struct {
+		body   string
+		status int
+		msg    string
+	}{
+		{`{}`, 422, "missing field `inputs`"},
+		{`{"inputs":{"sentences":["a"]}}`, 422, "missing field `source_sentence`"},
+		{`{"inputs":{"source_sentence":"a","sentences":[]}}`, 400, "`sentences` cannot be empty"},
+		{`{"inputs":{"source_sentence":"","sentences":["a"]}}`, 400, "`inputs` cannot be empty"},
+		{`{"inputs":{"source_sentence":"a","sentences":["b"]},"parameters":{"prompt_name":"nope"}}`, 422, "is set to `nope`"},
+	} {
+		status, _, body := ts.post(t, "/similarity", tc.body)
+		assert.Equal(t, tc.status, status, "%s: %s", tc.body, body)
+		assert.Contains(t, string(body), tc.msg, tc.body)
+	}
+	rs, _ := rerankServer(t, true, 64, 0)
+	status, _, body = rs.post(t, "/similarity", `{"inputs":{"source_sentence":"a","sentences":["b"]}}`)
+	assert.Equal(t, http.StatusFailedDependency, status, string(body))
+}
