@@ -42,7 +42,7 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 	if pt, ok := sc.(lm.PadTrimmer); ok && pt.TrailingPad() >= 0 {
 		inputs = trimTrailing(inputs, pt.TrailingPad())
 	}
-	first, err := r.Embed(inputs, pool)
+	pooled, err := r.Embed(inputs, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -51,17 +51,17 @@ func (r *Runner) Score(inputs [][]int) ([][]float32, error) {
 		return nil, r.score.err
 	}
 	h := r.spec.Hidden
-	flat := make([]float32, 0, len(first)*h)
-	for _, v := range first {
+	flat := make([]float32, 0, len(pooled)*h)
+	for _, v := range pooled {
 		flat = append(flat, v...)
 	}
-	outs, err := r.score.prog.Call(r.weightArgs([]Arg{{T: tensors.FromFlatDataAndDimensions(flat, len(first), h)}}, r.headW)...)
+	outs, err := r.score.prog.Call(r.weightArgs([]Arg{{T: tensors.FromFlatDataAndDimensions(flat, len(pooled), h)}}, r.headW)...)
 	if err != nil {
 		return nil, err
 	}
 	defer outs[0].FinalizeAll()
 	l := sc.Labels()
-	scores := make([][]float32, len(first))
+	scores := make([][]float32, len(pooled))
 	err = tensors.ConstFlatData(outs[0], func(v []float32) { // [B, Labels]
 		for i := range scores {
 			scores[i] = append([]float32(nil), v[i*l:(i+1)*l]...)
