@@ -275,6 +275,9 @@ func (s *Server) rerankMaxLen() int {
 	if maxLen <= 0 {
 		maxLen = math.MaxInt32 // no bound
 	}
+	if s.o.Tokenizer == nil {
+		return maxLen // the callers answer that there is none
+	}
 	if n := s.o.Tokenizer.ModelMaxLength(); n > 0 {
 		maxLen = min(maxLen, n)
 	}

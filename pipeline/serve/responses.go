@@ -230,12 +230,15 @@ type responsesItem struct {
 	Arguments json.RawMessage `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
 	// reasoning
-	Summary []struct {
-		Text string `json:"text"`
-	} `json:"summary"`
+	Summary []responsesText `json:"summary"`
 	// EncryptedContent is the thought as this server wrote it (plain
 	// text), which Codex sends back instead of the content.
 	EncryptedContent *string `json:"encrypted_content"`
+}
+
+// responsesText is a text part of a reasoning item's content or summary.
+type responsesText struct {
+	Text string `json:"text"`
 }
 
 // responsesInput turns input (a string: one user message; or a list of
@@ -262,7 +265,8 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 	}
 	var msgs []chatMessage
 	var calls [][]map[string]any // each message's tool calls
-	reasoning := ""
+	var thoughts [][]string      // each message's reasoning, in parts
+	var pending []string         // reasoning no assistant message holds yet
 	for i, rawItem := range items {
 		param := fmt.Sprintf("input[%d]", i)
 		var it responsesItem
@@ -284,11 +288,11 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			if err != nil {
 				return nil, err
 			}
-			m := chatMessage{Role: it.Role, Content: content}
+			var thought []string
 			if it.Role == "assistant" {
-				m.Reasoning, reasoning = reasoning, ""
+				thought, pending = pending, nil
 			}
-			msgs, calls = append(msgs, m), append(calls, nil)
+			msgs, calls, thoughts = append(msgs, chatMessage{Role: it.Role, Content: content}), append(calls, nil), append(thoughts, thought)
 		case "function_call":
 			if it.Name == "" || it.CallID == "" {
 				return nil, badRequest(param, "%s (a function_call) needs name and call_id", param)
@@ -300,10 +304,10 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			call := map[string]any{"id": it.CallID, "type": "function", "function": map[string]any{"name": it.Name, "arguments": args}}
 			n := len(msgs)
 			if n == 0 || msgs[n-1].Role != "assistant" {
-				msgs, calls = append(msgs, chatMessage{Role: "assistant"}), append(calls, nil)
+				msgs, calls, thoughts = append(msgs, chatMessage{Role: "assistant"}), append(calls, nil), append(thoughts, nil)
 				n++
 			}
-			msgs[n-1].Reasoning, reasoning = joinLines(msgs[n-1].Reasoning, reasoning), ""
+			thoughts[n-1], pending = append(thoughts[n-1], pending...), nil
 			calls[n-1] = append(calls[n-1], call)
 		case "function_call_output":
 			if it.CallID == "" {
@@ -313,11 +317,9 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 			if err != nil {
 				return nil, err
 			}
-			msgs, calls = append(msgs, chatMessage{Role: "tool", ToolCallID: it.CallID, Content: content}), append(calls, nil)
+			msgs, calls, thoughts = append(msgs, chatMessage{Role: "tool", ToolCallID: it.CallID, Content: content}), append(calls, nil), append(thoughts, nil)
 		case "reasoning":
-			var c []struct {
-				Text string `json:"text"`
-			}
+			var c []responsesText
 			if isSet(it.Content) && json.Unmarshal(it.Content, &c) != nil {
 				return nil, badRequest(param+".content", "%s.content must be an array of reasoning_text parts", param)
 			}
@@ -325,12 +327,12 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 				c = it.Summary
 			}
 			if len(c) == 0 && it.EncryptedContent != nil { // the thought as this server sent it
-				c = append(c, struct {
-					Text string `json:"text"`
-				}{*it.EncryptedContent})
+				c = append(c, responsesText{*it.EncryptedContent})
 			}
 			for _, part := range c {
-				reasoning = joinLines(reasoning, part.Text)
+				if part.Text != "" {
+					pending = append(pending, part.Text)
+				}
 			}
 		case "item_reference":
 			return nil, badRequest(param+".type", "%s is an item_reference: %s", param, "this server is stateless and stores no items: send the item itself")
@@ -344,16 +346,9 @@ func responsesInput(raw json.RawMessage) ([]chatMessage, error) {
 		if len(cs) > 0 {
 			msgs[i].ToolCalls, _ = json.Marshal(cs)
 		}
+		msgs[i].Reasoning = strings.Join(thoughts[i], "\n")
 	}
 	return msgs, nil
-}
-
-// joinLines joins two texts with a newline, either of which may be empty.
-func joinLines(a, b string) string {
-	if a == "" || b == "" {
-		return a + b
-	}
-	return a + "\n" + b
 }
 
 // responsesContent reads a message's content (or a function call's
@@ -520,10 +515,12 @@ func (s *Server) responsesPlan(ctx context.Context, req *responsesRequest, c *ch
 		return p, err
 	}
 	var cuts []int // where a cut may start: each user message after the first turn
+	turns := false // a message other than the instructions came before
 	for i, m := range c.Messages {
-		if m.Role == "user" && slices.ContainsFunc(c.Messages[:i], func(m chatMessage) bool { return m.Role != "system" && m.Role != "developer" }) {
+		if m.Role == "user" && turns {
 			cuts = append(cuts, i)
 		}
+		turns = turns || (m.Role != "system" && m.Role != "developer")
 	}
 	var best *plan
 	for lo, hi := 0, len(cuts)-1; lo <= hi; {

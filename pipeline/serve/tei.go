@@ -682,13 +682,19 @@ func (s *Server) teiPair(query, doc string, maxLen int, truncate, left bool) ([]
 	if s.o.Tokenizer == nil {
 		return nil, teiTokenizerError(errors.New("this server has no tokenizer to encode the query and texts with"))
 	}
-	ids, err := s.rerankPair(query, doc, math.MaxInt32)
+	// One token past the limit tells whether the pair fits, and each text
+	// is encoded only that far (tokenizers' early exit), whatever its
+	// length: the whole pair is encoded only to count it for the error.
+	ids, err := s.rerankPair(query, doc, maxLen+1)
 	switch {
 	case err != nil:
 		return nil, teiTokenizerError(err)
 	case len(ids) <= maxLen:
 		return ids, nil
 	case !truncate:
+		if ids, err = s.rerankPair(query, doc, math.MaxInt32); err != nil {
+			return nil, teiTokenizerError(err)
+		}
 		return nil, teiTooLong(maxLen, len(ids))
 	case !left:
 		ids, err = s.rerankPair(query, doc, maxLen)
@@ -773,7 +779,9 @@ func teiPredictInputs(raw json.RawMessage) (seqs []teiSequence, batch bool, err 
 	}
 	seqs = make([]teiSequence, len(elems))
 	for i, e := range elems {
-		if json.Unmarshal(e, &texts) != nil || !isSet(e) {
+		var texts []string // fresh: a null in e would keep the last element's text
+		var parts []json.RawMessage
+		if json.Unmarshal(e, &texts) != nil || !isSet(e) || json.Unmarshal(e, &parts) != nil || slices.ContainsFunc(parts, func(p json.RawMessage) bool { return !isSet(p) }) {
 			return nil, false, invalid(fmt.Sprintf("batch element %d is not an array of strings", i))
 		}
 		if seqs[i], err = sequence(texts); err != nil {

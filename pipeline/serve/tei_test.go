@@ -268,6 +268,7 @@ func TestTEIBadRequests(t *testing.T) {
 		{"/predict", `{"inputs":"a"}`, 424, "Backend", "Backend error: Model is not a classifier model"},
 		{"/predict", `{"inputs":["a","b","c"]}`, 422, "Validation", "invalid length 3"},
 		{"/predict", `{"inputs":[]}`, 422, "Validation", "invalid length 0"},
+		{"/predict", `{"inputs":[["x","y"],["a",null]]}`, 422, "Validation", "batch element 1 is not an array of strings"},
 		{"/decode", `{"ids":"a"}`, 422, "Validation", "ids must be an array of token ids"},
 		{"/decode", `{}`, 422, "Validation", "missing field `ids`"},
 		{"/rerank", `{"query":"a","texts":["b"]}`, 424, "Backend", "Backend error: model is not a re-ranker model"},
