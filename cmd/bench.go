@@ -73,8 +73,8 @@ type BenchOptions struct {
 	Quantize string
 	// Activations is --activations: "" (f32), "int8" or "bf16".
 	Activations string
-	// KVDType is --kv-cache-dtype (generate; InvalidDType: the compute
-	// dtype); kvDType the flag as given.
+	// KVDType is --kv-cache-dtype (generate, and embed for a decoder;
+	// InvalidDType: the compute dtype); kvDType the flag as given.
 	KVDType dtypes.DType
 	kvDType string
 	// Experts is --experts (generate); experts the flag as given.
@@ -206,7 +206,7 @@ that is better or worse. See docs/benchmarks.md for the schema.`,
 	fl.IntVarP(&opts.Repeat, "repeat", "r", benchDefaultRepeat, "measured runs per row")
 	fl.IntVar(&opts.Warmup, "warmup", benchDefaultWarmup, "unmeasured runs per row after the first (compiling) run")
 	fl.StringVar(&dtype, "dtype", "auto", "compute dtype for generate and embed: f32, bf16, or auto (f32 on CPU, bf16 on TPU/GPU); diffusion runs in f32")
-	fl.StringVar(&opts.kvDType, "kv-cache-dtype", "auto", kvDTypeHelp+" (generate)")
+	fl.StringVar(&opts.kvDType, "kv-cache-dtype", "auto", kvDTypeHelp+" (generate, embed)")
 	fl.StringVar(&opts.Quantize, "quantize", "", quantizeHelp+" (generate, embed)")
 	fl.StringVar(&opts.Activations, "activations", "f32", activationsHelp+" (generate, embed)")
 	fl.StringVar(&opts.experts, "experts", "graph", expertsHelp+" (generate)")
@@ -378,8 +378,9 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 var benchTaskSpecific = []string{"prompt-len", "gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "kv-cache-dtype", "experts"}
 
 // benchTaskFlags rejects flags of another task. Embeddings run on one
-// device with no KV cache kept and the experts in the graph, so the
-// generate flags but --prompt-len (each input's tokens) do not apply.
+// device with the experts in the graph, so of the generate flags only
+// --prompt-len (each input's tokens) and --kv-cache-dtype (a decoder's
+// caches) apply.
 func benchTaskFlags(task string, given []string) error {
 	var other []string
 	switch task {
@@ -688,9 +689,9 @@ func (e runnerEmbedder) Embed(inputs [][]int) error {
 }
 
 // benchEmbedFits refuses an embeddings case whose buffers could not be
-// allocated, as checkStateFits does for embed and rerank: the layer state
-// of c.Batch inputs of c.InputLen tokens (a decoder's KV caches) and, for
-// an encoder, the attention scores of its step; more bytes than int64
+// allocated, as checkEmbedFits does for embed and rerank: the layer state
+// of c.Batch inputs of c.InputLen tokens (a decoder's KV caches) and the
+// attention scores of a step (compile.EmbedScoreBytes); more bytes than int64
 // holds, or more than the host's memory (hostMemory nil or 0: unknown,
 // only the overflow check applies).
 func benchEmbedFits(m lm.Model, c bench.EmbedCase, dtype, kv dtypes.DType, hostMemory func() int64) error {

@@ -362,7 +362,8 @@ type Header struct {
 	// (--quantize: "int8", "int4"), the products' activations
 	// (--activations: "int8", "bf16"), where the experts run (--experts:
 	// "dense", "host") and the devices (--tp, --dp). Embeddings take
-	// only Quantize and Activations.
+	// KVCacheDType (a decoder's inputs run through KV caches), Quantize
+	// and Activations.
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 	Quantize     string `json:"quantize,omitempty"`
 	Activations  string `json:"activations,omitempty"`

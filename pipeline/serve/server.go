@@ -89,8 +89,9 @@ type ServerOptions struct {
 	Pooling string
 	// APIKey, when set, is required as `Authorization: Bearer KEY` on
 	// /v1/*, /api/*, /rerank, /v2/rerank, TEI's paths (/embed, /info…)
-	// and /metrics (401 without it); /health and /
-	// (ollama's "Ollama is running") stay open.
+	// and /metrics (401 without it); /health and GET / (ollama's
+	// "Ollama is running") stay open (an embeddings server's POST / is
+	// TEI's /embed, behind the key).
 	APIKey string
 	// AccessLog receives one JSON line per request (time, method, path,
 	// status, duration_ms, prompt_tokens, completion_tokens, remote); nil
@@ -160,8 +161,9 @@ type ServerOptions struct {
 // /api/embeddings (embeddings.go), /, /api/version, /api/tags, /api/show
 // and /api/ps (ollama_models.go), Jina's and Cohere's /v1/rerank,
 // /rerank and /v2/rerank (rerank.go), text-embeddings-inference's /embed,
-// /rerank (its form), /predict, /decode and /info (tei.go), GET /health
-// and GET /metrics. Every error is
+// /rerank (its form), /predict, /decode, /similarity, /info, /embeddings
+// and, on an embeddings or reranker server, its default POST / and
+// /invocations (tei.go), GET /health and GET /metrics. Every error is
 // answered in OpenAI's error shape, except under /v1/messages, in
 // Anthropic's, under / and /api/, in ollama's, and on TEI's paths (and
 // a TEI-form /rerank), in TEI's. A model that only
@@ -340,8 +342,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail = writeTEIError
 	}
 	// The key comes first: without it, a client learns nothing, not even
-	// which paths exist. / (ollama's "Ollama is running") is open, as
-	// /health is.
+	// which paths exist. GET / (ollama's "Ollama is running") is open, as
+	// /health is (a POST / became TEI's /embed or /rerank above).
 	if r.URL.Path != "/health" && r.URL.Path != "/" && !s.authorized(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="tputool"`)
 		e := &apiError{Status: http.StatusUnauthorized, Message: "missing or incorrect API key: send Authorization: Bearer <key>", Type: "invalid_request_error", Code: "invalid_api_key"}

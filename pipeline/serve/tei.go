@@ -30,10 +30,14 @@ import (
 //	POST /predict {"inputs", "raw_scores", "truncate", "truncation_direction"}
 //	               -> [{"score", "label"}] or [[...], ...] (a reranker's one label)
 //	POST /decode  {"ids", "skip_special_tokens"} -> [string, ...]
+//	POST /similarity {"inputs": {"source_sentence", "sentences"},
+//	               "parameters"} -> [float, ...] (cosines of /embed's vectors)
 //	GET  /info    the model's info object
 //
-// /embed_all, /embed_sparse and /tokenize answer TEI's error for what the
-// model cannot do. Each reuses the other APIs' paths: the scheduler's
+// TEI's default routes, POST / and /invocations, are an embeddings
+// server's /embed and a reranker's /rerank (server.go), and /embeddings
+// is /v1/embeddings. /embed_all, /embed_sparse and /tokenize answer TEI's
+// error for what the model cannot do. Each reuses the other APIs' paths: the scheduler's
 // Embed for vectors and scores (Server.embed), FinishEmbedding's cut and
 // normalisation, EmbedPrompt, EmbedMaxLength, PairIDs and RelevanceScore.
 //
