@@ -44,7 +44,7 @@ func (t *Tokenizer) EncodePair(a, b string, addSpecialTokens bool) (ids, typeIDs
 //  1. each text is encoded alone, stopping after the pre-token (word) that
 //     brings it to maxLen tokens or more (tokenizers' early exit);
 //  2. if the two and the PairSpecialTokens exceed maxLen, the texts are
-//     cut to room = maxLen - PairSpecialTokens tokens by longestFirst
+//     cut to room = maxLen - PairSpecialTokens tokens by LongestFirst
 //     (the shorter kept whole when it takes at most half of room, else
 //     both cut to halves with room's odd token to the longer, to the
 //     second on a tie), each keeping its first tokens;
@@ -76,13 +76,13 @@ func (t *Tokenizer) EncodePairTruncated(a, b string, maxLen int) (ids, typeIDs [
 		if room < need {
 			return nil, nil, fmt.Errorf("tokenizer: a pair cut to %d tokens has no room for its %d special tokens and one token of each text", maxLen, added)
 		}
-		na, nb := longestFirst(len(ea), len(eb), room)
+		na, nb := LongestFirst(len(ea), len(eb), room)
 		ea, eb = ea[:na], eb[:nb]
 	}
 	return t.postPair(ea, eb, true)
 }
 
-// longestFirst returns how many tokens of two sequences of n1 and n2
+// LongestFirst returns how many tokens of two sequences of n1 and n2
 // tokens tokenizers' LongestFirst truncation keeps within room tokens
 // (the maximum length less the special tokens), as its truncate_encodings
 // computes them:
@@ -96,7 +96,7 @@ func (t *Tokenizer) EncodePairTruncated(a, b string, maxLen int) (ids, typeIDs [
 // This is not the one-token-at-a-time loop of transformers' slow
 // tokenizers, whose odd token goes to the first sequence: it differs when
 // both are cut to an odd room and the second is the longer or ties.
-func longestFirst(n1, n2, room int) (k1, k2 int) {
+func LongestFirst(n1, n2, room int) (k1, k2 int) {
 	room = max(room, 0)
 	if n1+n2 <= room {
 		return n1, n2

@@ -287,9 +287,9 @@ func TestLongestFirst(t *testing.T) {
 		{7, 7, 1, 0, 1},     // one token, a tie: the second's
 		{100, 1, 50, 49, 1}, // the shorter of one token is kept
 	} {
-		k1, k2 := longestFirst(c.n1, c.n2, c.room)
+		k1, k2 := LongestFirst(c.n1, c.n2, c.room)
 		if k1 != c.k1 || k2 != c.k2 {
-			t.Errorf("longestFirst(%d, %d, %d) = %d, %d; want %d, %d", c.n1, c.n2, c.room, k1, k2, c.k1, c.k2)
+			t.Errorf("LongestFirst(%d, %d, %d) = %d, %d; want %d, %d", c.n1, c.n2, c.room, k1, k2, c.k1, c.k2)
 		}
 	}
 }

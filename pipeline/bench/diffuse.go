@@ -63,7 +63,7 @@ type DiffuseSpec struct {
 }
 
 func (s DiffuseSpec) validate() error {
-	if err := validateModes(s.Modes); err != nil {
+	if err := validateModes("DiffuseSpec", s.Modes); err != nil {
 		return err
 	}
 	if len(s.Cases) == 0 {

@@ -80,7 +80,7 @@ type EmbedSpec struct {
 }
 
 func (s EmbedSpec) validate() error {
-	if err := validateModes(s.Modes); err != nil {
+	if err := validateModes("EmbedSpec", s.Modes); err != nil {
 		return err
 	}
 	if len(s.Cases) == 0 {

@@ -82,23 +82,25 @@ type GenerateSpec struct {
 	Seed uint64
 }
 
-func validateModes(modes []string) error {
+// validateModes checks a spec's Modes (owner names the spec in errors):
+// eager, compiled or both, each once.
+func validateModes(owner string, modes []string) error {
 	if len(modes) == 0 {
-		return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: "[]", Want: "eager, compiled or both"}
+		return &errs.OptionError{Owner: owner, Option: "Modes", Value: "[]", Want: "eager, compiled or both"}
 	}
 	for i, m := range modes {
 		if m != ModeEager && m != ModeCompiled {
-			return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: strconv.Quote(m), Want: "eager or compiled"}
+			return &errs.OptionError{Owner: owner, Option: "Modes", Value: strconv.Quote(m), Want: "eager or compiled"}
 		}
 		if slices.Contains(modes[:i], m) {
-			return &errs.OptionError{Owner: "GenerateSpec", Option: "Modes", Value: m, Reason: "given twice"}
+			return &errs.OptionError{Owner: owner, Option: "Modes", Value: m, Reason: "given twice"}
 		}
 	}
 	return nil
 }
 
 func (s GenerateSpec) validate() error {
-	if err := validateModes(s.Modes); err != nil {
+	if err := validateModes("GenerateSpec", s.Modes); err != nil {
 		return err
 	}
 	if len(s.Cases) == 0 {

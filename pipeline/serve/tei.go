@@ -1079,7 +1079,7 @@ func leftTruncatePair(tok *tokenizer.Tokenizer, a, b string, n int) (ids, types 
 	if room < min(len(ea), 1)+min(len(eb), 1) {
 		return nil, nil, fmt.Errorf("a pair cut to %d tokens has no room for its %d special tokens and one token of each text", n, added)
 	}
-	ka, kb := pairKeep(len(ea), len(eb), room)
+	ka, kb := tokenizer.LongestFirst(len(ea), len(eb), room)
 	endA, endB := i+len(ea), j+len(eb)
 	keep := func(s []int) []int {
 		out := slices.Clone(s[:i])
@@ -1089,26 +1089,6 @@ func leftTruncatePair(tok *tokenizer.Tokenizer, a, b string, n int) (ids, types 
 		return append(out, s[endB:]...)
 	}
 	return keep(ids), keep(types), nil
-}
-
-// pairKeep is how many tokens of two texts of n1 and n2 tokens HF
-// tokenizers' LongestFirst truncation keeps within room tokens: both
-// whole when they fit; else the shorter whole when it takes at most half
-// of room and the longer the rest; else the shorter room/2 and the longer
-// the other half with room's odd token (the second text on a tie).
-func pairKeep(n1, n2, room int) (k1, k2 int) {
-	if n1+n2 <= room {
-		return n1, n2
-	}
-	short := min(n1, n2)
-	keepShort, keepLong := short, room-short
-	if 2*short > room {
-		keepShort, keepLong = room/2, room-room/2
-	}
-	if n1 > n2 {
-		return keepLong, keepShort
-	}
-	return keepShort, keepLong
 }
 
 // indexIDs is the first index at or after from where sub occurs in ids,
