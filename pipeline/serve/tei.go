@@ -369,47 +369,49 @@ func (s *Server) teiEmbed(w http.ResponseWriter, r *http.Request, x *exchange) {
 		writeTEIError(w, err)
 		return
 	}
-	if n := s.teiMaxClientBatch(); len(inputs) > n {
-		writeTEIError(w, teiBatchError(len(inputs), n))
-		return
-	}
-	dims := 0
-	if d := req.Dimensions; d != nil {
-		switch {
-		case *d <= 0:
-			writeTEIError(w, teiInvalid("`dimensions` should be positive"))
-			return
-		case s.o.EmbeddingSize > 0 && *d > s.o.EmbeddingSize:
-			writeTEIError(w, teiInvalid("`dimensions` should be smaller than the maximum embedding dimension."))
-			return
-		}
-		dims = *d
-	}
-	if s.o.Rerank {
-		writeTEIError(w, teiBackendError("Model is not an embedding model"))
-		return
-	}
-	left, err := teiDirection(req.TruncationDirection)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	prompt, err := s.teiPrompt(req.PromptName)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	prompts, err := s.teiEncode(inputs, prompt, teiTruncate(req.Truncate), left)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	vecs, err := s.embed(r, x, prompts, dims, req.Normalize == nil || *req.Normalize)
+	vecs, err := s.teiVectors(r, x, inputs, req.Dimensions, req.Normalize == nil || *req.Normalize, req.Truncate, req.TruncationDirection, req.PromptName)
 	if err != nil {
 		writeTEIError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, vecs)
+}
+
+// teiVectors is /embed's vectors of inputs (and /similarity's): at most
+// max_client_batch_size of them, dims values each when set (normalized
+// again), the prompt_name's prompt before each text, each cut as
+// truncate and direction say, through the scheduler as /v1/embeddings'
+// are. A reranker has none (TEI's 424).
+func (s *Server) teiVectors(r *http.Request, x *exchange, inputs []teiInput, dims *int, normalize bool, truncate *bool, direction, promptName *string) ([][]float32, error) {
+	if n := s.teiMaxClientBatch(); len(inputs) > n {
+		return nil, teiBatchError(len(inputs), n)
+	}
+	d := 0
+	if dims != nil {
+		switch {
+		case *dims <= 0:
+			return nil, teiInvalid("`dimensions` should be positive")
+		case s.o.EmbeddingSize > 0 && *dims > s.o.EmbeddingSize:
+			return nil, teiInvalid("`dimensions` should be smaller than the maximum embedding dimension.")
+		}
+		d = *dims
+	}
+	if s.o.Rerank {
+		return nil, teiBackendError("Model is not an embedding model")
+	}
+	left, err := teiDirection(direction)
+	if err != nil {
+		return nil, err
+	}
+	prompt, err := s.teiPrompt(promptName)
+	if err != nil {
+		return nil, err
+	}
+	prompts, err := s.teiEncode(inputs, prompt, teiTruncate(truncate), left)
+	if err != nil {
+		return nil, err
+	}
+	return s.embed(r, x, prompts, d, normalize)
 }
 
 // teiEncode is the token ids of /embed's inputs: each text after the
@@ -490,35 +492,12 @@ func (s *Server) teiSimilarity(w http.ResponseWriter, r *http.Request, x *exchan
 			return
 		}
 	}
-	if n := s.teiMaxClientBatch(); len(inputs) > n {
-		writeTEIError(w, teiBatchError(len(inputs), n))
-		return
-	}
-	if s.o.Rerank {
-		writeTEIError(w, teiBackendError("Model is not an embedding model"))
-		return
-	}
 	var truncate *bool
 	var direction, name *string
 	if p := req.Parameters; p != nil {
 		truncate, direction, name = p.Truncate, p.TruncationDirection, p.PromptName
 	}
-	left, err := teiDirection(direction)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	prompt, err := s.teiPrompt(name)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	prompts, err := s.teiEncode(inputs, prompt, teiTruncate(truncate), left)
-	if err != nil {
-		writeTEIError(w, err)
-		return
-	}
-	vecs, err := s.embed(r, x, prompts, 0, true)
+	vecs, err := s.teiVectors(r, x, inputs, nil, true, truncate, direction, name)
 	if err != nil {
 		writeTEIError(w, err)
 		return
