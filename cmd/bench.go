@@ -511,26 +511,25 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 
 	var rows []bench.Row
 	var header bench.Header
+	dtype := computeDType(opts.DType, dev) // text's (generate, embed)
+	batches := opts.Batches
+	if batches == nil {
+		def := benchDefaultGenBatch
+		if task == bench.TaskDiffuse {
+			def = benchDefaultDiffuseBatch
+		}
+		batches, _ = parseIntList("batch", def)
+	}
 	switch task {
 	case bench.TaskEmbed:
-		dtype := computeDType(opts.DType, dev)
 		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
-		batches := opts.Batches
-		if batches == nil {
-			batches, _ = parseIntList("batch", benchDefaultGenBatch)
-		}
 		rows, err = bench.Embed(ctx, cfg, bench.EmbedSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.EmbedCases(batches, opts.PromptLens),
 			Load:  benchLoadEmbed(m, dev, opts.Modes, compile.Options{DType: dtype, KVDType: opts.KVDType, Quantize: opts.Quantize}, opts.HostMemory, rep, &header),
 		})
 	case bench.TaskGenerate:
-		dtype := computeDType(opts.DType, dev)
 		header = benchHeader(opts, dev, model, task, dtypeName(dtype))
-		batches := opts.Batches
-		if batches == nil {
-			batches, _ = parseIntList("batch", benchDefaultGenBatch)
-		}
 		rows, err = bench.Generate(ctx, cfg, bench.GenerateSpec{
 			Modes: modeNames(opts.Modes),
 			Cases: bench.GenerateCases(batches, opts.PromptLens, opts.GenLens),
@@ -541,10 +540,6 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			return errs.Unsupportedf("--dtype %s: diffusion pipelines run in float32 only", dtypeName(d))
 		}
 		header = benchHeader(opts, dev, model, task, "float32")
-		batches := opts.Batches
-		if batches == nil {
-			batches, _ = parseIntList("batch", benchDefaultDiffuseBatch)
-		}
 		sizes := opts.Sizes
 		if sizes == nil {
 			sizes = [][2]int{{0, 0}}

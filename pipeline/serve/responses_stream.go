@@ -87,10 +87,15 @@ type responseOutput struct {
 	send func(typ string, v map[string]any) bool
 }
 
+// newResponseOutput builds a response's items from an answer of plan p
+// (encrypted: reasoning items carry encrypted_content), sending its
+// events through send (nil: a whole answer, no events).
 func newResponseOutput(p *plan, encrypted bool, send func(string, map[string]any) bool) *responseOutput {
 	return &responseOutput{a: &answer{sp: p.splitter(), tp: p.toolParser()}, format: p.tools, encrypted: encrypted, send: send}
 }
 
+// event sends one event when the output streams; false when the client
+// is gone.
 func (o *responseOutput) event(typ string, v map[string]any) bool {
 	return o.send == nil || o.send(typ, v)
 }

@@ -627,6 +627,7 @@ func (s *Server) teiRerank(w http.ResponseWriter, r *http.Request, x *exchange, 
 	writeJSON(w, http.StatusOK, ranks)
 }
 
+// cmpFloat32 orders two scores as TEI's sort does (partial_cmp).
 func cmpFloat32(a, b float32) int {
 	switch {
 	case a < b:
