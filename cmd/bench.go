@@ -385,7 +385,7 @@ func benchTaskFlags(task string, given []string) error {
 	var other []string
 	switch task {
 	case bench.TaskDiffuse:
-		other = []string{"prompt-len", "gen-len", "tp", "dp", "host-argmax"}
+		other = []string{"prompt-len", "gen-len", "tp", "dp", "host-argmax", "kv-cache-dtype", "experts"}
 	case bench.TaskEmbed:
 		other = []string{"gen-len", "steps", "size", "variant", "tp", "dp", "host-argmax", "experts"}
 	default:

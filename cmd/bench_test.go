@@ -283,6 +283,11 @@ func TestBenchDiffuse(t *testing.T) {
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--host-argmax"))
 	assert.Contains(t, e.errOut.String(), "--host-argmax does not apply to --task diffuse")
+	for _, flag := range [][]string{{"--kv-cache-dtype", "int8"}, {"--experts", "host"}} {
+		e = benchEnv(t)
+		assert.Equal(t, ExitUsage, e.run(append([]string{"bench", "-m", dir}, flag...)...))
+		assert.Contains(t, e.errOut.String(), flag[0]+" does not apply to --task diffuse")
+	}
 	e = benchEnv(t)
 	assert.Equal(t, ExitUsage, e.run("bench", "-m", dir, "--size", "36x36", "--steps", "1", "--repeat", "1"))
 	assert.Contains(t, e.errOut.String(), "multiples of")
