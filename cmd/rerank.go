@@ -141,15 +141,16 @@ func rerankRun(ctx context.Context, opts *RerankOptions) error {
 	if n := tok.ModelMaxLength(); n > 0 {
 		maxLen = min(maxLen, n)
 	}
+	// A causal cross-encoder's tokenizer without a pair form concatenates
+	// (serve.CausalPairIDs); the query is encoded once.
+	pairs, err := serve.NewPairs(tok, serve.TypeStride(spec.VocabSize, spec.TokenTypes), spec.Classifier, opts.Query, maxLen)
+	if err != nil {
+		return fmt.Errorf("--query: %w", err)
+	}
 	inputs := make([][]int, len(docs))
 	longest := 0
 	for i, d := range docs {
-		if spec.Classifier { // a causal cross-encoder: a tokenizer without a pair form concatenates
-			inputs[i], err = serve.CausalPairIDs(tok, opts.Query, d, maxLen)
-		} else {
-			inputs[i], err = serve.PairIDs(tok, serve.TypeStride(spec.VocabSize, spec.TokenTypes), opts.Query, d, maxLen)
-		}
-		if err != nil {
+		if inputs[i], err = pairs.IDs(d); err != nil {
 			return fmt.Errorf("document %d: %w", i, err)
 		}
 		longest = max(longest, len(inputs[i]))

@@ -58,28 +58,57 @@ func (t *Tokenizer) EncodePair(a, b string, addSpecialTokens bool) (ids, typeIDs
 // text (of each that has tokens), it returns an error; tokenizers would
 // drop a text.
 func (t *Tokenizer) EncodePairTruncated(a, b string, maxLen int) (ids, typeIDs []int, err error) {
-	added, err := t.PairSpecialTokens()
+	p, err := t.NewPairEncoder(a, maxLen)
 	if err != nil {
 		return nil, nil, err
+	}
+	return p.Encode(b)
+}
+
+// PairEncoder encodes the pairs of one first text with many second texts
+// (a query with each of its documents) as EncodePairTruncated does, the
+// first text encoded once: a long query costs its encoding once, not once
+// a document.
+type PairEncoder struct {
+	t      *Tokenizer
+	ea     []int
+	maxLen int
+	added  int
+}
+
+// NewPairEncoder prepares EncodePairTruncated(a, b, maxLen) for any b.
+func (t *Tokenizer) NewPairEncoder(a string, maxLen int) (*PairEncoder, error) {
+	added, err := t.PairSpecialTokens()
+	if err != nil {
+		return nil, err
 	}
 	ea, err := t.encode(a, max(maxLen, 1))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	eb, err := t.encode(b, max(maxLen, 1))
+	// Full slice: a post-processor that appends to it copies, so no pair
+	// writes into the next one's first text.
+	return &PairEncoder{t: t, ea: ea[:len(ea):len(ea)], maxLen: maxLen, added: added}, nil
+}
+
+// Encode is EncodePairTruncated(a, b, maxLen) for the encoder's a and
+// maxLen. It is safe for one goroutine at a time.
+func (p *PairEncoder) Encode(b string) (ids, typeIDs []int, err error) {
+	eb, err := p.t.encode(b, max(p.maxLen, 1))
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(ea)+len(eb)+added > maxLen {
-		room := maxLen - added
+	ea := p.ea
+	if len(ea)+len(eb)+p.added > p.maxLen {
+		room := p.maxLen - p.added
 		need := min(len(ea), 1) + min(len(eb), 1)
 		if room < need {
-			return nil, nil, fmt.Errorf("tokenizer: a pair cut to %d tokens has no room for its %d special tokens and one token of each text", maxLen, added)
+			return nil, nil, fmt.Errorf("tokenizer: a pair cut to %d tokens has no room for its %d special tokens and one token of each text", p.maxLen, p.added)
 		}
 		na, nb := LongestFirst(len(ea), len(eb), room)
-		ea, eb = ea[:na], eb[:nb]
+		ea, eb = ea[:na:na], eb[:nb]
 	}
-	return t.postPair(ea, eb, true)
+	return p.t.postPair(ea, eb, true)
 }
 
 // LongestFirst returns how many tokens of two sequences of n1 and n2

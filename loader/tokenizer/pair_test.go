@@ -488,3 +488,29 @@ func TestPairFromAddBOSEOS(t *testing.T) {
 		}
 	}
 }
+
+// TestPairEncoder: one PairEncoder's pairs with several second texts,
+// in any order and repeated, are EncodePairTruncated's of each, whether
+// the pair fits or is cut: a pair, cut or not, leaves the encoder as it
+// found it.
+func TestPairEncoder(t *testing.T) {
+	tk := bertPair(t, "bert-pair")
+	query := "what is the query"
+	docs := []string{"the document is a text of the model", "a query", "", "the model of the text", "a query and a document", "a query"}
+	for _, maxLen := range []int{40, 14, 9, 7} {
+		p, err := tk.NewPairEncoder(query, maxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range docs {
+			ids, types, err := p.Encode(d)
+			wantIDs, wantTypes, wantErr := tk.EncodePairTruncated(query, d, maxLen)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("maxLen %d, %q: error %v, want %v", maxLen, d, err, wantErr)
+			}
+			if !slices.Equal(ids, wantIDs) || !slices.Equal(types, wantTypes) {
+				t.Errorf("maxLen %d, %q: %v %v, want %v %v", maxLen, d, ids, types, wantIDs, wantTypes)
+			}
+		}
+	}
+}

@@ -248,10 +248,13 @@ func (s *Server) rerankScores(r *http.Request, x *exchange, query string, docs [
 	if s.o.Tokenizer == nil {
 		return nil, badRequest("query", "this server has no tokenizer to encode the query and documents with")
 	}
-	maxLen := s.rerankMaxLen()
+	pairs, err := s.rerankPairs(query, s.rerankMaxLen())
+	if err != nil {
+		return nil, badRequest("query", "encoding the query: %v", err)
+	}
 	inputs := make([][]int, len(docs))
 	for i, d := range docs {
-		ids, err := s.rerankPair(query, d, maxLen)
+		ids, err := pairs.IDs(d)
 		if err != nil {
 			return nil, badRequest("documents", "encoding the query with document %d: %v", i, err)
 		}
@@ -284,13 +287,10 @@ func (s *Server) rerankMaxLen() int {
 	return maxLen
 }
 
-// rerankPair is the model's input of a (query, document) pair cut to
-// maxLen tokens: PairIDs, or CausalPairIDs for a causal cross-encoder.
-func (s *Server) rerankPair(query, doc string, maxLen int) ([]int, error) {
-	if s.o.RerankCausal {
-		return CausalPairIDs(s.o.Tokenizer, query, doc, maxLen)
-	}
-	return PairIDs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), query, doc, maxLen)
+// rerankPairs encodes the query's pairs cut to maxLen tokens (Pairs):
+// PairIDs', or CausalPairIDs' for a causal cross-encoder.
+func (s *Server) rerankPairs(query string, maxLen int) (*Pairs, error) {
+	return NewPairs(s.o.Tokenizer, TypeStride(s.o.VocabSize, s.o.TokenTypes), s.o.RerankCausal, query, maxLen)
 }
 
 // rerankLogits scores a reranker's inputs through the scheduler: each

@@ -15,15 +15,47 @@ import (
 // gives the stride, 0 for a model without token types, whose ids carry
 // none). A tokenizer without a pair form is refused (errs.ErrUnsupported).
 func PairIDs(tok *tokenizer.Tokenizer, stride int, query, doc string, maxLen int) ([]int, error) {
-	if !tok.HasPairTemplate() {
+	p, err := NewPairs(tok, stride, false, query, maxLen)
+	if err != nil {
+		return nil, err
+	}
+	return p.IDs(doc)
+}
+
+// Pairs encodes a query's pairs with its documents as PairIDs (or, for
+// a causal cross-encoder, CausalPairIDs) does, the query encoded once
+// (tokenizer.PairEncoder): a request's long query costs its encoding
+// once, not once a document.
+type Pairs struct {
+	p      *tokenizer.PairEncoder
+	stride int
+}
+
+// NewPairs prepares the pairs of query cut to maxLen tokens: PairIDs'
+// (an encoder's: the tokenizer's pair form, required, and token types at
+// stride) or, with causal, CausalPairIDs' (no token types).
+func NewPairs(tok *tokenizer.Tokenizer, stride int, causal bool, query string, maxLen int) (*Pairs, error) {
+	if !causal && !tok.HasPairTemplate() {
 		return nil, fmt.Errorf("the tokenizer has no pair form (its post-processor joins no second text): %w", errs.ErrUnsupported)
 	}
-	ids, types, err := tok.EncodePairTruncated(query, doc, maxLen)
+	p, err := tok.NewPairEncoder(query, maxLen)
+	if err != nil {
+		return nil, err
+	}
+	if causal {
+		stride = 0
+	}
+	return &Pairs{p: p, stride: stride}, nil
+}
+
+// IDs is the model's input of the query's pair with doc.
+func (p *Pairs) IDs(doc string) ([]int, error) {
+	ids, types, err := p.p.Encode(doc)
 	if err != nil {
 		return nil, err
 	}
 	for i, t := range types {
-		ids[i] += t * stride
+		ids[i] += t * p.stride
 	}
 	return ids, nil
 }
@@ -40,8 +72,11 @@ func PairIDs(tok *tokenizer.Tokenizer, stride int, query, doc string, maxLen int
 // so what sentence-transformers' CrossEncoder feeds such a model. The
 // ids carry no token type: a decoder reads none.
 func CausalPairIDs(tok *tokenizer.Tokenizer, query, doc string, maxLen int) ([]int, error) {
-	ids, _, err := tok.EncodePairTruncated(query, doc, maxLen)
-	return ids, err
+	p, err := NewPairs(tok, 0, true, query, maxLen)
+	if err != nil {
+		return nil, err
+	}
+	return p.IDs(doc)
 }
 
 // TypeStride is the offset of one token type in an input's ids for a

@@ -600,10 +600,10 @@ func (s *Server) teiRerank(w http.ResponseWriter, r *http.Request, x *exchange, 
 		writeTEIError(w, err)
 		return
 	}
-	truncate, maxLen := teiTruncate(req.Truncate), s.rerankMaxLen()
+	pairs := s.teiPairer(*req.Query, s.rerankMaxLen(), teiTruncate(req.Truncate), left)
 	inputs := make([][]int, len(texts))
 	for i, t := range texts {
-		if inputs[i], err = s.teiPair(*req.Query, t, maxLen, truncate, left); err != nil {
+		if inputs[i], err = pairs.ids(t); err != nil {
 			writeTEIError(w, err)
 			return
 		}
@@ -657,37 +657,65 @@ func (s *Server) teiScores(r *http.Request, x *exchange, inputs [][]int, raw boo
 	return scores, nil
 }
 
-// teiPair is a reranker's input of (query, doc) within maxLen tokens:
-// rerankPair's whole pair when it fits; beyond, TEI's 422 without
-// truncate, else cut longest first as rerankPair cuts it (keeping each
-// text's first tokens) or, left, keeping each text's last tokens
-// (leftTruncatePair).
-func (s *Server) teiPair(query, doc string, maxLen int, truncate, left bool) ([]int, error) {
+// teiPairer is a reranker's inputs of one query's pairs within maxLen
+// tokens, the query encoded once a limit (Pairs): the whole pair when it
+// fits; beyond, TEI's 422 without truncate, else cut longest first as
+// PairIDs cuts it (keeping each text's first tokens) or, left, keeping
+// each text's last tokens (leftTruncatePair).
+type teiPairer struct {
+	s              *Server
+	query          string
+	maxLen         int
+	truncate, left bool
+	fit, cut       *Pairs // at maxLen+1 (does it fit?) and at maxLen
+}
+
+func (s *Server) teiPairer(query string, maxLen int, truncate, left bool) *teiPairer {
+	return &teiPairer{s: s, query: query, maxLen: maxLen, truncate: truncate, left: left}
+}
+
+// ids is the input of the query's pair with doc.
+func (p *teiPairer) ids(doc string) ([]int, error) {
+	s := p.s
 	if s.o.Tokenizer == nil {
 		return nil, teiTokenizerError(errors.New("this server has no tokenizer to encode the query and texts with"))
 	}
 	// One token past the limit tells whether the pair fits, and each text
 	// is encoded only that far (tokenizers' early exit), whatever its
 	// length: the whole pair is encoded only to count it for the error.
-	ids, err := s.rerankPair(query, doc, maxLen+1)
+	var err error
+	if p.fit == nil {
+		if p.fit, err = s.rerankPairs(p.query, p.maxLen+1); err != nil {
+			return nil, teiTokenizerError(err)
+		}
+	}
+	ids, err := p.fit.IDs(doc)
 	switch {
 	case err != nil:
 		return nil, teiTokenizerError(err)
-	case len(ids) <= maxLen:
+	case len(ids) <= p.maxLen:
 		return ids, nil
-	case !truncate:
-		if ids, err = s.rerankPair(query, doc, math.MaxInt32); err != nil {
+	case !p.truncate:
+		whole, err := s.rerankPairs(p.query, math.MaxInt32)
+		if err == nil {
+			ids, err = whole.IDs(doc)
+		}
+		if err != nil {
 			return nil, teiTokenizerError(err)
 		}
-		return nil, teiTooLong(maxLen, len(ids))
-	case !left:
-		ids, err = s.rerankPair(query, doc, maxLen)
-		if err != nil {
+		return nil, teiTooLong(p.maxLen, len(ids))
+	case !p.left:
+		if p.cut == nil {
+			if p.cut, err = s.rerankPairs(p.query, p.maxLen); err != nil {
+				return nil, teiTokenizerError(err)
+			}
+		}
+		if ids, err = p.cut.IDs(doc); err != nil {
 			return nil, teiTokenizerError(err)
 		}
 		return ids, nil
 	}
-	ids, types, err := leftTruncatePair(s.o.Tokenizer, query, doc, maxLen)
+	ids, types, err := leftTruncatePair(s.o.Tokenizer, p.query, doc, p.maxLen)
 	if err != nil {
 		return nil, teiTokenizerError(err)
 	}
@@ -807,7 +835,7 @@ func (s *Server) teiPredict(w http.ResponseWriter, r *http.Request, x *exchange)
 	inputs := make([][]int, len(seqs))
 	for i, sq := range seqs {
 		if sq.pair {
-			inputs[i], err = s.teiPair(sq.a, sq.b, maxLen, truncate, left)
+			inputs[i], err = s.teiPairer(sq.a, maxLen, truncate, left).ids(sq.b)
 		} else {
 			var enc [][]int
 			enc, err = s.encodePrompts("text", []string{sq.a}, nil)
