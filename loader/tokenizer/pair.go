@@ -91,6 +91,10 @@ func (t *Tokenizer) NewPairEncoder(a string, maxLen int) (*PairEncoder, error) {
 	return &PairEncoder{t: t, ea: ea[:len(ea):len(ea)], maxLen: maxLen, added: added}, nil
 }
 
+// First is the first text's tokens as the encoder holds them (up to
+// maxLen of them, tokenizers' early exit): read them, do not change them.
+func (p *PairEncoder) First() []int { return p.ea }
+
 // Encode is EncodePairTruncated(a, b, maxLen) for the encoder's a and
 // maxLen. It is safe for one goroutine at a time.
 func (p *PairEncoder) Encode(b string) (ids, typeIDs []int, err error) {

@@ -668,6 +668,8 @@ type teiPairer struct {
 	maxLen         int
 	truncate, left bool
 	fit, cut       *Pairs // at maxLen+1 (does it fit?) and at maxLen
+	// whole is the query's pairs uncut, for a cut from the left.
+	whole *tokenizer.PairEncoder
 }
 
 func (s *Server) teiPairer(query string, maxLen int, truncate, left bool) *teiPairer {
@@ -715,7 +717,12 @@ func (p *teiPairer) ids(doc string) ([]int, error) {
 		}
 		return ids, nil
 	}
-	ids, types, err := leftTruncatePair(s.o.Tokenizer, p.query, doc, p.maxLen)
+	if p.whole == nil {
+		if p.whole, err = s.o.Tokenizer.NewPairEncoder(p.query, math.MaxInt32); err != nil {
+			return nil, teiTokenizerError(err)
+		}
+	}
+	ids, types, err := leftTruncatePair(p.whole, s.o.Tokenizer, doc, p.maxLen)
 	if err != nil {
 		return nil, teiTokenizerError(err)
 	}
@@ -1053,23 +1060,21 @@ func leftTruncate(tok *tokenizer.Tokenizer, text string, ids []int, n int) ([]in
 	return append(out, ids[i+len(content):]...), nil
 }
 
-// leftTruncatePair encodes the pair (a, b) with its special tokens
-// (EncodePair) cut to n tokens as HF tokenizers truncate a pair with
-// strategy LongestFirst and direction Left: each text keeps its last
-// tokens, as many as LongestFirst keeps of texts of their lengths
-// (pairKeep; tokenizer.EncodePairTruncated keeps the same counts of first
-// tokens), and the special tokens stay. It returns the ids and their
-// token type ids. A pair whose special tokens leave no room for a token
-// of each text is an error, as EncodePairTruncated's.
-func leftTruncatePair(tok *tokenizer.Tokenizer, a, b string, n int) (ids, types []int, err error) {
-	ids, types, err = tok.EncodePair(a, b, true)
+// leftTruncatePair encodes the pair (a, b) with its special tokens, a
+// being whole's first text (a PairEncoder without a limit, the query
+// encoded once for all its texts), cut to n tokens as HF tokenizers
+// truncate a pair with strategy LongestFirst and direction Left: each
+// text keeps its last tokens, as many as LongestFirst keeps of texts of
+// their lengths (tokenizer.EncodePairTruncated keeps the same counts of
+// first tokens), and the special tokens stay. It returns the ids and
+// their token type ids. A pair whose special tokens leave no room for a
+// token of each text is an error, as EncodePairTruncated's.
+func leftTruncatePair(whole *tokenizer.PairEncoder, tok *tokenizer.Tokenizer, b string, n int) (ids, types []int, err error) {
+	ids, types, err = whole.Encode(b)
 	if err != nil || len(ids) <= n {
 		return ids, types, err
 	}
-	ea, err := tok.Encode(a, false)
-	if err != nil {
-		return nil, nil, err
-	}
+	ea := whole.First()
 	eb, err := tok.Encode(b, false)
 	if err != nil {
 		return nil, nil, err

@@ -440,6 +440,19 @@ func TestTEIRerankTruncate(t *testing.T) {
 		e.mu.Unlock()
 		assert.InDelta(t, RelevanceScore(scoreLogit(tc.want, V), false), teiRanks(t, body)[0]["score"], 1e-6)
 	}
+	// The query is encoded once for all the texts: each of several gets
+	// its own cut, from either side.
+	for _, dir := range []string{"Left", "Right"} {
+		want := map[string][]int{"Left": left, "Right": right}[dir]
+		e.mu.Lock()
+		e.inputs = nil
+		e.mu.Unlock()
+		status, _, body := ts.post(t, "/rerank", fmt.Sprintf(`{"query":%q,"texts":[%q,%q,%q],"truncation_direction":%q}`, query, long, long, long, dir))
+		require.Equal(t, http.StatusOK, status, string(body))
+		e.mu.Lock()
+		assert.Equal(t, [][]int{want, want, want}, e.inputs, dir)
+		e.mu.Unlock()
+	}
 }
 
 // TestTEIRerankQueue: a full queue is TEI's 429 Overloaded.
