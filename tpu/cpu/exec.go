@@ -272,7 +272,10 @@ func (st *execState) allocOrReuse(n *node, candidates ...int) *slot {
 // value over spareCap, or one they drop for room) is then the
 // collector's at once, not held by vals until the execution ends (an
 // encoder's attention scores, one set a layer: 7.8 GB for one
-// 2,635-token input of a 22-layer ModernBERT).
+// 2,635-token input of a 22-layer ModernBERT). Two parameters given one
+// buffer share a slot; both take their reference before any node runs
+// (compile.Program creates every parameter before the graph's other
+// nodes), so neither sees it released.
 func (st *execState) release(s *slot) {
 	s.refs--
 	if s.refs != 0 {
