@@ -100,10 +100,6 @@ type Config struct {
 	// RelativeBuckets is MPNet's relative_attention_num_buckets: the rows
 	// of its bias table.
 	RelativeBuckets *int `json:"relative_attention_num_buckets"`
-	// ID2Label and NumLabels give a classifier's labels (transformers
-	// counts id2label, 2 when a config has neither).
-	ID2Label  map[string]string `json:"id2label"`
-	NumLabels *int              `json:"num_labels"`
 }
 
 // Options are a resolved encoder's hyperparameters.
@@ -166,14 +162,9 @@ func New(cfg *config.File) (lm.Model, error) {
 	}
 	if o.Scorer = robertaScorer || slices.Contains(bertScorers, arch); o.Scorer {
 		o.RobertaHead = robertaScorer
-		o.Labels = 2 // PretrainedConfig's default
-		if len(c.ID2Label) > 0 {
-			o.Labels = len(c.ID2Label)
-		} else if c.NumLabels != nil {
-			o.Labels = *c.NumLabels
-		}
-		if o.Labels < 1 {
-			return nil, fmt.Errorf("%s: %d labels: a classifier needs at least one", where, o.Labels)
+		var err error
+		if o.Labels, err = lm.ConfigLabels(cfg); err != nil {
+			return nil, err
 		}
 	}
 	if mpnet {

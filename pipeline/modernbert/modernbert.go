@@ -92,8 +92,6 @@ type Config struct {
 	ClassifierPooling string                     `json:"classifier_pooling"`
 	ClassifierAct     string                     `json:"classifier_activation"`
 	ClassifierBias    *bool                      `json:"classifier_bias"`
-	ID2Label          map[string]string          `json:"id2label"`
-	NumLabels         *int                       `json:"num_labels"`
 	RopeScaling       json.RawMessage            `json:"rope_scaling"`
 	PartialRotary     *float64                   `json:"partial_rotary_factor"`
 }
@@ -185,7 +183,7 @@ func New(cfg *config.File) (lm.Model, error) {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	if o.Scorer = slices.Contains(scorerArchs, arch); o.Scorer {
-		if err := o.resolveHead(where, &c); err != nil {
+		if err := o.resolveHead(cfg, &c); err != nil {
 			return nil, err
 		}
 	}
@@ -291,16 +289,13 @@ func ropeThetas(where string, c *Config, localNull bool) (global, local float64,
 }
 
 // resolveHead reads the sequence-classification head's config.
-func (o *Options) resolveHead(where string, c *Config) error {
-	o.Labels = 2 // PretrainedConfig's default
-	if len(c.ID2Label) > 0 {
-		o.Labels = len(c.ID2Label)
-	} else if c.NumLabels != nil {
-		o.Labels = *c.NumLabels
+func (o *Options) resolveHead(cfg *config.File, c *Config) error {
+	where := lm.ConfigName(cfg)
+	labels, err := lm.ConfigLabels(cfg)
+	if err != nil {
+		return err
 	}
-	if o.Labels < 1 {
-		return fmt.Errorf("%s: %d labels: a classifier needs at least one", where, o.Labels)
-	}
+	o.Labels = labels
 	switch c.ClassifierPooling {
 	case "", "cls": // ModernBertConfig's default
 		o.Pool = lm.PoolFirst
