@@ -16,7 +16,6 @@
 package bertref
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -286,35 +285,8 @@ func (c Config) mpnetTensors() []tensor {
 	return out
 }
 
-// values draws a tensor's values from r.
-func values(r *lmckpt.Rand, t tensor) []float32 {
-	n := 1
-	for _, d := range t.shape {
-		n *= d
-	}
-	v := make([]float32, n)
-	fanIn := float64(t.shape[len(t.shape)-1])
-	for i := range v {
-		u := r.Uniform()
-		switch t.kind {
-		case "linear":
-			// 1.5/sqrt(fan_in) keeps activations of order one.
-			v[i] = float32(1.5 * u / math.Sqrt(fanIn))
-		case "bias":
-			v[i] = float32(0.1 * u)
-		case "lnw":
-			v[i] = float32(1 + 0.2*u)
-		case "lnb":
-			v[i] = float32(0.1 * u)
-		case "embed":
-			v[i] = float32(0.5 * u)
-		case "relbias":
-			// Of the order of the scaled scores, so the bias matters.
-			v[i] = float32(u)
-		}
-	}
-	return v
-}
+// values draws a tensor's values from r (lmckpt.EncoderValues).
+func values(r *lmckpt.Rand, t tensor) []float32 { return lmckpt.EncoderValues(r, t.kind, t.shape) }
 
 // configJSON returns a config.json as transformers writes it for the class.
 func (c Config) configJSON() map[string]any {
@@ -935,28 +907,6 @@ func TokenizerVocab(n int) []string {
 	return all[:n]
 }
 
-// orderedVocab marshals as a JSON object token → id in id order, as the
-// tokenizers library writes a WordPiece vocabulary.
-type orderedVocab []string
-
-func (v orderedVocab) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for id, tok := range v {
-		if id > 0 {
-			b.WriteByte(',')
-		}
-		k, err := json.Marshal(tok)
-		if err != nil {
-			return nil, err
-		}
-		b.Write(k)
-		fmt.Fprintf(&b, ":%d", id)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
 type addedToken struct {
 	ID         int    `json:"id"`
 	Content    string `json:"content"`
@@ -1023,7 +973,7 @@ func WriteTokenizer(dir string, vocab int) error {
 		Decoder: map[string]any{"type": "WordPiece", "prefix": "##", "cleanup": true},
 		Model: map[string]any{
 			"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
-			"max_input_chars_per_word": 100, "vocab": orderedVocab(toks),
+			"max_input_chars_per_word": 100, "vocab": lmckpt.OrderedVocab(toks),
 		},
 	}
 	for _, s := range specialTokens {

@@ -391,33 +391,8 @@ func (c Config) Tensors() []Tensor {
 	return out
 }
 
-// values draws a tensor's values from r.
-func values(r *lmckpt.Rand, t Tensor) []float32 {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	v := make([]float32, n)
-	fanIn := float64(t.Shape[len(t.Shape)-1])
-	for i := range v {
-		u := r.Uniform()
-		switch t.kind {
-		case "linear":
-			// Uniform in ±1.5/sqrt(fan_in): std ≈ 0.87/sqrt(fan_in), which
-			// keeps activations of order one.
-			v[i] = float32(1.5 * u / math.Sqrt(fanIn))
-		case "bias":
-			v[i] = float32(0.1 * u)
-		case "lnw":
-			v[i] = float32(1 + 0.2*u)
-		case "lnb":
-			v[i] = float32(0.1 * u)
-		case "embed":
-			v[i] = float32(0.5 * u)
-		}
-	}
-	return v
-}
+// values draws a tensor's values from r (lmckpt.EncoderValues).
+func values(r *lmckpt.Rand, t Tensor) []float32 { return lmckpt.EncoderValues(r, t.kind, t.Shape) }
 
 // ConfigJSON is the config.json Write writes for c.
 //

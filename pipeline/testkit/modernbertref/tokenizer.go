@@ -1,11 +1,12 @@
 package modernbertref
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // MinTokenizerVocab is the smallest Config.Vocab WriteTokenizer accepts:
@@ -24,38 +25,9 @@ var tokenizerMerges = [][2]string{
 	{"d", "e"}, {"Ġenco", "de"}, {"Ġencode", "r"},
 }
 
-// ByteSymbols is GPT-2's bytes_to_unicode in vocabulary order: the
-// printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF map to themselves,
-// the other bytes, in order, to U+0100 onwards (so ' ' is "Ġ").
-func ByteSymbols() []string {
-	var bs []int
-	for b := '!'; b <= '~'; b++ {
-		bs = append(bs, int(b))
-	}
-	for b := 0xA1; b <= 0xAC; b++ {
-		bs = append(bs, b)
-	}
-	for b := 0xAE; b <= 0xFF; b++ {
-		bs = append(bs, b)
-	}
-	in := map[int]bool{}
-	for _, b := range bs {
-		in[b] = true
-	}
-	cs := append([]int(nil), bs...)
-	n := 0
-	for b := 0; b < 256; b++ {
-		if !in[b] {
-			cs = append(cs, 256+n)
-			n++
-		}
-	}
-	out := make([]string, len(cs))
-	for i, r := range cs {
-		out[i] = string(rune(r))
-	}
-	return out
-}
+// ByteSymbols is GPT-2's bytes_to_unicode in vocabulary order
+// (lmckpt.ByteSymbols): ' ' is "Ġ".
+func ByteSymbols() []string { return lmckpt.ByteSymbols() }
 
 // TokenizerVocab returns WriteTokenizer's vocabulary for c (id order) and
 // its merges: [UNK] [CLS] [SEP] [PAD] [MASK] at c.UnkID, c.CLSID, c.SepID,
@@ -114,27 +86,6 @@ func TokenizerVocab(c Config) ([]string, [][2]string, error) {
 		next++
 	}
 	return vocab, merges, nil
-}
-
-// orderedVocab marshals as a JSON object token → id in id order.
-type orderedVocab []string
-
-func (v orderedVocab) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for id, tok := range v {
-		if id > 0 {
-			b.WriteByte(',')
-		}
-		k, err := json.Marshal(tok)
-		if err != nil {
-			return nil, err
-		}
-		b.Write(k)
-		fmt.Fprintf(&b, ":%d", id)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
 }
 
 // WriteTokenizer writes dir/tokenizer.json and dir/tokenizer_config.json:
@@ -205,7 +156,7 @@ func WriteTokenizer(dir string, c Config) error {
 		"model": map[string]any{
 			"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": "",
 			"end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
-			"vocab": orderedVocab(vocab), "merges": mergeList,
+			"vocab": lmckpt.OrderedVocab(vocab), "merges": mergeList,
 		},
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

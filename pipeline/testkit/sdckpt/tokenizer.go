@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 // A tiny CLIP BPE vocabulary in the layout of openai/clip-vit-*: the 256
@@ -22,42 +24,9 @@ var tinyMerges = [][2]string{
 	{"a", "i"}, {"ai", "n"}, {"in", "t"}, {"p", "h"}, {"t", "o</w>"},
 }
 
-// byteSymbols is CLIP's bytes_to_unicode in vocabulary order: the
-// printable Latin-1 bytes map to themselves, the rest to U+0100 onwards.
-func byteSymbols() []string {
-	var bs []int
-	for b := '!'; b <= '~'; b++ {
-		bs = append(bs, int(b))
-	}
-	for b := 0xA1; b <= 0xAC; b++ {
-		bs = append(bs, b)
-	}
-	for b := 0xAE; b <= 0xFF; b++ {
-		bs = append(bs, b)
-	}
-	in := map[int]bool{}
-	for _, b := range bs {
-		in[b] = true
-	}
-	cs := append([]int(nil), bs...)
-	n := 0
-	for b := 0; b < 256; b++ {
-		if !in[b] {
-			bs = append(bs, b)
-			cs = append(cs, 256+n)
-			n++
-		}
-	}
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = string(rune(c))
-	}
-	return out
-}
-
 // tinyVocab returns the vocabulary (id order) and the merges.
 func tinyVocab() ([]string, [][2]string) {
-	syms := byteSymbols()
+	syms := lmckpt.ByteSymbols() // CLIP's bytes_to_unicode
 	vocab := append([]string(nil), syms...)
 	for _, s := range syms {
 		vocab = append(vocab, s+"</w>")
