@@ -668,12 +668,25 @@ type teiPairer struct {
 	maxLen         int
 	truncate, left bool
 	fit, cut       *Pairs // at maxLen+1 (does it fit?) and at maxLen
-	// whole is the query's pairs uncut, for a cut from the left.
+	// whole is the query's pairs uncut (uncut): a pair's whole length for
+	// the error, or the pair to cut from the left.
 	whole *tokenizer.PairEncoder
 }
 
 func (s *Server) teiPairer(query string, maxLen int, truncate, left bool) *teiPairer {
 	return &teiPairer{s: s, query: query, maxLen: maxLen, truncate: truncate, left: left}
+}
+
+// uncut makes whole, the query's pairs without a limit, once.
+func (p *teiPairer) uncut() error {
+	if p.whole != nil {
+		return nil
+	}
+	var err error
+	if p.whole, err = p.s.o.Tokenizer.NewPairEncoder(p.query, math.MaxInt32); err != nil {
+		return teiTokenizerError(err)
+	}
+	return nil
 }
 
 // ids is the input of the query's pair with doc.
@@ -698,11 +711,10 @@ func (p *teiPairer) ids(doc string) ([]int, error) {
 	case len(ids) <= p.maxLen:
 		return ids, nil
 	case !p.truncate:
-		whole, err := s.rerankPairs(p.query, math.MaxInt32)
-		if err == nil {
-			ids, err = whole.IDs(doc)
+		if err := p.uncut(); err != nil {
+			return nil, err
 		}
-		if err != nil {
+		if ids, _, err = p.whole.Encode(doc); err != nil {
 			return nil, teiTokenizerError(err)
 		}
 		return nil, teiTooLong(p.maxLen, len(ids))
@@ -717,10 +729,8 @@ func (p *teiPairer) ids(doc string) ([]int, error) {
 		}
 		return ids, nil
 	}
-	if p.whole == nil {
-		if p.whole, err = s.o.Tokenizer.NewPairEncoder(p.query, math.MaxInt32); err != nil {
-			return nil, teiTokenizerError(err)
-		}
+	if err := p.uncut(); err != nil {
+		return nil, err
 	}
 	ids, types, err := leftTruncatePair(p.whole, s.o.Tokenizer, doc, p.maxLen)
 	if err != nil {
