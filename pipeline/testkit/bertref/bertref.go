@@ -521,14 +521,17 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("bertref: no input ids")
 	}
-	if c.MPNet {
-		return forwardMPNet(m, c, ids)
-	}
 	H, P := c.Hidden, c.Prefix
+	heads, nb := c.Heads, c.buckets()
 	w := &weights{m: m}
 	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
 	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
-	typeEmb := w.get(P+"embeddings.token_type_embeddings.weight", c.TypeVocab*H)
+	var typeEmb, relBias []float64 // BERT's token types, MPNet's position bias
+	if c.MPNet {
+		relBias = w.get(P+"encoder.relative_attention_bias.weight", nb*heads)
+	} else {
+		typeEmb = w.get(P+"embeddings.token_type_embeddings.weight", c.TypeVocab*H)
+	}
 	lnW, lnB := c.lnNames(P + "embeddings.LayerNorm")
 	embG, embB := w.get(lnW, H), w.get(lnB, H)
 	if w.err != nil {
@@ -544,21 +547,42 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 		if pos[t] >= c.MaxPositions {
 			return nil, fmt.Errorf("bertref: position %d at %d is past max_position_embeddings %d", pos[t], t, c.MaxPositions)
 		}
-		tt := 0 // token_type_ids all 0 unless given
-		if types != nil {
-			tt = types[t]
-		}
-		if tt < 0 || tt >= c.TypeVocab {
-			return nil, fmt.Errorf("bertref: token type %d at %d is outside type_vocab_size %d", tt, t, c.TypeVocab)
-		}
 		e := make([]float64, H)
-		for i := range e {
-			e[i] = word[id*H+i] + typeEmb[tt*H+i] + posEmb[pos[t]*H+i]
+		if c.MPNet {
+			for i := range e {
+				e[i] = word[id*H+i] + posEmb[pos[t]*H+i]
+			}
+		} else {
+			tt := 0 // token_type_ids all 0 unless given
+			if types != nil {
+				tt = types[t]
+			}
+			if tt < 0 || tt >= c.TypeVocab {
+				return nil, fmt.Errorf("bertref: token type %d at %d is outside type_vocab_size %d", tt, t, c.TypeVocab)
+			}
+			for i := range e {
+				e[i] = word[id*H+i] + typeEmb[tt*H+i] + posEmb[pos[t]*H+i]
+			}
 		}
 		x[t] = layerNorm(e, embG, embB, c.Eps)
 	}
-
-	return encoderLayers(w, c, x, nil)
+	if !c.MPNet {
+		return encoderLayers(w, c, x, nil)
+	}
+	// MPNet's position bias, once for all layers: bias[t][s] is the row of
+	// relative_attention_bias.weight [Buckets, Heads] for query t, key s.
+	bias := make([][][]float64, T)
+	for t := range bias {
+		bias[t] = make([][]float64, T)
+		for s := range bias[t] {
+			b := MPNetBucket(s-t, mpnetBucketCount, mpnetMaxDistance)
+			if b >= nb {
+				return nil, fmt.Errorf("bertref: relative distance %d falls in bucket %d, past relative_attention_num_buckets %d", s-t, b, nb)
+			}
+			bias[t][s] = relBias[b*heads : (b+1)*heads]
+		}
+	}
+	return encoderLayers(w, c, x, bias)
 }
 
 // MPNetEncoder.compute_position_bias calls relative_position_bucket with
@@ -611,53 +635,6 @@ func MPNetBucket(rel, buckets, maxDistance int) int {
 		large = half - 1
 	}
 	return ret + large
-}
-
-// forwardMPNet is forward for the MPNet layout.
-func forwardMPNet(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
-	H, P := c.Hidden, c.Prefix
-	heads, nb := c.Heads, c.buckets()
-	w := &weights{m: m}
-	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
-	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
-	lnW, lnB := c.lnNames(P + "embeddings.LayerNorm")
-	embG, embB := w.get(lnW, H), w.get(lnB, H)
-	relBias := w.get(P+"encoder.relative_attention_bias.weight", nb*heads)
-	if w.err != nil {
-		return nil, w.err
-	}
-	pos := PositionIDs(c, ids)
-	T := len(ids)
-	x := make([][]float64, T)
-	for t, id := range ids {
-		if id < 0 || id >= c.Vocab {
-			return nil, fmt.Errorf("bertref: id %d at %d is outside the vocabulary of %d", id, t, c.Vocab)
-		}
-		if pos[t] >= c.MaxPositions {
-			return nil, fmt.Errorf("bertref: position %d at %d is past max_position_embeddings %d", pos[t], t, c.MaxPositions)
-		}
-		e := make([]float64, H)
-		for i := range e {
-			e[i] = word[id*H+i] + posEmb[pos[t]*H+i]
-		}
-		x[t] = layerNorm(e, embG, embB, c.Eps)
-	}
-
-	// The position bias, once for all layers: bias[t][s] is the row of
-	// relative_attention_bias.weight [Buckets, Heads] for query t, key s.
-	bias := make([][][]float64, T)
-	for t := range bias {
-		bias[t] = make([][]float64, T)
-		for s := range bias[t] {
-			b := MPNetBucket(s-t, mpnetBucketCount, mpnetMaxDistance)
-			if b >= nb {
-				return nil, fmt.Errorf("bertref: relative distance %d falls in bucket %d, past relative_attention_num_buckets %d", s-t, b, nb)
-			}
-			bias[t][s] = relBias[b*heads : (b+1)*heads]
-		}
-	}
-
-	return encoderLayers(w, c, x, bias)
 }
 
 // encoderLayers runs the encoder's layers on the embeddings x [T][H]:
