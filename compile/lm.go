@@ -192,20 +192,21 @@ type Runner struct {
 	slotAxes  [][]int        // per layer and state: lm.StateSpec.SlotAxis
 	slotted   []slottedState // the states with a slot axis, in layer and state order
 
-	prefill, decode *Program    // compiled mode
-	win             windows     // compiled mode: the prefill's windowed programs (window.go)
-	wholeCache      bool        // set by NewBatch, which owns the runner: no windows (window.go)
-	emb             embedProgs  // Embed's program (embed.go)
-	score           scoreProgs  // Score's program (score.go)
-	embed, head     *Program    // eager mode
-	layerProg       []*Program  // eager mode, per layer (shared per kind)
-	grow            *Program    // grow-cache (grow.go)
-	argmax          *Program    // each row's argmax of a step's logits (State.DecodeArgmax)
-	mu              sync.Mutex  // guards programs: windowed prefill and Embed add to them while States run
-	programs        []*Program  // all, for Stats
-	warming         atomic.Bool // a Batch warms up: recompiles are not reported
-	moe             *moeRun     // host-routed experts (lm.Routed), nil otherwise
-	tp              *tpRun      // several devices (Options.TP/DP), nil otherwise
+	prefill, decode *Program     // compiled mode
+	win             windows      // compiled mode: the prefill's windowed programs (window.go)
+	wholeCache      bool         // set by NewBatch, which owns the runner: no windows (window.go)
+	emb             embedProgs   // Embed's program (embed.go)
+	score           scoreProgs   // Score's program (score.go)
+	lp              logprobProgs // PromptLogprobs' programs (logprobs.go)
+	embed, head     *Program     // eager mode
+	layerProg       []*Program   // eager mode, per layer (shared per kind)
+	grow            *Program     // grow-cache (grow.go)
+	argmax          *Program     // each row's argmax of a step's logits (State.DecodeArgmax)
+	mu              sync.Mutex   // guards programs: windowed prefill and Embed add to them while States run
+	programs        []*Program   // all, for Stats
+	warming         atomic.Bool  // a Batch warms up: recompiles are not reported
+	moe             *moeRun      // host-routed experts (lm.Routed), nil otherwise
+	tp              *tpRun       // several devices (Options.TP/DP), nil otherwise
 }
 
 // NewRunner prepares a model for execution on backend: it validates the

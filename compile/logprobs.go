@@ -1,0 +1,346 @@
+package compile
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// MaxTopLogprobs is the most alternatives PromptLogprobs gives a token.
+const MaxTopLogprobs = 20
+
+// TokenLogprob is what a model says of one token of a prompt, given
+// the tokens before it.
+type TokenLogprob struct {
+	// Logprob is the token's log-probability: its logit less the
+	// log-sum-exp of all the logits, at the model's head (no sampling
+	// settings).
+	Logprob float32
+	// Rank is 1 plus the number of tokens whose logits are strictly
+	// above the token's: 1 for the model's likeliest (a greedy choice;
+	// a token tied with it is 1 too), as vLLM ranks.
+	Rank int
+	// Top are the likeliest tokens, best first (as many as asked); equal
+	// logits in the order of their ids.
+	Top []TopLogprob
+}
+
+// TopLogprob is one of a token's likeliest alternatives.
+type TopLogprob struct {
+	ID      int
+	Logprob float32
+}
+
+// logprobProgs are PromptLogprobs' programs, made at its first call:
+// the layers with their last hidden states for output (compiled mode) or
+// the head that passes them on (eager mode), and the head that scores
+// positions, with (top) or without the logits for output.
+type logprobProgs struct {
+	once       sync.Once
+	hidden     *Program
+	score, top *Program
+	err        error
+}
+
+// logprobHeadBytes bounds the logits one call of the scoring head holds
+// ([rows, vocab] f32): its rows are at most this over the vocabulary's
+// bytes a row (a variable for tests).
+var logprobHeadBytes = 128 << 20
+
+// logprobHeadRows is the most positions one call of the scoring head
+// takes: 512, fewer for a vocabulary over 65,536 tokens (Qwen's 151,936:
+// 216), 8 at least, a multiple of 8.
+func logprobHeadRows(vocab int) int {
+	rows := logprobHeadBytes / max(vocab*4, 1)
+	return max(8, min(512, rows/8*8))
+}
+
+// logprobRowBucket is the rows of a scoring call of n positions: the
+// next power of two from 8, so that calls repeat a few shapes.
+func logprobRowBucket(n, most int) int {
+	b := 8
+	for b < n {
+		b *= 2
+	}
+	return min(b, most)
+}
+
+// PromptLogprobs runs prompts through the model together, in steps as
+// Embed runs them, and returns, for each prompt, the log-probability the
+// model gives each of its tokens after the first given the tokens before
+// it: out[i][j] is prompt i's token j+1 (len(prompts[i])−1 entries),
+// with its rank and, for topK above 0, its topK likeliest alternatives
+// (at most MaxTopLogprobs). This is what perplexity averages and what
+// an echoed completion's prompt log-probabilities are. The logits of
+// every position are computed in pieces of at most logprobHeadRows
+// positions; only the figures come back to the host (and, for topK, one
+// piece's logits at a time). Nothing of it stays in any State. Models
+// without a language-model head (encoders, classifiers), with
+// host-routed experts or sharded over several devices are refused
+// (errs.ErrUnsupported).
+func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]TokenLogprob, error) {
+	if err := GenerateError(r.spec); err != nil {
+		return nil, err
+	}
+	if r.tp != nil || r.moe != nil {
+		return nil, fmt.Errorf("prompt log-probabilities run on one device with the experts in the graph: %w", errs.ErrUnsupported)
+	}
+	if topK < 0 || topK > MaxTopLogprobs {
+		return nil, errs.Usagef("%d top log-probabilities asked: want 0 to %d", topK, MaxTopLogprobs)
+	}
+	p := &r.lp
+	p.once.Do(func() {
+		if r.opts.Mode == Compiled {
+			p.hidden, p.err = r.newProgram("logprob-layers", r.hiddenGraph)
+		} else {
+			p.hidden, p.err = r.newProgram("logprob-pass", r.hiddenPassGraph)
+		}
+		if p.err == nil {
+			p.score, p.err = r.newProgram("logprob-head", func(in []*graph.Node) []*graph.Node { return r.logprobGraph(in, false) })
+		}
+		if p.err == nil {
+			p.top, p.err = r.newProgram("logprob-head-top", func(in []*graph.Node) []*graph.Node { return r.logprobGraph(in, true) })
+		}
+	})
+	if p.err != nil {
+		return nil, p.err
+	}
+	st := r.NewState()
+	defer st.Release()
+	if _, err := st.Begin(prompts, 0); err != nil {
+		return nil, err
+	}
+	// As in Embed, the left padding every row shares is skipped.
+	skip := int(slices.Min(st.pads)) / embedSkip * embedSkip
+	st.next = skip
+	for i, pend := range st.pending {
+		st.pending[i] = pend[skip:]
+	}
+	out := make([][]TokenLogprob, len(prompts))
+	for i, pr := range prompts {
+		out[i] = make([]TokenLogprob, len(pr)-1)
+	}
+	h := r.spec.Hidden
+	most := logprobHeadRows(r.spec.VocabSize)
+	for st.Pending() > 0 {
+		n := min(embedPiece, st.Pending())
+		start := st.next
+		hid, err := st.hiddenChunk(n)
+		if err != nil {
+			return nil, err
+		}
+		// The positions of this piece that have a next token to score:
+		// row i's slot start+t is its token j = start+t−pads[i], whose
+		// successor j+1 is scored there.
+		type pos struct{ row, tok int }
+		var at []pos
+		for i, pr := range prompts {
+			for t := range n {
+				if j := start + t - int(st.pads[i]); j >= 0 && j+1 < len(pr) {
+					at = append(at, pos{i, j + 1})
+				}
+			}
+		}
+		var flat []float32
+		err = tensors.ConstFlatData(hid, func(v []float32) { // [B, n, Hidden]
+			flat = make([]float32, len(at)*h)
+			k := 0
+			for i := range prompts {
+				for t := range n {
+					if j := start + t - int(st.pads[i]); j >= 0 && j+1 < len(prompts[i]) {
+						copy(flat[k*h:(k+1)*h], v[(i*n+t)*h:(i*n+t+1)*h])
+						k++
+					}
+				}
+			}
+		})
+		hid.FinalizeAll()
+		if err != nil {
+			return nil, err
+		}
+		for lo := 0; lo < len(at); lo += most {
+			hi := min(lo+most, len(at))
+			targets := make([]int32, hi-lo)
+			for k := range targets {
+				a := at[lo+k]
+				targets[k] = int32(prompts[a.row][a.tok])
+			}
+			res, err := r.scorePositions(flat[lo*h:hi*h], targets, most, topK)
+			if err != nil {
+				return nil, err
+			}
+			for k, tl := range res {
+				a := at[lo+k]
+				out[a.row][a.tok-1] = tl
+			}
+		}
+	}
+	return out, nil
+}
+
+// scorePositions runs the scoring head over len(targets) positions' last
+// hidden states x ([len(targets), Hidden] float32), padded to a bucket of
+// rows, and returns each target's log-probability, rank and, for topK,
+// alternatives.
+func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([]TokenLogprob, error) {
+	n, h := len(targets), r.spec.Hidden
+	rows := logprobRowBucket(n, most)
+	xs := make([]float32, rows*h)
+	copy(xs, x)
+	ts := make([]int32, rows)
+	copy(ts, targets)
+	prog := r.lp.score
+	if topK > 0 {
+		prog = r.lp.top
+	}
+	args := []Arg{{T: tensors.FromFlatDataAndDimensions(xs, rows, h)}, {T: tensors.FromFlatDataAndDimensions(ts, rows)}}
+	outs, err := prog.Call(r.weightArgs(args, r.headW)...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, o := range outs {
+			o.FinalizeAll()
+		}
+	}()
+	res := make([]TokenLogprob, n)
+	err = tensors.ConstFlatData(outs[0], func(lp []float32) {
+		for k := range res {
+			res[k].Logprob = lp[k]
+		}
+	})
+	if err == nil {
+		err = tensors.ConstFlatData(outs[1], func(above []int32) {
+			for k := range res {
+				res[k].Rank = int(above[k]) + 1
+			}
+		})
+	}
+	if err != nil || topK == 0 {
+		return res, err
+	}
+	var lse []float32
+	if err := tensors.ConstFlatData(outs[2], func(v []float32) { lse = slices.Clone(v) }); err != nil {
+		return nil, err
+	}
+	err = tensors.ConstFlatData(outs[3], func(logits []float32) { // [rows, V]
+		v := len(logits) / rows
+		for k := range res {
+			best := topLogits(logits[k*v:(k+1)*v], topK)
+			res[k].Top = make([]TopLogprob, len(best))
+			for j, id := range best {
+				res[k].Top[j] = TopLogprob{ID: id, Logprob: logits[k*v+id] - lse[k]}
+			}
+		}
+	})
+	return res, err
+}
+
+// topLogits returns the ids of the k largest logits, largest first, equal
+// logits in the order of their ids (NaNs never chosen).
+func topLogits(logits []float32, k int) []int {
+	h := &minLogits{v: logits}
+	for id, x := range logits {
+		if x != x { // NaN
+			continue
+		}
+		if h.Len() < k {
+			heap.Push(h, id)
+			continue
+		}
+		if worst := h.ids[0]; x > logits[worst] {
+			h.ids[0] = id
+			heap.Fix(h, 0)
+		}
+	}
+	out := make([]int, h.Len())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(h).(int)
+	}
+	return out
+}
+
+// minLogits is a heap of token ids whose top is the worst kept: the
+// smallest logit, the largest id among equals.
+type minLogits struct {
+	v   []float32
+	ids []int
+}
+
+func (h *minLogits) Len() int { return len(h.ids) }
+func (h *minLogits) Less(i, j int) bool {
+	a, b := h.ids[i], h.ids[j]
+	if h.v[a] != h.v[b] {
+		return h.v[a] < h.v[b]
+	}
+	return a > b
+}
+func (h *minLogits) Swap(i, j int) { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
+func (h *minLogits) Push(x any)    { h.ids = append(h.ids, x.(int)) }
+func (h *minLogits) Pop() any {
+	x := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	return x
+}
+
+// hiddenChunk runs the next n pending tokens of every row, as
+// finalChunk does, and returns the last layer's hidden states of each,
+// [B, n, Hidden] float32 (before the final norm), for the caller to
+// finalize.
+func (st *State) hiddenChunk(n int) (*tensors.Tensor, error) {
+	r := st.r
+	for st.next+n > st.cacheLen {
+		if err := r.growCache(st); err != nil {
+			return nil, err
+		}
+	}
+	return r.runStep(st, r.lp.hidden, r.lp.hidden, st.takePending(n), st.next)
+}
+
+// hiddenGraph is stepGraph with the last layer's hidden states of every
+// position, [B, T, Hidden] float32, in place of the logits.
+func (r *Runner) hiddenGraph(in []*graph.Node) []*graph.Node {
+	x, _, out := r.stepLayers(0, in)
+	out[0] = graph.ConvertDType(x, dtypes.Float32)
+	return out
+}
+
+// hiddenPassGraph: [hidden [B, T, H], head weights...] -> [the same in
+// float32]: eager mode's head for PromptLogprobs, which scores them in
+// pieces (logprobGraph).
+func (r *Runner) hiddenPassGraph(in []*graph.Node) []*graph.Node {
+	return []*graph.Node{graph.ConvertDType(in[0], dtypes.Float32)}
+}
+
+// logprobGraph: [hidden [N, H] float32, targets [N] int32, head
+// weights...] -> [the targets' log-probabilities [N] float32, the number
+// of logits strictly above each target's [N] int32] and, with logits,
+// [log-sum-exp [N] float32, logits [N, V] float32]. The head runs on all
+// N positions at once (Head takes [B, Hidden] rows); a target outside
+// the vocabulary (padding rows) gives figures nobody reads.
+func (r *Runner) logprobGraph(in []*graph.Node, logits bool) []*graph.Node {
+	x := graph.ConvertDType(in[0], r.opts.DType)
+	l := graph.ConvertDType(r.model.Head(r.params(r.headW, in[2:]), x), dtypes.Float32) // [N, V]
+	g := l.Graph()
+	dims := l.Shape().Dimensions
+	mx := graph.ReduceMax(l, 1)
+	lse := graph.Add(graph.Log(graph.ReduceSum(graph.Exp(graph.Sub(l, graph.ExpandAxes(mx, 1))), 1)), mx)
+	ids := graph.Iota(g, shapes.Make(dtypes.Int32, dims...), 1)
+	hit := graph.Equal(ids, graph.BroadcastToDims(graph.ExpandAxes(in[1], 1), dims...))
+	target := graph.ReduceMax(graph.Where(hit, l, graph.BroadcastToDims(graph.Scalar(g, dtypes.Float32, math.Inf(-1)), dims...)), 1)
+	above := graph.ReduceSum(graph.ConvertDType(graph.GreaterThan(l, graph.ExpandAxes(target, 1)), dtypes.Int32), 1)
+	out := []*graph.Node{graph.Sub(target, lse), above}
+	if logits {
+		out = append(out, lse, l)
+	}
+	return out
+}
