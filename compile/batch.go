@@ -12,6 +12,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // Continuous batching over fixed shapes (the server's engine).
@@ -1043,4 +1044,18 @@ func (b *Batch) Embed(prompts [][]int) ([][]float32, error) {
 		}
 	}
 	return b.r.Embed(prompts, b.o.Pooling)
+}
+
+// PromptLogprobs runs prompts through the model, together in a batch of
+// their own as Embed does, and returns the log-probability of each
+// prompt token after the first, with its rank and topK alternatives
+// (Runner.PromptLogprobs): serve's echoed prompts. The rows and the
+// decode batch are untouched.
+func (b *Batch) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
+	for i, p := range prompts {
+		if len(p) > b.o.MaxContext {
+			return nil, errs.Usagef("prompt %d of %d tokens is beyond the context of %d tokens", i, len(p), b.o.MaxContext)
+		}
+	}
+	return b.r.PromptLogprobs(prompts, topK)
 }

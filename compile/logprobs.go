@@ -13,32 +13,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // MaxTopLogprobs is the most alternatives PromptLogprobs gives a token.
 const MaxTopLogprobs = 20
-
-// TokenLogprob is what a model says of one token of a prompt, given
-// the tokens before it.
-type TokenLogprob struct {
-	// Logprob is the token's log-probability: its logit less the
-	// log-sum-exp of all the logits, at the model's head (no sampling
-	// settings).
-	Logprob float32
-	// Rank is 1 plus the number of tokens whose logits are strictly
-	// above the token's: 1 for the model's likeliest (a greedy choice;
-	// a token tied with it is 1 too), as vLLM ranks.
-	Rank int
-	// Top are the likeliest tokens, best first (as many as asked); equal
-	// logits in the order of their ids.
-	Top []TopLogprob
-}
-
-// TopLogprob is one of a token's likeliest alternatives.
-type TopLogprob struct {
-	ID      int
-	Logprob float32
-}
 
 // logprobProgs are PromptLogprobs' programs, made at its first call:
 // the layers with their last hidden states for output (compiled mode) or
@@ -87,7 +66,7 @@ func logprobRowBucket(n, most int) int {
 // without a language-model head (encoders, classifiers), with
 // host-routed experts or sharded over several devices are refused
 // (errs.ErrUnsupported).
-func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]TokenLogprob, error) {
+func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
 	if err := GenerateError(r.spec); err != nil {
 		return nil, err
 	}
@@ -125,9 +104,9 @@ func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]TokenLogprob, er
 	for i, pend := range st.pending {
 		st.pending[i] = pend[skip:]
 	}
-	out := make([][]TokenLogprob, len(prompts))
+	out := make([][]sample.TokenLogprob, len(prompts))
 	for i, pr := range prompts {
-		out[i] = make([]TokenLogprob, len(pr)-1)
+		out[i] = make([]sample.TokenLogprob, len(pr)-1)
 	}
 	h := r.spec.Hidden
 	most := logprobHeadRows(r.spec.VocabSize)
@@ -191,7 +170,7 @@ func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]TokenLogprob, er
 // hidden states x ([len(targets), Hidden] float32), padded to a bucket of
 // rows, and returns each target's log-probability, rank and, for topK,
 // alternatives.
-func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([]TokenLogprob, error) {
+func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([]sample.TokenLogprob, error) {
 	n, h := len(targets), r.spec.Hidden
 	rows := logprobRowBucket(n, most)
 	xs := make([]float32, rows*h)
@@ -212,7 +191,7 @@ func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([
 			o.FinalizeAll()
 		}
 	}()
-	res := make([]TokenLogprob, n)
+	res := make([]sample.TokenLogprob, n)
 	err = tensors.ConstFlatData(outs[0], func(lp []float32) {
 		for k := range res {
 			res[k].Logprob = lp[k]
@@ -236,9 +215,9 @@ func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([
 		v := len(logits) / rows
 		for k := range res {
 			best := topLogits(logits[k*v:(k+1)*v], topK)
-			res[k].Top = make([]TopLogprob, len(best))
+			res[k].Top = make([]sample.TopLogprob, len(best))
 			for j, id := range best {
-				res[k].Top[j] = TopLogprob{ID: id, Logprob: logits[k*v+id] - lse[k]}
+				res[k].Top[j] = sample.TopLogprob{ID: id, Logprob: logits[k*v+id] - lse[k]}
 			}
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/sample"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
 )
@@ -102,7 +103,7 @@ func TestPromptLogprobs(t *testing.T) {
 // log-softmax want: each token's value within tol, its rank (1 plus the
 // reference's values above it by more than tol; ties within tol may go
 // either way), and topK alternatives that are the reference's best.
-func checkLogprobs(t *testing.T, what string, prompts [][]int, got []([]TokenLogprob), want [][][]float64, topK int, tol float64) {
+func checkLogprobs(t *testing.T, what string, prompts [][]int, got [][]sample.TokenLogprob, want [][][]float64, topK int, tol float64) {
 	t.Helper()
 	if len(got) != len(prompts) {
 		t.Fatalf("%s: %d results for %d prompts", what, len(got), len(prompts))

@@ -16,6 +16,8 @@ type completionChoice struct {
 	Text         string              `json:"text"`
 	Logprobs     *completionLogprobs `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
+	// PromptLogprobs is vLLM's prompt_logprobs, when asked.
+	PromptLogprobs []map[string]vllmLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 type completionResponse struct {
@@ -41,12 +43,6 @@ type completionChunk struct {
 // not set it: OpenAI's default, and vLLM's (chat's default is the rest of
 // the context).
 const defaultCompletionTokens = 16
-
-// completionPrompts reads prompt: a string, an array of strings, an array
-// of token ids, or an array of arrays of token ids.
-func (s *Server) completionPrompts(raw json.RawMessage) ([][]int, error) {
-	return s.promptsOf("prompt", raw)
-}
 
 // promptsOf reads and encodes the prompts of the field param
 // (completions' prompt; embeddings' input, which also needs the texts,
@@ -130,25 +126,32 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 		writeError(w, err)
 		return
 	}
-	p, err := s.completionPlan(&req)
+	p, e, err := s.completionPlan(&req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	if e != nil {
+		x.promptTokens = p.promptTokens
+		if err := s.scorePrompts(r.Context(), e); err != nil {
+			writeError(w, err)
+			return
+		}
+		if e.only {
+			s.answerEchoOnly(w, &req, p, e)
+			return
+		}
+	}
 	var stream func([]*Stream, string, int64)
 	if req.Stream {
 		stream = func(streams []*Stream, id string, created int64) {
-			s.streamCompletions(r.Context(), w, &req, p, streams, id, created)
+			s.streamCompletions(r.Context(), w, &req, p, e, streams, id, created)
 		}
 	}
 	s.answer(w, r, x, p, "cmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
 		resp := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Usage: u}
 		for i, c := range choices {
-			cc := completionChoice{Index: i, Text: c.text.String(), FinishReason: new(finishReason(c.finish))}
-			if p.reqs[i].Logprobs >= 0 {
-				cc.Logprobs = s.completionLogprobsOf(c, c.logprobs)
-			}
-			resp.Choices = append(resp.Choices, cc)
+			resp.Choices = append(resp.Choices, s.completionChoiceOf(p, e, i, c))
 		}
 		return resp
 	})
@@ -180,58 +183,93 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, x *exchange, p *
 	writeJSON(w, http.StatusOK, respond(choices, newUsage(p.promptTokens, completionTokens(streams)), id, created))
 }
 
-// completionPlan validates a completion request and plans its sequences.
-func (s *Server) completionPlan(req *completionRequest) (*plan, error) {
+// completionPlan validates a completion request and plans its
+// sequences, and what it asks of its prompts (nil: nothing but the
+// generation).
+func (s *Server) completionPlan(req *completionRequest) (*plan, *echoPlan, error) {
 	if err := s.checkModel(req.Model); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.noGeneration(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	o, n, err := req.check("max_tokens", req.MaxTokens)
+	maxTokens := req.MaxTokens
+	if maxTokens != nil && *maxTokens == 0 {
+		if !req.Echo {
+			return nil, nil, badRequest("max_tokens", "max_tokens must be positive, got 0 (0 only with echo: the prompt alone)")
+		}
+		maxTokens = nil // the prompt alone (newEchoPlan): nothing generated
+	}
+	o, n, err := req.check("max_tokens", maxTokens)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	switch {
-	case req.Echo:
-		return nil, badRequest("echo", "echo is not supported")
 	case req.Suffix != nil && *req.Suffix != "":
-		return nil, badRequest("suffix", "suffix (fill-in-the-middle) is not supported")
+		return nil, nil, badRequest("suffix", "suffix (fill-in-the-middle) is not supported")
 	case req.BestOf != nil && *req.BestOf != n:
-		return nil, badRequest("best_of", "best_of is not supported beyond n (%d), got %d", n, *req.BestOf)
+		return nil, nil, badRequest("best_of", "best_of is not supported beyond n (%d), got %d", n, *req.BestOf)
 	}
 	logprobs := -1
 	if req.Logprobs != nil {
 		logprobs = *req.Logprobs
 		if logprobs < 0 || logprobs > maxLogprobs {
-			return nil, badRequest("logprobs", "logprobs must be between 0 and %d, got %d", maxLogprobs, logprobs)
+			return nil, nil, badRequest("logprobs", "logprobs must be between 0 and %d, got %d", maxLogprobs, logprobs)
 		}
 	}
-	prompts, err := s.completionPrompts(req.Prompt)
+	texts, idLists, err := promptForms("prompt", req.Prompt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	prompts, err := s.encodePrompts("prompt", texts, idLists)
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(prompts)*n > maxSequences {
-		return nil, badRequest("n", "%d prompts x n=%d is over the %d sequences one request may run", len(prompts), n, maxSequences)
+		return nil, nil, badRequest("n", "%d prompts x n=%d is over the %d sequences one request may run", len(prompts), n, maxSequences)
+	}
+	e, err := s.newEchoPlan(req, texts, idLists, prompts, n, logprobs)
+	if err != nil {
+		return nil, nil, err
 	}
 	p, err := s.plan(prompts, o, n, req.IgnoreEOS, logprobs, "prompt", "max_tokens")
-	if err != nil || req.MaxTokens != nil {
-		return p, err
+	if err != nil {
+		return nil, nil, err
 	}
-	// Without max_tokens, the default within the room the context leaves.
-	for i := range p.reqs {
-		g := &p.reqs[i].Gen
-		g.MaxNewTokens = min(g.MaxNewTokens, defaultCompletionTokens)
+	if e != nil && e.echo {
+		p.offsets = e.offsets()
 	}
-	return p, nil
+	if maxTokens == nil {
+		// Without max_tokens, the default within the room the context
+		// leaves.
+		for i := range p.reqs {
+			g := &p.reqs[i].Gen
+			g.MaxNewTokens = min(g.MaxNewTokens, defaultCompletionTokens)
+		}
+	}
+	return p, e, nil
 }
 
-// streamCompletions streams the choices as text_completion chunks.
-func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, req *completionRequest, p *plan, streams []*Stream, id string, created int64) {
+// streamCompletions streams the choices as text_completion chunks, each
+// choice's echoed prompt (e, when set) first.
+func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, req *completionRequest, p *plan, e *echoPlan, streams []*Stream, id string, created int64) {
 	response := func(cs []completionChoice, u chunkUsage) completionChunk {
 		return completionChunk{ID: id, Object: "text_completion", Created: created, Model: s.o.ModelName, Choices: cs, Usage: u}
 	}
-	s.streamEvents(ctx, startSSE(w), p, streams, req.streamUsageOf(), func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any {
+	out := startSSE(w)
+	su := req.streamUsageOf()
+	if e != nil && e.echo {
+		for i := range p.reqs {
+			cc := completionChoice{Index: i, Text: e.text(i)}
+			if p.reqs[i].Logprobs >= 0 {
+				cc.Logprobs = s.promptLogprobsOf(e, i/e.n)
+			}
+			if err := out.send(response([]completionChoice{cc}, su.chunk(p.promptTokens, 0))); err != nil {
+				return
+			}
+		}
+	}
+	s.streamEvents(ctx, out, p, streams, su, func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any {
 		cc := completionChoice{Index: i, Text: ev.Text}
 		if logprobs {
 			cc.Logprobs = s.completionLogprobsOf(c, lps)
@@ -254,7 +292,7 @@ func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []
 	chunk func(i int, c *choice, ev Event, lps []Event, logprobs bool, u chunkUsage) any, usageChunk func(*usage) any) {
 	choices := make([]*choice, len(streams))
 	for i := range choices {
-		choices[i] = &choice{prev: lastToken(p.reqs[i].Prompt)}
+		choices[i] = p.newChoice(i)
 	}
 	generated := 0 // the tokens of the events so far
 	for se := range merge(ctx, streams) {

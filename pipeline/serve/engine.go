@@ -25,6 +25,9 @@ package serve
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // Engine runs sequences in the rows of a decode batch over fixed compiled
@@ -93,6 +96,17 @@ type Engine interface {
 	// engine's pooling, not normalized). Nothing of them stays: the
 	// rows are untouched.
 	Embed(prompts [][]int) ([][]float32, error)
+}
+
+// PromptScorer is an Engine that scores prompts: the log-probability
+// of each of their tokens after the first, given the tokens before it
+// (compile.Runner.PromptLogprobs), for echoed completions' logprobs and
+// vLLM's prompt_logprobs. An engine without it answers those with a 400.
+type PromptScorer interface {
+	// PromptLogprobs runs prompts (1 to MaxPrefill) and returns, for
+	// each, len(prompt)−1 tokens' log-probabilities with topK (0 to 20)
+	// alternatives each. The rows are untouched.
+	PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error)
 }
 
 // Prefill is the prefill in progress of one or more prompts.
@@ -164,6 +178,16 @@ func (a adapted[P, K]) StartPrefillFrom(prompt []int, from Kept) (Prefill, error
 		return nil, err
 	}
 	return p, nil
+}
+
+// PromptLogprobs forwards to the engine when it scores prompts
+// (PromptScorer).
+func (a adapted[P, K]) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
+	ps, ok := a.Typed.(PromptScorer)
+	if !ok {
+		return nil, fmt.Errorf("this model's engine does not score prompts: %w", errs.ErrUnsupported)
+	}
+	return ps.PromptLogprobs(prompts, topK)
 }
 
 func (a adapted[P, K]) Insert(p Prefill, i, row int) error {

@@ -44,7 +44,7 @@ func logprobValue(v float64) float64 {
 // completionLogprobs is a completion choice's logprobs object.
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"` // null: an echoed prompt's first token
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
@@ -52,7 +52,7 @@ type completionLogprobs struct {
 // completionLogprobsOf renders evs, continuing c's token context and text
 // offsets.
 func (s *Server) completionLogprobsOf(c *choice, evs []Event) *completionLogprobs {
-	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 	for _, ev := range evs {
 		text := s.tokenText(c.prev, ev.Token)
 		top := map[string]float64{}
@@ -61,7 +61,7 @@ func (s *Server) completionLogprobsOf(c *choice, evs []Event) *completionLogprob
 		}
 		top[text] = logprobValue(ev.Logprob)
 		lp.Tokens = append(lp.Tokens, text)
-		lp.TokenLogprobs = append(lp.TokenLogprobs, logprobValue(ev.Logprob))
+		lp.TokenLogprobs = append(lp.TokenLogprobs, new(logprobValue(ev.Logprob)))
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
 		lp.TextOffset = append(lp.TextOffset, c.offset)
 		c.offset += utf8.RuneCountInString(text)

@@ -73,6 +73,10 @@ type completionRequest struct {
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
 	BestOf   *int            `json:"best_of"`
+	// PromptLogprobs is vLLM's prompt_logprobs: each prompt token's
+	// log-probability with that many alternatives, in the choice's
+	// prompt_logprobs.
+	PromptLogprobs *int `json:"prompt_logprobs"`
 }
 
 // chatRequest is POST /v1/chat/completions.

@@ -55,7 +55,7 @@ func FuzzRequestPlan(f *testing.F) {
 			} else {
 				var req completionRequest
 				if err = decodeBody(r, &req); err == nil {
-					p, err = s.completionPlan(&req)
+					p, _, err = s.completionPlan(&req)
 				}
 			}
 			if err != nil {

@@ -39,6 +39,19 @@ type plan struct {
 	tools     ToolFormat
 	toolTypes map[string]map[string]string
 	oneCall   bool
+	// offsets are the text_offset each choice's generated text starts at
+	// (a completion's echoed prompt before it); nil: 0.
+	offsets []int
+}
+
+// newChoice starts choice i's output: after its prompt's last token, at
+// its text offset.
+func (p *plan) newChoice(i int) *choice {
+	c := &choice{prev: lastToken(p.reqs[i].Prompt)}
+	if p.offsets != nil {
+		c.offset = p.offsets[i]
+	}
+	return c
 }
 
 // toolParser starts parsing one chat answer's tool calls (nil when the
@@ -193,7 +206,7 @@ type choice struct {
 func collectChoices(streams []*Stream, p *plan) []*choice {
 	out := make([]*choice, len(streams))
 	for i, st := range streams {
-		c := &choice{prev: lastToken(p.reqs[i].Prompt)}
+		c := p.newChoice(i)
 		for ev := range st.Events {
 			c.add(ev, p.reqs[i].Logprobs >= 0)
 		}

@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // Errors of Submit.
@@ -644,14 +646,15 @@ func (nopObserver) NextToken(time.Duration)      {}
 func (nopObserver) Finished(string, int, int)    {}
 func (nopObserver) Rejected(error)               {}
 
-// embedJob is an embedding request in the scheduler: its prompts, run in
-// groups of the engine's MaxPrefill between decode steps, and their
-// vectors so far.
+// embedJob is an embedding (or prompt-scoring) request in the
+// scheduler: its prompts, run in groups of the engine's MaxPrefill
+// between decode steps by run, which keeps each group's results.
 type embedJob struct {
 	ctx     context.Context
 	prompts [][]int
-	vecs    [][]float32
-	done    chan error // receives once: nil when vecs is complete
+	ran     int                       // the prompts run so far
+	run     func(group [][]int) error // runs the next group
+	done    chan error                // receives once: nil when every group ran
 }
 
 // Embed queues prompts for their pooled final hidden states
@@ -663,24 +666,19 @@ type embedJob struct {
 // returns ErrQueueFull when the queue is full, ErrClosed after Shutdown,
 // and ctx's error when ctx ends first.
 func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, error) {
-	if len(prompts) == 0 {
-		return nil, fmt.Errorf("no prompts to embed")
+	if err := checkJobPrompts("embed", prompts); err != nil {
+		return nil, err
 	}
-	for i, p := range prompts {
-		if len(p) == 0 {
-			return nil, fmt.Errorf("prompt %d to embed is empty", i)
+	sorted, order := byLength(prompts)
+	var vecs [][]float32
+	err := s.runJob(ctx, sorted, func(group [][]int) error {
+		v, err := s.sl.Embed(group)
+		if err == nil && len(v) != len(group) {
+			err = fmt.Errorf("embed: %d vectors for %d prompts", len(v), len(group))
 		}
-	}
-	order := make([]int, len(prompts))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return len(prompts[a]) - len(prompts[b]) })
-	sorted := make([][]int, len(prompts))
-	for i, j := range order {
-		sorted[i] = prompts[j]
-	}
-	vecs, err := s.embedSorted(ctx, sorted)
+		vecs = append(vecs, v...)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -691,31 +689,89 @@ func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, er
 	return out, nil
 }
 
-// embedSorted is Embed of prompts in the order they run.
-func (s *Scheduler) embedSorted(ctx context.Context, prompts [][]int) ([][]float32, error) {
-	e := &embedJob{ctx: ctx, prompts: prompts, done: make(chan error, 1)}
+// PromptLogprobs queues prompts for the log-probability of each of
+// their tokens after the first (Engine's PromptScorer) with topK
+// alternatives, and waits for them: run between decode steps in groups
+// as Embed's, the results in the prompts' order. An engine that does
+// not score prompts gives an error wrapping errs.ErrUnsupported.
+func (s *Scheduler) PromptLogprobs(ctx context.Context, prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
+	if _, ok := s.sl.e.(PromptScorer); !ok {
+		return nil, fmt.Errorf("this model's engine does not score prompts: %w", errs.ErrUnsupported)
+	}
+	if err := checkJobPrompts("score", prompts); err != nil {
+		return nil, err
+	}
+	sorted, order := byLength(prompts)
+	var lps [][]sample.TokenLogprob
+	err := s.runJob(ctx, sorted, func(group [][]int) error {
+		v, err := s.sl.e.(PromptScorer).PromptLogprobs(group, topK)
+		if err == nil && len(v) != len(group) {
+			err = fmt.Errorf("prompt log-probabilities: %d results for %d prompts", len(v), len(group))
+		}
+		lps = append(lps, v...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]sample.TokenLogprob, len(lps))
+	for i, j := range order {
+		out[j] = lps[i]
+	}
+	return out, nil
+}
+
+// checkJobPrompts refuses no prompts and an empty one.
+func checkJobPrompts(what string, prompts [][]int) error {
+	if len(prompts) == 0 {
+		return fmt.Errorf("no prompts to %s", what)
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return fmt.Errorf("prompt %d to %s is empty", i, what)
+		}
+	}
+	return nil
+}
+
+// byLength returns prompts shortest first (equal lengths in their
+// order) and where each came from: sorted[i] is prompts[order[i]].
+func byLength(prompts [][]int) (sorted [][]int, order []int) {
+	order = make([]int, len(prompts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(prompts[a]) - len(prompts[b]) })
+	sorted = make([][]int, len(prompts))
+	for i, j := range order {
+		sorted[i] = prompts[j]
+	}
+	return sorted, order
+}
+
+// runJob queues a job of prompts, run group by group, and waits for it.
+func (s *Scheduler) runJob(ctx context.Context, prompts [][]int, run func(group [][]int) error) error {
+	e := &embedJob{ctx: ctx, prompts: prompts, run: run, done: make(chan error, 1)}
 	s.mu.Lock()
 	if err := s.refusal(); err != nil {
 		s.mu.Unlock()
 		s.obs.Rejected(err)
-		return nil, err
+		return err
 	}
 	s.embeds = append(s.embeds, e)
 	s.mu.Unlock()
 	s.poke()
 	select {
 	case err := <-e.done:
-		if err != nil {
-			return nil, err
-		}
-		return e.vecs, nil
+		return err
 	case <-ctx.Done():
 		s.poke() // Run drops it
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
-// embedStep runs the next group of the oldest embedding request, first
+// embedStep runs the next group of the oldest embedding (or scoring)
+// request, first
 // dropping those whose client went away. It reports whether it ran
 // anything.
 func (s *Scheduler) embedStep() bool {
@@ -733,14 +789,11 @@ func (s *Scheduler) embedStep() bool {
 	if e == nil {
 		return false
 	}
-	group := e.prompts[len(e.vecs):]
+	group := e.prompts[e.ran:]
 	group = group[:min(len(group), s.sl.MaxPrefill())]
-	vecs, err := s.sl.Embed(group)
-	if err == nil && len(vecs) != len(group) {
-		err = fmt.Errorf("embed: %d vectors for %d prompts", len(vecs), len(group))
-	}
-	e.vecs = append(e.vecs, vecs...)
-	if err == nil && len(e.vecs) < len(e.prompts) {
+	err := e.run(group)
+	e.ran += len(group)
+	if err == nil && e.ran < len(e.prompts) {
 		return true
 	}
 	s.mu.Lock()

@@ -942,7 +942,9 @@ func TestBadRequests(t *testing.T) {
 		{"stream_options without stream", "/v1/chat/completions", `{"stream_options":{"include_usage":true},` + chatMsg + `}`, 400, "stream_options", "stream_options can only be set when stream is true"},
 		{"stream_options with stream false", "/v1/completions", `{"prompt":"a","stream":false,"stream_options":{"include_usage":true}}`, 400, "stream_options", "stream is true"},
 		{"response_format", "/v1/chat/completions", `{"response_format":{"type":"yaml"},` + chatMsg + `}`, 400, "response_format.type", "response_format"},
-		{"echo", "/v1/completions", `{"prompt":"a","echo":true}`, 400, "echo", "echo"},
+		{"max_tokens 0 without echo", "/v1/completions", `{"prompt":"a","max_tokens":0}`, 400, "max_tokens", "only with echo"},
+		{"prompt_logprobs too many", "/v1/completions", `{"prompt":"a","prompt_logprobs":21}`, 400, "prompt_logprobs", "between 0 and 20"},
+		{"prompt_logprobs streamed", "/v1/completions", `{"prompt":"a","prompt_logprobs":1,"stream":true}`, 400, "prompt_logprobs", "streaming"},
 		{"suffix", "/v1/completions", `{"prompt":"a","suffix":"b"}`, 400, "suffix", "suffix"},
 		{"best_of", "/v1/completions", `{"prompt":"a","best_of":3}`, 400, "best_of", "best_of"},
 		{"unknown model", "/v1/completions", `{"model":"davinci","prompt":"a"}`, 404, "model", "davinci"},
@@ -1295,16 +1297,16 @@ func TestStreamingChoices(t *testing.T) {
 func TestPromptIDsBelowModelVocab(t *testing.T) {
 	tok := loadTestTokenizer(t)
 	s := &Server{o: ServerOptions{Tokenizer: tok, VocabSize: 100}}
-	if _, err := s.completionPrompts([]byte(`[1, 99]`)); err != nil {
+	if _, err := s.promptsOf("prompt", []byte(`[1, 99]`)); err != nil {
 		t.Errorf("ids below both vocabularies: %v", err)
 	}
-	_, err := s.completionPrompts([]byte(`[1, 100]`))
+	_, err := s.promptsOf("prompt", []byte(`[1, 100]`))
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "[0, 100)") {
 		t.Errorf("id 100 with a model of 100 tokens: %v, want a 400 naming [0, 100)", err)
 	}
 	s.o.VocabSize = 1 << 20 // the tokenizer's is the smaller
-	if _, err := s.completionPrompts([]byte(fmt.Sprintf(`[%d]`, tok.VocabSize()))); err == nil {
+	if _, err := s.promptsOf("prompt", []byte(fmt.Sprintf(`[%d]`, tok.VocabSize()))); err == nil {
 		t.Error("an id beyond the tokenizer's vocabulary was accepted")
 	}
 }
@@ -1316,7 +1318,7 @@ func TestEncodedIDsBelowModelVocab(t *testing.T) {
 	s := &Server{o: ServerOptions{Tokenizer: tok, VocabSize: 3, Resolve: func(o generate.Overrides) (generate.Options, error) {
 		return generate.Resolve(nil, nil, o)
 	}}}
-	prompts, err := s.completionPrompts([]byte(`"Once upon a time"`))
+	prompts, err := s.promptsOf("prompt", []byte(`"Once upon a time"`))
 	require.NoError(t, err)
 	_, err = s.plan(prompts, generate.Overrides{}, 1, false, -1, "prompt", "max_tokens")
 	var ae *apiError

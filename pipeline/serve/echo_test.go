@@ -1,0 +1,267 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/pipeline/sample"
+)
+
+// PromptLogprobs implements PromptScorer for the fake model: after token
+// t its logits are textLogits(t).
+func (e *textEngine) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
+	if len(prompts) > e.MaxPrefill() {
+		e.t.Errorf("%d prompts scored at once, above MaxPrefill", len(prompts))
+	}
+	out := make([][]sample.TokenLogprob, len(prompts))
+	for i, p := range prompts {
+		for j := 1; j < len(p); j++ {
+			l := textLogits(p[j-1])
+			lse := textLSE(l)
+			tl := sample.TokenLogprob{Logprob: float32(float64(l[p[j]]) - lse), Rank: 1}
+			for _, v := range l {
+				if v > l[p[j]] {
+					tl.Rank++
+				}
+			}
+			ids := make([]int, len(l))
+			for k := range ids {
+				ids[k] = k
+			}
+			slices.SortStableFunc(ids, func(a, b int) int { return -cmpF32(l[a], l[b]) })
+			for _, id := range ids[:topK] {
+				tl.Top = append(tl.Top, sample.TopLogprob{ID: id, Logprob: float32(float64(l[id]) - lse)})
+			}
+			out[i] = append(out[i], tl)
+		}
+	}
+	return out, nil
+}
+
+func textLSE(l []float32) float64 {
+	var s float64
+	for _, v := range l {
+		s += math.Exp(float64(v))
+	}
+	return math.Log(s)
+}
+
+func cmpF32(a, b float32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// rawCompletion is a completion response with its nulls kept.
+type rawCompletion struct {
+	Choices []struct {
+		Index    int     `json:"index"`
+		Text     string  `json:"text"`
+		Finish   *string `json:"finish_reason"`
+		Logprobs *struct {
+			Tokens        []string             `json:"tokens"`
+			TokenLogprobs []*float64           `json:"token_logprobs"`
+			TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+			TextOffset    []int                `json:"text_offset"`
+		} `json:"logprobs"`
+		PromptLogprobs []map[string]vllmLogprob `json:"prompt_logprobs"`
+	} `json:"choices"`
+	Usage usage `json:"usage"`
+}
+
+// TestEchoLogprobs: lm-evaluation-harness's loglikelihood request (the
+// prompt as token ids, echo, logprobs 1, max_tokens 1) gets the prompt's
+// text before the generated token, and the prompt's tokens' log-
+// probabilities before the generated one's: null for the first token,
+// then each token's under the model after the tokens before it, with the
+// likeliest alternative beside it; the generated token's entry is the
+// one a plain completion gives. Its text offsets run on from the echoed
+// text's.
+func TestEchoLogprobs(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	prompt := ts.encode(t, "Once upon a time")
+	ids, _ := json.Marshal(prompt)
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":`+string(ids)+`,"echo":true,"logprobs":1,"max_tokens":1,"temperature":0}`)
+	require.Equal(t, 200, status, string(body))
+	var res rawCompletion
+	require.NoError(t, json.Unmarshal(body, &res))
+	require.Len(t, res.Choices, 1)
+	ch := res.Choices[0]
+	echoed := ts.tok.Decode(prompt, false)
+	next := textNext(prompt[len(prompt)-1])
+	nextText := ts.srv.tokenText(prompt[len(prompt)-1], next)
+	assert.Equal(t, echoed+nextText, ch.Text)
+	lp := ch.Logprobs
+	require.NotNil(t, lp)
+	require.Len(t, lp.Tokens, len(prompt)+1)
+	require.Len(t, lp.TokenLogprobs, len(prompt)+1)
+	require.Len(t, lp.TopLogprobs, len(prompt)+1)
+	assert.Nil(t, lp.TokenLogprobs[0])
+	assert.Nil(t, lp.TopLogprobs[0])
+	for j := 1; j < len(prompt); j++ {
+		l := textLogits(prompt[j-1])
+		want := float64(l[prompt[j]]) - textLSE(l)
+		require.NotNil(t, lp.TokenLogprobs[j])
+		assert.InDelta(t, want, *lp.TokenLogprobs[j], 1e-5, "token %d", j)
+		tok := ts.srv.tokenText(prompt[j-1], prompt[j])
+		assert.Equal(t, tok, lp.Tokens[j])
+		assert.InDelta(t, want, lp.TopLogprobs[j][tok], 1e-5)
+		best := ts.srv.tokenText(prompt[j-1], textNext(prompt[j-1]))
+		assert.InDelta(t, 10-textLSE(l), lp.TopLogprobs[j][best], 1e-5, "the likeliest beside the token")
+		assert.LessOrEqual(t, len(lp.TopLogprobs[j]), 2)
+	}
+	g := len(prompt)
+	assert.Equal(t, nextText, lp.Tokens[g])
+	assert.InDelta(t, 10-textLSE(textLogits(prompt[g-1])), *lp.TokenLogprobs[g], 1e-4)
+	assert.Equal(t, len([]rune(echoed)), lp.TextOffset[g], "the generated text starts after the echo")
+	assert.Equal(t, 0, lp.TextOffset[0])
+	assert.Equal(t, len(prompt), res.Usage.PromptTokens)
+	assert.Equal(t, 1, res.Usage.CompletionTokens)
+}
+
+// TestEchoOnly: max_tokens 0 with echo answers the prompts alone, text
+// prompts as sent, nothing generated (finish "length", no completion
+// tokens), whole or streamed, each of n choices of each prompt with its
+// own prompt; echo without logprobs has none.
+func TestEchoOnly(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":["Once upon a time","The dog"],"echo":true,"max_tokens":0,"n":2}`)
+	require.Equal(t, 200, status, string(body))
+	var res rawCompletion
+	require.NoError(t, json.Unmarshal(body, &res))
+	require.Len(t, res.Choices, 4)
+	for i, ch := range res.Choices {
+		assert.Equal(t, i, ch.Index)
+		assert.Equal(t, []string{"Once upon a time", "The dog"}[i/2], ch.Text)
+		assert.Equal(t, "length", *ch.Finish)
+		assert.Nil(t, ch.Logprobs)
+	}
+	assert.Equal(t, 0, res.Usage.CompletionTokens)
+	assert.Equal(t, len(ts.encode(t, "Once upon a time"))+len(ts.encode(t, "The dog")), res.Usage.PromptTokens)
+
+	// Streamed, with the prompt's log-probabilities and the usage.
+	status, _, body = ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","echo":true,"max_tokens":0,"logprobs":0,"stream":true,"stream_options":{"include_usage":true}}`)
+	require.Equal(t, 200, status, string(body))
+	chunks := sseChunks(t, body)
+	require.Len(t, chunks, 2, string(body))
+	require.NoError(t, json.Unmarshal(chunks[0], &res))
+	require.Len(t, res.Choices, 1)
+	assert.Equal(t, "Once upon a time", res.Choices[0].Text)
+	assert.Equal(t, "length", *res.Choices[0].Finish)
+	prompt := ts.encode(t, "Once upon a time")
+	require.Len(t, res.Choices[0].Logprobs.TokenLogprobs, len(prompt))
+	for j, m := range res.Choices[0].Logprobs.TopLogprobs[1:] {
+		assert.Len(t, m, 1, "logprobs 0: the token alone (token %d)", j+1)
+	}
+	require.NoError(t, json.Unmarshal(chunks[1], &res))
+	assert.Empty(t, res.Choices)
+	assert.Equal(t, len(prompt), res.Usage.PromptTokens)
+}
+
+// sseChunks returns the data of each SSE event of body before [DONE].
+func sseChunks(t *testing.T, body []byte) [][]byte {
+	var out [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	done := false
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		out = append(out, []byte(data))
+	}
+	require.True(t, done, "no [DONE]: %s", body)
+	return out
+}
+
+// TestEchoStreamed: a streamed echo sends each choice's prompt (and its
+// tokens' log-probabilities) first, then the generated text as a plain
+// stream does.
+func TestEchoStreamed(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","echo":true,"max_tokens":3,"logprobs":1,"stream":true,"temperature":0}`)
+	require.Equal(t, 200, status, string(body))
+	chunks := sseChunks(t, body)
+	require.GreaterOrEqual(t, len(chunks), 2)
+	var first rawCompletion
+	require.NoError(t, json.Unmarshal(chunks[0], &first))
+	assert.Equal(t, "Once upon a time", first.Choices[0].Text)
+	prompt := ts.encode(t, "Once upon a time")
+	require.Len(t, first.Choices[0].Logprobs.Tokens, len(prompt))
+	assert.Nil(t, first.Choices[0].Logprobs.TokenLogprobs[0])
+	var text strings.Builder
+	offsets := []int{}
+	for _, c := range chunks[1:] {
+		var r rawCompletion
+		require.NoError(t, json.Unmarshal(c, &r))
+		for _, ch := range r.Choices {
+			text.WriteString(ch.Text)
+			if ch.Logprobs != nil {
+				offsets = append(offsets, ch.Logprobs.TextOffset...)
+			}
+		}
+	}
+	_, want, _ := ts.expect(prompt, 3)
+	assert.Equal(t, want, text.String())
+	require.NotEmpty(t, offsets)
+	assert.Equal(t, len([]rune("Once upon a time")), offsets[0], "the generated text's offsets start after the echo")
+}
+
+// TestPromptLogprobsVLLM: vLLM's prompt_logprobs gives, beside the
+// generated text, null for the first prompt token and for each other a
+// map of token ids to their log-probability, rank and text: the token's
+// own (its rank among the vocabulary) and the likeliest alternatives
+// ranked 1, 2, ….
+func TestPromptLogprobsVLLM(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","prompt_logprobs":2,"max_tokens":2}`)
+	require.Equal(t, 200, status, string(body))
+	var res rawCompletion
+	require.NoError(t, json.Unmarshal(body, &res))
+	ch := res.Choices[0]
+	prompt := ts.encode(t, "Once upon a time")
+	_, want, _ := ts.expect(prompt, 2)
+	assert.Equal(t, want, ch.Text, "no echo: the generated text alone")
+	require.Len(t, ch.PromptLogprobs, len(prompt))
+	assert.Nil(t, ch.PromptLogprobs[0])
+	for j := 1; j < len(prompt); j++ {
+		m := ch.PromptLogprobs[j]
+		l := textLogits(prompt[j-1])
+		lse := textLSE(l)
+		own, ok := m[strconv.Itoa(prompt[j])]
+		require.True(t, ok, "token %d: %v", j, m)
+		assert.InDelta(t, float64(l[prompt[j]])-lse, own.Logprob, 1e-5)
+		rank := 1
+		for _, v := range l {
+			if v > l[prompt[j]] {
+				rank++
+			}
+		}
+		assert.Equal(t, rank, own.Rank, "token %d", j)
+		assert.Equal(t, ts.srv.tokenText(prompt[j-1], prompt[j]), own.DecodedToken)
+		best := textNext(prompt[j-1])
+		first := m[strconv.Itoa(best)]
+		assert.Equal(t, 1, first.Rank, fmt.Sprint(m))
+		assert.InDelta(t, 10-lse, first.Logprob, 1e-5)
+		assert.LessOrEqual(t, len(m), 3)
+	}
+}
