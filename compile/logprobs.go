@@ -3,7 +3,6 @@ package compile
 import (
 	"container/heap"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 
@@ -33,11 +32,11 @@ type logprobProgs struct {
 // logprobHeadBytes bounds the logits one call of the scoring head holds
 // ([rows, vocab] f32): its rows are at most this over the vocabulary's
 // bytes a row (a variable for tests).
-var logprobHeadBytes = 128 << 20
+var logprobHeadBytes = 32 << 20
 
 // logprobHeadRows is the most positions one call of the scoring head
-// takes: 512, fewer for a vocabulary over 65,536 tokens (Qwen's 151,936:
-// 216), 8 at least, a multiple of 8.
+// takes: 256 for a vocabulary of 32,768 tokens or fewer, fewer for a
+// larger one (Qwen's 151,936: 48), 8 at least, a multiple of 8.
 func logprobHeadRows(vocab int) int {
 	rows := logprobHeadBytes / max(vocab*4, 1)
 	return max(8, min(512, rows/8*8))
@@ -305,7 +304,8 @@ func (r *Runner) hiddenPassGraph(in []*graph.Node) []*graph.Node {
 // of logits strictly above each target's [N] int32] and, with logits,
 // [log-sum-exp [N] float32, logits [N, V] float32]. The head runs on all
 // N positions at once (Head takes [B, Hidden] rows); a target outside
-// the vocabulary (padding rows) gives figures nobody reads.
+// the vocabulary is not asked for (padding rows target 0, their figures
+// unread).
 func (r *Runner) logprobGraph(in []*graph.Node, logits bool) []*graph.Node {
 	x := graph.ConvertDType(in[0], r.opts.DType)
 	l := graph.ConvertDType(r.model.Head(r.params(r.headW, in[2:]), x), dtypes.Float32) // [N, V]
@@ -313,9 +313,8 @@ func (r *Runner) logprobGraph(in []*graph.Node, logits bool) []*graph.Node {
 	dims := l.Shape().Dimensions
 	mx := graph.ReduceMax(l, 1)
 	lse := graph.Add(graph.Log(graph.ReduceSum(graph.Exp(graph.Sub(l, graph.ExpandAxes(mx, 1))), 1)), mx)
-	ids := graph.Iota(g, shapes.Make(dtypes.Int32, dims...), 1)
-	hit := graph.Equal(ids, graph.BroadcastToDims(graph.ExpandAxes(in[1], 1), dims...))
-	target := graph.ReduceMax(graph.Where(hit, l, graph.BroadcastToDims(graph.Scalar(g, dtypes.Float32, math.Inf(-1)), dims...)), 1)
+	rows := graph.Iota(g, shapes.Make(dtypes.Int32, dims[0], 1), 0)
+	target := graph.Gather(l, graph.Concatenate([]*graph.Node{rows, graph.ExpandAxes(in[1], 1)}, 1)) // [N]
 	above := graph.ReduceSum(graph.ConvertDType(graph.GreaterThan(l, graph.ExpandAxes(target, 1)), dtypes.Int32), 1)
 	out := []*graph.Node{graph.Sub(target, lse), above}
 	if logits {
