@@ -58,6 +58,22 @@ func checkEmbedFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostM
 	return checkHostMemory(what, need, !ok, hostMemory, "shorten the inputs or lower their number")
 }
 
+// checkLogprobsFits refuses scoring rows windows of at most longest
+// tokens together (perplexity) when the host cannot hold their layer
+// state and a step's working memory (compile.PromptLogprobsBytes:
+// attention scores, hidden states, the scoring head's logits).
+func checkLogprobsFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+	var hostMemory int64
+	if hostMemoryFn != nil {
+		hostMemory = hostMemoryFn()
+	}
+	spec := m.Spec()
+	_, need, ok := stateNeed(m, rows, longest, 0, dtype, kv)
+	need += compile.PromptLogprobsBytes(spec, rows, longest)
+	what := fmt.Sprintf("%d window(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores, hidden states and logits in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype))
+	return checkHostMemory(what, need, !ok, hostMemory, "lower --context or --batch")
+}
+
 // stateNeed is the most layer state a generation allocates: batch rows of
 // positions slots (the cache bucket of the longest prompt's bucket plus
 // maxNew), need bytes; ok is false when the figure overflows.

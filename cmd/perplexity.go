@@ -211,7 +211,7 @@ func perplexityRun(ctx context.Context, opts *PerplexityOptions) error {
 		return errs.Usagef("--stride %d: want 1 to the context less one, %d", stride, ctxLen-1)
 	}
 	window := min(ctxLen, len(ids))
-	if err := checkEmbedFits(loaded.Model, opts.Batch, window, dtype, opts.KVDType, opts.HostMemory); err != nil {
+	if err := checkLogprobsFits(loaded.Model, opts.Batch, window, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)

@@ -158,16 +158,24 @@ func TestPerplexityErrors(t *testing.T) {
 	maxPerplexityText = 256 << 20
 
 	// A cross-encoder has no language-model head.
-	dir := t.TempDir()
-	tc := lmckpt.Tiny{Arch: "Qwen3ForSequenceClassification", Seed: 3, Labels: 1, Config: lmckpt.Config{Vocab: 512, Hidden: 32, Intermediate: 48,
-		Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-6, RopeTheta: []float64{10000}, Window: []int{0}, QKNorm: true}}
-	require.NoError(t, tc.Write(dir))
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(storiesDir, f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
-	}
+	dir, _ := seqClsModel(t, "Qwen3ForSequenceClassification", 1, false)
 	e = genEnv(t)
 	assert.Equal(t, ExitUnsupported, e.run("perplexity", "-m", dir, "--text", perplexityText), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "sequence classifier")
+}
+
+// TestPerplexityRefusesWhatCannotFit: the memory check counts a step's
+// attention scores, hidden states and logits beside the KV caches: four
+// windows of 2,048 tokens need more than the fake machine's 16 MiB and
+// are refused before anything runs; short windows run.
+func TestPerplexityRefusesWhatCannotFit(t *testing.T) {
+	dir, _ := seqClsModel(t, "Qwen3ForCausalLM", 0, false)
+	editJSON(t, filepath.Join(dir, "config.json"), func(v map[string]any) { v["max_position_embeddings"] = 8192 })
+	long := strings.Repeat("the park ", 1200)
+	e := genEnv(t)
+	require.Equal(t, ExitUsage, e.run("perplexity", "-m", dir, "--text", long, "--context", "2048", "--batch", "4"), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "hidden states and logits in f32) needs")
+	assert.Contains(t, e.errOut.String(), "lower --context or --batch")
+	e = genEnv(t)
+	require.Equal(t, ExitOK, e.run("perplexity", "-m", dir, "--text", long, "--context", "64"), e.errOut.String())
 }

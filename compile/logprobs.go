@@ -3,6 +3,7 @@ package compile
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
@@ -27,12 +29,60 @@ type logprobProgs struct {
 	hidden     *Program
 	score, top *Program
 	err        error
+
+	mu       sync.Mutex
+	graphTop map[int]*Program // by k: the alternatives picked in the graph (topInGraph)
+}
+
+// logprobGraphTop makes the alternatives be picked in the graph on every
+// backend (a variable for tests: they are picked on the host where the
+// backend computes in host memory).
+var logprobGraphTop = false
+
+// topInGraph says whether the scoring head picks a position's
+// alternatives itself: on a device (TPU, GPU), where moving each call's
+// logits to the host would cost more than k passes over them; on the
+// CPU, one pass on the host over logits already in host memory is the
+// cheaper.
+func (r *Runner) topInGraph() bool { return logprobGraphTop || !r.opts.Caps.HostMemory }
+
+// graphTopProgram is the scoring head that picks k alternatives in the
+// graph, made at its first use.
+func (r *Runner) graphTopProgram(k int) (*Program, error) {
+	p := &r.lp
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if prog := p.graphTop[k]; prog != nil {
+		return prog, nil
+	}
+	prog, err := r.newProgram(fmt.Sprintf("logprob-head-top%d", k), func(in []*graph.Node) []*graph.Node { return r.logprobTopGraph(in, k) })
+	if err != nil {
+		return nil, err
+	}
+	if p.graphTop == nil {
+		p.graphTop = map[int]*Program{}
+	}
+	p.graphTop[k] = prog
+	return prog, nil
 }
 
 // logprobHeadBytes bounds the logits one call of the scoring head holds
 // ([rows, vocab] f32): its rows are at most this over the vocabulary's
 // bytes a row (a variable for tests).
 var logprobHeadBytes = 32 << 20
+
+// PromptLogprobsBytes is the most memory one of PromptLogprobs' steps
+// holds beyond the weights and the KV caches, for up to rows prompts of
+// at most longest tokens: the attention scores (EmbedScoreBytes), the
+// step's hidden states in f32 (twice: the step's output and the rows
+// copied out of it) and three of the scoring head's pieces of logits
+// (the logits and two passes over them).
+func PromptLogprobsBytes(s *lm.Spec, rows, longest int) int64 {
+	positions := rows * min(longest, embedPiece)
+	hidden := int64(positions) * int64(s.Hidden) * 4
+	head := int64(logprobRowBucket(positions, logprobHeadRows(s.VocabSize))) * int64(s.VocabSize) * 4
+	return EmbedScoreBytes(s, rows, longest) + 2*hidden + 3*head
+}
 
 // logprobHeadRows is the most positions one call of the scoring head
 // takes: 256 for a vocabulary of 32,768 tokens or fewer, fewer for a
@@ -177,7 +227,14 @@ func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([
 	ts := make([]int32, rows)
 	copy(ts, targets)
 	prog := r.lp.score
-	if topK > 0 {
+	inGraph := topK > 0 && r.topInGraph()
+	switch {
+	case inGraph:
+		var err error
+		if prog, err = r.graphTopProgram(topK); err != nil {
+			return nil, err
+		}
+	case topK > 0:
 		prog = r.lp.top
 	}
 	args := []Arg{{T: tensors.FromFlatDataAndDimensions(xs, rows, h)}, {T: tensors.FromFlatDataAndDimensions(ts, rows)}}
@@ -204,6 +261,21 @@ func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([
 		})
 	}
 	if err != nil || topK == 0 {
+		return res, err
+	}
+	if inGraph {
+		var ids []int32
+		if err := tensors.ConstFlatData(outs[2], func(v []int32) { ids = slices.Clone(v) }); err != nil { // [rows, k]
+			return nil, err
+		}
+		err = tensors.ConstFlatData(outs[3], func(lps []float32) { // [rows, k]
+			for k := range res {
+				res[k].Top = make([]sample.TopLogprob, topK)
+				for j := range topK {
+					res[k].Top[j] = sample.TopLogprob{ID: int(ids[k*topK+j]), Logprob: lps[k*topK+j]}
+				}
+			}
+		})
 		return res, err
 	}
 	var lse []float32
@@ -297,6 +369,27 @@ func (r *Runner) hiddenGraph(in []*graph.Node) []*graph.Node {
 // pieces (logprobGraph).
 func (r *Runner) hiddenPassGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{graph.ConvertDType(in[0], dtypes.Float32)}
+}
+
+// logprobTopGraph is logprobGraph whose outputs after the first two are
+// the k likeliest tokens of each position, [ids [N, k] int32,
+// log-probabilities [N, k] float32], best first: k rounds of an argmax
+// (the lowest id among equals), each taking its pick out of the next.
+func (r *Runner) logprobTopGraph(in []*graph.Node, k int) []*graph.Node {
+	out := r.logprobGraph(in, true)
+	lse, l := out[2], out[3]
+	g := l.Graph()
+	dims := l.Shape().Dimensions
+	ids := graph.Iota(g, shapes.Make(dtypes.Int32, dims...), 1)
+	gone := graph.BroadcastToDims(graph.Scalar(g, dtypes.Float32, math.Inf(-1)), dims...)
+	var picks, lps []*graph.Node
+	for range k {
+		id := graph.ArgMax(l, 1, dtypes.Int32) // [N]
+		picks = append(picks, graph.ExpandAxes(id, 1))
+		lps = append(lps, graph.ExpandAxes(graph.Sub(graph.ReduceMax(l, 1), lse), 1))
+		l = graph.Where(graph.Equal(ids, graph.BroadcastToDims(graph.ExpandAxes(id, 1), dims...)), gone, l)
+	}
+	return []*graph.Node{out[0], out[1], graph.Concatenate(picks, 1), graph.Concatenate(lps, 1)}
 }
 
 // logprobGraph: [hidden [N, H] float32, targets [N] int32, head

@@ -45,10 +45,11 @@ func refLogprobs(ref *lmref.Model, p []int) [][]float64 {
 // tokens best first, for the causal families (Qwen3's q/k norms, Qwen2's
 // biases, Mistral's window shorter than the prompts, Gemma 3's local
 // layers and soft-capped, tied head), in both modes on both CPU
-// backends. The scoring head runs in pieces of 8 positions here, so a
+// backends, the alternatives picked on the host and in the graph (as on
+// a device). The scoring head runs in pieces of 8 positions here, so a
 // position's figures must land on its own token.
 func TestPromptLogprobs(t *testing.T) {
-	defer func(b int) { logprobHeadBytes = b }(logprobHeadBytes)
+	defer func(b int, g bool) { logprobHeadBytes, logprobGraphTop = b, g }(logprobHeadBytes, logprobGraphTop)
 	logprobHeadBytes = 8 * 64 * 4 // 8 rows of the 64-token vocabulary
 	prompts := classifierPrompts()
 	for _, tc := range classifierCases() {
@@ -84,6 +85,21 @@ func TestPromptLogprobs(t *testing.T) {
 					checkLogprobs(t, fmt.Sprintf("%s/%s", be.Name(), mode), prompts, got, want, 5, 1e-4)
 				}
 			}
+			// The alternatives picked in the graph, as on a device.
+			logprobGraphTop = true
+			for _, be := range []backends.Backend{goBackend(t), cpuBackend(t)} {
+				r, err := NewRunner(be, l, Options{Mode: Compiled})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := r.PromptLogprobs(prompts, 5)
+				r.Close()
+				if err != nil {
+					t.Fatalf("%s, in the graph: %v", be.Name(), err)
+				}
+				checkLogprobs(t, be.Name()+", alternatives in the graph", prompts, got, want, 5, 1e-4)
+			}
+			logprobGraphTop = false
 			// Without alternatives: the same figures, no Top.
 			r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
 			if err != nil {

@@ -9,8 +9,8 @@ type TokenLogprob struct {
 	// settings).
 	Logprob float32
 	// Rank is 1 plus the number of tokens whose logits are strictly
-	// above the token's: 1 for the model's likeliest (a greedy choice;
-	// a token tied with it is 1 too), as vLLM ranks.
+	// above the token's: 1 for the model's likeliest (a greedy choice),
+	// a token tied with it 1 too (vLLM's rank counts ties as above).
 	Rank int
 	// Top are the likeliest tokens, best first (as many as asked); equal
 	// logits in the order of their ids.
