@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-
-	"github.com/tputool/tputool/pipeline/generate"
 )
 
 // POST /v1/completions: a string, strings, token ids or lists of ids,
@@ -137,6 +135,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, x *exchange
 			writeError(w, err)
 			return
 		}
+		p.offsets = e.offsets()
 		if e.only {
 			s.answerEchoOnly(w, &req, p, e)
 			return
@@ -232,13 +231,15 @@ func (s *Server) completionPlan(req *completionRequest) (*plan, *echoPlan, error
 	if err != nil {
 		return nil, nil, err
 	}
+	if e != nil && e.only {
+		p, err := s.echoOnlyPlan(prompts, n, logprobs)
+		return p, e, err
+	}
 	p, err := s.plan(prompts, o, n, req.IgnoreEOS, logprobs, "prompt", "max_tokens")
 	if err != nil {
 		return nil, nil, err
 	}
-	if e != nil && e.echo {
-		p.offsets = e.offsets()
-	}
+	p.keepStop = e != nil && e.echo
 	if maxTokens == nil {
 		// Without max_tokens, the default within the room the context
 		// leaves.
@@ -262,7 +263,7 @@ func (s *Server) streamCompletions(ctx context.Context, w http.ResponseWriter, r
 		for i := range p.reqs {
 			cc := completionChoice{Index: i, Text: e.text(i)}
 			if p.reqs[i].Logprobs >= 0 {
-				cc.Logprobs = s.promptLogprobsOf(e, i/e.n)
+				cc.Logprobs = s.echoedLogprobs(e, i)
 			}
 			if err := out.send(response([]completionChoice{cc}, su.chunk(p.promptTokens, 0))); err != nil {
 				return
@@ -312,7 +313,7 @@ func (s *Server) streamEvents(ctx context.Context, out *sse, p *plan, streams []
 		}
 		logprobs := p.reqs[se.stream].Logprobs >= 0
 		var lps []Event
-		if logprobs && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
+		if logprobs && hasLogprob(ev, p.keepStop) {
 			lps = []Event{ev}
 		}
 		if ev.Text == "" && ev.FinishReason == "" && len(lps) == 0 {

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"unicode/utf8"
@@ -39,6 +40,24 @@ type echoPlan struct {
 	promptLogprobs int
 	// scores are each prompt's tokens' log-probabilities (scorePrompts).
 	scores [][]sample.TokenLogprob
+	// echoed and vllm are each prompt's rendered log-probabilities
+	// (render), shared by its choices: an echoed prompt's, vLLM's
+	// prompt_logprobs.
+	echoed []*completionLogprobs
+	vllm   [][]map[string]vllmLogprob
+}
+
+// maxEchoEntries bounds the log-probability entries one request's
+// prompts ask for (each prompt token, and each of its alternatives, in
+// each choice): about 50 MB of JSON.
+const maxEchoEntries = 1 << 20
+
+// param names the field a failure to score the prompts is about.
+func (e *echoPlan) param() string {
+	if e.echo {
+		return "echo"
+	}
+	return "prompt_logprobs"
 }
 
 // topK is the alternatives the prompts' tokens are scored with; wants
@@ -72,6 +91,21 @@ func (s *Server) newEchoPlan(req *completionRequest, texts []string, idLists, pr
 	if !e.echo && e.promptLogprobs < 0 {
 		return nil, nil
 	}
+	// Every choice repeats its prompt's entries.
+	entries := 0
+	for _, p := range prompts {
+		per := 0
+		if e.echo && logprobs >= 0 {
+			per += 1 + logprobs
+		}
+		if e.promptLogprobs >= 0 {
+			per += 1 + e.promptLogprobs
+		}
+		entries += len(p) * per * n
+	}
+	if entries > maxEchoEntries {
+		return nil, badRequest(e.param(), "the prompts' log-probabilities would be %d entries (tokens x (1 + alternatives) x choices), over the %d one request may ask: shorten the prompts or ask fewer alternatives or choices", entries, maxEchoEntries)
+	}
 	if e.echo {
 		e.texts = append(e.texts, texts...)
 		for _, ids := range idLists {
@@ -84,6 +118,26 @@ func (s *Server) newEchoPlan(req *completionRequest, texts []string, idLists, pr
 	return e, nil
 }
 
+// echoOnlyPlan is the plan of max_tokens 0 with echo: each prompt's n
+// choices, nothing to generate, so a prompt may fill the context.
+func (s *Server) echoOnlyPlan(prompts [][]int, n, logprobs int) (*plan, error) {
+	p := &plan{}
+	for _, prompt := range prompts {
+		if err := s.checkModelVocab("prompt", prompt); err != nil {
+			return nil, err
+		}
+		if c := s.o.MaxContext; c > 0 && len(prompt) > c {
+			return nil, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "prompt", Code: "context_length_exceeded",
+				Message: fmt.Sprintf("this model's maximum context length is %d tokens, and the prompt has %d", c, len(prompt))}
+		}
+		p.promptTokens += len(prompt)
+		for j := range n {
+			p.reqs = append(p.reqs, Request{Prompt: prompt, Index: j, Logprobs: logprobs})
+		}
+	}
+	return p, nil
+}
+
 // scorePrompts scores the prompts' tokens through the scheduler, when
 // the request asks for their log-probabilities.
 func (s *Server) scorePrompts(ctx context.Context, e *echoPlan) error {
@@ -94,22 +148,44 @@ func (s *Server) scorePrompts(ctx context.Context, e *echoPlan) error {
 	scores, err := s.sched.PromptLogprobs(ctx, e.prompts, k)
 	switch {
 	case errors.Is(err, errs.ErrUnsupported):
-		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "echo", Message: err.Error()}
+		return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: e.param(), Message: err.Error()}
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrClosed), errors.Is(err, errs.ErrUsage):
 		return schedulerError(err)
+	case ctx.Err() != nil:
+		return &apiError{Status: statusClientClosed, Message: "the client closed the request", Type: "invalid_request_error"}
 	case err != nil:
 		return err // a 500
 	}
 	e.scores = scores
+	s.render(e)
 	return nil
 }
 
-// offsets are the text offsets each choice's generated text starts at:
-// after its echoed prompt.
+// render renders each prompt's log-probabilities once, for its choices.
+func (s *Server) render(e *echoPlan) {
+	for k := range e.prompts {
+		if e.echo && e.logprobs >= 0 {
+			e.echoed = append(e.echoed, s.promptLogprobsOf(e, k))
+		}
+		if e.promptLogprobs >= 0 {
+			e.vllm = append(e.vllm, s.vllmPromptLogprobs(e, k))
+		}
+	}
+}
+
+// offsets are the text offsets each choice's generated tokens start at:
+// after its echoed prompt's tokens, one count running over both, as
+// vLLM's (nil without an echo's log-probabilities, where nothing reads
+// them).
 func (e *echoPlan) offsets() []int {
+	if len(e.echoed) == 0 {
+		return nil
+	}
 	out := make([]int, len(e.prompts)*e.n)
 	for i := range out {
-		out[i] = utf8.RuneCountInString(e.texts[i/e.n])
+		lp := e.echoed[i/e.n]
+		last := len(lp.Tokens) - 1
+		out[i] = lp.TextOffset[last] + utf8.RuneCountInString(lp.Tokens[last])
 	}
 	return out
 }
@@ -132,7 +208,8 @@ func (s *Server) promptLogprobsOf(e *echoPlan, k int) *completionLogprobs {
 	lp := &completionLogprobs{}
 	prev, offset := -1, 0
 	for j, id := range prompt {
-		text := s.tokenText(prev, id)
+		a := s.prevText(prev)
+		text := s.tokenTextAfter(prev, a, id)
 		lp.Tokens = append(lp.Tokens, text)
 		lp.TextOffset = append(lp.TextOffset, offset)
 		offset += utf8.RuneCountInString(text)
@@ -143,8 +220,8 @@ func (s *Server) promptLogprobsOf(e *echoPlan, k int) *completionLogprobs {
 			sc := e.scores[k][j-1]
 			v := logprobValue(float64(sc.Logprob))
 			top := map[string]float64{}
-			for _, a := range sc.Top[:min(len(sc.Top), e.logprobs)] {
-				top[s.tokenText(prev, a.ID)] = logprobValue(float64(a.Logprob))
+			for _, alt := range sc.Top[:min(len(sc.Top), e.logprobs)] {
+				top[s.tokenTextAfter(prev, a, alt.ID)] = logprobValue(float64(alt.Logprob))
 			}
 			top[text] = v
 			lp.TokenLogprobs = append(lp.TokenLogprobs, &v)
@@ -171,12 +248,13 @@ func (s *Server) vllmPromptLogprobs(e *echoPlan, k int) []map[string]vllmLogprob
 	out := []map[string]vllmLogprob{nil}
 	for j := 1; j < len(prompt); j++ {
 		prev, id := prompt[j-1], prompt[j]
+		a := s.prevText(prev)
 		sc := e.scores[k][j-1]
 		m := map[string]vllmLogprob{}
-		for r, a := range sc.Top[:min(len(sc.Top), e.promptLogprobs)] {
-			m[strconv.Itoa(a.ID)] = vllmLogprob{logprobValue(float64(a.Logprob)), r + 1, s.tokenText(prev, a.ID)}
+		for r, alt := range sc.Top[:min(len(sc.Top), e.promptLogprobs)] {
+			m[strconv.Itoa(alt.ID)] = vllmLogprob{logprobValue(float64(alt.Logprob)), r + 1, s.tokenTextAfter(prev, a, alt.ID)}
 		}
-		m[strconv.Itoa(id)] = vllmLogprob{logprobValue(float64(sc.Logprob)), sc.Rank, s.tokenText(prev, id)}
+		m[strconv.Itoa(id)] = vllmLogprob{logprobValue(float64(sc.Logprob)), sc.Rank, s.tokenTextAfter(prev, a, id)}
 		out = append(out, m)
 	}
 	return out
@@ -199,18 +277,18 @@ func (s *Server) completionChoiceOf(p *plan, e *echoPlan, i int, c *choice) comp
 		cc.Logprobs = joinLogprobs(s.echoedLogprobs(e, i), gen)
 	}
 	if e != nil && e.promptLogprobs >= 0 {
-		cc.PromptLogprobs = s.vllmPromptLogprobs(e, i/e.n)
+		cc.PromptLogprobs = e.vllm[i/e.n]
 	}
 	return cc
 }
 
 // echoedLogprobs is choice i's echoed prompt's log-probabilities (nil
-// without echo).
+// without echo or its log-probabilities).
 func (s *Server) echoedLogprobs(e *echoPlan, i int) *completionLogprobs {
-	if e == nil || !e.echo {
+	if e == nil || len(e.echoed) == 0 {
 		return nil
 	}
-	return s.promptLogprobsOf(e, i/e.n)
+	return e.echoed[i/e.n]
 }
 
 // joinLogprobs is a then b (either may be nil; both nil: empty lists).

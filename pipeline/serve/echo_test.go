@@ -127,8 +127,10 @@ func TestEchoLogprobs(t *testing.T) {
 	g := len(prompt)
 	assert.Equal(t, nextText, lp.Tokens[g])
 	assert.InDelta(t, 10-textLSE(textLogits(prompt[g-1])), *lp.TokenLogprobs[g], 1e-4)
-	assert.Equal(t, len([]rune(echoed)), lp.TextOffset[g], "the generated text starts after the echo")
 	assert.Equal(t, 0, lp.TextOffset[0])
+	for j := 1; j <= g; j++ {
+		assert.Equal(t, lp.TextOffset[j-1]+len([]rune(lp.Tokens[j-1])), lp.TextOffset[j], "one count runs over the prompt's tokens and the generated one (token %d)", j)
+	}
 	assert.Equal(t, len(prompt), res.Usage.PromptTokens)
 	assert.Equal(t, 1, res.Usage.CompletionTokens)
 }
@@ -223,7 +225,69 @@ func TestEchoStreamed(t *testing.T) {
 	_, want, _ := ts.expect(prompt, 3)
 	assert.Equal(t, want, text.String())
 	require.NotEmpty(t, offsets)
-	assert.Equal(t, len([]rune("Once upon a time")), offsets[0], "the generated text's offsets start after the echo")
+	end := 0
+	for _, tok := range first.Choices[0].Logprobs.Tokens {
+		end += len([]rune(tok))
+	}
+	assert.Equal(t, end, offsets[0], "the generated tokens' offsets run on after the echoed tokens'")
+}
+
+// TestEchoKeepsStop: with echo, a generated end-of-sequence token keeps
+// its log-probability entry (as vLLM's), so that a harness reading the
+// last entry as the generated token's finds it; without echo it has
+// none, as before.
+func TestEchoKeepsStop(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	for _, echo := range []bool{true, false} {
+		body := fmt.Sprintf(`{"prompt":[1, %d],"echo":%v,"logprobs":1,"max_tokens":1,"temperature":0}`, textTrigger, echo)
+		status, _, raw := ts.post(t, "/v1/completions", body)
+		require.Equal(t, 200, status, string(raw))
+		var res rawCompletion
+		require.NoError(t, json.Unmarshal(raw, &res))
+		lp := res.Choices[0].Logprobs
+		assert.Equal(t, "stop", *res.Choices[0].Finish)
+		if !echo {
+			assert.Empty(t, lp.Tokens)
+			continue
+		}
+		require.Len(t, lp.TokenLogprobs, 3)
+		assert.InDelta(t, 10-textLSE(textLogits(textTrigger)), *lp.TokenLogprobs[2], 1e-4, "the end-of-sequence token's")
+	}
+}
+
+// TestEchoOnlyFillsContext: with nothing to generate, a prompt may fill
+// the context; one past it is refused.
+func TestEchoOnlyFillsContext(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	prompt := make([]int, testContext)
+	for i := range prompt {
+		prompt[i] = 259 + i%200
+	}
+	ids, _ := json.Marshal(prompt)
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":`+string(ids)+`,"echo":true,"max_tokens":0,"logprobs":0}`)
+	require.Equal(t, 200, status, string(body))
+	ids, _ = json.Marshal(append(prompt, 259))
+	status, _, body = ts.post(t, "/v1/completions", `{"prompt":`+string(ids)+`,"echo":true,"max_tokens":0}`)
+	require.Equal(t, 400, status, string(body))
+	assert.Contains(t, string(body), "context_length_exceeded")
+}
+
+// TestEchoEntriesBounded: a request whose prompts' log-probabilities
+// would be more entries than one request may ask is a 400 naming the
+// field, before anything runs.
+func TestEchoEntriesBounded(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	prompt := make([]int, 500)
+	for i := range prompt {
+		prompt[i] = 259 + i%200
+	}
+	ids, _ := json.Marshal([][]int{prompt, prompt, prompt, prompt})
+	status, _, body := ts.post(t, "/v1/completions", `{"prompt":`+string(ids)+`,"echo":true,"max_tokens":0,"logprobs":20,"prompt_logprobs":20,"n":16}`)
+	require.Equal(t, 400, status, string(body))
+	e := decodeError(t, body)
+	require.NotNil(t, e.Param)
+	assert.Equal(t, "echo", *e.Param)
+	assert.Contains(t, e.Message, "entries")
 }
 
 // TestPromptLogprobsVLLM: vLLM's prompt_logprobs gives, beside the

@@ -13,6 +13,21 @@ import (
 // tokenText is the text of token id after token prev (so a SentencePiece
 // word keeps its leading space); a byte-fallback token is its byte.
 func (s *Server) tokenText(prev, id int) string {
+	return s.tokenTextAfter(prev, s.prevText(prev), id)
+}
+
+// prevText is token prev's text alone, tokenTextAfter's context ("" for
+// none, prev < 0, or without a tokenizer).
+func (s *Server) prevText(prev int) string {
+	if prev < 0 || s.o.Tokenizer == nil {
+		return ""
+	}
+	return s.o.Tokenizer.Decode([]int{prev}, false)
+}
+
+// tokenTextAfter is tokenText with prev's text decoded already (a, from
+// prevText), for the alternatives of one position.
+func (s *Server) tokenTextAfter(prev int, a string, id int) string {
 	tok := s.o.Tokenizer
 	if tok == nil {
 		return fmt.Sprintf("token_id:%d", id)
@@ -23,7 +38,6 @@ func (s *Server) tokenText(prev, id int) string {
 		}
 	}
 	if prev >= 0 {
-		a := tok.Decode([]int{prev}, false)
 		ab := tok.Decode([]int{prev, id}, false)
 		if t, ok := strings.CutPrefix(ab, a); ok {
 			return t

@@ -714,7 +714,7 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 	if c.Stream != nil && !*c.Stream {
 		ch := &choice{prev: lastToken(p.reqs[0].Prompt)}
 		for ev := range st.Events {
-			ch.add(ev, false)
+			ch.add(ev, false, false)
 			keep(ev)
 		}
 		if err := outcome(r.Context(), []*choice{ch}); err != nil {

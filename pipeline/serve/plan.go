@@ -42,6 +42,10 @@ type plan struct {
 	// offsets are the text_offset each choice's generated text starts at
 	// (a completion's echoed prompt before it); nil: 0.
 	offsets []int
+	// keepStop keeps the end-of-sequence token's log-probability (an
+	// echoed completion's, as vLLM keeps it: a harness reads the last
+	// entry as the generated token's).
+	keepStop bool
 }
 
 // newChoice starts choice i's output: after its prompt's last token, at
@@ -113,16 +117,8 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 	}
 	p := &plan{}
 	for _, prompt := range prompts {
-		// Token ids given are checked against both vocabularies
-		// (completionPrompts); text a tokenizer larger than its model
-		// encodes is checked here, so the engine never sees an id it
-		// cannot embed.
-		if v := s.o.VocabSize; v > 0 {
-			for _, id := range prompt {
-				if id >= v {
-					return nil, badRequest(promptParam, "the %s encodes to token id %d, outside the model's vocabulary [0, %d)", promptParam, id, v)
-				}
-			}
+		if err := s.checkModelVocab(promptParam, prompt); err != nil {
+			return nil, err
 		}
 		limit := gen.MaxNewTokens
 		switch c := s.o.MaxContext; {
@@ -153,6 +149,21 @@ func (s *Server) plan(prompts [][]int, o generate.Overrides, n int, ignoreEOS bo
 		}
 	}
 	return p, nil
+}
+
+// checkModelVocab refuses a prompt with an id beyond the model's
+// vocabulary. Token ids given are checked against both vocabularies
+// (encodePrompts); text a tokenizer larger than its model encodes is
+// checked here, so the engine never sees an id it cannot embed.
+func (s *Server) checkModelVocab(promptParam string, prompt []int) error {
+	if v := s.o.VocabSize; v > 0 {
+		for _, id := range prompt {
+			if id >= v {
+				return badRequest(promptParam, "the %s encodes to token id %d, outside the model's vocabulary [0, %d)", promptParam, id, v)
+			}
+		}
+	}
+	return nil
 }
 
 // vocabSize is the ids a request may name: the smaller of the model's
@@ -208,7 +219,7 @@ func collectChoices(streams []*Stream, p *plan) []*choice {
 	for i, st := range streams {
 		c := p.newChoice(i)
 		for ev := range st.Events {
-			c.add(ev, p.reqs[i].Logprobs >= 0)
+			c.add(ev, p.reqs[i].Logprobs >= 0, p.keepStop)
 		}
 		out[i] = c
 	}
@@ -216,16 +227,21 @@ func collectChoices(streams []*Stream, p *plan) []*choice {
 }
 
 // add records an event.
-func (c *choice) add(ev Event, logprobs bool) {
+func (c *choice) add(ev Event, logprobs, keepStop bool) {
 	c.text.WriteString(ev.Text)
 	if ev.FinishReason != "" {
 		c.finish, c.err, c.stop = ev.FinishReason, ev.Err, ev.StopString
 	}
-	// The end-of-sequence token's text is not part of the output, nor is
-	// its log-probability.
-	if logprobs && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
+	if logprobs && hasLogprob(ev, keepStop) {
 		c.logprobs = append(c.logprobs, ev)
 	}
+}
+
+// hasLogprob says whether ev's token gets a log-probability entry: a
+// token's event, not the end-of-sequence token's (its text is not part
+// of the output) unless keepStop.
+func hasLogprob(ev Event, keepStop bool) bool {
+	return ev.Token >= 0 && (keepStop || ev.FinishReason != generate.FinishStop)
 }
 
 func lastToken(prompt []int) int {

@@ -126,7 +126,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, x *exchange) 
 	out := newResponseOutput(p, encrypted, nil)
 	c := &choice{}
 	for ev := range streams[0].Events {
-		c.add(ev, false)
+		c.add(ev, false, false)
 		out.feed(ev.Text)
 	}
 	if err := outcome(r.Context(), []*choice{c}); err != nil {
