@@ -270,8 +270,12 @@ func routeOf(path string) (route, bool) {
 		return route{"/decode", http.MethodPost, (*Server).teiDecode}, true
 	case "/info":
 		return route{"/info", http.MethodGet, (*Server).teiInfo}, true
-	case "/embed_all", "/embed_sparse", "/tokenize":
+	case "/embed_all", "/embed_sparse":
 		return route{path, http.MethodPost, (*Server).teiUnsupported}, true
+	case "/tokenize":
+		return route{"/tokenize", http.MethodPost, (*Server).tokenize}, true
+	case "/detokenize":
+		return route{"/detokenize", http.MethodPost, (*Server).detokenize}, true
 	case "/v1/responses":
 		return route{"/v1/responses", http.MethodPost, (*Server).responses}, true
 	case "/v1/messages":
