@@ -32,6 +32,8 @@ func FuzzRequestPlan(f *testing.F) {
 		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}],"max_completion_tokens":3}`,
 		`{"temperature":0.5,"top_p":0.9,"top_k":-1,"min_p":0.1,"seed":-3,"repetition_penalty":1.1,"ignore_eos":true}`,
 		`{"n":17}`, `{"max_tokens":0}`, `null`, `{"tools":[{}]}`,
+		`{"prompt":[1,2,3],"echo":true,"max_tokens":0,"logprobs":1,"prompt_logprobs":2,"n":3}`,
+		`{"prompt":["a","b"],"echo":true,"logprobs":20,"prompt_logprobs":20,"stream":true}`,
 	} {
 		f.Add(seed)
 	}
@@ -46,6 +48,7 @@ func FuzzRequestPlan(f *testing.F) {
 		for _, isChat := range []bool{false, true} {
 			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
 			var p *plan
+			var e *echoPlan
 			var err error
 			if isChat {
 				var req chatRequest
@@ -55,7 +58,7 @@ func FuzzRequestPlan(f *testing.F) {
 			} else {
 				var req completionRequest
 				if err = decodeBody(r, &req); err == nil {
-					p, _, err = s.completionPlan(&req)
+					p, e, err = s.completionPlan(&req)
 				}
 			}
 			if err != nil {
@@ -68,7 +71,11 @@ func FuzzRequestPlan(f *testing.F) {
 			if len(p.reqs) == 0 || len(p.reqs) > maxSequences {
 				t.Fatalf("chat=%v %q: %d sequences", isChat, body, len(p.reqs))
 			}
+			echoOnly := !isChat && e != nil && e.only
 			for _, rq := range p.reqs {
+				if echoOnly && len(rq.Prompt) > 0 && len(rq.Prompt) <= testContext && rq.Gen.MaxNewTokens == 0 && rq.Logprobs <= maxLogprobs {
+					continue // nothing to generate
+				}
 				if len(rq.Prompt) == 0 || rq.Gen.MaxNewTokens <= 0 || len(rq.Prompt)+rq.Gen.MaxNewTokens > testContext || rq.Logprobs > maxLogprobs {
 					t.Fatalf("chat=%v %q: request out of bounds: %d prompt tokens, %d new, logprobs %d",
 						isChat, body, len(rq.Prompt), rq.Gen.MaxNewTokens, rq.Logprobs)
