@@ -198,6 +198,7 @@ type Runner struct {
 	emb             embedProgs   // Embed's program (embed.go)
 	score           scoreProgs   // Score's program (score.go)
 	lp              logprobProgs // PromptLogprobs' programs (logprobs.go)
+	many            manyProgs    // DecodeMany's program (speculate.go)
 	embed, head     *Program     // eager mode
 	layerProg       []*Program   // eager mode, per layer (shared per kind)
 	grow            *Program     // grow-cache (grow.go)

@@ -1,0 +1,169 @@
+package compile
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// Speculative decoding's steps: several tokens of one row fed at once
+// with the logits after each (DecodeMany), and the cache taken back over
+// the ones the model did not confirm (Rewind). A KV cache is addressed by
+// slot and every query sees only the slots at or before its own
+// (nn.AttentionBias), so slots past the position a State rewinds to are
+// never read before the next steps write them again, where the backend
+// writes a cache slot in place (lm.Step.DynamicUpdateSlice: without it a
+// slot is written by adding into its zeros, and a stale slot would be
+// added to). State without slots (a recurrent layer's) cannot be taken
+// back; such models and backends do not speculate (Rewindable).
+
+// manyProgs are DecodeMany's programs, made at its first call: the whole
+// step with every position's logits (compiled mode) or the head that
+// gives them (eager mode).
+type manyProgs struct {
+	once sync.Once
+	prog *Program
+	err  error
+}
+
+// Rewindable reports whether a State of r can be taken back (State.Rewind)
+// and fed several tokens at once with every position's logits
+// (State.DecodeMany): a model whose every state is addressed by cache
+// slot (no recurrent layer), with its experts in the graph, on one
+// device whose backend writes cache slots in place (not GoMLX's go
+// backend).
+func (r *Runner) Rewindable() bool {
+	if r.tp != nil || r.moe != nil || !r.spec.Generates() || !r.dus {
+		return false
+	}
+	for i, axes := range r.slotAxes {
+		if r.stateSrc[i] != i {
+			continue
+		}
+		for _, a := range axes {
+			if a == lm.NoSlots {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Room is how many more tokens a row of st may be fed before its cache
+// or the model's positions run out: DecodeMany's bound.
+func (st *State) Room() int {
+	if st.tensors == nil {
+		return 0
+	}
+	minPad := st.next
+	for _, p := range st.pads {
+		minPad = min(minPad, int(p))
+	}
+	end := min(st.maxCacheLen, st.r.spec.MaxPositions+minPad)
+	return max(0, end-st.next)
+}
+
+// DecodeMany feeds tokens to the one row of st (a State of batch 1) in
+// one step, at the next cache slots, and returns the logits after each
+// of them, [len(tokens)][V]: what len(tokens) Decode calls would return,
+// up to floating-point rounding, for the cost of one step over the
+// weights. At most Room tokens; a model that is not Rewindable is
+// refused (errs.ErrUnsupported).
+func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
+	r := st.r
+	switch {
+	case !r.Rewindable():
+		return nil, fmt.Errorf("%s on %s: several tokens a step with their logits need a model whose state is all KV caches, on one device with its experts in the graph, on a backend that writes cache slots in place: %w", r.spec.Architecture, r.backend.Name(), errs.ErrUnsupported)
+	case st.tensors == nil:
+		return nil, fmt.Errorf("decode before prefill")
+	case st.Pending() > 0:
+		return nil, fmt.Errorf("decode with %d prompt tokens still pending", st.Pending())
+	case st.batch != 1:
+		return nil, fmt.Errorf("decode of several tokens: a batch of %d rows, want 1", st.batch)
+	case len(tokens) == 0 || len(tokens) > st.Room():
+		return nil, fmt.Errorf("decode of %d tokens with room for %d", len(tokens), st.Room())
+	}
+	if err := r.checkIDs("decode", tokens); err != nil {
+		return nil, err
+	}
+	n := len(tokens)
+	for st.next+n > st.cacheLen {
+		if err := r.growCache(st); err != nil {
+			return nil, err
+		}
+	}
+	r.many.once.Do(func() {
+		if r.opts.Mode == Compiled {
+			r.many.prog, r.many.err = r.newProgram("decode-many", r.manyGraph)
+		} else {
+			r.many.prog, r.many.err = r.newProgram("head-many", r.manyHeadGraph)
+		}
+	})
+	if r.many.err != nil {
+		return nil, r.many.err
+	}
+	ids := make([]int32, n)
+	for i, id := range tokens {
+		ids[i] = int32(id)
+	}
+	out, err := r.runStep(st, r.many.prog, r.many.prog, tensors.FromFlatDataAndDimensions(ids, 1, n), st.next)
+	if err != nil {
+		return nil, err
+	}
+	defer out.FinalizeAll()
+	v := r.spec.VocabSize
+	rows := make([][]float32, n)
+	err = tensors.ConstFlatData(out, func(flat []float32) { // [n, V]
+		for i := range rows {
+			rows[i] = append([]float32(nil), flat[i*v:(i+1)*v]...)
+		}
+	})
+	return rows, err
+}
+
+// Rewind takes the cache of st back by n slots: the last n tokens fed
+// are forgotten, and the next step writes where the first of them was.
+// n may not reach into the prompt's pending or padding slots; a model
+// that is not Rewindable is refused.
+func (st *State) Rewind(n int) error {
+	switch {
+	case !st.r.Rewindable():
+		return fmt.Errorf("%s: its state cannot be taken back: %w", st.r.spec.Architecture, errs.ErrUnsupported)
+	case n < 0 || n > st.next:
+		return fmt.Errorf("rewind of %d slots from slot %d", n, st.next)
+	}
+	for _, p := range st.pads {
+		if st.next-n < int(p)+1 {
+			return fmt.Errorf("rewind of %d slots from slot %d: past the prompt's first token", n, st.next)
+		}
+	}
+	st.next -= n
+	return nil
+}
+
+// manyGraph is stepGraph with the logits of every position, [B·T, V]
+// float32, in place of the last one's.
+func (r *Runner) manyGraph(in []*graph.Node) []*graph.Node {
+	x, w, out := r.stepLayers(0, in)
+	out[0] = r.allLogits(w, x)
+	return out
+}
+
+// manyHeadGraph: [hidden [B, T, H], head weights...] -> [logits [B·T,
+// V] float32], eager mode's head for DecodeMany.
+func (r *Runner) manyHeadGraph(in []*graph.Node) []*graph.Node {
+	return []*graph.Node{r.allLogits(r.params(r.headW, in[1:]), in[0])}
+}
+
+// allLogits is the model's head over every position of x [B, T, H]:
+// [B·T, V] float32.
+func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
+	d := x.Shape().Dimensions
+	return graph.ConvertDType(r.model.Head(w, graph.Reshape(x, d[0]*d[1], d[2])), dtypes.Float32)
+}

@@ -1,0 +1,170 @@
+package compile
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+)
+
+// maxDiff is the largest difference between two rows of logits.
+func maxDiff(a, b []float32) float64 {
+	worst := 0.0
+	for i := range a {
+		worst = math.Max(worst, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return worst
+}
+
+// TestDecodeManyAndRewind: several tokens fed in one step give the
+// logits that feeding them one at a time gives, after each; a State taken
+// back over some of them and fed others gives what a State that never
+// saw them gives, as does one taken back to its prompt's end; in both
+// modes on tputool's CPU engine, the cache growing past its first
+// bucket. GoMLX's go backend, which writes cache slots by adding into
+// their zeros, is not Rewindable.
+func TestDecodeManyAndRewind(t *testing.T) {
+	l, err := lmckpt.Load("../testdata/stories260K-hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	prompt := []int{1, 403, 407, 261, 378, 9}
+	gr, err := NewRunner(goBackend(t), l, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.Rewindable() {
+		t.Error("the go backend adds into cache slots: not Rewindable")
+	}
+	gr.Close()
+	for _, be := range []backends.Backend{cpuBackend(t)} { // the go backend: above
+		for _, mode := range []Mode{Compiled, Eager} {
+			t.Run(fmt.Sprintf("%s/%s", be.Name(), mode), func(t *testing.T) {
+				r, err := NewRunner(be, l, Options{Mode: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				if !r.Rewindable() {
+					t.Fatal("a Llama's state is all KV caches: Rewindable")
+				}
+				// One at a time: 30 tokens, past the first cache bucket.
+				feed := make([]int, 30)
+				for i := range feed {
+					feed[i] = 3 + (i*37)%500
+				}
+				one := r.NewState()
+				defer one.Release()
+				if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
+					t.Fatal(err)
+				}
+				var want [][]float32
+				for _, id := range feed {
+					l, err := one.Decode([]int{id})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, append([]float32(nil), l[0]...))
+				}
+				many := r.NewState()
+				defer many.Release()
+				if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
+					t.Fatal(err)
+				}
+				// Fed in steps of 7, 1 and the rest, with wrong tokens fed
+				// and taken back between them.
+				got := [][]float32{}
+				for _, cut := range [][2]int{{0, 7}, {7, 8}, {8, 30}} {
+					wrong := []int{11, 12, 13}
+					if _, err := many.DecodeMany(wrong); err != nil {
+						t.Fatal(err)
+					}
+					if err := many.Rewind(len(wrong)); err != nil {
+						t.Fatal(err)
+					}
+					rows, err := many.DecodeMany(feed[cut[0]:cut[1]])
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, rows...)
+				}
+				for i := range feed {
+					if d := maxDiff(got[i], want[i]); d > 1e-4 {
+						t.Errorf("after token %d: logits differ by %g", i, d)
+					}
+				}
+				// Back to the prompt's end: the first token's logits again.
+				if err := many.Rewind(len(feed)); err != nil {
+					t.Fatal(err)
+				}
+				rows, err := many.DecodeMany(feed[:1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := maxDiff(rows[0], want[0]); d > 1e-4 {
+					t.Errorf("rewound to the prompt: logits differ by %g", d)
+				}
+				if err := many.Rewind(many.Position()); err == nil {
+					t.Error("a rewind into the prompt: no error")
+				}
+			})
+		}
+	}
+}
+
+// TestDecodeManyRefuses: a model with recurrent state (Qwen3.5's linear
+// attention) cannot be taken back; a batch of two rows, no room and no
+// tokens are errors.
+func TestDecodeManyRefuses(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwenref.TinyQwen35().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	rq, err := NewRunner(cpuBackend(t), loadDir(t, dir), Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rq.Close()
+	if rq.Rewindable() {
+		t.Error("Qwen3.5's recurrent state: not Rewindable")
+	}
+	st := rq.NewState()
+	defer st.Release()
+	if _, err := st.Prefill([][]int{{1, 2, 3}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DecodeMany([]int{4, 5}); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("Qwen3.5: %v, want ErrUnsupported", err)
+	}
+	if err := st.Rewind(1); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("Qwen3.5 rewind: %v, want ErrUnsupported", err)
+	}
+
+	r := storiesRunner(t)
+	two := r.NewState()
+	defer two.Release()
+	if _, err := two.Prefill([][]int{{1, 2}, {1, 3}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.DecodeMany([]int{4, 5}); err == nil {
+		t.Error("two rows: no error")
+	}
+	one := r.NewState()
+	defer one.Release()
+	if _, err := one.Prefill([][]int{{1, 2}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.DecodeMany(nil); err == nil {
+		t.Error("no tokens: no error")
+	}
+	if _, err := one.DecodeMany(make([]int, one.Room()+1)); err == nil {
+		t.Errorf("%d tokens with room for %d: no error", one.Room()+1, one.Room())
+	}
+}
