@@ -35,6 +35,8 @@ type ChatOptions struct {
 	PrefillChunk int
 	// Overrides are the sampling flags given; /set changes them.
 	Overrides generate.Overrides
+	// Speculate is --speculate and --speculate-ngram.
+	Speculate speculateFlags
 }
 
 // NewCmdChat builds `tputool chat`.
@@ -83,6 +85,9 @@ answers is printed, one per turn; with --json each turn is one JSON object
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
+			if err := opts.Speculate.check(); err != nil {
+				return err
+			}
 			if opts.DP > 1 {
 				return errs.Usagef("--dp %d: a chat is one conversation (batch 1); use --tp", opts.DP)
 			}
@@ -98,6 +103,7 @@ answers is printed, one per turn; with --json each turn is one JSON object
 	fl.StringVar(&opts.System, "system", "", "system message (/system changes it)")
 	sampling.add(c, &opts.Overrides.Stop)
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
+	opts.Speculate.add(c)
 	return c
 }
 
@@ -153,9 +159,11 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	s.gen = func() (generate.Options, error) {
 		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), opts.Overrides)
 	}
-	if _, err := s.gen(); err != nil {
+	first, err := s.gen()
+	if err != nil {
 		return err
 	}
+	opts.Speculate.apply(&first, rep, runner, 1) // says whether it runs
 	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		rep.Warnf("a conversation as long as the model's %d positions may not fit in memory: %v", spec.MaxPositions, err)
 	}
@@ -363,6 +371,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 	}
 	gen.Now = s.opts.Now
 	gen.PrefillChunk = s.opts.PrefillChunk
+	gen.Speculate, gen.SpeculateNgram = s.opts.Speculate.Draft, s.opts.Speculate.Ngram
 	progress := newPrefillReporter(rep, s.opts.Now)
 	gen.OnPrefill = progress.on
 	if gen.Sampling.Temperature > 0 {

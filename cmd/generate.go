@@ -38,6 +38,8 @@ type GenerateOptions struct {
 	// JSONSchema is --json-schema FILE; Grammar is its compiled form.
 	JSONSchema string
 	Grammar    *constrain.Grammar
+	// Speculate is --speculate and --speculate-ngram.
+	Speculate speculateFlags
 }
 
 // NewCmdGenerate builds `tputool generate`.
@@ -106,6 +108,9 @@ the same tokens.`,
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
+			if err := opts.Speculate.check(); err != nil {
+				return err
+			}
 			if opts.System != "" {
 				opts.Chat = true
 			}
@@ -132,6 +137,7 @@ the same tokens.`,
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
+	opts.Speculate.add(c)
 	fl.StringVar(&opts.JSONSchema, "json-schema", "", "constrain the output to JSON valid against the JSON schema in this file (constrained decoding; \"{}\" in the file allows any JSON)")
 	return c
 }
@@ -438,6 +444,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		}
 		batches = append(batches, all)
 	}
+	opts.Speculate.apply(&gen, rep, runner, len(batches[0]))
 	var metrics generate.Metrics
 	var runErr error
 	for _, batch := range batches {

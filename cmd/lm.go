@@ -315,6 +315,53 @@ func (p *prefillReporter) end() {
 	}
 }
 
+// speculateFlags are --speculate and --speculate-ngram (generate, chat).
+type speculateFlags struct {
+	// Draft is --speculate: tokens proposed a step by prompt lookup (0:
+	// off); Ngram is --speculate-ngram.
+	Draft, Ngram int
+}
+
+// maxSpeculate bounds --speculate.
+const maxSpeculate = 32
+
+func (s *speculateFlags) add(c *cobra.Command) {
+	fl := c.Flags()
+	fl.IntVar(&s.Draft, "speculate", 0, fmt.Sprintf("speculative decoding by prompt lookup: propose up to N tokens a step from an earlier occurrence of the last tokens (in the prompt or the answer) and confirm them in one step; greedy decoding of one prompt, the same tokens, faster where the text repeats its input (0: off; at most %d)", maxSpeculate))
+	fl.IntVar(&s.Ngram, "speculate-ngram", generate.DefaultSpeculateNgram, "the longest run of last tokens --speculate looks up (1 to 8)")
+}
+
+func (s *speculateFlags) check() error {
+	if s.Draft < 0 || s.Draft > maxSpeculate {
+		return errs.Usagef("--speculate %d: want 0 (off) to %d tokens", s.Draft, maxSpeculate)
+	}
+	if s.Ngram < 1 || s.Ngram > 8 {
+		return errs.Usagef("--speculate-ngram %d: want 1 to 8 tokens", s.Ngram)
+	}
+	return nil
+}
+
+// apply sets o's speculation and says under -v (or warns, when it was
+// asked and cannot run) whether it runs: greedy decoding of one prompt
+// on a model and backend whose caches can be taken back
+// (compile.Runner.Rewindable).
+func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile.Runner, prompts int) {
+	if s.Draft == 0 {
+		return
+	}
+	o.Speculate, o.SpeculateNgram = s.Draft, s.Ngram
+	switch {
+	case !r.Rewindable():
+		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, --tp, or --experts host)", r.Spec().Architecture)
+	case prompts > 1:
+		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
+	case !o.Sampling.Greedy():
+		rep.Warnf("--speculate: off while sampling (temperature %g); it confirms tokens by greedy decoding (--temperature 0)", o.Sampling.Temperature)
+	default:
+		rep.Debugf("speculative decoding: up to %d tokens a step by prompt lookup (n-grams up to %d)", s.Draft, s.Ngram)
+	}
+}
+
 // samplingFlags are the sampling and limit flags of generate and chat;
 // chat's /set changes them by name (set) with the same checks.
 type samplingFlags struct {

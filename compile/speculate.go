@@ -167,3 +167,7 @@ func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
 	d := x.Shape().Dimensions
 	return graph.ConvertDType(r.model.Head(w, graph.Reshape(x, d[0]*d[1], d[2])), dtypes.Float32)
 }
+
+// Rewindable reports whether st's runner can be fed several tokens a
+// step and taken back (Runner.Rewindable): generate.Speculator.
+func (st *State) Rewindable() bool { return st.r.Rewindable() }

@@ -149,6 +149,15 @@ type Options struct {
 	// (constrained decoding: a JSON schema, a tool call): the row samples
 	// only the tokens it allows and advances it over each one taken.
 	Constrain func() Constraint
+	// Speculate, above 0, proposes up to that many tokens a step by
+	// prompt lookup and confirms them in one step (speculate.go): for
+	// one prompt, greedy decoding, on a Speculator that is Rewindable;
+	// otherwise it is ignored. The tokens are those decoding one at a
+	// time gives.
+	Speculate int
+	// SpeculateNgram is the longest run of last tokens looked up
+	// (0: DefaultSpeculateNgram).
+	SpeculateNgram int
 }
 
 // Constraint is a row's constrained decoding state
@@ -202,6 +211,10 @@ type Metrics struct {
 	// TTFT is the time from the start of Run to the first generated token
 	// (compilation included: it is what a user waits).
 	TTFT time.Duration `json:"ttft"`
+	// DraftTokens are the tokens speculative decoding proposed, and
+	// DraftAccepted those the model confirmed (Options.Speculate).
+	DraftTokens   int `json:"draft_tokens,omitempty"`
+	DraftAccepted int `json:"draft_accepted,omitempty"`
 }
 
 func rate(n int, d time.Duration) float64 {
@@ -224,6 +237,9 @@ func (m Metrics) Summary() string {
 	fmt.Fprintf(&b, "eval duration:        %v\n", m.EvalDuration)
 	fmt.Fprintf(&b, "eval rate:            %.2f tokens/s\n", rate(m.EvalCount, m.EvalDuration))
 	fmt.Fprintf(&b, "time to first token:  %v\n", m.TTFT)
+	if m.DraftTokens > 0 {
+		fmt.Fprintf(&b, "draft tokens:         %d proposed, %d accepted (%.0f%%)\n", m.DraftTokens, m.DraftAccepted, 100*float64(m.DraftAccepted)/float64(m.DraftTokens))
+	}
 	return b.String()
 }
 
@@ -311,6 +327,22 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	prefillEnd := now()
 	m.PromptEvalDuration = prefillEnd.Sub(start) - (compile1 - compile0)
 
+	// The durations once decoding ends.
+	ended := func() {
+		end := now()
+		compile2 := compileTime()
+		m.CompileDuration = compile2 - compile0
+		m.EvalDuration = end.Sub(prefillEnd) - (compile2 - compile1)
+		m.TotalDuration = end.Sub(start)
+	}
+	if sp, ok := speculates(r, prompts, o); ok {
+		interrupted := speculate(ctx, r, sp, rows[0], logits[0], o, &m, now, start)
+		if interrupted != nil && !errors.Is(interrupted, errs.ErrInterrupted) {
+			return nil, m, interrupted
+		}
+		ended()
+		return []Result{rows[0].res}, m, interrupted
+	}
 	next := make([]int, len(rows))
 	// Plain greedy decoding reads the logits for their argmax alone: a
 	// runner that can takes it where they are (ArgmaxDecoder).
@@ -358,11 +390,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			return nil, m, err
 		}
 	}
-	end := now()
-	compile2 := compileTime()
-	m.CompileDuration = compile2 - compile0
-	m.EvalDuration = end.Sub(prefillEnd) - (compile2 - compile1)
-	m.TotalDuration = end.Sub(start)
+	ended()
 	out := make([]Result, len(rows))
 	for i, rw := range rows {
 		out[i] = rw.res

@@ -1,0 +1,185 @@
+package generate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// Speculative decoding by prompt lookup: the tokens that followed the
+// latest earlier occurrence of the sequence's last few tokens (in the
+// prompt or the answer so far) are proposed as the next ones, fed to the
+// model in one step with the last sampled token, and kept as long as
+// they are what the model picks itself; the first one it does not pick
+// is replaced by its own pick, and the cache is taken back over the
+// rest. Where decoding streams the weights once a step, as on a CPU at
+// one row, a step over a few tokens costs about what a step over one
+// does, so every proposed token the model confirms is nearly free: text
+// that repeats its input (summaries, edits of code, answers quoting
+// their context) or itself decodes faster. The tokens are those
+// decoding one at a time picks: only greedy decoding speculates, and
+// each position is sampled with the history before it (penalties and
+// constraints included).
+
+// Speculator is implemented by runners whose one row can be fed several
+// tokens in one step, with the logits after each, and taken back over
+// the last of them (compile.State).
+type Speculator interface {
+	// Rewindable reports whether the model and backend can (a model with
+	// recurrent state cannot).
+	Rewindable() bool
+	// Room is how many more tokens the row may be fed.
+	Room() int
+	// DecodeMany feeds tokens and returns the logits after each.
+	DecodeMany(tokens []int) ([][]float32, error)
+	// Rewind forgets the last n tokens fed.
+	Rewind(n int) error
+}
+
+// DefaultSpeculateNgram is Options.SpeculateNgram's default: the longest
+// run of last tokens looked up (transformers' prompt lookup matches up to
+// 2 by default; 3 proposes less often and more surely).
+const DefaultSpeculateNgram = 3
+
+// lookupDraft proposes k tokens to follow history: those that followed
+// the latest earlier occurrence of its last n tokens, for the longest n
+// from maxN down to 1 that has one (nil when none does). An occurrence
+// fewer than k tokens from the end is a loop the text is in, and the
+// draft goes round it: token i of the draft is the one at p+n+i of the
+// history with the draft appended.
+func lookupDraft(history []int, maxN, k int) []int {
+	if k <= 0 {
+		return nil
+	}
+	l := len(history)
+	for n := min(maxN, l-1); n >= 1; n-- {
+		suffix := history[l-n:]
+		for p := l - n - 1; p >= 0; p-- {
+			if !slices.Equal(history[p:p+n], suffix) {
+				continue
+			}
+			draft := make([]int, k)
+			for i := range draft {
+				if at := p + n + i; at < l {
+					draft[i] = history[at]
+				} else {
+					draft[i] = draft[at-l]
+				}
+			}
+			return draft
+		}
+	}
+	return nil
+}
+
+// speculates says whether a Run of prompts with o decodes speculatively
+// on r, and with which Speculator: o.Speculate above 0, one prompt,
+// greedy decoding, and a runner that can.
+func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
+	if o.Speculate <= 0 || len(prompts) != 1 || !o.Sampling.Greedy() {
+		return nil, false
+	}
+	sp, ok := r.(Speculator)
+	if !ok || !sp.Rewindable() {
+		return nil, false
+	}
+	return sp, true
+}
+
+// speculate decodes rw, whose first logits are logits, speculatively on
+// sp (Speculator of r) until it finishes, counting into m from start. On
+// context cancellation it finishes the row as interrupted and returns an
+// error wrapping errs.ErrInterrupted.
+func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []float32, o Options, m *Metrics, now func() time.Time, start time.Time) error {
+	emit := func(id int) {
+		if m.EvalCount == 0 {
+			m.TTFT = now().Sub(start)
+		}
+		m.EvalCount++
+		rw.history = append(rw.history, id)
+		rw.res.TokenIDs = append(rw.res.TokenIDs, id)
+		rw.step(id, o)
+	}
+	ngram := o.SpeculateNgram
+	if ngram <= 0 {
+		ngram = DefaultSpeculateNgram
+	}
+	id := rw.sample(logits)
+	emit(id)
+	// The draft's length follows its luck, as transformers' assisted
+	// generation schedules it: two more after a draft confirmed whole,
+	// one fewer after one cut short (at least 1, at most o.Speculate);
+	// and after a one-token draft that failed, the next 1, 2, 4, … 16
+	// steps propose none. A text that does not repeat itself then costs
+	// few steps of two tokens.
+	most, cool, wait := o.Speculate, 0, 0
+	// Where a new step length compiles for seconds (FixedPieces: an XLA
+	// device), every speculative step feeds 1+o.Speculate tokens, the
+	// draft padded with copies of its last token, whose logits are not
+	// read.
+	fp, fixed := r.(FixedPieces)
+	fixed = fixed && fp.PrefillPiece() > 0
+	for !rw.done {
+		if err := ctx.Err(); err != nil {
+			finishAll([]*row{rw}, o, FinishInterrupted)
+			return fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
+		}
+		// The bonus token (the model's pick after the last confirmed
+		// one) counts against the budget: propose at most one fewer than
+		// the tokens left, and what the cache has room for.
+		k := min(most, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)
+		if wait > 0 {
+			wait--
+			k = 0
+		}
+		draft := lookupDraft(rw.history, ngram, k)
+		if len(draft) == 0 {
+			l, err := r.Decode([]int{id})
+			if err != nil {
+				return err
+			}
+			id = rw.sample(l[0])
+			emit(id)
+			continue
+		}
+		feed := append([]int{id}, draft...)
+		if fixed {
+			for len(feed) < min(1+o.Speculate, sp.Room()) {
+				feed = append(feed, draft[len(draft)-1])
+			}
+		}
+		rows, err := sp.DecodeMany(feed)
+		if err != nil {
+			return err
+		}
+		m.DraftTokens += len(draft)
+		kept := 0
+		for i, l := range rows[:len(draft)+1] {
+			id = rw.sample(l)
+			emit(id)
+			if rw.done || i == len(draft) || id != draft[i] {
+				break
+			}
+			kept++
+		}
+		m.DraftAccepted += kept
+		switch {
+		case kept == len(draft):
+			most, cool = min(most+2, o.Speculate), 0
+		case len(draft) == 1:
+			cool = min(max(2*cool, 1), 16)
+			wait = cool
+		default:
+			most = max(most-1, 1)
+		}
+		// The cache holds the token before the draft, the draft and any
+		// padding; keep that token and the confirmed part.
+		if err := sp.Rewind(len(feed) - 1 - kept); err != nil {
+			return err
+		}
+	}
+	return nil
+}
