@@ -540,6 +540,9 @@ func addMetrics(a, b generate.Metrics) generate.Metrics {
 	a.PromptEvalDuration += b.PromptEvalDuration
 	a.EvalCount += b.EvalCount
 	a.EvalDuration += b.EvalDuration
+	a.PromptCachedCount += b.PromptCachedCount
+	a.DraftTokens += b.DraftTokens
+	a.DraftAccepted += b.DraftAccepted
 	return a
 }
 

@@ -135,6 +135,8 @@ func (st *State) Rewind(n int) error {
 	switch {
 	case !st.r.Rewindable():
 		return fmt.Errorf("%s: its state cannot be taken back: %w", st.r.spec.Architecture, errs.ErrUnsupported)
+	case st.Pending() > 0:
+		return fmt.Errorf("rewind with %d prompt tokens still pending", st.Pending())
 	case n < 0 || n > st.next:
 		return fmt.Errorf("rewind of %d slots from slot %d", n, st.next)
 	}

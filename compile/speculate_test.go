@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -27,15 +27,16 @@ func maxDiff(a, b []float32) float64 {
 // back over some of them and fed others gives what a State that never
 // saw them gives, as does one taken back to its prompt's end; in both
 // modes on tputool's CPU engine, the cache growing past its first
-// bucket. GoMLX's go backend, which writes cache slots by adding into
-// their zeros, is not Rewindable.
+// bucket, with int8 KV caches (whose scales a rewritten slot rewrites),
+// and for a model whose sliding window is shorter than the text (Mistral).
+// GoMLX's go backend, which writes cache slots by adding into their
+// zeros, is not Rewindable.
 func TestDecodeManyAndRewind(t *testing.T) {
 	l, err := lmckpt.Load("../testdata/stories260K-hf")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	prompt := []int{1, 403, 407, 261, 378, 9}
 	gr, err := NewRunner(goBackend(t), l, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -44,78 +45,98 @@ func TestDecodeManyAndRewind(t *testing.T) {
 		t.Error("the go backend adds into cache slots: not Rewindable")
 	}
 	gr.Close()
-	for _, be := range []backends.Backend{cpuBackend(t)} { // the go backend: above
-		for _, mode := range []Mode{Compiled, Eager} {
-			t.Run(fmt.Sprintf("%s/%s", be.Name(), mode), func(t *testing.T) {
-				r, err := NewRunner(be, l, Options{Mode: mode})
+	prompt := []int{1, 403, 407, 261, 378, 9}
+	for _, mode := range []Mode{Compiled, Eager} {
+		for _, kv := range []dtypes.DType{dtypes.InvalidDType, dtypes.Int8} {
+			t.Run(fmt.Sprintf("stories/%s/kv%s", mode, kv), func(t *testing.T) {
+				r, err := NewRunner(cpuBackend(t), l, Options{Mode: mode, KVDType: kv})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer r.Close()
-				if !r.Rewindable() {
-					t.Fatal("a Llama's state is all KV caches: Rewindable")
-				}
-				// One at a time: 30 tokens, past the first cache bucket.
-				feed := make([]int, 30)
-				for i := range feed {
-					feed[i] = 3 + (i*37)%500
-				}
-				one := r.NewState()
-				defer one.Release()
-				if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
-					t.Fatal(err)
-				}
-				var want [][]float32
-				for _, id := range feed {
-					l, err := one.Decode([]int{id})
-					if err != nil {
-						t.Fatal(err)
-					}
-					want = append(want, append([]float32(nil), l[0]...))
-				}
-				many := r.NewState()
-				defer many.Release()
-				if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
-					t.Fatal(err)
-				}
-				// Fed in steps of 7, 1 and the rest, with wrong tokens fed
-				// and taken back between them.
-				got := [][]float32{}
-				for _, cut := range [][2]int{{0, 7}, {7, 8}, {8, 30}} {
-					wrong := []int{11, 12, 13}
-					if _, err := many.DecodeMany(wrong); err != nil {
-						t.Fatal(err)
-					}
-					if err := many.Rewind(len(wrong)); err != nil {
-						t.Fatal(err)
-					}
-					rows, err := many.DecodeMany(feed[cut[0]:cut[1]])
-					if err != nil {
-						t.Fatal(err)
-					}
-					got = append(got, rows...)
-				}
-				for i := range feed {
-					if d := maxDiff(got[i], want[i]); d > 1e-4 {
-						t.Errorf("after token %d: logits differ by %g", i, d)
-					}
-				}
-				// Back to the prompt's end: the first token's logits again.
-				if err := many.Rewind(len(feed)); err != nil {
-					t.Fatal(err)
-				}
-				rows, err := many.DecodeMany(feed[:1])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d := maxDiff(rows[0], want[0]); d > 1e-4 {
-					t.Errorf("rewound to the prompt: logits differ by %g", d)
-				}
-				if err := many.Rewind(many.Position()); err == nil {
-					t.Error("a rewind into the prompt: no error")
-				}
+				checkDecodeMany(t, r, prompt, 500)
 			})
 		}
+	}
+	tc := classifierCases()[4] // Mistral, a window of 6
+	tc.Arch, tc.Labels = lmckpt.CausalArch(tc.Arch), 0
+	dir := t.TempDir()
+	if err := tc.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(cpuBackend(t), loadDir(t, dir), Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	t.Run("mistral-window", func(t *testing.T) { checkDecodeMany(t, r, []int{1, 5, 9, 13, 17}, 60) })
+}
+
+// checkDecodeMany feeds 30 tokens (ids from 3 below vocab) after prompt
+// one at a time on one State and in steps with wrong tokens fed and
+// taken back between them on another, and compares the logits.
+func checkDecodeMany(t *testing.T, r *Runner, prompt []int, vocab int) {
+	t.Helper()
+	if !r.Rewindable() {
+		t.Fatal("a model whose state is all KV caches, on the CPU engine: Rewindable")
+	}
+	feed := make([]int, 30)
+	for i := range feed {
+		feed[i] = 3 + (i*37)%(vocab-3)
+	}
+	one := r.NewState()
+	defer one.Release()
+	if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
+		t.Fatal(err)
+	}
+	var want [][]float32
+	for _, id := range feed {
+		l, err := one.Decode([]int{id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, append([]float32(nil), l[0]...))
+	}
+	many := r.NewState()
+	defer many.Release()
+	if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
+		t.Fatal(err)
+	}
+	// Fed in steps of 7, 1 and the rest, with wrong tokens fed and taken
+	// back between them.
+	got := [][]float32{}
+	for _, cut := range [][2]int{{0, 7}, {7, 8}, {8, 30}} {
+		wrong := []int{11, 12, 13}
+		if _, err := many.DecodeMany(wrong); err != nil {
+			t.Fatal(err)
+		}
+		if err := many.Rewind(len(wrong)); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := many.DecodeMany(feed[cut[0]:cut[1]])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rows...)
+	}
+	for i := range feed {
+		if d := maxDiff(got[i], want[i]); d > 1e-4 {
+			t.Errorf("after token %d: logits differ by %g", i, d)
+		}
+	}
+	// Back to the prompt's end: the first token's logits again.
+	if err := many.Rewind(len(feed)); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := many.DecodeMany(feed[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(rows[0], want[0]); d > 1e-4 {
+		t.Errorf("rewound to the prompt: logits differ by %g", d)
+	}
+	if err := many.Rewind(many.Position()); err == nil {
+		t.Error("a rewind into the prompt: no error")
 	}
 }
 

@@ -122,6 +122,24 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 	// read.
 	fp, fixed := r.(FixedPieces)
 	fixed = fixed && fp.PrefillPiece() > 0
+	// One token at a time, by the device's argmax where plain greedy
+	// decoding may (as Run decodes).
+	ad, argmaxOnly := r.(ArgmaxDecoder)
+	argmaxOnly = argmaxOnly && o.Sampling.ArgmaxOnly() && o.Constrain == nil
+	decodeOne := func(prev int) (int, error) {
+		if argmaxOnly {
+			ids, err := ad.DecodeArgmax([]int{prev})
+			if err != nil {
+				return 0, err
+			}
+			return ids[0], nil
+		}
+		l, err := r.Decode([]int{prev})
+		if err != nil {
+			return 0, err
+		}
+		return rw.sample(l[0]), nil
+	}
 	for !rw.done {
 		if err := ctx.Err(); err != nil {
 			finishAll([]*row{rw}, o, FinishInterrupted)
@@ -135,19 +153,22 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 			wait--
 			k = 0
 		}
+		if fixed && sp.Room() < 1+o.Speculate {
+			k = 0 // near the end: no step of another length
+		}
 		draft := lookupDraft(rw.history, ngram, k)
 		if len(draft) == 0 {
-			l, err := r.Decode([]int{id})
+			next, err := decodeOne(id)
 			if err != nil {
 				return err
 			}
-			id = rw.sample(l[0])
+			id = next
 			emit(id)
 			continue
 		}
 		feed := append([]int{id}, draft...)
 		if fixed {
-			for len(feed) < min(1+o.Speculate, sp.Room()) {
+			for len(feed) < 1+o.Speculate {
 				feed = append(feed, draft[len(draft)-1])
 			}
 		}
@@ -156,16 +177,22 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 			return err
 		}
 		m.DraftTokens += len(draft)
-		kept := 0
+		// kept are the draft tokens confirmed and kept in the cache;
+		// confirmed counts also one that ended the text (its own pick,
+		// the last token, is not in the cache).
+		kept, confirmed := 0, 0
 		for i, l := range rows[:len(draft)+1] {
 			id = rw.sample(l)
 			emit(id)
+			if i < len(draft) && id == draft[i] {
+				confirmed++
+			}
 			if rw.done || i == len(draft) || id != draft[i] {
 				break
 			}
 			kept++
 		}
-		m.DraftAccepted += kept
+		m.DraftAccepted += confirmed
 		switch {
 		case kept == len(draft):
 			most, cool = min(most+2, o.Speculate), 0

@@ -449,8 +449,9 @@ type Step struct {
 	Len      int // T, the number of new tokens per row
 	CacheLen int // S, the static cache length
 	// Window is the number of leading cache slots the step's queries may
-	// see, at most CacheLen: every slot at or past it is empty (above
-	// Start+Len), so attention reads only slots [0, Window). NewStep sets
+	// see, at most CacheLen: every slot at or past it is above Start+Len,
+	// which no query sees (empty, or left by tokens a speculative step
+	// took back), so attention reads only slots [0, Window). NewStep sets
 	// it to CacheLen; a runner that knows where the step ends sets less
 	// (compile's windowed prefill), and the graph differs only in how
 	// much of the cache it reads.

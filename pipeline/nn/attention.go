@@ -35,8 +35,10 @@ func KVCacheState(batch, kvHeads, cacheLen, headDim int) []lm.StateSpec {
 // (update has the cache's shape except T on that axis). With
 // dynamicUpdateSlice it is a DynamicUpdateSlice; otherwise it is a
 // scatter-add of the update into the cache, which is equal to a write
-// because executors zero-fill caches at prefill and every slot is written
-// at most once per generation. A donated cache is updated in place by
+// because executors zero-fill caches at prefill and, on such a backend,
+// every slot is written at most once per generation (speculative
+// decoding, which writes a slot again after taking the cache back, runs
+// only where DynamicUpdateSlice writes in place: compile.Runner.Rewindable). A donated cache is updated in place by
 // either form, so a decode step does not rewrite the whole cache. An
 // update in another dtype than the cache's (a KV cache held in bf16 under
 // f32 compute) is converted to the cache's.
