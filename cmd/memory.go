@@ -47,15 +47,10 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 // their layer state (a decoder's KV caches) and a step's attention
 // scores (compile.EmbedScoreBytes).
 func checkEmbedFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
-	var hostMemory int64
-	if hostMemoryFn != nil {
-		hostMemory = hostMemoryFn()
-	}
 	spec := m.Spec()
-	_, need, ok := stateNeed(m, rows, longest, 0, dtype, kv)
-	need += compile.EmbedScoreBytes(spec, rows, longest)
-	what := fmt.Sprintf("%d input(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype))
-	return checkHostMemory(what, need, !ok, hostMemory, "shorten the inputs or lower their number")
+	return checkPassFits(m, rows, longest, dtype, kv, hostMemoryFn, compile.EmbedScoreBytes(spec, rows, longest),
+		fmt.Sprintf("%d input(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype)),
+		"shorten the inputs or lower their number")
 }
 
 // checkLogprobsFits refuses scoring rows windows of at most longest
@@ -63,15 +58,23 @@ func checkEmbedFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostM
 // state and a step's working memory (compile.PromptLogprobsBytes:
 // attention scores, hidden states, the scoring head's logits).
 func checkLogprobsFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+	spec := m.Spec()
+	return checkPassFits(m, rows, longest, dtype, kv, hostMemoryFn, compile.PromptLogprobsBytes(spec, rows, longest),
+		fmt.Sprintf("%d window(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores, hidden states and logits in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype)),
+		"lower --context or --batch")
+}
+
+// checkPassFits refuses one pass of rows inputs of at most longest
+// tokens (no generation) when the host cannot hold their layer state
+// and the pass's working memory, work bytes; what describes the pass
+// and lower says what to change.
+func checkPassFits(m lm.Model, rows, longest int, dtype, kv dtypes.DType, hostMemoryFn func() int64, work int64, what, lower string) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
 	}
-	spec := m.Spec()
 	_, need, ok := stateNeed(m, rows, longest, 0, dtype, kv)
-	need += compile.PromptLogprobsBytes(spec, rows, longest)
-	what := fmt.Sprintf("%d window(s) of %d tokens run together (%d layers, %d heads: KV caches in %s, attention scores, hidden states and logits in f32)", rows, longest, spec.Layers, spec.Heads, kvOr(kv, dtype))
-	return checkHostMemory(what, need, !ok, hostMemory, "lower --context or --batch")
+	return checkHostMemory(what, need+work, !ok, hostMemory, lower)
 }
 
 // stateNeed is the most layer state a generation allocates: batch rows of

@@ -269,12 +269,17 @@ func GenerateError(s *lm.Spec) error {
 // finalChunk runs the next n pending tokens of every row, as
 // PrefillChunk does, and returns the final hidden states of each of
 // them, [B, n, Hidden] float32, for the caller to finalize.
-func (st *State) finalChunk(n int) (*tensors.Tensor, error) {
+func (st *State) finalChunk(n int) (*tensors.Tensor, error) { return st.pendingOn(st.r.emb.prog, n) }
+
+// pendingOn runs the next n pending tokens of every row on prog (a
+// whole step in compiled mode, the head after the layers in eager mode)
+// and returns its first output, for the caller to finalize.
+func (st *State) pendingOn(prog *Program, n int) (*tensors.Tensor, error) {
 	r := st.r
 	for st.next+n > st.cacheLen {
 		if err := r.growCache(st); err != nil {
 			return nil, err
 		}
 	}
-	return r.runStep(st, r.emb.prog, r.emb.prog, st.takePending(n), st.next)
+	return r.runStep(st, prog, prog, st.takePending(n), st.next)
 }

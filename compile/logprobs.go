@@ -346,15 +346,7 @@ func (h *minLogits) Pop() any {
 // finalChunk does, and returns the last layer's hidden states of each,
 // [B, n, Hidden] float32 (before the final norm), for the caller to
 // finalize.
-func (st *State) hiddenChunk(n int) (*tensors.Tensor, error) {
-	r := st.r
-	for st.next+n > st.cacheLen {
-		if err := r.growCache(st); err != nil {
-			return nil, err
-		}
-	}
-	return r.runStep(st, r.lp.hidden, r.lp.hidden, st.takePending(n), st.next)
-}
+func (st *State) hiddenChunk(n int) (*tensors.Tensor, error) { return st.pendingOn(st.r.lp.hidden, n) }
 
 // hiddenGraph is stepGraph with the last layer's hidden states of every
 // position, [B, T, Hidden] float32, in place of the logits.

@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -153,7 +154,7 @@ func checkLogprobs(t *testing.T, what string, prompts [][]int, got [][]sample.To
 			for k := range order {
 				order[k] = k
 			}
-			slices.SortStableFunc(order, func(a, b int) int { return -cmpFloat(w[a], w[b]) })
+			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(w[b], w[a]) })
 			for k, a := range g.Top {
 				if d := math.Abs(float64(a.Logprob) - w[order[k]]); d > tol*math.Max(1, math.Abs(w[order[k]])) {
 					t.Errorf("%s: prompt %d token %d: alternative %d is %d at %v, want the reference's %d-th best %v", what, i, j+1, k, a.ID, a.Logprob, k+1, w[order[k]])
@@ -164,16 +165,6 @@ func checkLogprobs(t *testing.T, what string, prompts [][]int, got [][]sample.To
 			}
 		}
 	}
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // TestPromptLogprobsLong: a prompt longer than one of Embed's steps (512

@@ -3,6 +3,7 @@ package serve
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -38,7 +39,7 @@ func (e *textEngine) PromptLogprobs(prompts [][]int, topK int) ([][]sample.Token
 			for k := range ids {
 				ids[k] = k
 			}
-			slices.SortStableFunc(ids, func(a, b int) int { return -cmpF32(l[a], l[b]) })
+			slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(l[b], l[a]) })
 			for _, id := range ids[:topK] {
 				tl.Top = append(tl.Top, sample.TopLogprob{ID: id, Logprob: float32(float64(l[id]) - lse)})
 			}
@@ -54,16 +55,6 @@ func textLSE(l []float32) float64 {
 		s += math.Exp(float64(v))
 	}
 	return math.Log(s)
-}
-
-func cmpF32(a, b float32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rawCompletion is a completion response with its nulls kept.

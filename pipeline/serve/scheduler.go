@@ -666,27 +666,7 @@ type embedJob struct {
 // returns ErrQueueFull when the queue is full, ErrClosed after Shutdown,
 // and ctx's error when ctx ends first.
 func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, error) {
-	if err := checkJobPrompts("embed", prompts); err != nil {
-		return nil, err
-	}
-	sorted, order := byLength(prompts)
-	var vecs [][]float32
-	err := s.runJob(ctx, sorted, func(group [][]int) error {
-		v, err := s.sl.Embed(group)
-		if err == nil && len(v) != len(group) {
-			err = fmt.Errorf("embed: %d vectors for %d prompts", len(v), len(group))
-		}
-		vecs = append(vecs, v...)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]float32, len(vecs))
-	for i, j := range order {
-		out[j] = vecs[i]
-	}
-	return out, nil
+	return inJobs(s, ctx, "embed", prompts, s.sl.Embed)
 }
 
 // PromptLogprobs queues prompts for the log-probability of each of
@@ -695,28 +675,36 @@ func (s *Scheduler) Embed(ctx context.Context, prompts [][]int) ([][]float32, er
 // as Embed's, the results in the prompts' order. An engine that does
 // not score prompts gives an error wrapping errs.ErrUnsupported.
 func (s *Scheduler) PromptLogprobs(ctx context.Context, prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
-	if _, ok := s.sl.e.(PromptScorer); !ok {
+	ps, ok := s.sl.e.(PromptScorer)
+	if !ok {
 		return nil, fmt.Errorf("this model's engine does not score prompts: %w", errs.ErrUnsupported)
 	}
-	if err := checkJobPrompts("score", prompts); err != nil {
+	return inJobs(s, ctx, "score", prompts, func(group [][]int) ([][]sample.TokenLogprob, error) { return ps.PromptLogprobs(group, topK) })
+}
+
+// inJobs runs prompts through run as one job of the scheduler (runJob),
+// the shortest first, and returns run's results in the prompts' order;
+// what names the work in errors.
+func inJobs[T any](s *Scheduler, ctx context.Context, what string, prompts [][]int, run func(group [][]int) ([]T, error)) ([]T, error) {
+	if err := checkJobPrompts(what, prompts); err != nil {
 		return nil, err
 	}
 	sorted, order := byLength(prompts)
-	var lps [][]sample.TokenLogprob
+	var res []T
 	err := s.runJob(ctx, sorted, func(group [][]int) error {
-		v, err := s.sl.e.(PromptScorer).PromptLogprobs(group, topK)
+		v, err := run(group)
 		if err == nil && len(v) != len(group) {
-			err = fmt.Errorf("prompt log-probabilities: %d results for %d prompts", len(v), len(group))
+			err = fmt.Errorf("%s: %d results for %d prompts", what, len(v), len(group))
 		}
-		lps = append(lps, v...)
+		res = append(res, v...)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]sample.TokenLogprob, len(lps))
+	out := make([]T, len(res))
 	for i, j := range order {
-		out[j] = lps[i]
+		out[j] = res[i]
 	}
 	return out, nil
 }
