@@ -85,8 +85,8 @@ func PromptLogprobsBytes(s *lm.Spec, rows, longest int) int64 {
 }
 
 // logprobHeadRows is the most positions one call of the scoring head
-// takes: 256 for a vocabulary of 32,768 tokens or fewer, fewer for a
-// larger one (Qwen's 151,936: 48), 8 at least, a multiple of 8.
+// takes: 512 for a vocabulary of up to 16,384 tokens, 256 for 32,000,
+// 48 for Qwen's 151,936; 8 at least, a multiple of 8.
 func logprobHeadRows(vocab int) int {
 	rows := logprobHeadBytes / max(vocab*4, 1)
 	return max(8, min(512, rows/8*8))
@@ -110,8 +110,10 @@ func logprobRowBucket(n, most int) int {
 // (at most MaxTopLogprobs). This is what perplexity averages and what
 // an echoed completion's prompt log-probabilities are. The logits of
 // every position are computed in pieces of at most logprobHeadRows
-// positions; only the figures come back to the host (and, for topK, one
-// piece's logits at a time). Nothing of it stays in any State. Models
+// positions; only the figures come back to the host (and, for topK on a
+// backend computing in host memory, one piece's logits at a time, which
+// the host picks the alternatives from; elsewhere the graph picks them:
+// topInGraph). Nothing of it stays in any State. Models
 // without a language-model head (encoders, classifiers), with
 // host-routed experts or sharded over several devices are refused
 // (errs.ErrUnsupported).
