@@ -81,6 +81,8 @@ type ServeOptions struct {
 	DrainTimeout time.Duration
 	// Pprof serves Go's runtime profiles under /debug/pprof/.
 	Pprof bool
+	// Speculate is --speculate and --speculate-ngram.
+	Speculate speculateFlags
 }
 
 // NewCmdServe builds `tputool serve`.
@@ -170,6 +172,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.BoolVar(&opts.AllowInsecure, "allow-insecure", false, "allow a --host other than loopback without an API key")
 	fl.BoolVar(&opts.Warmup, "warmup", true, "compile every batch shape before listening (--warmup=false listens sooner; the first requests then wait for compiles)")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
+	opts.Speculate.add(c)
 	fl.BoolVar(&opts.Pprof, "pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/, behind the API key like /v1")
 	return c
 }
@@ -177,6 +180,9 @@ exits 0. A second signal exits 130 at once.`,
 // checkServeFlags validates serve's own flags; the errors name them.
 func checkServeFlags(o *ServeOptions) error {
 	if err := checkPoolingFlag(o.Pooling); err != nil {
+		return err
+	}
+	if err := o.Speculate.check(); err != nil {
 		return err
 	}
 	switch {
@@ -533,7 +539,18 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		name = modelLabel(m)
 	}
 	metrics := serve.NewMetrics(counter.counts)
-	sched := serve.New(engine.Engine, serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache})
+	cfg := serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache}
+	if opts.Speculate.Draft > 0 && !embeddingsOnly {
+		switch {
+		case !runner.Rewindable():
+			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, or --experts host)", spec.Architecture)
+		default:
+			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
+			cfg.SpeculateFixed = !dev.Capabilities.HostMemory
+			rep.Debugf("speculative decoding: a greedy sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
+		}
+	}
+	sched := serve.New(engine.Engine, cfg)
 	api := serve.NewServer(sched, serve.ServerOptions{
 		ModelName:      name,
 		Tokenizer:      tok,

@@ -173,3 +173,45 @@ func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
 // Rewindable reports whether st's runner can be fed several tokens a
 // step and taken back (Runner.Rewindable): generate.Speculator.
 func (st *State) Rewindable() bool { return st.r.Rewindable() }
+
+// SpeculateRoom is how many tokens the decode batch's one sequence may
+// be fed in one step (DecodeMany): the slots its cache has left before
+// the next relayout would be needed, when the batch has one row holding
+// a sequence on a Rewindable runner; else 0 (decode one token a step).
+func (b *Batch) SpeculateRoom() int {
+	if b.dec.batch != 1 || !b.used[0] || !b.r.Rewindable() {
+		return 0
+	}
+	return b.dec.Room()
+}
+
+// DecodeMany feeds tokens to the sequence of row (the batch's one row)
+// in one step and returns the logits after each (State.DecodeMany): at
+// most SpeculateRoom tokens. A failed execution drops every sequence,
+// as Decode's does.
+func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
+	switch room := b.SpeculateRoom(); {
+	case row != 0 || room == 0:
+		return nil, fmt.Errorf("decode of several tokens: row %d of a batch of %d rows (one row holding a sequence wanted)", row, b.dec.batch)
+	case len(tokens) == 0 || len(tokens) > room:
+		return nil, fmt.Errorf("decode of %d tokens with room for %d", len(tokens), room)
+	}
+	if err := b.r.checkIDs("decode", tokens); err != nil {
+		return nil, err
+	}
+	b.dec.setPads(b.dec.pads) // as Decode: an Insert or relayout changed them
+	rows, err := b.dec.DecodeMany(tokens)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return rows, nil
+}
+
+// Rewind takes the decode batch's clock back by n slots, forgetting the
+// last n tokens DecodeMany fed its one sequence.
+func (b *Batch) Rewind(n int) error {
+	if b.dec.batch != 1 {
+		return fmt.Errorf("rewind of a batch of %d rows", b.dec.batch)
+	}
+	return b.dec.Rewind(n)
+}

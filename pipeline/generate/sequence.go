@@ -59,6 +59,10 @@ func (s *Sequence) Finish(reason string) Event {
 	return s.take()
 }
 
+// History is the prompt and the tokens added so far (the caller must not
+// change it): what speculative decoding looks drafts up in (Drafter).
+func (s *Sequence) History() []int { return s.rw.history }
+
 // Done reports whether the sequence has finished.
 func (s *Sequence) Done() bool { return s.rw.done }
 

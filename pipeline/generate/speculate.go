@@ -44,6 +44,52 @@ type Speculator interface {
 // 2 by default; 3 proposes less often and more surely).
 const DefaultSpeculateNgram = 3
 
+// Drafter proposes a sequence's next tokens by prompt lookup
+// (lookupDraft) and schedules the draft's length by its luck, as
+// transformers' assisted generation schedules it: two more after a draft
+// confirmed whole, one fewer after one cut short (at least 1, at most
+// the most asked); and after a one-token draft that failed, the next 1,
+// 2, 4, … 16 steps propose none. A text that does not repeat itself then
+// costs few steps of two tokens. Run's speculative decoding and the
+// server's use it.
+type Drafter struct {
+	max, ngram       int
+	most, cool, wait int
+}
+
+// NewDrafter proposes up to max tokens a step, looking up runs of up to
+// ngram last tokens (0: DefaultSpeculateNgram).
+func NewDrafter(max, ngram int) *Drafter {
+	if ngram <= 0 {
+		ngram = DefaultSpeculateNgram
+	}
+	return &Drafter{max: max, ngram: ngram, most: max}
+}
+
+// Draft proposes up to limit tokens (fewer as the schedule says) to
+// follow history, the sequence so far; nil for none this step.
+func (d *Drafter) Draft(history []int, limit int) []int {
+	if d.wait > 0 {
+		d.wait--
+		return nil
+	}
+	return lookupDraft(history, d.ngram, min(d.most, limit))
+}
+
+// Done records how a draft of n tokens fared: kept of them were
+// confirmed before the model picked another (or the text ended).
+func (d *Drafter) Done(n, kept int) {
+	switch {
+	case kept == n:
+		d.most, d.cool = min(d.most+2, d.max), 0
+	case n == 1:
+		d.cool = min(max(2*d.cool, 1), 16)
+		d.wait = d.cool
+	default:
+		d.most = max(d.most-1, 1)
+	}
+}
+
 // lookupDraft proposes k tokens to follow history: those that followed
 // the latest earlier occurrence of its last n tokens, for the longest n
 // from maxN down to 1 that has one (nil when none does). An occurrence
@@ -103,19 +149,9 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		rw.res.TokenIDs = append(rw.res.TokenIDs, id)
 		rw.step(id, o)
 	}
-	ngram := o.SpeculateNgram
-	if ngram <= 0 {
-		ngram = DefaultSpeculateNgram
-	}
+	drafter := NewDrafter(o.Speculate, o.SpeculateNgram)
 	id := rw.sample(logits)
 	emit(id)
-	// The draft's length follows its luck, as transformers' assisted
-	// generation schedules it: two more after a draft confirmed whole,
-	// one fewer after one cut short (at least 1, at most o.Speculate);
-	// and after a one-token draft that failed, the next 1, 2, 4, … 16
-	// steps propose none. A text that does not repeat itself then costs
-	// few steps of two tokens.
-	most, cool, wait := o.Speculate, 0, 0
 	// Where a new step length compiles for seconds (FixedPieces: an XLA
 	// device), every speculative step feeds 1+o.Speculate tokens, the
 	// draft padded with copies of its last token, whose logits are not
@@ -147,16 +183,12 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		}
 		// The bonus token (the model's pick after the last confirmed
 		// one) counts against the budget: propose at most one fewer than
-		// the tokens left, and what the cache has room for.
-		k := min(most, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)
-		if wait > 0 {
-			wait--
-			k = 0
+		// the tokens left, and what the cache has room for; near the
+		// cache's end on a device, none (no step of another length).
+		var draft []int
+		if !fixed || sp.Room() >= 1+o.Speculate {
+			draft = drafter.Draft(rw.history, min(sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1))
 		}
-		if fixed && sp.Room() < 1+o.Speculate {
-			k = 0 // near the end: no step of another length
-		}
-		draft := lookupDraft(rw.history, ngram, k)
 		if len(draft) == 0 {
 			next, err := decodeOne(id)
 			if err != nil {
@@ -193,15 +225,7 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 			kept++
 		}
 		m.DraftAccepted += confirmed
-		switch {
-		case kept == len(draft):
-			most, cool = min(most+2, o.Speculate), 0
-		case len(draft) == 1:
-			cool = min(max(2*cool, 1), 16)
-			wait = cool
-		default:
-			most = max(most-1, 1)
-		}
+		drafter.Done(len(draft), kept)
 		// The cache holds the token before the draft, the draft and any
 		// padding; keep that token and the confirmed part.
 		if err := sp.Rewind(len(feed) - 1 - kept); err != nil {

@@ -109,6 +109,20 @@ type PromptScorer interface {
 	PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error)
 }
 
+// Speculator is an Engine whose decode batch of one sequence can be fed
+// several tokens in one step and taken back (compile.Batch), for the
+// scheduler's speculative decoding (Config.Speculate).
+type Speculator interface {
+	// SpeculateRoom is how many tokens the one sequence may be fed in
+	// a step now; 0 when the engine cannot (several rows, a model with
+	// recurrent state, a backend that cannot take a cache back).
+	SpeculateRoom() int
+	// DecodeMany feeds tokens to row and returns the logits after each.
+	DecodeMany(row int, tokens []int) ([][]float32, error)
+	// Rewind forgets the last n tokens fed.
+	Rewind(n int) error
+}
+
 // Prefill is the prefill in progress of one or more prompts.
 type Prefill interface {
 	// Step runs the next piece of the prompts; when they are done it
@@ -188,6 +202,33 @@ func (a adapted[P, K]) PromptLogprobs(prompts [][]int, topK int) ([][]sample.Tok
 		return nil, fmt.Errorf("this model's engine does not score prompts: %w", errs.ErrUnsupported)
 	}
 	return ps.PromptLogprobs(prompts, topK)
+}
+
+// SpeculateRoom forwards to the engine when it speculates (Speculator),
+// else it is 0.
+func (a adapted[P, K]) SpeculateRoom() int {
+	if sp, ok := a.Typed.(Speculator); ok {
+		return sp.SpeculateRoom()
+	}
+	return 0
+}
+
+// DecodeMany forwards to the engine (Speculator).
+func (a adapted[P, K]) DecodeMany(row int, tokens []int) ([][]float32, error) {
+	sp, ok := a.Typed.(Speculator)
+	if !ok {
+		return nil, fmt.Errorf("this model's engine does not decode several tokens a step: %w", errs.ErrUnsupported)
+	}
+	return sp.DecodeMany(row, tokens)
+}
+
+// Rewind forwards to the engine (Speculator).
+func (a adapted[P, K]) Rewind(n int) error {
+	sp, ok := a.Typed.(Speculator)
+	if !ok {
+		return fmt.Errorf("this model's engine does not take its cache back: %w", errs.ErrUnsupported)
+	}
+	return sp.Rewind(n)
 }
 
 func (a adapted[P, K]) Insert(p Prefill, i, row int) error {

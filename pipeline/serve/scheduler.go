@@ -119,6 +119,15 @@ type Config struct {
 	// so that a later prompt sharing a prefix with one of them (a chat's
 	// system prompt) starts from it (Slots); 0 keeps none.
 	PrefixCache int
+	// Speculate, above 0, decodes a sequence that runs alone and greedily
+	// by prompt lookup, up to that many proposed tokens a step
+	// (speculateStep), where the engine can (Speculator); SpeculateNgram
+	// is the longest run of last tokens looked up (0: the default).
+	Speculate, SpeculateNgram int
+	// SpeculateFixed makes every speculative step feed 1+Speculate
+	// tokens (the draft padded): on a device where each new step length
+	// compiles for seconds.
+	SpeculateFixed bool
 }
 
 // Observer receives measurements as the scheduler runs (Metrics
@@ -137,6 +146,9 @@ type Observer interface {
 	FirstToken(d time.Duration)
 	// NextToken reports the time between two tokens of a sequence.
 	NextToken(d time.Duration)
+	// Drafted reports a speculative step: the tokens proposed and those
+	// the model confirmed.
+	Drafted(proposed, accepted int)
 	// Finished reports a sequence's end: reason, prompt and generated
 	// tokens.
 	Finished(reason string, prompt, completion int)
@@ -154,6 +166,9 @@ type job struct {
 	handle int // its sequence in Slots, once inserted
 	next   int // the token to feed at the next decode step
 	last   time.Time
+	// drafter proposes its tokens while it speculates (made at its first
+	// speculative step).
+	drafter *generate.Drafter
 }
 
 // Scheduler runs requests on an Engine by continuous batching. Run drives
@@ -497,6 +512,9 @@ func (s *Scheduler) decodeStep() bool {
 	if len(s.running) == 0 {
 		return false
 	}
+	if s.speculateStep() {
+		return true
+	}
 	seqs := make([]int, len(s.running))
 	tokens := make([]int, len(s.running))
 	for i, j := range s.running {
@@ -522,6 +540,73 @@ func (s *Scheduler) decodeStep() bool {
 	}
 	clear(s.running[len(kept):])
 	s.running = kept
+	return true
+}
+
+// speculateStep decodes the one running sequence by prompt lookup when
+// it runs alone, greedily, and the engine can feed it several tokens (a
+// batch of one row: Slots.SpeculateRoom): the tokens the sequence's
+// Drafter proposes are fed after its next token in one step, each
+// position's logits are emitted in turn as a decode step's are, as long
+// as the token emitted is the one proposed, and the engine forgets the
+// rest. The tokens and events are those one token a step gives. It
+// reports whether it ran a step (false: decode as usual).
+func (s *Scheduler) speculateStep() bool {
+	if s.cfg.Speculate <= 0 || len(s.running) != 1 {
+		return false
+	}
+	j := s.running[0]
+	room := s.sl.SpeculateRoom(j.handle)
+	budget := j.req.Gen.MaxNewTokens - len(j.seq.Result().TokenIDs)
+	if !j.req.Gen.Sampling.Greedy() || room < 2 || budget < 2 || (s.cfg.SpeculateFixed && room < 1+s.cfg.Speculate) {
+		return false
+	}
+	if j.drafter == nil {
+		j.drafter = generate.NewDrafter(s.cfg.Speculate, s.cfg.SpeculateNgram)
+	}
+	// The model's own pick after the last confirmed token is emitted too:
+	// propose one fewer than the tokens left.
+	draft := j.drafter.Draft(j.seq.History(), min(room-1, budget-1))
+	if len(draft) == 0 {
+		return false
+	}
+	feed := append([]int{j.next}, draft...)
+	for s.cfg.SpeculateFixed && len(feed) < 1+s.cfg.Speculate {
+		feed = append(feed, draft[len(draft)-1]) // padding, its logits not read
+	}
+	t0 := s.now()
+	logits, err := s.sl.DecodeMany(j.handle, feed)
+	s.obs.Step(1, s.slots, s.now().Sub(t0))
+	if err != nil {
+		s.sl.Free(j.handle)
+		s.end(j, finishEvent(j, FinishError), FinishError, err)
+		s.running = nil
+		return true
+	}
+	kept, confirmed, done := 0, 0, false
+	for i, l := range logits[:len(draft)+1] {
+		done = s.emit(j, l) // j.next is the token emitted
+		if i < len(draft) && j.next == draft[i] {
+			confirmed++
+		}
+		if done || i == len(draft) || j.next != draft[i] {
+			break
+		}
+		kept++
+	}
+	j.drafter.Done(len(draft), kept)
+	s.obs.Drafted(len(draft), confirmed)
+	if done {
+		s.running = nil // emit freed its row
+		return true
+	}
+	// The engine holds the token before the draft, the draft and any
+	// padding: keep that token and the confirmed part.
+	if err := s.sl.Rewind(len(feed) - 1 - kept); err != nil {
+		s.sl.Free(j.handle)
+		s.end(j, finishEvent(j, FinishError), FinishError, err)
+		s.running = nil
+	}
 	return true
 }
 
@@ -643,6 +728,7 @@ func (nopObserver) Prefill(time.Duration)        {}
 func (nopObserver) PrefixReused(int)             {}
 func (nopObserver) FirstToken(time.Duration)     {}
 func (nopObserver) NextToken(time.Duration)      {}
+func (nopObserver) Drafted(int, int)             {}
 func (nopObserver) Finished(string, int, int)    {}
 func (nopObserver) Rejected(error)               {}
 

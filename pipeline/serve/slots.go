@@ -229,6 +229,41 @@ func (s *Slots) Decode(seqs, tokens []int) ([][]float32, error) {
 	return logits, nil
 }
 
+// SpeculateRoom is how many tokens sequence seq may be fed in one step
+// (Speculator): 0 unless it is the only sequence, the engine speculates
+// and the batch has one row (the next Decode would shrink it to one:
+// fit, which a speculative step does not do).
+func (s *Slots) SpeculateRoom(seq int) int {
+	sp, ok := s.e.(Speculator)
+	if _, has := s.seqRow[seq]; !ok || !has || len(s.seqRow) != 1 || len(s.rows) != 1 {
+		return 0
+	}
+	return sp.SpeculateRoom()
+}
+
+// DecodeMany feeds tokens to sequence seq in one step (at most
+// SpeculateRoom) and returns the logits after each.
+func (s *Slots) DecodeMany(seq int, tokens []int) ([][]float32, error) {
+	if s.SpeculateRoom(seq) < len(tokens) {
+		return nil, fmt.Errorf("decode of %d tokens for sequence %d: no room", len(tokens), seq)
+	}
+	logits, err := s.e.(Speculator).DecodeMany(s.seqRow[seq], tokens)
+	if err != nil {
+		s.failed(err)
+		return nil, err
+	}
+	return logits, nil
+}
+
+// Rewind forgets the last n tokens DecodeMany fed.
+func (s *Slots) Rewind(n int) error {
+	sp, ok := s.e.(Speculator)
+	if !ok {
+		return fmt.Errorf("rewind: the engine does not speculate")
+	}
+	return sp.Rewind(n)
+}
+
 // Free ends a sequence, freeing its row.
 func (s *Slots) Free(seq int) {
 	if row, ok := s.seqRow[seq]; ok {
