@@ -382,7 +382,7 @@ func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling 
 		return servedEngine{Engine: serve.Adapt(enc), close: func() {}}, 0, nil
 	}
 	batch, err := compile.NewBatch(r, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
-		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling})
+		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling, Speculate: opts.Speculate.Draft})
 	if err != nil {
 		return servedEngine{}, 0, err
 	}

@@ -51,8 +51,8 @@ func metricValue(t *testing.T, url, name string) float64 {
 // TestServeSpeculate: serve --speculate answers a greedy request running
 // alone with the text and log-probabilities of a server decoding one
 // token a step (the real engine: a batch of one row fed several tokens
-// and taken back), and /metrics counts the drafts; a sampled request does
-// not speculate.
+// and taken back), nothing compiles after the warm-up, and /metrics
+// counts the drafts; a sampled request does not speculate.
 func TestServeSpeculate(t *testing.T) {
 	plainAddr, _, _ := serveInProcess(t, "--max-context", "512")
 	specAddr, _, _ := serveInProcess(t, "--max-context", "512", "--speculate", "4")
@@ -72,6 +72,7 @@ func TestServeSpeculate(t *testing.T) {
 	assert.Positive(t, accepted)
 	assert.LessOrEqual(t, accepted, proposed)
 	assert.Zero(t, metricValue(t, plain, "tputool_draft_tokens_total"))
+	assert.Zero(t, metricValue(t, spec, "tputool_recompiles_total"), "the warm-up compiled the speculative steps")
 
 	body := `{"prompt":"Once upon a time","max_tokens":60,"temperature":0.8,"seed":5}`
 	resp, err := http.Post(spec+"/v1/completions", "application/json", strings.NewReader(body))

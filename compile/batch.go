@@ -76,7 +76,11 @@ import (
 //     place write zeros there, a rows step moves whole rows, and a step
 //     fills slots from the clock and moves the clock past them), as
 //     nn.UpdateCache's scatter-add needs on backends without
-//     DynamicUpdateSlice.
+//     DynamicUpdateSlice; except after a speculative step taken back
+//     (Rewind), which leaves its tokens' slots past the clock: only on a
+//     backend that writes slots in place (Runner.Rewindable), where no
+//     query sees a slot past its own and the next steps write them
+//     again.
 //
 // A failed execution may have consumed the donated state, so the Batch
 // then drops every sequence (fail) and starts again empty, with one free
@@ -99,6 +103,11 @@ type BatchOptions struct {
 	Prefixes bool
 	// Pooling is how Embed pools a prompt's final hidden states.
 	Pooling Pooling
+	// Speculate is the most tokens a speculative step proposes
+	// (DecodeMany feeds up to 1+Speculate; on a backend not computing in
+	// host memory, every such step feeds 1+Speculate, as serve's
+	// scheduler pads them): Warmup then compiles those steps too.
+	Speculate int
 }
 
 // MaxSlots bounds BatchOptions.MaxBatch.
@@ -911,6 +920,12 @@ func (b *Batch) Warmup() error {
 				b.reset()
 				return err
 			}
+		}
+	}
+	for _, s := range buckets {
+		if err := b.warmMany(s); err != nil {
+			b.reset()
+			return err
 		}
 	}
 	for t := 8; ; t *= 2 { // prompts of up to MaxContext-1 tokens

@@ -98,21 +98,15 @@ func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
 			return nil, err
 		}
 	}
-	r.many.once.Do(func() {
-		if r.opts.Mode == Compiled {
-			r.many.prog, r.many.err = r.newProgram("decode-many", r.manyGraph)
-		} else {
-			r.many.prog, r.many.err = r.newProgram("head-many", r.manyHeadGraph)
-		}
-	})
-	if r.many.err != nil {
-		return nil, r.many.err
+	prog, err := r.manyProgram()
+	if err != nil {
+		return nil, err
 	}
 	ids := make([]int32, n)
 	for i, id := range tokens {
 		ids[i] = int32(id)
 	}
-	out, err := r.runStep(st, r.many.prog, r.many.prog, tensors.FromFlatDataAndDimensions(ids, 1, n), st.next)
+	out, err := r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(ids, 1, n), st.next)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +119,23 @@ func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
 		}
 	})
 	return rows, err
+}
+
+// manyProgram is DecodeMany's program, made at its first use. Its
+// shapes are bounded (a step's length up to the largest draft, at each
+// cache bucket) but may number more than MaxExecutables.
+func (r *Runner) manyProgram() (*Program, error) {
+	r.many.once.Do(func() {
+		if r.opts.Mode == Compiled {
+			r.many.prog, r.many.err = r.newProgram("decode-many", r.manyGraph)
+		} else {
+			r.many.prog, r.many.err = r.newProgram("head-many", r.manyHeadGraph)
+		}
+		if r.many.err == nil {
+			r.many.prog.unboundedCache()
+		}
+	})
+	return r.many.prog, r.many.err
 }
 
 // Rewind takes the cache of st back by n slots: the last n tokens fed
@@ -201,10 +212,37 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 	}
 	b.dec.setPads(b.dec.pads) // as Decode: an Insert or relayout changed them
 	rows, err := b.dec.DecodeMany(tokens)
-	if err != nil {
+	if err != nil && b.dec.tensors == nil { // an execution failed: the state is gone
 		return nil, b.fail(err)
 	}
-	return rows, nil
+	return rows, err
+}
+
+// warmMany compiles the speculative steps of the batch's one row over s
+// slots: of 1+o.Speculate tokens on a backend not computing in host
+// memory, where every step feeds that many, else of 2 to 1+o.Speculate.
+func (b *Batch) warmMany(s int) error {
+	if b.o.Speculate <= 0 || !b.r.Rewindable() {
+		return nil
+	}
+	prog, err := b.r.manyProgram()
+	if err != nil {
+		return err
+	}
+	lo := 2
+	if !b.r.opts.Caps.HostMemory {
+		lo = 1 + b.o.Speculate
+	}
+	for n := lo; n <= min(1+b.o.Speculate, s); n++ {
+		st := b.r.newState(1, s, []int32{0})
+		out, err := b.r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(make([]int32, n), 1, n), 0)
+		st.Release()
+		if err != nil {
+			return err
+		}
+		out.FinalizeAll()
+	}
+	return nil
 }
 
 // Rewind takes the decode batch's clock back by n slots, forgetting the
