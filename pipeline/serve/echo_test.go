@@ -320,3 +320,75 @@ func TestPromptLogprobsVLLM(t *testing.T) {
 		assert.LessOrEqual(t, len(m), 3)
 	}
 }
+
+// specEngine is a textEngine of one row running a script that can be fed
+// several tokens a step and taken back (Speculator): the script's
+// position moves with the tokens fed, so a rewind of the wrong length
+// changes the answer.
+type specEngine struct {
+	*textEngine
+	many, rewound int
+}
+
+func (e *specEngine) SpeculateRoom() int {
+	if e.liveSeqs() != 1 {
+		return 0
+	}
+	return 6
+}
+
+func (e *specEngine) DecodeMany(row int, tokens []int) ([][]float32, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.many++
+	out := make([][]float32, len(tokens))
+	for i := range tokens {
+		out[i] = e.scriptLogits(e.pos[row])
+		e.pos[row]++
+	}
+	return out, nil
+}
+
+func (e *specEngine) Rewind(n int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rewound += n
+	e.pos[0] -= n
+	return nil
+}
+
+// TestServeSpeculates: a greedy sequence running alone on an engine that
+// speculates gives the script's tokens exactly (drafts confirmed in part,
+// the end-of-sequence token inside a draft), with /metrics counting the
+// drafts; the same requests on an engine without speculation give the
+// same text.
+func TestServeSpeculates(t *testing.T) {
+	loop := []int{400, 401, 402, 403, 404}
+	var script []int
+	for range 6 {
+		script = append(script, loop...)
+	}
+	script = append(script, 400, 401, 405, 406) // a draft cut short, then the end
+	spec := newTestServer(t, serverConfig{slots: 1, script: script, speculate: 4})
+	plain := newTestServer(t, serverConfig{slots: 1, script: script})
+	var texts []string
+	for _, ts := range []*testServer{spec, plain} {
+		status, _, body := ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":100,"temperature":0}`)
+		require.Equal(t, 200, status, string(body))
+		var res rawCompletion
+		require.NoError(t, json.Unmarshal(body, &res))
+		assert.Equal(t, "stop", *res.Choices[0].Finish)
+		assert.Equal(t, strings.TrimSpace(ts.tok.Decode(script, false)), strings.TrimSpace(res.Choices[0].Text))
+		assert.Equal(t, len(script)+1, res.Usage.CompletionTokens, "the script and its end")
+		texts = append(texts, res.Choices[0].Text)
+	}
+	assert.Equal(t, texts[1], texts[0])
+	e := spec.sched.sl.e.(*specEngine)
+	if e.many == 0 || e.rewound == 0 {
+		t.Errorf("%d speculative steps, %d tokens taken back", e.many, e.rewound)
+	}
+	var b strings.Builder
+	_, err := spec.metrics.WriteTo(&b)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^tputool_draft_tokens_accepted_total [1-9]`, b.String())
+}

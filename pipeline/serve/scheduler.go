@@ -576,6 +576,9 @@ func (s *Scheduler) speculateStep() bool {
 	}
 	t0 := s.now()
 	logits, err := s.sl.DecodeMany(j.handle, feed)
+	if err != nil && !Lost(err) {
+		return false // refused before it ran: decode one token
+	}
 	s.obs.Step(1, s.slots, s.now().Sub(t0))
 	if err != nil {
 		s.sl.Free(j.handle)

@@ -268,6 +268,8 @@ type serverConfig struct {
 	tok *tokenizer.Tokenizer
 	// gen is the model's generation_config.json (none when nil).
 	gen *config.Generation
+	// speculate is Config.Speculate, over a specEngine (echo's tests).
+	speculate int
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -292,7 +294,11 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	e := newTextEngine(t, c.slots)
 	e.script = c.script
 	m := NewMetrics(func() (int, int) { return 3, 1 })
-	sched := New(e, Config{MaxQueue: c.maxQueue, Observer: m})
+	var engine Engine = e
+	if c.speculate > 0 {
+		engine = &specEngine{textEngine: e}
+	}
+	sched := New(engine, Config{MaxQueue: c.maxQueue, Observer: m, Speculate: c.speculate})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sched.Run(ctx); close(done) }()
