@@ -26,8 +26,9 @@ func speculateRun(t *testing.T, args ...string) (string, []int, string) {
 
 // TestGenerateSpeculate: --speculate gives the tokens greedy decoding
 // gives one at a time, in both modes, and says what it proposed under
-// -v; where it cannot run (GoMLX's go backend writes cache slots by
-// adding, sampling, a batch) it warns and decodes one token at a time.
+// -v, sampling included; where it cannot run (GoMLX's go backend writes
+// cache slots by adding, a batch) it warns and decodes one token at a
+// time.
 func TestGenerateSpeculate(t *testing.T) {
 	text, ids, _ := speculateRun(t)
 	for _, args := range [][]string{{"--speculate", "4"}, {"--speculate", "8", "--speculate-ngram", "1"}, {"--speculate", "3", "--mode", "eager"}} {
@@ -44,7 +45,7 @@ func TestGenerateSpeculate(t *testing.T) {
 	assert.Equal(t, text, got)
 	assert.Contains(t, errOut, "--speculate: off")
 	_, _, errOut = speculateRun(t, "--speculate", "4", "--temperature", "0.7", "--seed", "3")
-	assert.Contains(t, errOut, "--speculate: off while sampling")
+	assert.Contains(t, errOut, "speculative decoding: up to", "sampling speculates too")
 	e = genEnv(t)
 	require.Equal(t, ExitOK, e.run("generate", "-m", storiesDir, "-p", "Once upon a time", "-p", "The dog", "-n", "8", "--temperature", "0", "--speculate", "4"), e.errOut.String())
 	assert.Contains(t, e.errOut.String(), "--speculate: off for a batch of 2 prompts")

@@ -327,7 +327,7 @@ const maxSpeculate = 32
 
 func (s *speculateFlags) add(c *cobra.Command) {
 	fl := c.Flags()
-	fl.IntVar(&s.Draft, "speculate", 0, fmt.Sprintf("speculative decoding by prompt lookup: propose up to N tokens a step from an earlier occurrence of the last tokens (in the prompt or the answer) and confirm them in one step; greedy decoding of one prompt, the same tokens, faster where the text repeats its input (0: off; at most %d)", maxSpeculate))
+	fl.IntVar(&s.Draft, "speculate", 0, fmt.Sprintf("speculative decoding by prompt lookup: propose up to N tokens a step from an earlier occurrence of the last tokens (in the prompt or the answer) and confirm them in one step, for one prompt; greedy decoding gives the same tokens, sampling tokens of the same distribution; faster where the text repeats its input (0: off; at most %d)", maxSpeculate))
 	fl.IntVar(&s.Ngram, "speculate-ngram", generate.DefaultSpeculateNgram, "the longest run of last tokens --speculate looks up (1 to 8)")
 }
 
@@ -342,9 +342,8 @@ func (s *speculateFlags) check() error {
 }
 
 // apply sets o's speculation and says under -v (or warns, when it was
-// asked and cannot run) whether it runs: greedy decoding of one prompt
-// on a model and backend whose caches can be taken back
-// (compile.Runner.Rewindable).
+// asked and cannot run) whether it runs: one prompt on a model and
+// backend whose caches can be taken back (compile.Runner.Rewindable).
 func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile.Runner, prompts int) {
 	if s.Draft == 0 {
 		return
@@ -355,8 +354,6 @@ func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile
 		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, --tp, or --experts host)", r.Spec().Architecture)
 	case prompts > 1:
 		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
-	case !o.Sampling.Greedy():
-		rep.Warnf("--speculate: off while sampling (temperature %g); it confirms tokens by greedy decoding (--temperature 0)", o.Sampling.Temperature)
 	default:
 		rep.Debugf("speculative decoding: up to %d tokens a step by prompt lookup (n-grams up to %d)", s.Draft, s.Ngram)
 	}

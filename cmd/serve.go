@@ -547,7 +547,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = !dev.Capabilities.HostMemory
-			rep.Debugf("speculative decoding: a greedy sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
+			rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
 		}
 	}
 	sched := serve.New(engine.Engine, cfg)

@@ -151,9 +151,9 @@ type Options struct {
 	Constrain func() Constraint
 	// Speculate, above 0, proposes up to that many tokens a step by
 	// prompt lookup and confirms them in one step (speculate.go): for
-	// one prompt, greedy decoding, on a Speculator that is Rewindable;
-	// otherwise it is ignored. The tokens are those decoding one at a
-	// time gives.
+	// one prompt, on a Speculator that is Rewindable; otherwise it is
+	// ignored. Greedy decoding gives the tokens decoding one at a time
+	// gives, sampling tokens of the same distribution.
 	Speculate int
 	// SpeculateNgram is the longest run of last tokens looked up
 	// (0: DefaultSpeculateNgram).
@@ -267,11 +267,15 @@ func newRow(idx int, prompt []int, o Options) *row {
 }
 
 // sample picks the row's next token and advances its constraint over it.
-func (rw *row) sample(logits []float32) int {
+func (rw *row) sample(logits []float32) int { return rw.sampleDraft(logits, -1) }
+
+// sampleDraft is sample at a position a speculative draft proposed draft
+// for (sample.Sampler.NextDraft; -1: none).
+func (rw *row) sampleDraft(logits []float32, draft int) int {
 	if rw.con == nil {
-		return rw.sampler.Next(logits, rw.history)
+		return rw.sampler.NextDraft(logits, rw.history, nil, draft)
 	}
-	id := rw.sampler.NextAllowed(logits, rw.history, rw.con)
+	id := rw.sampler.NextDraft(logits, rw.history, rw.con, draft)
 	// The sampler picks only allowed ids; an error would mean a mask
 	// with no id in the logits' range, where the pick is the model's.
 	_ = rw.con.Advance(id)

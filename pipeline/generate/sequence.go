@@ -30,11 +30,12 @@ func NewSequence(prompt []int, idx int, o Options) *Sequence {
 
 // Sample picks the next token from the logits that follow the sequence so
 // far (it does not record it: Add does).
-func (s *Sequence) Sample(logits []float32) int {
-	if s.rw.con == nil {
-		return s.rw.sampler.Next(logits, s.rw.history)
-	}
-	return s.rw.sampler.NextAllowed(logits, s.rw.history, s.rw.con)
+func (s *Sequence) Sample(logits []float32) int { return s.SampleDraft(logits, -1) }
+
+// SampleDraft is Sample at a position for which a speculative draft
+// proposed draft (-1: none): sample.Sampler.NextDraft.
+func (s *Sequence) SampleDraft(logits []float32, draft int) int {
+	return s.rw.sampler.NextDraft(logits, s.rw.history, s.rw.con, draft)
 }
 
 // Add records generated token id and returns the event it makes (the text

@@ -19,10 +19,11 @@ import (
 // one row, a step over a few tokens costs about what a step over one
 // does, so every proposed token the model confirms is nearly free: text
 // that repeats its input (summaries, edits of code, answers quoting
-// their context) or itself decodes faster. The tokens are those
-// decoding one at a time picks: only greedy decoding speculates, and
-// each position is sampled with the history before it (penalties and
-// constraints included).
+// their context) or itself decodes faster. Each position is sampled
+// with the history before it (penalties and constraints included), at a
+// proposed token by sample.Sampler.NextDraft: greedy decoding gives the
+// tokens decoding one at a time gives, sampling tokens drawn from the
+// same distribution.
 
 // Speculator is implemented by runners whose one row can be fed several
 // tokens in one step, with the logits after each, and taken back over
@@ -122,10 +123,10 @@ func lookupDraft(history []int, maxN, k int) []int {
 }
 
 // speculates says whether a Run of prompts with o decodes speculatively
-// on r, and with which Speculator: o.Speculate above 0, one prompt,
-// greedy decoding, and a runner that can.
+// on r, and with which Speculator: o.Speculate above 0, one prompt, and
+// a runner that can.
 func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
-	if o.Speculate <= 0 || len(prompts) != 1 || !o.Sampling.Greedy() {
+	if o.Speculate <= 0 || len(prompts) != 1 {
 		return nil, false
 	}
 	sp, ok := r.(Speculator)
@@ -214,7 +215,11 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		// the last token, is not in the cache).
 		kept, confirmed := 0, 0
 		for i, l := range rows[:len(draft)+1] {
-			id = rw.sample(l)
+			if i < len(draft) {
+				id = rw.sampleDraft(l, draft[i])
+			} else {
+				id = rw.sample(l)
+			}
 			emit(id)
 			if i < len(draft) && id == draft[i] {
 				confirmed++

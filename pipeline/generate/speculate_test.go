@@ -127,8 +127,8 @@ func TestSpeculateSameTokens(t *testing.T) {
 	}
 }
 
-// TestSpeculateOnlyWhereItCan: sampling, several prompts and a runner
-// that cannot be taken back decode one token at a time.
+// TestSpeculateOnlyWhereItCan: several prompts and a runner that cannot
+// be taken back decode one token at a time.
 func TestSpeculateOnlyWhereItCan(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -136,7 +136,6 @@ func TestSpeculateOnlyWhereItCan(t *testing.T) {
 		temp     float64
 		noRewind bool
 	}{
-		{"sampling", [][]int{{1, 4, 5}}, 0.8, false},
 		{"two prompts", [][]int{{1, 4, 5}, {1, 4, 5}}, 0, false},
 		{"not rewindable", [][]int{{1, 4, 5}}, 0, true},
 	} {
@@ -194,6 +193,30 @@ func TestSpeculateFixedShapes(t *testing.T) {
 			t.Errorf("steps of %v tokens, want 6", f.lens)
 			break
 		}
+	}
+}
+
+// TestSpeculateSampling: sampling speculates too, each token drawn from
+// the model's distribution (sample.Sampler.NextDraft); with top-k 1 that
+// distribution is the argmax alone, so the tokens are greedy decoding's,
+// through the sampling path.
+func TestSpeculateSampling(t *testing.T) {
+	o := Options{MaxNewTokens: 50, Sampling: sample.Options{RepetitionPenalty: 1}}
+	want, _, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &cacheModel{t: t, vocab: 16}
+	o.Speculate, o.Sampling = 4, sample.Options{Temperature: 0.8, TopK: 1, RepetitionPenalty: 1, Seed: 9}
+	got, met, err := Run(context.Background(), m, [][]int{{1, 4, 5}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
+		t.Errorf("sampled with top-k 1: %v, greedy %v", got[0].TokenIDs, want[0].TokenIDs)
+	}
+	if m.many == 0 || met.DraftAccepted == 0 {
+		t.Errorf("sampling did not speculate: %d steps, %+v", m.many, met)
 	}
 }
 

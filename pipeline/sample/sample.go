@@ -152,6 +152,25 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 // processors do. Greedy decoding first asks c about the argmax alone, so
 // a step where the model already follows the grammar costs no mask.
 func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int {
+	return s.next(logits, history, c, -1)
+}
+
+// NextDraft is NextAllowed for a position whose token a speculative
+// draft proposed (draft, proposed whatever the logits: prompt lookup):
+// greedy decoding picks as NextAllowed does; sampling takes the draft
+// with its probability p(draft) under the processed distribution p, and
+// else draws from p without it, renormalized. So each token is drawn from
+// p exactly, as speculative sampling's acceptance rule gives for a draft
+// of probability 1; the draws come from the row's stream in another
+// order than NextAllowed's (two for a refused draft), so a seeded run
+// gives other tokens than one without drafts.
+func (s *Sampler) NextDraft(logits []float32, history []int, c Constraint, draft int) int {
+	return s.next(logits, history, c, draft)
+}
+
+// next is NextAllowed, with a draft token to take or refuse first when
+// draft >= 0 and sampling (NextDraft).
+func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int) int {
 	if c == nil && s.o.ArgmaxOnly() {
 		return Argmax(logits) // no processor: the f64 scores would order as the logits do
 	}
@@ -191,6 +210,16 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 	}
 	if s.o.MinP > 0 {
 		s.minP(sc)
+	}
+	if draft >= 0 && draft < len(sc) {
+		probs := s.probs[:len(sc)]
+		softmaxInto(probs, sc)
+		if s.rng.Float64() < probs[draft] {
+			return draft
+		}
+		if probs[draft] < 1 { // else rounding: nothing else is possible
+			sc[draft] = math.Inf(-1)
+		}
 	}
 	return s.draw(sc)
 }

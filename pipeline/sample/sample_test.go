@@ -296,3 +296,53 @@ func TestArgmax(t *testing.T) {
 		}
 	}
 }
+
+// TestNextDraftExact: with a draft token, sampling still draws each token
+// with its probability under the processed distribution (speculative
+// sampling's acceptance rule for a draft of probability 1): the
+// frequencies of 200,000 draws match softmax's within 5 standard
+// deviations, for a likely draft, an unlikely one and one top-k removed
+// (never drawn); greedy decoding takes the draft only where it is the
+// argmax.
+func TestNextDraftExact(t *testing.T) {
+	logits := []float32{2, 1, 0, -1}
+	for _, c := range []struct {
+		o     Options
+		draft int
+		want  []float64
+	}{
+		{Options{Temperature: 1, RepetitionPenalty: 1}, 0, softmax64(logits)},
+		{Options{Temperature: 1, RepetitionPenalty: 1}, 3, softmax64(logits)},
+		{Options{Temperature: 0.7, TopK: 2, RepetitionPenalty: 1}, 3, append(softmax64([]float32{2 / 0.7, 1 / 0.7}), 0, 0)},
+	} {
+		s := New(c.o, 0)
+		const n = 200000
+		counts := make([]float64, len(logits))
+		for range n {
+			counts[s.NextDraft(logits, nil, nil, c.draft)]++
+		}
+		for i, p := range c.want {
+			sd := math.Sqrt(p * (1 - p) / n)
+			if got := counts[i] / n; math.Abs(got-p) > 5*sd+1e-9 {
+				t.Errorf("%+v draft %d: token %d drawn %.4f of the time, want %.4f", c.o, c.draft, i, got, p)
+			}
+		}
+	}
+	g := New(Options{RepetitionPenalty: 1}, 0)
+	if g.NextDraft(logits, nil, nil, 1) != 0 || g.NextDraft(logits, nil, nil, 0) != 0 {
+		t.Error("greedy: the argmax, whatever the draft")
+	}
+}
+
+func softmax64(l []float32) []float64 {
+	p := make([]float64, len(l))
+	var sum float64
+	for i, v := range l {
+		p[i] = math.Exp(float64(v))
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}

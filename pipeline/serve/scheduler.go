@@ -119,7 +119,7 @@ type Config struct {
 	// so that a later prompt sharing a prefix with one of them (a chat's
 	// system prompt) starts from it (Slots); 0 keeps none.
 	PrefixCache int
-	// Speculate, above 0, decodes a sequence that runs alone and greedily
+	// Speculate, above 0, decodes a sequence that runs alone
 	// by prompt lookup, up to that many proposed tokens a step
 	// (speculateStep), where the engine can (Speculator); SpeculateNgram
 	// is the longest run of last tokens looked up (0: the default).
@@ -544,13 +544,15 @@ func (s *Scheduler) decodeStep() bool {
 }
 
 // speculateStep decodes the one running sequence by prompt lookup when
-// it runs alone, greedily, and the engine can feed it several tokens (a
+// it runs alone and the engine can feed it several tokens (a
 // batch of one row: Slots.SpeculateRoom): the tokens the sequence's
 // Drafter proposes are fed after its next token in one step, each
-// position's logits are emitted in turn as a decode step's are, as long
-// as the token emitted is the one proposed, and the engine forgets the
-// rest. The tokens and events are those one token a step gives. It
-// reports whether it ran a step (false: decode as usual).
+// position's logits are emitted in turn as a decode step's are (at a
+// proposed token by generate.Sequence.SampleDraft), as long as the token
+// emitted is the one proposed, and the engine forgets the rest. Greedy
+// decoding gives the tokens and events of one token a step, sampling
+// tokens of the same distribution. It reports whether it ran a step
+// (false: decode as usual).
 func (s *Scheduler) speculateStep() bool {
 	if s.cfg.Speculate <= 0 || len(s.running) != 1 {
 		return false
@@ -558,7 +560,7 @@ func (s *Scheduler) speculateStep() bool {
 	j := s.running[0]
 	room := s.sl.SpeculateRoom(j.handle)
 	budget := j.req.Gen.MaxNewTokens - len(j.seq.Result().TokenIDs)
-	if !j.req.Gen.Sampling.Greedy() || room < 2 || budget < 2 || (s.cfg.SpeculateFixed && room < 1+s.cfg.Speculate) {
+	if room < 2 || budget < 2 || (s.cfg.SpeculateFixed && room < 1+s.cfg.Speculate) {
 		return false
 	}
 	if j.drafter == nil {
@@ -588,7 +590,11 @@ func (s *Scheduler) speculateStep() bool {
 	}
 	kept, confirmed, done := 0, 0, false
 	for i, l := range logits[:len(draft)+1] {
-		done = s.emit(j, l) // j.next is the token emitted
+		d := -1
+		if i < len(draft) {
+			d = draft[i]
+		}
+		done = s.emitDraft(j, l, d) // j.next is the token emitted
 		if i < len(draft) && j.next == draft[i] {
 			confirmed++
 		}
@@ -615,8 +621,12 @@ func (s *Scheduler) speculateStep() bool {
 
 // emit samples a sequence's next token from logits and sends its event;
 // it reports whether the sequence finished.
-func (s *Scheduler) emit(j *job, logits []float32) bool {
-	id := j.seq.Sample(logits)
+func (s *Scheduler) emit(j *job, logits []float32) bool { return s.emitDraft(j, logits, -1) }
+
+// emitDraft is emit at a position for which a speculative draft proposed
+// draft (generate.Sequence.SampleDraft; -1: none).
+func (s *Scheduler) emitDraft(j *job, logits []float32, draft int) bool {
+	id := j.seq.SampleDraft(logits, draft)
 	ev := j.seq.Add(id)
 	out := Event{Token: id, Text: ev.Text, StopString: ev.StopString}
 	if j.req.Logprobs >= 0 {

@@ -2,11 +2,16 @@ package serve
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/tokenizer/chat"
+	"github.com/tputool/tputool/pipeline/generate"
 )
 
 // TestTokenizeVLLM: vLLM's /tokenize gives a prompt's tokens with the
@@ -126,4 +131,38 @@ func TestTokenizeBadRequests(t *testing.T) {
 	status, _, body := ts.post(t, "/tokenize", `{"inputs":"a"}`)
 	assert.Equal(t, 424, status, string(body))
 	assert.Contains(t, string(body), "/tokenize is not available")
+}
+
+// FuzzTokenize: any body to /tokenize or /detokenize is answered 200 or
+// a 4xx (TEI's form its 424), never a 5xx or a panic.
+func FuzzTokenize(f *testing.F) {
+	for _, seed := range []string{
+		`{"prompt":"Once upon a time","return_token_strs":true}`,
+		`{"content":"a <s> b","with_pieces":true,"add_special":true}`,
+		`{"messages":[{"role":"user","content":"hi"}]}`,
+		`{"inputs":"a"}`, `{"tokens":[1,2,3]}`, `{"tokens":[-1]}`, `{}`, `null`, `[]`,
+	} {
+		f.Add(seed)
+	}
+	tok := loadTestTokenizer(f)
+	tmpl, err := chat.New("test", testTemplate, chat.Options{BOSToken: "<s>"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := &Server{o: ServerOptions{ModelName: testModel, Tokenizer: tok, Template: tmpl, MaxContext: testContext,
+		Resolve: func(o generate.Overrides) (generate.Options, error) { return generate.Resolve(nil, []int{textEOS}, o) }}}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/tokenize", "/detokenize"} {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+			if path == "/tokenize" {
+				s.tokenize(w, r, &exchange{})
+			} else {
+				s.detokenize(w, r, &exchange{})
+			}
+			if w.Code >= 500 || (w.Code != 200 && w.Code < 400) {
+				t.Fatalf("%s %q: status %d: %s", path, body, w.Code, w.Body.String())
+			}
+		}
+	})
 }
