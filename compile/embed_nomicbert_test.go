@@ -1,14 +1,20 @@
 package compile
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/nomicbert" // NomicBertModel
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nomicbertref"
 )
 
@@ -75,5 +81,47 @@ func TestEmbedNomicBert(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestNomicBertRefuses: nomic-embed-text-v2-moe's experts and native
+// transformers' config layout are refused by name (exit 3), as are the
+// features the embedding models do not use.
+func TestNomicBertRefuses(t *testing.T) {
+	c := nomicbertref.Config{Vocab: 64, Hidden: 32, Inner: 256, Layers: 2, Heads: 4, MaxPositions: 64}
+	for key, val := range map[string]any{"num_experts": 8, "prenorm": true, "rotary_emb_interleaved": true, "rotary_emb_fraction": 0.0} {
+		dir := t.TempDir()
+		if err := nomicbertref.Write(dir, c, 1); err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.ConfigJSON()
+		cfg[key] = val
+		writeJSONFile(t, dir+"/config.json", cfg)
+		if _, err := lmckpt.Load(dir); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s %v: %v, want ErrUnsupported naming it", key, val, err)
+		}
+	}
+	dir := t.TempDir()
+	if err := nomicbertref.Write(dir, c, 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.ConfigJSON()
+	cfg["hidden_size"] = cfg["n_embd"]
+	delete(cfg, "n_embd")
+	writeJSONFile(t, dir+"/config.json", cfg)
+	if _, err := lmckpt.Load(dir); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "native") {
+		t.Errorf("native layout: %v, want ErrUnsupported naming it", err)
+	}
+}
+
+// writeJSONFile writes v as JSON to path.
+func writeJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package nomicbert implements NomicBERT, the encoder of Nomic's embedding
-// models (nomic-ai/nomic-embed-text-v1 and -v1.5, nomic-bert-2048), as
-// their Hub checkpoints store it: config.json's "NomicBertModel" with
+// models (nomic-ai/nomic-embed-text-v1 and -v1.5), as their Hub
+// checkpoints store it: config.json's "NomicBertModel" with
 // model_type "nomic_bert" (GPT-2-style keys: n_embd, n_head, n_layer,
 // n_inner), following nomic-ai/contrastors'
 // models/huggingface/modeling_hf_nomic_bert.py, which those checkpoints
@@ -69,6 +69,13 @@ type Config struct {
 	NumHeadsKV          *int     `json:"num_heads_kv"`
 	RotaryHeadDim       bool     `json:"rotary_head_dim"`
 	PadTokenID          *int     `json:"pad_token_id"`
+	// NumExperts and MoEEveryN are nomic-embed-text-v2-moe's
+	// mixture-of-experts layers (refused).
+	NumExperts *int `json:"num_experts"`
+	MoEEveryN  *int `json:"moe_every_n_layers"`
+	// HiddenSize is native transformers' NomicBertConfig key (refused
+	// without n_embd: that layout names everything differently).
+	HiddenSize *int `json:"hidden_size"`
 }
 
 // Options are a resolved NomicBERT's hyperparameters.
@@ -98,6 +105,10 @@ func New(cfg *config.File) (lm.Model, error) {
 		return nil, err
 	}
 	switch {
+	case lm.Or(c.NumExperts, 0) > 0 || lm.Or(c.MoEEveryN, 0) > 0:
+		return nil, errs.Unsupportedf("%s: num_experts / moe_every_n_layers: NomicBERT's mixture-of-experts layers (nomic-embed-text-v2-moe) are not supported", where)
+	case c.NEmbd == nil && c.HiddenSize != nil:
+		return nil, errs.Unsupportedf("%s: a NomicBertConfig in native transformers' layout (hidden_size, no n_embd) is not supported: tputool reads the Hub's remote-code layout (n_embd, n_head, n_layer, n_inner)", where)
 	case c.Prenorm:
 		return nil, errs.Unsupportedf("%s: prenorm is not supported for NomicBERT (the embedding models are post-norm)", where)
 	case c.Causal:
