@@ -233,8 +233,8 @@ func perplexityRun(ctx context.Context, opts *PerplexityOptions) error {
 				task.Set(int64(done))
 			}
 		}},
-		func(windows [][]int) ([][]float32, error) {
-			lps, err := runner.PromptLogprobs(windows, 0)
+		func(windows [][]int, from []int) ([][]float32, error) {
+			lps, err := runner.PromptLogprobsFrom(windows, from, 0)
 			if err != nil {
 				return nil, err
 			}

@@ -118,6 +118,18 @@ func logprobRowBucket(n, most int) int {
 // host-routed experts or sharded over several devices are refused
 // (errs.ErrUnsupported).
 func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {
+	return r.PromptLogprobsFrom(prompts, nil, topK)
+}
+
+// PromptLogprobsFrom is PromptLogprobs scoring only prompt i's tokens
+// from from[i] on (nil: all but the first): the entries of the tokens
+// before are left zero, and the scoring head never runs over their
+// positions (perplexity's windows score only their last tokens, the
+// rest being context).
+func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]sample.TokenLogprob, error) {
+	if from != nil && len(from) != len(prompts) {
+		return nil, fmt.Errorf("prompt log-probabilities: %d starts for %d prompts", len(from), len(prompts))
+	}
 	if err := GenerateError(r.spec); err != nil {
 		return nil, err
 	}
@@ -171,11 +183,14 @@ func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogp
 		// The positions of this piece that have a next token to score:
 		// row i's slot start+t is its token j = start+t−pads[i], whose
 		// successor j+1 is scored there.
+		scored := func(i, j int) bool {
+			return j >= 0 && j+1 < len(prompts[i]) && (from == nil || j+1 >= from[i])
+		}
 		type pos struct{ row, tok int }
 		var at []pos
-		for i, pr := range prompts {
+		for i := range prompts {
 			for t := range n {
-				if j := start + t - int(st.pads[i]); j >= 0 && j+1 < len(pr) {
+				if j := start + t - int(st.pads[i]); scored(i, j) {
 					at = append(at, pos{i, j + 1})
 				}
 			}
@@ -186,7 +201,7 @@ func (r *Runner) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogp
 			k := 0
 			for i := range prompts {
 				for t := range n {
-					if j := start + t - int(st.pads[i]); j >= 0 && j+1 < len(prompts[i]) {
+					if j := start + t - int(st.pads[i]); scored(i, j) {
 						copy(flat[k*h:(k+1)*h], v[(i*n+t)*h:(i*n+t+1)*h])
 						k++
 					}

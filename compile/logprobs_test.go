@@ -201,11 +201,28 @@ func TestPromptLogprobsLong(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := r.PromptLogprobs(prompts, 2)
-	r.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkLogprobs(t, "f32", prompts, got, want, 2, 1e-4)
+
+	// From token 520 (and 2) on: those entries as they were, none before.
+	from, err := r.PromptLogprobsFrom(prompts, []int{520, 2}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []int{520, 2} {
+		for j := range got[i] {
+			tok := j + 1
+			switch {
+			case tok < f && (from[i][j].Logprob != 0 || from[i][j].Rank != 0 || from[i][j].Top != nil):
+				t.Errorf("prompt %d token %d before %d: %+v, want nothing", i, tok, f, from[i][j])
+			case tok >= f && (math.Abs(float64(from[i][j].Logprob-got[i][j].Logprob)) > 1e-6 || from[i][j].Rank != got[i][j].Rank):
+				t.Errorf("prompt %d token %d: %+v, want %+v", i, tok, from[i][j], got[i][j])
+			}
+		}
+	}
+	r.Close()
 
 	r, err = NewRunner(cpuBackend(t), l, Options{Mode: Compiled, DType: dtypes.BFloat16})
 	if err != nil {

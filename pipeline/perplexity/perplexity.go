@@ -45,8 +45,10 @@ func Windows(n, ctxLen, stride int) []Window {
 
 // Scorer returns, for each window of token ids, the log-probability
 // (natural) of each of its tokens after the first given the tokens
-// before it: out[i][j] for windows[i][j+1] (len(windows[i])−1 values).
-type Scorer func(windows [][]int) ([][]float32, error)
+// before it: out[i][j] for windows[i][j+1] (len(windows[i])−1 values),
+// of which only those of the tokens from from[i] on are read (a scorer
+// may skip the others).
+type Scorer func(windows [][]int, from []int) ([][]float32, error)
 
 // Options are Run's settings.
 type Options struct {
@@ -104,10 +106,12 @@ func Run(ctx context.Context, ids []int, o Options, score Scorer) (Result, error
 		}
 		batch := ws[lo:min(lo+o.Batch, len(ws))]
 		in := make([][]int, len(batch))
+		from := make([]int, len(batch))
 		for i, w := range batch {
 			in[i] = ids[w.Begin:w.End]
+			from[i] = w.End - w.Begin - w.Scored
 		}
-		lps, err := score(in)
+		lps, err := score(in, from)
 		if err != nil {
 			return Result{}, err
 		}

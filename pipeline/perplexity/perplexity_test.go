@@ -49,21 +49,26 @@ func TestWindows(t *testing.T) {
 // TestRun: with a scorer whose log-probability of a token is minus its id
 // (the ids being the tokens' positions), the mean NLL is the mean of
 // 1..n−1 whatever the batching, and the standard error is that of those
-// values; windows come in batches of at most Batch.
+// values; windows come in batches of at most Batch, and only the values
+// from each window's from on are read (the others are NaN here).
 func TestRun(t *testing.T) {
 	ids := make([]int, 50)
 	for i := range ids {
 		ids[i] = i
 	}
 	score := func(batch int) Scorer {
-		return func(ws [][]int) ([][]float32, error) {
+		return func(ws [][]int, from []int) ([][]float32, error) {
 			if len(ws) > batch {
 				t.Fatalf("%d windows in a batch of %d", len(ws), batch)
 			}
 			out := make([][]float32, len(ws))
 			for i, w := range ws {
-				for _, id := range w[1:] {
-					out[i] = append(out[i], -float32(id))
+				for j, id := range w[1:] {
+					v := -float32(id)
+					if j+1 < from[i] {
+						v = float32(math.NaN()) // not to be read
+					}
+					out[i] = append(out[i], v)
 				}
 			}
 			return out, nil
@@ -92,7 +97,7 @@ func TestRun(t *testing.T) {
 // TestRunErrors: too short a text, bad settings, a scorer's error and a
 // cancelled context.
 func TestRunErrors(t *testing.T) {
-	ok := func(ws [][]int) ([][]float32, error) {
+	ok := func(ws [][]int, _ []int) ([][]float32, error) {
 		out := make([][]float32, len(ws))
 		for i, w := range ws {
 			out[i] = make([]float32, len(w)-1)
@@ -115,10 +120,10 @@ func TestRunErrors(t *testing.T) {
 		}
 	}
 	boom := errors.New("boom")
-	if _, err := Run(context.Background(), []int{1, 2, 3}, o, func([][]int) ([][]float32, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := Run(context.Background(), []int{1, 2, 3}, o, func([][]int, []int) ([][]float32, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Errorf("scorer's error: %v", err)
 	}
-	short := func(ws [][]int) ([][]float32, error) { return make([][]float32, len(ws)), nil }
+	short := func(ws [][]int, _ []int) ([][]float32, error) { return make([][]float32, len(ws)), nil }
 	if _, err := Run(context.Background(), []int{1, 2, 3}, o, short); err == nil {
 		t.Error("a scorer that returns too few values: no error")
 	}
