@@ -449,17 +449,17 @@ func Score(dir string, c Config, ids, types []int) ([]float64, error) {
 	if c.Roberta {
 		dense, out = "classifier.dense", "classifier.out_proj"
 	}
-	w := &weights{m: m}
-	dW, dB := w.get(dense+".weight", H*H), w.get(dense+".bias", H)
-	oW, oB := w.get(out+".weight", c.Labels*H), w.get(out+".bias", c.Labels)
-	if w.err != nil {
-		return nil, w.err
+	w := &lmckpt.Weights64{M: m, Kit: "bertref"}
+	dW, dB := w.Get(dense+".weight", H*H), w.Get(dense+".bias", H)
+	oW, oB := w.Get(out+".weight", c.Labels*H), w.Get(out+".bias", c.Labels)
+	if w.Err != nil {
+		return nil, w.Err
 	}
-	x := linear(h[0], dW, dB)
+	x := lmckpt.Linear64(h[0], dW, dB)
 	for i := range x {
 		x[i] = math.Tanh(x[i])
 	}
-	return linear(x, oW, oB), nil
+	return lmckpt.Linear64(x, oW, oB), nil
 }
 
 // PositionIDs returns the position ids transformers uses for ids (see
@@ -485,26 +485,6 @@ func PositionIDs(c Config, ids []int) []int {
 	return pos
 }
 
-// weights looks tensors up in a map from lmckpt.ReadFloat64, checking sizes.
-type weights struct {
-	m   map[string][]float64
-	err error
-}
-
-func (w *weights) get(name string, n int) []float64 {
-	if w.err != nil {
-		return nil
-	}
-	v, ok := w.m[name]
-	switch {
-	case !ok:
-		w.err = fmt.Errorf("bertref: checkpoint has no tensor %q", name)
-	case len(v) != n:
-		w.err = fmt.Errorf("bertref: tensor %q has %d values, want %d", name, len(v), n)
-	}
-	return v
-}
-
 // forward runs the encoder on weights already read (so tests can perturb
 // them).
 func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
@@ -523,19 +503,19 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 	}
 	H, P := c.Hidden, c.Prefix
 	heads, nb := c.Heads, c.buckets()
-	w := &weights{m: m}
-	word := w.get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
-	posEmb := w.get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
+	w := &lmckpt.Weights64{M: m, Kit: "bertref"}
+	word := w.Get(P+"embeddings.word_embeddings.weight", c.Vocab*H)
+	posEmb := w.Get(P+"embeddings.position_embeddings.weight", c.MaxPositions*H)
 	var typeEmb, relBias []float64 // BERT's token types, MPNet's position bias
 	if c.MPNet {
-		relBias = w.get(P+"encoder.relative_attention_bias.weight", nb*heads)
+		relBias = w.Get(P+"encoder.relative_attention_bias.weight", nb*heads)
 	} else {
-		typeEmb = w.get(P+"embeddings.token_type_embeddings.weight", c.TypeVocab*H)
+		typeEmb = w.Get(P+"embeddings.token_type_embeddings.weight", c.TypeVocab*H)
 	}
 	lnW, lnB := c.lnNames(P + "embeddings.LayerNorm")
-	embG, embB := w.get(lnW, H), w.get(lnB, H)
-	if w.err != nil {
-		return nil, w.err
+	embG, embB := w.Get(lnW, H), w.Get(lnB, H)
+	if w.Err != nil {
+		return nil, w.Err
 	}
 	pos := PositionIDs(c, ids)
 	T := len(ids)
@@ -564,7 +544,7 @@ func forwardTypes(m map[string][]float64, c Config, ids, types []int) ([][]float
 				e[i] = word[id*H+i] + typeEmb[tt*H+i] + posEmb[pos[t]*H+i]
 			}
 		}
-		x[t] = layerNorm(e, embG, embB, c.Eps)
+		x[t] = lmckpt.LayerNorm64(e, embG, embB, c.Eps)
 	}
 	if !c.MPNet {
 		return encoderLayers(w, c, x, nil)
@@ -644,7 +624,7 @@ func MPNetBucket(rel, buckets, maxDistance int) int {
 // scaling (MPNetSelfAttention); bias is nil for BERT. Each layer:
 // scores = q·k/sqrt(d) (+ bias), softmax, a = LayerNorm(o(context) + x),
 // out = LayerNorm(dense(gelu(intermediate(a))) + a).
-func encoderLayers(w *weights, c Config, x [][]float64, bias [][][]float64) ([][]float64, error) {
+func encoderLayers(w *lmckpt.Weights64, c Config, x [][]float64, bias [][][]float64) ([][]float64, error) {
 	H, I, P, T := c.Hidden, c.Intermediate, c.Prefix, len(x)
 	heads := c.Heads
 	d := H / heads
@@ -655,27 +635,27 @@ func encoderLayers(w *weights, c Config, x [][]float64, bias [][][]float64) ([][
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("%sencoder.layer.%d.", P, l)
-		qW, qB := w.get(p+self+qkv[0]+".weight", H*H), w.get(p+self+qkv[0]+".bias", H)
-		kW, kB := w.get(p+self+qkv[1]+".weight", H*H), w.get(p+self+qkv[1]+".bias", H)
-		vW, vB := w.get(p+self+qkv[2]+".weight", H*H), w.get(p+self+qkv[2]+".bias", H)
-		oW, oB := w.get(p+out+".weight", H*H), w.get(p+out+".bias", H)
+		qW, qB := w.Get(p+self+qkv[0]+".weight", H*H), w.Get(p+self+qkv[0]+".bias", H)
+		kW, kB := w.Get(p+self+qkv[1]+".weight", H*H), w.Get(p+self+qkv[1]+".bias", H)
+		vW, vB := w.Get(p+self+qkv[2]+".weight", H*H), w.Get(p+self+qkv[2]+".bias", H)
+		oW, oB := w.Get(p+out+".weight", H*H), w.Get(p+out+".bias", H)
 		aw, ab := c.lnNames(p + norm)
-		aG, aB := w.get(aw, H), w.get(ab, H)
-		iW, iB := w.get(p+"intermediate.dense.weight", I*H), w.get(p+"intermediate.dense.bias", I)
-		dW, dB := w.get(p+"output.dense.weight", H*I), w.get(p+"output.dense.bias", H)
+		aG, aB := w.Get(aw, H), w.Get(ab, H)
+		iW, iB := w.Get(p+"intermediate.dense.weight", I*H), w.Get(p+"intermediate.dense.bias", I)
+		dW, dB := w.Get(p+"output.dense.weight", H*I), w.Get(p+"output.dense.bias", H)
 		ow, ob := c.lnNames(p + "output.LayerNorm")
-		outG, outB := w.get(ow, H), w.get(ob, H)
-		if w.err != nil {
-			return nil, w.err
+		outG, outB := w.Get(ow, H), w.Get(ob, H)
+		if w.Err != nil {
+			return nil, w.Err
 		}
 
 		q := make([][]float64, T)
 		k := make([][]float64, T)
 		v := make([][]float64, T)
 		for t := 0; t < T; t++ {
-			q[t] = linear(x[t], qW, qB)
-			k[t] = linear(x[t], kW, kB)
-			v[t] = linear(x[t], vW, vB)
+			q[t] = lmckpt.Linear64(x[t], qW, qB)
+			k[t] = lmckpt.Linear64(x[t], kW, kB)
+			v[t] = lmckpt.Linear64(x[t], vW, vB)
 		}
 		next := make([][]float64, T)
 		for t := 0; t < T; t++ {
@@ -693,7 +673,7 @@ func encoderLayers(w *weights, c Config, x [][]float64, bias [][][]float64) ([][
 						scores[s] += bias[t][s][h]
 					}
 				}
-				probs := softmax(scores)
+				probs := lmckpt.Softmax64(scores)
 				for s := 0; s < T; s++ {
 					for j := 0; j < d; j++ {
 						ctx[lo+j] += probs[s] * v[s][lo+j]
@@ -701,83 +681,26 @@ func encoderLayers(w *weights, c Config, x [][]float64, bias [][][]float64) ([][
 				}
 			}
 			// BertSelfOutput / MPNetAttention: LayerNorm(o(context) + input).
-			a := linear(ctx, oW, oB)
+			a := lmckpt.Linear64(ctx, oW, oB)
 			for i := range a {
 				a[i] += x[t][i]
 			}
-			a = layerNorm(a, aG, aB, c.Eps)
+			a = lmckpt.LayerNorm64(a, aG, aB, c.Eps)
 			// Intermediate: exact GELU; output: LayerNorm(dense + a).
-			hmid := linear(a, iW, iB)
+			hmid := lmckpt.Linear64(a, iW, iB)
 			for i := range hmid {
-				hmid[i] = gelu(hmid[i])
+				hmid[i] = lmckpt.GELU64(hmid[i])
 			}
-			o := linear(hmid, dW, dB)
+			o := lmckpt.Linear64(hmid, dW, dB)
 			for i := range o {
 				o[i] += a[i]
 			}
-			next[t] = layerNorm(o, outG, outB, c.Eps)
+			next[t] = lmckpt.LayerNorm64(o, outG, outB, c.Eps)
 		}
 		x = next
 	}
 	return x, nil
 }
-
-// linear returns W·x + b for W stored [out][in] row-major (nn.Linear).
-func linear(x, W, b []float64) []float64 {
-	in := len(x)
-	out := make([]float64, len(b))
-	for o := range out {
-		s := b[o]
-		row := W[o*in : (o+1)*in]
-		for i, xi := range x {
-			s += row[i] * xi
-		}
-		out[o] = s
-	}
-	return out
-}
-
-// layerNorm is nn.LayerNorm: biased variance, eps inside the square root.
-func layerNorm(x, g, b []float64, eps float64) []float64 {
-	n := float64(len(x))
-	mean := 0.0
-	for _, v := range x {
-		mean += v
-	}
-	mean /= n
-	variance := 0.0
-	for _, v := range x {
-		variance += (v - mean) * (v - mean)
-	}
-	variance /= n
-	inv := 1 / math.Sqrt(variance+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = (v-mean)*inv*g[i] + b[i]
-	}
-	return out
-}
-
-// softmax is a numerically stable softmax.
-func softmax(s []float64) []float64 {
-	m := math.Inf(-1)
-	for _, v := range s {
-		m = math.Max(m, v)
-	}
-	out := make([]float64, len(s))
-	sum := 0.0
-	for i, v := range s {
-		out[i] = math.Exp(v - m)
-		sum += out[i]
-	}
-	for i := range out {
-		out[i] /= sum
-	}
-	return out
-}
-
-// gelu is the exact GELU, transformers' "gelu" (torch.nn.functional.gelu).
-func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
 
 // Pool pools hidden states as sentence-transformers' Pooling does for one unpadded input: mode "cls" (first token), "mean" (average of all tokens), "last"; then if normalize, divides by the L2 norm.
 //

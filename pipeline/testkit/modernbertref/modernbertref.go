@@ -537,37 +537,9 @@ func Score(dir string, c Config, ids []int) ([]float64, error) {
 	return score(m, c, ids)
 }
 
-// weights looks tensors up in a map from lmckpt.ReadFloat64, checking sizes.
-type weights struct {
-	m   map[string][]float64
-	err error
-}
-
-func (w *weights) get(name string, n int) []float64 {
-	if w.err != nil {
-		return nil
-	}
-	v, ok := w.m[name]
-	switch {
-	case !ok:
-		w.err = fmt.Errorf("modernbertref: checkpoint has no tensor %q", name)
-	case len(v) != n:
-		w.err = fmt.Errorf("modernbertref: tensor %q has %d values, want %d", name, len(v), n)
-	}
-	return v
-}
-
-// opt is get when present is true, else nil (an absent bias).
-func (w *weights) opt(present bool, name string, n int) []float64 {
-	if !present {
-		return nil
-	}
-	return w.get(name, n)
-}
-
 // norm returns a LayerNorm's weight and bias (nil without NormBias).
-func (w *weights) norm(c Config, path string) (g, b []float64) {
-	return w.get(path+".weight", c.Hidden), w.opt(c.NormBias, path+".bias", c.Hidden)
+func norm(w *lmckpt.Weights64, c Config, path string) (g, b []float64) {
+	return w.Get(path+".weight", c.Hidden), w.Opt(c.NormBias, path+".bias", c.Hidden)
 }
 
 func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
@@ -575,13 +547,13 @@ func forward(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &weights{m: m}
-	g, b := w.norm(c, c.prefix()+"final_norm")
-	if w.err != nil {
-		return nil, w.err
+	w := &lmckpt.Weights64{M: m, Kit: "modernbertref"}
+	g, b := norm(w, c, c.prefix()+"final_norm")
+	if w.Err != nil {
+		return nil, w.Err
 	}
 	for t := range x {
-		x[t] = layerNorm(x[t], g, b, c.normEps())
+		x[t] = lmckpt.LayerNorm64(x[t], g, b, c.normEps())
 	}
 	return x, nil
 }
@@ -599,18 +571,18 @@ func encoder(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 	heads := c.Heads
 	d := H / heads
 	eps := c.normEps()
-	w := &weights{m: m}
-	tok := w.get(P+"embeddings.tok_embeddings.weight", c.Vocab*H)
-	eg, eb := w.norm(c, P+"embeddings.norm")
-	if w.err != nil {
-		return nil, w.err
+	w := &lmckpt.Weights64{M: m, Kit: "modernbertref"}
+	tok := w.Get(P+"embeddings.tok_embeddings.weight", c.Vocab*H)
+	eg, eb := norm(w, c, P+"embeddings.norm")
+	if w.Err != nil {
+		return nil, w.Err
 	}
 	x := make([][]float64, T)
 	for t, id := range ids {
 		if id < 0 || id >= c.Vocab {
 			return nil, fmt.Errorf("modernbertref: id %d at %d is outside the vocabulary of %d", id, t, c.Vocab)
 		}
-		x[t] = layerNorm(tok[id*H:(id+1)*H], eg, eb, eps)
+		x[t] = lmckpt.LayerNorm64(tok[id*H:(id+1)*H], eg, eb, eps)
 	}
 
 	scale := 1 / math.Sqrt(float64(d))
@@ -618,19 +590,19 @@ func encoder(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 		p := fmt.Sprintf("%slayers.%d.", P, l)
 		var ag, ab []float64
 		if l > 0 {
-			ag, ab = w.norm(c, p+"attn_norm")
+			ag, ab = norm(w, c, p+"attn_norm")
 		}
-		qkvW := w.get(p+"attn.Wqkv.weight", 3*H*H)
-		qkvB := w.opt(c.AttentionBias, p+"attn.Wqkv.bias", 3*H)
-		oW := w.get(p+"attn.Wo.weight", H*H)
-		oB := w.opt(c.AttentionBias, p+"attn.Wo.bias", H)
-		mg, mb := w.norm(c, p+"mlp_norm")
-		iW := w.get(p+"mlp.Wi.weight", 2*I*H)
-		iB := w.opt(c.MLPBias, p+"mlp.Wi.bias", 2*I)
-		dW := w.get(p+"mlp.Wo.weight", H*I)
-		dB := w.opt(c.MLPBias, p+"mlp.Wo.bias", H)
-		if w.err != nil {
-			return nil, w.err
+		qkvW := w.Get(p+"attn.Wqkv.weight", 3*H*H)
+		qkvB := w.Opt(c.AttentionBias, p+"attn.Wqkv.bias", 3*H)
+		oW := w.Get(p+"attn.Wo.weight", H*H)
+		oB := w.Opt(c.AttentionBias, p+"attn.Wo.bias", H)
+		mg, mb := norm(w, c, p+"mlp_norm")
+		iW := w.Get(p+"mlp.Wi.weight", 2*I*H)
+		iB := w.Opt(c.MLPBias, p+"mlp.Wi.bias", 2*I)
+		dW := w.Get(p+"mlp.Wo.weight", H*I)
+		dB := w.Opt(c.MLPBias, p+"mlp.Wo.bias", H)
+		if w.Err != nil {
+			return nil, w.Err
 		}
 		theta, global, window := c.Theta(l), c.IsGlobal(l), c.Window()
 
@@ -641,9 +613,9 @@ func encoder(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 		for t := 0; t < T; t++ {
 			h := x[t]
 			if l > 0 {
-				h = layerNorm(h, ag, ab, eps)
+				h = lmckpt.LayerNorm64(h, ag, ab, eps)
 			}
-			qkv := linear(h, qkvW, qkvB)
+			qkv := lmckpt.Linear64(h, qkvW, qkvB)
 			q[t], k[t], v[t] = qkv[:H], qkv[H:2*H], qkv[2*H:]
 			for n := 0; n < heads; n++ {
 				Rope(q[t][n*d:(n+1)*d], t, theta)
@@ -666,26 +638,26 @@ func encoder(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
 					}
 					scores[s] = dot * scale
 				}
-				probs := softmax(scores)
+				probs := lmckpt.Softmax64(scores)
 				for s := 0; s < T; s++ {
 					for j := 0; j < d; j++ {
 						ctx[lo+j] += probs[s] * v[s][lo+j]
 					}
 				}
 			}
-			o := linear(ctx, oW, oB)
+			o := lmckpt.Linear64(ctx, oW, oB)
 			for i := range o {
 				x[t][i] += o[i]
 			}
 		}
 		// MLP (GeGLU-style): Wo(act(in) * gate), [in | gate] = Wi(mlp_norm(x)).
 		for t := 0; t < T; t++ {
-			u := linear(layerNorm(x[t], mg, mb, eps), iW, iB)
+			u := lmckpt.Linear64(lmckpt.LayerNorm64(x[t], mg, mb, eps), iW, iB)
 			z := make([]float64, I)
 			for i := range z {
 				z[i] = Activation(c.act(), u[i]) * u[I+i]
 			}
-			y := linear(z, dW, dB)
+			y := lmckpt.Linear64(z, dW, dB)
 			for i := range y {
 				x[t][i] += y[i]
 			}
@@ -700,14 +672,14 @@ func score(m map[string][]float64, c Config, ids []int) ([]float64, error) {
 		return nil, err
 	}
 	H := c.Hidden
-	w := &weights{m: m}
-	dW := w.get("head.dense.weight", H*H)
-	dB := w.opt(c.ClassifierBias, "head.dense.bias", H)
-	ng, nb := w.norm(c, "head.norm")
-	cW := w.get("classifier.weight", c.Labels*H)
-	cB := w.get("classifier.bias", c.Labels)
-	if w.err != nil {
-		return nil, w.err
+	w := &lmckpt.Weights64{M: m, Kit: "modernbertref"}
+	dW := w.Get("head.dense.weight", H*H)
+	dB := w.Opt(c.ClassifierBias, "head.dense.bias", H)
+	ng, nb := norm(w, c, "head.norm")
+	cW := w.Get("classifier.weight", c.Labels*H)
+	cB := w.Get("classifier.bias", c.Labels)
+	if w.Err != nil {
+		return nil, w.Err
 	}
 	pooled := make([]float64, H)
 	switch c.pooling() {
@@ -723,12 +695,12 @@ func score(m map[string][]float64, c Config, ids []int) ([]float64, error) {
 			pooled[i] /= float64(len(h))
 		}
 	}
-	y := linear(pooled, dW, dB)
+	y := lmckpt.Linear64(pooled, dW, dB)
 	for i := range y {
 		y[i] = Activation(c.classifierAct(), y[i])
 	}
-	y = layerNorm(y, ng, nb, c.normEps())
-	return linear(y, cW, cB), nil
+	y = lmckpt.LayerNorm64(y, ng, nb, c.normEps())
+	return lmckpt.Linear64(y, cW, cB), nil
 }
 
 // Rope rotates one head's vector x (length d, even) in place for position
@@ -764,68 +736,6 @@ func Activation(name string, x float64) float64 {
 		return math.Max(x, 0)
 	}
 	panic("modernbertref: unknown activation " + name)
-}
-
-// linear returns W·x + b for W stored [out][in] row-major (nn.Linear); b
-// may be nil (no bias), then out = len(W)/len(x).
-func linear(x, W, b []float64) []float64 {
-	in := len(x)
-	out := make([]float64, len(W)/in)
-	for o := range out {
-		s := 0.0
-		if b != nil {
-			s = b[o]
-		}
-		row := W[o*in : (o+1)*in]
-		for i, xi := range x {
-			s += row[i] * xi
-		}
-		out[o] = s
-	}
-	return out
-}
-
-// layerNorm is nn.LayerNorm: biased variance, eps inside the square root;
-// b nil means bias=False.
-func layerNorm(x, g, b []float64, eps float64) []float64 {
-	n := float64(len(x))
-	mean := 0.0
-	for _, v := range x {
-		mean += v
-	}
-	mean /= n
-	variance := 0.0
-	for _, v := range x {
-		variance += (v - mean) * (v - mean)
-	}
-	variance /= n
-	inv := 1 / math.Sqrt(variance+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = (v - mean) * inv * g[i]
-		if b != nil {
-			out[i] += b[i]
-		}
-	}
-	return out
-}
-
-// softmax is a numerically stable softmax; -Inf entries get 0.
-func softmax(s []float64) []float64 {
-	m := math.Inf(-1)
-	for _, v := range s {
-		m = math.Max(m, v)
-	}
-	out := make([]float64, len(s))
-	sum := 0.0
-	for i, v := range s {
-		out[i] = math.Exp(v - m)
-		sum += out[i]
-	}
-	for i := range out {
-		out[i] /= sum
-	}
-	return out
 }
 
 func abs(n int) int {

@@ -273,34 +273,6 @@ func ForwardTypes(dir string, c Config, ids, types []int) ([][]float64, error) {
 	return forward(m, c, ids, types)
 }
 
-// weights looks tensors up in a map from lmckpt.ReadFloat64, checking sizes.
-type weights struct {
-	m   map[string][]float64
-	err error
-}
-
-func (w *weights) get(name string, n int) []float64 {
-	if w.err != nil {
-		return nil
-	}
-	v, ok := w.m[name]
-	switch {
-	case !ok:
-		w.err = fmt.Errorf("nomicbertref: checkpoint has no tensor %q", name)
-	case len(v) != n:
-		w.err = fmt.Errorf("nomicbertref: tensor %q has %d values, want %d", name, len(v), n)
-	}
-	return v
-}
-
-// opt is get when present, else nil (an absent bias).
-func (w *weights) opt(present bool, name string, n int) []float64 {
-	if !present {
-		return nil
-	}
-	return w.get(name, n)
-}
-
 func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -310,12 +282,12 @@ func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, e
 	}
 	H, W, T, eps := c.Hidden, c.MLPWidth(), len(ids), c.eps()
 	heads, d, tv := c.Heads, c.HeadDim(), c.TypeVocabSize()
-	w := &weights{m: m}
-	word := w.get("embeddings.word_embeddings.weight", c.Vocab*H)
-	typ := w.opt(tv > 0, "embeddings.token_type_embeddings.weight", tv*H)
-	eg, eb := w.get("emb_ln.weight", H), w.get("emb_ln.bias", H)
-	if w.err != nil {
-		return nil, w.err
+	w := &lmckpt.Weights64{M: m, Kit: "nomicbertref"}
+	word := w.Get("embeddings.word_embeddings.weight", c.Vocab*H)
+	typ := w.Opt(tv > 0, "embeddings.token_type_embeddings.weight", tv*H)
+	eg, eb := w.Get("emb_ln.weight", H), w.Get("emb_ln.bias", H)
+	if w.Err != nil {
+		return nil, w.Err
 	}
 	x := make([][]float64, T)
 	for t, id := range ids {
@@ -332,29 +304,29 @@ func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, e
 				e[i] += typ[ty*H+i]
 			}
 		}
-		x[t] = layerNorm(e, eg, eb, eps)
+		x[t] = lmckpt.LayerNorm64(e, eg, eb, eps)
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("encoder.layers.%d.", l)
-		qkvW, qkvB := w.get(p+"attn.Wqkv.weight", 3*H*H), w.opt(c.QKVBias, p+"attn.Wqkv.bias", 3*H)
-		oW, oB := w.get(p+"attn.out_proj.weight", H*H), w.opt(c.QKVBias, p+"attn.out_proj.bias", H)
+		qkvW, qkvB := w.Get(p+"attn.Wqkv.weight", 3*H*H), w.Opt(c.QKVBias, p+"attn.Wqkv.bias", 3*H)
+		oW, oB := w.Get(p+"attn.out_proj.weight", H*H), w.Opt(c.QKVBias, p+"attn.out_proj.bias", H)
 		var mlp MLP
 		if c.Gated() {
-			mlp.Value, mlp.ValueB = w.get(p+"mlp.fc11.weight", W*H), w.opt(c.FC1Bias, p+"mlp.fc11.bias", W)
-			mlp.Gate, mlp.GateB = w.get(p+"mlp.fc12.weight", W*H), w.opt(c.FC1Bias, p+"mlp.fc12.bias", W)
+			mlp.Value, mlp.ValueB = w.Get(p+"mlp.fc11.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc11.bias", W)
+			mlp.Gate, mlp.GateB = w.Get(p+"mlp.fc12.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc12.bias", W)
 		} else {
-			mlp.Value, mlp.ValueB = w.get(p+"mlp.fc1.weight", W*H), w.opt(c.FC1Bias, p+"mlp.fc1.bias", W)
+			mlp.Value, mlp.ValueB = w.Get(p+"mlp.fc1.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc1.bias", W)
 		}
-		mlp.Out, mlp.OutB = w.get(p+"mlp.fc2.weight", H*W), w.opt(c.FC2Bias, p+"mlp.fc2.bias", H)
-		g1, b1 := w.get(p+"norm1.weight", H), w.get(p+"norm1.bias", H)
-		g2, b2 := w.get(p+"norm2.weight", H), w.get(p+"norm2.bias", H)
-		if w.err != nil {
-			return nil, w.err
+		mlp.Out, mlp.OutB = w.Get(p+"mlp.fc2.weight", H*W), w.Opt(c.FC2Bias, p+"mlp.fc2.bias", H)
+		g1, b1 := w.Get(p+"norm1.weight", H), w.Get(p+"norm1.bias", H)
+		g2, b2 := w.Get(p+"norm2.weight", H), w.Get(p+"norm2.bias", H)
+		if w.Err != nil {
+			return nil, w.Err
 		}
 		mlp.Act = c.act()
 		q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 		for t := range x {
-			qkv := linear(x[t], qkvW, qkvB)
+			qkv := lmckpt.Linear64(x[t], qkvW, qkvB)
 			q[t], k[t], v[t] = qkv[:H], qkv[H:2*H], qkv[2*H:]
 			for n := 0; n < heads; n++ {
 				Rotary(q[t][n*d:(n+1)*d], t, c.RotaryDim(), c.base(), c.Interleaved)
@@ -363,8 +335,8 @@ func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, e
 		}
 		ctx := attention(q, k, v, heads)
 		for t := range x {
-			h := layerNorm(add(x[t], linear(ctx[t], oW, oB)), g1, b1, eps)
-			x[t] = layerNorm(add(h, mlp.Apply(h)), g2, b2, eps)
+			h := lmckpt.LayerNorm64(add(x[t], lmckpt.Linear64(ctx[t], oW, oB)), g1, b1, eps)
+			x[t] = lmckpt.LayerNorm64(add(h, mlp.Apply(h)), g2, b2, eps)
 		}
 	}
 	return x, nil
@@ -387,7 +359,7 @@ func attention(q, k, v [][]float64, heads int) [][]float64 {
 				}
 				scores[s] *= scale
 			}
-			for s, ps := range softmax(scores) {
+			for s, ps := range lmckpt.Softmax64(scores) {
 				for j := lo; j < lo+d; j++ {
 					ctx[t][j] += ps * v[s][j]
 				}
@@ -408,27 +380,25 @@ type MLP struct {
 // (swiglu: silu, geglu: erf gelu, glu: sigmoid) and fc2(gelu(fc1(x)))
 // (erf gelu) for the plain ones.
 func (m MLP) Apply(x []float64) []float64 {
-	y := linear(x, m.Value, m.ValueB)
+	y := lmckpt.Linear64(x, m.Value, m.ValueB)
 	var g []float64
 	if m.Gate != nil {
-		g = linear(x, m.Gate, m.GateB)
+		g = lmckpt.Linear64(x, m.Gate, m.GateB)
 	}
 	for i := range y {
 		switch m.Act {
 		case "swiglu":
 			y[i] *= g[i] / (1 + math.Exp(-g[i]))
 		case "geglu":
-			y[i] *= gelu(g[i])
+			y[i] *= lmckpt.GELU64(g[i])
 		case "glu":
 			y[i] *= 1 / (1 + math.Exp(-g[i]))
 		default:
-			y[i] = gelu(y[i])
+			y[i] = lmckpt.GELU64(y[i])
 		}
 	}
-	return linear(y, m.Out, m.OutB)
+	return lmckpt.Linear64(y, m.Out, m.OutB)
 }
-
-func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
 
 // Rotary rotates one head's vector x in place for position pos, over its
 // first rotDim dims (even), with inv_freq[j] = base^(-2j/rotDim), j <
@@ -449,63 +419,10 @@ func Rotary(x []float64, pos, rotDim int, base float64, interleaved bool) {
 	}
 }
 
-// linear returns W·x + b for W stored [out][in] row-major; b may be nil.
-func linear(x, W, b []float64) []float64 {
-	in := len(x)
-	out := make([]float64, len(W)/in)
-	for o := range out {
-		s := 0.0
-		if b != nil {
-			s = b[o]
-		}
-		for i, xi := range x {
-			s += W[o*in+i] * xi
-		}
-		out[o] = s
-	}
-	return out
-}
-
 func add(a, b []float64) []float64 {
 	out := make([]float64, len(a))
 	for i := range a {
 		out[i] = a[i] + b[i]
-	}
-	return out
-}
-
-// layerNorm is nn.LayerNorm: biased variance, eps inside the square root.
-func layerNorm(x, g, b []float64, eps float64) []float64 {
-	n := float64(len(x))
-	mean, variance := 0.0, 0.0
-	for _, v := range x {
-		mean += v
-	}
-	mean /= n
-	for _, v := range x {
-		variance += (v - mean) * (v - mean)
-	}
-	inv := 1 / math.Sqrt(variance/n+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = (v-mean)*inv*g[i] + b[i]
-	}
-	return out
-}
-
-func softmax(s []float64) []float64 {
-	m := math.Inf(-1)
-	for _, v := range s {
-		m = math.Max(m, v)
-	}
-	out := make([]float64, len(s))
-	sum := 0.0
-	for i, v := range s {
-		out[i] = math.Exp(v - m)
-		sum += out[i]
-	}
-	for i := range out {
-		out[i] /= sum
 	}
 	return out
 }

@@ -101,7 +101,7 @@ func TestRotary(t *testing.T) {
 func TestMLP(t *testing.T) {
 	sig := func(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
 	for act, want := range map[string]float64{
-		"swiglu": 2 * 3 * sig(3), "geglu": 2 * gelu(3), "glu": 2 * sig(3), "gelu": gelu(2), "gelu_new": gelu(2),
+		"swiglu": 2 * 3 * sig(3), "geglu": 2 * lmckpt.GELU64(3), "glu": 2 * sig(3), "gelu": lmckpt.GELU64(2), "gelu_new": lmckpt.GELU64(2),
 	} {
 		m := MLP{Act: act, Value: []float64{2}, Out: []float64{1}}
 		if act != "gelu" && act != "gelu_new" {
@@ -143,14 +143,14 @@ func TestOneToken(t *testing.T) {
 	}
 	H, id := c.Hidden, 7
 	e := add(m["embeddings.word_embeddings.weight"][id*H:(id+1)*H], m["embeddings.token_type_embeddings.weight"][:H])
-	x := layerNorm(e, m["emb_ln.weight"], m["emb_ln.bias"], c.eps())
+	x := lmckpt.LayerNorm64(e, m["emb_ln.weight"], m["emb_ln.bias"], c.eps())
 	p := "encoder.layers.0."
-	v := linear(x, m[p+"attn.Wqkv.weight"][2*H*H:], m[p+"attn.Wqkv.bias"][2*H:])
-	h := layerNorm(add(x, linear(v, m[p+"attn.out_proj.weight"], m[p+"attn.out_proj.bias"])),
+	v := lmckpt.Linear64(x, m[p+"attn.Wqkv.weight"][2*H*H:], m[p+"attn.Wqkv.bias"][2*H:])
+	h := lmckpt.LayerNorm64(add(x, lmckpt.Linear64(v, m[p+"attn.out_proj.weight"], m[p+"attn.out_proj.bias"])),
 		m[p+"norm1.weight"], m[p+"norm1.bias"], c.eps())
 	mlp := MLP{Act: "swiglu", Value: m[p+"mlp.fc11.weight"], ValueB: m[p+"mlp.fc11.bias"],
 		Gate: m[p+"mlp.fc12.weight"], GateB: m[p+"mlp.fc12.bias"], Out: m[p+"mlp.fc2.weight"], OutB: m[p+"mlp.fc2.bias"]}
-	want := layerNorm(add(h, mlp.Apply(h)), m[p+"norm2.weight"], m[p+"norm2.bias"], c.eps())
+	want := lmckpt.LayerNorm64(add(h, mlp.Apply(h)), m[p+"norm2.weight"], m[p+"norm2.bias"], c.eps())
 	got := mustForward(t, m, c, []int{id}, nil)
 	if d := maxDiff(got, [][]float64{want}); d > 1e-12 {
 		t.Errorf("one token: max diff %g", d)

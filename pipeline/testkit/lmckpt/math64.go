@@ -1,0 +1,107 @@
+package lmckpt
+
+import (
+	"fmt"
+	"math"
+)
+
+// The float64 arithmetic the encoder references (bertref, modernbertref,
+// nomicbertref) share: each reference keeps its own reading of its
+// model; these are only torch's primitives.
+
+// Linear64 is nn.Linear on one vector: W [out, len(x)] row-major, b
+// [out] or nil (bias=False).
+func Linear64(x, W, b []float64) []float64 {
+	in := len(x)
+	out := make([]float64, len(W)/in)
+	for o := range out {
+		s := 0.0
+		if b != nil {
+			s = b[o]
+		}
+		row := W[o*in : (o+1)*in]
+		for i, xi := range x {
+			s += row[i] * xi
+		}
+		out[o] = s
+	}
+	return out
+}
+
+// LayerNorm64 is nn.LayerNorm on one vector: biased variance, eps inside
+// the square root; b nil means bias=False.
+func LayerNorm64(x, g, b []float64, eps float64) []float64 {
+	n := float64(len(x))
+	mean := 0.0
+	for _, v := range x {
+		mean += v
+	}
+	mean /= n
+	variance := 0.0
+	for _, v := range x {
+		variance += (v - mean) * (v - mean)
+	}
+	variance /= n
+	inv := 1 / math.Sqrt(variance+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = (v - mean) * inv * g[i]
+		if b != nil {
+			out[i] += b[i]
+		}
+	}
+	return out
+}
+
+// Softmax64 is a numerically stable softmax; -Inf entries get 0.
+func Softmax64(s []float64) []float64 {
+	m := math.Inf(-1)
+	for _, v := range s {
+		m = math.Max(m, v)
+	}
+	out := make([]float64, len(s))
+	sum := 0.0
+	for i, v := range s {
+		out[i] = math.Exp(v - m)
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// GELU64 is the exact GELU (torch.nn.functional.gelu).
+func GELU64(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+// Weights64 looks tensors up in a map from ReadFloat64, checking their
+// sizes; the first failure sticks in Err (named by Kit, the reference's
+// name) and later lookups return nil.
+type Weights64 struct {
+	M   map[string][]float64
+	Kit string
+	Err error
+}
+
+// Get returns tensor name, which must hold n values.
+func (w *Weights64) Get(name string, n int) []float64 {
+	if w.Err != nil {
+		return nil
+	}
+	v, ok := w.M[name]
+	switch {
+	case !ok:
+		w.Err = fmt.Errorf("%s: checkpoint has no tensor %q", w.Kit, name)
+	case len(v) != n:
+		w.Err = fmt.Errorf("%s: tensor %q has %d values, want %d", w.Kit, name, len(v), n)
+	}
+	return v
+}
+
+// Opt is Get when present, else nil (an absent bias).
+func (w *Weights64) Opt(present bool, name string, n int) []float64 {
+	if !present {
+		return nil
+	}
+	return w.Get(name, n)
+}
