@@ -50,6 +50,23 @@ type ollamaCommon struct {
 	// Truncate (true when absent) fits a prompt beyond the context to it
 	// rather than refusing it.
 	Truncate *bool `json:"truncate"`
+	// Logprobs asks for each answer token's log-probability, with its
+	// TopLogprobs (0 to 20) likeliest alternatives (ollama 0.12's).
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs int  `json:"top_logprobs"`
+}
+
+// logprobs is the plan's Request.Logprobs: -1 without logprobs, else
+// top_logprobs (ollama reads it only with logprobs).
+func (c *ollamaCommon) logprobs() (int, error) {
+	if !c.Logprobs {
+		return -1, nil
+	}
+	if c.TopLogprobs < 0 || c.TopLogprobs > maxLogprobs {
+		return 0, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "top_logprobs",
+			Message: fmt.Sprintf("top_logprobs must be between 0 and %d, got %d", maxLogprobs, c.TopLogprobs)}
+	}
+	return c.TopLogprobs, nil
 }
 
 // truncate reports the request's truncate, true by default.
@@ -142,6 +159,9 @@ type ollamaResponse struct {
 	PromptEvalDuration int64 `json:"prompt_eval_duration,omitempty"`
 	EvalCount          int   `json:"eval_count,omitempty"`
 	EvalDuration       int64 `json:"eval_duration,omitempty"`
+	// Logprobs are the line's tokens' log-probabilities, when asked
+	// (ollama's Logprob: token, logprob, bytes, top_logprobs).
+	Logprobs []chatLogprob `json:"logprobs,omitempty"`
 }
 
 // decodeOllama decodes a request leniently; errors are the API's.
@@ -559,7 +579,11 @@ func (s *Server) ollamaPlan(ids []int, o generate.Overrides, c *ollamaCommon, pr
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.plan([][]int{ids}, o, 1, false, -1, promptParam, "num_predict")
+	logprobs, err := c.logprobs()
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.plan([][]int{ids}, o, 1, false, logprobs, promptParam, "num_predict")
 	if err != nil {
 		return nil, err
 	}
@@ -682,9 +706,17 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 		return thinking, content
 	}
 	var answer []int // the answer's tokens, for the context
+	// The log-probabilities of the tokens not yet sent (a line goes out
+	// once text is final: a token's may wait for the next one's).
+	logprobs := p.reqs[0].Logprobs >= 0
+	lc := p.newChoice(0)
+	var pending []Event
 	keep := func(ev Event) {
 		if withContext && ev.Token >= 0 && ev.FinishReason != generate.FinishStop {
 			answer = append(answer, ev.Token)
+		}
+		if logprobs && hasLogprob(ev, false) {
+			pending = append(pending, ev)
 		}
 	}
 	line := func(thinking, text string) ollamaResponse {
@@ -693,6 +725,10 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 			resp.Message = &ollamaMessage{Role: "assistant", Content: text, Thinking: thinking}
 		} else {
 			resp.Response, resp.Thinking = &text, thinking
+		}
+		if len(pending) > 0 {
+			resp.Logprobs = s.chatLogprobsOf(lc, pending).Content
+			pending = pending[:0]
 		}
 		return resp
 	}
@@ -715,7 +751,7 @@ func (s *Server) ollamaRun(w http.ResponseWriter, r *http.Request, x *exchange, 
 		ch := &choice{prev: lastToken(p.reqs[0].Prompt)}
 		for ev := range st.Events {
 			ch.add(ev, false, false)
-			keep(ev)
+			keep(ev) // the log-probabilities all go out with the one line
 		}
 		if err := outcome(r.Context(), []*choice{ch}); err != nil {
 			writeOllamaError(w, err)
