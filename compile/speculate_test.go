@@ -28,7 +28,8 @@ func maxDiff(a, b []float32) float64 {
 // saw them gives, as does one taken back to its prompt's end; in both
 // modes on tputool's CPU engine, the cache growing past its first
 // bucket, with int8 KV caches (whose scales a rewritten slot rewrites),
-// and for a model whose sliding window is shorter than the text (Mistral).
+// for a model whose sliding window is shorter than the text (Mistral) and
+// for a mixture of experts in the graph (Qwen3-MoE).
 // GoMLX's go backend, which writes cache slots by adding into their
 // zeros, is not Rewindable.
 func TestDecodeManyAndRewind(t *testing.T) {
@@ -70,6 +71,19 @@ func TestDecodeManyAndRewind(t *testing.T) {
 	}
 	defer r.Close()
 	t.Run("mistral-window", func(t *testing.T) { checkDecodeMany(t, r, []int{1, 5, 9, 13, 17}, 60) })
+
+	// A mixture of experts in the graph: each token of a step routed to
+	// its own experts.
+	mdir := t.TempDir()
+	if err := qwenref.TinyQwen3MoE().Write(mdir); err != nil {
+		t.Fatal(err)
+	}
+	mr, err := NewRunner(cpuBackend(t), loadDir(t, mdir), Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	t.Run("qwen3-moe", func(t *testing.T) { checkDecodeMany(t, mr, []int{1, 5, 9, 13, 17}, 60) })
 }
 
 // checkDecodeMany feeds 30 tokens (ids from 3 below vocab) after prompt
