@@ -124,10 +124,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request, x *exchange) 
 	// The whole answer is built as the stream's is, without its events,
 	// so both have the same items.
 	out := newResponseOutput(p, encrypted, nil)
+	out.logprob = s.responseLogprob(p)
 	c := &choice{}
 	for ev := range streams[0].Events {
 		c.add(ev, false, false)
-		out.feed(ev.Text)
+		out.feed(ev)
 	}
 	if err := outcome(r.Context(), []*choice{c}); err != nil {
 		writeError(w, err)
@@ -182,7 +183,21 @@ func (req *responsesRequest) chatRequest() (*chatRequest, error) {
 	if rs := req.Reasoning; rs != nil && rs.Effort != nil {
 		c.ReasoningEffort = jsonString(*rs.Effort)
 	}
+	if on, k := req.logprobs(); on {
+		c.Logprobs, c.TopLogprobs = true, &k
+	}
 	return c, nil
+}
+
+// responseLogprob renders a message token's log-probability entry in
+// the plan's answer (chat's shape: token, logprob, bytes, top_logprobs;
+// each token's text after the one before it); nil when not asked.
+func (s *Server) responseLogprob(p *plan) func(Event) any {
+	if p.reqs[0].Logprobs < 0 {
+		return nil
+	}
+	c := p.newChoice(0)
+	return func(ev Event) any { return s.chatLogprobsOf(c, []Event{ev}).Content[0] }
 }
 
 // unsupported refuses the fields that ask for what tputool cannot do.
@@ -201,15 +216,23 @@ func (req *responsesRequest) unsupported() error {
 		return badRequest("context_management", "context_management (compaction) is not supported")
 	case isSet(req.Moderation):
 		return badRequest("moderation", "moderation is not supported")
-	case req.TopLogprobs != nil && *req.TopLogprobs != 0:
-		return badRequest("top_logprobs", "log-probabilities are not supported on /v1/responses: use /v1/chat/completions")
+	case req.TopLogprobs != nil && (*req.TopLogprobs < 0 || *req.TopLogprobs > maxLogprobs):
+		return badRequest("top_logprobs", "top_logprobs must be between 0 and %d, got %d", maxLogprobs, *req.TopLogprobs)
 	case req.Truncation != nil && *req.Truncation != "auto" && *req.Truncation != "disabled":
 		return badRequest("truncation", "truncation must be \"auto\" or \"disabled\", got %q", *req.Truncation)
 	}
-	if slices.Contains(req.Include, "message.output_text.logprobs") {
-		return badRequest("include", "message.output_text.logprobs is not supported on /v1/responses: use /v1/chat/completions")
-	}
 	return nil
+}
+
+// logprobs reports whether the request asks for its message's tokens'
+// log-probabilities (include message.output_text.logprobs, or
+// top_logprobs above 0), and with how many alternatives.
+func (req *responsesRequest) logprobs() (bool, int) {
+	k := 0
+	if req.TopLogprobs != nil {
+		k = *req.TopLogprobs
+	}
+	return k > 0 || slices.Contains(req.Include, "message.output_text.logprobs"), k
 }
 
 // truncates reports whether the oldest turns may be dropped to fit the
@@ -666,6 +689,9 @@ func (s *Server) newResponse(req *responsesRequest, p *plan) *responseObject {
 	}
 	if req.Truncation != nil {
 		resp.Truncation = *req.Truncation
+	}
+	if req.TopLogprobs != nil {
+		resp.TopLogprobs = *req.TopLogprobs
 	}
 	if t := req.Text; t != nil && isSet(t.Format) {
 		resp.Text["format"] = t.Format

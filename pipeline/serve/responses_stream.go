@@ -36,6 +36,8 @@ type responseItem struct {
 	encrypted bool
 	// a function call's
 	callID, name, arguments string
+	// logprobs are a message's tokens' log-probabilities, when asked.
+	logprobs []any
 }
 
 // part is the item's content part holding text: a reasoning item's
@@ -44,7 +46,11 @@ func (it *responseItem) part(text string) map[string]any {
 	if it.typ == "reasoning" {
 		return map[string]any{"type": "reasoning_text", "text": text}
 	}
-	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}
+	lps := it.logprobs
+	if lps == nil {
+		lps = []any{}
+	}
+	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": lps}
 }
 
 // object is the item's JSON (an item in progress has no content yet).
@@ -85,6 +91,13 @@ type responseOutput struct {
 	// send writes an event (its type and sequence number added); false
 	// when the client is gone. nil sends nothing (a whole answer).
 	send func(typ string, v map[string]any) bool
+	// logprob renders a token's log-probability entry (nil: none asked);
+	// lps are those of the tokens whose text no message holds yet. The
+	// entries go to the message text their tokens' pieces end in; a
+	// piece that is only reasoning drops them, and those left at the
+	// end (tool-call markup) are dropped.
+	logprob func(ev Event) any
+	lps     []any
 }
 
 // newResponseOutput builds a response's items from an answer of plan p
@@ -100,9 +113,15 @@ func (o *responseOutput) event(typ string, v map[string]any) bool {
 	return o.send == nil || o.send(typ, v)
 }
 
-// feed reads the next piece of the answer.
-func (o *responseOutput) feed(piece string) bool {
-	r, t := o.a.feed(piece)
+// feed reads the next event's piece of the answer.
+func (o *responseOutput) feed(ev Event) bool {
+	if o.logprob != nil && hasLogprob(ev, false) {
+		o.lps = append(o.lps, o.logprob(ev))
+	}
+	r, t := o.a.feed(ev.Text)
+	if r != "" && t == "" {
+		o.lps = nil // the thought's tokens
+	}
 	return o.add("reasoning", r) && o.text(t)
 }
 
@@ -143,7 +162,13 @@ func (o *responseOutput) add(kind, piece string) bool {
 	if kind == "reasoning" {
 		return o.event("response.reasoning_text.delta", delta)
 	}
-	delta["logprobs"] = []any{}
+	lps := o.lps
+	if lps == nil {
+		lps = []any{}
+	}
+	it.logprobs = append(it.logprobs, o.lps...)
+	o.lps = nil
+	delta["logprobs"] = lps
 	return o.event("response.output_text.delta", delta)
 }
 
@@ -166,7 +191,7 @@ func (o *responseOutput) closeOpen(status string) bool {
 	typ := "response.reasoning_text.done"
 	if it.typ == "message" {
 		typ = "response.output_text.done"
-		done["logprobs"] = []any{}
+		done["logprobs"] = it.part(text)["logprobs"]
 	}
 	return o.event(typ, done) &&
 		o.event("response.content_part.done", map[string]any{"item_id": it.id, "output_index": it.index, "content_index": 0, "part": it.part(text)}) &&
@@ -240,6 +265,7 @@ func (s *Server) streamResponse(ctx context.Context, w http.ResponseWriter, p *p
 		return
 	}
 	o := newResponseOutput(p, encrypted, send)
+	o.logprob = s.responseLogprob(p)
 	finish := ""
 	for ev := range st.Events {
 		if ev.FinishReason == FinishError || ev.FinishReason == FinishCancelled {
@@ -255,7 +281,7 @@ func (s *Server) streamResponse(ctx context.Context, w http.ResponseWriter, p *p
 			send("response.failed", map[string]any{"response": resp})
 			return
 		}
-		if !o.feed(ev.Text) {
+		if !o.feed(ev) {
 			return
 		}
 		if ev.FinishReason != "" {

@@ -460,8 +460,7 @@ func TestResponsesRefused(t *testing.T) {
 		{`{"input":[{"type":"function_call","name":"f","arguments":"{}"}]}`, "input[0]", "needs name and call_id"},
 		{`{"input":[]}`, "input", "must not be empty"},
 		{`{"instructions":"x"}`, "input", "input is required"},
-		{`{"input":"hi","top_logprobs":3}`, "top_logprobs", "not supported"},
-		{`{"input":"hi","include":["message.output_text.logprobs"]}`, "include", "not supported"},
+		{`{"input":"hi","top_logprobs":21}`, "top_logprobs", "between 0 and 20"},
 		{`{"input":"hi","truncation":"sometimes"}`, "truncation", "auto"},
 		{`{"input":"hi","text":{"format":{"type":"xml"}}}`, "text.format.type", "json_schema"},
 		{`{"input":"hi","text":{"format":{"type":"json_schema","name":"x"}}}`, "text.format.schema", "needs schema"},
@@ -562,4 +561,59 @@ func TestResponsesOddInput(t *testing.T) {
 	status, _, b := embed.post(t, "/v1/responses", `{"input":"hi"}`)
 	assert.Equal(t, 400, status)
 	assert.Equal(t, "model", *decodeError(t, b).Param)
+}
+
+// include message.output_text.logprobs with top_logprobs: the message's
+// output_text carries each token's log-probability and alternatives, as
+// chat's logprobs give them for the same answer, whole and streamed
+// (the accumulator rebuilds them from the deltas'); an answer with a
+// thought carries none of the thought's tokens.
+func TestResponsesLogprobs(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	c := ts.client("")
+	params := responses.ResponseNewParams{Model: testModel, Input: inputText("Tell me a story"), MaxOutputTokens: openai.Int(12),
+		Include: []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs}, TopLogprobs: openai.Int(2)}
+	resp, err := c.Responses.New(context.Background(), params)
+	requireNoAPIError(t, err)
+	chat, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: testModel,
+		Messages:            []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story")},
+		MaxCompletionTokens: openai.Int(12), Logprobs: openai.Bool(true), TopLogprobs: openai.Int(2)})
+	require.NoError(t, err)
+	want := chat.Choices[0].Logprobs.Content
+	check := func(what string, got []responses.ResponseOutputTextLogprob) {
+		t.Helper()
+		require.Len(t, got, len(want), what)
+		for i := range want {
+			assert.Equal(t, want[i].Token, got[i].Token, "%s token %d", what, i)
+			assert.InDelta(t, want[i].Logprob, got[i].Logprob, 1e-9, "%s token %d", what, i)
+			assert.Equal(t, want[i].Bytes, got[i].Bytes, "%s token %d", what, i)
+			require.Len(t, got[i].TopLogprobs, 2, "%s token %d", what, i)
+			assert.Equal(t, want[i].TopLogprobs[0].Token, got[i].TopLogprobs[0].Token, "%s token %d", what, i)
+		}
+	}
+	require.Len(t, resp.Output, 1)
+	check("whole", resp.Output[0].Content[0].Logprobs)
+	assert.EqualValues(t, 2, resp.TopLogprobs)
+	s := streamResponse(t, c, params)
+	check("streamed", s.final.Output[0].Content[0].Logprobs)
+
+	// Without include, none.
+	plain := params
+	plain.Include, plain.TopLogprobs = nil, openai.Int(0)
+	resp, err = c.Responses.New(context.Background(), plain)
+	requireNoAPIError(t, err)
+	assert.Empty(t, resp.Output[0].Content[0].Logprobs)
+
+	// A thought's tokens are not the message's.
+	th := thinkingServer(t, "<think>\nTwo and two.\n</think>\n\nIt is four.")
+	tr, err := th.client("").Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel, Input: inputText("What is 2+2?"),
+		MaxOutputTokens: openai.Int(64), Include: []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs}})
+	requireNoAPIError(t, err)
+	require.Len(t, tr.Output, 2)
+	var text strings.Builder
+	for _, lp := range tr.Output[1].Content[0].Logprobs {
+		text.WriteString(lp.Token)
+	}
+	assert.NotContains(t, text.String(), "Two")
+	assert.True(t, strings.HasSuffix(text.String(), "It is four."), "%q", text.String())
 }
