@@ -67,6 +67,9 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *usage       `json:"usage"`
+	// PromptLogprobs is vLLM's prompt_logprobs of the rendered prompt,
+	// when asked.
+	PromptLogprobs []map[string]vllmLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 type chatDelta struct {
@@ -106,6 +109,25 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 		writeError(w, err)
 		return
 	}
+	// vLLM's prompt_logprobs: the rendered prompt's tokens, scored.
+	var promptLPs []map[string]vllmLogprob
+	if k := req.PromptLogprobs; k != nil {
+		switch {
+		case *k < 0 || *k > maxLogprobs:
+			writeError(w, badRequest("prompt_logprobs", "prompt_logprobs must be between 0 and %d, got %d", maxLogprobs, *k))
+			return
+		case req.Stream:
+			writeError(w, badRequest("prompt_logprobs", "prompt_logprobs are not available when streaming (as vLLM's)"))
+			return
+		}
+		e := &echoPlan{n: 1, prompts: [][]int{p.reqs[0].Prompt}, logprobs: -1, promptLogprobs: *k}
+		x.promptTokens = p.promptTokens
+		if err := s.scorePrompts(r.Context(), e); err != nil {
+			writeError(w, err)
+			return
+		}
+		promptLPs = e.vllm[0]
+	}
 	var stream func([]*Stream, string, int64)
 	if req.Stream {
 		stream = func(streams []*Stream, id string, created int64) {
@@ -113,7 +135,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, x *exch
 		}
 	}
 	s.answer(w, r, x, p, "chatcmpl-", stream, func(choices []*choice, u *usage, id string, created int64) any {
-		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName, Usage: u}
+		resp := chatResponse{ID: id, Object: "chat.completion", Created: created, Model: s.o.ModelName, Usage: u, PromptLogprobs: promptLPs}
 		for i, c := range choices {
 			msg := chatResponseMessage{Role: "assistant"}
 			content := c.text.String()

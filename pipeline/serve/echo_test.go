@@ -392,3 +392,31 @@ func TestServeSpeculates(t *testing.T) {
 	require.NoError(t, err)
 	assert.Regexp(t, `(?m)^tputool_draft_tokens_accepted_total [1-9]`, b.String())
 }
+
+// TestChatPromptLogprobs: vLLM's prompt_logprobs on a chat request scores
+// the rendered prompt's tokens (null for the first), in the response's
+// prompt_logprobs; past 20, or streamed, it is a 400.
+func TestChatPromptLogprobs(t *testing.T) {
+	ts := newTestServer(t, serverConfig{})
+	status, _, body := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi there"}],"prompt_logprobs":1,"max_tokens":2}`)
+	require.Equal(t, 200, status, string(body))
+	var res struct {
+		PromptLogprobs []map[string]vllmLogprob `json:"prompt_logprobs"`
+	}
+	require.NoError(t, json.Unmarshal(body, &res))
+	prompt, err := ts.tok.Encode("<s>user: Hi there\nassistant:", false)
+	require.NoError(t, err)
+	require.Len(t, res.PromptLogprobs, len(prompt))
+	assert.Nil(t, res.PromptLogprobs[0])
+	for j := 1; j < len(prompt); j++ {
+		l := textLogits(prompt[j-1])
+		own := res.PromptLogprobs[j][strconv.Itoa(prompt[j])]
+		assert.InDelta(t, float64(l[prompt[j]])-textLSE(l), own.Logprob, 1e-5, "token %d", j)
+		assert.LessOrEqual(t, len(res.PromptLogprobs[j]), 2)
+	}
+	for _, bad := range []string{`"prompt_logprobs":21`, `"prompt_logprobs":1,"stream":true`} {
+		status, _, body = ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],`+bad+`}`)
+		assert.Equal(t, 400, status, string(body))
+		assert.Equal(t, "prompt_logprobs", *decodeError(t, body).Param)
+	}
+}

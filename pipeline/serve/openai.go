@@ -92,6 +92,10 @@ type chatRequest struct {
 	// ReasoningEffort reaches the template as reasoning_effort (gpt-oss's
 	// template reads it).
 	ReasoningEffort json.RawMessage `json:"reasoning_effort"`
+	// PromptLogprobs is vLLM's prompt_logprobs: the rendered prompt's
+	// tokens' log-probabilities, with that many alternatives, in the
+	// response's prompt_logprobs.
+	PromptLogprobs *int `json:"prompt_logprobs"`
 
 	// Refused unless absent or a no-op.
 	Tools            json.RawMessage `json:"tools"`
