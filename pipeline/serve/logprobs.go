@@ -68,10 +68,11 @@ type completionLogprobs struct {
 func (s *Server) completionLogprobsOf(c *choice, evs []Event) *completionLogprobs {
 	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 	for _, ev := range evs {
-		text := s.tokenText(c.prev, ev.Token)
+		a := s.prevText(c.prev)
+		text := s.tokenTextAfter(c.prev, a, ev.Token)
 		top := map[string]float64{}
 		for _, t := range ev.TopLogprobs {
-			top[s.tokenText(c.prev, t.Token)] = logprobValue(t.Logprob)
+			top[s.tokenTextAfter(c.prev, a, t.Token)] = logprobValue(t.Logprob)
 		}
 		top[text] = logprobValue(ev.Logprob)
 		lp.Tokens = append(lp.Tokens, text)
@@ -124,10 +125,11 @@ func (s *Server) tokenBytes(id int, text string) []int {
 func (s *Server) chatLogprobsOf(c *choice, evs []Event) *chatLogprobs {
 	lp := &chatLogprobs{Content: []chatLogprob{}}
 	for _, ev := range evs {
-		text := s.tokenText(c.prev, ev.Token)
+		a := s.prevText(c.prev)
+		text := s.tokenTextAfter(c.prev, a, ev.Token)
 		item := chatLogprob{chatTopLogprob: chatTopLogprob{Token: text, Logprob: logprobValue(ev.Logprob), Bytes: s.tokenBytes(ev.Token, text)}, TopLogprobs: []chatTopLogprob{}}
 		for _, t := range ev.TopLogprobs {
-			tt := s.tokenText(c.prev, t.Token)
+			tt := s.tokenTextAfter(c.prev, a, t.Token)
 			item.TopLogprobs = append(item.TopLogprobs, chatTopLogprob{Token: tt, Logprob: logprobValue(t.Logprob), Bytes: s.tokenBytes(t.Token, tt)})
 		}
 		lp.Content = append(lp.Content, item)

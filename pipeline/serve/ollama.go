@@ -59,12 +59,12 @@ type ollamaCommon struct {
 // logprobs is the plan's Request.Logprobs: -1 without logprobs, else
 // top_logprobs (ollama reads it only with logprobs).
 func (c *ollamaCommon) logprobs() (int, error) {
-	if !c.Logprobs {
-		return -1, nil
-	}
-	if c.TopLogprobs < 0 || c.TopLogprobs > maxLogprobs {
+	if c.TopLogprobs < 0 || c.TopLogprobs > maxLogprobs { // ollama checks it with or without logprobs
 		return 0, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: "top_logprobs",
 			Message: fmt.Sprintf("top_logprobs must be between 0 and %d, got %d", maxLogprobs, c.TopLogprobs)}
+	}
+	if !c.Logprobs {
+		return -1, nil
 	}
 	return c.TopLogprobs, nil
 }

@@ -35,7 +35,8 @@ type ollamaLine struct {
 // generated token (none for the end-of-sequence token), its text the
 // token's, its value the model's, with the asked alternatives; streamed,
 // the lines' entries together are the whole answer's; none without
-// logprobs; top_logprobs past 20 is a 400.
+// logprobs; top_logprobs out of 0 to 20 is a 400, with or without
+// logprobs (as ollama checks it).
 func TestOllamaLogprobs(t *testing.T) {
 	ts := newTestServer(t, serverConfig{})
 	prompt := ts.encode(t, "Once upon a time")
@@ -80,7 +81,9 @@ func TestOllamaLogprobs(t *testing.T) {
 	var chat ollamaLine
 	require.NoError(t, json.Unmarshal(body, &chat))
 	assert.Len(t, chat.Logprobs, chat.EvalCount)
-	status, _, body = ts.post(t, "/api/generate", `{"model":"stories-test","prompt":"hi","logprobs":true,"top_logprobs":21}`)
-	assert.Equal(t, 400, status, string(body))
-	assert.Contains(t, string(body), "top_logprobs")
+	for _, bad := range []string{`"logprobs":true,"top_logprobs":21`, `"top_logprobs":-1`} {
+		status, _, body = ts.post(t, "/api/generate", `{"model":"stories-test","prompt":"hi",`+bad+`}`)
+		assert.Equal(t, 400, status, string(body))
+		assert.Contains(t, string(body), "top_logprobs")
+	}
 }

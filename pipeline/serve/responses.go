@@ -225,14 +225,15 @@ func (req *responsesRequest) unsupported() error {
 }
 
 // logprobs reports whether the request asks for its message's tokens'
-// log-probabilities (include message.output_text.logprobs, or
-// top_logprobs above 0), and with how many alternatives.
+// log-probabilities (include message.output_text.logprobs: top_logprobs
+// alone only sets their alternatives, as OpenAI's and vLLM's), and with
+// how many alternatives.
 func (req *responsesRequest) logprobs() (bool, int) {
 	k := 0
 	if req.TopLogprobs != nil {
 		k = *req.TopLogprobs
 	}
-	return k > 0 || slices.Contains(req.Include, "message.output_text.logprobs"), k
+	return slices.Contains(req.Include, "message.output_text.logprobs"), k
 }
 
 // truncates reports whether the oldest turns may be dropped to fit the

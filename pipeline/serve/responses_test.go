@@ -597,9 +597,10 @@ func TestResponsesLogprobs(t *testing.T) {
 	s := streamResponse(t, c, params)
 	check("streamed", s.final.Output[0].Content[0].Logprobs)
 
-	// Without include, none.
+	// Without include, none (top_logprobs alone only sets the
+	// alternatives).
 	plain := params
-	plain.Include, plain.TopLogprobs = nil, openai.Int(0)
+	plain.Include = nil
 	resp, err = c.Responses.New(context.Background(), plain)
 	requireNoAPIError(t, err)
 	assert.Empty(t, resp.Output[0].Content[0].Logprobs)
