@@ -138,15 +138,12 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	if err != nil {
 		return fmt.Errorf("chat needs the model's chat template: %w", err)
 	}
-	dev, dtype, loaded, err := opts.openOnDevice(m)
+	dev, dtype, loaded, err := opts.openGenerating(m)
 	if err != nil {
 		return err
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if err := compile.GenerateError(spec); err != nil {
-		return err
-	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, opts.HostMemory, rep)
 	if err != nil {
 		return err

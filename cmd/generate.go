@@ -342,15 +342,12 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	dev, dtype, loaded, err := opts.openOnDevice(m)
+	dev, dtype, loaded, err := opts.openGenerating(m)
 	if err != nil {
 		return err
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if err := compile.GenerateError(spec); err != nil {
-		return err
-	}
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
 		return err

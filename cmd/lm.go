@@ -182,6 +182,21 @@ func (o *lmOptions) openOnDevice(m *loader.Checkpoint) (*tpu.Device, dtypes.DTyp
 	return dev, dtype, loaded, nil
 }
 
+// openGenerating is openOnDevice for a command that runs a language
+// model's head (generate, chat, perplexity): a model that does not
+// generate (an encoder, a cross-encoder) is refused (exit 3) and closed.
+func (o *lmOptions) openGenerating(m *loader.Checkpoint) (*tpu.Device, dtypes.DType, *lm.Loaded, error) {
+	dev, dtype, loaded, err := o.openOnDevice(m)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if err := compile.GenerateError(loaded.Model.Spec()); err != nil {
+		loaded.Close()
+		return nil, 0, nil, err
+	}
+	return dev, dtype, loaded, nil
+}
+
 // computeDType is the dtype a model runs in: --dtype when given
 // (InvalidDType means auto), else the device's preferred one.
 func computeDType(flag dtypes.DType, dev *tpu.Device) dtypes.DType {

@@ -188,15 +188,12 @@ func perplexityRun(ctx context.Context, opts *PerplexityOptions) error {
 	if len(ids) < 2 {
 		return errs.Usagef("the text has %d token(s): perplexity needs at least 2 (the first is only context)", len(ids))
 	}
-	dev, dtype, loaded, err := opts.openOnDevice(m)
+	dev, dtype, loaded, err := opts.openGenerating(m)
 	if err != nil {
 		return err
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if err := compile.GenerateError(spec); err != nil {
-		return err
-	}
 	ctxLen := opts.Context
 	switch {
 	case ctxLen == 0:
