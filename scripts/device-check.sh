@@ -16,6 +16,10 @@
 #      CPU generate's.
 #   1c. embed: two inputs' embeddings (last-token and mean pooling) on the
 #      device, compiled and eager, float32: within 1e-3 of the CPU's.
+#   1d. likelihoods and speculation: `tputool perplexity` and an echoed
+#      prompt's log-probabilities with alternatives from `serve`, float32,
+#      within 1e-3 of the CPU's; `generate --speculate 4`'s greedy tokens
+#      equal the CPU's plain ones.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -311,6 +315,87 @@ PY
 done
 [ "$embed_ok" = yes ] && say "embed: the device's vectors (last and mean pooling, both modes) within 1e-3 of the CPU's"
 
+# ---- 1d. likelihoods and speculation: `tputool perplexity` (the scoring
+# head over a window's positions) and prompt log-probabilities with three
+# alternatives from `serve` (an echoed completion of no new tokens: the
+# alternatives are picked in the graph on a device, on the host on the
+# CPU), float32: within 1e-3 of the CPU's, the same alternatives. Then
+# `generate --speculate 4` on a prompt that repeats itself (several tokens
+# a step, the cache taken back where a draft fails; the device runs it, the
+# go backend of --dry-run decodes plainly): its greedy tokens must equal
+# the CPU's plain ones.
+
+likelihood_ok=yes
+ppl_args=(--json perplexity -m "$stories" --dtype f32 --context 16 --stride 8
+	--text "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends.")
+run "perplexity-cpu.json" "$tputool" --device cpu "${ppl_args[@]}" || likelihood_ok=no
+run "perplexity-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${ppl_args[@]}" || likelihood_ok=no
+
+# echo_logprobs DEVICE NAME: a server on DEVICE scores the prompt's tokens
+# into $OUT/NAME.
+echo_logprobs() {
+	local dev=$1 name=$2 out="$OUT/$2-listen.json" addr="" i
+	"${f32_env[@]}" "$tputool" --json --device "$dev" serve -m "$stories" --dtype f32 --port 0 \
+		--max-batch 2 --max-context 128 >"$out" 2>>"$log" &
+	local pid=$!
+	for i in $(seq 1 600); do
+		addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$out" | head -1)
+		[ -n "$addr" ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	if [ -n "$addr" ]; then
+		say "+ serve on $dev at $addr: an echoed prompt's log-probabilities"
+		curl -s "http://$addr/v1/completions" \
+			-d '{"prompt":"Once upon a time there was a little girl named Lily","max_tokens":0,"echo":true,"logprobs":3}' \
+			>"$OUT/$name" 2>>"$log" || true
+	fi
+	kill -TERM "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null || true
+	[ -s "$OUT/$name" ]
+}
+echo_logprobs cpu echo-cpu.json || likelihood_ok=no
+echo_logprobs "$device" echo-dev.json || likelihood_ok=no
+if [ "$likelihood_ok" = yes ] && "$PYTHON" - "$OUT" >"$OUT/likelihood-compare.txt" 2>&1 <<'PY'; then
+import json, os, sys
+out = sys.argv[1]
+load = lambda n: json.load(open(os.path.join(out, n)))
+bad = 0
+a, b = load("perplexity-cpu.json"), load("perplexity-dev.json")
+d = abs(a["nll"] - b["nll"])
+print(f"perplexity: cpu {a['perplexity']:.6f} device {b['perplexity']:.6f}, |nll difference| {d:.2e}")
+bad += d > 1e-3 or a["scored"] != b["scored"]
+a, b = (load(n)["choices"][0]["logprobs"] for n in ("echo-cpu.json", "echo-dev.json"))
+if a["tokens"] != b["tokens"] or len(a["token_logprobs"]) < 2:
+    print(f"echo: tokens differ: {a['tokens']} != {b['tokens']}"); bad += 1
+else:
+    worst = max(abs(x - y) for x, y in zip(a["token_logprobs"][1:], b["token_logprobs"][1:]))
+    print(f"echo: {len(a['tokens'])} tokens, max |log-probability difference| {worst:.2e}")
+    bad += worst > 1e-3
+    for i, (ta, tb) in enumerate(zip(a["top_logprobs"][1:], b["top_logprobs"][1:])):
+        if set(ta) != set(tb) or any(abs(ta[k] - tb[k]) > 1e-3 for k in ta):
+            print(f"echo: token {i+1}: alternatives {tb} != the CPU's {ta}"); bad += 1
+sys.exit(1 if bad else 0)
+PY
+	say "likelihoods: the device's perplexity and echoed log-probabilities (with alternatives) within 1e-3 of the CPU's"
+else
+	likelihood_ok=no
+	fail "likelihoods: the device's differ from the CPU's, or did not run (likelihood-compare.txt)"
+fi
+
+spec_args=(generate -m "$stories" -p "Lily saw a big red ball in the park. She wanted to play with the ball. Lily saw a big" -n 48 --temperature 0 --json --dtype f32 --mode compiled)
+speculate_ok=no
+run "speculate-cpu.json" "$tputool" --device cpu "${spec_args[@]}" || true
+run "speculate-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --speculate 4 || true
+if [ -s "$OUT/speculate-cpu.json" ]; then
+	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
+		speculate_ok=yes
+		say "speculation: the device's greedy tokens with --speculate 4 equal the CPU's plain ones"
+	else
+		fail "speculation: --speculate 4 on the device differs: $(head -3 "$OUT/tokens-compare-speculate.txt" | tr '\n' ' ')"
+	fi
+fi
+
 # ---- 2. diffuse: images
 
 sd="$work/tiny-sd"
@@ -400,9 +485,9 @@ fi
 
 # ---- summary
 
-"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" "$moe_status" "$embed_ok" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
+"$PYTHON" - "$OUT" "$device" "$tokens_ok" "$images_ok" "$hf_status" "$serve_ok" "$moe_status" "$embed_ok" "$likelihood_ok" "$speculate_ok" >"$OUT/summary.md" <<'EOF' || fail "summary.md could not be written"
 import json, os, sys
-out, device, tokens_ok, images_ok, hf_status, serve_ok, moe_status, embed_ok = sys.argv[1:9]
+out, device, tokens_ok, images_ok, hf_status, serve_ok, moe_status, embed_ok, likelihood_ok, speculate_ok = sys.argv[1:11]
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -422,6 +507,11 @@ if sel:
 print(f"- greedy token ids (float32, compiled and eager) equal the CPU's: **{tokens_ok}**")
 print(f"- `tputool serve` on the device: concurrent greedy completions equal the CPU's generate: **{serve_ok}**")
 print(f"- `tputool embed` on the device (last and mean pooling, compiled and eager): vectors within 1e-3 of the CPU's: **{embed_ok}**")
+print(f"- `tputool perplexity` and an echoed prompt's log-probabilities (with alternatives) from `serve` within 1e-3 of the CPU's: **{likelihood_ok}**")
+sp = load("speculate-dev.json")
+m = (sp[0].get("metrics") or {}) if sp else {}
+print(f"- `generate --speculate 4` on the device ({m.get('draft_accepted', 0)} of {m.get('draft_tokens', 0)} draft tokens confirmed): "
+      f"greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
     with open(os.path.join(out, "images-compare.jsonl")) as f:
