@@ -47,7 +47,7 @@
 #   scripts/device-check.sh                    # find the plugin (jax's CUDA plugin, else libtpu)
 #   scripts/device-check.sh --device xla:/path/to/xla_cuda_plugin.so
 #   scripts/device-check.sh --device tpu
-#   scripts/device-check.sh --dry-run          # no plugin: the "device" is the go backend too,
+#   scripts/device-check.sh --dry-run          # no plugin: the "device" is the CPU engine too,
 #                                              # small bench model, no transformers; checks the script
 #   scripts/device-check.sh --build DIR        # only build the binaries into DIR and exit
 #
@@ -156,7 +156,7 @@ EOF
 
 if [ "$dry_run" = 1 ]; then
 	device=cpu
-	say "dry run: the device side runs on the go backend too"
+	say "dry run: the device side runs on the CPU engine too"
 elif [ -z "$device" ]; then
 	if plugin=$(find_plugin); then
 		device="xla:$plugin"
@@ -321,9 +321,8 @@ done
 # alternatives are picked in the graph on a device, on the host on the
 # CPU), float32: within 1e-3 of the CPU's, the same alternatives. Then
 # `generate --speculate 4` on a prompt that repeats itself (several tokens
-# a step, the cache taken back where a draft fails; the device runs it, the
-# go backend of --dry-run decodes plainly): its greedy tokens must equal
-# the CPU's plain ones.
+# a step, the cache taken back where a draft fails): its greedy tokens
+# must equal the CPU's plain ones.
 
 likelihood_ok=yes
 ppl_args=(--json perplexity -m "$stories" --dtype f32 --context 16 --stride 8
