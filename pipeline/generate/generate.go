@@ -158,6 +158,9 @@ type Options struct {
 	// SpeculateNgram is the longest run of last tokens looked up
 	// (0: DefaultSpeculateNgram).
 	SpeculateNgram int
+	// DraftModel, with Speculate above 0, proposes the drafts in place of
+	// prompt lookup (draftmodel.go).
+	DraftModel *DraftModel
 }
 
 // Constraint is a row's constrained decoding state
@@ -607,17 +610,21 @@ func finishAll(rows []*row, o Options, reason string) []Result {
 	return out
 }
 
-// clocks returns the clock of o (time.Now when unset) and how long r has
-// spent compiling so far (0 when r does not say).
+// clocks returns the clock of o (time.Now when unset) and how long r (and
+// o's draft model) has spent compiling so far (0 when r does not say).
 func clocks(r Stepper, o Options) (now func() time.Time, compileTime func() time.Duration) {
 	now = o.Now
 	if now == nil {
 		now = time.Now
 	}
 	return now, func() time.Duration {
+		var d time.Duration
 		if ct, ok := r.(CompileTimer); ok {
-			return ct.CompileDuration()
+			d = ct.CompileDuration()
 		}
-		return 0
+		if o.DraftModel != nil && o.Speculate > 0 {
+			d += o.DraftModel.CompileDuration()
+		}
+		return d
 	}
 }

@@ -150,7 +150,10 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		rw.res.TokenIDs = append(rw.res.TokenIDs, id)
 		rw.step(id, o)
 	}
-	drafter := NewDrafter(o.Speculate, o.SpeculateNgram)
+	var drafter proposer = lookupProposer{NewDrafter(o.Speculate, o.SpeculateNgram)}
+	if o.DraftModel != nil {
+		drafter = o.DraftModel.start(o.MaxNewTokens, o.Speculate)
+	}
 	id := rw.sample(logits)
 	emit(id)
 	// Where a new step length compiles for seconds (FixedPieces: an XLA
@@ -188,7 +191,10 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		// cache's end on a device, none (no step of another length).
 		var draft []int
 		if !fixed || sp.Room() >= 1+o.Speculate {
-			draft = drafter.Draft(rw.history, min(sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1))
+			var err error
+			if draft, err = drafter.propose(rw.history, min(o.Speculate, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)); err != nil {
+				return err
+			}
 		}
 		if len(draft) == 0 {
 			next, err := decodeOne(id)
@@ -230,7 +236,7 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 			kept++
 		}
 		m.DraftAccepted += confirmed
-		drafter.Done(len(draft), kept)
+		drafter.done(len(draft), kept)
 		// The cache holds the token before the draft, the draft and any
 		// padding; keep that token and the confirmed part.
 		if err := sp.Rewind(len(feed) - 1 - kept); err != nil {

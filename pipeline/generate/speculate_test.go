@@ -24,9 +24,16 @@ type cacheModel struct {
 	many     int // DecodeMany calls
 	rewinds  int
 	noRewind bool
+	// nextFn, when set, replaces next's rule (a draft model's).
+	nextFn func(a, b int) int
 }
 
-func (c *cacheModel) next(a, b int) int { return 3 + (a*7+b*3)%9 }
+func (c *cacheModel) next(a, b int) int {
+	if c.nextFn != nil {
+		return c.nextFn(a, b)
+	}
+	return 3 + (a*7+b*3)%9
+}
 
 func (c *cacheModel) after() []float32 {
 	l := make([]float32, c.vocab)

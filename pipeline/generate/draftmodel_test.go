@@ -1,0 +1,163 @@
+package generate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/tputool/tputool/pipeline/sample"
+)
+
+// draftCache is cacheModel as a draft model: it also continues its cache
+// with more prompt tokens (Extender), and counts how it was fed.
+type draftCache struct {
+	cacheModel
+	pending  []int
+	prefills int
+	extends  int
+}
+
+func (d *draftCache) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
+	d.prefills++
+	return d.cacheModel.Prefill(prompts, maxNew)
+}
+
+func (d *draftCache) Begin(prompts [][]int, maxNew int) (int, error) {
+	d.prefills++
+	d.fed, d.pending = nil, slices.Clone(prompts[0])
+	d.room = len(prompts[0]) + maxNew + 2
+	return len(d.pending), nil
+}
+
+func (d *draftCache) Extend(tokens [][]int, maxNew int) (int, error) {
+	d.extends++
+	d.pending = slices.Clone(tokens[0])
+	d.room = max(d.room, len(d.fed)+len(d.pending)+maxNew+2)
+	return len(d.pending), nil
+}
+
+func (d *draftCache) PrefillChunk(n int) ([][]float32, error) {
+	d.fed = append(d.fed, d.pending[:n]...)
+	d.pending = d.pending[n:]
+	return [][]float32{d.after()}, nil
+}
+
+// TestDraftModelSameTokens: with a draft model the tokens are those
+// decoding one at a time gives, whether the draft model agrees with the
+// model everywhere (then every draft is confirmed whole, which a draft
+// cache out of step with the text would not give), in part, or nowhere;
+// greedy and sampled; and the draft model's cache always holds a prefix
+// of the text.
+func TestDraftModelSameTokens(t *testing.T) {
+	prompt := []int{1, 4, 5}
+	rules := map[string]func(a, b int) int{
+		"same":    nil,
+		"partial": func(a, b int) int { return 3 + (a*7+b*3+(a*b)%3/2)%9 },
+		"other":   func(a, b int) int { return 3 + (a*5+b+1)%9 },
+	}
+	for _, rule := range []string{"same", "partial", "other"} {
+		for _, temp := range []float64{0, 0.8} {
+			for _, k := range []int{1, 4, 7} {
+				name := fmt.Sprintf("%s/T%v/k%d", rule, temp, k)
+				opts := func() Options {
+					return Options{MaxNewTokens: 45, Sampling: sample.Options{Temperature: temp, TopK: 3, RepetitionPenalty: 1, Seed: 5}}
+				}
+				want, _, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{prompt}, opts())
+				if err != nil {
+					t.Fatal(err)
+				}
+				draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16, nextFn: rules[rule]}}
+				o := opts()
+				o.Speculate, o.DraftModel = k, NewDraftModel(draft, 16, 1000)
+				m := &cacheModel{t: t, vocab: 16}
+				got, met, err := Run(context.Background(), m, [][]int{prompt}, o)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if temp == 0 && !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
+					t.Errorf("%s: with a draft model %v, one at a time %v", name, got[0].TokenIDs, want[0].TokenIDs)
+				}
+				text := append(slices.Clone(prompt), got[0].TokenIDs...)
+				if len(draft.fed) > len(text) || !slices.Equal(draft.fed, text[:len(draft.fed)]) {
+					t.Errorf("%s: the draft model's cache holds %v, not a prefix of the text %v", name, draft.fed, text)
+				}
+				if draft.prefills != 1 {
+					t.Errorf("%s: the draft model prefilled %d times, want once", name, draft.prefills)
+				}
+				switch {
+				case met.DraftTokens == 0:
+					t.Errorf("%s: no draft proposed", name)
+				case rule == "same" && temp == 0 && met.DraftAccepted != met.DraftTokens:
+					t.Errorf("%s: %d of %d drafted tokens confirmed by the same model", name, met.DraftAccepted, met.DraftTokens)
+				case rule == "same" && temp == 0 && k > 1 && met.DraftTokens < 30:
+					t.Errorf("%s: %d tokens drafted of 45", name, met.DraftTokens)
+				case rule == "other" && temp == 0 && 4*met.DraftAccepted > met.DraftTokens:
+					t.Errorf("%s: %d of %d drafted tokens confirmed by a model that disagrees", name, met.DraftAccepted, met.DraftTokens)
+				}
+			}
+		}
+	}
+}
+
+// TestDraftModelContinues: a draft model kept for a conversation's next
+// Run continues its cache (the text it holds kept, the next turn fed as
+// a prompt continued), proposes nothing where its confidence is below
+// PMin, and nothing for a text past its positions or holding an id it
+// does not have.
+func TestDraftModelContinues(t *testing.T) {
+	greedy := Options{MaxNewTokens: 20, Speculate: 4, Sampling: sample.Options{RepetitionPenalty: 1}}
+	draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}}
+	d := NewDraftModel(draft, 16, 1000)
+	o := greedy
+	o.DraftModel = d
+	first, met, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
+	if err != nil || met.DraftAccepted == 0 {
+		t.Fatalf("first turn: %v, %+v", err, met)
+	}
+	next := append(append([]int{1, 4, 5}, first[0].TokenIDs...), 2, 9, 2, 9, 2, 9, 2, 9, 2, 9)
+	want, _, _ := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{next}, greedy)
+	got, met, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{next}, o)
+	if err != nil || !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) || met.DraftAccepted == 0 {
+		t.Fatalf("next turn: %v, %v, want %v, %+v", err, got[0].TokenIDs, want[0].TokenIDs, met)
+	}
+	if draft.prefills != 1 || draft.extends != 1 {
+		t.Errorf("the draft model prefilled %d times and continued %d, want once and once", draft.prefills, draft.extends)
+	}
+
+	// The fake's top token has probability 0.90, or 0.96 where the
+	// runner-up is the top.
+	d.PMin = 0.99
+	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens != 0 {
+		t.Errorf("PMin 0.99: %d tokens drafted, want none", met.DraftTokens)
+	}
+	d.PMin = DefaultDraftPMin
+	o.DraftModel = NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 16, 12)
+	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens == 0 || met.DraftTokens > 9 {
+		t.Errorf("12 positions: %d tokens drafted, want some, and none past the positions", met.DraftTokens)
+	}
+	o.DraftModel = NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 8, 1000)
+	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens != 0 {
+		t.Errorf("a draft model of 8 ids: %d tokens drafted, want none (the fake's picks are 3 to 11)", met.DraftTokens)
+	}
+}
+
+func TestArgmaxProb(t *testing.T) {
+	for _, c := range []struct {
+		logits []float32
+		id     int
+		p      float64
+	}{
+		{[]float32{0, 0}, 0, 0.5},
+		{[]float32{1, 3, 2}, 1, 1 / (1 + math.Exp(-1) + math.Exp(-2))},
+		{[]float32{float32(math.Inf(-1)), 0}, 1, 1},
+		{[]float32{float32(math.NaN()), 1}, 0, 0},
+		{[]float32{float32(math.Inf(-1))}, 0, 0},
+	} {
+		id, p := argmaxProb(c.logits)
+		if id != c.id || math.Abs(p-c.p) > 1e-12 {
+			t.Errorf("argmaxProb(%v) = %d, %v; want %d, %v", c.logits, id, p, c.id, c.p)
+		}
+	}
+}
