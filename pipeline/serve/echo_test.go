@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
@@ -418,5 +420,81 @@ func TestChatPromptLogprobs(t *testing.T) {
 		status, _, body = ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi"}],`+bad+`}`)
 		assert.Equal(t, 400, status, string(body))
 		assert.Equal(t, "prompt_logprobs", *decodeError(t, body).Param)
+	}
+}
+
+// fixedDraft is a draft model that proposes token tok with certainty
+// after anything, or fails every call when fail is set.
+type fixedDraft struct {
+	tok, vocab int
+	fail       bool
+	fed        int
+	calls      int
+}
+
+func (f *fixedDraft) logits() [][]float32 {
+	l := make([]float32, f.vocab)
+	l[f.tok] = 50
+	return [][]float32{l}
+}
+
+func (f *fixedDraft) step(n int) ([][]float32, error) {
+	f.calls++
+	if f.fail {
+		return nil, errors.New("draft model out of memory")
+	}
+	f.fed += n
+	return f.logits(), nil
+}
+
+func (f *fixedDraft) Prefill(p [][]int, _ int) ([][]float32, error) {
+	f.fed = 0
+	return f.step(len(p[0]))
+}
+func (f *fixedDraft) Decode(next []int) ([][]float32, error) { return f.step(1) }
+func (f *fixedDraft) DecodeMany(t []int) ([][]float32, error) {
+	rows, err := f.step(len(t))
+	if err != nil {
+		return nil, err
+	}
+	return slices.Repeat(rows, len(t)), nil
+}
+func (f *fixedDraft) Rewindable() bool   { return true }
+func (f *fixedDraft) Room() int          { return 1 << 20 }
+func (f *fixedDraft) Rewind(n int) error { f.fed -= n; return nil }
+func (f *fixedDraft) Begin(p [][]int, _ int) (int, error) {
+	f.fed = 0
+	return len(p[0]), nil
+}
+func (f *fixedDraft) Extend(t [][]int, _ int) (int, error)    { return len(t[0]), nil }
+func (f *fixedDraft) PrefillChunk(n int) ([][]float32, error) { return f.step(n) }
+
+// TestServeDraftModelProposes: a sequence running alone takes its drafts
+// from Config.DraftModel: a draft model proposing a wrong token every
+// step leaves the script's text as it is (every draft refused), and one
+// that fails leaves it too, each failure counted and the step decoding
+// one token.
+func TestServeDraftModelProposes(t *testing.T) {
+	script := []int{400, 401, 402, 403, 404, 400, 401, 405}
+	for _, fail := range []bool{false, true} {
+		d := &fixedDraft{tok: 406, vocab: 600, fail: fail}
+		ts := newTestServer(t, serverConfig{slots: 1, script: script, speculate: 4, draft: generate.NewDraftModel(d, 600, 1<<20)})
+		status, _, body := ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":100,"temperature":0}`)
+		require.Equal(t, 200, status, string(body))
+		var res rawCompletion
+		require.NoError(t, json.Unmarshal(body, &res))
+		assert.Equal(t, strings.TrimSpace(ts.tok.Decode(script, false)), strings.TrimSpace(res.Choices[0].Text), "fail %v", fail)
+		assert.Positive(t, d.calls)
+		var b strings.Builder
+		_, err := ts.metrics.WriteTo(&b)
+		require.NoError(t, err)
+		if fail {
+			assert.Regexp(t, `(?m)^tputool_draft_errors_total [1-9]`, b.String())
+			assert.Regexp(t, `(?m)^tputool_draft_tokens_total 0$`, b.String())
+		} else {
+			assert.Regexp(t, `(?m)^tputool_draft_tokens_total [1-9]`, b.String())
+			assert.Regexp(t, `(?m)^tputool_draft_tokens_accepted_total 0$`, b.String())
+			assert.Regexp(t, `(?m)^tputool_draft_errors_total 0$`, b.String())
+		}
 	}
 }

@@ -29,6 +29,7 @@ type Metrics struct {
 	reusedTokens int64
 	draftTokens  int64
 	draftKept    int64
+	draftErrors  int64
 	genTokens    int64
 	finished     map[string]int64
 	rejected     map[string]int64
@@ -131,6 +132,13 @@ func (m *Metrics) Drafted(proposed, accepted int) {
 	m.draftKept += int64(accepted)
 }
 
+// DraftFailed implements Observer.
+func (m *Metrics) DraftFailed(error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.draftErrors++
+}
+
 // Rejected implements Observer: the reason label is "queue_full",
 // "closed" or "other".
 func (m *Metrics) Rejected(err error) {
@@ -180,6 +188,7 @@ func (m *Metrics) WriteTo(w io.Writer) (int64, error) {
 	counter(&b, "tputool_prefix_reused_tokens_total", "Prompt tokens taken from the prefix cache instead of computed.", m.reusedTokens)
 	counter(&b, "tputool_draft_tokens_total", "Tokens speculative decoding proposed (serve --speculate).", m.draftTokens)
 	counter(&b, "tputool_draft_tokens_accepted_total", "Proposed tokens the model confirmed.", m.draftKept)
+	counter(&b, "tputool_draft_errors_total", "Steps whose draft model failed (serve --draft-model); each decoded one token.", m.draftErrors)
 	labelled(&b, "tputool_requests_finished_total", "Sequences finished, by finish reason.", "reason", m.finished)
 	labelled(&b, "tputool_requests_rejected_total", "Requests refused by the scheduler, by reason.", "reason", m.rejected)
 	gauge(&b, "tputool_queue_waiting", "Requests waiting for a sequence slot.", m.waiting)

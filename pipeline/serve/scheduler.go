@@ -128,6 +128,11 @@ type Config struct {
 	// tokens (the draft padded): on a device where each new step length
 	// compiles for seconds.
 	SpeculateFixed bool
+	// DraftModel, with Speculate above 0, proposes the drafts in place of
+	// prompt lookup: one draft model for the sequence running alone,
+	// whichever it is (its cache follows the sequence, a new one
+	// prefilled).
+	DraftModel *generate.DraftModel
 }
 
 // Observer receives measurements as the scheduler runs (Metrics
@@ -149,6 +154,9 @@ type Observer interface {
 	// Drafted reports a speculative step: the tokens proposed and those
 	// the model confirmed.
 	Drafted(proposed, accepted int)
+	// DraftFailed reports a draft model's error (Config.DraftModel): the
+	// sequence decoded one token that step.
+	DraftFailed(err error)
 	// Finished reports a sequence's end: reason, prompt and generated
 	// tokens.
 	Finished(reason string, prompt, completion int)
@@ -563,12 +571,22 @@ func (s *Scheduler) speculateStep() bool {
 	if room < 2 || budget < 2 || (s.cfg.SpeculateFixed && room < 1+s.cfg.Speculate) {
 		return false
 	}
-	if j.drafter == nil {
-		j.drafter = generate.NewDrafter(s.cfg.Speculate, s.cfg.SpeculateNgram)
-	}
 	// The model's own pick after the last confirmed token is emitted too:
 	// propose one fewer than the tokens left.
-	draft := j.drafter.Draft(j.seq.History(), min(room-1, budget-1))
+	limit := min(s.cfg.Speculate, room-1, budget-1)
+	var draft []int
+	if d := s.cfg.DraftModel; d != nil {
+		var err error
+		if draft, err = d.Propose(j.seq.History(), limit, budget+s.cfg.Speculate); err != nil {
+			s.obs.DraftFailed(err)
+			return false
+		}
+	} else {
+		if j.drafter == nil {
+			j.drafter = generate.NewDrafter(s.cfg.Speculate, s.cfg.SpeculateNgram)
+		}
+		draft = j.drafter.Draft(j.seq.History(), limit)
+	}
 	if len(draft) == 0 {
 		return false
 	}
@@ -603,7 +621,9 @@ func (s *Scheduler) speculateStep() bool {
 		}
 		kept++
 	}
-	j.drafter.Done(len(draft), kept)
+	if j.drafter != nil {
+		j.drafter.Done(len(draft), kept)
+	}
 	s.obs.Drafted(len(draft), confirmed)
 	if done {
 		s.running = nil // emit freed its row
@@ -742,6 +762,7 @@ func (nopObserver) PrefixReused(int)             {}
 func (nopObserver) FirstToken(time.Duration)     {}
 func (nopObserver) NextToken(time.Duration)      {}
 func (nopObserver) Drafted(int, int)             {}
+func (nopObserver) DraftFailed(error)            {}
 func (nopObserver) Finished(string, int, int)    {}
 func (nopObserver) Rejected(error)               {}
 

@@ -268,8 +268,10 @@ type serverConfig struct {
 	tok *tokenizer.Tokenizer
 	// gen is the model's generation_config.json (none when nil).
 	gen *config.Generation
-	// speculate is Config.Speculate, over a specEngine (echo's tests).
+	// speculate is Config.Speculate, over a specEngine (echo's tests);
+	// draft is Config.DraftModel.
 	speculate int
+	draft     *generate.DraftModel
 }
 
 func newTestServer(t *testing.T, c serverConfig) *testServer {
@@ -298,7 +300,7 @@ func newTestServer(t *testing.T, c serverConfig) *testServer {
 	if c.speculate > 0 {
 		engine = &specEngine{textEngine: e}
 	}
-	sched := New(engine, Config{MaxQueue: c.maxQueue, Observer: m, Speculate: c.speculate})
+	sched := New(engine, Config{MaxQueue: c.maxQueue, Observer: m, Speculate: c.speculate, DraftModel: c.draft})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sched.Run(ctx); close(done) }()
