@@ -104,6 +104,7 @@ answers is printed, one per turn; with --json each turn is one JSON object
 	sampling.add(c, &opts.Overrides.Stop)
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	opts.Speculate.add(c)
+	opts.Speculate.addDraft(c)
 	return c
 }
 
@@ -113,6 +114,9 @@ type chatSession struct {
 	tok   *tokenizer.Tokenizer
 	tmpl  *chat.Template
 	state *compile.State // the conversation's cache, continued across turns
+	// draft is --draft-model's, its cache continued across turns too
+	// (nil: none).
+	draft *generate.DraftModel
 	spec  struct{ maxPositions int }
 	gen   func() (generate.Options, error)
 
@@ -151,7 +155,12 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	defer runner.Close()
 	st := runner.NewState()
 	defer st.Release()
-	s := &chatSession{opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
+	draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
+	s := &chatSession{draft: draft, opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
 	s.spec.maxPositions = spec.MaxPositions
 	s.gen = func() (generate.Options, error) {
 		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), opts.Overrides)
@@ -160,7 +169,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	if err != nil {
 		return err
 	}
-	opts.Speculate.apply(&first, rep, runner, 1) // says whether it runs
+	opts.Speculate.apply(&first, rep, runner, 1, draft) // says whether it runs
 	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		rep.Warnf("a conversation as long as the model's %d positions may not fit in memory: %v", spec.MaxPositions, err)
 	}
@@ -368,7 +377,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 	}
 	gen.Now = s.opts.Now
 	gen.PrefillChunk = s.opts.PrefillChunk
-	gen.Speculate, gen.SpeculateNgram = s.opts.Speculate.Draft, s.opts.Speculate.Ngram
+	gen.Speculate, gen.SpeculateNgram, gen.DraftModel = s.opts.Speculate.Draft, s.opts.Speculate.Ngram, s.draft
 	progress := newPrefillReporter(rep, s.opts.Now)
 	gen.OnPrefill = progress.on
 	if gen.Sampling.Temperature > 0 {

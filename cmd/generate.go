@@ -138,6 +138,7 @@ the same tokens.`,
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	opts.Speculate.add(c)
+	opts.Speculate.addDraft(c)
 	fl.StringVar(&opts.JSONSchema, "json-schema", "", "constrain the output to JSON valid against the JSON schema in this file (constrained decoding; \"{}\" in the file allows any JSON)")
 	return c
 }
@@ -358,6 +359,17 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if c := dev.XLACache; c != nil {
 		rep.Debugf("XLA compile cache (%s): %s", c.Mode, c.Dir)
 	}
+	// Several prompts run as one batch, unless plain --stream asks for each
+	// to stream in turn.
+	perRun := len(prompts)
+	if opts.Stream && !opts.JSON {
+		perRun = 1
+	}
+	draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, perRun)
+	if err != nil {
+		return err
+	}
+	defer closeDraft()
 	loadDuration := opts.Now().Sub(start)
 
 	// Prompts to token ids.
@@ -427,10 +439,8 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	gen.PrefillChunk = opts.PrefillChunk
 
 	out := newGenerateOutput(opts, prompts, gen.Sampling.Seed)
-	// Several prompts run as one batch, unless plain --stream asks for each
-	// to stream in turn.
 	batches := [][]int{}
-	if opts.Stream && !opts.JSON {
+	if perRun == 1 {
 		for i := range ids {
 			batches = append(batches, []int{i})
 		}
@@ -441,7 +451,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		}
 		batches = append(batches, all)
 	}
-	opts.Speculate.apply(&gen, rep, runner, len(batches[0]))
+	opts.Speculate.apply(&gen, rep, runner, perRun, draft)
 	var metrics generate.Metrics
 	var runErr error
 	for _, batch := range batches {

@@ -330,11 +330,16 @@ func (p *prefillReporter) end() {
 	}
 }
 
-// speculateFlags are --speculate and --speculate-ngram (generate, chat).
+// speculateFlags are --speculate and --speculate-ngram (generate, chat,
+// serve), and the draft model's flags (generate, chat: draft.go).
 type speculateFlags struct {
-	// Draft is --speculate: tokens proposed a step by prompt lookup (0:
-	// off); Ngram is --speculate-ngram.
+	// Draft is --speculate: tokens proposed a step (0: off, or
+	// defaultDraftTokens with a draft model); Ngram is --speculate-ngram.
 	Draft, Ngram int
+	// Model is --draft-model, PMin --draft-p-min, Quantize
+	// --draft-quantize.
+	Model, Quantize string
+	PMin            float64
 }
 
 // maxSpeculate bounds --speculate.
@@ -353,22 +358,25 @@ func (s *speculateFlags) check() error {
 	if s.Ngram < 1 || s.Ngram > 8 {
 		return errs.Usagef("--speculate-ngram %d: want 1 to 8 tokens", s.Ngram)
 	}
-	return nil
+	return s.checkDraft()
 }
 
 // apply sets o's speculation and says under -v (or warns, when it was
 // asked and cannot run) whether it runs: one prompt on a model and
 // backend whose caches can be taken back (compile.Runner.Rewindable).
-func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile.Runner, prompts int) {
+// draft is the draft model openDraft opened (nil: prompt lookup).
+func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile.Runner, prompts int, draft *generate.DraftModel) {
 	if s.Draft == 0 {
 		return
 	}
-	o.Speculate, o.SpeculateNgram = s.Draft, s.Ngram
+	o.Speculate, o.SpeculateNgram, o.DraftModel = s.Draft, s.Ngram, draft
 	switch {
 	case !r.Rewindable():
 		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, --tp, or --experts host)", r.Spec().Architecture)
 	case prompts > 1:
 		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
+	case draft != nil:
+		rep.Debugf("speculative decoding: up to %d tokens a step from the draft model %s (while it gives its pick a probability of at least %g)", s.Draft, s.Model, s.PMin)
 	default:
 		rep.Debugf("speculative decoding: up to %d tokens a step by prompt lookup (n-grams up to %d)", s.Draft, s.Ngram)
 	}

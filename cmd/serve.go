@@ -173,6 +173,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.BoolVar(&opts.Warmup, "warmup", true, "compile every batch shape before listening (--warmup=false listens sooner; the first requests then wait for compiles)")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
 	opts.Speculate.add(c)
+	opts.Speculate.addDraft(c)
 	fl.BoolVar(&opts.Pprof, "pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/, behind the API key like /v1")
 	return c
 }
@@ -547,7 +548,18 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = !dev.Capabilities.HostMemory
-			rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
+			draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
+			if err != nil {
+				return err
+			}
+			defer closeDraft()
+			if draft != nil {
+				cfg.DraftModel = draft
+				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep}
+				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step with the draft model %s", opts.Speculate.Draft, opts.Speculate.Model)
+			} else {
+				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
+			}
 		}
 	}
 	sched := serve.New(engine.Engine, cfg)

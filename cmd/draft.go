@@ -1,0 +1,146 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/spf13/cobra"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/internal/ui"
+	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/tokenizer"
+	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/serve"
+	"github.com/tputool/tputool/tpu"
+)
+
+// Speculative decoding with a draft model (generate, chat): --draft-model
+// names a smaller model of the same tokenizer, which proposes each step's
+// draft in place of prompt lookup (generate.DraftModel).
+
+// defaultDraftTokens is --speculate's value with --draft-model when it
+// is not given.
+const defaultDraftTokens = 8
+
+// maxVocabDifference is how many more tokens one of the two tokenizers
+// may have (llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE): added tokens at
+// the end.
+const maxVocabDifference = 128
+
+// addDraft adds the draft model's flags.
+func (s *speculateFlags) addDraft(c *cobra.Command) {
+	fl := c.Flags()
+	fl.StringVar(&s.Model, "draft-model", "", fmt.Sprintf("speculative decoding with a draft model: a smaller model with the same tokenizer (Hub id or directory, e.g. Qwen/Qwen3-0.6B for Qwen/Qwen3-8B) proposes up to --speculate tokens a step (default %d here), greedily, and the model confirms them in one step; the tokens are those decoding without it gives (greedy), or of the same distribution (sampling). It runs on the same device, in the model's dtype and mode", defaultDraftTokens))
+	fl.Float64Var(&s.PMin, "draft-p-min", generate.DefaultDraftPMin, "end a draft before a token the draft model gives less than this probability (0 to 1; 0: drafts as long as --speculate)")
+	fl.StringVar(&s.Quantize, "draft-quantize", "", "hold the draft model's weights as int8 or int4 (none: as --dtype)")
+}
+
+// checkDraft checks the draft model's flags; --speculate defaults to
+// defaultDraftTokens with --draft-model.
+func (s *speculateFlags) checkDraft() error {
+	if s.PMin < 0 || s.PMin > 1 || s.PMin != s.PMin {
+		return errs.Usagef("--draft-p-min %v: want a probability, 0 to 1", s.PMin)
+	}
+	q, err := parseQuantize(s.Quantize)
+	if err != nil {
+		return errs.Usagef("--draft-quantize %q: want int8, int4 or none", s.Quantize)
+	}
+	s.Quantize = q
+	if s.Model != "" && s.Draft == 0 {
+		s.Draft = defaultDraftTokens
+	}
+	return nil
+}
+
+// openDraft loads --draft-model where speculation will run (prompts
+// prompts a Run on a Rewindable runner; apply warns otherwise), on dev
+// as the model runs (dtype, mode, KV caches, experts), its weights as
+// --draft-quantize says. Its tokenizer must be tok's (checkDraftVocab),
+// and its runner rewindable. The caller calls the returned func to
+// release it; nil and a no-op where there is none.
+func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.Device, dtype dtypes.DType, tok *tokenizer.Tokenizer, target *compile.Runner, prompts int) (*generate.DraftModel, func(), error) {
+	none := func() {}
+	if s.Model == "" || s.Draft == 0 || !target.Rewindable() || prompts > 1 {
+		return nil, none, nil
+	}
+	m, err := resolveCheckpoint(ctx, o.Resolve, o.HubClient, s.Model, loader.Options{})
+	if err != nil {
+		return nil, none, fmt.Errorf("--draft-model: %w", err)
+	}
+	if m.Kind != loader.Transformers {
+		return nil, none, errs.Unsupportedf("--draft-model %s is a %s pipeline, not a language model", m.Name(), m.Kind)
+	}
+	dtok, err := tokenizer.LoadDir(m.Dir)
+	if err != nil {
+		return nil, none, fmt.Errorf("--draft-model: %w", err)
+	}
+	if err := checkDraftVocab(tok, dtok, m.Name()); err != nil {
+		return nil, none, err
+	}
+	loaded, err := openModel(m, dev, dtype, o.Reporter)
+	if err != nil {
+		return nil, none, fmt.Errorf("--draft-model: %w", err)
+	}
+	spec := loaded.Model.Spec()
+	if err := compile.GenerateError(spec); err != nil {
+		loaded.Close()
+		return nil, none, fmt.Errorf("--draft-model: %w", err)
+	}
+	r, err := compileRunner(dev, loaded, compile.Options{Mode: o.Mode, DType: dtype, KVDType: o.KVDType, Experts: o.Experts, Quantize: s.Quantize}, o.HostMemory, o.Reporter)
+	if err != nil {
+		loaded.Close()
+		return nil, none, fmt.Errorf("--draft-model: %w", err)
+	}
+	if !r.Rewindable() {
+		r.Close()
+		loaded.Close()
+		return nil, none, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back (a model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
+	}
+	st := r.NewState()
+	d := generate.NewDraftModel(st, min(target.Spec().VocabSize, spec.VocabSize), spec.MaxPositions)
+	d.PMin = s.PMin
+	o.Reporter.Debugf("draft model %s: %s, %d layers, hidden %d", m.Name(), spec.Architecture, spec.Layers, spec.Hidden)
+	return d, func() {
+		st.Release()
+		r.Close()
+		loaded.Close()
+	}, nil
+}
+
+// checkDraftVocab refuses a draft model whose tokenizer is not the
+// model's: every id both have must be the same token, and one may have
+// at most maxVocabDifference more.
+func checkDraftVocab(model, draft *tokenizer.Tokenizer, name string) error {
+	a, b := model.VocabSize(), draft.VocabSize()
+	if a-b > maxVocabDifference || b-a > maxVocabDifference {
+		return errs.Usagef("--draft-model %s: its tokenizer has %d tokens and the model's %d: a draft model needs the model's tokenizer", name, b, a)
+	}
+	for id := range min(a, b) {
+		x, _ := model.IDToToken(id)
+		y, _ := draft.IDToToken(id)
+		if x != y {
+			return errs.Usagef("--draft-model %s: its token %d is %q and the model's %q: a draft model needs the model's tokenizer", name, id, y, x)
+		}
+	}
+	return nil
+}
+
+// draftWarnings is serve's Observer with a warning at the first failure
+// of its draft model (a sequence decodes one token a step then; the
+// metrics count every failure).
+type draftWarnings struct {
+	serve.Observer
+	rep  *ui.Reporter
+	once sync.Once
+}
+
+func (w *draftWarnings) DraftFailed(err error) {
+	w.Observer.DraftFailed(err)
+	w.once.Do(func() {
+		w.rep.Warnf("--draft-model: %v (that step decoded one token; tputool_draft_errors_total counts the failures)", err)
+	})
+}

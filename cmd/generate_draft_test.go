@@ -1,0 +1,191 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// draftRun runs generate --json with args and returns its result's text,
+// token ids and draft counts, and stderr.
+func draftRun(t *testing.T, args ...string) (string, []int, [2]int, string) {
+	t.Helper()
+	e := genEnv(t)
+	code := e.run(append([]string{"--json", "-v", "generate", "-m", storiesDir, "-p", "Once upon a time", "-n", "60", "--temperature", "0"}, args...)...)
+	require.Equal(t, ExitOK, code, e.errOut.String())
+	var res []struct {
+		Text     string `json:"text"`
+		TokenIDs []int  `json:"token_ids"`
+		Metrics  struct {
+			Draft    int `json:"draft_tokens"`
+			Accepted int `json:"draft_accepted"`
+		} `json:"metrics"`
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, 1)
+	return res[0].Text, res[0].TokenIDs, [2]int{res[0].Metrics.Draft, res[0].Metrics.Accepted}, e.errOut.String()
+}
+
+// otherDraft writes a random Llama with stories260K's tokenizer: a draft
+// model that mostly disagrees with it.
+func otherDraft(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	c := lmckpt.Config{Vocab: 512, Hidden: 32, Intermediate: 48, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5, Tied: true, RopeTheta: []float64{10000}, Window: []int{0}}
+	require.NoError(t, lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 11}.Write(dir))
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(storiesDir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	return dir
+}
+
+// TestGenerateDraftModel: --draft-model gives the tokens greedy decoding
+// gives without it, in both modes, whether the draft model is the model
+// itself (every draft confirmed: its cache is in step with the text),
+// the model with int4 weights, or another model (few confirmed); it
+// speculates 8 tokens a step unless --speculate says; sampling runs
+// through it; --draft-p-min 1 drafts nothing.
+func TestGenerateDraftModel(t *testing.T) {
+	text, ids, _, _ := draftRun(t)
+	other := otherDraft(t)
+	for _, args := range [][]string{
+		{"--draft-model", storiesDir},
+		{"--draft-model", storiesDir, "--speculate", "3", "--mode", "eager"},
+		{"--draft-model", storiesDir, "--draft-quantize", "int4", "--draft-p-min", "0"},
+		{"--draft-model", other, "--speculate", "5"},
+	} {
+		got, gotIDs, drafts, errOut := draftRun(t, args...)
+		assert.Equal(t, text, got, "%v", args)
+		assert.Equal(t, ids, gotIDs, "%v", args)
+		assert.Contains(t, errOut, "speculative decoding: up to", "%v", args)
+		assert.Positive(t, drafts[0], "%v: no draft proposed", args)
+		if args[1] == storiesDir && len(args) < 5 {
+			assert.Equal(t, drafts[0], drafts[1], "%v: the model drafting for itself", args)
+		}
+	}
+	_, _, _, errOut := draftRun(t, "--draft-model", storiesDir)
+	assert.Contains(t, errOut, "up to 8 tokens a step from the draft model")
+	_, _, drafts, _ := draftRun(t, "--draft-model", storiesDir, "--draft-p-min", "1")
+	assert.Zero(t, drafts[0])
+	_, _, drafts, errOut = draftRun(t, "--draft-model", other, "--temperature", "0.8", "--seed", "4")
+	assert.Positive(t, drafts[0], errOut)
+}
+
+// TestGenerateDraftModelRefused: a draft model of another tokenizer, a
+// diffusion pipeline or a missing folder is refused by name, as are bad
+// --draft-p-min and --draft-quantize values; where speculation cannot
+// run (a batch, GoMLX's go backend) the draft model is not loaded.
+func TestGenerateDraftModelRefused(t *testing.T) {
+	bad := otherDraft(t)
+	tj := filepath.Join(bad, "tokenizer.json")
+	b, err := os.ReadFile(tj)
+	require.NoError(t, err)
+	// Two tokens' ids swapped.
+	swap := strings.NewReplacer(`"▁ha": 300`, `"▁ha": 301`, `"▁S": 301`, `"▁S": 300`)
+	changed := []byte(swap.Replace(string(b)))
+	require.NotEqual(t, b, changed)
+	require.NoError(t, os.WriteFile(tj, changed, 0o644))
+	for _, c := range []struct {
+		args []string
+		code ExitCode
+		want string
+	}{
+		{[]string{"--draft-model", bad}, ExitUsage, `its token 300 is "▁S" and the model's "▁ha": a draft model needs the model's tokenizer`},
+		{[]string{"--draft-model", filepath.Join(t.TempDir(), "none")}, ExitUsage, "--draft-model"},
+		{[]string{"--draft-model", storiesDir, "--draft-p-min", "1.5"}, ExitUsage, "--draft-p-min 1.5"},
+		{[]string{"--draft-model", storiesDir, "--draft-quantize", "int3"}, ExitUsage, `--draft-quantize "int3"`},
+	} {
+		e := genEnv(t)
+		assert.Equal(t, c.code, e.run(append([]string{"generate", "-m", storiesDir, "-p", "Once", "-n", "4"}, c.args...)...), "%v: %s", c.args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), c.want, "%v", c.args)
+	}
+	// Not loaded where it would not run: a broken draft model is no error.
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("generate", "-m", storiesDir, "-p", "Once", "-p", "The dog", "-n", "4", "--draft-model", bad), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "--speculate: off for a batch of 2 prompts")
+	e = genEnv(t)
+	require.Equal(t, ExitOK, e.run("--device", "cpu:go", "generate", "-m", storiesDir, "-p", "Once", "-n", "4", "--draft-model", bad), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "--speculate: off")
+}
+
+// TestChatDraftModel: chat --draft-model answers each turn as chat
+// without it does, and the draft model (the model itself) continues its
+// cache across turns in step with the conversation: every draft of every
+// turn is confirmed.
+func TestChatDraftModel(t *testing.T) {
+	dir := chatModel(t)
+	input := "Tell me about a cat.\nAnd the dog?\nOne more.\n"
+	run := func(args ...string) []map[string]any {
+		e := genEnv(t)
+		e.f.IOStreams.In = strings.NewReader(input)
+		require.Equal(t, ExitOK, e.run(append([]string{"chat", "--model", dir, "--json", "-n", "24", "--temperature", "0"}, args...)...), e.errOut.String())
+		var turns []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(e.out.String()), "\n") {
+			var tu map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &tu), line)
+			turns = append(turns, tu)
+		}
+		require.Len(t, turns, 3, e.out.String())
+		return turns
+	}
+	plain := run()
+	drafted := run("--draft-model", dir)
+	for i := range plain {
+		assert.Equal(t, plain[i]["text"], drafted[i]["text"], "turn %d", i+1)
+		m := drafted[i]["metrics"].(map[string]any)
+		assert.Positive(t, m["draft_tokens"], "turn %d", i+1)
+		assert.Equal(t, m["draft_tokens"], m["draft_accepted"], "turn %d: the model drafting for itself", i+1)
+	}
+}
+
+// TestServeDraftModel: serve --draft-model answers greedy requests
+// running alone, one after another (the draft model's cache follows
+// each), with the text and log-probabilities of a server decoding one
+// token a step; the model drafting for itself, every draft is confirmed;
+// concurrent requests are answered as without it.
+func TestServeDraftModel(t *testing.T) {
+	plainAddr, _, _ := serveInProcess(t, "--max-context", "512")
+	draftAddr, _, _ := serveInProcess(t, "--max-context", "512", "--draft-model", storiesDir)
+	plain, drafted := "http://"+plainAddr, "http://"+draftAddr
+	for _, p := range []string{"Once upon a time", "Lily was sad and did not know what to do.", "Once upon a time"} {
+		wantText, wantLP := servedCompletion(t, plain, p, 120)
+		gotText, gotLP := servedCompletion(t, drafted, p, 120)
+		assert.Equal(t, wantText, gotText, "%q", p)
+		require.Len(t, gotLP, len(wantLP))
+		for i := range wantLP {
+			assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", p, i)
+		}
+	}
+	proposed := metricValue(t, drafted, "tputool_draft_tokens_total")
+	assert.Positive(t, proposed)
+	assert.Equal(t, proposed, metricValue(t, drafted, "tputool_draft_tokens_accepted_total"))
+	assert.Zero(t, metricValue(t, drafted, "tputool_draft_errors_total"))
+
+	// Four at once, then each alone again.
+	prompts := []string{"The dog", "A girl", "Tom and", "One day"}
+	want := make([]string, len(prompts))
+	for i, p := range prompts {
+		want[i], _ = servedCompletion(t, plain, p, 40)
+	}
+	got := make([]string, len(prompts))
+	done := make(chan int)
+	for i, p := range prompts {
+		go func() {
+			defer func() { done <- i }() // also after a failed require
+			got[i], _ = servedCompletion(t, drafted, p, 40)
+		}()
+	}
+	for range prompts {
+		<-done
+	}
+	assert.Equal(t, want, got)
+}
