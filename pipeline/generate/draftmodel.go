@@ -17,7 +17,11 @@ import (
 // the draft model proposes. A draft stops at the first token the draft
 // model is less sure of than DraftModel's PMin (llama.cpp's p_min), so a
 // hard stretch of text costs a step or two of the draft, not a draft of
-// tokens the model will refuse.
+// tokens the model will refuse; and after a step that confirmed nothing
+// (no draft, or its first token refused) the draft model sits out the
+// next 1, 2, 4, then 8 steps, catching up in one step when it drafts
+// again, so a stretch it cannot guess costs little more than decoding
+// without it.
 
 // DraftStepper is a draft model's runner: one row fed a token at a time
 // or several (DecodeMany), taken back (Rewind), and continued with a
@@ -33,11 +37,15 @@ type DraftStepper interface {
 const DefaultDraftPMin = 0.75
 
 // maxCatchUp is the most tokens a draft model is fed in one DecodeMany
-// step to catch up with the text (normally 1 or 2: the model's pick
-// after a draft, and the draft's last token when the draft was confirmed
-// whole); more (a conversation's next turn) are prefilled as a prompt
-// continued (Extend).
-const maxCatchUp = 8
+// step to catch up with the text (1 or 2 after a draft: the model's pick
+// after it, and the draft's last token when the draft was confirmed
+// whole; up to maxSitOut+1 after steps sat out); more (a conversation's
+// next turn) are prefilled as a prompt continued (Extend).
+const maxCatchUp = maxSitOut + 1
+
+// maxSitOut is the most steps a draft model sits out after steps that
+// confirmed nothing.
+const maxSitOut = 8
 
 // DraftModel proposes speculative drafts with a draft model
 // (Options.DraftModel). It keeps the tokens its runner's cache holds, so
@@ -57,6 +65,10 @@ type DraftModel struct {
 	// maxNew sizes the cache at a prefill or extension: the tokens the
 	// Run may still generate plus a draft.
 	maxNew int
+	// cool is the steps the draft model sits out after the next step that
+	// confirms nothing (doubling from 1 to maxSitOut, 0 after one that
+	// confirms a token); wait the steps it still sits out.
+	cool, wait int
 }
 
 // NewDraftModel proposes drafts with m, a draft model of positions
@@ -102,10 +114,28 @@ type modelProposer struct{ *DraftModel }
 // drafts of up to draft tokens.
 func (d *DraftModel) start(maxNew, draft int) proposer {
 	d.maxNew = maxNew + draft
+	d.cool, d.wait = 0, 0
 	return modelProposer{d}
 }
 
-func (p modelProposer) done(int, int) {}
+func (p modelProposer) done(n, kept int) { p.Done(n, kept) }
+
+// Done records how a draft of n tokens fared: kept of them were
+// confirmed (serve's scheduler; a Run calls it itself).
+func (d *DraftModel) Done(n, kept int) {
+	if kept == 0 {
+		d.sitOut()
+	} else {
+		d.cool = 0
+	}
+}
+
+// sitOut makes the draft model sit out the next steps, twice as many as
+// the last time (1 to maxSitOut).
+func (d *DraftModel) sitOut() {
+	d.cool = min(max(2*d.cool, 1), maxSitOut)
+	d.wait = d.cool
+}
 
 func (p modelProposer) propose(history []int, limit int) ([]int, error) {
 	return p.DraftModel.draft(history, limit)
@@ -125,6 +155,10 @@ func (d *DraftModel) draft(history []int, limit int) ([]int, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
+	if d.wait > 0 {
+		d.wait--
+		return nil, nil
+	}
 	logits, err := d.catchUp(history)
 	if err != nil {
 		d.fed = nil // the cache's content is unknown: prefill afresh next time
@@ -137,6 +171,9 @@ func (d *DraftModel) draft(history []int, limit int) ([]int, error) {
 	for {
 		id, p := argmaxProb(logits)
 		if id >= d.vocab || p < d.PMin {
+			if len(draft) == 0 {
+				d.sitOut()
+			}
 			return draft, nil
 		}
 		draft = append(draft, id)

@@ -17,11 +17,22 @@ type draftCache struct {
 	pending  []int
 	prefills int
 	extends  int
+	steps    int // Decode and DecodeMany calls
 }
 
 func (d *draftCache) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 	d.prefills++
 	return d.cacheModel.Prefill(prompts, maxNew)
+}
+
+func (d *draftCache) Decode(next []int) ([][]float32, error) {
+	d.steps++
+	return d.cacheModel.Decode(next)
+}
+
+func (d *draftCache) DecodeMany(tokens []int) ([][]float32, error) {
+	d.steps++
+	return d.cacheModel.DecodeMany(tokens)
 }
 
 func (d *draftCache) Begin(prompts [][]int, maxNew int) (int, error) {
@@ -48,8 +59,8 @@ func (d *draftCache) PrefillChunk(n int) ([][]float32, error) {
 // decoding one at a time gives, whether the draft model agrees with the
 // model everywhere (then every draft is confirmed whole, which a draft
 // cache out of step with the text would not give), in part, or nowhere;
-// greedy and sampled; and the draft model's cache always holds a prefix
-// of the text.
+// greedy and sampled; and the draft model's cache is what DraftModel
+// counts, brought in step with the text by a proposal.
 func TestDraftModelSameTokens(t *testing.T) {
 	prompt := []int{1, 4, 5}
 	rules := map[string]func(a, b int) int{
@@ -79,9 +90,15 @@ func TestDraftModelSameTokens(t *testing.T) {
 				if temp == 0 && !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
 					t.Errorf("%s: with a draft model %v, one at a time %v", name, got[0].TokenIDs, want[0].TokenIDs)
 				}
+				// What DraftModel takes its cache to hold is what it holds,
+				// and a proposal brings it in step with the text.
+				if !slices.Equal(o.DraftModel.fed, draft.fed) {
+					t.Errorf("%s: the draft model's cache holds %v, DraftModel counts %v", name, draft.fed, o.DraftModel.fed)
+				}
 				text := append(slices.Clone(prompt), got[0].TokenIDs...)
-				if len(draft.fed) > len(text) || !slices.Equal(draft.fed, text[:len(draft.fed)]) {
-					t.Errorf("%s: the draft model's cache holds %v, not a prefix of the text %v", name, draft.fed, text)
+				o.DraftModel.wait = 0
+				if _, err := o.DraftModel.draft(text, 1); err != nil || !slices.Equal(draft.fed, text) {
+					t.Errorf("%s: after a proposal the draft model's cache holds %v (%v), not the text %v", name, draft.fed, err, text)
 				}
 				if draft.prefills != 1 {
 					t.Errorf("%s: the draft model prefilled %d times, want once", name, draft.prefills)
@@ -128,10 +145,19 @@ func TestDraftModelContinues(t *testing.T) {
 
 	// The fake's top token has probability 0.90, or 0.96 where the
 	// runner-up is the top.
+	// Proposing nothing, it sits out 1, 2, 4, 8 steps, then 8 again: of
+	// the 39 steps after the first token it runs at 7 (its cache holds
+	// the prompt: no prefill).
 	d.PMin = 0.99
+	steps := draft.steps
+	o.MaxNewTokens = 40
 	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens != 0 {
 		t.Errorf("PMin 0.99: %d tokens drafted, want none", met.DraftTokens)
 	}
+	if n := draft.steps - steps; n != 7 {
+		t.Errorf("PMin 0.99: the draft model ran %d steps, want 7", n)
+	}
+	o.MaxNewTokens = 20
 	d.PMin = DefaultDraftPMin
 	o.DraftModel = NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 16, 12)
 	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens == 0 || met.DraftTokens > 9 {

@@ -621,7 +621,9 @@ func (s *Scheduler) speculateStep() bool {
 		}
 		kept++
 	}
-	if j.drafter != nil {
+	if d := s.cfg.DraftModel; d != nil {
+		d.Done(len(draft), kept)
+	} else {
 		j.drafter.Done(len(draft), kept)
 	}
 	s.obs.Drafted(len(draft), confirmed)
