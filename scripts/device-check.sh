@@ -18,8 +18,8 @@
 #      device, compiled and eager, float32: within 1e-3 of the CPU's.
 #   1d. likelihoods and speculation: `tputool perplexity` and an echoed
 #      prompt's log-probabilities with alternatives from `serve`, float32,
-#      within 1e-3 of the CPU's; `generate --speculate 4`'s greedy tokens
-#      equal the CPU's plain ones.
+#      within 1e-3 of the CPU's; `generate --speculate 4`'s and
+#      `--draft-model`'s greedy tokens equal the CPU's plain ones.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -321,8 +321,9 @@ done
 # alternatives are picked in the graph on a device, on the host on the
 # CPU), float32: within 1e-3 of the CPU's, the same alternatives. Then
 # `generate --speculate 4` on a prompt that repeats itself (several tokens
-# a step, the cache taken back where a draft fails): its greedy tokens
-# must equal the CPU's plain ones.
+# a step, the cache taken back where a draft fails), and `--draft-model`
+# (the model drafting for itself, a second model on the device): their
+# greedy tokens must equal the CPU's plain ones.
 
 likelihood_ok=yes
 ppl_args=(--json perplexity -m "$stories" --dtype f32 --context 16 --stride 8
@@ -386,12 +387,13 @@ spec_args=(generate -m "$stories" -p "Lily saw a big red ball in the park. She w
 speculate_ok=no
 run "speculate-cpu.json" "$tputool" --device cpu "${spec_args[@]}" || true
 run "speculate-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --speculate 4 || true
+run "speculate-dev-draft.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --draft-model "$stories" --draft-p-min 0 || true
 if [ -s "$OUT/speculate-cpu.json" ]; then
-	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
+	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" "$OUT/speculate-dev-draft.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
 		speculate_ok=yes
-		say "speculation: the device's greedy tokens with --speculate 4 equal the CPU's plain ones"
+		say "speculation: the device's greedy tokens with --speculate 4 and with --draft-model equal the CPU's plain ones"
 	else
-		fail "speculation: --speculate 4 on the device differs: $(head -3 "$OUT/tokens-compare-speculate.txt" | tr '\n' ' ')"
+		fail "speculation on the device differs: $(head -3 "$OUT/tokens-compare-speculate.txt" | tr '\n' ' ')"
 	fi
 fi
 
@@ -509,8 +511,10 @@ print(f"- `tputool embed` on the device (last and mean pooling, compiled and eag
 print(f"- `tputool perplexity` and an echoed prompt's log-probabilities (with alternatives) from `serve` within 1e-3 of the CPU's: **{likelihood_ok}**")
 sp = load("speculate-dev.json")
 m = (sp[0].get("metrics") or {}) if sp else {}
-print(f"- `generate --speculate 4` on the device ({m.get('draft_accepted', 0)} of {m.get('draft_tokens', 0)} draft tokens confirmed): "
-      f"greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
+spd = load("speculate-dev-draft.json")
+md = (spd[0].get("metrics") or {}) if spd else {}
+print(f"- `generate --speculate 4` ({m.get('draft_accepted', 0)} of {m.get('draft_tokens', 0)} draft tokens confirmed) and `--draft-model` "
+      f"({md.get('draft_accepted', 0)} of {md.get('draft_tokens', 0)}) on the device: greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
     with open(os.path.join(out, "images-compare.jsonl")) as f:

@@ -1,12 +1,14 @@
 // Command draft-pair writes a model and a draft model for it from one
-// Llama-shaped checkpoint, for benchmarks of speculative decoding with a
-// draft model (tputool generate --draft-model) where no trained pair can
-// be downloaded. The draft is the checkpoint's first -layers layers with
+// checkpoint of a decoder whose layers are model.layers.N (Llama, Qwen,
+// Qwen3-MoE), for benchmarks of speculative decoding with a draft model
+// (tputool generate --draft-model) where no trained pair can be
+// downloaded. The draft is the checkpoint's first -layers layers with
 // its final norm and head; the model is the whole checkpoint with the
-// output projections (o_proj, down_proj) of the later layers scaled by
-// -scale: those layers cost what they cost but move the text only as
-// much as -scale lets them, so -scale 0 gives a model the draft always
-// agrees with, and larger values one it agrees with less often.
+// output projections (o_proj, down_proj, the experts' stacked down_proj)
+// of the later layers scaled by -scale: those layers cost what they cost
+// but move the text only as much as -scale lets them, so -scale 0 gives
+// a model the draft always agrees with, and larger values one it agrees
+// with less often.
 //
 //	go run ./scripts/draft-pair -m /tmp/llama-110m -layers 1 -scale 0.3 -o /tmp/pair
 //	tputool generate -m /tmp/pair/model --draft-model /tmp/pair/draft -p ...
@@ -47,7 +49,7 @@ func main() {
 
 var (
 	layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
-	output    = regexp.MustCompile(`\.(o_proj|down_proj)\.weight$`)
+	output    = regexp.MustCompile(`\.(o_proj|down_proj)(\.weight)?$`)
 )
 
 func run(src, out string, keep int, scale float32) error {
