@@ -57,14 +57,14 @@ func (s *speculateFlags) checkDraft() error {
 }
 
 // openDraft loads --draft-model where speculation will run (prompts
-// prompts a Run on a Rewindable runner; apply warns otherwise), on dev
+// prompts a Run on a runner that Speculates; apply warns otherwise), on dev
 // as the model runs (dtype, mode, KV caches, experts), its weights as
 // --draft-quantize says. Its tokenizer must be tok's (checkDraftVocab),
 // and its runner rewindable. The caller calls the returned func to
 // release it; nil and a no-op where there is none.
 func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.Device, dtype dtypes.DType, tok *tokenizer.Tokenizer, target *compile.Runner, prompts int) (*generate.DraftModel, func(), error) {
 	none := func() {}
-	if s.Model == "" || s.Draft == 0 || !target.Rewindable() || prompts > 1 {
+	if s.Model == "" || s.Draft == 0 || !target.Speculates() || prompts > 1 {
 		return nil, none, nil
 	}
 	m, err := resolveCheckpoint(ctx, o.Resolve, o.HubClient, s.Model, loader.Options{})
@@ -98,7 +98,7 @@ func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.D
 	if !r.Rewindable() {
 		r.Close()
 		loaded.Close()
-		return nil, none, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back (a model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
+		return nil, none, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back to any earlier token (a draft model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
 	}
 	st := r.NewState()
 	d := generate.NewDraftModel(st, min(target.Spec().VocabSize, spec.VocabSize), spec.MaxPositions)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
 // draftRun runs generate --json with args and returns its result's text,
@@ -138,7 +139,7 @@ func TestChatDraftModel(t *testing.T) {
 		return turns
 	}
 	plain := run()
-	drafted := run("--draft-model", dir)
+	drafted := run("--draft-model", dir, "--draft-p-min", "0") // drafts at every step
 	for i := range plain {
 		assert.Equal(t, plain[i]["text"], drafted[i]["text"], "turn %d", i+1)
 		m := drafted[i]["metrics"].(map[string]any)
@@ -188,4 +189,43 @@ func TestServeDraftModel(t *testing.T) {
 		<-done
 	}
 	assert.Equal(t, want, got)
+}
+
+// TestSpeculateRecurrent: Qwen3.5 and Qwen3.5-MoE (recurrent linear
+// attention, whose state is restored and replayed where a draft is cut
+// short) speculate by prompt lookup and with a draft model (the stories
+// model, which shares their tokenizer here) with the tokens of plain
+// greedy decoding; a draft model with recurrent state is refused.
+func TestSpeculateRecurrent(t *testing.T) {
+	dense, moe := qwenref.TinyQwen35(), qwenref.TinyQwen35MoE()
+	dense.Vocab, moe.Vocab, moe.Stacked = 512, 512, true
+	for name, write := range map[string]func(string) error{"qwen3.5": dense.Write, "qwen3.5-moe": moe.Write} {
+		dir := t.TempDir()
+		require.NoError(t, write(dir))
+		copyStoriesTokenizer(t, dir)
+		run := func(args ...string) ([]int, [2]int, string) {
+			e := genEnv(t)
+			code := e.run(append([]string{"--json", "-v", "generate", "-m", dir, "-p", "Lily saw a big red ball. Lily saw a big red ball. Lily saw", "-n", "48", "--temperature", "0"}, args...)...)
+			require.Equal(t, ExitOK, code, "%s %v: %s", name, args, e.errOut.String())
+			var res []struct {
+				TokenIDs []int `json:"token_ids"`
+				Metrics  struct {
+					Draft    int `json:"draft_tokens"`
+					Accepted int `json:"draft_accepted"`
+				} `json:"metrics"`
+			}
+			require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+			return res[0].TokenIDs, [2]int{res[0].Metrics.Draft, res[0].Metrics.Accepted}, e.errOut.String()
+		}
+		want, _, _ := run()
+		for _, args := range [][]string{{"--speculate", "4"}, {"--speculate", "6", "--mode", "eager"}, {"--draft-model", storiesDir, "--draft-p-min", "0", "--speculate", "3"}} {
+			got, drafts, errOut := run(args...)
+			assert.Equal(t, want, got, "%s %v", name, args)
+			assert.Positive(t, drafts[0], "%s %v: no draft proposed: %s", name, args, errOut)
+			assert.NotContains(t, errOut, "--speculate: off", "%s %v", name, args)
+		}
+		e := genEnv(t)
+		assert.Equal(t, ExitUnsupported, e.run("generate", "-m", storiesDir, "-p", "Once", "-n", "4", "--draft-model", dir), e.errOut.String())
+		assert.Contains(t, e.errOut.String(), "cannot take its caches back to any earlier token", name)
+	}
 }

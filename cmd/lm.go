@@ -363,7 +363,7 @@ func (s *speculateFlags) check() error {
 
 // apply sets o's speculation and says under -v (or warns, when it was
 // asked and cannot run) whether it runs: one prompt on a model and
-// backend whose caches can be taken back (compile.Runner.Rewindable).
+// backend whose caches can be taken back (compile.Runner.Speculates).
 // draft is the draft model openDraft opened (nil: prompt lookup).
 func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile.Runner, prompts int, draft *generate.DraftModel) {
 	if s.Draft == 0 {
@@ -371,8 +371,8 @@ func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile
 	}
 	o.Speculate, o.SpeculateNgram, o.DraftModel = s.Draft, s.Ngram, draft
 	switch {
-	case !r.Rewindable():
-		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, --tp, or --experts host)", r.Spec().Architecture)
+	case !r.Speculates():
+		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --tp, or --experts host)", r.Spec().Architecture)
 	case prompts > 1:
 		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
 	case draft != nil:

@@ -20,8 +20,12 @@ import (
 // never read before the next steps write them again, where the backend
 // writes a cache slot in place (lm.Step.DynamicUpdateSlice: without it a
 // slot is written by adding into its zeros, and a stale slot would be
-// added to). State without slots (a recurrent layer's) cannot be taken
-// back; such models and backends do not speculate (Rewindable).
+// added to). State without slots (a recurrent layer's: Qwen3.5's linear
+// attention) holds no position to go back to: DecodeMany keeps a copy of
+// it from before the step (a replay), and Rewind restores the copy and
+// feeds the step's tokens that are kept again, so such a model takes
+// back only its last step's tokens (Speculates, not Rewindable), at the
+// cost of a second step where some are kept and some not.
 
 // manyProgs are DecodeMany's programs, made at its first call: the whole
 // step with every position's logits (compiled mode) or the head that
@@ -39,20 +43,89 @@ type manyProgs struct {
 // device whose backend writes cache slots in place (not GoMLX's go
 // backend).
 func (r *Runner) Rewindable() bool {
+	ok, recurrent := r.rewindability()
+	return ok && !recurrent
+}
+
+// Speculates reports whether a State of r can decode speculatively: fed
+// several tokens in one step with their logits (State.DecodeMany) and
+// taken back over the last of them (State.Rewind). A Rewindable model
+// can, and so can a model with recurrent state that otherwise would be,
+// taking back only the tokens of its last DecodeMany (by replaying the
+// kept ones).
+func (r *Runner) Speculates() bool {
+	ok, _ := r.rewindability()
+	return ok
+}
+
+// rewindability: ok where r is on one device, with its experts in the
+// graph, on a backend writing cache slots in place; recurrent where some
+// layer's own state has no slots.
+func (r *Runner) rewindability() (ok, recurrent bool) {
 	if r.tp != nil || r.moe != nil || !r.spec.Generates() || !r.dus {
-		return false
+		return false, false
 	}
 	for i, axes := range r.slotAxes {
 		if r.stateSrc[i] != i {
 			continue
 		}
 		for _, a := range axes {
-			if a == lm.NoSlots {
-				return false
+			recurrent = recurrent || a == lm.NoSlots
+		}
+	}
+	return true, recurrent
+}
+
+// replay is what a State of a model with recurrent state keeps of its
+// last DecodeMany: the position and recurrent state before it (copies;
+// nil where a state has slots) and the tokens it fed.
+type replay struct {
+	next   int
+	states [][]*tensors.Tensor
+	tokens []int
+}
+
+func (p *replay) free() {
+	for _, layer := range p.states {
+		for _, x := range layer {
+			if x != nil {
+				x.FinalizeAll()
 			}
 		}
 	}
-	return true
+}
+
+// snapshot copies st's recurrent state (the states without slots) as
+// they are now.
+func (st *State) snapshot(tokens []int) (*replay, error) {
+	r := st.r
+	p := &replay{next: st.next, tokens: append([]int(nil), tokens...), states: make([][]*tensors.Tensor, len(st.tensors))}
+	for i, layer := range st.tensors {
+		if r.stateSrc[i] != i {
+			continue
+		}
+		p.states[i] = make([]*tensors.Tensor, len(layer))
+		for k, x := range layer {
+			if r.slotAxes[i][k] != lm.NoSlots {
+				continue
+			}
+			c, err := x.Clone()
+			if err != nil {
+				p.free()
+				return nil, fmt.Errorf("copying the recurrent state: %w", err)
+			}
+			p.states[i][k] = c
+		}
+	}
+	return p, nil
+}
+
+// dropReplay forgets the last DecodeMany's replay: another step ran.
+func (st *State) dropReplay() {
+	if st.replay != nil {
+		st.replay.free()
+		st.replay = nil
+	}
 }
 
 // Room is how many more tokens a row of st may be fed before its cache
@@ -78,8 +151,8 @@ func (st *State) Room() int {
 func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
 	r := st.r
 	switch {
-	case !r.Rewindable():
-		return nil, fmt.Errorf("%s on %s: several tokens a step with their logits need a model whose state is all KV caches, on one device with its experts in the graph, on a backend that writes cache slots in place: %w", r.spec.Architecture, r.backend.Name(), errs.ErrUnsupported)
+	case !r.Speculates():
+		return nil, fmt.Errorf("%s on %s: several tokens a step with their logits need a model on one device with its experts in the graph, on a backend that writes cache slots in place: %w", r.spec.Architecture, r.backend.Name(), errs.ErrUnsupported)
 	case st.tensors == nil:
 		return nil, fmt.Errorf("decode before prefill")
 	case st.Pending() > 0:
@@ -106,10 +179,20 @@ func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
 	for i, id := range tokens {
 		ids[i] = int32(id)
 	}
+	var rp *replay
+	if !r.Rewindable() {
+		if rp, err = st.snapshot(tokens); err != nil {
+			return nil, err
+		}
+	}
 	out, err := r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(ids, 1, n), st.next)
 	if err != nil {
+		if rp != nil {
+			rp.free()
+		}
 		return nil, err
 	}
+	st.replay = rp
 	defer out.FinalizeAll()
 	v := r.spec.VocabSize
 	rows := make([][]float32, n)
@@ -141,10 +224,17 @@ func (r *Runner) manyProgram() (*Program, error) {
 // Rewind takes the cache of st back by n slots: the last n tokens fed
 // are forgotten, and the next step writes where the first of them was.
 // n may not reach into the prompt's pending or padding slots; a model
-// that is not Rewindable is refused.
+// that does not Speculate is refused, and one with recurrent state (not
+// Rewindable) takes back only tokens of its last DecodeMany: it restores
+// the state from before that step and feeds the step's first tokens
+// again, all but the last n.
 func (st *State) Rewind(n int) error {
+	r := st.r
+	if r.Speculates() && !r.Rewindable() {
+		return st.replayRewind(n)
+	}
 	switch {
-	case !st.r.Rewindable():
+	case !r.Rewindable():
 		return fmt.Errorf("%s: its state cannot be taken back: %w", st.r.spec.Architecture, errs.ErrUnsupported)
 	case st.Pending() > 0:
 		return fmt.Errorf("rewind with %d prompt tokens still pending", st.Pending())
@@ -158,6 +248,46 @@ func (st *State) Rewind(n int) error {
 	}
 	st.next -= n
 	return nil
+}
+
+// replayRewind is Rewind on a model with recurrent state: the last n
+// tokens of the last DecodeMany are forgotten by restoring the state from
+// before it and feeding the others again.
+func (st *State) replayRewind(n int) error {
+	rp := st.replay
+	switch {
+	case rp == nil || n < 0 || n > len(rp.tokens):
+		have := 0
+		if rp != nil {
+			have = len(rp.tokens)
+		}
+		return fmt.Errorf("%s: its recurrent state takes back only the tokens of its last several-token step (%d), not %d: %w", st.r.spec.Architecture, have, n, errs.ErrUnsupported)
+	case n == 0:
+		return nil // the replay stays for a later Rewind of that step
+	}
+	st.replay = nil
+	defer rp.free()
+	for i, layer := range rp.states {
+		for k, x := range layer {
+			if x != nil {
+				st.tensors[i][k].FinalizeAll()
+				st.tensors[i][k] = x
+				layer[k] = nil // now the state's: not freed with the replay
+			}
+		}
+	}
+	st.next = rp.next
+	keep := rp.tokens[:len(rp.tokens)-n]
+	if len(keep) == 0 {
+		return nil
+	}
+	// The kept tokens again, on the prefill program (its last logits only).
+	st.pending = [][]int32{make([]int32, len(keep))}
+	for i, id := range keep {
+		st.pending[0][i] = int32(id)
+	}
+	_, err := st.PrefillChunk(len(keep))
+	return err
 }
 
 // manyGraph is stepGraph with the logits of every position, [B·T, V]
@@ -183,7 +313,7 @@ func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
 
 // Rewindable reports whether st's runner can be fed several tokens a
 // step and taken back (Runner.Rewindable): generate.Speculator.
-func (st *State) Rewindable() bool { return st.r.Rewindable() }
+func (st *State) Rewindable() bool { return st.r.Speculates() }
 
 // SpeculateRoom is how many tokens the decode batch's one sequence may
 // be fed in one step (DecodeMany): the slots its cache has left before

@@ -155,7 +155,8 @@ func checkDecodeMany(t *testing.T, r *Runner, prompt []int, vocab int) {
 }
 
 // TestDecodeManyRefuses: a model with recurrent state (Qwen3.5's linear
-// attention) cannot be taken back; a batch of two rows, no room and no
+// attention) is not Rewindable but Speculates: it takes back only tokens
+// of its last several-token step; a batch of two rows, no room and no
 // tokens are errors.
 func TestDecodeManyRefuses(t *testing.T) {
 	dir := t.TempDir()
@@ -167,19 +168,28 @@ func TestDecodeManyRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rq.Close()
-	if rq.Rewindable() {
-		t.Error("Qwen3.5's recurrent state: not Rewindable")
+	if rq.Rewindable() || !rq.Speculates() {
+		t.Errorf("Qwen3.5's recurrent state: Rewindable %v, Speculates %v; want false, true", rq.Rewindable(), rq.Speculates())
 	}
 	st := rq.NewState()
 	defer st.Release()
-	if _, err := st.Prefill([][]int{{1, 2, 3}}, 4); err != nil {
+	if _, err := st.Prefill([][]int{{1, 2, 3}}, 8); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.DecodeMany([]int{4, 5}); !errors.Is(err, errs.ErrUnsupported) {
-		t.Errorf("Qwen3.5: %v, want ErrUnsupported", err)
+	if err := st.Rewind(1); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("Qwen3.5 rewind with no several-token step: %v, want ErrUnsupported", err)
+	}
+	if _, err := st.DecodeMany([]int{4, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Rewind(3); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("Qwen3.5 rewind past its last step: %v, want ErrUnsupported", err)
+	}
+	if _, err := st.Decode([]int{6}); err != nil {
+		t.Fatal(err)
 	}
 	if err := st.Rewind(1); !errors.Is(err, errs.ErrUnsupported) {
-		t.Errorf("Qwen3.5 rewind: %v, want ErrUnsupported", err)
+		t.Errorf("Qwen3.5 rewind after a one-token step: %v, want ErrUnsupported", err)
 	}
 
 	r := storiesRunner(t)
@@ -201,5 +211,89 @@ func TestDecodeManyRefuses(t *testing.T) {
 	}
 	if _, err := one.DecodeMany(make([]int, one.Room()+1)); err == nil {
 		t.Errorf("%d tokens with room for %d: no error", one.Room()+1, one.Room())
+	}
+}
+
+// TestDecodeManyRecurrent: on a model with recurrent state (Qwen3.5, in
+// both modes) several tokens fed in one step give the logits of feeding
+// them one at a time, and a step taken back over some of its tokens
+// (the state restored and the rest fed again) and fed others gives what
+// a State that never saw them gives: the tokens of speculative decoding.
+func TestDecodeManyRecurrent(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwenref.TinyQwen35().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l := loadDir(t, dir)
+	vocab := l.Model.Spec().VocabSize
+	for _, mode := range []Mode{Compiled, Eager} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r, err := NewRunner(cpuBackend(t), l, Options{Mode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			prompt := []int{1, 5, 9, 13, 17}
+			feed := make([]int, 24)
+			for i := range feed {
+				feed[i] = 3 + (i*37)%(vocab-3)
+			}
+			one := r.NewState()
+			defer one.Release()
+			if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
+				t.Fatal(err)
+			}
+			var want [][]float32
+			for _, id := range feed {
+				l, err := one.Decode([]int{id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, append([]float32(nil), l[0]...))
+			}
+			many := r.NewState()
+			defer many.Release()
+			if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
+				t.Fatal(err)
+			}
+			// Each step feeds the next tokens and two wrong ones, keeps
+			// the right ones (the logits after them compared) and takes
+			// the wrong ones back; a step of wrong tokens alone is taken
+			// back whole; one step keeps everything.
+			at := 0
+			for _, n := range []int{3, 1, 5, 0, 4, 2, 6} {
+				step := append(append([]int(nil), feed[at:at+n]...), 11, 12)
+				wrong := 2
+				if n == 6 {
+					step, wrong = feed[at:at+n], 0
+				}
+				rows, err := many.DecodeMany(step)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range n {
+					if d := maxDiff(rows[i], want[at+i]); d > 1e-4 {
+						t.Errorf("after token %d: logits differ by %g", at+i, d)
+					}
+				}
+				if err := many.Rewind(wrong); err != nil {
+					t.Fatal(err)
+				}
+				if got := many.Position(); got != one.Position()-len(feed)+at+n {
+					t.Fatalf("position %d after keeping %d tokens, want %d", got, at+n, one.Position()-len(feed)+at+n)
+				}
+				at += n
+			}
+			// One token at a time from here gives the reference's logits.
+			for ; at < len(feed)-1; at++ {
+				rows, err := many.Decode([]int{feed[at]})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := maxDiff(rows[0], want[at]); d > 1e-4 {
+					t.Errorf("decoding token %d after the steps: logits differ by %g", at, d)
+				}
+			}
+		})
 	}
 }

@@ -56,6 +56,9 @@ type State struct {
 	// callers get slices of their own.
 	reuseLogits bool
 	logits      []float32
+	// replay is what a model with recurrent state keeps of its last
+	// DecodeMany to take it back (speculate.go); nil otherwise.
+	replay *replay
 }
 
 // NewState returns an empty State on r: Begin starts its generation.
@@ -490,6 +493,7 @@ func (r *Runner) runStep(st *State, compiled, head *Program, tokens *tensors.Ten
 	if !r.spec.Generates() && (r.emb.prog == nil || head != r.emb.prog) {
 		return nil, GenerateError(r.spec) // only Embed's steps run a model without a language-model head
 	}
+	st.dropReplay() // another step: the last DecodeMany's replay no longer applies
 	startT := tensors.FromScalar(int32(start))
 	var out *tensors.Tensor
 	var err error
@@ -554,6 +558,7 @@ func (st *State) setPads(pads []int32) {
 
 // Release frees the state's tensors; the State can Begin again.
 func (st *State) Release() {
+	st.dropReplay()
 	for _, layer := range st.tensors {
 		for _, x := range layer {
 			if x != nil {

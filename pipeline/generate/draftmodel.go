@@ -24,8 +24,10 @@ import (
 // without it.
 
 // DraftStepper is a draft model's runner: one row fed a token at a time
-// or several (DecodeMany), taken back (Rewind), and continued with a
-// longer prompt (Extend: a conversation's next turn) (compile.State).
+// or several (DecodeMany), taken back to any earlier token (Rewind: a
+// compile.State of a Rewindable runner, not one with recurrent state),
+// and continued with a longer prompt (Extend: a conversation's next
+// turn).
 type DraftStepper interface {
 	Stepper
 	Speculator

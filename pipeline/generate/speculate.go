@@ -29,14 +29,16 @@ import (
 // tokens in one step, with the logits after each, and taken back over
 // the last of them (compile.State).
 type Speculator interface {
-	// Rewindable reports whether the model and backend can (a model with
-	// recurrent state cannot).
+	// Rewindable reports whether the model and backend can
+	// (compile.Runner.Speculates).
 	Rewindable() bool
 	// Room is how many more tokens the row may be fed.
 	Room() int
 	// DecodeMany feeds tokens and returns the logits after each.
 	DecodeMany(tokens []int) ([][]float32, error)
-	// Rewind forgets the last n tokens fed.
+	// Rewind forgets the last n tokens fed; speculation takes back only
+	// tokens of the last DecodeMany, which is all a model with recurrent
+	// state can take back (compile.State replays the rest).
 	Rewind(n int) error
 }
 
