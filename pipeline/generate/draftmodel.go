@@ -1,9 +1,13 @@
 package generate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/tputool/tputool/internal/errs"
 )
 
 // Speculative decoding with a draft model: a smaller language model of
@@ -42,22 +46,40 @@ const DefaultDraftPMin = 0.75
 // step to catch up with the text (1 or 2 after a draft: the model's pick
 // after it, and the draft's last token when the draft was confirmed
 // whole; up to maxSitOut+1 after steps sat out); more (a conversation's
-// next turn) are prefilled as a prompt continued (Extend).
+// next turn, another sequence) are prefilled as a prompt, in pieces.
 const maxCatchUp = maxSitOut + 1
 
 // maxSitOut is the most steps a draft model sits out after steps that
 // confirmed nothing.
 const maxSitOut = 8
 
+// draftPiece is the most prompt tokens a draft model prefills in one
+// step where its runner does not fix a piece (FixedPieces): its memory
+// bound, and where a cancelled Run is seen.
+const draftPiece = 512
+
+// The steps a draft model sits out after a failure: from 16, doubling
+// with each failure in a row, up to 1024.
+const (
+	firstErrWait = 16
+	maxErrWait   = 1024
+)
+
 // DraftModel proposes speculative drafts with a draft model
 // (Options.DraftModel). It keeps the tokens its runner's cache holds, so
 // a conversation's next Run continues it (a common prefix is kept, the
-// rest taken back). It is used by one Run at a time.
+// rest taken back). It is used by one Run at a time, or by serve's
+// scheduler alone.
 type DraftModel struct {
 	m DraftStepper
 	// PMin ends a draft before a token the draft model gives less than
 	// this probability (0: every draft is as long as asked).
 	PMin float64
+	// OnError, when set, is told of a failure of the draft model in a
+	// Run, which then decodes that step's token without a draft (the
+	// draft model sits out the next 16 steps, 32 after a second failure
+	// in a row, … up to 1024).
+	OnError func(error)
 	// vocab bounds the ids both models have: a draft ends before an id
 	// past it, and a text holding one gets no draft.
 	vocab int
@@ -69,8 +91,13 @@ type DraftModel struct {
 	maxNew int
 	// cool is the steps the draft model sits out after the next step that
 	// confirms nothing (doubling from 1 to maxSitOut, 0 after one that
-	// confirms a token); wait the steps it still sits out.
-	cool, wait int
+	// confirms a token); errWait the steps after the next failure; wait
+	// the steps it still sits out.
+	cool, errWait, wait int
+	// piece is the prefill piece; fixed pads catch-ups to one length (a
+	// device where each new step length compiles: FixedPieces).
+	piece int
+	fixed bool
 }
 
 // NewDraftModel proposes drafts with m, a draft model of positions
@@ -78,7 +105,14 @@ type DraftModel struct {
 // smaller of the two models' vocabulary sizes), with PMin
 // DefaultDraftPMin.
 func NewDraftModel(m DraftStepper, vocab, positions int) *DraftModel {
-	return &DraftModel{m: m, PMin: DefaultDraftPMin, vocab: vocab, positions: positions}
+	d := &DraftModel{m: m, PMin: DefaultDraftPMin, vocab: vocab, positions: positions, piece: draftPiece}
+	if fp, ok := m.(FixedPieces); ok && fp.PrefillPiece() > 0 {
+		d.piece, d.fixed = fp.PrefillPiece(), true
+	}
+	if lr, ok := m.(LogitsReuser); ok {
+		lr.ReuseLogits() // every step's logits are read before the next
+	}
+	return d
 }
 
 // CompileDuration is the draft model's time compiling (CompileTimer), so
@@ -94,8 +128,9 @@ func (d *DraftModel) CompileDuration() time.Duration {
 // (Drafter) or a draft model (DraftModel).
 type proposer interface {
 	// propose proposes up to limit tokens to follow history, the
-	// sequence so far (nil: none this step).
-	propose(history []int, limit int) ([]int, error)
+	// sequence so far (nil: none this step). Only a cancelled ctx is an
+	// error.
+	propose(ctx context.Context, history []int, limit int) ([]int, error)
 	// done records how a draft of n tokens fared: kept of them were
 	// confirmed.
 	done(n, kept int)
@@ -103,7 +138,7 @@ type proposer interface {
 
 type lookupProposer struct{ *Drafter }
 
-func (l lookupProposer) propose(history []int, limit int) ([]int, error) {
+func (l lookupProposer) propose(_ context.Context, history []int, limit int) ([]int, error) {
 	return l.Draft(history, limit), nil
 }
 
@@ -116,9 +151,14 @@ type modelProposer struct{ *DraftModel }
 // drafts of up to draft tokens.
 func (d *DraftModel) start(maxNew, draft int) proposer {
 	d.maxNew = maxNew + draft
-	d.cool, d.wait = 0, 0
+	d.Restart()
 	return modelProposer{d}
 }
+
+// Restart forgets how the last sequence's drafts fared (sitting out,
+// failures): another sequence begins (serve's scheduler, when the
+// sequence running alone is another one).
+func (d *DraftModel) Restart() { d.cool, d.errWait, d.wait = 0, 0, 0 }
 
 func (p modelProposer) done(n, kept int) { p.Done(n, kept) }
 
@@ -139,21 +179,31 @@ func (d *DraftModel) sitOut() {
 	d.wait = d.cool
 }
 
-func (p modelProposer) propose(history []int, limit int) ([]int, error) {
-	return p.DraftModel.draft(history, limit)
+// propose is Propose in a Run: a failure of the draft model is reported
+// to OnError, and the step goes on without a draft.
+func (p modelProposer) propose(ctx context.Context, history []int, limit int) ([]int, error) {
+	draft, err := p.draft(ctx, history, limit)
+	if err != nil && ctx.Err() == nil {
+		if p.OnError != nil {
+			p.OnError(err)
+		}
+		return nil, nil
+	}
+	return draft, err
 }
 
 // Propose proposes up to limit tokens to follow history, the sequence so
 // far, with its cache sized for maxNew more tokens (a server's sequence
 // running alone: serve's scheduler); nil for none. After an error the
-// next proposal starts afresh.
-func (d *DraftModel) Propose(history []int, limit, maxNew int) ([]int, error) {
+// draft model sits out the next steps (16, doubling with each failure in
+// a row up to 1024), then starts afresh.
+func (d *DraftModel) Propose(ctx context.Context, history []int, limit, maxNew int) ([]int, error) {
 	d.maxNew = maxNew
-	return d.draft(history, limit)
+	return d.draft(ctx, history, limit)
 }
 
 // draft is Propose with the cache sized by d.maxNew.
-func (d *DraftModel) draft(history []int, limit int) ([]int, error) {
+func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -161,10 +211,9 @@ func (d *DraftModel) draft(history []int, limit int) ([]int, error) {
 		d.wait--
 		return nil, nil
 	}
-	logits, err := d.catchUp(history)
+	logits, err := d.catchUp(ctx, history)
 	if err != nil {
-		d.fed = nil // the cache's content is unknown: prefill afresh next time
-		return nil, fmt.Errorf("draft model: %w", err)
+		return nil, d.failed(err)
 	}
 	if logits == nil {
 		return nil, nil
@@ -176,27 +225,40 @@ func (d *DraftModel) draft(history []int, limit int) ([]int, error) {
 			if len(draft) == 0 {
 				d.sitOut()
 			}
+			d.errWait = 0 // a proposal without a failure
 			return draft, nil
 		}
 		draft = append(draft, id)
 		if len(draft) == limit || d.m.Room() < 1 {
+			d.errWait = 0
 			return draft, nil
 		}
 		rows, err := d.m.Decode([]int{id})
 		if err != nil {
-			d.fed = nil
-			return nil, fmt.Errorf("draft model: %w", err)
+			return nil, d.failed(err)
 		}
 		d.fed = append(d.fed, id)
 		logits = rows[0]
 	}
 }
 
+// failed records a failure of the draft model: its cache's content is
+// unknown (the next proposal prefills afresh), and unless ctx was
+// cancelled it sits out the next steps.
+func (d *DraftModel) failed(err error) error {
+	d.fed = nil
+	if !errors.Is(err, errs.ErrInterrupted) {
+		d.errWait = min(max(2*d.errWait, firstErrWait), maxErrWait)
+		d.wait = d.errWait
+	}
+	return fmt.Errorf("draft model: %w", err)
+}
+
 // catchUp brings the draft model's cache to history and returns its
 // logits after history's last token; nil where history holds an id the
 // draft model does not have or fills its positions (it proposes nothing
 // then).
-func (d *DraftModel) catchUp(history []int) ([]float32, error) {
+func (d *DraftModel) catchUp(ctx context.Context, history []int) ([]float32, error) {
 	// The cache is sized for the rest of the Run, as far as the draft
 	// model's positions go.
 	budget := min(d.maxNew, d.positions-len(history))
@@ -218,44 +280,81 @@ func (d *DraftModel) catchUp(history []int) ([]float32, error) {
 	}
 	if p == 0 {
 		d.fed = nil
-		rows, err := d.m.Prefill([][]int{history}, budget)
+		n, err := d.m.Begin([][]int{history}, budget)
+		if err != nil {
+			return nil, err
+		}
+		logits, err := d.prefill(ctx, n)
 		if err != nil {
 			return nil, err
 		}
 		d.fed = append([]int(nil), history...)
-		return rows[0], nil
+		return logits, nil
 	}
 	if err := d.m.Rewind(len(d.fed) - p); err != nil {
 		return nil, err
 	}
 	d.fed = d.fed[:p]
 	var logits []float32
-	switch {
+	switch feed := d.catchUpFeed(rest); {
 	case len(rest) == 1 && d.m.Room() >= 1:
 		rows, err := d.m.Decode(rest)
 		if err != nil {
 			return nil, err
 		}
 		logits = rows[0]
-	case len(rest) <= maxCatchUp && len(rest) <= d.m.Room():
-		rows, err := d.m.DecodeMany(rest)
+	case len(rest) <= maxCatchUp && len(feed) <= d.m.Room():
+		rows, err := d.m.DecodeMany(feed)
 		if err != nil {
 			return nil, err
 		}
-		logits = rows[len(rows)-1]
+		logits = rows[len(rest)-1]
+		if err := d.m.Rewind(len(feed) - len(rest)); err != nil { // the padding
+			return nil, err
+		}
 	default:
 		n, err := d.m.Extend([][]int{rest}, budget)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := d.m.PrefillChunk(n)
-		if err != nil {
+		if logits, err = d.prefill(ctx, n); err != nil {
 			return nil, err
 		}
-		logits = rows[0]
 	}
 	d.fed = append(d.fed, rest...)
 	return logits, nil
+}
+
+// catchUpFeed is rest as a catch-up step feeds it: padded with its last
+// token to maxCatchUp tokens where every step length compiles (fixed),
+// so that one executable serves every catch-up.
+func (d *DraftModel) catchUpFeed(rest []int) []int {
+	if !d.fixed || len(rest) >= maxCatchUp {
+		return rest
+	}
+	feed := append(make([]int, 0, maxCatchUp), rest...)
+	for len(feed) < maxCatchUp {
+		feed = append(feed, rest[len(rest)-1])
+	}
+	return feed
+}
+
+// prefill runs the n pending tokens in pieces of d.piece, checking ctx
+// between them, and returns the logits after the last.
+func (d *DraftModel) prefill(ctx context.Context, n int) ([]float32, error) {
+	for {
+		k := min(n, d.piece)
+		rows, err := d.m.PrefillChunk(k)
+		if err != nil {
+			return nil, err
+		}
+		if n -= k; n == 0 {
+			return rows[0], nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("draft model's prefill cancelled: %w", errs.ErrInterrupted)
+		}
+	}
 }
 
 // argmaxProb is the id of the largest of logits and its softmax

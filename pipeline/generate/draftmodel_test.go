@@ -1,24 +1,37 @@
 package generate
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // draftCache is cacheModel as a draft model: it also continues its cache
-// with more prompt tokens (Extender), and counts how it was fed.
+// with more prompt tokens (Extender), and counts how it was fed. With
+// piece set it fixes its prefill pieces (FixedPieces); with failAt its
+// Decode calls fail from that one on.
 type draftCache struct {
 	cacheModel
 	pending  []int
 	prefills int
 	extends  int
-	steps    int // Decode and DecodeMany calls
+	steps    int   // Decode and DecodeMany calls
+	chunks   []int // PrefillChunk's sizes
+	manys    []int // DecodeMany's lengths
+	piece    int
+	decodes  int
+	failAt   int
+	onChunk  func()
 }
+
+func (d *draftCache) PrefillPiece() int { return d.piece }
 
 func (d *draftCache) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 	d.prefills++
@@ -27,11 +40,15 @@ func (d *draftCache) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 
 func (d *draftCache) Decode(next []int) ([][]float32, error) {
 	d.steps++
+	if d.decodes++; d.failAt > 0 && d.decodes >= d.failAt {
+		return nil, errors.New("out of memory")
+	}
 	return d.cacheModel.Decode(next)
 }
 
 func (d *draftCache) DecodeMany(tokens []int) ([][]float32, error) {
 	d.steps++
+	d.manys = append(d.manys, len(tokens))
 	return d.cacheModel.DecodeMany(tokens)
 }
 
@@ -50,6 +67,10 @@ func (d *draftCache) Extend(tokens [][]int, maxNew int) (int, error) {
 }
 
 func (d *draftCache) PrefillChunk(n int) ([][]float32, error) {
+	d.chunks = append(d.chunks, n)
+	if d.onChunk != nil {
+		d.onChunk()
+	}
 	d.fed = append(d.fed, d.pending[:n]...)
 	d.pending = d.pending[n:]
 	return [][]float32{d.after()}, nil
@@ -97,7 +118,7 @@ func TestDraftModelSameTokens(t *testing.T) {
 				}
 				text := append(slices.Clone(prompt), got[0].TokenIDs...)
 				o.DraftModel.wait = 0
-				if _, err := o.DraftModel.draft(text, 1); err != nil || !slices.Equal(draft.fed, text) {
+				if _, err := o.DraftModel.draft(context.Background(), text, 1); err != nil || !slices.Equal(draft.fed, text) {
 					t.Errorf("%s: after a proposal the draft model's cache holds %v (%v), not the text %v", name, draft.fed, err, text)
 				}
 				if draft.prefills != 1 {
@@ -184,6 +205,87 @@ func TestArgmaxProb(t *testing.T) {
 		id, p := argmaxProb(c.logits)
 		if id != c.id || math.Abs(p-c.p) > 1e-12 {
 			t.Errorf("argmaxProb(%v) = %d, %v; want %d, %v", c.logits, id, p, c.id, c.p)
+		}
+	}
+}
+
+// TestDraftModelFails: a draft model that fails leaves the text as it is
+// (the step decodes without a draft), is reported once a failure, and
+// sits out the next 16 steps, then 32; a cancelled Run stops in the
+// draft model's prefill, between its pieces.
+func TestDraftModelFails(t *testing.T) {
+	greedy := Options{MaxNewTokens: 60, Speculate: 4, Sampling: sample.Options{RepetitionPenalty: 1}}
+	want, _, _ := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, greedy)
+	draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}, failAt: 5}
+	d := NewDraftModel(draft, 16, 1000)
+	var failures []error
+	d.OnError = func(err error) { failures = append(failures, err) }
+	o := greedy
+	o.DraftModel = d
+	got, met, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
+	if err != nil || !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
+		t.Fatalf("a failing draft model: %v, %v; want %v", err, got[0].TokenIDs, want[0].TokenIDs)
+	}
+	// Failing from its fifth Decode: once, then after 16 steps (a
+	// prefill, then a Decode that fails), then after 32.
+	if len(failures) != 3 || met.DraftAccepted == 0 {
+		t.Errorf("%d failures reported (%v), %d drafted tokens confirmed; want 3 and some", len(failures), failures, met.DraftAccepted)
+	}
+	if draft.prefills != 3 {
+		t.Errorf("%d prefills, want 3 (the first, and one after each of the first two failures)", draft.prefills)
+	}
+
+	// Cancelled in the draft model's prefill.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := make([]int, 40)
+	for i := range long {
+		long[i] = 3 + i%9
+	}
+	pieces := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}, piece: 8, onChunk: cancel}
+	o.DraftModel = NewDraftModel(pieces, 16, 1000)
+	_, _, err = Run(ctx, &cacheModel{t: t, vocab: 16}, [][]int{long}, o)
+	if !errors.Is(err, errs.ErrInterrupted) || len(pieces.chunks) != 1 {
+		t.Errorf("cancelled: %v after %d pieces; want ErrInterrupted after one", err, len(pieces.chunks))
+	}
+}
+
+// TestDraftModelShapes: where every step length compiles (FixedPieces),
+// the draft model prefills in the runner's pieces and pads its catch-ups
+// to one length (taking the padding back), with the same tokens; else it
+// prefills in pieces of draftPiece.
+func TestDraftModelShapes(t *testing.T) {
+	long := make([]int, 1100)
+	for i := range long {
+		long[i] = 3 + i%9
+	}
+	for _, piece := range []int{0, 64} {
+		greedy := Options{MaxNewTokens: 40, Speculate: 4, Sampling: sample.Options{RepetitionPenalty: 1}}
+		want, _, _ := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{long}, greedy)
+		rule := func(a, b int) int { return 3 + (a*7+b*3+(a*b)%3/2)%9 } // agrees in part
+		draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16, nextFn: rule}, piece: piece}
+		o := greedy
+		o.DraftModel = NewDraftModel(draft, 16, 10000)
+		o.DraftModel.PMin = 0
+		got, _, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{long}, o)
+		if err != nil || !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
+			t.Fatalf("piece %d: %v, %v; want %v", piece, err, got[0].TokenIDs, want[0].TokenIDs)
+		}
+		wantPiece := cmp.Or(piece, draftPiece)
+		for i, n := range draft.chunks {
+			if n > wantPiece || (i < len(draft.chunks)-1 && n != wantPiece) {
+				t.Errorf("piece %d: prefill pieces %v, want %d each but the last", piece, draft.chunks, wantPiece)
+				break
+			}
+		}
+		if len(draft.manys) == 0 {
+			t.Errorf("piece %d: no catch-up step", piece)
+		}
+		for _, n := range draft.manys {
+			if piece > 0 && n != maxCatchUp {
+				t.Errorf("fixed pieces: catch-up steps of %v tokens, want %d each", draft.manys, maxCatchUp)
+				break
+			}
 		}
 	}
 }

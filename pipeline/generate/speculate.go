@@ -194,8 +194,9 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		var draft []int
 		if !fixed || sp.Room() >= 1+o.Speculate {
 			var err error
-			if draft, err = drafter.propose(rw.history, min(o.Speculate, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)); err != nil {
-				return err
+			if draft, err = drafter.propose(ctx, rw.history, min(o.Speculate, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)); err != nil {
+				finishAll([]*row{rw}, o, FinishInterrupted)
+				return fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
 			}
 		}
 		if len(draft) == 0 {

@@ -472,8 +472,8 @@ func (f *fixedDraft) PrefillChunk(n int) ([][]float32, error) { return f.step(n)
 // TestServeDraftModelProposes: a sequence running alone takes its drafts
 // from Config.DraftModel: a draft model proposing a wrong token every
 // step leaves the script's text as it is (every draft refused), and one
-// that fails leaves it too, each failure counted and the step decoding
-// one token.
+// that fails leaves it too, the failure counted, the step decoding one
+// token and the next ones sitting out.
 func TestServeDraftModelProposes(t *testing.T) {
 	script := []int{400, 401, 402, 403, 404, 400, 401, 405}
 	for _, fail := range []bool{false, true} {
@@ -489,7 +489,9 @@ func TestServeDraftModelProposes(t *testing.T) {
 		_, err := ts.metrics.WriteTo(&b)
 		require.NoError(t, err)
 		if fail {
-			assert.Regexp(t, `(?m)^tputool_draft_errors_total [1-9]`, b.String())
+			// After a failure the draft model sits out 16 steps.
+			assert.Equal(t, 1, d.calls, "a failing draft model retried at every step")
+			assert.Regexp(t, `(?m)^tputool_draft_errors_total 1$`, b.String())
 			assert.Regexp(t, `(?m)^tputool_draft_tokens_total 0$`, b.String())
 		} else {
 			assert.Regexp(t, `(?m)^tputool_draft_tokens_total [1-9]`, b.String())

@@ -201,6 +201,9 @@ type Scheduler struct {
 	running []*job
 	pre     []*job // the prompts prefilling together; nil for one cancelled since
 	preRun  *Prefilling
+	// drafting is the sequence the draft model last proposed for
+	// (Config.DraftModel).
+	drafting *job
 }
 
 // New returns a scheduler over e; call Run to start it.
@@ -576,9 +579,15 @@ func (s *Scheduler) speculateStep() bool {
 	limit := min(s.cfg.Speculate, room-1, budget-1)
 	var draft []int
 	if d := s.cfg.DraftModel; d != nil {
+		if s.drafting != j { // another sequence: forget how the last one's drafts fared
+			d.Restart()
+			s.drafting = j
+		}
 		var err error
-		if draft, err = d.Propose(j.seq.History(), limit, budget+s.cfg.Speculate); err != nil {
-			s.obs.DraftFailed(err)
+		if draft, err = d.Propose(j.ctx, j.seq.History(), limit, budget+s.cfg.Speculate); err != nil {
+			if !errors.Is(err, errs.ErrInterrupted) {
+				s.obs.DraftFailed(err)
+			}
 			return false
 		}
 	} else {
