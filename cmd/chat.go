@@ -85,7 +85,7 @@ answers is printed, one per turn; with --json each turn is one JSON object
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
-			if err := opts.Speculate.check(); err != nil {
+			if err := opts.Speculate.check(c.Flags().Changed); err != nil {
 				return err
 			}
 			if opts.DP > 1 {
@@ -155,12 +155,12 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	defer runner.Close()
 	st := runner.NewState()
 	defer st.Release()
-	draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
+	draft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
 	if err != nil {
 		return err
 	}
-	defer closeDraft()
-	s := &chatSession{draft: draft, opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
+	defer draft.Close()
+	s := &chatSession{draft: draft.Model(), opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}
 	s.spec.maxPositions = spec.MaxPositions
 	s.gen = func() (generate.Options, error) {
 		return generate.ResolveWith(loaded.Generation, spec.EOS, tokenizerEOS(tok), opts.Overrides)
@@ -169,7 +169,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	if err != nil {
 		return err
 	}
-	opts.Speculate.apply(&first, rep, runner, 1, draft) // says whether it runs
+	opts.Speculate.apply(&first, rep, runner, 1, draft.Model()) // says whether it runs
 	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		rep.Warnf("a conversation as long as the model's %d positions may not fit in memory: %v", spec.MaxPositions, err)
 	}

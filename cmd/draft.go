@@ -42,6 +42,7 @@ func (s *speculateFlags) addDraft(c *cobra.Command) {
 // checkDraft checks the draft model's flags; --speculate defaults to
 // defaultDraftTokens with --draft-model.
 func (s *speculateFlags) checkDraft() error {
+	given := func(name string) bool { return s.given != nil && s.given(name) }
 	if s.PMin < 0 || s.PMin > 1 || s.PMin != s.PMin {
 		return errs.Usagef("--draft-p-min %v: want a probability, 0 to 1", s.PMin)
 	}
@@ -50,65 +51,109 @@ func (s *speculateFlags) checkDraft() error {
 		return errs.Usagef("--draft-quantize %q: want int8, int4 or none", s.Quantize)
 	}
 	s.Quantize = q
-	if s.Model != "" && s.Draft == 0 {
+	switch {
+	case s.Model == "" && given("draft-p-min"):
+		return errs.Usagef("--draft-p-min applies to --draft-model, which is not given")
+	case s.Model == "" && given("draft-quantize"):
+		return errs.Usagef("--draft-quantize applies to --draft-model, which is not given")
+	case s.Model != "" && s.Draft == 0 && given("speculate"):
+		return errs.Usagef("--speculate 0 turns speculation off, and --draft-model speculates: drop one (--speculate defaults to %d with --draft-model)", defaultDraftTokens)
+	case s.Model != "" && s.Draft == 0:
 		s.Draft = defaultDraftTokens
 	}
 	return nil
 }
 
+// openedDraft is a draft model opened for a command: the proposer, its
+// runner and what to release. A nil *openedDraft is none.
+type openedDraft struct {
+	model  *generate.DraftModel
+	runner *compile.Runner
+	close  func()
+}
+
+// Model is the draft model's proposer (nil: none).
+func (d *openedDraft) Model() *generate.DraftModel {
+	if d == nil {
+		return nil
+	}
+	return d.model
+}
+
+// Close releases the draft model (none: nothing).
+func (d *openedDraft) Close() {
+	if d != nil {
+		d.close()
+	}
+}
+
+// Executables is how many executables the draft model's runner has
+// compiled (none: 0).
+func (d *openedDraft) Executables() int {
+	if d == nil {
+		return 0
+	}
+	return d.runner.Stats().Executables
+}
+
 // openDraft loads --draft-model where speculation will run (prompts
-// prompts a Run on a runner that Speculates; apply warns otherwise), on dev
-// as the model runs (dtype, mode, KV caches, experts), its weights as
+// prompts a Run on a target that speculates; apply warns otherwise), on
+// dev as the model runs (dtype, mode, KV caches, experts), its weights as
 // --draft-quantize says. Its tokenizer must be tok's (checkDraftVocab),
-// and its runner rewindable. The caller calls the returned func to
-// release it; nil and a no-op where there is none.
-func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.Device, dtype dtypes.DType, tok *tokenizer.Tokenizer, target *compile.Runner, prompts int) (*generate.DraftModel, func(), error) {
-	none := func() {}
+// and its runner Rewindable (to any earlier token). A failure of the draft
+// model while generating warns once. nil where there is none.
+func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.Device, dtype dtypes.DType, tok *tokenizer.Tokenizer, target *compile.Runner, prompts int) (*openedDraft, error) {
 	if s.Model == "" || s.Draft == 0 || !target.Speculates() || prompts > 1 {
-		return nil, none, nil
+		return nil, nil
 	}
 	m, err := resolveCheckpoint(ctx, o.Resolve, o.HubClient, s.Model, loader.Options{})
 	if err != nil {
-		return nil, none, fmt.Errorf("--draft-model: %w", err)
+		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
 	if m.Kind != loader.Transformers {
-		return nil, none, errs.Unsupportedf("--draft-model %s is a %s pipeline, not a language model", m.Name(), m.Kind)
+		return nil, errs.Unsupportedf("--draft-model %s is a %s pipeline, not a language model", m.Name(), m.Kind)
 	}
 	dtok, err := tokenizer.LoadDir(m.Dir)
 	if err != nil {
-		return nil, none, fmt.Errorf("--draft-model: %w", err)
+		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
 	if err := checkDraftVocab(tok, dtok, m.Name()); err != nil {
-		return nil, none, err
+		return nil, err
 	}
 	loaded, err := openModel(m, dev, dtype, o.Reporter)
 	if err != nil {
-		return nil, none, fmt.Errorf("--draft-model: %w", err)
+		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
 	spec := loaded.Model.Spec()
 	if err := compile.GenerateError(spec); err != nil {
 		loaded.Close()
-		return nil, none, fmt.Errorf("--draft-model: %w", err)
+		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
 	r, err := compileRunner(dev, loaded, compile.Options{Mode: o.Mode, DType: dtype, KVDType: o.KVDType, Experts: o.Experts, Quantize: s.Quantize}, o.HostMemory, o.Reporter)
 	if err != nil {
 		loaded.Close()
-		return nil, none, fmt.Errorf("--draft-model: %w", err)
+		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
 	if !r.Rewindable() {
 		r.Close()
 		loaded.Close()
-		return nil, none, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back to any earlier token (a draft model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
+		return nil, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back to any earlier token (a draft model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
 	}
 	st := r.NewState()
 	d := generate.NewDraftModel(st, min(target.Spec().VocabSize, spec.VocabSize), spec.MaxPositions)
 	d.PMin = s.PMin
+	var once sync.Once
+	d.OnError = func(err error) {
+		once.Do(func() {
+			o.Reporter.Warnf("--draft-model: %v (that step decoded without a draft; the draft model sits out a while after each failure)", err)
+		})
+	}
 	o.Reporter.Debugf("draft model %s: %s, %d layers, hidden %d", m.Name(), spec.Architecture, spec.Layers, spec.Hidden)
-	return d, func() {
+	return &openedDraft{model: d, runner: r, close: func() {
 		st.Release()
 		r.Close()
 		loaded.Close()
-	}, nil
+	}}, nil
 }
 
 // checkDraftVocab refuses a draft model whose tokenizer is not the

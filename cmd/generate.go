@@ -108,7 +108,7 @@ the same tokens.`,
 			if opts.PrefillChunk < -1 {
 				return errs.Usagef("--prefill-chunk %d: want a token count, 0 (timed pieces) or -1 (one piece)", opts.PrefillChunk)
 			}
-			if err := opts.Speculate.check(); err != nil {
+			if err := opts.Speculate.check(c.Flags().Changed); err != nil {
 				return err
 			}
 			if opts.System != "" {
@@ -365,11 +365,11 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if opts.Stream && !opts.JSON {
 		perRun = 1
 	}
-	draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, perRun)
+	draft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, perRun)
 	if err != nil {
 		return err
 	}
-	defer closeDraft()
+	defer draft.Close()
 	loadDuration := opts.Now().Sub(start)
 
 	// Prompts to token ids.
@@ -451,7 +451,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		}
 		batches = append(batches, all)
 	}
-	opts.Speculate.apply(&gen, rep, runner, perRun, draft)
+	opts.Speculate.apply(&gen, rep, runner, perRun, draft.Model())
 	var metrics generate.Metrics
 	var runErr error
 	for _, batch := range batches {

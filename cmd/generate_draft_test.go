@@ -229,3 +229,26 @@ func TestSpeculateRecurrent(t *testing.T) {
 		assert.Contains(t, e.errOut.String(), "cannot take its caches back to any earlier token", name)
 	}
 }
+
+// TestDraftFlags: the draft model's flags without --draft-model, and
+// --speculate 0 with it, are usage errors naming them.
+func TestDraftFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--draft-p-min", "0.5"}, "--draft-p-min applies to --draft-model"},
+		{[]string{"--draft-quantize", "int8"}, "--draft-quantize applies to --draft-model"},
+		{[]string{"--draft-model", storiesDir, "--speculate", "0"}, "--speculate 0 turns speculation off"},
+	} {
+		for _, cmd := range []string{"generate", "serve"} {
+			e := genEnv(t)
+			args := append([]string{cmd, "-m", storiesDir}, c.args...)
+			if cmd == "generate" {
+				args = append(args, "-p", "Once")
+			}
+			assert.Equal(t, ExitUsage, e.run(args...), "%v: %s", args, e.errOut.String())
+			assert.Contains(t, e.errOut.String(), c.want, "%v", args)
+		}
+	}
+}

@@ -340,6 +340,9 @@ type speculateFlags struct {
 	// --draft-quantize.
 	Model, Quantize string
 	PMin            float64
+	// given reports whether a flag was given (the command's
+	// Flags().Changed), for check; nil: none was.
+	given func(name string) bool
 }
 
 // maxSpeculate bounds --speculate.
@@ -351,7 +354,10 @@ func (s *speculateFlags) add(c *cobra.Command) {
 	fl.IntVar(&s.Ngram, "speculate-ngram", generate.DefaultSpeculateNgram, "the longest run of last tokens --speculate looks up (1 to 8)")
 }
 
-func (s *speculateFlags) check() error {
+// check checks the flags; given reports the flags given on the command
+// line (nil: none).
+func (s *speculateFlags) check(given func(string) bool) error {
+	s.given = given
 	if s.Draft < 0 || s.Draft > maxSpeculate {
 		return errs.Usagef("--speculate %d: want 0 (off) to %d tokens", s.Draft, maxSpeculate)
 	}

@@ -146,7 +146,7 @@ exits 0. A second signal exits 130 at once.`,
 			} else if opts.APIKey == "" {
 				return errs.Usagef("--api-key is empty (leave it out to serve without a key)")
 			}
-			if err := checkServeFlags(opts); err != nil {
+			if err := checkServeFlags(opts, c.Flags().Changed); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -179,11 +179,12 @@ exits 0. A second signal exits 130 at once.`,
 }
 
 // checkServeFlags validates serve's own flags; the errors name them.
-func checkServeFlags(o *ServeOptions) error {
+// given reports the flags given on the command line.
+func checkServeFlags(o *ServeOptions, given func(string) bool) error {
 	if err := checkPoolingFlag(o.Pooling); err != nil {
 		return err
 	}
-	if err := o.Speculate.check(); err != nil {
+	if err := o.Speculate.check(given); err != nil {
 		return err
 	}
 	switch {
@@ -394,14 +395,14 @@ func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling 
 // compiled after the server started listening (recompiles: with --warmup
 // there should be none).
 type compileCounter struct {
-	stats func() compile.Stats
-	base  int
+	executables func() int // the model's runner's, and a draft model's
+	base        int
 }
 
-func (c *compileCounter) ready() { c.base = c.stats().Executables }
+func (c *compileCounter) ready() { c.base = c.executables() }
 
 func (c *compileCounter) counts() (compiles, recompiles int) {
-	n := c.stats().Executables
+	n := c.executables()
 	return n, max(0, n-c.base)
 }
 
@@ -516,12 +517,22 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	defer runner.Close()
+	// The draft model next, so that a model that cannot be one fails
+	// before the warm-up (a lone sequence speculates on a batch, which
+	// takes its cache back only where the model is Rewindable).
+	var draft *openedDraft
+	if opts.Speculate.Draft > 0 && !embeddingsOnly && runner.Rewindable() {
+		if draft, err = opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1); err != nil {
+			return err
+		}
+		defer draft.Close()
+	}
 	engine, slots, err := serveEngine(runner, opts, maxContext, pooling, embeddingsOnly, rerank)
 	if err != nil {
 		return err
 	}
 	defer engine.close()
-	counter := &compileCounter{stats: runner.Stats}
+	counter := &compileCounter{executables: func() int { return runner.Stats().Executables + draft.Executables() }}
 	if opts.Warmup && engine.warmup != nil {
 		rep.Infof("warming up: compiling the shapes of %d slots and %d-token prefill pieces…", opts.MaxBatch, opts.PrefillChunk)
 		t := opts.Now()
@@ -548,13 +559,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = !dev.Capabilities.HostMemory
-			draft, closeDraft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
-			if err != nil {
-				return err
-			}
-			defer closeDraft()
 			if draft != nil {
-				cfg.DraftModel = draft
+				cfg.DraftModel = draft.Model()
 				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep}
 				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step with the draft model %s", opts.Speculate.Draft, opts.Speculate.Model)
 			} else {
