@@ -18,8 +18,9 @@
 #      device, compiled and eager, float32: within 1e-3 of the CPU's.
 #   1d. likelihoods and speculation: `tputool perplexity` and an echoed
 #      prompt's log-probabilities with alternatives from `serve`, float32,
-#      within 1e-3 of the CPU's; `generate --speculate 4`'s and
-#      `--draft-model`'s greedy tokens equal the CPU's plain ones.
+#      within 1e-3 of the CPU's; `generate --speculate 4`'s (stories260K
+#      and a tiny Qwen3.5) and `--draft-model`'s greedy tokens equal the
+#      CPU's plain ones.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -321,9 +322,10 @@ done
 # alternatives are picked in the graph on a device, on the host on the
 # CPU), float32: within 1e-3 of the CPU's, the same alternatives. Then
 # `generate --speculate 4` on a prompt that repeats itself (several tokens
-# a step, the cache taken back where a draft fails), and `--draft-model`
-# (the model drafting for itself, a second model on the device): their
-# greedy tokens must equal the CPU's plain ones.
+# a step, the cache taken back where a draft fails) on stories260K and on
+# a tiny Qwen3.5 (its recurrent state copied and replayed), and
+# `--draft-model` (the model drafting for itself, a second model on the
+# device): their greedy tokens must equal the CPU's plain ones.
 
 likelihood_ok=yes
 ppl_args=(--json perplexity -m "$stories" --dtype f32 --context 16 --stride 8
@@ -388,10 +390,31 @@ speculate_ok=no
 run "speculate-cpu.json" "$tputool" --device cpu "${spec_args[@]}" || true
 run "speculate-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --speculate 4 || true
 run "speculate-dev-draft.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --draft-model "$stories" --draft-p-min 0 || true
-if [ -s "$OUT/speculate-cpu.json" ]; then
+# A tiny Qwen3.5 (recurrent linear attention: its state copied before a
+# speculative step and restored, the kept tokens replayed), float32.
+q35="$work/qwen35-tiny"
+cat >"$work/qwen35-tiny.json" <<'JSON'
+{"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "attn_output_gate": true, "full_attention_interval": 2,
+ "head_dim": 16, "hidden_size": 64, "intermediate_size": 96, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+ "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_value_head_dim": 16, "max_position_embeddings": 512,
+ "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 512,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
+ "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+ "rope_parameters": {"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 0.25}}
+JSON
+"$bin/gen-llm-checkpoint" -config "$work/qwen35-tiny.json" -o "$q35" >>"$log" 2>&1 &&
+	cp "$stories"/tokenizer.json "$stories"/tokenizer_config.json "$q35/"
+q35_args=(generate -m "$q35" -p "Lily saw a big red ball. Lily saw a big red ball. Lily saw" -n 48 --temperature 0 --json --dtype f32 --mode compiled)
+run "speculate-qwen35-cpu.json" "$tputool" --device cpu "${q35_args[@]}" || true
+run "speculate-qwen35-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${q35_args[@]}" --speculate 4 || true
+if [ -s "$OUT/speculate-qwen35-cpu.json" ] && ! compare_tokens "$OUT/speculate-qwen35-cpu.json" "$OUT/speculate-qwen35-dev.json" >"$OUT/tokens-compare-speculate-qwen35.txt" 2>&1; then
+	fail "speculation, Qwen3.5 (a replayed recurrent state), on the device differs: $(head -3 "$OUT/tokens-compare-speculate-qwen35.txt" | tr '\n' ' ')"
+	q35_ok=no
+fi
+if [ -s "$OUT/speculate-cpu.json" ] && [ "${q35_ok:-yes}" = yes ] && [ -s "$OUT/speculate-qwen35-dev.json" ]; then
 	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" "$OUT/speculate-dev-draft.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
 		speculate_ok=yes
-		say "speculation: the device's greedy tokens with --speculate 4 and with --draft-model equal the CPU's plain ones"
+		say "speculation: the device's greedy tokens with --speculate 4 (stories, Qwen3.5) and with --draft-model equal the CPU's plain ones"
 	else
 		fail "speculation on the device differs: $(head -3 "$OUT/tokens-compare-speculate.txt" | tr '\n' ' ')"
 	fi
@@ -514,7 +537,8 @@ m = (sp[0].get("metrics") or {}) if sp else {}
 spd = load("speculate-dev-draft.json")
 md = (spd[0].get("metrics") or {}) if spd else {}
 print(f"- `generate --speculate 4` ({m.get('draft_accepted', 0)} of {m.get('draft_tokens', 0)} draft tokens confirmed) and `--draft-model` "
-      f"({md.get('draft_accepted', 0)} of {md.get('draft_tokens', 0)}) on the device: greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
+      f"({md.get('draft_accepted', 0)} of {md.get('draft_tokens', 0)}) on the device, and a tiny Qwen3.5's `--speculate 4` (its recurrent state replayed): "
+      f"greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
     with open(os.path.join(out, "images-compare.jsonl")) as f:
