@@ -4,11 +4,14 @@
 // (tputool generate --draft-model) where no trained pair can be
 // downloaded. The draft is the checkpoint's first -layers layers with
 // its final norm and head; the model is the whole checkpoint with the
-// output projections (o_proj, down_proj, the experts' stacked down_proj)
-// of the later layers scaled by -scale: those layers cost what they cost
-// but move the text only as much as -scale lets them, so -scale 0 gives
-// a model the draft always agrees with, and larger values one it agrees
-// with less often.
+// output projections (o_proj, a linear attention's out_proj, down_proj,
+// the experts' stacked down_proj) of the later layers scaled by -scale:
+// those layers cost what they cost but move the text only as much as
+// -scale lets them, so -scale 0 gives a model the draft always agrees
+// with, and larger values one it agrees with less often. -layers 0
+// writes the model alone, every layer scaled: with -scale 0 and tied
+// embeddings its greedy text repeats its last token, prompt lookup's
+// best case at the full model's cost.
 //
 //	go run ./scripts/draft-pair -m /tmp/llama-110m -layers 1 -scale 0.3 -o /tmp/pair
 //	tputool generate -m /tmp/pair/model --draft-model /tmp/pair/draft -p ...
@@ -34,11 +37,11 @@ import (
 func main() {
 	src := flag.String("m", "", "source model folder (a Llama-shaped checkpoint: config.json and model.safetensors)")
 	out := flag.String("o", "", "output folder: the model goes to OUT/model, the draft to OUT/draft")
-	layers := flag.Int("layers", 1, "the draft's layers: the model's first ones")
+	layers := flag.Int("layers", 1, "the draft's layers: the model's first ones (0: no draft, every layer of the model scaled)")
 	scale := flag.Float64("scale", 0, "the factor on the later layers' o_proj and down_proj in the model")
 	flag.Parse()
-	if *src == "" || *out == "" || *layers < 1 {
-		fmt.Fprintln(os.Stderr, "draft-pair: -m and -o are required, -layers must be at least 1")
+	if *src == "" || *out == "" || *layers < 0 {
+		fmt.Fprintln(os.Stderr, "draft-pair: -m and -o are required, -layers must be 0 or more")
 		os.Exit(2)
 	}
 	if err := run(*src, *out, *layers, float32(*scale)); err != nil {
@@ -49,7 +52,7 @@ func main() {
 
 var (
 	layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
-	output    = regexp.MustCompile(`\.(o_proj|down_proj)(\.weight)?$`)
+	output    = regexp.MustCompile(`\.(o_proj|out_proj|down_proj)(\.weight)?$`)
 )
 
 func run(src, out string, keep int, scale float32) error {
@@ -102,13 +105,17 @@ func run(src, out string, keep int, scale float32) error {
 	if err := lmckpt.WriteCheckpoint(filepath.Join(out, "model"), cfg, model); err != nil {
 		return err
 	}
-	dcfg := map[string]any{}
-	for k, v := range cfg {
-		dcfg[k] = v
-	}
-	dcfg["num_hidden_layers"] = keep
-	if err := lmckpt.WriteCheckpoint(filepath.Join(out, "draft"), dcfg, draft); err != nil {
-		return err
+	dirs := []string{"model"}
+	if keep > 0 {
+		dcfg := map[string]any{}
+		for k, v := range cfg {
+			dcfg[k] = v
+		}
+		dcfg["num_hidden_layers"] = keep
+		if err := lmckpt.WriteCheckpoint(filepath.Join(out, "draft"), dcfg, draft); err != nil {
+			return err
+		}
+		dirs = append(dirs, "draft")
 	}
 	// The tokenizer and the rest, into both.
 	entries, err := os.ReadDir(src)
@@ -124,7 +131,7 @@ func run(src, out string, keep int, scale float32) error {
 		if err != nil {
 			return err
 		}
-		for _, dir := range []string{"model", "draft"} {
+		for _, dir := range dirs {
 			if err := os.WriteFile(filepath.Join(out, dir, name), b, 0o644); err != nil {
 				return err
 			}
