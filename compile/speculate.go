@@ -51,11 +51,14 @@ func (r *Runner) Rewindable() bool {
 // several tokens in one step with their logits (State.DecodeMany) and
 // taken back over the last of them (State.Rewind). A Rewindable model
 // can, and so can a model with recurrent state that otherwise would be,
-// taking back only the tokens of its last DecodeMany (by replaying the
-// kept ones).
+// on a backend computing in host memory, taking back only the tokens of
+// its last DecodeMany (by replaying the kept ones). On a device the copy
+// of the recurrent state would go through the host and every replay
+// length compile (a padded step replays its padding), so there it does
+// not.
 func (r *Runner) Speculates() bool {
-	ok, _ := r.rewindability()
-	return ok
+	ok, recurrent := r.rewindability()
+	return ok && (!recurrent || r.opts.Caps.HostMemory)
 }
 
 // rewindability: ok where r is on one device, with its experts in the
@@ -256,6 +259,8 @@ func (st *State) Rewind(n int) error {
 func (st *State) replayRewind(n int) error {
 	rp := st.replay
 	switch {
+	case st.Pending() > 0:
+		return fmt.Errorf("rewind with %d prompt tokens still pending", st.Pending())
 	case rp == nil || n < 0 || n > len(rp.tokens):
 		have := 0
 		if rp != nil {
@@ -281,13 +286,35 @@ func (st *State) replayRewind(n int) error {
 	if len(keep) == 0 {
 		return nil
 	}
-	// The kept tokens again, on the prefill program (its last logits only).
-	st.pending = [][]int32{make([]int32, len(keep))}
-	for i, id := range keep {
-		st.pending[0][i] = int32(id)
+	// The kept tokens again, their logits not read: in compiled mode on
+	// DecodeMany's program, whose executables are not capped and are
+	// those its steps compiled; in eager mode one at a time on decode's
+	// (its layer programs are capped, and each step length adds some).
+	r := st.r
+	if r.opts.Mode != Compiled {
+		for _, id := range keep {
+			out, err := r.runStep(st, r.decode, r.head, tensors.FromFlatDataAndDimensions([]int32{int32(id)}, 1, 1), st.next)
+			if err != nil {
+				return err
+			}
+			out.FinalizeAll()
+		}
+		return nil
 	}
-	_, err := st.PrefillChunk(len(keep))
-	return err
+	prog, err := r.manyProgram()
+	if err != nil {
+		return err
+	}
+	ids := make([]int32, len(keep))
+	for i, id := range keep {
+		ids[i] = int32(id)
+	}
+	out, err := r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(ids, 1, len(keep)), st.next)
+	if err != nil {
+		return err
+	}
+	out.FinalizeAll()
+	return nil
 }
 
 // manyGraph is stepGraph with the logits of every position, [B·T, V]
@@ -311,9 +338,14 @@ func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
 	return graph.ConvertDType(r.model.Head(w, graph.Reshape(x, d[0]*d[1], d[2])), dtypes.Float32)
 }
 
-// Rewindable reports whether st's runner can be fed several tokens a
-// step and taken back (Runner.Rewindable): generate.Speculator.
-func (st *State) Rewindable() bool { return st.r.Speculates() }
+// Speculates reports whether st's runner can be fed several tokens a
+// step and taken back over the last of them (Runner.Speculates):
+// generate.Speculator.
+func (st *State) Speculates() bool { return st.r.Speculates() }
+
+// Rewindable reports whether st's runner can be taken back to any
+// earlier token (Runner.Rewindable): generate.DraftStepper.
+func (st *State) Rewindable() bool { return st.r.Rewindable() }
 
 // SpeculateRoom is how many tokens the decode batch's one sequence may
 // be fed in one step (DecodeMany): the slots its cache has left before

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -11,6 +12,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/tpu"
 )
 
 // maxDiff is the largest difference between two rows of logits.
@@ -191,6 +193,31 @@ func TestDecodeManyRefuses(t *testing.T) {
 	if err := st.Rewind(1); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("Qwen3.5 rewind after a one-token step: %v, want ErrUnsupported", err)
 	}
+	// A prompt continued after the step: nothing to take back.
+	if _, err := st.DecodeMany([]int{4, 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Extend([][]int{{7, 8}}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Rewind(1); err == nil {
+		t.Error("Qwen3.5 rewind after Extend: no error")
+	}
+	if st.Pending() != 2 {
+		t.Errorf("%d tokens pending after the refused rewind, want the 2 of Extend", st.Pending())
+	}
+	// On a device (no host memory) the copy would go through the host and
+	// every replay length compile: no speculation.
+	caps := tpu.CapabilitiesOf(cpuBackend(t))
+	caps.HostMemory = false
+	rd, err := NewRunner(cpuBackend(t), loadDir(t, dir), Options{Mode: Compiled, Caps: &caps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if rd.Speculates() {
+		t.Error("Qwen3.5 on a backend without host memory: Speculates")
+	}
 
 	r := storiesRunner(t)
 	two := r.NewState()
@@ -256,6 +283,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 			if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
 				t.Fatal(err)
 			}
+			before := prefillCalls(r)
 			// Each step feeds the next tokens and two wrong ones, keeps
 			// the right ones (the logits after them compared) and takes
 			// the wrong ones back; a step of wrong tokens alone is taken
@@ -284,6 +312,11 @@ func TestDecodeManyRecurrent(t *testing.T) {
 				}
 				at += n
 			}
+			// The replays ran on DecodeMany's program (uncapped, its
+			// executables those the steps compiled), not on prefill's.
+			if after := prefillCalls(r); after != before {
+				t.Errorf("prefill ran %d times during the steps: the replays should not run it", after-before)
+			}
 			// One token at a time from here gives the reference's logits.
 			for ; at < len(feed)-1; at++ {
 				rows, err := many.Decode([]int{feed[at]})
@@ -296,4 +329,15 @@ func TestDecodeManyRecurrent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prefillCalls is how many times r's prefill programs ran.
+func prefillCalls(r *Runner) int {
+	n := 0
+	for _, p := range r.Stats().Programs {
+		if strings.HasPrefix(p.Name, "prefill") {
+			n += p.Calls
+		}
+	}
+	return n
 }

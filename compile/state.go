@@ -254,6 +254,7 @@ func (st *State) Extend(tokens [][]int, maxNew int) (int, error) {
 	default:
 		st.maxCacheLen = max(st.maxCacheLen, CacheBucket(need))
 	}
+	st.dropReplay() // the last DecodeMany is no longer the last thing fed
 	st.pending = pending
 	return n, nil
 }
