@@ -134,13 +134,13 @@ func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.D
 		loaded.Close()
 		return nil, fmt.Errorf("--draft-model: %w", err)
 	}
-	if !r.Rewindable() {
+	st := r.NewState()
+	d, err := generate.NewDraftModel(st, min(target.Spec().VocabSize, spec.VocabSize), spec.MaxPositions)
+	if err != nil {
 		r.Close()
 		loaded.Close()
 		return nil, errs.Unsupportedf("--draft-model %s: %s on this device cannot take its caches back to any earlier token (a draft model with recurrent state, or --experts host)", m.Name(), spec.Architecture)
 	}
-	st := r.NewState()
-	d := generate.NewDraftModel(st, min(target.Spec().VocabSize, spec.VocabSize), spec.MaxPositions)
 	d.PMin = s.PMin
 	var once sync.Once
 	d.OnError = func(err error) {

@@ -36,6 +36,9 @@ type DraftStepper interface {
 	Stepper
 	Speculator
 	Extender
+	// Rewindable reports whether Rewind reaches any earlier token
+	// (compile.Runner.Rewindable), which a draft model needs.
+	Rewindable() bool
 }
 
 // DefaultDraftPMin is DraftModel's default PMin: llama.cpp's (common
@@ -103,8 +106,11 @@ type DraftModel struct {
 // NewDraftModel proposes drafts with m, a draft model of positions
 // positions whose token ids mean what the model's do below vocab (the
 // smaller of the two models' vocabulary sizes), with PMin
-// DefaultDraftPMin.
-func NewDraftModel(m DraftStepper, vocab, positions int) *DraftModel {
+// DefaultDraftPMin. m must be Rewindable (errs.ErrUnsupported).
+func NewDraftModel(m DraftStepper, vocab, positions int) (*DraftModel, error) {
+	if !m.Rewindable() {
+		return nil, fmt.Errorf("a draft model must take its cache back to any earlier token (not one with recurrent state): %w", errs.ErrUnsupported)
+	}
 	d := &DraftModel{m: m, PMin: DefaultDraftPMin, vocab: vocab, positions: positions, piece: draftPiece}
 	if fp, ok := m.(FixedPieces); ok && fp.PrefillPiece() > 0 {
 		d.piece, d.fixed = fp.PrefillPiece(), true
@@ -112,7 +118,7 @@ func NewDraftModel(m DraftStepper, vocab, positions int) *DraftModel {
 	if lr, ok := m.(LogitsReuser); ok {
 		lr.ReuseLogits() // every step's logits are read before the next
 	}
-	return d
+	return d, nil
 }
 
 // CompileDuration is the draft model's time compiling (CompileTimer), so

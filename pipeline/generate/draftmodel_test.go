@@ -102,7 +102,7 @@ func TestDraftModelSameTokens(t *testing.T) {
 				}
 				draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16, nextFn: rules[rule]}}
 				o := opts()
-				o.Speculate, o.DraftModel = k, NewDraftModel(draft, 16, 1000)
+				o.Speculate, o.DraftModel = k, mustDraftModel(t, draft, 16, 1000)
 				m := &cacheModel{t: t, vocab: 16}
 				got, met, err := Run(context.Background(), m, [][]int{prompt}, o)
 				if err != nil {
@@ -147,7 +147,7 @@ func TestDraftModelSameTokens(t *testing.T) {
 func TestDraftModelContinues(t *testing.T) {
 	greedy := Options{MaxNewTokens: 20, Speculate: 4, Sampling: sample.Options{RepetitionPenalty: 1}}
 	draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}}
-	d := NewDraftModel(draft, 16, 1000)
+	d := mustDraftModel(t, draft, 16, 1000)
 	o := greedy
 	o.DraftModel = d
 	first, met, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
@@ -180,11 +180,11 @@ func TestDraftModelContinues(t *testing.T) {
 	}
 	o.MaxNewTokens = 20
 	d.PMin = DefaultDraftPMin
-	o.DraftModel = NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 16, 12)
+	o.DraftModel = mustDraftModel(t, &draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 16, 12)
 	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens == 0 || met.DraftTokens > 9 {
 		t.Errorf("12 positions: %d tokens drafted, want some, and none past the positions", met.DraftTokens)
 	}
-	o.DraftModel = NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 8, 1000)
+	o.DraftModel = mustDraftModel(t, &draftCache{cacheModel: cacheModel{t: t, vocab: 16}}, 8, 1000)
 	if _, met, _ = Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o); met.DraftTokens != 0 {
 		t.Errorf("a draft model of 8 ids: %d tokens drafted, want none (the fake's picks are 3 to 11)", met.DraftTokens)
 	}
@@ -217,7 +217,7 @@ func TestDraftModelFails(t *testing.T) {
 	greedy := Options{MaxNewTokens: 60, Speculate: 4, Sampling: sample.Options{RepetitionPenalty: 1}}
 	want, _, _ := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, greedy)
 	draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}, failAt: 5}
-	d := NewDraftModel(draft, 16, 1000)
+	d := mustDraftModel(t, draft, 16, 1000)
 	var failures []error
 	d.OnError = func(err error) { failures = append(failures, err) }
 	o := greedy
@@ -243,7 +243,7 @@ func TestDraftModelFails(t *testing.T) {
 		long[i] = 3 + i%9
 	}
 	pieces := &draftCache{cacheModel: cacheModel{t: t, vocab: 16}, piece: 8, onChunk: cancel}
-	o.DraftModel = NewDraftModel(pieces, 16, 1000)
+	o.DraftModel = mustDraftModel(t, pieces, 16, 1000)
 	_, _, err = Run(ctx, &cacheModel{t: t, vocab: 16}, [][]int{long}, o)
 	if !errors.Is(err, errs.ErrInterrupted) || len(pieces.chunks) != 1 {
 		t.Errorf("cancelled: %v after %d pieces; want ErrInterrupted after one", err, len(pieces.chunks))
@@ -265,7 +265,7 @@ func TestDraftModelShapes(t *testing.T) {
 		rule := func(a, b int) int { return 3 + (a*7+b*3+(a*b)%3/2)%9 } // agrees in part
 		draft := &draftCache{cacheModel: cacheModel{t: t, vocab: 16, nextFn: rule}, piece: piece}
 		o := greedy
-		o.DraftModel = NewDraftModel(draft, 16, 10000)
+		o.DraftModel = mustDraftModel(t, draft, 16, 10000)
 		o.DraftModel.PMin = 0
 		got, _, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{long}, o)
 		if err != nil || !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
@@ -287,5 +287,23 @@ func TestDraftModelShapes(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+func mustDraftModel(t *testing.T, m DraftStepper, vocab, positions int) *DraftModel {
+	t.Helper()
+	d, err := NewDraftModel(m, vocab, positions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestDraftModelRewindable: a runner that takes back only its last step
+// (a model with recurrent state) cannot draft.
+func TestDraftModelRewindable(t *testing.T) {
+	_, err := NewDraftModel(&draftCache{cacheModel: cacheModel{t: t, vocab: 16, noRewind: true}}, 16, 100)
+	if !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("a draft model that cannot rewind: %v, want ErrUnsupported", err)
 	}
 }

@@ -29,9 +29,9 @@ import (
 // tokens in one step, with the logits after each, and taken back over
 // the last of them (compile.State).
 type Speculator interface {
-	// Rewindable reports whether the model and backend can
+	// Speculates reports whether the model and backend can
 	// (compile.Runner.Speculates).
-	Rewindable() bool
+	Speculates() bool
 	// Room is how many more tokens the row may be fed.
 	Room() int
 	// DecodeMany feeds tokens and returns the logits after each.
@@ -132,7 +132,7 @@ func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
 		return nil, false
 	}
 	sp, ok := r.(Speculator)
-	if !ok || !sp.Rewindable() {
+	if !ok || !sp.Speculates() {
 		return nil, false
 	}
 	return sp, true

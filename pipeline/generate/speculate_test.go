@@ -57,6 +57,7 @@ func (c *cacheModel) Decode(next []int) ([][]float32, error) {
 	return [][]float32{c.after()}, nil
 }
 
+func (c *cacheModel) Speculates() bool { return !c.noRewind }
 func (c *cacheModel) Rewindable() bool { return !c.noRewind }
 func (c *cacheModel) Room() int        { return c.room - len(c.fed) }
 

@@ -460,6 +460,7 @@ func (f *fixedDraft) DecodeMany(t []int) ([][]float32, error) {
 	return slices.Repeat(rows, len(t)), nil
 }
 func (f *fixedDraft) Rewindable() bool   { return true }
+func (f *fixedDraft) Speculates() bool   { return true }
 func (f *fixedDraft) Room() int          { return 1 << 20 }
 func (f *fixedDraft) Rewind(n int) error { f.fed -= n; return nil }
 func (f *fixedDraft) Begin(p [][]int, _ int) (int, error) {
@@ -478,7 +479,9 @@ func TestServeDraftModelProposes(t *testing.T) {
 	script := []int{400, 401, 402, 403, 404, 400, 401, 405}
 	for _, fail := range []bool{false, true} {
 		d := &fixedDraft{tok: 406, vocab: 600, fail: fail}
-		ts := newTestServer(t, serverConfig{slots: 1, script: script, speculate: 4, draft: generate.NewDraftModel(d, 600, 1<<20)})
+		dm, err := generate.NewDraftModel(d, 600, 1<<20)
+		require.NoError(t, err)
+		ts := newTestServer(t, serverConfig{slots: 1, script: script, speculate: 4, draft: dm})
 		status, _, body := ts.post(t, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":100,"temperature":0}`)
 		require.Equal(t, 200, status, string(body))
 		var res rawCompletion
@@ -486,7 +489,7 @@ func TestServeDraftModelProposes(t *testing.T) {
 		assert.Equal(t, strings.TrimSpace(ts.tok.Decode(script, false)), strings.TrimSpace(res.Choices[0].Text), "fail %v", fail)
 		assert.Positive(t, d.calls)
 		var b strings.Builder
-		_, err := ts.metrics.WriteTo(&b)
+		_, err = ts.metrics.WriteTo(&b)
 		require.NoError(t, err)
 		if fail {
 			// After a failure the draft model sits out 16 steps.
