@@ -323,7 +323,7 @@ done
 # CPU), float32: within 1e-3 of the CPU's, the same alternatives. Then
 # `generate --speculate 4` on a prompt that repeats itself (several tokens
 # a step, the cache taken back where a draft fails) on stories260K and on
-# a tiny Qwen3.5 (its recurrent state copied and replayed), and
+# a tiny Qwen3.5 (which falls back to plain decoding on a device), and
 # `--draft-model` (the model drafting for itself, a second model on the
 # device): their greedy tokens must equal the CPU's plain ones.
 
@@ -390,8 +390,11 @@ speculate_ok=no
 run "speculate-cpu.json" "$tputool" --device cpu "${spec_args[@]}" || true
 run "speculate-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --speculate 4 || true
 run "speculate-dev-draft.json" "${f32_env[@]}" "$tputool" --device "$device" "${spec_args[@]}" --draft-model "$stories" --draft-p-min 0 || true
-# A tiny Qwen3.5 (recurrent linear attention: its state copied before a
-# speculative step and restored, the kept tokens replayed), float32.
+# A tiny Qwen3.5 (recurrent linear attention), float32: on the CPU engine
+# it speculates (its state copied before a step, restored and the kept
+# tokens replayed); on a device it does not yet (the copy would go
+# through the host) and must warn and decode plainly, with the same
+# tokens.
 q35="$work/qwen35-tiny"
 cat >"$work/qwen35-tiny.json" <<'JSON'
 {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "attn_output_gate": true, "full_attention_interval": 2,
@@ -407,11 +410,15 @@ JSON
 q35_args=(generate -m "$q35" -p "Lily saw a big red ball. Lily saw a big red ball. Lily saw" -n 48 --temperature 0 --json --dtype f32 --mode compiled)
 run "speculate-qwen35-cpu.json" "$tputool" --device cpu "${q35_args[@]}" || true
 run "speculate-qwen35-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${q35_args[@]}" --speculate 4 || true
-if [ -s "$OUT/speculate-qwen35-cpu.json" ] && ! compare_tokens "$OUT/speculate-qwen35-cpu.json" "$OUT/speculate-qwen35-dev.json" >"$OUT/tokens-compare-speculate-qwen35.txt" 2>&1; then
-	fail "speculation, Qwen3.5 (a replayed recurrent state), on the device differs: $(head -3 "$OUT/tokens-compare-speculate-qwen35.txt" | tr '\n' ' ')"
-	q35_ok=no
+q35_ok=no
+if [ -s "$OUT/speculate-qwen35-cpu.json" ]; then
+	if compare_tokens "$OUT/speculate-qwen35-cpu.json" "$OUT/speculate-qwen35-dev.json" >"$OUT/tokens-compare-speculate-qwen35.txt" 2>&1; then
+		q35_ok=yes
+	else
+		fail "speculation, Qwen3.5, on the device differs: $(head -3 "$OUT/tokens-compare-speculate-qwen35.txt" | tr '\n' ' ')"
+	fi
 fi
-if [ -s "$OUT/speculate-cpu.json" ] && [ "${q35_ok:-yes}" = yes ] && [ -s "$OUT/speculate-qwen35-dev.json" ]; then
+if [ -s "$OUT/speculate-cpu.json" ] && [ "$q35_ok" = yes ]; then
 	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" "$OUT/speculate-dev-draft.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
 		speculate_ok=yes
 		say "speculation: the device's greedy tokens with --speculate 4 (stories, Qwen3.5) and with --draft-model equal the CPU's plain ones"
@@ -537,7 +544,7 @@ m = (sp[0].get("metrics") or {}) if sp else {}
 spd = load("speculate-dev-draft.json")
 md = (spd[0].get("metrics") or {}) if spd else {}
 print(f"- `generate --speculate 4` ({m.get('draft_accepted', 0)} of {m.get('draft_tokens', 0)} draft tokens confirmed) and `--draft-model` "
-      f"({md.get('draft_accepted', 0)} of {md.get('draft_tokens', 0)}) on the device, and a tiny Qwen3.5's `--speculate 4` (its recurrent state replayed): "
+      f"({md.get('draft_accepted', 0)} of {md.get('draft_tokens', 0)}) on the device, and a tiny Qwen3.5's `--speculate 4` (plain decoding on a device): "
       f"greedy tokens equal the CPU's plain ones: **{speculate_ok}**")
 print(f"- images within tolerance of the CPU's: **{images_ok}**")
 try:
