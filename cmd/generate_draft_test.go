@@ -252,3 +252,31 @@ func TestDraftFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeSpeculateRecurrent: serve --speculate on Qwen3.5 (a lone
+// sequence's steps taken back by restoring and replaying its recurrent
+// state) answers greedy requests with the text and log-probabilities of
+// a server decoding one token a step, with drafts proposed, and nothing
+// compiled after the warm-up.
+func TestServeSpeculateRecurrent(t *testing.T) {
+	c := qwenref.TinyQwen35()
+	c.Vocab = 512
+	dir := t.TempDir()
+	require.NoError(t, c.Write(dir))
+	copyStoriesTokenizer(t, dir)
+	args := []string{"--model", dir, "--max-batch", "2", "--max-context", "256"}
+	plainAddr, _, _ := serveModelInProcess(t, args...)
+	specAddr, _, _ := serveModelInProcess(t, append(args, "--speculate", "4")...)
+	plain, spec := "http://"+plainAddr, "http://"+specAddr
+	for _, p := range []string{"Lily saw a big red ball. Lily saw a big red ball. Lily saw", "Once upon a time"} {
+		wantText, wantLP := servedCompletion(t, plain, p, 60)
+		gotText, gotLP := servedCompletion(t, spec, p, 60)
+		assert.Equal(t, wantText, gotText, "%q", p)
+		require.Len(t, gotLP, len(wantLP))
+		for i := range wantLP {
+			assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", p, i)
+		}
+	}
+	assert.Positive(t, metricValue(t, spec, "tputool_draft_tokens_total"))
+	assert.Zero(t, metricValue(t, spec, "tputool_recompiles_total"), "the warm-up compiled the speculative steps and their replays")
+}

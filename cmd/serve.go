@@ -518,10 +518,9 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	}
 	defer runner.Close()
 	// The draft model next, so that a model that cannot be one fails
-	// before the warm-up (a lone sequence speculates on a batch, which
-	// takes its cache back only where the model is Rewindable).
+	// before the warm-up.
 	var draft *openedDraft
-	if opts.Speculate.Draft > 0 && !embeddingsOnly && runner.Rewindable() {
+	if opts.Speculate.Draft > 0 && !embeddingsOnly && runner.Speculates() {
 		if draft, err = opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1); err != nil {
 			return err
 		}
@@ -554,8 +553,8 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	cfg := serve.Config{MaxQueue: opts.MaxQueue, Observer: metrics, Now: opts.Now, PrefixCache: opts.PrefixCache}
 	if opts.Speculate.Draft > 0 && !embeddingsOnly {
 		switch {
-		case !runner.Rewindable():
-			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (a model with recurrent state, GoMLX's go backend, or --experts host)", spec.Architecture)
+		case !runner.Speculates():
+			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --experts host, or recurrent state on an XLA device)", spec.Architecture)
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = !dev.Capabilities.HostMemory

@@ -350,9 +350,10 @@ func (st *State) Rewindable() bool { return st.r.Rewindable() }
 // SpeculateRoom is how many tokens the decode batch's one sequence may
 // be fed in one step (DecodeMany): the slots its cache has left before
 // the next relayout would be needed, when the batch has one row holding
-// a sequence on a Rewindable runner; else 0 (decode one token a step).
+// a sequence on a runner that Speculates; else 0 (decode one token a
+// step).
 func (b *Batch) SpeculateRoom() int {
-	if b.dec.batch != 1 || !b.used[0] || !b.r.Rewindable() {
+	if b.dec.batch != 1 || !b.used[0] || !b.r.Speculates() {
 		return 0
 	}
 	return b.dec.Room()
@@ -382,9 +383,11 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 
 // warmMany compiles the speculative steps of the batch's one row over s
 // slots: of 1+o.Speculate tokens on a backend not computing in host
-// memory, where every step feeds that many, else of 2 to 1+o.Speculate.
+// memory, where every step feeds that many, else of 2 to 1+o.Speculate,
+// and of 1 where a recurrent state replays its kept tokens on the same
+// program.
 func (b *Batch) warmMany(s int) error {
-	if b.o.Speculate <= 0 || !b.r.Rewindable() {
+	if b.o.Speculate <= 0 || !b.r.Speculates() {
 		return nil
 	}
 	prog, err := b.r.manyProgram()
@@ -392,8 +395,11 @@ func (b *Batch) warmMany(s int) error {
 		return err
 	}
 	lo := 2
-	if !b.r.opts.Caps.HostMemory {
+	switch {
+	case !b.r.opts.Caps.HostMemory:
 		lo = 1 + b.o.Speculate
+	case !b.r.Rewindable():
+		lo = 1 // a recurrent state's replay of the one token before a refused draft
 	}
 	for n := lo; n <= min(1+b.o.Speculate, s); n++ {
 		st := b.r.newState(1, s, []int32{0})
