@@ -414,10 +414,16 @@ func (b *Batch) warmMany(s int) error {
 }
 
 // Rewind takes the decode batch's clock back by n slots, forgetting the
-// last n tokens DecodeMany fed its one sequence.
+// last n tokens DecodeMany fed its one sequence (a model with recurrent
+// state replays the others: a failed execution then drops every
+// sequence, as Decode's does).
 func (b *Batch) Rewind(n int) error {
 	if b.dec.batch != 1 {
 		return fmt.Errorf("rewind of a batch of %d rows", b.dec.batch)
 	}
-	return b.dec.Rewind(n)
+	err := b.dec.Rewind(n)
+	if err != nil && b.dec.tensors == nil { // a replay's execution failed: the state is gone
+		return b.fail(err)
+	}
+	return err
 }
