@@ -39,10 +39,11 @@ func (s *speculateFlags) addDraft(c *cobra.Command) {
 	fl.StringVar(&s.Quantize, "draft-quantize", "", "hold the draft model's weights as int8 or int4 (none: as --dtype)")
 }
 
-// checkDraft checks the draft model's flags; --speculate defaults to
+// checkDraft checks the draft model's flags (changed reports those given
+// on the command line; nil: none); --speculate defaults to
 // defaultDraftTokens with --draft-model.
-func (s *speculateFlags) checkDraft() error {
-	given := func(name string) bool { return s.given != nil && s.given(name) }
+func (s *speculateFlags) checkDraft(changed func(string) bool) error {
+	given := func(name string) bool { return changed != nil && changed(name) }
 	if s.PMin < 0 || s.PMin > 1 || s.PMin != s.PMin {
 		return errs.Usagef("--draft-p-min %v: want a probability, 0 to 1", s.PMin)
 	}

@@ -340,9 +340,6 @@ type speculateFlags struct {
 	// --draft-quantize.
 	Model, Quantize string
 	PMin            float64
-	// given reports whether a flag was given (the command's
-	// Flags().Changed), for check; nil: none was.
-	given func(name string) bool
 }
 
 // maxSpeculate bounds --speculate.
@@ -357,14 +354,13 @@ func (s *speculateFlags) add(c *cobra.Command) {
 // check checks the flags; given reports the flags given on the command
 // line (nil: none).
 func (s *speculateFlags) check(given func(string) bool) error {
-	s.given = given
 	if s.Draft < 0 || s.Draft > maxSpeculate {
 		return errs.Usagef("--speculate %d: want 0 (off) to %d tokens", s.Draft, maxSpeculate)
 	}
 	if s.Ngram < 1 || s.Ngram > 8 {
 		return errs.Usagef("--speculate-ngram %d: want 1 to 8 tokens", s.Ngram)
 	}
-	return s.checkDraft()
+	return s.checkDraft(given)
 }
 
 // apply sets o's speculation and says under -v (or warns, when it was
