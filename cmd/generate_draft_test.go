@@ -14,13 +14,21 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
-// draftRun runs generate --json with args and returns its result's text,
-// token ids and draft counts, and stderr.
+// draftRun runs generate --json on the stories model with args and
+// returns its result's text, token ids and draft counts, and stderr.
 func draftRun(t *testing.T, args ...string) (string, []int, [2]int, string) {
 	t.Helper()
+	return generateJSON(t, append([]string{"-m", storiesDir, "-p", "Once upon a time", "-n", "60", "--temperature", "0"}, args...)...)
+}
+
+// generateJSON runs --json -v generate with args (one prompt) and
+// returns its result's text, token ids and draft counts (proposed,
+// confirmed), and stderr.
+func generateJSON(t *testing.T, args ...string) (string, []int, [2]int, string) {
+	t.Helper()
 	e := genEnv(t)
-	code := e.run(append([]string{"--json", "-v", "generate", "-m", storiesDir, "-p", "Once upon a time", "-n", "60", "--temperature", "0"}, args...)...)
-	require.Equal(t, ExitOK, code, e.errOut.String())
+	code := e.run(append([]string{"--json", "-v", "generate"}, args...)...)
+	require.Equal(t, ExitOK, code, "%v: %s", args, e.errOut.String())
 	var res []struct {
 		Text     string `json:"text"`
 		TokenIDs []int  `json:"token_ids"`
@@ -158,13 +166,7 @@ func TestServeDraftModel(t *testing.T) {
 	draftAddr, _, _ := serveInProcess(t, "--max-context", "512", "--draft-model", storiesDir)
 	plain, drafted := "http://"+plainAddr, "http://"+draftAddr
 	for _, p := range []string{"Once upon a time", "Lily was sad and did not know what to do.", "Once upon a time"} {
-		wantText, wantLP := servedCompletion(t, plain, p, 120)
-		gotText, gotLP := servedCompletion(t, drafted, p, 120)
-		assert.Equal(t, wantText, gotText, "%q", p)
-		require.Len(t, gotLP, len(wantLP))
-		for i := range wantLP {
-			assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", p, i)
-		}
+		sameCompletion(t, plain, drafted, p, 120)
 	}
 	proposed := metricValue(t, drafted, "tputool_draft_tokens_total")
 	assert.Positive(t, proposed)
@@ -203,23 +205,12 @@ func TestSpeculateRecurrent(t *testing.T) {
 		dir := t.TempDir()
 		require.NoError(t, write(dir))
 		copyStoriesTokenizer(t, dir)
-		run := func(args ...string) ([]int, [2]int, string) {
-			e := genEnv(t)
-			code := e.run(append([]string{"--json", "-v", "generate", "-m", dir, "-p", "Lily saw a big red ball. Lily saw a big red ball. Lily saw", "-n", "48", "--temperature", "0"}, args...)...)
-			require.Equal(t, ExitOK, code, "%s %v: %s", name, args, e.errOut.String())
-			var res []struct {
-				TokenIDs []int `json:"token_ids"`
-				Metrics  struct {
-					Draft    int `json:"draft_tokens"`
-					Accepted int `json:"draft_accepted"`
-				} `json:"metrics"`
-			}
-			require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
-			return res[0].TokenIDs, [2]int{res[0].Metrics.Draft, res[0].Metrics.Accepted}, e.errOut.String()
+		run := func(args ...string) (string, []int, [2]int, string) {
+			return generateJSON(t, append([]string{"-m", dir, "-p", "Lily saw a big red ball. Lily saw a big red ball. Lily saw", "-n", "48", "--temperature", "0"}, args...)...)
 		}
-		want, _, _ := run()
+		_, want, _, _ := run()
 		for _, args := range [][]string{{"--speculate", "4"}, {"--speculate", "6", "--mode", "eager"}, {"--draft-model", storiesDir, "--draft-p-min", "0", "--speculate", "3"}} {
-			got, drafts, errOut := run(args...)
+			_, got, drafts, errOut := run(args...)
 			assert.Equal(t, want, got, "%s %v", name, args)
 			assert.Positive(t, drafts[0], "%s %v: no draft proposed: %s", name, args, errOut)
 			assert.NotContains(t, errOut, "--speculate: off", "%s %v", name, args)
@@ -269,13 +260,7 @@ func TestServeSpeculateRecurrent(t *testing.T) {
 	specAddr, _, _ := serveModelInProcess(t, append(args, "--speculate", "4")...)
 	plain, spec := "http://"+plainAddr, "http://"+specAddr
 	for _, p := range []string{"Lily saw a big red ball. Lily saw a big red ball. Lily saw", "Once upon a time"} {
-		wantText, wantLP := servedCompletion(t, plain, p, 60)
-		gotText, gotLP := servedCompletion(t, spec, p, 60)
-		assert.Equal(t, wantText, gotText, "%q", p)
-		require.Len(t, gotLP, len(wantLP))
-		for i := range wantLP {
-			assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", p, i)
-		}
+		sameCompletion(t, plain, spec, p, 60)
 	}
 	assert.Positive(t, metricValue(t, spec, "tputool_draft_tokens_total"))
 	assert.Zero(t, metricValue(t, spec, "tputool_recompiles_total"), "the warm-up compiled the speculative steps and their replays")

@@ -34,6 +34,20 @@ func servedCompletion(t *testing.T, url, prompt string, n int) (string, []float6
 	return c.Choices[0].Text, c.Choices[0].Logprobs.TokenLogprobs
 }
 
+// sameCompletion: the servers at want and got answer prompt's greedy
+// completion of n tokens with the same text and log-probabilities
+// (within 1e-3).
+func sameCompletion(t *testing.T, want, got, prompt string, n int) {
+	t.Helper()
+	wantText, wantLP := servedCompletion(t, want, prompt, n)
+	gotText, gotLP := servedCompletion(t, got, prompt, n)
+	assert.Equal(t, wantText, gotText, "%q", prompt)
+	require.Len(t, gotLP, len(wantLP))
+	for i := range wantLP {
+		assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", prompt, i)
+	}
+}
+
 // metricValue reads a counter from /metrics.
 func metricValue(t *testing.T, url, name string) float64 {
 	t.Helper()
@@ -58,13 +72,7 @@ func TestServeSpeculate(t *testing.T) {
 	specAddr, _, _ := serveInProcess(t, "--max-context", "512", "--speculate", "4")
 	plain, spec := "http://"+plainAddr, "http://"+specAddr
 	for _, p := range []string{"Once upon a time", "Lily was sad and did not know what to do. Lily was sad and"} {
-		wantText, wantLP := servedCompletion(t, plain, p, 200)
-		gotText, gotLP := servedCompletion(t, spec, p, 200)
-		assert.Equal(t, wantText, gotText, "%q", p)
-		require.Len(t, gotLP, len(wantLP))
-		for i := range wantLP {
-			assert.InDelta(t, wantLP[i], gotLP[i], 1e-3, "%q token %d", p, i)
-		}
+		sameCompletion(t, plain, spec, p, 200)
 	}
 	proposed := metricValue(t, spec, "tputool_draft_tokens_total")
 	accepted := metricValue(t, spec, "tputool_draft_tokens_accepted_total")

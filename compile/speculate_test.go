@@ -88,23 +88,17 @@ func TestDecodeManyAndRewind(t *testing.T) {
 	t.Run("qwen3-moe", func(t *testing.T) { checkDecodeMany(t, mr, []int{1, 5, 9, 13, 17}, 60) })
 }
 
-// checkDecodeMany feeds 30 tokens (ids from 3 below vocab) after prompt
-// one at a time on one State and in steps with wrong tokens fed and
-// taken back between them on another, and compares the logits.
-func checkDecodeMany(t *testing.T, r *Runner, prompt []int, vocab int) {
+// decodeOneByOne prefills prompt on a new State of r (for 40 new
+// tokens) and feeds it n tokens (ids from 3 below vocab) one at a time;
+// it returns them, the logits after each, and the State (released when
+// the test ends).
+func decodeOneByOne(t *testing.T, r *Runner, prompt []int, n, vocab int) ([]int, [][]float32, *State) {
 	t.Helper()
-	if !r.Rewindable() {
-		t.Fatal("a model whose state is all KV caches, on the CPU engine: Rewindable")
-	}
-	feed := make([]int, 30)
+	feed := make([]int, n)
 	for i := range feed {
 		feed[i] = 3 + (i*37)%(vocab-3)
 	}
-	one := r.NewState()
-	defer one.Release()
-	if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
-		t.Fatal(err)
-	}
+	one := prefilled(t, r, prompt)
 	var want [][]float32
 	for _, id := range feed {
 		l, err := one.Decode([]int{id})
@@ -113,11 +107,31 @@ func checkDecodeMany(t *testing.T, r *Runner, prompt []int, vocab int) {
 		}
 		want = append(want, append([]float32(nil), l[0]...))
 	}
-	many := r.NewState()
-	defer many.Release()
-	if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
+	return feed, want, one
+}
+
+// prefilled is a new State of r with prompt prefilled for 40 new tokens,
+// released when the test ends.
+func prefilled(t *testing.T, r *Runner, prompt []int) *State {
+	t.Helper()
+	st := r.NewState()
+	t.Cleanup(st.Release)
+	if _, err := st.Prefill([][]int{prompt}, 40); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// checkDecodeMany feeds 30 tokens (ids from 3 below vocab) after prompt
+// one at a time on one State and in steps with wrong tokens fed and
+// taken back between them on another, and compares the logits.
+func checkDecodeMany(t *testing.T, r *Runner, prompt []int, vocab int) {
+	t.Helper()
+	if !r.Rewindable() {
+		t.Fatal("a model whose state is all KV caches, on the CPU engine: Rewindable")
+	}
+	feed, want, _ := decodeOneByOne(t, r, prompt, 30, vocab)
+	many := prefilled(t, r, prompt)
 	// Fed in steps of 7, 1 and the rest, with wrong tokens fed and taken
 	// back between them.
 	got := [][]float32{}
@@ -261,28 +275,8 @@ func TestDecodeManyRecurrent(t *testing.T) {
 			}
 			defer r.Close()
 			prompt := []int{1, 5, 9, 13, 17}
-			feed := make([]int, 24)
-			for i := range feed {
-				feed[i] = 3 + (i*37)%(vocab-3)
-			}
-			one := r.NewState()
-			defer one.Release()
-			if _, err := one.Prefill([][]int{prompt}, 40); err != nil {
-				t.Fatal(err)
-			}
-			var want [][]float32
-			for _, id := range feed {
-				l, err := one.Decode([]int{id})
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, append([]float32(nil), l[0]...))
-			}
-			many := r.NewState()
-			defer many.Release()
-			if _, err := many.Prefill([][]int{prompt}, 40); err != nil {
-				t.Fatal(err)
-			}
+			feed, want, one := decodeOneByOne(t, r, prompt, 24, vocab)
+			many := prefilled(t, r, prompt)
 			before := prefillCalls(r)
 			// Each step feeds the next tokens and two wrong ones, keeps
 			// the right ones (the logits after them compared) and takes
