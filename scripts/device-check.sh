@@ -239,19 +239,27 @@ done
 
 # ---- 1b. serve: the same prompts through the server's continuous batching
 
+# start_serve DEVICE LISTEN_JSON MAX_BATCH: starts tputool serve of the
+# stories model on DEVICE (float32) in the background and waits for it to
+# listen; sets srv_pid, and srv_addr (empty when it did not listen).
+start_serve() {
+	local i
+	"${f32_env[@]}" "$tputool" --json --device "$1" serve -m "$stories" --dtype f32 --port 0 \
+		--max-batch "$3" --max-context 128 >"$2" 2>>"$log" &
+	srv_pid=$! srv_addr=""
+	for i in $(seq 1 600); do
+		srv_addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$2" | head -1)
+		[ -n "$srv_addr" ] && break
+		kill -0 "$srv_pid" 2>/dev/null || break
+		sleep 0.5
+	done
+}
+
 # serve_check: tputool serve on the device (float32), the two prompts as
 # concurrent greedy completions: each text must equal the CPU generate's.
 serve_check() {
-	local out="$OUT/serve-listen.json" addr="" i
-	"${f32_env[@]}" "$tputool" --json --device "$device" serve -m "$stories" --dtype f32 --port 0 \
-		--max-batch 4 --max-context 128 >"$out" 2>>"$log" &
-	local pid=$!
-	for i in $(seq 1 600); do
-		addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$out" | head -1)
-		[ -n "$addr" ] && break
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.5
-	done
+	start_serve "$device" "$OUT/serve-listen.json" 4
+	local addr=$srv_addr pid=$srv_pid
 	if [ -z "$addr" ]; then
 		fail "serve: did not listen on the device (log.txt)"
 		kill -TERM "$pid" 2>/dev/null
@@ -336,16 +344,9 @@ run "perplexity-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${ppl_a
 # echo_logprobs DEVICE NAME: a server on DEVICE scores the prompt's tokens
 # into $OUT/NAME.
 echo_logprobs() {
-	local dev=$1 name=$2 out="$OUT/$2-listen.json" addr="" i
-	"${f32_env[@]}" "$tputool" --json --device "$dev" serve -m "$stories" --dtype f32 --port 0 \
-		--max-batch 2 --max-context 128 >"$out" 2>>"$log" &
-	local pid=$!
-	for i in $(seq 1 600); do
-		addr=$(sed -n 's/.*"address":"\([^"]*\)".*/\1/p' "$out" | head -1)
-		[ -n "$addr" ] && break
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.5
-	done
+	local dev=$1 name=$2
+	start_serve "$dev" "$OUT/$2-listen.json" 2
+	local addr=$srv_addr pid=$srv_pid
 	if [ -n "$addr" ]; then
 		say "+ serve on $dev at $addr: an echoed prompt's log-probabilities"
 		curl -s "http://$addr/v1/completions" \
