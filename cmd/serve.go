@@ -557,7 +557,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --experts host, or recurrent state on an XLA device)", spec.Architecture)
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
-			cfg.SpeculateFixed = !dev.Capabilities.HostMemory
+			cfg.SpeculateFixed = runner.FixedSteps()
 			if draft != nil {
 				cfg.DraftModel = draft.Model()
 				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep}

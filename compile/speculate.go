@@ -338,6 +338,17 @@ func (r *Runner) allLogits(w *lm.Params, x *graph.Node) *graph.Node {
 	return graph.ConvertDType(r.model.Head(w, graph.Reshape(x, d[0]*d[1], d[2])), dtypes.Float32)
 }
 
+// FixedSteps reports whether each several-token step length costs an
+// executable kept for good (Runner.FixedSteps): generate.FixedSteps.
+func (st *State) FixedSteps() bool { return st.r.FixedSteps() }
+
+// FixedSteps reports whether speculative steps should all have one
+// length: on a backend not computing in host memory (an XLA device),
+// where each new length compiles for seconds, and in eager mode, whose
+// layer programs keep at most MaxExecutables (each length at each cache
+// size is one; a long generation would reach the cap).
+func (r *Runner) FixedSteps() bool { return !r.opts.Caps.HostMemory || r.opts.Mode != Compiled }
+
 // Speculates reports whether st's runner can be fed several tokens a
 // step and taken back over the last of them (Runner.Speculates):
 // generate.Speculator.
@@ -382,8 +393,8 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 }
 
 // warmMany compiles the speculative steps of the batch's one row over s
-// slots: of 1+o.Speculate tokens on a backend not computing in host
-// memory, where every step feeds that many, else of 2 to 1+o.Speculate,
+// slots: of 1+o.Speculate tokens where every step feeds that many
+// (FixedSteps), else of 2 to 1+o.Speculate,
 // and of 1 where a recurrent state replays its kept tokens on the same
 // program.
 func (b *Batch) warmMany(s int) error {
@@ -396,7 +407,7 @@ func (b *Batch) warmMany(s int) error {
 	}
 	lo := 2
 	switch {
-	case !b.r.opts.Caps.HostMemory:
+	case b.r.FixedSteps():
 		lo = 1 + b.o.Speculate
 	case !b.r.Rewindable():
 		lo = 1 // a recurrent state's replay of the one token before a refused draft

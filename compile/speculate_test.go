@@ -57,6 +57,9 @@ func TestDecodeManyAndRewind(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer r.Close()
+				if r.FixedSteps() != (mode == Eager) {
+					t.Errorf("%s mode on the CPU engine: FixedSteps %v (eager mode's layer programs keep a bounded number of step lengths)", mode, r.FixedSteps())
+				}
 				checkDecodeMany(t, r, prompt, 500)
 			})
 		}

@@ -97,8 +97,9 @@ type DraftModel struct {
 	// confirms a token); errWait the steps after the next failure; wait
 	// the steps it still sits out.
 	cool, errWait, wait int
-	// piece is the prefill piece; fixed pads catch-ups to one length (a
-	// device where each new step length compiles: FixedPieces).
+	// piece is the prefill piece (FixedPieces' where it fixes one);
+	// fixed pads catch-ups to one length (FixedSteps: a device where each
+	// new step length compiles, eager mode).
 	piece int
 	fixed bool
 }
@@ -113,7 +114,10 @@ func NewDraftModel(m DraftStepper, vocab, positions int) (*DraftModel, error) {
 	}
 	d := &DraftModel{m: m, PMin: DefaultDraftPMin, vocab: vocab, positions: positions, piece: draftPiece}
 	if fp, ok := m.(FixedPieces); ok && fp.PrefillPiece() > 0 {
-		d.piece, d.fixed = fp.PrefillPiece(), true
+		d.piece = fp.PrefillPiece()
+	}
+	if fs, ok := m.(FixedSteps); ok {
+		d.fixed = fs.FixedSteps()
 	}
 	if lr, ok := m.(LogitsReuser); ok {
 		lr.ReuseLogits() // every step's logits are read before the next

@@ -32,6 +32,7 @@ type draftCache struct {
 }
 
 func (d *draftCache) PrefillPiece() int { return d.piece }
+func (d *draftCache) FixedSteps() bool  { return d.piece > 0 }
 
 func (d *draftCache) Prefill(prompts [][]int, maxNew int) ([][]float32, error) {
 	d.prefills++

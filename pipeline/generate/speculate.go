@@ -42,6 +42,15 @@ type Speculator interface {
 	Rewind(n int) error
 }
 
+// FixedSteps is implemented by Speculators on which each new step length
+// costs an executable kept for good (compile.State: on an XLA device,
+// where each compiles for seconds, and in eager mode, whose layer
+// programs keep a bounded number): FixedSteps true makes every
+// speculative step feed 1+Options.Speculate tokens.
+type FixedSteps interface {
+	FixedSteps() bool
+}
+
 // DefaultSpeculateNgram is Options.SpeculateNgram's default: the longest
 // run of last tokens looked up (transformers' prompt lookup matches up to
 // 2 by default; 3 proposes less often and more surely).
@@ -158,12 +167,12 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 	}
 	id := rw.sample(logits)
 	emit(id)
-	// Where a new step length compiles for seconds (FixedPieces: an XLA
-	// device), every speculative step feeds 1+o.Speculate tokens, the
-	// draft padded with copies of its last token, whose logits are not
-	// read.
-	fp, fixed := r.(FixedPieces)
-	fixed = fixed && fp.PrefillPiece() > 0
+	// Where each new step length costs an executable (FixedSteps: an XLA
+	// device, eager mode), every speculative step feeds 1+o.Speculate
+	// tokens, the draft padded with copies of its last token, whose
+	// logits are not read.
+	fs, fixed := r.(FixedSteps)
+	fixed = fixed && fs.FixedSteps()
 	// One token at a time, by the device's argmax where plain greedy
 	// decoding may (as Run decodes).
 	ad, argmaxOnly := r.(ArgmaxDecoder)

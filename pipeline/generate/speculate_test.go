@@ -162,13 +162,13 @@ func TestSpeculateOnlyWhereItCan(t *testing.T) {
 	}
 }
 
-// fixedCache is a cacheModel on an XLA-like device (FixedPieces).
+// fixedCache is a cacheModel on an XLA-like device (FixedSteps).
 type fixedCache struct {
 	*cacheModel
 	lens []int // the lengths DecodeMany was fed, in order
 }
 
-func (f *fixedCache) PrefillPiece() int { return 512 }
+func (f *fixedCache) FixedSteps() bool { return true }
 
 func (f *fixedCache) DecodeMany(tokens []int) ([][]float32, error) {
 	f.lens = append(f.lens, len(tokens))
