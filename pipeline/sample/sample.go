@@ -152,7 +152,7 @@ func (s *Sampler) Next(logits []float32, history []int) int {
 // processors do. Greedy decoding first asks c about the argmax alone, so
 // a step where the model already follows the grammar costs no mask.
 func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int {
-	return s.next(logits, history, c, -1)
+	return s.next(logits, history, c, -1, nil)
 }
 
 // NextDraft is NextAllowed for a position whose token a speculative
@@ -165,15 +165,61 @@ func (s *Sampler) NextAllowed(logits []float32, history []int, c Constraint) int
 // order than NextAllowed's (two for a refused draft), so a seeded run
 // gives other tokens than one without drafts.
 func (s *Sampler) NextDraft(logits []float32, history []int, c Constraint, draft int) int {
-	return s.next(logits, history, c, draft)
+	return s.next(logits, history, c, draft, nil)
 }
 
-// next is NextAllowed, with a draft token to take or refuse first when
-// draft >= 0 and sampling (NextDraft).
-func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int) int {
-	if c == nil && s.o.ArgmaxOnly() {
-		return Argmax(logits) // no processor: the f64 scores would order as the logits do
+// NextDraftFrom is NextDraft for a draft token drawn from q, the
+// distribution of a draft model's proposal (Distribution; ids past q
+// have probability 0): sampling takes it with probability
+// min(1, p(draft)/q(draft)) and else draws from max(0, p − q)
+// renormalized, so each token is drawn from p exactly (speculative
+// sampling: Leviathan et al., Chen et al., 2023), and a draft model that
+// samples from a q near p has its proposals taken more often than its
+// argmax would be. Greedy decoding picks as NextAllowed does.
+func (s *Sampler) NextDraftFrom(logits []float32, history []int, c Constraint, draft int, q []float64) int {
+	return s.next(logits, history, c, draft, q)
+}
+
+// Distribution writes into q (as long as logits) the distribution Next
+// draws from at logits after history, with no constraint: the processed
+// probabilities (penalties, temperature, top-k, top-p, min-p), or, for
+// greedy decoding, all of it on the argmax. A draft model samples its
+// proposals from its own (Draw) for NextDraftFrom.
+func (s *Sampler) Distribution(q []float64, logits []float32, history []int) {
+	clear(q)
+	if s.o.ArgmaxOnly() {
+		q[Argmax(logits)] = 1
+		return
 	}
+	sc := s.penalized(logits, history)
+	if s.o.Greedy() {
+		q[Argmax(sc)] = 1
+		return
+	}
+	s.shape(sc)
+	softmaxInto(q, sc)
+}
+
+// Draw draws an id from q, a distribution (from Distribution).
+func (s *Sampler) Draw(q []float64) int {
+	u := s.rng.Float64()
+	last := 0
+	for i, w := range q {
+		if w <= 0 {
+			continue
+		}
+		last = i
+		if u < w {
+			return i
+		}
+		u -= w
+	}
+	return last // rounding left u past the end: the last possible token
+}
+
+// penalized is the logits after the penalties, in the sampler's scores
+// buffer.
+func (s *Sampler) penalized(logits []float32, history []int) []float64 {
 	if cap(s.scores) < len(logits) {
 		s.scores = make([]float64, len(logits))
 		s.probs = make([]float64, len(logits))
@@ -181,6 +227,36 @@ func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int)
 	}
 	sc := s.scores[:len(logits)]
 	s.process(sc, logits, history)
+	return sc
+}
+
+// shape applies temperature, top-k, top-p and min-p to sc (-inf where a
+// token is out): softmax of the result is what sampling draws from.
+func (s *Sampler) shape(sc []float64) {
+	if t := s.o.Temperature; t != 1 {
+		for i := range sc {
+			sc[i] /= t
+		}
+	}
+	if s.o.TopK > 0 && s.o.TopK < len(sc) {
+		s.topK(sc)
+	}
+	if s.o.TopP > 0 && s.o.TopP < 1 {
+		s.topP(sc)
+	}
+	if s.o.MinP > 0 {
+		s.minP(sc)
+	}
+}
+
+// next is NextAllowed, with a draft token to take or refuse first when
+// draft >= 0 and sampling: of probability 1 (q nil: NextDraft) or drawn
+// from q (NextDraftFrom).
+func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int, q []float64) int {
+	if c == nil && s.o.ArgmaxOnly() {
+		return Argmax(logits) // no processor: the f64 scores would order as the logits do
+	}
+	sc := s.penalized(logits, history)
 	if c != nil {
 		if s.o.Greedy() {
 			if best := Argmax(sc); c.Allows(best) {
@@ -197,31 +273,45 @@ func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int)
 	if s.o.Greedy() {
 		return Argmax(sc)
 	}
-	if t := s.o.Temperature; t != 1 {
-		for i := range sc {
-			sc[i] /= t
-		}
+	s.shape(sc)
+	if draft < 0 || draft >= len(sc) {
+		return s.draw(sc)
 	}
-	if s.o.TopK > 0 && s.o.TopK < len(sc) {
-		s.topK(sc)
-	}
-	if s.o.TopP > 0 && s.o.TopP < 1 {
-		s.topP(sc)
-	}
-	if s.o.MinP > 0 {
-		s.minP(sc)
-	}
-	if draft >= 0 && draft < len(sc) {
-		probs := s.probs[:len(sc)]
-		softmaxInto(probs, sc)
+	probs := s.probs[:len(sc)]
+	softmaxInto(probs, sc)
+	if q == nil {
 		if s.rng.Float64() < probs[draft] {
 			return draft
 		}
 		if probs[draft] < 1 { // else rounding: nothing else is possible
 			sc[draft] = math.Inf(-1)
 		}
+		return s.draw(sc)
 	}
-	return s.draw(sc)
+	if qd := qAt(q, draft); qd <= 0 || s.rng.Float64()*qd < probs[draft] {
+		return draft // taken with probability min(1, p/q); q 0 would mean it was never drawn
+	}
+	// The residual max(0, p − q), renormalized.
+	var sum float64
+	for i, p := range probs {
+		probs[i] = max(0, p-qAt(q, i))
+		sum += probs[i]
+	}
+	if sum <= 0 { // p ≤ q everywhere: p = q, and the draft is always taken
+		return draft
+	}
+	for i := range probs {
+		probs[i] /= sum
+	}
+	return s.Draw(probs)
+}
+
+// qAt is q[i], 0 past q.
+func qAt(q []float64, i int) float64 {
+	if i < len(q) {
+		return q[i]
+	}
+	return 0
 }
 
 // applyMask sets the scores of the ids mask does not hold to -inf and
@@ -417,17 +507,5 @@ func (s *Sampler) minP(sc []float64) {
 // draw samples from softmax(sc).
 func (s *Sampler) draw(sc []float64) int {
 	softmaxInto(sc, sc)
-	u := s.rng.Float64()
-	last := 0
-	for i, w := range sc {
-		if w == 0 {
-			continue
-		}
-		last = i
-		if u < w {
-			return i
-		}
-		u -= w
-	}
-	return last // rounding left u past the end: the last possible token
+	return s.Draw(sc)
 }

@@ -346,3 +346,70 @@ func softmax64(l []float32) []float64 {
 	}
 	return p
 }
+
+// TestNextDraftFromExact: a draft drawn from a draft model's distribution
+// q and taken or replaced by NextDraftFrom's rule gives tokens drawn from
+// the model's processed distribution p, whatever q: one equal to p (every
+// draft taken), one close, one far, one that misses p's likeliest token,
+// one shorter than the vocabulary, and under top-k; and Distribution is
+// the distribution Next draws from.
+func TestNextDraftFromExact(t *testing.T) {
+	logits := []float32{2, 1, 0, -1, 0.5}
+	p := softmax64(logits)
+	for _, c := range []struct {
+		name string
+		o    Options
+		q    []float64
+		want []float64
+	}{
+		{"q=p", Options{Temperature: 1, RepetitionPenalty: 1}, p, p},
+		{"close", Options{Temperature: 1, RepetitionPenalty: 1}, []float64{0.5, 0.2, 0.1, 0.05, 0.15}, p},
+		{"far", Options{Temperature: 1, RepetitionPenalty: 1}, []float64{0.02, 0.03, 0.05, 0.8, 0.1}, p},
+		{"misses the top", Options{Temperature: 1, RepetitionPenalty: 1}, []float64{0, 0.5, 0.5, 0, 0}, p},
+		{"short", Options{Temperature: 1, RepetitionPenalty: 1}, []float64{0.3, 0.7}, p},
+		{"top-k", Options{Temperature: 0.7, TopK: 2, RepetitionPenalty: 1}, []float64{0.2, 0.2, 0.2, 0.2, 0.2},
+			append(softmax64([]float32{2 / 0.7, 1 / 0.7}), 0, 0, 0)},
+	} {
+		s := New(c.o, 0)
+		drafter := New(Options{Temperature: 1, Seed: 7}, 1)
+		const n = 200000
+		counts := make([]float64, len(logits))
+		taken := 0
+		for range n {
+			d := drafter.Draw(c.q)
+			id := s.NextDraftFrom(logits, nil, nil, d, c.q)
+			counts[id]++
+			if id == d {
+				taken++
+			}
+		}
+		for i, w := range c.want {
+			sd := math.Sqrt(w * (1 - w) / n)
+			if got := counts[i] / n; math.Abs(got-w) > 5*sd+1e-9 {
+				t.Errorf("%s: token %d drawn %.4f of the time, want %.4f", c.name, i, got, w)
+			}
+		}
+		// Drafts are taken with probability Σ min(p, q).
+		var accept float64
+		for i, w := range c.want {
+			accept += min(w, qAt(c.q, i))
+		}
+		if sd := math.Sqrt(accept * (1 - accept) / n); math.Abs(float64(taken)/n-accept) > 5*sd+1e-9 {
+			t.Errorf("%s: drafts taken %.4f of the time, want %.4f", c.name, float64(taken)/n, accept)
+		}
+	}
+	// Distribution: the processed probabilities, or the argmax greedy.
+	q := make([]float64, len(logits))
+	New(Options{Temperature: 0.7, TopK: 2, RepetitionPenalty: 1}, 0).Distribution(q, logits, nil)
+	want := append(softmax64([]float32{2 / 0.7, 1 / 0.7}), 0, 0, 0)
+	for i := range q {
+		if math.Abs(q[i]-want[i]) > 1e-6 {
+			t.Errorf("Distribution: %v, want %v", q, want)
+			break
+		}
+	}
+	New(Options{RepetitionPenalty: 3}, 0).Distribution(q, logits, []int{0})
+	if q[1] != 1 {
+		t.Errorf("greedy Distribution with token 0 penalized: %v, want all on token 1", q)
+	}
+}
