@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/sample"
 )
 
 // Speculative decoding with a draft model: a smaller language model of
@@ -97,6 +98,10 @@ type DraftModel struct {
 	// confirms a token); errWait the steps after the next failure; wait
 	// the steps it still sits out.
 	cool, errWait, wait int
+	// sampler draws the proposals of a Run that samples (start); nil:
+	// greedy proposals. hist is pick's scratch history.
+	sampler *sample.Sampler
+	hist    []int
 	// piece is the prefill piece (FixedPieces' where it fixes one);
 	// fixed pads catch-ups to one length (FixedSteps: a device where each
 	// new step length compiles, eager mode).
@@ -138,9 +143,10 @@ func (d *DraftModel) CompileDuration() time.Duration {
 // (Drafter) or a draft model (DraftModel).
 type proposer interface {
 	// propose proposes up to limit tokens to follow history, the
-	// sequence so far (nil: none this step). Only a cancelled ctx is an
-	// error.
-	propose(ctx context.Context, history []int, limit int) ([]int, error)
+	// sequence so far (nil: none this step), with the distribution each
+	// was drawn from (nil: each of probability 1). Only a cancelled ctx
+	// is an error.
+	propose(ctx context.Context, history []int, limit int) ([]int, [][]float64, error)
 	// done records how a draft of n tokens fared: kept of them were
 	// confirmed.
 	done(n, kept int)
@@ -148,8 +154,8 @@ type proposer interface {
 
 type lookupProposer struct{ *Drafter }
 
-func (l lookupProposer) propose(_ context.Context, history []int, limit int) ([]int, error) {
-	return l.Draft(history, limit), nil
+func (l lookupProposer) propose(_ context.Context, history []int, limit int) ([]int, [][]float64, error) {
+	return l.Draft(history, limit), nil, nil
 }
 
 func (l lookupProposer) done(n, kept int) { l.Done(n, kept) }
@@ -158,12 +164,24 @@ func (l lookupProposer) done(n, kept int) { l.Done(n, kept) }
 type modelProposer struct{ *DraftModel }
 
 // start readies d for a Run that may generate maxNew more tokens with
-// drafts of up to draft tokens.
-func (d *DraftModel) start(maxNew, draft int) proposer {
+// drafts of up to draft tokens, sampling as o says after a prompt of
+// promptLen tokens: the draft model samples its proposals from its own
+// distribution, processed as o says (speculative sampling), where o
+// samples; greedy, it proposes its argmax.
+func (d *DraftModel) start(maxNew, draft int, o sample.Options, promptLen int) proposer {
 	d.maxNew = maxNew + draft
 	d.Restart()
+	d.sampler = nil
+	if !o.Greedy() {
+		d.sampler = sample.New(o, draftStream)
+		d.sampler.SetPromptLen(promptLen)
+	}
 	return modelProposer{d}
 }
+
+// draftStream is the random stream of a draft model's samples: apart
+// from the rows' (sample.New's row 0, 1, …) of the same seed.
+const draftStream = 1 << 40
 
 // Restart forgets how the last sequence's drafts fared (sitting out,
 // failures): another sequence begins (serve's scheduler, when the
@@ -191,15 +209,15 @@ func (d *DraftModel) sitOut() {
 
 // propose is Propose in a Run: a failure of the draft model is reported
 // to OnError, and the step goes on without a draft.
-func (p modelProposer) propose(ctx context.Context, history []int, limit int) ([]int, error) {
-	draft, err := p.draft(ctx, history, limit)
+func (p modelProposer) propose(ctx context.Context, history []int, limit int) ([]int, [][]float64, error) {
+	draft, qs, err := p.draft(ctx, history, limit)
 	if err != nil && ctx.Err() == nil {
 		if p.OnError != nil {
 			p.OnError(err)
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
-	return draft, err
+	return draft, qs, err
 }
 
 // Propose proposes up to limit tokens to follow history, the sequence so
@@ -208,48 +226,86 @@ func (p modelProposer) propose(ctx context.Context, history []int, limit int) ([
 // draft model sits out the next steps (16, doubling with each failure in
 // a row up to 1024), then starts afresh.
 func (d *DraftModel) Propose(ctx context.Context, history []int, limit, maxNew int) ([]int, error) {
-	d.maxNew = maxNew
-	return d.draft(ctx, history, limit)
+	d.maxNew, d.sampler = maxNew, nil // greedy proposals: probability 1 each
+	draft, _, err := d.draft(ctx, history, limit)
+	return draft, err
 }
 
-// draft is Propose with the cache sized by d.maxNew.
-func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int, error) {
+// draft is Propose with the cache sized by d.maxNew, its proposals drawn
+// by d.sampler (their distributions returned) or greedy (nil).
+func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int, [][]float64, error) {
 	if limit <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if d.wait > 0 {
 		d.wait--
-		return nil, nil
+		return nil, nil, nil
 	}
 	logits, err := d.catchUp(ctx, history)
 	if err != nil {
-		return nil, d.failed(err)
+		return nil, nil, d.failed(err)
 	}
 	if logits == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var draft []int
+	var qs [][]float64
 	for {
-		id, p := argmaxProb(logits)
-		if id >= d.vocab || p < d.PMin {
+		id, q := d.pick(logits, history, draft)
+		if id < 0 {
 			if len(draft) == 0 {
 				d.sitOut()
 			}
 			d.errWait = 0 // a proposal without a failure
-			return draft, nil
+			return draft, qs, nil
 		}
 		draft = append(draft, id)
+		if q != nil {
+			qs = append(qs, q)
+		}
 		if len(draft) == limit || d.m.Room() < 1 {
 			d.errWait = 0
-			return draft, nil
+			return draft, qs, nil
 		}
 		rows, err := d.m.Decode([]int{id})
 		if err != nil {
-			return nil, d.failed(err)
+			return nil, nil, d.failed(err)
 		}
 		d.fed = append(d.fed, id)
 		logits = rows[0]
 	}
+}
+
+// pick is the draft model's next proposal after history and the draft so
+// far, from its logits: greedy, the argmax (q nil); sampling, a draw from
+// its processed distribution q over the ids both models have. -1 where
+// the draft ends: the argmax, or the likeliest token of q, is less likely
+// than PMin (decided before drawing, so the draws keep q's distribution),
+// or the argmax is an id the model does not have.
+func (d *DraftModel) pick(logits []float32, history, draft []int) (int, []float64) {
+	if d.sampler == nil {
+		id, p := argmaxProb(logits)
+		if id >= d.vocab || p < d.PMin {
+			return -1, nil
+		}
+		return id, nil
+	}
+	d.hist = append(append(d.hist[:0], history...), draft...)
+	q := make([]float64, len(logits))
+	d.sampler.Distribution(q, logits, d.hist)
+	q = q[:min(len(q), d.vocab)]
+	var sum, top float64
+	for _, w := range q {
+		sum += w
+		top = max(top, w)
+	}
+	if sum <= 0 || top/sum < d.PMin {
+		return -1, nil
+	}
+	for i := range q {
+		q[i] /= sum
+	}
+	return d.sampler.Draw(q), q
 }
 
 // failed records a failure of the draft model: its cache's content is

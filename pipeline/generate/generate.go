@@ -270,15 +270,25 @@ func newRow(idx int, prompt []int, o Options) *row {
 }
 
 // sample picks the row's next token and advances its constraint over it.
-func (rw *row) sample(logits []float32) int { return rw.sampleDraft(logits, -1) }
+func (rw *row) sample(logits []float32) int { return rw.sampleDraft(logits, -1, nil) }
 
 // sampleDraft is sample at a position a speculative draft proposed draft
-// for (sample.Sampler.NextDraft; -1: none).
-func (rw *row) sampleDraft(logits []float32, draft int) int {
-	if rw.con == nil {
-		return rw.sampler.NextDraft(logits, rw.history, nil, draft)
+// for (sample.Sampler.NextDraft; -1: none), drawn from q where q is not
+// nil (a draft model's distribution: NextDraftFrom).
+func (rw *row) sampleDraft(logits []float32, draft int, q []float64) int {
+	var c sample.Constraint
+	if rw.con != nil {
+		c = rw.con
 	}
-	id := rw.sampler.NextDraft(logits, rw.history, rw.con, draft)
+	var id int
+	if q != nil {
+		id = rw.sampler.NextDraftFrom(logits, rw.history, c, draft, q)
+	} else {
+		id = rw.sampler.NextDraft(logits, rw.history, c, draft)
+	}
+	if rw.con == nil {
+		return id
+	}
 	// The sampler picks only allowed ids; an error would mean a mask
 	// with no id in the logits' range, where the pick is the model's.
 	_ = rw.con.Advance(id)

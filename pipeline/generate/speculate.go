@@ -163,7 +163,7 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 	}
 	var drafter proposer = lookupProposer{NewDrafter(o.Speculate, o.SpeculateNgram)}
 	if o.DraftModel != nil {
-		drafter = o.DraftModel.start(o.MaxNewTokens, o.Speculate)
+		drafter = o.DraftModel.start(o.MaxNewTokens, o.Speculate, o.Sampling, len(rw.res.PromptTokenIDs))
 	}
 	id := rw.sample(logits)
 	emit(id)
@@ -201,9 +201,10 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		// the tokens left, and what the cache has room for; near the
 		// cache's end on a device, none (no step of another length).
 		var draft []int
+		var qs [][]float64 // the drafts' distributions (nil: each of probability 1)
 		if !fixed || sp.Room() >= 1+o.Speculate {
 			var err error
-			if draft, err = drafter.propose(ctx, rw.history, min(o.Speculate, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)); err != nil {
+			if draft, qs, err = drafter.propose(ctx, rw.history, min(o.Speculate, sp.Room()-1, o.MaxNewTokens-len(rw.res.TokenIDs)-1)); err != nil {
 				finishAll([]*row{rw}, o, FinishInterrupted)
 				return fmt.Errorf("generation cancelled: %w", errs.ErrInterrupted)
 			}
@@ -234,7 +235,11 @@ func speculate(ctx context.Context, r Stepper, sp Speculator, rw *row, logits []
 		kept, confirmed := 0, 0
 		for i, l := range rows[:len(draft)+1] {
 			if i < len(draft) {
-				id = rw.sampleDraft(l, draft[i])
+				var q []float64
+				if qs != nil {
+					q = qs[i]
+				}
+				id = rw.sampleDraft(l, draft[i], q)
 			} else {
 				id = rw.sample(l)
 			}
