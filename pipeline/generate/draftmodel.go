@@ -99,9 +99,11 @@ type DraftModel struct {
 	// the steps it still sits out.
 	cool, errWait, wait int
 	// sampler draws the proposals of a Run that samples (start); nil:
-	// greedy proposals. hist is pick's scratch history.
-	sampler *sample.Sampler
-	hist    []int
+	// greedy proposals. hist is pick's scratch history, built where the
+	// run's penalties read it (readsHistory).
+	sampler      *sample.Sampler
+	hist         []int
+	readsHistory bool
 	// piece is the prefill piece (FixedPieces' where it fixes one);
 	// fixed pads catch-ups to one length (FixedSteps: a device where each
 	// new step length compiles, eager mode).
@@ -175,6 +177,7 @@ func (d *DraftModel) start(maxNew, draft int, o sample.Options, promptLen int) p
 	if !o.Greedy() {
 		d.sampler = sample.New(o, draftStream)
 		d.sampler.SetPromptLen(promptLen)
+		d.readsHistory = o.ReadsHistory()
 	}
 	return modelProposer{d}
 }
@@ -290,9 +293,13 @@ func (d *DraftModel) pick(logits []float32, history, draft []int) (int, []float6
 		}
 		return id, nil
 	}
-	d.hist = append(append(d.hist[:0], history...), draft...)
+	var hist []int
+	if d.readsHistory { // the penalties count the draft so far too
+		d.hist = append(append(d.hist[:0], history...), draft...)
+		hist = d.hist
+	}
 	q := make([]float64, len(logits))
-	d.sampler.Distribution(q, logits, d.hist)
+	d.sampler.Distribution(q, logits, hist)
 	q = q[:min(len(q), d.vocab)]
 	var sum, top float64
 	for _, w := range q {

@@ -93,6 +93,11 @@ func (o Options) ArgmaxOnly() bool {
 	return o.Greedy() && !o.penalizes() && !o.penalizesGenerated() && len(o.LogitBias) == 0
 }
 
+// ReadsHistory reports whether the tokens so far change the
+// distribution (a repetition, presence or frequency penalty): else Next
+// and Distribution may be given no history.
+func (o Options) ReadsHistory() bool { return o.penalizes() || o.penalizesGenerated() }
+
 // penalizes reports whether the repetition penalty is on.
 func (o Options) penalizes() bool {
 	p := o.RepetitionPenalty
