@@ -91,11 +91,15 @@ func TestDraftModelSameTokens(t *testing.T) {
 		"other":   func(a, b int) int { return 3 + (a*5+b+1)%9 },
 	}
 	for _, rule := range []string{"same", "partial", "other"} {
-		for _, temp := range []float64{0, 0.8} {
+		for _, temp := range []float64{0, 0.8, 0.81} { // 0.81: with a repetition penalty
 			for _, k := range []int{1, 4, 7} {
 				name := fmt.Sprintf("%s/T%v/k%d", rule, temp, k)
 				opts := func() Options {
-					return Options{MaxNewTokens: 45, Sampling: sample.Options{Temperature: temp, TopK: 3, RepetitionPenalty: 1, Seed: 5}}
+					o := Options{MaxNewTokens: 45, Sampling: sample.Options{Temperature: temp, TopK: 3, RepetitionPenalty: 1, Seed: 5}}
+					if temp == 0.81 {
+						o.Sampling.RepetitionPenalty = 1.2
+					}
+					return o
 				}
 				want, _, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{prompt}, opts())
 				if err != nil {
