@@ -15,12 +15,15 @@ import (
 // the same vocabulary (Qwen3-0.6B for Qwen3-8B, Llama 3.2 1B for Llama
 // 3.1 8B) proposes the next tokens, greedily, one cheap step each, and
 // the model confirms them in one step as it confirms prompt lookup's
-// (speculate). The draft's tokens are its argmax, so each is a proposal
-// of probability 1 and sample.Sampler.NextDraft's rule keeps the
-// model's own distribution: greedy decoding gives the tokens decoding
-// one at a time gives, sampling tokens of the same distribution, whatever
-// the draft model proposes. A draft stops at the first token the draft
-// model is less sure of than DraftModel's PMin (llama.cpp's p_min), so a
+// (speculate). Decoding greedily, the draft model proposes its argmax (a
+// proposal of probability 1, sample.Sampler.NextDraft); sampling, it
+// draws each proposal from its own processed distribution q, which
+// NextDraftFrom takes with probability min(1, p/q) of the model's p
+// (speculative sampling): greedy decoding gives the tokens decoding one
+// at a time gives, sampling tokens of the same distribution, whatever the
+// draft model proposes. A draft stops at the first token the draft model
+// is less sure of than DraftModel's PMin (llama.cpp's p_min; sampling,
+// its likeliest token, before it draws), so a
 // hard stretch of text costs a step or two of the draft, not a draft of
 // tokens the model will refuse; and after a step that confirmed nothing
 // (no draft, or its first token refused) the draft model sits out the
@@ -104,6 +107,7 @@ type DraftModel struct {
 	sampler      *sample.Sampler
 	hist         []int
 	readsHistory bool
+	qs           [][]float64 // pick's distributions, by position (qBuf)
 	// piece is the prefill piece (FixedPieces' where it fixes one);
 	// fixed pads catch-ups to one length (FixedSteps: a device where each
 	// new step length compiles, eager mode).
@@ -279,6 +283,19 @@ func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int
 	}
 }
 
+// qBuf is the buffer of the distribution of a draft's i-th token, n
+// long: one per position, reused by the next proposal (a Run verifies a
+// draft before it asks for the next).
+func (d *DraftModel) qBuf(i, n int) []float64 {
+	for len(d.qs) <= i {
+		d.qs = append(d.qs, nil)
+	}
+	if cap(d.qs[i]) < n {
+		d.qs[i] = make([]float64, n)
+	}
+	return d.qs[i][:n]
+}
+
 // pick is the draft model's next proposal after history and the draft so
 // far, from its logits: greedy, the argmax (q nil); sampling, a draw from
 // its processed distribution q over the ids both models have. -1 where
@@ -288,7 +305,7 @@ func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int
 func (d *DraftModel) pick(logits []float32, history, draft []int) (int, []float64) {
 	if d.sampler == nil {
 		id, p := argmaxProb(logits)
-		if id >= d.vocab || p < d.PMin {
+		if id >= d.vocab || !(p > 0) || p < d.PMin { // p 0: NaN or infinite logits
 			return -1, nil
 		}
 		return id, nil
@@ -298,7 +315,7 @@ func (d *DraftModel) pick(logits []float32, history, draft []int) (int, []float6
 		d.hist = append(append(d.hist[:0], history...), draft...)
 		hist = d.hist
 	}
-	q := make([]float64, len(logits))
+	q := d.qBuf(len(draft), len(logits))
 	d.sampler.Distribution(q, logits, hist)
 	q = q[:min(len(q), d.vocab)]
 	var sum, top float64
@@ -306,7 +323,7 @@ func (d *DraftModel) pick(logits []float32, history, draft []int) (int, []float6
 		sum += w
 		top = max(top, w)
 	}
-	if sum <= 0 || top/sum < d.PMin {
+	if !(sum > 0) || !(top/sum >= d.PMin) { // NaN logits give no draft
 		return -1, nil
 	}
 	for i := range q {

@@ -315,3 +315,19 @@ func TestDraftModelRewindable(t *testing.T) {
 		t.Errorf("a draft model that cannot rewind: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestDraftModelNaN: a draft model whose logits are NaN proposes nothing,
+// greedy or sampling, and the text is the model's own.
+func TestDraftModelNaN(t *testing.T) {
+	for _, temp := range []float64{0, 0.8} {
+		o := Options{MaxNewTokens: 60, Sampling: sample.Options{Temperature: temp, RepetitionPenalty: 1, Seed: 3}}
+		want, _, _ := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
+		o.Speculate = 4 // no draft: the same draws as without speculation
+		o.DraftModel = mustDraftModel(t, &draftCache{cacheModel: cacheModel{t: t, vocab: 16, nan: true}}, 16, 1000)
+		o.DraftModel.PMin = 0
+		got, met, err := Run(context.Background(), &cacheModel{t: t, vocab: 16}, [][]int{{1, 4, 5}}, o)
+		if err != nil || met.DraftTokens != 0 || !slices.Equal(got[0].TokenIDs, want[0].TokenIDs) {
+			t.Errorf("T %v: %v, %d drafted, %v; want no draft and %v", temp, err, met.DraftTokens, got[0].TokenIDs, want[0].TokenIDs)
+		}
+	}
+}

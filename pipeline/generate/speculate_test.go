@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
@@ -24,8 +25,10 @@ type cacheModel struct {
 	many     int // DecodeMany calls
 	rewinds  int
 	noRewind bool
-	// nextFn, when set, replaces next's rule (a draft model's).
+	// nextFn, when set, replaces next's rule (a draft model's); nan
+	// makes every logit NaN (a broken draft model).
 	nextFn func(a, b int) int
+	nan    bool
 }
 
 func (c *cacheModel) next(a, b int) int {
@@ -37,6 +40,12 @@ func (c *cacheModel) next(a, b int) int {
 
 func (c *cacheModel) after() []float32 {
 	l := make([]float32, c.vocab)
+	if c.nan {
+		for i := range l {
+			l[i] = float32(math.NaN())
+		}
+		return l
+	}
 	n := len(c.fed)
 	l[c.next(c.fed[max(0, n-2)], c.fed[n-1])] = 5
 	l[(c.fed[n-1]+1)%c.vocab] += 1 // a runner-up

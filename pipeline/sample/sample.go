@@ -279,31 +279,49 @@ func (s *Sampler) next(logits []float32, history []int, c Constraint, draft int,
 		return Argmax(sc)
 	}
 	s.shape(sc)
+	if q != nil {
+		return s.drawAfter(sc, draft, q)
+	}
 	if draft < 0 || draft >= len(sc) {
 		return s.draw(sc)
 	}
 	probs := s.probs[:len(sc)]
 	softmaxInto(probs, sc)
-	if q == nil {
-		if s.rng.Float64() < probs[draft] {
-			return draft
-		}
-		if probs[draft] < 1 { // else rounding: nothing else is possible
-			sc[draft] = math.Inf(-1)
-		}
+	if s.rng.Float64() < probs[draft] {
+		return draft
+	}
+	if probs[draft] < 1 { // else rounding: nothing else is possible
+		sc[draft] = math.Inf(-1)
+	}
+	return s.draw(sc)
+}
+
+// drawAfter draws from softmax(sc) = p given a draft drawn from q: the
+// draft with probability min(1, p(draft)/q(draft)) (p 0 past sc), else a
+// draw from max(0, p − q) renormalized. Where q cannot have drawn the
+// draft (q(draft) not a positive number, a NaN in q) or leaves no
+// residual, it draws from p itself: the tokens stay p's.
+func (s *Sampler) drawAfter(sc []float64, draft int, q []float64) int {
+	qd := qAt(q, draft)
+	if !(qd > 0) || math.IsInf(qd, 0) {
 		return s.draw(sc)
 	}
-	if qd := qAt(q, draft); qd <= 0 || s.rng.Float64()*qd < probs[draft] {
-		return draft // taken with probability min(1, p/q); q 0 would mean it was never drawn
+	probs := s.probs[:len(sc)]
+	softmaxInto(probs, sc)
+	pd := 0.0
+	if draft >= 0 && draft < len(probs) {
+		pd = probs[draft]
 	}
-	// The residual max(0, p − q), renormalized.
+	if s.rng.Float64()*qd < pd {
+		return draft // taken with probability min(1, p/q)
+	}
 	var sum float64
 	for i, p := range probs {
 		probs[i] = max(0, p-qAt(q, i))
 		sum += probs[i]
 	}
-	if sum <= 0 { // p ≤ q everywhere: p = q, and the draft is always taken
-		return draft
+	if !(sum > 0) || math.IsInf(sum, 0) { // q ≥ p everywhere, or NaN
+		return s.draw(sc)
 	}
 	for i := range probs {
 		probs[i] /= sum

@@ -413,3 +413,41 @@ func TestNextDraftFromExact(t *testing.T) {
 		t.Errorf("greedy Distribution with token 0 penalized: %v, want all on token 1", q)
 	}
 }
+
+// TestNextDraftFromOdd: a q longer than the model's vocabulary (mass on
+// ids it does not have), one holding NaN, and a draft q could not have
+// drawn still give tokens of p.
+func TestNextDraftFromOdd(t *testing.T) {
+	logits := []float32{2, 1, 0, -1}
+	p := softmax64(logits)
+	nan := math.NaN()
+	for _, c := range []struct {
+		name string
+		q    []float64
+		draw func(*Sampler) int
+	}{
+		{"longer", []float64{0.1, 0.1, 0.1, 0.1, 0.3, 0.3}, nil},
+		{"nan", []float64{nan, nan, nan, nan}, func(*Sampler) int { return 3 }},
+		{"q(draft) 0", []float64{0, 0.5, 0.5, 0}, func(*Sampler) int { return 0 }},
+	} {
+		s := New(Options{Temperature: 1, RepetitionPenalty: 1}, 0)
+		drafter := New(Options{Temperature: 1, Seed: 7}, 1)
+		const n = 200000
+		counts := make([]float64, len(logits))
+		for range n {
+			d := 0
+			if c.draw != nil {
+				d = c.draw(drafter)
+			} else {
+				d = drafter.Draw(c.q)
+			}
+			counts[s.NextDraftFrom(logits, nil, nil, d, c.q)]++
+		}
+		for i, w := range p {
+			sd := math.Sqrt(w * (1 - w) / n)
+			if got := counts[i] / n; math.Abs(got-w) > 5*sd+1e-9 {
+				t.Errorf("%s: token %d drawn %.4f of the time, want %.4f", c.name, i, got, w)
+			}
+		}
+	}
+}
