@@ -35,7 +35,7 @@ const maxVocabDifference = 128
 func (s *speculateFlags) addDraft(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&s.Model, "draft-model", "", fmt.Sprintf("speculative decoding with a draft model: a smaller model with the same tokenizer (Hub id or directory, e.g. Qwen/Qwen3-0.6B for Qwen/Qwen3-8B) proposes up to --speculate tokens a step (default %d here: its argmax decoding greedily, draws from its own distribution sampling), and the model confirms them in one step; the tokens are those decoding without it gives (greedy), or of the same distribution (sampling, by speculative sampling's rule). It runs on the same device, in the model's dtype and mode", defaultDraftTokens))
-	fl.Float64Var(&s.PMin, "draft-p-min", generate.DefaultDraftPMin, "end a draft before a token the draft model gives less than this probability (0 to 1; 0: drafts as long as --speculate)")
+	fl.Float64Var(&s.PMin, "draft-p-min", generate.DefaultDraftPMin, "end a draft where the draft model's likeliest next token has less than this probability (0 to 1; 0: drafts as long as --speculate)")
 	fl.StringVar(&s.Quantize, "draft-quantize", "", "hold the draft model's weights as int8 or int4 (none: as --dtype)")
 }
 

@@ -197,7 +197,8 @@ func TestServeDraftModel(t *testing.T) {
 // attention, whose state is restored and replayed where a draft is cut
 // short) speculate by prompt lookup and with a draft model (the stories
 // model, which shares their tokenizer here) with the tokens of plain
-// greedy decoding; a draft model with recurrent state is refused.
+// greedy decoding, in compiled mode (eager mode warns and decodes
+// plainly); a draft model with recurrent state is refused.
 func TestSpeculateRecurrent(t *testing.T) {
 	dense, moe := qwenref.TinyQwen35(), qwenref.TinyQwen35MoE()
 	dense.Vocab, moe.Vocab, moe.Stacked = 512, 512, true
@@ -209,12 +210,17 @@ func TestSpeculateRecurrent(t *testing.T) {
 			return generateJSON(t, append([]string{"-m", dir, "-p", "Lily saw a big red ball. Lily saw a big red ball. Lily saw", "-n", "48", "--temperature", "0"}, args...)...)
 		}
 		_, want, _, _ := run()
-		for _, args := range [][]string{{"--speculate", "4"}, {"--speculate", "6", "--mode", "eager"}, {"--draft-model", storiesDir, "--draft-p-min", "0", "--speculate", "3"}} {
+		for _, args := range [][]string{{"--speculate", "4"}, {"--speculate", "6"}, {"--draft-model", storiesDir, "--draft-p-min", "0", "--speculate", "3"}} {
 			_, got, drafts, errOut := run(args...)
 			assert.Equal(t, want, got, "%s %v", name, args)
 			assert.Positive(t, drafts[0], "%s %v: no draft proposed: %s", name, args, errOut)
 			assert.NotContains(t, errOut, "--speculate: off", "%s %v", name, args)
 		}
+		// Eager mode pads every step to one length, which a recurrent
+		// state would replay: it does not speculate there.
+		_, got, _, errOut := run("--speculate", "4", "--mode", "eager")
+		assert.Equal(t, want, got, "%s eager", name)
+		assert.Contains(t, errOut, "--speculate: off", "%s eager", name)
 		e := genEnv(t)
 		assert.Equal(t, ExitUnsupported, e.run("generate", "-m", storiesDir, "-p", "Once", "-n", "4", "--draft-model", dir), e.errOut.String())
 		assert.Contains(t, e.errOut.String(), "cannot take its caches back to any earlier token", name)

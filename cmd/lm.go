@@ -374,7 +374,7 @@ func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile
 	o.Speculate, o.SpeculateNgram, o.DraftModel = s.Draft, s.Ngram, draft
 	switch {
 	case !r.Speculates():
-		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --tp, --experts host, or recurrent state on an XLA device)", r.Spec().Architecture)
+		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --tp, --experts host, or recurrent state on an XLA device or in eager mode)", r.Spec().Architecture)
 	case prompts > 1:
 		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
 	case draft != nil:

@@ -554,7 +554,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 	if opts.Speculate.Draft > 0 && !embeddingsOnly {
 		switch {
 		case !runner.Speculates():
-			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --experts host, or recurrent state on an XLA device)", spec.Architecture)
+			rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --experts host, or recurrent state on an XLA device or in eager mode)", spec.Architecture)
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = runner.FixedSteps()

@@ -51,14 +51,15 @@ func (r *Runner) Rewindable() bool {
 // several tokens in one step with their logits (State.DecodeMany) and
 // taken back over the last of them (State.Rewind). A Rewindable model
 // can, and so can a model with recurrent state that otherwise would be,
-// on a backend computing in host memory, taking back only the tokens of
-// its last DecodeMany (by replaying the kept ones). On a device the copy
-// of the recurrent state would go through the host and every replay
-// length compile (a padded step replays its padding), so there it does
-// not.
+// in compiled mode on a backend computing in host memory, taking back
+// only the tokens of its last DecodeMany (by replaying the kept ones).
+// On a device the copy of the recurrent state would go through the host
+// and every replay length compile; in eager mode every step is padded to
+// one length (FixedSteps), so nearly every step would replay: there it
+// does not.
 func (r *Runner) Speculates() bool {
 	ok, recurrent := r.rewindability()
-	return ok && (!recurrent || r.opts.Caps.HostMemory)
+	return ok && (!recurrent || !r.FixedSteps())
 }
 
 // rewindability: ok where r is on one device, with its experts in the
@@ -286,21 +287,10 @@ func (st *State) replayRewind(n int) error {
 	if len(keep) == 0 {
 		return nil
 	}
-	// The kept tokens again, their logits not read: in compiled mode on
-	// DecodeMany's program, whose executables are not capped and are
-	// those its steps compiled; in eager mode one at a time on decode's
-	// (its layer programs are capped, and each step length adds some).
+	// The kept tokens again, their logits not read, on DecodeMany's
+	// program (compiled mode: Speculates), whose executables are not
+	// capped and are those its steps compiled.
 	r := st.r
-	if r.opts.Mode != Compiled {
-		for _, id := range keep {
-			out, err := r.runStep(st, r.decode, r.head, tensors.FromFlatDataAndDimensions([]int32{int32(id)}, 1, 1), st.next)
-			if err != nil {
-				return err
-			}
-			out.FinalizeAll()
-		}
-		return nil
-	}
 	prog, err := r.manyProgram()
 	if err != nil {
 		return err

@@ -261,7 +261,11 @@ func (s *Slots) Rewind(n int) error {
 	if !ok {
 		return fmt.Errorf("rewind: the engine does not speculate")
 	}
-	return sp.Rewind(n)
+	if err := sp.Rewind(n); err != nil {
+		s.failed(err) // a replay's execution may fail, as a step's
+		return err
+	}
+	return nil
 }
 
 // Free ends a sequence, freeing its row.
