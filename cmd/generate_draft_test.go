@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,6 +173,19 @@ func TestServeDraftModel(t *testing.T) {
 	assert.Positive(t, proposed)
 	assert.Equal(t, proposed, metricValue(t, drafted, "tputool_draft_tokens_accepted_total"))
 	assert.Zero(t, metricValue(t, drafted, "tputool_draft_errors_total"))
+
+	// A sampling request: the draft model draws from its own distribution,
+	// here the model's (up to rounding), so nearly every draft is taken;
+	// its argmax would be taken only as often as the model picks it.
+	body := `{"prompt":"Once upon a time","max_tokens":120,"temperature":1,"seed":5}`
+	resp, err := http.Post(drafted+"/v1/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	more := metricValue(t, drafted, "tputool_draft_tokens_total") - proposed
+	taken := metricValue(t, drafted, "tputool_draft_tokens_accepted_total") - proposed
+	assert.Positive(t, more)
+	assert.GreaterOrEqual(t, taken, 0.9*more, "sampled drafts taken %v of %v", taken, more)
 
 	// Four at once, then each alone again.
 	prompts := []string{"The dog", "A girl", "Tom and", "One day"}

@@ -176,13 +176,7 @@ type modelProposer struct{ *DraftModel }
 // samples; greedy, it proposes its argmax.
 func (d *DraftModel) start(maxNew, draft int, o sample.Options, promptLen int) proposer {
 	d.maxNew = maxNew + draft
-	d.Restart()
-	d.sampler = nil
-	if !o.Greedy() {
-		d.sampler = sample.New(o, draftStream)
-		d.sampler.SetPromptLen(promptLen)
-		d.readsHistory = o.ReadsHistory()
-	}
+	d.Restart(o, promptLen)
 	return modelProposer{d}
 }
 
@@ -190,10 +184,21 @@ func (d *DraftModel) start(maxNew, draft int, o sample.Options, promptLen int) p
 // from the rows' (sample.New's row 0, 1, …) of the same seed.
 const draftStream = 1 << 40
 
-// Restart forgets how the last sequence's drafts fared (sitting out,
-// failures): another sequence begins (serve's scheduler, when the
-// sequence running alone is another one).
-func (d *DraftModel) Restart() { d.cool, d.errWait, d.wait = 0, 0, 0 }
+// Restart begins another sequence (serve's scheduler: another sequence
+// runs alone), sampling as o says after a prompt of promptLen tokens:
+// where o samples, the draft model draws its proposals from its own
+// distribution processed as o says, on a random stream of its own from
+// o's seed (speculative sampling); greedy, it proposes its argmax. How
+// the last sequence's drafts fared (sitting out, failures) is forgotten.
+func (d *DraftModel) Restart(o sample.Options, promptLen int) {
+	d.cool, d.errWait, d.wait = 0, 0, 0
+	d.sampler = nil
+	if !o.Greedy() {
+		d.sampler = sample.New(o, draftStream)
+		d.sampler.SetPromptLen(promptLen)
+		d.readsHistory = o.ReadsHistory()
+	}
+}
 
 func (p modelProposer) done(n, kept int) { p.Done(n, kept) }
 
@@ -229,13 +234,14 @@ func (p modelProposer) propose(ctx context.Context, history []int, limit int) ([
 
 // Propose proposes up to limit tokens to follow history, the sequence so
 // far, with its cache sized for maxNew more tokens (a server's sequence
-// running alone: serve's scheduler); nil for none. After an error the
-// draft model sits out the next steps (16, doubling with each failure in
-// a row up to 1024), then starts afresh.
-func (d *DraftModel) Propose(ctx context.Context, history []int, limit, maxNew int) ([]int, error) {
-	d.maxNew, d.sampler = maxNew, nil // greedy proposals: probability 1 each
-	draft, _, err := d.draft(ctx, history, limit)
-	return draft, err
+// running alone: serve's scheduler, which calls Restart when the
+// sequence changes), and the distribution each was drawn from (nil:
+// greedy, each of probability 1); nil for none. After an error the draft
+// model sits out the next steps (16, doubling with each failure in a row
+// up to 1024), then starts afresh.
+func (d *DraftModel) Propose(ctx context.Context, history []int, limit, maxNew int) ([]int, [][]float64, error) {
+	d.maxNew = maxNew
+	return d.draft(ctx, history, limit)
 }
 
 // draft is Propose with the cache sized by d.maxNew, its proposals drawn

@@ -30,11 +30,16 @@ func NewSequence(prompt []int, idx int, o Options) *Sequence {
 
 // Sample picks the next token from the logits that follow the sequence so
 // far (it does not record it: Add does).
-func (s *Sequence) Sample(logits []float32) int { return s.SampleDraft(logits, -1) }
+func (s *Sequence) Sample(logits []float32) int { return s.SampleDraft(logits, -1, nil) }
 
 // SampleDraft is Sample at a position for which a speculative draft
-// proposed draft (-1: none): sample.Sampler.NextDraft.
-func (s *Sequence) SampleDraft(logits []float32, draft int) int {
+// proposed draft (-1: none): sample.Sampler.NextDraft, or NextDraftFrom
+// where the draft was drawn from q (a draft model's distribution; nil:
+// a proposal of probability 1).
+func (s *Sequence) SampleDraft(logits []float32, draft int, q []float64) int {
+	if q != nil {
+		return s.rw.sampler.NextDraftFrom(logits, s.rw.history, s.rw.con, draft, q)
+	}
 	return s.rw.sampler.NextDraft(logits, s.rw.history, s.rw.con, draft)
 }
 

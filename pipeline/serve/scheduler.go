@@ -578,13 +578,14 @@ func (s *Scheduler) speculateStep() bool {
 	// propose one fewer than the tokens left.
 	limit := min(s.cfg.Speculate, room-1, budget-1)
 	var draft []int
+	var qs [][]float64 // a sampling request's draft distributions (nil: each of probability 1)
 	if d := s.cfg.DraftModel; d != nil {
-		if s.drafting != j { // another sequence: forget how the last one's drafts fared
-			d.Restart()
+		if s.drafting != j { // another sequence: its sampling, and nothing of the last one's drafts
+			d.Restart(j.req.Gen.Sampling, len(j.seq.Result().PromptTokenIDs))
 			s.drafting = j
 		}
 		var err error
-		if draft, err = d.Propose(j.ctx, j.seq.History(), limit, budget+s.cfg.Speculate); err != nil {
+		if draft, qs, err = d.Propose(j.ctx, j.seq.History(), limit, budget+s.cfg.Speculate); err != nil {
 			if !errors.Is(err, errs.ErrInterrupted) {
 				s.obs.DraftFailed(err)
 			}
@@ -617,11 +618,14 @@ func (s *Scheduler) speculateStep() bool {
 	}
 	kept, confirmed, done := 0, 0, false
 	for i, l := range logits[:len(draft)+1] {
-		d := -1
+		d, q := -1, []float64(nil)
 		if i < len(draft) {
 			d = draft[i]
+			if qs != nil {
+				q = qs[i]
+			}
 		}
-		done = s.emitDraft(j, l, d) // j.next is the token emitted
+		done = s.emitDraft(j, l, d, q) // j.next is the token emitted
 		if i < len(draft) && j.next == draft[i] {
 			confirmed++
 		}
@@ -652,12 +656,13 @@ func (s *Scheduler) speculateStep() bool {
 
 // emit samples a sequence's next token from logits and sends its event;
 // it reports whether the sequence finished.
-func (s *Scheduler) emit(j *job, logits []float32) bool { return s.emitDraft(j, logits, -1) }
+func (s *Scheduler) emit(j *job, logits []float32) bool { return s.emitDraft(j, logits, -1, nil) }
 
 // emitDraft is emit at a position for which a speculative draft proposed
-// draft (generate.Sequence.SampleDraft; -1: none).
-func (s *Scheduler) emitDraft(j *job, logits []float32, draft int) bool {
-	id := j.seq.SampleDraft(logits, draft)
+// draft (generate.Sequence.SampleDraft; -1: none), drawn from q where q
+// is not nil (a draft model's distribution).
+func (s *Scheduler) emitDraft(j *job, logits []float32, draft int, q []float64) bool {
+	id := j.seq.SampleDraft(logits, draft, q)
 	ev := j.seq.Add(id)
 	out := Event{Token: id, Text: ev.Text, StopString: ev.StopString}
 	if j.req.Logprobs >= 0 {
