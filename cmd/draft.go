@@ -18,7 +18,7 @@ import (
 	"github.com/tputool/tputool/tpu"
 )
 
-// Speculative decoding with a draft model (generate, chat): --draft-model
+// Speculative decoding with a draft model (generate, chat, serve): --draft-model
 // names a smaller model of the same tokenizer, which proposes each step's
 // draft in place of prompt lookup (generate.DraftModel).
 
