@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/tokenizer"
 	"github.com/tputool/tputool/pipeline/generate"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/tpu"
 )
@@ -70,6 +71,7 @@ func (s *speculateFlags) checkDraft(changed func(string) bool) error {
 type openedDraft struct {
 	model  *generate.DraftModel
 	runner *compile.Runner
+	loaded *lm.Loaded
 	close  func()
 }
 
@@ -150,11 +152,25 @@ func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.D
 		})
 	}
 	o.Reporter.Debugf("draft model %s: %s, %d layers, hidden %d", m.Name(), spec.Architecture, spec.Layers, spec.Hidden)
-	return &openedDraft{model: d, runner: r, close: func() {
+	return &openedDraft{model: d, runner: r, loaded: loaded, close: func() {
 		st.Release()
 		r.Close()
 		loaded.Close()
 	}}, nil
+}
+
+// checkStateFits refuses a generation of one prompt of longest tokens
+// and maxNew more whose KV caches, the model's (m) and the draft
+// model's (drafts of up to speculate tokens), together exceed the host's
+// memory (checkStateFits for the two); none is a no-op.
+func (d *openedDraft) checkStateFits(m lm.Model, longest, maxNew, speculate int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+	if d == nil || hostMemoryFn == nil {
+		return nil
+	}
+	_, a, okA := stateNeed(m, 1, longest, maxNew, dtype, kv)
+	_, b, okB := stateNeed(d.loaded.Model, 1, longest, maxNew+speculate, dtype, kv)
+	return checkHostMemory("the KV caches of the model and the draft model", a+b, !okA || !okB || a+b < a, hostMemoryFn(),
+		fmt.Sprintf("lower --max-new-tokens (now %d)%s", maxNew, narrowerKV(kv)))
 }
 
 // checkDraftVocab refuses a draft model whose tokenizer is not the

@@ -395,6 +395,9 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
+	if err := draft.checkStateFits(loaded.Model, longest, gen.MaxNewTokens, opts.Speculate.Draft, dtype, opts.KVDType, opts.HostMemory); err != nil {
+		return err
+	}
 	if positions, need, ok := stateNeed(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType); ok {
 		rep.Debugf("KV cache: up to %s for %d sequence(s) of %d positions, held as %s", humanize.Bytes(need), len(ids), positions, kvHeld(opts.KVDType, dtype))
 	}

@@ -285,3 +285,25 @@ func TestServeSpeculateRecurrent(t *testing.T) {
 	assert.Positive(t, metricValue(t, spec, "tputool_draft_tokens_total"))
 	assert.Zero(t, metricValue(t, spec, "tputool_recompiles_total"), "the warm-up compiled the speculative steps and their replays")
 }
+
+// TestDraftStateFits: the model's KV caches and the draft model's
+// together are checked against the (fake, 16 MiB) machine's memory before
+// anything runs: a draft model of many narrow layers, whose caches for
+// 500 new tokens do not fit beside the model's, is refused naming both,
+// and fits for 40.
+func TestDraftStateFits(t *testing.T) {
+	dir := t.TempDir()
+	const layers = 100
+	c := lmckpt.Config{Vocab: 512, Hidden: 48, Intermediate: 96, Layers: layers, Heads: 4, KVHeads: 4, HeadDim: 12, Eps: 1e-5, Tied: true,
+		RopeTheta: make([]float64, layers), Window: make([]int, layers)}
+	for i := range c.RopeTheta {
+		c.RopeTheta[i] = 10000
+	}
+	require.NoError(t, lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 3, MaxPositions: 512}.Write(dir))
+	copyStoriesTokenizer(t, dir)
+	e := genEnv(t)
+	assert.Equal(t, ExitUsage, e.run("generate", "-m", storiesDir, "-p", "Once", "-n", "500", "--draft-model", dir), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "the KV caches of the model and the draft model needs")
+	e = genEnv(t)
+	assert.Equal(t, ExitOK, e.run("generate", "-m", storiesDir, "-p", "Once", "-n", "40", "--draft-model", dir), e.errOut.String())
+}
