@@ -290,7 +290,7 @@ func TestServeSpeculateRecurrent(t *testing.T) {
 // together are checked against the (fake, 16 MiB) machine's memory before
 // anything runs: a draft model of many narrow layers, whose caches for
 // 500 new tokens do not fit beside the model's, is refused naming both,
-// and fits for 40.
+// and fits for 40; serve counts it beside its slots.
 func TestDraftStateFits(t *testing.T) {
 	dir := t.TempDir()
 	const layers = 100
@@ -306,4 +306,8 @@ func TestDraftStateFits(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), "the KV caches of the model and the draft model needs")
 	e = genEnv(t)
 	assert.Equal(t, ExitOK, e.run("generate", "-m", storiesDir, "-p", "Once", "-n", "40", "--draft-model", dir), e.errOut.String())
+	// serve: the slots' caches and the draft model's lone sequence's.
+	e = genEnv(t)
+	assert.Equal(t, ExitUsage, e.run("serve", "-m", storiesDir, "--port", "0", "--max-batch", "1", "--max-context", "500", "--draft-model", dir), e.errOut.String())
+	assert.Contains(t, e.errOut.String(), "and the draft model's needs")
 }

@@ -298,10 +298,11 @@ func quantizationLevel(quantize string, l *lm.Loaded, dtype dtypes.DType) string
 	return strings.ToUpper(dtype.String())
 }
 
-// checkSlotsFit refuses KV caches for every slot, and for the prefix
+// checkSlotsFit refuses KV caches for every slot, for the prefix
 // cache's prompts (each at most a prefill of --max-context positions),
-// that the host cannot hold.
-func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+// and for a draft model's lone sequence (nil: none), that the host
+// cannot hold together.
+func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DType, hostMemoryFn func() int64, draft lm.Model) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
@@ -309,7 +310,13 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 	need, ok := lm.StateBytes(m, slots, context, dtype, kv)
 	kept, ok2 := lm.StateBytes(m, prefixes, compile.PrefillCacheLen(context), dtype, kv)
 	what := fmt.Sprintf("the KV caches of %d slots of %d positions and of %d cached prompts (%d layers, %s)", slots, context, prefixes, m.Spec().Layers, kvOr(kv, dtype))
-	return checkHostMemory(what, need+kept, !ok || !ok2, hostMemory, "lower --max-batch, --max-context or --prefix-cache"+narrowerKV(kv))
+	ok3, drafted := true, int64(0)
+	if draft != nil { // a lone sequence's, as long as the context and a draft
+		drafted, ok3 = lm.StateBytes(draft, 1, compile.CacheBucket(context+maxSpeculate), dtype, kv)
+		what += " and the draft model's"
+	}
+	total := need + kept + drafted
+	return checkHostMemory(what, total, !ok || !ok2 || !ok3 || total < need, hostMemory, "lower --max-batch, --max-context or --prefix-cache"+narrowerKV(kv))
 }
 
 // checkEncoderFits refuses an encoder's serving state that the host
@@ -494,7 +501,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 			return err
 		}
 	} else {
-		if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory); err != nil {
+		if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory, nil); err != nil {
 			return err
 		}
 		if need, ok := lm.StateBytes(loaded.Model, opts.MaxBatch, maxContext, dtype, opts.KVDType); ok {
@@ -525,6 +532,11 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 			return err
 		}
 		defer draft.Close()
+		if draft != nil {
+			if err := checkSlotsFit(loaded.Model, opts.MaxBatch, maxContext, opts.PrefixCache, dtype, opts.KVDType, opts.HostMemory, draft.loaded.Model); err != nil {
+				return err
+			}
+		}
 	}
 	engine, slots, err := serveEngine(runner, opts, maxContext, pooling, embeddingsOnly, rerank)
 	if err != nil {
