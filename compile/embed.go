@@ -109,16 +109,8 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	}
 	st := r.NewState()
 	defer st.Release()
-	if _, err := st.Begin(prompts, 0); err != nil {
+	if err := st.beginPass(prompts); err != nil {
 		return nil, err
-	}
-	// Slots that are left padding in every row change nothing (they are
-	// masked): the steps start at the last multiple of embedSkip at or
-	// below the shortest padding, the slots before it left empty.
-	skip := int(slices.Min(st.pads)) / embedSkip * embedSkip
-	st.next = skip
-	for i, p := range st.pending {
-		st.pending[i] = p[skip:]
 	}
 	b, h := st.batch, r.spec.Hidden
 	sums := make([][]float64, b)
@@ -262,6 +254,23 @@ func GenerateError(s *lm.Spec) error {
 		return EncoderError(s)
 	case s.Classifier:
 		return ClassifierError(s)
+	}
+	return nil
+}
+
+// beginPass begins a pass over prompts that generates nothing after them
+// (Embed, PromptLogprobs): Begin with no new tokens, then the slots that
+// are left padding in every row, which change nothing (they are masked),
+// skipped: the steps start at the last multiple of embedSkip at or below
+// the shortest padding, the slots before it left empty.
+func (st *State) beginPass(prompts [][]int) error {
+	if _, err := st.Begin(prompts, 0); err != nil {
+		return err
+	}
+	skip := int(slices.Min(st.pads)) / embedSkip * embedSkip
+	st.next = skip
+	for i, p := range st.pending {
+		st.pending[i] = p[skip:]
 	}
 	return nil
 }

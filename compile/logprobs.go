@@ -158,14 +158,8 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 	}
 	st := r.NewState()
 	defer st.Release()
-	if _, err := st.Begin(prompts, 0); err != nil {
+	if err := st.beginPass(prompts); err != nil {
 		return nil, err
-	}
-	// As in Embed, the left padding every row shares is skipped.
-	skip := int(slices.Min(st.pads)) / embedSkip * embedSkip
-	st.next = skip
-	for i, pend := range st.pending {
-		st.pending[i] = pend[skip:]
 	}
 	out := make([][]sample.TokenLogprob, len(prompts))
 	for i, pr := range prompts {
