@@ -75,23 +75,7 @@ func TestEmbedEncoders(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer run.Close()
-					for _, pool := range []Pooling{PoolMean, PoolCLS, PoolLast} {
-						got, err := run.Embed(prompts, pool)
-						if err != nil {
-							t.Fatal(err)
-						}
-						var worst float64
-						for i := range prompts {
-							for j, x := range got[i] {
-								worst = max(worst, math.Abs(float64(x)-want[pool][i][j]))
-							}
-						}
-						// The hidden states are LayerNorm outputs, of size
-						// about 1: f32 against float64.
-						if worst > 2e-5 {
-							t.Errorf("%s pooling: largest difference from the reference %.3g", pool, worst)
-						}
-					}
+					checkPoolings(t, run, prompts, want)
 					// One input alone gives the vector it gets among others.
 					alone, err := run.Embed(prompts[1:2], PoolCLS)
 					if err != nil {
@@ -303,5 +287,28 @@ func TestEncoderRowsSplit(t *testing.T) {
 	}
 	if got := run.encoderRows(prompts); got != 5 {
 		t.Errorf("encoderRows in pieces = %d, want all 5", got)
+	}
+}
+
+// checkPoolings: run's embeddings of prompts pooled by the mean, the
+// first and the last token are within 2e-5 of want's, each pooling's
+// reference vectors (the final hidden states are LayerNorm outputs, of
+// size about 1: f32 against float64).
+func checkPoolings(t *testing.T, run *Runner, prompts [][]int, want map[Pooling][][]float64) {
+	t.Helper()
+	for _, pool := range []Pooling{PoolMean, PoolCLS, PoolLast} {
+		got, err := run.Embed(prompts, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var worst float64
+		for i := range prompts {
+			for j, x := range got[i] {
+				worst = max(worst, math.Abs(float64(x)-want[pool][i][j]))
+			}
+		}
+		if worst > 2e-5 {
+			t.Errorf("%s pooling: largest difference from the reference %.3g, want <= 2e-5", pool, worst)
+		}
 	}
 }

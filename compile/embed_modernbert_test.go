@@ -84,21 +84,7 @@ func TestEmbedModernBert(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer run.Close()
-					for _, pool := range []Pooling{PoolMean, PoolCLS, PoolLast} {
-						got, err := run.Embed(prompts, pool)
-						if err != nil {
-							t.Fatal(err)
-						}
-						var worst float64
-						for i := range prompts {
-							for j, x := range got[i] {
-								worst = max(worst, math.Abs(float64(x)-want[pool][i][j]))
-							}
-						}
-						if worst > 2e-5 {
-							t.Errorf("%s pooling: largest difference from the reference %.3g, want <= 2e-5", pool, worst)
-						}
-					}
+					checkPoolings(t, run, prompts, want)
 				})
 			}
 		}
