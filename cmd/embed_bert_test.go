@@ -49,6 +49,22 @@ func bertModel(t *testing.T, c bertref.Config, mode string, maxSeq int) string {
 // tokenizer's ids ([CLS] ... [SEP]) pooled as the model's Pooling config
 // says (CLS or mean) and normalized, with --pooling overriding it; inputs
 // beyond max_seq_length are cut to it, keeping [SEP].
+// embedTexts runs embed --json on the model in dir with one -p per text
+// and returns its results, one a text.
+func embedTexts(t *testing.T, dir string, texts []string) []embedResult {
+	t.Helper()
+	e := genEnv(t)
+	args := []string{"--json", "embed", "-m", dir}
+	for _, p := range texts {
+		args = append(args, "-p", p)
+	}
+	require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
+	var res []embedResult
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, len(texts))
+	return res
+}
+
 func TestEmbedBert(t *testing.T) {
 	c := bertref.Config{Vocab: bertref.FullTokenizerVocab, Hidden: 32, Layers: 2, Heads: 4, Intermediate: 48, MaxPositions: 24, TypeVocab: 2, Eps: 1e-12}
 	texts := []string{"What is a TPU?", "hello world", "the model runs a matrix processor, what is it?"}
@@ -56,15 +72,7 @@ func TestEmbedBert(t *testing.T) {
 		dir := bertModel(t, c, mode, 12)
 		tok, err := tokenizer.LoadDir(dir)
 		require.NoError(t, err)
-		e := genEnv(t)
-		args := []string{"--json", "embed", "-m", dir}
-		for _, p := range texts {
-			args = append(args, "-p", p)
-		}
-		require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
-		var res []embedResult
-		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
-		require.Len(t, res, len(texts))
+		res := embedTexts(t, dir, texts)
 		for i, p := range texts {
 			ids, err := tok.Encode(p, true)
 			require.NoError(t, err)
@@ -82,7 +90,7 @@ func TestEmbedBert(t *testing.T) {
 		}
 		// --pooling overrides the model's mode.
 		other := map[string]string{"cls": "mean", "mean": "cls"}[mode]
-		e = genEnv(t)
+		e := genEnv(t)
 		require.Equal(t, ExitOK, e.run("--json", "embed", "-m", dir, "--pooling", other, "-p", texts[0]), e.errOut.String())
 		res = nil
 		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res))

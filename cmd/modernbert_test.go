@@ -39,15 +39,7 @@ func TestEmbedModernBertText(t *testing.T) {
 		dir := modernModel(t, c, mode)
 		tok, err := tokenizer.LoadDir(dir)
 		require.NoError(t, err)
-		e := genEnv(t)
-		args := []string{"--json", "embed", "-m", dir}
-		for _, p := range texts {
-			args = append(args, "-p", p)
-		}
-		require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
-		var res []embedResult
-		require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
-		require.Len(t, res, len(texts))
+		res := embedTexts(t, dir, texts)
 		for i, p := range texts {
 			ids, err := tok.Encode(p, true)
 			require.NoError(t, err)

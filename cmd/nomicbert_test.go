@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
 	"math"
 	"testing"
 
@@ -27,15 +26,7 @@ func TestEmbedNomicBertText(t *testing.T) {
 	tok, err := tokenizer.LoadDir(dir)
 	require.NoError(t, err)
 	texts := []string{"hello world", "the tpu is a matrix", "a"}
-	e := genEnv(t)
-	args := []string{"--json", "embed", "-m", dir}
-	for _, p := range texts {
-		args = append(args, "-p", p)
-	}
-	require.Equal(t, ExitOK, e.run(args...), e.errOut.String())
-	var res []embedResult
-	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
-	require.Len(t, res, len(texts))
+	res := embedTexts(t, dir, texts)
 	for i, p := range texts {
 		ids, err := tok.Encode(p, true)
 		require.NoError(t, err)
@@ -52,7 +43,7 @@ func TestEmbedNomicBertText(t *testing.T) {
 		}
 		assert.InDelta(t, 1, math.Sqrt(ss), 1e-5)
 	}
-	e = genEnv(t)
+	e := genEnv(t)
 	require.Equal(t, ExitOK, e.run("inspect", "-m", dir), e.errOut.String())
 	assert.Contains(t, e.out.String(), "NomicBertModel")
 }
