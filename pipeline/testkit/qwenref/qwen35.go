@@ -23,7 +23,8 @@ type Qwen35 struct {
 	// CausalLM selects the text-only class Qwen3_5ForCausalLM (flat config,
 	// model.* names, no vision tower); otherwise the checkpoint is the
 	// multimodal Qwen3_5ForConditionalGeneration (text_config, model.language_model.*
-	// names, plus vision-tower and MTP tensors the text model skips).
+	// names, plus vision-tower tensors the text model skips and, without
+	// MTP, three mtp.* stand-ins).
 	CausalLM bool
 	Seed     uint64
 	// DType of the stored weights (default F32).
@@ -38,6 +39,14 @@ type Qwen35 struct {
 	// re-saves do.
 	Experts, TopK, MoEIntermediate, SharedSize int
 	Stacked                                    bool
+	// MTP writes the whole multi-token-prediction head (mtp.*, top-level
+	// names in both layouts, drawn after every other tensor so the rest
+	// of the checkpoint keeps its values): mtp.fc [H, 2H], the (1+w)
+	// norms mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden and
+	// mtp.norm, and one full-attention decoder layer mtp.layers.0.* with
+	// the model's MLP (dense, or the sparse block, stacked as the main
+	// layers are). See MTPLogits and MTPDraft.
+	MTP bool
 }
 
 // TinyQwen35MoE is TinyQwen35 with every MLP sparse: 6 experts of 12, top
@@ -48,14 +57,25 @@ func TinyQwen35MoE() Qwen35 {
 	return c
 }
 
-// expertPrefixes are the layers' "….mlp.experts." name prefixes (MoE).
+// expertPrefixes are the layers' "….mlp.experts." name prefixes (MoE),
+// the MTP layer's last when MTP.
 func (c Qwen35) expertPrefixes() []string {
 	var ps []string
 	for l := range c.LayerTypes {
 		ps = append(ps, fmt.Sprintf("%slayers.%d.mlp.experts.", c.prefix(), l))
 	}
+	if c.MTP {
+		ps = append(ps, mtpLayer+"mlp.experts.")
+	}
 	return ps
 }
+
+// mtpPrefix and mtpLayer name the MTP head and its decoder layer, at the
+// checkpoint's top level in both layouts.
+const (
+	mtpPrefix = "mtp."
+	mtpLayer  = mtpPrefix + "layers.0."
+)
 
 // TinyQwen35 is a small Qwen3.5 with every feature on: 3:1 linear/full
 // layers, more value than key heads in the DeltaNet, GQA and partial rotary
@@ -80,67 +100,88 @@ func (c Qwen35) prefix() string {
 
 // Tensors lists the checkpoint tensors with the names of the real
 // Qwen/Qwen3.5 checkpoints (model.safetensors.index.json): the text model
-// under model.language_model., lm_head.weight, and (multimodal layout only)
-// a few model.visual.* and mtp.* tensors standing in for the vision tower
-// and the multi-token-prediction head.
+// under model.language_model. (model. with CausalLM), lm_head.weight,
+// (multimodal layout only) a few model.visual.* tensors standing in for the
+// vision tower, and either the whole MTP head (MTP) or, in the multimodal
+// layout, three mtp.* stand-ins.
 func (c Qwen35) Tensors() []Tensor {
 	p := c.prefix()
 	H := c.Hidden
-	keyDim, valueDim := c.KHeads*c.KDim, c.VHeads*c.VDim
-	convDim := 2*keyDim + valueDim
 	out := []Tensor{{p + "embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
 	for l, typ := range c.LayerTypes {
-		lp := fmt.Sprintf("%slayers.%d.", p, l)
-		add := func(name, init string, shape ...int) { out = append(out, Tensor{lp + name, shape, init}) }
-		add("input_layernorm.weight", "norm1p", H)
-		if typ == "linear_attention" {
-			add("linear_attn.A_log", "alog", c.VHeads)
-			add("linear_attn.conv1d.weight", "linear", convDim, 1, c.ConvKernel)
-			add("linear_attn.dt_bias", "dtbias", c.VHeads)
-			add("linear_attn.in_proj_a.weight", "linear", c.VHeads, H)
-			add("linear_attn.in_proj_b.weight", "linear", c.VHeads, H)
-			add("linear_attn.in_proj_qkv.weight", "linear", convDim, H)
-			add("linear_attn.in_proj_z.weight", "linear", valueDim, H)
-			add("linear_attn.norm.weight", "norm", c.VDim)
-			add("linear_attn.out_proj.weight", "linear", H, valueDim)
-		} else {
-			add("self_attn.q_proj.weight", "linear", 2*c.Heads*c.HeadDim, H)
-			add("self_attn.k_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
-			add("self_attn.v_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
-			add("self_attn.o_proj.weight", "linear", H, c.Heads*c.HeadDim)
-			add("self_attn.q_norm.weight", "norm1p", c.HeadDim)
-			add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
-		}
-		if c.Experts > 0 {
-			sparseBlockTensors(add, c.Experts, c.MoEIntermediate, c.SharedSize, H)
-		} else {
-			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
-		}
-		add("post_attention_layernorm.weight", "norm1p", H)
+		out = append(out, c.layerTensors(fmt.Sprintf("%slayers.%d.", p, l), typ)...)
 	}
 	out = append(out, Tensor{p + "norm.weight", []int{H}, "norm1p"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
 	if !c.CausalLM {
-		// Stand-ins for the vision tower and the MTP head (names from the
-		// real index, tiny shapes).
-		for _, t := range []Tensor{
-			{"model.visual.patch_embed.proj.weight", []int{8, 3, 2, 2, 2}, "skip"},
-			{"model.visual.patch_embed.proj.bias", []int{8}, "skip"},
-			{"model.visual.pos_embed.weight", []int{4, 8}, "skip"},
-			{"model.visual.blocks.0.attn.qkv.weight", []int{24, 8}, "skip"},
-			{"model.visual.blocks.0.mlp.linear_fc1.weight", []int{16, 8}, "skip"},
-			{"model.visual.merger.linear_fc2.weight", []int{H, 32}, "skip"},
-			{"mtp.fc.weight", []int{H, 2 * H}, "skip"},
-			{"mtp.norm.weight", []int{H}, "skip"},
-			{"mtp.layers.0.self_attn.q_proj.weight", []int{2 * c.Heads * c.HeadDim, H}, "skip"},
-		} {
-			out = append(out, t)
+		// Stand-ins for the vision tower (names from the real index, tiny
+		// shapes).
+		out = append(out,
+			Tensor{"model.visual.patch_embed.proj.weight", []int{8, 3, 2, 2, 2}, "skip"},
+			Tensor{"model.visual.patch_embed.proj.bias", []int{8}, "skip"},
+			Tensor{"model.visual.pos_embed.weight", []int{4, 8}, "skip"},
+			Tensor{"model.visual.blocks.0.attn.qkv.weight", []int{24, 8}, "skip"},
+			Tensor{"model.visual.blocks.0.mlp.linear_fc1.weight", []int{16, 8}, "skip"},
+			Tensor{"model.visual.merger.linear_fc2.weight", []int{H, 32}, "skip"},
+		)
+		if !c.MTP {
+			// Stand-ins for the MTP head.
+			out = append(out,
+				Tensor{mtpPrefix + "fc.weight", []int{H, 2 * H}, "skip"},
+				Tensor{mtpPrefix + "norm.weight", []int{H}, "skip"},
+				Tensor{mtpLayer + "self_attn.q_proj.weight", []int{2 * c.Heads * c.HeadDim, H}, "skip"},
+			)
 		}
 	}
+	if c.MTP {
+		out = append(out,
+			Tensor{mtpPrefix + "fc.weight", []int{H, 2 * H}, "linear"},
+			Tensor{mtpPrefix + "pre_fc_norm_embedding.weight", []int{H}, "norm1p"},
+			Tensor{mtpPrefix + "pre_fc_norm_hidden.weight", []int{H}, "norm1p"},
+		)
+		out = append(out, c.layerTensors(mtpLayer, "full_attention")...)
+		out = append(out, Tensor{mtpPrefix + "norm.weight", []int{H}, "norm1p"})
+	}
+	return out
+}
+
+// layerTensors lists one decoder layer's tensors under lp ("….layers.N.")
+// for typ "linear_attention" or "full_attention".
+func (c Qwen35) layerTensors(lp, typ string) []Tensor {
+	H := c.Hidden
+	keyDim, valueDim := c.KHeads*c.KDim, c.VHeads*c.VDim
+	convDim := 2*keyDim + valueDim
+	var out []Tensor
+	add := func(name, init string, shape ...int) { out = append(out, Tensor{lp + name, shape, init}) }
+	add("input_layernorm.weight", "norm1p", H)
+	if typ == "linear_attention" {
+		add("linear_attn.A_log", "alog", c.VHeads)
+		add("linear_attn.conv1d.weight", "linear", convDim, 1, c.ConvKernel)
+		add("linear_attn.dt_bias", "dtbias", c.VHeads)
+		add("linear_attn.in_proj_a.weight", "linear", c.VHeads, H)
+		add("linear_attn.in_proj_b.weight", "linear", c.VHeads, H)
+		add("linear_attn.in_proj_qkv.weight", "linear", convDim, H)
+		add("linear_attn.in_proj_z.weight", "linear", valueDim, H)
+		add("linear_attn.norm.weight", "norm", c.VDim)
+		add("linear_attn.out_proj.weight", "linear", H, valueDim)
+	} else {
+		add("self_attn.q_proj.weight", "linear", 2*c.Heads*c.HeadDim, H)
+		add("self_attn.k_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
+		add("self_attn.v_proj.weight", "linear", c.KVHeads*c.HeadDim, H)
+		add("self_attn.o_proj.weight", "linear", H, c.Heads*c.HeadDim)
+		add("self_attn.q_norm.weight", "norm1p", c.HeadDim)
+		add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
+	}
+	if c.Experts > 0 {
+		sparseBlockTensors(add, c.Experts, c.MoEIntermediate, c.SharedSize, H)
+	} else {
+		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+	}
+	add("post_attention_layernorm.weight", "norm1p", H)
 	return out
 }
 
@@ -238,53 +279,154 @@ func LoadQwen35(dir string, c Qwen35) (*Qwen35Model, error) {
 	return &Qwen35Model{C: c, W: w}, nil
 }
 
-// Logits runs the whole sequence and returns the logits after every token.
+// Logits runs the whole sequence and returns the logits after every token:
+// lm_head (or the tied embedding) applied to Final.
 func (m *Qwen35Model) Logits(tokens []int) [][]float64 {
-	c, w := m.C, m.W
-	p := c.prefix()
-	T, H := len(tokens), c.Hidden
-	x := make([][]float64, T)
-	emb := w.get(p + "embed_tokens.weight")
-	for t, id := range tokens {
-		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
-	}
-	for l, typ := range c.LayerTypes {
-		lp := fmt.Sprintf("%slayers.%d.", p, l)
-		h := make([][]float64, T)
-		for t := range x {
-			h[t] = rmsnorm(x[t], w.get(lp+"input_layernorm.weight"), c.Eps, true)
-		}
-		var mixed [][]float64
-		if typ == "linear_attention" {
-			mixed = m.deltaNet(lp+"linear_attn.", h)
-		} else {
-			mixed = m.gatedAttention(lp+"self_attn.", h)
-		}
-		for t := range x {
-			for i := range x[t] {
-				x[t][i] += mixed[t][i]
-			}
-			hn := rmsnorm(x[t], w.get(lp+"post_attention_layernorm.weight"), c.Eps, true)
-			var mlp []float64
-			if c.Experts > 0 {
-				mlp = moeBlock(w, lp+"mlp.", hn, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, true)
-			} else {
-				mlp = swiglu(w, lp+"mlp.", hn, c.Intermediate)
-			}
-			for i := range x[t] {
-				x[t][i] += mlp[i]
-			}
-		}
-	}
-	head := "lm_head.weight"
-	if c.Tied {
-		head = p + "embed_tokens.weight"
-	}
-	out := make([][]float64, T)
-	for t := range x {
-		out[t] = linear(rmsnorm(x[t], w.get(p+"norm.weight"), c.Eps, true), w.get(head), nil, c.Vocab)
+	out := m.Final(tokens)
+	for t := range out {
+		out[t] = m.head(out[t])
 	}
 	return out
+}
+
+// Final runs the whole sequence and returns the main model's final hidden
+// state at every position after its final norm (model.norm): what lm_head
+// multiplies, and the hidden state the MTP head reads.
+func (m *Qwen35Model) Final(tokens []int) [][]float64 {
+	c, w := m.C, m.W
+	p := c.prefix()
+	x := make([][]float64, len(tokens))
+	for t, id := range tokens {
+		x[t] = m.embed(id)
+	}
+	for l, typ := range c.LayerTypes {
+		m.layer(fmt.Sprintf("%slayers.%d.", p, l), typ, x)
+	}
+	for t := range x {
+		x[t] = rmsnorm(x[t], w.get(p+"norm.weight"), c.Eps, true)
+	}
+	return x
+}
+
+// embed returns a copy of token id's embedding row.
+func (m *Qwen35Model) embed(id int) []float64 {
+	H := m.C.Hidden
+	return append([]float64(nil), m.W.get(m.C.prefix() + "embed_tokens.weight")[id*H:(id+1)*H]...)
+}
+
+// head is lm_head, or the embedding with Tied.
+func (m *Qwen35Model) head(x []float64) []float64 {
+	name := "lm_head.weight"
+	if m.C.Tied {
+		name = m.C.prefix() + "embed_tokens.weight"
+	}
+	return linear(x, m.W.get(name), nil, m.C.Vocab)
+}
+
+// layer runs the decoder layer under lp ("….layers.N.") of kind typ on the
+// residual stream x [T][H], in place: x += mixer(input_layernorm(x)), then
+// x += mlp(post_attention_layernorm(x)), the MLP dense or the sparse block.
+func (m *Qwen35Model) layer(lp, typ string, x [][]float64) {
+	c, w := m.C, m.W
+	h := make([][]float64, len(x))
+	for t := range x {
+		h[t] = rmsnorm(x[t], w.get(lp+"input_layernorm.weight"), c.Eps, true)
+	}
+	var mixed [][]float64
+	if typ == "linear_attention" {
+		mixed = m.deltaNet(lp+"linear_attn.", h)
+	} else {
+		mixed = m.gatedAttention(lp+"self_attn.", h)
+	}
+	for t := range x {
+		for i := range x[t] {
+			x[t][i] += mixed[t][i]
+		}
+		hn := rmsnorm(x[t], w.get(lp+"post_attention_layernorm.weight"), c.Eps, true)
+		var mlp []float64
+		if c.Experts > 0 {
+			mlp = moeBlock(w, lp+"mlp.", hn, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, true)
+		} else {
+			mlp = swiglu(w, lp+"mlp.", hn, c.Intermediate)
+		}
+		for i := range x[t] {
+			x[t][i] += mlp[i]
+		}
+	}
+}
+
+// MTPLogits runs the multi-token-prediction head over the text (MTP) and
+// returns its logits at MTP positions i = 0..T-2, each predicting token
+// i+2. Position i reads the embedding of token i+1 and the main model's
+// final hidden state at i (Final), each (1+w)-RMSNormed
+// (pre_fc_norm_embedding, pre_fc_norm_hidden), concatenated in that order
+// and projected by mtp.fc; then the decoder layer mtp.layers.0 (gated
+// attention, causal over MTP positions 0..i, rotary position i), mtp.norm
+// and lm_head. This is vLLM's Qwen3_5MultiTokenPredictor as its proposer
+// runs it: the text's last token is the one the main model just sampled.
+func (m *Qwen35Model) MTPLogits(tokens []int) [][]float64 {
+	if len(tokens) < 2 {
+		panic("qwenref: MTPLogits needs at least two tokens")
+	}
+	out := m.mtp(tokens[1:], m.Final(tokens)[:len(tokens)-1])
+	for i := range out {
+		out[i] = m.head(out[i])
+	}
+	return out
+}
+
+// MTPDraft returns k greedy draft tokens after the text, chained as vLLM's
+// proposer drafts: the last MTP position (T-2) gives the first, argmax of
+// its logits (the lowest id on ties); each further position takes the
+// previous draft's embedding and the head's own previous output (after
+// mtp.norm) in place of the main model's hidden state.
+func (m *Qwen35Model) MTPDraft(tokens []int, k int) []int {
+	if len(tokens) < 2 {
+		panic("qwenref: MTPDraft needs at least two tokens")
+	}
+	ids := append([]int(nil), tokens[1:]...)
+	hidden := m.Final(tokens)[:len(tokens)-1]
+	var drafts []int
+	for len(drafts) < k {
+		// No cache: the whole head reruns; earlier positions are causal
+		// and do not change.
+		out := m.mtp(ids, hidden)
+		last := out[len(out)-1]
+		d := argmax(m.head(last))
+		drafts = append(drafts, d)
+		ids = append(ids, d)
+		hidden = append(hidden, last)
+	}
+	return drafts
+}
+
+// mtp runs the MTP head on positions 0..len(ids)-1, position i reading
+// token ids[i] and hidden state hidden[i], and returns its outputs after
+// mtp.norm.
+func (m *Qwen35Model) mtp(ids []int, hidden [][]float64) [][]float64 {
+	c, w := m.C, m.W
+	x := make([][]float64, len(ids))
+	for i, id := range ids {
+		e := rmsnorm(m.embed(id), w.get(mtpPrefix+"pre_fc_norm_embedding.weight"), c.Eps, true)
+		h := rmsnorm(hidden[i], w.get(mtpPrefix+"pre_fc_norm_hidden.weight"), c.Eps, true)
+		x[i] = linear(append(e, h...), w.get(mtpPrefix+"fc.weight"), nil, c.Hidden)
+	}
+	m.layer(mtpLayer, "full_attention", x)
+	for i := range x {
+		x[i] = rmsnorm(x[i], w.get(mtpPrefix+"norm.weight"), c.Eps, true)
+	}
+	return x
+}
+
+// argmax is the index of the largest value, the lowest on ties.
+func argmax(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
 }
 
 // gatedAttention is Qwen3_5Attention: q_proj yields a query and a gate per
