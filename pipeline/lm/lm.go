@@ -266,7 +266,13 @@ const NoSlots = -1
 // the caches do). Layer receives and returns its state in this order
 // (pipeline/nn.KVOf reads it).
 func HeldState(m Model, i, batch, cacheLen int, kv dtypes.DType) []StateSpec {
-	specs := m.LayerState(i, batch, cacheLen)
+	return HeldSpecs(m.LayerState(i, batch, cacheLen), kv)
+}
+
+// HeldSpecs is a layer's declared state specs as an executor holds them
+// with its KV caches in kv (HeldState): an MTP head's layer
+// (MTPModel.MTPState) is held as a model layer is.
+func HeldSpecs(specs []StateSpec, kv dtypes.DType) []StateSpec {
 	if kv != dtypes.Int8 {
 		return specs
 	}
@@ -375,7 +381,7 @@ const (
 )
 
 // Weights returns every tensor the model reads, each once, in the order
-// embed, layers, head.
+// embed, layers, head (and an MTPModel's head, last).
 func Weights(m Model) []WeightSpec {
 	var out []WeightSpec
 	seen := map[string]bool{}
@@ -392,6 +398,9 @@ func Weights(m Model) []WeightSpec {
 		add(m.LayerWeights(i))
 	}
 	add(m.HeadWeights())
+	if mm, ok := m.(MTPModel); ok {
+		add(mm.MTPWeights())
+	}
 	return out
 }
 

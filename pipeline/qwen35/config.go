@@ -47,6 +47,10 @@ type TextConfig struct {
 	NumExpertsPerTok             *int `json:"num_experts_per_tok"`
 	MoEIntermediateSize          *int `json:"moe_intermediate_size"`
 	SharedExpertIntermediateSize *int `json:"shared_expert_intermediate_size"`
+	// MTPNumHiddenLayers is the decoder layers of the
+	// multi-token-prediction head (mtp.*; 1 in every release, absent in
+	// transformers' config class, which does not read the head).
+	MTPNumHiddenLayers *int `json:"mtp_num_hidden_layers"`
 }
 
 // Defaults are Qwen3_5TextConfig's defaults (the Qwen3.5-9B sizes).
@@ -87,6 +91,9 @@ type Options struct {
 	// always renormalised) plus a shared expert of SharedIntermediate
 	// scaled by sigmoid(shared_expert_gate).
 	Experts, TopK, MoEIntermediate, SharedIntermediate int
+	// MTPLayers is mtp_num_hidden_layers: the decoder layers of the
+	// checkpoint's multi-token-prediction head (0: none).
+	MTPLayers int
 }
 
 // Resolve reads a Qwen3.5 config.json (nested or flat) into Options.
@@ -184,7 +191,11 @@ func Resolve(cfg *config.File) (Options, error) {
 			}
 		}
 	}
-	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64}
+	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64,
+		MTPLayers: lm.Or(c.MTPNumHiddenLayers, 0)}
+	if o.MTPLayers < 0 {
+		return Options{}, fmt.Errorf("%s: mtp_num_hidden_layers %d must not be negative", where, o.MTPLayers)
+	}
 	if moe {
 		md := MoEDefaults
 		o.Experts = lm.Or(c.NumExperts, md.Experts)

@@ -131,14 +131,19 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 // LayerWeights implements lm.Model, with the names and shapes of the real
 // checkpoints' model.safetensors.index.json.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	return m.layerWeights(m.name(fmt.Sprintf("layers.%d.", i)), m.LayerKind(i))
+}
+
+// layerWeights are the weights of a decoder layer of kind whose names
+// begin with p ("….layers.3.").
+func (m *Model) layerWeights(p, kind string) []lm.WeightSpec {
 	s, dn := &m.o.Spec, m.o.DeltaNet
-	p := m.name(fmt.Sprintf("layers.%d.", i))
 	var ws []lm.WeightSpec
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
 	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
-	if m.LayerKind(i) == nn.KindLinearAttention {
+	if kind == nn.KindLinearAttention {
 		// Gated DeltaNet stays whole on every device under --tp: its
 		// recurrent state is not split by head.
 		add("linear_attn.in_proj_qkv.weight", true, lm.Replicated, dn.ConvDim(), s.Hidden)
@@ -170,7 +175,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	if m.o.Experts > 0 {
 		add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
-		ws = append(ws, lm.StackedExperts(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
+		ws = append(ws, lm.StackedExperts(p+"mlp.experts", m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 		if si := m.o.SharedIntermediate; si > 0 {
 			ws = append(ws, lm.SharedExpertWeights(p+"mlp", si, s.Hidden)...)
 		}
@@ -203,8 +208,12 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 // nn.RoutedExperts plus the gated shared expert), each with a residual
 // connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
-	p := w.Scope(m.name(fmt.Sprintf("layers.%d", i)))
-	x, h, out := m.mix(i, p, x, state, step)
+	return m.layer(w.Scope(m.name(fmt.Sprintf("layers.%d", i))), m.LayerKind(i), x, state, step)
+}
+
+// layer is a decoder layer of kind whose weights p holds.
+func (m *Model) layer(p *lm.Params, kind string, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	x, h, out := m.mix(kind, p, x, state, step)
 	mp := p.Scope("mlp")
 	if m.o.Experts > 0 {
 		x, ids, weights := m.routeMLP(mp, x, h)
@@ -221,9 +230,9 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // mix is a layer up to its MLP: the normed token mixer added to x, and
 // the post-attention norm of the sum (the MLP's input h); out is the
 // mixer's new state.
-func (m *Model) mix(i int, p *lm.Params, x *Node, state []*Node, step *lm.Step) (_, h *Node, out []*Node) {
+func (m *Model) mix(kind string, p *lm.Params, x *Node, state []*Node, step *lm.Step) (_, h *Node, out []*Node) {
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, true)
-	if m.LayerKind(i) == nn.KindLinearAttention {
+	if kind == nn.KindLinearAttention {
 		var conv, rec *Node
 		h, conv, rec = m.gatedDeltaNet(p.Scope("linear_attn"), h, state[0], state[1], step)
 		out = []*Node{conv, rec}
@@ -273,7 +282,7 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 // (added to the residual).
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	p := w.Scope(m.name(fmt.Sprintf("layers.%d", i)))
-	x, h, out := m.mix(i, p, x, state, step)
+	x, h, out := m.mix(m.LayerKind(i), p, x, state, step)
 	x, ids, weights := m.routeMLP(p.Scope("mlp"), x, h)
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
