@@ -208,6 +208,7 @@ type Runner struct {
 	warming         atomic.Bool  // a Batch warms up: recompiles are not reported
 	moe             *moeRun      // host-routed experts (lm.Routed), nil otherwise
 	tp              *tpRun       // several devices (Options.TP/DP), nil otherwise
+	mtp             *mtpRun      // the multi-token-prediction head (lm.MTPModel), nil otherwise (mtp.go)
 }
 
 // NewRunner prepares a model for execution on backend: it validates the
@@ -263,6 +264,7 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 	if err := r.loadWeights(l); err != nil {
 		return nil, err
 	}
+	r.setupMTP()
 	if err := r.makePrograms(); err != nil {
 		return nil, err
 	}

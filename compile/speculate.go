@@ -189,6 +189,17 @@ func (st *State) DecodeMany(tokens []int) ([][]float32, error) {
 			return nil, err
 		}
 	}
+	if st.mtp.active() { // the head reads the step's final hidden states
+		rows, err := st.captureStep(r.mtp.many, ids, true)
+		if err != nil {
+			if rp != nil {
+				rp.free()
+			}
+			return nil, err
+		}
+		st.replay = rp
+		return rows, nil
+	}
 	out, err := r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(ids, 1, n), st.next)
 	if err != nil {
 		if rp != nil {
@@ -233,6 +244,15 @@ func (r *Runner) manyProgram() (*Program, error) {
 // the state from before that step and feeds the step's first tokens
 // again, all but the last n.
 func (st *State) Rewind(n int) error {
+	err := st.rewind(n)
+	if err == nil && st.mtp.active() {
+		st.mtp.rewound()
+	}
+	return err
+}
+
+// rewind is Rewind but for the MTP's records.
+func (st *State) rewind(n int) error {
 	r := st.r
 	if r.Speculates() && !r.Rewindable() {
 		return st.replayRewind(n)

@@ -59,6 +59,10 @@ type State struct {
 	// replay is what a model with recurrent state keeps of its last
 	// DecodeMany to take it back (speculate.go); nil otherwise.
 	replay *replay
+	// mtp is the multi-token-prediction head drafting beside the
+	// generation (State.MTP, mtp.go): the steps record their final
+	// hidden states for it. Nil otherwise.
+	mtp *MTP
 }
 
 // NewState returns an empty State on r: Begin starts its generation.
@@ -201,7 +205,8 @@ func (st *State) Begin(prompts [][]int, maxNew int) (int, error) {
 		layers = r.allocState(b, cacheLen)
 	}
 	*st = State{r: r, batch: b, cacheLen: cacheLen, maxCacheLen: maxCacheLen, pads: pads, pending: tokens,
-		padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), b), tensors: layers, reuseLogits: st.reuseLogits, logits: st.logits}
+		padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), b), tensors: layers, reuseLogits: st.reuseLogits, logits: st.logits,
+		mtp: st.mtp}
 	return t, nil
 }
 
@@ -285,6 +290,9 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 	if n <= 0 || n > st.Pending() {
 		return nil, fmt.Errorf("prefill: %d tokens asked, %d pending", n, st.Pending())
 	}
+	if st.mtp.active() {
+		return st.prefillCapture(n)
+	}
 	for st.next+n > st.cacheLen {
 		if err := r.growCache(st); err != nil {
 			return nil, err
@@ -346,6 +354,10 @@ func (st *State) Decode(next []int) ([][]float32, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.mtp.active() {
+		tokens.FinalizeAll()
+		return st.captureStep(st.r.mtp.many, []int32{int32(next[0])}, true)
+	}
 	return st.r.run(st, st.r.decode, tokens, st.next)
 }
 
@@ -357,6 +369,13 @@ func (st *State) Decode(next []int) ([][]float32, error) {
 // sample.Argmax.
 func (st *State) DecodeArgmax(next []int) ([]int, error) {
 	r := st.r
+	if st.mtp.active() { // the step keeps its hidden states: its logits come back
+		rows, err := st.Decode(next)
+		if err != nil {
+			return nil, err
+		}
+		return []int{sample.Argmax(rows[0])}, nil
+	}
 	tokens, err := st.decodeTokens(next)
 	if err != nil {
 		return nil, err
@@ -560,6 +579,9 @@ func (st *State) setPads(pads []int32) {
 // Release frees the state's tensors; the State can Begin again.
 func (st *State) Release() {
 	st.dropReplay()
+	if st.mtp != nil {
+		st.mtp.reset()
+	}
 	for _, layer := range st.tensors {
 		for _, x := range layer {
 			if x != nil {

@@ -79,6 +79,9 @@ const (
 // scheduler alone.
 type DraftModel struct {
 	m DraftStepper
+	// mtp drafts in place of m: the model's multi-token-prediction head
+	// (NewMTPDraft).
+	mtp MTPDrafter
 	// PMin ends a draft before a token the draft model gives less than
 	// this probability (0: every draft is as long as asked).
 	PMin float64
@@ -136,10 +139,34 @@ func NewDraftModel(m DraftStepper, vocab, positions int) (*DraftModel, error) {
 	return d, nil
 }
 
+// MTPDrafter is a model's multi-token-prediction head drafting beside
+// the model's State (compile.MTP), which feeds it the final hidden states
+// of the positions its steps run.
+type MTPDrafter interface {
+	// Draft begins a draft after next, the text's newest token (not fed
+	// to the model yet): the head's logits for the token after it (nil:
+	// no draft now).
+	Draft(next int) ([]float32, error)
+	// Chain feeds a drafted token: the head's logits for the token after
+	// it.
+	Chain(id int) ([]float32, error)
+	// Room is how many more tokens the head may be fed.
+	Room() int
+}
+
+// NewMTPDraft proposes drafts with a model's multi-token-prediction head
+// h, over the model's vocab, as a draft model would (PMin
+// DefaultDraftPMin, sitting out after steps that confirmed nothing,
+// speculative sampling): the head follows the text through the model's
+// steps, so it needs no catching up of its own.
+func NewMTPDraft(h MTPDrafter, vocab int) *DraftModel {
+	return &DraftModel{mtp: h, PMin: DefaultDraftPMin, vocab: vocab}
+}
+
 // CompileDuration is the draft model's time compiling (CompileTimer), so
 // a Run counts it as it counts the model's.
 func (d *DraftModel) CompileDuration() time.Duration {
-	if ct, ok := d.m.(CompileTimer); ok {
+	if ct, ok := d.m.(CompileTimer); ok && d.mtp == nil { // the head compiles on the model's runner
 		return ct.CompileDuration()
 	}
 	return 0
@@ -254,7 +281,13 @@ func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int
 		d.wait--
 		return nil, nil, nil
 	}
-	logits, err := d.catchUp(ctx, history)
+	var logits []float32
+	var err error
+	if d.mtp != nil {
+		logits, err = d.mtp.Draft(history[len(history)-1])
+	} else {
+		logits, err = d.catchUp(ctx, history)
+	}
 	if err != nil {
 		return nil, nil, d.failed(err)
 	}
@@ -276,17 +309,35 @@ func (d *DraftModel) draft(ctx context.Context, history []int, limit int) ([]int
 		if q != nil {
 			qs = append(qs, q)
 		}
-		if len(draft) == limit || d.m.Room() < 1 {
+		if len(draft) == limit || d.room() < 1 {
 			d.errWait = 0
 			return draft, qs, nil
 		}
-		rows, err := d.m.Decode([]int{id})
-		if err != nil {
+		if logits, err = d.chain(id); err != nil {
 			return nil, nil, d.failed(err)
 		}
-		d.fed = append(d.fed, id)
-		logits = rows[0]
 	}
+}
+
+// room is how many more tokens the draft model or head may be fed.
+func (d *DraftModel) room() int {
+	if d.mtp != nil {
+		return d.mtp.Room()
+	}
+	return d.m.Room()
+}
+
+// chain feeds a drafted token and returns the logits for the one after.
+func (d *DraftModel) chain(id int) ([]float32, error) {
+	if d.mtp != nil {
+		return d.mtp.Chain(id)
+	}
+	rows, err := d.m.Decode([]int{id})
+	if err != nil {
+		return nil, err
+	}
+	d.fed = append(d.fed, id)
+	return rows[0], nil
 }
 
 // qBuf is the buffer of the distribution of a draft's i-th token, n
