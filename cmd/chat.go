@@ -105,6 +105,7 @@ answers is printed, one per turn; with --json each turn is one JSON object
 	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 200 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	opts.Speculate.add(c)
 	opts.Speculate.addDraft(c)
+	opts.Speculate.addMTP(c)
 	return c
 }
 
@@ -147,6 +148,9 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		return err
 	}
 	defer loaded.Close()
+	if err := opts.Speculate.withMTP(loaded, 1); err != nil {
+		return err
+	}
 	spec := loaded.Model.Spec()
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts}, opts.HostMemory, rep)
 	if err != nil {
@@ -158,6 +162,11 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 	draft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, 1)
 	if err != nil {
 		return err
+	}
+	if draft == nil {
+		if draft, err = opts.Speculate.openMTP(rep, runner, st, 1); err != nil {
+			return err
+		}
 	}
 	defer draft.Close()
 	s := &chatSession{draft: draft.Model(), opts: opts, tok: tok, tmpl: tmpl, state: st, system: opts.System, out: opts.IO.Out}

@@ -36,8 +36,19 @@ const maxVocabDifference = 128
 func (s *speculateFlags) addDraft(c *cobra.Command) {
 	fl := c.Flags()
 	fl.StringVar(&s.Model, "draft-model", "", fmt.Sprintf("speculative decoding with a draft model: a smaller model with the same tokenizer (Hub id or directory, e.g. Qwen/Qwen3-0.6B for Qwen/Qwen3-8B) proposes up to --speculate tokens a step (default %d here: its argmax decoding greedily, draws from its own distribution sampling), and the model confirms them in one step; the tokens are those decoding without it gives (greedy), or of the same distribution (sampling, by speculative sampling's rule). It runs on the same device, in the model's dtype and mode", defaultDraftTokens))
-	fl.Float64Var(&s.PMin, "draft-p-min", generate.DefaultDraftPMin, "end a draft where the draft model's likeliest next token has less than this probability (0 to 1; 0: drafts as long as --speculate)")
+	fl.Float64Var(&s.PMin, "draft-p-min", generate.DefaultDraftPMin, "end a draft where the draft model's (or --mtp head's) likeliest next token has less than this probability (0 to 1; 0: drafts as long as --speculate)")
 	fl.StringVar(&s.Quantize, "draft-quantize", "", "hold the draft model's weights as int8 or int4 (none: as --dtype)")
+}
+
+// defaultMTPTokens is --speculate's value with --mtp when it is not
+// given: the head is trained to predict one token ahead, and its
+// chained guesses fall off after two (vLLM's recommended
+// num_speculative_tokens for Qwen3-Next and Qwen3.5).
+const defaultMTPTokens = 2
+
+// addMTP adds --mtp (generate, chat).
+func (s *speculateFlags) addMTP(c *cobra.Command) {
+	c.Flags().BoolVar(&s.MTP, "mtp", false, fmt.Sprintf("speculative decoding with the model's own multi-token-prediction head (mtp.* in Qwen3.5 and Qwen3.5-MoE checkpoints, as vLLM's mtp method): it drafts up to --speculate tokens a step (default %d here) from the model's hidden states, and the model confirms them in one step, with the tokens of decoding without it (greedy) or of the same distribution (sampling). Its weights (one decoder layer) load with the model's", defaultMTPTokens))
 }
 
 // checkDraft checks the draft model's flags (changed reports those given
@@ -54,8 +65,19 @@ func (s *speculateFlags) checkDraft(changed func(string) bool) error {
 	}
 	s.Quantize = q
 	switch {
+	case s.MTP && s.Model != "":
+		return errs.Usagef("--mtp and --draft-model each give the drafts: drop one")
+	case s.MTP && given("draft-quantize"):
+		return errs.Usagef("--draft-quantize applies to --draft-model; the --mtp head is held as the model's weights (--quantize)")
+	case s.MTP && s.Draft == 0 && given("speculate"):
+		return errs.Usagef("--speculate 0 turns speculation off, and --mtp speculates: drop one (--speculate defaults to %d with --mtp)", defaultMTPTokens)
+	case s.MTP:
+		if s.Draft == 0 {
+			s.Draft = defaultMTPTokens
+		}
+		return nil
 	case s.Model == "" && given("draft-p-min"):
-		return errs.Usagef("--draft-p-min applies to --draft-model, which is not given")
+		return errs.Usagef("--draft-p-min applies to --draft-model or --mtp, neither of which is given")
 	case s.Model == "" && given("draft-quantize"):
 		return errs.Usagef("--draft-quantize applies to --draft-model, which is not given")
 	case s.Model != "" && s.Draft == 0 && given("speculate"):
@@ -93,7 +115,7 @@ func (d *openedDraft) Close() {
 // Executables is how many executables the draft model's runner has
 // compiled (none: 0).
 func (d *openedDraft) Executables() int {
-	if d == nil {
+	if d == nil || d.runner == nil { // an MTP head's are the model's runner's
 		return 0
 	}
 	return d.runner.Stats().Executables
@@ -159,12 +181,51 @@ func (s *speculateFlags) openDraft(ctx context.Context, o *lmOptions, dev *tpu.D
 	}}, nil
 }
 
+// withMTP makes loaded read the model's multi-token-prediction head
+// where --mtp will draft with it: a Run of one prompt (prompts: a Run's).
+// A model without a head is refused (exit 3).
+func (s *speculateFlags) withMTP(loaded *lm.Loaded, prompts int) error {
+	if !s.MTP || s.Draft == 0 || prompts > 1 {
+		return nil
+	}
+	if err := loaded.WithMTP(); err != nil {
+		return fmt.Errorf("--mtp: %w", err)
+	}
+	return nil
+}
+
+// openMTP readies --mtp's drafts on st, a State of target, whose runner
+// loaded the head (withMTP): nil where speculation will not run (apply
+// warns) or --mtp is not given.
+func (s *speculateFlags) openMTP(rep *ui.Reporter, target *compile.Runner, st *compile.State, prompts int) (*openedDraft, error) {
+	switch {
+	case !s.MTP || s.Draft == 0 || prompts > 1 || !target.Speculates():
+		return nil, nil // apply says why it does not speculate
+	case !target.HasMTP():
+		return nil, errs.Unsupportedf("--mtp: the multi-token-prediction head drafts in compiled mode (--mode compiled)")
+	}
+	h, err := st.MTP()
+	if err != nil {
+		return nil, fmt.Errorf("--mtp: %w", err)
+	}
+	d := generate.NewMTPDraft(h, target.Spec().VocabSize)
+	d.PMin = s.PMin
+	var once sync.Once
+	d.OnError = func(err error) {
+		once.Do(func() {
+			rep.Warnf("--mtp: %v (that step decoded without a draft; the head drafts no more in this generation)", err)
+		})
+	}
+	rep.Debugf("multi-token-prediction head: drafts of up to %d tokens", s.Draft)
+	return &openedDraft{model: d, close: func() {}}, nil
+}
+
 // checkStateFits refuses a generation of one prompt of longest tokens
 // and maxNew more whose KV caches, the model's (m) and the draft
 // model's (drafts of up to speculate tokens), together exceed the host's
 // memory (checkStateFits for the two); none is a no-op.
 func (d *openedDraft) checkStateFits(m lm.Model, longest, maxNew, speculate int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
-	if d == nil || hostMemoryFn == nil {
+	if d == nil || d.loaded == nil || hostMemoryFn == nil { // an MTP head's one layer counts little
 		return nil
 	}
 	_, a, okA := stateNeed(m, 1, longest, maxNew, dtype, kv)

@@ -139,6 +139,7 @@ the same tokens.`,
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	opts.Speculate.add(c)
 	opts.Speculate.addDraft(c)
+	opts.Speculate.addMTP(c)
 	fl.StringVar(&opts.JSONSchema, "json-schema", "", "constrain the output to JSON valid against the JSON schema in this file (constrained decoding; \"{}\" in the file allows any JSON)")
 	return c
 }
@@ -348,6 +349,15 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		return err
 	}
 	defer loaded.Close()
+	// Several prompts run as one batch, unless plain --stream asks for each
+	// to stream in turn.
+	perRun := len(prompts)
+	if opts.Stream && !opts.JSON {
+		perRun = 1
+	}
+	if err := opts.Speculate.withMTP(loaded, perRun); err != nil {
+		return err
+	}
 	spec := loaded.Model.Spec()
 	runner, err := compileRunner(dev, loaded, compile.Options{Mode: opts.Mode, DType: dtype, KVDType: opts.KVDType, TP: opts.TP, DP: opts.DP, Experts: opts.Experts, Quantize: opts.Quantize}, opts.HostMemory, rep)
 	if err != nil {
@@ -359,15 +369,14 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 	if c := dev.XLACache; c != nil {
 		rep.Debugf("XLA compile cache (%s): %s", c.Mode, c.Dir)
 	}
-	// Several prompts run as one batch, unless plain --stream asks for each
-	// to stream in turn.
-	perRun := len(prompts)
-	if opts.Stream && !opts.JSON {
-		perRun = 1
-	}
 	draft, err := opts.Speculate.openDraft(ctx, &opts.lmOptions, dev, dtype, tok, runner, perRun)
 	if err != nil {
 		return err
+	}
+	if draft == nil {
+		if draft, err = opts.Speculate.openMTP(rep, runner, st, perRun); err != nil {
+			return err
+		}
 	}
 	defer draft.Close()
 	loadDuration := opts.Now().Sub(start)

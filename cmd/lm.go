@@ -340,6 +340,8 @@ type speculateFlags struct {
 	// --draft-quantize.
 	Model, Quantize string
 	PMin            float64
+	// MTP is --mtp: the model's multi-token-prediction head drafts.
+	MTP bool
 }
 
 // maxSpeculate bounds --speculate.
@@ -377,6 +379,8 @@ func (s *speculateFlags) apply(o *generate.Options, rep *ui.Reporter, r *compile
 		rep.Warnf("--speculate: off, %s on this device cannot take its caches back (GoMLX's go backend, --tp, --experts host, or recurrent state on an XLA device or in eager mode)", r.Spec().Architecture)
 	case prompts > 1:
 		rep.Warnf("--speculate: off for a batch of %d prompts (it speculates for one prompt; --stream runs them one at a time)", prompts)
+	case draft != nil && s.MTP:
+		rep.Debugf("speculative decoding: up to %d tokens a step from the model's multi-token-prediction head (while it gives its pick a probability of at least %g)", s.Draft, s.PMin)
 	case draft != nil:
 		rep.Debugf("speculative decoding: up to %d tokens a step from the draft model %s (while it gives its pick a probability of at least %g)", s.Draft, s.Model, s.PMin)
 	default:

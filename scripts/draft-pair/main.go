@@ -16,6 +16,11 @@
 //	go run ./scripts/draft-pair -m /tmp/llama-110m -layers 1 -scale 0.3 -o /tmp/pair
 //	tputool generate -m /tmp/pair/model --draft-model /tmp/pair/draft -p ...
 //
+// -mtp-echo makes a multi-token-prediction head (Qwen3.5's mtp.*) in the
+// checkpoint predict what the model with every layer's output zeroed
+// predicts (lmckpt.EchoMTP): with -layers 0 -scale 0, a head whose every
+// draft is confirmed (tputool generate --mtp).
+//
 // Every file of -m but the weights and config.json (the tokenizer) is
 // copied into both. The whole checkpoint is held in memory while it is
 // written.
@@ -39,12 +44,13 @@ func main() {
 	out := flag.String("o", "", "output folder: the model goes to OUT/model, the draft to OUT/draft")
 	layers := flag.Int("layers", 1, "the draft's layers: the model's first ones (0: no draft, every layer of the model scaled)")
 	scale := flag.Float64("scale", 0, "the factor on the later layers' o_proj and down_proj in the model")
+	echo := flag.Bool("mtp-echo", false, "make the checkpoint's multi-token-prediction head (mtp.*) predict what the model with every layer's output zeroed predicts")
 	flag.Parse()
 	if *src == "" || *out == "" || *layers < 0 {
 		fmt.Fprintln(os.Stderr, "draft-pair: -m and -o are required, -layers must be 0 or more")
 		os.Exit(2)
 	}
-	if err := run(*src, *out, *layers, float32(*scale)); err != nil {
+	if err := run(*src, *out, *layers, float32(*scale), *echo); err != nil {
 		fmt.Fprintln(os.Stderr, "draft-pair:", err)
 		os.Exit(1)
 	}
@@ -55,7 +61,7 @@ var (
 	output    = regexp.MustCompile(`\.(o_proj|out_proj|down_proj)(\.weight)?$`)
 )
 
-func run(src, out string, keep int, scale float32) error {
+func run(src, out string, keep int, scale float32, echo bool) error {
 	var cfg map[string]any
 	b, err := os.ReadFile(filepath.Join(src, "config.json"))
 	if err != nil {
@@ -101,6 +107,11 @@ func run(src, out string, keep int, scale float32) error {
 			}
 		}
 		model = append(model, t)
+	}
+	if echo {
+		if err := lmckpt.EchoMTP(model); err != nil {
+			return fmt.Errorf("-mtp-echo: %w", err)
+		}
 	}
 	if err := lmckpt.WriteCheckpoint(filepath.Join(out, "model"), cfg, model); err != nil {
 		return err

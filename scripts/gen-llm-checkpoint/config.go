@@ -45,6 +45,11 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 	if err != nil {
 		return err
 	}
+	if mt, ok := model.(lm.MultiToken); ok && mt.MTPLayers() > 0 { // its multi-token-prediction head too
+		if model, err = mt.WithMTP(); err != nil {
+			return err
+		}
+	}
 	if d != safetensors.F32 && d != safetensors.BF16 && d != safetensors.F16 {
 		return fmt.Errorf("dtype %s: want F32, BF16 or F16", d)
 	}

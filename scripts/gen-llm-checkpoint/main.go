@@ -9,7 +9,8 @@
 //	go run ./scripts/gen-llm-checkpoint -o /tmp/gptoss20b -dtype BF16 -config testdata/configs/gpt_oss_20b/config.json  # MXFP4 experts
 //
 // With -config it writes every tensor the architecture of that config.json
-// reads (any architecture tputool runs), streaming, so an 18 GB checkpoint
+// reads (any architecture tputool runs; with a multi-token-prediction head
+// where the config declares one, mtp_num_hidden_layers), streaming, so an 18 GB checkpoint
 // needs a few MiB of memory.
 package main
 

@@ -1,0 +1,149 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+)
+
+// layerOutput are a decoder layer's output projections.
+var layerOutput = regexp.MustCompile(`^model\.(language_model\.)?layers\.\d+\..*\.(o_proj|out_proj|down_proj)(\.weight)?$`)
+
+// mtpModel writes c with its multi-token-prediction head and the chat
+// model's tokenizer (stories260K's, with a chat template). echo zeroes
+// every layer's output and makes the head predict the model's picks
+// (lmckpt.EchoMTP): every draft is confirmed.
+func mtpModel(t *testing.T, c qwenref.Qwen35, echo bool) string {
+	t.Helper()
+	c.Vocab, c.MTP = 512, true
+	dir := t.TempDir()
+	require.NoError(t, c.Write(dir))
+	if echo {
+		ck, err := safetensors.OpenDir(dir, "")
+		require.NoError(t, err)
+		var ts []safetensors.Tensor
+		for _, name := range ck.Names() {
+			info, _ := ck.Info(name)
+			raw, err := ck.Raw(name)
+			require.NoError(t, err)
+			if layerOutput.MatchString(name) {
+				raw = make([]byte, len(raw))
+			}
+			ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+		}
+		require.NoError(t, ck.Close())
+		require.NoError(t, lmckpt.EchoMTP(ts))
+		cfg, err := lmckpt.ReadConfig(dir)
+		require.NoError(t, err)
+		require.NoError(t, os.RemoveAll(dir))
+		require.NoError(t, lmckpt.WriteCheckpoint(dir, cfg, ts))
+	}
+	chat := chatModel(t)
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} {
+		b, err := os.ReadFile(filepath.Join(chat, name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
+	}
+	return dir
+}
+
+// TestGenerateMTP: generate --mtp (Qwen3.5 and Qwen3.5-MoE) gives the
+// tokens of plain greedy decoding, with its head's drafts proposed; a
+// head made always right has every draft confirmed (the head follows
+// the text in step with the model); sampling runs through it.
+func TestGenerateMTP(t *testing.T) {
+	moe := qwenref.TinyQwen35MoE()
+	moe.Stacked = true
+	for name, c := range map[string]qwenref.Qwen35{"qwen3.5": qwenref.TinyQwen35(), "qwen3.5-moe": moe} {
+		for _, echo := range []bool{false, true} {
+			dir := mtpModel(t, c, echo)
+			run := func(args ...string) (string, []int, [2]int, string) {
+				return generateJSON(t, append([]string{"-m", dir, "-p", "Lily saw a big red ball", "-n", "40", "--temperature", "0"}, args...)...)
+			}
+			_, want, _, _ := run()
+			for _, args := range [][]string{{"--mtp", "--draft-p-min", "0"}, {"--mtp", "--draft-p-min", "0", "--speculate", "5"}} {
+				_, got, drafts, errOut := run(args...)
+				assert.Equal(t, want, got, "%s echo=%v %v", name, echo, args)
+				assert.Positive(t, drafts[0], "%s echo=%v %v: no draft: %s", name, echo, args, errOut)
+				assert.Contains(t, errOut, "from the model's multi-token-prediction head", "%s %v", name, args)
+				if echo {
+					assert.Equal(t, drafts[0], drafts[1], "%s %v: the echo head is always right", name, args)
+				}
+			}
+			if echo {
+				_, _, drafts, errOut := run("--mtp", "--draft-p-min", "0", "--temperature", "0.8", "--seed", "3")
+				assert.Positive(t, drafts[1], "%s sampling: %s", name, errOut)
+			}
+		}
+	}
+}
+
+// TestChatMTP: chat --mtp answers each turn as chat without it does, the
+// head following the conversation across turns (every draft of the
+// always-right head confirmed).
+func TestChatMTP(t *testing.T) {
+	dir := mtpModel(t, qwenref.TinyQwen35(), true)
+	run := func(args ...string) []map[string]any {
+		e := genEnv(t)
+		e.f.IOStreams.In = strings.NewReader("Tell me about a cat.\nAnd the dog?\n")
+		require.Equal(t, ExitOK, e.run(append([]string{"chat", "--model", dir, "--json", "-n", "20", "--temperature", "0"}, args...)...), e.errOut.String())
+		var turns []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(e.out.String()), "\n") {
+			var tu map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &tu), line)
+			turns = append(turns, tu)
+		}
+		require.Len(t, turns, 2, e.out.String())
+		return turns
+	}
+	plain, drafted := run(), run("--mtp", "--draft-p-min", "0")
+	for i := range plain {
+		assert.Equal(t, plain[i]["text"], drafted[i]["text"], "turn %d", i+1)
+		m := drafted[i]["metrics"].(map[string]any)
+		assert.Positive(t, m["draft_tokens"], "turn %d", i+1)
+		assert.Equal(t, m["draft_tokens"], m["draft_accepted"], "turn %d", i+1)
+	}
+}
+
+// TestMTPRefused: --mtp on a model without a head (or whose checkpoint
+// lacks its tensors), or with --draft-model,
+// --draft-quantize or --speculate 0, is refused by name; where
+// speculation cannot run (eager mode on Qwen3.5) it warns and decodes
+// plainly.
+func TestMTPRefused(t *testing.T) {
+	noHead := t.TempDir()
+	c := qwenref.TinyQwen35()
+	c.Vocab, c.CausalLM = 512, true
+	require.NoError(t, c.Write(noHead))
+	copyStoriesTokenizer(t, noHead)
+	head := mtpModel(t, qwenref.TinyQwen35(), false)
+	for _, tc := range []struct {
+		model string
+		args  []string
+		code  ExitCode
+		want  string
+	}{
+		{storiesDir, []string{"--mtp"}, ExitUnsupported, "has no multi-token-prediction head"},
+		{noHead, []string{"--mtp"}, ExitUnsupported, "missing tensors: mtp.pre_fc_norm_embedding.weight"},
+		{head, []string{"--mtp", "--draft-model", storiesDir}, ExitUsage, "--mtp and --draft-model"},
+		{head, []string{"--mtp", "--draft-quantize", "int8"}, ExitUsage, "--draft-quantize applies to --draft-model"},
+		{head, []string{"--mtp", "--speculate", "0"}, ExitUsage, "--speculate 0 turns speculation off"},
+		{head, []string{"--mtp", "--mode", "eager"}, ExitOK, "--speculate: off"},
+		{head, []string{"--mtp", "-p", "A second prompt"}, ExitOK, "--speculate: off for a batch of 2 prompts"},
+	} {
+		e := genEnv(t)
+		args := append([]string{"generate", "-m", tc.model, "-p", "Once", "-n", "4"}, tc.args...)
+		assert.Equal(t, tc.code, e.run(args...), "%v: %s", tc.args, e.errOut.String())
+		assert.Contains(t, e.errOut.String(), tc.want, "%v", tc.args)
+	}
+}
