@@ -29,7 +29,8 @@ import (
 // slots are overwritten from the model's hidden states at the next
 // draft, as vLLM's proposer does, once the model has run those tokens.
 // The head's weights are the runner's: it loads them with the model's
-// (a Runner of an lm.MTPModel) and shares the embedding and lm_head.
+// (a Runner of an lm.MTPModel) and shares the embedding and the output
+// projection.
 
 // mtpRun is a runner's MTP head: its weights' names (the head's, the
 // embedding's and the head's projection), its programs and the capture
