@@ -19,8 +19,9 @@
 #   1d. likelihoods and speculation: `tputool perplexity` and an echoed
 #      prompt's log-probabilities with alternatives from `serve`, float32,
 #      within 1e-3 of the CPU's; `generate --speculate 4`'s (stories260K
-#      and a tiny Qwen3.5) and `--draft-model`'s greedy tokens equal the
-#      CPU's plain ones.
+#      and a tiny Qwen3.5), `--draft-model`'s and the tiny Qwen3.5's
+#      `--mtp`'s (its MTP head; plain decoding on a device) greedy tokens
+#      equal the CPU's plain ones.
 #   2. diffuse: a generated tiny SD pipeline, 64x64, 4 steps, seed 1, on
 #      both devices in both modes: each image must be within -max/-mean of
 #      the CPU compiled image (scripts/imgdiff).
@@ -395,7 +396,9 @@ run "speculate-dev-draft.json" "${f32_env[@]}" "$tputool" --device "$device" "${
 # it speculates (its state copied before a step, restored and the kept
 # tokens replayed); on a device it does not yet (the copy would go
 # through the host) and must warn and decode plainly, with the same
-# tokens.
+# tokens. Its checkpoint has a multi-token-prediction head (mtp.*): `--mtp`
+# drafts with it on the CPU engine and, on the device, warns and decodes
+# plainly, the same tokens both.
 q35="$work/qwen35-tiny"
 cat >"$work/qwen35-tiny.json" <<'JSON'
 {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "attn_output_gate": true, "full_attention_interval": 2,
@@ -404,16 +407,18 @@ cat >"$work/qwen35-tiny.json" <<'JSON'
  "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 512,
  "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32",
  "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
- "rope_parameters": {"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 0.25}}
+ "rope_parameters": {"rope_type": "default", "rope_theta": 10000, "partial_rotary_factor": 0.25}, "mtp_num_hidden_layers": 1}
 JSON
 "$bin/gen-llm-checkpoint" -config "$work/qwen35-tiny.json" -o "$q35" >>"$log" 2>&1 &&
 	cp "$stories"/tokenizer.json "$stories"/tokenizer_config.json "$q35/"
 q35_args=(generate -m "$q35" -p "Lily saw a big red ball. Lily saw a big red ball. Lily saw" -n 48 --temperature 0 --json --dtype f32 --mode compiled)
 run "speculate-qwen35-cpu.json" "$tputool" --device cpu "${q35_args[@]}" || true
 run "speculate-qwen35-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${q35_args[@]}" --speculate 4 || true
+run "speculate-qwen35-cpu-mtp.json" "$tputool" --device cpu "${q35_args[@]}" --mtp --draft-p-min 0 || true
+run "speculate-qwen35-dev-mtp.json" "${f32_env[@]}" "$tputool" --device "$device" "${q35_args[@]}" --mtp || true
 q35_ok=no
 if [ -s "$OUT/speculate-qwen35-cpu.json" ]; then
-	if compare_tokens "$OUT/speculate-qwen35-cpu.json" "$OUT/speculate-qwen35-dev.json" >"$OUT/tokens-compare-speculate-qwen35.txt" 2>&1; then
+	if compare_tokens "$OUT/speculate-qwen35-cpu.json" "$OUT/speculate-qwen35-dev.json" "$OUT/speculate-qwen35-cpu-mtp.json" "$OUT/speculate-qwen35-dev-mtp.json" >"$OUT/tokens-compare-speculate-qwen35.txt" 2>&1; then
 		q35_ok=yes
 	else
 		fail "speculation, Qwen3.5, on the device differs: $(head -3 "$OUT/tokens-compare-speculate-qwen35.txt" | tr '\n' ' ')"
@@ -422,7 +427,7 @@ fi
 if [ -s "$OUT/speculate-cpu.json" ] && [ "$q35_ok" = yes ]; then
 	if compare_tokens "$OUT/speculate-cpu.json" "$OUT/speculate-dev.json" "$OUT/speculate-dev-draft.json" >"$OUT/tokens-compare-speculate.txt" 2>&1; then
 		speculate_ok=yes
-		say "speculation: the device's greedy tokens with --speculate 4 (stories, Qwen3.5) and with --draft-model equal the CPU's plain ones"
+		say "speculation: the device's greedy tokens with --speculate 4 (stories, Qwen3.5), --draft-model and a tiny Qwen3.5's --mtp equal the CPU's plain ones"
 	else
 		fail "speculation on the device differs: $(head -3 "$OUT/tokens-compare-speculate.txt" | tr '\n' ' ')"
 	fi
