@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -294,6 +295,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 				parts = append(parts, fmt.Sprintf("%d %s tensors (%s params)", g.Tensors, g.Kind, HumanCount(g.Params)))
 			}
 			r.Notes = append(r.Notes, "text-only path: "+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
+			if mt, ok := arch.(lm.MultiToken); ok && mt.MTPLayers() > 0 && slices.ContainsFunc(r.Skipped, func(g SkippedGroup) bool { return g.Kind == "mtp" }) {
+				r.Notes = append(r.Notes, "the multi-token-prediction head (mtp.*) is loaded by generate --mtp and chat --mtp, which draft speculative tokens with it")
+			}
 		}
 		if text.MoE != nil {
 			r.Params.moe(tensors, skip, text.MoE, quant)

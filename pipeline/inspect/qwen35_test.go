@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -162,6 +163,9 @@ func TestQwen35_9B(t *testing.T) {
 	kinds := fmt.Sprint(r.Skipped)
 	if len(r.Skipped) != 2 {
 		t.Errorf("skipped groups %s, want vision and mtp", kinds)
+	}
+	if notes := fmt.Sprint(r.Notes); !strings.Contains(notes, "is loaded by generate --mtp and chat --mtp") {
+		t.Errorf("notes %s: none says what the MTP head is for", notes)
 	}
 	found := false
 	for _, f := range r.Fit {
