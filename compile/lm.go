@@ -209,6 +209,7 @@ type Runner struct {
 	moe             *moeRun      // host-routed experts (lm.Routed), nil otherwise
 	tp              *tpRun       // several devices (Options.TP/DP), nil otherwise
 	mtp             *mtpRun      // the multi-token-prediction head (lm.MTPModel), nil otherwise (mtp.go)
+	mtpDropped      bool         // the model had a head the runner cannot draft with (dropUnusableMTP)
 }
 
 // NewRunner prepares a model for execution on backend: it validates the
@@ -268,6 +269,7 @@ func NewRunner(backend backends.Backend, l *lm.Loaded, opts Options) (*Runner, e
 	if err := r.makePrograms(); err != nil {
 		return nil, err
 	}
+	r.dropUnusableMTP()
 	var err error
 	if r.argmax, err = r.newProgram("argmax", argmaxGraph); err != nil {
 		return nil, err

@@ -38,6 +38,7 @@ import (
 type mtpRun struct {
 	model   lm.MTPModel
 	weights []string
+	own     []string       // the head's own weights (not the model's too)
 	specs   []lm.StateSpec // the head layer's held state at cache length mtpProbe
 	once    sync.Once
 	err     error
@@ -72,7 +73,24 @@ func (r *Runner) setupMTP() {
 			names = append(names, n)
 		}
 	}
-	r.mtp = &mtpRun{model: mm, weights: names, specs: lm.HeldSpecs(mm.MTPState(1, mtpProbe), r.opts.KVDType)}
+	r.mtp = &mtpRun{model: mm, weights: names, own: own, specs: lm.HeldSpecs(mm.MTPState(1, mtpProbe), r.opts.KVDType)}
+}
+
+// dropUnusableMTP lets go of the head's own weights where the runner
+// cannot draft with it (HasMTP: eager mode, --tp, host-routed experts,
+// a backend that does not write cache slots in place, or for recurrent
+// layers one not computing in host memory), once its programs are made.
+func (r *Runner) dropUnusableMTP() {
+	if r.mtp == nil || r.HasMTP() {
+		return
+	}
+	for _, n := range r.mtp.own {
+		if t, ok := r.weights[n]; ok {
+			t.FinalizeAll()
+			delete(r.weights, n)
+		}
+	}
+	r.mtp, r.mtpDropped = nil, true
 }
 
 // HasMTP reports whether the runner loaded a multi-token-prediction head
@@ -188,9 +206,14 @@ type MTP struct {
 	// out is the head's output at its last slot, which a chained step
 	// reads as its hidden state.
 	out []float32
-	// lost: a Rewind went below base, whose hidden states are gone: no
-	// drafts until the next Begin.
+	// lost: a Rewind went below base, whose hidden states are gone, a
+	// step fed what the head did not expect, or its own step failed (err,
+	// reported by the next Draft): no drafts until the next Begin.
 	lost bool
+	err  error
+	// drafted is the token the last Draft began after, which the State's
+	// next step must feed first (-1: none pending).
+	drafted int32
 }
 
 // mtpPiece is the most prompt tokens a prefill with an MTP runs a step,
@@ -205,18 +228,18 @@ const mtpPiece = 512
 // (errs.ErrUnsupported).
 func (st *State) MTP() (*MTP, error) {
 	r := st.r
-	if r.mtp == nil {
-		return nil, fmt.Errorf("%s: the runner did not load a multi-token-prediction head: %w", r.spec.Architecture, errs.ErrUnsupported)
-	}
-	if !r.HasMTP() {
+	switch {
+	case r.mtpDropped:
 		return nil, fmt.Errorf("%s on %s: drafting with its multi-token-prediction head needs compiled mode, a model on one device with its experts in the graph, on a backend that writes cache slots in place, and for recurrent layers a backend computing in host memory (the CPU): %w",
 			r.spec.Architecture, r.backend.Name(), errs.ErrUnsupported)
+	case r.mtp == nil:
+		return nil, fmt.Errorf("%s: the runner did not load a multi-token-prediction head: %w", r.spec.Architecture, errs.ErrUnsupported)
 	}
 	if err := r.mtp.programs(r); err != nil {
 		return nil, err
 	}
 	if st.mtp == nil {
-		st.mtp = &MTP{st: st}
+		st.mtp = &MTP{st: st, drafted: -1}
 	}
 	return st.mtp, nil
 }
@@ -231,7 +254,7 @@ func (m *MTP) reset() {
 		x.FinalizeAll()
 	}
 	m.state, m.cacheLen, m.next, m.base = nil, 0, 0, 0
-	m.toks, m.hid, m.out, m.lost = m.toks[:0], m.hid[:0], nil, false
+	m.toks, m.hid, m.out, m.lost, m.err, m.drafted = m.toks[:0], m.hid[:0], nil, false, nil, -1
 }
 
 // hidden is the model's hidden size.
@@ -239,8 +262,10 @@ func (m *MTP) hidden() int { return m.st.r.spec.Hidden }
 
 // record keeps the final hidden states hid ([T, H]) of the tokens a step
 // of st fed at slots from start (row 0), past the row's padding, and
-// runs the head over what it can once it lags by more than mtpPiece.
-func (m *MTP) record(start int, tokens []int32, hid []float32) error {
+// runs the head over what it can once it lags by more than mtpPiece. The
+// model's step has run: a failure of the head's loses it (the next Draft
+// reports the error), not the step.
+func (m *MTP) record(start int, tokens []int32, hid []float32) {
 	pad := int(m.st.pads[0])
 	h := m.hidden()
 	for j, id := range tokens {
@@ -248,18 +273,21 @@ func (m *MTP) record(start int, tokens []int32, hid []float32) error {
 		if pos < 0 {
 			continue
 		}
-		if pos != m.base+len(m.toks) {
-			m.lost = true // not where the records end: a step this MTP did not see
-			return nil
+		if pos != m.base+len(m.toks) || (pos == m.base && m.drafted >= 0 && id != m.drafted) {
+			// Not where the records end (a step this head did not see),
+			// or not the token its last draft began after.
+			m.lost = true
+			return
 		}
+		m.drafted = -1
 		m.toks = append(m.toks, id)
 		m.hid = append(m.hid, hid[j*h:(j+1)*h]...)
 	}
 	if len(m.toks) > mtpPiece {
-		_, err := m.feed(m.toks[1:], len(m.toks)-1)
-		return err
+		if _, err := m.feed(m.toks[1:], len(m.toks)-1); err != nil {
+			m.err = err
+		}
 	}
-	return nil
 }
 
 // rewound drops the records of the positions a Rewind took back (those
@@ -278,8 +306,8 @@ func (m *MTP) rewound() {
 // feed runs the head over the recorded positions base..base+n-1 with
 // the tokens after them, next (n of them: toks[1:n+1], and the text's
 // newest token where the records end), taking back any chained slots
-// first, and drops those records but the last position's token. It
-// returns the logits after the last.
+// first, and drops those n records (the last position's stays where n
+// is one short of them). It returns the logits after the last.
 func (m *MTP) feed(next []int32, n int) ([]float32, error) {
 	h := m.hidden()
 	hid := m.hid[:n*h]
@@ -367,6 +395,10 @@ func (m *MTP) fit(need int) error {
 // last, and returns its logits for the token after next. Nil where it
 // cannot draft (no position recorded, the records lost, no room).
 func (m *MTP) Draft(next int) ([]float32, error) {
+	if err := m.err; err != nil {
+		m.err = nil
+		return nil, err
+	}
 	if !m.active() || len(m.toks) == 0 || m.Room() < 1 {
 		return nil, nil
 	}
@@ -375,6 +407,7 @@ func (m *MTP) Draft(next int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.drafted = int32(next)
 	return logits, nil
 }
 
@@ -449,8 +482,6 @@ func (st *State) captureStep(prog *Program, tokens []int32, all bool) ([][]float
 	if err != nil {
 		return nil, err
 	}
-	if err := st.mtp.record(start, tokens, hid); err != nil {
-		return nil, fmt.Errorf("mtp: %w", err)
-	}
+	st.mtp.record(start, tokens, hid)
 	return rows, nil
 }

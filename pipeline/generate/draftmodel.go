@@ -398,6 +398,9 @@ func (d *DraftModel) failed(err error) error {
 		d.errWait = min(max(2*d.errWait, firstErrWait), maxErrWait)
 		d.wait = d.errWait
 	}
+	if d.mtp != nil {
+		return fmt.Errorf("multi-token-prediction head: %w", err)
+	}
 	return fmt.Errorf("draft model: %w", err)
 }
 

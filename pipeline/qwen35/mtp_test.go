@@ -105,7 +105,17 @@ func TestMTPMatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			text = append(text, next)
-			check("after a one-token step", sample.Argmax(rows[0]), 2)
+			next = sample.Argmax(rows[0])
+			check("after a one-token step", next, 2)
+
+			// A step that feeds another token than the one the draft began
+			// after leaves the head out of step: it drafts no more.
+			if _, err := st.Decode([]int{(next + 1) % c.Vocab}); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := h.Draft(7); err != nil || l != nil {
+				t.Errorf("a draft after a step it did not begin: %d logits, %v; want none", len(l), err)
+			}
 
 			// The test sees the order of the head's two inputs: with fc's
 			// halves swapped the reference is far off.
