@@ -213,7 +213,7 @@ func (s *speculateFlags) openMTP(rep *ui.Reporter, target *compile.Runner, st *c
 	var once sync.Once
 	d.OnError = func(err error) {
 		once.Do(func() {
-			rep.Warnf("--mtp: %v (that step decoded without a draft; the head drafts no more in this generation)", err)
+			rep.Warnf("--mtp: %v (that step decoded without a draft; the head drafts no more until the model's cache begins afresh)", err)
 		})
 	}
 	rep.Debugf("multi-token-prediction head: drafts of up to %d tokens", s.Draft)
