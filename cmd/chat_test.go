@@ -45,6 +45,8 @@ type chatTurn struct {
 		PromptEvalCount   int `json:"prompt_eval_count"`
 		PromptCachedCount int `json:"prompt_cached_count"`
 		EvalCount         int `json:"eval_count"`
+		DraftTokens       int `json:"draft_tokens"`
+		DraftAccepted     int `json:"draft_accepted"`
 	} `json:"metrics"`
 }
 

@@ -134,27 +134,26 @@ func TestGenerateDraftModelRefused(t *testing.T) {
 func TestChatDraftModel(t *testing.T) {
 	dir := chatModel(t)
 	input := "Tell me about a cat.\nAnd the dog?\nOne more.\n"
-	run := func(args ...string) []map[string]any {
-		e := genEnv(t)
-		e.f.IOStreams.In = strings.NewReader(input)
-		require.Equal(t, ExitOK, e.run(append([]string{"chat", "--model", dir, "--json", "-n", "24", "--temperature", "0"}, args...)...), e.errOut.String())
-		var turns []map[string]any
-		for _, line := range strings.Split(strings.TrimSpace(e.out.String()), "\n") {
-			var tu map[string]any
-			require.NoError(t, json.Unmarshal([]byte(line), &tu), line)
-			turns = append(turns, tu)
-		}
-		require.Len(t, turns, 3, e.out.String())
-		return turns
-	}
-	plain := run()
-	drafted := run("--draft-model", dir, "--draft-p-min", "0") // drafts at every step
+	plain := greedyChat(t, input, 3, "--model", dir, "-n", "24")
+	drafted := greedyChat(t, input, 3, "--model", dir, "-n", "24", "--draft-model", dir, "--draft-p-min", "0") // drafts at every step
 	for i := range plain {
-		assert.Equal(t, plain[i]["text"], drafted[i]["text"], "turn %d", i+1)
-		m := drafted[i]["metrics"].(map[string]any)
-		assert.Positive(t, m["draft_tokens"], "turn %d", i+1)
-		assert.Equal(t, m["draft_tokens"], m["draft_accepted"], "turn %d: the model drafting for itself", i+1)
+		assert.Equal(t, plain[i].Text, drafted[i].Text, "turn %d", i+1)
+		m := drafted[i].Metrics
+		assert.Positive(t, m.DraftTokens, "turn %d", i+1)
+		assert.Equal(t, m.DraftTokens, m.DraftAccepted, "turn %d: the model drafting for itself", i+1)
 	}
+}
+
+// greedyChat runs chat --json --temperature 0 with args on input and
+// returns its n turns.
+func greedyChat(t *testing.T, input string, n int, args ...string) []chatTurn {
+	t.Helper()
+	e := genEnv(t)
+	e.f.IOStreams.In = strings.NewReader(input)
+	require.Equal(t, ExitOK, e.run(append([]string{"chat", "--json", "--temperature", "0"}, args...)...), e.errOut.String())
+	turns := chatTurns(t, e.out.Bytes())
+	require.Len(t, turns, n, e.out.String())
+	return turns
 }
 
 // TestServeDraftModel: serve --draft-model answers greedy requests

@@ -1,11 +1,9 @@
 package cmd
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -93,25 +91,14 @@ func TestGenerateMTP(t *testing.T) {
 // always-right head confirmed).
 func TestChatMTP(t *testing.T) {
 	dir := mtpModel(t, qwenref.TinyQwen35(), true)
-	run := func(args ...string) []map[string]any {
-		e := genEnv(t)
-		e.f.IOStreams.In = strings.NewReader("Tell me about a cat.\nAnd the dog?\n")
-		require.Equal(t, ExitOK, e.run(append([]string{"chat", "--model", dir, "--json", "-n", "20", "--temperature", "0"}, args...)...), e.errOut.String())
-		var turns []map[string]any
-		for _, line := range strings.Split(strings.TrimSpace(e.out.String()), "\n") {
-			var tu map[string]any
-			require.NoError(t, json.Unmarshal([]byte(line), &tu), line)
-			turns = append(turns, tu)
-		}
-		require.Len(t, turns, 2, e.out.String())
-		return turns
-	}
-	plain, drafted := run(), run("--mtp", "--draft-p-min", "0")
+	input := "Tell me about a cat.\nAnd the dog?\n"
+	plain := greedyChat(t, input, 2, "--model", dir, "-n", "20")
+	drafted := greedyChat(t, input, 2, "--model", dir, "-n", "20", "--mtp", "--draft-p-min", "0")
 	for i := range plain {
-		assert.Equal(t, plain[i]["text"], drafted[i]["text"], "turn %d", i+1)
-		m := drafted[i]["metrics"].(map[string]any)
-		assert.Positive(t, m["draft_tokens"], "turn %d", i+1)
-		assert.Equal(t, m["draft_tokens"], m["draft_accepted"], "turn %d", i+1)
+		assert.Equal(t, plain[i].Text, drafted[i].Text, "turn %d", i+1)
+		m := drafted[i].Metrics
+		assert.Positive(t, m.DraftTokens, "turn %d", i+1)
+		assert.Equal(t, m.DraftTokens, m.DraftAccepted, "turn %d", i+1)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/sample"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -31,15 +33,7 @@ func TestMTPMatchesReference(t *testing.T) {
 	for name, c := range map[string]qwenref.Qwen35{"ConditionalGeneration": qwenref.TinyQwen35(), "CausalLM-tied": tied, "MoE": moe} {
 		t.Run(name, func(t *testing.T) {
 			c.MTP = true
-			dir := t.TempDir()
-			if err := c.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lmckpt.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			dir, l := writeTiny(t, c)
 			if err := l.WithMTP(); err != nil {
 				t.Fatal(err)
 			}
@@ -152,11 +146,10 @@ func runOnce(r *compile.Runner, text []int) ([]float32, error) {
 	return h.Draft(text[len(text)-1])
 }
 
-// TestMTPRefused: a checkpoint whose config declares no head, or whose
-// head is missing, is refused by name; the go backend (no in-place
-// cache writes) cannot draft with it.
-func TestMTPRefused(t *testing.T) {
-	c := qwenref.TinyQwen35() // the multimodal layout's three stand-ins: not a whole head
+// writeTiny writes c into a temporary directory and loads it (closed
+// when the test ends).
+func writeTiny(t *testing.T, c qwenref.Qwen35) (string, *lm.Loaded) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := c.Write(dir); err != nil {
 		t.Fatal(err)
@@ -165,20 +158,22 @@ func TestMTPRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	if err := l.WithMTP(); !errors.Is(err, errs.ErrUnsupported) {
-		t.Errorf("a head of stand-ins: %v, want unsupported", err)
+	t.Cleanup(func() { l.Close() })
+	return dir, l
+}
+
+// TestMTPRefused: a checkpoint whose head is incomplete (the multimodal
+// layout's three stand-ins) is refused, naming what it lacks; the go
+// backend (no in-place cache writes) cannot draft with a whole one.
+func TestMTPRefused(t *testing.T) {
+	c := qwenref.TinyQwen35()
+	_, l := writeTiny(t, c)
+	if err := l.WithMTP(); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "mtp.pre_fc_norm_embedding.weight") {
+		t.Errorf("a head of stand-ins: %v, want unsupported, naming the missing tensors", err)
 	}
 
 	c.MTP = true
-	dir = t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	if l, err = lmckpt.Load(dir); err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	_, l = writeTiny(t, c)
 	if err := l.WithMTP(); err != nil {
 		t.Fatal(err)
 	}
