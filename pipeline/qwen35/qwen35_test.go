@@ -51,15 +51,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			name = "CausalLM-tied"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := c.Write(dir); err != nil {
-				t.Fatal(err)
-			}
-			l, err := lmckpt.Load(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			dir, l := writeTiny(t, c)
 			withChunk(t, l, 4) // several chunks and a padded last chunk in prefill
 			rm, err := qwenref.LoadQwen35(dir, c)
 			if err != nil {
@@ -359,15 +351,7 @@ func TestBFloat16Compute(t *testing.T) {
 	be := refcheck.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	c.DType = safetensors.BF16
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	dir, l := writeTiny(t, c)
 	withChunk(t, l, 4)
 	rm, err := qwenref.LoadQwen35(dir, c)
 	if err != nil {
@@ -440,15 +424,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 			for _, stacked := range []bool{true, false} {
 				c.Stacked = stacked
 				layout := map[bool]string{true: "stacked", false: "per-expert"}[stacked]
-				dir := t.TempDir()
-				if err := c.Write(dir); err != nil {
-					t.Fatal(err)
-				}
-				l, err := lmckpt.Load(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close()
+				dir, l := writeTiny(t, c)
 				withChunk(t, l, 4)
 				rm, err := qwenref.LoadQwen35(dir, c)
 				if err != nil {
@@ -500,15 +476,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 
 	// Mutations of the reference: each changes the logits beyond the bound.
 	c := qwenref.TinyQwen35MoE()
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	dir, l := writeTiny(t, c)
 	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{})
 	if err != nil {
 		t.Fatal(err)
