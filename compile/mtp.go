@@ -224,8 +224,8 @@ const mtpPiece = 512
 // MTP makes st draft with its runner's multi-token-prediction head
 // (Runner.HasMTP): from its next Begin on, its steps keep the final
 // hidden states the head reads, and the head follows the text. A runner
-// without a head, or that does not Speculate, is refused
-// (errs.ErrUnsupported).
+// without a head, or one that cannot draft with it (HasMTP: it let go of
+// the head), is refused (errs.ErrUnsupported).
 func (st *State) MTP() (*MTP, error) {
 	r := st.r
 	switch {
