@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -76,9 +78,23 @@ func (f *Factory) retryingHubClient(retries int) func() *hub.Client {
 
 // debugRecompile is the OnRecompile hook of compile.Options,
 // compile.ExecutorOptions and compile.Program: a --verbose line per
-// executable compiled again.
+// executable compiled again, naming its first input shapes (a whole
+// step's inputs are every weight's: hundreds).
 func debugRecompile(rep *ui.Reporter) func(program, shapes string) {
 	return func(program, shapes string) {
-		rep.Debugf("compile: %s compiles again for new input shapes %s", program, shapes)
+		rep.Debugf("compile: %s compiles again for new input shapes %s", program, firstShapes(shapes, recompileShapes))
 	}
+}
+
+// recompileShapes is how many input shapes a recompile's line names.
+const recompileShapes = 8
+
+// firstShapes is the first n of the space-separated input shapes
+// ("(Int32)[1 3] (Float32)[1 3 768] …"), and how many more there are.
+func firstShapes(shapes string, n int) string {
+	parts := strings.SplitAfter(shapes, " (")
+	if len(parts) <= n {
+		return shapes
+	}
+	return strings.TrimSuffix(strings.Join(parts[:n], ""), " (") + fmt.Sprintf(" … and %d more", len(parts)-n)
 }
