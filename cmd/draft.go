@@ -220,6 +220,25 @@ func (s *speculateFlags) openMTP(rep *ui.Reporter, target *compile.Runner, st *c
 	return &openedDraft{model: d, close: func() {}}, nil
 }
 
+// serveMTP readies --mtp's drafts for serve's lone sequence on batch,
+// whose runner loaded the head (withMTP): nil where --mtp is not given
+// (speculation off is said by the caller).
+func (s *speculateFlags) serveMTP(rep *ui.Reporter, target *compile.Runner, batch *compile.Batch) (*generate.DraftModel, error) {
+	switch {
+	case !s.MTP || s.Draft == 0 || batch == nil || !target.Speculates():
+		return nil, nil
+	case !target.HasMTP():
+		return nil, errs.Unsupportedf("--mtp: the multi-token-prediction head drafts in compiled mode (--mode compiled)")
+	}
+	h, err := batch.MTP()
+	if err != nil {
+		return nil, fmt.Errorf("--mtp: %w", err)
+	}
+	d := generate.NewMTPDraft(h, target.Spec().VocabSize)
+	d.PMin = s.PMin
+	return d, nil
+}
+
 // checkStateFits refuses a generation of one prompt of longest tokens
 // and maxNew more whose KV caches, the model's (m) and the draft
 // model's (drafts of up to speculate tokens), together exceed the host's
@@ -258,12 +277,13 @@ func checkDraftVocab(model, draft *tokenizer.Tokenizer, name string) error {
 type draftWarnings struct {
 	serve.Observer
 	rep  *ui.Reporter
+	flag string // --draft-model or --mtp
 	once sync.Once
 }
 
 func (w *draftWarnings) DraftFailed(err error) {
 	w.Observer.DraftFailed(err)
 	w.once.Do(func() {
-		w.rep.Warnf("--draft-model: %v (that step decoded one token; tputool_draft_errors_total counts the failures)", err)
+		w.rep.Warnf("%s: %v (that step decoded one token; tputool_draft_errors_total counts the failures)", w.flag, err)
 	})
 }

@@ -134,3 +134,44 @@ func TestMTPRefused(t *testing.T) {
 		assert.Contains(t, e.errOut.String(), tc.want, "%v", tc.args)
 	}
 }
+
+// TestServeMTP: serve --mtp answers greedy requests running alone, one
+// after another (the head beginning cold with each), with the text and
+// log-probabilities of a server decoding one token a step; with the
+// always-right head every draft is confirmed; concurrent requests (the
+// head set aside while they share the batch, cold again after) are
+// answered as without it.
+func TestServeMTP(t *testing.T) {
+	dir := mtpModel(t, qwenref.TinyQwen35(), true)
+	args := []string{"--model", dir, "--max-batch", "2", "--max-context", "256"}
+	plainAddr, _, _ := serveModelInProcess(t, args...)
+	mtpAddr, _, _ := serveModelInProcess(t, append(args, "--mtp", "--draft-p-min", "0")...)
+	plain, mtp := "http://"+plainAddr, "http://"+mtpAddr
+	for _, p := range []string{"Lily saw a big red ball", "Once upon a time", "Lily saw a big red ball"} {
+		sameCompletion(t, plain, mtp, p, 60)
+	}
+	proposed := metricValue(t, mtp, "tputool_draft_tokens_total")
+	assert.Positive(t, proposed)
+	assert.Equal(t, proposed, metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
+	assert.Zero(t, metricValue(t, mtp, "tputool_draft_errors_total"))
+
+	prompts := []string{"The dog", "A girl", "Tom and"}
+	want := make([]string, len(prompts))
+	for i, p := range prompts {
+		want[i], _ = servedCompletion(t, plain, p, 40)
+	}
+	got := make([]string, len(prompts))
+	done := make(chan int)
+	for i, p := range prompts {
+		go func() {
+			defer func() { done <- i }() // also after a failed require
+			got[i], _ = servedCompletion(t, mtp, p, 40)
+		}()
+	}
+	for range prompts {
+		<-done
+	}
+	assert.Equal(t, want, got)
+	sameCompletion(t, plain, mtp, "Once upon a time", 60) // alone again
+	assert.Equal(t, metricValue(t, mtp, "tputool_draft_tokens_total"), metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
+}

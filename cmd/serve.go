@@ -174,6 +174,7 @@ exits 0. A second signal exits 130 at once.`,
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", defaultDrainTimeout, "at SIGTERM or Ctrl-C, how long requests in flight may take to finish")
 	opts.Speculate.add(c)
 	opts.Speculate.addDraft(c)
+	opts.Speculate.addMTP(c)
 	fl.BoolVar(&opts.Pprof, "pprof", false, "serve Go's runtime profiles (CPU, heap, allocations, goroutines) under /debug/pprof/, behind the API key like /v1")
 	return c
 }
@@ -376,6 +377,9 @@ type servedEngine struct {
 	warmup func() error
 	// close frees the engine's state (not the Runner).
 	close func()
+	// batch is the decode batch of a generating model (nil: an encoder's
+	// engine).
+	batch *compile.Batch
 }
 
 // serveEngine builds the engine of the runner, which it then owns: an
@@ -395,7 +399,7 @@ func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling 
 	if err != nil {
 		return servedEngine{}, 0, err
 	}
-	return servedEngine{Engine: serve.Adapt(batch), warmup: batch.Warmup, close: batch.Close}, opts.MaxBatch, nil
+	return servedEngine{Engine: serve.Adapt(batch), warmup: batch.Warmup, close: batch.Close, batch: batch}, opts.MaxBatch, nil
 }
 
 // compileCounter counts the executables compiled: all of them, and those
@@ -464,6 +468,11 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		return err
 	}
 	defer loaded.Close()
+	if loaded.Model.Spec().Generates() {
+		if err := opts.Speculate.withMTP(loaded, 1); err != nil {
+			return err
+		}
+	}
 	spec := loaded.Model.Spec()
 	// An encoder (BERT, XLM-RoBERTa) gives embeddings only: it is served
 	// by the embeddings endpoints, without slots, prefix cache or
@@ -570,11 +579,18 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = runner.FixedSteps()
-			if draft != nil {
+			switch mtp, err := opts.Speculate.serveMTP(rep, runner, engine.batch); {
+			case err != nil:
+				return err
+			case mtp != nil:
+				cfg.DraftModel = mtp
+				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep, flag: "--mtp"}
+				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step with the model's multi-token-prediction head", opts.Speculate.Draft)
+			case draft != nil:
 				cfg.DraftModel = draft.Model()
-				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep}
+				cfg.Observer = &draftWarnings{Observer: metrics, rep: rep, flag: "--draft-model"}
 				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step with the draft model %s", opts.Speculate.Draft, opts.Speculate.Model)
-			} else {
+			default:
 				rep.Debugf("speculative decoding: a sequence running alone proposes up to %d tokens a step by prompt lookup (n-grams up to %d)", opts.Speculate.Draft, opts.Speculate.Ngram)
 			}
 		}

@@ -633,6 +633,13 @@ func (b *Batch) Decode(rows, tokens []int) ([][]float32, error) {
 		}
 	}
 	b.dec.setPads(b.dec.pads)
+	if B == 1 && b.dec.mtp.active() { // a lone sequence's head reads the step's final hidden states (BatchMTP)
+		rows, err := b.dec.captureStep(b.r.mtp.many, ids, true)
+		if err != nil && b.dec.tensors == nil {
+			return nil, b.fail(err)
+		}
+		return rows, err
+	}
 	logits, err := b.r.run(b.dec, b.r.decode, tensors.FromFlatDataAndDimensions(ids, B, 1), b.dec.next)
 	if err != nil {
 		return nil, b.fail(err)

@@ -214,6 +214,9 @@ type MTP struct {
 	// drafted is the token the last Draft began after, which the State's
 	// next step must feed first (-1: none pending).
 	drafted int32
+	// pad is the head's left padding: the positions before it are not in
+	// its cache (a cold start, coldAt).
+	pad int
 }
 
 // mtpPiece is the most prompt tokens a prefill with an MTP runs a step,
@@ -254,7 +257,18 @@ func (m *MTP) reset() {
 		x.FinalizeAll()
 	}
 	m.state, m.cacheLen, m.next, m.base = nil, 0, 0, 0
-	m.toks, m.hid, m.out, m.lost, m.err, m.drafted = m.toks[:0], m.hid[:0], nil, false, nil, -1
+	m.toks, m.hid, m.out, m.lost, m.err, m.drafted, m.pad = m.toks[:0], m.hid[:0], nil, false, nil, -1, 0
+}
+
+// coldAt makes m follow the text from position pos on, with nothing in
+// its cache before it (the positions before were run without it: a
+// sequence beginning to run alone in a decode batch): its steps see the
+// positions from pos on, as left padding hides them (rotary embeddings
+// depend only on the positions' differences, so the head is one whose
+// text begins at pos).
+func (m *MTP) coldAt(pos int) {
+	m.reset()
+	m.base, m.next, m.pad = pos, pos, pos
 }
 
 // hidden is the model's hidden size.
@@ -333,7 +347,7 @@ func (m *MTP) run(tokens []int32, hid []float32, start int) ([]float32, error) {
 	args := []Arg{
 		{T: tensors.FromFlatDataAndDimensions(slices.Clone(tokens), 1, n)},
 		{T: tensors.FromFlatDataAndDimensions(slices.Clone(hid), 1, n, m.hidden())},
-		{T: tensors.FromFlatDataAndDimensions([]int32{0}, 1)},
+		{T: tensors.FromFlatDataAndDimensions([]int32{int32(m.pad)}, 1)},
 		{T: tensors.FromScalar(int32(start))},
 	}
 	for _, x := range m.state {
@@ -485,3 +499,58 @@ func (st *State) captureStep(prog *Program, tokens []int32, all bool) ([][]float
 	st.mtp.record(start, tokens, hid)
 	return rows, nil
 }
+
+// BatchMTP drafts with the model's multi-token-prediction head for the
+// sequence running alone in a decode batch (serve's lone sequence:
+// Batch.SpeculateRoom). The head begins cold when the sequence does,
+// and again after the batch held other sequences (MTP.coldAt): the
+// positions before were decoded in steps that kept no hidden states, so
+// its own attention sees the text from there on (the model's hidden
+// states it reads carry the whole text). Its methods are the draft's
+// (generate.MTPDrafter).
+type BatchMTP struct{ b *Batch }
+
+// MTP returns the decode batch's head drafter; a runner that cannot
+// draft with a head is refused (errs.ErrUnsupported), as State.MTP
+// refuses it.
+func (b *Batch) MTP() (*BatchMTP, error) {
+	if _, err := b.r.NewState().MTP(); err != nil {
+		return nil, err
+	}
+	return &BatchMTP{b: b}, nil
+}
+
+// head is the decode state's head, made where it has none.
+func (h *BatchMTP) head() *MTP {
+	dec := h.b.dec
+	if dec.mtp == nil {
+		dec.mtp = &MTP{st: dec, drafted: -1}
+	}
+	return dec.mtp
+}
+
+// Draft implements generate.MTPDrafter: MTP.Draft, where the batch's
+// one sequence runs alone and the head has followed it since its last
+// step; else none, the head beginning cold at the next position.
+func (h *BatchMTP) Draft(next int) ([]float32, error) {
+	b := h.b
+	if b.SpeculateRoom() == 0 {
+		return nil, nil
+	}
+	m := h.head()
+	if m.err == nil && (m.lost || m.state == nil && len(m.toks) == 0) {
+		m.coldAt(b.dec.next - int(b.dec.pads[0]))
+		return nil, nil
+	}
+	return m.Draft(next)
+}
+
+// Chain implements generate.MTPDrafter (MTP.Chain).
+func (h *BatchMTP) Chain(id int) ([]float32, error) { return h.head().Chain(id) }
+
+// Room implements generate.MTPDrafter (MTP.Room).
+func (h *BatchMTP) Room() int { return h.head().Room() }
+
+// Restart makes the head begin cold at the next draft: another sequence
+// runs alone (generate.DraftModel.Restart).
+func (h *BatchMTP) Restart() { h.head().lost = true }

@@ -406,7 +406,10 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 // slots: of 1+o.Speculate tokens where every step feeds that many
 // (FixedSteps), else of 2 to 1+o.Speculate,
 // and of 1 where a recurrent state replays its kept tokens on the same
-// program.
+// program. With a multi-token-prediction head (HasMTP) the steps that
+// keep their hidden states for it too, of 1 to 1+o.Speculate tokens (a
+// lone sequence's every step); the head's own steps compile at first
+// use.
 func (b *Batch) warmMany(s int) error {
 	if b.o.Speculate <= 0 || !b.r.Speculates() {
 		return nil
@@ -422,16 +425,28 @@ func (b *Batch) warmMany(s int) error {
 	case !b.r.Rewindable():
 		lo = 1 // a recurrent state's replay of the one token before a refused draft
 	}
-	for n := lo; n <= min(1+b.o.Speculate, s); n++ {
-		st := b.r.newState(1, s, []int32{0})
-		out, err := b.r.runStep(st, prog, prog, tensors.FromFlatDataAndDimensions(make([]int32, n), 1, n), 0)
-		st.Release()
-		if err != nil {
-			return err
+	warm := func(p *Program, lo int) error {
+		for n := lo; n <= min(1+b.o.Speculate, s); n++ {
+			st := b.r.newState(1, s, []int32{0})
+			out, err := b.r.runStep(st, p, p, tensors.FromFlatDataAndDimensions(make([]int32, n), 1, n), 0)
+			st.Release()
+			if err != nil {
+				return err
+			}
+			out.FinalizeAll()
 		}
-		out.FinalizeAll()
+		return nil
 	}
-	return nil
+	if err := warm(prog, lo); err != nil {
+		return err
+	}
+	if !b.r.HasMTP() {
+		return nil
+	}
+	if err := b.r.mtp.programs(b.r); err != nil {
+		return err
+	}
+	return warm(b.r.mtp.many, 1)
 }
 
 // Rewind takes the decode batch's clock back by n slots, forgetting the

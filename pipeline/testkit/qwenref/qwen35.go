@@ -375,6 +375,21 @@ func (m *Qwen35Model) MTPLogits(tokens []int) [][]float64 {
 	return out
 }
 
+// MTPLogitsFrom is MTPLogits of a head that begins at position from: its
+// own attention sees the positions from there on (the model's hidden
+// states still come from the whole text). Its rows are positions from to
+// T-2.
+func (m *Qwen35Model) MTPLogitsFrom(tokens []int, from int) [][]float64 {
+	if from < 0 || len(tokens)-from < 2 {
+		panic("qwenref: MTPLogitsFrom needs two tokens from its first position on")
+	}
+	out := m.mtp(tokens[from+1:], m.Final(tokens)[from:len(tokens)-1])
+	for i := range out {
+		out[i] = m.head(out[i])
+	}
+	return out
+}
+
 // MTPDraft returns k greedy draft tokens after the text, chained as vLLM's
 // proposer drafts: the last MTP position (T-2) gives the first, argmax of
 // its logits (the lowest id on ties); each further position takes the
