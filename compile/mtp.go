@@ -214,9 +214,9 @@ type MTP struct {
 	// drafted is the token the last Draft began after, which the State's
 	// next step must feed first (-1: none pending).
 	drafted int32
-	// pad is the head's left padding: the positions before it are not in
-	// its cache (a cold start, coldAt).
-	pad int
+	// origin is the position the head's cache begins at (0, or a cold
+	// start's: coldAt): slot s holds position origin+s.
+	origin int
 }
 
 // mtpPiece is the most prompt tokens a prefill with an MTP runs a step,
@@ -257,18 +257,19 @@ func (m *MTP) reset() {
 		x.FinalizeAll()
 	}
 	m.state, m.cacheLen, m.next, m.base = nil, 0, 0, 0
-	m.toks, m.hid, m.out, m.lost, m.err, m.drafted, m.pad = m.toks[:0], m.hid[:0], nil, false, nil, -1, 0
+	m.toks, m.hid, m.out, m.lost, m.err, m.drafted, m.origin = m.toks[:0], m.hid[:0], nil, false, nil, -1, 0
 }
 
 // coldAt makes m follow the text from position pos on, with nothing in
 // its cache before it (the positions before were run without it: a
-// sequence beginning to run alone in a decode batch): its steps see the
-// positions from pos on, as left padding hides them (rotary embeddings
-// depend only on the positions' differences, so the head is one whose
-// text begins at pos).
+// sequence beginning to run alone in a decode batch): its cache begins
+// at pos (origin), and its steps number positions from there (rotary
+// embeddings depend only on the positions' differences, so the head is
+// one whose text begins at pos, and its cache and steps cost what the
+// text since pos holds).
 func (m *MTP) coldAt(pos int) {
 	m.reset()
-	m.base, m.next, m.pad = pos, pos, pos
+	m.base, m.next, m.origin = pos, pos, pos
 }
 
 // hidden is the model's hidden size.
@@ -335,20 +336,21 @@ func (m *MTP) feed(next []int32, n int) ([]float32, error) {
 	return logits, nil
 }
 
-// run feeds the head tokens with hidden states hid at slots from start
-// and returns the logits after the last (its output kept in out).
+// run feeds the head tokens with hidden states hid at positions from
+// start and returns the logits after the last (its output kept in out).
 func (m *MTP) run(tokens []int32, hid []float32, start int) ([]float32, error) {
 	r := m.st.r
 	mr := r.mtp
 	n := len(tokens)
-	if err := m.fit(start + n); err != nil {
+	slot := start - m.origin
+	if err := m.fit(slot + n); err != nil {
 		return nil, err
 	}
 	args := []Arg{
 		{T: tensors.FromFlatDataAndDimensions(slices.Clone(tokens), 1, n)},
 		{T: tensors.FromFlatDataAndDimensions(slices.Clone(hid), 1, n, m.hidden())},
-		{T: tensors.FromFlatDataAndDimensions([]int32{int32(m.pad)}, 1)},
-		{T: tensors.FromScalar(int32(start))},
+		{T: tensors.FromFlatDataAndDimensions([]int32{0}, 1)},
+		{T: tensors.FromScalar(int32(slot))},
 	}
 	for _, x := range m.state {
 		args = append(args, Arg{T: x, Donate: true})
@@ -377,7 +379,8 @@ func (m *MTP) dropState() {
 	m.state, m.cacheLen, m.lost = nil, 0, true
 }
 
-// fit allocates or grows the head's cache to hold slots [0, need).
+// fit allocates or grows the head's cache to hold slots [0, need)
+// (positions from origin).
 func (m *MTP) fit(need int) error {
 	r := m.st.r
 	if m.state == nil {
@@ -538,8 +541,11 @@ func (h *BatchMTP) Draft(next int) ([]float32, error) {
 		return nil, nil
 	}
 	m := h.head()
-	if m.err == nil && (m.lost || m.state == nil && len(m.toks) == 0) {
-		m.coldAt(b.dec.next - int(b.dec.pads[0]))
+	pos := b.dec.next - int(b.dec.pads[0]) // where next goes
+	if m.err == nil && (m.lost || m.state == nil && len(m.toks) == 0 || m.base+len(m.toks) != pos) {
+		// New, lost, or its records not ending where the sequence is
+		// (steps it did not see): it begins at the next position.
+		m.coldAt(pos)
 		return nil, nil
 	}
 	return m.Draft(next)

@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -62,4 +63,116 @@ func TestMTPCold(t *testing.T) {
 	if e := refcheck.RelErr(got, whole[len(whole)-1]); e <= 1e-4 {
 		t.Errorf("the cold head matches a head that saw the whole text (%.3g): the test cannot tell them apart", e)
 	}
+}
+
+// TestBatchMTP drives a decode batch's head (serve's lone sequence)
+// through serve.Slots, with a random head whose drafts depend on what
+// its cache holds: it begins cold when the sequence first drafts, drafts
+// as the float64 reference's head begun at that position (after one-token
+// steps, and after a several-token step taken back by one), is set aside
+// while a second sequence shares the batch, and begins cold again where
+// the sequence runs alone after it.
+func TestBatchMTP(t *testing.T) {
+	c := qwenref.TinyQwen35()
+	c.MTP = true
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l := loadDir(t, dir)
+	if err := l.WithMTP(); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := qwenref.LoadQwen35(dir, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	eng, err := NewBatch(r, BatchOptions{MaxBatch: 2, MaxContext: 128, PrefillChunk: 16, Speculate: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	h, err := eng.MTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := slotsOf(t, eng)
+	insert := func(prompt []int) int {
+		t.Helper()
+		pre, err := b.StartPrefill([][]int{prompt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for done := false; !done; {
+			if _, done, err = pre.Step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seq, err := b.Insert(pre, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pre.Close()
+		return seq
+	}
+	text := []int{1, 9, 14, 60, 3, 5, 41, 27, 11}
+	a := insert(text)
+	decode := func(ids ...int) {
+		t.Helper()
+		for _, id := range ids {
+			if _, err := b.Decode([]int{a}, []int{id}); err != nil {
+				t.Fatal(err)
+			}
+			text = append(text, id)
+		}
+	}
+	// check drafts after next and compares with the reference's head
+	// begun at from.
+	check := func(what string, next, from int) {
+		t.Helper()
+		got, err := h.Draft(next)
+		if err != nil || got == nil {
+			t.Fatalf("%s: draft: %v, %d logits", what, err, len(got))
+		}
+		want := rm.MTPLogitsFrom(append(slices.Clone(text), next), from)
+		if e := refcheck.RelErr(got, want[len(want)-1]); e > 1e-4 {
+			t.Errorf("%s: the head's logits are %.3g off the reference's", what, e)
+		}
+	}
+	if l, err := h.Draft(33); err != nil || l != nil {
+		t.Fatalf("the first draft: %d logits, %v; want none (the head begins cold)", len(l), err)
+	}
+	from := len(text)
+	decode(33, 7, 50)
+	check("after one-token steps", 21, from)
+	if _, err := b.DecodeMany(a, []int{21, 8, 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rewind(1); err != nil {
+		t.Fatal(err)
+	}
+	text = append(text, 21, 8)
+	check("after a step taken back by one", 44, from)
+
+	// A second sequence shares the batch, then leaves.
+	o := insert([]int{1, 70, 71, 72})
+	for i, id := range []int{44, 12, 13} {
+		if _, err := b.Decode([]int{a, o}, []int{id, 80 + i}); err != nil {
+			t.Fatal(err)
+		}
+		text = append(text, id)
+	}
+	b.Free(o)
+	decode(19)
+	if l, err := h.Draft(25); err != nil || l != nil {
+		t.Fatalf("the first draft alone again: %d logits, %v; want none (the head begins cold)", len(l), err)
+	}
+	from = len(text)
+	decode(25, 26)
+	check("alone again", 27, from)
 }

@@ -395,8 +395,11 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 		return nil, err
 	}
 	b.dec.setPads(b.dec.pads) // as Decode: an Insert or relayout changed them
+	before := b.dec.next
 	rows, err := b.dec.DecodeMany(tokens)
-	if err != nil && b.dec.tensors == nil { // an execution failed: the state is gone
+	if err != nil && (b.dec.tensors == nil || b.dec.next != before) {
+		// An execution failed (the state is gone), or its output could
+		// not be read after it ran: the sequences cannot go on.
 		return nil, b.fail(err)
 	}
 	return rows, err
