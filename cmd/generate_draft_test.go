@@ -186,18 +186,24 @@ func TestServeDraftModel(t *testing.T) {
 	assert.Positive(t, more)
 	assert.GreaterOrEqual(t, taken, 0.9*more, "sampled drafts taken %v of %v", taken, more)
 
-	// Four at once, then each alone again.
-	prompts := []string{"The dog", "A girl", "Tom and", "One day"}
+	// Four at once.
+	sameConcurrent(t, plain, drafted, []string{"The dog", "A girl", "Tom and", "One day"}, 40)
+}
+
+// sameConcurrent asks other for n-token completions of prompts all at
+// once, and plain for each alone: the texts must be the same.
+func sameConcurrent(t *testing.T, plain, other string, prompts []string, n int) {
+	t.Helper()
 	want := make([]string, len(prompts))
 	for i, p := range prompts {
-		want[i], _ = servedCompletion(t, plain, p, 40)
+		want[i], _ = servedCompletion(t, plain, p, n)
 	}
 	got := make([]string, len(prompts))
 	done := make(chan int)
 	for i, p := range prompts {
 		go func() {
 			defer func() { done <- i }() // also after a failed require
-			got[i], _ = servedCompletion(t, drafted, p, 40)
+			got[i], _ = servedCompletion(t, other, p, n)
 		}()
 	}
 	for range prompts {

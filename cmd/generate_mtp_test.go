@@ -155,23 +155,7 @@ func TestServeMTP(t *testing.T) {
 	assert.Equal(t, proposed, metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
 	assert.Zero(t, metricValue(t, mtp, "tputool_draft_errors_total"))
 
-	prompts := []string{"The dog", "A girl", "Tom and"}
-	want := make([]string, len(prompts))
-	for i, p := range prompts {
-		want[i], _ = servedCompletion(t, plain, p, 40)
-	}
-	got := make([]string, len(prompts))
-	done := make(chan int)
-	for i, p := range prompts {
-		go func() {
-			defer func() { done <- i }() // also after a failed require
-			got[i], _ = servedCompletion(t, mtp, p, 40)
-		}()
-	}
-	for range prompts {
-		<-done
-	}
-	assert.Equal(t, want, got)
+	sameConcurrent(t, plain, mtp, []string{"The dog", "A girl", "Tom and"}, 40)
 	sameCompletion(t, plain, mtp, "Once upon a time", 60) // alone again
 	assert.Equal(t, metricValue(t, mtp, "tputool_draft_tokens_total"), metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-// TestMTPCold: a head begun cold at a position (serve's lone sequence,
-// BatchMTP) drafts as the float64 reference's head whose attention
-// begins there, the model's hidden states those of the whole text; a
-// head begun at the text's start would differ.
-func TestMTPCold(t *testing.T) {
+// mtpRunner is a compiled runner of the tiny Qwen3.5 with a random
+// multi-token-prediction head (closed when the test ends), and the
+// float64 reference of its checkpoint.
+func mtpRunner(t *testing.T) (*Runner, *qwenref.Qwen35Model) {
+	t.Helper()
 	c := qwenref.TinyQwen35()
 	c.MTP = true
 	dir := t.TempDir()
@@ -31,7 +31,16 @@ func TestMTPCold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(r.Close)
+	return r, rm
+}
+
+// TestMTPCold: a head begun cold at a position (serve's lone sequence,
+// BatchMTP) drafts as the float64 reference's head whose attention
+// begins there, the model's hidden states those of the whole text; a
+// head begun at the text's start would differ.
+func TestMTPCold(t *testing.T) {
+	r, rm := mtpRunner(t)
 	st := r.NewState()
 	defer st.Release()
 	h, err := st.MTP()
@@ -73,25 +82,7 @@ func TestMTPCold(t *testing.T) {
 // while a second sequence shares the batch, and begins cold again where
 // the sequence runs alone after it.
 func TestBatchMTP(t *testing.T) {
-	c := qwenref.TinyQwen35()
-	c.MTP = true
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l := loadDir(t, dir)
-	if err := l.WithMTP(); err != nil {
-		t.Fatal(err)
-	}
-	rm, err := qwenref.LoadQwen35(dir, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, rm := mtpRunner(t)
 	eng, err := NewBatch(r, BatchOptions{MaxBatch: 2, MaxContext: 128, PrefillChunk: 16, Speculate: 2})
 	if err != nil {
 		t.Fatal(err)
