@@ -395,7 +395,8 @@ func serveEngine(r *compile.Runner, opts *ServeOptions, maxContext int, pooling 
 		return servedEngine{Engine: serve.Adapt(enc), close: func() {}}, 0, nil
 	}
 	batch, err := compile.NewBatch(r, compile.BatchOptions{MaxBatch: opts.MaxBatch, MaxContext: maxContext,
-		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling, Speculate: opts.Speculate.Draft})
+		PrefillChunk: opts.PrefillChunk, Prefixes: opts.PrefixCache > 0, Pooling: pooling, Speculate: opts.Speculate.Draft,
+		MTP: opts.Speculate.MTP})
 	if err != nil {
 		return servedEngine{}, 0, err
 	}

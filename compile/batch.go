@@ -108,6 +108,12 @@ type BatchOptions struct {
 	// host memory, every such step feeds 1+Speculate, as serve's
 	// scheduler pads them): Warmup then compiles those steps too.
 	Speculate int
+	// MTP readies the batch for drafting with the runner's
+	// multi-token-prediction head (Batch.MTP, where the runner has one it
+	// can draft with): a prefill of one prompt keeps its hidden states
+	// for the head, which follows the sequence from its prompt when it
+	// runs alone, and Warmup compiles those prefill pieces too.
+	MTP bool
 }
 
 // MaxSlots bounds BatchOptions.MaxBatch.
@@ -381,6 +387,9 @@ func (b *Batch) newPrefill(prompts [][]int) (*BatchPrefill, error) {
 		r: b.r, batch: rows, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
 		pending: tokens, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), rows),
 	}}
+	if k == 1 && b.mtpReady() && b.r.mtp.programs(b.r) == nil { // the head may follow this prompt's sequence (Insert)
+		p.st.mtp = &MTP{st: p.st, drafted: -1}
+	}
 	for _, q := range prompts {
 		p.prompts = append(p.prompts, slices.Clone(q))
 	}
@@ -578,6 +587,7 @@ func (b *Batch) Insert(p *BatchPrefill, i, row int) error {
 	b.dec.keepAll(outs)
 	b.used[row] = true
 	b.dec.pads[row] = int32(next - n)
+	b.handOverMTP(p)
 	return nil
 }
 
@@ -1018,6 +1028,19 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 	pending := make([][]int32, rows)
 	for i := range pending {
 		pending[i] = make([]int32, chunk)
+	}
+	if rows == 1 && b.mtpReady() { // the piece that keeps its hidden states for the head
+		if err := b.r.mtp.programs(b.r); err != nil {
+			return err
+		}
+		st := b.r.newState(1, t, []int32{0})
+		st.pending, st.mtp = [][]int32{make([]int32, chunk)}, &MTP{drafted: -1}
+		st.mtp.st = st
+		_, err := st.PrefillChunk(chunk)
+		st.Release()
+		if err != nil {
+			return err
+		}
 	}
 	st := b.r.newState(rows, t, make([]int32, rows))
 	st.pending = pending

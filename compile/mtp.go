@@ -505,12 +505,14 @@ func (st *State) captureStep(prog *Program, tokens []int32, all bool) ([][]float
 
 // BatchMTP drafts with the model's multi-token-prediction head for the
 // sequence running alone in a decode batch (serve's lone sequence:
-// Batch.SpeculateRoom). The head begins cold when the sequence does,
-// and again after the batch held other sequences (MTP.coldAt): the
-// positions before were decoded in steps that kept no hidden states, so
-// its own attention sees the text from there on (the model's hidden
-// states it reads carry the whole text). Its methods are the draft's
-// (generate.MTPDrafter).
+// Batch.SpeculateRoom). A sequence whose prompt was prefilled alone and
+// entered an empty batch brings the head that followed its prefill
+// (handOverMTP), which goes on from the prompt. Otherwise, and after the
+// batch held other sequences, the head begins cold where the sequence
+// is (MTP.coldAt): the positions before were run in steps that kept no
+// hidden states, so its own attention sees the text from there on (the
+// model's hidden states it reads carry the whole text). Its methods are
+// the draft's (generate.MTPDrafter).
 type BatchMTP struct{ b *Batch }
 
 // MTP returns the decode batch's head drafter; a runner that cannot
@@ -519,6 +521,9 @@ type BatchMTP struct{ b *Batch }
 func (b *Batch) MTP() (*BatchMTP, error) {
 	if _, err := b.r.NewState().MTP(); err != nil {
 		return nil, err
+	}
+	if !b.o.MTP {
+		return nil, fmt.Errorf("the decode batch was not made for a multi-token-prediction head (BatchOptions.MTP)")
 	}
 	return &BatchMTP{b: b}, nil
 }
@@ -530,6 +535,35 @@ func (h *BatchMTP) head() *MTP {
 		dec.mtp = &MTP{st: dec, drafted: -1}
 	}
 	return dec.mtp
+}
+
+// mtpReady reports whether b drafts with its runner's head
+// (BatchOptions.MTP, Runner.HasMTP).
+func (b *Batch) mtpReady() bool { return b.o.MTP && b.r.HasMTP() }
+
+// handOverMTP gives the decode state the head that followed p's prompt
+// once the prompt has been inserted, where its sequence is the batch's
+// only one: the head goes on from the prompt's records. Another
+// sequence's insertion leaves the decode state's head out of step (it
+// begins cold when a sequence next runs alone).
+func (b *Batch) handOverMTP(p *BatchPrefill) {
+	used := 0
+	for _, u := range b.used {
+		if u {
+			used++
+		}
+	}
+	m := p.st.mtp
+	if used == 1 && len(p.prompts) == 1 && m.active() && m.err == nil {
+		if b.dec.mtp != nil {
+			b.dec.mtp.reset() // frees its cache
+		}
+		m.st, b.dec.mtp, p.st.mtp = b.dec, m, nil
+		return
+	}
+	if b.dec.mtp != nil {
+		b.dec.mtp.lost = true
+	}
 }
 
 // Draft implements generate.MTPDrafter: MTP.Draft, where the batch's
@@ -557,6 +591,3 @@ func (h *BatchMTP) Chain(id int) ([]float32, error) { return h.head().Chain(id) 
 // Room implements generate.MTPDrafter (MTP.Room).
 func (h *BatchMTP) Room() int { return h.head().Room() }
 
-// Restart makes the head begin cold at the next draft: another sequence
-// runs alone (generate.DraftModel.Restart).
-func (h *BatchMTP) Restart() { h.head().lost = true }

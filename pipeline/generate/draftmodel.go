@@ -218,9 +218,6 @@ const draftStream = 1 << 40
 // o's seed (speculative sampling); greedy, it proposes its argmax. How
 // the last sequence's drafts fared (sitting out, failures) is forgotten.
 func (d *DraftModel) Restart(o sample.Options, promptLen int) {
-	if r, ok := d.mtp.(interface{ Restart() }); ok { // a head begins afresh (compile.BatchMTP)
-		r.Restart()
-	}
 	d.cool, d.errWait, d.wait = 0, 0, 0
 	d.sampler = nil
 	if !o.Greedy() {
