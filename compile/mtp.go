@@ -590,4 +590,3 @@ func (h *BatchMTP) Chain(id int) ([]float32, error) { return h.head().Chain(id) 
 
 // Room implements generate.MTPDrafter (MTP.Room).
 func (h *BatchMTP) Room() int { return h.head().Room() }
-
