@@ -136,7 +136,8 @@ func TestMTPRefused(t *testing.T) {
 }
 
 // TestServeMTP: serve --mtp answers greedy requests running alone, one
-// after another (the head beginning cold with each), with the text and
+// after another (each bringing the head that followed its prompt's
+// prefill), with the text and
 // log-probabilities of a server decoding one token a step; with the
 // always-right head every draft is confirmed; concurrent requests (the
 // head set aside while they share the batch, cold again after) are
