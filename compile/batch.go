@@ -506,6 +506,10 @@ func (b *Batch) Keep(p *BatchPrefill, i int) (*Kept, error) {
 		return nil, fmt.Errorf("keep: prompt %d of %d", i, len(p.prompts))
 	}
 	if p.st.batch == 1 {
+		if p.st.mtp != nil { // a kept cache keeps no head's records
+			p.st.mtp.reset()
+			p.st.mtp = nil
+		}
 		k := &Kept{prompt: p.prompts[0], st: p.st}
 		p.st = b.r.NewState()
 		return k, nil
