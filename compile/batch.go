@@ -387,7 +387,9 @@ func (b *Batch) newPrefill(prompts [][]int) (*BatchPrefill, error) {
 		r: b.r, batch: rows, cacheLen: t, maxCacheLen: t, next: from, pads: pads,
 		pending: tokens, padsT: tensors.FromFlatDataAndDimensions(slices.Clone(pads), rows),
 	}}
-	if k == 1 && b.mtpReady() && b.r.mtp.programs(b.r) == nil { // the head may follow this prompt's sequence (Insert)
+	if k == 1 && !slices.Contains(b.used, true) && b.mtpReady() && b.r.mtp.programs(b.r) == nil {
+		// The head may follow this prompt's sequence: it will run alone
+		// unless another enters first (Insert hands it over).
 		p.st.mtp = &MTP{st: p.st, drafted: -1}
 	}
 	for _, q := range prompts {
@@ -456,6 +458,10 @@ func (b *Batch) StartPrefillFrom(prompt []int, from *Kept) (*BatchPrefill, error
 	p.st.tensors = b.splitState(outs)
 	p.st.pending[0] = p.st.pending[0][start-p.st.next:]
 	p.st.next = start
+	if p.st.mtp != nil { // the prompt's first positions are not run: no head follows it
+		p.st.mtp.reset()
+		p.st.mtp = nil
+	}
 	return p, nil
 }
 
@@ -1038,9 +1044,10 @@ func (b *Batch) warmPrefill(rows, t int, buckets []int) error {
 			return err
 		}
 		st := b.r.newState(1, t, []int32{0})
-		st.pending, st.mtp = [][]int32{make([]int32, chunk)}, &MTP{drafted: -1}
-		st.mtp.st = st
-		_, err := st.PrefillChunk(chunk)
+		st.mtp = &MTP{st: st, drafted: -1}
+		// One piece as prefillCapture cuts it: the chunk, at most
+		// mtpPiece (a chunk is a power of two: all its pieces are one).
+		_, err := st.captureStep(b.r.mtp.prefill, make([]int32, min(chunk, mtpPiece)), false)
 		st.Release()
 		if err != nil {
 			return err

@@ -325,10 +325,20 @@ func (m *MTP) rewound() {
 // is one short of them). It returns the logits after the last.
 func (m *MTP) feed(next []int32, n int) ([]float32, error) {
 	h := m.hidden()
-	hid := m.hid[:n*h]
-	logits, err := m.run(next, hid, m.base)
-	if err != nil {
-		return nil, err
+	// In steps of powers of two (the largest that fits, then the next):
+	// a backlog of any length (a prompt's, a draft after steps sat out)
+	// runs on a few step lengths, each compiled once per cache bucket.
+	var logits []float32
+	for i := 0; i < n; {
+		k := 1
+		for k*2 <= n-i {
+			k *= 2
+		}
+		var err error
+		if logits, err = m.run(next[i:i+k], m.hid[i*h:(i+k)*h], m.base+i); err != nil {
+			return nil, err
+		}
+		i += k
 	}
 	m.base += n
 	m.toks = append(m.toks[:0], m.toks[n:]...)

@@ -409,12 +409,12 @@ func (b *Batch) DecodeMany(row int, tokens []int) ([][]float32, error) {
 // slots: of 1+o.Speculate tokens where every step feeds that many
 // (FixedSteps), else of 2 to 1+o.Speculate,
 // and of 1 where a recurrent state replays its kept tokens on the same
-// program. With a multi-token-prediction head (HasMTP) the steps that
+// program. With a multi-token-prediction head (BatchOptions.MTP) the steps that
 // keep their hidden states for it too, of 1 to 1+o.Speculate tokens (a
 // lone sequence's every step); the head's own steps compile at first
 // use.
 func (b *Batch) warmMany(s int) error {
-	if b.o.Speculate <= 0 || !b.r.Speculates() {
+	if !b.r.Speculates() || b.o.Speculate <= 0 && !b.mtpReady() {
 		return nil
 	}
 	prog, err := b.r.manyProgram()
@@ -440,10 +440,12 @@ func (b *Batch) warmMany(s int) error {
 		}
 		return nil
 	}
-	if err := warm(prog, lo); err != nil {
-		return err
+	if b.o.Speculate > 0 {
+		if err := warm(prog, lo); err != nil {
+			return err
+		}
 	}
-	if !b.r.HasMTP() {
+	if !b.mtpReady() {
 		return nil
 	}
 	if err := b.r.mtp.programs(b.r); err != nil {
