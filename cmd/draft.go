@@ -198,18 +198,17 @@ func (s *speculateFlags) withMTP(loaded *lm.Loaded, prompts int) error {
 // loaded the head (withMTP): nil where speculation will not run (apply
 // warns) or --mtp is not given.
 func (s *speculateFlags) openMTP(rep *ui.Reporter, target *compile.Runner, st *compile.State, prompts int) (*openedDraft, error) {
-	switch {
-	case !s.MTP || s.Draft == 0 || prompts > 1 || !target.Speculates():
+	if prompts > 1 {
 		return nil, nil // apply says why it does not speculate
-	case !target.HasMTP():
-		return nil, errs.Unsupportedf("--mtp: the multi-token-prediction head drafts in compiled mode (--mode compiled)")
+	}
+	if ok, err := s.mtpRuns(target); !ok {
+		return nil, err
 	}
 	h, err := st.MTP()
 	if err != nil {
 		return nil, fmt.Errorf("--mtp: %w", err)
 	}
-	d := generate.NewMTPDraft(h, target.Spec().VocabSize)
-	d.PMin = s.PMin
+	d := s.mtpDraft(h, target)
 	var once sync.Once
 	d.OnError = func(err error) {
 		once.Do(func() {
@@ -223,20 +222,36 @@ func (s *speculateFlags) openMTP(rep *ui.Reporter, target *compile.Runner, st *c
 // serveMTP readies --mtp's drafts for serve's lone sequence on batch,
 // whose runner loaded the head (withMTP): nil where --mtp is not given
 // (speculation off is said by the caller).
-func (s *speculateFlags) serveMTP(rep *ui.Reporter, target *compile.Runner, batch *compile.Batch) (*generate.DraftModel, error) {
-	switch {
-	case !s.MTP || s.Draft == 0 || batch == nil || !target.Speculates():
-		return nil, nil
-	case !target.HasMTP():
-		return nil, errs.Unsupportedf("--mtp: the multi-token-prediction head drafts in compiled mode (--mode compiled)")
+func (s *speculateFlags) serveMTP(target *compile.Runner, batch *compile.Batch) (*generate.DraftModel, error) {
+	if ok, err := s.mtpRuns(target); !ok || batch == nil {
+		return nil, err
 	}
 	h, err := batch.MTP()
 	if err != nil {
 		return nil, fmt.Errorf("--mtp: %w", err)
 	}
+	return s.mtpDraft(h, target), nil
+}
+
+// mtpRuns reports whether --mtp drafts on target: given, and on a runner
+// that speculates (where it does not, the caller says why); one that
+// speculates but cannot draft with its head is refused.
+func (s *speculateFlags) mtpRuns(target *compile.Runner) (bool, error) {
+	switch {
+	case !s.MTP || s.Draft == 0 || !target.Speculates():
+		return false, nil
+	case !target.HasMTP():
+		return false, errs.Unsupportedf("--mtp: the multi-token-prediction head drafts in compiled mode (--mode compiled)")
+	}
+	return true, nil
+}
+
+// mtpDraft proposes drafts with the head h of target's model, ended as
+// --draft-p-min says.
+func (s *speculateFlags) mtpDraft(h generate.MTPDrafter, target *compile.Runner) *generate.DraftModel {
 	d := generate.NewMTPDraft(h, target.Spec().VocabSize)
 	d.PMin = s.PMin
-	return d, nil
+	return d
 }
 
 // checkStateFits refuses a generation of one prompt of longest tokens

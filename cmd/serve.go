@@ -580,7 +580,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		default:
 			cfg.Speculate, cfg.SpeculateNgram = opts.Speculate.Draft, opts.Speculate.Ngram
 			cfg.SpeculateFixed = runner.FixedSteps()
-			switch mtp, err := opts.Speculate.serveMTP(rep, runner, engine.batch); {
+			switch mtp, err := opts.Speculate.serveMTP(runner, engine.batch); {
 			case err != nil:
 				return err
 			case mtp != nil:
