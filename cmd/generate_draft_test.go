@@ -168,10 +168,7 @@ func TestServeDraftModel(t *testing.T) {
 	for _, p := range []string{"Once upon a time", "Lily was sad and did not know what to do.", "Once upon a time"} {
 		sameCompletion(t, plain, drafted, p, 120)
 	}
-	proposed := metricValue(t, drafted, "tputool_draft_tokens_total")
-	assert.Positive(t, proposed)
-	assert.Equal(t, proposed, metricValue(t, drafted, "tputool_draft_tokens_accepted_total"))
-	assert.Zero(t, metricValue(t, drafted, "tputool_draft_errors_total"))
+	proposed := everyDraftConfirmed(t, drafted)
 
 	// A sampling request: the draft model draws from its own distribution,
 	// here the model's (up to rounding), so nearly every draft is taken;
@@ -188,6 +185,18 @@ func TestServeDraftModel(t *testing.T) {
 
 	// Four at once.
 	sameConcurrent(t, plain, drafted, []string{"The dog", "A girl", "Tom and", "One day"}, 40)
+}
+
+// everyDraftConfirmed checks that the server at addr proposed drafts,
+// confirmed every one and saw no failure of what drafts them; it returns
+// the drafts proposed.
+func everyDraftConfirmed(t *testing.T, addr string) float64 {
+	t.Helper()
+	proposed := metricValue(t, addr, "tputool_draft_tokens_total")
+	assert.Positive(t, proposed)
+	assert.Equal(t, proposed, metricValue(t, addr, "tputool_draft_tokens_accepted_total"))
+	assert.Zero(t, metricValue(t, addr, "tputool_draft_errors_total"))
+	return proposed
 }
 
 // sameConcurrent asks other for n-token completions of prompts all at

@@ -151,10 +151,7 @@ func TestServeMTP(t *testing.T) {
 	for _, p := range []string{"Lily saw a big red ball", "Once upon a time", "Lily saw a big red ball"} {
 		sameCompletion(t, plain, mtp, p, 60)
 	}
-	proposed := metricValue(t, mtp, "tputool_draft_tokens_total")
-	assert.Positive(t, proposed)
-	assert.Equal(t, proposed, metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
-	assert.Zero(t, metricValue(t, mtp, "tputool_draft_errors_total"))
+	everyDraftConfirmed(t, mtp)
 
 	sameConcurrent(t, plain, mtp, []string{"The dog", "A girl", "Tom and"}, 40)
 	sameCompletion(t, plain, mtp, "Once upon a time", 60) // alone again
