@@ -259,7 +259,7 @@ func (s *speculateFlags) mtpDraft(h generate.MTPDrafter, target *compile.Runner)
 // model's (drafts of up to speculate tokens), together exceed the host's
 // memory (checkStateFits for the two); none is a no-op.
 func (d *openedDraft) checkStateFits(m lm.Model, longest, maxNew, speculate int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
-	if d == nil || d.loaded == nil || hostMemoryFn == nil { // an MTP head's one layer counts little
+	if d == nil || d.loaded == nil || hostMemoryFn == nil { // an MTP head's cache counts in the model's (checkStateFits)
 		return nil
 	}
 	_, a, okA := stateNeed(m, 1, longest, maxNew, dtype, kv)

@@ -6,10 +6,13 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -156,4 +159,40 @@ func TestServeMTP(t *testing.T) {
 	sameConcurrent(t, plain, mtp, []string{"The dog", "A girl", "Tom and"}, 40)
 	sameCompletion(t, plain, mtp, "Once upon a time", 60) // alone again
 	assert.Equal(t, metricValue(t, mtp, "tputool_draft_tokens_total"), metricValue(t, mtp, "tputool_draft_tokens_accepted_total"))
+}
+
+// TestMTPStateFits: the memory checks of generate and chat
+// (checkStateFits) and of serve (checkSlotsFit) count the
+// multi-token-prediction head's KV cache where the model is read with
+// its head: a host whose memory holds the model's caches exactly
+// refuses them with the head's, naming it. The head's weights count in
+// the held weights (checkWeightsFit's figure).
+func TestMTPStateFits(t *testing.T) {
+	dir := mtpModel(t, qwenref.TinyQwen35(), false)
+	l, err := lmckpt.Load(dir)
+	require.NoError(t, err)
+	defer l.Close()
+	const prompt, maxNew, context = 20, 100, 256
+	f32, none := dtypes.Float32, dtypes.InvalidDType
+	_, plain, ok := stateNeed(l.Model, 1, prompt, maxNew, f32, none)
+	require.True(t, ok)
+	slots, ok := lm.StateBytes(l.Model, 2, context, f32, none)
+	require.True(t, ok)
+	exactly := func(n int64) func() int64 { return func() int64 { return n } }
+	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain)))
+	require.NoError(t, checkSlotsFit(l.Model, 2, context, 0, f32, none, exactly(slots), nil))
+
+	weights := l.HeldBytes(lm.Holding{Compute: f32})
+	require.NoError(t, l.WithMTP())
+	assert.Greater(t, l.HeldBytes(lm.Holding{Compute: f32}), weights, "the head's weights count in checkWeightsFit's figure")
+	head, ok := mtpStateNeed(l.Model, prompt+maxNew, f32, none)
+	require.True(t, ok)
+	assert.Positive(t, head)
+	err = checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "and the multi-token-prediction head's needs "+humanize.Bytes(plain+head))
+	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain+head)))
+	err = checkSlotsFit(l.Model, 2, context, 0, f32, none, exactly(slots), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "and the multi-token-prediction head's needs")
 }

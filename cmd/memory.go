@@ -35,6 +35,12 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 		need += compile.EncoderScoreBytes(spec, batch, longestPrompt)
 		what = fmt.Sprintf("the attention scores of %d input(s) of %d tokens (%d heads, f32)", batch, longestPrompt, spec.Heads)
 	}
+	if _, isMTP := m.(lm.MTPModel); isMTP && ok {
+		head, okHead := mtpStateNeed(m, longestPrompt+maxNew, dtype, kv)
+		need += head
+		ok = okHead && need >= head
+		what += " and the multi-token-prediction head's"
+	}
 	lower := fmt.Sprintf("lower --max-new-tokens (now %d) or the number of prompts%s", maxNew, narrowerKV(kv))
 	if !ok {
 		lower = fmt.Sprintf("lower --max-new-tokens (the model allows %d positions)", spec.MaxPositions)
@@ -87,6 +93,22 @@ func stateNeed(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtypes.DT
 	}
 	need, ok = lm.StateBytes(m, batch, positions, dtype, kv)
 	return positions, need, ok
+}
+
+// mtpStateNeed is the KV cache of m's multi-token-prediction head where
+// m was read with one (lm.MTPModel; 0 otherwise): the head drafts for one
+// sequence, of up to positions positions and a draft of up to
+// maxSpeculate tokens (at most the model's positions), its cache
+// growing by compile.CacheBucket; ok is false when the figure overflows.
+func mtpStateNeed(m lm.Model, positions int, dtype, kv dtypes.DType) (need int64, ok bool) {
+	n := positions + maxSpeculate
+	if mp := m.Spec().MaxPositions; mp > 0 && n > mp {
+		n = mp
+	}
+	if n < positions { // overflowed
+		return 0, false
+	}
+	return lm.MTPStateBytes(m, compile.CacheBucket(n), dtype, kv)
 }
 
 // kvHeld names how the KV caches are held, for -v.

@@ -301,8 +301,9 @@ func quantizationLevel(quantize string, l *lm.Loaded, dtype dtypes.DType) string
 
 // checkSlotsFit refuses KV caches for every slot, for the prefix
 // cache's prompts (each at most a prefill of --max-context positions),
-// and for a draft model's lone sequence (nil: none), that the host
-// cannot hold together.
+// and for a draft model's lone sequence (nil: none) or the
+// multi-token-prediction head's (m read with one), that the host cannot
+// hold together.
 func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DType, hostMemoryFn func() int64, draft lm.Model) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
@@ -315,6 +316,12 @@ func checkSlotsFit(m lm.Model, slots, context, prefixes int, dtype, kv dtypes.DT
 	if draft != nil { // a lone sequence's, as long as the context and a draft
 		drafted, ok3 = lm.StateBytes(draft, 1, compile.CacheBucket(context+maxSpeculate), dtype, kv)
 		what += " and the draft model's"
+	}
+	if _, isMTP := m.(lm.MTPModel); isMTP { // the lone sequence's head
+		head, okHead := mtpStateNeed(m, context, dtype, kv)
+		drafted += head
+		ok3 = ok3 && okHead && drafted >= head
+		what += " and the multi-token-prediction head's"
 	}
 	total := need + kept + drafted
 	return checkHostMemory(what, total, !ok || !ok2 || !ok3 || total < need, hostMemory, "lower --max-batch, --max-context or --prefix-cache"+narrowerKV(kv))

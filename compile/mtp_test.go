@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
@@ -11,7 +14,7 @@ import (
 // mtpRunner is a compiled runner of the tiny Qwen3.5 with a random
 // multi-token-prediction head (closed when the test ends), and the
 // float64 reference of its checkpoint.
-func mtpRunner(t *testing.T) (*Runner, *qwenref.Qwen35Model) {
+func mtpRunner(t *testing.T, o Options) (*Runner, *qwenref.Qwen35Model) {
 	t.Helper()
 	c := qwenref.TinyQwen35()
 	c.MTP = true
@@ -27,7 +30,7 @@ func mtpRunner(t *testing.T) (*Runner, *qwenref.Qwen35Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	r, err := NewRunner(cpuBackend(t), l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +38,50 @@ func mtpRunner(t *testing.T) (*Runner, *qwenref.Qwen35Model) {
 	return r, rm
 }
 
+// TestMTPStateBytes: lm.MTPStateBytes, which the commands' memory
+// checks add for --mtp, is what the head's cache holds once it has grown
+// past its first bucket, its KV caches in the compute dtype or in int8
+// with their scales; a model read without its head has none.
+func TestMTPStateBytes(t *testing.T) {
+	for _, kv := range []dtypes.DType{dtypes.InvalidDType, dtypes.Int8} {
+		r, _ := mtpRunner(t, Options{Mode: Compiled, KVDType: kv})
+		st := r.NewState()
+		h, err := st.MTP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompt := make([]int, 40)
+		for i := range prompt {
+			prompt[i] = 1 + i%50
+		}
+		if _, err := st.Prefill([][]int{prompt}, 64); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.Draft(7); err != nil || got == nil {
+			t.Fatalf("kv %s: draft: %v, %d logits", kv, err, len(got))
+		}
+		var held int64
+		for _, x := range h.state {
+			held += int64(x.Memory())
+		}
+		n, ok := lm.MTPStateBytes(r.model, h.cacheLen, dtypes.Float32, kv)
+		if h.cacheLen <= 32 || held == 0 || !ok || n != held {
+			t.Errorf("kv %s: lm.MTPStateBytes %d (ok %v) at %d slots, the head's cache holds %d", kv, n, ok, h.cacheLen, held)
+		}
+		st.Release()
+	}
+	l := loadDir(t, "../testdata/stories260K-hf")
+	if n, ok := lm.MTPStateBytes(l.Model, 64, dtypes.Float32, dtypes.InvalidDType); n != 0 || !ok {
+		t.Errorf("a model without a head: lm.MTPStateBytes %d (ok %v), want 0", n, ok)
+	}
+}
+
 // TestMTPCold: a head begun cold at a position (serve's lone sequence,
 // BatchMTP) drafts as the float64 reference's head whose attention
 // begins there, the model's hidden states those of the whole text; a
 // head begun at the text's start would differ.
 func TestMTPCold(t *testing.T) {
-	r, rm := mtpRunner(t)
+	r, rm := mtpRunner(t, Options{Mode: Compiled})
 	st := r.NewState()
 	defer st.Release()
 	h, err := st.MTP()
@@ -84,7 +125,7 @@ func TestMTPCold(t *testing.T) {
 // sequence runs alone after it, drafting as the reference's head begun
 // there.
 func TestBatchMTP(t *testing.T) {
-	r, rm := mtpRunner(t)
+	r, rm := mtpRunner(t, Options{Mode: Compiled})
 	eng, err := NewBatch(r, BatchOptions{MaxBatch: 2, MaxContext: 128, PrefillChunk: 16, Speculate: 2, MTP: true})
 	if err != nil {
 		t.Fatal(err)
