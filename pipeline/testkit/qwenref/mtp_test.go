@@ -131,7 +131,7 @@ func checkMTPTensors(t *testing.T, c Qwen35, w Weights) {
 		"mtp.pre_fc_norm_hidden.weight":    H,
 		"mtp.norm.weight":                  H,
 	}
-	for _, tn := range c.layerTensors(mtpLayer, "full_attention") {
+	for _, tn := range c.layerTensors(mtpLayer, "full_attention", c.sparse(0)) {
 		n := 1
 		for _, d := range tn.Shape {
 			n *= d

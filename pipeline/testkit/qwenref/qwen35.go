@@ -3,6 +3,7 @@ package qwenref
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
@@ -47,6 +48,27 @@ type Qwen35 struct {
 	// the model's MLP (dense, or the sparse block, stacked as the main
 	// layers are). See MTPLogits and MTPDraft.
 	MTP bool
+	// Next writes the checkpoint as Qwen3-Next's (Qwen3NextForCausalLM,
+	// model_type qwen3_next: Qwen3NextConfig's flat fields, model.*
+	// names, the experts one tensor per expert as released, and, without
+	// MTP, three mtp.* stand-ins): each DeltaNet layer's in_proj_qkv and
+	// in_proj_z fused into in_proj_qkvz and in_proj_b and in_proj_a into
+	// in_proj_ba, their rows grouped by key head as
+	// Qwen3NextGatedDeltaNet.fix_query_key_value_ordering splits them
+	// (fuseNext). The values are those of the Qwen3.5 layout's draws.
+	Next bool
+	// MLPOnly (with Experts) are layers whose MLP is dense, of
+	// Intermediate (Qwen3-Next's mlp_only_layers); KeepTopK leaves the
+	// router's top-k probabilities unnormalised (norm_topk_prob false).
+	// The config declares them with Next only.
+	MLPOnly  []int
+	KeepTopK bool
+}
+
+// sparse reports whether layer l's MLP is the sparse block; the MTP
+// layer's is as layer 0's (vLLM numbers it 0).
+func (c Qwen35) sparse(l int) bool {
+	return c.Experts > 0 && !slices.Contains(c.MLPOnly, l)
 }
 
 // TinyQwen35MoE is TinyQwen35 with every MLP sparse: 6 experts of 12, top
@@ -62,9 +84,11 @@ func TinyQwen35MoE() Qwen35 {
 func (c Qwen35) expertPrefixes() []string {
 	var ps []string
 	for l := range c.LayerTypes {
-		ps = append(ps, fmt.Sprintf("%slayers.%d.mlp.experts.", c.prefix(), l))
+		if c.sparse(l) {
+			ps = append(ps, fmt.Sprintf("%slayers.%d.mlp.experts.", c.prefix(), l))
+		}
 	}
-	if c.MTP {
+	if c.MTP && c.sparse(0) {
 		ps = append(ps, mtpLayer+"mlp.experts.")
 	}
 	return ps
@@ -92,7 +116,7 @@ func TinyQwen35() Qwen35 {
 }
 
 func (c Qwen35) prefix() string {
-	if c.CausalLM {
+	if c.CausalLM || c.Next {
 		return "model."
 	}
 	return "model.language_model."
@@ -109,13 +133,16 @@ func (c Qwen35) Tensors() []Tensor {
 	H := c.Hidden
 	out := []Tensor{{p + "embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
 	for l, typ := range c.LayerTypes {
-		out = append(out, c.layerTensors(fmt.Sprintf("%slayers.%d.", p, l), typ)...)
+		out = append(out, c.layerTensors(fmt.Sprintf("%slayers.%d.", p, l), typ, c.sparse(l))...)
 	}
 	out = append(out, Tensor{p + "norm.weight", []int{H}, "norm1p"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
-	if !c.CausalLM {
+	if c.Next && !c.MTP {
+		out = append(out, c.mtpStandIns()...)
+	}
+	if !c.CausalLM && !c.Next {
 		// Stand-ins for the vision tower (names from the real index, tiny
 		// shapes).
 		out = append(out,
@@ -127,12 +154,7 @@ func (c Qwen35) Tensors() []Tensor {
 			Tensor{"model.visual.merger.linear_fc2.weight", []int{H, 32}, "skip"},
 		)
 		if !c.MTP {
-			// Stand-ins for the MTP head.
-			out = append(out,
-				Tensor{mtpPrefix + "fc.weight", []int{H, 2 * H}, "skip"},
-				Tensor{mtpPrefix + "norm.weight", []int{H}, "skip"},
-				Tensor{mtpLayer + "self_attn.q_proj.weight", []int{2 * c.Heads * c.HeadDim, H}, "skip"},
-			)
+			out = append(out, c.mtpStandIns()...)
 		}
 	}
 	if c.MTP {
@@ -141,15 +163,27 @@ func (c Qwen35) Tensors() []Tensor {
 			Tensor{mtpPrefix + "pre_fc_norm_embedding.weight", []int{H}, "norm1p"},
 			Tensor{mtpPrefix + "pre_fc_norm_hidden.weight", []int{H}, "norm1p"},
 		)
-		out = append(out, c.layerTensors(mtpLayer, "full_attention")...)
+		out = append(out, c.layerTensors(mtpLayer, "full_attention", c.sparse(0))...)
 		out = append(out, Tensor{mtpPrefix + "norm.weight", []int{H}, "norm1p"})
 	}
 	return out
 }
 
+// mtpStandIns stand in for the MTP head of a checkpoint written without
+// MTP (names of the real index, values the model must not read).
+func (c Qwen35) mtpStandIns() []Tensor {
+	H := c.Hidden
+	return []Tensor{
+		{mtpPrefix + "fc.weight", []int{H, 2 * H}, "skip"},
+		{mtpPrefix + "norm.weight", []int{H}, "skip"},
+		{mtpLayer + "self_attn.q_proj.weight", []int{2 * c.Heads * c.HeadDim, H}, "skip"},
+	}
+}
+
 // layerTensors lists one decoder layer's tensors under lp ("….layers.N.")
-// for typ "linear_attention" or "full_attention".
-func (c Qwen35) layerTensors(lp, typ string) []Tensor {
+// for typ "linear_attention" or "full_attention", its MLP the sparse
+// block or dense.
+func (c Qwen35) layerTensors(lp, typ string, sparse bool) []Tensor {
 	H := c.Hidden
 	keyDim, valueDim := c.KHeads*c.KDim, c.VHeads*c.VDim
 	convDim := 2*keyDim + valueDim
@@ -174,7 +208,7 @@ func (c Qwen35) layerTensors(lp, typ string) []Tensor {
 		add("self_attn.q_norm.weight", "norm1p", c.HeadDim)
 		add("self_attn.k_norm.weight", "norm1p", c.HeadDim)
 	}
-	if c.Experts > 0 {
+	if sparse {
 		sparseBlockTensors(add, c.Experts, c.MoEIntermediate, c.SharedSize, H)
 	} else {
 		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
@@ -187,8 +221,12 @@ func (c Qwen35) layerTensors(lp, typ string) []Tensor {
 
 // ConfigJSON returns the config.json, in the layout of the real
 // checkpoints (Qwen/Qwen3.5-9B: text_config nested in the multimodal
-// config, rope_parameters with mrope fields).
+// config, rope_parameters with mrope fields; with Next,
+// Qwen/Qwen3-Next-80B-A3B-Instruct's flat fields).
 func (c Qwen35) ConfigJSON() map[string]any {
+	if c.Next {
+		return c.nextConfig()
+	}
 	text := map[string]any{
 		"model_type":              "qwen3_5_text",
 		"vocab_size":              c.Vocab,
@@ -252,8 +290,63 @@ func (c Qwen35) ConfigJSON() map[string]any {
 	}
 }
 
+// nextConfig is Qwen3-Next's config.json (the fields of
+// Qwen/Qwen3-Next-80B-A3B-Instruct's, sizes c's).
+func (c Qwen35) nextConfig() map[string]any {
+	j := map[string]any{
+		"architectures":                   []string{"Qwen3NextForCausalLM"},
+		"model_type":                      "qwen3_next",
+		"vocab_size":                      c.Vocab,
+		"hidden_size":                     c.Hidden,
+		"intermediate_size":               c.Intermediate,
+		"num_hidden_layers":               len(c.LayerTypes),
+		"layer_types":                     c.LayerTypes,
+		"full_attention_interval":         4,
+		"num_attention_heads":             c.Heads,
+		"num_key_value_heads":             c.KVHeads,
+		"head_dim":                        c.HeadDim,
+		"attention_bias":                  false,
+		"attention_dropout":               0.0,
+		"hidden_act":                      "silu",
+		"rms_norm_eps":                    c.Eps,
+		"max_position_embeddings":         512,
+		"linear_conv_kernel_dim":          c.ConvKernel,
+		"linear_key_head_dim":             c.KDim,
+		"linear_value_head_dim":           c.VDim,
+		"linear_num_key_heads":            c.KHeads,
+		"linear_num_value_heads":          c.VHeads,
+		"partial_rotary_factor":           c.RotaryFactor,
+		"rope_theta":                      c.Theta,
+		"rope_scaling":                    nil,
+		"num_experts":                     c.Experts,
+		"num_experts_per_tok":             c.TopK,
+		"moe_intermediate_size":           c.MoEIntermediate,
+		"shared_expert_intermediate_size": c.SharedSize,
+		"decoder_sparse_step":             1,
+		"mlp_only_layers":                 append([]int{}, c.MLPOnly...),
+		"norm_topk_prob":                  !c.KeepTopK,
+		"output_router_logits":            false,
+		"router_aux_loss_coef":            0.001,
+		"bos_token_id":                    1,
+		"eos_token_id":                    2,
+		"tie_word_embeddings":             c.Tied,
+		"use_cache":                       true,
+		"use_sliding_window":              false,
+		"torch_dtype":                     "float32",
+	}
+	if c.Experts == 0 {
+		for _, k := range []string{"num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "mlp_only_layers", "norm_topk_prob"} {
+			delete(j, k)
+		}
+	}
+	return j
+}
+
 // Write writes the checkpoint to dir.
 func (c Qwen35) Write(dir string) error {
+	if c.Next {
+		return c.writeNext(dir)
+	}
 	if c.Experts > 0 && c.Stacked {
 		return writeStacked(dir, c.ConfigJSON(), c.Tensors(), c.Seed, c.DType, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
 	}
@@ -275,6 +368,9 @@ func LoadQwen35(dir string, c Qwen35) (*Qwen35Model, error) {
 	}
 	if c.Experts > 0 {
 		unstack(w, c.expertPrefixes(), c.Experts, c.MoEIntermediate, c.Hidden)
+	}
+	if c.Next {
+		c.unfuseNext(w)
 	}
 	return &Qwen35Model{C: c, W: w}, nil
 }
@@ -300,7 +396,7 @@ func (m *Qwen35Model) Final(tokens []int) [][]float64 {
 		x[t] = m.embed(id)
 	}
 	for l, typ := range c.LayerTypes {
-		m.layer(fmt.Sprintf("%slayers.%d.", p, l), typ, x)
+		m.layer(fmt.Sprintf("%slayers.%d.", p, l), typ, c.sparse(l), x)
 	}
 	for t := range x {
 		x[t] = rmsnorm(x[t], w.get(p+"norm.weight"), c.Eps, true)
@@ -325,8 +421,9 @@ func (m *Qwen35Model) head(x []float64) []float64 {
 
 // layer runs the decoder layer under lp ("….layers.N.") of kind typ on the
 // residual stream x [T][H], in place: x += mixer(input_layernorm(x)), then
-// x += mlp(post_attention_layernorm(x)), the MLP dense or the sparse block.
-func (m *Qwen35Model) layer(lp, typ string, x [][]float64) {
+// x += mlp(post_attention_layernorm(x)), the MLP dense or (sparse) the
+// sparse block.
+func (m *Qwen35Model) layer(lp, typ string, sparse bool, x [][]float64) {
 	c, w := m.C, m.W
 	h := make([][]float64, len(x))
 	for t := range x {
@@ -344,8 +441,8 @@ func (m *Qwen35Model) layer(lp, typ string, x [][]float64) {
 		}
 		hn := rmsnorm(x[t], w.get(lp+"post_attention_layernorm.weight"), c.Eps, true)
 		var mlp []float64
-		if c.Experts > 0 {
-			mlp = moeBlock(w, lp+"mlp.", hn, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, true)
+		if sparse {
+			mlp = moeBlock(w, lp+"mlp.", hn, c.Experts, c.TopK, c.MoEIntermediate, c.SharedSize, !c.KeepTopK)
 		} else {
 			mlp = swiglu(w, lp+"mlp.", hn, c.Intermediate)
 		}
@@ -426,7 +523,7 @@ func (m *Qwen35Model) mtp(ids []int, hidden [][]float64) [][]float64 {
 		h := rmsnorm(hidden[i], w.get(mtpPrefix+"pre_fc_norm_hidden.weight"), c.Eps, true)
 		x[i] = linear(append(e, h...), w.get(mtpPrefix+"fc.weight"), nil, c.Hidden)
 	}
-	m.layer(mtpLayer, "full_attention", x)
+	m.layer(mtpLayer, "full_attention", c.sparse(0), x)
 	for i := range x {
 		x[i] = rmsnorm(x[i], w.get(mtpPrefix+"norm.weight"), c.Eps, true)
 	}
