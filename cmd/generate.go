@@ -54,7 +54,8 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
 Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
-Qwen3_5MoeForConditionalGeneration), from a local directory or a Hub id.
+Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM), from a local
+directory or a Hub id.
 
 The prompt comes from --prompt (-p), from stdin when stdin is not a terminal
 and no --prompt is given (or with -p -), or from --prompts-file.

@@ -58,14 +58,14 @@ func mtpModel(t *testing.T, c qwenref.Qwen35, echo bool) string {
 	return dir
 }
 
-// TestGenerateMTP: generate --mtp (Qwen3.5 and Qwen3.5-MoE) gives the
+// TestGenerateMTP: generate --mtp (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) gives the
 // tokens of plain greedy decoding, with its head's drafts proposed; a
 // head made always right has every draft confirmed (the head follows
 // the text in step with the model); sampling runs through it.
 func TestGenerateMTP(t *testing.T) {
 	moe := qwenref.TinyQwen35MoE()
 	moe.Stacked = true
-	for name, c := range map[string]qwenref.Qwen35{"qwen3.5": qwenref.TinyQwen35(), "qwen3.5-moe": moe} {
+	for name, c := range map[string]qwenref.Qwen35{"qwen3.5": qwenref.TinyQwen35(), "qwen3.5-moe": moe, "qwen3-next": qwenref.TinyQwen3Next()} {
 		for _, echo := range []bool{false, true} {
 			dir := mtpModel(t, c, echo)
 			run := func(args ...string) (string, []int, [2]int, string) {

@@ -3,6 +3,7 @@ package qwen35
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -51,6 +52,16 @@ type TextConfig struct {
 	// multi-token-prediction head (mtp.*; 1 in every release, absent in
 	// transformers' config class, which does not read the head).
 	MTPNumHiddenLayers *int `json:"mtp_num_hidden_layers"`
+
+	// Qwen3-Next's (Qwen3NextConfig) besides: which layers are sparse
+	// (decoder_sparse_step, mlp_only_layers: the others have a dense MLP
+	// of intermediate_size), whether the router renormalises its top k
+	// (norm_topk_prob), and its MTP head's layers as vLLM reads them
+	// (num_nextn_predict_layers, 1 when absent).
+	DecoderSparseStep    *int  `json:"decoder_sparse_step"`
+	MLPOnlyLayers        []int `json:"mlp_only_layers"`
+	NormTopKProb         *bool `json:"norm_topk_prob"`
+	NumNextNPredictLayer *int  `json:"num_nextn_predict_layers"`
 }
 
 // Defaults are Qwen3_5TextConfig's defaults (the Qwen3.5-9B sizes).
@@ -71,6 +82,12 @@ var MoEDefaults = struct {
 	Hidden, Layers, KVHeads, Experts, TopK, MoEIntermediate, SharedIntermediate int
 }{Hidden: 2048, Layers: 40, KVHeads: 2, Experts: 256, TopK: 8, MoEIntermediate: 512, SharedIntermediate: 512}
 
+// NextDefaults are Qwen3NextConfig's defaults where they differ from
+// Qwen3_5TextConfig's (the Qwen3-Next-80B-A3B sizes).
+var NextDefaults = struct {
+	VocabSize, Hidden, Intermediate, Layers, KVHeads, Experts, TopK, MoEIntermediate, SharedIntermediate int
+}{VocabSize: 151936, Hidden: 2048, Intermediate: 5632, Layers: 48, KVHeads: 2, Experts: 512, TopK: 10, MoEIntermediate: 512, SharedIntermediate: 512}
+
 // Options are the resolved hyperparameters of a Qwen3.5 text model.
 type Options struct {
 	Spec lm.Spec
@@ -88,9 +105,23 @@ type Options struct {
 	ChunkSize int
 	// Experts > 0 makes it Qwen3.5-MoE: every layer's MLP is the sparse
 	// block, TopK of Experts experts of MoEIntermediate (softmax router,
-	// always renormalised) plus a shared expert of SharedIntermediate
-	// scaled by sigmoid(shared_expert_gate).
+	// renormalised unless KeepTopK) plus a shared expert of
+	// SharedIntermediate scaled by sigmoid(shared_expert_gate).
 	Experts, TopK, MoEIntermediate, SharedIntermediate int
+	// Dense[i] (Qwen3-Next: decoder_sparse_step, mlp_only_layers) gives
+	// layer i of a model with experts a dense MLP of DenseIntermediate
+	// instead of the sparse block; nil, none does. An MTP head's layer
+	// is sparse as layer 0 is (vLLM numbers it 0).
+	Dense             []bool
+	DenseIntermediate int
+	// KeepTopK: the router's top-k probabilities are not renormalised
+	// (Qwen3-Next's norm_topk_prob false).
+	KeepTopK bool
+	// Fused is Qwen3-Next's layout of the DeltaNet projections:
+	// in_proj_qkvz and in_proj_ba, grouped by key head
+	// (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering), where
+	// Qwen3.5 has in_proj_qkv, in_proj_z, in_proj_b and in_proj_a.
+	Fused bool
 	// MTPLayers is mtp_num_hidden_layers: the decoder layers of the
 	// checkpoint's multi-token-prediction head (0: none).
 	MTPLayers int
@@ -114,12 +145,17 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	d := Defaults
 	moe := strings.HasPrefix(cfg.Architecture(), "Qwen3_5Moe") || c.ModelType == "qwen3_5_moe_text"
-	if !moe && c.NumExperts != nil && *c.NumExperts > 0 {
+	next := cfg.Architecture() == "Qwen3NextForCausalLM" || c.ModelType == "qwen3_next"
+	if next {
+		nd := NextDefaults
+		d.VocabSize, d.Hidden, d.Intermediate, d.Layers, d.KVHeads = nd.VocabSize, nd.Hidden, nd.Intermediate, nd.Layers, nd.KVHeads
+		moe = lm.Or(c.NumExperts, nd.Experts) > 0
+	} else if !moe && c.NumExperts != nil && *c.NumExperts > 0 {
 		moeArch := strings.Replace(cfg.Architecture(), "Qwen3_5", "Qwen3_5Moe", 1)
 		return Options{}, fmt.Errorf("%s: num_experts %d in a %s config: the mixture-of-experts variant is %s (model_type qwen3_5_moe_text)",
 			where, *c.NumExperts, cfg.Architecture(), moeArch)
 	}
-	if moe {
+	if moe && !next {
 		md := MoEDefaults
 		d.Hidden, d.Layers, d.KVHeads = md.Hidden, md.Layers, md.KVHeads
 	}
@@ -192,12 +228,20 @@ func Resolve(cfg *config.File) (Options, error) {
 		}
 	}
 	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64,
-		MTPLayers: lm.Or(c.MTPNumHiddenLayers, 0)}
+		MTPLayers: lm.Or(c.MTPNumHiddenLayers, 0), Fused: next}
+	mtpField := "mtp_num_hidden_layers"
+	if next {
+		o.MTPLayers, mtpField = lm.Or(c.NumNextNPredictLayer, 1), "num_nextn_predict_layers"
+	}
 	if o.MTPLayers < 0 {
-		return Options{}, fmt.Errorf("%s: mtp_num_hidden_layers %d must not be negative", where, o.MTPLayers)
+		return Options{}, fmt.Errorf("%s: %s %d must not be negative", where, mtpField, o.MTPLayers)
 	}
 	if moe {
 		md := MoEDefaults
+		if next {
+			nd := NextDefaults
+			md.Experts, md.TopK, md.MoEIntermediate, md.SharedIntermediate = nd.Experts, nd.TopK, nd.MoEIntermediate, nd.SharedIntermediate
+		}
 		o.Experts = lm.Or(c.NumExperts, md.Experts)
 		o.TopK = lm.Or(c.NumExpertsPerTok, md.TopK)
 		o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, md.MoEIntermediate)
@@ -209,8 +253,18 @@ func Resolve(cfg *config.File) (Options, error) {
 		if o.TopK <= 0 || o.TopK > o.Experts {
 			return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
 		}
-		// No dense MLP: the experts' width is what --tp splits.
-		o.Spec.Intermediate = o.MoEIntermediate
+		if next {
+			if o.Dense, err = denseLayers(where, c, s.Layers); err != nil {
+				return Options{}, err
+			}
+			o.DenseIntermediate = s.Intermediate
+			o.KeepTopK = c.NormTopKProb != nil && !*c.NormTopKProb
+		}
+		// No dense MLP: the experts' width is what --tp splits (with a
+		// dense layer, its width is too).
+		if !slices.Contains(o.Dense, true) {
+			o.Spec.Intermediate = o.MoEIntermediate
+		}
 	}
 	// Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 when neither
 	// the config nor its rope_parameters set it.
@@ -226,4 +280,31 @@ func Resolve(cfg *config.File) (Options, error) {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
 	return o, nil
+}
+
+// denseLayers reads Qwen3-Next's decoder_sparse_step and mlp_only_layers:
+// layer i is sparse where i is not in mlp_only_layers and i+1 is a
+// multiple of the step (Qwen3NextDecoderLayer); nil when every layer is.
+func denseLayers(where string, c TextConfig, layers int) ([]bool, error) {
+	step := lm.Or(c.DecoderSparseStep, 1)
+	if step <= 0 {
+		return nil, fmt.Errorf("%s: decoder_sparse_step must be positive, got %d", where, step)
+	}
+	dense := make([]bool, layers)
+	some := false
+	for _, l := range c.MLPOnlyLayers {
+		if l < 0 || l >= layers {
+			return nil, fmt.Errorf("%s: mlp_only_layers holds %d, outside [0, %d)", where, l, layers)
+		}
+		dense[l], some = true, true
+	}
+	for i := range dense {
+		if (i+1)%step != 0 {
+			dense[i], some = true, true
+		}
+	}
+	if !some {
+		return nil, nil
+	}
+	return dense, nil
 }

@@ -19,10 +19,13 @@ import (
 // model's MLP (dense, or the sparse block in Qwen3.5-MoE) and KV cache of
 // its own, and the (1+w) norm (mtp.norm), whose output the model's
 // lm_head projects and a chained draft step reads as its hidden state.
+// Qwen3-Next's head (vLLM's qwen3_next_mtp.py) is the same module under
+// the same names.
 
 var _ lm.MultiToken = (*Model)(nil)
 
-// MTPLayers implements lm.MultiToken: mtp_num_hidden_layers.
+// MTPLayers implements lm.MultiToken: mtp_num_hidden_layers (Qwen3-Next:
+// num_nextn_predict_layers, 1 when absent, as vLLM reads it).
 func (m *Model) MTPLayers() int { return m.o.MTPLayers }
 
 // WithMTP implements lm.MultiToken: the model reading its MTP head too.
@@ -30,9 +33,17 @@ func (m *Model) MTPLayers() int { return m.o.MTPLayers }
 // refused: every release has one.
 func (m *Model) WithMTP() (lm.MTPModel, error) {
 	if m.o.MTPLayers != 1 {
-		return nil, errs.Unsupportedf("a multi-token-prediction head of %d layers (mtp_num_hidden_layers): tputool runs a head of one layer, as every Qwen3.5 release has", m.o.MTPLayers)
+		return nil, errs.Unsupportedf("a multi-token-prediction head of %d layers (%s): tputool runs a head of one layer, as every Qwen3.5 and Qwen3-Next release has", m.o.MTPLayers, m.mtpField())
 	}
 	return &MTP{Model: m}, nil
+}
+
+// mtpField is the config field that declares the head's layers.
+func (m *Model) mtpField() string {
+	if m.o.Fused {
+		return "num_nextn_predict_layers"
+	}
+	return "mtp_num_hidden_layers"
 }
 
 // MTP is the Qwen3.5 model with its multi-token-prediction head: it
@@ -61,7 +72,7 @@ func (m *MTP) MTPWeights() []lm.WeightSpec {
 		{Name: mtpPrefix + "pre_fc_norm_hidden.weight", Shape: []int{h}},
 		{Name: mtpPrefix + "fc.weight", Shape: []int{h, 2 * h}, Matmul: true},
 	}
-	ws = append(ws, m.layerWeights(mtpPrefix+"layers.0.", lm.KindFull)...)
+	ws = append(ws, m.layerWeights(mtpPrefix+"layers.0.", lm.KindFull, m.sparse(0))...)
 	return append(ws, lm.WeightSpec{Name: mtpPrefix + "norm.weight", Shape: []int{h}})
 }
 
@@ -77,7 +88,7 @@ func (m *MTP) MTP(w *lm.Params, tokens, hidden *Node, state []*Node, step *lm.St
 	e := nn.RMSNorm(m.Embed(w, tokens), p.Get("pre_fc_norm_embedding.weight"), m.o.Eps, true)
 	h := nn.RMSNorm(hidden, p.Get("pre_fc_norm_hidden.weight"), m.o.Eps, true)
 	x := nn.Linear(Concatenate([]*Node{e, h}, -1), p.Get("fc.weight"), nil) // [B, T, H]
-	x, out := m.layer(p.Scope("layers.0"), lm.KindFull, x, state, step)
+	x, out := m.layer(p.Scope("layers.0"), lm.KindFull, m.sparse(0), x, state, step)
 	return nn.RMSNorm(x, p.Get("norm.weight"), m.o.Eps, true), out
 }
 

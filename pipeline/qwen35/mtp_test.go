@@ -30,7 +30,8 @@ func TestMTPMatchesReference(t *testing.T) {
 	tied.CausalLM, tied.Tied, tied.Seed = true, true, 7
 	moe := qwenref.TinyQwen35MoE()
 	moe.Stacked = true
-	for name, c := range map[string]qwenref.Qwen35{"ConditionalGeneration": qwenref.TinyQwen35(), "CausalLM-tied": tied, "MoE": moe} {
+	for name, c := range map[string]qwenref.Qwen35{"ConditionalGeneration": qwenref.TinyQwen35(), "CausalLM-tied": tied, "MoE": moe,
+		"Qwen3-Next": qwenref.TinyQwen3Next()} {
 		t.Run(name, func(t *testing.T) {
 			c.MTP = true
 			dir, l := writeTiny(t, c)

@@ -18,6 +18,15 @@
 // (nn.RoutedExperts); the model implements lm.Routed for the host-routed
 // and dense references.
 //
+// Qwen3-Next (models/qwen3_next: Qwen3NextForCausalLM, the design
+// Qwen3.5 derives from, as in Qwen3-Next-80B-A3B and Qwen3-Coder-Next)
+// is the same model with three differences: the DeltaNet's projections
+// are stored fused, in_proj_qkvz and in_proj_ba, with rows grouped by key
+// head (deltaNetInputs); decoder_sparse_step and mlp_only_layers may give
+// some layers a dense MLP of intermediate_size; norm_topk_prob may leave
+// the router's top k unnormalised. Its config is flat, its names
+// model.*, and its MTP head (mtp.*) is Qwen3.5's.
+//
 // Text only: the multimodal checkpoint's vision tower (model.visual.*) and
 // its multi-token-prediction head (mtp.*) are skipped explicitly (see
 // SkipWeight). With text-only input Qwen3.5's interleaved multimodal RoPE
@@ -49,6 +58,7 @@ func init() {
 	lm.Register("Qwen3_5ForCausalLM", New)
 	lm.Register("Qwen3_5MoeForConditionalGeneration", New)
 	lm.Register("Qwen3_5MoeForCausalLM", New)
+	lm.Register("Qwen3NextForCausalLM", New)
 }
 
 // New builds the Qwen3.5 text model from its config.json.
@@ -131,12 +141,17 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 // LayerWeights implements lm.Model, with the names and shapes of the real
 // checkpoints' model.safetensors.index.json.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
-	return m.layerWeights(m.name(fmt.Sprintf("layers.%d.", i)), m.LayerKind(i))
+	return m.layerWeights(m.name(fmt.Sprintf("layers.%d.", i)), m.LayerKind(i), m.sparse(i))
+}
+
+// sparse reports whether layer i's MLP is the sparse block.
+func (m *Model) sparse(i int) bool {
+	return m.o.Experts > 0 && (m.o.Dense == nil || !m.o.Dense[i])
 }
 
 // layerWeights are the weights of a decoder layer of kind whose names
-// begin with p ("….layers.3.").
-func (m *Model) layerWeights(p, kind string) []lm.WeightSpec {
+// begin with p ("….layers.3."), with the sparse block or a dense MLP.
+func (m *Model) layerWeights(p, kind string, sparse bool) []lm.WeightSpec {
 	s, dn := &m.o.Spec, m.o.DeltaNet
 	var ws []lm.WeightSpec
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
@@ -146,10 +161,15 @@ func (m *Model) layerWeights(p, kind string) []lm.WeightSpec {
 	if kind == nn.KindLinearAttention {
 		// Gated DeltaNet stays whole on every device under --tp: its
 		// recurrent state is not split by head.
-		add("linear_attn.in_proj_qkv.weight", true, lm.Replicated, dn.ConvDim(), s.Hidden)
-		add("linear_attn.in_proj_z.weight", true, lm.Replicated, dn.ValueDim(), s.Hidden)
-		add("linear_attn.in_proj_b.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
-		add("linear_attn.in_proj_a.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
+		if m.o.Fused {
+			add("linear_attn.in_proj_qkvz.weight", true, lm.Replicated, dn.ConvDim()+dn.ValueDim(), s.Hidden)
+			add("linear_attn.in_proj_ba.weight", true, lm.Replicated, 2*dn.VHeads, s.Hidden)
+		} else {
+			add("linear_attn.in_proj_qkv.weight", true, lm.Replicated, dn.ConvDim(), s.Hidden)
+			add("linear_attn.in_proj_z.weight", true, lm.Replicated, dn.ValueDim(), s.Hidden)
+			add("linear_attn.in_proj_b.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
+			add("linear_attn.in_proj_a.weight", true, lm.Replicated, dn.VHeads, s.Hidden)
+		}
 		add("linear_attn.conv1d.weight", false, lm.Replicated, dn.ConvDim(), 1, dn.ConvKernel)
 		add("linear_attn.dt_bias", false, lm.Replicated, dn.VHeads)
 		add("linear_attn.A_log", false, lm.Replicated, dn.VHeads)
@@ -173,7 +193,7 @@ func (m *Model) layerWeights(p, kind string) []lm.WeightSpec {
 		}
 	}
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
-	if m.o.Experts > 0 {
+	if sparse {
 		add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
 		ws = append(ws, lm.StackedExperts(p+"mlp.experts", m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 		if si := m.o.SharedIntermediate; si > 0 {
@@ -181,10 +201,20 @@ func (m *Model) layerWeights(p, kind string) []lm.WeightSpec {
 		}
 		return ws
 	}
-	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
+	inter := m.denseIntermediate()
+	add("mlp.gate_proj.weight", true, lm.Column, inter, s.Hidden)
+	add("mlp.up_proj.weight", true, lm.Column, inter, s.Hidden)
+	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, inter)
 	return ws
+}
+
+// denseIntermediate is a dense MLP's width: intermediate_size (Spec's,
+// unless a model with experts has it as their width).
+func (m *Model) denseIntermediate() int {
+	if m.o.Experts > 0 {
+		return m.o.DenseIntermediate
+	}
+	return m.o.Spec.Intermediate
 }
 
 // expertsPrefix is layer i's "….mlp.experts" name prefix.
@@ -208,14 +238,15 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 // nn.RoutedExperts plus the gated shared expert), each with a residual
 // connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
-	return m.layer(w.Scope(m.name(fmt.Sprintf("layers.%d", i))), m.LayerKind(i), x, state, step)
+	return m.layer(w.Scope(m.name(fmt.Sprintf("layers.%d", i))), m.LayerKind(i), m.sparse(i), x, state, step)
 }
 
-// layer is a decoder layer of kind whose weights p holds.
-func (m *Model) layer(p *lm.Params, kind string, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+// layer is a decoder layer of kind whose weights p holds, with the
+// sparse block or a dense MLP.
+func (m *Model) layer(p *lm.Params, kind string, sparse bool, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	x, h, out := m.mix(kind, p, x, state, step)
 	mp := p.Scope("mlp")
-	if m.o.Experts > 0 {
+	if sparse {
 		x, ids, weights := m.routeMLP(mp, x, h)
 		dims := h.Shape().Dimensions
 		b, t, hd := dims[0], dims[1], dims[2]
@@ -252,7 +283,7 @@ func (m *Model) mix(kind string, p *lm.Params, x *Node, state []*Node, step *lm.
 func (m *Model) routeMLP(mp *lm.Params, x, h *Node) (residual, ids, weights *Node) {
 	dims := h.Shape().Dimensions
 	logits := nn.Linear(Reshape(h, dims[0]*dims[1], dims[2]), mp.Get("gate.weight"), nil) // [N, E]
-	ids, weights = nn.TopKRouter(logits, m.o.TopK, true)
+	ids, weights = nn.TopKRouter(logits, m.o.TopK, !m.o.KeepTopK)
 	if m.o.SharedIntermediate > 0 {
 		x = Add(x, nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
 			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), nn.SiLU))
@@ -261,9 +292,9 @@ func (m *Model) routeMLP(mp *lm.Params, x, h *Node) (residual, ids, weights *Nod
 }
 
 // Experts implements lm.Routed (Qwen3.5-MoE): expert e reads its parts of
-// the stacks. Nil for the dense model.
+// the stacks. Nil for the dense model and a dense layer.
 func (m *Model) Experts(i int) *lm.Experts {
-	if m.o.Experts == 0 {
+	if !m.sparse(i) {
 		return nil
 	}
 	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
@@ -331,10 +362,7 @@ func (m *Model) gatedDeltaNet(p *lm.Params, x, conv, rec *Node, step *lm.Step) (
 	isReal := ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), dtypes.Int32)), dtype) // [B, T]
 	x = Mul(x, InsertAxes(isReal, -1))
 
-	qkv := nn.Linear(x, p.Get("in_proj_qkv.weight"), nil) // [B, T, ConvDim]
-	z := nn.Linear(x, p.Get("in_proj_z.weight"), nil)     // [B, T, ValueDim]
-	bb := nn.Linear(x, p.Get("in_proj_b.weight"), nil)    // [B, T, VHeads]
-	a := nn.Linear(x, p.Get("in_proj_a.weight"), nil)     // [B, T, VHeads]
+	qkv, z, bb, a := m.deltaNetInputs(p, x)
 	qkv, conv = nn.CausalConv1D(qkv, conv, p.Get("conv1d.weight"))
 	qkv = nn.SiLU(qkv)
 	kd := dn.KeyDim()
@@ -361,6 +389,42 @@ func (m *Model) gatedDeltaNet(p *lm.Params, x, conv, rec *Node, step *lm.Step) (
 	core = nn.GatedRMSNorm(core, zh, p.Get("norm.weight"), m.o.Eps)                     // [B, T, Hv, Dv]
 	out := nn.Linear(Reshape(core, b, t, dn.ValueDim()), p.Get("out_proj.weight"), nil) // [B, T, H]
 	return out, conv, rec
+}
+
+// deltaNetInputs are the DeltaNet's projections of x [B, T, H]: q, k and
+// v [B, T, ConvDim] (every key head's q, then every k, then every value
+// head's v: the convolution's channels), z [B, T, ValueDim], b and a
+// [B, T, VHeads]. Qwen3-Next (Fused) projects them with two matrices
+// whose rows are grouped by key head: in_proj_qkvz's group g holds q and
+// k of head g, then v and z of the VHeads/KHeads value heads it serves;
+// in_proj_ba's holds their b, then their a
+// (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering).
+func (m *Model) deltaNetInputs(p *lm.Params, x *Node) (qkv, z, bb, a *Node) {
+	if !m.o.Fused {
+		return nn.Linear(x, p.Get("in_proj_qkv.weight"), nil), nn.Linear(x, p.Get("in_proj_z.weight"), nil),
+			nn.Linear(x, p.Get("in_proj_b.weight"), nil), nn.Linear(x, p.Get("in_proj_a.weight"), nil)
+	}
+	dn := m.o.DeltaNet
+	dims := x.Shape().Dimensions
+	b, t, nk := dims[0], dims[1], dn.KHeads
+	rv := dn.VHeads / nk * dn.VDim // a group's v (or z) width
+	group := func(w *Node, widths ...int) []*Node {
+		width := 0
+		for _, n := range widths {
+			width += n
+		}
+		y := Reshape(nn.Linear(x, w, nil), b, t, nk, width) // [B, T, Hk, group]
+		parts := make([]*Node, len(widths))
+		at := 0
+		for i, n := range widths {
+			parts[i] = Reshape(SliceAxis(y, 3, AxisRange(at, at+n)), b, t, nk*n)
+			at += n
+		}
+		return parts
+	}
+	qkvz := group(p.Get("in_proj_qkvz.weight"), dn.KDim, dn.KDim, rv, rv)
+	ba := group(p.Get("in_proj_ba.weight"), dn.VHeads/nk, dn.VHeads/nk)
+	return Concatenate(qkvz[:3], -1), qkvz[3], ba[0], ba[1]
 }
 
 var _ lm.Finisher = (*Model)(nil)
