@@ -122,7 +122,8 @@ type Options struct {
 	// (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering), where
 	// Qwen3.5 has in_proj_qkv, in_proj_z, in_proj_b and in_proj_a.
 	Fused bool
-	// MTPLayers is mtp_num_hidden_layers: the decoder layers of the
+	// MTPLayers is mtp_num_hidden_layers (Qwen3-Next:
+	// num_nextn_predict_layers, 1 when absent): the decoder layers of the
 	// checkpoint's multi-token-prediction head (0: none).
 	MTPLayers int
 }
