@@ -202,6 +202,9 @@ func Resolve(cfg *config.File) (Options, error) {
 			return Options{}, fmt.Errorf("%s: enable_moe_block needs num_experts > 0, moe_intermediate_size > 0 and top_k_experts in [1, num_experts]; got %d, %d, %d",
 				where, o.Experts, o.MoEIntermediate, o.TopK)
 		}
+		if err := lm.CheckExperts(where, "num_experts", o.Experts, s.Layers); err != nil {
+			return Options{}, err
+		}
 	}
 	return o, nil
 }

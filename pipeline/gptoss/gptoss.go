@@ -160,6 +160,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts {
 		return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_local_experts %d]", where, o.TopK, o.Experts)
 	}
+	if err := lm.CheckExperts(where, "num_local_experts", o.Experts, s.Layers); err != nil {
+		return Options{}, err
+	}
 	o.Limit = lm.Or(c.SwiGLULimit, defaultLimit)
 	o.Alpha = lm.Or(c.SwiGLUAlpha, defaultAlpha)
 	if o.Limit <= 0 {

@@ -69,3 +69,22 @@ func checkDims(cfg *config.File) error {
 	}
 	return nil
 }
+
+// MaxExpertMLPs bounds a config's routed experts over all its layers
+// (num_hidden_layers × num_experts): the architectures list each
+// expert's matrices (lm.StackedExperts' parts) for the loader, and at
+// 2^30 of them that list alone takes minutes and gigabytes. The largest
+// releases have about 31K (Qwen3.5-397B-A17B: 60 layers of 512 experts;
+// Qwen3-Next-80B-A3B 48 of 512, DeepSeek-V3 58 of 256).
+const MaxExpertMLPs = 1 << 17
+
+// CheckExperts refuses a model of layers layers with experts routed
+// experts each beyond MaxExpertMLPs; where names the config, field the
+// experts' field.
+func CheckExperts(where, field string, experts, layers int) error {
+	if experts > 0 && layers > 0 && int64(experts)*int64(layers) > MaxExpertMLPs {
+		return fmt.Errorf("%s: %d layers of %s %d make %d expert MLPs, beyond any real model (at most %d here; the largest releases have about 31K); the config is corrupt",
+			where, layers, field, experts, int64(experts)*int64(layers), MaxExpertMLPs)
+	}
+	return nil
+}

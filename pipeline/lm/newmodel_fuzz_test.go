@@ -38,6 +38,8 @@ func FuzzNewModel(f *testing.F) {
 	}
 	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"num_hidden_layers":1e12}`))
 	f.Add([]byte(`{"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"layer_types":["linear_attention"],"num_hidden_layers":1}}`))
+	f.Add([]byte(`{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","num_hidden_layers":4,"num_experts":8,` +
+		`"num_experts_per_tok":2,"decoder_sparse_step":2,"mlp_only_layers":[0],"norm_topk_prob":false,"num_nextn_predict_layers":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := config.ParseModel(b)
 		if err != nil {

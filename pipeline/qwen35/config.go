@@ -254,6 +254,9 @@ func Resolve(cfg *config.File) (Options, error) {
 		if o.TopK <= 0 || o.TopK > o.Experts {
 			return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
 		}
+		if err := lm.CheckExperts(where, "num_experts", o.Experts, s.Layers); err != nil {
+			return Options{}, err
+		}
 		if next {
 			if o.Dense, err = denseLayers(where, c, s.Layers); err != nil {
 				return Options{}, err

@@ -147,6 +147,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.Experts > 0 && (o.TopK <= 0 || o.TopK > o.Experts) {
 		return Options{}, fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
 	}
+	if err := lm.CheckExperts(where, "num_experts", o.Experts, o.Spec.Layers); err != nil {
+		return Options{}, err
+	}
 	o.Sparse = make([]bool, o.Spec.Layers)
 	mlpOnly := map[int]bool{}
 	for _, l := range c.MLPOnlyLayers {
