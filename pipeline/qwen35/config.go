@@ -57,7 +57,7 @@ type TextConfig struct {
 	// (decoder_sparse_step, mlp_only_layers: the others have a dense MLP
 	// of intermediate_size), whether the router renormalises its top k
 	// (norm_topk_prob), and its MTP head's layers as vLLM reads them
-	// (num_nextn_predict_layers, 1 when absent).
+	// (num_nextn_predict_layers; mtp_num_hidden_layers or 1 when absent).
 	DecoderSparseStep    *int  `json:"decoder_sparse_step"`
 	MLPOnlyLayers        []int `json:"mlp_only_layers"`
 	NormTopKProb         *bool `json:"norm_topk_prob"`
@@ -123,8 +123,9 @@ type Options struct {
 	// Qwen3.5 has in_proj_qkv, in_proj_z, in_proj_b and in_proj_a.
 	Fused bool
 	// MTPLayers is mtp_num_hidden_layers (Qwen3-Next:
-	// num_nextn_predict_layers, 1 when absent): the decoder layers of the
-	// checkpoint's multi-token-prediction head (0: none).
+	// num_nextn_predict_layers as vLLM reads it, else
+	// mtp_num_hidden_layers as mlx-lm does, else 1): the decoder layers of
+	// the checkpoint's multi-token-prediction head (0: none).
 	MTPLayers int
 }
 
@@ -231,8 +232,10 @@ func Resolve(cfg *config.File) (Options, error) {
 	o := Options{Spec: s, Prefix: prefix, Eps: lm.Or(c.RMSNormEps, d.Eps), AttentionBias: c.AttentionBias, DeltaNet: dn, ChunkSize: 64,
 		MTPLayers: lm.Or(c.MTPNumHiddenLayers, 0), Fused: next}
 	mtpField := "mtp_num_hidden_layers"
-	if next {
-		o.MTPLayers, mtpField = lm.Or(c.NumNextNPredictLayer, 1), "num_nextn_predict_layers"
+	if next && c.NumNextNPredictLayer != nil {
+		o.MTPLayers, mtpField = *c.NumNextNPredictLayer, "num_nextn_predict_layers"
+	} else if next {
+		o.MTPLayers = lm.Or(c.MTPNumHiddenLayers, 1)
 	}
 	if o.MTPLayers < 0 {
 		return Options{}, fmt.Errorf("%s: %s %d must not be negative", where, mtpField, o.MTPLayers)

@@ -25,7 +25,8 @@ import (
 var _ lm.MultiToken = (*Model)(nil)
 
 // MTPLayers implements lm.MultiToken: mtp_num_hidden_layers (Qwen3-Next:
-// num_nextn_predict_layers, 1 when absent, as vLLM reads it).
+// num_nextn_predict_layers as vLLM reads it, else mtp_num_hidden_layers,
+// else 1).
 func (m *Model) MTPLayers() int { return m.o.MTPLayers }
 
 // WithMTP implements lm.MultiToken: the model reading its MTP head too.
@@ -41,7 +42,7 @@ func (m *Model) WithMTP() (lm.MTPModel, error) {
 // mtpField is the config field that declares the head's layers.
 func (m *Model) mtpField() string {
 	if m.o.Fused {
-		return "num_nextn_predict_layers"
+		return "num_nextn_predict_layers or mtp_num_hidden_layers"
 	}
 	return "mtp_num_hidden_layers"
 }

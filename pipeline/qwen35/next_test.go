@@ -156,6 +156,13 @@ func TestQwen3NextConfig(t *testing.T) {
 		!o.KeepTopK || o.MTPLayers != 0 {
 		t.Errorf("dense layers %v, intermediate %d (spec %d), keep top k %v, MTP layers %d", o.Dense[:6], o.DenseIntermediate, o.Spec.Intermediate, o.KeepTopK, o.MTPLayers)
 	}
+	// The head's layers: num_nextn_predict_layers (vLLM), else
+	// mtp_num_hidden_layers (mlx-lm's reading), else 1.
+	for extra, want := range map[string]int{`, "mtp_num_hidden_layers": 2`: 2, `, "mtp_num_hidden_layers": 2, "num_nextn_predict_layers": 1`: 1} {
+		if o, err := qwen35.Resolve(cfg(extra)); err != nil || o.MTPLayers != want {
+			t.Errorf("%s: MTP layers %d (%v), want %d", extra, o.MTPLayers, err, want)
+		}
+	}
 	for _, bad := range []struct{ extra, want string }{
 		{`, "decoder_sparse_step": 0`, "decoder_sparse_step must be positive"},
 		{`, "mlp_only_layers": [48]`, "mlp_only_layers holds 48"},
