@@ -249,3 +249,111 @@ func TestQwen35MoE35B(t *testing.T) {
 	}
 	t.Logf("%.3fB, active %.3fB, weights %d GiB in bf16, KV at 8192 %d MiB", float64(params)/1e9, float64(r.Params.Active)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20)
 }
+
+// TestQwen3Next80B inspects the Qwen3-Next-80B-A3B config
+// (testdata/configs/qwen3_next_80b_a3b, see its SOURCE.md) with a
+// header-only checkpoint in the release's layout: 73,728 expert tensors,
+// one per expert and projection, the fused DeltaNet projections, and the
+// MTP head (mtp.*), which the text path skips and --mtp loads. The
+// weights read count 79.67B parameters (the card's 80B; 79B without the
+// embedding and head), about 3.9B active per token (10 of 512 experts
+// beside the shared one, attention and DeltaNet; the card's A3B counts
+// them without the embeddings), and the fit table: its 148 GiB of bf16
+// weights fit one v7x chip, and not v6e's 32 GiB chips at the TP degree
+// of 2 its two KV heads allow.
+func TestQwen3Next80B(t *testing.T) {
+	dir := t.TempDir()
+	raw, err := os.ReadFile("../../testdata/configs/qwen3_next_80b_a3b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.ParseModel(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := lm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	shapes := map[string][]int{}
+	var params int64
+	add := func(w lm.WeightSpec) {
+		names = append(names, w.Name)
+		shapes[w.Name] = w.Shape
+	}
+	for _, w := range lm.Weights(model) {
+		n := int64(1)
+		for _, d := range w.Shape {
+			n *= int64(d)
+		}
+		params += n
+		if len(w.Parts) == 0 {
+			add(w)
+		}
+		for _, p := range w.Parts { // the release's one tensor per expert
+			add(p)
+		}
+	}
+	mt, err := model.(lm.MultiToken).WithMTP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head int64
+	for _, w := range mt.MTPWeights() {
+		for _, p := range append(w.Parts, w) {
+			if len(w.Parts) > 0 && p.Name == w.Name {
+				continue
+			}
+			add(p)
+			n := int64(1)
+			for _, d := range p.Shape {
+				n *= int64(d)
+			}
+			head += n
+		}
+	}
+	if experts := len(names) - len(lm.Weights(model)); experts < 48*512*3 {
+		t.Fatalf("%d tensors beyond the stacks, want the 73,728 experts' parts", experts)
+	}
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Params.Used != params {
+		t.Errorf("used %d, the architecture reads %d", r.Params.Used, params)
+	}
+	if b := float64(params) / 1e9; b < 79.6 || b > 79.7 {
+		t.Errorf("%.3fB parameters, want 79.67B", b)
+	}
+	if a := float64(r.Params.Active) / 1e9; a < 3.8 || a > 4.0 {
+		t.Errorf("active %.3fB, want about 3.9B", a)
+	}
+	if r.Text.MoE == nil || r.Text.MoE.Experts != 512 || r.Text.MoE.ExpertsPerToken != 10 {
+		t.Errorf("MoE %+v, want 512 experts, 10 per token", r.Text.MoE)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "generate --mtp") {
+		t.Errorf("notes %q: want the MTP head's", r.Notes)
+	}
+	t.Logf("%.3fB, active %.3fB, MTP head %.2fB, weights %d GiB in bf16, KV at 32768 %d MiB", float64(params)/1e9, float64(r.Params.Active)/1e9,
+		float64(head)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20)
+	// 148 GiB of bf16 weights: one v7x chip (192 GiB) holds them; v6e's
+	// 32 GiB chips would need a tensor-parallel degree above the 2 KV
+	// heads, which --tp does not split below a head.
+	fits := map[string]string{}
+	for _, f := range r.Fit {
+		t.Logf("%s: fits %v on %d chips (TP %d), %d GiB a chip; %s", f.Generation, f.Fits, f.Chips, f.TP, f.PerChipBytes>>30, f.Reason)
+		fits[f.Generation] = fmt.Sprintf("%v %d %d %s", f.Fits, f.Chips, f.TP, f.Reason)
+	}
+	if fits["v7x"] != "true 1 1 " || !strings.Contains(fits["v6e"], "largest tensor-parallel degree the head counts allow (2)") {
+		t.Errorf("fit table %q", fits)
+	}
+}
