@@ -43,7 +43,7 @@ if [ ! -f "$DIR/hf/model.safetensors" ]; then
  "linear_num_key_heads": 16, "linear_num_value_heads": 32,
  "num_experts": $EXPERTS, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
  "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
- "norm_topk_prob": true, "partial_rotary_factor": 0.25, "rope_theta": 5000000,
+ "norm_topk_prob": true, "partial_rotary_factor": 0.25, "rope_theta": 10000000,
  "rms_norm_eps": 1e-06, "max_position_embeddings": 4096, "tie_word_embeddings": false,
  "hidden_act": "silu", "attention_bias": false, "bos_token_id": 270, "eos_token_id": 270,
  "torch_dtype": "bfloat16"}

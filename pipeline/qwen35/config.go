@@ -267,8 +267,9 @@ func Resolve(cfg *config.File) (Options, error) {
 			o.DenseIntermediate = s.Intermediate
 			o.KeepTopK = c.NormTopKProb != nil && !*c.NormTopKProb
 		}
-		// No dense MLP: the experts' width is what --tp splits (with a
-		// dense layer, its width is too).
+		// No dense MLP: the experts' width is what --tp checks (with a
+		// dense layer, that layer's width; the shard plan checks every
+		// weight it splits, the experts' too).
 		if !slices.Contains(o.Dense, true) {
 			o.Spec.Intermediate = o.MoEIntermediate
 		}

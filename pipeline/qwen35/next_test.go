@@ -131,6 +131,11 @@ func TestQwen3NextConfig(t *testing.T) {
 		s.LayerKinds[3] != "full_attention" || s.LayerKinds[2] != "linear_attention" || s.TieEmbeddings {
 		t.Errorf("defaults: %+v", o)
 	}
+	// Rotary embedding on a quarter of head_dim, θ 10000, where the config
+	// names neither (Qwen3NextConfig's __post_init__ default).
+	if r := o.Rope; r == nil || r.RotaryDim != 64 || len(r.InvFreq) != 32 || r.InvFreq[1] != math.Pow(10000, -2.0/64) {
+		t.Errorf("rope %+v: want 64 rotary dims of θ 10000", r)
+	}
 	// The model card's sizes: 80B parameters, 79B without the embedding
 	// and lm_head (79.67B and 79.05B from the weights read).
 	var total, embed int64

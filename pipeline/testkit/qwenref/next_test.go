@@ -8,16 +8,24 @@ import (
 // TestFuseNextLayout: the fused rows of a small case, written out by
 // hand from Qwen3NextGatedDeltaNet.fix_query_key_value_ordering (view
 // [KHeads, 2·KDim + 2·r·VDim] split [KDim, KDim, r·VDim, r·VDim]; view
-// [KHeads, 2·r] split [r, r]), with KHeads 2, KDim 1, VHeads 4, VDim 1,
-// Hidden 1; and unfuseNext takes them back.
+// [KHeads, 2·r] split [r, r]), with KHeads 2, KDim 2, VHeads 4, VDim 3
+// (no two of KDim, VDim and r alike), Hidden 1; and unfuseNext takes them
+// back.
 func TestFuseNextLayout(t *testing.T) {
-	c := Qwen35{Hidden: 1, KHeads: 2, KDim: 1, VHeads: 4, VDim: 1}
-	// in_proj_qkv rows q0 q1 k0 k1 v0 v1 v2 v3; z, b and a rows 0..3.
-	qkv := []float32{10, 11, 20, 21, 30, 31, 32, 33}
-	z := []float32{40, 41, 42, 43}
+	c := Qwen35{Hidden: 1, KHeads: 2, KDim: 2, VHeads: 4, VDim: 3}
+	// in_proj_qkv rows: q of key heads 0 and 1 (2 rows each), their k,
+	// then v of value heads 0..3 (3 rows each); z likewise; b and a a row
+	// per value head.
+	qkv := []float32{100, 101, 110, 111, 200, 201, 210, 211,
+		300, 301, 302, 310, 311, 312, 320, 321, 322, 330, 331, 332}
+	z := []float32{400, 401, 402, 410, 411, 412, 420, 421, 422, 430, 431, 432}
 	b, a := []float32{50, 51, 52, 53}, []float32{60, 61, 62, 63}
 	qkvz, ba := c.fuseNext(qkv, z, b, a)
-	if want := []float32{10, 20, 30, 31, 40, 41, 11, 21, 32, 33, 42, 43}; !slices.Equal(qkvz, want) {
+	want := []float32{
+		100, 101, 200, 201, 300, 301, 302, 310, 311, 312, 400, 401, 402, 410, 411, 412, // key head 0: value heads 0, 1
+		110, 111, 210, 211, 320, 321, 322, 330, 331, 332, 420, 421, 422, 430, 431, 432, // key head 1: value heads 2, 3
+	}
+	if !slices.Equal(qkvz, want) {
 		t.Errorf("in_proj_qkvz rows %v, want %v", qkvz, want)
 	}
 	if want := []float32{50, 51, 60, 61, 52, 53, 62, 63}; !slices.Equal(ba, want) {
@@ -43,7 +51,10 @@ func TestFuseNextLayout(t *testing.T) {
 }
 
 // TestNextIsQwen35: a Qwen3-Next checkpoint read by the reference gives
-// the logits of the Qwen3.5-MoE text-only checkpoint of the same draws.
+// the logits of the Qwen3.5-MoE text-only checkpoint of the same draws: the
+// writer fuses every tensor it should and the reader takes each back (the
+// two share nextGroup, so this checks their plumbing, not the layout,
+// which TestFuseNextLayout and the model's test against the reference do).
 func TestNextIsQwen35(t *testing.T) {
 	next := TinyQwen3Next()
 	plain := next
