@@ -30,8 +30,11 @@ import (
 //	lm.Row         [out, in]           split on axis 1 (the partial sums are all-reduced)
 //	               [E, out, in]        split on axis 2
 //	lm.Vocab       [V, H]              split on axis 0 when V % TP == 0, else replicated
+//	lm.KVColumn    [KV·D, in] or [KV·D] as Column when TP divides the KV heads; replicated
+//	               when TP is a multiple of them (each device computes every KV head)
 //	lm.Replicated  anything            whole on every device (also a Vocab weight Embed reads)
-//	KV caches [B, KV, S, D], [B, KV, D, S] split on axis 1 (KV heads), batch axis on "data"
+//	KV caches [B, KV, S, D], [B, KV, D, S] split on axis 1 (KV heads) when TP divides
+//	                                      them, else whole; batch axis on "data"
 //	other layer state                     batch axis on "data", otherwise replicated
 //	tokens, pads, hidden, logits          batch axis on "data", otherwise replicated
 //
@@ -83,11 +86,16 @@ func CheckParallel(spec *lm.Spec, tp, dp int) error {
 	if spec.Heads%tp != 0 {
 		bad = append(bad, fmt.Sprintf("num_attention_heads %d", spec.Heads))
 	}
-	if spec.KVHeads%tp != 0 {
-		bad = append(bad, fmt.Sprintf("num_key_value_heads %d", spec.KVHeads))
-	}
 	if spec.Intermediate > 0 && spec.Intermediate%tp != 0 {
 		bad = append(bad, fmt.Sprintf("intermediate_size %d", spec.Intermediate))
+	}
+	if !kvSplits(spec.KVHeads, tp) && tp%spec.KVHeads != 0 {
+		what := fmt.Sprintf("num_key_value_heads %d", spec.KVHeads)
+		if len(bad) == 0 {
+			return &OptionError{Owner: "Options", Option: "TP", Value: tp,
+				Reason: fmt.Sprintf("%s must divide the TP degree or be a multiple of it (try %s)", what, suggestTP(spec, tp))}
+		}
+		bad = append(bad, what+" (or divide it)")
 	}
 	if len(bad) > 0 {
 		return &OptionError{Owner: "Options", Option: "TP", Value: tp,
@@ -96,11 +104,17 @@ func CheckParallel(spec *lm.Spec, tp, dp int) error {
 	return nil
 }
 
+// kvSplits reports whether TP degree tp splits kvHeads KV heads, whole
+// heads per device; where it does not (tp a multiple of kvHeads, checked
+// by CheckParallel), the KV projections (lm.KVColumn) and the KV caches
+// are replicated.
+func kvSplits(kvHeads, tp int) bool { return kvHeads%tp == 0 }
+
 // suggestTP names the TP degrees below tp that the model allows.
 func suggestTP(spec *lm.Spec, tp int) string {
 	var ok []string
 	for d := 1; d < tp; d *= 2 {
-		if spec.Heads%d == 0 && spec.KVHeads%d == 0 && (spec.Intermediate == 0 || spec.Intermediate%d == 0) {
+		if spec.Heads%d == 0 && (kvSplits(spec.KVHeads, d) || d%spec.KVHeads == 0) && (spec.Intermediate == 0 || spec.Intermediate%d == 0) {
 			ok = append(ok, fmt.Sprintf("{TP} %d", d))
 		}
 	}
@@ -127,8 +141,15 @@ func CheckDevices(backendName string, have, tp, dp int) error {
 
 // splitAxis is the axis of w split over "model" at TP degree tp, or -1
 // when w stays replicated. embed reports that Embed also reads w (a tied
-// head stays replicated with the embeddings).
-func splitAxis(w lm.WeightSpec, tp int, embed bool) int {
+// head stays replicated with the embeddings); kvWhole that the KV heads
+// are replicated (lm.KVColumn weights with them).
+func splitAxis(w lm.WeightSpec, tp int, embed, kvWhole bool) int {
+	if w.TP == lm.KVColumn {
+		if kvWhole {
+			return -1
+		}
+		w.TP = lm.Column
+	}
 	switch {
 	case tp == 1:
 	case w.TP == lm.Column && len(w.Shape) == 3: // an expert stack [E, out, in]
@@ -168,7 +189,7 @@ func PlanShards(m lm.Model, tp, dp int) (*ShardPlan, error) {
 		ws = append(append(ws, w), w.Parts...)
 	}
 	for _, w := range ws {
-		axis := splitAxis(w, tp, embed[w.Name])
+		axis := splitAxis(w, tp, embed[w.Name], !kvSplits(spec.KVHeads, tp))
 		if axis < 0 {
 			p.Weights[w.Name] = distributed.NewReplicatedShardingSpec(mesh)
 			continue
@@ -217,14 +238,15 @@ func (p *ShardPlan) Batch() *distributed.ShardingSpec {
 
 // State returns the spec of a layer state tensor: KV caches ("key" and
 // "value" of rank 4 with the KV heads on axis 1) and their int8 scales
-// ("key_scale", "value_scale", rank 3) are split by KV head over "model";
-// every state's batch axis (0) goes over "data".
+// ("key_scale", "value_scale", rank 3) are split by KV head over "model"
+// where TP divides the KV heads (else whole on every device, as their
+// projections are); every state's batch axis (0) goes over "data".
 func (p *ShardPlan) State(s lm.StateSpec) *distributed.ShardingSpec {
 	var axes []distributed.AxisSpec
 	if p.DP > 1 && len(s.Shape) >= 1 {
 		axes = []distributed.AxisSpec{{MeshData}}
 	}
-	if p.TP > 1 && (s.Name == "key" || s.Name == "value" || s.Name == "key_scale" || s.Name == "value_scale") && len(s.Shape) >= 3 && s.Shape[1] == p.spec.KVHeads {
+	if p.TP > 1 && kvSplits(p.spec.KVHeads, p.TP) && (s.Name == "key" || s.Name == "value" || s.Name == "key_scale" || s.Name == "value_scale") && len(s.Shape) >= 3 && s.Shape[1] == p.spec.KVHeads {
 		if len(axes) == 0 {
 			axes = []distributed.AxisSpec{distributed.ReplicatedAxis}
 		}

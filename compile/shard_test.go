@@ -167,13 +167,23 @@ func TestCheckParallel(t *testing.T) {
 	if !errors.Is(err, errs.ErrUsage) {
 		t.Fatalf("--tp 8: %v, want a usage error", err)
 	}
-	for _, s := range []string{"Options.TP 8", "num_attention_heads 12", "num_key_value_heads 4", "try Options.TP 1 or Options.TP 2 or Options.TP 4"} {
+	for _, s := range []string{"Options.TP 8", "num_attention_heads 12", "try Options.TP 1 or Options.TP 2 or Options.TP 4"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q lacks %q", err, s)
 		}
 	}
-	if strings.Contains(err.Error(), "intermediate_size") {
-		t.Errorf("error %q names intermediate_size, which divides", err)
+	if strings.Contains(err.Error(), "intermediate_size") || strings.Contains(err.Error(), "num_key_value_heads") {
+		t.Errorf("error %q names intermediate_size or num_key_value_heads, which divide (8 is a multiple of the 4 KV heads)", err)
+	}
+	// More devices than KV heads: each holds them all (lm.KVColumn).
+	for _, tp := range []int{8, 16} {
+		if err := CheckParallel(&lm.Spec{Heads: 16, KVHeads: 2, Intermediate: 512}, tp, 1); err != nil {
+			t.Errorf("16 heads, 2 KV heads, --tp %d: %v", tp, err)
+		}
+	}
+	err = CheckParallel(&lm.Spec{Heads: 12, KVHeads: 4, Intermediate: 96}, 6, 1)
+	if err == nil || !strings.Contains(err.Error(), "num_key_value_heads 4 must divide the TP degree or be a multiple of it") {
+		t.Errorf("4 KV heads at --tp 6: %v", err)
 	}
 	err = CheckParallel(&lm.Spec{Heads: 8, KVHeads: 8, Intermediate: 100}, 8, 1)
 	if err == nil || !strings.Contains(err.Error(), "intermediate_size 100") {
@@ -243,6 +253,78 @@ func (m declModel) LayerWeights(i int) []lm.WeightSpec {
 			lm.WeightSpec{Name: "model.layers.0.extra.q_proj.weight", Shape: []int{32, 64}, Matmul: true})
 	}
 	return ws
+}
+
+// TestPlanShardsKVReplicated: at a TP degree above the KV heads (8 on the
+// tiny Qwen2's 4, with biases; and Qwen3-Next's 2 KV heads at 4), the key and value
+// projections (lm.KVColumn) and the KV caches are whole on every device,
+// the query and output projections and the MLP split as before; at a
+// degree that divides them they split by KV head.
+func TestPlanShardsKVReplicated(t *testing.T) {
+	l := tinyLoaded(t, "Qwen2ForCausalLM", false, true)
+	for _, c := range []struct {
+		tp       int
+		kv, key  string
+		keyShard string
+	}{
+		{8, "[]", "[]", "[4 4 32 8]"},
+		{4, "[S(model)]", "[R S(model)]", "[4 1 32 8]"},
+	} {
+		p, err := PlanShards(l.Model, c.tp, 1)
+		if err != nil {
+			t.Fatalf("--tp %d: %v", c.tp, err)
+		}
+		for name, want := range map[string]string{
+			"model.layers.0.self_attn.q_proj.weight": "[S(model)]",
+			"model.layers.0.self_attn.q_proj.bias":   "[S(model)]",
+			"model.layers.0.self_attn.k_proj.weight": c.kv,
+			"model.layers.0.self_attn.k_proj.bias":   c.kv,
+			"model.layers.0.self_attn.v_proj.weight": c.kv,
+			"model.layers.0.self_attn.v_proj.bias":   c.kv,
+			"model.layers.0.self_attn.o_proj.weight": "[R S(model)]",
+			"model.layers.1.mlp.gate_proj.weight":    "[S(model)]",
+		} {
+			if got := axes(p.Weight(name)); got != want {
+				t.Errorf("--tp %d: %s %s, want %s", c.tp, name, got, want)
+			}
+		}
+		st := l.Model.LayerState(0, 4, 32) // key [4, 4, 32, 8]
+		if got := axes(p.State(st[0])); got != c.key {
+			t.Errorf("--tp %d: key cache %s, want %s", c.tp, got, c.key)
+		}
+		if dims, err := ShardShape(p.State(st[0]), st[0].Shape); err != nil || fmt.Sprint(dims) != c.keyShard {
+			t.Errorf("--tp %d: key cache shard %v (%v), want %s", c.tp, dims, err, c.keyShard)
+		}
+	}
+
+	c := qwenref.TinyQwen3Next() // 4 heads, 2 KV heads, experts of 12
+	c.MoEIntermediate, c.SharedSize, c.Intermediate = 16, 20, 48
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	next, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	p, err := PlanShards(next.Model, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"model.layers.3.self_attn.q_proj.weight":          "[S(model)]",
+		"model.layers.3.self_attn.k_proj.weight":          "[]",
+		"model.layers.3.self_attn.v_proj.weight":          "[]",
+		"model.layers.3.self_attn.o_proj.weight":          "[R S(model)]",
+		"model.layers.0.linear_attn.in_proj_qkvz.weight":  "[]",
+		"model.layers.3.mlp.experts.gate_up_proj":         "[R S(model)]",
+		"model.layers.3.mlp.shared_expert.up_proj.weight": "[S(model)]",
+	} {
+		if got := axes(p.Weight(name)); got != want {
+			t.Errorf("Qwen3-Next --tp 4: %s %s, want %s", name, got, want)
+		}
+	}
 }
 
 func TestShardPlanStateAndBatch(t *testing.T) {

@@ -28,7 +28,9 @@ type FitRequest struct {
 	// 0 to MaxHeadroom; nil means DefaultHeadroom.
 	Headroom *float64 `json:"headroom"`
 	// NumHeads and NumKVHeads, when > 0, constrain the tensor-parallel
-	// degree: it must divide both, since attention is split by head.
+	// degree: it must divide the heads, since attention is split by head,
+	// and divide the KV heads or be a multiple of them (then every chip
+	// holds the KV heads and caches whole, as --tp does).
 	NumHeads   int `json:"num_heads,omitempty"`
 	NumKVHeads int `json:"num_kv_heads,omitempty"`
 }
@@ -48,7 +50,9 @@ type FitResult struct {
 	TP int `json:"tp"`
 	// TotalBytes is (weights + state) * (1 + headroom).
 	TotalBytes int64 `json:"total_bytes"`
-	// PerChipBytes is TotalBytes / TP, rounded up.
+	// PerChipBytes is TotalBytes / TP, rounded up; where TP is above the
+	// KV heads, the state counts whole on every chip: (weights / TP +
+	// state) * (1 + headroom).
 	PerChipBytes int64 `json:"per_chip_bytes"`
 	// HBMBytes is the HBM of one chip.
 	HBMBytes int64 `json:"hbm_bytes"`
@@ -83,14 +87,28 @@ func (r FitRequest) totalBytes(headroom float64) int64 {
 }
 
 // TPDegree returns the largest tensor-parallel degree <= chips that divides
-// every head count given (> 0).
+// the heads (> 0) and divides the KV heads (> 0) or is a multiple of them.
 func TPDegree(chips, numHeads, numKVHeads int) int {
 	for d := chips; d > 1; d-- {
-		if (numHeads <= 0 || numHeads%d == 0) && (numKVHeads <= 0 || numKVHeads%d == 0) {
+		if (numHeads <= 0 || numHeads%d == 0) && (numKVHeads <= 0 || numKVHeads%d == 0 || d%numKVHeads == 0) {
 			return d
 		}
 	}
 	return 1
+}
+
+// perChip is one chip's share of req at TP degree tp: (weights + state) /
+// tp, or weights / tp + state where tp is above the KV heads (the KV
+// caches whole on every chip), with headroom; rounded up.
+func (r FitRequest) perChip(tp int, headroom float64) int64 {
+	if r.NumKVHeads <= 0 || r.NumKVHeads%tp == 0 {
+		return ceilDiv(r.totalBytes(headroom), int64(tp))
+	}
+	per := math.Ceil((float64(r.WeightBytes)/float64(tp) + float64(r.StateBytes)) * (1 + headroom))
+	if per >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(per)
 }
 
 // FitChip finds the smallest of chip's usual slice sizes whose tensor-parallel
@@ -104,7 +122,7 @@ func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 	res := FitResult{Generation: chip.Generation, TotalBytes: total, HBMBytes: chip.HBMBytes()}
 	for _, n := range chip.SliceSizes {
 		tp := TPDegree(n, req.NumHeads, req.NumKVHeads)
-		per := ceilDiv(total, int64(tp))
+		per := req.perChip(tp, headroom)
 		res.Chips, res.Hosts, res.TP, res.PerChipBytes = n, chip.Hosts(n), tp, per
 		if per <= res.HBMBytes {
 			res.Fits = true

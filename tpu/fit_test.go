@@ -42,12 +42,14 @@ func TestFit8B(t *testing.T) {
 		assert.Equal(t, want, got[gen], gen)
 	}
 
-	// With only 2 KV heads, 4 v5e chips can only be split 2 ways:
-	// 20869606196/2 = 10434803098 bytes per chip, which still fits.
+	// With only 2 KV heads, 4 v5e chips split 4 ways with the KV heads
+	// and caches whole on each: ceil((16e9/4 + 2 GiB) * 1.15) =
+	// 7069606196 bytes per chip.
 	req.NumKVHeads = 2
 	r := fitByGen(t, req)["v5e"]
-	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 4, Hosts: 1, TP: 2,
-		TotalBytes: total, PerChipBytes: 10434803098, HBMBytes: 16 << 30}, r)
+	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 4, Hosts: 1, TP: 4,
+		TotalBytes: total, PerChipBytes: 7069606196, HBMBytes: 16 << 30}, r)
+
 }
 
 // A 70B model in bf16 (140e9 bytes), no KV cache, 25% headroom:
@@ -68,19 +70,22 @@ func TestFit70B(t *testing.T) {
 	// v7x: 175e9 <= 192 GiB = 206158430208 on one chip.
 	assert.Equal(t, 1, got["v7x"].Chips)
 
-	// v5e: 8 KV heads cap tensor parallelism at 8, and 21.875e9 > 16 GiB.
-	v5e := got["v5e"]
-	assert.False(t, v5e.Fits)
-	assert.Equal(t, 8, v5e.TP)
-	assert.Equal(t, int64(21875e6), v5e.PerChipBytes)
-	assert.Contains(t, v5e.Reason, "largest tensor-parallel degree the head counts allow (8)")
-	assert.Contains(t, v5e.Reason, "16 GiB of a v5e chip")
-
-	// Without head constraints v5e needs 16 chips (10.9375e9 each) on 4 hosts.
+	// v5e: 16 chips (10.9375e9 each) on 4 hosts, TP 16 over the 8 KV
+	// heads (each chip holds them all; there is no state to repeat), as
+	// without head constraints.
+	want := FitResult{Generation: "v5e", Fits: true, Chips: 16, Hosts: 4, TP: 16,
+		TotalBytes: 175e9, PerChipBytes: 109375e5, HBMBytes: 16 << 30}
+	assert.Equal(t, want, got["v5e"])
 	req.NumHeads, req.NumKVHeads = 0, 0
-	v5e = fitByGen(t, req)["v5e"]
-	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 16, Hosts: 4, TP: 16,
-		TotalBytes: 175e9, PerChipBytes: 109375e5, HBMBytes: 16 << 30}, v5e)
+	assert.Equal(t, want, fitByGen(t, req)["v5e"])
+
+	// 6 heads cap tensor parallelism at 6, and 175e9/6 > 16 GiB.
+	req.NumHeads, req.NumKVHeads = 6, 6
+	v5e := fitByGen(t, req)["v5e"]
+	assert.False(t, v5e.Fits)
+	assert.Equal(t, 6, v5e.TP)
+	assert.Contains(t, v5e.Reason, "largest tensor-parallel degree the head counts allow (6)")
+	assert.Contains(t, v5e.Reason, "16 GiB of a v5e chip")
 }
 
 func TestFitTooBig(t *testing.T) {
@@ -107,7 +112,9 @@ func TestFitValidation(t *testing.T) {
 func TestTPDegree(t *testing.T) {
 	for _, tc := range []struct{ chips, heads, kv, want int }{
 		{8, 32, 8, 8},
-		{16, 32, 8, 8},
+		{16, 32, 8, 16}, // more chips than KV heads: each holds them all
+		{8, 16, 2, 8},   // Qwen3-Next's 2 KV heads
+		{12, 24, 8, 8},  // 12 neither divides 8 nor is a multiple of it
 		{4, 0, 0, 4},
 		{6, 12, 4, 4},
 		{3, 0, 2, 2},

@@ -352,13 +352,13 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
 	add("self_attn.q_proj.weight", true, lm.Column, q, s.Hidden)
-	add("self_attn.k_proj.weight", true, lm.Column, kv, s.Hidden)
-	add("self_attn.v_proj.weight", true, lm.Column, kv, s.Hidden)
+	add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, q)
 	if m.bias {
 		add("self_attn.q_proj.bias", false, lm.Column, q)
-		add("self_attn.k_proj.bias", false, lm.Column, kv)
-		add("self_attn.v_proj.bias", false, lm.Column, kv)
+		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
+		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
 	add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)

@@ -169,9 +169,9 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	add("self_attn.q_proj.weight", true, lm.Column, q, h)
 	add("self_attn.q_norm.weight", false, lm.Replicated, l.HeadDim)
 	if l.Source < 0 {
-		add("self_attn.k_proj.weight", true, lm.Column, kv, h)
+		add("self_attn.k_proj.weight", true, lm.KVColumn, kv, h)
 		if !l.KEqV {
-			add("self_attn.v_proj.weight", true, lm.Column, kv, h)
+			add("self_attn.v_proj.weight", true, lm.KVColumn, kv, h)
 		}
 		add("self_attn.k_norm.weight", false, lm.Replicated, l.HeadDim)
 	}

@@ -119,12 +119,12 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	}
 	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
 	add("self_attn.q_proj.weight", true, lm.Column, q, s.Hidden)
-	add("self_attn.k_proj.weight", true, lm.Column, kv, s.Hidden)
-	add("self_attn.v_proj.weight", true, lm.Column, kv, s.Hidden)
+	add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+	add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 	if m.o.QKVBias {
 		add("self_attn.q_proj.bias", false, lm.Column, q)
-		add("self_attn.k_proj.bias", false, lm.Column, kv)
-		add("self_attn.v_proj.bias", false, lm.Column, kv)
+		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
+		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 	}
 	if m.o.QKNorm {
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)

@@ -202,6 +202,13 @@ const (
 	// V is a multiple of the TP degree, replicated otherwise. A weight that
 	// Embed also reads stays replicated.
 	Vocab
+	// KVColumn: a key or value projection [KVHeads·D, in] or its bias:
+	// split as Column (whole KV heads per device) where the TP degree
+	// divides num_key_value_heads; replicated where the degree is a
+	// multiple of them (more devices than KV heads, as vLLM replicates
+	// them): every device then computes the KV heads its query heads
+	// read, and holds the KV caches whole.
+	KVColumn
 )
 
 // String names the split as docs and reports do.
@@ -215,6 +222,8 @@ func (s TPSplit) String() string {
 		return "row"
 	case Vocab:
 		return "vocab"
+	case KVColumn:
+		return "kv-column"
 	}
 	return fmt.Sprintf("TPSplit(%d)", int(s))
 }

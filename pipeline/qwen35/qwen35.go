@@ -178,12 +178,12 @@ func (m *Model) layerWeights(p, kind string, sparse bool) []lm.WeightSpec {
 	} else {
 		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 		add("self_attn.q_proj.weight", true, lm.Column, 2*q, s.Hidden) // query and output gate, per head
-		add("self_attn.k_proj.weight", true, lm.Column, kv, s.Hidden)
-		add("self_attn.v_proj.weight", true, lm.Column, kv, s.Hidden)
+		add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+		add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 		if m.o.AttentionBias {
 			add("self_attn.q_proj.bias", false, lm.Column, 2*q)
-			add("self_attn.k_proj.bias", false, lm.Column, kv)
-			add("self_attn.v_proj.bias", false, lm.Column, kv)
+			add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
+			add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 		}
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
