@@ -13,9 +13,11 @@
 #      CPU engine's grouped kernel): the device's tokens must equal the
 #      CPU's.
 #   2. new families: a tiny GPT-OSS (experts in MXFP4, attention sinks,
-#      YaRN, sliding layers) and two tiny Gemma 4 (per-layer embeddings and
-#      KV sharing; the 26B's routed experts with k = v), the same prompts,
-#      16 tokens, float32: on the device compiled and eager against the CPU.
+#      YaRN, sliding layers), two tiny Gemma 4 (per-layer embeddings and
+#      KV sharing; the 26B's routed experts with k = v) and a tiny
+#      Qwen3-Next (fused DeltaNet projections, a dense layer among sparse
+#      ones), the same prompts, 16 tokens, float32: on the device compiled
+#      and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
 #      compiled: --experts graph on the device at batch 1 and 8, which must
@@ -159,9 +161,22 @@ cat >"$work/gptoss.json" <<'EOF'
  "swiglu_limit": 7.0, "attention_bias": true, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
  "quantization_config": {"quant_method": "mxfp4"}}
 EOF
+# A tiny Qwen3-Next: fused DeltaNet projections, layer 0 dense
+# (mlp_only_layers), the router's top k unnormalised, 3 value heads a key
+# head.
+cat >"$work/qwen3next.json" <<'EOF'
+{"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 4, "full_attention_interval": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 16, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+ "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 6, "num_experts": 8,
+ "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+ "decoder_sparse_step": 1, "mlp_only_layers": [0], "norm_topk_prob": false, "partial_rotary_factor": 0.25,
+ "rope_theta": 10000000, "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
