@@ -3,13 +3,11 @@ package inspect_test
 import (
 	"context"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/config"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -38,22 +36,7 @@ func TestGemma4Sizes(t *testing.T) {
 		{"gemma_4_e2b", 0, 0, 2.3, 4096 * 2 * 2 * (12*256 + 3*512)},
 		{"gemma_4_e4b", 0, 0, 0, 4096 * 2 * 2 * 2 * (20*256 + 4*512)},
 	} {
-		dir := t.TempDir()
-		raw, err := os.ReadFile(filepath.Join("../../testdata/configs", c.dir, "config.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.ParseModel(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model, err := lm.New(cfg)
-		if err != nil {
-			t.Fatalf("%s: %v", c.dir, err)
-		}
+		dir, model := realConfig(t, c.dir)
 		var names []string
 		shapes := map[string][]int{}
 		var params int64

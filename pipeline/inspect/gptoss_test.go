@@ -2,13 +2,11 @@ package inspect_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader"
-	"github.com/tputool/tputool/loader/config"
 	_ "github.com/tputool/tputool/pipeline/gptoss"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -22,22 +20,7 @@ import (
 // blocks count two parameters a byte, and with --dtype bf16 the weights
 // take two bytes a parameter (the experts are decoded at load).
 func TestGptOss20B(t *testing.T) {
-	dir := t.TempDir()
-	raw, err := os.ReadFile("../../testdata/configs/gpt_oss_20b/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.ParseModel(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := lm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, model := realConfig(t, "gpt_oss_20b")
 	var names []string
 	shapes := map[string][]int{}
 	dtypes := map[string]string{}

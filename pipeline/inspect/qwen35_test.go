@@ -26,6 +26,30 @@ func writeSparseCheckpoint(t *testing.T, path string, names []string, shapes map
 	writeSparseTyped(t, path, names, shapes, nil)
 }
 
+// realConfig copies testdata/configs/NAME/config.json (a release's
+// config, see its SOURCE.md where it was assembled) into a temporary
+// directory and returns it with the model the architecture builds from it.
+func realConfig(t *testing.T, name string) (string, lm.Model) {
+	t.Helper()
+	dir := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join("../../testdata/configs", name, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.ParseModel(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := lm.New(cfg)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return dir, model
+}
+
 // writeSparseTyped is writeSparseCheckpoint with the dtype of each tensor
 // named in dtypes (U8 or BF16; BF16 for the others).
 func writeSparseTyped(t *testing.T, path string, names []string, shapes map[string][]int, dtypes map[string]string) {
@@ -74,22 +98,7 @@ func writeSparseTyped(t *testing.T, path string, names []string, shapes map[stri
 // as outside the text-only path, and in bf16 the model does not fit one
 // v5e chip.
 func TestQwen35_9B(t *testing.T) {
-	dir := t.TempDir()
-	raw, err := os.ReadFile("../../testdata/configs/qwen3_5_9b/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.ParseModel(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := lm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, model := realConfig(t, "qwen3_5_9b")
 	var names []string
 	shapes := map[string][]int{}
 	var textParams int64
@@ -196,22 +205,7 @@ func TestQwen35_9B(t *testing.T) {
 // (8 of 256 experts beside the attention, DeltaNet and shared experts; the
 // card's name says A3B).
 func TestQwen35MoE35B(t *testing.T) {
-	dir := t.TempDir()
-	raw, err := os.ReadFile("../../testdata/configs/qwen3_5_35b_a3b/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.ParseModel(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := lm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, model := realConfig(t, "qwen3_5_35b_a3b")
 	var names []string
 	shapes := map[string][]int{}
 	var params int64
@@ -262,22 +256,7 @@ func TestQwen35MoE35B(t *testing.T) {
 // weights fit one v7x chip, or 8 v6e chips at a TP degree of 8, above its
 // two KV heads.
 func TestQwen3Next80B(t *testing.T) {
-	dir := t.TempDir()
-	raw, err := os.ReadFile("../../testdata/configs/qwen3_next_80b_a3b/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.ParseModel(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := lm.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, model := realConfig(t, "qwen3_next_80b_a3b")
 	var names []string
 	shapes := map[string][]int{}
 	var params int64
