@@ -292,6 +292,19 @@ func TestPlanShardsKVReplicated(t *testing.T) {
 		if got := axes(p.State(st[0])); got != c.key {
 			t.Errorf("--tp %d: key cache %s, want %s", c.tp, got, c.key)
 		}
+		scale := lm.StateSpec{Name: "key_scale", Shape: []int{4, 4, 32}, KV: true} // an int8 cache's
+		if got := axes(p.State(scale)); got != c.key {
+			t.Errorf("--tp %d: key scales %s, want %s", c.tp, got, c.key)
+		}
+		if c.tp == 8 { // and with two replicas, the batch over "data"
+			p2, err := PlanShards(l.Model, 8, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := axes(p2.State(st[0])); got != "[S(data)]" {
+				t.Errorf("--tp 8 --dp 2: key cache %s, want [S(data)]", got)
+			}
+		}
 		if dims, err := ShardShape(p.State(st[0]), st[0].Shape); err != nil || fmt.Sprint(dims) != c.keyShard {
 			t.Errorf("--tp %d: key cache shard %v (%v), want %s", c.tp, dims, err, c.keyShard)
 		}

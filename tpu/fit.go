@@ -24,6 +24,10 @@ type FitRequest struct {
 	// StateBytes is the KV cache (or recurrent state) for the longest
 	// context and batch to be served (lm.StateBytes).
 	StateBytes int64 `json:"state_bytes"`
+	// KVWeightBytes is the part of WeightBytes in the key and value
+	// projections (lm.KVColumn), which every chip holds whole at a TP
+	// degree above the KV heads; 0 when unknown.
+	KVWeightBytes int64 `json:"kv_weight_bytes,omitempty"`
 	// Headroom is the fraction added for activations and runtime buffers,
 	// 0 to MaxHeadroom; nil means DefaultHeadroom.
 	Headroom *float64 `json:"headroom"`
@@ -51,8 +55,9 @@ type FitResult struct {
 	// TotalBytes is (weights + state) * (1 + headroom).
 	TotalBytes int64 `json:"total_bytes"`
 	// PerChipBytes is TotalBytes / TP, rounded up; where TP is above the
-	// KV heads, the state counts whole on every chip: (weights / TP +
-	// state) * (1 + headroom).
+	// KV heads, the KV projections and the state count whole on every
+	// chip: ((weights - KV weights) / TP + KV weights + state) *
+	// (1 + headroom).
 	PerChipBytes int64 `json:"per_chip_bytes"`
 	// HBMBytes is the HBM of one chip.
 	HBMBytes int64 `json:"hbm_bytes"`
@@ -61,8 +66,8 @@ type FitResult struct {
 }
 
 func (r FitRequest) validate() (float64, error) {
-	if r.WeightBytes < 0 || r.StateBytes < 0 {
-		return 0, errs.Usagef("memory fit: weight bytes (%d) and state bytes (%d) must not be negative", r.WeightBytes, r.StateBytes)
+	if r.WeightBytes < 0 || r.StateBytes < 0 || r.KVWeightBytes < 0 || r.KVWeightBytes > r.WeightBytes {
+		return 0, errs.Usagef("memory fit: weight bytes (%d), of which KV projections %d, and state bytes (%d) must not be negative", r.WeightBytes, r.KVWeightBytes, r.StateBytes)
 	}
 	if r.NumHeads < 0 || r.NumKVHeads < 0 {
 		return 0, errs.Usagef("memory fit: head counts must not be negative (heads %d, kv heads %d)", r.NumHeads, r.NumKVHeads)
@@ -98,21 +103,41 @@ func TPDegree(chips, numHeads, numKVHeads int) int {
 }
 
 // perChip is one chip's share of req at TP degree tp: (weights + state) /
-// tp, or weights / tp + state where tp is above the KV heads (the KV
-// caches whole on every chip), with headroom; rounded up.
+// tp, or (weights - KV weights) / tp + KV weights + state where tp is
+// above the KV heads (the KV projections and caches whole on every
+// chip), with headroom; rounded up.
 func (r FitRequest) perChip(tp int, headroom float64) int64 {
 	if r.NumKVHeads <= 0 || r.NumKVHeads%tp == 0 {
 		return ceilDiv(r.totalBytes(headroom), int64(tp))
 	}
-	per := math.Ceil((float64(r.WeightBytes)/float64(tp) + float64(r.StateBytes)) * (1 + headroom))
+	split := float64(r.WeightBytes - r.KVWeightBytes)
+	per := math.Ceil((split/float64(tp) + float64(r.KVWeightBytes) + float64(r.StateBytes)) * (1 + headroom))
 	if per >= math.MaxInt64 {
 		return math.MaxInt64
 	}
 	return int64(per)
 }
 
+// bestTP is the TP degree <= chips the head counts allow whose share per
+// chip is the smallest (the larger degree on a tie): the largest one,
+// unless it is above the KV heads and the state held whole on every chip
+// outweighs what a smaller degree splits.
+func (r FitRequest) bestTP(chips int, headroom float64) (tp int, per int64) {
+	tp, per = 1, r.perChip(1, headroom)
+	for d := 2; d <= chips; d++ {
+		if TPDegree(d, r.NumHeads, r.NumKVHeads) != d {
+			continue
+		}
+		if p := r.perChip(d, headroom); p <= per {
+			tp, per = d, p
+		}
+	}
+	return tp, per
+}
+
 // FitChip finds the smallest of chip's usual slice sizes whose tensor-parallel
-// shards fit in HBM: ceil(total / TP) <= HBM per chip.
+// shards fit in HBM: the smallest per-chip share of the TP degrees the
+// slice allows (bestTP) <= HBM per chip.
 func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 	headroom, err := req.validate()
 	if err != nil {
@@ -121,8 +146,7 @@ func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 	total := req.totalBytes(headroom)
 	res := FitResult{Generation: chip.Generation, TotalBytes: total, HBMBytes: chip.HBMBytes()}
 	for _, n := range chip.SliceSizes {
-		tp := TPDegree(n, req.NumHeads, req.NumKVHeads)
-		per := req.perChip(tp, headroom)
+		tp, per := req.bestTP(n, headroom)
 		res.Chips, res.Hosts, res.TP, res.PerChipBytes = n, chip.Hosts(n), tp, per
 		if per <= res.HBMBytes {
 			res.Fits = true
@@ -130,10 +154,14 @@ func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 		}
 	}
 	largest := chip.SliceSizes[len(chip.SliceSizes)-1]
-	if res.TP < largest {
+	switch {
+	case res.TP < TPDegree(largest, req.NumHeads, req.NumKVHeads):
+		res.Reason = fmt.Sprintf("needs %s per chip at tensor-parallel degree %d, the least of those the head counts allow (above it the KV caches are whole on every chip), over the %d GiB of a %s chip",
+			humanize.Bytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
+	case res.TP < largest:
 		res.Reason = fmt.Sprintf("needs %s per chip at the largest tensor-parallel degree the head counts allow (%d), over the %d GiB of a %s chip",
 			humanize.Bytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
-	} else {
+	default:
 		res.Reason = fmt.Sprintf("needs %s per chip even on %d chips, over the %d GiB of a %s chip",
 			humanize.Bytes(res.PerChipBytes), largest, chip.HBMGiB, chip.Generation)
 	}

@@ -49,6 +49,26 @@ func TestFit8B(t *testing.T) {
 	r := fitByGen(t, req)["v5e"]
 	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 4, Hosts: 1, TP: 4,
 		TotalBytes: total, PerChipBytes: 7069606196, HBMBytes: 16 << 30}, r)
+	// With 1e9 of those weights in the k/v projections, whole on each
+	// chip too: ceil((15e9/4 + 1e9 + 2 GiB) * 1.15) = 7932106196.
+	req.KVWeightBytes = 1e9
+	r = fitByGen(t, req)["v5e"]
+	assert.Equal(t, 4, r.TP)
+	assert.Equal(t, int64(7932106196), r.PerChipBytes)
+	// A state so large that holding it whole on every chip costs more
+	// than splitting fewer ways: 12e9 of KV cache, 2 KV heads, 4 chips:
+	// TP 4 needs (16e9/4 + 12e9) * 1.15 = 18.4e9 > 16 GiB, TP 2
+	// 28e9/2 * 1.15 = 16.1e9, which fits.
+	big := FitRequest{WeightBytes: 16e9, StateBytes: 12e9, NumHeads: 32, NumKVHeads: 2}
+	r = fitByGen(t, big)["v5e"]
+	assert.Equal(t, FitResult{Generation: "v5e", Fits: true, Chips: 4, Hosts: 1, TP: 2,
+		TotalBytes: 32200000000, PerChipBytes: 161e8, HBMBytes: 16 << 30}, r)
+	// 100e9 of state fits no v5e slice; the least share is TP 2's.
+	big.StateBytes = 100e9
+	r = fitByGen(t, big)["v5e"]
+	assert.False(t, r.Fits)
+	assert.Equal(t, 2, r.TP)
+	assert.Contains(t, r.Reason, "at tensor-parallel degree 2, the least of those the head counts allow")
 
 }
 
@@ -88,6 +108,16 @@ func TestFit70B(t *testing.T) {
 	assert.Contains(t, v5e.Reason, "16 GiB of a v5e chip")
 }
 
+// TestFitHugeStateAboveKVHeads: shares that overflow an int64 above the
+// KV heads clamp to the largest one and never fit.
+func TestFitHugeStateAboveKVHeads(t *testing.T) {
+	v6e, _ := LookupChip("v6e")
+	r, err := FitChip(v6e, FitRequest{WeightBytes: 1 << 62, KVWeightBytes: 1 << 61, StateBytes: 1 << 62, NumHeads: 32, NumKVHeads: 2})
+	require.NoError(t, err)
+	assert.False(t, r.Fits)
+	assert.Positive(t, r.PerChipBytes)
+}
+
 func TestFitTooBig(t *testing.T) {
 	v6e, _ := LookupChip("v6e")
 	r, err := FitChip(v6e, FitRequest{WeightBytes: 10 << 40}) // 10 TiB
@@ -103,6 +133,8 @@ func TestFitValidation(t *testing.T) {
 		{StateBytes: -5},
 		{WeightBytes: 1, Headroom: new(-0.1)},
 		{WeightBytes: 1, NumKVHeads: -2},
+		{WeightBytes: 1, KVWeightBytes: 2},
+		{WeightBytes: 1, KVWeightBytes: -1},
 	} {
 		_, err := FitAll(req)
 		assert.ErrorIs(t, err, errs.ErrUsage, "%+v", req)

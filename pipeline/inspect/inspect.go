@@ -251,6 +251,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	r.Params.Tensors = len(tensors)
 
 	var kvElem int
+	var kvWeights int64 // the k/v projections' share of the weights (tpu.FitRequest.KVWeightBytes)
 	switch m.Kind {
 	case loader.Diffusers:
 		r.ClassName = m.Index.ClassName
@@ -306,6 +307,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			}
 		}
 		r.Memory.Weights = weightBytes(tensors, skip, elem, quant)
+		if arch != nil && opts.Quantize == "" {
+			kvWeights = kvWeightBytes(tensors, skip, elem, quant, arch)
+		}
 		if opts.Quantize != "" {
 			if arch == nil {
 				return nil, &errs.OptionError{Owner: "Options", Option: "Quantize", Value: opts.Quantize, Kind: errs.ErrUnsupported,
@@ -368,7 +372,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	if fit == nil {
 		fit = tpu.FitAll
 	}
-	req := tpu.FitRequest{WeightBytes: r.Memory.Weights, StateBytes: r.Memory.State.Total(), Headroom: opts.Headroom}
+	req := tpu.FitRequest{WeightBytes: r.Memory.Weights, StateBytes: r.Memory.State.Total(), Headroom: opts.Headroom, KVWeightBytes: kvWeights}
 	if r.Text != nil {
 		req.NumHeads, req.NumKVHeads = r.Text.Heads, r.Text.KVHeads
 	}
@@ -496,6 +500,25 @@ func mxfp4Part(t safetensors.TensorInfo) string {
 		return "scales"
 	}
 	return ""
+}
+
+// kvWeightBytes is the part of weightBytes in arch's key and value
+// projections (lm.KVColumn), which every chip holds whole at a TP degree
+// above the KV heads.
+func kvWeightBytes(ts []safetensors.TensorInfo, skip []string, elem int, q *quantParts, arch lm.Model) int64 {
+	kv := map[string]bool{}
+	for _, w := range lm.Weights(arch) {
+		if w.TP == lm.KVColumn {
+			kv[w.Name] = true
+		}
+	}
+	var n int64
+	for i, t := range ts {
+		if (skip == nil || skip[i] == "") && kv[t.Name] {
+			n += weightBytes(ts[i:i+1], nil, elem, q)
+		}
+	}
+	return n
 }
 
 // paramsOf is the number of parameters a tensor holds: its elements, two

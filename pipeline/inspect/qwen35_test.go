@@ -17,6 +17,7 @@ import (
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
+	"github.com/tputool/tputool/tpu"
 )
 
 // writeSparseCheckpoint writes a safetensors file whose header lists the
@@ -303,12 +304,19 @@ func TestQwen3Next80B(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	var fitReq tpu.FitRequest
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16",
+		Fit: func(req tpu.FitRequest) ([]tpu.FitResult, error) { fitReq = req; return tpu.FitAll(req) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Params.Used != params {
 		t.Errorf("used %d, the architecture reads %d", r.Params.Used, params)
+	}
+	// The k/v projections of the 12 attention layers, bf16: whole on
+	// every chip at a TP degree above the 2 KV heads.
+	if want := int64(12 * 2 * 512 * 2048 * 2); fitReq.KVWeightBytes != want {
+		t.Errorf("fit request's k/v projection bytes %d, want %d", fitReq.KVWeightBytes, want)
 	}
 	if b := float64(params) / 1e9; b < 79.6 || b > 79.7 {
 		t.Errorf("%.3fB parameters, want 79.67B", b)

@@ -205,9 +205,10 @@ const (
 	// KVColumn: a key or value projection [KVHeads·D, in] or its bias:
 	// split as Column (whole KV heads per device) where the TP degree
 	// divides num_key_value_heads; replicated where the degree is a
-	// multiple of them (more devices than KV heads, as vLLM replicates
-	// them): every device then computes the KV heads its query heads
-	// read, and holds the KV caches whole.
+	// multiple of them (more devices than KV heads): every device then
+	// computes every KV head and holds the KV caches whole (vLLM instead
+	// gives each device the one KV head its query heads read, 1/KV of
+	// the caches).
 	KVColumn
 )
 
