@@ -179,7 +179,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		return err
 	}
 	opts.Speculate.apply(&first, rep, runner, 1, draft.Model()) // says whether it runs
-	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, dtype, opts.KVDType, opts.HostMemory); err != nil {
+	if err := checkStateFits(loaded.Model, 1, spec.MaxPositions, 0, opts.TP, opts.DP, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		rep.Warnf("a conversation as long as the model's %d positions may not fit in memory: %v", spec.MaxPositions, err)
 	}
 	rep.Debugf("ready in %s", opts.Now().Sub(start).Round(time.Millisecond))

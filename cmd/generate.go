@@ -402,7 +402,7 @@ func generateRun(ctx context.Context, opts *GenerateOptions) error {
 		rep.Debugf("max new tokens %d capped to %d by max_position_embeddings %d", gen.MaxNewTokens, room, spec.MaxPositions)
 		gen.MaxNewTokens = room
 	}
-	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, dtype, opts.KVDType, opts.HostMemory); err != nil {
+	if err := checkStateFits(loaded.Model, len(ids), longest, gen.MaxNewTokens, opts.TP, opts.DP, dtype, opts.KVDType, opts.HostMemory); err != nil {
 		return err
 	}
 	if err := draft.checkStateFits(loaded.Model, longest, gen.MaxNewTokens, opts.Speculate.Draft, dtype, opts.KVDType, opts.HostMemory); err != nil {

@@ -179,7 +179,7 @@ func TestMTPStateFits(t *testing.T) {
 	slots, ok := lm.StateBytes(l.Model, 2, context, f32, none)
 	require.True(t, ok)
 	exactly := func(n int64) func() int64 { return func() int64 { return n } }
-	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain)))
+	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, 1, 1, f32, none, exactly(plain)))
 	require.NoError(t, checkSlotsFit(l.Model, 2, context, 0, f32, none, exactly(slots), nil))
 
 	weights := l.HeldBytes(lm.Holding{Compute: f32})
@@ -188,10 +188,10 @@ func TestMTPStateFits(t *testing.T) {
 	head, ok := mtpStateNeed(l.Model, prompt+maxNew, f32, none)
 	require.True(t, ok)
 	assert.Positive(t, head)
-	err = checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain))
+	err = checkStateFits(l.Model, 1, prompt, maxNew, 1, 1, f32, none, exactly(plain))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "and the multi-token-prediction head's needs "+humanize.Bytes(plain+head))
-	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, f32, none, exactly(plain+head)))
+	require.NoError(t, checkStateFits(l.Model, 1, prompt, maxNew, 1, 1, f32, none, exactly(plain+head)))
 	err = checkSlotsFit(l.Model, 2, context, 0, f32, none, exactly(slots), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "and the multi-token-prediction head's needs")

@@ -22,8 +22,10 @@ import (
 // allocation, with the figure in the message, so that a config with an
 // absurd max_position_embeddings and a large --max-new-tokens (or
 // generation_config.json max_new_tokens) fails cleanly instead of crashing
-// the process.
-func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
+// the process. Over tp x dp devices every device's shard is built on the
+// host (compile.HostStateBytes: what all of them hold whole counts once a
+// device).
+func checkStateFits(m lm.Model, batch, longestPrompt, maxNew, tp, dp int, dtype, kv dtypes.DType, hostMemoryFn func() int64) error {
 	var hostMemory int64
 	if hostMemoryFn != nil {
 		hostMemory = hostMemoryFn()
@@ -31,6 +33,10 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew int, dtype, kv dtyp
 	positions, need, ok := stateNeed(m, batch, longestPrompt, maxNew, dtype, kv)
 	spec := m.Spec()
 	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
+	if ok && tp*dp > 1 {
+		need, ok = compile.HostStateBytes(m, tp, dp, batch, positions, dtype, kv)
+		what += fmt.Sprintf(", built on the host for %d devices", tp*dp)
+	}
 	if spec.Encoder { // and a step's attention scores over the whole input
 		need += compile.EncoderScoreBytes(spec, batch, longestPrompt)
 		what = fmt.Sprintf("the attention scores of %d input(s) of %d tokens (%d heads, f32)", batch, longestPrompt, spec.Heads)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/distributed"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -253,6 +254,37 @@ func (p *ShardPlan) State(s lm.StateSpec) *distributed.ShardingSpec {
 		axes = append(axes, distributed.AxisSpec{MeshModel})
 	}
 	return &distributed.ShardingSpec{Mesh: p.Mesh, Axes: axes}
+}
+
+// HostStateBytes is the host memory m's layer state takes while a runner
+// with TP and DP devices allocates it (batch sequences, cacheLen
+// positions): every device's shard is built on the host before its
+// upload, so a tensor split over the devices counts once and one they
+// all hold whole (recurrent state; KV caches above the KV heads) counts
+// once a device. With one device, or a plan the runner would refuse,
+// it is lm.StateBytes.
+func HostStateBytes(m lm.Model, tp, dp, batch, cacheLen int, dtype, kv dtypes.DType) (int64, bool) {
+	if tp*dp <= 1 {
+		return lm.StateBytes(m, batch, cacheLen, dtype, kv)
+	}
+	p, err := PlanShards(m, tp, dp)
+	if err != nil {
+		return lm.StateBytes(m, batch, cacheLen, dtype, kv)
+	}
+	var shards []lm.StateSpec
+	for i := 0; i < m.Spec().Layers; i++ {
+		for _, s := range lm.HeldState(m, i, batch, cacheLen, kv) {
+			dims, err := ShardShape(p.State(s), s.Shape)
+			if err != nil {
+				return lm.StateBytes(m, batch, cacheLen, dtype, kv)
+			}
+			s.Shape = dims
+			for range tp * dp {
+				shards = append(shards, s)
+			}
+		}
+	}
+	return lm.SpecsBytes(shards, dtype, kv)
 }
 
 // ShardShape is the shape one device holds of a tensor of logical shape

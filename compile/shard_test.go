@@ -684,3 +684,48 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 		})
 	}
 }
+
+// TestHostStateBytes: the host builds every device's shard of the layer
+// state, so a state the devices split counts once and one they all hold
+// whole counts once a device: the tiny Qwen2's KV caches split by KV head
+// at --tp 4 (once) and whole above its 4 KV heads at --tp 8 (8 times);
+// Qwen3-Next's recurrent state is whole on every device at any degree.
+func TestHostStateBytes(t *testing.T) {
+	f32, none := dtypes.Float32, dtypes.InvalidDType
+	l := tinyLoaded(t, "Qwen2ForCausalLM", false, true)
+	one, _ := lm.StateBytes(l.Model, 2, 64, f32, none)
+	for tp, copies := range map[int]int64{1: 1, 4: 1, 8: 8} {
+		if n, ok := HostStateBytes(l.Model, tp, 1, 2, 64, f32, none); !ok || n != copies*one {
+			t.Errorf("--tp %d: %d bytes (ok %v), want %d x %d", tp, n, ok, copies, one)
+		}
+	}
+	if n, _ := HostStateBytes(l.Model, 4, 2, 2, 64, f32, none); n != one { // the batch split over "data" too
+		t.Errorf("--tp 4 --dp 2: %d bytes, want %d", n, one)
+	}
+
+	c := qwenref.TinyQwen3Next()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	next, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	m := next.Model
+	var kvBytes, recBytes int64
+	for i := 0; i < m.Spec().Layers; i++ {
+		n, _ := lm.SpecsBytes(lm.HeldState(m, i, 1, 64, none), f32, none)
+		if m.LayerKind(i) == lm.KindFull {
+			kvBytes += n
+		} else {
+			recBytes += n
+		}
+	}
+	for tp, want := range map[int]int64{2: kvBytes + 2*recBytes, 4: 4 * (kvBytes + recBytes)} {
+		if n, ok := HostStateBytes(m, tp, 1, 1, 64, f32, none); !ok || n != want {
+			t.Errorf("Qwen3-Next --tp %d: %d bytes (ok %v), want %d (KV %d, recurrent %d)", tp, n, ok, want, kvBytes, recBytes)
+		}
+	}
+}

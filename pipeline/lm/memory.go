@@ -43,6 +43,12 @@ func MTPStateBytes(m Model, cacheLen int, dtype, kv dtypes.DType) (n int64, ok b
 	return addSpecBytes(0, HeldSpecs(mm.MTPState(1, cacheLen), kv), dtype, kv)
 }
 
+// SpecsBytes is the memory specs take, each held as StateSpec.HeldIn
+// says (StateBytes for a model's layers); ok is false on an overflow.
+func SpecsBytes(specs []StateSpec, dtype, kv dtypes.DType) (int64, bool) {
+	return addSpecBytes(0, specs, dtype, kv)
+}
+
 // addSpecBytes adds the bytes of specs, held as StateSpec.HeldIn says, to
 // total; ok is false when a dimension is negative or the sum overflows an
 // int64.
