@@ -70,7 +70,7 @@ func (l *Loaded) WithMTP() error {
 		return errs.Unsupportedf("%s (%s) has no multi-token-prediction head tputool reads (Qwen3.5, Qwen3.5-MoE and Qwen3-Next have one)", arch, l.Dir)
 	}
 	if mt.MTPLayers() == 0 {
-		return errs.Unsupportedf("%s: its config (%s) declares no multi-token-prediction head (mtp_num_hidden_layers is 0 or absent; Qwen3-Next's num_nextn_predict_layers is 0)", l.Dir, l.Config.Path)
+		return errs.Unsupportedf("%s: its config (%s) declares no multi-token-prediction head (mtp_num_hidden_layers is 0 or absent; for Qwen3-Next, num_nextn_predict_layers or mtp_num_hidden_layers is 0)", l.Dir, l.Config.Path)
 	}
 	m, err := mt.WithMTP()
 	if err != nil {
