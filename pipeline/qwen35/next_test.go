@@ -19,7 +19,8 @@ import (
 // prompts and decode steps, against the float64 reference: every layer
 // sparse; some layers dense (mlp_only_layers) with the router's top k
 // not renormalised (norm_topk_prob false), in the graph and routed on
-// the host; and the dense model (num_experts 0). A checkpoint read with
+// the host; the dense model (num_experts 0); and the experts stacked as
+// transformers v5 re-saves them (with a dense layer). A checkpoint read with
 // the fused rows taken flat ([q k v | z], [b | a]: no grouping by key
 // head) gives other logits.
 func TestQwen3NextMatchesReference(t *testing.T) {
@@ -30,7 +31,9 @@ func TestQwen3NextMatchesReference(t *testing.T) {
 	mixed.MLPOnly, mixed.KeepTopK, mixed.Tied, mixed.Seed = []int{1, 4}, true, true, 81
 	dense := qwenref.TinyQwen3Next()
 	dense.Experts, dense.Seed = 0, 82
-	for name, c := range map[string]qwenref.Qwen35{"sparse": qwenref.TinyQwen3Next(), "mixed": mixed, "dense": dense} {
+	stacked := qwenref.TinyQwen3Next()
+	stacked.Stacked, stacked.MLPOnly = true, []int{2}
+	for name, c := range map[string]qwenref.Qwen35{"sparse": qwenref.TinyQwen3Next(), "mixed": mixed, "dense": dense, "stacked": stacked} {
 		t.Run(name, func(t *testing.T) {
 			dir, l := writeTiny(t, c)
 			withChunk(t, l, 4)

@@ -98,7 +98,8 @@ func (c Qwen35) unfuseNext(w Weights) {
 }
 
 // writeNext writes the Qwen3-Next checkpoint: the Qwen3.5 layout's draws
-// (Tensors, in order), the DeltaNet projections fused (fuseNext).
+// (Tensors, in order), the DeltaNet projections fused (fuseNext), and with
+// Stacked the experts as writeStacked stacks them.
 func (c Qwen35) writeNext(dir string) error {
 	if c.VHeads%c.KHeads != 0 {
 		return fmt.Errorf("qwenref: VHeads %d is not a multiple of KHeads %d", c.VHeads, c.KHeads)
@@ -135,8 +136,26 @@ func (c Qwen35) writeNext(dir string) error {
 				return err
 			}
 		case strings.HasSuffix(t.Name, "in_proj_z.weight"), strings.HasSuffix(t.Name, "in_proj_b.weight"), strings.HasSuffix(t.Name, "in_proj_a.weight"):
+		case c.Stacked && strings.Contains(t.Name, ".mlp.experts."):
 		default:
 			if err := put(t.Name, t.Shape, vals[t.Name]); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Stacked {
+		H, I := c.Hidden, c.MoEIntermediate
+		for _, p := range c.expertPrefixes() {
+			var gateUp, down []float32
+			for e := 0; e < c.Experts; e++ {
+				q := fmt.Sprintf("%s%d.", p, e)
+				gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
+				down = append(down, vals[q+"down_proj.weight"]...)
+			}
+			if err := put(p+"gate_up_proj", []int{c.Experts, 2 * I, H}, gateUp); err != nil {
+				return err
+			}
+			if err := put(p+"down_proj", []int{c.Experts, H, I}, down); err != nil {
 				return err
 			}
 		}

@@ -51,7 +51,7 @@ type Qwen35 struct {
 	// Next writes the checkpoint as Qwen3-Next's (Qwen3NextForCausalLM,
 	// model_type qwen3_next: Qwen3NextConfig's flat fields, model.*
 	// names, the experts one tensor per expert as released, and, without
-	// MTP, three mtp.* stand-ins): each DeltaNet layer's in_proj_qkv and
+	// MTP, three mtp.* stand-ins; stacks with Stacked): each DeltaNet layer's in_proj_qkv and
 	// in_proj_z fused into in_proj_qkvz and in_proj_b and in_proj_a into
 	// in_proj_ba, their rows grouped by key head as
 	// Qwen3NextGatedDeltaNet.fix_query_key_value_ordering splits them
