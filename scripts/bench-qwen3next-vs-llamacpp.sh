@@ -15,7 +15,10 @@
 # vocabulary (scripts/pad-tokenizer.py). ollama imports the Hugging Face
 # folder itself (`ollama create`, its convert_qwen3next.go, which splits
 # in_proj_qkvz into its q/k/v and gate matrices). Q8=1 also runs tputool
-# with --quantize int8 against ollama's q8_0 of the same import.
+# with --quantize int8 against ollama's q8_0 of the same import, and Q4=1
+# --quantize int4 against its q4_K_M. ollama samples (temperature 1,
+# top-k 40, a fixed seed): greedy decoding of a random model can repeat
+# one token, and ollama ends a generation after 30 repeats.
 #
 #   OLLAMA=/path/to/ollama scripts/bench-qwen3next-vs-llamacpp.sh
 #
@@ -65,7 +68,16 @@ fi
 if [ "${Q8:-0}" = 1 ] && ! "$OLLAMA" list | grep -q '^qwen3next-q8'; then
   "$OLLAMA" create qwen3next-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 fi
-name() { if [ -n "$1" ]; then echo qwen3next-q8; else echo qwen3next-bf16; fi; }
+if [ "${Q4:-0}" = 1 ] && ! "$OLLAMA" list | grep -q '^qwen3next-q4'; then
+  "$OLLAMA" create qwen3next-q4 --quantize q4_K_M -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+fi
+name() {
+  case "$1" in
+  int8) echo qwen3next-q8 ;;
+  int4) echo qwen3next-q4 ;;
+  *) echo qwen3next-bf16 ;;
+  esac
+}
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
 ollama_tok_s() { # median decode tok/s of 3 generations of model $1
@@ -82,6 +94,7 @@ tputool_tok_s() { # median decode tok/s of --repeat 3
 }
 quant=("")
 [ "${Q8:-0}" = 1 ] && quant+=(int8)
+[ "${Q4:-0}" = 1 ] && quant+=(int4)
 for q in "${quant[@]}"; do ollama_tok_s "$(name "$q")" > /dev/null; done # load and warm
 echo "round  weights  tputool_tok_s  ollama_tok_s  ratio  load_avg"
 for r in $(seq "$ROUNDS"); do
