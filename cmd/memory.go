@@ -34,8 +34,11 @@ func checkStateFits(m lm.Model, batch, longestPrompt, maxNew, tp, dp int, dtype,
 	spec := m.Spec()
 	what := fmt.Sprintf("the KV cache for %d sequence(s) of %d positions (%d layers, %s)", batch, positions, spec.Layers, kvOr(kv, dtype))
 	if ok && tp*dp > 1 {
-		need, ok = compile.HostStateBytes(m, tp, dp, batch, positions, dtype, kv)
-		what += fmt.Sprintf(", built on the host for %d devices", tp*dp)
+		host, okHost := compile.HostStateBytes(m, tp, dp, batch, positions, dtype, kv)
+		if host != need {
+			what += fmt.Sprintf(", built on the host for %d devices", tp*dp)
+		}
+		need, ok = host, okHost
 	}
 	if spec.Encoder { // and a step's attention scores over the whole input
 		need += compile.EncoderScoreBytes(spec, batch, longestPrompt)

@@ -28,6 +28,10 @@ type FitRequest struct {
 	// projections (lm.KVColumn), which every chip holds whole at a TP
 	// degree above the KV heads; 0 when unknown.
 	KVWeightBytes int64 `json:"kv_weight_bytes,omitempty"`
+	// WholeStateBytes is the part of StateBytes every chip holds whole at
+	// any TP degree: recurrent state, and KV caches of layers whose KV
+	// heads are not NumKVHeads (Gemma 4's global layers); 0 when unknown.
+	WholeStateBytes int64 `json:"whole_state_bytes,omitempty"`
 	// Headroom is the fraction added for activations and runtime buffers,
 	// 0 to MaxHeadroom; nil means DefaultHeadroom.
 	Headroom *float64 `json:"headroom"`
@@ -48,9 +52,10 @@ type FitResult struct {
 	Chips int `json:"chips"`
 	// Hosts is the number of TPU VMs that slice spans.
 	Hosts int `json:"hosts"`
-	// TP is the suggested tensor-parallel degree: Chips, or the largest
-	// divisor of the head counts below it. Chips beyond TP would hold
-	// replicas (data parallelism) and do not add memory for one replica.
+	// TP is the suggested tensor-parallel degree: of those the head counts
+	// allow up to Chips, the one whose share per chip is least (see
+	// bestTP). Chips beyond TP would hold replicas (data parallelism) and
+	// do not add memory for one replica.
 	TP int `json:"tp"`
 	// TotalBytes is (weights + state) * (1 + headroom).
 	TotalBytes int64 `json:"total_bytes"`
@@ -66,8 +71,13 @@ type FitResult struct {
 }
 
 func (r FitRequest) validate() (float64, error) {
-	if r.WeightBytes < 0 || r.StateBytes < 0 || r.KVWeightBytes < 0 || r.KVWeightBytes > r.WeightBytes {
-		return 0, errs.Usagef("memory fit: weight bytes (%d), of which KV projections %d, and state bytes (%d) must not be negative", r.WeightBytes, r.KVWeightBytes, r.StateBytes)
+	if r.WeightBytes < 0 || r.StateBytes < 0 || r.KVWeightBytes < 0 || r.WholeStateBytes < 0 {
+		return 0, errs.Usagef("memory fit: weight bytes (%d), KV projection bytes (%d), state bytes (%d) and whole state bytes (%d) must not be negative",
+			r.WeightBytes, r.KVWeightBytes, r.StateBytes, r.WholeStateBytes)
+	}
+	if r.KVWeightBytes > r.WeightBytes || r.WholeStateBytes > r.StateBytes {
+		return 0, errs.Usagef("memory fit: KV projection bytes (%d) are part of the weight bytes (%d), whole state bytes (%d) part of the state bytes (%d)",
+			r.KVWeightBytes, r.WeightBytes, r.WholeStateBytes, r.StateBytes)
 	}
 	if r.NumHeads < 0 || r.NumKVHeads < 0 {
 		return 0, errs.Usagef("memory fit: head counts must not be negative (heads %d, kv heads %d)", r.NumHeads, r.NumKVHeads)
@@ -102,16 +112,24 @@ func TPDegree(chips, numHeads, numKVHeads int) int {
 	return 1
 }
 
-// perChip is one chip's share of req at TP degree tp: (weights + state) /
-// tp, or (weights - KV weights) / tp + KV weights + state where tp is
-// above the KV heads (the KV projections and caches whole on every
-// chip), with headroom; rounded up.
+// perChip is one chip's share of req at TP degree tp, with headroom,
+// rounded up: the weights and the state split tp ways, except what every
+// chip holds whole: the whole state (recurrent, other layers' KV caches)
+// at any degree above 1, and where tp is above the KV heads the KV
+// projections and every KV cache too.
 func (r FitRequest) perChip(tp int, headroom float64) int64 {
-	if r.NumKVHeads <= 0 || r.NumKVHeads%tp == 0 {
+	above := r.NumKVHeads > 0 && r.NumKVHeads%tp != 0
+	if tp == 1 || (!above && r.WholeStateBytes == 0) {
 		return ceilDiv(r.totalBytes(headroom), int64(tp))
 	}
-	split := float64(r.WeightBytes - r.KVWeightBytes)
-	per := math.Ceil((split/float64(tp) + float64(r.KVWeightBytes) + float64(r.StateBytes)) * (1 + headroom))
+	weights, whole := float64(r.WeightBytes), float64(r.WholeStateBytes)
+	split := float64(r.StateBytes - r.WholeStateBytes)
+	if above { // the KV projections and caches whole too
+		weights -= float64(r.KVWeightBytes)
+		whole += float64(r.KVWeightBytes) + split
+		split = 0
+	}
+	per := math.Ceil(((weights+split)/float64(tp) + whole) * (1 + headroom))
 	if per >= math.MaxInt64 {
 		return math.MaxInt64
 	}
@@ -156,7 +174,7 @@ func FitChip(chip Chip, req FitRequest) (FitResult, error) {
 	largest := chip.SliceSizes[len(chip.SliceSizes)-1]
 	switch {
 	case res.TP < TPDegree(largest, req.NumHeads, req.NumKVHeads):
-		res.Reason = fmt.Sprintf("needs %s per chip at tensor-parallel degree %d, the least of those the head counts allow (above it the KV caches are whole on every chip), over the %d GiB of a %s chip",
+		res.Reason = fmt.Sprintf("needs %s per chip at tensor-parallel degree %d, the least share of the degrees the head counts allow (above it the KV caches are whole on every chip), over the %d GiB of a %s chip",
 			humanize.Bytes(res.PerChipBytes), res.TP, chip.HBMGiB, chip.Generation)
 	case res.TP < largest:
 		res.Reason = fmt.Sprintf("needs %s per chip at the largest tensor-parallel degree the head counts allow (%d), over the %d GiB of a %s chip",

@@ -68,7 +68,19 @@ func TestFit8B(t *testing.T) {
 	r = fitByGen(t, big)["v5e"]
 	assert.False(t, r.Fits)
 	assert.Equal(t, 2, r.TP)
-	assert.Contains(t, r.Reason, "at tensor-parallel degree 2, the least of those the head counts allow")
+	assert.Contains(t, r.Reason, "at tensor-parallel degree 2, the least share of the degrees the head counts allow")
+
+	// State every chip holds whole at any degree (recurrent state, other
+	// layers' caches): 8 GiB of the 12e9, at TP 4 over 8 KV heads:
+	// ceil(((16e9 + 12e9 - 8 GiB) / 4 + 8 GiB) * 1.15) = 15458818586.
+	whole := FitRequest{WeightBytes: 16e9, StateBytes: 12e9, WholeStateBytes: 8 << 30, NumHeads: 32, NumKVHeads: 8}
+	r = fitByGen(t, whole)["v5e"]
+	assert.Equal(t, 4, r.TP)
+	assert.Equal(t, int64(15458818586), r.PerChipBytes)
+	// Nothing to hold: every allowed degree ties at 0, and the larger
+	// one is taken.
+	r = fitByGen(t, FitRequest{NumHeads: 8, NumKVHeads: 2})["v5p"]
+	assert.Equal(t, 4, r.TP)
 
 }
 
@@ -108,13 +120,16 @@ func TestFit70B(t *testing.T) {
 	assert.Contains(t, v5e.Reason, "16 GiB of a v5e chip")
 }
 
-// TestFitHugeStateAboveKVHeads: shares that overflow an int64 above the
-// KV heads clamp to the largest one and never fit.
+// TestFitHugeStateAboveKVHeads: a share that overflows an int64 above
+// the KV heads (8e18 of state whole on every chip, with headroom) clamps
+// to the largest one instead of wrapping to a negative share that would
+// "fit"; the least share is then TP 2's, which does not fit either.
 func TestFitHugeStateAboveKVHeads(t *testing.T) {
 	v6e, _ := LookupChip("v6e")
-	r, err := FitChip(v6e, FitRequest{WeightBytes: 1 << 62, KVWeightBytes: 1 << 61, StateBytes: 1 << 62, NumHeads: 32, NumKVHeads: 2})
+	r, err := FitChip(v6e, FitRequest{WeightBytes: 1e18, StateBytes: 8e18, NumHeads: 32, NumKVHeads: 2})
 	require.NoError(t, err)
 	assert.False(t, r.Fits)
+	assert.Equal(t, 2, r.TP)
 	assert.Positive(t, r.PerChipBytes)
 }
 
@@ -135,6 +150,8 @@ func TestFitValidation(t *testing.T) {
 		{WeightBytes: 1, NumKVHeads: -2},
 		{WeightBytes: 1, KVWeightBytes: 2},
 		{WeightBytes: 1, KVWeightBytes: -1},
+		{StateBytes: 1, WholeStateBytes: 2},
+		{StateBytes: 1, WholeStateBytes: -1},
 	} {
 		_, err := FitAll(req)
 		assert.ErrorIs(t, err, errs.ErrUsage, "%+v", req)

@@ -72,16 +72,7 @@ func archStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) State
 	var s State
 	for i := 0; i < m.Spec().Layers; i++ {
 		for _, st := range lm.HeldState(m, i, batch, context, kv) {
-			n := int64(elem)
-			switch {
-			case st.DType != dtypes.InvalidDType:
-				n = int64(st.DType.Size())
-			case st.KV && kv != dtypes.InvalidDType:
-				n = int64(kv.Size())
-			}
-			for _, d := range st.Shape {
-				n = satMul(n, int64(d))
-			}
+			n := heldBytes(st, elem, kv)
 			if st.SlotAxis != lm.NoSlots {
 				s.KVCache = satAdd(s.KVCache, n)
 			} else {
@@ -90,6 +81,41 @@ func archStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) State
 		}
 	}
 	return s
+}
+
+// archWholeStateBytes is the part of archStateBytes every device holds
+// whole under tensor parallelism at any degree (tpu.FitRequest's
+// WholeStateBytes): all but the KV caches (and their int8 scales) whose
+// KV heads, axis 1, are the model's num_key_value_heads, which
+// compile.ShardPlan.State splits by head.
+func archWholeStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) int64 {
+	var whole int64
+	heads := m.Spec().KVHeads
+	for i := 0; i < m.Spec().Layers; i++ {
+		for _, st := range lm.HeldState(m, i, batch, context, kv) {
+			if st.KV && len(st.Shape) >= 3 && st.Shape[1] == heads {
+				continue
+			}
+			whole = satAdd(whole, heldBytes(st, elem, kv))
+		}
+	}
+	return whole
+}
+
+// heldBytes is the size of state st as held: its own dtype, the KV dtype
+// kv for a KV cache when kv is set, else elem bytes an entry; saturating.
+func heldBytes(st lm.StateSpec, elem int, kv dtypes.DType) int64 {
+	n := int64(elem)
+	switch {
+	case st.DType != dtypes.InvalidDType:
+		n = int64(st.DType.Size())
+	case st.KV && kv != dtypes.InvalidDType:
+		n = int64(kv.Size())
+	}
+	for _, d := range st.Shape {
+		n = satMul(n, int64(d))
+	}
+	return n
 }
 
 // sharedStateLayers counts the layers of m that read another layer's

@@ -11,6 +11,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
 )
 
 // TestGemma4Sizes inspects each real Gemma 4 config (testdata/configs)
@@ -56,9 +57,17 @@ func TestGemma4Sizes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 4096, DType: "bf16"})
+		var fitReq tpu.FitRequest
+		r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 4096, DType: "bf16",
+			Fit: func(req tpu.FitRequest) ([]tpu.FitResult, error) { fitReq = req; return tpu.FitAll(req) }})
 		if err != nil {
 			t.Fatalf("%s: %v", c.dir, err)
+		}
+		// The 26B's and 31B's full-attention layers' caches (their own,
+		// fewer KV heads) stay whole on every chip under tensor
+		// parallelism; E2B's and E4B's have as many KV heads as the others.
+		if global := c.dir == "gemma_4_26b_a4b" || c.dir == "gemma_4_31b"; global != (fitReq.WholeStateBytes > 0) || fitReq.WholeStateBytes >= r.Memory.KVCache {
+			t.Errorf("%s: whole state %d of a KV cache of %d: want the full-attention layers' part", c.dir, fitReq.WholeStateBytes, r.Memory.KVCache)
 		}
 		if r.Params.Used != params {
 			t.Errorf("%s: %d parameters used, the architecture reads %d", c.dir, r.Params.Used, params)

@@ -142,8 +142,9 @@ func TestHybridNumbers(t *testing.T) {
 	if r.Source != "local" {
 		t.Errorf("source %q", r.Source)
 	}
-	// Weights 17568 B; state = KV 12800 + recurrent 3744.
-	if fitReq.WeightBytes != 17568 || fitReq.StateBytes != 16544 || fitReq.NumHeads != 4 || fitReq.NumKVHeads != 2 {
+	// Weights 17568 B; state = KV 12800 + recurrent 3744, the recurrent
+	// state whole on every chip under tensor parallelism.
+	if fitReq.WeightBytes != 17568 || fitReq.StateBytes != 16544 || fitReq.WholeStateBytes != 3744 || fitReq.NumHeads != 4 || fitReq.NumKVHeads != 2 {
 		t.Errorf("fit request %+v", fitReq)
 	}
 	if len(r.Fit) != len(tpu.Catalog()) {

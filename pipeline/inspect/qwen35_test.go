@@ -318,6 +318,11 @@ func TestQwen3Next80B(t *testing.T) {
 	if want := int64(12 * 2 * 512 * 2048 * 2); fitReq.KVWeightBytes != want {
 		t.Errorf("fit request's k/v projection bytes %d, want %d", fitReq.KVWeightBytes, want)
 	}
+	// The 36 DeltaNet layers' state is whole on every chip; every KV cache
+	// has the model's 2 KV heads.
+	if fitReq.WholeStateBytes != r.Memory.State.Recurrent || fitReq.WholeStateBytes == 0 {
+		t.Errorf("fit request's whole state %d, want the recurrent state's %d", fitReq.WholeStateBytes, r.Memory.State.Recurrent)
+	}
 	if b := float64(params) / 1e9; b < 79.6 || b > 79.7 {
 		t.Errorf("%.3fB parameters, want 79.67B", b)
 	}
