@@ -44,6 +44,25 @@ func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
 	return l
 }
 
+// tinyNext writes and loads a tiny Qwen3-Next (4 heads, 2 KV heads;
+// experts of 16, a shared expert of 20: widths --tp 4 splits), closed
+// when the test ends.
+func tinyNext(t *testing.T) *lm.Loaded {
+	t.Helper()
+	c := qwenref.TinyQwen3Next()
+	c.MoEIntermediate, c.SharedSize = 16, 20
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 // axes renders a spec as e.g. "[R S(model)]"; "[]" is replicated.
 func axes(s *distributed.ShardingSpec) string {
 	var parts []string
@@ -310,17 +329,7 @@ func TestPlanShardsKVReplicated(t *testing.T) {
 		}
 	}
 
-	c := qwenref.TinyQwen3Next() // 4 heads, 2 KV heads, experts of 12
-	c.MoEIntermediate, c.SharedSize, c.Intermediate = 16, 20, 48
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	next, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Close()
+	next := tinyNext(t)
 	p, err := PlanShards(next.Model, 4, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -703,17 +712,7 @@ func TestHostStateBytes(t *testing.T) {
 		t.Errorf("--tp 4 --dp 2: %d bytes, want %d", n, one)
 	}
 
-	c := qwenref.TinyQwen3Next()
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	next, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Close()
-	m := next.Model
+	m := tinyNext(t).Model
 	var kvBytes, recBytes int64
 	for i := 0; i < m.Spec().Layers; i++ {
 		n, _ := lm.SpecsBytes(lm.HeldState(m, i, 1, 64, none), f32, none)
