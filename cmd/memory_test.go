@@ -18,13 +18,9 @@ import (
 // caches are whole on each, so a host that holds one copy is refused,
 // naming the devices.
 func TestStateFitsOverDevices(t *testing.T) {
-	dir := t.TempDir()
 	c := qwenref.TinyQwen35()
 	c.CausalLM = true
-	require.NoError(t, c.Write(dir))
-	l, err := lmckpt.Load(dir)
-	require.NoError(t, err)
-	defer l.Close()
+	_, l := lmckpt.WriteLoad(t, c.Write)
 	f32, none := dtypes.Float32, dtypes.InvalidDType
 	positions, one, ok := stateNeed(l.Model, 1, 20, 100, f32, none)
 	require.True(t, ok)
@@ -33,7 +29,7 @@ func TestStateFitsOverDevices(t *testing.T) {
 	four, ok := compile.HostStateBytes(l.Model, 4, 1, 1, positions, f32, none)
 	require.True(t, ok)
 	assert.Equal(t, 4*one, four)
-	err = checkStateFits(l.Model, 1, 20, 100, 4, 1, f32, none, exactly(one))
+	err := checkStateFits(l.Model, 1, 20, 100, 4, 1, f32, none, exactly(one))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "built on the host for 4 devices")
 	require.NoError(t, checkStateFits(l.Model, 1, 20, 100, 4, 1, f32, none, exactly(four)))

@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
@@ -18,11 +19,7 @@ func mtpRunner(t *testing.T, o Options) (*Runner, *qwenref.Qwen35Model) {
 	t.Helper()
 	c := qwenref.TinyQwen35()
 	c.MTP = true
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l := loadDir(t, dir)
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	if err := l.WithMTP(); err != nil {
 		t.Fatal(err)
 	}

@@ -32,15 +32,7 @@ func tinyLoaded(t *testing.T, arch string, tied, bias bool) *lm.Loaded {
 	m.Config.Tied = tied
 	m.Config.QKVBias = bias
 	m.MaxPositions = 128
-	dir := t.TempDir()
-	if err := m.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	_, l := lmckpt.WriteLoad(t, m.Write)
 	return l
 }
 
@@ -51,15 +43,7 @@ func tinyNext(t *testing.T) *lm.Loaded {
 	t.Helper()
 	c := qwenref.TinyQwen3Next()
 	c.MoEIntermediate, c.SharedSize = 16, 20
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	_, l := lmckpt.WriteLoad(t, c.Write)
 	return l
 }
 

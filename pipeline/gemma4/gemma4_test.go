@@ -14,15 +14,7 @@ import (
 
 func load(t *testing.T, c gemma4ref.Config) (*lm.Loaded, *gemma4ref.Model) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	ref, err := gemma4ref.Load(dir, c)
 	if err != nil {
 		t.Fatal(err)

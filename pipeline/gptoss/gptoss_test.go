@@ -38,15 +38,7 @@ func write(t *testing.T, form gptossref.Form, dt safetensors.DType) (*lm.Loaded,
 	t.Helper()
 	c := gptossref.Tiny()
 	c.Form, c.DType = form, dt
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	ref, err := gptossref.Load(dir, c)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/sample"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -36,7 +35,7 @@ func TestMTPMatchesReference(t *testing.T) {
 		"Qwen3-Next-dense-0": next} {
 		t.Run(name, func(t *testing.T) {
 			c.MTP = true
-			dir, l := writeTiny(t, c)
+			dir, l := lmckpt.WriteLoad(t, c.Write)
 			if err := l.WithMTP(); err != nil {
 				t.Fatal(err)
 			}
@@ -149,34 +148,18 @@ func runOnce(r *compile.Runner, text []int) ([]float32, error) {
 	return h.Draft(text[len(text)-1])
 }
 
-// writeTiny writes c into a temporary directory and loads it (closed
-// when the test ends).
-func writeTiny(t *testing.T, c qwenref.Qwen35) (string, *lm.Loaded) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := c.Write(dir); err != nil {
-		t.Fatal(err)
-	}
-	l, err := lmckpt.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return dir, l
-}
-
 // TestMTPRefused: a checkpoint whose head is incomplete (the multimodal
 // layout's three stand-ins) is refused, naming what it lacks; the go
 // backend (no in-place cache writes) cannot draft with a whole one.
 func TestMTPRefused(t *testing.T) {
 	c := qwenref.TinyQwen35()
-	_, l := writeTiny(t, c)
+	_, l := lmckpt.WriteLoad(t, c.Write)
 	if err := l.WithMTP(); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "mtp.pre_fc_norm_embedding.weight") {
 		t.Errorf("a head of stand-ins: %v, want unsupported, naming the missing tensors", err)
 	}
 
 	c.MTP = true
-	_, l = writeTiny(t, c)
+	_, l = lmckpt.WriteLoad(t, c.Write)
 	if err := l.WithMTP(); err != nil {
 		t.Fatal(err)
 	}

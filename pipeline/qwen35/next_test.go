@@ -9,6 +9,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen35"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
@@ -35,7 +36,7 @@ func TestQwen3NextMatchesReference(t *testing.T) {
 	stacked.Stacked, stacked.MLPOnly = true, []int{2}
 	for name, c := range map[string]qwenref.Qwen35{"sparse": qwenref.TinyQwen3Next(), "mixed": mixed, "dense": dense, "stacked": stacked} {
 		t.Run(name, func(t *testing.T) {
-			dir, l := writeTiny(t, c)
+			dir, l := lmckpt.WriteLoad(t, c.Write)
 			withChunk(t, l, 4)
 			if got := l.Model.Spec().Architecture; got != "Qwen3NextForCausalLM" {
 				t.Fatalf("architecture %q", got)
@@ -76,7 +77,7 @@ func TestQwen3NextMatchesReference(t *testing.T) {
 
 	// The fused rows read flat instead of by key head.
 	c := qwenref.TinyQwen3Next()
-	dir, l := writeTiny(t, c)
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	got := prefillLogits(t, l, prompts[1])
 	w, err := qwenref.LoadWeights(dir)
 	if err != nil {

@@ -51,7 +51,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			name = "CausalLM-tied"
 		}
 		t.Run(name, func(t *testing.T) {
-			dir, l := writeTiny(t, c)
+			dir, l := lmckpt.WriteLoad(t, c.Write)
 			withChunk(t, l, 4) // several chunks and a padded last chunk in prefill
 			rm, err := qwenref.LoadQwen35(dir, c)
 			if err != nil {
@@ -351,7 +351,7 @@ func TestBFloat16Compute(t *testing.T) {
 	be := refcheck.GoBackend(t)
 	c := qwenref.TinyQwen35()
 	c.DType = safetensors.BF16
-	dir, l := writeTiny(t, c)
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	withChunk(t, l, 4)
 	rm, err := qwenref.LoadQwen35(dir, c)
 	if err != nil {
@@ -424,7 +424,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 			for _, stacked := range []bool{true, false} {
 				c.Stacked = stacked
 				layout := map[bool]string{true: "stacked", false: "per-expert"}[stacked]
-				dir, l := writeTiny(t, c)
+				dir, l := lmckpt.WriteLoad(t, c.Write)
 				withChunk(t, l, 4)
 				rm, err := qwenref.LoadQwen35(dir, c)
 				if err != nil {
@@ -476,7 +476,7 @@ func TestMoELogitsMatchReference(t *testing.T) {
 
 	// Mutations of the reference: each changes the logits beyond the bound.
 	c := qwenref.TinyQwen35MoE()
-	dir, l := writeTiny(t, c)
+	dir, l := lmckpt.WriteLoad(t, c.Write)
 	got := prefillLogits(t, l, prompts[1])
 	for name, mutate := range map[string]func(w qwenref.Weights){
 		"shared gate dropped": func(w qwenref.Weights) {

@@ -2,6 +2,7 @@ package lmckpt
 
 import (
 	"context"
+	"testing"
 
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -19,4 +20,21 @@ func Load(dir string) (*lm.Loaded, error) {
 		return nil, err
 	}
 	return lm.Load(m)
+}
+
+// WriteLoad writes a checkpoint with write into a temporary directory of
+// t's and loads it (Load), closed when the test ends: the tests' way from
+// a reference's description (its Write method) to a *lm.Loaded.
+func WriteLoad(t testing.TB, write func(dir string) error) (string, *lm.Loaded) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return dir, l
 }
