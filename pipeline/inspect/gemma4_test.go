@@ -44,11 +44,7 @@ func TestGemma4Sizes(t *testing.T) {
 		for _, w := range lm.Weights(model) {
 			names = append(names, w.Name)
 			shapes[w.Name] = w.Shape
-			n := int64(1)
-			for _, d := range w.Shape {
-				n *= int64(d)
-			}
-			params += n
+			params += elements(w.Shape)
 		}
 		names = append(names, "model.vision_tower.encoder.layers.0.mlp.up_proj.weight")
 		shapes["model.vision_tower.encoder.layers.0.mlp.up_proj.weight"] = []int{4304, 1152}

@@ -26,10 +26,7 @@ func TestGptOss20B(t *testing.T) {
 	dtypes := map[string]string{}
 	var params, experts int64
 	for _, w := range lm.Weights(model) {
-		n := int64(1)
-		for _, d := range w.Shape {
-			n *= int64(d)
-		}
+		n := elements(w.Shape)
 		params += n
 		if !w.MXFP4 {
 			if strings.Contains(w.Name, ".experts.") { // the experts' biases

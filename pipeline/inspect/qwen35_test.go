@@ -27,6 +27,15 @@ func writeSparseCheckpoint(t *testing.T, path string, names []string, shapes map
 	writeSparseTyped(t, path, names, shapes, nil)
 }
 
+// elements is the number of values of a tensor of shape dims.
+func elements(dims []int) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= int64(d)
+	}
+	return n
+}
+
 // realConfig copies testdata/configs/NAME/config.json (a release's
 // config, see its SOURCE.md where it was assembled) into a temporary
 // directory and returns it with the model the architecture builds from it.
@@ -106,11 +115,7 @@ func TestQwen35_9B(t *testing.T) {
 	for _, w := range lm.Weights(model) {
 		names = append(names, w.Name)
 		shapes[w.Name] = w.Shape
-		n := int64(1)
-		for _, d := range w.Shape {
-			n *= int64(d)
-		}
-		textParams += n
+		textParams += elements(w.Shape)
 	}
 	for n, s := range map[string][]int{
 		"model.visual.patch_embed.proj.weight":        {1152, 3, 2, 16, 16},
@@ -213,11 +218,7 @@ func TestQwen35MoE35B(t *testing.T) {
 	for _, w := range lm.Weights(model) {
 		names = append(names, w.Name)
 		shapes[w.Name] = w.Shape
-		n := int64(1)
-		for _, d := range w.Shape {
-			n *= int64(d)
-		}
-		params += n
+		params += elements(w.Shape)
 	}
 	names = append(names, "model.visual.blocks.0.attn.qkv.weight")
 	shapes["model.visual.blocks.0.attn.qkv.weight"] = []int{3456, 1152}
@@ -260,41 +261,30 @@ func TestQwen3Next80B(t *testing.T) {
 	dir, model := realConfig(t, "qwen3_next_80b_a3b")
 	var names []string
 	shapes := map[string][]int{}
-	var params int64
+	// Each weight as the release stores it: an expert stack as its parts,
+	// one tensor per expert.
 	add := func(w lm.WeightSpec) {
-		names = append(names, w.Name)
-		shapes[w.Name] = w.Shape
+		stored := w.Parts
+		if len(stored) == 0 {
+			stored = []lm.WeightSpec{w}
+		}
+		for _, p := range stored {
+			names = append(names, p.Name)
+			shapes[p.Name] = p.Shape
+		}
 	}
+	var params, head int64
 	for _, w := range lm.Weights(model) {
-		n := int64(1)
-		for _, d := range w.Shape {
-			n *= int64(d)
-		}
-		params += n
-		if len(w.Parts) == 0 {
-			add(w)
-		}
-		for _, p := range w.Parts { // the release's one tensor per expert
-			add(p)
-		}
+		params += elements(w.Shape)
+		add(w)
 	}
 	mt, err := model.(lm.MultiToken).WithMTP()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var head int64
 	for _, w := range mt.MTPWeights() {
-		for _, p := range append(w.Parts, w) {
-			if len(w.Parts) > 0 && p.Name == w.Name {
-				continue
-			}
-			add(p)
-			n := int64(1)
-			for _, d := range p.Shape {
-				n *= int64(d)
-			}
-			head += n
-		}
+		head += elements(w.Shape)
+		add(w)
 	}
 	if experts := len(names) - len(lm.Weights(model)); experts < 48*512*3 {
 		t.Fatalf("%d tensors beyond the stacks, want the 73,728 experts' parts", experts)
