@@ -2,6 +2,7 @@ package compile
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -271,7 +272,7 @@ func HostStateBytes(m lm.Model, tp, dp, batch, cacheLen int, dtype, kv dtypes.DT
 	if err != nil {
 		return lm.StateBytes(m, batch, cacheLen, dtype, kv)
 	}
-	var shards []lm.StateSpec
+	var shards []lm.StateSpec // one device's
 	for i := 0; i < m.Spec().Layers; i++ {
 		for _, s := range lm.HeldState(m, i, batch, cacheLen, kv) {
 			dims, err := ShardShape(p.State(s), s.Shape)
@@ -279,12 +280,14 @@ func HostStateBytes(m lm.Model, tp, dp, batch, cacheLen int, dtype, kv dtypes.DT
 				return lm.StateBytes(m, batch, cacheLen, dtype, kv)
 			}
 			s.Shape = dims
-			for range tp * dp {
-				shards = append(shards, s)
-			}
+			shards = append(shards, s)
 		}
 	}
-	return lm.SpecsBytes(shards, dtype, kv)
+	n, ok := lm.SpecsBytes(shards, dtype, kv)
+	if devices := int64(tp * dp); !ok || n > math.MaxInt64/devices {
+		return 0, false
+	}
+	return n * int64(tp*dp), true
 }
 
 // ShardShape is the shape one device holds of a tensor of logical shape
