@@ -15,6 +15,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/tpu"
 )
 
 // Tensor and data parallelism over the devices of one backend (one host),
@@ -116,7 +117,7 @@ func kvSplits(kvHeads, tp int) bool { return kvHeads%tp == 0 }
 func suggestTP(spec *lm.Spec, tp int) string {
 	var ok []string
 	for d := 1; d < tp; d *= 2 {
-		if spec.Heads%d == 0 && (kvSplits(spec.KVHeads, d) || d%spec.KVHeads == 0) && (spec.Intermediate == 0 || spec.Intermediate%d == 0) {
+		if tpu.TPAllowed(d, spec.Heads, spec.KVHeads) && (spec.Intermediate == 0 || spec.Intermediate%d == 0) {
 			ok = append(ok, fmt.Sprintf("{TP} %d", d))
 		}
 	}

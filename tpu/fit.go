@@ -105,11 +105,19 @@ func (r FitRequest) totalBytes(headroom float64) int64 {
 // the heads (> 0) and divides the KV heads (> 0) or is a multiple of them.
 func TPDegree(chips, numHeads, numKVHeads int) int {
 	for d := chips; d > 1; d-- {
-		if (numHeads <= 0 || numHeads%d == 0) && (numKVHeads <= 0 || numKVHeads%d == 0 || d%numKVHeads == 0) {
+		if TPAllowed(d, numHeads, numKVHeads) {
 			return d
 		}
 	}
 	return 1
+}
+
+// TPAllowed reports whether the head counts (> 0; 0 unknown) allow TP
+// degree d: it divides the heads, and divides the KV heads or is a
+// multiple of them (the KV heads then whole on every device), as
+// compile.CheckParallel takes them.
+func TPAllowed(d, numHeads, numKVHeads int) bool {
+	return (numHeads <= 0 || numHeads%d == 0) && (numKVHeads <= 0 || numKVHeads%d == 0 || d%numKVHeads == 0)
 }
 
 // perChip is one chip's share of req at TP degree tp, with headroom,
@@ -143,7 +151,7 @@ func (r FitRequest) perChip(tp int, headroom float64) int64 {
 func (r FitRequest) bestTP(chips int, headroom float64) (tp int, per int64) {
 	tp, per = 1, r.perChip(1, headroom)
 	for d := 2; d <= chips; d++ {
-		if TPDegree(d, r.NumHeads, r.NumKVHeads) != d {
+		if !TPAllowed(d, r.NumHeads, r.NumKVHeads) {
 			continue
 		}
 		if p := r.perChip(d, headroom); p <= per {
