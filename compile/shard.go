@@ -249,7 +249,7 @@ func (p *ShardPlan) State(s lm.StateSpec) *distributed.ShardingSpec {
 	if p.DP > 1 && len(s.Shape) >= 1 {
 		axes = []distributed.AxisSpec{{MeshData}}
 	}
-	if p.TP > 1 && kvSplits(p.spec.KVHeads, p.TP) && (s.Name == "key" || s.Name == "value" || s.Name == "key_scale" || s.Name == "value_scale") && len(s.Shape) >= 3 && s.Shape[1] == p.spec.KVHeads {
+	if p.TP > 1 && kvSplits(p.spec.KVHeads, p.TP) && s.ByKVHead(p.spec.KVHeads) {
 		if len(axes) == 0 {
 			axes = []distributed.AxisSpec{distributed.ReplicatedAxis}
 		}

@@ -66,56 +66,36 @@ func checkArchitecture(r *Report, tensors []safetensors.TensorInfo, cfg *config.
 // context tokens, split into the caches that grow with the context (KV)
 // and the fixed recurrent state, with elem bytes per entry for states in
 // the compute dtype and the KV caches held as kv (InvalidDType: the
-// compute dtype; Int8 adds their scales, lm.HeldState). Sizes saturate at
-// math.MaxInt64.
+// compute dtype; Int8 adds their scales, lm.HeldState), and the part of
+// it every device holds whole under tensor parallelism (State.whole: all
+// but the caches split by KV head, lm.StateSpec.ByKVHead). Sizes saturate
+// at math.MaxInt64.
 func archStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) State {
 	var s State
+	heads := m.Spec().KVHeads
 	for i := 0; i < m.Spec().Layers; i++ {
 		for _, st := range lm.HeldState(m, i, batch, context, kv) {
-			n := heldBytes(st, elem, kv)
+			n := int64(elem)
+			switch {
+			case st.DType != dtypes.InvalidDType:
+				n = int64(st.DType.Size())
+			case st.KV && kv != dtypes.InvalidDType:
+				n = int64(kv.Size())
+			}
+			for _, d := range st.Shape {
+				n = satMul(n, int64(d))
+			}
 			if st.SlotAxis != lm.NoSlots {
 				s.KVCache = satAdd(s.KVCache, n)
 			} else {
 				s.Recurrent = satAdd(s.Recurrent, n)
 			}
+			if !st.ByKVHead(heads) {
+				s.whole = satAdd(s.whole, n)
+			}
 		}
 	}
 	return s
-}
-
-// archWholeStateBytes is the part of archStateBytes every device holds
-// whole under tensor parallelism at any degree (tpu.FitRequest's
-// WholeStateBytes): all but the KV caches (and their int8 scales) whose
-// KV heads, axis 1, are the model's num_key_value_heads, which
-// compile.ShardPlan.State splits by head.
-func archWholeStateBytes(m lm.Model, batch, context, elem int, kv dtypes.DType) int64 {
-	var whole int64
-	heads := m.Spec().KVHeads
-	for i := 0; i < m.Spec().Layers; i++ {
-		for _, st := range lm.HeldState(m, i, batch, context, kv) {
-			if st.KV && len(st.Shape) >= 3 && st.Shape[1] == heads {
-				continue
-			}
-			whole = satAdd(whole, heldBytes(st, elem, kv))
-		}
-	}
-	return whole
-}
-
-// heldBytes is the size of state st as held: its own dtype, the KV dtype
-// kv for a KV cache when kv is set, else elem bytes an entry; saturating.
-func heldBytes(st lm.StateSpec, elem int, kv dtypes.DType) int64 {
-	n := int64(elem)
-	switch {
-	case st.DType != dtypes.InvalidDType:
-		n = int64(st.DType.Size())
-	case st.KV && kv != dtypes.InvalidDType:
-		n = int64(kv.Size())
-	}
-	for _, d := range st.Shape {
-		n = satMul(n, int64(d))
-	}
-	return n
 }
 
 // sharedStateLayers counts the layers of m that read another layer's

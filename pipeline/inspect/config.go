@@ -229,6 +229,10 @@ type State struct {
 	// the compute dtype, and the [value_heads, key_head_dim,
 	// value_head_dim] delta-rule matrix in float32, per layer and sequence.
 	Recurrent int64 `json:"recurrent_state_bytes"`
+	// whole is the part every device holds whole under tensor
+	// parallelism at any degree (tpu.FitRequest.WholeStateBytes): the
+	// recurrent state, and KV caches of layers with other KV-head counts.
+	whole int64
 }
 
 // Total is KVCache + Recurrent.

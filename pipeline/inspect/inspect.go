@@ -251,8 +251,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 	r.Params.Tensors = len(tensors)
 
 	var kvElem int
-	var kvWeights int64  // the k/v projections' share of the weights (tpu.FitRequest.KVWeightBytes)
-	var wholeState int64 // the state every chip holds whole (tpu.FitRequest.WholeStateBytes)
+	var kvWeights int64 // the k/v projections' share of the weights (tpu.FitRequest.KVWeightBytes)
 	switch m.Kind {
 	case loader.Diffusers:
 		r.ClassName = m.Index.ClassName
@@ -353,13 +352,12 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		}
 		if arch != nil {
 			r.Memory.State = archStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
-			wholeState = archWholeStateBytes(arch, opts.Batch, opts.Context, stateElem, opts.KVDType)
 			if n, layers := sharedStateLayers(arch); n > 0 {
 				r.Notes = append(r.Notes, fmt.Sprintf("%d of %d layers read an earlier layer's KV cache (KV sharing): the KV figure counts the %d that keep one", n, layers, layers-n))
 			}
 		} else {
 			r.Memory.State = text.StateBytes(opts.Batch, opts.Context, kvElem)
-			wholeState = r.Memory.State.Recurrent
+			r.Memory.State.whole = r.Memory.State.Recurrent
 		}
 		if text.MaxPositions > 0 && opts.Context > text.MaxPositions {
 			r.Notes = append(r.Notes, fmt.Sprintf("a context of %d tokens exceeds max_position_embeddings %d", opts.Context, text.MaxPositions))
@@ -376,7 +374,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		fit = tpu.FitAll
 	}
 	req := tpu.FitRequest{WeightBytes: r.Memory.Weights, StateBytes: r.Memory.State.Total(), Headroom: opts.Headroom,
-		KVWeightBytes: kvWeights, WholeStateBytes: min(wholeState, r.Memory.State.Total())}
+		KVWeightBytes: kvWeights, WholeStateBytes: min(r.Memory.State.whole, r.Memory.State.Total())}
 	if r.Text != nil {
 		req.NumHeads, req.NumKVHeads = r.Text.Heads, r.Text.KVHeads
 	}

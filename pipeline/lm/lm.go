@@ -251,6 +251,15 @@ type StateSpec struct {
 	KV bool
 }
 
+// ByKVHead reports whether s is a KV cache (or its int8 scales) whose KV
+// heads, axis 1, are kvHeads, the model's num_key_value_heads: the state
+// tensor parallelism splits by KV head (compile.ShardPlan.State); every
+// other state (recurrent, or a layer's cache of other KV heads) devices
+// hold whole.
+func (s StateSpec) ByKVHead(kvHeads int) bool {
+	return s.KV && len(s.Shape) >= 3 && s.Shape[1] == kvHeads
+}
+
 // HeldIn is the dtype the state is held in: its own DType, else kv for a
 // KV cache when kv is set, else the compute dtype.
 func (s StateSpec) HeldIn(compute, kv dtypes.DType) dtypes.DType {
