@@ -232,12 +232,7 @@ func writeStacked(dir string, config map[string]any, tensors []Tensor, seed uint
 	}
 	H, I := hidden, inter
 	for _, p := range expertPrefixes {
-		var gateUp, down []float32
-		for e := 0; e < experts; e++ {
-			q := fmt.Sprintf("%s%d.", p, e)
-			gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
-			down = append(down, vals[q+"down_proj.weight"]...)
-		}
+		gateUp, down := stack(vals, p, experts)
 		for _, t := range []struct {
 			name  string
 			shape []int
@@ -251,6 +246,18 @@ func writeStacked(dir string, config map[string]any, tensors []Tensor, seed uint
 		}
 	}
 	return lmckpt.WriteCheckpoint(dir, config, ts)
+}
+
+// stack is the v5 stacks of the per-expert tensors under prefix p in
+// vals: gate_up_proj (each expert's gate rows, then its up rows) and
+// down_proj, flat.
+func stack(vals map[string][]float32, p string, experts int) (gateUp, down []float32) {
+	for e := 0; e < experts; e++ {
+		q := fmt.Sprintf("%s%d.", p, e)
+		gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
+		down = append(down, vals[q+"down_proj.weight"]...)
+	}
+	return gateUp, down
 }
 
 // unstack splits v5 expert stacks in w into the per-expert tensors the

@@ -146,12 +146,7 @@ func (c Qwen35) writeNext(dir string) error {
 	if c.Stacked {
 		H, I := c.Hidden, c.MoEIntermediate
 		for _, p := range c.expertPrefixes() {
-			var gateUp, down []float32
-			for e := 0; e < c.Experts; e++ {
-				q := fmt.Sprintf("%s%d.", p, e)
-				gateUp = append(append(gateUp, vals[q+"gate_proj.weight"]...), vals[q+"up_proj.weight"]...)
-				down = append(down, vals[q+"down_proj.weight"]...)
-			}
+			gateUp, down := stack(vals, p, c.Experts)
 			if err := put(p+"gate_up_proj", []int{c.Experts, 2 * I, H}, gateUp); err != nil {
 				return err
 			}
