@@ -48,3 +48,23 @@ func SharedExpertWeights(prefix string, inter, hidden int) []WeightSpec {
 		{Name: p + "_gate.weight", Shape: []int{1, hidden}, Matmul: true, TP: Replicated},
 	}
 }
+
+// SparseLayers reads mlp_only_layers with a decoder_sparse_step (step,
+// checked positive by the caller) as Qwen2-MoE, Qwen3-MoE and Qwen3-Next
+// place their sparse blocks: layer i of layers is sparse where i is not
+// in mlpOnly and i+1 is a multiple of step; the others have a dense MLP.
+// An entry of mlpOnly outside the layers is an error naming where.
+func SparseLayers(where string, step int, mlpOnly []int, layers int) ([]bool, error) {
+	dense := make(map[int]bool, len(mlpOnly))
+	for _, l := range mlpOnly {
+		if l < 0 || l >= layers {
+			return nil, fmt.Errorf("%s: mlp_only_layers holds %d, outside [0, %d)", where, l, layers)
+		}
+		dense[l] = true
+	}
+	sparse := make([]bool, layers)
+	for i := range sparse {
+		sparse[i] = !dense[i] && (i+1)%step == 0
+	}
+	return sparse, nil
+}

@@ -298,21 +298,13 @@ func denseLayers(where string, c TextConfig, layers int) ([]bool, error) {
 	if step <= 0 {
 		return nil, fmt.Errorf("%s: decoder_sparse_step must be positive, got %d", where, step)
 	}
+	sparse, err := lm.SparseLayers(where, step, c.MLPOnlyLayers, layers)
+	if err != nil || !slices.Contains(sparse, false) {
+		return nil, err
+	}
 	dense := make([]bool, layers)
-	some := false
-	for _, l := range c.MLPOnlyLayers {
-		if l < 0 || l >= layers {
-			return nil, fmt.Errorf("%s: mlp_only_layers holds %d, outside [0, %d)", where, l, layers)
-		}
-		dense[l], some = true, true
-	}
-	for i := range dense {
-		if (i+1)%step != 0 {
-			dense[i], some = true, true
-		}
-	}
-	if !some {
-		return nil, nil
+	for i, s := range sparse {
+		dense[i] = !s
 	}
 	return dense, nil
 }

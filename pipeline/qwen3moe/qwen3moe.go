@@ -150,16 +150,11 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := lm.CheckExperts(where, "num_experts", o.Experts, o.Spec.Layers); err != nil {
 		return Options{}, err
 	}
-	o.Sparse = make([]bool, o.Spec.Layers)
-	mlpOnly := map[int]bool{}
-	for _, l := range c.MLPOnlyLayers {
-		if l < 0 || l >= o.Spec.Layers {
-			return Options{}, fmt.Errorf("%s: mlp_only_layers holds %d, outside [0, %d)", where, l, o.Spec.Layers)
-		}
-		mlpOnly[l] = true
+	if o.Sparse, err = lm.SparseLayers(where, step, c.MLPOnlyLayers, o.Spec.Layers); err != nil {
+		return Options{}, err
 	}
 	for i := range o.Sparse {
-		o.Sparse[i] = !mlpOnly[i] && o.Experts > 0 && (i+1)%step == 0
+		o.Sparse[i] = o.Sparse[i] && o.Experts > 0
 	}
 	return o, nil
 }
