@@ -350,13 +350,16 @@ func (st *State) ReuseLogits() { st.reuseLogits = true }
 // Decode feeds one token per row (next[b] for row b) and returns the
 // logits that follow it ([B][V]).
 func (st *State) Decode(next []int) ([][]float32, error) {
+	if st.mtp.active() { // the step keeps its hidden states for the head
+		ids, err := st.decodeIDs(next)
+		if err != nil {
+			return nil, err
+		}
+		return st.captureStep(st.r.mtp.many, ids, true)
+	}
 	tokens, err := st.decodeTokens(next)
 	if err != nil {
 		return nil, err
-	}
-	if st.mtp.active() {
-		tokens.FinalizeAll()
-		return st.captureStep(st.r.mtp.many, []int32{int32(next[0])}, true)
 	}
 	return st.r.run(st, st.r.decode, tokens, st.next)
 }
@@ -424,9 +427,19 @@ func argmaxGraph(in []*graph.Node) []*graph.Node {
 	return []*graph.Node{graph.ArgMax(graph.Reshape(logits, -1, logits.Shape().Dimensions[logits.Rank()-1]), 1, dtypes.Int32)}
 }
 
-// decodeTokens checks a Decode's tokens, grows the cache when it is full,
-// and returns them as the step's input [B, 1].
+// decodeTokens is decodeIDs as the step's input [B, 1].
 func (st *State) decodeTokens(next []int) (*tensors.Tensor, error) {
+	ids, err := st.decodeIDs(next)
+	if err != nil {
+		return nil, err
+	}
+	return tensors.FromFlatDataAndDimensions(ids, st.batch, 1), nil
+}
+
+// decodeIDs checks a Decode's tokens (one a row, after the prompt, in
+// the vocabulary), grows the cache when it is full, and returns them as
+// int32.
+func (st *State) decodeIDs(next []int) ([]int32, error) {
 	r := st.r
 	if st.tensors == nil {
 		return nil, fmt.Errorf("decode before prefill")
@@ -445,11 +458,11 @@ func (st *State) decodeTokens(next []int) (*tensors.Tensor, error) {
 	if err := r.checkIDs("decode", next); err != nil {
 		return nil, err
 	}
-	tokens := make([]int32, st.batch)
+	ids := make([]int32, st.batch)
 	for i, id := range next {
-		tokens[i] = int32(id)
+		ids[i] = int32(id)
 	}
-	return tensors.FromFlatDataAndDimensions(tokens, st.batch, 1), nil
+	return ids, nil
 }
 
 // CompileDuration is the Runner's total compile time so far (generate
