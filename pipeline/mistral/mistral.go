@@ -50,23 +50,32 @@ func New(cfg *config.File) (lm.Model, error) {
 		return nil, err
 	}
 	o.QKVBias, o.OBias, o.MLPBias = false, false, false
-	s := &o.Spec
-	// A config that leaves sliding_window out gets MistralConfig's 4096; an
-	// explicit null disables it.
+	// A config that leaves sliding_window out gets MistralConfig's 4096.
+	if err := Window(cfg, c.SlidingWindow, 4096, c.LayerTypes, &o.Spec); err != nil {
+		return nil, err
+	}
+	return llama.NewModel(o), nil
+}
+
+// Window sets s's sliding window from config.json's sliding_window as
+// Mistral's family reads it: a positive window on every layer (unless
+// layer_types places them), an explicit null or 0 none, and absent the
+// configuration class's default (MistralConfig 4096, MixtralConfig none).
+func Window(cfg *config.File, window *int, absent int, layerTypes []string, s *lm.Spec) error {
 	w := 0
-	if c.SlidingWindow != nil {
-		w = *c.SlidingWindow
+	if window != nil {
+		w = *window
 	} else if !cfg.Has("sliding_window") {
-		w = 4096
+		w = absent
 	}
 	if w < 0 {
-		return nil, fmt.Errorf("%s: sliding_window must not be negative, got %d", lm.ConfigName(cfg), w)
+		return fmt.Errorf("%s: sliding_window must not be negative, got %d", lm.ConfigName(cfg), w)
 	}
-	if w > 0 && len(c.LayerTypes) == 0 {
+	if w > 0 && len(layerTypes) == 0 {
 		for i := range s.LayerKinds {
 			s.LayerKinds[i] = lm.KindSliding
 		}
 	}
 	s.SlidingWindow = w
-	return llama.NewModel(o), nil
+	return nil
 }

@@ -175,16 +175,42 @@ func New(cfg *config.File) (lm.Model, error) {
 type Model struct {
 	*llama.Model
 	o Options
+	l Layout
 }
 
-// NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options), o: o} }
+// Layout names a sparse block's tensors within a decoder layer.
+type Layout struct {
+	// Block is the MoE block's module in the layer: "mlp" (Qwen's
+	// checkpoints and every transformers v5 save), "block_sparse_moe"
+	// (Mixtral's). The router is BLOCK.gate.weight, the experts
+	// BLOCK.experts.*.
+	Block string
+	// Experts names each expert's matrices in checkpoints that hold them
+	// one by one.
+	Experts lm.ExpertNames
+}
+
+// QwenLayout is the Qwen MoE checkpoints' layout.
+var QwenLayout = Layout{Block: "mlp", Experts: lm.QwenExperts}
+
+// NewModel returns the decoder for resolved options, reading Qwen's
+// layout.
+func NewModel(o Options) *Model { return NewModelIn(o, QwenLayout) }
+
+// NewModelIn returns the decoder for resolved options reading the sparse
+// blocks in layout l.
+func NewModelIn(o Options, l Layout) *Model {
+	return &Model{Model: llama.NewModel(o.Options), o: o, l: l}
+}
 
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
 
+// block is layer i's sparse block's name prefix, "model.layers.I.mlp".
+func (m *Model) block(i int) string { return fmt.Sprintf("model.layers.%d.%s", i, m.l.Block) }
+
 // expertsPrefix is layer i's "….mlp.experts" name prefix.
-func expertsPrefix(i int) string { return fmt.Sprintf("model.layers.%d.mlp.experts", i) }
+func (m *Model) expertsPrefix(i int) string { return m.block(i) + ".experts" }
 
 // LayerWeights implements lm.Model: attention and norms, then either the
 // MoE block (router, expert stacks, shared expert) or a dense MLP.
@@ -194,14 +220,10 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	s := m.Spec()
 	ws := m.AttentionWeights(i)
-	p := fmt.Sprintf("model.layers.%d.", i)
-	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
-	}
-	add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
-	ws = append(ws, lm.StackedExperts(expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
+	ws = append(ws, lm.WeightSpec{Name: m.block(i) + ".gate.weight", Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated})
+	ws = append(ws, m.l.Experts.Stacked(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 	if si := m.o.SharedIntermediate; si > 0 {
-		ws = append(ws, lm.SharedExpertWeights(p+"mlp", si, s.Hidden)...)
+		ws = append(ws, lm.SharedExpertWeights(m.block(i), si, s.Hidden)...)
 	}
 	return ws
 }
@@ -212,14 +234,14 @@ func (m *Model) Experts(i int) *lm.Experts {
 		return nil
 	}
 	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
-		return lm.ExpertWeights(expertsPrefix(i), e, m.o.MoEIntermediate, m.Spec().Hidden)
+		return m.l.Experts.Weights(m.expertsPrefix(i), e, m.o.MoEIntermediate, m.Spec().Hidden)
 	}}
 }
 
 // Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.
 func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
-	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts.%d", i, e))
-	return nn.GatedMLP(x, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)
+	p, n := w.Scope(fmt.Sprintf("%s.%d", m.expertsPrefix(i), e)), m.l.Experts
+	return nn.GatedMLP(x, p.Get(n.Gate), nil, p.Get(n.Up), nil, p.Get(n.Down), nil, m.o.Act)
 }
 
 // Route implements lm.Routed: pre-norm attention with its residual, the
@@ -227,7 +249,7 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 // (Qwen2-MoE) the gated shared expert, which is added to the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	x, h, kv := m.Attend(i, w, x, state, step)
-	mp := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
+	mp := w.Scope(m.block(i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
@@ -255,7 +277,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	dims := r.Input.Shape().Dimensions
 	b, t, hd := dims[0], dims[1], dims[2]
 	n := b * t
-	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
+	p := w.Scope(m.expertsPrefix(i))
 	out := nn.RoutedExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
 		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act, step.GatherExperts) // [N, H]
 	return Add(r.Residual, Reshape(out, b, t, hd)), st
