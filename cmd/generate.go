@@ -50,8 +50,8 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		Use:   "generate --model MODEL --prompt TEXT",
 		Short: "Generate text with a language model, streamed",
 		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
-(LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
+(LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Gemma3ForCausalLM,
+Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
 Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
 Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM), from a local

@@ -11,6 +11,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
 	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM

@@ -31,7 +31,10 @@ func ReadConfig(dir string) (map[string]any, error) {
 
 // CopyProjections writes src's checkpoint to out with config cfg, each projection
 // [out, in] replaced by the tensors proj makes of its f32 values. The
-// whole checkpoint is held in memory while it is written.
+// whole checkpoint is held in memory while it is written. The projections
+// are the matrices a quantizer converts: every …proj.weight, and
+// Mixtral's experts' w1, w2 and w3 (not the routers, which quantizers
+// leave alone).
 func CopyProjections(src, out string, cfg map[string]any, proj func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error)) error {
 	ck, err := safetensors.OpenDir(src, "")
 	if err != nil {
@@ -42,7 +45,7 @@ func CopyProjections(src, out string, cfg map[string]any, proj func(name string,
 	for _, name := range ck.Names() {
 		info, _ := ck.Info(name)
 		shape, _ := ck.Shape(name)
-		if len(shape) != 2 || !strings.HasSuffix(name, "proj.weight") {
+		if len(shape) != 2 || !isProjection(name) {
 			raw, err := ck.Raw(name)
 			if err != nil {
 				return err
@@ -71,4 +74,17 @@ func CopyProjections(src, out string, cfg map[string]any, proj func(name string,
 		}
 	}
 	return nil
+}
+
+// isProjection reports a matrix CopyProjections converts.
+func isProjection(name string) bool {
+	if strings.HasSuffix(name, "proj.weight") {
+		return true
+	}
+	for _, w := range []string{".w1.weight", ".w2.weight", ".w3.weight"} {
+		if strings.HasSuffix(name, w) && strings.Contains(name, ".block_sparse_moe.experts.") {
+			return true
+		}
+	}
+	return false
 }

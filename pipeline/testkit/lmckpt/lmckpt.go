@@ -39,6 +39,12 @@ type Config struct {
 	QueryScale float64
 	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
 	AttnSoftcap, FinalSoftcap float64
+	// Experts > 0 replaces every layer's MLP by Mixtral's sparse block
+	// (MixtralForCausalLM): the router block_sparse_moe.gate.weight
+	// [Experts, Hidden] and Experts SwiGLU experts of width Intermediate,
+	// block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down), of
+	// which each token takes the TopK most probable, renormalized.
+	Experts, TopK int
 }
 
 // Tiny describes a generated checkpoint.
@@ -55,6 +61,12 @@ type Tiny struct {
 	DType safetensors.DType
 	// MaxPositions is max_position_embeddings (default 256).
 	MaxPositions int
+	// Stacked writes a Mixtral's sparse blocks as transformers v5 holds
+	// them (MixtralSparseMoeBlock renamed mlp, MixtralExperts):
+	// mlp.gate.weight, mlp.experts.gate_up_proj [E, 2I, H] (expert e's w1
+	// rows, then its w3 rows) and mlp.experts.down_proj [E, H, I] (the
+	// w2s), holding the values the per-expert layout holds.
+	Stacked bool
 	// Labels makes the checkpoint a *ForSequenceClassification's
 	// (transformers' GenericForSequenceClassification): score.weight
 	// [Labels, Hidden] instead of lm_head.weight, and id2label with
@@ -129,6 +141,16 @@ func (t Tiny) Tensors() []Tensor {
 		if c.Gemma {
 			add("pre_feedforward_layernorm.weight", "norm", H)
 			add("post_feedforward_layernorm.weight", "norm", H)
+		}
+		if c.Experts > 0 {
+			add("block_sparse_moe.gate.weight", "linear", c.Experts, H)
+			for e := range c.Experts {
+				q := fmt.Sprintf("block_sparse_moe.experts.%d.", e)
+				add(q+"w1.weight", "linear", c.Intermediate, H)
+				add(q+"w2.weight", "linear", H, c.Intermediate)
+				add(q+"w3.weight", "linear", c.Intermediate, H)
+			}
+			continue
 		}
 		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
@@ -209,11 +231,16 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["model_type"], j["hidden_act"], j["use_sliding_window"] = "qwen2", "silu", false
 	case "Qwen3ForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"] = "qwen3", "silu", false
-	case "MistralForCausalLM":
+	case "MistralForCausalLM", "MixtralForCausalLM":
 		j["model_type"], j["hidden_act"] = "mistral", "silu"
 		j["sliding_window"] = nil
 		if c.Window[0] > 0 {
 			j["sliding_window"] = c.Window[0]
+		}
+		if c.Experts > 0 {
+			j["model_type"] = "mixtral"
+			j["num_local_experts"], j["num_experts_per_tok"] = c.Experts, c.TopK
+			j["router_jitter_noise"], j["output_router_logits"], j["router_aux_loss_coef"] = 0.0, false, 0.02
 		}
 	case "Gemma3ForCausalLM":
 		j["model_type"], j["hidden_activation"] = "gemma3_text", "gelu_pytorch_tanh"
@@ -264,12 +291,43 @@ func (t Tiny) encoded() ([]safetensors.Tensor, error) {
 	}
 	r := NewRand(t.Seed)
 	var ts []safetensors.Tensor
+	experts := map[string][]float32{} // the per-expert values Stacked stacks
 	for _, w := range t.Tensors() {
-		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, t.values(r, w))
+		v := t.values(r, w)
+		if t.Stacked && strings.Contains(w.Name, ".block_sparse_moe.") {
+			experts[w.Name] = v
+			continue
+		}
+		st, err := safetensors.Float32Tensor(w.Name, dt, w.Shape, v)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", w.Name, err)
 		}
 		ts = append(ts, st)
+	}
+	c := t.Config
+	for l := 0; l < c.Layers && len(experts) > 0; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		var gateUp, down []float32
+		for e := range c.Experts {
+			q := fmt.Sprintf("%sblock_sparse_moe.experts.%d.", p, e)
+			gateUp = append(append(gateUp, experts[q+"w1.weight"]...), experts[q+"w3.weight"]...)
+			down = append(down, experts[q+"w2.weight"]...)
+		}
+		for _, v := range []struct {
+			name  string
+			shape []int
+			v     []float32
+		}{
+			{p + "mlp.gate.weight", []int{c.Experts, c.Hidden}, experts[p+"block_sparse_moe.gate.weight"]},
+			{p + "mlp.experts.gate_up_proj", []int{c.Experts, 2 * c.Intermediate, c.Hidden}, gateUp},
+			{p + "mlp.experts.down_proj", []int{c.Experts, c.Hidden, c.Intermediate}, down},
+		} {
+			st, err := safetensors.Float32Tensor(v.name, dt, v.shape, v.v)
+			if err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", v.name, err)
+			}
+			ts = append(ts, st)
+		}
 	}
 	return ts, nil
 }

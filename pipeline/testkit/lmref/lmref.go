@@ -265,6 +265,13 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				norm = "pre_feedforward_layernorm.weight"
 			}
 			rmsnorm(h, x[t], m.w(p+norm), c.Eps, c.Gemma)
+			if c.Experts > 0 {
+				m.sparseBlock(o, h, p+"block_sparse_moe.")
+				for i := range o {
+					x[t][i] += o[i]
+				}
+				continue
+			}
 			matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), nil)
 			matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
 			for i := range gate {
@@ -291,4 +298,46 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 		rmsnorm(out[t], x[t], m.w("model.norm.weight"), c.Eps, c.Gemma)
 	}
 	return out
+}
+
+// sparseBlock writes Mixtral's sparse MoE block (MixtralSparseMoeBlock,
+// under prefix p) on one token h to out: the router's softmax over the
+// experts, the TopK most probable (the lowest index first on ties, as
+// torch.topk keeps them), their probabilities renormalized to sum to one,
+// and the sum of those experts' w2(silu(w1 h) · w3 h) so weighted.
+func (m *Model) sparseBlock(out, h []float64, p string) {
+	c := m.C
+	probs := make([]float64, c.Experts)
+	matmul(probs, h, m.w(p+"gate.weight"), nil)
+	softmax(probs)
+	taken := make([]bool, c.Experts)
+	ids, ws := make([]int, c.TopK), make([]float64, c.TopK)
+	sum := 0.0
+	for j := range ids {
+		best := -1
+		for e, q := range probs {
+			if !taken[e] && (best < 0 || q > probs[best]) {
+				best = e
+			}
+		}
+		taken[best], ids[j], ws[j] = true, best, probs[best]
+		sum += probs[best]
+	}
+	for i := range out {
+		out[i] = 0
+	}
+	gate, up := make([]float64, c.Intermediate), make([]float64, c.Intermediate)
+	y := make([]float64, len(out))
+	for j, e := range ids {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		matmul(gate, h, m.w(q+"w1.weight"), nil)
+		matmul(up, h, m.w(q+"w3.weight"), nil)
+		for i := range gate {
+			gate[i] = silu(gate[i]) * up[i]
+		}
+		matmul(y, gate, m.w(q+"w2.weight"), nil)
+		for i := range out {
+			out[i] += ws[j] / sum * y[i]
+		}
+	}
 }
