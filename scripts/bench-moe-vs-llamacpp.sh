@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A random Qwen3-MoE on tputool and on llama.cpp's kernels (ollama), same
-# weights, side by side, in rounds that interleave the two:
+# A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral) on tputool and on
+# llama.cpp's kernels (ollama), same weights, side by side, in rounds that
+# interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
 #     (--repeat 3, median) and three ollama generations (median);
@@ -18,7 +19,12 @@
 # The model (docs/moe.md): hidden 1024, 8 layers, 16 heads (4 KV) of 128,
 # 64 experts of 512, top 8, vocab 151936 (Qwen3's size; the tokenizer is a
 # byte-level BPE padded with plain tokens <|pad_N|>), untied head, bf16, 2.3 GB,
-# experts stacked as transformers v5 stores them. scripts/export-gguf
+# experts stacked as transformers v5 stores them. FAMILY=mixtral: Mixtral
+# 8x7B's layer (hidden 4096, 32 heads, 8 KV heads of 128, 8 experts of
+# 14336, top 2, vocab 32000, untied head) in LAYERS layers (default 2, 6.3
+# GB bf16), the experts one tensor per expert as the release stores them
+# (block_sparse_moe.experts.E.w1/w2/w3), DIR /tmp/tputool-mixtral-bench.
+# scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -34,13 +40,30 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
-DIR="${DIR:-/tmp/tputool-moe-bench}"
+FAMILY="${FAMILY:-qwen3moe}"
+case "$FAMILY" in
+qwen3moe) DIR="${DIR:-/tmp/tputool-moe-bench}" ;;
+mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
+*) echo "FAMILY must be qwen3moe or mixtral" >&2; exit 2 ;;
+esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 EXPERTS="${EXPERTS:-graph}"
 PORT="${PORT:-11500}"
 mkdir -p "$DIR/hf"
-if [ ! -f "$DIR/hf/config.json" ]; then
+if [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+ "hidden_size": 4096, "num_hidden_layers": ${LAYERS:-2}, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "intermediate_size": 14336, "num_local_experts": 8,
+ "num_experts_per_tok": 2, "vocab_size": 32000, "max_position_embeddings": 4096,
+ "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
+elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
  "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,

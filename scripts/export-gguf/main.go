@@ -1,11 +1,14 @@
-// Command export-gguf converts a Hugging Face Qwen3-MoE checkpoint (a
-// directory with config.json, safetensors weights with the experts one by
-// one or stacked, and a byte-level BPE tokenizer.json, such as the one
-// scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
+// Command export-gguf converts a Hugging Face Qwen3-MoE or Mixtral
+// checkpoint (a directory with config.json, safetensors weights with the
+// experts one by one or stacked, and a byte-level BPE tokenizer.json, such
+// as the ones scripts/bench-moe-vs-llamacpp.sh and
+// scripts/bench-mixtral-vs-llamacpp.sh generate) to a GGUF file that
 // llama.cpp's kernels run through ollama (`ollama create` with
 // `FROM ./model.gguf`). It exists to time ollama on the same weights as
 // tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM
-// safetensors folders.
+// safetensors folders, and writes a Mixtral's w2 (down) and w3 (up)
+// experts under each other's names, which llama.cpp refuses to load
+// ("tensor 'blk.0.ffn_down_exps.weight' has wrong shape").
 //
 //	go run ./scripts/export-gguf -m DIR -o DIR/model.gguf
 //
@@ -19,7 +22,11 @@
 // [out, in] weight is {in, out} and an expert stack [E, I, H] is
 // {H, I, E}: the bytes are the checkpoint's, unchanged. Qwen3's rotary
 // embedding rotates halves, as llama.cpp's NEOX rope for qwen3moe does, so
-// no rows are permuted.
+// no rows are permuted. A Mixtral is written as llama.cpp's "llama"
+// architecture with experts (as its convert_hf_to_gguf.py does), whose
+// rope rotates adjacent pairs: the q and k projections' rows are permuted
+// within each head from rotate-half order (first half, second half) to
+// pairs (row 2j from j, row 2j+1 from j+D/2), as that converter does.
 package main
 
 import (
@@ -37,12 +44,13 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func main() {
-	model := flag.String("m", "", "Hugging Face Qwen3-MoE directory (required)")
+	model := flag.String("m", "", "Hugging Face Qwen3-MoE or Mixtral directory (required)")
 	out := flag.String("o", "", "output .gguf file (required)")
 	flag.Parse()
 	if *model == "" || *out == "" {
@@ -93,11 +101,23 @@ func run(dir, out string) error {
 		return err
 	}
 	defer l.Close()
-	m, ok := l.Model.(*qwen3moe.Model)
-	if !ok || l.Config.Architecture() != "Qwen3MoeForCausalLM" {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM only", dir, l.Config.Architecture())
+	var m *qwen3moe.Model
+	switch x := l.Model.(type) {
+	case *qwen3moe.Model:
+		if l.Config.Architecture() == "Qwen3MoeForCausalLM" {
+			m = x
+		}
+	case *mixtral.Model:
+		m = x.Model
 	}
+	if m == nil {
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM and MixtralForCausalLM only", dir, l.Config.Architecture())
+	}
+	_, isMixtral := l.Model.(*mixtral.Model)
 	o, s := m.Options(), m.Spec()
+	if s.SlidingWindow > 0 {
+		return fmt.Errorf("%s: sliding_window %d; export-gguf writes full attention only", dir, s.SlidingWindow)
+	}
 	for i, sparse := range o.Sparse {
 		if !sparse {
 			return fmt.Errorf("%s: layer %d is dense; export-gguf writes models whose every layer is sparse", dir, i)
@@ -115,7 +135,11 @@ func run(dir, out string) error {
 	if err != nil {
 		return err
 	}
-	const a = "qwen3moe."
+	arch := "qwen3moe"
+	if isMixtral {
+		arch = "llama"
+	}
+	a := arch + "."
 	fileType := uint32(0) // llama.cpp's LLAMA_FTYPE: all F32, mostly F16 (1) or BF16 (32)
 	switch l.StoredDType("model.embed_tokens.weight") {
 	case dtypes.Float16:
@@ -124,7 +148,7 @@ func run(dir, out string) error {
 		fileType = 32
 	}
 	meta := []kv{
-		{"general.architecture", "qwen3moe"},
+		{"general.architecture", arch},
 		{"general.file_type", fileType},
 		{"general.name", filepath.Base(dir)},
 		{"general.alignment", uint32(alignment)},
@@ -142,6 +166,8 @@ func run(dir, out string) error {
 		{a + "expert_count", uint32(o.Experts)},
 		{a + "expert_used_count", uint32(o.TopK)},
 		{a + "norm_top_k_prob", o.NormTopK},
+		{a + "rope.dimension_count", uint32(s.HeadDim)},
+		{a + "vocab_size", uint32(s.VocabSize)},
 		{"tokenizer.ggml.model", "gpt2"},
 		{"tokenizer.ggml.pre", "qwen2"},
 		{"tokenizer.ggml.tokens", tokens},
@@ -154,55 +180,65 @@ func run(dir, out string) error {
 	}
 
 	var ts []tensor
-	add := func(gguf string, names []string, f32 bool) error {
-		t, err := newTensor(l, gguf, names, f32)
+	add := func(gguf string, names []string, f32 bool, pairHeads int) error {
+		t, err := newTensor(l, gguf, names, f32, pairHeads)
 		if err != nil {
 			return err
 		}
 		ts = append(ts, t)
 		return nil
 	}
-	if err := add("token_embd.weight", []string{"model.embed_tokens.weight"}, false); err != nil {
+	if err := add("token_embd.weight", []string{"model.embed_tokens.weight"}, false, 0); err != nil {
 		return err
+	}
+	layout, qkNorm, qHeads, kHeads := qwen3moe.QwenLayout, true, 0, 0
+	if isMixtral {
+		layout, qkNorm, qHeads, kHeads = mixtral.Layout, false, s.Heads, s.KVHeads
 	}
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
 		for _, x := range []struct {
-			gguf, hf string
-			f32      bool
+			gguf, hf  string
+			f32       bool
+			pairHeads int
 		}{
-			{"attn_norm.weight", "input_layernorm.weight", true},
-			{"attn_q.weight", "self_attn.q_proj.weight", false},
-			{"attn_k.weight", "self_attn.k_proj.weight", false},
-			{"attn_v.weight", "self_attn.v_proj.weight", false},
-			{"attn_output.weight", "self_attn.o_proj.weight", false},
-			{"attn_q_norm.weight", "self_attn.q_norm.weight", true},
-			{"attn_k_norm.weight", "self_attn.k_norm.weight", true},
-			{"ffn_norm.weight", "post_attention_layernorm.weight", true},
-			{"ffn_gate_inp.weight", "mlp.gate.weight", true},
+			{"attn_norm.weight", "input_layernorm.weight", true, 0},
+			{"attn_q.weight", "self_attn.q_proj.weight", false, qHeads},
+			{"attn_k.weight", "self_attn.k_proj.weight", false, kHeads},
+			{"attn_v.weight", "self_attn.v_proj.weight", false, 0},
+			{"attn_output.weight", "self_attn.o_proj.weight", false, 0},
+			{"attn_q_norm.weight", "self_attn.q_norm.weight", true, 0},
+			{"attn_k_norm.weight", "self_attn.k_norm.weight", true, 0},
+			{"ffn_norm.weight", "post_attention_layernorm.weight", true, 0},
+			{"ffn_gate_inp.weight", layout.Block + ".gate.weight", true, 0},
 		} {
-			if err := add(b+x.gguf, []string{p + x.hf}, x.f32); err != nil {
+			if !qkNorm && (x.gguf == "attn_q_norm.weight" || x.gguf == "attn_k_norm.weight") {
+				continue
+			}
+			if err := add(b+x.gguf, []string{p + x.hf}, x.f32, x.pairHeads); err != nil {
 				return err
 			}
 		}
-		for _, proj := range []string{"gate", "up", "down"} {
+		for _, proj := range []struct{ gguf, hf string }{
+			{"gate", layout.Experts.Gate}, {"up", layout.Experts.Up}, {"down", layout.Experts.Down},
+		} {
 			names := make([]string, o.Experts)
 			for e := range names {
-				names[e] = fmt.Sprintf("%smlp.experts.%d.%s_proj.weight", p, e, proj)
+				names[e] = fmt.Sprintf("%s%s.experts.%d.%s", p, layout.Block, e, proj.hf)
 			}
-			if err := add(b+"ffn_"+proj+"_exps.weight", names, false); err != nil {
+			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", names, false, 0); err != nil {
 				return err
 			}
 		}
 	}
-	if err := add("output_norm.weight", []string{"model.norm.weight"}, true); err != nil {
+	if err := add("output_norm.weight", []string{"model.norm.weight"}, true, 0); err != nil {
 		return err
 	}
 	head := "lm_head.weight"
 	if s.TieEmbeddings {
 		head = "model.embed_tokens.weight"
 	}
-	if err := add("output.weight", []string{head}, false); err != nil {
+	if err := add("output.weight", []string{head}, false, 0); err != nil {
 		return err
 	}
 	return write(out, meta, ts)
@@ -210,8 +246,10 @@ func run(dir, out string) error {
 
 // newTensor is GGUF tensor gguf holding the checkpoint weights names (one
 // weight, or one matrix per expert stacked on a new outer axis), in the
-// stored dtype or, with f32, as float32.
-func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool) (tensor, error) {
+// stored dtype or, with f32, as float32. pairHeads > 0 permutes the rows
+// of each of that many heads from rotate-half order to adjacent pairs
+// (pairRows).
+func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool, pairHeads int) (tensor, error) {
 	first, err := l.Tensor(names[0], dtypes.Float32)
 	if err != nil {
 		return tensor{}, err
@@ -244,6 +282,12 @@ func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool) (tensor, err
 			if err != nil {
 				return err
 			}
+			if pairHeads > 0 {
+				if err := pairRows(x, pairHeads); err != nil {
+					x.FinalizeAll()
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
 			err = writeData(w, x, typ)
 			x.FinalizeAll()
 			if err != nil {
@@ -253,6 +297,30 @@ func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool) (tensor, err
 		return nil
 	}
 	return t, nil
+}
+
+// pairRows permutes the rows of x [heads·D, in] within each head from
+// rotate-half order to adjacent pairs: row 2j of a head becomes its row j,
+// row 2j+1 its row j+D/2 (llama.cpp's convert_hf_to_gguf.py permutes
+// Llama-architecture q and k so; its rope then rotates pairs).
+func pairRows(x *tensors.Tensor, heads int) error {
+	dims := x.Shape().Dimensions
+	if len(dims) != 2 || dims[0]%(2*heads) != 0 {
+		return fmt.Errorf("shape %v does not hold %d heads of an even size", dims, heads)
+	}
+	d := dims[0] / heads
+	return x.MutableBytes(func(b []byte) {
+		row := len(b) / dims[0]
+		head := make([]byte, d*row)
+		for h := 0; h < heads; h++ {
+			src := b[h*d*row : (h+1)*d*row]
+			for j := 0; j < d/2; j++ {
+				copy(head[2*j*row:(2*j+1)*row], src[j*row:(j+1)*row])
+				copy(head[(2*j+1)*row:(2*j+2)*row], src[(j+d/2)*row:(j+d/2+1)*row])
+			}
+			copy(src, head)
+		}
+	})
 }
 
 func writeData(w *bufio.Writer, x *tensors.Tensor, typ uint32) error {
@@ -467,7 +535,7 @@ func writePad(w *bufio.Writer, pos int64, err *error) int64 {
 }
 
 // ropeTheta reads rope_theta from config.json (Qwen3MoeConfig's default
-// 10000 when absent).
+// 10000 when absent; the Mixtral benchmark's config sets it).
 func ropeTheta(path string) (float64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
