@@ -14,10 +14,12 @@
 #      CPU's.
 #   2. new families: a tiny GPT-OSS (experts in MXFP4, attention sinks,
 #      YaRN, sliding layers), two tiny Gemma 4 (per-layer embeddings and
-#      KV sharing; the 26B's routed experts with k = v) and a tiny
+#      KV sharing; the 26B's routed experts with k = v), a tiny
 #      Qwen3-Next (fused DeltaNet projections, a dense layer among sparse
-#      ones), the same prompts, 16 tokens, float32: on the device compiled
-#      and eager against the CPU.
+#      ones) and a tiny Mixtral (a sliding window of 8 on every layer, the
+#      experts one tensor each as the Hub holds them), the same prompts,
+#      16 tokens, float32: on the device compiled and eager against the
+#      CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
 #      compiled: --experts graph on the device at batch 1 and 8, which must
@@ -174,13 +176,23 @@ cat >"$work/qwen3next.json" <<'EOF'
  "rope_theta": 10000000, "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false,
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Mixtral: every layer sparse, a window shorter than the text.
+cat >"$work/mixtral.json" <<'EOF'
+{"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 8, "rope_theta": 1000000.0,
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
-	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" -o "$work/$fam" >>"$log" 2>&1; then
+	apart=()
+	[ "$fam" = mixtral ] && apart=(-experts-apart) # block_sparse_moe.experts.E.w1…, as the Hub holds them
+	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
 		continue
