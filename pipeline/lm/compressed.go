@@ -78,7 +78,7 @@ const ctNVFP4 = "nvfp4-pack-quantized"
 // compressed reports a weight the checkpoint stores in compressed-tensors
 // form: its scales beside it, and the packed tensor or NAME.
 func (w WeightSpec) compressed(spec *Spec, has func(string) bool) bool {
-	if spec.Compressed == nil || !w.Matmul || len(w.Shape) != 2 {
+	if spec.Compressed == nil || !w.stored() || len(w.Shape) != 2 {
 		return false
 	}
 	p, ok := packedPrefix(w.Name)

@@ -192,6 +192,9 @@ const (
 // converted. compile.Runner.loadWeight holds by it and HeldBytes counts
 // by it.
 func (l *Loaded) HeldForm(h Holding, name string) WeightForm {
+	if w, ok := l.specOrPart(name); ok && w.Absorbed {
+		return FormConverted // read whole by the graph
+	}
 	if h.MXFP4 && l.StoredMXFP4(name) {
 		return FormMXFP4
 	}

@@ -132,6 +132,14 @@ type WeightSpec struct {
 	// swapped, [..., in, out] (transformers' GPT-OSS experts,
 	// gate_up_proj [E, H, 2I]); the loader transposes it into Shape.
 	Transposed bool
+	// Absorbed marks an [out, in] matrix that quantized checkpoints store
+	// as they store the projections (FP8 with block scales, GPTQ or AWQ
+	// packed, compressed-tensors) but that the model reads whole, a plain
+	// tensor in the compute dtype, not through nn.Linear (DeepSeek's
+	// kv_b_proj, absorbed into the attention): the loader decodes it, and
+	// no executor holds it blocked, quantized or as stored. Matmul is
+	// false for it.
+	Absorbed bool
 	// MXFP4: the checkpoint may hold the weight in OCP microscaling FP4
 	// instead of under Name (GPT-OSS's experts): Name+MXFP4Blocks, U8
 	// [..., out, in/32, 16], and Name+MXFP4Scales, U8 [..., out, in/32]
@@ -145,6 +153,10 @@ const (
 	MXFP4Blocks = "_blocks"
 	MXFP4Scales = "_scales"
 )
+
+// stored reports a matrix quantized checkpoints may store encoded: a
+// Matmul weight or an Absorbed one.
+func (w WeightSpec) stored() bool { return w.Matmul || w.Absorbed }
 
 // Sources are the checkpoint tensors that hold w in a checkpoint with
 // tensor names has, with the shapes stored there: w itself (its axes

@@ -72,7 +72,7 @@ func packedPrefix(name string) (string, bool) {
 // left unquantized (modules_to_not_convert) keeps its plain NAME.
 // A module a dynamic rule leaves unquantized is plain too.
 func (w WeightSpec) packed(spec *Spec, has func(string) bool) bool {
-	if spec.Packed == nil || !w.Matmul || len(w.Shape) != 2 || has(w.Name) {
+	if spec.Packed == nil || !w.stored() || len(w.Shape) != 2 || has(w.Name) {
 		return false
 	}
 	p, ok := packedPrefix(w.Name)

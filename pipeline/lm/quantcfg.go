@@ -195,7 +195,7 @@ func packedQuant(c *quantizationConfig, where string) (*PackedQuant, error) {
 // fp8 reports a weight the checkpoint stores in block-wise FP8: a Matmul
 // matrix with its scales beside it, in an FP8 checkpoint.
 func (w WeightSpec) fp8(spec *Spec, has func(string) bool) bool {
-	return spec.FP8Block[0] > 0 && w.Matmul && len(w.Shape) == 2 && has(w.Name) && has(w.Name+fp8ScaleSuffix)
+	return spec.FP8Block[0] > 0 && w.stored() && len(w.Shape) == 2 && has(w.Name) && has(w.Name+fp8ScaleSuffix)
 }
 
 // fp8ScaleShape is the shape of w's scales: one per block, rounding up.

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -22,35 +23,45 @@ import (
 // TopKRouter turns router logits [N, E] into the top k experts per token
 // and their weights, as Qwen3MoeTopKRouter does: softmax in float32, the k
 // largest probabilities (ties to the lower index), renormalized to sum to
-// one when normalize (norm_topk_prob). GoMLX has no TopK, so it takes k
-// rounds of ArgMax, masking each winner (the experts' iota, the zeros and
-// the mask value built once, so that a round is five ops). Returns ids
-// [N, k] int32 and weights [N, k] float32.
+// one when normalize (norm_topk_prob). Returns ids [N, k] int32 and
+// weights [N, k] float32.
 func TopKRouter(logits *Node, k int, normalize bool) (ids, weights *Node) {
-	e := logits.Shape().Dimensions[1]
-	if k <= 0 || k > e {
-		panic(fmt.Errorf("TopKRouter: top %d of %d experts", k, e))
-	}
 	probs := Softmax(ConvertDType(logits, dtypes.Float32), -1) // [N, E]
-	n := probs.Shape().Dimensions[0]
-	experts := Iota(logits.Graph(), shapes.Make(dtypes.Int32, n, e), 1) // [N, E]: each column's expert
-	zeros, gone := ZerosLike(probs), AddScalar(ZerosLike(probs), -1)    // a winner's mask: probabilities are >= 0
-	masked := probs
+	ids, weights = TopKBy(probs, probs, k)
+	if normalize {
+		weights = Div(weights, ReduceAndKeep(weights, ReduceSum, -1))
+	}
+	return ids, weights
+}
+
+// TopKBy picks for each row of choice [N, E] (float32) the k largest
+// entries (ties to the lower index, as torch.topk keeps them) and returns
+// their indices [N, k] int32 and the entries of values [N, E] at those
+// indices [N, k], exactly (a router may choose by biased scores and weigh
+// by the unbiased ones). GoMLX has no TopK, so it takes k rounds of
+// ArgMax, masking each winner (the experts' iota and the mask value built
+// once, so that a round is five ops).
+func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
+	dims := choice.Shape().Dimensions
+	n, e := dims[0], dims[1]
+	if k <= 0 || k > e {
+		panic(fmt.Errorf("TopKBy: top %d of %d", k, e))
+	}
+	g := choice.Graph()
+	experts := Iota(g, shapes.Make(dtypes.Int32, n, e), 1) // [N, E]: each column's index
+	zeros := ZerosLike(values)
+	gone := AddScalar(ZerosLike(choice), -math.MaxFloat32) // below any choice
+	masked := choice
 	idList := make([]*Node, k)
 	wList := make([]*Node, k)
 	for j := 0; j < k; j++ {
 		id := ArgMax(masked, -1, dtypes.Int32)                           // [N]
 		hot := Equal(experts, BroadcastToDims(InsertAxes(id, -1), n, e)) // [N, E] bool
-		wList[j] = ReduceSum(Where(hot, probs, zeros), -1)               // [N]: the winner's probability, exactly
+		wList[j] = ReduceSum(Where(hot, values, zeros), -1)              // [N]: the winner's value, exactly
 		masked = Where(hot, gone, masked)
 		idList[j] = id
 	}
-	ids = Stack(idList, 1)    // [N, k]
-	weights = Stack(wList, 1) // [N, k]
-	if normalize {
-		weights = Div(weights, ReduceAndKeep(weights, ReduceSum, -1))
-	}
-	return ids, weights
+	return Stack(idList, 1), Stack(wList, 1) // [N, k]
 }
 
 // SharedExpert is the shared expert of a Qwen MoE block
