@@ -182,7 +182,11 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	}
 	if t := r.Text; t != nil {
 		kv("Layers", "%d%s", t.Layers, layerKinds(t))
-		kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)
+		if la := t.MLA; la != nil {
+			kv("Attention", "%d heads, latent (MLA): kv_lora_rank %d + rope %d cached a token, q/k head_dim %d, v %d", t.Heads, la.KVLoraRank, la.QKRope, t.HeadDim, la.VHead)
+		} else {
+			kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)
+		}
 		line := fmt.Sprintf("hidden %d", t.Hidden)
 		if t.Intermediate > 0 {
 			line += fmt.Sprintf(", intermediate %d", t.Intermediate)

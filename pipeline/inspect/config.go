@@ -33,7 +33,22 @@ type Text struct {
 	LinearAttentionLayers  int              `json:"linear_attention_layers,omitempty"`
 	SlidingWindow          int              `json:"sliding_window,omitempty"`
 	Linear                 *LinearAttention `json:"linear_attention,omitempty"`
-	MoE                    *MoE             `json:"moe,omitempty"`
+	// MLA is multi-head latent attention's sizes (DeepSeek-V3's
+	// kv_lora_rank and kin), nil for other attention. Its cache is one
+	// latent a token (KVHeads 1).
+	MLA *LatentAttention `json:"latent_attention,omitempty"`
+	MoE *MoE             `json:"moe,omitempty"`
+}
+
+// LatentAttention holds multi-head latent attention's dimensions
+// (DeepSeek-V3): the cached latent and shared rotated key, each head's
+// query/key and value sizes, and the query's low rank (0: none).
+type LatentAttention struct {
+	KVLoraRank int `json:"kv_lora_rank"`
+	QLoraRank  int `json:"q_lora_rank,omitempty"`
+	QKNope     int `json:"qk_nope_head_dim"`
+	QKRope     int `json:"qk_rope_head_dim"`
+	VHead      int `json:"v_head_dim"`
 }
 
 // LinearAttention holds the gated-delta-net dimensions of hybrid models
@@ -127,6 +142,14 @@ func TextConfig(m *config.File) (*Text, error) {
 			return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is not set", m.Path, t.Hidden, t.Heads)
 		}
 		t.HeadDim = t.Hidden / t.Heads
+	}
+	if r, ok := f.int("kv_lora_rank"); ok && r > 0 {
+		la := &LatentAttention{KVLoraRank: r}
+		la.QLoraRank, _ = f.int("q_lora_rank")
+		la.QKNope, _ = f.int("qk_nope_head_dim")
+		la.QKRope, _ = f.int("qk_rope_head_dim")
+		la.VHead, _ = f.int("v_head_dim")
+		t.MLA, t.KVHeads, t.HeadDim = la, 1, la.QKNope+la.QKRope
 	}
 	t.Vocab, _ = f.int("vocab_size", "n_vocab", "padded_vocab_size")
 	if t.Vocab == 0 {

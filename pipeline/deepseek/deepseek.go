@@ -1,0 +1,500 @@
+// Package deepseek implements DeepseekV3ForCausalLM, following
+// transformers' models/deepseek_v3/modeling_deepseek_v3.py: "DeepSeek-V3
+// Technical Report" (DeepSeek-AI, 2024, arXiv:2412.19437), the layout of
+// DeepSeek-V3 and R1, Kimi K2 and Moonlight.
+//
+// Attention is multi-head latent attention (MLA). Queries come through a
+// low-rank projection (q_a_proj, q_a_layernorm, q_b_proj; q_proj when
+// q_lora_rank is null), each head's split into qk_nope_head_dim dims
+// without position and qk_rope_head_dim rotated ones. Keys and values come
+// from one latent a token: kv_a_proj_with_mqa gives kv_lora_rank latent
+// dims and one rotated key of qk_rope_head_dim shared by every head, and
+// kv_b_proj expands the normed latent into each head's unrotated key and
+// value (v_head_dim). Here the expansion is absorbed into the query and
+// the output, as DeepSeek's own inference code does: the cache holds the
+// latent and the shared rotated key (kv_lora_rank + qk_rope_head_dim a
+// token and layer, one "KV head"), each head's query becomes
+// [q_nope·W_UK, q_pe] over it, and the attention's output latent goes
+// through W_UV to the head's values. That equals transformers' expanded
+// form (the float64 reference in pipeline/testkit/dsref computes it so)
+// and caches 576 numbers a token and layer for DeepSeek-V3 instead of
+// 128 heads × (192 + 128). The layer's value cache repeats the key cache
+// (nn.KV has both); the output ignores its rotated dims.
+//
+// The MLP is a dense SwiGLU on the first first_k_dense_replace layers and
+// a sparse block on the others: the router's sigmoid scores plus
+// e_score_correction_bias choose (n_group groups ranked by the sum of
+// their two best, the topk_group best kept, then the num_experts_per_tok
+// best experts), the unbiased scores of the chosen weigh them
+// (renormalized when norm_topk_prob, times routed_scaling_factor), and
+// n_shared_experts always-on experts join (DeepseekV3MoE,
+// DeepseekV3TopkRouter, topk_method "noaux_tc").
+package deepseek
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+func init() {
+	lm.Register("DeepseekV3ForCausalLM", New)
+}
+
+// Config is a DeepseekV3ForCausalLM config.json.
+type Config struct {
+	Architectures         []string      `json:"architectures"`
+	ModelType             string        `json:"model_type"`
+	VocabSize             *int          `json:"vocab_size"`
+	HiddenSize            *int          `json:"hidden_size"`
+	IntermediateSize      *int          `json:"intermediate_size"`
+	MoEIntermediateSize   *int          `json:"moe_intermediate_size"`
+	NumHiddenLayers       *int          `json:"num_hidden_layers"`
+	NumAttentionHeads     *int          `json:"num_attention_heads"`
+	QLoraRank             *int          `json:"q_lora_rank"`
+	KVLoraRank            *int          `json:"kv_lora_rank"`
+	QKNopeHeadDim         *int          `json:"qk_nope_head_dim"`
+	QKRopeHeadDim         *int          `json:"qk_rope_head_dim"`
+	VHeadDim              *int          `json:"v_head_dim"`
+	NRoutedExperts        *int          `json:"n_routed_experts"`
+	NumExpertsPerTok      *int          `json:"num_experts_per_tok"`
+	NSharedExperts        *int          `json:"n_shared_experts"`
+	NGroup                *int          `json:"n_group"`
+	TopKGroup             *int          `json:"topk_group"`
+	FirstKDenseReplace    *int          `json:"first_k_dense_replace"`
+	NormTopKProb          *bool         `json:"norm_topk_prob"`
+	RoutedScalingFactor   *float64      `json:"routed_scaling_factor"`
+	ScoringFunc           string        `json:"scoring_func"`
+	TopKMethod            string        `json:"topk_method"`
+	RopeInterleave        *bool         `json:"rope_interleave"`
+	HiddenAct             string        `json:"hidden_act"`
+	MaxPositionEmbeddings *int          `json:"max_position_embeddings"`
+	RMSNormEps            *float64      `json:"rms_norm_eps"`
+	AttentionBias         bool          `json:"attention_bias"`
+	TieWordEmbeddings     *bool         `json:"tie_word_embeddings"`
+	BOSTokenID            config.IDList `json:"bos_token_id"`
+	EOSTokenID            config.IDList `json:"eos_token_id"`
+}
+
+// Defaults are DeepseekV3Config's defaults (DeepSeek-V3's sizes).
+var Defaults = struct {
+	Vocab, Hidden, Intermediate, MoEIntermediate, Layers, Heads int
+	QLora, KVLora, QKNope, QKRope, VHead                        int
+	Experts, TopK, Shared, Groups, TopKGroup, FirstDense        int
+	RoutedScale, Theta, Eps                                     float64
+	MaxPositions                                                int
+}{
+	Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
+	QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
+	Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
+	RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096,
+}
+
+// Options are the resolved hyperparameters. Spec's KVHeads is 1 and its
+// HeadDim KVLoraRank + QKRope: the cache a token and layer.
+type Options struct {
+	llama.Options
+	// QLoraRank is q_lora_rank, 0 for a plain q_proj.
+	QLoraRank                         int
+	KVLoraRank, QKNope, QKRope, VHead int
+	// Interleave is rope_interleave: the rotated dims come as adjacent
+	// pairs, regrouped into halves before the rotation.
+	Interleave bool
+	// Scale multiplies the query·key products: qk_head_dim^-0.5, times
+	// mscale² under YaRN with mscale_all_dim.
+	Scale float64
+	// Experts is n_routed_experts, TopK num_experts_per_tok,
+	// MoEIntermediate moe_intermediate_size, Shared n_shared_experts,
+	// Groups n_group, TopKGroup topk_group, FirstDense
+	// first_k_dense_replace, NormTopK norm_topk_prob, RoutedScale
+	// routed_scaling_factor.
+	Experts, TopK, MoEIntermediate, Shared, Groups, TopKGroup, FirstDense int
+	NormTopK                                                              bool
+	RoutedScale                                                           float64
+}
+
+// Resolve reads a DeepSeek-V3 config.json.
+func Resolve(cfg *config.File) (Options, error) {
+	where := lm.ConfigName(cfg)
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return Options{}, err
+	}
+	d := Defaults
+	if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
+		return Options{}, errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V3's router scores by sigmoid)", where, c.ScoringFunc)
+	}
+	if c.TopKMethod != "" && c.TopKMethod != "noaux_tc" {
+		return Options{}, errs.Unsupportedf("%s: topk_method %q is not supported (DeepSeek-V3's is noaux_tc)", where, c.TopKMethod)
+	}
+	if c.AttentionBias {
+		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek-V3's projections have no biases", where)
+	}
+	o := Options{
+		QLoraRank:       lm.Or(c.QLoraRank, d.QLora),
+		KVLoraRank:      lm.Or(c.KVLoraRank, d.KVLora),
+		QKNope:          lm.Or(c.QKNopeHeadDim, d.QKNope),
+		QKRope:          lm.Or(c.QKRopeHeadDim, d.QKRope),
+		VHead:           lm.Or(c.VHeadDim, d.VHead),
+		Experts:         lm.Or(c.NRoutedExperts, d.Experts),
+		TopK:            lm.Or(c.NumExpertsPerTok, d.TopK),
+		MoEIntermediate: lm.Or(c.MoEIntermediateSize, d.MoEIntermediate),
+		Shared:          lm.Or(c.NSharedExperts, d.Shared),
+		Groups:          lm.Or(c.NGroup, d.Groups),
+		TopKGroup:       lm.Or(c.TopKGroup, d.TopKGroup),
+		FirstDense:      lm.Or(c.FirstKDenseReplace, d.FirstDense),
+		NormTopK:        lm.Or(c.NormTopKProb, true),
+		RoutedScale:     lm.Or(c.RoutedScalingFactor, d.RoutedScale),
+		Interleave:      lm.Or(c.RopeInterleave, true),
+	}
+	if c.QLoraRank == nil && cfg.Has("q_lora_rank") {
+		o.QLoraRank = 0 // null: q_proj
+	}
+	s := lm.Spec{
+		Architecture: cfg.Architecture(),
+		ModelType:    c.ModelType,
+		VocabSize:    lm.Or(c.VocabSize, d.Vocab),
+		Hidden:       lm.Or(c.HiddenSize, d.Hidden),
+		Intermediate: lm.Or(c.IntermediateSize, d.Intermediate),
+		Layers:       lm.Or(c.NumHiddenLayers, d.Layers),
+		Heads:        lm.Or(c.NumAttentionHeads, d.Heads),
+		KVHeads:      1,
+		HeadDim:      o.KVLoraRank + o.QKRope,
+		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.MaxPositions),
+		EOS:          c.EOSTokenID,
+		BOS:          -1,
+	}
+	if len(c.BOSTokenID) > 0 {
+		s.BOS = c.BOSTokenID[0]
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"kv_lora_rank", o.KVLoraRank}, {"qk_nope_head_dim", o.QKNope}, {"qk_rope_head_dim", o.QKRope}, {"v_head_dim", o.VHead},
+		{"moe_intermediate_size", o.MoEIntermediate}} {
+		if f.v <= 0 {
+			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, f.name, f.v)
+		}
+	}
+	if o.QLoraRank < 0 || o.Shared < 0 || o.FirstDense < 0 {
+		return Options{}, fmt.Errorf("%s: q_lora_rank %d, n_shared_experts %d and first_k_dense_replace %d must not be negative", where, o.QLoraRank, o.Shared, o.FirstDense)
+	}
+	if err := s.CheckSizes(where); err != nil {
+		return Options{}, err
+	}
+	if o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts {
+		return Options{}, fmt.Errorf("%s: n_routed_experts %d must be positive and num_experts_per_tok %d in [1, n_routed_experts]", where, o.Experts, o.TopK)
+	}
+	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
+		(o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
+		return Options{}, fmt.Errorf("%s: n_group %d must divide n_routed_experts %d into groups of two or more (one group of any size), topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
+			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
+	}
+	if err := lm.CheckExperts(where, "n_routed_experts", o.Experts, s.Layers); err != nil {
+		return Options{}, err
+	}
+	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, false)
+	s.LayerKinds = make([]string, s.Layers)
+	for i := range s.LayerKinds {
+		s.LayerKinds[i] = lm.KindFull
+	}
+	o.Spec = s
+	o.Eps = lm.Or(c.RMSNormEps, d.Eps)
+	act := c.HiddenAct
+	if act == "" {
+		act = "silu"
+	}
+	if o.Act = nn.Activation(act); o.Act == nil {
+		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported", where, act)
+	}
+	var err error
+	if o.Rope, err = nn.ConfigRope(cfg.Raw, d.Theta, o.QKRope, s.MaxPositions); err != nil {
+		return Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	ms, err := mscaleAllDim(cfg)
+	if err != nil {
+		return Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	o.Scale = ms * ms / math.Sqrt(float64(o.QKNope+o.QKRope))
+	return o, nil
+}
+
+// mscaleAllDim is DeepseekV3Attention's softmax scale correction under
+// rope_scaling (or v5's rope_parameters): yarn_get_mscale(factor,
+// mscale_all_dim) when mscale_all_dim is set and not 0, else 1.
+func mscaleAllDim(cfg *config.File) (float64, error) {
+	for _, key := range []string{"rope_scaling", "rope_parameters"} {
+		sc, err := nn.ParseRopeScaling(cfg.Raw[key])
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", key, err)
+		}
+		all, ok := sc["mscale_all_dim"].(float64)
+		if !ok || all == 0 {
+			continue
+		}
+		factor, _ := sc["factor"].(float64)
+		if factor <= 1 {
+			return 1, nil
+		}
+		return 0.1*all*math.Log(factor) + 1, nil
+	}
+	return 1, nil
+}
+
+// New builds the model from its config.json.
+func New(cfg *config.File) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewModel(o), nil
+}
+
+// Model is a DeepSeek-V3 decoder. The embedding, final norm and head are
+// llama.Model's; the layers are MLA and the dense or sparse MLP. It
+// implements lm.Routed and lm.Skipper.
+type Model struct {
+	*llama.Model
+	o Options
+}
+
+// NewModel returns the decoder for resolved options.
+func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options), o: o} }
+
+// Options returns the resolved options.
+func (m *Model) Options() Options { return m.o }
+
+// sparse reports whether layer i has the MoE block.
+func (m *Model) sparse(i int) bool { return i >= m.o.FirstDense }
+
+// LayerState implements lm.Model: the latent cache, one KV head of
+// kv_lora_rank + qk_rope_head_dim.
+func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	return nn.KVCacheState(batch, 1, cacheLen, m.o.KVLoraRank+m.o.QKRope)
+}
+
+// LayerWeights implements lm.Model: the norms, MLA's projections, then
+// the dense MLP or the router, the routed experts' stacks and the shared
+// experts.
+func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s, o := m.Spec(), m.o
+	p := fmt.Sprintf("model.layers.%d.", i)
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
+	}
+	qk := o.QKNope + o.QKRope
+	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
+	if o.QLoraRank > 0 {
+		add("self_attn.q_a_proj.weight", true, lm.Replicated, o.QLoraRank, s.Hidden)
+		add("self_attn.q_a_layernorm.weight", false, lm.Replicated, o.QLoraRank)
+		add("self_attn.q_b_proj.weight", true, lm.Column, s.Heads*qk, o.QLoraRank)
+	} else {
+		add("self_attn.q_proj.weight", true, lm.Column, s.Heads*qk, s.Hidden)
+	}
+	add("self_attn.kv_a_proj_with_mqa.weight", true, lm.Replicated, o.KVLoraRank+o.QKRope, s.Hidden)
+	add("self_attn.kv_a_layernorm.weight", false, lm.Replicated, o.KVLoraRank)
+	// Absorbed into the query and the output (read whole, not through
+	// nn.Linear; decoded at load where a quantized checkpoint stores it
+	// encoded): split by heads under --tp, as q_b_proj's rows are.
+	ws = append(ws, lm.WeightSpec{Name: p + "self_attn.kv_b_proj.weight", Shape: []int{s.Heads * (o.QKNope + o.VHead), o.KVLoraRank},
+		Absorbed: true, TP: lm.Column})
+	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, s.Heads*o.VHead)
+	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
+	if !m.sparse(i) {
+		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
+		return ws
+	}
+	add("mlp.gate.weight", true, lm.Replicated, o.Experts, s.Hidden)
+	add("mlp.gate.e_score_correction_bias", false, lm.Replicated, o.Experts)
+	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
+	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
+		add("mlp.shared_experts.gate_proj.weight", true, lm.Column, sh, s.Hidden)
+		add("mlp.shared_experts.up_proj.weight", true, lm.Column, sh, s.Hidden)
+		add("mlp.shared_experts.down_proj.weight", true, lm.Row, s.Hidden, sh)
+	}
+	return ws
+}
+
+// extraLayer matches the tensors of layers past num_hidden_layers: the
+// multi-token-prediction module DeepSeek-V3 ships as layer 61
+// (num_nextn_predict_layers), which transformers does not load.
+var extraLayer = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
+
+// SkipWeight implements lm.Skipper: the layers past num_hidden_layers.
+func (m *Model) SkipWeight(name string) (string, bool) {
+	sub := extraLayer.FindStringSubmatch(name)
+	if sub == nil {
+		return "", false
+	}
+	if l, err := strconv.Atoi(sub[1]); err == nil && l >= m.Spec().Layers {
+		return "multi-token-prediction layers past num_hidden_layers (num_nextn_predict_layers): not used", true
+	}
+	return "", false
+}
+
+// Layer implements lm.Model: DeepseekV3DecoderLayer.
+func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	if !m.sparse(i) {
+		x, h, st := m.attend(i, w, x, state, step)
+		p := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
+		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)), st
+	}
+	r, st := m.Route(i, w, x, state, step)
+	dims := r.Input.Shape().Dimensions
+	b, t, hd := dims[0], dims[1], dims[2]
+	n := b * t
+	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
+	out := nn.RoutedExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
+		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act, step.GatherExperts) // [N, H]
+	return Add(r.Residual, Reshape(out, b, t, hd)), st
+}
+
+// Experts implements lm.Routed.
+func (m *Model) Experts(i int) *lm.Experts {
+	if !m.sparse(i) {
+		return nil
+	}
+	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
+		return lm.ExpertWeights(fmt.Sprintf("model.layers.%d.mlp.experts", i), e, m.o.MoEIntermediate, m.Spec().Hidden)
+	}}
+}
+
+// Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.
+func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
+	p, n := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts.%d", i, e)), lm.QwenExperts
+	return nn.GatedMLP(x, p.Get(n.Gate), nil, p.Get(n.Up), nil, p.Get(n.Down), nil, m.o.Act)
+}
+
+// Route implements lm.Routed: attention with its residual, the
+// post-attention norm, the router's choice and the shared experts, which
+// join the residual.
+func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
+	x, h, st := m.attend(i, w, x, state, step)
+	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
+	dims := h.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	ids, weights := m.route(p, Reshape(h, b*t, m.Spec().Hidden))
+	if m.o.Shared > 0 {
+		x = Add(x, nn.GatedMLP(h, p.Get("shared_experts.gate_proj.weight"), nil, p.Get("shared_experts.up_proj.weight"), nil,
+			p.Get("shared_experts.down_proj.weight"), nil, m.o.Act))
+	}
+	return &lm.Routing{
+		Residual: x,
+		Input:    h,
+		Experts:  Reshape(ids, b, t, m.o.TopK),
+		Weights:  Reshape(weights, b, t, m.o.TopK),
+	}, st
+}
+
+// route is DeepseekV3TopkRouter and DeepseekV3MoE.route_tokens_to_experts
+// on tokens h [N, H]: sigmoid scores of the f32 router logits; the choice
+// is the scores plus the correction bias, limited to the topk_group
+// groups whose two best choices sum highest (the others' choices set to
+// 0, as transformers masks them); the top k experts by choice, weighed by
+// their unbiased scores, renormalized (norm_topk_prob) and scaled by
+// routed_scaling_factor. Returns ids [N, K] int32 and weights [N, K] f32.
+func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
+	o := m.o
+	n := h.Shape().Dimensions[0]
+	logits := nn.Linear(ConvertDType(h, dtypes.Float32), ConvertDType(p.Get("gate.weight"), dtypes.Float32), nil) // [N, E]
+	scores := Sigmoid(logits)
+	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get("gate.e_score_correction_bias"), dtypes.Float32), 2))
+	if o.Groups > 1 && o.TopKGroup < o.Groups {
+		per := o.Experts / o.Groups
+		grouped := Reshape(choice, n*o.Groups, per)
+		_, best2 := nn.TopKBy(grouped, grouped, 2)                  // [N·G, 2]
+		groupScore := Reshape(ReduceSum(best2, -1), n, o.Groups)    // [N, G]
+		kept, _ := nn.TopKBy(groupScore, groupScore, o.TopKGroup)   // [N, TopKGroup] group ids
+		hot := ReduceMax(OneHot(kept, o.Groups, dtypes.Float32), 1) // [N, G]: 1 for a kept group
+		mask := Reshape(BroadcastToDims(InsertAxes(hot, -1), n, o.Groups, per), n, o.Experts)
+		choice = Mul(choice, mask)
+	}
+	ids, weights = nn.TopKBy(choice, scores, o.TopK)
+	if o.NormTopK {
+		weights = Div(weights, AddScalar(ReduceAndKeep(weights, ReduceSum, -1), 1e-20))
+	}
+	return ids, MulScalar(weights, o.RoutedScale)
+}
+
+// attend is the attention half of layer i: x plus the MLA of its
+// input_layernorm, and the post_attention_layernorm of that sum.
+func (m *Model) attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, st []*Node) {
+	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step)
+	x = Add(x, h)
+	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false), c.State()
+}
+
+// attention is DeepseekV3Attention with kv_b_proj absorbed (see the
+// package comment): the latent and the shared rotated key are cached, the
+// heads attend over them, and each head's output latent is expanded to
+// its values before o_proj.
+func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
+	s, o := m.Spec(), m.o
+	dims := x.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	heads, dn, dr, dv, r := s.Heads, o.QKNope, o.QKRope, o.VHead, o.KVLoraRank
+	var q *Node
+	if o.QLoraRank > 0 {
+		qa := nn.RMSNorm(nn.Linear(x, p.Get("q_a_proj.weight"), nil), p.Get("q_a_layernorm.weight"), loraEps, false)
+		q = nn.Linear(qa, p.Get("q_b_proj.weight"), nil)
+	} else {
+		q = nn.Linear(x, p.Get("q_proj.weight"), nil)
+	}
+	q = nn.SplitHeads(q, heads) // [B, T, H, dn+dr]
+	qNope := SliceAxis(q, 3, AxisRange(0, dn))
+	qPe := SliceAxis(q, 3, AxisRange(dn, dn+dr))
+	kv := nn.Linear(x, p.Get("kv_a_proj_with_mqa.weight"), nil) // [B, T, r+dr]
+	latent := nn.RMSNorm(SliceAxis(kv, 2, AxisRange(0, r)), p.Get("kv_a_layernorm.weight"), loraEps, false)
+	kPe := InsertAxes(SliceAxis(kv, 2, AxisRange(r, r+dr)), 2) // [B, T, 1, dr]
+	if o.Interleave {
+		qPe, kPe = halves(qPe), halves(kPe)
+	}
+	cos, sin := o.Rope.CosSin(step, x.DType())
+	qPe, kPe = nn.ApplyRope(qPe, cos, sin), nn.ApplyRope(kPe, cos, sin)
+
+	wkv := Reshape(ConvertDType(p.Get("kv_b_proj.weight"), x.DType()), heads, dn+dv, r)
+	wk := SliceAxis(wkv, 1, AxisRange(0, dn))                                                            // [H, dn, r]
+	wv := SliceAxis(wkv, 1, AxisRange(dn, dn+dv))                                                        // [H, dv, r]
+	qLat := DotGeneral(qNope, []int{3}, []int{2}, wk, []int{1}, []int{0})                                // [H, B, T, r]
+	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)                            // [B, T, H, r+dr]
+	key := Concatenate([]*Node{InsertAxes(latent, 2), kPe}, 3)                                           // [B, T, 1, r+dr]
+	c = nn.WriteKV(c, key, key, step)                                                                    // the value cache repeats the keys
+	out := Reshape(nn.Attention(query, c, nn.AttentionBias(step, 0), o.Scale, 0), b, t, heads, r+dr)     // [B, T, H, r+dr]
+	values := DotGeneral(SliceAxis(out, 3, AxisRange(0, r)), []int{3}, []int{2}, wv, []int{2}, []int{0}) // [H, B, T, dv]
+	values = Reshape(TransposeAllDims(values, 1, 2, 0, 3), b, t, heads*dv)
+	return nn.Linear(values, p.Get("o_proj.weight"), nil), c
+}
+
+// loraEps is the epsilon of q_a_layernorm and kv_a_layernorm:
+// DeepseekV3Attention builds them without rms_norm_eps, so they keep
+// DeepseekV3RMSNorm's default.
+const loraEps = 1e-6
+
+// halves regroups x [B, T, heads, D]'s last axis from adjacent pairs
+// (x0, x1), (x2, x3), … into halves (x0, x2, …, x1, x3, …), as
+// transformers' apply_rotary_pos_emb_interleave does before rotating.
+func halves(x *Node) *Node {
+	d := x.Shape().Dimensions
+	y := Reshape(x, d[0], d[1], d[2], d[3]/2, 2)
+	return Reshape(TransposeAllDims(y, 0, 1, 2, 4, 3), d...)
+}
+
+var (
+	_ lm.Routed  = (*Model)(nil)
+	_ lm.Skipper = (*Model)(nil)
+)

@@ -1,0 +1,317 @@
+package deepseek_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/deepseek"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/dsref"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
+)
+
+var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+
+// TestLogitsMatchReference runs tiny DeepSeek-V3s (q LoRA, interleaved
+// rotary, grouped routing; and without q LoRA, one group, rotate-half
+// rotary and YaRN with mscale_all_dim) on a left-padded batch of two
+// prompts plus decode steps, with each experts formulation, compiled and
+// eager, on the go backend and on tputool's cpu backend, and compares
+// every row's logits with dsref's float64 forward, which expands kv_b_proj
+// into every head's keys and values as transformers does (the model
+// absorbs it into the query and the output and caches the latent).
+func TestLogitsMatchReference(t *testing.T) {
+	const steps = 6
+	const tol = 1e-4
+	variants := []struct {
+		name string
+		opts compile.Options
+	}{
+		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
+		{"graph-eager", compile.Options{Mode: compile.Eager}},
+		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
+		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
+	}
+	for _, c := range []struct {
+		name string
+		ds   dsref.DeepSeek
+	}{{"v3", dsref.TinyDeepSeek()}, {"lite-yarn", dsref.TinyDeepSeekLite()}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, l := lmckpt.WriteLoad(t, c.ds.Write)
+			rm, err := c.ds.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
+			for _, backend := range []string{"go", "cpu"} {
+				var be backends.Backend
+				if backend == "go" {
+					be = refcheck.GoBackend(t)
+				} else {
+					be = refcheck.CPUBackend(t)
+				}
+				for _, v := range variants {
+					t.Run(backend+"/"+v.name, func(t *testing.T) {
+						r, err := compile.NewRunner(be, l, v.opts)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer r.Close()
+						f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, tol)
+						t.Logf("max relative error %.3g", f.Worst)
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestRoutingMatters checks that the comparison above can fail where
+// DeepSeek-V3's router differs from its kin: a reference without the
+// correction bias, without the group limit, or without the routed scale
+// gives other logits than the model.
+func TestRoutingMatters(t *testing.T) {
+	c := dsref.TinyDeepSeek()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	prompt := prompts[1]
+	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.NewState().Prefill([][]int{prompt}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := refcheck.RelErr(got[0], rm.Logits(prompt)[len(prompt)-1]); e > 1e-4 {
+		t.Fatalf("relative error %.3g against the reference", e)
+	}
+	for _, mutate := range []struct {
+		name string
+		f    func(c *dsref.DeepSeek, m *dsref.Model)
+	}{
+		{"no correction bias", func(_ *dsref.DeepSeek, m *dsref.Model) {
+			for n, v := range m.W {
+				if strings.HasSuffix(n, "e_score_correction_bias") {
+					m.W[n] = make([]float64, len(v))
+				}
+			}
+		}},
+		{"all groups", func(c *dsref.DeepSeek, _ *dsref.Model) { c.TopKGroup = c.Groups }},
+		{"no routed scale", func(c *dsref.DeepSeek, _ *dsref.Model) { c.RoutedScale = 1 }},
+	} {
+		mc := c
+		mm, err := mc.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate.f(&mc, mm)
+		mm.C = mc
+		if e := refcheck.RelErr(got[0], mm.Logits(prompt)[len(prompt)-1]); e < 1e-3 {
+			t.Errorf("a reference with %s is within %.3g of the model", mutate.name, e)
+		}
+	}
+}
+
+// TestFP8 loads a block-FP8 copy of the tiny model, as DeepSeek's own
+// releases are stored (every projection F8_E4M3 with weight_scale_inv,
+// kv_b_proj included, which the model reads whole and so is decoded at
+// load): on the cpu backend the projections stay as stored, and the
+// logits are near the original weights' reference.
+func TestFP8(t *testing.T) {
+	c := dsref.TinyDeepSeek()
+	src := t.TempDir()
+	if err := c.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 8}); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ck.Has("model.layers.1.self_attn.kv_b_proj.weight_scale_inv") {
+		t.Fatal("the FP8 copy holds kv_b_proj plain")
+	}
+	ck.Close()
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	be := refcheck.CPUBackend(t)
+	r, err := compile.NewRunner(be, l, compile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f := l.HeldForm(compile.HoldingOf(tpu.CapabilitiesOf(be), compile.Options{}), "model.layers.1.self_attn.q_b_proj.weight"); f != lm.FormFP8 {
+		t.Errorf("q_b_proj held as %v, want FP8 as stored", f)
+	}
+	logits, err := r.NewState().Prefill(prompts, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, p := range prompts {
+		e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])
+		t.Logf("row %d: %.3g from the original weights' reference", b, e)
+		if e > 0.1 {
+			t.Errorf("row %d: relative error %.3g against the original weights' reference", b, e)
+		}
+	}
+}
+
+// TestSkipsMTPLayer: a checkpoint that ships a multi-token-prediction
+// layer past num_hidden_layers (DeepSeek-V3's model.layers.61) loads, the
+// layer skipped, with the same logits.
+func TestSkipsMTPLayer(t *testing.T) {
+	c := dsref.TinyDeepSeek()
+	src, l := lmckpt.WriteLoad(t, c.Write)
+	want := prefill(t, l)
+	ck, err := safetensors.OpenDir(src, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		raw, err := ck.Raw(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+		if rest, ok := strings.CutPrefix(n, "model.layers.2."); ok { // a copy of the last layer as layer 3
+			ts = append(ts, safetensors.Tensor{Name: "model.layers.3." + rest, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+		}
+	}
+	ck.Close()
+	ts = append(ts, safetensors.Tensor{Name: "model.layers.3.eh_proj.weight", DType: safetensors.F32, Shape: []int{1, 1}, Data: make([]byte, 4)})
+	cfg, err := lmckpt.ReadConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg["num_nextn_predict_layers"] = 1
+	dir := t.TempDir()
+	if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	got := prefill(t, l2)
+	for i := range want[0] {
+		if got[0][i] != want[0][i] {
+			t.Fatalf("logit %d: %g with the extra layer, %g without", i, got[0][i], want[0][i])
+		}
+	}
+}
+
+func prefill(t *testing.T, l *lm.Loaded) [][]float32 {
+	t.Helper()
+	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out, err := r.NewState().Prefill(prompts[:1], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func configOf(t *testing.T, js string) *config.File {
+	t.Helper()
+	cfg, err := config.ParseModel([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestConfig reads DeepSeek-V3's config.json (671B parameters without the
+// MTP layer; the latent cache of 576 a token and layer; the YaRN softmax
+// scale), DeepseekV3Config's defaults, and refuses bad values naming the
+// field.
+func TestConfig(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "configs", "deepseek_v3", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lm.New(configOf(t, string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*deepseek.Model).Options()
+	var n int64
+	for _, w := range lm.Weights(m) {
+		k := int64(1)
+		for _, d := range w.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	if n != 671_026_419_200 {
+		t.Errorf("%d parameters, want 671,026,419,200", n)
+	}
+	// yarn_get_mscale(40, 1)² / sqrt(192).
+	ms := 0.1*math.Log(40) + 1
+	if s := m.Spec(); s.KVHeads != 1 || s.HeadDim != 576 || s.Heads != 128 || math.Abs(o.Scale-ms*ms/math.Sqrt(192)) > 1e-12 ||
+		o.QLoraRank != 1536 || o.Groups != 8 || o.TopKGroup != 4 || o.FirstDense != 3 || !o.Interleave {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	if r, ok := m.(lm.Skipper).SkipWeight("model.layers.61.enorm.weight"); !ok || !strings.Contains(r, "multi-token") {
+		t.Errorf("layer 61 not skipped: %q %v", r, ok)
+	}
+	if _, ok := m.(lm.Skipper).SkipWeight("model.layers.60.mlp.gate.weight"); ok {
+		t.Error("layer 60 skipped")
+	}
+
+	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Hidden != 7168 || d.Experts != 256 || d.QLoraRank != 0 || d.RoutedScale != 2.5 || d.Spec.VocabSize != 129280 ||
+		math.Abs(d.Scale-1/math.Sqrt(192)) > 1e-12 {
+		t.Errorf("defaults with q_lora_rank null: %+v", d)
+	}
+	base := `"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "moe_intermediate_size": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2`
+	for _, bad := range []struct{ js, want string }{
+		{`"kv_lora_rank": 0`, "kv_lora_rank must be positive"},
+		{`"n_group": 3`, "n_group 3 must divide n_routed_experts 8"},
+		{`"topk_group": 5`, "topk_group 5"},
+		{`"num_experts_per_tok": 9`, "num_experts_per_tok 9"},
+		{`"n_group": 8, "topk_group": 1`, "groups of two or more"},
+		{`"scoring_func": "softmax"`, "scoring_func \"softmax\" is not supported"},
+		{`"topk_method": "greedy"`, "topk_method \"greedy\" is not supported"},
+		{`"n_routed_experts": 100000, "n_group": 1, "topk_group": 1`, "expert MLPs"},
+	} {
+		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
+		}
+	}
+}

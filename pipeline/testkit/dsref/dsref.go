@@ -1,0 +1,701 @@
+// Package dsref is a plain-Go float64 forward pass of DeepseekV3ForCausalLM
+// written from transformers' models/deepseek_v3/modeling_deepseek_v3.py
+// (eager path) and the YaRN rotary parameters of modeling_rope_utils.py
+// (_compute_yarn_parameters): multi-head latent attention (MLA) with its
+// optional q LoRA, the interleaved or rotate-half rotary on the decoupled
+// rope dims, and the sigmoid, group-limited, bias-corrected top-k router
+// (DeepseekV3TopkRouter, topk_method "noaux_tc") with shared experts. It
+// follows the style of pipeline/testkit/qwenref: straight loops over one
+// sequence, no caches, no padding, no absorbed MLA matrices, and no code
+// shared with pipeline/nn or the architecture packages it checks.
+//
+// It also writes the tiny checkpoints the tests use: a config.json in the
+// layout of deepseek-ai/DeepSeek-V3's and a float32 model.safetensors with
+// the exact tensor names of the real checkpoints and deterministic
+// pseudo-random weights.
+package dsref
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// loraEps is the epsilon of q_a_layernorm and kv_a_layernorm:
+// DeepseekV3Attention builds them as DeepseekV3RMSNorm(rank) without
+// passing rms_norm_eps, so they keep the class default 1e-6 whatever the
+// config says.
+const loraEps = 1e-6
+
+// DeepSeek describes a DeepseekV3ForCausalLM by the fields of its
+// config.json.
+type DeepSeek struct {
+	// Vocab, Hidden and Layers are vocab_size, hidden_size and
+	// num_hidden_layers; Intermediate is the dense MLP width
+	// (intermediate_size) and MoEIntermediate each routed expert's
+	// (moe_intermediate_size).
+	Vocab, Hidden, Intermediate, MoEIntermediate, Layers int
+	// Heads is num_attention_heads (num_key_value_heads is the same).
+	Heads int
+	// QLoraRank is q_lora_rank: 0 projects the query with
+	// self_attn.q_proj, otherwise with q_a_proj, q_a_layernorm and
+	// q_b_proj through a rank of QLoraRank.
+	QLoraRank int
+	// KVLoraRank is kv_lora_rank, the width of the compressed key/value.
+	KVLoraRank int
+	// QKNope, QKRope and VHead are qk_nope_head_dim, qk_rope_head_dim and
+	// v_head_dim: a query or key head is QKNope dims without position
+	// then QKRope rotated dims; a value head is VHead dims.
+	QKNope, QKRope, VHead int
+	// Experts, TopK and Shared are n_routed_experts, num_experts_per_tok
+	// and n_shared_experts; the shared experts are one SwiGLU MLP of width
+	// MoEIntermediate*Shared.
+	Experts, TopK, Shared int
+	// Groups and TopKGroup are n_group and topk_group: the router only
+	// takes experts from the TopKGroup best of Groups equal groups.
+	Groups, TopKGroup int
+	// FirstDense is first_k_dense_replace: layers below it have the dense
+	// MLP, the others the MoE block.
+	FirstDense int
+	// NormTopK (norm_topk_prob) divides the chosen experts' weights by
+	// their sum; RoutedScale (routed_scaling_factor) multiplies them.
+	NormTopK    bool
+	RoutedScale float64
+	// Theta is rope_theta; Eps is rms_norm_eps.
+	Theta, Eps float64
+	// RopeInterleave is rope_interleave: the rope dims of q and k hold
+	// interleaved pairs (2j, 2j+1) that transformers regroups into halves
+	// before rotating (apply_rotary_pos_emb_interleave); false rotates the
+	// halves as they come (apply_rotary_pos_emb).
+	RopeInterleave bool
+	// Factor > 0 turns on YaRN rope_scaling ("type": "yarn") with factor
+	// Factor, original_max_position_embeddings OrigMax, beta_fast,
+	// beta_slow, mscale and mscale_all_dim; max_position_embeddings is
+	// then Factor*OrigMax. Factor 0: no rope scaling.
+	Factor                                   float64
+	OrigMax                                  int
+	BetaFast, BetaSlow, MScale, MScaleAllDim float64
+	// Tied reuses model.embed_tokens.weight as the output head.
+	Tied bool
+	// Seed makes the weights reproducible.
+	Seed uint64
+}
+
+// TinyDeepSeek is a small DeepSeek-V3: q LoRA, interleaved rotary, a
+// dense first layer and two MoE layers of 8 experts in 4 groups, of which
+// the 2 best groups are open to the top-2 choice, plus a shared expert.
+func TinyDeepSeek() DeepSeek {
+	return DeepSeek{
+		Vocab: 96, Hidden: 32, Intermediate: 48, MoEIntermediate: 16, Layers: 3, FirstDense: 1,
+		Heads: 4, QLoraRank: 24, KVLoraRank: 16, QKNope: 8, QKRope: 8, VHead: 12,
+		Experts: 8, TopK: 2, Shared: 1, Groups: 4, TopKGroup: 2, NormTopK: true, RoutedScale: 2.5,
+		Theta: 10000, Eps: 1e-6, RopeInterleave: true, Seed: 40,
+	}
+}
+
+// TinyDeepSeekLite is TinyDeepSeek on the other paths of the
+// architecture: no q LoRA (self_attn.q_proj, as in the Lite models), one
+// expert group (plain top-k over the biased scores), rotate-half rotary
+// (rope_interleave false), and YaRN (factor 4 over 16 positions,
+// mscale and mscale_all_dim 1, so the softmax scale grows by
+// (1 + 0.1 ln 4)² and cos and sin keep attention factor 1).
+func TinyDeepSeekLite() DeepSeek {
+	c := TinyDeepSeek()
+	c.QLoraRank, c.Groups, c.TopKGroup, c.RopeInterleave = 0, 1, 1, false
+	c.Factor, c.OrigMax, c.BetaFast, c.BetaSlow, c.MScale, c.MScaleAllDim = 4, 16, 32, 1, 1, 1
+	c.Seed = 41
+	return c
+}
+
+// Dense reports whether layer l has the dense MLP (DeepseekV3DecoderLayer:
+// layer_idx < first_k_dense_replace) rather than the MoE block.
+func (c DeepSeek) Dense(l int) bool { return l < c.FirstDense }
+
+// MaxPositions is max_position_embeddings: Factor*OrigMax with YaRN (so
+// that transformers versions that derive the factor from
+// max_position_embeddings / original_max_position_embeddings and those
+// that read rope_scaling's factor agree), else 256.
+func (c DeepSeek) MaxPositions() int {
+	if c.Factor > 0 {
+		return int(math.Round(c.Factor * float64(c.OrigMax)))
+	}
+	return 256
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoint writing
+
+// Tensor is one checkpoint tensor to generate.
+type Tensor struct {
+	Name  string
+	Shape []int
+	// Init decides the values, see fill.
+	Init string
+}
+
+// Tensors lists the checkpoint tensors with the names of the real
+// DeepSeek-V3 checkpoints, in the order Write draws them.
+func (c DeepSeek) Tensors() []Tensor {
+	H := c.Hidden
+	qk := c.QKNope + c.QKRope
+	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
+		add("input_layernorm.weight", "norm", H)
+		if c.QLoraRank > 0 {
+			add("self_attn.q_a_proj.weight", "linear", c.QLoraRank, H)
+			add("self_attn.q_a_layernorm.weight", "norm", c.QLoraRank)
+			add("self_attn.q_b_proj.weight", "linear", c.Heads*qk, c.QLoraRank)
+		} else {
+			add("self_attn.q_proj.weight", "linear", c.Heads*qk, H)
+		}
+		add("self_attn.kv_a_proj_with_mqa.weight", "linear", c.KVLoraRank+c.QKRope, H)
+		add("self_attn.kv_a_layernorm.weight", "norm", c.KVLoraRank)
+		add("self_attn.kv_b_proj.weight", "linear", c.Heads*(c.QKNope+c.VHead), c.KVLoraRank)
+		add("self_attn.o_proj.weight", "linear", H, c.Heads*c.VHead)
+		add("post_attention_layernorm.weight", "norm", H)
+		if c.Dense(l) {
+			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+			continue
+		}
+		add("mlp.gate.weight", "router", c.Experts, H)
+		add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
+		for e := 0; e < c.Experts; e++ {
+			q := fmt.Sprintf("mlp.experts.%d.", e)
+			add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
+			add(q+"up_proj.weight", "linear", c.MoEIntermediate, H)
+			add(q+"down_proj.weight", "linear", H, c.MoEIntermediate)
+		}
+		if c.Shared > 0 {
+			w := c.MoEIntermediate * c.Shared
+			add("mlp.shared_experts.gate_proj.weight", "linear", w, H)
+			add("mlp.shared_experts.up_proj.weight", "linear", w, H)
+			add("mlp.shared_experts.down_proj.weight", "linear", H, w)
+		}
+	}
+	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
+	if !c.Tied {
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	return out
+}
+
+// fill returns deterministic values for a tensor:
+//
+//	linear  uniform / sqrt(fan-in)     (activations stay O(1))
+//	embed   uniform
+//	norm    1 ± 0.2
+//	router  uniform · sqrt(3/fan-in)   (logits of standard deviation about 1 on a
+//	                                    normed input: sigmoid scores spread by about 0.2)
+//	ebias   ± 0.25                     (comparable to that spread, so the bias moves
+//	                                    some tokens' choices; the TinyDeepSeek test
+//	                                    sequence keeps top-k gaps above 1e-3)
+func fill(r *lmckpt.Rand, t Tensor) []float32 {
+	n, fan := 1, 1
+	for i, d := range t.Shape {
+		n *= d
+		if i > 0 {
+			fan *= d
+		}
+	}
+	v := make([]float32, n)
+	for i := range v {
+		u := r.Uniform()
+		switch t.Init {
+		case "linear":
+			v[i] = float32(u / math.Sqrt(float64(fan)))
+		case "embed":
+			v[i] = float32(u)
+		case "norm":
+			v[i] = float32(1 + 0.2*u)
+		case "router":
+			v[i] = float32(u * math.Sqrt(3/float64(fan)))
+		case "ebias":
+			v[i] = float32(0.25 * u)
+		default:
+			panic("dsref: unknown init " + t.Init)
+		}
+	}
+	return v
+}
+
+// ConfigJSON returns the config.json, with the fields of
+// deepseek-ai/DeepSeek-V3's (less its quantization_config and
+// multi-token-prediction layer).
+func (c DeepSeek) ConfigJSON() map[string]any {
+	j := map[string]any{
+		"architectures":           []string{"DeepseekV3ForCausalLM"},
+		"model_type":              "deepseek_v3",
+		"vocab_size":              c.Vocab,
+		"hidden_size":             c.Hidden,
+		"intermediate_size":       c.Intermediate,
+		"moe_intermediate_size":   c.MoEIntermediate,
+		"num_hidden_layers":       c.Layers,
+		"num_attention_heads":     c.Heads,
+		"num_key_value_heads":     c.Heads,
+		"q_lora_rank":             nil,
+		"kv_lora_rank":            c.KVLoraRank,
+		"qk_nope_head_dim":        c.QKNope,
+		"qk_rope_head_dim":        c.QKRope,
+		"v_head_dim":              c.VHead,
+		"n_routed_experts":        c.Experts,
+		"num_experts_per_tok":     c.TopK,
+		"n_shared_experts":        c.Shared,
+		"n_group":                 c.Groups,
+		"topk_group":              c.TopKGroup,
+		"first_k_dense_replace":   c.FirstDense,
+		"norm_topk_prob":          c.NormTopK,
+		"routed_scaling_factor":   c.RoutedScale,
+		"scoring_func":            "sigmoid",
+		"topk_method":             "noaux_tc",
+		"rope_theta":              c.Theta,
+		"rope_scaling":            nil,
+		"rope_interleave":         c.RopeInterleave,
+		"rms_norm_eps":            c.Eps,
+		"max_position_embeddings": c.MaxPositions(),
+		"tie_word_embeddings":     c.Tied,
+		"hidden_act":              "silu",
+		"attention_bias":          false,
+		"bos_token_id":            0,
+		"eos_token_id":            1,
+		"torch_dtype":             "float32",
+	}
+	if c.QLoraRank > 0 {
+		j["q_lora_rank"] = c.QLoraRank
+	}
+	if c.Factor > 0 {
+		j["rope_scaling"] = map[string]any{
+			"type":                             "yarn",
+			"factor":                           c.Factor,
+			"original_max_position_embeddings": c.OrigMax,
+			"beta_fast":                        c.BetaFast,
+			"beta_slow":                        c.BetaSlow,
+			"mscale":                           c.MScale,
+			"mscale_all_dim":                   c.MScaleAllDim,
+		}
+	}
+	return j
+}
+
+// Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1,
+// as config.json says) and dir/model.safetensors in float32, with values
+// drawn from lmckpt.NewRand(Seed) in the order of Tensors.
+func (c DeepSeek) Write(dir string) error {
+	r := lmckpt.NewRand(c.Seed)
+	var ts []safetensors.Tensor
+	for _, t := range c.Tensors() {
+		st, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, fill(r, t))
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		ts = append(ts, st)
+	}
+	if err := lmckpt.WriteCheckpoint(dir, c.ConfigJSON(), ts); err != nil {
+		return err
+	}
+	gen, err := json.Marshal(map[string]any{"bos_token_id": 0, "eos_token_id": 1})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "generation_config.json"), gen, 0o644)
+}
+
+// ----------------------------------------------------------------------------
+// Rotary embedding and attention scale
+
+// RopeFreqs returns the inverse frequencies [QKRope/2] of the rotary and
+// the attention factor that multiplies its cos and sin
+// (DeepseekV3RotaryEmbedding): rope_theta^(-2i/QKRope) without scaling
+// (factor 1), and with YaRN what _compute_yarn_parameters computes over
+// dim = qk_rope_head_dim (the config's head_dim): the interpolated
+// frequencies (divided by Factor) blended into the extrapolated ones by
+// a linear ramp between the correction dims of BetaFast and BetaSlow
+// rotations over OrigMax positions (floored and ceiled, clamped to
+// [0, dim-1]), and the factor
+// get_mscale(Factor, MScale)/get_mscale(Factor, MScaleAllDim) when both
+// are set, else get_mscale(Factor).
+func (c DeepSeek) RopeFreqs() (inv []float64, attnFactor float64) {
+	dim := float64(c.QKRope)
+	inv = make([]float64, c.QKRope/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.Theta, float64(2*i)/dim)
+	}
+	if c.Factor <= 0 {
+		return inv, 1
+	}
+	f := c.Factor
+	if c.MScale != 0 && c.MScaleAllDim != 0 {
+		attnFactor = yarnMScale(f, c.MScale) / yarnMScale(f, c.MScaleAllDim)
+	} else {
+		attnFactor = yarnMScale(f, 1)
+	}
+	betaFast, betaSlow := c.BetaFast, c.BetaSlow
+	if betaFast == 0 {
+		betaFast = 32
+	}
+	if betaSlow == 0 {
+		betaSlow = 1
+	}
+	corr := func(rot float64) float64 {
+		return dim * math.Log(float64(c.OrigMax)/(rot*2*math.Pi)) / (2 * math.Log(c.Theta))
+	}
+	low := math.Max(math.Floor(corr(betaFast)), 0)
+	high := math.Min(math.Ceil(corr(betaSlow)), dim-1)
+	if low == high {
+		high += 0.001
+	}
+	for i := range inv {
+		ramp := math.Min(math.Max((float64(i)-low)/(high-low), 0), 1)
+		extrapolation := 1 - ramp
+		inv[i] = inv[i]/f*(1-extrapolation) + inv[i]*extrapolation
+	}
+	return inv, attnFactor
+}
+
+// yarnMScale is yarn_get_mscale.
+func yarnMScale(scale, mscale float64) float64 {
+	if scale <= 1 {
+		return 1
+	}
+	return 0.1*mscale*math.Log(scale) + 1
+}
+
+// SoftmaxScale is DeepseekV3Attention's scaling: (QKNope+QKRope)^-0.5,
+// multiplied with YaRN by mscale² where mscale = yarn_get_mscale(Factor,
+// MScaleAllDim), when MScaleAllDim is not 0.
+func (c DeepSeek) SoftmaxScale() float64 {
+	s := 1 / math.Sqrt(float64(c.QKNope+c.QKRope))
+	if c.Factor > 0 && c.MScaleAllDim != 0 {
+		m := yarnMScale(c.Factor, c.MScaleAllDim)
+		s *= m * m
+	}
+	return s
+}
+
+// rotate returns the rope dims v [QKRope] of a query or key head at
+// position pos: with RopeInterleave first regrouped as transformers'
+// apply_rotary_pos_emb_interleave does (view [d/2, 2], transpose, so the
+// even entries come first, then the odd ones), then rotated by
+// rotate-half (x·cos + rotate_half(x)·sin, cos and sin being
+// cat(freqs, freqs) times the attention factor). The result stays in the
+// regrouped order, as in transformers.
+func (c DeepSeek) rotate(v []float64, pos int, inv []float64, attnFactor float64) []float64 {
+	half := len(v) / 2
+	x := append([]float64(nil), v...)
+	if c.RopeInterleave {
+		for j := 0; j < half; j++ {
+			x[j], x[half+j] = v[2*j], v[2*j+1]
+		}
+	}
+	out := make([]float64, len(v))
+	for j := 0; j < half; j++ {
+		a := float64(pos) * inv[j]
+		cs, sn := math.Cos(a)*attnFactor, math.Sin(a)*attnFactor
+		out[j] = x[j]*cs - x[half+j]*sn
+		out[half+j] = x[half+j]*cs + x[j]*sn
+	}
+	return out
+}
+
+// ----------------------------------------------------------------------------
+// Router
+
+// Route is DeepseekV3TopkRouter on one token's router logits (gate(x),
+// [Experts]) with e_score_correction_bias bias: scores = sigmoid(logits);
+// the choice values scores + bias; each of Groups equal groups scores the
+// sum of its two largest choice values, and the TopKGroup best groups
+// stay open (the others' choice values are set to 0, as transformers'
+// masked_fill(~score_mask, 0.0) does, so a closed expert can still beat
+// an open one whose choice value is negative); the TopK largest choice
+// values win (the lower index on ties). The weights are the winners'
+// scores, without the bias, divided by their sum + 1e-20 when NormTopK,
+// times RoutedScale. ids come in decreasing order of choice value. A nil
+// bias is a zero one.
+func (c DeepSeek) Route(logits, bias []float64) (ids []int, weights []float64) {
+	E := c.Experts
+	scores := make([]float64, E)
+	choice := make([]float64, E)
+	for e := range scores {
+		scores[e] = sigmoid(logits[e])
+		choice[e] = scores[e]
+		if bias != nil {
+			choice[e] += bias[e]
+		}
+	}
+	groups := max(c.Groups, 1)
+	per := E / groups
+	groupScore := make([]float64, groups)
+	for g := range groupScore {
+		top := topIndices(choice[g*per:(g+1)*per], min(2, per))
+		for _, i := range top {
+			groupScore[g] += choice[g*per+i]
+		}
+	}
+	open := make([]bool, groups)
+	for _, g := range topIndices(groupScore, max(c.TopKGroup, 1)) {
+		open[g] = true
+	}
+	masked := make([]float64, E)
+	for e := range masked {
+		if open[e/per] {
+			masked[e] = choice[e]
+		}
+	}
+	ids = topIndices(masked, c.TopK)
+	weights = make([]float64, len(ids))
+	sum := 0.0
+	for j, e := range ids {
+		weights[j] = scores[e]
+		sum += scores[e]
+	}
+	for j := range weights {
+		if c.NormTopK {
+			weights[j] /= sum + 1e-20
+		}
+		weights[j] *= c.RoutedScale
+	}
+	return ids, weights
+}
+
+// topIndices returns the indices of the k largest values of v, largest
+// first, the lower index first among equal values.
+func topIndices(v []float64, k int) []int {
+	taken := make([]bool, len(v))
+	out := make([]int, 0, k)
+	for len(out) < k {
+		best := -1
+		for i, x := range v {
+			if !taken[i] && (best < 0 || x > v[best]) {
+				best = i
+			}
+		}
+		taken[best] = true
+		out = append(out, best)
+	}
+	return out
+}
+
+// ----------------------------------------------------------------------------
+// Model
+
+// Model is a description plus its weights in float64.
+type Model struct {
+	C DeepSeek
+	// W holds every tensor of the checkpoint by its Hugging Face name.
+	W map[string][]float64
+
+	// moeInput, when set, sees each MoE block's input (layer, h); the
+	// package's tests read the routing of real activations through it.
+	moeInput func(layer int, h []float64)
+}
+
+// Load reads a checkpoint written by Write (or any with the same tensor
+// names) as float64, checking that every tensor of Tensors is there with
+// its size.
+func (c DeepSeek) Load(dir string) (*Model, error) {
+	w, err := lmckpt.ReadFloat64(dir)
+	if err != nil {
+		return nil, err
+	}
+	chk := lmckpt.Weights64{M: w, Kit: "dsref"}
+	for _, t := range c.Tensors() {
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		chk.Get(t.Name, n)
+	}
+	if chk.Err != nil {
+		return nil, chk.Err
+	}
+	return &Model{C: c, W: w}, nil
+}
+
+func (m *Model) get(name string) []float64 {
+	v, ok := m.W[name]
+	if !ok {
+		panic(fmt.Sprintf("dsref: checkpoint has no tensor %q", name))
+	}
+	return v
+}
+
+// Experts returns the ids of the routed experts that the MoE block of
+// layer l chooses for its input h (the post_attention_layernorm output,
+// [Hidden]), in decreasing order of choice value, as Route chooses them
+// from the layer's mlp.gate.weight and mlp.gate.e_score_correction_bias.
+// It panics on a dense layer.
+func (m *Model) Experts(l int, h []float64) []int {
+	ids, _ := m.route(l, h)
+	return ids
+}
+
+// route is Route on the router logits of layer l for input h.
+func (m *Model) route(l int, h []float64) ([]int, []float64) {
+	if m.C.Dense(l) {
+		panic(fmt.Sprintf("dsref: layer %d is dense", l))
+	}
+	p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
+	logits := lmckpt.Linear64(h, m.get(p+"weight"), nil)
+	return m.C.Route(logits, m.get(p+"e_score_correction_bias"))
+}
+
+// Logits runs the whole sequence (positions 0..len-1, causal attention)
+// and returns the logits [len(tokens)][Vocab] after every token.
+func (m *Model) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
+
+// logits is Logits with the tokens at positions start, start+1, ….
+func (m *Model) logits(tokens []int, start int) [][]float64 {
+	c := m.C
+	T, H := len(tokens), c.Hidden
+	x := make([][]float64, T)
+	emb := m.get("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		att := m.attention(p, x, start)
+		for t := range x {
+			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
+			for i := range o {
+				x[t][i] += o[i]
+			}
+			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			var mlp []float64
+			if c.Dense(l) {
+				mlp = m.swiglu(p+"mlp.", h)
+			} else {
+				if m.moeInput != nil {
+					m.moeInput(l, h)
+				}
+				mlp = m.moe(l, p+"mlp.", h)
+			}
+			for i := range mlp {
+				x[t][i] += mlp[i]
+			}
+		}
+	}
+	head := "lm_head.weight"
+	if c.Tied {
+		head = "model.embed_tokens.weight"
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+	}
+	return out
+}
+
+// attention is DeepseekV3Attention (input_layernorm included) on the
+// residual stream x [T][Hidden] at positions start, start+1, …: it
+// returns every position's per-head outputs concatenated,
+// [T][Heads*VHead], before o_proj.
+func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
+	c := m.C
+	T := len(x)
+	N, R, V, K := c.QKNope, c.QKRope, c.VHead, c.KVLoraRank
+	inv, attnFactor := c.RopeFreqs()
+	scale := c.SoftmaxScale()
+	// query[t][h], key[t][h]: [N+R], value[t][h]: [V]
+	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	for t := range x {
+		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		var q []float64
+		if c.QLoraRank > 0 {
+			qa := lmckpt.Linear64(h, m.get(p+"self_attn.q_a_proj.weight"), nil)
+			qa = rmsnorm(qa, m.get(p+"self_attn.q_a_layernorm.weight"), loraEps)
+			q = lmckpt.Linear64(qa, m.get(p+"self_attn.q_b_proj.weight"), nil)
+		} else {
+			q = lmckpt.Linear64(h, m.get(p+"self_attn.q_proj.weight"), nil)
+		}
+		ckv := lmckpt.Linear64(h, m.get(p+"self_attn.kv_a_proj_with_mqa.weight"), nil)
+		kPE := c.rotate(ckv[K:K+R], start+t, inv, attnFactor) // one rope head shared by all heads
+		kv := lmckpt.Linear64(rmsnorm(ckv[:K], m.get(p+"self_attn.kv_a_layernorm.weight"), loraEps),
+			m.get(p+"self_attn.kv_b_proj.weight"), nil)
+		query[t], key[t], value[t] = make([][]float64, c.Heads), make([][]float64, c.Heads), make([][]float64, c.Heads)
+		for hd := 0; hd < c.Heads; hd++ {
+			qh := q[hd*(N+R) : (hd+1)*(N+R)]
+			query[t][hd] = append(append([]float64(nil), qh[:N]...), c.rotate(qh[N:], start+t, inv, attnFactor)...)
+			kvh := kv[hd*(N+V) : (hd+1)*(N+V)]
+			key[t][hd] = append(append([]float64(nil), kvh[:N]...), kPE...)
+			value[t][hd] = kvh[N:]
+		}
+	}
+	out := make([][]float64, T)
+	for t := range out {
+		out[t] = make([]float64, c.Heads*V)
+		for hd := 0; hd < c.Heads; hd++ {
+			scores := make([]float64, t+1)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i, qi := range query[t][hd] {
+					dot += qi * key[s][hd][i]
+				}
+				scores[s] = dot * scale
+			}
+			probs := lmckpt.Softmax64(scores)
+			o := out[t][hd*V : (hd+1)*V]
+			for s, w := range probs {
+				for i, vi := range value[s][hd] {
+					o[i] += w * vi
+				}
+			}
+		}
+	}
+	return out
+}
+
+// moe is DeepseekV3MoE on one token: Σ_j w_j expert_{e_j}(h) over the
+// routed experts Route picks, plus shared_experts(h).
+func (m *Model) moe(l int, p string, h []float64) []float64 {
+	ids, ws := m.route(l, h)
+	out := make([]float64, len(h))
+	for j, e := range ids {
+		y := m.swiglu(fmt.Sprintf("%sexperts.%d.", p, e), h)
+		for i := range out {
+			out[i] += ws[j] * y[i]
+		}
+	}
+	if m.C.Shared > 0 {
+		y := m.swiglu(p+"shared_experts.", h)
+		for i := range out {
+			out[i] += y[i]
+		}
+	}
+	return out
+}
+
+// swiglu is DeepseekV3MLP: down(silu(gate(x)) * up(x)); the width comes
+// from the weights.
+func (m *Model) swiglu(prefix string, x []float64) []float64 {
+	g := lmckpt.Linear64(x, m.get(prefix+"gate_proj.weight"), nil)
+	u := lmckpt.Linear64(x, m.get(prefix+"up_proj.weight"), nil)
+	for i := range g {
+		g[i] = g[i] * sigmoid(g[i]) * u[i]
+	}
+	return lmckpt.Linear64(g, m.get(prefix+"down_proj.weight"), nil)
+}
+
+// rmsnorm is DeepseekV3RMSNorm: x * rsqrt(mean(x²) + eps) * w.
+func rmsnorm(x, w []float64, eps float64) []float64 {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = v * inv * w[i]
+	}
+	return out
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }

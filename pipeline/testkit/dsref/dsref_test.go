@@ -1,0 +1,551 @@
+package dsref
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+var testTokens = []int{1, 9, 14, 60, 3, 5, 41, 27, 88, 2, 17, 33}
+
+// load writes c's checkpoint into a temporary directory and reads it back.
+func load(t *testing.T, c DeepSeek) (string, *Model) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, m
+}
+
+// permuteRope reorders the rope rows of a row-major weight w with in
+// columns, in a copy: blocks blocks of R rope rows, block b starting at
+// row b*stride+off. toHalves moves the interleaved pairs (2j, 2j+1) to
+// rows j and R/2+j (what apply_rotary_pos_emb_interleave does to the
+// projected values); otherwise the inverse.
+func permuteRope(w []float64, in, blocks, stride, off, R int, toHalves bool) []float64 {
+	out := slices.Clone(w)
+	row := func(v []float64, r int) []float64 { return v[r*in : (r+1)*in] }
+	for b := 0; b < blocks; b++ {
+		base := b*stride + off
+		for j := 0; j < R/2; j++ {
+			even, odd := base+2*j, base+2*j+1
+			first, second := base+j, base+R/2+j
+			if toHalves {
+				copy(row(out, first), row(w, even))
+				copy(row(out, second), row(w, odd))
+			} else {
+				copy(row(out, even), row(w, first))
+				copy(row(out, odd), row(w, second))
+			}
+		}
+	}
+	return out
+}
+
+// flipRope returns m with the other rope_interleave and the q and k_pe
+// rope rows permuted to match, so that it computes the same function.
+func flipRope(m *Model) *Model {
+	c := m.C
+	toHalves := c.RopeInterleave
+	c.RopeInterleave = !c.RopeInterleave
+	w := maps.Clone(m.W)
+	qk := c.QKNope + c.QKRope
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.self_attn.", l)
+		q, in := p+"q_proj.weight", c.Hidden
+		if c.QLoraRank > 0 {
+			q, in = p+"q_b_proj.weight", c.QLoraRank
+		}
+		w[q] = permuteRope(w[q], in, c.Heads, qk, c.QKNope, c.QKRope, toHalves)
+		kv := p + "kv_a_proj_with_mqa.weight"
+		w[kv] = permuteRope(w[kv], c.Hidden, 1, 0, c.KVLoraRank, c.QKRope, toHalves)
+	}
+	return &Model{C: c, W: w}
+}
+
+func maxAbsDiff(a, b [][]float64) float64 {
+	d := 0.0
+	for i := range a {
+		for j := range a[i] {
+			d = math.Max(d, math.Abs(a[i][j]-b[i][j]))
+		}
+	}
+	return d
+}
+
+// TestRopeInterleaveIsPermutedRotateHalf: a model with rope_interleave
+// computes exactly (bit for bit) the logits of the rotate-half model whose
+// q and k_pe rope rows hold the even rows first, then the odd ones, and
+// back; without the permutation the two differ, so the flag matters.
+func TestRopeInterleaveIsPermutedRotateHalf(t *testing.T) {
+	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite()} {
+		_, m := load(t, c)
+		want := m.Logits(testTokens)
+		flipped := flipRope(m)
+		got := flipped.Logits(testTokens)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("interleave %v: position %d: permuted logits differ by %g", c.RopeInterleave, i, maxAbsDiff(got, want))
+			}
+		}
+		plain := &Model{C: flipped.C, W: m.W}
+		if d := maxAbsDiff(plain.Logits(testTokens), want); d < 1e-3 {
+			t.Errorf("interleave %v: flipping the flag alone moves the logits by %g only", c.RopeInterleave, d)
+		}
+	}
+}
+
+// TestRotateHandWorked: the interleaved rotary turns each pair (2j, 2j+1)
+// as the complex number v[2j] + i·v[2j+1] times e^{i·pos·inv_j} (the
+// original DeepSeek formulation), written to halves; rotate-half turns
+// (j, j+R/2) the same way in place. Either way q·k depends only on the
+// distance of the positions.
+func TestRotateHandWorked(t *testing.T) {
+	v := []float64{0.3, -1.2, 0.7, 0.25, -0.5, 1.1, 0.9, -0.4}
+	inv := []float64{1, 0.1, 0.01, 0.001}
+	const pos, af = 5, 1.25
+	for _, interleave := range []bool{true, false} {
+		c := DeepSeek{RopeInterleave: interleave}
+		got := c.rotate(v, pos, inv, af)
+		for j := range inv {
+			re, im := v[j], v[j+4]
+			if interleave {
+				re, im = v[2*j], v[2*j+1]
+			}
+			rot := complex(re, im) * complex(af*math.Cos(pos*inv[j]), af*math.Sin(pos*inv[j]))
+			if math.Abs(got[j]-real(rot)) > 1e-14 || math.Abs(got[j+4]-imag(rot)) > 1e-14 {
+				t.Errorf("interleave %v, pair %d: (%g, %g), want (%g, %g)", interleave, j, got[j], got[j+4], real(rot), imag(rot))
+			}
+		}
+		k := []float64{-0.6, 0.2, 0.4, 1.3, 0.8, -0.1, -0.7, 0.5}
+		dot := func(a, b []float64) float64 {
+			s := 0.0
+			for i := range a {
+				s += a[i] * b[i]
+			}
+			return s
+		}
+		d1 := dot(c.rotate(v, 7, inv, 1), c.rotate(k, 3, inv, 1))
+		d2 := dot(c.rotate(v, 13, inv, 1), c.rotate(k, 9, inv, 1))
+		if math.Abs(d1-d2) > 1e-12 {
+			t.Errorf("interleave %v: q·k at distance 4 is %g and %g", interleave, d1, d2)
+		}
+	}
+}
+
+// TestRopeParameters: the inverse frequencies, attention factor and
+// softmax scale worked out by hand from _compute_yarn_parameters and
+// DeepseekV3Attention.__init__. Lite: dim 8, base 1e4, 16 original
+// positions: the correction dims of 32 and 1 rotations are
+// 8·ln(16/(64π))/(2 ln 1e4) ≈ -1.10 (floor -2, clamped to 0) and
+// 8·ln(16/(2π))/(2 ln 1e4) ≈ 0.41 (ceil 1), so frequency 0 is kept and
+// the others are divided by the factor 4.
+func TestRopeParameters(t *testing.T) {
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-12*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s = %.15g, want %.15g", what, got, want)
+		}
+	}
+	inv, af := TinyDeepSeek().RopeFreqs()
+	for i, want := range []float64{1, 0.1, 0.01, 0.001} {
+		near(fmt.Sprintf("plain inv_freq[%d]", i), inv[i], want)
+	}
+	near("plain attention factor", af, 1)
+	near("plain scale", TinyDeepSeek().SoftmaxScale(), 0.25)
+
+	lite := TinyDeepSeekLite()
+	inv, af = lite.RopeFreqs()
+	for i, want := range []float64{1, 0.1 / 4, 0.01 / 4, 0.001 / 4} {
+		near(fmt.Sprintf("yarn inv_freq[%d]", i), inv[i], want)
+	}
+	near("yarn attention factor (mscale = mscale_all_dim)", af, 1)
+	m := 1 + 0.1*math.Log(4)
+	near("yarn scale", lite.SoftmaxScale(), 0.25*m*m)
+	lite.MScale = 0
+	_, af = lite.RopeFreqs()
+	near("yarn attention factor (no mscale)", af, m)
+	lite.MScale, lite.MScaleAllDim = 2, 0
+	_, af = lite.RopeFreqs()
+	near("yarn attention factor (no mscale_all_dim)", af, m)
+	near("yarn scale (no mscale_all_dim)", lite.SoftmaxScale(), 0.25)
+}
+
+// logit is the inverse of the sigmoid.
+func logit(s []float64) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = math.Log(v / (1 - v))
+	}
+	return out
+}
+
+// TestRouteHandMade: DeepseekV3TopkRouter on scores chosen by hand.
+func TestRouteHandMade(t *testing.T) {
+	check := func(what string, c DeepSeek, scores, bias []float64, wantIDs []int, wantW []float64) {
+		t.Helper()
+		ids, w := c.Route(logit(scores), bias)
+		if !slices.Equal(ids, wantIDs) {
+			t.Errorf("%s: experts %v, want %v", what, ids, wantIDs)
+			return
+		}
+		for j := range w {
+			if math.Abs(w[j]-wantW[j]) > 1e-12 {
+				t.Errorf("%s: weights %v, want %v", what, w, wantW)
+				return
+			}
+		}
+	}
+	c := DeepSeek{Experts: 8, TopK: 2, Groups: 4, TopKGroup: 2, NormTopK: true, RoutedScale: 2.5}
+	flat := c
+	flat.Groups, flat.TopKGroup = 1, 1
+	// Groups {0,1} {2,3} {4,5} {6,7} score 1.0, 1.19, 0.9, 0.59: groups 1
+	// and 0 stay open, so expert 4 (0.85, second overall) is out.
+	s := []float64{0.9, 0.1, 0.6, 0.59, 0.85, 0.05, 0.3, 0.29}
+	check("grouped", c, s, nil, []int{0, 2}, []float64{0.9 / 1.5 * 2.5, 0.6 / 1.5 * 2.5})
+	check("plain top-k", flat, s, nil, []int{0, 4}, []float64{0.9 / 1.75 * 2.5, 0.85 / 1.75 * 2.5})
+	noNorm := c
+	noNorm.NormTopK = false
+	check("grouped, not renormalised", noNorm, s, nil, []int{0, 2}, []float64{0.9 * 2.5, 0.6 * 2.5})
+	// The bias lifts group 3 to 0.8+0.79 = 1.59, the best, and experts 6
+	// and 7 win; their weights are their scores without the bias.
+	bias := []float64{0, 0, 0, 0, 0, 0, 0.5, 0.5}
+	check("grouped, biased", c, s, bias, []int{6, 7}, []float64{0.3 / 0.59 * 2.5, 0.29 / 0.59 * 2.5})
+	check("plain top-k, biased", flat, s, bias, []int{0, 4}, []float64{0.9 / 1.75 * 2.5, 0.85 / 1.75 * 2.5})
+	// Closed groups' choice values are 0, not -inf: the open group {0,1}
+	// holds choice values 0.7 and -0.2, so the second expert comes from
+	// the closed group (both at 0; the lower index).
+	c = DeepSeek{Experts: 4, TopK: 2, Groups: 2, TopKGroup: 1, NormTopK: true, RoutedScale: 1}
+	check("masked to zero", c, []float64{0.7, 0.2, 0.1, 0.2}, []float64{0, -0.4, -0.4, -0.4},
+		[]int{0, 2}, []float64{0.7 / 0.8, 0.1 / 0.8})
+}
+
+// TestRoutingOnActivations: in the tiny checkpoints the correction bias
+// and (for TinyDeepSeek) the group limit each change the experts chosen
+// for some of the real MoE inputs, and Experts is what the block uses.
+func TestRoutingOnActivations(t *testing.T) {
+	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite()} {
+		_, m := load(t, c)
+		flat := c
+		flat.Groups, flat.TopKGroup = 1, 1
+		var n, byBias, byGroups int
+		m.moeInput = func(l int, h []float64) {
+			n++
+			p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
+			logits := make([]float64, c.Experts)
+			for e := range logits {
+				for i, v := range h {
+					logits[e] += m.W[p+"weight"][e*c.Hidden+i] * v
+				}
+			}
+			bias := m.W[p+"e_score_correction_bias"]
+			ids, _ := c.Route(logits, bias)
+			if got := m.Experts(l, h); !slices.Equal(got, ids) {
+				t.Fatalf("Experts %v, Route %v", got, ids)
+			}
+			set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
+			if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
+				byBias++
+			}
+			if plain, _ := flat.Route(logits, bias); !slices.Equal(set(plain), set(ids)) {
+				byGroups++
+			}
+		}
+		m.Logits(testTokens)
+		if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
+			t.Errorf("%d MoE inputs, want %d", n, want)
+		}
+		if byBias == 0 {
+			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
+		}
+		if c.TopKGroup < c.Groups && byGroups == 0 {
+			t.Errorf("seed %d: the group limit changes no token's experts", c.Seed)
+		}
+		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", c.Seed, n, byBias, byGroups)
+	}
+}
+
+// wantTensors is the tensor list of the brief, written out for the tiny
+// shapes: TinyDeepSeek (q LoRA) or TinyDeepSeekLite (q_proj).
+func wantTensors(qLora, tied bool) map[string][]int {
+	w := map[string][]int{
+		"model.embed_tokens.weight": {96, 32},
+		"model.norm.weight":         {32},
+	}
+	if !tied {
+		w["lm_head.weight"] = []int{96, 32}
+	}
+	for l := 0; l < 3; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		w[p+"input_layernorm.weight"] = []int{32}
+		w[p+"post_attention_layernorm.weight"] = []int{32}
+		if qLora {
+			w[p+"self_attn.q_a_proj.weight"] = []int{24, 32}
+			w[p+"self_attn.q_a_layernorm.weight"] = []int{24}
+			w[p+"self_attn.q_b_proj.weight"] = []int{64, 24}
+		} else {
+			w[p+"self_attn.q_proj.weight"] = []int{64, 32}
+		}
+		w[p+"self_attn.kv_a_proj_with_mqa.weight"] = []int{24, 32}
+		w[p+"self_attn.kv_a_layernorm.weight"] = []int{16}
+		w[p+"self_attn.kv_b_proj.weight"] = []int{80, 16}
+		w[p+"self_attn.o_proj.weight"] = []int{32, 48}
+		if l == 0 {
+			w[p+"mlp.gate_proj.weight"] = []int{48, 32}
+			w[p+"mlp.up_proj.weight"] = []int{48, 32}
+			w[p+"mlp.down_proj.weight"] = []int{32, 48}
+			continue
+		}
+		w[p+"mlp.gate.weight"] = []int{8, 32}
+		w[p+"mlp.gate.e_score_correction_bias"] = []int{8}
+		for e := 0; e < 8; e++ {
+			q := fmt.Sprintf("%smlp.experts.%d.", p, e)
+			w[q+"gate_proj.weight"] = []int{16, 32}
+			w[q+"up_proj.weight"] = []int{16, 32}
+			w[q+"down_proj.weight"] = []int{32, 16}
+		}
+		w[p+"mlp.shared_experts.gate_proj.weight"] = []int{16, 32}
+		w[p+"mlp.shared_experts.up_proj.weight"] = []int{16, 32}
+		w[p+"mlp.shared_experts.down_proj.weight"] = []int{32, 16}
+	}
+	return w
+}
+
+// TestCheckpoint: the written model.safetensors holds exactly the
+// tensors of the brief (names, shapes, float32) and no others, and
+// config.json and generation_config.json say what DeepSeek-V3's do.
+func TestCheckpoint(t *testing.T) {
+	tied := TinyDeepSeekLite()
+	tied.Tied = true
+	for _, tc := range []struct {
+		c           DeepSeek
+		qLora, tied bool
+	}{{TinyDeepSeek(), true, false}, {TinyDeepSeekLite(), false, false}, {tied, false, true}} {
+		dir := t.TempDir()
+		if err := tc.c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantTensors(tc.qLora, tc.tied)
+		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
+			t.Errorf("tensors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(names, "\n"))
+		}
+		for name, shape := range want {
+			info, ok := ck.Info(name)
+			if ok && (!slices.Equal(info.Shape, shape) || info.DType != safetensors.F32) {
+				t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+			}
+		}
+		ck.Close()
+
+		var cfg map[string]any
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]any{
+			"model_type": "deepseek_v3", "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+			"num_key_value_heads": 4.0, "kv_lora_rank": 16.0, "qk_rope_head_dim": 8.0, "n_group": float64(tc.c.Groups),
+			"rope_interleave": tc.c.RopeInterleave, "tie_word_embeddings": tc.tied, "bos_token_id": 0.0, "eos_token_id": 1.0,
+		} {
+			if cfg[key] != want {
+				t.Errorf("config %s = %v, want %v", key, cfg[key], want)
+			}
+		}
+		if archs, _ := cfg["architectures"].([]any); len(archs) != 1 || archs[0] != "DeepseekV3ForCausalLM" {
+			t.Errorf("architectures %v", cfg["architectures"])
+		}
+		if tc.qLora != (cfg["q_lora_rank"] != nil) {
+			t.Errorf("q_lora_rank %v", cfg["q_lora_rank"])
+		}
+		rs, _ := cfg["rope_scaling"].(map[string]any)
+		if (tc.c.Factor > 0) != (rs != nil) || rs != nil && (rs["type"] != "yarn" || rs["factor"] != 4.0 ||
+			rs["original_max_position_embeddings"] != 16.0 || rs["mscale_all_dim"] != 1.0 || cfg["max_position_embeddings"] != 64.0) {
+			t.Errorf("rope_scaling %v, max_position_embeddings %v", cfg["rope_scaling"], cfg["max_position_embeddings"])
+		}
+		b, err = os.ReadFile(filepath.Join(dir, "generation_config.json"))
+		var gen map[string]any
+		if err == nil {
+			err = json.Unmarshal(b, &gen)
+		}
+		if err != nil || gen["bos_token_id"] != 0.0 || gen["eos_token_id"] != 1.0 {
+			t.Errorf("generation_config.json %s (%v)", b, err)
+		}
+	}
+}
+
+// TestCausal: the logits of a prefix are exactly the first rows of the
+// whole sequence's, and every row is finite, O(1) and not constant.
+func TestCausal(t *testing.T) {
+	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite()} {
+		_, m := load(t, c)
+		all := m.Logits(testTokens)
+		for _, n := range []int{1, 5, 9} {
+			prefix := m.Logits(testTokens[:n])
+			for i := range prefix {
+				if !slices.Equal(prefix[i], all[i]) {
+					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
+				}
+			}
+		}
+		for i, row := range all {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, v := range row {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
+				}
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+			if hi-lo < 0.1 || hi-lo > 100 {
+				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
+			}
+		}
+	}
+}
+
+// TestLoadChecks: reading a checkpoint with another description fails
+// on the first tensor it lacks instead of running.
+func TestLoadChecks(t *testing.T) {
+	dir, _ := load(t, TinyDeepSeek())
+	_, err := TinyDeepSeekLite().Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "q_proj") {
+		t.Errorf("loading a q-LoRA checkpoint without q LoRA: %v", err)
+	}
+}
+
+// TestShiftInvariance: the rotary is the only position signal, and it
+// enters q·k through the distance of the positions alone, so starting
+// the sequence at position 37 leaves the logits unchanged (to rounding):
+// q_pe and k_pe are each rotated by their own position.
+func TestShiftInvariance(t *testing.T) {
+	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite()} {
+		_, m := load(t, c)
+		if d := maxAbsDiff(m.logits(testTokens, 37), m.Logits(testTokens)); d > 1e-9 {
+			t.Errorf("seed %d: shifting the positions moves the logits by %g", c.Seed, d)
+		}
+	}
+}
+
+// TestDeepSeekV3Yarn: DeepSeek-V3's own rope parameters (rope dim 64,
+// base 1e4, factor 40 over 4096 positions, beta 32 and 1, mscale and
+// mscale_all_dim 1). The correction dims are
+// 64·ln(4096/(64π))/(2 ln 1e4) ≈ 10.47 (floor 10) and
+// 64·ln(4096/(2π))/(2 ln 1e4) ≈ 22.51 (ceil 23): frequencies up to 10
+// are kept, from 23 on divided by 40, and in between blended with
+// weight (i-10)/13 on the divided one.
+func TestDeepSeekV3Yarn(t *testing.T) {
+	c := DeepSeek{QKNope: 128, QKRope: 64, Theta: 10000, Factor: 40, OrigMax: 4096, BetaFast: 32, BetaSlow: 1, MScale: 1, MScaleAllDim: 1}
+	inv, af := c.RopeFreqs()
+	for _, i := range []int{0, 5, 10, 11, 16, 22, 23, 31} {
+		ramp := math.Min(math.Max(float64(i-10)/13, 0), 1)
+		want := math.Pow(10000, -float64(i)/32) * (1 - ramp + ramp/40)
+		if math.Abs(inv[i]-want) > 1e-12*want {
+			t.Errorf("inv_freq[%d] = %g, want %g", i, inv[i], want)
+		}
+	}
+	if af != 1 {
+		t.Errorf("attention factor %g, want 1", af)
+	}
+	m := 1 + 0.1*math.Log(40)
+	if got, want := c.SoftmaxScale(), m*m/math.Sqrt(192); math.Abs(got-want) > 1e-15 {
+		t.Errorf("softmax scale %g, want %g", got, want)
+	}
+}
+
+// TestFirstPositionAttention: the first position attends to itself
+// alone, so its attention output is its value heads: for head h the rows
+// h·(QKNope+VHead)+QKNope … +VHead of kv_b_proj applied to the normed
+// compressed kv (the first KVLoraRank of kv_a_proj_with_mqa's outputs).
+func TestFirstPositionAttention(t *testing.T) {
+	c := TinyDeepSeek()
+	_, m := load(t, c)
+	x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
+	p := "model.layers.1."
+	got := m.attention(p, [][]float64{x}, 0)[0]
+	h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+	kva := m.W[p+"self_attn.kv_a_proj_with_mqa.weight"]
+	comp := make([]float64, c.KVLoraRank)
+	for r := range comp {
+		for i, v := range h {
+			comp[r] += kva[r*c.Hidden+i] * v
+		}
+	}
+	comp = rmsnorm(comp, m.W[p+"self_attn.kv_a_layernorm.weight"], 1e-6)
+	kvb := m.W[p+"self_attn.kv_b_proj.weight"]
+	for hd := 0; hd < c.Heads; hd++ {
+		for j := 0; j < c.VHead; j++ {
+			row := hd*(c.QKNope+c.VHead) + c.QKNope + j
+			want := 0.0
+			for r, v := range comp {
+				want += kvb[row*c.KVLoraRank+r] * v
+			}
+			if g := got[hd*c.VHead+j]; math.Abs(g-want) > 1e-12 {
+				t.Fatalf("head %d, value %d: %g, want %g", hd, j, g, want)
+			}
+		}
+	}
+}
+
+// TestMoEBlockHandMade: DeepseekV3MoE on a hand-built block of 4 experts
+// of width 1 in 2 groups (top 1 group, top 2 experts, renormalised,
+// scale 2) with a shared expert: expert e computes
+// (d_e·silu(g_e·x0)·(x0+x1), 0), the shared one (0, silu(x1)·x1), and the
+// block returns Σ w·expert + shared.
+func TestMoEBlockHandMade(t *testing.T) {
+	c := DeepSeek{Hidden: 2, MoEIntermediate: 1, Layers: 1, Experts: 4, TopK: 2, Shared: 1, Groups: 2, TopKGroup: 1,
+		NormTopK: true, RoutedScale: 2}
+	p := "model.layers.0.mlp."
+	w := map[string][]float64{
+		// router logits (x0, x1, -x0, -x1) with bias (0, 0, 0, 0).
+		p + "gate.weight":                     {1, 0, 0, 1, -1, 0, 0, -1},
+		p + "gate.e_score_correction_bias":    {0, 0, 0, 0},
+		p + "shared_experts.gate_proj.weight": {0, 1},
+		p + "shared_experts.up_proj.weight":   {0, 1},
+		p + "shared_experts.down_proj.weight": {0, 1},
+	}
+	g, d := []float64{0.5, -1, 2, 1.5}, []float64{1, 2, 3, 4}
+	for e := range 4 {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		w[q+"gate_proj.weight"] = []float64{g[e], 0}
+		w[q+"up_proj.weight"] = []float64{1, 1}
+		w[q+"down_proj.weight"] = []float64{d[e], 0}
+	}
+	m := &Model{C: c, W: w}
+	x := []float64{0.8, 0.3}
+	silu := func(v float64) float64 { return v / (1 + math.Exp(-v)) }
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	// Scores sigmoid(0.8), sigmoid(0.3) in group 0 (sum 1.89...), the
+	// group of the larger sum; both its experts win.
+	s0, s1 := sig(0.8), sig(0.3)
+	w0, w1 := 2*s0/(s0+s1), 2*s1/(s0+s1)
+	want := []float64{
+		w0*d[0]*silu(g[0]*0.8)*1.1 + w1*d[1]*silu(g[1]*0.8)*1.1,
+		silu(0.3) * 0.3,
+	}
+	got := m.moe(0, p, x)
+	if math.Abs(got[0]-want[0]) > 1e-12 || math.Abs(got[1]-want[1]) > 1e-12 {
+		t.Errorf("moe %v, want %v", got, want)
+	}
+	if ids := m.Experts(0, x); !slices.Equal(ids, []int{0, 1}) {
+		t.Errorf("experts %v, want [0 1]", ids)
+	}
+}
