@@ -12,10 +12,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/gptoss"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
+	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -638,15 +640,28 @@ func TestPlanShardsMoE(t *testing.T) {
 func TestPlanShardsNewFamilies(t *testing.T) {
 	gpt := gptossref.Tiny()
 	g4 := gemma4ref.TinyMoE()
+	ds := dsref.TinyDeepSeek()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
 		gateUp  string
 		down    string
 		e, i, h int
+		more    map[string]string
 	}{
-		{"gpt-oss", gpt.Write, "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", gpt.Experts, gpt.Intermediate, gpt.Hidden},
-		{"gemma4-moe", g4.Write, "model.language_model.layers.1.experts.gate_up_proj", "model.language_model.layers.1.experts.down_proj", g4.Experts, g4.MoEIntermediate, g4.Hidden},
+		{"gpt-oss", gpt.Write, "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", gpt.Experts, gpt.Intermediate, gpt.Hidden, nil},
+		{"gemma4-moe", g4.Write, "model.language_model.layers.1.experts.gate_up_proj", "model.language_model.layers.1.experts.down_proj", g4.Experts, g4.MoEIntermediate, g4.Hidden, nil},
+		// MLA: the query and kv_b_proj (absorbed, read whole) split by
+		// heads, the latent's projection and the shared-expert gate kept.
+		{"deepseek-v3", ds.Write, "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", ds.Experts, ds.MoEIntermediate, ds.Hidden,
+			map[string]string{
+				"model.layers.1.self_attn.q_b_proj.weight":           "[S(model)]",
+				"model.layers.1.self_attn.kv_b_proj.weight":          "[S(model)]",
+				"model.layers.1.self_attn.o_proj.weight":             "[R S(model)]",
+				"model.layers.1.self_attn.kv_a_proj_with_mqa.weight": "[]",
+				"model.layers.1.self_attn.q_a_proj.weight":           "[]",
+				"model.layers.1.mlp.gate.e_score_correction_bias":    "[]",
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -667,6 +682,11 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 			}
 			if got := axes(p.Weight(c.down)); got != "[R R S(model)]" {
 				t.Errorf("%s: %s, want row (axis 2)", c.down, got)
+			}
+			for name, want := range c.more {
+				if got := axes(p.Weight(name)); got != want {
+					t.Errorf("%s: %s, want %s", name, got, want)
+				}
 			}
 			r := shardedLMOf(t, l, Compiled, 2, 1)
 			gu, down := r.tp.weights[c.gateUp], r.tp.weights[c.down]

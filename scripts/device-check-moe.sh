@@ -16,10 +16,12 @@
 #      YaRN, sliding layers), two tiny Gemma 4 (per-layer embeddings and
 #      KV sharing; the 26B's routed experts with k = v), a tiny
 #      Qwen3-Next (fused DeltaNet projections, a dense layer among sparse
-#      ones) and a tiny Mixtral (a sliding window of 8 on every layer, the
-#      experts one tensor each as the Hub holds them), the same prompts,
-#      16 tokens, float32: on the device compiled and eager against the
-#      CPU.
+#      ones), a tiny Mixtral (a sliding window of 8 on every layer, the
+#      experts one tensor each as the Hub holds them) and a tiny
+#      DeepSeek-V3 (MLA with kv_b_proj absorbed, q LoRA, interleaved YaRN
+#      rope, grouped sigmoid routing, a dense first layer), the same
+#      prompts, 16 tokens, float32: on the device compiled and eager
+#      against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
 #      compiled: --experts graph on the device at batch 1 and 8, which must
@@ -184,14 +186,26 @@ cat >"$work/mixtral.json" <<'EOF'
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false,
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny DeepSeek-V3: MLA, 8 experts in 4 groups, a shared expert.
+cat >"$work/deepseek.json" <<'EOF'
+{"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 4, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+ "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 4,
+ "topk_group": 2, "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+ "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rope_theta": 10000, "rope_interleave": true,
+ "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 128, "beta_fast": 32,
+  "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+ "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	[ "$fam" = mixtral ] && apart=(-experts-apart) # block_sparse_moe.experts.E.w1…, as the Hub holds them
+	[ "$fam" = mixtral ] || [ "$fam" = deepseek ] && apart=(-experts-apart) # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"

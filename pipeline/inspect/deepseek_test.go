@@ -1,0 +1,82 @@
+package inspect_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tputool/tputool/loader"
+	_ "github.com/tputool/tputool/pipeline/deepseek"
+	"github.com/tputool/tputool/pipeline/inspect"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// TestDeepSeekV3 inspects DeepSeek-V3's config (its FP8
+// quantization_config dropped: the header-only checkpoint is bf16, as the
+// community's bf16 conversions are) over a checkpoint in the release's
+// layout, experts one by one, plus its multi-token-prediction layer 61,
+// which is skipped: 671B parameters, about 37B active, and a KV cache of
+// the latent, 576 values a token and layer.
+func TestDeepSeekV3(t *testing.T) {
+	dir, model := realConfig(t, "deepseek_v3")
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	delete(cfg, "quantization_config")
+	if raw, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	shapes := map[string][]int{}
+	var params int64
+	for _, w := range lm.Weights(model) {
+		params += elements(w.Shape)
+		stored := w.Parts
+		if len(stored) == 0 {
+			stored = []lm.WeightSpec{w}
+		}
+		for _, p := range stored {
+			names = append(names, p.Name)
+			shapes[p.Name] = p.Shape
+		}
+	}
+	for _, n := range []string{"model.layers.61.enorm.weight", "model.layers.61.eh_proj.weight"} { // two of the MTP layer's
+		names = append(names, n)
+		shapes[n] = []int{7168}
+	}
+	shapes["model.layers.61.eh_proj.weight"] = []int{7168, 14336}
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 671_026_419_200 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 671,026,419,200", params, r.Params.Used)
+	}
+	if a := float64(r.Params.Active) / 1e9; a < 36 || a > 39 {
+		t.Errorf("active %.2fB, want about 37B", a)
+	}
+	if r.Text.MLA == nil || r.Text.MLA.KVLoraRank != 512 || r.Text.KVHeads != 1 || r.Text.HeadDim != 192 {
+		t.Errorf("attention %+v, MLA %+v", r.Text, r.Text.MLA)
+	}
+	// 61 layers × the latent and rope key (576) × K and V caches × 2 bytes × 32768.
+	if want := int64(61 * 576 * 2 * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	t.Logf("%.2fB, active %.2fB, weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9, float64(r.Params.Active)/1e9,
+		r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
+}
