@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral) on tputool and on
-# llama.cpp's kernels (ollama), same weights, side by side, in rounds that
-# interleave the two:
+# A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
+# DeepSeek-V3) on tputool and on llama.cpp's kernels (ollama), same
+# weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
 #     (--repeat 3, median) and three ollama generations (median);
@@ -24,7 +24,16 @@
 # 14336, top 2, vocab 32000, untied head) in LAYERS layers (default 2, 6.3
 # GB bf16), the experts one tensor per expert as the release stores them
 # (block_sparse_moe.experts.E.w1/w2/w3), DIR /tmp/tputool-mixtral-bench.
-# scripts/export-gguf
+# FAMILY=deepseek: a DeepseekV3ForCausalLM of Moonlight-16B-A3B's layer
+# (hidden 2048, MLA of 16 heads with kv_lora_rank 512, rope 64, nope 128,
+# v 128, and DeepSeek-V3's q LoRA of 1536, since ollama's converter does
+# not map a plain q_proj; 64 experts of 1408, top 6, 2 shared, sigmoid routing
+# with the correction bias, a dense first layer of 11264; vocab 163840,
+# untied head; DeepSeek-V3's YaRN rope_scaling, without which ollama's
+# deepseek2 engine samples from NaNs) in LAYERS layers (default 4, 4.9 GB
+# bf16; ollama's import takes twice that again on disk), the experts one
+# tensor each, DIR /tmp/tputool-deepseek-bench; ollama imports the folder
+# itself (its convert_deepseek2.go). Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -44,14 +53,32 @@ FAMILY="${FAMILY:-qwen3moe}"
 case "$FAMILY" in
 qwen3moe) DIR="${DIR:-/tmp/tputool-moe-bench}" ;;
 mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
-*) echo "FAMILY must be qwen3moe or mixtral" >&2; exit 2 ;;
+deepseek) DIR="${DIR:-/tmp/tputool-deepseek-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral or deepseek" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 EXPERTS="${EXPERTS:-graph}"
 PORT="${PORT:-11500}"
 mkdir -p "$DIR/hf"
-if [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
+if [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseek ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+ "hidden_size": 2048, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 16,
+ "num_key_value_heads": 16, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+ "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 11264, "moe_intermediate_size": 1408,
+ "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
+ "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.446,
+ "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rope_theta": 50000, "rope_interleave": true,
+ "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+  "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+ "vocab_size": 163840, "max_position_embeddings": 163840, "rms_norm_eps": 1e-05,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 163840
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
   cat > "$DIR/config.json" <<JSON
 {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
  "hidden_size": 4096, "num_hidden_layers": ${LAYERS:-2}, "num_attention_heads": 32,
@@ -78,7 +105,12 @@ JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151936 # the model's vocabulary, as the GGUF pads it
 fi
-[ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
+FROM="$DIR/model.gguf"
+if [ "$FAMILY" = deepseek ]; then
+  FROM="$DIR/hf"
+else
+  [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
+fi
 go build -o "$DIR/tputool" .
 
 MODE="${MODE:-decode}"
@@ -93,7 +125,7 @@ SERVER=$!
 TSERVER=""
 trap 'kill $SERVER $TSERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
-printf 'FROM %s\n' "$DIR/model.gguf" > "$DIR/Modelfile"
+printf 'FROM %s\n' "$FROM" > "$DIR/Modelfile"
 "$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 tags=(moe-bf16)
 quant=("")
