@@ -74,8 +74,8 @@ func TestDeepSeekV3(t *testing.T) {
 		t.Errorf("attention %+v, MLA %+v", r.Text, r.Text.MLA)
 	}
 	// 61 layers × the latent and rope key (576) × K and V caches × 2 bytes × 32768.
-	if want := int64(61 * 576 * 2 * 2 * 32768); r.Memory.KVCache != want {
-		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	if want := int64(61 * 576 * 2 * 2 * 32768); r.Memory.KVCache != want || r.Text.StateBytes(1, 32768, 2).KVCache != want {
+		t.Errorf("KV cache %d (from the config alone %d), want %d", r.Memory.KVCache, r.Text.StateBytes(1, 32768, 2).KVCache, want)
 	}
 	t.Logf("%.2fB, active %.2fB, weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9, float64(r.Params.Active)/1e9,
 		r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
