@@ -183,6 +183,7 @@ type Runner struct {
 
 	weights   map[string]*tensors.Tensor
 	fp8Blocks map[string][2]int // the block of each weight held as FP8 (holdFP8)
+	keepF32   map[string]bool   // weights held and read in float32 (lm.WeightSpec.F32)
 	all       []string          // every weight, in lm.Weights order (compiled mode inputs)
 	embedW    []string
 	headW     []string

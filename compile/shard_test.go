@@ -22,6 +22,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/tpu"
 )
 
 // tinyLoaded writes and loads a small checkpoint: 8 heads, 4 KV heads,
@@ -730,5 +731,41 @@ func TestHostStateBytes(t *testing.T) {
 		if n, ok := HostStateBytes(m, tp, 1, 1, 64, f32, none); !ok || n != want {
 			t.Errorf("Qwen3-Next --tp %d: %d bytes (ok %v), want %d (KV %d, recurrent %d)", tp, n, ok, want, kvBytes, recBytes)
 		}
+	}
+}
+
+// TestF32WeightsKept: a weight the model declares F32 (DeepSeek-V3's
+// router correction bias) is held and read in float32 under bfloat16
+// compute, the rest in bfloat16, and HeldBytes counts it so.
+func TestF32WeightsKept(t *testing.T) {
+	ds := dsref.TinyDeepSeek()
+	dir := t.TempDir()
+	if err := ds.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	be := goBackend(t)
+	opts := Options{DType: dtypes.BFloat16}
+	r, err := NewRunner(be, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+	if dt := r.weights[bias].DType(); dt != dtypes.Float32 || !r.keepF32[bias] {
+		t.Errorf("%s held as %s (kept %v), want float32", bias, dt, r.keepF32[bias])
+	}
+	if dt := r.weights["model.layers.1.input_layernorm.weight"].DType(); dt != dtypes.BFloat16 {
+		t.Errorf("a norm held as %s, want bfloat16", dt)
+	}
+	if got, want := r.WeightBytes(), l.HeldBytes(HoldingOf(tpu.CapabilitiesOf(be), opts)); got != want {
+		t.Errorf("holds %d bytes, HeldBytes %d", got, want)
+	}
+	if _, err := r.NewState().Prefill([][]int{{1, 7, 21, 33}}, 1); err != nil {
+		t.Fatal(err)
 	}
 }

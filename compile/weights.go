@@ -267,8 +267,15 @@ func (r *Runner) loadWeight(l *lm.Loaded, w lm.WeightSpec) error {
 	}
 	matrix := w.Matmul && len(w.Shape) == 2
 	held := r.opts.DType
-	if w.Matmul {
+	switch {
+	case w.Matmul:
 		held = lm.HeldDType(l.StoredDType(w.Name), h.Compute, h.Narrow)
+	case w.F32:
+		held = dtypes.Float32
+		if r.keepF32 == nil {
+			r.keepF32 = map[string]bool{}
+		}
+		r.keepF32[w.Name] = true
 	}
 	if matrix {
 		if b := r.layout(w.Shape[0], w.Shape[1]); b != nil {
@@ -676,7 +683,7 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 			m[n] = nn.DequantizeFP8(x, s, b[0], b[1], r.opts.DType)
 			continue
 		}
-		if x.DType() != r.opts.DType && x.DType().IsFloat() {
+		if x.DType() != r.opts.DType && x.DType().IsFloat() && !r.keepF32[n] {
 			m[n] = graph.ConvertDType(x, r.opts.DType)
 		}
 	}

@@ -18,8 +18,9 @@
 // through W_UV to the head's values. That equals transformers' expanded
 // form (the float64 reference in pipeline/testkit/dsref computes it so)
 // and caches 576 numbers a token and layer for DeepSeek-V3 instead of
-// 128 heads × (192 + 128). The layer's value cache repeats the key cache
-// (nn.KV has both); the output ignores its rotated dims.
+// 128 heads × (192 + 128), held twice: the layer's value cache repeats
+// the key cache (nn.KV has both; 1,152 numbers), and the output ignores
+// its rotated dims.
 //
 // The MLP is a dense SwiGLU on the first first_k_dense_replace layers and
 // a sparse block on the others: the router's sigmoid scores plus
@@ -72,6 +73,7 @@ type Config struct {
 	NGroup                *int          `json:"n_group"`
 	TopKGroup             *int          `json:"topk_group"`
 	FirstKDenseReplace    *int          `json:"first_k_dense_replace"`
+	MoELayerFreq          *int          `json:"moe_layer_freq"`
 	NormTopKProb          *bool         `json:"norm_topk_prob"`
 	RoutedScalingFactor   *float64      `json:"routed_scaling_factor"`
 	ScoringFunc           string        `json:"scoring_func"`
@@ -140,6 +142,12 @@ func Resolve(cfg *config.File) (Options, error) {
 	if c.AttentionBias {
 		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek-V3's projections have no biases", where)
 	}
+	if c.MoELayerFreq != nil && *c.MoELayerFreq != 1 {
+		// DeepSeek's own modeling code places the sparse layers every
+		// moe_layer_freq; transformers ignores the field. Every release
+		// has 1.
+		return Options{}, errs.Unsupportedf("%s: moe_layer_freq %d is not supported (only 1: every layer from first_k_dense_replace on is sparse)", where, *c.MoELayerFreq)
+	}
 	o := Options{
 		QLoraRank:       lm.Or(c.QLoraRank, d.QLora),
 		KVLoraRank:      lm.Or(c.KVLoraRank, d.KVLora),
@@ -172,10 +180,15 @@ func Resolve(cfg *config.File) (Options, error) {
 		HeadDim:      o.KVLoraRank + o.QKRope,
 		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.MaxPositions),
 		EOS:          c.EOSTokenID,
-		BOS:          -1,
+		BOS:          0, // DeepseekV3Config's bos_token_id and eos_token_id: 0 and 1
 	}
 	if len(c.BOSTokenID) > 0 {
 		s.BOS = c.BOSTokenID[0]
+	} else if cfg.Has("bos_token_id") {
+		s.BOS = -1 // null
+	}
+	if len(c.EOSTokenID) == 0 && !cfg.Has("eos_token_id") {
+		s.EOS = []int{1}
 	}
 	for _, f := range []struct {
 		name string
@@ -230,10 +243,11 @@ func Resolve(cfg *config.File) (Options, error) {
 }
 
 // mscaleAllDim is DeepseekV3Attention's softmax scale correction under
-// rope_scaling (or v5's rope_parameters): yarn_get_mscale(factor,
+// v5's rope_parameters or the older rope_scaling (the one the rotary
+// embedding reads, nn.ConfigRope): yarn_get_mscale(factor,
 // mscale_all_dim) when mscale_all_dim is set and not 0, else 1.
 func mscaleAllDim(cfg *config.File) (float64, error) {
-	for _, key := range []string{"rope_scaling", "rope_parameters"} {
+	for _, key := range []string{"rope_parameters", "rope_scaling"} { // nn.ConfigRope's precedence
 		sc, err := nn.ParseRopeScaling(cfg.Raw[key])
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", key, err)
@@ -318,7 +332,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		return ws
 	}
 	add("mlp.gate.weight", true, lm.Replicated, o.Experts, s.Hidden)
-	add("mlp.gate.e_score_correction_bias", false, lm.Replicated, o.Experts)
+	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{o.Experts}, F32: true})
 	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
 		add("mlp.shared_experts.gate_proj.weight", true, lm.Column, sh, s.Hidden)

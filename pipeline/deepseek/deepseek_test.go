@@ -23,9 +23,21 @@ import (
 
 var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 
+// odd is TinyDeepSeek with every size its own (so that swapping the nope
+// and rope parts, or scaling by the latent's width, shows), rms_norm_eps
+// 1e-5 (the latent norms keep 1e-6), two shared experts, the top k not
+// renormalized and a tied head.
+func odd() dsref.DeepSeek {
+	c := dsref.TinyDeepSeek()
+	c.QKNope, c.QKRope, c.KVLoraRank, c.VHead, c.QLoraRank = 12, 4, 20, 10, 28
+	c.Eps, c.Shared, c.NormTopK, c.Tied, c.Seed = 1e-5, 2, false, true, 42
+	return c
+}
+
 // TestLogitsMatchReference runs tiny DeepSeek-V3s (q LoRA, interleaved
-// rotary, grouped routing; and without q LoRA, one group, rotate-half
-// rotary and YaRN with mscale_all_dim) on a left-padded batch of two
+// rotary, grouped routing; without q LoRA, one group, rotate-half rotary
+// and YaRN with mscale_all_dim; and odd's sizes and switches) on a
+// left-padded batch of two
 // prompts plus decode steps, with each experts formulation, compiled and
 // eager, on the go backend and on tputool's cpu backend, and compares
 // every row's logits with dsref's float64 forward, which expands kv_b_proj
@@ -46,7 +58,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ds   dsref.DeepSeek
-	}{{"v3", dsref.TinyDeepSeek()}, {"lite-yarn", dsref.TinyDeepSeekLite()}} {
+	}{{"v3", dsref.TinyDeepSeek()}, {"lite-yarn", dsref.TinyDeepSeekLite()}, {"odd", odd()}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.ds.Write)
 			rm, err := c.ds.Load(dir)
@@ -144,15 +156,18 @@ func TestFP8(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 8}); err != nil {
+	if err := lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}); err != nil { // kv_a_proj_with_mqa's 24 rows: a partial block
+
 		t.Fatal(err)
 	}
 	ck, err := safetensors.OpenDir(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ck.Has("model.layers.1.self_attn.kv_b_proj.weight_scale_inv") {
-		t.Fatal("the FP8 copy holds kv_b_proj plain")
+	for _, n := range []string{"kv_b_proj", "kv_a_proj_with_mqa", "q_a_proj"} {
+		if !ck.Has("model.layers.1.self_attn." + n + ".weight_scale_inv") {
+			t.Fatalf("the FP8 copy holds %s plain", n)
+		}
 	}
 	ck.Close()
 	l, err := lmckpt.Load(dir)

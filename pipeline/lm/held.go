@@ -124,8 +124,11 @@ func (h Holding) HeldBytes(w WeightSpec, stored dtypes.DType) int64 {
 		return Int4Bytes(w)
 	}
 	held := h.Compute
-	if w.Matmul {
+	switch {
+	case w.Matmul:
 		held = HeldDType(stored, h.Compute, h.Narrow)
+	case w.F32:
+		held = dtypes.Float32
 	}
 	return n * int64(held.Size())
 }

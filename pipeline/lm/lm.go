@@ -140,6 +140,11 @@ type WeightSpec struct {
 	// no executor holds it blocked, quantized or as stored. Matmul is
 	// false for it.
 	Absorbed bool
+	// F32 keeps the weight in float32 whatever the compute dtype, held
+	// and read so (transformers' _keep_in_fp32_modules: DeepSeek-V3's
+	// router correction bias, whose sums with scores a bf16 rounding could
+	// reorder). Not for Matmul weights.
+	F32 bool
 	// MXFP4: the checkpoint may hold the weight in OCP microscaling FP4
 	// instead of under Name (GPT-OSS's experts): Name+MXFP4Blocks, U8
 	// [..., out, in/32, 16], and Name+MXFP4Scales, U8 [..., out, in/32]

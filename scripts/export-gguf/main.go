@@ -131,7 +131,11 @@ func run(dir, out string) error {
 	if len(s.EOS) > 0 {
 		eos = uint32(s.EOS[0])
 	}
-	theta, err := ropeTheta(filepath.Join(dir, "config.json"))
+	defaultTheta := 10000.0 // Qwen3MoeConfig's
+	if isMixtral {
+		defaultTheta = 1e6 // MixtralConfig's
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), defaultTheta)
 	if err != nil {
 		return err
 	}
@@ -534,9 +538,8 @@ func writePad(w *bufio.Writer, pos int64, err *error) int64 {
 	return pos + n
 }
 
-// ropeTheta reads rope_theta from config.json (Qwen3MoeConfig's default
-// 10000 when absent; the Mixtral benchmark's config sets it).
-func ropeTheta(path string) (float64, error) {
+// ropeTheta reads rope_theta from config.json, def when absent.
+func ropeTheta(path string, def float64) (float64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
@@ -548,7 +551,7 @@ func ropeTheta(path string) (float64, error) {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
 	if c.Theta == nil {
-		return 10000, nil
+		return def, nil
 	}
 	return *c.Theta, nil
 }

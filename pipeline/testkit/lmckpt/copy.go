@@ -78,7 +78,7 @@ func CopyProjections(src, out string, cfg map[string]any, proj func(name string,
 
 // isProjection reports a matrix CopyProjections converts.
 func isProjection(name string) bool {
-	if strings.HasSuffix(name, "proj.weight") {
+	if strings.HasSuffix(name, "proj.weight") || strings.HasSuffix(name, "proj_with_mqa.weight") { // DeepSeek's kv_a_proj_with_mqa too
 		return true
 	}
 	for _, w := range []string{".w1.weight", ".w2.weight", ".w3.weight"} {
