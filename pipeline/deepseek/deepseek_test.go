@@ -310,6 +310,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Spec.Hidden != 7168 || d.Experts != 256 || d.QLoraRank != 0 || d.RoutedScale != 2.5 || d.Spec.VocabSize != 129280 ||
+		d.Spec.BOS != 0 || fmt.Sprint(d.Spec.EOS) != "[1]" ||
 		math.Abs(d.Scale-1/math.Sqrt(192)) > 1e-12 {
 		t.Errorf("defaults with q_lora_rank null: %+v", d)
 	}
@@ -322,6 +323,7 @@ func TestConfig(t *testing.T) {
 		{`"n_group": 8, "topk_group": 1`, "groups of two or more"},
 		{`"scoring_func": "softmax"`, "scoring_func \"softmax\" is not supported"},
 		{`"topk_method": "greedy"`, "topk_method \"greedy\" is not supported"},
+		{`"moe_layer_freq": 2`, "moe_layer_freq 2 is not supported"},
 		{`"n_routed_experts": 100000, "n_group": 1, "topk_group": 1`, "expert MLPs"},
 	} {
 		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
