@@ -1,7 +1,10 @@
 // Package deepseek implements DeepseekV3ForCausalLM, following
 // transformers' models/deepseek_v3/modeling_deepseek_v3.py: "DeepSeek-V3
 // Technical Report" (DeepSeek-AI, 2024, arXiv:2412.19437), the layout of
-// DeepSeek-V3 and R1, Kimi K2 and Moonlight.
+// DeepSeek-V3 and R1, Kimi K2 and Moonlight; and Glm4MoeLiteForCausalLM
+// (models/glm4_moe_lite: GLM-4.7-Flash), which is DeepSeek-V3's attention
+// with GLM-4.5's mixture of experts, the same router, its sparse layers
+// placed by mlp_layer_types.
 //
 // Attention is multi-head latent attention (MLA). Queries come through a
 // low-rank projection (q_a_proj, q_a_layernorm, q_b_proj; q_proj when
@@ -50,6 +53,7 @@ import (
 
 func init() {
 	lm.Register("DeepseekV3ForCausalLM", New)
+	lm.Register("Glm4MoeLiteForCausalLM", New)
 }
 
 // Config is a DeepseekV3ForCausalLM config.json.
@@ -73,6 +77,7 @@ type Config struct {
 	NGroup                *int          `json:"n_group"`
 	TopKGroup             *int          `json:"topk_group"`
 	FirstKDenseReplace    *int          `json:"first_k_dense_replace"`
+	MLPLayerTypes         []string      `json:"mlp_layer_types"`
 	MoELayerFreq          *int          `json:"moe_layer_freq"`
 	NormTopKProb          *bool         `json:"norm_topk_prob"`
 	RoutedScalingFactor   *float64      `json:"routed_scaling_factor"`
@@ -88,19 +93,32 @@ type Config struct {
 	EOSTokenID            config.IDList `json:"eos_token_id"`
 }
 
-// Defaults are DeepseekV3Config's defaults (DeepSeek-V3's sizes).
-var Defaults = struct {
+// Defaults are a configuration class's defaults.
+type Defaults struct {
 	Vocab, Hidden, Intermediate, MoEIntermediate, Layers, Heads int
 	QLora, KVLora, QKNope, QKRope, VHead                        int
 	Experts, TopK, Shared, Groups, TopKGroup, FirstDense        int
 	RoutedScale, Theta, Eps                                     float64
 	MaxPositions                                                int
-}{
-	Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
-	QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
-	Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
-	RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096,
 }
+
+var (
+	// V3Defaults are DeepseekV3Config's defaults (DeepSeek-V3's sizes).
+	V3Defaults = Defaults{
+		Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
+		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
+		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096,
+	}
+	// GLMLiteDefaults are Glm4MoeLiteConfig's (GLM-4.7-Flash's sizes);
+	// FirstDense is its mlp_layer_types default, one dense layer first.
+	GLMLiteDefaults = Defaults{
+		Vocab: 154880, Hidden: 2048, Intermediate: 10240, MoEIntermediate: 1536, Layers: 47, Heads: 20,
+		QLora: 768, KVLora: 512, QKNope: 192, QKRope: 64, VHead: 256,
+		Experts: 64, TopK: 4, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
+		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752,
+	}
+)
 
 // Options are the resolved hyperparameters. Spec's KVHeads is 1 and its
 // HeadDim KVLoraRank + QKRope: the cache a token and layer.
@@ -117,12 +135,16 @@ type Options struct {
 	Scale float64
 	// Experts is n_routed_experts, TopK num_experts_per_tok,
 	// MoEIntermediate moe_intermediate_size, Shared n_shared_experts,
-	// Groups n_group, TopKGroup topk_group, FirstDense
-	// first_k_dense_replace, NormTopK norm_topk_prob, RoutedScale
-	// routed_scaling_factor.
-	Experts, TopK, MoEIntermediate, Shared, Groups, TopKGroup, FirstDense int
-	NormTopK                                                              bool
-	RoutedScale                                                           float64
+	// Groups n_group, TopKGroup topk_group, NormTopK norm_topk_prob,
+	// RoutedScale routed_scaling_factor.
+	Experts, TopK, MoEIntermediate, Shared, Groups, TopKGroup int
+	NormTopK                                                  bool
+	RoutedScale                                               float64
+	// Sparse[i] reports that layer i has the MoE block (else the dense
+	// MLP): from first_k_dense_replace on (DeepSeek-V3), or where
+	// mlp_layer_types says "sparse" (GLM-4.7-Flash; without the field its
+	// first layer dense).
+	Sparse []bool
 }
 
 // Resolve reads a DeepSeek-V3 config.json.
@@ -132,7 +154,10 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return Options{}, err
 	}
-	d := Defaults
+	d, glm := V3Defaults, cfg.Architecture() == "Glm4MoeLiteForCausalLM"
+	if glm {
+		d = GLMLiteDefaults
+	}
 	if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
 		return Options{}, errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V3's router scores by sigmoid)", where, c.ScoringFunc)
 	}
@@ -160,7 +185,6 @@ func Resolve(cfg *config.File) (Options, error) {
 		Shared:          lm.Or(c.NSharedExperts, d.Shared),
 		Groups:          lm.Or(c.NGroup, d.Groups),
 		TopKGroup:       lm.Or(c.TopKGroup, d.TopKGroup),
-		FirstDense:      lm.Or(c.FirstKDenseReplace, d.FirstDense),
 		NormTopK:        lm.Or(c.NormTopKProb, true),
 		RoutedScale:     lm.Or(c.RoutedScalingFactor, d.RoutedScale),
 		Interleave:      lm.Or(c.RopeInterleave, true),
@@ -199,8 +223,8 @@ func Resolve(cfg *config.File) (Options, error) {
 			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, f.name, f.v)
 		}
 	}
-	if o.QLoraRank < 0 || o.Shared < 0 || o.FirstDense < 0 {
-		return Options{}, fmt.Errorf("%s: q_lora_rank %d, n_shared_experts %d and first_k_dense_replace %d must not be negative", where, o.QLoraRank, o.Shared, o.FirstDense)
+	if o.QLoraRank < 0 || o.Shared < 0 {
+		return Options{}, fmt.Errorf("%s: q_lora_rank %d and n_shared_experts %d must not be negative", where, o.QLoraRank, o.Shared)
 	}
 	if err := s.CheckSizes(where); err != nil {
 		return Options{}, err
@@ -214,6 +238,10 @@ func Resolve(cfg *config.File) (Options, error) {
 			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
 	}
 	if err := lm.CheckExperts(where, "n_routed_experts", o.Experts, s.Layers); err != nil {
+		return Options{}, err
+	}
+	var err error
+	if o.Sparse, err = sparseLayers(where, c, d, glm, s.Layers); err != nil {
 		return Options{}, err
 	}
 	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, false)
@@ -230,7 +258,6 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported", where, act)
 	}
-	var err error
 	if o.Rope, err = nn.ConfigRope(cfg.Raw, d.Theta, o.QKRope, s.MaxPositions); err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
@@ -240,6 +267,40 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	o.Scale = ms * ms / math.Sqrt(float64(o.QKNope+o.QKRope))
 	return o, nil
+}
+
+// sparseLayers places the sparse blocks: GLM-4.7-Flash's mlp_layer_types
+// ("dense" or "sparse" a layer; without it the first layer dense, as
+// Glm4MoeLiteConfig defaults it, whatever first_k_dense_replace says), or
+// DeepSeek-V3's first_k_dense_replace.
+func sparseLayers(where string, c Config, d Defaults, glm bool, layers int) ([]bool, error) {
+	sparse := make([]bool, layers)
+	if glm && c.MLPLayerTypes != nil {
+		if len(c.MLPLayerTypes) != layers {
+			return nil, fmt.Errorf("%s: mlp_layer_types has %d entries for %d layers", where, len(c.MLPLayerTypes), layers)
+		}
+		for i, t := range c.MLPLayerTypes {
+			switch t {
+			case "sparse":
+				sparse[i] = true
+			case "dense":
+			default:
+				return nil, fmt.Errorf("%s: mlp_layer_types[%d] is %q, want \"dense\" or \"sparse\"", where, i, t)
+			}
+		}
+		return sparse, nil
+	}
+	first := d.FirstDense
+	if !glm {
+		first = lm.Or(c.FirstKDenseReplace, d.FirstDense)
+	}
+	if first < 0 {
+		return nil, fmt.Errorf("%s: first_k_dense_replace must not be negative, got %d", where, first)
+	}
+	for i := range sparse {
+		sparse[i] = i >= first
+	}
+	return sparse, nil
 }
 
 // mscaleAllDim is DeepseekV3Attention's softmax scale correction under
@@ -289,7 +350,7 @@ func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options)
 func (m *Model) Options() Options { return m.o }
 
 // sparse reports whether layer i has the MoE block.
-func (m *Model) sparse(i int) bool { return i >= m.o.FirstDense }
+func (m *Model) sparse(i int) bool { return m.o.Sparse[i] }
 
 // LayerState implements lm.Model: the latent cache, one KV head of
 // kv_lora_rank + qk_rope_head_dim.

@@ -1,6 +1,7 @@
 package deepseek_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -58,9 +59,15 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ds   dsref.DeepSeek
-	}{{"v3", dsref.TinyDeepSeek()}, {"lite-yarn", dsref.TinyDeepSeekLite()}, {"odd", odd()}} {
+		glm  bool
+	}{{"v3", dsref.TinyDeepSeek(), false}, {"lite-yarn", dsref.TinyDeepSeekLite(), false}, {"odd", odd(), false},
+		{"glm-4.7-flash", dsref.TinyDeepSeek(), true}} {
 		t.Run(c.name, func(t *testing.T) {
-			dir, l := lmckpt.WriteLoad(t, c.ds.Write)
+			write := c.ds.Write
+			if c.glm {
+				write = func(dir string) error { return writeGLM(c.ds, dir) }
+			}
+			dir, l := lmckpt.WriteLoad(t, write)
 			rm, err := c.ds.Load(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -87,6 +94,37 @@ func TestLogitsMatchReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeGLM writes c as a Glm4MoeLiteForCausalLM (GLM-4.7-Flash): the same
+// tensors, the config under that class with mlp_layer_types placing the
+// dense layers and no first_k_dense_replace (which that class does not
+// read).
+func writeGLM(c dsref.DeepSeek, dir string) error {
+	if err := c.Write(dir); err != nil {
+		return err
+	}
+	cfg, err := lmckpt.ReadConfig(dir)
+	if err != nil {
+		return err
+	}
+	cfg["architectures"], cfg["model_type"] = []string{"Glm4MoeLiteForCausalLM"}, "glm4_moe_lite"
+	types := make([]string, c.Layers)
+	for i := range types {
+		types[i] = "sparse"
+		if c.Dense(i) {
+			types[i] = "dense"
+		}
+	}
+	cfg["mlp_layer_types"] = types
+	delete(cfg, "first_k_dense_replace")
+	delete(cfg, "topk_method")
+	delete(cfg, "scoring_func")
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
 }
 
 // TestRoutingMatters checks that the comparison above can fail where
@@ -295,7 +333,7 @@ func TestConfig(t *testing.T) {
 	// yarn_get_mscale(40, 1)² / sqrt(192).
 	ms := 0.1*math.Log(40) + 1
 	if s := m.Spec(); s.KVHeads != 1 || s.HeadDim != 576 || s.Heads != 128 || math.Abs(o.Scale-ms*ms/math.Sqrt(192)) > 1e-12 ||
-		o.QLoraRank != 1536 || o.Groups != 8 || o.TopKGroup != 4 || o.FirstDense != 3 || !o.Interleave {
+		o.QLoraRank != 1536 || o.Groups != 8 || o.TopKGroup != 4 || o.Sparse[2] || !o.Sparse[3] || !o.Interleave {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	if r, ok := m.(lm.Skipper).SkipWeight("model.layers.61.enorm.weight"); !ok || !strings.Contains(r, "multi-token") {
@@ -313,6 +351,24 @@ func TestConfig(t *testing.T) {
 		d.Spec.BOS != 0 || fmt.Sprint(d.Spec.EOS) != "[1]" ||
 		math.Abs(d.Scale-1/math.Sqrt(192)) > 1e-12 {
 		t.Errorf("defaults with q_lora_rank null: %+v", d)
+	}
+	g, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], "first_k_dense_replace": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Spec.Hidden != 2048 || g.Spec.Heads != 20 || g.Experts != 64 || g.TopK != 4 || g.QLoraRank != 768 || g.VHead != 256 ||
+		g.QKNope != 192 || g.RoutedScale != 1.8 || g.Eps != 1e-5 || g.Spec.Layers != 47 || g.Sparse[0] || !g.Sparse[1] ||
+		math.Abs(g.Scale-1/math.Sqrt(256)) > 1e-12 {
+		t.Errorf("Glm4MoeLiteConfig's defaults (first_k_dense_replace not read): %+v", g)
+	}
+	for _, bad := range []struct{ js, want string }{
+		{`"num_hidden_layers": 2, "mlp_layer_types": ["dense"]`, "mlp_layer_types has 1 entries for 2 layers"},
+		{`"num_hidden_layers": 2, "mlp_layer_types": ["dense", "moe"]`, `mlp_layer_types[1] is "moe"`},
+	} {
+		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], `+bad.js+`}`))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
+		}
 	}
 	base := `"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "moe_intermediate_size": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2`
 	for _, bad := range []struct{ js, want string }{
