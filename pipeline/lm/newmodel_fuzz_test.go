@@ -7,9 +7,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/loader/config"
+	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/mixtral"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
@@ -29,6 +31,8 @@ func FuzzNewModel(f *testing.F) {
 		"../qwen3/testdata/Qwen3-0.6B.config.json",
 		"../../testdata/configs/qwen3_5_9b/config.json",
 		"../../testdata/configs/qwen3_moe_30b_a3b/config.json",
+		"../../testdata/configs/mixtral_8x7b/config.json",
+		"../../testdata/configs/deepseek_v3/config.json",
 	} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -40,6 +44,7 @@ func FuzzNewModel(f *testing.F) {
 	f.Add([]byte(`{"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"layer_types":["linear_attention"],"num_hidden_layers":1}}`))
 	f.Add([]byte(`{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","num_hidden_layers":4,"num_experts":8,` +
 		`"num_experts_per_tok":2,"decoder_sparse_step":2,"mlp_only_layers":[0],"norm_topk_prob":false,"num_nextn_predict_layers":1}`))
+	f.Add([]byte(`{"architectures":["Glm4MoeLiteForCausalLM"],"num_hidden_layers":3,"mlp_layer_types":["dense","sparse","sparse"],"q_lora_rank":null}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := config.ParseModel(b)
 		if err != nil {
