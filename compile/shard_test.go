@@ -769,3 +769,35 @@ func TestF32WeightsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRoutersNotQuantized: --quantize int8 and int4 leave a mixture of
+// experts' router in its float width (lm.WeightSpec.Router), while the
+// expert stacks and the projections are quantized.
+func TestRoutersNotQuantized(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwenref.TinyQwen3MoE().Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, q := range []string{"int8", "int4"} {
+		r, err := NewRunner(goBackend(t), l, Options{Quantize: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const router = "model.layers.1.mlp.gate.weight"
+		if w := r.weights[router]; w == nil || w.DType() != dtypes.Float32 || r.weights[router+scalesSuffix] != nil {
+			t.Errorf("--quantize %s: the router is held as %v", q, w)
+		}
+		if w := r.weights["model.layers.1.mlp.experts.gate_up_proj"]; w == nil || w.DType().IsFloat() {
+			t.Errorf("--quantize %s: the expert stack is held as %v, want quantized", q, w)
+		}
+		if _, err := r.NewState().Prefill([][]int{{1, 7, 21, 33}}, 1); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+	}
+}

@@ -392,7 +392,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 		return ws
 	}
-	add("mlp.gate.weight", true, lm.Replicated, o.Experts, s.Hidden)
+	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
 	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{o.Experts}, F32: true})
 	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {

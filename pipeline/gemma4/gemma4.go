@@ -185,6 +185,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	if m.o.Experts > 0 {
 		e := m.o.Experts
 		add("router.proj.weight", true, lm.Replicated, e, h)
+		ws[len(ws)-1].Router = true
 		add("router.scale", false, lm.Replicated, h)
 		add("router.per_expert_scale", false, lm.Replicated, e)
 		ws = append(ws, lm.StackedExperts(p+"experts", e, m.o.MoEIntermediate, h)...)

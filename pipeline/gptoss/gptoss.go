@@ -222,7 +222,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	e, in, h := m.o.Experts, s.Intermediate, s.Hidden
 	add := func(w lm.WeightSpec) { w.Name = p + w.Name; ws = append(ws, w) }
 	add(lm.WeightSpec{Name: "self_attn.sinks", Shape: []int{s.Heads}, TP: lm.Replicated})
-	add(lm.WeightSpec{Name: "mlp.router.weight", Shape: []int{e, h}, Matmul: true})
+	add(lm.WeightSpec{Name: "mlp.router.weight", Shape: []int{e, h}, Matmul: true, Router: true})
 	add(lm.WeightSpec{Name: "mlp.router.bias", Shape: []int{e}})
 	add(lm.WeightSpec{Name: "mlp.experts.gate_up_proj", Shape: []int{e, 2 * in, h}, Matmul: true, TP: lm.Column, Transposed: true, MXFP4: true})
 	add(lm.WeightSpec{Name: "mlp.experts.gate_up_proj_bias", Shape: []int{e, 2 * in}})

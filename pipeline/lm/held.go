@@ -73,13 +73,14 @@ type Holding struct {
 // int8, every Matmul matrix (nn.Linear multiplies it, nn.Embedding gathers
 // its int8 rows and scales) and every stack of them (routed experts [E,
 // out, in], whose chosen matrices nn.PairDot gathers with their scales);
-// under int4, those that int4 does not take (Int4).
+// under int4, those that int4 does not take (Int4). Routers (Router) are
+// not quantized.
 func (h Holding) Quantized(w WeightSpec) bool {
 	switch h.Quantize {
 	case "int8":
-		return w.Matmul && len(w.Shape) >= 2
+		return w.Matmul && !w.Router && len(w.Shape) >= 2
 	case "int4":
-		return w.Matmul && len(w.Shape) >= 2 && !h.Int4(w)
+		return w.Matmul && !w.Router && len(w.Shape) >= 2 && !h.Int4(w)
 	}
 	return false
 }
@@ -89,10 +90,10 @@ func (h Holding) Quantized(w WeightSpec) bool {
 // table and head included), and every stack of them (routed experts [E,
 // out, in], one scale table for the stack, whose chosen matrices
 // nn.PairDot gathers with their codes). Weights of other widths are held
-// as int8 (Quantized).
+// as int8 (Quantized); routers (Router) as they are.
 func (h Holding) Int4(w WeightSpec) bool {
 	r := len(w.Shape)
-	return h.Quantize == "int4" && w.Matmul && r >= 2 && w.Shape[r-1] > 0 && w.Shape[r-1]%Int4Block == 0
+	return h.Quantize == "int4" && w.Matmul && !w.Router && r >= 2 && w.Shape[r-1] > 0 && w.Shape[r-1]%Int4Block == 0
 }
 
 // Int4Block is the number of input columns that share one int4 scale

@@ -140,6 +140,11 @@ type WeightSpec struct {
 	// no executor holds it blocked, quantized or as stored. Matmul is
 	// false for it.
 	Absorbed bool
+	// Router marks a mixture of experts' router matrix: --quantize leaves
+	// it in its float width, as llama.cpp keeps ffn_gate_inp in F32 and
+	// vLLM the gate unquantized (an error in its logits sends tokens to
+	// other experts; it is a few hundredths of a percent of the weights).
+	Router bool
 	// F32 keeps the weight in float32 whatever the compute dtype, held
 	// and read so (transformers' _keep_in_fp32_modules: DeepSeek-V3's
 	// router correction bias, whose sums with scores a bf16 rounding could

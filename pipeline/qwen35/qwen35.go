@@ -195,6 +195,7 @@ func (m *Model) layerWeights(p, kind string, sparse bool) []lm.WeightSpec {
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	if sparse {
 		add("mlp.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
+		ws[len(ws)-1].Router = true
 		ws = append(ws, lm.StackedExperts(p+"mlp.experts", m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 		if si := m.o.SharedIntermediate; si > 0 {
 			ws = append(ws, lm.SharedExpertWeights(p+"mlp", si, s.Hidden)...)

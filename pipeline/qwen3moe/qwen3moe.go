@@ -220,7 +220,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	s := m.Spec()
 	ws := m.AttentionWeights(i)
-	ws = append(ws, lm.WeightSpec{Name: m.block(i) + ".gate.weight", Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated})
+	ws = append(ws, lm.WeightSpec{Name: m.block(i) + ".gate.weight", Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated, Router: true})
 	ws = append(ws, m.l.Experts.Stacked(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 	if si := m.o.SharedIntermediate; si > 0 {
 		ws = append(ws, lm.SharedExpertWeights(m.block(i), si, s.Hidden)...)
