@@ -19,6 +19,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
+	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -300,7 +301,8 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // TestBatchRecurrentAndRouted covers the other kinds of layer state and
 // execution: Qwen3.5's DeltaNet state (no slot axis, copied whole),
 // Qwen3-MoE's host-routed experts, and sliding-window attention (Gemma 3's
-// local layers, Mistral's), whose window is measured from the shared clock.
+// local layers, Mistral's), whose window is measured from the shared clock,
+// and DeepSeek-V3's one latent cache a layer.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -311,6 +313,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
 		{"mistral", slidingTiny("MistralForCausalLM").Write},
 		{"gemma4-kv-sharing", gemma4ref.TinyE().Write}, // layers without a cache of their own
+		{"deepseek-v3", dsref.TinyDeepSeek().Write},    // one latent cache a layer (MLA), keys and values at once
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

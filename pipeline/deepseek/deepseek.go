@@ -21,9 +21,9 @@
 // through W_UV to the head's values. That equals transformers' expanded
 // form (the float64 reference in pipeline/testkit/dsref computes it so)
 // and caches 576 numbers a token and layer for DeepSeek-V3 instead of
-// 128 heads × (192 + 128), held twice: the layer's value cache repeats
-// the key cache (nn.KV has both; 1,152 numbers), and the output ignores
-// its rotated dims.
+// 128 heads × (192 + 128): one cache a layer (nn.Latent), the keys of
+// every head and, in its first kv_lora_rank dims, their values
+// (nn.LatentAttention).
 //
 // The MLP is a dense SwiGLU on the first first_k_dense_replace layers and
 // a sparse block on the others: the router's sigmoid scores plus
@@ -352,10 +352,10 @@ func (m *Model) Options() Options { return m.o }
 // sparse reports whether layer i has the MoE block.
 func (m *Model) sparse(i int) bool { return m.o.Sparse[i] }
 
-// LayerState implements lm.Model: the latent cache, one KV head of
-// kv_lora_rank + qk_rope_head_dim.
+// LayerState implements lm.Model: the latent cache of kv_lora_rank +
+// qk_rope_head_dim a token, keys and values at once.
 func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
-	return nn.KVCacheState(batch, 1, cacheLen, m.o.KVLoraRank+m.o.QKRope)
+	return nn.LatentCacheState(batch, cacheLen, m.o.KVLoraRank+m.o.QKRope)
 }
 
 // LayerWeights implements lm.Model: the norms, MLA's projections, then
@@ -509,7 +509,7 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 func (m *Model) attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, st []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step)
+	h, c := m.attention(p.Scope("self_attn"), h, nn.LatentOf(state), step)
 	x = Add(x, h)
 	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false), c.State()
 }
@@ -518,7 +518,7 @@ func (m *Model) attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 // package comment): the latent and the shared rotated key are cached, the
 // heads attend over them, and each head's output latent is expanded to
 // its values before o_proj.
-func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
+func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*Node, nn.Latent) {
 	s, o := m.Spec(), m.o
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -543,14 +543,13 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node,
 	qPe, kPe = nn.ApplyRope(qPe, cos, sin), nn.ApplyRope(kPe, cos, sin)
 
 	wkv := Reshape(ConvertDType(p.Get("kv_b_proj.weight"), x.DType()), heads, dn+dv, r)
-	wk := SliceAxis(wkv, 1, AxisRange(0, dn))                                                            // [H, dn, r]
-	wv := SliceAxis(wkv, 1, AxisRange(dn, dn+dv))                                                        // [H, dv, r]
-	qLat := DotGeneral(qNope, []int{3}, []int{2}, wk, []int{1}, []int{0})                                // [H, B, T, r]
-	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)                            // [B, T, H, r+dr]
-	key := Concatenate([]*Node{InsertAxes(latent, 2), kPe}, 3)                                           // [B, T, 1, r+dr]
-	c = nn.WriteKV(c, key, key, step)                                                                    // the value cache repeats the keys
-	out := Reshape(nn.Attention(query, c, nn.AttentionBias(step, 0), o.Scale, 0), b, t, heads, r+dr)     // [B, T, H, r+dr]
-	values := DotGeneral(SliceAxis(out, 3, AxisRange(0, r)), []int{3}, []int{2}, wv, []int{2}, []int{0}) // [H, B, T, dv]
+	wk := SliceAxis(wkv, 1, AxisRange(0, dn))                                     // [H, dn, r]
+	wv := SliceAxis(wkv, 1, AxisRange(dn, dn+dv))                                 // [H, dv, r]
+	qLat := DotGeneral(qNope, []int{3}, []int{2}, wk, []int{1}, []int{0})         // [H, B, T, r]
+	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)     // [B, T, H, r+dr]
+	c = nn.WriteLatent(c, Concatenate([]*Node{latent, Squeeze(kPe, 2)}, 2), step) // [B, T, r+dr]
+	out := nn.LatentAttention(query, c, nn.AttentionBias(step, 0), o.Scale, r)    // [B, T, H, r]: the latent values
+	values := DotGeneral(out, []int{3}, []int{2}, wv, []int{2}, []int{0})         // [H, B, T, dv]
 	values = Reshape(TransposeAllDims(values, 1, 2, 0, 3), b, t, heads*dv)
 	return nn.Linear(values, p.Get("o_proj.weight"), nil), c
 }

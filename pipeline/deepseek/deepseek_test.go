@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
@@ -386,5 +387,49 @@ func TestConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
+	}
+}
+
+// TestLatentCache runs past the first cache bucket (so the one latent
+// cache a layer grows mid-generation) in f32, within 1e-4 of the
+// reference, and with the cache held as int8 with a scale a slot, within
+// int8's rounding; the state is one tensor a layer (two with int8's
+// scales) of kv_lora_rank + qk_rope_head_dim.
+func TestLatentCache(t *testing.T) {
+	c := odd()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 26 // 11 + 26 slots: past the 32 of the first bucket
+	seqs := refcheck.GreedySequences(rm, prompts, steps)
+	for _, kv := range []struct {
+		name string
+		opts compile.Options
+		tol  float64
+	}{{"f32", compile.Options{}, 1e-4}, {"int8", compile.Options{KVDType: dtypes.Int8}, 0.01}} {
+		t.Run(kv.name, func(t *testing.T) {
+			st := lm.HeldState(l.Model, 1, 2, 64, kv.opts.KVDType)
+			if want := map[string]int{"f32": 1, "int8": 2}[kv.name]; len(st) != want || st[0].Shape[3] != c.KVLoraRank+c.QKRope || st[0].Shape[1] != 1 {
+				t.Fatalf("layer state %+v, want %d tensors of one latent of %d", st, want, c.KVLoraRank+c.QKRope)
+			}
+			r, err := compile.NewRunner(refcheck.CPUBackend(t), l, kv.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, kv.tol)
+			t.Logf("max relative error %.3g", f.Worst)
+			grown := 0
+			for _, p := range r.Stats().Programs {
+				if p.Name == "grow-cache" {
+					grown = p.Calls
+				}
+			}
+			if grown == 0 {
+				t.Error("the cache never grew")
+			}
+		})
 	}
 }

@@ -292,11 +292,10 @@ func satAdd(a, b int64) int64 {
 // tokens, with KV entries of kvBytes bytes each.
 func (t *Text) StateBytes(batch, context, kvBytes int) State {
 	b, ctx, e := int64(batch), int64(context), int64(kvBytes)
-	// K and V; under MLA the latent and rope key, in the key cache and the
-	// value cache.
+	// K and V; under MLA the one cache of the latent and rope key.
 	perToken := satMul(2, int64(t.KVHeads), int64(t.HeadDim), e)
 	if la := t.MLA; la != nil {
-		perToken = satMul(2, int64(la.KVLoraRank+la.QKRope), e)
+		perToken = satMul(int64(la.KVLoraRank+la.QKRope), e)
 	}
 	var s State
 	s.KVCache = satMul(int64(t.FullAttentionLayers), b, ctx, perToken)

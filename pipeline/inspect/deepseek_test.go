@@ -18,7 +18,7 @@ import (
 // community's bf16 conversions are) over a checkpoint in the release's
 // layout, experts one by one, plus its multi-token-prediction layer 61,
 // which is skipped: 671B parameters, about 37B active, and a KV cache of
-// the latent, 576 values a token and layer.
+// the latent, 576 values a token and layer, keys and values at once.
 func TestDeepSeekV3(t *testing.T) {
 	dir, model := realConfig(t, "deepseek_v3")
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -73,8 +73,8 @@ func TestDeepSeekV3(t *testing.T) {
 	if r.Text.MLA == nil || r.Text.MLA.KVLoraRank != 512 || r.Text.KVHeads != 1 || r.Text.HeadDim != 192 {
 		t.Errorf("attention %+v, MLA %+v", r.Text, r.Text.MLA)
 	}
-	// 61 layers × the latent and rope key (576) × K and V caches × 2 bytes × 32768.
-	if want := int64(61 * 576 * 2 * 2 * 32768); r.Memory.KVCache != want || r.Text.StateBytes(1, 32768, 2).KVCache != want {
+	// 61 layers × the latent and rope key (576), one cache, × 2 bytes × 32768.
+	if want := int64(61 * 576 * 2 * 32768); r.Memory.KVCache != want || r.Text.StateBytes(1, 32768, 2).KVCache != want {
 		t.Errorf("KV cache %d (from the config alone %d), want %d", r.Memory.KVCache, r.Text.StateBytes(1, 32768, 2).KVCache, want)
 	}
 	t.Logf("%.2fB, active %.2fB, weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9, float64(r.Params.Active)/1e9,

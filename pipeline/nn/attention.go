@@ -379,3 +379,79 @@ func MultiHeadAttention(q, k, v *Node, heads int, causal bool) *Node {
 	out := DotGeneral(probs, []int{3}, []int{0, 1}, v, []int{1}, []int{0, 2}) // [B, H, Sq, D]
 	return Reshape(TransposeAllAxes(out, 0, 2, 1, 3), b, sq, inner)           // [B, Sq, H*D]
 }
+
+// Latent is the one cache of a layer whose keys and values are the same
+// vectors (multi-head latent attention: DeepSeek's latent and shared
+// rotated key): [B, 1, S, D] in the compute dtype, bf16 or int8, and with
+// an int8 cache its scales [B, 1, S] (f32), as for KV.
+type Latent struct{ Cache, Scales *Node }
+
+// LatentCacheState returns the StateSpec of a latent cache of width dim.
+func LatentCacheState(batch, cacheLen, dim int) []lm.StateSpec {
+	return []lm.StateSpec{{Name: "latent", Shape: []int{batch, 1, cacheLen, dim}, SlotAxis: KeyCacheAxis, KV: true}}
+}
+
+// LatentOf reads a latent layer's state in lm.HeldState's order: the
+// cache, then its scales when it is int8.
+func LatentOf(state []*Node) Latent {
+	c := Latent{Cache: state[0]}
+	if c.Cache.DType() == dtypes.Int8 {
+		if len(state) < 2 {
+			panic(fmt.Errorf("LatentOf: an int8 cache without its scales (%d state tensors)", len(state)))
+		}
+		c.Scales = state[1]
+	}
+	return c
+}
+
+// State returns the cache (and scales) in lm.HeldState's order.
+func (c Latent) State() []*Node {
+	if c.Scales != nil {
+		return []*Node{c.Cache, c.Scales}
+	}
+	return []*Node{c.Cache}
+}
+
+// WriteLatent stores x [B, T, D] into the cache at the step's slots (as
+// int8 with a scale a slot into an int8 cache, as WriteKV does).
+func WriteLatent(c Latent, x *Node, step *lm.Step) Latent {
+	u := InsertAxes(x, 1) // [B, 1, T, D]
+	if c.Scales != nil {
+		var s *Node
+		u, s = quantizeKV(u, 3) // scales [B, 1, T]
+		c.Scales = UpdateCache(c.Scales, s, step.Start, 2, step.DynamicUpdateSlice)
+	}
+	c.Cache = UpdateCache(c.Cache, u, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
+	return c
+}
+
+// LatentAttention is attention of queries q [B, T, H, D] over the one
+// cache of c, which serves as every head's keys (all D dims) and values
+// (its first valueDims dims), scaled by scale, masked by bias (as
+// AttentionBias makes it), normalized in float32 as Attention does.
+// Returns [B, T, H, valueDims].
+func LatentAttention(q *Node, c Latent, bias *Node, scale float64, valueDims int) *Node {
+	cache, scales := c.Cache, c.Scales
+	dims := q.Shape().Dimensions
+	b, t, h := dims[0], dims[1], dims[2]
+	if w := bias.Shape().Dimensions[4]; w < cache.Shape().Dimensions[KeyCacheAxis] {
+		cache = SliceAxis(cache, KeyCacheAxis, AxisRange(0, w))
+		if scales != nil {
+			scales = SliceAxis(scales, 2, AxisRange(0, w))
+		}
+	}
+	dtype := q.DType()
+	if scales != nil {
+		cache = dequantizeKV(cache, scales, 3)
+	}
+	if cache.DType() != dtype {
+		cache = ConvertDType(cache, dtype)
+	}
+	q5 := InsertAxes(q, 2)                                                        // [B, T, 1, H, D]
+	scores := DotGeneral(q5, []int{4}, []int{0, 2}, cache, []int{3}, []int{0, 1}) // [B, 1, T, H, S]
+	scores = Add(MulScalar(ConvertDType(scores, dtypes.Float32), scale), bias)
+	probs := ConvertDType(Softmax(scores, -1), dtype)
+	values := SliceAxis(cache, 3, AxisRange(0, valueDims))                         // [B, 1, S, dv]
+	out := DotGeneral(probs, []int{4}, []int{0, 1}, values, []int{2}, []int{0, 1}) // [B, 1, T, H, dv]
+	return Reshape(out, b, t, h, valueDims)
+}
