@@ -56,7 +56,7 @@ func init() {
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 }
 
-// Config is a DeepseekV3ForCausalLM config.json.
+// Config is a DeepseekV3ForCausalLM or Glm4MoeLiteForCausalLM config.json.
 type Config struct {
 	Architectures         []string      `json:"architectures"`
 	ModelType             string        `json:"model_type"`
@@ -147,7 +147,8 @@ type Options struct {
 	Sparse []bool
 }
 
-// Resolve reads a DeepSeek-V3 config.json.
+// Resolve reads a DeepSeek-V3 or GLM-4.7-Flash config.json, with its
+// class's defaults.
 func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	var c Config
