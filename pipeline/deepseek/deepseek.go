@@ -429,13 +429,8 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)), st
 	}
 	r, st := m.Route(i, w, x, state, step)
-	dims := r.Input.Shape().Dimensions
-	b, t, hd := dims[0], dims[1], dims[2]
-	n := b * t
 	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
-	out := nn.RoutedExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, m.o.TopK), Reshape(r.Weights, n, m.o.TopK),
-		p.Get("gate_up_proj"), nil, p.Get("down_proj"), m.o.Act, step.GatherExperts) // [N, H]
-	return Add(r.Residual, Reshape(out, b, t, hd)), st
+	return nn.FinishRouted(r, p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts), st
 }
 
 // Experts implements lm.Routed.

@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // Mixture-of-experts blocks (transformers' Qwen2Moe/Qwen3Moe
@@ -258,6 +260,18 @@ func (s ExpertStack) Stacked(x, ids, weights *Node) *Node {
 	combine := ReduceSum(Mul(OneHot(ids, e, dtypes.Float32), InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, E]
 	out := ReduceSum(Mul(y, InsertAxes(combine, -1)), 1)                                                                // [N, H]
 	return ConvertDType(out, dt)
+}
+
+// FinishRouted completes a sparse layer from its routing (lm.Routed's
+// Route): r.Residual plus the experts of the stacks gateUp [E, 2I, H] (each
+// expert's gate rows, then its up rows) and down [E, H, I] that r chose
+// for r.Input, weighed (RoutedExperts). Returns [B, T, H].
+func FinishRouted(r *lm.Routing, gateUp, down *Node, act func(*Node) *Node, gather bool) *Node {
+	dims := r.Input.Shape().Dimensions
+	b, t, hd := dims[0], dims[1], dims[2]
+	n, k := b*t, r.Experts.Shape().Dimensions[2]
+	out := RoutedExperts(Reshape(r.Input, n, hd), Reshape(r.Experts, n, k), Reshape(r.Weights, n, k), gateUp, nil, down, act, gather) // [N, H]
+	return Add(r.Residual, Reshape(out, b, t, hd))
 }
 
 // RoutedExperts applies routed experts in the static-shape formulation
