@@ -284,22 +284,9 @@ func attention(q *Node, c KV, bias *Node, scale, softcap float64, sinks *Node) *
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(d))
 	}
-	keyScales, valueScales := c.KeyScales, c.ValueScales
-	if w := bias.Shape().Dimensions[4]; w < keys.Shape().Dimensions[KeyCacheAxis] {
-		keys = SliceAxis(keys, KeyCacheAxis, AxisRange(0, w))
-		values = SliceAxis(values, ValueCacheAxis, AxisRange(0, w))
-		if keyScales != nil {
-			keyScales = SliceAxis(keyScales, 2, AxisRange(0, w))
-			valueScales = SliceAxis(valueScales, 2, AxisRange(0, w))
-		}
-	}
-	dtype := q.DType()
-	if keyScales != nil { // int8 caches: dequantised as read, in f32
-		keys, values = dequantizeKV(keys, keyScales, 3), dequantizeKV(values, valueScales, 2)
-	}
-	if keys.DType() != dtype { // caches held in another dtype (compile.Options.KVDType)
-		keys, values = ConvertDType(keys, dtype), ConvertDType(values, dtype)
-	}
+	dtype, w := q.DType(), bias.Shape().Dimensions[4]
+	keys = readCache(keys, c.KeyScales, KeyCacheAxis, w, dtype)
+	values = readCache(values, c.ValueScales, ValueCacheAxis, w, dtype)
 	q5 := Reshape(q, b, t, kv, groups, d)                                        // [B, T, KV, G, D]
 	scores := DotGeneral(q5, []int{4}, []int{0, 2}, keys, []int{3}, []int{0, 1}) // [B, KV, T, G, S]
 	scores = MulScalar(ConvertDType(scores, dtypes.Float32), scale)
@@ -321,6 +308,39 @@ func attention(q *Node, c KV, bias *Node, scale, softcap float64, sinks *Node) *
 	return Reshape(out, b, t, h*d)                                                 // [B, T, H*D]
 }
 
+// readCache is a cache, [B, KV, S, D] (slot axis 2) or transposed
+// [B, KV, D, S] (slot axis 3), as attention reads it: its first w slots
+// (the visible ones), dequantised in f32 with its scales [B, KV, S] when
+// int8 (scales nil otherwise), then in dtype where it is held in another
+// (compile.Options.KVDType).
+func readCache(cache, scales *Node, slot, w int, dtype dtypes.DType) *Node {
+	if w < cache.Shape().Dimensions[slot] {
+		cache = SliceAxis(cache, slot, AxisRange(0, w))
+		if scales != nil {
+			scales = SliceAxis(scales, 2, AxisRange(0, w))
+		}
+	}
+	if scales != nil {
+		cache = dequantizeKV(cache, scales, 5-slot) // the head dimension: the axis of 2 and 3 that is not the slots'
+	}
+	if cache.DType() != dtype {
+		cache = ConvertDType(cache, dtype)
+	}
+	return cache
+}
+
+// writeCache writes update (the cache's shape but T slots) into cache at
+// the step's slots; into an int8 cache as int8 codes with a scale a slot,
+// written into scales (quantizeKV). Returns the cache and scales.
+func writeCache(cache, scales, update *Node, slot int, step *lm.Step) (*Node, *Node) {
+	if scales != nil {
+		var s *Node
+		update, s = quantizeKV(update, 5-slot) // scales [B, KV, T]
+		scales = UpdateCache(scales, s, step.Start, 2, step.DynamicUpdateSlice)
+	}
+	return UpdateCache(cache, update, step.Start, slot, step.DynamicUpdateSlice), scales
+}
+
 // SplitHeads reshapes projections [B, T, heads*D] to [B, T, heads, D].
 func SplitHeads(x *Node, heads int) *Node {
 	dims := x.Shape().Dimensions
@@ -332,17 +352,8 @@ func SplitHeads(x *Node, heads int) *Node {
 // each slot's key and value of a head is written as int8 with its scale
 // (quantizeKV: the largest magnitude over 127).
 func WriteKV(c KV, k, v *Node, step *lm.Step) KV {
-	kT := TransposeAllDims(k, 0, 2, 1, 3) // [B, KV, T, D]
-	vT := TransposeAllDims(v, 0, 2, 3, 1) // [B, KV, D, T]
-	if c.KeyScales != nil {
-		var ks, vs *Node
-		kT, ks = quantizeKV(kT, 3) // scales [B, KV, T]
-		vT, vs = quantizeKV(vT, 2)
-		c.KeyScales = UpdateCache(c.KeyScales, ks, step.Start, 2, step.DynamicUpdateSlice)
-		c.ValueScales = UpdateCache(c.ValueScales, vs, step.Start, 2, step.DynamicUpdateSlice)
-	}
-	c.Keys = UpdateCache(c.Keys, kT, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
-	c.Values = UpdateCache(c.Values, vT, step.Start, ValueCacheAxis, step.DynamicUpdateSlice)
+	c.Keys, c.KeyScales = writeCache(c.Keys, c.KeyScales, TransposeAllDims(k, 0, 2, 1, 3), KeyCacheAxis, step)           // [B, KV, T, D]
+	c.Values, c.ValueScales = writeCache(c.Values, c.ValueScales, TransposeAllDims(v, 0, 2, 3, 1), ValueCacheAxis, step) // [B, KV, D, T]
 	return c
 }
 
@@ -415,13 +426,7 @@ func (c Latent) State() []*Node {
 // WriteLatent stores x [B, T, D] into the cache at the step's slots (as
 // int8 with a scale a slot into an int8 cache, as WriteKV does).
 func WriteLatent(c Latent, x *Node, step *lm.Step) Latent {
-	u := InsertAxes(x, 1) // [B, 1, T, D]
-	if c.Scales != nil {
-		var s *Node
-		u, s = quantizeKV(u, 3) // scales [B, 1, T]
-		c.Scales = UpdateCache(c.Scales, s, step.Start, 2, step.DynamicUpdateSlice)
-	}
-	c.Cache = UpdateCache(c.Cache, u, step.Start, KeyCacheAxis, step.DynamicUpdateSlice)
+	c.Cache, c.Scales = writeCache(c.Cache, c.Scales, InsertAxes(x, 1), KeyCacheAxis, step) // [B, 1, T, D]
 	return c
 }
 
@@ -431,22 +436,10 @@ func WriteLatent(c Latent, x *Node, step *lm.Step) Latent {
 // AttentionBias makes it), normalized in float32 as Attention does.
 // Returns [B, T, H, valueDims].
 func LatentAttention(q *Node, c Latent, bias *Node, scale float64, valueDims int) *Node {
-	cache, scales := c.Cache, c.Scales
 	dims := q.Shape().Dimensions
 	b, t, h := dims[0], dims[1], dims[2]
-	if w := bias.Shape().Dimensions[4]; w < cache.Shape().Dimensions[KeyCacheAxis] {
-		cache = SliceAxis(cache, KeyCacheAxis, AxisRange(0, w))
-		if scales != nil {
-			scales = SliceAxis(scales, 2, AxisRange(0, w))
-		}
-	}
 	dtype := q.DType()
-	if scales != nil {
-		cache = dequantizeKV(cache, scales, 3)
-	}
-	if cache.DType() != dtype {
-		cache = ConvertDType(cache, dtype)
-	}
+	cache := readCache(c.Cache, c.Scales, KeyCacheAxis, bias.Shape().Dimensions[4], dtype)
 	q5 := InsertAxes(q, 2)                                                        // [B, T, 1, H, D]
 	scores := DotGeneral(q5, []int{4}, []int{0, 2}, cache, []int{3}, []int{0, 1}) // [B, 1, T, H, S]
 	scores = Add(MulScalar(ConvertDType(scores, dtypes.Float32), scale), bias)

@@ -268,7 +268,7 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 
 // Layer implements lm.Model. Dense layers are llama.Model's (attention plus
 // MLP); MoE layers run the experts gathered by the router's choice
-// (nn.GatheredExperts over the stacks).
+// over the stacks (nn.FinishRouted).
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	if !m.o.Sparse[i] {
 		return m.Model.Layer(i, w, x, state, step)
