@@ -36,26 +36,12 @@ func TestDeepSeekV3(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	shapes := map[string][]int{}
-	var params int64
-	for _, w := range lm.Weights(model) {
-		params += elements(w.Shape)
-		stored := w.Parts
-		if len(stored) == 0 {
-			stored = []lm.WeightSpec{w}
-		}
-		for _, p := range stored {
-			names = append(names, p.Name)
-			shapes[p.Name] = p.Shape
-		}
-	}
-	for _, n := range []string{"model.layers.61.enorm.weight", "model.layers.61.eh_proj.weight"} { // two of the MTP layer's
-		names = append(names, n)
-		shapes[n] = []int{7168}
-	}
-	shapes["model.layers.61.eh_proj.weight"] = []int{7168, 14336}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	rel.add( // two of the MTP layer's
+		lm.WeightSpec{Name: "model.layers.61.enorm.weight", Shape: []int{7168}},
+		lm.WeightSpec{Name: "model.layers.61.eh_proj.weight", Shape: []int{7168, 14336}})
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
 	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)

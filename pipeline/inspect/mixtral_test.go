@@ -17,24 +17,12 @@ import (
 // (two of eight experts), 87 GiB of bf16 weights.
 func TestMixtral8x7B(t *testing.T) {
 	dir, model := realConfig(t, "mixtral_8x7b")
-	var names []string
-	shapes := map[string][]int{}
-	var params int64
-	for _, w := range lm.Weights(model) {
-		params += elements(w.Shape)
-		stored := w.Parts
-		if len(stored) == 0 {
-			stored = []lm.WeightSpec{w}
-		}
-		for _, p := range stored {
-			names = append(names, p.Name)
-			shapes[p.Name] = p.Shape
-		}
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	if _, ok := rel.shapes["model.layers.31.block_sparse_moe.experts.7.w2.weight"]; !ok || len(rel.names) != 2+1+32*(4+2+1+8*3) {
+		t.Fatalf("%d tensors, want the release's 995 with block_sparse_moe.experts.E.w1/w2/w3", len(rel.names))
 	}
-	if _, ok := shapes["model.layers.31.block_sparse_moe.experts.7.w2.weight"]; !ok || len(names) != 2+1+32*(4+2+1+8*3) {
-		t.Fatalf("%d tensors, want the release's 995 with block_sparse_moe.experts.E.w1/w2/w3", len(names))
-	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
 	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)

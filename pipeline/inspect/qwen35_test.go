@@ -36,6 +36,34 @@ func elements(dims []int) int64 {
 	return n
 }
 
+// released lists weights as a release stores them, for a header-only
+// checkpoint: an expert stack as its parts, one tensor per expert.
+type released struct {
+	names  []string
+	shapes map[string][]int
+}
+
+// add lists ws and returns their parameter count (the model's, stacks
+// whole).
+func (r *released) add(ws ...lm.WeightSpec) int64 {
+	if r.shapes == nil {
+		r.shapes = map[string][]int{}
+	}
+	var n int64
+	for _, w := range ws {
+		n += elements(w.Shape)
+		stored := w.Parts
+		if len(stored) == 0 {
+			stored = []lm.WeightSpec{w}
+		}
+		for _, p := range stored {
+			r.names = append(r.names, p.Name)
+			r.shapes[p.Name] = p.Shape
+		}
+	}
+	return n
+}
+
 // realConfig copies testdata/configs/NAME/config.json (a release's
 // config, see its SOURCE.md where it was assembled) into a temporary
 // directory and returns it with the model the architecture builds from it.
@@ -259,37 +287,17 @@ func TestQwen35MoE35B(t *testing.T) {
 // two KV heads.
 func TestQwen3Next80B(t *testing.T) {
 	dir, model := realConfig(t, "qwen3_next_80b_a3b")
-	var names []string
-	shapes := map[string][]int{}
-	// Each weight as the release stores it: an expert stack as its parts,
-	// one tensor per expert.
-	add := func(w lm.WeightSpec) {
-		stored := w.Parts
-		if len(stored) == 0 {
-			stored = []lm.WeightSpec{w}
-		}
-		for _, p := range stored {
-			names = append(names, p.Name)
-			shapes[p.Name] = p.Shape
-		}
-	}
-	var params, head int64
-	for _, w := range lm.Weights(model) {
-		params += elements(w.Shape)
-		add(w)
-	}
+	var rel released
+	params := rel.add(lm.Weights(model)...)
 	mt, err := model.(lm.MultiToken).WithMTP()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range mt.MTPWeights() {
-		head += elements(w.Shape)
-		add(w)
-	}
-	if experts := len(names) - len(lm.Weights(model)); experts < 48*512*3 {
+	head := rel.add(mt.MTPWeights()...)
+	if experts := len(rel.names) - len(lm.Weights(model)); experts < 48*512*3 {
 		t.Fatalf("%d tensors beyond the stacks, want the 73,728 experts' parts", experts)
 	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
 	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
