@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -309,6 +310,27 @@ func ApplyRope(x, cos, sin *Node) *Node {
 		parts = append(parts, SliceAxis(x, 3, AxisRange(rot, d)))
 	}
 	return Concatenate(parts, 3) // [B, T, heads, D]
+}
+
+// DefaultPartialRotary returns raw with partial_rotary_factor set to
+// factor when neither raw nor its rope_parameters sets it: for the
+// configuration classes whose default is not 1 (Qwen3.5's 0.25, GLM-4.5's
+// 0.5). raw itself is not changed.
+func DefaultPartialRotary(raw map[string]json.RawMessage, factor float64) map[string]json.RawMessage {
+	if _, ok := raw["partial_rotary_factor"]; ok {
+		return raw
+	}
+	if params, err := ParseRopeScaling(raw["rope_parameters"]); err == nil {
+		if _, ok := params["partial_rotary_factor"]; ok {
+			return raw
+		}
+	}
+	out := make(map[string]json.RawMessage, len(raw)+1)
+	for k, v := range raw {
+		out[k] = v
+	}
+	out["partial_rotary_factor"] = json.RawMessage(strconv.FormatFloat(factor, 'g', -1, 64))
+	return out
 }
 
 // ConfigRope resolves the rotary embedding of a config.json: the

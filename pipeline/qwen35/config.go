@@ -1,7 +1,6 @@
 package qwen35
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -276,14 +275,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	// Qwen3_5TextConfig defaults partial_rotary_factor to 0.25 when neither
 	// the config nor its rope_parameters set it.
-	raw := map[string]json.RawMessage{}
-	for k, v := range text.Raw {
-		raw[k] = v
-	}
-	if _, ok := raw["partial_rotary_factor"]; !ok && !strings.Contains(string(raw["rope_parameters"]), "partial_rotary_factor") {
-		raw["partial_rotary_factor"] = json.RawMessage(fmt.Sprint(d.PartialRotaryFactor))
-	}
-	o.Rope, err = nn.ConfigRope(raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
+	o.Rope, err = nn.ConfigRope(nn.DefaultPartialRotary(text.Raw, d.PartialRotaryFactor), d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
