@@ -635,13 +635,14 @@ func TestPlanShardsMoE(t *testing.T) {
 }
 
 // TestPlanShardsNewFamilies: GPT-OSS (experts read from MXFP4, which a
-// sharded Runner decodes on the host before splitting) and the 26B-shaped
-// Gemma 4 plan their expert stacks column and row parallel, and the
-// sharded Runner builds its shards.
+// sharded Runner decodes on the host before splitting), the 26B-shaped
+// Gemma 4, DeepSeek-V3 and GLM-4.5 plan their expert stacks column and row
+// parallel, and the sharded Runner builds its shards.
 func TestPlanShardsNewFamilies(t *testing.T) {
 	gpt := gptossref.Tiny()
 	g4 := gemma4ref.TinyMoE()
 	ds := dsref.TinyDeepSeek()
+	glm := dsref.TinyGLM()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -662,6 +663,17 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"model.layers.1.self_attn.kv_a_proj_with_mqa.weight": "[]",
 				"model.layers.1.self_attn.q_a_proj.weight":           "[]",
 				"model.layers.1.mlp.gate.e_score_correction_bias":    "[]",
+			}},
+		// GLM-4.5: q/k/v and their biases split by heads, o_proj by rows,
+		// the shared experts column and row parallel.
+		{"glm-4.5", glm.Write, "model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj", glm.Experts, glm.MoEIntermediate, glm.Hidden,
+			map[string]string{
+				"model.layers.1.self_attn.q_proj.weight":             "[S(model)]",
+				"model.layers.1.self_attn.k_proj.bias":               "[S(model)]",
+				"model.layers.1.self_attn.o_proj.weight":             "[R S(model)]",
+				"model.layers.1.mlp.shared_experts.up_proj.weight":   "[S(model)]",
+				"model.layers.1.mlp.shared_experts.down_proj.weight": "[R S(model)]",
+				"model.layers.1.mlp.gate.weight":                     "[]",
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

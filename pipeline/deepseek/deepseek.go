@@ -4,7 +4,9 @@
 // DeepSeek-V3 and R1, Kimi K2 and Moonlight; and Glm4MoeLiteForCausalLM
 // (models/glm4_moe_lite: GLM-4.7-Flash), which is DeepSeek-V3's attention
 // with GLM-4.5's mixture of experts, the same router, its sparse layers
-// placed by mlp_layer_types.
+// placed by mlp_layer_types. Glm4MoeForCausalLM (models/glm4_moe: GLM-4.5,
+// GLM-4.5-Air, GLM-4.6, GLM-4.7) has the same mixture of experts after
+// grouped-query attention (see GQA below).
 //
 // Attention is multi-head latent attention (MLA). Queries come through a
 // low-rank projection (q_a_proj, q_a_layernorm, q_b_proj; q_proj when
@@ -33,6 +35,13 @@
 // (renormalized when norm_topk_prob, times routed_scaling_factor), and
 // n_shared_experts always-on experts join (DeepseekV3MoE,
 // DeepseekV3TopkRouter, topk_method "noaux_tc").
+//
+// GLM-4.5's attention (Glm4MoeAttention) is Llama's grouped-query
+// attention (llama.Model's Attend and key/value cache) with an explicit
+// head_dim, biases on q_proj, k_proj and v_proj (attention_bias; o_proj
+// never has one), optional per-head q/k norms (use_qk_norm), and the
+// rotary embedding on the first half of each head's dims
+// (partial_rotary_factor, 0.5 by default) in the rotate-half convention.
 package deepseek
 
 import (
@@ -54,6 +63,7 @@ import (
 func init() {
 	lm.Register("DeepseekV3ForCausalLM", New)
 	lm.Register("Glm4MoeLiteForCausalLM", New)
+	lm.Register("Glm4MoeForCausalLM", New)
 }
 
 // Config is a DeepseekV3ForCausalLM or Glm4MoeLiteForCausalLM config.json.
@@ -63,7 +73,6 @@ type Config struct {
 	VocabSize             *int          `json:"vocab_size"`
 	HiddenSize            *int          `json:"hidden_size"`
 	IntermediateSize      *int          `json:"intermediate_size"`
-	MoEIntermediateSize   *int          `json:"moe_intermediate_size"`
 	NumHiddenLayers       *int          `json:"num_hidden_layers"`
 	NumAttentionHeads     *int          `json:"num_attention_heads"`
 	QLoraRank             *int          `json:"q_lora_rank"`
@@ -71,18 +80,6 @@ type Config struct {
 	QKNopeHeadDim         *int          `json:"qk_nope_head_dim"`
 	QKRopeHeadDim         *int          `json:"qk_rope_head_dim"`
 	VHeadDim              *int          `json:"v_head_dim"`
-	NRoutedExperts        *int          `json:"n_routed_experts"`
-	NumExpertsPerTok      *int          `json:"num_experts_per_tok"`
-	NSharedExperts        *int          `json:"n_shared_experts"`
-	NGroup                *int          `json:"n_group"`
-	TopKGroup             *int          `json:"topk_group"`
-	FirstKDenseReplace    *int          `json:"first_k_dense_replace"`
-	MLPLayerTypes         []string      `json:"mlp_layer_types"`
-	MoELayerFreq          *int          `json:"moe_layer_freq"`
-	NormTopKProb          *bool         `json:"norm_topk_prob"`
-	RoutedScalingFactor   *float64      `json:"routed_scaling_factor"`
-	ScoringFunc           string        `json:"scoring_func"`
-	TopKMethod            string        `json:"topk_method"`
 	RopeInterleave        *bool         `json:"rope_interleave"`
 	HiddenAct             string        `json:"hidden_act"`
 	MaxPositionEmbeddings *int          `json:"max_position_embeddings"`
@@ -91,6 +88,34 @@ type Config struct {
 	TieWordEmbeddings     *bool         `json:"tie_word_embeddings"`
 	BOSTokenID            config.IDList `json:"bos_token_id"`
 	EOSTokenID            config.IDList `json:"eos_token_id"`
+	MoEConfig
+}
+
+// MoEConfig holds the mixture-of-experts fields of DeepseekV3Config,
+// which Glm4MoeConfig and Glm4MoeLiteConfig share.
+type MoEConfig struct {
+	MoEIntermediateSize *int     `json:"moe_intermediate_size"`
+	NRoutedExperts      *int     `json:"n_routed_experts"`
+	NumExpertsPerTok    *int     `json:"num_experts_per_tok"`
+	NSharedExperts      *int     `json:"n_shared_experts"`
+	NGroup              *int     `json:"n_group"`
+	TopKGroup           *int     `json:"topk_group"`
+	FirstKDenseReplace  *int     `json:"first_k_dense_replace"`
+	MLPLayerTypes       []string `json:"mlp_layer_types"`
+	MoELayerFreq        *int     `json:"moe_layer_freq"`
+	NormTopKProb        *bool    `json:"norm_topk_prob"`
+	RoutedScalingFactor *float64 `json:"routed_scaling_factor"`
+	ScoringFunc         string   `json:"scoring_func"`
+	TopKMethod          string   `json:"topk_method"`
+}
+
+// GLMConfig is a Glm4MoeForCausalLM config.json: Llama's attention
+// fields (head_dim, num_key_value_heads, partial_rotary_factor,
+// attention_bias) with use_qk_norm, and the mixture-of-experts fields.
+type GLMConfig struct {
+	llama.Config
+	MoEConfig
+	UseQKNorm bool `json:"use_qk_norm"`
 }
 
 // Defaults are a configuration class's defaults.
@@ -100,6 +125,10 @@ type Defaults struct {
 	Experts, TopK, Shared, Groups, TopKGroup, FirstDense        int
 	RoutedScale, Theta, Eps                                     float64
 	MaxPositions                                                int
+	// KVHeads and PartialRotary are num_key_value_heads and
+	// partial_rotary_factor (GLM-4.5's attention; MLA has neither).
+	KVHeads       int
+	PartialRotary float64
 }
 
 var (
@@ -118,12 +147,23 @@ var (
 		Experts: 64, TopK: 4, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
 		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752,
 	}
+	// GLMDefaults are Glm4MoeConfig's (the sizes of GLM-4.5-Air, with one
+	// dense layer first and one expert group).
+	GLMDefaults = Defaults{
+		Vocab: 151552, Hidden: 4096, Intermediate: 10944, MoEIntermediate: 1408, Layers: 46, Heads: 96, KVHeads: 8,
+		Experts: 128, TopK: 8, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
+		RoutedScale: 1, Theta: 10000, Eps: 1e-5, MaxPositions: 131072, PartialRotary: 0.5,
+	}
 )
 
-// Options are the resolved hyperparameters. Spec's KVHeads is 1 and its
-// HeadDim KVLoraRank + QKRope: the cache a token and layer.
+// Options are the resolved hyperparameters. Under MLA, Spec's KVHeads is
+// 1 and its HeadDim KVLoraRank + QKRope: the cache a token and layer.
 type Options struct {
 	llama.Options
+	// GQA selects GLM-4.5's grouped-query attention (llama.Options's
+	// heads, biases, q/k norms and rotary embedding) instead of MLA; the
+	// MLA fields below are then unused.
+	GQA bool
 	// QLoraRank is q_lora_rank, 0 for a plain q_proj.
 	QLoraRank                         int
 	KVLoraRank, QKNope, QKRope, VHead int
@@ -147,48 +187,31 @@ type Options struct {
 	Sparse []bool
 }
 
-// Resolve reads a DeepSeek-V3 or GLM-4.7-Flash config.json, with its
-// class's defaults.
+// Resolve reads a DeepSeek-V3, GLM-4.7-Flash or GLM-4.5 config.json,
+// with its class's defaults.
 func Resolve(cfg *config.File) (Options, error) {
+	if cfg.Architecture() == "Glm4MoeForCausalLM" {
+		return resolveGLM(cfg)
+	}
 	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return Options{}, err
 	}
-	d, glm := V3Defaults, cfg.Architecture() == "Glm4MoeLiteForCausalLM"
-	if glm {
+	d, lite := V3Defaults, cfg.Architecture() == "Glm4MoeLiteForCausalLM"
+	if lite {
 		d = GLMLiteDefaults
-	}
-	if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
-		return Options{}, errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V3's router scores by sigmoid)", where, c.ScoringFunc)
-	}
-	if c.TopKMethod != "" && c.TopKMethod != "noaux_tc" {
-		return Options{}, errs.Unsupportedf("%s: topk_method %q is not supported (DeepSeek-V3's is noaux_tc)", where, c.TopKMethod)
 	}
 	if c.AttentionBias {
 		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek-V3's projections have no biases", where)
 	}
-	if c.MoELayerFreq != nil && *c.MoELayerFreq != 1 {
-		// DeepSeek's own modeling code places the sparse layers every
-		// moe_layer_freq; transformers ignores the field. Every release
-		// has 1.
-		return Options{}, errs.Unsupportedf("%s: moe_layer_freq %d is not supported (only 1: every layer from first_k_dense_replace on is sparse)", where, *c.MoELayerFreq)
-	}
 	o := Options{
-		QLoraRank:       lm.Or(c.QLoraRank, d.QLora),
-		KVLoraRank:      lm.Or(c.KVLoraRank, d.KVLora),
-		QKNope:          lm.Or(c.QKNopeHeadDim, d.QKNope),
-		QKRope:          lm.Or(c.QKRopeHeadDim, d.QKRope),
-		VHead:           lm.Or(c.VHeadDim, d.VHead),
-		Experts:         lm.Or(c.NRoutedExperts, d.Experts),
-		TopK:            lm.Or(c.NumExpertsPerTok, d.TopK),
-		MoEIntermediate: lm.Or(c.MoEIntermediateSize, d.MoEIntermediate),
-		Shared:          lm.Or(c.NSharedExperts, d.Shared),
-		Groups:          lm.Or(c.NGroup, d.Groups),
-		TopKGroup:       lm.Or(c.TopKGroup, d.TopKGroup),
-		NormTopK:        lm.Or(c.NormTopKProb, true),
-		RoutedScale:     lm.Or(c.RoutedScalingFactor, d.RoutedScale),
-		Interleave:      lm.Or(c.RopeInterleave, true),
+		QLoraRank:  lm.Or(c.QLoraRank, d.QLora),
+		KVLoraRank: lm.Or(c.KVLoraRank, d.KVLora),
+		QKNope:     lm.Or(c.QKNopeHeadDim, d.QKNope),
+		QKRope:     lm.Or(c.QKRopeHeadDim, d.QKRope),
+		VHead:      lm.Or(c.VHeadDim, d.VHead),
+		Interleave: lm.Or(c.RopeInterleave, true),
 	}
 	if c.QLoraRank == nil && cfg.Has("q_lora_rank") {
 		o.QLoraRank = 0 // null: q_proj
@@ -218,31 +241,15 @@ func Resolve(cfg *config.File) (Options, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"kv_lora_rank", o.KVLoraRank}, {"qk_nope_head_dim", o.QKNope}, {"qk_rope_head_dim", o.QKRope}, {"v_head_dim", o.VHead},
-		{"moe_intermediate_size", o.MoEIntermediate}} {
+	}{{"kv_lora_rank", o.KVLoraRank}, {"qk_nope_head_dim", o.QKNope}, {"qk_rope_head_dim", o.QKRope}, {"v_head_dim", o.VHead}} {
 		if f.v <= 0 {
 			return Options{}, fmt.Errorf("%s: %s must be positive, got %d", where, f.name, f.v)
 		}
 	}
-	if o.QLoraRank < 0 || o.Shared < 0 {
-		return Options{}, fmt.Errorf("%s: q_lora_rank %d and n_shared_experts %d must not be negative", where, o.QLoraRank, o.Shared)
+	if o.QLoraRank < 0 {
+		return Options{}, fmt.Errorf("%s: q_lora_rank must not be negative, got %d", where, o.QLoraRank)
 	}
 	if err := s.CheckSizes(where); err != nil {
-		return Options{}, err
-	}
-	if o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts {
-		return Options{}, fmt.Errorf("%s: n_routed_experts %d must be positive and num_experts_per_tok %d in [1, n_routed_experts]", where, o.Experts, o.TopK)
-	}
-	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
-		(o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
-		return Options{}, fmt.Errorf("%s: n_group %d must divide n_routed_experts %d into groups of two or more (one group of any size), topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
-			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
-	}
-	if err := lm.CheckExperts(where, "n_routed_experts", o.Experts, s.Layers); err != nil {
-		return Options{}, err
-	}
-	var err error
-	if o.Sparse, err = sparseLayers(where, c, d, glm, s.Layers); err != nil {
 		return Options{}, err
 	}
 	s.TieEmbeddings = lm.Or(c.TieWordEmbeddings, false)
@@ -251,6 +258,9 @@ func Resolve(cfg *config.File) (Options, error) {
 		s.LayerKinds[i] = lm.KindFull
 	}
 	o.Spec = s
+	if err := c.MoEConfig.resolve(where, d, lite, &o); err != nil {
+		return Options{}, err
+	}
 	o.Eps = lm.Or(c.RMSNormEps, d.Eps)
 	act := c.HiddenAct
 	if act == "" {
@@ -259,6 +269,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported", where, act)
 	}
+	var err error
 	if o.Rope, err = nn.ConfigRope(cfg.Raw, d.Theta, o.QKRope, s.MaxPositions); err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
@@ -270,13 +281,99 @@ func Resolve(cfg *config.File) (Options, error) {
 	return o, nil
 }
 
+// resolveGLM reads a Glm4MoeForCausalLM config.json: Llama's attention
+// (pipeline/llama resolves the heads, head_dim, rotary embedding and
+// activation) with Glm4MoeConfig's defaults, then the mixture of experts.
+func resolveGLM(cfg *config.File) (Options, error) {
+	where := lm.ConfigName(cfg)
+	var c GLMConfig
+	if err := cfg.Decode(&c); err != nil {
+		return Options{}, err
+	}
+	d := GLMDefaults
+	if c.NumKeyValueHeads == nil {
+		c.NumKeyValueHeads = &d.KVHeads
+	}
+	base, err := c.Config.Resolve(cfg, llama.Defaults{
+		VocabSize: d.Vocab, Hidden: d.Hidden, Intermediate: d.Intermediate, Layers: d.Layers, Heads: d.Heads,
+		MaxPositions: d.MaxPositions, Eps: d.Eps, RopeTheta: d.Theta, Act: "silu",
+	})
+	if err != nil {
+		return Options{}, err
+	}
+	for _, k := range base.Spec.LayerKinds {
+		if k != lm.KindFull {
+			return Options{}, errs.Unsupportedf("%s: layer_types names %q layers; GLM-4.5's layers all attend in full", where, k)
+		}
+	}
+	// Glm4MoeConfig defaults partial_rotary_factor to 0.5.
+	if base.Rope, err = nn.ConfigRope(nn.DefaultPartialRotary(cfg.Raw, d.PartialRotary), d.Theta, base.Spec.HeadDim, base.Spec.MaxPositions); err != nil {
+		return Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	base.OBias, base.MLPBias = false, false // Glm4MoeAttention's o_proj and the MLPs have no biases
+	base.QKNorm = c.UseQKNorm
+	o := Options{Options: base, GQA: true}
+	if err := c.MoEConfig.resolve(where, d, false, &o); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// resolve reads the router and the experts into o, whose Spec is
+// resolved: DeepseekV3MoE's fields with d's defaults, the sparse layers
+// placed by mlp_layer_types when lite (GLM-4.7-Flash) or else by
+// first_k_dense_replace.
+func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) error {
+	if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
+		return errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V3's router scores by sigmoid)", where, c.ScoringFunc)
+	}
+	if c.TopKMethod != "" && c.TopKMethod != "noaux_tc" {
+		return errs.Unsupportedf("%s: topk_method %q is not supported (DeepSeek-V3's is noaux_tc)", where, c.TopKMethod)
+	}
+	if c.MoELayerFreq != nil && *c.MoELayerFreq != 1 {
+		// DeepSeek's own modeling code places the sparse layers every
+		// moe_layer_freq; transformers ignores the field. Every release
+		// has 1.
+		return errs.Unsupportedf("%s: moe_layer_freq %d is not supported (only 1: every layer from first_k_dense_replace on is sparse)", where, *c.MoELayerFreq)
+	}
+	o.Experts = lm.Or(c.NRoutedExperts, d.Experts)
+	o.TopK = lm.Or(c.NumExpertsPerTok, d.TopK)
+	o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, d.MoEIntermediate)
+	o.Shared = lm.Or(c.NSharedExperts, d.Shared)
+	o.Groups = lm.Or(c.NGroup, d.Groups)
+	o.TopKGroup = lm.Or(c.TopKGroup, d.TopKGroup)
+	o.NormTopK = lm.Or(c.NormTopKProb, true)
+	o.RoutedScale = lm.Or(c.RoutedScalingFactor, d.RoutedScale)
+	if o.MoEIntermediate <= 0 {
+		return fmt.Errorf("%s: moe_intermediate_size must be positive, got %d", where, o.MoEIntermediate)
+	}
+	if o.Shared < 0 {
+		return fmt.Errorf("%s: n_shared_experts must not be negative, got %d", where, o.Shared)
+	}
+	if o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts {
+		return fmt.Errorf("%s: n_routed_experts %d must be positive and num_experts_per_tok %d in [1, n_routed_experts]", where, o.Experts, o.TopK)
+	}
+	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
+		(o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
+		return fmt.Errorf("%s: n_group %d must divide n_routed_experts %d into groups of two or more (one group of any size), topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
+			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
+	}
+	layers := o.Spec.Layers
+	if err := lm.CheckExperts(where, "n_routed_experts", o.Experts, layers); err != nil {
+		return err
+	}
+	var err error
+	o.Sparse, err = c.sparseLayers(where, d, lite, layers)
+	return err
+}
+
 // sparseLayers places the sparse blocks: GLM-4.7-Flash's mlp_layer_types
 // ("dense" or "sparse" a layer; without it the first layer dense, as
 // Glm4MoeLiteConfig defaults it, whatever first_k_dense_replace says), or
-// DeepSeek-V3's first_k_dense_replace.
-func sparseLayers(where string, c Config, d Defaults, glm bool, layers int) ([]bool, error) {
+// first_k_dense_replace (DeepSeek-V3, GLM-4.5).
+func (c MoEConfig) sparseLayers(where string, d Defaults, lite bool, layers int) ([]bool, error) {
 	sparse := make([]bool, layers)
-	if glm && c.MLPLayerTypes != nil {
+	if lite && c.MLPLayerTypes != nil {
 		if len(c.MLPLayerTypes) != layers {
 			return nil, fmt.Errorf("%s: mlp_layer_types has %d entries for %d layers", where, len(c.MLPLayerTypes), layers)
 		}
@@ -292,7 +389,7 @@ func sparseLayers(where string, c Config, d Defaults, glm bool, layers int) ([]b
 		return sparse, nil
 	}
 	first := d.FirstDense
-	if !glm {
+	if !lite {
 		first = lm.Or(c.FirstKDenseReplace, d.FirstDense)
 	}
 	if first < 0 {
@@ -336,9 +433,10 @@ func New(cfg *config.File) (lm.Model, error) {
 	return NewModel(o), nil
 }
 
-// Model is a DeepSeek-V3 decoder. The embedding, final norm and head are
-// llama.Model's; the layers are MLA and the dense or sparse MLP. It
-// implements lm.Routed and lm.Skipper.
+// Model is a DeepSeek-V3 (GLM-4.5) decoder. The embedding, final norm
+// and head are llama.Model's; the layers are MLA (llama.Model's
+// attention) and the dense or sparse MLP. It implements lm.Routed and
+// lm.Skipper.
 type Model struct {
 	*llama.Model
 	o Options
@@ -354,15 +452,49 @@ func (m *Model) Options() Options { return m.o }
 func (m *Model) sparse(i int) bool { return m.o.Sparse[i] }
 
 // LayerState implements lm.Model: the latent cache of kv_lora_rank +
-// qk_rope_head_dim a token, keys and values at once.
+// qk_rope_head_dim a token, keys and values at once; under GQA a key and
+// a value cache.
 func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
+	if m.o.GQA {
+		return m.Model.LayerState(i, batch, cacheLen)
+	}
 	return nn.LatentCacheState(batch, cacheLen, m.o.KVLoraRank+m.o.QKRope)
 }
 
-// LayerWeights implements lm.Model: the norms, MLA's projections, then
-// the dense MLP or the router, the routed experts' stacks and the shared
-// experts.
+// LayerWeights implements lm.Model: the norms and the attention's
+// projections, then the dense MLP or the router, the routed experts'
+// stacks and the shared experts.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	s, o := m.Spec(), m.o
+	p := fmt.Sprintf("model.layers.%d.", i)
+	var ws []lm.WeightSpec
+	if o.GQA {
+		ws = m.AttentionWeights(i)
+	} else {
+		ws = m.latentWeights(i)
+	}
+	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
+	}
+	if !m.sparse(i) {
+		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
+		return ws
+	}
+	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
+	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{o.Experts}, F32: true})
+	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
+	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
+		add("mlp.shared_experts.gate_proj.weight", true, lm.Column, sh, s.Hidden)
+		add("mlp.shared_experts.up_proj.weight", true, lm.Column, sh, s.Hidden)
+		add("mlp.shared_experts.down_proj.weight", true, lm.Row, s.Hidden, sh)
+	}
+	return ws
+}
+
+// latentWeights lists layer i's norms and MLA's projections.
+func (m *Model) latentWeights(i int) []lm.WeightSpec {
 	s, o := m.Spec(), m.o
 	p := fmt.Sprintf("model.layers.%d.", i)
 	var ws []lm.WeightSpec
@@ -387,20 +519,6 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		Absorbed: true, TP: lm.Column})
 	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, s.Heads*o.VHead)
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
-	if !m.sparse(i) {
-		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-		add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
-		return ws
-	}
-	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
-	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{o.Experts}, F32: true})
-	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
-	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
-		add("mlp.shared_experts.gate_proj.weight", true, lm.Column, sh, s.Hidden)
-		add("mlp.shared_experts.up_proj.weight", true, lm.Column, sh, s.Hidden)
-		add("mlp.shared_experts.down_proj.weight", true, lm.Row, s.Hidden, sh)
-	}
 	return ws
 }
 
@@ -500,9 +618,12 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	return ids, MulScalar(weights, o.RoutedScale)
 }
 
-// attend is the attention half of layer i: x plus the MLA of its
+// attend is the attention half of layer i: x plus the MLA (GQA) of its
 // input_layernorm, and the post_attention_layernorm of that sum.
 func (m *Model) attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, st []*Node) {
+	if m.o.GQA {
+		return m.Attend(i, w, x, state, step)
+	}
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
 	h, c := m.attention(p.Scope("self_attn"), h, nn.LatentOf(state), step)

@@ -66,3 +66,40 @@ func TestDeepSeekV3(t *testing.T) {
 	t.Logf("%.2fB, active %.2fB, weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9, float64(r.Params.Active)/1e9,
 		r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
+
+// TestGLM45Air inspects GLM-4.5-Air's config over a checkpoint in the
+// release's layout (experts one by one, biases on q/k/v, the MTP layer
+// 46, skipped): 106.85B parameters, about 12B active as published, and
+// a grouped-query KV cache of 8 heads of 128.
+func TestGLM45Air(t *testing.T) {
+	dir, model := realConfig(t, "glm_4_5_air")
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	rel.add( // two of the MTP layer's
+		lm.WeightSpec{Name: "model.layers.46.enorm.weight", Shape: []int{4096}},
+		lm.WeightSpec{Name: "model.layers.46.eh_proj.weight", Shape: []int{4096, 8192}})
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 106_852_251_264 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 106,852,251,264", params, r.Params.Used)
+	}
+	if a := float64(r.Params.ActiveLessEmbedding) / 1e9; a < 12 || a > 13.5 {
+		t.Errorf("active %.2fB (less the input embedding), want about 12B", a)
+	}
+	if r.Text.MLA != nil || r.Text.KVHeads != 8 || r.Text.HeadDim != 128 || r.Text.MoE == nil || r.Text.MoE.Experts != 128 {
+		t.Errorf("text %+v, MoE %+v", r.Text, r.Text.MoE)
+	}
+	// 46 layers × 8 heads × 128 × K and V × 2 bytes × 32768.
+	if want := int64(46 * 8 * 128 * 2 * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
+		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
+}

@@ -13,6 +13,14 @@
 // layout of deepseek-ai/DeepSeek-V3's and a float32 model.safetensors with
 // the exact tensor names of the real checkpoints and deterministic
 // pseudo-random weights.
+//
+// GLM (GLMModel) is the same for Glm4MoeForCausalLM, from
+// models/glm4_moe/modeling_glm4_moe.py (GLM-4.5, GLM-4.5-Air, GLM-4.6,
+// GLM-4.7): grouped-query attention with optional q/k/v biases and
+// per-head q/k RMSNorm, a partial rotate-half rotary on the first
+// head_dim·partial_rotary_factor dims of each head, and DeepSeek-V3's
+// router and MoE block (Glm4MoeTopkRouter is DeepseekV3TopkRouter), which
+// it computes with the code above.
 package dsref
 
 import (
@@ -198,6 +206,9 @@ func (c DeepSeek) Tensors() []Tensor {
 //	ebias   ± 0.25                     (comparable to that spread, so the bias moves
 //	                                    some tokens' choices; the TinyDeepSeek test
 //	                                    sequence keeps top-k gaps above 1e-3)
+//	bias    ± 0.5                      (a Linear's bias, GLM's q_proj, k_proj and
+//	                                    v_proj: about the spread of the outputs it
+//	                                    is added to, so it shifts them visibly)
 func fill(r *lmckpt.Rand, t Tensor) []float32 {
 	n, fan := 1, 1
 	for i, d := range t.Shape {
@@ -220,6 +231,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 			v[i] = float32(u * math.Sqrt(3/float64(fan)))
 		case "ebias":
 			v[i] = float32(0.25 * u)
+		case "bias":
+			v[i] = float32(0.5 * u)
 		default:
 			panic("dsref: unknown init " + t.Init)
 		}
@@ -289,16 +302,23 @@ func (c DeepSeek) ConfigJSON() map[string]any {
 // as config.json says) and dir/model.safetensors in float32, with values
 // drawn from lmckpt.NewRand(Seed) in the order of Tensors.
 func (c DeepSeek) Write(dir string) error {
-	r := lmckpt.NewRand(c.Seed)
-	var ts []safetensors.Tensor
-	for _, t := range c.Tensors() {
-		st, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, fill(r, t))
+	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
+}
+
+// writeCheckpoint writes config and, as model.safetensors in float32, the
+// tensors ts with values drawn by fill from lmckpt.NewRand(seed) in
+// their order, plus a generation_config.json with bos 0 and eos 1.
+func writeCheckpoint(dir string, seed uint64, ts []Tensor, config map[string]any) error {
+	r := lmckpt.NewRand(seed)
+	var st []safetensors.Tensor
+	for _, t := range ts {
+		v, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, fill(r, t))
 		if err != nil {
 			return fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
-		ts = append(ts, st)
+		st = append(st, v)
 	}
-	if err := lmckpt.WriteCheckpoint(dir, c.ConfigJSON(), ts); err != nil {
+	if err := lmckpt.WriteCheckpoint(dir, config, st); err != nil {
 		return err
 	}
 	gen, err := json.Marshal(map[string]any{"bos_token_id": 0, "eos_token_id": 1})
@@ -395,7 +415,16 @@ func (c DeepSeek) rotate(v []float64, pos int, inv []float64, attnFactor float64
 			x[j], x[half+j] = v[2*j], v[2*j+1]
 		}
 	}
-	out := make([]float64, len(v))
+	return rotateHalf(x, pos, inv, attnFactor)
+}
+
+// rotateHalf is transformers' x·cos + rotate_half(x)·sin at position pos
+// on all of x [2·len(inv)], cos and sin being cat(freqs, freqs) times
+// attnFactor: entry j pairs with entry len(x)/2+j and the pair turns as
+// the complex number x[j] + i·x[len/2+j] times attnFactor·e^{i·pos·inv_j}.
+func rotateHalf(x []float64, pos int, inv []float64, attnFactor float64) []float64 {
+	half := len(x) / 2
+	out := make([]float64, len(x))
 	for j := 0; j < half; j++ {
 		a := float64(pos) * inv[j]
 		cs, sn := math.Cos(a)*attnFactor, math.Sin(a)*attnFactor
@@ -501,12 +530,22 @@ type Model struct {
 // names) as float64, checking that every tensor of Tensors is there with
 // its size.
 func (c DeepSeek) Load(dir string) (*Model, error) {
+	w, err := readWeights(dir, c.Tensors())
+	if err != nil {
+		return nil, err
+	}
+	return &Model{C: c, W: w}, nil
+}
+
+// readWeights reads dir's checkpoint as float64, checking that every
+// tensor of ts is there with its size.
+func readWeights(dir string, ts []Tensor) (map[string][]float64, error) {
 	w, err := lmckpt.ReadFloat64(dir)
 	if err != nil {
 		return nil, err
 	}
 	chk := lmckpt.Weights64{M: w, Kit: "dsref"}
-	for _, t := range c.Tensors() {
+	for _, t := range ts {
 		n := 1
 		for _, d := range t.Shape {
 			n *= d
@@ -516,7 +555,7 @@ func (c DeepSeek) Load(dir string) (*Model, error) {
 	if chk.Err != nil {
 		return nil, chk.Err
 	}
-	return &Model{C: c, W: w}, nil
+	return w, nil
 }
 
 func (m *Model) get(name string) []float64 {
@@ -699,3 +738,413 @@ func rmsnorm(x, w []float64, eps float64) []float64 {
 }
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// ----------------------------------------------------------------------------
+// Glm4MoeForCausalLM
+
+// GLM describes a Glm4MoeForCausalLM (GLM-4.5, GLM-4.5-Air, GLM-4.6,
+// GLM-4.7) by the fields of its config.json.
+type GLM struct {
+	// Vocab, Hidden and Layers are vocab_size, hidden_size and
+	// num_hidden_layers; Intermediate is the dense MLP width
+	// (intermediate_size) and MoEIntermediate each routed expert's
+	// (moe_intermediate_size).
+	Vocab, Hidden, Intermediate, MoEIntermediate, Layers int
+	// Heads and KVHeads are num_attention_heads and num_key_value_heads:
+	// query head h reads key/value head h/(Heads/KVHeads).
+	Heads, KVHeads int
+	// HeadDim is head_dim, the width of every query, key and value head;
+	// 0 leaves it out of config.json, and Glm4MoeAttention then takes
+	// Hidden/Heads. The GLM releases set it (128, not Hidden/Heads).
+	HeadDim int
+	// PartialRotary is partial_rotary_factor: the first
+	// int(head dim·PartialRotary) dims of each query and key head rotate,
+	// the others pass through. GLM-4.5 has 0.5; 0 here is no rotary at all
+	// (Glm4MoeConfig's own default, 0.5, applies only to a config.json
+	// without the key, which Write never writes).
+	PartialRotary float64
+	// AttentionBias is attention_bias: q_proj, k_proj and v_proj have
+	// biases (o_proj never has one).
+	AttentionBias bool
+	// QKNorm is use_qk_norm: self_attn.q_norm and k_norm, RMSNorms of the
+	// head dim with eps Eps, apply to every query and key head before the
+	// rotary.
+	QKNorm bool
+	// Experts, TopK and Shared are n_routed_experts, num_experts_per_tok
+	// and n_shared_experts; the shared experts are one SwiGLU MLP of width
+	// MoEIntermediate*Shared.
+	Experts, TopK, Shared int
+	// Groups and TopKGroup are n_group and topk_group, as DeepSeek's.
+	Groups, TopKGroup int
+	// FirstDense is first_k_dense_replace: layers below it have the dense
+	// MLP, the others the MoE block.
+	FirstDense int
+	// NormTopK and RoutedScale are norm_topk_prob and
+	// routed_scaling_factor, as DeepSeek's.
+	NormTopK    bool
+	RoutedScale float64
+	// Theta is rope_theta; Eps is rms_norm_eps, the eps of every RMSNorm
+	// of the model (q_norm and k_norm included).
+	Theta, Eps float64
+	// Tied reuses model.embed_tokens.weight as the output head.
+	Tied bool
+	// Seed makes the weights reproducible.
+	Seed uint64
+}
+
+// TinyGLM is a small GLM-4.5-Air: q/k/v biases, no q/k norm, head dim 16
+// (twice Hidden/Heads) of which the first 8 rotate, 4 query heads on 2
+// key/value heads, a dense first layer and two MoE layers of 8 experts
+// (top 2, one group, renormalised, scale 1) plus a shared expert.
+func TinyGLM() GLM {
+	return GLM{
+		Vocab: 96, Hidden: 32, Intermediate: 48, MoEIntermediate: 16, Layers: 3, FirstDense: 1,
+		Heads: 4, KVHeads: 2, HeadDim: 16, PartialRotary: 0.5, AttentionBias: true,
+		Experts: 8, TopK: 2, Shared: 1, Groups: 1, TopKGroup: 1, NormTopK: true, RoutedScale: 1,
+		Theta: 10000, Eps: 1e-5, Seed: 50,
+	}
+}
+
+// TinyGLMQKNorm is TinyGLM on the other paths: q_norm and k_norm, no
+// attention biases, the router limited to the 2 best of 4 expert groups
+// with routed_scaling_factor 2.5 (GLM-4.5's), and a tied output head.
+func TinyGLMQKNorm() GLM {
+	c := TinyGLM()
+	c.QKNorm, c.AttentionBias = true, false
+	c.Groups, c.TopKGroup, c.RoutedScale = 4, 2, 2.5
+	c.Tied, c.Seed = true, 51
+	return c
+}
+
+// Dense reports whether layer l has the dense MLP (Glm4MoeDecoderLayer:
+// layer_idx < first_k_dense_replace) rather than the MoE block.
+func (c GLM) Dense(l int) bool { return l < c.FirstDense }
+
+// HeadSize is the head dim Glm4MoeAttention uses: getattr(config,
+// "head_dim", hidden_size // num_attention_heads).
+func (c GLM) HeadSize() int {
+	if c.HeadDim > 0 {
+		return c.HeadDim
+	}
+	return c.Hidden / c.Heads
+}
+
+// RotaryDim is the rotary's dim, _compute_default_rope_parameters'
+// int(head_dim · partial_rotary_factor) (head_dim as HeadSize): the
+// number of leading dims of each query and key head that rotate.
+func (c GLM) RotaryDim() int { return int(float64(c.HeadSize()) * c.PartialRotary) }
+
+// RopeFreqs returns the inverse frequencies [RotaryDim/2],
+// rope_theta^(-2i/RotaryDim) (default rope, attention factor 1).
+func (c GLM) RopeFreqs() []float64 {
+	d := c.RotaryDim()
+	inv := make([]float64, d/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.Theta, float64(2*i)/float64(d))
+	}
+	return inv
+}
+
+// rotate returns a query or key head v [HeadSize] at position pos:
+// apply_rotary_pos_emb with cos and sin RotaryDim wide, so the first
+// RotaryDim dims turn by rotate-half (dim j with dim RotaryDim/2+j) and
+// the rest pass through unchanged.
+func (c GLM) rotate(v []float64, pos int, inv []float64) []float64 {
+	d := 2 * len(inv)
+	return append(rotateHalf(v[:d], pos, inv, 1), v[d:]...)
+}
+
+// router is the DeepSeek description whose Route and MoE block are
+// Glm4MoeTopkRouter's and Glm4MoeMoE's.
+func (c GLM) router() DeepSeek {
+	return DeepSeek{
+		Hidden: c.Hidden, Intermediate: c.Intermediate, MoEIntermediate: c.MoEIntermediate, Layers: c.Layers,
+		Experts: c.Experts, TopK: c.TopK, Shared: c.Shared, Groups: c.Groups, TopKGroup: c.TopKGroup,
+		FirstDense: c.FirstDense, NormTopK: c.NormTopK, RoutedScale: c.RoutedScale,
+	}
+}
+
+// Route is Glm4MoeTopkRouter, the same as DeepSeek.Route.
+func (c GLM) Route(logits, bias []float64) (ids []int, weights []float64) {
+	return c.router().Route(logits, bias)
+}
+
+// check reports a description transformers could not build.
+func (c GLM) check() error {
+	d := c.RotaryDim()
+	switch {
+	case c.Heads <= 0 || c.KVHeads <= 0 || c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("dsref: %d query heads on %d key/value heads", c.Heads, c.KVHeads)
+	case d%2 != 0 || d < 0 || d > c.HeadSize():
+		return fmt.Errorf("dsref: rotary dim %d of head dim %d", d, c.HeadSize())
+	case c.Experts%max(c.Groups, 1) != 0:
+		return fmt.Errorf("dsref: %d experts in %d groups", c.Experts, c.Groups)
+	}
+	return nil
+}
+
+// Tensors lists the checkpoint tensors with the names of the real
+// GLM-4.5 checkpoints (without their multi-token-prediction layer), in
+// the order Write draws them.
+func (c GLM) Tensors() []Tensor {
+	H, D := c.Hidden, c.HeadSize()
+	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
+		add("input_layernorm.weight", "norm", H)
+		for _, proj := range []struct {
+			name  string
+			heads int
+		}{{"q_proj", c.Heads}, {"k_proj", c.KVHeads}, {"v_proj", c.KVHeads}} {
+			add("self_attn."+proj.name+".weight", "linear", proj.heads*D, H)
+			if c.AttentionBias {
+				add("self_attn."+proj.name+".bias", "bias", proj.heads*D)
+			}
+		}
+		if c.QKNorm {
+			add("self_attn.q_norm.weight", "norm", D)
+			add("self_attn.k_norm.weight", "norm", D)
+		}
+		add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
+		add("post_attention_layernorm.weight", "norm", H)
+		if c.Dense(l) {
+			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+			continue
+		}
+		add("mlp.gate.weight", "router", c.Experts, H)
+		add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
+		for e := 0; e < c.Experts; e++ {
+			q := fmt.Sprintf("mlp.experts.%d.", e)
+			add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
+			add(q+"up_proj.weight", "linear", c.MoEIntermediate, H)
+			add(q+"down_proj.weight", "linear", H, c.MoEIntermediate)
+		}
+		if c.Shared > 0 {
+			w := c.MoEIntermediate * c.Shared
+			add("mlp.shared_experts.gate_proj.weight", "linear", w, H)
+			add("mlp.shared_experts.up_proj.weight", "linear", w, H)
+			add("mlp.shared_experts.down_proj.weight", "linear", H, w)
+		}
+	}
+	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
+	if !c.Tied {
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	return out
+}
+
+// ConfigJSON returns the config.json, with the fields of
+// zai-org/GLM-4.5-Air's, but bos 0 and eos 1 (as the tiny DeepSeek's),
+// max_position_embeddings 256, float32 and no multi-token-prediction
+// layer (num_nextn_predict_layers 0).
+func (c GLM) ConfigJSON() map[string]any {
+	j := map[string]any{
+		"architectures":            []string{"Glm4MoeForCausalLM"},
+		"model_type":               "glm4_moe",
+		"vocab_size":               c.Vocab,
+		"hidden_size":              c.Hidden,
+		"intermediate_size":        c.Intermediate,
+		"moe_intermediate_size":    c.MoEIntermediate,
+		"num_hidden_layers":        c.Layers,
+		"num_attention_heads":      c.Heads,
+		"num_key_value_heads":      c.KVHeads,
+		"partial_rotary_factor":    c.PartialRotary,
+		"attention_bias":           c.AttentionBias,
+		"attention_dropout":        0.0,
+		"use_qk_norm":              c.QKNorm,
+		"n_routed_experts":         c.Experts,
+		"num_experts_per_tok":      c.TopK,
+		"n_shared_experts":         c.Shared,
+		"n_group":                  c.Groups,
+		"topk_group":               c.TopKGroup,
+		"first_k_dense_replace":    c.FirstDense,
+		"norm_topk_prob":           c.NormTopK,
+		"routed_scaling_factor":    c.RoutedScale,
+		"rope_theta":               c.Theta,
+		"rope_scaling":             nil,
+		"rms_norm_eps":             c.Eps,
+		"max_position_embeddings":  256,
+		"tie_word_embeddings":      c.Tied,
+		"hidden_act":               "silu",
+		"bos_token_id":             0,
+		"eos_token_id":             1,
+		"num_nextn_predict_layers": 0,
+		"torch_dtype":              "float32",
+	}
+	if c.HeadDim > 0 {
+		j["head_dim"] = c.HeadDim
+	}
+	return j
+}
+
+// Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1)
+// and dir/model.safetensors in float32, with values drawn from
+// lmckpt.NewRand(Seed) in the order of Tensors.
+func (c GLM) Write(dir string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
+}
+
+// GLMModel is a GLM description plus its weights in float64.
+type GLMModel struct {
+	C GLM
+	// W holds every tensor of the checkpoint by its Hugging Face name.
+	W map[string][]float64
+
+	// moeInput, when set, sees each MoE block's input (layer, h).
+	moeInput func(layer int, h []float64)
+}
+
+// Load reads a checkpoint written by Write (or any with the same tensor
+// names) as float64, checking that every tensor of Tensors is there with
+// its size.
+func (c GLM) Load(dir string) (*GLMModel, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	w, err := readWeights(dir, c.Tensors())
+	if err != nil {
+		return nil, err
+	}
+	return &GLMModel{C: c, W: w}, nil
+}
+
+// ds is m's MoE part as a DeepSeek Model over the same weights.
+func (m *GLMModel) ds() *Model { return &Model{C: m.C.router(), W: m.W} }
+
+func (m *GLMModel) get(name string) []float64 {
+	v, ok := m.W[name]
+	if !ok {
+		panic(fmt.Sprintf("dsref: checkpoint has no tensor %q", name))
+	}
+	return v
+}
+
+// Experts returns the ids of the routed experts that the MoE block of
+// layer l chooses for its input h (the post_attention_layernorm output),
+// as DeepSeek's Model.Experts does. It panics on a dense layer.
+func (m *GLMModel) Experts(l int, h []float64) []int { return m.ds().Experts(l, h) }
+
+// Logits runs the whole sequence (positions 0..len-1, causal attention)
+// and returns the logits [len(tokens)][Vocab] after every token.
+func (m *GLMModel) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
+
+// logits is Logits with the tokens at positions start, start+1, ….
+func (m *GLMModel) logits(tokens []int, start int) [][]float64 {
+	c := m.C
+	T, H := len(tokens), c.Hidden
+	ds := m.ds()
+	x := make([][]float64, T)
+	emb := m.get("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		att := m.attention(p, x, start)
+		for t := range x {
+			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
+			for i := range o {
+				x[t][i] += o[i]
+			}
+			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			var mlp []float64
+			if c.Dense(l) {
+				mlp = ds.swiglu(p+"mlp.", h)
+			} else {
+				if m.moeInput != nil {
+					m.moeInput(l, h)
+				}
+				mlp = ds.moe(l, p+"mlp.", h)
+			}
+			for i := range mlp {
+				x[t][i] += mlp[i]
+			}
+		}
+	}
+	head := "lm_head.weight"
+	if c.Tied {
+		head = "model.embed_tokens.weight"
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+	}
+	return out
+}
+
+// project is Glm4MoeAttention up to the rotary on one input h (the
+// input_layernorm output) at position pos: it returns the query heads
+// [Heads][HeadSize] and the key and value heads [KVHeads][HeadSize],
+// each query and key head normed by q_norm / k_norm when QKNorm and then
+// rotated.
+func (m *GLMModel) project(p string, h []float64, pos int, inv []float64) (q, k, v [][]float64) {
+	c := m.C
+	D := c.HeadSize()
+	bias := func(name string) []float64 {
+		if !c.AttentionBias {
+			return nil
+		}
+		return m.get(p + "self_attn." + name + ".bias")
+	}
+	heads := func(name string, n int, norm string) [][]float64 {
+		all := lmckpt.Linear64(h, m.get(p+"self_attn."+name+".weight"), bias(name))
+		out := make([][]float64, n)
+		for i := range out {
+			out[i] = all[i*D : (i+1)*D]
+			if norm != "" {
+				if c.QKNorm {
+					out[i] = rmsnorm(out[i], m.get(p+"self_attn."+norm+".weight"), c.Eps)
+				}
+				out[i] = c.rotate(out[i], pos, inv)
+			}
+		}
+		return out
+	}
+	return heads("q_proj", c.Heads, "q_norm"), heads("k_proj", c.KVHeads, "k_norm"), heads("v_proj", c.KVHeads, "")
+}
+
+// attention is Glm4MoeAttention (input_layernorm included) on the
+// residual stream x [T][Hidden] at positions start, start+1, …: it
+// returns every position's per-head outputs concatenated,
+// [T][Heads*HeadSize], before o_proj.
+func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
+	c := m.C
+	T, D := len(x), c.HeadSize()
+	group := c.Heads / c.KVHeads
+	inv := c.RopeFreqs()
+	scale := 1 / math.Sqrt(float64(D))
+	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	for t := range x {
+		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
+	}
+	out := make([][]float64, T)
+	for t := range out {
+		out[t] = make([]float64, c.Heads*D)
+		for hd := 0; hd < c.Heads; hd++ {
+			kv := hd / group
+			scores := make([]float64, t+1)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i, qi := range query[t][hd] {
+					dot += qi * key[s][kv][i]
+				}
+				scores[s] = dot * scale
+			}
+			probs := lmckpt.Softmax64(scores)
+			o := out[t][hd*D : (hd+1)*D]
+			for s, w := range probs {
+				for i, vi := range value[s][kv] {
+					o[i] += w * vi
+				}
+			}
+		}
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 var testTokens = []int{1, 9, 14, 60, 3, 5, 41, 27, 88, 2, 17, 33}
@@ -547,5 +548,553 @@ func TestMoEBlockHandMade(t *testing.T) {
 	}
 	if ids := m.Experts(0, x); !slices.Equal(ids, []int{0, 1}) {
 		t.Errorf("experts %v, want [0 1]", ids)
+	}
+}
+
+// ----------------------------------------------------------------------------
+// Glm4MoeForCausalLM
+
+// loadGLM writes c's checkpoint into a temporary directory and reads it
+// back.
+func loadGLM(t *testing.T, c GLM) (string, *GLMModel) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, m
+}
+
+// TestGLMRotaryHandWorked: TinyGLM's head dim is 16 (set, not
+// Hidden/Heads = 8) and partial_rotary_factor 0.5 rotates its first 8
+// dims with inverse frequencies 1e4^(-2i/8) = 1, 0.1, 0.01, 0.001:
+// pair (j, j+4) turns as the complex number v[j] + i·v[j+4] times
+// e^{i·pos·inv_j}, dims 8…15 pass through untouched, and q·k over the
+// rotated dims depends only on the distance of the positions.
+func TestGLMRotaryHandWorked(t *testing.T) {
+	c := TinyGLM()
+	if c.HeadSize() != 16 || c.RotaryDim() != 8 {
+		t.Fatalf("head size %d, rotary dim %d; want 16, 8", c.HeadSize(), c.RotaryDim())
+	}
+	inv := c.RopeFreqs()
+	for i, want := range []float64{1, 0.1, 0.01, 0.001} {
+		if math.Abs(inv[i]-want) > 1e-15 {
+			t.Errorf("inv_freq[%d] = %.17g, want %g", i, inv[i], want)
+		}
+	}
+	v := []float64{0.3, -1.2, 0.7, 0.25, -0.5, 1.1, 0.9, -0.4, 2.5, -3, 0.125, 7, -0.75, 1.5, 4, -2}
+	const pos = 5
+	got := c.rotate(v, pos, inv)
+	if !slices.Equal(got[8:], v[8:]) {
+		t.Errorf("pass-through dims %v, want %v", got[8:], v[8:])
+	}
+	for j := range 4 {
+		rot := complex(v[j], v[j+4]) * complex(math.Cos(pos*inv[j]), math.Sin(pos*inv[j]))
+		if math.Abs(got[j]-real(rot)) > 1e-14 || math.Abs(got[j+4]-imag(rot)) > 1e-14 {
+			t.Errorf("pair (%d, %d): (%g, %g), want (%g, %g)", j, j+4, got[j], got[j+4], real(rot), imag(rot))
+		}
+	}
+	if !slices.Equal(c.rotate(v, 0, inv), v) {
+		t.Errorf("position 0 moves the head: %v", c.rotate(v, 0, inv))
+	}
+	k := []float64{-0.6, 0.2, 0.4, 1.3, 0.8, -0.1, -0.7, 0.5, 1, 2, 3, 4, 5, 6, 7, 8}
+	dot := func(a, b []float64) float64 {
+		s := 0.0
+		for i := range a {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	if d1, d2 := dot(c.rotate(v, 7, inv), c.rotate(k, 3, inv)), dot(c.rotate(v, 13, inv), c.rotate(k, 9, inv)); math.Abs(d1-d2) > 1e-12 {
+		t.Errorf("q·k at distance 4 is %g and %g", d1, d2)
+	}
+
+	// Without head_dim the head is hidden_size/num_attention_heads; the
+	// rotary dim is int(head_dim·factor), truncated.
+	c.HeadDim = 0
+	if c.HeadSize() != 8 || c.RotaryDim() != 4 {
+		t.Errorf("no head_dim: head size %d, rotary dim %d; want 8, 4", c.HeadSize(), c.RotaryDim())
+	}
+	c.HeadDim, c.PartialRotary = 20, 0.25
+	if c.RotaryDim() != 5 || c.check() == nil {
+		t.Errorf("head dim 20 at 0.25: rotary dim %d (want 5), check %v (want an error: odd)", c.RotaryDim(), c.check())
+	}
+	c.HeadDim, c.PartialRotary = 16, 1
+	if got := c.rotate(v, pos, c.RopeFreqs()); slices.Equal(got[8:], v[8:]) {
+		t.Errorf("factor 1 leaves dims 8… alone")
+	}
+}
+
+// TestGLMFirstPositionAttention: the first position attends to itself
+// alone, so query head h outputs value head h/(Heads/KVHeads), that is
+// rows (h/2)·16 … +16 of v_proj applied to the normed input, plus v_proj's
+// bias when there is one.
+func TestGLMFirstPositionAttention(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
+		p := "model.layers.1."
+		got := m.attention(p, [][]float64{x}, 0)[0]
+		h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+		vp, vb := m.W[p+"self_attn.v_proj.weight"], m.W[p+"self_attn.v_proj.bias"]
+		if (vb != nil) != c.AttentionBias {
+			t.Fatalf("seed %d: v_proj.bias %v with attention_bias %v", c.Seed, vb != nil, c.AttentionBias)
+		}
+		for hd := 0; hd < c.Heads; hd++ {
+			for j := 0; j < 16; j++ {
+				row := (hd/2)*16 + j
+				want := 0.0
+				if vb != nil {
+					want = vb[row]
+				}
+				for i, v := range h {
+					want += vp[row*c.Hidden+i] * v
+				}
+				if g := got[hd*16+j]; math.Abs(g-want) > 1e-12 {
+					t.Fatalf("seed %d, head %d, dim %d: %g, want %g (value head %d's)", c.Seed, hd, j, g, want, hd/2)
+				}
+			}
+		}
+	}
+}
+
+// TestGLMSecondPositionAttention: at position 1 query head h weighs the
+// value heads of positions 0 and 1 of its KV head h/2 by the softmax of
+// q·k/sqrt(16) (head_dim^-0.5, the set head dim, not Hidden/Heads), with
+// the heads as project gives them.
+func TestGLMSecondPositionAttention(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		emb := m.W["model.embed_tokens.weight"]
+		x := [][]float64{emb[5*c.Hidden : 6*c.Hidden], emb[9*c.Hidden : 10*c.Hidden]}
+		p := "model.layers.1."
+		got := m.attention(p, x, 0)[1]
+		var q, k, v [2][][]float64
+		for pos := range x {
+			h := rmsnorm(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
+			q[pos], k[pos], v[pos] = m.project(p, h, pos, c.RopeFreqs())
+		}
+		for hd := 0; hd < c.Heads; hd++ {
+			var s [2]float64
+			for pos := range s {
+				for i := range 16 {
+					s[pos] += q[1][hd][i] * k[pos][hd/2][i] / 4
+				}
+			}
+			p0 := 1 / (1 + math.Exp(s[1]-s[0]))
+			for i := range 16 {
+				want := p0*v[0][hd/2][i] + (1-p0)*v[1][hd/2][i]
+				if g := got[hd*16+i]; math.Abs(g-want) > 1e-12 {
+					t.Fatalf("seed %d, head %d, dim %d: %g, want %g", c.Seed, hd, i, g, want)
+				}
+			}
+		}
+	}
+}
+
+// permuteBlocks returns w [len(perm)·D rows of cols] with row block i
+// taken from block perm[i]; rows false permutes column blocks of width D
+// instead (w [len(w)/cols rows of cols]).
+func permuteBlocks(w []float64, cols, D int, perm []int, rows bool) []float64 {
+	out := slices.Clone(w)
+	if rows {
+		for i, j := range perm {
+			copy(out[i*D*cols:(i+1)*D*cols], w[j*D*cols:(j+1)*D*cols])
+		}
+		return out
+	}
+	for r := 0; r < len(w)/cols; r++ {
+		for i, j := range perm {
+			copy(out[r*cols+i*D:r*cols+(i+1)*D], w[r*cols+j*D:r*cols+(j+1)*D])
+		}
+	}
+	return out
+}
+
+// relabel returns m with key/value heads 0 and 1 swapped (k_proj and
+// v_proj rows and biases) and the query heads permuted by qPerm (q_proj
+// rows and bias, o_proj columns).
+func relabel(m *GLMModel, qPerm []int) *GLMModel {
+	c := m.C
+	D := c.HeadSize()
+	w := maps.Clone(m.W)
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.self_attn.", l)
+		for _, proj := range []string{"k_proj", "v_proj"} {
+			w[p+proj+".weight"] = permuteBlocks(w[p+proj+".weight"], c.Hidden, D, []int{1, 0}, true)
+			if b, ok := w[p+proj+".bias"]; ok {
+				w[p+proj+".bias"] = permuteBlocks(b, 1, D, []int{1, 0}, true)
+			}
+		}
+		w[p+"q_proj.weight"] = permuteBlocks(w[p+"q_proj.weight"], c.Hidden, D, qPerm, true)
+		if b, ok := w[p+"q_proj.bias"]; ok {
+			w[p+"q_proj.bias"] = permuteBlocks(b, 1, D, qPerm, true)
+		}
+		w[p+"o_proj.weight"] = permuteBlocks(w[p+"o_proj.weight"], c.Heads*D, D, qPerm, false)
+	}
+	return &GLMModel{C: c, W: w}
+}
+
+// TestGLMGQAGrouping: query heads 0, 1 share key/value head 0 and heads
+// 2, 3 head 1 (repeat_kv: consecutive query heads per KV head), so
+// swapping the two KV heads along with query heads {0,1} and {2,3}
+// computes the same logits, while swapping them along with 0↔1 and 2↔3
+// (the pairing h mod KVHeads would need) does not.
+func TestGLMGQAGrouping(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		want := m.Logits(testTokens)
+		if d := maxAbsDiff(relabel(m, []int{2, 3, 0, 1}).Logits(testTokens), want); d > 1e-12 {
+			t.Errorf("seed %d: relabelled heads move the logits by %g", c.Seed, d)
+		}
+		if d := maxAbsDiff(relabel(m, []int{1, 0, 3, 2}).Logits(testTokens), want); d < 1e-3 {
+			t.Errorf("seed %d: pairing the query heads modulo KVHeads moves the logits by %g only", c.Seed, d)
+		}
+	}
+}
+
+// TestGLMQKNormBeforeRope: with use_qk_norm each query head at position
+// 5 is its q_proj rows, RMS-normed over the head (eps rms_norm_eps) and
+// scaled by q_norm.weight, then rotated; rotating first and norming after
+// gives something else (q_norm's weights differ within a rotated pair),
+// so the order is tested. Keys the same with k_norm.
+func TestGLMQKNormBeforeRope(t *testing.T) {
+	c := TinyGLMQKNorm()
+	_, m := loadGLM(t, c)
+	p := "model.layers.2."
+	h := rmsnorm(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
+	inv := c.RopeFreqs()
+	const pos = 5
+	q, k, _ := m.project(p, h, pos, inv)
+	for _, tc := range []struct {
+		name  string
+		heads [][]float64
+	}{{"q", q}, {"k", k}} {
+		proj, norm := m.W[p+"self_attn."+tc.name+"_proj.weight"], m.W[p+"self_attn."+tc.name+"_norm.weight"]
+		for hd, got := range tc.heads {
+			raw := make([]float64, 16)
+			ss := 0.0
+			for j := range raw {
+				for i, v := range h {
+					raw[j] += proj[(hd*16+j)*c.Hidden+i] * v
+				}
+				ss += raw[j] * raw[j]
+			}
+			normed := make([]float64, 16)
+			for j := range normed {
+				normed[j] = raw[j] / math.Sqrt(ss/16+1e-5) * norm[j]
+			}
+			want := slices.Clone(normed)
+			for j := range 4 {
+				rot := complex(normed[j], normed[j+4]) * complex(math.Cos(pos*inv[j]), math.Sin(pos*inv[j]))
+				want[j], want[j+4] = real(rot), imag(rot)
+			}
+			for j := range want {
+				if math.Abs(got[j]-want[j]) > 1e-12 {
+					t.Fatalf("%s head %d, dim %d: %g, want %g", tc.name, hd, j, got[j], want[j])
+				}
+			}
+			after := rmsnorm(c.rotate(raw, pos, inv), norm, c.Eps)
+			if d := maxAbsDiff([][]float64{after}, [][]float64{got}); d < 1e-3 {
+				t.Errorf("%s head %d: norming after the rotary moves it by %g only", tc.name, hd, d)
+			}
+		}
+	}
+}
+
+// wantGLMTensors is the tensor list of a Glm4MoeForCausalLM checkpoint,
+// written out for TinyGLM's shapes.
+func wantGLMTensors(bias, qkNorm, tied bool) map[string][]int {
+	w := map[string][]int{
+		"model.embed_tokens.weight": {96, 32},
+		"model.norm.weight":         {32},
+	}
+	if !tied {
+		w["lm_head.weight"] = []int{96, 32}
+	}
+	for l := 0; l < 3; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		w[p+"input_layernorm.weight"] = []int{32}
+		w[p+"post_attention_layernorm.weight"] = []int{32}
+		w[p+"self_attn.q_proj.weight"] = []int{64, 32}
+		w[p+"self_attn.k_proj.weight"] = []int{32, 32}
+		w[p+"self_attn.v_proj.weight"] = []int{32, 32}
+		w[p+"self_attn.o_proj.weight"] = []int{32, 64}
+		if bias {
+			w[p+"self_attn.q_proj.bias"] = []int{64}
+			w[p+"self_attn.k_proj.bias"] = []int{32}
+			w[p+"self_attn.v_proj.bias"] = []int{32}
+		}
+		if qkNorm {
+			w[p+"self_attn.q_norm.weight"] = []int{16}
+			w[p+"self_attn.k_norm.weight"] = []int{16}
+		}
+		if l == 0 {
+			w[p+"mlp.gate_proj.weight"] = []int{48, 32}
+			w[p+"mlp.up_proj.weight"] = []int{48, 32}
+			w[p+"mlp.down_proj.weight"] = []int{32, 48}
+			continue
+		}
+		w[p+"mlp.gate.weight"] = []int{8, 32}
+		w[p+"mlp.gate.e_score_correction_bias"] = []int{8}
+		for e := 0; e < 8; e++ {
+			q := fmt.Sprintf("%smlp.experts.%d.", p, e)
+			w[q+"gate_proj.weight"] = []int{16, 32}
+			w[q+"up_proj.weight"] = []int{16, 32}
+			w[q+"down_proj.weight"] = []int{32, 16}
+		}
+		w[p+"mlp.shared_experts.gate_proj.weight"] = []int{16, 32}
+		w[p+"mlp.shared_experts.up_proj.weight"] = []int{16, 32}
+		w[p+"mlp.shared_experts.down_proj.weight"] = []int{32, 16}
+	}
+	return w
+}
+
+// TestGLMCheckpoint: the written model.safetensors holds exactly the
+// tensors of a GLM-4.5 checkpoint (biases iff attention_bias, q_norm and
+// k_norm iff use_qk_norm, never an o_proj bias, lm_head iff untied), in
+// float32, and config.json says what GLM-4.5-Air's does.
+func TestGLMCheckpoint(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantGLMTensors(c.AttentionBias, c.QKNorm, c.Tied)
+		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
+			t.Errorf("seed %d: tensors:\n%s\nwant:\n%s", c.Seed, strings.Join(got, "\n"), strings.Join(names, "\n"))
+		}
+		for name, shape := range want {
+			info, ok := ck.Info(name)
+			if ok && (!slices.Equal(info.Shape, shape) || info.DType != safetensors.F32) {
+				t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+			}
+		}
+		for _, name := range ck.Names() {
+			if strings.Contains(name, "o_proj.bias") {
+				t.Errorf("seed %d: %s", c.Seed, name)
+			}
+		}
+		ck.Close()
+
+		var cfg map[string]any
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCfg := map[string]any{
+			"model_type": "glm4_moe", "vocab_size": 96.0, "hidden_size": 32.0, "intermediate_size": 48.0,
+			"moe_intermediate_size": 16.0, "num_hidden_layers": 3.0, "num_attention_heads": 4.0,
+			"num_key_value_heads": 2.0, "head_dim": 16.0, "partial_rotary_factor": 0.5,
+			"attention_bias": c.AttentionBias, "use_qk_norm": c.QKNorm, "n_routed_experts": 8.0,
+			"num_experts_per_tok": 2.0, "n_shared_experts": 1.0, "n_group": float64(c.Groups),
+			"topk_group": float64(c.TopKGroup), "first_k_dense_replace": 1.0, "norm_topk_prob": true,
+			"routed_scaling_factor": c.RoutedScale, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+			"max_position_embeddings": 256.0, "tie_word_embeddings": c.Tied, "hidden_act": "silu",
+			"bos_token_id": 0.0, "eos_token_id": 1.0, "num_nextn_predict_layers": 0.0,
+		}
+		for key, want := range wantCfg {
+			if v, ok := cfg[key]; !ok || v != want {
+				t.Errorf("seed %d: config %s = %v (present %v), want %v", c.Seed, key, v, ok, want)
+			}
+		}
+		if archs, _ := cfg["architectures"].([]any); len(archs) != 1 || archs[0] != "Glm4MoeForCausalLM" {
+			t.Errorf("architectures %v", cfg["architectures"])
+		}
+		b, err = os.ReadFile(filepath.Join(dir, "generation_config.json"))
+		var gen map[string]any
+		if err == nil {
+			err = json.Unmarshal(b, &gen)
+		}
+		if err != nil || gen["bos_token_id"] != 0.0 || gen["eos_token_id"] != 1.0 {
+			t.Errorf("generation_config.json %s (%v)", b, err)
+		}
+	}
+	noHeadDim := TinyGLM()
+	noHeadDim.HeadDim = 0
+	if _, ok := noHeadDim.ConfigJSON()["head_dim"]; ok {
+		t.Errorf("HeadDim 0 writes head_dim")
+	}
+}
+
+// TestGLMRoundTrip: Load reads back exactly the float32 values Write drew
+// (fill over lmckpt.NewRand(Seed) in the order of Tensors), nothing more,
+// and a checkpoint of the other flavour fails on the first tensor it
+// lacks.
+func TestGLMRoundTrip(t *testing.T) {
+	dirs := map[uint64]string{}
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		dir, m := loadGLM(t, c)
+		dirs[c.Seed] = dir
+		r := lmckpt.NewRand(c.Seed)
+		ts := c.Tensors()
+		if len(m.W) != len(ts) {
+			t.Errorf("seed %d: %d tensors read, %d written", c.Seed, len(m.W), len(ts))
+		}
+		for _, tn := range ts {
+			want := fill(r, tn)
+			got := m.W[tn.Name]
+			if len(got) != len(want) {
+				t.Fatalf("%s: %d values, want %d", tn.Name, len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != float64(want[i]) {
+					t.Fatalf("%s[%d] = %g, written %g", tn.Name, i, got[i], want[i])
+				}
+			}
+		}
+		if b := m.W["model.layers.1.mlp.gate.e_score_correction_bias"]; slices.Max(b)-slices.Min(b) < 0.1 {
+			t.Errorf("seed %d: correction bias %v", c.Seed, b)
+		}
+	}
+	if _, err := TinyGLMQKNorm().Load(dirs[50]); err == nil || !strings.Contains(err.Error(), "q_norm") {
+		t.Errorf("loading a checkpoint without q_norm as use_qk_norm: %v", err)
+	}
+	if _, err := TinyGLM().Load(dirs[51]); err == nil || !strings.Contains(err.Error(), "q_proj.bias") {
+		t.Errorf("loading a checkpoint without biases as attention_bias: %v", err)
+	}
+}
+
+// TestGLMCausal: the logits of a prefix are exactly the first rows of the
+// whole sequence's, other tokens after position 5 leave rows 0…5 exactly
+// as they were (and change the later ones), and every row is finite,
+// O(1) and not constant.
+func TestGLMCausal(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		all := m.Logits(testTokens)
+		for _, n := range []int{1, 5, 9} {
+			prefix := m.Logits(testTokens[:n])
+			for i := range prefix {
+				if !slices.Equal(prefix[i], all[i]) {
+					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
+				}
+			}
+		}
+		other := slices.Clone(testTokens)
+		for i := 6; i < len(other); i++ {
+			other[i] = (other[i] + 31) % c.Vocab
+		}
+		changed := m.Logits(other)
+		for i := range changed {
+			same := slices.Equal(changed[i], all[i])
+			if i <= 5 && !same {
+				t.Errorf("seed %d: a later token changes position %d's logits", c.Seed, i)
+			}
+			if i > 5 && same {
+				t.Errorf("seed %d: another token at position %d leaves its logits alone", c.Seed, i)
+			}
+		}
+		for i, row := range all {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, v := range row {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
+				}
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+			if hi-lo < 0.1 || hi-lo > 100 {
+				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
+			}
+		}
+	}
+}
+
+// TestGLMShiftInvariance: the partial rotary is the only position signal
+// and enters q·k through the distance alone, so starting at position 37
+// leaves the logits unchanged to rounding.
+func TestGLMShiftInvariance(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		if d := maxAbsDiff(m.logits(testTokens, 37), m.Logits(testTokens)); d > 1e-9 {
+			t.Errorf("seed %d: shifting the positions moves the logits by %g", c.Seed, d)
+		}
+	}
+}
+
+// TestGLMSwitchesMatter: the tiny checkpoints are sensitive to each
+// feature the reference computes: rotating all of each head instead of
+// half, dropping the attention biases (TinyGLM) or skipping q_norm and
+// k_norm (TinyGLMQKNorm) each moves the logits.
+func TestGLMSwitchesMatter(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		want := m.Logits(testTokens)
+		check := func(what string, mm *GLMModel) {
+			t.Helper()
+			if d := maxAbsDiff(mm.Logits(testTokens), want); d < 1e-3 {
+				t.Errorf("seed %d: %s moves the logits by %g only", c.Seed, what, d)
+			}
+		}
+		full := *m
+		full.C.PartialRotary = 1
+		check("partial_rotary_factor 1", &full)
+		if c.AttentionBias {
+			nb := &GLMModel{C: c, W: maps.Clone(m.W)}
+			nb.C.AttentionBias = false
+			check("no attention bias", nb)
+		}
+		if c.QKNorm {
+			nn := *m
+			nn.C.QKNorm = false
+			check("no q/k norm", &nn)
+		}
+	}
+}
+
+// TestGLMRoutingOnActivations: in the tiny GLM checkpoints the correction
+// bias and (for TinyGLMQKNorm) the group limit each change the experts
+// chosen for some of the real MoE inputs, and Experts is what Route
+// chooses from the layer's router.
+func TestGLMRoutingOnActivations(t *testing.T) {
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		_, m := loadGLM(t, c)
+		flat := c
+		flat.Groups, flat.TopKGroup = 1, 1
+		var n, byBias, byGroups int
+		m.moeInput = func(l int, h []float64) {
+			n++
+			p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
+			logits := make([]float64, c.Experts)
+			for e := range logits {
+				for i, v := range h {
+					logits[e] += m.W[p+"weight"][e*c.Hidden+i] * v
+				}
+			}
+			bias := m.W[p+"e_score_correction_bias"]
+			ids, _ := c.Route(logits, bias)
+			if got := m.Experts(l, h); !slices.Equal(got, ids) {
+				t.Fatalf("Experts %v, Route %v", got, ids)
+			}
+			set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
+			if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
+				byBias++
+			}
+			if plain, _ := flat.Route(logits, bias); !slices.Equal(set(plain), set(ids)) {
+				byGroups++
+			}
+		}
+		m.Logits(testTokens)
+		if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
+			t.Errorf("%d MoE inputs, want %d", n, want)
+		}
+		if byBias == 0 {
+			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
+		}
+		if c.TopKGroup < c.Groups && byGroups == 0 {
+			t.Errorf("seed %d: the group limit changes no token's experts", c.Seed)
+		}
+		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", c.Seed, n, byBias, byGroups)
 	}
 }
