@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
-# DeepSeek-V3) on tputool and on llama.cpp's kernels (ollama), same
+# DeepSeek-V3, FAMILY=glm a GLM-4.5) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -33,7 +33,14 @@
 # deepseek2 engine samples from NaNs) in LAYERS layers (default 4, 4.9 GB
 # bf16; ollama's import takes twice that again on disk), the experts one
 # tensor each, DIR /tmp/tputool-deepseek-bench; ollama imports the folder
-# itself (its convert_deepseek2.go). Otherwise scripts/export-gguf
+# itself (its convert_deepseek2.go). FAMILY=glm: a Glm4MoeForCausalLM of
+# GLM-4.5-Air's layer (hidden 4096, 96 heads and 8 KV heads of 128, half of
+# each rotated, q/k/v biases; 128 experts of 1408, top 8, a shared expert,
+# sigmoid routing with the correction bias; a dense first layer of 10944;
+# vocab 151552, untied head) in LAYERS layers (default 2: the dense one and
+# one sparse, 7.6 GB bf16), the experts one tensor each, DIR
+# /tmp/tputool-glm-bench; ollama's importer does not read that class, and
+# llama.cpp runs the GGUF as its glm4moe. Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -54,7 +61,8 @@ case "$FAMILY" in
 qwen3moe) DIR="${DIR:-/tmp/tputool-moe-bench}" ;;
 mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
 deepseek) DIR="${DIR:-/tmp/tputool-deepseek-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral or deepseek" >&2; exit 2 ;;
+glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek or glm" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -78,6 +86,20 @@ if [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseek ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 163840
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = glm ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+ "hidden_size": 4096, "num_hidden_layers": ${LAYERS:-2}, "num_attention_heads": 96,
+ "num_key_value_heads": 8, "head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": true,
+ "use_qk_norm": false, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+ "n_routed_experts": 128, "num_experts_per_tok": 8, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+ "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 1.0,
+ "vocab_size": 151552, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 1000000,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151552
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
   cat > "$DIR/config.json" <<JSON
 {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",

@@ -1,14 +1,15 @@
-// Command export-gguf converts a Hugging Face Qwen3-MoE or Mixtral
-// checkpoint (a directory with config.json, safetensors weights with the
-// experts one by one or stacked, and a byte-level BPE tokenizer.json, such
-// as the ones scripts/bench-moe-vs-llamacpp.sh and
-// scripts/bench-mixtral-vs-llamacpp.sh generate) to a GGUF file that
+// Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral or
+// GLM-4.5 (Glm4MoeForCausalLM) checkpoint (a directory with config.json,
+// safetensors weights with the experts one by one or stacked, and a
+// byte-level BPE tokenizer.json, such as the ones
+// scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
 // llama.cpp's kernels run through ollama (`ollama create` with
 // `FROM ./model.gguf`). It exists to time ollama on the same weights as
-// tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM
-// safetensors folders, and writes a Mixtral's w2 (down) and w3 (up)
-// experts under each other's names, which llama.cpp refuses to load
-// ("tensor 'blk.0.ffn_down_exps.weight' has wrong shape").
+// tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM or
+// Glm4MoeForCausalLM safetensors folders, and writes a Mixtral's w2
+// (down) and w3 (up) experts under each other's names, which llama.cpp
+// refuses to load ("tensor 'blk.0.ffn_down_exps.weight' has wrong
+// shape").
 //
 //	go run ./scripts/export-gguf -m DIR -o DIR/model.gguf
 //
@@ -43,6 +44,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -101,6 +103,9 @@ func run(dir, out string) error {
 		return err
 	}
 	defer l.Close()
+	if g, ok := l.Model.(*deepseek.Model); ok && g.Options().GQA {
+		return runGLM(l, dir, out, g)
+	}
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
 	case *qwen3moe.Model:
@@ -111,7 +116,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM and MixtralForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM and Glm4MoeForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	o, s := m.Options(), m.Spec()
@@ -122,14 +127,6 @@ func run(dir, out string) error {
 		if !sparse {
 			return fmt.Errorf("%s: layer %d is dense; export-gguf writes models whose every layer is sparse", dir, i)
 		}
-	}
-	tokens, types, merges, err := vocabulary(filepath.Join(dir, "tokenizer.json"), s.VocabSize)
-	if err != nil {
-		return err
-	}
-	eos := uint32(s.VocabSize - 1)
-	if len(s.EOS) > 0 {
-		eos = uint32(s.EOS[0])
 	}
 	defaultTheta := 10000.0 // Qwen3MoeConfig's
 	if isMixtral {
@@ -144,18 +141,11 @@ func run(dir, out string) error {
 		arch = "llama"
 	}
 	a := arch + "."
-	fileType := uint32(0) // llama.cpp's LLAMA_FTYPE: all F32, mostly F16 (1) or BF16 (32)
-	switch l.StoredDType("model.embed_tokens.weight") {
-	case dtypes.Float16:
-		fileType = 1
-	case dtypes.BFloat16:
-		fileType = 32
+	meta, err := header(l, dir, arch)
+	if err != nil {
+		return err
 	}
-	meta := []kv{
-		{"general.architecture", arch},
-		{"general.file_type", fileType},
-		{"general.name", filepath.Base(dir)},
-		{"general.alignment", uint32(alignment)},
+	meta = append(meta, []kv{
 		{a + "block_count", uint32(s.Layers)},
 		{a + "context_length", uint32(s.MaxPositions)},
 		{a + "embedding_length", uint32(s.Hidden)},
@@ -172,16 +162,7 @@ func run(dir, out string) error {
 		{a + "norm_top_k_prob", o.NormTopK},
 		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "vocab_size", uint32(s.VocabSize)},
-		{"tokenizer.ggml.model", "gpt2"},
-		{"tokenizer.ggml.pre", "qwen2"},
-		{"tokenizer.ggml.tokens", tokens},
-		{"tokenizer.ggml.token_type", types},
-		{"tokenizer.ggml.merges", merges},
-		{"tokenizer.ggml.eos_token_id", eos},
-		{"tokenizer.ggml.bos_token_id", eos},
-		{"tokenizer.ggml.padding_token_id", eos},
-		{"tokenizer.ggml.add_bos_token", false},
-	}
+	}...)
 
 	var ts []tensor
 	add := func(gguf string, names []string, f32 bool, pairHeads int) error {
@@ -243,6 +224,173 @@ func run(dir, out string) error {
 		head = "model.embed_tokens.weight"
 	}
 	if err := add("output.weight", []string{head}, false, 0); err != nil {
+		return err
+	}
+	return write(out, meta, ts)
+}
+
+// header is the metadata every export writes: the architecture's name,
+// the file type, and the tokenizer as "gpt2" byte-level BPE padded to
+// the vocabulary, its end of sequence the config's first.
+func header(l *lm.Loaded, dir, arch string) ([]kv, error) {
+	s := l.Model.Spec()
+	tokens, types, merges, err := vocabulary(filepath.Join(dir, "tokenizer.json"), s.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	eos := uint32(s.VocabSize - 1)
+	if len(s.EOS) > 0 {
+		eos = uint32(s.EOS[0])
+	}
+	fileType := uint32(0) // llama.cpp's LLAMA_FTYPE: all F32, mostly F16 (1) or BF16 (32)
+	switch l.StoredDType("model.embed_tokens.weight") {
+	case dtypes.Float16:
+		fileType = 1
+	case dtypes.BFloat16:
+		fileType = 32
+	}
+	return []kv{
+		{"general.architecture", arch},
+		{"general.file_type", fileType},
+		{"general.name", filepath.Base(dir)},
+		{"general.alignment", uint32(alignment)},
+		{"tokenizer.ggml.model", "gpt2"},
+		{"tokenizer.ggml.pre", "qwen2"},
+		{"tokenizer.ggml.tokens", tokens},
+		{"tokenizer.ggml.token_type", types},
+		{"tokenizer.ggml.merges", merges},
+		{"tokenizer.ggml.eos_token_id", eos},
+		{"tokenizer.ggml.bos_token_id", eos},
+		{"tokenizer.ggml.padding_token_id", eos},
+		{"tokenizer.ggml.add_bos_token", false},
+	}, nil
+}
+
+// runGLM writes a Glm4MoeForCausalLM as llama.cpp's "glm4moe": the
+// biased q/k/v projections, the post-attention norm under its
+// post_attention_norm name, the leading dense layers' MLP, and on the
+// sparse layers the sigmoid router with its correction bias
+// (exp_probs_b), the expert stacks and the shared experts. Its rope
+// rotates halves (NEOX) over rope.dimension_count dims, as transformers'
+// partial rotary does, so no rows are permuted.
+func runGLM(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
+	o, s := m.Options(), m.Spec()
+	if o.Groups > 1 && o.TopKGroup < o.Groups {
+		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's glm4moe does not limit the groups", dir, o.Groups, o.TopKGroup)
+	}
+	if !o.QKVBias {
+		return fmt.Errorf("%s: attention_bias is false; llama.cpp's glm4moe requires the q/k/v biases", dir)
+	}
+	dense := 0
+	for dense < len(o.Sparse) && !o.Sparse[dense] {
+		dense++
+	}
+	for i := dense; i < len(o.Sparse); i++ {
+		if !o.Sparse[i] {
+			return fmt.Errorf("%s: layer %d is dense after a sparse one; glm4moe's dense layers lead", dir, i)
+		}
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), 10000) // Glm4MoeConfig's
+	if err != nil {
+		return err
+	}
+	const a = "glm4moe."
+	meta, err := header(l, dir, "glm4moe")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(s.MaxPositions)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(o.Rope.RotaryDim)},
+		{a + "expert_count", uint32(o.Experts)},
+		{a + "expert_used_count", uint32(o.TopK)},
+		{a + "expert_shared_count", uint32(o.Shared)},
+		{a + "leading_dense_block_count", uint32(dense)},
+		{a + "expert_weights_scale", float32(o.RoutedScale)},
+		{a + "expert_weights_norm", o.NormTopK},
+		{a + "expert_gating_func", uint32(2)}, // sigmoid
+		{a + "nextn_predict_layers", uint32(0)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+	}...)
+	var ts []tensor
+	add := func(gguf string, f32 bool, names ...string) error {
+		t, err := newTensor(l, gguf, names, f32, 0)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+		return nil
+	}
+	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
+		return err
+	}
+	for i := 0; i < s.Layers; i++ {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		type pair struct {
+			gguf, hf string
+			f32      bool
+		}
+		ps := []pair{
+			{"attn_norm.weight", "input_layernorm.weight", true},
+			{"attn_q.weight", "self_attn.q_proj.weight", false},
+			{"attn_k.weight", "self_attn.k_proj.weight", false},
+			{"attn_v.weight", "self_attn.v_proj.weight", false},
+			{"attn_q.bias", "self_attn.q_proj.bias", true},
+			{"attn_k.bias", "self_attn.k_proj.bias", true},
+			{"attn_v.bias", "self_attn.v_proj.bias", true},
+			{"attn_output.weight", "self_attn.o_proj.weight", false},
+			{"post_attention_norm.weight", "post_attention_layernorm.weight", true},
+		}
+		if o.QKNorm {
+			ps = append(ps, pair{"attn_q_norm.weight", "self_attn.q_norm.weight", true}, pair{"attn_k_norm.weight", "self_attn.k_norm.weight", true})
+		}
+		if !o.Sparse[i] {
+			ps = append(ps, pair{"ffn_gate.weight", "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", "mlp.up_proj.weight", false},
+				pair{"ffn_down.weight", "mlp.down_proj.weight", false})
+		} else {
+			ps = append(ps, pair{"ffn_gate_inp.weight", "mlp.gate.weight", true}, pair{"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", true})
+			if o.Shared > 0 {
+				ps = append(ps, pair{"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", false},
+					pair{"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", false},
+					pair{"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", false})
+			}
+		}
+		for _, x := range ps {
+			if err := add(b+x.gguf, x.f32, p+x.hf); err != nil {
+				return err
+			}
+		}
+		if !o.Sparse[i] {
+			continue
+		}
+		for _, proj := range []string{"gate", "up", "down"} {
+			names := make([]string, o.Experts)
+			for e := range names {
+				names[e] = fmt.Sprintf("%smlp.experts.%d.%s_proj.weight", p, e, proj)
+			}
+			if err := add(b+"ffn_"+proj+"_exps.weight", false, names...); err != nil {
+				return err
+			}
+		}
+	}
+	if err := add("output_norm.weight", true, "model.norm.weight"); err != nil {
+		return err
+	}
+	head := "lm_head.weight"
+	if s.TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	if err := add("output.weight", false, head); err != nil {
 		return err
 	}
 	return write(out, meta, ts)

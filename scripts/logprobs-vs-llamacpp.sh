@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Compares the next-token log-probabilities of one model in tputool and in
+# llama.cpp's engine (through ollama): the top 5 after PROMPT, greedy, from
+# `tputool serve` (/v1/completions, logprobs 5) and from ollama
+# (/api/generate, raw, top_logprobs 5, repeat_penalty 1). It checks an
+# architecture against an implementation written apart from transformers'
+# (tputool's own tests compare against float64 references written from
+# transformers' code).
+#
+#   OLLAMA=/path/to/ollama HF=/tmp/m/hf scripts/logprobs-vs-llamacpp.sh
+#
+# HF is a Hugging Face folder tputool runs (a tiny random one from
+# scripts/gen-llm-checkpoint -config, with its tokenizer). FROM is what
+# ollama imports: by default a GGUF that scripts/export-gguf writes from HF
+# (Qwen3-MoE, Mixtral, GLM-4.5); FROM=$HF lets ollama import the folder
+# itself (DeepSeek-V3). Env: PROMPT, PORT (ollama's, 11600), DTYPE
+# (tputool's --dtype, f32).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
+HF="${HF:?set HF to a Hugging Face model folder}"
+PROMPT="${PROMPT:-Once upon a time there was a little girl who lived in a village near the forest}"
+PORT="${PORT:-11600}"
+DTYPE="${DTYPE:-f32}"
+work=$(mktemp -d)
+FROM="${FROM:-}"
+if [ -z "$FROM" ]; then
+  FROM="$work/model.gguf"
+  go run ./scripts/export-gguf -m "$HF" -o "$FROM"
+fi
+go build -o "$work/tputool" .
+export OLLAMA_MODELS="$work/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=512
+"$OLLAMA" serve > "$work/ollama.log" 2>&1 &
+server=$!
+tserver=""
+trap 'kill $server $tserver 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
+printf 'FROM %s\n' "$FROM" > "$work/Modelfile"
+"$OLLAMA" create xcheck -f "$work/Modelfile" > /dev/null 2> "$work/create.log" || { tail -c 2000 "$work/create.log" >&2; exit 1; }
+# num_predict 4: ollama's llama.cpp runner sends a token's log-probabilities
+# with the next text it emits, so a first token that decodes to nothing (a
+# padding token of a random model) would come back without them.
+req=$(python3 -c 'import json,sys; print(json.dumps({"model": "xcheck", "prompt": sys.argv[1], "raw": True, "stream": False,
+  "logprobs": True, "top_logprobs": 5, "options": {"num_predict": 4, "temperature": 0, "repeat_penalty": 1, "num_ctx": 512}}))' "$PROMPT")
+curl -sf "http://$OLLAMA_HOST/api/generate" -d "$req" > "$work/ollama.json"
+"$work/tputool" serve -m "$HF" --port 0 --json --dtype "$DTYPE" > "$work/serve.out" 2> "$work/serve.err" &
+tserver=$!
+addr=""
+for _ in $(seq 300); do
+  addr=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    try: m = json.loads(l)
+    except ValueError: continue
+    if m.get("type") == "listening": print(m["address"]); break' "$work/serve.out" 2>/dev/null || true)
+  [ -n "$addr" ] && break
+  sleep 0.2
+done
+[ -n "$addr" ] || { cat "$work/serve.err" >&2; exit 1; }
+req=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[2], "prompt": sys.argv[1], "max_tokens": 1, "temperature": 0, "logprobs": 5}))' "$PROMPT" "$HF")
+curl -sf "http://$addr/v1/completions" -H 'content-type: application/json' -d "$req" > "$work/tputool.json"
+python3 - "$work/ollama.json" "$work/tputool.json" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+t = json.load(open(sys.argv[2]))
+otop = {e["token"]: e["logprob"] for e in o["logprobs"][0]["top_logprobs"]}
+ttop = t["choices"][0]["logprobs"]["top_logprobs"][0]
+print("prompt tokens: ollama %d, tputool %d" % (o.get("prompt_eval_count", -1), t["usage"]["prompt_tokens"]))
+print("%-20s %12s %12s" % ("token", "tputool", "llama.cpp"))
+for tok in sorted(set(otop) | set(ttop), key=lambda k: -max(otop.get(k, -1e9), ttop.get(k, -1e9))):
+    print("%-20r %12s %12s" % (tok, "%.4f" % ttop[tok] if tok in ttop else "-", "%.4f" % otop[tok] if tok in otop else "-"))
+common = set(otop) & set(ttop)
+order = lambda d: [k for k, _ in sorted(d.items(), key=lambda kv: -kv[1])]
+print("same tokens: %s, same order: %s, max |difference| over the %d in both: %.4f" % (
+    set(otop) == set(ttop), order(otop) == order(ttop), len(common), max((abs(otop[k] - ttop[k]) for k in common), default=float("nan"))))
+PY
