@@ -440,13 +440,45 @@ func New(cfg *config.File) (lm.Model, error) {
 type Model struct {
 	*llama.Model
 	o Options
+	l Layout
 }
 
-// NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options), o: o} }
+// Layout names a sparse block's tensors within a decoder layer.
+type Layout struct {
+	// Block is the MoE block's module: "mlp" (DeepSeek-V3, GLM),
+	// "block_sparse_moe" (MiniMax-M2). The router is BLOCK.gate.weight,
+	// the experts BLOCK.experts.*, the shared experts
+	// BLOCK.shared_experts.*.
+	Block string
+	// Bias is the router's correction bias within the block:
+	// "gate.e_score_correction_bias" (DeepseekV3TopkRouter's buffer) or
+	// "e_score_correction_bias" (MiniMaxM2SparseMoeBlock's).
+	Bias string
+	// Experts names each expert's matrices in checkpoints that hold them
+	// one by one.
+	Experts lm.ExpertNames
+}
+
+// DeepSeekLayout is DeepSeek-V3's and GLM's.
+var DeepSeekLayout = Layout{Block: "mlp", Bias: "gate.e_score_correction_bias", Experts: lm.QwenExperts}
+
+// NewModel returns the decoder for resolved options in DeepSeek's layout.
+func NewModel(o Options) *Model { return NewModelIn(o, DeepSeekLayout) }
+
+// NewModelIn returns the decoder for resolved options reading the sparse
+// blocks in layout l.
+func NewModelIn(o Options, l Layout) *Model {
+	return &Model{Model: llama.NewModel(o.Options), o: o, l: l}
+}
+
+// block is layer i's sparse block's name prefix, "model.layers.I.mlp".
+func (m *Model) block(i int) string { return fmt.Sprintf("model.layers.%d.%s", i, m.l.Block) }
 
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
+
+// Layout returns the names the sparse blocks are read under.
+func (m *Model) Layout() Layout { return m.l }
 
 // sparse reports whether layer i has the MoE block.
 func (m *Model) sparse(i int) bool { return m.o.Sparse[i] }
@@ -482,13 +514,15 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 		return ws
 	}
-	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
-	ws = append(ws, lm.WeightSpec{Name: p + "mlp.gate.e_score_correction_bias", Shape: []int{o.Experts}, F32: true})
-	ws = append(ws, lm.StackedExperts(p+"mlp.experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
+	b := m.block(i) + "."
+	ws = append(ws, lm.WeightSpec{Name: b + "gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
+	ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: []int{o.Experts}, F32: true})
+	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
-		add("mlp.shared_experts.gate_proj.weight", true, lm.Column, sh, s.Hidden)
-		add("mlp.shared_experts.up_proj.weight", true, lm.Column, sh, s.Hidden)
-		add("mlp.shared_experts.down_proj.weight", true, lm.Row, s.Hidden, sh)
+		ws = append(ws,
+			lm.WeightSpec{Name: b + "shared_experts.gate_proj.weight", Shape: []int{sh, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: b + "shared_experts.up_proj.weight", Shape: []int{sh, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: b + "shared_experts.down_proj.weight", Shape: []int{s.Hidden, sh}, Matmul: true, TP: lm.Row})
 	}
 	return ws
 }
@@ -547,7 +581,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)), st
 	}
 	r, st := m.Route(i, w, x, state, step)
-	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts", i))
+	p := w.Scope(m.block(i) + ".experts")
 	return nn.FinishRouted(r, p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts), st
 }
 
@@ -557,13 +591,13 @@ func (m *Model) Experts(i int) *lm.Experts {
 		return nil
 	}
 	return &lm.Experts{Num: m.o.Experts, TopK: m.o.TopK, Weights: func(e int) []lm.WeightSpec {
-		return lm.ExpertWeights(fmt.Sprintf("model.layers.%d.mlp.experts", i), e, m.o.MoEIntermediate, m.Spec().Hidden)
+		return m.l.Experts.Weights(m.block(i)+".experts", e, m.o.MoEIntermediate, m.Spec().Hidden)
 	}}
 }
 
 // Expert implements lm.Routed: a SwiGLU MLP of moe_intermediate_size.
 func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
-	p, n := w.Scope(fmt.Sprintf("model.layers.%d.mlp.experts.%d", i, e)), lm.QwenExperts
+	p, n := w.Scope(fmt.Sprintf("%s.experts.%d", m.block(i), e)), m.l.Experts
 	return nn.GatedMLP(x, p.Get(n.Gate), nil, p.Get(n.Up), nil, p.Get(n.Down), nil, m.o.Act)
 }
 
@@ -572,7 +606,7 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 // join the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	x, h, st := m.attend(i, w, x, state, step)
-	p := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
+	p := w.Scope(m.block(i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	ids, weights := m.route(p, Reshape(h, b*t, m.Spec().Hidden))
@@ -600,7 +634,7 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	n := h.Shape().Dimensions[0]
 	logits := nn.Linear(ConvertDType(h, dtypes.Float32), ConvertDType(p.Get("gate.weight"), dtypes.Float32), nil) // [N, E]
 	scores := Sigmoid(logits)
-	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get("gate.e_score_correction_bias"), dtypes.Float32), 2))
+	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get(m.l.Bias), dtypes.Float32), 2))
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
 		per := o.Experts / o.Groups
 		grouped := Reshape(choice, n*o.Groups, per)

@@ -42,6 +42,10 @@ type Options struct {
 	// QKNorm applies a per-head RMSNorm (q_norm, k_norm over head_dim) to
 	// queries and keys before the rotary embedding (Qwen3).
 	QKNorm bool
+	// QKNormAcross makes QKNorm's norms span every head of the projection
+	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
+	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
+	QKNormAcross bool
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -126,7 +130,11 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
 		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 	}
-	if m.o.QKNorm {
+	switch {
+	case m.o.QKNorm && m.o.QKNormAcross: // split with the heads they norm (XLA sums the squares across devices)
+		add("self_attn.q_norm.weight", false, lm.Column, q)
+		add("self_attn.k_norm.weight", false, lm.KVColumn, kv)
+	case m.o.QKNorm:
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
 	}
@@ -173,13 +181,20 @@ func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 }
 
 // attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k
-// norms, rotary embedding, cache write, grouped-query attention, o_proj.
+// norms or (MiniMax-M2) norms across the heads, rotary embedding, cache
+// write, grouped-query attention, o_proj.
 func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
 	s := &m.o.Spec
-	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")), s.Heads)   // [B, T, H, D]
-	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	q := nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
+	k := nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
+	across := m.o.QKNorm && m.o.QKNormAcross
+	if across {
+		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
+		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+	}
+	q, k = nn.SplitHeads(q, s.Heads), nn.SplitHeads(k, s.KVHeads)                                                // [B, T, H, D], [B, T, KV, D]
 	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
-	if m.o.QKNorm {
+	if m.o.QKNorm && !across {
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
 		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
 	}
