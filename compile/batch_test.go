@@ -302,8 +302,8 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // execution: Qwen3.5's DeltaNet state (no slot axis, copied whole),
 // Qwen3-MoE's host-routed experts, and sliding-window attention (Gemma 3's
 // local layers, Mistral's), whose window is measured from the shared clock,
-// DeepSeek-V3's one latent cache a layer, and GLM-4.5's key/value cache in
-// the same package as DeepSeek-V3's.
+// DeepSeek-V3's one latent cache a layer, and the key/value caches of
+// GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -316,6 +316,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"gemma4-kv-sharing", gemma4ref.TinyE().Write}, // layers without a cache of their own
 		{"deepseek-v3", dsref.TinyDeepSeek().Write},    // one latent cache a layer (MLA), keys and values at once
 		{"glm-4.5", dsref.TinyGLM().Write},             // DeepSeek-V3's experts after grouped-query attention
+		{"minimax-m2", dsref.TinyMiniMax().Write},      // q/k norms over whole projections
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

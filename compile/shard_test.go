@@ -16,6 +16,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/gptoss"
 	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/minimax"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
@@ -636,13 +637,14 @@ func TestPlanShardsMoE(t *testing.T) {
 
 // TestPlanShardsNewFamilies: GPT-OSS (experts read from MXFP4, which a
 // sharded Runner decodes on the host before splitting), the 26B-shaped
-// Gemma 4, DeepSeek-V3 and GLM-4.5 plan their expert stacks column and row
-// parallel, and the sharded Runner builds its shards.
+// Gemma 4, DeepSeek-V3, GLM-4.5 and MiniMax-M2 plan their expert stacks
+// column and row parallel, and the sharded Runner builds its shards.
 func TestPlanShardsNewFamilies(t *testing.T) {
 	gpt := gptossref.Tiny()
 	g4 := gemma4ref.TinyMoE()
 	ds := dsref.TinyDeepSeek()
 	glm := dsref.TinyGLM()
+	mm := dsref.TinyMiniMax()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -674,6 +676,15 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"model.layers.1.mlp.shared_experts.up_proj.weight":   "[S(model)]",
 				"model.layers.1.mlp.shared_experts.down_proj.weight": "[R S(model)]",
 				"model.layers.1.mlp.gate.weight":                     "[]",
+			}},
+		// MiniMax-M2: the q/k norms over whole projections split with the
+		// heads they norm; the block's correction bias whole.
+		{"minimax-m2", mm.Write, "model.layers.1.block_sparse_moe.experts.gate_up_proj", "model.layers.1.block_sparse_moe.experts.down_proj",
+			mm.Experts, mm.Intermediate, mm.Hidden,
+			map[string]string{
+				"model.layers.1.self_attn.q_norm.weight":                  "[S(model)]",
+				"model.layers.1.self_attn.k_norm.weight":                  "[S(model)]",
+				"model.layers.1.block_sparse_moe.e_score_correction_bias": "[]",
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -103,3 +103,41 @@ func TestGLM45Air(t *testing.T) {
 	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
+
+// TestMiniMaxM25 inspects MiniMax-M2.5's config over a checkpoint in the
+// release's layout (block_sparse_moe, experts one by one as w1/w2/w3, q/k
+// norms over whole projections, and two of its multi-token-prediction
+// tensors, skipped): 228.69B parameters, about 10B active as published,
+// and a grouped-query KV cache of 8 heads of 128.
+func TestMiniMaxM25(t *testing.T) {
+	dir, model := realConfig(t, "minimax_m2_5")
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	rel.add(
+		lm.WeightSpec{Name: "model.mtp_modules.0.enorm.weight", Shape: []int{3072}},
+		lm.WeightSpec{Name: "model.layers.62.self_attn.q_proj.weight", Shape: []int{6144, 3072}})
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 228_689_764_864 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 228,689,764,864", params, r.Params.Used)
+	}
+	if a := float64(r.Params.ActiveLessEmbedding) / 1e9; a < 9.5 || a > 11 {
+		t.Errorf("active %.2fB (less the input embedding), want about 10B", a)
+	}
+	if r.Text.KVHeads != 8 || r.Text.HeadDim != 128 || r.Text.MoE == nil || r.Text.MoE.Experts != 256 || r.Text.MoE.ExpertsPerToken != 8 {
+		t.Errorf("text %+v, MoE %+v", r.Text, r.Text.MoE)
+	}
+	// 62 layers × 8 heads × 128 × K and V × 2 bytes × 32768.
+	if want := int64(62 * 8 * 128 * 2 * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
+		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
+}

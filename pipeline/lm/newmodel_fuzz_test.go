@@ -34,6 +34,7 @@ func FuzzNewModel(f *testing.F) {
 		"../../testdata/configs/mixtral_8x7b/config.json",
 		"../../testdata/configs/deepseek_v3/config.json",
 		"../../testdata/configs/glm_4_5_air/config.json",
+		"../../testdata/configs/minimax_m2_5/config.json",
 	} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -46,6 +47,8 @@ func FuzzNewModel(f *testing.F) {
 	f.Add([]byte(`{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","num_hidden_layers":4,"num_experts":8,` +
 		`"num_experts_per_tok":2,"decoder_sparse_step":2,"mlp_only_layers":[0],"norm_topk_prob":false,"num_nextn_predict_layers":1}`))
 	f.Add([]byte(`{"architectures":["Glm4MoeLiteForCausalLM"],"num_hidden_layers":3,"mlp_layer_types":["dense","sparse","sparse"],"q_lora_rank":null}`))
+	f.Add([]byte(`{"architectures":["MiniMaxM2ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
+		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"qk_norm_type":"per_layer"}`))
 	f.Add([]byte(`{"architectures":["Glm4MoeForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"partial_rotary_factor":0.5,"n_routed_experts":8,"num_experts_per_tok":2,"first_k_dense_replace":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

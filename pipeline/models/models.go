@@ -6,11 +6,12 @@ package models
 
 import (
 	_ "github.com/tputool/tputool/pipeline/bert"       // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
-	_ "github.com/tputool/tputool/pipeline/deepseek"   // DeepseekV3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/deepseek"   // DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)

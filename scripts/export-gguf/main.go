@@ -1,15 +1,15 @@
-// Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral or
-// GLM-4.5 (Glm4MoeForCausalLM) checkpoint (a directory with config.json,
-// safetensors weights with the experts one by one or stacked, and a
-// byte-level BPE tokenizer.json, such as the ones
+// Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, GLM-4.5
+// (Glm4MoeForCausalLM) or MiniMax-M2 checkpoint (a directory with
+// config.json, safetensors weights with the experts one by one or
+// stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
 // llama.cpp's kernels run through ollama (`ollama create` with
 // `FROM ./model.gguf`). It exists to time ollama on the same weights as
-// tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM or
-// Glm4MoeForCausalLM safetensors folders, and writes a Mixtral's w2
-// (down) and w3 (up) experts under each other's names, which llama.cpp
-// refuses to load ("tensor 'blk.0.ffn_down_exps.weight' has wrong
-// shape").
+// tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM,
+// Glm4MoeForCausalLM or MiniMaxM2ForCausalLM safetensors folders, and
+// writes a Mixtral's w2 (down) and w3 (up) experts under each other's
+// names, which llama.cpp refuses to load ("tensor
+// 'blk.0.ffn_down_exps.weight' has wrong shape").
 //
 //	go run ./scripts/export-gguf -m DIR -o DIR/model.gguf
 //
@@ -46,6 +46,7 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -103,8 +104,13 @@ func run(dir, out string) error {
 		return err
 	}
 	defer l.Close()
-	if g, ok := l.Model.(*deepseek.Model); ok && g.Options().GQA {
-		return runGLM(l, dir, out, g)
+	switch g := l.Model.(type) {
+	case *deepseek.Model:
+		if g.Options().GQA {
+			return runSigmoid(l, dir, out, g)
+		}
+	case *minimax.Model:
+		return runSigmoid(l, dir, out, g.Model)
 	}
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
@@ -116,7 +122,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM and Glm4MoeForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and MiniMaxM2ForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	o, s := m.Options(), m.Spec()
@@ -266,20 +272,29 @@ func header(l *lm.Loaded, dir, arch string) ([]kv, error) {
 	}, nil
 }
 
-// runGLM writes a Glm4MoeForCausalLM as llama.cpp's "glm4moe": the
-// biased q/k/v projections, the post-attention norm under its
-// post_attention_norm name, the leading dense layers' MLP, and on the
-// sparse layers the sigmoid router with its correction bias
-// (exp_probs_b), the expert stacks and the shared experts. Its rope
-// rotates halves (NEOX) over rope.dimension_count dims, as transformers'
-// partial rotary does, so no rows are permuted.
-func runGLM(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
-	o, s := m.Options(), m.Spec()
-	if o.Groups > 1 && o.TopKGroup < o.Groups {
-		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's glm4moe does not limit the groups", dir, o.Groups, o.TopKGroup)
+// runSigmoid writes a Glm4MoeForCausalLM as llama.cpp's "glm4moe" and a
+// MiniMaxM2ForCausalLM as its "minimax-m2": the q/k/v projections (GLM's
+// with their biases), the q/k norms (MiniMax's over whole projections),
+// the post-attention norm (post_attention_norm for glm4moe, ffn_norm for
+// minimax-m2), GLM's leading dense layers' MLP, and on the sparse layers
+// the sigmoid router with its correction bias (exp_probs_b), the expert
+// stacks and GLM's shared experts. Their rope rotates halves (NEOX) over
+// rope.dimension_count dims, as transformers' partial rotary does, so no
+// rows are permuted.
+func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
+	o, s, lay := m.Options(), m.Spec(), m.Layout()
+	arch, glm := "minimax-m2", l.Config.Architecture() == "Glm4MoeForCausalLM"
+	if glm {
+		arch = "glm4moe"
 	}
-	if !o.QKVBias {
+	if o.Groups > 1 && o.TopKGroup < o.Groups {
+		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's %s does not limit the groups", dir, o.Groups, o.TopKGroup, arch)
+	}
+	switch {
+	case glm && !o.QKVBias:
 		return fmt.Errorf("%s: attention_bias is false; llama.cpp's glm4moe requires the q/k/v biases", dir)
+	case !glm && (!o.QKNorm || !o.QKNormAcross):
+		return fmt.Errorf("%s: llama.cpp's minimax-m2 requires q/k norms over whole projections (use_qk_norm, qk_norm_type per_layer)", dir)
 	}
 	dense := 0
 	for dense < len(o.Sparse) && !o.Sparse[dense] {
@@ -287,23 +302,34 @@ func runGLM(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	}
 	for i := dense; i < len(o.Sparse); i++ {
 		if !o.Sparse[i] {
-			return fmt.Errorf("%s: layer %d is dense after a sparse one; glm4moe's dense layers lead", dir, i)
+			return fmt.Errorf("%s: layer %d is dense after a sparse one; %s's dense layers lead", dir, i, arch)
 		}
 	}
-	theta, err := ropeTheta(filepath.Join(dir, "config.json"), 10000) // Glm4MoeConfig's
+	if !glm && (dense > 0 || o.Shared > 0) {
+		return fmt.Errorf("%s: llama.cpp's minimax-m2 has neither dense layers nor shared experts", dir)
+	}
+	defaultTheta := 10000.0 // Glm4MoeConfig's
+	if !glm {
+		defaultTheta = 5e6 // MiniMaxM2Config's
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), defaultTheta)
 	if err != nil {
 		return err
 	}
-	const a = "glm4moe."
-	meta, err := header(l, dir, "glm4moe")
+	a := arch + "."
+	meta, err := header(l, dir, arch)
 	if err != nil {
 		return err
+	}
+	ff := s.Intermediate // the dense layers'; minimax-m2 reads its experts' width here
+	if !glm {
+		ff = o.MoEIntermediate
 	}
 	meta = append(meta, []kv{
 		{a + "block_count", uint32(s.Layers)},
 		{a + "context_length", uint32(s.MaxPositions)},
 		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "feed_forward_length", uint32(ff)},
 		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
 		{a + "attention.head_count", uint32(s.Heads)},
 		{a + "attention.head_count_kv", uint32(s.KVHeads)},
@@ -314,14 +340,18 @@ func runGLM(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 		{a + "rope.dimension_count", uint32(o.Rope.RotaryDim)},
 		{a + "expert_count", uint32(o.Experts)},
 		{a + "expert_used_count", uint32(o.TopK)},
-		{a + "expert_shared_count", uint32(o.Shared)},
-		{a + "leading_dense_block_count", uint32(dense)},
-		{a + "expert_weights_scale", float32(o.RoutedScale)},
-		{a + "expert_weights_norm", o.NormTopK},
 		{a + "expert_gating_func", uint32(2)}, // sigmoid
-		{a + "nextn_predict_layers", uint32(0)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
+	if glm {
+		meta = append(meta, []kv{
+			{a + "expert_shared_count", uint32(o.Shared)},
+			{a + "leading_dense_block_count", uint32(dense)},
+			{a + "expert_weights_scale", float32(o.RoutedScale)},
+			{a + "expert_weights_norm", o.NormTopK},
+			{a + "nextn_predict_layers", uint32(0)},
+		}...)
+	}
 	var ts []tensor
 	add := func(gguf string, f32 bool, names ...string) error {
 		t, err := newTensor(l, gguf, names, f32, 0)
@@ -334,51 +364,57 @@ func runGLM(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
 		return err
 	}
+	postNorm := "ffn_norm.weight"
+	if glm {
+		postNorm = "post_attention_norm.weight"
+	}
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		block := p + lay.Block + "."
 		type pair struct {
 			gguf, hf string
 			f32      bool
 		}
 		ps := []pair{
-			{"attn_norm.weight", "input_layernorm.weight", true},
-			{"attn_q.weight", "self_attn.q_proj.weight", false},
-			{"attn_k.weight", "self_attn.k_proj.weight", false},
-			{"attn_v.weight", "self_attn.v_proj.weight", false},
-			{"attn_q.bias", "self_attn.q_proj.bias", true},
-			{"attn_k.bias", "self_attn.k_proj.bias", true},
-			{"attn_v.bias", "self_attn.v_proj.bias", true},
-			{"attn_output.weight", "self_attn.o_proj.weight", false},
-			{"post_attention_norm.weight", "post_attention_layernorm.weight", true},
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{postNorm, p + "post_attention_layernorm.weight", true},
+		}
+		if o.QKVBias {
+			ps = append(ps, pair{"attn_q.bias", p + "self_attn.q_proj.bias", true}, pair{"attn_k.bias", p + "self_attn.k_proj.bias", true},
+				pair{"attn_v.bias", p + "self_attn.v_proj.bias", true})
 		}
 		if o.QKNorm {
-			ps = append(ps, pair{"attn_q_norm.weight", "self_attn.q_norm.weight", true}, pair{"attn_k_norm.weight", "self_attn.k_norm.weight", true})
+			ps = append(ps, pair{"attn_q_norm.weight", p + "self_attn.q_norm.weight", true}, pair{"attn_k_norm.weight", p + "self_attn.k_norm.weight", true})
 		}
 		if !o.Sparse[i] {
-			ps = append(ps, pair{"ffn_gate.weight", "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", "mlp.up_proj.weight", false},
-				pair{"ffn_down.weight", "mlp.down_proj.weight", false})
+			ps = append(ps, pair{"ffn_gate.weight", p + "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", p + "mlp.up_proj.weight", false},
+				pair{"ffn_down.weight", p + "mlp.down_proj.weight", false})
 		} else {
-			ps = append(ps, pair{"ffn_gate_inp.weight", "mlp.gate.weight", true}, pair{"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", true})
+			ps = append(ps, pair{"ffn_gate_inp.weight", block + "gate.weight", true}, pair{"exp_probs_b.bias", block + lay.Bias, true})
 			if o.Shared > 0 {
-				ps = append(ps, pair{"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", false},
-					pair{"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", false},
-					pair{"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", false})
+				ps = append(ps, pair{"ffn_gate_shexp.weight", block + "shared_experts.gate_proj.weight", false},
+					pair{"ffn_up_shexp.weight", block + "shared_experts.up_proj.weight", false},
+					pair{"ffn_down_shexp.weight", block + "shared_experts.down_proj.weight", false})
 			}
 		}
 		for _, x := range ps {
-			if err := add(b+x.gguf, x.f32, p+x.hf); err != nil {
+			if err := add(b+x.gguf, x.f32, x.hf); err != nil {
 				return err
 			}
 		}
 		if !o.Sparse[i] {
 			continue
 		}
-		for _, proj := range []string{"gate", "up", "down"} {
+		for _, proj := range []struct{ gguf, hf string }{{"gate", lay.Experts.Gate}, {"up", lay.Experts.Up}, {"down", lay.Experts.Down}} {
 			names := make([]string, o.Experts)
 			for e := range names {
-				names[e] = fmt.Sprintf("%smlp.experts.%d.%s_proj.weight", p, e, proj)
+				names[e] = fmt.Sprintf("%sexperts.%d.%s", block, e, proj.hf)
 			}
-			if err := add(b+"ffn_"+proj+"_exps.weight", false, names...); err != nil {
+			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", false, names...); err != nil {
 				return err
 			}
 		}

@@ -21,6 +21,16 @@
 // head_dim·partial_rotary_factor dims of each head, and DeepSeek-V3's
 // router and MoE block (Glm4MoeTopkRouter is DeepseekV3TopkRouter), which
 // it computes with the code above.
+//
+// MiniMax (MiniMaxModel) is the same for MiniMaxM2ForCausalLM, from
+// models/minimax_m2/modeling_minimax_m2.py (MiniMax-M2, M2.1, M2.5):
+// Mixtral's decoder layer with every MLP a sparse MoE block (no dense
+// layers, no shared experts), grouped-query attention whose q_norm and
+// k_norm are RMSNorms over the whole q and k projections (all heads at
+// once, not per head) ahead of a partial rotate-half rotary on the first
+// rotary_dim dims of each head, and a sigmoid top-k router with a
+// selection-only correction bias (DeepSeek's router with one group and
+// no scale, computed with the code above).
 package dsref
 
 import (
@@ -715,12 +725,18 @@ func (m *Model) moe(l int, p string, h []float64) []float64 {
 // swiglu is DeepseekV3MLP: down(silu(gate(x)) * up(x)); the width comes
 // from the weights.
 func (m *Model) swiglu(prefix string, x []float64) []float64 {
-	g := lmckpt.Linear64(x, m.get(prefix+"gate_proj.weight"), nil)
-	u := lmckpt.Linear64(x, m.get(prefix+"up_proj.weight"), nil)
+	return swigluOf(x, m.get(prefix+"gate_proj.weight"), m.get(prefix+"up_proj.weight"), m.get(prefix+"down_proj.weight"))
+}
+
+// swigluOf is down·(silu(gate·x) * up·x) with the row-major weights gate
+// and up [width, len(x)] and down [out, width].
+func swigluOf(x, gate, up, down []float64) []float64 {
+	g := lmckpt.Linear64(x, gate, nil)
+	u := lmckpt.Linear64(x, up, nil)
 	for i := range g {
 		g[i] = g[i] * sigmoid(g[i]) * u[i]
 	}
-	return lmckpt.Linear64(g, m.get(prefix+"down_proj.weight"), nil)
+	return lmckpt.Linear64(g, down, nil)
 }
 
 // rmsnorm is DeepseekV3RMSNorm: x * rsqrt(mean(x²) + eps) * w.
@@ -1116,6 +1132,395 @@ func (m *GLMModel) project(p string, h []float64, pos int, inv []float64) (q, k,
 func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
 	T, D := len(x), c.HeadSize()
+	group := c.Heads / c.KVHeads
+	inv := c.RopeFreqs()
+	scale := 1 / math.Sqrt(float64(D))
+	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	for t := range x {
+		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
+	}
+	out := make([][]float64, T)
+	for t := range out {
+		out[t] = make([]float64, c.Heads*D)
+		for hd := 0; hd < c.Heads; hd++ {
+			kv := hd / group
+			scores := make([]float64, t+1)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i, qi := range query[t][hd] {
+					dot += qi * key[s][kv][i]
+				}
+				scores[s] = dot * scale
+			}
+			probs := lmckpt.Softmax64(scores)
+			o := out[t][hd*D : (hd+1)*D]
+			for s, w := range probs {
+				for i, vi := range value[s][kv] {
+					o[i] += w * vi
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ----------------------------------------------------------------------------
+// MiniMaxM2ForCausalLM
+
+// MiniMax describes a MiniMaxM2ForCausalLM (MiniMax-M2, M2.1, M2.5) by the
+// fields of its config.json.
+type MiniMax struct {
+	// Vocab, Hidden and Layers are vocab_size, hidden_size and
+	// num_hidden_layers; Intermediate (intermediate_size) is the width of
+	// every expert: there is no dense MLP and no moe_intermediate_size.
+	Vocab, Hidden, Intermediate, Layers int
+	// Heads and KVHeads are num_attention_heads and num_key_value_heads:
+	// query head h reads key/value head h/(Heads/KVHeads).
+	Heads, KVHeads int
+	// HeadDim is head_dim, the width of every query, key and value head
+	// (MiniMaxM2Config always has one; the releases' 128 is not
+	// Hidden/Heads).
+	HeadDim int
+	// RotaryDim is rotary_dim: the first RopeDim() ≈ RotaryDim dims of each
+	// query and key head rotate, the others pass through.
+	RotaryDim int
+	// Experts and TopK are num_local_experts and num_experts_per_tok.
+	Experts, TopK int
+	// Theta is rope_theta; Eps is rms_norm_eps, the eps of every RMSNorm
+	// of the model, q_norm and k_norm included.
+	Theta, Eps float64
+	// Tied reuses model.embed_tokens.weight as the output head.
+	Tied bool
+	// Seed makes the weights reproducible.
+	Seed uint64
+}
+
+// TinyMiniMax is a small MiniMax-M2: 2 layers, 4 query heads of 16 dims
+// on 2 key/value heads (head dim twice Hidden/Heads), the first 8 dims of
+// each head rotating (rotary_dim = head_dim/2, as in the releases: 64 of
+// 128), 8 experts of width 16 of which 2 are chosen, and an untied head.
+func TinyMiniMax() MiniMax {
+	return MiniMax{
+		Vocab: 96, Hidden: 32, Intermediate: 16, Layers: 2,
+		Heads: 4, KVHeads: 2, HeadDim: 16, RotaryDim: 8,
+		Experts: 8, TopK: 2, Theta: 10000, Eps: 1e-6, Seed: 60,
+	}
+}
+
+// TinyMiniMaxWholeRotary is TinyMiniMax on the other paths: the rotary
+// turns the whole head (rotary_dim 16), 3 experts are chosen, the output
+// head is tied, and rope_theta is the releases' 5e6, MiniMaxM2Config's
+// default_theta. That makes it the flavour transformers itself reads
+// as written: configuration_minimax_m2.py at 3e108993 takes rope_theta
+// from rope_parameters or that default and ignores a top-level
+// rope_theta (TinyMiniMax's 1e4 would become 5e6), and the later
+// modular_minimax_m2.py (ea9df1d) drops the rotary_dim conversion, so
+// partial_rotary_factor falls back to 1 (TinyMiniMax's half rotary would
+// become whole). This package follows config.json as written
+// (rope_theta, rotary_dim).
+func TinyMiniMaxWholeRotary() MiniMax {
+	c := TinyMiniMax()
+	c.RotaryDim, c.TopK, c.Tied, c.Theta, c.Seed = 16, 3, true, 5e6, 61
+	return c
+}
+
+// RopeDim is the rotary's dim as transformers derives it: the config's
+// rotary_dim becomes partial_rotary_factor = rotary_dim/head_dim
+// (convert_rope_params_to_dict), and the default rope takes
+// int(head_dim·partial_rotary_factor) dims; in float64, as Python, so it
+// is RotaryDim except where the quotient rounds below it.
+func (c MiniMax) RopeDim() int {
+	return int(float64(c.HeadDim) * (float64(c.RotaryDim) / float64(c.HeadDim)))
+}
+
+// RopeFreqs returns the inverse frequencies [RopeDim/2],
+// rope_theta^(-2i/RopeDim) (default rope, attention factor 1).
+func (c MiniMax) RopeFreqs() []float64 {
+	d := c.RopeDim()
+	inv := make([]float64, d/2)
+	for i := range inv {
+		inv[i] = 1 / math.Pow(c.Theta, float64(2*i)/float64(d))
+	}
+	return inv
+}
+
+// rotate returns a query or key head v [HeadDim] at position pos:
+// apply_rotary_pos_emb with cos and sin RopeDim wide, so the first
+// RopeDim dims turn by rotate-half (dim j with dim RopeDim/2+j) and the
+// rest pass through unchanged.
+func (c MiniMax) rotate(v []float64, pos int, inv []float64) []float64 {
+	d := 2 * len(inv)
+	return append(rotateHalf(v[:d], pos, inv, 1), v[d:]...)
+}
+
+// router is the DeepSeek description whose Route is MiniMaxM2TopKRouter:
+// one group, no shared experts, the weights always renormalised and not
+// scaled.
+func (c MiniMax) router() DeepSeek {
+	return DeepSeek{Hidden: c.Hidden, Experts: c.Experts, TopK: c.TopK, Groups: 1, TopKGroup: 1, NormTopK: true, RoutedScale: 1}
+}
+
+// Route is MiniMaxM2TopKRouter on one token's router logits
+// (block_sparse_moe.gate(h), [Experts]) with the block's
+// e_score_correction_bias bias: scores = sigmoid(logits); the TopK
+// largest scores + bias win (the lower index on ties); their weights are
+// their scores without the bias divided by their sum. ids come in
+// decreasing order of choice value. It is DeepSeek.Route with one group
+// (whose +1e-20 on the sum is below float64's resolution for any sum of
+// TopK sigmoids above 1e-4). A nil bias is a zero one.
+func (c MiniMax) Route(logits, bias []float64) (ids []int, weights []float64) {
+	return c.router().Route(logits, bias)
+}
+
+// check reports a description transformers could not build.
+func (c MiniMax) check() error {
+	d := c.RopeDim()
+	switch {
+	case c.Heads <= 0 || c.KVHeads <= 0 || c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("dsref: %d query heads on %d key/value heads", c.Heads, c.KVHeads)
+	case c.HeadDim <= 0:
+		return fmt.Errorf("dsref: head dim %d", c.HeadDim)
+	case d%2 != 0 || d < 0 || d > c.HeadDim:
+		return fmt.Errorf("dsref: rotary dim %d of head dim %d", d, c.HeadDim)
+	case c.TopK <= 0 || c.TopK > c.Experts:
+		return fmt.Errorf("dsref: top %d of %d experts", c.TopK, c.Experts)
+	}
+	return nil
+}
+
+// Tensors lists the checkpoint tensors with the names of the Hub release
+// (MiniMaxAI/MiniMax-M2; transformers renames block_sparse_moe to mlp and
+// fuses the experts' w1/w3 into gate_up_proj and w2 into down_proj when
+// it loads them), in the order Write draws them. q_norm and k_norm are
+// as wide as the whole q and k projections.
+func (c MiniMax) Tensors() []Tensor {
+	H, D := c.Hidden, c.HeadDim
+	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
+		add("input_layernorm.weight", "norm", H)
+		add("self_attn.q_proj.weight", "linear", c.Heads*D, H)
+		add("self_attn.k_proj.weight", "linear", c.KVHeads*D, H)
+		add("self_attn.v_proj.weight", "linear", c.KVHeads*D, H)
+		add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
+		add("self_attn.q_norm.weight", "norm", c.Heads*D)
+		add("self_attn.k_norm.weight", "norm", c.KVHeads*D)
+		add("post_attention_layernorm.weight", "norm", H)
+		add("block_sparse_moe.gate.weight", "router", c.Experts, H)
+		add("block_sparse_moe.e_score_correction_bias", "ebias", c.Experts)
+		for e := 0; e < c.Experts; e++ {
+			q := fmt.Sprintf("block_sparse_moe.experts.%d.", e)
+			add(q+"w1.weight", "linear", c.Intermediate, H)
+			add(q+"w3.weight", "linear", c.Intermediate, H)
+			add(q+"w2.weight", "linear", H, c.Intermediate)
+		}
+	}
+	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
+	if !c.Tied {
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	return out
+}
+
+// ConfigJSON returns the config.json, with the fields of
+// MiniMaxAI/MiniMax-M2's that the model reads or that say which variant
+// it is (sigmoid scoring with the routing bias, per-layer q/k norm, no
+// shared expert), but bos 0 and eos 1 (as the tiny DeepSeek's),
+// max_position_embeddings 256 and float32.
+func (c MiniMax) ConfigJSON() map[string]any {
+	return map[string]any{
+		"architectures":            []string{"MiniMaxM2ForCausalLM"},
+		"model_type":               "minimax_m2",
+		"vocab_size":               c.Vocab,
+		"hidden_size":              c.Hidden,
+		"intermediate_size":        c.Intermediate,
+		"num_hidden_layers":        c.Layers,
+		"num_attention_heads":      c.Heads,
+		"num_key_value_heads":      c.KVHeads,
+		"head_dim":                 c.HeadDim,
+		"rotary_dim":               c.RotaryDim,
+		"rope_theta":               c.Theta,
+		"rms_norm_eps":             c.Eps,
+		"max_position_embeddings":  256,
+		"num_local_experts":        c.Experts,
+		"num_experts_per_tok":      c.TopK,
+		"scoring_func":             "sigmoid",
+		"use_routing_bias":         true,
+		"use_qk_norm":              true,
+		"qk_norm_type":             "per_layer",
+		"shared_intermediate_size": 0,
+		"tie_word_embeddings":      c.Tied,
+		"hidden_act":               "silu",
+		"bos_token_id":             0,
+		"eos_token_id":             1,
+		"torch_dtype":              "float32",
+	}
+}
+
+// Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1)
+// and dir/model.safetensors in float32, with values drawn from
+// lmckpt.NewRand(Seed) in the order of Tensors.
+func (c MiniMax) Write(dir string) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
+}
+
+// MiniMaxModel is a MiniMax description plus its weights in float64.
+type MiniMaxModel struct {
+	C MiniMax
+	// W holds every tensor of the checkpoint by its Hugging Face name.
+	W map[string][]float64
+
+	// moeInput, when set, sees each MoE block's input (layer, h).
+	moeInput func(layer int, h []float64)
+	// perHeadNorm, for the tests, norms each query and key head on its
+	// own (with its slice of q_norm / k_norm) instead of the whole
+	// projection: the mistake the tests must tell apart.
+	perHeadNorm bool
+}
+
+// Load reads a checkpoint written by Write (or any with the same tensor
+// names) as float64, checking that every tensor of Tensors is there with
+// its size.
+func (c MiniMax) Load(dir string) (*MiniMaxModel, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	w, err := readWeights(dir, c.Tensors())
+	if err != nil {
+		return nil, err
+	}
+	return &MiniMaxModel{C: c, W: w}, nil
+}
+
+func (m *MiniMaxModel) get(name string) []float64 {
+	v, ok := m.W[name]
+	if !ok {
+		panic(fmt.Sprintf("dsref: checkpoint has no tensor %q", name))
+	}
+	return v
+}
+
+// Experts returns the ids of the experts that the MoE block of layer l
+// chooses for its input h (the post_attention_layernorm output,
+// [Hidden]), in decreasing order of choice value, as Route chooses them
+// from block_sparse_moe.gate.weight and the block's
+// block_sparse_moe.e_score_correction_bias.
+func (m *MiniMaxModel) Experts(l int, h []float64) []int {
+	ids, _ := m.route(l, h)
+	return ids
+}
+
+// route is Route on the router logits of layer l for input h.
+func (m *MiniMaxModel) route(l int, h []float64) ([]int, []float64) {
+	p := fmt.Sprintf("model.layers.%d.block_sparse_moe.", l)
+	logits := lmckpt.Linear64(h, m.get(p+"gate.weight"), nil)
+	return m.C.Route(logits, m.get(p+"e_score_correction_bias"))
+}
+
+// moe is MiniMaxM2SparseMoeBlock on one token h: Σ_j w_j expert_{e_j}(h)
+// over the experts Route picks, expert e being
+// w2·(silu(w1·h) * w3·h) (MiniMaxM2Experts: gate_up_proj is w1 then w3).
+func (m *MiniMaxModel) moe(l int, h []float64) []float64 {
+	ids, ws := m.route(l, h)
+	out := make([]float64, len(h))
+	for j, e := range ids {
+		q := fmt.Sprintf("model.layers.%d.block_sparse_moe.experts.%d.", l, e)
+		y := swigluOf(h, m.get(q+"w1.weight"), m.get(q+"w3.weight"), m.get(q+"w2.weight"))
+		for i := range out {
+			out[i] += ws[j] * y[i]
+		}
+	}
+	return out
+}
+
+// Logits runs the whole sequence (positions 0..len-1, causal attention)
+// and returns the logits [len(tokens)][Vocab] after every token.
+func (m *MiniMaxModel) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
+
+// logits is Logits with the tokens at positions start, start+1, ….
+func (m *MiniMaxModel) logits(tokens []int, start int) [][]float64 {
+	c := m.C
+	T, H := len(tokens), c.Hidden
+	x := make([][]float64, T)
+	emb := m.get("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		att := m.attention(p, x, start)
+		for t := range x {
+			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
+			for i := range o {
+				x[t][i] += o[i]
+			}
+			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			if m.moeInput != nil {
+				m.moeInput(l, h)
+			}
+			mlp := m.moe(l, h)
+			for i := range mlp {
+				x[t][i] += mlp[i]
+			}
+		}
+	}
+	head := "lm_head.weight"
+	if c.Tied {
+		head = "model.embed_tokens.weight"
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+	}
+	return out
+}
+
+// project is MiniMaxM2Attention up to the rotary on one input h (the
+// input_layernorm output) at position pos: q = q_norm(q_proj(h)) and
+// k = k_norm(k_proj(h)), each RMS-normed over the whole projection
+// (Heads·HeadDim and KVHeads·HeadDim wide, eps rms_norm_eps), then cut
+// into heads and rotated; v = v_proj(h) cut into heads. It returns the
+// query heads [Heads][HeadDim] and the key and value heads
+// [KVHeads][HeadDim].
+func (m *MiniMaxModel) project(p string, h []float64, pos int, inv []float64) (q, k, v [][]float64) {
+	c := m.C
+	D := c.HeadDim
+	heads := func(name string, n int, norm string) [][]float64 {
+		all := lmckpt.Linear64(h, m.get(p+"self_attn."+name+".weight"), nil)
+		var w []float64
+		if norm != "" {
+			w = m.get(p + "self_attn." + norm + ".weight")
+			if !m.perHeadNorm {
+				all = rmsnorm(all, w, c.Eps)
+			}
+		}
+		out := make([][]float64, n)
+		for i := range out {
+			out[i] = all[i*D : (i+1)*D]
+			if norm != "" {
+				if m.perHeadNorm {
+					out[i] = rmsnorm(out[i], w[i*D:(i+1)*D], c.Eps)
+				}
+				out[i] = c.rotate(out[i], pos, inv)
+			}
+		}
+		return out
+	}
+	return heads("q_proj", c.Heads, "q_norm"), heads("k_proj", c.KVHeads, "k_norm"), heads("v_proj", c.KVHeads, "")
+}
+
+// attention is MiniMaxM2Attention (input_layernorm included) on the
+// residual stream x [T][Hidden] at positions start, start+1, …: it
+// returns every position's per-head outputs concatenated,
+// [T][Heads*HeadDim], before o_proj. Scale head_dim^-0.5, causal.
+func (m *MiniMaxModel) attention(p string, x [][]float64, start int) [][]float64 {
+	c := m.C
+	T, D := len(x), c.HeadDim
 	group := c.Heads / c.KVHeads
 	inv := c.RopeFreqs()
 	scale := 1 / math.Sqrt(float64(D))

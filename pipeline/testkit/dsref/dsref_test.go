@@ -1098,3 +1098,607 @@ func TestGLMRoutingOnActivations(t *testing.T) {
 		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", c.Seed, n, byBias, byGroups)
 	}
 }
+
+// ----------------------------------------------------------------------------
+// MiniMaxM2ForCausalLM
+
+// loadMiniMax writes c's checkpoint into a temporary directory and reads
+// it back.
+func loadMiniMax(t *testing.T, c MiniMax) (string, *MiniMaxModel) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, m
+}
+
+func miniMaxFlavours() []MiniMax { return []MiniMax{TinyMiniMax(), TinyMiniMaxWholeRotary()} }
+
+// nearAll fails unless got and want agree to tol everywhere.
+func nearAll(t *testing.T, what string, got, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > tol {
+			t.Fatalf("%s: %v, want %v", what, got, want)
+		}
+	}
+}
+
+// TestMiniMaxQKNormHandWorked: two heads of two dims, eps 0, on the input
+// h = (1, 7). q_proj copies h0 into head 0 and h1 into head 1, so
+// q = (1, 1, 7, 7); its RMS over the whole projection is
+// sqrt((1+1+49+49)/4) = 5, and q_norm = (1, 2, 0.5, 1) gives
+// (0.2, 0.4, 0.7, 1.4). Norming per head would give (1, 2, 0.5, 1)
+// instead (each head's RMS is its own entry). k_proj the other way round:
+// k = (7, 7, 1, 1) → (1.4, 1.4, 0.2, 0.2) · (0.5, 1, 1, 2). v is v_proj's
+// output, not normed. At position 1 the rotary (dim 2, inverse frequency
+// 1) turns each normed head by 1 rad; norming after the rotary gives
+// something else, because the norm's weights differ within the pair.
+func TestMiniMaxQKNormHandWorked(t *testing.T) {
+	c := MiniMax{Hidden: 2, Heads: 2, KVHeads: 2, HeadDim: 2, RotaryDim: 2, Theta: 10000}
+	p := "model.layers.0."
+	m := &MiniMaxModel{C: c, W: map[string][]float64{
+		p + "self_attn.q_proj.weight": {1, 0, 1, 0, 0, 1, 0, 1},
+		p + "self_attn.k_proj.weight": {0, 1, 0, 1, 1, 0, 1, 0},
+		p + "self_attn.v_proj.weight": {1, 2, 3, 4, 5, 6, 7, 8},
+		p + "self_attn.q_norm.weight": {1, 2, 0.5, 1},
+		p + "self_attn.k_norm.weight": {0.5, 1, 1, 2},
+	}}
+	h := []float64{1, 7}
+	inv := c.RopeFreqs()
+	if !slices.Equal(inv, []float64{1}) {
+		t.Fatalf("inv_freq %v, want [1]", inv)
+	}
+	q, k, v := m.project(p, h, 0, inv)
+	nearAll(t, "q", slices.Concat(q...), []float64{0.2, 0.4, 0.7, 1.4}, 1e-15)
+	nearAll(t, "k", slices.Concat(k...), []float64{0.7, 1.4, 0.2, 0.4}, 1e-15)
+	nearAll(t, "v", slices.Concat(v...), []float64{15, 31, 47, 63}, 0)
+
+	m.perHeadNorm = true
+	q, k, _ = m.project(p, h, 0, inv)
+	nearAll(t, "per-head q (the mistake)", slices.Concat(q...), []float64{1, 2, 0.5, 1}, 1e-15)
+	nearAll(t, "per-head k (the mistake)", slices.Concat(k...), []float64{0.5, 1, 1, 2}, 1e-15)
+	m.perHeadNorm = false
+
+	cs, sn := math.Cos(1), math.Sin(1)
+	turn := func(a, b float64) []float64 { return []float64{a*cs - b*sn, b*cs + a*sn} }
+	q, k, _ = m.project(p, h, 1, inv)
+	nearAll(t, "q at position 1", slices.Concat(q...), slices.Concat(turn(0.2, 0.4), turn(0.7, 1.4)), 1e-15)
+	nearAll(t, "k at position 1", slices.Concat(k...), slices.Concat(turn(0.7, 1.4), turn(0.2, 0.4)), 1e-15)
+	// Rotating (1, 1) first keeps the RMS 5, then the weights (1, 2)
+	// scale the turned pair: not what the model computes.
+	after := turn(1, 1)
+	after[0], after[1] = after[0]/5*1, after[1]/5*2
+	if d := maxAbsDiff([][]float64{after}, [][]float64{q[0]}); d < 0.1 {
+		t.Errorf("norming after the rotary moves query head 0 by %g only", d)
+	}
+}
+
+// TestMiniMaxQKNormOnCheckpoint: in TinyMiniMax's layer 1 the query
+// heads at position 0 (no rotation) are q_proj's 64 outputs RMS-normed
+// together (eps 1e-6) and scaled by the 64 weights of q_norm, the key
+// heads k_proj's 32 outputs with k_norm; norming each head on its own
+// would differ. At position 5 dims 8…15 of every query and key head are
+// exactly those of position 0 and dims 0…7 are not (TinyMiniMaxWholeRotary:
+// all 16 turn).
+func TestMiniMaxQKNormOnCheckpoint(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		p := "model.layers.1."
+		h := rmsnorm(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
+		inv := c.RopeFreqs()
+		q, k, _ := m.project(p, h, 0, inv)
+		for _, tc := range []struct {
+			name  string
+			heads [][]float64
+		}{{"q", q}, {"k", k}} {
+			proj, norm := m.W[p+"self_attn."+tc.name+"_proj.weight"], m.W[p+"self_attn."+tc.name+"_norm.weight"]
+			raw := make([]float64, len(norm))
+			ss := 0.0
+			for j := range raw {
+				for i, v := range h {
+					raw[j] += proj[j*c.Hidden+i] * v
+				}
+				ss += raw[j] * raw[j]
+			}
+			want := make([]float64, len(raw))
+			for j := range want {
+				want[j] = raw[j] / math.Sqrt(ss/float64(len(raw))+1e-6) * norm[j]
+			}
+			got := slices.Concat(tc.heads...)
+			nearAll(t, fmt.Sprintf("seed %d: %s at position 0", c.Seed, tc.name), got, want, 1e-12)
+			per := *m
+			per.perHeadNorm = true
+			pq, pk, _ := per.project(p, h, 0, inv)
+			perHead := map[string][][]float64{"q": pq, "k": pk}[tc.name]
+			if d := maxAbsDiff([][]float64{slices.Concat(perHead...)}, [][]float64{got}); d < 1e-3 {
+				t.Errorf("seed %d: %s normed per head moves by %g only", c.Seed, tc.name, d)
+			}
+		}
+		q5, k5, _ := m.project(p, h, 5, inv)
+		for _, tc := range []struct {
+			name     string
+			at0, at5 [][]float64
+		}{{"q", q, q5}, {"k", k, k5}} {
+			for hd := range tc.at0 {
+				if !slices.Equal(tc.at5[hd][c.RotaryDim:], tc.at0[hd][c.RotaryDim:]) {
+					t.Errorf("seed %d: %s head %d: the rotary moves dims %d…", c.Seed, tc.name, hd, c.RotaryDim)
+				}
+				for j := range c.RotaryDim / 2 {
+					a, b := tc.at0[hd][j], tc.at0[hd][j+c.RotaryDim/2]
+					rot := complex(a, b) * complex(math.Cos(5*inv[j]), math.Sin(5*inv[j]))
+					if math.Abs(tc.at5[hd][j]-real(rot)) > 1e-12 || math.Abs(tc.at5[hd][j+c.RotaryDim/2]-imag(rot)) > 1e-12 {
+						t.Errorf("seed %d: %s head %d, pair %d: (%g, %g), want (%g, %g)", c.Seed, tc.name, hd, j,
+							tc.at5[hd][j], tc.at5[hd][j+c.RotaryDim/2], real(rot), imag(rot))
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMiniMaxRotaryHandWorked: TinyMiniMax turns the first 8 of 16 dims
+// with inverse frequencies 1e4^(-2i/8) = 1, 0.1, 0.01, 0.001, pairing
+// (j, j+4), and leaves dims 8…15 alone; TinyMiniMaxWholeRotary turns all
+// 16 with 5e6^(-2i/16), pairing (j, j+8). q·k depends on the distance
+// only. rotary_dim becomes partial_rotary_factor = rotary_dim/head_dim
+// and the rotary takes int(head_dim·factor) dims, which Python's float
+// rounding can put one below rotary_dim (44·(30/44) = 29.999…).
+func TestMiniMaxRotaryHandWorked(t *testing.T) {
+	v := []float64{0.3, -1.2, 0.7, 0.25, -0.5, 1.1, 0.9, -0.4, 2.5, -3, 0.125, 7, -0.75, 1.5, 4, -2}
+	k := []float64{-0.6, 0.2, 0.4, 1.3, 0.8, -0.1, -0.7, 0.5, 1, 2, 3, 4, 5, 6, 7, 8}
+	dot := func(a, b []float64) float64 {
+		s := 0.0
+		for i := range a {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	const pos = 5
+	for _, c := range miniMaxFlavours() {
+		R := c.RotaryDim
+		if c.RopeDim() != R {
+			t.Fatalf("seed %d: rope dim %d, want %d", c.Seed, c.RopeDim(), R)
+		}
+		inv := c.RopeFreqs()
+		if len(inv) != R/2 {
+			t.Fatalf("seed %d: %d frequencies", c.Seed, len(inv))
+		}
+		for i := range inv {
+			want := math.Pow(c.Theta, -2*float64(i)/float64(R))
+			if math.Abs(inv[i]-want) > 1e-15 {
+				t.Errorf("seed %d: inv_freq[%d] = %g, want %g", c.Seed, i, inv[i], want)
+			}
+		}
+		if R == 8 && (math.Abs(inv[1]-0.1) > 1e-15 || math.Abs(inv[3]-0.001) > 1e-15) {
+			t.Errorf("inv_freq %v, want 1, 0.1, 0.01, 0.001", inv)
+		}
+		got := c.rotate(v, pos, inv)
+		if !slices.Equal(got[R:], v[R:]) {
+			t.Errorf("seed %d: dims %d… %v, want %v", c.Seed, R, got[R:], v[R:])
+		}
+		for j := range R / 2 {
+			rot := complex(v[j], v[j+R/2]) * complex(math.Cos(pos*inv[j]), math.Sin(pos*inv[j]))
+			if math.Abs(got[j]-real(rot)) > 1e-14 || math.Abs(got[j+R/2]-imag(rot)) > 1e-14 {
+				t.Errorf("seed %d: pair (%d, %d): (%g, %g), want (%g, %g)", c.Seed, j, j+R/2, got[j], got[j+R/2], real(rot), imag(rot))
+			}
+		}
+		if !slices.Equal(c.rotate(v, 0, inv), v) {
+			t.Errorf("seed %d: position 0 moves the head", c.Seed)
+		}
+		if d1, d2 := dot(c.rotate(v, 7, inv), c.rotate(k, 3, inv)), dot(c.rotate(v, 13, inv), c.rotate(k, 9, inv)); math.Abs(d1-d2) > 1e-12 {
+			t.Errorf("seed %d: q·k at distance 4 is %g and %g", c.Seed, d1, d2)
+		}
+	}
+	odd := TinyMiniMax()
+	odd.HeadDim, odd.RotaryDim = 44, 30
+	if odd.RopeDim() != 29 || odd.check() == nil {
+		t.Errorf("head dim 44, rotary_dim 30: rope dim %d (want 29), check %v (want an error: odd)", odd.RopeDim(), odd.check())
+	}
+}
+
+// TestMiniMaxRouteHandMade: MiniMaxM2TopKRouter on scores chosen by hand.
+// The bias only chooses; the weights are the chosen unbiased scores over
+// their sum, whatever TopK.
+func TestMiniMaxRouteHandMade(t *testing.T) {
+	check := func(what string, c MiniMax, scores, bias []float64, wantIDs []int, wantW []float64) {
+		t.Helper()
+		ids, w := c.Route(logit(scores), bias)
+		if !slices.Equal(ids, wantIDs) {
+			t.Errorf("%s: experts %v, want %v", what, ids, wantIDs)
+			return
+		}
+		nearAll(t, what, w, wantW, 1e-12)
+	}
+	c := MiniMax{Experts: 4, TopK: 2}
+	s := []float64{0.9, 0.6, 0.85, 0.3}
+	check("top 2", c, s, nil, []int{0, 2}, []float64{0.9 / 1.75, 0.85 / 1.75})
+	check("top 2, biased", c, s, []float64{0, 0, 0, 0.7}, []int{3, 0}, []float64{0.3 / 1.2, 0.9 / 1.2})
+	check("top 2, bias pushes down", c, s, []float64{-0.5, 0, 0, 0}, []int{2, 1}, []float64{0.85 / 1.45, 0.6 / 1.45})
+	c.TopK = 3
+	check("top 3", c, s, []float64{0, 0, 0, 0.7}, []int{3, 0, 2}, []float64{0.3 / 2.05, 0.9 / 2.05, 0.85 / 2.05})
+}
+
+// TestMiniMaxMoEBlockHandMade: MiniMaxM2SparseMoeBlock on a hand-built
+// block of 4 experts of width 1: router logits (h0, h1, -h0, -h1);
+// expert e computes (d_e·silu(g_e·h0)·(h0+h1), 0) (w1 = (g_e, 0) is the
+// gate, w3 = (1, 1) the up projection, w2 = (d_e, 0)). On h = (0.8, 0.3)
+// the scores are σ(0.8), σ(0.3), σ(-0.8), σ(-0.3); the block's
+// correction bias (0, 0, 0, 0.5) lifts expert 3 to the top, and experts 3
+// and 0 share weights σ(-0.3) : σ(0.8), renormalised. A bias stored under
+// the gate (block_sparse_moe.gate.e_score_correction_bias, which the
+// release does not have) would pick experts 1 and 2, and is not read.
+func TestMiniMaxMoEBlockHandMade(t *testing.T) {
+	c := MiniMax{Hidden: 2, Intermediate: 1, Layers: 1, Experts: 4, TopK: 2}
+	p := "model.layers.0.block_sparse_moe."
+	w := map[string][]float64{
+		p + "gate.weight":                  {1, 0, 0, 1, -1, 0, 0, -1},
+		p + "e_score_correction_bias":      {0, 0, 0, 0.5},
+		p + "gate.e_score_correction_bias": {0, 2, 2, 0},
+	}
+	g, d := []float64{0.5, -1, 2, 1.5}, []float64{1, 2, 3, 4}
+	for e := range 4 {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		w[q+"w1.weight"] = []float64{g[e], 0}
+		w[q+"w3.weight"] = []float64{1, 1}
+		w[q+"w2.weight"] = []float64{d[e], 0}
+	}
+	m := &MiniMaxModel{C: c, W: w}
+	h := []float64{0.8, 0.3}
+	silu := func(v float64) float64 { return v / (1 + math.Exp(-v)) }
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	s0, s3 := sig(0.8), sig(-0.3)
+	w0, w3 := s0/(s0+s3), s3/(s0+s3)
+	want := []float64{w3*d[3]*silu(g[3]*0.8)*1.1 + w0*d[0]*silu(g[0]*0.8)*1.1, 0}
+	nearAll(t, "moe", m.moe(0, h), want, 1e-12)
+	if ids := m.Experts(0, h); !slices.Equal(ids, []int{3, 0}) {
+		t.Errorf("experts %v, want [3 0]", ids)
+	}
+}
+
+// wantMiniMaxTensors is the tensor list of a MiniMax-M2 checkpoint as the
+// Hub release names it, written out for TinyMiniMax's shapes.
+func wantMiniMaxTensors(tied bool) map[string][]int {
+	w := map[string][]int{
+		"model.embed_tokens.weight": {96, 32},
+		"model.norm.weight":         {32},
+	}
+	if !tied {
+		w["lm_head.weight"] = []int{96, 32}
+	}
+	for l := 0; l < 2; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		w[p+"input_layernorm.weight"] = []int{32}
+		w[p+"post_attention_layernorm.weight"] = []int{32}
+		w[p+"self_attn.q_proj.weight"] = []int{64, 32}
+		w[p+"self_attn.k_proj.weight"] = []int{32, 32}
+		w[p+"self_attn.v_proj.weight"] = []int{32, 32}
+		w[p+"self_attn.o_proj.weight"] = []int{32, 64}
+		w[p+"self_attn.q_norm.weight"] = []int{64}
+		w[p+"self_attn.k_norm.weight"] = []int{32}
+		w[p+"block_sparse_moe.gate.weight"] = []int{8, 32}
+		w[p+"block_sparse_moe.e_score_correction_bias"] = []int{8}
+		for e := 0; e < 8; e++ {
+			q := fmt.Sprintf("%sblock_sparse_moe.experts.%d.", p, e)
+			w[q+"w1.weight"] = []int{16, 32}
+			w[q+"w3.weight"] = []int{16, 32}
+			w[q+"w2.weight"] = []int{32, 16}
+		}
+	}
+	return w
+}
+
+// TestMiniMaxCheckpoint: the written model.safetensors holds exactly the
+// tensors of the MiniMax-M2 release (q_norm and k_norm as wide as the
+// whole projections, the correction bias on the block, w1/w3/w2 experts,
+// lm_head iff untied), in float32, and config.json holds exactly the
+// keys of the brief with their values.
+func TestMiniMaxCheckpoint(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantMiniMaxTensors(c.Tied)
+		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
+			t.Errorf("seed %d: tensors:\n%s\nwant:\n%s", c.Seed, strings.Join(got, "\n"), strings.Join(names, "\n"))
+		}
+		for name, shape := range want {
+			info, ok := ck.Info(name)
+			if ok && (!slices.Equal(info.Shape, shape) || info.DType != safetensors.F32) {
+				t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+			}
+		}
+		ck.Close()
+
+		var cfg map[string]any
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCfg := map[string]any{
+			"model_type": "minimax_m2", "vocab_size": 96.0, "hidden_size": 32.0, "intermediate_size": 16.0,
+			"num_hidden_layers": 2.0, "num_attention_heads": 4.0, "num_key_value_heads": 2.0, "head_dim": 16.0,
+			"rotary_dim": float64(c.RotaryDim), "rope_theta": c.Theta, "rms_norm_eps": 1e-6,
+			"max_position_embeddings": 256.0, "num_local_experts": 8.0, "num_experts_per_tok": float64(c.TopK),
+			"scoring_func": "sigmoid", "use_routing_bias": true, "use_qk_norm": true, "qk_norm_type": "per_layer",
+			"shared_intermediate_size": 0.0, "tie_word_embeddings": c.Tied, "hidden_act": "silu",
+			"bos_token_id": 0.0, "eos_token_id": 1.0, "torch_dtype": "float32",
+		}
+		for key, want := range wantCfg {
+			if v, ok := cfg[key]; !ok || v != want {
+				t.Errorf("seed %d: config %s = %v (present %v), want %v", c.Seed, key, v, ok, want)
+			}
+		}
+		if archs, _ := cfg["architectures"].([]any); len(archs) != 1 || archs[0] != "MiniMaxM2ForCausalLM" {
+			t.Errorf("architectures %v", cfg["architectures"])
+		}
+		for key := range cfg {
+			if _, ok := wantCfg[key]; !ok && key != "architectures" {
+				t.Errorf("seed %d: config has %s = %v", c.Seed, key, cfg[key])
+			}
+		}
+		b, err = os.ReadFile(filepath.Join(dir, "generation_config.json"))
+		var gen map[string]any
+		if err == nil {
+			err = json.Unmarshal(b, &gen)
+		}
+		if err != nil || gen["bos_token_id"] != 0.0 || gen["eos_token_id"] != 1.0 {
+			t.Errorf("generation_config.json %s (%v)", b, err)
+		}
+	}
+	bad := TinyMiniMax()
+	bad.KVHeads = 3
+	if err := bad.Write(t.TempDir()); err == nil {
+		t.Errorf("4 query heads on 3 key/value heads written")
+	}
+}
+
+// TestMiniMaxRoundTrip: Load reads back exactly the float32 values Write
+// drew (fill over lmckpt.NewRand(Seed) in the order of Tensors), nothing
+// more; the norms (q_norm and k_norm included) are not all 1 and the
+// correction biases spread; an untied description fails on a tied
+// checkpoint's missing lm_head, and a GLM-4.5 checkpoint on its missing
+// q_norm.
+func TestMiniMaxRoundTrip(t *testing.T) {
+	dirs := map[uint64]string{}
+	for _, c := range miniMaxFlavours() {
+		dir, m := loadMiniMax(t, c)
+		dirs[c.Seed] = dir
+		r := lmckpt.NewRand(c.Seed)
+		ts := c.Tensors()
+		if len(m.W) != len(ts) {
+			t.Errorf("seed %d: %d tensors read, %d written", c.Seed, len(m.W), len(ts))
+		}
+		for _, tn := range ts {
+			want := fill(r, tn)
+			got := m.W[tn.Name]
+			if len(got) != len(want) {
+				t.Fatalf("%s: %d values, want %d", tn.Name, len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != float64(want[i]) {
+					t.Fatalf("%s[%d] = %g, written %g", tn.Name, i, got[i], want[i])
+				}
+			}
+		}
+		for _, name := range []string{"self_attn.q_norm.weight", "self_attn.k_norm.weight", "input_layernorm.weight", "block_sparse_moe.e_score_correction_bias"} {
+			if b := m.W["model.layers.1."+name]; slices.Max(b)-slices.Min(b) < 0.1 {
+				t.Errorf("seed %d: %s %v", c.Seed, name, b)
+			}
+		}
+	}
+	if _, err := TinyMiniMax().Load(dirs[61]); err == nil || !strings.Contains(err.Error(), "lm_head") {
+		t.Errorf("loading a tied checkpoint untied: %v", err)
+	}
+	glmDir := t.TempDir()
+	if err := TinyGLM().Write(glmDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TinyMiniMax().Load(glmDir); err == nil || !strings.Contains(err.Error(), "q_norm") {
+		t.Errorf("loading a GLM-4.5 checkpoint: %v", err)
+	}
+}
+
+// TestMiniMaxCausal: the logits of a prefix are exactly the first rows of
+// the whole sequence's, other tokens after position 5 leave rows 0…5
+// exactly as they were (and change the later ones), and every row is
+// finite, O(1) and not constant.
+func TestMiniMaxCausal(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		all := m.Logits(testTokens)
+		for _, n := range []int{1, 5, 9} {
+			prefix := m.Logits(testTokens[:n])
+			for i := range prefix {
+				if !slices.Equal(prefix[i], all[i]) {
+					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
+				}
+			}
+		}
+		other := slices.Clone(testTokens)
+		for i := 6; i < len(other); i++ {
+			other[i] = (other[i] + 31) % c.Vocab
+		}
+		changed := m.Logits(other)
+		for i := range changed {
+			same := slices.Equal(changed[i], all[i])
+			if i <= 5 && !same {
+				t.Errorf("seed %d: a later token changes position %d's logits", c.Seed, i)
+			}
+			if i > 5 && same {
+				t.Errorf("seed %d: another token at position %d leaves its logits alone", c.Seed, i)
+			}
+		}
+		for i, row := range all {
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for _, v := range row {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
+				}
+				lo, hi = math.Min(lo, v), math.Max(hi, v)
+			}
+			if hi-lo < 0.1 || hi-lo > 100 {
+				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
+			}
+		}
+	}
+}
+
+// TestMiniMaxShiftInvariance: the rotary is the only position signal and
+// enters q·k through the distance alone, so starting at position 37
+// leaves the logits unchanged to rounding.
+func TestMiniMaxShiftInvariance(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		if d := maxAbsDiff(m.logits(testTokens, 37), m.Logits(testTokens)); d > 1e-9 {
+			t.Errorf("seed %d: shifting the positions moves the logits by %g", c.Seed, d)
+		}
+	}
+}
+
+// TestMiniMaxFirstPositionAttention: the first position attends to itself
+// alone, so query head h outputs value head h/(Heads/KVHeads): rows
+// (h/2)·16 … +16 of v_proj applied to the normed input.
+func TestMiniMaxFirstPositionAttention(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
+		p := "model.layers.1."
+		got := m.attention(p, [][]float64{x}, 0)[0]
+		h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+		vp := m.W[p+"self_attn.v_proj.weight"]
+		for hd := 0; hd < c.Heads; hd++ {
+			for j := 0; j < 16; j++ {
+				row := (hd/2)*16 + j
+				want := 0.0
+				for i, v := range h {
+					want += vp[row*c.Hidden+i] * v
+				}
+				if g := got[hd*16+j]; math.Abs(g-want) > 1e-12 {
+					t.Fatalf("seed %d, head %d, dim %d: %g, want %g (value head %d's)", c.Seed, hd, j, g, want, hd/2)
+				}
+			}
+		}
+	}
+}
+
+// TestMiniMaxSecondPositionAttention: at position 1 query head h weighs
+// the value heads of positions 0 and 1 of its KV head h/2 by the softmax
+// of q·k/sqrt(16) (head_dim^-0.5), with the heads as project gives them.
+func TestMiniMaxSecondPositionAttention(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		emb := m.W["model.embed_tokens.weight"]
+		x := [][]float64{emb[5*c.Hidden : 6*c.Hidden], emb[9*c.Hidden : 10*c.Hidden]}
+		p := "model.layers.0."
+		got := m.attention(p, x, 0)[1]
+		var q, k, v [2][][]float64
+		for pos := range x {
+			h := rmsnorm(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
+			q[pos], k[pos], v[pos] = m.project(p, h, pos, c.RopeFreqs())
+		}
+		for hd := 0; hd < c.Heads; hd++ {
+			var s [2]float64
+			for pos := range s {
+				for i := range 16 {
+					s[pos] += q[1][hd][i] * k[pos][hd/2][i] / 4
+				}
+			}
+			p0 := 1 / (1 + math.Exp(s[1]-s[0]))
+			for i := range 16 {
+				want := p0*v[0][hd/2][i] + (1-p0)*v[1][hd/2][i]
+				if g := got[hd*16+i]; math.Abs(g-want) > 1e-12 {
+					t.Fatalf("seed %d, head %d, dim %d: %g, want %g", c.Seed, hd, i, g, want)
+				}
+			}
+		}
+	}
+}
+
+// TestMiniMaxSwitchesMatter: the tiny checkpoints are sensitive to each
+// feature the reference computes: norming q and k per head instead of
+// over the whole projection, rotating the whole head (TinyMiniMax) or
+// half of it (TinyMiniMaxWholeRotary), and dropping the correction bias
+// each move the logits.
+func TestMiniMaxSwitchesMatter(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		want := m.Logits(testTokens)
+		check := func(what string, mm *MiniMaxModel) {
+			t.Helper()
+			if d := maxAbsDiff(mm.Logits(testTokens), want); d < 1e-3 {
+				t.Errorf("seed %d: %s moves the logits by %g only", c.Seed, what, d)
+			}
+		}
+		per := *m
+		per.perHeadNorm = true
+		check("per-head q/k norm", &per)
+		rot := *m
+		if c.RotaryDim == c.HeadDim {
+			rot.C.RotaryDim = c.HeadDim / 2
+			check("half-head rotary", &rot)
+		} else {
+			rot.C.RotaryDim = c.HeadDim
+			check("whole-head rotary", &rot)
+		}
+		nb := &MiniMaxModel{C: c, W: maps.Clone(m.W)}
+		for l := 0; l < c.Layers; l++ {
+			nb.W[fmt.Sprintf("model.layers.%d.block_sparse_moe.e_score_correction_bias", l)] = make([]float64, c.Experts)
+		}
+		check("no correction bias", nb)
+	}
+}
+
+// TestMiniMaxRoutingOnActivations: every layer is sparse; Experts is what
+// Route chooses (TopK experts) from the layer's block_sparse_moe.gate
+// and the block's correction bias, and in the tiny checkpoints the bias
+// changes the experts chosen for some of the real MoE inputs.
+func TestMiniMaxRoutingOnActivations(t *testing.T) {
+	for _, c := range miniMaxFlavours() {
+		_, m := loadMiniMax(t, c)
+		var n, byBias int
+		m.moeInput = func(l int, h []float64) {
+			n++
+			p := fmt.Sprintf("model.layers.%d.block_sparse_moe.", l)
+			logits := make([]float64, c.Experts)
+			for e := range logits {
+				for i, v := range h {
+					logits[e] += m.W[p+"gate.weight"][e*c.Hidden+i] * v
+				}
+			}
+			bias := m.W[p+"e_score_correction_bias"]
+			ids, _ := c.Route(logits, bias)
+			if got := m.Experts(l, h); !slices.Equal(got, ids) || len(got) != c.TopK {
+				t.Fatalf("seed %d: Experts %v, Route %v, top %d", c.Seed, got, ids, c.TopK)
+			}
+			set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
+			if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
+				byBias++
+			}
+		}
+		m.Logits(testTokens)
+		if want := len(testTokens) * c.Layers; n != want {
+			t.Errorf("%d MoE inputs, want %d", n, want)
+		}
+		if byBias == 0 {
+			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
+		}
+		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices", c.Seed, n, byBias)
+	}
+}
