@@ -198,14 +198,34 @@ cat >"$work/deepseek.json" <<'EOF'
   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
  "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
+# half of each head rotated; 8 experts with the correction bias, a shared
+# expert, a dense first layer.
+cat >"$work/glm.json" <<'EOF'
+{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 32, "partial_rotary_factor": 0.5, "attention_bias": true, "use_qk_norm": true,
+ "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+ "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 1.0, "rope_theta": 1000000,
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny MiniMax-M2: q/k norms over whole projections, a quarter of each
+# head rotated, 8 experts with the block's correction bias on every layer.
+cat >"$work/minimax.json" <<'EOF'
+{"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+ "rotary_dim": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "scoring_func": "sigmoid", "use_routing_bias": true,
+ "use_qk_norm": true, "qk_norm_type": "per_layer", "rope_theta": 5000000, "rms_norm_eps": 1e-06,
+ "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	[ "$fam" = mixtral ] || [ "$fam" = deepseek ] && apart=(-experts-apart) # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | glm | minimax) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
