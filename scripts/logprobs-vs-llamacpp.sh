@@ -41,7 +41,8 @@ printf 'FROM %s\n' "$FROM" > "$work/Modelfile"
 # with the next text it emits, so a first token that decodes to nothing (a
 # padding token of a random model) would come back without them.
 req=$(python3 -c 'import json,sys; print(json.dumps({"model": "xcheck", "prompt": sys.argv[1], "raw": True, "stream": False,
-  "logprobs": True, "top_logprobs": 5, "options": {"num_predict": 4, "temperature": 0, "repeat_penalty": 1, "num_ctx": 512}}))' "$PROMPT")
+  "logprobs": True, "top_logprobs": 5, "options": {"num_predict": 4, "temperature": 0, "repeat_penalty": 1, "num_ctx": 512,
+  "num_batch": int(sys.argv[2])}}))' "$PROMPT" "${NUM_BATCH:-512}")
 curl -sf "http://$OLLAMA_HOST/api/generate" -d "$req" > "$work/ollama.json"
 "$work/tputool" serve -m "$HF" --port 0 --json --dtype "$DTYPE" > "$work/serve.out" 2> "$work/serve.err" &
 tserver=$!
@@ -56,14 +57,21 @@ for l in open(sys.argv[1]):
   sleep 0.2
 done
 [ -n "$addr" ] || { cat "$work/serve.err" >&2; exit 1; }
-req=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[2], "prompt": sys.argv[1], "max_tokens": 1, "temperature": 0, "logprobs": 5}))' "$PROMPT" "$HF")
+req=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[2], "prompt": sys.argv[1], "max_tokens": 4, "temperature": 0, "logprobs": 5}))' "$PROMPT" "$HF")
 curl -sf "http://$addr/v1/completions" -H 'content-type: application/json' -d "$req" > "$work/tputool.json"
 python3 - "$work/ollama.json" "$work/tputool.json" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
 t = json.load(open(sys.argv[2]))
 otop = {e["token"]: e["logprob"] for e in o["logprobs"][0]["top_logprobs"]}
-ttop = t["choices"][0]["logprobs"]["top_logprobs"][0]
+# ollama holds back a token whose text is not yet valid UTF-8 (shown as
+# U+FFFD) and reports no log-probabilities for it: compare its first entry
+# with tputool's first token that is whole text.
+lp = t["choices"][0]["logprobs"]
+pos = next((i for i, tok in enumerate(lp["tokens"]) if "\ufffd" not in tok), 0)
+if pos:
+    print("tputool's first %d token(s) %r are partial UTF-8, which ollama reports no log-probabilities for: comparing position %d" % (pos, lp["tokens"][:pos], pos))
+ttop = lp["top_logprobs"][pos]
 print("prompt tokens: ollama %d, tputool %d" % (o.get("prompt_eval_count", -1), t["usage"]["prompt_tokens"]))
 print("%-20s %12s %12s" % ("token", "tputool", "llama.cpp"))
 for tok in sorted(set(otop) | set(ttop), key=lambda k: -max(otop.get(k, -1e9), ttop.get(k, -1e9))):
