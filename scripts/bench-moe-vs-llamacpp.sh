@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
-# DeepSeek-V3, FAMILY=glm a GLM-4.5) on tputool and on llama.cpp's kernels (ollama), same
+# DeepSeek-V3, FAMILY=glm a GLM-4.5, FAMILY=minimax a MiniMax-M2) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -40,7 +40,14 @@
 # vocab 151552, untied head) in LAYERS layers (default 2: the dense one and
 # one sparse, 7.6 GB bf16), the experts one tensor each, DIR
 # /tmp/tputool-glm-bench; ollama's importer does not read that class, and
-# llama.cpp runs the GGUF as its glm4moe. Otherwise scripts/export-gguf
+# llama.cpp runs the GGUF as its glm4moe. FAMILY=minimax: a
+# MiniMaxM2ForCausalLM of MiniMax-M2's layer (hidden 3072, 48 heads and 8 KV
+# heads of 128, a rotary_dim of 64, q/k norms over whole projections; 256
+# experts of 1536, top 8, sigmoid routing with the correction bias; vocab
+# 200064, untied head) in LAYERS layers (default 1, 9.7 GB bf16; with
+# Q8=1 and Q4=1 the GGUF and ollama's copies take about 38 GB of disk),
+# DIR /tmp/tputool-minimax-bench, run by llama.cpp as its minimax-m2.
+# Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -62,7 +69,8 @@ qwen3moe) DIR="${DIR:-/tmp/tputool-moe-bench}" ;;
 mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
 deepseek) DIR="${DIR:-/tmp/tputool-deepseek-bench}" ;;
 glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek or glm" >&2; exit 2 ;;
+minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, glm or minimax" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -100,6 +108,19 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = glm ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151552
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = minimax ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2",
+ "hidden_size": 3072, "num_hidden_layers": ${LAYERS:-1}, "num_attention_heads": 48,
+ "num_key_value_heads": 8, "head_dim": 128, "rotary_dim": 64, "intermediate_size": 1536,
+ "num_local_experts": 256, "num_experts_per_tok": 8, "scoring_func": "sigmoid", "use_routing_bias": true,
+ "use_qk_norm": true, "qk_norm_type": "per_layer", "shared_intermediate_size": 0,
+ "vocab_size": 200064, "max_position_embeddings": 196608, "rms_norm_eps": 1e-06, "rope_theta": 5000000,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200064
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
   cat > "$DIR/config.json" <<JSON
 {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
