@@ -178,32 +178,40 @@ func (c DeepSeek) Tensors() []Tensor {
 		add("self_attn.kv_b_proj.weight", "linear", c.Heads*(c.QKNope+c.VHead), c.KVLoraRank)
 		add("self_attn.o_proj.weight", "linear", H, c.Heads*c.VHead)
 		add("post_attention_layernorm.weight", "norm", H)
-		if c.Dense(l) {
-			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
-			continue
-		}
-		add("mlp.gate.weight", "router", c.Experts, H)
-		add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
-		for e := 0; e < c.Experts; e++ {
-			q := fmt.Sprintf("mlp.experts.%d.", e)
-			add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
-			add(q+"up_proj.weight", "linear", c.MoEIntermediate, H)
-			add(q+"down_proj.weight", "linear", H, c.MoEIntermediate)
-		}
-		if c.Shared > 0 {
-			w := c.MoEIntermediate * c.Shared
-			add("mlp.shared_experts.gate_proj.weight", "linear", w, H)
-			add("mlp.shared_experts.up_proj.weight", "linear", w, H)
-			add("mlp.shared_experts.down_proj.weight", "linear", H, w)
-		}
+		c.mlpTensors(l, add)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
 	return out
+}
+
+// mlpTensors lists layer l's MLP tensors through add (names relative to
+// the layer): the dense SwiGLU below FirstDense, else the router, its
+// correction bias, the routed experts and the shared experts.
+func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
+	H := c.Hidden
+	if c.Dense(l) {
+		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		return
+	}
+	add("mlp.gate.weight", "router", c.Experts, H)
+	add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
+	for e := 0; e < c.Experts; e++ {
+		q := fmt.Sprintf("mlp.experts.%d.", e)
+		add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
+		add(q+"up_proj.weight", "linear", c.MoEIntermediate, H)
+		add(q+"down_proj.weight", "linear", H, c.MoEIntermediate)
+	}
+	if c.Shared > 0 {
+		w := c.MoEIntermediate * c.Shared
+		add("mlp.shared_experts.gate_proj.weight", "linear", w, H)
+		add("mlp.shared_experts.up_proj.weight", "linear", w, H)
+		add("mlp.shared_experts.down_proj.weight", "linear", H, w)
+	}
 }
 
 // fill returns deterministic values for a tensor:
@@ -603,42 +611,97 @@ func (m *Model) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
 // logits is Logits with the tokens at positions start, start+1, ….
 func (m *Model) logits(tokens []int, start int) [][]float64 {
 	c := m.C
-	T, H := len(tokens), c.Hidden
+	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
+		mlp: func(l int, p string, h []float64) []float64 {
+			if c.Dense(l) {
+				return m.swiglu(p+"mlp.", h)
+			}
+			if m.moeInput != nil {
+				m.moeInput(l, h)
+			}
+			return m.moe(l, p+"mlp.", h)
+		}}.logits(tokens, start)
+}
+
+// stack is what the references' decoders share around their attention
+// and MLP: the embedding, each layer's o_proj and post_attention_layernorm
+// with the two residual sums, the final norm and the head (lm_head, or
+// the embedding when tied).
+type stack struct {
+	get            func(name string) []float64
+	hidden, layers int
+	eps            float64
+	tied           bool
+	// attention is layer prefix p's attention (input_layernorm included)
+	// on the residual stream x at positions start, start+1, …: every
+	// position's per-head outputs concatenated, before o_proj.
+	attention func(p string, x [][]float64, start int) [][]float64
+	// mlp is layer l's MLP (prefix p) on its post-attention norm h.
+	mlp func(l int, p string, h []float64) []float64
+}
+
+// logits runs tokens at positions start, start+1, … and returns the
+// logits after every token.
+func (s stack) logits(tokens []int, start int) [][]float64 {
+	T, H := len(tokens), s.hidden
 	x := make([][]float64, T)
-	emb := m.get("model.embed_tokens.weight")
+	emb := s.get("model.embed_tokens.weight")
 	for t, id := range tokens {
 		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
 	}
-	for l := 0; l < c.Layers; l++ {
+	for l := 0; l < s.layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		att := m.attention(p, x, start)
+		att := s.attention(p, x, start)
 		for t := range x {
-			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
+			o := lmckpt.Linear64(att[t], s.get(p+"self_attn.o_proj.weight"), nil)
 			for i := range o {
 				x[t][i] += o[i]
 			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
-			var mlp []float64
-			if c.Dense(l) {
-				mlp = m.swiglu(p+"mlp.", h)
-			} else {
-				if m.moeInput != nil {
-					m.moeInput(l, h)
-				}
-				mlp = m.moe(l, p+"mlp.", h)
-			}
+			mlp := s.mlp(l, p, rmsnorm(x[t], s.get(p+"post_attention_layernorm.weight"), s.eps))
 			for i := range mlp {
 				x[t][i] += mlp[i]
 			}
 		}
 	}
 	head := "lm_head.weight"
-	if c.Tied {
+	if s.tied {
 		head = "model.embed_tokens.weight"
 	}
 	out := make([][]float64, T)
 	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+		out[t] = lmckpt.Linear64(rmsnorm(x[t], s.get("model.norm.weight"), s.eps), s.get(head), nil)
+	}
+	return out
+}
+
+// causalGQA is grouped-query attention with a causal mask, scale
+// d^-0.5: query[t] [heads][d] over key[s] and value[s] [kvHeads][d] for
+// s ≤ t, query head h reading key/value head h/(heads/kvHeads). It
+// returns every position's head outputs concatenated, [T][heads·d].
+func causalGQA(query, key, value [][][]float64, heads, kvHeads, d int) [][]float64 {
+	group := heads / kvHeads
+	scale := 1 / math.Sqrt(float64(d))
+	out := make([][]float64, len(query))
+	for t := range out {
+		out[t] = make([]float64, heads*d)
+		for hd := 0; hd < heads; hd++ {
+			kv := hd / group
+			scores := make([]float64, t+1)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i, qi := range query[t][hd] {
+					dot += qi * key[s][kv][i]
+				}
+				scores[s] = dot * scale
+			}
+			probs := lmckpt.Softmax64(scores)
+			o := out[t][hd*d : (hd+1)*d]
+			for s, w := range probs {
+				for i, vi := range value[s][kv] {
+					o[i] += w * vi
+				}
+			}
+		}
 	}
 	return out
 }
@@ -924,26 +987,7 @@ func (c GLM) Tensors() []Tensor {
 		}
 		add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
 		add("post_attention_layernorm.weight", "norm", H)
-		if c.Dense(l) {
-			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
-			add("mlp.down_proj.weight", "linear", H, c.Intermediate)
-			continue
-		}
-		add("mlp.gate.weight", "router", c.Experts, H)
-		add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
-		for e := 0; e < c.Experts; e++ {
-			q := fmt.Sprintf("mlp.experts.%d.", e)
-			add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
-			add(q+"up_proj.weight", "linear", c.MoEIntermediate, H)
-			add(q+"down_proj.weight", "linear", H, c.MoEIntermediate)
-		}
-		if c.Shared > 0 {
-			w := c.MoEIntermediate * c.Shared
-			add("mlp.shared_experts.gate_proj.weight", "linear", w, H)
-			add("mlp.shared_experts.up_proj.weight", "linear", w, H)
-			add("mlp.shared_experts.down_proj.weight", "linear", H, w)
-		}
+		c.router().mlpTensors(l, add)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
@@ -1053,45 +1097,17 @@ func (m *GLMModel) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0)
 // logits is Logits with the tokens at positions start, start+1, ….
 func (m *GLMModel) logits(tokens []int, start int) [][]float64 {
 	c := m.C
-	T, H := len(tokens), c.Hidden
 	ds := m.ds()
-	x := make([][]float64, T)
-	emb := m.get("model.embed_tokens.weight")
-	for t, id := range tokens {
-		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
-	}
-	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		att := m.attention(p, x, start)
-		for t := range x {
-			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
-			for i := range o {
-				x[t][i] += o[i]
-			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
-			var mlp []float64
+	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
+		mlp: func(l int, p string, h []float64) []float64 {
 			if c.Dense(l) {
-				mlp = ds.swiglu(p+"mlp.", h)
-			} else {
-				if m.moeInput != nil {
-					m.moeInput(l, h)
-				}
-				mlp = ds.moe(l, p+"mlp.", h)
+				return ds.swiglu(p+"mlp.", h)
 			}
-			for i := range mlp {
-				x[t][i] += mlp[i]
+			if m.moeInput != nil {
+				m.moeInput(l, h)
 			}
-		}
-	}
-	head := "lm_head.weight"
-	if c.Tied {
-		head = "model.embed_tokens.weight"
-	}
-	out := make([][]float64, T)
-	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
-	}
-	return out
+			return ds.moe(l, p+"mlp.", h)
+		}}.logits(tokens, start)
 }
 
 // project is Glm4MoeAttention up to the rotary on one input h (the
@@ -1131,38 +1147,13 @@ func (m *GLMModel) project(p string, h []float64, pos int, inv []float64) (q, k,
 // [T][Heads*HeadSize], before o_proj.
 func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
-	T, D := len(x), c.HeadSize()
-	group := c.Heads / c.KVHeads
 	inv := c.RopeFreqs()
-	scale := 1 / math.Sqrt(float64(D))
-	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
 		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
-	out := make([][]float64, T)
-	for t := range out {
-		out[t] = make([]float64, c.Heads*D)
-		for hd := 0; hd < c.Heads; hd++ {
-			kv := hd / group
-			scores := make([]float64, t+1)
-			for s := 0; s <= t; s++ {
-				dot := 0.0
-				for i, qi := range query[t][hd] {
-					dot += qi * key[s][kv][i]
-				}
-				scores[s] = dot * scale
-			}
-			probs := lmckpt.Softmax64(scores)
-			o := out[t][hd*D : (hd+1)*D]
-			for s, w := range probs {
-				for i, vi := range value[s][kv] {
-					o[i] += w * vi
-				}
-			}
-		}
-	}
-	return out
+	return causalGQA(query, key, value, c.Heads, c.KVHeads, c.HeadSize())
 }
 
 // ----------------------------------------------------------------------------
@@ -1445,39 +1436,13 @@ func (m *MiniMaxModel) Logits(tokens []int) [][]float64 { return m.logits(tokens
 // logits is Logits with the tokens at positions start, start+1, ….
 func (m *MiniMaxModel) logits(tokens []int, start int) [][]float64 {
 	c := m.C
-	T, H := len(tokens), c.Hidden
-	x := make([][]float64, T)
-	emb := m.get("model.embed_tokens.weight")
-	for t, id := range tokens {
-		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
-	}
-	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		att := m.attention(p, x, start)
-		for t := range x {
-			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
-			for i := range o {
-				x[t][i] += o[i]
-			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
+		mlp: func(l int, _ string, h []float64) []float64 {
 			if m.moeInput != nil {
 				m.moeInput(l, h)
 			}
-			mlp := m.moe(l, h)
-			for i := range mlp {
-				x[t][i] += mlp[i]
-			}
-		}
-	}
-	head := "lm_head.weight"
-	if c.Tied {
-		head = "model.embed_tokens.weight"
-	}
-	out := make([][]float64, T)
-	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
-	}
-	return out
+			return m.moe(l, h)
+		}}.logits(tokens, start)
 }
 
 // project is MiniMaxM2Attention up to the rotary on one input h (the
@@ -1520,36 +1485,11 @@ func (m *MiniMaxModel) project(p string, h []float64, pos int, inv []float64) (q
 // [T][Heads*HeadDim], before o_proj. Scale head_dim^-0.5, causal.
 func (m *MiniMaxModel) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
-	T, D := len(x), c.HeadDim
-	group := c.Heads / c.KVHeads
 	inv := c.RopeFreqs()
-	scale := 1 / math.Sqrt(float64(D))
-	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
 		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
-	out := make([][]float64, T)
-	for t := range out {
-		out[t] = make([]float64, c.Heads*D)
-		for hd := 0; hd < c.Heads; hd++ {
-			kv := hd / group
-			scores := make([]float64, t+1)
-			for s := 0; s <= t; s++ {
-				dot := 0.0
-				for i, qi := range query[t][hd] {
-					dot += qi * key[s][kv][i]
-				}
-				scores[s] = dot * scale
-			}
-			probs := lmckpt.Softmax64(scores)
-			o := out[t][hd*D : (hd+1)*D]
-			for s, w := range probs {
-				for i, vi := range value[s][kv] {
-					o[i] += w * vi
-				}
-			}
-		}
-	}
-	return out
+	return causalGQA(query, key, value, c.Heads, c.KVHeads, c.HeadDim)
 }

@@ -966,48 +966,11 @@ func TestGLMRoundTrip(t *testing.T) {
 	}
 }
 
-// TestGLMCausal: the logits of a prefix are exactly the first rows of the
-// whole sequence's, other tokens after position 5 leave rows 0…5 exactly
-// as they were (and change the later ones), and every row is finite,
-// O(1) and not constant.
+// TestGLMCausal runs checkCausal on both GLM flavours.
 func TestGLMCausal(t *testing.T) {
 	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
 		_, m := loadGLM(t, c)
-		all := m.Logits(testTokens)
-		for _, n := range []int{1, 5, 9} {
-			prefix := m.Logits(testTokens[:n])
-			for i := range prefix {
-				if !slices.Equal(prefix[i], all[i]) {
-					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
-				}
-			}
-		}
-		other := slices.Clone(testTokens)
-		for i := 6; i < len(other); i++ {
-			other[i] = (other[i] + 31) % c.Vocab
-		}
-		changed := m.Logits(other)
-		for i := range changed {
-			same := slices.Equal(changed[i], all[i])
-			if i <= 5 && !same {
-				t.Errorf("seed %d: a later token changes position %d's logits", c.Seed, i)
-			}
-			if i > 5 && same {
-				t.Errorf("seed %d: another token at position %d leaves its logits alone", c.Seed, i)
-			}
-		}
-		for i, row := range all {
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, v := range row {
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
-				}
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-			}
-			if hi-lo < 0.1 || hi-lo > 100 {
-				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
-			}
-		}
+		checkCausal(t, c.Seed, c.Vocab, m.Logits)
 	}
 }
 
@@ -1515,48 +1478,11 @@ func TestMiniMaxRoundTrip(t *testing.T) {
 	}
 }
 
-// TestMiniMaxCausal: the logits of a prefix are exactly the first rows of
-// the whole sequence's, other tokens after position 5 leave rows 0…5
-// exactly as they were (and change the later ones), and every row is
-// finite, O(1) and not constant.
+// TestMiniMaxCausal runs checkCausal on both MiniMax flavours.
 func TestMiniMaxCausal(t *testing.T) {
 	for _, c := range miniMaxFlavours() {
 		_, m := loadMiniMax(t, c)
-		all := m.Logits(testTokens)
-		for _, n := range []int{1, 5, 9} {
-			prefix := m.Logits(testTokens[:n])
-			for i := range prefix {
-				if !slices.Equal(prefix[i], all[i]) {
-					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
-				}
-			}
-		}
-		other := slices.Clone(testTokens)
-		for i := 6; i < len(other); i++ {
-			other[i] = (other[i] + 31) % c.Vocab
-		}
-		changed := m.Logits(other)
-		for i := range changed {
-			same := slices.Equal(changed[i], all[i])
-			if i <= 5 && !same {
-				t.Errorf("seed %d: a later token changes position %d's logits", c.Seed, i)
-			}
-			if i > 5 && same {
-				t.Errorf("seed %d: another token at position %d leaves its logits alone", c.Seed, i)
-			}
-		}
-		for i, row := range all {
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, v := range row {
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
-				}
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-			}
-			if hi-lo < 0.1 || hi-lo > 100 {
-				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
-			}
-		}
+		checkCausal(t, c.Seed, c.Vocab, m.Logits)
 	}
 }
 
@@ -1700,5 +1626,48 @@ func TestMiniMaxRoutingOnActivations(t *testing.T) {
 			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
 		}
 		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices", c.Seed, n, byBias)
+	}
+}
+
+// checkCausal: the logits of a prefix are exactly the first rows of the
+// whole sequence's, other tokens after position 5 leave rows 0…5 exactly
+// as they were (and change the later ones), and every row is finite,
+// O(1) and not constant.
+func checkCausal(t *testing.T, seed uint64, vocab int, logits func(tokens []int) [][]float64) {
+	t.Helper()
+	all := logits(testTokens)
+	for _, n := range []int{1, 5, 9} {
+		prefix := logits(testTokens[:n])
+		for i := range prefix {
+			if !slices.Equal(prefix[i], all[i]) {
+				t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
+			}
+		}
+	}
+	other := slices.Clone(testTokens)
+	for i := 6; i < len(other); i++ {
+		other[i] = (other[i] + 31) % vocab
+	}
+	changed := logits(other)
+	for i := range changed {
+		same := slices.Equal(changed[i], all[i])
+		if i <= 5 && !same {
+			t.Errorf("seed %d: a later token changes position %d's logits", seed, i)
+		}
+		if i > 5 && same {
+			t.Errorf("seed %d: another token at position %d leaves its logits alone", seed, i)
+		}
+	}
+	for i, row := range all {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("seed %d, position %d: logit %g", seed, i, v)
+			}
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		if hi-lo < 0.1 || hi-lo > 100 {
+			t.Errorf("seed %d, position %d: logits span [%g, %g]", seed, i, lo, hi)
+		}
 	}
 }

@@ -38,6 +38,29 @@ func RelErr(a []float32, b []float64) float64 {
 	return num / den
 }
 
+// Mutant is a reference with one feature changed, by name: its logits
+// after every token of a prompt.
+type Mutant struct {
+	Name   string
+	Logits func(prompt []int) [][]float64
+}
+
+// Discriminates checks that a comparison with a reference can fail where
+// its mutants differ: got, a model's logits after prompt's last token, is
+// within 1e-4 of ref's, and more than far from each mutant's.
+func Discriminates(t testing.TB, got []float32, prompt []int, ref func(prompt []int) [][]float64, far float64, mutants ...Mutant) {
+	t.Helper()
+	last := len(prompt) - 1
+	if e := RelErr(got, ref(prompt)[last]); e > 1e-4 {
+		t.Fatalf("relative error %.3g against the reference", e)
+	}
+	for _, m := range mutants {
+		if e := RelErr(got, m.Logits(prompt)[last]); e < far {
+			t.Errorf("a reference with %s is within %.3g of the model", m.Name, e)
+		}
+	}
+}
+
 // Argmax is the index of the largest value, the first one on ties.
 func Argmax[T float32 | float64](v []T) int {
 	best := 0
