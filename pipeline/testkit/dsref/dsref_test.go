@@ -240,42 +240,7 @@ func TestRouteHandMade(t *testing.T) {
 func TestRoutingOnActivations(t *testing.T) {
 	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite()} {
 		_, m := load(t, c)
-		flat := c
-		flat.Groups, flat.TopKGroup = 1, 1
-		var n, byBias, byGroups int
-		m.moeInput = func(l int, h []float64) {
-			n++
-			p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
-			logits := make([]float64, c.Experts)
-			for e := range logits {
-				for i, v := range h {
-					logits[e] += m.W[p+"weight"][e*c.Hidden+i] * v
-				}
-			}
-			bias := m.W[p+"e_score_correction_bias"]
-			ids, _ := c.Route(logits, bias)
-			if got := m.Experts(l, h); !slices.Equal(got, ids) {
-				t.Fatalf("Experts %v, Route %v", got, ids)
-			}
-			set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
-			if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
-				byBias++
-			}
-			if plain, _ := flat.Route(logits, bias); !slices.Equal(set(plain), set(ids)) {
-				byGroups++
-			}
-		}
-		m.Logits(testTokens)
-		if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
-			t.Errorf("%d MoE inputs, want %d", n, want)
-		}
-		if byBias == 0 {
-			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
-		}
-		if c.TopKGroup < c.Groups && byGroups == 0 {
-			t.Errorf("seed %d: the group limit changes no token's experts", c.Seed)
-		}
-		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", c.Seed, n, byBias, byGroups)
+		checkRouting(t, c, c.Seed, m.W, &m.moeInput, m.Experts, m.Logits)
 	}
 }
 
@@ -1023,42 +988,7 @@ func TestGLMSwitchesMatter(t *testing.T) {
 func TestGLMRoutingOnActivations(t *testing.T) {
 	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
 		_, m := loadGLM(t, c)
-		flat := c
-		flat.Groups, flat.TopKGroup = 1, 1
-		var n, byBias, byGroups int
-		m.moeInput = func(l int, h []float64) {
-			n++
-			p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
-			logits := make([]float64, c.Experts)
-			for e := range logits {
-				for i, v := range h {
-					logits[e] += m.W[p+"weight"][e*c.Hidden+i] * v
-				}
-			}
-			bias := m.W[p+"e_score_correction_bias"]
-			ids, _ := c.Route(logits, bias)
-			if got := m.Experts(l, h); !slices.Equal(got, ids) {
-				t.Fatalf("Experts %v, Route %v", got, ids)
-			}
-			set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
-			if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
-				byBias++
-			}
-			if plain, _ := flat.Route(logits, bias); !slices.Equal(set(plain), set(ids)) {
-				byGroups++
-			}
-		}
-		m.Logits(testTokens)
-		if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
-			t.Errorf("%d MoE inputs, want %d", n, want)
-		}
-		if byBias == 0 {
-			t.Errorf("seed %d: the correction bias changes no token's experts", c.Seed)
-		}
-		if c.TopKGroup < c.Groups && byGroups == 0 {
-			t.Errorf("seed %d: the group limit changes no token's experts", c.Seed)
-		}
-		t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", c.Seed, n, byBias, byGroups)
+		checkRouting(t, c.router(), c.Seed, m.W, &m.moeInput, m.Experts, m.Logits)
 	}
 }
 
@@ -1670,4 +1600,50 @@ func checkCausal(t *testing.T, seed uint64, vocab int, logits func(tokens []int)
 			t.Errorf("seed %d, position %d: logits span [%g, %g]", seed, i, lo, hi)
 		}
 	}
+}
+
+// checkRouting: on the real MoE inputs of a model routing as c (whose
+// moeInput hook is hook, weights w), the correction bias and (where the
+// groups are limited) the group limit each change the experts chosen for
+// some of them, and experts is what c's Route chooses from the layer's
+// router.
+func checkRouting(t *testing.T, c DeepSeek, seed uint64, w map[string][]float64, hook *func(int, []float64),
+	experts func(int, []float64) []int, logits func([]int) [][]float64) {
+	t.Helper()
+	flat := c
+	flat.Groups, flat.TopKGroup = 1, 1
+	var n, byBias, byGroups int
+	*hook = func(l int, h []float64) {
+		n++
+		p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
+		logits := make([]float64, c.Experts)
+		for e := range logits {
+			for i, v := range h {
+				logits[e] += w[p+"weight"][e*c.Hidden+i] * v
+			}
+		}
+		bias := w[p+"e_score_correction_bias"]
+		ids, _ := c.Route(logits, bias)
+		if got := experts(l, h); !slices.Equal(got, ids) {
+			t.Fatalf("Experts %v, Route %v", got, ids)
+		}
+		set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
+		if unbiased, _ := c.Route(logits, nil); !slices.Equal(set(unbiased), set(ids)) {
+			byBias++
+		}
+		if plain, _ := flat.Route(logits, bias); !slices.Equal(set(plain), set(ids)) {
+			byGroups++
+		}
+	}
+	logits(testTokens)
+	if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
+		t.Errorf("%d MoE inputs, want %d", n, want)
+	}
+	if byBias == 0 {
+		t.Errorf("seed %d: the correction bias changes no token's experts", seed)
+	}
+	if c.TopKGroup < c.Groups && byGroups == 0 {
+		t.Errorf("seed %d: the group limit changes no token's experts", seed)
+	}
+	t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", seed, n, byBias, byGroups)
 }
