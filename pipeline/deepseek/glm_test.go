@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
@@ -26,15 +25,6 @@ import (
 func TestGLMLogitsMatchReference(t *testing.T) {
 	const steps = 6
 	const tol = 1e-4
-	variants := []struct {
-		name string
-		opts compile.Options
-	}{
-		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
-		{"graph-eager", compile.Options{Mode: compile.Eager}},
-		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
-	}
 	for _, c := range []struct {
 		name string
 		glm  dsref.GLM
@@ -45,26 +35,7 @@ func TestGLMLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			for _, backend := range []string{"go", "cpu"} {
-				var be backends.Backend
-				if backend == "go" {
-					be = refcheck.GoBackend(t)
-				} else {
-					be = refcheck.CPUBackend(t)
-				}
-				for _, v := range variants {
-					t.Run(backend+"/"+v.name, func(t *testing.T) {
-						r, err := compile.NewRunner(be, l, v.opts)
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer r.Close()
-						f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, tol)
-						t.Logf("max relative error %.3g", f.Worst)
-					})
-				}
-			}
+			moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, steps), steps, tol)
 		})
 	}
 }

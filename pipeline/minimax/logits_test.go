@@ -5,13 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/tpu"
 )
@@ -20,22 +19,15 @@ var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50
 
 // TestLogitsMatchReference runs tiny MiniMax-M2s (a quarter of each head
 // rotated, the top 2 of 8 experts; and the whole head rotated, the top 3,
-// a tied head), in the Hub's layout and in a transformers v5 save's, on a
-// left-padded batch of two prompts plus decode steps, with each experts
-// formulation, compiled and eager, on the go and cpu backends, against
-// dsref's float64 MiniMaxM2ForCausalLM.
+// a tied head), in the Hub's layout and in a transformers v5 save's (whose
+// logits equal the Hub layout's), on a left-padded batch of two prompts
+// plus decode steps, with each experts formulation, compiled and eager, on
+// the go and cpu backends (moecheck.Run), against dsref's float64
+// MiniMaxM2ForCausalLM.
 func TestLogitsMatchReference(t *testing.T) {
 	const steps = 6
 	const tol = 1e-4
-	variants := []struct {
-		name string
-		opts compile.Options
-	}{
-		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
-		{"graph-eager", compile.Options{Mode: compile.Eager}},
-		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
-	}
+	var hub map[string][]float32 // the Hub layout's logits, which a v5 save's must equal
 	for _, c := range []struct {
 		name string
 		mm   dsref.MiniMax
@@ -51,25 +43,11 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			for _, backend := range []string{"go", "cpu"} {
-				var be backends.Backend
-				if backend == "go" {
-					be = refcheck.GoBackend(t)
-				} else {
-					be = refcheck.CPUBackend(t)
-				}
-				for _, v := range variants {
-					t.Run(backend+"/"+v.name, func(t *testing.T) {
-						r, err := compile.NewRunner(be, l, v.opts)
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer r.Close()
-						f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, tol)
-						t.Logf("max relative error %.3g", f.Worst)
-					})
-				}
+			got := moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, steps), steps, tol)
+			if c.v5 {
+				moecheck.Same(t, "a transformers v5 save", hub, got)
+			} else if c.name == "m2" {
+				hub = got
 			}
 		})
 	}

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -15,6 +13,7 @@ import (
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 	"github.com/tputool/tputool/tpu"
 )
@@ -42,23 +41,13 @@ func TestLogitsMatchReference(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 6
 	const tol = 1e-4
-	variants := []struct {
-		name string
-		opts compile.Options
-	}{
-		{"graph-compiled", compile.Options{Mode: compile.Compiled}},
-		{"graph-eager", compile.Options{Mode: compile.Eager}},
-		{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"host-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1, Experts: compile.ExpertsHost}},
-		{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
-	}
 	for _, sliding := range []bool{false, true} {
 		name := "full"
 		if sliding {
 			name = "sliding"
 		}
 		t.Run(name, func(t *testing.T) {
-			all := map[string][]float32{}
+			var all map[string][]float32 // the hub layout's logits, which the v5 layout's must equal
 			var seqs [][]int
 			var rm *lmref.Model // the hub layout's, read first
 			for _, stacked := range []bool{false, true} {
@@ -76,34 +65,11 @@ func TestLogitsMatchReference(t *testing.T) {
 					}
 					seqs = refcheck.GreedySequences(rm, prompts, steps)
 				}
-				for _, backend := range []string{"go", "cpu"} {
-					var be backends.Backend
-					if backend == "go" {
-						be = refcheck.GoBackend(t)
-					} else {
-						be = refcheck.CPUBackend(t)
-					}
-					for _, v := range variants {
-						key := backend + "/" + v.name
-						t.Run(layout+"/"+key, func(t *testing.T) {
-							r, err := compile.NewRunner(be, l, v.opts)
-							if err != nil {
-								t.Fatal(err)
-							}
-							defer r.Close()
-							f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, tol)
-							t.Logf("max relative error %.3g", f.Worst)
-							if prev, ok := all[key]; ok {
-								for i := range prev {
-									if prev[i] != f.Logits[i] {
-										t.Fatalf("logits differ from the hub layout's at %d: %g vs %g", i, f.Logits[i], prev[i])
-									}
-								}
-							} else {
-								all[key] = f.Logits
-							}
-						})
-					}
+				got := moecheck.Run(t, layout+"/", l, rm, prompts, seqs, steps, tol)
+				if all == nil {
+					all = got
+				} else {
+					moecheck.Same(t, "the v5 layout", all, got)
 				}
 			}
 		})

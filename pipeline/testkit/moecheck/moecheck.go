@@ -1,0 +1,72 @@
+// Package moecheck runs a mixture-of-experts language model against its
+// float64 reference under each formulation of its experts (compile's
+// --experts graph, host and dense; compiled and eager) on the go backend
+// and on tputool's cpu backend: the loop the MoE families' tests share. It
+// imports compile, so it is apart from refcheck, which compile's own
+// tests use.
+package moecheck
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// Variants are the formulations Run compares, by name.
+var Variants = []struct {
+	Name string
+	Opts compile.Options
+}{
+	{"graph-compiled", compile.Options{Mode: compile.Compiled}},
+	{"graph-eager", compile.Options{Mode: compile.Eager}},
+	{"host-compiled", compile.Options{Mode: compile.Compiled, SplitMatmul: 1, Experts: compile.ExpertsHost}},
+	{"host-eager", compile.Options{Mode: compile.Eager, SplitMatmul: 1, Experts: compile.ExpertsHost}},
+	{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
+}
+
+// Run runs l on the go and cpu backends under each of Variants, as
+// subtests named prefix+"backend/variant", each teacher-forced against ref
+// over prompts extended to seqs (refcheck.TeacherForced, relative
+// tolerance tol), and returns each run's logits by "backend/variant".
+func Run(t *testing.T, prefix string, l *lm.Loaded, ref refcheck.Reference, prompts, seqs [][]int, steps int, tol float64) map[string][]float32 {
+	t.Helper()
+	out := map[string][]float32{}
+	for _, backend := range []string{"go", "cpu"} {
+		var be backends.Backend
+		if backend == "go" {
+			be = refcheck.GoBackend(t)
+		} else {
+			be = refcheck.CPUBackend(t)
+		}
+		for _, v := range Variants {
+			key := backend + "/" + v.Name
+			t.Run(prefix+key, func(t *testing.T) {
+				r, err := compile.NewRunner(be, l, v.Opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				f := refcheck.TeacherForced(t, r.NewState(), ref, prompts, seqs, steps, tol)
+				t.Logf("max relative error %.3g", f.Worst)
+				out[key] = f.Logits
+			})
+		}
+	}
+	return out
+}
+
+// Same fails t unless the runs of two layouts of one model (Run's
+// results) gave identical logits under every formulation.
+func Same(t *testing.T, what string, a, b map[string][]float32) {
+	t.Helper()
+	for key, la := range a {
+		if lb, ok := b[key]; ok && !slices.Equal(la, lb) {
+			t.Errorf("%s: %s's logits differ", what, key)
+		}
+	}
+}
