@@ -375,7 +375,7 @@ func (s *Server) chatTools(req *chatRequest) (chatToolSet, error) {
 	}
 	format := ToolFormatOf(s.o.Template)
 	if format == "" {
-		return none, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, qwen_xml <function=…>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
+		return none, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, qwen_xml <function=…>, glm45 <arg_key>, minimax_m2 <invoke>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
 	}
 	var all, callable []constrain.Tool
 	tools := make([]any, len(raw))
@@ -406,7 +406,7 @@ func (s *Server) chatTools(req *chatRequest) (chatToolSet, error) {
 		}
 	}
 	set := chatToolSet{list: tools, format: format, one: one}
-	if format == ToolsQwenXML {
+	if format == ToolsQwenXML || format == ToolsGLM || format == ToolsMiniMax {
 		set.types = parameterTypes(all)
 	}
 	if choice != "required" && name == "" {

@@ -81,8 +81,9 @@ func (p *plan) splitter() textSplitter {
 		return h
 	case p.reasoning != nil:
 		sp := newSplitter(*p.reasoning, p.thinking)
-		if p.tools == ToolsHermes || p.tools == ToolsQwenXML {
-			sp.call = "<tool_call>"
+		switch p.tools {
+		case ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax:
+			sp.call = p.tools.callMarker()
 		}
 		return sp
 	}

@@ -30,7 +30,14 @@ import (
 //     both;
 //   - llama3 (Llama 3.1+ JSON calling): the whole answer is JSON objects
 //     {"name": …, "parameters": {…}}, separated by ';' when several,
-//     optionally after <|python_tag|>.
+//     optionally after <|python_tag|>;
+//   - glm45 (GLM-4.5, 4.6, 4.7): <tool_call>NAME <arg_key>KEY</arg_key>
+//     <arg_value>VALUE</arg_value>… </tool_call>, each value raw text for
+//     a string parameter and JSON for the others, as the template writes
+//     them (glmValue);
+//   - minimax_m2 (MiniMax-M2): <minimax:tool_call> holding <invoke
+//     name="NAME"> <parameter name="KEY">VALUE</parameter>… </invoke>
+//     calls, each value typed by the tool's schema as qwen_xml's.
 //
 // GPT-OSS's harmony calls are messages to functions.NAME, which the
 // harmony splitter (harmony.go) re-emits as hermes markup for the parser.
@@ -49,6 +56,11 @@ const (
 	// [ARGS], then the arguments, a [TOOL_CALLS] each call.
 	ToolsMistralArgs ToolFormat = "mistral_args"
 	ToolsLlama3      ToolFormat = "llama3"
+	// ToolsGLM is GLM-4.5's <tool_call>NAME <arg_key>…<arg_value>… form.
+	ToolsGLM ToolFormat = "glm45"
+	// ToolsMiniMax is MiniMax-M2's <minimax:tool_call><invoke name=…>
+	// form.
+	ToolsMiniMax ToolFormat = "minimax_m2"
 	// ToolsHarmony is GPT-OSS's: calls are harmony messages to
 	// functions.NAME, which the harmony splitter re-emits as hermes
 	// markup for the parser.
@@ -66,6 +78,10 @@ func ToolFormatOf(t *chat.Template) ToolFormat {
 		return ToolsHarmony
 	case strings.Contains(src, "<function=") && strings.Contains(src, "<parameter="):
 		return ToolsQwenXML
+	case strings.Contains(src, "<tool_call>") && strings.Contains(src, "<arg_key>"):
+		return ToolsGLM
+	case strings.Contains(src, "<minimax:tool_call>"):
+		return ToolsMiniMax
 	case strings.Contains(src, "<tool_call>"):
 		return ToolsHermes
 	case strings.Contains(src, "[TOOL_CALLS]") && strings.Contains(src, "[ARGS]"):
@@ -125,9 +141,16 @@ func newToolParser(f ToolFormat, types map[string]map[string]string, one bool) *
 
 // marker is the text that opens a call.
 func (p *toolParser) marker() string {
-	switch p.format {
-	case ToolsHermes, ToolsQwenXML:
+	return p.format.callMarker()
+}
+
+// callMarker is the text that opens a call in format f.
+func (f ToolFormat) callMarker() string {
+	switch f {
+	case ToolsHermes, ToolsQwenXML, ToolsGLM:
 		return "<tool_call>"
+	case ToolsMiniMax:
+		return "<minimax:tool_call>"
 	case ToolsMistral, ToolsMistralArgs:
 		return "[TOOL_CALLS]"
 	}
@@ -253,6 +276,18 @@ func parseToolCalls(f ToolFormat, text string, types map[string]map[string]strin
 			}
 			addJSON([]byte(strings.TrimSpace(body)))
 		}
+	case ToolsGLM:
+		for _, body := range tagged(text, "<tool_call>", "</tool_call>") {
+			name, args := glmCall(body, types)
+			add(name, args)
+		}
+	case ToolsMiniMax:
+		for _, block := range tagged(text, "<minimax:tool_call>", "</minimax:tool_call>") {
+			for _, invoke := range tagged(block, "<invoke", "</invoke>") {
+				name, args := miniMaxCall(invoke, types)
+				add(name, args)
+			}
+		}
 	case ToolsMistral, ToolsMistralArgs:
 		parts := strings.Split(text, "[TOOL_CALLS]")
 		for _, part := range parts[1:] {
@@ -366,6 +401,114 @@ func xmlCall(body string, types map[string]map[string]string) (string, json.RawM
 	}
 	b.WriteByte('}')
 	return name, b.Bytes()
+}
+
+// glmCall reads a glm45 call's body, NAME then <arg_key>KEY</arg_key>
+// <arg_value>VALUE</arg_value> pairs (a value cut short ends at the next
+// key or at the end), into the name and the arguments as a JSON object
+// (glmValue); a key given twice keeps its last value.
+func glmCall(body string, types map[string]map[string]string) (string, json.RawMessage) {
+	name, rest, _ := strings.Cut(body, "<arg_key>")
+	name = strings.TrimSpace(name)
+	var pairs [][2]string
+	for rest != "" && len(pairs) < maxToolArgs {
+		key, after, _ := strings.Cut(rest, "</arg_key>")
+		_, value, _ := strings.Cut(after, "<arg_value>")
+		value, rest, _ = strings.Cut(value, "</arg_value>")
+		if i := strings.Index(value, "<arg_key>"); i >= 0 { // cut short
+			value, rest = value[:i], value[i+len("<arg_key>"):]
+		} else if _, next, found := strings.Cut(rest, "<arg_key>"); found {
+			rest = next
+		} else {
+			rest = ""
+		}
+		k := strings.TrimSpace(key)
+		pairs = append(pairs, [2]string{k, string(glmValue(value, types[name][k]))})
+	}
+	return name, jsonObject(pairs)
+}
+
+// glmValue is a glm45 argument's text as JSON, as vLLM's glm45 parser
+// reads it: the text (trimmed) for a string parameter, else the JSON it
+// is, else the text.
+func glmValue(text, typ string) json.RawMessage {
+	t := strings.TrimSpace(text)
+	if typ != "string" && json.Valid([]byte(t)) {
+		return json.RawMessage(t)
+	}
+	return jsonString(t)
+}
+
+// miniMaxCall reads a minimax_m2 invoke (the text after "<invoke"): its
+// name attribute and its <parameter name="KEY">VALUE</parameter>s (a
+// parameter cut short ends at the next one or at the end), each value
+// typed by the tool's schema as qwen_xml's (xmlValue).
+func miniMaxCall(invoke string, types map[string]map[string]string) (string, json.RawMessage) {
+	name, rest := xmlAttr(invoke, "name")
+	var pairs [][2]string
+	for len(pairs) < maxToolArgs {
+		i := strings.Index(rest, "<parameter")
+		if i < 0 {
+			break
+		}
+		key, after := xmlAttr(rest[i+len("<parameter"):], "name")
+		end := len(after)
+		if j := strings.Index(after, "</parameter>"); j >= 0 {
+			end = j
+		}
+		if j := strings.Index(after, "<parameter"); j >= 0 && j < end {
+			end = j
+		}
+		value := strings.TrimSuffix(strings.TrimPrefix(after[:end], "\n"), "\n")
+		rest = strings.TrimPrefix(after[end:], "</parameter>")
+		pairs = append(pairs, [2]string{key, string(xmlValue(value, types[name][key]))})
+	}
+	return name, jsonObject(pairs)
+}
+
+// xmlAttr reads a tag's attribute attr="VALUE" (quotes optional) from s,
+// the text after the tag's name, and returns its value and the text after
+// the tag's '>'.
+func xmlAttr(s, attr string) (value, rest string) {
+	head, rest, _ := strings.Cut(s, ">")
+	_, v, found := strings.Cut(head, attr+"=")
+	if !found {
+		return "", rest
+	}
+	v = strings.TrimSpace(v)
+	if q := strings.TrimPrefix(v, `"`); q != v {
+		v, _, _ = strings.Cut(q, `"`)
+	}
+	return strings.TrimSpace(v), rest
+}
+
+// maxToolArgs bounds the arguments one call may have.
+const maxToolArgs = 1024
+
+// jsonObject writes pairs of a key and a JSON value as a JSON object, in
+// their order; a key given twice keeps its last value, at its first
+// place.
+func jsonObject(pairs [][2]string) json.RawMessage {
+	var keys []string
+	vals := map[string]string{}
+	for _, p := range pairs {
+		if _, seen := vals[p[0]]; !seen {
+			keys = append(keys, p[0])
+		}
+		vals[p[0]] = p[1]
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(jsonString(k))
+		b.WriteByte(':')
+		b.WriteString(vals[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // xmlValue is a qwen_xml parameter's text as the JSON value its schema

@@ -62,6 +62,19 @@ func TestToolParser(t *testing.T) {
 		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=city>\nnull\n</parameter>\n<parameter=at>\nNull\n</parameter>\n<parameter=opts>\n{bad\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC",
 			"", []toolCall{obj("get_weather", `{"days":"three","city":"null","at":null,"opts":"{bad"}`), obj("get_time", `{"tz":"UTC"}`)}},
 		{ToolsQwenXML, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "", []toolCall{obj("f", `{}`)}},
+		// GLM-4.5: a string parameter's value is its text; the others'
+		// are JSON where the text is (the template writes them with
+		// tojson), else text; the name is the text before the first key.
+		{ToolsGLM, "<think>Weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>San Francisco, \"CA\"</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"a\": [1]}</arg_value>\n<arg_key>extra</arg_key>\n<arg_value>[7]</arg_value>\n<arg_key>note</arg_key>\n<arg_value>not json</arg_value>\n</tool_call>",
+			"<think>Weather.</think>\n", []toolCall{obj("get_weather", `{"city":"San Francisco, \"CA\"","days":3,"metric":true,"opts":{"a":[1]},"extra":[7],"note":"not json"}`)}},
+		{ToolsGLM, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>123</arg_value>\n</tool_call><tool_call>get_time\n</tool_call><tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>thr",
+			"", []toolCall{obj("get_weather", `{"city":"123"}`), obj("get_time", `{}`), obj("get_weather", `{"days":"thr"}`)}},
+		{ToolsGLM, "<tool_call>\n<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>", "<tool_call>\n<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>", nil}, // no name
+		// MiniMax-M2: invokes inside one block, values typed as qwen_xml's.
+		{ToolsMiniMax, "Checking.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter name=\"days\">3</parameter>\n<parameter name=\"metric\">True</parameter>\n</invoke>\n<invoke name=\"get_time\">\n<parameter name=\"tz\">UTC</parameter>\n</invoke>\n</minimax:tool_call>",
+			"Checking.\n", []toolCall{obj("get_weather", `{"city":"Paris","days":3,"metric":true}`), obj("get_time", `{"tz":"UTC"}`)}},
+		{ToolsMiniMax, "<minimax:tool_call><invoke name=get_weather><parameter name=days>three</parameter><parameter name=\"at\">null", "",
+			[]toolCall{obj("get_weather", `{"days":"three","at":null}`)}},
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			p := newToolParser(c.format, types, false)
@@ -130,11 +143,13 @@ func FuzzToolParser(f *testing.F) {
 	f.Add("[TOOL_CALLS][{\"name\":\"a\"}]", 3)
 	f.Add("[TOOL_CALLS]a[CALL_ID]x[ARGS]{\"k\":1}[TOOL_CALLS]b[ARGS]", 9)
 	f.Add("<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n<parameter=y>\n", 20)
+	f.Add("<tool_call>a\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n<arg_key>y", 12)
+	f.Add("<minimax:tool_call><invoke name=\"a\"><parameter name=\"x\">1</parameter><parameter", 30)
 	f.Add("{\"name\":\"a\"};{\"name\":\"b\"};", 4)
 	f.Add("{\"name\":\"a\",\"parameters\":{\"q\":[1,2,{}]}}", 1)
 	f.Add(strings.Repeat("<tool_call>{\"name\":\"a\"}</tool_call>", 100), 7)
 	f.Fuzz(func(t *testing.T, text string, cut int) {
-		for _, format := range []ToolFormat{ToolsHermes, ToolsQwenXML, ToolsMistral, ToolsMistralArgs, ToolsLlama3} {
+		for _, format := range []ToolFormat{ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax, ToolsMistral, ToolsMistralArgs, ToolsLlama3} {
 			p := newToolParser(format, map[string]map[string]string{"a": {"x": "integer"}}, false)
 			cut := min(max(cut, 0), len(text))
 			content := p.feed(text[:cut]) + p.feed(text[cut:])
@@ -589,5 +604,114 @@ func TestToolCallsMistralArgs(t *testing.T) {
 			}
 			assert.Empty(t, strings.TrimSpace(ch.Message.Content))
 		})
+	}
+}
+
+// glmTemplate is GLM-4.5's own chat template (testdata/SOURCE.md).
+func glmTemplate(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "glm-4.5.jinja"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// On GLM-4.5's template, the tools and an earlier call reach the prompt
+// as the template writes them (<arg_key>/<arg_value>, non-string values
+// as JSON), and the model's call comes back as tool_calls with its
+// thought as reasoning_content, whole and streamed, through the official
+// OpenAI client; the markup never reaches the content.
+func TestToolCallsGLM(t *testing.T) {
+	const answer = "<think>The weather tool.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"
+	ids, err := loadTestTokenizer(t).Encode(answer, false)
+	require.NoError(t, err)
+	think := ThinkTags // as serve reads it off the template (ReasoningOf)
+	ts := newTestServer(t, serverConfig{script: ids, template: glmTemplate(t), context: 4096, reasoning: &think})
+	assert.Equal(t, ToolsGLM, ToolFormatOf(ts.srv.o.Template))
+	tool := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
+		Name:       "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}},
+	}}}
+	params := openai.ChatCompletionNewParams{
+		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+		Tools: []openai.ChatCompletionToolUnionParam{tool}, MaxTokens: openai.Int(256),
+	}
+	resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
+	requireNoAPIError(t, err)
+	ch := resp.Choices[0]
+	assert.Equal(t, "tool_calls", ch.FinishReason)
+	require.Len(t, ch.Message.ToolCalls, 1)
+	assert.Equal(t, "get_weather", ch.Message.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, ch.Message.ToolCalls[0].Function.Arguments)
+	assert.Empty(t, strings.TrimSpace(ch.Message.Content))
+	assert.Contains(t, ch.Message.RawJSON(), `"reasoning_content":"The weather tool."`)
+	prompt := ts.lastPrompt(t)
+	assert.Contains(t, prompt, "<|system|>\n# Tools")
+	assert.Contains(t, prompt, `"name": "get_weather"`)
+	assert.True(t, strings.HasSuffix(prompt, "<|user|>\nWeather?<|assistant|>"), prompt)
+
+	stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	require.NoError(t, stream.Err())
+	require.Len(t, acc.Choices[0].Message.ToolCalls, 1)
+	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, acc.Choices[0].Message.ToolCalls[0].Function.Arguments)
+	assert.NotContains(t, acc.Choices[0].Message.Content, "<arg_key>")
+
+	status, _, b := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Weather?"},`+
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"days\": 3}"}}]},`+
+		`{"role":"tool","tool_call_id":"call_1","content":"21"}],`+
+		`"tools":[{"type":"function","function":{"name":"get_weather"}}],"max_tokens":64}`)
+	require.Equal(t, 200, status, string(b))
+	assert.Contains(t, ts.lastPrompt(t), "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call><|observation|>\n<tool_response>\n21\n</tool_response><|assistant|>")
+}
+
+// miniMaxTemplate teaches MiniMax-M2's calls as its template does.
+const miniMaxTemplate = "{% if tools %}<tools>{% for t in tools %}\n<tool>{{ t | tojson }}</tool>{% endfor %}\n</tools>\n" +
+	"<minimax:tool_call>\n<invoke name=\"tool-name\">\n<parameter name=\"key\">value</parameter>\n</invoke>\n</minimax:tool_call>\n{% endif %}" +
+	"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}ai:<think>"
+
+// A MiniMax-M2 model's calls (two invokes in one block, after its
+// thought) come back as tool_calls typed by the tools' schemas.
+func TestToolCallsMiniMax(t *testing.T) {
+	const answer = "Weather, then time.</think>\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter name=\"days\">3</parameter>\n</invoke>\n<invoke name=\"get_time\">\n<parameter name=\"tz\">UTC</parameter>\n</invoke>\n</minimax:tool_call>"
+	ids, err := loadTestTokenizer(t).Encode(answer, false)
+	require.NoError(t, err)
+	think := ThinkTags
+	ts := newTestServer(t, serverConfig{script: ids, template: miniMaxTemplate, context: 4096, reasoning: &think})
+	assert.Equal(t, ToolsMiniMax, ToolFormatOf(ts.srv.o.Template))
+	weather := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
+		Name:       "get_weather",
+		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}},
+	}}}
+	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "get_time"}}}
+	params := openai.ChatCompletionNewParams{
+		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+		Tools: []openai.ChatCompletionToolUnionParam{weather, clock}, MaxTokens: openai.Int(256),
+	}
+	for _, streamed := range []bool{false, true} {
+		var msg openai.ChatCompletionMessage
+		if streamed {
+			stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
+			acc := openai.ChatCompletionAccumulator{}
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			require.NoError(t, stream.Err())
+			msg = acc.Choices[0].Message
+		} else {
+			resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
+			requireNoAPIError(t, err)
+			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
+			msg = resp.Choices[0].Message
+		}
+		require.Len(t, msg.ToolCalls, 2, "streamed %v", streamed)
+		assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name)
+		assert.JSONEq(t, `{"city": "Paris", "days": 3}`, msg.ToolCalls[0].Function.Arguments)
+		assert.Equal(t, "get_time", msg.ToolCalls[1].Function.Name)
+		assert.JSONEq(t, `{"tz": "UTC"}`, msg.ToolCalls[1].Function.Arguments)
+		assert.NotContains(t, msg.Content, "minimax:tool_call")
+		assert.NotContains(t, msg.Content, "Weather, then time.", "the thought the prompt opened is reasoning")
 	}
 }
