@@ -79,6 +79,8 @@ type schemaCompiler struct {
 	subs map[*jvalue]*sub // subroutines by schema (nil: any value)
 	any  *sub
 	todo []*sub
+	// xml is the markup of the XML-like tool calls XMLCallsIn compiles.
+	xml XMLMarkup
 }
 
 // sub is a schema compiled out of line, entered by calls (recursion, and

@@ -2,6 +2,7 @@ package constrain
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -228,22 +229,74 @@ const (
 // property of several types one of which is string, cannot be enforced
 // on raw text and is refused, naming it.
 func XMLCalls(tools []Tool, many bool) (*Grammar, error) {
+	return XMLCallsIn(tools, many, QwenXML)
+}
+
+// XMLMarkup is how a format of XML-like tool calls writes a call and its
+// parameters (XMLCallsIn).
+type XMLMarkup struct {
+	// Format names the format in errors.
+	Format string
+	// Open is what starts a call of the tool name, Close what ends it.
+	Open  func(name string) string
+	Close string
+	// Param is what comes before a parameter key's value, ParamClose
+	// what comes after it.
+	Param      func(key string) string
+	ParamClose string
+	// Reserved are the characters a name or key cannot hold.
+	Reserved string
+	// UntypedJSON: the parser reads a parameter whose schema has no type
+	// as the JSON its text is, where it is JSON (glm45), not as a string.
+	UntypedJSON bool
+}
+
+// The XML-like call formats of the families tputool runs.
+var (
+	// QwenXML is Qwen3-Coder's and Qwen3.5's (qwen_xml).
+	QwenXML = XMLMarkup{
+		Format: "qwen_xml", Reserved: "<>\r\n",
+		Open:  func(name string) string { return "<tool_call>\n<function=" + name + ">\n" },
+		Close: "</function>\n</tool_call>",
+		Param: func(key string) string { return "<parameter=" + key + ">\n" }, ParamClose: "\n</parameter>\n",
+	}
+	// GLMXML is GLM-4.5's (glm45): the name after <tool_call>, each
+	// parameter a key and a value tag.
+	GLMXML = XMLMarkup{
+		Format: "glm45", Reserved: "<>\r\n", UntypedJSON: true,
+		Open:  func(name string) string { return "<tool_call>" + name + "\n" },
+		Close: "</tool_call>",
+		Param: func(key string) string { return "<arg_key>" + key + "</arg_key>\n<arg_value>" }, ParamClose: "</arg_value>\n",
+	}
+	// MiniMaxXML is MiniMax-M2's (minimax_m2): an invoke in a
+	// <minimax:tool_call> block, names and keys in quoted attributes.
+	MiniMaxXML = XMLMarkup{
+		Format: "minimax_m2", Reserved: "<>\"\r\n",
+		Open:  func(name string) string { return "<minimax:tool_call>\n<invoke name=\"" + name + "\">\n" },
+		Close: "</invoke>\n</minimax:tool_call>",
+		Param: func(key string) string { return "<parameter name=\"" + key + "\">" }, ParamClose: "</parameter>\n",
+	}
+)
+
+// XMLCallsIn is XMLCalls for the calls of markup m.
+func XMLCallsIn(tools []Tool, many bool, m XMLMarkup) (*Grammar, error) {
 	c, roots, err := toolCompiler(tools)
 	if err != nil {
 		return nil, err
 	}
+	c.xml = m
 	b := c.b
 	var frags []func()
 	for i, t := range tools {
-		if t.Name == "" || strings.ContainsAny(t.Name, "<>\r\n") {
-			return nil, fmt.Errorf("tools[%d]: the name %q cannot be written in a <function=…> tag (no '<', '>' or line breaks)", i, t.Name)
+		if t.Name == "" || strings.ContainsAny(t.Name, m.Reserved) {
+			return nil, fmt.Errorf("tools[%d]: the name %q cannot be written in a %s call (none of %q)", i, t.Name, m.Format, m.Reserved)
 		}
 		frags = append(frags, func() {
-			b.lit("<tool_call>\n<function=" + t.Name + ">\n")
+			b.lit(m.Open(t.Name))
 			if e := c.xmlParams(i, t, roots[i]); e != nil && err == nil {
 				err = e
 			}
-			b.lit("</function>\n</tool_call>")
+			b.lit(m.Close)
 		})
 	}
 	call := func() { b.alt(frags...) }
@@ -256,7 +309,7 @@ func XMLCalls(tools []Tool, many bool) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.finish("qwen_xml tool calls")
+	return c.finish(m.Format + " tool calls")
 }
 
 // xmlParams emits tool i's parameters (XMLCalls) from its schema r.
@@ -290,16 +343,16 @@ func (c *schemaCompiler) xmlParams(i int, t Tool, r *jvalue) error {
 	c.root = r
 	var err error
 	for k, key := range props.keys {
-		if strings.ContainsAny(key, "<>\r\n") {
-			return fmt.Errorf("%s: %s.properties: the key %q cannot be written in a <parameter=…> tag", t.Name, path, key)
+		if strings.ContainsAny(key, c.xml.Reserved) {
+			return fmt.Errorf("%s: %s.properties: the key %q cannot be written in a %s parameter", t.Name, path, key, c.xml.Format)
 		}
 		ppath := path + ".properties." + key
 		param := func() {
-			c.b.lit("<parameter=" + key + ">\n")
+			c.b.lit(c.xml.Param(key))
 			if e := c.xmlValue(props.vals[k], ppath); e != nil && err == nil {
 				err = fmt.Errorf("%s: %w", t.Name, e)
 			}
-			c.b.lit("\n</parameter>\n")
+			c.b.lit(c.xml.ParamClose)
 		}
 		if required[key] {
 			param()
@@ -329,7 +382,7 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 	case !str:
 		return c.value(v, path) // as JSON, which the parser reads back
 	case len(ts) > 1:
-		return fmt.Errorf("%s: a qwen_xml parameter of types %v cannot be enforced: its string is raw text, which the others' JSON could be", path, ts)
+		return fmt.Errorf("%s: a %s parameter of types %v cannot be enforced: its string is raw text, which the others' JSON could be", path, c.xml.Format, ts)
 	}
 	var vals []*jvalue
 	if e := v.get("enum"); e != nil {
@@ -346,7 +399,7 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 		vals = []*jvalue{cst}
 	}
 	if kw := constraining(v, "type", "enum", "const"); len(kw) > 0 {
-		return fmt.Errorf("%s: keyword %q cannot be enforced on a qwen_xml string parameter (raw text)", path, kw[0])
+		return fmt.Errorf("%s: keyword %q cannot be enforced on a %s string parameter (raw text)", path, kw[0], c.xml.Format)
 	}
 	if vals == nil {
 		c.b.star(c.xmlText)
@@ -358,14 +411,15 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 			if ts[0] == "any" {
 				var buf bytes.Buffer
 				x.encode(&buf)
-				return fmt.Errorf("%s: a qwen_xml parameter without a type is read back as a string, so its value %s cannot be", path, buf.String())
+				return fmt.Errorf("%s: a %s parameter without a type is read back as a string, so its value %s cannot be", path, c.xml.Format, buf.String())
 			}
 			continue // not a string: the type excludes it
 		}
-		// The parser reads "null" as null but for a string parameter.
-		untypedNull := ts[0] == "any" && strings.EqualFold(strings.TrimSpace(x.str), "null")
-		if strings.Contains(x.str, "</") || strings.HasSuffix(x.str, "<") || untypedNull {
-			return fmt.Errorf("%s: the value %q cannot be written as a qwen_xml parameter", path, x.str)
+		// The parser reads "null" as null but for a string parameter
+		// (glm45: any JSON text, for a parameter without a type).
+		untyped := ts[0] == "any" && (strings.EqualFold(strings.TrimSpace(x.str), "null") || c.xml.UntypedJSON && json.Valid([]byte(strings.TrimSpace(x.str))))
+		if strings.Contains(x.str, "</") || strings.HasSuffix(x.str, "<") || untyped {
+			return fmt.Errorf("%s: the value %q cannot be written as a %s parameter", path, x.str, c.xml.Format)
 		}
 		frags = append(frags, func() { c.b.lit(x.str) })
 	}

@@ -248,7 +248,7 @@ func TestXMLCallsGrammar(t *testing.T) {
 		`{"type":"object","properties":{"s":{"type":"string","maxLength":3}}}`:  `keyword "maxLength" cannot be enforced on a qwen_xml string parameter`,
 		`{"type":"object","properties":{"s":{"type":["string","integer"]}}}`:    "cannot be enforced: its string is raw text",
 		`{"type":"object","properties":{"s":{"enum":["a</b"]}}}`:                "cannot be written as a qwen_xml parameter",
-		`{"type":"object","properties":{"a>b":{"type":"string"}}}`:              "cannot be written in a <parameter=…> tag",
+		`{"type":"object","properties":{"a>b":{"type":"string"}}}`:              "cannot be written in a qwen_xml parameter",
 		`{"type":"object","properties":{"n":{"type":"number","multipleOf":2}}}`: `"multipleOf"`,
 		`{"type":"array"}`: "must be a schema of type object",
 		`{"type":"object","properties":{"a":{"type":"string"}},"required":["a","b"]}`:     `"b" is not among the properties`,
@@ -260,4 +260,50 @@ func TestXMLCallsGrammar(t *testing.T) {
 		_, err := XMLCalls([]Tool{{Name: "f", Parameters: []byte(schema)}}, true)
 		assert.ErrorContains(t, err, want, schema)
 	}
+}
+
+// GLM-4.5's and MiniMax-M2's markups (XMLCallsIn) hold calls to the same
+// grammar as qwen_xml's, in their own tags; glm45 reads a parameter
+// without a type as the JSON its text is, so an enum string that is JSON
+// cannot be written for one.
+func TestXMLCallsInMarkups(t *testing.T) {
+	v, _ := testVocab(t)
+	for _, c := range []struct {
+		m         XMLMarkup
+		good, bad []string
+	}{
+		{GLMXML,
+			[]string{
+				"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>San José, <CA></arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+				"<tool_call>now\n</tool_call>\n<tool_call>now\n</tool_call>",
+			},
+			[]string{
+				"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>", // city is required
+				"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a</b</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+				"<tool_call>\n<function=now>\n</function>\n</tool_call>",
+			}},
+		{MiniMaxXML,
+			[]string{
+				"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo</parameter>\n<parameter name=\"days\">2</parameter>\n</invoke>\n</minimax:tool_call>",
+				"<minimax:tool_call>\n<invoke name=\"now\">\n</invoke>\n</minimax:tool_call>",
+			},
+			[]string{
+				"<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Oslo</parameter>\n<parameter name=\"days\">9</parameter>\n</invoke>\n</minimax:tool_call>", // days over its maximum
+				"<minimax:tool_call>\n<invoke name=\"nope\">\n</invoke>\n</minimax:tool_call>",
+			}},
+	} {
+		g, err := XMLCallsIn(xmlTools, true, c.m)
+		require.NoError(t, err, c.m.Format)
+		ix := NewIndex(g, v)
+		for _, s := range c.good {
+			assert.True(t, accepts(ix, s), "%s: %q", c.m.Format, s)
+		}
+		for _, s := range c.bad {
+			assert.False(t, accepts(ix, s), "%s: %q", c.m.Format, s)
+		}
+	}
+	_, err := XMLCallsIn([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"s":{"enum":["x","12"]}}}`)}}, false, GLMXML)
+	assert.ErrorContains(t, err, `the value "12" cannot be written as a glm45 parameter`)
+	_, err = XMLCallsIn([]Tool{{Name: `say "hi"`}}, false, MiniMaxXML)
+	assert.ErrorContains(t, err, "cannot be written in a minimax_m2 call")
 }

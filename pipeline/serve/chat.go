@@ -458,10 +458,11 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, single bool) (*gramm
 		mk = constrain.CallMarkup{Open: "<tool_call>", Close: "</tool_call>", ArgsKey: "arguments", Many: !single}
 	case ToolsLlama3:
 		mk = constrain.CallMarkup{ArgsKey: "parameters"}
-	case ToolsQwenXML:
+	case ToolsQwenXML, ToolsGLM, ToolsMiniMax:
+		m := map[ToolFormat]constrain.XMLMarkup{ToolsQwenXML: constrain.QwenXML, ToolsGLM: constrain.GLMXML, ToolsMiniMax: constrain.MiniMaxXML}[format]
 		key, _ := json.Marshal(tools)
 		return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, single, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
-			return constrain.XMLCalls(tools, !single)
+			return constrain.XMLCallsIn(tools, !single, m)
 		}}, nil
 	case ToolsHarmony:
 		// One call a turn, after an optional analysis message.
@@ -480,7 +481,7 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, single bool) (*gramm
 		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", NameArgs: "[ARGS]", Many: !single}
 		specials = []string{"[TOOL_CALLS]", "[ARGS]"}
 	default:
-		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), qwen_xml, mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s", format)
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), qwen_xml, glm45, minimax_m2, mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s", format)
 	}
 	key, _ := json.Marshal(tools)
 	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, single, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {

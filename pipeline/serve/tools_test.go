@@ -715,3 +715,46 @@ func TestToolCallsMiniMax(t *testing.T) {
 		assert.NotContains(t, msg.Content, "Weather, then time.", "the thought the prompt opened is reasoning")
 	}
 }
+
+// tool_choice "required" and a named function on GLM-4.5's and MiniMax-M2's
+// templates: a model that would answer in prose writes a call in the
+// template's markup, which the format's parser reads back into arguments
+// that validate.
+func TestToolChoiceForcedGLMAndMiniMax(t *testing.T) {
+	prose, err := loadTestTokenizer(t).Encode("I think it is sunny.", false)
+	require.NoError(t, err)
+	const schema = `{"type":"object","properties":{"city":{"enum":["Oslo","Rome"]},"days":{"type":"integer","minimum":1,"maximum":3},"note":{"type":"string"}},"required":["city","days"],"additionalProperties":false}`
+	var params map[string]any
+	require.NoError(t, json.Unmarshal([]byte(schema), &params))
+	tool := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "get_weather", Parameters: params}}}
+	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "now"}}}
+	for _, tmpl := range []struct {
+		name, src string
+		format    ToolFormat
+	}{{"glm", glmTemplate(t), ToolsGLM}, {"minimax", miniMaxTemplate, ToolsMiniMax}} {
+		t.Run(tmpl.name, func(t *testing.T) {
+			ts := newTestServer(t, serverConfig{script: prose, template: tmpl.src, context: 4096})
+			require.Equal(t, tmpl.format, ToolFormatOf(ts.srv.o.Template))
+			for _, choice := range []openai.ChatCompletionToolChoiceOptionUnionParam{
+				{OfAuto: openai.String("required")},
+				openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"}),
+			} {
+				resp, err := ts.client("").Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+					Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")}, MaxTokens: openai.Int(3000),
+					Tools: []openai.ChatCompletionToolUnionParam{tool, clock}, ToolChoice: choice, ParallelToolCalls: openai.Bool(false),
+				})
+				requireNoAPIError(t, err)
+				ch := resp.Choices[0]
+				assert.Equal(t, "tool_calls", ch.FinishReason, ch.Message.Content)
+				require.Len(t, ch.Message.ToolCalls, 1)
+				call := ch.Message.ToolCalls[0]
+				t.Logf("%s(%s)", call.Function.Name, call.Function.Arguments)
+				if call.Function.Name == "get_weather" {
+					validates(t, schema, call.Function.Arguments)
+				} else {
+					assert.Equal(t, "now", call.Function.Name)
+				}
+			}
+		})
+	}
+}
