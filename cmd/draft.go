@@ -48,7 +48,7 @@ const defaultMTPTokens = 2
 
 // addMTP adds --mtp (generate, chat, serve).
 func (s *speculateFlags) addMTP(c *cobra.Command) {
-	c.Flags().BoolVar(&s.MTP, "mtp", false, fmt.Sprintf("speculative decoding with the model's own multi-token-prediction head (mtp.* in Qwen3.5, Qwen3.5-MoE and Qwen3-Next checkpoints, as vLLM's mtp method): it drafts up to --speculate tokens a step (default %d here) from the model's hidden states, and the model confirms them in one step, with the tokens of decoding without it (greedy) or of the same distribution (sampling). Its weights (one decoder layer) load with the model's", defaultMTPTokens))
+	c.Flags().BoolVar(&s.MTP, "mtp", false, fmt.Sprintf("speculative decoding with the model's own multi-token-prediction head (mtp.* in Qwen3.5, Qwen3.5-MoE and Qwen3-Next checkpoints, the layer past num_hidden_layers in DeepSeek-V3 and GLM-4.5 ones, as vLLM's mtp method): it drafts up to --speculate tokens a step (default %d here) from the model's hidden states, and the model confirms them in one step, with the tokens of decoding without it (greedy) or of the same distribution (sampling). Its weights (one decoder layer) load with the model's", defaultMTPTokens))
 }
 
 // checkDraft checks the draft model's flags (changed reports those given

@@ -13,6 +13,7 @@ import (
 	"github.com/tputool/tputool/internal/humanize"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -195,4 +196,28 @@ func TestMTPStateFits(t *testing.T) {
 	err = checkSlotsFit(l.Model, 2, context, 0, f32, none, exactly(slots), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "and the multi-token-prediction head's needs")
+}
+
+// TestGenerateMTPDeepSeek: generate --mtp on DeepSeek-V3 (MLA) and
+// GLM-4.5 (grouped-query attention), whose heads are the checkpoint's
+// layer past the model's, gives the tokens of plain greedy decoding, with
+// the head's drafts proposed.
+func TestGenerateMTPDeepSeek(t *testing.T) {
+	ds, glm := dsref.TinyDeepSeek(), dsref.TinyGLM()
+	ds.Vocab, ds.MTP, glm.Vocab, glm.MTP = 512, true, 512, true
+	for name, write := range map[string]func(string) error{"deepseek-v3": ds.Write, "glm-4.5": glm.Write} {
+		dir := t.TempDir()
+		require.NoError(t, write(dir))
+		copyStoriesTokenizer(t, dir)
+		run := func(args ...string) (string, []int, [2]int, string) {
+			return generateJSON(t, append([]string{"-m", dir, "-p", "Lily saw a big red ball", "-n", "40", "--temperature", "0"}, args...)...)
+		}
+		_, want, _, _ := run()
+		for _, args := range [][]string{{"--mtp", "--draft-p-min", "0"}, {"--mtp", "--draft-p-min", "0", "--speculate", "4"}} {
+			_, got, drafts, errOut := run(args...)
+			assert.Equal(t, want, got, "%s %v", name, args)
+			assert.Positive(t, drafts[0], "%s %v: no draft: %s", name, args, errOut)
+			assert.Contains(t, errOut, "from the model's multi-token-prediction head", "%s %v", name, args)
+		}
+	}
 }

@@ -107,6 +107,9 @@ type MoEConfig struct {
 	RoutedScalingFactor *float64 `json:"routed_scaling_factor"`
 	ScoringFunc         string   `json:"scoring_func"`
 	TopKMethod          string   `json:"topk_method"`
+	// NumNextNPredictLayers is the multi-token-prediction layers the
+	// checkpoint holds past num_hidden_layers.
+	NumNextNPredictLayers *int `json:"num_nextn_predict_layers"`
 }
 
 // GLMConfig is a Glm4MoeForCausalLM config.json: Llama's attention
@@ -185,6 +188,9 @@ type Options struct {
 	// mlp_layer_types says "sparse" (GLM-4.7-Flash; without the field its
 	// first layer dense).
 	Sparse []bool
+	// MTPLayers is num_nextn_predict_layers: the multi-token-prediction
+	// layers past the model's (mtp.go).
+	MTPLayers int
 }
 
 // Resolve reads a DeepSeek-V3, GLM-4.7-Flash or GLM-4.5 config.json,
@@ -344,6 +350,9 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 	o.TopKGroup = lm.Or(c.TopKGroup, d.TopKGroup)
 	o.NormTopK = lm.Or(c.NormTopKProb, true)
 	o.RoutedScale = lm.Or(c.RoutedScalingFactor, d.RoutedScale)
+	if o.MTPLayers = lm.Or(c.NumNextNPredictLayers, 0); o.MTPLayers < 0 {
+		return fmt.Errorf("%s: num_nextn_predict_layers must not be negative, got %d", where, o.MTPLayers)
+	}
 	if o.MoEIntermediate <= 0 {
 		return fmt.Errorf("%s: moe_intermediate_size must be positive, got %d", where, o.MoEIntermediate)
 	}
@@ -480,8 +489,10 @@ func (m *Model) Options() Options { return m.o }
 // Layout returns the names the sparse blocks are read under.
 func (m *Model) Layout() Layout { return m.l }
 
-// sparse reports whether layer i has the MoE block.
-func (m *Model) sparse(i int) bool { return m.o.Sparse[i] }
+// sparse reports whether layer i has the MoE block; a layer past the
+// model's (the multi-token-prediction head's) has it, as in every
+// release.
+func (m *Model) sparse(i int) bool { return i >= len(m.o.Sparse) || m.o.Sparse[i] }
 
 // LayerState implements lm.Model: the latent cache of kv_lora_rank +
 // qk_rope_head_dim a token, keys and values at once; under GQA a key and

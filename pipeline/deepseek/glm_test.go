@@ -115,7 +115,7 @@ func TestGLMConfig(t *testing.T) {
 	}
 	if s := m.Spec(); !o.GQA || s.Heads != 96 || s.KVHeads != 8 || s.HeadDim != 128 || o.Rope.RotaryDim != 64 || !o.QKVBias || o.OBias || o.QKNorm ||
 		o.Experts != 128 || o.TopK != 8 || o.Shared != 1 || o.Groups != 1 || o.RoutedScale != 1 || o.Sparse[0] || !o.Sparse[1] ||
-		s.Layers != 46 || fmt.Sprint(s.EOS) != "[151329 151336 151338]" || s.BOS != -1 {
+		s.Layers != 46 || fmt.Sprint(s.EOS) != "[151329 151336 151338]" || s.BOS != -1 || o.MTPLayers != 1 {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	if r, ok := m.(lm.Skipper).SkipWeight("model.layers.46.eh_proj.weight"); !ok || !strings.Contains(r, "multi-token") {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader"
@@ -95,6 +97,11 @@ func TestGLM45Air(t *testing.T) {
 	}
 	if r.Text.MLA != nil || r.Text.KVHeads != 8 || r.Text.HeadDim != 128 || r.Text.MoE == nil || r.Text.MoE.Experts != 128 {
 		t.Errorf("text %+v, MoE %+v", r.Text, r.Text.MoE)
+	}
+	if !slices.ContainsFunc(r.Notes, func(n string) bool {
+		return strings.Contains(n, "multi-token-prediction head is loaded by generate --mtp")
+	}) {
+		t.Errorf("notes %q: the MTP layer not named as the head --mtp loads", r.Notes)
 	}
 	// 46 layers × 8 heads × 128 × K and V × 2 bytes × 32768.
 	if want := int64(46 * 8 * 128 * 2 * 2 * 32768); r.Memory.KVCache != want {

@@ -281,10 +281,13 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		for i, t := range tensors {
 			skip[i] = skipKind(t.Name, multimodal)
 			if arch != nil {
-				if _, skipped := lm.SkipReason(arch, t.Name); !skipped {
+				if reason, skipped := lm.SkipReason(arch, t.Name); !skipped {
 					skip[i] = ""
 				} else if skip[i] == "" {
 					skip[i] = "other"
+					if strings.Contains(reason, "multi-token-prediction") { // DeepSeek-V3's layer past the model's, MiniMax's modules
+						skip[i] = "mtp"
+					}
 				}
 			}
 		}
@@ -297,7 +300,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			}
 			r.Notes = append(r.Notes, "text-only path: "+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
 			if mt, ok := arch.(lm.MultiToken); ok && mt.MTPLayers() > 0 && slices.ContainsFunc(r.Skipped, func(g SkippedGroup) bool { return g.Kind == "mtp" }) {
-				r.Notes = append(r.Notes, "the multi-token-prediction head (mtp.*) is loaded by generate --mtp and chat --mtp, which draft speculative tokens with it")
+				r.Notes = append(r.Notes, "the multi-token-prediction head is loaded by generate --mtp and chat --mtp, which draft speculative tokens with it")
 			}
 		}
 		if text.MoE != nil {

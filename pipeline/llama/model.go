@@ -62,7 +62,14 @@ func NewModel(o Options) *Model { return &Model{o: o} }
 func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
 
 // LayerKind implements lm.Model.
-func (m *Model) LayerKind(i int) string { return m.o.Spec.LayerKinds[i] }
+// A layer past the model's (a multi-token-prediction head's, read by the
+// architectures built on this decoder) attends in full.
+func (m *Model) LayerKind(i int) string {
+	if i >= len(m.o.Spec.LayerKinds) {
+		return lm.KindFull
+	}
+	return m.o.Spec.LayerKinds[i]
+}
 
 // LayerState implements lm.Model: a key and a value cache.
 func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {

@@ -232,8 +232,18 @@ func (m *Model) RenameWeight(stored string) string {
 	return v5Block.ReplaceAllString(stored, "${1}block_sparse_moe.")
 }
 
+// MTPLayers implements lm.MultiToken: none that tputool reads (MiniMax's
+// mtp_modules are not DeepSeek-V3's layer).
+func (m *Model) MTPLayers() int { return 0 }
+
+// WithMTP implements lm.MultiToken: refused.
+func (m *Model) WithMTP() (lm.MTPModel, error) {
+	return nil, errs.Unsupportedf("MiniMax-M2's multi-token-prediction modules (mtp_modules) are not read")
+}
+
 var (
-	_ lm.Routed  = (*Model)(nil)
-	_ lm.Skipper = (*Model)(nil)
-	_ lm.Renamer = (*Model)(nil)
+	_ lm.Routed     = (*Model)(nil)
+	_ lm.Skipper    = (*Model)(nil)
+	_ lm.Renamer    = (*Model)(nil)
+	_ lm.MultiToken = (*Model)(nil)
 )

@@ -31,6 +31,11 @@
 // rotary_dim dims of each head, and a sigmoid top-k router with a
 // selection-only correction bias (DeepSeek's router with one group and
 // no scale, computed with the code above).
+//
+// For DeepSeek-V3 and GLM-4.5 it also computes the multi-token-prediction
+// (MTP) head as vLLM runs it for speculative decoding
+// (models/deepseek_mtp.py, glm4_moe_mtp.py and the proposer that drives
+// them): see DeepSeek.MTP and Model.MTPLogits.
 package dsref
 
 import (
@@ -39,6 +44,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -100,6 +107,15 @@ type DeepSeek struct {
 	BetaFast, BetaSlow, MScale, MScaleAllDim float64
 	// Tied reuses model.embed_tokens.weight as the output head.
 	Tied bool
+	// MTP writes the multi-token-prediction head as the releases hold
+	// it, one more layer N = Layers (num_nextn_predict_layers 1): enorm,
+	// hnorm, eh_proj [H, 2H], shared_head.norm, the copies
+	// shared_head.head (of lm_head, or of the embedding when Tied) and
+	// embed_tokens (of model.embed_tokens), and a decoder layer of the
+	// model's own kind with the MoE block. It is drawn after everything
+	// else, so the rest of the checkpoint keeps its values. See
+	// Model.MTPLogits.
+	MTP bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
@@ -152,39 +168,84 @@ func (c DeepSeek) MaxPositions() int {
 type Tensor struct {
 	Name  string
 	Shape []int
-	// Init decides the values, see fill.
+	// Init decides the values, see fill; "=name" copies the values of
+	// the earlier tensor name and draws nothing.
 	Init string
 }
 
 // Tensors lists the checkpoint tensors with the names of the real
-// DeepSeek-V3 checkpoints, in the order Write draws them.
+// DeepSeek-V3 checkpoints, in the order Write draws them: with MTP the
+// head's layer N = Layers last (mtpTensors).
 func (c DeepSeek) Tensors() []Tensor {
 	H := c.Hidden
-	qk := c.QKNope + c.QKRope
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
 	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
-		add("input_layernorm.weight", "norm", H)
-		if c.QLoraRank > 0 {
-			add("self_attn.q_a_proj.weight", "linear", c.QLoraRank, H)
-			add("self_attn.q_a_layernorm.weight", "norm", c.QLoraRank)
-			add("self_attn.q_b_proj.weight", "linear", c.Heads*qk, c.QLoraRank)
-		} else {
-			add("self_attn.q_proj.weight", "linear", c.Heads*qk, H)
-		}
-		add("self_attn.kv_a_proj_with_mqa.weight", "linear", c.KVLoraRank+c.QKRope, H)
-		add("self_attn.kv_a_layernorm.weight", "norm", c.KVLoraRank)
-		add("self_attn.kv_b_proj.weight", "linear", c.Heads*(c.QKNope+c.VHead), c.KVLoraRank)
-		add("self_attn.o_proj.weight", "linear", H, c.Heads*c.VHead)
-		add("post_attention_layernorm.weight", "norm", H)
-		c.mlpTensors(l, add)
+		out = append(out, c.layerTensors(l)...)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
+	if c.MTP {
+		out = append(out, mtpTensors(c.Layers, c.Vocab, H, c.Tied, c.layerTensors(c.Layers))...)
+	}
 	return out
+}
+
+// layerTensors lists decoder layer l's tensors (model.layers.l.*).
+func (c DeepSeek) layerTensors(l int) []Tensor {
+	H := c.Hidden
+	qk := c.QKNope + c.QKRope
+	var out []Tensor
+	p := fmt.Sprintf("model.layers.%d.", l)
+	add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
+	add("input_layernorm.weight", "norm", H)
+	if c.QLoraRank > 0 {
+		add("self_attn.q_a_proj.weight", "linear", c.QLoraRank, H)
+		add("self_attn.q_a_layernorm.weight", "norm", c.QLoraRank)
+		add("self_attn.q_b_proj.weight", "linear", c.Heads*qk, c.QLoraRank)
+	} else {
+		add("self_attn.q_proj.weight", "linear", c.Heads*qk, H)
+	}
+	add("self_attn.kv_a_proj_with_mqa.weight", "linear", c.KVLoraRank+c.QKRope, H)
+	add("self_attn.kv_a_layernorm.weight", "norm", c.KVLoraRank)
+	add("self_attn.kv_b_proj.weight", "linear", c.Heads*(c.QKNope+c.VHead), c.KVLoraRank)
+	add("self_attn.o_proj.weight", "linear", H, c.Heads*c.VHead)
+	add("post_attention_layernorm.weight", "norm", H)
+	c.mlpTensors(l, add)
+	return out
+}
+
+// mtpTensors lists the multi-token-prediction layer n = num_hidden_layers
+// of a model of hidden size H and vocab V, as DeepSeek-V3's and GLM-4.5's
+// releases hold it: its decoder layer (layer, the model's own layout
+// under model.layers.n.), then enorm, hnorm, eh_proj [H, 2H],
+// shared_head.norm, and the copies shared_head.head (of lm_head, or of
+// the embedding when tied) and embed_tokens (of model.embed_tokens).
+func mtpTensors(n, V, H int, tied bool, layer []Tensor) []Tensor {
+	p := fmt.Sprintf("model.layers.%d.", n)
+	head := "=lm_head.weight"
+	if tied {
+		head = "=model.embed_tokens.weight"
+	}
+	return append(layer,
+		Tensor{p + "enorm.weight", []int{H}, "norm"},
+		Tensor{p + "hnorm.weight", []int{H}, "norm"},
+		Tensor{p + "eh_proj.weight", []int{H, 2 * H}, "linear"},
+		Tensor{p + "shared_head.norm.weight", []int{H}, "norm"},
+		Tensor{p + "shared_head.head.weight", []int{V, H}, head},
+		Tensor{p + "embed_tokens.weight", []int{V, H}, "=model.embed_tokens.weight"})
+}
+
+// checkMTP reports a head whose layer would be dense: vLLM builds it
+// with the MoE block (DeepseekV2DecoderLayer's is_nextn; Glm4MoeDecoderLayer
+// because its index N is not below first_k_dense_replace), which this
+// package computes only where Dense(N) is false, as in every release.
+func checkMTP(mtp, dense bool, n, firstDense int) error {
+	if mtp && dense {
+		return fmt.Errorf("dsref: the multi-token-prediction layer %d would be dense (first_k_dense_replace %d)", n, firstDense)
+	}
+	return nil
 }
 
 // mlpTensors lists layer l's MLP tensors through add (names relative to
@@ -259,45 +320,46 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 }
 
 // ConfigJSON returns the config.json, with the fields of
-// deepseek-ai/DeepSeek-V3's (less its quantization_config and
-// multi-token-prediction layer).
+// deepseek-ai/DeepSeek-V3's less its quantization_config, and
+// num_nextn_predict_layers 1 with MTP, else 0.
 func (c DeepSeek) ConfigJSON() map[string]any {
 	j := map[string]any{
-		"architectures":           []string{"DeepseekV3ForCausalLM"},
-		"model_type":              "deepseek_v3",
-		"vocab_size":              c.Vocab,
-		"hidden_size":             c.Hidden,
-		"intermediate_size":       c.Intermediate,
-		"moe_intermediate_size":   c.MoEIntermediate,
-		"num_hidden_layers":       c.Layers,
-		"num_attention_heads":     c.Heads,
-		"num_key_value_heads":     c.Heads,
-		"q_lora_rank":             nil,
-		"kv_lora_rank":            c.KVLoraRank,
-		"qk_nope_head_dim":        c.QKNope,
-		"qk_rope_head_dim":        c.QKRope,
-		"v_head_dim":              c.VHead,
-		"n_routed_experts":        c.Experts,
-		"num_experts_per_tok":     c.TopK,
-		"n_shared_experts":        c.Shared,
-		"n_group":                 c.Groups,
-		"topk_group":              c.TopKGroup,
-		"first_k_dense_replace":   c.FirstDense,
-		"norm_topk_prob":          c.NormTopK,
-		"routed_scaling_factor":   c.RoutedScale,
-		"scoring_func":            "sigmoid",
-		"topk_method":             "noaux_tc",
-		"rope_theta":              c.Theta,
-		"rope_scaling":            nil,
-		"rope_interleave":         c.RopeInterleave,
-		"rms_norm_eps":            c.Eps,
-		"max_position_embeddings": c.MaxPositions(),
-		"tie_word_embeddings":     c.Tied,
-		"hidden_act":              "silu",
-		"attention_bias":          false,
-		"bos_token_id":            0,
-		"eos_token_id":            1,
-		"torch_dtype":             "float32",
+		"architectures":            []string{"DeepseekV3ForCausalLM"},
+		"model_type":               "deepseek_v3",
+		"vocab_size":               c.Vocab,
+		"hidden_size":              c.Hidden,
+		"intermediate_size":        c.Intermediate,
+		"moe_intermediate_size":    c.MoEIntermediate,
+		"num_hidden_layers":        c.Layers,
+		"num_attention_heads":      c.Heads,
+		"num_key_value_heads":      c.Heads,
+		"q_lora_rank":              nil,
+		"kv_lora_rank":             c.KVLoraRank,
+		"qk_nope_head_dim":         c.QKNope,
+		"qk_rope_head_dim":         c.QKRope,
+		"v_head_dim":               c.VHead,
+		"n_routed_experts":         c.Experts,
+		"num_experts_per_tok":      c.TopK,
+		"n_shared_experts":         c.Shared,
+		"n_group":                  c.Groups,
+		"topk_group":               c.TopKGroup,
+		"first_k_dense_replace":    c.FirstDense,
+		"norm_topk_prob":           c.NormTopK,
+		"routed_scaling_factor":    c.RoutedScale,
+		"num_nextn_predict_layers": mtpLayers(c.MTP),
+		"scoring_func":             "sigmoid",
+		"topk_method":              "noaux_tc",
+		"rope_theta":               c.Theta,
+		"rope_scaling":             nil,
+		"rope_interleave":          c.RopeInterleave,
+		"rms_norm_eps":             c.Eps,
+		"max_position_embeddings":  c.MaxPositions(),
+		"tie_word_embeddings":      c.Tied,
+		"hidden_act":               "silu",
+		"attention_bias":           false,
+		"bos_token_id":             0,
+		"eos_token_id":             1,
+		"torch_dtype":              "float32",
 	}
 	if c.QLoraRank > 0 {
 		j["q_lora_rank"] = c.QLoraRank
@@ -316,21 +378,58 @@ func (c DeepSeek) ConfigJSON() map[string]any {
 	return j
 }
 
+// mtpLayers is num_nextn_predict_layers: 1 with the head, else 0.
+func mtpLayers(mtp bool) int {
+	if mtp {
+		return 1
+	}
+	return 0
+}
+
 // Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1,
 // as config.json says) and dir/model.safetensors in float32, with values
 // drawn from lmckpt.NewRand(Seed) in the order of Tensors.
 func (c DeepSeek) Write(dir string) error {
+	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
+		return err
+	}
 	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
 }
 
+// draw returns t's values: a copy of the earlier tensor's values when
+// t.Init is "=name" (drawing nothing), else fill's from r. drawn holds
+// the values returned so far by name, and gets t's.
+func draw(r *lmckpt.Rand, t Tensor, drawn map[string][]float32) []float32 {
+	var v []float32
+	if from, ok := strings.CutPrefix(t.Init, "="); ok {
+		src, ok := drawn[from]
+		if !ok {
+			panic(fmt.Sprintf("dsref: %s copies %s, not drawn before it", t.Name, from))
+		}
+		v = slices.Clone(src)
+	} else {
+		v = fill(r, t)
+	}
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	if len(v) != n {
+		panic(fmt.Sprintf("dsref: %s has %d values, its shape %v %d", t.Name, len(v), t.Shape, n))
+	}
+	drawn[t.Name] = v
+	return v
+}
+
 // writeCheckpoint writes config and, as model.safetensors in float32, the
-// tensors ts with values drawn by fill from lmckpt.NewRand(seed) in
+// tensors ts with values drawn by draw from lmckpt.NewRand(seed) in
 // their order, plus a generation_config.json with bos 0 and eos 1.
 func writeCheckpoint(dir string, seed uint64, ts []Tensor, config map[string]any) error {
 	r := lmckpt.NewRand(seed)
+	drawn := map[string][]float32{}
 	var st []safetensors.Tensor
 	for _, t := range ts {
-		v, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, fill(r, t))
+		v, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, draw(r, t, drawn))
 		if err != nil {
 			return fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
@@ -548,6 +647,9 @@ type Model struct {
 // names) as float64, checking that every tensor of Tensors is there with
 // its size.
 func (c DeepSeek) Load(dir string) (*Model, error) {
+	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
+		return nil, err
+	}
 	w, err := readWeights(dir, c.Tensors())
 	if err != nil {
 		return nil, err
@@ -609,7 +711,60 @@ func (m *Model) route(l int, h []float64) ([]int, []float64) {
 func (m *Model) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
 
 // logits is Logits with the tokens at positions start, start+1, ….
-func (m *Model) logits(tokens []int, start int) [][]float64 {
+func (m *Model) logits(tokens []int, start int) [][]float64 { return m.stack().logits(tokens, start) }
+
+// Final runs the whole sequence and returns the model's final hidden
+// state [len(tokens)][Hidden] at every position after model.norm: what
+// the head multiplies, and the hidden state the MTP head reads.
+func (m *Model) Final(tokens []int) [][]float64 { return m.stack().final(tokens, 0) }
+
+// MTPLogits runs the multi-token-prediction head of a checkpoint written
+// with MTP over the text and returns its logits at MTP positions
+// i = 0..T-2, each predicting token i+2, as vLLM's proposer runs
+// DeepSeekMTP (models/deepseek_mtp.py): position i reads the embedding of
+// token i+1 (zero at position 0, as vLLM masks it) and the model's final
+// hidden state at i (Final), RMSNormed by enorm and hnorm, concatenated
+// in that order and projected by eh_proj; then the decoder layer
+// model.layers.N (MLA with the model's rotary at position i, causal over
+// MTP positions 0..i, and the MoE block) with its residuals;
+// shared_head.norm; and the head. The embedding and head are the model's
+// own, model.embed_tokens and lm_head (the embedding when Tied): vLLM's
+// proposer shares them into the head in place of the layer's copies
+// embed_tokens and shared_head.head (DeepSeekMTP by itself would read
+// the copies), which hold the same values in the releases and in what
+// Write writes. The text's last token is the one the main model just
+// sampled.
+func (m *Model) MTPLogits(tokens []int) [][]float64 { return m.mtpStack().mtpLogits(tokens, 0) }
+
+// MTPLogitsFrom is MTPLogits of a head that begins at position from: its
+// own attention sees MTP positions from there on (the model's hidden
+// states still come from the whole text, and the positions stay the
+// text's, so the embedding is masked only where from is 0). Its rows are
+// positions from to T-2.
+func (m *Model) MTPLogitsFrom(tokens []int, from int) [][]float64 {
+	return m.mtpStack().mtpLogits(tokens, from)
+}
+
+// MTPDraft returns k greedy draft tokens after the text, chained as vLLM's
+// proposer drafts: the last MTP position (T-2) gives the first, argmax of
+// its logits (the lowest id on ties); each further position (T-1, T, …)
+// takes the previous draft's embedding and the head's own previous
+// output, after the layer and before shared_head.norm, in place of the
+// model's hidden state.
+func (m *Model) MTPDraft(tokens []int, k int) []int {
+	return argmaxes(m.mtpStack().mtpDraft(tokens, k))
+}
+
+// mtpStack is stack, checking that the checkpoint has the head.
+func (m *Model) mtpStack() stack {
+	if !m.C.MTP {
+		panic("dsref: the multi-token-prediction head needs a description with MTP")
+	}
+	return m.stack()
+}
+
+// stack is the decoder around m's attention and MLP.
+func (m *Model) stack() stack {
 	c := m.C
 	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
 		mlp: func(l int, p string, h []float64) []float64 {
@@ -620,13 +775,14 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 				m.moeInput(l, h)
 			}
 			return m.moe(l, p+"mlp.", h)
-		}}.logits(tokens, start)
+		}}
 }
 
 // stack is what the references' decoders share around their attention
 // and MLP: the embedding, each layer's o_proj and post_attention_layernorm
 // with the two residual sums, the final norm and the head (lm_head, or
-// the embedding when tied).
+// the embedding when tied); and DeepSeek-V3's and GLM-4.5's
+// multi-token-prediction head around its layer.
 type stack struct {
 	get            func(name string) []float64
 	hidden, layers int
@@ -643,33 +799,160 @@ type stack struct {
 // logits runs tokens at positions start, start+1, … and returns the
 // logits after every token.
 func (s stack) logits(tokens []int, start int) [][]float64 {
-	T, H := len(tokens), s.hidden
-	x := make([][]float64, T)
-	emb := s.get("model.embed_tokens.weight")
+	out := s.final(tokens, start)
+	for t := range out {
+		out[t] = s.head(out[t])
+	}
+	return out
+}
+
+// final runs tokens at positions start, start+1, … and returns the
+// hidden state after every token, after model.norm.
+func (s stack) final(tokens []int, start int) [][]float64 {
+	x := make([][]float64, len(tokens))
 	for t, id := range tokens {
-		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+		x[t] = s.embed(id)
 	}
 	for l := 0; l < s.layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		att := s.attention(p, x, start)
-		for t := range x {
-			o := lmckpt.Linear64(att[t], s.get(p+"self_attn.o_proj.weight"), nil)
-			for i := range o {
-				x[t][i] += o[i]
-			}
-			mlp := s.mlp(l, p, rmsnorm(x[t], s.get(p+"post_attention_layernorm.weight"), s.eps))
-			for i := range mlp {
-				x[t][i] += mlp[i]
-			}
+		s.layer(l, x, start)
+	}
+	for t := range x {
+		x[t] = rmsnorm(x[t], s.get("model.norm.weight"), s.eps)
+	}
+	return x
+}
+
+// embed returns a copy of token id's row of model.embed_tokens.
+func (s stack) embed(id int) []float64 {
+	H := s.hidden
+	return append([]float64(nil), s.get("model.embed_tokens.weight")[id*H:(id+1)*H]...)
+}
+
+// head is the output head on a normed hidden state: lm_head, or the
+// embedding when tied.
+func (s stack) head(h []float64) []float64 {
+	name := "lm_head.weight"
+	if s.tied {
+		name = "model.embed_tokens.weight"
+	}
+	return lmckpt.Linear64(h, s.get(name), nil)
+}
+
+// layer runs decoder layer l (model.layers.l.*) on the residual stream x
+// at positions start, start+1, …, in place: x += o_proj(attention(x)),
+// then x += mlp(post_attention_layernorm(x)).
+func (s stack) layer(l int, x [][]float64, start int) {
+	p := fmt.Sprintf("model.layers.%d.", l)
+	att := s.attention(p, x, start)
+	for t := range x {
+		o := lmckpt.Linear64(att[t], s.get(p+"self_attn.o_proj.weight"), nil)
+		for i := range o {
+			x[t][i] += o[i]
+		}
+		mlp := s.mlp(l, p, rmsnorm(x[t], s.get(p+"post_attention_layernorm.weight"), s.eps))
+		for i := range mlp {
+			x[t][i] += mlp[i]
 		}
 	}
-	head := "lm_head.weight"
-	if s.tied {
-		head = "model.embed_tokens.weight"
+}
+
+// mtpPrefix names the multi-token-prediction layer, model.layers.N. with
+// N = num_hidden_layers.
+func (s stack) mtpPrefix() string { return fmt.Sprintf("model.layers.%d.", s.layers) }
+
+// mtpInput is DeepSeekMultiTokenPredictorLayer (and
+// Glm4MoeMultiTokenPredictorLayer) up to its decoder layer, at MTP
+// positions start, start+1, …: position start+i reads token ids[i] and
+// hidden state hidden[i] and gets
+// eh_proj(cat(enorm(embedding), hnorm(hidden))), the embedding first.
+func (s stack) mtpInput(ids []int, hidden [][]float64, start int) [][]float64 {
+	p := s.mtpPrefix()
+	x := make([][]float64, len(ids))
+	for i, id := range ids {
+		e := s.embed(id)
+		if start+i == 0 {
+			// vLLM zeroes the embedding at position 0 ("masking inputs
+			// at position 0, as not needed by MTP": inputs_embeds set to
+			// 0 where positions == 0), so enorm's output is 0 there too.
+			clear(e)
+		}
+		e = rmsnorm(e, s.get(p+"enorm.weight"), s.eps)
+		h := rmsnorm(hidden[i], s.get(p+"hnorm.weight"), s.eps)
+		x[i] = lmckpt.Linear64(append(e, h...), s.get(p+"eh_proj.weight"), nil)
 	}
-	out := make([][]float64, T)
-	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], s.get("model.norm.weight"), s.eps), s.get(head), nil)
+	return x
+}
+
+// mtp runs the multi-token-prediction head on MTP positions start,
+// start+1, … (mtpInput, then the decoder layer N at those positions,
+// causal over them alone, with its residuals) and returns its outputs
+// before shared_head.norm: what a chained draft step reads as its hidden
+// state.
+func (s stack) mtp(ids []int, hidden [][]float64, start int) [][]float64 {
+	x := s.mtpInput(ids, hidden, start)
+	s.layer(s.layers, x, start)
+	return x
+}
+
+// mtpHead is the head's logits of one of its outputs:
+// head(shared_head.norm(x)), head being the model's (see
+// Model.MTPLogits).
+func (s stack) mtpHead(x []float64) []float64 {
+	return s.head(rmsnorm(x, s.get(s.mtpPrefix()+"shared_head.norm.weight"), s.eps))
+}
+
+// mtpLogits is MTPLogitsFrom: the head over MTP positions from..T-2,
+// position i reading token i+1 and the model's final hidden state at i.
+func (s stack) mtpLogits(tokens []int, from int) [][]float64 {
+	T := len(tokens)
+	if from < 0 || T-from < 2 {
+		panic("dsref: the multi-token-prediction head needs two tokens from its first position on")
+	}
+	out := s.mtp(tokens[from+1:], s.final(tokens[:T-1], 0)[from:], from)
+	for i := range out {
+		out[i] = s.mtpHead(out[i])
+	}
+	return out
+}
+
+// mtpDraft returns the logits of MTPDraft's k chained steps.
+func (s stack) mtpDraft(tokens []int, k int) [][]float64 {
+	T := len(tokens)
+	if T < 2 {
+		panic("dsref: the multi-token-prediction head needs at least two tokens")
+	}
+	ids := slices.Clone(tokens[1:])
+	hidden := s.final(tokens[:T-1], 0)
+	var out [][]float64
+	for len(out) < k {
+		// No cache: the whole head reruns; its earlier positions are
+		// causal and do not change.
+		x := s.mtp(ids, hidden, 0)
+		last := x[len(x)-1]
+		logits := s.mtpHead(last)
+		out = append(out, logits)
+		ids = append(ids, argmax(logits))
+		hidden = append(hidden, last)
+	}
+	return out
+}
+
+// argmax is the index of the largest value, the lowest on ties.
+func argmax(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// argmaxes is argmax of every row.
+func argmaxes(rows [][]float64) []int {
+	out := make([]int, len(rows))
+	for i, r := range rows {
+		out[i] = argmax(r)
 	}
 	return out
 }
@@ -867,6 +1150,10 @@ type GLM struct {
 	Theta, Eps float64
 	// Tied reuses model.embed_tokens.weight as the output head.
 	Tied bool
+	// MTP writes the multi-token-prediction head, as DeepSeek's MTP
+	// does: layer N = Layers with GLM's attention and the MoE block. See
+	// GLMModel.MTPLogits.
+	MTP bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
@@ -959,47 +1246,58 @@ func (c GLM) check() error {
 	case c.Experts%max(c.Groups, 1) != 0:
 		return fmt.Errorf("dsref: %d experts in %d groups", c.Experts, c.Groups)
 	}
-	return nil
+	return checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense)
 }
 
 // Tensors lists the checkpoint tensors with the names of the real
-// GLM-4.5 checkpoints (without their multi-token-prediction layer), in
-// the order Write draws them.
+// GLM-4.5 checkpoints, in the order Write draws them: with MTP the
+// head's layer N = Layers last (as DeepSeek's).
 func (c GLM) Tensors() []Tensor {
-	H, D := c.Hidden, c.HeadSize()
+	H := c.Hidden
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
 	for l := 0; l < c.Layers; l++ {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
-		add("input_layernorm.weight", "norm", H)
-		for _, proj := range []struct {
-			name  string
-			heads int
-		}{{"q_proj", c.Heads}, {"k_proj", c.KVHeads}, {"v_proj", c.KVHeads}} {
-			add("self_attn."+proj.name+".weight", "linear", proj.heads*D, H)
-			if c.AttentionBias {
-				add("self_attn."+proj.name+".bias", "bias", proj.heads*D)
-			}
-		}
-		if c.QKNorm {
-			add("self_attn.q_norm.weight", "norm", D)
-			add("self_attn.k_norm.weight", "norm", D)
-		}
-		add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
-		add("post_attention_layernorm.weight", "norm", H)
-		c.router().mlpTensors(l, add)
+		out = append(out, c.layerTensors(l)...)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
+	if c.MTP {
+		out = append(out, mtpTensors(c.Layers, c.Vocab, H, c.Tied, c.layerTensors(c.Layers))...)
+	}
+	return out
+}
+
+// layerTensors lists decoder layer l's tensors (model.layers.l.*).
+func (c GLM) layerTensors(l int) []Tensor {
+	H, D := c.Hidden, c.HeadSize()
+	var out []Tensor
+	p := fmt.Sprintf("model.layers.%d.", l)
+	add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
+	add("input_layernorm.weight", "norm", H)
+	for _, proj := range []struct {
+		name  string
+		heads int
+	}{{"q_proj", c.Heads}, {"k_proj", c.KVHeads}, {"v_proj", c.KVHeads}} {
+		add("self_attn."+proj.name+".weight", "linear", proj.heads*D, H)
+		if c.AttentionBias {
+			add("self_attn."+proj.name+".bias", "bias", proj.heads*D)
+		}
+	}
+	if c.QKNorm {
+		add("self_attn.q_norm.weight", "norm", D)
+		add("self_attn.k_norm.weight", "norm", D)
+	}
+	add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
+	add("post_attention_layernorm.weight", "norm", H)
+	c.router().mlpTensors(l, add)
 	return out
 }
 
 // ConfigJSON returns the config.json, with the fields of
 // zai-org/GLM-4.5-Air's, but bos 0 and eos 1 (as the tiny DeepSeek's),
-// max_position_embeddings 256, float32 and no multi-token-prediction
-// layer (num_nextn_predict_layers 0).
+// max_position_embeddings 256, float32 and num_nextn_predict_layers 1
+// with MTP, else 0.
 func (c GLM) ConfigJSON() map[string]any {
 	j := map[string]any{
 		"architectures":            []string{"Glm4MoeForCausalLM"},
@@ -1031,7 +1329,7 @@ func (c GLM) ConfigJSON() map[string]any {
 		"hidden_act":               "silu",
 		"bos_token_id":             0,
 		"eos_token_id":             1,
-		"num_nextn_predict_layers": 0,
+		"num_nextn_predict_layers": mtpLayers(c.MTP),
 		"torch_dtype":              "float32",
 	}
 	if c.HeadDim > 0 {
@@ -1096,6 +1394,40 @@ func (m *GLMModel) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0)
 
 // logits is Logits with the tokens at positions start, start+1, ….
 func (m *GLMModel) logits(tokens []int, start int) [][]float64 {
+	return m.stack().logits(tokens, start)
+}
+
+// Final runs the whole sequence and returns the model's final hidden
+// state at every position after model.norm, as Model.Final.
+func (m *GLMModel) Final(tokens []int) [][]float64 { return m.stack().final(tokens, 0) }
+
+// MTPLogits is Model.MTPLogits for GLM-4.5's head, as vLLM's proposer
+// runs Glm4MoeMTP (models/glm4_moe_mtp.py, the same head as
+// DeepSeekMTP's): its decoder layer model.layers.N has GLM's
+// grouped-query attention (biases, q/k norms and partial rotary at
+// position i as the model's) and the MoE block.
+func (m *GLMModel) MTPLogits(tokens []int) [][]float64 { return m.mtpStack().mtpLogits(tokens, 0) }
+
+// MTPLogitsFrom is Model.MTPLogitsFrom for GLM-4.5's head.
+func (m *GLMModel) MTPLogitsFrom(tokens []int, from int) [][]float64 {
+	return m.mtpStack().mtpLogits(tokens, from)
+}
+
+// MTPDraft is Model.MTPDraft for GLM-4.5's head.
+func (m *GLMModel) MTPDraft(tokens []int, k int) []int {
+	return argmaxes(m.mtpStack().mtpDraft(tokens, k))
+}
+
+// mtpStack is stack, checking that the checkpoint has the head.
+func (m *GLMModel) mtpStack() stack {
+	if !m.C.MTP {
+		panic("dsref: the multi-token-prediction head needs a description with MTP")
+	}
+	return m.stack()
+}
+
+// stack is the decoder around m's attention and MLP.
+func (m *GLMModel) stack() stack {
 	c := m.C
 	ds := m.ds()
 	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
@@ -1107,7 +1439,7 @@ func (m *GLMModel) logits(tokens []int, start int) [][]float64 {
 				m.moeInput(l, h)
 			}
 			return ds.moe(l, p+"mlp.", h)
-		}}.logits(tokens, start)
+		}}
 }
 
 // project is Glm4MoeAttention up to the rotary on one input h (the

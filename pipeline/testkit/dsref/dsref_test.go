@@ -245,8 +245,9 @@ func TestRoutingOnActivations(t *testing.T) {
 }
 
 // wantTensors is the tensor list of the brief, written out for the tiny
-// shapes: TinyDeepSeek (q LoRA) or TinyDeepSeekLite (q_proj).
-func wantTensors(qLora, tied bool) map[string][]int {
+// shapes: TinyDeepSeek (q LoRA) or TinyDeepSeekLite (q_proj); with mtp
+// also the head's layer 3 (wantMTP).
+func wantTensors(qLora, tied, mtp bool) map[string][]int {
 	w := map[string][]int{
 		"model.embed_tokens.weight": {96, 32},
 		"model.norm.weight":         {32},
@@ -254,7 +255,12 @@ func wantTensors(qLora, tied bool) map[string][]int {
 	if !tied {
 		w["lm_head.weight"] = []int{96, 32}
 	}
-	for l := 0; l < 3; l++ {
+	layers := 3
+	if mtp {
+		layers++
+		wantMTP(w)
+	}
+	for l := 0; l < layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		w[p+"input_layernorm.weight"] = []int{32}
 		w[p+"post_attention_layernorm.weight"] = []int{32}
@@ -308,7 +314,7 @@ func TestCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := wantTensors(tc.qLora, tc.tied)
+		want := wantTensors(tc.qLora, tc.tied, false)
 		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
 			t.Errorf("tensors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(names, "\n"))
 		}
@@ -332,6 +338,7 @@ func TestCheckpoint(t *testing.T) {
 			"model_type": "deepseek_v3", "scoring_func": "sigmoid", "topk_method": "noaux_tc",
 			"num_key_value_heads": 4.0, "kv_lora_rank": 16.0, "qk_rope_head_dim": 8.0, "n_group": float64(tc.c.Groups),
 			"rope_interleave": tc.c.RopeInterleave, "tie_word_embeddings": tc.tied, "bos_token_id": 0.0, "eos_token_id": 1.0,
+			"num_nextn_predict_layers": 0.0,
 		} {
 			if cfg[key] != want {
 				t.Errorf("config %s = %v, want %v", key, cfg[key], want)
@@ -773,7 +780,7 @@ func TestGLMQKNormBeforeRope(t *testing.T) {
 
 // wantGLMTensors is the tensor list of a Glm4MoeForCausalLM checkpoint,
 // written out for TinyGLM's shapes.
-func wantGLMTensors(bias, qkNorm, tied bool) map[string][]int {
+func wantGLMTensors(bias, qkNorm, tied, mtp bool) map[string][]int {
 	w := map[string][]int{
 		"model.embed_tokens.weight": {96, 32},
 		"model.norm.weight":         {32},
@@ -781,7 +788,12 @@ func wantGLMTensors(bias, qkNorm, tied bool) map[string][]int {
 	if !tied {
 		w["lm_head.weight"] = []int{96, 32}
 	}
-	for l := 0; l < 3; l++ {
+	layers := 3
+	if mtp {
+		layers++
+		wantMTP(w)
+	}
+	for l := 0; l < layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		w[p+"input_layernorm.weight"] = []int{32}
 		w[p+"post_attention_layernorm.weight"] = []int{32}
@@ -833,7 +845,7 @@ func TestGLMCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := wantGLMTensors(c.AttentionBias, c.QKNorm, c.Tied)
+		want := wantGLMTensors(c.AttentionBias, c.QKNorm, c.Tied, false)
 		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
 			t.Errorf("seed %d: tensors:\n%s\nwant:\n%s", c.Seed, strings.Join(got, "\n"), strings.Join(names, "\n"))
 		}
@@ -1646,4 +1658,636 @@ func checkRouting(t *testing.T, c DeepSeek, seed uint64, w map[string][]float64,
 		t.Errorf("seed %d: the group limit changes no token's experts", seed)
 	}
 	t.Logf("seed %d: of %d MoE inputs, the bias changes %d choices, the group limit %d", seed, n, byBias, byGroups)
+}
+
+// ----------------------------------------------------------------------------
+// Multi-token prediction (DeepSeek-V3 and GLM-4.5)
+
+// wantMTP adds the multi-token-prediction head's own tensors of layer 3
+// (the tiny models' N) to w; its decoder layer is listed with the others.
+func wantMTP(w map[string][]int) {
+	p := "model.layers.3."
+	w[p+"enorm.weight"] = []int{32}
+	w[p+"hnorm.weight"] = []int{32}
+	w[p+"eh_proj.weight"] = []int{32, 64}
+	w[p+"shared_head.norm.weight"] = []int{32}
+	w[p+"shared_head.head.weight"] = []int{96, 32}
+	w[p+"embed_tokens.weight"] = []int{96, 32}
+}
+
+// mtpRef is what the MTP tests call on either architecture.
+type mtpRef interface {
+	Logits(tokens []int) [][]float64
+	Final(tokens []int) [][]float64
+	MTPLogits(tokens []int) [][]float64
+	MTPLogitsFrom(tokens []int, from int) [][]float64
+	MTPDraft(tokens []int, k int) []int
+	stack() stack
+}
+
+// mtpFlavour is one tiny model with its head: a DeepSeek (glm nil) or a
+// GLM.
+type mtpFlavour struct {
+	name string
+	ds   DeepSeek
+	glm  *GLM
+}
+
+// mtpFlavours are TinyDeepSeek (q LoRA, interleaved rotary),
+// TinyDeepSeekLite (q_proj, YaRN) untied and tied, TinyGLM (biases) and
+// TinyGLMQKNorm (q/k norms, tied), each with MTP.
+func mtpFlavours() []mtpFlavour {
+	tied := TinyDeepSeekLite()
+	tied.Tied = true
+	var out []mtpFlavour
+	for _, c := range []DeepSeek{TinyDeepSeek(), TinyDeepSeekLite(), tied} {
+		c.MTP = true
+		out = append(out, mtpFlavour{name: fmt.Sprintf("deepseek seed %d tied %v", c.Seed, c.Tied), ds: c})
+	}
+	for _, c := range []GLM{TinyGLM(), TinyGLMQKNorm()} {
+		g := c
+		g.MTP = true
+		out = append(out, mtpFlavour{name: fmt.Sprintf("glm seed %d tied %v", g.Seed, g.Tied), glm: &g})
+	}
+	return out
+}
+
+func (f mtpFlavour) tied() bool {
+	if f.glm != nil {
+		return f.glm.Tied
+	}
+	return f.ds.Tied
+}
+
+// tensors is Tensors with MTP.
+func (f mtpFlavour) tensors() []Tensor {
+	if f.glm != nil {
+		return f.glm.Tensors()
+	}
+	return f.ds.Tensors()
+}
+
+// want is the tensor list written out, with the head or without.
+func (f mtpFlavour) want(mtp bool) map[string][]int {
+	if f.glm != nil {
+		return wantGLMTensors(f.glm.AttentionBias, f.glm.QKNorm, f.glm.Tied, mtp)
+	}
+	return wantTensors(f.ds.QLoraRank > 0, f.ds.Tied, mtp)
+}
+
+// write writes the checkpoint, with the head or without.
+func (f mtpFlavour) write(t *testing.T, mtp bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	var err error
+	if f.glm != nil {
+		c := *f.glm
+		c.MTP = mtp
+		err = c.Write(dir)
+	} else {
+		c := f.ds
+		c.MTP = mtp
+		err = c.Write(dir)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// load reads dir's checkpoint with the head or without.
+func (f mtpFlavour) load(dir string, mtp bool) (mtpRef, map[string][]float64, error) {
+	if f.glm != nil {
+		c := *f.glm
+		c.MTP = mtp
+		m, err := c.Load(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, m.W, nil
+	}
+	c := f.ds
+	c.MTP = mtp
+	m, err := c.Load(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, m.W, nil
+}
+
+// model writes and loads the checkpoint with the head.
+func (f mtpFlavour) model(t *testing.T) (mtpRef, map[string][]float64) {
+	t.Helper()
+	m, w, err := f.load(f.write(t, true), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, w
+}
+
+// with is the model with the head over the weights w.
+func (f mtpFlavour) with(w map[string][]float64) mtpRef {
+	if f.glm != nil {
+		return &GLMModel{C: *f.glm, W: w}
+	}
+	return &Model{C: f.ds, W: w}
+}
+
+// perturbed returns a copy of w whose tensor name is moved by 0.5·sin.
+func perturbed(w map[string][]float64, name string) map[string][]float64 {
+	out := maps.Clone(w)
+	v := slices.Clone(w[name])
+	for i := range v {
+		v[i] += 0.5 * math.Sin(float64(i)+1)
+	}
+	out[name] = v
+	return out
+}
+
+// TestMTPCheckpoint: with MTP the checkpoint holds the brief's tensors
+// plus the head's layer 3 (its decoder layer sparse, enorm, hnorm,
+// eh_proj [H, 2H], shared_head.norm and the copies), in float32; the
+// copies hold exactly the embedding's and lm_head's (the embedding's when
+// tied) values; every other tensor keeps the value it has without the
+// head; Load reads back what draw drew; config.json says
+// num_nextn_predict_layers 1 (0 without); and a checkpoint without the
+// head does not load as one with it.
+func TestMTPCheckpoint(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			plainDir, dir := f.write(t, false), f.write(t, true)
+			ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := f.want(true)
+			if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
+				t.Errorf("tensors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(names, "\n"))
+			}
+			for name, shape := range want {
+				info, ok := ck.Info(name)
+				if ok && (!slices.Equal(info.Shape, shape) || info.DType != safetensors.F32) {
+					t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+				}
+			}
+			ck.Close()
+			// The head's decoder layer is laid out as the last sparse one.
+			n := 0
+			for name, shape := range want {
+				if rest, ok := strings.CutPrefix(name, "model.layers.2."); ok {
+					n++
+					if !slices.Equal(want["model.layers.3."+rest], shape) {
+						t.Errorf("the head's layer has no %s %v", rest, shape)
+					}
+				}
+			}
+			if got := countPrefix(want, "model.layers.3."); got != n+6 {
+				t.Errorf("the head's layer has %d tensors, want %d and its 6", got, n)
+			}
+
+			for d, layers := range map[string]float64{plainDir: 0, dir: 1} {
+				var cfg map[string]any
+				b, err := os.ReadFile(filepath.Join(d, "config.json"))
+				if err == nil {
+					err = json.Unmarshal(b, &cfg)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg["num_nextn_predict_layers"] != layers {
+					t.Errorf("num_nextn_predict_layers %v, want %v", cfg["num_nextn_predict_layers"], layers)
+				}
+			}
+
+			_, plain, err := f.load(plainDir, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, w, err := f.load(dir, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := "model.layers.3."
+			if !slices.Equal(w[p+"embed_tokens.weight"], w["model.embed_tokens.weight"]) {
+				t.Error("the head's embed_tokens is not the embedding")
+			}
+			head := "lm_head.weight"
+			if f.tied() {
+				head = "model.embed_tokens.weight"
+			}
+			if !slices.Equal(w[p+"shared_head.head.weight"], w[head]) {
+				t.Errorf("shared_head.head is not %s", head)
+			}
+			for n, v := range plain {
+				if !slices.Equal(w[n], v) {
+					t.Errorf("%s differs with the head", n)
+				}
+			}
+			// The values are draw's over Tensors, from the seed.
+			seed := f.ds.Seed
+			if f.glm != nil {
+				seed = f.glm.Seed
+			}
+			r, drawn := lmckpt.NewRand(seed), map[string][]float32{}
+			ts := f.tensors()
+			if len(w) != len(ts) {
+				t.Errorf("%d tensors read, %d written", len(w), len(ts))
+			}
+			for _, tn := range ts {
+				v := draw(r, tn, drawn)
+				for i := range v {
+					if w[tn.Name][i] != float64(v[i]) {
+						t.Fatalf("%s[%d] = %g, drawn %g", tn.Name, i, w[tn.Name][i], v[i])
+					}
+				}
+			}
+			if _, _, err := f.load(plainDir, true); err == nil || !strings.Contains(err.Error(), p) {
+				t.Errorf("loading a checkpoint without the head as one with it: %v", err)
+			}
+		})
+	}
+	dense := TinyDeepSeek()
+	dense.MTP, dense.FirstDense = true, 4
+	if err := dense.Write(t.TempDir()); err == nil {
+		t.Error("a head whose layer would be dense is written")
+	}
+}
+
+// countPrefix counts the names in w that begin with prefix.
+func countPrefix(w map[string][]int, prefix string) int {
+	n := 0
+	for name := range w {
+		if strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestMTPCausal: MTPLogits has a row of Vocab finite, O(1), non-constant
+// logits for each MTP position 0..T-2; a prefix of the text gives its
+// leading rows exactly; row i depends only on tokens ≤ i+1 (other tokens
+// from 6 on leave rows 0..4 exactly as they were and change rows 5..);
+// and, the embedding at position 0 being masked, another token 1 leaves
+// row 0 exactly as it was (and changes row 1), while another token 0
+// changes row 0 through the model's hidden state.
+func TestMTPCausal(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, _ := f.model(t)
+			tokens := testTokens
+			T := len(tokens)
+			all := m.MTPLogits(tokens)
+			if len(all) != T-1 {
+				t.Fatalf("%d rows, want %d", len(all), T-1)
+			}
+			for i, row := range all {
+				if len(row) != 96 {
+					t.Fatalf("row %d has %d logits", i, len(row))
+				}
+				lo, hi := math.Inf(1), math.Inf(-1)
+				for _, v := range row {
+					if math.IsNaN(v) || math.IsInf(v, 0) {
+						t.Fatalf("row %d: logit %g", i, v)
+					}
+					lo, hi = math.Min(lo, v), math.Max(hi, v)
+				}
+				if hi-lo < 0.1 || hi-lo > 100 {
+					t.Errorf("row %d: logits span [%g, %g]", i, lo, hi)
+				}
+			}
+			for _, n := range []int{2, 5, 9} {
+				prefix := m.MTPLogits(tokens[:n])
+				if len(prefix) != n-1 {
+					t.Fatalf("prefix of %d: %d rows", n, len(prefix))
+				}
+				for i := range prefix {
+					if !slices.Equal(prefix[i], all[i]) {
+						t.Errorf("prefix of %d, row %d differs by %g", n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
+					}
+				}
+			}
+			changed := func(at ...int) [][]float64 {
+				other := slices.Clone(tokens)
+				for _, i := range at {
+					other[i] = (other[i] + 31) % 96
+				}
+				return m.MTPLogits(other)
+			}
+			later := changed(6, 7, 8, 9, 10, 11)
+			for i := range later {
+				if same := slices.Equal(later[i], all[i]); same != (i <= 4) {
+					t.Errorf("other tokens from 6 on: row %d unchanged %v", i, same)
+				}
+			}
+			one := changed(1)
+			if !slices.Equal(one[0], all[0]) {
+				t.Errorf("another token 1 moves row 0 by %g: its embedding is not masked", maxAbsDiff(one[:1], all[:1]))
+			}
+			if maxAbsDiff(one[1:2], all[1:2]) < 1e-6 {
+				t.Error("another token 1 leaves row 1 alone")
+			}
+			if maxAbsDiff(changed(0)[:1], all[:1]) < 1e-6 {
+				t.Error("another token 0 leaves row 0 alone: the head does not read the hidden state")
+			}
+		})
+	}
+}
+
+// TestMTPLogitsFrom: MTPLogitsFrom(tokens, 0) is MTPLogits; from 4 on it
+// has rows for positions 4..T-2, causal, the last differing from
+// MTPLogits' (the head's attention begins at 4); and its first row, at
+// position 4 and so not masked, reads token 5's embedding.
+func TestMTPLogitsFrom(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, _ := f.model(t)
+			tokens := testTokens
+			T := len(tokens)
+			all := m.MTPLogits(tokens)
+			if d := maxAbsDiff(m.MTPLogitsFrom(tokens, 0), all); d != 0 {
+				t.Errorf("MTPLogitsFrom(0) differs from MTPLogits by %g", d)
+			}
+			from := m.MTPLogitsFrom(tokens, 4)
+			if len(from) != T-1-4 {
+				t.Fatalf("MTPLogitsFrom(4): %d rows, want %d", len(from), T-5)
+			}
+			if d := maxAbsDiff(from[len(from)-1:], all[T-2:]); d < 1e-6 {
+				t.Errorf("the head begun at 4 matches the whole head's last row (%g)", d)
+			}
+			if prefix := m.MTPLogitsFrom(tokens[:9], 4); maxAbsDiff(prefix, from[:4]) != 0 {
+				t.Error("MTPLogitsFrom(4) of a prefix differs from the leading rows")
+			}
+			other := slices.Clone(tokens)
+			other[5] = (other[5] + 31) % 96
+			if d := maxAbsDiff(m.MTPLogitsFrom(other, 4)[:1], from[:1]); d < 1e-6 {
+				t.Errorf("another token 5 moves position 4's row by %g only: masked away from position 0", d)
+			}
+		})
+	}
+}
+
+// TestMTPDraft: MTPDraft's first draft is the argmax of MTPLogits' last
+// row and MTPDraft(k=1) is its first; the second step is the head rerun
+// with the first draft at position T-1 and, as its hidden state, the
+// head's own output at T-2 before shared_head.norm, built here by hand
+// (the logits exactly, the draft its argmax); the normed output would
+// give other logits, so the check tells them apart.
+func TestMTPDraft(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, w := f.model(t)
+			tokens := testTokens
+			T := len(tokens)
+			drafts := m.MTPDraft(tokens, 3)
+			if len(drafts) != 3 {
+				t.Fatalf("%d drafts, want 3", len(drafts))
+			}
+			all := m.MTPLogits(tokens)
+			if want := argmax(all[T-2]); drafts[0] != want {
+				t.Errorf("first draft %d, want argmax of the last MTP row %d", drafts[0], want)
+			}
+			if one := m.MTPDraft(tokens, 1); !slices.Equal(one, drafts[:1]) {
+				t.Errorf("MTPDraft(k=1) = %v, want %v", one, drafts[:1])
+			}
+			for _, d := range drafts {
+				if d < 0 || d >= 96 {
+					t.Errorf("draft %d out of the vocabulary", d)
+				}
+			}
+
+			s := m.stack()
+			ids := slices.Clone(tokens[1:])
+			hidden := m.Final(tokens)[:T-1]
+			out := s.mtp(ids, hidden, 0)
+			// MTPLogits' last row is the model's head on shared_head.norm
+			// of the head's last output, worked out here.
+			head := "lm_head.weight"
+			if f.tied() {
+				head = "model.embed_tokens.weight"
+			}
+			byHand := handLinear(handNorm(out[T-2], w["model.layers.3.shared_head.norm.weight"], s.eps), w[head])
+			if d := maxAbsDiff([][]float64{byHand}, all[T-2:]); d > 1e-12 {
+				t.Fatalf("MTPLogits' last row is %g off %s(shared_head.norm(output))", d, head)
+			}
+			step := func(h []float64) []float64 {
+				x := s.mtp(append(slices.Clone(ids), drafts[0]), append(slices.Clone(hidden), h), 0)
+				return s.mtpHead(x[T-1])
+			}
+			want := step(out[T-2])
+			got := s.mtpDraft(tokens, 2)
+			if d := maxAbsDiff(got[1:], [][]float64{want}); d != 0 {
+				t.Errorf("second step's logits differ by %g from the head chained on its pre-norm output", d)
+			}
+			if drafts[1] != argmax(want) {
+				t.Errorf("second draft %d, want %d", drafts[1], argmax(want))
+			}
+			normed := step(rmsnorm(out[T-2], w["model.layers.3.shared_head.norm.weight"], s.eps))
+			if d := maxAbsDiff([][]float64{normed}, [][]float64{want}); d < 1e-6 {
+				t.Errorf("chaining the normed output moves the second step by %g only", d)
+			}
+		})
+	}
+}
+
+// handNorm is RMSNorm worked out: x / sqrt(mean x² + eps) · g.
+func handNorm(x, g []float64, eps float64) []float64 {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	out := make([]float64, len(x))
+	for j, v := range x {
+		out[j] = v / math.Sqrt(ss/float64(len(x))+eps) * g[j]
+	}
+	return out
+}
+
+// handLinear is w·x for a row-major w [len(w)/len(x), len(x)].
+func handLinear(x, w []float64) []float64 {
+	out := make([]float64, len(w)/len(x))
+	for r := range out {
+		for j, v := range x {
+			out[r] += w[r*len(x)+j] * v
+		}
+	}
+	return out
+}
+
+// TestMTPFinal: Final is the hidden state after model.norm, the one the
+// head reads: divided by model.norm's weight it has a mean square of 1
+// (less eps's share), and the model's head on it, worked out here, gives
+// Logits.
+func TestMTPFinal(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, w := f.model(t)
+			head := "lm_head.weight"
+			if f.tied() {
+				head = "model.embed_tokens.weight"
+			}
+			final, logits := m.Final(testTokens), m.Logits(testTokens)
+			g := w["model.norm.weight"]
+			for i := range final {
+				ms := 0.0
+				for j, v := range final[i] {
+					ms += (v / g[j]) * (v / g[j]) / float64(len(g))
+				}
+				if math.Abs(ms-1) > 1e-3 {
+					t.Errorf("position %d: Final/model.norm has mean square %g, not 1", i, ms)
+				}
+				if d := maxAbsDiff([][]float64{handLinear(final[i], w[head])}, logits[i:i+1]); d > 1e-12 {
+					t.Errorf("position %d: %s·Final is %g off Logits", i, head, d)
+				}
+			}
+		})
+	}
+}
+
+// TestMTPReadsHiddenAndEmbedding: on the model's real hidden states,
+// zeroing hnorm's input (the hidden state) changes every row of the
+// head's logits; another token at MTP position 3 changes rows 3.. and
+// leaves rows 0..2; another token at position 0 changes nothing (its
+// embedding is masked).
+func TestMTPReadsHiddenAndEmbedding(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, _ := f.model(t)
+			s := m.stack()
+			tokens := testTokens
+			T := len(tokens)
+			ids, hidden := slices.Clone(tokens[1:]), m.Final(tokens)[:T-1]
+			logits := func(ids []int, hidden [][]float64) [][]float64 {
+				out := s.mtp(ids, hidden, 0)
+				for i := range out {
+					out[i] = s.mtpHead(out[i])
+				}
+				return out
+			}
+			base := logits(ids, hidden)
+			zero := make([][]float64, len(hidden))
+			for i := range zero {
+				zero[i] = make([]float64, len(hidden[i]))
+			}
+			z := logits(ids, zero)
+			for i := range z {
+				if d := maxAbsDiff(z[i:i+1], base[i:i+1]); d < 1e-3 {
+					t.Errorf("zero hidden states move row %d by %g only", i, d)
+				}
+			}
+			other := slices.Clone(ids)
+			other[3] = (other[3] + 31) % 96
+			o := logits(other, hidden)
+			for i := range o {
+				if same := slices.Equal(o[i], base[i]); same != (i < 3) {
+					t.Errorf("another token at position 3: row %d unchanged %v", i, same)
+				}
+			}
+			other = slices.Clone(ids)
+			other[0] = (other[0] + 31) % 96
+			if d := maxAbsDiff(logits(other, hidden), base); d != 0 {
+				t.Errorf("another token at position 0 moves the logits by %g: not masked", d)
+			}
+		})
+	}
+}
+
+// TestMTPInputHandWorked: with eh_proj = [I | 0] the head's input at MTP
+// position i is enorm's RMSNorm of token ids[i]'s embedding, worked out
+// here (x / sqrt(mean x² + eps) · enorm), and 0 at position 0; with
+// eh_proj = [0 | I] it is hnorm's RMSNorm of the hidden state: the
+// embedding comes first in the concatenation, enorm norms it and hnorm
+// the hidden state.
+func TestMTPInputHandWorked(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			m, w := f.model(t)
+			const H = 32
+			eps := m.stack().eps
+			tokens := testTokens
+			T := len(tokens)
+			ids, hidden := tokens[1:], m.Final(tokens)[:T-1]
+			norm := func(x, g []float64) []float64 { return handNorm(x, g, eps) }
+			p := "model.layers.3."
+			for _, half := range []int{0, 1} {
+				proj := make([]float64, H*2*H)
+				for r := 0; r < H; r++ {
+					proj[r*2*H+half*H+r] = 1
+				}
+				ww := maps.Clone(w)
+				ww[p+"eh_proj.weight"] = proj
+				got := f.with(ww).stack().mtpInput(ids, hidden, 0)
+				for i := range got {
+					var want []float64
+					if half == 0 {
+						e := w["model.embed_tokens.weight"][ids[i]*H : (ids[i]+1)*H]
+						want = norm(e, w[p+"enorm.weight"])
+						if i == 0 {
+							want = make([]float64, H)
+						}
+					} else {
+						want = norm(hidden[i], w[p+"hnorm.weight"])
+					}
+					if d := maxAbsDiff([][]float64{got[i]}, [][]float64{want}); d > 1e-12 {
+						t.Errorf("eh_proj half %d, position %d: off by %g", half, i, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMTPReadsModelHeadAndEmbedding: the head reads the model's own
+// embedding and head, as vLLM's proposer shares them in: moving lm_head
+// moves every row of MTPLogits, moving shared_head.head or the layer's
+// embed_tokens copy moves nothing, and moving the embedding of the
+// text's last token (33, nowhere else in it) moves the last row (its
+// MTP embedding) and, beyond that token's own logit when tied, no other.
+func TestMTPReadsModelHeadAndEmbedding(t *testing.T) {
+	for _, f := range mtpFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			_, w := f.model(t)
+			tokens := testTokens
+			T := len(tokens)
+			base := f.with(w).MTPLogits(tokens)
+			p := "model.layers.3."
+			for _, name := range []string{p + "shared_head.head.weight", p + "embed_tokens.weight"} {
+				if d := maxAbsDiff(f.with(perturbed(w, name)).MTPLogits(tokens), base); d != 0 {
+					t.Errorf("moving %s moves the logits by %g: the head reads the copy", name, d)
+				}
+			}
+			if !f.tied() {
+				got := f.with(perturbed(w, "lm_head.weight")).MTPLogits(tokens)
+				for i := range got {
+					if d := maxAbsDiff(got[i:i+1], base[i:i+1]); d < 1e-3 {
+						t.Errorf("moving lm_head moves row %d by %g only", i, d)
+					}
+				}
+			}
+			last := tokens[T-1]
+			if slices.Contains(tokens[:T-1], last) {
+				t.Fatal("the last token occurs earlier")
+			}
+			ww := maps.Clone(w)
+			e := slices.Clone(w["model.embed_tokens.weight"])
+			for j := last * 32; j < (last+1)*32; j++ {
+				e[j] += 0.5 * math.Sin(float64(j))
+			}
+			ww["model.embed_tokens.weight"] = e
+			got := f.with(ww).MTPLogits(tokens)
+			drop := func(rows [][]float64) [][]float64 {
+				out := make([][]float64, len(rows))
+				for i, r := range rows {
+					out[i] = slices.Delete(slices.Clone(r), last, last+1)
+				}
+				return out
+			}
+			if d := maxAbsDiff(drop(got[:T-2]), drop(base[:T-2])); d != 0 {
+				t.Errorf("moving token %d's embedding moves the earlier rows by %g", last, d)
+			}
+			if d := maxAbsDiff(drop(got[T-2:]), drop(base[T-2:])); d < 1e-3 {
+				t.Errorf("moving token %d's embedding moves the last row by %g only", last, d)
+			}
+		})
+	}
 }
