@@ -218,9 +218,16 @@ cat >"$work/minimax.json" <<'EOF'
  "use_qk_norm": true, "qk_norm_type": "per_layer", "rope_theta": 5000000, "rms_norm_eps": 1e-06,
  "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny OLMoE: q/k norms over whole projections, q, k and v clamped.
+cat >"$work/olmoe.json" <<'EOF'
+{"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": false, "clip_qkv": 1.5, "rope_theta": 10000.0,
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -46,6 +46,9 @@ type Options struct {
 	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
 	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
 	QKNormAcross bool
+	// ClipQKV > 0 clamps the query, key and value projections (after the
+	// norms across heads) to ±ClipQKV (OLMoE's clip_qkv).
+	ClipQKV float64
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -194,13 +197,16 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 	s := &m.o.Spec
 	q := nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
 	k := nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
+	v := nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")) // [B, T, KV·D]
 	across := m.o.QKNorm && m.o.QKNormAcross
 	if across {
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
 		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
 	}
-	q, k = nn.SplitHeads(q, s.Heads), nn.SplitHeads(k, s.KVHeads)                                                // [B, T, H, D], [B, T, KV, D]
-	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
+	if c := m.o.ClipQKV; c > 0 {
+		q, k, v = ClipScalar(q, -c, c), ClipScalar(k, -c, c), ClipScalar(v, -c, c)
+	}
+	q, k, v = nn.SplitHeads(q, s.Heads), nn.SplitHeads(k, s.KVHeads), nn.SplitHeads(v, s.KVHeads) // [B, T, H, D], [B, T, KV, D]
 	if m.o.QKNorm && !across {
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
 		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)

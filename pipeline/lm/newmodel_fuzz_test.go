@@ -10,8 +10,10 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/minimax"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mixtral"
+	_ "github.com/tputool/tputool/pipeline/olmoe"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
@@ -35,6 +37,7 @@ func FuzzNewModel(f *testing.F) {
 		"../../testdata/configs/deepseek_v3/config.json",
 		"../../testdata/configs/glm_4_5_air/config.json",
 		"../../testdata/configs/minimax_m2_5/config.json",
+		"../../testdata/configs/olmoe_1b_7b/config.json",
 	} {
 		b, err := os.ReadFile(p)
 		if err != nil {

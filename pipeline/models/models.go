@@ -16,6 +16,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
+	_ "github.com/tputool/tputool/pipeline/olmoe"      // OlmoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen3"      // Qwen3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen35"     // Qwen3.5 and Qwen3.5-MoE (text models)
