@@ -2,15 +2,14 @@ package qwen35_test
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/pipeline/sample"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mtpcheck"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
@@ -50,59 +49,7 @@ func TestMTPMatchesReference(t *testing.T) {
 			defer r.Close()
 			st := r.NewState()
 			defer st.Release()
-			h, err := st.MTP()
-			if err != nil {
-				t.Fatal(err)
-			}
-			text := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
-			rows, err := st.Prefill([][]int{text}, 32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			check := func(step string, next, k int) {
-				t.Helper()
-				got, err := h.Draft(next)
-				if err != nil || got == nil {
-					t.Fatalf("%s: draft: %v, %d logits", step, err, len(got))
-				}
-				full := append(slices.Clone(text), next)
-				want := rm.MTPLogits(full)
-				if e := refcheck.RelErr(got, want[len(want)-1]); e > tol {
-					t.Errorf("%s: the head's logits are %.3g off the reference's", step, e)
-				}
-				drafts := []int{sample.Argmax(got)}
-				for len(drafts) < k {
-					l, err := h.Chain(drafts[len(drafts)-1])
-					if err != nil {
-						t.Fatalf("%s: chain: %v", step, err)
-					}
-					drafts = append(drafts, sample.Argmax(l))
-				}
-				if ref := rm.MTPDraft(full, k); fmt.Sprint(drafts) != fmt.Sprint(ref) {
-					t.Errorf("%s: drafts %v, the reference's %v", step, drafts, ref)
-				}
-			}
-			next := sample.Argmax(rows[0])
-			check("after the prefill", next, 3)
-
-			rows, err = st.DecodeMany([]int{next, 5, 9})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Rewind(1); err != nil {
-				t.Fatal(err)
-			}
-			text = append(text, next, 5)
-			next = sample.Argmax(rows[1])
-			check("after a step taken back by one", next, 2)
-
-			rows, err = st.Decode([]int{next})
-			if err != nil {
-				t.Fatal(err)
-			}
-			text = append(text, next)
-			next = sample.Argmax(rows[0])
-			check("after a one-token step", next, 2)
+			h, text, next := mtpcheck.Follow(t, st, rm, []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}, tol)
 
 			// A step that feeds another token than the one the draft began
 			// after leaves the head out of step: it drafts no more.
