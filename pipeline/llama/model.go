@@ -64,9 +64,9 @@ func NewModel(o Options) *Model { return &Model{o: o} }
 // Spec implements lm.Model.
 func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
 
-// LayerKind implements lm.Model.
-// A layer past the model's (a multi-token-prediction head's, read by the
-// architectures built on this decoder) attends in full.
+// LayerKind implements lm.Model. A layer past the model's (a
+// multi-token-prediction head's, read by the architectures built on this
+// decoder) attends in full.
 func (m *Model) LayerKind(i int) string {
 	if i >= len(m.o.Spec.LayerKinds) {
 		return lm.KindFull
