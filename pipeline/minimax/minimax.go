@@ -18,8 +18,9 @@
 // The Hub's releases hold the experts one by one
 // (block_sparse_moe.experts.E.w1.weight); a transformers v5 save
 // (mlp.gate, mlp.e_score_correction_bias, mlp.experts.gate_up_proj) is
-// renamed back (lm.Renamer). Layers past num_hidden_layers (the
-// multi-token-prediction modules) are skipped.
+// renamed back (lm.Renamer). The multi-token-prediction modules
+// (mtp_modules, mtp_transition, or layers past num_hidden_layers) are
+// skipped, and --mtp does not draft with them.
 package minimax
 
 import (
