@@ -379,6 +379,9 @@ func (c *schemaCompiler) xmlValue(v *jvalue, path string) error {
 	// The parser reads a parameter its schema gives no type as a string.
 	str := slices.Contains(ts, "string") || ts[0] == "any"
 	switch {
+	case !str && !c.xml.UntypedJSON && len(slices.DeleteFunc(slices.Clone(ts), func(t string) bool { return t == "null" })) > 1:
+		// The parser types the text by the first of them (and null).
+		return fmt.Errorf("%s: a %s parameter of types %v cannot be enforced: its parser reads the value as the first", path, c.xml.Format, ts)
 	case !str:
 		return c.value(v, path) // as JSON, which the parser reads back
 	case len(ts) > 1:

@@ -307,3 +307,17 @@ func TestXMLCallsInMarkups(t *testing.T) {
 	_, err = XMLCallsIn([]Tool{{Name: `say "hi"`}}, false, MiniMaxXML)
 	assert.ErrorContains(t, err, "cannot be written in a minimax_m2 call")
 }
+
+// A qwen_xml or minimax_m2 parameter of several types but string is read
+// back as its first, so it cannot be enforced; glm45 reads any JSON.
+func TestXMLCallsSeveralTypes(t *testing.T) {
+	tools := []Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"x":{"type":["integer","boolean"]}},"required":["x"]}`)}}
+	for _, m := range []XMLMarkup{QwenXML, MiniMaxXML} {
+		_, err := XMLCallsIn(tools, false, m)
+		assert.ErrorContains(t, err, "its parser reads the value as the first", m.Format)
+	}
+	_, err := XMLCallsIn(tools, false, GLMXML)
+	assert.NoError(t, err)
+	_, err = XMLCallsIn([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"x":{"type":["integer","null"]}}}`)}}, false, MiniMaxXML)
+	assert.NoError(t, err, "null beside one type is read back")
+}

@@ -404,9 +404,10 @@ func xmlCall(body string, types map[string]map[string]string) (string, json.RawM
 }
 
 // glmCall reads a glm45 call's body, NAME then <arg_key>KEY</arg_key>
-// <arg_value>VALUE</arg_value> pairs (a value cut short ends at the next
-// key or at the end), into the name and the arguments as a JSON object
-// (glmValue); a key given twice keeps its last value.
+// <arg_value>VALUE</arg_value> pairs (a value ends at its close tag, as
+// vLLM's parser reads it, whatever tags it holds; one cut short at the
+// next key or at the end), into the name and the arguments as a JSON
+// object (glmValue); a key given twice keeps its last value.
 func glmCall(body string, types map[string]map[string]string) (string, json.RawMessage) {
 	name, rest, _ := strings.Cut(body, "<arg_key>")
 	name = strings.TrimSpace(name)
@@ -414,8 +415,9 @@ func glmCall(body string, types map[string]map[string]string) (string, json.RawM
 	for rest != "" && len(pairs) < maxToolArgs {
 		key, after, _ := strings.Cut(rest, "</arg_key>")
 		_, value, _ := strings.Cut(after, "<arg_value>")
-		value, rest, _ = strings.Cut(value, "</arg_value>")
-		if i := strings.Index(value, "<arg_key>"); i >= 0 { // cut short
+		var closed bool
+		value, rest, closed = strings.Cut(value, "</arg_value>")
+		if i := strings.Index(value, "<arg_key>"); i >= 0 && !closed { // cut short
 			value, rest = value[:i], value[i+len("<arg_key>"):]
 		} else if _, next, found := strings.Cut(rest, "<arg_key>"); found {
 			rest = next
@@ -430,19 +432,26 @@ func glmCall(body string, types map[string]map[string]string) (string, json.RawM
 
 // glmValue is a glm45 argument's text as JSON, as vLLM's glm45 parser
 // reads it: the text (trimmed) for a string parameter, else the JSON it
-// is, else the text.
+// is (or Python's True, False and None, which its literal_eval fallback
+// reads), else the text.
 func glmValue(text, typ string) json.RawMessage {
 	t := strings.TrimSpace(text)
-	if typ != "string" && json.Valid([]byte(t)) {
-		return json.RawMessage(t)
+	if typ != "string" {
+		if json.Valid([]byte(t)) {
+			return json.RawMessage(t)
+		}
+		if v, ok := map[string]string{"True": "true", "False": "false", "None": "null"}[t]; ok {
+			return json.RawMessage(v)
+		}
 	}
 	return jsonString(t)
 }
 
 // miniMaxCall reads a minimax_m2 invoke (the text after "<invoke"): its
 // name attribute and its <parameter name="KEY">VALUE</parameter>s (a
-// parameter cut short ends at the next one or at the end), each value
-// typed by the tool's schema as qwen_xml's (xmlValue).
+// value ends at its close tag, whatever tags it holds; one cut short at
+// the next parameter or at the end), each value trimmed and typed by the
+// tool's schema as qwen_xml's (xmlValue).
 func miniMaxCall(invoke string, types map[string]map[string]string) (string, json.RawMessage) {
 	name, rest := xmlAttr(invoke, "name")
 	var pairs [][2]string
@@ -455,18 +464,17 @@ func miniMaxCall(invoke string, types map[string]map[string]string) (string, jso
 		end := len(after)
 		if j := strings.Index(after, "</parameter>"); j >= 0 {
 			end = j
-		}
-		if j := strings.Index(after, "<parameter"); j >= 0 && j < end {
+		} else if j := strings.Index(after, "<parameter"); j >= 0 { // cut short
 			end = j
 		}
-		value := strings.TrimSuffix(strings.TrimPrefix(after[:end], "\n"), "\n")
+		value := strings.TrimSpace(after[:end]) // vLLM strips a value
 		rest = strings.TrimPrefix(after[end:], "</parameter>")
 		pairs = append(pairs, [2]string{key, string(xmlValue(value, types[name][key]))})
 	}
 	return name, jsonObject(pairs)
 }
 
-// xmlAttr reads a tag's attribute attr="VALUE" (quotes optional) from s,
+// xmlAttr reads a tag's attribute attr="VALUE" (or 'VALUE', or unquoted) from s,
 // the text after the tag's name, and returns its value and the text after
 // the tag's '>'.
 func xmlAttr(s, attr string) (value, rest string) {
@@ -476,8 +484,11 @@ func xmlAttr(s, attr string) (value, rest string) {
 		return "", rest
 	}
 	v = strings.TrimSpace(v)
-	if q := strings.TrimPrefix(v, `"`); q != v {
-		v, _, _ = strings.Cut(q, `"`)
+	for _, quote := range []string{`"`, "'"} {
+		if q, ok := strings.CutPrefix(v, quote); ok {
+			v, _, _ = strings.Cut(q, quote)
+			break
+		}
 	}
 	return strings.TrimSpace(v), rest
 }
@@ -527,8 +538,8 @@ func xmlValue(text, typ string) json.RawMessage {
 	switch {
 	case typ == "" || typ == "string":
 	case typ == "integer":
-		if _, err := strconv.ParseInt(t, 10, 64); err == nil {
-			return json.RawMessage(t)
+		if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+			return json.RawMessage(strconv.FormatInt(n, 10)) // "+5" and "007" are 5 and 7, as Python's int reads them
 		}
 	case typ == "number":
 		if f, err := strconv.ParseFloat(t, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) {

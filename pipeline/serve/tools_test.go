@@ -75,6 +75,14 @@ func TestToolParser(t *testing.T) {
 			"Checking.\n", []toolCall{obj("get_weather", `{"city":"Paris","days":3,"metric":true}`), obj("get_time", `{"tz":"UTC"}`)}},
 		{ToolsMiniMax, "<minimax:tool_call><invoke name=get_weather><parameter name=days>three</parameter><parameter name=\"at\">null", "",
 			[]toolCall{obj("get_weather", `{"days":"three","at":null}`)}},
+		// A value ends at its close tag whatever tags it holds; quotes
+		// may be single; an integer is written as JSON ("+5" is 5); a
+		// value is trimmed (vLLM strips it).
+		{ToolsMiniMax, "<minimax:tool_call><invoke name='get_weather'><parameter name='city'>\n  see <parameters> here \n</parameter><parameter name=\"days\">+5</parameter></invoke></minimax:tool_call>", "",
+			[]toolCall{obj("get_weather", `{"city":"see \u003cparameters\u003e here","days":5}`)}},
+		{ToolsGLM, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a<arg_key>b</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>True</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>None</arg_value>\n</tool_call>", "",
+			[]toolCall{obj("get_weather", `{"city":"a\u003carg_key\u003eb","metric":true,"opts":null}`)}},
+		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\n007\n</parameter>\n</function>\n</tool_call>", "", []toolCall{obj("get_weather", `{"days":7}`)}},
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			p := newToolParser(c.format, types, false)

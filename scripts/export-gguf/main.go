@@ -237,7 +237,10 @@ func run(dir, out string) error {
 
 // header is the metadata every export writes: the architecture's name,
 // the file type, and the tokenizer as "gpt2" byte-level BPE padded to
-// the vocabulary, its end of sequence the config's first.
+// the vocabulary, its end of sequence the config's first. The
+// pre-tokenizer is named qwen2's, which the bench scripts' tokenizer
+// (loader/tokenizer/testdata/tokenizers/qwen2-tiny) is; a release's own
+// tokenizer (GLM-4.5's glm4, MiniMax-M2's) is not converted.
 func header(l *lm.Loaded, dir, arch string) ([]kv, error) {
 	s := l.Model.Spec()
 	tokens, types, merges, err := vocabulary(filepath.Join(dir, "tokenizer.json"), s.VocabSize)
