@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
-# DeepSeek-V3, FAMILY=glm a GLM-4.5, FAMILY=minimax a MiniMax-M2) on tputool and on llama.cpp's kernels (ollama), same
+# DeepSeek-V3, FAMILY=glm a GLM-4.5, FAMILY=minimax a MiniMax-M2,
+# FAMILY=olmoe an OLMoE) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -47,6 +48,11 @@
 # 200064, untied head) in LAYERS layers (default 1, 9.7 GB bf16; with
 # Q8=1 and Q4=1 the GGUF and ollama's copies take about 38 GB of disk),
 # DIR /tmp/tputool-minimax-bench, run by llama.cpp as its minimax-m2.
+# FAMILY=olmoe: an OlmoeForCausalLM of OLMoE-1B-7B's layer (hidden 2048,
+# 16 heads of 128, q/k norms over whole projections, 64 experts of 1024,
+# top 8 not renormalized; vocab 50304, untied head) in LAYERS layers
+# (default 4, 3.8 GB bf16), DIR /tmp/tputool-olmoe-bench, run by llama.cpp
+# as its olmoe.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -70,7 +76,8 @@ mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
 deepseek) DIR="${DIR:-/tmp/tputool-deepseek-bench}" ;;
 glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
 minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, glm or minimax" >&2; exit 2 ;;
+olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, glm, minimax or olmoe" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -121,6 +128,17 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = minimax ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200064
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = olmoe ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe",
+ "hidden_size": 2048, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 16,
+ "num_key_value_heads": 16, "intermediate_size": 1024, "num_experts": 64, "num_experts_per_tok": 8,
+ "norm_topk_prob": false, "clip_qkv": null, "vocab_size": 50304, "max_position_embeddings": 4096,
+ "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 50304
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
   cat > "$DIR/config.json" <<JSON
 {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",

@@ -1,5 +1,5 @@
-// Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, GLM-4.5
-// (Glm4MoeForCausalLM) or MiniMax-M2 checkpoint (a directory with
+// Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
+// GLM-4.5 (Glm4MoeForCausalLM) or MiniMax-M2 checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -48,6 +48,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
+	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
@@ -115,16 +116,18 @@ func run(dir, out string) error {
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
 	case *qwen3moe.Model:
-		if l.Config.Architecture() == "Qwen3MoeForCausalLM" {
+		switch l.Config.Architecture() {
+		case "Qwen3MoeForCausalLM", "OlmoeForCausalLM":
 			m = x
 		}
 	case *mixtral.Model:
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM and MiniMaxM2ForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM and MiniMaxM2ForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
+	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
 	o, s := m.Options(), m.Spec()
 	if s.SlidingWindow > 0 {
 		return fmt.Errorf("%s: sliding_window %d; export-gguf writes full attention only", dir, s.SlidingWindow)
@@ -143,8 +146,16 @@ func run(dir, out string) error {
 		return err
 	}
 	arch := "qwen3moe"
-	if isMixtral {
+	switch {
+	case isMixtral:
 		arch = "llama"
+	case isOLMoE:
+		// llama.cpp's olmoe: the q/k norms over whole projections, the top
+		// k never renormalized, k_norm as wide as the hidden size.
+		if o.NormTopK || s.KVHeads != s.Heads || o.ClipQKV > 0 {
+			return fmt.Errorf("%s: llama.cpp's olmoe runs multi-head attention without clip_qkv and the top k not renormalized", dir)
+		}
+		arch = "olmoe"
 	}
 	a := arch + "."
 	meta, err := header(l, dir, arch)
