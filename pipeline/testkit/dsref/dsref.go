@@ -32,6 +32,16 @@
 // selection-only correction bias (DeepSeek's router with one group and
 // no scale, computed with the code above).
 //
+// DeepseekV2ForCausalLM (DeepSeek-V2, V2-Lite, V2.5, DeepSeek-Coder-V2)
+// is the same description with V2 set, from
+// models/deepseek_v2/modular_deepseek_v2.py and DeepSeek's own released
+// modeling_deepseek.py: the same MLA, dense first layers, shared experts
+// and tensor names, the rotary on adjacent pairs (computed as the
+// interleaved path above), and the softmax router of DeepseekV2Moe
+// (topk_method "greedy" or "group_limited_greedy", groups scored by their
+// best expert, no correction bias, no renormalisation): see DeepSeek.V2
+// and DeepSeek.RouteV2.
+//
 // For DeepSeek-V3 and GLM-4.5 it also computes the multi-token-prediction
 // (MTP) head as vLLM runs it for speculative decoding
 // (models/deepseek_mtp.py, glm4_moe_mtp.py and the proposer that drives
@@ -57,9 +67,21 @@ import (
 // config says.
 const loraEps = 1e-6
 
-// DeepSeek describes a DeepseekV3ForCausalLM by the fields of its
-// config.json.
+// DeepSeek describes a DeepseekV3ForCausalLM, or with V2 a
+// DeepseekV2ForCausalLM, by the fields of its config.json.
 type DeepSeek struct {
+	// V2 makes it a DeepseekV2ForCausalLM ("model_type": "deepseek_v2"):
+	// the router is DeepseekV2Moe's (RouteV2: softmax scores, TopKMethod,
+	// no e_score_correction_bias tensor, never renormalised, whatever
+	// NormTopK says), the rotary turns adjacent pairs (as RopeInterleave,
+	// whatever it says), and there is no multi-token-prediction head.
+	// Everything else is as DeepSeek-V3's.
+	V2 bool
+	// TopKMethod is topk_method with V2: "greedy" (the TopK best of all
+	// experts) or "group_limited_greedy" (only from the TopKGroup groups
+	// of Groups whose best expert scores highest). Unused without V2
+	// (DeepSeek-V3's "noaux_tc").
+	TopKMethod string
 	// Vocab, Hidden and Layers are vocab_size, hidden_size and
 	// num_hidden_layers; Intermediate is the dense MLP width
 	// (intermediate_size) and MoEIntermediate each routed expert's
@@ -82,13 +104,17 @@ type DeepSeek struct {
 	// MoEIntermediate*Shared.
 	Experts, TopK, Shared int
 	// Groups and TopKGroup are n_group and topk_group: the router only
-	// takes experts from the TopKGroup best of Groups equal groups.
+	// takes experts from the TopKGroup best of Groups equal groups (with
+	// V2 only under "group_limited_greedy").
 	Groups, TopKGroup int
 	// FirstDense is first_k_dense_replace: layers below it have the dense
 	// MLP, the others the MoE block.
 	FirstDense int
 	// NormTopK (norm_topk_prob) divides the chosen experts' weights by
 	// their sum; RoutedScale (routed_scaling_factor) multiplies them.
+	// With V2 NormTopK is ignored and written false: DeepseekV2Moe never
+	// renormalises (transformers ignores norm_topk_prob, and every V2
+	// release has it false).
 	NormTopK    bool
 	RoutedScale float64
 	// Theta is rope_theta; Eps is rms_norm_eps.
@@ -96,7 +122,12 @@ type DeepSeek struct {
 	// RopeInterleave is rope_interleave: the rope dims of q and k hold
 	// interleaved pairs (2j, 2j+1) that transformers regroups into halves
 	// before rotating (apply_rotary_pos_emb_interleave); false rotates the
-	// halves as they come (apply_rotary_pos_emb).
+	// halves as they come (apply_rotary_pos_emb). V2 has no such field:
+	// its apply_rotary_emb turns the adjacent pairs (2j, 2j+1) as complex
+	// numbers and keeps them in place, which differs from the interleaved
+	// path only in the order of the rotated dims within q and k (the same
+	// in both, so every q·k is the same); V2 therefore always takes the
+	// interleaved path and never writes rope_interleave.
 	RopeInterleave bool
 	// Factor > 0 turns on YaRN rope_scaling ("type": "yarn") with factor
 	// Factor, original_max_position_embeddings OrigMax, beta_fast,
@@ -114,7 +145,8 @@ type DeepSeek struct {
 	// embed_tokens (of model.embed_tokens), and a decoder layer of the
 	// model's own kind with the MoE block. It is drawn after everything
 	// else, so the rest of the checkpoint keeps its values. See
-	// Model.MTPLogits.
+	// Model.MTPLogits. V2 has no such head: Write and Load refuse MTP
+	// with V2.
 	MTP bool
 	// Seed makes the weights reproducible.
 	Seed uint64
@@ -146,6 +178,42 @@ func TinyDeepSeekLite() DeepSeek {
 	return c
 }
 
+// TinyDeepSeekV2 is a small DeepSeek-V2 shaped like V2-Lite: no q LoRA
+// (self_attn.q_proj), a dense first layer and two MoE layers of 8
+// experts routed by "group_limited_greedy" from the 2 best of 4 groups
+// (top 3, routed_scaling_factor 1.5, not renormalised), 2 shared
+// experts, and YaRN as V2-Lite's (factor 4 over 16 positions, mscale and
+// mscale_all_dim 0.707: the attention factor of cos and sin is 1, the
+// softmax scale grows by (1 + 0.0707 ln 4)²). It takes 3 experts, more
+// than the open groups, as DeepSeek-V2 does (6 from 3 of 8 groups):
+// groups scored by their best expert always keep the top TopKGroup
+// experts' groups open, so with TopK ≤ TopKGroup the group limit would
+// never change a choice.
+func TinyDeepSeekV2() DeepSeek {
+	return DeepSeek{
+		V2: true, TopKMethod: "group_limited_greedy",
+		Vocab: 96, Hidden: 32, Intermediate: 48, MoEIntermediate: 16, Layers: 3, FirstDense: 1,
+		Heads: 4, QLoraRank: 0, KVLoraRank: 16, QKNope: 8, QKRope: 8, VHead: 12,
+		Experts: 8, TopK: 3, Shared: 2, Groups: 4, TopKGroup: 2, NormTopK: false, RoutedScale: 1.5,
+		Theta: 10000, Eps: 1e-6, RopeInterleave: true,
+		Factor: 4, OrigMax: 16, BetaFast: 32, BetaSlow: 1, MScale: 0.707, MScaleAllDim: 0.707,
+		Seed: 42,
+	}
+}
+
+// TinyDeepSeekV2Greedy is TinyDeepSeekV2 on the other paths: q LoRA (as
+// DeepSeek-V2 and V2.5), "greedy" routing of the top 2 over all 8
+// experts (one group, as V2-Lite's config writes it), and no rope
+// scaling.
+func TinyDeepSeekV2Greedy() DeepSeek {
+	c := TinyDeepSeekV2()
+	c.TopKMethod, c.Groups, c.TopKGroup, c.TopK = "greedy", 1, 1, 2
+	c.QLoraRank = 24
+	c.Factor, c.OrigMax, c.BetaFast, c.BetaSlow, c.MScale, c.MScaleAllDim = 0, 0, 0, 0, 0, 0
+	c.Seed = 43
+	return c
+}
+
 // Dense reports whether layer l has the dense MLP (DeepseekV3DecoderLayer:
 // layer_idx < first_k_dense_replace) rather than the MoE block.
 func (c DeepSeek) Dense(l int) bool { return l < c.FirstDense }
@@ -174,8 +242,8 @@ type Tensor struct {
 }
 
 // Tensors lists the checkpoint tensors with the names of the real
-// DeepSeek-V3 checkpoints, in the order Write draws them: with MTP the
-// head's layer N = Layers last (mtpTensors).
+// DeepSeek-V3 (or with V2 DeepSeek-V2) checkpoints, in the order Write
+// draws them: with MTP the head's layer N = Layers last (mtpTensors).
 func (c DeepSeek) Tensors() []Tensor {
 	H := c.Hidden
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
@@ -250,7 +318,8 @@ func checkMTP(mtp, dense bool, n, firstDense int) error {
 
 // mlpTensors lists layer l's MLP tensors through add (names relative to
 // the layer): the dense SwiGLU below FirstDense, else the router, its
-// correction bias, the routed experts and the shared experts.
+// correction bias (not with V2, whose router has none), the routed
+// experts and the shared experts.
 func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
 	H := c.Hidden
 	if c.Dense(l) {
@@ -260,7 +329,9 @@ func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
 		return
 	}
 	add("mlp.gate.weight", "router", c.Experts, H)
-	add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
+	if !c.V2 {
+		add("mlp.gate.e_score_correction_bias", "ebias", c.Experts)
+	}
 	for e := 0; e < c.Experts; e++ {
 		q := fmt.Sprintf("mlp.experts.%d.", e)
 		add(q+"gate_proj.weight", "linear", c.MoEIntermediate, H)
@@ -321,7 +392,11 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 
 // ConfigJSON returns the config.json, with the fields of
 // deepseek-ai/DeepSeek-V3's less its quantization_config, and
-// num_nextn_predict_layers 1 with MTP, else 0.
+// num_nextn_predict_layers 1 with MTP, else 0. With V2 it has the
+// fields of deepseek-ai/DeepSeek-V2(-Lite)'s instead: DeepseekV2ForCausalLM,
+// model_type deepseek_v2, scoring_func softmax, topk_method TopKMethod,
+// norm_topk_prob false, and no rope_interleave or
+// num_nextn_predict_layers.
 func (c DeepSeek) ConfigJSON() map[string]any {
 	j := map[string]any{
 		"architectures":            []string{"DeepseekV3ForCausalLM"},
@@ -364,6 +439,15 @@ func (c DeepSeek) ConfigJSON() map[string]any {
 	if c.QLoraRank > 0 {
 		j["q_lora_rank"] = c.QLoraRank
 	}
+	if c.V2 {
+		j["architectures"] = []string{"DeepseekV2ForCausalLM"}
+		j["model_type"] = "deepseek_v2"
+		j["scoring_func"] = "softmax"
+		j["topk_method"] = c.TopKMethod
+		j["norm_topk_prob"] = false
+		delete(j, "rope_interleave")
+		delete(j, "num_nextn_predict_layers")
+	}
 	if c.Factor > 0 {
 		j["rope_scaling"] = map[string]any{
 			"type":                             "yarn",
@@ -388,12 +472,40 @@ func mtpLayers(mtp bool) int {
 
 // Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1,
 // as config.json says) and dir/model.safetensors in float32, with values
-// drawn from lmckpt.NewRand(Seed) in the order of Tensors.
+// drawn from lmckpt.NewRand(Seed) in the order of Tensors. It refuses a
+// description that check refuses.
 func (c DeepSeek) Write(dir string) error {
-	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
+	if err := c.check(); err != nil {
 		return err
 	}
 	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
+}
+
+// check refuses what this package does not compute: a dense
+// multi-token-prediction layer (checkMTP), and with V2 a head at all, a
+// topk_method other than "greedy" and "group_limited_greedy", or (with
+// "group_limited_greedy") groups that do not split the experts evenly or
+// fewer open groups than 1 or more than there are.
+func (c DeepSeek) check() error {
+	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
+		return err
+	}
+	if !c.V2 {
+		return nil
+	}
+	if c.MTP {
+		return fmt.Errorf("dsref: DeepSeek-V2 has no multi-token-prediction head")
+	}
+	switch c.TopKMethod {
+	case "greedy":
+	case "group_limited_greedy":
+		if c.Groups < 1 || c.Experts%c.Groups != 0 || c.TopKGroup < 1 || c.TopKGroup > c.Groups {
+			return fmt.Errorf("dsref: group_limited_greedy over %d experts in %d groups, %d open", c.Experts, c.Groups, c.TopKGroup)
+		}
+	default:
+		return fmt.Errorf("dsref: DeepSeek-V2 topk_method %q, want greedy or group_limited_greedy", c.TopKMethod)
+	}
+	return nil
 }
 
 // draw returns t's values: a copy of the earlier tensor's values when
@@ -508,6 +620,14 @@ func yarnMScale(scale, mscale float64) float64 {
 // SoftmaxScale is DeepseekV3Attention's scaling: (QKNope+QKRope)^-0.5,
 // multiplied with YaRN by mscale² where mscale = yarn_get_mscale(Factor,
 // MScaleAllDim), when MScaleAllDim is not 0.
+//
+// V2 gets the same. There the reference follows DeepSeek's released
+// modeling_deepseek.py (DeepseekV2Attention.__init__ multiplies
+// softmax_scale by mscale² from rope_scaling's mscale_all_dim), which
+// vLLM and llama.cpp also do, rather than transformers'
+// DeepseekV2Attention, whose scaling is (QKNope+QKRope)^-0.5 alone: the
+// released weights were trained and are served with the factor, and a
+// model without YaRN (or with mscale_all_dim 0) is the same either way.
 func (c DeepSeek) SoftmaxScale() float64 {
 	s := 1 / math.Sqrt(float64(c.QKNope+c.QKRope))
 	if c.Factor > 0 && c.MScaleAllDim != 0 {
@@ -518,7 +638,7 @@ func (c DeepSeek) SoftmaxScale() float64 {
 }
 
 // rotate returns the rope dims v [QKRope] of a query or key head at
-// position pos: with RopeInterleave first regrouped as transformers'
+// position pos: with RopeInterleave (or V2) first regrouped as transformers'
 // apply_rotary_pos_emb_interleave does (view [d/2, 2], transpose, so the
 // even entries come first, then the odd ones), then rotated by
 // rotate-half (x·cos + rotate_half(x)·sin, cos and sin being
@@ -527,7 +647,7 @@ func (c DeepSeek) SoftmaxScale() float64 {
 func (c DeepSeek) rotate(v []float64, pos int, inv []float64, attnFactor float64) []float64 {
 	half := len(v) / 2
 	x := append([]float64(nil), v...)
-	if c.RopeInterleave {
+	if c.RopeInterleave || c.V2 {
 		for j := 0; j < half; j++ {
 			x[j], x[half+j] = v[2*j], v[2*j+1]
 		}
@@ -565,7 +685,15 @@ func rotateHalf(x []float64, pos int, inv []float64, attnFactor float64) []float
 // scores, without the bias, divided by their sum + 1e-20 when NormTopK,
 // times RoutedScale. ids come in decreasing order of choice value. A nil
 // bias is a zero one.
+//
+// With V2 it is RouteV2, and bias must be nil (V2's router has none).
 func (c DeepSeek) Route(logits, bias []float64) (ids []int, weights []float64) {
+	if c.V2 {
+		if bias != nil {
+			panic("dsref: DeepSeek-V2's router has no correction bias")
+		}
+		return c.RouteV2(logits)
+	}
 	E := c.Experts
 	scores := make([]float64, E)
 	choice := make([]float64, E)
@@ -611,6 +739,53 @@ func (c DeepSeek) Route(logits, bias []float64) (ids []int, weights []float64) {
 	return ids, weights
 }
 
+// RouteV2 is DeepseekV2Moe.route_tokens_to_experts on one token's router
+// logits (gate(x) in float32, [Experts]), whatever V2 says: scores =
+// softmax(logits) over all experts. TopKMethod "greedy" takes the TopK
+// largest scores. "group_limited_greedy" splits the experts into Groups
+// equal groups, scores each group by its largest score (not by the sum
+// of its two largest, as DeepSeek-V3), keeps the TopKGroup best groups
+// open, sets the closed groups' scores to 0 (masked_fill 0.0), and takes
+// the TopK largest of those. Ties go to the lower index. The weights are
+// the taken (masked) scores times RoutedScale, never renormalised
+// (NormTopK is ignored); an open expert's masked score is its score,
+// and the scores are positive, so a closed expert is taken, with weight
+// 0, only when the open groups hold fewer than TopK experts. ids come in
+// decreasing order of score.
+func (c DeepSeek) RouteV2(logits []float64) (ids []int, weights []float64) {
+	E := c.Experts
+	scores := lmckpt.Softmax64(logits[:E])
+	masked := scores
+	switch c.TopKMethod {
+	case "greedy":
+	case "group_limited_greedy":
+		groups := max(c.Groups, 1)
+		per := E / groups
+		best := make([]float64, groups)
+		for g := range best {
+			best[g] = slices.Max(scores[g*per : (g+1)*per])
+		}
+		open := make([]bool, groups)
+		for _, g := range topIndices(best, max(c.TopKGroup, 1)) {
+			open[g] = true
+		}
+		masked = make([]float64, E)
+		for e := range masked {
+			if open[e/per] {
+				masked[e] = scores[e]
+			}
+		}
+	default:
+		panic(fmt.Sprintf("dsref: DeepSeek-V2 topk_method %q", c.TopKMethod))
+	}
+	ids = topIndices(masked, c.TopK)
+	weights = make([]float64, len(ids))
+	for j, e := range ids {
+		weights[j] = masked[e] * c.RoutedScale
+	}
+	return ids, weights
+}
+
 // topIndices returns the indices of the k largest values of v, largest
 // first, the lower index first among equal values.
 func topIndices(v []float64, k int) []int {
@@ -647,7 +822,7 @@ type Model struct {
 // names) as float64, checking that every tensor of Tensors is there with
 // its size.
 func (c DeepSeek) Load(dir string) (*Model, error) {
-	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
+	if err := c.check(); err != nil {
 		return nil, err
 	}
 	w, err := readWeights(dir, c.Tensors())
@@ -689,20 +864,24 @@ func (m *Model) get(name string) []float64 {
 // Experts returns the ids of the routed experts that the MoE block of
 // layer l chooses for its input h (the post_attention_layernorm output,
 // [Hidden]), in decreasing order of choice value, as Route chooses them
-// from the layer's mlp.gate.weight and mlp.gate.e_score_correction_bias.
-// It panics on a dense layer.
+// from the layer's mlp.gate.weight and mlp.gate.e_score_correction_bias
+// (with V2 from mlp.gate.weight alone). It panics on a dense layer.
 func (m *Model) Experts(l int, h []float64) []int {
 	ids, _ := m.route(l, h)
 	return ids
 }
 
-// route is Route on the router logits of layer l for input h.
+// route is Route on the router logits of layer l for input h, with the
+// layer's correction bias (none with V2).
 func (m *Model) route(l int, h []float64) ([]int, []float64) {
 	if m.C.Dense(l) {
 		panic(fmt.Sprintf("dsref: layer %d is dense", l))
 	}
 	p := fmt.Sprintf("model.layers.%d.mlp.gate.", l)
 	logits := lmckpt.Linear64(h, m.get(p+"weight"), nil)
+	if m.C.V2 {
+		return m.C.Route(logits, nil)
+	}
 	return m.C.Route(logits, m.get(p+"e_score_correction_bias"))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/cmplx"
 	"os"
 	"path/filepath"
 	"slices"
@@ -2289,5 +2290,389 @@ func TestMTPReadsModelHeadAndEmbedding(t *testing.T) {
 				t.Errorf("moving token %d's embedding moves the last row by %g only", last, d)
 			}
 		})
+	}
+}
+
+// ----------------------------------------------------------------------------
+// DeepseekV2ForCausalLM
+
+// v2Flavours are the tiny DeepSeek-V2 descriptions.
+func v2Flavours() []DeepSeek { return []DeepSeek{TinyDeepSeekV2(), TinyDeepSeekV2Greedy()} }
+
+// TestRouteV2HandMade: DeepseekV2Moe.route_tokens_to_experts on softmax
+// scores chosen by hand (logits ln s + 3: the shift leaves the softmax
+// alone). Groups {0,1} {2,3} {4,5} {6,7} hold (0.30, 0.01) (0.14, 0.13)
+// (0.20, 0.02) (0.10, 0.10); 3 experts are taken from the 2 best groups.
+//
+//   - unrestricted ("greedy"): 0, 4, 2;
+//   - groups scored by their best expert (0.30, 0.14, 0.20, 0.10): groups
+//     0 and 2 stay open and the third expert is 5 (0.02), not 2;
+//   - DeepSeek-V3's rule on the same scores (sum of the two best: 0.31,
+//     0.27, 0.22, 0.20) would open groups 0 and 1 and take 0, 2, 3.
+//
+// The weights are the scores times routed_scaling_factor 1.5 with no
+// renormalisation (they sum to 0.96 or 0.78, not 1.5), norm_topk_prob
+// or not.
+func TestRouteV2HandMade(t *testing.T) {
+	check := func(what string, ids []int, w []float64, wantIDs []int, wantW []float64) {
+		t.Helper()
+		if !slices.Equal(ids, wantIDs) {
+			t.Errorf("%s: experts %v, want %v", what, ids, wantIDs)
+			return
+		}
+		for j := range w {
+			if math.Abs(w[j]-wantW[j]) > 1e-12 {
+				t.Errorf("%s: weights %v, want %v", what, w, wantW)
+				return
+			}
+		}
+	}
+	s := []float64{0.30, 0.01, 0.14, 0.13, 0.20, 0.02, 0.10, 0.10}
+	logits := make([]float64, len(s))
+	for i, v := range s {
+		logits[i] = math.Log(v) + 3
+	}
+	grouped := DeepSeek{V2: true, TopKMethod: "group_limited_greedy", Experts: 8, TopK: 3, Groups: 4, TopKGroup: 2, RoutedScale: 1.5}
+	greedy := grouped
+	greedy.TopKMethod = "greedy"
+	ids, w := grouped.Route(logits, nil)
+	check("group_limited_greedy", ids, w, []int{0, 4, 5}, []float64{0.30 * 1.5, 0.20 * 1.5, 0.02 * 1.5})
+	ids, w = greedy.Route(logits, nil)
+	check("greedy", ids, w, []int{0, 4, 2}, []float64{0.30 * 1.5, 0.20 * 1.5, 0.14 * 1.5})
+	// norm_topk_prob changes nothing in V2.
+	normed := grouped
+	normed.NormTopK = true
+	ids, w = normed.Route(logits, nil)
+	check("norm_topk_prob ignored", ids, w, []int{0, 4, 5}, []float64{0.30 * 1.5, 0.20 * 1.5, 0.02 * 1.5})
+	// RouteV2 routes as V2 whatever V2 says; Route without V2 is V3's.
+	v3 := grouped
+	v3.V2 = false
+	ids, w = v3.RouteV2(logits)
+	check("RouteV2 without V2", ids, w, []int{0, 4, 5}, []float64{0.30 * 1.5, 0.20 * 1.5, 0.02 * 1.5})
+	ids, w = v3.Route(logit(s), nil)
+	check("V3's sum of two on the same scores", ids, w, []int{0, 2, 3}, []float64{0.30 * 1.5, 0.14 * 1.5, 0.13 * 1.5})
+	// Top 2 from one of 2 groups of 4, (0.30, 0.01, 0.02, 0.03) and
+	// (0.20, 0.19, 0.15, 0.10): the group-max rule opens group 0 (0.30
+	// against 0.20) and takes 0 and 3; V3's sum of two opens group 1
+	// (0.39 against 0.33) and takes 4 and 5; greedy takes 0 and 4.
+	s2 := []float64{0.30, 0.01, 0.02, 0.03, 0.20, 0.19, 0.15, 0.10}
+	logits2 := make([]float64, len(s2))
+	for i, v := range s2 {
+		logits2[i] = math.Log(v)
+	}
+	g2 := DeepSeek{V2: true, TopKMethod: "group_limited_greedy", Experts: 8, TopK: 2, Groups: 2, TopKGroup: 1, RoutedScale: 1}
+	ids, w = g2.Route(logits2, nil)
+	check("one of two groups", ids, w, []int{0, 3}, []float64{0.30, 0.03})
+	g2.TopKMethod = "greedy"
+	ids, w = g2.Route(logits2, nil)
+	check("one of two groups, greedy", ids, w, []int{0, 4}, []float64{0.30, 0.20})
+	g2.V2 = false
+	ids, _ = g2.Route(logit(s2), nil)
+	check("one of two groups, V3's rule", ids, nil, []int{4, 5}, nil)
+	// One open group of 2 and TopK 3: the third expert is a closed one,
+	// masked to 0, so its weight is 0.
+	one := grouped
+	one.TopKGroup = 1
+	ids, w = one.Route(logits, nil)
+	if !slices.Equal(ids[:2], []int{0, 1}) || ids[2] < 2 || w[2] != 0 || math.Abs(w[1]-0.015) > 1e-12 {
+		t.Errorf("one open group: experts %v weights %v, want 0, 1, a closed one at weight 0", ids, w)
+	}
+	// A real V2 scale: DeepSeek-V2's routed_scaling_factor 16 multiplies
+	// the softmax scores as they are.
+	full := greedy
+	full.RoutedScale = 16
+	ids, w = full.Route(logits, nil)
+	check("scale 16", ids, w, []int{0, 4, 2}, []float64{0.30 * 16, 0.20 * 16, 0.14 * 16})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Errorf("Route took a correction bias for DeepSeek-V2")
+			}
+		}()
+		grouped.Route(logits, make([]float64, 8))
+	}()
+}
+
+// TestV2MoEBlockHandMade: DeepseekV2Moe on a hand-built block of 4
+// experts of width 1 in 2 groups, one open, top 2, scale 2, with a
+// shared expert and no correction bias tensor: router logits
+// (x0, x1, -x0, -x1) at x = (0.8, 0.3) give softmax scores with the best
+// in group 0, so experts 0 and 1 win with weights 2·s0 and 2·s1, not
+// renormalised.
+func TestV2MoEBlockHandMade(t *testing.T) {
+	c := DeepSeek{V2: true, TopKMethod: "group_limited_greedy", Hidden: 2, MoEIntermediate: 1, Layers: 1,
+		Experts: 4, TopK: 2, Shared: 1, Groups: 2, TopKGroup: 1, RoutedScale: 2}
+	p := "model.layers.0.mlp."
+	w := map[string][]float64{
+		p + "gate.weight":                     {1, 0, 0, 1, -1, 0, 0, -1},
+		p + "shared_experts.gate_proj.weight": {0, 1},
+		p + "shared_experts.up_proj.weight":   {0, 1},
+		p + "shared_experts.down_proj.weight": {0, 1},
+	}
+	g, d := []float64{0.5, -1, 2, 1.5}, []float64{1, 2, 3, 4}
+	for e := range 4 {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		w[q+"gate_proj.weight"] = []float64{g[e], 0}
+		w[q+"up_proj.weight"] = []float64{1, 1}
+		w[q+"down_proj.weight"] = []float64{d[e], 0}
+	}
+	m := &Model{C: c, W: w}
+	x := []float64{0.8, 0.3}
+	silu := func(v float64) float64 { return v / (1 + math.Exp(-v)) }
+	z := math.Exp(0.8) + math.Exp(0.3) + math.Exp(-0.8) + math.Exp(-0.3)
+	s0, s1 := math.Exp(0.8)/z, math.Exp(0.3)/z
+	want := []float64{
+		2*s0*d[0]*silu(g[0]*0.8)*1.1 + 2*s1*d[1]*silu(g[1]*0.8)*1.1,
+		silu(0.3) * 0.3,
+	}
+	got := m.moe(0, p, x)
+	if math.Abs(got[0]-want[0]) > 1e-12 || math.Abs(got[1]-want[1]) > 1e-12 {
+		t.Errorf("moe %v, want %v", got, want)
+	}
+	if ids := m.Experts(0, x); !slices.Equal(ids, []int{0, 1}) {
+		t.Errorf("experts %v, want [0 1]", ids)
+	}
+}
+
+// TestV2RotaryIsAdjacentPairs: DeepSeek-V2's apply_rotary_emb turns each
+// pair (2j, 2j+1) in place as the complex number v[2j] + i·v[2j+1] times
+// attention_factor·e^{i·pos·inv_j}. rotate gives the same numbers in
+// the regrouped order (evens' results first), so every q·k is the same;
+// V2 takes that path even where RopeInterleave is false.
+func TestV2RotaryIsAdjacentPairs(t *testing.T) {
+	c := TinyDeepSeekV2()
+	c.RopeInterleave = false
+	inv, af := c.RopeFreqs()
+	R := c.QKRope
+	pairs := func(v []float64, pos int) []float64 {
+		out := make([]float64, R)
+		for j := 0; j < R/2; j++ {
+			z := complex(v[2*j], v[2*j+1]) * complex(af, 0) * cmplx.Exp(complex(0, float64(pos)*inv[j]))
+			out[2*j], out[2*j+1] = real(z), imag(z)
+		}
+		return out
+	}
+	dot := func(a, b []float64) float64 {
+		s := 0.0
+		for i := range a {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	q, k := make([]float64, R), make([]float64, R)
+	for i := range q {
+		q[i], k[i] = math.Sin(float64(3*i+1)), math.Cos(float64(5*i+2))
+	}
+	for _, pos := range [][2]int{{0, 0}, {7, 3}, {40, 1}, {63, 62}} {
+		rq, rk := c.rotate(q, pos[0], inv, af), c.rotate(k, pos[1], inv, af)
+		pq, pk := pairs(q, pos[0]), pairs(k, pos[1])
+		for j := 0; j < R/2; j++ {
+			if math.Abs(rq[j]-pq[2*j]) > 1e-12 || math.Abs(rq[R/2+j]-pq[2*j+1]) > 1e-12 {
+				t.Fatalf("positions %v: rotate %v, adjacent pairs %v", pos, rq, pq)
+			}
+		}
+		if d := dot(rq, rk) - dot(pq, pk); math.Abs(d) > 1e-12 {
+			t.Errorf("positions %v: q·k differs by %g", pos, d)
+		}
+	}
+	// And on the whole model: RopeInterleave does not matter for V2.
+	_, m := load(t, TinyDeepSeekV2())
+	flip := *m
+	flip.C.RopeInterleave = false
+	if d := maxAbsDiff(flip.Logits(testTokens[:6]), m.Logits(testTokens[:6])); d != 0 {
+		t.Errorf("V2 with rope_interleave false differs by %g", d)
+	}
+}
+
+// TestV2RopeParameters: V2-Lite's mscale and mscale_all_dim are equal
+// (0.707), so the attention factor of cos and sin is 1 and the softmax
+// scale is (8+8)^-0.5·(1 + 0.1·0.707·ln 4)²: DeepSeek's released code
+// (and vLLM's), not transformers' DeepseekV2Attention, which leaves the
+// mscale² out. Without YaRN it is 16^-0.5.
+func TestV2RopeParameters(t *testing.T) {
+	c := TinyDeepSeekV2()
+	if _, af := c.RopeFreqs(); af != 1 {
+		t.Errorf("attention factor %g, want 1", af)
+	}
+	m := 1 + 0.0707*math.Log(4)
+	if got, want := c.SoftmaxScale(), m*m/4; math.Abs(got-want) > 1e-15 {
+		t.Errorf("softmax scale %g, want %g", got, want)
+	}
+	if got := TinyDeepSeekV2Greedy().SoftmaxScale(); got != 0.25 {
+		t.Errorf("softmax scale without YaRN %g, want 0.25", got)
+	}
+}
+
+// wantV2Tensors is wantTensors for the tiny V2 models: no
+// mlp.gate.e_score_correction_bias, and 2 shared experts (width 32).
+func wantV2Tensors(qLora bool) map[string][]int {
+	w := wantTensors(qLora, false, false)
+	for _, l := range []int{1, 2} {
+		p := fmt.Sprintf("model.layers.%d.mlp.", l)
+		delete(w, p+"gate.e_score_correction_bias")
+		w[p+"shared_experts.gate_proj.weight"] = []int{32, 32}
+		w[p+"shared_experts.up_proj.weight"] = []int{32, 32}
+		w[p+"shared_experts.down_proj.weight"] = []int{32, 32}
+	}
+	return w
+}
+
+// TestV2Checkpoint: the tiny V2 checkpoints hold exactly the tensors of
+// DeepSeek-V2's releases (no correction bias), and config.json says what
+// DeepSeek-V2(-Lite)'s do: DeepseekV2ForCausalLM, deepseek_v2, softmax
+// scoring, the topk_method, norm_topk_prob false, n_group and
+// topk_group, and neither rope_interleave nor num_nextn_predict_layers.
+// Write refuses MTP and unknown or uneven routing with V2.
+func TestV2Checkpoint(t *testing.T) {
+	for _, c := range v2Flavours() {
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range c.Tensors() {
+			if strings.Contains(tn.Name, "e_score_correction_bias") {
+				t.Errorf("Tensors lists %s", tn.Name)
+			}
+		}
+		ck, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantV2Tensors(c.QLoraRank > 0)
+		if got, names := ck.Names(), slices.Sorted(maps.Keys(want)); !slices.Equal(got, names) {
+			t.Errorf("seed %d: tensors:\n%s\nwant:\n%s", c.Seed, strings.Join(got, "\n"), strings.Join(names, "\n"))
+		}
+		for name, shape := range want {
+			info, ok := ck.Info(name)
+			if ok && (!slices.Equal(info.Shape, shape) || info.DType != safetensors.F32) {
+				t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+			}
+		}
+		ck.Close()
+
+		var cfg map[string]any
+		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]any{
+			"model_type": "deepseek_v2", "scoring_func": "softmax", "topk_method": c.TopKMethod,
+			"norm_topk_prob": false, "n_group": float64(c.Groups), "topk_group": float64(c.TopKGroup),
+			"num_experts_per_tok": float64(c.TopK), "n_routed_experts": 8.0, "n_shared_experts": 2.0,
+			"moe_intermediate_size": 16.0, "first_k_dense_replace": 1.0, "routed_scaling_factor": 1.5,
+			"kv_lora_rank": 16.0, "qk_nope_head_dim": 8.0, "qk_rope_head_dim": 8.0, "v_head_dim": 12.0,
+			"num_key_value_heads": 4.0, "tie_word_embeddings": false,
+		} {
+			if cfg[key] != want {
+				t.Errorf("seed %d: config %s = %v, want %v", c.Seed, key, cfg[key], want)
+			}
+		}
+		for _, key := range []string{"rope_interleave", "num_nextn_predict_layers"} {
+			if _, ok := cfg[key]; ok {
+				t.Errorf("seed %d: config has %s", c.Seed, key)
+			}
+		}
+		if archs, _ := cfg["architectures"].([]any); len(archs) != 1 || archs[0] != "DeepseekV2ForCausalLM" {
+			t.Errorf("architectures %v", cfg["architectures"])
+		}
+		if (c.QLoraRank > 0) != (cfg["q_lora_rank"] != nil) {
+			t.Errorf("q_lora_rank %v", cfg["q_lora_rank"])
+		}
+		rs, _ := cfg["rope_scaling"].(map[string]any)
+		if (c.Factor > 0) != (rs != nil) || rs != nil && (rs["type"] != "yarn" || rs["factor"] != 4.0 ||
+			rs["original_max_position_embeddings"] != 16.0 || rs["mscale"] != 0.707 || rs["mscale_all_dim"] != 0.707 ||
+			cfg["max_position_embeddings"] != 64.0) {
+			t.Errorf("rope_scaling %v, max_position_embeddings %v", cfg["rope_scaling"], cfg["max_position_embeddings"])
+		}
+	}
+	for what, c := range map[string]DeepSeek{
+		"MTP":                  func() DeepSeek { c := TinyDeepSeekV2(); c.MTP = true; return c }(),
+		"noaux_tc":             func() DeepSeek { c := TinyDeepSeekV2(); c.TopKMethod = "noaux_tc"; return c }(),
+		"no topk_method":       func() DeepSeek { c := TinyDeepSeekV2(); c.TopKMethod = ""; return c }(),
+		"3 groups of 8":        func() DeepSeek { c := TinyDeepSeekV2(); c.Groups = 3; return c }(),
+		"more open than there": func() DeepSeek { c := TinyDeepSeekV2(); c.TopKGroup = 5; return c }(),
+	} {
+		if err := c.Write(t.TempDir()); err == nil {
+			t.Errorf("Write took DeepSeek-V2 with %s", what)
+		}
+	}
+}
+
+// TestV2Logits: the tiny V2 models write, load and run causally with
+// finite, O(1) logits, independent of the starting position; and a V2
+// checkpoint is read back by the V2 description only (the V3 one wants
+// the correction bias).
+func TestV2Logits(t *testing.T) {
+	for _, c := range v2Flavours() {
+		dir, m := load(t, c)
+		checkCausal(t, c.Seed, c.Vocab, m.Logits)
+		if d := maxAbsDiff(m.logits(testTokens, 37), m.Logits(testTokens)); d > 1e-9 {
+			t.Errorf("seed %d: shifting the positions moves the logits by %g", c.Seed, d)
+		}
+		v3 := c
+		v3.V2 = false
+		if _, err := v3.Load(dir); err == nil || !strings.Contains(err.Error(), "e_score_correction_bias") {
+			t.Errorf("seed %d: loading a V2 checkpoint as V3: %v", c.Seed, err)
+		}
+	}
+}
+
+// TestV2RoutingMatters: on the real MoE inputs of TinyDeepSeekV2,
+// Experts is RouteV2 on the layer's router logits, and both the group
+// limit (against "greedy") and the group-max rule (against V3's sum of
+// the two best, on the same scores) change the experts of some inputs.
+// The logits then differ from the same weights routed as DeepSeek-V3
+// (sigmoid scores, sum-of-two groups, zero correction bias, not
+// renormalised) and from the same weights routed greedily, so the V2
+// router is what the logits test.
+func TestV2RoutingMatters(t *testing.T) {
+	c := TinyDeepSeekV2()
+	_, m := load(t, c)
+	greedy := c
+	greedy.TopKMethod = "greedy"
+	sumOfTwo := c
+	sumOfTwo.V2 = false
+	var n, byGroups, byRule int
+	set := func(v []int) []int { v = slices.Clone(v); slices.Sort(v); return v }
+	m.moeInput = func(l int, h []float64) {
+		n++
+		logits := lmckpt.Linear64(h, m.W[fmt.Sprintf("model.layers.%d.mlp.gate.weight", l)], nil)
+		ids, _ := c.RouteV2(logits)
+		if got := m.Experts(l, h); !slices.Equal(got, ids) {
+			t.Fatalf("Experts %v, RouteV2 %v", got, ids)
+		}
+		if g, _ := greedy.RouteV2(logits); !slices.Equal(set(g), set(ids)) {
+			byGroups++
+		}
+		// V3's Route on logit(softmax) sees the same scores through its
+		// sigmoid and groups them by the sum of the two best.
+		if v3, _ := sumOfTwo.Route(logit(lmckpt.Softmax64(logits)), nil); !slices.Equal(set(v3), set(ids)) {
+			byRule++
+		}
+	}
+	v2Logits := m.Logits(testTokens)
+	m.moeInput = nil
+	if want := len(testTokens) * (c.Layers - c.FirstDense); n != want {
+		t.Errorf("%d MoE inputs, want %d", n, want)
+	}
+	if byGroups == 0 || byRule == 0 {
+		t.Errorf("of %d MoE inputs the group limit changes %d choices, the group-max rule %d", n, byGroups, byRule)
+	}
+	t.Logf("of %d MoE inputs the group limit changes %d choices, the group-max rule (against V3's) %d", n, byGroups, byRule)
+
+	w := maps.Clone(m.W)
+	for l := c.FirstDense; l < c.Layers; l++ {
+		w[fmt.Sprintf("model.layers.%d.mlp.gate.e_score_correction_bias", l)] = make([]float64, c.Experts)
+	}
+	asV3 := &Model{C: sumOfTwo, W: w}
+	if d := maxAbsDiff(asV3.Logits(testTokens), v2Logits); d < 1e-3 {
+		t.Errorf("routing as DeepSeek-V3 moves the logits by %g only", d)
+	}
+	asGreedy := &Model{C: greedy, W: m.W}
+	if d := maxAbsDiff(asGreedy.Logits(testTokens), v2Logits); d < 1e-3 {
+		t.Errorf("routing greedily moves the logits by %g only", d)
 	}
 }
