@@ -52,8 +52,8 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 		Long: `Generate a continuation of each prompt with a Hugging Face causal language model
 (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Gemma3ForCausalLM,
 Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
-DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM,
-OlmoeForCausalLM,
+DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM,
+MiniMaxM2ForCausalLM, OlmoeForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
 Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
 Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM), from a local

@@ -42,6 +42,19 @@
 // never has one), optional per-head q/k norms (use_qk_norm), and the
 // rotary embedding on the first half of each head's dims
 // (partial_rotary_factor, 0.5 by default) in the rotate-half convention.
+//
+// DeepseekV2ForCausalLM (models/deepseek_v2: DeepSeek-V2, V2-Lite, V2.5,
+// DeepSeek-Coder-V2; "DeepSeek-V2" arXiv:2405.04434) is the same MLA with
+// the rotary always on adjacent pairs, and an older router: softmax
+// scores without a correction bias, the num_experts_per_tok best
+// (topk_method "greedy") or the best within the topk_group groups whose
+// best expert scores highest ("group_limited_greedy"), weighed by their
+// scores times routed_scaling_factor, never renormalized. Its softmax
+// scale follows DeepSeek's released modeling code (and vLLM's and
+// llama.cpp's): times mscale² under YaRN with mscale_all_dim, as for
+// DeepSeek-V3. transformers' DeepseekV2Attention leaves that factor out,
+// so on a YaRN config (every V2 release has one) its attention is sharper
+// than the one the checkpoints were trained with.
 package deepseek
 
 import (
@@ -62,11 +75,13 @@ import (
 
 func init() {
 	lm.Register("DeepseekV3ForCausalLM", New)
+	lm.Register("DeepseekV2ForCausalLM", New)
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 	lm.Register("Glm4MoeForCausalLM", New)
 }
 
-// Config is a DeepseekV3ForCausalLM or Glm4MoeLiteForCausalLM config.json.
+// Config is a DeepseekV3ForCausalLM, DeepseekV2ForCausalLM or
+// Glm4MoeLiteForCausalLM config.json.
 type Config struct {
 	Architectures         []string      `json:"architectures"`
 	ModelType             string        `json:"model_type"`
@@ -132,6 +147,10 @@ type Defaults struct {
 	// partial_rotary_factor (GLM-4.5's attention; MLA has neither).
 	KVHeads       int
 	PartialRotary float64
+	// BOS and EOS are the class's bos_token_id and eos_token_id.
+	BOS, EOS int
+	// V2 selects DeepSeek-V2's router (Options.V2).
+	V2 bool
 }
 
 var (
@@ -140,7 +159,17 @@ var (
 		Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
 		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
 		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
-		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096, BOS: 0, EOS: 1,
+	}
+	// V2Defaults are DeepseekV2Config's, which inherits LlamaConfig's
+	// sizes. num_experts_per_tok has no default (0: the config must say),
+	// nor have n_group and topk_group (read only by
+	// group_limited_greedy).
+	V2Defaults = Defaults{
+		Vocab: 32000, Hidden: 4096, Intermediate: 11008, MoEIntermediate: 1407, Layers: 32, Heads: 32,
+		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
+		Experts: 64, Shared: 2, Groups: 1, TopKGroup: 1,
+		RoutedScale: 1, Theta: 10000, Eps: 1e-6, MaxPositions: 2048, BOS: 1, EOS: 2, V2: true,
 	}
 	// GLMLiteDefaults are Glm4MoeLiteConfig's (GLM-4.7-Flash's sizes);
 	// FirstDense is its mlp_layer_types default, one dense layer first.
@@ -148,7 +177,7 @@ var (
 		Vocab: 154880, Hidden: 2048, Intermediate: 10240, MoEIntermediate: 1536, Layers: 47, Heads: 20,
 		QLora: 768, KVLora: 512, QKNope: 192, QKRope: 64, VHead: 256,
 		Experts: 64, TopK: 4, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
-		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752,
+		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752, BOS: 0, EOS: 1,
 	}
 	// GLMDefaults are Glm4MoeConfig's (the sizes of GLM-4.5-Air, with one
 	// dense layer first and one expert group).
@@ -183,6 +212,10 @@ type Options struct {
 	Experts, TopK, MoEIntermediate, Shared, Groups, TopKGroup int
 	NormTopK                                                  bool
 	RoutedScale                                               float64
+	// V2 is DeepSeek-V2's router: softmax scores and no correction bias;
+	// with Groups > 1 (group_limited_greedy) each group ranked by its best
+	// expert's score; the weights never renormalized (NormTopK false).
+	V2 bool
 	// Sparse[i] reports that layer i has the MoE block (else the dense
 	// MLP): from first_k_dense_replace on (DeepSeek-V3), or where
 	// mlp_layer_types says "sparse" (GLM-4.7-Flash; without the field its
@@ -193,8 +226,8 @@ type Options struct {
 	MTPLayers int
 }
 
-// Resolve reads a DeepSeek-V3, GLM-4.7-Flash or GLM-4.5 config.json,
-// with its class's defaults.
+// Resolve reads a DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash or GLM-4.5
+// config.json, with its class's defaults.
 func Resolve(cfg *config.File) (Options, error) {
 	if cfg.Architecture() == "Glm4MoeForCausalLM" {
 		return resolveGLM(cfg)
@@ -207,9 +240,11 @@ func Resolve(cfg *config.File) (Options, error) {
 	d, lite := V3Defaults, cfg.Architecture() == "Glm4MoeLiteForCausalLM"
 	if lite {
 		d = GLMLiteDefaults
+	} else if cfg.Architecture() == "DeepseekV2ForCausalLM" {
+		d = V2Defaults
 	}
 	if c.AttentionBias {
-		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek-V3's projections have no biases", where)
+		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek's projections have no biases", where)
 	}
 	o := Options{
 		QLoraRank:  lm.Or(c.QLoraRank, d.QLora),
@@ -218,6 +253,9 @@ func Resolve(cfg *config.File) (Options, error) {
 		QKRope:     lm.Or(c.QKRopeHeadDim, d.QKRope),
 		VHead:      lm.Or(c.VHeadDim, d.VHead),
 		Interleave: lm.Or(c.RopeInterleave, true),
+	}
+	if d.V2 {
+		o.Interleave = true // DeepseekV2's apply_rotary_emb: complex pairs, whatever rope_interleave says
 	}
 	if c.QLoraRank == nil && cfg.Has("q_lora_rank") {
 		o.QLoraRank = 0 // null: q_proj
@@ -234,7 +272,7 @@ func Resolve(cfg *config.File) (Options, error) {
 		HeadDim:      o.KVLoraRank + o.QKRope,
 		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.MaxPositions),
 		EOS:          c.EOSTokenID,
-		BOS:          0, // DeepseekV3Config's bos_token_id and eos_token_id: 0 and 1
+		BOS:          d.BOS,
 	}
 	if len(c.BOSTokenID) > 0 {
 		s.BOS = c.BOSTokenID[0]
@@ -242,7 +280,7 @@ func Resolve(cfg *config.File) (Options, error) {
 		s.BOS = -1 // null
 	}
 	if len(c.EOSTokenID) == 0 && !cfg.Has("eos_token_id") {
-		s.EOS = []int{1}
+		s.EOS = []int{d.EOS}
 	}
 	for _, f := range []struct {
 		name string
@@ -330,10 +368,14 @@ func resolveGLM(cfg *config.File) (Options, error) {
 // placed by mlp_layer_types when lite (GLM-4.7-Flash) or else by
 // first_k_dense_replace.
 func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) error {
-	if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
+	if d.V2 {
+		if err := c.resolveV2(where, o); err != nil {
+			return err
+		}
+	} else if c.ScoringFunc != "" && c.ScoringFunc != "sigmoid" {
 		return errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V3's router scores by sigmoid)", where, c.ScoringFunc)
 	}
-	if c.TopKMethod != "" && c.TopKMethod != "noaux_tc" {
+	if !d.V2 && c.TopKMethod != "" && c.TopKMethod != "noaux_tc" {
 		return errs.Unsupportedf("%s: topk_method %q is not supported (DeepSeek-V3's is noaux_tc)", where, c.TopKMethod)
 	}
 	if c.MoELayerFreq != nil && *c.MoELayerFreq != 1 {
@@ -346,11 +388,14 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 	o.TopK = lm.Or(c.NumExpertsPerTok, d.TopK)
 	o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, d.MoEIntermediate)
 	o.Shared = lm.Or(c.NSharedExperts, d.Shared)
-	o.Groups = lm.Or(c.NGroup, d.Groups)
-	o.TopKGroup = lm.Or(c.TopKGroup, d.TopKGroup)
-	o.NormTopK = lm.Or(c.NormTopKProb, true)
 	o.RoutedScale = lm.Or(c.RoutedScalingFactor, d.RoutedScale)
-	if o.MTPLayers = lm.Or(c.NumNextNPredictLayers, 0); o.MTPLayers < 0 {
+	if !d.V2 {
+		o.Groups = lm.Or(c.NGroup, d.Groups)
+		o.TopKGroup = lm.Or(c.TopKGroup, d.TopKGroup)
+		o.NormTopK = lm.Or(c.NormTopKProb, true)
+		o.MTPLayers = lm.Or(c.NumNextNPredictLayers, 0)
+	}
+	if o.MTPLayers < 0 {
 		return fmt.Errorf("%s: num_nextn_predict_layers must not be negative, got %d", where, o.MTPLayers)
 	}
 	if o.MoEIntermediate <= 0 {
@@ -363,7 +408,7 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 		return fmt.Errorf("%s: n_routed_experts %d must be positive and num_experts_per_tok %d in [1, n_routed_experts]", where, o.Experts, o.TopK)
 	}
 	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
-		(o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
+		(!o.V2 && o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
 		return fmt.Errorf("%s: n_group %d must divide n_routed_experts %d into groups of two or more (one group of any size), topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
 			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
 	}
@@ -374,6 +419,39 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 	var err error
 	o.Sparse, err = c.sparseLayers(where, d, lite, layers)
 	return err
+}
+
+// resolveV2 reads DeepseekV2Moe's router into o: softmax scores
+// (scoring_func), "greedy" (one group) or "group_limited_greedy" (n_group
+// and topk_group, which DeepseekV2Config leaves unset), no
+// renormalization, and num_experts_per_tok, which has no default. V2 has
+// no multi-token-prediction layers.
+func (c MoEConfig) resolveV2(where string, o *Options) error {
+	o.V2 = true
+	if c.ScoringFunc != "" && c.ScoringFunc != "softmax" {
+		return errs.Unsupportedf("%s: scoring_func %q is not supported (DeepSeek-V2's router scores by softmax)", where, c.ScoringFunc)
+	}
+	if c.NumExpertsPerTok == nil {
+		return fmt.Errorf("%s: num_experts_per_tok is missing; DeepseekV2Config has no default for it", where)
+	}
+	if lm.Or(c.NormTopKProb, false) {
+		// transformers' DeepseekV2Moe ignores the flag and DeepSeek's own
+		// code renormalizes instead of scaling: the two disagree, and no
+		// release sets it.
+		return errs.Unsupportedf("%s: norm_topk_prob true is not supported for DeepSeek-V2 (transformers ignores it, DeepSeek's code renormalizes in place of routed_scaling_factor; no release sets it)", where)
+	}
+	switch c.TopKMethod {
+	case "", "greedy":
+		o.Groups, o.TopKGroup = 1, 1
+	case "group_limited_greedy":
+		if c.NGroup == nil || c.TopKGroup == nil {
+			return fmt.Errorf("%s: topk_method group_limited_greedy needs n_group and topk_group", where)
+		}
+		o.Groups, o.TopKGroup = *c.NGroup, *c.TopKGroup
+	default:
+		return errs.Unsupportedf("%s: topk_method %q is not supported (DeepSeek-V2's are greedy and group_limited_greedy)", where, c.TopKMethod)
+	}
+	return nil
 }
 
 // sparseLayers places the sparse blocks: GLM-4.7-Flash's mlp_layer_types
@@ -527,7 +605,9 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	b := m.block(i) + "."
 	ws = append(ws, lm.WeightSpec{Name: b + "gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
-	ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: []int{o.Experts}, F32: true})
+	if !o.V2 {
+		ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: []int{o.Experts}, F32: true})
+	}
 	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
 		ws = append(ws,
@@ -644,6 +724,9 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	o := m.o
 	n := h.Shape().Dimensions[0]
 	logits := nn.Linear(ConvertDType(h, dtypes.Float32), ConvertDType(p.Get("gate.weight"), dtypes.Float32), nil) // [N, E]
+	if o.V2 {
+		return m.routeV2(Softmax(logits, -1))
+	}
 	scores := Sigmoid(logits)
 	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get(m.l.Bias), dtypes.Float32), 2))
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
@@ -660,6 +743,25 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	if o.NormTopK {
 		weights = Div(weights, AddScalar(ReduceAndKeep(weights, ReduceSum, -1), 1e-20))
 	}
+	return ids, MulScalar(weights, o.RoutedScale)
+}
+
+// routeV2 is DeepseekV2Moe.route_tokens_to_experts on the softmax scores
+// [N, E]: under group_limited_greedy the topk_group groups whose best
+// expert scores highest stay open (the others' scores set to 0); the top
+// k scores win, times routed_scaling_factor. Returns ids [N, K] int32 and
+// weights [N, K] f32.
+func (m *Model) routeV2(scores *Node) (ids, weights *Node) {
+	o := m.o
+	choice := scores
+	if o.Groups > 1 && o.TopKGroup < o.Groups {
+		n, per := scores.Shape().Dimensions[0], o.Experts/o.Groups
+		groupScore := ReduceMax(Reshape(scores, n, o.Groups, per), -1) // [N, G]
+		kept, _ := nn.TopKBy(groupScore, groupScore, o.TopKGroup)      // [N, TopKGroup] group ids
+		hot := ReduceMax(OneHot(kept, o.Groups, dtypes.Float32), 1)    // [N, G]: 1 for a kept group
+		choice = Mul(scores, Reshape(BroadcastToDims(InsertAxes(hot, -1), n, o.Groups, per), n, o.Experts))
+	}
+	ids, weights = nn.TopKBy(choice, scores, o.TopK)
 	return ids, MulScalar(weights, o.RoutedScale)
 }
 

@@ -38,8 +38,10 @@ func odd() dsref.DeepSeek {
 
 // TestLogitsMatchReference runs tiny DeepSeek-V3s (q LoRA, interleaved
 // rotary, grouped routing; without q LoRA, one group, rotate-half rotary
-// and YaRN with mscale_all_dim; and odd's sizes and switches) on a
-// left-padded batch of two
+// and YaRN with mscale_all_dim; and odd's sizes and switches), the first
+// as GLM-4.7-Flash, and tiny DeepSeek-V2s (group_limited_greedy over
+// softmax scores without q LoRA and with V2-Lite's YaRN; greedy with q
+// LoRA) on a left-padded batch of two
 // prompts plus decode steps, with each experts formulation, compiled and
 // eager, on the go backend and on tputool's cpu backend, and compares
 // every row's logits with dsref's float64 forward, which expands kv_b_proj
@@ -53,7 +55,8 @@ func TestLogitsMatchReference(t *testing.T) {
 		ds   dsref.DeepSeek
 		glm  bool
 	}{{"v3", dsref.TinyDeepSeek(), false}, {"lite-yarn", dsref.TinyDeepSeekLite(), false}, {"odd", odd(), false},
-		{"glm-4.7-flash", dsref.TinyDeepSeek(), true}} {
+		{"glm-4.7-flash", dsref.TinyDeepSeek(), true},
+		{"v2-grouped-yarn", dsref.TinyDeepSeekV2(), false}, {"v2-greedy", dsref.TinyDeepSeekV2Greedy(), false}} {
 		t.Run(c.name, func(t *testing.T) {
 			write := c.ds.Write
 			if c.glm {
@@ -134,6 +137,54 @@ func TestRoutingMatters(t *testing.T) {
 			}
 		}},
 		{"all groups", func(c *dsref.DeepSeek, _ *dsref.Model) { c.TopKGroup = c.Groups }},
+		{"no routed scale", func(c *dsref.DeepSeek, _ *dsref.Model) { c.RoutedScale = 1 }},
+	} {
+		mc := c
+		mm, err := mc.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate.f(&mc, mm)
+		mm.C = mc
+		mutants = append(mutants, refcheck.Mutant{Name: mutate.name, Logits: mm.Logits})
+	}
+	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
+}
+
+// TestRoutingMattersV2 checks the comparison can fail where DeepSeek-V2's
+// router differs from its kin: a reference routing the same weights by
+// V3's rule (sigmoid, groups ranked by their two best, no bias), without
+// the group limit, or without the routed scale gives other logits than
+// the model.
+func TestRoutingMattersV2(t *testing.T) {
+	c := dsref.TinyDeepSeekV2()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	prompt := prompts[1]
+	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.NewState().Prefill([][]int{prompt}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mutants []refcheck.Mutant
+	for _, mutate := range []struct {
+		name string
+		f    func(c *dsref.DeepSeek, m *dsref.Model)
+	}{
+		{"V3's router", func(c *dsref.DeepSeek, m *dsref.Model) {
+			c.V2 = false
+			for l := c.FirstDense; l < c.Layers; l++ { // no correction bias
+				m.W[fmt.Sprintf("model.layers.%d.mlp.gate.e_score_correction_bias", l)] = make([]float64, c.Experts)
+			}
+		}},
+		{"greedy", func(c *dsref.DeepSeek, _ *dsref.Model) { c.TopKMethod = "greedy" }},
 		{"no routed scale", func(c *dsref.DeepSeek, _ *dsref.Model) { c.RoutedScale = 1 }},
 	} {
 		mc := c
@@ -401,4 +452,90 @@ func TestLatentCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConfigV2 reads DeepSeek-V2-Lite's config.json (15.7B parameters,
+// q_proj, greedy softmax routing, no correction bias, the YaRN softmax
+// scale with mscale_all_dim 0.707) and DeepSeek-V2's sizes (236B,
+// group_limited_greedy), DeepseekV2Config's defaults, and refuses what
+// DeepSeek-V2's router cannot be.
+func TestConfigV2(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "configs", "deepseek_v2_lite", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lm.New(configOf(t, string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*deepseek.Model).Options()
+	if n := paramCount(m); n != 15_706_484_224 {
+		t.Errorf("%d parameters, want 15,706,484,224", n)
+	}
+	ms := 0.1*0.707*math.Log(40) + 1
+	if s := m.Spec(); !o.V2 || s.HeadDim != 576 || s.Heads != 16 || o.QLoraRank != 0 || o.Groups != 1 || o.TopK != 6 || o.NormTopK ||
+		math.Abs(o.Scale-ms*ms/math.Sqrt(192)) > 1e-12 || o.Sparse[0] || !o.Sparse[1] || !o.Interleave || o.MTPLayers != 0 ||
+		s.BOS != 100000 || fmt.Sprint(s.EOS) != "[100001]" {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	for _, w := range lm.Weights(m) {
+		if strings.Contains(w.Name, "e_score_correction_bias") {
+			t.Errorf("DeepSeek-V2 asks for %s", w.Name)
+		}
+	}
+
+	// DeepSeek-V2 (and V2.5, Coder-V2): 236B, 8 groups of which 3 open.
+	v2 := `{"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 102400, "hidden_size": 5120, "intermediate_size": 12288,
+	"moe_intermediate_size": 1536, "num_hidden_layers": 60, "num_attention_heads": 128, "q_lora_rank": 1536, "n_routed_experts": 160,
+	"n_shared_experts": 2, "num_experts_per_tok": 6, "n_group": 8, "topk_group": 3, "topk_method": "group_limited_greedy",
+	"routed_scaling_factor": 16.0, "first_k_dense_replace": 1, "norm_topk_prob": false, "scoring_func": "softmax"}`
+	big, err := lm.New(configOf(t, v2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bo := big.(*deepseek.Model).Options()
+	if n := paramCount(big); n/1e9 != 235 || bo.Groups != 8 || bo.TopKGroup != 3 || bo.RoutedScale != 16 {
+		t.Errorf("DeepSeek-V2: %d parameters (want 235.7B), options %+v", n, bo)
+	}
+
+	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV2ForCausalLM"], "num_experts_per_tok": 6}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Hidden != 4096 || d.Spec.VocabSize != 32000 || d.Experts != 64 || d.Shared != 2 || d.MoEIntermediate != 1407 ||
+		d.QLoraRank != 1536 || d.RoutedScale != 1 || d.Sparse[0] != true || d.Spec.BOS != 1 || fmt.Sprint(d.Spec.EOS) != "[2]" ||
+		d.Groups != 1 || math.Abs(d.Scale-1/math.Sqrt(192)) > 1e-12 {
+		t.Errorf("DeepseekV2Config's defaults: %+v", d)
+	}
+	base := `"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "moe_intermediate_size": 16, "n_routed_experts": 8`
+	for _, bad := range []struct{ js, want string }{
+		{`"scoring_func": "sigmoid", "num_experts_per_tok": 2`, `scoring_func "sigmoid" is not supported`},
+		{`"topk_method": "noaux_tc", "num_experts_per_tok": 2`, `topk_method "noaux_tc" is not supported`},
+		{`"norm_topk_prob": true, "num_experts_per_tok": 2`, "norm_topk_prob true is not supported"},
+		{`"n_group": 4`, "num_experts_per_tok is missing"},
+		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2`, "needs n_group and topk_group"},
+		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 3, "topk_group": 1`, "n_group 3 must divide"},
+		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 3, "n_group": 4, "topk_group": 1`, "hold num_experts_per_tok 3"},
+	} {
+		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
+		}
+	}
+	// Eight groups of one expert each are fine for V2's max rule.
+	if _, err := deepseek.Resolve(configOf(t, fmt.Sprintf(`{%s, "topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 8, "topk_group": 2}`, base))); err != nil {
+		t.Error(err)
+	}
+}
+
+func paramCount(m lm.Model) int64 {
+	var n int64
+	for _, w := range lm.Weights(m) {
+		k := int64(1)
+		for _, d := range w.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	return n
 }

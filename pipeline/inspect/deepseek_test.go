@@ -148,3 +148,37 @@ func TestMiniMaxM25(t *testing.T) {
 	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
+
+// TestDeepSeekV2Lite inspects DeepSeek-V2-Lite's config over a checkpoint
+// in the release's layout (q_proj, no correction bias, experts one by
+// one): 15.71B parameters, about 2.4B active as published, and the latent
+// cache of 576 a token and layer.
+func TestDeepSeekV2Lite(t *testing.T) {
+	dir, model := realConfig(t, "deepseek_v2_lite")
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 15_706_484_224 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 15,706,484,224", params, r.Params.Used)
+	}
+	if a := float64(r.Params.ActiveLessEmbedding) / 1e9; a < 2.3 || a > 2.6 {
+		t.Errorf("active %.2fB (less the input embedding), want about 2.4B", a)
+	}
+	if r.Text.MLA == nil || r.Text.MLA.KVLoraRank != 512 || r.Text.KVHeads != 1 || r.Text.MoE == nil || r.Text.MoE.Experts != 64 || r.Text.MoE.ExpertsPerToken != 6 {
+		t.Errorf("text %+v, MLA %+v, MoE %+v", r.Text, r.Text.MLA, r.Text.MoE)
+	}
+	// 27 layers × the latent and rope key (576), one cache, × 2 bytes × 32768.
+	if want := int64(27 * 576 * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
+		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
+}
