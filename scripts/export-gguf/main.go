@@ -1,12 +1,13 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
-// GLM-4.5 (Glm4MoeForCausalLM) or MiniMax-M2 checkpoint (a directory with
+// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2 or DeepSeek-V2 checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
 // llama.cpp's kernels run through ollama (`ollama create` with
 // `FROM ./model.gguf`). It exists to time ollama on the same weights as
 // tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM,
-// Glm4MoeForCausalLM or MiniMaxM2ForCausalLM safetensors folders, and
+// Glm4MoeForCausalLM, MiniMaxM2ForCausalLM or DeepseekV2ForCausalLM
+// safetensors folders (runMLA says more of the last), and
 // writes a Mixtral's w2 (down) and w3 (up) experts under each other's
 // names, which llama.cpp refuses to load ("tensor
 // 'blk.0.ffn_down_exps.weight' has wrong shape").
@@ -110,6 +111,7 @@ func run(dir, out string) error {
 		if g.Options().GQA {
 			return runSigmoid(l, dir, out, g)
 		}
+		return runMLA(l, dir, out, g)
 	case *minimax.Model:
 		return runSigmoid(l, dir, out, g.Model)
 	}
@@ -124,7 +126,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM and MiniMaxM2ForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM and DeepseekV2ForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
