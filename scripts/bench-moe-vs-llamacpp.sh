@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
-# DeepSeek-V3, FAMILY=glm a GLM-4.5, FAMILY=minimax a MiniMax-M2,
-# FAMILY=olmoe an OLMoE) on tputool and on llama.cpp's kernels (ollama), same
+# DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
+# FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -34,7 +34,16 @@
 # deepseek2 engine samples from NaNs) in LAYERS layers (default 4, 4.9 GB
 # bf16; ollama's import takes twice that again on disk), the experts one
 # tensor each, DIR /tmp/tputool-deepseek-bench; ollama imports the folder
-# itself (its convert_deepseek2.go). FAMILY=glm: a Glm4MoeForCausalLM of
+# itself (its convert_deepseek2.go). FAMILY=deepseek2: a
+# DeepseekV2ForCausalLM of DeepSeek-V2-Lite's layer (hidden 2048, MLA of 16
+# heads over a latent of 512, rope 64, nope 128, v 128; 64 experts of
+# 1408, top 6 by softmax, greedy, not renormalized, 2 shared; a dense first
+# layer of 10944; vocab 102400, untied head; V2-Lite's YaRN) with
+# DeepSeek-V2's q LoRA of 1536 (llama.cpp reads a plain q_proj only in a
+# 26- or 27-layer deepseek2) in LAYERS layers (default 4, 4.5 GB bf16),
+# DIR /tmp/tputool-deepseek2-bench; scripts/export-gguf writes the GGUF,
+# which ollama runs on its llama.cpp runner (its own engine routes by
+# sigmoid only, and takes no such file). FAMILY=glm: a Glm4MoeForCausalLM of
 # GLM-4.5-Air's layer (hidden 4096, 96 heads and 8 KV heads of 128, half of
 # each rotated, q/k/v biases; 128 experts of 1408, top 8, a shared expert,
 # sigmoid routing with the correction bias; a dense first layer of 10944;
@@ -74,10 +83,11 @@ case "$FAMILY" in
 qwen3moe) DIR="${DIR:-/tmp/tputool-moe-bench}" ;;
 mixtral) DIR="${DIR:-/tmp/tputool-mixtral-bench}" ;;
 deepseek) DIR="${DIR:-/tmp/tputool-deepseek-bench}" ;;
+deepseek2) DIR="${DIR:-/tmp/tputool-deepseek2-bench}" ;;
 glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
 minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
 olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, glm, minimax or olmoe" >&2; exit 2 ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax or olmoe" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -151,6 +161,23 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = mixtral ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseek2 ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+ "hidden_size": 2048, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 16,
+ "num_key_value_heads": 16, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+ "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+ "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
+ "first_k_dense_replace": 1, "moe_layer_freq": 1, "norm_topk_prob": false, "routed_scaling_factor": 1.0,
+ "scoring_func": "softmax", "topk_method": "greedy", "rope_theta": 10000,
+ "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+  "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
+ "vocab_size": 102400, "max_position_embeddings": 163840, "rms_norm_eps": 1e-06,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 102400
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",

@@ -198,6 +198,19 @@ cat >"$work/deepseek.json" <<'EOF'
   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
  "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny DeepSeek-V2: MLA without q LoRA, softmax routing limited to 2 of
+# 4 groups (each ranked by its best expert), two shared experts.
+cat >"$work/deepseek2.json" <<'EOF'
+{"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 4, "q_lora_rank": null, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+ "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 3, "n_shared_experts": 2, "n_group": 4,
+ "topk_group": 2, "topk_method": "group_limited_greedy", "first_k_dense_replace": 1, "norm_topk_prob": false,
+ "routed_scaling_factor": 1.5, "scoring_func": "softmax", "rope_theta": 10000,
+ "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 128, "beta_fast": 32,
+  "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
+ "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -227,12 +240,12 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek deepseek2 glm minimax olmoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | glm | minimax | olmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
