@@ -216,6 +216,13 @@ type Options struct {
 	// with Groups > 1 (group_limited_greedy) each group ranked by its best
 	// expert's score; the weights never renormalized (NormTopK false).
 	V2 bool
+	// SoftmaxScores scores the experts by the softmax of the router's
+	// logits instead of their sigmoid, the correction bias still choosing
+	// and the unbiased scores weighing (ERNIE 4.5's router).
+	SoftmaxScores bool
+	// NormMin > 0 renormalizes the chosen weights by max(sum, NormMin)
+	// (ERNIE 4.5's moe_norm_min) instead of sum + 1e-20.
+	NormMin float64
 	// Sparse[i] reports that layer i has the MoE block (else the dense
 	// MLP): from first_k_dense_replace on (DeepSeek-V3), or where
 	// mlp_layer_types says "sparse" (GLM-4.7-Flash; without the field its
@@ -541,6 +548,9 @@ type Layout struct {
 	// "gate.e_score_correction_bias" (DeepseekV3TopkRouter's buffer) or
 	// "e_score_correction_bias" (MiniMaxM2SparseMoeBlock's).
 	Bias string
+	// BiasRows reports the bias stored as [1, experts] (ERNIE 4.5's
+	// moe_statics, a row per modality) rather than [experts].
+	BiasRows bool
 	// Experts names each expert's matrices in checkpoints that hold them
 	// one by one.
 	Experts lm.ExpertNames
@@ -606,7 +616,11 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	b := m.block(i) + "."
 	ws = append(ws, lm.WeightSpec{Name: b + "gate.weight", Shape: []int{o.Experts, s.Hidden}, Matmul: true, Router: true})
 	if !o.V2 {
-		ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: []int{o.Experts}, F32: true})
+		shape := []int{o.Experts}
+		if m.l.BiasRows {
+			shape = []int{1, o.Experts}
+		}
+		ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: shape, F32: true})
 	}
 	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
@@ -714,12 +728,14 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 }
 
 // route is DeepseekV3TopkRouter and DeepseekV3MoE.route_tokens_to_experts
-// on tokens h [N, H]: sigmoid scores of the f32 router logits; the choice
+// on tokens h [N, H]: sigmoid (SoftmaxScores: softmax) scores of the f32
+// router logits, or with V2 routeV2's; the choice
 // is the scores plus the correction bias, limited to the topk_group
 // groups whose two best choices sum highest (the others' choices set to
 // 0, as transformers masks them); the top k experts by choice, weighed by
 // their unbiased scores, renormalized (norm_topk_prob) and scaled by
-// routed_scaling_factor. Returns ids [N, K] int32 and weights [N, K] f32.
+// routed_scaling_factor (by max(sum, NormMin) with NormMin, as ERNIE 4.5
+// divides). Returns ids [N, K] int32 and weights [N, K] f32.
 func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	o := m.o
 	n := h.Shape().Dimensions[0]
@@ -727,8 +743,14 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	if o.V2 {
 		return m.routeV2(Softmax(logits, -1))
 	}
-	scores := Sigmoid(logits)
-	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get(m.l.Bias), dtypes.Float32), 2))
+	var scores *Node
+	if o.SoftmaxScores {
+		scores = Softmax(logits, -1)
+	} else {
+		scores = Sigmoid(logits)
+	}
+	bias := ConvertDType(p.Get(m.l.Bias), dtypes.Float32)
+	choice := Add(scores, ExpandLeftToRank(Reshape(bias, o.Experts), 2))
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
 		per := o.Experts / o.Groups
 		grouped := Reshape(choice, n*o.Groups, per)
@@ -740,8 +762,11 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 		choice = Mul(choice, mask)
 	}
 	ids, weights = nn.TopKBy(choice, scores, o.TopK)
-	if o.NormTopK {
-		weights = Div(weights, AddScalar(ReduceAndKeep(weights, ReduceSum, -1), 1e-20))
+	switch sum := ReduceAndKeep(weights, ReduceSum, -1); {
+	case o.NormTopK && o.NormMin > 0:
+		weights = Div(weights, MaxScalar(sum, o.NormMin))
+	case o.NormTopK:
+		weights = Div(weights, AddScalar(sum, 1e-20))
 	}
 	return ids, MulScalar(weights, o.RoutedScale)
 }
@@ -801,7 +826,7 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*N
 	latent := nn.RMSNorm(SliceAxis(kv, 2, AxisRange(0, r)), p.Get("kv_a_layernorm.weight"), loraEps, false)
 	kPe := InsertAxes(SliceAxis(kv, 2, AxisRange(r, r+dr)), 2) // [B, T, 1, dr]
 	if o.Interleave {
-		qPe, kPe = halves(qPe), halves(kPe)
+		qPe, kPe = nn.PairsToHalves(qPe), nn.PairsToHalves(kPe)
 	}
 	cos, sin := o.Rope.CosSin(step, x.DType())
 	qPe, kPe = nn.ApplyRope(qPe, cos, sin), nn.ApplyRope(kPe, cos, sin)
@@ -822,15 +847,6 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*N
 // DeepseekV3Attention builds them without rms_norm_eps, so they keep
 // DeepseekV3RMSNorm's default.
 const loraEps = 1e-6
-
-// halves regroups x [B, T, heads, D]'s last axis from adjacent pairs
-// (x0, x1), (x2, x3), … into halves (x0, x2, …, x1, x3, …), as
-// transformers' apply_rotary_pos_emb_interleave does before rotating.
-func halves(x *Node) *Node {
-	d := x.Shape().Dimensions
-	y := Reshape(x, d[0], d[1], d[2], d[3]/2, 2)
-	return Reshape(TransposeAllDims(y, 0, 1, 2, 4, 3), d...)
-}
 
 var (
 	_ lm.Routed  = (*Model)(nil)

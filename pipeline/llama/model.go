@@ -49,6 +49,11 @@ type Options struct {
 	// ClipQKV > 0 clamps the query, key and value projections (after the
 	// norms across heads) to ±ClipQKV (OLMoE's clip_qkv).
 	ClipQKV float64
+	// RopePairs rotates adjacent pairs of each query and key head's dims
+	// (ERNIE 4.5's rotary) instead of its halves: the heads are regrouped
+	// by nn.PairsToHalves before the rotary embedding, which must then
+	// cover the whole head.
+	RopePairs bool
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -191,8 +196,9 @@ func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 }
 
 // attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k
-// norms or (MiniMax-M2) norms across the heads, rotary embedding, cache
-// write, grouped-query attention, o_proj.
+// norms or (MiniMax-M2) norms across the heads, rotary embedding (on
+// adjacent pairs with RopePairs), cache write, grouped-query attention,
+// o_proj.
 func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
 	s := &m.o.Spec
 	q := nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
@@ -210,6 +216,9 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 	if m.o.QKNorm && !across {
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
 		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+	}
+	if m.o.RopePairs {
+		q, k = nn.PairsToHalves(q), nn.PairsToHalves(k)
 	}
 	cos, sin := m.o.Rope.CosSin(step, x.DType())
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)

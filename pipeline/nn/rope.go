@@ -290,6 +290,18 @@ func (r *Rope) CosSin(step *lm.Step, dtype dtypes.DType) (cos, sin *Node) {
 	return Squeeze(SliceAxis(both, 0, AxisElem(0)), 0), Squeeze(SliceAxis(both, 0, AxisElem(1)), 0)
 }
 
+// PairsToHalves regroups x [B, T, heads, D]'s last axis from adjacent
+// pairs (x0, x1), (x2, x3), … into halves (x0, x2, …, x1, x3, …), so that
+// ApplyRope's rotate-half convention turns the pairs a model rotates as
+// adjacent dims (DeepSeek's rope_interleave, transformers'
+// apply_rotary_pos_emb_interleave; ERNIE 4.5's rotary). Applied to both
+// queries and keys it leaves every q·k as the pairs' rotation gives it.
+func PairsToHalves(x *Node) *Node {
+	d := x.Shape().Dimensions
+	y := Reshape(x, d[0], d[1], d[2], d[3]/2, 2)
+	return Reshape(TransposeAllDims(y, 0, 1, 2, 4, 3), d...)
+}
+
 // ApplyRope rotates x [B, T, heads, D] by cos, sin [B, T, rot/2] in the
 // rotate-half convention of transformers (the first half of the rotated
 // dims pairs with the second half). Dims past RotaryDim pass through
