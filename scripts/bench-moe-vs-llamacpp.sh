@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
 # DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
-# FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE) on tputool and on llama.cpp's kernels (ollama), same
+# FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
+# ERNIE 4.5 MoE) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -61,7 +62,12 @@
 # 16 heads of 128, q/k norms over whole projections, 64 experts of 1024,
 # top 8 not renormalized; vocab 50304, untied head) in LAYERS layers
 # (default 4, 3.8 GB bf16), DIR /tmp/tputool-olmoe-bench, run by llama.cpp
-# as its olmoe.
+# as its olmoe. FAMILY=ernie: an Ernie4_5_MoeForCausalLM of
+# ERNIE-4.5-21B-A3B's layer (hidden 2560, 20 heads and 4 KV heads of 128,
+# rotary on adjacent pairs; 64 experts of 1536, top 6 by softmax with the
+# correction bias, 2 shared; a dense first layer of 12288; vocab 103424,
+# tied head) in LAYERS layers (default 4, 5.4 GB bf16), DIR
+# /tmp/tputool-ernie-bench, run by llama.cpp as its ernie4_5-moe.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -87,7 +93,8 @@ deepseek2) DIR="${DIR:-/tmp/tputool-deepseek2-bench}" ;;
 glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
 minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
 olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax or olmoe" >&2; exit 2 ;;
+ernie) DIR="${DIR:-/tmp/tputool-ernie-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe or ernie" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -178,6 +185,18 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseek2 ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 102400
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = ernie ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe",
+ "hidden_size": 2560, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 20, "num_key_value_heads": 4,
+ "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536, "moe_num_experts": 64, "moe_k": 6,
+ "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1, "moe_layer_interval": 1,
+ "moe_norm_min": 1e-12, "use_bias": false, "rope_theta": 500000, "vocab_size": 103424,
+ "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "tie_word_embeddings": true, "hidden_act": "silu",
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 103424
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",

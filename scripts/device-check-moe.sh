@@ -211,6 +211,16 @@ cat >"$work/deepseek2.json" <<'EOF'
   "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
  "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny ERNIE 4.5 MoE: rotary on adjacent pairs, softmax routing with the
+# correction bias ([1, experts]), a shared expert, a dense first layer,
+# a tied head.
+cat >"$work/ernie.json" <<'EOF'
+{"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 32, "moe_num_shared_experts": 1, "moe_layer_start_index": 1,
+ "use_bias": false, "rope_theta": 500000, "rms_norm_eps": 1e-05, "max_position_embeddings": 512,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -240,12 +250,12 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek deepseek2 glm minimax olmoe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek deepseek2 glm minimax olmoe ernie; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"

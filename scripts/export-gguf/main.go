@@ -1,5 +1,6 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
-// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2 or DeepSeek-V2 checkpoint (a directory with
+// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2 or ERNIE 4.5 MoE
+// checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -46,6 +47,7 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
+	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
@@ -114,6 +116,8 @@ func run(dir, out string) error {
 		return runMLA(l, dir, out, g)
 	case *minimax.Model:
 		return runSigmoid(l, dir, out, g.Model)
+	case *ernie.Model:
+		return runErnie(l, dir, out, g)
 	}
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
@@ -126,7 +130,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM and DeepseekV2ForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM and Ernie4_5_MoeForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/tputool/tputool/pipeline/ernie"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// runErnie writes an Ernie4_5_MoeForCausalLM as llama.cpp's
+// "ernie4_5-moe": grouped-query attention whose rotary turns adjacent
+// pairs in both (llama.cpp's NORM rope, so no rows are permuted), the
+// leading dense layers' MLP, and on the sparse layers the softmax router
+// with its correction bias (exp_probs_b, written [experts] from the
+// release's [1, experts]), the expert stacks and the shared experts
+// (expert_shared_feed_forward_length). llama.cpp places the sparse layers
+// by leading_dense_block_count and interleave_moe_layer_step and has no
+// end index, so a model whose sparse layers stop before the last is
+// refused.
+func runErnie(l *lm.Loaded, dir, out string, m *ernie.Model) error {
+	o, s, lay := m.Options(), m.Spec(), m.Layout()
+	dense := 0
+	for dense < len(o.Sparse) && !o.Sparse[dense] {
+		dense++
+	}
+	follows := func(step int) bool {
+		for i, sparse := range o.Sparse {
+			if sparse != (i >= dense && (i+1)%step == 0) {
+				return false
+			}
+		}
+		return true
+	}
+	step := 1
+	for step <= len(o.Sparse) && !follows(step) {
+		step++
+	}
+	if step > len(o.Sparse) {
+		return fmt.Errorf("%s: the sparse layers do not follow llama.cpp's ernie4_5-moe placement (the first %d dense, then every interleave_moe_layer_step-th to the last)", dir, dense)
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), ernie.Defaults.RopeTheta)
+	if err != nil {
+		return err
+	}
+	const a = "ernie4_5-moe."
+	meta, err := header(l, dir, "ernie4_5-moe")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(s.MaxPositions)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(s.HeadDim)},
+		{a + "expert_count", uint32(o.Experts)},
+		{a + "expert_used_count", uint32(o.TopK)},
+		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
+		{a + "expert_shared_feed_forward_length", uint32(o.Shared * o.MoEIntermediate)},
+		{a + "interleave_moe_layer_step", uint32(step)},
+		{a + "leading_dense_block_count", uint32(dense)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+	}...)
+	var ts []tensor
+	add := func(gguf string, f32 bool, names ...string) error {
+		t, err := newTensor(l, gguf, names, f32, 0)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+		return nil
+	}
+	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
+		return err
+	}
+	for i := 0; i < s.Layers; i++ {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		type pair struct {
+			gguf, hf string
+			f32      bool
+		}
+		ps := []pair{
+			{"attn_norm.weight", "input_layernorm.weight", true},
+			{"attn_q.weight", "self_attn.q_proj.weight", false},
+			{"attn_k.weight", "self_attn.k_proj.weight", false},
+			{"attn_v.weight", "self_attn.v_proj.weight", false},
+			{"attn_output.weight", "self_attn.o_proj.weight", false},
+			{"ffn_norm.weight", "post_attention_layernorm.weight", true},
+		}
+		if !o.Sparse[i] {
+			ps = append(ps, pair{"ffn_gate.weight", "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", "mlp.up_proj.weight", false},
+				pair{"ffn_down.weight", "mlp.down_proj.weight", false})
+		} else {
+			ps = append(ps, pair{"ffn_gate_inp.weight", "mlp.gate.weight", true})
+			if o.Shared > 0 {
+				ps = append(ps, pair{"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", false},
+					pair{"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", false},
+					pair{"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", false})
+			}
+		}
+		for _, x := range ps {
+			if err := add(b+x.gguf, x.f32, p+x.hf); err != nil {
+				return err
+			}
+		}
+		if !o.Sparse[i] {
+			continue
+		}
+		if err := add(b+"exp_probs_b.bias", true, p+"mlp."+lay.Bias); err != nil {
+			return err
+		}
+		ts[len(ts)-1].dims = []uint64{uint64(o.Experts)} // [1, E] in the checkpoint
+		for _, proj := range []struct{ gguf, hf string }{{"gate", lay.Experts.Gate}, {"up", lay.Experts.Up}, {"down", lay.Experts.Down}} {
+			names := make([]string, o.Experts)
+			for e := range names {
+				names[e] = fmt.Sprintf("%smlp.experts.%d.%s", p, e, proj.hf)
+			}
+			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", false, names...); err != nil {
+				return err
+			}
+		}
+	}
+	if err := add("output_norm.weight", true, "model.norm.weight"); err != nil {
+		return err
+	}
+	if !s.TieEmbeddings { // llama.cpp takes token_embd for a missing output
+		if err := add("output.weight", false, "lm_head.weight"); err != nil {
+			return err
+		}
+	}
+	return write(out, meta, ts)
+}
