@@ -53,8 +53,9 @@
 // scale follows DeepSeek's released modeling code (and vLLM's and
 // llama.cpp's): times mscale² under YaRN with mscale_all_dim, as for
 // DeepSeek-V3. transformers' DeepseekV2Attention leaves that factor out,
-// so on a YaRN config (every V2 release has one) its attention is sharper
-// than the one the checkpoints were trained with.
+// so on a YaRN config (every V2 release has one) its attention logits are
+// mscale² times smaller (its attention flatter) than the ones the
+// checkpoints were trained with.
 package deepseek
 
 import (
@@ -413,6 +414,10 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 	}
 	if o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts {
 		return fmt.Errorf("%s: n_routed_experts %d must be positive and num_experts_per_tok %d in [1, n_routed_experts]", where, o.Experts, o.TopK)
+	}
+	if o.V2 && (o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups || o.TopK > o.TopKGroup*(o.Experts/o.Groups)) {
+		return fmt.Errorf("%s: n_group %d must divide n_routed_experts %d, topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
+			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
 	}
 	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
 		(!o.V2 && o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {

@@ -514,7 +514,7 @@ func TestConfigV2(t *testing.T) {
 		{`"norm_topk_prob": true, "num_experts_per_tok": 2`, "norm_topk_prob true is not supported"},
 		{`"n_group": 4`, "num_experts_per_tok is missing"},
 		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2`, "needs n_group and topk_group"},
-		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 3, "topk_group": 1`, "n_group 3 must divide"},
+		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 3, "topk_group": 1`, "n_group 3 must divide n_routed_experts 8, topk_group"},
 		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 3, "n_group": 4, "topk_group": 1`, "hold num_experts_per_tok 3"},
 	} {
 		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))

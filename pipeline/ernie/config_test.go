@@ -94,7 +94,7 @@ func TestConfig(t *testing.T) {
 		{`"moe_k": 9, "moe_num_experts": 8`, "moe_k 9"},
 		{`"moe_intermediate_size": 0`, "moe_intermediate_size must be positive"},
 		{`"moe_num_shared_experts": -1`, "moe_num_shared_experts must not be negative"},
-		{`"moe_norm_min": 0`, "moe_norm_min must be positive"},
+		{`"moe_norm_min": -1`, "moe_norm_min must not be negative"},
 		{`"moe_layer_interval": 0`, "moe_layer_interval 0 must be positive"},
 		{`"partial_rotary_factor": 0.5`, "partial rotary embedding"},
 	} {

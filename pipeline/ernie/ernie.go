@@ -88,9 +88,10 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return deepseek.Options{}, err
 	}
-	if c.UseBias || c.AttentionBias || c.MLPBias {
+	if c.UseBias { // attention_bias and mlp_bias are not read: use_bias builds every projection
 		return deepseek.Options{}, errs.Unsupportedf("%s: use_bias is true; ERNIE 4.5's releases have no biases", where)
 	}
+	c.AttentionBias, c.MLPBias = false, false
 	if c.NumKeyValueHeads == nil {
 		kv := defaultKVHeads
 		c.NumKeyValueHeads = &kv
@@ -136,8 +137,8 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 		return deepseek.Options{}, fmt.Errorf("%s: moe_intermediate_size must be positive, got %d", where, o.MoEIntermediate)
 	case o.Shared < 0:
 		return deepseek.Options{}, fmt.Errorf("%s: moe_num_shared_experts must not be negative, got %d", where, o.Shared)
-	case !(o.NormMin > 0):
-		return deepseek.Options{}, fmt.Errorf("%s: moe_norm_min must be positive, got %g", where, o.NormMin)
+	case !(o.NormMin >= 0):
+		return deepseek.Options{}, fmt.Errorf("%s: moe_norm_min must not be negative, got %g", where, o.NormMin)
 	}
 	if err := lm.CheckExperts(where, "moe_num_experts", o.Experts, layers); err != nil {
 		return deepseek.Options{}, err

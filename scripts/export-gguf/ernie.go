@@ -14,34 +14,31 @@ import (
 // leading dense layers' MLP, and on the sparse layers the softmax router
 // with its correction bias (exp_probs_b, written [experts] from the
 // release's [1, experts]), the expert stacks and the shared experts
-// (expert_shared_feed_forward_length). llama.cpp places the sparse layers
-// by leading_dense_block_count and interleave_moe_layer_step and has no
-// end index, so a model whose sparse layers stop before the last is
-// refused.
+// (expert_shared_feed_forward_length). llama.cpp reads the sparse
+// blocks' tensors on every layer from leading_dense_block_count on
+// (whatever interleave_moe_layer_step says), so only a model whose
+// sparse layers run from one layer to the last is written.
 func runErnie(l *lm.Loaded, dir, out string, m *ernie.Model) error {
 	o, s, lay := m.Options(), m.Spec(), m.Layout()
 	dense := 0
 	for dense < len(o.Sparse) && !o.Sparse[dense] {
 		dense++
 	}
-	follows := func(step int) bool {
-		for i, sparse := range o.Sparse {
-			if sparse != (i >= dense && (i+1)%step == 0) {
-				return false
-			}
+	for i := dense; i < len(o.Sparse); i++ {
+		if !o.Sparse[i] {
+			return fmt.Errorf("%s: layer %d is dense after a sparse one; llama.cpp's ernie4_5-moe has the sparse layers from the first dense ones to the last", dir, i)
 		}
-		return true
 	}
-	step := 1
-	for step <= len(o.Sparse) && !follows(step) {
-		step++
-	}
-	if step > len(o.Sparse) {
-		return fmt.Errorf("%s: the sparse layers do not follow llama.cpp's ernie4_5-moe placement (the first %d dense, then every interleave_moe_layer_step-th to the last)", dir, dense)
-	}
-	theta, err := ropeTheta(filepath.Join(dir, "config.json"), ernie.Defaults.RopeTheta)
+	rs, err := readRope(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return err
+	}
+	if rs.factor > 1 {
+		return fmt.Errorf("%s: rope_scaling; export-gguf writes ERNIE 4.5 without rope scaling", dir)
+	}
+	theta := ernie.Defaults.RopeTheta
+	if rs.explicitTheta {
+		theta = rs.theta
 	}
 	const a = "ernie4_5-moe."
 	meta, err := header(l, dir, "ernie4_5-moe")
@@ -64,7 +61,7 @@ func runErnie(l *lm.Loaded, dir, out string, m *ernie.Model) error {
 		{a + "expert_used_count", uint32(o.TopK)},
 		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
 		{a + "expert_shared_feed_forward_length", uint32(o.Shared * o.MoEIntermediate)},
-		{a + "interleave_moe_layer_step", uint32(step)},
+		{a + "interleave_moe_layer_step", uint32(1)},
 		{a + "leading_dense_block_count", uint32(dense)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)

@@ -35,6 +35,9 @@ func runMLA(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
 		return fmt.Errorf("%s: topk_method group_limited_greedy; llama.cpp's deepseek2 does not limit the groups", dir)
 	}
+	if o.Shared == 0 {
+		return fmt.Errorf("%s: n_shared_experts 0; llama.cpp's deepseek2 requires the shared experts", dir)
+	}
 	if lite := s.Layers == 26 || s.Layers == 27; lite != (o.QLoraRank == 0) {
 		return fmt.Errorf("%s: %d layers with q_lora_rank %d; llama.cpp's deepseek2 reads a plain q_proj exactly when there are 26 or 27 layers", dir, s.Layers, o.QLoraRank)
 	}
@@ -168,34 +171,44 @@ func runMLA(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 type ropeScaling struct {
 	theta, factor, mscale, mscaleAllDim float64
 	origMax                             int
+	// explicitTheta reports rope_theta present (else theta is 10000).
+	explicitTheta bool
 }
 
 // readRope reads path's rope_theta and rope_scaling (type or rope_type
-// "yarn"); another scaling type is refused, and so is an mscale other
+// "yarn"); another scaling type is refused, and so are an mscale other
 // than mscale_all_dim, for which llama.cpp's YaRN attention factor is
-// not transformers'.
+// not transformers', beta_fast and beta_slow other than 32 and 1 (the
+// ones llama.cpp's deepseek2 assumes), and transformers v5's
+// rope_parameters, which this script does not read.
 func readRope(path string) (ropeScaling, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ropeScaling{}, err
 	}
 	var c struct {
-		Theta   *float64 `json:"rope_theta"`
-		Scaling *struct {
-			Type         string  `json:"type"`
-			RopeType     string  `json:"rope_type"`
-			Factor       float64 `json:"factor"`
-			Orig         int     `json:"original_max_position_embeddings"`
-			MScale       float64 `json:"mscale"`
-			MScaleAllDim float64 `json:"mscale_all_dim"`
+		Theta      *float64        `json:"rope_theta"`
+		Parameters json.RawMessage `json:"rope_parameters"`
+		Scaling    *struct {
+			Type         string   `json:"type"`
+			RopeType     string   `json:"rope_type"`
+			Factor       float64  `json:"factor"`
+			Orig         int      `json:"original_max_position_embeddings"`
+			MScale       float64  `json:"mscale"`
+			MScaleAllDim float64  `json:"mscale_all_dim"`
+			BetaFast     *float64 `json:"beta_fast"`
+			BetaSlow     *float64 `json:"beta_slow"`
 		} `json:"rope_scaling"`
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
 		return ropeScaling{}, fmt.Errorf("%s: %w", path, err)
 	}
+	if len(c.Parameters) > 0 && string(c.Parameters) != "null" {
+		return ropeScaling{}, fmt.Errorf("%s: rope_parameters (transformers v5's layout) is not read by export-gguf; write rope_theta and rope_scaling", path)
+	}
 	r := ropeScaling{theta: 10000}
 	if c.Theta != nil {
-		r.theta = *c.Theta
+		r.theta, r.explicitTheta = *c.Theta, true
 	}
 	if sc := c.Scaling; sc != nil {
 		t := sc.Type
@@ -204,6 +217,9 @@ func readRope(path string) (ropeScaling, error) {
 		}
 		if t != "yarn" {
 			return ropeScaling{}, fmt.Errorf("%s: rope_scaling type %q; export-gguf writes YaRN or no scaling", path, t)
+		}
+		if (sc.BetaFast != nil && *sc.BetaFast != 32) || (sc.BetaSlow != nil && *sc.BetaSlow != 1) {
+			return ropeScaling{}, fmt.Errorf("%s: rope_scaling beta_fast/beta_slow other than 32/1; llama.cpp assumes those", path)
 		}
 		if sc.MScale != sc.MScaleAllDim {
 			return ropeScaling{}, fmt.Errorf("%s: rope_scaling mscale %g differs from mscale_all_dim %g; llama.cpp's deepseek2 assumes them equal", path, sc.MScale, sc.MScaleAllDim)
