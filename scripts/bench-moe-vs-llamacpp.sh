@@ -66,7 +66,7 @@
 # ERNIE-4.5-21B-A3B's layer (hidden 2560, 20 heads and 4 KV heads of 128,
 # rotary on adjacent pairs; 64 experts of 1536, top 6 by softmax with the
 # correction bias, 2 shared; a dense first layer of 12288; vocab 103424,
-# tied head) in LAYERS layers (default 4, 5.4 GB bf16), DIR
+# tied head) in LAYERS layers (default 4, 5.5 GB bf16), DIR
 # /tmp/tputool-ernie-bench, run by llama.cpp as its ernie4_5-moe.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
