@@ -111,15 +111,7 @@ func TestRoutingMatters(t *testing.T) {
 	c := dsref.TinyDeepSeek()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
 	prompt := prompts[1]
-	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got, err := r.NewState().Prefill([][]int{prompt}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := moecheck.Prefill(t, l, prompt)
 	rm, err := c.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -160,15 +152,7 @@ func TestRoutingMattersV2(t *testing.T) {
 	c := dsref.TinyDeepSeekV2()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
 	prompt := prompts[1]
-	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got, err := r.NewState().Prefill([][]int{prompt}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := moecheck.Prefill(t, l, prompt)
 	rm, err := c.Load(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
@@ -48,15 +47,7 @@ func TestGLMSwitchesMatter(t *testing.T) {
 	c := dsref.TinyGLM()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
 	prompt := prompts[1]
-	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got, err := r.NewState().Prefill([][]int{prompt}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := moecheck.Prefill(t, l, prompt)
 	rm, err := c.Load(dir)
 	if err != nil {
 		t.Fatal(err)

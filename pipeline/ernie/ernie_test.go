@@ -3,7 +3,6 @@ package ernie_test
 import (
 	"testing"
 
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/testkit/ernieref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
@@ -54,15 +53,7 @@ func TestSwitchesMatter(t *testing.T) {
 	c := ernieref.TinyErnie()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
 	prompt := prompts[1]
-	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := r.NewState().Prefill([][]int{prompt}, 1)
-	r.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := moecheck.Prefill(t, l, prompt)
 	rm, err := c.Load(dir)
 	if err != nil {
 		t.Fatal(err)

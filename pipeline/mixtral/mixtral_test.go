@@ -88,15 +88,7 @@ func TestRoutingMatters(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := []int{1, 9, 14, 60, 3, 5, 41}
-	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got, err := r.NewState().Prefill([][]int{prompt}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := moecheck.Prefill(t, l, prompt)
 	swapped := &lmref.Model{C: rm.C, W: map[string][]float64{}}
 	for n, v := range rm.W {
 		switch {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/olmoe"
@@ -122,15 +121,7 @@ func TestSwitchesMatter(t *testing.T) {
 	for _, c := range []olmoeref.Olmoe{olmoeref.TinyOlmoe(), olmoeref.TinyOlmoeGQA()} {
 		dir, l := lmckpt.WriteLoad(t, c.Write)
 		prompt := prompts[1]
-		r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := r.NewState().Prefill([][]int{prompt}, 1)
-		r.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := moecheck.Prefill(t, l, prompt)
 		rm, err := c.Load(dir)
 		if err != nil {
 			t.Fatal(err)

@@ -65,72 +65,36 @@ func runErnie(l *lm.Loaded, dir, out string, m *ernie.Model) error {
 		{a + "leading_dense_block_count", uint32(dense)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
-	var ts []tensor
-	add := func(gguf string, f32 bool, names ...string) error {
-		t, err := newTensor(l, gguf, names, f32, 0)
-		if err != nil {
-			return err
-		}
-		ts = append(ts, t)
-		return nil
-	}
-	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
-		return err
-	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
-		type pair struct {
-			gguf, hf string
-			f32      bool
-		}
-		ps := []pair{
-			{"attn_norm.weight", "input_layernorm.weight", true},
-			{"attn_q.weight", "self_attn.q_proj.weight", false},
-			{"attn_k.weight", "self_attn.k_proj.weight", false},
-			{"attn_v.weight", "self_attn.v_proj.weight", false},
-			{"attn_output.weight", "self_attn.o_proj.weight", false},
-			{"ffn_norm.weight", "post_attention_layernorm.weight", true},
+		ps := []ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
 		}
 		if !o.Sparse[i] {
-			ps = append(ps, pair{"ffn_gate.weight", "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", "mlp.up_proj.weight", false},
-				pair{"ffn_down.weight", "mlp.down_proj.weight", false})
-		} else {
-			ps = append(ps, pair{"ffn_gate_inp.weight", "mlp.gate.weight", true})
-			if o.Shared > 0 {
-				ps = append(ps, pair{"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", false},
-					pair{"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", false},
-					pair{"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", false})
-			}
-		}
-		for _, x := range ps {
-			if err := add(b+x.gguf, x.f32, p+x.hf); err != nil {
-				return err
-			}
-		}
-		if !o.Sparse[i] {
+			g.pairs(b, append(ps, denseMLP(p)...))
 			continue
 		}
-		if err := add(b+"exp_probs_b.bias", true, p+"mlp."+lay.Bias); err != nil {
-			return err
+		ps = append(ps, ggufPair{"ffn_gate_inp.weight", p + "mlp.gate.weight", true})
+		if o.Shared > 0 {
+			ps = append(ps, sharedExperts(p+"mlp.")...)
 		}
-		ts[len(ts)-1].dims = []uint64{uint64(o.Experts)} // [1, E] in the checkpoint
-		for _, proj := range []struct{ gguf, hf string }{{"gate", lay.Experts.Gate}, {"up", lay.Experts.Up}, {"down", lay.Experts.Down}} {
-			names := make([]string, o.Experts)
-			for e := range names {
-				names[e] = fmt.Sprintf("%smlp.experts.%d.%s", p, e, proj.hf)
-			}
-			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", false, names...); err != nil {
-				return err
-			}
+		g.pairs(b, ps)
+		g.add(b+"exp_probs_b.bias", true, p+"mlp."+lay.Bias)
+		if g.err == nil {
+			g.ts[len(g.ts)-1].dims = []uint64{uint64(o.Experts)} // [1, E] in the checkpoint
 		}
+		g.experts(b, p+"mlp.", o.Experts, lay.Experts)
 	}
-	if err := add("output_norm.weight", true, "model.norm.weight"); err != nil {
-		return err
+	g.final(s.TieEmbeddings, true) // llama.cpp takes token_embd for a missing output
+	if g.err != nil {
+		return g.err
 	}
-	if !s.TieEmbeddings { // llama.cpp takes token_embd for a missing output
-		if err := add("output.weight", false, "lm_head.weight"); err != nil {
-			return err
-		}
-	}
-	return write(out, meta, ts)
+	return write(out, meta, g.ts)
 }

@@ -372,18 +372,8 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 			{a + "nextn_predict_layers", uint32(0)},
 		}...)
 	}
-	var ts []tensor
-	add := func(gguf string, f32 bool, names ...string) error {
-		t, err := newTensor(l, gguf, names, f32, 0)
-		if err != nil {
-			return err
-		}
-		ts = append(ts, t)
-		return nil
-	}
-	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
-		return err
-	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	postNorm := "ffn_norm.weight"
 	if glm {
 		postNorm = "post_attention_norm.weight"
@@ -391,11 +381,7 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
 		block := p + lay.Block + "."
-		type pair struct {
-			gguf, hf string
-			f32      bool
-		}
-		ps := []pair{
+		ps := []ggufPair{
 			{"attn_norm.weight", p + "input_layernorm.weight", true},
 			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
 			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
@@ -404,52 +390,102 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 			{postNorm, p + "post_attention_layernorm.weight", true},
 		}
 		if o.QKVBias {
-			ps = append(ps, pair{"attn_q.bias", p + "self_attn.q_proj.bias", true}, pair{"attn_k.bias", p + "self_attn.k_proj.bias", true},
-				pair{"attn_v.bias", p + "self_attn.v_proj.bias", true})
+			ps = append(ps, ggufPair{"attn_q.bias", p + "self_attn.q_proj.bias", true}, ggufPair{"attn_k.bias", p + "self_attn.k_proj.bias", true},
+				ggufPair{"attn_v.bias", p + "self_attn.v_proj.bias", true})
 		}
 		if o.QKNorm {
-			ps = append(ps, pair{"attn_q_norm.weight", p + "self_attn.q_norm.weight", true}, pair{"attn_k_norm.weight", p + "self_attn.k_norm.weight", true})
+			ps = append(ps, ggufPair{"attn_q_norm.weight", p + "self_attn.q_norm.weight", true}, ggufPair{"attn_k_norm.weight", p + "self_attn.k_norm.weight", true})
 		}
 		if !o.Sparse[i] {
-			ps = append(ps, pair{"ffn_gate.weight", p + "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", p + "mlp.up_proj.weight", false},
-				pair{"ffn_down.weight", p + "mlp.down_proj.weight", false})
-		} else {
-			ps = append(ps, pair{"ffn_gate_inp.weight", block + "gate.weight", true}, pair{"exp_probs_b.bias", block + lay.Bias, true})
-			if o.Shared > 0 {
-				ps = append(ps, pair{"ffn_gate_shexp.weight", block + "shared_experts.gate_proj.weight", false},
-					pair{"ffn_up_shexp.weight", block + "shared_experts.up_proj.weight", false},
-					pair{"ffn_down_shexp.weight", block + "shared_experts.down_proj.weight", false})
-			}
-		}
-		for _, x := range ps {
-			if err := add(b+x.gguf, x.f32, x.hf); err != nil {
-				return err
-			}
-		}
-		if !o.Sparse[i] {
+			g.pairs(b, append(ps, denseMLP(p)...))
 			continue
 		}
-		for _, proj := range []struct{ gguf, hf string }{{"gate", lay.Experts.Gate}, {"up", lay.Experts.Up}, {"down", lay.Experts.Down}} {
-			names := make([]string, o.Experts)
-			for e := range names {
-				names[e] = fmt.Sprintf("%sexperts.%d.%s", block, e, proj.hf)
-			}
-			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", false, names...); err != nil {
-				return err
-			}
+		ps = append(ps, ggufPair{"ffn_gate_inp.weight", block + "gate.weight", true}, ggufPair{"exp_probs_b.bias", block + lay.Bias, true})
+		if o.Shared > 0 {
+			ps = append(ps, sharedExperts(block)...)
 		}
+		g.pairs(b, ps)
+		g.experts(b, block, o.Experts, lay.Experts)
 	}
-	if err := add("output_norm.weight", true, "model.norm.weight"); err != nil {
-		return err
+	g.final(s.TieEmbeddings, false)
+	if g.err != nil {
+		return g.err
 	}
-	head := "lm_head.weight"
-	if s.TieEmbeddings {
-		head = "model.embed_tokens.weight"
+	return write(out, meta, g.ts)
+}
+
+// ggufPair names a GGUF tensor and the checkpoint weight it holds,
+// written as float32 when f32 (norms, routers, biases).
+type ggufPair struct {
+	gguf, hf string
+	f32      bool
+}
+
+// denseMLP is a layer's dense SwiGLU MLP (p is "model.layers.I.").
+func denseMLP(p string) []ggufPair {
+	return []ggufPair{{"ffn_gate.weight", p + "mlp.gate_proj.weight", false}, {"ffn_up.weight", p + "mlp.up_proj.weight", false},
+		{"ffn_down.weight", p + "mlp.down_proj.weight", false}}
+}
+
+// sharedExperts is a sparse block's shared experts (block ends in ".").
+func sharedExperts(block string) []ggufPair {
+	return []ggufPair{{"ffn_gate_shexp.weight", block + "shared_experts.gate_proj.weight", false},
+		{"ffn_up_shexp.weight", block + "shared_experts.up_proj.weight", false},
+		{"ffn_down_shexp.weight", block + "shared_experts.down_proj.weight", false}}
+}
+
+// ggufTensors collects a GGUF's tensors from l in order, keeping the
+// first error.
+type ggufTensors struct {
+	l   *lm.Loaded
+	ts  []tensor
+	err error
+}
+
+// add appends GGUF tensor gguf holding the checkpoint weights names
+// (newTensor).
+func (g *ggufTensors) add(gguf string, f32 bool, names ...string) {
+	if g.err != nil {
+		return
 	}
-	if err := add("output.weight", false, head); err != nil {
-		return err
+	t, err := newTensor(g.l, gguf, names, f32, 0)
+	if err != nil {
+		g.err = err
+		return
 	}
-	return write(out, meta, ts)
+	g.ts = append(g.ts, t)
+}
+
+// pairs adds each of ps, its GGUF name prefixed by blk ("blk.I.").
+func (g *ggufTensors) pairs(blk string, ps []ggufPair) {
+	for _, x := range ps {
+		g.add(blk+x.gguf, x.f32, x.hf)
+	}
+}
+
+// experts adds blk's ffn_gate_exps, ffn_up_exps and ffn_down_exps, each
+// stacking the n experts' matrices block+"experts.E."+name.
+func (g *ggufTensors) experts(blk, block string, n int, names lm.ExpertNames) {
+	for _, proj := range []struct{ gguf, hf string }{{"gate", names.Gate}, {"up", names.Up}, {"down", names.Down}} {
+		hf := make([]string, n)
+		for e := range hf {
+			hf[e] = fmt.Sprintf("%sexperts.%d.%s", block, e, proj.hf)
+		}
+		g.add(blk+"ffn_"+proj.gguf+"_exps.weight", false, hf...)
+	}
+}
+
+// final adds output_norm and output: lm_head, or the embedding when
+// tied, which omitTied leaves out (for an architecture that takes the
+// embedding when output is missing).
+func (g *ggufTensors) final(tied, omitTied bool) {
+	g.add("output_norm.weight", true, "model.norm.weight")
+	switch {
+	case !tied:
+		g.add("output.weight", false, "lm_head.weight")
+	case !omitTied:
+		g.add("output.weight", false, "model.embed_tokens.weight")
+	}
 }
 
 // newTensor is GGUF tensor gguf holding the checkpoint weights names (one

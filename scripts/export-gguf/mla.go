@@ -91,79 +91,36 @@ func runMLA(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 			{a + "rope.scaling.yarn_log_multiplier", float32(0.1 * rs.mscaleAllDim)},
 		}...)
 	}
-	var ts []tensor
-	add := func(gguf string, f32 bool, names ...string) error {
-		t, err := newTensor(l, gguf, names, f32, 0)
-		if err != nil {
-			return err
-		}
-		ts = append(ts, t)
-		return nil
-	}
-	if err := add("token_embd.weight", false, "model.embed_tokens.weight"); err != nil {
-		return err
-	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
-		type pair struct {
-			gguf, hf string
-			f32      bool
-		}
-		ps := []pair{
-			{"attn_norm.weight", "input_layernorm.weight", true},
-			{"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", false},
-			{"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", true},
-			{"attn_kv_b.weight", "self_attn.kv_b_proj.weight", false},
-			{"attn_output.weight", "self_attn.o_proj.weight", false},
-			{"ffn_norm.weight", "post_attention_layernorm.weight", true},
+		ps := []ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_kv_a_mqa.weight", p + "self_attn.kv_a_proj_with_mqa.weight", false},
+			{"attn_kv_a_norm.weight", p + "self_attn.kv_a_layernorm.weight", true},
+			{"attn_kv_b.weight", p + "self_attn.kv_b_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
 		}
 		if o.QLoraRank > 0 {
-			ps = append(ps, pair{"attn_q_a.weight", "self_attn.q_a_proj.weight", false},
-				pair{"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", true}, pair{"attn_q_b.weight", "self_attn.q_b_proj.weight", false})
+			ps = append(ps, ggufPair{"attn_q_a.weight", p + "self_attn.q_a_proj.weight", false},
+				ggufPair{"attn_q_a_norm.weight", p + "self_attn.q_a_layernorm.weight", true}, ggufPair{"attn_q_b.weight", p + "self_attn.q_b_proj.weight", false})
 		} else {
-			ps = append(ps, pair{"attn_q.weight", "self_attn.q_proj.weight", false})
+			ps = append(ps, ggufPair{"attn_q.weight", p + "self_attn.q_proj.weight", false})
 		}
 		if !o.Sparse[i] {
-			ps = append(ps, pair{"ffn_gate.weight", "mlp.gate_proj.weight", false}, pair{"ffn_up.weight", "mlp.up_proj.weight", false},
-				pair{"ffn_down.weight", "mlp.down_proj.weight", false})
-		} else {
-			ps = append(ps, pair{"ffn_gate_inp.weight", "mlp.gate.weight", true})
-			if o.Shared > 0 {
-				ps = append(ps, pair{"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", false},
-					pair{"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", false},
-					pair{"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", false})
-			}
-		}
-		for _, x := range ps {
-			if err := add(b+x.gguf, x.f32, p+x.hf); err != nil {
-				return err
-			}
-		}
-		if !o.Sparse[i] {
+			g.pairs(b, append(ps, denseMLP(p)...))
 			continue
 		}
-		lay := m.Layout()
-		for _, proj := range []struct{ gguf, hf string }{{"gate", lay.Experts.Gate}, {"up", lay.Experts.Up}, {"down", lay.Experts.Down}} {
-			names := make([]string, o.Experts)
-			for e := range names {
-				names[e] = fmt.Sprintf("%smlp.experts.%d.%s", p, e, proj.hf)
-			}
-			if err := add(b+"ffn_"+proj.gguf+"_exps.weight", false, names...); err != nil {
-				return err
-			}
-		}
+		g.pairs(b, append(append(ps, ggufPair{"ffn_gate_inp.weight", p + "mlp.gate.weight", true}), sharedExperts(p+"mlp.")...))
+		g.experts(b, p+"mlp.", o.Experts, m.Layout().Experts)
 	}
-	if err := add("output_norm.weight", true, "model.norm.weight"); err != nil {
-		return err
+	g.final(s.TieEmbeddings, false)
+	if g.err != nil {
+		return g.err
 	}
-	head := "lm_head.weight"
-	if s.TieEmbeddings {
-		head = "model.embed_tokens.weight"
-	}
-	if err := add("output.weight", false, head); err != nil {
-		return err
-	}
-	return write(out, meta, ts)
+	return write(out, meta, g.ts)
 }
 
 // ropeScaling is a config.json's rope_theta (DeepseekV2Config's 10000

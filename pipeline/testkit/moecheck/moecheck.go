@@ -70,3 +70,20 @@ func Same(t *testing.T, what string, a, b map[string][]float32) {
 		}
 	}
 }
+
+// Prefill returns the logits after prompt (a batch of one) from l
+// compiled on the go backend: what the families' switch tests compare
+// with their mutated references (refcheck.Discriminates).
+func Prefill(t *testing.T, l *lm.Loaded, prompt []int) [][]float32 {
+	t.Helper()
+	r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.NewState().Prefill([][]int{prompt}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
