@@ -53,7 +53,7 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Gemma3ForCausalLM,
 Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
 DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM,
-MiniMaxM2ForCausalLM, OlmoeForCausalLM, Ernie4_5_MoeForCausalLM,
+MiniMaxM2ForCausalLM, OlmoeForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
 Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
 Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM), from a local

@@ -43,6 +43,12 @@
 // rotary embedding on the first half of each head's dims
 // (partial_rotary_factor, 0.5 by default) in the rotate-half convention.
 //
+// Dots1ForCausalLM (models/dots1: rednote-hilab's dots.llm1, 142B of
+// which 14B active) is the same mixture of experts after Qwen3's
+// attention: per-head q/k norms, the rotary over whole heads, biases on
+// q/k/v/o only with attention_bias, and sliding-window layers from
+// max_window_layers on where sliding_window is set.
+//
 // DeepseekV2ForCausalLM (models/deepseek_v2: DeepSeek-V2, V2-Lite, V2.5,
 // DeepSeek-Coder-V2; "DeepSeek-V2" arXiv:2405.04434) is the same MLA with
 // the rotary always on adjacent pairs, and an older router: softmax
@@ -79,6 +85,7 @@ func init() {
 	lm.Register("DeepseekV2ForCausalLM", New)
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 	lm.Register("Glm4MoeForCausalLM", New)
+	lm.Register("Dots1ForCausalLM", New)
 }
 
 // Config is a DeepseekV3ForCausalLM, DeepseekV2ForCausalLM or
@@ -152,6 +159,8 @@ type Defaults struct {
 	BOS, EOS int
 	// V2 selects DeepSeek-V2's router (Options.V2).
 	V2 bool
+	// NormTopK is norm_topk_prob's default.
+	NormTopK bool
 }
 
 var (
@@ -160,7 +169,7 @@ var (
 		Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
 		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
 		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
-		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096, BOS: 0, EOS: 1,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096, BOS: 0, EOS: 1, NormTopK: true,
 	}
 	// V2Defaults are DeepseekV2Config's, which inherits LlamaConfig's
 	// sizes. num_experts_per_tok has no default (0: the config must say),
@@ -178,15 +187,28 @@ var (
 		Vocab: 154880, Hidden: 2048, Intermediate: 10240, MoEIntermediate: 1536, Layers: 47, Heads: 20,
 		QLora: 768, KVLora: 512, QKNope: 192, QKRope: 64, VHead: 256,
 		Experts: 64, TopK: 4, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
-		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752, BOS: 0, EOS: 1,
+		RoutedScale: 1.8, Theta: 10000, Eps: 1e-5, MaxPositions: 202752, BOS: 0, EOS: 1, NormTopK: true,
 	}
 	// GLMDefaults are Glm4MoeConfig's (the sizes of GLM-4.5-Air, with one
 	// dense layer first and one expert group).
 	GLMDefaults = Defaults{
 		Vocab: 151552, Hidden: 4096, Intermediate: 10944, MoEIntermediate: 1408, Layers: 46, Heads: 96, KVHeads: 8,
 		Experts: 128, TopK: 8, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
-		RoutedScale: 1, Theta: 10000, Eps: 1e-5, MaxPositions: 131072, PartialRotary: 0.5,
+		RoutedScale: 1, Theta: 10000, Eps: 1e-5, MaxPositions: 131072, PartialRotary: 0.5, NormTopK: true,
 	}
+	// DotsDefaults are Dots1Config's: n_routed_experts,
+	// num_experts_per_tok and n_shared_experts have no default (0: the
+	// config must say).
+	DotsDefaults = Defaults{
+		Vocab: 152064, Hidden: 4608, Intermediate: 10944, MoEIntermediate: 1408, Layers: 62, Heads: 32,
+		Groups: 1, TopKGroup: 1, RoutedScale: 1, Theta: 10000, Eps: 1e-6, MaxPositions: 2048,
+	}
+)
+
+// Dots1Config's sliding-window defaults.
+const (
+	dotsWindow     = 4096
+	dotsWindowFrom = 62
 )
 
 // Options are the resolved hyperparameters. Under MLA, Spec's KVHeads is
@@ -237,8 +259,11 @@ type Options struct {
 // Resolve reads a DeepSeek-V3, DeepSeek-V2, GLM-4.7-Flash or GLM-4.5
 // config.json, with its class's defaults.
 func Resolve(cfg *config.File) (Options, error) {
-	if cfg.Architecture() == "Glm4MoeForCausalLM" {
+	switch cfg.Architecture() {
+	case "Glm4MoeForCausalLM":
 		return resolveGLM(cfg)
+	case "Dots1ForCausalLM":
+		return resolveDots(cfg)
 	}
 	where := lm.ConfigName(cfg)
 	var c Config
@@ -371,6 +396,75 @@ func resolveGLM(cfg *config.File) (Options, error) {
 	return o, nil
 }
 
+// DotsConfig is a Dots1ForCausalLM config.json: Llama's attention fields
+// (head_dim, num_key_value_heads, attention_bias), the sliding-window
+// ones and the mixture-of-experts fields.
+type DotsConfig struct {
+	llama.Config
+	MoEConfig
+	SlidingWindow   *int `json:"sliding_window"`
+	MaxWindowLayers *int `json:"max_window_layers"`
+}
+
+// resolveDots reads a Dots1ForCausalLM config.json: Qwen3's attention
+// (pipeline/llama's, with per-head q/k norms and attention_bias on q, k,
+// v and o), layers from max_window_layers on sliding where
+// sliding_window is set and layer_types absent, then the mixture of
+// experts, whose n_routed_experts, num_experts_per_tok and
+// n_shared_experts must be present.
+func resolveDots(cfg *config.File) (Options, error) {
+	where := lm.ConfigName(cfg)
+	var c DotsConfig
+	if err := cfg.Decode(&c); err != nil {
+		return Options{}, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"n_routed_experts", c.NRoutedExperts}, {"num_experts_per_tok", c.NumExpertsPerTok}, {"n_shared_experts", c.NSharedExperts}} {
+		if f.v == nil {
+			return Options{}, fmt.Errorf("%s: %s is missing; Dots1Config has no default for it", where, f.name)
+		}
+	}
+	d := DotsDefaults
+	base, err := c.Config.Resolve(cfg, llama.Defaults{
+		VocabSize: d.Vocab, Hidden: d.Hidden, Intermediate: d.Intermediate, Layers: d.Layers, Heads: d.Heads,
+		MaxPositions: d.MaxPositions, Eps: d.Eps, RopeTheta: d.Theta, Act: "silu",
+	})
+	if err != nil {
+		return Options{}, err
+	}
+	if base.Rope.RotaryDim != base.Spec.HeadDim {
+		return Options{}, errs.Unsupportedf("%s: a partial rotary embedding (%d of %d dims) is not supported; dots.llm1 rotates whole heads", where, base.Rope.RotaryDim, base.Spec.HeadDim)
+	}
+	base.MLPBias, base.QKNorm = false, true // Qwen3Attention's q_norm and k_norm; DeepseekV3MLP has no biases
+	s := &base.Spec
+	window := dotsWindow
+	if c.SlidingWindow != nil {
+		window = *c.SlidingWindow
+	} else if cfg.Has("sliding_window") {
+		window = 0 // null
+	}
+	if len(c.LayerTypes) == 0 && window > 0 {
+		for i := lm.Or(c.MaxWindowLayers, dotsWindowFrom); i < s.Layers; i++ {
+			s.LayerKinds[i] = lm.KindSliding
+		}
+	}
+	for i, k := range s.LayerKinds {
+		if k == lm.KindSliding {
+			if window <= 0 {
+				return Options{}, fmt.Errorf("%s: layer %d is %s but no sliding_window is configured", where, i, k)
+			}
+			s.SlidingWindow = window
+		}
+	}
+	o := Options{Options: base, GQA: true}
+	if err := c.MoEConfig.resolve(where, d, false, &o); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
 // resolve reads the router and the experts into o, whose Spec is
 // resolved: DeepseekV3MoE's fields with d's defaults, the sparse layers
 // placed by mlp_layer_types when lite (GLM-4.7-Flash) or else by
@@ -400,7 +494,7 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 	if !d.V2 {
 		o.Groups = lm.Or(c.NGroup, d.Groups)
 		o.TopKGroup = lm.Or(c.TopKGroup, d.TopKGroup)
-		o.NormTopK = lm.Or(c.NormTopKProb, true)
+		o.NormTopK = lm.Or(c.NormTopKProb, d.NormTopK)
 		o.MTPLayers = lm.Or(c.NumNextNPredictLayers, 0)
 	}
 	if o.MTPLayers < 0 {

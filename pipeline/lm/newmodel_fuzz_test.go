@@ -60,6 +60,8 @@ func FuzzNewModel(f *testing.F) {
 		`"num_experts_per_tok":2,"topk_method":"group_limited_greedy","n_group":8,"topk_group":2,"q_lora_rank":null}`))
 	f.Add([]byte(`{"architectures":["Ernie4_5_MoeForCausalLM"],"num_hidden_layers":4,"hidden_size":64,"num_attention_heads":4,` +
 		`"num_key_value_heads":2,"moe_num_experts":8,"moe_k":2,"moe_layer_start_index":1,"moe_layer_interval":2,"moe_layer_end_index":2}`))
+	f.Add([]byte(`{"architectures":["Dots1ForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"n_routed_experts":8,` +
+		`"num_experts_per_tok":2,"n_shared_experts":1,"sliding_window":16,"max_window_layers":1,"first_k_dense_replace":1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := config.ParseModel(b)
 		if err != nil {
