@@ -292,20 +292,24 @@ func header(l *lm.Loaded, dir, arch string) ([]kv, error) {
 	}, nil
 }
 
-// runSigmoid writes a Glm4MoeForCausalLM as llama.cpp's "glm4moe" and a
-// MiniMaxM2ForCausalLM as its "minimax-m2": the q/k/v projections (GLM's
-// with their biases), the q/k norms (MiniMax's over whole projections),
-// the post-attention norm (post_attention_norm for glm4moe, ffn_norm for
-// minimax-m2), GLM's leading dense layers' MLP, and on the sparse layers
-// the sigmoid router with its correction bias (exp_probs_b), the expert
-// stacks and GLM's shared experts. Their rope rotates halves (NEOX) over
-// rope.dimension_count dims, as transformers' partial rotary does, so no
-// rows are permuted.
+// runSigmoid writes a Glm4MoeForCausalLM as llama.cpp's "glm4moe", a
+// MiniMaxM2ForCausalLM as its "minimax-m2" and a Dots1ForCausalLM as its
+// "dots1": the q/k/v projections (GLM's with their biases), the q/k norms
+// (MiniMax's over whole projections, dots.llm1's per head), the
+// post-attention norm (post_attention_norm for glm4moe, ffn_norm for the
+// others), GLM's and dots.llm1's leading dense layers' MLP, and on the
+// sparse layers the sigmoid router with its correction bias
+// (exp_probs_b), the expert stacks and the shared experts. Their rope
+// rotates halves (NEOX) over rope.dimension_count dims, as transformers'
+// partial rotary does, so no rows are permuted.
 func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	o, s, lay := m.Options(), m.Spec(), m.Layout()
-	arch, glm := "minimax-m2", l.Config.Architecture() == "Glm4MoeForCausalLM"
-	if glm {
+	arch, glm, dots := "minimax-m2", l.Config.Architecture() == "Glm4MoeForCausalLM", l.Config.Architecture() == "Dots1ForCausalLM"
+	switch {
+	case glm:
 		arch = "glm4moe"
+	case dots:
+		arch = "dots1"
 	}
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
 		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's %s does not limit the groups", dir, o.Groups, o.TopKGroup, arch)
@@ -313,7 +317,9 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	switch {
 	case glm && !o.QKVBias:
 		return fmt.Errorf("%s: attention_bias is false; llama.cpp's glm4moe requires the q/k/v biases", dir)
-	case !glm && (!o.QKNorm || !o.QKNormAcross):
+	case dots && (o.QKVBias || s.KVHeads != s.Heads || o.Shared == 0 || s.SlidingWindow > 0):
+		return fmt.Errorf("%s: llama.cpp's dots1 runs multi-head attention without biases or sliding layers, and shared experts", dir)
+	case !glm && !dots && (!o.QKNorm || !o.QKNormAcross):
 		return fmt.Errorf("%s: llama.cpp's minimax-m2 requires q/k norms over whole projections (use_qk_norm, qk_norm_type per_layer)", dir)
 	}
 	dense := 0
@@ -325,11 +331,11 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 			return fmt.Errorf("%s: layer %d is dense after a sparse one; %s's dense layers lead", dir, i, arch)
 		}
 	}
-	if !glm && (dense > 0 || o.Shared > 0) {
+	if !glm && !dots && (dense > 0 || o.Shared > 0) {
 		return fmt.Errorf("%s: llama.cpp's minimax-m2 has neither dense layers nor shared experts", dir)
 	}
-	defaultTheta := 10000.0 // Glm4MoeConfig's
-	if !glm {
+	defaultTheta := 10000.0 // Glm4MoeConfig's and Dots1Config's
+	if !glm && !dots {
 		defaultTheta = 5e6 // MiniMaxM2Config's
 	}
 	theta, err := ropeTheta(filepath.Join(dir, "config.json"), defaultTheta)
@@ -342,7 +348,7 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 		return err
 	}
 	ff := s.Intermediate // the dense layers'; minimax-m2 reads its experts' width here
-	if !glm {
+	if !glm && !dots {
 		ff = o.MoEIntermediate
 	}
 	meta = append(meta, []kv{
@@ -363,14 +369,16 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 		{a + "expert_gating_func", uint32(2)}, // sigmoid
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
-	if glm {
+	if glm || dots {
 		meta = append(meta, []kv{
 			{a + "expert_shared_count", uint32(o.Shared)},
 			{a + "leading_dense_block_count", uint32(dense)},
 			{a + "expert_weights_scale", float32(o.RoutedScale)},
 			{a + "expert_weights_norm", o.NormTopK},
-			{a + "nextn_predict_layers", uint32(0)},
 		}...)
+	}
+	if glm {
+		meta = append(meta, kv{a + "nextn_predict_layers", uint32(0)})
 	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
