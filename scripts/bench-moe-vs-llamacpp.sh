@@ -2,7 +2,7 @@
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
 # DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
-# ERNIE 4.5 MoE) on tputool and on llama.cpp's kernels (ollama), same
+# ERNIE 4.5 MoE, FAMILY=dots a dots.llm1) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -68,6 +68,12 @@
 # correction bias, 2 shared; a dense first layer of 12288; vocab 103424,
 # tied head) in LAYERS layers (default 4, 5.5 GB bf16), DIR
 # /tmp/tputool-ernie-bench, run by llama.cpp as its ernie4_5-moe.
+# FAMILY=dots: a Dots1ForCausalLM of dots.llm1's layer (hidden 4096, 32
+# heads of 128 with q/k norms; 128 experts of 1408, top 6, 2 shared,
+# sigmoid routing with the correction bias, renormalized, scale 2.5; a
+# dense first layer of 10944; vocab 152064, untied head) in LAYERS layers
+# (default 2: the dense one and a sparse one, 7.4 GB bf16), DIR
+# /tmp/tputool-dots-bench, run by llama.cpp as its dots1.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -94,7 +100,8 @@ glm) DIR="${DIR:-/tmp/tputool-glm-bench}" ;;
 minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
 olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
 ernie) DIR="${DIR:-/tmp/tputool-ernie-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe or ernie" >&2; exit 2 ;;
+dots) DIR="${DIR:-/tmp/tputool-dots-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie or dots" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -197,6 +204,19 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = ernie ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 103424
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = dots ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["Dots1ForCausalLM"], "model_type": "dots1",
+ "hidden_size": 4096, "num_hidden_layers": ${LAYERS:-2}, "num_attention_heads": 32, "num_key_value_heads": 32,
+ "head_dim": 128, "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 128,
+ "num_experts_per_tok": 6, "n_shared_experts": 2, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+ "norm_topk_prob": true, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+ "rope_theta": 10000000, "sliding_window": null, "vocab_size": 152064, "max_position_embeddings": 32768,
+ "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false,
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 152064
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
