@@ -179,9 +179,9 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
-		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts")
+		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k")
 		moe.ExpertIntermediate, _ = f.int("moe_intermediate_size")
-		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts")
+		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")
 		if moe.ExpertsPerToken <= 0 || moe.ExpertsPerToken > n {
 			return nil, fmt.Errorf("%s: %d experts but num_experts_per_tok is %d", m.Path, n, moe.ExpertsPerToken)
@@ -193,7 +193,8 @@ func TextConfig(m *config.File) (*Text, error) {
 
 // layerKinds counts full, sliding and linear attention layers from
 // layer_types, or from full_attention_interval (early Qwen3-Next configs),
-// or a model-wide sliding_window.
+// or a sliding_window over every layer or those from max_window_layers
+// on.
 func (t *Text) layerKinds(f fields, path string) error {
 	window, _ := f.int("sliding_window")
 	if types := f.strings("layer_types"); len(types) > 0 {
@@ -235,7 +236,16 @@ func (t *Text) layerKinds(f fields, path string) error {
 	}
 	use, set := f.bool("use_sliding_window")
 	if window > 0 && (!set || *use) {
-		t.SlidingAttentionLayers, t.SlidingWindow = t.Layers, window
+		// Layers from max_window_layers on slide (Qwen2's and dots.llm1's
+		// derivation); without it, every layer (Mistral's).
+		full := 0
+		if from, ok := f.int("max_window_layers"); ok && from > 0 {
+			full = min(from, t.Layers)
+		}
+		t.FullAttentionLayers, t.SlidingAttentionLayers = full, t.Layers-full
+		if t.SlidingAttentionLayers > 0 {
+			t.SlidingWindow = window
+		}
 		return nil
 	}
 	t.FullAttentionLayers = t.Layers

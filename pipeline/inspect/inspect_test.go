@@ -304,6 +304,18 @@ func TestTextConfigVariants(t *testing.T) {
 	if q.FullAttentionLayers != 2 {
 		t.Errorf("qwen2 %+v", q)
 	}
+	// Qwen2 with the window on, and dots.llm1 (no use_sliding_window):
+	// the layers from max_window_layers on slide.
+	w := parse(`{"num_hidden_layers": 4, "hidden_size": 8, "num_attention_heads": 2, "sliding_window": 50, "use_sliding_window": true, "max_window_layers": 3}`)
+	d := parse(`{"num_hidden_layers": 4, "hidden_size": 8, "num_attention_heads": 2, "sliding_window": 50, "max_window_layers": 4}`)
+	if w.FullAttentionLayers != 3 || w.SlidingAttentionLayers != 1 || w.SlidingWindow != 50 || d.FullAttentionLayers != 4 || d.SlidingAttentionLayers != 0 {
+		t.Errorf("max_window_layers: %+v, %+v", w, d)
+	}
+	// ERNIE 4.5's moe_* spellings.
+	e := parse(`{"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "moe_num_experts": 8, "moe_k": 2, "moe_num_shared_experts": 1}`)
+	if e.MoE == nil || e.MoE.Experts != 8 || e.MoE.ExpertsPerToken != 2 || e.MoE.SharedExperts != 1 {
+		t.Errorf("ernie %+v", e.MoE)
+	}
 	// Early Qwen3-Next configs: full_attention_interval.
 	n := parse(`{"num_hidden_layers": 8, "hidden_size": 8, "num_attention_heads": 2, "full_attention_interval": 4,
 		"linear_num_key_heads": 1, "linear_num_value_heads": 1, "linear_key_head_dim": 2, "linear_value_head_dim": 2, "linear_conv_kernel_dim": 4}`)
