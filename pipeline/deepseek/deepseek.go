@@ -459,6 +459,9 @@ func resolveDots(cfg *config.File) (Options, error) {
 		}
 	}
 	o := Options{Options: base, GQA: true}
+	// Dots1MoE is DeepseekV3MoE, which reads neither: the release writes
+	// scoring_func "noaux_tc" (a topk_method's name) and routes by sigmoid.
+	c.ScoringFunc, c.TopKMethod = "", ""
 	if err := c.MoEConfig.resolve(where, d, false, &o); err != nil {
 		return Options{}, err
 	}

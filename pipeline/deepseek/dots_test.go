@@ -86,6 +86,7 @@ func TestDotsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := d.Spec; s.Hidden != 4608 || s.Heads != 32 || s.KVHeads != 32 || s.HeadDim != 144 || s.VocabSize != 152064 || d.NormTopK ||
+		s.Layers != 62 || d.Eps != 1e-6 || s.MaxPositions != 2048 || s.Intermediate != 10944 || d.MoEIntermediate != 1408 ||
 		d.RoutedScale != 1 || !d.QKNorm || d.QKVBias || d.Sparse[0] != true || s.SlidingWindow != 0 || !d.GQA {
 		t.Errorf("Dots1Config's defaults: %+v", d)
 	}
@@ -100,6 +101,18 @@ func TestDotsConfig(t *testing.T) {
 	}
 	if n := paramCount(m); n/1e9 != 142 {
 		t.Errorf("dots.llm1: %d parameters, want 142B", n)
+	}
+	// The release's router fields (scoring_func "noaux_tc", null groups),
+	// which transformers does not read, and a null window with
+	// max_window_layers 1: no sliding layers.
+	r, err := deepseek.Resolve(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 3, "hidden_size": 64,
+		"num_attention_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "scoring_func": "noaux_tc",
+		"topk_method": "noaux_tc", "n_group": null, "topk_group": null, "sliding_window": null, "max_window_layers": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Groups != 1 || r.TopKGroup != 1 || r.Spec.SlidingWindow != 0 || fmt.Sprint(r.Spec.LayerKinds) != "[full_attention full_attention full_attention]" {
+		t.Errorf("release-shaped config: %+v", r)
 	}
 	w, err := deepseek.Resolve(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
 		"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "sliding_window": 16, "max_window_layers": 2}`))

@@ -1,6 +1,6 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
-// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2 or ERNIE 4.5 MoE
-// checkpoint (a directory with
+// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE or
+// dots.llm1 checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -130,7 +130,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM and Ernie4_5_MoeForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM and Dots1ForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
@@ -319,6 +319,8 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 		return fmt.Errorf("%s: attention_bias is false; llama.cpp's glm4moe requires the q/k/v biases", dir)
 	case dots && (o.QKVBias || s.KVHeads != s.Heads || o.Shared == 0 || s.SlidingWindow > 0):
 		return fmt.Errorf("%s: llama.cpp's dots1 runs multi-head attention without biases or sliding layers, and shared experts", dir)
+	case o.Rope.Type != "default":
+		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes %s without it", dir, o.Rope.Type, arch)
 	case !glm && !dots && (!o.QKNorm || !o.QKNormAcross):
 		return fmt.Errorf("%s: llama.cpp's minimax-m2 requires q/k norms over whole projections (use_qk_norm, qk_norm_type per_layer)", dir)
 	}
