@@ -54,6 +54,13 @@ type Options struct {
 	// by nn.PairsToHalves before the rotary embedding, which must then
 	// cover the whole head.
 	RopePairs bool
+	// EmbedScale multiplies the input embeddings, AttnScale replaces
+	// 1/sqrt(head_dim) as the attention's score scale, ResidualScale
+	// multiplies each attention and MLP output before its residual add,
+	// and LogitsDivisor divides the logits (Granite's embedding_multiplier,
+	// attention_multiplier, residual_multiplier and logits_scaling); 0
+	// leaves each as Llama has it.
+	EmbedScale, AttnScale, ResidualScale, LogitsDivisor float64
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -68,6 +75,9 @@ func NewModel(o Options) *Model { return &Model{o: o} }
 
 // Spec implements lm.Model.
 func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
+
+// Options returns the resolved options.
+func (m *Model) Options() Options { return m.o }
 
 // LayerKind implements lm.Model. A layer past the model's (a
 // multi-token-prediction head's, read by the architectures built on this
@@ -171,14 +181,27 @@ func optional(p *lm.Params, enabled bool, name string) *Node {
 
 // Embed implements lm.Model: LlamaModel.embed_tokens.
 func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
-	return nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+	x := nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+	if s := m.o.EmbedScale; s != 0 && s != 1 {
+		x = MulScalar(x, s)
+	}
+	return x
+}
+
+// Residual is a sublayer's output h as it joins the residual: times
+// ResidualScale when set.
+func (m *Model) Residual(h *Node) *Node {
+	if s := m.o.ResidualScale; s != 0 && s != 1 {
+		return MulScalar(h, s)
+	}
+	return h
 }
 
 // Layer implements lm.Model: LlamaDecoderLayer, pre-norm attention then
 // pre-norm MLP, each with a residual connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	x, h, kv := m.Attend(i, w, x, state, step)
-	x = Add(x, m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h))
+	x = Add(x, m.Residual(m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h)))
 	return x, kv
 }
 
@@ -190,7 +213,7 @@ func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
 	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
-	x = Add(x, h)
+	x = Add(x, m.Residual(h))
 	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
 	return x, h, c.State()
 }
@@ -227,7 +250,7 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 	if kind == lm.KindSliding {
 		window = s.SlidingWindow
 	}
-	out := nn.Attention(q, c, nn.AttentionBias(step, window), 0, 0) // [B, T, H*D]
+	out := nn.Attention(q, c, nn.AttentionBias(step, window), m.o.AttnScale, 0) // [B, T, H*D]
 	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
 }
 
@@ -255,5 +278,9 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	if m.o.Spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"
 	}
-	return nn.Linear(x, w.Get(name), nil) // [B, V]
+	logits := nn.Linear(x, w.Get(name), nil) // [B, V]
+	if d := m.o.LogitsDivisor; d != 0 && d != 1 {
+		logits = DivScalar(logits, d)
+	}
+	return logits
 }

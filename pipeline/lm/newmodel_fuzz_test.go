@@ -10,6 +10,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/minimax"
 	_ "github.com/tputool/tputool/pipeline/mistral"
@@ -62,6 +63,9 @@ func FuzzNewModel(f *testing.F) {
 		`"num_key_value_heads":2,"moe_num_experts":8,"moe_k":2,"moe_layer_start_index":1,"moe_layer_interval":2,"moe_layer_end_index":2}`))
 	f.Add([]byte(`{"architectures":["Dots1ForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"n_routed_experts":8,` +
 		`"num_experts_per_tok":2,"n_shared_experts":1,"sliding_window":16,"max_window_layers":1,"first_k_dense_replace":1}`))
+	f.Add([]byte(`{"architectures":["GraniteMoeForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
+		`"intermediate_size":32,"num_local_experts":8,"num_experts_per_tok":2,"embedding_multiplier":12,"attention_multiplier":0.0625,` +
+		`"residual_multiplier":0.22,"logits_scaling":6}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := config.ParseModel(b)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM

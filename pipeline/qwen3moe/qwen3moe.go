@@ -254,9 +254,12 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	b, t := dims[0], dims[1]
 	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
 	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)                     // [N, K]
+	if s := m.o.ResidualScale; s != 0 && s != 1 {
+		weights = MulScalar(weights, s) // Granite's residual_multiplier on the experts' sum
+	}
 	if m.o.SharedIntermediate > 0 {
-		x = Add(x, nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
-			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), m.o.Act))
+		x = Add(x, m.Residual(nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
+			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), m.o.Act)))
 	}
 	return &lm.Routing{
 		Residual: x,
