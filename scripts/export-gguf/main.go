@@ -1,6 +1,6 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
-// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE or
-// dots.llm1 checkpoint (a directory with
+// GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE,
+// dots.llm1 or Granite (dense) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -48,6 +48,7 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
+	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
@@ -118,6 +119,10 @@ func run(dir, out string) error {
 		return runSigmoid(l, dir, out, g.Model)
 	case *ernie.Model:
 		return runErnie(l, dir, out, g)
+	case *llama.Model:
+		if l.Config.Architecture() == "GraniteForCausalLM" {
+			return runGranite(l, dir, out, g)
+		}
 	}
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
@@ -130,7 +135,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM and Dots1ForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM and GraniteForCausalLM only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
@@ -459,6 +464,20 @@ func (g *ggufTensors) add(gguf string, f32 bool, names ...string) {
 		return
 	}
 	t, err := newTensor(g.l, gguf, names, f32, 0)
+	if err != nil {
+		g.err = err
+		return
+	}
+	g.ts = append(g.ts, t)
+}
+
+// addPaired adds a q or k projection of heads heads, its rows permuted
+// from rotate-half order to adjacent pairs (newTensor's pairHeads).
+func (g *ggufTensors) addPaired(gguf string, heads int, name string) {
+	if g.err != nil {
+		return
+	}
+	t, err := newTensor(g.l, gguf, []string{name}, false, heads)
 	if err != nil {
 		g.err = err
 		return

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/tputool/tputool/pipeline/granite"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// runGranite writes a GraniteForCausalLM as llama.cpp's "granite": Llama's
+// tensors, the q and k projections' rows permuted within each head from
+// rotate-half order to adjacent pairs (llama.cpp's NORM rope, as its
+// converter permutes Llama-architecture q and k), and the four
+// multipliers as embedding_scale, attention.scale, residual_scale and
+// logit_scale. GraniteMoe (whose router and expert stacks are
+// qwen3moe's) is not written.
+func runGranite(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	if o.QKVBias || o.OBias || o.MLPBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim {
+		return fmt.Errorf("%s: export-gguf writes Granite without biases, rope scaling or a partial rotary", dir)
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), granite.Defaults.RopeTheta)
+	if err != nil {
+		return err
+	}
+	const a = "granite."
+	meta, err := header(l, dir, "granite")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(s.MaxPositions)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(s.HeadDim)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+		{a + "embedding_scale", float32(o.EmbedScale)},
+		{a + "attention.scale", float32(o.AttnScale)},
+		{a + "residual_scale", float32(o.ResidualScale)},
+		{a + "logit_scale", float32(o.LogitsDivisor)},
+	}...)
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := 0; i < s.Layers; i++ {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
+		g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
+		g.pairs(b, append([]ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
+		}, denseMLP(p)...))
+	}
+	g.final(s.TieEmbeddings, true) // llama.cpp takes token_embd for a missing output
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
