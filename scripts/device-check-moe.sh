@@ -232,6 +232,15 @@ cat >"$work/dots.json" <<'EOF'
  "max_window_layers": 1, "rope_theta": 10000, "rms_norm_eps": 1e-06, "max_position_embeddings": 512,
  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny GraniteMoe: Granite's four multipliers around Qwen3-MoE's router
+# and stacks.
+cat >"$work/granitemoe.json" <<'EOF'
+{"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "embedding_multiplier": 12.0, "attention_multiplier": 0.0625,
+ "residual_multiplier": 0.22, "logits_scaling": 6.0, "rope_theta": 10000, "rms_norm_eps": 1e-06,
+ "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -261,7 +270,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
