@@ -61,6 +61,20 @@ type Options struct {
 	// attention_multiplier, residual_multiplier and logits_scaling); 0
 	// leaves each as Llama has it.
 	EmbedScale, AttnScale, ResidualScale, LogitsDivisor float64
+	// NoRope[i] leaves layer i without the rotary embedding (Llama 4's
+	// NoPE layers, no_rope_layers 0); nil rotates every layer.
+	NoRope []bool
+	// QKL2Norm normalizes each query and key head by its root mean
+	// square, with no weight, after the rotary, on the layers that rotate
+	// (Llama 4's use_qk_norm: its Llama4TextL2Norm).
+	QKL2Norm bool
+	// TempFloor > 0 scales the queries of the layers without the rotary
+	// by nn.TemperatureScale(TempFloor, TempScale) (Llama 4's
+	// attn_temperature_tuning, floor_scale and attn_scale).
+	TempFloor, TempScale float64
+	// Chunk is the chunk of positions an lm.KindChunked layer attends
+	// within (Llama 4's attention_chunk_size; nn.ChunkedAttentionBias).
+	Chunk int
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -212,17 +226,22 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-	h, c := m.attention(p.Scope("self_attn"), h, nn.KVOf(state), step, m.LayerKind(i))
+	h, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
 	x = Add(x, m.Residual(h))
 	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
 	return x, h, c.State()
 }
 
-// attention is LlamaAttention: q/k/v projections, (Qwen3) per-head q/k
-// norms or (MiniMax-M2) norms across the heads, rotary embedding (on
-// adjacent pairs with RopePairs), cache write, grouped-query attention,
-// o_proj.
-func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind string) (*Node, nn.KV) {
+// rotates reports that layer i applies the rotary embedding (NoRope).
+func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope[i] }
+
+// attention is layer i's LlamaAttention: q/k/v projections, (Qwen3)
+// per-head q/k norms or (MiniMax-M2) norms across the heads, rotary
+// embedding (on adjacent pairs with RopePairs; none on a NoRope layer,
+// whose queries Llama 4 scales by the temperature instead), (Llama 4) the
+// unweighted q/k norms, cache write, grouped-query attention over the
+// layer kind's mask, o_proj.
+func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
 	q := nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
 	k := nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
@@ -240,17 +259,29 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
 		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
 	}
-	if m.o.RopePairs {
-		q, k = nn.PairsToHalves(q), nn.PairsToHalves(k)
+	if m.rotates(i) {
+		if m.o.RopePairs {
+			q, k = nn.PairsToHalves(q), nn.PairsToHalves(k)
+		}
+		cos, sin := m.o.Rope.CosSin(step, x.DType())
+		q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+		if m.o.QKL2Norm {
+			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)
+		}
+	} else if m.o.TempFloor > 0 {
+		q = Mul(q, ConvertDType(nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale), q.DType()))
 	}
-	cos, sin := m.o.Rope.CosSin(step, x.DType())
-	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
 	c = nn.WriteKV(c, k, v, step)
-	window := 0
-	if kind == lm.KindSliding {
-		window = s.SlidingWindow
+	var bias *Node
+	switch m.LayerKind(i) {
+	case lm.KindSliding:
+		bias = nn.AttentionBias(step, s.SlidingWindow)
+	case lm.KindChunked:
+		bias = nn.ChunkedAttentionBias(step, m.o.Chunk)
+	default:
+		bias = nn.AttentionBias(step, 0)
 	}
-	out := nn.Attention(q, c, nn.AttentionBias(step, window), m.o.AttnScale, 0) // [B, T, H*D]
+	out := nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
 	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
 }
 

@@ -33,6 +33,7 @@ import (
 const (
 	KindFull    = "full_attention"
 	KindSliding = "sliding_attention"
+	KindChunked = "chunked_attention"
 )
 
 // Spec is the resolved description of a model, with every default applied.

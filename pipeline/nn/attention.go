@@ -145,6 +145,51 @@ func AttentionBias(step *lm.Step, window int) *Node {
 	})
 }
 
+// ChunkedAttentionBias is AttentionBias for chunked attention (Llama 4's
+// chunked_attention layers, attention_chunk_size chunk): the positions of
+// a row are cut into chunks of chunk tokens from its first token, and a
+// query sees the keys at or before it in its own chunk only. Query t of
+// row b sits in slot q = Start+t at position q - Pads[b], and sees slot s
+// when AttentionBias's causal and padding rules let it and s >= q -
+// (q - Pads[b]) mod chunk, its chunk's first slot. A padding query sees
+// only its own slot.
+func ChunkedAttentionBias(step *lm.Step, chunk int) *Node {
+	if chunk <= 0 {
+		panic(fmt.Errorf("ChunkedAttentionBias: chunk %d must be positive", chunk))
+	}
+	return step.Memo(fmt.Sprintf("attention-bias-chunked/%d", chunk), func() *Node {
+		g := step.Pads.Graph()
+		b, t, s := step.Batch, step.Len, step.Visible()
+		i32 := func(v int) *Node { return Scalar(g, dtypes.Int32, v) }
+		slot := iotaInt(g, 2, 1, t, s)                                                      // [1, T, S]: s
+		q := Add(iotaInt(g, 1, 1, t, s), ConvertDType(step.Start, dtypes.Int32))            // [1, T, S]: Start + t
+		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1)                      // [B, 1, 1]
+		visible := And(LessOrEqual(slot, q), Or(GreaterOrEqual(slot, pad), Equal(slot, q))) // [B, T, S]
+		pos := Max(Sub(q, pad), i32(0))                                                     // [B, T, S]: the query's position (0 on padding)
+		first := Sub(q, Rem(pos, i32(chunk)))                                               // its chunk's first slot
+		visible = And(visible, GreaterOrEqual(slot, first))
+		zero := ScalarZero(g, dtypes.Float32)
+		masked := Scalar(g, dtypes.Float32, -1e30)
+		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
+		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
+	})
+}
+
+// TemperatureScale is Llama 4's attention temperature tuning of its
+// layers without rotary (attn_temperature_tuning, "Scalable-Softmax Is
+// Superior for Attention", Nakanishi, 2025, arXiv:2501.19399): each
+// query is multiplied by log1p(floor((position+1)/floor))·scale + 1,
+// returned [B, T, 1, 1] float32 for the step's tokens (1 on padding).
+func TemperatureScale(step *lm.Step, floor, scale float64) *Node {
+	return step.Memo(fmt.Sprintf("temperature/%g/%g", floor, scale), func() *Node {
+		g := step.Positions.Graph()
+		pos := Max(ConvertDType(step.Positions, dtypes.Float32), ScalarZero(g, dtypes.Float32)) // [B, T]
+		s := AddScalar(MulScalar(Log1p(Floor(DivScalar(AddScalar(pos, 1), floor))), scale), 1)  // [B, T]
+		b, t := step.Positions.Shape().Dimensions[0], step.Positions.Shape().Dimensions[1]
+		return Reshape(s, b, t, 1, 1)
+	})
+}
+
 // EncoderBias is the additive attention bias [B, 1, T, 1, T] (float32)
 // of a bidirectional encoder (BERT) attending over its step's own keys:
 // query t of row b sees key j when the key's slot Start+j is not padding

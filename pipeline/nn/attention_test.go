@@ -144,3 +144,39 @@ func TestAttentionInt8KV(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedAttentionBias checks Llama 4's chunked mask on a batch of
+// two rows, the first left-padded by 2, at a step of 7 queries from slot
+// 1 over a cache of 9 slots, chunks of 3 positions: each query sees the
+// slots of its own chunk of its row's positions up to itself; a padding
+// query only its own slot. A mask over slots instead of positions
+// (ignoring the padding) would differ on the padded row.
+func TestChunkedAttentionBias(t *testing.T) {
+	const bsz, tt, s, chunk, start = 2, 7, 9, 3, 1
+	pads := []int32{2, 0}
+	out := execGraph(t, func(in []*Node) []*Node {
+		st := lm.NewStep(bsz, tt, s, in[0], in[1], false)
+		return []*Node{ChunkedAttentionBias(st, chunk), TemperatureScale(st, 2, 0.5)}
+	}, tensors.FromFlatDataAndDimensions(pads, bsz), tensors.FromScalar(int32(start)))
+	bias, temp := out[0], out[1]
+	for b := range bsz {
+		for q := range tt {
+			slot := start + q
+			pos := slot - int(pads[b])
+			for k := range s {
+				want := k <= slot && k >= int(pads[b]) && k-int(pads[b]) >= pos-pos%chunk
+				if pos < 0 {
+					want = k == slot
+				}
+				got := bias[(b*tt+q)*s+k] == 0
+				if got != want {
+					t.Errorf("row %d query slot %d (position %d), key slot %d: visible %v, want %v", b, slot, pos, k, got, want)
+				}
+			}
+			wantT := math.Log1p(math.Floor(float64(max(pos, 0)+1)/2))*0.5 + 1
+			if d := math.Abs(float64(temp[b*tt+q]) - wantT); d > 1e-6 {
+				t.Errorf("row %d position %d: temperature %g, want %g", b, pos, temp[b*tt+q], wantT)
+			}
+		}
+	}
+}

@@ -139,6 +139,12 @@ type ExpertStack struct {
 	// axis (GPT-OSS interleaves gate and up and clamps them: its
 	// ClampedSwiGLU). It needs Up nil.
 	GLU func(gateUp *Node) *Node
+	// WeighInputs applies each (token, choice) pair's routing weight to
+	// the expert's input instead of its output: a token's result is
+	// Σⱼ expert_{ids[n, j]}(weights[n, j]·x_n) (Llama 4's
+	// Llama4TextMoe, whose router scores scale the routed input; the
+	// experts are not linear, so the two differ).
+	WeighInputs bool
 }
 
 // check panics on a stack whose fields do not fit together.
@@ -197,7 +203,11 @@ func (s ExpertStack) Gathered(x, ids, weights *Node) *Node {
 	p := n * k
 	pairIDs := Reshape(ConvertDType(ids, dtypes.Int32), p, 1)          // [P, 1]
 	pairs := Reshape(BroadcastToDims(InsertAxes(x, 1), n, k, h), p, h) // [P, H]
-	gathered := func(v, w, bias *Node) *Node {                         // [P, out]
+	if s.WeighInputs {
+		pairs = Mul(pairs, ConvertDType(Reshape(weights, p, 1), pairs.DType()))
+		weights = OnesLike(weights)
+	}
+	gathered := func(v, w, bias *Node) *Node { // [P, out]
 		y := PairDot(v, w, pairIDs)
 		if bias != nil {
 			y = Add(y, ConvertDType(Gather(bias, pairIDs), y.DType()))
@@ -251,14 +261,19 @@ func (s ExpertStack) Stacked(x, ids, weights *Node) *Node {
 		}
 		return y
 	}
-	g := proj(x, s.Gate, s.GateBias)
+	combine := ReduceSum(Mul(OneHot(ids, e, dtypes.Float32), InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, E]
+	in := x
+	if s.WeighInputs { // each expert's own input, its token scaled by its weight (0 where not chosen), and no weight after
+		in = Mul(InsertAxes(x, 1), InsertAxes(ConvertDType(combine, dt), -1)) // [N, E, H]
+		combine = ReduceSum(OneHot(ids, e, dtypes.Float32), 1)
+	}
+	g := proj(in, s.Gate, s.GateBias)
 	var u *Node
 	if s.Up != nil {
-		u = proj(x, s.Up, nil)
+		u = proj(in, s.Up, nil)
 	}
-	y := ConvertDType(proj(s.hidden(g, u), s.Down, s.DownBias), dtypes.Float32)                                         // [N, E, H]
-	combine := ReduceSum(Mul(OneHot(ids, e, dtypes.Float32), InsertAxes(ConvertDType(weights, dtypes.Float32), -1)), 1) // [N, E]
-	out := ReduceSum(Mul(y, InsertAxes(combine, -1)), 1)                                                                // [N, H]
+	y := ConvertDType(proj(s.hidden(g, u), s.Down, s.DownBias), dtypes.Float32) // [N, E, H]
+	out := ReduceSum(Mul(y, InsertAxes(combine, -1)), 1)                        // [N, H]
 	return ConvertDType(out, dt)
 }
 

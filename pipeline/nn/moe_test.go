@@ -46,16 +46,24 @@ func newMoECase(n, h, e, i, k int, route func(tok, j int) int32) moeCase {
 }
 
 // reference computes Σⱼ wⱼ · down·(silu(gate·x) ⊙ up·x) in float64.
-func (c moeCase) reference() []float64 {
+func (c moeCase) reference() []float64 { return c.referenceWeighing(false) }
+
+// referenceWeighing is reference, or with inputs Σⱼ down·(silu(gate·wⱼx)
+// ⊙ up·wⱼx): each weight applied to its expert's input (Llama 4).
+func (c moeCase) referenceWeighing(inputs bool) []float64 {
 	out := make([]float64, c.n*c.h)
 	for t := 0; t < c.n; t++ {
 		for j := 0; j < c.k; j++ {
 			e := int(c.ids[t*c.k+j])
+			in, after := 1.0, float64(c.weights[t*c.k+j])
+			if inputs {
+				in, after = after, 1
+			}
 			mid := make([]float64, c.i)
 			for r := 0; r < c.i; r++ {
 				var g, u float64
 				for q := 0; q < c.h; q++ {
-					xv := float64(c.x[t*c.h+q])
+					xv := in * float64(c.x[t*c.h+q])
 					g += float64(c.gate[(e*c.i+r)*c.h+q]) * xv
 					u += float64(c.up[(e*c.i+r)*c.h+q]) * xv
 				}
@@ -66,7 +74,7 @@ func (c moeCase) reference() []float64 {
 				for r := 0; r < c.i; r++ {
 					y += float64(c.down[(e*c.h+q)*c.i+r]) * mid[r]
 				}
-				out[t*c.h+q] += float64(c.weights[t*c.k+j]) * y
+				out[t*c.h+q] += after * y
 			}
 		}
 	}
@@ -158,6 +166,39 @@ func TestGatheredExpertsMatchesReference(t *testing.T) {
 			bad.ids[len(bad.ids)-1] = (bad.ids[len(bad.ids)-1] + 1) % int32(c.e)
 			if err := maxRelErr(bad.runWith(t, false, f), want); err <= bound {
 				t.Errorf("%s, %s: a wrong expert id still matches the reference (error %.3g)", name, fname, err)
+			}
+		}
+	}
+}
+
+// TestWeighInputs checks ExpertStack.WeighInputs (each routing weight
+// scales its expert's input, not its output) in the gathered and the
+// stacked formulation, separate and fused gate/up, against the float64
+// loop; the same stack weighing outputs must miss it.
+func TestWeighInputs(t *testing.T) {
+	c := newMoECase(5, 8, 4, 6, 2, func(tok, j int) int32 { return int32((tok*3 + j) % 4) })
+	for j := range c.weights { // weights far from 1, so that scaling a SiLU's input differs from scaling its output
+		c.weights[j] = 0.3 + 2*c.weights[j]
+	}
+	want := c.referenceWeighing(true)
+	const bound = 2e-6
+	for _, form := range []string{"gathered", "stacked"} {
+		for _, fused := range []bool{false, true} {
+			for _, weighInputs := range []bool{true, false} {
+				got := c.runWith(t, fused, func(x, ids, w, g, u, d *Node, act func(*Node) *Node) *Node {
+					s := ExpertStack{Gate: g, Up: u, Down: d, Act: act, WeighInputs: weighInputs}
+					if form == "stacked" {
+						return s.Stacked(x, ids, w)
+					}
+					return s.Gathered(x, ids, w)
+				})
+				err := maxRelErr(got, want)
+				if weighInputs && err > bound {
+					t.Errorf("%s (fused %v): max error %.3g relative to the largest output, want <= %g", form, fused, err, bound)
+				}
+				if !weighInputs && err < 1e-3 {
+					t.Errorf("%s (fused %v): weighing the outputs matches weighing the inputs (error %.3g)", form, fused, err)
+				}
 			}
 		}
 	}

@@ -210,13 +210,17 @@ func dequantizeInt8Parts(w *Node) (q, scales *Node, ok bool) {
 // RMSNorm normalizes over the last axis in float32, as transformers does,
 // and scales by w [H]. With plusOne it is Gemma's variant: the scale is
 // (1 + w) and is applied before casting back to the input dtype; otherwise
-// it is Llama's: cast back, then multiply by w.
+// it is Llama's: cast back, then multiply by w. A nil w scales by
+// nothing (Llama 4's Llama4TextL2Norm of queries and keys).
 func RMSNorm(x, w *Node, eps float64, plusOne bool) *Node {
 	dtype := x.DType()
 	xf := ConvertDType(x, dtypes.Float32)
 	ms := ReduceAndKeep(Square(xf), ReduceMean, -1) // [..., 1]
 	y := Mul(xf, Rsqrt(AddScalar(ms, eps)))         // [..., H]
-	wb := ExpandLeftToRank(w, x.Rank())             // [1, ..., H]
+	if w == nil {
+		return ConvertDType(y, dtype)
+	}
+	wb := ExpandLeftToRank(w, x.Rank()) // [1, ..., H]
 	if plusOne {
 		y = Mul(y, OnePlus(ConvertDType(wb, dtypes.Float32)))
 		return ConvertDType(y, dtype)
