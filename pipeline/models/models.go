@@ -13,6 +13,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM

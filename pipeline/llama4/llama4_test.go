@@ -1,0 +1,121 @@
+package llama4_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+	"github.com/tputool/tputool/tpu"
+)
+
+// prompts are longer than both tiny models' chunks (4 and 6) and their
+// temperature floors, so the chunked masks cut and the NoPE layers'
+// queries are scaled by several temperatures; the first is left-padded in
+// the batch, so that chunks and temperatures must follow positions, not
+// cache slots.
+var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+
+func write(t *testing.T, c llama4ref.Llama4) (*lm.Loaded, *llama4ref.Model) {
+	t.Helper()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	ref, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, ref
+}
+
+// TestLogitsMatchReference runs the tiny Scout (a multimodal checkpoint:
+// every layer sparse, top 1, q/k norms, llama3 rope scaling, chunks of 4)
+// and the tiny Maverick (Llama4ForCausalLM: dense and sparse layers
+// alternating, top 2, a tied head, chunks of 6) on a left-padded batch of
+// two prompts plus decode steps, compiled and eager, on the go and cpu
+// backends, and with an accelerator's capabilities (the stacked experts
+// for prefill), against llama4ref's float64 transformers Llama 4, written
+// by a separate helper session from transformers' code.
+func TestLogitsMatchReference(t *testing.T) {
+	const steps, tol = 6, 1e-4
+	variants := []struct {
+		name  string
+		opts  compile.Options
+		accel bool
+	}{
+		{"compiled", compile.Options{Mode: compile.Compiled}, false},
+		{"eager", compile.Options{Mode: compile.Eager}, false},
+		{"accel-compiled", compile.Options{Mode: compile.Compiled}, true},
+	}
+	for _, c := range []llama4ref.Llama4{llama4ref.TinyScout(), llama4ref.TinyMaverick()} {
+		t.Run(fmt.Sprint(c.Seed), func(t *testing.T) {
+			l, ref := write(t, c)
+			seqs := refcheck.GreedySequences(ref, prompts, steps)
+			for _, backend := range []string{"go", "cpu"} {
+				be := refcheck.GoBackend(t)
+				if backend == "cpu" {
+					be = refcheck.CPUBackend(t)
+				}
+				for _, v := range variants {
+					t.Run(backend+"/"+v.name, func(t *testing.T) {
+						opts := v.opts
+						if v.accel {
+							caps := tpu.CapabilitiesOf(be)
+							caps.HostMemory = false
+							opts.Caps = &caps
+						}
+						r, err := compile.NewRunner(be, l, opts)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer r.Close()
+						got := refcheck.TeacherForced(t, r.NewState(), ref, prompts, seqs, steps, tol)
+						t.Logf("max relative error %.3g", got.Worst)
+					})
+				}
+			}
+		})
+	}
+}
+
+// TestMistakesMatter shows that the comparison above sees each of Llama
+// 4's mechanisms: the reference with the rotary on halves, the routing
+// weight on the experts' outputs, no chunks, no temperature, the q/k norm
+// on the NoPE layers too, or a softmax router, is farther from the
+// model's prefill logits than the bound.
+func TestMistakesMatter(t *testing.T) {
+	for _, c := range []llama4ref.Llama4{llama4ref.TinyScout(), llama4ref.TinyMaverick()} {
+		t.Run(fmt.Sprint(c.Seed), func(t *testing.T) {
+			l, ref := write(t, c)
+			dir := l.Dir
+			prompt := prompts[1]
+			got := moecheck.Prefill(t, l, prompt)
+			var mutants []refcheck.Mutant
+			for _, m := range []struct {
+				name string
+				set  func(*llama4ref.Mistakes)
+			}{
+				{"rotary on halves", func(m *llama4ref.Mistakes) { m.RopeHalves = true }},
+				{"weights after the experts", func(m *llama4ref.Mistakes) { m.WeightAfter = true }},
+				{"no chunks", func(m *llama4ref.Mistakes) { m.NoChunk = true }},
+				{"no temperature", func(m *llama4ref.Mistakes) { m.NoTempTuning = true }},
+				{"q/k norm on NoPE layers", func(m *llama4ref.Mistakes) { m.QKNormOnNoPE = true }},
+				{"softmax router", func(m *llama4ref.Mistakes) { m.SoftmaxRouter = true }},
+			} {
+				if m.name == "q/k norm on NoPE layers" && !c.UseQKNorm {
+					continue
+				}
+				mc := c
+				m.set(&mc.Mistakes)
+				mm, err := mc.Load(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mutants = append(mutants, refcheck.Mutant{Name: m.name, Logits: mm.Logits})
+			}
+			refcheck.Discriminates(t, got[0], prompt, ref.Logits, 1e-3, mutants...)
+		})
+	}
+}
