@@ -21,7 +21,9 @@ import (
 // writeFromConfig writes, next to a copy of the config.json at cfgPath,
 // a model.safetensors holding every tensor the architecture that config
 // names reads (its lm.Weights), in dtype d, with deterministic
-// pseudo-random values: uniform in ±1/sqrt(last axis) for matrices, ±0.02
+// pseudo-random values: uniform in ±1/sqrt(input axis) for matrices (the
+// last, or the one before for the stacks a checkpoint stores transposed,
+// lm.WeightSpec.Transposed), ±0.02
 // for vectors (around 1 for norm weights, scales and layer scalars,
 // scaleLike). It streams: the header first (offsets are known from the
 // shapes), then each tensor in 1 MiB pieces, so a checkpoint of any size
@@ -71,7 +73,13 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 			continue
 		}
 		if !mxfp4 || !w.MXFP4 {
-			ws = append(ws, tensor{name: w.Name, shape: w.Shape, dtype: d})
+			shape := w.Shape
+			if w.Transposed { // stored [..., in, out] (Llama 4's expert stacks)
+				shape = append([]int(nil), w.Shape...)
+				r := len(shape)
+				shape[r-2], shape[r-1] = shape[r-1], shape[r-2]
+			}
+			ws = append(ws, tensor{name: w.Name, shape: shape, dtype: d, transposed: w.Transposed})
 			continue
 		}
 		r := len(w.Shape)
@@ -141,7 +149,11 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 		}
 		scale, offset := float32(0.02), float32(0)
 		if len(w.shape) >= 2 {
-			scale = float32(1 / math.Sqrt(float64(w.shape[len(w.shape)-1])))
+			in := w.shape[len(w.shape)-1]
+			if w.transposed {
+				in = w.shape[len(w.shape)-2]
+			}
+			scale = float32(1 / math.Sqrt(float64(in)))
 		} else if scaleLike(w.name) {
 			offset = 1 // norm weights, router scales, layer scalars: around 1
 		}
@@ -178,10 +190,12 @@ func scaleLike(name string) bool {
 	return false
 }
 
-// tensor is one tensor to write: MXFP4 scales are all scale.
+// tensor is one tensor to write: MXFP4 scales are all scale; a
+// transposed matrix is stored [..., in, out].
 type tensor struct {
-	name  string
-	shape []int
-	dtype safetensors.DType
-	scale byte
+	name       string
+	shape      []int
+	dtype      safetensors.DType
+	scale      byte
+	transposed bool
 }
