@@ -2,9 +2,11 @@ package llama4_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -117,5 +119,91 @@ func TestMistakesMatter(t *testing.T) {
 			}
 			refcheck.Discriminates(t, got[0], prompt, ref.Logits, 1e-3, mutants...)
 		})
+	}
+}
+
+// TestExpertsOneByOne: a checkpoint holding each expert's three matrices
+// on their own in the Linear layout (experts.E.{gate,up,down}_proj.weight,
+// as per-expert conversions of Llama 4 store them) is assembled into the
+// stacks and gives the stacked checkpoint's logits.
+func TestExpertsOneByOne(t *testing.T) {
+	c := llama4ref.TinyMaverick()
+	l, _ := write(t, c)
+	cfg, err := lmckpt.ReadConfig(l.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(l.Dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	h, in, e := c.Hidden, c.Intermediate, c.Experts
+	var ts []safetensors.Tensor
+	add := func(name string, vals []float32, shape ...int) {
+		b, err := safetensors.EncodeFloat32(safetensors.F32, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F32, Shape: shape, Data: b})
+	}
+	split := 0
+	for _, name := range ck.Names() {
+		vals, err := ck.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, _ := ck.Shape(name)
+		prefix, ok := strings.CutSuffix(name, "gate_up_proj")
+		if !ok {
+			if prefix, ok = strings.CutSuffix(name, "down_proj"); !ok || !strings.HasSuffix(prefix, ".experts.") {
+				add(name, vals, shape...)
+				continue
+			}
+			for x := 0; x < e; x++ { // stored [E, I, H]: expert x's down_proj [H, I]
+				down := make([]float32, h*in)
+				for i := 0; i < in; i++ {
+					for j := 0; j < h; j++ {
+						down[j*in+i] = vals[(x*in+i)*h+j]
+					}
+				}
+				add(fmt.Sprintf("%s%d.down_proj.weight", prefix, x), down, h, in)
+			}
+			split++
+			continue
+		}
+		for x := 0; x < e; x++ { // stored [E, H, 2I]: expert x's gate (the first I columns) and up [I, H]
+			gate, up := make([]float32, in*h), make([]float32, in*h)
+			for j := 0; j < h; j++ {
+				for i := 0; i < in; i++ {
+					gate[i*h+j] = vals[(x*h+j)*2*in+i]
+					up[i*h+j] = vals[(x*h+j)*2*in+in+i]
+				}
+			}
+			add(fmt.Sprintf("%s%d.gate_proj.weight", prefix, x), gate, in, h)
+			add(fmt.Sprintf("%s%d.up_proj.weight", prefix, x), up, in, h)
+		}
+		split++
+	}
+	if split != 2*(c.Layers/c.InterleaveMoE) {
+		t.Fatalf("split %d stacks, want both of each of the %d sparse layers", split, c.Layers/c.InterleaveMoE)
+	}
+	dir := t.TempDir()
+	if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
+		t.Fatal(err)
+	}
+	apart, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer apart.Close()
+	want := moecheck.Prefill(t, l, prompts[1])[0]
+	got := moecheck.Prefill(t, apart, prompts[1])[0]
+	ref := make([]float64, len(want))
+	for i, v := range want {
+		ref[i] = float64(v)
+	}
+	if e := refcheck.RelErr(got, ref); e > 1e-6 {
+		t.Errorf("experts one by one: relative error %.3g against the stacked checkpoint's logits", e)
 	}
 }
