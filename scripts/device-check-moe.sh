@@ -241,6 +241,20 @@ cat >"$work/granitemoe.json" <<'EOF'
  "residual_multiplier": 0.22, "logits_scaling": 6.0, "rope_theta": 10000, "rms_norm_eps": 1e-06,
  "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Llama 4: adjacent-pair rotary with llama3 scaling, q/k L2 norms,
+# attention in chunks of 8 (a masked Rem of positions), a NoPE layer whose
+# queries the temperature scales (a Log1p of a Floor), dense and sparse
+# layers alternating, the top 2 of 8 experts weighing their inputs.
+cat >"$work/llama4.json" <<'EOF'
+{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "tie_word_embeddings": false,
+ "text_config": {"model_type": "llama4_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 32,
+ "intermediate_size_mlp": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "interleave_moe_layer_step": 2, "use_qk_norm": true,
+ "attention_chunk_size": 8, "attn_temperature_tuning": true, "floor_scale": 4, "attn_scale": 0.1, "rope_theta": 500000,
+ "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+ "original_max_position_embeddings": 16}, "rms_norm_eps": 1e-05, "max_position_embeddings": 512,
+ "bos_token_id": 1, "eos_token_id": 2}}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -270,7 +284,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
