@@ -2,7 +2,7 @@
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
 # DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
-# ERNIE 4.5 MoE, FAMILY=dots a dots.llm1) on tputool and on llama.cpp's kernels (ollama), same
+# ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4) on tputool and on llama.cpp's kernels (ollama), same
 # weights, side by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -73,7 +73,14 @@
 # sigmoid routing with the correction bias, renormalized, scale 2.5; a
 # dense first layer of 10944; vocab 152064, untied head) in LAYERS layers
 # (default 2: the dense one and a sparse one, 7.4 GB bf16), DIR
-# /tmp/tputool-dots-bench, run by llama.cpp as its dots1.
+# /tmp/tputool-dots-bench, run by llama.cpp as its dots1. FAMILY=llama4: a
+# Llama4ForConditionalGeneration of Llama 4 Scout's text layer (hidden
+# 5120, 40 heads and 8 KV heads of 128, adjacent-pair rotary, q/k L2
+# norms, chunks of 8192; 16 experts of 8192, top 1 by sigmoid, scaling the
+# expert's input, and a shared expert) with vocab 32000 (Scout's 202048
+# would add 3.8 GB a side) in LAYERS layers (default 2, 9.5 GB bf16), DIR
+# /tmp/tputool-llama4-bench; ollama imports the folder itself (its
+# convert_llama4.go) and runs it on its own engine.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -101,7 +108,8 @@ minimax) DIR="${DIR:-/tmp/tputool-minimax-bench}" ;;
 olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
 ernie) DIR="${DIR:-/tmp/tputool-ernie-bench}" ;;
 dots) DIR="${DIR:-/tmp/tputool-dots-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie or dots" >&2; exit 2 ;;
+llama4) DIR="${DIR:-/tmp/tputool-llama4-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots or llama4" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -217,6 +225,24 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = dots ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 152064
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = llama4 ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16",
+ "text_config": {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": ${LAYERS:-2},
+  "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+  "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+  "use_qk_norm": true, "attention_chunk_size": 8192, "attn_temperature_tuning": true, "floor_scale": 8192,
+  "attn_scale": 0.1, "no_rope_layers": [], "vocab_size": 32000, "max_position_embeddings": 10485760,
+  "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+  "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+   "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "torch_dtype": "bfloat16"},
+ "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 0,
+  "intermediate_size": 5632, "num_attention_heads": 16, "image_size": 336, "patch_size": 14, "rope_theta": 10000,
+  "norm_eps": 1e-05, "pixel_shuffle_ratio": 0.5}}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
@@ -233,7 +259,7 @@ JSON
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151936 # the model's vocabulary, as the GGUF pads it
 fi
 FROM="$DIR/model.gguf"
-if [ "$FAMILY" = deepseek ]; then
+if [ "$FAMILY" = deepseek ] || [ "$FAMILY" = llama4 ]; then
   FROM="$DIR/hf"
 else
   [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
