@@ -13,7 +13,11 @@
 # scripts/gen-llm-checkpoint -config, with its tokenizer). FROM is what
 # ollama imports: by default a GGUF that scripts/export-gguf writes from HF
 # (Qwen3-MoE, Mixtral, GLM-4.5); FROM=$HF lets ollama import the folder
-# itself (DeepSeek-V3). Env: PROMPT, PORT (ollama's, 11600), DTYPE
+# itself (DeepSeek-V3, Llama 4: its importer stores matrices in f16, so
+# write the folder in F16 for both to read the same weights, and give it
+# a tokenizer_config.json with "add_bos_token": false beside a
+# "bos_token" the tokenizer holds, or ollama's Llama 4 prepends a BOS
+# tputool does not). Env: PROMPT, PORT (ollama's, 11600), DTYPE
 # (tputool's --dtype, f32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
