@@ -250,17 +250,32 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 				}
 				nf.Count += count
 			}
-			for i := 0; i < in; i++ {
-				for o := 0; o < out; o++ {
-					buf[o*in+i] = stored[i*out+o]
-				}
-			}
+			transpose(buf, stored, in, out)
 			fn(m*out*in, buf)
 			l.ckpt.ReleaseRange(w.Name, int64(lo), int64(lo+out*in*size))
 		}
 		return nil
 	}
 	return fmt.Errorf("tensor %q: unknown encoding %q", w.Name, how)
+}
+
+// transpose writes src [rows, cols] transposed into dst [cols, rows]: in
+// bands of 32 source rows, each column's 32 values written contiguously.
+// A band touches 32 source pages and one destination row at a time, so
+// it stays within the TLB, where a row-by-row copy touches a page per
+// element written (on this machine, 5120x16384 f32: 0.9 s row by row or
+// in 64x64 tiles, 0.34 s in bands of 32).
+func transpose(dst, src []float32, rows, cols int) {
+	const band = 32
+	for r0 := 0; r0 < rows; r0 += band {
+		r1 := min(r0+band, rows)
+		for c := 0; c < cols; c++ {
+			d := dst[c*rows+r0 : c*rows+r1]
+			for r := range d {
+				d[r] = src[(r0+r)*cols+c]
+			}
+		}
+	}
 }
 
 // rawOf is the bytes of checkpoint tensor name, which must be stored as
