@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -125,10 +127,18 @@ func TestMistakesMatter(t *testing.T) {
 // TestExpertsOneByOne: a checkpoint holding each expert's three matrices
 // on their own in the Linear layout (experts.E.{gate,up,down}_proj.weight,
 // as per-expert conversions of Llama 4 store them) is assembled into the
-// stacks and gives the stacked checkpoint's logits.
+// stacks and gives the stacked checkpoint's logits. The other way, an
+// expert's matrix is not read apart from a stack stored transposed (its
+// rows are not a range of the stored bytes): that is an error.
 func TestExpertsOneByOne(t *testing.T) {
 	c := llama4ref.TinyMaverick()
 	l, _ := write(t, c)
+	if x, err := l.Tensor("model.layers.1.feed_forward.experts.0.gate_proj.weight", dtypes.Float32); err == nil || !strings.Contains(err.Error(), "transposed") {
+		if x != nil {
+			x.FinalizeAll()
+		}
+		t.Errorf("an expert read apart from a transposed stack: error %v, want one saying the stack is transposed", err)
+	}
 	cfg, err := lmckpt.ReadConfig(l.Dir)
 	if err != nil {
 		t.Fatal(err)

@@ -127,6 +127,9 @@ func (l *Loaded) viewOf(name string) (view, error) {
 	l.index()
 	if ref, ok := l.partOf[name]; ok {
 		if info, ok := l.ckpt.Info(ref.stack); ok {
+			if l.byName[ref.stack].Transposed { // its parts are not ranges of the stored stack
+				return view{}, fmt.Errorf("tensor %q: the checkpoint stores the stack transposed, so its part %q cannot be read apart", ref.stack, name)
+			}
 			n := int64(elements(l.partSpec(name).Shape))
 			if ref.at+n > info.NumElements() {
 				return view{}, fmt.Errorf("tensor %q: part %q ends at element %d, past its %d", ref.stack, name, ref.at+n, info.NumElements())
@@ -381,6 +384,9 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {
 	shape, ok := l.shapeOf(name)
 	if !ok {
+		if _, err := l.viewOf(name); err != nil { // why: absent, or a part that cannot be read apart
+			return nil, err
+		}
 		return nil, fmt.Errorf("checkpoint %s has no tensor %q", l.Dir, name)
 	}
 	switch dtype {
