@@ -77,10 +77,11 @@
 # Llama4ForConditionalGeneration of Llama 4 Scout's text layer (hidden
 # 5120, 40 heads and 8 KV heads of 128, adjacent-pair rotary, q/k L2
 # norms, chunks of 8192; 16 experts of 8192, top 1 by sigmoid, scaling the
-# expert's input, and a shared expert) with vocab 32000 (Scout's 202048
-# would add 3.8 GB a side) in LAYERS layers (default 2, 9.5 GB bf16), DIR
-# /tmp/tputool-llama4-bench; ollama imports the folder itself (its
-# convert_llama4.go) and runs it on its own engine.
+# expert's input, and a shared expert; no rope scaling) with vocab 32000
+# (Scout's 202048 would add 3.8 GB a side) in LAYERS layers (default 2,
+# 9.5 GB bf16), DIR /tmp/tputool-llama4-bench; ollama runs the GGUF on its
+# own engine (its importer of the folder, convert_llama4.go, takes more
+# than this machine's 24 GiB for one layer's expert stack).
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -235,8 +236,7 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = llama4 ]; then
   "use_qk_norm": true, "attention_chunk_size": 8192, "attn_temperature_tuning": true, "floor_scale": 8192,
   "attn_scale": 0.1, "no_rope_layers": [], "vocab_size": 32000, "max_position_embeddings": 10485760,
   "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
-  "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-   "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "torch_dtype": "bfloat16"},
+  "rope_scaling": null, "torch_dtype": "bfloat16"},
  "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 0,
   "intermediate_size": 5632, "num_attention_heads": 16, "image_size": 336, "patch_size": 14, "rope_theta": 10000,
   "norm_eps": 1e-05, "pixel_shuffle_ratio": 0.5}}
@@ -259,7 +259,7 @@ JSON
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 151936 # the model's vocabulary, as the GGUF pads it
 fi
 FROM="$DIR/model.gguf"
-if [ "$FAMILY" = deepseek ] || [ "$FAMILY" = llama4 ]; then
+if [ "$FAMILY" = deepseek ]; then
   FROM="$DIR/hf"
 else
   [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"

@@ -1,6 +1,6 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
 // GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE,
-// dots.llm1 or Granite (dense) checkpoint (a directory with
+// dots.llm1, Granite (dense) or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -49,6 +49,7 @@ import (
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
@@ -119,6 +120,8 @@ func run(dir, out string) error {
 		return runSigmoid(l, dir, out, g.Model)
 	case *ernie.Model:
 		return runErnie(l, dir, out, g)
+	case *llama4.Model:
+		return runLlama4(l, dir, out, g)
 	case *llama.Model:
 		if l.Config.Architecture() == "GraniteForCausalLM" {
 			return runGranite(l, dir, out, g)
@@ -135,7 +138,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM and GraniteForCausalLM only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
