@@ -141,10 +141,36 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
 	}
+	for _, c := range []struct {
+		wrapper, text string
+		tie           bool
+	}{
+		{`"tie_word_embeddings": true`, `"tie_word_embeddings": false`, false}, // the text model's own field decides
+		{`"tie_word_embeddings": true`, `"model_type": "llama4_text"`, true},   // the wrapper's when it has none
+		{`"model_type": "llama4"`, `"model_type": "llama4_text"`, false},
+	} {
+		o, err := llama4.Resolve(configOf(t, fmt.Sprintf(`{"architectures": ["Llama4ForConditionalGeneration"], %s, "text_config": {%s}}`, c.wrapper, c.text)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Spec.TieEmbeddings != c.tie {
+			t.Errorf("wrapper {%s}, text {%s}: tied %v, want %v", c.wrapper, c.text, o.Spec.TieEmbeddings, c.tie)
+		}
+	}
+	// Explicit nulls take __post_init__'s values, absent fields the
+	// defaults; a longer no_rope_layers is read for the model's layers.
+	o, err := llama4.Resolve(configOf(t, `{"architectures": ["Llama4ForCausalLM"], "num_key_value_heads": null, "head_dim": null,
+		"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "no_rope_layers": [0, 1, 1, 1]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.Spec; s.KVHeads != 4 || s.HeadDim != 64 || s.BOS != 1 || fmt.Sprint(o.NoRope) != "[true false]" {
+		t.Errorf("nulls: KV heads %d, head_dim %d (want 4 and 256/4), BOS %d (want 1), no rope %v", s.KVHeads, s.HeadDim, s.BOS, o.NoRope)
+	}
 	if _, err := llama4.Resolve(configOf(t, `{"architectures": ["Llama4ForConditionalGeneration"]}`)); err == nil || !strings.Contains(err.Error(), "text_config") {
 		t.Errorf("a wrapper without text_config: error %v", err)
 	}
-	o, err := llama4.Resolve(configOf(t, fmt.Sprintf(`{%s, "attention_chunk_size": null, "moe_layers": [], "attn_temperature_tuning": false}`, base)))
+	o, err = llama4.Resolve(configOf(t, fmt.Sprintf(`{%s, "attention_chunk_size": null, "moe_layers": [], "attn_temperature_tuning": false}`, base)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,11 +131,14 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := text.Decode(&c); err != nil {
 		return Options{}, err
 	}
-	if c.NumKeyValueHeads == nil {
+	// Absent fields take Llama4TextConfig's defaults; an explicit null
+	// num_key_value_heads is num_attention_heads and a null head_dim
+	// hidden_size/num_attention_heads, as its __post_init__ has them.
+	if c.NumKeyValueHeads == nil && !text.Has("num_key_value_heads") {
 		kv := defaultKVHeads
 		c.NumKeyValueHeads = &kv
 	}
-	if c.HeadDim == nil {
+	if c.HeadDim == nil && !text.Has("head_dim") {
 		hd := defaultHeadDim
 		c.HeadDim = &hd
 	}
@@ -156,7 +159,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if len(s.EOS) == 0 {
 		s.EOS = cfg.ModelEOS()
 	}
-	if cfg.Text != nil { // the wrapper's tie_word_embeddings decides, as transformers' Llama4Config
+	if cfg.Text != nil && c.TieWordEmbeddings == nil { // the text model's own field decides; the wrapper's when it has none
 		var top struct {
 			Tie *bool `json:"tie_word_embeddings"`
 		}
@@ -164,6 +167,9 @@ func Resolve(cfg *config.File) (Options, error) {
 			return Options{}, err
 		}
 		s.TieEmbeddings = lm.Or(top.Tie, false)
+	}
+	if !text.Has("bos_token_id") {
+		s.BOS = 1 // Llama4TextConfig's
 	}
 	base.MLPBias = false
 	base.RopePairs = true
@@ -206,10 +212,10 @@ func Resolve(cfg *config.File) (Options, error) {
 	// takes the default, as Llama4TextConfig does.
 	o.NoRope = make([]bool, n)
 	if len(c.NoRopeLayers) > 0 {
-		if len(c.NoRopeLayers) != n {
+		if len(c.NoRopeLayers) < n { // transformers reads entry i for layer i
 			return Options{}, fmt.Errorf("%s: no_rope_layers has %d entries for %d layers", where, len(c.NoRopeLayers), n)
 		}
-		for i, v := range c.NoRopeLayers {
+		for i, v := range c.NoRopeLayers[:n] {
 			if v != 0 && v != 1 {
 				return Options{}, fmt.Errorf("%s: no_rope_layers[%d] is %d, want 1 (rotary) or 0 (none)", where, i, v)
 			}
@@ -314,6 +320,19 @@ func NewModel(o Options, multimodal bool) *Model {
 
 // Options returns the resolved options.
 func (m *Model) Options() Options { return m.o }
+
+// LayerKind implements lm.Model: the attention kind, marked "+nope" on
+// the layers without the rotary (whose graphs differ from the rotating
+// layers' of the same kind: no rotary, no q/k norm, the temperature), so
+// that executors never share one layer's program with the other (the
+// attention masks read Spec.LayerKinds).
+func (m *Model) LayerKind(i int) string {
+	k := m.Model.LayerKind(i)
+	if i < len(m.o.NoRope) && m.o.NoRope[i] {
+		return k + "+nope"
+	}
+	return k
+}
 
 // ff is layer i's feed-forward block's name prefix.
 func ff(i int) string { return fmt.Sprintf("model.layers.%d.feed_forward", i) }
