@@ -23,6 +23,7 @@ package llama
 import (
 	"fmt"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/pipeline/lm"
@@ -268,8 +269,8 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		if m.o.QKL2Norm {
 			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)
 		}
-	} else if m.o.TempFloor > 0 {
-		q = Mul(q, ConvertDType(nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale), q.DType()))
+	} else if m.o.TempFloor > 0 { // in f32, rounded once, as transformers scales a bf16 query by its f32 scales
+		q = ConvertDType(Mul(ConvertDType(q, dtypes.Float32), nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale)), q.DType())
 	}
 	c = nn.WriteKV(c, k, v, step)
 	var bias *Node
