@@ -54,10 +54,11 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
 DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM,
 MiniMaxM2ForCausalLM, OlmoeForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM,
-GraniteForCausalLM, GraniteMoeForCausalLM,
+GraniteForCausalLM, GraniteMoeForCausalLM, Llama4ForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
-Gemma4ForConditionalGeneration, Qwen3_5ForConditionalGeneration and
-Qwen3_5MoeForConditionalGeneration, Qwen3NextForCausalLM), from a local
+Gemma4ForConditionalGeneration, Llama4ForConditionalGeneration,
+Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration,
+Qwen3NextForCausalLM), from a local
 directory or a Hub id.
 
 The prompt comes from --prompt (-p), from stdin when stdin is not a terminal

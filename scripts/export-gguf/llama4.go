@@ -51,7 +51,7 @@ func runLlama4(l *lm.Loaded, dir, out string, m *llama4.Model) error {
 		if step == 0 || o.Sparse[i] != ((i+1)%step == 0) {
 			return fmt.Errorf("%s: layer %d: export-gguf writes Llama 4s whose sparse layers are every interleave_moe_layer_step-th", dir, i)
 		}
-		if o.NoRope[i] != ((i+1)%every == 0) || (s.LayerKinds[i] == lm.KindChunked) == o.NoRope[i] {
+		if o.NoRope[i] != ((i+1)%every == 0) || (o.Chunk > 0 && (s.LayerKinds[i] == lm.KindChunked) == o.NoRope[i]) {
 			return fmt.Errorf("%s: layer %d: export-gguf writes Llama 4s whose NoPE layers are every no_rope_layer_interval-th and attend in full, the others in chunks", dir, i)
 		}
 	}
