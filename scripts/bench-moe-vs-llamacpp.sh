@@ -86,7 +86,10 @@
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
-# Q4ACT=1, against --quantize int4 --activations int8 too).
+# Q4ACT=1, against --quantize int4 --activations int8 too). The quantized
+# tags are created once per DIR (ollama's server keeps the quantizer's
+# memory, gigabytes for a large layer); OLLAMA_MAX_LOADED_MODELS=1 keeps
+# one model in ollama's memory at a time.
 #
 #   OLLAMA=/path/to/ollama scripts/bench-moe-vs-llamacpp.sh
 #
@@ -283,12 +286,14 @@ printf 'FROM %s\n' "$FROM" > "$DIR/Modelfile"
 tags=(moe-bf16)
 quant=("")
 if [ "${Q8:-0}" = 1 ]; then
-  "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+  "$OLLAMA" show moe-q8 > /dev/null 2>&1 || # quantized once per DIR: ollama's server keeps the quantizer's memory
+    "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
   tags+=(moe-q8)
   quant+=(int8)
 fi
 if [ "${Q4:-0}" = 1 ]; then
-  "$OLLAMA" create moe-q4 --quantize q4_K_M -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+  "$OLLAMA" show moe-q4 > /dev/null 2>&1 || # quantized once per DIR: ollama's server keeps the quantizer's memory
+    "$OLLAMA" create moe-q4 --quantize q4_K_M -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
   tags+=(moe-q4)
   quant+=(int4)
   if [ "${Q4ACT:-0}" = 1 ]; then
