@@ -145,11 +145,33 @@ func TestExpertsOneByOne(t *testing.T) {
 		}
 		t.Errorf("an expert read apart from a transposed stack: error %v, want one saying the stack is transposed", err)
 	}
-	cfg, err := lmckpt.ReadConfig(l.Dir)
+	dir := writeApart(t, c, l.Dir)
+	apart, err := lmckpt.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, err := safetensors.OpenDir(l.Dir, "")
+	defer apart.Close()
+	want := moecheck.Prefill(t, l, prompts[1])[0]
+	got := moecheck.Prefill(t, apart, prompts[1])[0]
+	ref := make([]float64, len(want))
+	for i, v := range want {
+		ref[i] = float64(v)
+	}
+	if e := refcheck.RelErr(got, ref); e > 1e-6 {
+		t.Errorf("experts one by one: relative error %.3g against the stacked checkpoint's logits", e)
+	}
+}
+
+// writeApart copies the checkpoint in src (of the tiny model c) to a new
+// directory with each expert stack split into the experts' own matrices
+// in the Linear layout, experts.E.{gate,up,down}_proj.weight.
+func writeApart(t *testing.T, c llama4ref.Llama4, src string) string {
+	t.Helper()
+	cfg, err := lmckpt.ReadConfig(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(src, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,18 +230,111 @@ func TestExpertsOneByOne(t *testing.T) {
 	if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
 		t.Fatal(err)
 	}
-	apart, err := lmckpt.Load(dir)
+	return dir
+}
+
+// TestFP8ExpertsApart: Meta's FP8 release of Maverick stores its experts
+// one by one, each projection (attention, experts, shared expert; not the
+// router or the head) FP8 with a scale per output channel (fbgemm_fp8),
+// under the multimodal class's names. The tiny Scout in that form loads
+// (the parts decoded and assembled into the stacks) and gives the logits
+// of the f32 checkpoint holding the same weights dequantized, within 1e-5,
+// on the go backend and on tputool's cpu backend, while FP8's rounding
+// moves them from the original weights' by more.
+func TestFP8ExpertsApart(t *testing.T) {
+	c := llama4ref.TinyScout()
+	l, _ := write(t, c)
+	apart := writeApart(t, c, l.Dir)
+	fp8 := t.TempDir()
+	if err := lmckpt.WriteFP8Copy(apart, fp8, lmckpt.FP8Options{FBGEMM: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The same weights dequantized, in f32: code × the row's scale.
+	ck, err := safetensors.OpenDir(fp8, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer apart.Close()
-	want := moecheck.Prefill(t, l, prompts[1])[0]
-	got := moecheck.Prefill(t, apart, prompts[1])[0]
-	ref := make([]float64, len(want))
-	for i, v := range want {
-		ref[i] = float64(v)
+	defer ck.Close()
+	cfg, err := lmckpt.ReadConfig(fp8)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e := refcheck.RelErr(got, ref); e > 1e-6 {
-		t.Errorf("experts one by one: relative error %.3g against the stacked checkpoint's logits", e)
+	delete(cfg, "quantization_config")
+	var ts []safetensors.Tensor
+	coded := 0
+	for _, name := range ck.Names() {
+		if strings.HasSuffix(name, ".weight_scale") {
+			continue
+		}
+		vals, err := ck.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, _ := ck.Shape(name)
+		if info, _ := ck.Info(name); info.DType == safetensors.F8E4M3 {
+			scales, err := ck.Float32(strings.TrimSuffix(name, "weight") + "weight_scale")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range vals {
+				vals[i] *= scales[i/shape[1]]
+			}
+			if strings.Contains(name, ".experts.") {
+				coded++
+			}
+		}
+		b, err := safetensors.EncodeFloat32(safetensors.F32, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F32, Shape: shape, Data: b})
+	}
+	if want := 3 * c.Experts * c.Layers; coded != want {
+		t.Fatalf("%d experts' matrices in FP8, want %d", coded, want)
+	}
+	deq := t.TempDir()
+	if err := lmckpt.WriteCheckpoint(deq, cfg, ts); err != nil {
+		t.Fatal(err)
+	}
+	load := func(dir string) []float32 {
+		m, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		return moecheck.Prefill(t, m, prompts[1])[0]
+	}
+	got, want, orig := load(fp8), load(deq), moecheck.Prefill(t, l, prompts[1])[0]
+	// And on tputool's cpu backend.
+	m, err := lmckpt.Load(fp8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), m, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	onCPU, err := r.NewState().Prefill([][]int{prompts[1]}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f64 := func(v []float32) []float64 {
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	t.Logf("relative error %.3g against the dequantized weights, %.3g against the original ones", refcheck.RelErr(got, f64(want)), refcheck.RelErr(got, f64(orig)))
+	if e := refcheck.RelErr(got, f64(want)); e > 1e-5 {
+		t.Errorf("FP8 experts apart: relative error %.3g against the dequantized f32 checkpoint's logits", e)
+	}
+	if e := refcheck.RelErr(onCPU[0], f64(want)); e > 1e-5 {
+		t.Errorf("FP8 experts apart on the cpu backend: relative error %.3g against the dequantized f32 checkpoint's logits", e)
+	}
+	if e := refcheck.RelErr(got, f64(orig)); e < 1e-4 {
+		t.Errorf("FP8 logits within %.3g of the original weights': the test does not see the FP8 path", e)
 	}
 }
