@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
+	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
@@ -21,6 +22,7 @@ import (
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
+	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
@@ -302,8 +304,10 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // execution: Qwen3.5's DeltaNet state (no slot axis, copied whole),
 // Qwen3-MoE's host-routed experts, and sliding-window attention (Gemma 3's
 // local layers, Mistral's), whose window is measured from the shared clock,
-// DeepSeek-V3's one latent cache a layer, and the key/value caches of
-// GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder.
+// DeepSeek-V3's one latent cache a layer, the key/value caches of
+// GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder, and Llama 4's
+// chunked attention, whose chunks are counted from each row's first
+// token, not from the shared clock.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -317,6 +321,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"deepseek-v3", dsref.TinyDeepSeek().Write},    // one latent cache a layer (MLA), keys and values at once
 		{"glm-4.5", dsref.TinyGLM().Write},             // DeepSeek-V3's experts after grouped-query attention
 		{"minimax-m2", dsref.TinyMiniMax().Write},      // q/k norms over whole projections
+		{"llama4", llama4ref.TinyScout().Write},        // chunks of 4 positions from each row's first token, a NoPE layer's temperature
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
