@@ -15,12 +15,14 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/gptoss"
+	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/minimax"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
+	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/tpu"
@@ -645,6 +647,7 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 	ds := dsref.TinyDeepSeek()
 	glm := dsref.TinyGLM()
 	mm := dsref.TinyMiniMax()
+	l4 := llama4ref.TinyScout()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -685,6 +688,18 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"model.layers.1.self_attn.q_norm.weight":                  "[S(model)]",
 				"model.layers.1.self_attn.k_norm.weight":                  "[S(model)]",
 				"model.layers.1.block_sparse_moe.e_score_correction_bias": "[]",
+			}},
+		// Llama 4: the expert stacks stored transposed ([E, in, out]),
+		// split as held ([E, out, in]); the ungated shared expert column
+		// and row parallel, the router whole.
+		{"llama4", l4.Write, "model.layers.1.feed_forward.experts.gate_up_proj", "model.layers.1.feed_forward.experts.down_proj",
+			l4.Experts, l4.Intermediate, l4.Hidden,
+			map[string]string{
+				"model.layers.1.self_attn.q_proj.weight":                     "[S(model)]",
+				"model.layers.1.self_attn.o_proj.weight":                     "[R S(model)]",
+				"model.layers.1.feed_forward.shared_expert.up_proj.weight":   "[S(model)]",
+				"model.layers.1.feed_forward.shared_expert.down_proj.weight": "[R S(model)]",
+				"model.layers.1.feed_forward.router.weight":                  "[]",
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
