@@ -128,20 +128,11 @@ func dequantizeKV(cache, scales *Node, axis int) *Node {
 // (transformers' sliding_window semantics). A padding query sees only its
 // own slot, so no row of the softmax is empty.
 func AttentionBias(step *lm.Step, window int) *Node {
-	return step.Memo(fmt.Sprintf("attention-bias/%d", window), func() *Node {
-		g := step.Pads.Graph()
-		b, t, s := step.Batch, step.Len, step.Visible()
-		slot := iotaInt(g, 2, 1, t, s)                                                      // [1, T, S]: s
-		q := Add(iotaInt(g, 1, 1, t, s), ConvertDType(step.Start, dtypes.Int32))            // [1, T, S]: Start + t
-		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1)                      // [B, 1, 1]
-		visible := And(LessOrEqual(slot, q), Or(GreaterOrEqual(slot, pad), Equal(slot, q))) // [B, T, S]
-		if window > 0 {
-			visible = And(visible, LessThan(Sub(q, slot), Scalar(g, dtypes.Int32, window)))
+	return causalBias(step, fmt.Sprintf("attention-bias/%d", window), func(g *Graph, slot, q, pad *Node) *Node {
+		if window <= 0 {
+			return nil
 		}
-		zero := ScalarZero(g, dtypes.Float32)
-		masked := Scalar(g, dtypes.Float32, -1e30)
-		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
-		return Reshape(bias, b, 1, t, 1, s)                                                      // [B, 1, T, 1, S]
+		return LessThan(Sub(q, slot), Scalar(g, dtypes.Int32, window))
 	})
 }
 
@@ -157,17 +148,28 @@ func ChunkedAttentionBias(step *lm.Step, chunk int) *Node {
 	if chunk <= 0 {
 		panic(fmt.Errorf("ChunkedAttentionBias: chunk %d must be positive", chunk))
 	}
-	return step.Memo(fmt.Sprintf("attention-bias-chunked/%d", chunk), func() *Node {
+	return causalBias(step, fmt.Sprintf("attention-bias-chunked/%d", chunk), func(g *Graph, slot, q, pad *Node) *Node {
+		i32 := func(v int) *Node { return Scalar(g, dtypes.Int32, v) }
+		pos := Max(Sub(q, pad), i32(0))       // [B, T, S]: the query's position (0 on padding)
+		first := Sub(q, Rem(pos, i32(chunk))) // its chunk's first slot
+		return GreaterOrEqual(slot, first)
+	})
+}
+
+// causalBias is the bias AttentionBias describes, memoized under key, its
+// causal and padding mask narrowed by limit(slot [1, T, S], q [1, T, S]
+// (the query's slot), pad [B, 1, 1]) when that is not nil.
+func causalBias(step *lm.Step, key string, limit func(g *Graph, slot, q, pad *Node) *Node) *Node {
+	return step.Memo(key, func() *Node {
 		g := step.Pads.Graph()
 		b, t, s := step.Batch, step.Len, step.Visible()
-		i32 := func(v int) *Node { return Scalar(g, dtypes.Int32, v) }
 		slot := iotaInt(g, 2, 1, t, s)                                                      // [1, T, S]: s
 		q := Add(iotaInt(g, 1, 1, t, s), ConvertDType(step.Start, dtypes.Int32))            // [1, T, S]: Start + t
 		pad := Reshape(ConvertDType(step.Pads, dtypes.Int32), b, 1, 1)                      // [B, 1, 1]
 		visible := And(LessOrEqual(slot, q), Or(GreaterOrEqual(slot, pad), Equal(slot, q))) // [B, T, S]
-		pos := Max(Sub(q, pad), i32(0))                                                     // [B, T, S]: the query's position (0 on padding)
-		first := Sub(q, Rem(pos, i32(chunk)))                                               // its chunk's first slot
-		visible = And(visible, GreaterOrEqual(slot, first))
+		if extra := limit(g, slot, q, pad); extra != nil {
+			visible = And(visible, extra)
+		}
 		zero := ScalarZero(g, dtypes.Float32)
 		masked := Scalar(g, dtypes.Float32, -1e30)
 		bias := Where(visible, BroadcastToDims(zero, b, t, s), BroadcastToDims(masked, b, t, s)) // [B, T, S]
