@@ -379,6 +379,10 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 	return dtypes.Float32
 }
 
+// Shape is the shape Tensor returns weight name in, without decoding it;
+// false when the checkpoint cannot give it (Tensor says why).
+func (l *Loaded) Shape(name string) ([]int, bool) { return l.shapeOf(name) }
+
 // Tensor returns a weight as a new host tensor of compute dtype dtype
 // (Float32 or BFloat16) with the checkpoint's shape (see DecodeInto).
 func (l *Loaded) Tensor(name string, dtype dtypes.DType) (*tensors.Tensor, error) {

@@ -2,13 +2,12 @@ package main
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 )
@@ -124,10 +123,9 @@ func runLlama4(l *lm.Loaded, dir, out string, m *llama4.Model) error {
 			{"ffn_up_shexp.weight", f + "shared_expert.up_proj.weight", false},
 			{"ffn_down_shexp.weight", f + "shared_expert.down_proj.weight", false},
 		})
-		for half, name := range []string{"ffn_gate_exps.weight", "ffn_up_exps.weight"} {
-			if g.err == nil {
-				g.ts = append(g.ts, halfStack(l, b+name, f+"experts.gate_up_proj", half, o.Experts, o.MoEIntermediate, s.Hidden))
-			}
+		if g.err == nil {
+			gate, up := splitStack(l, b+"ffn_gate_exps.weight", b+"ffn_up_exps.weight", f+"experts.gate_up_proj", o.Experts, o.MoEIntermediate, s.Hidden)
+			g.ts = append(g.ts, gate, up)
 		}
 		g.add(b+"ffn_down_exps.weight", false, f+"experts.down_proj") // [E, H, I], as the loader holds it
 	}
@@ -138,48 +136,49 @@ func runLlama4(l *lm.Loaded, dir, out string, m *llama4.Model) error {
 	return write(out, meta, g.ts)
 }
 
-// halfStack is GGUF tensor gguf [E, inter, hidden] holding half (0: the
-// gate, 1: up) of each expert's rows of the fused stack name [E,
+// splitStack is the GGUF tensors gate and up [E, inter, hidden], each
+// expert's first and second inter rows of the fused stack name [E,
 // 2·inter, hidden] (as the loader holds it, transposed from the
-// checkpoint), in the stored 16-bit dtype or f32.
-func halfStack(l *lm.Loaded, gguf, name string, half, experts, inter, hidden int) tensor {
-	typ, elem := uint32(ggmlF32), int64(4)
-	switch l.StoredDType(name) {
-	case dtypes.BFloat16:
-		typ, elem = ggmlBF16, 2
-	case dtypes.Float16:
-		typ, elem = ggmlF16, 2
-	}
-	return tensor{
-		name: gguf, typ: typ,
-		dims: []uint64{uint64(hidden), uint64(inter), uint64(experts)},
-		size: int64(experts*inter*hidden) * elem,
-		write: func(w *bufio.Writer) error {
-			x, err := l.Tensor(name, dtypes.Float32)
-			if err != nil {
-				return err
-			}
-			defer x.FinalizeAll()
-			var werr error
-			x.MustConstFlatData(func(flat any) {
-				v := flat.([]float32)
-				buf := make([]byte, int64(inter*hidden)*elem)
-				for e := 0; e < experts && werr == nil; e++ {
-					rows := v[(e*2+half)*inter*hidden : (e*2+half+1)*inter*hidden]
-					for i, f := range rows {
-						switch typ {
-						case ggmlBF16: // the stored values are bf16: their top half is exact
-							binary.LittleEndian.PutUint16(buf[2*i:], uint16(math.Float32bits(f)>>16))
-						case ggmlF16:
-							binary.LittleEndian.PutUint16(buf[2*i:], safetensors.Float32ToHalf(f))
+// checkpoint), in the stored 16-bit dtype or f32. The stack is decoded
+// once, by whichever is written first, and released by the second.
+func splitStack(l *lm.Loaded, gate, up, name string, experts, inter, hidden int) (tensor, tensor) {
+	typ, elem, read := storedType(l, name)
+	var held *tensors.Tensor
+	half := func(gguf string, h int) tensor {
+		return tensor{
+			name: gguf, typ: typ,
+			dims: []uint64{uint64(hidden), uint64(inter), uint64(experts)},
+			size: int64(experts*inter*hidden) * elem,
+			write: func(w *bufio.Writer) error {
+				x := held
+				if x == nil {
+					var err error
+					if x, err = l.Tensor(name, read); err != nil {
+						return err
+					}
+					held = x
+				} else {
+					held = nil
+					defer x.FinalizeAll()
+				}
+				var err error
+				x.MustConstFlatData(func(flat any) {
+					n := inter * hidden
+					for e := 0; e < experts && err == nil; e++ {
+						lo := (e*2 + h) * n
+						switch v := flat.(type) {
+						case []float32:
+							err = writeFlat(w, v[lo:lo+n], typ)
+						case []bfloat16.BFloat16:
+							err = writeFlat(w, v[lo:lo+n], typ)
 						default:
-							binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(f))
+							err = fmt.Errorf("tensor %q: read as %T", name, flat)
 						}
 					}
-					_, werr = w.Write(buf)
-				}
-			})
-			return werr
-		},
+				})
+				return err
+			},
+		}
 	}
+	return half(gate, 0), half(up, 1)
 }

@@ -526,21 +526,14 @@ func (g *ggufTensors) final(tied, omitTied bool) {
 // of each of that many heads from rotate-half order to adjacent pairs
 // (pairRows).
 func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool, pairHeads int) (tensor, error) {
-	first, err := l.Tensor(names[0], dtypes.Float32)
-	if err != nil {
+	shape, ok := l.Shape(names[0])
+	if !ok {
+		_, err := l.Tensor(names[0], dtypes.Float32) // its error names the cause
 		return tensor{}, err
 	}
-	shape := first.Shape().Dimensions
-	first.FinalizeAll()
-	stored := l.StoredDType(names[0])
 	typ, elem, read := uint32(ggmlF32), int64(4), dtypes.Float32
 	if !f32 {
-		switch stored {
-		case dtypes.BFloat16:
-			typ, elem, read = ggmlBF16, 2, dtypes.BFloat16
-		case dtypes.Float16: // read as f32, written as f16 below
-			typ, elem = ggmlF16, 2
-		}
+		typ, elem, read = storedType(l, names[0])
 	}
 	t := tensor{name: gguf, typ: typ}
 	n := int64(1)
@@ -599,25 +592,37 @@ func pairRows(x *tensors.Tensor, heads int) error {
 	})
 }
 
+// storedType is how a matrix stored as l stores weight name is written
+// (its GGUF type and element size) and read for it: bf16 as bf16, f16
+// read as f32 and written as f16, anything else as f32.
+func storedType(l *lm.Loaded, name string) (typ uint32, elem int64, read dtypes.DType) {
+	switch l.StoredDType(name) {
+	case dtypes.BFloat16:
+		return ggmlBF16, 2, dtypes.BFloat16
+	case dtypes.Float16:
+		return ggmlF16, 2, dtypes.Float32
+	}
+	return ggmlF32, 4, dtypes.Float32
+}
+
 func writeData(w *bufio.Writer, x *tensors.Tensor, typ uint32) error {
 	var err error
-	x.MustConstFlatData(func(flat any) {
-		switch v := flat.(type) {
-		case []float32:
-			if typ == ggmlF16 {
-				buf := make([]byte, 2*len(v))
-				for i, f := range v {
-					binary.LittleEndian.PutUint16(buf[2*i:], safetensors.Float32ToHalf(f))
-				}
-				_, err = w.Write(buf)
-				return
-			}
-			err = binary.Write(w, binary.LittleEndian, v)
-		default:
-			err = binary.Write(w, binary.LittleEndian, v)
-		}
-	})
+	x.MustConstFlatData(func(flat any) { err = writeFlat(w, flat, typ) })
 	return err
+}
+
+// writeFlat writes flat values (read as storedType says) as GGUF type
+// typ: f32 values as f16 when typ is F16, others as they are.
+func writeFlat(w *bufio.Writer, flat any, typ uint32) error {
+	if v, ok := flat.([]float32); ok && typ == ggmlF16 {
+		buf := make([]byte, 2*len(v))
+		for i, f := range v {
+			binary.LittleEndian.PutUint16(buf[2*i:], safetensors.Float32ToHalf(f))
+		}
+		_, err := w.Write(buf)
+		return err
+	}
+	return binary.Write(w, binary.LittleEndian, flat)
 }
 
 // vocabulary reads a byte-level BPE tokenizer.json: its tokens by id (the
