@@ -27,7 +27,7 @@
 // bias) scores the experts, the top num_experts_per_tok logits are kept
 // and a softmax is taken over those k logits alone; each expert's
 // input_linear [2·I, H] output is cut in two along its last dimension,
-// silu(first half) · second half (gate first, up second), and
+// lmckpt.SiLU64(first half) · second half (gate first, up second), and
 // output_linear [H, I] maps it back; the chosen experts' outputs are
 // summed with the softmax weights. Attention, rotary, norms and the four
 // multipliers are the same code in both models.
@@ -432,7 +432,7 @@ func (m *Model) Experts(l int, h []float64) (ids []int, weights []float64) {
 }
 
 // expert is expert e of layer l's block_sparse_moe on h:
-// output_linear[e](silu(g) · u) where (g, u) = input_linear[e](h) cut in
+// output_linear[e](lmckpt.SiLU64(g) · u) where (g, u) = input_linear[e](h) cut in
 // two along its last dimension, g the first Intermediate entries (the
 // second with the UpFirst mistake).
 func (m *Model) expert(l, e int, h []float64) []float64 {
@@ -448,7 +448,7 @@ func (m *Model) expert(l, e int, h []float64) []float64 {
 	}
 	a := make([]float64, I)
 	for i := range a {
-		a[i] = silu(g[i]) * u[i]
+		a[i] = lmckpt.SiLU64(g[i]) * u[i]
 	}
 	return lmckpt.Linear64(a, outW, nil)
 }
@@ -468,17 +468,15 @@ func (m *Model) moe(l int, h []float64) []float64 {
 }
 
 // mlp is GraniteMLP (LlamaMLP) of layer prefix p on h:
-// down_proj(silu(gate_proj(h)) · up_proj(h)), no biases.
+// down_proj(lmckpt.SiLU64(gate_proj(h)) · up_proj(h)), no biases.
 func (m *Model) mlp(p string, h []float64) []float64 {
 	g := lmckpt.Linear64(h, m.get(p+"mlp.gate_proj.weight"), nil)
 	u := lmckpt.Linear64(h, m.get(p+"mlp.up_proj.weight"), nil)
 	for i := range g {
-		g[i] = silu(g[i]) * u[i]
+		g[i] = lmckpt.SiLU64(g[i]) * u[i]
 	}
 	return lmckpt.Linear64(g, m.get(p+"mlp.down_proj.weight"), nil)
 }
-
-func silu(x float64) float64 { return x / (1 + math.Exp(-x)) }
 
 // ----------------------------------------------------------------------------
 // Attention
@@ -501,7 +499,7 @@ func (m *Model) attentionScale() float64 {
 // [T][Hidden], before o_proj.
 func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
-	D, group := c.headDim(), c.Heads/c.KVHeads
+	D := c.headDim()
 	inv := c.RopeFreqs()
 	scale := m.attentionScale()
 	heads := func(h []float64, name string, n, pos int, turn bool) [][]float64 {
@@ -517,33 +515,12 @@ func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	}
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t] = heads(h, "q_proj", c.Heads, start+t, true)
 		key[t] = heads(h, "k_proj", c.KVHeads, start+t, true)
 		value[t] = heads(h, "v_proj", c.KVHeads, start+t, false)
 	}
-	out := make([][]float64, len(x))
-	for t := range out {
-		out[t] = make([]float64, c.Heads*D)
-		for hd := 0; hd < c.Heads; hd++ {
-			kv := hd / group
-			scores := make([]float64, t+1)
-			for s := 0; s <= t; s++ {
-				dot := 0.0
-				for i, qi := range query[t][hd] {
-					dot += qi * key[s][kv][i]
-				}
-				scores[s] = dot * scale
-			}
-			o := out[t][hd*D : (hd+1)*D]
-			for s, w := range lmckpt.Softmax64(scores) {
-				for i, vi := range value[s][kv] {
-					o[i] += w * vi
-				}
-			}
-		}
-	}
-	return out
+	return lmckpt.Attention64(query, key, value, scale, nil)
 }
 
 // ----------------------------------------------------------------------------
@@ -590,7 +567,7 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 			for i := range o {
 				x[t][i] += res * o[i]
 			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			h := lmckpt.RMSNorm64(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
 			var y []float64
 			if c.MoE() {
 				y = m.moe(l, h)
@@ -612,25 +589,10 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 	}
 	out := make([][]float64, len(x))
 	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+		out[t] = lmckpt.Linear64(lmckpt.RMSNorm64(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
 		for i := range out[t] {
 			out[t][i] /= div
 		}
-	}
-	return out
-}
-
-// rmsnorm is GraniteRMSNorm (LlamaRMSNorm): w · x · rsqrt(mean(x²) +
-// eps).
-func rmsnorm(x, w []float64, eps float64) []float64 {
-	ss := 0.0
-	for _, v := range x {
-		ss += v * v
-	}
-	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * inv * w[i]
 	}
 	return out
 }

@@ -123,7 +123,7 @@ func TestResidualMultiplier(t *testing.T) {
 		h1 := []float64{x[0] + r*x[1]/n, x[1] + r*x[0]/n}
 		n1 := rms(h1)
 		z0, z1 := h1[0]/n1, h1[1]/n1
-		h2 := []float64{h1[0] + r*silu(z0)*z1, h1[1]}
+		h2 := []float64{h1[0] + r*lmckpt.SiLU64(z0)*z1, h1[1]}
 		n2 := rms(h2)
 		return []float64{h2[0] / n2, h2[1] / n2}
 	}
@@ -238,9 +238,9 @@ func TestMoEChunkOrder(t *testing.T) {
 		t.Fatalf("experts %v, want [1 0]", ids)
 	}
 	nearAll(t, "weights", ws, []float64{sig, 1 - sig}, 1e-15)
-	nearAll(t, "gate first", m.moe(0, h), []float64{(1 - sig) * silu(0.5) * 1.5, sig * 2 * silu(1.5) * 2}, 1e-15)
+	nearAll(t, "gate first", m.moe(0, h), []float64{(1 - sig) * lmckpt.SiLU64(0.5) * 1.5, sig * 2 * lmckpt.SiLU64(1.5) * 2}, 1e-15)
 	m.Mistakes = Mistakes{UpFirst: true}
-	nearAll(t, "up first (the mistake)", m.moe(0, h), []float64{(1 - sig) * silu(1.5) * 0.5, sig * 2 * silu(2) * 1.5}, 1e-15)
+	nearAll(t, "up first (the mistake)", m.moe(0, h), []float64{(1 - sig) * lmckpt.SiLU64(1.5) * 0.5, sig * 2 * lmckpt.SiLU64(2) * 1.5}, 1e-15)
 }
 
 // wantTensors lists the names and shapes of c's checkpoint, written out
@@ -483,7 +483,7 @@ func TestRoutingVaries(t *testing.T) {
 	pairs := map[[2]int]bool{}
 	for _, id := range testTokens {
 		x := m.W["model.embed_tokens.weight"][id*H : (id+1)*H]
-		ids, _ := m.Experts(0, rmsnorm(x, m.W["model.layers.0.post_attention_layernorm.weight"], m.C.Eps))
+		ids, _ := m.Experts(0, lmckpt.RMSNorm64(x, m.W["model.layers.0.post_attention_layernorm.weight"], m.C.Eps))
 		pairs[[2]int{ids[0], ids[1]}] = true
 	}
 	if len(pairs) < 3 {

@@ -679,26 +679,6 @@ func rotateHalves(x []float64, pos int, inv []float64) []float64 {
 	return out
 }
 
-// rmsnorm is Llama4TextRMSNorm: w · x · rsqrt(mean(x²) + eps); w nil is
-// Llama4TextL2Norm (no weight).
-func rmsnorm(x, w []float64, eps float64) []float64 {
-	ss := 0.0
-	for _, v := range x {
-		ss += v * v
-	}
-	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * inv
-		if w != nil {
-			out[i] *= w[i]
-		}
-	}
-	return out
-}
-
-func silu(v float64) float64 { return v / (1 + math.Exp(-v)) }
-
 // ----------------------------------------------------------------------------
 // Router and feed-forward
 
@@ -747,18 +727,18 @@ func (m *Model) Experts(l int, h []float64) []int {
 }
 
 // mlp is Llama4TextMLP with the tensors under prefix p:
-// down_proj(silu(gate_proj(x)) * up_proj(x)).
+// down_proj(lmckpt.SiLU64(gate_proj(x)) * up_proj(x)).
 func (m *Model) mlp(p string, x []float64) []float64 {
 	g := lmckpt.Linear64(x, m.get(p+"gate_proj.weight"), nil)
 	u := lmckpt.Linear64(x, m.get(p+"up_proj.weight"), nil)
 	for i := range g {
-		g[i] = silu(g[i]) * u[i]
+		g[i] = lmckpt.SiLU64(g[i]) * u[i]
 	}
 	return lmckpt.Linear64(g, m.get(p+"down_proj.weight"), nil)
 }
 
 // expert is routed expert e of layer l (Llama4TextExperts) on x [Hidden]:
-// gu = x @ gate_up_proj[e] [2I], a = silu(gu[:I]) * gu[I:],
+// gu = x @ gate_up_proj[e] [2I], a = lmckpt.SiLU64(gu[:I]) * gu[I:],
 // y = a @ down_proj[e] [Hidden].
 func (m *Model) expert(l, e int, x []float64) []float64 {
 	H, I := m.C.Hidden, m.C.Intermediate
@@ -773,7 +753,7 @@ func (m *Model) expert(l, e int, x []float64) []float64 {
 		}
 	}
 	for k := 0; k < I; k++ {
-		a[k] = silu(a[k]) * a[I+k]
+		a[k] = lmckpt.SiLU64(a[k]) * a[I+k]
 	}
 	y := make([]float64, H)
 	for k := 0; k < I; k++ {
@@ -853,7 +833,7 @@ func (m *Model) project(l int, h []float64, pos int, inv []float64) (q, k, v [][
 				x = rot(x, pos, inv)
 			}
 			if qk && norm {
-				x = rmsnorm(x, nil, c.Eps)
+				x = lmckpt.RMSNorm64(x, nil, c.Eps)
 			}
 			if scale != 1 {
 				x = append([]float64(nil), x...)
@@ -875,42 +855,15 @@ func (m *Model) project(l int, h []float64, pos int, inv []float64) (q, k, v [][
 // Attends(l, t, s); query head h reads key/value head h/(Heads/KVHeads).
 func (m *Model) attention(l int, x [][]float64) [][]float64 {
 	c := m.C
-	D, group := c.HeadDim, c.Heads/c.KVHeads
+	D := c.HeadDim
 	inv := c.RopeFreqs()
 	scale := 1 / math.Sqrt(float64(D))
 	ln := m.get(fmt.Sprintf("model.layers.%d.input_layernorm.weight", l))
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		query[t], key[t], value[t] = m.project(l, rmsnorm(x[t], ln, c.Eps), t, inv)
+		query[t], key[t], value[t] = m.project(l, lmckpt.RMSNorm64(x[t], ln, c.Eps), t, inv)
 	}
-	out := make([][]float64, len(x))
-	for t := range out {
-		out[t] = make([]float64, c.Heads*D)
-		var seen []int
-		for s := 0; s <= t; s++ {
-			if c.Attends(l, t, s) {
-				seen = append(seen, s)
-			}
-		}
-		for hd := 0; hd < c.Heads; hd++ {
-			kv := hd / group
-			scores := make([]float64, len(seen))
-			for j, s := range seen {
-				dot := 0.0
-				for i, qi := range query[t][hd] {
-					dot += qi * key[s][kv][i]
-				}
-				scores[j] = dot * scale
-			}
-			o := out[t][hd*D : (hd+1)*D]
-			for j, w := range lmckpt.Softmax64(scores) {
-				for i, vi := range value[seen[j]][kv] {
-					o[i] += w * vi
-				}
-			}
-		}
-	}
-	return out
+	return lmckpt.Attention64(query, key, value, scale, func(t, s int) bool { return c.Attends(l, t, s) })
 }
 
 // ----------------------------------------------------------------------------
@@ -940,7 +893,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			for i := range o {
 				x[t][i] += o[i]
 			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			h := lmckpt.RMSNorm64(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
 			if m.moeInput != nil && c.MoE(l) {
 				m.moeInput(l, h)
 			}
@@ -956,7 +909,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	}
 	out := make([][]float64, len(x))
 	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
+		out[t] = lmckpt.Linear64(lmckpt.RMSNorm64(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
 	}
 	return out
 }

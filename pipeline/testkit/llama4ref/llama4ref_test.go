@@ -134,12 +134,12 @@ func TestMoEHandWorked(t *testing.T) {
 	m := &Model{C: c, W: w}
 	h := []float64{0.8, 0.3}
 	s := []float64{sigmoid(0.8), sigmoid(0.3)}
-	shared := 2 * silu(0.8) * 0.3
+	shared := 2 * lmckpt.SiLU64(0.8) * 0.3
 	want := 0.0
 	after := 0.0
 	for e := range 2 {
-		want += d[e] * silu(g[e]*s[e]*0.8) * s[e] * 1.1
-		after += s[e] * d[e] * silu(g[e]*0.8) * 1.1
+		want += d[e] * lmckpt.SiLU64(g[e]*s[e]*0.8) * s[e] * 1.1
+		after += s[e] * d[e] * lmckpt.SiLU64(g[e]*0.8) * 1.1
 	}
 	nearAll(t, "moe", m.moe(0, h), []float64{want, shared}, 1e-15)
 	if ids := m.Experts(0, h); !slices.Equal(ids, []int{0, 1}) {
@@ -155,7 +155,7 @@ func TestMoEHandWorked(t *testing.T) {
 	sm := []float64{math.Exp(0.8) / z, math.Exp(0.3) / z}
 	soft := 0.0
 	for e := range 2 {
-		soft += d[e] * silu(g[e]*sm[e]*0.8) * sm[e] * 1.1
+		soft += d[e] * lmckpt.SiLU64(g[e]*sm[e]*0.8) * sm[e] * 1.1
 	}
 	nearAll(t, "moe with softmax scores (the mistake)", m.moe(0, h), []float64{soft, shared}, 1e-15)
 }
@@ -557,11 +557,11 @@ func TestProjectOnCheckpoint(t *testing.T) {
 	_, m := load(t, TinyScout())
 	c := m.C
 	inv := c.RopeFreqs()
-	h := rmsnorm(embedded(m, []int{7})[0], m.get("model.layers.0.input_layernorm.weight"), c.Eps)
+	h := lmckpt.RMSNorm64(embedded(m, []int{7})[0], m.get("model.layers.0.input_layernorm.weight"), c.Eps)
 	q, k, v := m.project(0, h, 5, inv)
 	for name, got := range map[string][][]float64{"q_proj": q, "k_proj": k} {
 		for i, raw := range rawHeads(m, 0, name, h) {
-			want := rmsnorm(rotatePairs(raw, 5, inv), nil, c.Eps)
+			want := lmckpt.RMSNorm64(rotatePairs(raw, 5, inv), nil, c.Eps)
 			nearAll(t, fmt.Sprintf("layer 0 %s head %d", name, i), got[i], want, 1e-12)
 			ms := 0.0
 			for _, x := range got[i] {
@@ -576,7 +576,7 @@ func TestProjectOnCheckpoint(t *testing.T) {
 		nearAll(t, fmt.Sprintf("v head %d", i), v[i], raw, 0)
 	}
 
-	h3 := rmsnorm(embedded(m, []int{7})[0], m.get("model.layers.3.input_layernorm.weight"), c.Eps)
+	h3 := lmckpt.RMSNorm64(embedded(m, []int{7})[0], m.get("model.layers.3.input_layernorm.weight"), c.Eps)
 	temp := 1 + 0.1*math.Log(3)
 	check := func(what string, mm *Model, norm bool, scale float64) {
 		t.Helper()
@@ -584,7 +584,7 @@ func TestProjectOnCheckpoint(t *testing.T) {
 		for i, raw := range rawHeads(m, 3, "q_proj", h3) {
 			want := raw
 			if norm {
-				want = rmsnorm(raw, nil, c.Eps)
+				want = lmckpt.RMSNorm64(raw, nil, c.Eps)
 			}
 			want = slices.Clone(want)
 			for j := range want {
@@ -595,7 +595,7 @@ func TestProjectOnCheckpoint(t *testing.T) {
 		for i, raw := range rawHeads(m, 3, "k_proj", h3) {
 			want := raw
 			if norm {
-				want = rmsnorm(raw, nil, c.Eps)
+				want = lmckpt.RMSNorm64(raw, nil, c.Eps)
 			}
 			nearAll(t, fmt.Sprintf("%s: k head %d", what, i), k[i], want, 1e-12)
 		}
@@ -605,7 +605,7 @@ func TestProjectOnCheckpoint(t *testing.T) {
 	check("NoPE layer with the qk norm (the mistake)", &Model{C: withMistakes(c, Mistakes{QKNormOnNoPE: true}), W: m.W}, true, temp)
 
 	_, mv := load(t, TinyMaverick())
-	h = rmsnorm(embedded(mv, []int{7})[0], mv.get("model.layers.0.input_layernorm.weight"), mv.C.Eps)
+	h = lmckpt.RMSNorm64(embedded(mv, []int{7})[0], mv.get("model.layers.0.input_layernorm.weight"), mv.C.Eps)
 	q, _, _ = mv.project(0, h, 5, mv.C.RopeFreqs())
 	for i, raw := range rawHeads(mv, 0, "q_proj", h) {
 		nearAll(t, fmt.Sprintf("maverick q head %d", i), q[i], rotatePairs(raw, 5, mv.C.RopeFreqs()), 1e-12)
@@ -629,7 +629,7 @@ func TestChunkedAttentionOnCheckpoint(t *testing.T) {
 		x := embedded(m, testTokens)
 		starts := []int{0, c.ChunkSize, 2 * c.ChunkSize}
 		valueAt := func(l, pos int) [][]float64 {
-			h := rmsnorm(x[pos], m.get(fmt.Sprintf("model.layers.%d.input_layernorm.weight", l)), c.Eps)
+			h := lmckpt.RMSNorm64(x[pos], m.get(fmt.Sprintf("model.layers.%d.input_layernorm.weight", l)), c.Eps)
 			return rawHeads(m, l, "v_proj", h)
 		}
 		att := m.attention(0, x)

@@ -5,8 +5,9 @@ import (
 	"math"
 )
 
-// The float64 arithmetic the encoder references (bertref, modernbertref,
-// nomicbertref) share: each reference keeps its own reading of its
+// The float64 arithmetic the references share (the encoders' bertref,
+// modernbertref, nomicbertref; the decoders' ernieref, olmoeref,
+// graniteref, llama4ref): each reference keeps its own reading of its
 // model; these are only torch's primitives.
 
 // Linear64 is nn.Linear on one vector: W [out, len(x)] row-major, b
@@ -104,4 +105,64 @@ func (w *Weights64) Opt(present bool, name string, n int) []float64 {
 		return nil
 	}
 	return w.Get(name, n)
+}
+
+// RMSNorm64 is an RMSNorm over x: x / sqrt(mean(x²) + eps), times w, or
+// with w nil by nothing (an L2 norm without a weight, Llama 4's q/k norm).
+func RMSNorm64(x, w []float64, eps float64) []float64 {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = v * inv
+		if w != nil {
+			out[i] *= w[i]
+		}
+	}
+	return out
+}
+
+// SiLU64 is x·sigmoid(x).
+func SiLU64(x float64) float64 { return x / (1 + math.Exp(-x)) }
+
+// Attention64 is grouped-query scaled dot-product attention over one
+// sequence: query [T][heads][D], key and value [T][kvHeads][D], query
+// head h reading key/value head h/(heads/kvHeads) (repeat_kv). Query t
+// attends to the keys s <= t that sees(t, s) allows (every one when sees
+// is nil: causal), by the softmax of q·k·scale. It returns [T][heads·D].
+func Attention64(query, key, value [][][]float64, scale float64, sees func(t, s int) bool) [][]float64 {
+	out := make([][]float64, len(query))
+	for t := range out {
+		heads := len(query[t])
+		group := heads / len(key[t])
+		var seen []int
+		for s := 0; s <= t; s++ {
+			if sees == nil || sees(t, s) {
+				seen = append(seen, s)
+			}
+		}
+		D := len(query[t][0])
+		out[t] = make([]float64, heads*D)
+		for hd := 0; hd < heads; hd++ {
+			kv := hd / group
+			scores := make([]float64, len(seen))
+			for j, s := range seen {
+				dot := 0.0
+				for i, qi := range query[t][hd] {
+					dot += qi * key[s][kv][i]
+				}
+				scores[j] = dot * scale
+			}
+			o := out[t][hd*D : (hd+1)*D]
+			for j, w := range Softmax64(scores) {
+				for i, vi := range value[seen[j]][kv] {
+					o[i] += w * vi
+				}
+			}
+		}
+	}
+	return out
 }

@@ -439,10 +439,10 @@ func (m *Model) project(p string, h []float64, pos int, inv []float64) (q, k, v 
 			w := m.get(p + "self_attn." + norm + ".weight")
 			if m.perHeadNorm {
 				for i := 0; i < n; i++ {
-					copy(all[i*D:(i+1)*D], rmsnorm(all[i*D:(i+1)*D], w[i*D:(i+1)*D], c.Eps))
+					copy(all[i*D:(i+1)*D], lmckpt.RMSNorm64(all[i*D:(i+1)*D], w[i*D:(i+1)*D], c.Eps))
 				}
 			} else {
-				all = rmsnorm(all, w, c.Eps)
+				all = lmckpt.RMSNorm64(all, w, c.Eps)
 			}
 		}
 		if !m.clipBeforeNorm {
@@ -467,36 +467,15 @@ func (m *Model) project(p string, h []float64, pos int, inv []float64) (q, k, v 
 // h/(Heads/KVHeads) (repeat_kv).
 func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
-	D, group := c.HeadDim(), c.Heads/c.KVHeads
+	D := c.HeadDim()
 	inv := c.RopeFreqs()
 	scale := 1 / math.Sqrt(float64(D))
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
-	out := make([][]float64, len(x))
-	for t := range out {
-		out[t] = make([]float64, c.Heads*D)
-		for hd := 0; hd < c.Heads; hd++ {
-			kv := hd / group
-			scores := make([]float64, t+1)
-			for s := 0; s <= t; s++ {
-				dot := 0.0
-				for i, qi := range query[t][hd] {
-					dot += qi * key[s][kv][i]
-				}
-				scores[s] = dot * scale
-			}
-			o := out[t][hd*D : (hd+1)*D]
-			for s, w := range lmckpt.Softmax64(scores) {
-				for i, vi := range value[s][kv] {
-					o[i] += w * vi
-				}
-			}
-		}
-	}
-	return out
+	return lmckpt.Attention64(query, key, value, scale, nil)
 }
 
 // ----------------------------------------------------------------------------
@@ -529,7 +508,7 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 			for i := range o {
 				x[t][i] += o[i]
 			}
-			h := rmsnorm(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			h := lmckpt.RMSNorm64(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
 			if m.moeInput != nil {
 				m.moeInput(l, h)
 			}
@@ -545,21 +524,7 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 	}
 	out := make([][]float64, len(x))
 	for t := range x {
-		out[t] = lmckpt.Linear64(rmsnorm(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
-	}
-	return out
-}
-
-// rmsnorm is OlmoeRMSNorm: w · x · rsqrt(mean(x²) + eps).
-func rmsnorm(x, w []float64, eps float64) []float64 {
-	ss := 0.0
-	for _, v := range x {
-		ss += v * v
-	}
-	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * inv * w[i]
+		out[t] = lmckpt.Linear64(lmckpt.RMSNorm64(x[t], m.get("model.norm.weight"), c.Eps), m.get(head), nil)
 	}
 	return out
 }

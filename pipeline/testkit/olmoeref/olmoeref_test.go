@@ -469,7 +469,7 @@ func TestShiftInvariance(t *testing.T) {
 // the input_layernorm of token id's embedding.
 func projections(m *Model, p string, id int) (h, q, k, v []float64) {
 	H := m.C.Hidden
-	h = rmsnorm(m.W["model.embed_tokens.weight"][id*H:(id+1)*H], m.W[p+"input_layernorm.weight"], m.C.Eps)
+	h = lmckpt.RMSNorm64(m.W["model.embed_tokens.weight"][id*H:(id+1)*H], m.W[p+"input_layernorm.weight"], m.C.Eps)
 	lin := func(name string) []float64 {
 		w := m.W[p+"self_attn."+name+".weight"]
 		out := make([]float64, len(w)/H)
@@ -632,7 +632,7 @@ func TestSecondPositionAttention(t *testing.T) {
 		got := m.attention(p, x, 0)[1]
 		var q, k, v [2][][]float64
 		for pos := range x {
-			h := rmsnorm(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
+			h := lmckpt.RMSNorm64(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
 			q[pos], k[pos], v[pos] = m.project(p, h, pos, c.RopeFreqs())
 		}
 		group := c.Heads / c.KVHeads
