@@ -285,12 +285,7 @@ func (m *Model) RenameWeight(stored string) string {
 	if !m.multimodal {
 		return stored
 	}
-	for _, c := range conversion {
-		if rest, ok := strings.CutPrefix(stored, c[0]); ok {
-			return c[1] + rest
-		}
-	}
-	return stored
+	return lm.RenamePrefix(stored, conversion)
 }
 
 var _ lm.Skipper = (*Model)(nil)

@@ -2,6 +2,7 @@ package lm
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
@@ -17,6 +18,18 @@ type Renamer interface {
 	// under: the name itself when it needs no renaming (every name
 	// already in the model's layout).
 	RenameWeight(stored string) string
+}
+
+// RenamePrefix is stored with the first of pairs' prefixes it starts
+// with, {from, to}, replaced by its to; stored itself when none matches
+// (the multimodal classes' _checkpoint_conversion_mapping of prefixes).
+func RenamePrefix(stored string, pairs [][2]string) string {
+	for _, c := range pairs {
+		if rest, ok := strings.CutPrefix(stored, c[0]); ok {
+			return c[1] + rest
+		}
+	}
+	return stored
 }
 
 // renames maps each stored name the model renames to its new name. A name
