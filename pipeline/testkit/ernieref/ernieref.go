@@ -33,13 +33,9 @@
 package ernieref
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -301,22 +297,11 @@ func (c Ernie) Write(dir string) error {
 		return err
 	}
 	r := lmckpt.NewRand(c.Seed)
-	var st []safetensors.Tensor
+	var ts []lmckpt.F32Tensor
 	for _, t := range c.Tensors() {
-		v, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, fill(r, t))
-		if err != nil {
-			return fmt.Errorf("tensor %s: %w", t.Name, err)
-		}
-		st = append(st, v)
+		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: fill(r, t)})
 	}
-	if err := lmckpt.WriteCheckpoint(dir, c.ConfigJSON(), st); err != nil {
-		return err
-	}
-	gen, err := json.Marshal(map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0})
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "generation_config.json"), gen, 0o644)
+	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}, ts)
 }
 
 // ----------------------------------------------------------------------------

@@ -353,6 +353,34 @@ func WriteCheckpoint(dir string, config map[string]any, tensors []safetensors.Te
 	return safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), tensors, map[string]string{"format": "pt"})
 }
 
+// F32Tensor is one float32 tensor a reference generates.
+type F32Tensor struct {
+	Name   string
+	Shape  []int
+	Values []float32
+}
+
+// WriteF32 is WriteCheckpoint of float32 tensors, its
+// generation_config.json holding gen instead (the references' token ids).
+func WriteF32(dir string, config, gen map[string]any, tensors []F32Tensor) error {
+	st := make([]safetensors.Tensor, 0, len(tensors))
+	for _, t := range tensors {
+		v, err := safetensors.Float32Tensor(t.Name, safetensors.F32, t.Shape, t.Values)
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		st = append(st, v)
+	}
+	if err := WriteCheckpoint(dir, config, st); err != nil {
+		return err
+	}
+	g, err := json.Marshal(gen)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "generation_config.json"), g, 0o644)
+}
+
 // ReadFloat64 reads every tensor of a checkpoint (file or directory) as
 // float64, for the float64 references.
 func ReadFloat64(path string) (map[string][]float64, error) {
