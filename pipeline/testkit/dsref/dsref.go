@@ -996,7 +996,7 @@ func (s stack) final(tokens []int, start int) [][]float64 {
 		s.layer(l, x, start)
 	}
 	for t := range x {
-		x[t] = rmsnorm(x[t], s.get("model.norm.weight"), s.eps)
+		x[t] = lmckpt.RMSNorm64(x[t], s.get("model.norm.weight"), s.eps)
 	}
 	return x
 }
@@ -1028,7 +1028,7 @@ func (s stack) layer(l int, x [][]float64, start int) {
 		for i := range o {
 			x[t][i] += o[i]
 		}
-		mlp := s.mlp(l, p, rmsnorm(x[t], s.get(p+"post_attention_layernorm.weight"), s.eps))
+		mlp := s.mlp(l, p, lmckpt.RMSNorm64(x[t], s.get(p+"post_attention_layernorm.weight"), s.eps))
 		for i := range mlp {
 			x[t][i] += mlp[i]
 		}
@@ -1055,8 +1055,8 @@ func (s stack) mtpInput(ids []int, hidden [][]float64, start int) [][]float64 {
 			// 0 where positions == 0), so enorm's output is 0 there too.
 			clear(e)
 		}
-		e = rmsnorm(e, s.get(p+"enorm.weight"), s.eps)
-		h := rmsnorm(hidden[i], s.get(p+"hnorm.weight"), s.eps)
+		e = lmckpt.RMSNorm64(e, s.get(p+"enorm.weight"), s.eps)
+		h := lmckpt.RMSNorm64(hidden[i], s.get(p+"hnorm.weight"), s.eps)
 		x[i] = lmckpt.Linear64(append(e, h...), s.get(p+"eh_proj.weight"), nil)
 	}
 	return x
@@ -1077,7 +1077,7 @@ func (s stack) mtp(ids []int, hidden [][]float64, start int) [][]float64 {
 // head(shared_head.norm(x)), head being the model's (see
 // Model.MTPLogits).
 func (s stack) mtpHead(x []float64) []float64 {
-	return s.head(rmsnorm(x, s.get(s.mtpPrefix()+"shared_head.norm.weight"), s.eps))
+	return s.head(lmckpt.RMSNorm64(x, s.get(s.mtpPrefix()+"shared_head.norm.weight"), s.eps))
 }
 
 // mtpLogits is MTPLogitsFrom: the head over MTP positions from..T-2,
@@ -1181,18 +1181,18 @@ func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	// query[t][h], key[t][h]: [N+R], value[t][h]: [V]
 	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
 	for t := range x {
-		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		var q []float64
 		if c.QLoraRank > 0 {
 			qa := lmckpt.Linear64(h, m.get(p+"self_attn.q_a_proj.weight"), nil)
-			qa = rmsnorm(qa, m.get(p+"self_attn.q_a_layernorm.weight"), loraEps)
+			qa = lmckpt.RMSNorm64(qa, m.get(p+"self_attn.q_a_layernorm.weight"), loraEps)
 			q = lmckpt.Linear64(qa, m.get(p+"self_attn.q_b_proj.weight"), nil)
 		} else {
 			q = lmckpt.Linear64(h, m.get(p+"self_attn.q_proj.weight"), nil)
 		}
 		ckv := lmckpt.Linear64(h, m.get(p+"self_attn.kv_a_proj_with_mqa.weight"), nil)
 		kPE := c.rotate(ckv[K:K+R], start+t, inv, attnFactor) // one rope head shared by all heads
-		kv := lmckpt.Linear64(rmsnorm(ckv[:K], m.get(p+"self_attn.kv_a_layernorm.weight"), loraEps),
+		kv := lmckpt.Linear64(lmckpt.RMSNorm64(ckv[:K], m.get(p+"self_attn.kv_a_layernorm.weight"), loraEps),
 			m.get(p+"self_attn.kv_b_proj.weight"), nil)
 		query[t], key[t], value[t] = make([][]float64, c.Heads), make([][]float64, c.Heads), make([][]float64, c.Heads)
 		for hd := 0; hd < c.Heads; hd++ {
@@ -1262,20 +1262,6 @@ func swigluOf(x, gate, up, down []float64) []float64 {
 		g[i] = g[i] * sigmoid(g[i]) * u[i]
 	}
 	return lmckpt.Linear64(g, down, nil)
-}
-
-// rmsnorm is DeepseekV3RMSNorm: x * rsqrt(mean(x²) + eps) * w.
-func rmsnorm(x, w []float64, eps float64) []float64 {
-	ss := 0.0
-	for _, v := range x {
-		ss += v * v
-	}
-	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * inv * w[i]
-	}
-	return out
 }
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -1642,7 +1628,7 @@ func (m *GLMModel) project(p string, h []float64, pos int, inv []float64) (q, k,
 			out[i] = all[i*D : (i+1)*D]
 			if norm != "" {
 				if c.QKNorm {
-					out[i] = rmsnorm(out[i], m.get(p+"self_attn."+norm+".weight"), c.Eps)
+					out[i] = lmckpt.RMSNorm64(out[i], m.get(p+"self_attn."+norm+".weight"), c.Eps)
 				}
 				out[i] = c.rotate(out[i], pos, inv)
 			}
@@ -1661,7 +1647,7 @@ func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
 	inv := c.RopeFreqs()
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
 	return causalGQA(query, key, value, c.Heads, c.KVHeads, c.HeadSize())
@@ -1972,7 +1958,7 @@ func (m *MiniMaxModel) project(p string, h []float64, pos int, inv []float64) (q
 		if norm != "" {
 			w = m.get(p + "self_attn." + norm + ".weight")
 			if !m.perHeadNorm {
-				all = rmsnorm(all, w, c.Eps)
+				all = lmckpt.RMSNorm64(all, w, c.Eps)
 			}
 		}
 		out := make([][]float64, n)
@@ -1980,7 +1966,7 @@ func (m *MiniMaxModel) project(p string, h []float64, pos int, inv []float64) (q
 			out[i] = all[i*D : (i+1)*D]
 			if norm != "" {
 				if m.perHeadNorm {
-					out[i] = rmsnorm(out[i], w[i*D:(i+1)*D], c.Eps)
+					out[i] = lmckpt.RMSNorm64(out[i], w[i*D:(i+1)*D], c.Eps)
 				}
 				out[i] = c.rotate(out[i], pos, inv)
 			}
@@ -1999,7 +1985,7 @@ func (m *MiniMaxModel) attention(p string, x [][]float64, start int) [][]float64
 	inv := c.RopeFreqs()
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		h := rmsnorm(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
 	return causalGQA(query, key, value, c.Heads, c.KVHeads, c.HeadDim)

@@ -455,7 +455,7 @@ func TestFirstPositionAttention(t *testing.T) {
 	x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
 	p := "model.layers.1."
 	got := m.attention(p, [][]float64{x}, 0)[0]
-	h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+	h := lmckpt.RMSNorm64(x, m.W[p+"input_layernorm.weight"], c.Eps)
 	kva := m.W[p+"self_attn.kv_a_proj_with_mqa.weight"]
 	comp := make([]float64, c.KVLoraRank)
 	for r := range comp {
@@ -463,7 +463,7 @@ func TestFirstPositionAttention(t *testing.T) {
 			comp[r] += kva[r*c.Hidden+i] * v
 		}
 	}
-	comp = rmsnorm(comp, m.W[p+"self_attn.kv_a_layernorm.weight"], 1e-6)
+	comp = lmckpt.RMSNorm64(comp, m.W[p+"self_attn.kv_a_layernorm.weight"], 1e-6)
 	kvb := m.W[p+"self_attn.kv_b_proj.weight"]
 	for hd := 0; hd < c.Heads; hd++ {
 		for j := 0; j < c.VHead; j++ {
@@ -612,7 +612,7 @@ func TestGLMFirstPositionAttention(t *testing.T) {
 		x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
 		p := "model.layers.1."
 		got := m.attention(p, [][]float64{x}, 0)[0]
-		h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+		h := lmckpt.RMSNorm64(x, m.W[p+"input_layernorm.weight"], c.Eps)
 		vp, vb := m.W[p+"self_attn.v_proj.weight"], m.W[p+"self_attn.v_proj.bias"]
 		if (vb != nil) != c.AttentionBias {
 			t.Fatalf("seed %d: v_proj.bias %v with attention_bias %v", c.Seed, vb != nil, c.AttentionBias)
@@ -648,7 +648,7 @@ func TestGLMSecondPositionAttention(t *testing.T) {
 		got := m.attention(p, x, 0)[1]
 		var q, k, v [2][][]float64
 		for pos := range x {
-			h := rmsnorm(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
+			h := lmckpt.RMSNorm64(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
 			q[pos], k[pos], v[pos] = m.project(p, h, pos, c.RopeFreqs())
 		}
 		for hd := 0; hd < c.Heads; hd++ {
@@ -739,7 +739,7 @@ func TestGLMQKNormBeforeRope(t *testing.T) {
 	c := TinyGLMQKNorm()
 	_, m := loadGLM(t, c)
 	p := "model.layers.2."
-	h := rmsnorm(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
+	h := lmckpt.RMSNorm64(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
 	inv := c.RopeFreqs()
 	const pos = 5
 	q, k, _ := m.project(p, h, pos, inv)
@@ -771,7 +771,7 @@ func TestGLMQKNormBeforeRope(t *testing.T) {
 					t.Fatalf("%s head %d, dim %d: %g, want %g", tc.name, hd, j, got[j], want[j])
 				}
 			}
-			after := rmsnorm(c.rotate(raw, pos, inv), norm, c.Eps)
+			after := lmckpt.RMSNorm64(c.rotate(raw, pos, inv), norm, c.Eps)
 			if d := maxAbsDiff([][]float64{after}, [][]float64{got}); d < 1e-3 {
 				t.Errorf("%s head %d: norming after the rotary moves it by %g only", tc.name, hd, d)
 			}
@@ -1099,7 +1099,7 @@ func TestMiniMaxQKNormOnCheckpoint(t *testing.T) {
 	for _, c := range miniMaxFlavours() {
 		_, m := loadMiniMax(t, c)
 		p := "model.layers.1."
-		h := rmsnorm(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
+		h := lmckpt.RMSNorm64(m.W["model.embed_tokens.weight"][7*c.Hidden:8*c.Hidden], m.W[p+"input_layernorm.weight"], c.Eps)
 		inv := c.RopeFreqs()
 		q, k, _ := m.project(p, h, 0, inv)
 		for _, tc := range []struct {
@@ -1450,7 +1450,7 @@ func TestMiniMaxFirstPositionAttention(t *testing.T) {
 		x := m.W["model.embed_tokens.weight"][5*c.Hidden : 6*c.Hidden]
 		p := "model.layers.1."
 		got := m.attention(p, [][]float64{x}, 0)[0]
-		h := rmsnorm(x, m.W[p+"input_layernorm.weight"], c.Eps)
+		h := lmckpt.RMSNorm64(x, m.W[p+"input_layernorm.weight"], c.Eps)
 		vp := m.W[p+"self_attn.v_proj.weight"]
 		for hd := 0; hd < c.Heads; hd++ {
 			for j := 0; j < 16; j++ {
@@ -1479,7 +1479,7 @@ func TestMiniMaxSecondPositionAttention(t *testing.T) {
 		got := m.attention(p, x, 0)[1]
 		var q, k, v [2][][]float64
 		for pos := range x {
-			h := rmsnorm(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
+			h := lmckpt.RMSNorm64(x[pos], m.W[p+"input_layernorm.weight"], c.Eps)
 			q[pos], k[pos], v[pos] = m.project(p, h, pos, c.RopeFreqs())
 		}
 		for hd := 0; hd < c.Heads; hd++ {
@@ -2083,7 +2083,7 @@ func TestMTPDraft(t *testing.T) {
 			if drafts[1] != argmax(want) {
 				t.Errorf("second draft %d, want %d", drafts[1], argmax(want))
 			}
-			normed := step(rmsnorm(out[T-2], w["model.layers.3.shared_head.norm.weight"], s.eps))
+			normed := step(lmckpt.RMSNorm64(out[T-2], w["model.layers.3.shared_head.norm.weight"], s.eps))
 			if d := maxAbsDiff([][]float64{normed}, [][]float64{want}); d < 1e-6 {
 				t.Errorf("chaining the normed output moves the second step by %g only", d)
 			}
