@@ -3,7 +3,6 @@ package inspect_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -24,11 +23,7 @@ func TestLlama4Scout(t *testing.T) {
 	var rel released
 	var params int64
 	for _, w := range lm.Weights(model) {
-		shape := slices.Clone(w.Shape)
-		if w.Transposed {
-			r := len(shape)
-			shape[r-2], shape[r-1] = shape[r-1], shape[r-2]
-		}
+		shape := w.Sources(func(string) bool { return true })[0].Shape // the stacks stored transposed
 		name := "language_model." + w.Name
 		rel.names = append(rel.names, name)
 		if rel.shapes == nil {

@@ -73,13 +73,8 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 			continue
 		}
 		if !mxfp4 || !w.MXFP4 {
-			shape := w.Shape
-			if w.Transposed { // stored [..., in, out] (Llama 4's expert stacks)
-				shape = append([]int(nil), w.Shape...)
-				r := len(shape)
-				shape[r-2], shape[r-1] = shape[r-1], shape[r-2]
-			}
-			ws = append(ws, tensor{name: w.Name, shape: shape, dtype: d, transposed: w.Transposed})
+			stored := w.Sources(func(string) bool { return true })[0] // as the checkpoint holds it: [..., in, out] when Transposed (Llama 4's expert stacks)
+			ws = append(ws, tensor{name: w.Name, shape: stored.Shape, dtype: d, transposed: w.Transposed})
 			continue
 		}
 		r := len(w.Shape)
