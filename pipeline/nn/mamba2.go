@@ -1,0 +1,267 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// Mamba-2's selective state space layer ("Transformers are SSMs:
+// Generalized Models and Efficient Algorithms Through Structured State
+// Space Duality", Dao and Gu, 2024, arXiv:2405.21060), as transformers'
+// Mamba2Mixer and BambaMixer compute it (torch_forward). Per head h of
+// HeadDim channels, with a scalar decay a_h < 0, a step dt_t,h > 0 and
+// the head's group g's B_t and C_t of State numbers, a state S [HeadDim,
+// State] runs
+//
+//	S ← exp(dt·a)·S + dt · x_t ⊗ B_t
+//	y_t = S·C_t + D_h·x_t
+//
+// The D skip is the caller's (it is a per-head scale of x).
+
+// KindMamba is the layer kind of Mamba-2 layers (GraniteMoeHybrid's
+// layer_types "mamba").
+const KindMamba = "mamba"
+
+// Mamba2Dims are the sizes of a Mamba-2 mixer.
+type Mamba2Dims struct {
+	Heads, HeadDim int // mamba_n_heads, mamba_d_head
+	State          int // mamba_d_state
+	Groups         int // mamba_n_groups: heads share B and C within a group
+	ConvKernel     int // mamba_d_conv
+}
+
+// Inner is the width of x and of the gate: Heads·HeadDim.
+func (d Mamba2Dims) Inner() int { return d.Heads * d.HeadDim }
+
+// ConvDim is the number of channels of the causal convolution (x, B, C).
+func (d Mamba2Dims) ConvDim() int { return d.Inner() + 2*d.Groups*d.State }
+
+// ProjDim is the width of in_proj: the gate, the convolution's channels
+// and one step per head.
+func (d Mamba2Dims) ProjDim() int { return d.Inner() + d.ConvDim() + d.Heads }
+
+// Validate checks that the sizes fit together; where names the config.
+func (d Mamba2Dims) Validate(where string) error {
+	switch {
+	case d.Heads <= 0 || d.HeadDim <= 0 || d.State <= 0 || d.Groups <= 0:
+		return fmt.Errorf("%s: mamba_n_heads %d, mamba_d_head %d, mamba_d_state %d and mamba_n_groups %d must be positive", where, d.Heads, d.HeadDim, d.State, d.Groups)
+	case d.Heads%d.Groups != 0:
+		return fmt.Errorf("%s: mamba_n_groups %d must divide mamba_n_heads %d", where, d.Groups, d.Heads)
+	case d.ConvKernel < 2:
+		return fmt.Errorf("%s: mamba_d_conv %d must be at least 2", where, d.ConvKernel)
+	}
+	return nil
+}
+
+// Mamba2State returns the fixed-size state of one Mamba-2 layer: "conv",
+// the causal convolution's last ConvKernel-1 inputs [B, ConvKernel-1,
+// ConvDim] in the compute dtype, and "ssm", the state [B, Heads, HeadDim,
+// State] in float32. Neither depends on the sequence length.
+func Mamba2State(d Mamba2Dims, batch int) []lm.StateSpec {
+	return []lm.StateSpec{
+		{Name: "conv", Shape: []int{batch, d.ConvKernel - 1, d.ConvDim()}, SlotAxis: lm.NoSlots},
+		{Name: "ssm", Shape: []int{batch, d.Heads, d.HeadDim, d.State}, DType: dtypes.Float32, SlotAxis: lm.NoSlots},
+	}
+}
+
+// groupsToHeads turns a group's [B, G, ..., N] into its heads' [B, H,
+// ..., N] (each group's rows repeated for its H/G heads).
+func groupsToHeads(x *Node, heads int) *Node {
+	dims := x.Shape().Dimensions
+	g := dims[1]
+	rest := dims[2:]
+	ex := InsertAxes(x, 2) // [B, G, 1, ...]
+	bd := append([]int{dims[0], g, heads / g}, rest...)
+	return Reshape(BroadcastToDims(ex, bd...), append([]int{dims[0], heads}, rest...)...)
+}
+
+// RecurrentSSD runs the state space recurrence token by token
+// (transformers' cached decode step, used for one-token steps): x
+// [B, T, H, P], dt [B, T, H] float32 (after the softplus), a [H] float32
+// (negative), b and c [B, T, G, N], state [B, H, P, N] float32 -> y
+// [B, T, H, P] float32 (without the D skip) and the new state.
+func RecurrentSSD(x, dt, a, b, c, state *Node) (*Node, *Node) {
+	f32 := dtypes.Float32
+	dims := x.Shape().Dimensions
+	t, h := dims[1], dims[2]
+	x, b, c = ConvertDType(x, f32), ConvertDType(b, f32), ConvertDType(c, f32)
+	at := func(v *Node, i int) *Node { return Squeeze(SliceAxis(v, 1, AxisElem(i)), 1) }
+	decay := Exp(Mul(dt, ExpandLeftToRank(a, 3))) // [B, T, H]
+	outs := make([]*Node, t)
+	for i := 0; i < t; i++ {
+		xt := at(x, i)                                                                                // [B, H, P]
+		dtt := at(dt, i)                                                                              // [B, H]
+		bt, ct := groupsToHeads(at(b, i), h), groupsToHeads(at(c, i), h)                              // [B, H, N]
+		state = Mul(state, InsertAxes(at(decay, i), -1, -1))                                          // decay
+		dx := Mul(xt, InsertAxes(dtt, -1))                                                            // [B, H, P]: dt·x
+		state = Add(state, Mul(InsertAxes(dx, -1), InsertAxes(bt, 2)))                                // S += dt·x ⊗ B
+		outs[i] = DotGeneral(state, []int{3}, []int{0, 1}, InsertAxes(ct, -1), []int{2}, []int{0, 1}) // [B, H, P, 1]
+		outs[i] = Squeeze(outs[i], -1)
+	}
+	return Stack(outs, 1), state // [B, T, H, P]
+}
+
+// ChunkSSD runs the state space recurrence in chunks of chunk tokens
+// (Mamba-2's SSD algorithm, transformers' torch_forward without a
+// cache; used for several-token steps). Shapes as in RecurrentSSD. chunk
+// is capped at the power of two >= T; T is padded with zero tokens (no
+// step: no decay, no update) to a whole number of chunks. Within a chunk,
+// with cumulative log-decays γ_i = Σ_{j<=i} dt_j·a and Γ_ij = exp(γ_i -
+// γ_j) for j <= i (0 above the diagonal), and the carried state S:
+//
+//	Y  = (C Bᵀ ∘ Γ)(dt·x) + exp(γ) ∘ (C Sᵀ)
+//	S ← exp(γ_C)·S + Σ_j exp(γ_C - γ_j) (dt·x)_j ⊗ B_j
+//
+// The in-chunk products run for every chunk at once and only the carried
+// state is passed from chunk to chunk, unrolled (GoMLX has no While op).
+// Every exponent is a decay (<= 0), so nothing overflows.
+func ChunkSSD(x, dt, a, b, c, state *Node, chunk int) (*Node, *Node) {
+	f32 := dtypes.Float32
+	dims := x.Shape().Dimensions
+	bs, t, h, p := dims[0], dims[1], dims[2], dims[3]
+	g, n := b.Shape().Dimensions[2], b.Shape().Dimensions[3]
+	r := h / g
+	cs := 1
+	for cs < chunk && cs < t {
+		cs *= 2
+	}
+	nc := (t + cs - 1) / cs
+	tp := nc * cs
+	gr := x.Graph()
+	pad := func(v *Node) *Node { // [B, T, ...] float32, padded to tp tokens with zeros
+		v = ConvertDType(v, f32)
+		if tp > t {
+			pd := v.Shape().Clone()
+			pd.Dimensions[1] = tp - t
+			v = Concatenate([]*Node{v, Zeros(gr, pd)}, 1)
+		}
+		return v
+	}
+	// Heads and groups first: x·dt [B, H, nc, cs, P], B and C [B, G, nc, cs, N], log-decays [B, H, nc, cs].
+	dtp := pad(dt)
+	xdt := Mul(pad(x), InsertAxes(dtp, -1))
+	xdt = Reshape(TransposeAllDims(xdt, 0, 2, 1, 3), bs, h, nc, cs, p)
+	bc := Reshape(TransposeAllDims(pad(b), 0, 2, 1, 3), bs, g, nc, cs, n)
+	cc := Reshape(TransposeAllDims(pad(c), 0, 2, 1, 3), bs, g, nc, cs, n)
+	la := Reshape(TransposeAllDims(Mul(dtp, ExpandLeftToRank(a, 3)), 0, 2, 1), bs, h, nc, cs)
+
+	upper := ConvertDType(UpperTriangular(gr, cs), f32)        // [cs, cs]: [i >= j] at (j, i)
+	cum := DotGeneral(la, []int{3}, nil, upper, []int{0}, nil) // [B, H, nc, cs]: γ
+	lowerIncl := LowerTriangular(gr, cs)                       // [cs, cs]: j <= i at (i, j)
+	diff := Sub(InsertAxes(cum, -1), InsertAxes(cum, 3))       // [B, H, nc, cs(i), cs(j)]: γ_i - γ_j
+	mask := BroadcastToDims(ExpandLeftToRank(lowerIncl, 5), bs, h, nc, cs, cs)
+	decay := Where(mask, Exp(Where(mask, diff, ZerosLike(diff))), ZerosLike(diff)) // Γ
+
+	// In-chunk outputs: (C Bᵀ per group, times each head's Γ) applied to x·dt.
+	cb := DotGeneral(cc, []int{4}, []int{0, 1, 2}, bc, []int{4}, []int{0, 1, 2}) // [B, G, nc, cs, cs]
+	m := Mul(Reshape(decay, bs, g, r, nc, cs, cs), InsertAxes(cb, 2))            // [B, G, R, nc, cs, cs]
+	m = Reshape(m, bs, h, nc, cs, cs)
+	yDiag := DotGeneral(m, []int{4}, []int{0, 1, 2}, xdt, []int{3}, []int{0, 1, 2}) // [B, H, nc, cs, P]
+
+	// Each chunk's own contribution to the state at its end.
+	last := SliceAxis(cum, 3, AxisElem(cs-1))                                         // [B, H, nc, 1]
+	toEnd := Mul(xdt, InsertAxes(Exp(Sub(last, cum)), -1))                            // [B, H, nc, cs, P]
+	toEnd6 := Reshape(toEnd, bs, g, r, nc, cs, p)                                     // [B, G, R, nc, cs, P]
+	own := DotGeneral(toEnd6, []int{4}, []int{0, 1, 3}, bc, []int{3}, []int{0, 1, 2}) // [B, G, nc, R, P, N]
+	own = Reshape(TransposeAllDims(own, 0, 1, 3, 2, 4, 5), bs, h, nc, p, n)           // [B, H, nc, P, N]
+	chunkDecay := Exp(last)                                                           // [B, H, nc, 1]
+	expCum := Exp(cum)                                                                // [B, H, nc, cs]
+
+	at := func(v *Node, i int) *Node { return Squeeze(SliceAxis(v, 2, AxisElem(i)), 2) }
+	outs := make([]*Node, nc)
+	for i := 0; i < nc; i++ {
+		s5 := Reshape(state, bs, g, r, p, n)
+		cs5 := DotGeneral(at(cc, i), []int{3}, []int{0, 1}, s5, []int{4}, []int{0, 1}) // [B, G, cs, R, P]: C·S
+		cs5 = Reshape(TransposeAllDims(cs5, 0, 1, 3, 2, 4), bs, h, cs, p)              // [B, H, cs, P]
+		outs[i] = Add(at(yDiag, i), Mul(cs5, InsertAxes(at(expCum, i), -1)))
+		state = Add(Mul(state, InsertAxes(at(chunkDecay, i), -1)), at(own, i)) // [B, H, P, N]
+	}
+	y := Reshape(Stack(outs, 2), bs, h, tp, p) // [B, H, tp, P]
+	if tp > t {
+		y = SliceAxis(y, 2, AxisRange(0, t))
+	}
+	return TransposeAllDims(y, 0, 2, 1, 3), state // [B, T, H, P]
+}
+
+// GatedRMSNormFirst is Mamba-2's gated RMSNorm (MambaRMSNormGated,
+// norm_before_gate false): in float32, z = x·silu(gate) normalized over
+// each of groups equal parts of its last axis, times w: x, gate [..., D],
+// w [D] -> [..., D] float32. Transformers' GraniteMoeHybrid and Bamba
+// normalize over the whole axis (groups 1); mamba_ssm's kernels over
+// D/ngroups.
+func GatedRMSNormFirst(x, gate, w *Node, eps float64, groups int) *Node {
+	f32 := dtypes.Float32
+	z := Mul(ConvertDType(x, f32), SiLU(ConvertDType(gate, f32)))
+	dims := z.Shape().Dimensions
+	d := dims[len(dims)-1]
+	zg := Reshape(z, append(append([]int(nil), dims[:len(dims)-1]...), groups, d/groups)...)
+	ms := ReduceAndKeep(Square(zg), ReduceMean, -1)
+	z = Reshape(Mul(zg, Rsqrt(AddScalar(ms, eps))), dims...)
+	return Mul(ExpandLeftToRank(ConvertDType(w, f32), z.Rank()), z)
+}
+
+// Mamba2Params are one Mamba-2 mixer's tensors, as transformers' mixers
+// name them: in_proj [ProjDim, H] (and its bias), conv1d [ConvDim, 1, K]
+// (and its bias), dt_bias, A_log and D [Heads], norm [Inner], out_proj
+// [H, Inner] (and its bias). The biases may be nil.
+type Mamba2Params struct {
+	InProj, InProjBias, Conv, ConvBias, DtBias, ALog, D, Norm, OutProj, OutProjBias *Node
+}
+
+// Mamba2 is a Mamba-2 mixer (Mamba2Mixer, BambaMixer) on x [B, T, H]
+// continued from its state (conv, ssm; Mamba2State), returning [B, T, H]
+// and the new state. in_proj gives the gate, the convolution's inputs
+// and a step per head; the convolution (plus its bias) and SiLU give x,
+// B and C; dt = softplus(step + dt_bias), rounded to x's dtype as
+// transformers computes it; the recurrence runs in float32 (chunked for
+// several tokens, token by token for one) with the D skip; the output
+// goes through the gated RMSNorm (normGroups parts) and out_proj.
+//
+// Left padding (step.Positions < 0) is zeroed before in_proj and before
+// and after the convolution, so a padded row's states stay zero until
+// its first token, as they are for the same row unpadded (transformers
+// zeroes in_proj's input and the convolution's output only, which leaves
+// a row's first tokens seeing the in_proj bias of its padding).
+func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps float64, normGroups, chunk int) (*Node, *Node, *Node) {
+	dims := x.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	dtype := x.DType()
+	f32 := dtypes.Float32
+	isReal := InsertAxes(ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), dtypes.Int32)), dtype), -1) // [B, T, 1]
+	x = Mul(x, isReal)
+
+	proj := Linear(x, w.InProj, w.InProjBias) // [B, T, ProjDim]
+	inner, convDim := d.Inner(), d.ConvDim()
+	gate := SliceAxis(proj, 2, AxisRange(0, inner))
+	xbc := Mul(SliceAxis(proj, 2, AxisRange(inner, inner+convDim)), isReal)
+	dt := SliceAxis(proj, 2, AxisRange(inner+convDim, inner+convDim+d.Heads)) // [B, T, Heads]
+
+	xbc, conv = CausalConv1D(xbc, conv, w.Conv)
+	if w.ConvBias != nil {
+		xbc = Add(xbc, ExpandLeftToRank(ConvertDType(w.ConvBias, dtype), 3))
+	}
+	xbc = Mul(SiLU(xbc), isReal)
+	gn := d.Groups * d.State
+	xs := Reshape(SliceAxis(xbc, 2, AxisRange(0, inner)), b, t, d.Heads, d.HeadDim)
+	bm := Reshape(SliceAxis(xbc, 2, AxisRange(inner, inner+gn)), b, t, d.Groups, d.State)
+	cm := Reshape(SliceAxis(xbc, 2, AxisRange(inner+gn, inner+2*gn)), b, t, d.Groups, d.State)
+
+	dt = SoftplusTorch(Add(dt, ExpandLeftToRank(ConvertDType(w.DtBias, dtype), 3)))
+	dt = Mul(ConvertDType(dt, f32), ConvertDType(isReal, f32)) // [B, T, Heads]: no step on padding
+	a := Neg(Exp(ConvertDType(w.ALog, f32)))                   // [Heads]
+
+	var y *Node
+	if t == 1 {
+		y, ssm = RecurrentSSD(xs, dt, a, bm, cm, ssm)
+	} else {
+		y, ssm = ChunkSSD(xs, dt, a, bm, cm, ssm, chunk)
+	}
+	skip := Mul(ConvertDType(xs, f32), Reshape(ConvertDType(w.D, f32), 1, 1, d.Heads, 1))
+	y = Reshape(Add(y, skip), b, t, inner)
+	y = ConvertDType(GatedRMSNormFirst(y, gate, w.Norm, eps, normGroups), dtype)
+	return Linear(y, w.OutProj, w.OutProjBias), conv, ssm
+}
