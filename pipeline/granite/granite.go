@@ -86,16 +86,8 @@ func Resolve(cfg *config.File) (o llama.Options, moe *qwen3moe.Options, err erro
 			return llama.Options{}, nil, errs.Unsupportedf("%s: layer_types names %q layers; Granite's layers all attend in full", where, k)
 		}
 	}
-	for _, m := range []struct {
-		name string
-		v    *float64
-		dst  *float64
-	}{{"embedding_multiplier", c.EmbeddingMultiplier, &o.EmbedScale}, {"attention_multiplier", c.AttentionMultiplier, &o.AttnScale},
-		{"residual_multiplier", c.ResidualMultiplier, &o.ResidualScale}, {"logits_scaling", c.LogitsScaling, &o.LogitsDivisor}} {
-		*m.dst = lm.Or(m.v, 1)
-		if !(*m.dst > 0) {
-			return llama.Options{}, nil, fmt.Errorf("%s: %s must be positive, got %g", where, m.name, *m.dst)
-		}
+	if err := c.multipliers(where, &o); err != nil {
+		return llama.Options{}, nil, err
 	}
 	if cfg.Architecture() != "GraniteMoeForCausalLM" {
 		return o, nil, nil
@@ -123,6 +115,23 @@ func Resolve(cfg *config.File) (o llama.Options, moe *qwen3moe.Options, err erro
 	return o, &mo, nil
 }
 
+// multipliers sets o's four multipliers from c (1 where absent),
+// each checked positive.
+func (c *Config) multipliers(where string, o *llama.Options) error {
+	for _, m := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"embedding_multiplier", c.EmbeddingMultiplier, &o.EmbedScale}, {"attention_multiplier", c.AttentionMultiplier, &o.AttnScale},
+		{"residual_multiplier", c.ResidualMultiplier, &o.ResidualScale}, {"logits_scaling", c.LogitsScaling, &o.LogitsDivisor}} {
+		*m.dst = lm.Or(m.v, 1)
+		if !(*m.dst > 0) {
+			return fmt.Errorf("%s: %s must be positive, got %g", where, m.name, *m.dst)
+		}
+	}
+	return nil
+}
+
 // New builds the model from its config.json.
 func New(cfg *config.File) (lm.Model, error) {
 	o, moe, err := Resolve(cfg)
@@ -146,10 +155,13 @@ type MoEModel struct{ *qwen3moe.Model }
 // graniteMoE matches GraniteMoe's sparse-block tensors.
 var graniteMoE = regexp.MustCompile(`^(model\.layers\.\d+\.block_sparse_moe\.)(router\.layer|input_linear|output_linear)\.weight$`)
 
-// RenameWeight implements lm.Renamer: router.layer.weight is read as
-// gate.weight, input_linear.weight as the experts' gate_up_proj stack and
-// output_linear.weight as their down_proj stack.
-func (m *MoEModel) RenameWeight(stored string) string {
+// RenameWeight implements lm.Renamer (renameMoE).
+func (m *MoEModel) RenameWeight(stored string) string { return renameMoE(stored) }
+
+// renameMoE reads GraniteMoe's sparse-block names under qwen3moe's:
+// router.layer.weight as gate.weight, input_linear.weight as the experts'
+// gate_up_proj stack and output_linear.weight as their down_proj stack.
+func renameMoE(stored string) string {
 	sub := graniteMoE.FindStringSubmatch(stored)
 	if sub == nil {
 		return stored
