@@ -255,6 +255,19 @@ cat >"$work/llama4.json" <<'EOF'
  "original_max_position_embeddings": 16}, "rms_norm_eps": 1e-05, "max_position_embeddings": 512,
  "bos_token_id": 1, "eos_token_id": 2}}
 EOF
+# A tiny GraniteMoeHybrid (Granite 4.0-H): Mamba-2 layers (a causal
+# convolution, the chunked state space recurrence in several-token steps
+# and the token-by-token one in decode, the gated norm) around an attention
+# layer without a positional embedding, 8 experts beside a shared MLP.
+cat >"$work/granitehybrid.json" <<'EOF'
+{"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "vocab_size": 512,
+ "hidden_size": 64, "intermediate_size": 32, "shared_intermediate_size": 48, "num_hidden_layers": 3,
+ "layer_types": ["mamba", "attention", "mamba"], "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_n_groups": 1,
+ "mamba_d_conv": 4, "mamba_expand": 2, "position_embedding_type": "nope", "embedding_multiplier": 12.0,
+ "attention_multiplier": 0.0625, "residual_multiplier": 0.22, "logits_scaling": 6.0, "rms_norm_eps": 1e-05,
+ "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -284,7 +297,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
