@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
+	_ "github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
@@ -22,6 +23,7 @@ import (
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
+	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -307,7 +309,7 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // DeepSeek-V3's one latent cache a layer, the key/value caches of
 // GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder, and Llama 4's
 // chunked attention, whose chunks are counted from each row's first
-// token, not from the shared clock.
+// token, not from the shared clock, and Granite 4.0-H's Mamba-2 state.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -317,11 +319,12 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"qwen3-moe", qwenref.TinyQwen3MoE().Write},
 		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
 		{"mistral", slidingTiny("MistralForCausalLM").Write},
-		{"gemma4-kv-sharing", gemma4ref.TinyE().Write}, // layers without a cache of their own
-		{"deepseek-v3", dsref.TinyDeepSeek().Write},    // one latent cache a layer (MLA), keys and values at once
-		{"glm-4.5", dsref.TinyGLM().Write},             // DeepSeek-V3's experts after grouped-query attention
-		{"minimax-m2", dsref.TinyMiniMax().Write},      // q/k norms over whole projections
-		{"llama4", llama4ref.TinyScout().Write},        // chunks of 4 positions from each row's first token, a NoPE layer's temperature
+		{"gemma4-kv-sharing", gemma4ref.TinyE().Write},    // layers without a cache of their own
+		{"deepseek-v3", dsref.TinyDeepSeek().Write},       // one latent cache a layer (MLA), keys and values at once
+		{"glm-4.5", dsref.TinyGLM().Write},                // DeepSeek-V3's experts after grouped-query attention
+		{"minimax-m2", dsref.TinyMiniMax().Write},         // q/k norms over whole projections
+		{"llama4", llama4ref.TinyScout().Write},           // chunks of 4 positions from each row's first token, a NoPE layer's temperature
+		{"granite-4.0-h", granitehref.TinyHybrid().Write}, // Mamba-2 layers: a convolution's last inputs and an SSM state, no slot axis
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -15,6 +15,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/gptoss"
+	_ "github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/minimax"
@@ -22,6 +23,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
+	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -648,6 +650,7 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 	glm := dsref.TinyGLM()
 	mm := dsref.TinyMiniMax()
 	l4 := llama4ref.TinyScout()
+	gh := granitehref.TinyHybrid()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -700,6 +703,20 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"model.layers.1.feed_forward.shared_expert.up_proj.weight":   "[S(model)]",
 				"model.layers.1.feed_forward.shared_expert.down_proj.weight": "[R S(model)]",
 				"model.layers.1.feed_forward.router.weight":                  "[]",
+			}},
+		// Granite 4.0-H: the Mamba-2 mixer whole on every device (its state
+		// is not split by head), the attention layer's projections and the
+		// shared MLP split, the router whole.
+		{"granite-4.0-h", gh.Write, "model.layers.1.block_sparse_moe.experts.gate_up_proj", "model.layers.1.block_sparse_moe.experts.down_proj",
+			gh.Experts, gh.Intermediate, gh.Hidden,
+			map[string]string{
+				"model.layers.0.mamba.in_proj.weight":            "[]",
+				"model.layers.0.mamba.out_proj.weight":           "[]",
+				"model.layers.1.self_attn.q_proj.weight":         "[S(model)]",
+				"model.layers.1.self_attn.o_proj.weight":         "[R S(model)]",
+				"model.layers.0.shared_mlp.input_linear.weight":  "[S(model)]",
+				"model.layers.0.shared_mlp.output_linear.weight": "[R S(model)]",
+				"model.layers.1.block_sparse_moe.gate.weight":    "[]",
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

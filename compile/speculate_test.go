@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/tpu"
@@ -258,16 +259,25 @@ func TestDecodeManyRefuses(t *testing.T) {
 	}
 }
 
-// TestDecodeManyRecurrent: on a model with recurrent state (Qwen3.5, in
-// compiled mode) several tokens fed in one step give the logits of
-// feeding them one at a time, and a step taken back over some of its
-// tokens (the state restored and the rest fed again) and fed others gives
-// what a State that never saw them gives: the tokens of speculative
-// decoding. In eager mode, whose steps all have one length, it does not
-// speculate.
+// TestDecodeManyRecurrent: on a model with recurrent state (Qwen3.5's
+// DeltaNet, Granite 4.0-H's Mamba-2, in compiled mode) several tokens fed
+// in one step give the logits of feeding them one at a time, and a step
+// taken back over some of its tokens (the state restored and the rest fed
+// again) and fed others gives what a State that never saw them gives: the
+// tokens of speculative decoding. In eager mode, whose steps all have one
+// length, it does not speculate.
 func TestDecodeManyRecurrent(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		write func(dir string) error
+	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}} {
+		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
+	}
+}
+
+func decodeManyRecurrent(t *testing.T, write func(dir string) error) {
 	dir := t.TempDir()
-	if err := qwenref.TinyQwen35().Write(dir); err != nil {
+	if err := write(dir); err != nil {
 		t.Fatal(err)
 	}
 	l := loadDir(t, dir)
@@ -278,7 +288,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 	}
 	defer er.Close()
 	if er.Speculates() {
-		t.Error("Qwen3.5 in eager mode: Speculates")
+		t.Error("eager mode: Speculates")
 	}
 	for _, mode := range []Mode{Compiled} {
 		t.Run(mode.String(), func(t *testing.T) {
