@@ -305,6 +305,9 @@ func layerKinds(t *inspect.Text) string {
 	if t.LinearAttentionLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d linear attention", t.LinearAttentionLayers))
 	}
+	if t.MambaLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d Mamba-2", t.MambaLayers))
+	}
 	if t.SlidingAttentionLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d sliding window (%d tokens)", t.SlidingAttentionLayers, t.SlidingWindow))
 	}

@@ -31,8 +31,10 @@ type Text struct {
 	FullAttentionLayers    int              `json:"full_attention_layers"`
 	SlidingAttentionLayers int              `json:"sliding_attention_layers,omitempty"`
 	LinearAttentionLayers  int              `json:"linear_attention_layers,omitempty"`
+	MambaLayers            int              `json:"mamba_layers,omitempty"`
 	SlidingWindow          int              `json:"sliding_window,omitempty"`
 	Linear                 *LinearAttention `json:"linear_attention,omitempty"`
+	Mamba                  *Mamba           `json:"mamba,omitempty"`
 	// MLA is multi-head latent attention's sizes (DeepSeek-V3's
 	// kv_lora_rank and kin), nil for other attention. Its cache is one
 	// latent a token (KVHeads 1).
@@ -59,6 +61,16 @@ type LinearAttention struct {
 	KeyHeadDim   int `json:"key_head_dim"`
 	ValueHeadDim int `json:"value_head_dim"`
 	ConvKernel   int `json:"conv_kernel"`
+}
+
+// Mamba holds the Mamba-2 dimensions of hybrid models (Granite 4.0-H's
+// mamba_* fields).
+type Mamba struct {
+	Heads      int `json:"heads"`
+	HeadDim    int `json:"head_dim"`
+	State      int `json:"state"`
+	Groups     int `json:"groups"`
+	ConvKernel int `json:"conv_kernel"`
 }
 
 // MoE holds the mixture-of-experts settings.
@@ -177,6 +189,29 @@ func TextConfig(m *config.File) (*Text, error) {
 		}
 		t.Linear = la
 	}
+	if t.MambaLayers > 0 {
+		// GraniteMoeHybridConfig's defaults where the config is silent.
+		mb := &Mamba{Heads: 128, State: 256, Groups: 1, ConvKernel: 4}
+		for _, v := range []struct {
+			name string
+			dst  *int
+		}{{"mamba_n_heads", &mb.Heads}, {"mamba_d_state", &mb.State}, {"mamba_n_groups", &mb.Groups}, {"mamba_d_conv", &mb.ConvKernel}, {"mamba_d_head", &mb.HeadDim}} {
+			if n, ok := f.int(v.name); ok {
+				*v.dst = n
+			}
+		}
+		expand, ok := f.int("mamba_expand")
+		if !ok {
+			expand = 2
+		}
+		if mb.HeadDim == 0 && mb.Heads > 0 { // "auto"
+			mb.HeadDim = expand * t.Hidden / mb.Heads
+		}
+		if mb.Heads <= 0 || mb.HeadDim <= 0 || mb.State <= 0 || mb.Groups <= 0 || mb.ConvKernel <= 1 {
+			return nil, fmt.Errorf("%s: %d mamba layers but mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups and mamba_d_conv do not give positive sizes", m.Path, t.MambaLayers)
+		}
+		t.Mamba = mb
+	}
 	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
 		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k")
@@ -209,8 +244,10 @@ func (t *Text) layerKinds(f fields, path string) error {
 				t.SlidingAttentionLayers++
 			case "linear_attention":
 				t.LinearAttentionLayers++
+			case "mamba":
+				t.MambaLayers++
 			default:
-				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention or linear_attention)", path, i, lt)
+				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention, linear_attention or mamba)", path, i, lt)
 			}
 		}
 		if t.SlidingAttentionLayers > 0 {
@@ -318,6 +355,14 @@ func (t *Text) StateBytes(batch, context, kvBytes int) State {
 		conv := satMul(satAdd(satAdd(keyDim, keyDim), valueDim), int64(la.ConvKernel-1), e)
 		matrix := satMul(int64(la.ValueHeads), int64(la.KeyHeadDim), int64(la.ValueHeadDim), 4)
 		s.Recurrent = satMul(int64(t.LinearAttentionLayers), b, satAdd(conv, matrix))
+	}
+	if mb := t.Mamba; mb != nil && t.MambaLayers > 0 {
+		// nn.Mamba2State: the convolution's last inputs over x, B and C in
+		// the compute dtype, and the [heads, head_dim, state] float32 state.
+		channels := satAdd(satMul(int64(mb.Heads), int64(mb.HeadDim)), satMul(2, int64(mb.Groups), int64(mb.State)))
+		conv := satMul(channels, int64(mb.ConvKernel-1), e)
+		ssm := satMul(int64(mb.Heads), int64(mb.HeadDim), int64(mb.State), 4)
+		s.Recurrent = satAdd(s.Recurrent, satMul(int64(t.MambaLayers), b, satAdd(conv, ssm)))
 	}
 	return s
 }

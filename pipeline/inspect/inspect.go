@@ -304,7 +304,8 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			}
 		}
 		if text.MoE != nil {
-			r.Params.moe(tensors, skip, text.MoE, quant)
+			rename, _ := arch.(lm.Renamer) // GraniteMoe's stacks are read as the experts'
+			r.Params.moe(tensors, skip, text.MoE, quant, rename)
 			if r.Params.Experts == 0 {
 				r.Notes = append(r.Notes, "the config declares experts but no tensor name contains \".experts.\"; active parameters not computed")
 			}
@@ -458,11 +459,16 @@ func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string, q *quantP
 	}
 }
 
-// moe splits the used parameters into routed experts and the rest.
-func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *quantParts) {
+// moe splits the used parameters into routed experts and the rest, a
+// tensor's name read as rename (nil: none) reads it.
+func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *quantParts, rename lm.Renamer) {
 	var experts int64
 	for i, t := range ts {
-		if (skip == nil || skip[i] == "") && isExpert(t.Name) {
+		name := t.Name
+		if rename != nil {
+			name = rename.RenameWeight(name)
+		}
+		if (skip == nil || skip[i] == "") && isExpert(name) {
 			experts += q.params(t)
 		}
 	}
