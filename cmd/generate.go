@@ -54,7 +54,7 @@ func NewCmdGenerate(f *Factory, runF func(context.Context, *GenerateOptions) err
 Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, GptOssForCausalLM,
 DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM,
 MiniMaxM2ForCausalLM, OlmoeForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM,
-GraniteForCausalLM, GraniteMoeForCausalLM, Llama4ForCausalLM,
+GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeHybridForCausalLM, Llama4ForCausalLM,
 Gemma4ForCausalLM, and the text models of Gemma3ForConditionalGeneration,
 Gemma4ForConditionalGeneration, Llama4ForConditionalGeneration,
 Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration,
