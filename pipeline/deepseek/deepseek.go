@@ -837,10 +837,10 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // 0, as transformers masks them); the top k experts by choice, weighed by
 // their unbiased scores, renormalized (norm_topk_prob) and scaled by
 // routed_scaling_factor (by max(sum, NormMin) with NormMin, as ERNIE 4.5
-// divides). Returns ids [N, K] int32 and weights [N, K] f32.
+// divides): nn.GroupRouter. Returns ids [N, K] int32 and weights [N, K]
+// f32.
 func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	o := m.o
-	n := h.Shape().Dimensions[0]
 	logits := nn.Linear(ConvertDType(h, dtypes.Float32), ConvertDType(p.Get("gate.weight"), dtypes.Float32), nil) // [N, E]
 	if o.V2 {
 		return m.routeV2(Softmax(logits, -1))
@@ -851,26 +851,9 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	} else {
 		scores = Sigmoid(logits)
 	}
-	bias := ConvertDType(p.Get(m.l.Bias), dtypes.Float32)
-	choice := Add(scores, ExpandLeftToRank(Reshape(bias, o.Experts), 2))
-	if o.Groups > 1 && o.TopKGroup < o.Groups {
-		per := o.Experts / o.Groups
-		grouped := Reshape(choice, n*o.Groups, per)
-		_, best2 := nn.TopKBy(grouped, grouped, 2)                  // [N·G, 2]
-		groupScore := Reshape(ReduceSum(best2, -1), n, o.Groups)    // [N, G]
-		kept, _ := nn.TopKBy(groupScore, groupScore, o.TopKGroup)   // [N, TopKGroup] group ids
-		hot := ReduceMax(OneHot(kept, o.Groups, dtypes.Float32), 1) // [N, G]: 1 for a kept group
-		mask := Reshape(BroadcastToDims(InsertAxes(hot, -1), n, o.Groups, per), n, o.Experts)
-		choice = Mul(choice, mask)
-	}
-	ids, weights = nn.TopKBy(choice, scores, o.TopK)
-	switch sum := ReduceAndKeep(weights, ReduceSum, -1); {
-	case o.NormTopK && o.NormMin > 0:
-		weights = Div(weights, MaxScalar(sum, o.NormMin))
-	case o.NormTopK:
-		weights = Div(weights, AddScalar(sum, 1e-20))
-	}
-	return ids, MulScalar(weights, o.RoutedScale)
+	r := nn.GroupRouter{Experts: o.Experts, TopK: o.TopK, Groups: o.Groups, TopKGroup: o.TopKGroup,
+		NormTopK: o.NormTopK, NormMin: o.NormMin, Scale: o.RoutedScale}
+	return r.Route(scores, p.Get(m.l.Bias))
 }
 
 // routeV2 is DeepseekV2Moe.route_tokens_to_experts on the softmax scores

@@ -66,6 +66,50 @@ func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
 	return Stack(idList, 1), Stack(wList, 1) // [N, k]
 }
 
+// GroupRouter is DeepSeek-V3's router after its scores (DeepseekV3MoE's
+// route_tokens_to_experts, topk_method noaux_tc): a correction bias added
+// to the scores chooses and the unbiased scores weigh; under a group
+// limit (Groups > 1, TopKGroup < Groups) only the TopKGroup groups whose
+// two best choices sum highest stay open (the others' choices set to 0,
+// as transformers masks them); the weights renormalized (NormTopK: by
+// sum + 1e-20, or by max(sum, NormMin) when NormMin > 0) and times Scale.
+// DeepSeek-V3, GLM-4.5, MiniMax-M2, dots.llm1, ERNIE 4.5 and NemotronH
+// route this way.
+type GroupRouter struct {
+	Experts, TopK, Groups, TopKGroup int
+	NormTopK                         bool
+	NormMin, Scale                   float64
+}
+
+// Route routes by scores [N, E] float32 (sigmoids or softmax of the
+// logits) with the correction bias [E] (nil: none); returns ids [N, K]
+// int32 and weights [N, K] float32.
+func (r GroupRouter) Route(scores, bias *Node) (ids, weights *Node) {
+	n := scores.Shape().Dimensions[0]
+	choice := scores
+	if bias != nil {
+		choice = Add(scores, ExpandLeftToRank(Reshape(ConvertDType(bias, dtypes.Float32), r.Experts), 2))
+	}
+	if r.Groups > 1 && r.TopKGroup < r.Groups {
+		per := r.Experts / r.Groups
+		grouped := Reshape(choice, n*r.Groups, per)
+		_, best2 := TopKBy(grouped, grouped, 2)                     // [N·G, 2]
+		groupScore := Reshape(ReduceSum(best2, -1), n, r.Groups)    // [N, G]
+		kept, _ := TopKBy(groupScore, groupScore, r.TopKGroup)      // [N, TopKGroup] group ids
+		hot := ReduceMax(OneHot(kept, r.Groups, dtypes.Float32), 1) // [N, G]: 1 for a kept group
+		mask := Reshape(BroadcastToDims(InsertAxes(hot, -1), n, r.Groups, per), n, r.Experts)
+		choice = Mul(choice, mask)
+	}
+	ids, weights = TopKBy(choice, scores, r.TopK)
+	switch sum := ReduceAndKeep(weights, ReduceSum, -1); {
+	case r.NormTopK && r.NormMin > 0:
+		weights = Div(weights, MaxScalar(sum, r.NormMin))
+	case r.NormTopK:
+		weights = Div(weights, AddScalar(sum, 1e-20))
+	}
+	return ids, MulScalar(weights, r.Scale)
+}
+
 // SharedExpert is the shared expert of a Qwen MoE block
 // (Qwen2MoeSparseMoeBlock, Qwen3_5MoeSparseMoeBlock): the SwiGLU MLP of x
 // [..., H] scaled per token by sigmoid(x·gateᵀ), gate [1, H].
@@ -139,6 +183,10 @@ type ExpertStack struct {
 	// axis (GPT-OSS interleaves gate and up and clamps them: its
 	// ClampedSwiGLU). It needs Up nil.
 	GLU func(gateUp *Node) *Node
+	// Ungated makes each expert an MLP without a gate: its hidden is
+	// act(x·Gateᵀ), Gate [E, I, H] being the up projection (NemotronH's
+	// relu² experts). It needs Up nil and no GLU.
+	Ungated bool
 	// WeighInputs applies each (token, choice) pair's routing weight to
 	// the expert's input instead of its output: a token's result is
 	// Σⱼ expert_{ids[n, j]}(weights[n, j]·x_n) (Llama 4's
@@ -155,6 +203,9 @@ func (s ExpertStack) check() {
 	if s.GLU == nil && s.Act == nil {
 		panic(fmt.Errorf("ExpertStack: neither Act nor GLU is set"))
 	}
+	if s.Ungated && (s.Up != nil || s.GLU != nil) {
+		panic(fmt.Errorf("ExpertStack: ungated experts take one up projection (Gate) and no GLU"))
+	}
 }
 
 // hidden is the experts' hidden activations from the gate (fused
@@ -164,6 +215,9 @@ func (s ExpertStack) hidden(g, u *Node) *Node {
 	axis := g.Rank() - 1
 	if s.GLU != nil {
 		return s.GLU(g)
+	}
+	if s.Ungated {
+		return s.Act(g)
 	}
 	if u == nil {
 		inter := g.Shape().Dimensions[axis] / 2

@@ -352,3 +352,64 @@ func TestTopKRouter(t *testing.T) {
 		}
 	}
 }
+
+// TestUngatedExperts checks experts without a gate (NemotronH's: down ·
+// relu²(up · x), the stack's Gate the up projection) in the gathered and
+// the stacked formulation against a float64 loop; reading the same
+// stack as a fused gate/up must miss it.
+func TestUngatedExperts(t *testing.T) {
+	c := newMoECase(5, 8, 4, 6, 2, func(tok, j int) int32 { return int32((tok*3 + j) % 4) })
+	relu2 := func(x *Node) *Node { r := Max(x, ZerosLike(x)); return Mul(r, r) }
+	want := make([]float64, c.n*c.h)
+	for tok := 0; tok < c.n; tok++ {
+		for j := 0; j < c.k; j++ {
+			e := int(c.ids[tok*c.k+j])
+			mid := make([]float64, c.i)
+			for r := range mid {
+				var u float64
+				for q := 0; q < c.h; q++ {
+					u += float64(c.up[(e*c.i+r)*c.h+q]) * float64(c.x[tok*c.h+q])
+				}
+				u = math.Max(u, 0)
+				mid[r] = u * u
+			}
+			for q := 0; q < c.h; q++ {
+				var y float64
+				for r := range mid {
+					y += float64(c.down[(e*c.h+q)*c.i+r]) * mid[r]
+				}
+				want[tok*c.h+q] += float64(c.weights[tok*c.k+j]) * y
+			}
+		}
+	}
+	args := func() []any { // fresh tensors for each run (a tensor is bound to one backend)
+		return []any{
+			tensors.FromFlatDataAndDimensions(c.x, c.n, c.h),
+			tensors.FromFlatDataAndDimensions(c.ids, c.n, c.k),
+			tensors.FromFlatDataAndDimensions(c.weights, c.n, c.k),
+			tensors.FromFlatDataAndDimensions(c.up, c.e, c.i, c.h),
+			tensors.FromFlatDataAndDimensions(c.down, c.e, c.h, c.i),
+		}
+	}
+	for _, form := range []string{"gathered", "stacked"} {
+		for _, ungated := range []bool{true, false} {
+			got := execGraph(t, func(in []*Node) []*Node {
+				s := ExpertStack{Gate: in[3], Down: in[4], Act: relu2, Ungated: ungated}
+				if !ungated { // the same [E, I, H] read as a fused gate/up of I/2
+					s.Down = SliceAxis(in[4], 2, AxisRange(0, c.i/2))
+				}
+				if form == "stacked" {
+					return []*Node{s.Stacked(in[0], in[1], in[2])}
+				}
+				return []*Node{s.Gathered(in[0], in[1], in[2])}
+			}, args()...)[0]
+			err := maxRelErr(got, want)
+			if ungated && err > 2e-6 {
+				t.Errorf("%s: max error %.3g relative to the largest output", form, err)
+			}
+			if !ungated && err < 1e-3 {
+				t.Errorf("%s: a gated reading matches the ungated experts (error %.3g)", form, err)
+			}
+		}
+	}
+}
