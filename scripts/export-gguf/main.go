@@ -1,14 +1,17 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
 // GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE,
-// dots.llm1, Granite (dense) or Llama 4 (text) checkpoint (a directory with
+// dots.llm1, Granite (dense), Granite 4.0-H (GraniteMoeHybridForCausalLM:
+// Mamba-2 and attention layers, written as llama.cpp's granitehybrid,
+// runGraniteHybrid) or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
 // llama.cpp's kernels run through ollama (`ollama create` with
 // `FROM ./model.gguf`). It exists to time ollama on the same weights as
 // tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM,
-// Glm4MoeForCausalLM, MiniMaxM2ForCausalLM or DeepseekV2ForCausalLM
-// safetensors folders (runMLA says more of the last), and
+// Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM or
+// GraniteMoeHybridForCausalLM safetensors folders (runMLA says more of
+// DeepSeek-V2), and
 // writes a Mixtral's w2 (down) and w3 (up) experts under each other's
 // names, which llama.cpp refuses to load ("tensor
 // 'blk.0.ffn_down_exps.weight' has wrong shape").
@@ -48,6 +51,7 @@ import (
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
+	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -122,6 +126,8 @@ func run(dir, out string) error {
 		return runErnie(l, dir, out, g)
 	case *llama4.Model:
 		return runLlama4(l, dir, out, g)
+	case *granite.HybridModel:
+		return runGraniteHybrid(l, dir, out, g)
 	case *llama.Model:
 		if l.Config.Architecture() == "GraniteForCausalLM" {
 			return runGranite(l, dir, out, g)
@@ -138,7 +144,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
