@@ -2,9 +2,12 @@
 # Compares the next-token log-probabilities of one model in tputool and in
 # llama.cpp's engine (through ollama): the top 5 after PROMPT, greedy, from
 # `tputool serve` (/v1/completions, logprobs 5) and from ollama
-# (/api/generate, raw, top_logprobs 5, repeat_penalty 1). It checks an
-# architecture against an implementation written apart from transformers'
-# (tputool's own tests compare against float64 references written from
+# (/api/generate, raw, top_logprobs 5, repeat_penalty 1), at the first
+# generated token (the prompt's prefill) in a table, then at each of the
+# next STEPS-1 (decode steps: a recurrent model's state carried token by
+# token) while both pick the same tokens. It checks an architecture
+# against an implementation written apart from transformers' (tputool's
+# own tests compare against float64 references written from
 # transformers' code).
 #
 #   OLLAMA=/path/to/ollama HF=/tmp/m/hf scripts/logprobs-vs-llamacpp.sh
@@ -18,7 +21,7 @@
 # a tokenizer_config.json with "add_bos_token": false beside a
 # "bos_token" the tokenizer holds, or ollama's Llama 4 prepends a BOS
 # tputool does not). Env: PROMPT, PORT (ollama's, 11600), DTYPE
-# (tputool's --dtype, f32).
+# (tputool's --dtype, f32), STEPS (4), KEEP (keep the work folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -26,6 +29,7 @@ HF="${HF:?set HF to a Hugging Face model folder}"
 PROMPT="${PROMPT:-Once upon a time there was a little girl who lived in a village near the forest}"
 PORT="${PORT:-11600}"
 DTYPE="${DTYPE:-f32}"
+STEPS="${STEPS:-4}"
 work=$(mktemp -d)
 FROM="${FROM:-}"
 if [ -z "$FROM" ]; then
@@ -41,12 +45,13 @@ trap 'kill $server $tserver 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 printf 'FROM %s\n' "$FROM" > "$work/Modelfile"
 "$OLLAMA" create xcheck -f "$work/Modelfile" > /dev/null 2> "$work/create.log" || { tail -c 2000 "$work/create.log" >&2; exit 1; }
-# num_predict 4: ollama's llama.cpp runner sends a token's log-probabilities
-# with the next text it emits, so a first token that decodes to nothing (a
-# padding token of a random model) would come back without them.
+# num_predict at least 4: ollama's llama.cpp runner sends a token's
+# log-probabilities with the next text it emits, so a first token that
+# decodes to nothing (a padding token of a random model) would come back
+# without them.
 req=$(python3 -c 'import json,sys; print(json.dumps({"model": "xcheck", "prompt": sys.argv[1], "raw": True, "stream": False,
-  "logprobs": True, "top_logprobs": 5, "options": {"num_predict": 4, "temperature": 0, "repeat_penalty": 1, "num_ctx": 512,
-  "num_batch": int(sys.argv[2])}}))' "$PROMPT" "${NUM_BATCH:-512}")
+  "logprobs": True, "top_logprobs": 5, "options": {"num_predict": max(4, int(sys.argv[3])), "temperature": 0, "repeat_penalty": 1,
+  "num_ctx": 512, "num_batch": int(sys.argv[2])}}))' "$PROMPT" "${NUM_BATCH:-512}" "$STEPS")
 curl -sf "http://$OLLAMA_HOST/api/generate" -d "$req" > "$work/ollama.json"
 "$work/tputool" serve -m "$HF" --port 0 --json --dtype "$DTYPE" > "$work/serve.out" 2> "$work/serve.err" &
 tserver=$!
@@ -61,12 +66,13 @@ for l in open(sys.argv[1]):
   sleep 0.2
 done
 [ -n "$addr" ] || { cat "$work/serve.err" >&2; exit 1; }
-req=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[2], "prompt": sys.argv[1], "max_tokens": 4, "temperature": 0, "logprobs": 5}))' "$PROMPT" "$HF")
+req=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[2], "prompt": sys.argv[1], "max_tokens": max(4, int(sys.argv[3])), "temperature": 0, "logprobs": 5}))' "$PROMPT" "$HF" "$STEPS")
 curl -sf "http://$addr/v1/completions" -H 'content-type: application/json' -d "$req" > "$work/tputool.json"
-python3 - "$work/ollama.json" "$work/tputool.json" <<'PY'
+python3 - "$work/ollama.json" "$work/tputool.json" "$STEPS" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
 t = json.load(open(sys.argv[2]))
+steps = int(sys.argv[3])
 otop = {e["token"]: e["logprob"] for e in o["logprobs"][0]["top_logprobs"]}
 # ollama holds back a token whose text is not yet valid UTF-8 (shown as
 # U+FFFD) and reports no log-probabilities for it: compare its first entry
@@ -84,4 +90,23 @@ common = set(otop) & set(ttop)
 order = lambda d: [k for k, _ in sorted(d.items(), key=lambda kv: -kv[1])]
 print("same tokens: %s, same order: %s, max |difference| over the %d in both: %.4f" % (
     set(otop) == set(ttop), order(otop) == order(ttop), len(common), max((abs(otop[k] - ttop[k]) for k in common), default=float("nan"))))
+# The decode steps after it, while both chose the same whole-text tokens
+# (ollama's entry i is tputool's position pos+i until a partial token).
+worst = max((abs(otop[k] - ttop[k]) for k in common), default=float("nan"))
+for i in range(1, steps):
+    if i >= len(o["logprobs"]) or pos + i >= len(lp["tokens"]):
+        print("step %d: no log-probabilities from both (ollama %d, tputool %d)" % (i, len(o["logprobs"]), len(lp["tokens"]) - pos))
+        break
+    prev_o, prev_t = o["logprobs"][i - 1]["token"], lp["tokens"][pos + i - 1]
+    if prev_o != prev_t or "\ufffd" in lp["tokens"][pos + i]:
+        print("step %d: not compared (step %d chose %r in tputool, %r in llama.cpp; or a partial token)" % (i, i - 1, prev_t, prev_o))
+        break
+    a = {e["token"]: e["logprob"] for e in o["logprobs"][i]["top_logprobs"]}
+    b = lp["top_logprobs"][pos + i]
+    both = set(a) & set(b)
+    d = max((abs(a[k] - b[k]) for k in both), default=float("nan"))
+    worst = max(worst, d)
+    print("step %d (after %r): same tokens: %s, same order: %s, max |difference| over the %d in both: %.4f" % (
+        i, prev_t, set(a) == set(b), order(a) == order(b), len(both), d))
+print("max |difference| over the steps compared: %.4f" % worst)
 PY
