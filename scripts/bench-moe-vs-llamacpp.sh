@@ -2,8 +2,10 @@
 # A random Qwen3-MoE (or with FAMILY=mixtral a Mixtral, FAMILY=deepseek a
 # DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
-# ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4) on tputool and on llama.cpp's kernels (ollama), same
-# weights, side by side, in rounds that interleave the two:
+# ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
+# FAMILY=granitehybrid a Granite 4.0-H) on tputool and on llama.cpp's
+# kernels (ollama), same weights, side by side, in rounds that interleave
+# the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
 #     (--repeat 3, median) and three ollama generations (median);
@@ -82,6 +84,18 @@
 # 9.5 GB bf16), DIR /tmp/tputool-llama4-bench; ollama runs the GGUF on its
 # own engine (its importer of the folder, convert_llama4.go, takes more
 # than this machine's 24 GiB for one layer's expert stack).
+# FAMILY=granitehybrid: a GraniteMoeHybridForCausalLM of
+# granite-4.0-h-tiny's layers (testdata/configs/granite_4_0_h_tiny: hidden
+# 1536; Mamba-2 mixers of 48 heads of 64, state 128, 1 group, conv 4;
+# attention of 12 heads and 4 KV heads, no positional embedding
+# (position_embedding_type nope, as the releases); 64 experts of 512, top
+# 6, and a shared MLP of 1024 on every layer; vocab 100352, tied head;
+# representative Granite 4.0 multipliers: embedding 12, attention
+# 0.0078125, residual 0.22, logits 6) in LAYERS layers (default 10, 3.7 GB
+# bf16) whose kinds follow the release's pattern cut to LAYERS (attention
+# at layer 5 of every 10, the last layer when LAYERS < 6; the rest Mamba),
+# DIR /tmp/tputool-granitehybrid-bench; ollama's importer does not read
+# that class, and llama.cpp runs the GGUF as its granitehybrid.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -113,7 +127,8 @@ olmoe) DIR="${DIR:-/tmp/tputool-olmoe-bench}" ;;
 ernie) DIR="${DIR:-/tmp/tputool-ernie-bench}" ;;
 dots) DIR="${DIR:-/tmp/tputool-dots-bench}" ;;
 llama4) DIR="${DIR:-/tmp/tputool-llama4-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots or llama4" >&2; exit 2 ;;
+granitehybrid) DIR="${DIR:-/tmp/tputool-granitehybrid-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4 or granitehybrid" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -246,6 +261,23 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = llama4 ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = granitehybrid ]; then
+  types=$(python3 -c 'import json,sys; n = int(sys.argv[1])
+print(json.dumps(["attention" if i % 10 == 5 or (n < 6 and i == n - 1) else "mamba" for i in range(n)]))' "${LAYERS:-10}")
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+ "hidden_size": 1536, "num_hidden_layers": ${LAYERS:-10}, "layer_types": $types,
+ "num_attention_heads": 12, "num_key_value_heads": 4, "position_embedding_type": "nope",
+ "intermediate_size": 512, "num_local_experts": 64, "num_experts_per_tok": 6, "shared_intermediate_size": 1024,
+ "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+ "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": true, "mamba_proj_bias": false,
+ "embedding_multiplier": 12.0, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22,
+ "logits_scaling": 6.0, "vocab_size": 100352, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+ "rope_theta": 10000, "tie_word_embeddings": true, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 100352
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
