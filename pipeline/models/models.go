@@ -11,13 +11,14 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeHybridForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
+	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
 	_ "github.com/tputool/tputool/pipeline/olmoe"      // OlmoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM
