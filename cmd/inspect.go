@@ -308,6 +308,9 @@ func layerKinds(t *inspect.Text) string {
 	if t.MambaLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d Mamba-2", t.MambaLayers))
 	}
+	if t.FeedForwardLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d MLP or experts only", t.FeedForwardLayers))
+	}
 	if t.SlidingAttentionLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d sliding window (%d tokens)", t.SlidingAttentionLayers, t.SlidingWindow))
 	}

@@ -18,6 +18,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
@@ -26,6 +27,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
@@ -309,7 +311,8 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // DeepSeek-V3's one latent cache a layer, the key/value caches of
 // GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder, and Llama 4's
 // chunked attention, whose chunks are counted from each row's first
-// token, not from the shared clock, and Granite 4.0-H's Mamba-2 state.
+// token, not from the shared clock, Granite 4.0-H's Mamba-2 state, and
+// Nemotron 3 Nano's layers without any state.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -319,12 +322,13 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"qwen3-moe", qwenref.TinyQwen3MoE().Write},
 		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
 		{"mistral", slidingTiny("MistralForCausalLM").Write},
-		{"gemma4-kv-sharing", gemma4ref.TinyE().Write},    // layers without a cache of their own
-		{"deepseek-v3", dsref.TinyDeepSeek().Write},       // one latent cache a layer (MLA), keys and values at once
-		{"glm-4.5", dsref.TinyGLM().Write},                // DeepSeek-V3's experts after grouped-query attention
-		{"minimax-m2", dsref.TinyMiniMax().Write},         // q/k norms over whole projections
-		{"llama4", llama4ref.TinyScout().Write},           // chunks of 4 positions from each row's first token, a NoPE layer's temperature
-		{"granite-4.0-h", granitehref.TinyHybrid().Write}, // Mamba-2 layers: a convolution's last inputs and an SSM state, no slot axis
+		{"gemma4-kv-sharing", gemma4ref.TinyE().Write},     // layers without a cache of their own
+		{"deepseek-v3", dsref.TinyDeepSeek().Write},        // one latent cache a layer (MLA), keys and values at once
+		{"glm-4.5", dsref.TinyGLM().Write},                 // DeepSeek-V3's experts after grouped-query attention
+		{"minimax-m2", dsref.TinyMiniMax().Write},          // q/k norms over whole projections
+		{"llama4", llama4ref.TinyScout().Write},            // chunks of 4 positions from each row's first token, a NoPE layer's temperature
+		{"granite-4.0-h", granitehref.TinyHybrid().Write},  // Mamba-2 layers: a convolution's last inputs and an SSM state, no slot axis
+		{"nemotron-3-nano", nemotronhref.TinyNano().Write}, // MoE layers with no state of their own, Mamba-2 in groups
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -19,6 +19,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/minimax"
+	_ "github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
@@ -26,6 +27,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/tpu"
 )
@@ -651,6 +653,7 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 	mm := dsref.TinyMiniMax()
 	l4 := llama4ref.TinyScout()
 	gh := granitehref.TinyHybrid()
+	nh := nemotronhref.TinyNano()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -718,6 +721,19 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"model.layers.0.shared_mlp.output_linear.weight": "[R S(model)]",
 				"model.layers.1.block_sparse_moe.gate.weight":    "[]",
 			}},
+		// Nemotron 3 Nano: its relu² experts (up and down stacks, no gate)
+		// column and row parallel, the shared expert too, the Mamba-2
+		// mixer and the router whole.
+		{"nemotron-3-nano", nh.Write, "backbone.layers.1.mixer.experts.up_proj", "backbone.layers.1.mixer.experts.down_proj",
+			nh.Experts, nh.MoEIntermediate, nh.Hidden,
+			map[string]string{
+				"backbone.layers.0.mixer.in_proj.weight":                  "[]",
+				"backbone.layers.2.mixer.q_proj.weight":                   "[S(model)]",
+				"backbone.layers.2.mixer.o_proj.weight":                   "[R S(model)]",
+				"backbone.layers.1.mixer.shared_experts.up_proj.weight":   "[S(model)]",
+				"backbone.layers.1.mixer.shared_experts.down_proj.weight": "[R S(model)]",
+				"backbone.layers.1.mixer.gate.weight":                     "[]",
+			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -746,7 +762,11 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 			}
 			r := shardedLMOf(t, l, Compiled, 2, 1)
 			gu, down := r.tp.weights[c.gateUp], r.tp.weights[c.down]
-			if len(gu) != 2 || fmt.Sprint(gu[1].Shape().Dimensions) != fmt.Sprint([]int{c.e, c.i, c.h}) ||
+			rows := c.i // each device's half of a gate_up stack's 2·I rows
+			if strings.HasSuffix(c.gateUp, ".up_proj") {
+				rows = c.i / 2 // half of an ungated up stack's I
+			}
+			if len(gu) != 2 || fmt.Sprint(gu[1].Shape().Dimensions) != fmt.Sprint([]int{c.e, rows, c.h}) ||
 				len(down) != 2 || fmt.Sprint(down[1].Shape().Dimensions) != fmt.Sprint([]int{c.e, c.h, c.i / 2}) {
 				t.Errorf("expert shards: gate_up %d x %v, down %d x %v", len(gu), gu[0].Shape(), len(down), down[0].Shape())
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/tpu"
 )
@@ -260,7 +261,8 @@ func TestDecodeManyRefuses(t *testing.T) {
 }
 
 // TestDecodeManyRecurrent: on a model with recurrent state (Qwen3.5's
-// DeltaNet, Granite 4.0-H's Mamba-2, in compiled mode) several tokens fed
+// DeltaNet, Granite 4.0-H's and Nemotron 3 Nano's Mamba-2, in compiled
+// mode) several tokens fed
 // in one step give the logits of feeding them one at a time, and a step
 // taken back over some of its tokens (the state restored and the rest fed
 // again) and fed others gives what a State that never saw them gives: the
@@ -270,7 +272,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		write func(dir string) error
-	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}} {
+	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }

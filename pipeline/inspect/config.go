@@ -28,13 +28,16 @@ type Text struct {
 	// Layer kinds: full attention keeps a KV cache for the whole context,
 	// sliding attention for SlidingWindow tokens, linear attention a fixed
 	// recurrent state.
-	FullAttentionLayers    int              `json:"full_attention_layers"`
-	SlidingAttentionLayers int              `json:"sliding_attention_layers,omitempty"`
-	LinearAttentionLayers  int              `json:"linear_attention_layers,omitempty"`
-	MambaLayers            int              `json:"mamba_layers,omitempty"`
-	SlidingWindow          int              `json:"sliding_window,omitempty"`
-	Linear                 *LinearAttention `json:"linear_attention,omitempty"`
-	Mamba                  *Mamba           `json:"mamba,omitempty"`
+	FullAttentionLayers    int `json:"full_attention_layers"`
+	SlidingAttentionLayers int `json:"sliding_attention_layers,omitempty"`
+	LinearAttentionLayers  int `json:"linear_attention_layers,omitempty"`
+	MambaLayers            int `json:"mamba_layers,omitempty"`
+	// FeedForwardLayers are layers of an MLP or experts alone, with no
+	// token mixer and no state (NemotronH's "-" and "E" blocks).
+	FeedForwardLayers int              `json:"feed_forward_layers,omitempty"`
+	SlidingWindow     int              `json:"sliding_window,omitempty"`
+	Linear            *LinearAttention `json:"linear_attention,omitempty"`
+	Mamba             *Mamba           `json:"mamba,omitempty"`
 	// MLA is multi-head latent attention's sizes (DeepSeek-V3's
 	// kv_lora_rank and kin), nil for other attention. Its cache is one
 	// latent a token (KVHeads 1).
@@ -195,7 +198,9 @@ func TextConfig(m *config.File) (*Text, error) {
 		for _, v := range []struct {
 			name string
 			dst  *int
-		}{{"mamba_n_heads", &mb.Heads}, {"mamba_d_state", &mb.State}, {"mamba_n_groups", &mb.Groups}, {"mamba_d_conv", &mb.ConvKernel}, {"mamba_d_head", &mb.HeadDim}} {
+		}{{"mamba_n_heads", &mb.Heads}, {"mamba_d_state", &mb.State}, {"mamba_n_groups", &mb.Groups}, {"mamba_d_conv", &mb.ConvKernel}, {"mamba_d_head", &mb.HeadDim},
+			// NemotronH's spellings
+			{"mamba_num_heads", &mb.Heads}, {"ssm_state_size", &mb.State}, {"n_groups", &mb.Groups}, {"conv_kernel", &mb.ConvKernel}, {"mamba_head_dim", &mb.HeadDim}} {
 			if n, ok := f.int(v.name); ok {
 				*v.dst = n
 			}
@@ -232,7 +237,19 @@ func TextConfig(m *config.File) (*Text, error) {
 // on.
 func (t *Text) layerKinds(f fields, path string) error {
 	window, _ := f.int("sliding_window")
-	if types := f.strings("layer_types"); len(types) > 0 {
+	types := f.strings("layer_types")
+	if len(types) == 0 { // NemotronH's spellings: its list, or its pattern of one letter a layer
+		types = f.strings("layers_block_type")
+	}
+	var pattern string
+	if raw, ok := f["hybrid_override_pattern"]; ok && len(types) == 0 {
+		json.Unmarshal(raw, &pattern)
+		for _, r := range pattern {
+			types = append(types, map[rune]string{'M': "mamba", '*': "attention", '-': "mlp", 'E': "moe"}[r])
+		}
+	}
+	_, nemotron := f.int("mamba_num_heads") // NemotronH: its linear_attention layers are Mamba-2
+	if len(types) > 0 {
 		if len(types) != t.Layers {
 			return fmt.Errorf("%s: layer_types has %d entries for %d layers", path, len(types), t.Layers)
 		}
@@ -243,11 +260,20 @@ func (t *Text) layerKinds(f fields, path string) error {
 			case "sliding_attention", "local_attention", "chunked_attention":
 				t.SlidingAttentionLayers++
 			case "linear_attention":
-				t.LinearAttentionLayers++
+				if nemotron {
+					t.MambaLayers++
+				} else {
+					t.LinearAttentionLayers++
+				}
 			case "mamba":
 				t.MambaLayers++
+			case "mlp", "moe":
+				t.FeedForwardLayers++
 			default:
-				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention, linear_attention or mamba)", path, i, lt)
+				if pattern != "" {
+					return fmt.Errorf("%s: hybrid_override_pattern[%d] is %q (want M, *, - or E)", path, i, []rune(pattern)[i])
+				}
+				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention, linear_attention, mamba, mlp or moe)", path, i, lt)
 			}
 		}
 		if t.SlidingAttentionLayers > 0 {

@@ -73,6 +73,14 @@ func TestGraniteHTiny(t *testing.T) {
 	if want := int64(36 * (3*(3072+256)*2 + 48*64*128*4)); r.Memory.Recurrent != want {
 		t.Errorf("recurrent state %d, want %d", r.Memory.Recurrent, want)
 	}
+	if tx := r.Text; tx.MambaLayers != 36 || tx.FullAttentionLayers != 4 {
+		t.Errorf("layers: %d Mamba-2, %d attention; want 36, 4", tx.MambaLayers, tx.FullAttentionLayers)
+	}
+	// The config's own reading (what inspect shows for a model it cannot
+	// build) gives the same state.
+	if st := r.Text.StateBytes(1, ctxLen, 2); st.KVCache != r.Memory.KVCache || st.Recurrent != r.Memory.Recurrent {
+		t.Errorf("from the config: KV %d, recurrent %d; from the model: %d, %d", st.KVCache, st.Recurrent, r.Memory.KVCache, r.Memory.Recurrent)
+	}
 	t.Logf("%.3fB, active %.3fB (%.3fB less the embedding), weights %d MiB in bf16, KV at %d %d MiB, Mamba state %d MiB",
 		float64(params)/1e9, float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>20, ctxLen,
 		r.Memory.KVCache>>20, r.Memory.Recurrent>>20)

@@ -305,7 +305,14 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		}
 		if text.MoE != nil {
 			rename, _ := arch.(lm.Renamer) // GraniteMoe's stacks are read as the experts'
-			r.Params.moe(tensors, skip, text.MoE, quant, rename)
+			var embed map[string]bool      // the input embedding's names (NemotronH's backbone.embeddings)
+			if arch != nil {
+				embed = map[string]bool{}
+				for _, w := range arch.EmbedWeights() {
+					embed[w.Name] = true
+				}
+			}
+			r.Params.moe(tensors, skip, text.MoE, quant, rename, embed)
 			if r.Params.Experts == 0 {
 				r.Notes = append(r.Notes, "the config declares experts but no tensor name contains \".experts.\"; active parameters not computed")
 			}
@@ -460,8 +467,10 @@ func (p *Params) summarize(ts []safetensors.TensorInfo, skip []string, q *quantP
 }
 
 // moe splits the used parameters into routed experts and the rest, a
-// tensor's name read as rename (nil: none) reads it.
-func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *quantParts, rename lm.Renamer) {
+// tensor's name read as rename (nil: none) reads it; embed names the
+// input embedding's tensors as the model reads them (nil: those ending
+// in embed_tokens.weight).
+func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *quantParts, rename lm.Renamer, embed map[string]bool) {
 	var experts int64
 	for i, t := range ts {
 		name := t.Name
@@ -478,21 +487,25 @@ func (p *Params) moe(ts []safetensors.TensorInfo, skip []string, moe *MoE, q *qu
 	p.Experts = experts
 	p.Active = p.Used - experts + experts*int64(moe.ExpertsPerToken)/int64(moe.Experts)
 	p.ActiveLessEmbedding = p.Active
-	var embed int64
+	var embedded int64
 	head := false
 	for i, t := range ts {
 		if skip != nil && skip[i] != "" {
 			continue
 		}
+		name := t.Name
+		if rename != nil {
+			name = rename.RenameWeight(name)
+		}
 		switch {
-		case strings.HasSuffix(t.Name, "embed_tokens.weight"):
-			embed += q.params(t)
+		case embed[name] || (embed == nil && strings.HasSuffix(name, "embed_tokens.weight")):
+			embedded += q.params(t)
 		case strings.HasSuffix(t.Name, "lm_head.weight"):
 			head = true
 		}
 	}
 	if head {
-		p.ActiveLessEmbedding -= embed
+		p.ActiveLessEmbedding -= embedded
 	}
 }
 
