@@ -268,6 +268,20 @@ cat >"$work/granitehybrid.json" <<'EOF'
  "attention_multiplier": 0.0625, "residual_multiplier": 0.22, "logits_scaling": 6.0, "rms_norm_eps": 1e-05,
  "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny NemotronH (Nemotron 3 Nano): Mamba-2 blocks whose gated norm
+# runs per group, a NoPE attention block, MoE blocks of relu² experts
+# without a gate (DeepSeek-V3's router: sigmoid, correction bias, two
+# groups, top 2 of one) beside a shared expert, and a relu² MLP block;
+# the MoE and MLP blocks keep no state.
+cat >"$work/nemotronh.json" <<'EOF'
+{"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 512, "hidden_size": 64,
+ "hybrid_override_pattern": "ME*-ME", "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "intermediate_size": 96, "mlp_hidden_act": "relu2", "mamba_num_heads": 8, "mamba_head_dim": 16,
+ "ssm_state_size": 16, "n_groups": 4, "conv_kernel": 4, "use_conv_bias": true, "n_routed_experts": 8,
+ "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48, "n_group": 2,
+ "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5, "layer_norm_epsilon": 1e-05,
+ "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -297,12 +311,12 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
