@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -247,12 +248,7 @@ func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node
 	gc := Reshape(gh, b, h, nc, cs)
 
 	// Cumulative log-decay within each chunk: γ = g · U with U[j, i] = [j <= i].
-	upper := ConvertDType(UpperTriangular(gr, cs), f32)                            // [cs, cs]: [i >= j] at (j, i)
-	cum := DotGeneral(gc, []int{3}, nil, upper, []int{0}, nil)                     // [B, H, nc, cs]
-	lowerIncl := LowerTriangular(gr, cs)                                           // [cs, cs]: j <= i at (i, j)
-	diff := Sub(InsertAxes(cum, -1), InsertAxes(cum, 3))                           // [B, H, nc, cs(i), cs(j)]: γ_i - γ_j
-	mask := BroadcastToDims(ExpandLeftToRank(lowerIncl, 5), b, h, nc, cs, cs)      //
-	decay := Where(mask, Exp(Where(mask, diff, ZerosLike(diff))), ZerosLike(diff)) // Γ
+	cum, decay := chunkDecays(gc) // γ [B, H, nc, cs], Γ [B, H, nc, cs, cs]
 
 	batch := []int{0, 1, 2}
 	ut := Mul(DotGeneral(kbc, []int{4}, batch, kc, []int{4}, batch), decay)                                           // [B, H, nc, cs, cs]: (βk)kᵀ ∘ Γ
@@ -283,6 +279,34 @@ func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node
 		out = SliceAxis(out, 2, AxisRange(0, t))
 	}
 	return TransposeAllDims(out, 0, 2, 1, 3), state // [B, T, H, Dv]
+}
+
+// chunkDecays returns, for log-decays g [..., cs] (chunks of cs
+// tokens on the last axis), their cumulative sums γ_i = Σ_{j<=i} g_j
+// [..., cs] and the decays between positions Γ_ij = exp(γ_i - γ_j) for j
+// <= i, 0 above the diagonal [..., cs, cs]. The sums are a scan of
+// shifted adds (log2(cs) of them), exact float32 additions on every
+// backend: a matmul with a triangle of ones would be the same sum, but
+// XLA runs float32 products at the device's default precision (bf16
+// passes on a TPU, TF32 on NVIDIA), whose error the exponentials of
+// long sums would magnify. Every exponent is <= 0 where g is, so nothing
+// overflows.
+func chunkDecays(g *Node) (cum, decay *Node) {
+	dims := g.Shape().Dimensions
+	r := len(dims)
+	cs := dims[r-1]
+	cum = g
+	for s := 1; s < cs; s *= 2 { // Hillis–Steele: after the step of s, each entry sums the 2s before it
+		pd := cum.Shape().Clone()
+		pd.Dimensions[r-1] = s
+		shifted := Concatenate([]*Node{Zeros(g.Graph(), pd), SliceAxis(cum, r-1, AxisRange(0, cs-s))}, r-1)
+		cum = Add(cum, shifted)
+	}
+	lowerIncl := LowerTriangular(g.Graph(), cs)                                                  // [cs, cs]: j <= i at (i, j)
+	diff := Sub(InsertAxes(cum, -1), InsertAxes(cum, r-1))                                       // [..., cs(i), cs(j)]: γ_i - γ_j
+	mask := BroadcastToDims(ExpandLeftToRank(lowerIncl, r+1), append(slices.Clone(dims), cs)...) //
+	decay = Where(mask, Exp(Where(mask, diff, ZerosLike(diff))), ZerosLike(diff))                // Γ
+	return cum, decay
 }
 
 // unitLowerInverse returns (I + L)⁻¹ for L [N, n, n] strictly lower

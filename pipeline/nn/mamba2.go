@@ -149,12 +149,7 @@ func ChunkSSD(x, dt, a, b, c, state *Node, chunk int) (*Node, *Node) {
 	cc := Reshape(TransposeAllDims(pad(c), 0, 2, 1, 3), bs, g, nc, cs, n)
 	la := Reshape(TransposeAllDims(Mul(dtp, ExpandLeftToRank(a, 3)), 0, 2, 1), bs, h, nc, cs)
 
-	upper := ConvertDType(UpperTriangular(gr, cs), f32)        // [cs, cs]: [i >= j] at (j, i)
-	cum := DotGeneral(la, []int{3}, nil, upper, []int{0}, nil) // [B, H, nc, cs]: γ
-	lowerIncl := LowerTriangular(gr, cs)                       // [cs, cs]: j <= i at (i, j)
-	diff := Sub(InsertAxes(cum, -1), InsertAxes(cum, 3))       // [B, H, nc, cs(i), cs(j)]: γ_i - γ_j
-	mask := BroadcastToDims(ExpandLeftToRank(lowerIncl, 5), bs, h, nc, cs, cs)
-	decay := Where(mask, Exp(Where(mask, diff, ZerosLike(diff))), ZerosLike(diff)) // Γ
+	cum, decay := chunkDecays(la) // γ [B, H, nc, cs], Γ [B, H, nc, cs, cs]
 
 	// In-chunk outputs: (C Bᵀ per group, times each head's Γ) applied to x·dt.
 	cb := DotGeneral(cc, []int{4}, []int{0, 1, 2}, bc, []int{4}, []int{0, 1, 2}) // [B, G, nc, cs, cs]

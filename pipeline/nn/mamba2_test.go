@@ -112,3 +112,37 @@ func TestGatedRMSNormFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkDecays checks the scan's cumulative sums and the decays
+// between positions against float64 loops, on chunks of 5 and 64.
+func TestChunkDecays(t *testing.T) {
+	be := dnBackend(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, cs := range []int{5, 64} {
+		g, gT := dnRand(r, 1, -1.2, 2, 3, cs)
+		outs := MustExecOnceN(be, func(g *Node) (*Node, *Node) { return chunkDecays(g) }, gT)
+		cum, decay := dnFlat(t, outs[0]), dnFlat(t, outs[1])
+		for row := 0; row < 6; row++ {
+			sums := make([]float64, cs)
+			acc := 0.0
+			for i := 0; i < cs; i++ {
+				acc += float64(g[row*cs+i])
+				sums[i] = acc
+				if d := math.Abs(float64(cum[row*cs+i]) - acc); d > 1e-4 {
+					t.Fatalf("chunk %d, row %d: γ_%d %g, want %g", cs, row, i, cum[row*cs+i], acc)
+				}
+			}
+			for i := 0; i < cs; i++ {
+				for j := 0; j < cs; j++ {
+					want := 0.0
+					if j <= i {
+						want = math.Exp(sums[i] - sums[j])
+					}
+					if d := math.Abs(float64(decay[(row*cs+i)*cs+j]) - want); d > 1e-5 {
+						t.Fatalf("chunk %d, row %d: Γ_%d,%d %g, want %g", cs, row, i, j, decay[(row*cs+i)*cs+j], want)
+					}
+				}
+			}
+		}
+	}
+}
