@@ -163,7 +163,7 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 			return HybridOptions{}, fmt.Errorf("%s: mamba_d_head %d × mamba_n_heads %d must be mamba_expand × hidden_size = %d", where, d, h.Mamba.Heads, inner)
 		}
 	}
-	if err := h.Mamba.Validate(where); err != nil {
+	if err := h.Mamba.Validate(where, hybridMambaNames); err != nil {
 		return HybridOptions{}, err
 	}
 	if h.Shared <= 0 {
@@ -177,6 +177,9 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 	}
 	return h, nil
 }
+
+// hybridMambaNames are GraniteMoeHybridConfig's names of the Mamba-2 sizes.
+var hybridMambaNames = nn.Mamba2Names{Heads: "mamba_n_heads", HeadDim: "mamba_d_head", State: "mamba_d_state", Groups: "mamba_n_groups", ConvKernel: "mamba_d_conv"}
 
 // NewHybrid builds a GraniteMoeHybridForCausalLM from its config.json.
 func NewHybrid(cfg *config.File) (lm.Model, error) {
@@ -222,25 +225,8 @@ func (m *HybridModel) LayerWeights(i int) []lm.WeightSpec {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
 	if m.LayerKind(i) == nn.KindMamba {
-		// The mixer stays whole on every device under --tp, as Qwen3.5's
-		// DeltaNet does: its state is not split by head.
 		add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
-		add("mamba.in_proj.weight", true, lm.Replicated, d.ProjDim(), s.Hidden)
-		if m.o.ProjBias {
-			add("mamba.in_proj.bias", false, lm.Replicated, d.ProjDim())
-		}
-		add("mamba.conv1d.weight", false, lm.Replicated, d.ConvDim(), 1, d.ConvKernel)
-		if m.o.ConvBias {
-			add("mamba.conv1d.bias", false, lm.Replicated, d.ConvDim())
-		}
-		add("mamba.dt_bias", false, lm.Replicated, d.Heads)
-		add("mamba.A_log", false, lm.Replicated, d.Heads)
-		add("mamba.D", false, lm.Replicated, d.Heads)
-		add("mamba.norm.weight", false, lm.Replicated, d.Inner())
-		add("mamba.out_proj.weight", true, lm.Replicated, s.Hidden, d.Inner())
-		if m.o.ProjBias {
-			add("mamba.out_proj.bias", false, lm.Replicated, s.Hidden)
-		}
+		ws = append(ws, nn.Mamba2Weights(p+"mamba.", d, s.Hidden, m.o.ConvBias, m.o.ProjBias)...)
 		add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	} else {
 		ws = m.AttentionWeights(i)
@@ -284,19 +270,7 @@ func (m *HybridModel) mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.
 		return m.Attend(i, w, x, state, step)
 	}
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	mp := p.Scope("mamba")
-	opt := func(name string, on bool) *Node {
-		if !on {
-			return nil
-		}
-		return mp.Get(name)
-	}
-	params := nn.Mamba2Params{
-		InProj: mp.Get("in_proj.weight"), InProjBias: opt("in_proj.bias", m.o.ProjBias),
-		Conv: mp.Get("conv1d.weight"), ConvBias: opt("conv1d.bias", m.o.ConvBias),
-		DtBias: mp.Get("dt_bias"), ALog: mp.Get("A_log"), D: mp.Get("D"), Norm: mp.Get("norm.weight"),
-		OutProj: mp.Get("out_proj.weight"), OutProjBias: opt("out_proj.bias", m.o.ProjBias),
-	}
+	params := nn.Mamba2ParamsOf(p.Scope("mamba"), m.o.ConvBias, m.o.ProjBias)
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
 	h, conv, ssm := nn.Mamba2(m.o.Mamba, params, h, state[0], state[1], step, m.o.Eps, 1, m.o.Chunk)
 	x = Add(x, m.Residual(h))

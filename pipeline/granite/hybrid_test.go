@@ -91,3 +91,18 @@ func TestHybridMistakesMatter(t *testing.T) {
 		refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
 	}
 }
+
+// TestHybridBFloat16 runs the tiny model with bfloat16 compute (its weights and
+// activations rounded; the recurrence, the convolution's sums, the norms
+// and the router in float32), prefill and one decode step over the
+// prompts (the longest runs the chunked recurrence in three chunks):
+// within 5% of the float64 reference.
+func TestHybridBFloat16(t *testing.T) {
+	c := granitehref.TinyHybrid()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("largest relative error %.3g", moecheck.BFloat16(t, l, rm, hybridPrompts, 0.05))
+}

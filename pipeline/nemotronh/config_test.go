@@ -104,7 +104,7 @@ func TestConfigForms(t *testing.T) {
 		{`"hybrid_override_pattern": "M*", "num_hidden_layers": 3`, "num_hidden_layers 3", false},
 		{`"hybrid_override_pattern": "M*", "mlp_hidden_act": "silu"`, "mlp_hidden_act", true},
 		{`"hybrid_override_pattern": "M*", "sliding_window": 128`, "sliding_window", true},
-		{`"hybrid_override_pattern": "M*", "n_groups": 3`, "mamba_n_groups 3", false},
+		{`"hybrid_override_pattern": "M*", "n_groups": 3`, "n_groups 3 must divide mamba_num_heads", false},
 		{`"hybrid_override_pattern": "E", "num_experts_per_tok": 5`, "num_experts_per_tok 5", false},
 		{`"hybrid_override_pattern": "E", "n_group": 3`, "n_group 3", false},
 		{`"hybrid_override_pattern": "E", "moe_latent_size": 8, "mlp_bias": true`, "moe_latent_size", true},

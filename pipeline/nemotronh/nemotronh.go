@@ -148,6 +148,9 @@ const (
 	chunk         = 64
 )
 
+// mambaNames are NemotronHConfig's names of the Mamba-2 sizes.
+var mambaNames = nn.Mamba2Names{Heads: "mamba_num_heads", HeadDim: "mamba_head_dim", State: "ssm_state_size", Groups: "n_groups", ConvKernel: "conv_kernel"}
+
 // patternKinds maps hybrid_override_pattern's letters to layer kinds.
 var patternKinds = map[rune]string{'M': nn.KindMamba, '*': lm.KindFull, '-': KindMLP, 'E': KindMoE}
 
@@ -277,7 +280,7 @@ func (o *Options) check(where string) error {
 		has[k] = true
 	}
 	if has[nn.KindMamba] {
-		if err := o.Mamba.Validate(where); err != nil {
+		if err := o.Mamba.Validate(where, mambaNames); err != nil {
 			return err
 		}
 	}
@@ -403,23 +406,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	add("norm.weight", false, lm.Replicated, s.Hidden)
 	switch m.LayerKind(i) {
-	case nn.KindMamba: // whole on every device under --tp: the state is not split by head
-		add("mixer.in_proj.weight", true, lm.Replicated, d.ProjDim(), s.Hidden)
-		if m.o.ProjBias {
-			add("mixer.in_proj.bias", false, lm.Replicated, d.ProjDim())
-		}
-		add("mixer.conv1d.weight", false, lm.Replicated, d.ConvDim(), 1, d.ConvKernel)
-		if m.o.ConvBias {
-			add("mixer.conv1d.bias", false, lm.Replicated, d.ConvDim())
-		}
-		add("mixer.dt_bias", false, lm.Replicated, d.Heads)
-		add("mixer.A_log", false, lm.Replicated, d.Heads)
-		add("mixer.D", false, lm.Replicated, d.Heads)
-		add("mixer.norm.weight", false, lm.Replicated, d.Inner())
-		add("mixer.out_proj.weight", true, lm.Replicated, s.Hidden, d.Inner())
-		if m.o.ProjBias {
-			add("mixer.out_proj.bias", false, lm.Replicated, s.Hidden)
-		}
+	case nn.KindMamba:
+		ws = append(ws, nn.Mamba2Weights(p+"mixer.", d, s.Hidden, m.o.ConvBias, m.o.ProjBias)...)
 	case lm.KindFull:
 		q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 		add("mixer.q_proj.weight", true, lm.Column, q, s.Hidden)
@@ -509,18 +497,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // mamba is the Zamba2MambaMixer of NemotronH: nn.Mamba2 with the gated
 // norm per group.
 func (m *Model) mamba(mp *lm.Params, h *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
-	opt := func(name string, on bool) *Node {
-		if !on {
-			return nil
-		}
-		return mp.Get(name)
-	}
-	params := nn.Mamba2Params{
-		InProj: mp.Get("in_proj.weight"), InProjBias: opt("in_proj.bias", m.o.ProjBias),
-		Conv: mp.Get("conv1d.weight"), ConvBias: opt("conv1d.bias", m.o.ConvBias),
-		DtBias: mp.Get("dt_bias"), ALog: mp.Get("A_log"), D: mp.Get("D"), Norm: mp.Get("norm.weight"),
-		OutProj: mp.Get("out_proj.weight"), OutProjBias: opt("out_proj.bias", m.o.ProjBias),
-	}
+	params := nn.Mamba2ParamsOf(mp, m.o.ConvBias, m.o.ProjBias)
 	y, conv, ssm := nn.Mamba2(m.o.Mamba, params, h, state[0], state[1], step, m.o.Eps, m.o.Mamba.Groups, m.o.Chunk)
 	return y, []*Node{conv, ssm}
 }

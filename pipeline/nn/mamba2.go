@@ -44,15 +44,20 @@ func (d Mamba2Dims) ConvDim() int { return d.Inner() + 2*d.Groups*d.State }
 // and one step per head.
 func (d Mamba2Dims) ProjDim() int { return d.Inner() + d.ConvDim() + d.Heads }
 
-// Validate checks that the sizes fit together; where names the config.
-func (d Mamba2Dims) Validate(where string) error {
+// Mamba2Names are the config fields a family spells Mamba2Dims with,
+// for the errors Validate returns.
+type Mamba2Names struct{ Heads, HeadDim, State, Groups, ConvKernel string }
+
+// Validate checks that the sizes fit together; where names the config
+// and n its fields.
+func (d Mamba2Dims) Validate(where string, n Mamba2Names) error {
 	switch {
 	case d.Heads <= 0 || d.HeadDim <= 0 || d.State <= 0 || d.Groups <= 0:
-		return fmt.Errorf("%s: mamba_n_heads %d, mamba_d_head %d, mamba_d_state %d and mamba_n_groups %d must be positive", where, d.Heads, d.HeadDim, d.State, d.Groups)
+		return fmt.Errorf("%s: %s %d, %s %d, %s %d and %s %d must be positive", where, n.Heads, d.Heads, n.HeadDim, d.HeadDim, n.State, d.State, n.Groups, d.Groups)
 	case d.Heads%d.Groups != 0:
-		return fmt.Errorf("%s: mamba_n_groups %d must divide mamba_n_heads %d", where, d.Groups, d.Heads)
+		return fmt.Errorf("%s: %s %d must divide %s %d", where, n.Groups, d.Groups, n.Heads, d.Heads)
 	case d.ConvKernel < 2:
-		return fmt.Errorf("%s: mamba_d_conv %d must be at least 2", where, d.ConvKernel)
+		return fmt.Errorf("%s: %s %d must be at least 2", where, n.ConvKernel, d.ConvKernel)
 	}
 	return nil
 }
@@ -207,14 +212,62 @@ type Mamba2Params struct {
 	InProj, InProjBias, Conv, ConvBias, DtBias, ALog, D, Norm, OutProj, OutProjBias *Node
 }
 
+// Mamba2Weights lists a Mamba-2 mixer's tensors under prefix (the
+// mixer's scope and a dot: "model.layers.3.mamba."), for hidden states
+// of hidden, with the convolution's bias and in_proj's and out_proj's
+// when the config says. The mixer stays whole on every device under
+// --tp, as Qwen3.5's DeltaNet does: its state is not split by head.
+func Mamba2Weights(prefix string, d Mamba2Dims, hidden int, convBias, projBias bool) []lm.WeightSpec {
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: prefix + name, Shape: shape, Matmul: matmul, TP: lm.Replicated})
+	}
+	add("in_proj.weight", true, d.ProjDim(), hidden)
+	if projBias {
+		add("in_proj.bias", false, d.ProjDim())
+	}
+	add("conv1d.weight", false, d.ConvDim(), 1, d.ConvKernel)
+	if convBias {
+		add("conv1d.bias", false, d.ConvDim())
+	}
+	add("dt_bias", false, d.Heads)
+	add("A_log", false, d.Heads)
+	add("D", false, d.Heads)
+	add("norm.weight", false, d.Inner())
+	add("out_proj.weight", true, hidden, d.Inner())
+	if projBias {
+		add("out_proj.bias", false, hidden)
+	}
+	return ws
+}
+
+// Mamba2ParamsOf reads the tensors Mamba2Weights lists from the mixer's
+// scope p.
+func Mamba2ParamsOf(p *lm.Params, convBias, projBias bool) Mamba2Params {
+	opt := func(name string, on bool) *Node {
+		if !on {
+			return nil
+		}
+		return p.Get(name)
+	}
+	return Mamba2Params{
+		InProj: p.Get("in_proj.weight"), InProjBias: opt("in_proj.bias", projBias),
+		Conv: p.Get("conv1d.weight"), ConvBias: opt("conv1d.bias", convBias),
+		DtBias: p.Get("dt_bias"), ALog: p.Get("A_log"), D: p.Get("D"), Norm: p.Get("norm.weight"),
+		OutProj: p.Get("out_proj.weight"), OutProjBias: opt("out_proj.bias", projBias),
+	}
+}
+
 // Mamba2 is a Mamba-2 mixer (Mamba2Mixer, BambaMixer) on x [B, T, H]
 // continued from its state (conv, ssm; Mamba2State), returning [B, T, H]
 // and the new state. in_proj gives the gate, the convolution's inputs
-// and a step per head; the convolution (plus its bias) and SiLU give x,
-// B and C; dt = softplus(step + dt_bias), rounded to x's dtype as
-// transformers computes it; the recurrence runs in float32 (chunked for
-// several tokens, token by token for one) with the D skip; the output
-// goes through the gated RMSNorm (normGroups parts) and out_proj.
+// and a step per head; the convolution (plus its bias, summed in float32
+// and rounded once) and SiLU give x, B and C; dt = softplus(step +
+// dt_bias) in float32, as mamba_ssm's kernels and vLLM compute it
+// (transformers' torch_forward computes it in the model's dtype); the
+// recurrence runs in float32 (chunked for several tokens, token by token
+// for one) with the D skip; the output goes through the gated RMSNorm
+// (normGroups parts) and out_proj.
 //
 // Left padding (step.Positions < 0) is zeroed before in_proj and before
 // and after the convolution, so a padded row's states stay zero until
@@ -235,19 +288,22 @@ func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps
 	xbc := Mul(SliceAxis(proj, 2, AxisRange(inner, inner+convDim)), isReal)
 	dt := SliceAxis(proj, 2, AxisRange(inner+convDim, inner+convDim+d.Heads)) // [B, T, Heads]
 
-	xbc, conv = CausalConv1D(xbc, conv, w.Conv)
+	// The convolution sums its taps and bias in float32 and rounds once,
+	// as torch's conv1d does; the state keeps its dtype.
+	xf, convF := CausalConv1D(ConvertDType(xbc, f32), ConvertDType(conv, f32), w.Conv)
+	conv = ConvertDType(convF, conv.DType())
 	if w.ConvBias != nil {
-		xbc = Add(xbc, ExpandLeftToRank(ConvertDType(w.ConvBias, dtype), 3))
+		xf = Add(xf, ExpandLeftToRank(ConvertDType(w.ConvBias, f32), 3))
 	}
-	xbc = Mul(SiLU(xbc), isReal)
+	xbc = Mul(SiLU(ConvertDType(xf, dtype)), isReal)
 	gn := d.Groups * d.State
 	xs := Reshape(SliceAxis(xbc, 2, AxisRange(0, inner)), b, t, d.Heads, d.HeadDim)
 	bm := Reshape(SliceAxis(xbc, 2, AxisRange(inner, inner+gn)), b, t, d.Groups, d.State)
 	cm := Reshape(SliceAxis(xbc, 2, AxisRange(inner+gn, inner+2*gn)), b, t, d.Groups, d.State)
 
-	dt = SoftplusTorch(Add(dt, ExpandLeftToRank(ConvertDType(w.DtBias, dtype), 3)))
-	dt = Mul(ConvertDType(dt, f32), ConvertDType(isReal, f32)) // [B, T, Heads]: no step on padding
-	a := Neg(Exp(ConvertDType(w.ALog, f32)))                   // [Heads]
+	dt = SoftplusTorch(Add(ConvertDType(dt, f32), ExpandLeftToRank(ConvertDType(w.DtBias, f32), 3)))
+	dt = Mul(dt, ConvertDType(isReal, f32))  // [B, T, Heads]: no step on padding
+	a := Neg(Exp(ConvertDType(w.ALog, f32))) // [Heads]
 
 	var y *Node
 	if t == 1 {

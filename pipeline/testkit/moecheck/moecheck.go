@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -86,4 +87,54 @@ func Prefill(t *testing.T, l *lm.Loaded, prompt []int) [][]float32 {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// BFloat16 runs l with bfloat16 compute, compiled and eager, on the go
+// and cpu backends: a prefill of prompts (left-padded to one batch) and
+// one decode step, each row's logits within tol (relative to the largest)
+// of ref's after the same tokens. It returns the largest error seen.
+func BFloat16(t *testing.T, l *lm.Loaded, ref refcheck.Reference, prompts [][]int, tol float64) float64 {
+	t.Helper()
+	worst := 0.0
+	next := make([]int, len(prompts))
+	for b := range next {
+		next[b] = 5 + b
+	}
+	want := make([][][]float64, len(prompts))
+	for b, p := range prompts {
+		want[b] = ref.Logits(append(slices.Clone(p), next[b]))
+	}
+	for _, backend := range []string{"go", "cpu"} {
+		be := refcheck.GoBackend(t)
+		if backend == "cpu" {
+			be = refcheck.CPUBackend(t)
+		}
+		for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+			r, err := compile.NewRunner(be, l, compile.Options{Mode: mode, DType: dtypes.BFloat16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.NewState()
+			pre, err := st.Prefill(prompts, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec, err := st.Decode(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b, p := range prompts {
+				for i, got := range [][]float32{pre[b], dec[b]} {
+					e := refcheck.RelErr(got, want[b][len(p)-1+i])
+					worst = max(worst, e)
+					t.Logf("%s/%s row %d step %d: relative error %.3g", backend, mode, b, i, e)
+					if e > tol {
+						t.Errorf("%s/%s row %d step %d: relative error %.3g > %g", backend, mode, b, i, e, tol)
+					}
+				}
+			}
+			r.Close()
+		}
+	}
+	return worst
 }
