@@ -3,6 +3,7 @@ package granite
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -85,7 +86,8 @@ type HybridOptions struct {
 	Mamba              nn.Mamba2Dims
 	ConvBias, ProjBias bool
 	// Experts and TopK are num_local_experts (0: shared_mlp alone) and
-	// num_experts_per_tok; Spec.Intermediate is the experts' width.
+	// num_experts_per_tok; Spec.Intermediate is the experts' width (with
+	// no experts, the shared MLP's).
 	Experts, TopK int
 	// Shared is shared_intermediate_size.
 	Shared int
@@ -133,6 +135,11 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 		kinds[i] = map[string]string{"mamba": nn.KindMamba, "attention": lm.KindFull}[k]
 	}
 	s.LayerKinds = kinds
+	if act := c.HiddenAct; slices.Contains(kinds, nn.KindMamba) && act != "" && act != "silu" && act != "swish" {
+		// The mixers' activation is hidden_act too in transformers; the
+		// engine's Mamba-2 mixer applies SiLU.
+		return HybridOptions{}, errs.Unsupportedf("%s: hidden_act %q with mamba layers: the Mamba-2 mixer runs SiLU only", where, act)
+	}
 	switch pe := lm.Or(c.PositionEmbeddingType, ""); pe {
 	case "rope":
 	case "", "nope":
@@ -174,6 +181,9 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 	}
 	if err := lm.CheckExperts(where, "num_local_experts", h.Experts, s.Layers); err != nil {
 		return HybridOptions{}, err
+	}
+	if h.Experts == 0 { // the shared MLP is the only one: its width is what --tp splits
+		h.Spec.Intermediate = h.Shared
 	}
 	return h, nil
 }

@@ -97,6 +97,7 @@ func TestHybridConfigErrors(t *testing.T) {
 		{`"num_local_experts": 4, "num_experts_per_tok": 5`, "num_experts_per_tok 5", false},
 		{`"shared_intermediate_size": 0`, "shared_intermediate_size 0", false},
 		{`"residual_multiplier": -1`, "residual_multiplier", false},
+		{`"hidden_act": "gelu"`, "hidden_act", true},
 	} {
 		_, err := lm.New(parseConfig(t, "{"+base+", "+c.extra+"}"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -114,7 +115,8 @@ func TestHybridConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := m.(*granite.HybridModel).HybridOptions()
-	if o.Spec.LayerKinds[0] != nn.KindMamba || o.Spec.LayerKinds[1] != nn.KindMamba || o.Experts != 0 || m.(*granite.HybridModel).Experts(0) != nil {
+	if o.Spec.LayerKinds[0] != nn.KindMamba || o.Spec.LayerKinds[1] != nn.KindMamba || o.Experts != 0 || m.(*granite.HybridModel).Experts(0) != nil ||
+		o.Spec.Intermediate != o.Shared {
 		t.Errorf("options %+v", o)
 	}
 }

@@ -327,12 +327,17 @@ func (l *Loaded) checkTiedHead() error {
 // tiedEmbedding is the embedding a tied head shares: the model's
 // "…embed_tokens.weight", under its prefix ("model.language_model." in
 // the multimodal wrappers of Qwen3.5 and Gemma 4), not always
-// model.embed_tokens.weight.
+// model.embed_tokens.weight; for a model whose embedding has another
+// name (NemotronH's backbone.embeddings.weight), its first EmbedWeights.
 func tiedEmbedding(m Model) string {
-	for _, w := range m.EmbedWeights() {
+	ws := m.EmbedWeights()
+	for _, w := range ws {
 		if strings.HasSuffix(w.Name, "embed_tokens.weight") {
 			return w.Name
 		}
+	}
+	if len(ws) > 0 {
+		return ws[0].Name
 	}
 	return "model.embed_tokens.weight"
 }

@@ -95,6 +95,18 @@ func TestConfigForms(t *testing.T) {
 			t.Errorf("%s: kinds %v, want %v", form, got, want)
 		}
 	}
+	// The list wins over the pattern, and the older spellings over the
+	// newer, as NemotronHConfig reads them.
+	m, err := lm.New(parse(t, "{"+base+`, "layers_block_type": ["mamba", "mlp"], "hybrid_override_pattern": "E*", "mamba_n_groups": 1, "n_groups": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := m.(*nemotronh.Model).Options(); strings.Join(o.Spec.LayerKinds, " ") != nn.KindMamba+" "+nemotronh.KindMLP || o.Mamba.Groups != 1 {
+		t.Errorf("kinds %v, groups %d; want the list's, and mamba_n_groups", o.Spec.LayerKinds, o.Mamba.Groups)
+	}
+	if reason, ok := m.(lm.Skipper).SkipWeight("mtp.layers.0.mixer.q_proj.weight"); !ok || !strings.Contains(reason, "multi-token") {
+		t.Errorf("mtp.*: skipped %v (%q), want skipped", ok, reason)
+	}
 	for _, c := range []struct {
 		extra, want string
 		unsupported bool

@@ -64,7 +64,6 @@ type Config struct {
 	NumKeyValueHeads      *int            `json:"num_key_value_heads"`
 	HeadDim               *int            `json:"head_dim"`
 	MaxPositionEmbeddings *int            `json:"max_position_embeddings"`
-	AttentionBias         bool            `json:"attention_bias"`
 	SlidingWindow         json.RawMessage `json:"sliding_window"`
 	IntermediateSize      *int            `json:"intermediate_size"`
 	MLPHiddenAct          *string         `json:"mlp_hidden_act"`
@@ -80,7 +79,6 @@ type Config struct {
 	UseConvBias           *bool           `json:"use_conv_bias"`
 	MambaConvBias         *bool           `json:"mamba_conv_bias"`
 	UseBias               bool            `json:"use_bias"`
-	MambaProjBias         bool            `json:"mamba_proj_bias"`
 	NRoutedExperts        *int            `json:"n_routed_experts"`
 	NSharedExperts        *int            `json:"n_shared_experts"`
 	MoEIntermediateSize   *int            `json:"moe_intermediate_size"`
@@ -104,13 +102,16 @@ type Options struct {
 	Spec lm.Spec
 	// Eps is layer_norm_epsilon (every RMSNorm's and the gated norm's).
 	Eps float64
-	// Mamba are the Mamba-2 mixers' sizes; ConvBias use_conv_bias and
-	// ProjBias use_bias (in_proj and out_proj biases).
+	// Mamba are the Mamba-2 mixers' sizes; ConvBias use_conv_bias (the
+	// older mamba_conv_bias first, as NemotronHConfig reads it) and
+	// ProjBias use_bias (in_proj and out_proj biases; mamba_proj_bias is
+	// not read by transformers' mixer, nor here).
 	Mamba              nn.Mamba2Dims
 	ConvBias, ProjBias bool
-	// AttnBias is attention_bias, MLPBias mlp_bias (the MLPs', the
-	// experts' latent projections').
-	AttnBias, MLPBias bool
+	// MLPBias is mlp_bias (the MLPs', the shared expert's). The
+	// attention has no biases whatever attention_bias says, as
+	// transformers builds it.
+	MLPBias bool
 	// Router is the MoE layers' routing (n_routed_experts,
 	// num_experts_per_tok, n_group, topk_group, norm_topk_prob,
 	// routed_scaling_factor).
@@ -181,7 +182,7 @@ func Resolve(cfg *config.File) (Options, error) {
 		HeadDim: lm.Or(c.HeadDim, defHeadDim), MaxPositions: lm.Or(c.MaxPositionEmbeddings, defMaxPos),
 		TieEmbeddings: lm.Or(c.TieWordEmbeddings, false), LayerKinds: kinds, BOS: defBOS, EOS: []int{defEOS},
 	}
-	if !slices.Contains(kinds, KindMLP) && s.Intermediate <= 0 {
+	if !slices.Contains(kinds, KindMLP) {
 		// Without MLP layers intermediate_size is unread; Spec's is the
 		// width --tp splits, the experts'.
 		s.Intermediate = lm.Or(c.MoEIntermediateSize, defMoEInter)
@@ -216,12 +217,11 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	o := Options{
 		Spec: s, Eps: lm.Or(c.LayerNormEpsilon, defEps), Chunk: chunk,
-		ConvBias: lm.Or(c.UseConvBias, lm.Or(c.MambaConvBias, true)), ProjBias: c.UseBias || c.MambaProjBias,
-		AttnBias: c.AttentionBias, MLPBias: c.MLPBias,
+		ConvBias: lm.Or(c.MambaConvBias, lm.Or(c.UseConvBias, true)), ProjBias: c.UseBias, MLPBias: c.MLPBias,
 		Mamba: nn.Mamba2Dims{
 			Heads: lm.Or(c.MambaNumHeads, defMambaHeads), HeadDim: lm.Or(c.MambaHeadDim, defMambaHead),
-			State: lm.Or(c.SSMStateSize, defState), Groups: lm.Or(c.NGroups, lm.Or(c.MambaNGroups, defGroups)),
-			ConvKernel: lm.Or(c.ConvKernel, lm.Or(c.MambaDConv, defConv)),
+			State: lm.Or(c.SSMStateSize, defState), Groups: lm.Or(c.MambaNGroups, lm.Or(c.NGroups, defGroups)),
+			ConvKernel: lm.Or(c.MambaDConv, lm.Or(c.ConvKernel, defConv)),
 		},
 		Router: nn.GroupRouter{
 			Experts: lm.Or(c.NRoutedExperts, defExperts), TopK: lm.Or(c.NumExpertsPerTok, defTopK),
@@ -239,11 +239,14 @@ func Resolve(cfg *config.File) (Options, error) {
 	return o, nil
 }
 
-// kinds reads the layer types: hybrid_override_pattern, else
-// layers_block_type (or layer_types), else NemotronHConfig's default
-// four layers.
+// kinds reads the layer types: layers_block_type (or layer_types), else
+// hybrid_override_pattern, else NemotronHConfig's default four layers.
 func (c *Config) kinds(where string) ([]string, error) {
-	if c.Pattern != nil && *c.Pattern != "" {
+	types := c.LayersBlockType
+	if len(types) == 0 {
+		types = c.LayerTypes
+	}
+	if len(types) == 0 && c.Pattern != nil && *c.Pattern != "" { // the list wins, as NemotronHConfig reads them
 		var kinds []string
 		for i, r := range *c.Pattern {
 			k, ok := patternKinds[r]
@@ -253,10 +256,6 @@ func (c *Config) kinds(where string) ([]string, error) {
 			kinds = append(kinds, k)
 		}
 		return kinds, nil
-	}
-	types := c.LayersBlockType
-	if len(types) == 0 {
-		types = c.LayerTypes
 	}
 	if len(types) == 0 {
 		types = []string{"linear_attention", "moe", "full_attention", "mlp"}
@@ -413,15 +412,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("mixer.q_proj.weight", true, lm.Column, q, s.Hidden)
 		add("mixer.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 		add("mixer.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
-		if m.o.AttnBias {
-			add("mixer.q_proj.bias", false, lm.Column, q)
-			add("mixer.k_proj.bias", false, lm.KVColumn, kv)
-			add("mixer.v_proj.bias", false, lm.KVColumn, kv)
-		}
 		add("mixer.o_proj.weight", true, lm.Row, s.Hidden, q)
-		if m.o.AttnBias {
-			add("mixer.o_proj.bias", false, lm.Replicated, s.Hidden)
-		}
 	case KindMLP:
 		add("mixer.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 		add("mixer.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
@@ -458,6 +449,16 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		}
 	}
 	return ws
+}
+
+// SkipWeight implements lm.Skipper: the multi-token-prediction layers
+// (mtp.*, num_nextn_predict_layers), which transformers skips on load
+// too.
+func (m *Model) SkipWeight(name string) (string, bool) {
+	if strings.HasPrefix(name, "mtp.") {
+		return "multi-token-prediction layers (mtp.*): not used for generation", true
+	}
+	return "", false
 }
 
 // v5Name matches a transformers v5 save's names: model.* for backbone.*.
@@ -506,18 +507,12 @@ func (m *Model) mamba(mp *lm.Params, h *Node, state []*Node, step *lm.Step) (*No
 // the KV cache, scaled by 1/sqrt(head_dim), with no positional embedding.
 func (m *Model) attention(mp *lm.Params, h *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	s := &m.o.Spec
-	bias := func(name string) *Node {
-		if !m.o.AttnBias {
-			return nil
-		}
-		return mp.Get(name)
-	}
-	q := nn.SplitHeads(nn.Linear(h, mp.Get("q_proj.weight"), bias("q_proj.bias")), s.Heads)
-	k := nn.SplitHeads(nn.Linear(h, mp.Get("k_proj.weight"), bias("k_proj.bias")), s.KVHeads)
-	v := nn.SplitHeads(nn.Linear(h, mp.Get("v_proj.weight"), bias("v_proj.bias")), s.KVHeads)
+	q := nn.SplitHeads(nn.Linear(h, mp.Get("q_proj.weight"), nil), s.Heads)
+	k := nn.SplitHeads(nn.Linear(h, mp.Get("k_proj.weight"), nil), s.KVHeads)
+	v := nn.SplitHeads(nn.Linear(h, mp.Get("v_proj.weight"), nil), s.KVHeads)
 	c := nn.WriteKV(nn.KVOf(state), k, v, step)
 	out := nn.Attention(q, c, nn.AttentionBias(step, 0), 0, 0)
-	return nn.Linear(out, mp.Get("o_proj.weight"), bias("o_proj.bias")), c.State()
+	return nn.Linear(out, mp.Get("o_proj.weight"), nil), c.State()
 }
 
 // mlp is NemotronMLP under prefix: down_proj(relu²(up_proj(x))).
@@ -631,6 +626,7 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 var (
 	_ lm.Routed        = (*Model)(nil)
 	_ lm.Renamer       = (*Model)(nil)
+	_ lm.Skipper       = (*Model)(nil)
 	_ lm.Finisher      = (*Model)(nil)
 	_ lm.FinalWeighter = (*Model)(nil)
 )
