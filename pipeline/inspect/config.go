@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -116,6 +117,15 @@ func (f fields) bool(name string) (*bool, bool) {
 	return v, true
 }
 
+// string is the string at name, "" when absent or not a string.
+func (f fields) string(name string) string {
+	var v string
+	if raw, ok := f[name]; ok {
+		json.Unmarshal(raw, &v)
+	}
+	return v
+}
+
 func (f fields) strings(name string) []string {
 	var v []string
 	if raw, ok := f[name]; ok {
@@ -193,24 +203,46 @@ func TextConfig(m *config.File) (*Text, error) {
 		t.Linear = la
 	}
 	if t.MambaLayers > 0 {
-		// GraniteMoeHybridConfig's defaults where the config is silent.
-		mb := &Mamba{Heads: 128, State: 256, Groups: 1, ConvKernel: 4}
-		for _, v := range []struct {
-			name string
-			dst  *int
-		}{{"mamba_n_heads", &mb.Heads}, {"mamba_d_state", &mb.State}, {"mamba_n_groups", &mb.Groups}, {"mamba_d_conv", &mb.ConvKernel}, {"mamba_d_head", &mb.HeadDim},
-			// NemotronH's spellings
-			{"mamba_num_heads", &mb.Heads}, {"ssm_state_size", &mb.State}, {"n_groups", &mb.Groups}, {"conv_kernel", &mb.ConvKernel}, {"mamba_head_dim", &mb.HeadDim}} {
-			if n, ok := f.int(v.name); ok {
-				*v.dst = n
+		mb := &Mamba{}
+		if f.string("model_type") == "nemotron_h" {
+			// NemotronHConfig's names (its older ones first, as it reads
+			// them) and defaults.
+			mb.Heads, _ = f.int("mamba_num_heads")
+			mb.HeadDim, _ = f.int("mamba_head_dim")
+			mb.State, _ = f.int("ssm_state_size")
+			mb.Groups, _ = f.int("mamba_n_groups", "n_groups")
+			mb.ConvKernel, _ = f.int("mamba_d_conv", "conv_kernel")
+			for _, d := range []struct {
+				dst *int
+				v   int
+			}{{&mb.Heads, 128}, {&mb.HeadDim, 64}, {&mb.State, 128}, {&mb.Groups, 8}, {&mb.ConvKernel, 4}} {
+				if *d.dst == 0 {
+					*d.dst = d.v
+				}
 			}
-		}
-		expand, ok := f.int("mamba_expand")
-		if !ok {
-			expand = 2
-		}
-		if mb.HeadDim == 0 && mb.Heads > 0 { // "auto"
-			mb.HeadDim = expand * t.Hidden / mb.Heads
+		} else {
+			// GraniteMoeHybridConfig's (Bamba's) names and defaults;
+			// mamba_d_head "auto" is mamba_expand × hidden_size / heads.
+			mb.Heads, _ = f.int("mamba_n_heads")
+			mb.HeadDim, _ = f.int("mamba_d_head")
+			mb.State, _ = f.int("mamba_d_state")
+			mb.Groups, _ = f.int("mamba_n_groups")
+			mb.ConvKernel, _ = f.int("mamba_d_conv")
+			for _, d := range []struct {
+				dst *int
+				v   int
+			}{{&mb.Heads, 128}, {&mb.State, 256}, {&mb.Groups, 1}, {&mb.ConvKernel, 4}} {
+				if *d.dst == 0 {
+					*d.dst = d.v
+				}
+			}
+			expand, ok := f.int("mamba_expand")
+			if !ok {
+				expand = 2
+			}
+			if mb.HeadDim == 0 && mb.Heads > 0 {
+				mb.HeadDim = expand * t.Hidden / mb.Heads
+			}
 		}
 		if mb.Heads <= 0 || mb.HeadDim <= 0 || mb.State <= 0 || mb.Groups <= 0 || mb.ConvKernel <= 1 {
 			return nil, fmt.Errorf("%s: %d mamba layers but mamba_n_heads, mamba_d_head, mamba_d_state, mamba_n_groups and mamba_d_conv do not give positive sizes", m.Path, t.MambaLayers)
@@ -243,12 +275,18 @@ func (t *Text) layerKinds(f fields, path string) error {
 	}
 	var pattern string
 	if raw, ok := f["hybrid_override_pattern"]; ok && len(types) == 0 {
-		json.Unmarshal(raw, &pattern)
+		if err := json.Unmarshal(raw, &pattern); err != nil {
+			return fmt.Errorf("%s: hybrid_override_pattern is %s; want a string of M, *, - and E", path, raw)
+		}
 		for _, r := range pattern {
 			types = append(types, map[rune]string{'M': "mamba", '*': "attention", '-': "mlp", 'E': "moe"}[r])
 		}
 	}
-	_, nemotron := f.int("mamba_num_heads") // NemotronH: its linear_attention layers are Mamba-2
+	modelType := f.string("model_type")
+	nemotron := modelType == "nemotron_h" // its linear_attention layers are Mamba-2
+	if len(types) == 0 && modelType == "granitemoehybrid" {
+		types = slices.Repeat([]string{"mamba"}, t.Layers) // GraniteMoeHybridConfig's layers_block_type without layer_types
+	}
 	if len(types) > 0 {
 		if len(types) != t.Layers {
 			return fmt.Errorf("%s: layer_types has %d entries for %d layers", path, len(types), t.Layers)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/nemotronh"
@@ -61,4 +62,35 @@ func TestNemotron3Nano(t *testing.T) {
 	t.Logf("%.3fB, active %.3fB (%.3fB less the embedding), weights %d GiB in bf16, KV at %d %d MiB, Mamba state %d MiB",
 		float64(params)/1e9, float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, ctxLen,
 		r.Memory.KVCache>>20, r.Memory.Recurrent>>20)
+}
+
+// TestHybridConfigReading reads Mamba-2 layers from a config alone, as
+// inspect does for a model it cannot build: NemotronH's layers_block_type
+// in transformers' names (its linear_attention layers are Mamba-2) with
+// NemotronHConfig's default sizes, and a GraniteMoeHybrid without
+// layer_types (every layer Mamba-2) with GraniteMoeHybridConfig's.
+func TestHybridConfigReading(t *testing.T) {
+	for _, c := range []struct {
+		js                  string
+		mamba, attn, ffOnly int
+		want                inspect.Mamba
+	}{
+		{`{"model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+		  "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"]}`, 1, 1, 2,
+			inspect.Mamba{Heads: 128, HeadDim: 64, State: 128, Groups: 8, ConvKernel: 4}},
+		{`{"model_type": "granitemoehybrid", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "mamba_n_heads": 8}`, 3, 0, 0,
+			inspect.Mamba{Heads: 8, HeadDim: 16, State: 256, Groups: 1, ConvKernel: 4}},
+	} {
+		cfg, err := config.ParseModel([]byte(c.js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := inspect.TextConfig(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.js, err)
+		}
+		if tx.MambaLayers != c.mamba || tx.FullAttentionLayers != c.attn || tx.FeedForwardLayers != c.ffOnly || tx.Mamba == nil || *tx.Mamba != c.want {
+			t.Errorf("%s: %d Mamba-2, %d attention, %d feed-forward only, %+v", c.js, tx.MambaLayers, tx.FullAttentionLayers, tx.FeedForwardLayers, tx.Mamba)
+		}
+	}
 }
