@@ -325,6 +325,9 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
 		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
 	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
+	case "$fam" in granitehybrid | nemotronh) # a prompt past the Mamba-2 chunk of 64 tokens: the state carried from chunk to chunk
+		fg+=(-p "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends. One day, she saw a big red ball in the park and ran to get it. The ball was very shiny and bouncy, and Lily laughed as it flew high into the blue sky above the tall green trees.") ;;
+	esac
 	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true
 	run "fam-$fam-dev.json" "${f32_env[@]}" "$tputool" --device "$device" "${fg[@]}" || true
 	run "fam-$fam-dev-eager.json" "${f32_env[@]}" "$tputool" --device "$device" "${fg[@]}" --mode eager || true
