@@ -32,7 +32,7 @@ func longPrompt(n int) []int {
 // attention layer, 4 experts beside the shared MLP, tied), a dense one
 // (two groups of B and C, in_proj and out_proj biases, a rotary attention
 // layer, mamba_d_head "auto") and a Granite 4.0 Micro (attention only).
-// Each runs a left-padded batch of two prompts plus decode steps,
+// Each runs a left-padded batch of the three prompts plus decode steps,
 // compiled and eager (and each experts formulation), on the go and cpu
 // backends.
 func TestHybridLogitsMatchReference(t *testing.T) {

@@ -71,7 +71,8 @@ func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
 // to the scores chooses and the unbiased scores weigh; under a group
 // limit (Groups > 1, TopKGroup < Groups) only the TopKGroup groups whose
 // two best choices sum highest stay open (the others' choices set to 0,
-// as transformers masks them); the weights renormalized (NormTopK: by
+// as transformers' DeepSeek-V3 masks them; some ports use −∞, which
+// differs only when a kept expert's biased score is negative); the weights renormalized (NormTopK: by
 // sum + 1e-20, or by max(sum, NormMin) when NormMin > 0) and times Scale.
 // DeepSeek-V3, GLM-4.5, MiniMax-M2, dots.llm1, ERNIE 4.5 and NemotronH
 // route this way.
