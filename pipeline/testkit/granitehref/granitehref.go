@@ -36,12 +36,13 @@
 //     (torch's, threshold 20; the clamp to time_step_limit (0, inf) does
 //     nothing), A = -exp(A_log). The state S_h [P, N] starts at zero and
 //     S_h ← exp(dt_h·A_h)·S_h + dt_h·x_h ⊗ B_g; y_h = S_h·C_g + D_h·x_h.
-//     This package runs that recurrence token by token; transformers'
-//     torch_forward computes the same sums in the chunked SSD form of
-//     mamba_chunk_size (the tests check the two agree). y is gated and
-//     normed by GraniteMoeHybridRMSNormGated: z = y·silu(gate), then
-//     z·rsqrt(mean(z²)+eps)·norm.weight with the mean over all I entries
-//     and eps rms_norm_eps; then out_proj (bias when mamba_proj_bias).
+//     pipeline/testkit/mamba2ref runs that recurrence token by token;
+//     transformers' torch_forward computes the same sums in the chunked
+//     SSD form of mamba_chunk_size (mamba2ref's tests check the two
+//     agree). y is gated and normed by GraniteMoeHybridRMSNormGated:
+//     z = y·silu(gate), then z·rsqrt(mean(z²)+eps)·norm.weight with the
+//     mean over all I entries and eps rms_norm_eps; then out_proj (bias
+//     when mamba_proj_bias).
 //   - block_sparse_moe is GraniteMoe's: router.layer [E, hidden] logits, the
 //     top num_experts_per_tok kept and softmaxed among themselves; expert e's
 //     input_linear [2·intermediate, hidden] output is cut in half,
@@ -71,7 +72,9 @@
 //
 // It follows the style of pipeline/testkit/graniteref: straight loops over
 // one sequence, no caches, no padding, and no code shared with pipeline/nn
-// or the architecture packages it checks. It also writes the tiny
+// or the architecture packages it checks. The Mamba2 mixer's arithmetic is
+// mamba2ref's, shared with nemotronhref; this package chooses its readings
+// (dt unclamped, the norm over the whole width) in Model.Mixer. It also writes the tiny
 // checkpoints the tests use: a config.json with GraniteMoeHybridConfig's
 // fields and a float32 model.safetensors with the releases' tensor names and
 // deterministic pseudo-random weights.
@@ -80,8 +83,10 @@ package granitehref
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mamba2ref"
 )
 
 // Hybrid describes a GraniteMoeHybridForCausalLM by the fields of its
@@ -567,190 +572,50 @@ func (m *Model) opt(present bool, name string) []float64 {
 // ----------------------------------------------------------------------------
 // Mamba2 mixer
 
-// Softplus is torch.nn.functional.softplus with beta 1 and threshold 20:
-// x itself above 20, log1p(exp(x)) otherwise.
-func Softplus(x float64) float64 {
-	if x > 20 {
-		return x
+// Mixer is layer l's GraniteMoeHybridMambaLayer as a mamba2ref.Mixer: its
+// mamba.* tensors (the biases as ConvBias and ProjBias say), dt unclamped
+// (DtMin 0) and the gated norm over the whole intermediate vector
+// (NormGroups 1), with the mixer's Mistakes applied: GateLast reads
+// in_proj's rows as [xBC | dt | gate], NoConvBias, NoDtBias and NoD leave
+// those tensors out, GroupedNorm takes MambaGroups norm groups,
+// NormBeforeGate passes through.
+func (m *Model) Mixer(l int) mamba2ref.Mixer {
+	c, mk := m.C, m.Mistakes
+	p := fmt.Sprintf("model.layers.%d.mamba.", l)
+	mx := mamba2ref.Mixer{
+		Heads: c.MambaHeads, HeadDim: c.MambaP(), Groups: c.MambaGroups, State: c.MambaState, Kernel: c.MambaConv,
+		InProj: m.get(p + "in_proj.weight"), InBias: m.opt(c.ProjBias, p+"in_proj.bias"),
+		Conv: m.get(p + "conv1d.weight"), ConvBias: m.opt(c.ConvBias && !mk.NoConvBias, p+"conv1d.bias"),
+		DtBias: m.opt(!mk.NoDtBias, p+"dt_bias"), ALog: m.get(p + "A_log"), D: m.opt(!mk.NoD, p+"D"),
+		Norm: m.get(p + "norm.weight"), OutProj: m.get(p + "out_proj.weight"), OutBias: m.opt(c.ProjBias, p+"out_proj.bias"),
+		NormGroups: 1, NormBeforeGate: mk.NormBeforeGate, Eps: c.Eps,
 	}
-	return math.Log1p(math.Exp(x))
+	if mk.GroupedNorm {
+		mx.NormGroups = c.MambaGroups
+	}
+	if mk.GateLast {
+		// Read as [xBC | dt | gate], the gate is in_proj's last I rows:
+		// moving the first ConvDim+heads rows behind them gives the
+		// [gate | xBC | dt] order mamba2ref cuts.
+		k := c.ConvDim() + c.MambaHeads
+		mx.InProj = rotateRows(mx.InProj, k*c.Hidden)
+		mx.InBias = rotateRows(mx.InBias, k)
+	}
+	return mx
 }
 
-// CausalConv is the depthwise causal conv1d of GraniteMoeHybridMambaLayer
-// (nn.Conv1d with groups = channels and padding kernel-1, cut to the
-// sequence length) on xs [T][C]: out[t][c] = b[c] + Σ_j w[c·K+j] ·
-// xs[t-(K-1)+j][c], zeros before t = 0, with w the conv1d.weight [C, 1, K]
-// and b the bias or nil. No activation.
-func CausalConv(xs [][]float64, w, b []float64, K int) [][]float64 {
-	out := make([][]float64, len(xs))
-	for t := range xs {
-		C := len(xs[t])
-		out[t] = make([]float64, C)
-		for ch := 0; ch < C; ch++ {
-			s := 0.0
-			if b != nil {
-				s = b[ch]
-			}
-			for j := 0; j < K; j++ {
-				if tt := t - (K - 1) + j; tt >= 0 {
-					s += w[ch*K+j] * xs[tt][ch]
-				}
-			}
-			out[t][ch] = s
-		}
-	}
-	return out
-}
-
-// Scan is the Mamba2 selective state space recurrence, token by token, on
-// one sequence: x [T][heads·P], B and C [T][G·N], dt [T][heads] (already
-// through softplus), A [heads] (negative), D [heads]. Head h reads group
-// g = h/(heads/G) of B and C. Its state S_h [P][N] starts at zero; at every
-// token S_h ← exp(dt_h·A_h)·S_h + dt_h · x_h ⊗ B_g and
-// y_h = S_h·C_g + D_h·x_h. It returns y [T][heads·P].
-func Scan(x, B, C, dt [][]float64, A, D []float64, G int) [][]float64 {
-	heads := len(A)
-	if len(x) == 0 {
+// rotateRows is v[k:] followed by v[:k] (nil for nil).
+func rotateRows(v []float64, k int) []float64 {
+	if v == nil {
 		return nil
 	}
-	P := len(x[0]) / heads
-	N := len(B[0]) / G
-	per := heads / G
-	S := make([][]float64, heads*P)
-	for i := range S {
-		S[i] = make([]float64, N)
-	}
-	y := make([][]float64, len(x))
-	for t := range x {
-		y[t] = make([]float64, heads*P)
-		for h := 0; h < heads; h++ {
-			g := h / per
-			b, cc := B[t][g*N:(g+1)*N], C[t][g*N:(g+1)*N]
-			decay := math.Exp(dt[t][h] * A[h])
-			for p := 0; p < P; p++ {
-				xv := x[t][h*P+p]
-				row := S[h*P+p]
-				s := 0.0
-				for n := range row {
-					row[n] = decay*row[n] + dt[t][h]*xv*b[n]
-					s += row[n] * cc[n]
-				}
-				y[t][h*P+p] = s + D[h]*xv
-			}
-		}
-	}
-	return y
-}
-
-// MambaParts is what the mixer of one layer computes before its gated
-// norm, per token: Gate [T][I], X [T][I], B and C [T][G·N] (after the conv
-// and SiLU), Dt [T][heads] (after softplus), and the per-head A and D.
-type MambaParts struct {
-	Gate, X, B, C, Dt [][]float64
-	A, D              []float64
-}
-
-// MambaInputs runs layer l's mixer up to the scan on h, the
-// input_layernorm output [T][hidden]: in_proj (plus bias with ProjBias)
-// cut into gate, xBC and dt (in that order, or xBC, dt, gate with the
-// GateLast mistake), the causal conv1d (plus bias with ConvBias) and
-// SiLU on xBC cut into x, B and C, dt = softplus(dt + dt_bias) (clamped
-// at 0: no change), A = -exp(A_log).
-func (m *Model) MambaInputs(l int, h [][]float64) MambaParts {
-	c := m.C
-	p := fmt.Sprintf("model.layers.%d.mamba.", l)
-	I, conv, nh, GN := c.MambaInner(), c.ConvDim(), c.MambaHeads, c.MambaGroups*c.MambaState
-	inW := m.get(p + "in_proj.weight")
-	inB := m.opt(c.ProjBias, p+"in_proj.bias")
-	var out MambaParts
-	xbc := make([][]float64, len(h))
-	for t := range h {
-		z := lmckpt.Linear64(h[t], inW, inB)
-		var g, xb, d []float64
-		if m.Mistakes.GateLast {
-			xb, d, g = z[:conv], z[conv:conv+nh], z[conv+nh:]
-		} else {
-			g, xb, d = z[:I], z[I:I+conv], z[I+conv:]
-		}
-		out.Gate = append(out.Gate, g)
-		xbc[t] = xb
-		out.Dt = append(out.Dt, d)
-	}
-	convB := m.opt(c.ConvBias && !m.Mistakes.NoConvBias, p+"conv1d.bias")
-	act := CausalConv(xbc, m.get(p+"conv1d.weight"), convB, c.MambaConv)
-	for t := range act {
-		for i, v := range act[t] {
-			act[t][i] = lmckpt.SiLU64(v)
-		}
-		out.X = append(out.X, act[t][:I])
-		out.B = append(out.B, act[t][I:I+GN])
-		out.C = append(out.C, act[t][I+GN:])
-	}
-	dtBias := m.get(p + "dt_bias")
-	for t := range out.Dt {
-		for i, v := range out.Dt[t] {
-			if !m.Mistakes.NoDtBias {
-				v += dtBias[i]
-			}
-			out.Dt[t][i] = math.Max(Softplus(v), 0)
-		}
-	}
-	out.A = make([]float64, nh)
-	out.D = make([]float64, nh)
-	for i, v := range m.get(p + "A_log") {
-		out.A[i] = -math.Exp(v)
-	}
-	if !m.Mistakes.NoD {
-		copy(out.D, m.get(p+"D"))
-	}
-	return out
-}
-
-// GatedNorm is GraniteMoeHybridRMSNormGated on one token: z = y·silu(gate),
-// z·rsqrt(mean(z²)+eps)·w with the mean over all of z. NormBeforeGate
-// normalizes y and then multiplies by silu(gate); GroupedNorm takes the
-// mean over each of groups equal slices separately.
-func (m *Model) GatedNorm(y, gate, w []float64, groups int) []float64 {
-	z := make([]float64, len(y))
-	for i := range y {
-		z[i] = y[i]
-		if !m.Mistakes.NormBeforeGate {
-			z[i] *= lmckpt.SiLU64(gate[i])
-		}
-	}
-	if !m.Mistakes.GroupedNorm {
-		groups = 1
-	}
-	size := len(z) / groups
-	out := make([]float64, 0, len(z))
-	for g := 0; g < groups; g++ {
-		out = append(out, lmckpt.RMSNorm64(z[g*size:(g+1)*size], w[g*size:(g+1)*size], m.C.Eps)...)
-	}
-	if m.Mistakes.NormBeforeGate {
-		for i := range out {
-			out[i] *= lmckpt.SiLU64(gate[i])
-		}
-	}
-	return out
+	return append(slices.Clone(v[k:]), v[:k]...)
 }
 
 // Mamba is layer l's GraniteMoeHybridMambaLayer on h, the input_layernorm
-// output [T][hidden]: MambaInputs, Scan, GatedNorm with mamba.norm.weight,
-// out_proj (plus bias with ProjBias). It returns [T][hidden], before the
+// output [T][hidden]: Mixer(l).Forward. It returns [T][hidden], before the
 // residual multiplier.
-func (m *Model) Mamba(l int, h [][]float64) [][]float64 {
-	c := m.C
-	p := fmt.Sprintf("model.layers.%d.mamba.", l)
-	in := m.MambaInputs(l, h)
-	y := Scan(in.X, in.B, in.C, in.Dt, in.A, in.D, c.MambaGroups)
-	outW, outB := m.get(p+"out_proj.weight"), m.opt(c.ProjBias, p+"out_proj.bias")
-	normW := m.get(p + "norm.weight")
-	out := make([][]float64, len(h))
-	for t := range y {
-		out[t] = lmckpt.Linear64(m.GatedNorm(y[t], in.Gate[t], normW, c.MambaGroups), outW, outB)
-	}
-	return out
-}
+func (m *Model) Mamba(l int, h [][]float64) [][]float64 { return m.Mixer(l).Forward(h) }
 
 // ----------------------------------------------------------------------------
 // Attention

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mamba2ref"
 )
 
 var testTokens = []int{1, 9, 14, 60, 3, 5, 41, 27, 88, 2, 17, 33}
@@ -371,279 +372,7 @@ func TestTinyParameters(t *testing.T) {
 }
 
 // ----------------------------------------------------------------------------
-// Mamba2 pieces, hand-worked
-
-// TestSoftplus: torch's softplus is log1p(exp(x)) up to 20 and x above.
-func TestSoftplus(t *testing.T) {
-	nearAll(t, "softplus", []float64{Softplus(0), Softplus(-3), Softplus(2), Softplus(20), Softplus(20.5), Softplus(50)},
-		[]float64{math.Ln2, math.Log1p(math.Exp(-3)), math.Log1p(math.Exp(2)), math.Log1p(math.Exp(20)), 20.5, 50}, 1e-15)
-}
-
-// TestCausalConv: kernel 3 on two channels over 4 steps: out[t] =
-// b + w0·x[t-2] + w1·x[t-1] + w2·x[t] with zeros before the start (the
-// LAST tap multiplies the current token).
-func TestCausalConv(t *testing.T) {
-	xs := [][]float64{{1, 10}, {2, 20}, {3, 30}, {4, 40}}
-	w := []float64{0.5, -1, 2, 1, 0, -0.25}
-	b := []float64{0.1, -0.2}
-	got := CausalConv(xs, w, b, 3)
-	want := [][]float64{
-		{0.1 + 2*1, -0.2 - 0.25*10},
-		{0.1 - 1*1 + 2*2, -0.2 + 0*10 - 0.25*20},
-		{0.1 + 0.5*1 - 1*2 + 2*3, -0.2 + 1*10 + 0*20 - 0.25*30},
-		{0.1 + 0.5*2 - 1*3 + 2*4, -0.2 + 1*20 + 0*30 - 0.25*40},
-	}
-	for i := range want {
-		nearAll(t, "conv", got[i], want[i], 1e-15)
-	}
-	nearAll(t, "conv without bias", CausalConv(xs, w, nil, 3)[0], []float64{2, -2.5}, 1e-15)
-}
-
-// TestScanHandWorked: one head of P = N = 1: s_t = exp(dt_t·a)·s_{t-1} +
-// dt_t·x_t·b_t, y_t = s_t·c_t + d·x_t.
-func TestScanHandWorked(t *testing.T) {
-	x := [][]float64{{1}, {-2}, {0.5}}
-	B := [][]float64{{2}, {1}, {-1}}
-	C := [][]float64{{0.5}, {3}, {2}}
-	dt := [][]float64{{0.1}, {0.5}, {1}}
-	a, d := -2.0, 0.7
-	s1 := 0.1 * 1 * 2
-	s2 := math.Exp(-1)*s1 + 0.5*(-2)*1
-	s3 := math.Exp(-2)*s2 + 1*0.5*(-1)
-	want := []float64{s1*0.5 + d*1, s2*3 + d*(-2), s3*2 + d*0.5}
-	y := Scan(x, B, C, dt, []float64{a}, []float64{d}, 1)
-	nearAll(t, "scan", []float64{y[0][0], y[1][0], y[2][0]}, want, 1e-15)
-}
-
-// TestScanGroups: with 4 heads in 2 groups, heads 0-1 read the first N
-// entries of B and C and heads 2-3 the second: zeroing group 1's B leaves
-// heads 0-1 alone and leaves heads 2-3 only the D term.
-func TestScanGroups(t *testing.T) {
-	r := lmckpt.NewRand(7)
-	T, heads, P, G, N := 5, 4, 3, 2, 2
-	x, B, C, dt := randSeq(r, T, heads*P), randSeq(r, T, G*N), randSeq(r, T, G*N), randSeq(r, T, heads)
-	for t := range dt {
-		for i := range dt[t] {
-			dt[t][i] = Softplus(dt[t][i])
-		}
-	}
-	A, D := []float64{-1, -0.5, -2, -0.3}, []float64{1, 0.9, 1.1, 0.8}
-	y := Scan(x, B, C, dt, A, D, G)
-	B2 := make([][]float64, T)
-	for t := range B {
-		B2[t] = slices.Clone(B[t])
-		B2[t][2], B2[t][3] = 0, 0
-	}
-	y2 := Scan(x, B2, C, dt, A, D, G)
-	for i := range y {
-		nearAll(t, "group 0 heads", y2[i][:2*P], y[i][:2*P], 0)
-		for j := 2 * P; j < heads*P; j++ {
-			if want := D[j/P] * x[i][j]; y2[i][j] != want {
-				t.Fatalf("token %d, channel %d: %g, want the D term %g", i, j, y2[i][j], want)
-			}
-		}
-	}
-	if maxAbsDiff(y2, y) == 0 {
-		t.Error("zeroing group 1's B changes nothing")
-	}
-}
-
-func randSeq(r *lmckpt.Rand, T, n int) [][]float64 {
-	out := make([][]float64, T)
-	for t := range out {
-		out[t] = make([]float64, n)
-		for i := range out[t] {
-			out[t][i] = r.Uniform()
-		}
-	}
-	return out
-}
-
-// segsum is transformers' segment_sum on v [L]: out[i][j] = Σ_{j<k<=i} v[k]
-// for j <= i, -Inf above the diagonal, built as torch builds it: v
-// repeated along a new last axis, masked to i > j, cumulative sum over i,
-// then masked to i >= j.
-func segsum(v []float64) [][]float64 {
-	L := len(v)
-	rep := make([][]float64, L)
-	for i := range rep {
-		rep[i] = make([]float64, L)
-		for j := range rep[i] {
-			if i > j {
-				rep[i][j] = v[i]
-			}
-		}
-	}
-	out := make([][]float64, L)
-	for i := range out {
-		out[i] = make([]float64, L)
-		for j := range out[i] {
-			out[i][j] = rep[i][j]
-			if i > 0 {
-				out[i][j] += out[i-1][j]
-			}
-		}
-	}
-	for i := range out {
-		for j := range out[i] {
-			if j > i {
-				out[i][j] = math.Inf(-1)
-			}
-		}
-	}
-	return out
-}
-
-// chunkedSSD is the SSD half of torch_forward (no cache): x discretized by
-// dt and A·dt cut into chunks of L after zero padding; per chunk the
-// diagonal block Y_diag[l] = Σ_{s<=l} (C_l·B_s)·exp(segsum(A)[l][s])·x_s,
-// the chunk's final state Σ_s exp(Acum[L-1] - Acum[s])·x_s ⊗ B_s, the
-// states entering each chunk by the segment sums of the chunk totals (with
-// a zero initial state in front), Y_off[l] = exp(Acum[l])·C_l·state_in,
-// then + D·x and the padding cut off.
-func chunkedSSD(x, B, C, dt [][]float64, A, D []float64, G, L int) [][]float64 {
-	T, heads := len(x), len(A)
-	P, N := len(x[0])/heads, len(B[0])/G
-	per := heads / G
-	pad := (L - T%L) % L
-	nc := (T + pad) / L
-	y := make([][]float64, T+pad)
-	for t := range y {
-		y[t] = make([]float64, heads*P)
-	}
-	for h := 0; h < heads; h++ {
-		g := h / per
-		// padded, discretized per-head sequences
-		xd := make([][]float64, T+pad) // [t][p]
-		bh := make([][]float64, T+pad) // [t][n]
-		ch := make([][]float64, T+pad)
-		a := make([]float64, T+pad)
-		for t := range xd {
-			xd[t], bh[t], ch[t] = make([]float64, P), make([]float64, N), make([]float64, N)
-			if t >= T {
-				continue
-			}
-			for p := 0; p < P; p++ {
-				xd[t][p] = x[t][h*P+p] * dt[t][h]
-			}
-			copy(bh[t], B[t][g*N:(g+1)*N])
-			copy(ch[t], C[t][g*N:(g+1)*N])
-			a[t] = A[h] * dt[t][h]
-		}
-		acum := make([][]float64, nc)
-		states := make([][][]float64, nc+1) // [0] the zero initial state
-		states[0] = zeros(P, N)
-		totals := make([]float64, nc+1)
-		for c := 0; c < nc; c++ {
-			seg := a[c*L : (c+1)*L]
-			acum[c] = make([]float64, L)
-			s := 0.0
-			for l, v := range seg {
-				s += v
-				acum[c][l] = s
-			}
-			totals[c+1] = acum[c][L-1]
-			Lm := segsum(seg)
-			for l := 0; l < L; l++ {
-				for s := 0; s <= l; s++ {
-					cb := 0.0
-					for n := 0; n < N; n++ {
-						cb += ch[c*L+l][n] * bh[c*L+s][n]
-					}
-					w := cb * math.Exp(Lm[l][s])
-					for p := 0; p < P; p++ {
-						y[c*L+l][h*P+p] += w * xd[c*L+s][p]
-					}
-				}
-			}
-			st := zeros(P, N)
-			for s := 0; s < L; s++ {
-				decay := math.Exp(acum[c][L-1] - acum[c][s])
-				for p := 0; p < P; p++ {
-					for n := 0; n < N; n++ {
-						st[p][n] += decay * bh[c*L+s][n] * xd[c*L+s][p]
-					}
-				}
-			}
-			states[c+1] = st
-		}
-		decayChunk := segsum(totals)
-		for c := 0; c < nc; c++ {
-			in := zeros(P, N) // the state entering chunk c: new_states[c]
-			for k := 0; k <= c; k++ {
-				w := math.Exp(decayChunk[c][k])
-				for p := 0; p < P; p++ {
-					for n := 0; n < N; n++ {
-						in[p][n] += w * states[k][p][n]
-					}
-				}
-			}
-			for l := 0; l < L; l++ {
-				out := math.Exp(acum[c][l])
-				for p := 0; p < P; p++ {
-					s := 0.0
-					for n := 0; n < N; n++ {
-						s += ch[c*L+l][n] * in[p][n]
-					}
-					y[c*L+l][h*P+p] += s * out
-				}
-			}
-		}
-		for t := 0; t < T; t++ {
-			for p := 0; p < P; p++ {
-				y[t][h*P+p] += D[h] * x[t][h*P+p]
-			}
-		}
-	}
-	return y[:T]
-}
-
-func zeros(P, N int) [][]float64 {
-	out := make([][]float64, P)
-	for i := range out {
-		out[i] = make([]float64, N)
-	}
-	return out
-}
-
-// TestScanMatchesChunked: the token-by-token recurrence and the chunked
-// SSD form of torch_forward (chunks of 4 over 11 tokens: two full chunks
-// and one padded) agree to 1e-9, on random inputs of one and of two groups
-// and on the tiny models' real mixer inputs.
-func TestScanMatchesChunked(t *testing.T) {
-	r := lmckpt.NewRand(11)
-	for _, G := range []int{1, 2} {
-		T, heads, P, N := 11, 8, 8, 16/G
-		x, B, C, raw := randSeq(r, T, heads*P), randSeq(r, T, G*N), randSeq(r, T, G*N), randSeq(r, T, heads)
-		dt := make([][]float64, T)
-		for t := range raw {
-			dt[t] = make([]float64, heads)
-			for i, v := range raw[t] {
-				dt[t][i] = Softplus(1.5*v - 1)
-			}
-		}
-		A, D := make([]float64, heads), make([]float64, heads)
-		for i := range A {
-			A[i] = -math.Exp(r.Uniform())
-			D[i] = 1 + 0.3*r.Uniform()
-		}
-		want := Scan(x, B, C, dt, A, D, G)
-		for _, L := range []int{4, 1, 11, 16} {
-			if d := maxAbsDiff(chunkedSSD(x, B, C, dt, A, D, G, L), want); d > 1e-9 {
-				t.Errorf("%d groups, chunk %d: chunked and recurrent scans differ by %g", G, L, d)
-			}
-		}
-	}
-	for _, c := range []Hybrid{TinyHybrid(), TinyHybridDense()} {
-		_, m := load(t, c)
-		l := firstMamba(c)
-		in := m.MambaInputs(l, normed(m, l, testTokens[:11]))
-		want := Scan(in.X, in.B, in.C, in.Dt, in.A, in.D, c.MambaGroups)
-		if d := maxAbsDiff(chunkedSSD(in.X, in.B, in.C, in.Dt, in.A, in.D, c.MambaGroups, c.MambaChunk), want); d > 1e-9 {
-			t.Errorf("seed %d: on the model's layer %d the scans differ by %g", c.Seed, l, d)
-		}
-	}
-}
+// The Mamba2 mixer's readings
 
 // normed is layer l's input_layernorm applied to the embeddings times
 // embedding_multiplier (exactly layer 0's mixer input).
@@ -663,11 +392,12 @@ func normed(m *Model, l int, tokens []int) [][]float64 {
 // TestDecayRange: on the tiny models' first mixer the per-token decays
 // exp(dt·A) reach below 0.5 and above 0.95, and softplus(dt + dt_bias)
 // spans small and moderate steps, so a 12-token prompt exercises both a
-// short and a long memory.
+// short and a long memory (a spread within the one on which mamba2ref's
+// tests check the recurrence against the chunked SSD form).
 func TestDecayRange(t *testing.T) {
 	for _, c := range []Hybrid{TinyHybrid(), TinyHybridDense()} {
 		_, m := load(t, c)
-		in := m.MambaInputs(firstMamba(c), normed(m, firstMamba(c), testTokens))
+		in := m.Mixer(firstMamba(c)).Inputs(normed(m, firstMamba(c), testTokens))
 		lo, hi, dlo, dhi := 1.0, 0.0, math.Inf(1), 0.0
 		for t := range in.Dt {
 			for h, dt := range in.Dt[t] {
@@ -683,69 +413,63 @@ func TestDecayRange(t *testing.T) {
 	}
 }
 
-// TestGatedNorm: y = (1, 2, 3, 4), gate (0, 1, 2, -1), weights (1, 2, 1, 0.5),
-// eps 0.25: z = y·silu(gate) normed over all four entries; NormBeforeGate
-// norms y then multiplies by silu(gate); GroupedNorm with 2 groups norms
-// (z0, z1) and (z2, z3) apart.
-func TestGatedNorm(t *testing.T) {
-	m := &Model{C: Hybrid{Eps: 0.25}}
-	y, g, w := []float64{1, 2, 3, 4}, []float64{0, 1, 2, -1}, []float64{1, 2, 1, 0.5}
-	z := make([]float64, 4)
-	for i := range z {
-		z[i] = y[i] * lmckpt.SiLU64(g[i])
+// TestMixerReadings: Granite's mixer leaves dt unclamped and takes the
+// gated norm's mean over the whole width even with 2 groups
+// (TinyHybridDense), with every bias the config names; GroupedNorm takes
+// it per group, NormBeforeGate passes through and NoConvBias drops the
+// conv1d bias. (mamba2ref's tests work the norm out by hand.)
+func TestMixerReadings(t *testing.T) {
+	_, m := load(t, TinyHybridDense())
+	l := firstMamba(m.C)
+	if mx := m.Mixer(l); mx.DtMin != 0 || mx.NormGroups != 1 || mx.Groups != 2 || mx.NormBeforeGate || mx.Eps != m.C.Eps ||
+		mx.InBias == nil || mx.ConvBias == nil || mx.OutBias == nil || mx.DtBias == nil || mx.D == nil {
+		t.Errorf("mixer: DtMin %g, %d norm groups of %d groups, NormBeforeGate %v, eps %g, biases %v %v %v %v, D %v",
+			mx.DtMin, mx.NormGroups, mx.Groups, mx.NormBeforeGate, mx.Eps, mx.InBias != nil, mx.ConvBias != nil, mx.OutBias != nil, mx.DtBias != nil, mx.D != nil)
 	}
-	rms := func(v []float64) float64 {
-		s := 0.0
-		for _, x := range v {
-			s += x * x
-		}
-		return math.Sqrt(s/float64(len(v)) + 0.25)
+	mk := &Model{C: m.C, W: m.W, Mistakes: Mistakes{GroupedNorm: true, NormBeforeGate: true, NoConvBias: true}}
+	if mx := mk.Mixer(l); mx.NormGroups != 2 || !mx.NormBeforeGate || mx.ConvBias != nil {
+		t.Errorf("with the mistakes: %d norm groups, NormBeforeGate %v, conv bias %v", mx.NormGroups, mx.NormBeforeGate, mx.ConvBias != nil)
 	}
-	r, ry, r0, r1 := rms(z), rms(y), rms(z[:2]), rms(z[2:])
-	nearAll(t, "gated", m.GatedNorm(y, g, w, 2), []float64{z[0] / r, 2 * z[1] / r, z[2] / r, 0.5 * z[3] / r}, 1e-15)
-	m.Mistakes = Mistakes{NormBeforeGate: true}
-	nearAll(t, "norm before gate", m.GatedNorm(y, g, w, 2),
-		[]float64{0, 2 * 2 / ry * lmckpt.SiLU64(1), 3 / ry * lmckpt.SiLU64(2), 0.5 * 4 / ry * lmckpt.SiLU64(-1)}, 1e-15)
-	m.Mistakes = Mistakes{GroupedNorm: true}
-	nearAll(t, "grouped", m.GatedNorm(y, g, w, 2), []float64{z[0] / r0, 2 * z[1] / r0, z[2] / r1, 0.5 * z[3] / r1}, 1e-15)
-	nearAll(t, "grouped, one group", m.GatedNorm(y, g, w, 1), []float64{z[0] / r, 2 * z[1] / r, z[2] / r, 0.5 * z[3] / r}, 1e-15)
 }
 
 // TestSplitOrder: in_proj's output is [gate | xBC | dt]. With in_proj the
-// identity on a one-token input (hidden = I + conv_dim + heads), the gate
-// is the first I entries and dt the last heads entries (through
-// softplus with dt_bias); GateLast reads dt right after xBC and the gate
-// last.
+// identity on a one-token input (hidden 1, I + conv_dim + heads = 12
+// rows), the gate is the first I entries and dt the last heads entries
+// (through softplus with dt_bias, unclamped: softplus(-8) = 3.4e-4 stays
+// under NemotronH's time_step_min); GateLast reads xBC first, dt right
+// after it and the gate last; NoDtBias and NoD drop dt_bias and D.
 func TestSplitOrder(t *testing.T) {
 	c := Hybrid{Hidden: 1, MambaExpand: 4, MambaHeads: 2, MambaGroups: 1, MambaState: 1, MambaConv: 1}
-	I, conv, nh := 4, 6, 2
-	n := I + conv + nh
-	inW := make([]float64, n*1)
+	inW := make([]float64, 12)
 	h := [][]float64{{1}}
 	for i := range inW {
 		inW[i] = float64(i + 1)
 	}
 	w := map[string][]float64{
-		"model.layers.0.mamba.in_proj.weight": inW,
-		"model.layers.0.mamba.conv1d.weight":  {1, 1, 1, 1, 1, 1},
-		"model.layers.0.mamba.dt_bias":        {-10, -20},
-		"model.layers.0.mamba.A_log":          {0, math.Log(2)},
-		"model.layers.0.mamba.D":              {0.5, 0.25},
+		"model.layers.0.mamba.in_proj.weight":  inW,
+		"model.layers.0.mamba.conv1d.weight":   {1, 1, 1, 1, 1, 1},
+		"model.layers.0.mamba.dt_bias":         {-10, -20},
+		"model.layers.0.mamba.A_log":           {0, math.Log(2)},
+		"model.layers.0.mamba.D":               {0.5, 0.25},
+		"model.layers.0.mamba.norm.weight":     {1, 1, 1, 1},
+		"model.layers.0.mamba.out_proj.weight": {1, 1, 1, 1},
 	}
+	s, sp := lmckpt.SiLU64, mamba2ref.Softplus
 	m := &Model{C: c, W: w}
-	in := m.MambaInputs(0, h)
+	in := m.Mixer(0).Inputs(h)
 	nearAll(t, "gate", in.Gate[0], []float64{1, 2, 3, 4}, 0)
-	nearAll(t, "x", in.X[0], []float64{lmckpt.SiLU64(5), lmckpt.SiLU64(6), lmckpt.SiLU64(7), lmckpt.SiLU64(8)}, 1e-15)
-	nearAll(t, "B, C", append(slices.Clone(in.B[0]), in.C[0]...), []float64{lmckpt.SiLU64(9), lmckpt.SiLU64(10)}, 1e-15)
-	nearAll(t, "dt", in.Dt[0], []float64{Softplus(11 - 10), Softplus(12 - 20)}, 1e-15)
+	nearAll(t, "x", in.X[0], []float64{s(5), s(6), s(7), s(8)}, 1e-15)
+	nearAll(t, "B, C", append(slices.Clone(in.B[0]), in.C[0]...), []float64{s(9), s(10)}, 1e-15)
+	nearAll(t, "dt", in.Dt[0], []float64{sp(11 - 10), sp(12 - 20)}, 1e-15)
 	nearAll(t, "A, D", append(slices.Clone(in.A), in.D...), []float64{-1, -2, 0.5, 0.25}, 1e-15)
 	m.Mistakes = Mistakes{GateLast: true}
-	in = m.MambaInputs(0, h)
+	in = m.Mixer(0).Inputs(h)
 	nearAll(t, "gate last", in.Gate[0], []float64{9, 10, 11, 12}, 0)
-	nearAll(t, "dt after xBC", in.Dt[0], []float64{Softplus(7 - 10), Softplus(8 - 20)}, 1e-15)
+	nearAll(t, "x first", in.X[0], []float64{s(1), s(2), s(3), s(4)}, 1e-15)
+	nearAll(t, "dt after xBC", in.Dt[0], []float64{sp(7 - 10), sp(8 - 20)}, 1e-15)
 	m.Mistakes = Mistakes{NoDtBias: true, NoD: true}
-	in = m.MambaInputs(0, h)
-	nearAll(t, "dt without bias", in.Dt[0], []float64{Softplus(11), Softplus(12)}, 1e-15)
+	in = m.Mixer(0).Inputs(h)
+	nearAll(t, "dt without bias", in.Dt[0], []float64{sp(11), sp(12)}, 1e-15)
 	nearAll(t, "no D", in.D, []float64{0, 0}, 0)
 }
 

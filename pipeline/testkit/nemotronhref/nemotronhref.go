@@ -31,9 +31,10 @@
 //     clamped from below at time_step_min (torch_forward's
 //     torch.clamp(dt, self.time_step_min)); A = -exp(A_log). The state
 //     S_h [P, N] starts at zero; S_h ← exp(dt_h·A_h)·S_h + dt_h·x_h ⊗ B_g,
-//     y_h = S_h·C_g + D_h·x_h, computed here token by token (torch_forward
-//     computes the same sums in the chunked SSD form of chunk_size; the
-//     tests check the two agree). Then Zamba2RMSNormGated: z = y·silu(gate),
+//     y_h = S_h·C_g + D_h·x_h, computed token by token by
+//     pipeline/testkit/mamba2ref (torch_forward computes the same sums in
+//     the chunked SSD form of chunk_size; mamba2ref's tests check the two
+//     agree). Then Zamba2RMSNormGated: z = y·silu(gate),
 //     cut into n_groups groups of I/n_groups, each group scaled by
 //     rsqrt(mean(z²)+eps) on its own, times norm.weight, eps
 //     layer_norm_epsilon; then out_proj (bias when use_bias).
@@ -88,10 +89,12 @@
 //
 // It follows the style of pipeline/testkit/granitehref: straight loops over
 // one sequence, no caches, no padding, and no code shared with pipeline/nn or
-// the architecture packages it checks. It also writes the tiny checkpoints
-// the tests use: a config.json with NemotronHConfig's fields and a float32
-// model.safetensors with the releases' tensor names and deterministic
-// pseudo-random weights.
+// the architecture packages it checks. The Mamba-2 mixer's arithmetic is
+// mamba2ref's, shared with granitehref; this package chooses its readings
+// (dt clamped at time_step_min, the norm per group) in Model.Mixer. It also
+// writes the tiny checkpoints the tests use: a config.json with
+// NemotronHConfig's fields and a float32 model.safetensors with the
+// releases' tensor names and deterministic pseudo-random weights.
 package nemotronhref
 
 import (
@@ -100,6 +103,7 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mamba2ref"
 )
 
 // The block types, as Layers holds them (transformers' MIXER_TYPES keys).
@@ -764,15 +768,6 @@ func mixer(l int) string { return fmt.Sprintf("backbone.layers.%d.mixer.", l) }
 // ----------------------------------------------------------------------------
 // Activations
 
-// Softplus is torch.nn.functional.softplus with beta 1 and threshold 20:
-// x itself above 20, log1p(exp(x)) otherwise.
-func Softplus(x float64) float64 {
-	if x > 20 {
-		return x
-	}
-	return math.Log1p(math.Exp(x))
-}
-
 // ReLU2 is transformers' relu2 (ReLUSquaredActivation): relu(x)².
 func ReLU2(x float64) float64 {
 	if x <= 0 {
@@ -787,172 +782,32 @@ func Sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 // ----------------------------------------------------------------------------
 // Mamba-2 mixer
 
-// CausalConv is the depthwise causal conv1d of the mixer (nn.Conv1d with
-// groups = channels and padding kernel-1, cut to the sequence length) on
-// xs [T][C]: out[t][c] = b[c] + Σ_j w[c·K+j]·xs[t-(K-1)+j][c], zeros before
-// t = 0, with w the conv1d.weight [C, 1, K] and b the bias or nil. No
-// activation.
-func CausalConv(xs [][]float64, w, b []float64, K int) [][]float64 {
-	out := make([][]float64, len(xs))
-	for t := range xs {
-		C := len(xs[t])
-		out[t] = make([]float64, C)
-		for ch := 0; ch < C; ch++ {
-			s := 0.0
-			if b != nil {
-				s = b[ch]
-			}
-			for j := 0; j < K; j++ {
-				if tt := t - (K - 1) + j; tt >= 0 {
-					s += w[ch*K+j] * xs[tt][ch]
-				}
-			}
-			out[t][ch] = s
-		}
-	}
-	return out
-}
-
-// Scan is the Mamba-2 selective state space recurrence, token by token, on
-// one sequence: x [T][heads·P], B and C [T][G·N], dt [T][heads] (already
-// through softplus and the clamp), A [heads] (negative), D [heads]. Head h
-// reads group g = h/(heads/G) of B and C. Its state S_h [P][N] starts at
-// zero; at every token S_h ← exp(dt_h·A_h)·S_h + dt_h·x_h ⊗ B_g and
-// y_h = S_h·C_g + D_h·x_h. It returns y [T][heads·P].
-func Scan(x, B, C, dt [][]float64, A, D []float64, G int) [][]float64 {
-	heads := len(A)
-	if len(x) == 0 {
-		return nil
-	}
-	P := len(x[0]) / heads
-	N := len(B[0]) / G
-	per := heads / G
-	S := make([][]float64, heads*P)
-	for i := range S {
-		S[i] = make([]float64, N)
-	}
-	y := make([][]float64, len(x))
-	for t := range x {
-		y[t] = make([]float64, heads*P)
-		for h := 0; h < heads; h++ {
-			g := h / per
-			b, cc := B[t][g*N:(g+1)*N], C[t][g*N:(g+1)*N]
-			step := dt[t][h]
-			decay := math.Exp(step * A[h])
-			for p := 0; p < P; p++ {
-				xv := x[t][h*P+p]
-				row := S[h*P+p]
-				s := 0.0
-				for n := range row {
-					row[n] = decay*row[n] + step*xv*b[n]
-					s += row[n] * cc[n]
-				}
-				y[t][h*P+p] = s + D[h]*xv
-			}
-		}
-	}
-	return y
-}
-
-// MambaParts is what the mixer of one layer computes before its gated
-// norm, per token: Gate [T][I], X [T][I], B and C [T][G·N] (after the conv
-// and SiLU), Dt [T][heads] (after softplus and the clamp), and the
-// per-head A and D.
-type MambaParts struct {
-	Gate, X, B, C, Dt [][]float64
-	A, D              []float64
-}
-
-// MambaInputs runs layer l's mixer up to the scan on h, the block norm's
-// output [T][hidden]: in_proj (plus bias with UseBias) cut into gate, xBC
-// and dt, the causal conv1d (plus bias with ConvBias) and SiLU on xBC cut
-// into x, B and C, dt = max(softplus(dt + dt_bias), time_step_min),
-// A = -exp(A_log), D (zero with NoD).
-func (m *Model) MambaInputs(l int, h [][]float64) MambaParts {
-	c := m.C
+// Mixer is layer l's NemotronHMamba2Mixer as a mamba2ref.Mixer: its
+// mixer.* tensors (the biases as ConvBias and UseBias say), dt clamped from
+// below at time_step_min (DtMin, as transformers' torch_forward) and the
+// gated norm per group (NormGroups = n_groups, Zamba2RMSNormGated), with
+// the mixer's Mistakes applied: NormWhole takes one norm group, NoD leaves
+// D out, NormBeforeGate passes through.
+func (m *Model) Mixer(l int) mamba2ref.Mixer {
+	c, mk := m.C, m.Mistakes
 	p := mixer(l)
-	I, conv, nh, GN := c.MambaInner(), c.ConvDim(), c.MambaHeads, c.Groups*c.State
-	inW := m.get(p + "in_proj.weight")
-	inB := m.opt(c.UseBias, p+"in_proj.bias")
-	var out MambaParts
-	xbc := make([][]float64, len(h))
-	for t := range h {
-		z := lmckpt.Linear64(h[t], inW, inB)
-		out.Gate = append(out.Gate, z[:I])
-		xbc[t] = z[I : I+conv]
-		out.Dt = append(out.Dt, z[I+conv:I+conv+nh])
+	mx := mamba2ref.Mixer{
+		Heads: c.MambaHeads, HeadDim: c.MambaHeadDim, Groups: c.Groups, State: c.State, Kernel: c.ConvKernel,
+		InProj: m.get(p + "in_proj.weight"), InBias: m.opt(c.UseBias, p+"in_proj.bias"),
+		Conv: m.get(p + "conv1d.weight"), ConvBias: m.opt(c.ConvBias, p+"conv1d.bias"),
+		DtBias: m.get(p + "dt_bias"), ALog: m.get(p + "A_log"), D: m.opt(!mk.NoD, p+"D"),
+		Norm: m.get(p + "norm.weight"), OutProj: m.get(p + "out_proj.weight"), OutBias: m.opt(c.UseBias, p+"out_proj.bias"),
+		DtMin: c.TimeStepMin, NormGroups: c.Groups, NormBeforeGate: mk.NormBeforeGate, Eps: c.Eps,
 	}
-	act := CausalConv(xbc, m.get(p+"conv1d.weight"), m.opt(c.ConvBias, p+"conv1d.bias"), c.ConvKernel)
-	for t := range act {
-		for i, v := range act[t] {
-			act[t][i] = lmckpt.SiLU64(v)
-		}
-		out.X = append(out.X, act[t][:I])
-		out.B = append(out.B, act[t][I:I+GN])
-		out.C = append(out.C, act[t][I+GN:])
+	if mk.NormWhole {
+		mx.NormGroups = 1
 	}
-	dtBias := m.get(p + "dt_bias")
-	for t := range out.Dt {
-		for i, v := range out.Dt[t] {
-			out.Dt[t][i] = math.Max(Softplus(v+dtBias[i]), c.TimeStepMin)
-		}
-	}
-	out.A = make([]float64, nh)
-	out.D = make([]float64, nh)
-	for i, v := range m.get(p + "A_log") {
-		out.A[i] = -math.Exp(v)
-	}
-	if !m.Mistakes.NoD {
-		copy(out.D, m.get(p+"D"))
-	}
-	return out
-}
-
-// GatedNorm is Zamba2RMSNormGated on one token: z = y·silu(gate), cut into
-// Groups equal groups, each scaled by rsqrt(mean(z²)+eps) over its own
-// entries, times w. NormWhole takes one mean over all of z; NormBeforeGate
-// normalizes y and then multiplies by silu(gate).
-func (m *Model) GatedNorm(y, gate, w []float64) []float64 {
-	z := make([]float64, len(y))
-	for i := range y {
-		z[i] = y[i]
-		if !m.Mistakes.NormBeforeGate {
-			z[i] *= lmckpt.SiLU64(gate[i])
-		}
-	}
-	groups := m.C.Groups
-	if m.Mistakes.NormWhole || groups < 1 {
-		groups = 1
-	}
-	size := len(z) / groups
-	out := make([]float64, 0, len(z))
-	for g := 0; g < groups; g++ {
-		out = append(out, lmckpt.RMSNorm64(z[g*size:(g+1)*size], w[g*size:(g+1)*size], m.C.Eps)...)
-	}
-	if m.Mistakes.NormBeforeGate {
-		for i := range out {
-			out[i] *= lmckpt.SiLU64(gate[i])
-		}
-	}
-	return out
+	return mx
 }
 
 // Mamba is layer l's NemotronHMamba2Mixer on h, the block norm's output
-// [T][hidden]: MambaInputs, Scan, GatedNorm with mixer.norm.weight,
-// out_proj (plus bias with UseBias). It returns [T][hidden].
-func (m *Model) Mamba(l int, h [][]float64) [][]float64 {
-	c := m.C
-	p := mixer(l)
-	in := m.MambaInputs(l, h)
-	y := Scan(in.X, in.B, in.C, in.Dt, in.A, in.D, c.Groups)
-	outW, outB := m.get(p+"out_proj.weight"), m.opt(c.UseBias, p+"out_proj.bias")
-	normW := m.get(p + "norm.weight")
-	out := make([][]float64, len(h))
-	for t := range y {
-		out[t] = lmckpt.Linear64(m.GatedNorm(y[t], in.Gate[t], normW), outW, outB)
-	}
-	return out
-}
+// [T][hidden]: Mixer(l).Forward. It returns [T][hidden].
+func (m *Model) Mamba(l int, h [][]float64) [][]float64 { return m.Mixer(l).Forward(h) }
 
 // ----------------------------------------------------------------------------
 // Attention
