@@ -2,7 +2,10 @@
 // GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE,
 // dots.llm1, Granite (dense), Granite 4.0-H (GraniteMoeHybridForCausalLM:
 // Mamba-2 and attention layers, written as llama.cpp's granitehybrid,
-// runGraniteHybrid) or Llama 4 (text) checkpoint (a directory with
+// runGraniteHybrid), NemotronH (NemotronHForCausalLM: Nemotron-H,
+// Nemotron Nano 2 and Nemotron 3 Nano, Mamba-2, attention, relu² MLP and
+// MoE layers, written as llama.cpp's nemotron_h or nemotron_h_moe,
+// runNemotronH) or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -11,7 +14,8 @@
 // tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM,
 // Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM or
 // GraniteMoeHybridForCausalLM safetensors folders (runMLA says more of
-// DeepSeek-V2), and
+// DeepSeek-V2; it does import NemotronHForCausalLM, storing the matrices
+// in f16), and
 // writes a Mixtral's w2 (down) and w3 (up) experts under each other's
 // names, which llama.cpp refuses to load ("tensor
 // 'blk.0.ffn_down_exps.weight' has wrong shape").
@@ -57,6 +61,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
+	"github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -128,6 +133,8 @@ func run(dir, out string) error {
 		return runLlama4(l, dir, out, g)
 	case *granite.HybridModel:
 		return runGraniteHybrid(l, dir, out, g)
+	case *nemotronh.Model:
+		return runNemotronH(l, dir, out, g)
 	case *llama.Model:
 		if l.Config.Architecture() == "GraniteForCausalLM" {
 			return runGranite(l, dir, out, g)
@@ -144,7 +151,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
