@@ -3,9 +3,9 @@
 # DeepSeek-V3, FAMILY=deepseek2 a DeepSeek-V2, FAMILY=glm a GLM-4.5,
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
 # ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
-# FAMILY=granitehybrid a Granite 4.0-H) on tputool and on llama.cpp's
-# kernels (ollama), same weights, side by side, in rounds that interleave
-# the two:
+# FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
+# Nano) on tputool and on llama.cpp's kernels (ollama), same weights, side
+# by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
 #     (--repeat 3, median) and three ollama generations (median);
@@ -96,6 +96,23 @@
 # at layer 5 of every 10, the last layer when LAYERS < 6; the rest Mamba),
 # DIR /tmp/tputool-granitehybrid-bench; ollama's importer does not read
 # that class, and llama.cpp runs the GGUF as its granitehybrid.
+# FAMILY=nemotronh: a NemotronHForCausalLM of Nemotron 3 Nano 30B-A3B's
+# layers (testdata/configs/nemotron_3_nano_30b_a3b: hidden 2688; Mamba-2
+# mixers of 64 heads of 64 in 8 groups, state 128, conv 4; attention of 32
+# heads and 2 KV heads of 128 without a positional embedding; MoE layers
+# of 128 relu² experts of 1856, top 6 by sigmoid with the correction bias,
+# renormalized, scale 2.5, and a shared expert of 3712; vocab 131072,
+# untied head) in LAYERS layers (default 6, 6.9 GB bf16) whose kinds are
+# the release's hybrid_override_pattern cut to LAYERS ("MEMEM*" for 6:
+# Mamba, MoE, Mamba, MoE, Mamba, attention; fewer have no attention layer,
+# which ollama's engine runs and llama.cpp's own runner does not), the
+# experts one tensor each as the release stores them, DIR
+# /tmp/tputool-nemotronh-bench. scripts/export-gguf writes llama.cpp's
+# nemotron_h_moe, which ollama runs on its own engine (a port of
+# llama.cpp's graph on the same ggml kernels; its importer reads the
+# folder too, but stores the matrices in f16); ollama runs NemotronH one
+# sequence at a time whatever OLLAMA_NUM_PARALLEL says, so MODE=serve
+# measures its one stream against tputool's batch.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -128,7 +145,8 @@ ernie) DIR="${DIR:-/tmp/tputool-ernie-bench}" ;;
 dots) DIR="${DIR:-/tmp/tputool-dots-bench}" ;;
 llama4) DIR="${DIR:-/tmp/tputool-llama4-bench}" ;;
 granitehybrid) DIR="${DIR:-/tmp/tputool-granitehybrid-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4 or granitehybrid" >&2; exit 2 ;;
+nemotronh) DIR="${DIR:-/tmp/tputool-nemotronh-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid or nemotronh" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -278,6 +296,25 @@ print(json.dumps(["attention" if i % 10 == 5 or (n < 6 and i == n - 1) else "mam
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 100352
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = nemotronh ]; then
+  pattern=$(python3 -c 'import json,sys; n = int(sys.argv[1])
+p = json.load(open("testdata/configs/nemotron_3_nano_30b_a3b/config.json"))["hybrid_override_pattern"]
+print(p[:n]) if 0 < n <= len(p) else sys.exit("LAYERS must be in [1, %d]" % len(p))' "${LAYERS:-6}")
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+ "hidden_size": 2688, "num_hidden_layers": ${LAYERS:-6}, "hybrid_override_pattern": "$pattern",
+ "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": false,
+ "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+ "chunk_size": 128, "use_conv_bias": true, "use_bias": false, "mamba_hidden_act": "silu",
+ "intermediate_size": 1856, "mlp_hidden_act": "relu2", "mlp_bias": false,
+ "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856, "n_shared_experts": 1,
+ "moe_shared_expert_intermediate_size": 3712, "routed_scaling_factor": 2.5, "n_group": 1, "topk_group": 1,
+ "norm_topk_prob": true, "vocab_size": 131072, "max_position_embeddings": 262144, "layer_norm_epsilon": 1e-05,
+ "rope_theta": 10000, "sliding_window": null, "residual_in_fp32": false, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 131072
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
