@@ -134,21 +134,11 @@ func runGraniteHybrid(l *lm.Loaded, dir, out string, m *granite.HybridModel) err
 	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
-	heads := uint64(d.Heads)
-	neg := func(x float32) float32 { return -float32(math.Exp(float64(x))) }
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
 		g.add(b+"attn_norm.weight", true, p+"input_layernorm.weight")
 		if s.LayerKinds[i] == nn.KindMamba {
-			mp := p + "mamba."
-			g.add(b+"ssm_in.weight", false, mp+"in_proj.weight")
-			g.addF32(b+"ssm_conv1d.weight", mp+"conv1d.weight", []uint64{uint64(d.ConvKernel), uint64(d.ConvDim())}, nil)
-			g.add(b+"ssm_conv1d.bias", true, mp+"conv1d.bias")
-			g.add(b+"ssm_dt.bias", true, mp+"dt_bias")
-			g.addF32(b+"ssm_a", mp+"A_log", []uint64{1, heads}, neg)
-			g.addF32(b+"ssm_d", mp+"D", []uint64{1, heads}, nil)
-			g.addF32(b+"ssm_norm.weight", mp+"norm.weight", []uint64{uint64(d.Inner() / d.Groups), uint64(d.Groups)}, nil)
-			g.add(b+"ssm_out.weight", false, mp+"out_proj.weight")
+			g.mamba2(b, p+"mamba.", d)
 		} else {
 			g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
 			g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
@@ -179,6 +169,25 @@ func runGraniteHybrid(l *lm.Loaded, dir, out string, m *granite.HybridModel) err
 // halves adds gate and up, each expert's first and second inter rows of
 // the fused stack name [experts, 2·inter, hidden] (splitStack); one
 // expert (a 2-D [2·inter, hidden] matrix) gives 2-D tensors.
+// mamba2 adds a Mamba-2 mixer's tensors, read under mp ("….mamba." or
+// "….mixer."), as llama.cpp's block b reads them: ssm_in and ssm_out as
+// stored; the convolution squeezed to {K, ConvDim} and its bias, dt_bias,
+// A = -exp(A_log) and D as {1, heads}, the gated norm's weight as
+// {inner/groups, groups}, all float32, as convert_hf_to_gguf.py writes
+// them.
+func (g *ggufTensors) mamba2(b, mp string, d nn.Mamba2Dims) {
+	heads := uint64(d.Heads)
+	neg := func(x float32) float32 { return -float32(math.Exp(float64(x))) }
+	g.add(b+"ssm_in.weight", false, mp+"in_proj.weight")
+	g.addF32(b+"ssm_conv1d.weight", mp+"conv1d.weight", []uint64{uint64(d.ConvKernel), uint64(d.ConvDim())}, nil)
+	g.add(b+"ssm_conv1d.bias", true, mp+"conv1d.bias")
+	g.add(b+"ssm_dt.bias", true, mp+"dt_bias")
+	g.addF32(b+"ssm_a", mp+"A_log", []uint64{1, heads}, neg)
+	g.addF32(b+"ssm_d", mp+"D", []uint64{1, heads}, nil)
+	g.addF32(b+"ssm_norm.weight", mp+"norm.weight", []uint64{uint64(d.Inner() / d.Groups), uint64(d.Groups)}, nil)
+	g.add(b+"ssm_out.weight", false, mp+"out_proj.weight")
+}
+
 func (g *ggufTensors) halves(gate, up, name string, experts, inter, hidden int) {
 	if g.err != nil {
 		return

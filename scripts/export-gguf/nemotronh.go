@@ -156,22 +156,13 @@ func runNemotronH(l *lm.Loaded, dir, out string, m *nemotronh.Model) error {
 	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "backbone.embeddings.weight")
-	heads := uint64(d.Heads)
-	neg := func(x float32) float32 { return -float32(math.Exp(float64(x))) }
 	for i := 0; i < s.Layers; i++ {
 		p, b := fmt.Sprintf("backbone.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
 		mp := p + "mixer."
 		g.add(b+"attn_norm.weight", true, p+"norm.weight")
 		switch s.LayerKinds[i] {
 		case nn.KindMamba:
-			g.add(b+"ssm_in.weight", false, mp+"in_proj.weight")
-			g.addF32(b+"ssm_conv1d.weight", mp+"conv1d.weight", []uint64{uint64(d.ConvKernel), uint64(d.ConvDim())}, nil)
-			g.add(b+"ssm_conv1d.bias", true, mp+"conv1d.bias")
-			g.add(b+"ssm_dt.bias", true, mp+"dt_bias")
-			g.addF32(b+"ssm_a", mp+"A_log", []uint64{1, heads}, neg)
-			g.addF32(b+"ssm_d", mp+"D", []uint64{1, heads}, nil)
-			g.addF32(b+"ssm_norm.weight", mp+"norm.weight", []uint64{uint64(d.Inner() / d.Groups), uint64(d.Groups)}, nil)
-			g.add(b+"ssm_out.weight", false, mp+"out_proj.weight")
+			g.mamba2(b, mp, d)
 		case lm.KindFull:
 			g.add(b+"attn_q.weight", false, mp+"q_proj.weight")
 			g.add(b+"attn_k.weight", false, mp+"k_proj.weight")
