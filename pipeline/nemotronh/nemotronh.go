@@ -17,10 +17,11 @@
 //     latent projection (moe_latent_size: fc1_latent_proj before the
 //     experts, fc2_latent_proj after), plus a relu² shared expert.
 //
-// The layer types come from hybrid_override_pattern (the releases: "M",
-// "*", "-", "E" per layer) or layers_block_type (transformers' names
+// The layer types come from layers_block_type (transformers' names
 // "linear_attention", "full_attention", "mlp", "moe", or the older
-// "mamba" and "attention"). The releases name their tensors backbone.*
+// "mamba" and "attention"), else from hybrid_override_pattern (the
+// releases: "M", "*", "-", "E" per layer), as NemotronHConfig reads
+// them. The releases name their tensors backbone.*
 // (backbone.embeddings, backbone.layers.N.mixer, backbone.norm_f); a
 // transformers v5 save's model.* is read under those names.
 package nemotronh
