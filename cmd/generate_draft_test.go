@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
@@ -278,16 +280,26 @@ func TestDraftFlags(t *testing.T) {
 	}
 }
 
-// TestServeSpeculateRecurrent: serve --speculate on Qwen3.5 (a lone
+// TestServeSpeculateRecurrent: serve --speculate on Qwen3.5's DeltaNet
+// and on Granite 4.0-H's and Nemotron 3 Nano's Mamba-2 (a lone
 // sequence's steps taken back by restoring and replaying its recurrent
 // state) answers greedy requests with the text and log-probabilities of
 // a server decoding one token a step, with drafts proposed, and nothing
 // compiled after the warm-up.
 func TestServeSpeculateRecurrent(t *testing.T) {
-	c := qwenref.TinyQwen35()
-	c.Vocab = 512
+	qwen, granite, nemotron := qwenref.TinyQwen35(), granitehref.TinyHybrid(), nemotronhref.TinyNano()
+	qwen.Vocab, granite.Vocab, nemotron.Vocab = 512, 512, 512
+	for _, c := range []struct {
+		name  string
+		write func(dir string) error
+	}{{"qwen3.5", qwen.Write}, {"granite-4.0-h", granite.Write}, {"nemotron-3-nano", nemotron.Write}} {
+		t.Run(c.name, func(t *testing.T) { serveSpeculateRecurrent(t, c.write) })
+	}
+}
+
+func serveSpeculateRecurrent(t *testing.T, write func(dir string) error) {
 	dir := t.TempDir()
-	require.NoError(t, c.Write(dir))
+	require.NoError(t, write(dir))
 	copyStoriesTokenizer(t, dir)
 	args := []string{"--model", dir, "--max-batch", "2", "--max-context", "256"}
 	plainAddr, _, _ := serveModelInProcess(t, args...)
