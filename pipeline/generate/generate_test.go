@@ -290,10 +290,11 @@ func TestResolve(t *testing.T) {
 }
 
 // chunked is a script that also prefills in pieces (Chunked, Extender):
-// each piece of n tokens costs n*perToken on the clock.
+// each piece of n tokens costs perPiece + n*perToken on the clock.
 type chunked struct {
 	script
 	perToken time.Duration
+	perPiece time.Duration // what every piece costs besides its tokens
 	pending  int
 	pieces   []int
 	extended [][]int
@@ -322,7 +323,7 @@ func (c *chunked) Extend(tokens [][]int, maxNew int) (int, error) {
 func (c *chunked) PrefillChunk(n int) ([][]float32, error) {
 	c.pending -= n
 	c.pieces = append(c.pieces, n)
-	c.clock.t = c.clock.t.Add(time.Duration(n) * c.perToken)
+	c.clock.t = c.clock.t.Add(c.perPiece + time.Duration(n)*c.perToken)
 	if c.onPiece != nil {
 		c.onPiece()
 	}
@@ -369,6 +370,49 @@ func TestPrefillPiecesAreSizedByTime(t *testing.T) {
 	} {
 		if got := nextChunk(tc.took, tc.n, tc.rest); got != tc.wantChunk {
 			t.Errorf("nextChunk(%v, %d, %d) = %d, want %d", tc.took, tc.n, tc.rest, got, tc.wantChunk)
+		}
+	}
+}
+
+// TestPrefillPiecesGrowPastFixedCosts: pieces whose cost is mostly fixed
+// (90 ms a piece, 1.25 ms a token: a mixture of experts reading all of its
+// experts for every piece) grow from 8 tokens to 256, the longest power of
+// two whose cost fits in five times the fixed cost (at most four times
+// the last piece), where the rate alone (took/n) would keep them at 16;
+// with no fixed cost they stay as the rate sizes them (16 fit in 200 ms).
+func TestPrefillPiecesGrowPastFixedCosts(t *testing.T) {
+	for _, tc := range []struct {
+		perPiece, perToken time.Duration
+		prompt             int
+		want               []int
+	}{
+		{90 * time.Millisecond, 1250 * time.Microsecond, 424, []int{8, 16, 64, 256, 80}}, // the last piece the rest, which fits
+		{0, 12 * time.Millisecond, 72, []int{8, 16, 16, 16, 16}},
+	} {
+		clock := &fakeClock{t: time.Unix(0, 0)}
+		c := &chunked{script: script{want: [][]int{{3, 4}}}, perToken: tc.perToken, perPiece: tc.perPiece}
+		c.clock = clock
+		if _, _, err := Run(context.Background(), c, [][]int{make([]int, tc.prompt)}, Options{MaxNewTokens: 2, Now: clock.now}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.pieces, tc.want) {
+			t.Errorf("%v a piece, %v a token: pieces %v, want %v", tc.perPiece, tc.perToken, c.pieces, tc.want)
+		}
+	}
+	var s pieceSizer
+	for _, tc := range []struct {
+		took       time.Duration
+		n, rest    int
+		wantLength int
+	}{
+		{100 * time.Millisecond, 8, 1000, 16},   // one piece: the rate's 16
+		{110 * time.Millisecond, 16, 1000, 64},  // a = 90 ms, b = 1.25 ms: 288 fit in 5a, at most 4 × 16
+		{170 * time.Millisecond, 64, 1000, 256}, // 288 fit in 5 × 90 ms
+		{170 * time.Millisecond, 64, 80, 80},    // the rest fits
+		{250 * time.Millisecond, 64, 1000, 64},  // a slower piece: a = 63 ms, b = 2.9 ms, 86 fit in 5a
+	} {
+		if got := s.next(tc.took, tc.n, tc.rest); got != tc.wantLength {
+			t.Errorf("next(%v, %d, %d) = %d, want %d", tc.took, tc.n, tc.rest, got, tc.wantLength)
 		}
 	}
 }
