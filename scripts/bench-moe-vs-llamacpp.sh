@@ -9,6 +9,12 @@
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
 #     (--repeat 3, median) and three ollama generations (median);
+#   MODE=prefill: prompt processing; each round one tputool bench run
+#     (--prompt-len PROMPT_LEN, default 512, one generated token, --repeat
+#     3, median) and three ollama generations of one token whose prompt
+#     is about as many of ollama's tokens (each made distinct at its start
+#     so that ollama's prompt cache cannot serve it), its prompt_eval rate
+#     (median);
 #   MODE=serve: both servers up, and per round and level of LEVELS
 #     (default 8,32,64) concurrent greedy streams, scripts/servebench
 #     against `tputool serve` then against ollama (OLLAMA_NUM_PARALLEL =
@@ -344,7 +350,10 @@ parallel=1
 if [ "$MODE" = serve ]; then
   parallel=$(tr , '\n' <<< "$LEVELS" | sort -n | tail -1)
 fi
-export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=512
+PROMPT_LEN="${PROMPT_LEN:-512}"
+CTX=512
+[ "$MODE" = prefill ] && CTX=2048
+export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
 TSERVER=""
@@ -372,23 +381,42 @@ if [ "${Q4:-0}" = 1 ]; then
 fi
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
-ollama_tok_s() { # median decode tok/s of 3 generations
+REPS=$((PROMPT_LEN / 9))
+ollama_tok_s() { # median decode (or prompt) tok/s of 3 generations
   for _ in 1 2 3; do
-    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$PROMPT\",\"raw\":true,\"stream\":false,
-      \"options\":{\"num_predict\":$GEN,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":512}}" |
-      python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["eval_count"]/r["eval_duration"]*1e9) if "eval_count" in r else sys.exit("ollama: %s" % r)'
+    if [ "$MODE" = prefill ]; then
+      prompt="$RANDOM$RANDOM $(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * $REPS))")"
+      npred=1
+    else
+      prompt="$PROMPT"
+      npred=$GEN
+    fi
+    curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$prompt\",\"raw\":true,\"stream\":false,
+      \"options\":{\"num_predict\":$npred,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":$CTX}}" |
+      MODE="$MODE" python3 -c 'import json,os,sys; r=json.load(sys.stdin); k="prompt_eval" if os.environ["MODE"]=="prefill" else "eval"; print(r[k+"_count"]/r[k+"_duration"]*1e9) if k+"_count" in r else sys.exit("ollama: %s" % r)'
   done | sort -g | sed -n 2p
 }
-tputool_tok_s() { # median decode tok/s of --repeat 3
-  "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len 16 --gen-len "$GEN" --repeat 3 --warmup 1 \
+tputool_tok_s() { # median decode (or prefill) tok/s of --repeat 3
+  local plen=16 glen="$GEN" key=decode_tok_s
+  if [ "$MODE" = prefill ]; then
+    plen="$PROMPT_LEN" glen=1 key=prefill_tok_s
+  fi
+  "$DIR/tputool" bench --model "$DIR/hf" --batch 1 --prompt-len "$plen" --gen-len "$glen" --repeat 3 --warmup 1 \
     --mode compiled --experts "$EXPERTS" ${1:+--quantize $1} -o json | # $1 unquoted: "int4 --activations int8" is three words
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["rows"][0]["decode_tok_s"]["median"])'
+    KEY="$key" python3 -c 'import json,os,sys; r=json.load(sys.stdin); print(r["rows"][0][os.environ["KEY"]]["median"])'
 }
 if [ "$MODE" = serve ]; then
   # shellcheck source=scripts/serve-vs-ollama.sh
   . scripts/serve-vs-ollama.sh
   serve_vs_ollama moe-bf16 --model "$DIR/hf" --port 0 --max-batch "$parallel" --experts "$EXPERTS"
   exit
+fi
+if [ "$MODE" = prefill ]; then
+  # The phrase's repetitions that make about PROMPT_LEN of ollama's tokens.
+  probe=$(curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"${tags[0]}\",\"prompt\":\"$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog'] * 8))")\",\"raw\":true,\"stream\":false,\"options\":{\"num_predict\":1,\"num_ctx\":$CTX}}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt_eval_count"])')
+  REPS=$(( (PROMPT_LEN * 8 + probe / 2) / probe ))
+  echo "ollama: 8 repetitions are $probe tokens; prompts of $REPS repetitions (about $PROMPT_LEN tokens)" >&2
 fi
 for i in "${!tags[@]}"; do ollama_tok_s "${tags[$i]}" > /dev/null; done # load and warm
 echo "round  weights  tputool_tok_s  ollama_tok_s  ratio  load_avg"
