@@ -541,9 +541,10 @@ const (
 // PrefillTarget, or in amortize·a where a is that large (so that the fixed
 // cost is at most a fifth of a piece) but never past maxPrefillPiece (so
 // that Ctrl-C still stops a prefill within about a second); at most four
-// times the last piece (an estimate from two noisy timings may be off),
-// and never shorter than nextChunk's (the cost is subadditive, so the
-// rate's estimate is the safe one).
+// times the last piece and what the last piece's rate runs in
+// maxPrefillPiece (an estimate from two noisy timings may be off; the
+// cost is subadditive, so the rate bounds it), and never shorter than
+// nextChunk's.
 type pieceSizer struct {
 	// other is the last piece of another length than the last piece:
 	// its tokens and time (n 0: none yet).
@@ -579,7 +580,10 @@ func (s *pieceSizer) next(took time.Duration, n, rest int) int {
 	if fit >= rest && rest <= 4*n {
 		return rest
 	}
-	fit = min(fit, 4*n)
+	// At most four times the last piece, and no more tokens than the last
+	// piece's rate would run in maxPrefillPiece: the cost is subadditive,
+	// so whatever the estimate, the next piece takes at most that.
+	fit = min(fit, 4*n, int(float64(n)*float64(maxPrefillPiece)/float64(took)))
 	k := chunk
 	for k*2 <= fit {
 		k *= 2

@@ -415,6 +415,14 @@ func TestPrefillPiecesGrowPastFixedCosts(t *testing.T) {
 			t.Errorf("next(%v, %d, %d) = %d, want %d", tc.took, tc.n, tc.rest, got, tc.wantLength)
 		}
 	}
+	// Noisy timings (16 tokens in 395 ms, 64 in 400) make the fixed cost
+	// 393 ms and a token 0.1 ms: 3900 fit in 800 ms, but the last piece's
+	// rate runs only 128 in 800 ms, and that bounds the next piece.
+	var noisy pieceSizer
+	noisy.next(395*time.Millisecond, 16, 1000)
+	if got := noisy.next(400*time.Millisecond, 64, 1000); got != 128 {
+		t.Errorf("after noisy timings: next piece %d, want 128", got)
+	}
 }
 
 // fixedChunked is a chunked runner whose new piece lengths are costly.
