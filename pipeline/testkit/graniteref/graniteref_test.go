@@ -2,6 +2,7 @@ package graniteref
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
 var testTokens = []int{1, 9, 14, 60, 3, 5, 41, 27, 88, 2, 17, 33}
@@ -419,47 +421,7 @@ func TestRoundTrip(t *testing.T) {
 func TestCausal(t *testing.T) {
 	for _, c := range flavours() {
 		_, m := load(t, c)
-		all := m.Logits(testTokens)
-		if len(all) != len(testTokens) {
-			t.Fatalf("%d rows for %d tokens", len(all), len(testTokens))
-		}
-		for _, n := range []int{1, 5, 9} {
-			prefix := m.Logits(testTokens[:n])
-			for i := range prefix {
-				if !slices.Equal(prefix[i], all[i]) {
-					t.Errorf("seed %d: prefix of %d, position %d: logits differ by %g", c.Seed, n, i, maxAbsDiff(prefix[i:i+1], all[i:i+1]))
-				}
-			}
-		}
-		other := slices.Clone(testTokens)
-		for i := 6; i < len(other); i++ {
-			other[i] = (other[i] + 31) % c.Vocab
-		}
-		changed := m.Logits(other)
-		for i := range changed {
-			same := slices.Equal(changed[i], all[i])
-			if i <= 5 && !same {
-				t.Errorf("seed %d: a later token changes position %d's logits", c.Seed, i)
-			}
-			if i > 5 && same {
-				t.Errorf("seed %d: another token at position %d leaves its logits alone", c.Seed, i)
-			}
-		}
-		for i, row := range all {
-			if len(row) != c.Vocab {
-				t.Fatalf("row %d: %d logits", i, len(row))
-			}
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, v := range row {
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					t.Fatalf("seed %d, position %d: logit %g", c.Seed, i, v)
-				}
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-			}
-			if hi-lo < 0.05 || hi-lo > 100 {
-				t.Errorf("seed %d, position %d: logits span [%g, %g]", c.Seed, i, lo, hi)
-			}
-		}
+		refcheck.Causal(t, fmt.Sprintf("seed %d", c.Seed), m.Logits, testTokens, c.Vocab, []int{1, 5, 9}, 0.05)
 	}
 }
 

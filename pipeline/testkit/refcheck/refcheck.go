@@ -7,6 +7,7 @@ package refcheck
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -157,4 +158,59 @@ func CPUBackend(t testing.TB) backends.Backend {
 	}
 	t.Cleanup(be.Finalize)
 	return be
+}
+
+// Causal checks a float64 reference's causality on tokens (the test kits'
+// TestCausal): the logits of each of the prefixes' lengths are exactly
+// the first rows of the whole sequence's; every token after position 5
+// changed leaves rows 0…5 exactly as they were and changes every later
+// one; every row holds vocab finite logits spanning more than minSpan
+// and at most 100. name labels the errors (the flavour under test).
+func Causal(t testing.TB, name string, logits func(tokens []int) [][]float64, tokens []int, vocab int, prefixes []int, minSpan float64) {
+	t.Helper()
+	all := logits(tokens)
+	if len(all) != len(tokens) {
+		t.Fatalf("%s: %d rows for %d tokens", name, len(all), len(tokens))
+	}
+	for _, n := range prefixes {
+		prefix := logits(tokens[:n])
+		for i := range prefix {
+			if !slices.Equal(prefix[i], all[i]) {
+				d := 0.0
+				for j := range prefix[i] {
+					d = math.Max(d, math.Abs(prefix[i][j]-all[i][j]))
+				}
+				t.Errorf("%s: prefix of %d, position %d: logits differ by %g", name, n, i, d)
+			}
+		}
+	}
+	other := slices.Clone(tokens)
+	for i := 6; i < len(other); i++ {
+		other[i] = (other[i] + 31) % vocab
+	}
+	changed := logits(other)
+	for i := range changed {
+		same := slices.Equal(changed[i], all[i])
+		if i <= 5 && !same {
+			t.Errorf("%s: a later token changes position %d's logits", name, i)
+		}
+		if i > 5 && same {
+			t.Errorf("%s: another token at position %d leaves its logits alone", name, i)
+		}
+	}
+	for i, row := range all {
+		if len(row) != vocab {
+			t.Fatalf("%s: row %d: %d logits", name, i, len(row))
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, v := range row {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("%s, position %d: logit %g", name, i, v)
+			}
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		if hi-lo < minSpan || hi-lo > 100 {
+			t.Errorf("%s, position %d: logits span [%g, %g]", name, i, lo, hi)
+		}
+	}
 }
