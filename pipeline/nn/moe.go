@@ -72,14 +72,15 @@ func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
 // limit (Groups > 1, TopKGroup < Groups) only the TopKGroup groups whose
 // two best choices sum highest stay open (the others' choices set to 0,
 // as transformers' DeepSeek-V3 masks them; some ports use −∞, which
-// differs only when a kept expert's biased score is negative); the weights renormalized (NormTopK: by
-// sum + 1e-20, or by max(sum, NormMin) when NormMin > 0) and times Scale.
+// differs only when a kept expert's biased score is negative); the
+// weights renormalized (NormTopK: by sum + NormEps, 1e-20 when NormEps is
+// 0, or by max(sum, NormMin) when NormMin > 0) and times Scale.
 // DeepSeek-V3, GLM-4.5, MiniMax-M2, dots.llm1, ERNIE 4.5 and NemotronH
-// route this way.
+// route this way; LFM2-MoE too, with NormEps 1e-6 and no groups.
 type GroupRouter struct {
 	Experts, TopK, Groups, TopKGroup int
 	NormTopK                         bool
-	NormMin, Scale                   float64
+	NormMin, NormEps, Scale          float64
 }
 
 // Route routes by scores [N, E] float32 (sigmoids or softmax of the
@@ -106,7 +107,11 @@ func (r GroupRouter) Route(scores, bias *Node) (ids, weights *Node) {
 	case r.NormTopK && r.NormMin > 0:
 		weights = Div(weights, MaxScalar(sum, r.NormMin))
 	case r.NormTopK:
-		weights = Div(weights, AddScalar(sum, 1e-20))
+		eps := r.NormEps
+		if eps == 0 {
+			eps = 1e-20
+		}
+		weights = Div(weights, AddScalar(sum, eps))
 	}
 	return ids, MulScalar(weights, r.Scale)
 }
