@@ -311,6 +311,9 @@ func layerKinds(t *inspect.Text) string {
 	if t.FeedForwardLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d MLP or experts only", t.FeedForwardLayers))
 	}
+	if t.ConvLayers > 0 {
+		parts = append(parts, fmt.Sprintf("%d short convolution", t.ConvLayers))
+	}
 	if t.SlidingAttentionLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d sliding window (%d tokens)", t.SlidingAttentionLayers, t.SlidingWindow))
 	}

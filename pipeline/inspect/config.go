@@ -35,10 +35,14 @@ type Text struct {
 	MambaLayers            int `json:"mamba_layers,omitempty"`
 	// FeedForwardLayers are layers of an MLP or experts alone, with no
 	// token mixer and no state (NemotronH's "-" and "E" blocks).
-	FeedForwardLayers int              `json:"feed_forward_layers,omitempty"`
-	SlidingWindow     int              `json:"sliding_window,omitempty"`
-	Linear            *LinearAttention `json:"linear_attention,omitempty"`
-	Mamba             *Mamba           `json:"mamba,omitempty"`
+	FeedForwardLayers int `json:"feed_forward_layers,omitempty"`
+	// ConvLayers are LFM2's gated short-convolution layers, whose state
+	// is the convolution's last ConvKernel-1 inputs of Hidden channels.
+	ConvLayers    int              `json:"conv_layers,omitempty"`
+	ConvKernel    int              `json:"conv_kernel,omitempty"`
+	SlidingWindow int              `json:"sliding_window,omitempty"`
+	Linear        *LinearAttention `json:"linear_attention,omitempty"`
+	Mamba         *Mamba           `json:"mamba,omitempty"`
 	// MLA is multi-head latent attention's sizes (DeepSeek-V3's
 	// kv_lora_rank and kin), nil for other attention. Its cache is one
 	// latent a token (KVHeads 1).
@@ -182,13 +186,24 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	t.Intermediate, _ = f.int("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
 	t.MaxPositions, _ = f.int("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")
-	if tied, ok := f.bool("tie_word_embeddings"); ok {
+	if tied, ok := f.bool("tie_embedding"); ok { // LFM2's, which Lfm2Config reads first
+		t.TiedEmbeddings = tied
+	} else if tied, ok := f.bool("tie_word_embeddings"); ok {
 		t.TiedEmbeddings = tied
 	} else if tied, ok := fields(m.Raw).bool("tie_word_embeddings"); ok {
 		t.TiedEmbeddings = tied
 	}
 	if err := t.layerKinds(f, m.Path); err != nil {
 		return nil, err
+	}
+	if t.ConvLayers > 0 {
+		t.ConvKernel = 3 // Lfm2Config's conv_L_cache
+		if k, ok := f.int("conv_L_cache"); ok {
+			t.ConvKernel = k
+		}
+		if t.ConvKernel < 2 {
+			return nil, fmt.Errorf("%s: %d conv layers but conv_L_cache is %d; want at least 2", m.Path, t.ConvLayers, t.ConvKernel)
+		}
 	}
 	if t.LinearAttentionLayers > 0 {
 		la := &LinearAttention{}
@@ -287,6 +302,21 @@ func (t *Text) layerKinds(f fields, path string) error {
 	if len(types) == 0 && modelType == "granitemoehybrid" {
 		types = slices.Repeat([]string{"mamba"}, t.Layers) // GraniteMoeHybridConfig's layers_block_type without layer_types
 	}
+	if raw, ok := f["full_attn_idxs"]; ok && len(types) == 0 && modelType == "lfm2" && string(raw) != "null" {
+		// LFM2's original configs: the attention layers' indices, the
+		// others short convolutions.
+		var idx []int
+		if err := json.Unmarshal(raw, &idx); err != nil {
+			return fmt.Errorf("%s: full_attn_idxs is %s; want a list of layer indices", path, raw)
+		}
+		types = slices.Repeat([]string{"conv"}, t.Layers)
+		for _, i := range idx {
+			if i < 0 || i >= t.Layers {
+				return fmt.Errorf("%s: full_attn_idxs holds %d, outside the %d layers", path, i, t.Layers)
+			}
+			types[i] = "full_attention"
+		}
+	}
 	if len(types) > 0 {
 		if len(types) != t.Layers {
 			return fmt.Errorf("%s: layer_types has %d entries for %d layers", path, len(types), t.Layers)
@@ -307,11 +337,13 @@ func (t *Text) layerKinds(f fields, path string) error {
 				t.MambaLayers++
 			case "mlp", "moe":
 				t.FeedForwardLayers++
+			case "conv":
+				t.ConvLayers++
 			default:
 				if pattern != "" {
 					return fmt.Errorf("%s: hybrid_override_pattern[%d] is %q (want M, *, - or E)", path, i, []rune(pattern)[i])
 				}
-				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention, linear_attention, mamba, mlp or moe)", path, i, lt)
+				return fmt.Errorf("%s: layer_types[%d] is %q (want full_attention, sliding_attention, linear_attention, mamba, mlp, moe or conv)", path, i, lt)
 			}
 		}
 		if t.SlidingAttentionLayers > 0 {
@@ -419,6 +451,11 @@ func (t *Text) StateBytes(batch, context, kvBytes int) State {
 		conv := satMul(satAdd(satAdd(keyDim, keyDim), valueDim), int64(la.ConvKernel-1), e)
 		matrix := satMul(int64(la.ValueHeads), int64(la.KeyHeadDim), int64(la.ValueHeadDim), 4)
 		s.Recurrent = satMul(int64(t.LinearAttentionLayers), b, satAdd(conv, matrix))
+	}
+	if t.ConvLayers > 0 {
+		// nn.ShortConvState: the last ConvKernel-1 gated inputs B·x in the
+		// compute dtype.
+		s.Recurrent = satAdd(s.Recurrent, satMul(int64(t.ConvLayers), b, int64(t.ConvKernel-1), int64(t.Hidden), e))
 	}
 	if mb := t.Mamba; mb != nil && t.MambaLayers > 0 {
 		// nn.Mamba2State: the convolution's last inputs over x, B and C in
