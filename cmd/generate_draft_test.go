@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -280,19 +281,19 @@ func TestDraftFlags(t *testing.T) {
 	}
 }
 
-// TestServeSpeculateRecurrent: serve --speculate on Qwen3.5's DeltaNet
-// and on Granite 4.0-H's and Nemotron 3 Nano's Mamba-2 (a lone
-// sequence's steps taken back by restoring and replaying its recurrent
-// state) answers greedy requests with the text and log-probabilities of
-// a server decoding one token a step, with drafts proposed, and nothing
-// compiled after the warm-up.
+// TestServeSpeculateRecurrent: serve --speculate on Qwen3.5's DeltaNet,
+// on Granite 4.0-H's and Nemotron 3 Nano's Mamba-2 and on LFM2-MoE's
+// short convolutions (a lone sequence's steps taken back by restoring
+// and replaying its recurrent state) answers greedy requests with the
+// text and log-probabilities of a server decoding one token a step, with
+// drafts proposed, and nothing compiled after the warm-up.
 func TestServeSpeculateRecurrent(t *testing.T) {
-	qwen, granite, nemotron := qwenref.TinyQwen35(), granitehref.TinyHybrid(), nemotronhref.TinyNano()
-	qwen.Vocab, granite.Vocab, nemotron.Vocab = 512, 512, 512
+	qwen, granite, nemotron, lfm2 := qwenref.TinyQwen35(), granitehref.TinyHybrid(), nemotronhref.TinyNano(), lfm2ref.TinyMoE()
+	qwen.Vocab, granite.Vocab, nemotron.Vocab, lfm2.Vocab = 512, 512, 512, 512
 	for _, c := range []struct {
 		name  string
 		write func(dir string) error
-	}{{"qwen3.5", qwen.Write}, {"granite-4.0-h", granite.Write}, {"nemotron-3-nano", nemotron.Write}} {
+	}{{"qwen3.5", qwen.Write}, {"granite-4.0-h", granite.Write}, {"nemotron-3-nano", nemotron.Write}, {"lfm2-moe", lfm2.Write}} {
 		t.Run(c.name, func(t *testing.T) { serveSpeculateRecurrent(t, c.write) })
 	}
 }

@@ -15,6 +15,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/granite"
+	_ "github.com/tputool/tputool/pipeline/lfm2"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
@@ -25,6 +26,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
@@ -329,6 +331,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"llama4", llama4ref.TinyScout().Write},            // chunks of 4 positions from each row's first token, a NoPE layer's temperature
 		{"granite-4.0-h", granitehref.TinyHybrid().Write},  // Mamba-2 layers: a convolution's last inputs and an SSM state, no slot axis
 		{"nemotron-3-nano", nemotronhref.TinyNano().Write}, // MoE layers with no state of their own, Mamba-2 in groups
+		{"lfm2-moe", lfm2ref.TinyMoE().Write},              // short convolutions: the last two inputs, no slot axis
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -25,6 +25,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/gptossref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
@@ -654,6 +655,7 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 	l4 := llama4ref.TinyScout()
 	gh := granitehref.TinyHybrid()
 	nh := nemotronhref.TinyNano()
+	lf := lfm2ref.TinyMoE()
 	for _, c := range []struct {
 		name    string
 		write   func(dir string) error
@@ -733,6 +735,23 @@ func TestPlanShardsNewFamilies(t *testing.T) {
 				"backbone.layers.1.mixer.shared_experts.up_proj.weight":   "[S(model)]",
 				"backbone.layers.1.mixer.shared_experts.down_proj.weight": "[R S(model)]",
 				"backbone.layers.1.mixer.gate.weight":                     "[]",
+			}},
+		// LFM2-MoE: the short convolution whole on every device (in_proj's
+		// thirds would each need splitting), the attention layer's
+		// projections and the dense MLPs split, the router and its expert
+		// bias whole.
+		{"lfm2-moe", lf.Write, "model.layers.3.feed_forward.experts.gate_up_proj", "model.layers.3.feed_forward.experts.down_proj",
+			lf.Experts, lf.MoEIntermediate, lf.Hidden,
+			map[string]string{
+				"model.layers.0.conv.in_proj.weight":       "[]",
+				"model.layers.0.conv.conv.weight":          "[]",
+				"model.layers.0.conv.out_proj.weight":      "[]",
+				"model.layers.2.self_attn.q_proj.weight":   "[S(model)]",
+				"model.layers.2.self_attn.out_proj.weight": "[R S(model)]",
+				"model.layers.0.feed_forward.w1.weight":    "[S(model)]",
+				"model.layers.0.feed_forward.w2.weight":    "[R S(model)]",
+				"model.layers.3.feed_forward.gate.weight":  "[]",
+				"model.layers.3.feed_forward.expert_bias":  "[]",
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

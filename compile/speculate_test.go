@@ -11,6 +11,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -272,7 +273,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		write func(dir string) error
-	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}} {
+	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }
