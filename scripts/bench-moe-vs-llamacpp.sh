@@ -4,7 +4,7 @@
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
 # ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
-# Nano) on tputool and on llama.cpp's kernels (ollama), same weights, side
+# Nano, FAMILY=lfm2moe an LFM2-8B-A1B) on tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -119,6 +119,16 @@
 # folder too, but stores the matrices in f16); ollama runs NemotronH one
 # sequence at a time whatever OLLAMA_NUM_PARALLEL says, so MODE=serve
 # measures its one stream against tputool's batch.
+# FAMILY=lfm2moe: an Lfm2MoeForCausalLM of LFM2-8B-A1B's layers
+# (testdata/configs/lfm2_8b_a1b: hidden 2048; short convolutions of kernel
+# 3; attention of 32 heads and 8 KV heads of 64 with q/k norms; the first
+# 2 layers a dense MLP of 7168, then 32 experts of 1792, top 4 by sigmoid
+# with the expert bias, renormalized; vocab 65536, tied head) in LAYERS
+# layers (default 8, 5.0 GB bf16) whose kinds are the release's
+# layer_types cut to LAYERS, the experts one tensor each as the release
+# stores them, DIR /tmp/tputool-lfm2moe-bench. scripts/export-gguf writes
+# llama.cpp's lfm2moe, which ollama runs on its own engine (a port of
+# llama.cpp's graph on the same ggml kernels).
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -152,7 +162,8 @@ dots) DIR="${DIR:-/tmp/tputool-dots-bench}" ;;
 llama4) DIR="${DIR:-/tmp/tputool-llama4-bench}" ;;
 granitehybrid) DIR="${DIR:-/tmp/tputool-granitehybrid-bench}" ;;
 nemotronh) DIR="${DIR:-/tmp/tputool-nemotronh-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid or nemotronh" >&2; exit 2 ;;
+lfm2moe) DIR="${DIR:-/tmp/tputool-lfm2moe-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh or lfm2moe" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -321,6 +332,16 @@ print(p[:n]) if 0 < n <= len(p) else sys.exit("LAYERS must be in [1, %d]" % len(
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 131072
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2moe ]; then
+  python3 -c 'import json, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+c = json.load(open("testdata/configs/lfm2_8b_a1b/config.json"))
+if not 0 < n <= len(c["layer_types"]):
+    sys.exit("LAYERS must be in [1, %d]" % len(c["layer_types"]))
+c["num_hidden_layers"], c["layer_types"] = n, c["layer_types"][:n]
+json.dump(c, open(out, "w"))' "${LAYERS:-8}" "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65536
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
 {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",

@@ -5,7 +5,9 @@
 // runGraniteHybrid), NemotronH (NemotronHForCausalLM: Nemotron-H,
 // Nemotron Nano 2 and Nemotron 3 Nano, Mamba-2, attention, relu² MLP and
 // MoE layers, written as llama.cpp's nemotron_h or nemotron_h_moe,
-// runNemotronH) or Llama 4 (text) checkpoint (a directory with
+// runNemotronH), LFM2 and LFM2-MoE (Lfm2ForCausalLM, Lfm2MoeForCausalLM:
+// short-convolution and attention layers, written as llama.cpp's lfm2 or
+// lfm2moe, runLFM2) or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -14,8 +16,8 @@
 // tputool: ollama v0.24.0's importer does not read Qwen3MoeForCausalLM,
 // Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM or
 // GraniteMoeHybridForCausalLM safetensors folders (runMLA says more of
-// DeepSeek-V2; it does import NemotronHForCausalLM, storing the matrices
-// in f16), and
+// DeepSeek-V2; it does import NemotronHForCausalLM and LFM2, storing
+// NemotronH's matrices in f16), and
 // writes a Mixtral's w2 (down) and w3 (up) experts under each other's
 // names, which llama.cpp refuses to load ("tensor
 // 'blk.0.ffn_down_exps.weight' has wrong shape").
@@ -56,6 +58,7 @@ import (
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/granite"
+	"github.com/tputool/tputool/pipeline/lfm2"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -135,6 +138,8 @@ func run(dir, out string) error {
 		return runGraniteHybrid(l, dir, out, g)
 	case *nemotronh.Model:
 		return runNemotronH(l, dir, out, g)
+	case *lfm2.Model:
+		return runLFM2(l, dir, out, g)
 	case *llama.Model:
 		if l.Config.Architecture() == "GraniteForCausalLM" {
 			return runGranite(l, dir, out, g)
@@ -151,7 +156,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
