@@ -453,3 +453,118 @@ func (c *schemaCompiler) xmlText() {
 		b.alt(append([]func(){func() { b.set(afterLT) }}, utf8Multi(b)...)...)
 	})...)
 }
+
+// PythonicCalls compiles the grammar of an LFM2 answer that calls the
+// tools (one call, or with many one or more) in its pythonic markup:
+//
+//	<|tool_call_start|>[NAME(KEY=VALUE, …), …]<|tool_call_end|>
+//
+// each VALUE the JSON its property's schema allows (JSON's strings,
+// numbers, arrays and objects are Python's literals; the server's reader
+// takes true, false and null as Python's True, False and None), each
+// property written as KEY=VALUE followed by ", " (Python allows the
+// trailing comma), the required ones always, the others optionally, in
+// the schema's order. The markers are special tokens in LFM2's
+// tokenizer: the vocabulary the grammar is indexed over must let them
+// read as their text. A name or a key that is not a Python identifier
+// (letters, digits and '_', not starting with a digit; a name may also
+// hold '.' and '-', as the reader takes them) cannot be written and is
+// refused, naming it.
+func PythonicCalls(tools []Tool, many bool) (*Grammar, error) {
+	c, roots, err := toolCompiler(tools)
+	if err != nil {
+		return nil, err
+	}
+	b := c.b
+	var frags []func()
+	for i, t := range tools {
+		if !pyIdent(t.Name, ".-") {
+			return nil, fmt.Errorf("tools[%d]: the name %q cannot be written in a pythonic call (letters, digits, '_', '.', '-')", i, t.Name)
+		}
+		frags = append(frags, func() {
+			b.lit(t.Name + "(")
+			if e := c.pyParams(i, t, roots[i]); e != nil && err == nil {
+				err = e
+			}
+			b.lit(")")
+		})
+	}
+	call := func() { b.alt(frags...) }
+	b.lit("<|tool_call_start|>[")
+	call()
+	if many {
+		b.star(func() { b.lit(", "); call() })
+	}
+	b.lit("]<|tool_call_end|>")
+	if err != nil {
+		return nil, err
+	}
+	return c.finish("pythonic tool calls")
+}
+
+// pyIdent reports that s is a Python identifier of ASCII letters,
+// digits and '_' (and the bytes of extra), not starting with a digit.
+func pyIdent(s, extra string) bool {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch == '_' || 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || strings.IndexByte(extra, ch) >= 0:
+		case '0' <= ch && ch <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// pyParams emits tool i's keyword arguments (PythonicCalls) from its
+// schema r: none without a schema (or with one of annotations only).
+func (c *schemaCompiler) pyParams(i int, t Tool, r *jvalue) error {
+	path := fmt.Sprintf("tools[%d].parameters", i)
+	if r == nil || r.kind == 'o' && len(constraining(r)) == 0 {
+		return nil
+	}
+	if ts, e := typesOf(r, path); e != nil || len(ts) != 1 || ts[0] != "object" {
+		return fmt.Errorf("%s: %s: a tool's parameters must be a schema of type object", t.Name, path)
+	}
+	props := r.get("properties")
+	if props != nil && props.kind != 'o' {
+		return fmt.Errorf("%s: %s.properties: expected an object", t.Name, path)
+	}
+	required := map[string]bool{}
+	if req := r.get("required"); req != nil && req.kind == 'a' {
+		for _, x := range req.vals {
+			if x.kind != 's' {
+				continue
+			}
+			if props.get(x.str) == nil { // never written: the call would lack it
+				return fmt.Errorf("%s: %s.required: %q is not among the properties, and a required property without a schema cannot be enforced", t.Name, path, x.str)
+			}
+			required[x.str] = true
+		}
+	}
+	if props == nil {
+		return nil
+	}
+	c.root = r
+	var err error
+	for k, key := range props.keys {
+		if !pyIdent(key, "") {
+			return fmt.Errorf("%s: %s.properties: the key %q is not a Python identifier, so a pythonic call cannot pass it", t.Name, path, key)
+		}
+		ppath := path + ".properties." + key
+		param := func() {
+			c.b.lit(key + "=")
+			if e := c.value(props.vals[k], ppath); e != nil && err == nil {
+				err = fmt.Errorf("%s: %w", t.Name, e)
+			}
+			c.b.lit(", ")
+		}
+		if required[key] {
+			param()
+		} else {
+			c.b.opt(param)
+		}
+	}
+	return err
+}

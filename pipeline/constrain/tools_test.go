@@ -321,3 +321,120 @@ func TestXMLCallsSeveralTypes(t *testing.T) {
 	_, err = XMLCallsIn([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"x":{"type":["integer","null"]}}}`)}}, false, MiniMaxXML)
 	assert.NoError(t, err, "null beside one type is read back")
 }
+
+// pyArgs reads a forced pythonic call's keyword arguments (KEY=JSON, each
+// followed by ", ") into a JSON object, failing the test on anything else.
+func pyArgs(t *testing.T, body string) (string, map[string]any) {
+	t.Helper()
+	name, rest, ok := strings.Cut(body, "(")
+	require.True(t, ok, body)
+	require.True(t, strings.HasSuffix(rest, ")"), body)
+	rest = strings.TrimSuffix(rest, ")")
+	args := map[string]any{}
+	for rest != "" {
+		key, after, ok := strings.Cut(rest, "=")
+		require.True(t, ok, body)
+		dec := json.NewDecoder(strings.NewReader(after))
+		var v any
+		require.NoError(t, dec.Decode(&v), body)
+		args[key] = v
+		after = after[dec.InputOffset():]
+		require.True(t, strings.HasPrefix(after, ", "), body)
+		rest = strings.TrimPrefix(after, ", ")
+	}
+	return name, args
+}
+
+// Random answers under LFM2's pythonic markup are one list of one or
+// more calls, each call's keyword arguments valid against its tool's
+// schema; names and keys that are not Python identifiers are refused.
+func TestPythonicCallsGrammar(t *testing.T) {
+	v, eos := testVocab(t)
+	weather := validator(t, string(xmlTools[0].Parameters))
+	g, err := PythonicCalls(xmlTools, true)
+	require.NoError(t, err)
+	ix := NewIndex(g, v)
+	call := regexp.MustCompile(`(?s)(get_weather|now)\((?:[a-z]+=.*?, )*\)`)
+	rng := rand.New(rand.NewPCG(9, 10))
+	ended := 0
+	for range 60 {
+		text, ok := walk(t, ix, rng, eos)
+		if !ok {
+			continue
+		}
+		ended++
+		require.True(t, strings.HasPrefix(text, "<|tool_call_start|>[") && strings.HasSuffix(text, "]<|tool_call_end|>"), text)
+		body := strings.TrimSuffix(strings.TrimPrefix(text, "<|tool_call_start|>["), "]<|tool_call_end|>")
+		for _, c := range splitPyCalls(t, body) {
+			require.Regexp(t, call, c)
+			name, args := pyArgs(t, c)
+			switch name {
+			case "get_weather":
+				b, _ := json.Marshal(args)
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(b)))
+				require.NoError(t, err)
+				assert.NoError(t, weather.Validate(inst), c)
+			case "now":
+				assert.Empty(t, args)
+			}
+		}
+	}
+	assert.Greater(t, ended, 20)
+	one := `get_weather(city="San José", days=3, unit="c", )`
+	assert.True(t, accepts(ix, "<|tool_call_start|>["+one+", now()]<|tool_call_end|>"))
+	for _, bad := range []string{
+		`<|tool_call_start|>[get_weather(days=3, )]<|tool_call_end|>`,           // city is required
+		`<|tool_call_start|>[get_weather(city="x", days=9, )]<|tool_call_end|>`, // days over its maximum
+		`<|tool_call_start|>[get_weather(city='x', )]<|tool_call_end|>`,         // Python's quotes: the grammar writes JSON
+		`<|tool_call_start|>[nope()]<|tool_call_end|>`,
+		`[now()]`,
+	} {
+		assert.False(t, accepts(ix, bad), bad)
+	}
+	g, err = PythonicCalls(xmlTools, false)
+	require.NoError(t, err)
+	assert.False(t, accepts(NewIndex(g, v), "<|tool_call_start|>[now(), now()]<|tool_call_end|>"), "one call only")
+	for _, c := range []struct {
+		tool Tool
+		want string
+	}{
+		{Tool{Name: "get weather"}, `the name "get weather" cannot be written in a pythonic call`},
+		{Tool{Name: "9f"}, `the name "9f" cannot be written`},
+		{Tool{Name: "f", Parameters: []byte(`{"type":"object","properties":{"a-b":{"type":"string"}}}`)}, `the key "a-b" is not a Python identifier`},
+		{Tool{Name: "f", Parameters: []byte(`{"type":"array"}`)}, "must be a schema of type object"},
+		{Tool{Name: "f", Parameters: []byte(`{"type":"object","required":["a"]}`)}, `"a" is not among the properties`},
+	} {
+		_, err := PythonicCalls([]Tool{c.tool}, true)
+		assert.ErrorContains(t, err, c.want, c.tool.Name)
+	}
+}
+
+// splitPyCalls cuts a forced list's body at the ", " between calls: a
+// call ends at the ')' that closes its '(' outside strings.
+func splitPyCalls(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	depth, inStr, start := 0, false, 0
+	for i := 0; i < len(body); i++ {
+		switch ch := body[i]; {
+		case inStr && ch == '\\':
+			i++
+		case ch == '"':
+			inStr = !inStr
+		case inStr:
+		case ch == '(' || ch == '[' || ch == '{':
+			depth++
+		case ch == ')' || ch == ']' || ch == '}':
+			depth--
+			if depth == 0 && ch == ')' {
+				out = append(out, body[start:i+1])
+				if strings.HasPrefix(body[i+1:], ", ") {
+					i += 2
+				}
+				start = i + 1
+			}
+		}
+	}
+	require.Equal(t, len(body), start, "text after the last call in %q", body)
+	return out
+}
