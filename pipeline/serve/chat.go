@@ -280,9 +280,10 @@ func (s *Server) answerParts(p *plan, prompt string, tools chatToolSet) {
 		p.reasoning, p.thinking = r, promptOpens(*r, prompt)
 		p.mayThink = !p.thinking && !promptCloses(*r, prompt)
 	}
-	// Markup that is special tokens must reach the text: harmony's, and
-	// mistral's [TOOL_CALLS] (a control token in its tokenizers).
-	if s.o.Harmony || format.isMistral() {
+	// Markup that is special tokens must reach the text: harmony's,
+	// mistral's [TOOL_CALLS] (a control token in its tokenizers) and
+	// LFM2's <|tool_call_start|> and <|tool_call_end|>.
+	if s.o.Harmony || format.isMistral() || format == ToolsPythonic {
 		p.harmony = s.o.Harmony
 		if p.harmony {
 			p.harmonyPrompt = prompt
@@ -375,7 +376,7 @@ func (s *Server) chatTools(req *chatRequest) (chatToolSet, error) {
 	}
 	format := ToolFormatOf(s.o.Template)
 	if format == "" {
-		return none, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, qwen_xml <function=…>, glm45 <arg_key>, minimax_m2 <invoke>, mistral [TOOL_CALLS], llama3 JSON)", s.o.ModelName)
+		return none, badRequest("tools", "the chat template of %q has no tool-call markup tputool reads (hermes <tool_call>, qwen_xml <function=…>, glm45 <arg_key>, minimax_m2 <invoke>, mistral [TOOL_CALLS], llama3 JSON, pythonic <|tool_call_start|>)", s.o.ModelName)
 	}
 	var all, callable []constrain.Tool
 	tools := make([]any, len(raw))
@@ -470,6 +471,13 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, single bool) (*gramm
 		return &grammarSpec{key: fmt.Sprintf("tools:%s:%s", format, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
 			return constrain.HarmonyCall(tools)
 		}}, nil
+	case ToolsPythonic:
+		// LFM2's markers are special tokens: the grammar spells them, and
+		// the vocabulary lets those tokens (or their text) write them.
+		key, _ := json.Marshal(tools)
+		return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, single, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {
+			return constrain.PythonicCalls(tools, !single)
+		}, specials: []string{pythonicOpen, pythonicClose}}, nil
 	case ToolsMistral:
 		// [TOOL_CALLS] is a control token: the grammar spells it, and the
 		// vocabulary lets that token (or its text) write it.
@@ -481,7 +489,7 @@ func forcedCalls(tools []constrain.Tool, format ToolFormat, single bool) (*gramm
 		mk = constrain.CallMarkup{Open: "[TOOL_CALLS]", NameArgs: "[ARGS]", Many: !single}
 		specials = []string{"[TOOL_CALLS]", "[ARGS]"}
 	default:
-		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), qwen_xml, glm45, minimax_m2, mistral ([TOOL_CALLS]), llama3 or harmony calls; this model's calls are %s", format)
+		return nil, badRequest("tool_choice", "tool_choice \"required\" or a named function is enforced for templates with hermes (<tool_call>), qwen_xml, glm45, minimax_m2, mistral ([TOOL_CALLS]), llama3, pythonic or harmony calls; this model's calls are %s", format)
 	}
 	key, _ := json.Marshal(tools)
 	return &grammarSpec{key: fmt.Sprintf("tools:%s:%v:%s", format, single, key), param: "tool_choice", compile: func() (*constrain.Grammar, error) {

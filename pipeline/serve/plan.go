@@ -82,7 +82,7 @@ func (p *plan) splitter() textSplitter {
 	case p.reasoning != nil:
 		sp := newSplitter(*p.reasoning, p.thinking)
 		switch p.tools {
-		case ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax:
+		case ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax, ToolsPythonic:
 			sp.call = p.tools.callMarker()
 		}
 		return sp

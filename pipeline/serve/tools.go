@@ -37,7 +37,9 @@ import (
 //     them (glmValue);
 //   - minimax_m2 (MiniMax-M2): <minimax:tool_call> holding <invoke
 //     name="NAME"> <parameter name="KEY">VALUE</parameter>… </invoke>
-//     calls, each value typed by the tool's schema as qwen_xml's.
+//     calls, each value typed by the tool's schema as qwen_xml's;
+//   - pythonic (LFM2, LFM2-MoE): <|tool_call_start|>[NAME(KEY=VALUE, …),
+//     …]<|tool_call_end|>, each value a Python literal (pythonic.go).
 //
 // GPT-OSS's harmony calls are messages to functions.NAME, which the
 // harmony splitter (harmony.go) re-emits as hermes markup for the parser.
@@ -65,6 +67,9 @@ const (
 	// functions.NAME, which the harmony splitter re-emits as hermes
 	// markup for the parser.
 	ToolsHarmony ToolFormat = "harmony"
+	// ToolsPythonic is LFM2's: a Python list of calls with keyword
+	// arguments between <|tool_call_start|> and <|tool_call_end|>.
+	ToolsPythonic ToolFormat = "pythonic"
 )
 
 // ToolFormatOf reads a chat template's tool markup.
@@ -82,6 +87,8 @@ func ToolFormatOf(t *chat.Template) ToolFormat {
 		return ToolsGLM
 	case strings.Contains(src, "<minimax:tool_call>"):
 		return ToolsMiniMax
+	case strings.Contains(src, pythonicOpen) || strings.Contains(src, "<|tool_list_start|>"):
+		return ToolsPythonic
 	case strings.Contains(src, "<tool_call>"):
 		return ToolsHermes
 	case strings.Contains(src, "[TOOL_CALLS]") && strings.Contains(src, "[ARGS]"):
@@ -153,6 +160,8 @@ func (f ToolFormat) callMarker() string {
 		return "<minimax:tool_call>"
 	case ToolsMistral, ToolsMistralArgs:
 		return "[TOOL_CALLS]"
+	case ToolsPythonic:
+		return pythonicOpen
 	}
 	return "<|python_tag|>"
 }
@@ -306,6 +315,16 @@ func parseToolCalls(f ToolFormat, text string, types map[string]map[string]strin
 			}
 			for _, raw := range list {
 				addJSON(raw)
+			}
+		}
+	case ToolsPythonic:
+		for _, body := range tagged(text, pythonicOpen, pythonicClose) {
+			names, args, parsed := pythonicCalls(body)
+			if !parsed {
+				return nil
+			}
+			for i, name := range names {
+				add(name, args[i])
 			}
 		}
 	case ToolsLlama3:

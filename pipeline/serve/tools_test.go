@@ -83,6 +83,24 @@ func TestToolParser(t *testing.T) {
 		{ToolsGLM, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a<arg_key>b</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>True</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>None</arg_value>\n</tool_call>", "",
 			[]toolCall{obj("get_weather", `{"city":"a\u003carg_key\u003eb","metric":true,"opts":null}`)}},
 		{ToolsQwenXML, "<tool_call>\n<function=get_weather>\n<parameter=days>\n007\n</parameter>\n</function>\n</tool_call>", "", []toolCall{obj("get_weather", `{"days":7}`)}},
+		// LFM2's pythonic calls: Python literals (quotes of either kind,
+		// True/None, tuples, a dict with a number key, escapes, triple
+		// quotes, trailing commas, underscores in numbers) as JSON.
+		{ToolsPythonic, "Let me check.\n<|tool_call_start|>[get_weather(city=\"Paris\", days=3)]<|tool_call_end|>",
+			"Let me check.\n", []toolCall{obj("get_weather", `{"city":"Paris","days":3}`)}},
+		{ToolsPythonic, "<|tool_call_start|>[get_weather(city='San Francisco, \"CA\"', metric=True, at=1.50, opts={'a': [1, (2, 3)], 7: None},), get_time()]<|tool_call_end|>",
+			"", []toolCall{obj("get_weather", `{"city":"San Francisco, \"CA\"","metric":true,"at":1.5,"opts":{"a":[1,[2,3]],"7":null}}`), obj("get_time", `{}`)}},
+		{ToolsPythonic, "<|tool_call_start|>[f(s=\"a\\nb\\u00e9\\x41\\q\\/\\ud83d\\ude00\", t='''two\nlines''', n=-2_500, e=1e3, z=False)]<|tool_call_end|>",
+			"", []toolCall{obj("f", `{"s":"a\nbéA\\q/😀","t":"two\nlines","n":-2500,"e":1000,"z":false}`)}},
+		{ToolsPythonic, "<|tool_call_start|>f(x=1, x=2)<|tool_call_end|>", "", []toolCall{obj("f", `{"x":2}`)}},                                        // no brackets; the last value
+		{ToolsPythonic, "<|tool_call_start|>[{\"name\": \"f\", \"arguments\": {\"x\": [1]}}]<|tool_call_end|>", "", []toolCall{obj("f", `{"x":[1]}`)}}, // JSON calls
+		{ToolsPythonic, "<|tool_call_start|>[f(x=1)]", "", []toolCall{obj("f", `{"x":1}`)}},                                                            // cut short after the list
+		{ToolsPythonic, "<|tool_call_start|>[f(1)]<|tool_call_end|>", "<|tool_call_start|>[f(1)]<|tool_call_end|>", nil},                               // positional
+		{ToolsPythonic, "<|tool_call_start|>[f(x=1]<|tool_call_end|>", "<|tool_call_start|>[f(x=1]<|tool_call_end|>", nil},
+		{ToolsPythonic, "<|tool_call_start|>[f(x=open('a'))]<|tool_call_end|>", "<|tool_call_start|>[f(x=open('a'))]<|tool_call_end|>", nil}, // not a literal
+		{ToolsPythonic, "<|tool_call_start|>[f(x='a\nb')]<|tool_call_end|>", "<|tool_call_start|>[f(x='a\nb')]<|tool_call_end|>", nil},       // a raw newline in quotes
+		{ToolsPythonic, "<|tool_call_start|>[]<|tool_call_end|>", "<|tool_call_start|>[]<|tool_call_end|>", nil},
+		{ToolsPythonic, "No call.", "No call.", nil},
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			p := newToolParser(c.format, types, false)
@@ -156,8 +174,11 @@ func FuzzToolParser(f *testing.F) {
 	f.Add("{\"name\":\"a\"};{\"name\":\"b\"};", 4)
 	f.Add("{\"name\":\"a\",\"parameters\":{\"q\":[1,2,{}]}}", 1)
 	f.Add(strings.Repeat("<tool_call>{\"name\":\"a\"}</tool_call>", 100), 7)
+	f.Add("<|tool_call_start|>[a(x=1, y='z\\n', w={'k': [(1, 2.5e3), None]}), b()]<|tool_call_end|>", 17)
+	f.Add("<|tool_call_start|>[a(x="+strings.Repeat("[", 200)+strings.Repeat("]", 200)+")]", 40)
+	f.Add("<|tool_call_start|>[{\"name\": \"a\", \"arguments\": {}}]", 2)
 	f.Fuzz(func(t *testing.T, text string, cut int) {
-		for _, format := range []ToolFormat{ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax, ToolsMistral, ToolsMistralArgs, ToolsLlama3} {
+		for _, format := range []ToolFormat{ToolsHermes, ToolsQwenXML, ToolsGLM, ToolsMiniMax, ToolsMistral, ToolsMistralArgs, ToolsLlama3, ToolsPythonic} {
 			p := newToolParser(format, map[string]map[string]string{"a": {"x": "integer"}}, false)
 			cut := min(max(cut, 0), len(text))
 			content := p.feed(text[:cut]) + p.feed(text[cut:])
@@ -724,11 +745,11 @@ func TestToolCallsMiniMax(t *testing.T) {
 	}
 }
 
-// tool_choice "required" and a named function on GLM-4.5's and MiniMax-M2's
-// templates: a model that would answer in prose writes a call in the
-// template's markup, which the format's parser reads back into arguments
-// that validate.
-func TestToolChoiceForcedGLMAndMiniMax(t *testing.T) {
+// tool_choice "required" and a named function on GLM-4.5's, MiniMax-M2's
+// and LFM2's templates: a model that would answer in prose writes a call
+// in the template's markup, which the format's parser reads back into
+// arguments that validate.
+func TestToolChoiceForcedGLMMiniMaxPythonic(t *testing.T) {
 	prose, err := loadTestTokenizer(t).Encode("I think it is sunny.", false)
 	require.NoError(t, err)
 	const schema = `{"type":"object","properties":{"city":{"enum":["Oslo","Rome"]},"days":{"type":"integer","minimum":1,"maximum":3},"note":{"type":"string"}},"required":["city","days"],"additionalProperties":false}`
@@ -739,7 +760,7 @@ func TestToolChoiceForcedGLMAndMiniMax(t *testing.T) {
 	for _, tmpl := range []struct {
 		name, src string
 		format    ToolFormat
-	}{{"glm", glmTemplate(t), ToolsGLM}, {"minimax", miniMaxTemplate, ToolsMiniMax}} {
+	}{{"glm", glmTemplate(t), ToolsGLM}, {"minimax", miniMaxTemplate, ToolsMiniMax}, {"pythonic", lfm2Template, ToolsPythonic}} {
 		t.Run(tmpl.name, func(t *testing.T) {
 			ts := newTestServer(t, serverConfig{script: prose, template: tmpl.src, context: 4096})
 			require.Equal(t, tmpl.format, ToolFormatOf(ts.srv.o.Template))
