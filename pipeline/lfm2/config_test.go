@@ -140,6 +140,8 @@ func TestConfigReadings(t *testing.T) {
 		{"layer_types over full_attn_idxs", `, "intermediate_size": 96, "full_attn_idxs": [1], "layer_types": ["full_attention", "conv", "conv"]`, 256, []int{0}, true, 1e6},
 		{"tie_embedding first", `, "tie_embedding": false, "tie_word_embeddings": true`, 8192, []int{0, 1, 2}, false, 1e6},
 		{"theta", `, "theta": 5e5`, 8192, []int{0, 1, 2}, true, 5e5},
+		{"theta over rope_theta", `, "theta": 5e5, "rope_theta": 7e5`, 8192, []int{0, 1, 2}, true, 5e5},
+		{"hidden_act unread", `, "hidden_act": "swishy"`, 8192, []int{0, 1, 2}, true, 1e6}, // Lfm2MLP is SiLU whatever it says
 		{"rope_parameters by layer type", `, "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 2e6}, "conv": null}`, 8192, []int{0, 1, 2}, true, 2e6},
 		{"rope_parameters", `, "rope_parameters": {"rope_type": "default", "rope_theta": 3e6}`, 8192, []int{0, 1, 2}, true, 3e6},
 	} {
@@ -158,6 +160,9 @@ func TestConfigReadings(t *testing.T) {
 				if k != lm.KindFull && k != nn.KindConv {
 					t.Errorf("layer %d kind %q", i, k)
 				}
+			}
+			if o.Spec.HeadDim != 16 {
+				t.Errorf("head_dim %d, want 16", o.Spec.HeadDim)
 			}
 			if o.Spec.TieEmbeddings != c.tied {
 				t.Errorf("tied %v, want %v", o.Spec.TieEmbeddings, c.tied)
@@ -211,6 +216,25 @@ func TestConfigErrors(t *testing.T) {
 		}
 		if got := errors.Is(err, errs.ErrUnsupported); got != c.unsupported {
 			t.Errorf("%s: unsupported %v, want %v (%v)", c.want, got, c.unsupported, err)
+		}
+	}
+}
+
+// TestHeadDim: a config's head_dim is the attention's, as Lfm2Attention
+// reads it (getattr(config, "head_dim", hidden/heads)), even where it is
+// not hidden/heads.
+func TestHeadDim(t *testing.T) {
+	o, err := lfm2.Resolve(parseConfig(t, `{"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "num_hidden_layers": 2, "vocab_size": 50}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := lfm2.NewModel(o)
+	for _, w := range m.LayerWeights(0) {
+		if strings.HasSuffix(w.Name, "q_proj.weight") && (w.Shape[0] != 96 || w.Shape[1] != 64) {
+			t.Errorf("%s %v, want [96 64]", w.Name, w.Shape)
+		}
+		if strings.HasSuffix(w.Name, "q_layernorm.weight") && w.Shape[0] != 24 {
+			t.Errorf("%s %v, want [24]", w.Name, w.Shape)
 		}
 	}
 }

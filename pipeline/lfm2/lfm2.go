@@ -1,6 +1,8 @@
 // Package lfm2 implements Liquid AI's LFM2 (Lfm2ForCausalLM: LFM2-350M,
 // 700M, 1.2B, 2.6B) and LFM2-MoE (Lfm2MoeForCausalLM: LFM2-8B-A1B,
-// LFM2-24B-A2B), following transformers' models/lfm2 and models/lfm2_moe:
+// LFM2-24B-A2B) of "LFM2 Technical Report" (Liquid AI, 2025,
+// arXiv:2511.23404), following transformers' models/lfm2 and
+// models/lfm2_moe:
 //
 //   - layer_types names each layer "conv" or "full_attention" (LFM2's
 //     older configs list the attention layers in full_attn_idxs; with
@@ -64,9 +66,9 @@ type Config struct {
 	NumKeyValueHeads      *int            `json:"num_key_value_heads"`
 	MaxPositionEmbeddings *int            `json:"max_position_embeddings"`
 	NormEps               *float64        `json:"norm_eps"`
-	Theta                 *float64        `json:"theta"`
 	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
 	TieEmbedding          *bool           `json:"tie_embedding"`
+	HeadDim               *int            `json:"head_dim"`
 	HiddenAct             string          `json:"hidden_act"`
 	ConvBias              *bool           `json:"conv_bias"`
 	ConvLCache            *int            `json:"conv_L_cache"`
@@ -174,9 +176,11 @@ func Resolve(cfg *config.File) (Options, error) {
 		s.EOS = []int{2}
 	}
 	s.KVHeads = lm.Or(c.NumKeyValueHeads, defaultKVHeads)
-	if s.Hidden > 0 && s.Heads > 0 {
+	if c.HeadDim != nil && *c.HeadDim > 0 { // Lfm2Attention's getattr(config, "head_dim", hidden/heads)
+		s.HeadDim = *c.HeadDim
+	} else if s.Hidden > 0 && s.Heads > 0 {
 		if s.Hidden%s.Heads != 0 {
-			return Options{}, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d", where, s.Hidden, s.Heads)
+			return Options{}, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d (and head_dim is not set)", where, s.Hidden, s.Heads)
 		}
 		s.HeadDim = s.Hidden / s.Heads
 	}
@@ -194,15 +198,16 @@ func Resolve(cfg *config.File) (Options, error) {
 	if s.LayerKinds, err = c.kinds(where, moe, s.Layers); err != nil {
 		return Options{}, err
 	}
-	act := c.HiddenAct
-	if act == "" {
-		act = "silu"
-	}
-	if o.Act = nn.Activation(act); o.Act == nil {
-		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
-	}
+	o.Act = nn.Activation("silu")
 	o.Dense = s.Layers
 	if moe {
+		// The experts' activation is hidden_act (Lfm2MoeExperts); the
+		// dense MLPs apply SiLU whatever it says, and LFM2 never reads it.
+		if act := c.HiddenAct; act != "" {
+			if o.Act = nn.Activation(act); o.Act == nil {
+				return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
+			}
+		}
 		o.Dense = lm.Or(c.NumDenseLayers, moeDenseLayers)
 		o.Experts, o.TopK = lm.Or(c.NumExperts, moeExperts), lm.Or(c.NumExpertsPerTok, moeTopK)
 		o.MoEIntermediate = lm.Or(c.MoEIntermediateSize, moeExpertInter)
@@ -223,7 +228,7 @@ func Resolve(cfg *config.File) (Options, error) {
 		}
 	}
 	o.Spec = s
-	if o.Rope, err = nn.ConfigRope(ropeFields(cfg.Raw), lm.Or(c.Theta, defaultTheta), s.HeadDim, s.MaxPositions); err != nil {
+	if o.Rope, err = nn.ConfigRope(ropeFields(cfg.Raw), defaultTheta, s.HeadDim, s.MaxPositions); err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
 	return o, nil
@@ -304,21 +309,25 @@ func (c *Config) kinds(where string, moe bool, layers int) ([]string, error) {
 	return types, nil
 }
 
-// ropeFields are the config's fields as nn.ConfigRope reads them, with
-// a rope_parameters keyed by layer type (Lfm2Config's standardized
-// {"full_attention": {...}, "conv": null}) replaced by the attention
-// layers' entry.
+// ropeFields are the config's fields as nn.ConfigRope reads them: the
+// original configs' theta in place of rope_theta (Lfm2Config reads theta
+// first), and a rope_parameters keyed by layer type (Lfm2Config's
+// standardized {"full_attention": {...}, "conv": null}) replaced by the
+// attention layers' entry.
 func ropeFields(raw map[string]json.RawMessage) map[string]json.RawMessage {
+	out := raw
+	if theta, ok := raw["theta"]; ok && string(theta) != "null" {
+		out = maps.Clone(raw)
+		out["rope_theta"] = theta
+	}
 	var byType map[string]json.RawMessage
 	if json.Unmarshal(raw["rope_parameters"], &byType) != nil {
-		return raw
+		return out
 	}
-	full, ok := byType[layerTypeAttends]
-	if !ok {
-		return raw
+	if full, ok := byType[layerTypeAttends]; ok {
+		out = maps.Clone(out)
+		out["rope_parameters"] = full
 	}
-	out := maps.Clone(raw)
-	out["rope_parameters"] = full
 	return out
 }
 
