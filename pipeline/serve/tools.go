@@ -318,14 +318,12 @@ func parseToolCalls(f ToolFormat, text string, types map[string]map[string]strin
 			}
 		}
 	case ToolsPythonic:
-		for _, body := range tagged(text, pythonicOpen, pythonicClose) {
-			names, args, parsed := pythonicCalls(body)
-			if !parsed {
-				return nil
-			}
-			for i, name := range names {
-				add(name, args[i])
-			}
+		names, args, parsed := pythonicBlocks(text)
+		if !parsed {
+			return nil
+		}
+		for i, name := range names {
+			add(name, args[i])
 		}
 	case ToolsLlama3:
 		body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "<|python_tag|>"))

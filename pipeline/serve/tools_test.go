@@ -101,6 +101,15 @@ func TestToolParser(t *testing.T) {
 		{ToolsPythonic, "<|tool_call_start|>[f(x='a\nb')]<|tool_call_end|>", "<|tool_call_start|>[f(x='a\nb')]<|tool_call_end|>", nil},       // a raw newline in quotes
 		{ToolsPythonic, "<|tool_call_start|>[]<|tool_call_end|>", "<|tool_call_start|>[]<|tool_call_end|>", nil},
 		{ToolsPythonic, "No call.", "No call.", nil},
+		// Octal escapes, raw and unicode prefixes, a lone surrogate,
+		// parentheses around one value (not a tuple), an int past 64
+		// bits, an end marker inside a string, JSON calls after spaces
+		// with "parameters", text after the block.
+		{ToolsPythonic, "<|tool_call_start|>[f(a=\"\\012\\101\", b=r'C:\\new', c=u'\\u00e9', d=\"\\ud83d!\", e=(1), g=(1,), h=12345678901234567890, i='<|tool_call_end|>')]<|tool_call_end|> Done.",
+			"", []toolCall{obj("f", `{"a":"\nA","b":"C:\\new","c":"é","d":"�!","e":1,"g":[1],"h":12345678901234567890,"i":"\u003c|tool_call_end|\u003e"}`)}},
+		{ToolsPythonic, "<|tool_call_start|>[ {\"name\": \"f\", \"parameters\": {\"x\": 1}}]<|tool_call_end|>", "", []toolCall{obj("f", `{"x":1}`)}},
+		{ToolsPythonic, "<|tool_call_start|>[f(x=1)] and more<|tool_call_end|>", "<|tool_call_start|>[f(x=1)] and more<|tool_call_end|>", nil}, // not just a list
+		{ToolsPythonic, "<|tool_call_start|>[-(x=1)]<|tool_call_end|>", "<|tool_call_start|>[-(x=1)]<|tool_call_end|>", nil},                   // not a name
 	} {
 		for size := 1; size <= len(c.text); size++ {
 			p := newToolParser(c.format, types, false)
