@@ -314,6 +314,27 @@ func XMLCallsIn(tools []Tool, many bool, m XMLMarkup) (*Grammar, error) {
 
 // xmlParams emits tool i's parameters (XMLCalls) from its schema r.
 func (c *schemaCompiler) xmlParams(i int, t Tool, r *jvalue) error {
+	return c.objectParams(i, t, r, func(key, path string) error {
+		if strings.ContainsAny(key, c.xml.Reserved) {
+			return fmt.Errorf("%s.properties: the key %q cannot be written in a %s parameter", path, key, c.xml.Format)
+		}
+		return nil
+	}, func(key string, v *jvalue, path string) error {
+		c.b.lit(c.xml.Param(key))
+		err := c.xmlValue(v, path)
+		c.b.lit(c.xml.ParamClose)
+		return err
+	})
+}
+
+// objectParams emits tool i's parameters from its schema r, as the
+// markups that write each parameter apart (XMLCalls, PythonicCalls) do:
+// none without a schema (or with one of annotations only); else each
+// property in the schema's order through param (the required ones
+// always, the others optionally), a key that keyErr refuses refused. A
+// schema of another type than object, or a required property without a
+// schema, is refused.
+func (c *schemaCompiler) objectParams(i int, t Tool, r *jvalue, keyErr func(key, path string) error, param func(key string, v *jvalue, path string) error) error {
 	path := fmt.Sprintf("tools[%d].parameters", i)
 	if r == nil || r.kind == 'o' && len(constraining(r)) == 0 {
 		return nil // no schema ({} or annotations only): no parameters, as toolArgs's any object
@@ -343,21 +364,18 @@ func (c *schemaCompiler) xmlParams(i int, t Tool, r *jvalue) error {
 	c.root = r
 	var err error
 	for k, key := range props.keys {
-		if strings.ContainsAny(key, c.xml.Reserved) {
-			return fmt.Errorf("%s: %s.properties: the key %q cannot be written in a %s parameter", t.Name, path, key, c.xml.Format)
+		if e := keyErr(key, path); e != nil {
+			return fmt.Errorf("%s: %w", t.Name, e)
 		}
-		ppath := path + ".properties." + key
-		param := func() {
-			c.b.lit(c.xml.Param(key))
-			if e := c.xmlValue(props.vals[k], ppath); e != nil && err == nil {
+		emit := func() {
+			if e := param(key, props.vals[k], path+".properties."+key); e != nil && err == nil {
 				err = fmt.Errorf("%s: %w", t.Name, e)
 			}
-			c.b.lit(c.xml.ParamClose)
 		}
 		if required[key] {
-			param()
+			emit()
 		} else {
-			c.b.opt(param)
+			c.b.opt(emit)
 		}
 	}
 	return err
@@ -518,53 +536,17 @@ func pyIdent(s, extra string) bool {
 }
 
 // pyParams emits tool i's keyword arguments (PythonicCalls) from its
-// schema r: none without a schema (or with one of annotations only).
+// schema r: KEY=VALUE, then ", ".
 func (c *schemaCompiler) pyParams(i int, t Tool, r *jvalue) error {
-	path := fmt.Sprintf("tools[%d].parameters", i)
-	if r == nil || r.kind == 'o' && len(constraining(r)) == 0 {
-		return nil
-	}
-	if ts, e := typesOf(r, path); e != nil || len(ts) != 1 || ts[0] != "object" {
-		return fmt.Errorf("%s: %s: a tool's parameters must be a schema of type object", t.Name, path)
-	}
-	props := r.get("properties")
-	if props != nil && props.kind != 'o' {
-		return fmt.Errorf("%s: %s.properties: expected an object", t.Name, path)
-	}
-	required := map[string]bool{}
-	if req := r.get("required"); req != nil && req.kind == 'a' {
-		for _, x := range req.vals {
-			if x.kind != 's' {
-				continue
-			}
-			if props.get(x.str) == nil { // never written: the call would lack it
-				return fmt.Errorf("%s: %s.required: %q is not among the properties, and a required property without a schema cannot be enforced", t.Name, path, x.str)
-			}
-			required[x.str] = true
-		}
-	}
-	if props == nil {
-		return nil
-	}
-	c.root = r
-	var err error
-	for k, key := range props.keys {
+	return c.objectParams(i, t, r, func(key, path string) error {
 		if !pyIdent(key, "") {
-			return fmt.Errorf("%s: %s.properties: the key %q is not a Python identifier, so a pythonic call cannot pass it", t.Name, path, key)
+			return fmt.Errorf("%s.properties: the key %q is not a Python identifier, so a pythonic call cannot pass it", path, key)
 		}
-		ppath := path + ".properties." + key
-		param := func() {
-			c.b.lit(key + "=")
-			if e := c.value(props.vals[k], ppath); e != nil && err == nil {
-				err = fmt.Errorf("%s: %w", t.Name, e)
-			}
-			c.b.lit(", ")
-		}
-		if required[key] {
-			param()
-		} else {
-			c.b.opt(param)
-		}
-	}
-	return err
+		return nil
+	}, func(key string, v *jvalue, path string) error {
+		c.b.lit(key + "=")
+		err := c.value(v, path)
+		c.b.lit(", ")
+		return err
+	})
 }
