@@ -124,7 +124,7 @@
 # 3; attention of 32 heads and 8 KV heads of 64 with q/k norms; the first
 # 2 layers a dense MLP of 7168, then 32 experts of 1792, top 4 by sigmoid
 # with the expert bias, renormalized; vocab 65536, tied head) in LAYERS
-# layers (default 8, 5.0 GB bf16) whose kinds are the release's
+# layers (default 8, 4.9 GB bf16) whose kinds are the release's
 # layer_types cut to LAYERS, the experts one tensor each as the release
 # stores them, DIR /tmp/tputool-lfm2moe-bench. scripts/export-gguf writes
 # llama.cpp's lfm2moe, which ollama runs on its own engine (a port of
