@@ -4,7 +4,8 @@
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
 # ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
-# Nano, FAMILY=lfm2moe an LFM2-8B-A1B) on tputool and on llama.cpp's kernels (ollama), same weights, side
+# Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B) on
+# tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
 #   MODE=decode (default): batch-1 decode; each round one tputool bench run
@@ -128,7 +129,11 @@
 # layer_types cut to LAYERS, the experts one tensor each as the release
 # stores them, DIR /tmp/tputool-lfm2moe-bench. scripts/export-gguf writes
 # llama.cpp's lfm2moe, which ollama runs on its own engine (a port of
-# llama.cpp's graph on the same ggml kernels).
+# llama.cpp's graph on the same ggml kernels). FAMILY=lfm2: the dense
+# LFM2-1.2B whole (testdata/configs/lfm2_1_2b: 16 layers, 10 short
+# convolutions and 6 attention layers, the MLP 8192; 1.17B parameters,
+# 2.3 GB bf16), DIR /tmp/tputool-lfm2-bench, written as llama.cpp's lfm2,
+# which ollama runs on its own engine.
 # Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -163,7 +168,8 @@ llama4) DIR="${DIR:-/tmp/tputool-llama4-bench}" ;;
 granitehybrid) DIR="${DIR:-/tmp/tputool-granitehybrid-bench}" ;;
 nemotronh) DIR="${DIR:-/tmp/tputool-nemotronh-bench}" ;;
 lfm2moe) DIR="${DIR:-/tmp/tputool-lfm2moe-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh or lfm2moe" >&2; exit 2 ;;
+lfm2) DIR="${DIR:-/tmp/tputool-lfm2-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe or lfm2" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -341,6 +347,10 @@ if not 0 < n <= len(c["layer_types"]):
 c["num_hidden_layers"], c["layer_types"] = n, c["layer_types"][:n]
 json.dump(c, open(out, "w"))' "${LAYERS:-8}" "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65536
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
+  cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65536
 elif [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<'JSON'
