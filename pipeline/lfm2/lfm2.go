@@ -137,7 +137,6 @@ const (
 	moeTopK          = 4
 	routerNormEps    = 1e-6 // Lfm2MoeSparseMoeBlock's
 	moeArchitecture  = "Lfm2MoeForCausalLM"
-	denseModelType   = "lfm2"
 	moeModelType     = "lfm2_moe"
 	layerTypeConv    = "conv"
 	layerTypeAttends = "full_attention"

@@ -17,7 +17,7 @@ import (
 //
 //   - attention.head_count_kv is a per-layer array, 0 on the
 //     short-convolution layers: both read such a layer as a convolution.
-//     attention.key_length is hidden/heads; the rope is NeoX (rotate
+//     attention.key_length is the head's size; the rope is NeoX (rotate
 //     half) over the whole head with rope.freq_base, as transformers', so
 //     q and k keep their rows; rope.dimension_count is written for
 //     ollama's engine.
@@ -26,9 +26,11 @@ import (
 //     shortconv.out_proj. An attention layer: attn_q, attn_k, attn_v,
 //     attn_q_norm, attn_k_norm, attn_output.
 //   - operator_norm is attn_norm, ffn_norm is ffn_norm; the final
-//     embedding_norm is token_embd_norm for lfm2 and output_norm for
-//     lfm2moe, the names llama.cpp's loader reads (ollama's engine takes
-//     either).
+//     embedding_norm is token_embd_norm for lfm2 (as ollama's importer
+//     writes it; v0.24.0's llama.cpp looks it up under a bare
+//     "output_norm" and refuses the file, which ollama's engine runs)
+//     and output_norm for lfm2moe (llama.cpp's name); ollama's engine
+//     takes either.
 //   - The dense MLPs: ffn_gate (w1), ffn_up (w3), ffn_down (w2); their
 //     width is feed_forward_length. The MoE layers: ffn_gate_inp, the
 //     expert bias as exp_probs_b.bias, the experts' stacks ffn_gate_exps,
@@ -127,7 +129,7 @@ func runLFM2(l *lm.Loaded, dir, out string, m *lfm2.Model) error {
 		g.halves(b+"ffn_gate_exps.weight", b+"ffn_up_exps.weight", ff+"experts.gate_up_proj", o.Experts, o.MoEIntermediate, s.Hidden)
 		g.add(b+"ffn_down_exps.weight", false, ff+"experts.down_proj") // [E, H, I]
 	}
-	norm := "token_embd_norm.weight" // llama.cpp's lfm2 name (its OUTPUT_NORM_LFM2)
+	norm := "token_embd_norm.weight" // ollama's importer's name for lfm2
 	if o.MoE {
 		norm = "output_norm.weight" // its lfm2moe's
 	}
