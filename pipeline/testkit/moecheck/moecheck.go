@@ -30,10 +30,12 @@ var Variants = []struct {
 	{"dense-compiled", compile.Options{Mode: compile.Compiled, Experts: compile.ExpertsDense}},
 }
 
-// Run runs l on the go and cpu backends under each of Variants, as
-// subtests named prefix+"backend/variant", each teacher-forced against ref
-// over prompts extended to seqs (refcheck.TeacherForced, relative
-// tolerance tol), and returns each run's logits by "backend/variant".
+// Run runs l on the go and cpu backends under each of Variants (the
+// graph formulations only for a model whose experts run only in the
+// graph, lm.InGraphExperts), as subtests named prefix+"backend/variant",
+// each teacher-forced against ref over prompts extended to seqs
+// (refcheck.TeacherForced, relative tolerance tol), and returns each
+// run's logits by "backend/variant".
 func Run(t *testing.T, prefix string, l *lm.Loaded, ref refcheck.Reference, prompts, seqs [][]int, steps int, tol float64) map[string][]float32 {
 	t.Helper()
 	out := map[string][]float32{}
@@ -45,6 +47,9 @@ func Run(t *testing.T, prefix string, l *lm.Loaded, ref refcheck.Reference, prom
 			be = refcheck.CPUBackend(t)
 		}
 		for _, v := range Variants {
+			if _, graphOnly := l.Model.(lm.InGraphExperts); graphOnly && v.Opts.Experts != compile.ExpertsInGraph {
+				continue
+			}
 			key := backend + "/" + v.Name
 			t.Run(prefix+key, func(t *testing.T) {
 				r, err := compile.NewRunner(be, l, v.Opts)
