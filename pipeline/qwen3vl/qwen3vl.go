@@ -57,28 +57,24 @@ const textPrefix = "model.language_model."
 // (from its text_config).
 func New(cfg *config.File) (lm.Model, error) {
 	where := lm.ConfigName(cfg)
-	text := cfg.Text
-	if text == nil {
+	if cfg.Text == nil {
 		return nil, fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
 	}
-	if text.Path == "" {
-		text.Path = where + " text_config"
-	}
-	var tie struct {
-		Text, Wrapper *bool
-	}
-	if err := readTie(cfg, text, &tie.Text, &tie.Wrapper); err != nil {
+	text := *cfg.Text // named in the text model's errors as the wrapper's text_config
+	text.Path = where + " text_config"
+	textTie, wrapperTie, err := ties(cfg)
+	if err != nil {
 		return nil, err
 	}
 	var m lm.Model
 	if cfg.Architecture() == MoE {
-		o, err := qwen3moe.Resolve(text)
+		o, err := qwen3moe.Resolve(&text)
 		if err != nil {
 			return nil, err
 		}
 		m = &MoEModel{qwen3moe.NewModel(o)}
 	} else {
-		d, err := qwen3.New(text)
+		d, err := qwen3.New(&text)
 		if err != nil {
 			return nil, err
 		}
@@ -86,26 +82,25 @@ func New(cfg *config.File) (lm.Model, error) {
 	}
 	s := m.Spec()
 	s.Architecture = cfg.Architecture()
-	if tie.Text == nil && tie.Wrapper != nil { // the wrapper's field decides when text_config has none
-		s.TieEmbeddings = *tie.Wrapper
+	if textTie == nil && wrapperTie != nil { // the wrapper's field decides when text_config has none
+		s.TieEmbeddings = *wrapperTie
 	}
 	return m, nil
 }
 
-// readTie reads tie_word_embeddings from text_config and from the
-// wrapper (each nil when absent).
-func readTie(cfg, text *config.File, inText, inWrapper **bool) error {
+// ties reads tie_word_embeddings from text_config and from the wrapper
+// (each nil when absent).
+func ties(cfg *config.File) (text, wrapper *bool, err error) {
 	var t, w struct {
 		Tie *bool `json:"tie_word_embeddings"`
 	}
-	if err := text.Decode(&t); err != nil {
-		return err
+	if err := cfg.Text.Decode(&t); err != nil {
+		return nil, nil, err
 	}
 	if err := cfg.Decode(&w); err != nil {
-		return err
+		return nil, nil, err
 	}
-	*inText, *inWrapper = t.Tie, w.Tie
-	return nil
+	return t.Tie, w.Tie, nil
 }
 
 // renameText is lm.Renamer's rename of both models: the release's
