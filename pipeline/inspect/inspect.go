@@ -274,6 +274,15 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		// The architecture, when tputool runs it, decides which tensors
 		// are read, skipped or missing, and what state generation keeps.
 		arch := checkArchitecture(r, tensors, cfg)
+		if arch != nil && text.MoE == nil {
+			// The dense MLP's width as the architecture derives it (LFM2's
+			// from block_ff_dim, 2/3 of it rounded), where the config's
+			// intermediate_size says otherwise.
+			if n := arch.Spec().Intermediate; n > 0 && n != text.Intermediate {
+				r.Notes = append(r.Notes, fmt.Sprintf("the MLPs are %d wide as the architecture derives them (intermediate_size in config.json: %d)", n, text.Intermediate))
+				text.Intermediate = n
+			}
+		}
 		// skip[i] says why tensors[i] is outside the text-only path ("" when
 		// used); computed once, it is read by four passes over 19k names in
 		// a 128-expert MoE.

@@ -3,6 +3,8 @@ package inspect_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader"
@@ -68,7 +70,8 @@ func TestLFM2MoE(t *testing.T) {
 
 // TestLFM2FullAttnIdxs reads LFM2-1.2B's original config, whose
 // attention layers full_attn_idxs lists: 10 conv layers and 6 attention
-// layers from the config alone, and the model's state agrees.
+// layers from the config alone, and the model's state agrees; the MLP's
+// width is the one the model derives from block_ff_dim.
 func TestLFM2FullAttnIdxs(t *testing.T) {
 	dir, model := realConfig(t, "lfm2_1_2b")
 	var names []string
@@ -94,5 +97,9 @@ func TestLFM2FullAttnIdxs(t *testing.T) {
 	}
 	if b := float64(r.Params.Used) / 1e9; b < 1.16 || b > 1.18 {
 		t.Errorf("%.4gB parameters, want 1.17B", b)
+	}
+	// block_ff_dim 12288 runs 8192 wide (Lfm2MLP's 2/3, rounded).
+	if r.Text.Intermediate != 8192 || !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "8192 wide") }) {
+		t.Errorf("intermediate %d, notes %q; want 8192 and a note", r.Text.Intermediate, r.Notes)
 	}
 }
