@@ -37,11 +37,13 @@ type Routed interface {
 	Expert(i, e int, w *Params, x *graph.Node) *graph.Node
 }
 
-// InGraphExperts is implemented by mixture-of-experts models that have
-// no Routed form: their experts run only in the graph of Layer (GPT-OSS,
-// whose experts carry biases, a clamped activation and checkpoint
-// encodings that the one-by-one formulations do not take). The reason
-// says why, for the error that refuses the other formulations.
+// InGraphExperts is implemented by mixture-of-experts models whose
+// experts run only in the graph of Layer: models with no Routed form
+// (GPT-OSS, whose experts carry biases, a clamped activation and
+// checkpoint encodings that the one-by-one formulations do not take), or
+// whose checkpoints the one-by-one formulations cannot read expert by
+// expert (Qwen3-VL-MoE's transposed stacks). The reason says why, for the
+// error that refuses the other formulations.
 type InGraphExperts interface {
 	Model
 	InGraphExperts() (reason string)

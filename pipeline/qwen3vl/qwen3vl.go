@@ -24,11 +24,16 @@
 //     Qwen3-MoE's stacks (lm.WeightSpec.Transposed); the experts run in
 //     the graph only (lm.InGraphExperts: --experts host and dense read
 //     each expert apart, which a transposed stack does not allow).
-//   - tie_word_embeddings is text_config's, else the wrapper's.
+//   - tie_word_embeddings is text_config's, else the wrapper's; other
+//     fields text_config leaves out take its classes' defaults
+//     (textDefaults), and the MoE's router always renormalizes its top k
+//     (Qwen3VLMoeTextTopKRouter reads no norm_topk_prob).
 package qwen3vl
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/tputool/tputool/loader/config"
@@ -60,21 +65,22 @@ func New(cfg *config.File) (lm.Model, error) {
 	if cfg.Text == nil {
 		return nil, fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
 	}
-	text := *cfg.Text // named in the text model's errors as the wrapper's text_config
-	text.Path = where + " text_config"
+	moe := cfg.Architecture() == MoE
+	text := withDefaults(cfg, moe)
 	textTie, wrapperTie, err := ties(cfg)
 	if err != nil {
 		return nil, err
 	}
 	var m lm.Model
-	if cfg.Architecture() == MoE {
-		o, err := qwen3moe.Resolve(&text)
+	if moe {
+		o, err := qwen3moe.Resolve(text)
 		if err != nil {
 			return nil, err
 		}
+		o.NormTopK = true // Qwen3VLMoeTextTopKRouter renormalizes whatever norm_topk_prob says
 		m = &MoEModel{qwen3moe.NewModel(o)}
 	} else {
-		d, err := qwen3.New(&text)
+		d, err := qwen3.New(text)
 		if err != nil {
 			return nil, err
 		}
@@ -86,6 +92,46 @@ func New(cfg *config.File) (lm.Model, error) {
 		s.TieEmbeddings = *wrapperTie
 	}
 	return m, nil
+}
+
+// textDefaults are the text configs' defaults (Qwen3VLTextConfig,
+// Qwen3VLMoeTextConfig) where they differ from Qwen3's and Qwen3-MoE's,
+// which the text model is built with: a field text_config leaves out
+// takes them. num_key_value_heads defaults to num_attention_heads and the
+// MoE's head_dim to hidden_size/num_attention_heads (both set by
+// withDefaults).
+var textDefaults = map[bool]map[string]any{
+	false: {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+		"head_dim": 128, "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "rope_theta": 5e6},
+	true: {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+		"num_attention_heads": 16, "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "rope_theta": 5e5,
+		"decoder_sparse_step": 1, "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "num_experts": 60},
+}
+
+// withDefaults is the wrapper's text_config with textDefaults for the
+// fields it leaves out, named in errors as the wrapper's text_config and
+// with the wrapper's architecture.
+func withDefaults(cfg *config.File, moe bool) *config.File {
+	text := *cfg.Text
+	text.Path = lm.ConfigName(cfg) + " text_config"
+	text.Architectures = cfg.Architectures
+	text.Raw = maps.Clone(cfg.Text.Raw)
+	set := func(k string, v any) {
+		if raw, ok := text.Raw[k]; !ok || string(raw) == "null" {
+			text.Raw[k], _ = json.Marshal(v)
+		}
+	}
+	for k, v := range textDefaults[moe] {
+		set(k, v)
+	}
+	var heads, hidden int
+	_ = json.Unmarshal(text.Raw["num_attention_heads"], &heads)
+	_ = json.Unmarshal(text.Raw["hidden_size"], &hidden)
+	set("num_key_value_heads", heads)
+	if moe && heads > 0 {
+		set("head_dim", hidden/heads)
+	}
+	return &text
 }
 
 // ties reads tie_word_embeddings from text_config and from the wrapper
@@ -154,7 +200,8 @@ func (m *MoEModel) LayerWeights(i int) []lm.WeightSpec {
 
 // InGraphExperts implements lm.InGraphExperts: the one-by-one
 // formulations (--experts host, dense) read each expert apart, which a
-// transposed stack does not allow.
+// transposed stack does not allow (the model keeps its Routed form, for
+// the graph's routing).
 func (m *MoEModel) InGraphExperts() string {
 	return "its checkpoint stores each layer's experts fused and transposed, which cannot be read one by one"
 }

@@ -2,12 +2,14 @@ package qwen3vl_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
@@ -178,5 +180,35 @@ func TestHostExpertsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "fused and transposed") {
 			t.Errorf("--experts %s: error %v, want one saying why", mode, err)
 		}
+	}
+}
+
+// TestTextDefaults: a text_config's absent fields take the Qwen3-VL text
+// configs' defaults (num_key_value_heads as many as the heads, the MoE's
+// 60 experts of 1408, top 4, head_dim hidden/heads, rope_theta 5e5), and
+// the MoE router renormalizes its top k whatever norm_topk_prob says, as
+// Qwen3VLMoeTextTopKRouter does.
+func TestTextDefaults(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+		"text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "norm_topk_prob": false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lm.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*qwen3vl.MoEModel).Options()
+	if s := o.Spec; s.KVHeads != 4 || s.HeadDim != 16 || s.MaxPositions != 128000 || s.Intermediate != 5632 {
+		t.Errorf("spec %+v", s)
+	}
+	if o.Experts != 60 || o.TopK != 4 || o.MoEIntermediate != 1408 || !o.NormTopK {
+		t.Errorf("experts %d, top %d, width %d, renormalized %v; want 60, 4, 1408, true", o.Experts, o.TopK, o.MoEIntermediate, o.NormTopK)
+	}
+	if theta := math.Pow(o.Rope.InvFreq[1], -float64(o.Rope.RotaryDim)/2); math.Abs(theta/5e5-1) > 1e-9 {
+		t.Errorf("rope theta %g, want 5e5", theta)
+	}
+	if a := m.Spec().Architecture; a != qwen3vl.MoE {
+		t.Errorf("architecture %q", a)
 	}
 }
