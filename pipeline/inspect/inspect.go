@@ -279,7 +279,11 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			// from block_ff_dim, 2/3 of it rounded), where the config's
 			// intermediate_size says otherwise.
 			if n := arch.Spec().Intermediate; n > 0 && n != text.Intermediate {
-				r.Notes = append(r.Notes, fmt.Sprintf("the MLPs are %d wide as the architecture derives them (intermediate_size in config.json: %d)", n, text.Intermediate))
+				said := "config.json has no intermediate_size"
+				if text.Intermediate > 0 {
+					said = fmt.Sprintf("intermediate_size in config.json: %d", text.Intermediate)
+				}
+				r.Notes = append(r.Notes, fmt.Sprintf("the MLPs are %d wide as the architecture derives them (%s)", n, said))
 				text.Intermediate = n
 			}
 		}
