@@ -294,6 +294,19 @@ cat >"$work/lfm2moe.json" <<'EOF'
  "routed_scaling_factor": 1.0, "conv_L_cache": 3, "conv_bias": false, "norm_eps": 1e-05, "rope_theta": 1000000.0,
  "max_position_embeddings": 512, "tie_embedding": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Qwen3-VL-MoE, text only: Qwen3-MoE's decoder under text_config
+# with the multimodal rope_scaling (the plain rotary embedding on text),
+# the expert stacks stored transposed ([E, hidden, 2I], [E, I, hidden])
+# as the releases store them.
+cat >"$work/qwen3vlmoe.json" <<'EOF'
+{"architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe", "tie_word_embeddings": false,
+ "text_config": {"model_type": "qwen3_vl_moe_text", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
+ "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 1, "mlp_only_layers": [0],
+ "norm_topk_prob": true, "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "rope_theta": 5000000,
+ "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": true},
+ "bos_token_id": 1, "eos_token_id": 2}}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -323,7 +336,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
