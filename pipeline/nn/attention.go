@@ -495,3 +495,13 @@ func LatentAttention(q *Node, c Latent, bias *Node, scale float64, valueDims int
 	out := DotGeneral(probs, []int{4}, []int{0, 1}, values, []int{2}, []int{0, 1}) // [B, 1, T, H, dv]
 	return Reshape(out, b, t, h, valueDims)
 }
+
+// RealTokens is 1 at the step's real tokens and 0 on left padding
+// (step.Positions < 0), [B, T, 1] in dtype: the mask the recurrent
+// mixers (Mamba-2, Gated DeltaNet, the short convolution) multiply their
+// inputs by, so that a padded row's state stays zero until its first
+// token.
+func RealTokens(step *lm.Step, dtype dtypes.DType) *Node {
+	pos := step.Positions
+	return InsertAxes(ConvertDType(GreaterOrEqual(pos, ScalarZero(pos.Graph(), pos.DType())), dtype), -1)
+}

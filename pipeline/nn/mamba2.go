@@ -279,7 +279,7 @@ func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps
 	b, t := dims[0], dims[1]
 	dtype := x.DType()
 	f32 := dtypes.Float32
-	isReal := InsertAxes(ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), dtypes.Int32)), dtype), -1) // [B, T, 1]
+	isReal := RealTokens(step, dtype) // [B, T, 1]
 	x = Mul(x, isReal)
 
 	proj := Linear(x, w.InProj, w.InProjBias) // [B, T, ProjDim]

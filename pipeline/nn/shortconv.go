@@ -89,7 +89,7 @@ func ShortConv(w ShortConvParams, x, state *Node, step *lm.Step) (*Node, *Node) 
 	dims := x.Shape().Dimensions
 	h := dims[2]
 	dtype := x.DType()
-	isReal := InsertAxes(ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), step.Positions.DType())), dtype), -1) // [B, T, 1]
+	isReal := RealTokens(step, dtype) // [B, T, 1]
 	x = Mul(x, isReal)
 	f32 := dtypes.Float32
 	bcx := ConvertDType(Linear(x, w.InProj, w.InProjBias), f32) // [B, T, 3H]

@@ -360,8 +360,7 @@ func (m *Model) gatedDeltaNet(p *lm.Params, x, conv, rec *Node, step *lm.Step) (
 	b, t := dims[0], dims[1]
 	dtype := x.DType()
 	// Left padding: zero the inputs so padded slots leave both states at zero.
-	isReal := ConvertDType(GreaterOrEqual(step.Positions, ScalarZero(x.Graph(), dtypes.Int32)), dtype) // [B, T]
-	x = Mul(x, InsertAxes(isReal, -1))
+	x = Mul(x, nn.RealTokens(step, dtype))
 
 	qkv, z, bb, a := m.deltaNetInputs(p, x)
 	qkv, conv = nn.CausalConv1D(qkv, conv, p.Get("conv1d.weight"))
