@@ -841,11 +841,7 @@ func readWeights(dir string, ts []Tensor) (map[string][]float64, error) {
 	}
 	chk := lmckpt.Weights64{M: w, Kit: "dsref"}
 	for _, t := range ts {
-		n := 1
-		for _, d := range t.Shape {
-			n *= d
-		}
-		chk.Get(t.Name, n)
+		chk.Shaped(t.Name, t.Shape)
 	}
 	if chk.Err != nil {
 		return nil, chk.Err

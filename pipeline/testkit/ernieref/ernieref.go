@@ -344,11 +344,7 @@ func (c Ernie) Load(dir string) (*Model, error) {
 	}
 	chk := lmckpt.Weights64{M: w, Kit: "ernieref"}
 	for _, t := range c.Tensors() {
-		n := 1
-		for _, d := range t.Shape {
-			n *= d
-		}
-		chk.Get(t.Name, n)
+		chk.Shaped(t.Name, t.Shape)
 	}
 	if chk.Err != nil {
 		return nil, chk.Err

@@ -99,6 +99,15 @@ func (w *Weights64) Get(name string, n int) []float64 {
 	return v
 }
 
+// Shaped is Get of a tensor that must hold shape's elements.
+func (w *Weights64) Shaped(name string, shape []int) []float64 {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return w.Get(name, n)
+}
+
 // Opt is Get when present, else nil (an absent bias).
 func (w *Weights64) Opt(present bool, name string, n int) []float64 {
 	if !present {
