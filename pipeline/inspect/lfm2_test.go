@@ -19,18 +19,8 @@ import (
 // 18, the short convolution's last two inputs, whatever the context.
 func TestLFM2MoE(t *testing.T) {
 	dir, model := realConfig(t, "lfm2_8b_a1b")
-	var rel released
-	var params int64
-	for _, w := range lm.Weights(model) {
-		for _, s := range w.Sources(func(string) bool { return false }) { // the parts: per-expert w1, w3, w2
-			rel.names = append(rel.names, s.Name)
-			if rel.shapes == nil {
-				rel.shapes = map[string][]int{}
-			}
-			rel.shapes[s.Name] = s.Shape
-		}
-		params += elements(w.Shape)
-	}
+	var rel released // the experts one by one (w1, w3, w2), as the release stores them
+	params := rel.add(lm.Weights(model)...)
 	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
 	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
@@ -74,13 +64,9 @@ func TestLFM2MoE(t *testing.T) {
 // width is the one the model derives from block_ff_dim.
 func TestLFM2FullAttnIdxs(t *testing.T) {
 	dir, model := realConfig(t, "lfm2_1_2b")
-	var names []string
-	shapes := map[string][]int{}
-	for _, w := range lm.Weights(model) {
-		names = append(names, w.Name)
-		shapes[w.Name] = w.Shape
-	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), names, shapes)
+	var rel released
+	rel.add(lm.Weights(model)...)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
 	m, err := resolve(context.Background(), dir, loader.Options{})
 	if err != nil {
 		t.Fatal(err)
