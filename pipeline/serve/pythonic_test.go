@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -39,36 +38,13 @@ func TestToolCallsPythonic(t *testing.T) {
 	require.NoError(t, err)
 	ts := newTestServer(t, serverConfig{script: ids, template: lfm2Template, context: 4096})
 	require.Equal(t, ToolsPythonic, ToolFormatOf(ts.srv.o.Template))
-	weather := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
-		Name:       "get_weather",
-		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}},
-	}}}
-	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "get_time"}}}
 	params := openai.ChatCompletionNewParams{
 		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Weather?")},
-		Tools: []openai.ChatCompletionToolUnionParam{weather, clock}, MaxTokens: openai.Int(256),
+		Tools: weatherAndClock(), MaxTokens: openai.Int(256),
 	}
-	for _, streamed := range []bool{false, true} {
-		var msg openai.ChatCompletionMessage
-		if streamed {
-			stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
-			acc := openai.ChatCompletionAccumulator{}
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-			}
-			require.NoError(t, stream.Err())
-			msg = acc.Choices[0].Message
-		} else {
-			resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
-			requireNoAPIError(t, err)
-			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
-			msg = resp.Choices[0].Message
-		}
-		require.Len(t, msg.ToolCalls, 2, "streamed %v", streamed)
-		assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name)
-		assert.JSONEq(t, `{"city": "Paris", "days": 3}`, msg.ToolCalls[0].Function.Arguments)
-		assert.Equal(t, "get_time", msg.ToolCalls[1].Function.Name)
-		assert.JSONEq(t, `{"tz": "UTC"}`, msg.ToolCalls[1].Function.Arguments)
+	for i, msg := range plainAndStreamed(t, ts, params) {
+		streamed := i == 1
+		requireWeatherThenTime(t, msg, streamed)
 		assert.Equal(t, "Checking.", strings.TrimSpace(msg.Content), "streamed %v", streamed)
 		assert.NotContains(t, msg.Content, "tool_call_start")
 	}

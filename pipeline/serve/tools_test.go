@@ -719,39 +719,55 @@ func TestToolCallsMiniMax(t *testing.T) {
 	think := ThinkTags
 	ts := newTestServer(t, serverConfig{script: ids, template: miniMaxTemplate, context: 4096, reasoning: &think})
 	assert.Equal(t, ToolsMiniMax, ToolFormatOf(ts.srv.o.Template))
+	params := openai.ChatCompletionNewParams{
+		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+		Tools: weatherAndClock(), MaxTokens: openai.Int(256),
+	}
+	for i, msg := range plainAndStreamed(t, ts, params) {
+		streamed := i == 1
+		requireWeatherThenTime(t, msg, streamed)
+		assert.NotContains(t, msg.Content, "minimax:tool_call")
+		assert.NotContains(t, msg.Content, "Weather, then time.", "the thought the prompt opened is reasoning")
+	}
+}
+
+// weatherAndClock are a weather tool (city a string, days an integer)
+// and a clock tool without parameters.
+func weatherAndClock() []openai.ChatCompletionToolUnionParam {
 	weather := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{
 		Name:       "get_weather",
 		Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"}}},
 	}}}
 	clock := openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: openai.FunctionDefinitionParam{Name: "get_time"}}}
-	params := openai.ChatCompletionNewParams{
-		Model: testModel, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
-		Tools: []openai.ChatCompletionToolUnionParam{weather, clock}, MaxTokens: openai.Int(256),
+	return []openai.ChatCompletionToolUnionParam{weather, clock}
+}
+
+// plainAndStreamed asks ts for params plainly (its finish_reason must be
+// "tool_calls") and streamed (gathered by openai-go's accumulator), and
+// returns both answers' messages, plain first.
+func plainAndStreamed(t *testing.T, ts *testServer, params openai.ChatCompletionNewParams) [2]openai.ChatCompletionMessage {
+	t.Helper()
+	resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
+	requireNoAPIError(t, err)
+	assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
+	stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
 	}
-	for _, streamed := range []bool{false, true} {
-		var msg openai.ChatCompletionMessage
-		if streamed {
-			stream := ts.client("").Chat.Completions.NewStreaming(context.Background(), params)
-			acc := openai.ChatCompletionAccumulator{}
-			for stream.Next() {
-				acc.AddChunk(stream.Current())
-			}
-			require.NoError(t, stream.Err())
-			msg = acc.Choices[0].Message
-		} else {
-			resp, err := ts.client("").Chat.Completions.New(context.Background(), params)
-			requireNoAPIError(t, err)
-			assert.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
-			msg = resp.Choices[0].Message
-		}
-		require.Len(t, msg.ToolCalls, 2, "streamed %v", streamed)
-		assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name)
-		assert.JSONEq(t, `{"city": "Paris", "days": 3}`, msg.ToolCalls[0].Function.Arguments)
-		assert.Equal(t, "get_time", msg.ToolCalls[1].Function.Name)
-		assert.JSONEq(t, `{"tz": "UTC"}`, msg.ToolCalls[1].Function.Arguments)
-		assert.NotContains(t, msg.Content, "minimax:tool_call")
-		assert.NotContains(t, msg.Content, "Weather, then time.", "the thought the prompt opened is reasoning")
-	}
+	require.NoError(t, stream.Err())
+	return [2]openai.ChatCompletionMessage{resp.Choices[0].Message, acc.Choices[0].Message}
+}
+
+// requireWeatherThenTime checks that msg calls get_weather for Paris over
+// 3 days, then get_time in UTC.
+func requireWeatherThenTime(t *testing.T, msg openai.ChatCompletionMessage, streamed bool) {
+	t.Helper()
+	require.Len(t, msg.ToolCalls, 2, "streamed %v", streamed)
+	assert.Equal(t, "get_weather", msg.ToolCalls[0].Function.Name)
+	assert.JSONEq(t, `{"city": "Paris", "days": 3}`, msg.ToolCalls[0].Function.Arguments)
+	assert.Equal(t, "get_time", msg.ToolCalls[1].Function.Name)
+	assert.JSONEq(t, `{"tz": "UTC"}`, msg.ToolCalls[1].Function.Arguments)
 }
 
 // tool_choice "required" and a named function on GLM-4.5's, MiniMax-M2's
