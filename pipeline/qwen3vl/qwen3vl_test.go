@@ -80,6 +80,20 @@ func toVL(t *testing.T, src, dst, arch, modelType, textType string) {
 	}
 }
 
+// tinyVLMoE writes qwenref's tiny Qwen3-MoE, its experts stacked, into
+// src and as a Qwen3-VL-MoE release holds it (toVL) into dst.
+func tinyVLMoE(t *testing.T) (c qwenref.MoE, src, dst string) {
+	t.Helper()
+	c = qwenref.TinyQwen3MoE()
+	c.Stacked = true
+	src, dst = t.TempDir(), t.TempDir()
+	if err := c.Write(src); err != nil {
+		t.Fatal(err)
+	}
+	toVL(t, src, dst, qwen3vl.MoE, "qwen3_vl_moe", "qwen3_vl_moe_text")
+	return c, src, dst
+}
+
 // TestMoEMatchesReference: a tiny Qwen3-VL-MoE in the release's layout
 // (the text model under model.language_model.*, the experts fused and
 // transposed, a vision tower beside it) runs text as Qwen3-MoE does:
@@ -87,13 +101,7 @@ func toVL(t *testing.T, src, dst, arch, modelType, textType string) {
 // experts formulation, go and cpu, compiled and eager; the vision tower is
 // skipped by name.
 func TestMoEMatchesReference(t *testing.T) {
-	c := qwenref.TinyQwen3MoE()
-	c.Stacked = true
-	src, dst := t.TempDir(), t.TempDir()
-	if err := c.Write(src); err != nil {
-		t.Fatal(err)
-	}
-	toVL(t, src, dst, qwen3vl.MoE, "qwen3_vl_moe", "qwen3_vl_moe_text")
+	c, src, dst := tinyVLMoE(t)
 	rm, err := qwenref.LoadMoE(src, c)
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +171,7 @@ func TestNeedsTextConfig(t *testing.T) {
 // TestHostExpertsRefused: --experts host and dense, which read each
 // expert apart, are refused naming the graph formulation.
 func TestHostExpertsRefused(t *testing.T) {
-	c := qwenref.TinyQwen3MoE()
-	c.Stacked = true
-	src, dst := t.TempDir(), t.TempDir()
-	if err := c.Write(src); err != nil {
-		t.Fatal(err)
-	}
-	toVL(t, src, dst, qwen3vl.MoE, "qwen3_vl_moe", "qwen3_vl_moe_text")
+	_, _, dst := tinyVLMoE(t)
 	l, err := lmckpt.Load(dst)
 	if err != nil {
 		t.Fatal(err)
