@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -153,7 +154,7 @@ func TestConfigReadings(t *testing.T) {
 			if o.Spec.Intermediate != c.inter {
 				t.Errorf("MLP width %d, want %d", o.Spec.Intermediate, c.inter)
 			}
-			if got := attending(o); !equal(got, c.attends) {
+			if got := attending(o); !slices.Equal(got, c.attends) {
 				t.Errorf("attention layers %v, want %v", got, c.attends)
 			}
 			for i, k := range o.Spec.LayerKinds {
@@ -173,18 +174,6 @@ func TestConfigReadings(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestConfigErrors checks that configs the model cannot run are refused
