@@ -28,6 +28,10 @@ type RopeParams struct {
 	// Scaling is the rope_scaling object (nil or rope_type "default" for
 	// plain RoPE).
 	Scaling map[string]any
+	// OriginalMaxPositions is the config's top-level
+	// original_max_position_embeddings (Phi-3's), which LongRoPE reads when
+	// Scaling does not hold one; 0 when absent.
+	OriginalMaxPositions float64
 }
 
 // Rope is a resolved rotary embedding: inverse frequencies for the first
@@ -38,7 +42,13 @@ type Rope struct {
 	InvFreq         []float64 // [RotaryDim/2]
 	AttentionFactor float64
 	RotaryDim       int
-	key             string
+	// LongInvFreq, when set, takes InvFreq's place and LongAttentionFactor
+	// AttentionFactor on the rows whose sequence is longer than LongAfter
+	// positions (LongRoPE's long factors, rope_type "longrope").
+	LongInvFreq         []float64
+	LongAttentionFactor float64
+	LongAfter           int
+	key                 string
 }
 
 // ParseRopeScaling decodes a rope_scaling (or rope_parameters) JSON object;
@@ -66,7 +76,7 @@ func num(m map[string]any, key string) (float64, bool) {
 // NewRope resolves the inverse frequencies of a rotary embedding. Supported
 // rope_type values: default, linear, dynamic (identical to default for
 // positions below max_position_embeddings, the only ones tputool uses), ntk,
-// llama3 and yarn. Others are errs.ErrUnsupported.
+// llama3, yarn, longrope and proportional. Others are errs.ErrUnsupported.
 func NewRope(p RopeParams) (*Rope, error) {
 	if p.Theta <= 0 {
 		return nil, fmt.Errorf("rope_theta must be positive, got %v", p.Theta)
@@ -145,6 +155,12 @@ func NewRope(p RopeParams) (*Rope, error) {
 			return nil, err
 		}
 		r.InvFreq, r.AttentionFactor = inv, att
+	case "longrope":
+		if err := longRope(p, dim, r); err != nil {
+			return nil, err
+		}
+		r.key = fmt.Sprintf("rope/longrope/%d/%v/%v/%v/%v/%v/%d", dim, base, r.InvFreq, r.LongInvFreq, r.AttentionFactor, r.LongAttentionFactor, r.LongAfter)
+		return r, nil
 	case "proportional":
 		// Gemma 4's full-attention layers (transformers'
 		// _compute_proportional_rope_parameters): the rotation pairs dims
@@ -169,10 +185,21 @@ func NewRope(p RopeParams) (*Rope, error) {
 		r.key = fmt.Sprintf("rope/proportional/%d/%d/%v/%v", p.HeadDim, angles, base, f)
 		return r, nil
 	default:
-		return nil, errs.Unsupportedf("rope_scaling rope_type %q is not supported (supported: default, linear, dynamic, ntk, llama3, yarn, proportional)", typ)
+		return nil, errs.Unsupportedf("rope_scaling rope_type %q is not supported (supported: default, linear, dynamic, ntk, llama3, yarn, longrope, proportional)", typ)
 	}
 	r.key = fmt.Sprintf("rope/%s/%d/%v/%v", typ, dim, base, r.InvFreq[len(r.InvFreq)-1])
 	return r, nil
+}
+
+// WithScales returns a copy of r whose cos and sin are scaled by short on
+// the rows at the short frequencies and by long on those at the long ones
+// (Phi-3.5-MoE's short_mscale and long_mscale, which replace LongRoPE's
+// attention factor).
+func (r *Rope) WithScales(short, long float64) *Rope {
+	out := *r
+	out.AttentionFactor, out.LongAttentionFactor = short, long
+	out.key = fmt.Sprintf("%s/scales/%v/%v", r.key, short, long)
+	return &out
 }
 
 // llama3Freq is Llama 3.1's frequency-dependent scaling: long wavelengths
@@ -194,6 +221,73 @@ func llama3Freq(inv []float64, factor, lowFactor, highFactor, oldCtx float64) []
 		}
 	}
 	return out
+}
+
+// longRope is LongRoPE (arXiv:2402.13753) as transformers'
+// _compute_longrope_parameters and its longrope frequency update give it
+// (Phi-3, Phi-3.5, Phi-4-mini): each frequency of plain RoPE divided by its
+// short_factor, or by its long_factor on a sequence longer than
+// original_max_position_embeddings (rope_scaling's, else the config's),
+// and cos and sin scaled by attention_factor, by default
+// sqrt(1 + ln(factor)/ln(original)) where factor (default
+// max_position_embeddings/original) exceeds 1. It fills r.
+func longRope(p RopeParams, dim int, r *Rope) error {
+	s := p.Scaling
+	factors := func(key string) ([]float64, error) {
+		list, ok := s[key].([]any)
+		if !ok {
+			return nil, fmt.Errorf("rope_scaling (rope_type \"longrope\") needs %q, a list of %d numbers", key, dim/2)
+		}
+		if len(list) != dim/2 {
+			return nil, fmt.Errorf("rope_scaling %q has %d numbers; the rotary dim %d needs %d", key, len(list), dim, dim/2)
+		}
+		out := make([]float64, len(list))
+		for i, v := range list {
+			f, ok := v.(float64)
+			if !ok || !(f > 0) || math.IsInf(f, 0) {
+				return nil, fmt.Errorf("rope_scaling %q[%d] is %v; want a positive number", key, i, v)
+			}
+			out[i] = f
+		}
+		return out, nil
+	}
+	short, err := factors("short_factor")
+	if err != nil {
+		return err
+	}
+	long, err := factors("long_factor")
+	if err != nil {
+		return err
+	}
+	orig := p.OriginalMaxPositions
+	if v, ok := num(s, "original_max_position_embeddings"); ok {
+		orig = v
+	}
+	if !(orig >= 1) || orig != math.Trunc(orig) || orig > math.MaxInt32 {
+		return fmt.Errorf("rope_scaling (rope_type \"longrope\") needs a positive whole original_max_position_embeddings, got %v", orig)
+	}
+	factor, ok := num(s, "factor")
+	if !ok {
+		factor = float64(p.MaxPositions) / orig
+	}
+	att, ok := num(s, "attention_factor")
+	if !ok {
+		att = 1
+		if factor > 1 {
+			att = math.Sqrt(1 + math.Log(factor)/math.Log(orig))
+		}
+	}
+	freqs := func(ext []float64) []float64 {
+		f := make([]float64, dim/2)
+		for i := range f {
+			f[i] = 1 / (ext[i] * math.Pow(p.Theta, float64(2*i)/float64(dim)))
+		}
+		return f
+	}
+	r.InvFreq, r.LongInvFreq = freqs(short), freqs(long)
+	r.AttentionFactor, r.LongAttentionFactor = att, att
+	r.LongAfter = int(orig)
+	return nil
 }
 
 // yarnFreq is YaRN (arXiv:2309.00071) as transformers implements it.
@@ -269,20 +363,37 @@ func yarnFreq(p RopeParams, dim int) ([]float64, float64, error) {
 }
 
 // CosSin returns cos and sin tables [B, T, RotaryDim/2] for the step's
-// positions, computed in float32 and cast to dtype, once per graph.
+// positions, computed in float32 and cast to dtype, once per graph. With
+// LongInvFreq, a row whose last position is LongAfter or more (its
+// sequence is longer than LongAfter) turns at the long frequencies and
+// scales by LongAttentionFactor, as transformers' forward picks them from
+// its positions' maximum (per row here, where transformers takes the
+// batch's). Keys already cached keep the rotation they were written with.
 func (r *Rope) CosSin(step *lm.Step, dtype dtypes.DType) (cos, sin *Node) {
 	key := fmt.Sprintf("%s/%s", r.key, dtype)
 	build := func() *Node {
 		g := step.Positions.Graph()
-		inv := make([]float32, len(r.InvFreq))
-		for i, f := range r.InvFreq {
-			inv[i] = float32(f)
+		f32 := func(fs []float64) *Node {
+			out := make([]float32, len(fs))
+			for i, f := range fs {
+				out[i] = float32(f)
+			}
+			return ExpandLeftToRank(Const(g, out), 3) // [1, 1, rot/2]
 		}
-		pos := ConvertDType(step.Positions, dtypes.Float32)                   // [B, T]
-		freqs := Mul(InsertAxes(pos, -1), ExpandLeftToRank(Const(g, inv), 3)) // [B, T, rot/2]
+		pos := ConvertDType(step.Positions, dtypes.Float32) // [B, T]
+		inv, att := f32(r.InvFreq), Scalar(g, dtypes.Float32, r.AttentionFactor)
+		if r.LongInvFreq != nil {
+			dims := step.Positions.Shape().Dimensions
+			last := SliceAxis(step.Positions, 1, AxisElem(dims[1]-1))                          // [B, 1]
+			long := InsertAxes(GreaterOrEqual(last, Scalar(g, dtypes.Int32, r.LongAfter)), -1) // [B, 1, 1]
+			half := len(r.InvFreq)
+			inv = Where(BroadcastToDims(long, dims[0], 1, half), BroadcastToDims(f32(r.LongInvFreq), dims[0], 1, half), BroadcastToDims(inv, dims[0], 1, half))
+			att = Where(long, BroadcastToDims(Scalar(g, dtypes.Float32, r.LongAttentionFactor), dims[0], 1, 1), BroadcastToDims(att, dims[0], 1, 1))
+		}
+		freqs := Mul(InsertAxes(pos, -1), inv) // [B, T, rot/2]
 		c, s := Cos(freqs), Sin(freqs)
-		if r.AttentionFactor != 1 {
-			c, s = MulScalar(c, r.AttentionFactor), MulScalar(s, r.AttentionFactor)
+		if r.LongInvFreq != nil || r.AttentionFactor != 1 {
+			c, s = Mul(c, att), Mul(s, att)
 		}
 		return Stack([]*Node{ConvertDType(c, dtype), ConvertDType(s, dtype)}, 0) // [2, B, T, rot/2]
 	}
@@ -351,6 +462,11 @@ func DefaultPartialRotary(raw map[string]json.RawMessage, factor float64) map[st
 // config names no base; partial_rotary_factor is honoured.
 func ConfigRope(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int) (*Rope, error) {
 	p := RopeParams{Theta: defaultTheta, HeadDim: headDim, MaxPositions: maxPositions}
+	if v, ok := raw["original_max_position_embeddings"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &p.OriginalMaxPositions); err != nil {
+			return nil, fmt.Errorf("original_max_position_embeddings: %w", err)
+		}
+	}
 	if v, ok := raw["partial_rotary_factor"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &p.PartialRotaryFactor); err != nil {
 			return nil, fmt.Errorf("partial_rotary_factor: %w", err)
