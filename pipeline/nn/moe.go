@@ -66,6 +66,41 @@ func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
 	return Stack(idList, 1), Stack(wList, 1) // [N, k]
 }
 
+// SparseMixerRouter is Phi-3.5-MoE's router as transformers' sparsemixer
+// computes it at inference (PhimoeTopKRouter, not training: no Gumbel
+// sampling, no jitter): two rounds over logits [N, E] in float32. A round
+// picks the largest logit m (the first expert not yet chosen; ties to the
+// lower index) and weighs it by its softmax among the logits s close to it,
+// those with (m − s)/max(|s|, m) ≤ 2·jitterEps (router_jitter_noise): 1
+// over the sum of exp(s − m) of those. The second round leaves the first
+// winner out. The weights are not renormalized: each is 1 when no other
+// logit is near its winner. Returns ids [N, 2] int32 and weights [N, 2]
+// float32.
+func SparseMixerRouter(logits *Node, jitterEps float64) (ids, weights *Node) {
+	s := ConvertDType(logits, dtypes.Float32) // [N, E]
+	dims := s.Shape().Dimensions
+	n, e := dims[0], dims[1]
+	g := s.Graph()
+	experts := Iota(g, shapes.Make(dtypes.Int32, n, e), 1)
+	zeros := ZerosLike(s)
+	abs := Abs(s)
+	round := func(scores, out *Node) (id, w *Node) {
+		id = ArgMax(scores, -1, dtypes.Int32) // [N]
+		m := ReduceAndKeep(scores, ReduceMax, -1)
+		// Close: not ((m − s)/max(|s|, m) > 2ε); a 0/0 is NaN, which
+		// compares false, so a zero logit beside a zero maximum stays in.
+		far := GreaterThan(Div(Sub(m, s), Max(abs, m)), Scalar(g, dtypes.Float32, 2*jitterEps))
+		kept := LogicalAnd(LogicalNot(far), LogicalNot(out))
+		sum := ReduceSum(Where(kept, Exp(Sub(s, m)), zeros), -1) // [N]
+		return id, Reciprocal(sum)
+	}
+	none := Equal(experts, Scalar(g, dtypes.Int32, -1)) // [N, E] false
+	id1, w1 := round(s, none)
+	first := Equal(experts, BroadcastToDims(InsertAxes(id1, -1), n, e))
+	id2, w2 := round(Where(first, AddScalar(zeros, math.Inf(-1)), s), first)
+	return Stack([]*Node{id1, id2}, 1), Stack([]*Node{w1, w2}, 1)
+}
+
 // GroupRouter is DeepSeek-V3's router after its scores (DeepseekV3MoE's
 // route_tokens_to_experts, topk_method noaux_tc): a correction bias added
 // to the scores chooses and the unbiased scores weigh; under a group

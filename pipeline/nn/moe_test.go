@@ -413,3 +413,79 @@ func TestUngatedExperts(t *testing.T) {
 		}
 	}
 }
+
+// sparseMixer64 is transformers' sparsemixer at inference in float64:
+// two rounds, each the largest remaining logit weighed by its softmax
+// among the logits within 2·eps of it relatively (ties to the lower
+// index), the first winner left out of the second round.
+func sparseMixer64(row []float64, eps float64) (ids [2]int, ws [2]float64) {
+	out := make([]bool, len(row))
+	for r := range 2 {
+		best := -1
+		for x, v := range row {
+			if !out[x] && (best < 0 || v > row[best]) {
+				best = x
+			}
+		}
+		m := row[best]
+		var sum float64
+		for x, v := range row {
+			if out[x] || (m-v)/math.Max(math.Abs(v), m) > 2*eps {
+				continue
+			}
+			sum += math.Exp(v - m)
+		}
+		ids[r], ws[r] = best, 1/sum
+		out[best] = true
+	}
+	return ids, ws
+}
+
+// TestSparseMixerRouter checks Phi-3.5-MoE's router against the float64
+// loop on rows where its masks matter: a lone winner (weight 1), near
+// ties within 2·eps (shared softmax weight), a tie (the lower index
+// first), negative logits and an all-zero row (0/0 keeps every expert).
+func TestSparseMixerRouter(t *testing.T) {
+	const n, e, eps = 5, 6, 0.01
+	logits := []float32{
+		0.1, 2, -1, 0.5, 0.4, 1.5, // a lone winner each round
+		1, 3, 2.99, 2.95, 0.2, 2.97, // within 2% of 3: 2.99 and 2.97 share the first round's weight
+		-0.5, -0.2, -0.201, -3, -0.2, -1, // a tie at -0.2 (expert 1 first), negatives
+		0, 0, 0, 0, 0, 0, // all zero
+		4, -4, 4.1, 0, 1, 4.05,
+	}
+	for _, be := range []string{"go", "cpu"} {
+		backend := refcheck.GoBackend(t)
+		if be == "cpu" {
+			backend = refcheck.CPUBackend(t)
+		}
+		out, err := ExecOnce(backend, func(l *Node) *Node {
+			ids, w := SparseMixerRouter(l, eps)
+			return Concatenate([]*Node{ConvertDType(ids, dtypes.Float32), w}, 1) // [N, 4]
+		}, tensors.FromFlatDataAndDimensions(logits, n, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat := tensors.MustCopyFlatData[float32](out)
+		var shared bool
+		for tok := range n {
+			row := make([]float64, e)
+			for x := range row {
+				row[x] = float64(logits[tok*e+x])
+			}
+			ids, ws := sparseMixer64(row, eps)
+			for j := range 2 {
+				if got := int(flat[tok*4+j]); got != ids[j] {
+					t.Fatalf("%s: token %d choice %d is expert %d, want %d", be, tok, j, got, ids[j])
+				}
+				if got := float64(flat[tok*4+2+j]); math.Abs(got-ws[j]) > 1e-6 {
+					t.Fatalf("%s: token %d choice %d weighs %v, want %v", be, tok, j, got, ws[j])
+				}
+				shared = shared || ws[j] < 0.99
+			}
+		}
+		if !shared {
+			t.Fatal("no row shares a weight: the masks are not exercised")
+		}
+	}
+}
