@@ -76,6 +76,18 @@ type Options struct {
 	// Chunk is the chunk of positions an lm.KindChunked layer attends
 	// within (Llama 4's attention_chunk_size; nn.ChunkedAttentionBias).
 	Chunk int
+	// FusedQKV reads the query, key and value projections as one matrix,
+	// self_attn.qkv_proj [(H + 2·KV)·D, hidden], whose product is split in
+	// that order; FusedGateUp reads the MLP's gate and up projections as
+	// mlp.gate_up_proj [2·intermediate, hidden], gate first (Phi-3). Neither
+	// takes biases.
+	FusedQKV, FusedGateUp bool
+	// LayerNorm makes the two norms of each layer and the final norm
+	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
+	// (Phi-3.5-MoE's nn.LayerNorm), in place of RMSNorms.
+	LayerNorm bool
+	// HeadBias adds lm_head.bias [vocab] to the logits (lm_head_bias).
+	HeadBias bool
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -124,12 +136,35 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	if s.TieEmbeddings {
 		head, tp = "model.embed_tokens.weight", lm.Replicated
 	}
-	return append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp})
+	ws := append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp})
+	if m.o.HeadBias {
+		ws = append(ws, lm.WeightSpec{Name: "lm_head.bias", Shape: []int{s.VocabSize}})
+	}
+	return ws
 }
 
 // FinalWeights implements lm.FinalWeighter: the final norm.
 func (m *Model) FinalWeights() []lm.WeightSpec {
-	return []lm.WeightSpec{{Name: "model.norm.weight", Shape: []int{m.o.Spec.Hidden}}}
+	return m.normWeights("model.norm")
+}
+
+// normWeights are the tensors of the norm named name: its weight, and
+// its bias when the norms are LayerNorms.
+func (m *Model) normWeights(name string) []lm.WeightSpec {
+	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}}}
+	if m.o.LayerNorm {
+		ws = append(ws, lm.WeightSpec{Name: name + ".bias", Shape: []int{m.o.Spec.Hidden}})
+	}
+	return ws
+}
+
+// norm applies the norm named name in p to x: an RMSNorm, or with
+// LayerNorm a LayerNorm with its bias.
+func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
+	if m.o.LayerNorm {
+		return nn.LayerNorm(x, p.Get(name+".weight"), p.Get(name+".bias"), m.o.Eps)
+	}
+	return nn.RMSNorm(x, p.Get(name+".weight"), m.o.Eps, false)
 }
 
 // LayerWeights implements lm.Model.
@@ -140,8 +175,12 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	if m.o.FusedGateUp { // split on its rows like gate and up; XLA moves the halves where they are read
+		add("mlp.gate_up_proj.weight", true, lm.Column, 2*s.Intermediate, s.Hidden)
+	} else {
+		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	}
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	if m.o.MLPBias {
 		add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)
@@ -157,14 +196,17 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
 	p := fmt.Sprintf("model.layers.%d.", i)
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-	var ws []lm.WeightSpec
+	ws := m.normWeights(p + "input_layernorm")
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
-	add("input_layernorm.weight", false, lm.Replicated, s.Hidden)
-	add("self_attn.q_proj.weight", true, lm.Column, q, s.Hidden)
-	add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
-	add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+	if m.o.FusedQKV { // split as the KV heads are (whole where they are); XLA moves q, k and v where they are read
+		add("self_attn.qkv_proj.weight", true, lm.KVColumn, q+2*kv, s.Hidden)
+	} else {
+		add("self_attn.q_proj.weight", true, lm.Column, q, s.Hidden)
+		add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+		add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
+	}
 	if m.o.QKVBias {
 		add("self_attn.q_proj.bias", false, lm.Column, q)
 		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
@@ -182,8 +224,7 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	if m.o.OBias {
 		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
-	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
-	return ws
+	return append(ws, m.normWeights(p+"post_attention_layernorm")...)
 }
 
 // optional returns the named bias when enabled, else nil.
@@ -226,10 +267,10 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // Architectures that replace the MLP (pipeline/qwen3moe) build on it.
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
+	h = m.norm(p, "input_layernorm", x)
 	h, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
 	x = Add(x, m.Residual(h))
-	h = nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false)
+	h = m.norm(p, "post_attention_layernorm", x)
 	return x, h, c.State()
 }
 
@@ -244,9 +285,18 @@ func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope
 // layer kind's mask, o_proj.
 func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
-	q := nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
-	k := nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
-	v := nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")) // [B, T, KV·D]
+	var q, k, v *Node
+	if m.o.FusedQKV {
+		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), nil) // [B, T, (H + 2·KV)·D]
+		nq, nkv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+		q = SliceAxis(qkv, -1, AxisRange(0, nq))
+		k = SliceAxis(qkv, -1, AxisRange(nq, nq+nkv))
+		v = SliceAxis(qkv, -1, AxisRange(nq+nkv, nq+2*nkv))
+	} else {
+		q = nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
+		k = nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
+		v = nn.Linear(x, p.Get("v_proj.weight"), optional(p, m.o.QKVBias, "v_proj.bias")) // [B, T, KV·D]
+	}
 	across := m.o.QKNorm && m.o.QKNormAcross
 	if across {
 		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
@@ -286,8 +336,15 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
 }
 
-// mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)).
+// mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)); with
+// FusedGateUp, Phi3MLP: gate_up_proj's product halved, gate first.
 func (m *Model) mlp(p *lm.Params, x *Node) *Node {
+	if m.o.FusedGateUp {
+		gu := nn.Linear(x, p.Get("gate_up_proj.weight"), nil) // [B, T, 2I]
+		n := m.o.Spec.Intermediate
+		h := Mul(m.o.Act(SliceAxis(gu, -1, AxisRange(0, n))), SliceAxis(gu, -1, AxisRange(n, 2*n)))
+		return nn.Linear(h, p.Get("down_proj.weight"), nil)
+	}
 	b := m.o.MLPBias
 	return nn.GatedMLP(x,
 		p.Get("gate_proj.weight"), optional(p, b, "gate_proj.bias"),
@@ -298,9 +355,9 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 
 var _ lm.FinalWeighter = (*Model)(nil)
 
-// Final implements lm.Finisher: the final RMSNorm.
+// Final implements lm.Finisher: the final norm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {
-	return nn.RMSNorm(x, w.Get("model.norm.weight"), m.o.Eps, false)
+	return m.norm(w, "model.norm", x)
 }
 
 // Head implements lm.Model: the final norm and lm_head.
@@ -310,7 +367,7 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	if m.o.Spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"
 	}
-	logits := nn.Linear(x, w.Get(name), nil) // [B, V]
+	logits := nn.Linear(x, w.Get(name), optional(w, m.o.HeadBias, "lm_head.bias")) // [B, V]
 	if d := m.o.LogitsDivisor; d != 0 && d != 1 {
 		logits = DivScalar(logits, d)
 	}

@@ -93,6 +93,11 @@ type Options struct {
 	// Sparse[i] reports that layer i has the MoE block (otherwise a dense
 	// MLP of intermediate_size).
 	Sparse []bool
+	// SparseMixer routes by Phi-3.5-MoE's sparsemixer
+	// (nn.SparseMixerRouter, two experts, JitterEps its
+	// router_jitter_noise) instead of the softmax's top k; TopK is 2.
+	SparseMixer bool
+	JitterEps   float64
 }
 
 // Resolve reads a Qwen3-MoE or Qwen2-MoE config.json.
@@ -253,7 +258,12 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
-	ids, weights := nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)                     // [N, K]
+	var ids, weights *Node                                                            // [N, K]
+	if m.o.SparseMixer {
+		ids, weights = nn.SparseMixerRouter(logits, m.o.JitterEps)
+	} else {
+		ids, weights = nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)
+	}
 	if s := m.o.ResidualScale; s != 0 && s != 1 {
 		weights = MulScalar(weights, s) // Granite's residual_multiplier on the experts' sum
 	}
