@@ -22,6 +22,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
 	_ "github.com/tputool/tputool/pipeline/olmoe"      // OlmoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/phi3"       // Phi3ForCausalLM, PhimoeForCausalLM (PhiMoEForCausalLM)
 	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen3"      // Qwen3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen35"     // Qwen3.5 and Qwen3.5-MoE (text models)

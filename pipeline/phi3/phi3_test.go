@@ -1,0 +1,160 @@
+package phi3_test
+
+import (
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
+	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+// prompts are a short prompt, which with its decode steps stays within
+// the tiny models' 12 original positions (LongRoPE's short factors), and
+// two longer than that (the long factors from the first token), left
+// padded to one batch.
+var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50, 2, 8, 90, 77, 6, 31, 44}, longPrompt(40)}
+
+const steps = 6 // the short row ends at 11 tokens
+
+func longPrompt(n int) []int {
+	p := []int{1}
+	for i := 1; i < n; i++ {
+		p = append(p, 3+(i*37+i*i*11)%90)
+	}
+	return p
+}
+
+// modes are the runners the dense model is checked under.
+var modes = []struct {
+	name string
+	opts compile.Options
+}{{"compiled", compile.Options{Mode: compile.Compiled}}, {"eager", compile.Options{Mode: compile.Eager}}}
+
+// runDense teacher-forces l against rm on the go and cpu backends,
+// compiled and eager.
+func runDense(t *testing.T, l *lm.Loaded, rm refcheck.Reference) {
+	seqs := refcheck.GreedySequences(rm, prompts, steps)
+	for _, backend := range []string{"go", "cpu"} {
+		var be backends.Backend
+		if backend == "go" {
+			be = refcheck.GoBackend(t)
+		} else {
+			be = refcheck.CPUBackend(t)
+		}
+		for _, m := range modes {
+			t.Run(backend+"/"+m.name, func(t *testing.T) {
+				r, err := compile.NewRunner(be, l, m.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
+				t.Logf("max relative error %.3g", f.Worst)
+			})
+		}
+	}
+}
+
+// TestLogitsMatchReference runs the tiny models against phi3ref's float64
+// forward, written apart from the model from transformers' modeling_phi3.py
+// and modeling_phimoe.py: a left-padded batch of three prompts plus decode
+// steps, compiled and eager (and, for the MoE, each experts
+// formulation), on the go and cpu backends. The dense model is Phi-4-mini
+// shaped (fused projections, a partial rotary embedding, LongRoPE, tied
+// embeddings, a sliding window), with the config's rope type spelled
+// "su" too; the MoE is written as the release holds it and as
+// transformers v5 saves it, which must give identical logits.
+func TestLogitsMatchReference(t *testing.T) {
+	for _, typ := range []string{"longrope", "su"} {
+		t.Run("dense-"+typ, func(t *testing.T) {
+			c := phi3ref.TinyDense()
+			c.RopeType = typ
+			dir, l := lmckpt.WriteLoad(t, c.Write)
+			rm, err := c.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runDense(t, l, rm)
+		})
+	}
+	var hub map[string][]float32
+	for _, stacked := range []bool{false, true} {
+		name := "moe"
+		if stacked {
+			name = "moe-v5"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := phi3ref.TinyMoE()
+			c.Stacked = stacked
+			dir, l := lmckpt.WriteLoad(t, c.Write)
+			rm, err := c.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, steps), steps, 1e-4)
+			if hub == nil {
+				hub = got
+			} else {
+				moecheck.Same(t, "the v5 layout", hub, got)
+			}
+		})
+	}
+}
+
+// TestMistakesMatter checks that the comparison above can fail where
+// Phi-3 could be misread: gate_up_proj's halves or qkv_proj's thirds in
+// another order, the short factors kept past the original length, cos
+// and sin unscaled, the whole head turned, no window; for the MoE,
+// Mixtral's softmax routing, RMSNorms, no head bias.
+func TestMistakesMatter(t *testing.T) {
+	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		prompt := prompts[1] // 18 tokens: past the original 12, past the window 7
+		got := moecheck.Prefill(t, l, prompt)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mutants []refcheck.Mutant
+		for _, m := range []struct {
+			name    string
+			mis     phi3ref.Mistakes
+			applies bool
+		}{
+			{"up first", phi3ref.Mistakes{UpFirst: true}, !c.MoE},
+			{"values before keys", phi3ref.Mistakes{KVSwapped: true}, !c.MoE},
+			{"short factors only", phi3ref.Mistakes{ShortOnly: true}, true},
+			{"cos and sin unscaled", phi3ref.Mistakes{NoRopeScale: true}, true},
+			{"the whole head turned", phi3ref.Mistakes{WholeHead: true}, c.Partial != 0},
+			{"no window", phi3ref.Mistakes{NoWindow: true}, c.Window > 0},
+			{"Mixtral's routing", phi3ref.Mistakes{TopKSoftmax: true}, c.MoE},
+			{"RMSNorms", phi3ref.Mistakes{RMSNorms: true}, c.MoE},
+			{"no head bias", phi3ref.Mistakes{NoHeadBias: true}, c.HeadBias},
+		} {
+			if !m.applies {
+				continue
+			}
+			mm := &phi3ref.Model{C: rm.C, W: rm.W, Mistakes: m.mis}
+			mutants = append(mutants, refcheck.Mutant{Name: m.name, Logits: mm.Logits})
+		}
+		refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
+	}
+}
+
+// TestBFloat16 runs the tiny models with bfloat16 compute, prefill and
+// one decode step over the prompts, against the float64 reference.
+func TestBFloat16(t *testing.T) {
+	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("moe %v: largest relative error %.3g", c.MoE, moecheck.BFloat16(t, l, rm, prompts, 0.12))
+	}
+}
