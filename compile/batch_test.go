@@ -20,6 +20,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/nemotronh"
+	_ "github.com/tputool/tputool/pipeline/phi3"
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
@@ -30,6 +31,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
+	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 )
 
@@ -332,6 +334,8 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"granite-4.0-h", granitehref.TinyHybrid().Write},  // Mamba-2 layers: a convolution's last inputs and an SSM state, no slot axis
 		{"nemotron-3-nano", nemotronhref.TinyNano().Write}, // MoE layers with no state of their own, Mamba-2 in groups
 		{"lfm2-moe", lfm2ref.TinyMoE().Write},              // short convolutions: the last two inputs, no slot axis
+		{"phi-4-mini", phi3ref.TinyDense().Write},          // LongRoPE's factors chosen per row, a window, fused projections
+		{"phi-3.5-moe", phi3ref.TinyMoE().Write},           // sparsemixer routing, LayerNorms
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

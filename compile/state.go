@@ -281,7 +281,8 @@ func (st *State) Position() int { return st.next }
 // (growing it if needed) and returns each row's logits after the last of
 // them ([B][V]); once no tokens are pending these are the logits that
 // follow the prompts. Pieces of any size give the same tokens as one
-// Prefill, up to floating-point rounding.
+// Prefill, up to floating-point rounding. For a LongRoPE model it may run
+// more than n tokens (throughSwitch); Pending says what is left.
 func (st *State) PrefillChunk(n int) ([][]float32, error) {
 	r := st.r
 	if st.tensors == nil {
@@ -290,6 +291,7 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 	if n <= 0 || n > st.Pending() {
 		return nil, fmt.Errorf("prefill: %d tokens asked, %d pending", n, st.Pending())
 	}
+	n = st.throughSwitch(n)
 	if st.mtp.active() {
 		return st.prefillCapture(n)
 	}
@@ -309,6 +311,28 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 		}
 	}
 	return r.run(st, prog, st.takePending(n), st.next)
+}
+
+// throughSwitch is a prefill piece of n tokens extended, for a model
+// whose rotary embedding switches to LongRoPE's long frequencies past
+// lm.Spec.RopeSwitch positions, so that every row whose pending prompt
+// runs past the switch has its piece end at or past position RopeSwitch:
+// the row then turns every key of its prompt at the long frequencies, as
+// transformers' one forward over the prompt does, instead of its first
+// pieces at the short ones.
+func (st *State) throughSwitch(n int) int {
+	sw := st.r.spec.RopeSwitch
+	if sw == 0 {
+		return n
+	}
+	end := st.next + st.Pending() // the slot after the last pending token
+	for _, p := range st.pads {
+		pad := int(p)
+		if end-1-pad >= sw && st.next+n-1-pad < sw {
+			n = max(n, sw+pad+1-st.next)
+		}
+	}
+	return min(n, st.Pending())
 }
 
 // DevicePrefillPiece is the prefill piece, in prompt tokens, of a

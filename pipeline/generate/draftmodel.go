@@ -493,8 +493,7 @@ func (d *DraftModel) catchUpFeed(rest []int) []int {
 // between them, and returns the logits after the last.
 func (d *DraftModel) prefill(ctx context.Context, n int) ([]float32, error) {
 	for {
-		k := min(n, d.piece)
-		rows, err := d.m.PrefillChunk(k)
+		rows, k, err := prefillRan(d.m, min(n, d.piece))
 		if err != nil {
 			return nil, err
 		}

@@ -56,6 +56,29 @@ type Chunked interface {
 	PrefillChunk(n int) ([][]float32, error)
 }
 
+// Pending is implemented by Chunked runners whose PrefillChunk may run
+// more than the n tokens asked (compile.State runs a LongRoPE model's
+// first piece through its switch: lm.Spec.RopeSwitch): it reports the
+// queued tokens left.
+type Pending interface {
+	Pending() int
+}
+
+// prefillRan runs c.PrefillChunk(n) and returns its logits and the
+// number of tokens it ran: n, or what c's Pending says it took.
+func prefillRan(c Chunked, n int) ([][]float32, int, error) {
+	p, ok := c.(Pending)
+	before := 0
+	if ok {
+		before = p.Pending()
+	}
+	logits, err := c.PrefillChunk(n)
+	if err != nil || !ok {
+		return logits, n, err
+	}
+	return logits, before - p.Pending(), nil
+}
+
 // Extender is implemented by runners that can continue the cache of the
 // previous Run with more prompt tokens (compile.State); Options.Cached uses it.
 type Extender interface {
@@ -484,7 +507,7 @@ func prefillChunks(ctx context.Context, c Chunked, total int, o Options, now fun
 		n := min(chunk, total-done)
 		t0, c0 := now(), compileTime()
 		var err error
-		if logits, err = c.PrefillChunk(n); err != nil {
+		if logits, n, err = prefillRan(c, n); err != nil {
 			return nil, err
 		}
 		done += n

@@ -594,3 +594,38 @@ func TestResolveWithTokenizerEOS(t *testing.T) {
 		t.Errorf("the config's list changed: %v", gen.EOSTokenID)
 	}
 }
+
+// overrunning is a chunked runner whose first piece runs at least first
+// tokens whatever it is asked (compile.State's first piece through a
+// LongRoPE switch), and which reports what is left (Pending).
+type overrunning struct {
+	chunked
+	first int
+}
+
+func (c *overrunning) Pending() int { return c.pending }
+
+func (c *overrunning) PrefillChunk(n int) ([][]float32, error) {
+	if len(c.pieces) == 0 {
+		n = min(max(n, c.first), c.pending)
+	}
+	return c.chunked.PrefillChunk(n)
+}
+
+// TestPrefillPiecesThatOverrun: when the runner runs more than the piece
+// asked, progress counts what it ran and the next pieces ask only for what
+// is left, so the prompt is not asked for past its end.
+func TestPrefillPiecesThatOverrun(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	c := &overrunning{chunked: chunked{script: script{want: [][]int{{3, 4}}}}, first: 21}
+	c.clock = clock
+	var progress []int
+	o := Options{MaxNewTokens: 2, PrefillChunk: 8, Now: clock.now, NewDecoder: words.decoder, OnPrefill: func(done, total int) { progress = append(progress, done) }}
+	res, _, err := Run(context.Background(), c, [][]int{make([]int, 33)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Text != "Hello" || !slices.Equal(c.pieces, []int{21, 8, 8, 3}) || !slices.Equal(progress, []int{21, 29, 37, 40}) {
+		t.Errorf("text %q, pieces %v, progress %v", res[0].Text, c.pieces, progress)
+	}
+}

@@ -114,6 +114,9 @@ func (c *Config) Resolve(cfg *config.File, d Defaults) (Options, error) {
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}
+	if o.Rope.LongInvFreq != nil {
+		o.Spec.RopeSwitch = o.Rope.LongAfter
+	}
 	return o, nil
 }
 

@@ -60,6 +60,14 @@ type Spec struct {
 	LayerKinds []string
 	// SlidingWindow is the window of sliding_attention layers (0: none).
 	SlidingWindow int
+	// RopeSwitch is the length past which LongRoPE turns a sequence at its
+	// long frequencies (original_max_position_embeddings; 0: no switch).
+	// The switch is taken per row and per step, from the row's last
+	// position, as transformers' forward takes it; so that a prompt
+	// prefilled in pieces turns every key as one forward over it does,
+	// compile runs the first piece of a prompt longer than RopeSwitch
+	// through position RopeSwitch.
+	RopeSwitch int
 	// TieEmbeddings reports tie_word_embeddings: the head reuses
 	// model.embed_tokens.weight and the checkpoint need not hold lm_head.weight.
 	TieEmbeddings bool

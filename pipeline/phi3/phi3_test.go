@@ -158,3 +158,46 @@ func TestBFloat16(t *testing.T) {
 		t.Logf("moe %v: largest relative error %.3g", c.MoE, moecheck.BFloat16(t, l, rm, prompts, 0.12))
 	}
 }
+
+// TestPrefillPiecesThroughSwitch prefills the prompts longer than the
+// tiny models' 12 original positions in pieces of 3 tokens: the first
+// piece runs through position 12 (compile's throughSwitch), so every key
+// turns at the long frequencies as in one forward, and the logits after
+// the prompts match the reference's. Without it the first pieces would
+// turn at the short frequencies and the logits would be off.
+func TestPrefillPiecesThroughSwitch(t *testing.T) {
+	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.NewState()
+		long := prompts[1:]
+		if _, err := st.Begin(long, 1); err != nil {
+			t.Fatal(err)
+		}
+		var logits [][]float32
+		pieces := 0
+		for st.Pending() > 0 {
+			before := st.Pending()
+			if logits, err = st.PrefillChunk(min(3, st.Pending())); err != nil {
+				t.Fatal(err)
+			}
+			if pieces++; pieces == 1 && before-st.Pending() <= 3 {
+				t.Errorf("moe %v: the first piece ran %d tokens, not through the switch", c.MoE, before-st.Pending())
+			}
+		}
+		for b, p := range long {
+			want := rm.Logits(p)
+			if e := refcheck.RelErr(logits[b], want[len(p)-1]); e > 1e-4 {
+				t.Errorf("moe %v row %d: relative error %.3g after %d pieces", c.MoE, b, e, pieces)
+			}
+		}
+		r.Close()
+	}
+}
