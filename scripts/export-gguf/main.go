@@ -7,7 +7,9 @@
 // MoE layers, written as llama.cpp's nemotron_h or nemotron_h_moe,
 // runNemotronH), LFM2 and LFM2-MoE (Lfm2ForCausalLM, Lfm2MoeForCausalLM:
 // short-convolution and attention layers, written as llama.cpp's lfm2 or
-// lfm2moe, runLFM2) or Llama 4 (text) checkpoint (a directory with
+// lfm2moe, runLFM2), Phi-3 and Phi-3.5-MoE (Phi3ForCausalLM, PhimoeForCausalLM:
+// written as llama.cpp's phi3 or phimoe with LongRoPE's factors, runPhi3)
+// or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
 // scripts/bench-moe-vs-llamacpp.sh generates) to a GGUF file that
@@ -66,6 +68,7 @@ import (
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM
+	"github.com/tputool/tputool/pipeline/phi3"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
@@ -140,9 +143,14 @@ func run(dir, out string) error {
 		return runNemotronH(l, dir, out, g)
 	case *lfm2.Model:
 		return runLFM2(l, dir, out, g)
+	case *phi3.MoEModel:
+		return runPhi3(l, dir, out)
 	case *llama.Model:
-		if l.Config.Architecture() == "GraniteForCausalLM" {
+		switch l.Config.Architecture() {
+		case "GraniteForCausalLM":
 			return runGranite(l, dir, out, g)
+		case "Phi3ForCausalLM":
+			return runPhi3(l, dir, out)
 		}
 	}
 	var m *qwen3moe.Model
@@ -156,7 +164,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
