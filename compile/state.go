@@ -313,6 +313,12 @@ func (st *State) PrefillChunk(n int) ([][]float32, error) {
 	return r.run(st, prog, st.takePending(n), st.next)
 }
 
+// RopeSwitch is the model's lm.Spec.RopeSwitch: the length past which
+// LongRoPE turns a sequence at its long frequencies (0: none).
+// generate.Run prefills a sequence again when it crosses it
+// (generate.RopeSwitcher).
+func (st *State) RopeSwitch() int { return st.r.spec.RopeSwitch }
+
 // throughSwitch is a prefill piece of n tokens extended, for a model
 // whose rotary embedding switches to LongRoPE's long frequencies past
 // lm.Spec.RopeSwitch positions, so that every row whose pending prompt

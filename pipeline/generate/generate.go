@@ -56,6 +56,14 @@ type Chunked interface {
 	PrefillChunk(n int) ([][]float32, error)
 }
 
+// RopeSwitcher is implemented by runners of a model whose rotary
+// embedding turns at other frequencies past a sequence length (LongRoPE:
+// lm.Spec.RopeSwitch; 0 for none): Run prefills again a sequence that
+// reaches it while decoding, as transformers' generate does.
+type RopeSwitcher interface {
+	RopeSwitch() int
+}
+
 // Pending is implemented by Chunked runners whose PrefillChunk may run
 // more than the n tokens asked (compile.State runs a LongRoPE model's
 // first piece through its switch: lm.Spec.RopeSwitch): it reports the
@@ -337,6 +345,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	if lr, ok := r.(LogitsReuser); ok {
 		lr.ReuseLogits()
 	}
+	o.Cached = usableCache(r, prompts, o.Cached)
 	now, compileTime := clocks(r, o)
 	rows := make([]*row, len(prompts))
 	for i, p := range prompts {
@@ -422,6 +431,30 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			finishAll(rows, o, FinishInterrupted)
 			break
 		}
+		if again := crossesSwitch(r, rows, o); again != nil {
+			// A row's next token is the first past LongRoPE's switch
+			// while its cache holds keys turned at the short frequencies:
+			// transformers' generate drops the cache there and runs the
+			// whole sequence again (Phi3ForCausalLM's
+			// prepare_inputs_for_generation), which turns every key at
+			// the long ones. So does Run, for every row.
+			ro := o
+			ro.Cached, ro.OnPrefill = 0, nil
+			ro.MaxNewTokens = 1 // the tokens left to generate, which the cache is sized for
+			for _, rw := range rows {
+				ro.MaxNewTokens = max(ro.MaxNewTokens, o.MaxNewTokens-len(rw.res.TokenIDs))
+			}
+			if logits, err = prefill(ctx, r, again, ro, now, compileTime); err != nil {
+				if errors.Is(err, errs.ErrInterrupted) {
+					interrupted = err
+					finishAll(rows, o, FinishInterrupted)
+					break
+				}
+				return nil, m, err
+			}
+			ids = nil
+			continue
+		}
 		if argmaxOnly {
 			if ids, err = ad.DecodeArgmax(next); err != nil {
 				return nil, m, err
@@ -438,6 +471,55 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	return out, m, interrupted
 }
 
+// usableCache is the number of cached prompt tokens a Run may continue
+// from: cached, or 0 when r's model switches its rotary frequencies
+// (RopeSwitcher) and a prompt runs past the switch while the cache holds
+// no more than it (keys turned at the short frequencies, which the
+// prompt's one forward in transformers would turn at the long ones): the
+// prompts are then prefilled whole.
+func usableCache(r Stepper, prompts [][]int, cached int) int {
+	rs, ok := r.(RopeSwitcher)
+	if !ok || cached == 0 {
+		return cached
+	}
+	sw := rs.RopeSwitch()
+	for _, p := range prompts {
+		if sw > 0 && cached <= sw && len(p) > sw {
+			return 0
+		}
+	}
+	return cached
+}
+
+// crossesSwitch returns every row's sequence so far (prompt, generated
+// tokens and the token about to be fed) when r's model switches its
+// rotary frequencies (RopeSwitcher) and an unfinished row's next token is
+// the first past the switch after a prompt that was not (its cached keys
+// turned at the short frequencies), else nil.
+func crossesSwitch(r Stepper, rows []*row, o Options) [][]int {
+	rs, ok := r.(RopeSwitcher)
+	if !ok {
+		return nil
+	}
+	sw := rs.RopeSwitch()
+	if sw <= 0 {
+		return nil
+	}
+	cross := false
+	for _, rw := range rows {
+		n := len(rw.res.PromptTokenIDs) + len(rw.res.TokenIDs) // with the token about to be fed
+		cross = cross || (!rw.done && n == sw+1 && len(rw.res.PromptTokenIDs) <= sw)
+	}
+	if !cross {
+		return nil
+	}
+	seqs := make([][]int, len(rows))
+	for i, rw := range rows {
+		seqs[i] = append(append([]int(nil), rw.res.PromptTokenIDs...), rw.res.TokenIDs...)
+	}
+	return seqs
+}
+
 // Prefill runs only the prefill of a Run: the prompts (after o.Cached
 // tokens) in pieces on a Chunked runner, sized and reported as
 // o.PrefillChunk, o.OnPrefill and o.Now say, checking ctx between pieces
@@ -445,6 +527,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 // one Prefill call. It returns each row's logits after its prompt. bench
 // times prefill through it, so Ctrl-C stops a benchmark too.
 func Prefill(ctx context.Context, r Stepper, prompts [][]int, o Options) ([][]float32, error) {
+	o.Cached = usableCache(r, prompts, o.Cached)
 	now, compileTime := clocks(r, o)
 	return prefill(ctx, r, prompts, o, now, compileTime)
 }

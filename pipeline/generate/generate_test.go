@@ -629,3 +629,40 @@ func TestPrefillPiecesThatOverrun(t *testing.T) {
 		t.Errorf("text %q, pieces %v, progress %v", res[0].Text, c.pieces, progress)
 	}
 }
+
+// switching is a chunked runner that reports a LongRoPE switch.
+type switching struct {
+	chunked
+	sw int
+}
+
+func (c *switching) RopeSwitch() int { return c.sw }
+
+// TestCacheDroppedPastSwitch: a continuation whose prompt runs past the
+// model's rotary switch while the cache holds no more than it is
+// prefilled whole (Begin, no Extend), as transformers runs the sequence in
+// one forward; one whose cache is already past the switch, or that stays
+// under it, continues the cache.
+func TestCacheDroppedPastSwitch(t *testing.T) {
+	for _, c := range []struct {
+		sw, cached, prompt int
+		extends            bool
+	}{
+		{sw: 16, cached: 10, prompt: 20, extends: false}, // crosses: prefilled whole
+		{sw: 16, cached: 10, prompt: 14, extends: true},  // stays under the switch
+		{sw: 16, cached: 18, prompt: 30, extends: true},  // the cache is already past it
+		{sw: 0, cached: 10, prompt: 30, extends: true},   // no switch
+	} {
+		r := &switching{chunked: chunked{script: script{want: [][]int{{3, 4}}}}, sw: c.sw}
+		r.clock = &fakeClock{t: time.Unix(0, 0)}
+		r.pos, r.fed = []int{0}, [][]int{nil} // as a previous Run left them
+		o := Options{MaxNewTokens: 2, Cached: c.cached, Now: r.clock.now, NewDecoder: words.decoder}
+		_, m, err := Run(context.Background(), r, [][]int{make([]int, c.prompt)}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if extended := r.extended != nil; extended != c.extends || (m.PromptCachedCount > 0) != c.extends {
+			t.Errorf("switch %d, cache %d, prompt %d: extended %v (cached count %d), want %v", c.sw, c.cached, c.prompt, extended, m.PromptCachedCount, c.extends)
+		}
+	}
+}
