@@ -478,6 +478,10 @@ func (b *Batch) PrefillGroup(prompt []int) (key, most int) {
 	return t, max(1, min(b.o.PrefillChunk/t, b.MaxPrefill()))
 }
 
+// RopeSwitch is the model's lm.Spec.RopeSwitch (0: none): serve's prefix
+// cache serves a prompt only from one on the same side of it.
+func (b *Batch) RopeSwitch() int { return b.r.spec.RopeSwitch }
+
 // KeepsPrefixes reports whether finished prompts' caches can be kept for
 // reuse: with BatchOptions.Prefixes, on a backend that updates caches in
 // place (a recomputed token's slot is overwritten, not added to), for a

@@ -134,8 +134,8 @@ func lookupDraft(history []int, maxN, k int) []int {
 }
 
 // speculates says whether a Run of prompts with o decodes speculatively
-// on r, and with which Speculator: o.Speculate above 0, one prompt, and
-// a runner that can.
+// on r, and with which Speculator: o.Speculate above 0, one prompt, a
+// runner that can, and no LongRoPE switch the generation may cross.
 func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
 	if o.Speculate <= 0 || len(prompts) != 1 {
 		return nil, false
@@ -143,6 +143,13 @@ func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
 	sp, ok := r.(Speculator)
 	if !ok || !sp.Speculates() {
 		return nil, false
+	}
+	if rs, ok := r.(RopeSwitcher); ok {
+		// A generation that may cross LongRoPE's switch decodes token by
+		// token, where Run prefills it again at the crossing.
+		if sw := rs.RopeSwitch(); sw > 0 && len(prompts[0]) <= sw && len(prompts[0])+o.MaxNewTokens > sw {
+			return nil, false
+		}
 	}
 	return sp, true
 }

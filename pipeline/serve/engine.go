@@ -194,6 +194,15 @@ func (a adapted[P, K]) StartPrefillFrom(prompt []int, from Kept) (Prefill, error
 	return p, nil
 }
 
+// RopeSwitch forwards the engine's LongRoPE switch (RopeSwitcher); 0
+// when it has none.
+func (a adapted[P, K]) RopeSwitch() int {
+	if rs, ok := a.Typed.(RopeSwitcher); ok {
+		return rs.RopeSwitch()
+	}
+	return 0
+}
+
 // PromptLogprobs forwards to the engine when it scores prompts
 // (PromptScorer).
 func (a adapted[P, K]) PromptLogprobs(prompts [][]int, topK int) ([][]sample.TokenLogprob, error) {

@@ -177,6 +177,31 @@ type job struct {
 	// drafter proposes its tokens while it speculates (made at its first
 	// speculative step).
 	drafter *generate.Drafter
+	// again, when set, is what the sequence holds (prompt, generated
+	// tokens and next), to be prefilled again: it crossed the engine's
+	// LongRoPE switch while decoding (requeueCrossing).
+	again []int
+	// short reports that the sequence's cached keys turned at LongRoPE's
+	// short frequencies (its last prefill was not past the switch).
+	short bool
+}
+
+// prompt is what a prefill of the job runs: its prompt, or everything
+// it holds when it is prefilled again.
+func (j *job) prompt() []int {
+	if j.again != nil {
+		return j.again
+	}
+	return j.req.Prompt
+}
+
+// unrun is the last event of a job ended before it runs again: a
+// sequence prefilled again releases its held-back text.
+func unrun(j *job, reason string) Event {
+	if j.seq != nil {
+		return finishEvent(j, reason)
+	}
+	return Event{Token: -1}
 }
 
 // Scheduler runs requests on an Engine by continuous batching. Run drives
@@ -375,7 +400,7 @@ func (s *Scheduler) dropCancelled() {
 	})
 	for i, j := range s.pre {
 		if j != nil && j.ctx.Err() != nil {
-			s.end(j, Event{Token: -1}, FinishCancelled, nil)
+			s.end(j, unrun(j, FinishCancelled), FinishCancelled, nil)
 			s.pre[i] = nil
 		}
 	}
@@ -394,7 +419,7 @@ func (s *Scheduler) dropCancelled() {
 	})
 	s.mu.Unlock()
 	for _, j := range gone {
-		s.end(j, Event{Token: -1}, FinishCancelled, nil)
+		s.end(j, unrun(j, FinishCancelled), FinishCancelled, nil)
 	}
 }
 
@@ -431,17 +456,21 @@ func (s *Scheduler) prefillStep() bool {
 		s.mu.Unlock()
 		prompts := make([][]int, len(group))
 		for i, j := range group {
-			prompts[i] = j.req.Prompt
+			prompts[i] = j.prompt()
 		}
 		p, err := s.sl.StartPrefill(prompts)
 		if err != nil {
 			for _, j := range group {
-				s.end(j, Event{Token: -1}, FinishError, err)
+				s.end(j, unrun(j, FinishError), FinishError, err)
 			}
 			return true
 		}
 		for _, j := range group {
-			j.seq = generate.NewSequence(j.req.Prompt, j.req.Index, j.req.Gen)
+			if j.seq == nil { // a sequence prefilled again goes on where it was
+				j.seq = generate.NewSequence(j.req.Prompt, j.req.Index, j.req.Gen)
+			}
+			j.short = s.sl.ropeSwitch > 0 && len(j.prompt()) <= s.sl.ropeSwitch
+			j.again = nil
 		}
 		s.pre, s.preRun = group, p
 	}
@@ -464,7 +493,7 @@ func (s *Scheduler) prefillStep() bool {
 		}
 		h, err := s.sl.Insert(s.preRun, i)
 		if err != nil {
-			s.end(j, Event{Token: -1}, FinishError, err)
+			s.end(j, unrun(j, FinishError), FinishError, err)
 			continue
 		}
 		j.handle = h
@@ -487,12 +516,12 @@ func (s *Scheduler) takeGroup(n int) []*job {
 	}
 	head := s.waiting[0]
 	group := []*job{head}
-	k, most := s.sl.PrefillGroup(head.req.Prompt)
+	k, most := s.sl.PrefillGroup(head.prompt())
 	n = min(n, most)
 	rest := s.waiting[1:]
 	if n > 1 {
 		rest = slices.DeleteFunc(slices.Clone(rest), func(j *job) bool {
-			if kj, _ := s.sl.PrefillGroup(j.req.Prompt); len(group) < n && kj == k {
+			if kj, _ := s.sl.PrefillGroup(j.prompt()); len(group) < n && kj == k {
 				group = append(group, j)
 				return true
 			}
@@ -508,7 +537,7 @@ func (s *Scheduler) takeGroup(n int) []*job {
 func (s *Scheduler) endPrefill(reason string, err error) {
 	for _, j := range s.pre {
 		if j != nil {
-			s.end(j, Event{Token: -1}, reason, err)
+			s.end(j, unrun(j, reason), reason, err)
 		}
 	}
 	if s.preRun != nil {
@@ -522,6 +551,9 @@ func (s *Scheduler) endPrefill(reason string, err error) {
 func (s *Scheduler) decodeStep() bool {
 	if len(s.running) == 0 {
 		return false
+	}
+	if s.requeueCrossing() {
+		return true
 	}
 	if s.speculateStep() {
 		return true
@@ -554,6 +586,40 @@ func (s *Scheduler) decodeStep() bool {
 	return true
 }
 
+// requeueCrossing takes out of the decode batch the running sequences
+// whose next token is past the engine's LongRoPE switch while their
+// cached keys turned at the short frequencies (short) and queues them
+// first, to be prefilled again over everything they hold,
+// which turns every key at the long frequencies: transformers' generate
+// drops its cache at that token and runs the sequence again. It reports
+// whether it took any.
+func (s *Scheduler) requeueCrossing() bool {
+	sw := s.sl.ropeSwitch
+	if sw <= 0 {
+		return false
+	}
+	var moved []*job
+	kept := s.running[:0]
+	for _, j := range s.running {
+		if h := j.seq.History(); j.short && len(h) > sw { // next goes to position len(h)-1
+			s.sl.Free(j.handle)
+			j.again = slices.Clone(h)
+			moved = append(moved, j)
+			continue
+		}
+		kept = append(kept, j)
+	}
+	if len(moved) == 0 {
+		return false
+	}
+	clear(s.running[len(kept):])
+	s.running = kept
+	s.mu.Lock()
+	s.waiting = append(moved, s.waiting...)
+	s.mu.Unlock()
+	return true
+}
+
 // speculateStep decodes the one running sequence by prompt lookup when
 // it runs alone and the engine can feed it several tokens (a
 // batch of one row: Slots.SpeculateRoom): the tokens the sequence's
@@ -577,6 +643,12 @@ func (s *Scheduler) speculateStep() bool {
 	// The model's own pick after the last confirmed token is emitted too:
 	// propose one fewer than the tokens left.
 	limit := min(s.cfg.Speculate, room-1, budget-1)
+	if j.short { // the step stays under the LongRoPE switch, which requeueCrossing then meets
+		limit = min(limit, s.sl.ropeSwitch-len(j.seq.History()))
+	}
+	if limit < 1 {
+		return false
+	}
 	var draft []int
 	var qs [][]float64 // a sampling request's draft distributions (nil: each of probability 1)
 	if d := s.cfg.DraftModel; d != nil {
@@ -727,7 +799,7 @@ func (s *Scheduler) abortAll(reason string, err error) {
 	s.idle = make(chan struct{})
 	s.mu.Unlock()
 	for _, j := range w {
-		s.end(j, Event{Token: -1}, reason, err)
+		s.end(j, unrun(j, reason), reason, err)
 	}
 	for _, e := range embeds {
 		e.done <- ErrClosed

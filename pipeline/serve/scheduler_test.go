@@ -574,3 +574,69 @@ func TestSchedulerEmbed(t *testing.T) {
 		t.Errorf("after Shutdown: %v, want ErrClosed", err)
 	}
 }
+
+// switchEngine is a countEngine of a model with a LongRoPE switch, which
+// records the prompts it prefills.
+type switchEngine struct {
+	*countEngine
+	sw       int
+	prefills [][]int
+}
+
+func (e *switchEngine) RopeSwitch() int { return e.sw }
+
+func (e *switchEngine) StartPrefill(prompts [][]int) (Prefill, error) {
+	e.mu.Lock()
+	for _, p := range prompts {
+		e.prefills = append(e.prefills, slices.Clone(p))
+	}
+	e.mu.Unlock()
+	return e.countEngine.StartPrefill(prompts)
+}
+
+// TestSchedulerPrefillsAgainPastSwitch: a sequence whose next token is
+// the first past the engine's LongRoPE switch (8) leaves the decode batch
+// and is prefilled again over everything it holds (its prompt, its tokens
+// and the next one), as transformers' generate does, then goes on where
+// it was: the same tokens, one stream, its slot freed at the end. A
+// sequence whose prompt is already past the switch is not prefilled again.
+func TestSchedulerPrefillsAgainPastSwitch(t *testing.T) {
+	e := &switchEngine{countEngine: newCountEngine(t, 2, 0), sw: 8}
+	s, stop := startScheduler(t, e, Config{MaxQueue: 8})
+	defer stop()
+	for _, c := range []struct {
+		prompt  []int
+		again   bool
+		prefill string
+	}{
+		{[]int{1, 2, 3, 4, 5}, true, "[1 2 3 4 5 6 7 8 9]"},
+		{[]int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, false, ""},
+	} {
+		e.prefills = nil
+		st, err := s.Submit(context.Background(), greedyReq(c.prompt, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, reason, err := collect(st)
+		last := c.prompt[len(c.prompt)-1]
+		var want []int
+		for k := 1; k <= 8; k++ {
+			want = append(want, (last+k)%countVocab)
+		}
+		if err != nil || reason != generate.FinishLength || fmt.Sprint(ids) != fmt.Sprint(want) {
+			t.Errorf("prompt %v: tokens %v (%q, %v), want %v", c.prompt, ids, reason, err, want)
+		}
+		e.mu.Lock()
+		got := e.prefills
+		e.mu.Unlock()
+		switch {
+		case c.again && (len(got) != 2 || fmt.Sprint(got[1]) != c.prefill):
+			t.Errorf("prompt %v: prefills %v, want the prompt then %s", c.prompt, got, c.prefill)
+		case !c.again && len(got) != 1:
+			t.Errorf("prompt %v: prefills %v, want the prompt alone", c.prompt, got)
+		}
+	}
+	if e.liveCount() != 0 {
+		t.Errorf("%d slots still held", e.liveCount())
+	}
+}

@@ -31,6 +31,17 @@ type Slots struct {
 	nextID   int
 	capacity int      // the most prefixes kept
 	prefixes []prefix // most recently used first
+	// ropeSwitch is the engine's LongRoPE switch (RopeSwitcher; 0: none):
+	// a kept prompt on one side of it does not serve a prompt on the
+	// other, whose keys turn at the other frequencies.
+	ropeSwitch int
+}
+
+// RopeSwitcher is implemented by engines of a model whose rotary
+// embedding turns at other frequencies past a sequence length (LongRoPE's
+// original_max_position_embeddings; compile.Batch).
+type RopeSwitcher interface {
+	RopeSwitch() int
 }
 
 // prefix is a finished prompt whose cache is kept.
@@ -52,6 +63,9 @@ func NewSlots(e Engine, prefixCache int) *Slots {
 	}
 	s := &Slots{e: e, seqRow: map[int]int{}, capacity: max(prefixCache, 0)}
 	s.rows = slices.Repeat([]int{-1}, e.Rows())
+	if rs, ok := e.(RopeSwitcher); ok {
+		s.ropeSwitch = rs.RopeSwitch()
+	}
 	return s
 }
 
@@ -133,10 +147,16 @@ func (s *Slots) StartPrefill(prompts [][]int) (*Prefilling, error) {
 
 // prefixHit finds the kept prefix sharing the longest prefix with prompt
 // and the prompt tokens it saves; best is -1 when none saves at least
-// minPrefixReuse.
+// minPrefixReuse. Past a LongRoPE switch only a prompt on the same side
+// of it is a candidate: transformers turns every key of a prompt longer
+// than the switch at the long frequencies, and of a shorter one at the
+// short ones.
 func (s *Slots) prefixHit(prompt []int) (best, saved int) {
 	best, shared := -1, 0
 	for i, c := range s.prefixes {
+		if sw := s.ropeSwitch; sw > 0 && (len(c.prompt) > sw) != (len(prompt) > sw) {
+			continue
+		}
 		if k := commonPrefix(c.prompt, prompt); k > shared {
 			best, shared = i, k
 		}

@@ -314,6 +314,52 @@ func TestSlotsPrefixCache(t *testing.T) {
 	}
 }
 
+// switchingEngine is a rowEngine of a model with a LongRoPE switch.
+type switchingEngine struct {
+	*rowEngine
+	sw int
+}
+
+func (e switchingEngine) RopeSwitch() int { return e.sw }
+
+// TestSlotsPrefixCacheSwitch: with a LongRoPE switch at 24 positions, a
+// kept prompt of 20 tokens does not serve a prompt of 40 sharing its
+// first 20 (its keys turned at the short frequencies, the new prompt's at
+// the long ones), nor a kept prompt of 40 one of 20; prompts on the same
+// side of the switch share as before.
+func TestSlotsPrefixCacheSwitch(t *testing.T) {
+	e := newRowEngine(t, 8)
+	e.keeps = true
+	s := NewSlots(switchingEngine{e, 24}, 4)
+	seq := func(first, n int) []int {
+		p := make([]int, n)
+		for i := range p {
+			p[i] = 100 + i
+		}
+		p[0] = first
+		return p
+	}
+	short, long := seq(1, 20), seq(2, 40)
+	for _, h := range insertAll(t, s, short, long) {
+		s.Free(h)
+	}
+	for _, c := range []struct {
+		name   string
+		prompt []int
+		hit    bool
+	}{
+		{"past the switch over a short prefix", append(slices.Clone(short), seq(9, 20)...), false},
+		{"under the switch over a long prefix", slices.Clone(long[:22]), false},
+		{"past the switch over a long prefix", append(slices.Clone(long), 5, 5), true},
+		{"under the switch over a short prefix", append(slices.Clone(short), 5, 5), true},
+	} {
+		if best, _ := s.prefixHit(c.prompt); (best >= 0) != c.hit {
+			t.Errorf("%s: hit %v, want %v", c.name, best >= 0, c.hit)
+		}
+	}
+	s.Close()
+}
+
 // TestSlotsRandomWalk: random joins, leaves and decode steps over 16
 // slots keep every sequence on its own row (its mark comes back), keep the
 // batch a row bucket with room for every sequence, and shrink it as the
