@@ -4,7 +4,8 @@
 # FAMILY=minimax a MiniMax-M2, FAMILY=olmoe an OLMoE, FAMILY=ernie an
 # ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
-# Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B) on
+# Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B,
+# FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -133,8 +134,21 @@
 # LFM2-1.2B whole (testdata/configs/lfm2_1_2b: 16 layers, 10 short
 # convolutions and 6 attention layers, the MLP 8192; 1.17B parameters,
 # 2.3 GB bf16), DIR /tmp/tputool-lfm2-bench, written as llama.cpp's lfm2,
-# which ollama runs on its own engine.
-# Otherwise scripts/export-gguf
+# which ollama runs on its own engine. FAMILY=phimoe: a Phi-3.5-MoE
+# (PhiMoEForCausalLM, testdata/configs/phi_3_5_moe: hidden 4096, 32 heads
+# and 8 KV heads of 128 with biases, LayerNorms, LongRoPE over 4096
+# original positions; 16 experts of 6400, two chosen by sparsemixer;
+# vocab 32064, untied head with a bias) in LAYERS layers (default 2, 5.5
+# GB bf16), the experts one tensor each as the release stores them, DIR
+# /tmp/tputool-phimoe-bench, written as llama.cpp's phimoe (which routes
+# by the softmax's top 2 and normalizes by RMSNorm plus the biases:
+# the same work a token, other numbers). FAMILY=phi3: Phi-4-mini's shape
+# whole (Phi3ForCausalLM: hidden 3072, 32 layers, 24 heads and 8 KV heads
+# of 128, a rotary of 96 dims with LongRoPE, fused qkv_proj and
+# gate_up_proj of 8192, vocab 200064, tied; 3.84B parameters, 7.7 GB
+# bf16; the factor lists are ones), DIR /tmp/tputool-phi3-bench, written
+# as llama.cpp's phi3. Both run on llama.cpp's own graph (ollama has no
+# engine of its own for them). Otherwise scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -169,7 +183,9 @@ granitehybrid) DIR="${DIR:-/tmp/tputool-granitehybrid-bench}" ;;
 nemotronh) DIR="${DIR:-/tmp/tputool-nemotronh-bench}" ;;
 lfm2moe) DIR="${DIR:-/tmp/tputool-lfm2moe-bench}" ;;
 lfm2) DIR="${DIR:-/tmp/tputool-lfm2-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe or lfm2" >&2; exit 2 ;;
+phimoe) DIR="${DIR:-/tmp/tputool-phimoe-bench}" ;;
+phi3) DIR="${DIR:-/tmp/tputool-phi3-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe or phi3" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -348,6 +364,27 @@ c["num_hidden_layers"], c["layer_types"] = n, c["layer_types"][:n]
 json.dump(c, open(out, "w"))' "${LAYERS:-8}" "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65536
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = phimoe ]; then
+  python3 -c 'import json, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+c = json.load(open("testdata/configs/phi_3_5_moe/config.json"))
+if not 0 < n <= 32:
+    sys.exit("LAYERS must be in [1, 32]")
+c["num_hidden_layers"] = n
+json.dump(c, open(out, "w"))' "${LAYERS:-2}" "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32064
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = phi3 ]; then
+  python3 -c 'import json, sys
+ones = [1.0] * 48
+json.dump({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 200064, "hidden_size": 3072,
+  "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
+  "original_max_position_embeddings": 4096, "sliding_window": 262144, "tie_word_embeddings": True, "hidden_act": "silu",
+  "rope_scaling": {"type": "longrope", "short_factor": ones, "long_factor": ones},
+  "bos_token_id": 199999, "eos_token_id": 199999, "torch_dtype": "bfloat16"}, open(sys.argv[1], "w"))' "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200064
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"

@@ -19,7 +19,10 @@
 #      ones), a tiny Mixtral (a sliding window of 8 on every layer, the
 #      experts one tensor each as the Hub holds them) and a tiny
 #      DeepSeek-V3 (MLA with kv_b_proj absorbed, q LoRA, interleaved YaRN
-#      rope, grouped sigmoid routing, a dense first layer), the same
+#      rope, grouped sigmoid routing, a dense first layer), and the
+#      others listed where their configs are written below (through a
+#      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
+#      LongRoPE's switch), the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -307,6 +310,32 @@ cat >"$work/qwen3vlmoe.json" <<'EOF'
  "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": true},
  "bos_token_id": 1, "eos_token_id": 2}}
 EOF
+# A tiny Phi-3.5-MoE: LayerNorms with biases, q/k/v/o and lm_head
+# biases, sparsemixer routing over 8 experts, and LongRoPE over 8
+# original positions: the prompts start short and their answers cross
+# the switch while decoding, where generate prefills the whole sequence
+# again at the long frequencies.
+cat >"$work/phimoe.json" <<'EOF'
+{"architectures": ["PhiMoEForCausalLM"], "model_type": "phimoe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "router_jitter_noise": 0.2, "attention_bias": true,
+ "lm_head_bias": true, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 512,
+ "original_max_position_embeddings": 8, "sliding_window": null, "tie_word_embeddings": false,
+ "rope_scaling": {"type": "longrope", "short_factor": [1, 1.2, 1.5, 2, 2.5, 3, 4, 5],
+ "long_factor": [2, 3, 4, 6, 8, 12, 16, 24], "short_mscale": 1.1, "long_mscale": 1.3,
+ "original_max_position_embeddings": 8}, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny Phi-4-mini (Phi3ForCausalLM, dense): fused qkv_proj and
+# gate_up_proj, a rotary on 12 of 16 dims, LongRoPE over 8 original
+# positions, tied embeddings.
+cat >"$work/phi3.json" <<'EOF'
+{"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "partial_rotary_factor": 0.75, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 512,
+ "original_max_position_embeddings": 8, "sliding_window": null, "tie_word_embeddings": true,
+ "rope_scaling": {"type": "longrope", "short_factor": [1, 1.5, 2, 3, 4, 6], "long_factor": [3, 4, 6, 9, 12, 18]},
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -336,12 +365,12 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
