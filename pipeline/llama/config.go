@@ -110,7 +110,7 @@ func (c *Config) Resolve(cfg *config.File, d Defaults) (Options, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
-	o.Rope, err = nn.ConfigRope(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
+	o.Rope, err = nn.ConfigRopeSwitched(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}

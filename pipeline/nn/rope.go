@@ -32,6 +32,11 @@ type RopeParams struct {
 	// original_max_position_embeddings (Phi-3's), which LongRoPE reads when
 	// Scaling does not hold one; 0 when absent.
 	OriginalMaxPositions float64
+	// Switched lets Scaling be LongRoPE, whose frequencies switch past a
+	// sequence length: the caller sets lm.Spec.RopeSwitch from the Rope
+	// (LongAfter), which compile, generate and serve need to run the
+	// switch as transformers does. Without it "longrope" is refused.
+	Switched bool
 }
 
 // Rope is a resolved rotary embedding: inverse frequencies for the first
@@ -156,6 +161,9 @@ func NewRope(p RopeParams) (*Rope, error) {
 		}
 		r.InvFreq, r.AttentionFactor = inv, att
 	case "longrope":
+		if !p.Switched {
+			return nil, errs.Unsupportedf("rope_scaling rope_type \"longrope\" is supported for Phi-3's architectures only (its switch between short and long factors needs lm.Spec.RopeSwitch)")
+		}
 		if err := longRope(p, dim, r); err != nil {
 			return nil, err
 		}
@@ -259,18 +267,23 @@ func longRope(p RopeParams, dim int, r *Rope) error {
 	if err != nil {
 		return err
 	}
-	orig := p.OriginalMaxPositions
+	orig, where := p.OriginalMaxPositions, "config.json's"
 	if v, ok := num(s, "original_max_position_embeddings"); ok {
-		orig = v
+		orig, where = v, "rope_scaling's"
 	}
 	if !(orig >= 1) || orig != math.Trunc(orig) || orig > math.MaxInt32 {
-		return fmt.Errorf("rope_scaling (rope_type \"longrope\") needs a positive whole original_max_position_embeddings, got %v", orig)
+		return fmt.Errorf("rope_type \"longrope\" needs a positive whole original_max_position_embeddings (in rope_scaling or config.json), got %v from %s", orig, where)
 	}
 	factor, ok := num(s, "factor")
 	if !ok {
 		factor = float64(p.MaxPositions) / orig
+	} else if !(factor > 0) {
+		return fmt.Errorf("rope_scaling \"factor\" must be positive, got %v", factor)
 	}
 	att, ok := num(s, "attention_factor")
+	if ok && !(att > 0) {
+		return fmt.Errorf("rope_scaling \"attention_factor\" must be positive, got %v", att)
+	}
 	if !ok {
 		att = 1
 		if factor > 1 {
@@ -459,9 +472,21 @@ func DefaultPartialRotary(raw map[string]json.RawMessage, factor float64) map[st
 // ConfigRope resolves the rotary embedding of a config.json: the
 // rope_parameters object of transformers v5 (rope_theta inside it), or the
 // older rope_theta and rope_scaling fields. defaultTheta applies when the
-// config names no base; partial_rotary_factor is honoured.
+// config names no base; partial_rotary_factor is honoured. LongRoPE is
+// refused (ConfigRopeSwitched takes it).
 func ConfigRope(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int) (*Rope, error) {
-	p := RopeParams{Theta: defaultTheta, HeadDim: headDim, MaxPositions: maxPositions}
+	return configRope(raw, defaultTheta, headDim, maxPositions, false)
+}
+
+// ConfigRopeSwitched is ConfigRope for a caller that runs LongRoPE's
+// switch (RopeParams.Switched): it sets lm.Spec.RopeSwitch from the
+// Rope's LongAfter when LongInvFreq is set.
+func ConfigRopeSwitched(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int) (*Rope, error) {
+	return configRope(raw, defaultTheta, headDim, maxPositions, true)
+}
+
+func configRope(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int, switched bool) (*Rope, error) {
+	p := RopeParams{Theta: defaultTheta, HeadDim: headDim, MaxPositions: maxPositions, Switched: switched}
 	if v, ok := raw["original_max_position_embeddings"]; ok && string(v) != "null" {
 		if err := json.Unmarshal(v, &p.OriginalMaxPositions); err != nil {
 			return nil, fmt.Errorf("original_max_position_embeddings: %w", err)

@@ -60,7 +60,7 @@ func TestRopeTypes(t *testing.T) {
 // the config's top level, and malformed factors are refused.
 func TestRopeLongrope(t *testing.T) {
 	const theta, head = 10000.0, 8 // rotary dim 6 at factor 0.75: 3 factors
-	p := RopeParams{Theta: theta, HeadDim: head, PartialRotaryFactor: 0.75, MaxPositions: 131072, OriginalMaxPositions: 4096,
+	p := RopeParams{Theta: theta, HeadDim: head, PartialRotaryFactor: 0.75, MaxPositions: 131072, OriginalMaxPositions: 4096, Switched: true,
 		Scaling: scaling(t, `{"rope_type":"longrope","short_factor":[1,1.5,2],"long_factor":[3,4,5]}`)}
 	r, err := NewRope(p)
 	if err != nil {
@@ -90,6 +90,8 @@ func TestRopeLongrope(t *testing.T) {
 		{"a zero factor", `{"type":"longrope","short_factor":[1,0,1],"long_factor":[1,1,1]}`},
 		{"a string factor", `{"type":"longrope","short_factor":[1,"x",1],"long_factor":[1,1,1]}`},
 		{"a fractional original length", `{"type":"longrope","short_factor":[1,1,1],"long_factor":[1,1,1],"original_max_position_embeddings":10.5}`},
+		{"a negative attention factor", `{"type":"longrope","short_factor":[1,1,1],"long_factor":[1,1,1],"attention_factor":-1}`},
+		{"a zero scale factor", `{"type":"longrope","short_factor":[1,1,1],"long_factor":[1,1,1],"factor":0}`},
 	} {
 		q := p
 		q.Scaling = scaling(t, bad.scaling)
@@ -102,6 +104,11 @@ func TestRopeLongrope(t *testing.T) {
 	q.Scaling = scaling(t, `{"type":"longrope","short_factor":[1,1,1],"long_factor":[1,1,1]}`)
 	if _, err := NewRope(q); err == nil || !strings.Contains(err.Error(), "original_max_position_embeddings") {
 		t.Errorf("no original length anywhere: %v", err)
+	}
+	q = p
+	q.Switched = false // a family that does not run the switch
+	if _, err := NewRope(q); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("longrope without the switch: %v", err)
 	}
 }
 
