@@ -377,7 +377,7 @@ func (s *chatSession) answer(ctx context.Context, user string) error {
 	}
 	gen.MaxNewTokens = min(gen.MaxNewTokens, room)
 	if n := len(s.cached); n > 0 && len(ids) > n && slices.Equal(ids[:n], s.cached) {
-		gen.Cached = n
+		gen.Cached = generate.UsableCache(s.state, [][]int{ids}, n) // 0 past a LongRoPE switch the cache is short of
 	}
 	s.cached = nil
 	gen.NewDecoder = func(prompt []int) generate.StreamDecoder { return s.tok.StreamDecoderAfter(prompt) }

@@ -64,18 +64,18 @@ type RopeSwitcher interface {
 	RopeSwitch() int
 }
 
-// Pending is implemented by Chunked runners whose PrefillChunk may run
-// more than the n tokens asked (compile.State runs a LongRoPE model's
-// first piece through its switch: lm.Spec.RopeSwitch): it reports the
-// queued tokens left.
-type Pending interface {
+// PendingCounter is implemented by Chunked runners whose PrefillChunk
+// may run more than the n tokens asked (compile.State runs a LongRoPE
+// model's first piece through its switch: lm.Spec.RopeSwitch): Pending
+// reports the queued tokens left.
+type PendingCounter interface {
 	Pending() int
 }
 
 // prefillRan runs c.PrefillChunk(n) and returns its logits and the
 // number of tokens it ran: n, or what c's Pending says it took.
 func prefillRan(c Chunked, n int) ([][]float32, int, error) {
-	p, ok := c.(Pending)
+	p, ok := c.(PendingCounter)
 	before := 0
 	if ok {
 		before = p.Pending()
@@ -345,7 +345,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	if lr, ok := r.(LogitsReuser); ok {
 		lr.ReuseLogits()
 	}
-	o.Cached = usableCache(r, prompts, o.Cached)
+	o.Cached = UsableCache(r, prompts, o.Cached)
 	now, compileTime := clocks(r, o)
 	rows := make([]*row, len(prompts))
 	for i, p := range prompts {
@@ -376,12 +376,14 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	prefillEnd := now()
 	m.PromptEvalDuration = prefillEnd.Sub(start) - (compile1 - compile0)
 
-	// The durations once decoding ends.
+	// The durations once decoding ends; a second prefill at LongRoPE's
+	// switch counts as prompt processing.
+	var reprefill time.Duration
 	ended := func() {
 		end := now()
 		compile2 := compileTime()
 		m.CompileDuration = compile2 - compile0
-		m.EvalDuration = end.Sub(prefillEnd) - (compile2 - compile1)
+		m.EvalDuration = end.Sub(prefillEnd) - (compile2 - compile1) - reprefill
 		m.TotalDuration = end.Sub(start)
 	}
 	if sp, ok := speculates(r, prompts, o); ok {
@@ -439,12 +441,22 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			// prepare_inputs_for_generation), which turns every key at
 			// the long ones. So does Run, for every row.
 			ro := o
-			ro.Cached, ro.OnPrefill = 0, nil
+			ro.Cached = 0
 			ro.MaxNewTokens = 1 // the tokens left to generate, which the cache is sized for
 			for _, rw := range rows {
-				ro.MaxNewTokens = max(ro.MaxNewTokens, o.MaxNewTokens-len(rw.res.TokenIDs))
+				if !rw.done { // a finished row has fewer tokens and needs none: the running rows' bound holds for it
+					ro.MaxNewTokens = max(ro.MaxNewTokens, o.MaxNewTokens-len(rw.res.TokenIDs))
+				}
 			}
-			if logits, err = prefill(ctx, r, again, ro, now, compileTime); err != nil {
+			t0, c0 := now(), compileTime()
+			logits, err = prefill(ctx, r, again, ro, now, compileTime)
+			spent := now().Sub(t0) - (compileTime() - c0) // prompt processing, not decoding
+			m.PromptEvalDuration += spent
+			reprefill += spent
+			for _, seq := range again {
+				m.PromptEvalCount += len(seq)
+			}
+			if err != nil {
 				if errors.Is(err, errs.ErrInterrupted) {
 					interrupted = err
 					finishAll(rows, o, FinishInterrupted)
@@ -471,13 +483,14 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 	return out, m, interrupted
 }
 
-// usableCache is the number of cached prompt tokens a Run may continue
+// UsableCache is the number of cached prompt tokens a Run may continue
 // from: cached, or 0 when r's model switches its rotary frequencies
 // (RopeSwitcher) and a prompt runs past the switch while the cache holds
 // no more than it (keys turned at the short frequencies, which the
 // prompt's one forward in transformers would turn at the long ones): the
-// prompts are then prefilled whole.
-func usableCache(r Stepper, prompts [][]int, cached int) int {
+// prompts are then prefilled whole. Run and Prefill apply it to
+// Options.Cached.
+func UsableCache(r Stepper, prompts [][]int, cached int) int {
 	rs, ok := r.(RopeSwitcher)
 	if !ok || cached == 0 {
 		return cached
@@ -527,7 +540,7 @@ func crossesSwitch(r Stepper, rows []*row, o Options) [][]int {
 // one Prefill call. It returns each row's logits after its prompt. bench
 // times prefill through it, so Ctrl-C stops a benchmark too.
 func Prefill(ctx context.Context, r Stepper, prompts [][]int, o Options) ([][]float32, error) {
-	o.Cached = usableCache(r, prompts, o.Cached)
+	o.Cached = UsableCache(r, prompts, o.Cached)
 	now, compileTime := clocks(r, o)
 	return prefill(ctx, r, prompts, o, now, compileTime)
 }

@@ -597,7 +597,7 @@ func TestResolveWithTokenizerEOS(t *testing.T) {
 
 // overrunning is a chunked runner whose first piece runs at least first
 // tokens whatever it is asked (compile.State's first piece through a
-// LongRoPE switch), and which reports what is left (Pending).
+// LongRoPE switch), and which reports what is left (PendingCounter).
 type overrunning struct {
 	chunked
 	first int

@@ -145,9 +145,10 @@ func speculates(r Stepper, prompts [][]int, o Options) (Speculator, bool) {
 		return nil, false
 	}
 	if rs, ok := r.(RopeSwitcher); ok {
-		// A generation that may cross LongRoPE's switch decodes token by
-		// token, where Run prefills it again at the crossing.
-		if sw := rs.RopeSwitch(); sw > 0 && len(prompts[0]) <= sw && len(prompts[0])+o.MaxNewTokens > sw {
+		// A generation that may cross LongRoPE's switch, a speculative
+		// step's padding included, decodes token by token, where Run
+		// prefills it again at the crossing.
+		if sw := rs.RopeSwitch(); sw > 0 && len(prompts[0]) <= sw && len(prompts[0])+o.MaxNewTokens+o.Speculate > sw {
 			return nil, false
 		}
 	}
