@@ -27,6 +27,7 @@ import (
 	"fmt"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/sample"
 )
 
@@ -194,10 +195,10 @@ func (a adapted[P, K]) StartPrefillFrom(prompt []int, from Kept) (Prefill, error
 	return p, nil
 }
 
-// RopeSwitch forwards the engine's LongRoPE switch (RopeSwitcher); 0
-// when it has none.
+// RopeSwitch forwards the engine's LongRoPE switch
+// (generate.RopeSwitcher); 0 when it has none.
 func (a adapted[P, K]) RopeSwitch() int {
-	if rs, ok := a.Typed.(RopeSwitcher); ok {
+	if rs, ok := a.Typed.(generate.RopeSwitcher); ok {
 		return rs.RopeSwitch()
 	}
 	return 0

@@ -195,8 +195,9 @@ func (j *job) prompt() []int {
 	return j.req.Prompt
 }
 
-// unrun is the last event of a job ended before it runs again: a
-// sequence prefilled again releases its held-back text.
+// unrun is the last event of a job ended while it waits or prefills: a
+// new request has no text to release, a sequence waiting to be
+// prefilled again (requeueCrossing) releases its held-back text.
 func unrun(j *job, reason string) Event {
 	if j.seq != nil {
 		return finishEvent(j, reason)
@@ -281,10 +282,22 @@ func (s *Scheduler) refusal() error {
 	switch {
 	case s.closed:
 		return ErrClosed
-	case len(s.waiting)+len(s.embeds) >= s.cfg.MaxQueue:
+	case s.queued()+len(s.embeds) >= s.cfg.MaxQueue:
 		return ErrQueueFull
 	}
 	return nil
+}
+
+// queued counts, under mu, the waiting requests that have not run yet (a
+// sequence waiting to be prefilled again was admitted before).
+func (s *Scheduler) queued() int {
+	n := 0
+	for _, j := range s.waiting {
+		if j.again == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // poke wakes Run.
@@ -645,6 +658,9 @@ func (s *Scheduler) speculateStep() bool {
 	limit := min(s.cfg.Speculate, room-1, budget-1)
 	if j.short { // the step stays under the LongRoPE switch, which requeueCrossing then meets
 		limit = min(limit, s.sl.ropeSwitch-len(j.seq.History()))
+		if s.cfg.SpeculateFixed && len(j.seq.History())+s.cfg.Speculate > s.sl.ropeSwitch {
+			return false // the padded step would reach the switch: the step's frequencies are its last position's
+		}
 	}
 	if limit < 1 {
 		return false

@@ -3,6 +3,8 @@ package serve
 import (
 	"fmt"
 	"slices"
+
+	"github.com/tputool/tputool/pipeline/generate"
 )
 
 // Slots keeps the bookkeeping of an Engine's rows for the scheduler, as
@@ -31,17 +33,11 @@ type Slots struct {
 	nextID   int
 	capacity int      // the most prefixes kept
 	prefixes []prefix // most recently used first
-	// ropeSwitch is the engine's LongRoPE switch (RopeSwitcher; 0: none):
-	// a kept prompt on one side of it does not serve a prompt on the
-	// other, whose keys turn at the other frequencies.
+	// ropeSwitch is the engine's LongRoPE switch
+	// (generate.RopeSwitcher, compile.Batch's; 0: none): a kept prompt
+	// on one side of it does not serve a prompt on the other, whose keys
+	// turn at the other frequencies.
 	ropeSwitch int
-}
-
-// RopeSwitcher is implemented by engines of a model whose rotary
-// embedding turns at other frequencies past a sequence length (LongRoPE's
-// original_max_position_embeddings; compile.Batch).
-type RopeSwitcher interface {
-	RopeSwitch() int
 }
 
 // prefix is a finished prompt whose cache is kept.
@@ -63,7 +59,7 @@ func NewSlots(e Engine, prefixCache int) *Slots {
 	}
 	s := &Slots{e: e, seqRow: map[int]int{}, capacity: max(prefixCache, 0)}
 	s.rows = slices.Repeat([]int{-1}, e.Rows())
-	if rs, ok := e.(RopeSwitcher); ok {
+	if rs, ok := e.(generate.RopeSwitcher); ok {
 		s.ropeSwitch = rs.RopeSwitch()
 	}
 	return s
