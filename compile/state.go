@@ -325,20 +325,25 @@ func (st *State) RopeSwitch() int { return st.r.spec.RopeSwitch }
 // runs past the switch has its piece end at or past position RopeSwitch:
 // the row then turns every key of its prompt at the long frequencies, as
 // transformers' one forward over the prompt does, instead of its first
-// pieces at the short ones.
+// pieces at the short ones. The extended piece is a multiple of n tokens
+// (or all that is pending), so that the piece lengths a device compiles
+// for stay few. A model with a multi-token-prediction head captures its
+// prefill in pieces of its own (prefillCapture), which this does not
+// reach; no such model has LongRoPE.
 func (st *State) throughSwitch(n int) int {
 	sw := st.r.spec.RopeSwitch
 	if sw == 0 {
 		return n
 	}
 	end := st.next + st.Pending() // the slot after the last pending token
+	want := n
 	for _, p := range st.pads {
 		pad := int(p)
 		if end-1-pad >= sw && st.next+n-1-pad < sw {
-			n = max(n, sw+pad+1-st.next)
+			want = max(want, sw+pad+1-st.next)
 		}
 	}
-	return min(n, st.Pending())
+	return min((want+n-1)/n*n, st.Pending())
 }
 
 // DevicePrefillPiece is the prefill piece, in prompt tokens, of a
