@@ -79,8 +79,9 @@ type Options struct {
 	// FusedQKV reads the query, key and value projections as one matrix,
 	// self_attn.qkv_proj [(H + 2·KV)·D, hidden], whose product is split in
 	// that order; FusedGateUp reads the MLP's gate and up projections as
-	// mlp.gate_up_proj [2·intermediate, hidden], gate first (Phi-3). Neither
-	// takes biases.
+	// mlp.gate_up_proj [2·intermediate, hidden], gate first (Phi-3).
+	// Neither has biases: NewModel turns QKVBias off with FusedQKV and
+	// MLPBias with FusedGateUp.
 	FusedQKV, FusedGateUp bool
 	// LayerNorm makes the two norms of each layer and the final norm
 	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
@@ -98,7 +99,11 @@ type Model struct {
 }
 
 // NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model { return &Model{o: o} }
+func NewModel(o Options) *Model {
+	o.QKVBias = o.QKVBias && !o.FusedQKV
+	o.MLPBias = o.MLPBias && !o.FusedGateUp
+	return &Model{o: o}
+}
 
 // Spec implements lm.Model.
 func (m *Model) Spec() *lm.Spec { return &m.o.Spec }
@@ -177,10 +182,11 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	if m.o.FusedGateUp { // split on its rows like gate and up; XLA moves the halves where they are read
 		add("mlp.gate_up_proj.weight", true, lm.Column, 2*s.Intermediate, s.Hidden)
-	} else {
-		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
-		add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
+		return ws
 	}
+	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	if m.o.MLPBias {
 		add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)

@@ -1,9 +1,13 @@
 // Package phi3 implements Microsoft's Phi-3 family: Phi3ForCausalLM
-// (Phi-3 and Phi-3.5 mini and medium, Phi-4, Phi-4-mini and their
-// reasoning builds), following transformers' models/phi3/modeling_phi3.py,
-// and PhimoeForCausalLM (Phi-3.5-MoE, 42B parameters of which 6.6B
-// active; its config.json spells it PhiMoEForCausalLM), following
-// models/phimoe/modeling_phimoe.py.
+// (Phi-3 and Phi-3.5 mini and medium, "Phi-3 Technical Report", Abdin et
+// al., 2024, arXiv:2404.14219; Phi-4, arXiv:2412.08905; Phi-4-mini,
+// arXiv:2503.01743; and their reasoning builds), following transformers'
+// models/phi3/modeling_phi3.py, and PhimoeForCausalLM (Phi-3.5-MoE, 42B
+// parameters of which 6.6B active; its config.json spells it
+// PhiMoEForCausalLM), following models/phimoe/modeling_phimoe.py.
+// LongRoPE is "LongRoPE: Extending LLM Context Window Beyond 2 Million
+// Tokens" (Ding et al., 2024, arXiv:2402.13753); sparsemixer is GRIN's
+// ("GRIN: GRadient-INformed MoE", Liu et al., 2024, arXiv:2409.12136).
 //
 // Phi-3 is Mistral's decoder (pipeline/llama's, with Mistral's sliding
 // window on every layer when sliding_window is set) reading two fused

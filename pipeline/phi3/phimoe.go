@@ -74,14 +74,16 @@ func ResolveMoE(cfg *config.File) (qwen3moe.Options, error) {
 		// PhimoeRotaryEmbedding scales cos and sin by the config's
 		// mscales, which PhimoeConfig requires, in place of the
 		// attention factor.
-		s, _ := nn.ParseRopeScaling(rc.Raw["rope_scaling"])
+		key := "rope_scaling"
+		s, _ := nn.ParseRopeScaling(rc.Raw[key])
 		if s == nil {
-			s, _ = nn.ParseRopeScaling(rc.Raw["rope_parameters"])
+			key = "rope_parameters"
+			s, _ = nn.ParseRopeScaling(rc.Raw[key])
 		}
 		short, ok1 := s["short_mscale"].(float64)
 		long, ok2 := s["long_mscale"].(float64)
-		if !ok1 || !ok2 {
-			return qwen3moe.Options{}, fmt.Errorf("%s: rope_scaling needs numeric short_mscale and long_mscale (got %v and %v)", where, s["short_mscale"], s["long_mscale"])
+		if !ok1 || !ok2 || !(short > 0) || !(long > 0) {
+			return qwen3moe.Options{}, fmt.Errorf("%s: %s needs positive numbers short_mscale and long_mscale (got %v and %v)", where, key, s["short_mscale"], s["long_mscale"])
 		}
 		base.Rope = base.Rope.WithScales(short, long)
 	}
