@@ -282,3 +282,39 @@ func TestGenerateAcrossSwitch(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestGenerateBatchAcrossSwitch generates greedily for two prompts of 8
+// and 5 tokens, which cross the tiny models' switch at 12 at different
+// steps: each crossing prefills every row again, and both rows' tokens
+// are the reference's greedy ones.
+func TestGenerateBatchAcrossSwitch(t *testing.T) {
+	batch := [][]int{{1, 9, 14, 60, 3, 5, 41, 27}, {1, 7, 21, 33, 4}}
+	const n = 12
+	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := refcheck.GreedySequences(rm, batch, n)
+		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &recorder{st: r.NewState(), reports: true}
+		res, m, err := generate.Run(context.Background(), rec, batch, generate.Options{MaxNewTokens: n, PrefillChunk: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b, p := range batch {
+			if !slices.Equal(res[b].TokenIDs, want[b][len(p):]) {
+				t.Errorf("moe %v row %d: tokens %v, want %v", c.MoE, b, res[b].TokenIDs, want[b][len(p):])
+			}
+		}
+		// The prompts, then each row's sequence at its crossing (13 tokens) with the other row's beside it.
+		if wantCount := 8 + 5 + (13 + 10) + (16 + 13); m.PromptEvalCount != wantCount {
+			t.Errorf("moe %v: %d prompt tokens evaluated, want %d (the prompts and two second prefills)", c.MoE, m.PromptEvalCount, wantCount)
+		}
+		r.Close()
+	}
+}
