@@ -433,7 +433,7 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			finishAll(rows, o, FinishInterrupted)
 			break
 		}
-		if again := crossesSwitch(r, rows, o); again != nil {
+		if again := crossesSwitch(r, rows); again != nil {
 			// A row's next token is the first past LongRoPE's switch
 			// while its cache holds keys turned at the short frequencies:
 			// transformers' generate drops the cache there and runs the
@@ -509,7 +509,7 @@ func UsableCache(r Stepper, prompts [][]int, cached int) int {
 // rotary frequencies (RopeSwitcher) and an unfinished row's next token is
 // the first past the switch after a prompt that was not (its cached keys
 // turned at the short frequencies), else nil.
-func crossesSwitch(r Stepper, rows []*row, o Options) [][]int {
+func crossesSwitch(r Stepper, rows []*row) [][]int {
 	rs, ok := r.(RopeSwitcher)
 	if !ok {
 		return nil

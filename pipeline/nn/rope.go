@@ -479,8 +479,8 @@ func ConfigRope(raw map[string]json.RawMessage, defaultTheta float64, headDim, m
 }
 
 // ConfigRopeSwitched is ConfigRope for a caller that runs LongRoPE's
-// switch (RopeParams.Switched): it sets lm.Spec.RopeSwitch from the
-// Rope's LongAfter when LongInvFreq is set.
+// switch (RopeParams.Switched): the caller sets lm.Spec.RopeSwitch from
+// the Rope's LongAfter when LongInvFreq is set.
 func ConfigRopeSwitched(raw map[string]json.RawMessage, defaultTheta float64, headDim, maxPositions int) (*Rope, error) {
 	return configRope(raw, defaultTheta, headDim, maxPositions, true)
 }

@@ -67,7 +67,6 @@ const defaultOriginalMax = 4096
 // Resolve reads a Phi-3 config.json into the options of pipeline/llama's
 // decoder.
 func Resolve(cfg *config.File) (llama.Options, error) {
-	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
@@ -82,11 +81,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o, err := c.Resolve(rc, Defaults)
 	if err != nil {
 		return llama.Options{}, err
-	}
-	for _, k := range o.Spec.LayerKinds {
-		if k != lm.KindFull && k != lm.KindSliding {
-			return llama.Options{}, fmt.Errorf("%s: layer_types names %q layers; Phi-3's layers attend in full or in a window", where, k)
-		}
 	}
 	o.QKVBias, o.OBias, o.MLPBias = false, false, false
 	o.FusedQKV, o.FusedGateUp = true, true

@@ -65,11 +65,6 @@ func ResolveMoE(cfg *config.File) (qwen3moe.Options, error) {
 	if err != nil {
 		return qwen3moe.Options{}, err
 	}
-	for _, k := range base.Spec.LayerKinds {
-		if k != lm.KindFull && k != lm.KindSliding {
-			return qwen3moe.Options{}, fmt.Errorf("%s: layer_types names %q layers; Phi-3.5-MoE's layers attend in full or in a window", where, k)
-		}
-	}
 	if base.Rope.LongInvFreq != nil {
 		// PhimoeRotaryEmbedding scales cos and sin by the config's
 		// mscales, which PhimoeConfig requires, in place of the

@@ -616,7 +616,7 @@ func (s *Scheduler) requeueCrossing() bool {
 	for _, j := range s.running {
 		if h := j.seq.History(); j.short && len(h) > sw { // next goes to position len(h)-1
 			s.sl.Free(j.handle)
-			j.again = slices.Clone(h)
+			j.handle, j.again = -1, slices.Clone(h)
 			moved = append(moved, j)
 			continue
 		}
