@@ -10,6 +10,7 @@ import (
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/generate"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
@@ -315,6 +316,60 @@ func TestGenerateBatchAcrossSwitch(t *testing.T) {
 		if wantCount := 8 + 5 + (13 + 10) + (16 + 13); m.PromptEvalCount != wantCount {
 			t.Errorf("moe %v: %d prompt tokens evaluated, want %d (the prompts and two second prefills)", c.MoE, m.PromptEvalCount, wantCount)
 		}
+		r.Close()
+	}
+}
+
+// TestServeAcrossSwitch serves the tiny models on compile's batch engine
+// (serve.Scheduler over compile.Batch, prompts in pieces of 4, the
+// prefix cache on): two greedy requests of 8 and 5 tokens whose answers
+// cross the switch at 12, and a third repeating the first, which the
+// prefix cache may serve from the first's kept prompt. Each crossing
+// sequence is prefilled again (requeueCrossing), and every request's
+// tokens are the reference's greedy ones.
+func TestServeAcrossSwitch(t *testing.T) {
+	batch := [][]int{{1, 9, 14, 60, 3, 5, 41, 27}, {1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
+	const n = 12
+	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := refcheck.GreedySequences(rm, batch, n)
+		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := compile.NewBatch(r, compile.BatchOptions{MaxBatch: 2, MaxContext: 64, PrefillChunk: 4, Prefixes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := serve.New(serve.Adapt(b), serve.Config{MaxQueue: 8, PrefixCache: 4})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		for i, p := range batch {
+			st, err := s.Submit(context.Background(), serve.Request{Prompt: p, Gen: generate.Options{MaxNewTokens: n}, Logprobs: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []int
+			for ev := range st.Events {
+				if ev.Err != nil {
+					t.Fatalf("request %d: %v", i, ev.Err)
+				}
+				if ev.Token >= 0 {
+					ids = append(ids, ev.Token)
+				}
+			}
+			if !slices.Equal(ids, want[i][len(p):]) {
+				t.Errorf("moe %v request %d: tokens %v, want %v", c.MoE, i, ids, want[i][len(p):])
+			}
+		}
+		cancel()
+		<-done
+		b.Close()
 		r.Close()
 	}
 }
