@@ -924,7 +924,10 @@ func (b *Batch) slotsGraph(in []*graph.Node) []*graph.Node {
 
 // Warmup compiles up front every executable that serving runs, for every
 // batch bucket, slot bucket and prompt bucket (see above), so that none
-// compiles under load. Recompile reports are off while it runs. The state
+// compiles under load; except, for a LongRoPE model (lm.Spec.RopeSwitch),
+// the longer first piece of a prompt past the switch (State.throughSwitch)
+// and a crossing sequence's second prefill, which compile on first use.
+// Recompile reports are off while it runs. The state
 // it allocates (up to every slot at MaxContext) is returned to the
 // operating system at the end, so an idle server holds only its weights
 // (the 110M model at 32 slots: 594 MB RSS idle, 5.4 GB without it).

@@ -119,7 +119,7 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	}
 	var last, first []float32
 	for st.Pending() > 0 {
-		n := min(embedPiece, st.Pending())
+		n := st.throughSwitch(min(embedPiece, st.Pending()))
 		if r.spec.Encoder {
 			n = st.Pending()
 		}
@@ -196,14 +196,26 @@ func EncoderScoreBytes(s *lm.Spec, rows, longest int) int64 {
 // EmbedScoreBytes is the most attention scores one of Embed's (or
 // Score's) steps holds for up to rows inputs of at most longest tokens:
 // an encoder's (EncoderScoreBytes), or a decoder's, whose steps of at
-// most 512 tokens a row attend over up to longest slots:
-// rows·heads·min(longest, 512)·longest f32 (8 Qwen3-Reranker-0.6B pairs
-// of 40,960 tokens: 10.7 GB).
+// most 512 tokens a row (embedPositions) attend over up to longest
+// slots: rows·heads·min(longest, 512)·longest f32 (8
+// Qwen3-Reranker-0.6B pairs of 40,960 tokens: 10.7 GB).
 func EmbedScoreBytes(s *lm.Spec, rows, longest int) int64 {
 	if s.Encoder {
 		return EncoderScoreBytes(s, rows, longest)
 	}
-	return int64(rows) * int64(s.Heads) * int64(min(longest, embedPiece)) * int64(longest) * 4
+	return int64(rows) * int64(s.Heads) * int64(embedPositions(s, longest)) * int64(longest) * 4
+}
+
+// embedPositions is the most positions a row runs in one of Embed's,
+// Score's or PromptLogprobs' steps over inputs of at most longest
+// tokens: a piece of embedPiece, or, for a LongRoPE model whose inputs
+// run past its switch, the first piece through it (State.throughSwitch),
+// which with left padding may take up to the whole input.
+func embedPositions(s *lm.Spec, longest int) int {
+	if s.RopeSwitch > 0 && longest > s.RopeSwitch {
+		return longest
+	}
+	return min(longest, embedPiece)
 }
 
 // encoderRowScores is the bytes of attention scores one input of T

@@ -78,7 +78,7 @@ var logprobHeadBytes = 32 << 20
 // copied out of it) and three of the scoring head's pieces of logits
 // (the logits and two passes over them).
 func PromptLogprobsBytes(s *lm.Spec, rows, longest int) int64 {
-	positions := rows * min(longest, embedPiece)
+	positions := rows * embedPositions(s, longest)
 	hidden := int64(positions) * int64(s.Hidden) * 4
 	head := int64(logprobRowBucket(positions, logprobHeadRows(s.VocabSize))) * int64(s.VocabSize) * 4
 	return EmbedScoreBytes(s, rows, longest) + 2*hidden + 3*head
@@ -168,7 +168,7 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 	h := r.spec.Hidden
 	most := logprobHeadRows(r.spec.VocabSize)
 	for st.Pending() > 0 {
-		n := min(embedPiece, st.Pending())
+		n := st.throughSwitch(min(embedPiece, st.Pending()))
 		start := st.next
 		hid, err := st.hiddenChunk(n)
 		if err != nil {

@@ -2,6 +2,7 @@ package phi3_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 
@@ -372,4 +373,47 @@ func TestServeAcrossSwitch(t *testing.T) {
 		b.Close()
 		r.Close()
 	}
+}
+
+// TestPromptLogprobsThroughSwitch scores a 600-token prompt on a tiny
+// Phi-3 whose switch is at 520, past the scoring pass's 512-token piece:
+// the first piece runs through the switch (State.throughSwitch), so the
+// log-probabilities equal the reference's over the whole prompt (every
+// key at the long frequencies), not a mixture of short and long pieces.
+func TestPromptLogprobsThroughSwitch(t *testing.T) {
+	c := phi3ref.TinyDense()
+	c.MaxPositions, c.OriginalMax, c.Window = 1024, 520, 0
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]int, 600)
+	for i := range prompt {
+		prompt[i] = 3 + (i*37+i*i*11)%90
+	}
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.PromptLogprobs([][]int{prompt}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rm.Logits(prompt)
+	worst := 0.0
+	for j, lp := range got[0] { // the log-probability of token j+1
+		row := want[j]
+		m := slices.Max(row)
+		sum := 0.0
+		for _, v := range row {
+			sum += math.Exp(v - m)
+		}
+		worst = max(worst, math.Abs(float64(lp.Logprob)-(row[prompt[j+1]]-m-math.Log(sum))))
+	}
+	if len(got[0]) != len(prompt)-1 || worst > 1e-4 {
+		t.Errorf("%d log-probabilities, largest difference from the reference %.3g", len(got[0]), worst)
+	}
+	t.Logf("largest difference %.3g", worst)
 }
