@@ -49,6 +49,10 @@ type Defaults struct {
 	Eps, RopeTheta                                               float64
 	Tie                                                          bool
 	Act                                                          string
+	// LongRope accepts rope_type "longrope" and sets Spec.RopeSwitch, for
+	// the families whose transformers classes run its switch (Phi-3's
+	// generate prefills a crossing sequence again); the others refuse it.
+	LongRope bool
 }
 
 // LlamaDefaults are LlamaConfig's defaults.
@@ -110,7 +114,11 @@ func (c *Config) Resolve(cfg *config.File, d Defaults) (Options, error) {
 	if o.Act = nn.Activation(act); o.Act == nil {
 		return Options{}, errs.Unsupportedf("%s: hidden_act %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
-	o.Rope, err = nn.ConfigRopeSwitched(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
+	rope := nn.ConfigRope
+	if d.LongRope {
+		rope = nn.ConfigRopeSwitched
+	}
+	o.Rope, err = rope(cfg.Raw, d.RopeTheta, s.HeadDim, s.MaxPositions)
 	if err != nil {
 		return Options{}, fmt.Errorf("%s: %w", where, err)
 	}

@@ -59,6 +59,7 @@ type Config struct {
 var Defaults = llama.Defaults{
 	VocabSize: 32064, Hidden: 3072, Intermediate: 8192, Layers: 32, Heads: 32,
 	MaxPositions: 4096, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "silu",
+	LongRope: true,
 }
 
 // defaultOriginalMax is Phi3Config's original_max_position_embeddings.

@@ -32,6 +32,7 @@ type MoEConfig struct {
 var MoEDefaults = llama.Defaults{
 	VocabSize: 32064, Hidden: 4096, Intermediate: 6400, Layers: 32, Heads: 32,
 	MaxPositions: 4096 * 32, Eps: 1e-5, RopeTheta: 1e6, Tie: false, Act: "silu",
+	LongRope: true,
 }
 
 // PhimoeConfig's expert and router defaults.
