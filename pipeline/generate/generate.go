@@ -441,8 +441,10 @@ func Run(ctx context.Context, r Stepper, prompts [][]int, o Options) ([]Result, 
 			// prepare_inputs_for_generation), which turns every key at
 			// the long ones. So does Run, for every row.
 			ro := o
-			ro.Cached = 0
-			ro.MaxNewTokens = 1 // the tokens left to generate, which the cache is sized for
+			// No progress display in the middle of the answer; the cache
+			// is sized for the tokens left to generate.
+			ro.Cached, ro.OnPrefill = 0, nil
+			ro.MaxNewTokens = 1
 			for _, rw := range rows {
 				if !rw.done { // a finished row has fewer tokens and needs none: the running rows' bound holds for it
 					ro.MaxNewTokens = max(ro.MaxNewTokens, o.MaxNewTokens-len(rw.res.TokenIDs))

@@ -268,7 +268,7 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Stream, error) {
 		return nil, err
 	}
 	s.waiting = append(s.waiting, j)
-	s.obs.Queue(len(s.waiting), s.active)
+	s.obs.Queue(s.queued(), s.active)
 	s.mu.Unlock()
 	context.AfterFunc(ctx, s.poke)
 	s.poke()
@@ -342,7 +342,7 @@ func (s *Scheduler) Shutdown(ctx context.Context) error {
 func (s *Scheduler) Load() (waiting, active int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.waiting), s.active
+	return s.queued(), s.active
 }
 
 // Slots is the number of sequences decoded at once.
@@ -379,7 +379,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 		active := len(s.running) + s.prefilling()
 		if active != s.active {
 			s.active = active
-			s.obs.Queue(len(s.waiting), active)
+			s.obs.Queue(s.queued(), active)
 		}
 		idle := len(s.waiting) == 0 && len(s.embeds) == 0 && s.active == 0
 		if idle {
@@ -465,7 +465,7 @@ func (s *Scheduler) prefillStep() bool {
 			return false
 		}
 		s.active = len(s.running) + len(group) // still busy to Shutdown
-		s.obs.Queue(len(s.waiting), s.active)
+		s.obs.Queue(s.queued(), s.active)
 		s.mu.Unlock()
 		prompts := make([][]int, len(group))
 		for i, j := range group {
