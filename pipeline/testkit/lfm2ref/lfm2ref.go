@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -332,33 +333,14 @@ func (c LFM2) Write(dir string) error {
 	}
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
-	stacks := map[string]int{} // a stack's index in ts
 	for _, t := range c.Tensors() {
-		v := fill(r, t)
-		var l, e int
-		var part string
-		if c.Stacked {
-			if _, err := fmt.Sscanf(t.Name, "model.layers.%d.feed_forward.experts.%d.%s", &l, &e, &part); err == nil {
-				stack := "gate_up_proj"
-				if part == "w2.weight" {
-					stack = "down_proj"
-				}
-				name := fmt.Sprintf("model.layers.%d.feed_forward.experts.%s", l, stack)
-				i, ok := stacks[name]
-				if !ok {
-					shape := []int{c.Experts, 2 * c.MoEIntermediate, c.Hidden}
-					if stack == "down_proj" {
-						shape = []int{c.Experts, c.Hidden, c.MoEIntermediate}
-					}
-					i = len(ts)
-					ts = append(ts, lmckpt.F32Tensor{Name: name, Shape: shape})
-					stacks[name] = i
-				}
-				ts[i].Values = append(ts[i].Values, v...) // w1 then w3 into gate_up_proj, w2 into down_proj, expert by expert
-				continue
-			}
+		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: fill(r, t)})
+	}
+	for l := range c.Layers {
+		if c.Stacked && c.sparse(l) {
+			p := fmt.Sprintf("model.layers.%d.feed_forward.experts.", l)
+			ts = lmckpt.StackExperts(ts, p, p, lm.MixtralExperts, c.Experts, c.MoEIntermediate, c.Hidden)
 		}
-		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: v})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0}, ts)
 }
@@ -405,20 +387,9 @@ func (c LFM2) Load(dir string) (*Model, error) {
 		return nil, err
 	}
 	for l := range c.Layers {
-		if !c.sparse(l) {
-			continue
-		}
-		p := fmt.Sprintf("model.layers.%d.feed_forward.experts.", l)
-		gu, down := w[p+"gate_up_proj"], w[p+"down_proj"]
-		if gu == nil || down == nil {
-			continue
-		}
-		I, H := c.MoEIntermediate, c.Hidden
-		for e := 0; e < c.Experts; e++ {
-			base := e * 2 * I * H
-			w[fmt.Sprintf("%s%d.w1.weight", p, e)] = gu[base : base+I*H]
-			w[fmt.Sprintf("%s%d.w3.weight", p, e)] = gu[base+I*H : base+2*I*H]
-			w[fmt.Sprintf("%s%d.w2.weight", p, e)] = down[e*H*I : (e+1)*H*I]
+		if c.sparse(l) {
+			p := fmt.Sprintf("model.layers.%d.feed_forward.experts.", l)
+			lmckpt.Unstack(w, p, p, lm.MixtralExperts, c.Experts, c.MoEIntermediate, c.Hidden)
 		}
 	}
 	chk := lmckpt.Weights64{M: w, Kit: "lfm2ref"}

@@ -41,7 +41,9 @@ package phi3ref
 import (
 	"fmt"
 	"math"
+	"strings"
 
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -308,32 +310,18 @@ func (c Phi3) Write(dir string) error {
 	}
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
-	stacks := map[string]int{}
 	for _, t := range c.Tensors() {
-		v := fill(r, t)
+		name := t.Name
 		if c.Stacked {
-			var l, e int
-			var part string
-			if _, err := fmt.Sscanf(t.Name, "model.layers.%d.block_sparse_moe.experts.%d.%s", &l, &e, &part); err == nil {
-				stack, shape := "gate_up_proj", []int{c.Experts, 2 * c.Intermediate, c.Hidden}
-				if part == "w2.weight" {
-					stack, shape = "down_proj", []int{c.Experts, c.Hidden, c.Intermediate}
-				}
-				name := fmt.Sprintf("model.layers.%d.mlp.experts.%s", l, stack)
-				i, ok := stacks[name]
-				if !ok {
-					i = len(ts)
-					ts = append(ts, lmckpt.F32Tensor{Name: name, Shape: shape})
-					stacks[name] = i
-				}
-				ts[i].Values = append(ts[i].Values, v...)
-				continue
-			}
-			if _, err := fmt.Sscanf(t.Name, "model.layers.%d.block_sparse_moe.gate.weight", &l); err == nil {
-				t.Name = fmt.Sprintf("model.layers.%d.mlp.router.weight", l)
-			}
+			name = strings.Replace(name, ".block_sparse_moe.gate.weight", ".mlp.router.weight", 1)
 		}
-		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: v})
+		ts = append(ts, lmckpt.F32Tensor{Name: name, Shape: t.Shape, Values: fill(r, t)})
+	}
+	for l := range c.Layers {
+		if c.Stacked {
+			p := fmt.Sprintf("model.layers.%d.", l)
+			ts = lmckpt.StackExperts(ts, p+"block_sparse_moe.experts.", p+"mlp.experts.", lm.MixtralExperts, c.Experts, c.Intermediate, c.Hidden)
+		}
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 7}, ts)
 }
@@ -384,17 +372,7 @@ func (c Phi3) Load(dir string) (*Model, error) {
 		if r, ok := w[p+"mlp.router.weight"]; ok {
 			w[p+"block_sparse_moe.gate.weight"] = r
 		}
-		gu, down := w[p+"mlp.experts.gate_up_proj"], w[p+"mlp.experts.down_proj"]
-		if gu == nil || down == nil {
-			continue
-		}
-		I, H := c.Intermediate, c.Hidden
-		for e := range c.Experts {
-			base := e * 2 * I * H
-			w[fmt.Sprintf("%sblock_sparse_moe.experts.%d.w1.weight", p, e)] = gu[base : base+I*H]
-			w[fmt.Sprintf("%sblock_sparse_moe.experts.%d.w3.weight", p, e)] = gu[base+I*H : base+2*I*H]
-			w[fmt.Sprintf("%sblock_sparse_moe.experts.%d.w2.weight", p, e)] = down[e*H*I : (e+1)*H*I]
-		}
+		lmckpt.Unstack(w, p+"mlp.experts.", p+"block_sparse_moe.experts.", lm.MixtralExperts, c.Experts, c.Intermediate, c.Hidden)
 	}
 	chk := lmckpt.Weights64{M: w, Kit: "phi3ref"}
 	for _, t := range c.Tensors() {

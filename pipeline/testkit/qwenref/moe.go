@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -263,20 +264,8 @@ func stack(vals map[string][]float32, p string, experts int) (gateUp, down []flo
 // unstack splits v5 expert stacks in w into the per-expert tensors the
 // references read (the inverse of writeStacked).
 func unstack(w Weights, expertPrefixes []string, experts, inter, hidden int) {
-	H, I := hidden, inter
 	for _, p := range expertPrefixes {
-		gateUp, ok := w[p+"gate_up_proj"]
-		if !ok {
-			continue
-		}
-		down := w[p+"down_proj"]
-		for e := 0; e < experts; e++ {
-			q := fmt.Sprintf("%s%d.", p, e)
-			g := gateUp[e*2*I*H:]
-			w[q+"gate_proj.weight"] = g[:I*H]
-			w[q+"up_proj.weight"] = g[I*H : 2*I*H]
-			w[q+"down_proj.weight"] = down[e*H*I : (e+1)*H*I]
-		}
+		lmckpt.Unstack(w, p, p, lm.QwenExperts, experts, inter, hidden)
 	}
 }
 
