@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
@@ -414,35 +415,8 @@ func TestUngatedExperts(t *testing.T) {
 	}
 }
 
-// sparseMixer64 is transformers' sparsemixer at inference in float64:
-// two rounds, each the largest remaining logit weighed by its softmax
-// among the logits within 2·eps of it relatively (ties to the lower
-// index), the first winner left out of the second round.
-func sparseMixer64(row []float64, eps float64) (ids [2]int, ws [2]float64) {
-	out := make([]bool, len(row))
-	for r := range 2 {
-		best := -1
-		for x, v := range row {
-			if !out[x] && (best < 0 || v > row[best]) {
-				best = x
-			}
-		}
-		m := row[best]
-		var sum float64
-		for x, v := range row {
-			if out[x] || (m-v)/math.Max(math.Abs(v), m) > 2*eps {
-				continue
-			}
-			sum += math.Exp(v - m)
-		}
-		ids[r], ws[r] = best, 1/sum
-		out[best] = true
-	}
-	return ids, ws
-}
-
-// TestSparseMixerRouter checks Phi-3.5-MoE's router against the float64
-// loop on rows where its masks matter: a lone winner (weight 1), near
+// TestSparseMixerRouter checks Phi-3.5-MoE's router against phi3ref's
+// float64 sparsemixer on rows where its masks matter: a lone winner (weight 1), near
 // ties within 2·eps (shared softmax weight), a tie (the lower index
 // first), negative logits and an all-zero row (0/0 keeps every expert).
 func TestSparseMixerRouter(t *testing.T) {
@@ -473,7 +447,7 @@ func TestSparseMixerRouter(t *testing.T) {
 			for x := range row {
 				row[x] = float64(logits[tok*e+x])
 			}
-			ids, ws := sparseMixer64(row, eps)
+			ids, ws := phi3ref.SparseMixer(row, eps)
 			for j := range 2 {
 				if got := int(flat[tok*4+j]); got != ids[j] {
 					t.Fatalf("%s: token %d choice %d is expert %d, want %d", be, tok, j, got, ids[j])
