@@ -6,11 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/generate"
-	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
@@ -34,42 +31,29 @@ func longPrompt(n int) []int {
 	return p
 }
 
-// modes are the runners the dense model is checked under.
-var modes = []struct {
-	name string
-	opts compile.Options
-}{{"compiled", compile.Options{Mode: compile.Compiled}}, {"eager", compile.Options{Mode: compile.Eager}}}
-
-// runDense teacher-forces l against rm on the go and cpu backends,
-// compiled and eager.
-func runDense(t *testing.T, l *lm.Loaded, rm refcheck.Reference) {
-	seqs := refcheck.GreedySequences(rm, prompts, steps)
-	for _, backend := range []string{"go", "cpu"} {
-		var be backends.Backend
-		if backend == "go" {
-			be = refcheck.GoBackend(t)
-		} else {
-			be = refcheck.CPUBackend(t)
-		}
-		for _, m := range modes {
-			t.Run(backend+"/"+m.name, func(t *testing.T) {
-				r, err := compile.NewRunner(be, l, m.opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer r.Close()
-				f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-				t.Logf("max relative error %.3g", f.Worst)
-			})
-		}
+// onCPU writes c, loads it with its float64 reference and compiles it
+// on the cpu backend, closed with the test.
+func onCPU(t *testing.T, c phi3ref.Phi3) (*phi3ref.Model, *compile.Runner) {
+	t.Helper()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return rm, r
 }
 
 // TestLogitsMatchReference runs the tiny models against phi3ref's float64
 // forward, written apart from the model from transformers' modeling_phi3.py
 // and modeling_phimoe.py: a left-padded batch of three prompts plus decode
-// steps, compiled and eager (and, for the MoE, each experts
-// formulation), on the go and cpu backends. The dense model is Phi-4-mini
+// steps, under moecheck's runs (compiled and eager; each experts
+// formulation, which for the dense model only repeats the modes), on the
+// go and cpu backends. The dense model is Phi-4-mini
 // shaped (fused projections, a partial rotary embedding, LongRoPE, tied
 // embeddings, a sliding window), with the config's rope type spelled
 // "su" too; the MoE is written as the release holds it and as
@@ -84,7 +68,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runDense(t, l, rm)
+			moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, steps), steps, 1e-4)
 		})
 	}
 	var hub map[string][]float32
@@ -176,15 +160,7 @@ func TestBFloat16(t *testing.T) {
 // turn at the short frequencies and the logits would be off.
 func TestPrefillPiecesThroughSwitch(t *testing.T) {
 	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
-		dir, l := lmckpt.WriteLoad(t, c.Write)
-		rm, err := c.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rm, r := onCPU(t, c)
 		st := r.NewState()
 		long := prompts[1:]
 		if _, err := st.Begin(long, 1); err != nil {
@@ -194,6 +170,7 @@ func TestPrefillPiecesThroughSwitch(t *testing.T) {
 		pieces := 0
 		for st.Pending() > 0 {
 			before := st.Pending()
+			var err error
 			if logits, err = st.PrefillChunk(min(3, st.Pending())); err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +184,6 @@ func TestPrefillPiecesThroughSwitch(t *testing.T) {
 				t.Errorf("moe %v row %d: relative error %.3g after %d pieces", c.MoE, b, e, pieces)
 			}
 		}
-		r.Close()
 	}
 }
 
@@ -250,16 +226,8 @@ func TestGenerateAcrossSwitch(t *testing.T) {
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27}
 	const n = 10
 	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
-		dir, l := lmckpt.WriteLoad(t, c.Write)
-		rm, err := c.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rm, r := onCPU(t, c)
 		seq := refcheck.GreedySequences(rm, [][]int{prompt}, n)[0]
-		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, again := range []bool{true, false} {
 			rec := &recorder{st: r.NewState(), reports: again}
 			res, _, err := generate.Run(context.Background(), rec, [][]int{prompt}, generate.Options{MaxNewTokens: n, PrefillChunk: -1})
@@ -281,7 +249,6 @@ func TestGenerateAcrossSwitch(t *testing.T) {
 			}
 			t.Logf("moe %v, prefilled again %v: largest relative error %.3g", c.MoE, again, worst)
 		}
-		r.Close()
 	}
 }
 
@@ -293,16 +260,8 @@ func TestGenerateBatchAcrossSwitch(t *testing.T) {
 	batch := [][]int{{1, 9, 14, 60, 3, 5, 41, 27}, {1, 7, 21, 33, 4}}
 	const n = 12
 	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
-		dir, l := lmckpt.WriteLoad(t, c.Write)
-		rm, err := c.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rm, r := onCPU(t, c)
 		want := refcheck.GreedySequences(rm, batch, n)
-		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
-		if err != nil {
-			t.Fatal(err)
-		}
 		rec := &recorder{st: r.NewState(), reports: true}
 		res, m, err := generate.Run(context.Background(), rec, batch, generate.Options{MaxNewTokens: n, PrefillChunk: -1})
 		if err != nil {
@@ -317,7 +276,6 @@ func TestGenerateBatchAcrossSwitch(t *testing.T) {
 		if wantCount := 8 + 5 + (13 + 10) + (16 + 13); m.PromptEvalCount != wantCount {
 			t.Errorf("moe %v: %d prompt tokens evaluated, want %d (the prompts and two second prefills)", c.MoE, m.PromptEvalCount, wantCount)
 		}
-		r.Close()
 	}
 }
 
@@ -332,16 +290,8 @@ func TestServeAcrossSwitch(t *testing.T) {
 	batch := [][]int{{1, 9, 14, 60, 3, 5, 41, 27}, {1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	const n = 12
 	for _, c := range []phi3ref.Phi3{phi3ref.TinyDense(), phi3ref.TinyMoE()} {
-		dir, l := lmckpt.WriteLoad(t, c.Write)
-		rm, err := c.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rm, r := onCPU(t, c)
 		want := refcheck.GreedySequences(rm, batch, n)
-		r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
-		if err != nil {
-			t.Fatal(err)
-		}
 		b, err := compile.NewBatch(r, compile.BatchOptions{MaxBatch: 2, MaxContext: 64, PrefillChunk: 4, Prefixes: true})
 		if err != nil {
 			t.Fatal(err)
@@ -371,7 +321,6 @@ func TestServeAcrossSwitch(t *testing.T) {
 		cancel()
 		<-done
 		b.Close()
-		r.Close()
 	}
 }
 
@@ -383,20 +332,11 @@ func TestServeAcrossSwitch(t *testing.T) {
 func TestPromptLogprobsThroughSwitch(t *testing.T) {
 	c := phi3ref.TinyDense()
 	c.MaxPositions, c.OriginalMax, c.Window = 1024, 520, 0
-	dir, l := lmckpt.WriteLoad(t, c.Write)
-	rm, err := c.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rm, r := onCPU(t, c)
 	prompt := make([]int, 600)
 	for i := range prompt {
 		prompt[i] = 3 + (i*37+i*i*11)%90
 	}
-	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	got, err := r.PromptLogprobs([][]int{prompt}, 0)
 	if err != nil {
 		t.Fatal(err)
