@@ -3,11 +3,13 @@ package phi3
 import (
 	"fmt"
 	"regexp"
+	"slices"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mistral"
+	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 )
@@ -42,9 +44,6 @@ const (
 	defaultJitter     = 0.01
 	sparseMixerTopK   = 2 // sparsemixer picks two experts, whatever num_experts_per_tok says
 )
-
-// MoELayout is Phi-3.5-MoE's checkpoint layout, Mixtral's.
-var MoELayout = qwen3moe.Layout{Block: "block_sparse_moe", Experts: lm.MixtralExperts}
 
 // ResolveMoE reads a Phi-3.5-MoE config.json into the options of
 // qwen3moe's decoder.
@@ -94,7 +93,7 @@ func ResolveMoE(cfg *config.File) (qwen3moe.Options, error) {
 		Experts:         lm.Or(c.NumLocalExperts, defaultExperts),
 		TopK:            lm.Or(c.NumExpertsPerTok, sparseMixerTopK),
 		MoEIntermediate: base.Spec.Intermediate,
-		Sparse:          make([]bool, base.Spec.Layers),
+		Sparse:          slices.Repeat([]bool{true}, base.Spec.Layers),
 		SparseMixer:     true,
 		JitterEps:       lm.Or(c.RouterJitterNoise, defaultJitter),
 	}
@@ -110,9 +109,6 @@ func ResolveMoE(cfg *config.File) (qwen3moe.Options, error) {
 	if err := lm.CheckExperts(where, "num_local_experts", o.Experts, base.Spec.Layers); err != nil {
 		return qwen3moe.Options{}, err
 	}
-	for i := range o.Sparse {
-		o.Sparse[i] = true
-	}
 	return o, nil
 }
 
@@ -122,7 +118,7 @@ func NewMoE(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MoEModel{qwen3moe.NewModelIn(o, MoELayout)}, nil
+	return &MoEModel{qwen3moe.NewModelIn(o, mixtral.Layout)}, nil // the releases' layout is Mixtral's
 }
 
 // MoEModel is a Phi-3.5-MoE decoder: qwen3moe's in Mixtral's layout,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/nn"
 	"github.com/tputool/tputool/pipeline/phi3"
 )
@@ -120,7 +121,7 @@ func runPhi3(l *lm.Loaded, dir, out string) error {
 				g.add(b+x.gguf+".bias", true, p+x.hf+".bias")
 			}
 		}
-		bl := p + phi3.MoELayout.Block + "."
+		bl := p + mixtral.Layout.Block + "."
 		g.add(b+"ffn_gate_inp.weight", true, bl+"gate.weight")
 		g.halves(b+"ffn_gate_exps.weight", b+"ffn_up_exps.weight", bl+"experts.gate_up_proj", mo.Experts, mo.MoEIntermediate, s.Hidden)
 		g.add(b+"ffn_down_exps.weight", false, bl+"experts.down_proj") // [E, H, I]
