@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/internal/errs"
@@ -257,13 +256,7 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 
 // norm is GptOssRMSNorm: llama's RMSNorm, but scaled by w in float32
 // before the result is cast back to x's dtype.
-func (m *Model) norm(x, w *Node) *Node {
-	dtype := x.DType()
-	xf := ConvertDType(x, dtypes.Float32)
-	ms := ReduceAndKeep(Square(xf), ReduceMean, -1)
-	y := Mul(Mul(xf, Rsqrt(AddScalar(ms, m.o.Eps))), ExpandLeftToRank(ConvertDType(w, dtypes.Float32), x.Rank()))
-	return ConvertDType(y, dtype)
-}
+func (m *Model) norm(x, w *Node) *Node { return nn.RMSNormF32Scale(x, w, m.o.Eps) }
 
 // Layer implements lm.Model: GptOssDecoderLayer.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {

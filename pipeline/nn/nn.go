@@ -228,6 +228,17 @@ func RMSNorm(x, w *Node, eps float64, plusOne bool) *Node {
 	return Mul(ConvertDType(y, dtype), ConvertDType(wb, dtype))
 }
 
+// RMSNormF32Scale is RMSNorm scaled by w in float32 before the result is
+// cast back to x's dtype (GptOssRMSNorm, AfmoeRMSNorm), where Llama's
+// casts first and scales in x's dtype. In float32 the two are the same.
+func RMSNormF32Scale(x, w *Node, eps float64) *Node {
+	dtype := x.DType()
+	xf := ConvertDType(x, dtypes.Float32)
+	ms := ReduceAndKeep(Square(xf), ReduceMean, -1)
+	y := Mul(Mul(xf, Rsqrt(AddScalar(ms, eps))), ExpandLeftToRank(ConvertDType(w, dtypes.Float32), x.Rank()))
+	return ConvertDType(y, dtype)
+}
+
 // LayerNorm is torch.nn.LayerNorm over the last axis, with optional
 // (nil) gamma and beta [H]. A 16-bit x is normalized in f32 and the
 // result rounded back, as torch's kernels accumulate a bf16 or f16
