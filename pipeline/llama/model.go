@@ -89,6 +89,20 @@ type Options struct {
 	LayerNorm bool
 	// HeadBias adds lm_head.bias [vocab] to the logits (lm_head_bias).
 	HeadBias bool
+	// AttnGate multiplies the attention's output, before o_proj, by
+	// sigmoid(self_attn.gate_proj(x)) [H·D], x the attention's input
+	// (AFMoE's gated attention).
+	AttnGate bool
+	// Sandwich norms each sublayer's input and its output (AFMoE):
+	// input_layernorm before the attention and post_attention_layernorm
+	// on its output, pre_mlp_layernorm before the MLP and
+	// post_mlp_layernorm on its output; each output joins the residual
+	// normed.
+	Sandwich bool
+	// NormF32 scales every RMSNorm (the layers', the q/k norms, the
+	// final) by its weight in float32 before the cast back to the input's
+	// dtype (AfmoeRMSNorm, as GptOssRMSNorm), not after (LlamaRMSNorm).
+	NormF32 bool
 	// Rope is the rotary embedding shared by all layers.
 	Rope *nn.Rope
 }
@@ -169,7 +183,16 @@ func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
 	if m.o.LayerNorm {
 		return nn.LayerNorm(x, p.Get(name+".weight"), p.Get(name+".bias"), m.o.Eps)
 	}
-	return nn.RMSNorm(x, p.Get(name+".weight"), m.o.Eps, false)
+	return m.rmsNorm(x, p.Get(name+".weight"))
+}
+
+// rmsNorm is an RMSNorm of x by w: Llama's, or with NormF32 scaled in
+// float32.
+func (m *Model) rmsNorm(x, w *Node) *Node {
+	if m.o.NormF32 {
+		return nn.RMSNormF32Scale(x, w, m.o.Eps)
+	}
+	return nn.RMSNorm(x, w, m.o.Eps, false)
 }
 
 // LayerWeights implements lm.Model.
@@ -197,7 +220,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 }
 
 // AttentionWeights lists the tensors Attend reads for layer i: the two
-// norms and self_attn.
+// norms and self_attn (with Sandwich the four norms, post_mlp_layernorm
+// read by PostMLP).
 func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
 	p := fmt.Sprintf("model.layers.%d.", i)
@@ -226,11 +250,19 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
 	}
+	if m.o.AttnGate {
+		add("self_attn.gate_proj.weight", true, lm.Column, q, s.Hidden)
+	}
 	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, q)
 	if m.o.OBias {
 		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
-	return append(ws, m.normWeights(p+"post_attention_layernorm")...)
+	ws = append(ws, m.normWeights(p+"post_attention_layernorm")...)
+	if m.o.Sandwich {
+		ws = append(ws, m.normWeights(p+"pre_mlp_layernorm")...)
+		ws = append(ws, m.normWeights(p+"post_mlp_layernorm")...)
+	}
+	return ws
 }
 
 // optional returns the named bias when enabled, else nil.
@@ -263,19 +295,37 @@ func (m *Model) Residual(h *Node) *Node {
 // pre-norm MLP, each with a residual connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	x, h, kv := m.Attend(i, w, x, state, step)
-	x = Add(x, m.Residual(m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h)))
+	x = Add(x, m.Residual(m.PostMLP(i, w, m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h))))
 	return x, kv
+}
+
+// PostMLP is layer i's MLP (or experts') output y as it joins the
+// residual: post_mlp_layernorm(y) with Sandwich, else y.
+func (m *Model) PostMLP(i int, w *lm.Params, y *Node) *Node {
+	if !m.o.Sandwich {
+		return y
+	}
+	return m.norm(w.Scope(fmt.Sprintf("model.layers.%d", i)), "post_mlp_layernorm", y)
 }
 
 // Attend is the attention half of LlamaDecoderLayer i: x plus the
 // attention of its input_layernorm, and the post_attention_layernorm of
 // that sum (the MLP's input), with the layer's new state (nn.KV.State).
-// Architectures that replace the MLP (pipeline/qwen3moe) build on it.
+// With Sandwich the attention's output is normed by
+// post_attention_layernorm before it joins x, and the MLP's input is
+// pre_mlp_layernorm of the sum. Architectures that replace the MLP
+// (pipeline/qwen3moe) build on it.
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = m.norm(p, "input_layernorm", x)
 	h, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
+	if m.o.Sandwich {
+		h = m.norm(p, "post_attention_layernorm", h)
+	}
 	x = Add(x, m.Residual(h))
+	if m.o.Sandwich {
+		return x, m.norm(p, "pre_mlp_layernorm", x), c.State()
+	}
 	h = m.norm(p, "post_attention_layernorm", x)
 	return x, h, c.State()
 }
@@ -288,7 +338,7 @@ func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope
 // embedding (on adjacent pairs with RopePairs; none on a NoRope layer,
 // whose queries Llama 4 scales by the temperature instead), (Llama 4) the
 // unweighted q/k norms, cache write, grouped-query attention over the
-// layer kind's mask, o_proj.
+// layer kind's mask, (AFMoE) the sigmoid gate, o_proj.
 func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
 	var q, k, v *Node
@@ -305,16 +355,16 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	}
 	across := m.o.QKNorm && m.o.QKNormAcross
 	if across {
-		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
-		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+		q = m.rmsNorm(q, p.Get("q_norm.weight"))
+		k = m.rmsNorm(k, p.Get("k_norm.weight"))
 	}
 	if c := m.o.ClipQKV; c > 0 {
 		q, k, v = ClipScalar(q, -c, c), ClipScalar(k, -c, c), ClipScalar(v, -c, c)
 	}
 	q, k, v = nn.SplitHeads(q, s.Heads), nn.SplitHeads(k, s.KVHeads), nn.SplitHeads(v, s.KVHeads) // [B, T, H, D], [B, T, KV, D]
 	if m.o.QKNorm && !across {
-		q = nn.RMSNorm(q, p.Get("q_norm.weight"), m.o.Eps, false)
-		k = nn.RMSNorm(k, p.Get("k_norm.weight"), m.o.Eps, false)
+		q = m.rmsNorm(q, p.Get("q_norm.weight"))
+		k = m.rmsNorm(k, p.Get("k_norm.weight"))
 	}
 	if m.rotates(i) {
 		if m.o.RopePairs {
@@ -339,6 +389,9 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		bias = nn.AttentionBias(step, 0)
 	}
 	out := nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
+	if m.o.AttnGate {
+		out = Mul(out, Sigmoid(nn.Linear(x, p.Get("gate_proj.weight"), nil)))
+	}
 	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
 }
 
