@@ -8,7 +8,8 @@
 // runNemotronH), LFM2 and LFM2-MoE (Lfm2ForCausalLM, Lfm2MoeForCausalLM:
 // short-convolution and attention layers, written as llama.cpp's lfm2 or
 // lfm2moe, runLFM2), Phi-3 and Phi-3.5-MoE (Phi3ForCausalLM, PhimoeForCausalLM:
-// written as llama.cpp's phi3 or phimoe with LongRoPE's factors, runPhi3)
+// written as llama.cpp's phi3 or phimoe with LongRoPE's factors, runPhi3),
+// AFMoE (AfmoeForCausalLM, Arcee's Trinity: llama.cpp's afmoe, runAfmoe)
 // or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
@@ -57,6 +58,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/afmoe"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/granite"
@@ -145,6 +147,8 @@ func run(dir, out string) error {
 		return runLFM2(l, dir, out, g)
 	case *phi3.MoEModel:
 		return runPhi3(l, dir, out)
+	case *afmoe.Model:
+		return runAfmoe(l, dir, out, g)
 	case *llama.Model:
 		switch l.Config.Architecture() {
 		case "GraniteForCausalLM":
@@ -164,7 +168,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
