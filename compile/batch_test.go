@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	_ "github.com/tputool/tputool/pipeline/afmoe"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/granite"
@@ -24,6 +25,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen35"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
+	"github.com/tputool/tputool/pipeline/testkit/afmoeref"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
@@ -315,8 +317,9 @@ func TestBatchMatchesGenerate(t *testing.T) {
 // DeepSeek-V3's one latent cache a layer, the key/value caches of
 // GLM-4.5 and MiniMax-M2, built on DeepSeek-V3's decoder, and Llama 4's
 // chunked attention, whose chunks are counted from each row's first
-// token, not from the shared clock, Granite 4.0-H's Mamba-2 state, and
-// Nemotron 3 Nano's layers without any state.
+// token, not from the shared clock, Granite 4.0-H's Mamba-2 state,
+// Nemotron 3 Nano's layers without any state, and AFMoE's windowed
+// layers beside NoPE ones.
 func TestBatchRecurrentAndRouted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -336,6 +339,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"lfm2-moe", lfm2ref.TinyMoE().Write},              // short convolutions: the last two inputs, no slot axis
 		{"phi-4-mini", phi3ref.TinyDense().Write},          // LongRoPE's factors chosen per row, a window, fused projections
 		{"phi-3.5-moe", phi3ref.TinyMoE().Write},           // sparsemixer routing, LayerNorms
+		{"afmoe", afmoeref.Tiny().Write},                   // a window over rotated layers beside NoPE ones, sandwich norms, the attention's gate
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
