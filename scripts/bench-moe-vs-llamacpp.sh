@@ -5,7 +5,8 @@
 # ERNIE 4.5 MoE, FAMILY=dots a dots.llm1, FAMILY=llama4 a Llama 4,
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
 # Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B,
-# FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini) on
+# FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
+# an Arcee Trinity Mini) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -148,7 +149,19 @@
 # gate_up_proj of 8192, vocab 200064, tied; 3.84B parameters, 7.7 GB
 # bf16; the factor lists are ones), DIR /tmp/tputool-phi3-bench, written
 # as llama.cpp's phi3. Both run on llama.cpp's own graph (ollama has no
-# engine of its own for them). Otherwise scripts/export-gguf
+# engine of its own for them). FAMILY=afmoe: an AfmoeForCausalLM of Trinity
+# Mini's shape (hidden 2048; 32 heads and 4 KV heads of 128 with q/k norms
+# and the output gate; three layers within a window of 2048 then one
+# attending in full without the rotary; the first 2 layers a dense MLP of
+# 6144, then 128 experts of 1024, top 8 by sigmoid with the expert bias,
+# renormalized, times 2.826, and one shared; mup; vocab 200192, untied;
+# 26.0B parameters, 3.0B active, at 32 layers, as the model card counts
+# them; the sizes are not transcribed from the release's config) in LAYERS
+# layers (default
+# 4: two dense, two sparse, 5.3 GB bf16), the experts one tensor each as
+# the release stores them, DIR /tmp/tputool-afmoe-bench, written as
+# llama.cpp's afmoe, which runs on llama.cpp's own graph. Otherwise
+# scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
 # Q4=1 ollama's q4_K_M against tputool's --quantize int4 (and, with
@@ -185,7 +198,8 @@ lfm2moe) DIR="${DIR:-/tmp/tputool-lfm2moe-bench}" ;;
 lfm2) DIR="${DIR:-/tmp/tputool-lfm2-bench}" ;;
 phimoe) DIR="${DIR:-/tmp/tputool-phimoe-bench}" ;;
 phi3) DIR="${DIR:-/tmp/tputool-phi3-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe or phi3" >&2; exit 2 ;;
+afmoe) DIR="${DIR:-/tmp/tputool-afmoe-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3 or afmoe" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -385,6 +399,20 @@ json.dump({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_si
   "bos_token_id": 199999, "eos_token_id": 199999, "torch_dtype": "bfloat16"}, open(sys.argv[1], "w"))' "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200064
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = afmoe ]; then
+  python3 -c 'import json, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+if n < 1:
+    sys.exit("LAYERS must be positive")
+json.dump({"architectures": ["AfmoeForCausalLM"], "model_type": "afmoe", "vocab_size": 200192, "hidden_size": 2048,
+  "intermediate_size": 6144, "moe_intermediate_size": 1024, "num_hidden_layers": n, "num_dense_layers": 2,
+  "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+  "num_shared_experts": 1, "route_scale": 2.826, "global_attn_every_n_layers": 4, "sliding_window": 2048,
+  "mup_enabled": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "tie_word_embeddings": False, "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 3,
+  "torch_dtype": "bfloat16"}, open(out, "w"))' "${LAYERS:-4}" "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200192
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"

@@ -22,7 +22,7 @@
 #      rope, grouped sigmoid routing, a dense first layer), and the
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
-#      LongRoPE's switch), the same
+#      LongRoPE's switch, and a tiny AFMoE), the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -336,6 +336,19 @@ cat >"$work/phi3.json" <<'EOF'
  "rope_scaling": {"type": "longrope", "short_factor": [1, 1.5, 2, 3, 4, 6], "long_factor": [3, 4, 6, 9, 12, 18]},
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny AFMoE (Arcee's Trinity): sandwich norms scaled in float32, q/k
+# norms, the attention's sigmoid gate, three layers within a window of 8
+# turning by the rotary and a fourth attending in full without it, a dense
+# first layer, then 8 experts by sigmoid with the expert bias, times the
+# route scale, and a shared MLP; mup scaling.
+cat >"$work/afmoe.json" <<'EOF'
+{"architectures": ["AfmoeForCausalLM"], "model_type": "afmoe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 4, "num_dense_layers": 1,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+ "num_shared_experts": 1, "route_scale": 2.5, "global_attn_every_n_layers": 4, "sliding_window": 8,
+ "mup_enabled": true, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 512,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -365,12 +378,12 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
