@@ -455,12 +455,17 @@ func (r *Runner) hasProgramNamed(name string) bool {
 	return false
 }
 
-// signature is layer i's kind plus the shapes of the named weights and of
-// the state it reads: layers with equal signatures share one eager
-// executable.
+// signature is layer i's kind and variant (lm.Varianter) plus the shapes
+// of the named weights and of the state it reads: layers with equal
+// signatures share one eager executable.
 func (r *Runner) signature(i int, weights []string) string {
 	var b strings.Builder
 	b.WriteString(r.model.LayerKind(i))
+	if v, ok := r.model.(lm.Varianter); ok {
+		if s := v.LayerVariant(i); s != "" {
+			b.WriteString("/" + s)
+		}
+	}
 	for _, n := range weights {
 		fmt.Fprintf(&b, " %s", r.weights[n].Shape())
 	}

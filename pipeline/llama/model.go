@@ -333,6 +333,17 @@ func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 // rotates reports that layer i applies the rotary embedding (NoRope).
 func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope[i] }
 
+// LayerVariant implements lm.Varianter: "nope" for a layer without the
+// rotary embedding, whose graph differs from its kind's rotating layers'.
+func (m *Model) LayerVariant(i int) string {
+	if m.rotates(i) {
+		return ""
+	}
+	return "nope"
+}
+
+var _ lm.Varianter = (*Model)(nil)
+
 // attention is layer i's LlamaAttention: q/k/v projections, (Qwen3)
 // per-head q/k norms or (MiniMax-M2) norms across the heads, rotary
 // embedding (on adjacent pairs with RopePairs; none on a NoRope layer,

@@ -393,6 +393,17 @@ type Model interface {
 	Head(w *Params, x *graph.Node) *graph.Node
 }
 
+// Varianter is implemented by models some of whose layers of one kind,
+// with equally shaped weights and state, build another graph (Llama's
+// NoRope layers among layers that turn: SmolLM3's every fourth).
+// LayerVariant names what sets layer i apart ("" for nothing):
+// executors that share one executable among the layers of equal kind and
+// shapes (compile's eager mode) share it only among layers of one
+// variant too.
+type Varianter interface {
+	LayerVariant(i int) string
+}
+
 // Finisher is a Model that gives apart the hidden states its Head
 // projects: the residual stream after the final norm. Every architecture
 // implements it; embeddings pool its output (compile.Runner.Embed).
