@@ -35,6 +35,9 @@ type Config struct {
 	RopeTheta []float64
 	// Window is each layer's sliding window (0: full causal attention).
 	Window []int
+	// NoRope[l] leaves layer l's queries and keys unrotated (SmolLM3's
+	// NoPE layers, written as no_rope_layers); nil rotates every layer.
+	NoRope []bool
 	// QueryScale multiplies q·k (0: 1/sqrt(HeadDim)).
 	QueryScale float64
 	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
@@ -50,7 +53,8 @@ type Config struct {
 // Tiny describes a generated checkpoint.
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
-	// Qwen3ForCausalLM, MistralForCausalLM or Gemma3ForCausalLM, or with
+	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM or
+	// Gemma3ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
 	// (Gemma3TextForSequenceClassification for Gemma 3).
 	Arch   string
@@ -242,6 +246,23 @@ func (t Tiny) ConfigJSON() map[string]any {
 			j["num_local_experts"], j["num_experts_per_tok"] = c.Experts, c.TopK
 			j["router_jitter_noise"], j["output_router_logits"], j["router_aux_loss_coef"] = 0.0, false, 0.02
 		}
+	case "SmolLM3ForCausalLM":
+		// no_rope_layers: 1 turns, 0 is a NoPE layer; a window makes
+		// use_sliding_window and layer_types say which layers have it.
+		j["model_type"], j["hidden_act"] = "smollm3", "silu"
+		rope, types := make([]int, c.Layers), make([]string, c.Layers)
+		j["use_sliding_window"], j["sliding_window"] = false, nil
+		for l := range rope {
+			if l >= len(c.NoRope) || !c.NoRope[l] {
+				rope[l] = 1
+			}
+			types[l] = "full_attention"
+			if c.Window[l] > 0 {
+				types[l] = "sliding_attention"
+				j["use_sliding_window"], j["sliding_window"] = true, c.Window[l]
+			}
+		}
+		j["no_rope_layers"], j["layer_types"] = rope, types
 	case "Gemma3ForCausalLM":
 		j["model_type"], j["hidden_activation"] = "gemma3_text", "gelu_pytorch_tanh"
 		if c.QueryScale > 0 {

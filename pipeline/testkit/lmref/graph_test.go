@@ -19,6 +19,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
+	_ "github.com/tputool/tputool/pipeline/smollm3"
 )
 
 func repeat[T any](v T, n int) []T {
@@ -42,6 +43,10 @@ func tinyCases() []lmckpt.Tiny {
 	qwen3.QKNorm, qwen3.HeadDim, qwen3.Tied = true, 16, true // head_dim != hidden/heads
 	mistral := llama
 	mistral.KVHeads, mistral.Window = 1, repeat(5, 3) // sliding window on every layer
+	smol := llama
+	smol.Layers, smol.Tied, smol.KVHeads = 4, true, 1
+	smol.RopeTheta, smol.Window = repeat(2e6, 4), []int{0, 0, 0, 5} // the last NoPE layer within a window shorter than the sequence
+	smol.NoRope = []bool{false, true, false, true}                  // NoPE layers where no_rope_layers is 0
 	gemma := base
 	gemma.Gemma, gemma.Layers, gemma.Tied, gemma.HeadDim = true, 4, true, 16
 	gemma.Window = []int{4, 4, 0, 4} // local, local, global, local; window < sequence
@@ -54,6 +59,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
+		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},
 	}
 }
 

@@ -209,14 +209,18 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				if c.QKNorm || c.Gemma {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
-				rope(head, t, c.RopeTheta[l])
+				if l >= len(c.NoRope) || !c.NoRope[l] {
+					rope(head, t, c.RopeTheta[l])
+				}
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
 				head := k[t][hd*D : (hd+1)*D]
 				if c.QKNorm || c.Gemma {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
-				rope(head, t, c.RopeTheta[l])
+				if l >= len(c.NoRope) || !c.NoRope[l] {
+					rope(head, t, c.RopeTheta[l])
+				}
 			}
 		}
 		att := make([]float64, qDim)

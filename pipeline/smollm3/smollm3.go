@@ -1,0 +1,116 @@
+// Package smollm3 implements Hugging Face's SmolLM3 (SmolLM3ForCausalLM,
+// SmolLM3-3B), following transformers' models/smollm3/modular_smollm3.py.
+//
+// SmolLM3 is Llama's decoder (pipeline/llama) with NoPE layers: each
+// layer whose entry in no_rope_layers is 0 attends without the rotary
+// embedding (by default every fourth: no_rope_layer_interval 4). With
+// use_sliding_window and sliding_window set, the layers layer_types calls
+// sliding_attention (by default the NoPE ones) attend within the window;
+// without use_sliding_window every layer attends in full, whatever
+// layer_types says, as SmolLM3Attention reads it.
+package smollm3
+
+import (
+	"fmt"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+func init() {
+	lm.Register("SmolLM3ForCausalLM", New)
+}
+
+// Config is a SmolLM3ForCausalLM config.json: the Llama fields plus
+// SmolLM3's.
+type Config struct {
+	llama.Config
+	NoRopeLayers        []int `json:"no_rope_layers"`
+	NoRopeLayerInterval *int  `json:"no_rope_layer_interval"`
+	UseSlidingWindow    bool  `json:"use_sliding_window"`
+	SlidingWindow       *int  `json:"sliding_window"`
+}
+
+// Defaults are SmolLM3Config's (SmolLM3-3B's sizes; rope_theta its
+// default_theta, 2e6; 4 KV heads; tied embeddings).
+var Defaults = llama.Defaults{
+	VocabSize: 128256, Hidden: 2048, Intermediate: 11008, Layers: 36, Heads: 16,
+	MaxPositions: 32768, Eps: 1e-6, RopeTheta: 2e6, Tie: true, Act: "silu",
+}
+
+// defaultKVHeads is SmolLM3Config's num_key_value_heads.
+const defaultKVHeads = 4
+
+// Resolve reads a SmolLM3 config.json into the options of pipeline/llama's
+// decoder.
+func Resolve(cfg *config.File) (llama.Options, error) {
+	where := lm.ConfigName(cfg)
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return llama.Options{}, err
+	}
+	if c.NumKeyValueHeads == nil {
+		kv := defaultKVHeads
+		c.NumKeyValueHeads = &kv
+	}
+	o, err := c.Resolve(cfg, Defaults)
+	if err != nil {
+		return llama.Options{}, err
+	}
+	s := &o.Spec
+	o.QKVBias, o.OBias = c.AttentionBias, c.AttentionBias
+	o.NoRope = make([]bool, s.Layers)
+	switch {
+	case c.NoRopeLayers != nil:
+		if len(c.NoRopeLayers) < s.Layers {
+			return llama.Options{}, fmt.Errorf("%s: no_rope_layers has %d entries for %d layers", where, len(c.NoRopeLayers), s.Layers)
+		}
+		for i := range s.Layers {
+			switch c.NoRopeLayers[i] {
+			case 0:
+				o.NoRope[i] = true
+			case 1:
+			default:
+				return llama.Options{}, fmt.Errorf("%s: no_rope_layers[%d] is %d; want 1 (rotary) or 0 (NoPE)", where, i, c.NoRopeLayers[i])
+			}
+		}
+	default:
+		every := lm.Or(c.NoRopeLayerInterval, 4)
+		if every <= 0 {
+			return llama.Options{}, fmt.Errorf("%s: no_rope_layer_interval must be positive, got %d", where, every)
+		}
+		for i := range o.NoRope {
+			o.NoRope[i] = (i+1)%every == 0
+		}
+	}
+	window := 0
+	if c.UseSlidingWindow && c.SlidingWindow != nil {
+		if window = *c.SlidingWindow; window <= 0 {
+			return llama.Options{}, fmt.Errorf("%s: sliding_window must be positive with use_sliding_window, got %d", where, window)
+		}
+	}
+	for i := range s.LayerKinds {
+		switch {
+		case window == 0:
+			s.LayerKinds[i] = lm.KindFull // no window without use_sliding_window and sliding_window
+		case c.LayerTypes == nil && o.NoRope[i]: // SmolLM3Config: the NoPE layers slide
+			s.LayerKinds[i] = lm.KindSliding
+		}
+	}
+	for _, k := range s.LayerKinds {
+		if k == lm.KindSliding {
+			s.SlidingWindow = window
+		}
+	}
+	return o, nil
+}
+
+// New builds a SmolLM3ForCausalLM from its config.json.
+func New(cfg *config.File) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return llama.NewModel(o), nil
+}
