@@ -86,11 +86,12 @@ const (
 type Options struct {
 	llama.Options
 	// Experts, TopK and MoEIntermediate are num_experts,
-	// num_experts_per_tok and moe_intermediate_size; Shared is the shared
-	// MLP's width (num_shared_experts·moe_intermediate_size, 0 for none);
-	// RouteScale is route_scale.
-	Experts, TopK, MoEIntermediate, Shared int
-	RouteScale                             float64
+	// num_experts_per_tok and moe_intermediate_size; SharedExperts is
+	// num_shared_experts and Shared the shared MLP's width
+	// (SharedExperts·MoEIntermediate, 0 for none); RouteScale is
+	// route_scale.
+	Experts, TopK, MoEIntermediate, SharedExperts, Shared int
+	RouteScale                                            float64
 	// Sparse[i] reports that layer i has the experts (i >=
 	// num_dense_layers).
 	Sparse []bool
@@ -118,7 +119,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if c.MupEnabled {
 		o.EmbedScale = math.Sqrt(float64(s.Hidden))
 	}
-	if c.LayerTypes == nil { // AfmoeConfig: every global_attn_every_n_layers-th layer attends in full
+	if len(c.LayerTypes) == 0 { // AfmoeConfig: every global_attn_every_n_layers-th layer attends in full
 		every := lm.Or(c.GlobalAttnEveryNLayers, defaultGlobalEvery)
 		if every <= 0 {
 			return Options{}, fmt.Errorf("%s: global_attn_every_n_layers must be positive, got %d", where, every)
@@ -170,7 +171,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := lm.CheckExperts(where, "num_experts", o.Experts, s.Layers); err != nil {
 		return Options{}, err
 	}
-	o.Shared = shared * o.MoEIntermediate
+	o.SharedExperts, o.Shared = shared, shared*o.MoEIntermediate
 	o.Sparse = make([]bool, s.Layers)
 	for i := range o.Sparse {
 		o.Sparse[i] = i >= dense
@@ -217,13 +218,10 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	ws := m.AttentionWeights(i)
 	ws = append(ws,
 		lm.WeightSpec{Name: b + ".router.gate.weight", Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated, Router: true},
-		lm.WeightSpec{Name: b + ".expert_bias", Shape: []int{m.o.Experts}})
+		lm.WeightSpec{Name: b + ".expert_bias", Shape: []int{m.o.Experts}, F32: true}) // _keep_in_fp32_modules: a rounding could reorder the choice
 	ws = append(ws, lm.QwenExperts.Stacked(b+".experts", m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
 	if n := m.o.Shared; n > 0 {
-		ws = append(ws,
-			lm.WeightSpec{Name: b + ".shared_experts.gate_proj.weight", Shape: []int{n, s.Hidden}, Matmul: true, TP: lm.Column},
-			lm.WeightSpec{Name: b + ".shared_experts.up_proj.weight", Shape: []int{n, s.Hidden}, Matmul: true, TP: lm.Column},
-			lm.WeightSpec{Name: b + ".shared_experts.down_proj.weight", Shape: []int{s.Hidden, n}, Matmul: true, TP: lm.Row})
+		ws = append(ws, lm.SwiGLUWeights(b+".shared_experts", n, s.Hidden)...)
 	}
 	return ws
 }

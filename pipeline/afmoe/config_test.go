@@ -85,6 +85,13 @@ func TestConfig(t *testing.T) {
 		o.Spec.LayerKinds[0] != lm.KindSliding || o.Spec.LayerKinds[1] != lm.KindFull || o.Spec.LayerKinds[2] != lm.KindSliding {
 		t.Errorf("options %+v", o)
 	}
+	m, err = newModel(t, `{`+base+`, "layer_types": [], "sliding_window": 5}`) // empty: AfmoeConfig's pattern
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := m.Options(); o.Spec.LayerKinds[0] != lm.KindSliding || o.Spec.LayerKinds[2] != lm.KindSliding || o.Spec.SlidingWindow != 5 || o.NoRope[0] {
+		t.Errorf("empty layer_types: %+v", o)
+	}
 	m, err = newModel(t, `{`+base+`, "layer_types": ["full_attention", "full_attention", "full_attention"], "sliding_window": null, "num_dense_layers": 3}`)
 	if err != nil {
 		t.Fatal(err)

@@ -726,10 +726,7 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
-		ws = append(ws,
-			lm.WeightSpec{Name: b + "shared_experts.gate_proj.weight", Shape: []int{sh, s.Hidden}, Matmul: true, TP: lm.Column},
-			lm.WeightSpec{Name: b + "shared_experts.up_proj.weight", Shape: []int{sh, s.Hidden}, Matmul: true, TP: lm.Column},
-			lm.WeightSpec{Name: b + "shared_experts.down_proj.weight", Shape: []int{s.Hidden, sh}, Matmul: true, TP: lm.Row})
+		ws = append(ws, lm.SwiGLUWeights(b+"shared_experts", sh, s.Hidden)...)
 	}
 	return ws
 }

@@ -168,9 +168,10 @@ func (m *Model) FinalWeights() []lm.WeightSpec {
 }
 
 // normWeights are the tensors of the norm named name: its weight, and
-// its bias when the norms are LayerNorms.
+// its bias when the norms are LayerNorms. With NormF32 the weight is held
+// in float32 (AFMoE's _keep_in_fp32_modules keeps its norms so).
 func (m *Model) normWeights(name string) []lm.WeightSpec {
-	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}}}
+	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}, F32: m.o.NormF32}}
 	if m.o.LayerNorm {
 		ws = append(ws, lm.WeightSpec{Name: name + ".bias", Shape: []int{m.o.Spec.Hidden}})
 	}
@@ -242,6 +243,7 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
 		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 	}
+	norms := len(ws)
 	switch {
 	case m.o.QKNorm && m.o.QKNormAcross: // split with the heads they norm (XLA sums the squares across devices)
 		add("self_attn.q_norm.weight", false, lm.Column, q)
@@ -249,6 +251,9 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	case m.o.QKNorm:
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
+	}
+	for j := norms; j < len(ws); j++ {
+		ws[j].F32 = m.o.NormF32
 	}
 	if m.o.AttnGate {
 		add("self_attn.gate_proj.weight", true, lm.Column, q, s.Hidden)

@@ -61,6 +61,18 @@ func (n ExpertNames) Stacked(prefix string, experts, inter, hidden int) []Weight
 	return []WeightSpec{gateUp, down}
 }
 
+// SwiGLUWeights are an ungated SwiGLU MLP's tensors under prefix:
+// PREFIX.{gate,up,down}_proj.weight, [inter, hidden], [inter, hidden] and
+// [hidden, inter], split under --tp as a dense MLP's (DeepSeek-V3's and
+// AFMoE's shared experts, prefix "….mlp.shared_experts").
+func SwiGLUWeights(prefix string, inter, hidden int) []WeightSpec {
+	return []WeightSpec{
+		{Name: prefix + ".gate_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: prefix + ".up_proj.weight", Shape: []int{inter, hidden}, Matmul: true, TP: Column},
+		{Name: prefix + ".down_proj.weight", Shape: []int{hidden, inter}, Matmul: true, TP: Row},
+	}
+}
+
 // SharedExpertWeights are a Qwen-style shared expert's tensors under
 // prefix (the layer's "….mlp"): PREFIX.shared_expert.{gate,up,down}_proj.weight,
 // a SwiGLU MLP of width inter split under --tp as a dense MLP, and its

@@ -68,7 +68,7 @@ func runAfmoe(l *lm.Loaded, dir, out string, m *afmoe.Model) error {
 		{a + "expert_count", uint32(o.Experts)},
 		{a + "expert_used_count", uint32(o.TopK)},
 		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
-		{a + "expert_shared_count", uint32(o.Shared / o.MoEIntermediate)},
+		{a + "expert_shared_count", uint32(o.SharedExperts)},
 		{a + "expert_gating_func", uint32(2)}, // sigmoid
 		{a + "expert_weights_norm", true},
 		{a + "expert_weights_scale", float32(o.RouteScale)},
