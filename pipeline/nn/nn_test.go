@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	_ "github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
@@ -116,6 +117,54 @@ func TestRMSNorm(t *testing.T) {
 			t.Fatalf("dim %d: %v %v, want %v %v", i, out[0][i], out[1][i], llama, gemma)
 		}
 	}
+}
+
+// TestRMSNormF32Scale: a bfloat16 x normed and scaled by a float32 w
+// (AfmoeRMSNorm, GptOssRMSNorm: the weight applied in float32, one
+// rounding to bfloat16 at the end) is the float64 result rounded once:
+// within one bfloat16 step of it (the go backend's conversion truncates,
+// as gomlx's bfloat16.FromFloat32 does, where torch rounds to nearest),
+// where Llama's RMSNorm (the normed x rounded to bfloat16, then times w
+// rounded to bfloat16: three roundings) is 1.5 steps or more off on some
+// dims (2.75 measured).
+func TestRMSNormF32Scale(t *testing.T) {
+	const n = 64
+	x, w := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i] = bfloat16.FromFloat32(float32(math.Sin(float64(i)*1.7)) * 3).Float32()
+		w[i] = float32(1 + 0.37*math.Cos(float64(i)*0.9))
+	}
+	out := execGraph(t, func(in []*Node) []*Node {
+		xb := ConvertDType(in[0], dtypes.BFloat16)
+		return []*Node{
+			ConvertDType(RMSNormF32Scale(xb, in[1], 1e-5), dtypes.Float32),
+			ConvertDType(RMSNorm(xb, ConvertDType(in[1], dtypes.BFloat16), 1e-5, false), dtypes.Float32),
+		}
+	}, tensors.FromFlatDataAndDimensions(x, 1, n), tensors.FromFlatDataAndDimensions(w, n))
+	ss := 0.0
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := 1 / math.Sqrt(ss/n+1e-5)
+	worst := [2]float64{}
+	for i := range x {
+		want := float64(x[i]) * inv * float64(w[i])
+		if want == 0 {
+			continue
+		}
+		_, exp := math.Frexp(want)
+		step := math.Ldexp(1, exp-8) // bfloat16's spacing at want (8 significant bits)
+		for k := range worst {
+			worst[k] = math.Max(worst[k], math.Abs(float64(out[k][i])-want)/step)
+		}
+	}
+	if !(worst[0] <= 1) {
+		t.Errorf("RMSNormF32Scale is %.3g bfloat16 steps off the float64 result rounded once, want at most one", worst[0])
+	}
+	if !(worst[1] >= 1.5) {
+		t.Errorf("Llama's RMSNorm is only %.3g steps off: the test cannot tell the two apart", worst[1])
+	}
+	t.Logf("largest errors in bfloat16 steps: float32 scale %.3g, Llama's %.3g", worst[0], worst[1])
 }
 
 func TestUpdateCacheScatterAndDUS(t *testing.T) {
