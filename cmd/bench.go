@@ -729,8 +729,8 @@ func benchRunner(label string, modes []compile.Mode, o compile.Options, dev *tpu
 	return compileRunner(dev, l, o, hostMemory, rep)
 }
 
-// interruptibleLM is bench's runner: its prefill runs in pieces of at
-// most about 800 ms, as generate's does, so Ctrl-C stops a long prompt too (and the
+// interruptibleLM is bench's runner: its prefill runs in pieces of about
+// 800 ms, as generate's does, so Ctrl-C stops a long prompt too (and the
 // prefill timed is the one generate runs). The pieces are sized by the
 // wall clock, not bench's (tests fix bench's).
 type interruptibleLM struct {

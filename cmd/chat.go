@@ -102,7 +102,7 @@ answers is printed, one per turn; with --json each turn is one JSON object
 	opts.addFlags(c, false, "tensor parallelism: split attention heads and MLP over this many devices", "data parallelism (a chat is batch 1: only 1)")
 	fl.StringVar(&opts.System, "system", "", "system message (/system changes it)")
 	sampling.add(c, &opts.Overrides.Stop)
-	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of up to about 800 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
+	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 800 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	opts.Speculate.add(c)
 	opts.Speculate.addDraft(c)
 	opts.Speculate.addMTP(c)

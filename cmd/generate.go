@@ -31,7 +31,7 @@ type GenerateOptions struct {
 	System      string
 	Stream      bool
 	// PrefillChunk is --prefill-chunk: prompt tokens per prefill piece (0
-	// sizes pieces to at most ~800 ms, -1 runs the prompt in one piece).
+	// sizes pieces to about 800 ms, -1 runs the prompt in one piece).
 	PrefillChunk int
 	// Overrides are the sampling and limit flags actually given.
 	Overrides generate.Overrides
@@ -73,7 +73,7 @@ token, "result" per prompt, "done" with the metrics. --verbose prints
 ollama-style timings to stderr.
 
 Ctrl-C stops a generation within about a second, also during a long prompt
-(prefill runs in pieces of at most about 800 ms): the text so far is printed with
+(prefill runs in pieces of about 800 ms): the text so far is printed with
 finish reason "interrupted" and tputool exits 130. A second Ctrl-C exits at
 once. A prefill that takes over a second shows progress (tokens done of N
 and the rate) on stderr.
@@ -141,7 +141,7 @@ the same tokens.`,
 	sampling.add(c, &opts.Overrides.Stop)
 	fl.BoolVar(&opts.Chat, "chat", false, "apply the tokenizer's chat template (the prompt is the user message)")
 	fl.StringVar(&opts.System, "system", "", "system message for the chat template (implies --chat)")
-	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of up to about 800 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
+	fl.IntVar(&opts.PrefillChunk, "prefill-chunk", 0, "prompt tokens per prefill piece; Ctrl-C is checked between pieces (0: pieces of about 800 ms, on an accelerator of 512 tokens; -1: the whole prompt at once)")
 	fl.BoolVar(&opts.Stream, "stream", false, "with --json, print NDJSON events as tokens are produced; without, run several prompts one at a time so each streams")
 	opts.Speculate.add(c)
 	opts.Speculate.addDraft(c)

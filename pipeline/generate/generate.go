@@ -112,13 +112,8 @@ type FixedPieces interface {
 // Ctrl-C stops a prefill within about a second. A piece pays a fixed
 // cost besides its tokens (the executable's, the reads of every weight:
 // of every expert a mixture of experts' tokens touch), so the longer the
-// pieces the faster a prompt runs; the target is what a person waits
-// for at most. (Pieces of 200 ms, with a model of that fixed cost to let
-// a mixture of experts' pieces grow past it, prefilled a 512-token
-// prompt of an AFMoE of Trinity Mini's shape, 4 layers in bf16 on 2
-// cores, at a median 237 tok/s where these run at 276, 1.22x, and one
-// piece at 307–327; a 110M Llama's at 1038 and 1050, 1.01x: five
-// interleaved rounds each, docs/generation.md.)
+// pieces the faster a prompt runs; the target is about what a person
+// waits for (docs/generation.md has the measurements).
 const PrefillTarget = 800 * time.Millisecond
 
 // firstPrefillChunk is the first piece of a timed prefill: small enough to

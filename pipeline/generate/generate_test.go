@@ -364,7 +364,7 @@ func TestPrefillPiecesAreSizedByTime(t *testing.T) {
 		{10 * time.Millisecond, 8, 1000, 512},    // 640 fit
 		{100 * time.Millisecond, 8, 100, 64},     // 64 fit
 		{100 * time.Millisecond, 8, 60, 60},      // the rest fits
-		{650 * time.Millisecond, 1, 100, 8},      // slower than the target: the smallest piece, 8
+		{650 * time.Millisecond, 1, 100, 8},      // fewer than 8 fit: the smallest piece, 8
 		{1200 * time.Millisecond, 8, 100, 8},     // ditto
 		{1200 * time.Millisecond, 8, 5, 5},       // the rest when less
 		{800 * time.Millisecond, 64, 1000, 64},   // exactly
