@@ -48,9 +48,23 @@ func runGranite(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		{a + "residual_scale", float32(o.ResidualScale)},
 		{a + "logit_scale", float32(o.LogitsDivisor)},
 	}...)
+	ts, err := llamaTensors(l, s)
+	if err != nil {
+		return err
+	}
+	return write(out, meta, ts)
+}
+
+// llamaTensors are a Llama-architecture model's GGUF tensors for a
+// llama.cpp architecture with the NORM rope: the embedding; per layer
+// the q and k projections with their rows paired (addPaired), v, o, the
+// two norms and the SwiGLU MLP; the final norm and the head (left out
+// when tied: llama.cpp takes token_embd for a missing output), or the
+// first error reading them.
+func llamaTensors(l *lm.Loaded, s *lm.Spec) ([]tensor, error) {
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
-	for i := 0; i < s.Layers; i++ {
+	for i := range s.Layers {
 		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
 		g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
 		g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
@@ -61,9 +75,6 @@ func runGranite(l *lm.Loaded, dir, out string, m *llama.Model) error {
 			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
 		}, denseMLP(p)...))
 	}
-	g.final(s.TieEmbeddings, true) // llama.cpp takes token_embd for a missing output
-	if g.err != nil {
-		return g.err
-	}
-	return write(out, meta, g.ts)
+	g.final(s.TieEmbeddings, true)
+	return g.ts, g.err
 }

@@ -49,22 +49,9 @@ func runSmolLM3(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
-	g := &ggufTensors{l: l}
-	g.add("token_embd.weight", false, "model.embed_tokens.weight")
-	for i := range s.Layers {
-		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
-		g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
-		g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
-		g.pairs(b, append([]ggufPair{
-			{"attn_norm.weight", p + "input_layernorm.weight", true},
-			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
-			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
-			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
-		}, denseMLP(p)...))
+	ts, err := llamaTensors(l, s)
+	if err != nil {
+		return err
 	}
-	g.final(s.TieEmbeddings, true) // llama.cpp takes token_embd for a missing output
-	if g.err != nil {
-		return g.err
-	}
-	return write(out, meta, g.ts)
+	return write(out, meta, ts)
 }
