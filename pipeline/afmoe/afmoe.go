@@ -26,7 +26,7 @@
 // only in the layer's graph (lm.InGraphExperts): the one-by-one
 // formulations add the experts' sum straight to the residual.
 //
-// Model code is pipeline/llama's decoder with AttnGate, Sandwich, NormF32,
+// Model code is pipeline/llama's decoder with AttnGate, SandwichNorms, NormF32,
 // QKNorm and NoRope set; the MoE layers replace its MLP.
 package afmoe
 
@@ -115,7 +115,8 @@ func Resolve(cfg *config.File) (Options, error) {
 	o := Options{Options: base}
 	s := &o.Spec
 	o.QKVBias, o.OBias, o.MLPBias = false, false, false // AfmoeConfig sets attention_bias False; no MLP biases
-	o.QKNorm, o.AttnGate, o.Sandwich, o.NormF32 = true, true, true, true
+	o.QKNorm, o.AttnGate, o.NormF32 = true, true, true
+	o.Norms = llama.SandwichNorms
 	if c.MupEnabled {
 		o.EmbedScale = math.Sqrt(float64(s.Hidden))
 	}

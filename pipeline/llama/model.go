@@ -93,12 +93,8 @@ type Options struct {
 	// sigmoid(self_attn.gate_proj(x)) [H·D], x the attention's input
 	// (AFMoE's gated attention).
 	AttnGate bool
-	// Sandwich norms each sublayer's input and its output (AFMoE):
-	// input_layernorm before the attention and post_attention_layernorm
-	// on its output, pre_mlp_layernorm before the MLP and
-	// post_mlp_layernorm on its output; each output joins the residual
-	// normed.
-	Sandwich bool
+	// Norms names the layer's norms (zero: Llama's, LlamaNorms).
+	Norms Norms
 	// NormF32 scales every RMSNorm (the layers', the q/k norms, the
 	// final) by its weight in float32 before the cast back to the input's
 	// dtype (AfmoeRMSNorm, as GptOssRMSNorm), not after (LlamaRMSNorm).
@@ -107,6 +103,25 @@ type Options struct {
 	Rope *nn.Rope
 }
 
+// Norms names a decoder layer's norms, "" for none: PreAttn norms the
+// attention's input, PostAttn its output before it joins the residual,
+// PreMLP the MLP's input and PostMLP its output before it joins the
+// residual.
+type Norms struct{ PreAttn, PostAttn, PreMLP, PostMLP string }
+
+var (
+	// LlamaNorms are Llama's: input_layernorm before the attention,
+	// post_attention_layernorm before the MLP.
+	LlamaNorms = Norms{PreAttn: "input_layernorm", PreMLP: "post_attention_layernorm"}
+	// SandwichNorms norm each sublayer's input and output (AFMoE):
+	// input_layernorm and post_attention_layernorm around the attention,
+	// pre_mlp_layernorm and post_mlp_layernorm around the MLP.
+	SandwichNorms = Norms{PreAttn: "input_layernorm", PostAttn: "post_attention_layernorm", PreMLP: "pre_mlp_layernorm", PostMLP: "post_mlp_layernorm"}
+	// PostNorms norm each sublayer's output only (OLMo 2):
+	// post_attention_layernorm and post_feedforward_layernorm.
+	PostNorms = Norms{PostAttn: "post_attention_layernorm", PostMLP: "post_feedforward_layernorm"}
+)
+
 // Model is a Llama-family decoder; it implements lm.Model.
 type Model struct {
 	o Options
@@ -114,6 +129,9 @@ type Model struct {
 
 // NewModel returns the decoder for resolved options.
 func NewModel(o Options) *Model {
+	if o.Norms == (Norms{}) {
+		o.Norms = LlamaNorms
+	}
 	o.QKVBias = o.QKVBias && !o.FusedQKV
 	o.MLPBias = o.MLPBias && !o.FusedGateUp
 	return &Model{o: o}
@@ -220,14 +238,18 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// AttentionWeights lists the tensors Attend reads for layer i: the two
-// norms and self_attn (with Sandwich the four norms, post_mlp_layernorm
-// read by PostMLP).
+// AttentionWeights lists the tensors Attend reads for layer i: the
+// layer's norms (Options.Norms; the MLP's output norm read by PostMLP)
+// and self_attn.
 func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
 	p := fmt.Sprintf("model.layers.%d.", i)
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-	ws := m.normWeights(p + "input_layernorm")
+	n := m.o.Norms
+	var ws []lm.WeightSpec
+	if n.PreAttn != "" {
+		ws = m.normWeights(p + n.PreAttn)
+	}
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
@@ -262,10 +284,10 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	if m.o.OBias {
 		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
-	ws = append(ws, m.normWeights(p+"post_attention_layernorm")...)
-	if m.o.Sandwich {
-		ws = append(ws, m.normWeights(p+"pre_mlp_layernorm")...)
-		ws = append(ws, m.normWeights(p+"post_mlp_layernorm")...)
+	for _, name := range []string{n.PostAttn, n.PreMLP, n.PostMLP} {
+		if name != "" {
+			ws = append(ws, m.normWeights(p+name)...)
+		}
 	}
 	return ws
 }
@@ -305,34 +327,32 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 }
 
 // PostMLP is layer i's MLP (or experts') output y as it joins the
-// residual: post_mlp_layernorm(y) with Sandwich, else y.
+// residual: normed by Norms.PostMLP (AFMoE's post_mlp_layernorm, OLMo
+// 2's post_feedforward_layernorm), or y.
 func (m *Model) PostMLP(i int, w *lm.Params, y *Node) *Node {
-	if !m.o.Sandwich {
-		return y
+	return m.maybeNorm(w.Scope(fmt.Sprintf("model.layers.%d", i)), m.o.Norms.PostMLP, y)
+}
+
+// maybeNorm is the norm named name on x, or x when name is "".
+func (m *Model) maybeNorm(p *lm.Params, name string, x *Node) *Node {
+	if name == "" {
+		return x
 	}
-	return m.norm(w.Scope(fmt.Sprintf("model.layers.%d", i)), "post_mlp_layernorm", y)
+	return m.norm(p, name, x)
 }
 
 // Attend is the attention half of LlamaDecoderLayer i: x plus the
 // attention of its input_layernorm, and the post_attention_layernorm of
-// that sum (the MLP's input), with the layer's new state (nn.KV.State).
-// With Sandwich the attention's output is normed by
-// post_attention_layernorm before it joins x, and the MLP's input is
-// pre_mlp_layernorm of the sum. Architectures that replace the MLP
+// that sum (the MLP's input), with the layer's new state (nn.KV.State);
+// other Options.Norms norm the attention's input and output and the
+// MLP's input as they name. Architectures that replace the MLP
 // (pipeline/qwen3moe) build on it.
 func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, kv []*Node) {
-	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	h = m.norm(p, "input_layernorm", x)
+	p, n := w.Scope(fmt.Sprintf("model.layers.%d", i)), m.o.Norms
+	h = m.maybeNorm(p, n.PreAttn, x)
 	h, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
-	if m.o.Sandwich {
-		h = m.norm(p, "post_attention_layernorm", h)
-	}
-	x = Add(x, m.Residual(h))
-	if m.o.Sandwich {
-		return x, m.norm(p, "pre_mlp_layernorm", x), c.State()
-	}
-	h = m.norm(p, "post_attention_layernorm", x)
-	return x, h, c.State()
+	x = Add(x, m.Residual(m.maybeNorm(p, n.PostAttn, h)))
+	return x, m.maybeNorm(p, n.PreMLP, x), c.State()
 }
 
 // rotates reports that layer i applies the rotary embedding (NoRope).
