@@ -35,6 +35,11 @@ type Config struct {
 	RopeTheta []float64
 	// Window is each layer's sliding window (0: full causal attention).
 	Window []int
+	// Olmo2 selects OLMo 2: no norm before the attention or the MLP, their
+	// outputs normed (post_attention_layernorm, post_feedforward_layernorm)
+	// before the residual, q_norm and k_norm over the whole q and k
+	// projections (heads·head_dim wide), before the rotary.
+	Olmo2 bool
 	// NoRope[l] leaves layer l's queries and keys unrotated (SmolLM3's
 	// NoPE layers, written as no_rope_layers); nil rotates every layer.
 	NoRope []bool
@@ -53,8 +58,8 @@ type Config struct {
 // Tiny describes a generated checkpoint.
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
-	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM or
-	// Gemma3ForCausalLM, or with
+	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM,
+	// Olmo2ForCausalLM or Gemma3ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
 	// (Gemma3TextForSequenceClassification for Gemma 3).
 	Arch   string
@@ -127,7 +132,9 @@ func (t Tiny) Tensors() []Tensor {
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		add := func(name, kind string, shape ...int) { out = append(out, Tensor{p + name, shape, kind}) }
-		add("input_layernorm.weight", "norm", H)
+		if !c.Olmo2 {
+			add("input_layernorm.weight", "norm", H)
+		}
 		add("self_attn.q_proj.weight", "linear", q, H)
 		add("self_attn.k_proj.weight", "linear", kv, H)
 		add("self_attn.v_proj.weight", "linear", kv, H)
@@ -137,13 +144,19 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.k_proj.bias", "bias", kv)
 			add("self_attn.v_proj.bias", "bias", kv)
 		}
-		if c.QKNorm || c.Gemma {
+		switch {
+		case c.Olmo2:
+			add("self_attn.q_norm.weight", "norm", q)
+			add("self_attn.k_norm.weight", "norm", kv)
+		case c.QKNorm || c.Gemma:
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
 		}
 		add("post_attention_layernorm.weight", "norm", H)
 		if c.Gemma {
 			add("pre_feedforward_layernorm.weight", "norm", H)
+		}
+		if c.Gemma || c.Olmo2 {
 			add("post_feedforward_layernorm.weight", "norm", H)
 		}
 		if c.Experts > 0 {
@@ -246,6 +259,8 @@ func (t Tiny) ConfigJSON() map[string]any {
 			j["num_local_experts"], j["num_experts_per_tok"] = c.Experts, c.TopK
 			j["router_jitter_noise"], j["output_router_logits"], j["router_aux_loss_coef"] = 0.0, false, 0.02
 		}
+	case "Olmo2ForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"] = "olmo2", "silu", false
 	case "SmolLM3ForCausalLM":
 		// no_rope_layers: 1 turns, 0 is a NoPE layer; a window makes
 		// use_sliding_window and layer_types say which layers have it.

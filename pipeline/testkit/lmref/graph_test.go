@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/olmo2"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/smollm3"
@@ -47,6 +48,8 @@ func tinyCases() []lmckpt.Tiny {
 	smol.Layers, smol.Tied, smol.KVHeads = 4, true, 1
 	smol.RopeTheta, smol.Window = repeat(2e6, 4), []int{0, 0, 0, 5} // the last NoPE layer within a window shorter than the sequence
 	smol.NoRope = []bool{false, true, false, true}                  // NoPE layers where no_rope_layers is 0
+	olmo := llama
+	olmo.Olmo2, olmo.KVHeads = true, 2 // post norms only, q/k norms over whole projections
 	gemma := base
 	gemma.Gemma, gemma.Layers, gemma.Tied, gemma.HeadDim = true, 4, true, 16
 	gemma.Window = []int{4, 4, 0, 4} // local, local, global, local; window < sequence
@@ -60,6 +63,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},
+		{Arch: "Olmo2ForCausalLM", Config: olmo, Seed: 7},
 	}
 }
 

@@ -199,11 +199,19 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 		k := make([][]float64, T)
 		v := make([][]float64, T)
 		for t := 0; t < T; t++ {
-			rmsnorm(h, x[t], m.w(p+"input_layernorm.weight"), c.Eps, c.Gemma)
+			if c.Olmo2 {
+				copy(h, x[t]) // no norm before the attention
+			} else {
+				rmsnorm(h, x[t], m.w(p+"input_layernorm.weight"), c.Eps, c.Gemma)
+			}
 			q[t], k[t], v[t] = make([]float64, qDim), make([]float64, kvDim), make([]float64, kvDim)
 			matmul(q[t], h, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
 			matmul(k[t], h, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
 			matmul(v[t], h, m.w(p+"self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"))
+			if c.Olmo2 { // q_norm and k_norm over the whole projections
+				rmsnorm(q[t], append([]float64(nil), q[t]...), m.w(p+"self_attn.q_norm.weight"), c.Eps, false)
+				rmsnorm(k[t], append([]float64(nil), k[t]...), m.w(p+"self_attn.k_norm.weight"), c.Eps, false)
+			}
 			for hd := 0; hd < c.Heads; hd++ {
 				head := q[t][hd*D : (hd+1)*D]
 				if c.QKNorm || c.Gemma {
@@ -253,8 +261,8 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 			}
 			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), nil)
-			if c.Gemma {
-				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, true)
+			if c.Gemma || c.Olmo2 {
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
 			}
 			for i := range o {
 				x[t][i] += o[i]
@@ -264,11 +272,14 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 		gate := make([]float64, c.Intermediate)
 		up := make([]float64, c.Intermediate)
 		for t := 0; t < T; t++ {
-			norm := "post_attention_layernorm.weight"
-			if c.Gemma {
-				norm = "pre_feedforward_layernorm.weight"
+			switch {
+			case c.Olmo2:
+				copy(h, x[t]) // no norm before the MLP
+			case c.Gemma:
+				rmsnorm(h, x[t], m.w(p+"pre_feedforward_layernorm.weight"), c.Eps, true)
+			default:
+				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, false)
 			}
-			rmsnorm(h, x[t], m.w(p+norm), c.Eps, c.Gemma)
 			if c.Experts > 0 {
 				m.sparseBlock(o, h, p+"block_sparse_moe.")
 				for i := range o {
@@ -286,8 +297,8 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 			}
 			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
-			if c.Gemma {
-				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, true)
+			if c.Gemma || c.Olmo2 {
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, c.Gemma)
 			}
 			for i := range o {
 				x[t][i] += o[i]
