@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/olmo2"
+)
+
+// runOlmo2 writes an Olmo2ForCausalLM as llama.cpp's "olmo2": attn_q,
+// attn_k, attn_v and attn_output, attn_q_norm and attn_k_norm over the
+// whole projections, post_attention_norm and post_ffw_norm (no norm
+// before either sublayer), the SwiGLU MLP, output_norm and output (which
+// llama.cpp's olmo2 requires: a tied model is refused). The rotary turns
+// halves (llama.cpp's NEOX rope for olmo2), so no rows are permuted.
+func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	switch {
+	case o.QKVBias || o.OBias || o.Rope.Type != "default" || s.SlidingWindow > 0:
+		return fmt.Errorf("%s: export-gguf writes OLMo 2 without biases, rope scaling or a sliding window", dir)
+	case s.TieEmbeddings:
+		return fmt.Errorf("%s: tie_word_embeddings; llama.cpp's olmo2 requires its own output", dir)
+	}
+	theta, err := ropeTheta(filepath.Join(dir, "config.json"), olmo2.Defaults.RopeTheta)
+	if err != nil {
+		return err
+	}
+	const a = "olmo2."
+	meta, err := header(l, dir, "olmo2")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(s.HeadDim)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+	}...)
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.pairs(b, append([]ggufPair{
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{"attn_q_norm.weight", p + "self_attn.q_norm.weight", true},
+			{"attn_k_norm.weight", p + "self_attn.k_norm.weight", true},
+			{"post_attention_norm.weight", p + "post_attention_layernorm.weight", true},
+			{"post_ffw_norm.weight", p + "post_feedforward_layernorm.weight", true},
+		}, denseMLP(p)...))
+	}
+	g.final(false, false)
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
