@@ -99,8 +99,10 @@ type Options struct {
 	// final) by its weight in float32 before the cast back to the input's
 	// dtype (AfmoeRMSNorm, as GptOssRMSNorm), not after (LlamaRMSNorm).
 	NormF32 bool
-	// Rope is the rotary embedding shared by all layers.
-	Rope *nn.Rope
+	// Rope is the rotary embedding shared by all layers; SlidingRope, when
+	// set, replaces it on the sliding-window layers (OLMo 3's: the
+	// config's rope scaling on the full-attention layers only).
+	Rope, SlidingRope *nn.Rope
 }
 
 // Norms names a decoder layer's norms, "" for none: PreAttn norms the
@@ -406,7 +408,11 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		if m.o.RopePairs {
 			q, k = nn.PairsToHalves(q), nn.PairsToHalves(k)
 		}
-		cos, sin := m.o.Rope.CosSin(step, x.DType())
+		rope := m.o.Rope
+		if m.o.SlidingRope != nil && m.LayerKind(i) == lm.KindSliding {
+			rope = m.o.SlidingRope
+		}
+		cos, sin := rope.CosSin(step, x.DType())
 		q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
 		if m.o.QKL2Norm {
 			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)

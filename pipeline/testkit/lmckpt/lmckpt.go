@@ -40,6 +40,10 @@ type Config struct {
 	// before the residual, q_norm and k_norm over the whole q and k
 	// projections (heads·head_dim wide), before the rotary.
 	Olmo2 bool
+	// RopeLinear > 0 writes rope_scaling linear with that factor: OLMo 3
+	// (Arch Olmo3ForCausalLM, Olmo2 set) scales its full-attention layers'
+	// positions by it and leaves its sliding layers' unscaled.
+	RopeLinear float64
 	// NoRope[l] leaves layer l's queries and keys unrotated (SmolLM3's
 	// NoPE layers, written as no_rope_layers); nil rotates every layer.
 	NoRope []bool
@@ -59,7 +63,7 @@ type Config struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM,
-	// Olmo2ForCausalLM or Gemma3ForCausalLM, or with
+	// Olmo2ForCausalLM, Olmo3ForCausalLM or Gemma3ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
 	// (Gemma3TextForSequenceClassification for Gemma 3).
 	Arch   string
@@ -261,6 +265,21 @@ func (t Tiny) ConfigJSON() map[string]any {
 		}
 	case "Olmo2ForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"] = "olmo2", "silu", false
+	case "Olmo3ForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"] = "olmo3", "silu", false
+		types := make([]string, c.Layers)
+		j["sliding_window"] = nil
+		for l := range types {
+			types[l] = "full_attention"
+			if c.Window[l] > 0 {
+				types[l] = "sliding_attention"
+				j["sliding_window"] = c.Window[l]
+			}
+		}
+		j["layer_types"] = types
+		if c.RopeLinear > 0 {
+			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
+		}
 	case "SmolLM3ForCausalLM":
 		// no_rope_layers: 1 turns, 0 is a NoPE layer; a window makes
 		// use_sliding_window and layer_types say which layers have it.

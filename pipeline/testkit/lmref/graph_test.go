@@ -50,6 +50,9 @@ func tinyCases() []lmckpt.Tiny {
 	smol.NoRope = []bool{false, true, false, true}                  // NoPE layers where no_rope_layers is 0
 	olmo := llama
 	olmo.Olmo2, olmo.KVHeads = true, 2 // post norms only, q/k norms over whole projections
+	olmo3 := olmo
+	olmo3.Layers, olmo3.RopeTheta = 4, repeat(10000.0, 4)
+	olmo3.Window, olmo3.RopeLinear = []int{5, 5, 5, 0}, 2 // three sliding layers, then a full one whose rotary alone is scaled
 	gemma := base
 	gemma.Gemma, gemma.Layers, gemma.Tied, gemma.HeadDim = true, 4, true, 16
 	gemma.Window = []int{4, 4, 0, 4} // local, local, global, local; window < sequence
@@ -64,6 +67,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},
 		{Arch: "Olmo2ForCausalLM", Config: olmo, Seed: 7},
+		{Arch: "Olmo3ForCausalLM", Config: olmo3, Seed: 8},
 	}
 }
 

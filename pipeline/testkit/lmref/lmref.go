@@ -113,11 +113,11 @@ func softcap(x, c float64) float64 {
 
 // rope rotates one head vector in place at position pos (rotate-half
 // convention: dim i pairs with dim i + D/2).
-func rope(v []float64, pos int, theta float64) {
+func rope(v []float64, pos float64, theta float64) {
 	d := len(v)
 	for i := 0; i < d/2; i++ {
 		freq := 1 / math.Pow(theta, float64(2*i)/float64(d))
-		a := float64(pos) * freq
+		a := pos * freq
 		c, s := math.Cos(a), math.Sin(a)
 		x1, x2 := v[i], v[i+d/2]
 		v[i] = x1*c - x2*s
@@ -204,6 +204,10 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			} else {
 				rmsnorm(h, x[t], m.w(p+"input_layernorm.weight"), c.Eps, c.Gemma)
 			}
+			pos := float64(t)
+			if c.RopeLinear > 0 && c.Window[l] == 0 { // OLMo 3: linear scaling on the full-attention layers only
+				pos /= c.RopeLinear
+			}
 			q[t], k[t], v[t] = make([]float64, qDim), make([]float64, kvDim), make([]float64, kvDim)
 			matmul(q[t], h, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
 			matmul(k[t], h, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
@@ -218,7 +222,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
-					rope(head, t, c.RopeTheta[l])
+					rope(head, pos, c.RopeTheta[l])
 				}
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
@@ -227,7 +231,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
-					rope(head, t, c.RopeTheta[l])
+					rope(head, pos, c.RopeTheta[l])
 				}
 			}
 		}
