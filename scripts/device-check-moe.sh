@@ -22,7 +22,8 @@
 #      rope, grouped sigmoid routing, a dense first layer), and the
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
-#      LongRoPE's switch, a tiny AFMoE and a tiny SmolLM3), the same
+#      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3 and a tiny OLMo 3),
+#      the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -358,6 +359,16 @@ cat >"$work/smollm3.json" <<'EOF'
  "no_rope_layer_interval": 2, "use_sliding_window": true, "sliding_window": 8, "rms_norm_eps": 1e-06,
  "rope_theta": 5000000.0, "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny OLMo 3 (dense): post norms only, q/k norms over whole
+# projections, three layers within a window of 8 turning by the plain
+# rotary, a fourth attending in full with YaRN.
+cat >"$work/olmo3.json" <<'EOF'
+{"architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "sliding_window": 8, "rms_norm_eps": 1e-06, "rope_theta": 500000, "max_position_embeddings": 2048,
+ "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "attention_factor": 1.2},
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -387,7 +398,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
