@@ -22,6 +22,11 @@
 // does (lm.Renamer). Its head applies no final logit soft-capping:
 // transformers' Gemma3ForConditionalGeneration.forward does not.
 //
+// Gemma2ForCausalLM (Gemma 2 2B, 9B, 27B; models/gemma2/modular_gemma2.py)
+// is the same decoder without the q/k norms, with Gemma2Config's defaults:
+// every second layer global, one rope_theta (10000) for both kinds, and
+// attention and final logits soft-capped at 50 and 30.
+//
 // Gemma3TextForSequenceClassification is the text model with
 // GenericForSequenceClassification's head instead of lm_head
 // (lm.Classifier: score.weight on the last token's final normed hidden
@@ -42,11 +47,16 @@ import (
 	"github.com/tputool/tputool/pipeline/nn"
 )
 
-// Conditional is the multimodal class, run text-only.
-const Conditional = "Gemma3ForConditionalGeneration"
+// Conditional is the multimodal class, run text-only; Gemma2 is Gemma 2's
+// causal LM.
+const (
+	Conditional = "Gemma3ForConditionalGeneration"
+	Gemma2      = "Gemma2ForCausalLM"
+)
 
 func init() {
 	lm.Register("Gemma3ForCausalLM", New)
+	lm.Register(Gemma2, New)
 	lm.Register(Conditional, New)
 	// transformers' Gemma3TextForSequenceClassification: the text model
 	// with GenericForSequenceClassification's head (lm.Classifier).
@@ -94,6 +104,7 @@ type Model struct {
 	attnSoftcap   float64
 	finalSoftcap  float64
 	bias          bool
+	qkNorm        bool // Gemma 3's q_norm and k_norm (Gemma 2 has none)
 	act           func(*Node) *Node
 	global, local *nn.Rope
 	// prefix is the text model's tensor prefix: "model." for
@@ -112,20 +123,25 @@ func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 	if multimodal {
 		where += " text_config"
 	}
+	gemma2 := cfg.Architecture() == Gemma2
+	d := gemma3Defaults
+	if gemma2 {
+		d = gemma2Defaults
+	}
 	if c.UseBidirectionalAttention {
 		return nil, errs.Unsupportedf("%s: use_bidirectional_attention is not supported for generation", where)
 	}
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
-		VocabSize:    lm.Or(c.VocabSize, 262208),
+		VocabSize:    lm.Or(c.VocabSize, d.vocab),
 		Hidden:       lm.Or(c.HiddenSize, 2304),
 		Intermediate: lm.Or(c.IntermediateSize, 9216),
 		Layers:       lm.Or(c.NumHiddenLayers, 26),
 		Heads:        lm.Or(c.NumAttentionHeads, 8),
 		KVHeads:      lm.Or(c.NumKeyValueHeads, 4),
 		HeadDim:      lm.Or(c.HeadDim, 256),
-		MaxPositions: lm.Or(c.MaxPositionEmbeddings, 131072),
+		MaxPositions: lm.Or(c.MaxPositionEmbeddings, d.maxPositions),
 		EOS:          c.EOSTokenID,
 		BOS:          2,
 	}
@@ -170,7 +186,7 @@ func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 	}
 	if s.LayerKinds == nil {
 		// Every sliding_window_pattern-th layer is global, the others local.
-		pattern := lm.Or(c.SlidingWindowPattern, 6)
+		pattern := lm.Or(c.SlidingWindowPattern, d.pattern)
 		if pattern <= 0 {
 			return nil, fmt.Errorf("%s: sliding_window_pattern must be positive, got %d", where, pattern)
 		}
@@ -191,9 +207,10 @@ func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 		spec:         s,
 		eps:          lm.Or(c.RMSNormEps, 1e-6),
 		scale:        1 / math.Sqrt(lm.Or(c.QueryPreAttnScalar, 256)),
-		attnSoftcap:  lm.Or(c.AttnLogitSoftcapping, 0),
-		finalSoftcap: lm.Or(c.FinalLogitSoftcapping, 0),
+		attnSoftcap:  softcap(text, "attn_logit_softcapping", c.AttnLogitSoftcapping, d.attnSoftcap),
+		finalSoftcap: softcap(text, "final_logit_softcapping", c.FinalLogitSoftcapping, d.finalSoftcap),
 		bias:         c.AttentionBias,
+		qkNorm:       !gemma2,
 		prefix:       "model.",
 		multimodal:   multimodal,
 	}
@@ -208,16 +225,43 @@ func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 	if m.act = nn.Activation(act); m.act == nil {
 		return nil, errs.Unsupportedf("%s: hidden_activation %q is not supported (supported: %s)", where, act, strings.Join(nn.ActivationNames(), ", "))
 	}
-	if err := c.resolveRope(text, m); err != nil {
+	if err := c.resolveRope(text, m, d); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return m, nil
 }
 
+// defaults are the configuration classes' defaults where Gemma3TextConfig
+// and Gemma2Config differ.
+type defaults struct {
+	vocab, maxPositions, pattern int
+	// globalTheta and localTheta are the rope bases; localTheta 0 takes
+	// rope_theta for both kinds (Gemma 2).
+	globalTheta, localTheta   float64
+	attnSoftcap, finalSoftcap float64
+}
+
+var (
+	gemma3Defaults = defaults{vocab: 262208, maxPositions: 131072, pattern: 6, globalTheta: 1e6, localTheta: 1e4}
+	gemma2Defaults = defaults{vocab: 256000, maxPositions: 8192, pattern: 2, globalTheta: 1e4, attnSoftcap: 50, finalSoftcap: 30}
+)
+
+// softcap is a soft-capping field: its value, the class's default when
+// absent, 0 (none) when null.
+func softcap(cfg *config.File, key string, v *float64, def float64) float64 {
+	switch {
+	case v != nil:
+		return *v
+	case cfg.Has(key): // null
+		return 0
+	}
+	return def
+}
+
 // resolveRope builds the global and local rotary embeddings: from
 // transformers v5's per-layer-type rope_parameters, or from rope_theta +
 // rope_scaling (global) and rope_local_base_freq (local, never scaled).
-func (c *Config) resolveRope(cfg *config.File, m *Model) error {
+func (c *Config) resolveRope(cfg *config.File, m *Model, d defaults) error {
 	s := &m.spec
 	var err error
 	if len(c.RopeParameters) > 0 && string(c.RopeParameters) != "null" {
@@ -232,20 +276,29 @@ func (c *Config) resolveRope(cfg *config.File, m *Model) error {
 			}
 			return nn.ConfigRope(map[string]json.RawMessage{"rope_parameters": raw}, theta, s.HeadDim, s.MaxPositions)
 		}
-		if m.global, err = build(lm.KindFull, 1e6); err != nil {
+		if m.global, err = build(lm.KindFull, d.globalTheta); err != nil {
 			return err
 		}
-		m.local, err = build(lm.KindSliding, 1e4)
+		local := d.localTheta
+		if local == 0 {
+			local = d.globalTheta
+		}
+		m.local, err = build(lm.KindSliding, local)
 		return err
 	}
 	global := map[string]json.RawMessage{"rope_scaling": c.RopeScaling}
 	if c.RopeTheta != nil {
 		global["rope_theta"] = cfg.Raw["rope_theta"]
 	}
-	if m.global, err = nn.ConfigRope(global, 1e6, s.HeadDim, s.MaxPositions); err != nil {
+	if m.global, err = nn.ConfigRope(global, d.globalTheta, s.HeadDim, s.MaxPositions); err != nil {
 		return err
 	}
-	m.local, err = nn.NewRope(nn.RopeParams{Theta: lm.Or(c.RopeLocalBaseFreq, 1e4), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
+	local := lm.Or(c.RopeLocalBaseFreq, d.localTheta)
+	if d.localTheta == 0 { // Gemma 2: one rope_theta, one rotary for both kinds
+		m.local = m.global
+		return nil
+	}
+	m.local, err = nn.NewRope(nn.RopeParams{Theta: local, HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
 	return err
 }
 
@@ -356,8 +409,10 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
 		add("self_attn.o_proj.bias", false, lm.Replicated, s.Hidden)
 	}
-	add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
-	add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
+	if m.qkNorm {
+		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
+	}
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	add("pre_feedforward_layernorm.weight", false, lm.Replicated, s.Hidden)
 	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
@@ -408,8 +463,10 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.KV, step *lm.Step, kind st
 	q := nn.SplitHeads(nn.Linear(x, p.Get("q_proj.weight"), m.optional(p, "q_proj.bias")), s.Heads)   // [B, T, H, D]
 	k := nn.SplitHeads(nn.Linear(x, p.Get("k_proj.weight"), m.optional(p, "k_proj.bias")), s.KVHeads) // [B, T, KV, D]
 	v := nn.SplitHeads(nn.Linear(x, p.Get("v_proj.weight"), m.optional(p, "v_proj.bias")), s.KVHeads) // [B, T, KV, D]
-	q = m.norm(p, "q_norm.weight", q)
-	k = m.norm(p, "k_norm.weight", k)
+	if m.qkNorm {
+		q = m.norm(p, "q_norm.weight", q)
+		k = m.norm(p, "k_norm.weight", k)
+	}
 	rope, window := m.global, 0
 	if kind == lm.KindSliding {
 		rope, window = m.local, s.SlidingWindow

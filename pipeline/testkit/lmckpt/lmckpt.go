@@ -35,6 +35,9 @@ type Config struct {
 	RopeTheta []float64
 	// Window is each layer's sliding window (0: full causal attention).
 	Window []int
+	// Gemma2 (with Gemma) selects Gemma 2: Gemma 3's layer without the
+	// q/k norms, one rope_theta for every layer (RopeTheta[0]).
+	Gemma2 bool
 	// Olmo2 selects OLMo 2: no norm before the attention or the MLP, their
 	// outputs normed (post_attention_layernorm, post_feedforward_layernorm)
 	// before the residual, q_norm and k_norm over the whole q and k
@@ -63,7 +66,8 @@ type Config struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM,
-	// Olmo2ForCausalLM, Olmo3ForCausalLM or Gemma3ForCausalLM, or with
+	// Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM or
+	// Gemma2ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
 	// (Gemma3TextForSequenceClassification for Gemma 3).
 	Arch   string
@@ -152,7 +156,7 @@ func (t Tiny) Tensors() []Tensor {
 		case c.Olmo2:
 			add("self_attn.q_norm.weight", "norm", q)
 			add("self_attn.k_norm.weight", "norm", kv)
-		case c.QKNorm || c.Gemma:
+		case (c.QKNorm || c.Gemma) && !c.Gemma2:
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
 		}
@@ -297,8 +301,11 @@ func (t Tiny) ConfigJSON() map[string]any {
 			}
 		}
 		j["no_rope_layers"], j["layer_types"] = rope, types
-	case "Gemma3ForCausalLM":
+	case "Gemma3ForCausalLM", "Gemma2ForCausalLM":
 		j["model_type"], j["hidden_activation"] = "gemma3_text", "gelu_pytorch_tanh"
+		if c.Gemma2 {
+			j["model_type"] = "gemma2"
+		}
 		if c.QueryScale > 0 {
 			j["query_pre_attn_scalar"] = 1 / (c.QueryScale * c.QueryScale)
 		} else {
@@ -307,11 +314,14 @@ func (t Tiny) ConfigJSON() map[string]any {
 		types := make([]string, c.Layers)
 		for l := range types {
 			types[l] = "full_attention"
-			if c.Window[l] > 0 {
+			switch {
+			case c.Window[l] > 0:
 				types[l] = "sliding_attention"
 				j["sliding_window"] = c.Window[l]
-				j["rope_local_base_freq"] = c.RopeTheta[l]
-			} else {
+				if !c.Gemma2 {
+					j["rope_local_base_freq"] = c.RopeTheta[l]
+				}
+			default:
 				j["rope_theta"] = c.RopeTheta[l]
 			}
 		}

@@ -59,12 +59,16 @@ func tinyCases() []lmckpt.Tiny {
 	gemma.RopeTheta = []float64{10000, 10000, 1e6, 10000}
 	gemma.QueryScale = 1 / math.Sqrt(24) // query_pre_attn_scalar 24 != head_dim
 	gemma.AttnSoftcap, gemma.FinalSoftcap = 20, 10
+	gemma2 := gemma
+	gemma2.Gemma2, gemma2.QueryScale = true, 0                              // no q/k norms, query_pre_attn_scalar head_dim
+	gemma2.Window, gemma2.RopeTheta = []int{4, 0, 4, 0}, repeat(50000.0, 4) // every second layer global, one rope_theta for both kinds
 	return []lmckpt.Tiny{
 		{Arch: "LlamaForCausalLM", Config: llama, Seed: 1},
 		{Arch: "Qwen2ForCausalLM", Config: qwen2, Seed: 2},
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
+		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},
 		{Arch: "Olmo2ForCausalLM", Config: olmo, Seed: 7},
 		{Arch: "Olmo3ForCausalLM", Config: olmo3, Seed: 8},

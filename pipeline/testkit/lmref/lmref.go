@@ -218,7 +218,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.Heads; hd++ {
 				head := q[t][hd*D : (hd+1)*D]
-				if c.QKNorm || c.Gemma {
+				if (c.QKNorm || c.Gemma) && !c.Gemma2 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
@@ -227,7 +227,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
 				head := k[t][hd*D : (hd+1)*D]
-				if c.QKNorm || c.Gemma {
+				if (c.QKNorm || c.Gemma) && !c.Gemma2 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
