@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 
 	"github.com/tputool/tputool/pipeline/llama"
@@ -10,19 +12,47 @@ import (
 	"github.com/tputool/tputool/pipeline/olmo2"
 )
 
-// runOlmo2 writes an Olmo2ForCausalLM as llama.cpp's "olmo2": attn_q,
-// attn_k, attn_v and attn_output, attn_q_norm and attn_k_norm over the
-// whole projections, post_attention_norm and post_ffw_norm (no norm
-// before either sublayer), the SwiGLU MLP, output_norm and output (which
-// llama.cpp's olmo2 requires: a tied model is refused). The rotary turns
-// halves (llama.cpp's NEOX rope for olmo2), so no rows are permuted.
+// runOlmo2 writes an Olmo2ForCausalLM or Olmo3ForCausalLM as llama.cpp's
+// "olmo2": attn_q, attn_k, attn_v and attn_output, attn_q_norm and
+// attn_k_norm over the whole projections, post_attention_norm and
+// post_ffw_norm (no norm before either sublayer), the SwiGLU MLP,
+// output_norm and output (which llama.cpp's olmo2 requires: a tied model
+// is refused). The rotary turns halves (llama.cpp's NEOX rope for olmo2),
+// so no rows are permuted. OLMo 3's window is attention.sliding_window:
+// llama.cpp then makes three layers of four sliding and turns them by the
+// plain rotary, the rope scaling the full-attention layers only, as
+// transformers does; only that layer pattern is written, and of the
+// scalings only linear (rope.scaling.type, rope.scaling.factor).
 func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
 	switch {
-	case o.QKVBias || o.OBias || o.Rope.Type != "default" || s.SlidingWindow > 0:
-		return fmt.Errorf("%s: export-gguf writes OLMo 2 without biases, rope scaling or a sliding window", dir)
+	case o.QKVBias || o.OBias || (o.Rope.Type != "default" && o.Rope.Type != "linear"):
+		return fmt.Errorf("%s: export-gguf writes OLMo 2 and 3 without biases, and with linear rope scaling or none", dir)
 	case s.TieEmbeddings:
 		return fmt.Errorf("%s: tie_word_embeddings; llama.cpp's olmo2 requires its own output", dir)
+	}
+	if s.SlidingWindow > 0 {
+		for i, k := range s.LayerKinds {
+			if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
+				return fmt.Errorf("%s: layer %d is %s; llama.cpp's olmo2 windows three layers of four, the fourth in full", dir, i, k)
+			}
+		}
+	}
+	factor := 0.0
+	if o.Rope.Type == "linear" {
+		var c struct {
+			Scaling struct {
+				Factor float64 `json:"factor"`
+			} `json:"rope_scaling"`
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(raw, &c); err != nil || c.Scaling.Factor <= 0 {
+			return fmt.Errorf("%s: config.json: linear rope_scaling without a positive factor (rope_parameters is not read here)", dir)
+		}
+		factor = c.Scaling.Factor
 	}
 	theta, err := ropeTheta(filepath.Join(dir, "config.json"), olmo2.Defaults.RopeTheta)
 	if err != nil {
@@ -45,6 +75,12 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
+	if s.SlidingWindow > 0 {
+		meta = append(meta, kv{a + "attention.sliding_window", uint32(s.SlidingWindow)})
+	}
+	if factor > 0 {
+		meta = append(meta, kv{a + "rope.scaling.type", "linear"}, kv{a + "rope.scaling.factor", float32(factor)})
+	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := range s.Layers {
