@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// runGemma2 writes a Gemma2ForCausalLM as llama.cpp's "gemma2": per layer
+// attn_norm, attn_q, attn_k, attn_v, attn_output, post_attention_norm,
+// ffn_norm (pre_feedforward_layernorm), the GeGLU MLP and post_ffw_norm;
+// output_norm, and output unless tied. Gemma's norms scale by (1 + w)
+// and llama.cpp's by w, so the norm weights are written plus one, as
+// llama.cpp's and ollama's converters write them. The rotary turns
+// halves (llama.cpp's NEOX rope for gemma2). llama.cpp's gemma2 fixes
+// the layer pattern (every second layer global, the first local) and,
+// but for its 27B, the query scale to 1/sqrt(head_dim), so only a model
+// whose layer_types and query_pre_attn_scalar agree is written.
+func runGemma2(l *lm.Loaded, dir, out string) error {
+	s := l.Model.Spec()
+	var c struct {
+		Theta        *float64 `json:"rope_theta"`
+		Scalar       *float64 `json:"query_pre_attn_scalar"`
+		AttnSoftcap  *float64 `json:"attn_logit_softcapping"`
+		FinalSoftcap *float64 `json:"final_logit_softcapping"`
+		Scaling      any      `json:"rope_scaling"`
+		Parameters   any      `json:"rope_parameters"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("%s: config.json: %w", dir, err)
+	}
+	theta, attn, final := 10000.0, 50.0, 30.0 // Gemma2Config's
+	if c.Theta != nil {
+		theta = *c.Theta
+	}
+	if c.AttnSoftcap != nil {
+		attn = *c.AttnSoftcap
+	}
+	if c.FinalSoftcap != nil {
+		final = *c.FinalSoftcap
+	}
+	switch {
+	case c.Scaling != nil || c.Parameters != nil:
+		return fmt.Errorf("%s: rope_scaling or rope_parameters; export-gguf writes Gemma 2 with one plain rotary", dir)
+	case c.Scalar != nil && *c.Scalar != float64(s.HeadDim):
+		return fmt.Errorf("%s: query_pre_attn_scalar %g is not head_dim %d, which llama.cpp's gemma2 scales by", dir, *c.Scalar, s.HeadDim)
+	case attn <= 0 || final <= 0:
+		return fmt.Errorf("%s: soft-capping off; llama.cpp's gemma2 always soft-caps", dir)
+	}
+	for i, k := range s.LayerKinds {
+		if sliding := i%2 == 0; sliding != (k == lm.KindSliding) {
+			return fmt.Errorf("%s: layer %d is %s; llama.cpp's gemma2 alternates local and global layers, the first local", dir, i, k)
+		}
+	}
+	const a = "gemma2."
+	meta, err := header(l, dir, "gemma2")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(s.MaxPositions)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(gemmaEps(raw))},
+		{a + "attention.sliding_window", uint32(s.SlidingWindow)},
+		{a + "attn_logit_softcapping", float32(attn)},
+		{a + "final_logit_softcapping", float32(final)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(s.HeadDim)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+	}...)
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPlusOne(b+"attn_norm.weight", p+"input_layernorm.weight")
+		g.pairs(b, []ggufPair{
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		})
+		g.addPlusOne(b+"post_attention_norm.weight", p+"post_attention_layernorm.weight")
+		g.addPlusOne(b+"ffn_norm.weight", p+"pre_feedforward_layernorm.weight")
+		g.pairs(b, denseMLP(p))
+		g.addPlusOne(b+"post_ffw_norm.weight", p+"post_feedforward_layernorm.weight")
+	}
+	g.addPlusOne("output_norm.weight", "model.norm.weight")
+	if !s.TieEmbeddings {
+		g.add("output.weight", false, "lm_head.weight")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
+
+// gemmaEps is config.json's rms_norm_eps, Gemma2Config's 1e-6 when absent.
+func gemmaEps(raw []byte) float64 {
+	var c struct {
+		Eps *float64 `json:"rms_norm_eps"`
+	}
+	if json.Unmarshal(raw, &c) == nil && c.Eps != nil {
+		return *c.Eps
+	}
+	return 1e-6
+}
+
+// addPlusOne adds a norm weight written as float32 values plus one (a
+// (1 + w) norm for an engine that scales by w).
+func (g *ggufTensors) addPlusOne(gguf, name string) {
+	if g.err != nil {
+		return
+	}
+	t, err := newTensor(g.l, gguf, []string{name}, true, 0)
+	if err != nil {
+		g.err = err
+		return
+	}
+	l := g.l
+	t.write = func(w *bufio.Writer) error {
+		x, err := l.Tensor(name, dtypes.Float32)
+		if err != nil {
+			return err
+		}
+		v, err := tensors.CopyFlatData[float32](x)
+		x.FinalizeAll()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for i := range v {
+			v[i]++
+		}
+		return writeFlat(w, v, ggmlF32)
+	}
+	g.ts = append(g.ts, t)
+}
