@@ -210,25 +210,8 @@ func Resolve(cfg *config.File) (Options, error) {
 	// no_rope_layers (1: the layer rotates), else every
 	// no_rope_layer_interval-th layer without the rotary; an empty list
 	// takes the default, as Llama4TextConfig does.
-	o.NoRope = make([]bool, n)
-	if len(c.NoRopeLayers) > 0 {
-		if len(c.NoRopeLayers) < n { // transformers reads entry i for layer i
-			return Options{}, fmt.Errorf("%s: no_rope_layers has %d entries for %d layers", where, len(c.NoRopeLayers), n)
-		}
-		for i, v := range c.NoRopeLayers[:n] {
-			if v != 0 && v != 1 {
-				return Options{}, fmt.Errorf("%s: no_rope_layers[%d] is %d, want 1 (rotary) or 0 (none)", where, i, v)
-			}
-			o.NoRope[i] = v == 0
-		}
-	} else {
-		every := lm.Or(c.NoRopeLayerInterval, defaultNoRopeInterval)
-		if every <= 0 {
-			return Options{}, fmt.Errorf("%s: no_rope_layer_interval must be positive, got %d", where, every)
-		}
-		for i := range o.NoRope {
-			o.NoRope[i] = (i+1)%every == 0
-		}
+	if o.NoRope, err = lm.NoRopeLayers(where, c.NoRopeLayers, c.NoRopeLayerInterval, defaultNoRopeInterval, n); err != nil {
+		return Options{}, err
 	}
 	o.QKL2Norm = lm.Or(c.UseQKNorm, true)
 

@@ -71,3 +71,32 @@ func LayerTypes(where string, types []string, layers int, supported ...string) (
 	}
 	return slices.Clone(types), nil
 }
+
+// NoRopeLayers reads no_rope_layers (1: layer i turns by the rotary, 0: it
+// does not; at least layers entries, as transformers reads entry i for
+// layer i) or, when it is absent or empty, makes every interval-th layer
+// NoPE (no_rope_layer_interval, def when absent): Llama 4's and SmolLM3's
+// configs. Returns NoRope per layer.
+func NoRopeLayers(where string, list []int, interval *int, def, layers int) ([]bool, error) {
+	out := make([]bool, layers)
+	if len(list) > 0 {
+		if len(list) < layers {
+			return nil, fmt.Errorf("%s: no_rope_layers has %d entries for %d layers", where, len(list), layers)
+		}
+		for i, v := range list[:layers] {
+			if v != 0 && v != 1 {
+				return nil, fmt.Errorf("%s: no_rope_layers[%d] is %d, want 1 (rotary) or 0 (none)", where, i, v)
+			}
+			out[i] = v == 0
+		}
+		return out, nil
+	}
+	every := Or(interval, def)
+	if every <= 0 {
+		return nil, fmt.Errorf("%s: no_rope_layer_interval must be positive, got %d", where, every)
+	}
+	for i := range out {
+		out[i] = (i+1)%every == 0
+	}
+	return out, nil
+}

@@ -37,6 +37,9 @@ func TestSmolLM3(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := o.Spec
+	if o, err := options(t, `{"architectures": ["SmolLM3ForCausalLM"], "num_key_value_heads": null}`); err != nil || o.Spec.KVHeads != 16 {
+		t.Errorf("null num_key_value_heads: %d KV heads (%v), want the 16 heads", o.Spec.KVHeads, err)
+	}
 	if s.KVHeads != 4 || s.HeadDim != 128 || !s.TieEmbeddings || s.SlidingWindow != 0 || math.Abs(o.Rope.InvFreq[1]-1/math.Pow(2e6, 2.0/128)) > 1e-15 {
 		t.Errorf("spec %+v, rope %v", s, o.Rope.InvFreq[:2])
 	}
@@ -73,7 +76,9 @@ func TestConfig(t *testing.T) {
 		{"the interval", `, "no_rope_layer_interval": 2`, []bool{false, true, false, true}, "ffff", 0},
 		{"the list", `, "no_rope_layers": [0, 1, 1, 1, 1]`, []bool{true, false, false, false}, "ffff", 0},
 		{"a window", `, "use_sliding_window": true, "sliding_window": 8`, []bool{false, false, false, true}, "fffs", 8},
-		{"a window unused", `, "use_sliding_window": false, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]`, []bool{false, false, false, true}, "ffff", 0},
+		{"a window unused", `, "use_sliding_window": false, "sliding_window": 8`, []bool{false, false, false, true}, "ffff", 0},
+		{"empty layer types", `, "use_sliding_window": true, "sliding_window": 8, "layer_types": []`, []bool{false, false, false, true}, "fffs", 8},
+		{"an empty list", `, "no_rope_layers": []`, []bool{false, false, false, true}, "ffff", 0},
 		{"layer types", `, "use_sliding_window": true, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]`, []bool{false, false, false, true}, "sfff", 8},
 	} {
 		o, err := options(t, `{`+base+c.extra+`}`)
@@ -94,6 +99,7 @@ func TestConfig(t *testing.T) {
 		{"a value not 0 or 1", `, "no_rope_layers": [1, 2, 1, 0]`, "no_rope_layers[1]"},
 		{"interval 0", `, "no_rope_layer_interval": 0`, "no_rope_layer_interval"},
 		{"a zero window", `, "use_sliding_window": true, "sliding_window": 0`, "sliding_window"},
+		{"sliding layers, no use_sliding_window", `, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]`, "use_sliding_window"},
 	} {
 		if _, err := options(t, `{`+base+c.extra+`}`); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want an error naming %s", c.name, err, c.want)

@@ -12,6 +12,7 @@ package smollm3
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
@@ -50,7 +51,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.NumKeyValueHeads == nil {
+	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") { // absent: 4; null: the heads, as SmolLM3Config reads None
 		kv := defaultKVHeads
 		c.NumKeyValueHeads = &kv
 	}
@@ -60,29 +61,15 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	s := &o.Spec
 	o.QKVBias, o.OBias = c.AttentionBias, c.AttentionBias
-	o.NoRope = make([]bool, s.Layers)
-	switch {
-	case c.NoRopeLayers != nil:
-		if len(c.NoRopeLayers) < s.Layers {
-			return llama.Options{}, fmt.Errorf("%s: no_rope_layers has %d entries for %d layers", where, len(c.NoRopeLayers), s.Layers)
-		}
-		for i := range s.Layers {
-			switch c.NoRopeLayers[i] {
-			case 0:
-				o.NoRope[i] = true
-			case 1:
-			default:
-				return llama.Options{}, fmt.Errorf("%s: no_rope_layers[%d] is %d; want 1 (rotary) or 0 (NoPE)", where, i, c.NoRopeLayers[i])
-			}
-		}
-	default:
-		every := lm.Or(c.NoRopeLayerInterval, 4)
-		if every <= 0 {
-			return llama.Options{}, fmt.Errorf("%s: no_rope_layer_interval must be positive, got %d", where, every)
-		}
-		for i := range o.NoRope {
-			o.NoRope[i] = (i+1)%every == 0
-		}
+	if o.NoRope, err = lm.NoRopeLayers(where, c.NoRopeLayers, c.NoRopeLayerInterval, 4, s.Layers); err != nil {
+		return llama.Options{}, err
+	}
+	if !c.UseSlidingWindow && c.SlidingWindow != nil && slices.Contains(c.LayerTypes, lm.KindSliding) {
+		// transformers' eager and sdpa masks window these layers, its
+		// flash attention does not (SmolLM3Attention drops the window):
+		// its implementations disagree, so the config is refused.
+		return llama.Options{}, fmt.Errorf("%s: layer_types has sliding_attention layers and sliding_window is %d, but use_sliding_window is false; set use_sliding_window, or make the layers full_attention",
+			where, *c.SlidingWindow)
 	}
 	window := 0
 	if c.UseSlidingWindow && c.SlidingWindow != nil {
@@ -94,7 +81,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		switch {
 		case window == 0:
 			s.LayerKinds[i] = lm.KindFull // no window without use_sliding_window and sliding_window
-		case c.LayerTypes == nil && o.NoRope[i]: // SmolLM3Config: the NoPE layers slide
+		case len(c.LayerTypes) == 0 && o.NoRope[i]: // SmolLM3Config: the NoPE layers slide
 			s.LayerKinds[i] = lm.KindSliding
 		}
 	}
