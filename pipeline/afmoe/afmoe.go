@@ -114,8 +114,8 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	o := Options{Options: base}
 	s := &o.Spec
-	o.QKVBias, o.OBias, o.MLPBias = false, false, false // AfmoeConfig sets attention_bias False; no MLP biases
-	o.QKNorm, o.AttnGate, o.NormF32 = true, true, true
+	o.QKVBias, o.OBias, o.MLPBias = false, false, false                        // AfmoeConfig sets attention_bias False; no MLP biases
+	o.QKNorm, o.AttnGate, o.NormF32, o.NormWeightsF32 = true, true, true, true // norms and expert_bias in _keep_in_fp32_modules
 	o.Norms = llama.SandwichNorms
 	if c.MupEnabled {
 		o.EmbedScale = math.Sqrt(float64(s.Hidden))

@@ -97,8 +97,10 @@ type Options struct {
 	Norms Norms
 	// NormF32 scales every RMSNorm (the layers', the q/k norms, the
 	// final) by its weight in float32 before the cast back to the input's
-	// dtype (AfmoeRMSNorm, as GptOssRMSNorm), not after (LlamaRMSNorm).
-	NormF32 bool
+	// dtype (AfmoeRMSNorm, Olmo2RMSNorm, as GptOssRMSNorm), not after
+	// (LlamaRMSNorm). NormWeightsF32 holds those weights in float32
+	// whatever the compute dtype (AFMoE's _keep_in_fp32_modules).
+	NormF32, NormWeightsF32 bool
 	// Rope is the rotary embedding shared by all layers; SlidingRope, when
 	// set, replaces it on the sliding-window layers (OLMo 3's: the
 	// config's rope scaling on the full-attention layers only).
@@ -188,10 +190,10 @@ func (m *Model) FinalWeights() []lm.WeightSpec {
 }
 
 // normWeights are the tensors of the norm named name: its weight, and
-// its bias when the norms are LayerNorms. With NormF32 the weight is held
-// in float32 (AFMoE's _keep_in_fp32_modules keeps its norms so).
+// its bias when the norms are LayerNorms. With NormWeightsF32 the weight
+// is held in float32.
 func (m *Model) normWeights(name string) []lm.WeightSpec {
-	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}, F32: m.o.NormF32}}
+	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}, F32: m.o.NormWeightsF32}}
 	if m.o.LayerNorm {
 		ws = append(ws, lm.WeightSpec{Name: name + ".bias", Shape: []int{m.o.Spec.Hidden}})
 	}
@@ -277,7 +279,7 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
 	}
 	for j := norms; j < len(ws); j++ {
-		ws[j].F32 = m.o.NormF32
+		ws[j].F32 = m.o.NormWeightsF32
 	}
 	if m.o.AttnGate {
 		add("self_attn.gate_proj.weight", true, lm.Column, q, s.Hidden)
