@@ -1,6 +1,7 @@
 package gemma3
 
 import (
+	"math"
 	"testing"
 
 	"github.com/tputool/tputool/loader/config"
@@ -48,11 +49,22 @@ func TestGemma2Configs(t *testing.T) {
 			t.Errorf("%s: %d parameters, want %d", c.name, n, c.params)
 		}
 	}
-	cfg, err := config.ParseModel([]byte(`{"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": null, "final_logit_softcapping": 20}`))
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["Gemma2ForCausalLM"], "rope_parameters": {"rope_type": "default", "rope_theta": 20000}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lmm, err := lm.New(cfg)
+	lmm, err := lm.New(cfg) // transformers v5's flat rope_parameters: one rotary
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := lmm.(*Model); m.local != m.global || math.Abs(m.global.InvFreq[1]-1/math.Pow(20000, 2.0/256)) > 1e-15 {
+		t.Errorf("flat rope_parameters: local %v, global %v", m.local, m.global)
+	}
+	cfg, err = config.ParseModel([]byte(`{"architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": null, "final_logit_softcapping": 20}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lmm, err = lm.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

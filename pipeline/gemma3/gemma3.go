@@ -269,6 +269,11 @@ func (c *Config) resolveRope(cfg *config.File, m *Model, d defaults) error {
 		if err := json.Unmarshal(c.RopeParameters, &per); err != nil {
 			return fmt.Errorf("rope_parameters: %w", err)
 		}
+		if _, byKind := per[lm.KindFull]; !byKind && d.localTheta == 0 { // Gemma 2's one rotary, saved flat by transformers v5
+			m.global, err = nn.ConfigRope(map[string]json.RawMessage{"rope_parameters": c.RopeParameters}, d.globalTheta, s.HeadDim, s.MaxPositions)
+			m.local = m.global
+			return err
+		}
 		build := func(kind string, theta float64) (*nn.Rope, error) {
 			raw, ok := per[kind]
 			if !ok {
@@ -293,12 +298,11 @@ func (c *Config) resolveRope(cfg *config.File, m *Model, d defaults) error {
 	if m.global, err = nn.ConfigRope(global, d.globalTheta, s.HeadDim, s.MaxPositions); err != nil {
 		return err
 	}
-	local := lm.Or(c.RopeLocalBaseFreq, d.localTheta)
 	if d.localTheta == 0 { // Gemma 2: one rope_theta, one rotary for both kinds
 		m.local = m.global
 		return nil
 	}
-	m.local, err = nn.NewRope(nn.RopeParams{Theta: local, HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
+	m.local, err = nn.NewRope(nn.RopeParams{Theta: lm.Or(c.RopeLocalBaseFreq, d.localTheta), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions})
 	return err
 }
 
@@ -368,6 +372,19 @@ func (m *Model) LayerKind(i int) string { return m.spec.LayerKinds[i] }
 func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 	return nn.KVCacheState(batch, m.spec.KVHeads, cacheLen, m.spec.HeadDim)
 }
+
+// Softcaps returns the attention and final logit soft-capping (0: none).
+func (m *Model) Softcaps() (attn, final float64) { return m.attnSoftcap, m.finalSoftcap }
+
+// QueryScale returns the attention's score scale, query_pre_attn_scalar^-0.5.
+func (m *Model) QueryScale() float64 { return m.scale }
+
+// Ropes returns the global and local layers' rotary embeddings (one and
+// the same for Gemma 2).
+func (m *Model) Ropes() (global, local *nn.Rope) { return m.global, m.local }
+
+// Eps returns rms_norm_eps.
+func (m *Model) Eps() float64 { return m.eps }
 
 // EmbedWeights implements lm.Model.
 func (m *Model) EmbedWeights() []lm.WeightSpec {
