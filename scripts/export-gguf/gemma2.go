@@ -2,14 +2,13 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
@@ -23,38 +22,15 @@ import (
 // the layer pattern (every second layer global, the first local) and,
 // but for its 27B, the query scale to 1/sqrt(head_dim), so only a model
 // whose layer_types and query_pre_attn_scalar agree is written.
-func runGemma2(l *lm.Loaded, dir, out string) error {
-	s := l.Model.Spec()
-	var c struct {
-		Theta        *float64 `json:"rope_theta"`
-		Scalar       *float64 `json:"query_pre_attn_scalar"`
-		AttnSoftcap  *float64 `json:"attn_logit_softcapping"`
-		FinalSoftcap *float64 `json:"final_logit_softcapping"`
-		Scaling      any      `json:"rope_scaling"`
-		Parameters   any      `json:"rope_parameters"`
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return fmt.Errorf("%s: config.json: %w", dir, err)
-	}
-	theta, attn, final := 10000.0, 50.0, 30.0 // Gemma2Config's
-	if c.Theta != nil {
-		theta = *c.Theta
-	}
-	if c.AttnSoftcap != nil {
-		attn = *c.AttnSoftcap
-	}
-	if c.FinalSoftcap != nil {
-		final = *c.FinalSoftcap
-	}
+func runGemma2(l *lm.Loaded, dir, out string, m *gemma3.Model) error {
+	s := m.Spec()
+	attn, final := m.Softcaps()
+	global, local := m.Ropes()
 	switch {
-	case c.Scaling != nil || c.Parameters != nil:
-		return fmt.Errorf("%s: rope_scaling or rope_parameters; export-gguf writes Gemma 2 with one plain rotary", dir)
-	case c.Scalar != nil && *c.Scalar != float64(s.HeadDim):
-		return fmt.Errorf("%s: query_pre_attn_scalar %g is not head_dim %d, which llama.cpp's gemma2 scales by", dir, *c.Scalar, s.HeadDim)
+	case global != local || global.Type != "default":
+		return fmt.Errorf("%s: rope scaling; export-gguf writes Gemma 2 with one plain rotary", dir)
+	case math.Abs(m.QueryScale()*math.Sqrt(float64(s.HeadDim))-1) > 1e-12:
+		return fmt.Errorf("%s: query_pre_attn_scalar is not head_dim %d, which llama.cpp's gemma2 scales by", dir, s.HeadDim)
 	case attn <= 0 || final <= 0:
 		return fmt.Errorf("%s: soft-capping off; llama.cpp's gemma2 always soft-caps", dir)
 	}
@@ -77,11 +53,11 @@ func runGemma2(l *lm.Loaded, dir, out string) error {
 		{a + "attention.head_count_kv", uint32(s.KVHeads)},
 		{a + "attention.key_length", uint32(s.HeadDim)},
 		{a + "attention.value_length", uint32(s.HeadDim)},
-		{a + "attention.layer_norm_rms_epsilon", float32(gemmaEps(raw))},
+		{a + "attention.layer_norm_rms_epsilon", float32(m.Eps())},
 		{a + "attention.sliding_window", uint32(s.SlidingWindow)},
 		{a + "attn_logit_softcapping", float32(attn)},
 		{a + "final_logit_softcapping", float32(final)},
-		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.freq_base", float32(ropeBase(global))},
 		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
@@ -109,17 +85,6 @@ func runGemma2(l *lm.Loaded, dir, out string) error {
 		return g.err
 	}
 	return write(out, meta, g.ts)
-}
-
-// gemmaEps is config.json's rms_norm_eps, Gemma2Config's 1e-6 when absent.
-func gemmaEps(raw []byte) float64 {
-	var c struct {
-		Eps *float64 `json:"rms_norm_eps"`
-	}
-	if json.Unmarshal(raw, &c) == nil && c.Eps != nil {
-		return *c.Eps
-	}
-	return 1e-6
 }
 
 // addPlusOne adds a norm weight written as float32 values plus one (a

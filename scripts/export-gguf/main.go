@@ -73,9 +73,11 @@ import (
 	"github.com/tputool/tputool/pipeline/minimax"
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/nemotronh"
+	_ "github.com/tputool/tputool/pipeline/olmo2" // Olmo2ForCausalLM, Olmo3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM
 	"github.com/tputool/tputool/pipeline/phi3"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
+	_ "github.com/tputool/tputool/pipeline/smollm3" // SmolLM3ForCausalLM
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -155,7 +157,7 @@ func run(dir, out string) error {
 		return runAfmoe(l, dir, out, g)
 	case *gemma3.Model:
 		if l.Config.Architecture() == gemma3.Gemma2 {
-			return runGemma2(l, dir, out)
+			return runGemma2(l, dir, out, g)
 		}
 	case *llama.Model:
 		switch l.Config.Architecture() {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/olmo2"
 )
 
 // runOlmo2 writes an Olmo2ForCausalLM or Olmo3ForCausalLM as llama.cpp's
@@ -54,10 +53,10 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		}
 		factor = c.Scaling.Factor
 	}
-	theta, err := ropeTheta(filepath.Join(dir, "config.json"), olmo2.Defaults.RopeTheta)
-	if err != nil {
-		return err
-	}
+	// The resolved rotary's base (rope_parameters included): the ratio of
+	// two frequencies, which a linear scaling divides alike.
+	r := o.Rope
+	theta := math.Pow(r.InvFreq[1]/r.InvFreq[0], -float64(r.RotaryDim)/2)
 	const a = "olmo2."
 	meta, err := header(l, dir, "olmo2")
 	if err != nil {

@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/smollm3"
 )
 
 // runSmolLM3 writes a SmolLM3ForCausalLM as llama.cpp's "smollm3": Llama's
@@ -26,10 +24,6 @@ func runSmolLM3(l *lm.Loaded, dir, out string, m *llama.Model) error {
 			return fmt.Errorf("%s: layer %d is NoPE %v; llama.cpp's smollm3 has every fourth layer NoPE and only those", dir, i, nope)
 		}
 	}
-	theta, err := ropeTheta(filepath.Join(dir, "config.json"), smollm3.Defaults.RopeTheta)
-	if err != nil {
-		return err
-	}
 	const a = "smollm3."
 	meta, err := header(l, dir, "smollm3")
 	if err != nil {
@@ -45,7 +39,7 @@ func runSmolLM3(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		{a + "attention.key_length", uint32(s.HeadDim)},
 		{a + "attention.value_length", uint32(s.HeadDim)},
 		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
-		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.freq_base", float32(ropeBase(o.Rope))}, // the resolved rotary's, rope_parameters (v5) included
 		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
