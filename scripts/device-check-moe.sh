@@ -350,13 +350,15 @@ cat >"$work/afmoe.json" <<'EOF'
  "mup_enabled": true, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "max_position_embeddings": 512,
  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
-# A tiny SmolLM3 (dense): every second layer NoPE, the NoPE layers within
-# a window of 8 (use_sliding_window), tied embeddings; its NoPE and
-# rotating layers are of one kind, which eager mode must not run alike.
+# A tiny SmolLM3 (dense): every second layer NoPE, the last within a
+# window of 8, tied embeddings; layer 1 is NoPE and full attention like
+# the rotating layers 0 and 2, one kind, which eager mode must not run
+# alike.
 cat >"$work/smollm3.json" <<'EOF'
 {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "vocab_size": 512, "hidden_size": 64,
  "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
  "no_rope_layer_interval": 2, "use_sliding_window": true, "sliding_window": 8, "rms_norm_eps": 1e-06,
+ "layer_types": ["full_attention", "full_attention", "full_attention", "sliding_attention"],
  "rope_theta": 5000000.0, "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
 # A tiny OLMo 3 (dense): post norms only, q/k norms over whole

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
@@ -36,7 +37,10 @@ func init() {
 	lm.Register("Olmo3ForCausalLM", New)
 }
 
-// Defaults are Olmo2Config's (OLMo-2-1124-7B's sizes).
+// Defaults are Olmo2Config's (OLMo-2-1124-7B's sizes). Olmo3Config takes
+// them too, in the transformers versions read here; some later ones set
+// rope_theta's default to 500000, which the releases' configs give
+// anyway.
 var Defaults = llama.Defaults{
 	VocabSize: 50304, Hidden: 4096, Intermediate: 11008, Layers: 32, Heads: 32,
 	MaxPositions: 2048, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "silu",
@@ -83,12 +87,14 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 			}
 		}
 	}
-	s.SlidingWindow = Olmo3Window
-	if cfg.Has("sliding_window") {
-		if c.SlidingWindow == nil || *c.SlidingWindow <= 0 {
-			return llama.Options{}, fmt.Errorf("%s: sliding_window must be a positive number of positions, got %s", where, cfg.Raw["sliding_window"])
+	if slices.Contains(s.LayerKinds, lm.KindSliding) {
+		s.SlidingWindow = Olmo3Window
+		if cfg.Has("sliding_window") {
+			if c.SlidingWindow == nil || *c.SlidingWindow <= 0 {
+				return llama.Options{}, fmt.Errorf("%s: sliding_window must be a positive number of positions where layers slide, got %s", where, cfg.Raw["sliding_window"])
+			}
+			s.SlidingWindow = *c.SlidingWindow
 		}
-		s.SlidingWindow = *c.SlidingWindow
 	}
 	if o.SlidingRope, err = nn.ConfigRope(sliding.Raw, Defaults.RopeTheta, s.HeadDim, s.MaxPositions); err != nil {
 		return llama.Options{}, fmt.Errorf("%s: the sliding layers' %w", where, err)

@@ -36,7 +36,8 @@ type Config struct {
 	// Window is each layer's sliding window (0: full causal attention).
 	Window []int
 	// Gemma2 (with Gemma) selects Gemma 2: Gemma 3's layer without the
-	// q/k norms, one rope_theta for every layer (RopeTheta[0]).
+	// q/k norms, one rope_theta for every layer (the RopeTheta entries
+	// must be equal: config.json holds one).
 	Gemma2 bool
 	// Olmo2 selects OLMo 2: no norm before the attention or the MLP, their
 	// outputs normed (post_attention_layernorm, post_feedforward_layernorm)
