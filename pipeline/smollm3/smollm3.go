@@ -6,8 +6,10 @@
 // embedding (by default every fourth: no_rope_layer_interval 4). With
 // use_sliding_window and sliding_window set, the layers layer_types calls
 // sliding_attention (by default the NoPE ones) attend within the window;
-// without use_sliding_window every layer attends in full, whatever
-// layer_types says, as SmolLM3Attention reads it.
+// without use_sliding_window every layer attends in full. A config whose
+// layer_types slide with a sliding_window but without use_sliding_window
+// is refused: transformers' eager and sdpa masks window those layers,
+// its flash attention (SmolLM3Attention's own window) does not.
 package smollm3
 
 import (
