@@ -163,14 +163,7 @@ func (c AFMoE) Tensors() []Tensor {
 //	router  3u / sqrt(fan-in)
 //	ebias   0.15u               (enough to change some choices)
 func fill(r *lmckpt.Rand, t Tensor) []float32 {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	fan := n / t.Shape[0]
-	v := make([]float32, n)
-	for i := range v {
-		u := r.Uniform()
+	return lmckpt.Fill(r, t.Shape, func(u float64, fan int) float64 {
 		var x float64
 		switch t.Init {
 		case "linear":
@@ -188,9 +181,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 		default:
 			panic("afmoeref: unknown init " + t.Init)
 		}
-		v[i] = float32(x)
-	}
-	return v
+		return x
+	})
 }
 
 // ConfigJSON returns the config.json: AfmoeForCausalLM (model_type

@@ -228,14 +228,7 @@ func (c LFM2) Tensors() []Tensor {
 //	expert_bias  0.3u                  (enough to change the choices)
 //	bias         0.2u
 func fill(r *lmckpt.Rand, t Tensor) []float32 {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	fan := n / t.Shape[0]
-	v := make([]float32, n)
-	for i := range v {
-		u := r.Uniform()
+	return lmckpt.Fill(r, t.Shape, func(u float64, fan int) float64 {
 		var x float64
 		switch t.Init {
 		case "linear":
@@ -255,9 +248,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 		default:
 			panic("lfm2ref: unknown init " + t.Init)
 		}
-		v[i] = float32(x)
-	}
-	return v
+		return x
+	})
 }
 
 // ConfigJSON returns the config.json: architectures and model_type of

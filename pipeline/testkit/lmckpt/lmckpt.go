@@ -106,6 +106,23 @@ func CausalArch(arch string) string {
 // (here and in pipeline/testkit/qwenref) draw weights from it.
 type Rand struct{ s uint64 }
 
+// Fill draws a tensor of shape from r, element by element in row-major
+// order: value(u, fan) of a uniform u in [-1, 1) (Rand.Uniform), fan the
+// product of the dimensions after the first. The references' checkpoint
+// writers give value as their initializations by kind.
+func Fill(r *Rand, shape []int, value func(u float64, fan int) float64) []float32 {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	fan := n / shape[0]
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(value(r.Uniform(), fan))
+	}
+	return v
+}
+
 // NewRand returns a generator seeded with seed.
 func NewRand(seed uint64) *Rand { return &Rand{s: seed} }
 

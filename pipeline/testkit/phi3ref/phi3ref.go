@@ -208,14 +208,7 @@ func (c Phi3) Tensors() []Tensor {
 //	                             rows have one winner, others several
 //	                             within the jitter)
 func fill(r *lmckpt.Rand, t Tensor) []float32 {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	fan := n / t.Shape[0]
-	v := make([]float32, n)
-	for i := range v {
-		u := r.Uniform()
+	return lmckpt.Fill(r, t.Shape, func(u float64, fan int) float64 {
 		var x float64
 		switch t.Init {
 		case "linear":
@@ -233,9 +226,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 		default:
 			panic("phi3ref: unknown init " + t.Init)
 		}
-		v[i] = float32(x)
-	}
-	return v
+		return x
+	})
 }
 
 // ConfigJSON returns the config.json: Phi3ForCausalLM (model_type phi3)
