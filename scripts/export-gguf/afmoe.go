@@ -52,19 +52,9 @@ func runAfmoe(l *lm.Loaded, dir, out string, m *afmoe.Model) error {
 	if err != nil {
 		return err
 	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, theta, s.HeadDim)...)
 	meta = append(meta, []kv{
-		{a + "block_count", uint32(s.Layers)},
-		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},
-		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
-		{a + "attention.head_count", uint32(s.Heads)},
-		{a + "attention.head_count_kv", uint32(s.KVHeads)},
-		{a + "attention.key_length", uint32(s.HeadDim)},
-		{a + "attention.value_length", uint32(s.HeadDim)},
-		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
 		{a + "attention.sliding_window", uint32(s.SlidingWindow)},
-		{a + "rope.freq_base", float32(theta)},
-		{a + "rope.dimension_count", uint32(s.HeadDim)},
 		{a + "expert_count", uint32(o.Experts)},
 		{a + "expert_used_count", uint32(o.TopK)},
 		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
@@ -73,7 +63,6 @@ func runAfmoe(l *lm.Loaded, dir, out string, m *afmoe.Model) error {
 		{a + "expert_weights_norm", true},
 		{a + "expert_weights_scale", float32(o.RouteScale)},
 		{a + "leading_dense_block_count", uint32(dense)},
-		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")

@@ -44,22 +44,11 @@ func runGemma2(l *lm.Loaded, dir, out string, m *gemma3.Model) error {
 	if err != nil {
 		return err
 	}
+	meta = append(meta, llamaMeta(a, s, m.Eps(), ropeBase(global), s.HeadDim)...)
 	meta = append(meta, []kv{
-		{a + "block_count", uint32(s.Layers)},
-		{a + "context_length", uint32(s.MaxPositions)},
-		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
-		{a + "attention.head_count", uint32(s.Heads)},
-		{a + "attention.head_count_kv", uint32(s.KVHeads)},
-		{a + "attention.key_length", uint32(s.HeadDim)},
-		{a + "attention.value_length", uint32(s.HeadDim)},
-		{a + "attention.layer_norm_rms_epsilon", float32(m.Eps())},
 		{a + "attention.sliding_window", uint32(s.SlidingWindow)},
 		{a + "attn_logit_softcapping", float32(attn)},
 		{a + "final_logit_softcapping", float32(final)},
-		{a + "rope.freq_base", float32(ropeBase(global))},
-		{a + "rope.dimension_count", uint32(s.HeadDim)},
-		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 
 	"github.com/tputool/tputool/pipeline/granite"
@@ -30,19 +31,8 @@ func runGranite(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	if err != nil {
 		return err
 	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, theta, s.HeadDim)...)
 	meta = append(meta, []kv{
-		{a + "block_count", uint32(s.Layers)},
-		{a + "context_length", uint32(s.MaxPositions)},
-		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
-		{a + "attention.head_count", uint32(s.Heads)},
-		{a + "attention.head_count_kv", uint32(s.KVHeads)},
-		{a + "attention.key_length", uint32(s.HeadDim)},
-		{a + "attention.value_length", uint32(s.HeadDim)},
-		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
-		{a + "rope.freq_base", float32(theta)},
-		{a + "rope.dimension_count", uint32(s.HeadDim)},
-		{a + "vocab_size", uint32(s.VocabSize)},
 		{a + "embedding_scale", float32(o.EmbedScale)},
 		{a + "attention.scale", float32(o.AttnScale)},
 		{a + "residual_scale", float32(o.ResidualScale)},
@@ -77,4 +67,25 @@ func llamaTensors(l *lm.Loaded, s *lm.Spec) ([]tensor, error) {
 	}
 	g.final(s.TieEmbeddings, true)
 	return g.ts, g.err
+}
+
+// llamaMeta are the hyperparameters llama.cpp reads for a Llama-shaped
+// architecture (a its key prefix, "afmoe." say): the sizes, the head
+// width as key and value length, the RMSNorm epsilon, the rotary's base
+// and rotated dims, the vocabulary. An architecture appends its own.
+func llamaMeta(a string, s *lm.Spec, eps, theta float64, rotary int) []kv {
+	return []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(s.Intermediate)},
+		{a + "attention.head_count", uint32(s.Heads)},
+		{a + "attention.head_count_kv", uint32(s.KVHeads)},
+		{a + "attention.key_length", uint32(s.HeadDim)},
+		{a + "attention.value_length", uint32(s.HeadDim)},
+		{a + "attention.layer_norm_rms_epsilon", float32(eps)},
+		{a + "rope.freq_base", float32(theta)},
+		{a + "rope.dimension_count", uint32(rotary)},
+		{a + "vocab_size", uint32(s.VocabSize)},
+	}
 }

@@ -62,18 +62,7 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	if err != nil {
 		return err
 	}
-	meta = append(meta, []kv{
-		{a + "block_count", uint32(s.Layers)},
-		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},
-		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
-		{a + "attention.head_count", uint32(s.Heads)},
-		{a + "attention.head_count_kv", uint32(s.KVHeads)},
-		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
-		{a + "rope.freq_base", float32(theta)},
-		{a + "rope.dimension_count", uint32(s.HeadDim)},
-		{a + "vocab_size", uint32(s.VocabSize)},
-	}...)
+	meta = append(meta, llamaMeta(a, s, o.Eps, theta, s.HeadDim)...)
 	if s.SlidingWindow > 0 {
 		meta = append(meta, kv{a + "attention.sliding_window", uint32(s.SlidingWindow)})
 	}

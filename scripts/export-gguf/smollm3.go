@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -29,20 +28,7 @@ func runSmolLM3(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	if err != nil {
 		return err
 	}
-	meta = append(meta, []kv{
-		{a + "block_count", uint32(s.Layers)},
-		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},
-		{a + "embedding_length", uint32(s.Hidden)},
-		{a + "feed_forward_length", uint32(s.Intermediate)},
-		{a + "attention.head_count", uint32(s.Heads)},
-		{a + "attention.head_count_kv", uint32(s.KVHeads)},
-		{a + "attention.key_length", uint32(s.HeadDim)},
-		{a + "attention.value_length", uint32(s.HeadDim)},
-		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
-		{a + "rope.freq_base", float32(ropeBase(o.Rope))}, // the resolved rotary's, rope_parameters (v5) included
-		{a + "rope.dimension_count", uint32(s.HeadDim)},
-		{a + "vocab_size", uint32(s.VocabSize)},
-	}...)
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), s.HeadDim)...) // the resolved rotary's base, rope_parameters (v5) included
 	ts, err := llamaTensors(l, s)
 	if err != nil {
 		return err
