@@ -25,7 +25,7 @@ type quantParts struct {
 // quantAux are the name suffixes of the tensors that serve quantized
 // weights (the formats pipeline/lm reads).
 var quantAux = []string{".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_zero_point", ".weight_g_idx",
-	".weight_shape", ".weight_scale_inv", ".input_scale", ".input_scale_ub", ".weight_global_scale", ".input_global_scale"}
+	".weight_shape", ".weight_scale_inv", ".input_scale", ".input_scale_ub", ".weight_global_scale", ".input_global_scale", ".activation_scale"}
 
 // quantPartsOf reads cfg's quantization_config (nil without one). A
 // config the loader refuses packs nothing here: the check against the

@@ -50,6 +50,9 @@ type fp8Layout struct {
 	// noBlockKey leaves weight_block_size out of the config (block
 	// must then be transformers' default, 128×128).
 	noBlockKey bool
+	// perTensor: weight_block_size null, one scale a matrix stored as a
+	// scalar (shape []), as transformers' FP8Linear registers it.
+	perTensor bool
 	// static: activation_scheme "static", with a scale for each
 	// projection's input, PREFIX.input_scale [1] (vLLM's name) for the
 	// attention's, PREFIX.activation_scale [] (transformers') for the MLP's.
@@ -95,6 +98,9 @@ func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
 			continue
 		}
 		rows, cols := w.Shape[0], w.Shape[1]
+		if l.perTensor {
+			b0, b1 = rows, cols
+		}
 		sr, sc := (rows+b0-1)/b0, (cols+b1-1)/b1
 		codes := make([]byte, n)
 		for i := range codes {
@@ -102,7 +108,7 @@ func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
 		}
 		scales := make([]float32, sr*sc)
 		for i := range scales {
-			scales[i] = float32(1+i%5) / (448 * float32(math.Sqrt(float64(cols))))
+			scales[i] = float32(1+(i+len(fp8))%5) / (448 * float32(math.Sqrt(float64(cols))))
 		}
 		deq := make([]float32, n)
 		for i := 0; i < rows; i++ {
@@ -115,8 +121,14 @@ func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
 			t.Fatal(err)
 		}
 		plain = append(plain, st)
-		if shift {
+		if shift && l.perTensor {
+			scales[0] *= 2
+		} else if shift {
 			scales = append(scales[1:], scales[0])
+		}
+		scaleShape := []int{sr, sc}
+		if l.perTensor {
+			scaleShape = []int{}
 		}
 		sb := make([]byte, 4*len(scales))
 		for i, s := range scales {
@@ -124,7 +136,7 @@ func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
 		}
 		fp8 = append(fp8,
 			safetensors.Tensor{Name: w.Name, DType: safetensors.F8E4M3, Shape: w.Shape, Data: codes},
-			safetensors.Tensor{Name: w.Name + "_scale_inv", DType: safetensors.F32, Shape: []int{sr, sc}, Data: sb})
+			safetensors.Tensor{Name: w.Name + "_scale_inv", DType: safetensors.F32, Shape: scaleShape, Data: sb})
 		if prefix := strings.TrimSuffix(w.Name, ".weight"); l.static && strings.Contains(prefix, "self_attn") {
 			addF32(t, &fp8, prefix+".input_scale", safetensors.F32, []int{1}, []float32{0.02})
 		} else if l.static {
@@ -140,6 +152,9 @@ func fp8CheckpointsOf(t *testing.T, l fp8Layout) (fp8Dir, f32Dir string) {
 		"weight_block_size": []int{b0, b1}, "modules_to_not_convert": []string{"lm_head"}}
 	if l.noBlockKey {
 		delete(qc, "weight_block_size")
+	}
+	if l.perTensor {
+		qc["weight_block_size"] = nil
 	}
 	if l.static {
 		qc["activation_scheme"] = "static"
@@ -172,18 +187,23 @@ func TestFP8Checkpoint(t *testing.T) {
 		}
 	}
 	shifted, _ := fp8Checkpoints(t, true)
-	got, want := run(shifted, compile.Compiled), run(f32Dir, compile.Compiled)
-	same := true
-	for i := range want[0] {
-		same = same && got[0][i] == want[0][i]
-	}
-	if same {
-		t.Error("scales moved by one block give the same logits: the test does not see the block layout")
+	doubled, _ := fp8CheckpointsOf(t, fp8Layout{perTensor: true, shift: true})
+	for _, dir := range []string{shifted, doubled} {
+		got, want := run(dir, compile.Compiled), run(f32Dir, compile.Compiled)
+		same := true
+		for i := range want[0] {
+			same = same && got[0][i] == want[0][i]
+		}
+		if same {
+			t.Error("scales moved by one block, or one per-tensor scale doubled, give the same logits: the test does not see the layout")
+		}
 	}
 }
 
 // TestFP8Layouts: an fp8 config without weight_block_size reads blocks
-// of 128×128 (transformers' FineGrainedFP8Config default), and one with
+// of 128×128 (transformers' FineGrainedFP8Config default), one with
+// weight_block_size null a scalar scale a matrix (Ministral 3's
+// releases), and one with
 // activation_scheme "static" loads past its activation scales (not
 // applied: activations stay float), each giving exactly the logits of
 // the f32 checkpoint of the dequantised weights; the static scales in a
@@ -194,6 +214,7 @@ func TestFP8Layouts(t *testing.T) {
 	for name, l := range map[string]fp8Layout{
 		"default-block": {block: [2]int{128, 128}, noBlockKey: true},
 		"static":        {block: [2]int{16, 8}, static: true},
+		"per-tensor":    {perTensor: true, static: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fp8Dir, f32Dir := fp8CheckpointsOf(t, l)
@@ -221,8 +242,8 @@ func TestFP8Layouts(t *testing.T) {
 }
 
 // TestQuantizationMethods: a method tputool does not read is an
-// unsupported error naming it; per-tensor FP8 (weight_block_size null)
-// too.
+// unsupported error naming it; an FP8 block size that is not two
+// positive sizes (nor null) too.
 func TestQuantizationMethods(t *testing.T) {
 	for _, c := range []struct {
 		q    map[string]any
@@ -230,8 +251,8 @@ func TestQuantizationMethods(t *testing.T) {
 	}{
 		{map[string]any{"quant_method": "bitsandbytes", "load_in_4bit": true}, `quant_method "bitsandbytes" is not supported`},
 		{map[string]any{"quant_method": "hqq", "bits": 4}, `quant_method "hqq" is not supported`},
-		{map[string]any{"quant_method": "fp8", "weight_block_size": nil}, "per-tensor FP8 is not read"},
-		{map[string]any{"quant_method": "fp8", "weight_block_size": []int{128}}, "per-tensor FP8 is not read"},
+		{map[string]any{"quant_method": "fp8", "weight_block_size": []int{128}}, "want two positive block sizes"},
+		{map[string]any{"quant_method": "fp8", "weight_block_size": []int{0, 128}}, "want two positive block sizes"},
 		{map[string]any{"quant_method": "mxfp4"}, "quant_method mxfp4 is read for the architectures that declare MXFP4 weights"},
 	} {
 		tiny := lmckpt.LlamaShape(32, 1, 4, 48, 64)
@@ -249,14 +270,21 @@ func TestQuantizationMethods(t *testing.T) {
 }
 
 // TestFP8Held: on the cpu backend (tpu.Capabilities.FP8) the FP8
-// projections are held as stored, a byte a weight and a scale a block,
+// projections are held as stored, a byte a weight and a scale a block
+// (or a matrix, per tensor),
 // exactly what lm.Loaded.HeldBytes estimates and less than decoded, and
 // the logits match the f32 checkpoint of the dequantised weights up to
 // the order of f32 sums, compiled and eager. In bf16 compute, whose
 // products the backend does not fuse with FP8, they are decoded at load.
 func TestFP8Held(t *testing.T) {
+	for name, lay := range map[string]fp8Layout{"blocks": {block: [2]int{16, 8}}, "per-tensor": {perTensor: true}} {
+		t.Run(name, func(t *testing.T) { testFP8Held(t, lay) })
+	}
+}
+
+func testFP8Held(t *testing.T, lay fp8Layout) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
-	fp8Dir, f32Dir := fp8Checkpoints(t, false)
+	fp8Dir, f32Dir := fp8CheckpointsOf(t, lay)
 	be := refcheck.CPUBackend(t)
 	caps := tpu.CapabilitiesOf(be)
 	for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {

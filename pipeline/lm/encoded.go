@@ -197,7 +197,8 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 		if err != nil {
 			return err
 		}
-		b0, b1, sc := spec.FP8Block[0], spec.FP8Block[1], sShape[1]
+		b := w.fp8BlockOf(spec)
+		b0, b1, sc := b[0], b[1], (in+b[1]-1)/b[1]
 		nf.DType, nf.Elements = info.DType, int64(rows)*int64(in)
 		step := max(1, encodedPiece/in)
 		buf := make([]float32, min(step, rows)*in)
@@ -347,8 +348,8 @@ func (l *Loaded) StoredFP8(name string) (FP8Layout, bool) {
 	var lay FP8Layout
 	switch {
 	case how == "fp8":
-		b := l.Model.Spec().FP8Block
-		lay = FP8Layout{B0: b[0], B1: b[1], Scales: w.fp8ScaleShape(l.Model.Spec())}
+		b := w.fp8BlockOf(l.Model.Spec())
+		lay = FP8Layout{B0: b[0], B1: b[1], Scales: []int{(w.Shape[0] + b[0] - 1) / b[0], (w.Shape[1] + b[1] - 1) / b[1]}}
 	case how == "compressed" && l.Model.Spec().Compressed.ForWeight(name).Format == "float-quantized":
 		p, _ := packedPrefix(name)
 		if l.ckpt.Has(p + ctGIdx) {
@@ -410,7 +411,7 @@ func (l *Loaded) FP8Into(name string, w []byte, scales []float32) error {
 		scaleName = p + ctScale
 	}
 	sShape, _ := l.ckpt.Shape(scaleName)
-	if elements(sShape) != len(scales) || how == "fp8" && checkFP8Scales(name, sShape, lay.Scales) != nil {
+	if elements(sShape) != len(scales) || how == "fp8" && checkFP8Scales(name, sShape, spec.fp8ScaleShape(l.Model.Spec())) != nil {
 		return fmt.Errorf("tensor %q: scales %v, want %v", scaleName, sShape, lay.Scales)
 	}
 	if err := l.copyReleasing(name, safetensors.F8E4M3, w); err != nil {

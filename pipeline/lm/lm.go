@@ -73,7 +73,8 @@ type Spec struct {
 	TieEmbeddings bool
 	// FP8Block is the [rows, columns] of one scale of a block-wise FP8
 	// checkpoint (quantization_config quant_method "fp8",
-	// weight_block_size); zero when the checkpoint is not FP8. New sets it.
+	// weight_block_size); FP8PerTensor (weight_block_size null: one
+	// scale a matrix); zero when the checkpoint is not FP8. New sets it.
 	FP8Block [2]int
 	// Packed is a GPTQ or AWQ checkpoint's quantization (packed.go); nil
 	// otherwise. New sets it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -23,7 +24,9 @@ import (
 //     are stored plain. The loader decodes them (encoded.go). Without a
 //     weight_block_size key the blocks are 128×128, as transformers'
 //     FineGrainedFP8Config defaults them; an explicit null is per-tensor
-//     FP8, which is refused. activation_scheme "static" stores a scale
+//     FP8 (Mistral's Ministral 3 and Devstral 2 releases): NAME_scale_inv
+//     is then one float, a scalar (shape [], as transformers' FP8Linear
+//     registers it), for the whole matrix. activation_scheme "static" stores a scale
 //     for each projection's input (PREFIX.input_scale, or transformers'
 //     PREFIX.activation_scale): not applied, activations stay float
 //     (Spec.UnreadScales).
@@ -44,6 +47,10 @@ const fp8ScaleSuffix = "_scale_inv"
 // fp8DefaultBlock is weight_block_size when the config has no such key
 // (transformers' FineGrainedFP8Config default).
 var fp8DefaultBlock = []int{128, 128}
+
+// FP8PerTensor is Spec.FP8Block of a per-tensor FP8 checkpoint
+// (weight_block_size null): one scale a matrix, whatever its shape.
+var FP8PerTensor = [2]int{-1, -1}
 
 // Name suffixes of the scales a quantization_config declares for
 // activations and the KV cache, which the loader does not apply
@@ -94,7 +101,7 @@ func applyQuantization(cfg *config.File, m Model) error {
 	case "fp8":
 		b, ok := c.Q.fp8Block()
 		if !ok {
-			return errs.Unsupportedf("%s: quant_method fp8 with weight_block_size %s: tputool reads block-wise FP8 (two positive block sizes, e.g. [128, 128], the default when the key is absent); per-tensor FP8 is not read", where, bytes.TrimSpace(c.Q.BlockSize))
+			return errs.Unsupportedf("%s: quant_method fp8 with weight_block_size %s: want two positive block sizes (e.g. [128, 128], the default when the key is absent), or null for one scale a tensor", where, bytes.TrimSpace(c.Q.BlockSize))
 		}
 		if f := strings.ToLower(c.Q.Fmt); f != "" && f != "e4m3" && f != "e5m2" {
 			return errs.Unsupportedf("%s: fmt %q: want e4m3 or e5m2", where, c.Q.Fmt)
@@ -131,10 +138,12 @@ func applyQuantization(cfg *config.File, m Model) error {
 }
 
 // fp8Block is an fp8 config's weight_block_size, [128, 128] without the
-// key; false when it is null (per-tensor) or not two positive sizes.
+// key, FP8PerTensor when null; false when not two positive sizes.
 func (c *quantizationConfig) fp8Block() ([2]int, bool) {
 	b := fp8DefaultBlock
-	if len(bytes.TrimSpace(c.BlockSize)) > 0 {
+	if bs := bytes.TrimSpace(c.BlockSize); bytes.Equal(bs, []byte("null")) {
+		return FP8PerTensor, true
+	} else if len(bs) > 0 {
 		b = nil
 		if json.Unmarshal(c.BlockSize, &b) != nil {
 			return [2]int{}, false
@@ -195,13 +204,26 @@ func packedQuant(c *quantizationConfig, where string) (*PackedQuant, error) {
 // fp8 reports a weight the checkpoint stores in block-wise FP8: a Matmul
 // matrix with its scales beside it, in an FP8 checkpoint.
 func (w WeightSpec) fp8(spec *Spec, has func(string) bool) bool {
-	return spec.FP8Block[0] > 0 && w.stored() && len(w.Shape) == 2 && has(w.Name) && has(w.Name+fp8ScaleSuffix)
+	return spec.FP8Block != [2]int{} && w.stored() && len(w.Shape) == 2 && has(w.Name) && has(w.Name+fp8ScaleSuffix)
 }
 
-// fp8ScaleShape is the shape of w's scales: one per block, rounding up.
+// fp8ScaleShape is the shape of w's scales as stored: one per block,
+// rounding up; a scalar when per tensor.
 func (w WeightSpec) fp8ScaleShape(spec *Spec) []int {
+	if spec.FP8Block == FP8PerTensor {
+		return []int{}
+	}
 	b := spec.FP8Block
 	return []int{(w.Shape[0] + b[0] - 1) / b[0], (w.Shape[1] + b[1] - 1) / b[1]}
+}
+
+// fp8BlockOf is the block one of w's scales covers: the whole matrix
+// when per tensor.
+func (w WeightSpec) fp8BlockOf(spec *Spec) [2]int {
+	if spec.FP8Block == FP8PerTensor {
+		return [2]int{w.Shape[0], w.Shape[1]}
+	}
+	return spec.FP8Block
 }
 
 // fp8DTypes are the dtypes an FP8 weight may be stored as.
@@ -209,8 +231,8 @@ var fp8DTypes = []safetensors.DType{safetensors.F8E4M3, safetensors.F8E5M2}
 
 // checkFP8Shapes guards decodeEncoded against scales that do not cover w.
 func checkFP8Scales(name string, scales, want []int) error {
-	if len(scales) != 2 || scales[0] != want[0] || scales[1] != want[1] {
-		return fmt.Errorf("tensor %q: scales %v, want %v (one per weight_block_size block)", name+fp8ScaleSuffix, scales, want)
+	if !slices.Equal(scales, want) {
+		return fmt.Errorf("tensor %q: scales %v, want %v (one per weight_block_size block; a scalar when null)", name+fp8ScaleSuffix, scales, want)
 	}
 	return nil
 }
@@ -304,6 +326,9 @@ func DescribeQuantization(cfg *config.File) string {
 	case "fp8":
 		if b, ok := c.Q.fp8Block(); ok {
 			s := fmt.Sprintf("fp8, blocks of %d×%d", b[0], b[1])
+			if b == FP8PerTensor {
+				s = "fp8, a scale a tensor"
+			}
 			if strings.EqualFold(c.Q.ActivationScheme, "static") {
 				s += "; static activation scales not applied (activations stay float)"
 			}

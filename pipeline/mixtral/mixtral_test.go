@@ -207,7 +207,8 @@ func TestRenameWeight(t *testing.T) {
 	}
 }
 
-// TestQuantizedMixtral: GPTQ, AWQ and FP8 copies of a tiny Mixtral, every
+// TestQuantizedMixtral: GPTQ, AWQ and FP8 (by block and per tensor)
+// copies of a tiny Mixtral, every
 // expert's w1, w2 and w3 and the attention packed as the Hub's quantized
 // Mixtral releases hold them (the router left plain), load: on the cpu
 // backend the experts stay as stored (the stacks assembled from packed
@@ -228,16 +229,20 @@ func TestQuantizedMixtral(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
-	for _, format := range []string{"gptq", "awq", "fp8"} {
+	for _, format := range []string{"gptq", "awq", "fp8", "fp8-per-tensor"} {
 		t.Run(format, func(t *testing.T) {
 			dir := t.TempDir()
 			write := func() error {
 				return lmckpt.WriteInt4Copy(src, dir, lmckpt.Int4Options{Format: format, Group: 32, Asym: true})
 			}
 			stored := "model.layers.1.block_sparse_moe.experts.5.w2.qweight"
-			if format == "fp8" {
+			switch format {
+			case "fp8":
 				write = func() error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{Block: 16}) }
 				stored = "model.layers.1.block_sparse_moe.experts.5.w2.weight_scale_inv"
+			case "fp8-per-tensor":
+				write = func() error { return lmckpt.WriteFP8Copy(src, dir, lmckpt.FP8Options{PerTensor: true}) }
+				stored = "model.layers.1.block_sparse_moe.experts.5.w2.activation_scale"
 			}
 			if err := write(); err != nil {
 				t.Fatal(err)

@@ -10,7 +10,10 @@
 //	go run ./scripts/fp8-checkpoint -m /tmp/llama-110m -o /tmp/llama-110m-fp8
 //
 // With -fbgemm it writes Meta's fbgemm_fp8 form instead: one scale per
-// output channel, PREFIX.weight_scale f32 [out, 1].
+// output channel, PREFIX.weight_scale f32 [out, 1]. With -per-tensor, one
+// scale a matrix (weight_block_size null, a scalar weight_scale_inv, and
+// activation_scheme "static" with a scalar activation_scale per
+// projection), as Mistral's FP8 releases (Ministral 3) store them.
 //
 // The whole checkpoint is held in memory while it is written.
 package main
@@ -28,12 +31,13 @@ func main() {
 	out := flag.String("o", "", "output folder")
 	block := flag.Int("block", 128, "weight_block_size: rows and columns that share one scale")
 	fbgemm := flag.Bool("fbgemm", false, "write fbgemm_fp8: a scale per output channel")
+	perTensor := flag.Bool("per-tensor", false, "write per-tensor fp8: one scale a matrix (weight_block_size null)")
 	flag.Parse()
 	if *src == "" || *out == "" || *block <= 0 {
 		fmt.Fprintln(os.Stderr, "fp8-checkpoint: -m and -o are required, -block must be positive")
 		os.Exit(2)
 	}
-	if err := lmckpt.WriteFP8Copy(*src, *out, lmckpt.FP8Options{Block: *block, FBGEMM: *fbgemm}); err != nil {
+	if err := lmckpt.WriteFP8Copy(*src, *out, lmckpt.FP8Options{Block: *block, FBGEMM: *fbgemm, PerTensor: *perTensor}); err != nil {
 		fmt.Fprintln(os.Stderr, "fp8-checkpoint:", err)
 		os.Exit(1)
 	}

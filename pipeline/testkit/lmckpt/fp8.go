@@ -17,6 +17,11 @@ type FP8Options struct {
 	// FBGEMM writes Meta's fbgemm_fp8 form instead: one scale per output
 	// channel, PREFIX.weight_scale f32 [out, 1].
 	FBGEMM bool
+	// PerTensor writes one scale a matrix instead (weight_block_size
+	// null, NAME_scale_inv a scalar, as Mistral's FP8 releases store it),
+	// with activation_scheme "static" and an activation_scale scalar per
+	// projection (1, not applied by tputool).
+	PerTensor bool
 }
 
 // WriteFP8Copy writes an FP8 copy of the checkpoint in src to out, as the
@@ -24,39 +29,57 @@ type FP8Options struct {
 // scale max|w|/448 per block (weight_scale_inv, quant_method fp8) or per
 // output channel (fbgemm_fp8); everything else is copied as it is.
 func WriteFP8Copy(src, out string, o FP8Options) error {
-	if o.Block <= 0 && !o.FBGEMM {
+	if o.Block <= 0 && !o.FBGEMM && !o.PerTensor {
 		return fmt.Errorf("lmckpt: FP8 copy: block %d: want a positive block", o.Block)
 	}
-	return writeFP8(src, out, o.Block, o.FBGEMM)
+	return writeFP8(src, out, o)
 }
 
-func writeFP8(src, out string, block int, fbgemm bool) error {
+func writeFP8(src, out string, o FP8Options) error {
 	cfg, err := ReadConfig(src)
 	if err != nil {
 		return err
 	}
 	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-		"weight_block_size": []int{block, block}, "modules_to_not_convert": []string{"lm_head"}}
-	if fbgemm {
+		"weight_block_size": []int{o.Block, o.Block}, "modules_to_not_convert": []string{"lm_head"}}
+	switch {
+	case o.FBGEMM:
 		cfg["quantization_config"] = map[string]any{"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200,
 			"modules_to_not_convert": []string{"lm_head"}}
+	case o.PerTensor:
+		cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "activation_scheme": "static",
+			"weight_block_size": nil, "modules_to_not_convert": []string{"lm_head"}}
 	}
 	return CopyProjections(src, out, cfg, func(name string, shape []int, vals []float32) ([]safetensors.Tensor, error) {
-		b0, b1 := block, block
-		if fbgemm {
+		b0, b1 := o.Block, o.Block
+		switch {
+		case o.FBGEMM:
 			b0, b1 = 1, shape[1]
+		case o.PerTensor:
+			b0, b1 = shape[0], shape[1]
 		}
 		codes, scales := quantizeFP8(vals, shape[0], shape[1], b0, b1)
-		sr, sc := (shape[0]+b0-1)/b0, (shape[1]+b1-1)/b1
+		scaleShape := []int{(shape[0] + b0 - 1) / b0, (shape[1] + b1 - 1) / b1}
 		scaleName := strings.TrimSuffix(name, "weight") + "weight_scale_inv"
-		if fbgemm {
+		switch {
+		case o.FBGEMM:
 			scaleName = strings.TrimSuffix(name, "weight") + "weight_scale"
+		case o.PerTensor:
+			scaleShape = []int{}
 		}
-		st, err := safetensors.Float32Tensor(scaleName, safetensors.F32, []int{sr, sc}, scales)
+		st, err := safetensors.Float32Tensor(scaleName, safetensors.F32, scaleShape, scales)
 		if err != nil {
 			return nil, err
 		}
-		return []safetensors.Tensor{{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes}, st}, nil
+		ts := []safetensors.Tensor{{Name: name, DType: safetensors.F8E4M3, Shape: shape, Data: codes}, st}
+		if o.PerTensor {
+			act, err := safetensors.Float32Tensor(strings.TrimSuffix(name, "weight")+"activation_scale", safetensors.F32, []int{}, []float32{1})
+			if err != nil {
+				return nil, err
+			}
+			ts = append(ts, act)
+		}
+		return ts, nil
 	})
 }
 
