@@ -70,9 +70,14 @@ type Options struct {
 	// (Llama 4's use_qk_norm: its Llama4TextL2Norm).
 	QKL2Norm bool
 	// TempFloor > 0 scales the queries of the layers without the rotary
-	// by nn.TemperatureScale(TempFloor, TempScale) (Llama 4's
-	// attn_temperature_tuning, floor_scale and attn_scale).
+	// by nn.TemperatureScale(TempFloor, TempScale, 1) (Llama 4's
+	// attn_temperature_tuning, floor_scale and attn_scale), in f32.
 	TempFloor, TempScale float64
+	// TempEvery instead scales every layer's queries, after the rotary,
+	// by nn.TemperatureScale(TempFloor, TempScale, 0) rounded to the
+	// queries' dtype (Ministral 3's llama_4_scaling_beta over
+	// original_max_position_embeddings).
+	TempEvery bool
 	// Chunk is the chunk of positions an lm.KindChunked layer attends
 	// within (Llama 4's attention_chunk_size; nn.ChunkedAttentionBias).
 	Chunk int
@@ -419,8 +424,12 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		if m.o.QKL2Norm {
 			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)
 		}
-	} else if m.o.TempFloor > 0 { // in f32, rounded once, as transformers scales a bf16 query by its f32 scales
-		q = ConvertDType(Mul(ConvertDType(q, dtypes.Float32), nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale)), q.DType())
+	}
+	switch {
+	case m.o.TempFloor > 0 && m.o.TempEvery: // the scale rounded to the queries' dtype first, as transformers' Ministral3Attention has it
+		q = Mul(q, ConvertDType(nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale, 0), q.DType()))
+	case m.o.TempFloor > 0 && !m.rotates(i): // in f32, rounded once, as transformers scales a bf16 query by its f32 scales
+		q = ConvertDType(Mul(ConvertDType(q, dtypes.Float32), nn.TemperatureScale(step, m.o.TempFloor, m.o.TempScale, 1)), q.DType())
 	}
 	c = nn.WriteKV(c, k, v, step)
 	var bias *Node

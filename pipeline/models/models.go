@@ -18,6 +18,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mistral3"   // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
 	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM

@@ -177,16 +177,18 @@ func causalBias(step *lm.Step, key string, limit func(g *Graph, slot, q, pad *No
 	})
 }
 
-// TemperatureScale is Llama 4's attention temperature tuning of its
+// TemperatureScale is the attention temperature tuning of Llama 4's
 // layers without rotary (attn_temperature_tuning, "Scalable-Softmax Is
-// Superior for Attention", Nakanishi, 2025, arXiv:2501.19399): each
-// query is multiplied by log1p(floor((position+1)/floor))·scale + 1,
-// returned [B, T, 1, 1] float32 for the step's tokens (1 on padding).
-func TemperatureScale(step *lm.Step, floor, scale float64) *Node {
-	return step.Memo(fmt.Sprintf("temperature/%g/%g", floor, scale), func() *Node {
+// Superior for Attention", Nakanishi, 2025, arXiv:2501.19399) and of
+// every layer of Ministral 3 (llama_4_scaling_beta): each query is
+// multiplied by log1p(floor((position+shift)/floor))·scale + 1 (Llama 4's
+// shift is 1, Ministral 3's 0), returned [B, T, 1, 1] float32 for the
+// step's tokens (1 on padding).
+func TemperatureScale(step *lm.Step, floor, scale, shift float64) *Node {
+	return step.Memo(fmt.Sprintf("temperature/%g/%g/%g", floor, scale, shift), func() *Node {
 		g := step.Positions.Graph()
-		pos := Max(ConvertDType(step.Positions, dtypes.Float32), ScalarZero(g, dtypes.Float32)) // [B, T]
-		s := AddScalar(MulScalar(Log1p(Floor(DivScalar(AddScalar(pos, 1), floor))), scale), 1)  // [B, T]
+		pos := Max(ConvertDType(step.Positions, dtypes.Float32), ScalarZero(g, dtypes.Float32))    // [B, T]
+		s := AddScalar(MulScalar(Log1p(Floor(DivScalar(AddScalar(pos, shift), floor))), scale), 1) // [B, T]
 		b, t := step.Positions.Shape().Dimensions[0], step.Positions.Shape().Dimensions[1]
 		return Reshape(s, b, t, 1, 1)
 	})

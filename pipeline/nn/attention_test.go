@@ -156,9 +156,9 @@ func TestChunkedAttentionBias(t *testing.T) {
 	pads := []int32{2, 0}
 	out := execGraph(t, func(in []*Node) []*Node {
 		st := lm.NewStep(bsz, tt, s, in[0], in[1], false)
-		return []*Node{ChunkedAttentionBias(st, chunk), TemperatureScale(st, 2, 0.5)}
+		return []*Node{ChunkedAttentionBias(st, chunk), TemperatureScale(st, 2, 0.5, 1), TemperatureScale(st, 3, 0.25, 0)}
 	}, tensors.FromFlatDataAndDimensions(pads, bsz), tensors.FromScalar(int32(start)))
-	bias, temp := out[0], out[1]
+	bias, temp, temp0 := out[0], out[1], out[2]
 	for b := range bsz {
 		for q := range tt {
 			slot := start + q
@@ -176,6 +176,11 @@ func TestChunkedAttentionBias(t *testing.T) {
 			wantT := math.Log1p(math.Floor(float64(max(pos, 0)+1)/2))*0.5 + 1
 			if d := math.Abs(float64(temp[b*tt+q]) - wantT); d > 1e-6 {
 				t.Errorf("row %d position %d: temperature %g, want %g", b, pos, temp[b*tt+q], wantT)
+			}
+			// Ministral 3's: 1 + 0.25·log(1 + floor(position/3)).
+			wantT0 := 1 + 0.25*math.Log(1+math.Floor(float64(max(pos, 0))/3))
+			if d := math.Abs(float64(temp0[b*tt+q]) - wantT0); d > 1e-6 {
+				t.Errorf("row %d position %d: temperature (shift 0) %g, want %g", b, pos, temp0[b*tt+q], wantT0)
 			}
 		}
 	}

@@ -12,7 +12,9 @@
 // AFMoE (AfmoeForCausalLM, Arcee's Trinity: llama.cpp's afmoe, runAfmoe),
 // SmolLM3 (SmolLM3ForCausalLM: llama.cpp's smollm3, runSmolLM3), OLMo 2
 // and 3 (Olmo2ForCausalLM, Olmo3ForCausalLM: llama.cpp's olmo2, runOlmo2),
-// Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2)
+// Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), Ministral 3
+// (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
+// model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
 // config.json, safetensors weights with the experts one by one or
 // stacked, and a byte-level BPE tokenizer.json, such as the ones
@@ -71,6 +73,7 @@ import (
 	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
+	"github.com/tputool/tputool/pipeline/mistral3"
 	"github.com/tputool/tputool/pipeline/mixtral"
 	"github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/olmo2" // Olmo2ForCausalLM, Olmo3ForCausalLM
@@ -155,6 +158,8 @@ func run(dir, out string) error {
 		return runPhi3(l, dir, out)
 	case *afmoe.Model:
 		return runAfmoe(l, dir, out, g)
+	case *mistral3.Model:
+		return runMistral3(l, dir, out, g)
 	case *gemma3.Model:
 		if l.Config.Architecture() == gemma3.Gemma2 {
 			return runGemma2(l, dir, out, g)
@@ -182,7 +187,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -51,6 +51,13 @@ type Config struct {
 	// NoRope[l] leaves layer l's queries and keys unrotated (SmolLM3's
 	// NoPE layers, written as no_rope_layers); nil rotates every layer.
 	NoRope []bool
+	// Yarn, when not nil, scales every layer's rotary by YaRN (written as
+	// rope_parameters rope_type yarn, with mscale and mscale_all_dim 1).
+	Yarn *Yarn
+	// Llama4Beta > 0 (Ministral 3's llama_4_scaling_beta, with Yarn)
+	// multiplies every layer's queries, after the rotary, by
+	// 1 + Llama4Beta·log(1 + floor(position / Yarn.Orig)).
+	Llama4Beta float64
 	// QueryScale multiplies q·k (0: 1/sqrt(HeadDim)).
 	QueryScale float64
 	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
@@ -63,10 +70,17 @@ type Config struct {
 	Experts, TopK int
 }
 
+// Yarn is a YaRN rotary's factor, original_max_position_embeddings and
+// beta_fast and beta_slow.
+type Yarn struct {
+	Factor, Orig, BetaFast, BetaSlow float64
+}
+
 // Tiny describes a generated checkpoint.
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
-	// Qwen3ForCausalLM, MistralForCausalLM, SmolLM3ForCausalLM,
+	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
+	// SmolLM3ForCausalLM,
 	// Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM or
 	// Gemma2ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
@@ -302,6 +316,16 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "Ministral3ForCausalLM":
+		j["model_type"], j["hidden_act"], j["sliding_window"] = "ministral3", "silu", nil
+		delete(j, "rope_theta")
+		rp := map[string]any{"rope_type": "default", "rope_theta": c.RopeTheta[0]}
+		if y := c.Yarn; y != nil {
+			rp = map[string]any{"rope_type": "yarn", "type": "yarn", "rope_theta": c.RopeTheta[0], "factor": y.Factor,
+				"original_max_position_embeddings": y.Orig, "beta_fast": y.BetaFast, "beta_slow": y.BetaSlow,
+				"mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": c.Llama4Beta}
+		}
+		j["rope_parameters"] = rp
 	case "SmolLM3ForCausalLM":
 		// no_rope_layers: 1 turns, 0 is a NoPE layer; a window makes
 		// use_sliding_window and layer_types say which layers have it.

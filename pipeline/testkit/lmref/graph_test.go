@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
+	_ "github.com/tputool/tputool/pipeline/mistral3"
 	_ "github.com/tputool/tputool/pipeline/olmo2"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
@@ -53,6 +54,12 @@ func tinyCases() []lmckpt.Tiny {
 	olmo3 := olmo
 	olmo3.Layers, olmo3.RopeTheta = 4, repeat(10000.0, 4)
 	olmo3.Window, olmo3.RopeLinear = []int{5, 5, 5, 0}, 2 // three sliding layers, then a full one whose rotary alone is scaled
+	ministral := llama
+	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
+	ministral.RopeTheta = repeat(1e6, 3)
+	// YaRN over 8 original positions and β 0.1: the prompts and steps
+	// reach positions 34, where the queries scale by 1 + 0.1·log(5).
+	ministral.Yarn, ministral.Llama4Beta = &lmckpt.Yarn{Factor: 8, Orig: 8, BetaFast: 32, BetaSlow: 1}, 0.1
 	gemma := base
 	gemma.Gemma, gemma.Layers, gemma.Tied, gemma.HeadDim = true, 4, true, 16
 	gemma.Window = []int{4, 4, 0, 4} // local, local, global, local; window < sequence
@@ -67,6 +74,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Qwen2ForCausalLM", Config: qwen2, Seed: 2},
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
+		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},

@@ -125,6 +125,46 @@ func rope(v []float64, pos float64, theta float64) {
 	}
 }
 
+// yarnRope is rope with YaRN's frequencies (arXiv:2309.00071, as
+// transformers' _compute_yarn_parameters has them: each frequency blends
+// the interpolated base^(-2i/d)/factor and the original base^(-2i/d) by a
+// linear ramp between the dimensions that turn beta_fast and beta_slow
+// times over the original context, their bounds truncated to whole
+// dimensions). mscale and mscale_all_dim are both 1, so the attention
+// factor is 1.
+func yarnRope(v []float64, pos, theta float64, y *lmckpt.Yarn) {
+	d := len(v)
+	corr := func(rot float64) float64 {
+		return float64(d) * math.Log(y.Orig/(rot*2*math.Pi)) / (2 * math.Log(theta))
+	}
+	low := math.Max(math.Floor(corr(y.BetaFast)), 0)
+	high := math.Min(math.Ceil(corr(y.BetaSlow)), float64(d-1))
+	if low == high {
+		high += 0.001
+	}
+	for i := 0; i < d/2; i++ {
+		base := math.Pow(theta, float64(2*i)/float64(d))
+		ramp := math.Min(math.Max((float64(i)-low)/(high-low), 0), 1)
+		keep := 1 - ramp // the share of the original frequency
+		freq := (1/(y.Factor*base))*(1-keep) + (1/base)*keep
+		a := pos * freq
+		c, s := math.Cos(a), math.Sin(a)
+		x1, x2 := v[i], v[i+d/2]
+		v[i] = x1*c - x2*s
+		v[i+d/2] = x2*c + x1*s
+	}
+}
+
+// turn rotates a head of layer l at position pos as c says: YaRN, or the
+// layer's plain rotary (pos already scaled for OLMo 3's linear rope).
+func turn(c Config, v []float64, pos float64, l int) {
+	if c.Yarn != nil {
+		yarnRope(v, pos, c.RopeTheta[l], c.Yarn)
+		return
+	}
+	rope(v, pos, c.RopeTheta[l])
+}
+
 // ----------------------------------------------------------------------------
 // Forward
 
@@ -222,7 +262,13 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
-					rope(head, pos, c.RopeTheta[l])
+					turn(c, head, pos, l)
+				}
+				if c.Llama4Beta > 0 { // Ministral 3: the queries of every layer, after the rotary
+					temp := 1 + c.Llama4Beta*math.Log(1+math.Floor(float64(t)/c.Yarn.Orig))
+					for i := range head {
+						head[i] *= temp
+					}
 				}
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
@@ -231,7 +277,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
-					rope(head, pos, c.RopeTheta[l])
+					turn(c, head, pos, l)
 				}
 			}
 		}
