@@ -22,8 +22,8 @@
 #      rope, grouped sigmoid routing, a dense first layer), and the
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
-#      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3 and
-#      a tiny Ministral 3),
+#      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
+#      tiny Ministral 3 and a tiny EXAONE 4.0),
 #      the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
@@ -383,6 +383,15 @@ cat >"$work/ministral3.json" <<'EOF'
   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5},
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny EXAONE 4.0 (dense): post norms only, q/k norms per head, three
+# layers within a window of 8 turning by the rotary, a fourth attending
+# in full without it.
+cat >"$work/exaone4.json" <<'EOF'
+{"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "sliding_window": 8, "sliding_window_pattern": 4, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+ "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -412,7 +421,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -12,7 +12,8 @@
 // AFMoE (AfmoeForCausalLM, Arcee's Trinity: llama.cpp's afmoe, runAfmoe),
 // SmolLM3 (SmolLM3ForCausalLM: llama.cpp's smollm3, runSmolLM3), OLMo 2
 // and 3 (Olmo2ForCausalLM, Olmo3ForCausalLM: llama.cpp's olmo2, runOlmo2),
-// Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), Ministral 3
+// Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), EXAONE 4.0
+// (Exaone4ForCausalLM: llama.cpp's exaone4, runExaone4), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -66,6 +67,7 @@ import (
 	"github.com/tputool/tputool/pipeline/afmoe"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
+	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
 	"github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lfm2"
@@ -174,6 +176,8 @@ func run(dir, out string) error {
 			return runSmolLM3(l, dir, out, g)
 		case "Olmo2ForCausalLM", "Olmo3ForCausalLM":
 			return runOlmo2(l, dir, out, g)
+		case "Exaone4ForCausalLM":
+			return runExaone4(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -187,7 +191,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -69,6 +69,19 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	if factor > 0 {
 		meta = append(meta, kv{a + "rope.scaling.type", "linear"}, kv{a + "rope.scaling.factor", float32(factor)})
 	}
+	ts, err := postNormTensors(l, s)
+	if err != nil {
+		return err
+	}
+	return write(out, meta, ts)
+}
+
+// postNormTensors are the GGUF tensors of OLMo 2's layer (llama.cpp's
+// olmo2 and exaone4): the projections as stored (a NEOX rope turns
+// halves), the q and k norms, post_attention_norm and post_ffw_norm, the
+// SwiGLU MLP; the final norm and the head (left out when tied), or the
+// first error reading them.
+func postNormTensors(l *lm.Loaded, s *lm.Spec) ([]tensor, error) {
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := range s.Layers {
@@ -84,9 +97,6 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 			{"post_ffw_norm.weight", p + "post_feedforward_layernorm.weight", true},
 		}, denseMLP(p)...))
 	}
-	g.final(false, false)
-	if g.err != nil {
-		return g.err
-	}
-	return write(out, meta, g.ts)
+	g.final(s.TieEmbeddings, true)
+	return g.ts, g.err
 }

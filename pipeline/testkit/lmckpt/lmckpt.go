@@ -42,7 +42,8 @@ type Config struct {
 	// Olmo2 selects OLMo 2: no norm before the attention or the MLP, their
 	// outputs normed (post_attention_layernorm, post_feedforward_layernorm)
 	// before the residual, q_norm and k_norm over the whole q and k
-	// projections (heads·head_dim wide), before the rotary.
+	// projections (heads·head_dim wide), before the rotary; with QKNorm,
+	// per head instead (EXAONE 4.0).
 	Olmo2 bool
 	// RopeLinear > 0 writes rope_scaling linear with that factor: OLMo 3
 	// (Arch Olmo3ForCausalLM, Olmo2 set) scales its full-attention layers'
@@ -80,7 +81,9 @@ type Yarn struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
-	// SmolLM3ForCausalLM,
+	// SmolLM3ForCausalLM, Exaone4ForCausalLM (Olmo2 and QKNorm set; the
+	// layers with a window slide, the others take no rotary: NoRope must
+	// say so),
 	// Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM or
 	// Gemma2ForCausalLM, or with
 	// Labels one of their *ForSequenceClassification
@@ -185,7 +188,7 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.v_proj.bias", "bias", kv)
 		}
 		switch {
-		case c.Olmo2:
+		case c.Olmo2 && !c.QKNorm:
 			add("self_attn.q_norm.weight", "norm", q)
 			add("self_attn.k_norm.weight", "norm", kv)
 		case (c.QKNorm || c.Gemma) && !c.Gemma2:
@@ -316,6 +319,17 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "Exaone4ForCausalLM":
+		j["model_type"], j["hidden_act"], j["sliding_window"] = "exaone4", "silu", nil
+		types := make([]string, c.Layers)
+		for l := range types {
+			types[l] = "full_attention"
+			if c.Window[l] > 0 {
+				types[l] = "sliding_attention"
+				j["sliding_window"] = c.Window[l]
+			}
+		}
+		j["layer_types"] = types
 	case "Ministral3ForCausalLM":
 		j["model_type"], j["hidden_act"], j["sliding_window"] = "ministral3", "silu", nil
 		delete(j, "rope_theta")

@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
+	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
@@ -54,6 +55,9 @@ func tinyCases() []lmckpt.Tiny {
 	olmo3 := olmo
 	olmo3.Layers, olmo3.RopeTheta = 4, repeat(10000.0, 4)
 	olmo3.Window, olmo3.RopeLinear = []int{5, 5, 5, 0}, 2 // three sliding layers, then a full one whose rotary alone is scaled
+	exaone := olmo
+	exaone.QKNorm, exaone.Layers, exaone.RopeTheta = true, 4, repeat(10000.0, 4)        // q/k norms per head
+	exaone.Window, exaone.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // the hybrid layout: the full layer NoPE
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -75,6 +79,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
+		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},

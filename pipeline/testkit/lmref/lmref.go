@@ -252,7 +252,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			matmul(q[t], h, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
 			matmul(k[t], h, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
 			matmul(v[t], h, m.w(p+"self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"))
-			if c.Olmo2 { // q_norm and k_norm over the whole projections
+			if c.Olmo2 && !c.QKNorm { // q_norm and k_norm over the whole projections
 				rmsnorm(q[t], append([]float64(nil), q[t]...), m.w(p+"self_attn.q_norm.weight"), c.Eps, false)
 				rmsnorm(k[t], append([]float64(nil), k[t]...), m.w(p+"self_attn.k_norm.weight"), c.Eps, false)
 			}
