@@ -50,10 +50,10 @@ type Options struct {
 	// ClipQKV > 0 clamps the query, key and value projections (after the
 	// norms across heads) to ±ClipQKV (OLMoE's clip_qkv).
 	ClipQKV float64
-	// RopePairs rotates adjacent pairs of each query and key head's dims
-	// (ERNIE 4.5's rotary) instead of its halves: the heads are regrouped
-	// by nn.PairsToHalves before the rotary embedding, which must then
-	// cover the whole head.
+	// RopePairs rotates adjacent pairs of each query and key head's
+	// rotated dims (ERNIE 4.5's rotary; GLM's, over the first half of
+	// each head) instead of its halves: those dims are regrouped by
+	// nn.PairsToHalvesFirst before the rotary embedding.
 	RopePairs bool
 	// EmbedScale multiplies the input embeddings, AttnScale replaces
 	// 1/sqrt(head_dim) as the attention's score scale, ResidualScale
@@ -412,12 +412,12 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		k = m.rmsNorm(k, p.Get("k_norm.weight"))
 	}
 	if m.rotates(i) {
-		if m.o.RopePairs {
-			q, k = nn.PairsToHalves(q), nn.PairsToHalves(k)
-		}
 		rope := m.o.Rope
 		if m.o.SlidingRope != nil && m.LayerKind(i) == lm.KindSliding {
 			rope = m.o.SlidingRope
+		}
+		if m.o.RopePairs {
+			q, k = nn.PairsToHalvesFirst(q, rope.RotaryDim), nn.PairsToHalvesFirst(k, rope.RotaryDim)
 		}
 		cos, sin := rope.CosSin(step, x.DType())
 		q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)

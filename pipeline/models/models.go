@@ -12,6 +12,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/exaone4"    // Exaone4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/glm"        // GlmForCausalLM, Glm4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeHybridForCausalLM
 	_ "github.com/tputool/tputool/pipeline/lfm2"       // Lfm2ForCausalLM, Lfm2MoeForCausalLM

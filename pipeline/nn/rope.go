@@ -426,6 +426,17 @@ func PairsToHalves(x *Node) *Node {
 	return Reshape(TransposeAllDims(y, 0, 1, 2, 4, 3), d...)
 }
 
+// PairsToHalvesFirst is PairsToHalves over the first rot dims of x's
+// last axis, the rest passed through (a partial rotary over adjacent
+// pairs: GLM's).
+func PairsToHalvesFirst(x *Node, rot int) *Node {
+	d := x.Shape().Dimensions[3]
+	if rot >= d {
+		return PairsToHalves(x)
+	}
+	return Concatenate([]*Node{PairsToHalves(SliceAxis(x, 3, AxisRange(0, rot))), SliceAxis(x, 3, AxisRange(rot, d))}, 3)
+}
+
 // ApplyRope rotates x [B, T, heads, D] by cos, sin [B, T, rot/2] in the
 // rotate-half convention of transformers (the first half of the rotated
 // dims pairs with the second half). Dims past RotaryDim pass through

@@ -13,7 +13,8 @@
 // SmolLM3 (SmolLM3ForCausalLM: llama.cpp's smollm3, runSmolLM3), OLMo 2
 // and 3 (Olmo2ForCausalLM, Olmo3ForCausalLM: llama.cpp's olmo2, runOlmo2),
 // Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), EXAONE 4.0
-// (Exaone4ForCausalLM: llama.cpp's exaone4, runExaone4), Ministral 3
+// (Exaone4ForCausalLM: llama.cpp's exaone4, runExaone4), GLM-4-0414
+// (Glm4ForCausalLM: llama.cpp's glm4, runGlm4), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -69,6 +70,7 @@ import (
 	"github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
 	"github.com/tputool/tputool/pipeline/gemma3"
+	"github.com/tputool/tputool/pipeline/glm"
 	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lfm2"
 	"github.com/tputool/tputool/pipeline/llama"
@@ -178,6 +180,8 @@ func run(dir, out string) error {
 			return runOlmo2(l, dir, out, g)
 		case "Exaone4ForCausalLM":
 			return runExaone4(l, dir, out, g)
+		case glm.Glm4:
+			return runGlm4(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -191,7 +195,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -52,6 +52,14 @@ type Config struct {
 	// NoRope[l] leaves layer l's queries and keys unrotated (SmolLM3's
 	// NoPE layers, written as no_rope_layers); nil rotates every layer.
 	NoRope []bool
+	// Glm selects GLM's layer (GlmForCausalLM): the rotary over the
+	// first half of each head turning adjacent pairs, the MLP's gate and
+	// up in one mlp.gate_up_proj [2·Intermediate, Hidden], gate first;
+	// with Glm4, GLM-4-0414's (Glm4ForCausalLM) four norms:
+	// input_layernorm and post_self_attn_layernorm around the
+	// attention, post_attention_layernorm and post_mlp_layernorm around
+	// the MLP. QKVBias is attention_bias.
+	Glm, Glm4 bool
 	// Yarn, when not nil, scales every layer's rotary by YaRN (written as
 	// rope_parameters rope_type yarn, with mscale and mscale_all_dim 1).
 	Yarn *Yarn
@@ -81,7 +89,8 @@ type Yarn struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
-	// SmolLM3ForCausalLM, Exaone4ForCausalLM (Olmo2 and QKNorm set; the
+	// SmolLM3ForCausalLM, GlmForCausalLM and Glm4ForCausalLM (Glm, and
+	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
 	// say so),
 	// Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma3ForCausalLM or
@@ -196,6 +205,10 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.k_norm.weight", "norm", D)
 		}
 		add("post_attention_layernorm.weight", "norm", H)
+		if c.Glm4 {
+			add("post_self_attn_layernorm.weight", "norm", H)
+			add("post_mlp_layernorm.weight", "norm", H)
+		}
 		if c.Gemma {
 			add("pre_feedforward_layernorm.weight", "norm", H)
 		}
@@ -212,8 +225,12 @@ func (t Tiny) Tensors() []Tensor {
 			}
 			continue
 		}
-		add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
-		add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		if c.Glm {
+			add("mlp.gate_up_proj.weight", "linear", 2*c.Intermediate, H)
+		} else {
+			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		}
 		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
@@ -318,6 +335,11 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["layer_types"] = types
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
+		}
+	case "GlmForCausalLM", "Glm4ForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"], j["partial_rotary_factor"] = "glm", "silu", c.QKVBias, 0.5
+		if c.Glm4 {
+			j["model_type"] = "glm4"
 		}
 	case "Exaone4ForCausalLM":
 		j["model_type"], j["hidden_act"], j["sliding_window"] = "exaone4", "silu", nil

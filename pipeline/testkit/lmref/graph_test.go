@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/glm"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
@@ -58,6 +59,10 @@ func tinyCases() []lmckpt.Tiny {
 	exaone := olmo
 	exaone.QKNorm, exaone.Layers, exaone.RopeTheta = true, 4, repeat(10000.0, 4)        // q/k norms per head
 	exaone.Window, exaone.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // the hybrid layout: the full layer NoPE
+	glm := llama
+	glm.Glm, glm.QKVBias, glm.HeadDim = true, true, 16 // the rotary over 8 of 16 dims, in pairs; a fused gate_up_proj
+	glm4 := glm
+	glm4.Glm4, glm4.KVHeads = true, 1 // four norms a layer
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -80,6 +85,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
+		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
+		{Arch: "Glm4ForCausalLM", Config: glm4, Seed: 13},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},

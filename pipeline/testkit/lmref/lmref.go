@@ -155,9 +155,27 @@ func yarnRope(v []float64, pos, theta float64, y *lmckpt.Yarn) {
 	}
 }
 
-// turn rotates a head of layer l at position pos as c says: YaRN, or the
-// layer's plain rotary (pos already scaled for OLMo 3's linear rope).
+// pairRope rotates the first rot dims of a head vector in place at
+// position pos as GLM does: dims 2i and 2i+1 turn together by the
+// frequency theta^(-2i/rot); the rest pass through.
+func pairRope(v []float64, pos, theta float64, rot int) {
+	for i := 0; i < rot/2; i++ {
+		a := pos / math.Pow(theta, float64(2*i)/float64(rot))
+		c, s := math.Cos(a), math.Sin(a)
+		x1, x2 := v[2*i], v[2*i+1]
+		v[2*i] = x1*c - x2*s
+		v[2*i+1] = x2*c + x1*s
+	}
+}
+
+// turn rotates a head of layer l at position pos as c says: YaRN, GLM's
+// pairs over the first half, or the layer's plain rotary (pos already
+// scaled for OLMo 3's linear rope).
 func turn(c Config, v []float64, pos float64, l int) {
+	if c.Glm {
+		pairRope(v, pos, c.RopeTheta[l], len(v)/2)
+		return
+	}
 	if c.Yarn != nil {
 		yarnRope(v, pos, c.RopeTheta[l], c.Yarn)
 		return
@@ -311,8 +329,11 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 			}
 			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), nil)
-			if c.Gemma || c.Olmo2 {
+			switch {
+			case c.Gemma || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
+			case c.Glm4:
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_self_attn_layernorm.weight"), c.Eps, false)
 			}
 			for i := range o {
 				x[t][i] += o[i]
@@ -337,8 +358,14 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 				continue
 			}
-			matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), nil)
-			matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+			if c.Glm { // gate_up_proj: the gate's rows, then the up's
+				w, n := m.w(p+"mlp.gate_up_proj.weight"), c.Intermediate*H
+				matmul(gate, h, w[:n], nil)
+				matmul(up, h, w[n:], nil)
+			} else {
+				matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), nil)
+				matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+			}
 			for i := range gate {
 				if c.Gemma {
 					gate[i] = geluTanh(gate[i]) * up[i]
@@ -347,8 +374,11 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 			}
 			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
-			if c.Gemma || c.Olmo2 {
+			switch {
+			case c.Gemma || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, c.Gemma)
+			case c.Glm4:
+				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_mlp_layernorm.weight"), c.Eps, false)
 			}
 			for i := range o {
 				x[t][i] += o[i]
