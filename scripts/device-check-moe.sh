@@ -23,7 +23,8 @@
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
-#      tiny Ministral 3, a tiny EXAONE 4.0 and a tiny GLM-4-0414),
+#      tiny Ministral 3, a tiny EXAONE 4.0, a tiny GLM-4-0414 and a tiny
+#      Cohere 2),
 #      the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
@@ -401,6 +402,16 @@ cat >"$work/glm4.json" <<'EOF'
  "attention_bias": true, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
  "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Cohere 2 (dense): one LayerNorm without bias feeding the
+# attention and the MLP side by side, the rotary over adjacent pairs on
+# three layers within a window of 8, a fourth in full without it, the
+# logits scaled.
+cat >"$work/cohere2.json" <<'EOF'
+{"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "sliding_window": 8, "sliding_window_pattern": 4, "layer_norm_eps": 1e-05, "logit_scale": 0.25, "rope_theta": 50000.0,
+ "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -430,7 +441,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4 glm4; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4 glm4 cohere2; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

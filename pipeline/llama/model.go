@@ -90,8 +90,15 @@ type Options struct {
 	FusedQKV, FusedGateUp bool
 	// LayerNorm makes the two norms of each layer and the final norm
 	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
-	// (Phi-3.5-MoE's nn.LayerNorm), in place of RMSNorms.
-	LayerNorm bool
+	// (Phi-3.5-MoE's nn.LayerNorm), in place of RMSNorms; with
+	// NormNoBias, without the bias (CohereLayerNorm).
+	LayerNorm, NormNoBias bool
+	// Parallel runs the attention and the MLP side by side on the one
+	// norm Norms.PreAttn names, both added to the residual (Cohere's
+	// decoder layer: x + attn(norm(x)) + mlp(norm(x))).
+	Parallel bool
+	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
+	LogitScale float64
 	// HeadBias adds lm_head.bias [vocab] to the logits (lm_head_bias).
 	HeadBias bool
 	// AttnGate multiplies the attention's output, before o_proj, by
@@ -199,7 +206,7 @@ func (m *Model) FinalWeights() []lm.WeightSpec {
 // is held in float32.
 func (m *Model) normWeights(name string) []lm.WeightSpec {
 	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}, F32: m.o.NormWeightsF32}}
-	if m.o.LayerNorm {
+	if m.o.LayerNorm && !m.o.NormNoBias {
 		ws = append(ws, lm.WeightSpec{Name: name + ".bias", Shape: []int{m.o.Spec.Hidden}})
 	}
 	return ws
@@ -209,7 +216,7 @@ func (m *Model) normWeights(name string) []lm.WeightSpec {
 // LayerNorm a LayerNorm with its bias.
 func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
 	if m.o.LayerNorm {
-		return nn.LayerNorm(x, p.Get(name+".weight"), p.Get(name+".bias"), m.o.Eps)
+		return nn.LayerNorm(x, p.Get(name+".weight"), optional(p, !m.o.NormNoBias, name+".bias"), m.o.Eps)
 	}
 	return m.rmsNorm(x, p.Get(name+".weight"))
 }
@@ -330,6 +337,12 @@ func (m *Model) Residual(h *Node) *Node {
 // Layer implements lm.Model: LlamaDecoderLayer, pre-norm attention then
 // pre-norm MLP, each with a residual connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	if m.o.Parallel {
+		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+		h := m.maybeNorm(p, m.o.Norms.PreAttn, x)
+		a, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
+		return Add(Add(x, a), m.mlp(p.Scope("mlp"), h)), c.State()
+	}
 	x, h, kv := m.Attend(i, w, x, state, step)
 	x = Add(x, m.Residual(m.PostMLP(i, w, m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h))))
 	return x, kv
@@ -482,6 +495,9 @@ func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	logits := nn.Linear(x, w.Get(name), optional(w, m.o.HeadBias, "lm_head.bias")) // [B, V]
 	if d := m.o.LogitsDivisor; d != 0 && d != 1 {
 		logits = DivScalar(logits, d)
+	}
+	if c := m.o.LogitScale; c != 0 && c != 1 {
+		logits = MulScalar(logits, c)
 	}
 	return logits
 }

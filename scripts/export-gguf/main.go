@@ -14,7 +14,9 @@
 // and 3 (Olmo2ForCausalLM, Olmo3ForCausalLM: llama.cpp's olmo2, runOlmo2),
 // Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), EXAONE 4.0
 // (Exaone4ForCausalLM: llama.cpp's exaone4, runExaone4), GLM-4-0414
-// (Glm4ForCausalLM: llama.cpp's glm4, runGlm4), Ministral 3
+// (Glm4ForCausalLM: llama.cpp's glm4, runGlm4), Cohere and Cohere 2
+// (CohereForCausalLM, Cohere2ForCausalLM: llama.cpp's command-r and
+// cohere2, runCohere), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -66,6 +68,7 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/afmoe"
+	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
@@ -182,6 +185,8 @@ func run(dir, out string) error {
 			return runExaone4(l, dir, out, g)
 		case glm.Glm4:
 			return runGlm4(l, dir, out, g)
+		case cohere.Cohere, cohere.Cohere2:
+			return runCohere(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -195,7 +200,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -60,6 +60,14 @@ type Config struct {
 	// attention, post_attention_layernorm and post_mlp_layernorm around
 	// the MLP. QKVBias is attention_bias.
 	Glm, Glm4 bool
+	// Cohere selects Cohere's layer (CohereForCausalLM; with windows,
+	// Cohere2ForCausalLM, whose other layers must be NoRope): one
+	// input_layernorm, a LayerNorm without bias, feeding the attention
+	// and the MLP side by side, the rotary over adjacent pairs of the
+	// whole head, the logits multiplied by LogitScale. QKVBias is
+	// attention_bias (every projection's, o_proj's too).
+	Cohere     bool
+	LogitScale float64
 	// Yarn, when not nil, scales every layer's rotary by YaRN (written as
 	// rope_parameters rope_type yarn, with mscale and mscale_all_dim 1).
 	Yarn *Yarn
@@ -89,7 +97,8 @@ type Yarn struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
-	// SmolLM3ForCausalLM, GlmForCausalLM and Glm4ForCausalLM (Glm, and
+	// SmolLM3ForCausalLM, CohereForCausalLM and Cohere2ForCausalLM
+	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
 	// say so),
@@ -195,6 +204,9 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.q_proj.bias", "bias", q)
 			add("self_attn.k_proj.bias", "bias", kv)
 			add("self_attn.v_proj.bias", "bias", kv)
+			if c.Cohere {
+				add("self_attn.o_proj.bias", "bias", H)
+			}
 		}
 		switch {
 		case c.Olmo2 && !c.QKNorm:
@@ -204,7 +216,9 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
 		}
-		add("post_attention_layernorm.weight", "norm", H)
+		if !c.Cohere {
+			add("post_attention_layernorm.weight", "norm", H)
+		}
 		if c.Glm4 {
 			add("post_self_attn_layernorm.weight", "norm", H)
 			add("post_mlp_layernorm.weight", "norm", H)
@@ -335,6 +349,22 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["layer_types"] = types
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
+		}
+	case "CohereForCausalLM", "Cohere2ForCausalLM":
+		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["logit_scale"] = "cohere", "silu", c.Eps, c.LogitScale
+		j["attention_bias"], j["use_qk_norm"] = c.QKVBias, false
+		delete(j, "rms_norm_eps")
+		if t.Arch == "Cohere2ForCausalLM" {
+			j["model_type"], j["sliding_window"] = "cohere2", nil
+			types := make([]string, c.Layers)
+			for l := range types {
+				types[l] = "full_attention"
+				if c.Window[l] > 0 {
+					types[l] = "sliding_attention"
+					j["sliding_window"] = c.Window[l]
+				}
+			}
+			j["layer_types"] = types
 		}
 	case "GlmForCausalLM", "Glm4ForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["partial_rotary_factor"] = "glm", "silu", c.QKVBias, 0.5

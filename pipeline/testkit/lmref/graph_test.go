@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
+	_ "github.com/tputool/tputool/pipeline/cohere"
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/glm"
@@ -63,6 +64,11 @@ func tinyCases() []lmckpt.Tiny {
 	glm.Glm, glm.QKVBias, glm.HeadDim = true, true, 16 // the rotary over 8 of 16 dims, in pairs; a fused gate_up_proj
 	glm4 := glm
 	glm4.Glm4, glm4.KVHeads = true, 1 // four norms a layer
+	cohere := llama
+	cohere.Cohere, cohere.LogitScale, cohere.Tied, cohere.QKVBias = true, 0.25, true, true // parallel block, LayerNorms, pairs; biases on every projection
+	cohere2 := cohere
+	cohere2.Layers, cohere2.QKVBias, cohere2.RopeTheta = 4, false, repeat(50000.0, 4)
+	cohere2.Window, cohere2.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // three sliding layers, a NoPE global one
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -86,6 +92,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
+		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
+		{Arch: "Cohere2ForCausalLM", Config: cohere2, Seed: 15},
 		{Arch: "Glm4ForCausalLM", Config: glm4, Seed: 13},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},

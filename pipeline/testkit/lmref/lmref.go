@@ -67,6 +67,34 @@ func rmsnorm(out, x, w []float64, eps float64, plusOne bool) {
 	}
 }
 
+// layernorm is a LayerNorm without bias (CohereLayerNorm): x minus its
+// mean, over its standard deviation, times w.
+func layernorm(out, x, w []float64, eps float64) {
+	mean := 0.0
+	for _, v := range x {
+		mean += v
+	}
+	mean /= float64(len(x))
+	ss := 0.0
+	for _, v := range x {
+		ss += (v - mean) * (v - mean)
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	for i := range x {
+		out[i] = (x[i] - mean) * inv * w[i]
+	}
+}
+
+// norm is the config's norm of x by w: a LayerNorm without bias for
+// Cohere, else an RMSNorm (Gemma's weights plus one).
+func norm(c Config, out, x, w []float64) {
+	if c.Cohere {
+		layernorm(out, x, w, c.Eps)
+		return
+	}
+	rmsnorm(out, x, w, c.Eps, c.Gemma)
+}
+
 // matmul: out[d] = sum_i W[d, i] * x[i] (+ b[d]) with W [len(out), len(x)].
 func matmul(out, x, w, b []float64) {
 	n := len(x)
@@ -176,6 +204,10 @@ func turn(c Config, v []float64, pos float64, l int) {
 		pairRope(v, pos, c.RopeTheta[l], len(v)/2)
 		return
 	}
+	if c.Cohere {
+		pairRope(v, pos, c.RopeTheta[l], len(v))
+		return
+	}
 	if c.Yarn != nil {
 		yarnRope(v, pos, c.RopeTheta[l], c.Yarn)
 		return
@@ -201,6 +233,9 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 		matmul(out[t], h, m.w(head), nil)
 		for i := range out[t] {
 			out[t][i] = softcap(out[t][i], c.FinalSoftcap)
+			if c.LogitScale != 0 {
+				out[t][i] *= c.LogitScale
+			}
 		}
 	}
 	return out
@@ -253,6 +288,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			return m.w(p + name)
 		}
 		// Attention: q, k, v for every position.
+		normed := make([][]float64, T) // Cohere: the one norm's output
 		q := make([][]float64, T)
 		k := make([][]float64, T)
 		v := make([][]float64, T)
@@ -260,7 +296,10 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			if c.Olmo2 {
 				copy(h, x[t]) // no norm before the attention
 			} else {
-				rmsnorm(h, x[t], m.w(p+"input_layernorm.weight"), c.Eps, c.Gemma)
+				norm(c, h, x[t], m.w(p+"input_layernorm.weight"))
+			}
+			if c.Cohere { // the MLP's input too
+				normed[t] = append([]float64(nil), h...)
 			}
 			pos := float64(t)
 			if c.RopeLinear > 0 && c.Window[l] == 0 { // OLMo 3: linear scaling on the full-attention layers only
@@ -328,7 +367,11 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					}
 				}
 			}
-			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), nil)
+			var oBias []float64
+			if c.Cohere && c.QKVBias {
+				oBias = m.w(p + "self_attn.o_proj.bias")
+			}
+			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), oBias)
 			switch {
 			case c.Gemma || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
@@ -344,6 +387,8 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 		up := make([]float64, c.Intermediate)
 		for t := 0; t < T; t++ {
 			switch {
+			case c.Cohere:
+				copy(h, normed[t]) // the attention's input, not the sum
 			case c.Olmo2:
 				copy(h, x[t]) // no norm before the MLP
 			case c.Gemma:
@@ -390,7 +435,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 	out := make([][]float64, T)
 	for t := 0; t < T; t++ {
 		out[t] = make([]float64, H)
-		rmsnorm(out[t], x[t], m.w("model.norm.weight"), c.Eps, c.Gemma)
+		norm(c, out[t], x[t], m.w("model.norm.weight"))
 	}
 	return out
 }

@@ -1,0 +1,103 @@
+package cohere_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+
+	_ "github.com/tputool/tputool/pipeline/cohere"
+)
+
+func options(t *testing.T, js string) (llama.Options, error) {
+	t.Helper()
+	cfg, err := config.ParseModel([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lm.New(cfg)
+	if err != nil {
+		return llama.Options{}, err
+	}
+	return m.(*llama.Model).Options(), nil
+}
+
+func params(o llama.Options) int64 {
+	var n int64
+	for _, w := range lm.Weights(llama.NewModel(o)) {
+		k := int64(1)
+		for _, d := range w.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	return n
+}
+
+// TestReleases: Aya Expanse 8B's config (CohereForCausalLM: 32 layers,
+// hidden 4096, 32 heads over 8, MLP 14336, vocabulary 256000, tied,
+// logit_scale 0.125) and Command R7B's (Cohere2ForCausalLM, the same
+// sizes, three sliding layers of 4096 then a NoPE global one, logit_scale
+// 0.25) both have 8,028,033,024 parameters (per layer the attention's
+// 41,943,040, the MLP's 176,160,768 and one norm; the embedding; the
+// final norm), the 8.03B the Hub counts.
+func TestReleases(t *testing.T) {
+	o, err := options(t, `{"architectures": ["CohereForCausalLM"], "model_type": "cohere", "hidden_size": 4096, "intermediate_size": 14336,
+		"layer_norm_eps": 1e-05, "logit_scale": 0.125, "max_position_embeddings": 8192, "num_attention_heads": 32, "num_hidden_layers": 32,
+		"num_key_value_heads": 8, "rope_theta": 10000, "use_qk_norm": false, "vocab_size": 256000, "bos_token_id": 5, "eos_token_id": 255001}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Parallel || !o.LayerNorm || !o.NormNoBias || !o.RopePairs || o.LogitScale != 0.125 || !o.Spec.TieEmbeddings || o.NoRope != nil || o.Norms != (llama.Norms{PreAttn: "input_layernorm"}) {
+		t.Errorf("Aya Expanse: %+v", o)
+	}
+	if n := params(o); n != 8_028_033_024 {
+		t.Errorf("Aya Expanse 8B: %d parameters, want 8,028,033,024", n)
+	}
+	o, err = options(t, `{"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "hidden_size": 4096, "intermediate_size": 14336,
+		"layer_norm_eps": 1e-05, "logit_scale": 0.25, "max_position_embeddings": 132768, "num_attention_heads": 32, "num_hidden_layers": 32,
+		"num_key_value_heads": 8, "rope_theta": 50000, "sliding_window": 4096, "sliding_window_pattern": 4, "vocab_size": 256000, "head_dim": 999}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range o.Spec.LayerKinds {
+		if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) || o.NoRope[i] == sliding {
+			t.Errorf("Command R7B layer %d: %s, NoPE %v", i, k, o.NoRope[i])
+		}
+	}
+	if o.Spec.SlidingWindow != 4096 || o.Spec.HeadDim != 128 || o.LogitScale != 0.25 || o.Spec.BOS != 5 || !slices.Equal(o.Spec.EOS, []int{255001}) {
+		t.Errorf("Command R7B: window %d, head_dim %d, logit scale %g, bos %d, eos %v", o.Spec.SlidingWindow, o.Spec.HeadDim, o.LogitScale, o.Spec.BOS, o.Spec.EOS)
+	}
+	if n := params(o); n != 8_028_033_024 {
+		t.Errorf("Command R7B: %d parameters, want 8,028,033,024", n)
+	}
+}
+
+// TestConfigs: the defaults and what is refused, each by name.
+func TestConfigs(t *testing.T) {
+	o, err := options(t, `{"architectures": ["Cohere2ForCausalLM"], "num_hidden_layers": 6, "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.NoRope, []bool{true, false, true, false, false, true}) || o.Spec.SlidingWindow != 4096 || o.LogitScale != 0.0625 || o.Spec.KVHeads != 64 || o.Eps != 1e-5 {
+		t.Errorf("layer_types: NoPE %v, window %d, logit scale %g, %d KV heads, eps %g", o.NoRope, o.Spec.SlidingWindow, o.LogitScale, o.Spec.KVHeads, o.Eps)
+	}
+	base := `"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 50`
+	_, err = options(t, `{"architectures": ["CohereForCausalLM"], `+base+`, "use_qk_norm": true}`)
+	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "use_qk_norm") {
+		t.Errorf("use_qk_norm: %v, want an unsupported error naming it", err)
+	}
+	for _, c := range []struct{ name, extra, want string }{
+		{"a null window", `, "sliding_window": null`, "sliding_window"},
+		{"a zero pattern", `, "sliding_window_pattern": 0`, "sliding_window_pattern"},
+	} {
+		if _, err := options(t, `{"architectures": ["Cohere2ForCausalLM"], `+base+c.extra+`}`); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want an error naming %s", c.name, err, c.want)
+		}
+	}
+}

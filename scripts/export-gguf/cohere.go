@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/tputool/tputool/pipeline/cohere"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// runCohere writes a CohereForCausalLM as llama.cpp's "command-r" and a
+// Cohere2ForCausalLM as its "cohere2": attn_norm (a LayerNorm without
+// bias, attention.layer_norm_epsilon) feeding both the attention and the
+// MLP, the projections as stored (llama.cpp's NORM rope turns adjacent
+// pairs, as Cohere does), the head tied to token_embd, and logit_scale.
+// cohere2 windows three layers of four (attention.sliding_window) and
+// turns only those. llama.cpp reads neither biases nor an untied head,
+// and its command-r's q/k norms only at 64 layers or more: such models
+// are refused.
+func runCohere(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	arch := "command-r"
+	c2 := l.Config.Architecture() == cohere.Cohere2
+	if c2 {
+		arch = "cohere2"
+	}
+	switch {
+	case o.QKVBias || !s.TieEmbeddings || o.Rope.Type != "default":
+		return fmt.Errorf("%s: export-gguf writes Cohere models tied, without biases or rope scaling (llama.cpp's %s)", dir, arch)
+	case !c2 && s.Layers >= 64:
+		return fmt.Errorf("%s: %d layers; llama.cpp's command-r reads q/k norms at 64 layers or more", dir, s.Layers)
+	}
+	if c2 {
+		for i, k := range s.LayerKinds {
+			if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
+				return fmt.Errorf("%s: layer %d is %s; llama.cpp's cohere2 windows three layers of four", dir, i, k)
+			}
+		}
+	}
+	a := arch + "."
+	meta, err := header(l, dir, arch)
+	if err != nil {
+		return err
+	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
+	meta = append(meta, kv{a + "attention.layer_norm_epsilon", float32(o.Eps)}, kv{a + "logit_scale", float32(o.LogitScale)})
+	if c2 {
+		meta = append(meta, kv{a + "attention.sliding_window", uint32(s.SlidingWindow)})
+	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.pairs(b, append([]ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		}, denseMLP(p)...))
+	}
+	g.final(true, true)
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
