@@ -25,8 +25,9 @@ type Config struct {
 	// Gemma selects Gemma 3: (1+w) norms, sandwich norms, tanh-GELU MLP,
 	// embeddings scaled by sqrt(Hidden), q/k norms.
 	Gemma bool
-	// QKVBias adds q/k/v projection biases (Qwen2).
-	QKVBias bool
+	// QKVBias adds q/k/v projection biases (Qwen2); OBias an o_proj bias
+	// (Seed-OSS's attention_out_bias).
+	QKVBias, OBias bool
 	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
 	QKNorm bool
 	// Tied reuses the embedding matrix as the output head.
@@ -97,7 +98,7 @@ type Yarn struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
-	// SmolLM3ForCausalLM, CohereForCausalLM and Cohere2ForCausalLM
+	// SmolLM3ForCausalLM, SeedOssForCausalLM, CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -204,9 +205,9 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.q_proj.bias", "bias", q)
 			add("self_attn.k_proj.bias", "bias", kv)
 			add("self_attn.v_proj.bias", "bias", kv)
-			if c.Cohere {
-				add("self_attn.o_proj.bias", "bias", H)
-			}
+		}
+		if c.OBias || c.Cohere && c.QKVBias {
+			add("self_attn.o_proj.bias", "bias", H)
 		}
 		switch {
 		case c.Olmo2 && !c.QKNorm:
@@ -350,6 +351,9 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "SeedOssForCausalLM":
+		j["model_type"], j["hidden_act"], j["mlp_bias"] = "seed_oss", "silu", false
+		j["attention_bias"], j["attention_out_bias"] = c.QKVBias, c.OBias
 	case "CohereForCausalLM", "Cohere2ForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["logit_scale"] = "cohere", "silu", c.Eps, c.LogitScale
 		j["attention_bias"], j["use_qk_norm"] = c.QKVBias, false

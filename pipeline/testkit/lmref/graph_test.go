@@ -24,6 +24,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/olmo2"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
+	_ "github.com/tputool/tputool/pipeline/seedoss"
 	_ "github.com/tputool/tputool/pipeline/smollm3"
 )
 
@@ -69,6 +70,8 @@ func tinyCases() []lmckpt.Tiny {
 	cohere2 := cohere
 	cohere2.Layers, cohere2.QKVBias, cohere2.RopeTheta = 4, false, repeat(50000.0, 4)
 	cohere2.Window, cohere2.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // three sliding layers, a NoPE global one
+	seed := llama
+	seed.QKVBias, seed.OBias, seed.HeadDim = true, true, 16 // attention_bias and attention_out_bias; head_dim != hidden/heads
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -93,6 +96,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
+		{Arch: "SeedOssForCausalLM", Config: seed, Seed: 16},
 		{Arch: "Cohere2ForCausalLM", Config: cohere2, Seed: 15},
 		{Arch: "Glm4ForCausalLM", Config: glm4, Seed: 13},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},

@@ -368,7 +368,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 			}
 			var oBias []float64
-			if c.Cohere && c.QKVBias {
+			if c.OBias || c.Cohere && c.QKVBias {
 				oBias = m.w(p + "self_attn.o_proj.bias")
 			}
 			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), oBias)
