@@ -99,6 +99,9 @@ type Options struct {
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
+	// UngatedMLP makes the MLP down_proj(act(up_proj(x))), without a gate
+	// (NemotronMLP: Arcee's AFM, with relu2).
+	UngatedMLP bool
 	// HeadBias adds lm_head.bias [vocab] to the logits (lm_head_bias).
 	HeadBias bool
 	// AttnGate multiplies the attention's output, before o_proj, by
@@ -243,11 +246,15 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 		return ws
 	}
-	add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	if !m.o.UngatedMLP {
+		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	}
 	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
 	if m.o.MLPBias {
-		add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)
+		if !m.o.UngatedMLP {
+			add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)
+		}
 		add("mlp.up_proj.bias", false, lm.Replicated, s.Intermediate)
 		add("mlp.down_proj.bias", false, lm.Replicated, s.Hidden)
 	}
@@ -462,7 +469,8 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 }
 
 // mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)); with
-// FusedGateUp, Phi3MLP: gate_up_proj's product halved, gate first.
+// FusedGateUp, Phi3MLP: gate_up_proj's product halved, gate first; with
+// UngatedMLP, NemotronMLP: down_proj(act(up_proj(x))).
 func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 	if m.o.FusedGateUp {
 		gu := nn.Linear(x, p.Get("gate_up_proj.weight"), nil) // [B, T, 2I]
@@ -471,6 +479,10 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 		return nn.Linear(h, p.Get("down_proj.weight"), nil)
 	}
 	b := m.o.MLPBias
+	if m.o.UngatedMLP {
+		h := m.o.Act(nn.Linear(x, p.Get("up_proj.weight"), optional(p, b, "up_proj.bias")))
+		return nn.Linear(h, p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"))
+	}
 	return nn.GatedMLP(x,
 		p.Get("gate_proj.weight"), optional(p, b, "gate_proj.bias"),
 		p.Get("up_proj.weight"), optional(p, b, "up_proj.bias"),

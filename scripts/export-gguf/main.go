@@ -17,7 +17,8 @@
 // (Glm4ForCausalLM: llama.cpp's glm4, runGlm4), Cohere and Cohere 2
 // (CohereForCausalLM, Cohere2ForCausalLM: llama.cpp's command-r and
 // cohere2, runCohere), Seed-OSS (SeedOssForCausalLM: llama.cpp's
-// seed_oss, runSeedOss), Ministral 3
+// seed_oss, runSeedOss), AFM (ArceeForCausalLM: llama.cpp's arcee,
+// runArcee), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -69,6 +70,7 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/afmoe"
+	_ "github.com/tputool/tputool/pipeline/arcee" // ArceeForCausalLM
 	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
@@ -191,6 +193,8 @@ func run(dir, out string) error {
 			return runCohere(l, dir, out, g)
 		case "SeedOssForCausalLM":
 			return runSeedOss(l, dir, out, g)
+		case "ArceeForCausalLM":
+			return runArcee(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -204,7 +208,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

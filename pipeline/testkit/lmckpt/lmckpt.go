@@ -69,6 +69,9 @@ type Config struct {
 	// attention_bias (every projection's, o_proj's too).
 	Cohere     bool
 	LogitScale float64
+	// Ungated makes the MLP down_proj(relu(up_proj(x))²), with no
+	// gate_proj (ArceeForCausalLM).
+	Ungated bool
 	// Yarn, when not nil, scales every layer's rotary by YaRN (written as
 	// rope_parameters rope_type yarn, with mscale and mscale_all_dim 1).
 	Yarn *Yarn
@@ -98,7 +101,8 @@ type Yarn struct {
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
 	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
-	// SmolLM3ForCausalLM, SeedOssForCausalLM, CohereForCausalLM and Cohere2ForCausalLM
+	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
+	// set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -240,9 +244,12 @@ func (t Tiny) Tensors() []Tensor {
 			}
 			continue
 		}
-		if c.Glm {
+		switch {
+		case c.Ungated:
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
+		case c.Glm:
 			add("mlp.gate_up_proj.weight", "linear", 2*c.Intermediate, H)
-		} else {
+		default:
 			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
 		}
@@ -351,6 +358,8 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "ArceeForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
 	case "SeedOssForCausalLM":
 		j["model_type"], j["hidden_act"], j["mlp_bias"] = "seed_oss", "silu", false
 		j["attention_bias"], j["attention_out_bias"] = c.QKVBias, c.OBias

@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
+	_ "github.com/tputool/tputool/pipeline/arcee"
 	_ "github.com/tputool/tputool/pipeline/cohere"
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
@@ -72,6 +73,8 @@ func tinyCases() []lmckpt.Tiny {
 	cohere2.Window, cohere2.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // three sliding layers, a NoPE global one
 	seed := llama
 	seed.QKVBias, seed.OBias, seed.HeadDim = true, true, 16 // attention_bias and attention_out_bias; head_dim != hidden/heads
+	arcee := llama
+	arcee.Ungated, arcee.KVHeads = true, 1 // relu² without a gate
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -97,6 +100,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
 		{Arch: "SeedOssForCausalLM", Config: seed, Seed: 16},
+		{Arch: "ArceeForCausalLM", Config: arcee, Seed: 17},
 		{Arch: "Cohere2ForCausalLM", Config: cohere2, Seed: 15},
 		{Arch: "Glm4ForCausalLM", Config: glm4, Seed: 13},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},

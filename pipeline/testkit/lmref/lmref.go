@@ -403,6 +403,18 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				}
 				continue
 			}
+			if c.Ungated { // NemotronMLP with relu2: down(relu(up(h))²)
+				matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+				for i := range up {
+					r := math.Max(up[i], 0)
+					gate[i] = r * r
+				}
+				matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
+				for i := range o {
+					x[t][i] += o[i]
+				}
+				continue
+			}
 			if c.Glm { // gate_up_proj: the gate's rows, then the up's
 				w, n := m.w(p+"mlp.gate_up_proj.weight"), c.Intermediate*H
 				matmul(gate, h, w[:n], nil)
