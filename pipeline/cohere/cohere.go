@@ -14,8 +14,17 @@
 //
 // Cohere2 adds Gemma 2's layout: layer_types (by default three layers of
 // four) attend within sliding_window (4096 by default) and turn by the
-// rotary; the others attend in full without it (NoPE). head_dim is
-// always hidden_size / num_attention_heads, whatever config.json says.
+// rotary; the others attend in full without it (NoPE). Its head_dim is
+// always hidden_size / num_attention_heads, whatever config.json says
+// (Cohere's takes config.json's head_dim when there is one).
+//
+// Cohere turns queries and keys in float32 (apply_rotary_pos_emb casts
+// them up, the tables as rounded to the compute dtype), rounding once
+// after: llama.Options.RopeF32.
+//
+// The rotary base without rope_theta is CohereConfig's default_theta,
+// 500000 (transformers v5; v4's CohereConfig had 10000), and Cohere2Config's
+// 10000.
 //
 // Command R+'s use_qk_norm (LayerNorms over each head, a weight per head)
 // is refused by name.
@@ -41,11 +50,15 @@ func init() {
 	lm.Register(Cohere2, New)
 }
 
-// Defaults are CohereConfig's and Cohere2Config's.
+// Defaults are Cohere2Config's, and CohereConfig's but for its rotary
+// base (cohereTheta).
 var Defaults = llama.Defaults{
 	VocabSize: 256000, Hidden: 8192, Intermediate: 22528, Layers: 40, Heads: 64,
 	MaxPositions: 8192, Eps: 1e-5, RopeTheta: 10000, Tie: true, Act: "silu",
 }
+
+// cohereTheta is CohereConfig's default_theta.
+const cohereTheta = 500000
 
 // The configuration classes' defaults llama.Defaults does not carry.
 const (
@@ -74,20 +87,23 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if c.UseQKNorm {
 		return llama.Options{}, errs.Unsupportedf("%s: use_qk_norm (Command R+'s LayerNorms over each head, a weight per head) is not supported", where)
 	}
-	// head_dim is the hidden size over the heads (the config classes set
-	// it so); rms_norm_eps is layer_norm_eps.
-	c.HeadDim, c.RMSNormEps = nil, c.LayerNormEps
+	// rms_norm_eps is layer_norm_eps; Cohere2Config sets head_dim to the
+	// hidden size over the heads.
+	c.RMSNormEps = c.LayerNormEps
 	c2 := cfg.Architecture() == Cohere2
-	if !c2 {
-		c.LayerTypes = nil
+	d := Defaults
+	if c2 {
+		c.HeadDim = nil
+	} else {
+		c.LayerTypes, d.RopeTheta = nil, cohereTheta
 	}
-	o, err := c.Resolve(cfg, Defaults)
+	o, err := c.Resolve(cfg, d)
 	if err != nil {
 		return llama.Options{}, err
 	}
 	o.OBias = o.QKVBias // attention_bias: every projection, o_proj too
 	o.MLPBias = false
-	o.LayerNorm, o.NormNoBias, o.Parallel, o.RopePairs = true, true, true, true
+	o.LayerNorm, o.NormNoBias, o.Parallel, o.RopePairs, o.RopeF32 = true, true, true, true, true
 	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
 	o.LogitScale = lm.Or(c.LogitScale, defaultLogitScale)
 	s := &o.Spec
@@ -105,12 +121,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		if p <= 0 {
 			return llama.Options{}, fmt.Errorf("%s: sliding_window_pattern must be positive, got %d", where, p)
 		}
-		for i := range s.LayerKinds {
-			s.LayerKinds[i] = lm.KindFull
-			if (i+1)%p != 0 {
-				s.LayerKinds[i] = lm.KindSliding
-			}
-		}
+		lm.SlidingPattern(s.LayerKinds, p)
 	}
 	window := defaultWindow
 	if cfg.Has("sliding_window") {
@@ -125,10 +136,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, fmt.Errorf("%s: sliding_window must be a positive number of positions, got %s", where, cfg.Raw["sliding_window"])
 	}
 	s.SlidingWindow = window
-	o.NoRope = make([]bool, s.Layers)
-	for i, k := range s.LayerKinds {
-		o.NoRope[i] = k != lm.KindSliding
-	}
+	o.NoRope = lm.NoRopeUnlessSliding(s.LayerKinds)
 	return o, nil
 }
 

@@ -2,6 +2,7 @@ package cohere_test
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -88,6 +89,22 @@ func TestConfigs(t *testing.T) {
 		t.Errorf("layer_types: NoPE %v, window %d, logit scale %g, %d KV heads, eps %g", o.NoRope, o.Spec.SlidingWindow, o.LogitScale, o.Spec.KVHeads, o.Eps)
 	}
 	base := `"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 50`
+	// Cohere's head_dim is config.json's when it has one; its rotary base
+	// CohereConfig's default_theta, Cohere2Config's 10000.
+	o, err = options(t, `{"architectures": ["CohereForCausalLM"], `+base+`, "head_dim": 32}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.HeadDim != 32 || math.Abs(o.Rope.InvFreq[1]-math.Pow(500000, -2.0/32)) > 1e-15 || !o.RopeF32 {
+		t.Errorf("Cohere: head_dim %d, inverse frequency %g, rotary in f32 %v; want 32, 500000^(-1/16), true", o.Spec.HeadDim, o.Rope.InvFreq[1], o.RopeF32)
+	}
+	o, err = options(t, `{"architectures": ["Cohere2ForCausalLM"], `+base+`, "head_dim": 32}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.HeadDim != 16 || math.Abs(o.Rope.InvFreq[1]-math.Pow(10000, -2.0/16)) > 1e-15 {
+		t.Errorf("Cohere2: head_dim %d, inverse frequency %g; want 16, 10000^(-1/8)", o.Spec.HeadDim, o.Rope.InvFreq[1])
+	}
 	_, err = options(t, `{"architectures": ["CohereForCausalLM"], `+base+`, "use_qk_norm": true}`)
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "use_qk_norm") {
 		t.Errorf("use_qk_norm: %v, want an unsupported error naming it", err)

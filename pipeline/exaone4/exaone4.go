@@ -45,6 +45,9 @@ var Defaults = llama.Defaults{
 const (
 	defaultWindow  = 4096
 	defaultPattern = 4
+	defaultKVHeads = 32
+	defaultBOS     = 0
+	defaultEOS     = 2
 )
 
 // Resolve reads an EXAONE 4.0 config.json into the options of
@@ -59,10 +62,10 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	// Exaone4Config's num_key_value_heads defaults to 32, as its heads do;
-	// an explicit null is the heads (llama.Config.Resolve).
+	// Exaone4Config's num_key_value_heads defaults to 32 whatever the
+	// heads; an explicit null is the heads (llama.Config.Resolve).
 	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := lm.Or(c.NumAttentionHeads, Defaults.Heads)
+		kv := defaultKVHeads
 		c.NumKeyValueHeads = &kv
 	}
 	window := defaultWindow
@@ -83,6 +86,12 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.Norms = llama.PostNorms
 	o.QKNorm = true
 	s := &o.Spec
+	if !cfg.Has("bos_token_id") {
+		s.BOS = defaultBOS
+	}
+	if !cfg.Has("eos_token_id") {
+		s.EOS = []int{defaultEOS}
+	}
 	if len(c.LayerTypes) == 0 {
 		if err := patternKinds(where, c.Pattern, window, s.LayerKinds); err != nil {
 			return llama.Options{}, err
@@ -100,10 +109,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	// the others (transformers rotates a layer when sliding_window is
 	// null or the layer slides).
 	s.SlidingWindow = window
-	o.NoRope = make([]bool, s.Layers)
-	for i, k := range s.LayerKinds {
-		o.NoRope[i] = k != lm.KindSliding
-	}
+	o.NoRope = lm.NoRopeUnlessSliding(s.LayerKinds)
 	return o, nil
 }
 
@@ -134,11 +140,7 @@ func patternKinds(where string, raw json.RawMessage, window int, kinds []string)
 	case json.Unmarshal(raw, &p) != nil || p <= 0:
 		return fmt.Errorf("%s: sliding_window_pattern %s: want a positive number of layers or a string of L and G", where, s)
 	}
-	for i := range kinds {
-		if (i+1)%p != 0 {
-			kinds[i] = lm.KindSliding
-		}
-	}
+	lm.SlidingPattern(kinds, p)
 	return nil
 }
 

@@ -93,7 +93,7 @@ func TestReleases(t *testing.T) {
 // TestLayerKinds: what Exaone4Config makes of sliding_window,
 // sliding_window_pattern and layer_types, and what is refused.
 func TestLayerKinds(t *testing.T) {
-	base := `"architectures": ["Exaone4ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 6, "vocab_size": 50, "intermediate_size": 96`
+	base := `"architectures": ["Exaone4ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 6, "vocab_size": 50, "intermediate_size": 96`
 	for _, c := range []struct{ name, extra, kinds string }{
 		{"the defaults", ``, "sssFss"},
 		{"a number", `, "sliding_window": 16, "sliding_window_pattern": 2`, "sFsFsF"},
@@ -112,7 +112,7 @@ func TestLayerKinds(t *testing.T) {
 			t.Errorf("%s: kinds %s, want %s", c.name, k, c.kinds)
 		}
 		if o.Spec.KVHeads != 4 {
-			t.Errorf("%s: %d KV heads, want the 4 heads", c.name, o.Spec.KVHeads)
+			t.Errorf("%s: %d KV heads, want the config's 4", c.name, o.Spec.KVHeads)
 		}
 	}
 	for _, c := range []struct{ name, extra, want string }{
@@ -127,5 +127,24 @@ func TestLayerKinds(t *testing.T) {
 	}
 	if o, _ := options(t, `{`+base+`}`); !slices.Equal(o.NoRope, []bool{false, false, false, true, false, false}) {
 		t.Errorf("NoPE %v", o.NoRope)
+	}
+}
+
+// TestDefaults: Exaone4Config's num_key_value_heads is 32 whatever the
+// heads (an explicit null: the heads), bos 0 and eos 2.
+func TestDefaults(t *testing.T) {
+	o, err := options(t, `{"architectures": ["Exaone4ForCausalLM"], "num_attention_heads": 64, "hidden_size": 4096}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.KVHeads != 32 || o.Spec.BOS != 0 || !slices.Equal(o.Spec.EOS, []int{2}) {
+		t.Errorf("defaults: %d KV heads, bos %d, eos %v; want 32, 0, [2]", o.Spec.KVHeads, o.Spec.BOS, o.Spec.EOS)
+	}
+	o, err = options(t, `{"architectures": ["Exaone4ForCausalLM"], "num_attention_heads": 64, "hidden_size": 4096, "num_key_value_heads": null, "eos_token_id": [7, 8]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.KVHeads != 64 || !slices.Equal(o.Spec.EOS, []int{7, 8}) {
+		t.Errorf("explicit: %d KV heads, eos %v; want 64, [7 8]", o.Spec.KVHeads, o.Spec.EOS)
 	}
 }

@@ -191,12 +191,7 @@ func (c *Config) resolve(cfg, text *config.File) (*Model, error) {
 			return nil, fmt.Errorf("%s: sliding_window_pattern must be positive, got %d", where, pattern)
 		}
 		s.LayerKinds = make([]string, s.Layers)
-		for i := range s.LayerKinds {
-			s.LayerKinds[i] = lm.KindSliding
-			if (i+1)%pattern == 0 {
-				s.LayerKinds[i] = lm.KindFull
-			}
-		}
+		lm.SlidingPattern(s.LayerKinds, pattern)
 	}
 	for i, k := range s.LayerKinds {
 		if k == lm.KindSliding && s.SlidingWindow <= 0 {

@@ -62,8 +62,8 @@ func TestDefaults(t *testing.T) {
 	if n := params(o); n != 9_400_279_040 {
 		t.Errorf("Glm4ForCausalLM: %d parameters, want 9,400,279,040", n)
 	}
-	o = options(t, `{"architectures": ["Glm4ForCausalLM"], "attention_bias": false, "partial_rotary_factor": 1.0, "num_key_value_heads": null, "head_dim": null, "eos_token_id": 7}`)
-	if o.QKVBias || o.Rope.RotaryDim != 128 || o.Spec.KVHeads != 32 || o.Spec.HeadDim != 128 || !slices.Equal(o.Spec.EOS, []int{7}) {
+	o = options(t, `{"architectures": ["Glm4ForCausalLM"], "hidden_size": 2048, "attention_bias": false, "partial_rotary_factor": 1.0, "num_key_value_heads": null, "head_dim": null, "eos_token_id": 7}`)
+	if o.QKVBias || o.Rope.RotaryDim != 64 || o.Spec.KVHeads != 32 || o.Spec.HeadDim != 64 || !slices.Equal(o.Spec.EOS, []int{7}) {
 		t.Errorf("explicit fields: bias %v, rotary %d, %d KV heads of %d, eos %v", o.QKVBias, o.Rope.RotaryDim, o.Spec.KVHeads, o.Spec.HeadDim, o.Spec.EOS)
 	}
 }

@@ -95,10 +95,15 @@ type Options struct {
 	LayerNorm, NormNoBias bool
 	// Parallel runs the attention and the MLP side by side on the one
 	// norm Norms.PreAttn names, both added to the residual (Cohere's
-	// decoder layer: x + attn(norm(x)) + mlp(norm(x))).
+	// decoder layer: x + attn(norm(x)) + mlp(norm(x))). Norms' other
+	// slots and ResidualScale are not read then.
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
+	// RopeF32 turns 16-bit queries and keys in float32, by the tables as
+	// rounded to their dtype, and rounds the result once (Cohere's
+	// apply_rotary_pos_emb); without it the rotary runs in their dtype.
+	RopeF32 bool
 	// UngatedMLP makes the MLP down_proj(act(up_proj(x))), without a gate
 	// (NemotronMLP: Arcee's AFM, with relu2).
 	UngatedMLP bool
@@ -440,7 +445,13 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 			q, k = nn.PairsToHalvesFirst(q, rope.RotaryDim), nn.PairsToHalvesFirst(k, rope.RotaryDim)
 		}
 		cos, sin := rope.CosSin(step, x.DType())
-		q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+		if dt := q.DType(); m.o.RopeF32 && dt != dtypes.Float32 {
+			f32 := func(n *Node) *Node { return ConvertDType(n, dtypes.Float32) }
+			cos, sin = f32(cos), f32(sin)
+			q, k = ConvertDType(nn.ApplyRope(f32(q), cos, sin), dt), ConvertDType(nn.ApplyRope(f32(k), cos, sin), dt)
+		} else {
+			q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
+		}
 		if m.o.QKL2Norm {
 			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)
 		}

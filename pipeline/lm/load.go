@@ -291,7 +291,7 @@ func (l *Loaded) check() error {
 		// fp8, with no weight_block_size, but stores PREFIX.weight_scale.
 		for _, p := range problems {
 			if p.Kind == safetensors.Unused && strings.HasSuffix(p.Name, ".weight_scale") {
-				return errs.Unsupportedf("checkpoint %s: quant_method fp8 (%s) with scales such as %s is per-tensor or per-channel FP8 (AutoFP8's layout); tputool reads block-wise FP8 (NAME_scale_inv, weight_block_size)",
+				return errs.Unsupportedf("checkpoint %s: quant_method fp8 (%s) with scales such as %s is per-tensor or per-channel FP8 (AutoFP8's layout); tputool reads FP8 scales as NAME_scale_inv (one a weight_block_size block, or one a tensor when weight_block_size is null)",
 					l.Dir, l.Config.Path, p.Name)
 			}
 		}

@@ -72,6 +72,30 @@ func LayerTypes(where string, types []string, layers int, supported ...string) (
 	return slices.Clone(types), nil
 }
 
+// SlidingPattern sets kinds to KindSliding but for every p-th layer
+// (i+1 a multiple of p), KindFull: sliding_window_pattern p as Gemma 2
+// and 3, Cohere 2, EXAONE 4.0 and OLMo 3 (p 4) read it. p must be
+// positive.
+func SlidingPattern(kinds []string, p int) {
+	for i := range kinds {
+		kinds[i] = KindSliding
+		if (i+1)%p == 0 {
+			kinds[i] = KindFull
+		}
+	}
+}
+
+// NoRopeUnlessSliding is NoRope for the layers that do not slide: the
+// hybrid layouts whose windowed layers alone turn by the rotary (EXAONE
+// 4.0's, Cohere 2's).
+func NoRopeUnlessSliding(kinds []string) []bool {
+	out := make([]bool, len(kinds))
+	for i, k := range kinds {
+		out[i] = k != KindSliding
+	}
+	return out
+}
+
 // NoRopeLayers reads no_rope_layers (1: layer i turns by the rotary, 0: it
 // does not; at least layers entries, as transformers reads entry i for
 // layer i) or, when it is absent or empty, makes every interval-th layer

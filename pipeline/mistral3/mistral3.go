@@ -71,6 +71,8 @@ var Defaults = llama.Defaults{
 const (
 	defaultKVHeads = 8
 	defaultHeadDim = 128
+	defaultBOS     = 1
+	defaultEOS     = 2
 )
 
 // defaultRope is Ministral3Config's rope_parameters when a config has
@@ -106,6 +108,9 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err := text.Decode(&head); err != nil {
 		return nil, err
 	}
+	if multimodal && head.ModelType == "" {
+		head.ModelType = "mistral" // Mistral3Config's text_config default
+	}
 	var m *llama.Model
 	var rope map[string]any
 	switch {
@@ -116,16 +121,16 @@ func New(cfg *config.File) (lm.Model, error) {
 		}
 		m = d.(*llama.Model)
 	case head.ModelType == "ministral3" || !multimodal && head.ModelType == "":
-		o, err := Resolve(text)
+		o, params, err := resolve(text)
 		if err != nil {
 			return nil, err
 		}
-		m = llama.NewModel(o)
-		if rope, err = ropeParams(text, o.Spec.MaxPositions); err != nil {
-			return nil, err
-		}
+		m, rope = llama.NewModel(o), params
 	default:
 		return nil, errs.Unsupportedf("%s: model_type %q: tputool reads Mistral 3's text models of model_type ministral3 (and, within %s, mistral)", lm.ConfigName(text), head.ModelType, Conditional)
+	}
+	if err := tokenIDs(cfg, text, multimodal, m.Spec()); err != nil {
+		return nil, err
 	}
 	if multimodal && head.Tie == nil {
 		// The wrapper's tie_word_embeddings decides when text_config has none.
@@ -143,15 +148,57 @@ func New(cfg *config.File) (lm.Model, error) {
 	return &Model{Model: m, multimodal: multimodal, rope: rope}, nil
 }
 
+// tokenIDs sets s's bos and eos as the text config gives them, else (in
+// the multimodal class) as the wrapper does, else as MistralConfig and
+// Ministral3Config default them (1 and 2).
+func tokenIDs(cfg, text *config.File, multimodal bool, s *lm.Spec) error {
+	var ids struct {
+		BOS config.IDList `json:"bos_token_id"`
+		EOS config.IDList `json:"eos_token_id"`
+	}
+	pick := func(key string) (*config.File, bool) {
+		switch {
+		case text.Has(key):
+			return text, true
+		case multimodal && cfg.Has(key):
+			return cfg, true
+		}
+		return nil, false
+	}
+	s.BOS, s.EOS = defaultBOS, []int{defaultEOS}
+	if f, ok := pick("bos_token_id"); ok {
+		if err := f.Decode(&ids); err != nil {
+			return err
+		}
+		s.BOS = -1
+		if len(ids.BOS) > 0 {
+			s.BOS = ids.BOS[0]
+		}
+	}
+	if f, ok := pick("eos_token_id"); ok {
+		if err := f.Decode(&ids); err != nil {
+			return err
+		}
+		s.EOS = ids.EOS
+	}
+	return nil
+}
+
 // Resolve reads a Ministral3Config: Mistral's decoder without biases, its
 // window (sliding_window on every layer when set; none by default), YaRN
 // by default, and the query scaling over every layer. layer_types is
 // ignored, as Ministral3Config warns it is.
 func Resolve(text *config.File) (llama.Options, error) {
+	o, _, err := resolve(text)
+	return o, err
+}
+
+// resolve is Resolve, returning the rotary parameters too (ropeParams).
+func resolve(text *config.File) (llama.Options, map[string]any, error) {
 	where := lm.ConfigName(text)
 	var c Config
 	if err := text.Decode(&c); err != nil {
-		return llama.Options{}, err
+		return llama.Options{}, nil, err
 	}
 	if c.NumKeyValueHeads == nil && !text.Has("num_key_value_heads") {
 		kv := defaultKVHeads
@@ -165,7 +212,7 @@ func Resolve(text *config.File) (llama.Options, error) {
 	resolved := *text
 	params, err := ropeParams(text, lm.Or(c.MaxPositionEmbeddings, Defaults.MaxPositions))
 	if err != nil {
-		return llama.Options{}, err
+		return llama.Options{}, nil, err
 	}
 	if !hasRope(text) {
 		resolved.Raw = maps.Clone(text.Raw)
@@ -173,24 +220,24 @@ func Resolve(text *config.File) (llama.Options, error) {
 	}
 	o, err := c.Resolve(&resolved, Defaults)
 	if err != nil {
-		return llama.Options{}, err
+		return llama.Options{}, nil, err
 	}
 	o.QKVBias, o.OBias, o.MLPBias = false, false, false
 	if err := mistral.Window(text, c.SlidingWindow, 0, nil, &o.Spec); err != nil {
-		return llama.Options{}, err
+		return llama.Options{}, nil, err
 	}
 	beta, ok := params["llama_4_scaling_beta"].(float64)
 	if !ok {
-		return llama.Options{}, fmt.Errorf("%s: rope_parameters needs a numeric llama_4_scaling_beta (Ministral3Attention scales its queries by it)", where)
+		return llama.Options{}, nil, fmt.Errorf("%s: rope_parameters needs a numeric llama_4_scaling_beta (Ministral3Attention scales its queries by it)", where)
 	}
 	orig, ok := params["original_max_position_embeddings"].(float64)
 	if !ok || orig <= 0 {
-		return llama.Options{}, fmt.Errorf("%s: rope_parameters needs a positive original_max_position_embeddings (Ministral3Attention's query scaling counts positions in it)", where)
+		return llama.Options{}, nil, fmt.Errorf("%s: rope_parameters needs a positive original_max_position_embeddings (Ministral3Attention's query scaling counts positions in it)", where)
 	}
 	if beta != 0 {
 		o.TempFloor, o.TempScale, o.TempEvery = orig, beta, true
 	}
-	return o, nil
+	return o, params, nil
 }
 
 // hasRope reports a rope_parameters or rope_scaling object in text.

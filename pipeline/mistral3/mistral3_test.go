@@ -3,6 +3,7 @@ package mistral3_test
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,12 +110,12 @@ func TestConfigs(t *testing.T) {
 	if o := m.Options(); o.TempFloor != 0 || o.Rope.Type != "default" || math.Abs(o.Rope.InvFreq[1]-math.Pow(1e9, -2.0/32)) > 1e-15 || o.Spec.KVHeads != 8 || o.Spec.SlidingWindow != 0 {
 		t.Errorf("mistral text model: temperature floor %g, rope %s %v, KV heads %d, window %d", o.TempFloor, o.Rope.Type, o.Rope.InvFreq[:2], o.Spec.KVHeads, o.Spec.SlidingWindow)
 	}
-	base := `"architectures": ["Ministral3ForCausalLM"], "hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 50`
+	base := `"architectures": ["Ministral3ForCausalLM"], "hidden_size": 64, "num_attention_heads": 16, "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 50`
 	m, err = model(t, `{`+base+`, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4, "original_max_position_embeddings": 64, "llama_4_scaling_beta": 0}, "num_key_value_heads": null, "head_dim": null, "sliding_window": 32}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := m.Options(); o.TempFloor != 0 || o.TempEvery || o.Spec.KVHeads != 8 || o.Spec.HeadDim != 8 || o.Spec.SlidingWindow != 32 || o.Spec.LayerKinds[1] != lm.KindSliding {
+	if o := m.Options(); o.TempFloor != 0 || o.TempEvery || o.Spec.KVHeads != 16 || o.Spec.HeadDim != 4 || o.Spec.SlidingWindow != 32 || o.Spec.LayerKinds[1] != lm.KindSliding {
 		t.Errorf("β 0, null heads, a window: temperature %g/%v, %d KV heads of %d, window %d, kinds %v", o.TempFloor, o.TempEvery, o.Spec.KVHeads, o.Spec.HeadDim, o.Spec.SlidingWindow, o.Spec.LayerKinds)
 	}
 	for _, c := range []struct{ name, js, want string }{
@@ -129,6 +130,24 @@ func TestConfigs(t *testing.T) {
 	}
 	if _, err := model(t, `{"architectures": ["Mistral3ForConditionalGeneration"], "text_config": {"model_type": "llama"}}`); !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("another text model: %v, want an unsupported error", err)
+	}
+	// A text_config without model_type is Mistral's (Mistral3Config's
+	// default); bos and eos come from text_config, else the wrapper, else
+	// the classes' 1 and 2.
+	small := `"hidden_size": 64, "num_attention_heads": 16, "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 50, "sliding_window": null`
+	m, err = model(t, `{"architectures": ["Mistral3ForConditionalGeneration"], "eos_token_id": 9, "bos_token_id": 4, "text_config": {`+small+`}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Spec(); m.RopeParameters() != nil || m.Options().TempEvery || s.BOS != 4 || !slices.Equal(s.EOS, []int{9}) {
+		t.Errorf("no model_type: rope parameters %v, bos %d, eos %v; want Mistral's decoder, 4, [9]", m.RopeParameters(), s.BOS, s.EOS)
+	}
+	m, err = model(t, `{"architectures": ["Mistral3ForConditionalGeneration"], "eos_token_id": 9, "text_config": {"model_type": "ministral3", "eos_token_id": [2, 7], `+small+`}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Spec(); s.BOS != 1 || !slices.Equal(s.EOS, []int{2, 7}) {
+		t.Errorf("text_config's ids: bos %d, eos %v; want 1, [2 7]", s.BOS, s.EOS)
 	}
 }
 

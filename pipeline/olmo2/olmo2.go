@@ -80,12 +80,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	s := &o.Spec
 	if len(c.LayerTypes) == 0 { // Olmo3Config: three sliding layers, then a full one
-		for i := range s.LayerKinds {
-			s.LayerKinds[i] = lm.KindFull
-			if (i+1)%4 != 0 {
-				s.LayerKinds[i] = lm.KindSliding
-			}
-		}
+		lm.SlidingPattern(s.LayerKinds, 4)
 	}
 	if slices.Contains(s.LayerKinds, lm.KindSliding) {
 		s.SlidingWindow = Olmo3Window

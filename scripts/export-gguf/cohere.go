@@ -25,16 +25,18 @@ func runCohere(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		arch = "cohere2"
 	}
 	switch {
-	case o.QKVBias || !s.TieEmbeddings || o.Rope.Type != "default":
-		return fmt.Errorf("%s: export-gguf writes Cohere models tied, without biases or rope scaling (llama.cpp's %s)", dir, arch)
+	case o.QKVBias:
+		return fmt.Errorf("%s: attention_bias; llama.cpp's %s reads no biases", dir, arch)
+	case !s.TieEmbeddings:
+		return fmt.Errorf("%s: tie_word_embeddings false; llama.cpp's %s ties its head to token_embd", dir, arch)
+	case o.Rope.Type != "default":
+		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes Cohere models without it", dir, o.Rope.Type)
 	case !c2 && s.Layers >= 64:
 		return fmt.Errorf("%s: %d layers; llama.cpp's command-r reads q/k norms at 64 layers or more", dir, s.Layers)
 	}
 	if c2 {
-		for i, k := range s.LayerKinds {
-			if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
-				return fmt.Errorf("%s: layer %d is %s; llama.cpp's cohere2 windows three layers of four", dir, i, k)
-			}
+		if err := threeOfFour(dir, arch, s); err != nil {
+			return err
 		}
 	}
 	a := arch + "."

@@ -23,10 +23,8 @@ func runExaone4(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		if s.Layers != 64 {
 			return fmt.Errorf("%s: a window over %d layers; llama.cpp's exaone4 is hybrid at 64 layers only", dir, s.Layers)
 		}
-		for i, k := range s.LayerKinds {
-			if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
-				return fmt.Errorf("%s: layer %d is %s; llama.cpp's exaone4 windows three layers of four, the fourth in full", dir, i, k)
-			}
+		if err := threeOfFour(dir, "exaone4", s); err != nil {
+			return err
 		}
 	}
 	const a = "exaone4."

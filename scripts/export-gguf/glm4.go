@@ -17,8 +17,13 @@ import (
 // NORM rope), as GLM does, so no rows are permuted.
 func runGlm4(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
-	if o.Rope.Type != "default" || !o.RopePairs || !o.FusedGateUp || o.Norms != glm.Glm4Norms || s.SlidingWindow > 0 {
-		return fmt.Errorf("%s: export-gguf writes GLM-4-0414 without rope scaling or a window", dir)
+	switch {
+	case o.Rope.Type != "default":
+		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes GLM-4-0414 without it", dir, o.Rope.Type)
+	case s.SlidingWindow > 0:
+		return fmt.Errorf("%s: a sliding window; llama.cpp's glm4 attends in full", dir)
+	case !o.RopePairs || !o.FusedGateUp || o.Norms != glm.Glm4Norms:
+		return fmt.Errorf("%s: not GLM-4-0414's layer (paired rotary, fused gate and up, four norms)", dir)
 	}
 	const a = "glm4."
 	meta, err := header(l, dir, "glm4")

@@ -31,10 +31,8 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		return fmt.Errorf("%s: tie_word_embeddings; llama.cpp's olmo2 requires its own output", dir)
 	}
 	if s.SlidingWindow > 0 {
-		for i, k := range s.LayerKinds {
-			if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
-				return fmt.Errorf("%s: layer %d is %s; llama.cpp's olmo2 windows three layers of four, the fourth in full", dir, i, k)
-			}
+		if err := threeOfFour(dir, "olmo2", s); err != nil {
+			return err
 		}
 	}
 	factor := 0.0
@@ -99,4 +97,15 @@ func postNormTensors(l *lm.Loaded, s *lm.Spec) ([]tensor, error) {
 	}
 	g.final(s.TieEmbeddings, true)
 	return g.ts, g.err
+}
+
+// threeOfFour checks that s's layers slide three of four, the fourth in
+// full, the one layout llama.cpp's arch (olmo2, exaone4, cohere2) windows.
+func threeOfFour(dir, arch string, s *lm.Spec) error {
+	for i, k := range s.LayerKinds {
+		if sliding := (i+1)%4 != 0; sliding != (k == lm.KindSliding) {
+			return fmt.Errorf("%s: layer %d is %s; llama.cpp's %s windows three layers of four, the fourth in full", dir, i, k, arch)
+		}
+	}
+	return nil
 }

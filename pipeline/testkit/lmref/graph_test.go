@@ -190,14 +190,18 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-// TestBFloat16Compute runs the tiny Llama and Gemma 3 checkpoints (stored
-// as BF16) with bfloat16 compute on the go backend: logits stay within a
-// few percent of the float64 reference.
+// TestBFloat16Compute runs the tiny Llama, Gemma 3, Cohere 2 (its
+// rotary in f32, LayerNorms, the parallel block) and Ministral 3 (its
+// query scale rounded to bf16) checkpoints (stored as BF16) with bfloat16
+// compute on the go backend: logits stay within a few percent of the
+// float64 reference.
 func TestBFloat16Compute(t *testing.T) {
 	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
-		if tc.Arch != "LlamaForCausalLM" && tc.Arch != "Gemma3ForCausalLM" {
+		switch tc.Arch {
+		case "LlamaForCausalLM", "Gemma3ForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM":
+		default:
 			continue
 		}
 		t.Run(tc.Arch, func(t *testing.T) {
