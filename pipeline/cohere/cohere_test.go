@@ -11,6 +11,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 
 	_ "github.com/tputool/tputool/pipeline/cohere"
 )
@@ -26,18 +27,6 @@ func options(t *testing.T, js string) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	return m.(*llama.Model).Options(), nil
-}
-
-func params(o llama.Options) int64 {
-	var n int64
-	for _, w := range lm.Weights(llama.NewModel(o)) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }
 
 // TestReleases: Aya Expanse 8B's config (CohereForCausalLM: 32 layers,
@@ -57,7 +46,7 @@ func TestReleases(t *testing.T) {
 	if !o.Parallel || !o.LayerNorm || !o.NormNoBias || !o.RopePairs || o.LogitScale != 0.125 || !o.Spec.TieEmbeddings || o.NoRope != nil || o.Norms != (llama.Norms{PreAttn: "input_layernorm"}) {
 		t.Errorf("Aya Expanse: %+v", o)
 	}
-	if n := params(o); n != 8_028_033_024 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 8_028_033_024 {
 		t.Errorf("Aya Expanse 8B: %d parameters, want 8,028,033,024", n)
 	}
 	o, err = options(t, `{"architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "hidden_size": 4096, "intermediate_size": 14336,
@@ -74,7 +63,7 @@ func TestReleases(t *testing.T) {
 	if o.Spec.SlidingWindow != 4096 || o.Spec.HeadDim != 128 || o.LogitScale != 0.25 || o.Spec.BOS != 5 || !slices.Equal(o.Spec.EOS, []int{255001}) {
 		t.Errorf("Command R7B: window %d, head_dim %d, logit scale %g, bos %d, eos %v", o.Spec.SlidingWindow, o.Spec.HeadDim, o.LogitScale, o.Spec.BOS, o.Spec.EOS)
 	}
-	if n := params(o); n != 8_028_033_024 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 8_028_033_024 {
 		t.Errorf("Command R7B: %d parameters, want 8,028,033,024", n)
 	}
 }

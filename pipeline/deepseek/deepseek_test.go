@@ -453,7 +453,7 @@ func TestConfigV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := m.(*deepseek.Model).Options()
-	if n := paramCount(m); n != 15_706_484_224 {
+	if n := lmckpt.Params(m); n != 15_706_484_224 {
 		t.Errorf("%d parameters, want 15,706,484,224", n)
 	}
 	ms := 0.1*0.707*math.Log(40) + 1
@@ -478,7 +478,7 @@ func TestConfigV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	bo := big.(*deepseek.Model).Options()
-	if n := paramCount(big); n/1e9 != 235 || bo.Groups != 8 || bo.TopKGroup != 3 || bo.RoutedScale != 16 {
+	if n := lmckpt.Params(big); n/1e9 != 235 || bo.Groups != 8 || bo.TopKGroup != 3 || bo.RoutedScale != 16 {
 		t.Errorf("DeepSeek-V2: %d parameters (want 235.7B), options %+v", n, bo)
 	}
 
@@ -510,16 +510,4 @@ func TestConfigV2(t *testing.T) {
 	if _, err := deepseek.Resolve(configOf(t, fmt.Sprintf(`{%s, "topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 8, "topk_group": 2}`, base))); err != nil {
 		t.Error(err)
 	}
-}
-
-func paramCount(m lm.Model) int64 {
-	var n int64
-	for _, w := range lm.Weights(m) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }

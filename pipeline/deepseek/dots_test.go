@@ -99,7 +99,7 @@ func TestDotsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := paramCount(m); n/1e9 != 142 {
+	if n := lmckpt.Params(m); n/1e9 != 142 {
 		t.Errorf("dots.llm1: %d parameters, want 142B", n)
 	}
 	// The release's router fields (scoring_func "noaux_tc", null groups),

@@ -8,6 +8,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func configOf(t *testing.T, js string) *config.File {
@@ -17,18 +18,6 @@ func configOf(t *testing.T, js string) *config.File {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func paramCount(m lm.Model) int64 {
-	var n int64
-	for _, w := range lm.Weights(m) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }
 
 // TestConfig reads Ernie4_5_MoeConfig's defaults (ERNIE-4.5-21B-A3B's
@@ -43,7 +32,7 @@ func TestConfig(t *testing.T) {
 	}
 	o := m.(*ernie.Model).Options()
 	s := m.Spec()
-	if n := paramCount(m); n != 21_825_437_888 || s.Heads != 20 || s.KVHeads != 4 || s.HeadDim != 128 || !s.TieEmbeddings ||
+	if n := lmckpt.Params(m); n != 21_825_437_888 || s.Heads != 20 || s.KVHeads != 4 || s.HeadDim != 128 || !s.TieEmbeddings ||
 		o.Experts != 64 || o.TopK != 6 || o.Shared != 2 || o.MoEIntermediate != 1536 || o.NormMin != 1e-12 || !o.SoftmaxScores ||
 		!o.RopePairs || o.Sparse[0] || !o.Sparse[1] || !o.Sparse[27] || s.BOS != 1 || fmt.Sprint(s.EOS) != "[2]" {
 		t.Errorf("21B-A3B defaults: %d parameters, spec %+v, options %+v", n, s, o)
@@ -63,7 +52,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := paramCount(big); n/1e9 != 299 || big.(*ernie.Model).Options().Sparse[2] || !big.(*ernie.Model).Options().Sparse[3] {
+	if n := lmckpt.Params(big); n/1e9 != 299 || big.(*ernie.Model).Options().Sparse[2] || !big.(*ernie.Model).Options().Sparse[3] {
 		t.Errorf("300B-A47B: %d parameters", n)
 	}
 	for _, c := range []struct {

@@ -8,6 +8,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 )
@@ -23,18 +24,6 @@ func options(t *testing.T, js string) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	return m.(*llama.Model).Options(), nil
-}
-
-func params(o llama.Options) int64 {
-	var n int64
-	for _, w := range lm.Weights(llama.NewModel(o)) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }
 
 // kinds is one letter a layer: s sliding (with the rotary), F full
@@ -73,7 +62,7 @@ func TestReleases(t *testing.T) {
 	if k := kinds(o); k != strings.Repeat("sssF", 16) || o.Spec.SlidingWindow != 4096 || o.Norms != llama.PostNorms || !o.QKNorm || o.QKNormAcross || o.NormF32 || o.Rope.Type != "llama3" {
 		t.Errorf("32B: kinds %s, window %d, norms %v, q/k norms %v (across %v), norm f32 %v, rope %s", k, o.Spec.SlidingWindow, o.Norms, o.QKNorm, o.QKNormAcross, o.NormF32, o.Rope.Type)
 	}
-	if n := params(o); n != 32_003_216_384 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 32_003_216_384 {
 		t.Errorf("32B: %d parameters, want 32,003,216,384", n)
 	}
 	o, err = options(t, `{"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", "hidden_size": 2048, "intermediate_size": 4096,
@@ -85,7 +74,7 @@ func TestReleases(t *testing.T) {
 	if k := kinds(o); k != strings.Repeat("f", 30) || o.Spec.SlidingWindow != 0 || !o.Spec.TieEmbeddings {
 		t.Errorf("1.2B: kinds %s, window %d, tied %v", k, o.Spec.SlidingWindow, o.Spec.TieEmbeddings)
 	}
-	if n := params(o); n != 1_279_391_488 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 1_279_391_488 {
 		t.Errorf("1.2B: %d parameters, want 1,279,391,488", n)
 	}
 }

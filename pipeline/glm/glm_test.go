@@ -8,6 +8,7 @@ import (
 	"github.com/tputool/tputool/pipeline/glm"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func options(t *testing.T, js string) llama.Options {
@@ -21,18 +22,6 @@ func options(t *testing.T, js string) llama.Options {
 		t.Fatal(err)
 	}
 	return m.(*llama.Model).Options()
-}
-
-func params(o llama.Options) int64 {
-	var n int64
-	for _, w := range lm.Weights(llama.NewModel(o)) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }
 
 // TestDefaults: the configuration classes' defaults are GLM-4-9B's shape
@@ -49,7 +38,7 @@ func TestDefaults(t *testing.T) {
 		o.Rope.RotaryDim != 64 || o.Eps != 1.5625e-07 || o.Norms != llama.LlamaNorms || !slices.Equal(s.EOS, []int{151329, 151336, 151338}) {
 		t.Errorf("options %+v", o)
 	}
-	if n := params(o); n != 9_399_951_360 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 9_399_951_360 {
 		t.Errorf("GlmForCausalLM: %d parameters, want 9,399,951,360", n)
 	}
 	o = options(t, `{"architectures": ["Glm4ForCausalLM"], "attention_bias": true, "head_dim": 128, "hidden_size": 4096,
@@ -59,7 +48,7 @@ func TestDefaults(t *testing.T) {
 	if o.Norms != glm.Glm4Norms || o.Spec.MaxPositions != 32768 {
 		t.Errorf("Glm4ForCausalLM: norms %+v, max positions %d", o.Norms, o.Spec.MaxPositions)
 	}
-	if n := params(o); n != 9_400_279_040 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 9_400_279_040 {
 		t.Errorf("Glm4ForCausalLM: %d parameters, want 9,400,279,040", n)
 	}
 	o = options(t, `{"architectures": ["Glm4ForCausalLM"], "hidden_size": 2048, "attention_bias": false, "partial_rotary_factor": 1.0, "num_key_value_heads": null, "head_dim": null, "eos_token_id": 7}`)

@@ -8,6 +8,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
 func configOf(t *testing.T, js string) *config.File {
@@ -17,18 +18,6 @@ func configOf(t *testing.T, js string) *config.File {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func paramCount(m lm.Model) int64 {
-	var n int64
-	for _, w := range lm.Weights(m) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
 }
 
 // TestConfig reads granite-3.1-3b-a800m's sizes (3.3B parameters, 40
@@ -43,7 +32,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := paramCount(moe); n < 3.25e9 || n > 3.35e9 {
+	if n := lmckpt.Params(moe); n < 3.25e9 || n > 3.35e9 {
 		t.Errorf("granite-3.1-3b-a800m: %d parameters, want 3.3B", n)
 	}
 	o := moe.(*granite.MoEModel).Options()
@@ -68,7 +57,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := paramCount(dense); n/1e8 != 81 {
+	if n := lmckpt.Params(dense); n/1e8 != 81 {
 		t.Errorf("granite-3.1-8b: %d parameters, want 8.1B", n)
 	}
 	d, _, err := granite.Resolve(configOf(t, `{"architectures": ["GraniteForCausalLM"]}`))

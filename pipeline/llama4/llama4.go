@@ -45,7 +45,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -404,10 +403,6 @@ func (m *Model) SkipWeight(name string) (string, bool) {
 	if !m.multimodal {
 		return "", false
 	}
-	for _, p := range []string{"vision_model.", "multi_modal_projector.", "model.vision_model.", "model.multi_modal_projector."} {
-		if strings.HasPrefix(name, p) {
-			return "vision tower and projector (vision_model.*, multi_modal_projector.*): tputool runs the text model only", true
-		}
-	}
-	return "", false
+	return lm.SkipPrefixed(name, "vision tower and projector (vision_model.*, multi_modal_projector.*): tputool runs the text model only",
+		"vision_model.", "multi_modal_projector.", "model.vision_model.", "model.multi_modal_projector.")
 }

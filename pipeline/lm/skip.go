@@ -1,6 +1,9 @@
 package lm
 
-import "sort"
+import (
+	"sort"
+	"strings"
+)
 
 // Skipper is implemented by models whose checkpoints hold tensors the model
 // deliberately does not read: the vision tower of a multimodal checkpoint
@@ -12,6 +15,18 @@ type Skipper interface {
 	// a short reason shared by every tensor of that group ("vision tower
 	// (model.visual.*): text-only model").
 	SkipWeight(name string) (reason string, skip bool)
+}
+
+// SkipPrefixed is a Skipper's answer for the tensors under one of
+// prefixes (a multimodal checkpoint's vision tower and projector): reason
+// and true for those, "" and false for the others.
+func SkipPrefixed(name, reason string, prefixes ...string) (string, bool) {
+	for _, p := range prefixes {
+		if strings.HasPrefix(name, p) {
+			return reason, true
+		}
+	}
+	return "", false
 }
 
 // SkippedGroup counts the checkpoint tensors skipped for one reason.

@@ -324,10 +324,6 @@ func (m *Model) SkipWeight(name string) (string, bool) {
 	if !m.multimodal {
 		return "", false
 	}
-	for _, p := range []string{"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.", "multi_modal_projector."} {
-		if strings.HasPrefix(name, p) {
-			return "vision tower and projector (model.vision_tower.*, model.multi_modal_projector.*): tputool runs the text model only", true
-		}
-	}
-	return "", false
+	return lm.SkipPrefixed(name, "vision tower and projector (model.vision_tower.*, model.multi_modal_projector.*): tputool runs the text model only",
+		"model.vision_tower.", "vision_tower.", "model.multi_modal_projector.", "multi_modal_projector.")
 }

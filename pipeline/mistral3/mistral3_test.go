@@ -32,18 +32,6 @@ func model(t *testing.T, js string) (*mistral3.Model, error) {
 	return m.(*mistral3.Model), nil
 }
 
-func params(m lm.Model) int64 {
-	var n int64
-	for _, w := range lm.Weights(m) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	return n
-}
-
 // TestDefaults: Ministral3Config's defaults are Ministral 3 8B's shape
 // (34 layers, hidden 4096, 32 heads of 128 over 8 KV heads, MLP 14336,
 // vocabulary 131072, head untied): 8,489,553,920 parameters (per layer
@@ -68,7 +56,7 @@ func TestDefaults(t *testing.T) {
 	if d := len(o.Rope.InvFreq); o.Rope.InvFreq[0] != 1 || math.Abs(o.Rope.InvFreq[d-1]*16/math.Pow(1e6, -float64(2*(d-1))/128)-1) > 1e-12 {
 		t.Errorf("inverse frequencies %g … %g", o.Rope.InvFreq[0], o.Rope.InvFreq[d-1])
 	}
-	if n := params(m); n != 8_489_553_920 {
+	if n := lmckpt.Params(m); n != 8_489_553_920 {
 		t.Errorf("%d parameters, want 8,489,553,920", n)
 	}
 }
@@ -93,7 +81,7 @@ func TestMinistral3B(t *testing.T) {
 	if s.Architecture != mistral3.Conditional || !s.TieEmbeddings || s.FP8Block != lm.FP8PerTensor || s.Layers != 26 {
 		t.Errorf("spec %+v", s)
 	}
-	if n := params(m); n != 3_429_006_336 {
+	if n := lmckpt.Params(m); n != 3_429_006_336 {
 		t.Errorf("%d parameters, want 3,429,006,336", n)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 
 	_ "github.com/tputool/tputool/pipeline/seedoss"
 )
@@ -32,15 +33,7 @@ func TestSeedOss36B(t *testing.T) {
 		"hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 524288, "mlp_bias": false,
 		"model_type": "seed_oss", "num_attention_heads": 80, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
 		"rope_theta": 10000000.0, "tie_word_embeddings": false, "vocab_size": 155136}`)
-	var n int64
-	for _, w := range lm.Weights(llama.NewModel(o)) {
-		k := int64(1)
-		for _, d := range w.Shape {
-			k *= int64(d)
-		}
-		n += k
-	}
-	if n != 36_151_104_512 {
+	if n := lmckpt.Params(llama.NewModel(o)); n != 36_151_104_512 {
 		t.Errorf("%d parameters, want 36,151,104,512", n)
 	}
 	d := options(t, `{"architectures": ["SeedOssForCausalLM"]}`)

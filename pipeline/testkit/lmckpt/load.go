@@ -38,3 +38,17 @@ func WriteLoad(t testing.TB, write func(dir string) error) (string, *lm.Loaded) 
 	t.Cleanup(func() { l.Close() })
 	return dir, l
 }
+
+// Params counts the parameters of m's weights (lm.Weights), as the model
+// cards count them: every element of every tensor.
+func Params(m lm.Model) int64 {
+	var n int64
+	for _, w := range lm.Weights(m) {
+		k := int64(1)
+		for _, d := range w.Shape {
+			k *= int64(d)
+		}
+		n += k
+	}
+	return n
+}
