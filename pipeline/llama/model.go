@@ -22,6 +22,7 @@ package llama
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -100,6 +101,11 @@ type Options struct {
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
+	// NormPlusOne scales every RMSNorm by (1 + w), in float32 before the
+	// cast back (GemmaRMSNorm: Gemma 1's, whose weights are stored minus
+	// one); EmbedSqrtHidden multiplies the input embeddings by
+	// sqrt(hidden_size) rounded to their dtype (Gemma's scaled embedding).
+	NormPlusOne, EmbedSqrtHidden bool
 	// RopeF32 turns 16-bit queries and keys in float32, by the tables as
 	// rounded to their dtype, and rounds the result once (Cohere's
 	// apply_rotary_pos_emb); without it the rotary runs in their dtype.
@@ -230,8 +236,11 @@ func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
 }
 
 // rmsNorm is an RMSNorm of x by w: Llama's, or with NormF32 scaled in
-// float32.
+// float32, or with NormPlusOne by (1 + w) in float32.
 func (m *Model) rmsNorm(x, w *Node) *Node {
+	if m.o.NormPlusOne {
+		return nn.RMSNorm(x, w, m.o.Eps, true)
+	}
 	if m.o.NormF32 {
 		return nn.RMSNormF32Scale(x, w, m.o.Eps)
 	}
@@ -333,6 +342,9 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 	x := nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
 	if s := m.o.EmbedScale; s != 0 && s != 1 {
 		x = MulScalar(x, s)
+	}
+	if m.o.EmbedSqrtHidden {
+		x = MulScalar(x, nn.RoundTo(math.Sqrt(float64(m.o.Spec.Hidden)), x.DType()))
 	}
 	return x
 }

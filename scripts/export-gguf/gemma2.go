@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/pipeline/gemma3"
+	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
@@ -104,4 +105,54 @@ func (g *ggufTensors) addPlusOne(gguf, name string) {
 		return writeFlat(w, v, ggmlF32)
 	}
 	g.ts = append(g.ts, t)
+}
+
+// runGemma1 writes a GemmaForCausalLM as llama.cpp's "gemma": attn_norm,
+// the projections as stored (its NEOX rope turns halves), ffn_norm (Gemma
+// 1's post_attention_layernorm, the MLP's input norm) and the GeGLU MLP;
+// output_norm, and output unless tied. The norms are written plus one, as
+// for Gemma 2; llama.cpp scales the embeddings by sqrt(hidden) itself.
+// llama.cpp's gemma uses the tanh GELU: another activation is refused.
+func runGemma1(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	var c struct {
+		Act string `json:"hidden_activation"`
+	}
+	if err := l.Config.Decode(&c); err != nil {
+		return err
+	}
+	switch {
+	case c.Act != "" && c.Act != "gelu_pytorch_tanh" && c.Act != "gelu_new" && c.Act != "gelu_fast":
+		return fmt.Errorf("%s: hidden_activation %q; llama.cpp's gemma uses the tanh GELU", dir, c.Act)
+	case o.QKVBias || o.Rope.Type != "default" || s.SlidingWindow > 0:
+		return fmt.Errorf("%s: export-gguf writes Gemma without biases, rope scaling or a window (llama.cpp's gemma)", dir)
+	}
+	const a = "gemma."
+	meta, err := header(l, dir, "gemma")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPlusOne(b+"attn_norm.weight", p+"input_layernorm.weight")
+		g.pairs(b, []ggufPair{
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		})
+		g.addPlusOne(b+"ffn_norm.weight", p+"post_attention_layernorm.weight")
+		g.pairs(b, denseMLP(p))
+	}
+	g.addPlusOne("output_norm.weight", "model.norm.weight")
+	if !s.TieEmbeddings {
+		g.add("output.weight", false, "lm_head.weight")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
 }

@@ -12,7 +12,8 @@
 // AFMoE (AfmoeForCausalLM, Arcee's Trinity: llama.cpp's afmoe, runAfmoe),
 // SmolLM3 (SmolLM3ForCausalLM: llama.cpp's smollm3, runSmolLM3), OLMo 2
 // and 3 (Olmo2ForCausalLM, Olmo3ForCausalLM: llama.cpp's olmo2, runOlmo2),
-// Gemma 2 (Gemma2ForCausalLM: llama.cpp's gemma2, runGemma2), EXAONE 4.0
+// Gemma 1 and 2 (GemmaForCausalLM, Gemma2ForCausalLM: llama.cpp's gemma
+// and gemma2, runGemma1, runGemma2), EXAONE 4.0
 // (Exaone4ForCausalLM: llama.cpp's exaone4, runExaone4), GLM-4-0414
 // (Glm4ForCausalLM: llama.cpp's glm4, runGlm4), Cohere and Cohere 2
 // (CohereForCausalLM, Cohere2ForCausalLM: llama.cpp's command-r and
@@ -195,6 +196,8 @@ func run(dir, out string) error {
 			return runSeedOss(l, dir, out, g)
 		case "ArceeForCausalLM":
 			return runArcee(l, dir, out, g)
+		case gemma3.Gemma1:
+			return runGemma1(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -208,7 +211,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

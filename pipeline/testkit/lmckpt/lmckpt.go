@@ -36,6 +36,10 @@ type Config struct {
 	RopeTheta []float64
 	// Window is each layer's sliding window (0: full causal attention).
 	Window []int
+	// Gemma1 (with Gemma) selects Gemma 1 (GemmaForCausalLM): Llama's
+	// two norms a layer (input_layernorm, post_attention_layernorm before
+	// the MLP) with Gemma's (1+w) scale, no q/k norms, no soft-capping.
+	Gemma1 bool
 	// Gemma2 (with Gemma) selects Gemma 2: Gemma 3's layer without the
 	// q/k norms, one rope_theta for every layer (the RopeTheta entries
 	// must be equal: config.json holds one).
@@ -217,7 +221,7 @@ func (t Tiny) Tensors() []Tensor {
 		case c.Olmo2 && !c.QKNorm:
 			add("self_attn.q_norm.weight", "norm", q)
 			add("self_attn.k_norm.weight", "norm", kv)
-		case (c.QKNorm || c.Gemma) && !c.Gemma2:
+		case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
 		}
@@ -228,10 +232,10 @@ func (t Tiny) Tensors() []Tensor {
 			add("post_self_attn_layernorm.weight", "norm", H)
 			add("post_mlp_layernorm.weight", "norm", H)
 		}
-		if c.Gemma {
+		if c.Gemma && !c.Gemma1 {
 			add("pre_feedforward_layernorm.weight", "norm", H)
 		}
-		if c.Gemma || c.Olmo2 {
+		if c.Gemma && !c.Gemma1 || c.Olmo2 {
 			add("post_feedforward_layernorm.weight", "norm", H)
 		}
 		if c.Experts > 0 {
@@ -422,6 +426,8 @@ func (t Tiny) ConfigJSON() map[string]any {
 			}
 		}
 		j["no_rope_layers"], j["layer_types"] = rope, types
+	case "GemmaForCausalLM":
+		j["model_type"], j["hidden_act"], j["hidden_activation"] = "gemma", "gelu", "gelu_pytorch_tanh"
 	case "Gemma3ForCausalLM", "Gemma2ForCausalLM":
 		j["model_type"], j["hidden_activation"] = "gemma3_text", "gelu_pytorch_tanh"
 		if c.Gemma2 {

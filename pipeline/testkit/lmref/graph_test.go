@@ -87,6 +87,9 @@ func tinyCases() []lmckpt.Tiny {
 	gemma.RopeTheta = []float64{10000, 10000, 1e6, 10000}
 	gemma.QueryScale = 1 / math.Sqrt(24) // query_pre_attn_scalar 24 != head_dim
 	gemma.AttnSoftcap, gemma.FinalSoftcap = 20, 10
+	gemma1 := base
+	gemma1.Gemma, gemma1.Gemma1, gemma1.Tied, gemma1.HeadDim, gemma1.KVHeads = true, true, true, 16, 1 // Llama's norms with (1+w), head_dim != hidden/heads, MQA
+	gemma1.RopeTheta, gemma1.Window = repeat(10000.0, 3), repeat(0, 3)
 	gemma2 := gemma
 	gemma2.Gemma2, gemma2.QueryScale = true, 0                              // no q/k norms, query_pre_attn_scalar head_dim
 	gemma2.Window, gemma2.RopeTheta = []int{4, 0, 4, 0}, repeat(50000.0, 4) // every second layer global, one rope_theta for both kinds
@@ -105,6 +108,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Glm4ForCausalLM", Config: glm4, Seed: 13},
 		{Arch: "Gemma3ForCausalLM", Config: gemma, Seed: 5},
 		{Arch: "Gemma2ForCausalLM", Config: gemma2, Seed: 9},
+		{Arch: "GemmaForCausalLM", Config: gemma1, Seed: 18},
 		{Arch: "SmolLM3ForCausalLM", Config: smol, Seed: 6},
 		{Arch: "Olmo2ForCausalLM", Config: olmo, Seed: 7},
 		{Arch: "Olmo3ForCausalLM", Config: olmo3, Seed: 8},
@@ -200,7 +204,7 @@ func TestBFloat16Compute(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
 		switch tc.Arch {
-		case "LlamaForCausalLM", "Gemma3ForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM":
+		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM":
 		default:
 			continue
 		}

@@ -315,7 +315,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.Heads; hd++ {
 				head := q[t][hd*D : (hd+1)*D]
-				if (c.QKNorm || c.Gemma) && !c.Gemma2 {
+				if (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
@@ -330,7 +330,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
 				head := k[t][hd*D : (hd+1)*D]
-				if (c.QKNorm || c.Gemma) && !c.Gemma2 {
+				if (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 {
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
@@ -373,7 +373,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), oBias)
 			switch {
-			case c.Gemma || c.Olmo2:
+			case c.Gemma && !c.Gemma1 || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
 			case c.Glm4:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_self_attn_layernorm.weight"), c.Eps, false)
@@ -391,10 +391,10 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				copy(h, normed[t]) // the attention's input, not the sum
 			case c.Olmo2:
 				copy(h, x[t]) // no norm before the MLP
-			case c.Gemma:
+			case c.Gemma && !c.Gemma1:
 				rmsnorm(h, x[t], m.w(p+"pre_feedforward_layernorm.weight"), c.Eps, true)
 			default:
-				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, false)
+				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
 			}
 			if c.Experts > 0 {
 				m.sparseBlock(o, h, p+"block_sparse_moe.")
@@ -432,7 +432,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
 			switch {
-			case c.Gemma || c.Olmo2:
+			case c.Gemma && !c.Gemma1 || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, c.Gemma)
 			case c.Glm4:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_mlp_layernorm.weight"), c.Eps, false)
