@@ -104,7 +104,8 @@ type Yarn struct {
 // Tiny describes a generated checkpoint.
 type Tiny struct {
 	// Arch is the transformers class: LlamaForCausalLM, Qwen2ForCausalLM,
-	// Qwen3ForCausalLM, MistralForCausalLM, Ministral3ForCausalLM,
+	// Qwen3ForCausalLM, MistralForCausalLM, MinistralForCausalLM (the
+	// layers with a window slide), Ministral3ForCausalLM,
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
 	// set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
@@ -388,6 +389,17 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.Glm4 {
 			j["model_type"] = "glm4"
 		}
+	case "MinistralForCausalLM":
+		j["model_type"], j["hidden_act"], j["sliding_window"] = "ministral", "silu", nil
+		types := make([]string, c.Layers)
+		for l := range types {
+			types[l] = "full_attention"
+			if c.Window[l] > 0 {
+				types[l] = "sliding_attention"
+				j["sliding_window"] = c.Window[l]
+			}
+		}
+		j["layer_types"] = types
 	case "Exaone4ForCausalLM":
 		j["model_type"], j["hidden_act"], j["sliding_window"] = "exaone4", "silu", nil
 		types := make([]string, c.Layers)

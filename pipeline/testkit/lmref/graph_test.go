@@ -75,6 +75,9 @@ func tinyCases() []lmckpt.Tiny {
 	seed.QKVBias, seed.OBias, seed.HeadDim = true, true, 16 // attention_bias and attention_out_bias; head_dim != hidden/heads
 	arcee := llama
 	arcee.Ungated, arcee.KVHeads = true, 1 // relu² without a gate
+	ministral8b := llama
+	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
+	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
 	ministral := llama
 	ministral.HeadDim, ministral.Tied = 16, true // head_dim != hidden/heads, as Ministral 3's 3B ties its head
 	ministral.RopeTheta = repeat(1e6, 3)
@@ -99,6 +102,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Qwen3ForCausalLM", Config: qwen3, Seed: 3},
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
+		{Arch: "MinistralForCausalLM", Config: ministral8b, Seed: 19},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
