@@ -23,8 +23,8 @@
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
-#      tiny Ministral 3, a tiny EXAONE 4.0, a tiny GLM-4-0414 and a tiny
-#      Cohere 2),
+#      tiny Ministral 3, a tiny EXAONE 4.0, a tiny GLM-4-0414, a tiny
+#      Cohere 2 and a tiny Apertus),
 #      the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
@@ -412,6 +412,14 @@ cat >"$work/cohere2.json" <<'EOF'
  "sliding_window": 8, "sliding_window_pattern": 4, "layer_norm_eps": 1e-05, "logit_scale": 0.25, "rope_theta": 50000.0,
  "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Apertus (dense): q/k norms per head, an ungated MLP whose xIELU
+# reads four scalar weights a layer (two of them 0-dimensional).
+cat >"$work/apertus.json" <<'EOF'
+{"architectures": ["ApertusForCausalLM"], "model_type": "apertus", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "xielu",
+ "rms_norm_eps": 1e-05, "rope_theta": 12000000.0, "max_position_embeddings": 512, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny GLM-4.5: grouped-query attention with q/k/v biases, q/k norms and
 # half of each head rotated; 8 experts with the correction bias, a shared
 # expert, a dense first layer.
@@ -441,7 +449,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4 glm4 cohere2; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4 glm4 cohere2 apertus; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

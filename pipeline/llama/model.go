@@ -111,8 +111,10 @@ type Options struct {
 	// apply_rotary_pos_emb); without it the rotary runs in their dtype.
 	RopeF32 bool
 	// UngatedMLP makes the MLP down_proj(act(up_proj(x))), without a gate
-	// (NemotronMLP: Arcee's AFM, with relu2).
-	UngatedMLP bool
+	// (NemotronMLP: Arcee's AFM, with relu2); with XIELU the activation is
+	// nn.XIELU of the layer's learned scalars mlp.act_fn.alpha_p [1],
+	// alpha_n [1], beta [] and eps [] (Apertus).
+	UngatedMLP, XIELU bool
 	// HeadBias adds lm_head.bias [vocab] to the logits (lm_head_bias).
 	HeadBias bool
 	// AttnGate multiplies the attention's output, before o_proj, by
@@ -262,6 +264,12 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	if !m.o.UngatedMLP {
 		add("mlp.gate_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
+	}
+	if m.o.UngatedMLP && m.o.XIELU {
+		add("mlp.act_fn.alpha_p", false, lm.Replicated, 1)
+		add("mlp.act_fn.alpha_n", false, lm.Replicated, 1)
+		add("mlp.act_fn.beta", false, lm.Replicated)
+		add("mlp.act_fn.eps", false, lm.Replicated)
 	}
 	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
@@ -503,7 +511,12 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 	}
 	b := m.o.MLPBias
 	if m.o.UngatedMLP {
-		h := m.o.Act(nn.Linear(x, p.Get("up_proj.weight"), optional(p, b, "up_proj.bias")))
+		h := nn.Linear(x, p.Get("up_proj.weight"), optional(p, b, "up_proj.bias"))
+		if m.o.XIELU {
+			h = nn.XIELU(h, p.Get("act_fn.alpha_p"), p.Get("act_fn.alpha_n"), p.Get("act_fn.beta"), p.Get("act_fn.eps"))
+		} else {
+			h = m.o.Act(h)
+		}
 		return nn.Linear(h, p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"))
 	}
 	return nn.GatedMLP(x,

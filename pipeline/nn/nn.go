@@ -307,6 +307,21 @@ func GELUTanh(x *Node) *Node {
 	return Mul(MulScalar(x, 0.5), OnePlus(Tanh(inner)))
 }
 
+// XIELU is the xIELU activation (Huang et al., 2024, arXiv:2411.13010;
+// transformers' XIELUActivation) with its learned scalars, each [1] or []
+// in any float dtype: alpha_p a = softplus(alphaP), alpha_n
+// b = beta + softplus(alphaN); a·x² + beta·x where x > 0, else
+// (expm1(min(x, eps)) − x)·b + beta·x. Computed in x's dtype.
+func XIELU(x, alphaP, alphaN, beta, eps *Node) *Node {
+	scalar := func(n *Node) *Node { return Reshape(ConvertDType(n, x.DType())) }
+	bt, ep := scalar(beta), scalar(eps)
+	a, b := SoftplusTorch(scalar(alphaP)), Add(bt, SoftplusTorch(scalar(alphaN)))
+	bx := Mul(x, bt)
+	pos := Add(Mul(Mul(x, x), a), bx)
+	neg := Add(Mul(Sub(Expm1(Min(x, BroadcastToShape(ep, x.Shape()))), x), b), bx)
+	return Where(GreaterThan(x, ZerosLike(x)), pos, neg)
+}
+
 // QuickGELU is CLIP's x * sigmoid(1.702 x).
 func QuickGELU(x *Node) *Node { return Mul(x, Sigmoid(MulScalar(x, 1.702))) }
 

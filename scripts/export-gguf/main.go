@@ -19,7 +19,8 @@
 // (CohereForCausalLM, Cohere2ForCausalLM: llama.cpp's command-r and
 // cohere2, runCohere), Seed-OSS (SeedOssForCausalLM: llama.cpp's
 // seed_oss, runSeedOss), AFM (ArceeForCausalLM: llama.cpp's arcee,
-// runArcee), Ministral 3
+// runArcee), Apertus (ApertusForCausalLM: llama.cpp's apertus,
+// runApertus), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -71,7 +72,8 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/afmoe"
-	_ "github.com/tputool/tputool/pipeline/arcee" // ArceeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/apertus" // ApertusForCausalLM
+	_ "github.com/tputool/tputool/pipeline/arcee"   // ArceeForCausalLM
 	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
@@ -198,6 +200,8 @@ func run(dir, out string) error {
 			return runArcee(l, dir, out, g)
 		case gemma3.Gemma1:
 			return runGemma1(l, dir, out, g)
+		case "ApertusForCausalLM":
+			return runApertus(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -211,7 +215,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
@@ -839,6 +843,11 @@ func write(path string, meta []kv, ts []tensor) (err error) {
 		case []int32:
 			put(uint32(tArray))
 			put(uint32(tInt32))
+			put(uint64(len(v)))
+			put(v)
+		case []float32:
+			put(uint32(tArray))
+			put(uint32(tFloat32))
 			put(uint64(len(v)))
 			put(v)
 		default:

@@ -92,7 +92,11 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 		for _, x := range w.shape {
 			n *= int64(x)
 		}
-		header[w.name] = map[string]any{"dtype": w.dtype, "shape": w.shape, "data_offsets": []int64{offset, offset + n}}
+		shape := w.shape
+		if shape == nil { // a scalar: [], not null
+			shape = []int{}
+		}
+		header[w.name] = map[string]any{"dtype": w.dtype, "shape": shape, "data_offsets": []int64{offset, offset + n}}
 		offset += n
 	}
 	hjson, err := json.Marshal(header)

@@ -76,6 +76,11 @@ type Config struct {
 	// Ungated makes the MLP down_proj(relu(up_proj(x))²), with no
 	// gate_proj (ArceeForCausalLM).
 	Ungated bool
+	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
+	// attention_layernorm and feedforward_layernorm, and an ungated MLP
+	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
+	// beta and eps [].
+	Apertus bool
 	// Yarn, when not nil, scales every layer's rotary by YaRN (written as
 	// rope_parameters rope_type yarn, with mscale and mscale_all_dim 1).
 	Yarn *Yarn
@@ -107,7 +112,7 @@ type Tiny struct {
 	// Qwen3ForCausalLM, MistralForCausalLM, MinistralForCausalLM (the
 	// layers with a window slide), Ministral3ForCausalLM,
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
-	// set), CohereForCausalLM and Cohere2ForCausalLM
+	// set), ApertusForCausalLM (Apertus and QKNorm set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -203,7 +208,10 @@ func (t Tiny) Tensors() []Tensor {
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		add := func(name, kind string, shape ...int) { out = append(out, Tensor{p + name, shape, kind}) }
-		if !c.Olmo2 {
+		switch {
+		case c.Apertus:
+			add("attention_layernorm.weight", "norm", H)
+		case !c.Olmo2:
 			add("input_layernorm.weight", "norm", H)
 		}
 		add("self_attn.q_proj.weight", "linear", q, H)
@@ -226,7 +234,10 @@ func (t Tiny) Tensors() []Tensor {
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
 		}
-		if !c.Cohere {
+		switch {
+		case c.Apertus:
+			add("feedforward_layernorm.weight", "norm", H)
+		case !c.Cohere:
 			add("post_attention_layernorm.weight", "norm", H)
 		}
 		if c.Glm4 {
@@ -250,6 +261,12 @@ func (t Tiny) Tensors() []Tensor {
 			continue
 		}
 		switch {
+		case c.Apertus:
+			add("mlp.act_fn.alpha_p", "xielu-alpha", 1)
+			add("mlp.act_fn.alpha_n", "xielu-alpha", 1)
+			add("mlp.act_fn.beta", "xielu-beta")
+			add("mlp.act_fn.eps", "xielu-eps")
+			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
 		case c.Ungated:
 			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
 		case c.Glm:
@@ -292,6 +309,12 @@ func (t Tiny) values(r *Rand, w Tensor) []float32 {
 			v[i] = float32(0.1 * u)
 		case "embed":
 			v[i] = float32(u)
+		case "xielu-alpha": // softplus⁻¹ of values about 0.8, as XIELUActivation starts them
+			v[i] = float32(math.Log(math.Expm1(0.8 + 0.3*u)))
+		case "xielu-beta":
+			v[i] = 0.5
+		case "xielu-eps":
+			v[i] = -1e-6
 		}
 	}
 	return v
@@ -363,6 +386,8 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "ApertusForCausalLM":
+		j["model_type"], j["hidden_act"] = "apertus", "xielu"
 	case "ArceeForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
 	case "SeedOssForCausalLM":

@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
+	_ "github.com/tputool/tputool/pipeline/apertus"
 	_ "github.com/tputool/tputool/pipeline/arcee"
 	_ "github.com/tputool/tputool/pipeline/cohere"
 	_ "github.com/tputool/tputool/pipeline/exaone4"
@@ -75,6 +76,8 @@ func tinyCases() []lmckpt.Tiny {
 	seed.QKVBias, seed.OBias, seed.HeadDim = true, true, 16 // attention_bias and attention_out_bias; head_dim != hidden/heads
 	arcee := llama
 	arcee.Ungated, arcee.KVHeads = true, 1 // relu² without a gate
+	apertus := llama
+	apertus.Apertus, apertus.QKNorm, apertus.HeadDim = true, true, 16 // xIELU without a gate, renamed norms, q/k norms per head
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -103,6 +106,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "MistralForCausalLM", Config: mistral, Seed: 4},
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
 		{Arch: "MinistralForCausalLM", Config: ministral8b, Seed: 19},
+		{Arch: "ApertusForCausalLM", Config: apertus, Seed: 20},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
@@ -208,7 +212,7 @@ func TestBFloat16Compute(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
 		switch tc.Arch {
-		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM":
+		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM", "ApertusForCausalLM":
 		default:
 			continue
 		}

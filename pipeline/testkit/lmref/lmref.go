@@ -293,9 +293,12 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 		k := make([][]float64, T)
 		v := make([][]float64, T)
 		for t := 0; t < T; t++ {
-			if c.Olmo2 {
+			switch {
+			case c.Olmo2:
 				copy(h, x[t]) // no norm before the attention
-			} else {
+			case c.Apertus:
+				norm(c, h, x[t], m.w(p+"attention_layernorm.weight"))
+			default:
 				norm(c, h, x[t], m.w(p+"input_layernorm.weight"))
 			}
 			if c.Cohere { // the MLP's input too
@@ -393,11 +396,31 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				copy(h, x[t]) // no norm before the MLP
 			case c.Gemma && !c.Gemma1:
 				rmsnorm(h, x[t], m.w(p+"pre_feedforward_layernorm.weight"), c.Eps, true)
+			case c.Apertus:
+				rmsnorm(h, x[t], m.w(p+"feedforward_layernorm.weight"), c.Eps, false)
 			default:
 				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
 			}
 			if c.Experts > 0 {
 				m.sparseBlock(o, h, p+"block_sparse_moe.")
+				for i := range o {
+					x[t][i] += o[i]
+				}
+				continue
+			}
+			if c.Apertus { // NemotronMLP with xIELU: down(xielu(up(h)))
+				matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+				softplus := func(v float64) float64 { return math.Log1p(math.Exp(v)) }
+				beta, eps := m.w(p + "mlp.act_fn.beta")[0], m.w(p + "mlp.act_fn.eps")[0]
+				ap, an := softplus(m.w(p + "mlp.act_fn.alpha_p")[0]), beta+softplus(m.w(p + "mlp.act_fn.alpha_n")[0])
+				for i, v := range up {
+					if v > 0 {
+						gate[i] = ap*v*v + beta*v
+					} else {
+						gate[i] = (math.Expm1(math.Min(v, eps))-v)*an + beta*v
+					}
+				}
+				matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
 				for i := range o {
 					x[t][i] += o[i]
 				}
