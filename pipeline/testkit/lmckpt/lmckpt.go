@@ -76,6 +76,13 @@ type Config struct {
 	// Ungated makes the MLP down_proj(relu(up_proj(x))²), with no
 	// gate_proj (ArceeForCausalLM).
 	Ungated bool
+	// Phi selects Phi's layer (PhiForCausalLM): one input_layernorm, a
+	// LayerNorm with a bias, feeding the attention and the MLP side by
+	// side; biases on every projection and the head; self_attn.dense, an
+	// ungated mlp.fc1/fc2 with gelu_new, model.final_layernorm; the rotary
+	// over the first PartialRotary of each head (halves).
+	Phi           bool
+	PartialRotary float64
 	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
 	// attention_layernorm and feedforward_layernorm, and an ungated MLP
 	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
@@ -112,7 +119,8 @@ type Tiny struct {
 	// Qwen3ForCausalLM, MistralForCausalLM, MinistralForCausalLM (the
 	// layers with a window slide), Ministral3ForCausalLM,
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
-	// set), ApertusForCausalLM (Apertus and QKNorm set), CohereForCausalLM and Cohere2ForCausalLM
+	// set), ApertusForCausalLM (Apertus and QKNorm set), PhiForCausalLM
+	// (Phi set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -202,6 +210,9 @@ type Tensor struct {
 // names.
 func (t Tiny) Tensors() []Tensor {
 	c := t.Config
+	if c.Phi {
+		return t.phiTensors()
+	}
 	H, D := c.Hidden, c.HeadDim
 	q, kv := c.Heads*D, c.KVHeads*D
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
@@ -285,6 +296,29 @@ func (t Tiny) Tensors() []Tensor {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
 	}
 	return out
+}
+
+// phiTensors are a Phi checkpoint's tensors (PhiForCausalLM's names).
+func (t Tiny) phiTensors() []Tensor {
+	c := t.Config
+	H, D := c.Hidden, c.HeadDim
+	q, kv := c.Heads*D, c.KVHeads*D
+	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		add := func(name, kind string, shape ...int) { out = append(out, Tensor{p + name, shape, kind}) }
+		add("input_layernorm.weight", "norm", H)
+		add("input_layernorm.bias", "bias", H)
+		for _, pr := range []struct {
+			name    string
+			out, in int
+		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {"self_attn.dense", H, q}, {"mlp.fc1", c.Intermediate, H}, {"mlp.fc2", H, c.Intermediate}} {
+			add(pr.name+".weight", "linear", pr.out, pr.in)
+			add(pr.name+".bias", "bias", pr.out)
+		}
+	}
+	return append(out, Tensor{"model.final_layernorm.weight", []int{H}, "norm"}, Tensor{"model.final_layernorm.bias", []int{H}, "bias"},
+		Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"}, Tensor{"lm_head.bias", []int{c.Vocab}, "bias"})
 }
 
 // values fills a tensor deterministically.
@@ -386,6 +420,10 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "PhiForCausalLM":
+		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "phi", "gelu_new", c.Eps, c.PartialRotary
+		j["qk_layernorm"] = false
+		delete(j, "rms_norm_eps")
 	case "ApertusForCausalLM":
 		j["model_type"], j["hidden_act"] = "apertus", "xielu"
 	case "ArceeForCausalLM":

@@ -24,6 +24,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
 	_ "github.com/tputool/tputool/pipeline/olmo2"
+	_ "github.com/tputool/tputool/pipeline/phi"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/seedoss"
@@ -78,6 +79,8 @@ func tinyCases() []lmckpt.Tiny {
 	arcee.Ungated, arcee.KVHeads = true, 1 // relu² without a gate
 	apertus := llama
 	apertus.Apertus, apertus.QKNorm, apertus.HeadDim = true, true, 16 // xIELU without a gate, renamed norms, q/k norms per head
+	phi := llama
+	phi.Phi, phi.PartialRotary, phi.HeadDim, phi.KVHeads = true, 0.5, 8, 4 // parallel, biased LayerNorm, the rotary over 4 of 8 dims, biases everywhere
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -107,6 +110,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Ministral3ForCausalLM", Config: ministral, Seed: 10, MaxPositions: 64},
 		{Arch: "MinistralForCausalLM", Config: ministral8b, Seed: 19},
 		{Arch: "ApertusForCausalLM", Config: apertus, Seed: 20},
+		{Arch: "PhiForCausalLM", Config: phi, Seed: 21},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},

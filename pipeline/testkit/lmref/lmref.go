@@ -230,7 +230,11 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	out := make([][]float64, len(hidden))
 	for t, h := range hidden {
 		out[t] = make([]float64, c.Vocab)
-		matmul(out[t], h, m.w(head), nil)
+		var hb []float64
+		if c.Phi {
+			hb = m.w("lm_head.bias")
+		}
+		matmul(out[t], h, m.w(head), hb)
 		for i := range out[t] {
 			out[t][i] = softcap(out[t][i], c.FinalSoftcap)
 			if c.LogitScale != 0 {
@@ -258,6 +262,9 @@ func (m *Model) Score(tokens []int) []float64 {
 // states of every token ([len(tokens)][Hidden]): what the head projects.
 func (m *Model) Hidden(tokens []int) [][]float64 {
 	c := m.C
+	if c.Phi {
+		return m.phiHidden(tokens)
+	}
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
 	qDim, kvDim := c.Heads*D, c.KVHeads*D
 	group := c.Heads / c.KVHeads
@@ -515,4 +522,87 @@ func (m *Model) sparseBlock(out, h []float64, p string) {
 			out[i] += ws[j] / sum * y[i]
 		}
 	}
+}
+
+// layernormBias is nn.LayerNorm: x minus its mean over its standard
+// deviation, times w, plus b.
+func layernormBias(out, x, w, b []float64, eps float64) {
+	layernorm(out, x, w, eps)
+	for i := range out {
+		out[i] += b[i]
+	}
+}
+
+// phiHidden is Hidden for Phi (PhiDecoderLayer): x + attn(ln(x)) +
+// mlp(ln(x)) with one biased LayerNorm, every projection biased, the
+// rotary over the first PartialRotary of each head (halves), fc2(gelu_new(
+// fc1(h))), then model.final_layernorm.
+func (m *Model) phiHidden(tokens []int) [][]float64 {
+	c := m.C
+	T, H, D := len(tokens), c.Hidden, c.HeadDim
+	rot := int(float64(D) * c.PartialRotary)
+	group := c.Heads / c.KVHeads
+	scale := 1 / math.Sqrt(float64(D))
+	x := make([][]float64, T)
+	emb := m.w("model.embed_tokens.weight")
+	for t, id := range tokens {
+		x[t] = append([]float64(nil), emb[id*H:(id+1)*H]...)
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		lin := func(out, in []float64, name string) { matmul(out, in, m.w(p+name+".weight"), m.w(p+name+".bias")) }
+		hs := make([][]float64, T)
+		q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
+		for t := 0; t < T; t++ {
+			hs[t] = make([]float64, H)
+			layernormBias(hs[t], x[t], m.w(p+"input_layernorm.weight"), m.w(p+"input_layernorm.bias"), c.Eps)
+			q[t], k[t], v[t] = make([]float64, c.Heads*D), make([]float64, c.KVHeads*D), make([]float64, c.KVHeads*D)
+			lin(q[t], hs[t], "self_attn.q_proj")
+			lin(k[t], hs[t], "self_attn.k_proj")
+			lin(v[t], hs[t], "self_attn.v_proj")
+			for hd := 0; hd < c.Heads; hd++ {
+				rope(q[t][hd*D:hd*D+rot], float64(t), c.RopeTheta[l])
+			}
+			for hd := 0; hd < c.KVHeads; hd++ {
+				rope(k[t][hd*D:hd*D+rot], float64(t), c.RopeTheta[l])
+			}
+		}
+		for t := 0; t < T; t++ {
+			att := make([]float64, c.Heads*D)
+			for hd := 0; hd < c.Heads; hd++ {
+				kvh := hd / group
+				scores := make([]float64, t+1)
+				for s := 0; s <= t; s++ {
+					for i := 0; i < D; i++ {
+						scores[s] += q[t][hd*D+i] * k[s][kvh*D+i]
+					}
+					scores[s] *= scale
+				}
+				softmax(scores)
+				for s := 0; s <= t; s++ {
+					for i := 0; i < D; i++ {
+						att[hd*D+i] += scores[s] * v[s][kvh*D+i]
+					}
+				}
+			}
+			o := make([]float64, H)
+			lin(o, att, "self_attn.dense")
+			f := make([]float64, c.Intermediate)
+			lin(f, hs[t], "mlp.fc1")
+			for i := range f {
+				f[i] = geluTanh(f[i])
+			}
+			y := make([]float64, H)
+			lin(y, f, "mlp.fc2")
+			for i := range x[t] {
+				x[t][i] += o[i] + y[i]
+			}
+		}
+	}
+	out := make([][]float64, T)
+	for t := range x {
+		out[t] = make([]float64, H)
+		layernormBias(out[t], x[t], m.w("model.final_layernorm.weight"), m.w("model.final_layernorm.bias"), c.Eps)
+	}
+	return out
 }
