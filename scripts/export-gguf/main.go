@@ -21,7 +21,8 @@
 // seed_oss, runSeedOss), AFM (ArceeForCausalLM: llama.cpp's arcee,
 // runArcee), Apertus (ApertusForCausalLM: llama.cpp's apertus,
 // runApertus), Phi-1, 1.5 and 2 (PhiForCausalLM: llama.cpp's phi2,
-// runPhi), Ministral 3
+// runPhi), StarCoder2 (Starcoder2ForCausalLM: llama.cpp's starcoder2,
+// runStarcoder2), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -97,6 +98,7 @@ import (
 	"github.com/tputool/tputool/pipeline/qwen3moe"
 	_ "github.com/tputool/tputool/pipeline/seedoss" // SeedOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/smollm3" // SmolLM3ForCausalLM
+	"github.com/tputool/tputool/pipeline/starcoder2"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -176,6 +178,8 @@ func run(dir, out string) error {
 		return runAfmoe(l, dir, out, g)
 	case *phi.Model:
 		return runPhi(l, dir, out, g)
+	case *starcoder2.Model:
+		return runStarcoder2(l, dir, out, g)
 	case *mistral3.Model:
 		return runMistral3(l, dir, out, g)
 	case *gemma3.Model:
@@ -219,7 +223,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

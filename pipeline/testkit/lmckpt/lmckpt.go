@@ -83,6 +83,11 @@ type Config struct {
 	// over the first PartialRotary of each head (halves).
 	Phi           bool
 	PartialRotary float64
+	// Starcoder2 selects StarCoder2's layer (Starcoder2ForCausalLM):
+	// Llama's with LayerNorms that have a bias, biases on every projection,
+	// an ungated mlp.c_fc/c_proj with the tanh GELU, Window[0] on every
+	// layer.
+	Starcoder2 bool
 	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
 	// attention_layernorm and feedforward_layernorm, and an ungated MLP
 	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
@@ -120,7 +125,7 @@ type Tiny struct {
 	// layers with a window slide), Ministral3ForCausalLM,
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
 	// set), ApertusForCausalLM (Apertus and QKNorm set), PhiForCausalLM
-	// (Phi set), CohereForCausalLM and Cohere2ForCausalLM
+	// (Phi set), Starcoder2ForCausalLM (Starcoder2 set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -210,7 +215,7 @@ type Tensor struct {
 // names.
 func (t Tiny) Tensors() []Tensor {
 	c := t.Config
-	if c.Phi {
+	if c.Phi || c.Starcoder2 {
 		return t.phiTensors()
 	}
 	H, D := c.Hidden, c.HeadDim
@@ -298,27 +303,42 @@ func (t Tiny) Tensors() []Tensor {
 	return out
 }
 
-// phiTensors are a Phi checkpoint's tensors (PhiForCausalLM's names).
+// phiTensors are a Phi or StarCoder2 checkpoint's tensors, in their
+// classes' names: biased LayerNorms and projections.
 func (t Tiny) phiTensors() []Tensor {
 	c := t.Config
 	H, D := c.Hidden, c.HeadDim
 	q, kv := c.Heads*D, c.KVHeads*D
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	o, up, down, final := "self_attn.dense", "mlp.fc1", "mlp.fc2", "model.final_layernorm"
+	norms := []string{"input_layernorm"}
+	if c.Starcoder2 {
+		o, up, down, final = "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
+		norms = append(norms, "post_attention_layernorm")
+	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		add := func(name, kind string, shape ...int) { out = append(out, Tensor{p + name, shape, kind}) }
-		add("input_layernorm.weight", "norm", H)
-		add("input_layernorm.bias", "bias", H)
+		for _, n := range norms {
+			add(n+".weight", "norm", H)
+			add(n+".bias", "bias", H)
+		}
 		for _, pr := range []struct {
 			name    string
 			out, in int
-		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {"self_attn.dense", H, q}, {"mlp.fc1", c.Intermediate, H}, {"mlp.fc2", H, c.Intermediate}} {
+		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {o, H, q}, {up, c.Intermediate, H}, {down, H, c.Intermediate}} {
 			add(pr.name+".weight", "linear", pr.out, pr.in)
 			add(pr.name+".bias", "bias", pr.out)
 		}
 	}
-	return append(out, Tensor{"model.final_layernorm.weight", []int{H}, "norm"}, Tensor{"model.final_layernorm.bias", []int{H}, "bias"},
-		Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"}, Tensor{"lm_head.bias", []int{c.Vocab}, "bias"})
+	out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
+	switch {
+	case c.Phi:
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"}, Tensor{"lm_head.bias", []int{c.Vocab}, "bias"})
+	case !c.Tied:
+		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	return out
 }
 
 // values fills a tensor deterministically.
@@ -420,6 +440,12 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.RopeLinear > 0 {
 			j["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeLinear}
 		}
+	case "Starcoder2ForCausalLM":
+		j["model_type"], j["hidden_act"], j["norm_epsilon"], j["use_bias"], j["sliding_window"] = "starcoder2", "gelu_pytorch_tanh", c.Eps, true, nil
+		if c.Window[0] > 0 {
+			j["sliding_window"] = c.Window[0]
+		}
+		delete(j, "rms_norm_eps")
 	case "PhiForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "phi", "gelu_new", c.Eps, c.PartialRotary
 		j["qk_layernorm"] = false

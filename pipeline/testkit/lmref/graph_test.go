@@ -29,6 +29,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/seedoss"
 	_ "github.com/tputool/tputool/pipeline/smollm3"
+	_ "github.com/tputool/tputool/pipeline/starcoder2"
 )
 
 func repeat[T any](v T, n int) []T {
@@ -81,6 +82,8 @@ func tinyCases() []lmckpt.Tiny {
 	apertus.Apertus, apertus.QKNorm, apertus.HeadDim = true, true, 16 // xIELU without a gate, renamed norms, q/k norms per head
 	phi := llama
 	phi.Phi, phi.PartialRotary, phi.HeadDim, phi.KVHeads = true, 0.5, 8, 4 // parallel, biased LayerNorm, the rotary over 4 of 8 dims, biases everywhere
+	starcoder := llama
+	starcoder.Starcoder2, starcoder.Tied, starcoder.KVHeads, starcoder.Window = true, true, 2, repeat(5, 3) // biased LayerNorms and projections, c_fc/c_proj, a window of 5
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -111,6 +114,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "MinistralForCausalLM", Config: ministral8b, Seed: 19},
 		{Arch: "ApertusForCausalLM", Config: apertus, Seed: 20},
 		{Arch: "PhiForCausalLM", Config: phi, Seed: 21},
+		{Arch: "Starcoder2ForCausalLM", Config: starcoder, Seed: 22},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},

@@ -231,7 +231,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	for t, h := range hidden {
 		out[t] = make([]float64, c.Vocab)
 		var hb []float64
-		if c.Phi {
+		if c.Phi { // Phi's head has a bias; StarCoder2's does not
 			hb = m.w("lm_head.bias")
 		}
 		matmul(out[t], h, m.w(head), hb)
@@ -262,7 +262,7 @@ func (m *Model) Score(tokens []int) []float64 {
 // states of every token ([len(tokens)][Hidden]): what the head projects.
 func (m *Model) Hidden(tokens []int) [][]float64 {
 	c := m.C
-	if c.Phi {
+	if c.Phi || c.Starcoder2 {
 		return m.phiHidden(tokens)
 	}
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
@@ -536,11 +536,19 @@ func layernormBias(out, x, w, b []float64, eps float64) {
 // phiHidden is Hidden for Phi (PhiDecoderLayer): x + attn(ln(x)) +
 // mlp(ln(x)) with one biased LayerNorm, every projection biased, the
 // rotary over the first PartialRotary of each head (halves), fc2(gelu_new(
-// fc1(h))), then model.final_layernorm.
+// fc1(h))), then model.final_layernorm; and for StarCoder2
+// (Starcoder2DecoderLayer) the same sublayers in sequence, each after its
+// own biased LayerNorm (input_layernorm, post_attention_layernorm), the
+// MLP c_proj(gelu_tanh(c_fc(h))), the rotary over the whole head, every
+// layer within Window[0], then model.norm.
 func (m *Model) phiHidden(tokens []int) [][]float64 {
 	c := m.C
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
 	rot := int(float64(D) * c.PartialRotary)
+	oName, upName, downName, final := "self_attn.dense", "mlp.fc1", "mlp.fc2", "model.final_layernorm"
+	if c.Starcoder2 {
+		rot, oName, upName, downName, final = D, "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
+	}
 	group := c.Heads / c.KVHeads
 	scale := 1 / math.Sqrt(float64(D))
 	x := make([][]float64, T)
@@ -569,31 +577,44 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 		}
 		for t := 0; t < T; t++ {
 			att := make([]float64, c.Heads*D)
+			lo := 0
+			if w := c.Window[l]; c.Starcoder2 && w > 0 && t-w+1 > 0 {
+				lo = t - w + 1
+			}
 			for hd := 0; hd < c.Heads; hd++ {
 				kvh := hd / group
-				scores := make([]float64, t+1)
-				for s := 0; s <= t; s++ {
+				scores := make([]float64, t+1-lo)
+				for s := lo; s <= t; s++ {
 					for i := 0; i < D; i++ {
-						scores[s] += q[t][hd*D+i] * k[s][kvh*D+i]
+						scores[s-lo] += q[t][hd*D+i] * k[s][kvh*D+i]
 					}
-					scores[s] *= scale
+					scores[s-lo] *= scale
 				}
 				softmax(scores)
-				for s := 0; s <= t; s++ {
+				for s := lo; s <= t; s++ {
 					for i := 0; i < D; i++ {
-						att[hd*D+i] += scores[s] * v[s][kvh*D+i]
+						att[hd*D+i] += scores[s-lo] * v[s][kvh*D+i]
 					}
 				}
 			}
 			o := make([]float64, H)
-			lin(o, att, "self_attn.dense")
+			lin(o, att, oName)
+			h := hs[t]
+			if c.Starcoder2 { // sequential: the MLP reads the attention's sum, normed
+				for i := range x[t] {
+					x[t][i] += o[i]
+					o[i] = 0
+				}
+				h = make([]float64, H)
+				layernormBias(h, x[t], m.w(p+"post_attention_layernorm.weight"), m.w(p+"post_attention_layernorm.bias"), c.Eps)
+			}
 			f := make([]float64, c.Intermediate)
-			lin(f, hs[t], "mlp.fc1")
+			lin(f, h, upName)
 			for i := range f {
 				f[i] = geluTanh(f[i])
 			}
 			y := make([]float64, H)
-			lin(y, f, "mlp.fc2")
+			lin(y, f, downName)
 			for i := range x[t] {
 				x[t][i] += o[i] + y[i]
 			}
@@ -602,7 +623,7 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	out := make([][]float64, T)
 	for t := range x {
 		out[t] = make([]float64, H)
-		layernormBias(out[t], x[t], m.w("model.final_layernorm.weight"), m.w("model.final_layernorm.bias"), c.Eps)
+		layernormBias(out[t], x[t], m.w(final+".weight"), m.w(final+".bias"), c.Eps)
 	}
 	return out
 }
