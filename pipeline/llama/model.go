@@ -103,7 +103,8 @@ type Options struct {
 	LogitScale float64
 	// NormPlusOne scales every RMSNorm by (1 + w), in float32 before the
 	// cast back (GemmaRMSNorm: Gemma 1's, whose weights are stored minus
-	// one); EmbedSqrtHidden multiplies the input embeddings by
+	// one), and with LayerNorm every LayerNorm by (1 + w) added in the
+	// weight's dtype (Nemotron's LayerNorm1P); EmbedSqrtHidden multiplies the input embeddings by
 	// sqrt(hidden_size) rounded to their dtype (Gemma's scaled embedding).
 	NormPlusOne, EmbedSqrtHidden bool
 	// RopeF32 turns 16-bit queries and keys in float32, by the tables as
@@ -232,7 +233,11 @@ func (m *Model) normWeights(name string) []lm.WeightSpec {
 // LayerNorm a LayerNorm with its bias.
 func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
 	if m.o.LayerNorm {
-		return nn.LayerNorm(x, p.Get(name+".weight"), optional(p, !m.o.NormNoBias, name+".bias"), m.o.Eps)
+		w := p.Get(name + ".weight")
+		if m.o.NormPlusOne { // (1 + w) in the weight's dtype, as NemotronLayerNorm1P adds it
+			w = OnePlus(w)
+		}
+		return nn.LayerNorm(x, w, optional(p, !m.o.NormNoBias, name+".bias"), m.o.Eps)
 	}
 	return m.rmsNorm(x, p.Get(name+".weight"))
 }

@@ -26,6 +26,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral3"   // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
+	_ "github.com/tputool/tputool/pipeline/nemotron"   // NemotronForCausalLM (dense)
 	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
 	_ "github.com/tputool/tputool/pipeline/olmo2"      // Olmo2ForCausalLM, Olmo3ForCausalLM

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/starcoder2"
 )
@@ -49,6 +50,57 @@ func runStarcoder2(l *lm.Loaded, dir, out string, m *starcoder2.Model) error {
 	if !s.TieEmbeddings {
 		g.add("output.weight", false, "lm_head.weight")
 	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
+
+// runNemotron writes a NemotronForCausalLM as llama.cpp's "nemotron":
+// attn_norm and ffn_norm (LayerNorm1P: written plus one, with their
+// biases), the projections as stored (its NEOX rope turns halves of the
+// first rope.dimension_count dims, as Nemotron does), ffn_up and ffn_down;
+// output_norm (plus one) and output. Attention and MLP biases, which no
+// released Nemotron has, are refused.
+func runNemotron(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	switch {
+	case o.QKVBias || o.MLPBias:
+		return fmt.Errorf("%s: attention_bias or mlp_bias; export-gguf writes Nemotron without them", dir)
+	case o.Rope.Type != "default":
+		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes Nemotron without it", dir, o.Rope.Type)
+	case s.TieEmbeddings:
+		return fmt.Errorf("%s: tied embeddings; llama.cpp's nemotron reads its own output", dir)
+	}
+	const a = "nemotron."
+	meta, err := header(l, dir, "nemotron")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), o.Rope.RotaryDim)...)
+	meta = append(meta, kv{a + "attention.layer_norm_epsilon", float32(o.Eps)})
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPlusOne(b+"attn_norm.weight", p+"input_layernorm.weight")
+		g.add(b+"attn_norm.bias", true, p+"input_layernorm.bias")
+		g.pairs(b, []ggufPair{
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		})
+		g.addPlusOne(b+"ffn_norm.weight", p+"post_attention_layernorm.weight")
+		g.add(b+"ffn_norm.bias", true, p+"post_attention_layernorm.bias")
+		g.pairs(b, []ggufPair{
+			{"ffn_up.weight", p + "mlp.up_proj.weight", false},
+			{"ffn_down.weight", p + "mlp.down_proj.weight", false},
+		})
+	}
+	g.addPlusOne("output_norm.weight", "model.norm.weight")
+	g.add("output_norm.bias", true, "model.norm.bias")
+	g.add("output.weight", false, "lm_head.weight")
 	if g.err != nil {
 		return g.err
 	}

@@ -88,6 +88,11 @@ type Config struct {
 	// an ungated mlp.c_fc/c_proj with the tanh GELU, Window[0] on every
 	// layer.
 	Starcoder2 bool
+	// Nemotron selects Nemotron's layer (NemotronForCausalLM): StarCoder2's
+	// sequence of norms, but LayerNorm1P ((1 + w), with a bias), no
+	// projection biases, an ungated relu² up_proj/down_proj, the rotary
+	// over the first PartialRotary of each head.
+	Nemotron bool
 	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
 	// attention_layernorm and feedforward_layernorm, and an ungated MLP
 	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
@@ -125,7 +130,8 @@ type Tiny struct {
 	// layers with a window slide), Ministral3ForCausalLM,
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
 	// set), ApertusForCausalLM (Apertus and QKNorm set), PhiForCausalLM
-	// (Phi set), Starcoder2ForCausalLM (Starcoder2 set), CohereForCausalLM and Cohere2ForCausalLM
+	// (Phi set), Starcoder2ForCausalLM (Starcoder2 set),
+	// NemotronForCausalLM (Nemotron set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -215,7 +221,7 @@ type Tensor struct {
 // names.
 func (t Tiny) Tensors() []Tensor {
 	c := t.Config
-	if c.Phi || c.Starcoder2 {
+	if c.Phi || c.Starcoder2 || c.Nemotron {
 		return t.phiTensors()
 	}
 	H, D := c.Hidden, c.HeadDim
@@ -312,8 +318,12 @@ func (t Tiny) phiTensors() []Tensor {
 	out := []Tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
 	o, up, down, final := "self_attn.dense", "mlp.fc1", "mlp.fc2", "model.final_layernorm"
 	norms := []string{"input_layernorm"}
-	if c.Starcoder2 {
+	switch {
+	case c.Starcoder2:
 		o, up, down, final = "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
+		norms = append(norms, "post_attention_layernorm")
+	case c.Nemotron:
+		o, up, down, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
 		norms = append(norms, "post_attention_layernorm")
 	}
 	for l := 0; l < c.Layers; l++ {
@@ -328,7 +338,9 @@ func (t Tiny) phiTensors() []Tensor {
 			out, in int
 		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {o, H, q}, {up, c.Intermediate, H}, {down, H, c.Intermediate}} {
 			add(pr.name+".weight", "linear", pr.out, pr.in)
-			add(pr.name+".bias", "bias", pr.out)
+			if !c.Nemotron {
+				add(pr.name+".bias", "bias", pr.out)
+			}
 		}
 	}
 	out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
@@ -354,7 +366,7 @@ func (t Tiny) values(r *Rand, w Tensor) []float32 {
 		case "linear":
 			v[i] = float32(u / math.Sqrt(float64(w.Shape[len(w.Shape)-1])))
 		case "norm":
-			if t.Config.Gemma {
+			if t.Config.Gemma || t.Config.Nemotron { // (1 + w) norms store w about 0
 				v[i] = float32(0.2 * u)
 			} else {
 				v[i] = float32(1 + 0.2*u)
@@ -445,6 +457,10 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.Window[0] > 0 {
 			j["sliding_window"] = c.Window[0]
 		}
+		delete(j, "rms_norm_eps")
+	case "NemotronForCausalLM":
+		j["model_type"], j["hidden_act"], j["norm_eps"], j["partial_rotary_factor"] = "nemotron", "relu2", c.Eps, c.PartialRotary
+		j["attention_bias"], j["mlp_bias"] = false, false
 		delete(j, "rms_norm_eps")
 	case "PhiForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "phi", "gelu_new", c.Eps, c.PartialRotary

@@ -23,6 +23,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
+	_ "github.com/tputool/tputool/pipeline/nemotron"
 	_ "github.com/tputool/tputool/pipeline/olmo2"
 	_ "github.com/tputool/tputool/pipeline/phi"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
@@ -84,6 +85,8 @@ func tinyCases() []lmckpt.Tiny {
 	phi.Phi, phi.PartialRotary, phi.HeadDim, phi.KVHeads = true, 0.5, 8, 4 // parallel, biased LayerNorm, the rotary over 4 of 8 dims, biases everywhere
 	starcoder := llama
 	starcoder.Starcoder2, starcoder.Tied, starcoder.KVHeads, starcoder.Window = true, true, 2, repeat(5, 3) // biased LayerNorms and projections, c_fc/c_proj, a window of 5
+	nemotron := llama
+	nemotron.Nemotron, nemotron.PartialRotary, nemotron.KVHeads = true, 0.5, 2 // LayerNorm1P, relu² without a gate, the rotary over half of each head
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -115,6 +118,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "ApertusForCausalLM", Config: apertus, Seed: 20},
 		{Arch: "PhiForCausalLM", Config: phi, Seed: 21},
 		{Arch: "Starcoder2ForCausalLM", Config: starcoder, Seed: 22},
+		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},

@@ -262,7 +262,7 @@ func (m *Model) Score(tokens []int) []float64 {
 // states of every token ([len(tokens)][Hidden]): what the head projects.
 func (m *Model) Hidden(tokens []int) [][]float64 {
 	c := m.C
-	if c.Phi || c.Starcoder2 {
+	if c.Phi || c.Starcoder2 || c.Nemotron {
 		return m.phiHidden(tokens)
 	}
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
@@ -546,8 +546,26 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
 	rot := int(float64(D) * c.PartialRotary)
 	oName, upName, downName, final := "self_attn.dense", "mlp.fc1", "mlp.fc2", "model.final_layernorm"
-	if c.Starcoder2 {
+	switch {
+	case c.Starcoder2:
 		rot, oName, upName, downName, final = D, "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
+	case c.Nemotron:
+		oName, upName, downName, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
+	}
+	sequential := c.Starcoder2 || c.Nemotron
+	ln := func(out, x []float64, name string) { // biased LayerNorm; Nemotron's LayerNorm1P scales by (1 + w)
+		w := m.w(name + ".weight")
+		if c.Nemotron {
+			w = append([]float64(nil), w...)
+			for i := range w {
+				w[i]++
+			}
+		}
+		layernormBias(out, x, w, m.w(name+".bias"), c.Eps)
+	}
+	act := geluTanh
+	if c.Nemotron {
+		act = func(v float64) float64 { r := math.Max(v, 0); return r * r }
 	}
 	group := c.Heads / c.KVHeads
 	scale := 1 / math.Sqrt(float64(D))
@@ -558,12 +576,18 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		lin := func(out, in []float64, name string) { matmul(out, in, m.w(p+name+".weight"), m.w(p+name+".bias")) }
+		lin := func(out, in []float64, name string) {
+			var b []float64
+			if !c.Nemotron {
+				b = m.w(p + name + ".bias")
+			}
+			matmul(out, in, m.w(p+name+".weight"), b)
+		}
 		hs := make([][]float64, T)
 		q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 		for t := 0; t < T; t++ {
 			hs[t] = make([]float64, H)
-			layernormBias(hs[t], x[t], m.w(p+"input_layernorm.weight"), m.w(p+"input_layernorm.bias"), c.Eps)
+			ln(hs[t], x[t], p+"input_layernorm")
 			q[t], k[t], v[t] = make([]float64, c.Heads*D), make([]float64, c.KVHeads*D), make([]float64, c.KVHeads*D)
 			lin(q[t], hs[t], "self_attn.q_proj")
 			lin(k[t], hs[t], "self_attn.k_proj")
@@ -578,7 +602,7 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 		for t := 0; t < T; t++ {
 			att := make([]float64, c.Heads*D)
 			lo := 0
-			if w := c.Window[l]; c.Starcoder2 && w > 0 && t-w+1 > 0 {
+			if w := c.Window[l]; sequential && w > 0 && t-w+1 > 0 {
 				lo = t - w + 1
 			}
 			for hd := 0; hd < c.Heads; hd++ {
@@ -600,18 +624,18 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 			o := make([]float64, H)
 			lin(o, att, oName)
 			h := hs[t]
-			if c.Starcoder2 { // sequential: the MLP reads the attention's sum, normed
+			if sequential { // the MLP reads the attention's sum, normed
 				for i := range x[t] {
 					x[t][i] += o[i]
 					o[i] = 0
 				}
 				h = make([]float64, H)
-				layernormBias(h, x[t], m.w(p+"post_attention_layernorm.weight"), m.w(p+"post_attention_layernorm.bias"), c.Eps)
+				ln(h, x[t], p+"post_attention_layernorm")
 			}
 			f := make([]float64, c.Intermediate)
 			lin(f, h, upName)
 			for i := range f {
-				f[i] = geluTanh(f[i])
+				f[i] = act(f[i])
 			}
 			y := make([]float64, H)
 			lin(y, f, downName)
@@ -623,7 +647,7 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	out := make([][]float64, T)
 	for t := range x {
 		out[t] = make([]float64, H)
-		layernormBias(out[t], x[t], m.w(final+".weight"), m.w(final+".bias"), c.Eps)
+		ln(out[t], x[t], final)
 	}
 	return out
 }
