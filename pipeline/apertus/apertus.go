@@ -31,6 +31,7 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 131072, Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32,
 	MaxPositions: 65536, Eps: 1e-5, RopeTheta: 12e6, Tie: false, Act: "xielu",
+	BOS: []int{1}, EOS: []int{2},
 }
 
 // Norms are Apertus's two norms.
@@ -41,12 +42,6 @@ var defaultRope = map[string]any{
 	"rope_type": "llama3", "rope_theta": 12e6, "factor": 8.0, "original_max_position_embeddings": 8192,
 	"low_freq_factor": 1.0, "high_freq_factor": 4.0,
 }
-
-// ApertusConfig's bos_token_id and eos_token_id.
-const (
-	defaultBOS = 1
-	defaultEOS = 2
-)
 
 // Resolve reads an ApertusForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -59,10 +54,20 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if xielu {
 		c.HiddenAct = "silu" // unread: the MLP runs nn.XIELU
 	}
+	// Without rope_scaling or rope_parameters the Llama 3 scaling applies,
+	// of the config's rope_theta when it has one (ApertusConfig's two
+	// defaults are apart).
 	resolved := *cfg
-	if !cfg.Has("rope_parameters") && !cfg.Has("rope_scaling") && !cfg.Has("rope_theta") {
+	if !cfg.Has("rope_parameters") && !cfg.Has("rope_scaling") {
+		rope := maps.Clone(defaultRope)
+		if raw, ok := cfg.Raw["rope_theta"]; ok {
+			var theta *float64
+			if err := json.Unmarshal(raw, &theta); err == nil && theta != nil {
+				rope["rope_theta"] = *theta
+			}
+		}
 		resolved.Raw = maps.Clone(cfg.Raw)
-		resolved.Raw["rope_parameters"], _ = json.Marshal(defaultRope)
+		resolved.Raw["rope_parameters"], _ = json.Marshal(rope)
 	}
 	o, err := c.Resolve(&resolved, Defaults)
 	if err != nil {
@@ -71,12 +76,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.Norms = Norms
 	o.QKNorm, o.UngatedMLP, o.XIELU = true, true, xielu
 	o.MLPBias = false
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = defaultBOS
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
-	}
 	return o, nil
 }
 

@@ -1,6 +1,7 @@
 package apertus_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -44,5 +45,13 @@ func TestApertus8B(t *testing.T) {
 	}
 	if r := options(t, `{"architectures": ["ApertusForCausalLM"], "hidden_act": "relu2"}`); r.XIELU || !r.UngatedMLP {
 		t.Errorf("relu2: xIELU %v, ungated %v", r.XIELU, r.UngatedMLP)
+	}
+	// rope_theta alone keeps the Llama 3 scaling, of that base; a
+	// rope_scaling of its own replaces it.
+	if r := options(t, `{"architectures": ["ApertusForCausalLM"], "rope_theta": 1e6}`); r.Rope.Type != "llama3" || math.Abs(r.Rope.InvFreq[1]-math.Pow(1e6, -2.0/128)) > 1e-15 {
+		t.Errorf("rope_theta only: rope %s, frequency %g", r.Rope.Type, r.Rope.InvFreq[1])
+	}
+	if r := options(t, `{"architectures": ["ApertusForCausalLM"], "rope_scaling": {"rope_type": "default"}}`); r.Rope.Type != "default" {
+		t.Errorf("a default rope_scaling: rope %s", r.Rope.Type)
 	}
 }

@@ -20,13 +20,8 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 32000, Hidden: 2560, Intermediate: 18432, Layers: 32, Heads: 32,
 	MaxPositions: 4096, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "relu2",
+	BOS: []int{128000}, EOS: []int{128001},
 }
-
-// ArceeConfig's bos_token_id and eos_token_id.
-const (
-	defaultBOS = 128000
-	defaultEOS = 128001
-)
 
 // Resolve reads an ArceeForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -40,12 +35,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	o.UngatedMLP = true
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = defaultBOS
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
-	}
 	return o, nil
 }
 

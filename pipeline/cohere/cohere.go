@@ -55,6 +55,7 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 256000, Hidden: 8192, Intermediate: 22528, Layers: 40, Heads: 64,
 	MaxPositions: 8192, Eps: 1e-5, RopeTheta: 10000, Tie: true, Act: "silu",
+	BOS: []int{5}, EOS: []int{255001},
 }
 
 // cohereTheta is CohereConfig's default_theta.
@@ -65,8 +66,6 @@ const (
 	defaultLogitScale = 0.0625
 	defaultWindow     = 4096
 	defaultPattern    = 4
-	defaultBOS        = 5
-	defaultEOS        = 255001
 )
 
 // Resolve reads a CohereForCausalLM or Cohere2ForCausalLM config.json
@@ -107,12 +106,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
 	o.LogitScale = lm.Or(c.LogitScale, defaultLogitScale)
 	s := &o.Spec
-	if len(c.BOSTokenID) == 0 && !cfg.Has("bos_token_id") {
-		s.BOS = defaultBOS
-	}
-	if len(s.EOS) == 0 && !cfg.Has("eos_token_id") {
-		s.EOS = []int{defaultEOS}
-	}
 	if !c2 {
 		return o, nil
 	}

@@ -39,15 +39,13 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 102400, Hidden: 4096, Intermediate: 16384, Layers: 32, Heads: 32,
 	MaxPositions: 2048, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "silu",
+	KVHeads: 32, BOS: []int{0}, EOS: []int{2},
 }
 
 // Exaone4Config's defaults llama.Defaults does not carry.
 const (
 	defaultWindow  = 4096
 	defaultPattern = 4
-	defaultKVHeads = 32
-	defaultBOS     = 0
-	defaultEOS     = 2
 )
 
 // Resolve reads an EXAONE 4.0 config.json into the options of
@@ -61,12 +59,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
-	}
-	// Exaone4Config's num_key_value_heads defaults to 32 whatever the
-	// heads; an explicit null is the heads (llama.Config.Resolve).
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := defaultKVHeads
-		c.NumKeyValueHeads = &kv
 	}
 	window := defaultWindow
 	if cfg.Has("sliding_window") {
@@ -86,12 +78,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.Norms = llama.PostNorms
 	o.QKNorm = true
 	s := &o.Spec
-	if !cfg.Has("bos_token_id") {
-		s.BOS = defaultBOS
-	}
-	if !cfg.Has("eos_token_id") {
-		s.EOS = []int{defaultEOS}
-	}
 	if len(c.LayerTypes) == 0 {
 		if err := patternKinds(where, c.Pattern, window, s.LayerKinds); err != nil {
 			return llama.Options{}, err

@@ -15,9 +15,10 @@ import (
 //
 // The MLP's activation is hidden_activation when the config sets it, else
 // gelu_pytorch_tanh whatever hidden_act says: the first releases' configs
-// name "gelu" in hidden_act, and transformers v4's GemmaMLP ran them with
-// the tanh approximation the models were trained with (its v5 reads
-// hidden_act).
+// name "gelu" in hidden_act, and transformers' GemmaMLP from v4.38 to
+// v4.47 ran them with the tanh approximation the models were trained
+// with; later versions read hidden_act (the exact GELU there, about 1e-4
+// from the tanh one on these activations).
 const Gemma1 = "GemmaForCausalLM"
 
 func init() {
@@ -28,14 +29,8 @@ func init() {
 var Gemma1Defaults = llama.Defaults{
 	VocabSize: 256000, Hidden: 3072, Intermediate: 24576, Layers: 28, Heads: 16,
 	MaxPositions: 8192, Eps: 1e-6, RopeTheta: 10000, Tie: true, Act: "gelu_pytorch_tanh",
+	KVHeads: 16, HeadDim: 256, BOS: []int{2}, EOS: []int{1},
 }
-
-// GemmaConfig's defaults llama.Defaults does not carry.
-const (
-	gemma1HeadDim = 256
-	gemma1BOS     = 2
-	gemma1EOS     = 1
-)
 
 // ResolveGemma1 reads a GemmaForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -47,14 +42,6 @@ func ResolveGemma1(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.HeadDim == nil && !cfg.Has("head_dim") {
-		hd := gemma1HeadDim
-		c.HeadDim = &hd
-	}
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := lm.Or(c.NumAttentionHeads, Gemma1Defaults.Heads)
-		c.NumKeyValueHeads = &kv
-	}
 	c.HiddenAct = c.HiddenActivation // "" takes Gemma1Defaults.Act
 	o, err := c.Resolve(cfg, Gemma1Defaults)
 	if err != nil {
@@ -62,12 +49,6 @@ func ResolveGemma1(cfg *config.File) (llama.Options, error) {
 	}
 	o.OBias, o.MLPBias = o.QKVBias, false // attention_bias: every projection
 	o.NormPlusOne, o.EmbedSqrtHidden = true, true
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = gemma1BOS
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{gemma1EOS}
-	}
 	return o, nil
 }
 

@@ -41,6 +41,14 @@ func TestGemma1(t *testing.T) {
 	if n := lmckpt.Params(llama.NewModel(o)); n != 8_537_680_896 {
 		t.Errorf("gemma-7b: %d parameters, want 8,537,680,896", n)
 	}
+	// num_key_value_heads defaults to 16 whatever the heads; an explicit
+	// null is the heads.
+	if o := gemma1(t, `{"architectures": ["GemmaForCausalLM"], "num_attention_heads": 32}`); o.Spec.KVHeads != 16 {
+		t.Errorf("32 heads, no num_key_value_heads: %d KV heads, want GemmaConfig's 16", o.Spec.KVHeads)
+	}
+	if o := gemma1(t, `{"architectures": ["GemmaForCausalLM"], "num_attention_heads": 32, "num_key_value_heads": null}`); o.Spec.KVHeads != 32 {
+		t.Errorf("a null num_key_value_heads: %d KV heads, want the 32 heads", o.Spec.KVHeads)
+	}
 	o = gemma1(t, `{"architectures": ["GemmaForCausalLM"], "bos_token_id": 2, "eos_token_id": 1, "head_dim": 256, "hidden_act": "gelu",
 		"hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2048, "intermediate_size": 16384, "max_position_embeddings": 8192,
 		"model_type": "gemma", "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1, "rms_norm_eps": 1e-06,

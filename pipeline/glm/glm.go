@@ -42,21 +42,14 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 151552, Hidden: 4096, Intermediate: 13696, Layers: 40, Heads: 32,
 	MaxPositions: 131072, Eps: 1.5625e-07, RopeTheta: 10000, Tie: false, Act: "silu",
+	KVHeads: 2, HeadDim: 128, EOS: []int{151329, 151336, 151338},
 }
 
-// The configuration classes' defaults llama.Defaults does not carry.
-const (
-	defaultKVHeads = 2
-	defaultHeadDim = 128
-	defaultPartial = 0.5
-)
+// defaultPartial is the configuration classes' partial_rotary_factor.
+const defaultPartial = 0.5
 
 // Glm4Norms are Glm4DecoderLayer's four norms.
 var Glm4Norms = llama.Norms{PreAttn: "input_layernorm", PostAttn: "post_self_attn_layernorm", PreMLP: "post_attention_layernorm", PostMLP: "post_mlp_layernorm"}
-
-// defaultEOS is the configuration classes' eos_token_id when a config
-// has none.
-var defaultEOS = []int{151329, 151336, 151338}
 
 // Resolve reads a GlmForCausalLM or Glm4ForCausalLM config.json into the
 // options of pipeline/llama's decoder.
@@ -68,14 +61,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := defaultKVHeads
-		c.NumKeyValueHeads = &kv
-	}
-	if c.HeadDim == nil && !cfg.Has("head_dim") {
-		hd := defaultHeadDim
-		c.HeadDim = &hd
-	}
 	withRope := *cfg
 	withRope.Raw = nn.DefaultPartialRotary(cfg.Raw, defaultPartial)
 	o, err := c.Resolve(&withRope, Defaults)
@@ -84,9 +69,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	o.QKVBias, o.OBias, o.MLPBias = lm.Or(c.AttentionBias, true), false, false
 	o.RopePairs, o.FusedGateUp = true, true
-	if len(o.Spec.EOS) == 0 && !cfg.Has("eos_token_id") {
-		o.Spec.EOS = defaultEOS
-	}
 	if cfg.Architecture() == Glm4 {
 		o.Norms = Glm4Norms
 	}

@@ -53,6 +53,14 @@ type Defaults struct {
 	// the families whose transformers classes run its switch (Phi-3's
 	// generate prefills a crossing sequence again); the others refuse it.
 	LongRope bool
+	// KVHeads, when not 0, is num_key_value_heads when the config leaves
+	// it out (an explicit null stays the attention heads); 0 makes it the
+	// heads either way. HeadDim likewise for head_dim (an explicit null:
+	// hidden_size / num_attention_heads).
+	KVHeads, HeadDim int
+	// BOS and EOS, when not nil, are bos_token_id and eos_token_id when
+	// the config leaves them out (an explicit null: none).
+	BOS, EOS []int
 }
 
 // LlamaDefaults are LlamaConfig's defaults.
@@ -67,6 +75,20 @@ var LlamaDefaults = Defaults{
 // windows afterwards.
 func (c *Config) Resolve(cfg *config.File, d Defaults) (Options, error) {
 	where := lm.ConfigName(cfg)
+	if d.KVHeads > 0 && c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
+		kv := d.KVHeads
+		c.NumKeyValueHeads = &kv
+	}
+	if d.HeadDim > 0 && c.HeadDim == nil && !cfg.Has("head_dim") {
+		hd := d.HeadDim
+		c.HeadDim = &hd
+	}
+	if d.BOS != nil && !cfg.Has("bos_token_id") {
+		c.BOSTokenID = d.BOS
+	}
+	if d.EOS != nil && !cfg.Has("eos_token_id") {
+		c.EOSTokenID = d.EOS
+	}
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,

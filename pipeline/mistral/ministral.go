@@ -24,6 +24,7 @@ func init() {
 var MinistralDefaults = llama.Defaults{
 	VocabSize: 32000, Hidden: 4096, Intermediate: 14336, Layers: 32, Heads: 32,
 	MaxPositions: 4096 * 32, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+	KVHeads: 8, BOS: []int{1}, EOS: []int{2},
 }
 
 // NewMinistral builds a MinistralForCausalLM from its config.json.
@@ -33,33 +34,16 @@ func NewMinistral(cfg *config.File) (lm.Model, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return nil, err
 	}
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := 8 // MinistralConfig's default
-		c.NumKeyValueHeads = &kv
-	}
 	o, err := c.Resolve(cfg, MinistralDefaults)
 	if err != nil {
 		return nil, err
 	}
 	o.QKVBias, o.OBias, o.MLPBias = false, false, false
-	w := 4096
-	if cfg.Has("sliding_window") {
-		w = 0
-		if c.SlidingWindow != nil {
-			w = *c.SlidingWindow
-		}
+	if err := Window(cfg, c.SlidingWindow, 4096, c.LayerTypes, &o.Spec); err != nil {
+		return nil, err
 	}
-	s := &o.Spec
-	if len(c.LayerTypes) == 0 && w > 0 {
-		for i := range s.LayerKinds {
-			s.LayerKinds[i] = lm.KindSliding
-		}
-	}
-	if slices.Contains(s.LayerKinds, lm.KindSliding) {
-		if w <= 0 {
-			return nil, fmt.Errorf("%s: sliding layers (layer_types) need a positive sliding_window, got %s", where, cfg.Raw["sliding_window"])
-		}
-		s.SlidingWindow = w
+	if s := &o.Spec; slices.Contains(s.LayerKinds, lm.KindSliding) && s.SlidingWindow <= 0 {
+		return nil, fmt.Errorf("%s: sliding layers (layer_types) need a positive sliding_window, got %s", where, cfg.Raw["sliding_window"])
 	}
 	return llama.NewModel(o), nil
 }

@@ -65,14 +65,14 @@ type Config struct {
 var Defaults = llama.Defaults{
 	VocabSize: 131072, Hidden: 4096, Intermediate: 14336, Layers: 34, Heads: 32,
 	MaxPositions: 262144, Eps: 1e-5, RopeTheta: 1e6, Tie: false, Act: "silu",
+	KVHeads: 8, HeadDim: 128,
 }
 
-// Ministral3Config's defaults that llama.Defaults does not carry.
+// MistralConfig's and Ministral3Config's bos_token_id and eos_token_id
+// (tokenIDs).
 const (
-	defaultKVHeads = 8
-	defaultHeadDim = 128
-	defaultBOS     = 1
-	defaultEOS     = 2
+	defaultBOS = 1
+	defaultEOS = 2
 )
 
 // defaultRope is Ministral3Config's rope_parameters when a config has
@@ -199,14 +199,6 @@ func resolve(text *config.File) (llama.Options, map[string]any, error) {
 	var c Config
 	if err := text.Decode(&c); err != nil {
 		return llama.Options{}, nil, err
-	}
-	if c.NumKeyValueHeads == nil && !text.Has("num_key_value_heads") {
-		kv := defaultKVHeads
-		c.NumKeyValueHeads = &kv
-	}
-	if c.HeadDim == nil && !text.Has("head_dim") {
-		hd := defaultHeadDim
-		c.HeadDim = &hd
 	}
 	c.LayerTypes = nil
 	resolved := *text

@@ -24,14 +24,11 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 256000, Hidden: 6144, Intermediate: 24576, Layers: 32, Heads: 48,
 	MaxPositions: 4096, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "relu2",
+	BOS: []int{2}, EOS: []int{3},
 }
 
-// NemotronConfig's defaults llama.Defaults does not carry.
-const (
-	defaultPartial = 0.5
-	defaultBOS     = 2
-	defaultEOS     = 3
-)
+// defaultPartial is NemotronConfig's partial_rotary_factor.
+const defaultPartial = 0.5
 
 // Resolve reads a NemotronForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -51,12 +48,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	o.LayerNorm, o.NormPlusOne, o.UngatedMLP = true, true, true
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = defaultBOS
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
-	}
 	return o, nil
 }
 

@@ -34,14 +34,11 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 51200, Hidden: 2048, Intermediate: 8192, Layers: 24, Heads: 32,
 	MaxPositions: 2048, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "gelu_new",
+	BOS: []int{1}, EOS: []int{2},
 }
 
-// PhiConfig's defaults llama.Defaults does not carry.
-const (
-	defaultPartial = 0.5
-	defaultBOS     = 1
-	defaultEOS     = 2
-)
+// defaultPartial is PhiConfig's partial_rotary_factor.
+const defaultPartial = 0.5
 
 // Resolve reads a PhiForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -57,6 +54,9 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if c.QKLayerNorm {
 		return llama.Options{}, errs.Unsupportedf("%s: qk_layernorm (LayerNorms on Phi's queries and keys) is not supported", lm.ConfigName(cfg))
 	}
+	if c.ModelType == "phi-msft" || c.ModelType == "mixformer-sequential" {
+		return llama.Options{}, errs.Unsupportedf("%s: model_type %q is Phi's first remote-code layout (n_embd, n_layer, layers.N.mixer.*); tputool reads transformers' PhiForCausalLM (model_type phi)", lm.ConfigName(cfg), c.ModelType)
+	}
 	c.RMSNormEps = c.LayerNormEps
 	withRope := *cfg
 	withRope.Raw = nn.DefaultPartialRotary(cfg.Raw, defaultPartial)
@@ -67,12 +67,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.QKVBias, o.OBias, o.MLPBias, o.HeadBias = true, true, true, true
 	o.LayerNorm, o.Parallel, o.UngatedMLP = true, true, true
 	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = defaultBOS
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
-	}
 	return o, nil
 }
 

@@ -60,4 +60,8 @@ func TestPhi2(t *testing.T) {
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "qk_layernorm") {
 		t.Errorf("qk_layernorm: %v, want an unsupported error naming it", err)
 	}
+	_, err = model(t, `{"architectures": ["PhiForCausalLM"], "model_type": "phi-msft", "n_embd": 2560}`)
+	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "phi-msft") {
+		t.Errorf("phi-msft: %v, want an unsupported error naming it", err)
+	}
 }

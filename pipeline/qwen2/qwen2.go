@@ -49,6 +49,9 @@ var Defaults = llama.Defaults{
 func (c Sliding) Resolve(o *llama.Options, cfg *config.File, hasLayerTypes bool) error {
 	s := &o.Spec
 	w := lm.Or(c.SlidingWindow, 4096)
+	if c.SlidingWindow == nil && cfg.Has("sliding_window") {
+		w = 0 // an explicit null: no window, whatever use_sliding_window says
+	}
 	mwl := lm.Or(c.MaxWindowLayers, 28)
 	if !c.UseSlidingWindow {
 		w = 0

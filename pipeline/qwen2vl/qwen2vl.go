@@ -92,8 +92,18 @@ func textConfig(cfg *config.File) (*config.File, error) {
 	text.Architectures = cfg.Architectures
 	text.Raw = maps.Clone(text.Raw)
 	for k, v := range textDefaults {
-		if raw, ok := text.Raw[k]; !ok || k != "num_key_value_heads" && string(raw) == "null" {
+		// An explicit null num_key_value_heads is the heads, and a null
+		// sliding_window no window; other nulls take the default.
+		if raw, ok := text.Raw[k]; !ok || k != "num_key_value_heads" && k != "sliding_window" && string(raw) == "null" {
 			text.Raw[k], _ = json.Marshal(v)
+		}
+	}
+	// bos and eos from the wrapper when the text config has none.
+	for _, k := range []string{"bos_token_id", "eos_token_id"} {
+		if _, ok := text.Raw[k]; !ok && cfg.Text != nil {
+			if raw, ok := cfg.Raw[k]; ok {
+				text.Raw[k] = raw
+			}
 		}
 	}
 	for _, key := range []string{"rope_scaling", "rope_parameters"} {

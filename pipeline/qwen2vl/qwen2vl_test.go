@@ -57,6 +57,17 @@ func TestQwen25VL7B(t *testing.T) {
 	if s := m.Spec(); s.Hidden != 64 || s.KVHeads != 4 || !s.TieEmbeddings || s.MaxPositions != 32768 || m.(*qwen2vl.Model).Options().Eps != 1e-5 {
 		t.Errorf("text_config: hidden %d, %d KV heads, tied %v, max positions %d", s.Hidden, s.KVHeads, s.TieEmbeddings, s.MaxPositions)
 	}
+	// An explicit null sliding_window is no window, use_sliding_window or
+	// not; bos and eos come from the wrapper when text_config has none.
+	m, err = model(t, `{"architectures": ["Qwen2VLForConditionalGeneration"], "bos_token_id": 7, "eos_token_id": [8, 9],
+		"text_config": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4, "intermediate_size": 96,
+		"vocab_size": 50, "use_sliding_window": true, "sliding_window": null, "max_window_layers": 2}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Spec(); s.SlidingWindow != 0 || s.LayerKinds[3] != lm.KindFull || s.BOS != 7 || len(s.EOS) != 2 || s.EOS[1] != 9 {
+		t.Errorf("null window, wrapper ids: window %d, kinds %v, bos %d, eos %v", s.SlidingWindow, s.LayerKinds, s.BOS, s.EOS)
+	}
 	if _, err := model(t, `{"architectures": ["Qwen2VLForConditionalGeneration"], "rope_scaling": {"type": "yarn", "factor": 4}}`); err == nil || !strings.Contains(err.Error(), "mrope") {
 		t.Errorf("a yarn rope_scaling: %v, want an error naming mrope", err)
 	}

@@ -22,13 +22,8 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 155136, Hidden: 4096, Intermediate: 27648, Layers: 64, Heads: 80,
 	MaxPositions: 524288, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+	KVHeads: 8, HeadDim: 128,
 }
-
-// SeedOssConfig's defaults llama.Defaults does not carry.
-const (
-	defaultKVHeads = 8
-	defaultHeadDim = 128
-)
 
 // Resolve reads a SeedOssForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -40,14 +35,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
-	}
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := defaultKVHeads
-		c.NumKeyValueHeads = &kv
-	}
-	if c.HeadDim == nil && !cfg.Has("head_dim") {
-		hd := defaultHeadDim
-		c.HeadDim = &hd
 	}
 	o, err := c.Resolve(cfg, Defaults)
 	if err != nil {

@@ -27,13 +27,8 @@ func init() {
 var Defaults = llama.Defaults{
 	VocabSize: 49152, Hidden: 3072, Intermediate: 12288, Layers: 30, Heads: 24,
 	MaxPositions: 4096, Eps: 1e-5, RopeTheta: 10000, Tie: true, Act: "gelu_pytorch_tanh",
+	KVHeads: 2, BOS: []int{50256}, EOS: []int{50256},
 }
-
-// Starcoder2Config's defaults llama.Defaults does not carry.
-const (
-	defaultKVHeads = 2
-	defaultID      = 50256 // bos_token_id and eos_token_id
-)
 
 // Resolve reads a Starcoder2ForCausalLM config.json into the options of
 // pipeline/llama's decoder.
@@ -47,10 +42,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.NumKeyValueHeads == nil && !cfg.Has("num_key_value_heads") {
-		kv := defaultKVHeads
-		c.NumKeyValueHeads = &kv
-	}
 	c.RMSNormEps, c.LayerTypes = c.NormEpsilon, nil
 	o, err := c.Resolve(cfg, Defaults)
 	if err != nil {
@@ -61,12 +52,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.LayerNorm, o.UngatedMLP = true, true
 	if err := mistral.Window(cfg, c.SlidingWindow, 0, nil, &o.Spec); err != nil {
 		return llama.Options{}, err
-	}
-	if !cfg.Has("bos_token_id") {
-		o.Spec.BOS = defaultID
-	}
-	if !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultID}
 	}
 	return o, nil
 }

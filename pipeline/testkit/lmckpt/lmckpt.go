@@ -377,10 +377,10 @@ func (t Tiny) values(r *Rand, w Tensor) []float32 {
 			v[i] = float32(u)
 		case "xielu-alpha": // softplus⁻¹ of values about 0.8, as XIELUActivation starts them
 			v[i] = float32(math.Log(math.Expm1(0.8 + 0.3*u)))
-		case "xielu-beta":
-			v[i] = 0.5
-		case "xielu-eps":
-			v[i] = -1e-6
+		case "xielu-beta": // about XIELUActivation's 0.5, each layer's its own
+			v[i] = float32(0.5 + 0.2*u)
+		case "xielu-eps": // far enough below 0 that min(x, eps) is seen
+			v[i] = float32(-0.2 + 0.05*u)
 		}
 	}
 	return v
@@ -467,7 +467,8 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["qk_layernorm"] = false
 		delete(j, "rms_norm_eps")
 	case "ApertusForCausalLM":
-		j["model_type"], j["hidden_act"] = "apertus", "xielu"
+		// rope_scaling named, or ApertusConfig's Llama 3 scaling applies.
+		j["model_type"], j["hidden_act"], j["rope_scaling"] = "apertus", "xielu", map[string]any{"rope_type": "default"}
 	case "ArceeForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
 	case "SeedOssForCausalLM":
