@@ -23,8 +23,8 @@
 #      others listed where their configs are written below (through a
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
-#      tiny Ministral 3, a tiny EXAONE 4.0, a tiny GLM-4-0414, a tiny
-#      Cohere 2 and a tiny Apertus),
+#      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
+#      tiny GLM-4-0414, a tiny Cohere 2 and a tiny Apertus),
 #      the same
 #      prompts, 16 tokens, float32: on the device compiled and eager
 #      against the CPU.
@@ -80,6 +80,7 @@ else
 	mkdir -p "$bin"
 	CGO_ENABLED=1 go build -trimpath -o "$bin/tputool" . 2>>"$log"
 	go build -trimpath -o "$bin/gen-llm-checkpoint" ./scripts/gen-llm-checkpoint 2>>"$log"
+	go build -trimpath -o "$bin/fp8-checkpoint" ./scripts/fp8-checkpoint 2>>"$log"
 fi
 for tool in tputool gen-llm-checkpoint; do
 	[ -x "$bin/$tool" ] || { echo "device-check-moe: $bin/$tool is missing" >&2; exit 2; }
@@ -449,13 +450,25 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 exaone4 glm4 cohere2 apertus; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
 	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
-	if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
+	if [ "$fam" = ministral3-fp8 ]; then
+		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
+		# held as stored on the CPU engine, decoded at load on the device.
+		if [ ! -x "$bin/fp8-checkpoint" ]; then
+			say "ministral3-fp8: skipped, $bin/fp8-checkpoint is missing (build with scripts/device-check.sh --build)"
+			continue
+		fi
+		if ! "$bin/fp8-checkpoint" -per-tensor -m "$work/ministral3" -o "$work/$fam" >>"$log" 2>&1; then
+			families+=("$fam: no")
+			fail "$fam: the FP8 copy could not be written"
+			continue
+		fi
+	elif ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then
 		families+=("$fam: no")
 		fail "$fam: the checkpoint could not be written"
 		continue

@@ -94,7 +94,7 @@ build() { # build DIR
 	mkdir -p "$1"
 	echo "building tputool (cgo) and the generators into $1" >&2
 	CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$1/tputool" .
-	for tool in gen-llm-checkpoint gen-tiny-sd imgdiff; do
+	for tool in gen-llm-checkpoint gen-tiny-sd imgdiff fp8-checkpoint; do
 		go build -trimpath -ldflags "-s -w" -o "$1/$tool" "./scripts/$tool"
 	done
 }
