@@ -41,5 +41,6 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen3vl"    // Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/seedoss"    // SeedOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/smollm3"    // SmolLM3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/stablelm"   // StableLmForCausalLM
 	_ "github.com/tputool/tputool/pipeline/starcoder2" // Starcoder2ForCausalLM
 )

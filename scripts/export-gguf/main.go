@@ -23,7 +23,8 @@
 // runApertus), Phi-1, 1.5 and 2 (PhiForCausalLM: llama.cpp's phi2,
 // runPhi), StarCoder2 (Starcoder2ForCausalLM: llama.cpp's starcoder2,
 // runStarcoder2), Nemotron (NemotronForCausalLM: llama.cpp's nemotron,
-// runNemotron), Ministral 3
+// runNemotron), StableLM (StableLmForCausalLM: llama.cpp's stablelm,
+// runStableLM), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -98,8 +99,9 @@ import (
 	"github.com/tputool/tputool/pipeline/phi"
 	"github.com/tputool/tputool/pipeline/phi3"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
-	_ "github.com/tputool/tputool/pipeline/seedoss" // SeedOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/smollm3" // SmolLM3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/seedoss"  // SeedOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/smollm3"  // SmolLM3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/stablelm" // StableLmForCausalLM
 	"github.com/tputool/tputool/pipeline/starcoder2"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
@@ -214,6 +216,8 @@ func run(dir, out string) error {
 			return runApertus(l, dir, out, g)
 		case "NemotronForCausalLM":
 			return runNemotron(l, dir, out, g)
+		case "StableLmForCausalLM":
+			return runStableLM(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
@@ -227,7 +231,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -106,3 +106,55 @@ func runNemotron(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	}
 	return write(out, meta, g.ts)
 }
+
+// runStableLM writes a StableLmForCausalLM as llama.cpp's "stablelm":
+// attn_norm with its bias, q, k and v (with their biases when
+// use_qkv_bias), attn_output, ffn_norm with its bias (absent with
+// use_parallel_residual, which llama.cpp reads as the parallel layer),
+// the SwiGLU MLP; output_norm with its bias, and output unless tied. Its
+// NEOX rope turns halves of the first rope.dimension_count dims, as
+// StableLM does.
+func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	if o.Rope.Type != "default" {
+		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes StableLM without it", dir, o.Rope.Type)
+	}
+	const a = "stablelm."
+	meta, err := header(l, dir, "stablelm")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), o.Rope.RotaryDim)...)
+	meta = append(meta, kv{a + "attention.layer_norm_epsilon", float32(o.Eps)})
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		ps := []ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_norm.bias", p + "input_layernorm.bias", true},
+			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
+			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		}
+		if o.QKVBias {
+			ps = append(ps, ggufPair{"attn_q.bias", p + "self_attn.q_proj.bias", true},
+				ggufPair{"attn_k.bias", p + "self_attn.k_proj.bias", true}, ggufPair{"attn_v.bias", p + "self_attn.v_proj.bias", true})
+		}
+		if !o.Parallel {
+			ps = append(ps, ggufPair{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
+				ggufPair{"ffn_norm.bias", p + "post_attention_layernorm.bias", true})
+		}
+		g.pairs(b, append(ps, denseMLP(p)...))
+	}
+	g.add("output_norm.weight", true, "model.norm.weight")
+	g.add("output_norm.bias", true, "model.norm.bias")
+	if !s.TieEmbeddings {
+		g.add("output.weight", false, "lm_head.weight")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}

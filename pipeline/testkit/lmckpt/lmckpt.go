@@ -93,6 +93,12 @@ type Config struct {
 	// projection biases, an ungated relu² up_proj/down_proj, the rotary
 	// over the first PartialRotary of each head.
 	Nemotron bool
+	// StableLM selects StableLM's layer (StableLmForCausalLM): biased
+	// LayerNorms, q/k/v biases when QKVBias, a gated SwiGLU MLP without
+	// biases, the rotary over the first PartialRotary of each head; with
+	// StableLMParallel, use_parallel_residual (one norm, both sublayers
+	// side by side).
+	StableLM, StableLMParallel bool
 	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
 	// attention_layernorm and feedforward_layernorm, and an ungated MLP
 	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
@@ -131,7 +137,8 @@ type Tiny struct {
 	// SmolLM3ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM (Ungated
 	// set), ApertusForCausalLM (Apertus and QKNorm set), PhiForCausalLM
 	// (Phi set), Starcoder2ForCausalLM (Starcoder2 set),
-	// NemotronForCausalLM (Nemotron set), CohereForCausalLM and Cohere2ForCausalLM
+	// NemotronForCausalLM (Nemotron set), StableLmForCausalLM (StableLM
+	// set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -221,7 +228,7 @@ type Tensor struct {
 // names.
 func (t Tiny) Tensors() []Tensor {
 	c := t.Config
-	if c.Phi || c.Starcoder2 || c.Nemotron {
+	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM {
 		return t.phiTensors()
 	}
 	H, D := c.Hidden, c.HeadDim
@@ -325,6 +332,11 @@ func (t Tiny) phiTensors() []Tensor {
 	case c.Nemotron:
 		o, up, down, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
 		norms = append(norms, "post_attention_layernorm")
+	case c.StableLM:
+		o, up, down, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
+		if !c.StableLMParallel {
+			norms = append(norms, "post_attention_layernorm")
+		}
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
@@ -338,9 +350,12 @@ func (t Tiny) phiTensors() []Tensor {
 			out, in int
 		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {o, H, q}, {up, c.Intermediate, H}, {down, H, c.Intermediate}} {
 			add(pr.name+".weight", "linear", pr.out, pr.in)
-			if !c.Nemotron {
+			if !c.Nemotron && (!c.StableLM || c.QKVBias && pr.name != o && pr.name != up && pr.name != down) {
 				add(pr.name+".bias", "bias", pr.out)
 			}
+		}
+		if c.StableLM {
+			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 		}
 	}
 	out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
@@ -457,6 +472,10 @@ func (t Tiny) ConfigJSON() map[string]any {
 		if c.Window[0] > 0 {
 			j["sliding_window"] = c.Window[0]
 		}
+		delete(j, "rms_norm_eps")
+	case "StableLmForCausalLM":
+		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "stablelm", "silu", c.Eps, c.PartialRotary
+		j["use_qkv_bias"], j["qk_layernorm"], j["use_parallel_residual"] = c.QKVBias, false, c.StableLMParallel
 		delete(j, "rms_norm_eps")
 	case "NemotronForCausalLM":
 		j["model_type"], j["hidden_act"], j["norm_eps"], j["partial_rotary_factor"] = "nemotron", "relu2", c.Eps, c.PartialRotary

@@ -30,6 +30,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/seedoss"
 	_ "github.com/tputool/tputool/pipeline/smollm3"
+	_ "github.com/tputool/tputool/pipeline/stablelm"
 	_ "github.com/tputool/tputool/pipeline/starcoder2"
 )
 
@@ -87,6 +88,10 @@ func tinyCases() []lmckpt.Tiny {
 	starcoder.Starcoder2, starcoder.Tied, starcoder.KVHeads, starcoder.Window = true, true, 2, repeat(5, 3) // biased LayerNorms and projections, c_fc/c_proj, a window of 5
 	nemotron := llama
 	nemotron.Nemotron, nemotron.PartialRotary, nemotron.KVHeads = true, 0.5, 2 // LayerNorm1P, relu² without a gate, the rotary over half of each head
+	stablelm := llama
+	stablelm.StableLM, stablelm.QKVBias, stablelm.PartialRotary, stablelm.KVHeads = true, true, 0.25, 4 // biased LayerNorms, q/k/v biases, the rotary over 2 of 8 dims
+	stablelmPar := stablelm
+	stablelmPar.StableLMParallel, stablelmPar.QKVBias = true, false // use_parallel_residual
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -119,6 +124,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "PhiForCausalLM", Config: phi, Seed: 21},
 		{Arch: "Starcoder2ForCausalLM", Config: starcoder, Seed: 22},
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
+		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
+		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},

@@ -262,7 +262,7 @@ func (m *Model) Score(tokens []int) []float64 {
 // states of every token ([len(tokens)][Hidden]): what the head projects.
 func (m *Model) Hidden(tokens []int) [][]float64 {
 	c := m.C
-	if c.Phi || c.Starcoder2 || c.Nemotron {
+	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM {
 		return m.phiHidden(tokens)
 	}
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
@@ -549,10 +549,10 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	switch {
 	case c.Starcoder2:
 		rot, oName, upName, downName, final = D, "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
-	case c.Nemotron:
+	case c.Nemotron || c.StableLM:
 		oName, upName, downName, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
 	}
-	sequential := c.Starcoder2 || c.Nemotron
+	sequential := c.Starcoder2 || c.Nemotron || c.StableLM && !c.StableLMParallel
 	ln := func(out, x []float64, name string) { // biased LayerNorm; Nemotron's LayerNorm1P scales by (1 + w)
 		w := m.w(name + ".weight")
 		if c.Nemotron {
@@ -576,12 +576,8 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
-		lin := func(out, in []float64, name string) {
-			var b []float64
-			if !c.Nemotron {
-				b = m.w(p + name + ".bias")
-			}
-			matmul(out, in, m.w(p+name+".weight"), b)
+		lin := func(out, in []float64, name string) { // biased where the checkpoint has the bias
+			matmul(out, in, m.w(p+name+".weight"), m.W[p+name+".bias"])
 		}
 		hs := make([][]float64, T)
 		q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
@@ -634,8 +630,16 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 			}
 			f := make([]float64, c.Intermediate)
 			lin(f, h, upName)
-			for i := range f {
-				f[i] = act(f[i])
+			if c.StableLM { // SwiGLU: silu(gate(h)) · up(h)
+				g := make([]float64, c.Intermediate)
+				lin(g, h, "mlp.gate_proj")
+				for i := range f {
+					f[i] *= silu(g[i])
+				}
+			} else {
+				for i := range f {
+					f[i] = act(f[i])
+				}
 			}
 			y := make([]float64, H)
 			lin(y, f, downName)
