@@ -101,6 +101,9 @@ type Options struct {
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
+	// NormNoParams makes every norm a LayerNorm with neither weight nor
+	// bias (OlmoLayerNorm: OLMo 1's), over hidden_size, eps Eps.
+	NormNoParams bool
 	// NormPlusOne scales every RMSNorm by (1 + w), in float32 before the
 	// cast back (GemmaRMSNorm: Gemma 1's, whose weights are stored minus
 	// one), and with LayerNorm every LayerNorm by (1 + w) added in the
@@ -222,6 +225,9 @@ func (m *Model) FinalWeights() []lm.WeightSpec {
 // its bias when the norms are LayerNorms. With NormWeightsF32 the weight
 // is held in float32.
 func (m *Model) normWeights(name string) []lm.WeightSpec {
+	if m.o.NormNoParams {
+		return nil
+	}
 	ws := []lm.WeightSpec{{Name: name + ".weight", Shape: []int{m.o.Spec.Hidden}, F32: m.o.NormWeightsF32}}
 	if m.o.LayerNorm && !m.o.NormNoBias {
 		ws = append(ws, lm.WeightSpec{Name: name + ".bias", Shape: []int{m.o.Spec.Hidden}})
@@ -232,6 +238,9 @@ func (m *Model) normWeights(name string) []lm.WeightSpec {
 // norm applies the norm named name in p to x: an RMSNorm, or with
 // LayerNorm a LayerNorm with its bias.
 func (m *Model) norm(p *lm.Params, name string, x *Node) *Node {
+	if m.o.NormNoParams {
+		return nn.LayerNorm(x, nil, nil, m.o.Eps)
+	}
 	if m.o.LayerNorm {
 		w := p.Get(name + ".weight")
 		if m.o.NormPlusOne { // (1 + w) in the weight's dtype, as NemotronLayerNorm1P adds it

@@ -29,6 +29,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/nemotron"   // NemotronForCausalLM (dense)
 	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM
 	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
+	_ "github.com/tputool/tputool/pipeline/olmo"       // OlmoForCausalLM (OLMo 1)
 	_ "github.com/tputool/tputool/pipeline/olmo2"      // Olmo2ForCausalLM, Olmo3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/olmoe"      // OlmoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/phi"        // PhiForCausalLM (Phi-1, 1.5, 2)

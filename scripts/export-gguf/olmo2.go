@@ -109,3 +109,44 @@ func threeOfFour(dir, arch string, s *lm.Spec) error {
 	}
 	return nil
 }
+
+// runOlmo1 writes an OlmoForCausalLM (OLMo 1) as llama.cpp's "olmo": no
+// norm tensors (its LayerNorms have no parameters), q and k paired for its
+// NORM rope (a clamp is elementwise, so clamp_kqv reads the permuted rows
+// alike), v, attn_output and the SwiGLU MLP; output unless tied.
+// llama.cpp's olmo reads no biases: attention_bias is refused, as is rope
+// scaling.
+func runOlmo1(l *lm.Loaded, dir, out string, m *llama.Model) error {
+	o, s := m.Options(), m.Spec()
+	if o.QKVBias || o.OBias || o.Rope.Type != "default" {
+		return fmt.Errorf("%s: export-gguf writes OLMo 1 without attention_bias or rope scaling (llama.cpp's olmo)", dir)
+	}
+	const a = "olmo."
+	meta, err := header(l, dir, "olmo")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
+	meta = append(meta, kv{a + "attention.layer_norm_epsilon", float32(o.Eps)})
+	if o.ClipQKV > 0 {
+		meta = append(meta, kv{a + "attention.clamp_kqv", float32(o.ClipQKV)})
+	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
+		g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
+		g.pairs(b, append([]ggufPair{
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+		}, denseMLP(p)...))
+	}
+	if !s.TieEmbeddings {
+		g.add("output.weight", false, "lm_head.weight")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}

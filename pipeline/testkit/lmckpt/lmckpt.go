@@ -99,6 +99,11 @@ type Config struct {
 	// StableLMParallel, use_parallel_residual (one norm, both sublayers
 	// side by side).
 	StableLM, StableLMParallel bool
+	// Olmo1 selects OLMo 1's layer (OlmoForCausalLM): StableLM's
+	// sequence with LayerNorms that have no parameters, q, k and v
+	// clamped to ±ClipQKV when it is not 0, the rotary over the whole head.
+	Olmo1   bool
+	ClipQKV float64
 	// Apertus selects Apertus's layer (ApertusForCausalLM, with QKNorm):
 	// attention_layernorm and feedforward_layernorm, and an ungated MLP
 	// whose xIELU reads each layer's mlp.act_fn.alpha_p, alpha_n [1],
@@ -138,7 +143,7 @@ type Tiny struct {
 	// set), ApertusForCausalLM (Apertus and QKNorm set), PhiForCausalLM
 	// (Phi set), Starcoder2ForCausalLM (Starcoder2 set),
 	// NemotronForCausalLM (Nemotron set), StableLmForCausalLM (StableLM
-	// set), CohereForCausalLM and Cohere2ForCausalLM
+	// set), OlmoForCausalLM (Olmo1 set), CohereForCausalLM and Cohere2ForCausalLM
 	// (Cohere set), GlmForCausalLM and Glm4ForCausalLM (Glm, and
 	// Glm4, set), Exaone4ForCausalLM (Olmo2 and QKNorm set; the
 	// layers with a window slide, the others take no rotary: NoRope must
@@ -228,7 +233,7 @@ type Tensor struct {
 // names.
 func (t Tiny) Tensors() []Tensor {
 	c := t.Config
-	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM {
+	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM || c.Olmo1 {
 		return t.phiTensors()
 	}
 	H, D := c.Hidden, c.HeadDim
@@ -337,6 +342,8 @@ func (t Tiny) phiTensors() []Tensor {
 		if !c.StableLMParallel {
 			norms = append(norms, "post_attention_layernorm")
 		}
+	case c.Olmo1: // norms without parameters
+		o, up, down, final, norms = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "", nil
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
@@ -350,15 +357,17 @@ func (t Tiny) phiTensors() []Tensor {
 			out, in int
 		}{{"self_attn.q_proj", q, H}, {"self_attn.k_proj", kv, H}, {"self_attn.v_proj", kv, H}, {o, H, q}, {up, c.Intermediate, H}, {down, H, c.Intermediate}} {
 			add(pr.name+".weight", "linear", pr.out, pr.in)
-			if !c.Nemotron && (!c.StableLM || c.QKVBias && pr.name != o && pr.name != up && pr.name != down) {
+			if !c.Nemotron && (!c.StableLM && !c.Olmo1 || c.QKVBias && pr.name != up && pr.name != down && (c.Olmo1 || pr.name != o)) { // StableLM: q, k, v; OLMo 1's attention_bias: o_proj too
 				add(pr.name+".bias", "bias", pr.out)
 			}
 		}
-		if c.StableLM {
+		if c.StableLM || c.Olmo1 {
 			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 		}
 	}
-	out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
+	if final != "" {
+		out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
+	}
 	switch {
 	case c.Phi:
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"}, Tensor{"lm_head.bias", []int{c.Vocab}, "bias"})
@@ -471,6 +480,12 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["model_type"], j["hidden_act"], j["norm_epsilon"], j["use_bias"], j["sliding_window"] = "starcoder2", "gelu_pytorch_tanh", c.Eps, true, nil
 		if c.Window[0] > 0 {
 			j["sliding_window"] = c.Window[0]
+		}
+		delete(j, "rms_norm_eps")
+	case "OlmoForCausalLM":
+		j["model_type"], j["hidden_act"], j["attention_bias"], j["clip_qkv"] = "olmo", "silu", c.QKVBias, nil
+		if c.ClipQKV > 0 {
+			j["clip_qkv"] = c.ClipQKV
 		}
 		delete(j, "rms_norm_eps")
 	case "StableLmForCausalLM":

@@ -24,6 +24,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
 	_ "github.com/tputool/tputool/pipeline/nemotron"
+	_ "github.com/tputool/tputool/pipeline/olmo"
 	_ "github.com/tputool/tputool/pipeline/olmo2"
 	_ "github.com/tputool/tputool/pipeline/phi"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
@@ -92,6 +93,10 @@ func tinyCases() []lmckpt.Tiny {
 	stablelm.StableLM, stablelm.QKVBias, stablelm.PartialRotary, stablelm.KVHeads = true, true, 0.25, 4 // biased LayerNorms, q/k/v biases, the rotary over 2 of 8 dims
 	stablelmPar := stablelm
 	stablelmPar.StableLMParallel, stablelmPar.QKVBias = true, false // use_parallel_residual
+	olmo1 := llama
+	olmo1.Olmo1, olmo1.ClipQKV, olmo1.KVHeads = true, 0.3, 4 // parameter-free LayerNorms; a clamp the projections reach
+	olmo1Bias := olmo1
+	olmo1Bias.QKVBias, olmo1Bias.ClipQKV = true, 0 // attention_bias: q, k, v and o; no clamp
 	ministral8b := llama
 	ministral8b.Layers, ministral8b.RopeTheta = 4, repeat(1e6, 4)
 	ministral8b.Window = []int{0, 5, 5, 5} // layer_types: a full layer, then three within the window
@@ -126,6 +131,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
 		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
+		{Arch: "OlmoForCausalLM", Config: olmo1, Seed: 26},
+		{Arch: "OlmoForCausalLM", Config: olmo1Bias, Seed: 27},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},

@@ -262,7 +262,7 @@ func (m *Model) Score(tokens []int) []float64 {
 // states of every token ([len(tokens)][Hidden]): what the head projects.
 func (m *Model) Hidden(tokens []int) [][]float64 {
 	c := m.C
-	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM {
+	if c.Phi || c.Starcoder2 || c.Nemotron || c.StableLM || c.Olmo1 {
 		return m.phiHidden(tokens)
 	}
 	T, H, D := len(tokens), c.Hidden, c.HeadDim
@@ -551,9 +551,19 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 		rot, oName, upName, downName, final = D, "self_attn.o_proj", "mlp.c_fc", "mlp.c_proj", "model.norm"
 	case c.Nemotron || c.StableLM:
 		oName, upName, downName, final = "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
+	case c.Olmo1:
+		rot, oName, upName, downName, final = D, "self_attn.o_proj", "mlp.up_proj", "mlp.down_proj", "model.norm"
 	}
-	sequential := c.Starcoder2 || c.Nemotron || c.StableLM && !c.StableLMParallel
-	ln := func(out, x []float64, name string) { // biased LayerNorm; Nemotron's LayerNorm1P scales by (1 + w)
+	sequential := c.Starcoder2 || c.Nemotron || c.Olmo1 || c.StableLM && !c.StableLMParallel
+	ln := func(out, x []float64, name string) { // biased LayerNorm; Nemotron's LayerNorm1P scales by (1 + w); OLMo 1's has no parameters
+		if c.Olmo1 {
+			ones := make([]float64, len(x))
+			for i := range ones {
+				ones[i] = 1
+			}
+			layernorm(out, x, ones, 1e-5)
+			return
+		}
 		w := m.w(name + ".weight")
 		if c.Nemotron {
 			w = append([]float64(nil), w...)
@@ -588,6 +598,13 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 			lin(q[t], hs[t], "self_attn.q_proj")
 			lin(k[t], hs[t], "self_attn.k_proj")
 			lin(v[t], hs[t], "self_attn.v_proj")
+			if cl := c.ClipQKV; cl > 0 { // OLMo 1's clip_qkv, on the projections
+				for _, vec := range [][]float64{q[t], k[t], v[t]} {
+					for i := range vec {
+						vec[i] = math.Max(-cl, math.Min(cl, vec[i]))
+					}
+				}
+			}
 			for hd := 0; hd < c.Heads; hd++ {
 				rope(q[t][hd*D:hd*D+rot], float64(t), c.RopeTheta[l])
 			}
@@ -630,7 +647,7 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 			}
 			f := make([]float64, c.Intermediate)
 			lin(f, h, upName)
-			if c.StableLM { // SwiGLU: silu(gate(h)) · up(h)
+			if c.StableLM || c.Olmo1 { // SwiGLU: silu(gate(h)) · up(h)
 				g := make([]float64, c.Intermediate)
 				lin(g, h, "mlp.gate_proj")
 				for i := range f {
