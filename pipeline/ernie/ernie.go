@@ -1,4 +1,5 @@
-// Package ernie implements Ernie4_5_MoeForCausalLM, following
+// Package ernie implements Ernie4_5_MoeForCausalLM and (dense.go) the
+// dense Ernie4_5ForCausalLM. The MoE model follows
 // transformers' models/ernie4_5_moe (Baidu's ERNIE 4.5 MoE:
 // ERNIE-4.5-21B-A3B, 21B parameters of which 3B active, and
 // ERNIE-4.5-300B-A47B; "ERNIE 4.5 Technical Report", Baidu, 2025).

@@ -11,7 +11,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/bert"       // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
 	_ "github.com/tputool/tputool/pipeline/cohere"     // CohereForCausalLM, Cohere2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/deepseek"   // DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/ernie"      // Ernie4_5_MoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/ernie"      // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/exaone4"    // Exaone4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)

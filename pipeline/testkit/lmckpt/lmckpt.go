@@ -28,6 +28,12 @@ type Config struct {
 	// QKVBias adds q/k/v projection biases (Qwen2); OBias an o_proj bias
 	// (Seed-OSS's attention_out_bias).
 	QKVBias, OBias bool
+	// MLPBias adds gate_proj, up_proj and down_proj biases (with QKVBias
+	// and OBias: ERNIE 4.5's use_bias).
+	MLPBias bool
+	// RopePairs turns adjacent pairs of each head's dims, the whole head
+	// (ERNIE 4.5's dense rotary).
+	RopePairs bool
 	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
 	QKNorm bool
 	// Tied reuses the embedding matrix as the output head.
@@ -310,6 +316,11 @@ func (t Tiny) Tensors() []Tensor {
 			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
 		}
 		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		if c.MLPBias {
+			add("mlp.gate_proj.bias", "bias", c.Intermediate)
+			add("mlp.up_proj.bias", "bias", c.Intermediate)
+			add("mlp.down_proj.bias", "bias", H)
+		}
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	switch {
@@ -505,6 +516,11 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["model_type"], j["hidden_act"], j["rope_scaling"] = "apertus", "xielu", map[string]any{"rope_type": "default"}
 	case "ArceeForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
+	case "Ernie4_5ForCausalLM":
+		if c.QKVBias != c.OBias || c.QKVBias != c.MLPBias || !c.RopePairs {
+			panic("lmckpt: ERNIE 4.5's use_bias covers every projection, and its rotary turns pairs")
+		}
+		j["model_type"], j["hidden_act"], j["use_bias"] = "ernie4_5", "silu", c.QKVBias
 	case "SeedOssForCausalLM":
 		j["model_type"], j["hidden_act"], j["mlp_bias"] = "seed_oss", "silu", false
 		j["attention_bias"], j["attention_out_bias"] = c.QKVBias, c.OBias

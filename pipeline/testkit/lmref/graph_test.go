@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/apertus"
 	_ "github.com/tputool/tputool/pipeline/arcee"
 	_ "github.com/tputool/tputool/pipeline/cohere"
+	_ "github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/glm"
@@ -95,6 +96,10 @@ func tinyCases() []lmckpt.Tiny {
 	stablelmPar.StableLMParallel, stablelmPar.QKVBias = true, false // use_parallel_residual
 	olmo1 := llama
 	olmo1.Olmo1, olmo1.ClipQKV, olmo1.KVHeads = true, 0.3, 4 // parameter-free LayerNorms; a clamp the projections reach
+	ernie := llama
+	ernie.RopePairs, ernie.HeadDim, ernie.Tied, ernie.RopeTheta = true, 16, true, repeat(500000.0, 3) // adjacent pairs over whole heads; head_dim != hidden/heads
+	ernieBias := ernie
+	ernieBias.QKVBias, ernieBias.OBias, ernieBias.MLPBias, ernieBias.HeadDim, ernieBias.Tied = true, true, true, 8, false // use_bias: every projection
 	olmo1Bias := olmo1
 	olmo1Bias.QKVBias, olmo1Bias.ClipQKV = true, 0 // attention_bias: q, k, v and o; no clamp
 	ministral8b := llama
@@ -131,6 +136,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
 		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
+		{Arch: "Ernie4_5ForCausalLM", Config: ernie, Seed: 28},
+		{Arch: "Ernie4_5ForCausalLM", Config: ernieBias, Seed: 29},
 		{Arch: "OlmoForCausalLM", Config: olmo1, Seed: 26},
 		{Arch: "OlmoForCausalLM", Config: olmo1Bias, Seed: 27},
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},

@@ -204,7 +204,7 @@ func turn(c Config, v []float64, pos float64, l int) {
 		pairRope(v, pos, c.RopeTheta[l], len(v)/2)
 		return
 	}
-	if c.Cohere {
+	if c.Cohere || c.RopePairs {
 		pairRope(v, pos, c.RopeTheta[l], len(v))
 		return
 	}
@@ -450,8 +450,8 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				matmul(gate, h, w[:n], nil)
 				matmul(up, h, w[n:], nil)
 			} else {
-				matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), nil)
-				matmul(up, h, m.w(p+"mlp.up_proj.weight"), nil)
+				matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), m.W[p+"mlp.gate_proj.bias"]) // biases where the checkpoint has them (ERNIE 4.5's use_bias)
+				matmul(up, h, m.w(p+"mlp.up_proj.weight"), m.W[p+"mlp.up_proj.bias"])
 			}
 			for i := range gate {
 				if c.Gemma {
@@ -460,7 +460,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 					gate[i] = silu(gate[i]) * up[i]
 				}
 			}
-			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), nil)
+			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), m.W[p+"mlp.down_proj.bias"])
 			switch {
 			case c.Gemma && !c.Gemma1 || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, c.Gemma)
