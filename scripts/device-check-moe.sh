@@ -248,6 +248,15 @@ cat >"$work/granitemoe.json" <<'EOF'
  "residual_multiplier": 0.22, "logits_scaling": 6.0, "rope_theta": 10000, "rms_norm_eps": 1e-06,
  "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny GraniteMoeShared: GraniteMoe's layer with a shared MLP beside
+# the experts, on GraniteMoeHybrid's decoder (every layer attention).
+cat >"$work/granitemoeshared.json" <<'EOF'
+{"architectures": ["GraniteMoeSharedForCausalLM"], "model_type": "granitemoeshared", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "shared_intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "embedding_multiplier": 12.0, "attention_multiplier": 0.0625,
+ "residual_multiplier": 0.22, "logits_scaling": 0.5, "rope_theta": 10000, "rms_norm_eps": 1e-06,
+ "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny Llama 4: adjacent-pair rotary with llama3 scaling, q/k L2 norms,
 # attention in chunks of 8 (a masked Rem of positions), a NoPE layer whose
 # queries the temperature scales (a Log1p of a Floor), dense and sparse
@@ -457,7 +466,7 @@ cat >"$work/olmoe.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -82,3 +82,61 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestMoeSharedConfig reads GraniteMoeSharedConfig's defaults
+// (LlamaConfig's sizes, 8 experts of 11008, top 2, no shared MLP:
+// 37,039,116,288 parameters, none named shared_mlp), a shared MLP's
+// weights where shared_intermediate_size is set, every layer rotating
+// whatever position_embedding_type says (the class hard-codes "rope"),
+// and refuses bad values naming the field.
+func TestMoeSharedConfig(t *testing.T) {
+	m, err := lm.New(configOf(t, `{"architectures": ["GraniteMoeSharedForCausalLM"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lmckpt.Params(m); n != 37_039_116_288 {
+		t.Errorf("GraniteMoeSharedConfig's defaults: %d parameters, want 37,039,116,288", n)
+	}
+	h := m.(*granite.HybridModel)
+	o := h.HybridOptions()
+	if o.Experts != 8 || o.TopK != 2 || o.Shared != 0 || len(o.NoRope) != 0 || o.Spec.BOS != 1 || fmt.Sprint(o.Spec.EOS) != "[2]" {
+		t.Errorf("defaults: %+v", o)
+	}
+	for _, w := range lm.Weights(m) {
+		if strings.Contains(w.Name, "shared_mlp") {
+			t.Errorf("weight %s without shared_intermediate_size", w.Name)
+		}
+	}
+	s, err := granite.ResolveShared(configOf(t, `{"architectures": ["GraniteMoeSharedForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+		"num_attention_heads": 4, "intermediate_size": 32, "shared_intermediate_size": 48, "position_embedding_type": "nope",
+		"residual_multiplier": 0.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"model.layers.1.shared_mlp.input_linear.weight": true, "model.layers.1.shared_mlp.output_linear.weight": true}
+	for _, w := range granite.NewHybridModel(s).LayerWeights(1) {
+		if want[w.Name] {
+			delete(want, w.Name)
+			if w.Name == "model.layers.1.shared_mlp.input_linear.weight" && fmt.Sprint(w.Shape) != "[96 64]" {
+				t.Errorf("%s: shape %v, want [96 64]", w.Name, w.Shape)
+			}
+		}
+	}
+	if len(want) > 0 || len(s.NoRope) != 0 || s.ResidualScale != 0.5 {
+		t.Errorf("shared_intermediate_size 48: missing %v, NoRope %v, residual %g", want, s.NoRope, s.ResidualScale)
+	}
+	base := `"architectures": ["GraniteMoeSharedForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4`
+	for _, bad := range []struct{ js, want string }{
+		{`"shared_intermediate_size": -1`, "shared_intermediate_size must not be negative"},
+		{`"num_local_experts": 0`, "num_local_experts 0"},
+		{`"num_experts_per_tok": 9`, "num_experts_per_tok 9"},
+		{`"mlp_bias": true`, "mlp_bias is true"},
+		{`"attention_multiplier": 0`, "attention_multiplier must be positive"},
+		{`"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4`, "attend in full"},
+	} {
+		_, err := granite.ResolveShared(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 // Package granite implements GraniteForCausalLM and GraniteMoeForCausalLM,
 // following transformers' models/granite and models/granitemoe (IBM's
 // Granite 3.x: granite-3.x-2b/8b, and the MoE granite-3.x-1b-a400m and
-// 3b-a800m).
+// 3b-a800m), GraniteMoeHybridForCausalLM (hybrid.go: Granite 4.0) and
+// GraniteMoeSharedForCausalLM (shared.go, on the hybrid's decoder).
 //
 // Granite is Llama's decoder with four multipliers: the input embeddings
 // times embedding_multiplier, the attention's scores scaled by

@@ -89,7 +89,8 @@ type HybridOptions struct {
 	// num_experts_per_tok; Spec.Intermediate is the experts' width (with
 	// no experts, the shared MLP's).
 	Experts, TopK int
-	// Shared is shared_intermediate_size.
+	// Shared is shared_intermediate_size (0, GraniteMoeShared only: no
+	// shared_mlp).
 	Shared int
 	// Chunk is the chunk of the chunked recurrence (HybridChunk).
 	Chunk int
@@ -241,8 +242,10 @@ func (m *HybridModel) LayerWeights(i int) []lm.WeightSpec {
 	} else {
 		ws = m.AttentionWeights(i)
 	}
-	add("shared_mlp.input_linear.weight", true, lm.Column, 2*m.o.Shared, s.Hidden)
-	add("shared_mlp.output_linear.weight", true, lm.Row, s.Hidden, m.o.Shared)
+	if m.o.Shared > 0 {
+		add("shared_mlp.input_linear.weight", true, lm.Column, 2*m.o.Shared, s.Hidden)
+		add("shared_mlp.output_linear.weight", true, lm.Row, s.Hidden, m.o.Shared)
+	}
 	if m.o.Experts > 0 {
 		add("block_sparse_moe.gate.weight", true, lm.Replicated, m.o.Experts, s.Hidden)
 		ws[len(ws)-1].Router = true
@@ -259,14 +262,18 @@ func (m *HybridModel) RenameWeight(stored string) string { return renameMoE(stor
 func (m *HybridModel) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	x, h, out := m.mix(i, w, x, state, step)
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	y := m.sharedMLP(p, h)
+	y := m.sharedMLP(p, h) // nil without one (GraniteMoeShared's shared_intermediate_size 0)
 	if m.o.Experts > 0 {
 		ids, weights := m.route(p, h)
 		dims := h.Shape().Dimensions
 		b, t, hd := dims[0], dims[1], dims[2]
 		ep := p.Scope("block_sparse_moe.experts")
-		routed := nn.RoutedExperts(Reshape(h, b*t, hd), ids, weights, ep.Get("gate_up_proj"), nil, ep.Get("down_proj"), m.o.Act, step.GatherExperts)
-		y = Add(y, Reshape(routed, b, t, hd))
+		routed := Reshape(nn.RoutedExperts(Reshape(h, b*t, hd), ids, weights, ep.Get("gate_up_proj"), nil, ep.Get("down_proj"), m.o.Act, step.GatherExperts), b, t, hd)
+		if y == nil {
+			y = routed
+		} else {
+			y = Add(y, routed)
+		}
 	}
 	return Add(x, m.Residual(y)), out
 }
@@ -288,8 +295,12 @@ func (m *HybridModel) mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.
 }
 
 // sharedMLP is GraniteMoeHybridMLP on h [B, T, H]: input_linear's first
-// half the gate, its second the up projection.
+// half the gate, its second the up projection; nil when the model has
+// none.
 func (m *HybridModel) sharedMLP(p *lm.Params, h *Node) *Node {
+	if m.o.Shared == 0 {
+		return nil
+	}
 	sp := p.Scope("shared_mlp")
 	gu := nn.Linear(h, sp.Get("input_linear.weight"), nil) // [B, T, 2S]
 	s := m.o.Shared
@@ -324,13 +335,15 @@ func (m *HybridModel) Expert(i, e int, w *lm.Params, x *Node) *Node {
 }
 
 // Route implements lm.Routed: the mixer with its residual, the shared
-// MLP (times residual_multiplier) added to the residual, and the
+// MLP if any (times residual_multiplier) added to the residual, and the
 // router's choice, its weights times residual_multiplier so that the
 // experts' weighted sum joins the residual scaled as Layer scales it.
 func (m *HybridModel) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	x, h, out := m.mix(i, w, x, state, step)
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
-	x = Add(x, m.Residual(m.sharedMLP(p, h)))
+	if y := m.sharedMLP(p, h); y != nil {
+		x = Add(x, m.Residual(y))
+	}
 	ids, weights := m.route(p, h)
 	if s := m.o.ResidualScale; s != 0 && s != 1 {
 		weights = MulScalar(weights, s)

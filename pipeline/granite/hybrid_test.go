@@ -25,13 +25,23 @@ func longPrompt(n int) []int {
 	return p
 }
 
+// noShared is TinyMoeShared with shared_intermediate_size 0: no
+// shared_mlp, GraniteMoe's layer.
+func noShared() granitehref.Hybrid {
+	g := granitehref.TinyMoeShared()
+	g.SharedIntermediate, g.Seed = 0, 4004
+	return g
+}
+
 // TestHybridLogitsMatchReference runs three tiny GraniteMoeHybrid models
 // against granitehref's float64 forward, written apart from the model
 // from transformers' modeling_granitemoehybrid.py with the state space
 // recurrence token by token: a Granite 4.0-H (Mamba-2 and a NoPE
 // attention layer, 4 experts beside the shared MLP, tied), a dense one
 // (two groups of B and C, in_proj and out_proj biases, a rotary attention
-// layer, mamba_d_head "auto") and a Granite 4.0 Micro (attention only).
+// layer, mamba_d_head "auto") and a Granite 4.0 Micro (attention only),
+// and two GraniteMoeShared models on the same decoder (rotary attention
+// layers, 4 experts beside a shared MLP; the same without it).
 // Each runs a left-padded batch of the three prompts plus decode steps,
 // compiled and eager (and each experts formulation), on the go and cpu
 // backends.
@@ -40,7 +50,8 @@ func TestHybridLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		g    granitehref.Hybrid
-	}{{"h-moe", granitehref.TinyHybrid()}, {"h-dense", granitehref.TinyHybridDense()}, {"micro", granitehref.TinyMicro()}} {
+	}{{"h-moe", granitehref.TinyHybrid()}, {"h-dense", granitehref.TinyHybridDense()}, {"micro", granitehref.TinyMicro()},
+		{"moe-shared", granitehref.TinyMoeShared()}, {"moe-shared-none", noShared()}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.g.Write)
 			rm, err := c.g.Load(dir)
@@ -57,9 +68,10 @@ func TestHybridLogitsMatchReference(t *testing.T) {
 // reference that normalizes before the gate (Qwen3.5's order), drops the
 // D skip, dt_bias or the convolution's bias, splits in_proj in another
 // order, forgets residual_multiplier or the shared MLP, or rotates a NoPE
-// layer gives other logits than the model.
+// layer gives other logits than the model (on the GraniteMoeShared, which
+// has no Mamba-2 layer, the last two that apply).
 func TestHybridMistakesMatter(t *testing.T) {
-	for _, g := range []granitehref.Hybrid{granitehref.TinyHybrid(), granitehref.TinyHybridDense()} {
+	for _, g := range []granitehref.Hybrid{granitehref.TinyHybrid(), granitehref.TinyHybridDense(), granitehref.TinyMoeShared()} {
 		dir, l := lmckpt.WriteLoad(t, g.Write)
 		prompt := hybridPrompts[1]
 		got := moecheck.Prefill(t, l, prompt)
@@ -82,7 +94,9 @@ func TestHybridMistakesMatter(t *testing.T) {
 			{"the rotary on a NoPE layer", granitehref.Mistakes{RopeOnNoPE: true}},
 			{"the norm per group", granitehref.Mistakes{GroupedNorm: true}},
 		} {
-			if (m.mis.RopeOnNoPE && g.Rope) || (m.mis.GroupedNorm && g.MambaGroups == 1) {
+			mis := m.mis
+			mamba := mis.NormBeforeGate || mis.NoD || mis.NoDtBias || mis.NoConvBias || mis.GateLast || mis.GroupedNorm
+			if (mis.RopeOnNoPE && g.Rope) || (mis.GroupedNorm && g.MambaGroups == 1) || (mamba && g.MoeShared) {
 				continue
 			}
 			mm := &granitehref.Model{C: rm.C, W: rm.W, Mistakes: m.mis}

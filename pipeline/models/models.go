@@ -17,7 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/glm"        // GlmForCausalLM, Glm4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeHybridForCausalLM
+	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
 	_ "github.com/tputool/tputool/pipeline/lfm2"       // Lfm2ForCausalLM, Lfm2MoeForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)

@@ -15,8 +15,7 @@ import (
 // rotate-half order to adjacent pairs (llama.cpp's NORM rope, as its
 // converter permutes Llama-architecture q and k), and the four
 // multipliers as embedding_scale, attention.scale, residual_scale and
-// logit_scale. GraniteMoe (whose router and expert stacks are
-// qwen3moe's) is not written.
+// logit_scale. GraniteMoe and GraniteMoeShared are runGraniteMoE's.
 func runGranite(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
 	if o.QKVBias || o.OBias || o.MLPBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim {
@@ -88,4 +87,67 @@ func llamaMeta(a string, s *lm.Spec, eps, theta float64, rotary int) []kv {
 		{a + "rope.dimension_count", uint32(rotary)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}
+}
+
+// runGraniteMoE writes a GraniteMoeForCausalLM (o from its MoEModel) or a
+// GraniteMoeSharedForCausalLM (its HybridModel, every layer attention) as
+// llama.cpp's "granitemoe": Granite's attention tensors and multipliers
+// (runGranite), the router as ffn_gate_inp, each expert's halves of the
+// input_linear stack as ffn_gate_exps and ffn_up_exps and the
+// output_linear stack as ffn_down_exps (feed_forward_length the
+// experts' width), and with shared > 0 shared_mlp's input_linear halves
+// as ffn_gate_shexp and ffn_up_shexp and its output_linear as
+// ffn_down_shexp (expert_shared_feed_forward_length). llama.cpp's router
+// softmaxes the logits and renormalizes the top k, which is the softmax
+// of the top k that GraniteMoe takes.
+func runGraniteMoE(l *lm.Loaded, dir, out string, o llama.Options, experts, topK, inter, shared int) error {
+	s := &o.Spec
+	if o.QKVBias || o.OBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim || len(o.NoRope) > 0 {
+		return fmt.Errorf("%s: export-gguf writes GraniteMoe without biases, rope scaling or a partial rotary", dir)
+	}
+	const a = "granitemoe."
+	meta, err := header(l, dir, "granitemoe")
+	if err != nil {
+		return err
+	}
+	s2 := *s
+	s2.Intermediate = inter
+	meta = append(meta, llamaMeta(a, &s2, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
+	meta = append(meta, []kv{
+		{a + "embedding_scale", float32(o.EmbedScale)},
+		{a + "attention.scale", float32(o.AttnScale)},
+		{a + "residual_scale", float32(o.ResidualScale)},
+		{a + "logit_scale", float32(o.LogitsDivisor)},
+		{a + "expert_count", uint32(experts)},
+		{a + "expert_used_count", uint32(topK)},
+	}...)
+	if shared > 0 {
+		meta = append(meta, kv{a + "expert_shared_feed_forward_length", uint32(shared)})
+	}
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "model.embed_tokens.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.addPaired(b+"attn_q.weight", s.Heads, p+"self_attn.q_proj.weight")
+		g.addPaired(b+"attn_k.weight", s.KVHeads, p+"self_attn.k_proj.weight")
+		g.pairs(b, []ggufPair{
+			{"attn_norm.weight", p + "input_layernorm.weight", true},
+			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
+			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
+			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
+		})
+		block := p + "block_sparse_moe."
+		g.add(b+"ffn_gate_inp.weight", true, block+"gate.weight")
+		g.halves(b+"ffn_gate_exps.weight", b+"ffn_up_exps.weight", block+"experts.gate_up_proj", experts, inter, s.Hidden)
+		g.add(b+"ffn_down_exps.weight", false, block+"experts.down_proj") // [E, H, I]
+		if shared > 0 {
+			g.halves(b+"ffn_gate_shexp.weight", b+"ffn_up_shexp.weight", p+"shared_mlp.input_linear.weight", 1, shared, s.Hidden)
+			g.add(b+"ffn_down_shexp.weight", false, p+"shared_mlp.output_linear.weight")
+		}
+	}
+	g.final(s.TieEmbeddings, true)
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
 }

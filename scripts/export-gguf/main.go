@@ -1,6 +1,8 @@
 // Command export-gguf converts a Hugging Face Qwen3-MoE, Mixtral, OLMoE,
 // GLM-4.5 (Glm4MoeForCausalLM), MiniMax-M2, DeepSeek-V2, ERNIE 4.5 MoE,
-// dots.llm1, Granite (dense), Granite 4.0-H (GraniteMoeHybridForCausalLM:
+// dots.llm1, Granite (dense), GraniteMoe and GraniteMoeShared
+// (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM: llama.cpp's
+// granitemoe, runGraniteMoE), Granite 4.0-H (GraniteMoeHybridForCausalLM:
 // Mamba-2 and attention layers, written as llama.cpp's granitehybrid,
 // runGraniteHybrid), NemotronH (NemotronHForCausalLM: Nemotron-H,
 // Nemotron Nano 2 and Nemotron 3 Nano, Mamba-2, attention, relu² MLP and
@@ -174,7 +176,14 @@ func run(dir, out string) error {
 	case *llama4.Model:
 		return runLlama4(l, dir, out, g)
 	case *granite.HybridModel:
+		if l.Config.Architecture() == "GraniteMoeSharedForCausalLM" {
+			h := g.HybridOptions()
+			return runGraniteMoE(l, dir, out, h.Options, h.Experts, h.TopK, h.Spec.Intermediate, h.Shared)
+		}
 		return runGraniteHybrid(l, dir, out, g)
+	case *granite.MoEModel:
+		o := g.Options()
+		return runGraniteMoE(l, dir, out, o.Options, o.Experts, o.TopK, o.MoEIntermediate, 0)
 	case *nemotronh.Model:
 		return runNemotronH(l, dir, out, g)
 	case *lfm2.Model:
@@ -238,7 +247,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

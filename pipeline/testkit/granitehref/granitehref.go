@@ -7,6 +7,9 @@
 // GraniteMoeHybridDecoderLayer, GraniteMoeHybridModel), configuration_granitemoehybrid.py
 // and the newer modular_granitemoehybrid.py, which builds block_sparse_moe only
 // when num_local_experts > 0.
+// With Hybrid.MoeShared it is GraniteMoeSharedForCausalLM's
+// (models/granitemoeshared: every layer attention with the rotary, the
+// shared MLP beside the experts only when shared_intermediate_size > 0).
 //
 // The model, as this package reads transformers, on one unpadded sequence
 // without a cache:
@@ -84,6 +87,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/mamba2ref"
@@ -132,6 +136,13 @@ type Hybrid struct {
 	Tied bool
 	// Seed makes the weights reproducible.
 	Seed uint64
+	// MoeShared writes a GraniteMoeSharedForCausalLM (transformers'
+	// models/granitemoeshared): GraniteMoe's layer, every one attention
+	// with the rotary (LayerTypes all "attention", Rope set, Experts > 0),
+	// with shared_mlp beside the experts; SharedIntermediate 0 (the
+	// class's default) means no shared_mlp. Its config.json has no
+	// mamba_*, layer_types or position_embedding_type fields.
+	MoeShared bool
 }
 
 // TinyHybrid is a small granite-4.0-h-tiny: hidden 32, 4 layers (mamba,
@@ -194,6 +205,23 @@ func TinyMicro() Hybrid {
 	}
 }
 
+// TinyMoeShared is a small GraniteMoeShared: 3 attention layers with the
+// rotary of rope_theta 10000, 4 query heads on 2 key/value heads, 4
+// experts of width 16 of which 2 are chosen beside a shared MLP of width
+// 24, vocabulary 96, embedding_multiplier 12, attention_multiplier 0.25,
+// residual_multiplier 0.22, logits_scaling 6, rms_norm_eps 1e-6, an
+// untied lm_head. Its mamba_* fields are unused.
+func TinyMoeShared() Hybrid {
+	return Hybrid{
+		Vocab: 96, Hidden: 32, Intermediate: 16, Layers: 3,
+		Heads: 4, KVHeads: 2, Experts: 4, TopK: 2, SharedIntermediate: 24,
+		LayerTypes: []string{"attention", "attention", "attention"},
+		MambaHeads: 8, MambaHeadDim: 8, MambaState: 16, MambaGroups: 1, MambaConv: 4, MambaExpand: 2, MambaChunk: 4,
+		Rope: true, EmbeddingMultiplier: 12, AttentionMultiplier: 0.25, ResidualMultiplier: 0.22, LogitsScaling: 6,
+		Theta: 10000, Eps: 1e-6, Tied: false, Seed: 4003, MoeShared: true,
+	}
+}
+
 // MoE reports whether the layers have block_sparse_moe.
 func (c Hybrid) MoE() bool { return c.Experts > 0 }
 
@@ -249,8 +277,10 @@ func (c Hybrid) check() error {
 		return fmt.Errorf("granitehref: head dim %d is odd", c.headDim())
 	case c.Experts < 0 || (c.Experts > 0 && (c.TopK <= 0 || c.TopK > c.Experts)):
 		return fmt.Errorf("granitehref: top %d of %d experts", c.TopK, c.Experts)
-	case c.SharedIntermediate <= 0:
+	case c.SharedIntermediate < 0 || c.SharedIntermediate == 0 && !c.MoeShared:
 		return fmt.Errorf("granitehref: shared_intermediate_size %d", c.SharedIntermediate)
+	case c.MoeShared && (!c.Rope || c.Experts == 0 || slices.Contains(c.layerTypes(), "mamba")):
+		return fmt.Errorf("granitehref: a GraniteMoeShared has experts and attention layers with the rotary only")
 	case c.MambaHeads <= 0 || c.MambaExpand <= 0 || c.MambaInner()%c.MambaHeads != 0:
 		return fmt.Errorf("granitehref: mamba_n_heads %d does not divide %d", c.MambaHeads, c.MambaInner())
 	case c.MambaP()*c.MambaHeads != c.MambaInner():
@@ -334,8 +364,10 @@ func (c Hybrid) Tensors() []Tensor {
 			add("block_sparse_moe.input_linear.weight", "expert", c.Experts, 2*c.Intermediate, H)
 			add("block_sparse_moe.output_linear.weight", "expert", c.Experts, H, c.Intermediate)
 		}
-		add("shared_mlp.input_linear.weight", "linear", 2*c.SharedIntermediate, H)
-		add("shared_mlp.output_linear.weight", "linear", H, c.SharedIntermediate)
+		if c.SharedIntermediate > 0 {
+			add("shared_mlp.input_linear.weight", "linear", 2*c.SharedIntermediate, H)
+			add("shared_mlp.output_linear.weight", "linear", H, c.SharedIntermediate)
+		}
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
@@ -432,7 +464,7 @@ func (c Hybrid) ConfigJSON() map[string]any {
 	if c.MambaHeadDim == 0 {
 		dHead = "auto"
 	}
-	return map[string]any{
+	j := map[string]any{
 		"architectures":            []string{"GraniteMoeHybridForCausalLM"},
 		"model_type":               "granitemoehybrid",
 		"vocab_size":               c.Vocab,
@@ -476,6 +508,15 @@ func (c Hybrid) ConfigJSON() map[string]any {
 		"pad_token_id":             0,
 		"torch_dtype":              "float32",
 	}
+	if c.MoeShared {
+		j["architectures"], j["model_type"] = []string{"GraniteMoeSharedForCausalLM"}, "granitemoeshared"
+		for k := range j {
+			if strings.HasPrefix(k, "mamba_") || k == "layer_types" || k == "position_embedding_type" {
+				delete(j, k)
+			}
+		}
+	}
+	return j
 }
 
 // Write writes dir/config.json, dir/generation_config.json (bos, eos and
@@ -794,7 +835,7 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 			if c.MoE() {
 				y = m.MoE(l, h2)
 			}
-			if !m.Mistakes.NoSharedMLP {
+			if !m.Mistakes.NoSharedMLP && c.SharedIntermediate > 0 {
 				for i, v := range m.SharedMLP(l, h2) {
 					y[i] += v
 				}
