@@ -11,7 +11,8 @@
 // norm_topk_prob, which OLMoE-1B-7B leaves off), each expert a SwiGLU of
 // intermediate_size under Qwen's names. That is Qwen3-MoE's decoder
 // (pipeline/qwen3moe) with OLMoE's attention norms, which this package
-// builds.
+// builds. FlexOlmoForCausalLM (flexolmo.go) puts the same attention and
+// sparse block in OLMo 2's layer.
 package olmoe
 
 import (

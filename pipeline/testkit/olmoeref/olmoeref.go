@@ -13,6 +13,13 @@
 // padding, and no code shared with pipeline/nn or the architecture
 // packages it checks.
 //
+// With Olmoe.Flex it is FlexOlmoForCausalLM (models/flex_olmo/
+// modular_flex_olmo.py: allenai/FlexOlmo-7x7B-1T): OLMoE's attention and
+// sparse block in OLMo 2's layer, no norm before the attention or the
+// block, each one's output RMS-normed (post_attention_layernorm,
+// post_feedforward_layernorm) before it joins the residual, and no
+// clip_qkv (its attention is Olmo2Attention).
+//
 // It also writes the tiny checkpoints the tests use: a config.json in the
 // layout of allenai/OLMoE-1B-7B-0924's and a float32 model.safetensors
 // with the exact tensor names of the release and deterministic
@@ -64,6 +71,9 @@ type Olmoe struct {
 	Tied bool
 	// Seed makes the weights reproducible.
 	Seed uint64
+	// Flex writes a FlexOlmoForCausalLM (see the package comment):
+	// ClipQKV must be 0.
+	Flex bool
 }
 
 // TinyOlmoe is a small OLMoE-1B-7B: multi-head attention (4 heads of 8
@@ -87,6 +97,16 @@ func TinyOlmoeGQA() Olmoe {
 	return c
 }
 
+// TinyFlexOlmo is a small FlexOlmo: OLMo 2's post norms around OLMoE's
+// attention (4 heads of 8 on 2 key/value heads) and sparse block (8
+// experts of width 16, the top 2 not renormalised), 2 layers, rms_norm_eps
+// 1e-6, an untied head.
+func TinyFlexOlmo() Olmoe {
+	c := TinyOlmoe()
+	c.KVHeads, c.Eps, c.Flex, c.Seed = 2, 1e-6, true, 72
+	return c
+}
+
 // HeadDim is the width of every query, key and value head:
 // hidden_size // num_attention_heads.
 func (c Olmoe) HeadDim() int { return c.Hidden / c.Heads }
@@ -103,7 +123,7 @@ func (c Olmoe) check() error {
 		return fmt.Errorf("olmoeref: odd head dim %d", c.HeadDim())
 	case c.TopK <= 0 || c.TopK > c.Experts:
 		return fmt.Errorf("olmoeref: top %d of %d experts", c.TopK, c.Experts)
-	case c.ClipQKV < 0:
+	case c.ClipQKV < 0 || c.Flex && c.ClipQKV != 0:
 		return fmt.Errorf("olmoeref: clip_qkv %g", c.ClipQKV)
 	}
 	return nil
@@ -132,7 +152,9 @@ func (c Olmoe) Tensors() []Tensor {
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		add := func(name, init string, shape ...int) { out = append(out, Tensor{p + name, shape, init}) }
-		add("input_layernorm.weight", "norm", H)
+		if !c.Flex {
+			add("input_layernorm.weight", "norm", H)
+		}
 		add("self_attn.q_proj.weight", "linear", c.Heads*D, H)
 		add("self_attn.k_proj.weight", "linear", c.KVHeads*D, H)
 		add("self_attn.v_proj.weight", "linear", c.KVHeads*D, H)
@@ -146,6 +168,9 @@ func (c Olmoe) Tensors() []Tensor {
 			add(q+"gate_proj.weight", "linear", c.Intermediate, H)
 			add(q+"up_proj.weight", "linear", c.Intermediate, H)
 			add(q+"down_proj.weight", "linear", H, c.Intermediate)
+		}
+		if c.Flex {
+			add("post_feedforward_layernorm.weight", "norm", H)
 		}
 	}
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
@@ -200,7 +225,7 @@ func (c Olmoe) ConfigJSON() map[string]any {
 	if c.ClipQKV > 0 {
 		clip = c.ClipQKV
 	}
-	return map[string]any{
+	j := map[string]any{
 		"architectures":           []string{"OlmoeForCausalLM"},
 		"model_type":              "olmoe",
 		"vocab_size":              c.Vocab,
@@ -230,6 +255,11 @@ func (c Olmoe) ConfigJSON() map[string]any {
 		"pad_token_id":            1,
 		"torch_dtype":             "float32",
 	}
+	if c.Flex {
+		j["architectures"], j["model_type"] = []string{"FlexOlmoForCausalLM"}, "flex_olmo"
+		delete(j, "clip_qkv")
+	}
+	return j
 }
 
 // Write writes dir/config.json, dir/generation_config.json (bos 0, eos 1,
@@ -453,7 +483,10 @@ func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	scale := 1 / math.Sqrt(float64(D))
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
-		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		h := x[t] // FlexOlmo: no norm before the attention
+		if !c.Flex {
+			h = lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		}
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
 	}
 	return lmckpt.Attention64(query, key, value, scale, nil)
@@ -468,8 +501,10 @@ func (m *Model) Logits(tokens []int) [][]float64 { return m.logits(tokens, 0) }
 
 // logits is Logits with the tokens at positions start, start+1, …: the
 // embedding; per layer x += o_proj(attention(x)), then
-// x += moe(post_attention_layernorm(x)); model.norm; the head (lm_head,
-// or the embedding when tied).
+// x += moe(post_attention_layernorm(x)) (FlexOlmo: x +=
+// post_attention_layernorm(o_proj(attention(x))), then x +=
+// post_feedforward_layernorm(moe(x))); model.norm; the head (lm_head, or
+// the embedding when tied).
 func (m *Model) logits(tokens []int, start int) [][]float64 {
 	c := m.C
 	H := c.Hidden
@@ -486,14 +521,23 @@ func (m *Model) logits(tokens []int, start int) [][]float64 {
 		att := m.attention(p, x, start)
 		for t := range x {
 			o := lmckpt.Linear64(att[t], m.get(p+"self_attn.o_proj.weight"), nil)
+			if c.Flex { // the attention's output normed, then added
+				o = lmckpt.RMSNorm64(o, m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			}
 			for i := range o {
 				x[t][i] += o[i]
 			}
-			h := lmckpt.RMSNorm64(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			h := x[t]
+			if !c.Flex {
+				h = lmckpt.RMSNorm64(x[t], m.get(p+"post_attention_layernorm.weight"), c.Eps)
+			}
 			if m.moeInput != nil {
 				m.moeInput(l, h)
 			}
 			y := m.moe(l, h)
+			if c.Flex { // the block's output normed, then added
+				y = lmckpt.RMSNorm64(y, m.get(p+"post_feedforward_layernorm.weight"), c.Eps)
+			}
 			for i := range y {
 				x[t][i] += y[i]
 			}
