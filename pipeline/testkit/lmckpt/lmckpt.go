@@ -516,6 +516,11 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["model_type"], j["hidden_act"], j["rope_scaling"] = "apertus", "xielu", map[string]any{"rope_type": "default"}
 	case "ArceeForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
+	case "HeliumForCausalLM":
+		if !c.RopePairs || c.OBias || c.Heads*c.HeadDim != c.Hidden {
+			panic("lmckpt: Helium's rotary turns pairs, its o_proj has no bias and maps hidden_size to hidden_size")
+		}
+		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "helium", "silu", c.QKVBias, c.MLPBias
 	case "Ernie4_5ForCausalLM":
 		if c.QKVBias != c.OBias || c.QKVBias != c.MLPBias || !c.RopePairs {
 			panic("lmckpt: ERNIE 4.5's use_bias covers every projection, and its rotary turns pairs")

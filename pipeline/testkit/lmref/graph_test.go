@@ -21,6 +21,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/exaone4"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/glm"
+	_ "github.com/tputool/tputool/pipeline/helium"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
@@ -100,6 +101,8 @@ func tinyCases() []lmckpt.Tiny {
 	ernie.RopePairs, ernie.HeadDim, ernie.Tied, ernie.RopeTheta = true, 16, true, repeat(500000.0, 3) // adjacent pairs over whole heads; head_dim != hidden/heads
 	ernieBias := ernie
 	ernieBias.QKVBias, ernieBias.OBias, ernieBias.MLPBias, ernieBias.HeadDim, ernieBias.Tied = true, true, true, 8, false // use_bias: every projection
+	helium := llama
+	helium.RopePairs, helium.QKVBias, helium.MLPBias, helium.Eps = true, true, true, 1e-8 // adjacent pairs; q/k/v and MLP biases, none on o
 	olmo1Bias := olmo1
 	olmo1Bias.QKVBias, olmo1Bias.ClipQKV = true, 0 // attention_bias: q, k, v and o; no clamp
 	ministral8b := llama
@@ -136,6 +139,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
 		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
+		{Arch: "HeliumForCausalLM", Config: helium, Seed: 30},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernie, Seed: 28},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernieBias, Seed: 29},
 		{Arch: "OlmoForCausalLM", Config: olmo1, Seed: 26},
