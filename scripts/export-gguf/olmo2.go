@@ -20,13 +20,14 @@ import (
 // so no rows are permuted. OLMo 3's window is attention.sliding_window:
 // llama.cpp then makes three layers of four sliding and turns them by the
 // plain rotary, the rope scaling the full-attention layers only, as
-// transformers does; only that layer pattern is written, and of the
-// scalings only linear (rope.scaling.type, rope.scaling.factor).
+// transformers does; only that layer pattern is written. Of the scalings,
+// linear (rope.scaling.type, rope.scaling.factor) and YaRN, the OLMo 3
+// releases' (yarnMeta).
 func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
 	switch {
-	case o.QKVBias || o.OBias || (o.Rope.Type != "default" && o.Rope.Type != "linear"):
-		return fmt.Errorf("%s: export-gguf writes OLMo 2 and 3 without biases, and with linear rope scaling or none", dir)
+	case o.QKVBias || o.OBias || (o.Rope.Type != "default" && o.Rope.Type != "linear" && o.Rope.Type != "yarn"):
+		return fmt.Errorf("%s: export-gguf writes OLMo 2 and 3 without biases, and with linear or YaRN rope scaling or none", dir)
 	case s.TieEmbeddings:
 		return fmt.Errorf("%s: tie_word_embeddings; llama.cpp's olmo2 requires its own output", dir)
 	}
@@ -67,11 +68,67 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	if factor > 0 {
 		meta = append(meta, kv{a + "rope.scaling.type", "linear"}, kv{a + "rope.scaling.factor", float32(factor)})
 	}
+	if o.Rope.Type == "yarn" {
+		ym, err := yarnMeta(dir, a)
+		if err != nil {
+			return err
+		}
+		meta = append(meta, ym...)
+	}
 	ts, err := postNormTensors(l, s)
 	if err != nil {
 		return err
 	}
 	return write(out, meta, ts)
+}
+
+// yarnMeta is the rope.scaling.* metadata of the YaRN scaling in
+// dir/config.json (rope_scaling, or rope_parameters whole or for
+// "full_attention"), keys prefixed by a. llama.cpp's YaRN scales the
+// rotated q and k by get_mscale(factor) = 1 + 0.1·ln(factor), times
+// rope.scaling.attn_factor: transformers' attention_factor (by default
+// that same get_mscale) is written as its ratio to it. mscale,
+// mscale_all_dim, truncate false and a beta_fast or beta_slow other than
+// 32 and 1 (llama.cpp's olmo2 reads none of them; 32 and 1 are its
+// defaults) are refused.
+func yarnMeta(dir, a string) ([]kv, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var c struct {
+		Scaling map[string]any `json:"rope_scaling"`
+		Params  map[string]any `json:"rope_parameters"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%s: config.json: %w", dir, err)
+	}
+	rp := c.Scaling
+	if rp == nil {
+		rp = c.Params
+		if full, ok := rp["full_attention"].(map[string]any); ok {
+			rp = full
+		}
+	}
+	num := func(k string, def float64) float64 {
+		if v, ok := rp[k].(float64); ok {
+			return v
+		}
+		return def
+	}
+	factor, orig := num("factor", 0), num("original_max_position_embeddings", 0)
+	_, ms := rp["mscale"]
+	_, msAll := rp["mscale_all_dim"]
+	if t, ok := rp["truncate"].(bool); ok && !t || ms || msAll || factor <= 1 || orig <= 0 || num("beta_fast", 32) != 32 || num("beta_slow", 1) != 1 {
+		return nil, fmt.Errorf("%s: YaRN with mscale, mscale_all_dim, truncate false, other betas than 32 and 1, or no factor and original_max_position_embeddings; export-gguf writes OLMo 3's", dir)
+	}
+	mscale := 1 + 0.1*math.Log(factor)
+	return []kv{
+		{a + "rope.scaling.type", "yarn"},
+		{a + "rope.scaling.factor", float32(factor)},
+		{a + "rope.scaling.original_context_length", uint32(orig)},
+		{a + "rope.scaling.attn_factor", float32(num("attention_factor", mscale) / mscale)},
+	}, nil
 }
 
 // postNormTensors are the GGUF tensors of OLMo 2's layer (llama.cpp's
