@@ -24,10 +24,9 @@
 #      tiny Phi-3.5-MoE and a tiny Phi-4-mini whose answers cross
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
 #      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
-#      tiny GLM-4-0414, a tiny Cohere 2 and a tiny Apertus),
-#      the same
-#      prompts, 16 tokens, float32: on the device compiled and eager
-#      against the CPU.
+#      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
+#      a tiny GraniteMoeShared and a tiny FlexOlmo), the same prompts, 16
+#      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
 #      compiled: --experts graph on the device at batch 1 and 8, which must

@@ -51,18 +51,18 @@ type Config struct {
 }
 
 // Defaults are GraniteConfig's and GraniteMoeConfig's (LlamaConfig's
-// sizes; every multiplier 1).
+// sizes; every multiplier 1; bos 1 and eos 2), which the hybrid and
+// shared classes share.
 var Defaults = llama.Defaults{
 	VocabSize: 32000, Hidden: 4096, Intermediate: 11008, Layers: 32, Heads: 32,
 	MaxPositions: 2048, Eps: 1e-6, RopeTheta: 10000, Tie: false, Act: "silu",
+	BOS: []int{1}, EOS: []int{2},
 }
 
-// GraniteMoeConfig's expert defaults, and both classes' token ids.
+// GraniteMoeConfig's expert defaults.
 const (
 	defaultExperts = 8
 	defaultTopK    = 2
-	defaultBOS     = 1
-	defaultEOS     = 2
 )
 
 // Resolve reads a Granite config.json into llama's options (with the
@@ -73,14 +73,8 @@ func Resolve(cfg *config.File) (o llama.Options, moe *qwen3moe.Options, err erro
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, nil, err
 	}
-	if len(c.BOSTokenID) == 0 && !cfg.Has("bos_token_id") {
-		c.BOSTokenID = config.IDList{defaultBOS}
-	}
 	if o, err = c.Config.Resolve(cfg, Defaults); err != nil {
 		return llama.Options{}, nil, err
-	}
-	if len(c.EOSTokenID) == 0 && !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
 	}
 	for _, k := range o.Spec.LayerKinds {
 		if k != lm.KindFull {

@@ -105,15 +105,9 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 	}
 	types := c.LayerTypes
 	c.LayerTypes = nil // "mamba" and "attention", read below
-	if len(c.BOSTokenID) == 0 && !cfg.Has("bos_token_id") {
-		c.BOSTokenID = config.IDList{defaultBOS}
-	}
 	o, err := c.Config.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return HybridOptions{}, err
-	}
-	if len(c.EOSTokenID) == 0 && !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
 	}
 	if err := c.multipliers(where, &o); err != nil {
 		return HybridOptions{}, err

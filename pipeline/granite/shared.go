@@ -34,15 +34,9 @@ func ResolveShared(cfg *config.File) (HybridOptions, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return HybridOptions{}, err
 	}
-	if len(c.BOSTokenID) == 0 && !cfg.Has("bos_token_id") {
-		c.BOSTokenID = config.IDList{defaultBOS}
-	}
 	o, err := c.Config.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return HybridOptions{}, err
-	}
-	if len(c.EOSTokenID) == 0 && !cfg.Has("eos_token_id") {
-		o.Spec.EOS = []int{defaultEOS}
 	}
 	for _, k := range o.Spec.LayerKinds {
 		if k != lm.KindFull {

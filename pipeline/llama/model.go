@@ -113,7 +113,9 @@ type Options struct {
 	// RopeF32 turns 16-bit queries and keys in float32, by the tables as
 	// rounded to their dtype, and rounds the result once (Cohere's
 	// apply_rotary_pos_emb); without it the rotary runs in their dtype.
-	RopeF32 bool
+	// RopeTablesF32 (with RopeF32) keeps the tables in float32, unrounded
+	// (Olmo2RotaryEmbedding returns them so, and q·cos promotes).
+	RopeF32, RopeTablesF32 bool
 	// UngatedMLP makes the MLP down_proj(act(up_proj(x))), without a gate
 	// (NemotronMLP: Arcee's AFM, with relu2); with XIELU the activation is
 	// nn.XIELU of the layer's learned scalars mlp.act_fn.alpha_p [1],
@@ -478,7 +480,11 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		if m.o.RopePairs {
 			q, k = nn.PairsToHalvesFirst(q, rope.RotaryDim), nn.PairsToHalvesFirst(k, rope.RotaryDim)
 		}
-		cos, sin := rope.CosSin(step, x.DType())
+		tables := x.DType()
+		if m.o.RopeTablesF32 {
+			tables = dtypes.Float32
+		}
+		cos, sin := rope.CosSin(step, tables)
 		if dt := q.DType(); m.o.RopeF32 && dt != dtypes.Float32 {
 			f32 := func(n *Node) *Node { return ConvertDType(n, dtypes.Float32) }
 			cos, sin = f32(cos), f32(sin)

@@ -13,6 +13,7 @@ package olmo
 import (
 	"fmt"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -43,10 +44,19 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err != nil {
 		return llama.Options{}, err
 	}
+	where := lm.ConfigName(cfg)
+	for _, k := range o.Spec.LayerKinds {
+		if k != lm.KindFull {
+			return llama.Options{}, errs.Unsupportedf("%s: layer_types names %q layers; OLMo's layers all attend in full", where, k)
+		}
+	}
+	if o.Rope.RotaryDim != o.Spec.HeadDim {
+		return llama.Options{}, errs.Unsupportedf("%s: a partial rotary embedding (%d of %d dims) is not supported; OLMo rotates whole heads", where, o.Rope.RotaryDim, o.Spec.HeadDim)
+	}
 	o.NormNoParams, o.Eps, o.MLPBias = true, 1e-5, false
 	if c.ClipQKV != nil {
 		if *c.ClipQKV <= 0 {
-			return llama.Options{}, fmt.Errorf("%s: clip_qkv must be positive (or null), got %g", lm.ConfigName(cfg), *c.ClipQKV)
+			return llama.Options{}, fmt.Errorf("%s: clip_qkv must be positive (or null), got %g", where, *c.ClipQKV)
 		}
 		o.ClipQKV = *c.ClipQKV
 	}

@@ -26,13 +26,14 @@ func options(t *testing.T, js string) (llama.Options, error) {
 	return m.(*llama.Model).Options(), nil
 }
 
-// TestOLMo1B: OLMo-1B-hf's config (16 layers, hidden 2048, 16 heads,
+// TestConfigs: OLMo-1B-hf's config (16 layers, hidden 2048, 16 heads,
 // MLP 8192, vocabulary 50304, tied, no clip) has 1,176,764,416
 // parameters, the card's 1.18B, none of them in a norm; OLMo-7B-0424-hf's
 // (32 layers, hidden 4096, MLP 11008, untied, clip_qkv 8) has
 // 6,888,095,744, the card's 6.89B. The norms' eps is 1e-5 whatever the
-// config says, as OlmoLayerNorm fixes it.
-func TestOLMo1B(t *testing.T) {
+// config says, as OlmoLayerNorm fixes it. A clip_qkv not positive, a
+// partial rotary and windowed layers are refused, naming the field.
+func TestConfigs(t *testing.T) {
 	o, err := options(t, `{"architectures": ["OlmoForCausalLM"], "attention_bias": false, "clip_qkv": null, "eos_token_id": 50279,
 		"hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192, "max_position_embeddings": 2048, "model_type": "olmo",
 		"num_attention_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 16, "pad_token_id": 1, "rope_theta": 10000.0,
@@ -65,10 +66,15 @@ func TestOLMo1B(t *testing.T) {
 		t.Errorf("%d parameters, want 6,888,095,744", n)
 	}
 
-	for _, bad := range []string{"0", "-1"} {
-		_, err := options(t, `{"architectures": ["OlmoForCausalLM"], "clip_qkv": `+bad+`}`)
-		if err == nil || !strings.Contains(err.Error(), "clip_qkv") {
-			t.Errorf("clip_qkv %s: %v, want an error naming it", bad, err)
+	for _, bad := range []struct{ js, want string }{
+		{`"clip_qkv": 0`, "clip_qkv"},
+		{`"clip_qkv": -1`, "clip_qkv"},
+		{`"partial_rotary_factor": 0.5`, "partial rotary"},
+		{`"num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4`, "attend in full"},
+	} {
+		_, err := options(t, `{"architectures": ["OlmoForCausalLM"], `+bad.js+`}`)
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%s: %v, want an error naming config.json and %q", bad.js, err, bad.want)
 		}
 	}
 }

@@ -11,7 +11,9 @@
 // RMSNormed over their whole projections (q_norm [heads·head_dim],
 // k_norm [KV heads·head_dim]) before the rotary embedding. Olmo2RMSNorm
 // scales by its weight before the cast back to the input's dtype
-// (llama.Options.NormF32).
+// (llama.Options.NormF32); its rotary embedding returns float32 tables,
+// so a 16-bit query turns in float32 and is cast back once (RopeF32,
+// RopeTablesF32).
 //
 // OLMo 3 is OLMo 2 with sliding-window layers (layer_types; by default
 // three layers within sliding_window, 4096, then one attending in full)
@@ -75,6 +77,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.MLPBias = false // Olmo2Config has no mlp_bias
 	o.Norms = llama.PostNorms
 	o.QKNorm, o.QKNormAcross, o.NormF32 = true, true, true
+	o.RopeF32, o.RopeTablesF32 = true, true // Olmo2RotaryEmbedding's float32 tables; q·cos in float32, cast back
 	if !olmo3 {
 		return o, nil
 	}

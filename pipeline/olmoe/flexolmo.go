@@ -5,6 +5,7 @@ import (
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -19,7 +20,8 @@ import (
 // RMS-normed (post_attention_layernorm, post_feedforward_layernorm,
 // scaled in float32 as Olmo2RMSNorm does: llama.PostNorms and NormF32)
 // before it joins the residual; q_norm and k_norm over the whole
-// projections; no clip_qkv (the attention is Olmo2Attention's). The
+// projections; the rotary in float32 (RopeF32, RopeTablesF32); no
+// clip_qkv (the attention is Olmo2Attention's). The
 // router is OLMoE's: the softmax of the logits, the top
 // num_experts_per_tok, renormalized only with norm_topk_prob.
 //
@@ -61,12 +63,13 @@ func ResolveFlex(cfg *config.File) (qwen3moe.Options, error) {
 	}
 	for _, k := range base.Spec.LayerKinds {
 		if k != lm.KindFull {
-			return qwen3moe.Options{}, fmt.Errorf("%s: layer_types names %q layers; FlexOlmo's layers all attend in full", where, k)
+			return qwen3moe.Options{}, errs.Unsupportedf("%s: layer_types names %q layers; FlexOlmo's layers all attend in full", where, k)
 		}
 	}
 	base.OBias, base.MLPBias = base.QKVBias, false // attention_bias covers q, k, v and o; the experts have none
 	base.Norms = llama.PostNorms
 	base.QKNorm, base.QKNormAcross, base.NormF32 = true, true, true
+	base.RopeF32, base.RopeTablesF32 = true, true // Olmo2Attention's rotary: float32 tables, q·cos in float32
 	o := qwen3moe.Options{
 		Options:         base,
 		Experts:         lm.Or(c.NumExperts, lm.Or(c.NumLocalExperts, flexExperts)),
@@ -97,7 +100,10 @@ func NewFlex(cfg *config.File) (lm.Model, error) {
 }
 
 // FlexModel is the FlexOlmo decoder: qwen3moe's weights, attention and
-// router, its sparse layers ending in post_feedforward_layernorm.
+// router, its sparse layers ending in post_feedforward_layernorm. It
+// keeps qwen3moe's lm.Routed methods, whose Route would add the experts
+// to the residual un-normed: InGraphExperts makes compile refuse every
+// formulation that calls them (TestFlexHostRefused).
 type FlexModel struct{ *qwen3moe.Model }
 
 // Layer implements lm.Model: FlexOlmoDecoderLayer. x plus the normed

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/olmoe"
@@ -108,4 +109,34 @@ func TestFlexLogitsMatchReference(t *testing.T) {
 	// norm_topk_prob is no mutant here: it scales every token's weighted
 	// sum by a constant that post_feedforward_layernorm, an RMSNorm,
 	// divides out (up to its eps), so FlexOlmo's logits hardly depend on it.
+}
+
+// TestFlexHostRefused: the formulations that run the experts one by one
+// (whose Route would add them to the residual without
+// post_feedforward_layernorm) are refused, naming the reason.
+func TestFlexHostRefused(t *testing.T) {
+	_, l := lmckpt.WriteLoad(t, olmoeref.TinyFlexOlmo().Write)
+	for _, e := range []compile.ExpertsMode{compile.ExpertsHost, compile.ExpertsDense} {
+		r, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{Experts: e})
+		if err == nil {
+			r.Close()
+			t.Fatalf("experts %v: no error", e)
+		}
+		if !strings.Contains(err.Error(), "post_feedforward_layernorm") {
+			t.Errorf("experts %v: %v, want the reason named", e, err)
+		}
+	}
+}
+
+// TestFlexBFloat16 runs the tiny FlexOlmo with bfloat16 compute (the
+// rotary and the norms' scaling in float32, as Olmo2's are): within 5% of
+// the float64 reference.
+func TestFlexBFloat16(t *testing.T) {
+	c := olmoeref.TinyFlexOlmo()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("largest relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 }

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/tputool/tputool/pipeline/ernie"
-	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
@@ -94,41 +93,6 @@ func runErnie(l *lm.Loaded, dir, out string, m *ernie.Model) error {
 		g.experts(b, p+"mlp.", o.Experts, lay.Experts)
 	}
 	g.final(s.TieEmbeddings, true) // llama.cpp takes token_embd for a missing output
-	if g.err != nil {
-		return g.err
-	}
-	return write(out, meta, g.ts)
-}
-
-// runErnieDense writes an Ernie4_5ForCausalLM (ERNIE-4.5-0.3B) as
-// llama.cpp's "ernie4_5": Llama's tensors as stored, the rotary turning
-// adjacent pairs in both (llama.cpp's NORM rope, so no rows are permuted).
-// llama.cpp reads no MLP biases: use_bias is refused, as is rope scaling.
-func runErnieDense(l *lm.Loaded, dir, out string, m *llama.Model) error {
-	o, s := m.Options(), m.Spec()
-	if o.QKVBias || o.OBias || o.MLPBias || o.Rope.Type != "default" {
-		return fmt.Errorf("%s: export-gguf writes ERNIE 4.5 without use_bias or rope scaling (llama.cpp's ernie4_5)", dir)
-	}
-	const a = "ernie4_5."
-	meta, err := header(l, dir, "ernie4_5")
-	if err != nil {
-		return err
-	}
-	meta = append(meta, llamaMeta(a, s, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
-	g := &ggufTensors{l: l}
-	g.add("token_embd.weight", false, "model.embed_tokens.weight")
-	for i := range s.Layers {
-		p, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
-		g.pairs(b, append([]ggufPair{
-			{"attn_norm.weight", p + "input_layernorm.weight", true},
-			{"attn_q.weight", p + "self_attn.q_proj.weight", false},
-			{"attn_k.weight", p + "self_attn.k_proj.weight", false},
-			{"attn_v.weight", p + "self_attn.v_proj.weight", false},
-			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
-			{"ffn_norm.weight", p + "post_attention_layernorm.weight", true},
-		}, denseMLP(p)...))
-	}
-	g.final(s.TieEmbeddings, true)
 	if g.err != nil {
 		return g.err
 	}

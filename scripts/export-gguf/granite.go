@@ -105,6 +105,15 @@ func runGraniteMoE(l *lm.Loaded, dir, out string, o llama.Options, experts, topK
 	if o.QKVBias || o.OBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim || len(o.NoRope) > 0 {
 		return fmt.Errorf("%s: export-gguf writes GraniteMoe without biases, rope scaling or a partial rotary", dir)
 	}
+	var act struct {
+		HiddenAct string `json:"hidden_act"`
+	}
+	if err := l.Config.Decode(&act); err != nil {
+		return err
+	}
+	if a := act.HiddenAct; a != "" && a != "silu" && a != "swish" {
+		return fmt.Errorf("%s: hidden_act %q; llama.cpp's granitemoe runs SiLU experts", dir, a)
+	}
 	const a = "granitemoe."
 	meta, err := header(l, dir, "granitemoe")
 	if err != nil {

@@ -27,9 +27,8 @@
 // runStarcoder2), Nemotron (NemotronForCausalLM: llama.cpp's nemotron,
 // runNemotron), StableLM (StableLmForCausalLM: llama.cpp's stablelm,
 // runStableLM), OLMo 1 (OlmoForCausalLM: llama.cpp's olmo, runOlmo1),
-// ERNIE 4.5 dense (Ernie4_5ForCausalLM: llama.cpp's ernie4_5,
-// runErnieDense), Helium (HeliumForCausalLM: llama.cpp's llama,
-// runHelium), Ministral 3
+// ERNIE 4.5 dense (Ernie4_5ForCausalLM: llama.cpp's ernie4_5, runPairs),
+// Helium (HeliumForCausalLM: llama.cpp's llama, runPairs), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -102,7 +101,7 @@ import (
 	"github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/olmo"  // OlmoForCausalLM
 	_ "github.com/tputool/tputool/pipeline/olmo2" // Olmo2ForCausalLM, Olmo3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/olmoe" // OlmoeForCausalLM (FlexOlmoForCausalLM too, which llama.cpp does not run)
 	"github.com/tputool/tputool/pipeline/phi"
 	"github.com/tputool/tputool/pipeline/phi3"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -235,9 +234,9 @@ func run(dir, out string) error {
 		case "OlmoForCausalLM":
 			return runOlmo1(l, dir, out, g)
 		case "Ernie4_5ForCausalLM":
-			return runErnieDense(l, dir, out, g)
+			return runPairs(l, dir, out, g, "ernie4_5", "ERNIE 4.5")
 		case "HeliumForCausalLM":
-			return runHelium(l, dir, out, g)
+			return runPairs(l, dir, out, g, "llama", "Helium")
 		}
 	}
 	var m *qwen3moe.Model

@@ -53,8 +53,13 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		factor = c.Scaling.Factor
 	}
 	// The resolved rotary's base (rope_parameters included): the ratio of
-	// two frequencies, which a linear scaling divides alike.
+	// two frequencies, which a linear scaling divides alike; with OLMo 3's
+	// windows, the sliding layers' plain rotary of the same base (YaRN
+	// moves some frequencies by other factors than others).
 	r := o.Rope
+	if o.SlidingRope != nil {
+		r = o.SlidingRope
+	}
 	theta := math.Pow(r.InvFreq[1]/r.InvFreq[0], -float64(r.RotaryDim)/2)
 	const a = "olmo2."
 	meta, err := header(l, dir, "olmo2")
@@ -83,8 +88,8 @@ func runOlmo2(l *lm.Loaded, dir, out string, m *llama.Model) error {
 }
 
 // yarnMeta is the rope.scaling.* metadata of the YaRN scaling in
-// dir/config.json (rope_scaling, or rope_parameters whole or for
-// "full_attention"), keys prefixed by a. llama.cpp's YaRN scales the
+// dir/config.json (rope_parameters whole or for "full_attention", else
+// rope_scaling: the precedence of nn.ConfigRope), keys prefixed by a. llama.cpp's YaRN scales the
 // rotated q and k by get_mscale(factor) = 1 + 0.1·ln(factor), times
 // rope.scaling.attn_factor: transformers' attention_factor (by default
 // that same get_mscale) is written as its ratio to it. mscale,
@@ -103,12 +108,12 @@ func yarnMeta(dir, a string) ([]kv, error) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("%s: config.json: %w", dir, err)
 	}
-	rp := c.Scaling
+	rp := c.Params
+	if full, ok := rp["full_attention"].(map[string]any); ok {
+		rp = full
+	}
 	if rp == nil {
-		rp = c.Params
-		if full, ok := rp["full_attention"].(map[string]any); ok {
-			rp = full
-		}
+		rp = c.Scaling
 	}
 	num := func(k string, def float64) float64 {
 		if v, ok := rp[k].(float64); ok {
@@ -117,10 +122,19 @@ func yarnMeta(dir, a string) ([]kv, error) {
 		return def
 	}
 	factor, orig := num("factor", 0), num("original_max_position_embeddings", 0)
-	_, ms := rp["mscale"]
-	_, msAll := rp["mscale_all_dim"]
-	if t, ok := rp["truncate"].(bool); ok && !t || ms || msAll || factor <= 1 || orig <= 0 || num("beta_fast", 32) != 32 || num("beta_slow", 1) != 1 {
-		return nil, fmt.Errorf("%s: YaRN with mscale, mscale_all_dim, truncate false, other betas than 32 and 1, or no factor and original_max_position_embeddings; export-gguf writes OLMo 3's", dir)
+	for _, k := range []string{"mscale", "mscale_all_dim"} {
+		if _, ok := rp[k]; ok {
+			return nil, fmt.Errorf("%s: config.json: YaRN's %s, which llama.cpp's olmo2 does not read", dir, k)
+		}
+	}
+	if t, ok := rp["truncate"].(bool); ok && !t {
+		return nil, fmt.Errorf("%s: config.json: YaRN's truncate false; llama.cpp truncates the correction range", dir)
+	}
+	if b, s := num("beta_fast", 32), num("beta_slow", 1); b != 32 || s != 1 {
+		return nil, fmt.Errorf("%s: config.json: YaRN's beta_fast %g and beta_slow %g; llama.cpp's olmo2 takes 32 and 1", dir, b, s)
+	}
+	if factor <= 1 || orig <= 0 {
+		return nil, fmt.Errorf("%s: config.json: YaRN's factor %g must exceed 1 and original_max_position_embeddings %g be positive", dir, factor, orig)
 	}
 	mscale := 1 + 0.1*math.Log(factor)
 	return []kv{
@@ -175,8 +189,8 @@ func threeOfFour(dir, arch string, s *lm.Spec) error {
 // scaling.
 func runOlmo1(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
-	if o.QKVBias || o.OBias || o.Rope.Type != "default" {
-		return fmt.Errorf("%s: export-gguf writes OLMo 1 without attention_bias or rope scaling (llama.cpp's olmo)", dir)
+	if o.QKVBias || o.OBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim {
+		return fmt.Errorf("%s: export-gguf writes OLMo 1 without attention_bias, rope scaling or a partial rotary (llama.cpp's olmo)", dir)
 	}
 	const a = "olmo."
 	meta, err := header(l, dir, "olmo")

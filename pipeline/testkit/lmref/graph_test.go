@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/lmref"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 
 	_ "github.com/tputool/tputool/pipeline/apertus"
@@ -244,12 +245,49 @@ func TestLogitsMatchReference(t *testing.T) {
 // query scale rounded to bf16) checkpoints (stored as BF16) with bfloat16
 // compute on the go backend: logits stay within a few percent of the
 // float64 reference.
+// TestSwitchesMatter checks that TestLogitsMatchReference can fail where
+// a family departs from Llama in one switch: the reference with that
+// switch flipped (OLMo 1's clamp dropped, ERNIE 4.5's and Helium's rotary
+// on halves instead of pairs) gives other logits than the model.
+func TestSwitchesMatter(t *testing.T) {
+	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
+	for _, c := range []struct {
+		arch   string
+		seed   uint64
+		name   string
+		mutate func(*lmref.Config)
+	}{
+		{"OlmoForCausalLM", 26, "no clip_qkv", func(c *lmref.Config) { c.ClipQKV = 0 }},
+		{"Ernie4_5ForCausalLM", 28, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
+		{"Ernie4_5ForCausalLM", 29, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
+		{"HeliumForCausalLM", 30, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
+	} {
+		t.Run(fmt.Sprint(c.arch, c.seed), func(t *testing.T) {
+			var tc *lmckpt.Tiny
+			for _, x := range tinyCases() {
+				if x.Arch == c.arch && x.Seed == c.seed {
+					tc = &x
+				}
+			}
+			if tc == nil {
+				t.Fatalf("no tiny case %s seed %d", c.arch, c.seed)
+			}
+			l, rm := load(t, *tc)
+			mc := rm.C
+			c.mutate(&mc)
+			mutant := &lmref.Model{C: mc, W: rm.W}
+			refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3, refcheck.Mutant{Name: c.name, Logits: mutant.Logits})
+		})
+	}
+}
+
 func TestBFloat16Compute(t *testing.T) {
 	be := refcheck.GoBackend(t)
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	for _, tc := range tinyCases() {
 		switch tc.Arch {
-		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM", "ApertusForCausalLM":
+		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM", "ApertusForCausalLM",
+			"OlmoForCausalLM", "Olmo2ForCausalLM", "Ernie4_5ForCausalLM", "HeliumForCausalLM":
 		default:
 			continue
 		}

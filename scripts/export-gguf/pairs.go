@@ -7,18 +7,21 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
-// runHelium writes a HeliumForCausalLM as llama.cpp's "llama", as its
-// converter does: Helium's rotary already turns adjacent pairs (llama.cpp's
-// NORM rope), so q and k are written as stored, with no rows permuted;
-// the rest is Llama's. Biases (attention_bias, mlp_bias), which no release
-// has, and rope scaling are refused.
-func runHelium(l *lm.Loaded, dir, out string, m *llama.Model) error {
+// runPairs writes a Llama-shaped model whose rotary already turns
+// adjacent pairs (llama.cpp's NORM rope) as llama.cpp's arch, as its
+// converter does: q and k as stored, with no rows permuted; the rest is
+// Llama's tensors. family names the model in errors. It writes the
+// dense ERNIE 4.5 (Ernie4_5ForCausalLM) as "ernie4_5" and Helium
+// (HeliumForCausalLM) as "llama". Biases (ERNIE's use_bias, Helium's
+// attention_bias and mlp_bias: llama.cpp reads no MLP biases there, and
+// no release has them) and rope scaling are refused.
+func runPairs(l *lm.Loaded, dir, out string, m *llama.Model, arch, family string) error {
 	o, s := m.Options(), m.Spec()
-	if o.QKVBias || o.MLPBias || o.Rope.Type != "default" {
-		return fmt.Errorf("%s: export-gguf writes Helium without attention_bias, mlp_bias or rope scaling", dir)
+	if o.QKVBias || o.OBias || o.MLPBias || o.Rope.Type != "default" || o.Rope.RotaryDim != s.HeadDim {
+		return fmt.Errorf("%s: export-gguf writes %s without biases, rope scaling or a partial rotary (llama.cpp's %s)", dir, family, arch)
 	}
-	const a = "llama."
-	meta, err := header(l, dir, "llama")
+	a := arch + "."
+	meta, err := header(l, dir, arch)
 	if err != nil {
 		return err
 	}
