@@ -6,7 +6,7 @@
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
 # Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B,
 # FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
-# an Arcee Trinity Mini) on
+# an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -160,7 +160,14 @@
 # layers (default
 # 4: two dense, two sparse, 5.3 GB bf16), the experts one tensor each as
 # the release stores them, DIR /tmp/tputool-afmoe-bench, written as
-# llama.cpp's afmoe, which runs on llama.cpp's own graph. Otherwise
+# llama.cpp's afmoe, which runs on llama.cpp's own graph.
+# FAMILY=granitemoe: a GraniteMoeForCausalLM of granite-3.1-3b-a800m's
+# layer (hidden 1536, 24 heads and 8 KV heads of 64; 40 experts of 512,
+# top 8, softmaxed among themselves; the multipliers 12, 1/64, 0.22 and
+# 6; vocab 49155, tied) in LAYERS layers (default 8, 1.7 GB bf16), the
+# experts in two stacks (the layout of GraniteMoe's input_linear and
+# output_linear, under the names tputool reads them by), DIR
+# /tmp/tputool-granitemoe-bench, written as llama.cpp's granitemoe. Otherwise
 # scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -199,7 +206,8 @@ lfm2) DIR="${DIR:-/tmp/tputool-lfm2-bench}" ;;
 phimoe) DIR="${DIR:-/tmp/tputool-phimoe-bench}" ;;
 phi3) DIR="${DIR:-/tmp/tputool-phi3-bench}" ;;
 afmoe) DIR="${DIR:-/tmp/tputool-afmoe-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3 or afmoe" >&2; exit 2 ;;
+granitemoe) DIR="${DIR:-/tmp/tputool-granitemoe-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe or granitemoe" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -413,6 +421,17 @@ json.dump({"architectures": ["AfmoeForCausalLM"], "model_type": "afmoe", "vocab_
   "torch_dtype": "bfloat16"}, open(out, "w"))' "${LAYERS:-4}" "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200192
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = granitemoe ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe",
+ "hidden_size": 1536, "num_hidden_layers": ${LAYERS:-8}, "num_attention_heads": 24,
+ "num_key_value_heads": 8, "intermediate_size": 512, "num_local_experts": 40, "num_experts_per_tok": 8,
+ "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "residual_multiplier": 0.22, "logits_scaling": 6.0,
+ "vocab_size": 49155, "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+ "tie_word_embeddings": true, "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 49155
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
