@@ -10,6 +10,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/lm"
 )
 
 // Text describes the language model of a transformers checkpoint (the
@@ -383,6 +384,36 @@ func (t *Text) layerKinds(f fields, path string) error {
 	}
 	t.FullAttentionLayers = t.Layers
 	return nil
+}
+
+// attentionKinds recounts the full and sliding attention layers of t
+// (and its window) as the architecture resolved them, where every layer
+// attends: a family's own default pattern (OLMo 3's three sliding layers
+// of four, Cohere 2's and EXAONE 4.0's sliding_window_pattern) is the
+// architecture's, not config.json's to say. Models with other layer
+// kinds keep the config's counts.
+func attentionKinds(t *Text, s *lm.Spec) {
+	if len(s.LayerKinds) != t.Layers || t.LinearAttentionLayers+t.MambaLayers+t.FeedForwardLayers+t.ConvLayers > 0 {
+		return
+	}
+	full, sliding := 0, 0
+	for _, k := range s.LayerKinds {
+		switch k {
+		case lm.KindFull:
+			full++
+		case lm.KindSliding:
+			sliding++
+		default:
+			return
+		}
+	}
+	if sliding > 0 && s.SlidingWindow <= 0 {
+		return
+	}
+	t.FullAttentionLayers, t.SlidingAttentionLayers, t.SlidingWindow = full, sliding, 0
+	if sliding > 0 {
+		t.SlidingWindow = s.SlidingWindow
+	}
 }
 
 // State is the per-sequence memory a model keeps while generating.

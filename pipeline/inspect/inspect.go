@@ -274,6 +274,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		// The architecture, when tputool runs it, decides which tensors
 		// are read, skipped or missing, and what state generation keeps.
 		arch := checkArchitecture(r, tensors, cfg)
+		if arch != nil {
+			attentionKinds(text, arch.Spec())
+		}
 		if arch != nil && text.MoE == nil {
 			// The dense MLP's width as the architecture derives it (LFM2's
 			// from block_ff_dim, 2/3 of it rounded), where the config's
