@@ -25,7 +25,8 @@
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
 #      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
-#      a tiny GraniteMoeShared and a tiny FlexOlmo), the same prompts, 16
+#      a tiny GraniteMoeShared, a tiny FlexOlmo and a tiny BitNet b1.58
+#      from scripts/bitnet-checkpoint), the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
@@ -80,6 +81,7 @@ else
 	CGO_ENABLED=1 go build -trimpath -o "$bin/tputool" . 2>>"$log"
 	go build -trimpath -o "$bin/gen-llm-checkpoint" ./scripts/gen-llm-checkpoint 2>>"$log"
 	go build -trimpath -o "$bin/fp8-checkpoint" ./scripts/fp8-checkpoint 2>>"$log"
+	go build -trimpath -o "$bin/bitnet-checkpoint" ./scripts/bitnet-checkpoint 2>>"$log"
 fi
 for tool in tputool gen-llm-checkpoint; do
 	[ -x "$bin/$tool" ] || { echo "device-check-moe: $bin/$tool is missing" >&2; exit 2; }
@@ -463,6 +465,14 @@ cat >"$work/olmoe.json" <<'EOF'
  "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": false, "clip_qkv": 1.5, "rope_theta": 10000.0,
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny BitNet b1.58: sub norms before o_proj and down_proj, relu²;
+# written in bf16, then as BitNet's packed ternary copy.
+cat >"$work/bitnet.json" <<'EOF'
+{"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_act": "relu2",
+ "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "max_position_embeddings": 512, "tie_word_embeddings": true,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny FlexOlmo: OLMoE's attention and experts in OLMo 2's layer (post
 # norms only), the experts in the layer's graph.
 cat >"$work/flexolmo.json" <<'EOF'
@@ -473,7 +483,7 @@ cat >"$work/flexolmo.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
@@ -489,6 +499,20 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 		if ! "$bin/fp8-checkpoint" -per-tensor -m "$work/ministral3" -o "$work/$fam" >>"$log" 2>&1; then
 			families+=("$fam: no")
 			fail "$fam: the FP8 copy could not be written"
+			continue
+		fi
+	elif [ "$fam" = bitnet ]; then
+		# A tiny BitNet b1.58 (ternary weights four a byte, a bf16 scale
+		# a matrix): decoded at load on both; every projection's input
+		# rounded to int8 per token in the graph (Round on the device).
+		if [ ! -x "$bin/bitnet-checkpoint" ]; then
+			say "bitnet: skipped, $bin/bitnet-checkpoint is missing (build with scripts/device-check.sh --build)"
+			continue
+		fi
+		if ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype BF16 -o "$work/$fam-bf16" >>"$log" 2>&1 ||
+			! "$bin/bitnet-checkpoint" -m "$work/$fam-bf16" -o "$work/$fam" >>"$log" 2>&1; then
+			families+=("$fam: no")
+			fail "$fam: the BitNet copy could not be written"
 			continue
 		fi
 	elif ! "$bin/gen-llm-checkpoint" -config "$work/$fam.json" -dtype "$dtype" "${apart[@]}" -o "$work/$fam" >>"$log" 2>&1; then

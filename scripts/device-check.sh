@@ -55,8 +55,8 @@
 #
 # Binaries: tputool is built with cgo (go-xla needs it) unless
 # $TPUTOOL_BIN_DIR holds prebuilt ones (tputool, gen-llm-checkpoint,
-# gen-tiny-sd, imgdiff, and fp8-checkpoint for device-check-moe.sh's FP8
-# family): a device machine without Go or the module cache runs what
+# gen-tiny-sd, imgdiff, and fp8-checkpoint and bitnet-checkpoint for
+# device-check-moe.sh's FP8 and BitNet families): a device machine without Go or the module cache runs what
 # `--build DIR` made elsewhere.
 #
 # Environment: OUT, TPUTOOL_BIN_DIR, PYTHON (default python3),
@@ -95,7 +95,7 @@ build() { # build DIR
 	mkdir -p "$1"
 	echo "building tputool (cgo) and the generators into $1" >&2
 	CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$1/tputool" .
-	for tool in gen-llm-checkpoint gen-tiny-sd imgdiff fp8-checkpoint; do
+	for tool in gen-llm-checkpoint gen-tiny-sd imgdiff fp8-checkpoint bitnet-checkpoint; do
 		go build -trimpath -ldflags "-s -w" -o "$1/$tool" "./scripts/$tool"
 	done
 }

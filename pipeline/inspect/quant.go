@@ -44,6 +44,12 @@ func (q *quantParts) packing(t safetensors.TensorInfo) (per int64, name string, 
 	if q == nil || q.layout == nil {
 		return 0, "", false
 	}
+	if q.layout.BitNet() {
+		if strings.HasSuffix(t.Name, ".weight") && t.DType == safetensors.U8 {
+			return 4, "TERNARY", true // four values a byte, the rows packed
+		}
+		return 0, "", false
+	}
 	prefix, cut := strings.CutSuffix(t.Name, ".qweight")
 	if !cut {
 		if prefix, cut = strings.CutSuffix(t.Name, ".weight_packed"); !cut {

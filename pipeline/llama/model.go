@@ -104,6 +104,12 @@ type Options struct {
 	// NormNoParams makes every norm a LayerNorm with neither weight nor
 	// bias (OlmoLayerNorm: OLMo 1's), over hidden_size, eps Eps.
 	NormNoParams bool
+	// SubNorms adds BitNet's two RMSNorms: self_attn.attn_sub_norm on the
+	// attention's output before o_proj and mlp.ffn_sub_norm on the gated
+	// product before down_proj. A BitNet checkpoint's activation
+	// quantization (Spec.BitNet: every projection's input rounded to int8
+	// per token, nn.ActQuant8) is the loader's to declare, not an option.
+	SubNorms bool
 	// NormPlusOne scales every RMSNorm by (1 + w), in float32 before the
 	// cast back (GemmaRMSNorm: Gemma 1's, whose weights are stored minus
 	// one), and with LayerNorm every LayerNorm by (1 + w) added in the
@@ -289,6 +295,9 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	add("mlp.up_proj.weight", true, lm.Column, s.Intermediate, s.Hidden)
 	add("mlp.down_proj.weight", true, lm.Row, s.Hidden, s.Intermediate)
+	if m.o.SubNorms {
+		add("mlp.ffn_sub_norm.weight", false, lm.Column, s.Intermediate)
+	}
 	if m.o.MLPBias {
 		if !m.o.UngatedMLP {
 			add("mlp.gate_proj.bias", false, lm.Replicated, s.Intermediate)
@@ -340,6 +349,9 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	}
 	if m.o.AttnGate {
 		add("self_attn.gate_proj.weight", true, lm.Column, q, s.Hidden)
+	}
+	if m.o.SubNorms { // split with the heads it norms (XLA sums the squares across devices)
+		add("self_attn.attn_sub_norm.weight", false, lm.Column, q)
 	}
 	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, q)
 	if m.o.OBias {
@@ -447,6 +459,7 @@ var _ lm.Varianter = (*Model)(nil)
 // layer kind's mask, (AFMoE) the sigmoid gate, o_proj.
 func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
+	x = m.actQuant(x)
 	var q, k, v *Node
 	if m.o.FusedQKV {
 		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), nil) // [B, T, (H + 2·KV)·D]
@@ -516,18 +529,31 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.AttnGate {
 		out = Mul(out, Sigmoid(nn.Linear(x, p.Get("gate_proj.weight"), nil)))
 	}
-	return nn.Linear(out, p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
+	if m.o.SubNorms {
+		out = m.rmsNorm(out, p.Get("attn_sub_norm.weight"))
+	}
+	return nn.Linear(m.actQuant(out), p.Get("o_proj.weight"), optional(p, m.o.OBias, "o_proj.bias")), c
+}
+
+// actQuant is a BitNet checkpoint's quantization of a projection's input
+// x to int8 per token (nn.ActQuant8), or x.
+func (m *Model) actQuant(x *Node) *Node {
+	if m.o.Spec.BitNet == nil {
+		return x
+	}
+	return nn.ActQuant8(x)
 }
 
 // mlp is LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)); with
 // FusedGateUp, Phi3MLP: gate_up_proj's product halved, gate first; with
 // UngatedMLP, NemotronMLP: down_proj(act(up_proj(x))).
 func (m *Model) mlp(p *lm.Params, x *Node) *Node {
+	x = m.actQuant(x)
 	if m.o.FusedGateUp {
 		gu := nn.Linear(x, p.Get("gate_up_proj.weight"), nil) // [B, T, 2I]
 		n := m.o.Spec.Intermediate
 		h := Mul(m.o.Act(SliceAxis(gu, -1, AxisRange(0, n))), SliceAxis(gu, -1, AxisRange(n, 2*n)))
-		return nn.Linear(h, p.Get("down_proj.weight"), nil)
+		return nn.Linear(m.actQuant(h), p.Get("down_proj.weight"), nil)
 	}
 	b := m.o.MLPBias
 	if m.o.UngatedMLP {
@@ -537,7 +563,15 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 		} else {
 			h = m.o.Act(h)
 		}
-		return nn.Linear(h, p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"))
+		return nn.Linear(m.actQuant(h), p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"))
+	}
+	if m.o.SubNorms || m.o.Spec.BitNet != nil { // BitNetMLP: down_proj(quant(ffn_sub_norm(act(gate_proj(x)) · up_proj(x))))
+		h := Mul(m.o.Act(nn.Linear(x, p.Get("gate_proj.weight"), optional(p, b, "gate_proj.bias"))),
+			nn.Linear(x, p.Get("up_proj.weight"), optional(p, b, "up_proj.bias")))
+		if m.o.SubNorms {
+			h = m.rmsNorm(h, p.Get("ffn_sub_norm.weight"))
+		}
+		return nn.Linear(m.actQuant(h), p.Get("down_proj.weight"), optional(p, b, "down_proj.bias"))
 	}
 	return nn.GatedMLP(x,
 		p.Get("gate_proj.weight"), optional(p, b, "gate_proj.bias"),

@@ -65,7 +65,8 @@ func (l *Loaded) specOrPart(name string) (WeightSpec, bool) {
 
 // encoding is how the checkpoint stores weight name (a model weight or a
 // part of one) when it stores it encoded: "mxfp4", "fp8", "packed",
-// "compressed", "transposed", or "" (plain, or not a model weight).
+// "compressed", "bitnet", "transposed", or "" (plain, or not a model
+// weight).
 func (l *Loaded) encoding(name string) (WeightSpec, string) {
 	// A part of an assembled stack (an expert a checkpoint stores on its
 	// own) may be encoded as a weight of its own is.
@@ -82,6 +83,8 @@ func (l *Loaded) encoding(name string) (WeightSpec, string) {
 		return w, "packed"
 	case w.compressed(l.Model.Spec(), l.ckpt.Has):
 		return w, "compressed"
+	case w.bitnet(l.Model.Spec(), l.ckpt.Has):
+		return w, "bitnet"
 	case w.Transposed && l.ckpt.Has(w.Name):
 		return w, "transposed"
 	}
@@ -146,6 +149,8 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 		return l.decodePacked(w, fn)
 	case "compressed":
 		return l.decodeCompressed(w, fn)
+	case "bitnet":
+		return l.decodeBitNet(w, fn)
 	case "mxfp4":
 		if in%quant.MXFP4Block != 0 {
 			return fmt.Errorf("tensor %q: MXFP4 needs an input width that is a multiple of %d, got %d", w.Name, quant.MXFP4Block, in)

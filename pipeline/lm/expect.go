@@ -101,13 +101,16 @@ func (w WeightSpec) storedTensors(spec *Spec, has func(string) bool) []packedTen
 }
 
 // encodedSources are the tensors of w when the checkpoint stores it
-// packed (GPTQ, AWQ) or compressed (compressed-tensors), nil otherwise.
+// packed (GPTQ, AWQ), compressed (compressed-tensors) or BitNet-packed,
+// nil otherwise.
 func (w WeightSpec) encodedSources(spec *Spec, has func(string) bool) []packedTensor {
 	switch {
 	case w.packed(spec, has):
 		return w.packedSources(spec.Packed, has)
 	case w.compressed(spec, has):
 		return w.compressedSources(spec.Compressed, has)
+	case w.bitnet(spec, has):
+		return w.bitnetSources()
 	}
 	return nil
 }

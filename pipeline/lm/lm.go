@@ -82,6 +82,11 @@ type Spec struct {
 	// Compressed is a compressed-tensors checkpoint's scheme
 	// (compressed.go); nil otherwise. New sets it.
 	Compressed *CompressedQuant
+	// BitNet is a BitNet b1.58 checkpoint's quantization (bitnet.go):
+	// ternary weights, decoded at load, and every quantized Linear's
+	// input rounded to int8 per token in the graph; nil otherwise. New
+	// sets it.
+	BitNet *BitNetQuant
 	// Encoder marks a bidirectional encoder without a language-model head
 	// (BERT, XLM-RoBERTa: pipeline/bert): every token of an input attends
 	// to every other, so an input runs in one step, and the model gives

@@ -367,6 +367,8 @@ func (l *Loaded) StoredDType(name string) dtypes.DType {
 		return dtypes.Float16 // the scales' dtype in GPTQ and AWQ releases
 	case "compressed":
 		return dtypes.BFloat16 // llm-compressor's releases keep bf16 scales
+	case "bitnet":
+		return l.bitnetDType(name)
 	}
 	src := l.sources(name)[0].Name
 	if src != name {

@@ -35,6 +35,9 @@ import (
 //   - "gptq" and "awq": Linear weights packed into int32 words with
 //     per-group scales and zero points (packed.go), decoded at load or
 //     held as stored; GPTQ's dynamic per-module rules (dynamic.go).
+//   - "bitnet": BitNet b1.58's ternary weights, four a byte, with a
+//     scale a matrix (bitnet.go), decoded at load; the architecture
+//     rounds every projection's input to int8 per token (Spec.BitNet).
 //   - "compressed-tensors": pack-quantized, naive-quantized (and its
 //     aliases int-quantized and float-quantized) and nvfp4 weights
 //     (compressed.go), decoded at load. A kv_cache_scheme's scales
@@ -82,7 +85,17 @@ type quantizationConfig struct {
 	Version          string          `json:"version"`
 	ZeroPoint        *bool           `json:"zero_point"`
 	Dynamic          json.RawMessage `json:"dynamic"`
+	// BitNet.
+	LinearClass      string `json:"linear_class"`
+	QuantizationMode string `json:"quantization_mode"`
+	UseRMSNorm       bool   `json:"use_rms_norm"`
 }
+
+// BitNetArchitectures are the architectures whose graph quantizes a
+// BitNet checkpoint's activations (llama.Options' ActQuant8): BitNet's
+// own and the dense Llama decoder the Llama-architecture 1.58-bit
+// releases use.
+var BitNetArchitectures = []string{"BitNetForCausalLM", "LlamaForCausalLM"}
 
 // applyQuantization checks cfg's quantization_config against what m reads
 // and records an FP8 checkpoint's block size in m's Spec.
@@ -121,6 +134,21 @@ func applyQuantization(cfg *config.File, m Model) error {
 			m.Spec().UnreadScales = kvCacheScales
 		}
 		return nil
+	case "bitnet":
+		if !slices.Contains(BitNetArchitectures, cfg.Architecture()) {
+			return errs.Unsupportedf("%s: quant_method bitnet is read for %s, not %s", where, strings.Join(BitNetArchitectures, " and "), cfg.Architecture())
+		}
+		lc, mode := strings.ToLower(c.Q.LinearClass), strings.ToLower(c.Q.QuantizationMode)
+		switch {
+		case lc != "" && lc != "bitlinear" && lc != "autobitlinear":
+			return errs.Unsupportedf("%s: linear_class %q: want bitlinear or autobitlinear", where, c.Q.LinearClass)
+		case mode != "" && mode != "offline":
+			return errs.Unsupportedf("%s: quantization_mode %q: tputool reads offline BitNet checkpoints (ternary weights stored packed), not online quantization of float weights", where, c.Q.QuantizationMode)
+		case c.Q.UseRMSNorm:
+			return errs.Unsupportedf("%s: use_rms_norm true (an RMSNorm inside every BitLinear) is not supported", where)
+		}
+		m.Spec().BitNet = &BitNetQuant{Divide: lc != "autobitlinear"}
+		return nil
 	case "fbgemm_fp8":
 		// FBGEMM's FP8: NAME F8_E4M3 with PREFIX.weight_scale [out, 1] per
 		// output channel, compressed-tensors' float-quantized by channel.
@@ -134,7 +162,7 @@ func applyQuantization(cfg *config.File, m Model) error {
 		}
 		return errs.Unsupportedf("%s: quant_method mxfp4 is read for the architectures that declare MXFP4 weights (GPT-OSS), not %s", where, cfg.Architecture())
 	}
-	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, fbgemm_fp8, GPTQ, AWQ (gemm), compressed-tensors and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
+	return errs.Unsupportedf("%s: quant_method %q is not supported (tputool reads block-wise fp8, fbgemm_fp8, GPTQ, AWQ (gemm), compressed-tensors, BitNet and GPT-OSS's mxfp4; bitsandbytes, HQQ and EXL2 checkpoints are not read)", where, c.Q.Method)
 }
 
 // fp8Block is an fp8 config's weight_block_size, [128, 128] without the
@@ -245,6 +273,7 @@ func checkFP8Scales(name string, scales, want []int) error {
 type QuantLayout struct {
 	packed     *PackedQuant
 	compressed *CompressedQuant
+	bitnet     bool
 }
 
 // ReadQuantLayout reads cfg's quantization_config; nil (and no error)
@@ -276,9 +305,15 @@ func ReadQuantLayout(cfg *config.File) (*QuantLayout, error) {
 			return nil, errs.Unsupportedf("%v", err)
 		}
 		return &QuantLayout{compressed: q}, nil
+	case "bitnet":
+		return &QuantLayout{bitnet: true}, nil
 	}
 	return nil, nil
 }
+
+// BitNet reports a BitNet b1.58 checkpoint: a quantized projection's
+// NAME is U8 [ceil(out/4), in], four ternary values a byte (bitnet.go).
+func (q *QuantLayout) BitNet() bool { return q != nil && q.bitnet }
 
 // Packing is how module prefix's weight values are packed: bits a value,
 // whether they are floats (NVFP4's E2M1), and false for a module stored
@@ -338,6 +373,8 @@ func DescribeQuantization(cfg *config.File) string {
 		return "fbgemm_fp8, a scale per output channel"
 	case "mxfp4":
 		return "mxfp4 (GPT-OSS experts)"
+	case "bitnet":
+		return "bitnet b1.58: ternary weights, four a byte, a scale a matrix (decoded at load); activations rounded to int8 per token"
 	}
 	layout, err := ReadQuantLayout(cfg)
 	switch {

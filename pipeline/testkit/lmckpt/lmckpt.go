@@ -34,6 +34,17 @@ type Config struct {
 	// RopePairs turns adjacent pairs of each head's dims, the whole head
 	// (ERNIE 4.5's dense rotary).
 	RopePairs bool
+	// BitNet selects BitNet's layer (BitNetForCausalLM): Llama's with
+	// self_attn.attn_sub_norm before o_proj and mlp.ffn_sub_norm before
+	// down_proj, relu² as the MLP's activation. BitNetQuant has lmref
+	// read a BitNet-quantized copy (WriteBitNetCopy, of a BitNet or a
+	// Llama): the projections unpacked, their inputs rounded to int8 per
+	// token, with BitNetDivide set as the copy's linear_class says (true:
+	// bitlinear).
+	BitNet, BitNetQuant, BitNetDivide bool
+	// BitNetFloatActs is a reference's mistake for the tests: a BitNet
+	// whose projections' inputs stay float.
+	BitNetFloatActs bool
 	// QKNorm applies per-head RMSNorm to q and k (Qwen3; always on for Gemma).
 	QKNorm bool
 	// Tied reuses the embedding matrix as the output head.
@@ -316,6 +327,10 @@ func (t Tiny) Tensors() []Tensor {
 			add("mlp.up_proj.weight", "linear", c.Intermediate, H)
 		}
 		add("mlp.down_proj.weight", "linear", H, c.Intermediate)
+		if c.BitNet {
+			add("self_attn.attn_sub_norm.weight", "norm", q)
+			add("mlp.ffn_sub_norm.weight", "norm", c.Intermediate)
+		}
 		if c.MLPBias {
 			add("mlp.gate_proj.bias", "bias", c.Intermediate)
 			add("mlp.up_proj.bias", "bias", c.Intermediate)
@@ -516,6 +531,11 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["model_type"], j["hidden_act"], j["rope_scaling"] = "apertus", "xielu", map[string]any{"rope_type": "default"}
 	case "ArceeForCausalLM":
 		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "arcee", "relu2", c.QKVBias, false
+	case "BitNetForCausalLM":
+		if !c.BitNet || c.QKVBias || c.MLPBias || c.Heads*c.HeadDim != c.Hidden {
+			panic("lmckpt: BitNet's layer has its sub norms, no biases here, and heads × head_dim = hidden_size")
+		}
+		j["model_type"], j["hidden_act"] = "bitnet", "relu2"
 	case "HeliumForCausalLM":
 		if !c.RopePairs || c.OBias || c.Heads*c.HeadDim != c.Hidden {
 			panic("lmckpt: Helium's rotary turns pairs, its o_proj has no bias and maps hidden_size to hidden_size")

@@ -13,6 +13,7 @@ package lmref
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
@@ -31,12 +32,77 @@ type Model struct {
 }
 
 // Load reads every tensor of a checkpoint (file or directory) as float64.
+// With c.BitNetQuant, a BitNet-quantized checkpoint's projections (NAME a U8
+// [ceil(out/4), in] beside PREFIX.weight_scale) are unpacked as
+// transformers' unpack_weights does: output rows s·P .. s·P+P-1 from
+// bits 2s..2s+1 of the P stored rows, minus one; then times weight_scale
+// (AutoBitLinear) or divided by it (BitLinear, c.BitNetDivide).
 func Load(path string, c Config) (*Model, error) {
 	w, err := lmckpt.ReadFloat64(path)
 	if err != nil {
 		return nil, err
 	}
+	if c.BitNetQuant {
+		for name, v := range w {
+			sc, ok := w[strings.TrimSuffix(name, "weight")+"weight_scale"]
+			if !ok || !strings.HasSuffix(name, ".weight") {
+				continue
+			}
+			scale := sc[0]
+			if c.BitNetDivide {
+				scale = 1 / scale
+			}
+			rows := len(v) / bitnetIn(c, name)
+			in := len(v) / rows
+			out := make([]float64, 4*rows*in)
+			for s := 0; s < 4; s++ {
+				for j := 0; j < rows; j++ {
+					for i := 0; i < in; i++ {
+						b := int(v[j*in+i])
+						out[(s*rows+j)*in+i] = float64((b>>(2*s))&3-1) * scale
+					}
+				}
+			}
+			w[name] = out
+		}
+	}
 	return &Model{C: c, W: w}, nil
+}
+
+// bitnetIn is the input width of BitNet projection name in c.
+func bitnetIn(c Config, name string) int {
+	switch {
+	case strings.HasSuffix(name, "o_proj.weight"):
+		return c.Heads * c.HeadDim
+	case strings.HasSuffix(name, "down_proj.weight"):
+		return c.Intermediate
+	}
+	return c.Hidden
+}
+
+// actQuant8 is BitNet's per-token activation quantization of x (a copy):
+// s = 127/max(max|x|, 1e-5), round(x·s) (half to even, as torch) clamped
+// to [-128, 127], divided by s.
+func actQuant8(x []float64) []float64 {
+	return actQuantOr(x, false)
+}
+
+// actQuantOr is actQuant8, or with float a copy of x as it is (the
+// BitNetFloatActs mistake).
+func actQuantOr(x []float64, float bool) []float64 {
+	if float {
+		return append([]float64(nil), x...)
+	}
+	mx := 0.0
+	for _, v := range x {
+		mx = math.Max(mx, math.Abs(v))
+	}
+	s := 127 / math.Max(mx, 1e-5)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = math.Max(-128, math.Min(127, math.RoundToEven(v*s))) / s
+	}
+	return out
 }
 
 func (m *Model) w(name string) []float64 {
@@ -316,9 +382,13 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				pos /= c.RopeLinear
 			}
 			q[t], k[t], v[t] = make([]float64, qDim), make([]float64, kvDim), make([]float64, kvDim)
-			matmul(q[t], h, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
-			matmul(k[t], h, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
-			matmul(v[t], h, m.w(p+"self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"))
+			hq := h
+			if c.BitNetQuant {
+				hq = actQuantOr(h, c.BitNetFloatActs)
+			}
+			matmul(q[t], hq, m.w(p+"self_attn.q_proj.weight"), bias("self_attn.q_proj.bias"))
+			matmul(k[t], hq, m.w(p+"self_attn.k_proj.weight"), bias("self_attn.k_proj.bias"))
+			matmul(v[t], hq, m.w(p+"self_attn.v_proj.weight"), bias("self_attn.v_proj.bias"))
 			if c.Olmo2 && !c.QKNorm { // q_norm and k_norm over the whole projections
 				rmsnorm(q[t], append([]float64(nil), q[t]...), m.w(p+"self_attn.q_norm.weight"), c.Eps, false)
 				rmsnorm(k[t], append([]float64(nil), k[t]...), m.w(p+"self_attn.k_norm.weight"), c.Eps, false)
@@ -381,7 +451,15 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			if c.OBias || c.Cohere && c.QKVBias {
 				oBias = m.w(p + "self_attn.o_proj.bias")
 			}
-			matmul(o, att, m.w(p+"self_attn.o_proj.weight"), oBias)
+			attIn := att
+			if c.BitNet { // attn_sub_norm
+				attIn = make([]float64, qDim)
+				rmsnorm(attIn, att, m.w(p+"self_attn.attn_sub_norm.weight"), c.Eps, false)
+			}
+			if c.BitNetQuant { // the int8 input
+				attIn = actQuantOr(attIn, c.BitNetFloatActs)
+			}
+			matmul(o, attIn, m.w(p+"self_attn.o_proj.weight"), oBias)
 			switch {
 			case c.Gemma && !c.Gemma1 || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
@@ -450,17 +528,33 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				matmul(gate, h, w[:n], nil)
 				matmul(up, h, w[n:], nil)
 			} else {
-				matmul(gate, h, m.w(p+"mlp.gate_proj.weight"), m.W[p+"mlp.gate_proj.bias"]) // biases where the checkpoint has them (ERNIE 4.5's use_bias)
-				matmul(up, h, m.w(p+"mlp.up_proj.weight"), m.W[p+"mlp.up_proj.bias"])
+				hm := h
+				if c.BitNetQuant {
+					hm = actQuantOr(h, c.BitNetFloatActs)
+				}
+				matmul(gate, hm, m.w(p+"mlp.gate_proj.weight"), m.W[p+"mlp.gate_proj.bias"]) // biases where the checkpoint has them (ERNIE 4.5's use_bias)
+				matmul(up, hm, m.w(p+"mlp.up_proj.weight"), m.W[p+"mlp.up_proj.bias"])
 			}
 			for i := range gate {
-				if c.Gemma {
+				switch {
+				case c.Gemma:
 					gate[i] = geluTanh(gate[i]) * up[i]
-				} else {
+				case c.BitNet: // relu²
+					r := math.Max(gate[i], 0)
+					gate[i] = r * r * up[i]
+				default:
 					gate[i] = silu(gate[i]) * up[i]
 				}
 			}
-			matmul(o, gate, m.w(p+"mlp.down_proj.weight"), m.W[p+"mlp.down_proj.bias"])
+			downIn := gate
+			if c.BitNet { // ffn_sub_norm
+				downIn = make([]float64, len(gate))
+				rmsnorm(downIn, gate, m.w(p+"mlp.ffn_sub_norm.weight"), c.Eps, false)
+			}
+			if c.BitNetQuant { // the int8 input
+				downIn = actQuantOr(downIn, c.BitNetFloatActs)
+			}
+			matmul(o, downIn, m.w(p+"mlp.down_proj.weight"), m.W[p+"mlp.down_proj.bias"])
 			switch {
 			case c.Gemma && !c.Gemma1 || c.Olmo2:
 				rmsnorm(o, append([]float64(nil), o...), m.w(p+"post_feedforward_layernorm.weight"), c.Eps, c.Gemma)

@@ -1,0 +1,124 @@
+package lm
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/tputool/tputool/loader/safetensors"
+)
+
+// BitNet b1.58 checkpoints (quantization_config quant_method "bitnet",
+// transformers' integrations/bitnet.py: microsoft/bitnet-b1.58-2B-4T, and
+// the Llama-architecture 1.58-bit releases) store each quantized Linear's
+// weight W [out, in] as ternary values {-1, 0, 1}, four to a byte:
+//
+//   - NAME U8 [ceil(out/4), in]: output row r = s·P + j (P the stored
+//     rows) is bits 2s..2s+1 of stored row j, minus one (pack_weights and
+//     unpack_weights pack along the output axis in blocks of P rows).
+//   - PREFIX.weight_scale: one float for the whole matrix. AutoBitLinear
+//     (linear_class "autobitlinear", the 2B-4T release's) multiplies the
+//     product by it; BitLinear ("bitlinear", the class's default) divides
+//     by it. Either way W·scale (or W/scale) is the matrix the loader
+//     decodes, at load, to float, as it decodes FP8 and GPTQ.
+//
+// Both classes also quantize each Linear's input to int8 per token
+// (absmax over the last axis, scaled to 127, rounded), which the
+// architecture does in its graph (Spec.BitNet; llama.Options.ActQuant8).
+// The head (modules_to_not_convert, lm_head by default) stays float:
+// a module without weight_scale is read as stored.
+
+// BitNetQuant is a BitNet checkpoint's quantization (Spec.BitNet).
+type BitNetQuant struct {
+	// Divide is BitLinear's weight_scale: the product divided by it;
+	// AutoBitLinear's multiplies.
+	Divide bool
+}
+
+// bitnetScale is the suffix of a BitNet weight's scale, after the
+// Linear's prefix.
+const bitnetScale = ".weight_scale"
+
+// bitnetRows is the stored rows of an out-row ternary matrix: four a byte.
+func bitnetRows(out int) int { return (out + 3) / 4 }
+
+// bitnet reports a weight the checkpoint stores BitNet-packed: a Matmul
+// matrix whose PREFIX.weight_scale is beside it, in a BitNet checkpoint.
+func (w WeightSpec) bitnet(spec *Spec, has func(string) bool) bool {
+	if spec.BitNet == nil || !w.stored() || len(w.Shape) != 2 || !has(w.Name) {
+		return false
+	}
+	p, ok := packedPrefix(w.Name)
+	return ok && has(p+bitnetScale)
+}
+
+// bitnetSources are a BitNet weight's tensors: the packed bytes and the
+// scale (any float dtype, one element).
+func (w WeightSpec) bitnetSources() []packedTensor {
+	p, _ := packedPrefix(w.Name)
+	return []packedTensor{
+		{w.Name, []int{bitnetRows(w.Shape[0]), w.Shape[1]}, []safetensors.DType{safetensors.U8}},
+		{p + bitnetScale, []int{1}, []safetensors.DType{safetensors.F32, safetensors.BF16, safetensors.F16}},
+	}
+}
+
+// bitnetDType is the dtype that holds BitNet weight name exactly: ±scale
+// is exact in the scale's own dtype (bf16 in the releases) when
+// AutoBitLinear multiplies by it; BitLinear's ±1/scale needs float32.
+func (l *Loaded) bitnetDType(name string) dtypes.DType {
+	p, _ := packedPrefix(name)
+	info, ok := l.ckpt.Info(p + bitnetScale)
+	if !ok || l.Model.Spec().BitNet.Divide {
+		return dtypes.Float32
+	}
+	switch info.DType {
+	case safetensors.BF16:
+		return dtypes.BFloat16
+	case safetensors.F16:
+		return dtypes.Float16
+	}
+	return dtypes.Float32
+}
+
+// decodeBitNet converts a BitNet weight to float32 in pieces of whole
+// rows (decodeEncoded's contract).
+func (l *Loaded) decodeBitNet(w WeightSpec, fn func(at int, vals []float32)) error {
+	out, in := w.Shape[0], w.Shape[1]
+	p, _ := packedPrefix(w.Name)
+	rows := bitnetRows(out)
+	raw, err := l.rawOf(w.Name, safetensors.U8, int64(rows)*int64(in))
+	if err != nil {
+		return err
+	}
+	sc, err := l.ckpt.Float32(p + bitnetScale)
+	if err != nil {
+		return err
+	}
+	if len(sc) != 1 {
+		return fmt.Errorf("tensor %q: %d values, want one scale for the matrix", p+bitnetScale, len(sc))
+	}
+	scale := float64(sc[0])
+	if l.Model.Spec().BitNet.Divide {
+		scale = 1 / scale
+	}
+	if math.IsInf(scale, 0) || math.IsNaN(scale) || scale == 0 {
+		return fmt.Errorf("tensor %q: scale %g gives no finite weights", p+bitnetScale, sc[0])
+	}
+	levels := [4]float32{-float32(scale), 0, float32(scale), float32(2 * scale)} // bits 0..2 are -1, 0, 1; 3 is never written (2 · scale, as unpack_weights reads it)
+	step := max(1, encodedPiece/in)
+	buf := make([]float32, min(step, out)*in)
+	for o := 0; o < out; o += step {
+		n := min(step, out-o)
+		for r := 0; r < n; r++ {
+			s, j := (o+r)/rows, (o+r)%rows
+			src, dst := raw[j*in:(j+1)*in], buf[r*in:(r+1)*in]
+			for c, b := range src {
+				dst[c] = levels[(b>>(2*s))&3]
+			}
+		}
+		fn(o*in, buf[:n*in])
+	}
+	l.ckpt.ReleaseRange(w.Name, 0, int64(rows)*int64(in))
+	return nil
+}
