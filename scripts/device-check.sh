@@ -56,8 +56,8 @@
 # Binaries: tputool is built with cgo (go-xla needs it) unless
 # $TPUTOOL_BIN_DIR holds prebuilt ones (tputool, gen-llm-checkpoint,
 # gen-tiny-sd, imgdiff, and fp8-checkpoint and bitnet-checkpoint for
-# device-check-moe.sh's FP8 and BitNet families): a device machine without Go or the module cache runs what
-# `--build DIR` made elsewhere.
+# device-check-moe.sh's FP8 and BitNet families): a device machine
+# without Go or the module cache runs what `--build DIR` made elsewhere.
 #
 # Environment: OUT, TPUTOOL_BIN_DIR, PYTHON (default python3),
 # IMG_MAX/IMG_MEAN (image tolerances, default 16 and 1.0 of 255),

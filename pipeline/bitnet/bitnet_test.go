@@ -2,6 +2,7 @@ package bitnet_test
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,6 +67,8 @@ func TestConfig(t *testing.T) {
 		{`{"quant_method": "bitnet", "quantization_mode": "online"}`, "quantization_mode \"online\""},
 		{`{"quant_method": "bitnet", "linear_class": "bitlinear2"}`, "linear_class"},
 		{`{"quant_method": "bitnet", "use_rms_norm": true}`, "use_rms_norm"},
+		{`{"quant_method": "bitnet", "modules_to_not_convert": ["lm_head", "down_proj"]}`, "modules_to_not_convert \"down_proj\""},
+		{`{"quant_method": "bitnet", "linear_class": "autobitlinear"}, "attention_bias": true`, "attention_bias"},
 	} {
 		_, err := lm.New(configOf(t, `{"architectures": ["BitNetForCausalLM"], "quantization_config": `+bad.q+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
@@ -89,13 +92,15 @@ func tiny() lmckpt.Tiny {
 // quantized writes the tiny BitNet in float and its BitNet copy, and
 // loads the copy and its float64 reference.
 func quantized(t *testing.T, auto bool) (dir string, l *lm.Loaded, rm *lmref.Model) {
-	return quantizedOf(t, tiny(), auto)
+	_, dir, l, rm = quantizedOf(t, tiny(), auto)
+	return dir, l, rm
 }
 
-// quantizedOf is quantized for the tiny model tc.
-func quantizedOf(t *testing.T, tc lmckpt.Tiny, auto bool) (dir string, l *lm.Loaded, rm *lmref.Model) {
+// quantizedOf is quantized for the tiny model tc; src is the float
+// checkpoint the copy quantizes.
+func quantizedOf(t *testing.T, tc lmckpt.Tiny, auto bool) (src, dir string, l *lm.Loaded, rm *lmref.Model) {
 	t.Helper()
-	src := t.TempDir()
+	src = t.TempDir()
 	if err := tc.Write(src); err != nil {
 		t.Fatal(err)
 	}
@@ -114,16 +119,42 @@ func quantizedOf(t *testing.T, tc lmckpt.Tiny, auto bool) (dir string, l *lm.Loa
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dir, l, rm
+	return src, dir, l, rm
+}
+
+// TestPackTernary: lmckpt's packing reproduces the example of
+// transformers' unpack_weights docstring: the unpacked [8, 2] codes
+// [[0,-1],[-1,1],[-1,1],[-1,1],[1,0],[0,-1],[1,-1],[1,-1]] are the packed
+// bytes [[0b10100001, 0b00011000], [0b10010000, 0b00001010]]. It anchors
+// the layout that the loader and lmref read.
+func TestPackTernary(t *testing.T) {
+	codes := []float32{0, -1, -1, 1, -1, 1, -1, 1, 1, 0, 0, -1, 1, -1, 1, -1}
+	packed, mean := lmckpt.PackTernary(codes, 8, 2)
+	if want := []byte{0b10100001, 0b00011000, 0b10010000, 0b00001010}; string(packed) != string(want) {
+		t.Errorf("packed %08b, want %08b", packed, want)
+	}
+	if mean != 13.0/16 {
+		t.Errorf("mean |w| %g, want 13/16", mean)
+	}
 }
 
 // TestWeightsDecode: every projection the loader decodes equals, bit for
 // bit, the reference's unpacking of the stored bytes (transformers'
 // unpack_weights, times or over weight_scale), under both linear
-// classes; the head and the norms are read as stored.
+// classes, and its codes are the float source's round(w / mean|w|),
+// clamped (transformers' WeightQuant); the head and the norms are read
+// as stored.
 func TestWeightsDecode(t *testing.T) {
 	for _, auto := range []bool{true, false} {
-		_, l, rm := quantized(t, auto)
+		src, dir, l, rm := quantizedOf(t, tiny(), auto)
+		float, err := lmckpt.ReadFloat64(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := lmckpt.ReadFloat64(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
 		n := 0
 		for _, w := range l.Weights() {
 			if !strings.HasSuffix(w.Name, "_proj.weight") {
@@ -136,6 +167,22 @@ func TestWeightsDecode(t *testing.T) {
 			for i, v := range got {
 				if want := float32(rm.W[w.Name][i]); v != want {
 					t.Fatalf("autobitlinear %v: %s[%d] = %g, want %g", auto, w.Name, i, v, want)
+				}
+			}
+			src := float[w.Name]
+			mean := 0.0
+			for _, v := range src {
+				mean += math.Abs(v)
+			}
+			mean /= float64(len(src))
+			scale := raw[strings.TrimSuffix(w.Name, "weight")+"weight_scale"][0]
+			if !auto {
+				scale = 1 / scale
+			}
+			for i, v := range src {
+				code := math.Max(-1, math.Min(1, math.RoundToEven(v/mean)))
+				if math.Abs(float64(got[i])-code*scale) > 1e-6*math.Abs(scale) {
+					t.Fatalf("autobitlinear %v: %s[%d] = %g, want code %g × %g", auto, w.Name, i, got[i], code, scale)
 				}
 			}
 			n++
@@ -223,7 +270,7 @@ func TestLlama158(t *testing.T) {
 	c := tiny().Config
 	c.BitNet = false
 	tc := lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 32}
-	_, l, rm := quantizedOf(t, tc, false)
+	_, _, l, rm := quantizedOf(t, tc, false)
 	if l.Model.Spec().BitNet == nil || !l.Model.Spec().BitNet.Divide {
 		t.Fatalf("BitNet %+v, want BitLinear's", l.Model.Spec().BitNet)
 	}

@@ -3,6 +3,7 @@ package lm
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
@@ -25,9 +26,12 @@ import (
 //
 // Both classes also quantize each Linear's input to int8 per token
 // (absmax over the last axis, scaled to 127, rounded), which the
-// architecture does in its graph (Spec.BitNet; llama.Options.ActQuant8).
-// The head (modules_to_not_convert, lm_head by default) stays float:
-// a module without weight_scale is read as stored.
+// architecture does in its graph (Spec.BitNet, nn.ActQuant8). The head
+// (modules_to_not_convert, lm_head by default) stays float. Every other
+// projection must be stored packed (bitnetProjection): its input is
+// quantized whatever its storage, so a float one would run as no
+// transformers class runs it; modules_to_not_convert naming a projection
+// is refused (applyQuantization).
 
 // BitNetQuant is a BitNet checkpoint's quantization (Spec.BitNet).
 type BitNetQuant struct {
@@ -46,11 +50,34 @@ func bitnetRows(out int) int { return (out + 3) / 4 }
 // bitnet reports a weight the checkpoint stores BitNet-packed: a Matmul
 // matrix whose PREFIX.weight_scale is beside it, in a BitNet checkpoint.
 func (w WeightSpec) bitnet(spec *Spec, has func(string) bool) bool {
-	if spec.BitNet == nil || !w.stored() || len(w.Shape) != 2 || !has(w.Name) {
+	if !w.bitnetProjection(spec) || !has(w.Name) {
 		return false
 	}
-	p, ok := packedPrefix(w.Name)
-	return ok && has(p+bitnetScale)
+	p, _ := packedPrefix(w.Name)
+	return has(p + bitnetScale)
+}
+
+// bitnetProjection reports a weight a BitNet checkpoint must store
+// packed: a layer's Matmul matrix (not the embedding, not the head).
+func (w WeightSpec) bitnetProjection(spec *Spec) bool {
+	if spec.BitNet == nil || !w.stored() || len(w.Shape) != 2 || !strings.Contains(w.Name, ".layers.") {
+		return false
+	}
+	_, ok := packedPrefix(w.Name)
+	return ok
+}
+
+// bitnetModules are the module names of the projections of a model of
+// layers layers, as transformers' replace_with_bitnet_linear matches
+// modules_to_not_convert against them (a substring of the dotted name).
+func bitnetModules(layers int) []string {
+	var ms []string
+	for i := range layers {
+		for _, p := range []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"} {
+			ms = append(ms, fmt.Sprintf("model.layers.%d.%s", i, p))
+		}
+	}
+	return ms
 }
 
 // bitnetSources are a BitNet weight's tensors: the packed bytes and the

@@ -109,7 +109,7 @@ func (w WeightSpec) encodedSources(spec *Spec, has func(string) bool) []packedTe
 		return w.packedSources(spec.Packed, has)
 	case w.compressed(spec, has):
 		return w.compressedSources(spec.Compressed, has)
-	case w.bitnet(spec, has):
+	case w.bitnetProjection(spec): // packed, or the strict load names what is missing
 		return w.bitnetSources()
 	}
 	return nil

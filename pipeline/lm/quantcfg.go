@@ -86,13 +86,14 @@ type quantizationConfig struct {
 	ZeroPoint        *bool           `json:"zero_point"`
 	Dynamic          json.RawMessage `json:"dynamic"`
 	// BitNet.
-	LinearClass      string `json:"linear_class"`
-	QuantizationMode string `json:"quantization_mode"`
-	UseRMSNorm       bool   `json:"use_rms_norm"`
+	NotConvert       []string `json:"modules_to_not_convert"`
+	LinearClass      string   `json:"linear_class"`
+	QuantizationMode string   `json:"quantization_mode"`
+	UseRMSNorm       bool     `json:"use_rms_norm"`
 }
 
 // BitNetArchitectures are the architectures whose graph quantizes a
-// BitNet checkpoint's activations (llama.Options' ActQuant8): BitNet's
+// BitNet checkpoint's activations (nn.ActQuant8, Spec.BitNet): BitNet's
 // own and the dense Llama decoder the Llama-architecture 1.58-bit
 // releases use.
 var BitNetArchitectures = []string{"BitNetForCausalLM", "LlamaForCausalLM"}
@@ -146,6 +147,23 @@ func applyQuantization(cfg *config.File, m Model) error {
 			return errs.Unsupportedf("%s: quantization_mode %q: tputool reads offline BitNet checkpoints (ternary weights stored packed), not online quantization of float weights", where, c.Q.QuantizationMode)
 		case c.Q.UseRMSNorm:
 			return errs.Unsupportedf("%s: use_rms_norm true (an RMSNorm inside every BitLinear) is not supported", where)
+		}
+		for _, k := range c.Q.NotConvert {
+			for _, mod := range bitnetModules(m.Spec().Layers) {
+				if k != "" && strings.Contains(mod, k) {
+					return errs.Unsupportedf("%s: modules_to_not_convert %q leaves %s float; tputool reads BitNet checkpoints whose projections are all quantized (the head aside)", where, k, mod)
+				}
+			}
+		}
+		var b struct {
+			AttentionBias bool `json:"attention_bias"`
+			MLPBias       bool `json:"mlp_bias"`
+		}
+		if err := cfg.Decode(&b); err != nil {
+			return err
+		}
+		if lc == "autobitlinear" && (b.AttentionBias || b.MLPBias) {
+			return errs.Unsupportedf("%s: linear_class autobitlinear with attention_bias or mlp_bias: AutoBitLinear scales its bias with the product, which tputool does not", where)
 		}
 		m.Spec().BitNet = &BitNetQuant{Divide: lc != "autobitlinear"}
 		return nil

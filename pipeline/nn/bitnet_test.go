@@ -8,9 +8,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
-// TestActQuant8: each row is scaled by 127 over its largest magnitude,
-// rounded, clamped and scaled back; an all-zero row stays zero (the 1e-5
-// floor); the result keeps the input's dtype.
+// TestActQuant8, in float32: each row is scaled by 127 over its largest
+// magnitude, rounded, clamped and scaled back; an all-zero row stays
+// zero (the 1e-5 floor).
 func TestActQuant8(t *testing.T) {
 	x := []float32{0.5, -1, 0.2, 0.004, 0, 0, 0, 0, 3, 1.5, -0.7, 0.01}
 	got := execGraph(t, func(in []*Node) []*Node { return []*Node{ActQuant8(in[0])} }, tensors.FromFlatDataAndDimensions(x, 3, 4))[0]
