@@ -494,7 +494,7 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 			q, k = nn.PairsToHalvesFirst(q, rope.RotaryDim), nn.PairsToHalvesFirst(k, rope.RotaryDim)
 		}
 		tables := x.DType()
-		if m.o.RopeTablesF32 {
+		if m.o.RopeF32 && m.o.RopeTablesF32 {
 			tables = dtypes.Float32
 		}
 		cos, sin := rope.CosSin(step, tables)
