@@ -26,14 +26,14 @@
 // 500000 (transformers v5; v4's CohereConfig had 10000), and Cohere2Config's
 // 10000.
 //
-// Command R+'s use_qk_norm (LayerNorms over each head, a weight per head)
-// is refused by name.
+// Command R+'s use_qk_norm (CohereForCausalLM only) adds a LayerNorm
+// without bias over each query and key head, a weight per head, before
+// the rotary (llama.Options.QKLayerNorm); Cohere2Config has none.
 package cohere
 
 import (
 	"fmt"
 
-	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -83,9 +83,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.UseQKNorm {
-		return llama.Options{}, errs.Unsupportedf("%s: use_qk_norm (Command R+'s LayerNorms over each head, a weight per head) is not supported", where)
-	}
 	// rms_norm_eps is layer_norm_eps; Cohere2Config sets head_dim to the
 	// hidden size over the heads.
 	c.RMSNormEps = c.LayerNormEps
@@ -107,6 +104,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.LogitScale = lm.Or(c.LogitScale, defaultLogitScale)
 	s := &o.Spec
 	if !c2 {
+		o.QKLayerNorm = c.UseQKNorm // Command R+: a LayerNorm over each head, a weight per head
 		return o, nil
 	}
 	if len(c.LayerTypes) == 0 {

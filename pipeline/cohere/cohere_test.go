@@ -1,13 +1,11 @@
 package cohere_test
 
 import (
-	"errors"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -15,6 +13,15 @@ import (
 
 	_ "github.com/tputool/tputool/pipeline/cohere"
 )
+
+func configOf(t *testing.T, js string) *config.File {
+	t.Helper()
+	cfg, err := config.ParseModel([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 func options(t *testing.T, js string) (llama.Options, error) {
 	t.Helper()
@@ -94,9 +101,29 @@ func TestConfigs(t *testing.T) {
 	if o.Spec.HeadDim != 16 || math.Abs(o.Rope.InvFreq[1]-math.Pow(10000, -2.0/16)) > 1e-15 {
 		t.Errorf("Cohere2: head_dim %d, inverse frequency %g; want 16, 10000^(-1/8)", o.Spec.HeadDim, o.Rope.InvFreq[1])
 	}
-	_, err = options(t, `{"architectures": ["CohereForCausalLM"], `+base+`, "use_qk_norm": true}`)
-	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "use_qk_norm") {
-		t.Errorf("use_qk_norm: %v, want an unsupported error naming it", err)
+	// Command R+'s sizes (64 layers, hidden 12288, 96 heads of 128 over 8,
+	// MLP 33792, vocabulary 256000, tied, use_qk_norm): 103,810,674,688
+	// parameters, the card's 104B, q_norm and k_norm a weight per head.
+	plus, err := lm.New(configOf(t, `{"architectures": ["CohereForCausalLM"], "model_type": "cohere", "hidden_size": 12288,
+		"intermediate_size": 33792, "layer_norm_eps": 1e-05, "logit_scale": 0.8333333333333334, "num_attention_heads": 96,
+		"num_hidden_layers": 64, "num_key_value_heads": 8, "rope_theta": 75000000.0, "use_qk_norm": true, "vocab_size": 256000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lmckpt.Params(plus); n != 103_810_674_688 {
+		t.Errorf("Command R+: %d parameters, want 103,810,674,688", n)
+	}
+	shapes := map[string][]int{}
+	for _, w := range plus.LayerWeights(0) {
+		shapes[w.Name] = w.Shape
+	}
+	if !plus.(*llama.Model).Options().QKLayerNorm || !slices.Equal(shapes["model.layers.0.self_attn.q_norm.weight"], []int{96, 128}) ||
+		!slices.Equal(shapes["model.layers.0.self_attn.k_norm.weight"], []int{8, 128}) {
+		t.Errorf("use_qk_norm: q/k norms %v %v", shapes["model.layers.0.self_attn.q_norm.weight"], shapes["model.layers.0.self_attn.k_norm.weight"])
+	}
+	o, err = options(t, `{"architectures": ["Cohere2ForCausalLM"], `+base+`, "use_qk_norm": true}`)
+	if err != nil || o.QKLayerNorm {
+		t.Errorf("Cohere2 with use_qk_norm: %v, QKLayerNorm %v; Cohere2Config has no q/k norms", err, o.QKLayerNorm)
 	}
 	for _, c := range []struct{ name, extra, want string }{
 		{"a null window", `, "sliding_window": null`, "sliding_window"},

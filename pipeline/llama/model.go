@@ -44,6 +44,11 @@ type Options struct {
 	// QKNorm applies a per-head RMSNorm (q_norm, k_norm over head_dim) to
 	// queries and keys before the rotary embedding (Qwen3).
 	QKNorm bool
+	// QKLayerNorm applies a LayerNorm without bias over each query and
+	// key head's dims, with a weight per head (CohereLayerNorm over
+	// (heads, head_dim): Command R+'s use_qk_norm): q_norm [heads,
+	// head_dim], k_norm [KV heads, head_dim], eps Eps, in float32.
+	QKLayerNorm bool
 	// QKNormAcross makes QKNorm's norms span every head of the projection
 	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
 	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
@@ -340,6 +345,9 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	case m.o.QKNorm && m.o.QKNormAcross: // split with the heads they norm (XLA sums the squares across devices)
 		add("self_attn.q_norm.weight", false, lm.Column, q)
 		add("self_attn.k_norm.weight", false, lm.KVColumn, kv)
+	case m.o.QKLayerNorm: // a weight per head: split with the heads
+		add("self_attn.q_norm.weight", false, lm.Column, s.Heads, s.HeadDim)
+		add("self_attn.k_norm.weight", false, lm.KVColumn, s.KVHeads, s.HeadDim)
 	case m.o.QKNorm:
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
@@ -484,6 +492,10 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.QKNorm && !across {
 		q = m.rmsNorm(q, p.Get("q_norm.weight"))
 		k = m.rmsNorm(k, p.Get("k_norm.weight"))
+	}
+	if m.o.QKLayerNorm { // [B, T, H, D] by [H, D]
+		q = nn.LayerNorm(q, p.Get("q_norm.weight"), nil, m.o.Eps)
+		k = nn.LayerNorm(k, p.Get("k_norm.weight"), nil, m.o.Eps)
 	}
 	if m.rotates(i) {
 		rope := m.o.Rope

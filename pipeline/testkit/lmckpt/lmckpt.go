@@ -281,6 +281,9 @@ func (t Tiny) Tensors() []Tensor {
 		case c.Olmo2 && !c.QKNorm:
 			add("self_attn.q_norm.weight", "norm", q)
 			add("self_attn.k_norm.weight", "norm", kv)
+		case c.Cohere && c.QKNorm: // use_qk_norm: a weight per head
+			add("self_attn.q_norm.weight", "norm", c.Heads, D)
+			add("self_attn.k_norm.weight", "norm", c.KVHeads, D)
 		case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
@@ -551,7 +554,7 @@ func (t Tiny) ConfigJSON() map[string]any {
 		j["attention_bias"], j["attention_out_bias"] = c.QKVBias, c.OBias
 	case "CohereForCausalLM", "Cohere2ForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["logit_scale"] = "cohere", "silu", c.Eps, c.LogitScale
-		j["attention_bias"], j["use_qk_norm"] = c.QKVBias, false
+		j["attention_bias"], j["use_qk_norm"] = c.QKVBias, c.QKNorm
 		delete(j, "rms_norm_eps")
 		if t.Arch == "Cohere2ForCausalLM" {
 			j["model_type"], j["sliding_window"] = "cohere2", nil

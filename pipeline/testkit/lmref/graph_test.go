@@ -77,6 +77,8 @@ func tinyCases() []lmckpt.Tiny {
 	glm4.Glm4, glm4.KVHeads = true, 1 // four norms a layer
 	cohere := llama
 	cohere.Cohere, cohere.LogitScale, cohere.Tied, cohere.QKVBias = true, 0.25, true, true // parallel block, LayerNorms, pairs; biases on every projection
+	cohereQK := cohere
+	cohereQK.QKNorm, cohereQK.QKVBias = true, false // Command R+'s use_qk_norm: a LayerNorm over each head, a weight per head
 	cohere2 := cohere
 	cohere2.Layers, cohere2.QKVBias, cohere2.RopeTheta = 4, false, repeat(50000.0, 4)
 	cohere2.Window, cohere2.NoRope = []int{5, 5, 5, 0}, []bool{false, false, false, true} // three sliding layers, a NoPE global one
@@ -148,6 +150,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "Exaone4ForCausalLM", Config: exaone, Seed: 11},
 		{Arch: "GlmForCausalLM", Config: glm, Seed: 12},
 		{Arch: "CohereForCausalLM", Config: cohere, Seed: 14},
+		{Arch: "CohereForCausalLM", Config: cohereQK, Seed: 33},
 		{Arch: "SeedOssForCausalLM", Config: seed, Seed: 16},
 		{Arch: "ArceeForCausalLM", Config: arcee, Seed: 17},
 		{Arch: "Cohere2ForCausalLM", Config: cohere2, Seed: 15},
@@ -248,7 +251,8 @@ func TestLogitsMatchReference(t *testing.T) {
 // TestSwitchesMatter checks that TestLogitsMatchReference can fail where
 // a family departs from Llama in one switch: the reference with that
 // switch flipped (OLMo 1's clamp dropped, ERNIE 4.5's and Helium's rotary
-// on halves instead of pairs) gives other logits than the model.
+// on halves instead of pairs, Command R+'s q/k LayerNorms dropped) gives
+// other logits than the model.
 func TestSwitchesMatter(t *testing.T) {
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
 	for _, c := range []struct {
@@ -261,6 +265,7 @@ func TestSwitchesMatter(t *testing.T) {
 		{"Ernie4_5ForCausalLM", 28, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"Ernie4_5ForCausalLM", 29, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"HeliumForCausalLM", 30, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
+		{"CohereForCausalLM", 33, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
 	} {
 		t.Run(fmt.Sprint(c.arch, c.seed), func(t *testing.T) {
 			var tc *lmckpt.Tiny

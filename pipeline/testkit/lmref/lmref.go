@@ -395,7 +395,10 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.Heads; hd++ {
 				head := q[t][hd*D : (hd+1)*D]
-				if (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 {
+				switch {
+				case c.Cohere && c.QKNorm: // use_qk_norm: a bias-free LayerNorm over the head, the head's own weight
+					layernorm(head, append([]float64(nil), head...), m.w(p + "self_attn.q_norm.weight")[hd*D:(hd+1)*D], c.Eps)
+				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
@@ -410,7 +413,10 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			}
 			for hd := 0; hd < c.KVHeads; hd++ {
 				head := k[t][hd*D : (hd+1)*D]
-				if (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 {
+				switch {
+				case c.Cohere && c.QKNorm:
+					layernorm(head, append([]float64(nil), head...), m.w(p + "self_attn.k_norm.weight")[hd*D:(hd+1)*D], c.Eps)
+				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
