@@ -2,7 +2,7 @@
 // 700M, 1.2B, 2.6B) and LFM2-MoE (Lfm2MoeForCausalLM: LFM2-8B-A1B,
 // LFM2-24B-A2B) of "LFM2 Technical Report" (Liquid AI, 2025,
 // arXiv:2511.23404), following transformers' models/lfm2 and
-// models/lfm2_moe:
+// models/lfm2_moe, and LFM2-VL's text model (vl.go):
 //
 //   - layer_types names each layer "conv" or "full_attention" (LFM2's
 //     older configs list the attention layers in full_attn_idxs; with
