@@ -49,6 +49,11 @@ type Options struct {
 	// (heads, head_dim): Command R+'s use_qk_norm): q_norm [heads,
 	// head_dim], k_norm [KV heads, head_dim], eps Eps, in float32.
 	QKLayerNorm bool
+	// QKLayerNormPerHead reads QKLayerNorm's weights as StableLM stores
+	// them, one tensor a head (self_attn.q_layernorm.norms.H.weight [head_dim],
+	// k_layernorm likewise), assembled into q_norm and k_norm
+	// (lm.WeightSpec.Parts).
+	QKLayerNormPerHead bool
 	// QKNormAcross makes QKNorm's norms span every head of the projection
 	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
 	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
@@ -348,6 +353,17 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 	case m.o.QKLayerNorm: // a weight per head: split with the heads
 		add("self_attn.q_norm.weight", false, lm.Column, s.Heads, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.KVColumn, s.KVHeads, s.HeadDim)
+		if m.o.QKLayerNormPerHead {
+			for j, n := range []struct {
+				name  string
+				heads int
+			}{{"q_layernorm", s.Heads}, {"k_layernorm", s.KVHeads}} {
+				w := &ws[len(ws)-2+j]
+				for h := range n.heads {
+					w.Parts = append(w.Parts, lm.WeightSpec{Name: fmt.Sprintf("%sself_attn.%s.norms.%d.weight", p, n.name, h), Shape: []int{s.HeadDim}})
+				}
+			}
+		}
 	case m.o.QKNorm:
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)

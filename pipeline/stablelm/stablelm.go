@@ -7,12 +7,13 @@
 // o), the rotary over the first partial_rotary_factor of each head (0.25
 // by default), and, with use_parallel_residual, the attention and the MLP
 // side by side on input_layernorm (no post_attention_layernorm then;
-// llama.Options.Parallel). qk_layernorm (LayerNorms over each head with a
-// weight a head: StableLM 2 12B) is refused by name.
+// llama.Options.Parallel). qk_layernorm (StableLM 2 12B) adds a
+// LayerNorm without bias over each query and key head before the rotary,
+// each head's weight its own tensor (self_attn.q_layernorm.norms.H.weight:
+// llama.Options.QKLayerNorm, QKLayerNormPerHead).
 package stablelm
 
 import (
-	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -46,9 +47,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.QKLayerNorm {
-		return llama.Options{}, errs.Unsupportedf("%s: qk_layernorm (StableLM's LayerNorms over each head, a weight a head) is not supported", lm.ConfigName(cfg))
-	}
 	c.RMSNormEps, c.HeadDim = c.LayerNormEps, nil // head_dim is hidden_size / num_attention_heads
 	withRope := *cfg
 	withRope.Raw = nn.DefaultPartialRotary(cfg.Raw, defaultPartial)
@@ -58,6 +56,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	o.QKVBias, o.OBias, o.MLPBias = c.UseQKVBias, false, false
 	o.LayerNorm = true
+	o.QKLayerNorm, o.QKLayerNormPerHead = c.QKLayerNorm, c.QKLayerNorm // StableLM 2 12B: a bias-free LayerNorm over each head, its own weight
 	if c.Parallel {
 		o.Parallel, o.Norms = true, llama.Norms{PreAttn: "input_layernorm"}
 	}

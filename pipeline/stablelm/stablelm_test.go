@@ -1,12 +1,9 @@
 package stablelm_test
 
 import (
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -32,8 +29,7 @@ func options(t *testing.T, js string) (llama.Options, error) {
 // heads of 64, MLP 5632, vocabulary 100352, q/k/v biases, the rotary over
 // a quarter of each head, untied) has 1,644,515,328 parameters, the
 // card's 1.6B; use_parallel_residual drops post_attention_layernorm;
-// StableLmConfig's 32 KV heads and bos/eos 0 apply when absent;
-// qk_layernorm is refused by name.
+// StableLmConfig's 32 KV heads and bos/eos 0 apply when absent.
 func TestStableLM2(t *testing.T) {
 	o, err := options(t, `{"architectures": ["StableLmForCausalLM"], "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
 		"layer_norm_eps": 1e-05, "max_position_embeddings": 4096, "model_type": "stablelm", "num_attention_heads": 32,
@@ -59,8 +55,27 @@ func TestStableLM2(t *testing.T) {
 	if !p.Parallel || slices.Contains(names, "model.layers.0.post_attention_layernorm.weight") || p.Spec.KVHeads != 32 || p.Spec.BOS != 0 || !slices.Equal(p.Spec.EOS, []int{0}) {
 		t.Errorf("parallel and defaults: parallel %v, %d KV heads, bos %d, eos %v, layer 0: %v", p.Parallel, p.Spec.KVHeads, p.Spec.BOS, p.Spec.EOS, names)
 	}
-	_, err = options(t, `{"architectures": ["StableLmForCausalLM"], "qk_layernorm": true}`)
-	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "qk_layernorm") {
-		t.Errorf("qk_layernorm: %v, want an unsupported error naming it", err)
+	// StableLM 2 12B (40 layers, hidden 5120, 32 heads of 160 over 8, MLP
+	// 13824, vocabulary 100352, untied, parallel, qk_layernorm): its
+	// 12,143,185,920 parameters are the card's 12.1B, the q/k LayerNorms
+	// read one tensor a head.
+	o12, err := options(t, `{"architectures": ["StableLmForCausalLM"], "hidden_size": 5120, "intermediate_size": 13824,
+		"num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "partial_rotary_factor": 0.25,
+		"qk_layernorm": true, "use_parallel_residual": true, "use_qkv_bias": false, "vocab_size": 100352, "tie_word_embeddings": false}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m12 := llama.NewModel(o12)
+	if n := lmckpt.Params(m12); n != 12_143_185_920 {
+		t.Errorf("StableLM 2 12B: %d parameters, want 12,143,185,920", n)
+	}
+	parts := 0
+	for _, w := range m12.LayerWeights(0) {
+		if w.Name == "model.layers.0.self_attn.q_norm.weight" || w.Name == "model.layers.0.self_attn.k_norm.weight" {
+			parts += len(w.Parts)
+		}
+	}
+	if !o12.QKLayerNorm || !o12.QKLayerNormPerHead || parts != 40 {
+		t.Errorf("qk_layernorm: QKLayerNorm %v, per head %v, %d parts, want 32 + 8", o12.QKLayerNorm, o12.QKLayerNormPerHead, parts)
 	}
 }

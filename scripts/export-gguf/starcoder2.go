@@ -113,7 +113,8 @@ func runNemotron(l *lm.Loaded, dir, out string, m *llama.Model) error {
 // use_parallel_residual, which llama.cpp reads as the parallel layer),
 // the SwiGLU MLP; output_norm with its bias, and output unless tied. Its
 // NEOX rope turns halves of the first rope.dimension_count dims, as
-// StableLM does.
+// StableLM does. StableLM 2 12B's qk_layernorm is attn_q_norm and
+// attn_k_norm, each head's weight stacked.
 func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
 	o, s := m.Options(), m.Spec()
 	if o.Rope.Type != "default" {
@@ -147,6 +148,22 @@ func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
 				ggufPair{"ffn_norm.bias", p + "post_attention_layernorm.bias", true})
 		}
 		g.pairs(b, append(ps, denseMLP(p)...))
+		if o.QKLayerNorm { // qk_layernorm: each head's weight stacked into [heads, head_dim], llama.cpp's {head_dim, heads}
+			for _, n := range []struct {
+				gguf, name string
+				heads      int
+			}{{"attn_q_norm.weight", "q_layernorm", s.Heads}, {"attn_k_norm.weight", "k_layernorm", s.KVHeads}} {
+				if whole := p + "self_attn." + n.name[:1] + "_norm.weight"; hasTensor(l, whole) { // as tputool names the assembled weight
+					g.add(b+n.gguf, true, whole)
+					continue
+				}
+				names := make([]string, n.heads)
+				for h := range names {
+					names[h] = fmt.Sprintf("%sself_attn.%s.norms.%d.weight", p, n.name, h)
+				}
+				g.add(b+n.gguf, true, names...)
+			}
+		}
 	}
 	g.add("output_norm.weight", true, "model.norm.weight")
 	g.add("output_norm.bias", true, "model.norm.bias")
@@ -157,4 +174,10 @@ func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		return g.err
 	}
 	return write(out, meta, g.ts)
+}
+
+// hasTensor reports whether the checkpoint behind l holds name.
+func hasTensor(l *lm.Loaded, name string) bool {
+	_, ok := l.Shape(name)
+	return ok
 }

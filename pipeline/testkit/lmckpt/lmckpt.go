@@ -393,6 +393,14 @@ func (t Tiny) phiTensors() []Tensor {
 		if c.StableLM || c.Olmo1 {
 			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 		}
+		if c.StableLM && c.QKNorm { // qk_layernorm: a LayerNorm a head, each its own tensor
+			for h := range c.Heads {
+				add(fmt.Sprintf("self_attn.q_layernorm.norms.%d.weight", h), "norm", D)
+			}
+			for h := range c.KVHeads {
+				add(fmt.Sprintf("self_attn.k_layernorm.norms.%d.weight", h), "norm", D)
+			}
+		}
 	}
 	if final != "" {
 		out = append(out, Tensor{final + ".weight", []int{H}, "norm"}, Tensor{final + ".bias", []int{H}, "bias"})
@@ -519,7 +527,7 @@ func (t Tiny) ConfigJSON() map[string]any {
 		delete(j, "rms_norm_eps")
 	case "StableLmForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "stablelm", "silu", c.Eps, c.PartialRotary
-		j["use_qkv_bias"], j["qk_layernorm"], j["use_parallel_residual"] = c.QKVBias, false, c.StableLMParallel
+		j["use_qkv_bias"], j["qk_layernorm"], j["use_parallel_residual"] = c.QKVBias, c.QKNorm, c.StableLMParallel
 		delete(j, "rms_norm_eps")
 	case "NemotronForCausalLM":
 		j["model_type"], j["hidden_act"], j["norm_eps"], j["partial_rotary_factor"] = "nemotron", "relu2", c.Eps, c.PartialRotary

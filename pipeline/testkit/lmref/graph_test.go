@@ -98,6 +98,8 @@ func tinyCases() []lmckpt.Tiny {
 	stablelm.StableLM, stablelm.QKVBias, stablelm.PartialRotary, stablelm.KVHeads = true, true, 0.25, 4 // biased LayerNorms, q/k/v biases, the rotary over 2 of 8 dims
 	stablelmPar := stablelm
 	stablelmPar.StableLMParallel, stablelmPar.QKVBias = true, false // use_parallel_residual
+	stablelm12 := stablelmPar
+	stablelm12.QKNorm = true // StableLM 2 12B's qk_layernorm: a LayerNorm a head, each its own tensor
 	olmo1 := llama
 	olmo1.Olmo1, olmo1.ClipQKV, olmo1.KVHeads = true, 0.3, 4 // parameter-free LayerNorms; a clamp the projections reach
 	ernie := llama
@@ -142,6 +144,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
 		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
+		{Arch: "StableLmForCausalLM", Config: stablelm12, Seed: 34},
 		{Arch: "HeliumForCausalLM", Config: helium, Seed: 30},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernie, Seed: 28},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernieBias, Seed: 29},
@@ -251,7 +254,8 @@ func TestLogitsMatchReference(t *testing.T) {
 // TestSwitchesMatter checks that TestLogitsMatchReference can fail where
 // a family departs from Llama in one switch: the reference with that
 // switch flipped (OLMo 1's clamp dropped, ERNIE 4.5's and Helium's rotary
-// on halves instead of pairs, Command R+'s q/k LayerNorms dropped) gives
+// on halves instead of pairs, Command R+'s and StableLM 2 12B's q/k
+// LayerNorms dropped) gives
 // other logits than the model.
 func TestSwitchesMatter(t *testing.T) {
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
@@ -266,6 +270,7 @@ func TestSwitchesMatter(t *testing.T) {
 		{"Ernie4_5ForCausalLM", 29, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"HeliumForCausalLM", 30, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"CohereForCausalLM", 33, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
+		{"StableLmForCausalLM", 34, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
 	} {
 		t.Run(fmt.Sprint(c.arch, c.seed), func(t *testing.T) {
 			var tc *lmckpt.Tiny

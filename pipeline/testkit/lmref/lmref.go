@@ -705,6 +705,16 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 					}
 				}
 			}
+			if c.StableLM && c.QKNorm { // qk_layernorm: each head's own bias-free LayerNorm
+				for hd := 0; hd < c.Heads; hd++ {
+					head := q[t][hd*D : (hd+1)*D]
+					layernorm(head, append([]float64(nil), head...), m.w(fmt.Sprintf("%sself_attn.q_layernorm.norms.%d.weight", p, hd)), c.Eps)
+				}
+				for hd := 0; hd < c.KVHeads; hd++ {
+					head := k[t][hd*D : (hd+1)*D]
+					layernorm(head, append([]float64(nil), head...), m.w(fmt.Sprintf("%sself_attn.k_layernorm.norms.%d.weight", p, hd)), c.Eps)
+				}
+			}
 			for hd := 0; hd < c.Heads; hd++ {
 				rope(q[t][hd*D:hd*D+rot], float64(t), c.RopeTheta[l])
 			}
