@@ -12,10 +12,11 @@ import (
 // the language model is LFM2 (this package's decoder), configured by
 // text_config; the SigLIP2 vision tower and the projector are not read
 // (lm.Skipper): images are not supported. transformers saves the text
-// model as model.language_model.* (its conversion mapping reads the
-// first uploads' language_model.model.* so), both read as model.*
-// (lm.Renamer). tie_word_embeddings is the text config's, else the
-// wrapper's, else LFM2's (tied).
+// model as model.language_model.* and the head as lm_head.*; the
+// Llava-style names language_model.model.* and language_model.lm_head.*
+// are read too (lm.Renamer). The head is tied as Lfm2VlConfig says: the
+// text config's tie_embedding, else the wrapper's tie_word_embeddings
+// (true by default).
 
 // VL is the multimodal architecture this file reads.
 const VL = "Lfm2VlForConditionalGeneration"
@@ -42,16 +43,14 @@ func NewVL(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !text.Has("tie_embedding") && !text.Has("tie_word_embeddings") {
+	if !text.Has("tie_embedding") { // Lfm2VlConfig: getattr(text_config, "tie_embedding", tie_word_embeddings)
 		var w struct {
 			Tie *bool `json:"tie_word_embeddings"`
 		}
 		if err := cfg.Decode(&w); err != nil {
 			return nil, err
 		}
-		if w.Tie != nil {
-			o.Spec.TieEmbeddings = *w.Tie
-		}
+		o.Spec.TieEmbeddings = w.Tie == nil || *w.Tie
 	}
 	o.Spec.Architecture = VL
 	return &VLModel{NewModel(o)}, nil

@@ -27,7 +27,9 @@ func wrapVL(t *testing.T, src, dst, layout string) {
 		t.Fatal(err)
 	}
 	delete(text, "architectures")
-	text["model_type"] = "lfm2"
+	if text["model_type"] == nil {
+		text["model_type"] = "lfm2"
+	}
 	cfg := map[string]any{"architectures": []string{lfm2.VL}, "model_type": "lfm2_vl", "text_config": text,
 		"vision_config": map[string]any{"model_type": "siglip2_vision_model"}, "image_token_index": 90, "downsample_factor": 2}
 	ck, err := safetensors.OpenDir(src, "")
@@ -35,9 +37,9 @@ func wrapVL(t *testing.T, src, dst, layout string) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	model, vision := "model.language_model.", "model."
+	model, head, vision := "model.language_model.", "lm_head.", "model."
 	if layout == "v4" {
-		model, vision = "language_model.model.", ""
+		model, head, vision = "language_model.model.", "language_model.lm_head.", ""
 	}
 	var ts []safetensors.Tensor
 	for _, name := range ck.Names() {
@@ -49,6 +51,8 @@ func wrapVL(t *testing.T, src, dst, layout string) {
 		to := name
 		if rest, ok := strings.CutPrefix(name, "model."); ok {
 			to = model + rest
+		} else if rest, ok := strings.CutPrefix(name, "lm_head."); ok {
+			to = head + rest
 		}
 		ts = append(ts, safetensors.Tensor{Name: to, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
 	}
@@ -84,14 +88,21 @@ func vlLogits(t *testing.T, dir string) [][]float32 {
 	return lg
 }
 
-// TestVLLayouts: a tiny LFM2 written standalone and as an
-// Lfm2VlForConditionalGeneration in transformers v5's and the first
-// uploads' names, with a vision tower and projector beside the text
-// model, gives exactly the standalone model's logits; the wrapper's
-// architecture is the one reported.
+// TestVLLayouts: a tiny LFM2 (tied) and a tiny LFM2-MoE (untied, its
+// head renamed too), each written standalone and as an
+// Lfm2VlForConditionalGeneration in transformers v5's and the Llava-style
+// names, with a vision tower and projector beside the text model, give
+// exactly the standalone model's logits; the wrapper's architecture is
+// the one reported.
 func TestVLLayouts(t *testing.T) {
+	for _, c := range []lfm2ref.LFM2{lfm2ref.TinyLFM2(), lfm2ref.TinyMoE()} {
+		vlLayouts(t, c)
+	}
+}
+
+func vlLayouts(t *testing.T, c lfm2ref.LFM2) {
 	src := t.TempDir()
-	if err := lfm2ref.TinyLFM2().Write(src); err != nil {
+	if err := c.Write(src); err != nil {
 		t.Fatal(err)
 	}
 	want := vlLogits(t, src)
@@ -118,14 +129,16 @@ func TestVLLayouts(t *testing.T) {
 }
 
 // TestVLConfig: LFM2-VL without a text_config is refused naming it; the
-// wrapper's tie_word_embeddings decides when text_config says nothing.
+// wrapper's tie_word_embeddings decides when text_config has no
+// tie_embedding, whatever its own tie_word_embeddings says (as
+// Lfm2VlConfig reads them).
 func TestVLConfig(t *testing.T) {
 	_, err := lm.New(parse(t, `{"architectures": ["Lfm2VlForConditionalGeneration"]}`))
 	if err == nil || !strings.Contains(err.Error(), "text_config") {
 		t.Errorf("no text_config: %v, want an error naming it", err)
 	}
 	m, err := lm.New(parse(t, `{"architectures": ["Lfm2VlForConditionalGeneration"], "tie_word_embeddings": false,
-		"text_config": {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "layer_types": ["conv", "full_attention"]}}`))
+		"text_config": {"model_type": "lfm2", "tie_word_embeddings": true, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "layer_types": ["conv", "full_attention"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -475,12 +475,14 @@ func (m *Model) LayerVariant(i int) string {
 
 var _ lm.Varianter = (*Model)(nil)
 
-// attention is layer i's LlamaAttention: q/k/v projections, (Qwen3)
-// per-head q/k norms or (MiniMax-M2) norms across the heads, rotary
-// embedding (on adjacent pairs with RopePairs; none on a NoRope layer,
-// whose queries Llama 4 scales by the temperature instead), (Llama 4) the
-// unweighted q/k norms, cache write, grouped-query attention over the
-// layer kind's mask, (AFMoE) the sigmoid gate, o_proj.
+// attention is layer i's LlamaAttention: (BitNet) the input rounded to
+// int8, q/k/v projections, (Qwen3) per-head q/k norms, (MiniMax-M2) norms
+// across the heads or (Command R+, StableLM 2 12B) LayerNorms a head,
+// rotary embedding (on adjacent pairs with RopePairs; none on a NoRope
+// layer, whose queries Llama 4 scales by the temperature instead), (Llama
+// 4) the unweighted q/k norms, cache write, grouped-query attention over
+// the layer kind's mask, (AFMoE) the sigmoid gate, (BitNet) the sub norm
+// and rounding, o_proj.
 func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
 	x = m.actQuant(x)

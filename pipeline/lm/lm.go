@@ -140,7 +140,8 @@ type WeightSpec struct {
 	// from when the checkpoint does not hold Name itself: their data,
 	// concatenated flat in order, is the weight (routed experts' per-expert
 	// matrices stacked into one [E, out, in] tensor, which transformers v5
-	// checkpoints store under Name). A checkpoint holds either Name or
+	// checkpoints store under Name; StableLM 2 12B's per-head q/k
+	// LayerNorm weights stacked into [heads, head_dim]). A checkpoint holds either Name or
 	// every part; Expect checks whichever it holds.
 	Parts []WeightSpec
 	// Transposed: the checkpoint holds Name with its last two axes

@@ -148,21 +148,9 @@ func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
 				ggufPair{"ffn_norm.bias", p + "post_attention_layernorm.bias", true})
 		}
 		g.pairs(b, append(ps, denseMLP(p)...))
-		if o.QKLayerNorm { // qk_layernorm: each head's weight stacked into [heads, head_dim], llama.cpp's {head_dim, heads}
-			for _, n := range []struct {
-				gguf, name string
-				heads      int
-			}{{"attn_q_norm.weight", "q_layernorm", s.Heads}, {"attn_k_norm.weight", "k_layernorm", s.KVHeads}} {
-				if whole := p + "self_attn." + n.name[:1] + "_norm.weight"; hasTensor(l, whole) { // as tputool names the assembled weight
-					g.add(b+n.gguf, true, whole)
-					continue
-				}
-				names := make([]string, n.heads)
-				for h := range names {
-					names[h] = fmt.Sprintf("%sself_attn.%s.norms.%d.weight", p, n.name, h)
-				}
-				g.add(b+n.gguf, true, names...)
-			}
+		if o.QKLayerNorm { // qk_layernorm: [heads, head_dim] (each head's tensor stacked as the loader assembles it), llama.cpp's {head_dim, heads}
+			g.add(b+"attn_q_norm.weight", true, p+"self_attn.q_norm.weight")
+			g.add(b+"attn_k_norm.weight", true, p+"self_attn.k_norm.weight")
 		}
 	}
 	g.add("output_norm.weight", true, "model.norm.weight")
@@ -174,10 +162,4 @@ func runStableLM(l *lm.Loaded, dir, out string, m *llama.Model) error {
 		return g.err
 	}
 	return write(out, meta, g.ts)
-}
-
-// hasTensor reports whether the checkpoint behind l holds name.
-func hasTensor(l *lm.Loaded, name string) bool {
-	_, ok := l.Shape(name)
-	return ok
 }

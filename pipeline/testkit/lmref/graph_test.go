@@ -99,7 +99,7 @@ func tinyCases() []lmckpt.Tiny {
 	stablelmPar := stablelm
 	stablelmPar.StableLMParallel, stablelmPar.QKVBias = true, false // use_parallel_residual
 	stablelm12 := stablelmPar
-	stablelm12.QKNorm = true // StableLM 2 12B's qk_layernorm: a LayerNorm a head, each its own tensor
+	stablelm12.QKNorm, stablelm12.KVHeads = true, 2 // StableLM 2 12B's qk_layernorm: a LayerNorm a head, each its own tensor; GQA as the 12B's
 	olmo1 := llama
 	olmo1.Olmo1, olmo1.ClipQKV, olmo1.KVHeads = true, 0.3, 4 // parameter-free LayerNorms; a clamp the projections reach
 	ernie := llama
@@ -297,7 +297,7 @@ func TestBFloat16Compute(t *testing.T) {
 	for _, tc := range tinyCases() {
 		switch tc.Arch {
 		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM", "ApertusForCausalLM",
-			"OlmoForCausalLM", "Olmo2ForCausalLM", "Ernie4_5ForCausalLM", "HeliumForCausalLM":
+			"OlmoForCausalLM", "Olmo2ForCausalLM", "Ernie4_5ForCausalLM", "HeliumForCausalLM", "CohereForCausalLM", "StableLmForCausalLM":
 		default:
 			continue
 		}
