@@ -6,7 +6,8 @@
 # FAMILY=granitehybrid a Granite 4.0-H, FAMILY=nemotronh a Nemotron 3
 # Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B,
 # FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
-# an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE) on
+# an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE,
+# FAMILY=granitemoeshared the same with a shared MLP) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -167,7 +168,11 @@
 # 6; vocab 49155, tied) in LAYERS layers (default 8, 1.7 GB bf16), the
 # experts in two stacks (the layout of GraniteMoe's input_linear and
 # output_linear, under the names tputool reads them by), DIR
-# /tmp/tputool-granitemoe-bench, written as llama.cpp's granitemoe. Otherwise
+# /tmp/tputool-granitemoe-bench, written as llama.cpp's granitemoe.
+# FAMILY=granitemoeshared: that layer as a GraniteMoeSharedForCausalLM with
+# a shared MLP of 1024 beside the experts (the sizes are not a release's),
+# DIR /tmp/tputool-granitemoeshared-bench, written as llama.cpp's
+# granitemoe with its shexp tensors. Otherwise
 # scripts/export-gguf
 # writes the same weights as GGUF for `ollama create`; Q8=1 also creates
 # ollama's q8_0 quantisation and runs tputool with --quantize int8, and
@@ -207,7 +212,8 @@ phimoe) DIR="${DIR:-/tmp/tputool-phimoe-bench}" ;;
 phi3) DIR="${DIR:-/tmp/tputool-phi3-bench}" ;;
 afmoe) DIR="${DIR:-/tmp/tputool-afmoe-bench}" ;;
 granitemoe) DIR="${DIR:-/tmp/tputool-granitemoe-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe or granitemoe" >&2; exit 2 ;;
+granitemoeshared) DIR="${DIR:-/tmp/tputool-granitemoeshared-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe or granitemoeshared" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -421,9 +427,11 @@ json.dump({"architectures": ["AfmoeForCausalLM"], "model_type": "afmoe", "vocab_
   "torch_dtype": "bfloat16"}, open(out, "w"))' "${LAYERS:-4}" "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 200192
-elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = granitemoe ]; then
+elif [ ! -f "$DIR/hf/config.json" ] && { [ "$FAMILY" = granitemoe ] || [ "$FAMILY" = granitemoeshared ]; }; then
+  arch=GraniteMoeForCausalLM type=granitemoe shared=0
+  [ "$FAMILY" = granitemoeshared ] && arch=GraniteMoeSharedForCausalLM type=granitemoeshared shared=1024
   cat > "$DIR/config.json" <<JSON
-{"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe",
+{"architectures": ["$arch"], "model_type": "$type", "shared_intermediate_size": $shared,
  "hidden_size": 1536, "num_hidden_layers": ${LAYERS:-8}, "num_attention_heads": 24,
  "num_key_value_heads": 8, "intermediate_size": 512, "num_local_experts": 40, "num_experts_per_tok": 8,
  "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "residual_multiplier": 0.22, "logits_scaling": 6.0,
