@@ -142,8 +142,9 @@ func TestPackTernary(t *testing.T) {
 // bit, the reference's unpacking of the stored bytes (transformers'
 // unpack_weights, times or over weight_scale), under both linear
 // classes, and its codes are the float source's round(w / mean|w|),
-// clamped (transformers' WeightQuant); the head and the norms are read
-// as stored.
+// clamped (transformers' WeightQuant); held as int8 (the CPU engine's
+// form) the codes times their group's scale are the same values; the
+// head and the norms are read as stored.
 func TestWeightsDecode(t *testing.T) {
 	for _, auto := range []bool{true, false} {
 		src, dir, l, rm := quantizedOf(t, tiny(), auto)
@@ -183,6 +184,22 @@ func TestWeightsDecode(t *testing.T) {
 				code := math.Max(-1, math.Min(1, math.RoundToEven(v/mean)))
 				if math.Abs(float64(got[i])-code*scale) > 1e-6*math.Abs(scale) {
 					t.Fatalf("autobitlinear %v: %s[%d] = %g, want code %g × %g", auto, w.Name, i, got[i], code, scale)
+				}
+			}
+			// Held as int8 on the CPU engine: the codes, the matrix's scale
+			// in every group (a row whole: no width here is a multiple of 64).
+			group, ok := l.StoredInt8Groups(w.Name)
+			in := w.Shape[1]
+			if !ok || group != in {
+				t.Fatalf("%s: held as int8 %v in groups of %d, want rows of %d", w.Name, ok, group, in)
+			}
+			q, sc := make([]int8, len(got)), make([]float32, len(got)/group)
+			if err := l.Int8GroupsInto(w.Name, q, sc); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range q {
+				if float32(v)*sc[i/group] != got[i] {
+					t.Fatalf("%s[%d]: int8 %d × %g, decoded %g", w.Name, i, v, sc[i/group], got[i])
 				}
 			}
 			n++
@@ -275,4 +292,41 @@ func TestLlama158(t *testing.T) {
 		t.Fatalf("BitNet %+v, want BitLinear's", l.Model.Spec().BitNet)
 	}
 	moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, 6), 6, 1e-4)
+}
+
+// TestHeldInGroups: projections whose input width is a multiple of 64
+// are held as int8 in groups of 64 (--quantize int8's), the matrix's one
+// scale in each, and read back exactly.
+func TestHeldInGroups(t *testing.T) {
+	tc := tiny()
+	tc.Config.Hidden, tc.Config.HeadDim, tc.Config.Intermediate, tc.Config.Layers = 64, 16, 128, 1
+	tc.Config.RopeTheta, tc.Config.Window = tc.Config.RopeTheta[:1], tc.Config.Window[:1]
+	_, _, l, _ := quantizedOf(t, tc, true)
+	n := 0
+	for _, w := range l.Weights() {
+		if !strings.HasSuffix(w.Name, "_proj.weight") {
+			continue
+		}
+		group, ok := l.StoredInt8Groups(w.Name)
+		if !ok || group != 64 {
+			t.Fatalf("%s: held as int8 %v in groups of %d, want 64", w.Name, ok, group)
+		}
+		got := make([]float32, w.Shape[0]*w.Shape[1])
+		if err := l.DecodeInto(w.Name, got); err != nil {
+			t.Fatal(err)
+		}
+		q, sc := make([]int8, len(got)), make([]float32, len(got)/group)
+		if err := l.Int8GroupsInto(w.Name, q, sc); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range q {
+			if float32(v)*sc[i/group] != got[i] || sc[i/group] != sc[0] {
+				t.Fatalf("%s[%d]: int8 %d × %g, decoded %g (scale 0: %g)", w.Name, i, v, sc[i/group], got[i], sc[0])
+			}
+		}
+		n++
+	}
+	if n != 7 {
+		t.Errorf("%d projections, want 7", n)
+	}
 }

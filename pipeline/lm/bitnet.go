@@ -44,6 +44,10 @@ type BitNetQuant struct {
 // Linear's prefix.
 const bitnetScale = ".weight_scale"
 
+// bitnetGroup is the columns of one group of a BitNet weight held as
+// int8 (bitnetInts): --quantize int8's group.
+const bitnetGroup = 64
+
 // bitnetRows is the stored rows of an out-row ternary matrix: four a byte.
 func bitnetRows(out int) int { return (out + 3) / 4 }
 
@@ -106,6 +110,58 @@ func (l *Loaded) bitnetDType(name string) dtypes.DType {
 		return dtypes.Float16
 	}
 	return dtypes.Float32
+}
+
+// bitnetInts is a BitNet weight as the integer source the CPU engine
+// holds as int8 (int8Source): the ternary codes as 8-bit values with zero
+// point 128 (code + 128: 127, 128, 129, and 130 for the unused 3), in
+// groups whose scale is the matrix's (weight_scale, or its inverse under
+// BitLinear). Held so, a weight is a byte a value, exactly.
+func (l *Loaded) bitnetInts(w WeightSpec) (*intSource, error) {
+	out, in := w.Shape[0], w.Shape[1]
+	p, _ := packedPrefix(w.Name)
+	rows := bitnetRows(out)
+	raw, err := l.rawOf(w.Name, safetensors.U8, int64(rows)*int64(in))
+	if err != nil {
+		return nil, err
+	}
+	sc, err := l.ckpt.Float32(p + bitnetScale)
+	if err != nil {
+		return nil, err
+	}
+	if len(sc) != 1 {
+		return nil, fmt.Errorf("tensor %q: %d values, want one scale for the matrix", p+bitnetScale, len(sc))
+	}
+	scale := sc[0]
+	if l.Model.Spec().BitNet.Divide {
+		scale = 1 / scale
+	}
+	// Groups of bitnetGroup columns (--quantize int8's, whose kernels
+	// they then run), each with the matrix's one scale; a row whole when
+	// it is not a multiple of them.
+	group := in
+	if in%bitnetGroup == 0 {
+		group = bitnetGroup
+	}
+	groups := in / group
+	scales, zeros := make([]float32, groups*out), make([]float32, groups*out)
+	for k := range scales {
+		scales[k], zeros[k] = scale, 128
+	}
+	groupOf := make([]int32, in)
+	for i := range groupOf {
+		groupOf[i] = int32(i / group)
+	}
+	info, _ := l.ckpt.Info(p + bitnetScale)
+	return &intSource{
+		name: w.Name, out: out, in: in, groups: groups, groupOf: groupOf, sequence: true,
+		value: func(o, i int) uint32 {
+			s, j := o/rows, o%rows
+			return uint32(raw[j*in+i]>>(2*s)&3) + 127 // code − 1 + 128
+		},
+		scales: scales, zeros: zeros, scaleDT: info.DType,
+		release: func() { l.ckpt.ReleaseRange(w.Name, 0, int64(rows)*int64(in)) },
+	}, nil
 }
 
 // decodeBitNet converts a BitNet weight to float32 in pieces of whole
