@@ -132,10 +132,11 @@ func (l *Loaded) bitnetInts(w WeightSpec) (*intSource, error) {
 	if len(sc) != 1 {
 		return nil, fmt.Errorf("tensor %q: %d values, want one scale for the matrix", p+bitnetScale, len(sc))
 	}
-	scale := sc[0]
+	s64 := float64(sc[0]) // as decodeBitNet computes it, to the last bit
 	if l.Model.Spec().BitNet.Divide {
-		scale = 1 / scale
+		s64 = 1 / s64
 	}
+	scale := float32(s64)
 	// Groups of bitnetGroup columns (--quantize int8's, whose kernels
 	// they then run), each with the matrix's one scale; a row whole when
 	// it is not a multiple of them.
