@@ -1,7 +1,10 @@
 package tokenizer
 
 import (
+	"encoding/base64"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"unicode/utf8"
@@ -84,3 +87,30 @@ func FuzzEncode(f *testing.F) {
 }
 
 func normalizedNFC(s string) bool { return norm.NFC.IsNormalString(s) }
+
+// FuzzTiktoken builds both tiktoken flavours from hostile ranks files: an
+// error or a tokenizer that encodes, never a panic.
+func FuzzTiktoken(f *testing.F) {
+	f.Add([]byte("QQ== 0\nQg== 1\nQUI= 2\n"))
+	f.Add([]byte("QQ== 99999999\n"))
+	f.Add([]byte("\n\n  \nQQ==   1\r\n"))
+	var all strings.Builder
+	for b := range 256 {
+		fmt.Fprintf(&all, "%s %d\n", base64.StdEncoding.EncodeToString([]byte{byte(b)}), b)
+	}
+	all.WriteString("aGU= 256\naGVs 257\n")
+	f.Add([]byte(all.String()))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, fl := range tiktokenFlavors {
+			tk, err := buildTiktoken(data, fl, &tiktokenConfig{})
+			if err != nil {
+				continue
+			}
+			ids, err := tk.Encode("hello <|eos|>[BOS] 你好 123", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = tk.Decode(ids, true)
+		}
+	})
+}

@@ -17,6 +17,10 @@ type rawTokenizer struct {
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
 	Padding       json.RawMessage `json:"padding"`
+
+	// bpe, when set, is the model itself, built from another format
+	// (a tiktoken ranks file); Model is then not read.
+	bpe *bpeModel
 }
 
 type rawAddedToken struct {

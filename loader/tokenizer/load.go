@@ -68,22 +68,30 @@ func Parse(data []byte) (*Tokenizer, error) {
 	return build(&raw)
 }
 
-// LoadDir loads dir/tokenizer.json (or tokenizer.json.gz) together with
+// LoadDir loads dir/tokenizer.json (or tokenizer.json.gz), or without one
+// a tiktoken ranks file of a known tokenizer class (tiktoken.go), together with
 // dir/tokenizer_config.json and dir/chat_template.jinja when present. The
 // config decides the BOS/EOS/PAD tokens, add_bos_token/add_eos_token and the
 // chat templates.
 func LoadDir(dir string) (*Tokenizer, error) {
 	path := filepath.Join(dir, "tokenizer.json")
+	var t *Tokenizer
 	if _, err := os.Stat(path); err != nil {
 		if _, err2 := os.Stat(path + ".gz"); err2 == nil {
 			path += ".gz"
+		} else if tt, ok, terr := loadTiktokenDir(dir); terr != nil {
+			return nil, terr
+		} else if ok {
+			t = tt
 		} else {
-			return nil, errs.Unsupportedf("%s: no tokenizer.json (only tokenizer.json is supported, not sentencepiece .model or vocab.txt files): %w", dir, err)
+			return nil, errs.Unsupportedf("%s: no tokenizer.json (tputool reads tokenizer.json, and the tiktoken ranks files %s; not sentencepiece .model or vocab.txt files): %w", dir, tiktokenFiles(), err)
 		}
 	}
-	t, err := Load(path)
-	if err != nil {
-		return nil, err
+	if t == nil {
+		var err error
+		if t, err = Load(path); err != nil {
+			return nil, err
+		}
 	}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	if data, err := readMaybeGzip(cfgPath, maxConfigBytes); err == nil {

@@ -261,7 +261,8 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 	start := i
 	b.WriteByte('[')
 	i++
-	if i < len(expr) && expr[i] == '^' {
+	negated := i < len(expr) && expr[i] == '^'
+	if negated {
 		b.WriteByte('^')
 		i++
 	}
@@ -277,6 +278,29 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 			return i + 1, nil
 		case c == '[':
 			return 0, fmt.Errorf("nested character class or POSIX bracket at offset %d (in class at %d) is not supported", i, start)
+		case c == '&' && strings.HasPrefix(expr[i:], "&&[^") && !negated:
+			// [X&&[^Y]], X without Y (Kimi's letters that are not Han):
+			// .NET's subtraction [X-[Y]], which ends the class.
+			j := i + 4
+			sub := strings.Builder{}
+			for j < len(expr) && expr[j] != ']' {
+				if expr[j] == '[' || strings.HasPrefix(expr[j:], "&&") {
+					return 0, fmt.Errorf("character class intersection && at offset %d: only [X&&[^Y]] with a plain Y is supported", i)
+				}
+				if expr[j] == '\\' && j+1 < len(expr) {
+					k := bracedArg(expr, j+2, expr[j+1])
+					sub.WriteString(expr[j : j+2+k])
+					j += 2 + k
+					continue
+				}
+				sub.WriteByte(expr[j])
+				j++
+			}
+			if !strings.HasPrefix(expr[j:], "]]") {
+				return 0, fmt.Errorf("character class intersection && at offset %d: only [X&&[^Y]] at the end of a class is supported", i)
+			}
+			b.WriteString("-[" + sub.String() + "]]")
+			return j + 2, nil
 		case c == '&' && strings.HasPrefix(expr[i:], "&&"):
 			return 0, fmt.Errorf("character class intersection && at offset %d is not supported", i)
 		case c == '\\' && i+1 < len(expr):

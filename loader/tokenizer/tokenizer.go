@@ -43,6 +43,9 @@ type Tokenizer struct {
 	bos, eos, pad int // -1 when unknown
 	templates     map[string]string
 	maxLen        int // tokenizer_config.json's model_max_length; 0 when unset
+	// chunk, when set, cuts the text into parts encoded one after the
+	// other (Kimi's TikTokenTokenizer.encode); nil when it is one part.
+	chunk func(string) []string
 
 	bytesOnce  sync.Once
 	tokenBytes [][]byte // TokenBytes
@@ -50,13 +53,17 @@ type Tokenizer struct {
 
 func build(raw *rawTokenizer) (*Tokenizer, error) {
 	t := &Tokenizer{bos: -1, eos: -1, pad: -1, addedByID: map[int]*addedToken{}, addedByTk: map[string]*addedToken{}, special: map[string]bool{}}
-	mc, err := parseComponent(raw.Model, "model")
-	if err != nil {
-		return nil, err
+	var mc *component
+	if raw.bpe == nil {
+		var err error
+		if mc, err = parseComponent(raw.Model, "model"); err != nil {
+			return nil, err
+		}
+		if mc == nil {
+			return nil, fmt.Errorf("model: missing")
+		}
 	}
-	if mc == nil {
-		return nil, fmt.Errorf("model: missing")
-	}
+	var err error
 	if len(raw.AddedTokens) > maxAddedTokens {
 		return nil, fmt.Errorf("added_tokens: %d entries, more than the limit %d", len(raw.AddedTokens), maxAddedTokens)
 	}
@@ -72,82 +79,14 @@ func build(raw *rawTokenizer) (*Tokenizer, error) {
 
 	// Model and vocabulary.
 	var vocab map[string]int
-	typ := mc.Type
-	if typ == "" {
-		// Old files omit the model type; infer it as tokenizers does.
-		switch {
-		case mc.has("merges"):
-			typ = "BPE"
-		case mc.has("max_input_chars_per_word"):
-			typ = "WordPiece"
-		default:
-			var probe []json.RawMessage
-			if mc.get("vocab", &probe) == nil && len(probe) > 0 {
-				typ = "Unigram"
-			} else {
-				typ = "WordLevel"
-			}
-		}
-	}
-	switch typ {
-	case "BPE", "WordPiece", "WordLevel":
-		if vocab, err = parseVocabObject(mc); err != nil {
-			return nil, err
-		}
-	}
-	switch typ {
-	case "BPE":
-		m, err := buildBPE(mc, vocab)
-		if err != nil {
-			return nil, err
-		}
-		// toByteMode swaps the model's own map; vocab keeps the original
-		// token strings.
-		if bl := finalByteLevel(t.pre); bl != nil && m.toByteMode() {
+	if raw.bpe != nil {
+		vocab = raw.bpe.vocab // toByteMode swaps the model's own map
+		if bl := finalByteLevel(t.pre); bl != nil && raw.bpe.toByteMode() {
 			bl.raw = true
 		}
-		t.model = m
-	case "Unigram":
-		m, v, err := buildUnigram(mc)
-		if err != nil {
-			return nil, err
-		}
-		vocab = v
-		t.model = m
-	case "WordPiece":
-		unk, err := mc.str("unk_token", "[UNK]")
-		if err != nil {
-			return nil, err
-		}
-		uid, ok := vocab[unk]
-		if !ok {
-			return nil, fmt.Errorf("model.unk_token: %q is not in the vocabulary", unk)
-		}
-		prefix, err := mc.str("continuing_subword_prefix", "##")
-		if err != nil {
-			return nil, err
-		}
-		maxc, err := mc.integer("max_input_chars_per_word", 100)
-		if err != nil {
-			return nil, err
-		}
-		t.model = &wordPieceModel{vocab: vocab, unk: uid, prefix: prefix, maxChars: maxc}
-	case "WordLevel":
-		unk, err := mc.str("unk_token", "")
-		if err != nil {
-			return nil, err
-		}
-		uid := -1
-		if unk != "" {
-			id, ok := vocab[unk]
-			if !ok {
-				return nil, fmt.Errorf("model.unk_token: %q is not in the vocabulary", unk)
-			}
-			uid = id
-		}
-		t.model = &wordLevelModel{vocab: vocab, unk: uid}
-	default:
-		return nil, errs.Unsupportedf("model: type %q", typ)
+		t.model = raw.bpe
+	} else if vocab, err = t.buildModel(mc); err != nil {
+		return nil, err
 	}
 
 	// The id table: model vocabulary plus added tokens.
@@ -252,6 +191,91 @@ func build(raw *rawTokenizer) (*Tokenizer, error) {
 	return t, nil
 }
 
+// buildModel builds the model a tokenizer.json describes and returns its
+// vocabulary (the original token strings).
+func (t *Tokenizer) buildModel(mc *component) (map[string]int, error) {
+	var vocab map[string]int
+	var err error
+	typ := mc.Type
+	if typ == "" {
+		// Old files omit the model type; infer it as tokenizers does.
+		switch {
+		case mc.has("merges"):
+			typ = "BPE"
+		case mc.has("max_input_chars_per_word"):
+			typ = "WordPiece"
+		default:
+			var probe []json.RawMessage
+			if mc.get("vocab", &probe) == nil && len(probe) > 0 {
+				typ = "Unigram"
+			} else {
+				typ = "WordLevel"
+			}
+		}
+	}
+	switch typ {
+	case "BPE", "WordPiece", "WordLevel":
+		if vocab, err = parseVocabObject(mc); err != nil {
+			return nil, err
+		}
+	}
+	switch typ {
+	case "BPE":
+		m, err := buildBPE(mc, vocab)
+		if err != nil {
+			return nil, err
+		}
+		// toByteMode swaps the model's own map; vocab keeps the original
+		// token strings.
+		if bl := finalByteLevel(t.pre); bl != nil && m.toByteMode() {
+			bl.raw = true
+		}
+		t.model = m
+	case "Unigram":
+		m, v, err := buildUnigram(mc)
+		if err != nil {
+			return nil, err
+		}
+		vocab = v
+		t.model = m
+	case "WordPiece":
+		unk, err := mc.str("unk_token", "[UNK]")
+		if err != nil {
+			return nil, err
+		}
+		uid, ok := vocab[unk]
+		if !ok {
+			return nil, fmt.Errorf("model.unk_token: %q is not in the vocabulary", unk)
+		}
+		prefix, err := mc.str("continuing_subword_prefix", "##")
+		if err != nil {
+			return nil, err
+		}
+		maxc, err := mc.integer("max_input_chars_per_word", 100)
+		if err != nil {
+			return nil, err
+		}
+		t.model = &wordPieceModel{vocab: vocab, unk: uid, prefix: prefix, maxChars: maxc}
+	case "WordLevel":
+		unk, err := mc.str("unk_token", "")
+		if err != nil {
+			return nil, err
+		}
+		uid := -1
+		if unk != "" {
+			id, ok := vocab[unk]
+			if !ok {
+				return nil, fmt.Errorf("model.unk_token: %q is not in the vocabulary", unk)
+			}
+			uid = id
+		}
+		t.model = &wordLevelModel{vocab: vocab, unk: uid}
+	default:
+		return nil, errs.Unsupportedf("model: type %q", typ)
+	}
+	return vocab, nil
+}
+
 func parseVocabObject(mc *component) (map[string]int, error) {
 	raw, ok := mc.fields["vocab"]
 	if !ok || isNull(raw) {
@@ -351,6 +375,25 @@ func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
 	sink := &encodeSink{m: t.model, ids: make([]int, 0, len(text)/4+8), limit: limit}
+	var parts []string
+	if t.chunk != nil {
+		parts = t.chunk(text)
+	}
+	if parts == nil {
+		parts = []string{text}
+	}
+	for _, part := range parts {
+		if err := t.encodePart(part, sink); errors.Is(err, errLimit) {
+			return sink.ids, nil
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return sink.ids, nil
+}
+
+// encodePart encodes text, one part of what encode was given, into sink.
+func (t *Tokenizer) encodePart(text string, sink *encodeSink) error {
 	var pieces []piece
 	pieces = t.rawAdded.split(text, pieces)
 	var sub []piece
@@ -366,7 +409,7 @@ func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 		if t.norm != nil {
 			var err error
 			if s, err = t.norm.normalize(s); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		sub = t.normAdded.split(s, sub[:0])
@@ -386,15 +429,12 @@ func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 			} else {
 				err = sink.emit(w, atStart)
 			}
-			if errors.Is(err, errLimit) {
-				return sink.ids, nil
-			}
 			if err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return sink.ids, nil
+	return nil
 }
 
 // Truncate cuts ids, text encoded with its special tokens (Encode(text,

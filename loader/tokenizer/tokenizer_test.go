@@ -353,7 +353,10 @@ func TestEncodeDecodeMatchHF(t *testing.T) {
 // matching something else.
 func TestRegexUnsupported(t *testing.T) {
 	for _, pat := range []string{
-		`[a&&[^b]]`,     // class intersection
+		`[a&&b]`,        // class intersection, other than with a negated class
+		`[^a-z&&[^b]]`,  // ... or in a negated class
+		`[a&&[^b]c]`,    // ... or before the class's end
+		`[a&&[^[b]]]`,   // ... or with a nested class
 		`[[:alpha:]]`,   // POSIX bracket
 		`[a-z-[aeiou]]`, // nested class (a union in Oniguruma)
 		`[\W]`,          // \W inside a class
@@ -368,6 +371,23 @@ func TestRegexUnsupported(t *testing.T) {
 		if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), strconv.Quote(pat)) {
 			t.Errorf("%s: got %v, want ErrUnsupported naming the pattern", pat, err)
 		}
+	}
+}
+
+// TestRegexIntersection: [X&&[^Y]], X without Y, as Oniguruma and
+// fancy-regex match it (Kimi's pat_str).
+func TestRegexIntersection(t *testing.T) {
+	m, err := compileRegex(`[a-z&&[^aeiou]]+|\p{L}`, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	in := "strength is"
+	if err := m.findAll(in, func(s, e int) { got = append(got, in[s:e]) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"str", "e", "ngth", "i", "s"}; !slices.Equal(got, want) {
+		t.Errorf("pieces %q, want %q", got, want)
 	}
 }
 
