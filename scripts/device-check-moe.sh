@@ -25,8 +25,9 @@
 #      LongRoPE's switch, a tiny AFMoE, a tiny SmolLM3, a tiny OLMo 3, a
 #      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
-#      a tiny GraniteMoeShared, a tiny FlexOlmo and a tiny BitNet b1.58
-#      from scripts/bitnet-checkpoint), the same prompts, 16
+#      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
+#      from scripts/bitnet-checkpoint and a tiny HunYuan-MoE), the same
+#      prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
@@ -481,14 +482,25 @@ cat >"$work/flexolmo.json" <<'EOF'
  "num_experts": 8, "num_experts_per_tok": 2, "norm_topk_prob": false, "rope_theta": 500000.0,
  "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny HunYuan-MoE (Hunyuan-A13B's layout): q/k norms after the rotary,
+# whose base the alpha raises, a float32 router over 8 experts beside a
+# shared MLP, the per-layer lists its config writes.
+cat >"$work/hunyuanmoe.json" <<'EOF'
+{"architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "hunyuan_v1_moe", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "rope_theta": 10000.0, "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+ "num_experts": 8, "moe_topk": [2, 2], "moe_intermediate_size": [32, 32], "num_shared_expert": [1, 1],
+ "use_mixed_mlp_moe": true, "use_qk_norm": true, "use_cla": false,
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.

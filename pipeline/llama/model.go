@@ -58,6 +58,10 @@ type Options struct {
 	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
 	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
 	QKNormAcross bool
+	// QKNormAfterRope applies QKNorm's per-head RMSNorms after the rotary
+	// embedding instead of before it, their weights named
+	// self_attn.query_layernorm and self_attn.key_layernorm (HunYuan).
+	QKNormAfterRope bool
 	// ClipQKV > 0 clamps the query, key and value projections (after the
 	// norms across heads) to ±ClipQKV (OLMoE's clip_qkv).
 	ClipQKV float64
@@ -364,6 +368,9 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 				}
 			}
 		}
+	case m.o.QKNorm && m.o.QKNormAfterRope:
+		add("self_attn.query_layernorm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.key_layernorm.weight", false, lm.Replicated, s.HeadDim)
 	case m.o.QKNorm:
 		add("self_attn.q_norm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.k_norm.weight", false, lm.Replicated, s.HeadDim)
@@ -480,9 +487,9 @@ var _ lm.Varianter = (*Model)(nil)
 // across the heads or (Command R+, StableLM 2 12B) LayerNorms a head,
 // rotary embedding (on adjacent pairs with RopePairs; none on a NoRope
 // layer, whose queries Llama 4 scales by the temperature instead), (Llama
-// 4) the unweighted q/k norms, cache write, grouped-query attention over
-// the layer kind's mask, (AFMoE) the sigmoid gate, (BitNet) the sub norm
-// and rounding, o_proj.
+// 4) the unweighted q/k norms, (HunYuan) the per-head q/k norms, cache
+// write, grouped-query attention over the layer kind's mask, (AFMoE) the
+// sigmoid gate, (BitNet) the sub norm and rounding, o_proj.
 func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) (*Node, nn.KV) {
 	s := &m.o.Spec
 	x = m.actQuant(x)
@@ -507,7 +514,7 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		q, k, v = ClipScalar(q, -c, c), ClipScalar(k, -c, c), ClipScalar(v, -c, c)
 	}
 	q, k, v = nn.SplitHeads(q, s.Heads), nn.SplitHeads(k, s.KVHeads), nn.SplitHeads(v, s.KVHeads) // [B, T, H, D], [B, T, KV, D]
-	if m.o.QKNorm && !across {
+	if m.o.QKNorm && !across && !m.o.QKNormAfterRope {
 		q = m.rmsNorm(q, p.Get("q_norm.weight"))
 		k = m.rmsNorm(k, p.Get("k_norm.weight"))
 	}
@@ -538,6 +545,10 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		if m.o.QKL2Norm {
 			q, k = nn.RMSNorm(q, nil, m.o.Eps, false), nn.RMSNorm(k, nil, m.o.Eps, false)
 		}
+	}
+	if m.o.QKNorm && m.o.QKNormAfterRope {
+		q = m.rmsNorm(q, p.Get("query_layernorm.weight"))
+		k = m.rmsNorm(k, p.Get("key_layernorm.weight"))
 	}
 	switch {
 	case m.o.TempFloor > 0 && m.o.TempEvery: // the scale rounded to the queries' dtype first, as transformers' Ministral3Attention has it

@@ -80,7 +80,8 @@ func num(m map[string]any, key string) (float64, bool) {
 
 // NewRope resolves the inverse frequencies of a rotary embedding. Supported
 // rope_type values: default, linear, dynamic (identical to default for
-// positions below max_position_embeddings, the only ones tputool uses), ntk,
+// positions below max_position_embeddings, the only ones tputool uses;
+// with an alpha, HunYuan's NTK base theta · alpha^(dim/(dim−2))), ntk,
 // llama3, yarn, longrope and proportional. Others are errs.ErrUnsupported.
 func NewRope(p RopeParams) (*Rope, error) {
 	if p.Theta <= 0 {
@@ -119,7 +120,17 @@ func NewRope(p RopeParams) (*Rope, error) {
 		return f
 	}
 	switch typ {
-	case "default", "dynamic":
+	case "default":
+		r.InvFreq = defaultFreq(base)
+	case "dynamic":
+		// HunYuan's DynamicNTKAlphaRotary: with an alpha, the base grows
+		// to theta · alpha^(dim/(dim−2)) at every position.
+		if a, ok := num(p.Scaling, "alpha"); ok {
+			if a <= 0 {
+				return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha must be positive, got %v", a)
+			}
+			base *= math.Pow(a, float64(dim)/float64(dim-2))
+		}
 		r.InvFreq = defaultFreq(base)
 	case "linear":
 		f, err := need("factor")

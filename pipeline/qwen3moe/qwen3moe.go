@@ -28,6 +28,7 @@ package qwen3moe
 import (
 	"fmt"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/internal/errs"
@@ -193,6 +194,25 @@ type Layout struct {
 	// Experts names each expert's matrices in checkpoints that hold them
 	// one by one.
 	Experts lm.ExpertNames
+	// Router is the router's name within the block, "gate.weight" when
+	// empty (HunYuan's "gate.wg.weight").
+	Router string
+	// RouterF32 holds the router in float32 and computes its logits from
+	// the hidden state cast to float32 (HunYuan's wg, made float32).
+	RouterF32 bool
+	// SharedMLP names an unrouted, ungated SwiGLU of SharedIntermediate
+	// beside the experts (HunYuan's "shared_mlp": BLOCK.SharedMLP.
+	// {gate,up,down}_proj.weight); empty: Qwen2-MoE's shared_expert,
+	// scaled by sigmoid(shared_expert_gate).
+	SharedMLP string
+}
+
+// router is the router's name within the block.
+func (l Layout) router() string {
+	if l.Router == "" {
+		return "gate.weight"
+	}
+	return l.Router
 }
 
 // QwenLayout is the Qwen MoE checkpoints' layout.
@@ -225,9 +245,20 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	s := m.Spec()
 	ws := m.AttentionWeights(i)
-	ws = append(ws, lm.WeightSpec{Name: m.block(i) + ".gate.weight", Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated, Router: true})
+	router := lm.WeightSpec{Name: m.block(i) + "." + m.l.router(), Shape: []int{m.o.Experts, s.Hidden}, Matmul: true, TP: lm.Replicated, Router: true}
+	if m.l.RouterF32 { // held whole in float32: not a matrix the backends may hold otherwise
+		router.Matmul, router.F32 = false, true
+	}
+	ws = append(ws, router)
 	ws = append(ws, m.l.Experts.Stacked(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
-	if si := m.o.SharedIntermediate; si > 0 {
+	switch si := m.o.SharedIntermediate; {
+	case si > 0 && m.l.SharedMLP != "":
+		p := m.block(i) + "." + m.l.SharedMLP
+		ws = append(ws,
+			lm.WeightSpec{Name: p + ".gate_proj.weight", Shape: []int{si, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: p + ".up_proj.weight", Shape: []int{si, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: p + ".down_proj.weight", Shape: []int{s.Hidden, si}, Matmul: true, TP: lm.Row})
+	case si > 0:
 		ws = append(ws, lm.SharedExpertWeights(m.block(i), si, s.Hidden)...)
 	}
 	return ws
@@ -257,8 +288,12 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	mp := w.Scope(m.block(i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
-	logits := nn.Linear(Reshape(h, b*t, m.Spec().Hidden), mp.Get("gate.weight"), nil) // [N, E]
-	var ids, weights *Node                                                            // [N, K]
+	hr := Reshape(h, b*t, m.Spec().Hidden)
+	if m.l.RouterF32 {
+		hr = ConvertDType(hr, dtypes.Float32)
+	}
+	logits := nn.Linear(hr, mp.Get(m.l.router()), nil) // [N, E]
+	var ids, weights *Node                             // [N, K]
 	if m.o.SparseMixer {
 		ids, weights = nn.SparseMixerRouter(logits, m.o.JitterEps)
 	} else {
@@ -267,7 +302,11 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	if s := m.o.ResidualScale; s != 0 && s != 1 {
 		weights = MulScalar(weights, s) // Granite's residual_multiplier on the experts' sum
 	}
-	if m.o.SharedIntermediate > 0 {
+	switch {
+	case m.o.SharedIntermediate > 0 && m.l.SharedMLP != "":
+		sp := mp.Scope(m.l.SharedMLP)
+		x = Add(x, m.Residual(nn.GatedMLP(h, sp.Get("gate_proj.weight"), nil, sp.Get("up_proj.weight"), nil, sp.Get("down_proj.weight"), nil, m.o.Act)))
+	case m.o.SharedIntermediate > 0:
 		x = Add(x, m.Residual(nn.SharedExpert(h, mp.Get("shared_expert.gate_proj.weight"), mp.Get("shared_expert.up_proj.weight"),
 			mp.Get("shared_expert.down_proj.weight"), mp.Get("shared_expert_gate.weight"), m.o.Act)))
 	}

@@ -28,7 +28,9 @@
 // runNemotron), StableLM (StableLmForCausalLM: llama.cpp's stablelm,
 // runStableLM), OLMo 1 (OlmoForCausalLM: llama.cpp's olmo, runOlmo1),
 // ERNIE 4.5 dense (Ernie4_5ForCausalLM: llama.cpp's ernie4_5, runPairs),
-// Helium (HeliumForCausalLM: llama.cpp's llama, runPairs), Ministral 3
+// Helium (HeliumForCausalLM: llama.cpp's llama, runPairs), HunYuan
+// (HunYuanDenseV1ForCausalLM and HunYuanMoEV1ForCausalLM: llama.cpp's
+// hunyuan-dense and hunyuan-moe, runHunYuanDense, runHunYuanMoE), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -237,12 +239,16 @@ func run(dir, out string) error {
 			return runPairs(l, dir, out, g, "ernie4_5", "ERNIE 4.5")
 		case "HeliumForCausalLM":
 			return runPairs(l, dir, out, g, "llama", "Helium")
+		case "HunYuanDenseV1ForCausalLM":
+			return runHunYuanDense(l, dir, out, g)
 		}
 	}
 	var m *qwen3moe.Model
 	switch x := l.Model.(type) {
 	case *qwen3moe.Model:
 		switch l.Config.Architecture() {
+		case "HunYuanMoEV1ForCausalLM":
+			return runHunYuanMoE(l, dir, out, x)
 		case "Qwen3MoeForCausalLM", "OlmoeForCausalLM":
 			m = x
 		}
@@ -250,7 +256,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

@@ -137,6 +137,17 @@ type Config struct {
 	QueryScale float64
 	// AttnSoftcap and FinalSoftcap are Gemma's soft-capping values (0: off).
 	AttnSoftcap, FinalSoftcap float64
+	// HunYuan (with QKNorm) selects HunYuan's layer
+	// (HunYuanDenseV1ForCausalLM): the per-head q/k RMSNorms after the
+	// rotary, self_attn.query_layernorm and self_attn.key_layernorm; with
+	// Experts, HunYuanMoEV1ForCausalLM's sparse block instead of
+	// Mixtral's: the router mlp.gate.wg.weight, experts
+	// mlp.experts.E.{gate,up,down}_proj.weight and an unrouted
+	// mlp.shared_mlp of width Intermediate.
+	HunYuan bool
+	// RopeAlpha > 0 writes rope_scaling {"type": "dynamic", "alpha":
+	// RopeAlpha}: HunYuan's rotary base theta · alpha^(d/(d−2)).
+	RopeAlpha float64
 	// Experts > 0 replaces every layer's MLP by Mixtral's sparse block
 	// (MixtralForCausalLM): the router block_sparse_moe.gate.weight
 	// [Experts, Hidden] and Experts SwiGLU experts of width Intermediate,
@@ -284,6 +295,9 @@ func (t Tiny) Tensors() []Tensor {
 		case c.Cohere && c.QKNorm: // use_qk_norm: a weight per head
 			add("self_attn.q_norm.weight", "norm", c.Heads, D)
 			add("self_attn.k_norm.weight", "norm", c.KVHeads, D)
+		case c.HunYuan && c.QKNorm:
+			add("self_attn.query_layernorm.weight", "norm", D)
+			add("self_attn.key_layernorm.weight", "norm", D)
 		case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
 			add("self_attn.q_norm.weight", "norm", D)
 			add("self_attn.k_norm.weight", "norm", D)
@@ -303,6 +317,19 @@ func (t Tiny) Tensors() []Tensor {
 		}
 		if c.Gemma && !c.Gemma1 || c.Olmo2 {
 			add("post_feedforward_layernorm.weight", "norm", H)
+		}
+		if c.Experts > 0 && c.HunYuan {
+			add("mlp.gate.wg.weight", "linear", c.Experts, H)
+			for e := range c.Experts {
+				q := fmt.Sprintf("mlp.experts.%d.", e)
+				add(q+"gate_proj.weight", "linear", c.Intermediate, H)
+				add(q+"up_proj.weight", "linear", c.Intermediate, H)
+				add(q+"down_proj.weight", "linear", H, c.Intermediate)
+			}
+			add("mlp.shared_mlp.gate_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.shared_mlp.up_proj.weight", "linear", c.Intermediate, H)
+			add("mlp.shared_mlp.down_proj.weight", "linear", H, c.Intermediate)
+			continue
 		}
 		if c.Experts > 0 {
 			add("block_sparse_moe.gate.weight", "linear", c.Experts, H)
@@ -547,6 +574,24 @@ func (t Tiny) ConfigJSON() map[string]any {
 			panic("lmckpt: BitNet's layer has its sub norms, no biases here, and heads × head_dim = hidden_size")
 		}
 		j["model_type"], j["hidden_act"] = "bitnet", "relu2"
+	case "HunYuanDenseV1ForCausalLM", "HunYuanMoEV1ForCausalLM":
+		if !c.HunYuan || !c.QKNorm || c.MLPBias || c.QKVBias != c.OBias || (c.Experts > 0) != (t.Arch == "HunYuanMoEV1ForCausalLM") {
+			panic("lmckpt: HunYuan's layer has its q/k norms, no MLP biases, attention_bias on q, k, v and o alike, and experts exactly when it is the MoE class")
+		}
+		j["model_type"], j["hidden_act"], j["attention_bias"], j["mlp_bias"] = "hunyuan_v1_dense", "silu", c.QKVBias, false
+		j["use_qk_norm"], j["use_cla"], j["eod_token_id"] = true, false, 3
+		if c.RopeAlpha > 0 {
+			j["rope_scaling"] = map[string]any{"type": "dynamic", "alpha": c.RopeAlpha, "factor": 1.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
+		}
+		if c.Experts > 0 { // Hunyuan-A13B's per-layer lists, as its config.json writes them
+			j["model_type"] = "hunyuan_v1_moe"
+			topk, inter, shared := make([]int, c.Layers), make([]int, c.Layers), make([]int, c.Layers)
+			for l := range topk {
+				topk[l], inter[l], shared[l] = c.TopK, c.Intermediate, 1
+			}
+			j["num_experts"], j["moe_topk"], j["moe_intermediate_size"], j["num_shared_expert"] = c.Experts, topk, inter, shared
+			j["use_mixed_mlp_moe"], j["moe_drop_tokens"], j["moe_random_routing_dropped_token"] = true, false, false
+		}
 	case "HeliumForCausalLM":
 		if !c.RopePairs || c.OBias || c.Heads*c.HeadDim != c.Hidden {
 			panic("lmckpt: Helium's rotary turns pairs, its o_proj has no bias and maps hidden_size to hidden_size")

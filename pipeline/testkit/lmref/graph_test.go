@@ -23,6 +23,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/glm"
 	_ "github.com/tputool/tputool/pipeline/helium"
+	_ "github.com/tputool/tputool/pipeline/hunyuan"
 	_ "github.com/tputool/tputool/pipeline/llama"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mistral3"
@@ -108,6 +109,11 @@ func tinyCases() []lmckpt.Tiny {
 	ernieBias.QKVBias, ernieBias.OBias, ernieBias.MLPBias, ernieBias.HeadDim, ernieBias.Tied = true, true, true, 8, false // use_bias: every projection
 	helium := llama
 	helium.RopePairs, helium.QKVBias, helium.MLPBias, helium.Eps = true, true, true, 1e-8 // adjacent pairs; q/k/v and MLP biases, none on o
+	hunyuan := llama
+	hunyuan.HunYuan, hunyuan.QKNorm, hunyuan.Tied, hunyuan.HeadDim = true, true, true, 16 // q/k norms after the rotary; head_dim != hidden/heads
+	hunyuan.RopeAlpha = 1000                                                              // the rotary's base raised to 10000·1000^(16/14)
+	hunyuanBias := hunyuan
+	hunyuanBias.QKVBias, hunyuanBias.OBias, hunyuanBias.Tied, hunyuanBias.RopeAlpha = true, true, false, 0 // attention_bias on q, k, v and o; the plain rotary
 	olmo1Bias := olmo1
 	olmo1Bias.QKVBias, olmo1Bias.ClipQKV = true, 0 // attention_bias: q, k, v and o; no clamp
 	ministral8b := llama
@@ -146,6 +152,8 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "StableLmForCausalLM", Config: stablelmPar, Seed: 25},
 		{Arch: "StableLmForCausalLM", Config: stablelm12, Seed: 34},
 		{Arch: "HeliumForCausalLM", Config: helium, Seed: 30},
+		{Arch: "HunYuanDenseV1ForCausalLM", Config: hunyuan, Seed: 35},
+		{Arch: "HunYuanDenseV1ForCausalLM", Config: hunyuanBias, Seed: 36},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernie, Seed: 28},
 		{Arch: "Ernie4_5ForCausalLM", Config: ernieBias, Seed: 29},
 		{Arch: "OlmoForCausalLM", Config: olmo1, Seed: 26},
@@ -270,6 +278,8 @@ func TestSwitchesMatter(t *testing.T) {
 		{"Ernie4_5ForCausalLM", 29, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"HeliumForCausalLM", 30, "the rotary on halves", func(c *lmref.Config) { c.RopePairs = false }},
 		{"CohereForCausalLM", 33, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
+		{"HunYuanDenseV1ForCausalLM", 35, "no alpha on the rotary", func(c *lmref.Config) { c.RopeAlpha = 0 }},
+		{"HunYuanDenseV1ForCausalLM", 35, "no q/k norms", func(c *lmref.Config) { c.QKNorm = false }},
 		{"StableLmForCausalLM", 34, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
 	} {
 		t.Run(fmt.Sprint(c.arch, c.seed), func(t *testing.T) {
@@ -297,7 +307,8 @@ func TestBFloat16Compute(t *testing.T) {
 	for _, tc := range tinyCases() {
 		switch tc.Arch {
 		case "LlamaForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Cohere2ForCausalLM", "Ministral3ForCausalLM", "ApertusForCausalLM",
-			"OlmoForCausalLM", "Olmo2ForCausalLM", "Ernie4_5ForCausalLM", "HeliumForCausalLM", "CohereForCausalLM", "StableLmForCausalLM":
+			"OlmoForCausalLM", "Olmo2ForCausalLM", "Ernie4_5ForCausalLM", "HeliumForCausalLM", "CohereForCausalLM", "StableLmForCausalLM",
+			"HunYuanDenseV1ForCausalLM":
 		default:
 			continue
 		}

@@ -278,7 +278,12 @@ func turn(c Config, v []float64, pos float64, l int) {
 		yarnRope(v, pos, c.RopeTheta[l], c.Yarn)
 		return
 	}
-	rope(v, pos, c.RopeTheta[l])
+	theta := c.RopeTheta[l]
+	if c.RopeAlpha > 0 { // HunYuan's DynamicNTKAlphaRotary
+		d := float64(len(v))
+		theta *= math.Pow(c.RopeAlpha, d/(d-2))
+	}
+	rope(v, pos, theta)
 }
 
 // ----------------------------------------------------------------------------
@@ -398,11 +403,14 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				switch {
 				case c.Cohere && c.QKNorm: // use_qk_norm: a bias-free LayerNorm over the head, the head's own weight
 					layernorm(head, append([]float64(nil), head...), m.w(p + "self_attn.q_norm.weight")[hd*D:(hd+1)*D], c.Eps)
-				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
+				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 && !c.HunYuan:
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.q_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
 					turn(c, head, pos, l)
+				}
+				if c.HunYuan && c.QKNorm { // after the rotary
+					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.query_layernorm.weight"), c.Eps, false)
 				}
 				if c.Llama4Beta > 0 { // Ministral 3: the queries of every layer, after the rotary
 					temp := 1 + c.Llama4Beta*math.Log(1+math.Floor(float64(t)/c.Yarn.Orig))
@@ -416,11 +424,14 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				switch {
 				case c.Cohere && c.QKNorm:
 					layernorm(head, append([]float64(nil), head...), m.w(p + "self_attn.k_norm.weight")[hd*D:(hd+1)*D], c.Eps)
-				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1:
+				case (c.QKNorm || c.Gemma) && !c.Gemma2 && !c.Gemma1 && !c.HunYuan:
 					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.k_norm.weight"), c.Eps, c.Gemma)
 				}
 				if l >= len(c.NoRope) || !c.NoRope[l] {
 					turn(c, head, pos, l)
+				}
+				if c.HunYuan && c.QKNorm {
+					rmsnorm(head, append([]float64(nil), head...), m.w(p+"self_attn.key_layernorm.weight"), c.Eps, false)
 				}
 			}
 		}
@@ -491,6 +502,14 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				rmsnorm(h, x[t], m.w(p+"feedforward_layernorm.weight"), c.Eps, false)
 			default:
 				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
+			}
+			if c.Experts > 0 && c.HunYuan {
+				m.sparseNamed(o, h, p+"mlp.", "gate.wg.weight", lmckptQwenNames)
+				m.sharedMLP(o, h, p+"mlp.shared_mlp.")
+				for i := range o {
+					x[t][i] += o[i]
+				}
+				continue
 			}
 			if c.Experts > 0 {
 				m.sparseBlock(o, h, p+"block_sparse_moe.")
@@ -588,9 +607,35 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 // torch.topk keeps them), their probabilities renormalized to sum to one,
 // and the sum of those experts' w2(silu(w1 h) · w3 h) so weighted.
 func (m *Model) sparseBlock(out, h []float64, p string) {
+	m.sparseNamed(out, h, p, "gate.weight", [3]string{"w1.weight", "w3.weight", "w2.weight"})
+}
+
+// lmckptQwenNames are the experts' gate, up and down names of Qwen's
+// layout (HunYuan's).
+var lmckptQwenNames = [3]string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+
+// sharedMLP adds to out the SwiGLU under prefix p on h (HunYuan's
+// shared_mlp): down(silu(gate h) · up h).
+func (m *Model) sharedMLP(out, h []float64, p string) {
+	inter := m.C.Intermediate
+	gate, up, y := make([]float64, inter), make([]float64, inter), make([]float64, len(out))
+	matmul(gate, h, m.w(p+"gate_proj.weight"), nil)
+	matmul(up, h, m.w(p+"up_proj.weight"), nil)
+	for i := range gate {
+		gate[i] = silu(gate[i]) * up[i]
+	}
+	matmul(y, gate, m.w(p+"down_proj.weight"), nil)
+	for i := range out {
+		out[i] += y[i]
+	}
+}
+
+// sparseNamed is sparseBlock with the router named router and the
+// experts' gate, up and down matrices named names.
+func (m *Model) sparseNamed(out, h []float64, p, router string, names [3]string) {
 	c := m.C
 	probs := make([]float64, c.Experts)
-	matmul(probs, h, m.w(p+"gate.weight"), nil)
+	matmul(probs, h, m.w(p+router), nil)
 	softmax(probs)
 	taken := make([]bool, c.Experts)
 	ids, ws := make([]int, c.TopK), make([]float64, c.TopK)
@@ -612,12 +657,12 @@ func (m *Model) sparseBlock(out, h []float64, p string) {
 	y := make([]float64, len(out))
 	for j, e := range ids {
 		q := fmt.Sprintf("%sexperts.%d.", p, e)
-		matmul(gate, h, m.w(q+"w1.weight"), nil)
-		matmul(up, h, m.w(q+"w3.weight"), nil)
+		matmul(gate, h, m.w(q+names[0]), nil)
+		matmul(up, h, m.w(q+names[1]), nil)
 		for i := range gate {
 			gate[i] = silu(gate[i]) * up[i]
 		}
-		matmul(y, gate, m.w(q+"w2.weight"), nil)
+		matmul(y, gate, m.w(q+names[2]), nil)
 		for i := range out {
 			out[i] += ws[j] / sum * y[i]
 		}
