@@ -270,6 +270,7 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 		b.WriteByte(']')
 		i++
 	}
+	xStart := i
 	for i < len(expr) {
 		c := expr[i]
 		switch {
@@ -278,50 +279,60 @@ func onigClass(expr string, i int, b *strings.Builder) (int, error) {
 			return i + 1, nil
 		case c == '[':
 			return 0, fmt.Errorf("nested character class or POSIX bracket at offset %d (in class at %d) is not supported", i, start)
-		case c == '&' && strings.HasPrefix(expr[i:], "&&[^") && !negated:
+		case c == '&' && strings.HasPrefix(expr[i:], "&&[^") && !negated && i > xStart:
 			// [X&&[^Y]], X without Y (Kimi's letters that are not Han):
 			// .NET's subtraction [X-[Y]], which ends the class.
+			b.WriteString("-[")
 			j := i + 4
-			sub := strings.Builder{}
+			if j < len(expr) && expr[j] == '^' { // a literal ^, not a negation
+				b.WriteString(`\^`)
+				j++
+			}
 			for j < len(expr) && expr[j] != ']' {
 				if expr[j] == '[' || strings.HasPrefix(expr[j:], "&&") {
 					return 0, fmt.Errorf("character class intersection && at offset %d: only [X&&[^Y]] with a plain Y is supported", i)
 				}
-				if expr[j] == '\\' && j+1 < len(expr) {
-					k := bracedArg(expr, j+2, expr[j+1])
-					sub.WriteString(expr[j : j+2+k])
-					j += 2 + k
-					continue
+				var err error
+				if j, err = classItem(expr, j, b); err != nil {
+					return 0, err
 				}
-				sub.WriteByte(expr[j])
-				j++
 			}
-			if !strings.HasPrefix(expr[j:], "]]") {
-				return 0, fmt.Errorf("character class intersection && at offset %d: only [X&&[^Y]] at the end of a class is supported", i)
+			if j == i+4 || !strings.HasPrefix(expr[j:], "]]") {
+				return 0, fmt.Errorf("character class intersection && at offset %d: only [X&&[^Y]] with Y not empty, at the end of a class, is supported", i)
 			}
-			b.WriteString("-[" + sub.String() + "]]")
+			b.WriteString("]]")
 			return j + 2, nil
 		case c == '&' && strings.HasPrefix(expr[i:], "&&"):
 			return 0, fmt.Errorf("character class intersection && at offset %d is not supported", i)
-		case c == '\\' && i+1 < len(expr):
-			n := expr[i+1]
-			switch n {
-			case 'w':
-				b.WriteString(onigWord)
-			case 'W':
-				return 0, fmt.Errorf(`\W inside a character class at offset %d is not supported`, i)
-			default:
-				k := bracedArg(expr, i+2, n)
-				b.WriteString(expr[i : i+2+k])
-				i += k
-			}
-			i += 2
 		default:
-			b.WriteByte(c)
-			i++
+			var err error
+			if i, err = classItem(expr, i, b); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return i, nil // unterminated: regexp2 reports it
+}
+
+// classItem copies one item of a character class at expr[i], a character
+// or an escape (\w as Oniguruma's word characters), to b and returns the
+// offset after it.
+func classItem(expr string, i int, b *strings.Builder) (int, error) {
+	if expr[i] != '\\' || i+1 >= len(expr) {
+		b.WriteByte(expr[i])
+		return i + 1, nil
+	}
+	switch n := expr[i+1]; n {
+	case 'w':
+		b.WriteString(onigWord)
+	case 'W':
+		return 0, fmt.Errorf(`\W inside a character class at offset %d is not supported`, i)
+	default:
+		k := bracedArg(expr, i+2, n)
+		b.WriteString(expr[i : i+2+k])
+		i += k
+	}
+	return i + 2, nil
 }
 
 // bracedArg is the length of the "{...}" at expr[i] that belongs to the

@@ -43,8 +43,8 @@ type tiktokenFlavor struct {
 	lineRanks bool
 	// nfc normalizes the text to NFC first (HYTokenizer.tokenize).
 	nfc bool
-	// kimiChunks cuts the text as TikTokenTokenizer.encode does before
-	// tiktoken sees it.
+	// kimiChunks cuts the text between special tokens as
+	// TikTokenTokenizer.encode does before tiktoken sees it.
 	kimiChunks bool
 	// specials names the special tokens from the first id after the
 	// ranks.
@@ -71,6 +71,17 @@ var kimiPattern = strings.Join([]string{
 // Kimi's TikTokenTokenizer reserves 256 special ids after the ranks, plus
 // two (num_reserved_special_tokens + 2).
 const kimiSpecials = 256 + 2
+
+// maxTiktokenWork bounds the bytes hashed indexing a ranks file's merges
+// (the sum of its tokens' lengths squared): Moonlight's 163,584 tokens
+// come to about 2e7; a file of a few thousand long tokens would otherwise
+// take minutes and gigabytes before any limit tripped.
+const maxTiktokenWork = 1 << 30
+
+// hySpecialStart is the first special id of HYTokenizer: SPECIAL_START_ID,
+// fixed when tokenization_hy.py is imported, which the class's assert
+// ties to the ranks file's size.
+const hySpecialStart = 127957
 
 // HYTokenizer's special tokens, in id order from the first id after the
 // ranks.
@@ -103,9 +114,15 @@ var tiktokenFlavors = []*tiktokenFlavor{
 		class: "HYTokenizer", file: "hy.tiktoken", pattern: patternQwen2, lineRanks: true, nfc: true,
 		bos: "<|bos|>", eos: "<|eos|>", pad: "<|pad|>",
 		specials: func(base int, _ *tiktokenConfig) ([]rawAddedToken, error) {
+			if base != hySpecialStart {
+				return nil, fmt.Errorf("%d tokens; HYTokenizer's special tokens start at id %d, so its ranks file has %d", base, hySpecialStart, hySpecialStart)
+			}
+			// Normalized: HYTokenizer puts the whole text in NFC before
+			// tiktoken finds the special tokens in it.
+			norm := true
 			out := make([]rawAddedToken, len(hySpecials))
 			for i, s := range hySpecials {
-				out[i] = rawAddedToken{ID: json.Number(strconv.Itoa(base + i)), Content: s, Special: true}
+				out[i] = rawAddedToken{ID: json.Number(strconv.Itoa(base + i)), Content: s, Special: true, Normalized: &norm}
 			}
 			return out, nil
 		},
@@ -143,8 +160,7 @@ func (c *tiktokenConfig) className() string {
 	}
 	for _, n := range names {
 		if n != nil && *n != "" {
-			_, cls, _ := strings.Cut(*n, ".")
-			return cls
+			return (*n)[strings.LastIndex(*n, ".")+1:] // "module.Class", the module perhaps "org/repo--module"
 		}
 	}
 	return ""
@@ -152,8 +168,17 @@ func (c *tiktokenConfig) className() string {
 
 // loadTiktokenDir builds the tokenizer of a directory that has a tiktoken
 // ranks file of a known class instead of a tokenizer.json. ok is false
-// when it has none.
+// when it has no ranks file.
 func loadTiktokenDir(dir string) (t *Tokenizer, ok bool, err error) {
+	var found []*tiktokenFlavor
+	for _, f := range tiktokenFlavors {
+		if _, err := os.Stat(filepath.Join(dir, f.file)); err == nil {
+			found = append(found, f)
+		}
+	}
+	if len(found) == 0 {
+		return nil, false, nil
+	}
 	var cfg tiktokenConfig
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	data, err := readMaybeGzip(cfgPath, maxConfigBytes)
@@ -166,21 +191,23 @@ func loadTiktokenDir(dir string) (t *Tokenizer, ok bool, err error) {
 		}
 	}
 	class := cfg.className()
-	for _, f := range tiktokenFlavors {
-		path := filepath.Join(dir, f.file)
-		if _, err := os.Stat(path); err != nil {
+	for _, f := range found {
+		if class != f.class {
 			continue
 		}
-		if class != f.class {
-			return nil, false, errs.Unsupportedf("%s: a tiktoken ranks file whose tokenizer class is %q (%s); tputool reads it as %s only, as the pre-tokenizer pattern and special tokens are in the class's code", path, class, cfgPath, f.class)
+		path := filepath.Join(dir, f.file)
+		data, err := readMaybeGzip(path, maxFileBytes)
+		if err != nil {
+			return nil, false, err
 		}
-		t, err := loadTiktoken(path, f, &cfg)
+		t, err := buildTiktoken(data, f, &cfg)
 		if err != nil {
 			return nil, false, fmt.Errorf("%s: %w", path, err)
 		}
 		return t, true, nil
 	}
-	return nil, false, nil
+	path := filepath.Join(dir, found[0].file)
+	return nil, false, errs.Unsupportedf("%s: a tiktoken ranks file whose tokenizer class is %q (%s); tputool reads it as %s only, as the pre-tokenizer pattern and special tokens are in the class's code", path, class, cfgPath, found[0].class)
 }
 
 // readRanks parses a ranks file: the token bytes by rank.
@@ -244,15 +271,6 @@ func readRanks(data []byte, lineRanks bool) ([][]byte, error) {
 	return byRank, nil
 }
 
-// loadTiktoken builds a flavour's tokenizer from its ranks file.
-func loadTiktoken(path string, f *tiktokenFlavor, cfg *tiktokenConfig) (*Tokenizer, error) {
-	data, err := readMaybeGzip(path, maxFileBytes)
-	if err != nil {
-		return nil, err
-	}
-	return buildTiktoken(data, f, cfg)
-}
-
 // buildTiktoken builds a flavour's tokenizer from the bytes of its ranks
 // file.
 func buildTiktoken(data []byte, f *tiktokenFlavor, cfg *tiktokenConfig) (*Tokenizer, error) {
@@ -275,7 +293,11 @@ func buildTiktoken(data []byte, f *tiktokenFlavor, cfg *tiktokenConfig) (*Tokeni
 	for b := range m.byteFBIDs {
 		m.byteFBIDs[b] = -1
 	}
+	work := 0 // bytes hashed looking the halves up: a token's length squared
 	for r, tok := range byRank {
+		if work += len(tok) * len(tok); work > maxTiktokenWork {
+			return nil, fmt.Errorf("tokens too long in all to index: their lengths squared pass %d by rank %d", maxTiktokenWork, r)
+		}
 		for i := 1; i < len(tok); i++ {
 			a, okA := ranks[string(tok[:i])]
 			b, okB := ranks[string(tok[i:])]
@@ -283,9 +305,9 @@ func buildTiktoken(data []byte, f *tiktokenFlavor, cfg *tiktokenConfig) (*Tokeni
 				m.merges[pairKey(a, b)] = mergeInfo{rank: uint32(r), newID: uint32(r)}
 			}
 		}
-	}
-	if len(m.merges) > maxMerges {
-		return nil, fmt.Errorf("%d merges, more than the limit %d", len(m.merges), maxMerges)
+		if len(m.merges) > maxMerges {
+			return nil, fmt.Errorf("more than %d merges by rank %d", maxMerges, r)
+		}
 	}
 	// The special tokens follow the ranks (tiktoken's num_base_tokens, the
 	// number of tokens, which is the first free id for a dense file).
@@ -341,6 +363,9 @@ func mustJSON(v any) json.RawMessage {
 // 400,000 characters, each cut again where a run of whitespace or of
 // non-whitespace passes 25,000 characters
 // (_split_whitespaces_or_nonwhitespaces), and encodes each alone.
+// transformers' tokenize, which __call__ and apply_chat_template take,
+// first splits the text on the special tokens and encodes each piece
+// between them so: the cut is made within each such piece.
 const (
 	kimiMaxChars = 400_000
 	kimiMaxRun   = 25_000

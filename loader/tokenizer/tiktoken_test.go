@@ -395,6 +395,15 @@ func TestKimiChunks(t *testing.T) {
 	if !slices.Equal(ids, joined) {
 		t.Error("a long text does not encode as its parts")
 	}
+	// The runs count between special tokens, as transformers' tokenize
+	// encodes each piece between them: 20,000 + the token + 20,000 is
+	// not cut.
+	half := strings.Repeat("x", 20_000)
+	base := len(byRank)
+	wantIDs := append(append(mustEncode(t, tok, half), base+2), mustEncode(t, tok, half)...)
+	if got := mustEncode(t, tok, half+"<|im_end|>"+half); !slices.Equal(got, wantIDs) {
+		t.Error("a run is cut across a special token")
+	}
 }
 
 func utf8Count(s string) int { return len([]rune(s)) }
@@ -403,6 +412,11 @@ func utf8Count(s string) int { return len([]rune(s)) }
 // a repeated token skipped, the text in NFC, its 210 special tokens.
 func TestTiktokenHunYuan(t *testing.T) {
 	byRank := trainRanks(t, patternQwen2, 300)
+	// HYTokenizer's files hold 127,957 tokens: fill with tokens of byte
+	// 0xff, which no UTF-8 text holds.
+	for i := 0; len(byRank) < hySpecialStart; i++ {
+		byRank = append(byRank, []byte{0xff, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
 	dir := t.TempDir()
 	// The file's own rank column is ignored: write it wrong, and repeat a
 	// token, which HYTokenizer skips.
@@ -458,11 +472,82 @@ func TestTiktokenHunYuan(t *testing.T) {
 			t.Fatalf("Encode(%q)\n got %v\nwant %v", text, got, want)
 		}
 	}
-	// NFC: a decomposed é encodes as the composed one.
+	// NFC: a decomposed é encodes as the composed one; the whole text is
+	// normalized before the special tokens are found, so a combining
+	// long solidus after one makes its > a ≯.
 	a, _ := tok.Encode("cafe\u0301", false)
 	c, _ := tok.Encode("café", false)
 	if !slices.Equal(a, c) {
 		t.Errorf("NFC: %v and %v", a, c)
+	}
+	text := "<|eos|>\u0338"
+	if got, want := mustEncode(t, tok, text), refTiktoken(t, patternQwen2, byRank, specials, norm.NFC.String(text)); !slices.Equal(got, want) || slices.Contains(got, base+3) {
+		t.Errorf("Encode(%q) = %v, want %v (no <|eos|>)", text, got, want)
+	}
+	// Another size is refused, as the class's assert refuses it.
+	var short strings.Builder
+	for _, tok := range byRank[:hySpecialStart-1] {
+		fmt.Fprintf(&short, "%s 0\n", base64.StdEncoding.EncodeToString(tok))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hy.tiktoken"), []byte(short.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "127956 tokens") {
+		t.Errorf("a file of 127,956 tokens: %v", err)
+	}
+}
+
+func mustEncode(t *testing.T, tok *Tokenizer, text string) []int {
+	t.Helper()
+	ids, err := tok.Encode(text, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestTiktokenRandomRanks holds the merges to tiktoken's on vocabularies
+// a trainer would not make: tokens over a, b and c whose ranks are
+// shuffled (a token may rank before its parts, split two ways, or have
+// halves that are not tokens), on random texts of those letters.
+func TestTiktokenRandomRanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for seed := range 60 {
+		var multi []string
+		var grow func(s string)
+		grow = func(s string) {
+			if len(s) >= 2 && rng.IntN(3) > 0 {
+				multi = append(multi, s)
+			}
+			if len(s) < 5 {
+				for _, c := range "abc" {
+					grow(s + string(c))
+				}
+			}
+		}
+		grow("")
+		var byRank [][]byte
+		for b := range 256 {
+			byRank = append(byRank, []byte{byte(b)})
+		}
+		for _, m := range multi {
+			byRank = append(byRank, []byte(m))
+		}
+		rng.Shuffle(len(byRank), func(i, j int) { byRank[i], byRank[j] = byRank[j], byRank[i] })
+		tok, err := LoadDir(kimiDir(t, byRank))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 40 {
+			var b strings.Builder
+			for range 1 + rng.IntN(12) {
+				b.WriteByte("abc"[rng.IntN(3)])
+			}
+			text := b.String()
+			if got, want := mustEncode(t, tok, text), refTiktoken(t, kimiPattern, byRank, nil, text); !slices.Equal(got, want) {
+				t.Fatalf("seed %d: Encode(%q) = %v, want %v", seed, text, got, want)
+			}
+		}
 	}
 }
 
@@ -498,6 +583,14 @@ func TestTiktokenErrors(t *testing.T) {
 			write(d, "tiktoken.model", ranksText(-1)+base64.StdEncoding.EncodeToString([]byte("zzq"))+" 5\n")
 		}, "rank 5 is also"},
 		"sparse ranks": {func(d string) { write(d, "tiktoken.model", ranksText(-1)+"enpx 9999999\n") }, "nearly"},
+		"long tokens": {func(d string) { // Σ length² past the bound: refused at once, not indexed for minutes
+			var b strings.Builder
+			b.WriteString(ranksText(-1))
+			for k := 2; k <= 1500; k++ {
+				fmt.Fprintf(&b, "%s %d\n", base64.StdEncoding.EncodeToString([]byte(strings.Repeat("\x01", k))), len(byRank)+k)
+			}
+			write(d, "tiktoken.model", b.String())
+		}, "too long in all"},
 		"unknown class": {func(d string) {
 			writeJSONFile(t, filepath.Join(d, "tokenizer_config.json"), map[string]any{"tokenizer_class": "QWenTokenizer"})
 		}, `tokenizer class is "QWenTokenizer"`},

@@ -338,7 +338,8 @@ func finalByteLevel(p preTokenizer) *byteLevelPre {
 type encodeSink struct {
 	m     model
 	ids   []int
-	limit int // when > 0, stop once a pre-token brings ids to limit
+	limit int     // when > 0, stop once a pre-token brings ids to limit
+	sub   []piece // encodePiece's split, reused
 }
 
 // errLimit stops an encoding that has reached its limit.
@@ -375,15 +376,23 @@ func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 		text = strings.ToValidUTF8(text, "\uFFFD")
 	}
 	sink := &encodeSink{m: t.model, ids: make([]int, 0, len(text)/4+8), limit: limit}
-	var parts []string
-	if t.chunk != nil {
-		parts = t.chunk(text)
-	}
-	if parts == nil {
-		parts = []string{text}
-	}
-	for _, part := range parts {
-		if err := t.encodePart(part, sink); errors.Is(err, errLimit) {
+	var pieces []piece
+	pieces = t.rawAdded.split(text, pieces)
+	for _, p := range pieces {
+		if p.id >= 0 {
+			sink.ids = append(sink.ids, p.id)
+			continue
+		}
+		s := text[p.start:p.end]
+		var err error
+		if parts := t.chunks(s); parts != nil {
+			for j := 0; j < len(parts) && err == nil; j++ {
+				err = t.encodePiece(parts[j], p.start == 0 && j == 0, sink)
+			}
+		} else {
+			err = t.encodePiece(s, p.start == 0, sink)
+		}
+		if errors.Is(err, errLimit) {
 			return sink.ids, nil
 		} else if err != nil {
 			return nil, err
@@ -392,46 +401,46 @@ func (t *Tokenizer) encode(text string, limit int) ([]int, error) {
 	return sink.ids, nil
 }
 
-// encodePart encodes text, one part of what encode was given, into sink.
-func (t *Tokenizer) encodePart(text string, sink *encodeSink) error {
-	var pieces []piece
-	pieces = t.rawAdded.split(text, pieces)
-	var sub []piece
-	for _, p := range pieces {
-		if p.id >= 0 {
-			sink.ids = append(sink.ids, p.id)
+// chunks is t.chunk's cut of s, nil when s is one piece.
+func (t *Tokenizer) chunks(s string) []string {
+	if t.chunk == nil {
+		return nil
+	}
+	return t.chunk(s)
+}
+
+// encodePiece encodes s, text between the raw added tokens (atStart when
+// it opens the text), into sink: the normalizer, the normalized added
+// tokens, the pre-tokenizer and the model.
+func (t *Tokenizer) encodePiece(s string, atStart bool, sink *encodeSink) error {
+	if s == "" {
+		return nil
+	}
+	if t.norm != nil {
+		var err error
+		if s, err = t.norm.normalize(s); err != nil {
+			return err
+		}
+	}
+	sink.sub = t.normAdded.split(s, sink.sub[:0])
+	for _, q := range sink.sub {
+		if q.id >= 0 {
+			sink.ids = append(sink.ids, q.id)
 			continue
 		}
-		s := text[p.start:p.end]
-		if s == "" {
+		w := s[q.start:q.end]
+		if w == "" {
 			continue
 		}
-		if t.norm != nil {
-			var err error
-			if s, err = t.norm.normalize(s); err != nil {
-				return err
-			}
+		atStart := atStart && q.start == 0
+		var err error
+		if t.pre != nil {
+			err = t.pre.pretok(w, atStart, sink)
+		} else {
+			err = sink.emit(w, atStart)
 		}
-		sub = t.normAdded.split(s, sub[:0])
-		for _, q := range sub {
-			if q.id >= 0 {
-				sink.ids = append(sink.ids, q.id)
-				continue
-			}
-			w := s[q.start:q.end]
-			if w == "" {
-				continue
-			}
-			atStart := p.start == 0 && q.start == 0
-			var err error
-			if t.pre != nil {
-				err = t.pre.pretok(w, atStart, sink)
-			} else {
-				err = sink.emit(w, atStart)
-			}
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

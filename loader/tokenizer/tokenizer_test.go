@@ -357,6 +357,8 @@ func TestRegexUnsupported(t *testing.T) {
 		`[^a-z&&[^b]]`,  // ... or in a negated class
 		`[a&&[^b]c]`,    // ... or before the class's end
 		`[a&&[^[b]]]`,   // ... or with a nested class
+		`[&&[^b]]`,      // ... or an empty X
+		`[a&&[^]]]`,     // ... or an empty Y
 		`[[:alpha:]]`,   // POSIX bracket
 		`[a-z-[aeiou]]`, // nested class (a union in Oniguruma)
 		`[\W]`,          // \W inside a class
@@ -388,6 +390,18 @@ func TestRegexIntersection(t *testing.T) {
 	}
 	if want := []string{"str", "e", "ngth", "i", "s"}; !slices.Equal(got, want) {
 		t.Errorf("pieces %q, want %q", got, want)
+	}
+	// A ^ opening Y is a character: [a-z&&[^^a]] is a-z without a (and ^).
+	m, err = compileRegex(`[a-z&&[^^a]]`, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, in = nil, "bab^c"
+	if err := m.findAll(in, func(s, e int) { got = append(got, in[s:e]) }); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"b", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("[a-z&&[^^a]] on %q: %q, want %q", in, got, want)
 	}
 }
 
