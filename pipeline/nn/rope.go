@@ -125,8 +125,10 @@ func NewRope(p RopeParams) (*Rope, error) {
 	case "dynamic":
 		// HunYuan's DynamicNTKAlphaRotary: with an alpha, the base grows
 		// to theta · alpha^(dim/(dim−2)) at every position.
-		if a, ok := num(p.Scaling, "alpha"); ok {
-			if a <= 0 {
+		// Only HunYuan's configs carry an alpha; 0 is none, as
+		// transformers tests it for truth.
+		if a, ok := num(p.Scaling, "alpha"); ok && a != 0 {
+			if a < 0 {
 				return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha must be positive, got %v", a)
 			}
 			base *= math.Pow(a, float64(dim)/float64(dim-2))

@@ -11,6 +11,8 @@
 // num_experts_per_tok experts of num_experts (renormalized when
 // norm_topk_prob), each expert a SwiGLU MLP of moe_intermediate_size, plus
 // for Qwen2-MoE a shared expert scaled by sigmoid(shared_expert_gate).
+// Other families reuse it with their Layout (Mixtral's names, HunYuan's
+// float32 router and ungated shared MLP).
 //
 // A layer's experts are held stacked, as transformers v5 stores them
 // (Qwen3MoeExperts): experts.gate_up_proj [E, 2I, H], each expert's gate
@@ -188,8 +190,8 @@ type Model struct {
 type Layout struct {
 	// Block is the MoE block's module in the layer: "mlp" (Qwen's
 	// checkpoints and every transformers v5 save), "block_sparse_moe"
-	// (Mixtral's). The router is BLOCK.gate.weight, the experts
-	// BLOCK.experts.*.
+	// (Mixtral's). The router is BLOCK.gate.weight (or Router), the
+	// experts BLOCK.experts.*.
 	Block string
 	// Experts names each expert's matrices in checkpoints that hold them
 	// one by one.
@@ -198,7 +200,9 @@ type Layout struct {
 	// empty (HunYuan's "gate.wg.weight").
 	Router string
 	// RouterF32 holds the router in float32 and computes its logits from
-	// the hidden state cast to float32 (HunYuan's wg, made float32).
+	// the hidden state cast to float32 (HunYuan's wg, made float32). Such
+	// a router is read as stored, never as a quantized checkpoint's
+	// matrix (vLLM builds HunYuan's gate unquantized too).
 	RouterF32 bool
 	// SharedMLP names an unrouted, ungated SwiGLU of SharedIntermediate
 	// beside the experts (HunYuan's "shared_mlp": BLOCK.SharedMLP.
@@ -281,8 +285,10 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 }
 
 // Route implements lm.Routed: pre-norm attention with its residual, the
-// post-attention norm (llama.Model.Attend), the router's top-k choice and
-// (Qwen2-MoE) the gated shared expert, which is added to the residual.
+// post-attention norm (llama.Model.Attend), the router's top-k choice
+// (from the hidden state in float32 with Layout.RouterF32) and the shared
+// expert, Qwen2-MoE's gated or (Layout.SharedMLP) HunYuan's ungated,
+// which is added to the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	x, h, kv := m.Attend(i, w, x, state, step)
 	mp := w.Scope(m.block(i))
