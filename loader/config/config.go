@@ -32,10 +32,59 @@ func ReadJSONFile(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := json.Unmarshal(PythonJSON(b), v); err != nil {
 		return fmt.Errorf("%s: invalid JSON: %w", path, err)
 	}
 	return nil
+}
+
+// The largest float64, which stands for Python's Infinity (PythonJSON).
+const maxFloat = "1.7976931348623157e308"
+
+// PythonJSON returns b with the non-finite numbers Python's json module
+// writes (NaN, Infinity, -Infinity: transformers saves a default
+// time_step_limit of (0.0, inf) so), which JSON has not, replaced
+// outside strings by null and by the largest float64 and its negative;
+// b itself when it is valid JSON or holds none of them.
+func PythonJSON(b []byte) []byte {
+	if json.Valid(b) || !bytes.Contains(b, []byte("NaN")) && !bytes.Contains(b, []byte("Infinity")) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+64)
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			out = append(out, c)
+			switch c {
+			case '\\':
+				if i+1 < len(b) {
+					i++
+					out = append(out, b[i])
+				}
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = true
+			out = append(out, c)
+		case bytes.HasPrefix(b[i:], []byte("NaN")):
+			out = append(out, "null"...)
+			i += len("NaN") - 1
+		case bytes.HasPrefix(b[i:], []byte("-Infinity")):
+			out = append(out, "-"+maxFloat...)
+			i += len("-Infinity") - 1
+		case bytes.HasPrefix(b[i:], []byte("Infinity")):
+			out = append(out, maxFloat...)
+			i += len("Infinity") - 1
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // File is a transformers config.json.
@@ -56,6 +105,7 @@ type File struct {
 
 // ParseModel parses config.json bytes.
 func ParseModel(b []byte) (*File, error) {
+	b = PythonJSON(b)
 	m := &File{}
 	if err := json.Unmarshal(b, &m.Raw); err != nil {
 		return nil, fmt.Errorf("config is not a JSON object: %w", err)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -80,4 +81,30 @@ func TestConfigSizeLimit(t *testing.T) {
 	f.Close()
 	_, err = ReadModel(p)
 	assert.ErrorContains(t, err, "over the")
+}
+
+// TestPythonJSON: the non-finite numbers Python's json module writes load
+// (time_step_limit [0.0, Infinity]), strings holding the words are kept,
+// and valid JSON is returned as it is.
+func TestPythonJSON(t *testing.T) {
+	m, err := ParseModel([]byte(`{"architectures": ["X"], "time_step_limit": [0.0, Infinity], "lo": -Infinity, "nan": NaN, "s": "NaN \"Infinity\""}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Limit []float64 `json:"time_step_limit"`
+		Lo    float64   `json:"lo"`
+		NaN   *float64  `json:"nan"`
+		S     string    `json:"s"`
+	}
+	if err := m.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Limit) != 2 || c.Limit[1] != math.MaxFloat64 || c.Lo != -math.MaxFloat64 || c.NaN != nil || c.S != `NaN "Infinity"` {
+		t.Errorf("decoded %+v", c)
+	}
+	valid := []byte(`{"a": "Infinity"}`)
+	if got := PythonJSON(valid); &got[0] != &valid[0] {
+		t.Error("valid JSON was copied")
+	}
 }
