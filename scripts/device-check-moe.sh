@@ -26,8 +26,8 @@
 #      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
-#      from scripts/bitnet-checkpoint and a tiny HunYuan-MoE), the same
-#      prompts, 16
+#      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE and a tiny
+#      Falcon-H1), the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
@@ -493,9 +493,21 @@ cat >"$work/hunyuanmoe.json" <<'EOF'
  "use_mixed_mlp_moe": true, "use_qk_norm": true, "use_cla": false,
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Falcon-H1: attention and a Mamba-2 mixer side by side in every
+# layer (a KV cache and the mixer's state in one layer), every multiplier
+# other than 1, the mixer's grouped norm after the gate.
+cat >"$work/falconh1.json" <<'EOF'
+{"architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_d_conv": 4,
+ "mamba_chunk_size": 8, "mamba_rms_norm": true, "mamba_norm_before_gate": false, "rope_theta": 100000.0,
+ "embedding_multiplier": 5.66, "lm_head_multiplier": 0.5, "key_multiplier": 0.39, "attention_out_multiplier": 0.94,
+ "ssm_in_multiplier": 1.25, "ssm_out_multiplier": 0.24, "mlp_multipliers": [0.88, 0.59], "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35],
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -159,6 +159,9 @@ type Options struct {
 	// set, replaces it on the sliding-window layers (OLMo 3's: the
 	// config's rope scaling on the full-attention layers only).
 	Rope, SlidingRope *nn.Rope
+	// FinalNorm names the final norm, "model.norm" when empty
+	// (Falcon-H1's "model.final_layernorm").
+	FinalNorm string
 }
 
 // Norms names a decoder layer's norms, "" for none: PreAttn norms the
@@ -240,7 +243,15 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 
 // FinalWeights implements lm.FinalWeighter: the final norm.
 func (m *Model) FinalWeights() []lm.WeightSpec {
-	return m.normWeights("model.norm")
+	return m.normWeights(m.finalNorm())
+}
+
+// finalNorm is the final norm's name.
+func (m *Model) finalNorm() string {
+	if m.o.FinalNorm == "" {
+		return "model.norm"
+	}
+	return m.o.FinalNorm
 }
 
 // normWeights are the tensors of the norm named name: its weight, and
@@ -468,6 +479,16 @@ func (m *Model) Attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Ste
 	return x, m.maybeNorm(p, n.PreMLP, x), c.State()
 }
 
+// SelfAttention is layer i's attention (self_attn) on h, the layer's
+// normed input, continued from its key and value caches kv (nn.KVOf's
+// order), returning the output before any residual and the caches' new
+// state: for a layer that runs attention beside another token mixer
+// (pipeline/falconh1).
+func (m *Model) SelfAttention(i int, w *lm.Params, h *Node, kv []*Node, step *lm.Step) (*Node, []*Node) {
+	a, c := m.attention(i, w.Scope(fmt.Sprintf("model.layers.%d.self_attn", i)), h, nn.KVOf(kv), step)
+	return a, c.State()
+}
+
 // rotates reports that layer i applies the rotary embedding (NoRope).
 func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope[i] }
 
@@ -625,7 +646,7 @@ var _ lm.FinalWeighter = (*Model)(nil)
 
 // Final implements lm.Finisher: the final norm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {
-	return m.norm(w, "model.norm", x)
+	return m.norm(w, m.finalNorm(), x)
 }
 
 // Head implements lm.Model: the final norm and lm_head.

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -195,7 +196,22 @@ func ChunkSSD(x, dt, a, b, c, state *Node, chunk int) (*Node, *Node) {
 // D/ngroups.
 func GatedRMSNormFirst(x, gate, w *Node, eps float64, groups int) *Node {
 	f32 := dtypes.Float32
-	z := Mul(ConvertDType(x, f32), SiLU(ConvertDType(gate, f32)))
+	return groupRMSNorm(Mul(ConvertDType(x, f32), SiLU(ConvertDType(gate, f32))), w, eps, groups)
+}
+
+// GatedRMSNormAfter is the gated RMSNorm with norm_before_gate true
+// (Falcon-H1's mamba_norm_before_gate): in float32, x normalized over
+// each of groups equal parts of its last axis, times w, times
+// silu(gate). Shapes as GatedRMSNormFirst's.
+func GatedRMSNormAfter(x, gate, w *Node, eps float64, groups int) *Node {
+	f32 := dtypes.Float32
+	return Mul(groupRMSNorm(ConvertDType(x, f32), w, eps, groups), SiLU(ConvertDType(gate, f32)))
+}
+
+// groupRMSNorm is z [..., D] float32 normalized over each of groups equal
+// parts of its last axis, times w [D].
+func groupRMSNorm(z, w *Node, eps float64, groups int) *Node {
+	f32 := dtypes.Float32
 	dims := z.Shape().Dimensions
 	d := dims[len(dims)-1]
 	zg := Reshape(z, append(append([]int(nil), dims[:len(dims)-1]...), groups, d/groups)...)
@@ -218,32 +234,51 @@ type Mamba2Params struct {
 // when the config says. The mixer stays whole on every device under
 // --tp, as Qwen3.5's DeltaNet does: its state is not split by head.
 func Mamba2Weights(prefix string, d Mamba2Dims, hidden int, convBias, projBias bool) []lm.WeightSpec {
-	var ws []lm.WeightSpec
-	add := func(name string, matmul bool, shape ...int) {
-		ws = append(ws, lm.WeightSpec{Name: prefix + name, Shape: shape, Matmul: matmul, TP: lm.Replicated})
-	}
-	add("in_proj.weight", true, d.ProjDim(), hidden)
-	if projBias {
-		add("in_proj.bias", false, d.ProjDim())
-	}
-	add("conv1d.weight", false, d.ConvDim(), 1, d.ConvKernel)
-	if convBias {
-		add("conv1d.bias", false, d.ConvDim())
-	}
-	add("dt_bias", false, d.Heads)
-	add("A_log", false, d.Heads)
-	add("D", false, d.Heads)
-	add("norm.weight", false, d.Inner())
-	add("out_proj.weight", true, hidden, d.Inner())
-	if projBias {
-		add("out_proj.bias", false, hidden)
-	}
-	return ws
+	return Mamba2Layout{ConvBias: convBias, InBias: projBias, OutBias: projBias}.Weights(prefix, d, hidden)
 }
 
 // Mamba2ParamsOf reads the tensors Mamba2Weights lists from the mixer's
 // scope p.
 func Mamba2ParamsOf(p *lm.Params, convBias, projBias bool) Mamba2Params {
+	return Mamba2Layout{ConvBias: convBias, InBias: projBias, OutBias: projBias}.Params(p)
+}
+
+// Mamba2Layout says which of a Mamba-2 mixer's optional tensors a
+// checkpoint has: the biases of conv1d, in_proj and out_proj, and (unless
+// NoNorm) the gated norm's norm.weight.
+type Mamba2Layout struct {
+	ConvBias, InBias, OutBias, NoNorm bool
+}
+
+// Weights lists the mixer's tensors under prefix (as Mamba2Weights).
+func (l Mamba2Layout) Weights(prefix string, d Mamba2Dims, hidden int) []lm.WeightSpec {
+	var ws []lm.WeightSpec
+	add := func(name string, matmul bool, shape ...int) {
+		ws = append(ws, lm.WeightSpec{Name: prefix + name, Shape: shape, Matmul: matmul, TP: lm.Replicated})
+	}
+	add("in_proj.weight", true, d.ProjDim(), hidden)
+	if l.InBias {
+		add("in_proj.bias", false, d.ProjDim())
+	}
+	add("conv1d.weight", false, d.ConvDim(), 1, d.ConvKernel)
+	if l.ConvBias {
+		add("conv1d.bias", false, d.ConvDim())
+	}
+	add("dt_bias", false, d.Heads)
+	add("A_log", false, d.Heads)
+	add("D", false, d.Heads)
+	if !l.NoNorm {
+		add("norm.weight", false, d.Inner())
+	}
+	add("out_proj.weight", true, hidden, d.Inner())
+	if l.OutBias {
+		add("out_proj.bias", false, hidden)
+	}
+	return ws
+}
+
+// Params reads the tensors Weights lists from the mixer's scope p.
+func (l Mamba2Layout) Params(p *lm.Params) Mamba2Params {
 	opt := func(name string, on bool) *Node {
 		if !on {
 			return nil
@@ -251,11 +286,45 @@ func Mamba2ParamsOf(p *lm.Params, convBias, projBias bool) Mamba2Params {
 		return p.Get(name)
 	}
 	return Mamba2Params{
-		InProj: p.Get("in_proj.weight"), InProjBias: opt("in_proj.bias", projBias),
-		Conv: p.Get("conv1d.weight"), ConvBias: opt("conv1d.bias", convBias),
-		DtBias: p.Get("dt_bias"), ALog: p.Get("A_log"), D: p.Get("D"), Norm: p.Get("norm.weight"),
-		OutProj: p.Get("out_proj.weight"), OutProjBias: opt("out_proj.bias", projBias),
+		InProj: p.Get("in_proj.weight"), InProjBias: opt("in_proj.bias", l.InBias),
+		Conv: p.Get("conv1d.weight"), ConvBias: opt("conv1d.bias", l.ConvBias),
+		DtBias: p.Get("dt_bias"), ALog: p.Get("A_log"), D: p.Get("D"), Norm: opt("norm.weight", !l.NoNorm),
+		OutProj: p.Get("out_proj.weight"), OutProjBias: opt("out_proj.bias", l.OutBias),
 	}
+}
+
+// Mamba2Norm is how a Mamba-2 mixer gates (and normalizes) its output y
+// by the gate before out_proj.
+type Mamba2Norm int
+
+const (
+	// Mamba2GateFirst normalizes y·silu(gate) (GatedRMSNormFirst:
+	// Mamba2Mixer, Bamba, Granite 4.0-H, NemotronH).
+	Mamba2GateFirst Mamba2Norm = iota
+	// Mamba2NormFirst normalizes y, then multiplies by silu(gate)
+	// (GatedRMSNormAfter: Falcon-H1's mamba_norm_before_gate).
+	Mamba2NormFirst
+	// Mamba2NoNorm is y·silu(gate) without a norm (Falcon-H1 without
+	// mamba_rms_norm).
+	Mamba2NoNorm
+)
+
+// Mamba2Options are a Mamba-2 mixer's settings beyond its sizes.
+type Mamba2Options struct {
+	// Eps is the gated norm's eps; NormGroups the parts it normalizes
+	// apart; Chunk the SSD chunk for several tokens.
+	Eps        float64
+	NormGroups int
+	Chunk      int
+	Norm       Mamba2Norm
+	// Mup, when not nil, multiplies in_proj's output part by part: five
+	// factors for the gate, x, B, C and dt (Falcon-H1's ssm_multipliers,
+	// its mup_vector), rounded to the compute dtype as the model's buffer
+	// is.
+	Mup []float64
+	// DtMin and DtMax clamp dt after the softplus (time_step_limit) where
+	// DtMin > 0 and DtMax is finite (0 or +Inf: no bound).
+	DtMin, DtMax float64
 }
 
 // Mamba2 is a Mamba-2 mixer (Mamba2Mixer, BambaMixer) on x [B, T, H]
@@ -275,6 +344,14 @@ func Mamba2ParamsOf(p *lm.Params, convBias, projBias bool) Mamba2Params {
 // zeroes in_proj's input and the convolution's output only, which leaves
 // a row's first tokens seeing the in_proj bias of its padding).
 func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps float64, normGroups, chunk int) (*Node, *Node, *Node) {
+	return Mamba2With(d, w, x, conv, ssm, step, Mamba2Options{Eps: eps, NormGroups: normGroups, Chunk: chunk})
+}
+
+// Mamba2With is Mamba2 with the options o: Falcon-H1's multipliers on
+// in_proj's output, dt clamped, the gate applied after the norm or
+// without one.
+func Mamba2With(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, o Mamba2Options) (*Node, *Node, *Node) {
+	eps, normGroups, chunk := o.Eps, o.NormGroups, o.Chunk
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	dtype := x.DType()
@@ -284,6 +361,25 @@ func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps
 
 	proj := Linear(x, w.InProj, w.InProjBias) // [B, T, ProjDim]
 	inner, convDim := d.Inner(), d.ConvDim()
+	if o.Mup != nil {
+		gn := d.Groups * d.State
+		vec := make([]float32, d.ProjDim())
+		for i := range vec {
+			part := 4 // dt
+			switch {
+			case i < inner:
+				part = 0 // the gate
+			case i < 2*inner:
+				part = 1 // x
+			case i < 2*inner+gn:
+				part = 2 // B
+			case i < 2*inner+2*gn:
+				part = 3 // C
+			}
+			vec[i] = float32(o.Mup[part])
+		}
+		proj = Mul(proj, ExpandLeftToRank(ConvertDType(Const(proj.Graph(), vec), dtype), 3))
+	}
 	gate := SliceAxis(proj, 2, AxisRange(0, inner))
 	xbc := Mul(SliceAxis(proj, 2, AxisRange(inner, inner+convDim)), isReal)
 	dt := SliceAxis(proj, 2, AxisRange(inner+convDim, inner+convDim+d.Heads)) // [B, T, Heads]
@@ -302,6 +398,12 @@ func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps
 	cm := Reshape(SliceAxis(xbc, 2, AxisRange(inner+gn, inner+2*gn)), b, t, d.Groups, d.State)
 
 	dt = SoftplusTorch(Add(ConvertDType(dt, f32), ExpandLeftToRank(ConvertDType(w.DtBias, f32), 3)))
+	if o.DtMin > 0 {
+		dt = MaxScalar(dt, o.DtMin)
+	}
+	if o.DtMax > 0 && !math.IsInf(o.DtMax, 1) {
+		dt = MinScalar(dt, o.DtMax)
+	}
 	dt = Mul(dt, ConvertDType(isReal, f32))  // [B, T, Heads]: no step on padding
 	a := Neg(Exp(ConvertDType(w.ALog, f32))) // [Heads]
 
@@ -313,6 +415,13 @@ func Mamba2(d Mamba2Dims, w Mamba2Params, x, conv, ssm *Node, step *lm.Step, eps
 	}
 	skip := Mul(ConvertDType(xs, f32), Reshape(ConvertDType(w.D, f32), 1, 1, d.Heads, 1))
 	y = Reshape(Add(y, skip), b, t, inner)
-	y = ConvertDType(GatedRMSNormFirst(y, gate, w.Norm, eps, normGroups), dtype)
-	return Linear(y, w.OutProj, w.OutProjBias), conv, ssm
+	switch o.Norm {
+	case Mamba2NormFirst:
+		y = GatedRMSNormAfter(y, gate, w.Norm, eps, normGroups)
+	case Mamba2NoNorm: // y (float32) times silu(gate) in the gate's dtype, as torch promotes them
+		y = Mul(y, ConvertDType(SiLU(gate), f32))
+	default:
+		y = GatedRMSNormFirst(y, gate, w.Norm, eps, normGroups)
+	}
+	return Linear(ConvertDType(y, dtype), w.OutProj, w.OutProjBias), conv, ssm
 }

@@ -30,7 +30,9 @@
 // ERNIE 4.5 dense (Ernie4_5ForCausalLM: llama.cpp's ernie4_5, runPairs),
 // Helium (HeliumForCausalLM: llama.cpp's llama, runPairs), HunYuan
 // (HunYuanDenseV1ForCausalLM and HunYuanMoEV1ForCausalLM: llama.cpp's
-// hunyuan-dense and hunyuan-moe, runHunYuanDense, runHunYuanMoE), Ministral 3
+// hunyuan-dense and hunyuan-moe, runHunYuanDense, runHunYuanMoE),
+// Falcon-H1 (FalconH1ForCausalLM: llama.cpp's falcon-h1, its multipliers
+// folded into the weights, runFalconH1), Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
 // or Llama 4 (text) checkpoint (a directory with
@@ -88,6 +90,7 @@ import (
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
+	"github.com/tputool/tputool/pipeline/falconh1"
 	"github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/glm"
 	"github.com/tputool/tputool/pipeline/granite"
@@ -184,6 +187,8 @@ func run(dir, out string) error {
 			return runGraniteMoE(l, dir, out, h.Options, h.Experts, h.TopK, h.Spec.Intermediate, h.Shared)
 		}
 		return runGraniteHybrid(l, dir, out, g)
+	case *falconh1.Model:
+		return runFalconH1(l, dir, out, g)
 	case *granite.MoEModel:
 		o := g.Options()
 		return runGraniteMoE(l, dir, out, o.Options, o.Experts, o.TopK, o.MoEIntermediate, 0)
@@ -256,7 +261,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

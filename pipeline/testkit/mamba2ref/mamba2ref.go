@@ -68,6 +68,14 @@ type Mixer struct {
 	NormBeforeGate bool
 	// Eps is the gated norm's eps.
 	Eps float64
+	// Mup, when not nil, multiplies in_proj's output part by part: five
+	// factors for the gate, x, B, C and dt (Falcon-H1's ssm_multipliers).
+	Mup []float64
+	// DtMax > 0 caps dt after the softplus (Falcon-H1's time_step_limit).
+	DtMax float64
+	// NoNorm gates y by silu(gate) without a norm (Falcon-H1 without
+	// mamba_rms_norm); Norm is then unused.
+	NoNorm bool
 }
 
 // Inner is I, Heads·HeadDim: the width of the gate, x, y and the norm.
@@ -94,6 +102,16 @@ func (m Mixer) Inputs(h [][]float64) Parts {
 	xbc := make([][]float64, len(h))
 	for t := range h {
 		z := lmckpt.Linear64(h[t], m.InProj, m.InBias)
+		if m.Mup != nil {
+			bounds := []int{I, 2 * I, 2*I + GN, 2*I + 2*GN, len(z)}
+			part := 0
+			for i := range z {
+				for i >= bounds[part] {
+					part++
+				}
+				z[i] *= m.Mup[part]
+			}
+		}
 		out.Gate = append(out.Gate, z[:I])
 		xbc[t] = z[I : I+conv]
 		out.Dt = append(out.Dt, z[I+conv:I+conv+m.Heads])
@@ -113,6 +131,9 @@ func (m Mixer) Inputs(h [][]float64) Parts {
 				v += m.DtBias[i]
 			}
 			out.Dt[t][i] = math.Max(Softplus(v), m.DtMin)
+			if m.DtMax > 0 {
+				out.Dt[t][i] = math.Min(out.Dt[t][i], m.DtMax)
+			}
 		}
 	}
 	out.A = make([]float64, m.Heads)
@@ -131,6 +152,14 @@ func (m Mixer) Forward(h [][]float64) [][]float64 {
 	y := Scan(in.X, in.B, in.C, in.Dt, in.A, in.D, m.Groups)
 	out := make([][]float64, len(h))
 	for t := range y {
+		if m.NoNorm {
+			g := make([]float64, len(y[t]))
+			for i, v := range y[t] {
+				g[i] = v * lmckpt.SiLU64(in.Gate[t][i])
+			}
+			out[t] = lmckpt.Linear64(g, m.OutProj, m.OutBias)
+			continue
+		}
 		out[t] = lmckpt.Linear64(GatedNorm(y[t], in.Gate[t], m.Norm, m.Eps, m.NormGroups, m.NormBeforeGate), m.OutProj, m.OutBias)
 	}
 	return out
