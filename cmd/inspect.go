@@ -182,7 +182,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	}
 	if t := r.Text; t != nil {
 		kv("Layers", "%d%s", t.Layers, layerKinds(t))
-		if la := t.MLA; la != nil {
+		if t.Heads == 0 {
+			kv("Attention", "none")
+		} else if la := t.MLA; la != nil {
 			kv("Attention", "%d heads, latent (MLA): kv_lora_rank %d + rope %d cached a token, q/k head_dim %d, v %d", t.Heads, la.KVLoraRank, la.QKRope, t.HeadDim, la.VHead)
 		} else {
 			kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)
@@ -306,7 +308,11 @@ func layerKinds(t *inspect.Text) string {
 		parts = append(parts, fmt.Sprintf("%d linear attention", t.LinearAttentionLayers))
 	}
 	if t.MambaLayers > 0 {
-		parts = append(parts, fmt.Sprintf("%d Mamba-2", t.MambaLayers))
+		name := "Mamba-2"
+		if t.Heads == 0 { // Mamba, FalconMamba: Mamba-1 alone
+			name = "Mamba"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", t.MambaLayers, name))
 	}
 	if t.FeedForwardLayers > 0 {
 		parts = append(parts, fmt.Sprintf("%d MLP or experts only", t.FeedForwardLayers))

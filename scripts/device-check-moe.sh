@@ -26,8 +26,8 @@
 #      tiny Ministral 3 and its per-tensor FP8 copy, a tiny EXAONE 4.0, a
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
-#      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE and a tiny
-#      Falcon-H1), the same prompts, 16
+#      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
+#      Falcon-H1 and a tiny FalconMamba), the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
@@ -505,9 +505,18 @@ cat >"$work/falconh1.json" <<'EOF'
  "ssm_in_multiplier": 1.25, "ssm_out_multiplier": 0.24, "mlp_multipliers": [0.88, 0.59], "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35],
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny FalconMamba: Mamba-1 layers alone (no attention, no KV cache),
+# the selective scan's prefix scan over chunks of 16 in prefill, dt, B
+# and C normed by their RMS.
+cat >"$work/falconmamba.json" <<'EOF'
+{"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "vocab_size": 512, "hidden_size": 64,
+ "num_hidden_layers": 2, "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4, "use_bias": false,
+ "use_conv_bias": true, "hidden_act": "silu", "layer_norm_epsilon": 1e-05, "mixer_rms_eps": 1e-06,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

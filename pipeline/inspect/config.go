@@ -139,6 +139,21 @@ func (f fields) strings(name string) []string {
 	return v
 }
 
+// attentionFree completes t for a model without attention (Mamba,
+// FalconMamba): no heads, every layer its recurrent kind, the
+// vocabulary and the tied head as TextConfig reads them.
+func (t *Text) attentionFree(f fields, m *config.File) (*Text, error) {
+	t.Vocab, _ = f.int("vocab_size")
+	t.Intermediate, _ = f.int("intermediate_size")
+	tied := true // MambaConfig's
+	if v, ok := f.bool("tie_word_embeddings"); ok {
+		tied = *v
+	}
+	t.TiedEmbeddings = &tied
+	t.MambaLayers = t.Layers
+	return t, nil
+}
+
 // TextConfig extracts the language-model dimensions from a config.json,
 // preferring text_config for multimodal wrappers. Defaults follow
 // transformers: KV heads default to the attention heads, head_dim to
@@ -158,6 +173,9 @@ func TextConfig(m *config.File) (*Text, error) {
 		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
+		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention
+			return t.attentionFree(f, m)
+		}
 		return nil, fmt.Errorf("%s: no num_attention_heads (or n_head) in the config", m.Path)
 	}
 	t.KVHeads, ok = f.int("num_key_value_heads", "n_kv_heads", "num_kv_heads")

@@ -25,6 +25,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/lfm2"       // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/mamba"      // MambaForCausalLM, FalconMambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral3"   // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
