@@ -13,12 +13,14 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/afmoe"
+	_ "github.com/tputool/tputool/pipeline/falconh1"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/lfm2"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/mamba"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/nemotronh"
 	_ "github.com/tputool/tputool/pipeline/phi3"
@@ -27,11 +29,13 @@ import (
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/afmoeref"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
+	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mambaref"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
@@ -340,6 +344,8 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"phi-4-mini", phi3ref.TinyDense().Write},          // LongRoPE's factors chosen per row, a window, fused projections
 		{"phi-3.5-moe", phi3ref.TinyMoE().Write},           // sparsemixer routing, LayerNorms
 		{"afmoe", afmoeref.Tiny().Write},                   // a window over rotated layers beside NoPE ones, sandwich norms, the attention's gate
+		{"falcon-h1", falconh1ref.Tiny().Write},            // a KV cache and Mamba-2's state in one layer
+		{"falcon-mamba", mambaref.TinyFalcon().Write},      // no attention at all: Mamba-1's state alone
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

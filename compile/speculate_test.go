@@ -10,9 +10,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/mambaref"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
 	"github.com/tputool/tputool/tpu"
@@ -273,7 +275,8 @@ func TestDecodeManyRecurrent(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		write func(dir string) error
-	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write}} {
+	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write},
+		{"falcon-h1", falconh1ref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }

@@ -501,7 +501,7 @@ cat >"$work/falconh1.json" <<'EOF'
  "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
  "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_d_conv": 4,
  "mamba_chunk_size": 8, "mamba_rms_norm": true, "mamba_norm_before_gate": false, "rope_theta": 100000.0,
- "embedding_multiplier": 5.66, "lm_head_multiplier": 0.5, "key_multiplier": 0.39, "attention_out_multiplier": 0.94,
+ "embedding_multiplier": 5.66, "lm_head_multiplier": 0.5, "key_multiplier": 0.39, "attention_in_multiplier": 1.1, "attention_out_multiplier": 0.94,
  "ssm_in_multiplier": 1.25, "ssm_out_multiplier": 0.24, "mlp_multipliers": [0.88, 0.59], "ssm_multipliers": [0.35, 0.25, 0.35, 0.5, 0.35],
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/internal/errs"
@@ -87,8 +88,9 @@ type Options struct {
 	// MambaOpts are the mixer's norm, multipliers, chunk and dt clamp.
 	MambaOpts nn.Mamba2Options
 	// AttnIn, AttnOut, SSMIn and SSMOut multiply the mixers' input and
-	// output; Gate and Down the feed-forward's gate and output.
-	AttnIn, AttnOut, SSMIn, SSMOut, Gate, Down float64
+	// output; Gate and Down the feed-forward's gate and output; Key the
+	// keys (as AttnScale's factor over 1/sqrt(head_dim)).
+	AttnIn, AttnOut, SSMIn, SSMOut, Gate, Down, Key float64
 }
 
 // Resolve reads a FalconH1ForCausalLM config.json.
@@ -118,7 +120,8 @@ func Resolve(cfg *config.File) (Options, error) {
 	o.LogitScale = lm.Or(c.LMHeadMultiplier, 1.0)
 	// key_multiplier scales the keys before the rotary, which is linear:
 	// the scores, and so the softmax's scale, grow by it.
-	o.AttnScale = lm.Or(c.KeyMultiplier, 1.0) / math.Sqrt(float64(s.HeadDim))
+	o.Key = lm.Or(c.KeyMultiplier, 1.0)
+	o.AttnScale = o.Key / math.Sqrt(float64(s.HeadDim))
 	o.AttnIn, o.AttnOut = lm.Or(c.AttentionInMultiplier, 1.0), lm.Or(c.AttentionOutMultiplier, 1.0)
 	o.SSMIn, o.SSMOut = lm.Or(c.SSMInMultiplier, 1.0), lm.Or(c.SSMOutMultiplier, 1.0)
 	o.Gate, o.Down = 1, 1
@@ -127,6 +130,19 @@ func Resolve(cfg *config.File) (Options, error) {
 			return Options{}, fmt.Errorf("%s: mlp_multipliers has %d values, want 2 (the gate's and down_proj's)", where, len(c.MLPMultipliers))
 		}
 		o.Gate, o.Down = c.MLPMultipliers[0], c.MLPMultipliers[1]
+	}
+	for _, m := range []struct {
+		name string
+		v    float64
+	}{{"embedding_multiplier", o.EmbedScale}, {"lm_head_multiplier", o.LogitScale}, {"key_multiplier", o.Key},
+		{"attention_in_multiplier", o.AttnIn}, {"attention_out_multiplier", o.AttnOut}, {"ssm_in_multiplier", o.SSMIn},
+		{"ssm_out_multiplier", o.SSMOut}, {"mlp_multipliers", o.Gate}, {"mlp_multipliers", o.Down}} {
+		if !(m.v > 0) {
+			return Options{}, fmt.Errorf("%s: %s must be positive, got %v", where, m.name, m.v)
+		}
+	}
+	if act := c.HiddenAct; act != "" && act != "silu" && act != "swish" {
+		return Options{}, errs.Unsupportedf("%s: hidden_act %q; the Mamba-2 mixer's convolution runs SiLU (FalconH1Mixer applies hidden_act there too)", where, act)
 	}
 
 	// The Mamba-2 mixer.
@@ -168,11 +184,16 @@ func Resolve(cfg *config.File) (Options, error) {
 		if len(c.SSMMultipliers) != 5 {
 			return Options{}, fmt.Errorf("%s: ssm_multipliers has %d values, want 5 (the gate's, x's, B's, C's and dt's)", where, len(c.SSMMultipliers))
 		}
+		for i, v := range c.SSMMultipliers {
+			if !(v > 0) {
+				return Options{}, fmt.Errorf("%s: ssm_multipliers[%d] must be positive, got %v", where, i, v)
+			}
+		}
 		mo.Mup = c.SSMMultipliers
 	}
 	if l := c.TimeStepLimit; l != nil {
-		if len(l) != 2 || l[0] < 0 || l[1] < l[0] {
-			return Options{}, fmt.Errorf("%s: time_step_limit %v: want [low, high] with 0 <= low <= high", where, l)
+		if len(l) != 2 || l[0] < 0 || l[1] < l[0] || l[1] <= 0 {
+			return Options{}, fmt.Errorf("%s: time_step_limit %v: want [low, high] with 0 <= low <= high, high > 0", where, l)
 		}
 		mo.DtMin = l[0]
 		if l[1] < math.MaxFloat64 {
@@ -237,12 +258,13 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// scale is x times v, x itself for 1.
+// scale is x times v, x itself for 1: in float32 and rounded once, as
+// torch multiplies a bf16 tensor by a Python float.
 func scale(x *Node, v float64) *Node {
 	if v == 1 {
 		return x
 	}
-	return MulScalar(x, v)
+	return ConvertDType(MulScalar(ConvertDType(x, dtypes.Float32), v), x.DType())
 }
 
 // Layer implements lm.Model: FalconH1DecoderLayer.

@@ -2,6 +2,7 @@ package falconh1_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -55,6 +56,10 @@ func TestConfig(t *testing.T) {
 		{`"mamba_d_head": "wide"`, "mamba_d_head"},
 		{`"time_step_limit": [0.5, 0.1]`, "time_step_limit"},
 		{`"layer_types": ["sliding_attention"], "num_hidden_layers": 1`, "sliding_attention"},
+		{`"key_multiplier": 0`, "key_multiplier must be positive"},
+		{`"ssm_multipliers": [1.0, 1.0, 0.0, 1.0, 1.0]`, "ssm_multipliers[2] must be positive"},
+		{`"time_step_limit": [0.0, 0.0]`, "high > 0"},
+		{`"hidden_act": "gelu"`, "hidden_act"},
 	} {
 		_, err := lm.New(configOf(t, `{"architectures": ["FalconH1ForCausalLM"], `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -138,6 +143,9 @@ func TestSwitchesMatter(t *testing.T) {
 		{"no ssm_out_multiplier", func(c *falconh1ref.FalconH1) { c.SSMOut = 1 }},
 		{"no mlp gate multiplier", func(c *falconh1ref.FalconH1) { c.MLP[0] = 1 }},
 		{"no lm_head_multiplier", func(c *falconh1ref.FalconH1) { c.LMHead = 1 }},
+		{"no embedding_multiplier", func(c *falconh1ref.FalconH1) { c.Embedding = 1 }},
+		{"no attention_out_multiplier", func(c *falconh1ref.FalconH1) { c.AttnOut = 1 }},
+		{"no mlp down multiplier", func(c *falconh1ref.FalconH1) { c.MLP[1] = 1 }},
 		{"the norm after the gate", func(c *falconh1ref.FalconH1) { c.NormBeforeGate = false }},
 	} {
 		mc := rm.C
@@ -146,6 +154,25 @@ func TestSwitchesMatter(t *testing.T) {
 		mutants = append(mutants, refcheck.Mutant{Name: c.name, Logits: mutant.Logits})
 	}
 	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3, mutants...)
+
+	// TinyPlain's dt cap (time_step_limit) and its mixer without a norm.
+	l, rm = load(t, falconh1ref.TinyPlain())
+	noCap, withNorm := &falconh1ref.Model{C: rm.C, W: rm.W}, &falconh1ref.Model{C: rm.C, W: rm.W}
+	noCap.C.DtMax = 0
+	withNorm.C.RMSNorm, withNorm.C.NormBeforeGate = true, true
+	withNorm.W = map[string][]float64{}
+	for n, v := range rm.W {
+		withNorm.W[n] = v
+	}
+	for i := range rm.C.Layers {
+		ones := make([]float64, rm.C.Inner())
+		for j := range ones {
+			ones[j] = 1
+		}
+		withNorm.W[fmt.Sprintf("model.layers.%d.mamba.norm.weight", i)] = ones
+	}
+	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
+		refcheck.Mutant{Name: "no dt cap", Logits: noCap.Logits}, refcheck.Mutant{Name: "a norm before the gate", Logits: withNorm.Logits})
 	if math.IsNaN(rm.Logits(prompt)[0][0]) {
 		t.Error("the reference gives NaN")
 	}

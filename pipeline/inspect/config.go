@@ -274,8 +274,16 @@ func TextConfig(m *config.File) (*Text, error) {
 			if !ok {
 				expand = 2
 			}
+			inner := expand * t.Hidden
+			if f.string("model_type") == "falcon_h1" { // FalconH1Config's mamba_d_ssm, 1024 when absent (null: expand × hidden)
+				if v, ok := f.int("mamba_d_ssm"); ok {
+					inner = v
+				} else if _, present := f["mamba_d_ssm"]; !present {
+					inner = 1024
+				}
+			}
 			if mb.HeadDim == 0 && mb.Heads > 0 {
-				mb.HeadDim = expand * t.Hidden / mb.Heads
+				mb.HeadDim = inner / mb.Heads
 			}
 		}
 		if mb.Heads <= 0 || mb.HeadDim <= 0 || mb.State <= 0 || mb.Groups <= 0 || mb.ConvKernel <= 1 {
@@ -317,7 +325,11 @@ func (t *Text) layerKinds(f fields, path string) error {
 		}
 	}
 	modelType := f.string("model_type")
-	nemotron := modelType == "nemotron_h" // its linear_attention layers are Mamba-2
+	nemotron := modelType == "nemotron_h"            // its linear_attention layers are Mamba-2
+	if len(types) == 0 && modelType == "falcon_h1" { // attention and a Mamba-2 mixer side by side in every layer
+		t.FullAttentionLayers, t.MambaLayers = t.Layers, t.Layers
+		return nil
+	}
 	if len(types) == 0 && modelType == "granitemoehybrid" {
 		types = slices.Repeat([]string{"mamba"}, t.Layers) // GraniteMoeHybridConfig's layers_block_type without layer_types
 	}

@@ -82,7 +82,7 @@ func runFalconH1(l *lm.Loaded, dir, out string, m *falconh1.Model) error {
 		mp := p + "mamba."
 		g.add(b+"attn_norm.weight", true, p+"input_layernorm.weight")
 		g.addRows(b+"attn_q.weight", p+"self_attn.q_proj.weight", scaled(o.AttnIn))
-		g.addRows(b+"attn_k.weight", p+"self_attn.k_proj.weight", scaled(o.AttnIn*o.AttnScale*math.Sqrt(float64(s.HeadDim))))
+		g.addRows(b+"attn_k.weight", p+"self_attn.k_proj.weight", scaled(o.AttnIn*o.Key))
 		g.addRows(b+"attn_v.weight", p+"self_attn.v_proj.weight", scaled(o.AttnIn))
 		g.addRows(b+"attn_output.weight", p+"self_attn.o_proj.weight", scaled(o.AttnOut))
 		g.addRows(b+"ssm_in.weight", mp+"in_proj.weight", mup)

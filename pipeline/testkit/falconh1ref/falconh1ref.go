@@ -71,7 +71,7 @@ func Tiny() FalconH1 {
 func TinyPlain() FalconH1 {
 	c := Tiny()
 	c.RMSNorm, c.NormBeforeGate = false, false
-	c.InBias, c.OutBias, c.AttnBias, c.MLPBias, c.Tied, c.DtMax = true, true, true, true, true, 0.05
+	c.InBias, c.OutBias, c.AttnBias, c.MLPBias, c.Tied, c.DtMax = true, true, true, true, true, 0.02
 	c.Seed = 61
 	return c
 }
