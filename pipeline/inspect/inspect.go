@@ -404,6 +404,9 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 		KVWeightBytes: kvWeights, WholeStateBytes: min(r.Memory.State.whole, r.Memory.State.Total())}
 	if r.Text != nil {
 		req.NumHeads, req.NumKVHeads = r.Text.Heads, r.Text.KVHeads
+		if r.Text.Heads == 0 && r.Text.MambaLayers > 0 { // attention-free: no heads to split, so no --tp
+			req.NumHeads, req.NumKVHeads = 1, 1
+		}
 	}
 	if r.Fit, err = fit(req); err != nil {
 		return nil, err

@@ -79,7 +79,10 @@ const unbounded = 1 << 20
 // Resolve reads a MambaForCausalLM or FalconMambaForCausalLM config.json
 // (MambaConfig's defaults: hidden 768, state 16, 32 layers, expand 2,
 // conv 4, vocabulary 50280, eps 1e-5, silu, time_step_rank
-// ceil(hidden/16), tied; FalconMambaConfig's mixer_rms_eps 1e-6).
+// ceil(hidden/16), use_bias true, tied, bos and eos 0;
+// FalconMambaConfig's use_bias false and mixer_rms_eps 1e-6).
+// intermediate_size, when written, wins over expand, as both classes
+// read it.
 func Resolve(cfg *config.File) (Options, error) {
 	where := lm.ConfigName(cfg)
 	var c Config
@@ -123,6 +126,8 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	if len(c.BOSTokenID) > 0 {
 		s.BOS = c.BOSTokenID[0]
+	} else if !cfg.Has("bos_token_id") {
+		s.BOS = 0 // MambaConfig's
 	}
 	if !cfg.Has("eos_token_id") {
 		s.EOS = config.IDList{0} // MambaConfig's
@@ -134,7 +139,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	for i := range s.LayerKinds {
 		s.LayerKinds[i] = nn.KindMamba1
 	}
-	o := Options{Spec: s, Mamba: d, Eps: lm.Or(c.LayerNormEpsilon, 1e-5), ConvBias: lm.Or(c.UseConvBias, true), ProjBias: lm.Or(c.UseBias, false), Act: actFn, Chunk: scanChunk}
+	// use_bias: MambaConfig's default is true, FalconMambaConfig's false
+	// (the releases write it).
+	o := Options{Spec: s, Mamba: d, Eps: lm.Or(c.LayerNormEpsilon, 1e-5), ConvBias: lm.Or(c.UseConvBias, true), ProjBias: lm.Or(c.UseBias, !falcon), Act: actFn, Chunk: scanChunk}
 	if falcon {
 		o.RMSEps = lm.Or(c.MixerRMSEps, 1e-6)
 	}

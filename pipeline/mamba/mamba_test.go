@@ -29,7 +29,7 @@ func configOf(t *testing.T, js string) *config.File {
 // hidden 768 give 129,135,360 parameters, tied, the card's 130M); rank
 // "auto"; FalconMamba's mixer_rms_eps; the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["MambaForCausalLM"], "num_hidden_layers": 24, "vocab_size": 50280}`))
+	m, err := lm.New(configOf(t, `{"architectures": ["MambaForCausalLM"], "num_hidden_layers": 24, "vocab_size": 50280, "use_bias": false}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,12 +40,17 @@ func TestConfig(t *testing.T) {
 	if n := lmckpt.Params(m); n != 129_135_360 {
 		t.Errorf("%d parameters, want 129,135,360", n)
 	}
-	f, err := mamba.Resolve(configOf(t, `{"architectures": ["FalconMambaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 64, "vocab_size": 65024, "time_step_rank": 256, "tie_word_embeddings": false}`))
+	// falcon-mamba-7b's config writes expand 16 beside intermediate_size
+	// 8192, which wins.
+	f, err := mamba.Resolve(configOf(t, `{"architectures": ["FalconMambaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 64, "vocab_size": 65024, "time_step_rank": 256, "tie_word_embeddings": false, "expand": 16, "intermediate_size": 8192}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.RMSEps != 1e-6 || f.Mamba.Rank != 256 || f.Mamba.Inner != 8192 {
+	if f.RMSEps != 1e-6 || f.Mamba.Rank != 256 || f.Mamba.Inner != 8192 || f.ProjBias || f.Spec.BOS != 0 {
 		t.Errorf("FalconMamba: %+v", f)
+	}
+	if d, err := mamba.Resolve(configOf(t, `{"architectures": ["MambaForCausalLM"]}`)); err != nil || !d.ProjBias {
+		t.Errorf("MambaConfig's use_bias default true: %+v, %v", d.ProjBias, err)
 	}
 	for _, c := range []struct{ js, want string }{
 		{`"time_step_rank": "wide"`, "time_step_rank"},

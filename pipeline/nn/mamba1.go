@@ -173,8 +173,11 @@ func Mamba1(d Mamba1Dims, w Mamba1Params, x, conv, ssm *Node, step *lm.Step, o M
 // pairs (decay, input) of h ← a·h + u combine by a Hillis-Steele prefix
 // scan (log2 chunk rounds of (a₂a₁, a₂u₁ + u₂), products of decays in
 // (0, 1], so nothing overflows), giving each token's state from a zero
-// start and the chunk's decay so far; the carried state is then added,
-// decayed, chunk by chunk (unrolled: GoMLX has no While).
+// start and the chunk's decay so far; the chunks' summaries combine by
+// the same scan over the chunks, so the graph grows with the logarithm
+// of the length, not the length. It holds [B, T, Inner, State] float32
+// tensors: a long prefill of a wide model is memory-bound (FalconMamba
+// 7B: 512 KiB a token and layer each).
 func Mamba1Scan(x, dt, a, b, c, state *Node, chunk int) (*Node, *Node) {
 	dims := x.Shape().Dimensions
 	bs, t, d := dims[0], dims[1], dims[2]
@@ -217,14 +220,31 @@ func Mamba1Scan(x, dt, a, b, c, state *Node, chunk int) (*Node, *Node) {
 		u = Add(Mul(decay, prevU), u)
 		decay = Mul(decay, prevA)
 	}
-	at := func(v *Node, i int) *Node { return Squeeze(SliceAxis(v, 1, AxisElem(i)), 1) }
-	hs := make([]*Node, nc)
-	for i := 0; i < nc; i++ {
-		h := Add(Mul(at(decay, i), InsertAxes(state, 1)), at(u, i)) // [B, cs, D, N]
-		hs[i] = h
-		state = Squeeze(SliceAxis(h, 1, AxisElem(cs-1)), 1)
+	// The chunks' summaries, (decay, input) at their last token, scanned
+	// over the chunks the same way give each chunk's composition with
+	// those before it; shifted by one chunk (the identity first), the
+	// state each chunk starts from.
+	lastA := Squeeze(SliceAxis(decay, 2, AxisElem(cs-1)), 2) // [B, nc, D, N]
+	lastU := Squeeze(SliceAxis(u, 2, AxisElem(cs-1)), 2)
+	for k := 1; k < nc; k *= 2 {
+		shift := func(v *Node, fill float64) *Node {
+			pd := v.Shape().Clone()
+			pd.Dimensions[1] = k
+			return Concatenate([]*Node{AddScalar(Zeros(g, pd), fill), SliceAxis(v, 1, AxisRange(0, nc-k))}, 1)
+		}
+		prevA, prevU := shift(lastA, 1), shift(lastU, 0)
+		lastU = Add(Mul(lastA, prevU), lastU)
+		lastA = Mul(lastA, prevA)
 	}
-	h := Reshape(Stack(hs, 1), bs, tp, d, n)
+	s0 := InsertAxes(state, 1)         // [B, 1, D, N]
+	ends := Add(Mul(lastA, s0), lastU) // [B, nc, D, N]: the state after each chunk
+	state = Squeeze(SliceAxis(ends, 1, AxisElem(nc-1)), 1)
+	enter := s0
+	if nc > 1 {
+		enter = Concatenate([]*Node{s0, SliceAxis(ends, 1, AxisRange(0, nc-1))}, 1) // [B, nc, D, N]
+	}
+	hAll := Add(Mul(decay, InsertAxes(enter, 2)), u) // [B, nc, cs, D, N]
+	h := Reshape(hAll, bs, tp, d, n)
 	y := Squeeze(DotGeneral(h, []int{3}, []int{0, 1}, InsertAxes(c, -1), []int{2}, []int{0, 1}), -1) // [B, tp, D]
 	if tp > t {
 		y = SliceAxis(y, 1, AxisRange(0, t))

@@ -22,6 +22,8 @@ func runMamba(l *lm.Loaded, dir, out string, m *mamba.Model) error {
 	switch {
 	case d.Inner != 2*s.Hidden:
 		return fmt.Errorf("%s: intermediate_size %d; llama.cpp's mamba takes expand 2 only", dir, d.Inner)
+	case l.Config.Raw["hidden_act"] != nil && string(l.Config.Raw["hidden_act"]) != `"silu"`:
+		return fmt.Errorf("%s: hidden_act %s; llama.cpp's mamba runs SiLU", dir, l.Config.Raw["hidden_act"])
 	case o.ProjBias || !o.ConvBias:
 		return fmt.Errorf("%s: llama.cpp's mamba reads no in_proj or out_proj biases and takes conv1d's (use_bias false, use_conv_bias true)", dir)
 	}
