@@ -309,7 +309,7 @@ func layerKinds(t *inspect.Text) string {
 	}
 	if t.MambaLayers > 0 {
 		name := "Mamba-2"
-		if t.Heads == 0 { // Mamba, FalconMamba: Mamba-1 alone
+		if t.Mamba == nil { // Mamba, FalconMamba, Jamba: Mamba-1
 			name = "Mamba"
 		}
 		parts = append(parts, fmt.Sprintf("%d %s", t.MambaLayers, name))

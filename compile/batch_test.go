@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/granite"
+	_ "github.com/tputool/tputool/pipeline/jamba"
 	_ "github.com/tputool/tputool/pipeline/lfm2"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -32,6 +33,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/jambaref"
 	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/llama4ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -345,7 +347,9 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"phi-3.5-moe", phi3ref.TinyMoE().Write},           // sparsemixer routing, LayerNorms
 		{"afmoe", afmoeref.Tiny().Write},                   // a window over rotated layers beside NoPE ones, sandwich norms, the attention's gate
 		{"falcon-h1", falconh1ref.Tiny().Write},            // a KV cache and Mamba-2's state in one layer
-		{"falcon-mamba", mambaref.TinyFalcon().Write},      // no attention at all: Mamba-1's state alone
+		{"mamba", mambaref.Tiny().Write},                   // no attention at all: Mamba-1's state alone
+		{"falcon-mamba", mambaref.TinyFalcon().Write},      // the same with dt, B and C normed
+		{"jamba", jambaref.Tiny().Write},                   // Mamba-1 and unrotated attention layers, experts on every second
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

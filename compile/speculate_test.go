@@ -12,6 +12,7 @@ import (
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
+	"github.com/tputool/tputool/pipeline/testkit/jambaref"
 	"github.com/tputool/tputool/pipeline/testkit/lfm2ref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/mambaref"
@@ -276,7 +277,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 		name  string
 		write func(dir string) error
 	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write},
-		{"falcon-h1", falconh1ref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}} {
+		{"falcon-h1", falconh1ref.Tiny().Write}, {"mamba", mambaref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}, {"jamba", jambaref.Tiny().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }

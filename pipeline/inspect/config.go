@@ -142,8 +142,11 @@ func (f fields) strings(name string) []string {
 // attentionFree completes t for a model without attention (Mamba,
 // FalconMamba): no heads, every layer its recurrent kind, the
 // vocabulary and the tied head as TextConfig reads them.
-func (t *Text) attentionFree(f fields, m *config.File) (*Text, error) {
+func (t *Text) attentionFree(f fields) (*Text, error) {
 	t.Vocab, _ = f.int("vocab_size")
+	if t.Vocab == 0 {
+		t.Vocab = 50280 // MambaConfig's
+	}
 	t.Intermediate, _ = f.int("intermediate_size")
 	tied := true // MambaConfig's
 	if v, ok := f.bool("tie_word_embeddings"); ok {
@@ -174,7 +177,7 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
 		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention
-			return t.attentionFree(f, m)
+			return t.attentionFree(f)
 		}
 		return nil, fmt.Errorf("%s: no num_attention_heads (or n_head) in the config", m.Path)
 	}
@@ -236,7 +239,7 @@ func TextConfig(m *config.File) (*Text, error) {
 		}
 		t.Linear = la
 	}
-	if t.MambaLayers > 0 {
+	if t.MambaLayers > 0 && f.string("model_type") != "jamba" { // Jamba's are Mamba-1: no Mamba-2 sizes
 		mb := &Mamba{}
 		if f.string("model_type") == "nemotron_h" {
 			// NemotronHConfig's names (its older ones first, as it reads
@@ -325,7 +328,28 @@ func (t *Text) layerKinds(f fields, path string) error {
 		}
 	}
 	modelType := f.string("model_type")
-	nemotron := modelType == "nemotron_h"            // its linear_attention layers are Mamba-2
+	nemotron := modelType == "nemotron_h"        // its linear_attention layers are Mamba-2
+	if len(types) == 0 && modelType == "jamba" { // JambaConfig's attn_layer_period and offset: the rest Mamba-1
+		period, ok := f.int("attn_layer_period")
+		if !ok {
+			period = 8
+		}
+		offset, ok := f.int("attn_layer_offset")
+		if !ok {
+			offset = 4
+		}
+		if period <= 0 {
+			return fmt.Errorf("%s: attn_layer_period %d must be positive", path, period)
+		}
+		for i := range t.Layers {
+			if i%period == offset {
+				t.FullAttentionLayers++
+			} else {
+				t.MambaLayers++
+			}
+		}
+		return nil
+	}
 	if len(types) == 0 && modelType == "falcon_h1" { // attention and a Mamba-2 mixer side by side in every layer
 		t.FullAttentionLayers, t.MambaLayers = t.Layers, t.Layers
 		return nil

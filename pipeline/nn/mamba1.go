@@ -106,6 +106,11 @@ type Mamba1Options struct {
 	RMSEps float64
 	// Chunk is the scan's chunk for several tokens (a power of two).
 	Chunk int
+	// DtNorm, BNorm and CNorm, when set, are RMSNorm weights for dt's
+	// low-rank input, B and C (Jamba's dt_layernorm, b_layernorm,
+	// c_layernorm), with eps NormEps.
+	DtNorm, BNorm, CNorm *Node
+	NormEps              float64
 }
 
 // rmsNoWeight is FalconMamba's rms_forward: x over its RMS in float32,
@@ -151,6 +156,9 @@ func Mamba1(d Mamba1Dims, w Mamba1Params, x, conv, ssm *Node, step *lm.Step, o M
 	cm := SliceAxis(sp, 2, AxisRange(d.Rank+d.State, d.Rank+2*d.State))
 	if o.RMSEps > 0 {
 		low, bm, cm = rmsNoWeight(low, o.RMSEps), rmsNoWeight(bm, o.RMSEps), rmsNoWeight(cm, o.RMSEps)
+	}
+	if o.DtNorm != nil {
+		low, bm, cm = RMSNorm(low, o.DtNorm, o.NormEps, false), RMSNorm(bm, o.BNorm, o.NormEps, false), RMSNorm(cm, o.CNorm, o.NormEps, false)
 	}
 	dt := SoftplusTorch(ConvertDType(Linear(low, w.DtProj, w.DtProjBias), f32)) // [B, T, Inner]
 	dt = Mul(dt, ConvertDType(isReal, f32))                                     // no step on padding
