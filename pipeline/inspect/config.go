@@ -338,8 +338,14 @@ func (t *Text) layerKinds(f fields, path string) error {
 		if !ok {
 			offset = 4
 		}
-		if period <= 0 {
-			return fmt.Errorf("%s: attn_layer_period %d must be positive", path, period)
+		if period <= 0 || offset < 0 || offset >= period {
+			return fmt.Errorf("%s: attn_layer_period %d and attn_layer_offset %d: want the period positive and the offset in [0, period)", path, period, offset)
+		}
+		if _, ok := f.int("num_key_value_heads"); !ok {
+			t.KVHeads = 8 // JambaConfig's
+		}
+		if t.Vocab == 0 {
+			t.Vocab = 65536 // JambaConfig's
 		}
 		for i := range t.Layers {
 			if i%period == offset {

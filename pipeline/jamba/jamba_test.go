@@ -80,7 +80,8 @@ func TestLogitsMatchReference(t *testing.T) {
 	t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 }
 
-// TestSwitchesMatter: a reference that renormalizes the top k differs.
+// TestSwitchesMatter: a reference that renormalizes the top k, or whose
+// dt, B and C norms lose their weights, differs.
 func TestSwitchesMatter(t *testing.T) {
 	c := jambaref.Tiny()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
@@ -90,5 +91,17 @@ func TestSwitchesMatter(t *testing.T) {
 	}
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
 	renorm := &jambaref.Model{C: rm.C, W: rm.W, Renorm: true}
-	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3, refcheck.Mutant{Name: "the top k renormalized", Logits: renorm.Logits})
+	unnormed := &jambaref.Model{C: rm.C, W: map[string][]float64{}}
+	for n, v := range rm.W {
+		if strings.HasSuffix(n, "_layernorm.weight") && strings.Contains(n, ".mamba.") { // the dt, B and C norms' weights all 1
+			ones := make([]float64, len(v))
+			for i := range ones {
+				ones[i] = 1
+			}
+			v = ones
+		}
+		unnormed.W[n] = v
+	}
+	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
+		refcheck.Mutant{Name: "the top k renormalized", Logits: renorm.Logits}, refcheck.Mutant{Name: "the dt, B and C norms without their weights", Logits: unnormed.Logits})
 }

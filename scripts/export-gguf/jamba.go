@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tputool/tputool/pipeline/jamba"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -19,8 +20,17 @@ import (
 func runJamba(l *lm.Loaded, dir, out string, m *jamba.Model) error {
 	o := m.JambaOptions()
 	s, d := o.Spec, o.Mamba
-	if o.ProjBias || !o.ConvBias {
+	switch {
+	case o.ProjBias || !o.ConvBias:
 		return fmt.Errorf("%s: llama.cpp's jamba reads no in_proj or out_proj biases and takes conv1d's (mamba_proj_bias false, mamba_conv_bias true)", dir)
+	case d.Inner != 2*s.Hidden:
+		return fmt.Errorf("%s: mamba_expand × hidden_size = %d; llama.cpp's jamba takes mamba_expand 2 only", dir, d.Inner)
+	case s.Heads*s.HeadDim != s.Hidden:
+		return fmt.Errorf("%s: num_attention_heads %d × head_dim %d must be hidden_size %d for llama.cpp's jamba", dir, s.Heads, s.HeadDim, s.Hidden)
+	}
+	experts, used := o.Experts, o.TopK
+	if !slices.Contains(o.Sparse, true) { // dense everywhere: llama.cpp checks used <= count
+		experts, used = 0, 0
 	}
 	const a = "jamba."
 	meta, err := header(l, dir, "jamba")
@@ -45,8 +55,8 @@ func runJamba(l *lm.Loaded, dir, out string, m *jamba.Model) error {
 		{a + "ssm.inner_size", uint32(d.Inner)},
 		{a + "ssm.state_size", uint32(d.State)},
 		{a + "ssm.time_step_rank", uint32(d.Rank)},
-		{a + "expert_count", uint32(o.Experts)},
-		{a + "expert_used_count", uint32(o.TopK)},
+		{a + "expert_count", uint32(experts)},
+		{a + "expert_used_count", uint32(used)},
 	}...)
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")

@@ -1,0 +1,38 @@
+package inspect_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/inspect"
+)
+
+// TestJambaText: Jamba's layer pattern from config.json alone (one
+// attention layer in attn_layer_period, at attn_layer_offset; the rest
+// Mamba), JambaConfig's 8 KV heads and vocabulary when absent, and an
+// offset outside the period refused.
+func TestJambaText(t *testing.T) {
+	text := func(js string) (*inspect.Text, error) {
+		cfg, err := config.ParseModel([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inspect.TextConfig(cfg)
+	}
+	base := map[string]any{"architectures": []string{"JambaForCausalLM"}, "model_type": "jamba", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32}
+	b, _ := json.Marshal(base)
+	got, err := text(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FullAttentionLayers != 4 || got.MambaLayers != 28 || got.KVHeads != 8 || got.Vocab != 65536 || got.Mamba != nil {
+		t.Errorf("%+v", got)
+	}
+	base["attn_layer_offset"] = 9
+	b, _ = json.Marshal(base)
+	if _, err := text(string(b)); err == nil || !strings.Contains(err.Error(), "attn_layer_offset 9") {
+		t.Errorf("offset 9 of period 8: %v", err)
+	}
+}
