@@ -7,7 +7,8 @@
 # Nano, FAMILY=lfm2moe an LFM2-8B-A1B, FAMILY=lfm2 a dense LFM2-1.2B,
 # FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
 # an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE,
-# FAMILY=granitemoeshared the same with a shared MLP) on
+# FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
+# FAMILY=falconmamba a FalconMamba) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -213,7 +214,9 @@ phi3) DIR="${DIR:-/tmp/tputool-phi3-bench}" ;;
 afmoe) DIR="${DIR:-/tmp/tputool-afmoe-bench}" ;;
 granitemoe) DIR="${DIR:-/tmp/tputool-granitemoe-bench}" ;;
 granitemoeshared) DIR="${DIR:-/tmp/tputool-granitemoeshared-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe or granitemoeshared" >&2; exit 2 ;;
+jamba) DIR="${DIR:-/tmp/tputool-jamba-bench}" ;;
+falconmamba) DIR="${DIR:-/tmp/tputool-falconmamba-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba or falconmamba" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -440,6 +443,31 @@ elif [ ! -f "$DIR/hf/config.json" ] && { [ "$FAMILY" = granitemoe ] || [ "$FAMIL
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 49155
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = jamba ]; then
+  # Jamba-1.5-Mini's pattern at hidden 1024: attention on one layer in 8
+  # (at 4), 16 experts of 2048 (top 2) on every second layer, Mamba-1
+  # elsewhere (state 16, rank 64).
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["JambaForCausalLM"], "model_type": "jamba", "vocab_size": 65536, "hidden_size": 1024,
+ "intermediate_size": 2048, "num_hidden_layers": ${LAYERS:-8}, "num_attention_heads": 8, "num_key_value_heads": 2,
+ "hidden_act": "silu", "rms_norm_eps": 1e-06, "num_experts": 16, "num_experts_per_tok": 2,
+ "expert_layer_period": 2, "expert_layer_offset": 1, "attn_layer_period": 8, "attn_layer_offset": 4,
+ "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 64, "mamba_conv_bias": true,
+ "mamba_proj_bias": false, "tie_word_embeddings": false, "max_position_embeddings": 4096,
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65536
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = falconmamba ]; then
+  # FalconMamba-7B's mixer at hidden 1024 (state 16, rank 64), 8 layers.
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba", "vocab_size": 65024, "hidden_size": 1024,
+ "num_hidden_layers": ${LAYERS:-8}, "state_size": 16, "expand": 2, "conv_kernel": 4, "time_step_rank": 64,
+ "use_bias": false, "use_conv_bias": true, "hidden_act": "silu", "layer_norm_epsilon": 1e-05, "mixer_rms_eps": 1e-05,
+ "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 11, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65024
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
