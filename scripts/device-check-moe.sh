@@ -27,8 +27,8 @@
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
-#      Falcon-H1, a tiny FalconMamba and a tiny Jamba), the same
-#      prompts, 16
+#      Falcon-H1, a tiny FalconMamba, a tiny Jamba and a tiny Bamba),
+#      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
 #      512, 4 layers, 64 experts of 256, top 8), prompt 64, 32 new tokens,
@@ -525,9 +525,18 @@ cat >"$work/jamba.json" <<'EOF'
  "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 4, "tie_word_embeddings": false,
  "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Bamba: Mamba-2 layers (the gated norm over the whole width)
+# beside an attention layer that rotates half of each head.
+cat >"$work/bamba.json" <<'EOF'
+{"architectures": ["BambaForCausalLM"], "model_type": "bamba", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 96,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "attn_layer_indices": [1],
+ "mamba_n_heads": 4, "mamba_d_head": "auto", "mamba_n_groups": 2, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+ "mamba_chunk_size": 8, "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+ "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -360,6 +360,19 @@ func (t *Text) layerKinds(f fields, path string) error {
 		t.FullAttentionLayers, t.MambaLayers = t.Layers, t.Layers
 		return nil
 	}
+	if raw, ok := f["attn_layer_indices"]; ok && len(types) == 0 && modelType == "bamba" { // BambaConfig's layers_block_type
+		var idx []int
+		if err := json.Unmarshal(raw, &idx); err != nil && string(raw) != "null" {
+			return fmt.Errorf("%s: attn_layer_indices is %s; want a list of layer indices", path, raw)
+		}
+		types = slices.Repeat([]string{"mamba"}, t.Layers)
+		for _, i := range idx {
+			if i < 0 || i >= t.Layers {
+				return fmt.Errorf("%s: attn_layer_indices holds %d, outside the %d layers", path, i, t.Layers)
+			}
+			types[i] = "attention"
+		}
+	}
 	if len(types) == 0 && modelType == "granitemoehybrid" {
 		types = slices.Repeat([]string{"mamba"}, t.Layers) // GraniteMoeHybridConfig's layers_block_type without layer_types
 	}

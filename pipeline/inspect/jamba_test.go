@@ -36,3 +36,20 @@ func TestJambaText(t *testing.T) {
 		t.Errorf("offset 9 of period 8: %v", err)
 	}
 }
+
+// TestBambaText: Bamba's attention layers are those attn_layer_indices
+// names, the rest Mamba-2 with BambaConfig's sizes.
+func TestBambaText(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["BambaForCausalLM"], "model_type": "bamba", "hidden_size": 4096,
+		"num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "attn_layer_indices": [9, 18, 27]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FullAttentionLayers != 3 || got.MambaLayers != 29 || got.Mamba == nil || got.Mamba.Heads != 128 || got.Mamba.HeadDim != 64 {
+		t.Errorf("%+v, %+v", got, got.Mamba)
+	}
+}
