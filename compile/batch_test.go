@@ -13,6 +13,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	_ "github.com/tputool/tputool/pipeline/afmoe"
+	_ "github.com/tputool/tputool/pipeline/bamba"
 	_ "github.com/tputool/tputool/pipeline/falconh1"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
@@ -29,6 +30,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
 	"github.com/tputool/tputool/pipeline/serve"
 	"github.com/tputool/tputool/pipeline/testkit/afmoeref"
+	"github.com/tputool/tputool/pipeline/testkit/bambaref"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
@@ -350,6 +352,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"mamba", mambaref.Tiny().Write},                   // no attention at all: Mamba-1's state alone
 		{"falcon-mamba", mambaref.TinyFalcon().Write},      // the same with dt, B and C normed
 		{"jamba", jambaref.Tiny().Write},                   // Mamba-1 and unrotated attention layers, experts on every second
+		{"bamba", bambaref.Tiny().Write},                   // Mamba-2 beside attention rotating half of each head
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

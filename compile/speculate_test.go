@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/testkit/bambaref"
 	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/jambaref"
@@ -277,7 +278,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 		name  string
 		write func(dir string) error
 	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write},
-		{"falcon-h1", falconh1ref.Tiny().Write}, {"mamba", mambaref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}, {"jamba", jambaref.Tiny().Write}} {
+		{"falcon-h1", falconh1ref.Tiny().Write}, {"mamba", mambaref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}, {"jamba", jambaref.Tiny().Write}, {"bamba", bambaref.Tiny().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }

@@ -70,9 +70,22 @@ func Resolve(cfg *config.File) (Options, error) {
 		return Options{}, err
 	}
 	// BambaConfig sets partial_rotary_factor to 0.5 whatever config.json
-	// says; the rotary is built from a copy of the config that says so.
+	// says; the rotary is built from a copy of the config that says so,
+	// at the top level and in rope_parameters.
 	raw := maps.Clone(cfg.Raw)
 	raw["partial_rotary_factor"] = json.RawMessage("0.5")
+	if rp, ok := raw["rope_parameters"]; ok && string(rp) != "null" {
+		var params map[string]json.RawMessage
+		if err := json.Unmarshal(rp, &params); err != nil {
+			return Options{}, fmt.Errorf("%s: rope_parameters: expected an object: %w", where, err)
+		}
+		params["partial_rotary_factor"] = json.RawMessage("0.5")
+		b, err := json.Marshal(params)
+		if err != nil {
+			return Options{}, err
+		}
+		raw["rope_parameters"] = b
+	}
 	half := *cfg
 	half.Raw = raw
 	base, err := c.Resolve(&half, Defaults)
@@ -98,6 +111,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	var head int
 	switch err := json.Unmarshal(c.MambaDHead, &head); {
 	case len(c.MambaDHead) == 0 || string(c.MambaDHead) == `"auto"` || string(c.MambaDHead) == "null":
+		if d.Heads > 0 && inner%d.Heads != 0 {
+			return Options{}, fmt.Errorf("%s: mamba_n_heads %d must divide mamba_expand × hidden_size %d", where, d.Heads, inner)
+		}
 		if d.Heads > 0 {
 			d.HeadDim = inner / d.Heads
 		}

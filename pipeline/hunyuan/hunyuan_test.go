@@ -102,6 +102,7 @@ func TestConfig(t *testing.T) {
 		{`{"moe_topk": 65}`, "moe_topk 65"},
 		{`{"num_experts": "many"}`, "num_experts: expected an integer"},
 		{`{"rope_scaling": {"type": "dynamic", "alpha": -2.0}}`, "alpha must be positive"},
+		{`{"rope_scaling": {"type": "dynamic", "alpha": "x"}}`, "alpha must be a number"},
 	} {
 		var base, edit map[string]any
 		if err := json.Unmarshal([]byte(a13b), &base); err != nil {

@@ -96,6 +96,8 @@ type MoE struct {
 // num_hidden_layers).
 type fields map[string]json.RawMessage
 
+// int is the first of names that holds an integer, or a list of one
+// integer a layer that are all equal (HunYuan's moe_topk).
 func (f fields) int(names ...string) (int, bool) {
 	for _, n := range names {
 		raw, ok := f[n]
@@ -105,6 +107,10 @@ func (f fields) int(names ...string) (int, bool) {
 		var v *float64
 		if json.Unmarshal(raw, &v) == nil && v != nil && *v == float64(int(*v)) {
 			return int(*v), true
+		}
+		var list []float64
+		if json.Unmarshal(raw, &list) == nil && len(list) > 0 && list[0] == float64(int(list[0])) && !slices.ContainsFunc(list, func(x float64) bool { return x != list[0] }) {
+			return int(list[0]), true
 		}
 	}
 	return 0, false
@@ -296,9 +302,9 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
-		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k")
+		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k", "moe_topk")
 		moe.ExpertIntermediate, _ = f.int("moe_intermediate_size")
-		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_shared_expert")
 		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")
 		if moe.ExpertsPerToken <= 0 || moe.ExpertsPerToken > n {
 			return nil, fmt.Errorf("%s: %d experts but num_experts_per_tok is %d", m.Path, n, moe.ExpertsPerToken)
@@ -360,9 +366,9 @@ func (t *Text) layerKinds(f fields, path string) error {
 		t.FullAttentionLayers, t.MambaLayers = t.Layers, t.Layers
 		return nil
 	}
-	if raw, ok := f["attn_layer_indices"]; ok && len(types) == 0 && modelType == "bamba" { // BambaConfig's layers_block_type
+	if len(types) == 0 && modelType == "bamba" { // BambaConfig's layers_block_type: no attn_layer_indices (or null) is every layer Mamba
 		var idx []int
-		if err := json.Unmarshal(raw, &idx); err != nil && string(raw) != "null" {
+		if raw, ok := f["attn_layer_indices"]; ok && string(raw) != "null" && json.Unmarshal(raw, &idx) != nil {
 			return fmt.Errorf("%s: attn_layer_indices is %s; want a list of layer indices", path, raw)
 		}
 		types = slices.Repeat([]string{"mamba"}, t.Layers)

@@ -52,4 +52,16 @@ func TestBambaText(t *testing.T) {
 	if got.FullAttentionLayers != 3 || got.MambaLayers != 29 || got.Mamba == nil || got.Mamba.Heads != 128 || got.Mamba.HeadDim != 64 {
 		t.Errorf("%+v, %+v", got, got.Mamba)
 	}
+	// Without attn_layer_indices (BambaConfig's None) every layer is Mamba.
+	cfg, err = config.ParseModel([]byte(`{"architectures": ["BambaForCausalLM"], "model_type": "bamba", "hidden_size": 4096,
+		"num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = inspect.TextConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got.FullAttentionLayers != 0 || got.MambaLayers != 32 || got.Mamba == nil {
+		t.Errorf("no attn_layer_indices: %+v", got)
+	}
 }

@@ -127,10 +127,15 @@ func NewRope(p RopeParams) (*Rope, error) {
 		// to theta · alpha^(dim/(dim−2)) at every position.
 		// Only HunYuan's configs carry an alpha; 0 is none, as
 		// transformers tests it for truth.
-		if a, ok := num(p.Scaling, "alpha"); ok && a != 0 {
-			if a < 0 {
-				return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha must be positive, got %v", a)
-			}
+		a, ok := num(p.Scaling, "alpha")
+		switch v := p.Scaling["alpha"]; {
+		case v != nil && !ok:
+			return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha must be a number, got %v", v)
+		case a < 0:
+			return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha must be positive, got %v", a)
+		case a != 0 && dim <= 2:
+			return nil, fmt.Errorf("rope_scaling (rope_type \"dynamic\") alpha needs a rotary wider than 2 dimensions, got %d", dim)
+		case a != 0:
 			base *= math.Pow(a, float64(dim)/float64(dim-2))
 		}
 		r.InvFreq = defaultFreq(base)

@@ -35,6 +35,7 @@
 // folded into the weights, runFalconH1), Mamba and FalconMamba
 // (MambaForCausalLM, FalconMambaForCausalLM: llama.cpp's mamba,
 // runMamba), Jamba (JambaForCausalLM: llama.cpp's jamba, runJamba),
+// Bamba (BambaForCausalLM: llama.cpp's granitehybrid, runBamba),
 // Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
@@ -89,6 +90,7 @@ import (
 	"github.com/tputool/tputool/pipeline/afmoe"
 	_ "github.com/tputool/tputool/pipeline/apertus" // ApertusForCausalLM
 	_ "github.com/tputool/tputool/pipeline/arcee"   // ArceeForCausalLM
+	"github.com/tputool/tputool/pipeline/bamba"
 	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
@@ -198,6 +200,8 @@ func run(dir, out string) error {
 		return runMamba(l, dir, out, g)
 	case *jamba.Model:
 		return runJamba(l, dir, out, g)
+	case *bamba.Model:
+		return runBamba(l, dir, out, g)
 	case *granite.MoEModel:
 		o := g.Options()
 		return runGraniteMoE(l, dir, out, o.Options, o.Experts, o.TopK, o.MoEIntermediate, 0)
@@ -620,6 +624,36 @@ func (g *ggufTensors) addPaired(gguf string, heads int, name string) {
 	g.ts = append(g.ts, t)
 }
 
+// addPairedRot adds a q or k projection of heads heads whose rotary
+// turns each head's first rot rows only (a partial rotary in rotate-half
+// order): those rows permuted to adjacent pairs, the rest as stored.
+func (g *ggufTensors) addPairedRot(gguf string, heads, rot int, name string) {
+	if g.err != nil {
+		return
+	}
+	t, err := newTensor(g.l, gguf, []string{name}, false, 0)
+	if err != nil {
+		g.err = err
+		return
+	}
+	_, _, read := storedType(g.l, name)
+	t.write = func(w *bufio.Writer) error {
+		x, err := g.l.Tensor(name, read)
+		if err != nil {
+			return err
+		}
+		defer x.FinalizeAll()
+		if err := pairRows(x, heads, rot); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := writeData(w, x, t.typ); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	g.ts = append(g.ts, t)
+}
+
 // pairs adds each of ps, its GGUF name prefixed by blk ("blk.I.").
 func (g *ggufTensors) pairs(blk string, ps []ggufPair) {
 	for _, x := range ps {
@@ -684,7 +718,7 @@ func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool, pairHeads in
 				return err
 			}
 			if pairHeads > 0 {
-				if err := pairRows(x, pairHeads); err != nil {
+				if err := pairRows(x, pairHeads, 0); err != nil {
 					x.FinalizeAll()
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -702,22 +736,31 @@ func newTensor(l *lm.Loaded, gguf string, names []string, f32 bool, pairHeads in
 
 // pairRows permutes the rows of x [heads·D, in] within each head from
 // rotate-half order to adjacent pairs: row 2j of a head becomes its row j,
-// row 2j+1 its row j+D/2 (llama.cpp's convert_hf_to_gguf.py permutes
-// Llama-architecture q and k so; its rope then rotates pairs).
-func pairRows(x *tensors.Tensor, heads int) error {
+// row 2j+1 its row j+R/2, for the R = rot rotated rows (rot 0: the whole
+// head); rows from R on stay (llama.cpp's convert_hf_to_gguf.py permutes
+// Llama-architecture q and k so; its rope then rotates pairs, the first
+// rope.dimension_count rows of a head).
+func pairRows(x *tensors.Tensor, heads, rot int) error {
 	dims := x.Shape().Dimensions
 	if len(dims) != 2 || dims[0]%(2*heads) != 0 {
 		return fmt.Errorf("shape %v does not hold %d heads of an even size", dims, heads)
 	}
 	d := dims[0] / heads
+	r := rot
+	if r == 0 {
+		r = d
+	}
+	if r%2 != 0 || r > d {
+		return fmt.Errorf("a rotary of %d rows in heads of %d", r, d)
+	}
 	return x.MutableBytes(func(b []byte) {
 		row := len(b) / dims[0]
-		head := make([]byte, d*row)
+		head := make([]byte, r*row)
 		for h := 0; h < heads; h++ {
 			src := b[h*d*row : (h+1)*d*row]
-			for j := 0; j < d/2; j++ {
+			for j := 0; j < r/2; j++ {
 				copy(head[2*j*row:(2*j+1)*row], src[j*row:(j+1)*row])
-				copy(head[(2*j+1)*row:(2*j+2)*row], src[(j+d/2)*row:(j+d/2+1)*row])
+				copy(head[(2*j+1)*row:(2*j+2)*row], src[(j+r/2)*row:(j+r/2+1)*row])
 			}
 			copy(src, head)
 		}

@@ -24,7 +24,9 @@ type Bamba struct {
 	// Rotary is the rotated share of each head (0.5, BambaConfig's);
 	// the tests vary it to show it matters.
 	Rotary float64
-	Seed   uint64
+	// ProjBias gives in_proj and out_proj biases (mamba_proj_bias).
+	ProjBias bool
+	Seed     uint64
 }
 
 // Tiny is a small Bamba: 3 layers, attention at 1, hidden 32, 4 heads of
@@ -32,6 +34,14 @@ type Bamba struct {
 func Tiny() Bamba {
 	return Bamba{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, MambaHeads: 4, MambaGroups: 2, MambaState: 8,
 		Attn: []int{1}, Theta: 10000, Eps: 1e-5, Rotary: 0.5, Seed: 90}
+}
+
+// TinyBias is Tiny with mamba_proj_bias: in_proj and out_proj biases,
+// and the attention layer first.
+func TinyBias() Bamba {
+	c := Tiny()
+	c.ProjBias, c.Attn, c.Seed = true, []int{0}, 91
+	return c
 }
 
 func (c Bamba) attention(l int) bool {
@@ -67,6 +77,9 @@ func (c Bamba) tensors() []tensor {
 			add("self_attn.o_proj.weight", "linear", H, c.Heads*hd)
 		} else {
 			add("mamba.in_proj.weight", "linear", I+conv+c.MambaHeads, H)
+			if c.ProjBias {
+				add("mamba.in_proj.bias", "bias", I+conv+c.MambaHeads)
+			}
 			add("mamba.conv1d.weight", "linear", conv, 1, 4)
 			add("mamba.conv1d.bias", "bias", conv)
 			add("mamba.dt_bias", "dt_bias", c.MambaHeads)
@@ -74,6 +87,9 @@ func (c Bamba) tensors() []tensor {
 			add("mamba.D", "D", c.MambaHeads)
 			add("mamba.norm.weight", "norm", I)
 			add("mamba.out_proj.weight", "linear", H, I)
+			if c.ProjBias {
+				add("mamba.out_proj.bias", "bias", H)
+			}
 		}
 		add("pre_ff_layernorm.weight", "norm", H)
 		add("feed_forward.gate_proj.weight", "linear", c.Intermediate, H)
@@ -131,7 +147,7 @@ func (c Bamba) ConfigJSON() map[string]any {
 		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "intermediate_size": c.Intermediate, "num_hidden_layers": c.Layers,
 		"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "attn_layer_indices": c.Attn,
 		"mamba_n_heads": c.MambaHeads, "mamba_d_head": "auto", "mamba_n_groups": c.MambaGroups, "mamba_d_state": c.MambaState,
-		"mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 4, "mamba_conv_bias": true, "mamba_proj_bias": false,
+		"mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 4, "mamba_conv_bias": true, "mamba_proj_bias": c.ProjBias,
 		"hidden_act": "silu", "rms_norm_eps": c.Eps, "rope_theta": c.Theta, "tie_word_embeddings": false,
 		"max_position_embeddings": 256, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
 	}
@@ -182,12 +198,16 @@ func (m *Model) get(name string) []float64 {
 func (m *Model) mixer(l int) mamba2ref.Mixer {
 	c := m.C
 	p := fmt.Sprintf("model.layers.%d.mamba.", l)
-	return mamba2ref.Mixer{
+	mx := mamba2ref.Mixer{
 		Heads: c.MambaHeads, HeadDim: c.inner() / c.MambaHeads, Groups: c.MambaGroups, State: c.MambaState, Kernel: 4,
 		InProj: m.get(p + "in_proj.weight"), Conv: m.get(p + "conv1d.weight"), ConvBias: m.get(p + "conv1d.bias"),
 		DtBias: m.get(p + "dt_bias"), ALog: m.get(p + "A_log"), D: m.get(p + "D"),
 		Norm: m.get(p + "norm.weight"), OutProj: m.get(p + "out_proj.weight"), NormGroups: 1, Eps: c.Eps,
 	}
+	if c.ProjBias {
+		mx.InBias, mx.OutBias = m.get(p+"in_proj.bias"), m.get(p+"out_proj.bias")
+	}
+	return mx
 }
 
 // rotate turns the first rot dims of one head at position pos by Llama's
