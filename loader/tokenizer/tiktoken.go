@@ -207,7 +207,14 @@ func loadTiktokenDir(dir string) (t *Tokenizer, ok bool, err error) {
 		return t, true, nil
 	}
 	path := filepath.Join(dir, found[0].file)
-	return nil, false, errs.Unsupportedf("%s: a tiktoken ranks file whose tokenizer class is %q (%s); tputool reads it as %s only, as the pre-tokenizer pattern and special tokens are in the class's code", path, class, cfgPath, found[0].class)
+	named := fmt.Sprintf("whose tokenizer class is %q (%s)", class, cfgPath)
+	switch {
+	case data == nil:
+		named = fmt.Sprintf("without a %s to name its tokenizer class", cfgPath)
+	case class == "":
+		named = fmt.Sprintf("whose %s names no tokenizer_class or auto_map.AutoTokenizer", cfgPath)
+	}
+	return nil, false, errs.Unsupportedf("%s: a tiktoken ranks file %s; tputool reads it as %s only, as the pre-tokenizer pattern and special tokens are in the class's code", path, named, found[0].class)
 }
 
 // readRanks parses a ranks file: the token bytes by rank.
@@ -378,12 +385,11 @@ func kimiChunks(text string) []string {
 		return nil
 	}
 	var out []string
-	n := 0 // characters into the current 400,000
 	sliceStart := 0
 	for sliceStart < len(text) {
 		// One slice of at most kimiMaxChars characters.
 		end := len(text)
-		n = 0
+		n := 0 // characters into this slice
 		for i := range text[sliceStart:] {
 			if n == kimiMaxChars {
 				end = sliceStart + i

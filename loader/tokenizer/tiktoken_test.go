@@ -594,7 +594,10 @@ func TestTiktokenErrors(t *testing.T) {
 		"unknown class": {func(d string) {
 			writeJSONFile(t, filepath.Join(d, "tokenizer_config.json"), map[string]any{"tokenizer_class": "QWenTokenizer"})
 		}, `tokenizer class is "QWenTokenizer"`},
-		"no class": {func(d string) { os.Remove(filepath.Join(d, "tokenizer_config.json")) }, `tokenizer class is ""`},
+		"no config": {func(d string) { os.Remove(filepath.Join(d, "tokenizer_config.json")) }, "without a"},
+		"no class": {func(d string) {
+			writeJSONFile(t, filepath.Join(d, "tokenizer_config.json"), map[string]any{"bos_token": "<s>"})
+		}, "names no tokenizer_class"},
 		"bos not a token": {func(d string) {
 			writeJSONFile(t, filepath.Join(d, "tokenizer_config.json"), map[string]any{"tokenizer_class": "TikTokenTokenizer", "bos_token": "<s>"})
 		}, `"<s>" is not in the vocabulary`},

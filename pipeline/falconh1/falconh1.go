@@ -223,8 +223,25 @@ type Model struct {
 	o Options
 }
 
-// NewModel returns the decoder for resolved options.
-func NewModel(o Options) *Model { return &Model{Model: llama.NewModel(o.Options), o: o} }
+// NewModel returns the decoder for resolved options. The embedding and
+// lm_head multipliers are Falcon-H1's own (Embed, Head), not llama's,
+// which rounds a multiplier to the compute dtype first.
+func NewModel(o Options) *Model {
+	base := o.Options
+	base.EmbedScale, base.LogitScale = 1, 1
+	return &Model{Model: llama.NewModel(base), o: o}
+}
+
+// Embed implements lm.Model: embed_tokens times embedding_multiplier.
+func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
+	return scale(m.Model.Embed(w, tokens), m.o.EmbedScale)
+}
+
+// Head implements lm.Model: the final norm and lm_head, times
+// lm_head_multiplier.
+func (m *Model) Head(w *lm.Params, x *Node) *Node {
+	return scale(m.Model.Head(w, x), m.o.LogitScale)
+}
 
 // FalconOptions returns the resolved options.
 func (m *Model) FalconOptions() Options { return m.o }
@@ -259,7 +276,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 }
 
 // scale is x times v, x itself for 1: in float32 and rounded once, as
-// torch multiplies a bf16 tensor by a Python float.
+// torch multiplies a bf16 tensor by a Python float (the multiplier kept
+// in float32, not rounded to bf16 first).
 func scale(x *Node, v float64) *Node {
 	if v == 1 {
 		return x

@@ -206,7 +206,7 @@ func (m *Model) mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) 
 	mp := p.Scope("mamba")
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), o.Eps, false)
 	h, conv, ssm := nn.Mamba1(o.Mamba, nn.Mamba1ParamsOf(mp, o.ConvBias, o.ProjBias), h, state[0], state[1], step, nn.Mamba1Options{
-		Act: o.Act, Chunk: 16, NormEps: o.Eps,
+		Act: o.Act, Chunk: nn.Mamba1Chunk, NormEps: o.Eps,
 		DtNorm: mp.Get("dt_layernorm.weight"), BNorm: mp.Get("b_layernorm.weight"), CNorm: mp.Get("c_layernorm.weight"),
 	})
 	x = Add(x, h)

@@ -61,6 +61,9 @@ type Options struct {
 	// QKNormAfterRope applies QKNorm's per-head RMSNorms after the rotary
 	// embedding instead of before it, their weights named
 	// self_attn.query_layernorm and self_attn.key_layernorm (HunYuan).
+	// The two exclude each other (no family sets both; with both, the
+	// weights would be listed as QKNormAcross names them and read as this
+	// names them).
 	QKNormAfterRope bool
 	// ClipQKV > 0 clamps the query, key and value projections (after the
 	// norms across heads) to ±ClipQKV (OLMoE's clip_qkv).

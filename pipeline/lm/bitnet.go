@@ -114,8 +114,10 @@ func (l *Loaded) bitnetDType(name string) dtypes.DType {
 
 // bitnetInts is a BitNet weight as the integer source the CPU engine
 // holds as int8 (int8Source): the ternary codes as 8-bit values with zero
-// point 128 (code + 128: 127, 128, 129, and 130 for the unused 3), in
-// groups whose scale is the matrix's (weight_scale, or its inverse under
+// point 128 (the ternary value + 128, that is the stored code − 1 + 128:
+// 127, 128, 129, and 130 for the unused code 3), in groups of
+// bitnetGroup columns (a whole row when the width is not a multiple)
+// whose scale is the matrix's (weight_scale, or its inverse under
 // BitLinear). Held so, a weight is a byte a value, exactly.
 func (l *Loaded) bitnetInts(w WeightSpec) (*intSource, error) {
 	out, in := w.Shape[0], w.Shape[1]

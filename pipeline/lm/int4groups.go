@@ -398,7 +398,7 @@ func (l *Loaded) intSourceOf(name string, bits int) (*intSource, error) {
 	case ct != nil && (ct.Format == "pack-quantized" || ct.Format == "naive-quantized") && ct.Bits == bits,
 		ct != nil && ct.Format == ctNVFP4 && bits == 8: // NVFP4 reads as 8-bit codes
 		src, err = l.compressedInts(w)
-	case how == "bitnet" && bits == 8: // ternary codes read as 8-bit ones, a group a row
+	case how == "bitnet" && bits == 8: // ternary codes read as 8-bit ones, in groups of 64 columns
 		src, err = l.bitnetInts(w)
 	default:
 		return nil, nil

@@ -69,10 +69,6 @@ type Options struct {
 	Chunk int
 }
 
-// scanChunk is the prefill scan's chunk: 16 tokens, 4 rounds of the
-// prefix scan.
-const scanChunk = 16
-
 // unbounded is Spec.MaxPositions of a model without positions.
 const unbounded = 1 << 20
 
@@ -141,7 +137,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	// use_bias: MambaConfig's default is true, FalconMambaConfig's false
 	// (the releases write it).
-	o := Options{Spec: s, Mamba: d, Eps: lm.Or(c.LayerNormEpsilon, 1e-5), ConvBias: lm.Or(c.UseConvBias, true), ProjBias: lm.Or(c.UseBias, !falcon), Act: actFn, Chunk: scanChunk}
+	o := Options{Spec: s, Mamba: d, Eps: lm.Or(c.LayerNormEpsilon, 1e-5), ConvBias: lm.Or(c.UseConvBias, true), ProjBias: lm.Or(c.UseBias, !falcon), Act: actFn, Chunk: nn.Mamba1Chunk}
 	if falcon {
 		o.RMSEps = lm.Or(c.MixerRMSEps, 1e-6)
 	}

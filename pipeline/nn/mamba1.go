@@ -1,8 +1,6 @@
 package nn
 
 import (
-	"fmt"
-
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
@@ -97,6 +95,10 @@ func Mamba1ParamsOf(p *lm.Params, convBias, projBias bool) Mamba1Params {
 	}
 }
 
+// Mamba1Chunk is the prefill scan's chunk: 16 tokens, 4 rounds of the
+// prefix scan over [16, inner, state] float32 tensors.
+const Mamba1Chunk = 16
+
 // Mamba1Options are a Mamba-1 mixer's settings beyond its sizes.
 type Mamba1Options struct {
 	// Act is hidden_act (the convolution's and the gate's).
@@ -104,7 +106,8 @@ type Mamba1Options struct {
 	// RMSEps > 0 normalizes dt's low-rank input, B and C by their RMS
 	// without weights before use (FalconMamba's mixer_rms_eps).
 	RMSEps float64
-	// Chunk is the scan's chunk for several tokens (a power of two).
+	// Chunk is the scan's chunk for several tokens, rounded up to a
+	// power of two (Mamba1Chunk unless a test varies it).
 	Chunk int
 	// DtNorm, BNorm and CNorm, when set, are RMSNorm weights for dt's
 	// low-rank input, B and C (Jamba's dt_layernorm, b_layernorm,
@@ -132,8 +135,6 @@ func rmsNoWeight(x *Node, eps float64) *Node {
 // convolution and takes no step (dt 0), so a padded row's state stays
 // zero until its first token.
 func Mamba1(d Mamba1Dims, w Mamba1Params, x, conv, ssm *Node, step *lm.Step, o Mamba1Options) (*Node, *Node, *Node) {
-	dims := x.Shape().Dimensions
-	b, t := dims[0], dims[1]
 	dtype := x.DType()
 	f32 := dtypes.Float32
 	isReal := RealTokens(step, dtype) // [B, T, 1]
@@ -166,10 +167,7 @@ func Mamba1(d Mamba1Dims, w Mamba1Params, x, conv, ssm *Node, step *lm.Step, o M
 
 	y, ssm := Mamba1Scan(ConvertDType(xs, f32), dt, a, ConvertDType(bm, f32), ConvertDType(cm, f32), ssm, o.Chunk)
 	y = Add(y, Mul(ConvertDType(xs, f32), ExpandLeftToRank(ConvertDType(w.D, f32), 3)))
-	y = ConvertDType(Mul(ConvertDType(y, dtype), o.Act(gate)), dtype)
-	if y.Shape().Dimensions[1] != t || y.Shape().Dimensions[0] != b {
-		panic(fmt.Errorf("Mamba1: scan output %s for x %v", y.Shape(), dims))
-	}
+	y = Mul(ConvertDType(y, dtype), o.Act(gate))
 	return Linear(y, w.OutProj, w.OutProjBias), conv, ssm
 }
 

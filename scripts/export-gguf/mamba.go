@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mamba"
@@ -28,7 +29,7 @@ func runMamba(l *lm.Loaded, dir, out string, m *mamba.Model) error {
 		return fmt.Errorf("%s: llama.cpp's mamba reads no in_proj or out_proj biases and takes conv1d's (use_bias false, use_conv_bias true)", dir)
 	}
 	if o.RMSEps > 0 && o.RMSEps != o.Eps {
-		fmt.Printf("note: llama.cpp norms dt, B and C with layer_norm_epsilon %g, not mixer_rms_eps %g\n", o.Eps, o.RMSEps)
+		fmt.Fprintf(os.Stderr, "note: llama.cpp norms dt, B and C with layer_norm_epsilon %g, not mixer_rms_eps %g\n", o.Eps, o.RMSEps)
 	}
 	const a = "mamba."
 	meta, err := header(l, dir, "mamba")

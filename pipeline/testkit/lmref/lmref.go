@@ -504,7 +504,7 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				rmsnorm(h, x[t], m.w(p+"post_attention_layernorm.weight"), c.Eps, c.Gemma)
 			}
 			if c.Experts > 0 && c.HunYuan {
-				m.sparseNamed(o, h, p+"mlp.", "gate.wg.weight", lmckptQwenNames)
+				m.sparseNamed(o, h, p+"mlp.", "gate.wg.weight", qwenExpertNames)
 				m.sharedMLP(o, h, p+"mlp.shared_mlp.")
 				for i := range o {
 					x[t][i] += o[i]
@@ -610,9 +610,9 @@ func (m *Model) sparseBlock(out, h []float64, p string) {
 	m.sparseNamed(out, h, p, "gate.weight", [3]string{"w1.weight", "w3.weight", "w2.weight"})
 }
 
-// lmckptQwenNames are the experts' gate, up and down names of Qwen's
+// qwenExpertNames are the experts' gate, up and down names of Qwen's
 // layout (HunYuan's).
-var lmckptQwenNames = [3]string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+var qwenExpertNames = [3]string{"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
 
 // sharedMLP adds to out the SwiGLU under prefix p on h (HunYuan's
 // shared_mlp): down(silu(gate h) · up h).

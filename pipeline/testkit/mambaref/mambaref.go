@@ -184,20 +184,6 @@ func (m *Model) opt(on bool, name string) []float64 {
 	return m.get(name)
 }
 
-// rms is x over its RMS (FalconMamba's rms_forward, no weight).
-func rms(x []float64, eps float64) []float64 {
-	ms := 0.0
-	for _, v := range x {
-		ms += v * v
-	}
-	s := 1 / math.Sqrt(ms/float64(len(x))+eps)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v * s
-	}
-	return out
-}
-
 // Mixer is layer l's MambaMixer on h [T][hidden]: in_proj cut into x and
 // the gate; the causal conv1d and SiLU on x; x_proj cut into dt's input,
 // B and C (FalconMamba: each over its RMS); dt = softplus(dt_proj(·));
@@ -224,7 +210,7 @@ func (m *Model) Mixer(l int, h [][]float64) [][]float64 {
 		sp := lmckpt.Linear64(xs[t], m.get(p+"x_proj.weight"), nil)
 		low, B, C := sp[:R], sp[R:R+N], sp[R+N:]
 		if c.Falcon {
-			low, B, C = rms(low, c.RMSEps), rms(B, c.RMSEps), rms(C, c.RMSEps)
+			low, B, C = lmckpt.RMSNorm64(low, nil, c.RMSEps), lmckpt.RMSNorm64(B, nil, c.RMSEps), lmckpt.RMSNorm64(C, nil, c.RMSEps) // FalconMamba's rms_forward, no weight
 		}
 		dt := lmckpt.Linear64(low, m.get(p+"dt_proj.weight"), m.get(p+"dt_proj.bias"))
 		y := make([]float64, D)
