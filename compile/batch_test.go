@@ -16,6 +16,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/bamba"
 	_ "github.com/tputool/tputool/pipeline/falconh1"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/gemma3n"
 	_ "github.com/tputool/tputool/pipeline/gemma4"
 	_ "github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/jamba"
@@ -33,6 +34,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/bambaref"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/falconh1ref"
+	"github.com/tputool/tputool/pipeline/testkit/gemma3nref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
 	"github.com/tputool/tputool/pipeline/testkit/granitehref"
 	"github.com/tputool/tputool/pipeline/testkit/jambaref"
@@ -338,6 +340,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"gemma3", slidingTiny("Gemma3ForCausalLM").Write},
 		{"mistral", slidingTiny("MistralForCausalLM").Write},
 		{"gemma4-kv-sharing", gemma4ref.TinyE().Write},     // layers without a cache of their own
+		{"gemma3n", gemma3nref.Tiny().Write},               // AltUp's four streams carried with the per-layer inputs, KV sharing
 		{"deepseek-v3", dsref.TinyDeepSeek().Write},        // one latent cache a layer (MLA), keys and values at once
 		{"glm-4.5", dsref.TinyGLM().Write},                 // DeepSeek-V3's experts after grouped-query attention
 		{"minimax-m2", dsref.TinyMiniMax().Write},          // q/k norms over whole projections

@@ -27,7 +27,8 @@
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
-#      Falcon-H1, a tiny FalconMamba, a tiny Jamba and a tiny Bamba),
+#      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba and a
+#      tiny Gemma 3n),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -534,9 +535,20 @@ cat >"$work/bamba.json" <<'EOF'
  "mamba_chunk_size": 8, "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
  "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Gemma 3n: AltUp's four streams, LAuReL, the first two MLPs
+# sparse, the last two layers sharing earlier caches, a per-layer
+# vocabulary smaller than the model's.
+cat >"$work/gemma3n.json" <<'EOF'
+{"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text",
+ "vocab_size": 512, "vocab_size_per_layer_input": 400, "hidden_size": 64, "hidden_size_per_layer_input": 8,
+ "intermediate_size": [128, 128, 96, 128, 128, 128, 128], "num_hidden_layers": 7, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "sliding_window": 4, "num_kv_shared_layers": 2, "altup_num_inputs": 4, "laurel_rank": 8,
+ "activation_sparsity_pattern": [0.95, 0.8, 0, 0, 0, 0, 0], "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+ "final_logit_softcapping": 30.0, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -283,8 +283,15 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			// intermediate_size says otherwise.
 			if n := arch.Spec().Intermediate; n > 0 && n != text.Intermediate {
 				said := "config.json has no intermediate_size"
-				if text.Intermediate > 0 {
+				tc := cfg
+				if cfg.Text != nil {
+					tc = cfg.Text
+				}
+				switch raw := strings.TrimSpace(string(tc.Raw["intermediate_size"])); {
+				case text.Intermediate > 0:
 					said = fmt.Sprintf("intermediate_size in config.json: %d", text.Intermediate)
+				case strings.HasPrefix(raw, "["):
+					said = "config.json gives intermediate_size one a layer; this is the first layer's"
 				}
 				r.Notes = append(r.Notes, fmt.Sprintf("the MLPs are %d wide as the architecture derives them (%s)", n, said))
 				text.Intermediate = n

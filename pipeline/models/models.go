@@ -17,6 +17,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/exaone4"    // Exaone4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/falconh1"   // FalconH1ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/gemma3n"    // Gemma3nForConditionalGeneration, Gemma3nForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/glm"        // GlmForCausalLM, Glm4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
