@@ -79,9 +79,11 @@ type Options struct {
 	// PLE is hidden_size_per_layer_input, PLEVocab
 	// vocab_size_per_layer_input.
 	PLE, PLEVocab int
-	// Streams is altup_num_inputs; CoefClip altup_coef_clip (0: none);
-	// CorrectScale altup_correct_scale.
+	// Streams is altup_num_inputs; Clip says whether correction_coefs are
+	// clipped to ±CoefClip (altup_coef_clip, null: not);
+	// CorrectScale is altup_correct_scale.
 	Streams      int
+	Clip         bool
 	CoefClip     float64
 	CorrectScale bool
 	// Laurel is laurel_rank.
@@ -184,14 +186,14 @@ func Resolve(cfg *config.File) (Options, error) {
 	if a := lm.Or(c.AltupActiveIdx, 0); a != 0 {
 		return Options{}, errs.Unsupportedf("%s: altup_active_idx %d; transformers' Gemma 3n reads stream 0 in places whatever it says, and every release has 0", where, a)
 	}
-	o.CoefClip = 120
+	o.Clip, o.CoefClip = true, 120
 	if c.AltupCoefClip != nil {
 		o.CoefClip = *c.AltupCoefClip
-	} else if text.Has("altup_coef_clip") {
-		o.CoefClip = 0
+	} else if text.Has("altup_coef_clip") { // null: no clip
+		o.Clip = false
 	}
 	if o.CoefClip < 0 || math.IsNaN(o.CoefClip) {
-		return Options{}, fmt.Errorf("%s: altup_coef_clip must be positive or null, got %v", where, o.CoefClip)
+		return Options{}, fmt.Errorf("%s: altup_coef_clip must be at least 0 or null, got %v", where, o.CoefClip)
 	}
 	o.CorrectScale = lm.Or(c.AltupCorrectScale, true)
 	sparsity, err := sparsityPattern(where, c.ActivationSparsityPattern, s.Layers)
@@ -323,6 +325,9 @@ func ropes(where string, c *TextConfig, headDim, maxPos int) (map[string]*nn.Rop
 		if err != nil {
 			return nil, fmt.Errorf("%s: rope_parameters.%s: %w", where, kind, err)
 		}
+		if _, ok := m["rope_theta"]; !ok { // the legacy key's, or the default
+			m["rope_theta"] = params[kind]["rope_theta"]
+		}
 		params[kind] = m
 	}
 	out := map[string]*nn.Rope{}
@@ -332,8 +337,9 @@ func ropes(where string, c *TextConfig, headDim, maxPos int) (map[string]*nn.Rop
 		if theta <= 0 || math.IsNaN(theta) {
 			return nil, fmt.Errorf("%s: the %s layers' rotary needs a positive rope_theta", where, kind)
 		}
-		prf, _ := p["partial_rotary_factor"].(float64)
-		r, err := nn.NewRope(nn.RopeParams{Theta: theta, HeadDim: headDim, PartialRotaryFactor: prf, MaxPositions: maxPos, Scaling: p})
+		// Gemma 3n's rotary turns whole heads: a partial_rotary_factor is
+		// not read (its default rope parameters take head_dim).
+		r, err := nn.NewRope(nn.RopeParams{Theta: theta, HeadDim: headDim, MaxPositions: maxPos, Scaling: p})
 		if err != nil {
 			return nil, fmt.Errorf("%s: the %s layers' rotary: %w", where, kind, err)
 		}

@@ -14,7 +14,7 @@
 //     (prediction_coefs of a router over the first: router_norm, × 1/H,
 //     modality_router, tanh), runs on the first stream's prediction, and
 //     corrects every stream by its output (correction_coefs of the
-//     router over the output, + 1, times the innovation). The per-layer
+//     router over the output, clipped, + 1, times the innovation). The per-layer
 //     input is gated from the corrected first stream (× correct_output_scale)
 //     and added to the other streams. The head averages the first stream
 //     with altup_unembed_projections of the others, rescaled to its RMS.
@@ -288,7 +288,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	first := func(v *Node) *Node { return Reshape(SliceAxis(v, 2, AxisRange(0, 1)), b, t, h) }
 
 	// Predict: stream j gains Σ_i c[j·N + i] · stream i.
-	c := nn.Linear(m.router(alt, first(streams)), m.coefs(alt.Get("prediction_coefs.weight")), nil) // [B, T, N²]
+	c := nn.Linear(m.router(alt, first(streams)), alt.Get("prediction_coefs.weight"), nil) // [B, T, N²]
 	pred := Add(streams, Einsum("btji,btih->btjh", Reshape(c, b, t, n, n), streams))
 	active := first(pred)
 
@@ -302,7 +302,7 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	out := Add(mixed, m.norm(f, p.Get("post_feedforward_layernorm.weight")))
 
 	// Correct: every stream gains (1 + coef_j) · (out − its first prediction).
-	coef := AddScalar(nn.Linear(m.router(alt, out), m.coefs(alt.Get("correction_coefs.weight")), nil), 1) // [B, T, N]
+	coef := AddScalar(nn.Linear(m.router(alt, out), m.clipped(alt.Get("correction_coefs.weight")), nil), 1) // [B, T, N]
 	cor := Add(pred, Mul(Reshape(coef, b, t, n, 1), Reshape(Sub(out, active), b, t, 1, h)))
 
 	// The per-layer input, gated from the corrected first stream, joins
@@ -325,12 +325,12 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	return Concatenate([]*Node{Reshape(cor, b, t, n*h), rest}, 2), newState
 }
 
-// coefs is an AltUp coefficient matrix, clipped to ±altup_coef_clip as
-// transformers clamps correction_coefs (prediction_coefs are clipped
-// only in training; the converted releases hold them clipped).
-func (m *Model) coefs(w *Node) *Node {
-	if c := m.o.CoefClip; c > 0 {
-		return ClipScalar(w, -c, c)
+// clipped is correction_coefs clipped to ±altup_coef_clip, as
+// transformers' correct clamps them at every step (predict clamps
+// prediction_coefs only in training, so they are read as stored).
+func (m *Model) clipped(w *Node) *Node {
+	if m.o.Clip {
+		return ClipScalar(w, -m.o.CoefClip, m.o.CoefClip)
 	}
 	return w
 }

@@ -1,6 +1,7 @@
 package gemma3n_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -39,8 +40,8 @@ func configs() map[string]gemma3nref.Config {
 // backend and the cpu engine, against the float64 reference of
 // transformers' code; and in bfloat16 within 10%: four streams mixed and
 // re-mixed by every layer carry bf16's rounding further than one
-// residual does (measured: up to 4.5% on the cpu engine, 7.4% on the go
-// backend; without the sparse MLPs the same).
+// residual does (measured: up to 6.3%; without the sparse MLPs the
+// same).
 func TestLogitsMatchReference(t *testing.T) {
 	const steps = 5
 	for name, c := range configs() {
@@ -69,8 +70,10 @@ func TestLogitsMatchReference(t *testing.T) {
 
 // TestMutationsFail: the reference without the MLPs' sparsity, without
 // LAuReL, with the per-layer input on the first stream, with the
-// prediction coefficients transposed, or without correct_output_scale is
-// far from the model's logits.
+// prediction coefficients transposed, without correct_output_scale, with
+// the prediction coefficients clipped (transformers clips them only in
+// training) or the correction ones not clipped is far from the model's
+// logits.
 func TestMutationsFail(t *testing.T) {
 	l, ref := load(t, gemma3nref.Tiny())
 	p := prompts[1]
@@ -79,7 +82,9 @@ func TestMutationsFail(t *testing.T) {
 		refcheck.Mutant{Name: "no LAuReL", Logits: mutant(ref, func(m *gemma3nref.Model) { m.NoLaurel = true })},
 		refcheck.Mutant{Name: "per-layer input on stream 0", Logits: mutant(ref, func(m *gemma3nref.Model) { m.PLEOnFirstStream = true })},
 		refcheck.Mutant{Name: "prediction coefficients transposed", Logits: mutant(ref, func(m *gemma3nref.Model) { m.PredictTransposed = true })},
-		refcheck.Mutant{Name: "no correct_output_scale", Logits: mutant(ref, func(m *gemma3nref.Model) { m.NoCorrectScale = true })})
+		refcheck.Mutant{Name: "no correct_output_scale", Logits: mutant(ref, func(m *gemma3nref.Model) { m.NoCorrectScale = true })},
+		refcheck.Mutant{Name: "prediction coefficients clipped", Logits: mutant(ref, func(m *gemma3nref.Model) { m.ClipPrediction = true })},
+		refcheck.Mutant{Name: "correction coefficients not clipped", Logits: mutant(ref, func(m *gemma3nref.Model) { m.NoClip = true })})
 }
 
 func mutant(ref *gemma3nref.Model, set func(*gemma3nref.Model)) func([]int) [][]float64 {
@@ -122,6 +127,17 @@ func TestConfig(t *testing.T) {
 	}
 	if full, sl := o.Rope[lm.KindFull], o.Rope[lm.KindSliding]; full.RotaryDim != 256 || sl.RotaryDim != 256 || full.InvFreq[1] == sl.InvFreq[1] {
 		t.Errorf("ropes: full %d, sliding %d", full.RotaryDim, sl.RotaryDim)
+	}
+	// rope_parameters by kind: a missing rope_theta is the legacy key's,
+	// a partial_rotary_factor not read; altup_coef_clip null: no clip.
+	m, err = lm.New(configOf(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "rope_local_base_freq": 500.0,
+		"rope_parameters": {"sliding_attention": {"rope_type": "default", "partial_rotary_factor": 0.5}}, "altup_coef_clip": null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = m.(*gemma3n.Model).Options()
+	if sl := o.Rope[lm.KindSliding]; sl.RotaryDim != 256 || math.Abs(sl.InvFreq[1]-math.Pow(500, -2.0/256)) > 1e-12 || o.Clip {
+		t.Errorf("rope_parameters: rotary %d, inv_freq[1] %g, clip %v", sl.RotaryDim, sl.InvFreq[1], o.Clip)
 	}
 	for _, c := range []struct{ js, want string }{
 		{`"altup_active_idx": 1`, "altup_active_idx 1"},

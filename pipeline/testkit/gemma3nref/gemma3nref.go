@@ -36,14 +36,15 @@ type Config struct {
 // Tiny is shaped like E2B: 4 sliding layers to 1 full, the last two
 // layers sharing the keys and values of layers 3 (sliding) and 4 (full),
 // the first two layers' MLPs sparse, layer widths that differ, a
-// per-layer vocabulary smaller than the model's.
+// per-layer vocabulary smaller than the model's, and an altup_coef_clip
+// (0.25) that some coefficients pass.
 func Tiny() Config {
 	return Config{
 		Vocab: 96, PLEVocab: 80, Hidden: 32, Intermediate: []int{48, 48, 40, 48, 48, 48, 48},
 		Heads: 4, KVHeads: 2, HeadDim: 16,
 		Types:  []string{"s", "s", "s", "s", "f", "s", "f"},
 		Window: 3, SlidingTheta: 10000, FullTheta: 1e6, SharedLayers: 2, PLE: 8, Streams: 4, Laurel: 4,
-		CoefClip: 120, Sparsity: []float64{0.95, 0.8, 0, 0, 0, 0, 0}, Softcap: 30, Eps: 1e-6, Seed: 3,
+		CoefClip: 0.25, Sparsity: []float64{0.95, 0.8, 0, 0, 0, 0, 0}, Softcap: 30, Eps: 1e-6, Seed: 3,
 	}
 }
 
@@ -193,7 +194,7 @@ type Model struct {
 	C Config
 	W map[string][]float64
 	// Mutations, for tests that show a check can fail.
-	NoSparsity, NoLaurel, PLEOnFirstStream, PredictTransposed, NoCorrectScale bool
+	NoSparsity, NoLaurel, PLEOnFirstStream, PredictTransposed, NoCorrectScale, ClipPrediction, NoClip bool
 }
 
 // Load reads a checkpoint written by Write.
@@ -292,7 +293,7 @@ func (m *Model) router(p string, x []float64) []float64 {
 
 func (m *Model) clip(w []float64) []float64 {
 	out := append([]float64(nil), w...)
-	if c := m.C.CoefClip; c > 0 {
+	if c := m.C.CoefClip; !m.NoClip {
 		for i := range out {
 			out[i] = math.Max(-c, math.Min(c, out[i]))
 		}
@@ -311,7 +312,11 @@ func (m *Model) layer(li int, hs [][][]float64, ple [][]float64, kvOf map[int][2
 		pred[j] = make([][]float64, T)
 	}
 	for t := 0; t < T; t++ {
-		cf := lmckpt.Linear64(m.router(p, hs[0][t]), m.get(p+"altup.prediction_coefs.weight"), nil) // [N*N]
+		pw := m.get(p + "altup.prediction_coefs.weight") // clamped only in training
+		if m.ClipPrediction {
+			pw = m.clip(pw)
+		}
+		cf := lmckpt.Linear64(m.router(p, hs[0][t]), pw, nil) // [N*N]
 		for j := 0; j < N; j++ {
 			v := append([]float64(nil), hs[j][t]...)
 			for i := 0; i < N; i++ {
