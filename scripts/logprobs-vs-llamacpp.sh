@@ -21,7 +21,12 @@
 # a tokenizer_config.json with "add_bos_token": false beside a
 # "bos_token" the tokenizer holds, or ollama's Llama 4 prepends a BOS
 # tputool does not). Env: PROMPT, PORT (ollama's, 11600), DTYPE
-# (tputool's --dtype, f32), STEPS (4), KEEP (keep the work folder).
+# (tputool's --dtype, f32), TPUTOOL_ARGS (more flags for tputool serve,
+# such as --kv-cache-dtype bf16), KV_CACHE_TYPE (the llama.cpp runner's
+# KV cache type: "" is f16, its default; ollama v0.24.0 reads q8_0 and
+# q4_0 besides; "f32" needs a runner built with that case added to
+# llama/llama.go's kvCacheTypeFromStr), STEPS (4), KEEP (keep the work
+# folder).
 #
 # ollama's server runs an architecture it has ported to its own engine
 # (fs/ggml's OllamaEngineRequired: llama4, qwen3moe, nemotron_h,
@@ -70,7 +75,7 @@ if [ "$RUNNER" = llamacpp ]; then
   for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.2; done
   # Operation 2 is llm.LoadOperationCommit; FlashAttention 0 disabled.
   curl -sf "http://127.0.0.1:$PORT/load" -d "{\"Operation\": 2, \"BatchSize\": ${NUM_BATCH:-512}, \"KvSize\": 512,
-    \"Parallel\": 1, \"NumThreads\": $(nproc), \"FlashAttention\": 0}" > /dev/null
+    \"Parallel\": 1, \"NumThreads\": $(nproc), \"FlashAttention\": 0, \"KvCacheType\": \"${KV_CACHE_TYPE:-}\"}" > /dev/null
   for _ in $(seq 300); do # status 0: llm.ServerStatusReady
     curl -sf "http://127.0.0.1:$PORT/health" | grep -q '"status":0' && break
     sleep 0.2
@@ -103,7 +108,8 @@ else
   curl -sf "http://$OLLAMA_HOST/api/generate" -d "$req" > "$work/ollama.json"
   sed -n 's/.*msg="starting runner" cmd="\([^"]*--model[^"]*\)".*/ollama ran: \1/p' "$work/ollama.log" | head -1
 fi
-"$work/tputool" serve -m "$HF" --port 0 --json --dtype "$DTYPE" > "$work/serve.out" 2> "$work/serve.err" &
+# shellcheck disable=SC2086 # TPUTOOL_ARGS is words
+"$work/tputool" serve -m "$HF" --port 0 --json --dtype "$DTYPE" ${TPUTOOL_ARGS:-} > "$work/serve.out" 2> "$work/serve.err" &
 tserver=$!
 addr=""
 for _ in $(seq 300); do

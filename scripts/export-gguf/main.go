@@ -36,6 +36,8 @@
 // (MambaForCausalLM, FalconMambaForCausalLM: llama.cpp's mamba,
 // runMamba), Jamba (JambaForCausalLM: llama.cpp's jamba, runJamba),
 // Bamba (BambaForCausalLM: llama.cpp's granitehybrid, runBamba),
+// Gemma 3n (Gemma3nForConditionalGeneration, Gemma3nForCausalLM: llama.cpp's
+// gemma3n, runGemma3n),
 // Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
@@ -97,6 +99,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
 	"github.com/tputool/tputool/pipeline/falconh1"
 	"github.com/tputool/tputool/pipeline/gemma3"
+	"github.com/tputool/tputool/pipeline/gemma3n"
 	"github.com/tputool/tputool/pipeline/glm"
 	"github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/helium" // HeliumForCausalLM
@@ -202,6 +205,8 @@ func run(dir, out string) error {
 		return runJamba(l, dir, out, g)
 	case *bamba.Model:
 		return runBamba(l, dir, out, g)
+	case *gemma3n.Model:
+		return runGemma3n(l, dir, out, g)
 	case *granite.MoEModel:
 		o := g.Options()
 		return runGraniteMoE(l, dir, out, o.Options, o.Experts, o.TopK, o.MoEIntermediate, 0)
