@@ -75,8 +75,10 @@ var logprobHeadBytes = 32 << 20
 // holds beyond the weights and the KV caches, for up to rows prompts of
 // at most longest tokens: the attention scores (EmbedScoreBytes), the
 // step's hidden states in f32 (twice: the step's output and the rows
-// copied out of it) and three of the scoring head's pieces of logits
-// (the logits and two passes over them).
+// copied out of it; Hidden wide, so a model that carries more from layer
+// to layer, Gemma 3n's streams and per-layer inputs, holds a few times
+// this) and three of the scoring head's pieces of logits (the logits and
+// two passes over them).
 func PromptLogprobsBytes(s *lm.Spec, rows, longest int) int64 {
 	positions := rows * embedPositions(s, longest)
 	hidden := int64(positions) * int64(s.Hidden) * 4
@@ -165,7 +167,6 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 	for i, pr := range prompts {
 		out[i] = make([]sample.TokenLogprob, len(pr)-1)
 	}
-	h := r.spec.Hidden
 	most := logprobHeadRows(r.spec.VocabSize)
 	for st.Pending() > 0 {
 		n := st.throughSwitch(min(embedPiece, st.Pending()))
@@ -189,8 +190,12 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 				}
 			}
 		}
+		// The layers' output is [B, n, W]: W is Hidden, or wider where the
+		// model carries more than the residual stream from layer to layer
+		// (Gemma 3n's streams, the per-layer inputs); Head reads W.
+		h := hid.Shape().Dimensions[2]
 		var flat []float32
-		err = tensors.ConstFlatData(hid, func(v []float32) { // [B, n, Hidden]
+		err = tensors.ConstFlatData(hid, func(v []float32) { // [B, n, W]
 			flat = make([]float32, len(at)*h)
 			k := 0
 			for i := range prompts {
@@ -213,7 +218,7 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 				a := at[lo+k]
 				targets[k] = int32(prompts[a.row][a.tok])
 			}
-			res, err := r.scorePositions(flat[lo*h:hi*h], targets, most, topK)
+			res, err := r.scorePositions(flat[lo*h:hi*h], h, targets, most, topK)
 			if err != nil {
 				return nil, err
 			}
@@ -227,11 +232,11 @@ func (r *Runner) PromptLogprobsFrom(prompts [][]int, from []int, topK int) ([][]
 }
 
 // scorePositions runs the scoring head over len(targets) positions' last
-// hidden states x ([len(targets), Hidden] float32), padded to a bucket of
-// rows, and returns each target's log-probability, rank and, for topK,
-// alternatives.
-func (r *Runner) scorePositions(x []float32, targets []int32, most, topK int) ([]sample.TokenLogprob, error) {
-	n, h := len(targets), r.spec.Hidden
+// layer outputs x ([len(targets), h] float32, h the width the layers
+// carry), padded to a bucket of rows, and returns each target's
+// log-probability, rank and, for topK, alternatives.
+func (r *Runner) scorePositions(x []float32, h int, targets []int32, most, topK int) ([]sample.TokenLogprob, error) {
+	n := len(targets)
 	rows := logprobRowBucket(n, most)
 	xs := make([]float32, rows*h)
 	copy(xs, x)
@@ -354,9 +359,9 @@ func (h *minLogits) Pop() any {
 }
 
 // hiddenChunk runs the next n pending tokens of every row, as
-// finalChunk does, and returns the last layer's hidden states of each,
-// [B, n, Hidden] float32 (before the final norm), for the caller to
-// finalize.
+// finalChunk does, and returns the last layer's output for each, [B, n,
+// W] float32 (before the final norm; W is Hidden or what the model
+// carries beside it), for the caller to finalize.
 func (st *State) hiddenChunk(n int) (*tensors.Tensor, error) { return st.pendingOn(st.r.lp.hidden, n) }
 
 // hiddenGraph is stepGraph with the last layer's hidden states of every
@@ -395,7 +400,7 @@ func (r *Runner) logprobTopGraph(in []*graph.Node, k int) []*graph.Node {
 	return []*graph.Node{out[0], out[1], graph.Concatenate(picks, 1), graph.Concatenate(lps, 1)}
 }
 
-// logprobGraph: [hidden [N, H] float32, targets [N] int32, head
+// logprobGraph: [last layer outputs [N, W] float32, targets [N] int32, head
 // weights...] -> [the targets' log-probabilities [N] float32, the number
 // of logits strictly above each target's [N] int32] and, with logits,
 // [log-sum-exp [N] float32, logits [N, V] float32]. The head runs on all

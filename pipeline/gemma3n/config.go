@@ -271,14 +271,16 @@ func sparsityPattern(where string, raw json.RawMessage, layers int) ([]float64, 
 }
 
 // resolveLayers decides each layer's KV sharing (Gemma3nTextAttention:
-// from layer L − num_kv_shared_layers on, when that is above 0, a layer
+// from layer L − num_kv_shared_layers on, when that is above 0 (so none
+// when num_kv_shared_layers is L or more: the default 15 on a smaller
+// model), a layer
 // reads the cache of the last earlier unshared layer of its kind), MLP
 // width and sparsity.
 func (o *Options) resolveLayers(where string, shared int, inter []int, sparsity []float64) error {
 	s := &o.Spec
 	L := s.Layers
-	if shared < 0 || shared > L {
-		return fmt.Errorf("%s: num_kv_shared_layers %d must be in [0, num_hidden_layers %d]", where, shared, L)
+	if shared < 0 {
+		return fmt.Errorf("%s: num_kv_shared_layers must be at least 0, got %d", where, shared)
 	}
 	first := L - shared
 	o.Layer = make([]Layer, L)

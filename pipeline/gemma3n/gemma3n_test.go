@@ -139,12 +139,23 @@ func TestConfig(t *testing.T) {
 	if sl := o.Rope[lm.KindSliding]; sl.RotaryDim != 256 || math.Abs(sl.InvFreq[1]-math.Pow(500, -2.0/256)) > 1e-12 || o.Clip {
 		t.Errorf("rope_parameters: rotary %d, inv_freq[1] %g, clip %v", sl.RotaryDim, sl.InvFreq[1], o.Clip)
 	}
+	// num_kv_shared_layers past the layers: no sharing, as transformers'
+	// layer_idx >= first > 0.
+	m, err = lm.New(configOf(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "num_hidden_layers": 10}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ly := range m.(*gemma3n.Model).Options().Layer {
+		if ly.Source != -1 {
+			t.Errorf("10 layers, the default 15 shared: layer %d shares layer %d", i, ly.Source)
+		}
+	}
 	for _, c := range []struct{ js, want string }{
 		{`"altup_active_idx": 1`, "altup_active_idx 1"},
 		{`"intermediate_size": [1, 2]`, "intermediate_size has 2 entries for 35 layers"},
 		{`"activation_sparsity_pattern": [0.95]`, "activation_sparsity_pattern has 1 entries"},
 		{`"num_hidden_layers": 2, "activation_sparsity_pattern": [1.5, 0]`, "activation_sparsity_pattern[0] is 1.5"},
-		{`"num_kv_shared_layers": 40`, "num_kv_shared_layers 40"},
+		{`"num_kv_shared_layers": -1`, "num_kv_shared_layers must be at least 0"},
 		{`"altup_num_inputs": 1`, "altup_num_inputs 1"},
 		{`"hidden_activation": "swiglu"`, "hidden_activation"},
 		{`"rope_theta": -1`, "rope_theta"},

@@ -96,8 +96,6 @@ type MoE struct {
 // num_hidden_layers).
 type fields map[string]json.RawMessage
 
-// int is the first of names that holds an integer, or a list of one
-// integer a layer that are all equal (HunYuan's moe_topk).
 func (f fields) int(names ...string) (int, bool) {
 	for _, n := range names {
 		raw, ok := f[n]
@@ -108,8 +106,21 @@ func (f fields) int(names ...string) (int, bool) {
 		if json.Unmarshal(raw, &v) == nil && v != nil && *v == float64(int(*v)) {
 			return int(*v), true
 		}
+	}
+	return 0, false
+}
+
+// perLayer is int, or the value of a list of one integer a layer (layers
+// entries) that are all equal (HunYuan's moe_topk, moe_intermediate_size,
+// num_shared_expert).
+func (f fields) perLayer(layers int, names ...string) (int, bool) {
+	if v, ok := f.int(names...); ok {
+		return v, true
+	}
+	for _, n := range names {
 		var list []float64
-		if json.Unmarshal(raw, &list) == nil && len(list) > 0 && list[0] == float64(int(list[0])) && !slices.ContainsFunc(list, func(x float64) bool { return x != list[0] }) {
+		if raw, ok := f[n]; ok && json.Unmarshal(raw, &list) == nil && len(list) == layers && layers > 0 &&
+			list[0] == float64(int(list[0])) && !slices.ContainsFunc(list, func(x float64) bool { return x != list[0] }) {
 			return int(list[0]), true
 		}
 	}
@@ -302,9 +313,9 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
-		moe.ExpertsPerToken, _ = f.int("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k", "moe_topk")
-		moe.ExpertIntermediate, _ = f.int("moe_intermediate_size")
-		moe.SharedExperts, _ = f.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_shared_expert")
+		moe.ExpertsPerToken, _ = f.perLayer(t.Layers, "num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k", "moe_topk")
+		moe.ExpertIntermediate, _ = f.perLayer(t.Layers, "moe_intermediate_size")
+		moe.SharedExperts, _ = f.perLayer(t.Layers, "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_shared_expert")
 		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")
 		if moe.ExpertsPerToken <= 0 || moe.ExpertsPerToken > n {
 			return nil, fmt.Errorf("%s: %d experts but num_experts_per_tok is %d", m.Path, n, moe.ExpertsPerToken)

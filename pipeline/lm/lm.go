@@ -388,15 +388,18 @@ type Model interface {
 	// LayerState lists the state tensors of layer i for a batch and a
 	// static cache length (executors hold them as HeldState says).
 	LayerState(i int, batch, cacheLen int) []StateSpec
-	// Embed maps token ids [B, T] (int32) to hidden states [B, T, Hidden].
+	// Embed maps token ids [B, T] (int32) to hidden states [B, T, W]. W
+	// is Hidden, or wider for a model that carries more than the residual
+	// stream from layer to layer (Gemma 4's and Gemma 3n's per-layer
+	// inputs, Gemma 3n's streams); executors take W from the graph.
 	Embed(w *Params, tokens *graph.Node) *graph.Node
-	// Layer runs decoder layer i on hidden states [B, T, Hidden] for the
+	// Layer runs decoder layer i on hidden states [B, T, W] for the
 	// step described by step, reading its state (ordered as HeldState:
 	// LayerState's, then any KV scales) and returning the new hidden states
 	// and the new state in the same order.
 	Layer(i int, w *Params, x *graph.Node, state []*graph.Node, step *Step) (*graph.Node, []*graph.Node)
-	// Head maps hidden states [B, Hidden] to logits [B, VocabSize] (float32
-	// or the compute dtype).
+	// Head maps the last layer's hidden states [B, W] to logits [B,
+	// VocabSize] (float32 or the compute dtype).
 	Head(w *Params, x *graph.Node) *graph.Node
 }
 

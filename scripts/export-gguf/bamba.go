@@ -28,8 +28,9 @@ import (
 // them unrotated), so its GGUFs do not compute transformers' Bamba; see
 // docs/generation.md.
 //
-// Refused as runGraniteHybrid refuses them: mamba_n_groups > 1,
-// mamba_expand other than 2, mamba_proj_bias or no mamba_conv_bias.
+// Refused as runGraniteHybrid refuses them: attention or MLP biases,
+// mamba_n_groups > 1, mamba_expand other than 2, mamba_proj_bias or no
+// mamba_conv_bias.
 func runBamba(l *lm.Loaded, dir, out string, m *bamba.Model) error {
 	b := m.BambaOptions()
 	o, s, d := b.Options, b.Spec, b.Mamba
@@ -38,6 +39,8 @@ func runBamba(l *lm.Loaded, dir, out string, m *bamba.Model) error {
 	}
 	rot := o.Rope.RotaryDim
 	switch {
+	case o.QKVBias || o.OBias || o.MLPBias:
+		return fmt.Errorf("%s: attention or MLP biases; export-gguf writes Bamba without them", dir)
 	case b.ProjBias || !b.ConvBias:
 		return fmt.Errorf("%s: llama.cpp's granitehybrid reads no in_proj/out_proj biases and always adds conv1d's (mamba_proj_bias false, mamba_conv_bias true)", dir)
 	case d.Inner() != 2*s.Hidden:

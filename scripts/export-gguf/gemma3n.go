@@ -44,7 +44,13 @@ func runGemma3n(l *lm.Loaded, dir, out string, m *gemma3n.Model) error {
 	case o.FinalSoftcap != 30 || !o.CorrectScale:
 		return fmt.Errorf("%s: llama.cpp's gemma3n soft-caps at 30 and applies correct_output_scale always", dir)
 	case o.PLEVocab != s.VocabSize:
+		// The releases (262400 against 262144) are refused so: export-gguf
+		// exists for random cross-check and benchmark models.
 		return fmt.Errorf("%s: llama.cpp's gemma3n reads the per-layer table by the token id: vocab_size_per_layer_input %d must be vocab_size %d", dir, o.PLEVocab, s.VocabSize)
+	case o.Clip && o.CoefClip == 0:
+		return fmt.Errorf("%s: altup_coef_clip 0 zeroes the correction coefficients in transformers; llama.cpp reads them as stored", dir)
+	case o.Rope[lm.KindFull].Type != "default" || o.Rope[lm.KindSliding].Type != "default":
+		return fmt.Errorf("%s: export-gguf writes Gemma 3n without rope scaling", dir)
 	case s.Layers <= first:
 		return fmt.Errorf("%s: llama.cpp's gemma3n shares KV caches from layer 20 on: want more than 20 layers, got %d", dir, s.Layers)
 	}
@@ -149,7 +155,11 @@ func runGemma3n(l *lm.Loaded, dir, out string, m *gemma3n.Model) error {
 		}
 		for _, c := range []string{"altup.correction_coefs.weight", "altup.prediction_coefs.weight"} {
 			if g.err == nil {
-				g.err = checkClip(l, hf+c, o.CoefClip)
+				clip := 0.0 // altup_coef_clip null: nothing clipped
+				if o.Clip {
+					clip = o.CoefClip
+				}
+				g.err = checkClip(l, hf+c, clip)
 			}
 		}
 		g.pairs(b, pairs)
