@@ -8,7 +8,7 @@
 # FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
 # an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE,
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
-# FAMILY=falconmamba a FalconMamba) on
+# FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -190,6 +190,17 @@
 # built for baseline x86-64, 4x slower). DIR (default
 # /tmp/tputool-moe-bench) keeps the model between runs. Env: ROUNDS (3),
 # GEN (64 decode tokens), EXPERTS (tputool --experts, default graph).
+#
+# RUNNER=llamacpp (MODE=decode, bf16 only) times llama.cpp's own graph
+# through ollama's llama.cpp runner on the GGUF (`$OLLAMA runner`, loaded
+# over its HTTP API as scripts/logprobs-vs-llamacpp.sh does) instead of
+# ollama's server, for a family whose ollama engine cannot take
+# export-gguf's file: FAMILY=gemma3n needs it (ollama's gemma3n engine
+# reads SentencePiece vocabularies only). FAMILY=gemma3n: a
+# Gemma3nForConditionalGeneration of the releases' layout at hidden 768
+# (25 layers: llama.cpp's graph fixes KV sharing from layer 20 and the
+# first 10 MLPs sparse; 6 heads of 128 over 2, MLPs of 3072, LAuReL 64,
+# per-layer inputs of 256, vocab 32768 for both tables), bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -216,7 +227,8 @@ granitemoe) DIR="${DIR:-/tmp/tputool-granitemoe-bench}" ;;
 granitemoeshared) DIR="${DIR:-/tmp/tputool-granitemoeshared-bench}" ;;
 jamba) DIR="${DIR:-/tmp/tputool-jamba-bench}" ;;
 falconmamba) DIR="${DIR:-/tmp/tputool-falconmamba-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba or falconmamba" >&2; exit 2 ;;
+gemma3n) DIR="${DIR:-/tmp/tputool-gemma3n-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba or gemma3n" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -468,6 +480,17 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = falconmamba ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 65024
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = gemma3n ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text",
+ "vocab_size": 32768, "vocab_size_per_layer_input": 32768, "hidden_size": 768, "hidden_size_per_layer_input": 256,
+ "intermediate_size": 3072, "num_hidden_layers": 25, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 128,
+ "sliding_window": 512, "num_kv_shared_layers": 5, "altup_num_inputs": 4, "laurel_rank": 64,
+ "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-06,
+ "max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "bfloat16"}}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
@@ -505,15 +528,34 @@ PROMPT_LEN="${PROMPT_LEN:-512}"
 CTX=512
 [ "$MODE" = prefill ] && CTX=2048
 export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
+RUNNER="${RUNNER:-server}"
+TSERVER=""
+if [ "$RUNNER" = llamacpp ]; then
+  [ "$MODE" = decode ] && [ "${Q8:-0}" = 0 ] && [ "${Q4:-0}" = 0 ] && [ -f "$FROM" ] ||
+    { echo "RUNNER=llamacpp times bf16 decode on a GGUF only (MODE=decode, no Q8 or Q4)" >&2; exit 2; }
+  "$OLLAMA" runner --model "$FROM" --port "$PORT" > "$DIR/runner.log" 2>&1 &
+  SERVER=$!
+  trap 'kill $SERVER 2>/dev/null || true' EXIT
+  for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/health" > /dev/null && break; sleep 0.2; done
+  # Operation 2 is llm.LoadOperationCommit; FlashAttention 0 disabled.
+  curl -sf "http://$OLLAMA_HOST/load" -d "{\"Operation\": 2, \"BatchSize\": 512, \"KvSize\": $CTX,
+    \"Parallel\": 1, \"NumThreads\": $(nproc), \"FlashAttention\": 0}" > /dev/null
+  for _ in $(seq 600); do # status 0: llm.ServerStatusReady
+    curl -sf "http://$OLLAMA_HOST/health" | grep -q '"status":0' && break
+    sleep 0.2
+  done
+  tags=(llamacpp-bf16)
+  quant=("")
+else
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
-TSERVER=""
 trap 'kill $SERVER $TSERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
 printf 'FROM %s\n' "$FROM" > "$DIR/Modelfile"
 "$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 tags=(moe-bf16)
 quant=("")
+fi
 if [ "${Q8:-0}" = 1 ]; then
   "$OLLAMA" show moe-q8 > /dev/null 2>&1 || # quantized once per DIR: ollama's server keeps the quantizer's memory
     "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
@@ -541,6 +583,14 @@ ollama_tok_s() { # median decode (or prompt) tok/s of 3 generations
     else
       prompt="$PROMPT"
       npred=$GEN
+    fi
+    if [ "$RUNNER" = llamacpp ]; then # the runner streams; its last line holds the counts
+      curl -sf "http://$OLLAMA_HOST/completion" -d "{\"prompt\":\"$prompt\",
+        \"options\":{\"num_predict\":$npred,\"temperature\":1,\"top_k\":40,\"top_p\":1,\"typical_p\":1,\"min_p\":0,\"seed\":1,\"repeat_penalty\":1,\"num_ctx\":$CTX}}" |
+        python3 -c 'import json,sys
+r = [json.loads(l) for l in sys.stdin if l.strip()][-1]
+print(r["eval_count"]/r["eval_duration"]*1e9) if r.get("eval_count") else sys.exit("llama.cpp runner: %s" % r)'
+      continue
     fi
     curl -sf "http://$OLLAMA_HOST/api/generate" -d "{\"model\":\"$1\",\"prompt\":\"$prompt\",\"raw\":true,\"stream\":false,
       \"options\":{\"num_predict\":$npred,\"temperature\":1,\"top_k\":40,\"seed\":1,\"num_thread\":$(nproc),\"num_ctx\":$CTX}}" |
