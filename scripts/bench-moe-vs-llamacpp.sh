@@ -8,7 +8,8 @@
 # FAMILY=phimoe a Phi-3.5-MoE, FAMILY=phi3 a dense Phi-4-mini, FAMILY=afmoe
 # an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE,
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
-# FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n) on
+# FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
+# FAMILY=bamba a Bamba) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -201,6 +202,11 @@
 # (25 layers: llama.cpp's graph fixes KV sharing from layer 20 and the
 # first 10 MLPs sparse; 6 heads of 128 over 2, MLPs of 3072, LAuReL 64,
 # per-layer inputs of 256, vocab 32768 for both tables), bf16.
+# FAMILY=bamba: a BambaForCausalLM of Bamba-9B's layer at hidden 1024 (8
+# layers, attention at 3 with 8 heads of 128 over 2 rotating half of each;
+# Mamba-2 of 32 heads of 64, state 128, one group, elsewhere; MLPs of
+# 4096; vocab 32768, untied), bf16, run by llama.cpp as its
+# granitehybrid.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -228,7 +234,8 @@ granitemoeshared) DIR="${DIR:-/tmp/tputool-granitemoeshared-bench}" ;;
 jamba) DIR="${DIR:-/tmp/tputool-jamba-bench}" ;;
 falconmamba) DIR="${DIR:-/tmp/tputool-falconmamba-bench}" ;;
 gemma3n) DIR="${DIR:-/tmp/tputool-gemma3n-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba or gemma3n" >&2; exit 2 ;;
+bamba) DIR="${DIR:-/tmp/tputool-bamba-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n or bamba" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -488,6 +495,17 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = gemma3n ]; then
  "sliding_window": 512, "num_kv_shared_layers": 5, "altup_num_inputs": 4, "laurel_rank": 64,
  "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-06,
  "max_position_embeddings": 4096, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "bfloat16"}}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = bamba ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["BambaForCausalLM"], "model_type": "bamba", "vocab_size": 32768, "hidden_size": 1024,
+ "intermediate_size": 4096, "num_hidden_layers": ${LAYERS:-8}, "num_attention_heads": 8, "num_key_value_heads": 2,
+ "attn_layer_indices": [3], "mamba_n_heads": 32, "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 128,
+ "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+ "rope_theta": 10000.0, "tie_word_embeddings": false, "max_position_embeddings": 4096,
+ "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
