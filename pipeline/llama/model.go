@@ -54,6 +54,11 @@ type Options struct {
 	// k_layernorm likewise), assembled into q_norm and k_norm
 	// (lm.WeightSpec.Parts).
 	QKLayerNormPerHead bool
+	// QKLayerNormShared applies one LayerNorm with a weight and a bias
+	// over head_dim to every query head and one to every key head
+	// (self_attn.q_layernorm, self_attn.k_layernorm [head_dim]: Phi's
+	// qk_layernorm), eps Eps, before the rotary embedding.
+	QKLayerNormShared bool
 	// QKNormAcross makes QKNorm's norms span every head of the projection
 	// at once (q_norm over heads·head_dim, k_norm over KV heads·head_dim,
 	// before the split into heads: MiniMax-M2's qk_norm_type per_layer).
@@ -382,6 +387,11 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 				}
 			}
 		}
+	case m.o.QKLayerNormShared:
+		add("self_attn.q_layernorm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.q_layernorm.bias", false, lm.Replicated, s.HeadDim)
+		add("self_attn.k_layernorm.weight", false, lm.Replicated, s.HeadDim)
+		add("self_attn.k_layernorm.bias", false, lm.Replicated, s.HeadDim)
 	case m.o.QKNorm && m.o.QKNormAfterRope:
 		add("self_attn.query_layernorm.weight", false, lm.Replicated, s.HeadDim)
 		add("self_attn.key_layernorm.weight", false, lm.Replicated, s.HeadDim)
@@ -545,6 +555,10 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.QKLayerNorm { // [B, T, H, D] by [H, D]
 		q = nn.LayerNorm(q, p.Get("q_norm.weight"), nil, m.o.Eps)
 		k = nn.LayerNorm(k, p.Get("k_norm.weight"), nil, m.o.Eps)
+	}
+	if m.o.QKLayerNormShared { // [B, T, H, D] by [D]
+		q = nn.LayerNorm(q, p.Get("q_layernorm.weight"), p.Get("q_layernorm.bias"), m.o.Eps)
+		k = nn.LayerNorm(k, p.Get("k_layernorm.weight"), p.Get("k_layernorm.bias"), m.o.Eps)
 	}
 	if m.rotates(i) {
 		rope := m.o.Rope

@@ -12,8 +12,10 @@
 // (lm.Renamer). transformers sums attn + mlp + residual in that order,
 // tputool residual + attn + mlp: the same up to float rounding.
 //
-// qk_layernorm (LayerNorms on the queries and keys, which no released
-// Phi uses) is refused by name.
+// qk_layernorm (which no released Phi sets) is PhiAttention's: one
+// biased LayerNorm over head_dim for every query head (q_layernorm) and
+// one for every key head (k_layernorm), before the rotary
+// (llama.Options.QKLayerNormShared).
 package phi
 
 import (
@@ -51,9 +53,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.QKLayerNorm {
-		return llama.Options{}, errs.Unsupportedf("%s: qk_layernorm (LayerNorms on Phi's queries and keys) is not supported", lm.ConfigName(cfg))
-	}
 	if c.ModelType == "phi-msft" || c.ModelType == "mixformer-sequential" {
 		return llama.Options{}, errs.Unsupportedf("%s: model_type %q is Phi's first remote-code layout (n_embd, n_layer, layers.N.mixer.*); tputool reads transformers' PhiForCausalLM (model_type phi)", lm.ConfigName(cfg), c.ModelType)
 	}
@@ -67,6 +66,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.QKVBias, o.OBias, o.MLPBias, o.HeadBias = true, true, true, true
 	o.LayerNorm, o.Parallel, o.UngatedMLP = true, true, true
 	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
+	o.QKLayerNormShared = c.QKLayerNorm
 	return o, nil
 }
 

@@ -29,7 +29,7 @@ func model(t *testing.T, js string) (*phi.Model, error) {
 // TestPhi2: Phi-2's config (32 layers, hidden 2560, 32 heads, MLP 10240,
 // vocabulary 51200, the rotary over 32 of 80 dims, untied, biases
 // everywhere) has 2,779,683,840 parameters, the card's 2.7B; the
-// checkpoint's names are read as Llama's; qk_layernorm is refused.
+// checkpoint's names are read as Llama's; qk_layernorm adds its norms.
 func TestPhi2(t *testing.T) {
 	m, err := model(t, `{"architectures": ["PhiForCausalLM"], "hidden_act": "gelu_new", "hidden_size": 2560, "intermediate_size": 10240,
 		"layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "phi", "num_attention_heads": 32, "num_hidden_layers": 32,
@@ -56,9 +56,22 @@ func TestPhi2(t *testing.T) {
 			t.Errorf("RenameWeight(%q) = %q, want %q", stored, got, want)
 		}
 	}
-	_, err = model(t, `{"architectures": ["PhiForCausalLM"], "qk_layernorm": true}`)
-	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "qk_layernorm") {
-		t.Errorf("qk_layernorm: %v, want an unsupported error naming it", err)
+	// qk_layernorm: a biased LayerNorm over head_dim for the query heads
+	// and one for the key heads, 4·head_dim parameters a layer more.
+	qk, err := model(t, `{"architectures": ["PhiForCausalLM"], "qk_layernorm": true}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := model(t, `{"architectures": ["PhiForCausalLM"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, w := range lm.Weights(qk) {
+		names[w.Name] = true
+	}
+	if d := lmckpt.Params(qk) - lmckpt.Params(plain); d != 24*4*64 || !names["model.layers.0.self_attn.q_layernorm.bias"] || !names["model.layers.23.self_attn.k_layernorm.weight"] {
+		t.Errorf("qk_layernorm: %d parameters more, want %d; q_layernorm.bias listed: %v", d, 24*4*64, names["model.layers.0.self_attn.q_layernorm.bias"])
 	}
 	_, err = model(t, `{"architectures": ["PhiForCausalLM"], "model_type": "phi-msft", "n_embd": 2560}`)
 	if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "phi-msft") {

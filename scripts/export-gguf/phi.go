@@ -20,6 +20,8 @@ func runPhi(l *lm.Loaded, dir, out string, m *phi.Model) error {
 		return fmt.Errorf("%s: %d heads of %d over hidden %d; llama.cpp's phi2 takes them equal", dir, s.Heads, s.HeadDim, s.Hidden)
 	case o.Rope.Type != "default":
 		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes Phi without it", dir, o.Rope.Type)
+	case o.QKLayerNormShared:
+		return fmt.Errorf("%s: qk_layernorm; llama.cpp's phi2 has no q/k norms", dir)
 	}
 	const a = "phi2."
 	meta, err := header(l, dir, "phi2")

@@ -420,6 +420,12 @@ func (t Tiny) phiTensors() []Tensor {
 		if c.StableLM || c.Olmo1 {
 			add("mlp.gate_proj.weight", "linear", c.Intermediate, H)
 		}
+		if c.Phi && c.QKNorm { // qk_layernorm: one biased LayerNorm for every query head, one for every key head
+			for _, n := range []string{"q_layernorm", "k_layernorm"} {
+				add("self_attn."+n+".weight", "norm", D)
+				add("self_attn."+n+".bias", "bias", D)
+			}
+		}
 		if c.StableLM && c.QKNorm { // qk_layernorm: a LayerNorm a head, each its own tensor
 			for h := range c.Heads {
 				add(fmt.Sprintf("self_attn.q_layernorm.norms.%d.weight", h), "norm", D)
@@ -562,7 +568,7 @@ func (t Tiny) ConfigJSON() map[string]any {
 		delete(j, "rms_norm_eps")
 	case "PhiForCausalLM":
 		j["model_type"], j["hidden_act"], j["layer_norm_eps"], j["partial_rotary_factor"] = "phi", "gelu_new", c.Eps, c.PartialRotary
-		j["qk_layernorm"] = false
+		j["qk_layernorm"] = c.QKNorm
 		delete(j, "rms_norm_eps")
 	case "ApertusForCausalLM":
 		// rope_scaling named, or ApertusConfig's Llama 3 scaling applies.

@@ -91,6 +91,8 @@ func tinyCases() []lmckpt.Tiny {
 	apertus.Apertus, apertus.QKNorm, apertus.HeadDim = true, true, 16 // xIELU without a gate, renamed norms, q/k norms per head
 	phi := llama
 	phi.Phi, phi.PartialRotary, phi.HeadDim, phi.KVHeads = true, 0.5, 8, 4 // parallel, biased LayerNorm, the rotary over 4 of 8 dims, biases everywhere
+	phiQK := phi
+	phiQK.QKNorm = true // qk_layernorm: one biased LayerNorm for the query heads, one for the key heads
 	starcoder := llama
 	starcoder.Starcoder2, starcoder.Tied, starcoder.KVHeads, starcoder.Window = true, true, 2, repeat(5, 3) // biased LayerNorms and projections, c_fc/c_proj, a window of 5
 	nemotron := llama
@@ -146,6 +148,7 @@ func tinyCases() []lmckpt.Tiny {
 		{Arch: "MinistralForCausalLM", Config: ministral8b, Seed: 19},
 		{Arch: "ApertusForCausalLM", Config: apertus, Seed: 20},
 		{Arch: "PhiForCausalLM", Config: phi, Seed: 21},
+		{Arch: "PhiForCausalLM", Config: phiQK, Seed: 37},
 		{Arch: "Starcoder2ForCausalLM", Config: starcoder, Seed: 22},
 		{Arch: "NemotronForCausalLM", Config: nemotron, Seed: 23},
 		{Arch: "StableLmForCausalLM", Config: stablelm, Seed: 24},
@@ -262,8 +265,8 @@ func TestLogitsMatchReference(t *testing.T) {
 // TestSwitchesMatter checks that TestLogitsMatchReference can fail where
 // a family departs from Llama in one switch: the reference with that
 // switch flipped (OLMo 1's clamp dropped, ERNIE 4.5's and Helium's rotary
-// on halves instead of pairs, Command R+'s and StableLM 2 12B's q/k
-// LayerNorms dropped) gives
+// on halves instead of pairs, Command R+'s, StableLM 2 12B's and Phi's
+// q/k LayerNorms dropped) gives
 // other logits than the model.
 func TestSwitchesMatter(t *testing.T) {
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
@@ -281,6 +284,7 @@ func TestSwitchesMatter(t *testing.T) {
 		{"HunYuanDenseV1ForCausalLM", 35, "no alpha on the rotary", func(c *lmref.Config) { c.RopeAlpha = 0 }},
 		{"HunYuanDenseV1ForCausalLM", 35, "no q/k norms", func(c *lmref.Config) { c.QKNorm = false }},
 		{"StableLmForCausalLM", 34, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
+		{"PhiForCausalLM", 37, "no q/k LayerNorms", func(c *lmref.Config) { c.QKNorm = false }},
 	} {
 		t.Run(fmt.Sprint(c.arch, c.seed), func(t *testing.T) {
 			var tc *lmckpt.Tiny

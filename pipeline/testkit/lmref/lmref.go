@@ -750,6 +750,16 @@ func (m *Model) phiHidden(tokens []int) [][]float64 {
 					}
 				}
 			}
+			if c.Phi && c.QKNorm { // PhiAttention's qk_layernorm: one biased LayerNorm over head_dim for the query heads, one for the key heads
+				for hd := 0; hd < c.Heads; hd++ {
+					head := q[t][hd*D : (hd+1)*D]
+					layernormBias(head, append([]float64(nil), head...), m.w(p+"self_attn.q_layernorm.weight"), m.w(p+"self_attn.q_layernorm.bias"), c.Eps)
+				}
+				for hd := 0; hd < c.KVHeads; hd++ {
+					head := k[t][hd*D : (hd+1)*D]
+					layernormBias(head, append([]float64(nil), head...), m.w(p+"self_attn.k_layernorm.weight"), m.w(p+"self_attn.k_layernorm.bias"), c.Eps)
+				}
+			}
 			if c.StableLM && c.QKNorm { // qk_layernorm: each head's own bias-free LayerNorm
 				for hd := 0; hd < c.Heads; hd++ {
 					head := q[t][hd*D : (hd+1)*D]
