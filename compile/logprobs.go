@@ -75,13 +75,12 @@ var logprobHeadBytes = 32 << 20
 // holds beyond the weights and the KV caches, for up to rows prompts of
 // at most longest tokens: the attention scores (EmbedScoreBytes), the
 // step's hidden states in f32 (twice: the step's output and the rows
-// copied out of it; Hidden wide, so a model that carries more from layer
-// to layer, Gemma 3n's streams and per-layer inputs, holds a few times
-// this) and three of the scoring head's pieces of logits (the logits and
-// two passes over them).
+// copied out of it; the carried width, lm.Spec.Carried, where a model
+// carries more than Hidden) and three of the scoring head's pieces of
+// logits (the logits and two passes over them).
 func PromptLogprobsBytes(s *lm.Spec, rows, longest int) int64 {
 	positions := rows * embedPositions(s, longest)
-	hidden := int64(positions) * int64(s.Hidden) * 4
+	hidden := int64(positions) * int64(max(s.Hidden, s.Carried)) * 4
 	head := int64(logprobRowBucket(positions, logprobHeadRows(s.VocabSize))) * int64(s.VocabSize) * 4
 	return EmbedScoreBytes(s, rows, longest) + 2*hidden + 3*head
 }

@@ -200,6 +200,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
+	o.Spec.Carried = o.Streams*s.Hidden + s.Layers*o.PLE
 	if err := o.resolveLayers(where, lm.Or(c.NumKVSharedLayers, 15), inter, sparsity); err != nil {
 		return Options{}, err
 	}

@@ -122,6 +122,9 @@ func TestConfig(t *testing.T) {
 			t.Errorf("layer %d: source %d, want %d", i, got, want)
 		}
 	}
+	if s.Carried != 4*2048+35*256 {
+		t.Errorf("carried width %d, want the 4 streams and 35 per-layer inputs of 256", s.Carried)
+	}
 	if o.Layer[9].Sparsity != 0.95 || o.Layer[10].Sparsity != 0 || o.Layer[0].Intermediate != 16384 {
 		t.Errorf("layers: %+v", o.Layer[:11])
 	}

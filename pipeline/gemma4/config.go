@@ -196,6 +196,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.PLE < 0 || (o.PLE > 0 && o.PLEVocab <= 0) {
 		return Options{}, fmt.Errorf("%s: hidden_size_per_layer_input %d and vocab_size_per_layer_input %d must be positive", where, o.PLE, o.PLEVocab)
 	}
+	if o.PLE > 0 {
+		o.Spec.Carried = s.Hidden + s.Layers*o.PLE
+	}
 	if c.EnableMoEBlock {
 		o.Experts, o.TopK, o.MoEIntermediate = lm.Or(c.NumExperts, 0), lm.Or(c.TopKExperts, 0), lm.Or(c.MoEIntermediateSize, 0)
 		if o.Experts <= 0 || o.MoEIntermediate <= 0 || o.TopK <= 0 || o.TopK > o.Experts {

@@ -43,6 +43,12 @@ type Spec struct {
 	ModelType    string
 	VocabSize    int
 	Hidden       int
+	// Carried is the width of the hidden states handed from layer to
+	// layer when it is more than Hidden (Gemma 4's E models and Gemma 3n
+	// carry their per-layer inputs, Gemma 3n its four streams); 0 is
+	// Hidden. Executors take the width from the graph; this is for
+	// memory estimates.
+	Carried      int
 	Layers       int
 	Heads        int
 	KVHeads      int
