@@ -45,6 +45,8 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/phi3ref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/zamba2ref"
+	_ "github.com/tputool/tputool/pipeline/zamba2"
 )
 
 // greedy is the index of the largest logit.
@@ -356,6 +358,7 @@ func TestBatchRecurrentAndRouted(t *testing.T) {
 		{"falcon-mamba", mambaref.TinyFalcon().Write},      // the same with dt, B and C normed
 		{"jamba", jambaref.Tiny().Write},                   // Mamba-1 and unrotated attention layers, experts on every second
 		{"bamba", bambaref.Tiny().Write},                   // Mamba-2 beside attention rotating half of each head
+		{"zamba2", zamba2ref.Tiny().Write},                 // shared attention blocks with per-layer adapters, the original embeddings carried
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

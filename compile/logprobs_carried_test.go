@@ -7,11 +7,13 @@ import (
 
 	"github.com/tputool/tputool/pipeline/testkit/gemma3nref"
 	"github.com/tputool/tputool/pipeline/testkit/gemma4ref"
+	"github.com/tputool/tputool/pipeline/testkit/zamba2ref"
 )
 
 // TestPromptLogprobsCarried: models whose layers carry more than the
 // residual stream (Gemma 4's E models: the per-layer inputs after it;
-// Gemma 3n: four streams, then the per-layer inputs) score every prompt
+// Gemma 3n: four streams, then the per-layer inputs; Zamba2: the
+// original embeddings after the stream) score every prompt
 // token as their float64 references do: the scoring head reads the whole
 // carried width, not Hidden values of it.
 func TestPromptLogprobsCarried(t *testing.T) {
@@ -29,6 +31,13 @@ func TestPromptLogprobsCarried(t *testing.T) {
 		}},
 		"gemma3n": {gemma3nref.Tiny().Write, func(dir string) (func([]int) [][]float64, error) {
 			m, err := gemma3nref.Load(dir, gemma3nref.Tiny())
+			if err != nil {
+				return nil, err
+			}
+			return m.Logits, nil
+		}},
+		"zamba2": {zamba2ref.Tiny().Write, func(dir string) (func([]int) [][]float64, error) {
+			m, err := zamba2ref.Tiny().Load(dir)
 			if err != nil {
 				return nil, err
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/mambaref"
 	"github.com/tputool/tputool/pipeline/testkit/nemotronhref"
 	"github.com/tputool/tputool/pipeline/testkit/qwenref"
+	"github.com/tputool/tputool/pipeline/testkit/zamba2ref"
 	"github.com/tputool/tputool/tpu"
 )
 
@@ -278,7 +279,7 @@ func TestDecodeManyRecurrent(t *testing.T) {
 		name  string
 		write func(dir string) error
 	}{{"qwen3.5", qwenref.TinyQwen35().Write}, {"granite-4.0-h", granitehref.TinyHybrid().Write}, {"nemotron-3-nano", nemotronhref.TinyNano().Write}, {"lfm2-moe", lfm2ref.TinyMoE().Write},
-		{"falcon-h1", falconh1ref.Tiny().Write}, {"mamba", mambaref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}, {"jamba", jambaref.Tiny().Write}, {"bamba", bambaref.Tiny().Write}} {
+		{"falcon-h1", falconh1ref.Tiny().Write}, {"mamba", mambaref.Tiny().Write}, {"falcon-mamba", mambaref.TinyFalcon().Write}, {"jamba", jambaref.Tiny().Write}, {"bamba", bambaref.Tiny().Write}, {"zamba2", zamba2ref.Tiny().Write}} {
 		t.Run(c.name, func(t *testing.T) { decodeManyRecurrent(t, c.write) })
 	}
 }

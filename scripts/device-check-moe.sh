@@ -27,8 +27,8 @@
 #      tiny GLM-4-0414, a tiny Cohere 2, a tiny Apertus, a tiny OLMo 1,
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
-#      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba and a
-#      tiny Gemma 3n),
+#      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
+#      Gemma 3n and a tiny Zamba2),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -546,9 +546,20 @@ cat >"$work/gemma3n.json" <<'EOF'
  "activation_sparsity_pattern": [0.95, 0.8, 0, 0, 0, 0, 0], "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
  "final_logit_softcapping": 30.0, "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}}
 EOF
+# A tiny Zamba2: two shared attention blocks taken in turn by three
+# hybrid layers (their adapters, the original embeddings beside the
+# stream), Mamba-2 layers between.
+cat >"$work/zamba2.json" <<'EOF'
+{"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+ "num_hidden_layers": 6, "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "mamba", "hybrid"], "num_attention_heads": 4,
+ "num_key_value_heads": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": 2, "n_mamba_heads": 4,
+ "chunk_size": 8, "num_mem_blocks": 2, "use_shared_attention_adapter": true, "adapter_rank": 8, "use_mem_rope": true,
+ "hidden_act": "gelu", "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": true,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

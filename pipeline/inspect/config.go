@@ -205,7 +205,9 @@ func TextConfig(m *config.File) (*Text, error) {
 			t.KVHeads = 1
 		}
 	}
-	if t.HeadDim, ok = f.int("head_dim"); !ok || t.HeadDim <= 0 {
+	if t.HeadDim, ok = f.int("head_dim"); f.string("model_type") == "zamba2" {
+		t.HeadDim = 2 * t.Hidden / t.Heads // Zamba2Config: attention on 2 × hidden_size, whatever attention_head_dim says
+	} else if !ok || t.HeadDim <= 0 {
 		if t.Hidden%t.Heads != 0 {
 			return nil, fmt.Errorf("%s: hidden_size %d is not a multiple of num_attention_heads %d and head_dim is not set", m.Path, t.Hidden, t.Heads)
 		}
@@ -277,15 +279,22 @@ func TextConfig(m *config.File) (*Text, error) {
 		} else {
 			// GraniteMoeHybridConfig's (Bamba's) names and defaults;
 			// mamba_d_head "auto" is mamba_expand × hidden_size / heads.
-			mb.Heads, _ = f.int("mamba_n_heads")
+			// Zamba2Config's: n_mamba_heads (8), mamba_ngroups, mamba_d_state
+			// 64, mamba_headdim recomputed from the width.
+			zamba2 := f.string("model_type") == "zamba2"
+			mb.Heads, _ = f.int("mamba_n_heads", "n_mamba_heads")
 			mb.HeadDim, _ = f.int("mamba_d_head")
 			mb.State, _ = f.int("mamba_d_state")
-			mb.Groups, _ = f.int("mamba_n_groups")
+			mb.Groups, _ = f.int("mamba_n_groups", "mamba_ngroups")
 			mb.ConvKernel, _ = f.int("mamba_d_conv")
+			heads, state := 128, 256
+			if zamba2 {
+				heads, state = 8, 64
+			}
 			for _, d := range []struct {
 				dst *int
 				v   int
-			}{{&mb.Heads, 128}, {&mb.State, 256}, {&mb.Groups, 1}, {&mb.ConvKernel, 4}} {
+			}{{&mb.Heads, heads}, {&mb.State, state}, {&mb.Groups, 1}, {&mb.ConvKernel, 4}} {
 				if *d.dst == 0 {
 					*d.dst = d.v
 				}
@@ -425,6 +434,9 @@ func (t *Text) layerKinds(f fields, path string) error {
 					t.LinearAttentionLayers++
 				}
 			case "mamba":
+				t.MambaLayers++
+			case "hybrid": // Zamba2's: a shared attention block (a KV cache of its own) before a Mamba-2 mixer
+				t.FullAttentionLayers++
 				t.MambaLayers++
 			case "mlp", "moe":
 				t.FeedForwardLayers++

@@ -65,3 +65,22 @@ func TestBambaText(t *testing.T) {
 		t.Errorf("no attn_layer_indices: %+v", got)
 	}
 }
+
+// TestZamba2Text: Zamba2's hybrid layers count as attention and Mamba-2
+// both, its heads are 2 × hidden_size / heads wide, and its Mamba sizes
+// take Zamba2Config's names.
+func TestZamba2Text(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 2560,
+		"num_attention_heads": 32, "num_hidden_layers": 6, "layers_block_type": ["mamba", "mamba", "hybrid", "mamba", "mamba", "hybrid"],
+		"n_mamba_heads": 80, "mamba_d_state": 64, "mamba_ngroups": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FullAttentionLayers != 2 || got.MambaLayers != 6 || got.HeadDim != 160 || got.Mamba == nil || got.Mamba.Heads != 80 || got.Mamba.State != 64 || got.Mamba.HeadDim != 64 {
+		t.Errorf("%+v, %+v", got, got.Mamba)
+	}
+}

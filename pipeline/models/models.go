@@ -52,4 +52,5 @@ import (
 	_ "github.com/tputool/tputool/pipeline/smollm3"    // SmolLM3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/stablelm"   // StableLmForCausalLM
 	_ "github.com/tputool/tputool/pipeline/starcoder2" // Starcoder2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/zamba2"     // Zamba2ForCausalLM
 )
