@@ -63,6 +63,7 @@ type Config struct {
 	AddBiasLinear             *bool           `json:"add_bias_linear"`
 	ChunkSize                 *int            `json:"chunk_size"`
 	TimeStepMin               *float64        `json:"time_step_min"`
+	TimeStepLimit             []float64       `json:"time_step_limit"`
 	NumMemBlocks              *int            `json:"num_mem_blocks"`
 	UseSharedAttentionAdapter *bool           `json:"use_shared_attention_adapter"`
 	AdapterRank               *int            `json:"adapter_rank"`
@@ -181,10 +182,14 @@ func Resolve(cfg *config.File) (Options, error) {
 		theta := lm.Or(c.RopeTheta, 10000)
 		var rp struct {
 			Theta *float64 `json:"rope_theta"`
+			Type  string   `json:"rope_type"`
 		}
 		if len(c.RopeParameters) > 0 && string(c.RopeParameters) != "null" {
 			if err := json.Unmarshal(c.RopeParameters, &rp); err != nil {
 				return Options{}, fmt.Errorf("%s: rope_parameters: %w", where, err)
+			}
+			if rp.Type != "" && rp.Type != "default" {
+				return Options{}, errs.Unsupportedf("%s: rope_parameters' rope_type %q; Zamba2's rotary is read as the default one only", where, rp.Type)
 			}
 			theta = lm.Or(rp.Theta, theta)
 		}
@@ -205,7 +210,12 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	o.Mamba = d
 	// Zamba2MambaMixer: the gated norm (eps 1e-5, in groups) after the
-	// gate, dt floored at time_step_min as transformers clamps it.
+	// gate, dt floored at time_step_min as transformers' torch_forward
+	// clamps it (its CUDA path and vLLM clamp to time_step_limit, none by
+	// default; a set time_step_limit is refused).
+	if l := c.TimeStepLimit; len(l) > 0 && !(len(l) == 2 && l[0] == 0 && l[1] >= math.MaxFloat64) {
+		return Options{}, errs.Unsupportedf("%s: time_step_limit %v; transformers' torch path floors dt at time_step_min whatever it says, its CUDA path clamps to it, and tputool reads neither", where, l)
+	}
 	o.Mixer = nn.Mamba2Options{Eps: 1e-5, NormGroups: d.Groups, Chunk: lm.Or(c.ChunkSize, 256), DtMin: lm.Or(c.TimeStepMin, 0.001)}
 	if o.Mixer.Chunk <= 0 || !(o.Mixer.DtMin >= 0) {
 		return Options{}, fmt.Errorf("%s: chunk_size must be positive and time_step_min at least 0", where)

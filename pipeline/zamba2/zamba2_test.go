@@ -121,6 +121,8 @@ func TestConfig(t *testing.T) {
 		{`"use_long_context": true`, "use_long_context"},
 		{`"hidden_act": "silu"`, "hidden_act"},
 		{`"num_mem_blocks": 0`, "num_mem_blocks"},
+		{`"time_step_limit": [0.001, 0.1]`, "time_step_limit"},
+		{`"use_mem_rope": true, "rope_parameters": {"rope_type": "linear", "factor": 2.0}`, "rope_type"},
 	} {
 		_, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80, `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
