@@ -83,9 +83,9 @@ func configOf(t *testing.T, js string) *config.File {
 }
 
 // TestConfig: Zamba2Config's defaults (Zamba2-2.7B: 54 layers, hybrid at
-// 6, 12, …, 42, 47 and 51, two blocks, attention heads of 160), each
-// hybrid layer naming its block under the block's first layer and its own
-// adapter slot, and the refusals.
+// 6, 12, …, 42, 47 and 51, attention heads of 160), each hybrid layer
+// naming its block under the block's first layer and its own adapter
+// slot, the releases' parameter counts, and the refusals.
 func TestConfig(t *testing.T) {
 	m, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80}`))
 	if err != nil {
@@ -111,6 +111,28 @@ func TestConfig(t *testing.T) {
 		if !names[want] {
 			t.Errorf("layer 47 does not list %s", want)
 		}
+	}
+	// Zamba2-2.7B's config (two blocks, no attention adapters): 2,662,214,560
+	// parameters, the card's 2.7B (each shared block and adapter counted
+	// once); Zamba2-1.2B's (one block, the rotary and q/k/v adapters,
+	// hybrid layers 5, 11, …, 35 of 38): 1,215,064,704, its 1.2B.
+	if n := lmckpt.Params(m); n != 2_662_214_560 {
+		t.Errorf("Zamba2-2.7B: %d parameters", n)
+	}
+	types := make([]string, 38)
+	for i := range types {
+		types[i] = `"mamba"`
+		if i%6 == 5 {
+			types[i] = `"hybrid"`
+		}
+	}
+	small, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 38, "n_mamba_heads": 64,
+		"mamba_d_state": 128, "use_mem_rope": true, "use_shared_attention_adapter": true, "layers_block_type": [`+strings.Join(types, ",")+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lmckpt.Params(small); n != 1_215_064_704 {
+		t.Errorf("Zamba2-1.2B: %d parameters", n)
 	}
 	for _, c := range []struct{ js, want string }{
 		{`"num_attention_heads": 7`, "num_attention_heads 7"},
