@@ -192,10 +192,12 @@
 # /tmp/tputool-moe-bench) keeps the model between runs. Env: ROUNDS (3),
 # GEN (64 decode tokens), EXPERTS (tputool --experts, default graph).
 #
-# RUNNER=llamacpp (MODE=decode, bf16 only) times llama.cpp's own graph
-# through ollama's llama.cpp runner on the GGUF (`$OLLAMA runner`, loaded
-# over its HTTP API as scripts/logprobs-vs-llamacpp.sh does) instead of
-# ollama's server, for a family whose ollama engine cannot take
+# RUNNER=llamacpp (MODE=decode) times llama.cpp's own graph through
+# ollama's llama.cpp runner on the GGUF (`$OLLAMA runner`, loaded over
+# its HTTP API as scripts/logprobs-vs-llamacpp.sh does; with Q8=1 or Q4=1
+# also on the q8_0 or q4_K_M blob ollama's server quantizes, one runner
+# a file on ports PORT+1, PORT+2, ...) instead of ollama's server, for a
+# family whose ollama engine cannot take
 # export-gguf's file: FAMILY=gemma3n needs it (ollama's gemma3n engine
 # reads SentencePiece vocabularies only). FAMILY=gemma3n: a
 # Gemma3nForConditionalGeneration of the releases' layout at hidden 768
@@ -549,21 +551,48 @@ export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_N
 RUNNER="${RUNNER:-server}"
 TSERVER=""
 if [ "$RUNNER" = llamacpp ]; then
-  [ "$MODE" = decode ] && [ "${Q8:-0}" = 0 ] && [ "${Q4:-0}" = 0 ] && [ -f "$FROM" ] ||
-    { echo "RUNNER=llamacpp times bf16 decode on a GGUF only (MODE=decode, no Q8 or Q4)" >&2; exit 2; }
-  "$OLLAMA" runner --model "$FROM" --port "$PORT" > "$DIR/runner.log" 2>&1 &
-  SERVER=$!
-  trap 'kill $SERVER 2>/dev/null || true' EXIT
-  for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/health" > /dev/null && break; sleep 0.2; done
-  # Operation 2 is llm.LoadOperationCommit; FlashAttention 0 disabled.
-  curl -sf "http://$OLLAMA_HOST/load" -d "{\"Operation\": 2, \"BatchSize\": 512, \"KvSize\": $CTX,
-    \"Parallel\": 1, \"NumThreads\": $(nproc), \"FlashAttention\": 0}" > /dev/null
-  for _ in $(seq 600); do # status 0: llm.ServerStatusReady
-    curl -sf "http://$OLLAMA_HOST/health" | grep -q '"status":0' && break
-    sleep 0.2
-  done
+  [ "$MODE" = decode ] && [ -f "$FROM" ] ||
+    { echo "RUNNER=llamacpp times decode on a GGUF only (MODE=decode)" >&2; exit 2; }
+  files=("$FROM")
   tags=(llamacpp-bf16)
   quant=("")
+  if [ "${Q8:-0}" = 1 ] || [ "${Q4:-0}" = 1 ]; then
+    # ollama's server quantizes the GGUF (its llama.cpp quantizer, no
+    # model loaded); each runner then reads the quantized blob.
+    "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
+    qserver=$!
+    for _ in $(seq 50); do curl -sf "http://$OLLAMA_HOST/api/version" > /dev/null && break; sleep 0.2; done
+    printf 'FROM %s\n' "$FROM" > "$DIR/Modelfile"
+    for q in ${Q8:+q8_0} ${Q4:+q4_K_M}; do
+      [ "$q" = q8_0 ] && [ "${Q8:-0}" != 1 ] && continue
+      [ "$q" = q4_K_M ] && [ "${Q4:-0}" != 1 ] && continue
+      "$OLLAMA" show "moe-$q" > /dev/null 2>&1 ||
+        "$OLLAMA" create "moe-$q" --quantize "$q" -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; kill $qserver; exit 1; }
+      files+=("$("$OLLAMA" show --modelfile "moe-$q" | sed -n 's/^FROM //p' | head -1)")
+      tags+=("llamacpp-$q")
+      if [ "$q" = q8_0 ]; then quant+=(int8); else quant+=(int4); fi
+    done
+    kill $qserver 2>/dev/null || true
+    wait $qserver 2>/dev/null || true
+  fi
+  # One runner a file, each on its own port (PORT+1, PORT+2, ...).
+  declare -A rport
+  pids=()
+  trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+  for i in "${!files[@]}"; do
+    rp=$((PORT + 1 + i))
+    rport[${tags[$i]}]=$rp
+    "$OLLAMA" runner --model "${files[$i]}" --port "$rp" > "$DIR/runner-$i.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 50); do curl -sf "http://127.0.0.1:$rp/health" > /dev/null && break; sleep 0.2; done
+    # Operation 2 is llm.LoadOperationCommit; FlashAttention 0 disabled.
+    curl -sf "http://127.0.0.1:$rp/load" -d "{\"Operation\": 2, \"BatchSize\": 512, \"KvSize\": $CTX,
+      \"Parallel\": 1, \"NumThreads\": $(nproc), \"FlashAttention\": 0}" > /dev/null
+    for _ in $(seq 600); do # status 0: llm.ServerStatusReady
+      curl -sf "http://127.0.0.1:$rp/health" | grep -q '"status":0' && break
+      sleep 0.2
+    done
+  done
 else
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
 SERVER=$!
@@ -573,7 +602,6 @@ printf 'FROM %s\n' "$FROM" > "$DIR/Modelfile"
 "$OLLAMA" create moe-bf16 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
 tags=(moe-bf16)
 quant=("")
-fi
 if [ "${Q8:-0}" = 1 ]; then
   "$OLLAMA" show moe-q8 > /dev/null 2>&1 || # quantized once per DIR: ollama's server keeps the quantizer's memory
     "$OLLAMA" create moe-q8 --quantize q8_0 -f "$DIR/Modelfile" > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
@@ -590,6 +618,7 @@ if [ "${Q4:-0}" = 1 ]; then
     quant+=("int4 --activations int8")
   fi
 fi
+fi
 PROMPT="The quick brown fox jumps over the lazy dog while the cat sleeps"
 
 REPS=$((PROMPT_LEN / 9))
@@ -603,7 +632,7 @@ ollama_tok_s() { # median decode (or prompt) tok/s of 3 generations
       npred=$GEN
     fi
     if [ "$RUNNER" = llamacpp ]; then # the runner streams; its last line holds the counts
-      curl -sf "http://$OLLAMA_HOST/completion" -d "{\"prompt\":\"$prompt\",
+      curl -sf "http://127.0.0.1:${rport[$1]}/completion" -d "{\"prompt\":\"$prompt\",
         \"options\":{\"num_predict\":$npred,\"temperature\":1,\"top_k\":40,\"top_p\":1,\"typical_p\":1,\"min_p\":0,\"seed\":1,\"repeat_penalty\":1,\"num_ctx\":$CTX}}" |
         python3 -c 'import json,sys
 r = [json.loads(l) for l in sys.stdin if l.strip()][-1]

@@ -418,7 +418,11 @@ func header(l *lm.Loaded, dir, arch string) ([]kv, error) {
 		eos = uint32(s.EOS[0])
 	}
 	fileType := uint32(0) // llama.cpp's LLAMA_FTYPE: all F32, mostly F16 (1) or BF16 (32)
-	switch l.StoredDType("model.embed_tokens.weight") {
+	embed := "model.embed_tokens.weight"
+	if ws := l.Model.EmbedWeights(); len(ws) > 0 { // the model's own name (Gemma 3n's model.language_model.*)
+		embed = ws[0].Name
+	}
+	switch l.StoredDType(embed) {
 	case dtypes.Float16:
 		fileType = 1
 	case dtypes.BFloat16:
