@@ -126,39 +126,48 @@ func TestGemma4Commands(t *testing.T) {
 		dir := t.TempDir()
 		require.NoError(t, c.Write(dir))
 		copyStoriesTokenizer(t, dir)
-		var want []int
-		var text string
-		for _, args := range [][]string{{"--device", "cpu"}, {"--device", "cpu:go"}, {"--device", "cpu", "--mode", "eager"}} {
-			e := genEnv(t)
-			full := append([]string{"--json"}, args[:2]...)
-			full = append(full, "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0")
-			full = append(full, args[2:]...)
-			require.Equal(t, ExitOK, e.run(full...), e.errOut.String())
-			var rs []jsonResult
-			require.NoError(t, json.Unmarshal(e.out.Bytes(), &rs), e.out.String())
-			require.Len(t, rs, 1)
-			if want == nil {
-				want, text = rs[0].TokenIDs, rs[0].Text
-			}
-			assert.Equal(t, want, rs[0].TokenIDs, "%v", args)
-		}
-		addr, _, stop := serveInProcess(t, "--model", dir)
-		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-			strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
-		require.NoError(t, err)
-		var completion struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&completion))
-		resp.Body.Close()
-		require.Len(t, completion.Choices, 1)
-		assert.Equal(t, text, completion.Choices[0].Text, "serve's greedy completion is generate's")
-		require.Equal(t, ExitOK, stop())
+		sameGreedyEverywhere(t, dir)
 
 		e := genEnv(t)
 		require.Equal(t, ExitOK, e.run("--json", "inspect", "--model", dir), e.errOut.String())
 		assert.Contains(t, e.out.String(), `"vision"`, "the vision tower is reported as skipped")
 	}
+}
+
+// sameGreedyEverywhere checks a checkpoint in dir (with a tokenizer)
+// through the commands: generate's greedy tokens for "Once upon a time"
+// are the same on cpu, cpu:go and in eager mode, and serve's greedy
+// completion is generate's text.
+func sameGreedyEverywhere(t *testing.T, dir string) {
+	t.Helper()
+	var want []int
+	var text string
+	for _, args := range [][]string{{"--device", "cpu"}, {"--device", "cpu:go"}, {"--device", "cpu", "--mode", "eager"}} {
+		e := genEnv(t)
+		full := append([]string{"--json"}, args[:2]...)
+		full = append(full, "generate", "--model", dir, "-p", "Once upon a time", "-n", "8", "--temperature", "0")
+		full = append(full, args[2:]...)
+		require.Equal(t, ExitOK, e.run(full...), e.errOut.String())
+		var rs []jsonResult
+		require.NoError(t, json.Unmarshal(e.out.Bytes(), &rs), e.out.String())
+		require.Len(t, rs, 1)
+		if want == nil {
+			want, text = rs[0].TokenIDs, rs[0].Text
+		}
+		assert.Equal(t, want, rs[0].TokenIDs, "%v", args)
+	}
+	addr, _, stop := serveInProcess(t, "--model", dir)
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`))
+	require.NoError(t, err)
+	var completion struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&completion))
+	resp.Body.Close()
+	require.Len(t, completion.Choices, 1)
+	assert.Equal(t, text, completion.Choices[0].Text, "serve's greedy completion is generate's")
+	require.Equal(t, ExitOK, stop())
 }
