@@ -141,49 +141,6 @@ func (c FalconH1) tensors() []tensor {
 	return out
 }
 
-// fill draws a tensor's values, u uniform in [-1, 1): linear u/sqrt(fan-in),
-// qk 2u/sqrt(fan-in), embed 0.25u, norm 1+0.2u, bias 0.2u, dt_bias from
-// about -4.5 to -1.5 across the heads, A_log log(1 to 4), D 1+0.3u (as
-// granitehref draws them, so the decays span slow to fast).
-func fill(r *lmckpt.Rand, t tensor) []float32 {
-	n := 1
-	for _, d := range t.shape {
-		n *= d
-	}
-	fan := n / t.shape[0]
-	v := make([]float32, n)
-	for i := range v {
-		u := r.Uniform()
-		f := 0.0
-		if n > 1 {
-			f = float64(i) / float64(n-1)
-		}
-		var x float64
-		switch t.init {
-		case "linear":
-			x = u / math.Sqrt(float64(fan))
-		case "qk":
-			x = 2 * u / math.Sqrt(float64(fan))
-		case "embed":
-			x = 0.25 * u
-		case "norm":
-			x = 1 + 0.2*u
-		case "bias":
-			x = 0.2 * u
-		case "dt_bias":
-			x = -4.5 + 3*f + 0.25*u
-		case "A_log":
-			x = math.Log(1 + 3*f + 0.25*u)
-		case "D":
-			x = 1 + 0.3*u
-		default:
-			panic("falconh1ref: unknown init " + t.init)
-		}
-		v[i] = float32(x)
-	}
-	return v
-}
-
 // ConfigJSON is the config.json with FalconH1Config's names.
 func (c FalconH1) ConfigJSON() map[string]any {
 	j := map[string]any{
@@ -214,7 +171,7 @@ func (c FalconH1) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: fill(r, t)})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: mamba2ref.Fill(r, t.shape, t.init, 0.25, "falconh1ref")})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}, ts)
 }

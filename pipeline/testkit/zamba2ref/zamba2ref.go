@@ -154,38 +154,7 @@ func (c Config) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
-		n := 1
-		for _, d := range t.shape {
-			n *= d
-		}
-		fan := n / t.shape[0]
-		v := make([]float32, n)
-		for i := range v {
-			u := r.Uniform()
-			f := 0.0
-			if n > 1 {
-				f = float64(i) / float64(n-1)
-			}
-			var x float64
-			switch t.init {
-			case "linear":
-				x = u / math.Sqrt(float64(fan))
-			case "embed":
-				x = 0.5 * u
-			case "norm":
-				x = 1 + 0.2*u
-			case "bias":
-				x = 0.2 * u
-			case "dt_bias":
-				x = -4.5 + 3*f + 0.25*u
-			case "A_log":
-				x = math.Log(1 + 3*f + 0.25*u)
-			case "D":
-				x = 1 + 0.3*u
-			}
-			v[i] = float32(x)
-		}
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: mamba2ref.Fill(r, t.shape, t.init, 0.5, "zamba2ref")})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}, ts)
 }
