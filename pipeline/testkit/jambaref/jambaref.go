@@ -11,7 +11,7 @@ import (
 	"math"
 
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
-	"github.com/tputool/tputool/pipeline/testkit/mamba2ref"
+	"github.com/tputool/tputool/pipeline/testkit/mambaref"
 )
 
 // Jamba describes a tiny Jamba.
@@ -94,48 +94,6 @@ func (c Jamba) tensors() []tensor {
 	return out
 }
 
-// fill draws a tensor's values, u uniform in [-1, 1): linear
-// u/sqrt(fan-in), qk 2u/sqrt(fan-in), router u·sqrt(6/fan-in), embed
-// 0.5u, norm 1+0.2u, bias 0.2u, dt_bias from about -4.5 to -1 across the
-// channels, A_log log(1 to 16) across each channel's states, D 1+0.3u.
-func fill(r *lmckpt.Rand, t tensor) []float32 {
-	n := 1
-	for _, d := range t.shape {
-		n *= d
-	}
-	fan := n / t.shape[0]
-	last := t.shape[len(t.shape)-1]
-	v := make([]float32, n)
-	for i := range v {
-		u := r.Uniform()
-		var x float64
-		switch t.init {
-		case "linear":
-			x = u / math.Sqrt(float64(fan))
-		case "qk":
-			x = 2 * u / math.Sqrt(float64(fan))
-		case "router":
-			x = u * math.Sqrt(6/float64(fan))
-		case "embed":
-			x = 0.5 * u
-		case "norm":
-			x = 1 + 0.2*u
-		case "bias":
-			x = 0.2 * u
-		case "dt_bias":
-			x = -4.5 + 3.5*float64(i)/float64(max(n-1, 1)) + 0.25*u
-		case "A_log":
-			x = math.Log(1 + 15*float64(i%last)/float64(max(last-1, 1)))
-		case "D":
-			x = 1 + 0.3*u
-		default:
-			panic("jambaref: unknown init " + t.init)
-		}
-		v[i] = float32(x)
-	}
-	return v
-}
-
 // ConfigJSON is the config.json with JambaConfig's names.
 func (c Jamba) ConfigJSON() map[string]any {
 	return map[string]any{
@@ -157,7 +115,7 @@ func (c Jamba) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: fill(r, t)})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: mambaref.Fill(r, t.shape, t.init, "jambaref")})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}, ts)
 }
@@ -199,37 +157,14 @@ func (m *Model) get(name string) []float64 {
 func (m *Model) mamba(l int, h [][]float64) [][]float64 {
 	c := m.C
 	p := fmt.Sprintf("model.layers.%d.mamba.", l)
-	D, N, R := c.inner(), c.State, c.Rank
-	xs, gates := make([][]float64, len(h)), make([][]float64, len(h))
-	for t := range h {
-		z := lmckpt.Linear64(h[t], m.get(p+"in_proj.weight"), nil)
-		xs[t], gates[t] = z[:D], z[D:]
-	}
-	xs = mamba2ref.CausalConv(xs, m.get(p+"conv1d.weight"), m.get(p+"conv1d.bias"), c.Kernel)
-	A := m.get(p + "A_log")
-	state := make([]float64, D*N)
-	out := make([][]float64, len(h))
-	for t := range xs {
-		for i, v := range xs[t] {
-			xs[t][i] = lmckpt.SiLU64(v)
-		}
-		sp := lmckpt.Linear64(xs[t], m.get(p+"x_proj.weight"), nil)
-		low := lmckpt.RMSNorm64(sp[:R], m.get(p+"dt_layernorm.weight"), c.Eps)
-		B := lmckpt.RMSNorm64(sp[R:R+N], m.get(p+"b_layernorm.weight"), c.Eps)
-		C := lmckpt.RMSNorm64(sp[R+N:], m.get(p+"c_layernorm.weight"), c.Eps)
-		dt := lmckpt.Linear64(low, m.get(p+"dt_proj.weight"), m.get(p+"dt_proj.bias"))
-		y := make([]float64, D)
-		for d := 0; d < D; d++ {
-			step := mamba2ref.Softplus(dt[d])
-			for n := 0; n < N; n++ {
-				state[d*N+n] = math.Exp(step*-math.Exp(A[d*N+n]))*state[d*N+n] + step*B[n]*xs[t][d]
-				y[d] += state[d*N+n] * C[n]
-			}
-			y[d] = (y[d] + m.get(p + "D")[d]*xs[t][d]) * lmckpt.SiLU64(gates[t][d])
-		}
-		out[t] = lmckpt.Linear64(y, m.get(p+"out_proj.weight"), nil)
-	}
-	return out
+	return mambaref.Mixer1{
+		Inner: c.inner(), State: c.State, Rank: c.Rank, Kernel: c.Kernel,
+		InProj: m.get(p + "in_proj.weight"), Conv: m.get(p + "conv1d.weight"), ConvBias: m.get(p + "conv1d.bias"),
+		XProj: m.get(p + "x_proj.weight"), DtProj: m.get(p + "dt_proj.weight"), DtBias: m.get(p + "dt_proj.bias"),
+		ALog: m.get(p + "A_log"), D: m.get(p + "D"), OutProj: m.get(p + "out_proj.weight"),
+		Normed: true, DtNorm: m.get(p + "dt_layernorm.weight"), BNorm: m.get(p + "b_layernorm.weight"), CNorm: m.get(p + "c_layernorm.weight"),
+		NormEps: c.Eps,
+	}.Forward(h)
 }
 
 // attention is layer l's JambaAttention on h: no position embedding.

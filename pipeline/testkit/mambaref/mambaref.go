@@ -77,25 +77,32 @@ func (c Mamba) tensors() []tensor {
 	return out
 }
 
-// fill draws a tensor's values, u uniform in [-1, 1): linear
-// u/sqrt(fan-in), embed 0.5u, norm 1+0.2u, bias 0.2u, dt_bias from about
-// -4.5 to -1 across the channels (dt from about 0.01 to 0.3), A_log
-// log(1 to 16) across each channel's states (the S4D-real
-// initialization's range, so decays run from slow to fast), D 1+0.3u.
-func fill(r *lmckpt.Rand, t tensor) []float32 {
+// Fill draws the values of a tensor of shape for the Mamba-1 tiny
+// checkpoints (mambaref, jambaref), u uniform in [-1, 1): linear
+// u/sqrt(fan-in), qk 2u/sqrt(fan-in), router u·sqrt(6/fan-in), embed
+// 0.5u, norm 1+0.2u, bias 0.2u, dt_bias from about -4.5 to -1 across the
+// channels (dt from about 0.01 to 0.3), A_log log(1 to 16) across each
+// channel's states (the S4D-real initialization's range, so decays run
+// from slow to fast), D 1+0.3u. who names the caller in the panic on an
+// unknown kind.
+func Fill(r *lmckpt.Rand, shape []int, kind, who string) []float32 {
 	n := 1
-	for _, d := range t.shape {
+	for _, d := range shape {
 		n *= d
 	}
-	fan := n / t.shape[0]
-	last := t.shape[len(t.shape)-1]
+	fan := n / shape[0]
+	last := shape[len(shape)-1]
 	v := make([]float32, n)
 	for i := range v {
 		u := r.Uniform()
 		var x float64
-		switch t.init {
+		switch kind {
 		case "linear":
 			x = u / math.Sqrt(float64(fan))
+		case "qk":
+			x = 2 * u / math.Sqrt(float64(fan))
+		case "router":
+			x = u * math.Sqrt(6/float64(fan))
 		case "embed":
 			x = 0.5 * u
 		case "norm":
@@ -109,7 +116,7 @@ func fill(r *lmckpt.Rand, t tensor) []float32 {
 		case "D":
 			x = 1 + 0.3*u
 		default:
-			panic("mambaref: unknown init " + t.init)
+			panic(who + ": unknown init " + kind)
 		}
 		v[i] = float32(x)
 	}
@@ -142,7 +149,7 @@ func (c Mamba) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: fill(r, t)})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: Fill(r, t.shape, t.init, "mambaref")})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}, ts)
 }
@@ -184,47 +191,74 @@ func (m *Model) opt(on bool, name string) []float64 {
 	return m.get(name)
 }
 
-// Mixer is layer l's MambaMixer on h [T][hidden]: in_proj cut into x and
-// the gate; the causal conv1d and SiLU on x; x_proj cut into dt's input,
-// B and C (FalconMamba: each over its RMS); dt = softplus(dt_proj(·));
-// the recurrence h[d][n] ← exp(dt[d]·A[d][n])·h[d][n] + dt[d]·B[n]·x[d]
-// from zero, y[d] = Σ_n h[d][n]·C[n] + D[d]·x[d]; times silu(gate);
-// out_proj.
+// Mixer is layer l's MambaMixer on h [T][hidden] (Mixer1, FalconMamba's
+// dt, B and C over their RMS without weights).
 func (m *Model) Mixer(l int, h [][]float64) [][]float64 {
 	c := m.C
 	p := fmt.Sprintf("backbone.layers.%d.mixer.", l)
-	D, N, R := c.Inner, c.State, c.Rank
+	return Mixer1{
+		Inner: c.Inner, State: c.State, Rank: c.Rank, Kernel: c.Kernel,
+		InProj: m.get(p + "in_proj.weight"), InBias: m.opt(c.ProjBias, p+"in_proj.bias"),
+		Conv: m.get(p + "conv1d.weight"), ConvBias: m.opt(c.ConvBias, p+"conv1d.bias"),
+		XProj: m.get(p + "x_proj.weight"), DtProj: m.get(p + "dt_proj.weight"), DtBias: m.get(p + "dt_proj.bias"),
+		ALog: m.get(p + "A_log"), D: m.get(p + "D"),
+		OutProj: m.get(p + "out_proj.weight"), OutBias: m.opt(c.ProjBias, p+"out_proj.bias"),
+		Normed: c.Falcon, NormEps: c.RMSEps,
+	}.Forward(h)
+}
+
+// Mixer1 is one Mamba-1 mixer (MambaMixer, JambaMambaMixer) as float64
+// tensors by their names under the layer's mixer (mamba. in Jamba); a nil
+// bias is an absent one.
+type Mixer1 struct {
+	Inner, State, Rank, Kernel                                                       int
+	InProj, InBias, Conv, ConvBias, XProj, DtProj, DtBias, ALog, D, OutProj, OutBias []float64
+	// Normed puts dt's low-rank input, B and C each over its RMS before
+	// use, times DtNorm, BNorm and CNorm where they are not nil
+	// (FalconMamba's rms_forward has none, Jamba's dt_layernorm,
+	// b_layernorm and c_layernorm do), with eps NormEps.
+	Normed               bool
+	DtNorm, BNorm, CNorm []float64
+	NormEps              float64
+}
+
+// Forward runs the mixer on h [T][hidden]: in_proj cut into x and the
+// gate; the causal conv1d and SiLU on x; x_proj cut into dt's input, B and
+// C (normed when Normed); dt = softplus(dt_proj(·)); the recurrence
+// h[d][n] ← exp(dt[d]·A[d][n])·h[d][n] + dt[d]·B[n]·x[d] from zero,
+// y[d] = Σ_n h[d][n]·C[n] + D[d]·x[d]; times silu(gate); out_proj.
+func (m Mixer1) Forward(h [][]float64) [][]float64 {
+	D, N, R := m.Inner, m.State, m.Rank
 	xs, gates := make([][]float64, len(h)), make([][]float64, len(h))
 	for t := range h {
-		z := lmckpt.Linear64(h[t], m.get(p+"in_proj.weight"), m.opt(c.ProjBias, p+"in_proj.bias"))
+		z := lmckpt.Linear64(h[t], m.InProj, m.InBias)
 		xs[t], gates[t] = z[:D], z[D:]
 	}
-	xs = mamba2ref.CausalConv(xs, m.get(p+"conv1d.weight"), m.opt(c.ConvBias, p+"conv1d.bias"), c.Kernel)
-	A := m.get(p + "A_log")
+	xs = mamba2ref.CausalConv(xs, m.Conv, m.ConvBias, m.Kernel)
 	state := make([]float64, D*N)
 	out := make([][]float64, len(h))
 	for t := range xs {
 		for i, v := range xs[t] {
 			xs[t][i] = lmckpt.SiLU64(v)
 		}
-		sp := lmckpt.Linear64(xs[t], m.get(p+"x_proj.weight"), nil)
+		sp := lmckpt.Linear64(xs[t], m.XProj, nil)
 		low, B, C := sp[:R], sp[R:R+N], sp[R+N:]
-		if c.Falcon {
-			low, B, C = lmckpt.RMSNorm64(low, nil, c.RMSEps), lmckpt.RMSNorm64(B, nil, c.RMSEps), lmckpt.RMSNorm64(C, nil, c.RMSEps) // FalconMamba's rms_forward, no weight
+		if m.Normed {
+			low, B, C = lmckpt.RMSNorm64(low, m.DtNorm, m.NormEps), lmckpt.RMSNorm64(B, m.BNorm, m.NormEps), lmckpt.RMSNorm64(C, m.CNorm, m.NormEps)
 		}
-		dt := lmckpt.Linear64(low, m.get(p+"dt_proj.weight"), m.get(p+"dt_proj.bias"))
+		dt := lmckpt.Linear64(low, m.DtProj, m.DtBias)
 		y := make([]float64, D)
 		for d := 0; d < D; d++ {
 			step := mamba2ref.Softplus(dt[d])
 			for n := 0; n < N; n++ {
-				a := -math.Exp(A[d*N+n])
+				a := -math.Exp(m.ALog[d*N+n])
 				state[d*N+n] = math.Exp(step*a)*state[d*N+n] + step*B[n]*xs[t][d]
 				y[d] += state[d*N+n] * C[n]
 			}
-			y[d] += m.get(p + "D")[d] * xs[t][d]
+			y[d] += m.D[d] * xs[t][d]
 			y[d] *= lmckpt.SiLU64(gates[t][d])
 		}
-		out[t] = lmckpt.Linear64(y, m.get(p+"out_proj.weight"), m.opt(c.ProjBias, p+"out_proj.bias"))
+		out[t] = lmckpt.Linear64(y, m.OutProj, m.OutBias)
 	}
 	return out
 }
