@@ -8,6 +8,7 @@ import (
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/gemma4"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
 )
@@ -94,13 +95,9 @@ type Options struct {
 // (the text model of its text_config; the vision and audio towers are
 // skipped) or Gemma3nForCausalLM.
 func Resolve(cfg *config.File) (Options, error) {
-	where := lm.ConfigName(cfg)
-	text, prefix := cfg, "model."
-	if cfg.Text != nil {
-		text, prefix = cfg.Text, "model.language_model."
-		where += " text_config"
-	} else if strings.HasSuffix(cfg.Architecture(), "ForConditionalGeneration") {
-		return Options{}, fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
+	text, prefix, where, err := gemma4.TextOf(cfg)
+	if err != nil {
+		return Options{}, err
 	}
 	var c TextConfig
 	if err := text.Decode(&c); err != nil {
@@ -133,17 +130,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := s.CheckSizes(where); err != nil {
 		return Options{}, err
 	}
-	tie := c.TieWordEmbeddings
-	if tie == nil && cfg.Text != nil { // the wrapper's field decides for the multimodal class
-		var w struct {
-			Tie *bool `json:"tie_word_embeddings"`
-		}
-		if err := cfg.Decode(&w); err != nil {
-			return Options{}, err
-		}
-		tie = w.Tie
+	if s.TieEmbeddings, err = gemma4.Tied(cfg, c.TieWordEmbeddings); err != nil {
+		return Options{}, err
 	}
-	s.TieEmbeddings = lm.Or(tie, true)
 	s.SlidingWindow = lm.Or(c.SlidingWindow, 512)
 	kinds, err := lm.LayerTypes(where, c.LayerTypes, s.Layers, lm.KindFull, lm.KindSliding)
 	if err != nil {

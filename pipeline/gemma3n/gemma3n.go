@@ -39,12 +39,12 @@ package gemma3n
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/gemma4"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
 )
@@ -114,10 +114,8 @@ func (m *Model) SharedState(i int) int { return m.o.Layer[i].Source }
 // embedders are not read, nor the k/v projections that the checkpoints
 // hold for KV-sharing layers (transformers computes nothing from them).
 func (m *Model) SkipWeight(name string) (string, bool) {
-	for _, p := range []string{"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."} {
-		if strings.HasPrefix(name, p) {
-			return "vision and audio towers (model.vision_tower.*, model.audio_tower.*, their embedders): tputool runs the text model only", true
-		}
+	if why, ok := gemma4.SkipTower(name); ok {
+		return why, true
 	}
 	for i, l := range m.o.Layer {
 		if l.Source < 0 {
@@ -208,17 +206,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// norm is Gemma3nRMSNorm: x / rms(x), times w when w is not nil, in
-// float32, cast back to x's dtype.
-func (m *Model) norm(x, w *Node) *Node {
-	dtype := x.DType()
-	xf := ConvertDType(x, dtypes.Float32)
-	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), m.o.Eps)))
-	if w != nil {
-		y = Mul(y, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), x.Rank()))
-	}
-	return ConvertDType(y, dtype)
-}
+// norm is Gemma3nRMSNorm, Gemma 4's.
+func (m *Model) norm(x, w *Node) *Node { return gemma4.Norm(x, w, m.o.Eps) }
 
 // scale is x times v in float32, rounded once, as torch multiplies a
 // tensor by a Python float.

@@ -101,17 +101,43 @@ var defaultRope = map[string]map[string]any{
 	lm.KindFull:    {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0},
 }
 
+// TextOf is the text model's config of a Gemma 4 or Gemma 3n config.json:
+// the multimodal class's text_config, its tensors under
+// model.language_model., or the causal LM's own config, under model.;
+// where names it in errors.
+func TextOf(cfg *config.File) (text *config.File, prefix, where string, err error) {
+	where = lm.ConfigName(cfg)
+	if cfg.Text != nil {
+		return cfg.Text, "model.language_model.", where + " text_config", nil
+	}
+	if strings.HasSuffix(cfg.Architecture(), "ForConditionalGeneration") {
+		return nil, "", "", fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
+	}
+	return cfg, "model.", where, nil
+}
+
+// Tied is tie_word_embeddings: text_config's own, else (for the
+// multimodal class) the wrapper's, else true.
+func Tied(cfg *config.File, own *bool) (bool, error) {
+	if own == nil && cfg.Text != nil {
+		var w struct {
+			Tie *bool `json:"tie_word_embeddings"`
+		}
+		if err := cfg.Decode(&w); err != nil {
+			return false, err
+		}
+		own = w.Tie
+	}
+	return lm.Or(own, true), nil
+}
+
 // Resolve reads a Gemma 4 config.json: Gemma4ForConditionalGeneration
 // (the text model of its text_config; the vision and audio towers are
 // skipped) or Gemma4ForCausalLM.
 func Resolve(cfg *config.File) (Options, error) {
-	where := lm.ConfigName(cfg)
-	text, prefix := cfg, "model."
-	if cfg.Text != nil {
-		text, prefix = cfg.Text, "model.language_model."
-		where += " text_config"
-	} else if strings.HasSuffix(cfg.Architecture(), "ForConditionalGeneration") {
-		return Options{}, fmt.Errorf("%s: %s needs a text_config object", where, cfg.Architecture())
+	text, prefix, where, err := TextOf(cfg)
+	if err != nil {
+		return Options{}, err
 	}
 	var c TextConfig
 	if err := text.Decode(&c); err != nil {
@@ -143,17 +169,9 @@ func Resolve(cfg *config.File) (Options, error) {
 	if err := s.CheckSizes(where); err != nil {
 		return Options{}, err
 	}
-	tie := c.TieWordEmbeddings
-	if tie == nil && cfg.Text != nil { // the wrapper's field decides for the multimodal class
-		var w struct {
-			Tie *bool `json:"tie_word_embeddings"`
-		}
-		if err := cfg.Decode(&w); err != nil {
-			return Options{}, err
-		}
-		tie = w.Tie
+	if s.TieEmbeddings, err = Tied(cfg, c.TieWordEmbeddings); err != nil {
+		return Options{}, err
 	}
-	s.TieEmbeddings = lm.Or(tie, true)
 	s.SlidingWindow = lm.Or(c.SlidingWindow, 512)
 	kinds, err := lm.LayerTypes(where, c.LayerTypes, s.Layers, lm.KindFull, lm.KindSliding)
 	if err != nil {

@@ -106,10 +106,8 @@ func (m *Model) SharedState(i int) int { return m.o.Layer[i].Source }
 // embedders are not read, nor the k/v projections that a checkpoint may
 // still hold for KV-sharing layers (transformers ignores them too).
 func (m *Model) SkipWeight(name string) (string, bool) {
-	for _, p := range []string{"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."} {
-		if strings.HasPrefix(name, p) {
-			return "vision and audio towers (model.vision_tower.*, model.audio_tower.*, their embedders): tputool runs the text model only", true
-		}
+	if why, ok := SkipTower(name); ok {
+		return why, true
 	}
 	for i, l := range m.o.Layer {
 		if l.Source < 0 {
@@ -120,6 +118,18 @@ func (m *Model) SkipWeight(name string) (string, bool) {
 			if name == p+w {
 				return "k/v projections of KV-sharing layers: unused, as in transformers", true
 			}
+		}
+	}
+	return "", false
+}
+
+// SkipTower says why a Gemma 4 or Gemma 3n checkpoint's tensor outside
+// the text model (the vision and audio towers, their embedders) is not
+// read.
+func SkipTower(name string) (string, bool) {
+	for _, p := range []string{"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."} {
+		if strings.HasPrefix(name, p) {
+			return "vision and audio towers (model.vision_tower.*, model.audio_tower.*, their embedders): tputool runs the text model only", true
 		}
 	}
 	return "", false
@@ -202,12 +212,14 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// norm is Gemma4RMSNorm: x / rms(x), times w when w is not nil, in
-// float32, cast back to x's dtype.
-func (m *Model) norm(x, w *Node) *Node {
+func (m *Model) norm(x, w *Node) *Node { return Norm(x, w, m.o.Eps) }
+
+// Norm is Gemma4RMSNorm (Gemma3nRMSNorm alike): x / rms(x), times w when
+// w is not nil, in float32, cast back to x's dtype.
+func Norm(x, w *Node, eps float64) *Node {
 	dtype := x.DType()
 	xf := ConvertDType(x, dtypes.Float32)
-	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), m.o.Eps)))
+	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)))
 	if w != nil {
 		y = Mul(y, ExpandLeftToRank(ConvertDType(w, dtypes.Float32), x.Rank()))
 	}
