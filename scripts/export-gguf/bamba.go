@@ -50,12 +50,7 @@ func runBamba(l *lm.Loaded, dir, out string, m *bamba.Model) error {
 	case rot <= 0 || rot%2 != 0 || rot > s.HeadDim:
 		return fmt.Errorf("%s: a rotary of %d dimensions in heads of %d", dir, rot, s.HeadDim)
 	}
-	kvHeads := make([]int32, s.Layers)
-	for i := range kvHeads {
-		if s.LayerKinds[i] != nn.KindMamba {
-			kvHeads[i] = int32(s.KVHeads)
-		}
-	}
+	kvHeads := kvHeadsBut(&s, nn.KindMamba)
 	const a = "granitehybrid."
 	meta, err := header(l, dir, "granitehybrid")
 	if err != nil {
@@ -75,12 +70,8 @@ func runBamba(l *lm.Loaded, dir, out string, m *bamba.Model) error {
 		{a + "rope.scaling.finetuned", true},
 		{a + "rope.freq_base", float32(ropeBase(o.Rope))},
 		{a + "vocab_size", uint32(s.VocabSize)},
-		{a + "ssm.conv_kernel", uint32(d.ConvKernel)},
-		{a + "ssm.inner_size", uint32(d.Inner())},
-		{a + "ssm.state_size", uint32(d.State)},
-		{a + "ssm.time_step_rank", uint32(d.Heads)},
-		{a + "ssm.group_count", uint32(d.Groups)},
 	}...)
+	meta = append(meta, mamba2Meta(a, d)...)
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := 0; i < s.Layers; i++ {

@@ -46,13 +46,8 @@ func runFalconH1(l *lm.Loaded, dir, out string, m *falconh1.Model) error {
 		return err
 	}
 	meta = append(meta, llamaMeta(a, &s, o.Eps, ropeBase(o.Rope), s.HeadDim)...)
-	meta = append(meta, []kv{
-		{a + "ssm.conv_kernel", uint32(d.ConvKernel)},
-		{a + "ssm.inner_size", uint32(d.Inner())},
-		{a + "ssm.state_size", uint32(d.State)},
-		{a + "ssm.time_step_rank", uint32(d.Heads)},
-		{a + "ssm.group_count", uint32(d.Groups)},
-	}...)
+	meta = append(meta, []kv{}...)
+	meta = append(meta, mamba2Meta(a, d)...)
 	g := &ggufTensors{l: l}
 	scaled := func(v float64) func(int) float64 { return func(int) float64 { return v } }
 	g.addRows("token_embd.weight", "model.embed_tokens.weight", scaled(o.EmbedScale))

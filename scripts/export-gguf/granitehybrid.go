@@ -84,12 +84,7 @@ func runGraniteHybrid(l *lm.Loaded, dir, out string, m *granite.HybridModel) err
 		}
 		context = uint32(min(s.MaxPositions, math.MaxUint32))
 	}
-	kvHeads := make([]int32, s.Layers)
-	for i := range kvHeads {
-		if s.LayerKinds[i] != nn.KindMamba {
-			kvHeads[i] = int32(s.KVHeads)
-		}
-	}
+	kvHeads := kvHeadsBut(&s, nn.KindMamba)
 	ff := s.Intermediate
 	if h.Experts == 0 {
 		ff = h.Shared
@@ -116,12 +111,8 @@ func runGraniteHybrid(l *lm.Loaded, dir, out string, m *granite.HybridModel) err
 		{a + "attention.scale", float32(o.AttnScale)},
 		{a + "residual_scale", float32(o.ResidualScale)},
 		{a + "logit_scale", float32(o.LogitsDivisor)},
-		{a + "ssm.conv_kernel", uint32(d.ConvKernel)},
-		{a + "ssm.inner_size", uint32(d.Inner())},
-		{a + "ssm.state_size", uint32(d.State)},
-		{a + "ssm.time_step_rank", uint32(d.Heads)},
-		{a + "ssm.group_count", uint32(d.Groups)},
 	}...)
+	meta = append(meta, mamba2Meta(a, d)...)
 	if rope {
 		meta = append(meta, kv{a + "rope.freq_base", float32(theta)})
 	}
@@ -164,6 +155,32 @@ func runGraniteHybrid(l *lm.Loaded, dir, out string, m *granite.HybridModel) err
 		return g.err
 	}
 	return write(out, meta, g.ts)
+}
+
+// mamba2Meta are a Mamba-2 mixer's keys as llama.cpp reads them under
+// the arch prefix a: ssm.conv_kernel, inner_size (heads × head_dim),
+// state_size, time_step_rank (the heads) and group_count.
+func mamba2Meta(a string, d nn.Mamba2Dims) []kv {
+	return []kv{
+		{a + "ssm.conv_kernel", uint32(d.ConvKernel)},
+		{a + "ssm.inner_size", uint32(d.Inner())},
+		{a + "ssm.state_size", uint32(d.State)},
+		{a + "ssm.time_step_rank", uint32(d.Heads)},
+		{a + "ssm.group_count", uint32(d.Groups)},
+	}
+}
+
+// kvHeadsBut is attention.head_count_kv by layer: the KV heads, but 0 on
+// the layers of kind recurrent, which llama.cpp then takes for recurrent
+// ones.
+func kvHeadsBut(s *lm.Spec, recurrent string) []int32 {
+	kv := make([]int32, s.Layers)
+	for i, k := range s.LayerKinds {
+		if k != recurrent {
+			kv[i] = int32(s.KVHeads)
+		}
+	}
+	return kv
 }
 
 // halves adds gate and up, each expert's first and second inter rows of

@@ -37,12 +37,7 @@ func runJamba(l *lm.Loaded, dir, out string, m *jamba.Model) error {
 	if err != nil {
 		return err
 	}
-	kvHeads := make([]int32, s.Layers)
-	for i := range kvHeads {
-		if s.LayerKinds[i] != nn.KindMamba1 {
-			kvHeads[i] = int32(s.KVHeads)
-		}
-	}
+	kvHeads := kvHeadsBut(&s, nn.KindMamba1)
 	meta = append(meta, []kv{
 		{a + "block_count", uint32(s.Layers)},
 		{a + "context_length", uint32(min(s.MaxPositions, math.MaxInt32))},

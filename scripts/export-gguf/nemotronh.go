@@ -131,12 +131,8 @@ func runNemotronH(l *lm.Loaded, dir, out string, m *nemotronh.Model) error {
 		{a + "attention.value_length", uint32(s.HeadDim)},
 		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
 		{a + "vocab_size", uint32(s.VocabSize)},
-		{a + "ssm.conv_kernel", uint32(d.ConvKernel)},
-		{a + "ssm.inner_size", uint32(d.Inner())},
-		{a + "ssm.state_size", uint32(d.State)},
-		{a + "ssm.time_step_rank", uint32(d.Heads)},
-		{a + "ssm.group_count", uint32(d.Groups)},
 	}...)
+	meta = append(meta, mamba2Meta(a, d)...)
 	if !moe {
 		// v0.24.0's llama.cpp computes n_ff / expert_used_count for every
 		// layer when expert_feed_forward_length is unset: a division by
