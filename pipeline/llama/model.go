@@ -108,8 +108,10 @@ type Options struct {
 	// self_attn.qkv_proj [(H + 2·KV)·D, hidden], whose product is split in
 	// that order; FusedGateUp reads the MLP's gate and up projections as
 	// mlp.gate_up_proj [2·intermediate, hidden], gate first (Phi-3).
-	// Neither has biases: NewModel turns QKVBias off with FusedQKV and
-	// MLPBias with FusedGateUp.
+	// With QKVBias the fused projection has one bias,
+	// self_attn.qkv_proj.bias [(H + 2·KV)·D] (Ling 2.0's
+	// query_key_value with use_qkv_bias); the fused gate and up have
+	// none: NewModel turns MLPBias off with FusedGateUp.
 	FusedQKV, FusedGateUp bool
 	// LayerNorm makes the two norms of each layer and the final norm
 	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
@@ -201,7 +203,6 @@ func NewModel(o Options) *Model {
 	if o.Norms == (Norms{}) {
 		o.Norms = LlamaNorms
 	}
-	o.QKVBias = o.QKVBias && !o.FusedQKV
 	o.MLPBias = o.MLPBias && !o.FusedGateUp
 	return &Model{o: o}
 }
@@ -363,7 +364,10 @@ func (m *Model) AttentionWeights(i int) []lm.WeightSpec {
 		add("self_attn.k_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 		add("self_attn.v_proj.weight", true, lm.KVColumn, kv, s.Hidden)
 	}
-	if m.o.QKVBias {
+	switch {
+	case m.o.QKVBias && m.o.FusedQKV:
+		add("self_attn.qkv_proj.bias", false, lm.KVColumn, q+2*kv)
+	case m.o.QKVBias:
 		add("self_attn.q_proj.bias", false, lm.Column, q)
 		add("self_attn.k_proj.bias", false, lm.KVColumn, kv)
 		add("self_attn.v_proj.bias", false, lm.KVColumn, kv)
@@ -529,7 +533,7 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	x = m.actQuant(x)
 	var q, k, v *Node
 	if m.o.FusedQKV {
-		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), nil) // [B, T, (H + 2·KV)·D]
+		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), optional(p, m.o.QKVBias, "qkv_proj.bias")) // [B, T, (H + 2·KV)·D]
 		nq, nkv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 		q = SliceAxis(qkv, -1, AxisRange(0, nq))
 		k = SliceAxis(qkv, -1, AxisRange(nq, nq+nkv))
