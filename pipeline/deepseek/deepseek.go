@@ -246,6 +246,13 @@ type Options struct {
 	// NormMin > 0 renormalizes the chosen weights by max(sum, NormMin)
 	// (ERNIE 4.5's moe_norm_min) instead of sum + 1e-20.
 	NormMin float64
+	// SharedWidth, when not 0, is the shared experts' width in place of
+	// Shared × MoEIntermediate (Ling 2.0's
+	// moe_shared_expert_intermediate_size × num_shared_experts).
+	SharedWidth int
+	// MaskInf closes the groups the router does not keep with −∞ instead
+	// of 0 (Ling 2.0's BailingMoeV2Gate; nn.GroupRouter.MaskInf).
+	MaskInf bool
 	// Sparse[i] reports that layer i has the MoE block (else the dense
 	// MLP): from first_k_dense_replace on (DeepSeek-V3), or where
 	// mlp_layer_types says "sparse" (GLM-4.7-Flash; without the field its
@@ -725,10 +732,18 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: shape, F32: true})
 	}
 	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
-	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
+	if sh := o.sharedWidth(); sh > 0 {
 		ws = append(ws, lm.SwiGLUWeights(b+"shared_experts", sh, s.Hidden)...)
 	}
 	return ws
+}
+
+// sharedWidth is the shared experts' width, 0 for none.
+func (o Options) sharedWidth() int {
+	if o.Shared > 0 && o.SharedWidth > 0 {
+		return o.SharedWidth
+	}
+	return o.Shared * o.MoEIntermediate
 }
 
 // latentWeights lists layer i's norms and MLA's projections.
@@ -849,7 +864,7 @@ func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 		scores = Sigmoid(logits)
 	}
 	r := nn.GroupRouter{Experts: o.Experts, TopK: o.TopK, Groups: o.Groups, TopKGroup: o.TopKGroup,
-		NormTopK: o.NormTopK, NormMin: o.NormMin, Scale: o.RoutedScale}
+		NormTopK: o.NormTopK, NormMin: o.NormMin, MaskInf: o.MaskInf, Scale: o.RoutedScale}
 	return r.Route(scores, p.Get(m.l.Bias))
 }
 

@@ -106,15 +106,16 @@ func SparseMixerRouter(logits *Node, jitterEps float64) (ids, weights *Node) {
 // to the scores chooses and the unbiased scores weigh; under a group
 // limit (Groups > 1, TopKGroup < Groups) only the TopKGroup groups whose
 // two best choices sum highest stay open (the others' choices set to 0,
-// as transformers' DeepSeek-V3 masks them; some ports use −∞, which
-// differs only when a kept expert's biased score is negative); the
+// as transformers' DeepSeek-V3 masks them; with MaskInf −∞, as Ling
+// 2.0's BailingMoeV2Gate does, which differs only when a kept expert's
+// biased score is negative); the
 // weights renormalized (NormTopK: by sum + NormEps, 1e-20 when NormEps is
 // 0, or by max(sum, NormMin) when NormMin > 0) and times Scale.
 // DeepSeek-V3, GLM-4.5, MiniMax-M2, dots.llm1, ERNIE 4.5 and NemotronH
 // route this way; LFM2-MoE too, with NormEps 1e-6 and no groups.
 type GroupRouter struct {
 	Experts, TopK, Groups, TopKGroup int
-	NormTopK                         bool
+	NormTopK, MaskInf                bool
 	NormMin, NormEps, Scale          float64
 }
 
@@ -135,7 +136,11 @@ func (r GroupRouter) Route(scores, bias *Node) (ids, weights *Node) {
 		kept, _ := TopKBy(groupScore, groupScore, r.TopKGroup)      // [N, TopKGroup] group ids
 		hot := ReduceMax(OneHot(kept, r.Groups, dtypes.Float32), 1) // [N, G]: 1 for a kept group
 		mask := Reshape(BroadcastToDims(InsertAxes(hot, -1), n, r.Groups, per), n, r.Experts)
-		choice = Mul(choice, mask)
+		if r.MaskInf {
+			choice = Where(GreaterThan(mask, ZerosLike(mask)), choice, AddScalar(ZerosLike(choice), math.Inf(-1)))
+		} else {
+			choice = Mul(choice, mask)
+		}
 	}
 	ids, weights = TopKBy(choice, scores, r.TopK)
 	switch sum := ReduceAndKeep(weights, ReduceSum, -1); {

@@ -463,3 +463,39 @@ func TestSparseMixerRouter(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupRouterMask checks how GroupRouter closes the groups it does
+// not keep when every biased score is negative: masked to 0 (DeepSeek-V3
+// in transformers) a closed expert beats every open one, masked to −∞
+// (MaskInf, Ling 2.0) only open experts win.
+func TestGroupRouterMask(t *testing.T) {
+	scores := []float32{0.9, 0.8, 0.1, 0.2, 0.7, 0.6, 0.3, 0.35}
+	bias := []float32{-1, -1, -1, -1, -1, -1, -1, -1}
+	// Biased: groups of two sum to -0.3, -1.7, -0.7, -1.35: 0 and 2 kept.
+	for _, c := range []struct {
+		maskInf bool
+		ids     []int32
+		weights []float64
+	}{
+		{false, []int32{2, 3}, []float64{0.1 / 0.3, 0.2 / 0.3}},
+		{true, []int32{0, 1}, []float64{0.9 / 1.7, 0.8 / 1.7}},
+	} {
+		r := GroupRouter{Experts: 8, TopK: 2, Groups: 4, TopKGroup: 2, NormTopK: true, MaskInf: c.maskInf, Scale: 1}
+		out, err := ExecOnce(refcheck.GoBackend(t), func(s, b *Node) *Node {
+			ids, w := r.Route(s, b)
+			return Concatenate([]*Node{ConvertDType(ids, dtypes.Float32), w}, 1)
+		}, tensors.FromFlatDataAndDimensions(scores, 1, 8), tensors.FromFlatDataAndDimensions(bias, 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat := tensors.MustCopyFlatData[float32](out)
+		for j := range 2 {
+			if got := int32(flat[j]); got != c.ids[j] {
+				t.Errorf("MaskInf=%v: choice %d is expert %d, want %d", c.maskInf, j, got, c.ids[j])
+			}
+			if got := float64(flat[2+j]); math.Abs(got-c.weights[j]) > 1e-6 {
+				t.Errorf("MaskInf=%v: choice %d weighs %v, want %v", c.maskInf, j, got, c.weights[j])
+			}
+		}
+	}
+}
