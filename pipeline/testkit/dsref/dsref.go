@@ -138,6 +138,9 @@ type DeepSeek struct {
 	BetaFast, BetaSlow, MScale, MScaleAllDim float64
 	// Tied reuses model.embed_tokens.weight as the output head.
 	Tied bool
+	// MaskInf closes the groups Route does not keep with −∞ instead of 0
+	// (masked_fill(~score_mask, -inf): Ling 2.0's BailingMoeV2Gate).
+	MaskInf bool
 	// MTP writes the multi-token-prediction head as the releases hold
 	// it, one more layer N = Layers (num_nextn_predict_layers 1): enorm,
 	// hnorm, eh_proj [H, 2H], shared_head.norm, the copies
@@ -356,6 +359,7 @@ func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
 //	ebias   ± 0.25                     (comparable to that spread, so the bias moves
 //	                                    some tokens' choices; the TinyDeepSeek test
 //	                                    sequence keeps top-k gaps above 1e-3)
+//	ebiasneg −1 ± 0.25                 (Ling's NegativeBias: every choice value below 0)
 //	bias    ± 0.5                      (a Linear's bias, GLM's q_proj, k_proj and
 //	                                    v_proj: about the spread of the outputs it
 //	                                    is added to, so it shifts them visibly)
@@ -381,6 +385,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 			v[i] = float32(u * math.Sqrt(3/float64(fan)))
 		case "ebias":
 			v[i] = float32(0.25 * u)
+		case "ebiasneg":
+			v[i] = float32(-1 + 0.25*u)
 		case "bias":
 			v[i] = float32(0.5 * u)
 		default:
@@ -680,7 +686,7 @@ func rotateHalf(x []float64, pos int, inv []float64, attnFactor float64) []float
 // sum of its two largest choice values, and the TopKGroup best groups
 // stay open (the others' choice values are set to 0, as transformers'
 // masked_fill(~score_mask, 0.0) does, so a closed expert can still beat
-// an open one whose choice value is negative); the TopK largest choice
+// an open one whose choice value is negative; −∞ with MaskInf); the TopK largest choice
 // values win (the lower index on ties). The weights are the winners'
 // scores, without the bias, divided by their sum + 1e-20 when NormTopK,
 // times RoutedScale. ids come in decreasing order of choice value. A nil
@@ -719,8 +725,11 @@ func (c DeepSeek) Route(logits, bias []float64) (ids []int, weights []float64) {
 	}
 	masked := make([]float64, E)
 	for e := range masked {
-		if open[e/per] {
+		switch {
+		case open[e/per]:
 			masked[e] = choice[e]
+		case c.MaskInf:
+			masked[e] = math.Inf(-1)
 		}
 	}
 	ids = topIndices(masked, c.TopK)
@@ -963,6 +972,8 @@ type stack struct {
 	hidden, layers int
 	eps            float64
 	tied           bool
+	// oBias adds self_attn.o_proj.bias after o_proj (Ling 2.0's use_bias).
+	oBias bool
 	// attention is layer prefix p's attention (input_layernorm included)
 	// on the residual stream x at positions start, start+1, …: every
 	// position's per-head outputs concatenated, before o_proj.
@@ -1020,7 +1031,11 @@ func (s stack) layer(l int, x [][]float64, start int) {
 	p := fmt.Sprintf("model.layers.%d.", l)
 	att := s.attention(p, x, start)
 	for t := range x {
-		o := lmckpt.Linear64(att[t], s.get(p+"self_attn.o_proj.weight"), nil)
+		var bias []float64
+		if s.oBias {
+			bias = s.get(p + "self_attn.o_proj.bias")
+		}
+		o := lmckpt.Linear64(att[t], s.get(p+"self_attn.o_proj.weight"), bias)
 		for i := range o {
 			x[t][i] += o[i]
 		}
@@ -1315,6 +1330,10 @@ type GLM struct {
 	// does: layer N = Layers with GLM's attention and the MoE block. See
 	// GLMModel.MTPLogits.
 	MTP bool
+	// OBias gives o_proj a bias and MaskInf closes the router's groups
+	// with −∞ instead of 0: neither is GLM-4.5's (Write refuses them);
+	// Ling 2.0 (Ling) reads its checkpoint as a GLM with both.
+	OBias, MaskInf bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
@@ -1387,7 +1406,7 @@ func (c GLM) router() DeepSeek {
 	return DeepSeek{
 		Hidden: c.Hidden, Intermediate: c.Intermediate, MoEIntermediate: c.MoEIntermediate, Layers: c.Layers,
 		Experts: c.Experts, TopK: c.TopK, Shared: c.Shared, Groups: c.Groups, TopKGroup: c.TopKGroup,
-		FirstDense: c.FirstDense, NormTopK: c.NormTopK, RoutedScale: c.RoutedScale,
+		FirstDense: c.FirstDense, NormTopK: c.NormTopK, RoutedScale: c.RoutedScale, MaskInf: c.MaskInf,
 	}
 }
 
@@ -1450,6 +1469,9 @@ func (c GLM) layerTensors(l int) []Tensor {
 		add("self_attn.k_norm.weight", "norm", D)
 	}
 	add("self_attn.o_proj.weight", "linear", H, c.Heads*D)
+	if c.OBias {
+		add("self_attn.o_proj.bias", "bias", H)
+	}
 	add("post_attention_layernorm.weight", "norm", H)
 	c.router().mlpTensors(l, add)
 	return out
@@ -1505,6 +1527,9 @@ func (c GLM) ConfigJSON() map[string]any {
 func (c GLM) Write(dir string) error {
 	if err := c.check(); err != nil {
 		return err
+	}
+	if c.OBias || c.MaskInf {
+		return fmt.Errorf("dsref: GLM-4.5 has neither an o_proj bias nor a router closing groups with −∞")
 	}
 	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
 }
@@ -1591,7 +1616,7 @@ func (m *GLMModel) mtpStack() stack {
 func (m *GLMModel) stack() stack {
 	c := m.C
 	ds := m.ds()
-	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, attention: m.attention,
+	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, oBias: c.OBias, attention: m.attention,
 		mlp: func(l int, p string, h []float64) []float64 {
 			if c.Dense(l) {
 				return ds.swiglu(p+"mlp.", h)

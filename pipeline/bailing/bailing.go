@@ -1,0 +1,231 @@
+// Package bailing implements BailingMoeV2ForCausalLM, inclusionAI's Ling
+// 2.0 family (Ling-mini-2.0: 16B parameters of which 1.4B active;
+// Ling-flash-2.0, Ling-1T, and the Ring-2.0 reasoning builds), following
+// the modeling code the checkpoints ship (modeling_bailing_moe_v2.py,
+// trust_remote_code; transformers has no class of its own for it) and
+// its configuration class, BailingMoeV2Config.
+//
+// A Ling 2.0 decoder is GLM-4.5's (pipeline/deepseek's grouped-query
+// mode) under other tensor names:
+//   - grouped-query attention with the query, key and value projections
+//     in one matrix, attention.query_key_value [(H + 2·KV)·D, hidden]
+//     (a bias with use_qkv_bias), per-head RMSNorms over the queries and
+//     keys before the rotary (use_qk_norm: attention.query_layernorm,
+//     key_layernorm), the rotary on the first partial_rotary_factor (0.5)
+//     of each head in the rotate-half convention, and attention.dense
+//     (a bias with use_bias) after it;
+//   - a dense SwiGLU MLP on the first first_k_dense_replace layers and a
+//     sparse block on the others: the router mlp.gate (logits in float32,
+//     sigmoid scores, mlp.gate.expert_bias added to choose), n_group
+//     groups ranked by the sum of their two best choices of which the
+//     topk_group best stay open — the others closed with −∞ (where
+//     DeepSeek-V3 in transformers uses 0) —, the num_experts_per_tok best
+//     experts weighed by their unbiased scores, renormalized (always with
+//     more than one expert: the gate does not read norm_topk_prob) and
+//     times routed_scaling_factor; and num_shared_experts always-on
+//     experts, one SwiGLU MLP of moe_intermediate_size ×
+//     num_shared_experts (moe_shared_expert_intermediate_size ×
+//     num_shared_experts where the config sets that, as llama.cpp reads
+//     it), whose output joins the routed experts';
+//   - model.word_embeddings, model.norm, an untied lm_head.
+//
+// The checkpoint's tensors are renamed to GLM-4.5's names as they are
+// read (lm.Renamer). The multi-token-prediction layers a release holds
+// past num_hidden_layers (num_nextn_predict_layers) are not read: their
+// layout (enorm, hnorm, eh_proj, a decoder layer and final_layernorm, on
+// the model's final normed state) is not DeepSeek's, and speculative
+// decoding with them is left to a later change.
+package bailing
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/deepseek"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
+)
+
+// Architecture is the class this package registers.
+const Architecture = "BailingMoeV2ForCausalLM"
+
+func init() { lm.Register(Architecture, New) }
+
+// Config is a BailingMoeV2ForCausalLM config.json: Llama's fields
+// (hidden sizes, heads, head_dim, rope) and Ling's.
+type Config struct {
+	llama.Config
+	UseQKVBias          *bool    `json:"use_qkv_bias"`
+	UseQKNorm           *bool    `json:"use_qk_norm"`
+	UseBias             *bool    `json:"use_bias"`
+	NumExperts          *int     `json:"num_experts"`
+	NumSharedExperts    *int     `json:"num_shared_experts"`
+	NumExpertsPerTok    *int     `json:"num_experts_per_tok"`
+	NGroup              *int     `json:"n_group"`
+	TopKGroup           *int     `json:"topk_group"`
+	RoutedScalingFactor *float64 `json:"routed_scaling_factor"`
+	MoEIntermediateSize *int     `json:"moe_intermediate_size"`
+	SharedIntermediate  *int     `json:"moe_shared_expert_intermediate_size"`
+	FirstKDenseReplace  *int     `json:"first_k_dense_replace"`
+	ScoreFunction       string   `json:"score_function"`
+	NumNextNLayers      *int     `json:"num_nextn_predict_layers"`
+}
+
+// Defaults are BailingMoeV2Config's.
+var Defaults = llama.Defaults{
+	VocabSize: 30592, Hidden: 1024, Layers: 24, Heads: 16,
+	MaxPositions: 16384, Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "silu",
+}
+
+// The configuration class's other defaults.
+const (
+	defaultPartial     = 0.5
+	defaultExperts     = 16
+	defaultTopK        = 2
+	defaultGroups      = 8
+	defaultTopKGroup   = 4
+	defaultRoutedScale = 2.5
+	defaultUseBias     = true // the class's; every release sets false
+)
+
+// Resolve reads a BailingMoeV2ForCausalLM config.json into the options of
+// pipeline/deepseek's grouped-query decoder.
+func Resolve(cfg *config.File) (deepseek.Options, error) {
+	where := lm.ConfigName(cfg)
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return deepseek.Options{}, err
+	}
+	if f := c.ScoreFunction; f != "" && f != "sigmoid" {
+		return deepseek.Options{}, errs.Unsupportedf("%s: score_function %q is not supported (BailingMoeV2Gate scores by sigmoid)", where, f)
+	}
+	if c.NumKeyValueHeads == nil {
+		// BailingMoeV2Config defaults it to 0, which its attention cannot
+		// divide by: every release states it.
+		return deepseek.Options{}, fmt.Errorf("%s: num_key_value_heads is missing (BailingMoeV2Config's default, 0, builds no attention)", where)
+	}
+	withRope := *cfg
+	withRope.Raw = nn.DefaultPartialRotary(cfg.Raw, defaultPartial)
+	base, err := c.Config.Resolve(&withRope, Defaults)
+	if err != nil {
+		return deepseek.Options{}, err
+	}
+	for _, k := range base.Spec.LayerKinds {
+		if k != lm.KindFull {
+			return deepseek.Options{}, errs.Unsupportedf("%s: layer_types names %q layers; Ling 2.0's layers all attend in full", where, k)
+		}
+	}
+	base.FusedQKV = true
+	base.QKVBias = lm.Or(c.UseQKVBias, false)
+	base.OBias = lm.Or(c.UseBias, defaultUseBias)
+	base.MLPBias = false
+	base.QKNorm = lm.Or(c.UseQKNorm, false)
+	o := deepseek.Options{Options: base, GQA: true, MaskInf: true}
+	if err := c.resolveMoE(where, &o); err != nil {
+		return deepseek.Options{}, err
+	}
+	return o, nil
+}
+
+// resolveMoE reads the router and the experts into o, whose Spec is
+// resolved.
+func (c Config) resolveMoE(where string, o *deepseek.Options) error {
+	s := &o.Spec
+	o.Experts = lm.Or(c.NumExperts, defaultExperts)
+	o.TopK = lm.Or(c.NumExpertsPerTok, defaultTopK)
+	o.Groups = lm.Or(c.NGroup, defaultGroups)
+	o.TopKGroup = lm.Or(c.TopKGroup, defaultTopKGroup)
+	o.RoutedScale = lm.Or(c.RoutedScalingFactor, defaultRoutedScale)
+	o.NormTopK = o.TopK > 1 // BailingMoeV2Gate renormalizes whenever top_k > 1
+	first := lm.Or(c.FirstKDenseReplace, 0)
+	shared := lm.Or(c.NumSharedExperts, 0)
+	if n := lm.Or(c.NumNextNLayers, 0); n < 0 {
+		return fmt.Errorf("%s: num_nextn_predict_layers must not be negative, got %d", where, n)
+	}
+	switch {
+	case o.Experts <= 0:
+		return fmt.Errorf("%s: num_experts must be positive, got %d", where, o.Experts)
+	case o.TopK <= 0 || o.TopK > o.Experts:
+		return fmt.Errorf("%s: num_experts_per_tok %d must be in [1, num_experts %d]", where, o.TopK, o.Experts)
+	case first < 0:
+		return fmt.Errorf("%s: first_k_dense_replace must not be negative, got %d", where, first)
+	case shared < 0:
+		return fmt.Errorf("%s: num_shared_experts must not be negative, got %d", where, shared)
+	}
+	if o.Groups <= 0 || o.Experts%o.Groups != 0 || o.TopKGroup <= 0 || o.TopKGroup > o.Groups ||
+		(o.Groups > 1 && o.Experts/o.Groups < 2) || o.TopK > o.TopKGroup*(o.Experts/o.Groups) {
+		return fmt.Errorf("%s: n_group %d must divide num_experts %d into groups of two or more (one group of any size), topk_group %d be in [1, n_group], and the kept groups hold num_experts_per_tok %d",
+			where, o.Groups, o.Experts, o.TopKGroup, o.TopK)
+	}
+	if err := lm.CheckExperts(where, "num_experts", o.Experts, s.Layers); err != nil {
+		return err
+	}
+	o.Sparse = make([]bool, s.Layers)
+	anySparse := false
+	for i := range o.Sparse {
+		o.Sparse[i] = i >= first
+		anySparse = anySparse || o.Sparse[i]
+	}
+	if anySparse {
+		if c.MoEIntermediateSize == nil || *c.MoEIntermediateSize <= 0 {
+			return fmt.Errorf("%s: moe_intermediate_size must be set and positive (BailingMoeV2Config has no default for it)", where)
+		}
+		o.MoEIntermediate = *c.MoEIntermediateSize
+		o.Shared = shared
+		if si := c.SharedIntermediate; si != nil && shared > 0 {
+			if *si <= 0 {
+				return fmt.Errorf("%s: moe_shared_expert_intermediate_size must be positive, got %d", where, *si)
+			}
+			o.SharedWidth = *si * shared
+		}
+	}
+	return nil
+}
+
+// New builds a BailingMoeV2ForCausalLM from its config.json.
+func New(cfg *config.File) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{deepseek.NewModelIn(o, Layout)}, nil
+}
+
+// Layout names Ling 2.0's sparse blocks: the router's correction bias is
+// mlp.gate.expert_bias, the experts and shared experts are named as
+// DeepSeek-V3's.
+var Layout = deepseek.Layout{Block: "mlp", Bias: "gate.expert_bias", Experts: lm.QwenExperts}
+
+// Model is a Ling 2.0 decoder: deepseek's, reading the checkpoint under
+// GLM-4.5's names. It implements lm.Renamer.
+type Model struct{ *deepseek.Model }
+
+var _ lm.Renamer = (*Model)(nil)
+
+// attentionName matches a layer's attention tensors as Ling names them.
+var attentionName = regexp.MustCompile(`^(model\.layers\.\d+\.)attention\.(query_key_value|dense|query_layernorm|key_layernorm)\.(weight|bias)$`)
+
+// renamedAttention maps Ling's attention modules to Llama's.
+var renamedAttention = map[string]string{
+	"query_key_value": "qkv_proj",
+	"dense":           "o_proj",
+	"query_layernorm": "q_norm",
+	"key_layernorm":   "k_norm",
+}
+
+// RenameWeight implements lm.Renamer: model.word_embeddings is
+// model.embed_tokens, attention.query_key_value self_attn.qkv_proj,
+// attention.dense self_attn.o_proj, attention.query_layernorm and
+// key_layernorm self_attn.q_norm and k_norm.
+func (m *Model) RenameWeight(stored string) string {
+	if stored == "model.word_embeddings.weight" {
+		return "model.embed_tokens.weight"
+	}
+	if sub := attentionName.FindStringSubmatch(stored); sub != nil {
+		return sub[1] + "self_attn." + renamedAttention[sub[2]] + "." + sub[3]
+	}
+	return stored
+}
