@@ -30,16 +30,17 @@
 //   - model.word_embeddings, model.norm, an untied lm_head.
 //
 // The checkpoint's tensors are renamed to GLM-4.5's names as they are
-// read (lm.Renamer). The multi-token-prediction layers a release holds
-// past num_hidden_layers (num_nextn_predict_layers) are not read: their
-// layout (enorm, hnorm, eh_proj, a decoder layer and final_layernorm, on
-// the model's final normed state) is not DeepSeek's, and speculative
-// decoding with them is left to a later change.
+// read (lm.Renamer). The multi-token-prediction layer a release holds
+// past num_hidden_layers (num_nextn_predict_layers) is skipped, or read
+// by --mtp for speculative decoding (MTP).
 package bailing
 
 import (
 	"fmt"
 	"regexp"
+	"strings"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -191,7 +192,13 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{deepseek.NewModelIn(o, Layout)}, nil
+	var c struct {
+		NumNextNLayers *int `json:"num_nextn_predict_layers"`
+	}
+	if err := cfg.Decode(&c); err != nil {
+		return nil, err
+	}
+	return &Model{Model: deepseek.NewModelIn(o, Layout), mtp: lm.Or(c.NumNextNLayers, 0)}, nil
 }
 
 // Layout names Ling 2.0's sparse blocks: the router's correction bias is
@@ -200,8 +207,11 @@ func New(cfg *config.File) (lm.Model, error) {
 var Layout = deepseek.Layout{Block: "mlp", Bias: "gate.expert_bias", Experts: lm.QwenExperts}
 
 // Model is a Ling 2.0 decoder: deepseek's, reading the checkpoint under
-// GLM-4.5's names. It implements lm.Renamer.
-type Model struct{ *deepseek.Model }
+// GLM-4.5's names. It implements lm.Renamer and lm.MultiToken.
+type Model struct {
+	*deepseek.Model
+	mtp int // num_nextn_predict_layers
+}
 
 var _ lm.Renamer = (*Model)(nil)
 
@@ -228,4 +238,81 @@ func (m *Model) RenameWeight(stored string) string {
 		return sub[1] + "self_attn." + renamedAttention[sub[2]] + "." + sub[3]
 	}
 	return stored
+}
+
+// MTPLayers implements lm.MultiToken: num_nextn_predict_layers.
+func (m *Model) MTPLayers() int { return m.mtp }
+
+// WithMTP implements lm.MultiToken: the model reading its head too. A
+// head of several layers is refused: every release has one.
+func (m *Model) WithMTP() (lm.MTPModel, error) {
+	if m.mtp != 1 {
+		return nil, errs.Unsupportedf("a multi-token-prediction head of %d layers (num_nextn_predict_layers): tputool runs a head of one layer, as every Ling 2.0 release has", m.mtp)
+	}
+	return &MTP{Model: m}, nil
+}
+
+// MTP is the model with its multi-token-prediction head,
+// BailingMoeV2MTPLayer: the checkpoint's layer N = num_hidden_layers. At a
+// position it reads the embedding of the next token and the model's final
+// (normed) hidden state, each RMSNormed (enorm, hnorm), concatenated in
+// that order and projected back to the hidden size by eh_proj, runs a
+// decoder layer of the model's kind (grouped-query attention with a cache
+// of its own, the sparse block) with its residuals, and norms the result
+// by final_layernorm: that is what the model's lm_head makes logits of
+// and what a chained draft step reads as its hidden state. Unlike
+// DeepSeek's head (vLLM's), no embedding is zeroed at position 0: the
+// modeling code's head reads every position's next token. It implements
+// lm.MTPModel.
+type MTP struct{ *Model }
+
+var _ lm.MTPModel = (*MTP)(nil)
+
+// prefix is the head's layer's tensor prefix, "model.layers.N.".
+func (m *MTP) prefix() string { return fmt.Sprintf("model.layers.%d.", m.Spec().Layers) }
+
+// SkipWeight implements lm.Skipper: the layers past the head's.
+func (m *MTP) SkipWeight(name string) (string, bool) {
+	if strings.HasPrefix(name, m.prefix()) {
+		return "", false
+	}
+	return m.Model.SkipWeight(name)
+}
+
+// MTPWeights implements lm.MTPModel.
+func (m *MTP) MTPWeights() []lm.WeightSpec {
+	p, h := m.prefix(), m.Spec().Hidden
+	ws := []lm.WeightSpec{
+		{Name: p + "enorm.weight", Shape: []int{h}},
+		{Name: p + "hnorm.weight", Shape: []int{h}},
+		{Name: p + "eh_proj.weight", Shape: []int{h, 2 * h}, Matmul: true},
+	}
+	ws = append(ws, m.LayerWeights(m.Spec().Layers)...)
+	return append(ws, lm.WeightSpec{Name: p + "final_layernorm.weight", Shape: []int{h}})
+}
+
+// MTPState implements lm.MTPModel: the head's layer's cache.
+func (m *MTP) MTPState(batch, cacheLen int) []lm.StateSpec {
+	return m.LayerState(m.Spec().Layers, batch, cacheLen)
+}
+
+// MTP implements lm.MTPModel.
+func (m *MTP) MTP(w *lm.Params, tokens, hidden *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	n, eps := m.Spec().Layers, m.Options().Eps
+	p := w.Scope(fmt.Sprintf("model.layers.%d", n))
+	e := nn.RMSNorm(m.Embed(w, tokens), p.Get("enorm.weight"), eps, false)
+	h := nn.RMSNorm(hidden, p.Get("hnorm.weight"), eps, false)
+	x := nn.Linear(Concatenate([]*Node{e, h}, -1), p.Get("eh_proj.weight"), nil) // [B, T, H]
+	x, st := m.Layer(n, w, x, state, step)
+	return nn.RMSNorm(x, p.Get("final_layernorm.weight"), eps, false), st
+}
+
+// MTPHead implements lm.MTPModel: lm_head (or the tied embedding) on the
+// head's normed output.
+func (m *MTP) MTPHead(w *lm.Params, x *Node) *Node {
+	head := "lm_head.weight"
+	if m.Spec().TieEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	return nn.Linear(x, w.Get(head), nil)
 }

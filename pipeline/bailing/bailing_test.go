@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bailing"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
+	"github.com/tputool/tputool/pipeline/testkit/mtpcheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
@@ -129,6 +131,9 @@ func TestLingConfig(t *testing.T) {
 		o.Shared != 1 || o.SharedWidth != 512 || o.Sparse[0] || !o.Sparse[1] || s.Layers != 20 || o.MTPLayers != 0 || s.TieEmbeddings {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
+	if n := m.(lm.MultiToken).MTPLayers(); n != 1 {
+		t.Errorf("%d multi-token-prediction layers, want 1", n)
+	}
 	if r, ok := m.(lm.Skipper).SkipWeight("model.layers.20.eh_proj.weight"); !ok || !strings.Contains(r, "multi-token") {
 		t.Errorf("layer 20 not skipped: %q %v", r, ok)
 	}
@@ -196,4 +201,30 @@ func configOf(t *testing.T, js string) *config.File {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// TestLingMTPMatchesReference drafts with a tiny Ling 2.0's
+// multi-token-prediction head as a State's steps feed it
+// (mtpcheck.Follow): the head's logits must be dsref's
+// (BailingMoeV2MTPLayer's) within 1e-4, and its chained greedy drafts the
+// reference's.
+func TestLingMTPMatchesReference(t *testing.T) {
+	const tol = 1e-4
+	c := dsref.TinyLing()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	if err := l.WithMTP(); err != nil {
+		t.Fatal(err)
+	}
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := compile.NewRunner(refcheck.CPUBackend(t), l, compile.Options{Mode: compile.Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	st := r.NewState()
+	defer st.Release()
+	mtpcheck.Follow(t, st, rm, []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}, tol)
 }

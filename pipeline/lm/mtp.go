@@ -67,10 +67,10 @@ func (l *Loaded) WithMTP() error {
 	arch := l.Model.Spec().Architecture
 	mt, ok := l.Model.(MultiToken)
 	if !ok {
-		return errs.Unsupportedf("%s (%s) has no multi-token-prediction head tputool reads (Qwen3.5, Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3 and GLM-4.5 have one)", arch, l.Dir)
+		return errs.Unsupportedf("%s (%s) has no multi-token-prediction head tputool reads (Qwen3.5, Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5 and Ling 2.0 have one)", arch, l.Dir)
 	}
 	if mt.MTPLayers() == 0 {
-		return errs.Unsupportedf("%s: its config (%s) declares no multi-token-prediction head (Qwen3.5's mtp_num_hidden_layers, or Qwen3-Next's, DeepSeek-V3's and GLM-4.5's num_nextn_predict_layers, is 0 or absent)", l.Dir, l.Config.Path)
+		return errs.Unsupportedf("%s: its config (%s) declares no multi-token-prediction head (Qwen3.5's mtp_num_hidden_layers, or Qwen3-Next's, DeepSeek-V3's, GLM-4.5's and Ling 2.0's num_nextn_predict_layers, is 0 or absent)", l.Dir, l.Config.Path)
 	}
 	m, err := mt.WithMTP()
 	if err != nil {

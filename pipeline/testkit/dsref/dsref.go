@@ -974,6 +974,11 @@ type stack struct {
 	tied           bool
 	// oBias adds self_attn.o_proj.bias after o_proj (Ling 2.0's use_bias).
 	oBias bool
+	// lingMTP runs the multi-token-prediction head as Ling 2.0's
+	// BailingMoeV2MTPLayer does: no embedding zeroed at position 0, the
+	// layer's output normed by its final_layernorm (what a chained draft
+	// reads as its hidden state), the head the model's alone.
+	lingMTP bool
 	// attention is layer prefix p's attention (input_layernorm included)
 	// on the residual stream x at positions start, start+1, …: every
 	// position's per-head outputs concatenated, before o_proj.
@@ -1060,7 +1065,7 @@ func (s stack) mtpInput(ids []int, hidden [][]float64, start int) [][]float64 {
 	x := make([][]float64, len(ids))
 	for i, id := range ids {
 		e := s.embed(id)
-		if start+i == 0 {
+		if start+i == 0 && !s.lingMTP {
 			// vLLM zeroes the embedding at position 0 ("masking inputs
 			// at position 0, as not needed by MTP": inputs_embeds set to
 			// 0 where positions == 0), so enorm's output is 0 there too.
@@ -1081,6 +1086,11 @@ func (s stack) mtpInput(ids []int, hidden [][]float64, start int) [][]float64 {
 func (s stack) mtp(ids []int, hidden [][]float64, start int) [][]float64 {
 	x := s.mtpInput(ids, hidden, start)
 	s.layer(s.layers, x, start)
+	if s.lingMTP {
+		for i := range x {
+			x[i] = lmckpt.RMSNorm64(x[i], s.get(s.mtpPrefix()+"final_layernorm.weight"), s.eps)
+		}
+	}
 	return x
 }
 
@@ -1088,6 +1098,9 @@ func (s stack) mtp(ids []int, hidden [][]float64, start int) [][]float64 {
 // head(shared_head.norm(x)), head being the model's (see
 // Model.MTPLogits).
 func (s stack) mtpHead(x []float64) []float64 {
+	if s.lingMTP {
+		return s.head(x)
+	}
 	return s.head(lmckpt.RMSNorm64(x, s.get(s.mtpPrefix()+"shared_head.norm.weight"), s.eps))
 }
 
@@ -1334,6 +1347,8 @@ type GLM struct {
 	// with −∞ instead of 0: neither is GLM-4.5's (Write refuses them);
 	// Ling 2.0 (Ling) reads its checkpoint as a GLM with both.
 	OBias, MaskInf bool
+	// lingMTP: see stack.lingMTP (set by Ling).
+	lingMTP bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
@@ -1616,7 +1631,7 @@ func (m *GLMModel) mtpStack() stack {
 func (m *GLMModel) stack() stack {
 	c := m.C
 	ds := m.ds()
-	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, oBias: c.OBias, attention: m.attention,
+	return stack{get: m.get, hidden: c.Hidden, layers: c.Layers, eps: c.Eps, tied: c.Tied, oBias: c.OBias, lingMTP: c.lingMTP, attention: m.attention,
 		mlp: func(l int, p string, h []float64) []float64 {
 			if c.Dense(l) {
 				return ds.swiglu(p+"mlp.", h)

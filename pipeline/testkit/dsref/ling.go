@@ -46,8 +46,14 @@ type Ling struct {
 	NegativeBias bool
 	// MTPLayer writes a multi-token-prediction layer in Ling's layout as
 	// layer N = Layers (num_nextn_predict_layers 1): enorm, hnorm,
-	// eh_proj, a decoder layer and final_layernorm. The model does not
-	// run it.
+	// eh_proj, a decoder layer with the MoE block and final_layernorm
+	// (BailingMoeV2MTPLayer). GLMModel.MTPLogits and MTPDraft run it as
+	// that layer does: at position i the embedding of token i+1 (none
+	// zeroed) through enorm and the model's normed final state through
+	// hnorm, concatenated and projected by eh_proj, the decoder layer at
+	// position i (causal over the head's positions, with its residuals),
+	// final_layernorm, and the model's lm_head; a chained draft reads the
+	// normed output as its hidden state.
 	MTPLayer bool
 }
 
@@ -79,7 +85,7 @@ func TinyLingBiases() Ling {
 // glm is c's GLM twin.
 func (c Ling) glm() GLM {
 	g := c.GLM
-	g.MaskInf, g.MTP = true, false
+	g.MaskInf, g.MTP, g.lingMTP = true, c.MTPLayer, c.MTPLayer
 	return g
 }
 
@@ -89,7 +95,7 @@ func (c Ling) check() error {
 	if c.NormTopK != (c.TopK > 1) {
 		return fmt.Errorf("dsref: BailingMoeV2Gate renormalises exactly when top_k > 1; NormTopK must be %v", c.TopK > 1)
 	}
-	if c.MTP {
+	if c.GLM.MTP {
 		return fmt.Errorf("dsref: Ling's multi-token-prediction layer is MTPLayer, not GLM's MTP")
 	}
 	return c.glm().check()
