@@ -5,53 +5,54 @@
 package models
 
 import (
-	_ "github.com/tputool/tputool/pipeline/afmoe"      // AfmoeForCausalLM (Arcee's Trinity)
-	_ "github.com/tputool/tputool/pipeline/apertus"    // ApertusForCausalLM
-	_ "github.com/tputool/tputool/pipeline/arcee"      // ArceeForCausalLM (AFM)
-	_ "github.com/tputool/tputool/pipeline/bailing"    // BailingMoeV2ForCausalLM (Ling 2.0, Ring 2.0)
-	_ "github.com/tputool/tputool/pipeline/bamba"      // BambaForCausalLM
-	_ "github.com/tputool/tputool/pipeline/bert"       // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
-	_ "github.com/tputool/tputool/pipeline/bitnet"     // BitNetForCausalLM (BitNet b1.58)
-	_ "github.com/tputool/tputool/pipeline/cohere"     // CohereForCausalLM, Cohere2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/deepseek"   // DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/ernie"      // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/exaone4"    // Exaone4ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/falconh1"   // FalconH1ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/gemma3"     // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/gemma3n"    // Gemma3nForConditionalGeneration, Gemma3nForCausalLM (text)
-	_ "github.com/tputool/tputool/pipeline/gemma4"     // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
-	_ "github.com/tputool/tputool/pipeline/glm"        // GlmForCausalLM, Glm4ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/gptoss"     // GptOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/granite"    // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
-	_ "github.com/tputool/tputool/pipeline/helium"     // HeliumForCausalLM
-	_ "github.com/tputool/tputool/pipeline/hunyuan"    // HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/jamba"      // JambaForCausalLM
-	_ "github.com/tputool/tputool/pipeline/lfm2"       // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
-	_ "github.com/tputool/tputool/pipeline/llama"      // LlamaForCausalLM
-	_ "github.com/tputool/tputool/pipeline/llama4"     // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
-	_ "github.com/tputool/tputool/pipeline/mamba"      // MambaForCausalLM, FalconMambaForCausalLM
-	_ "github.com/tputool/tputool/pipeline/minimax"    // MiniMaxM2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/mistral"    // MistralForCausalLM
-	_ "github.com/tputool/tputool/pipeline/mistral3"   // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/mixtral"    // MixtralForCausalLM
-	_ "github.com/tputool/tputool/pipeline/modernbert" // ModernBertModel, ModernBertForSequenceClassification (encoders)
-	_ "github.com/tputool/tputool/pipeline/nemotron"   // NemotronForCausalLM (dense)
-	_ "github.com/tputool/tputool/pipeline/nemotronh"  // NemotronHForCausalLM
-	_ "github.com/tputool/tputool/pipeline/nomicbert"  // NomicBertModel (nomic-embed-text: an encoder)
-	_ "github.com/tputool/tputool/pipeline/olmo"       // OlmoForCausalLM (OLMo 1)
-	_ "github.com/tputool/tputool/pipeline/olmo2"      // Olmo2ForCausalLM, Olmo3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/olmoe"      // OlmoeForCausalLM, FlexOlmoForCausalLM
-	_ "github.com/tputool/tputool/pipeline/phi"        // PhiForCausalLM (Phi-1, 1.5, 2)
-	_ "github.com/tputool/tputool/pipeline/phi3"       // Phi3ForCausalLM, PhimoeForCausalLM (PhiMoEForCausalLM)
-	_ "github.com/tputool/tputool/pipeline/qwen2"      // Qwen2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen2vl"    // Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration (text)
-	_ "github.com/tputool/tputool/pipeline/qwen3"      // Qwen3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen35"     // Qwen3.5 and Qwen3.5-MoE (text models)
-	_ "github.com/tputool/tputool/pipeline/qwen3moe"   // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen3vl"    // Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration (text)
-	_ "github.com/tputool/tputool/pipeline/seedoss"    // SeedOssForCausalLM
-	_ "github.com/tputool/tputool/pipeline/smollm3"    // SmolLM3ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/stablelm"   // StableLmForCausalLM
-	_ "github.com/tputool/tputool/pipeline/starcoder2" // Starcoder2ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/zamba2"     // Zamba2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/afmoe"        // AfmoeForCausalLM (Arcee's Trinity)
+	_ "github.com/tputool/tputool/pipeline/apertus"      // ApertusForCausalLM
+	_ "github.com/tputool/tputool/pipeline/arcee"        // ArceeForCausalLM (AFM)
+	_ "github.com/tputool/tputool/pipeline/bailing"      // BailingMoeV2ForCausalLM (Ling 2.0, Ring 2.0)
+	_ "github.com/tputool/tputool/pipeline/bamba"        // BambaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/bert"         // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
+	_ "github.com/tputool/tputool/pipeline/bitnet"       // BitNetForCausalLM (BitNet b1.58)
+	_ "github.com/tputool/tputool/pipeline/cohere"       // CohereForCausalLM, Cohere2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/ernie"        // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/exaone4"      // Exaone4ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/falconh1"     // FalconH1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/gemma3"       // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/gemma3n"      // Gemma3nForConditionalGeneration, Gemma3nForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/gemma4"       // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/glm"          // GlmForCausalLM, Glm4ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/gptoss"       // GptOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/granite"      // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
+	_ "github.com/tputool/tputool/pipeline/helium"       // HeliumForCausalLM
+	_ "github.com/tputool/tputool/pipeline/hunyuan"      // HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/jamba"        // JambaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/lfm2"         // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/llama"        // LlamaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/llama4"       // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/mamba"        // MambaForCausalLM, FalconMambaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/minimax"      // MiniMaxM2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mistral"      // MistralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mistral3"     // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/mixtral"      // MixtralForCausalLM
+	_ "github.com/tputool/tputool/pipeline/modernbert"   // ModernBertModel, ModernBertForSequenceClassification (encoders)
+	_ "github.com/tputool/tputool/pipeline/nemotron"     // NemotronForCausalLM (dense)
+	_ "github.com/tputool/tputool/pipeline/nemotronh"    // NemotronHForCausalLM
+	_ "github.com/tputool/tputool/pipeline/nomicbert"    // NomicBertModel (nomic-embed-text: an encoder)
+	_ "github.com/tputool/tputool/pipeline/olmo"         // OlmoForCausalLM (OLMo 1)
+	_ "github.com/tputool/tputool/pipeline/olmo2"        // Olmo2ForCausalLM, Olmo3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/olmoe"        // OlmoeForCausalLM, FlexOlmoForCausalLM
+	_ "github.com/tputool/tputool/pipeline/phi"          // PhiForCausalLM (Phi-1, 1.5, 2)
+	_ "github.com/tputool/tputool/pipeline/phi3"         // Phi3ForCausalLM, PhimoeForCausalLM (PhiMoEForCausalLM)
+	_ "github.com/tputool/tputool/pipeline/qwen2"        // Qwen2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen2vl"      // Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/qwen3"        // Qwen3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen35"       // Qwen3.5 and Qwen3.5-MoE (text models)
+	_ "github.com/tputool/tputool/pipeline/qwen3moe"     // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
+	_ "github.com/tputool/tputool/pipeline/qwen3vl"      // Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/seedoss"      // SeedOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/smallthinker" // SmallThinkerForCausalLM
+	_ "github.com/tputool/tputool/pipeline/smollm3"      // SmolLM3ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/stablelm"     // StableLmForCausalLM
+	_ "github.com/tputool/tputool/pipeline/starcoder2"   // Starcoder2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/zamba2"       // Zamba2ForCausalLM
 )

@@ -101,6 +101,10 @@ type Options struct {
 	// router_jitter_noise) instead of the softmax's top k; TopK is 2.
 	SparseMixer bool
 	JitterEps   float64
+	// SigmoidRouter weighs the top k experts by the sigmoids of their
+	// logits, renormalized to sum to one (SmallThinker's router without
+	// moe_primary_router_apply_softmax), instead of the softmax's.
+	SigmoidRouter bool
 }
 
 // Resolve reads a Qwen3-MoE or Qwen2-MoE config.json.
@@ -209,6 +213,10 @@ type Layout struct {
 	// {gate,up,down}_proj.weight); empty: Qwen2-MoE's shared_expert,
 	// scaled by sigmoid(shared_expert_gate).
 	SharedMLP string
+	// RouterOnInput computes the router's logits from the layer's input,
+	// the residual stream before input_layernorm, instead of the MLP's
+	// normed input (SmallThinker's pre-attention router).
+	RouterOnInput bool
 }
 
 // router is the router's name within the block.
@@ -286,23 +294,34 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 
 // Route implements lm.Routed: pre-norm attention with its residual, the
 // post-attention norm (llama.Model.Attend), the router's top-k choice
-// (from the hidden state in float32 with Layout.RouterF32) and the shared
+// (from the hidden state, in float32 with Layout.RouterF32, or from the
+// layer's input with Layout.RouterOnInput; softmax, sparsemixer or
+// sigmoid weights) and the shared
 // expert, Qwen2-MoE's gated or (Layout.SharedMLP) HunYuan's ungated,
 // which is added to the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
+	in := x
 	x, h, kv := m.Attend(i, w, x, state, step)
 	mp := w.Scope(m.block(i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
-	hr := Reshape(h, b*t, m.Spec().Hidden)
+	rin := h
+	if m.l.RouterOnInput {
+		rin = in
+	}
+	hr := Reshape(rin, b*t, m.Spec().Hidden)
 	if m.l.RouterF32 {
 		hr = ConvertDType(hr, dtypes.Float32)
 	}
 	logits := nn.Linear(hr, mp.Get(m.l.router()), nil) // [N, E]
 	var ids, weights *Node                             // [N, K]
-	if m.o.SparseMixer {
+	switch {
+	case m.o.SparseMixer:
 		ids, weights = nn.SparseMixerRouter(logits, m.o.JitterEps)
-	} else {
+	case m.o.SigmoidRouter: // sigmoid is monotone: the top k logits' experts, their sigmoids over their sum
+		r := nn.GroupRouter{Experts: m.o.Experts, TopK: m.o.TopK, Groups: 1, TopKGroup: 1, NormTopK: true, Scale: 1}
+		ids, weights = r.Route(Sigmoid(ConvertDType(logits, dtypes.Float32)), nil)
+	default:
 		ids, weights = nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)
 	}
 	if s := m.o.ResidualScale; s != 0 && s != 1 {

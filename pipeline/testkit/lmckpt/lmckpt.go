@@ -154,6 +154,14 @@ type Config struct {
 	// block_sparse_moe.experts.E.{w1,w3,w2}.weight (gate, up, down), of
 	// which each token takes the TopK most probable, renormalized.
 	Experts, TopK int
+	// SmallThinker (with Experts) selects SmallThinker's sparse block
+	// (SmallThinkerForCausalLM) instead of Mixtral's: the router
+	// block_sparse_moe.primary_router.weight reads the layer's input (the
+	// residual before input_layernorm), ReGLU experts
+	// block_sparse_moe.experts.E.{gate,up,down}.weight; the TopK largest
+	// logits weighed by their softmax, or with SmallThinkerSigmoid by
+	// their sigmoids over the sum.
+	SmallThinker, SmallThinkerSigmoid bool
 }
 
 // Yarn is a YaRN rotary's factor, original_max_position_embeddings and
@@ -329,6 +337,16 @@ func (t Tiny) Tensors() []Tensor {
 			add("mlp.shared_mlp.gate_proj.weight", "linear", c.Intermediate, H)
 			add("mlp.shared_mlp.up_proj.weight", "linear", c.Intermediate, H)
 			add("mlp.shared_mlp.down_proj.weight", "linear", H, c.Intermediate)
+			continue
+		}
+		if c.Experts > 0 && c.SmallThinker {
+			add("block_sparse_moe.primary_router.weight", "linear", c.Experts, H)
+			for e := range c.Experts {
+				q := fmt.Sprintf("block_sparse_moe.experts.%d.", e)
+				add(q+"up.weight", "linear", c.Intermediate, H)
+				add(q+"gate.weight", "linear", c.Intermediate, H)
+				add(q+"down.weight", "linear", H, c.Intermediate)
+			}
 			continue
 		}
 		if c.Experts > 0 {
@@ -664,6 +682,27 @@ func (t Tiny) ConfigJSON() map[string]any {
 				"mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": c.Llama4Beta}
 		}
 		j["rope_parameters"] = rp
+	case "SmallThinkerForCausalLM":
+		// rope_layout: 1 turns, 0 is a NoPE layer; sliding_window_layout:
+		// 1 slides within sliding_window_size. No hidden_act, no
+		// intermediate_size: the experts are ReGLU of moe_ffn_hidden_size.
+		j["model_type"] = "smallthinker"
+		delete(j, "intermediate_size")
+		rope, windows := make([]int, c.Layers), make([]int, c.Layers)
+		j["sliding_window_size"] = 4096
+		for l := range rope {
+			if l >= len(c.NoRope) || !c.NoRope[l] {
+				rope[l] = 1
+			}
+			if c.Window[l] > 0 {
+				windows[l] = 1
+				j["sliding_window_size"] = c.Window[l]
+			}
+		}
+		j["rope_layout"], j["sliding_window_layout"] = rope, windows
+		j["moe_num_primary_experts"], j["moe_num_active_primary_experts"], j["moe_ffn_hidden_size"] = c.Experts, c.TopK, c.Intermediate
+		j["moe_primary_router_apply_softmax"] = !c.SmallThinkerSigmoid
+		j["norm_topk_prob"] = true // in the releases' config.json; the modeling code does not read it
 	case "SmolLM3ForCausalLM":
 		// no_rope_layers: 1 turns, 0 is a NoPE layer; a window makes
 		// use_sliding_window and layer_types say which layers have it.

@@ -359,6 +359,13 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 	h := make([]float64, H)
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("model.layers.%d.", l)
+		var in [][]float64 // SmallThinker's router input: the layer's input
+		if c.SmallThinker {
+			in = make([][]float64, T)
+			for t := range x {
+				in[t] = append([]float64(nil), x[t]...)
+			}
+		}
 		bias := func(name string) []float64 {
 			if !c.QKVBias {
 				return nil
@@ -506,6 +513,13 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 			if c.Experts > 0 && c.HunYuan {
 				m.sparseNamed(o, h, p+"mlp.", "gate.wg.weight", qwenExpertNames)
 				m.sharedMLP(o, h, p+"mlp.shared_mlp.")
+				for i := range o {
+					x[t][i] += o[i]
+				}
+				continue
+			}
+			if c.Experts > 0 && c.SmallThinker {
+				m.smallThinkerBlock(o, h, in[t], p+"block_sparse_moe.")
 				for i := range o {
 					x[t][i] += o[i]
 				}
@@ -665,6 +679,59 @@ func (m *Model) sparseNamed(out, h []float64, p, router string, names [3]string)
 		matmul(y, gate, m.w(q+names[2]), nil)
 		for i := range out {
 			out[i] += ws[j] / sum * y[i]
+		}
+	}
+}
+
+// smallThinkerBlock writes SmallThinker's sparse block
+// (SmallThinkerMoeBlock, under prefix p) on one token h to out: the
+// router's logits from the layer's input r (primary_router), the TopK
+// largest (the lowest index first on ties, as torch.topk keeps them),
+// weighed by the softmax over those logits or, with SmallThinkerSigmoid,
+// by their sigmoids over the sigmoids' sum, and the sum of those
+// experts' down(relu(gate h) · up h) so weighted.
+func (m *Model) smallThinkerBlock(out, h, r []float64, p string) {
+	c := m.C
+	logits := make([]float64, c.Experts)
+	matmul(logits, r, m.w(p+"primary_router.weight"), nil)
+	taken := make([]bool, c.Experts)
+	ids, ws := make([]int, c.TopK), make([]float64, c.TopK)
+	for j := range ids {
+		best := -1
+		for e, v := range logits {
+			if !taken[e] && (best < 0 || v > logits[best]) {
+				best = e
+			}
+		}
+		taken[best], ids[j], ws[j] = true, best, logits[best]
+	}
+	if c.SmallThinkerSigmoid {
+		sum := 0.0
+		for j := range ws {
+			ws[j] = 1 / (1 + math.Exp(-ws[j]))
+			sum += ws[j]
+		}
+		for j := range ws {
+			ws[j] /= sum
+		}
+	} else {
+		softmax(ws)
+	}
+	for i := range out {
+		out[i] = 0
+	}
+	gate, up := make([]float64, c.Intermediate), make([]float64, c.Intermediate)
+	y := make([]float64, len(out))
+	for j, e := range ids {
+		q := fmt.Sprintf("%sexperts.%d.", p, e)
+		matmul(gate, h, m.w(q+"gate.weight"), nil)
+		matmul(up, h, m.w(q+"up.weight"), nil)
+		for i := range gate {
+			gate[i] = math.Max(gate[i], 0) * up[i]
+		}
+		matmul(y, gate, m.w(q+"down.weight"), nil)
+		for i := range out {
+			out[i] += ws[j] * y[i]
 		}
 	}
 }
