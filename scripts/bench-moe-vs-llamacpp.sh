@@ -9,7 +9,8 @@
 # an Arcee Trinity Mini, FAMILY=granitemoe a Granite 3.1 MoE,
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
 # FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
-# FAMILY=bamba a Bamba) on
+# FAMILY=bamba a Bamba, FAMILY=ling a Ling 2.0, FAMILY=smallthinker a
+# SmallThinker) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -208,7 +209,16 @@
 # layers, attention at 3 with 8 heads of 128 over 2 rotating half of each;
 # Mamba-2 of 32 heads of 64, state 128, one group, elsewhere; MLPs of
 # 4096; vocab 32768, untied), bf16, run by llama.cpp as its
-# granitehybrid.
+# granitehybrid. FAMILY=ling: a BailingMoeV2ForCausalLM of
+# Ling-mini-2.0's layer (hidden 2048, 16 heads of 128 over 4 with q/k
+# norms rotating half of each head, 256 experts of 512 of which 8 are
+# chosen, a shared expert, a dense first layer of 5120; LAYERS=4 layers;
+# one expert group, as llama.cpp's bailingmoe2 does not limit them;
+# vocab 32768, untied), bf16. FAMILY=smallthinker: a
+# SmallThinkerForCausalLM of SmallThinker-4BA0.6B's layer (hidden 1536,
+# 12 heads of 128 over 2, 32 ReGLU experts of 768 of which 4 are chosen
+# by the sigmoid router on the layer's input; LAYERS=8 layers, the rotary
+# everywhere, no windows; vocab 32768, tied), bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -237,7 +247,9 @@ jamba) DIR="${DIR:-/tmp/tputool-jamba-bench}" ;;
 falconmamba) DIR="${DIR:-/tmp/tputool-falconmamba-bench}" ;;
 gemma3n) DIR="${DIR:-/tmp/tputool-gemma3n-bench}" ;;
 bamba) DIR="${DIR:-/tmp/tputool-bamba-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n or bamba" >&2; exit 2 ;;
+ling) DIR="${DIR:-/tmp/tputool-ling-bench}" ;;
+smallthinker) DIR="${DIR:-/tmp/tputool-smallthinker-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling or smallthinker" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -508,6 +520,32 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = bamba ]; then
  "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "hidden_act": "silu", "rms_norm_eps": 1e-05,
  "rope_theta": 10000.0, "tie_word_embeddings": false, "max_position_embeddings": 4096,
  "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = ling ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["BailingMoeV2ForCausalLM"], "model_type": "bailing_moe_v2", "vocab_size": 32768,
+ "hidden_size": 2048, "intermediate_size": 5120, "moe_intermediate_size": 512, "num_hidden_layers": ${LAYERS:-4},
+ "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "partial_rotary_factor": 0.5,
+ "use_qkv_bias": false, "use_bias": false, "use_qk_norm": true, "num_experts": 256, "num_shared_experts": 1,
+ "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.5, "score_function": "sigmoid",
+ "norm_topk_prob": true, "moe_shared_expert_intermediate_size": 512, "first_k_dense_replace": 1,
+ "num_nextn_predict_layers": 0, "rope_theta": 600000, "rms_norm_eps": 1e-06, "max_position_embeddings": 4096,
+ "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = smallthinker ]; then
+  layers=${LAYERS:-8}
+  ones=$(printf '1,%.0s' $(seq "$layers")) zeros=$(printf '0,%.0s' $(seq "$layers"))
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["SmallThinkerForCausalLM"], "model_type": "smallthinker", "vocab_size": 32768, "hidden_size": 1536,
+ "num_hidden_layers": $layers, "num_attention_heads": 12, "num_key_value_heads": 2, "head_dim": 128,
+ "moe_num_primary_experts": 32, "moe_num_active_primary_experts": 4, "moe_ffn_hidden_size": 768,
+ "moe_primary_router_apply_softmax": false, "rope_layout": [${ones%,}], "sliding_window_layout": [${zeros%,}],
+ "sliding_window_size": 4096, "rope_theta": 1500000, "rms_norm_eps": 1e-06, "max_position_embeddings": 4096,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768

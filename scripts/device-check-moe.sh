@@ -28,7 +28,7 @@
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
-#      Gemma 3n and a tiny Zamba2),
+#      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0 and a tiny SmallThinker),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -557,14 +557,36 @@ cat >"$work/zamba2.json" <<'EOF'
  "hidden_act": "gelu", "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": true,
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Ling 2.0: the fused q/k/v with q/k norms rotating half of each
+# head, a dense first layer, then the sigmoid router with its expert
+# bias over 2 of 4 groups (the closed ones masked with −∞) and a shared
+# expert.
+cat >"$work/ling.json" <<'EOF'
+{"architectures": ["BailingMoeV2ForCausalLM"], "model_type": "bailing_moe_v2", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "partial_rotary_factor": 0.5, "use_qkv_bias": false, "use_bias": false, "use_qk_norm": true,
+ "num_experts": 8, "num_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
+ "routed_scaling_factor": 2.5, "first_k_dense_replace": 1, "rope_theta": 600000, "rms_norm_eps": 1e-06,
+ "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny SmallThinker: the router on the layer's input, ReGLU experts,
+# a NoPE layer and windowed ones.
+cat >"$work/smallthinker.json" <<'EOF'
+{"architectures": ["SmallThinkerForCausalLM"], "model_type": "smallthinker", "vocab_size": 512, "hidden_size": 64,
+ "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "moe_num_primary_experts": 8, "moe_num_active_primary_experts": 2, "moe_ffn_hidden_size": 32,
+ "moe_primary_router_apply_softmax": false, "rope_layout": [0, 1, 1, 1], "sliding_window_layout": [0, 1, 1, 1],
+ "sliding_window_size": 8, "rope_theta": 1500000, "rms_norm_eps": 1e-06, "max_position_embeddings": 512,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.

@@ -37,7 +37,9 @@
 // runMamba), Jamba (JambaForCausalLM: llama.cpp's jamba, runJamba),
 // Bamba (BambaForCausalLM: llama.cpp's granitehybrid, runBamba),
 // Gemma 3n (Gemma3nForConditionalGeneration, Gemma3nForCausalLM: llama.cpp's
-// gemma3n, runGemma3n),
+// gemma3n, runGemma3n), Ling 2.0 (BailingMoeV2ForCausalLM: llama.cpp's
+// bailingmoe2, runBailing), SmallThinker (SmallThinkerForCausalLM:
+// llama.cpp's smallthinker, runSmallThinker),
 // Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
@@ -92,6 +94,7 @@ import (
 	"github.com/tputool/tputool/pipeline/afmoe"
 	_ "github.com/tputool/tputool/pipeline/apertus" // ApertusForCausalLM
 	_ "github.com/tputool/tputool/pipeline/arcee"   // ArceeForCausalLM
+	"github.com/tputool/tputool/pipeline/bailing"
 	"github.com/tputool/tputool/pipeline/bamba"
 	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/deepseek"
@@ -120,7 +123,8 @@ import (
 	"github.com/tputool/tputool/pipeline/phi"
 	"github.com/tputool/tputool/pipeline/phi3"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
-	_ "github.com/tputool/tputool/pipeline/seedoss"  // SeedOssForCausalLM
+	_ "github.com/tputool/tputool/pipeline/seedoss" // SeedOssForCausalLM
+	"github.com/tputool/tputool/pipeline/smallthinker"
 	_ "github.com/tputool/tputool/pipeline/smollm3"  // SmolLM3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/stablelm" // StableLmForCausalLM
 	"github.com/tputool/tputool/pipeline/starcoder2"
@@ -180,6 +184,8 @@ func run(dir, out string) error {
 	}
 	defer l.Close()
 	switch g := l.Model.(type) {
+	case *bailing.Model:
+		return runBailing(l, dir, out, g)
 	case *deepseek.Model:
 		if g.Options().GQA {
 			return runSigmoid(l, dir, out, g)
@@ -272,6 +278,8 @@ func run(dir, out string) error {
 		switch l.Config.Architecture() {
 		case "HunYuanMoEV1ForCausalLM":
 			return runHunYuanMoE(l, dir, out, x)
+		case smallthinker.Architecture:
+			return runSmallThinker(l, dir, out, x)
 		case "Qwen3MoeForCausalLM", "OlmoeForCausalLM":
 			m = x
 		}
@@ -279,7 +287,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
