@@ -320,10 +320,11 @@ func TextConfig(m *config.File) (*Text, error) {
 		}
 		t.Mamba = mb
 	}
-	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"); ok && n > 1 {
+	if n, ok := f.int("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "moe_num_primary_experts"); ok && n > 1 {
 		moe := &MoE{Experts: n}
-		moe.ExpertsPerToken, _ = f.perLayer(t.Layers, "num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k", "moe_topk")
-		moe.ExpertIntermediate, _ = f.perLayer(t.Layers, "moe_intermediate_size")
+		moe.ExpertsPerToken, _ = f.perLayer(t.Layers, "num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "top_k_experts", "moe_k", "moe_topk",
+			"moe_num_active_primary_experts")
+		moe.ExpertIntermediate, _ = f.perLayer(t.Layers, "moe_intermediate_size", "moe_ffn_hidden_size")
 		moe.SharedExperts, _ = f.perLayer(t.Layers, "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", "num_shared_expert")
 		moe.SharedIntermediate, _ = f.int("shared_expert_intermediate_size")
 		if moe.ExpertsPerToken <= 0 || moe.ExpertsPerToken > n {
