@@ -36,13 +36,28 @@ func TopKRouter(logits *Node, k int, normalize bool) (ids, weights *Node) {
 	return ids, weights
 }
 
+// SigmoidTopKRouter is SmallThinker's router without
+// moe_primary_router_apply_softmax on logits [N, E]: the k largest
+// logits (ties to the lower index), weighed by their sigmoids over the
+// sigmoids' sum. It chooses by the logits themselves, as the modeling
+// code does (torch.topk before the sigmoid), not by their sigmoids, which
+// float32 rounds alike to 1 above about 17. Returns ids [N, k] int32 and
+// weights [N, k] float32.
+func SigmoidTopKRouter(logits *Node, k int) (ids, weights *Node) {
+	l := ConvertDType(logits, dtypes.Float32)
+	ids, weights = TopKBy(l, Sigmoid(l), k)
+	return ids, Div(weights, ReduceAndKeep(weights, ReduceSum, -1))
+}
+
 // TopKBy picks for each row of choice [N, E] (float32) the k largest
 // entries (ties to the lower index, as torch.topk keeps them) and returns
 // their indices [N, k] int32 and the entries of values [N, E] at those
 // indices [N, k], exactly (a router may choose by biased scores and weigh
 // by the unbiased ones). GoMLX has no TopK, so it takes k rounds of
 // ArgMax, masking each winner (the experts' iota and the mask value built
-// once, so that a round is five ops).
+// once, so that a round is five ops). A winner is masked with
+// −MaxFloat32, so a row must hold k entries above that: a router that
+// closes experts with −∞ (GroupRouter.MaskInf) keeps k of them open.
 func TopKBy(choice, values *Node, k int) (ids, picked *Node) {
 	dims := choice.Shape().Dimensions
 	n, e := dims[0], dims[1]
@@ -110,7 +125,9 @@ func SparseMixerRouter(logits *Node, jitterEps float64) (ids, weights *Node) {
 // 2.0's BailingMoeV2Gate does, which differs only when a kept expert's
 // biased score is negative); the
 // weights renormalized (NormTopK: by sum + NormEps, 1e-20 when NormEps is
-// 0, or by max(sum, NormMin) when NormMin > 0) and times Scale.
+// 0, or by max(sum, NormMin) when NormMin > 0) and times Scale. With
+// MaskInf, TopK must not exceed the open experts, TopKGroup ×
+// Experts/Groups (TopKBy).
 // DeepSeek-V3, GLM-4.5, MiniMax-M2, dots.llm1, ERNIE 4.5 and NemotronH
 // route this way; LFM2-MoE too, with NormEps 1e-6 and no groups.
 type GroupRouter struct {

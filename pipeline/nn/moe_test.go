@@ -499,3 +499,31 @@ func TestGroupRouterMask(t *testing.T) {
 		}
 	}
 }
+
+// TestSigmoidTopKRouter checks that SmallThinker's sigmoid router chooses
+// by the logits: above about 17 their float32 sigmoids are all 1, and
+// choosing by those would take the lowest indices.
+func TestSigmoidTopKRouter(t *testing.T) {
+	logits := []float32{20, 30, 18, 25, -1, 0, 2, 1}
+	out, err := ExecOnce(refcheck.GoBackend(t), func(l *Node) *Node {
+		ids, w := SigmoidTopKRouter(l, 3)
+		return Concatenate([]*Node{ConvertDType(ids, dtypes.Float32), w}, 1)
+	}, tensors.FromFlatDataAndDimensions(logits, 1, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := tensors.MustCopyFlatData[float32](out)
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	sum := sig(30) + sig(25) + sig(20)
+	for j, want := range []struct {
+		id int32
+		w  float64
+	}{{1, sig(30) / sum}, {3, sig(25) / sum}, {0, sig(20) / sum}} {
+		if got := int32(flat[j]); got != want.id {
+			t.Errorf("choice %d is expert %d, want %d", j, got, want.id)
+		}
+		if got := float64(flat[3+j]); math.Abs(got-want.w) > 1e-6 {
+			t.Errorf("choice %d weighs %v, want %v", j, got, want.w)
+		}
+	}
+}

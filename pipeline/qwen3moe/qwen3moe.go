@@ -318,9 +318,8 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	switch {
 	case m.o.SparseMixer:
 		ids, weights = nn.SparseMixerRouter(logits, m.o.JitterEps)
-	case m.o.SigmoidRouter: // sigmoid is monotone: the top k logits' experts, their sigmoids over their sum
-		r := nn.GroupRouter{Experts: m.o.Experts, TopK: m.o.TopK, Groups: 1, TopKGroup: 1, NormTopK: true, Scale: 1}
-		ids, weights = r.Route(Sigmoid(ConvertDType(logits, dtypes.Float32)), nil)
+	case m.o.SigmoidRouter:
+		ids, weights = nn.SigmoidTopKRouter(logits, m.o.TopK)
 	default:
 		ids, weights = nn.TopKRouter(logits, m.o.TopK, m.o.NormTopK)
 	}

@@ -85,13 +85,15 @@ func Resolve(cfg *config.File) (qwen3moe.Options, error) {
 		return qwen3moe.Options{}, err
 	}
 	width := lm.Or(c.ExpertWidth, defaultWidth)
+	if width <= 0 {
+		return qwen3moe.Options{}, fmt.Errorf("%s: moe_ffn_hidden_size must be positive, got %d", where, width)
+	}
 	if c.IntermediateSize == nil { // no dense MLP: Spec's intermediate is the experts'
 		c.IntermediateSize = &width
 	}
-	// SmallThinkerConfig has no hidden_act: the experts are ReGLU.
-	if c.HiddenAct != "" && c.HiddenAct != "relu" {
-		return qwen3moe.Options{}, fmt.Errorf("%s: hidden_act %q; SmallThinker's experts are ReGLU (relu), whatever the config says", where, c.HiddenAct)
-	}
+	// SmallThinkerConfig has no hidden_act, and the modeling code reads
+	// none: the experts are ReGLU whatever a config says.
+	c.HiddenAct = ""
 	c.LayerTypes = nil // SmallThinker places its windows by sliding_window_layout
 	base, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
@@ -129,8 +131,6 @@ func Resolve(cfg *config.File) (qwen3moe.Options, error) {
 		return qwen3moe.Options{}, fmt.Errorf("%s: moe_num_primary_experts must be positive, got %d", where, o.Experts)
 	case o.TopK <= 0 || o.TopK > o.Experts:
 		return qwen3moe.Options{}, fmt.Errorf("%s: moe_num_active_primary_experts %d must be in [1, moe_num_primary_experts %d]", where, o.TopK, o.Experts)
-	case width <= 0:
-		return qwen3moe.Options{}, fmt.Errorf("%s: moe_ffn_hidden_size must be positive, got %d", where, width)
 	}
 	if err := lm.CheckExperts(where, "moe_num_primary_experts", o.Experts, s.Layers); err != nil {
 		return qwen3moe.Options{}, err

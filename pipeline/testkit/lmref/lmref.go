@@ -29,6 +29,10 @@ type Config = lmckpt.Config
 type Model struct {
 	C Config
 	W map[string][]float64
+	// RouteNormed routes SmallThinker's block from the MLP's normed
+	// input, as Mixtral's does, instead of the layer's input: a mutant
+	// for the tests that check the router's input matters.
+	RouteNormed bool
 }
 
 // Load reads every tensor of a checkpoint (file or directory) as float64.
@@ -519,7 +523,11 @@ func (m *Model) Hidden(tokens []int) [][]float64 {
 				continue
 			}
 			if c.Experts > 0 && c.SmallThinker {
-				m.smallThinkerBlock(o, h, in[t], p+"block_sparse_moe.")
+				r := in[t]
+				if m.RouteNormed {
+					r = h
+				}
+				m.smallThinkerBlock(o, h, r, p+"block_sparse_moe.")
 				for i := range o {
 					x[t][i] += o[i]
 				}
