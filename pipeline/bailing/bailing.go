@@ -24,9 +24,9 @@
 //     more than one expert: the gate does not read norm_topk_prob) and
 //     times routed_scaling_factor; and num_shared_experts always-on
 //     experts, one SwiGLU MLP of moe_intermediate_size ×
-//     num_shared_experts (moe_shared_expert_intermediate_size ×
-//     num_shared_experts where the config sets that, as llama.cpp reads
-//     it), whose output joins the routed experts';
+//     num_shared_experts, whose output joins the routed experts' (a
+//     config whose moe_shared_expert_intermediate_size, which llama.cpp
+//     reads instead, differs is refused);
 //   - model.word_embeddings, model.norm, an untied lm_head.
 //
 // The checkpoint's tensors are renamed to GLM-4.5's names as they are
@@ -73,6 +73,8 @@ type Config struct {
 	FirstKDenseReplace  *int     `json:"first_k_dense_replace"`
 	ScoreFunction       string   `json:"score_function"`
 	NumNextNLayers      *int     `json:"num_nextn_predict_layers"`
+	NormHead            *bool    `json:"norm_head"`
+	UseRMSNorm          *bool    `json:"use_rmsnorm"`
 }
 
 // Defaults are BailingMoeV2Config's.
@@ -102,6 +104,15 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	}
 	if f := c.ScoreFunction; f != "" && f != "sigmoid" {
 		return deepseek.Options{}, errs.Unsupportedf("%s: score_function %q is not supported (BailingMoeV2Gate scores by sigmoid)", where, f)
+	}
+	// Neither is read by the modeling code; vLLM's loader normalizes
+	// lm_head's columns under norm_head. Every release sets them false
+	// and true.
+	if lm.Or(c.NormHead, false) {
+		return deepseek.Options{}, errs.Unsupportedf("%s: norm_head true (lm_head normalized, as vLLM's loader reads it) is not supported; every Ling 2.0 release sets it false", where)
+	}
+	if !lm.Or(c.UseRMSNorm, true) {
+		return deepseek.Options{}, errs.Unsupportedf("%s: use_rmsnorm false is not supported; Ling 2.0's norms are RMSNorms", where)
 	}
 	if c.NumKeyValueHeads == nil {
 		// BailingMoeV2Config defaults it to 0, which its attention cannot
@@ -143,8 +154,10 @@ func (c Config) resolveMoE(where string, o *deepseek.Options) error {
 	o.NormTopK = o.TopK > 1 // BailingMoeV2Gate renormalizes whenever top_k > 1
 	first := lm.Or(c.FirstKDenseReplace, 0)
 	shared := lm.Or(c.NumSharedExperts, 0)
-	if n := lm.Or(c.NumNextNLayers, 0); n < 0 {
-		return fmt.Errorf("%s: num_nextn_predict_layers must not be negative, got %d", where, n)
+	// The multi-token-prediction layers, read by Model.WithMTP (deepseek's
+	// own MTP methods are not: Model's take their place).
+	if o.MTPLayers = lm.Or(c.NumNextNLayers, 0); o.MTPLayers < 0 {
+		return fmt.Errorf("%s: num_nextn_predict_layers must not be negative, got %d", where, o.MTPLayers)
 	}
 	switch {
 	case o.Experts <= 0:
@@ -176,11 +189,13 @@ func (c Config) resolveMoE(where string, o *deepseek.Options) error {
 		}
 		o.MoEIntermediate = *c.MoEIntermediateSize
 		o.Shared = shared
-		if si := c.SharedIntermediate; si != nil && shared > 0 {
-			if *si <= 0 {
-				return fmt.Errorf("%s: moe_shared_expert_intermediate_size must be positive, got %d", where, *si)
-			}
-			o.SharedWidth = *si * shared
+		// The modeling code builds the shared experts moe_intermediate_size
+		// × num_shared_experts wide and never reads
+		// moe_shared_expert_intermediate_size; llama.cpp reads it in
+		// moe_intermediate_size's place. The releases set both alike.
+		if si := c.SharedIntermediate; si != nil && shared > 0 && *si != o.MoEIntermediate {
+			return errs.Unsupportedf("%s: moe_shared_expert_intermediate_size %d differs from moe_intermediate_size %d, which is not supported: the modeling code builds the shared experts from the latter, llama.cpp from the former, and no release has them differ",
+				where, *si, o.MoEIntermediate)
 		}
 	}
 	return nil
@@ -192,13 +207,7 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	var c struct {
-		NumNextNLayers *int `json:"num_nextn_predict_layers"`
-	}
-	if err := cfg.Decode(&c); err != nil {
-		return nil, err
-	}
-	return &Model{Model: deepseek.NewModelIn(o, Layout), mtp: lm.Or(c.NumNextNLayers, 0)}, nil
+	return &Model{deepseek.NewModelIn(o, Layout)}, nil
 }
 
 // Layout names Ling 2.0's sparse blocks: the router's correction bias is
@@ -208,10 +217,7 @@ var Layout = deepseek.Layout{Block: "mlp", Bias: "gate.expert_bias", Experts: lm
 
 // Model is a Ling 2.0 decoder: deepseek's, reading the checkpoint under
 // GLM-4.5's names. It implements lm.Renamer and lm.MultiToken.
-type Model struct {
-	*deepseek.Model
-	mtp int // num_nextn_predict_layers
-}
+type Model struct{ *deepseek.Model }
 
 var _ lm.Renamer = (*Model)(nil)
 
@@ -241,13 +247,13 @@ func (m *Model) RenameWeight(stored string) string {
 }
 
 // MTPLayers implements lm.MultiToken: num_nextn_predict_layers.
-func (m *Model) MTPLayers() int { return m.mtp }
+func (m *Model) MTPLayers() int { return m.Options().MTPLayers }
 
 // WithMTP implements lm.MultiToken: the model reading its head too. A
 // head of several layers is refused: every release has one.
 func (m *Model) WithMTP() (lm.MTPModel, error) {
-	if m.mtp != 1 {
-		return nil, errs.Unsupportedf("a multi-token-prediction head of %d layers (num_nextn_predict_layers): tputool runs a head of one layer, as every Ling 2.0 release has", m.mtp)
+	if n := m.MTPLayers(); n != 1 {
+		return nil, errs.Unsupportedf("a multi-token-prediction head of %d layers (num_nextn_predict_layers): tputool runs a head of one layer, as every Ling 2.0 release has", n)
 	}
 	return &MTP{Model: m}, nil
 }

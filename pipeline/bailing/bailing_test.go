@@ -122,13 +122,26 @@ func TestLingConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := m.(*bailing.Model).Options()
-	if n := lmckpt.Params(m); n != 16_255_643_392 {
-		t.Errorf("%d parameters, want 16,255,643,392", n)
+	total, experts := int64(0), int64(0)
+	for _, w := range lm.Weights(m) {
+		n := int64(1)
+		for _, d := range w.Shape {
+			n *= int64(d)
+		}
+		total += n
+		if strings.Contains(w.Name, ".mlp.experts.") {
+			experts += n
+		}
+	}
+	// The card's 789M activated outside the embedding and the head.
+	active := total - experts + experts*8/256 - 2*157184*2048
+	if total != 16_255_643_392 || active != 789_147_392 {
+		t.Errorf("%d parameters, %d active outside the embedding and head; want 16,255,643,392 and 789,147,392", total, active)
 	}
 	s := m.Spec()
 	if !o.GQA || !o.FusedQKV || o.QKVBias || o.OBias || !o.QKNorm || !o.MaskInf || s.Heads != 16 || s.KVHeads != 4 || s.HeadDim != 128 ||
 		o.Rope.RotaryDim != 64 || o.Experts != 256 || o.TopK != 8 || o.Groups != 8 || o.TopKGroup != 4 || !o.NormTopK || o.RoutedScale != 2.5 ||
-		o.Shared != 1 || o.SharedWidth != 512 || o.Sparse[0] || !o.Sparse[1] || s.Layers != 20 || o.MTPLayers != 0 || s.TieEmbeddings {
+		o.Shared != 1 || o.Sparse[0] || !o.Sparse[1] || s.Layers != 20 || o.MTPLayers != 1 || s.TieEmbeddings {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	if n := m.(lm.MultiToken).MTPLayers(); n != 1 {
@@ -165,6 +178,13 @@ func TestLingConfig(t *testing.T) {
 		d.Eps != 1e-5 || d.Spec.MaxPositions != 16384 || d.Shared != 0 || !d.Sparse[0] {
 		t.Errorf("defaults: %+v", d)
 	}
+	// BailingMoeV2Gate renormalizes whenever top_k > 1, whatever
+	// norm_topk_prob says.
+	n, err := bailing.Resolve(configOf(t, `{"architectures": ["BailingMoeV2ForCausalLM"], "num_key_value_heads": 4, "intermediate_size": 256,
+		"moe_intermediate_size": 64, "norm_topk_prob": false}`))
+	if err != nil || !n.NormTopK {
+		t.Errorf("norm_topk_prob false: %v, NormTopK %v", err, n.NormTopK)
+	}
 
 	base := `"architectures": ["BailingMoeV2ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "moe_intermediate_size": 16, "num_experts": 8, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1`
 	for _, bad := range []struct {
@@ -180,7 +200,9 @@ func TestLingConfig(t *testing.T) {
 		{`"moe_intermediate_size": null`, "moe_intermediate_size must be set", false},
 		{`"intermediate_size": 0`, "intermediate_size must be positive", false},
 		{`"first_k_dense_replace": -1`, "first_k_dense_replace must not be negative", false},
-		{`"num_shared_experts": 1, "moe_shared_expert_intermediate_size": 0`, "moe_shared_expert_intermediate_size must be positive", false},
+		{`"num_shared_experts": 1, "moe_shared_expert_intermediate_size": 32`, "moe_shared_expert_intermediate_size 32 differs from moe_intermediate_size 16", true},
+		{`"norm_head": true`, "norm_head true", true},
+		{`"use_rmsnorm": false`, "use_rmsnorm false", true},
 		{`"partial_rotary_factor": 0.1`, "rotary dim", false},
 		{`"num_experts": 1000000`, "expert MLPs", false},
 	} {

@@ -246,10 +246,6 @@ type Options struct {
 	// NormMin > 0 renormalizes the chosen weights by max(sum, NormMin)
 	// (ERNIE 4.5's moe_norm_min) instead of sum + 1e-20.
 	NormMin float64
-	// SharedWidth, when not 0, is the shared experts' width in place of
-	// Shared × MoEIntermediate (Ling 2.0's
-	// moe_shared_expert_intermediate_size × num_shared_experts).
-	SharedWidth int
 	// MaskInf closes the groups the router does not keep with −∞ instead
 	// of 0 (Ling 2.0's BailingMoeV2Gate; nn.GroupRouter.MaskInf).
 	MaskInf bool
@@ -732,18 +728,10 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 		ws = append(ws, lm.WeightSpec{Name: b + m.l.Bias, Shape: shape, F32: true})
 	}
 	ws = append(ws, m.l.Experts.Stacked(b+"experts", o.Experts, o.MoEIntermediate, s.Hidden)...)
-	if sh := o.sharedWidth(); sh > 0 {
+	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
 		ws = append(ws, lm.SwiGLUWeights(b+"shared_experts", sh, s.Hidden)...)
 	}
 	return ws
-}
-
-// sharedWidth is the shared experts' width, 0 for none.
-func (o Options) sharedWidth() int {
-	if o.Shared > 0 && o.SharedWidth > 0 {
-		return o.SharedWidth
-	}
-	return o.Shared * o.MoEIntermediate
 }
 
 // latentWeights lists layer i's norms and MLA's projections.
@@ -846,7 +834,8 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 // router logits, or with V2 routeV2's; the choice
 // is the scores plus the correction bias, limited to the topk_group
 // groups whose two best choices sum highest (the others' choices set to
-// 0, as transformers masks them); the top k experts by choice, weighed by
+// 0, as transformers masks them, or to −∞ with MaskInf); the top k
+// experts by choice, weighed by
 // their unbiased scores, renormalized (norm_topk_prob) and scaled by
 // routed_scaling_factor (by max(sum, NormMin) with NormMin, as ERNIE 4.5
 // divides): nn.GroupRouter. Returns ids [N, K] int32 and weights [N, K]

@@ -359,7 +359,8 @@ func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
 //	ebias   ± 0.25                     (comparable to that spread, so the bias moves
 //	                                    some tokens' choices; the TinyDeepSeek test
 //	                                    sequence keeps top-k gaps above 1e-3)
-//	ebiasneg −1 ± 0.25                 (Ling's NegativeBias: every choice value below 0)
+//	ebiasneg −1.5 ± 0.25               (Ling's NegativeBias: every choice value, a sigmoid
+//	                                    plus it, below −0.25)
 //	bias    ± 0.5                      (a Linear's bias, GLM's q_proj, k_proj and
 //	                                    v_proj: about the spread of the outputs it
 //	                                    is added to, so it shifts them visibly)
@@ -386,7 +387,7 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 		case "ebias":
 			v[i] = float32(0.25 * u)
 		case "ebiasneg":
-			v[i] = float32(-1 + 0.25*u)
+			v[i] = float32(-1.5 + 0.25*u)
 		case "bias":
 			v[i] = float32(0.5 * u)
 		default:

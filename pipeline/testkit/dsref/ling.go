@@ -40,9 +40,10 @@ type Ling struct {
 	// num_shared_experts. MaskInf and MTP are set by Ling (true and
 	// false).
 	GLM
-	// NegativeBias draws every expert_bias around −1, so every biased
-	// choice is negative: a router closing groups with 0 (DeepSeek-V3's)
-	// then picks closed experts, one closing them with −∞ (Ling's) never.
+	// NegativeBias draws every expert_bias around −1.5 (within 0.25), so
+	// every biased choice (a sigmoid plus it) is below −0.25: a router
+	// closing groups with 0 (DeepSeek-V3's) then picks closed experts,
+	// one closing them with −∞ (Ling's) never.
 	NegativeBias bool
 	// MTPLayer writes a multi-token-prediction layer in Ling's layout as
 	// layer N = Layers (num_nextn_predict_layers 1): enorm, hnorm,
