@@ -213,7 +213,7 @@
 # Ling-mini-2.0's layer (hidden 2048, 16 heads of 128 over 4 with q/k
 # norms rotating half of each head, 256 experts of 512 of which 8 are
 # chosen, a shared expert, a dense first layer of 5120; LAYERS=4 layers;
-# one expert group, as llama.cpp's bailingmoe2 does not limit them;
+# one expert group;
 # vocab 32768, untied), bf16. FAMILY=smallthinker: a
 # SmallThinkerForCausalLM of SmallThinker-4BA0.6B's layer (hidden 1536,
 # 12 heads of 128 over 2, 32 ReGLU experts of 768 of which 4 are chosen

@@ -13,16 +13,16 @@ import (
 // MLP, and on the sparse layers the sigmoid router with its correction
 // bias (exp_probs_b), the expert stacks and the shared experts. The
 // rotary is NEOX (rotate-half) over rope.dimension_count dims, as Ling's
-// partial rotary, so no rows are permuted. llama.cpp's graph neither
-// limits the expert groups nor splits the fused projection other than
-// at hidden_size rows, so a config with open groups below n_group, or
-// heads × head_dim other than hidden_size, is refused.
+// partial rotary, so no rows are permuted. The group limit is
+// expert_group_count and expert_group_used_count, which llama.cpp's
+// build_moe_ffn applies for every architecture, closing the other groups
+// with −∞ as Ling's gate does. llama.cpp splits the fused projection at
+// hidden_size rows, so heads × head_dim other than hidden_size is
+// refused.
 func runBailing(l *lm.Loaded, dir, out string, m *bailing.Model) error {
 	o, s, lay := m.Options(), m.Spec(), m.Layout()
 	const arch = "bailingmoe2"
 	switch {
-	case o.Groups > 1 && o.TopKGroup < o.Groups:
-		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's %s does not limit the groups", dir, o.Groups, o.TopKGroup, arch)
 	case o.QKVBias || o.OBias:
 		return fmt.Errorf("%s: use_qkv_bias or use_bias is true; llama.cpp's %s reads no attention biases", dir, arch)
 	case !o.QKNorm:
@@ -44,17 +44,13 @@ func runBailing(l *lm.Loaded, dir, out string, m *bailing.Model) error {
 	if err != nil {
 		return err
 	}
-	shared := o.MoEIntermediate // llama.cpp multiplies it by expert_shared_count
-	if o.SharedWidth > 0 && o.Shared > 0 {
-		shared = o.SharedWidth / o.Shared
-	}
 	meta = append(meta, []kv{
 		{a + "block_count", uint32(s.Layers)},
 		{a + "context_length", uint32(s.MaxPositions)},
 		{a + "embedding_length", uint32(s.Hidden)},
 		{a + "feed_forward_length", uint32(s.Intermediate)},
 		{a + "expert_feed_forward_length", uint32(o.MoEIntermediate)},
-		{a + "expert_shared_feed_forward_length", uint32(shared)},
+		{a + "expert_shared_feed_forward_length", uint32(o.MoEIntermediate)}, // llama.cpp multiplies it by expert_shared_count
 		{a + "attention.head_count", uint32(s.Heads)},
 		{a + "attention.head_count_kv", uint32(s.KVHeads)},
 		{a + "attention.key_length", uint32(s.HeadDim)},
@@ -72,6 +68,9 @@ func runBailing(l *lm.Loaded, dir, out string, m *bailing.Model) error {
 		{a + "nextn_predict_layers", uint32(0)},
 		{a + "vocab_size", uint32(s.VocabSize)},
 	}...)
+	if o.Groups > 1 && o.TopKGroup < o.Groups { // llama.cpp asserts fewer used groups than groups
+		meta = append(meta, kv{a + "expert_group_count", uint32(o.Groups)}, kv{a + "expert_group_used_count", uint32(o.TopKGroup)})
+	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")
 	for i := 0; i < s.Layers; i++ {

@@ -472,9 +472,6 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	case dots:
 		arch = "dots1"
 	}
-	if o.Groups > 1 && o.TopKGroup < o.Groups {
-		return fmt.Errorf("%s: n_group %d with topk_group %d; llama.cpp's %s does not limit the groups", dir, o.Groups, o.TopKGroup, arch)
-	}
 	switch {
 	case glm && !o.QKVBias:
 		return fmt.Errorf("%s: attention_bias is false; llama.cpp's glm4moe requires the q/k/v biases", dir)
@@ -542,6 +539,13 @@ func runSigmoid(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 	}
 	if glm {
 		meta = append(meta, kv{a + "nextn_predict_layers", uint32(0)})
+	}
+	if o.Groups > 1 && o.TopKGroup < o.Groups {
+		// llama.cpp's build_moe_ffn limits the groups for every
+		// architecture, closing the others with −∞ where transformers
+		// masks them with 0: the two choose alike unless fewer than top k
+		// open experts have a biased score of 0 or more.
+		meta = append(meta, kv{a + "expert_group_count", uint32(o.Groups)}, kv{a + "expert_group_used_count", uint32(o.TopKGroup)})
 	}
 	g := &ggufTensors{l: l}
 	g.add("token_embd.weight", false, "model.embed_tokens.weight")

@@ -33,7 +33,7 @@ func runMLA(l *lm.Loaded, dir, out string, m *deepseek.Model) error {
 		return fmt.Errorf("%s: export-gguf writes DeepSeek-V2's MLA only (ollama imports a DeepseekV3ForCausalLM folder itself)", dir)
 	}
 	if o.Groups > 1 && o.TopKGroup < o.Groups {
-		return fmt.Errorf("%s: topk_method group_limited_greedy; llama.cpp's deepseek2 does not limit the groups", dir)
+		return fmt.Errorf("%s: topk_method group_limited_greedy; llama.cpp limits groups by their two best scores (DeepSeek-V3's way), not by their best one (V2's)", dir)
 	}
 	if o.Shared == 0 {
 		return fmt.Errorf("%s: n_shared_experts 0; llama.cpp's deepseek2 requires the shared experts", dir)
