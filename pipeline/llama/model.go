@@ -111,8 +111,11 @@ type Options struct {
 	// With QKVBias the fused projection has one bias,
 	// self_attn.qkv_proj.bias [(H + 2·KV)·D] (Ling 2.0's
 	// query_key_value with use_qkv_bias); the fused gate and up have
-	// none: NewModel turns MLPBias off with FusedGateUp.
-	FusedQKV, FusedGateUp bool
+	// none: NewModel turns MLPBias off with FusedGateUp. QKVPerHead
+	// (with FusedQKV and as many key/value heads as heads) reads the fused
+	// projection's rows by head instead, each head's query, key and value
+	// in turn, [H, 3, D] (GPT-NeoX's query_key_value).
+	FusedQKV, FusedGateUp, QKVPerHead bool
 	// LayerNorm makes the two norms of each layer and the final norm
 	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
 	// (Phi-3.5-MoE's nn.LayerNorm), in place of RMSNorms; with
@@ -120,8 +123,10 @@ type Options struct {
 	LayerNorm, NormNoBias bool
 	// Parallel runs the attention and the MLP side by side on the one
 	// norm Norms.PreAttn names, both added to the residual (Cohere's
-	// decoder layer: x + attn(norm(x)) + mlp(norm(x))). Norms' other
-	// slots and ResidualScale are not read then.
+	// decoder layer: x + attn(norm(x)) + mlp(norm(x))), or with
+	// Norms.PreMLP set the MLP on that norm of x (GPT-NeoX's parallel
+	// residual: x + attn(ln1(x)) + mlp(ln2(x))). Norms' other slots and
+	// ResidualScale are not read then.
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
@@ -460,6 +465,9 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 		h := m.maybeNorm(p, m.o.Norms.PreAttn, x)
 		a, c := m.attention(i, p.Scope("self_attn"), h, nn.KVOf(state), step)
+		if m.o.Norms.PreMLP != "" {
+			h = m.norm(p, m.o.Norms.PreMLP, x)
+		}
 		return Add(Add(x, a), m.mlp(p.Scope("mlp"), h)), c.State()
 	}
 	x, h, kv := m.Attend(i, w, x, state, step)
@@ -535,9 +543,16 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.FusedQKV {
 		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), optional(p, m.o.QKVBias, "qkv_proj.bias")) // [B, T, (H + 2·KV)·D]
 		nq, nkv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-		q = SliceAxis(qkv, -1, AxisRange(0, nq))
-		k = SliceAxis(qkv, -1, AxisRange(nq, nq+nkv))
-		v = SliceAxis(qkv, -1, AxisRange(nq+nkv, nq+2*nkv))
+		if m.o.QKVPerHead { // [B, T, H, 3, D]: each head's q, k and v
+			dims := qkv.Shape().Dimensions
+			byHead := Reshape(qkv, dims[0], dims[1], s.Heads, 3, s.HeadDim)
+			part := func(j int) *Node { return Reshape(SliceAxis(byHead, 3, AxisElem(j)), dims[0], dims[1], nq) }
+			q, k, v = part(0), part(1), part(2)
+		} else {
+			q = SliceAxis(qkv, -1, AxisRange(0, nq))
+			k = SliceAxis(qkv, -1, AxisRange(nq, nq+nkv))
+			v = SliceAxis(qkv, -1, AxisRange(nq+nkv, nq+2*nkv))
+		}
 	} else {
 		q = nn.Linear(x, p.Get("q_proj.weight"), optional(p, m.o.QKVBias, "q_proj.bias")) // [B, T, H·D]
 		k = nn.Linear(x, p.Get("k_proj.weight"), optional(p, m.o.QKVBias, "k_proj.bias")) // [B, T, KV·D]
