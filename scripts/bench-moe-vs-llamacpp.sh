@@ -10,7 +10,7 @@
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
 # FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
 # FAMILY=bamba a Bamba, FAMILY=ling a Ling 2.0, FAMILY=smallthinker a
-# SmallThinker) on
+# SmallThinker, FAMILY=pythia a dense GPT-NeoX) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -218,7 +218,11 @@
 # SmallThinkerForCausalLM of SmallThinker-4BA0.6B's layer (hidden 1536,
 # 12 heads of 128 over 2, 32 ReGLU experts of 768 of which 4 are chosen
 # by the sigmoid router on the layer's input; LAYERS=8 layers, the rotary
-# everywhere, no windows; vocab 32768, tied), bf16.
+# everywhere, no windows; vocab 32768, tied), bf16. FAMILY=pythia: a
+# GPTNeoXForCausalLM of Pythia-410M's shape (hidden 1024, 24 layers of 16
+# heads, a quarter of each rotated, the parallel residual, vocab 50304,
+# untied; hidden_act gelu_new, the tanh GELU llama.cpp computes, where
+# Pythia's gelu is erf's), bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -249,7 +253,8 @@ gemma3n) DIR="${DIR:-/tmp/tputool-gemma3n-bench}" ;;
 bamba) DIR="${DIR:-/tmp/tputool-bamba-bench}" ;;
 ling) DIR="${DIR:-/tmp/tputool-ling-bench}" ;;
 smallthinker) DIR="${DIR:-/tmp/tputool-smallthinker-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling or smallthinker" >&2; exit 2 ;;
+pythia) DIR="${DIR:-/tmp/tputool-pythia-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker or pythia" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -549,6 +554,15 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = smallthinker ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = pythia ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 1024,
+ "intermediate_size": 4096, "num_hidden_layers": ${LAYERS:-24}, "num_attention_heads": 16, "rotary_pct": 0.25,
+ "rotary_emb_base": 10000, "layer_norm_eps": 1e-05, "use_parallel_residual": true, "tie_word_embeddings": false,
+ "hidden_act": "gelu_new", "max_position_embeddings": 2048, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 50304
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"

@@ -28,7 +28,8 @@
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
-#      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0 and a tiny SmallThinker),
+#      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker and
+#      a tiny Pythia),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -579,9 +580,17 @@ cat >"$work/smallthinker.json" <<'EOF'
  "sliding_window_size": 8, "rope_theta": 1500000, "rms_norm_eps": 1e-06, "max_position_embeddings": 512,
  "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Pythia (GPT-NeoX): the fused q/k/v by head, two biased
+# LayerNorms in parallel, a quarter of each head rotated.
+cat >"$work/pythia.json" <<'EOF'
+{"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "rotary_pct": 0.25, "rotary_emb_base": 10000,
+ "layer_norm_eps": 1e-05, "use_parallel_residual": true, "tie_word_embeddings": false, "hidden_act": "gelu",
+ "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
