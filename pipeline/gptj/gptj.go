@@ -1,0 +1,193 @@
+// Package gptj implements GPTJForCausalLM, following transformers'
+// models/gptj: EleutherAI's GPT-J-6B and the models trained from it or
+// on its layout (GPT4All-J, Pygmalion 6B, CodeGen's successors'
+// conversions).
+//
+// A GPT-J layer is Llama's (pipeline/llama) run in parallel, as Phi's:
+// one LayerNorm with a bias (ln_1) feeds the attention and the MLP, both
+// added to the residual (llama.Options.Parallel). The attention's
+// q_proj, k_proj, v_proj and out_proj have no biases; the rotary turns
+// the first rotary_dim dims of each head (all of them when rotary_dim is
+// null) as adjacent pairs (rotate_every_two: llama.Options.RopePairs),
+// base 10000; the MLP is fc_out(act(fc_in(x))) with biases, gelu_new by
+// default (activation_function); transformer.ln_f is the final
+// LayerNorm, and lm_head has a bias. The checkpoints' names are read as
+// Llama's (lm.Renamer); the causal-mask buffers old checkpoints hold
+// (attn.bias, attn.masked_bias) are skipped.
+package gptj
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// Architecture is the class this package registers.
+const Architecture = "GPTJForCausalLM"
+
+func init() { lm.Register(Architecture, New) }
+
+// Config is a GPTJForCausalLM config.json: GPTJConfig's names (n_embd,
+// n_layer, n_head...) besides the fields Llama's config shares.
+type Config struct {
+	llama.Config
+	NEmbd             *int     `json:"n_embd"`
+	NLayer            *int     `json:"n_layer"`
+	NHead             *int     `json:"n_head"`
+	NInner            *int     `json:"n_inner"`
+	NPositions        *int     `json:"n_positions"`
+	RotaryDim         *int     `json:"rotary_dim"`
+	LayerNormEpsilon  *float64 `json:"layer_norm_epsilon"`
+	ActivationFunc    string   `json:"activation_function"`
+	TieWordEmbeddings *bool    `json:"tie_word_embeddings"`
+}
+
+// Defaults are GPTJConfig's (GPT-J-6B's sizes); intermediate_size is
+// n_inner, 4 × n_embd when null.
+var Defaults = llama.Defaults{
+	VocabSize: 50400, Hidden: 4096, Layers: 28, Heads: 16, MaxPositions: 2048,
+	Eps: 1e-5, RopeTheta: 10000, Tie: false, Act: "gelu_new",
+	BOS: []int{50256}, EOS: []int{50256},
+}
+
+// defaultRotaryDim is GPTJConfig's rotary_dim.
+const defaultRotaryDim = 64
+
+// Resolve reads a GPTJForCausalLM config.json into the options of
+// pipeline/llama's decoder.
+func Resolve(cfg *config.File) (llama.Options, error) {
+	where := lm.ConfigName(cfg)
+	var c Config
+	if err := cfg.Decode(&c); err != nil {
+		return llama.Options{}, err
+	}
+	// GPTJConfig's attribute_map: hidden_size is n_embd, and so on; the
+	// config.json holds GPT-J's names.
+	pick := func(own, llamas *int) *int {
+		if own != nil {
+			return own
+		}
+		return llamas
+	}
+	c.HiddenSize = pick(c.NEmbd, c.HiddenSize)
+	c.NumHiddenLayers = pick(c.NLayer, c.NumHiddenLayers)
+	c.NumAttentionHeads = pick(c.NHead, c.NumAttentionHeads)
+	c.MaxPositionEmbeddings = pick(c.NPositions, c.MaxPositionEmbeddings)
+	if c.LayerNormEpsilon != nil {
+		c.RMSNormEps = c.LayerNormEpsilon
+	}
+	if c.ActivationFunc != "" {
+		c.HiddenAct = c.ActivationFunc
+	}
+	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
+	if c.NInner != nil && *c.NInner > 0 {
+		c.IntermediateSize = c.NInner
+	} else if c.IntermediateSize == nil {
+		inner := 4 * hidden
+		c.IntermediateSize = &inner
+	}
+	if c.NumKeyValueHeads != nil && c.NumAttentionHeads != nil && *c.NumKeyValueHeads != *c.NumAttentionHeads {
+		return llama.Options{}, fmt.Errorf("%s: num_key_value_heads %d differs from n_head %d; GPT-J's attention has a key and a value head per head", where, *c.NumKeyValueHeads, *c.NumAttentionHeads)
+	}
+	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
+	c.AttentionBias, c.MLPBias = false, false
+	heads := lm.Or(c.NumAttentionHeads, Defaults.Heads)
+	raw := cfg.Raw
+	if heads > 0 && hidden > 0 && hidden%heads == 0 {
+		headDim := hidden / heads
+		rot := defaultRotaryDim
+		switch {
+		case c.RotaryDim != nil:
+			rot = *c.RotaryDim
+		case cfg.Has("rotary_dim"): // null: the whole head
+			rot = headDim
+		}
+		if rot <= 0 || rot > headDim || rot%2 != 0 {
+			return llama.Options{}, fmt.Errorf("%s: rotary_dim %d must be even and in [2, head dim %d]", where, rot, headDim)
+		}
+		raw = withKey(raw, "partial_rotary_factor", float64(rot)/float64(headDim))
+	}
+	withRope := *cfg
+	withRope.Raw = raw
+	o, err := c.Config.Resolve(&withRope, Defaults)
+	if err != nil {
+		return llama.Options{}, err
+	}
+	o.QKVBias, o.OBias, o.MLPBias, o.HeadBias = false, false, true, true
+	o.LayerNorm, o.Parallel, o.UngatedMLP, o.RopePairs = true, true, true, true
+	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
+	return o, nil
+}
+
+// withKey is raw with key set to v.
+func withKey(raw map[string]json.RawMessage, key string, v float64) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(raw)+1)
+	for k, x := range raw {
+		out[k] = x
+	}
+	b, _ := json.Marshal(v)
+	out[key] = b
+	return out
+}
+
+// New builds a GPTJForCausalLM from its config.json.
+func New(cfg *config.File) (lm.Model, error) {
+	o, err := Resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{llama.NewModel(o)}, nil
+}
+
+// Model is GPT-J's decoder in its checkpoints' names. It implements
+// lm.Renamer and lm.Skipper.
+type Model struct{ *llama.Model }
+
+var (
+	_ lm.Renamer = (*Model)(nil)
+	_ lm.Skipper = (*Model)(nil)
+)
+
+// renamed maps the modules of a GPT-J block to Llama's.
+var renamed = strings.NewReplacer(
+	".ln_1.", ".input_layernorm.",
+	".attn.q_proj.", ".self_attn.q_proj.",
+	".attn.k_proj.", ".self_attn.k_proj.",
+	".attn.v_proj.", ".self_attn.v_proj.",
+	".attn.out_proj.", ".self_attn.o_proj.",
+	".mlp.fc_in.", ".mlp.up_proj.",
+	".mlp.fc_out.", ".mlp.down_proj.",
+)
+
+// RenameWeight implements lm.Renamer: transformer.wte is
+// model.embed_tokens, transformer.h model.layers (ln_1 input_layernorm,
+// attn self_attn with out_proj as o_proj, the MLP's fc_in and fc_out
+// up_proj and down_proj), transformer.ln_f model.norm.
+func (m *Model) RenameWeight(stored string) string {
+	switch {
+	case stored == "transformer.wte.weight":
+		return "model.embed_tokens.weight"
+	case strings.HasPrefix(stored, "transformer.ln_f."):
+		return "model.norm." + strings.TrimPrefix(stored, "transformer.ln_f.")
+	case strings.HasPrefix(stored, "transformer.h."):
+		return renamed.Replace("model.layers." + strings.TrimPrefix(stored, "transformer.h."))
+	}
+	return stored
+}
+
+// buffers matches the causal-mask buffers old checkpoints saved with the
+// weights, as stored or as renamed (the loader asks after renaming).
+var buffers = regexp.MustCompile(`^(transformer\.h|model\.layers)\.\d+\.(attn|self_attn)\.(bias|masked_bias)$`)
+
+// SkipWeight implements lm.Skipper: the causal-mask buffers.
+func (m *Model) SkipWeight(name string) (string, bool) {
+	if buffers.MatchString(name) {
+		return "the attention's causal-mask buffers, which transformers recomputes", true
+	}
+	return "", false
+}
