@@ -91,9 +91,8 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		inner := 4 * hidden
 		c.IntermediateSize = &inner
 	}
-	if c.NumKeyValueHeads != nil && c.NumAttentionHeads != nil && *c.NumKeyValueHeads != *c.NumAttentionHeads {
-		return llama.Options{}, fmt.Errorf("%s: num_key_value_heads %d differs from n_head %d; GPT-J's attention has a key and a value head per head", where, *c.NumKeyValueHeads, *c.NumAttentionHeads)
-	}
+	// GPTJAttention reads neither num_key_value_heads nor head_dim: every
+	// head has its key and value, n_embd / n_head wide.
 	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
 	c.AttentionBias, c.MLPBias = false, false
 	heads := lm.Or(c.NumAttentionHeads, Defaults.Heads)

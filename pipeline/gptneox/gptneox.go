@@ -1,7 +1,7 @@
 // Package gptneox implements GPTNeoXForCausalLM, following transformers'
 // models/gpt_neox: EleutherAI's GPT-NeoX-20B and the Pythia suite (70M to
-// 12B, with their training checkpoints), and the models trained with
-// GPT-NeoX's code (Dolly v2, RedPajama-INCITE, StableLM-Alpha...).
+// 12B), and the other models of that class, where their repositories
+// hold safetensors (tputool reads no pytorch_model.bin).
 //
 // A GPT-NeoX layer is Llama's (pipeline/llama) with:
 //   - LayerNorms with biases (input_layernorm, post_attention_layernorm,
@@ -12,14 +12,21 @@
 //     (llama.Options.QKVPerHead); attention.dense with a bias;
 //     attention_bias false drops both biases;
 //   - the rotary over the first rotary_pct of each head (0.25), in the
-//     rotate-half convention, base rotary_emb_base (transformers v5 moves
-//     both into rope_parameters);
+//     rotate-half convention, base rotary_emb_base (10000): GPTNeoXConfig
+//     takes these two over a config's rope_theta and
+//     partial_rotary_factor, and transformers v5 writes them into
+//     rope_parameters, which win;
 //   - an ungated MLP, dense_4h_to_h(act(dense_h_to_4h(x))), with biases
 //     (hidden_act "gelu": erf GELU);
 //   - with use_parallel_residual (the default), the attention and the MLP
 //     side by side on two LayerNorms of the layer's input:
 //     x + attn(ln1(x)) + mlp(ln2(x)); without, in sequence;
-//   - gpt_neox.embed_in, and an untied embed_out head.
+//   - gpt_neox.embed_in, and the embed_out head (embed_in with
+//     tie_word_embeddings).
+//
+// num_key_value_heads and head_dim are not read, as GPTNeoXAttention reads
+// neither: every head has its key and value, hidden_size /
+// num_attention_heads wide.
 //
 // The checkpoints' names are read as Llama's (lm.Renamer). The causal-mask
 // and rotary buffers old checkpoints hold (attention.bias,
@@ -29,14 +36,12 @@ package gptneox
 
 import (
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
-	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Architecture is the class this package registers.
@@ -68,22 +73,18 @@ type Config struct {
 // Resolve reads a GPTNeoXForCausalLM config.json into the options of
 // pipeline/llama's decoder.
 func Resolve(cfg *config.File) (llama.Options, error) {
-	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.NumKeyValueHeads != nil && c.NumAttentionHeads != nil && *c.NumKeyValueHeads != *c.NumAttentionHeads {
-		return llama.Options{}, fmt.Errorf("%s: num_key_value_heads %d differs from num_attention_heads %d; GPT-NeoX's attention has a key and a value head per head", where, *c.NumKeyValueHeads, *c.NumAttentionHeads)
-	}
 	c.NumKeyValueHeads, c.HeadDim = nil, nil // GPTNeoXAttention: every head, hidden_size / num_attention_heads wide
 	c.RMSNormEps = c.LayerNormEps
 	c.LayerTypes = nil
-	raw := cfg.Raw
-	if c.RotaryEmbBase != nil && !cfg.Has("rope_theta") {
-		raw = withKey(raw, "rope_theta", *c.RotaryEmbBase)
-	}
-	raw = nn.DefaultPartialRotary(raw, lm.Or(c.RotaryPct, defaultRotaryPct))
+	// rotary_emb_base and rotary_pct over rope_theta and
+	// partial_rotary_factor, as GPTNeoXConfig sets them; rope_parameters
+	// (v5's) still overrides both (nn.ConfigRope).
+	raw := withKey(cfg.Raw, "rope_theta", lm.Or(c.RotaryEmbBase, Defaults.RopeTheta))
+	raw = withKey(raw, "partial_rotary_factor", lm.Or(c.RotaryPct, defaultRotaryPct))
 	withRope := *cfg
 	withRope.Raw = raw
 	o, err := c.Config.Resolve(&withRope, Defaults)

@@ -174,8 +174,27 @@ func TestConfig(t *testing.T) {
 	if v5.Rope.RotaryDim != 32 || v5.Parallel || v5.QKVBias || v5.OBias || !v5.MLPBias || fmt.Sprintf("%.6g", v5.Rope.InvFreq[1]) != fmt.Sprintf("%.6g", math.Pow(50000, -2.0/32)) {
 		t.Errorf("v5 rope_parameters: %+v (inv_freq %v)", v5, v5.Rope.InvFreq)
 	}
+	// GPTNeoXConfig sets rope_theta from rotary_emb_base (10000 without
+	// it) and partial_rotary_factor from rotary_pct (0.25), whatever the
+	// config's own say; num_key_value_heads is not read.
+	for _, c := range []struct {
+		js    string
+		theta float64
+		rot   int
+	}{
+		{`"rope_theta": 50000, "partial_rotary_factor": 1.0`, 10000, 4},
+		{`"rope_theta": 50000, "rotary_emb_base": 20000, "rotary_pct": 0.5`, 20000, 8},
+		{`"num_key_value_heads": 2`, 10000, 4},
+	} {
+		n, err := gptneox.Resolve(configOf(t, `{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, `+c.js+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Rope.RotaryDim != c.rot || n.Spec.KVHeads != 4 || fmt.Sprintf("%.6g", n.Rope.InvFreq[1]) != fmt.Sprintf("%.6g", math.Pow(c.theta, -2.0/float64(c.rot))) {
+			t.Errorf("%s: rotary %d, KV heads %d, inv_freq %v; want rotary %d, base %v", c.js, n.Rope.RotaryDim, n.Spec.KVHeads, n.Rope.InvFreq, c.rot, c.theta)
+		}
+	}
 	for _, bad := range []struct{ js, want string }{
-		{`"num_key_value_heads": 4`, "num_key_value_heads 4 differs"},
 		{`"hidden_size": 66`, "not a multiple of num_attention_heads"},
 		{`"hidden_act": "swish2"`, "hidden_act"},
 	} {

@@ -126,7 +126,9 @@ type Options struct {
 	// decoder layer: x + attn(norm(x)) + mlp(norm(x))), or with
 	// Norms.PreMLP set the MLP on that norm of x (GPT-NeoX's parallel
 	// residual: x + attn(ln1(x)) + mlp(ln2(x))). Norms' other slots and
-	// ResidualScale are not read then.
+	// ResidualScale are not read then. Norms left zero are LlamaNorms,
+	// whose PreMLP is set: a single-norm parallel layer names only
+	// PreAttn.
 	Parallel bool
 	// LogitScale multiplies the logits when not 0 (Cohere's logit_scale).
 	LogitScale float64
@@ -209,6 +211,9 @@ func NewModel(o Options) *Model {
 		o.Norms = LlamaNorms
 	}
 	o.MLPBias = o.MLPBias && !o.FusedGateUp
+	if o.QKVPerHead && (!o.FusedQKV || o.Spec.KVHeads != o.Spec.Heads) { // the architectures' resolvers never set it so
+		panic(fmt.Sprintf("llama: QKVPerHead needs FusedQKV and a key/value head per head (%d heads, %d KV heads)", o.Spec.Heads, o.Spec.KVHeads))
+	}
 	return &Model{o: o}
 }
 

@@ -19,7 +19,8 @@ import (
 // its biases, use_parallel_residual. The rotary is NEOX (rotate-half) over
 // rope.dimension_count dims: no rows permuted within a head. llama.cpp
 // reads the attention's biases always, so attention_bias false is
-// refused.
+// refused, and runs the tanh GELU (ggml_gelu), so another hidden_act is;
+// Pythia's erf GELU comes out within about 2e-4.
 func runGPTNeoX(l *lm.Loaded, dir, out string, m *gptneox.Model) error {
 	o, s := m.Options(), m.Spec()
 	const arch = "gptneox"
@@ -28,6 +29,17 @@ func runGPTNeoX(l *lm.Loaded, dir, out string, m *gptneox.Model) error {
 	}
 	if o.Rope.Type != "default" {
 		return fmt.Errorf("%s: rope scaling (%s); export-gguf writes %s without it", dir, o.Rope.Type, arch)
+	}
+	var act struct {
+		HiddenAct string `json:"hidden_act"`
+	}
+	if err := l.Config.Decode(&act); err != nil {
+		return err
+	}
+	switch act.HiddenAct { // llama.cpp's gptneox runs ggml_gelu, the tanh formula: erf's gelu within about 2e-4
+	case "", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast":
+	default:
+		return fmt.Errorf("%s: hidden_act %q; llama.cpp's %s runs a GELU", dir, act.HiddenAct, arch)
 	}
 	a := arch + "."
 	meta, err := header(l, dir, arch)

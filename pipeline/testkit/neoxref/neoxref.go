@@ -28,9 +28,10 @@ type NeoX struct {
 	NoBias bool
 	// Tied reuses gpt_neox.embed_in as the head (no embed_out).
 	Tied bool
-	// Buffers writes the causal-mask and rotary buffers old Pythia
-	// checkpoints hold (attention.bias, attention.masked_bias,
-	// attention.rotary_emb.inv_freq), which transformers ignores.
+	// Buffers writes tensors under the names of the causal-mask and
+	// rotary buffers old Pythia checkpoints hold (attention.bias,
+	// attention.masked_bias, attention.rotary_emb.inv_freq), which
+	// transformers ignores; in float32, where Pythia's mask is BOOL.
 	Buffers bool
 	Seed    uint64
 }
