@@ -112,9 +112,10 @@ type Options struct {
 	// self_attn.qkv_proj.bias [(H + 2·KV)·D] (Ling 2.0's
 	// query_key_value with use_qkv_bias); the fused gate and up have
 	// none: NewModel turns MLPBias off with FusedGateUp. QKVPerHead
-	// (with FusedQKV and as many key/value heads as heads) reads the fused
-	// projection's rows by head instead, each head's query, key and value
-	// in turn, [H, 3, D] (GPT-NeoX's query_key_value).
+	// (with FusedQKV) reads the fused projection's rows by key/value
+	// group instead: each group's H/KV query heads, then its key and its
+	// value, [KV, H/KV + 2, D] (Falcon's new_decoder_architecture; with a
+	// key/value head per head, GPT-NeoX's [H, 3, D]).
 	FusedQKV, FusedGateUp, QKVPerHead bool
 	// LayerNorm makes the two norms of each layer and the final norm
 	// LayerNorms with a bias (weight and bias) over hidden_size, eps Eps
@@ -211,8 +212,8 @@ func NewModel(o Options) *Model {
 		o.Norms = LlamaNorms
 	}
 	o.MLPBias = o.MLPBias && !o.FusedGateUp
-	if o.QKVPerHead && (!o.FusedQKV || o.Spec.KVHeads != o.Spec.Heads) { // the architectures' resolvers never set it so
-		panic(fmt.Sprintf("llama: QKVPerHead needs FusedQKV and a key/value head per head (%d heads, %d KV heads)", o.Spec.Heads, o.Spec.KVHeads))
+	if o.QKVPerHead && !o.FusedQKV { // the architectures' resolvers never set it so
+		panic("llama: QKVPerHead needs FusedQKV")
 	}
 	return &Model{o: o}
 }
@@ -548,11 +549,14 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.FusedQKV {
 		qkv := nn.Linear(x, p.Get("qkv_proj.weight"), optional(p, m.o.QKVBias, "qkv_proj.bias")) // [B, T, (H + 2·KV)·D]
 		nq, nkv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-		if m.o.QKVPerHead { // [B, T, H, 3, D]: each head's q, k and v
+		if m.o.QKVPerHead { // [B, T, KV, H/KV + 2, D]: each group's query heads, key and value
 			dims := qkv.Shape().Dimensions
-			byHead := Reshape(qkv, dims[0], dims[1], s.Heads, 3, s.HeadDim)
-			part := func(j int) *Node { return Reshape(SliceAxis(byHead, 3, AxisElem(j)), dims[0], dims[1], nq) }
-			q, k, v = part(0), part(1), part(2)
+			per := s.Heads / s.KVHeads
+			byGroup := Reshape(qkv, dims[0], dims[1], s.KVHeads, per+2, s.HeadDim)
+			part := func(from, to, width int) *Node {
+				return Reshape(SliceAxis(byGroup, 3, AxisRange(from, to)), dims[0], dims[1], width)
+			}
+			q, k, v = part(0, per, nq), part(per, per+1, nkv), part(per+1, per+2, nkv)
 		} else {
 			q = SliceAxis(qkv, -1, AxisRange(0, nq))
 			k = SliceAxis(qkv, -1, AxisRange(nq, nq+nkv))

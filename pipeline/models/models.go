@@ -16,6 +16,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/ernie"        // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/exaone4"      // Exaone4ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/falcon"       // FalconForCausalLM (Falcon-7B, 40B, 180B, Falcon 2)
 	_ "github.com/tputool/tputool/pipeline/falconh1"     // FalconH1ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3"       // Gemma3ForCausalLM, Gemma3ForConditionalGeneration (text), Gemma2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gemma3n"      // Gemma3nForConditionalGeneration, Gemma3nForCausalLM (text)
