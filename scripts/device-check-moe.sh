@@ -28,8 +28,8 @@
 #      a tiny GraniteMoeShared, a tiny FlexOlmo, a tiny BitNet b1.58
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
-#      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker and
-#      a tiny Pythia),
+#      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
+#      tiny Pythia, a tiny GPT-J and a tiny Falcon-40B),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -588,9 +588,25 @@ cat >"$work/pythia.json" <<'EOF'
  "layer_norm_eps": 1e-05, "use_parallel_residual": true, "tie_word_embeddings": false, "hidden_act": "gelu",
  "max_position_embeddings": 512, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny GPT-J: one biased LayerNorm before the attention and the MLP in
+# parallel, the rotary on adjacent pairs of a quarter of each head, a
+# biased head.
+cat >"$work/gptj.json" <<'EOF'
+{"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "vocab_size": 512, "n_embd": 64, "n_head": 4, "n_inner": null,
+ "n_layer": 3, "n_positions": 512, "rotary_dim": 4, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new",
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny Falcon-40B: the new architecture's grouped q/k/v, two
+# LayerNorms in parallel, a tied head.
+cat >"$work/falcon.json" <<'EOF'
+{"architectures": ["FalconForCausalLM"], "model_type": "falcon", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 3,
+ "num_attention_heads": 8, "num_kv_heads": 2, "new_decoder_architecture": true, "num_ln_in_parallel_attn": 2,
+ "parallel_attn": true, "bias": false, "alibi": false, "layer_norm_epsilon": 1e-05, "max_position_embeddings": 512,
+ "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

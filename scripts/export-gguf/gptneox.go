@@ -67,8 +67,8 @@ func runGPTNeoX(l *lm.Loaded, dir, out string, m *gptneox.Model) error {
 			{"attn_norm.weight", p + "input_layernorm.weight", true},
 			{"attn_norm.bias", p + "input_layernorm.bias", true},
 		})
-		g.addHeadsToBlocks(b+"attn_qkv.weight", false, s.Heads, p+"self_attn.qkv_proj.weight")
-		g.addHeadsToBlocks(b+"attn_qkv.bias", true, s.Heads, p+"self_attn.qkv_proj.bias")
+		g.addGroupsToBlocks(b+"attn_qkv.weight", false, s.Heads, 1, p+"self_attn.qkv_proj.weight")
+		g.addGroupsToBlocks(b+"attn_qkv.bias", true, s.Heads, 1, p+"self_attn.qkv_proj.bias")
 		g.pairs(b, []ggufPair{
 			{"attn_output.weight", p + "self_attn.o_proj.weight", false},
 			{"attn_output.bias", p + "self_attn.o_proj.bias", true},
@@ -88,9 +88,10 @@ func runGPTNeoX(l *lm.Loaded, dir, out string, m *gptneox.Model) error {
 	return write(out, meta, g.ts)
 }
 
-// addHeadsToBlocks adds a fused q/k/v projection (or its bias) whose rows
-// go head by head, [heads, 3, D], written as blocks [3, heads, D].
-func (g *ggufTensors) addHeadsToBlocks(gguf string, f32 bool, heads int, name string) {
+// addGroupsToBlocks adds a fused q/k/v projection (or its bias) whose
+// rows go by key/value group, [groups, per + 2, D], written as blocks
+// (groupsToBlocks).
+func (g *ggufTensors) addGroupsToBlocks(gguf string, f32 bool, groups, per int, name string) {
 	if g.err != nil {
 		return
 	}
@@ -109,7 +110,7 @@ func (g *ggufTensors) addHeadsToBlocks(gguf string, f32 bool, heads int, name st
 			return err
 		}
 		defer x.FinalizeAll()
-		if err := headsToBlocks(x, heads); err != nil {
+		if err := groupsToBlocks(x, groups, per); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if err := writeData(w, x, t.typ); err != nil {
@@ -120,24 +121,27 @@ func (g *ggufTensors) addHeadsToBlocks(gguf string, f32 bool, heads int, name st
 	g.ts = append(g.ts, t)
 }
 
-// headsToBlocks regroups the rows of x [3·heads·D, ...] (or its values,
-// for a vector) from head by head (each head's q, k, v rows) to blocks
-// (every head's q rows, then every k, then every v), in place.
-func headsToBlocks(x *tensors.Tensor, heads int) error {
+// groupsToBlocks regroups the rows of x [groups·(per+2)·D, ...] (or its
+// values, for a vector) from group by group (each key/value group's per
+// query heads, then its key and its value: Falcon's new architecture;
+// GPT-NeoX's heads are groups of one) to blocks (every query head, then
+// every key, then every value), in place.
+func groupsToBlocks(x *tensors.Tensor, groups, per int) error {
 	dims := x.Shape().Dimensions
-	if len(dims) == 0 || dims[0]%(3*heads) != 0 {
-		return fmt.Errorf("shape %v does not hold 3 × %d heads", dims, heads)
+	if len(dims) == 0 || dims[0]%(groups*(per+2)) != 0 {
+		return fmt.Errorf("shape %v does not hold %d groups of %d query heads, a key and a value", dims, groups, per)
 	}
-	d := dims[0] / (3 * heads)
+	d := dims[0] / (groups * (per + 2))
 	return x.MutableBytes(func(b []byte) {
 		row := len(b) / dims[0]
 		src := append([]byte(nil), b...)
-		for h := 0; h < heads; h++ {
-			for j := 0; j < 3; j++ {
-				from := (h*3 + j) * d * row
-				to := (j*heads + h) * d * row
-				copy(b[to:to+d*row], src[from:from+d*row])
+		move := func(from, to int) { copy(b[to*d*row:(to+1)*d*row], src[from*d*row:(from+1)*d*row]) }
+		for g := 0; g < groups; g++ {
+			for j := 0; j < per; j++ {
+				move(g*(per+2)+j, g*per+j)
 			}
+			move(g*(per+2)+per, groups*per+g)
+			move(g*(per+2)+per+1, groups*per+groups+g)
 		}
 	})
 }

@@ -39,7 +39,8 @@
 // Gemma 3n (Gemma3nForConditionalGeneration, Gemma3nForCausalLM: llama.cpp's
 // gemma3n, runGemma3n), Ling 2.0 (BailingMoeV2ForCausalLM: llama.cpp's
 // bailingmoe2, runBailing), GPT-NeoX and Pythia (GPTNeoXForCausalLM:
-// llama.cpp's gptneox, runGPTNeoX), SmallThinker (SmallThinkerForCausalLM:
+// llama.cpp's gptneox, runGPTNeoX), Falcon (FalconForCausalLM: llama.cpp's
+// falcon, runFalcon), SmallThinker (SmallThinkerForCausalLM:
 // llama.cpp's smallthinker, runSmallThinker),
 // Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
@@ -101,6 +102,7 @@ import (
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
+	"github.com/tputool/tputool/pipeline/falcon"
 	"github.com/tputool/tputool/pipeline/falconh1"
 	"github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/gemma3n"
@@ -190,6 +192,8 @@ func run(dir, out string) error {
 		return runBailing(l, dir, out, g)
 	case *gptneox.Model:
 		return runGPTNeoX(l, dir, out, g)
+	case *falcon.Model:
+		return runFalcon(l, dir, out, g)
 	case *deepseek.Model:
 		if g.Options().GQA {
 			return runSigmoid(l, dir, out, g)
@@ -291,7 +295,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
