@@ -43,8 +43,7 @@ func init() { lm.Register(Architecture, New) }
 // FalconConfig's.
 type Config struct {
 	llama.Config
-	NLayer                 *int     `json:"n_layer"`
-	NHead                  *int     `json:"n_head"`
+	NEmbed                 *int     `json:"n_embed"`
 	NumKVHeads             *int     `json:"num_kv_heads"`
 	NumLnInParallelAttn    *int     `json:"num_ln_in_parallel_attn"`
 	LayerNormEpsilon       *float64 `json:"layer_norm_epsilon"`
@@ -79,11 +78,12 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if c.Alibi {
 		return llama.Options{}, errs.Unsupportedf("%s: alibi is true (Falcon-RW's positions); tputool runs Falcon's rotary only", where)
 	}
-	if c.NLayer != nil && c.NumHiddenLayers == nil { // FalconConfig's attribute_map
-		c.NumHiddenLayers = c.NLayer
-	}
-	if c.NHead != nil && c.NumAttentionHeads == nil {
-		c.NumAttentionHeads = c.NHead
+	// FalconConfig's one older name: n_embed for hidden_size; the
+	// MLP's default width stays 4 × hidden_size as written, as the class
+	// computes it before.
+	ffnBase := lm.Or(c.HiddenSize, Defaults.Hidden)
+	if c.NEmbed != nil {
+		c.HiddenSize = c.NEmbed
 	}
 	heads := lm.Or(c.NumAttentionHeads, Defaults.Heads)
 	kv := heads
@@ -97,19 +97,13 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, fmt.Errorf("%s: num_kv_heads %d must divide num_attention_heads %d", where, kv, heads)
 	}
 	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = &kv, nil, nil
-	if c.LayerNormEpsilon != nil {
-		c.RMSNormEps = c.LayerNormEpsilon
-	}
-	if c.Activation != "" {
-		c.HiddenAct = c.Activation
-	}
-	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
+	c.RMSNormEps = c.LayerNormEpsilon // FalconConfig reads neither rms_norm_eps nor hidden_act
+	c.HiddenAct = c.Activation
+	inner := 4 * ffnBase
 	if c.FFNHiddenSize != nil && *c.FFNHiddenSize > 0 {
-		c.IntermediateSize = c.FFNHiddenSize
-	} else {
-		inner := 4 * hidden
-		c.IntermediateSize = &inner
+		inner = *c.FFNHiddenSize
 	}
+	c.IntermediateSize = &inner
 	c.AttentionBias, c.MLPBias = false, false
 	o, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
@@ -121,7 +115,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	parallel := lm.Or(c.ParallelAttn, true)
 	switch {
 	case c.NewDecoderArchitecture && !parallel:
-		return llama.Options{}, errs.Unsupportedf("%s: new_decoder_architecture with parallel_attn false: FalconDecoderLayer builds no layer norm for it", where)
+		return llama.Options{}, errs.Unsupportedf("%s: new_decoder_architecture with parallel_attn false: FalconDecoderLayer's forward reads ln_attn, which it then does not build", where)
 	case c.NewDecoderArchitecture && lm.Or(c.NumLnInParallelAttn, 2) == 2:
 		o.Parallel, o.Norms = true, llama.Norms{PreAttn: "ln_attn", PreMLP: "ln_mlp"}
 	case c.NewDecoderArchitecture && *c.NumLnInParallelAttn == 1:

@@ -62,9 +62,8 @@ func TestLogitsMatchReference(t *testing.T) {
 
 // TestSwitchesMatter checks that the test above can fail where the
 // layouts differ: the new architecture's rows read as Falcon-7B's blocks
-// (a reference splitting them as multi-query with the same row count is
-// not possible, so as per-group rows taken in the other order: k and v
-// before the query heads), and its second LayerNorm read as the first.
+// or within each group in another order (k and v before the query
+// heads), and its second LayerNorm read as the first.
 func TestSwitchesMatter(t *testing.T) {
 	c := falconref.New40B()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
@@ -98,9 +97,30 @@ func TestSwitchesMatter(t *testing.T) {
 		}
 		rotated.W[n] = v
 	}
+	// The rows read as Falcon-7B's blocks (every query head, then the keys,
+	// then the values), what a model without QKVPerHead would read: the
+	// reference's group g then takes block rows, moved here to its slots.
+	blocks := &falconref.Model{C: rm.C, W: map[string][]float64{}}
+	for n, v := range rm.W {
+		if strings.HasSuffix(n, "query_key_value.weight") {
+			row := len(v) / (c.KVHeads * per * D)
+			w := make([]float64, len(v))
+			move := func(from, to int) { copy(w[to*D*row:(to+1)*D*row], v[from*D*row:(from+1)*D*row]) }
+			for g := 0; g < c.KVHeads; g++ {
+				for j := 0; j < per-2; j++ {
+					move(g*(per-2)+j, g*per+j)
+				}
+				move(c.Heads+g, g*per+per-2)
+				move(c.Heads+c.KVHeads+g, g*per+per-1)
+			}
+			v = w
+		}
+		blocks.W[n] = v
+	}
 	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3,
 		refcheck.Mutant{Name: "one LayerNorm", Logits: oneLn.Logits},
-		refcheck.Mutant{Name: "the group's rows in another order", Logits: rotated.Logits})
+		refcheck.Mutant{Name: "the group's rows in another order", Logits: rotated.Logits},
+		refcheck.Mutant{Name: "the rows read as blocks", Logits: blocks.Logits})
 }
 
 func configOf(t *testing.T, js string) *config.File {

@@ -7,8 +7,9 @@
 // one LayerNorm with a bias (ln_1) feeds the attention and the MLP, both
 // added to the residual (llama.Options.Parallel). The attention's
 // q_proj, k_proj, v_proj and out_proj have no biases; the rotary turns
-// the first rotary_dim dims of each head (all of them when rotary_dim is
-// null) as adjacent pairs (rotate_every_two: llama.Options.RopePairs),
+// the first rotary_dim dims of each head (with rotary_dim null, tputool
+// turns the whole head, where transformers' tables span n_embd) as
+// adjacent pairs (rotate_every_two: llama.Options.RopePairs),
 // base 10000; the MLP is fc_out(act(fc_in(x))) with biases, gelu_new by
 // default (activation_function); transformer.ln_f is the final
 // LayerNorm, and lm_head has a bias. The checkpoints' names are read as
@@ -25,6 +26,7 @@ import (
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/nn"
 )
 
 // Architecture is the class this package registers.
@@ -36,15 +38,14 @@ func init() { lm.Register(Architecture, New) }
 // n_layer, n_head...) besides the fields Llama's config shares.
 type Config struct {
 	llama.Config
-	NEmbd             *int     `json:"n_embd"`
-	NLayer            *int     `json:"n_layer"`
-	NHead             *int     `json:"n_head"`
-	NInner            *int     `json:"n_inner"`
-	NPositions        *int     `json:"n_positions"`
-	RotaryDim         *int     `json:"rotary_dim"`
-	LayerNormEpsilon  *float64 `json:"layer_norm_epsilon"`
-	ActivationFunc    string   `json:"activation_function"`
-	TieWordEmbeddings *bool    `json:"tie_word_embeddings"`
+	NEmbd            *int     `json:"n_embd"`
+	NLayer           *int     `json:"n_layer"`
+	NHead            *int     `json:"n_head"`
+	NInner           *int     `json:"n_inner"`
+	NPositions       *int     `json:"n_positions"`
+	RotaryDim        *int     `json:"rotary_dim"`
+	LayerNormEpsilon *float64 `json:"layer_norm_epsilon"`
+	ActivationFunc   string   `json:"activation_function"`
 }
 
 // Defaults are GPTJConfig's (GPT-J-6B's sizes); intermediate_size is
@@ -59,7 +60,10 @@ var Defaults = llama.Defaults{
 const defaultRotaryDim = 64
 
 // Resolve reads a GPTJForCausalLM config.json into the options of
-// pipeline/llama's decoder.
+// pipeline/llama's decoder. GPTJConfig's names and defaults only: Llama's
+// names where the config writes both (attribute_map's, set last), and
+// neither intermediate_size, rms_norm_eps, hidden_act nor any rope field
+// (GPTJAttention's rotary has a fixed base of 10000).
 func Resolve(cfg *config.File) (llama.Options, error) {
 	where := lm.ConfigName(cfg)
 	var c Config
@@ -68,48 +72,37 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	}
 	// GPTJConfig's attribute_map: hidden_size is n_embd, and so on; the
 	// config.json holds GPT-J's names.
-	pick := func(own, llamas *int) *int {
-		if own != nil {
-			return own
+	pick := func(llamas, own *int) *int {
+		if llamas != nil {
+			return llamas
 		}
-		return llamas
+		return own
 	}
-	c.HiddenSize = pick(c.NEmbd, c.HiddenSize)
-	c.NumHiddenLayers = pick(c.NLayer, c.NumHiddenLayers)
-	c.NumAttentionHeads = pick(c.NHead, c.NumAttentionHeads)
-	c.MaxPositionEmbeddings = pick(c.NPositions, c.MaxPositionEmbeddings)
-	if c.LayerNormEpsilon != nil {
-		c.RMSNormEps = c.LayerNormEpsilon
-	}
-	if c.ActivationFunc != "" {
-		c.HiddenAct = c.ActivationFunc
-	}
+	c.HiddenSize = pick(c.HiddenSize, c.NEmbd)
+	c.NumHiddenLayers = pick(c.NumHiddenLayers, c.NLayer)
+	c.NumAttentionHeads = pick(c.NumAttentionHeads, c.NHead)
+	c.MaxPositionEmbeddings = pick(c.MaxPositionEmbeddings, c.NPositions)
+	c.RMSNormEps = c.LayerNormEpsilon
+	c.HiddenAct = c.ActivationFunc
 	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
+	inner := 4 * hidden // GPTJMLP: n_inner, or 4 × n_embd
 	if c.NInner != nil && *c.NInner > 0 {
-		c.IntermediateSize = c.NInner
-	} else if c.IntermediateSize == nil {
-		inner := 4 * hidden
-		c.IntermediateSize = &inner
+		inner = *c.NInner
 	}
+	c.IntermediateSize = &inner
 	// GPTJAttention reads neither num_key_value_heads nor head_dim: every
 	// head has its key and value, n_embd / n_head wide.
 	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
 	c.AttentionBias, c.MLPBias = false, false
-	heads := lm.Or(c.NumAttentionHeads, Defaults.Heads)
-	raw := cfg.Raw
-	if heads > 0 && hidden > 0 && hidden%heads == 0 {
-		headDim := hidden / heads
-		rot := defaultRotaryDim
-		switch {
-		case c.RotaryDim != nil:
-			rot = *c.RotaryDim
-		case cfg.Has("rotary_dim"): // null: the whole head
-			rot = headDim
+	// The rotary is GPT-J's own: base 10000 over rotary_dim dims (built
+	// below); no rope field of the config is read.
+	raw := make(map[string]json.RawMessage, len(cfg.Raw))
+	for k, v := range cfg.Raw {
+		switch k {
+		case "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor":
+		default:
+			raw[k] = v
 		}
-		if rot <= 0 || rot > headDim || rot%2 != 0 {
-			return llama.Options{}, fmt.Errorf("%s: rotary_dim %d must be even and in [2, head dim %d]", where, rot, headDim)
-		}
-		raw = withKey(raw, "partial_rotary_factor", float64(rot)/float64(headDim))
 	}
 	withRope := *cfg
 	withRope.Raw = raw
@@ -117,21 +110,26 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err != nil {
 		return llama.Options{}, err
 	}
+	headDim := o.Spec.HeadDim
+	rot := defaultRotaryDim
+	switch {
+	case c.RotaryDim != nil:
+		rot = *c.RotaryDim
+	case cfg.Has("rotary_dim"): // null: tputool turns the whole head (transformers' tables then span n_embd)
+		rot = headDim
+	}
+	if rot <= 0 || rot > headDim || rot%2 != 0 {
+		return llama.Options{}, fmt.Errorf("%s: rotary_dim %d must be even and in [2, head dim %d]", where, rot, headDim)
+	}
+	// A rotary over rot dims (the head's first): its tables are a head of
+	// rot's, built from the integer itself, not from a factor rounded back.
+	if o.Rope, err = nn.NewRope(nn.RopeParams{Theta: Defaults.RopeTheta, HeadDim: rot, MaxPositions: o.Spec.MaxPositions}); err != nil {
+		return llama.Options{}, fmt.Errorf("%s: %w", where, err)
+	}
 	o.QKVBias, o.OBias, o.MLPBias, o.HeadBias = false, false, true, true
 	o.LayerNorm, o.Parallel, o.UngatedMLP, o.RopePairs = true, true, true, true
 	o.Norms = llama.Norms{PreAttn: "input_layernorm"}
 	return o, nil
-}
-
-// withKey is raw with key set to v.
-func withKey(raw map[string]json.RawMessage, key string, v float64) map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(raw)+1)
-	for k, x := range raw {
-		out[k] = x
-	}
-	b, _ := json.Marshal(v)
-	out[key] = b
-	return out
 }
 
 // New builds a GPTJForCausalLM from its config.json.

@@ -1,6 +1,8 @@
 package gptj_test
 
 import (
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -19,7 +21,8 @@ import (
 var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 
 // TestLogitsMatchReference runs tiny GPT-Js (half of each head rotated,
-// with the old buffers; and rotary_dim null, the whole head) on a
+// with the old buffers' names; and rotary_dim null, read by tputool as
+// the whole head) on a
 // left-padded batch of two prompts and decode steps, compiled and eager,
 // on the go and cpu backends, against gptjref's float64 forward under the
 // checkpoints' names; and in bfloat16 within a few percent. A reference
@@ -114,6 +117,19 @@ func TestConfig(t *testing.T) {
 		if got := r.RenameWeight(stored); got != want {
 			t.Errorf("%s read as %s, want %s", stored, got, want)
 		}
+	}
+	// tie_word_embeddings ties lm_head's weight (its bias stays); the
+	// rotary keeps rotary_dim's dims exactly (30 of 88 does not survive a
+	// factor rounded back); Llama's names win over GPT-J's, as
+	// attribute_map sets them last; no rope field is read.
+	tied, err := gptj.Resolve(configOf(t, `{"architectures": ["GPTJForCausalLM"], "n_embd": 4096, "hidden_size": 352, "n_head": 4,
+		"n_layer": 2, "rotary_dim": 30, "tie_word_embeddings": true, "rope_theta": 500000, "vocab_size": 100}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tied.Spec.TieEmbeddings || !tied.HeadBias || tied.Spec.Hidden != 352 || tied.Spec.HeadDim != 88 || tied.Rope.RotaryDim != 30 ||
+		tied.Spec.Intermediate != 4*352 || fmt.Sprintf("%.6g", tied.Rope.InvFreq[1]) != fmt.Sprintf("%.6g", math.Pow(10000, -2.0/30)) {
+		t.Errorf("tied, rotary_dim 30: %+v (inv_freq %v)", tied, tied.Rope.InvFreq)
 	}
 	for _, bad := range []struct{ js, want string }{
 		{`"rotary_dim": 300`, "rotary_dim 300"},
