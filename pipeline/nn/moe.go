@@ -122,8 +122,8 @@ func SparseMixerRouter(logits *Node, jitterEps float64) (ids, weights *Node) {
 // limit (Groups > 1, TopKGroup < Groups) only the TopKGroup groups whose
 // two best choices sum highest stay open (the others' choices set to 0,
 // as transformers' DeepSeek-V3 masks them; with MaskInf −∞, as Ling
-// 2.0's BailingMoeV2Gate does, which differs only when a kept expert's
-// biased score is negative); the
+// 2.0's BailingMoeV2Gate does: the two choose alike unless fewer than
+// TopK kept experts have a biased score of 0 or more); the
 // weights renormalized (NormTopK: by sum + NormEps, 1e-20 when NormEps is
 // 0, or by max(sum, NormMin) when NormMin > 0) and times Scale. With
 // MaskInf, TopK must not exceed the open experts, TopKGroup ×
