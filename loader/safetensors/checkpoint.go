@@ -108,9 +108,11 @@ type Checkpoint struct {
 	IndexPath string
 	byName    map[string]*File
 	names     []string
-	// stored maps a name given by Rename to the tensor's name in its
-	// file; nil until Rename.
+	// stored maps a name given by Rename or Split to the tensor's name
+	// in its file; nil until then.
 	stored map[string]string
+	// pieces places the tensors Split made in their stored tensors.
+	pieces map[string]piece
 }
 
 // file is the file holding tensor name and the tensor's name there.
@@ -127,16 +129,28 @@ func (c *Checkpoint) file(name string) (*File, string, bool) {
 
 // Rename gives every tensor the name rename returns for its stored name
 // (transformers' base-model checkpoints, saved without the "model."
-// prefix the causal-LM class reads); Names, Has, Info, Raw, Convert and
-// Release take the new names from then on. Two tensors renamed to one
+// prefix the causal-LM class reads), a Split piece the name for the name Split gave it;
+// Names, Has, Info, Raw, Convert and Release take the new names from then on. Two tensors renamed to one
 // name is an error, and nothing is renamed.
 func (c *Checkpoint) Rename(rename func(stored string) string) error {
 	byName := make(map[string]*File, len(c.byName))
 	stored := make(map[string]string, len(c.byName))
+	var pieces map[string]piece
 	names := make([]string, 0, len(c.names))
 	for _, n := range c.names {
 		_, s, _ := c.file(n)
-		to := rename(s)
+		from := s
+		p, split := c.pieces[n]
+		if split { // a Split piece is renamed from the name Split gave it
+			from = p.name
+		}
+		to := rename(from)
+		if split {
+			if pieces == nil {
+				pieces = map[string]piece{}
+			}
+			pieces[to] = p
+		}
 		if _, dup := byName[to]; dup {
 			return fmt.Errorf("checkpoint %s: two tensors renamed to %q", c.Dir, to)
 		}
@@ -144,7 +158,7 @@ func (c *Checkpoint) Rename(rename func(stored string) string) error {
 		names = append(names, to)
 	}
 	sort.Strings(names)
-	c.byName, c.stored, c.names = byName, stored, names
+	c.byName, c.stored, c.pieces, c.names = byName, stored, pieces, names
 	return nil
 }
 
@@ -265,12 +279,7 @@ func (c *Checkpoint) Len() int { return len(c.names) }
 
 // Info describes a tensor.
 func (c *Checkpoint) Info(name string) (TensorInfo, bool) {
-	f, s, ok := c.file(name)
-	if !ok {
-		return TensorInfo{}, false
-	}
-	info, ok := f.Info(s)
-	info.Name = name
+	_, info, ok := c.locate(name)
 	return info, ok
 }
 
@@ -279,11 +288,11 @@ func (c *Checkpoint) Has(name string) bool { _, ok := c.byName[name]; return ok 
 
 // Raw returns a zero-copy view of the tensor's bytes, valid until Close.
 func (c *Checkpoint) Raw(name string) ([]byte, error) {
-	f, s, ok := c.file(name)
+	f, info, ok := c.locate(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
-	return f.Raw(s)
+	return f.raw(info), nil
 }
 
 // Shape returns the tensor's shape and whether the checkpoint holds it.

@@ -94,8 +94,13 @@ func (sf *File) Raw(name string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", sf.Path, name)
 	}
+	return sf.raw(info), nil
+}
+
+// raw is the bytes info places in the mapping.
+func (sf *File) raw(info TensorInfo) []byte {
 	off := sf.Header.DataOffset
-	return sf.data[off+info.Begin : off+info.End : off+info.End], nil
+	return sf.data[off+info.Begin : off+info.End : off+info.End]
 }
 
 // Close unmaps and closes the file.

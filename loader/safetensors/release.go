@@ -20,12 +20,8 @@ func (c *Checkpoint) Release(name string) { c.ReleaseRange(name, 0, math.MaxInt6
 // is clamped to its size): a large tensor read piece by piece gives each
 // piece back as soon as it is converted.
 func (c *Checkpoint) ReleaseRange(name string, begin, end int64) {
-	f, s, ok := c.file(name)
+	f, info, ok := c.locate(name)
 	if !ok || f.data == nil {
-		return
-	}
-	info, ok := f.Info(s)
-	if !ok {
 		return
 	}
 	end = min(end, info.End-info.Begin)

@@ -237,3 +237,61 @@ func TestRename(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []float32{1, 2}, v)
 }
+
+// TestSplit: a tensor split into pieces reads as them, each a view of its
+// bytes (Info's offsets, Raw, Float32, Release), renames by the pieces'
+// names, and a split that does not add up, or takes a name in use,
+// changes nothing.
+func TestSplit(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Float32Tensor("w", BF16, []int{6, 2}, []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+	require.NoError(t, err)
+	b, err := Float32Tensor("b", F32, []int{2}, []float32{-1, -2})
+	require.NoError(t, err)
+	c, err := Open(writeTestFile(t, dir, "model.safetensors", []Tensor{b, w}))
+	require.NoError(t, err)
+	defer c.Close()
+	whole, _ := c.Info("w")
+	for _, bad := range []struct {
+		pieces []Piece
+		want   string
+	}{
+		{[]Piece{{"p0", []int{2, 2}}, {"p1", []int{2, 2}}}, "its pieces hold 8"},
+		{[]Piece{{"p0", []int{4, 2}}, {"p1", []int{4, 2}}}, "its pieces hold more"},
+		{[]Piece{{"p0", []int{2, 2}}, {"b", []int{4, 2}}}, `piece "b" is already a tensor`},
+		{[]Piece{{"p0", []int{6, 2}}, {"p0", []int{0}}}, `piece "p0" is already a tensor`},
+		{[]Piece{{"p0", []int{12, 0}}}, "every axis must be positive"},
+		{[]Piece{{"p0", []int{1 << 40, 1 << 40}}}, "larger than the tensor"},
+		{[]Piece{{"", []int{12}}}, "has no name"},
+	} {
+		err := c.Split("w", bad.pieces)
+		require.ErrorContains(t, err, bad.want)
+		assert.Equal(t, []string{"b", "w"}, c.Names())
+	}
+	require.Error(t, c.Split("nope", nil))
+	require.NoError(t, c.Split("w", []Piece{{"w.0", []int{2, 2}}, {"w.1", []int{2, 2}}, {"w.2", []int{4}}}))
+	assert.Equal(t, []string{"b", "w.0", "w.1", "w.2"}, c.Names())
+	assert.False(t, c.Has("w"))
+	info, ok := c.Info("w.1")
+	require.True(t, ok)
+	assert.Equal(t, TensorInfo{Name: "w.1", DType: BF16, Shape: []int{2, 2}, Begin: whole.Begin + 8, End: whole.Begin + 16, File: whole.File}, info)
+	v, err := c.Float32("w.2")
+	require.NoError(t, err)
+	assert.Equal(t, []float32{8, 9, 10, 11}, v)
+	raw, err := c.Raw("w.0")
+	require.NoError(t, err)
+	assert.Len(t, raw, 8)
+	assert.Equal(t, 8, cap(raw), "a piece's bytes end where it does")
+	// A piece splits again, and renames by its own name.
+	require.NoError(t, c.Split("w.1", []Piece{{"w.1a", []int{1, 2}}, {"w.1b", []int{2}}}))
+	require.NoError(t, c.Rename(func(s string) string { return "m." + s }))
+	assert.Equal(t, []string{"m.b", "m.w.0", "m.w.1a", "m.w.1b", "m.w.2"}, c.Names())
+	c.Release("m.w.1b")
+	c.ReleaseRange("m.w.1b", 2, 100)
+	v, err = c.Float32("m.w.1b")
+	require.NoError(t, err)
+	assert.Equal(t, []float32{6, 7}, v)
+	v, err = c.Float32("m.b")
+	require.NoError(t, err)
+	assert.Equal(t, []float32{-1, -2}, v)
+}
