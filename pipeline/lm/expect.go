@@ -16,11 +16,16 @@ var weightDTypes = []safetensors.DType{safetensors.F32, safetensors.F16, safeten
 // lm_head.weight of the embedding's shape that the checkpoint may still
 // carry. src may be a memory-mapped checkpoint or the headers inspect
 // reads, so that loading and `tputool inspect` name the same missing,
-// misshapen and unused tensors. A model that renames an older layout's
-// tensors (Renamer) sees src's tensors under their new names.
+// misshapen and unused tensors. A model that splits tensors (Splitter)
+// sees their pieces, and one that renames an older layout's tensors
+// (Renamer) sees src's tensors under their new names.
 func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
+	src, refused := splitSource(m, src)
 	src = renamedSource(m, src)
 	s := safetensors.NewStrict(src)
+	for _, r := range refused {
+		s.Errorf("%s", r)
+	}
 	has := func(name string) bool { _, ok := src.Shape(name); return ok }
 	spec := m.Spec()
 	for _, w := range Weights(m) {
@@ -88,6 +93,9 @@ func (w WeightSpec) storedTensors(spec *Spec, has func(string) bool) []packedTen
 			}
 		}
 		t := packedTensor{p.Name, p.Shape, nil}
+		if p.Name != w.Name && p.Transposed && len(p.Shape) >= 2 { // a part stored transposed (WeightSpec.Sources swaps w's own)
+			t.shape = p.Sources(has)[0].Shape
+		}
 		if p.Name != w.Name && w.mxfp4(has) {
 			t.dtypes = []safetensors.DType{safetensors.U8}
 		}

@@ -6,7 +6,14 @@ import "fmt"
 // under its prefix PREFIX.E. in a checkpoint that holds the experts one by
 // one: the gate and up projections [inter, hidden], whose act(gate)·up
 // the down projection [hidden, inter] maps back.
-type ExpertNames struct{ Gate, Up, Down string }
+type ExpertNames struct {
+	Gate, Up, Down string
+	// DownTransposed: the checkpoint stores each expert's down projection
+	// transposed, [inter, hidden] (DBRX's w2, which the model splits
+	// expert by expert: Splitter); the loader transposes it
+	// (WeightSpec.Transposed).
+	DownTransposed bool
+}
 
 var (
 	// QwenExperts are the names of Qwen's MoE checkpoints (and of most
@@ -33,7 +40,7 @@ func (n ExpertNames) Weights(prefix string, e, inter, hidden int) []WeightSpec {
 	return []WeightSpec{
 		{Name: p + n.Gate, Shape: []int{inter, hidden}, Matmul: true, TP: Column},
 		{Name: p + n.Up, Shape: []int{inter, hidden}, Matmul: true, TP: Column},
-		{Name: p + n.Down, Shape: []int{hidden, inter}, Matmul: true, TP: Row},
+		{Name: p + n.Down, Shape: []int{hidden, inter}, Matmul: true, TP: Row, Transposed: n.DownTransposed},
 	}
 }
 

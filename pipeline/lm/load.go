@@ -188,7 +188,8 @@ const maxListed = 8
 // lm_head.weight must hold the same bytes as the embedding it is tied to
 // (model.embed_tokens.weight, or under the model's prefix). A model
 // that reads an older layout under its own names (Renamer) gets the
-// checkpoint's tensors renamed first.
+// checkpoint's tensors renamed first, and one that reads a stored tensor
+// as several (Splitter) gets it split before that.
 // m is the model as loader resolved it: config.json is not read again.
 func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if m.Kind != loader.Transformers || m.Config == nil {
@@ -206,7 +207,19 @@ func Load(m *loader.Checkpoint) (*Loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
 	}
-	from, to, err := renameCheckpoint(model, ckpt)
+	refused, err := splitCheckpoint(model, ckpt)
+	if err == nil && len(refused) > 0 {
+		more := ""
+		if len(refused) > 1 {
+			more = fmt.Sprintf(" (and %d more such tensors)", len(refused)-1)
+		}
+		ckpt.Close()
+		return nil, errs.Unsupportedf("checkpoint %s does not match %s (%s config): %s%s", m.Dir, model.Spec().Architecture, m.Config.Path, refused[0], more)
+	}
+	var from, to string
+	if err == nil {
+		from, to, err = renameCheckpoint(model, ckpt)
+	}
 	if err != nil {
 		ckpt.Close()
 		return nil, fmt.Errorf("load model %s: %w", m.Dir, err)
