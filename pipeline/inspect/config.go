@@ -156,6 +156,32 @@ func (f fields) strings(name string) []string {
 	return v
 }
 
+// dbrxFields is a DBRX config's fields with its attn_config's and
+// ffn_config's sizes among them under the names TextConfig reads, each
+// DbrxAttentionConfig's or DbrxFFNConfig's default when absent: one
+// key/value head, 4 experts of 3584 of which 1 runs.
+func dbrxFields(f fields) fields {
+	out := make(fields, len(f)+5)
+	for k, v := range f {
+		out[k] = v
+	}
+	var attn, ffn fields
+	json.Unmarshal(f["attn_config"], &attn)
+	json.Unmarshal(f["ffn_config"], &ffn)
+	set := func(to string, from fields, name, def string) {
+		if v, ok := from[name]; ok && string(v) != "null" {
+			out[to] = v
+		} else {
+			out[to] = json.RawMessage(def)
+		}
+	}
+	set("num_key_value_heads", attn, "kv_n_heads", "1")
+	set("moe_num_experts", ffn, "moe_num_experts", "4")
+	set("moe_top_k", ffn, "moe_top_k", "1")
+	set("moe_ffn_hidden_size", ffn, "ffn_hidden_size", "3584")
+	return out
+}
+
 // attentionFree completes t for a model without attention (Mamba,
 // FalconMamba): no heads, every layer its recurrent kind, the
 // vocabulary and the tied head as TextConfig reads them.
@@ -184,6 +210,9 @@ func TextConfig(m *config.File) (*Text, error) {
 		src = m.Text
 	}
 	f := fields(src.Raw)
+	if f.string("model_type") == "dbrx" {
+		f = dbrxFields(f)
+	}
 	t := &Text{}
 	var ok bool
 	if t.Layers, ok = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers"); !ok || t.Layers <= 0 {
@@ -226,7 +255,7 @@ func TextConfig(m *config.File) (*Text, error) {
 		t.Vocab, _ = fields(m.Raw).int("vocab_size")
 	}
 	t.Intermediate, _ = f.int("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
-	t.MaxPositions, _ = f.int("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")
+	t.MaxPositions, _ = f.int("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "max_seq_len")
 	if tied, ok := f.bool("tie_embedding"); ok { // LFM2's, which Lfm2Config reads first
 		t.TiedEmbeddings = tied
 	} else if tied, ok := f.bool("tie_word_embeddings"); ok {
