@@ -215,10 +215,32 @@ func New(cfg *config.File) (lm.Model, error) {
 type Model struct{ *qwen3moe.Model }
 
 var (
-	_ lm.Renamer  = (*Model)(nil)
-	_ lm.Splitter = (*Model)(nil)
-	_ lm.Routed   = (*Model)(nil)
+	_ lm.Renamer      = (*Model)(nil)
+	_ lm.Splitter     = (*Model)(nil)
+	_ lm.StoredLayout = (*Model)(nil)
+	_ lm.Routed       = (*Model)(nil)
 )
+
+// StoredWeights implements lm.StoredLayout: the tensors a DBRX release
+// stores, in its names and shapes (the experts three to a layer).
+func (m *Model) StoredWeights() []lm.WeightSpec {
+	o, s := m.Options(), m.Spec()
+	h, kv := s.Hidden, s.KVHeads*s.HeadDim
+	ws := []lm.WeightSpec{{Name: "transformer.wte.weight", Shape: []int{s.VocabSize, h}}}
+	for i := range s.Layers {
+		p := fmt.Sprintf("transformer.blocks.%d.", i)
+		ws = append(ws,
+			lm.WeightSpec{Name: p + "norm_attn_norm.norm_1.weight", Shape: []int{h}},
+			lm.WeightSpec{Name: p + "norm_attn_norm.attn.Wqkv.weight", Shape: []int{h + 2*kv, h}},
+			lm.WeightSpec{Name: p + "norm_attn_norm.attn.out_proj.weight", Shape: []int{h, h}},
+			lm.WeightSpec{Name: p + "norm_attn_norm.norm_2.weight", Shape: []int{h}},
+			lm.WeightSpec{Name: p + "ffn.router.layer.weight", Shape: []int{o.Experts, h}})
+		for _, w := range []string{"w1", "v1", "w2"} {
+			ws = append(ws, lm.WeightSpec{Name: p + "ffn.experts.mlp." + w, Shape: []int{o.Experts * o.MoEIntermediate, h}})
+		}
+	}
+	return append(ws, lm.WeightSpec{Name: "transformer.norm_f.weight", Shape: []int{h}}, lm.WeightSpec{Name: "lm_head.weight", Shape: []int{s.VocabSize, h}})
+}
 
 // renamed maps the modules of a DBRX block to Llama's and Qwen-MoE's.
 var renamed = strings.NewReplacer(

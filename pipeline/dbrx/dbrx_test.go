@@ -198,3 +198,35 @@ func TestMisshapenExperts(t *testing.T) {
 		t.Errorf("error %v, want one containing %q", err, want)
 	}
 }
+
+// storedShapes is a tensor list as inspect reads headers.
+type storedShapes map[string][]int
+
+func (s storedShapes) Names() []string {
+	var out []string
+	for n := range s {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (s storedShapes) Shape(name string) ([]int, bool) { v, ok := s[name]; return v, ok }
+
+// TestStoredWeights: the tensors StoredWeights lists, split and renamed
+// as the loader reads them, are exactly the ones the model expects.
+func TestStoredWeights(t *testing.T) {
+	m, err := lm.New(configOf(t, instruct("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := storedShapes{}
+	for _, w := range m.(lm.StoredLayout).StoredWeights() {
+		src[w.Name] = w.Shape
+	}
+	if len(src) != 3+40*8 {
+		t.Errorf("%d stored tensors, want %d", len(src), 3+40*8)
+	}
+	if ps := lm.Expect(m, src).Problems(); len(ps) > 0 {
+		t.Errorf("%d problems, the first %v", len(ps), ps[0])
+	}
+}

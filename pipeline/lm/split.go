@@ -21,6 +21,15 @@ type Splitter interface {
 	SplitWeight(name string, shape []int) ([]safetensors.Piece, error)
 }
 
+// StoredLayout is implemented by models whose releases store their
+// tensors under other names and shapes than the model reads (a Splitter
+// whose pieces no release stores apart): StoredWeights lists the
+// tensors a release stores, for tools that write checkpoints in the
+// releases' layout (scripts/gen-llm-checkpoint).
+type StoredLayout interface {
+	StoredWeights() []WeightSpec
+}
+
 // splitCheckpoint splits ckpt's tensors as the model reads them
 // (Splitter). The tensors the model refuses to split stay whole, and
 // refused says why, a sentence each.

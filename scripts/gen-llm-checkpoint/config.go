@@ -33,7 +33,9 @@ import (
 // with random nibbles and NAME_scales with the exponent that brings the
 // values to about ±1/sqrt(last axis). With apart, weights assembled from
 // parts (expert stacks) are written as their parts, one tensor per expert
-// projection, as older and quantized MoE releases store them.
+// projection, as older and quantized MoE releases store them. A model
+// whose releases store other tensors than it reads (lm.StoredLayout) is
+// written as they are.
 func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error {
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -65,7 +67,11 @@ func writeFromConfig(cfgPath, dir string, d safetensors.DType, apart bool) error
 	}
 	mxfp4 := q.Q != nil && q.Q.Method == "mxfp4"
 	var ws []tensor
-	for _, w := range lm.Weights(model) {
+	weights := lm.Weights(model)
+	if st, ok := model.(lm.StoredLayout); ok { // the releases' own layout (DBRX's experts three to a layer)
+		weights = st.StoredWeights()
+	}
+	for _, w := range weights {
 		if apart && len(w.Parts) > 0 && !(mxfp4 && w.MXFP4) {
 			for _, p := range w.Parts { // one tensor per expert projection
 				ws = append(ws, tensor{name: p.Name, shape: p.Shape, dtype: d})
