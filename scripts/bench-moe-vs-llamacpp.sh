@@ -10,7 +10,7 @@
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
 # FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
 # FAMILY=bamba a Bamba, FAMILY=ling a Ling 2.0, FAMILY=smallthinker a
-# SmallThinker, FAMILY=pythia a dense GPT-NeoX) on
+# SmallThinker, FAMILY=pythia a dense GPT-NeoX, FAMILY=dbrx a DBRX) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -222,7 +222,12 @@
 # GPTNeoXForCausalLM of Pythia-410M's shape (hidden 1024, 24 layers of 16
 # heads, a quarter of each rotated, the parallel residual, vocab 50304,
 # untied; hidden_act gelu_new, the tanh GELU llama.cpp computes, where
-# Pythia's gelu is erf's), bf16.
+# Pythia's gelu is erf's), bf16. FAMILY=dbrx: a DbrxForCausalLM of
+# DBRX's layer scaled to hidden 1024 (8 heads of 128 over 2 — DBRX's 48
+# over 8 —, clip_qkv 8, rope_theta 500000; 16 SiLU experts of 1792 —
+# DBRX's 10752 at its ratio to the width — of which 4 are chosen;
+# LAYERS=8 layers; vocab 32768, untied), bf16, stored as DBRX's releases
+# store it (w1, v1, w2 three to a layer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -254,7 +259,8 @@ bamba) DIR="${DIR:-/tmp/tputool-bamba-bench}" ;;
 ling) DIR="${DIR:-/tmp/tputool-ling-bench}" ;;
 smallthinker) DIR="${DIR:-/tmp/tputool-smallthinker-bench}" ;;
 pythia) DIR="${DIR:-/tmp/tputool-pythia-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker or pythia" >&2; exit 2 ;;
+dbrx) DIR="${DIR:-/tmp/tputool-dbrx-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker, pythia or dbrx" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -563,6 +569,16 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = pythia ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 50304
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = dbrx ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "vocab_size": 32768, "d_model": 1024, "n_heads": 8,
+ "n_layers": ${LAYERS:-8}, "max_seq_len": 4096, "attn_config": {"clip_qkv": 8, "kv_n_heads": 2, "rope_theta": 500000},
+ "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 1792, "moe_num_experts": 16, "moe_top_k": 4,
+ "moe_normalize_expert_weights": 1}, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
