@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -228,5 +232,92 @@ func TestStoredWeights(t *testing.T) {
 	}
 	if ps := lm.Expect(m, src).Problems(); len(ps) > 0 {
 		t.Errorf("%d problems, the first %v", len(ps), ps[0])
+	}
+}
+
+// TestTransposedExperts: an expert's down projection, a piece of w2
+// stored [ffn, d_model], reads as its transpose whichever way it is
+// decoded: straight into the stored dtype (bf16 into bfloat16, f32 into
+// float32: the elements moved, not converted) or widened (bf16 into
+// float32); and a NaN and an infinity in it are reported, the first
+// found at its place in the transposed matrix, the same either way.
+func TestTransposedExperts(t *testing.T) {
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F32} {
+		c := dbrxref.Tiny()
+		c.DType = dt
+		dir := t.TempDir()
+		if err := c.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		// Expert 2's slice of layer 1's w2: row f (of ffn), column i (of
+		// d_model) is the down projection's [i, f].
+		const name = "transformer.blocks.1.ffn.experts.mlp.w2"
+		e, F, H := 2, c.FFN, c.Hidden
+		ck, err := safetensors.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ts []safetensors.Tensor
+		for _, n := range ck.Names() {
+			info, _ := ck.Info(n)
+			raw, _ := ck.Raw(n)
+			ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+			if n == name {
+				vals, _ := ck.Float32(n)
+				vals[(e*F+5)*H+3], vals[(e*F+7)*H+1] = float32(math.NaN()), float32(math.Inf(1))
+				v, _ := safetensors.Float32Tensor(n, dt, info.Shape, vals)
+				ts[len(ts)-1] = v
+			}
+		}
+		ck.Close()
+		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := lmckpt.ReadFloat64(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := lmckpt.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []safetensors.NonFiniteTensor
+		l.OnNonFinite = func(nf safetensors.NonFiniteTensor) { got = append(got, nf) }
+		part := "model.layers.1.mlp.experts.2.down_proj.weight"
+		for _, compute := range []dtypes.DType{dtypes.Float32, dtypes.BFloat16} {
+			x, err := l.Tensor(part, compute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var vals []float32
+			if compute == dtypes.Float32 {
+				vals = tensors.MustCopyFlatData[float32](x)
+			} else {
+				for _, v := range tensors.MustCopyFlatData[bfloat16.BFloat16](x) {
+					vals = append(vals, v.Float32())
+				}
+			}
+			if d := x.Shape().Dimensions; len(d) != 2 || d[0] != H || d[1] != F {
+				t.Fatalf("%s into %s: shape %v, want [%d %d]", dt, compute, d, H, F)
+			}
+			for i := 0; i < H; i++ {
+				for f := 0; f < F; f++ {
+					want := float32(stored[name][(e*F+f)*H+i])
+					if compute == dtypes.BFloat16 {
+						want = bfloat16.BFloat16(safetensors.Float32ToBF16(want)).Float32()
+					}
+					if g := vals[i*F+f]; g != want && !(math.IsNaN(float64(g)) && math.IsNaN(float64(want))) {
+						t.Fatalf("%s into %s: [%d, %d] = %g, want %g", dt, compute, i, f, g, want)
+					}
+				}
+			}
+		}
+		l.Close()
+		// First is the first found in the stored order (the NaN, stored
+		// before the infinity), at its place in the transposed matrix.
+		want := safetensors.NonFiniteTensor{Name: part, DType: dt, Count: 2, Elements: int64(H * F), First: int64(3*F + 5)}
+		if len(got) != 2 || got[0] != want || got[1] != want {
+			t.Errorf("%s: reported %+v, want %+v twice", dt, got, want)
+		}
 	}
 }

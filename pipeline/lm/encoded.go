@@ -271,7 +271,7 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 // it stays within the TLB, where a row-by-row copy touches a page per
 // element written (on this machine, 5120x16384 f32: 0.9 s row by row or
 // in 64x64 tiles, 0.34 s in bands of 32).
-func transpose(dst, src []float32, rows, cols int) {
+func transpose[T any](dst, src []T, rows, cols int) {
 	const band = 32
 	for r0 := 0; r0 < rows; r0 += band {
 		r1 := min(r0+band, rows)
@@ -312,6 +312,11 @@ func (l *Loaded) decodeEncodedInto(w WeightSpec, how string, flat any) error {
 			return errs.Unsupportedf("tensor %q: cannot decode into %T (want float32, bfloat16 or float16)", w.Name, flat)
 		}
 		return fmt.Errorf("tensor %q: %d elements, destination holds %d", w.Name, elements(w.Shape), n)
+	}
+	if how == "transposed" {
+		if done, err := l.transposedInto(w, flat); done {
+			return err
+		}
 	}
 	return l.decodeEncoded(w, how, func(at int, vals []float32) {
 		switch out := flat.(type) {
