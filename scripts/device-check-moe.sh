@@ -29,7 +29,7 @@
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
-#      tiny Pythia, a tiny GPT-J and a tiny Falcon-40B),
+#      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B and a tiny DBRX),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -604,9 +604,18 @@ cat >"$work/falcon.json" <<'EOF'
  "parallel_attn": true, "bias": false, "alibi": false, "layer_norm_epsilon": 1e-05, "max_position_embeddings": 512,
  "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny DBRX, stored as its releases store it: the experts' w1, v1 and
+# w2 three to a layer (split at load, w2 transposed), the fused q/k/v
+# clamped, LayerNorms without a bias.
+cat >"$work/dbrx.json" <<'EOF'
+{"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "vocab_size": 512, "d_model": 64, "n_heads": 4, "n_layers": 3,
+ "max_seq_len": 512, "attn_config": {"clip_qkv": 0.5, "kv_n_heads": 2, "rope_theta": 500000},
+ "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 32, "moe_num_experts": 8, "moe_top_k": 2},
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
