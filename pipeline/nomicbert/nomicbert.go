@@ -17,18 +17,30 @@
 // emb_ln first. There is no final norm: the last layer's output is what
 // sentence-transformers pools (mean, for nomic-embed-text).
 //
+// nomic-embed-text-v2-moe makes every second layer (i % moe_every_n_layers
+// == 1) a mixture of experts, as contrastors trains it with megablocks'
+// dMoE: the router mlp.router.layer, the softmax's moe_top_k of
+// num_experts, ungated GELU experts whose matrices are stored two to a
+// tensor (mlp.experts.mlp.w1 and w2 [experts·n_inner, n_embd], w2 each
+// expert's down projection transposed; the loader splits them:
+// lm.Splitter) and one bias, mlp.experts.bias, after their weighted sum.
+//
 // Like pipeline/bert it is an lm.Model without state (lm.Spec.Encoder)
 // and an lm.Finisher (the identity).
 package nomicbert
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
 )
@@ -69,10 +81,17 @@ type Config struct {
 	NumHeadsKV          *int     `json:"num_heads_kv"`
 	RotaryHeadDim       bool     `json:"rotary_head_dim"`
 	PadTokenID          *int     `json:"pad_token_id"`
-	// NumExperts and MoEEveryN are nomic-embed-text-v2-moe's
-	// mixture-of-experts layers (refused).
-	NumExperts *int `json:"num_experts"`
-	MoEEveryN  *int `json:"moe_every_n_layers"`
+	// NumExperts, MoEEveryN, MoETopK and the rest are
+	// nomic-embed-text-v2-moe's mixture-of-experts layers, as
+	// contrastors trains them with megablocks' dMoE.
+	NumExperts         *int            `json:"num_experts"`
+	MoEEveryN          *int            `json:"moe_every_n_layers"`
+	MoETopK            *int            `json:"moe_top_k"`
+	MoENormalize       json.RawMessage `json:"moe_normalize_expert_weights"`
+	MoEImpl            string          `json:"moe_impl"`
+	NumSharedExperts   *int            `json:"num_shared_experts"`
+	ExpertChoiceRouter bool            `json:"expert_choice_router"`
+	FFNDiv             *int            `json:"ffn_div"`
 	// HiddenSize is native transformers' NomicBertConfig key (refused
 	// without n_embd: that layout names everything differently).
 	HiddenSize *int `json:"hidden_size"`
@@ -95,6 +114,16 @@ type Options struct {
 	// set, inputs past it are refused (dynamic NTK is not implemented).
 	MaxTrained int
 	Scaled     bool
+	// Experts > 0: the layers Sparse marks are mixtures of experts
+	// (moe_every_n_layers: layer i when i % n == 1), each TopK of
+	// Experts experts of width ExpertWidth (n_inner / ffn_div), chosen
+	// by the softmax over the router's logits and, with NormTopK
+	// (moe_normalize_expert_weights 1), divided by their sum; an expert
+	// is gelu(x·w1ᵀ)·w2 or, with the gated activation, (silu(x·w1ᵀ) ·
+	// x·v1ᵀ)·w2, and the layer adds one bias to their sum.
+	Experts, TopK, ExpertWidth int
+	NormTopK                   bool
+	Sparse                     []bool
 }
 
 // New builds a NomicBERT from its config.json.
@@ -105,8 +134,6 @@ func New(cfg *config.File) (lm.Model, error) {
 		return nil, err
 	}
 	switch {
-	case lm.Or(c.NumExperts, 0) > 0 || lm.Or(c.MoEEveryN, 0) > 0:
-		return nil, errs.Unsupportedf("%s: num_experts / moe_every_n_layers: NomicBERT's mixture-of-experts layers (nomic-embed-text-v2-moe) are not supported", where)
 	case c.NEmbd == nil && c.HiddenSize != nil:
 		return nil, errs.Unsupportedf("%s: a NomicBertConfig in native transformers' layout (hidden_size, no n_embd) is not supported: tputool reads the Hub's remote-code layout (n_embd, n_head, n_layer, n_inner)", where)
 	case c.Prenorm:
@@ -191,6 +218,9 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err := s.CheckSizes(where); err != nil {
 		return nil, err
 	}
+	if err := o.resolveExperts(where, &c, act, s.Layers, lm.Or(c.NInner, 4*s.Hidden)); err != nil {
+		return nil, err
+	}
 	fraction := lm.Or(c.RotaryFraction, 0.0)
 	if fraction <= 0 {
 		return nil, errs.Unsupportedf("%s: rotary_emb_fraction %v: NomicBERT with learned positions is not supported", where, fraction)
@@ -208,6 +238,61 @@ func New(cfg *config.File) (lm.Model, error) {
 	}
 	o.Spec = s
 	return NewModel(o), nil
+}
+
+// resolveExperts reads nomic-embed-text-v2-moe's mixture-of-experts
+// fields into o: contrastors' layers (Block(config, moe=i %
+// moe_every_n_layers == 1)) run megablocks' dMoE, whose router takes the
+// softmax's moe_top_k and divides them by their p-norm when
+// moe_normalize_expert_weights is a p (1: their sum; false or null: not
+// at all), and whose experts are ungated MLPs (GLUs for swiglu) of
+// n_inner / ffn_div with one bias after them. Shared experts, the
+// expert-choice router and other implementations are refused by name.
+func (o *Options) resolveExperts(where string, c *Config, act string, layers, inner int) error {
+	n := lm.Or(c.NumExperts, 0)
+	if n <= 0 {
+		return nil
+	}
+	switch {
+	case c.MoEImpl != "" && c.MoEImpl != "megablocks":
+		return errs.Unsupportedf("%s: moe_impl %q is not supported for NomicBERT (its releases' experts are megablocks')", where, c.MoEImpl)
+	case lm.Or(c.NumSharedExperts, 0) != 0:
+		return errs.Unsupportedf("%s: num_shared_experts %d is not supported for NomicBERT", where, *c.NumSharedExperts)
+	case c.ExpertChoiceRouter:
+		return errs.Unsupportedf("%s: expert_choice_router is not supported for NomicBERT", where)
+	case c.MoETopK == nil:
+		return fmt.Errorf("%s: num_experts is %d but moe_top_k is missing (contrastors requires it)", where, n)
+	case act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh" && act != "swiglu":
+		return errs.Unsupportedf("%s: activation_function %q with experts is not supported for NomicBERT (gelu and swiglu are)", where, act)
+	}
+	div := lm.Or(c.FFNDiv, 1)
+	o.Experts, o.TopK = n, *c.MoETopK
+	switch {
+	case o.TopK <= 0 || o.TopK > n:
+		return fmt.Errorf("%s: moe_top_k %d must be in [1, num_experts %d]", where, o.TopK, n)
+	case div <= 0 || inner/div <= 0:
+		return fmt.Errorf("%s: ffn_div %d must be positive and at most n_inner %d", where, div, inner)
+	}
+	o.ExpertWidth = inner / div
+	if err := lm.CheckExperts(where, "num_experts", n, layers); err != nil {
+		return err
+	}
+	switch p := strings.TrimSpace(string(c.MoENormalize)); p {
+	case "", "null", "false", "0":
+	case "1", "1.0", "true":
+		o.NormTopK = true
+	default:
+		return errs.Unsupportedf("%s: moe_normalize_expert_weights %s is not supported for NomicBERT (1, the weights over their sum, and false are)", where, p)
+	}
+	every := lm.Or(c.MoEEveryN, 1) // contrastors' default, under which no layer has experts (i % 1 is never 1)
+	if every <= 0 {
+		return fmt.Errorf("%s: moe_every_n_layers %d must be positive with num_experts", where, every)
+	}
+	o.Sparse = make([]bool, layers)
+	for i := range o.Sparse {
+		o.Sparse[i] = i%every == 1
+	}
+	return nil
 }
 
 // Model is a NomicBERT encoder; it implements lm.Model and lm.Finisher.
@@ -278,13 +363,17 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	add(p+"attn.Wqkv", m.o.QKVBias, 3*H, H)
 	add(p+"attn.out_proj", m.o.QKVBias, H, H)
-	if m.o.Gated {
+	if m.sparse(i) {
+		ws = append(ws, m.expertWeights(i)...)
+	} else if m.o.Gated {
 		add(p+"mlp.fc11", m.o.FC1Bias, I, H)
 		add(p+"mlp.fc12", m.o.FC1Bias, I, H)
 	} else {
 		add(p+"mlp.fc1", m.o.FC1Bias, I, H)
 	}
-	add(p+"mlp.fc2", m.o.FC2Bias, H, I)
+	if !m.sparse(i) {
+		add(p+"mlp.fc2", m.o.FC2Bias, H, I)
+	}
 	for _, n := range []string{"norm1", "norm2"} {
 		ws = append(ws,
 			lm.WeightSpec{Name: p + n + ".weight", Shape: []int{H}},
@@ -320,13 +409,16 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	q, k = nn.ApplyRope(q, cos, sin), nn.ApplyRope(k, cos, sin)
 	ctx := nn.EncoderAttention(q, k, v, step, 0) // [B, T, H]
 	x = nn.LayerNorm(Add(x, linear(p, "attn.out_proj", ctx, m.o.QKVBias)), p.Get("norm1.weight"), p.Get("norm1.bias"), m.o.Eps)
-	var h *Node
-	if m.o.Gated {
-		h = Mul(linear(p, "mlp.fc11", x, m.o.FC1Bias), m.o.Act(linear(p, "mlp.fc12", x, m.o.FC1Bias)))
-	} else {
-		h = m.o.Act(linear(p, "mlp.fc1", x, m.o.FC1Bias))
+	var y *Node
+	switch {
+	case m.sparse(i):
+		y = m.experts(p, x, step)
+	case m.o.Gated:
+		y = linear(p, "mlp.fc2", Mul(linear(p, "mlp.fc11", x, m.o.FC1Bias), m.o.Act(linear(p, "mlp.fc12", x, m.o.FC1Bias))), m.o.FC2Bias)
+	default:
+		y = linear(p, "mlp.fc2", m.o.Act(linear(p, "mlp.fc1", x, m.o.FC1Bias)), m.o.FC2Bias)
 	}
-	x = nn.LayerNorm(Add(x, linear(p, "mlp.fc2", h, m.o.FC2Bias)), p.Get("norm2.weight"), p.Get("norm2.bias"), m.o.Eps)
+	x = nn.LayerNorm(Add(x, y), p.Get("norm2.weight"), p.Get("norm2.bias"), m.o.Eps)
 	return x, nil
 }
 
@@ -355,4 +447,88 @@ func (m *Model) SkipWeight(name string) (string, bool) {
 		return "pooler: embeddings pool the last hidden states", true
 	}
 	return "", false
+}
+
+// sparse reports layer i a mixture of experts.
+func (m *Model) sparse(i int) bool { return i < len(m.o.Sparse) && m.o.Sparse[i] }
+
+// expertNames are the names the loader gives a sparse layer's split
+// experts (SplitWeight): Qwen's, the down projections transposed as w2
+// stores them.
+var expertNames = lm.ExpertNames{Gate: "gate_proj.weight", Up: "up_proj.weight", Down: "down_proj.weight", DownTransposed: true}
+
+// expertWeights are sparse layer i's tensors: the router
+// mlp.router.layer [E, H], the experts' stacks (assembled from the
+// pieces SplitWeight cuts w1, v1 and w2 into) and mlp.experts.bias [H].
+func (m *Model) expertWeights(i int) []lm.WeightSpec {
+	H, E, I := m.o.Spec.Hidden, m.o.Experts, m.o.ExpertWidth
+	p := fmt.Sprintf("encoder.layers.%d.mlp.", i)
+	ws := []lm.WeightSpec{{Name: p + "router.layer.weight", Shape: []int{E, H}, Matmul: true, TP: lm.Replicated, Router: true}}
+	if m.o.Gated {
+		ws = append(ws, expertNames.Stacked(p+"experts", E, I, H)...)
+	} else { // one up projection an expert: the stack [E, I, H] and the down stack
+		up := lm.WeightSpec{Name: p + "experts.up_proj", Shape: []int{E, I, H}, Matmul: true, TP: lm.Replicated}
+		down := lm.WeightSpec{Name: p + "experts.down_proj", Shape: []int{E, H, I}, Matmul: true, TP: lm.Replicated}
+		for e := range E {
+			ew := expertNames.Weights(p+"experts", e, I, H)
+			up.Parts, down.Parts = append(up.Parts, ew[1]), append(down.Parts, ew[2])
+		}
+		ws = append(ws, up, down)
+	}
+	return append(ws, lm.WeightSpec{Name: p + "experts.bias", Shape: []int{H}, TP: lm.Replicated})
+}
+
+// experts is a sparse layer's output for x [B, T, H]: the router's top k
+// of the softmax (divided by their sum with NormTopK), the chosen
+// experts weighed (nn.ExpertStack, in the formulation that suits the
+// backend), plus the layer's bias.
+func (m *Model) experts(p *lm.Params, x *Node, step *lm.Step) *Node {
+	dims := x.Shape().Dimensions
+	b, t, h := dims[0], dims[1], dims[2]
+	flat := Reshape(x, b*t, h)
+	ids, weights := nn.TopKRouter(nn.Linear(flat, p.Get("mlp.router.layer.weight"), nil), m.o.TopK, m.o.NormTopK)
+	var stack nn.ExpertStack
+	if m.o.Gated {
+		stack = nn.ExpertStack{Gate: p.Get("mlp.experts.gate_up_proj"), Down: p.Get("mlp.experts.down_proj"), Act: m.o.Act}
+	} else {
+		stack = nn.ExpertStack{Gate: p.Get("mlp.experts.up_proj"), Down: p.Get("mlp.experts.down_proj"), Act: m.o.Act, Ungated: true}
+	}
+	y := stack.Routed(flat, ids, weights, step.GatherExperts) // [N, H]
+	y = Add(y, InsertAxes(ConvertDType(p.Get("mlp.experts.bias"), y.DType()), 0))
+	return Reshape(y, b, t, h)
+}
+
+// storedExperts matches a sparse layer's stored expert matrices.
+var storedExperts = regexp.MustCompile(`^encoder\.layers\.(\d+)\.mlp\.experts\.mlp\.(w1|v1|w2)$`)
+
+var _ lm.Splitter = (*Model)(nil)
+
+// SplitWeight implements lm.Splitter: a sparse layer's
+// mlp.experts.mlp.w1 (v1 with swiglu) and w2 [E·I, H] hold its experts'
+// up (gate) and (transposed, [I, H]) down projections one after another,
+// as megablocks stores them; they are shown as
+// mlp.experts.E.{gate,up,down}_proj.weight. A shape other than the
+// config's is an error naming both.
+func (m *Model) SplitWeight(name string, shape []int) ([]safetensors.Piece, error) {
+	g := storedExperts.FindStringSubmatch(name)
+	if g == nil {
+		return nil, nil
+	}
+	layer, err := strconv.Atoi(g[1])
+	if err != nil || !m.sparse(layer) || g[2] == "v1" && !m.o.Gated {
+		return nil, nil // not a sparse layer's: reported unused
+	}
+	H, E, I := m.o.Spec.Hidden, m.o.Experts, m.o.ExpertWidth
+	if len(shape) != 2 || shape[0] != E*I || shape[1] != H {
+		return nil, fmt.Errorf("tensor %s has shape %v; the config implies [%d, %d] (num_experts %d × n_inner / ffn_div %d, n_embd)", name, shape, E*I, H, E, I)
+	}
+	proj := map[string]string{"w1": expertNames.Up, "v1": expertNames.Up, "w2": expertNames.Down}[g[2]]
+	if m.o.Gated && g[2] == "w1" {
+		proj = expertNames.Gate
+	}
+	pieces := make([]safetensors.Piece, E)
+	for e := range pieces {
+		pieces[e] = safetensors.Piece{Name: fmt.Sprintf("encoder.layers.%d.mlp.experts.%d.%s", layer, e, proj), Shape: []int{I, H}}
+	}
+	return pieces, nil
 }

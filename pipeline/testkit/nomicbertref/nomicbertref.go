@@ -38,6 +38,11 @@
 //   - the pooler (Config.Pooler stores it; not part of last_hidden_state)
 //     would be tanh(pooler.dense(x[0])); Forward does not run it.
 //
+// Mixture-of-experts layers (nomic-embed-text-v2-moe: Config.Experts)
+// follow contrastors' src/contrastors/layers/block.py and
+// models/encoder/modeling_nomic_bert.py (commit 1771db5, "Moe (#32)"),
+// which train them as megablocks' dMoE; see MoE.
+//
 // The reference builds the rotary cos/sin tables in float32; this package
 // computes everything in float64. rotary_scaling_factor (dynamic NTK, only
 // active beyond max_trained_positions), rotary_emb_scale_base, a
@@ -86,7 +91,18 @@ type Config struct {
 	Pooler bool
 	// DType is the stored weight dtype ("" means F32; BF16 and F16 too).
 	DType safetensors.DType
+	// Experts > 0 makes the layers i with i % EveryN == 1 mixtures of
+	// experts, as nomic-embed-text-v2-moe's (num_experts,
+	// moe_every_n_layers; see MoE), TopK of them a token (moe_top_k),
+	// their weights divided by their sum with NormalizeWeights
+	// (moe_normalize_expert_weights 1; false without).
+	Experts, TopK, EveryN int
+	NormalizeWeights      bool
 }
+
+// MoE reports whether layer i is a mixture of experts: contrastors'
+// NomicBertEncoder builds Block(config, moe=i % moe_every_n_layers == 1).
+func (c Config) MoE(i int) bool { return c.Experts > 0 && c.EveryN > 0 && i%c.EveryN == 1 }
 
 func or[T comparable](v, def T) T {
 	var zero T
@@ -149,6 +165,8 @@ func (c Config) check() error {
 			c.HeadDim(), c.fraction())
 	case !c.Gated() && a != "gelu" && a != "gelu_new" && a != "gelu_fast" && a != "gelu_pytorch_tanh":
 		return fmt.Errorf("nomicbertref: activation_function %q not supported", a)
+	case c.Experts > 0 && (c.TopK <= 0 || c.TopK > c.Experts || c.EveryN <= 0 || (c.Gated() && a != "swiglu")):
+		return fmt.Errorf("nomicbertref: experts %d, top k %d, every %d with %s", c.Experts, c.TopK, c.EveryN, a)
 	}
 	switch c.dtype() {
 	case safetensors.F32, safetensors.BF16, safetensors.F16:
@@ -186,13 +204,23 @@ func (c Config) Tensors() []Tensor {
 		p := fmt.Sprintf("encoder.layers.%d.", i)
 		linear(p+"attn.Wqkv", c.QKVBias, 3*H, H)
 		linear(p+"attn.out_proj", c.QKVBias, H, H)
-		if c.Gated() {
+		if c.MoE(i) { // megablocks' dMoE: the router, the experts' matrices three (two) to a tensor, one output bias
+			add(p+"mlp.router.layer.weight", "linear", c.Experts, H)
+			add(p+"mlp.experts.mlp.w1", "linear", c.Experts*c.Inner, H)
+			if c.act() == "swiglu" {
+				add(p+"mlp.experts.mlp.v1", "linear", c.Experts*c.Inner, H)
+			}
+			add(p+"mlp.experts.mlp.w2", "linear", c.Experts*c.Inner, H)
+			add(p+"mlp.experts.bias", "bias", H)
+		} else if c.Gated() {
 			linear(p+"mlp.fc11", c.FC1Bias, W, H)
 			linear(p+"mlp.fc12", c.FC1Bias, W, H)
 		} else {
 			linear(p+"mlp.fc1", c.FC1Bias, W, H)
 		}
-		linear(p+"mlp.fc2", c.FC2Bias, H, W)
+		if !c.MoE(i) {
+			linear(p+"mlp.fc2", c.FC2Bias, H, W)
+		}
 		norm(p + "norm1")
 		norm(p + "norm2")
 	}
@@ -206,6 +234,20 @@ func (c Config) Tensors() []Tensor {
 // (NomicBertConfig's own keys plus GPT2Config's), with c's sizes and flags.
 func (c Config) ConfigJSON() map[string]any {
 	dt := map[safetensors.DType]string{safetensors.F32: "float32", safetensors.BF16: "bfloat16", safetensors.F16: "float16"}[c.dtype()]
+	j := c.configJSON(dt)
+	if c.Experts > 0 { // nomic-embed-text-v2-moe's keys
+		j["num_experts"], j["moe_top_k"], j["moe_every_n_layers"] = c.Experts, c.TopK, c.EveryN
+		j["moe_normalize_expert_weights"] = any(false)
+		if c.NormalizeWeights {
+			j["moe_normalize_expert_weights"] = 1
+		}
+		j["moe_impl"], j["num_shared_experts"], j["expert_choice_router"], j["ffn_div"] = "megablocks", 0, false, 1
+		j["moe_resid_pdrop"], j["router_aux_loss_coef"] = 0.0, 0.1
+	}
+	return j
+}
+
+func (c Config) configJSON(dt string) map[string]any {
 	return map[string]any{
 		"architectures": []string{"NomicBertModel"},
 		"model_type":    "nomic_bert",
@@ -273,6 +315,12 @@ func ForwardTypes(dir string, c Config, ids, types []int) ([][]float64, error) {
 	return forward(m, c, ids, types)
 }
 
+// ForwardWeights is Forward over weights already read (name to values
+// as lmckpt.ReadFloat64 gives them), for tests that change them.
+func ForwardWeights(m map[string][]float64, c Config, ids []int) ([][]float64, error) {
+	return forward(m, c, ids, nil)
+}
+
 func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -311,13 +359,25 @@ func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, e
 		qkvW, qkvB := w.Get(p+"attn.Wqkv.weight", 3*H*H), w.Opt(c.QKVBias, p+"attn.Wqkv.bias", 3*H)
 		oW, oB := w.Get(p+"attn.out_proj.weight", H*H), w.Opt(c.QKVBias, p+"attn.out_proj.bias", H)
 		var mlp MLP
-		if c.Gated() {
+		if c.MoE(l) {
+			// no dense MLP
+		} else if c.Gated() {
 			mlp.Value, mlp.ValueB = w.Get(p+"mlp.fc11.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc11.bias", W)
 			mlp.Gate, mlp.GateB = w.Get(p+"mlp.fc12.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc12.bias", W)
 		} else {
 			mlp.Value, mlp.ValueB = w.Get(p+"mlp.fc1.weight", W*H), w.Opt(c.FC1Bias, p+"mlp.fc1.bias", W)
 		}
-		mlp.Out, mlp.OutB = w.Get(p+"mlp.fc2.weight", H*W), w.Opt(c.FC2Bias, p+"mlp.fc2.bias", H)
+		var moe *MoE
+		if c.MoE(l) {
+			E, I := c.Experts, c.Inner
+			moe = &MoE{Router: w.Get(p+"mlp.router.layer.weight", E*H), W1: w.Get(p+"mlp.experts.mlp.w1", E*I*H),
+				W2: w.Get(p+"mlp.experts.mlp.w2", E*I*H), Bias: w.Get(p+"mlp.experts.bias", H), TopK: c.TopK, Normalize: c.NormalizeWeights}
+			if c.act() == "swiglu" {
+				moe.V1 = w.Get(p+"mlp.experts.mlp.v1", E*I*H)
+			}
+		} else {
+			mlp.Out, mlp.OutB = w.Get(p+"mlp.fc2.weight", H*W), w.Opt(c.FC2Bias, p+"mlp.fc2.bias", H)
+		}
 		g1, b1 := w.Get(p+"norm1.weight", H), w.Get(p+"norm1.bias", H)
 		g2, b2 := w.Get(p+"norm2.weight", H), w.Get(p+"norm2.bias", H)
 		if w.Err != nil {
@@ -336,7 +396,13 @@ func forward(m map[string][]float64, c Config, ids, types []int) ([][]float64, e
 		ctx := attention(q, k, v, heads)
 		for t := range x {
 			h := lmckpt.LayerNorm64(add(x[t], lmckpt.Linear64(ctx[t], oW, oB)), g1, b1, eps)
-			x[t] = lmckpt.LayerNorm64(add(h, mlp.Apply(h)), g2, b2, eps)
+			var y []float64
+			if moe != nil {
+				y = moe.Apply(h)
+			} else {
+				y = mlp.Apply(h)
+			}
+			x[t] = lmckpt.LayerNorm64(add(h, y), g2, b2, eps)
 		}
 	}
 	return x, nil
@@ -398,6 +464,70 @@ func (m MLP) Apply(x []float64) []float64 {
 		}
 	}
 	return lmckpt.Linear64(y, m.Out, m.OutB)
+}
+
+// MoE is one mixture-of-experts layer as megablocks' dMoE runs it (the
+// layer contrastors trains nomic-embed-text-v2-moe with): the router
+// [E, H]; each expert's rows of W1 (and V1) [E·I, H] and W2 [E·I, H],
+// expert e's being rows [e·I, (e+1)·I); Bias [H] added to the sum.
+type MoE struct {
+	Router, W1, V1, W2, Bias []float64
+	TopK                     int
+	Normalize                bool
+}
+
+// Apply runs the layer on one token: the softmax over the router's
+// logits, the TopK largest (ties to the lower index), divided by their
+// sum with Normalize; each chosen expert's gelu(W1ₑ·x) (silu(W1ₑ·x) ·
+// V1ₑ·x with V1), times W2ₑ without a transpose (megablocks' SparseMLP:
+// torch.mm(h, w2)), weighed; plus Bias.
+func (m MoE) Apply(x []float64) []float64 {
+	H := len(x)
+	probs := lmckpt.Softmax64(lmckpt.Linear64(x, m.Router, nil))
+	E := len(probs)
+	I := len(m.W1) / (E * H)
+	chosen := make([]bool, E)
+	var top []int
+	for range m.TopK {
+		best := -1
+		for e, p := range probs {
+			if !chosen[e] && (best < 0 || p > probs[best]) {
+				best = e
+			}
+		}
+		chosen[best] = true
+		top = append(top, best)
+	}
+	sum := 0.0
+	for _, e := range top {
+		sum += probs[e]
+	}
+	out := append([]float64(nil), m.Bias...)
+	for _, e := range top {
+		w := probs[e]
+		if m.Normalize {
+			w /= sum
+		}
+		h := lmckpt.Linear64(x, m.W1[e*I*H:(e+1)*I*H], nil)
+		var v []float64
+		if m.V1 != nil {
+			v = lmckpt.Linear64(x, m.V1[e*I*H:(e+1)*I*H], nil)
+		}
+		for f := range h {
+			if v != nil {
+				h[f] = lmckpt.SiLU64(h[f]) * v[f]
+			} else {
+				h[f] = lmckpt.GELU64(h[f])
+			}
+		}
+		for f, a := range h {
+			row := m.W2[(e*I+f)*H : (e*I+f+1)*H]
+			for i, r := range row {
+				out[i] += w * a * r
+			}
+		}
+	}
+	return out
 }
 
 // Rotary rotates one head's vector x in place for position pos, over its
