@@ -10,7 +10,8 @@
 # FAMILY=granitemoeshared the same with a shared MLP, FAMILY=jamba a Jamba,
 # FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
 # FAMILY=bamba a Bamba, FAMILY=ling a Ling 2.0, FAMILY=smallthinker a
-# SmallThinker, FAMILY=pythia a dense GPT-NeoX, FAMILY=dbrx a DBRX) on
+# SmallThinker, FAMILY=pythia a dense GPT-NeoX, FAMILY=dbrx a DBRX,
+# FAMILY=deepseekv1 a DeepSeek MoE) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -227,7 +228,11 @@
 # over 8 —, clip_qkv 8, rope_theta 500000; 16 SiLU experts of 1792 —
 # DBRX's 10752 at its ratio to the width — of which 4 are chosen;
 # LAYERS=8 layers; vocab 32768, untied), bf16, stored as DBRX's releases
-# store it (w1, v1, w2 three to a layer).
+# store it (w1, v1, w2 three to a layer). FAMILY=deepseekv1: a
+# DeepseekForCausalLM of deepseek-moe-16b's layer (hidden 2048, 16 heads
+# of 128, 64 experts of 1408 of which 6 are chosen, undivided, 2 shared
+# experts, a dense first layer of 10944; LAYERS=4 layers; vocab 32768,
+# untied), bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -260,7 +265,8 @@ ling) DIR="${DIR:-/tmp/tputool-ling-bench}" ;;
 smallthinker) DIR="${DIR:-/tmp/tputool-smallthinker-bench}" ;;
 pythia) DIR="${DIR:-/tmp/tputool-pythia-bench}" ;;
 dbrx) DIR="${DIR:-/tmp/tputool-dbrx-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker, pythia or dbrx" >&2; exit 2 ;;
+deepseekv1) DIR="${DIR:-/tmp/tputool-deepseekv1-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker, pythia, dbrx or deepseekv1" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -578,6 +584,17 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = dbrx ]; then
  "torch_dtype": "bfloat16"}
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseekv1 ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["DeepseekForCausalLM"], "model_type": "deepseek", "vocab_size": 32768, "hidden_size": 2048,
+ "intermediate_size": 10944, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 16, "num_key_value_heads": 16,
+ "n_routed_experts": 64, "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "n_shared_experts": 2, "moe_layer_freq": 1,
+ "first_k_dense_replace": 1, "norm_topk_prob": false, "scoring_func": "softmax", "hidden_act": "silu", "rms_norm_eps": 1e-06,
+ "rope_theta": 10000, "max_position_embeddings": 4096, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
