@@ -63,6 +63,11 @@ func checkRaw(d DType, raw []byte) error {
 // into a []float32 as they are.
 var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
+// HostLittleEndian reports whether the host stores numbers as the
+// safetensors format does (little-endian), so that stored elements can
+// be used in place.
+func HostLittleEndian() bool { return hostLittleEndian }
+
 // DecodeFloat32 converts the little-endian elements of raw (dtype d, a
 // known one: see Valid) into out[:len(raw)/d.Size()]. Integer and bool
 // types convert by value. On a little-endian host F32 is copied.

@@ -32,6 +32,7 @@ package dbrx
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -128,13 +129,34 @@ func Resolve(cfg *config.File) (qwen3moe.Options, error) {
 	if len(c.BOS) > 0 {
 		s.BOS = c.BOS[0]
 	}
-	if s.Hidden > 0 && s.Heads > 0 {
-		if s.Hidden%s.Heads != 0 {
-			return qwen3moe.Options{}, fmt.Errorf("%s: d_model %d is not a multiple of n_heads %d", where, s.Hidden, s.Heads)
+	experts, topK := lm.Or(f.Experts, defaultExperts), lm.Or(f.TopK, defaultTopK)
+	// DbrxConfig's own names, each positive and, where a table or the
+	// layer list is sized by it, within what any real model has (the top
+	// level's are bounded before New is called: lm's dimLimits).
+	for _, d := range []struct {
+		field string
+		v     int
+		max   int
+	}{
+		{"vocab_size", s.VocabSize, 1 << 26}, {"d_model", s.Hidden, 1 << 24}, {"n_layers", s.Layers, 1 << 16},
+		{"n_heads", s.Heads, 1 << 16}, {"attn_config.kv_n_heads", s.KVHeads, 1 << 16}, {"max_seq_len", s.MaxPositions, math.MaxInt32},
+		{"ffn_config.ffn_hidden_size", s.Intermediate, 1 << 24}, {"ffn_config.moe_num_experts", experts, 1 << 16},
+	} {
+		if d.v <= 0 || d.v > d.max {
+			return qwen3moe.Options{}, fmt.Errorf("%s: %s is %d; want a positive size of at most %d", where, d.field, d.v, d.max)
 		}
-		s.HeadDim = s.Hidden / s.Heads
 	}
-	if err := s.CheckSizes(where); err != nil {
+	if s.Hidden%s.Heads != 0 {
+		return qwen3moe.Options{}, fmt.Errorf("%s: d_model %d is not a multiple of n_heads %d", where, s.Hidden, s.Heads)
+	}
+	if s.Heads%s.KVHeads != 0 {
+		return qwen3moe.Options{}, fmt.Errorf("%s: n_heads %d is not a multiple of attn_config.kv_n_heads %d", where, s.Heads, s.KVHeads)
+	}
+	s.HeadDim = s.Hidden / s.Heads
+	if err := lm.CheckExperts(where, "ffn_config.moe_num_experts", experts, s.Layers); err != nil {
+		return qwen3moe.Options{}, err
+	}
+	if err := s.CheckSizes(where); err != nil { // the checks above cover it; a guard
 		return qwen3moe.Options{}, err
 	}
 	s.LayerKinds = make([]string, s.Layers)
@@ -159,17 +181,9 @@ func Resolve(cfg *config.File) (qwen3moe.Options, error) {
 	if o.Rope, err = nn.NewRope(nn.RopeParams{Theta: lm.Or(c.AttnConfig.RopeTheta, defaultTheta), HeadDim: s.HeadDim, MaxPositions: s.MaxPositions}); err != nil {
 		return qwen3moe.Options{}, fmt.Errorf("%s: attn_config: %w", where, err)
 	}
-	m := qwen3moe.Options{Options: o, MoEIntermediate: s.Intermediate, Experts: lm.Or(f.Experts, defaultExperts), TopK: lm.Or(f.TopK, defaultTopK)}
-	switch {
-	case m.MoEIntermediate <= 0:
-		return qwen3moe.Options{}, fmt.Errorf("%s: ffn_config.ffn_hidden_size must be positive, got %d", where, m.MoEIntermediate)
-	case m.Experts <= 0:
-		return qwen3moe.Options{}, fmt.Errorf("%s: ffn_config.moe_num_experts must be positive, got %d", where, m.Experts)
-	case m.TopK <= 0 || m.TopK > m.Experts:
+	m := qwen3moe.Options{Options: o, MoEIntermediate: s.Intermediate, Experts: experts, TopK: topK}
+	if m.TopK <= 0 || m.TopK > m.Experts {
 		return qwen3moe.Options{}, fmt.Errorf("%s: ffn_config.moe_top_k %d must be in [1, moe_num_experts %d]", where, m.TopK, m.Experts)
-	}
-	if err := lm.CheckExperts(where, "ffn_config.moe_num_experts", m.Experts, s.Layers); err != nil {
-		return qwen3moe.Options{}, err
 	}
 	// moe_normalize_expert_weights is the p of the p-norm the top weights
 	// are divided by: 1 (the default and every release's) their sum, null

@@ -3,6 +3,7 @@ package dbrx_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -232,6 +233,38 @@ func TestStoredWeights(t *testing.T) {
 	}
 	if ps := lm.Expect(m, src).Problems(); len(ps) > 0 {
 		t.Errorf("%d problems, the first %v", len(ps), ps[0])
+	}
+	// A checkpoint holding an expert's matrix apart as well as the fused
+	// tensor it would be split from: the split is refused by name, as
+	// loading refuses it (safetensors.Checkpoint.Split).
+	src["model.layers.0.mlp.experts.3.gate_proj.weight"] = []int{10752, 6144}
+	ps := lm.Expect(m, src).Problems()
+	if len(ps) == 0 || !strings.Contains(fmt.Sprint(ps), `transformer.blocks.0.ffn.experts.mlp.w1: piece "model.layers.0.mlp.experts.3.gate_proj.weight" is already a tensor`) {
+		t.Errorf("a piece stored twice: problems %v", ps)
+	}
+}
+
+// TestHostileSizes: sizes no model has, at the top level or in
+// attn_config and ffn_config, are refused naming the field, before any
+// table is sized by them.
+func TestHostileSizes(t *testing.T) {
+	for _, c := range []struct{ js, want string }{
+		{strings.Replace(instruct("", ""), `"n_layers": 40`, `"n_layers": 1e12`, 1), "n_layers"},
+		{strings.Replace(instruct("", ""), `"d_model": 6144`, `"d_model": 1099511627776`, 1), "d_model"},
+		{instruct(`, "kv_n_heads": 1000000000`, ""), "attn_config.kv_n_heads"},
+		{instruct("", `, "ffn_hidden_size": 1099511627776`), "ffn_config.ffn_hidden_size"},
+		{instruct("", `, "moe_num_experts": 1000000000`), "ffn_config.moe_num_experts"},
+		{strings.Replace(instruct("", ""), `"n_heads": 48`, `"n_heads": 0`, 1), "n_heads is 0"},
+	} {
+		js := c.js
+		for _, dup := range []string{`"kv_n_heads": 8, `, `"ffn_hidden_size": 10752, `, `"moe_num_experts": 16, `} {
+			if strings.Count(js, strings.SplitN(dup, ":", 2)[0]) > 1 {
+				js = strings.Replace(js, dup, "", 1)
+			}
+		}
+		if _, err := lm.New(configOf(t, js)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming it", c.want, err)
+		}
 	}
 }
 

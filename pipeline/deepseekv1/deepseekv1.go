@@ -1,10 +1,12 @@
 // Package deepseekv1 implements DeepseekForCausalLM, DeepSeek's first
 // mixture of experts (deepseek-moe-16b-base and -chat: 16.4B parameters,
-// 2.8B active), following vLLM's models/deepseek.py (an implementation
-// apart from the modeling code the checkpoints ship as remote code,
-// modeling_deepseek.py) and llama.cpp's "deepseek" graph, which agree.
-// transformers has no class for it; its successors, DeepSeek-V2 and V3,
-// are pipeline/deepseek's.
+// 2.8B active), following the modeling code the checkpoints ship as
+// remote code (modeling_deepseek.py, read here through published copies
+// of its MoEGate) and vLLM's models/deepseek.py for the rest of the
+// layer. llama.cpp's "deepseek" graph runs the releases' settings alike
+// (it never divides the top weights and puts the experts on every layer
+// after the dense ones). transformers has no class for it; its
+// successors, DeepSeek-V2 and V3, are pipeline/deepseek's.
 //
 // A layer is Llama's (grouped-query attention without biases, RMSNorms,
 // the rotary over whole heads), its MLP a sparse block on the layers
@@ -13,7 +15,8 @@
 //   - the router mlp.gate [n_routed_experts, hidden] takes the softmax's
 //     num_experts_per_tok largest (scoring_func softmax, the only one),
 //     divided by their sum when norm_topk_prob and more than one is
-//     taken (deepseek-moe-16b: not divided);
+//     taken, as MoEGate does (vLLM divides with one too; deepseek-moe-16b
+//     does not divide);
 //   - n_routed_experts SwiGLU experts of moe_intermediate_size,
 //     mlp.experts.E.{gate,up,down}_proj;
 //   - n_shared_experts always-on experts, one SwiGLU MLP of

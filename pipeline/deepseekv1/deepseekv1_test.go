@@ -114,6 +114,13 @@ func TestConfig(t *testing.T) {
 		s.Intermediate != 10944 || s.BOS != 100000 || s.EOS[0] != 100001 {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
+	// MoEGate divides only when it takes more than one: with one expert
+	// its softmax weight stays, norm_topk_prob or not.
+	one, err := deepseekv1.Resolve(configOf(t, strings.Replace(strings.Replace(moe16b(""), `"num_experts_per_tok": 6`, `"num_experts_per_tok": 1`, 1),
+		`"norm_topk_prob": false`, `"norm_topk_prob": true`, 1)))
+	if err != nil || one.NormTopK {
+		t.Errorf("one expert with norm_topk_prob: NormTopK %v, %v", one.NormTopK, err)
+	}
 	dense, err := deepseekv1.Resolve(configOf(t, strings.Replace(moe16b(""), `"n_routed_experts": 64`, `"n_routed_experts": null`, 1)))
 	if err != nil || dense.Experts != 0 {
 		t.Errorf("n_routed_experts null: %+v, %v", dense.Experts, err)

@@ -159,14 +159,15 @@ func (f fields) strings(name string) []string {
 // dbrxFields is a DBRX config's fields with its attn_config's and
 // ffn_config's sizes among them under the names TextConfig reads, each
 // DbrxAttentionConfig's or DbrxFFNConfig's default when absent: one
-// key/value head, 4 experts of 3584 of which 1 runs.
+// key/value head, 4 experts of 3584 of which 1 runs; d_model 2048, 24
+// layers of 16 heads, a vocabulary of 32000 and a context of 2048.
 func dbrxFields(f fields) fields {
 	out := make(fields, len(f)+5)
 	for k, v := range f {
 		out[k] = v
 	}
 	var attn, ffn fields
-	json.Unmarshal(f["attn_config"], &attn)
+	json.Unmarshal(f["attn_config"], &attn) // not an object: DbrxConfig's defaults, and loading names the field
 	json.Unmarshal(f["ffn_config"], &ffn)
 	set := func(to string, from fields, name, def string) {
 		if v, ok := from[name]; ok && string(v) != "null" {
@@ -175,6 +176,11 @@ func dbrxFields(f fields) fields {
 			out[to] = json.RawMessage(def)
 		}
 	}
+	set("d_model", f, "d_model", "2048") // DbrxConfig's top-level defaults
+	set("n_layers", f, "n_layers", "24")
+	set("n_heads", f, "n_heads", "16")
+	set("vocab_size", f, "vocab_size", "32000")
+	set("max_seq_len", f, "max_seq_len", "2048")
 	set("num_key_value_heads", attn, "kv_n_heads", "1")
 	set("moe_num_experts", ffn, "moe_num_experts", "4")
 	set("moe_top_k", ffn, "moe_top_k", "1")

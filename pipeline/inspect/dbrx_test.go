@@ -35,4 +35,17 @@ func TestDbrxText(t *testing.T) {
 			t.Errorf("%s: MoE %+v", c.js, got.MoE)
 		}
 	}
+	// A config of DbrxConfig's defaults alone.
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["DbrxForCausalLM"], "model_type": "dbrx"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hidden != 2048 || got.Heads != 16 || got.KVHeads != 1 || got.Layers != 24 || got.Vocab != 32000 || got.MaxPositions != 2048 ||
+		got.MoE == nil || got.MoE.Experts != 4 || got.MoE.ExpertsPerToken != 1 {
+		t.Errorf("defaults: %+v, MoE %+v", got, got.MoE)
+	}
 }

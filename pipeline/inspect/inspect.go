@@ -587,8 +587,12 @@ func paramsOf(t safetensors.TensorInfo) int64 {
 // isExpert reports whether a tensor belongs to a routed expert:
 // "mlp.experts.3.up_proj.weight", fused "mlp.experts.gate_up_proj",
 // Mixtral's "block_sparse_moe.experts.0.w1.weight". Shared experts
-// ("shared_expert.", "shared_experts.") and routers are not.
-func isExpert(name string) bool { return strings.Contains(name, ".experts.") }
+// ("shared_expert.", "shared_experts.") and routers are not, nor is the
+// one bias megablocks' layers add after the experts' sum
+// (nomic-embed-text-v2-moe's "mlp.experts.bias"), which every token reads.
+func isExpert(name string) bool {
+	return strings.Contains(name, ".experts.") && !strings.HasSuffix(name, ".experts.bias")
+}
 
 func byDType(ts []safetensors.TensorInfo, q *quantParts) []DTypeCount {
 	m := map[string]*DTypeCount{}

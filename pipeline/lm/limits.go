@@ -34,6 +34,14 @@ var dimLimits = map[string]int64{
 	"linear_conv_kernel_dim":          1 << 16,
 	"sliding_window_pattern":          1 << 16,
 	"full_attention_interval":         1 << 16,
+	// GPT-2's names (GPT-J, NomicBERT) and DBRX's.
+	"n_layer":  1 << 16,
+	"n_layers": 1 << 16,
+	"n_head":   1 << 16,
+	"n_heads":  1 << 16,
+	"n_embd":   1 << 24,
+	"d_model":  1 << 24,
+	"n_inner":  1 << 24,
 }
 
 // checkDims refuses config sizes above dimLimits, at the top level and in

@@ -1,6 +1,7 @@
 package lm
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/tputool/tputool/loader/safetensors"
@@ -17,7 +18,8 @@ type Splitter interface {
 	// SplitWeight returns the pieces stored tensor name of shape holds,
 	// in order, with the names and shapes the model reads them by; nil
 	// and no error keep it whole. An error says what the shape should
-	// be: Expect reports it, and Load keeps the tensor whole.
+	// be: Load refuses the checkpoint with it, and Expect (inspect)
+	// reports it among the checkpoint's problems.
 	SplitWeight(name string, shape []int) ([]safetensors.Piece, error)
 }
 
@@ -115,6 +117,17 @@ func splitSource(m Model, src safetensors.Shapes) (safetensors.Shapes, []string)
 	for _, n := range src.Names() {
 		shape, _ := src.Shape(n)
 		pieces, err := sp.SplitWeight(n, shape)
+		if err == nil { // a piece named as a stored tensor or another piece: Checkpoint.Split refuses it too
+			seen := map[string]bool{}
+			for _, p := range pieces {
+				_, stored := src.Shape(p.Name)
+				if _, earlier := s.pieces[p.Name]; seen[p.Name] || earlier || stored && p.Name != n {
+					err = fmt.Errorf("tensor %s: piece %q is already a tensor", n, p.Name)
+					break
+				}
+				seen[p.Name] = true
+			}
+		}
 		if err != nil {
 			refused = append(refused, err.Error())
 		}

@@ -1,7 +1,6 @@
 package lm
 
 import (
-	"encoding/binary"
 	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
@@ -9,10 +8,6 @@ import (
 
 	"github.com/tputool/tputool/loader/safetensors"
 )
-
-// hostLittleEndian: the checkpoint's little-endian elements are the
-// host's own.
-var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // transposedInto decodes weight w, which the checkpoint stores with its
 // last two axes swapped (encoding "transposed"), into flat when flat holds
@@ -26,7 +21,7 @@ var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 // as decodeEncoded reports them.
 func (l *Loaded) transposedInto(w WeightSpec, flat any) (bool, error) {
 	info, ok := l.ckpt.Info(w.Name)
-	if !ok || !hostLittleEndian {
+	if !ok || !safetensors.HostLittleEndian() {
 		return false, nil
 	}
 	switch flat.(type) {

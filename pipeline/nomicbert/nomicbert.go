@@ -465,7 +465,11 @@ func (m *Model) expertWeights(i int) []lm.WeightSpec {
 	p := fmt.Sprintf("encoder.layers.%d.mlp.", i)
 	ws := []lm.WeightSpec{{Name: p + "router.layer.weight", Shape: []int{E, H}, Matmul: true, TP: lm.Replicated, Router: true}}
 	if m.o.Gated {
-		ws = append(ws, expertNames.Stacked(p+"experts", E, I, H)...)
+		stacks := expertNames.Stacked(p+"experts", E, I, H)
+		for j := range stacks {
+			stacks[j].TP = lm.Replicated // an encoder runs on one device, as its other weights
+		}
+		ws = append(ws, stacks...)
 	} else { // one up projection an expert: the stack [E, I, H] and the down stack
 		up := lm.WeightSpec{Name: p + "experts.up_proj", Shape: []int{E, I, H}, Matmul: true, TP: lm.Replicated}
 		down := lm.WeightSpec{Name: p + "experts.down_proj", Shape: []int{E, H, I}, Matmul: true, TP: lm.Replicated}

@@ -1,9 +1,9 @@
 // Package deepseekv1ref is a plain-Go float64 forward pass of
 // DeepseekForCausalLM (deepseek-moe-16b), written from vLLM's
-// models/deepseek.py and the MoEGate of the checkpoints' remote code as
-// vLLM and llama.cpp read it (the softmax's top k, divided by their sum
-// only with norm_topk_prob and more than one; shared experts added
-// ungated), and the tiny checkpoints its tests run. It shares no code
+// models/deepseek.py (the layer, shared experts added ungated) and the
+// MoEGate of the checkpoints' remote code (the softmax's top k, divided
+// by their sum only with norm_topk_prob and more than one), and the
+// tiny checkpoints its tests run. It shares no code
 // with pipeline/deepseekv1, pipeline/qwen3moe or pipeline/llama.
 package deepseekv1ref
 
