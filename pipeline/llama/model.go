@@ -274,6 +274,11 @@ func (m *Model) finalNorm() string {
 	return m.o.FinalNorm
 }
 
+// NormWeights are the tensors of the norm named name (a full name,
+// "model.layers.3.residual_layernorm"), as the layer's own norms hold
+// them: for the norms an architecture adds (Norm).
+func (m *Model) NormWeights(name string) []lm.WeightSpec { return m.normWeights(name) }
+
 // normWeights are the tensors of the norm named name: its weight, and
 // its bias when the norms are LayerNorms. With NormWeightsF32 the weight
 // is held in float32.
@@ -287,6 +292,12 @@ func (m *Model) normWeights(name string) []lm.WeightSpec {
 	}
 	return ws
 }
+
+// Norm applies the norm named name in p to x as the layer's own norms
+// are applied (an RMSNorm, or with LayerNorm a LayerNorm), for
+// architectures that norm another stream with a layer's norm
+// (pipeline/qwen3moe's Layout.MoEOnInput) or add norms of their own.
+func (m *Model) Norm(p *lm.Params, name string, x *Node) *Node { return m.norm(p, name, x) }
 
 // norm applies the norm named name in p to x: an RMSNorm, or with
 // LayerNorm a LayerNorm with its bias.

@@ -8,6 +8,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/afmoe"        // AfmoeForCausalLM (Arcee's Trinity)
 	_ "github.com/tputool/tputool/pipeline/apertus"      // ApertusForCausalLM
 	_ "github.com/tputool/tputool/pipeline/arcee"        // ArceeForCausalLM (AFM)
+	_ "github.com/tputool/tputool/pipeline/arctic"       // ArcticForCausalLM (Snowflake Arctic)
 	_ "github.com/tputool/tputool/pipeline/bailing"      // BailingMoeV2ForCausalLM (Ling 2.0, Ring 2.0)
 	_ "github.com/tputool/tputool/pipeline/bamba"        // BambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/bert"         // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)

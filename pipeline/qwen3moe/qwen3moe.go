@@ -217,6 +217,17 @@ type Layout struct {
 	// the residual stream before input_layernorm, instead of the MLP's
 	// normed input (SmallThinker's pre-attention router).
 	RouterOnInput bool
+	// MoEOnInput runs the whole sparse block, router and experts, on
+	// post_attention_layernorm of the layer's input instead of the
+	// stream after the attention: the block runs beside the attention
+	// (Arctic's parallel_attn_mlp_res).
+	MoEOnInput bool
+	// ResidualMLP names a dense SwiGLU of the hidden width beside the
+	// experts (Arctic's residual_mlp, its projections named as
+	// ResidualNames names them), run on ResidualNorm of the stream after
+	// the attention and added to it; "" for none.
+	ResidualMLP, ResidualNorm string
+	ResidualNames             lm.ExpertNames
 }
 
 // router is the router's name within the block.
@@ -263,6 +274,14 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	}
 	ws = append(ws, router)
 	ws = append(ws, m.l.Experts.Stacked(m.expertsPrefix(i), m.o.Experts, m.o.MoEIntermediate, s.Hidden)...)
+	if m.l.ResidualMLP != "" {
+		p, n := fmt.Sprintf("model.layers.%d.%s.", i, m.l.ResidualMLP), m.l.ResidualNames
+		ws = append(ws,
+			lm.WeightSpec{Name: p + n.Gate, Shape: []int{s.Hidden, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: p + n.Up, Shape: []int{s.Hidden, s.Hidden}, Matmul: true, TP: lm.Column},
+			lm.WeightSpec{Name: p + n.Down, Shape: []int{s.Hidden, s.Hidden}, Matmul: true, TP: lm.Row})
+		ws = append(ws, m.NormWeights(fmt.Sprintf("model.layers.%d.%s", i, m.l.ResidualNorm))...)
+	}
 	switch si := m.o.SharedIntermediate; {
 	case si > 0 && m.l.SharedMLP != "":
 		p := m.block(i) + "." + m.l.SharedMLP
@@ -303,6 +322,17 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	in := x
 	x, h, kv := m.Attend(i, w, x, state, step)
 	mp := w.Scope(m.block(i))
+	if m.l.ResidualMLP != "" || m.l.MoEOnInput {
+		lp := w.Scope(fmt.Sprintf("model.layers.%d", i))
+		if m.l.ResidualMLP != "" {
+			rp, n := lp.Scope(m.l.ResidualMLP), m.l.ResidualNames
+			r := m.Norm(lp, m.l.ResidualNorm, x)
+			x = Add(x, m.Residual(nn.GatedMLP(r, rp.Get(n.Gate), nil, rp.Get(n.Up), nil, rp.Get(n.Down), nil, m.o.Act)))
+		}
+		if m.l.MoEOnInput {
+			h = m.Norm(lp, "post_attention_layernorm", in)
+		}
+	}
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	rin := h

@@ -43,7 +43,8 @@
 // falcon, runFalcon), SmallThinker (SmallThinkerForCausalLM:
 // llama.cpp's smallthinker, runSmallThinker), DBRX (DbrxForCausalLM:
 // llama.cpp's dbrx, runDbrx), DeepSeek MoE (DeepseekForCausalLM:
-// llama.cpp's deepseek, runDeepseekV1),
+// llama.cpp's deepseek, runDeepseekV1), Arctic (ArcticForCausalLM:
+// llama.cpp's arctic, runArctic),
 // Ministral 3
 // (Ministral3ForCausalLM and Mistral3ForConditionalGeneration's text
 // model: llama.cpp's mistral3, runMistral3)
@@ -98,6 +99,7 @@ import (
 	"github.com/tputool/tputool/pipeline/afmoe"
 	_ "github.com/tputool/tputool/pipeline/apertus" // ApertusForCausalLM
 	_ "github.com/tputool/tputool/pipeline/arcee"   // ArceeForCausalLM
+	"github.com/tputool/tputool/pipeline/arctic"
 	"github.com/tputool/tputool/pipeline/bailing"
 	"github.com/tputool/tputool/pipeline/bamba"
 	"github.com/tputool/tputool/pipeline/cohere"
@@ -200,6 +202,8 @@ func run(dir, out string) error {
 		return runFalcon(l, dir, out, g)
 	case *dbrx.Model:
 		return runDbrx(l, dir, out, g)
+	case *arctic.Model:
+		return runArctic(l, dir, out, g)
 	case *deepseek.Model:
 		if g.Options().GQA {
 			return runSigmoid(l, dir, out, g)
@@ -303,7 +307,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, ArcticForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
