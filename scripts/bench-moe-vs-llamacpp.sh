@@ -11,7 +11,7 @@
 # FAMILY=falconmamba a FalconMamba, FAMILY=gemma3n a Gemma 3n,
 # FAMILY=bamba a Bamba, FAMILY=ling a Ling 2.0, FAMILY=smallthinker a
 # SmallThinker, FAMILY=pythia a dense GPT-NeoX, FAMILY=dbrx a DBRX,
-# FAMILY=deepseekv1 a DeepSeek MoE) on
+# FAMILY=deepseekv1 a DeepSeek MoE, FAMILY=arctic an Arctic) on
 # tputool and on llama.cpp's kernels (ollama), same weights, side
 # by side, in rounds that interleave the two:
 #
@@ -232,7 +232,11 @@
 # DeepseekForCausalLM of deepseek-moe-16b's layer (hidden 2048, 16 heads
 # of 128, 64 experts of 1408 of which 6 are chosen, undivided, 2 shared
 # experts, a dense first layer of 10944; LAYERS=4 layers; vocab 32768,
-# untied), bf16.
+# untied), bf16. FAMILY=arctic: an ArcticForCausalLM of Arctic's layer
+# scaled to hidden 1024 (16 heads of 64 over 2; 128 experts of 704 —
+# Arctic's 4864 at its ratio to the width — of which 2 are chosen,
+# beside the attention, and the residual MLP of the hidden width;
+# LAYERS=4 layers; vocab 32000, untied), bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLLAMA="${OLLAMA:?set OLLAMA to an ollama v0.24.0 binary}"
@@ -266,7 +270,8 @@ smallthinker) DIR="${DIR:-/tmp/tputool-smallthinker-bench}" ;;
 pythia) DIR="${DIR:-/tmp/tputool-pythia-bench}" ;;
 dbrx) DIR="${DIR:-/tmp/tputool-dbrx-bench}" ;;
 deepseekv1) DIR="${DIR:-/tmp/tputool-deepseekv1-bench}" ;;
-*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker, pythia, dbrx or deepseekv1" >&2; exit 2 ;;
+arctic) DIR="${DIR:-/tmp/tputool-arctic-bench}" ;;
+*) echo "FAMILY must be qwen3moe, mixtral, deepseek, deepseek2, glm, minimax, olmoe, ernie, dots, llama4, granitehybrid, nemotronh, lfm2moe, lfm2, phimoe, phi3, afmoe, granitemoe, granitemoeshared, jamba, falconmamba, gemma3n, bamba, ling, smallthinker, pythia, dbrx, deepseekv1 or arctic" >&2; exit 2 ;;
 esac
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
@@ -596,6 +601,16 @@ elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = deepseekv1 ]; then
 JSON
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32768
+elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = arctic ]; then
+  cat > "$DIR/config.json" <<JSON
+{"architectures": ["ArcticForCausalLM"], "model_type": "arctic", "vocab_size": 32000, "hidden_size": 1024,
+ "intermediate_size": 704, "num_hidden_layers": ${LAYERS:-4}, "num_attention_heads": 16, "num_key_value_heads": 2,
+ "num_local_experts": 128, "num_experts_per_tok": 2, "moe_layer_frequency": 1, "parallel_attn_mlp_res": true,
+ "use_residual": true, "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 10000, "max_position_embeddings": 4096,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -experts-apart -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
 elif [ ! -f "$DIR/hf/config.json" ] && [ "$FAMILY" = lfm2 ]; then
   cp testdata/configs/lfm2_1_2b/config.json "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype BF16 -o "$DIR/hf"

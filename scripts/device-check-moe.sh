@@ -29,7 +29,8 @@
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
-#      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B and a tiny DBRX),
+#      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
+#      tiny DeepSeek MoE and a tiny Arctic),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -613,14 +614,31 @@ cat >"$work/dbrx.json" <<'EOF'
  "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 32, "moe_num_experts": 8, "moe_top_k": 2},
  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny DeepSeek MoE (deepseek-moe-16b's layout): a dense first layer,
+# the softmax's top 3 of 8 undivided, 2 shared experts.
+cat >"$work/deepseekv1.json" <<'EOF'
+{"architectures": ["DeepseekForCausalLM"], "model_type": "deepseek", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 3,
+ "moe_intermediate_size": 32, "n_shared_experts": 2, "moe_layer_freq": 1, "first_k_dense_replace": 1, "norm_topk_prob": false,
+ "scoring_func": "softmax", "rms_norm_eps": 1e-06, "rope_theta": 10000, "max_position_embeddings": 512,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny Arctic: the experts beside the attention on the layer's normed
+# input, the residual MLP after it.
+cat >"$work/arctic.json" <<'EOF'
+{"architectures": ["ArcticForCausalLM"], "model_type": "arctic", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 32,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+ "moe_layer_frequency": 1, "parallel_attn_mlp_res": true, "use_residual": true, "rms_norm_eps": 1e-05, "rope_theta": 10000,
+ "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.
