@@ -1,9 +1,13 @@
 // Package arctic implements ArcticForCausalLM, Snowflake's Arctic
 // (snowflake-arctic-base and -instruct: 480B parameters, 17B active, a
-// "dense-MoE hybrid"), following vLLM's models/arctic.py (an
-// implementation apart from the modeling code the checkpoints ship as
-// remote code, modeling_arctic.py) and llama.cpp's "arctic" graph, which
-// agree. transformers has no class for it.
+// "dense-MoE hybrid"), following the modeling code the checkpoints ship
+// as remote code (modeling_arctic.py, read through a published copy of
+// it) and, where that code leans on DeepSpeed, vLLM's models/arctic.py.
+// transformers has no class for it. For the releases' settings (two
+// experts a token, parallel_attn_mlp_res) the three — that code, vLLM
+// and llama.cpp's "arctic" graph — compute the same layer; with one
+// expert a token vLLM keeps its softmax weight where the remote code and
+// llama.cpp divide it by itself (1), which tputool does too.
 //
 // A layer is Llama's attention (grouped-query, no biases, RMSNorms, the
 // rotary over whole heads) and a sparse block on the layers i with
@@ -11,14 +15,20 @@
 // (block_sparse_moe.mlp) on the others:
 //   - the router block_sparse_moe.gate takes the softmax's
 //     num_experts_per_tok largest of num_local_experts, divided by their
-//     sum when it takes more than one; the experts are Mixtral's
+//     sum (ArcticMoE's _moe_foreward); the experts are Mixtral's
 //     (block_sparse_moe.experts.E.w1/w3/w2: gate, up, down);
-//   - with use_residual and parallel_attn_mlp_res (the releases'), the
-//     block runs beside the attention, on post_attention_layernorm of the
-//     layer's input, and a dense SwiGLU of the hidden width,
-//     residual_mlp (w1, w3, w2), runs on residual_layernorm of the stream
-//     after the attention: x' = x + attn(x) + residual_mlp(·) + moe(·).
-//     Without them the block follows the attention as Mixtral's does.
+//   - with parallel_attn_mlp_res (the releases'), the block runs beside
+//     the attention, on post_attention_layernorm of the layer's input, and
+//     a dense SwiGLU of the hidden width, residual_mlp (w1, w3, w2), runs
+//     on residual_layernorm of the stream after the attention:
+//     x' = x + attn(x) + residual_mlp(·) + moe(·). Without it the block
+//     follows the attention as Mixtral's does. vLLM reads use_residual
+//     for the same switch (ArcticConfig has no such field); a config
+//     that sets it otherwise than parallel_attn_mlp_res is refused.
+//
+// The attention is Mistral's as ArcticAttention copies it: no biases,
+// heads of hidden_size / num_attention_heads, no rope scaling (refused);
+// attention_bias, mlp_bias, head_dim and layer_types are not read.
 //
 // It runs on pipeline/qwen3moe's decoder (Layout.MoEOnInput,
 // Layout.ResidualMLP), where every experts formulation and held form
@@ -92,9 +102,14 @@ func Resolve(cfg *config.File) (o qwen3moe.Options, parallel bool, err error) {
 		return o, false, errs.Unsupportedf("%s: sliding_window %d is not supported for %s", where, *c.SlidingWindow, Architecture)
 	case len(c.Quantization) > 0 && string(c.Quantization) != "null":
 		return o, false, errs.Unsupportedf("%s: quantization (DeepSpeed's FP quantization) is not supported for %s; use a checkpoint of float weights", where, Architecture)
-	case lm.Or(c.Parallel, false) != lm.Or(c.UseResidual, false):
-		return o, false, errs.Unsupportedf("%s: parallel_attn_mlp_res %v with use_residual %v is not supported for %s (the releases set both)", where, lm.Or(c.Parallel, false), lm.Or(c.UseResidual, false), Architecture)
+	case c.UseResidual != nil && *c.UseResidual != lm.Or(c.Parallel, false):
+		return o, false, errs.Unsupportedf("%s: parallel_attn_mlp_res %v with use_residual %v is not supported for %s (the modeling code reads the first, vLLM the second; the releases set both)", where, lm.Or(c.Parallel, false), *c.UseResidual, Architecture)
+	case len(c.RopeScaling) > 0 && string(c.RopeScaling) != "null":
+		return o, false, errs.Unsupportedf("%s: rope_scaling is not supported for %s (its attention has no scaling)", where, Architecture)
 	}
+	// ArcticAttention and ArcticMLP read neither biases nor head_dim, and
+	// every layer is a full-attention one.
+	c.AttentionBias, c.MLPBias, c.HeadDim, c.LayerTypes = false, false, nil, nil
 	base, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return o, false, err
@@ -113,7 +128,7 @@ func Resolve(cfg *config.File) (o qwen3moe.Options, parallel bool, err error) {
 	if err := lm.CheckExperts(where, "num_local_experts", o.Experts, s.Layers); err != nil {
 		return o, false, err
 	}
-	o.NormTopK = o.TopK > 1 // ArcticMoE renormalizes only when it takes more than one
+	o.NormTopK = true // _moe_foreward divides the top weights by their sum, one expert's by itself
 	o.Sparse = make([]bool, s.Layers)
 	for i := range o.Sparse {
 		o.Sparse[i] = (i+1)%freq == 0

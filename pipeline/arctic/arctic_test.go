@@ -30,7 +30,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		a    arcticref.Arctic
-	}{{"parallel", arcticref.Tiny()}, {"sequential", arcticref.Sequential()}} {
+	}{{"parallel", arcticref.Tiny()}, {"sequential", arcticref.Sequential()}, {"parallel-everyother", arcticref.ParallelEveryOther()}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.a.Write)
 			rm, err := c.a.Load(dir)
@@ -109,9 +109,17 @@ func TestConfig(t *testing.T) {
 	if got := a.RenameWeight("model.layers.3.block_sparse_moe.mlp.w3.weight"); got != "model.layers.3.mlp.up_proj.weight" {
 		t.Errorf("dense w3 read as %s", got)
 	}
+	// ArcticConfig has no use_residual: parallel_attn_mlp_res alone
+	// decides; the attention reads no biases or head_dim.
+	js := strings.Replace(instruct(`, "attention_bias": true, "head_dim": 64`), `"use_residual": true, `, "", 1)
+	if _, parallel, err := arctic.Resolve(configOf(t, js)); err != nil || !parallel {
+		t.Errorf("without use_residual: parallel %v, %v", parallel, err)
+	} else if o, _, _ := arctic.Resolve(configOf(t, js)); o.QKVBias || o.Spec.HeadDim != 128 {
+		t.Errorf("attention_bias or head_dim read: %+v", o.Spec)
+	}
 	seq, _, err := arctic.Resolve(configOf(t, `{"architectures": ["ArcticForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
 		"num_hidden_layers": 4}`))
-	if err != nil || seq.Experts != 8 || seq.TopK != 1 || seq.NormTopK || seq.Sparse[0] || !seq.Sparse[1] {
+	if err != nil || seq.Experts != 8 || seq.TopK != 1 || !seq.NormTopK || seq.Sparse[0] || !seq.Sparse[1] {
 		t.Errorf("ArcticConfig's defaults: %+v, %v", seq, err)
 	}
 	for _, bad := range []struct {
@@ -120,6 +128,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{`, "quantization": {"q_bits": 8}`, "quantization", true},
 		{`, "use_residual": false`, "parallel_attn_mlp_res true with use_residual false", true},
+		{`, "rope_scaling": {"type": "linear", "factor": 2}`, "rope_scaling", true},
 		{`, "moe_layer_frequency": 0`, "moe_layer_frequency must be positive", false},
 	} {
 		js := instruct(bad.extra)

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -465,21 +466,31 @@ func (m *Model) expertWeights(i int) []lm.WeightSpec {
 	p := fmt.Sprintf("encoder.layers.%d.mlp.", i)
 	ws := []lm.WeightSpec{{Name: p + "router.layer.weight", Shape: []int{E, H}, Matmul: true, TP: lm.Replicated, Router: true}}
 	if m.o.Gated {
-		stacks := expertNames.Stacked(p+"experts", E, I, H)
-		for j := range stacks {
-			stacks[j].TP = lm.Replicated // an encoder runs on one device, as its other weights
-		}
-		ws = append(ws, stacks...)
+		ws = append(ws, replicated(expertNames.Stacked(p+"experts", E, I, H))...)
 	} else { // one up projection an expert: the stack [E, I, H] and the down stack
-		up := lm.WeightSpec{Name: p + "experts.up_proj", Shape: []int{E, I, H}, Matmul: true, TP: lm.Replicated}
-		down := lm.WeightSpec{Name: p + "experts.down_proj", Shape: []int{E, H, I}, Matmul: true, TP: lm.Replicated}
+		up := lm.WeightSpec{Name: p + "experts.up_proj", Shape: []int{E, I, H}, Matmul: true}
+		down := lm.WeightSpec{Name: p + "experts.down_proj", Shape: []int{E, H, I}, Matmul: true}
 		for e := range E {
 			ew := expertNames.Weights(p+"experts", e, I, H)
 			up.Parts, down.Parts = append(up.Parts, ew[1]), append(down.Parts, ew[2])
 		}
-		ws = append(ws, up, down)
+		ws = append(ws, replicated([]lm.WeightSpec{up, down})...)
 	}
 	return append(ws, lm.WeightSpec{Name: p + "experts.bias", Shape: []int{H}, TP: lm.Replicated})
+}
+
+// replicated sets every weight of ws and of its parts to lm.Replicated:
+// an encoder runs on one device, as its other weights say.
+func replicated(ws []lm.WeightSpec) []lm.WeightSpec {
+	for i := range ws {
+		ws[i].TP = lm.Replicated
+		parts := slices.Clone(ws[i].Parts)
+		for j := range parts {
+			parts[j].TP = lm.Replicated
+		}
+		ws[i].Parts = parts
+	}
+	return ws
 }
 
 // experts is a sparse layer's output for x [B, T, H]: the router's top k

@@ -329,8 +329,12 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 			r := m.Norm(lp, m.l.ResidualNorm, x)
 			x = Add(x, m.Residual(nn.GatedMLP(r, rp.Get(n.Gate), nil, rp.Get(n.Up), nil, rp.Get(n.Down), nil, m.o.Act)))
 		}
-		if m.l.MoEOnInput {
-			h = m.Norm(lp, "post_attention_layernorm", in)
+		if m.l.MoEOnInput { // the MLP's norm (Norms.PreMLP) on the layer's input
+			pre := m.o.Norms.PreMLP
+			if m.o.Norms == (llama.Norms{}) {
+				pre = llama.LlamaNorms.PreMLP
+			}
+			h = m.Norm(lp, pre, in)
 		}
 	}
 	dims := h.Shape().Dimensions

@@ -13,10 +13,9 @@ import (
 // as ffn_gate/up/down on ffn_norm (residual_layernorm), and the experts
 // on ffn_norm_exps (post_attention_layernorm) of the layer's input, as
 // llama.cpp's graph runs them beside the attention (feed_forward_length
-// the experts' width). llama.cpp's graph runs that layer on every layer
-// and always divides the top weights by their sum, so a sequential
-// block, dense layers and one expert a token (whose softmax weight
-// Arctic keeps) are refused.
+// the experts' width). llama.cpp's graph runs that layer on every layer,
+// so a sequential block and dense layers are refused; it divides the top
+// weights by their sum as Arctic's code does.
 func runArctic(l *lm.Loaded, dir, out string, m *arctic.Model) error {
 	o, s := m.Options(), m.Spec()
 	const arch = "arctic"
@@ -28,8 +27,6 @@ func runArctic(l *lm.Loaded, dir, out string, m *arctic.Model) error {
 	switch {
 	case !m.Parallel:
 		return fmt.Errorf("%s: use_residual is false; llama.cpp's %s runs the experts beside the attention with the residual MLP", dir, arch)
-	case o.TopK == 1:
-		return fmt.Errorf("%s: num_experts_per_tok 1; llama.cpp's %s divides the weight by itself (1), Arctic keeps its softmax", dir, arch)
 	case o.QKVBias || o.OBias || o.Rope.RotaryDim != s.HeadDim || o.Rope.Type != "default" || s.Heads*s.HeadDim != s.Hidden:
 		return fmt.Errorf("%s: export-gguf writes %s without attention biases or rope scaling, the rotary over whole heads", dir, arch)
 	}

@@ -1,10 +1,11 @@
 // Package arcticref is a plain-Go float64 forward pass of
 // ArcticForCausalLM (Snowflake Arctic), written from vLLM's
-// models/arctic.py (ArcticDecoderLayer: with use_residual the sparse
-// block on post_attention_layernorm of the layer's input, the
-// residual_mlp on residual_layernorm of the stream after the attention;
-// ArcticMoE: the softmax's top k, renormalized when k > 1), and the tiny
-// checkpoints its tests run. It shares no code with pipeline/arctic,
+// models/arctic.py and the checkpoints' modeling_arctic.py
+// (ArcticDecoderLayer: with parallel_attn_mlp_res the sparse block on
+// post_attention_layernorm of the layer's input, the residual_mlp on
+// residual_layernorm of the stream after the attention; ArcticMoE's
+// _moe_foreward: the softmax's top k divided by their sum, one expert's
+// by itself), and the tiny checkpoints its tests run. It shares no code with pipeline/arctic,
 // pipeline/qwen3moe or pipeline/llama.
 package arcticref
 
@@ -37,10 +38,18 @@ func Tiny() Arctic {
 
 // Sequential is ArcticConfig's defaults' layout: a sparse block on every
 // second layer after the attention (Mixtral's), a dense ArcticMLP on the
-// others, one expert a token (its softmax weight, not renormalized).
+// others, one expert a token (its weight divided by itself: 1).
 func Sequential() Arctic {
 	return Arctic{Vocab: 64, Hidden: 32, Inter: 24, Layers: 4, Heads: 4, KVHeads: 4, Experts: 4, TopK: 1, Freq: 2,
 		Theta: 10000, Eps: 1e-5, Seed: 161}
+}
+
+// ParallelEveryOther is the releases' parallel block on every second
+// layer only, dense layers between (no residual MLP there).
+func ParallelEveryOther() Arctic {
+	c := Tiny()
+	c.Layers, c.Freq, c.Seed = 4, 2, 162
+	return c
 }
 
 // Sparse reports layer i a mixture of experts.
@@ -186,10 +195,7 @@ func (m *Model) moe(p string, x []float64) []float64 {
 	}
 	out := make([]float64, c.Hidden)
 	for _, e := range top {
-		w := probs[e]
-		if c.TopK > 1 {
-			w /= sum
-		}
+		w := probs[e] / sum
 		for i, v := range m.swiglu(fmt.Sprintf("%sblock_sparse_moe.experts.%d", p, e), x) {
 			out[i] += w * v
 		}
