@@ -217,10 +217,10 @@ type Layout struct {
 	// the residual stream before input_layernorm, instead of the MLP's
 	// normed input (SmallThinker's pre-attention router).
 	RouterOnInput bool
-	// MoEOnInput runs the whole sparse block, router and experts, on
-	// post_attention_layernorm of the layer's input instead of the
-	// stream after the attention: the block runs beside the attention
-	// (Arctic's parallel_attn_mlp_res).
+	// MoEOnInput runs the whole sparse block, router and experts, on the
+	// MLP's norm (Norms.PreMLP: post_attention_layernorm) of the layer's
+	// input instead of the stream after the attention: the block runs
+	// beside the attention (Arctic's parallel_attn_mlp_res).
 	MoEOnInput bool
 	// ResidualMLP names a dense SwiGLU of the hidden width beside the
 	// experts (Arctic's residual_mlp, its projections named as
