@@ -10,7 +10,7 @@ import (
 	"github.com/tputool/tputool/pipeline/nn"
 )
 
-// Glm4vMoe is Z.ai's GLM-4.5V and GLM-4.6V class (transformers'
+// Glm4vMoe is Z.ai's GLM-4.5V class (and the later releases of that class) (transformers'
 // models/glm4v_moe): a vision tower before GLM-4.5-Air's decoder.
 // tputool runs its text model, Glm4vMoeTextModel. That is GLM-4.5's
 // layer (Glm4MoeDecoderLayer: attention_bias on q, k and v, no q/k norm,
