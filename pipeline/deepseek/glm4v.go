@@ -85,20 +85,28 @@ func newGlm4vMoe(cfg *config.File) (lm.Model, error) {
 				plain[k] = v
 			}
 		}
-		t.Raw[key], _ = json.Marshal(plain)
+		// transformers v5 reads the base (and factor) within either
+		// object, as rope_parameters: the converter writes rope_scaling
+		// with rope_theta inside.
+		delete(t.Raw, key)
+		t.Raw["rope_parameters"], _ = json.Marshal(plain)
 	}
+	// Glm4vMoeTextAttention has no q/k norms (use_qk_norm is not a field
+	// of Glm4vMoeTextConfig).
+	delete(t.Raw, "use_qk_norm")
 	o, err := Resolve(&t)
 	if err != nil {
 		return nil, err
 	}
 	o.Spec.Architecture = Glm4vMoe
+	o.MaskInf = true // Glm4vMoeTextTopkRouter closes groups with −∞ (one group in the releases: no difference)
 	return &Glm4vMoeModel{Model: NewModel(o)}, nil
 }
 
 // Glm4vMoeModel is GLM-4.5V's text model: GLM-4.5's decoder reading
-// transformers v5's model.language_model.* (and the first uploads'
-// model.*) and lm_head (lm.Renamer), the vision tower skipped
-// (lm.Skipper).
+// model.language_model.* (the releases' and transformers' names; an
+// older model.* layout is accepted in case) and lm_head (lm.Renamer), the
+// vision tower skipped (lm.Skipper).
 type Glm4vMoeModel struct{ *Model }
 
 var (
@@ -114,8 +122,8 @@ func (m *Glm4vMoeModel) RenameWeight(stored string) string {
 }
 
 // SkipWeight implements lm.Skipper: the vision tower, and what the
-// decoder skips (the multi-token-prediction layer past
-// num_hidden_layers, which Glm4vMoeTextModel does not run).
+// decoder skips (a multi-token-prediction layer past num_hidden_layers,
+// if a checkpoint holds one: Glm4vMoeTextModel does not run it).
 func (m *Glm4vMoeModel) SkipWeight(name string) (string, bool) {
 	if why, ok := lm.SkipPrefixed(name, "vision tower (model.visual.*): tputool runs the text model only", "model.visual.", "visual."); ok {
 		return why, true

@@ -2,6 +2,7 @@ package deepseek_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -75,6 +76,20 @@ func TestGlm4vMoeText(t *testing.T) {
 			}
 		}
 	}
+	// The converter's layout: rope_scaling with the base inside, the
+	// partial factor at the top level.
+	delete(text, "rope_parameters")
+	text["rope_scaling"] = map[string]any{"rope_type": "default", "mrope_section": []int{1, 1, 2}, "rope_theta": theta}
+	text["partial_rotary_factor"] = factor
+	text["use_qk_norm"] = true // not a Glm4vMoeTextConfig field: not read
+	m, err := lm.New(configOf(t, mustJSON(t, cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := m.(*deepseek.Glm4vMoeModel).Options(); o.QKNorm || o.Rope.RotaryDim != 4 || math.Abs(o.Rope.InvFreq[1]-math.Pow(1e6, -2.0/4)) > 1e-12 {
+		t.Errorf("rope_scaling's base and the factor: q/k norm %v, rotary dim %d, inv freq %v", o.QKNorm, o.Rope.RotaryDim, o.Rope.InvFreq)
+	}
+	delete(text, "rope_scaling")
 	text["rope_parameters"] = map[string]any{"rope_type": "yarn", "factor": 2.0, "rope_theta": theta}
 	if _, err := lm.New(configOf(t, mustJSON(t, cfg))); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `type "yarn"`) {
 		t.Errorf("a yarn rotary: %v", err)

@@ -1,6 +1,7 @@
 package deepseek
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -36,8 +37,20 @@ func newKimiVL(cfg *config.File) (lm.Model, error) {
 	if err := t.Decode(&head); err != nil {
 		return nil, err
 	}
-	if head.ModelType != "" && head.ModelType != "deepseek_v3" {
+	if head.ModelType != "" && head.ModelType != "deepseek_v3" { // the releases' text_config has none
 		return nil, errs.Unsupportedf("%s: model_type %q: tputool reads %s's text model of model_type deepseek_v3", t.Path, head.ModelType, KimiVL)
+	}
+	// bos and eos from the wrapper when the text config has none.
+	t.Raw = make(map[string]json.RawMessage, len(cfg.Text.Raw)+2)
+	for k, v := range cfg.Text.Raw {
+		t.Raw[k] = v
+	}
+	for _, k := range []string{"bos_token_id", "eos_token_id"} {
+		if _, ok := t.Raw[k]; !ok {
+			if raw, ok := cfg.Raw[k]; ok {
+				t.Raw[k] = raw
+			}
+		}
 	}
 	o, err := Resolve(&t)
 	if err != nil {
