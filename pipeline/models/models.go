@@ -31,6 +31,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/granite"      // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
 	_ "github.com/tputool/tputool/pipeline/helium"       // HeliumForCausalLM
 	_ "github.com/tputool/tputool/pipeline/hunyuan"      // HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/internvl"     // InternVLForConditionalGeneration (its text model)
 	_ "github.com/tputool/tputool/pipeline/jamba"        // JambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/lfm2"         // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/llama"        // LlamaForCausalLM
