@@ -60,12 +60,13 @@ func New(cfg *config.File) (lm.Model, error) {
 		return nil, errs.Unsupportedf("%s: model_type %q: tputool runs %s's text model when it is qwen3_moe, qwen3, qwen2 or llama", t.Path, head.ModelType, Architecture)
 	}
 	t.Architectures = []string{class}
-	// bos and eos from the wrapper when the text config has none.
-	t.Raw = make(map[string]json.RawMessage, len(cfg.Text.Raw)+2)
+	// bos, eos and the head's tie from the wrapper when the text config
+	// has none (releases converted with the tie on the wrapper).
+	t.Raw = make(map[string]json.RawMessage, len(cfg.Text.Raw)+3)
 	for k, v := range cfg.Text.Raw {
 		t.Raw[k] = v
 	}
-	for _, k := range []string{"bos_token_id", "eos_token_id"} {
+	for _, k := range []string{"bos_token_id", "eos_token_id", "tie_word_embeddings"} {
 		if _, ok := t.Raw[k]; !ok {
 			if raw, ok := cfg.Raw[k]; ok {
 				t.Raw[k] = raw

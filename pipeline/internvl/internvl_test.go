@@ -51,9 +51,12 @@ func toInternVL(t *testing.T, src, dst, modelType string, rename func(string) st
 		t.Fatal(err)
 	}
 	delete(text, "architectures")
+	tie := text["tie_word_embeddings"]
+	delete(text, "tie_word_embeddings") // on the wrapper, as some conversions write it
 	text["model_type"] = modelType
 	cfg := map[string]any{"architectures": []string{internvl.Architecture}, "model_type": "internvl", "text_config": text,
-		"vision_config": map[string]any{"model_type": "internvl_vision", "hidden_size": 2}, "image_token_id": 90, "downsample_ratio": 0.5}
+		"vision_config": map[string]any{"model_type": "internvl_vision", "hidden_size": 2}, "image_token_id": 90, "downsample_ratio": 0.5,
+		"tie_word_embeddings": tie}
 	if err := lmckpt.WriteCheckpoint(dst, cfg, ts); err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +76,14 @@ func same(t *testing.T, want, got *lm.Loaded) {
 }
 
 // TestTextModels: InternVL releases whose text model is a Qwen3-MoE (in
-// transformers v5's names, model.language_model.*) or a Qwen3 (in the
-// older language_model.model.* and language_model.lm_head) load as that
-// model, the vision tower and the projector skipped, and give exactly
-// the standalone model's logits.
+// transformers v5's names, model.language_model.*) or a Qwen3 with a tied
+// head (in the older language_model.model.* and language_model.lm_head),
+// the tie on the wrapper, load as that model, the vision tower and the
+// projector skipped, and give exactly the standalone model's logits.
 func TestTextModels(t *testing.T) {
 	moe := qwenref.TinyQwen3MoE()
 	dense := lmckpt.Tiny{Arch: "Qwen3ForCausalLM", Seed: 9, Config: lmckpt.Config{Vocab: 96, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4,
-		KVHeads: 2, HeadDim: 16, Eps: 1e-6, QKNorm: true, RopeTheta: []float64{1e6, 1e6, 1e6}, Window: []int{0, 0, 0}}}
+		KVHeads: 2, HeadDim: 16, Eps: 1e-6, QKNorm: true, Tied: true, RopeTheta: []float64{1e6, 1e6, 1e6}, Window: []int{0, 0, 0}}}
 	for _, c := range []struct {
 		name, modelType string
 		write           func(string) error
@@ -110,6 +113,9 @@ func TestTextModels(t *testing.T) {
 			}
 			if _, routed := vl.Model.(lm.Routed); routed != (c.name == "qwen3_moe") {
 				t.Errorf("routed %v", routed)
+			}
+			if vl.Model.Spec().TieEmbeddings != plain.Model.Spec().TieEmbeddings {
+				t.Errorf("tied %v, the standalone model %v", vl.Model.Spec().TieEmbeddings, plain.Model.Spec().TieEmbeddings)
 			}
 			same(t, plain, vl)
 		})
