@@ -203,19 +203,6 @@ func (m *Model) moe(p string, x []float64) []float64 {
 	return out
 }
 
-// rotate turns one head at position pos by rotate-half.
-func rotate(x []float64, pos int, theta float64) []float64 {
-	d := len(x)
-	out := append([]float64(nil), x...)
-	for j := 0; j < d/2; j++ {
-		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(d))
-		cs, sn := math.Cos(a), math.Sin(a)
-		out[j] = x[j]*cs - x[j+d/2]*sn
-		out[j+d/2] = x[j+d/2]*cs + x[j]*sn
-	}
-	return out
-}
-
 // Logits runs tokens (positions 0, 1, ...) and returns the logits after
 // every token.
 func (m *Model) Logits(tokens []int) [][]float64 {
@@ -231,7 +218,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 		for h := range out {
 			out[h] = v[h*D : (h+1)*D]
 			if rot {
-				out[h] = rotate(out[h], pos, c.Theta)
+				out[h] = lmckpt.RotateHalf64(out[h], pos, c.Theta, len(out[h]))
 			}
 		}
 		return out

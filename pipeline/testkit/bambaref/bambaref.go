@@ -170,19 +170,6 @@ func (m *Model) mixer(l int) mamba2ref.Mixer {
 	return mx
 }
 
-// rotate turns the first rot dims of one head at position pos by Llama's
-// rotate-half rotary over them; the rest pass through.
-func rotate(x []float64, pos int, theta float64, rot int) []float64 {
-	out := append([]float64(nil), x...)
-	for j := 0; j < rot/2; j++ {
-		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(rot))
-		cs, sn := math.Cos(a), math.Sin(a)
-		out[j] = x[j]*cs - x[j+rot/2]*sn
-		out[j+rot/2] = x[j+rot/2]*cs + x[j]*sn
-	}
-	return out
-}
-
 // attn is layer l's BambaAttention on h.
 func (m *Model) attn(l int, h [][]float64) [][]float64 {
 	c := m.C
@@ -195,7 +182,7 @@ func (m *Model) attn(l int, h [][]float64) [][]float64 {
 		for i := range out {
 			out[i] = all[i*D : (i+1)*D]
 			if turn {
-				out[i] = rotate(out[i], pos, c.Theta, rot)
+				out[i] = lmckpt.RotateHalf64(out[i], pos, c.Theta, rot)
 			}
 		}
 		return out

@@ -228,19 +228,6 @@ func (m *Model) Mixer(l int) mamba2ref.Mixer {
 	}
 }
 
-// rotateHalf turns one head x at position pos by Llama's rotary.
-func rotateHalf(x []float64, pos int, theta float64) []float64 {
-	d := len(x)
-	out := make([]float64, d)
-	for j := 0; j < d/2; j++ {
-		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(d))
-		cs, sn := math.Cos(a), math.Sin(a)
-		out[j] = x[j]*cs - x[j+d/2]*sn
-		out[j+d/2] = x[j+d/2]*cs + x[j]*sn
-	}
-	return out
-}
-
 // Attention is layer l's FalconH1Attention on h [T][hidden] (already
 // times attention_in_multiplier): keys times key_multiplier, then the
 // rotary; causal softmax of q·k/sqrt(head_dim); o_proj.
@@ -257,7 +244,7 @@ func (m *Model) Attention(l int, h [][]float64) [][]float64 {
 				head[j] = all[i*D+j] * mult
 			}
 			if rot {
-				head = rotateHalf(head, pos, c.Theta)
+				head = lmckpt.RotateHalf64(head, pos, c.Theta, len(head))
 			}
 			out[i] = head
 		}

@@ -193,20 +193,6 @@ func (m *Model) linear(x []float64, name string) []float64 {
 	return lmckpt.Linear64(x, m.get(name+".weight"), b)
 }
 
-// rotate turns one head at position pos by rotate-half over the whole
-// head.
-func rotate(x []float64, pos int, theta float64) []float64 {
-	d := len(x)
-	out := append([]float64(nil), x...)
-	for j := 0; j < d/2; j++ {
-		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(d))
-		cs, sn := math.Cos(a), math.Sin(a)
-		out[j] = x[j]*cs - x[j+d/2]*sn
-		out[j+d/2] = x[j+d/2]*cs + x[j]*sn
-	}
-	return out
-}
-
 // split is FalconAttention._split_heads of one token's fused projection:
 // the query heads [Heads][D] and the key and value heads [kv][D].
 func (c Falcon) split(qkv []float64) (q, k, v [][]float64) {
@@ -259,10 +245,10 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			h[t] = ln(x[t], p+attnNorm)
 			qs, ks, vs := c.split(m.linear(h[t], p+"self_attention.query_key_value"))
 			for i := range qs {
-				qs[i] = rotate(qs[i], t, c.Theta)
+				qs[i] = lmckpt.RotateHalf64(qs[i], t, c.Theta, len(qs[i]))
 			}
 			for i := range ks {
-				ks[i] = rotate(ks[i], t, c.Theta)
+				ks[i] = lmckpt.RotateHalf64(ks[i], t, c.Theta, len(ks[i]))
 			}
 			q[t], k[t], v[t] = qs, ks, vs
 		}

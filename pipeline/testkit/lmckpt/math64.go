@@ -134,6 +134,22 @@ func RMSNorm64(x, w []float64, eps float64) []float64 {
 	return out
 }
 
+// RotateHalf64 is the rotary embedding of transformers' rotate_half
+// (GPT-NeoX's convention) on one head x at position pos: its first rot
+// dims (even) turn, pair j being (x[j], x[j+rot/2]) at angle
+// pos·theta^(−2j/rot); the dims from rot on pass through. It returns a
+// new slice.
+func RotateHalf64(x []float64, pos int, theta float64, rot int) []float64 {
+	out := append([]float64(nil), x...)
+	for j := 0; j < rot/2; j++ {
+		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(rot))
+		cs, sn := math.Cos(a), math.Sin(a)
+		out[j] = x[j]*cs - x[j+rot/2]*sn
+		out[j+rot/2] = x[j+rot/2]*cs + x[j]*sn
+	}
+	return out
+}
+
 // SiLU64 is x·sigmoid(x).
 func SiLU64(x float64) float64 { return x / (1 + math.Exp(-x)) }
 

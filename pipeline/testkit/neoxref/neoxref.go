@@ -169,19 +169,6 @@ func (m *Model) bias(name string, attention bool) []float64 {
 	return m.get(name)
 }
 
-// rotate turns the first rot dims of one head at position pos by the
-// rotate-half rotary over them (base theta); the rest pass through.
-func rotate(x []float64, pos int, theta float64, rot int) []float64 {
-	out := append([]float64(nil), x...)
-	for j := 0; j < rot/2; j++ {
-		a := float64(pos) / math.Pow(theta, float64(2*j)/float64(rot))
-		cs, sn := math.Cos(a), math.Sin(a)
-		out[j] = x[j]*cs - x[j+rot/2]*sn
-		out[j+rot/2] = x[j+rot/2]*cs + x[j]*sn
-	}
-	return out
-}
-
 // attention is layer l's GPTNeoXAttention (dense included) on the normed
 // inputs h [T][Hidden]: the fused projection viewed as [heads, 3, D].
 func (m *Model) attention(p string, h [][]float64) [][]float64 {
@@ -193,8 +180,8 @@ func (m *Model) attention(p string, h [][]float64) [][]float64 {
 		qkv := lmckpt.Linear64(x, m.get(p+"attention.query_key_value.weight"), m.bias(p+"attention.query_key_value.bias", true))
 		for hd := 0; hd < c.Heads; hd++ {
 			base := hd * 3 * D
-			q[t] = append(q[t], rotate(qkv[base:base+D], t, c.Theta, rot))
-			k[t] = append(k[t], rotate(qkv[base+D:base+2*D], t, c.Theta, rot))
+			q[t] = append(q[t], lmckpt.RotateHalf64(qkv[base:base+D], t, c.Theta, rot))
+			k[t] = append(k[t], lmckpt.RotateHalf64(qkv[base+D:base+2*D], t, c.Theta, rot))
 			v[t] = append(v[t], qkv[base+2*D:base+3*D])
 		}
 	}
