@@ -10,7 +10,6 @@ package dbrxref
 import (
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -210,12 +209,7 @@ func (m *Model) expert(p string, e int, x []float64) []float64 {
 func (m *Model) ffn(p string, x []float64) []float64 {
 	c := m.C
 	probs := lmckpt.Softmax64(lmckpt.Linear64(x, m.get(p+"ffn.router.layer.weight"), nil))
-	order := make([]int, c.Experts)
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return probs[order[a]] > probs[order[b]] })
-	top := order[:c.TopK]
+	top := lmckpt.TopK64(probs, c.TopK)
 	sum := 0.0
 	for _, e := range top {
 		sum += probs[e]

@@ -172,19 +172,10 @@ func (m *Model) swiglu(p string, x []float64) []float64 {
 func (m *Model) moe(p string, x []float64) []float64 {
 	c := m.C
 	probs := lmckpt.Softmax64(lmckpt.Linear64(x, m.get(p+"mlp.gate.weight"), nil))
-	chosen := make([]bool, c.Experts)
-	var top []int
+	top := lmckpt.TopK64(probs, c.TopK)
 	sum := 0.0
-	for range c.TopK {
-		best := -1
-		for e, v := range probs {
-			if !chosen[e] && (best < 0 || v > probs[best]) {
-				best = e
-			}
-		}
-		chosen[best] = true
-		top = append(top, best)
-		sum += probs[best]
+	for _, e := range top {
+		sum += probs[e]
 	}
 	out := make([]float64, c.Hidden)
 	for _, e := range top {

@@ -150,6 +150,25 @@ func RotateHalf64(x []float64, pos int, theta float64, rot int) []float64 {
 	return out
 }
 
+// TopK64 returns the indices of the k largest values of v in decreasing
+// order, the lower index first among equal ones (torch.topk's choice for
+// a router's scores).
+func TopK64(v []float64, k int) []int {
+	taken := make([]bool, len(v))
+	var ids []int
+	for range k {
+		best := -1
+		for i, x := range v {
+			if !taken[i] && (best < 0 || x > v[best]) {
+				best = i
+			}
+		}
+		taken[best] = true
+		ids = append(ids, best)
+	}
+	return ids
+}
+
 // SiLU64 is x·sigmoid(x).
 func SiLU64(x float64) float64 { return x / (1 + math.Exp(-x)) }
 

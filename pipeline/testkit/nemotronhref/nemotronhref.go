@@ -887,11 +887,11 @@ func (m *Model) Route(logits, bias []float64) (ids []int, weights []float64) {
 		size := E / c.NGroup
 		groupScore := make([]float64, c.NGroup)
 		for g := range groupScore {
-			top := topK(choice[g*size:(g+1)*size], 2)
+			top := lmckpt.TopK64(choice[g*size:(g+1)*size], 2)
 			groupScore[g] = choice[g*size+top[0]] + choice[g*size+top[1]]
 		}
 		keep := make([]bool, c.NGroup)
-		for _, g := range topK(groupScore, c.TopKGroup) {
+		for _, g := range lmckpt.TopK64(groupScore, c.TopKGroup) {
 			keep[g] = true
 		}
 		for e := range choice {
@@ -900,7 +900,7 @@ func (m *Model) Route(logits, bias []float64) (ids []int, weights []float64) {
 			}
 		}
 	}
-	ids = topK(choice, c.TopK)
+	ids = lmckpt.TopK64(choice, c.TopK)
 	sum := 0.0
 	for _, e := range ids {
 		w := scores[e]
@@ -921,24 +921,6 @@ func (m *Model) Route(logits, bias []float64) (ids []int, weights []float64) {
 		weights[j] *= scale
 	}
 	return ids, weights
-}
-
-// topK returns the indices of the k largest values in decreasing order,
-// the lower index first among equal values.
-func topK(v []float64, k int) []int {
-	taken := make([]bool, len(v))
-	var ids []int
-	for range k {
-		best := -1
-		for i, x := range v {
-			if !taken[i] && (best < 0 || x > v[best]) {
-				best = i
-			}
-		}
-		taken[best] = true
-		ids = append(ids, best)
-	}
-	return ids
 }
 
 // Experts returns the ids and weights of the experts layer l's MoE chooses

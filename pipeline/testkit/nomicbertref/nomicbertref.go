@@ -486,18 +486,7 @@ func (m MoE) Apply(x []float64) []float64 {
 	probs := lmckpt.Softmax64(lmckpt.Linear64(x, m.Router, nil))
 	E := len(probs)
 	I := len(m.W1) / (E * H)
-	chosen := make([]bool, E)
-	var top []int
-	for range m.TopK {
-		best := -1
-		for e, p := range probs {
-			if !chosen[e] && (best < 0 || p > probs[best]) {
-				best = e
-			}
-		}
-		chosen[best] = true
-		top = append(top, best)
-	}
+	top := lmckpt.TopK64(probs, m.TopK)
 	sum := 0.0
 	for _, e := range top {
 		sum += probs[e]
