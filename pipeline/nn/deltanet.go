@@ -143,6 +143,20 @@ func GatedRMSNorm(x, gate, w *Node, eps float64) *Node {
 	return ConvertDType(y, dtype)
 }
 
+// SigmoidGatedRMSNorm is flash-linear-attention's FusedRMSNormGated with
+// activation "sigmoid" (Kimi Delta Attention's o_norm), computed in
+// float32 as its kernel computes: x normalized over its last axis, times
+// the plain weight w, times sigmoid(gate): x, gate [..., D], w [D] ->
+// [..., D] in x's dtype.
+func SigmoidGatedRMSNorm(x, gate, w *Node, eps float64) *Node {
+	dtype := x.DType()
+	f32 := dtypes.Float32
+	xf := ConvertDType(x, f32)
+	y := Mul(xf, Rsqrt(AddScalar(ReduceAndKeep(Square(xf), ReduceMean, -1), eps)))
+	y = Mul(y, ExpandLeftToRank(ConvertDType(w, f32), x.Rank()))
+	return ConvertDType(Mul(y, Sigmoid(ConvertDType(gate, f32))), dtype)
+}
+
 // DeltaRuleInputs prepares queries and keys for the delta rule the way
 // transformers' use_qk_l2norm_in_kernel path does: cast to float32, repeat
 // each of the KHeads query/key heads for its VHeads/KHeads value heads,
@@ -168,17 +182,26 @@ func DeltaRuleInputs(q, k *Node, vHeads int) (*Node, *Node) {
 // RecurrentGatedDeltaRule runs the delta rule token by token (transformers'
 // torch_recurrent_gated_delta_rule; used for decode steps): q, k
 // [B, T, H, Dk] and v [B, T, H, Dv] (prepared by DeltaRuleInputs; v cast
-// to float32 here), g, beta [B, T, H] float32, state [B, H, Dk, Dv]
-// float32 -> out [B, T, H, Dv] float32 and the new state.
+// to float32 here), beta [B, T, H] float32, state [B, H, Dk, Dv]
+// float32 -> out [B, T, H, Dv] float32 and the new state. The log-decays
+// g are one a head, [B, T, H] (Gated DeltaNet), or one a key channel,
+// [B, T, H, Dk] (Kimi Delta Attention: S = diag(exp(g_t)) S decays each
+// row of the state by its own gate; flash-linear-attention's
+// naive_recurrent_kda).
 func RecurrentGatedDeltaRule(q, k, v, g, beta, state *Node) (*Node, *Node) {
 	t := q.Shape().Dimensions[1]
 	v = ConvertDType(v, dtypes.Float32)
 	at := func(x *Node, i int) *Node { return Squeeze(SliceAxis(x, 1, AxisElem(i)), 1) }
+	perChannel := g.Rank() == 4
 	outs := make([]*Node, t)
 	for i := 0; i < t; i++ {
-		qt, kt, vt := at(q, i), at(k, i), at(v, i)                                    // [B, H, D]
-		gt, bt := at(g, i), at(beta, i)                                               // [B, H]
-		state = Mul(state, InsertAxes(Exp(gt), -1, -1))                               // decay
+		qt, kt, vt := at(q, i), at(k, i), at(v, i) // [B, H, D]
+		gt, bt := at(g, i), at(beta, i)            // [B, H] ([B, H, Dk] per channel)
+		if perChannel {
+			state = Mul(state, InsertAxes(Exp(gt), -1)) // decay each key channel's row
+		} else {
+			state = Mul(state, InsertAxes(Exp(gt), -1, -1)) // decay
+		}
 		mem := DotGeneral(kt, []int{2}, []int{0, 1}, state, []int{2}, []int{0, 1})    // [B, H, Dv]: Sᵀk
 		delta := Mul(Sub(vt, mem), InsertAxes(bt, -1))                                // [B, H, Dv]
 		state = Add(state, Mul(InsertAxes(kt, -1), InsertAxes(delta, 2)))             // S += k ⊗ delta
@@ -205,7 +228,10 @@ func RecurrentGatedDeltaRule(q, k, v, g, beta, state *Node) (*Node, *Node) {
 //	S  ← exp(γ_C) S + (k ∘ exp(γ_C - γ))ᵀ V'
 //
 // A⁻¹ is computed by recursive doubling of inverted diagonal blocks (the
-// block form of forward substitution, as fla's solve_tril does).
+// block form of forward substitution, as fla's solve_tril does). With
+// log-decays one a key channel (g [B, T, H, Dk]), γ and Γ are a key
+// channel's too, and the products over the key channels above weigh
+// each channel by its own (channelDecays).
 func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node) {
 	dims := q.Shape().Dimensions
 	b, t, h := dims[0], dims[1], dims[2]
@@ -245,24 +271,32 @@ func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node
 		return Reshape(x, b, h, nc, cs, d)
 	}
 	qc, kc, vbc, kbc := chunked(qh), chunked(kh), chunked(vb), chunked(kb)
-	gc := Reshape(gh, b, h, nc, cs)
 
-	// Cumulative log-decay within each chunk: γ = g · U with U[j, i] = [j <= i].
-	cum, decay := chunkDecays(gc) // γ [B, H, nc, cs], Γ [B, H, nc, cs, cs]
-
+	// The decays within each chunk: γ, the cumulative log-decays, and Γ.
+	// ut is (βk)kᵀ ∘ Γ and intra qkᵀ ∘ Γ [B, H, nc, cs, cs]; wIn is βk ∘
+	// exp(γ), qd q ∘ exp(γ) and kd k ∘ exp(γ_C - γ) [B, H, nc, cs, Dk];
+	// chunkDecay exp(γ_C), broadcastable against the state [B, H, Dk, Dv]
+	// once a chunk is picked.
+	var ut, intra, wIn, qd, kd, chunkDecay *Node
 	batch := []int{0, 1, 2}
-	ut := Mul(DotGeneral(kbc, []int{4}, batch, kc, []int{4}, batch), decay)                                           // [B, H, nc, cs, cs]: (βk)kᵀ ∘ Γ
+	if g.Rank() == 4 {
+		ut, intra, wIn, qd, kd, chunkDecay = channelDecays(gh, qc, kc, kbc, nc, cs)
+	} else {
+		cum, decay := chunkDecays(Reshape(gh, b, h, nc, cs)) // γ [B, H, nc, cs], Γ [B, H, nc, cs, cs]
+		ut = Mul(DotGeneral(kbc, []int{4}, batch, kc, []int{4}, batch), decay)
+		intra = Mul(DotGeneral(qc, []int{4}, batch, kc, []int{4}, batch), decay)
+		expCum := InsertAxes(Exp(cum), -1) // [B, H, nc, cs, 1]
+		wIn, qd = Mul(kbc, expCum), Mul(qc, expCum)
+		last := SliceAxis(cum, 3, AxisElem(cs-1))         // [B, H, nc, 1]
+		kd = Mul(kc, InsertAxes(Exp(Sub(last, cum)), -1)) // k ∘ exp(γ_C - γ)
+		chunkDecay = InsertAxes(Exp(last), -1)            // [B, H, nc, 1, 1]
+	}
+
 	below := LessThan(Iota(gr, shapes.Make(dtypes.Int32, cs, cs), 1), Iota(gr, shapes.Make(dtypes.Int32, cs, cs), 0)) // j < i at (i, j)
 	strict := Where(BroadcastToDims(ExpandLeftToRank(below, 5), b, h, nc, cs, cs), ut, ZerosLike(ut))
-	inv := Reshape(unitLowerInverse(Reshape(strict, b*h*nc, cs, cs)), b, h, nc, cs, cs)      // A⁻¹
-	expCum := Exp(cum)                                                                       // [B, H, nc, cs]
-	u := DotGeneral(inv, []int{4}, batch, vbc, []int{3}, batch)                              // [B, H, nc, cs, Dv]
-	w := DotGeneral(inv, []int{4}, batch, Mul(kbc, InsertAxes(expCum, -1)), []int{3}, batch) // [B, H, nc, cs, Dk]
-	intra := Mul(DotGeneral(qc, []int{4}, batch, kc, []int{4}, batch), decay)                // [B, H, nc, cs, cs]
-	qd := Mul(qc, InsertAxes(expCum, -1))                                                    // q ∘ exp(γ)
-	last := SliceAxis(cum, 3, AxisElem(cs-1))                                                // [B, H, nc, 1]
-	kd := Mul(kc, InsertAxes(Exp(Sub(last, cum)), -1))                                       // k ∘ exp(γ_C - γ)
-	chunkDecay := Exp(last)                                                                  // [B, H, nc, 1]
+	inv := Reshape(unitLowerInverse(Reshape(strict, b*h*nc, cs, cs)), b, h, nc, cs, cs) // A⁻¹
+	u := DotGeneral(inv, []int{4}, batch, vbc, []int{3}, batch)                         // [B, H, nc, cs, Dv]
+	w := DotGeneral(inv, []int{4}, batch, wIn, []int{3}, batch)                         // [B, H, nc, cs, Dk]
 
 	at := func(x *Node, i int) *Node { return Squeeze(SliceAxis(x, 2, AxisElem(i)), 2) }
 	hb := []int{0, 1}
@@ -272,13 +306,48 @@ func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node
 		inter := DotGeneral(at(qd, i), []int{3}, hb, state, []int{2}, hb)                // [B, H, cs, Dv]
 		outs[i] = Add(inter, DotGeneral(at(intra, i), []int{3}, hb, vNew, []int{2}, hb)) // [B, H, cs, Dv]
 		update := DotGeneral(at(kd, i), []int{2}, hb, vNew, []int{2}, hb)                // [B, H, Dk, Dv]
-		state = Add(Mul(state, InsertAxes(at(chunkDecay, i), -1)), update)               // [B, H, Dk, Dv]
+		state = Add(Mul(state, at(chunkDecay, i)), update)                               // [B, H, Dk, Dv]
 	}
 	out := Reshape(Stack(outs, 2), b, h, tp, dv) // [B, H, tp, Dv]
 	if tp > t {
 		out = SliceAxis(out, 2, AxisRange(0, t))
 	}
 	return TransposeAllDims(out, 0, 2, 1, 3), state // [B, T, H, Dv]
+}
+
+// channelDecays is ChunkGatedDeltaRule's chunk algebra for log-decays
+// one a key channel (Kimi Delta Attention; the KDA paper's chunkwise
+// form, flash-linear-attention's naive_chunk_kda): gh [B, H, tp, Dk] is
+// chunked like qc, kc and kbc [B, H, nc, cs, Dk], and every product over
+// the key channels weighs channel d by its own decay between the two
+// positions, Γ_ijd = exp(γ_id - γ_jd):
+//
+//	ut_ij    = Σ_d (βk)_id k_jd Γ_ijd,   intra_ij = Σ_d q_id k_jd Γ_ijd
+//
+// Each exponent is a difference of cumulative sums within the chunk with
+// j <= i, so <= 0: nothing overflows, however strong the decay (the
+// factored form k ∘ exp(-γ) would, which is why fla splits chunks into
+// sub-chunks). The cost is cs·Dk exponentials a token and head.
+// chunkDecay is returned as [B, H, nc, Dk, 1], a chunk's rows of the
+// state decayed each by its channel's.
+func channelDecays(gh, qc, kc, kbc *Node, nc, cs int) (ut, intra, wIn, qd, kd, chunkDecay *Node) {
+	dims := gh.Shape().Dimensions
+	b, h, dk := dims[0], dims[1], dims[3]
+	gc := TransposeAllDims(Reshape(gh, b, h, nc, cs, dk), 0, 1, 2, 4, 3) // [B, H, nc, Dk, cs]
+	cum, decay := chunkDecays(gc)                                        // γ [B, H, nc, Dk, cs], Γ [B, H, nc, Dk, cs, cs]
+	decay = TransposeAllDims(decay, 0, 1, 2, 4, 5, 3)                    // [B, H, nc, cs(i), cs(j), Dk]
+	// pair is Σ_d a_id c_jd Γ_ijd.
+	pair := func(a, c *Node) *Node {
+		return ReduceSum(Mul(Mul(InsertAxes(a, 4), InsertAxes(c, 3)), decay), -1) // [B, H, nc, cs, cs]
+	}
+	ut, intra = pair(kbc, kc), pair(qc, kc)
+	cum = TransposeAllDims(cum, 0, 1, 2, 4, 3) // [B, H, nc, cs, Dk]
+	expCum := Exp(cum)
+	wIn, qd = Mul(kbc, expCum), Mul(qc, expCum)
+	last := SliceAxis(cum, 3, AxisElem(cs-1)) // [B, H, nc, 1, Dk]: γ_C
+	kd = Mul(kc, Exp(Sub(last, cum)))
+	chunkDecay = TransposeAllDims(Exp(last), 0, 1, 2, 4, 3) // [B, H, nc, Dk, 1]
+	return ut, intra, wIn, qd, kd, chunkDecay
 }
 
 // chunkDecays returns, for log-decays g [..., cs] (chunks of cs

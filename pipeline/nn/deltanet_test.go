@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -54,8 +55,10 @@ func dnMaxRel(a, b []float32) float64 {
 }
 
 // dnDeltaRule64 is the gated delta rule in float64, token by token, on
-// prepared inputs laid out [B, T, H, D] (g and beta [B, T, H]).
+// prepared inputs laid out [B, T, H, D] (beta [B, T, H]; g [B, T, H], or
+// [B, T, H, Dk] a key channel each when g holds that many).
 func dnDeltaRule64(q, k, v, g, beta, s0 []float32, b, t, h, dk, dv int) (out, state []float64) {
+	perChannel := len(g) == b*t*h*dk && dk > 1
 	state = make([]float64, len(s0))
 	for i, x := range s0 {
 		state[i] = float64(x)
@@ -66,9 +69,12 @@ func dnDeltaRule64(q, k, v, g, beta, s0 []float32, b, t, h, dk, dv int) (out, st
 			for hi := 0; hi < h; hi++ {
 				S := state[((bi*h)+hi)*dk*dv : ((bi*h)+hi+1)*dk*dv]
 				base := ((bi*t+ti)*h + hi)
-				decay := math.Exp(float64(g[base]))
 				for i := range S {
-					S[i] *= decay
+					if perChannel {
+						S[i] *= math.Exp(float64(g[base*dk+i/dv])) // row i/dv: key channel
+					} else {
+						S[i] *= math.Exp(float64(g[base]))
+					}
 				}
 				kk := k[base*dk : (base+1)*dk]
 				qq := q[base*dk : (base+1)*dk]
@@ -149,6 +155,76 @@ func TestGatedDeltaRuleChunkedMatchesRecurrent(t *testing.T) {
 	if e := dnRel64(dnFlat(t, outs[1]), wantS); e > 1e-5 {
 		t.Errorf("recurrent: state relative error %.3g", e)
 	}
+}
+
+// TestKDAChunkedMatchesRecurrent is the same check with a log-decay a
+// key channel (Kimi Delta Attention): decays spread over two orders of
+// magnitude between channels, some strong enough that exp(-γ) over a
+// chunk would overflow float32 (the chunked form must not form it), and
+// the result against the float64 loop.
+func TestKDAChunkedMatchesRecurrent(t *testing.T) {
+	be := dnBackend(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	const b, tt, h, dk, dv = 2, 21, 3, 8, 6
+	_, qT := dnRand(r, 1, 0, b, tt, h, dk)
+	_, kT := dnRand(r, 1, 0, b, tt, h, dk)
+	_, vT := dnRand(r, 1, 0, b, tt, h, dv)
+	g := make([]float32, b*tt*h*dk)
+	for i := range g {
+		g[i] = -float32(math.Pow(10, 3*r.Float64()-2)) // in [-10, -0.01]
+		if i%17 == 0 {
+			g[i] = -40 // exp(40·16) overflows float32 many times over
+		}
+	}
+	gT := tensors.FromFlatDataAndDimensions(g, b, tt, h, dk)
+	_, betaT := dnRand(r, 0.45, 0.5, b, tt, h)
+	_, sT := dnRand(r, 0.5, 0, b, h, dk, dv)
+	prep := MustExecOnceN(be, func(q, k *Node) (*Node, *Node) { return DeltaRuleInputs(q, k, h) }, qT, kT)
+	qp, kp := dnFlat(t, prep[0]), dnFlat(t, prep[1])
+	want, wantS := dnDeltaRule64(qp, kp, dnFlat(t, vT), g, dnFlat(t, betaT), dnFlat(t, sT), b, tt, h, dk, dv)
+
+	run := func(name string, rule func(q, k, v, g, beta, s *Node) (*Node, *Node)) {
+		outs := MustExecOnceN(be, func(in []*Node) []*Node {
+			q, k := DeltaRuleInputs(in[0], in[1], h)
+			o, s := rule(q, k, in[2], in[3], in[4], in[5])
+			return []*Node{o, s}
+		}, qT, kT, vT, gT, betaT, sT)
+		e := dnRel64(dnFlat(t, outs[0]), want)
+		t.Logf("%s: output relative error %.3g", name, e)
+		if e > 1e-5 || math.IsNaN(e) {
+			t.Errorf("%s: output relative error %.3g", name, e)
+		}
+		if e := dnRel64(dnFlat(t, outs[1]), wantS); e > 1e-5 || math.IsNaN(e) {
+			t.Errorf("%s: state relative error %.3g", name, e)
+		}
+	}
+	for _, chunk := range []int{4, 16, 64} {
+		run(fmt.Sprintf("chunk %d", chunk), func(q, k, v, g, beta, s *Node) (*Node, *Node) {
+			return ChunkGatedDeltaRule(q, k, v, g, beta, s, chunk)
+		})
+	}
+	run("recurrent", RecurrentGatedDeltaRule)
+
+	// One decay a head (the channels' mean) is a different rule: the
+	// check above can tell them apart.
+	mean := make([]float32, b*tt*h)
+	for i := range mean {
+		for d := 0; d < dk; d++ {
+			mean[i] += g[i*dk+d] / dk
+		}
+	}
+	scalar, _ := dnDeltaRule64(qp, kp, dnFlat(t, vT), mean, dnFlat(t, betaT), dnFlat(t, sT), b, tt, h, dk, dv)
+	if e := dnRel64(float32s(scalar), want); e < 1e-2 {
+		t.Errorf("a decay a head gives the per-channel output within %.3g: the check cannot tell them apart", e)
+	}
+}
+
+func float32s(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(v)
+	}
+	return out
 }
 
 // TestUnitLowerInverse checks (I+L)·inv = I for a strictly lower L with
