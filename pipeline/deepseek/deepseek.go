@@ -225,6 +225,9 @@ type Options struct {
 	// Interleave is rope_interleave: the rotated dims come as adjacent
 	// pairs, regrouped into halves before the rotation.
 	Interleave bool
+	// NoPE leaves the qk_rope_head_dim dims unrotated (Kimi Linear's
+	// mla_use_nope: its MLA layers have no position embedding).
+	NoPE bool
 	// Scale multiplies the query·key products: qk_head_dim^-0.5, times
 	// mscale² under YaRN with mscale_all_dim.
 	Scale float64
@@ -701,14 +704,17 @@ func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 // projections, then the dense MLP or the router, the routed experts'
 // stacks and the shared experts.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
+	if m.o.GQA {
+		return m.MLPWeights(i, m.AttentionWeights(i))
+	}
+	return m.MLPWeights(i, m.LatentWeights(i))
+}
+
+// MLPWeights appends to ws layer i's dense MLP, or its router, routed
+// experts' stacks and shared experts.
+func (m *Model) MLPWeights(i int, ws []lm.WeightSpec) []lm.WeightSpec {
 	s, o := m.Spec(), m.o
 	p := fmt.Sprintf("model.layers.%d.", i)
-	var ws []lm.WeightSpec
-	if o.GQA {
-		ws = m.AttentionWeights(i)
-	} else {
-		ws = m.latentWeights(i)
-	}
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
 	}
@@ -734,8 +740,8 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	return ws
 }
 
-// latentWeights lists layer i's norms and MLA's projections.
-func (m *Model) latentWeights(i int) []lm.WeightSpec {
+// LatentWeights lists layer i's norms and MLA's projections.
+func (m *Model) LatentWeights(i int) []lm.WeightSpec {
 	s, o := m.Spec(), m.o
 	p := fmt.Sprintf("model.layers.%d.", i)
 	var ws []lm.WeightSpec
@@ -782,14 +788,20 @@ func (m *Model) SkipWeight(name string) (string, bool) {
 
 // Layer implements lm.Model: DeepseekV3DecoderLayer.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	x, h, st := m.Mix(i, w, x, state, step)
+	return m.FinishLayer(i, w, x, h, step), st
+}
+
+// FinishLayer is layer i after its token mixer: the residual x plus the
+// dense MLP, or the sparse block with its experts in the graph, of the
+// post-attention norm's output h.
+func (m *Model) FinishLayer(i int, w *lm.Params, x, h *Node, step *lm.Step) *Node {
 	if !m.sparse(i) {
-		x, h, st := m.attend(i, w, x, state, step)
 		p := w.Scope(fmt.Sprintf("model.layers.%d.mlp", i))
-		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act)), st
+		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act))
 	}
-	r, st := m.Route(i, w, x, state, step)
 	p := w.Scope(m.block(i) + ".experts")
-	return nn.FinishRouted(r, p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts), st
+	return nn.FinishRouted(m.Routing(i, w, x, h), p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts)
 }
 
 // Experts implements lm.Routed.
@@ -812,7 +824,14 @@ func (m *Model) Expert(i, e int, w *lm.Params, x *Node) *Node {
 // post-attention norm, the router's choice and the shared experts, which
 // join the residual.
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
-	x, h, st := m.attend(i, w, x, state, step)
+	x, h, st := m.Mix(i, w, x, state, step)
+	return m.Routing(i, w, x, h), st
+}
+
+// Routing is layer i's sparse block before the routed experts, given the
+// residual x and the post-attention norm's output h: the router's
+// choice, and the shared experts added to the residual.
+func (m *Model) Routing(i int, w *lm.Params, x, h *Node) *lm.Routing {
 	p := w.Scope(m.block(i))
 	dims := h.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -826,7 +845,7 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		Input:    h,
 		Experts:  Reshape(ids, b, t, m.o.TopK),
 		Weights:  Reshape(weights, b, t, m.o.TopK),
-	}, st
+	}
 }
 
 // route is DeepseekV3TopkRouter and DeepseekV3MoE.route_tokens_to_experts
@@ -876,9 +895,10 @@ func (m *Model) routeV2(scores *Node) (ids, weights *Node) {
 	return ids, MulScalar(weights, o.RoutedScale)
 }
 
-// attend is the attention half of layer i: x plus the MLA (GQA) of its
-// input_layernorm, and the post_attention_layernorm of that sum.
-func (m *Model) attend(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, st []*Node) {
+// Mix is the attention half of layer i: x plus the MLA (GQA) of its
+// input_layernorm, the post_attention_layernorm of that sum, and the
+// attention's new cache.
+func (m *Model) Mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (residual, h *Node, st []*Node) {
 	if m.o.GQA {
 		return m.Attend(i, w, x, state, step)
 	}
@@ -911,11 +931,13 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*N
 	kv := nn.Linear(x, p.Get("kv_a_proj_with_mqa.weight"), nil) // [B, T, r+dr]
 	latent := nn.RMSNorm(SliceAxis(kv, 2, AxisRange(0, r)), p.Get("kv_a_layernorm.weight"), loraEps, false)
 	kPe := InsertAxes(SliceAxis(kv, 2, AxisRange(r, r+dr)), 2) // [B, T, 1, dr]
-	if o.Interleave {
-		qPe, kPe = nn.PairsToHalves(qPe), nn.PairsToHalves(kPe)
+	if !o.NoPE {
+		if o.Interleave {
+			qPe, kPe = nn.PairsToHalves(qPe), nn.PairsToHalves(kPe)
+		}
+		cos, sin := o.Rope.CosSin(step, x.DType())
+		qPe, kPe = nn.ApplyRope(qPe, cos, sin), nn.ApplyRope(kPe, cos, sin)
 	}
-	cos, sin := o.Rope.CosSin(step, x.DType())
-	qPe, kPe = nn.ApplyRope(qPe, cos, sin), nn.ApplyRope(kPe, cos, sin)
 
 	wkv := Reshape(ConvertDType(p.Get("kv_b_proj.weight"), x.DType()), heads, dn+dv, r)
 	wk := SliceAxis(wkv, 1, AxisRange(0, dn))                                     // [H, dn, r]
