@@ -30,7 +30,7 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
-#      tiny DeepSeek MoE and a tiny Arctic),
+#      tiny DeepSeek MoE, a tiny Arctic and a tiny Kimi Linear),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -631,14 +631,26 @@ cat >"$work/arctic.json" <<'EOF'
  "moe_layer_frequency": 1, "parallel_attn_mlp_res": true, "use_residual": true, "rms_norm_eps": 1e-05, "rope_theta": 10000,
  "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Kimi Linear: Kimi Delta Attention (a decay a key channel) in
+# three layers of four, MLA without rotary in the third, DeepSeek-V3's
+# router with a shared expert after a dense first layer.
+cat >"$work/kimilinear.json" <<'EOF'
+{"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": null,
+ "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "mla_use_nope": true,
+ "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+ "moe_layer_freq": 1, "moe_renormalize": true, "moe_router_activation_func": "sigmoid", "routed_scaling_factor": 2.446,
+ "num_expert_group": 1, "topk_group": 1, "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
+ "linear_attn_config": {"kda_layers": [1, 2, 4], "full_attn_layers": [3], "head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 4}}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.
@@ -673,7 +685,7 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
 		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
 	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
-	case "$fam" in granitehybrid | nemotronh) # a prompt past the Mamba-2 chunk of 64 tokens: the state carried from chunk to chunk
+	case "$fam" in granitehybrid | nemotronh | kimilinear) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 16): the state carried from chunk to chunk
 		fg+=(-p "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends. One day, she saw a big red ball in the park and ran to get it. The ball was very shiny and bouncy, and Lily laughed as it flew high into the blue sky above the tall green trees.") ;;
 	esac
 	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true

@@ -188,6 +188,43 @@ func dbrxFields(f fields) fields {
 	return out
 }
 
+// kimiFields is a Kimi Linear config's fields with its
+// linear_attn_config among them under Qwen3-Next's names, which
+// TextConfig reads: layer_types from kda_layers (1-based; the others
+// full attention, MLA), and the KDA's num_heads and head_dim as both the
+// key and the value heads' (KimiDeltaAttention's q, k and v are alike),
+// short_conv_kernel_size as the convolution's. A config without the
+// object is MLA throughout.
+func kimiFields(f fields, layers int) fields {
+	var lin struct {
+		KDA     []int `json:"kda_layers"`
+		Heads   *int  `json:"num_heads"`
+		HeadDim *int  `json:"head_dim"`
+		Kernel  *int  `json:"short_conv_kernel_size"`
+	}
+	if json.Unmarshal(f["linear_attn_config"], &lin) != nil || layers <= 0 || layers > 1<<16 {
+		return f // not an object: loading names the field
+	}
+	out := make(fields, len(f)+6)
+	for k, v := range f {
+		out[k] = v
+	}
+	types := slices.Repeat([]string{"full_attention"}, layers)
+	for _, n := range lin.KDA {
+		if n >= 1 && n <= layers { // out of range: loading names it
+			types[n-1] = "linear_attention"
+		}
+	}
+	out["layer_types"], _ = json.Marshal(types)
+	for to, v := range map[string]*int{"linear_num_key_heads": lin.Heads, "linear_num_value_heads": lin.Heads,
+		"linear_key_head_dim": lin.HeadDim, "linear_value_head_dim": lin.HeadDim, "linear_conv_kernel_dim": lin.Kernel} {
+		if v != nil {
+			out[to], _ = json.Marshal(*v)
+		}
+	}
+	return out
+}
+
 // attentionFree completes t for a model without attention (Mamba,
 // FalconMamba): no heads, every layer its recurrent kind, the
 // vocabulary and the tied head as TextConfig reads them.
@@ -226,6 +263,9 @@ func TextConfig(m *config.File) (*Text, error) {
 	}
 	if t.Hidden, ok = f.int("hidden_size", "n_embd", "d_model", "dim"); !ok || t.Hidden <= 0 {
 		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
+	}
+	if f.string("model_type") == "kimi_linear" {
+		f = kimiFields(f, t.Layers)
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
 		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention

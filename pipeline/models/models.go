@@ -33,6 +33,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/hunyuan"      // HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/internvl"     // InternVLForConditionalGeneration (its text model)
 	_ "github.com/tputool/tputool/pipeline/jamba"        // JambaForCausalLM
+	_ "github.com/tputool/tputool/pipeline/kimilinear"   // KimiLinearForCausalLM (Kimi Linear)
 	_ "github.com/tputool/tputool/pipeline/lfm2"         // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/llama"        // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama4"       // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
