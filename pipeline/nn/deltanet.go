@@ -324,30 +324,49 @@ func ChunkGatedDeltaRule(q, k, v, g, beta, state *Node, chunk int) (*Node, *Node
 //
 //	ut_ij    = Σ_d (βk)_id k_jd Γ_ijd,   intra_ij = Σ_d q_id k_jd Γ_ijd
 //
-// Each exponent is a difference of cumulative sums within the chunk with
-// j <= i, so <= 0: nothing overflows, however strong the decay (the
-// factored form k ∘ exp(-γ) would, which is why fla splits chunks into
-// sub-chunks). The cost is cs·Dk exponentials a token and head.
+// For j <= i each exponent is a sum of log-decays, <= 0: nothing
+// overflows, however strong the decay (the factored form k ∘ exp(-γ)
+// would, which is why fla splits chunks into sub-chunks). Above the
+// diagonal the exponent is capped at 0 (min(·, 0) also absorbs a
+// rounding of the scan above 0 below it); those entries of ut are never
+// read (the UT system takes its strictly lower part) and intra's are
+// cleared here, on the [cs, cs] products rather than on Γ. The cost is
+// cs·Dk exponentials a token and head, so KDA's chunks are short.
 // chunkDecay is returned as [B, H, nc, Dk, 1], a chunk's rows of the
 // state decayed each by its channel's.
 func channelDecays(gh, qc, kc, kbc *Node, nc, cs int) (ut, intra, wIn, qd, kd, chunkDecay *Node) {
 	dims := gh.Shape().Dimensions
 	b, h, dk := dims[0], dims[1], dims[3]
-	gc := TransposeAllDims(Reshape(gh, b, h, nc, cs, dk), 0, 1, 2, 4, 3) // [B, H, nc, Dk, cs]
-	cum, decay := chunkDecays(gc)                                        // γ [B, H, nc, Dk, cs], Γ [B, H, nc, Dk, cs, cs]
-	decay = TransposeAllDims(decay, 0, 1, 2, 4, 5, 3)                    // [B, H, nc, cs(i), cs(j), Dk]
-	// pair is Σ_d a_id c_jd Γ_ijd.
-	pair := func(a, c *Node) *Node {
-		return ReduceSum(Mul(Mul(InsertAxes(a, 4), InsertAxes(c, 3)), decay), -1) // [B, H, nc, cs, cs]
-	}
-	ut, intra = pair(kbc, kc), pair(qc, kc)
-	cum = TransposeAllDims(cum, 0, 1, 2, 4, 3) // [B, H, nc, cs, Dk]
+	cum := scanSum(Reshape(gh, b, h, nc, cs, dk), 3) // γ [B, H, nc, cs, Dk]
+	// Γ [B, H, nc, cs(i), cs(j), Dk]
+	decay := Exp(MinScalar(Sub(InsertAxes(cum, 4), InsertAxes(cum, 3)), 0))
+	// pair is Σ_d a_id c_jd Γ_ijd [B, H, nc, cs, cs].
+	pair := func(a, c *Node) *Node { return ReduceSum(Mul(Mul(InsertAxes(a, 4), InsertAxes(c, 3)), decay), -1) }
+	ut = pair(kbc, kc)
+	lowerIncl := BroadcastToDims(ExpandLeftToRank(LowerTriangular(gh.Graph(), cs), 5), b, h, nc, cs, cs) // j <= i at (i, j)
+	intra = pair(qc, kc)
+	intra = Where(lowerIncl, intra, ZerosLike(intra))
 	expCum := Exp(cum)
 	wIn, qd = Mul(kbc, expCum), Mul(qc, expCum)
 	last := SliceAxis(cum, 3, AxisElem(cs-1)) // [B, H, nc, 1, Dk]: γ_C
 	kd = Mul(kc, Exp(Sub(last, cum)))
 	chunkDecay = TransposeAllDims(Exp(last), 0, 1, 2, 4, 3) // [B, H, nc, Dk, 1]
 	return ut, intra, wIn, qd, kd, chunkDecay
+}
+
+// scanSum is the cumulative sum of x along axis: a scan of shifted adds
+// (log2 of the axis's length of them), exact float32 additions on every
+// backend (see chunkDecays).
+func scanSum(x *Node, axis int) *Node {
+	n := x.Shape().Dimensions[axis]
+	cum := x
+	for s := 1; s < n; s *= 2 { // Hillis–Steele: after the step of s, each entry sums the 2s before it
+		pd := cum.Shape().Clone()
+		pd.Dimensions[axis] = s
+		shifted := Concatenate([]*Node{Zeros(x.Graph(), pd), SliceAxis(cum, axis, AxisRange(0, n-s))}, axis)
+		cum = Add(cum, shifted)
+	}
+	return cum
 }
 
 // chunkDecays returns, for log-decays g [..., cs] (chunks of cs
@@ -364,13 +383,7 @@ func chunkDecays(g *Node) (cum, decay *Node) {
 	dims := g.Shape().Dimensions
 	r := len(dims)
 	cs := dims[r-1]
-	cum = g
-	for s := 1; s < cs; s *= 2 { // Hillis–Steele: after the step of s, each entry sums the 2s before it
-		pd := cum.Shape().Clone()
-		pd.Dimensions[r-1] = s
-		shifted := Concatenate([]*Node{Zeros(g.Graph(), pd), SliceAxis(cum, r-1, AxisRange(0, cs-s))}, r-1)
-		cum = Add(cum, shifted)
-	}
+	cum = scanSum(g, r-1)
 	lowerIncl := LowerTriangular(g.Graph(), cs)                                                  // [cs, cs]: j <= i at (i, j)
 	diff := Sub(InsertAxes(cum, -1), InsertAxes(cum, r-1))                                       // [..., cs(i), cs(j)]: γ_i - γ_j
 	mask := BroadcastToDims(ExpandLeftToRank(lowerIncl, r+1), append(slices.Clone(dims), cs)...) //
