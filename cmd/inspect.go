@@ -186,6 +186,9 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 			kv("Attention", "none")
 		} else if la := t.MLA; la != nil {
 			kv("Attention", "%d heads, latent (MLA): kv_lora_rank %d + rope %d cached a token, q/k head_dim %d, v %d", t.Heads, la.KVLoraRank, la.QKRope, t.HeadDim, la.VHead)
+			if la.IndexHeadDim > 0 {
+				kv("Indexer", "DeepSeek sparse attention: %d-wide keys cached a token beside the latent", la.IndexHeadDim)
+			}
 		} else {
 			kv("Attention", "%d heads, %d KV heads, head_dim %d", t.Heads, t.KVHeads, t.HeadDim)
 		}

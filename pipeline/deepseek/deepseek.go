@@ -49,6 +49,16 @@
 // q/k/v/o only with attention_bias, and sliding-window layers from
 // max_window_layers on where sliding_window is set.
 //
+// DeepseekV32ForCausalLM (models/deepseek_v32: DeepSeek-V3.2, V3.2-Exp
+// and V3.2-Speciale) is DeepSeek-V3 with DeepSeek Sparse Attention: a
+// lightning indexer in each attention layer (self_attn.indexer: wq_b
+// from the q LoRA's latent, wk with a LayerNorm, weights_proj) keeps a
+// key of index_head_dim a token beside the latent, scores every visible
+// key for each query, and the attention reads only the index_topk best
+// (nn.IndexerBias). Until a query can see more than index_topk keys it
+// is DeepSeek-V3's attention exactly. The MLA's rotary is always
+// interleaved; the indexer's is rotate-half.
+//
 // DeepseekV2ForCausalLM (models/deepseek_v2: DeepSeek-V2, V2-Lite, V2.5,
 // DeepSeek-Coder-V2; "DeepSeek-V2" arXiv:2405.04434) is the same MLA with
 // the rotary always on adjacent pairs, and an older router: softmax
@@ -82,14 +92,15 @@ import (
 
 func init() {
 	lm.Register("DeepseekV3ForCausalLM", New)
+	lm.Register("DeepseekV32ForCausalLM", New)
 	lm.Register("DeepseekV2ForCausalLM", New)
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 	lm.Register("Glm4MoeForCausalLM", New)
 	lm.Register("Dots1ForCausalLM", New)
 }
 
-// Config is a DeepseekV3ForCausalLM, DeepseekV2ForCausalLM or
-// Glm4MoeLiteForCausalLM config.json.
+// Config is a DeepseekV3ForCausalLM, DeepseekV32ForCausalLM,
+// DeepseekV2ForCausalLM or Glm4MoeLiteForCausalLM config.json.
 type Config struct {
 	Architectures         []string      `json:"architectures"`
 	ModelType             string        `json:"model_type"`
@@ -111,6 +122,10 @@ type Config struct {
 	TieWordEmbeddings     *bool         `json:"tie_word_embeddings"`
 	BOSTokenID            config.IDList `json:"bos_token_id"`
 	EOSTokenID            config.IDList `json:"eos_token_id"`
+	// DeepSeek-V3.2's lightning indexer (DeepseekV32Config).
+	IndexNHeads  *int `json:"index_n_heads"`
+	IndexHeadDim *int `json:"index_head_dim"`
+	IndexTopK    *int `json:"index_topk"`
 	MoEConfig
 }
 
@@ -161,6 +176,12 @@ type Defaults struct {
 	V2 bool
 	// NormTopK is norm_topk_prob's default.
 	NormTopK bool
+	// IndexHeads, IndexDim and IndexTopK are index_n_heads,
+	// index_head_dim and index_topk (DeepSeek-V3.2; 0 elsewhere).
+	IndexHeads, IndexDim, IndexTopK int
+	// LayerTypes reads mlp_layer_types, first_k_dense_replace placing
+	// the dense layers without it (DeepseekV32Config).
+	LayerTypes bool
 }
 
 var (
@@ -170,6 +191,16 @@ var (
 		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
 		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
 		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 4096, BOS: 0, EOS: 1, NormTopK: true,
+	}
+	// V32Defaults are DeepseekV32Config's: DeepSeek-V3's sizes with its
+	// indexer's (64 heads of 128, the top 2048 tokens) and a context of
+	// 163840.
+	V32Defaults = Defaults{
+		Vocab: 129280, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 128,
+		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
+		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 163840, BOS: 0, EOS: 1, NormTopK: true,
+		IndexHeads: 64, IndexDim: 128, IndexTopK: 2048, LayerTypes: true,
 	}
 	// V2Defaults are DeepseekV2Config's, which inherits LlamaConfig's
 	// sizes. num_experts_per_tok has no default (0: the config must say),
@@ -228,6 +259,10 @@ type Options struct {
 	// NoPE leaves the qk_rope_head_dim dims unrotated (Kimi Linear's
 	// mla_use_nope: its MLA layers have no position embedding).
 	NoPE bool
+	// IndexTopK > 0 adds DeepSeek-V3.2's lightning indexer (DSA: see
+	// nn.IndexerBias) of IndexHeads heads of IndexDim: each query attends
+	// to the IndexTopK visible tokens it scores best.
+	IndexHeads, IndexDim, IndexTopK int
 	// Scale multiplies the query·key products: qk_head_dim^-0.5, times
 	// mscale² under YaRN with mscale_all_dim.
 	Scale float64
@@ -277,10 +312,13 @@ func Resolve(cfg *config.File) (Options, error) {
 		return Options{}, err
 	}
 	d, lite := V3Defaults, cfg.Architecture() == "Glm4MoeLiteForCausalLM"
-	if lite {
+	switch {
+	case lite:
 		d = GLMLiteDefaults
-	} else if cfg.Architecture() == "DeepseekV2ForCausalLM" {
+	case cfg.Architecture() == "DeepseekV2ForCausalLM":
 		d = V2Defaults
+	case cfg.Architecture() == "DeepseekV32ForCausalLM":
+		d = V32Defaults
 	}
 	if c.AttentionBias {
 		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek's projections have no biases", where)
@@ -293,8 +331,10 @@ func Resolve(cfg *config.File) (Options, error) {
 		VHead:      lm.Or(c.VHeadDim, d.VHead),
 		Interleave: lm.Or(c.RopeInterleave, true),
 	}
-	if d.V2 {
-		o.Interleave = true // DeepseekV2's apply_rotary_emb: complex pairs, whatever rope_interleave says
+	if d.V2 || d.IndexTopK > 0 {
+		// DeepseekV2's apply_rotary_emb: complex pairs; DeepseekV32Attention
+		// always interleaves (DeepseekV32Config has no rope_interleave).
+		o.Interleave = true
 	}
 	if c.QLoraRank == nil && cfg.Has("q_lora_rank") {
 		o.QLoraRank = 0 // null: q_proj
@@ -332,6 +372,11 @@ func Resolve(cfg *config.File) (Options, error) {
 	if o.QLoraRank < 0 {
 		return Options{}, fmt.Errorf("%s: q_lora_rank must not be negative, got %d", where, o.QLoraRank)
 	}
+	if d.IndexTopK > 0 {
+		if err := resolveIndexer(where, c, d, &o); err != nil {
+			return Options{}, err
+		}
+	}
 	if err := s.CheckSizes(where); err != nil {
 		return Options{}, err
 	}
@@ -362,6 +407,24 @@ func Resolve(cfg *config.File) (Options, error) {
 	}
 	o.Scale = ms * ms / math.Sqrt(float64(o.QKNope+o.QKRope))
 	return o, nil
+}
+
+// resolveIndexer reads DeepSeek-V3.2's indexer into o: index_n_heads,
+// index_head_dim (at least qk_rope_head_dim, its rotated dims) and
+// index_topk, all positive; its queries come from the q LoRA's latent,
+// so q_lora_rank must be set.
+func resolveIndexer(where string, c Config, d Defaults, o *Options) error {
+	o.IndexHeads = lm.Or(c.IndexNHeads, d.IndexHeads)
+	o.IndexDim = lm.Or(c.IndexHeadDim, d.IndexDim)
+	o.IndexTopK = lm.Or(c.IndexTopK, d.IndexTopK)
+	if o.IndexHeads <= 0 || o.IndexHeads > 1<<16 || o.IndexDim < o.QKRope || o.IndexDim > 1<<16 || o.IndexTopK <= 0 {
+		return fmt.Errorf("%s: index_n_heads %d (1 to 65536), index_head_dim %d (qk_rope_head_dim %d to 65536) and index_topk %d must be positive",
+			where, o.IndexHeads, o.IndexDim, o.QKRope, o.IndexTopK)
+	}
+	if o.QLoraRank == 0 {
+		return errs.Unsupportedf("%s: q_lora_rank is null; DeepSeek-V3.2's indexer reads the query's low-rank latent (every release has one)", where)
+	}
+	return nil
 }
 
 // resolveGLM reads a Glm4MoeForCausalLM config.json: Llama's attention
@@ -532,7 +595,7 @@ func (c MoEConfig) resolve(where string, d Defaults, lite bool, o *Options) erro
 		return err
 	}
 	var err error
-	o.Sparse, err = c.sparseLayers(where, d, lite, layers)
+	o.Sparse, err = c.sparseLayers(where, d, lite || d.LayerTypes, !lite, layers)
 	return err
 }
 
@@ -569,13 +632,15 @@ func (c MoEConfig) resolveV2(where string, o *Options) error {
 	return nil
 }
 
-// sparseLayers places the sparse blocks: GLM-4.7-Flash's mlp_layer_types
-// ("dense" or "sparse" a layer; without it the first layer dense, as
-// Glm4MoeLiteConfig defaults it, whatever first_k_dense_replace says), or
-// first_k_dense_replace (DeepSeek-V3, GLM-4.5).
-func (c MoEConfig) sparseLayers(where string, d Defaults, lite bool, layers int) ([]bool, error) {
+// sparseLayers places the sparse blocks: mlp_layer_types ("dense" or
+// "sparse" a layer) where the class reads it (types: GLM-4.7-Flash,
+// DeepSeek-V3.2), else the first first_k_dense_replace layers dense
+// (firstK: DeepSeek-V3, V3.2, GLM-4.5) or d.FirstDense (GLM-4.7-Flash's
+// one, as Glm4MoeLiteConfig defaults it whatever first_k_dense_replace
+// says).
+func (c MoEConfig) sparseLayers(where string, d Defaults, types, firstK bool, layers int) ([]bool, error) {
 	sparse := make([]bool, layers)
-	if lite && c.MLPLayerTypes != nil {
+	if types && c.MLPLayerTypes != nil {
 		if len(c.MLPLayerTypes) != layers {
 			return nil, fmt.Errorf("%s: mlp_layer_types has %d entries for %d layers", where, len(c.MLPLayerTypes), layers)
 		}
@@ -591,7 +656,7 @@ func (c MoEConfig) sparseLayers(where string, d Defaults, lite bool, layers int)
 		return sparse, nil
 	}
 	first := d.FirstDense
-	if !lite {
+	if firstK {
 		first = lm.Or(c.FirstKDenseReplace, d.FirstDense)
 	}
 	if first < 0 {
@@ -697,7 +762,37 @@ func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 	if m.o.GQA {
 		return m.Model.LayerState(i, batch, cacheLen)
 	}
-	return nn.LatentCacheState(batch, cacheLen, m.o.KVLoraRank+m.o.QKRope)
+	st := nn.LatentCacheState(batch, cacheLen, m.o.KVLoraRank+m.o.QKRope)
+	if m.o.IndexTopK > 0 {
+		st = append(st, nn.IndexerCacheState(batch, cacheLen, m.o.IndexDim))
+	}
+	return st
+}
+
+// latentState reads layer i's state in lm.HeldState's order: the latent
+// cache, the indexer's keys (DeepSeek-V3.2; nil elsewhere), then the
+// latent's scales when it is int8 (held after every declared state).
+func (m *Model) latentState(state []*Node) (nn.Latent, *Node) {
+	if m.o.IndexTopK == 0 {
+		return nn.LatentOf(state), nil
+	}
+	c := nn.Latent{Cache: state[0]}
+	if c.Cache.DType() == dtypes.Int8 {
+		c.Scales = state[2]
+	}
+	return c, state[1]
+}
+
+// heldState is latentState's inverse.
+func heldState(c nn.Latent, index *Node) []*Node {
+	if index == nil {
+		return c.State()
+	}
+	st := []*Node{c.Cache, index}
+	if c.Scales != nil {
+		st = append(st, c.Scales)
+	}
+	return st
 }
 
 // LayerWeights implements lm.Model: the norms and the attention's
@@ -765,6 +860,16 @@ func (m *Model) LatentWeights(i int) []lm.WeightSpec {
 	ws = append(ws, lm.WeightSpec{Name: p + "self_attn.kv_b_proj.weight", Shape: []int{s.Heads * (o.QKNope + o.VHead), o.KVLoraRank},
 		Absorbed: true, TP: lm.Column})
 	add("self_attn.o_proj.weight", true, lm.Row, s.Hidden, s.Heads*o.VHead)
+	if o.IndexTopK > 0 {
+		// The indexer stays whole on every device under --tp: it scores
+		// every key for every head at once.
+		add("self_attn.indexer.wq_b.weight", true, lm.Replicated, o.IndexHeads*o.IndexDim, o.QLoraRank)
+		add("self_attn.indexer.wk.weight", true, lm.Replicated, o.IndexDim, s.Hidden)
+		add("self_attn.indexer.k_norm.weight", false, lm.Replicated, o.IndexDim)
+		add("self_attn.indexer.k_norm.bias", false, lm.Replicated, o.IndexDim)
+		// Kept in float32, as DeepseekV32PreTrainedModel keeps it.
+		ws = append(ws, lm.WeightSpec{Name: p + "self_attn.indexer.weights_proj.weight", Shape: []int{o.IndexHeads, s.Hidden}, F32: true, TP: lm.Replicated})
+	}
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
 	return ws
 }
@@ -904,23 +1009,24 @@ func (m *Model) Mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) 
 	}
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 	h = nn.RMSNorm(x, p.Get("input_layernorm.weight"), m.o.Eps, false)
-	h, c := m.attention(p.Scope("self_attn"), h, nn.LatentOf(state), step)
+	c, index := m.latentState(state)
+	h, c, index = m.attention(p.Scope("self_attn"), h, c, index, step)
 	x = Add(x, h)
-	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false), c.State()
+	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false), heldState(c, index)
 }
 
 // attention is DeepseekV3Attention with kv_b_proj absorbed (see the
 // package comment): the latent and the shared rotated key are cached, the
 // heads attend over them, and each head's output latent is expanded to
 // its values before o_proj.
-func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*Node, nn.Latent) {
+func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step *lm.Step) (*Node, nn.Latent, *Node) {
 	s, o := m.Spec(), m.o
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
 	heads, dn, dr, dv, r := s.Heads, o.QKNope, o.QKRope, o.VHead, o.KVLoraRank
-	var q *Node
+	var q, qa *Node
 	if o.QLoraRank > 0 {
-		qa := nn.RMSNorm(nn.Linear(x, p.Get("q_a_proj.weight"), nil), p.Get("q_a_layernorm.weight"), loraEps, false)
+		qa = nn.RMSNorm(nn.Linear(x, p.Get("q_a_proj.weight"), nil), p.Get("q_a_layernorm.weight"), loraEps, false)
 		q = nn.Linear(qa, p.Get("q_b_proj.weight"), nil)
 	} else {
 		q = nn.Linear(x, p.Get("q_proj.weight"), nil)
@@ -945,11 +1051,46 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, step *lm.Step) (*N
 	qLat := DotGeneral(qNope, []int{3}, []int{2}, wk, []int{1}, []int{0})         // [H, B, T, r]
 	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)     // [B, T, H, r+dr]
 	c = nn.WriteLatent(c, Concatenate([]*Node{latent, Squeeze(kPe, 2)}, 2), step) // [B, T, r+dr]
-	out := nn.LatentAttention(query, c, nn.AttentionBias(step, 0), o.Scale, r)    // [B, T, H, r]: the latent values
-	values := DotGeneral(out, []int{3}, []int{2}, wv, []int{2}, []int{0})         // [H, B, T, dv]
+	bias := nn.AttentionBias(step, 0)
+	if o.IndexTopK > 0 {
+		bias, index = m.indexer(p.Scope("indexer"), x, qa, index, bias, step)
+	}
+	out := nn.LatentAttention(query, c, bias, o.Scale, r)                 // [B, T, H, r]: the latent values
+	values := DotGeneral(out, []int{3}, []int{2}, wv, []int{2}, []int{0}) // [H, B, T, dv]
 	values = Reshape(TransposeAllDims(values, 1, 2, 0, 3), b, t, heads*dv)
-	return nn.Linear(values, p.Get("o_proj.weight"), nil), c
+	return nn.Linear(values, p.Get("o_proj.weight"), nil), c, index
 }
+
+// indexer is DeepseekV32Indexer: its keys LayerNorm(wk x), rotated on
+// their first qk_rope_head_dim dims (rotate-half, unlike the MLA's
+// interleaved pairs), go into its cache; once a query can see more than
+// index_topk keys, its queries wq_b(qa) (rotated alike) and head weights
+// weights_proj(x)·index_n_heads^-0.5 (float32) score them, and the bias
+// masks every key outside each query's best index_topk
+// (nn.IndexerBias).
+func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (*Node, *Node) {
+	o := m.o
+	dims := x.Shape().Dimensions
+	b, t := dims[0], dims[1]
+	cos, sin := o.Rope.CosSin(step, x.DType())
+	rotate := func(v *Node) *Node { // [B, T, H, IndexDim]
+		rot := nn.ApplyRope(SliceAxis(v, 3, AxisRange(0, o.QKRope)), cos, sin)
+		return Concatenate([]*Node{rot, SliceAxis(v, 3, AxisRange(o.QKRope, o.IndexDim))}, 3)
+	}
+	k := nn.LayerNorm(nn.Linear(x, p.Get("wk.weight"), nil), p.Get("k_norm.weight"), p.Get("k_norm.bias"), indexerEps)
+	cache = nn.WriteIndexerKeys(cache, Squeeze(rotate(InsertAxes(k, 2)), 2), step)
+	if step.Visible() <= o.IndexTopK {
+		return bias, cache // every visible key is among the best
+	}
+	q := rotate(Reshape(nn.Linear(qa, p.Get("wq_b.weight"), nil), b, t, o.IndexHeads, o.IndexDim))
+	f32 := dtypes.Float32
+	w := MulScalar(nn.Linear(ConvertDType(x, f32), p.Get("weights_proj.weight"), nil), 1/math.Sqrt(float64(o.IndexHeads))) // [B, T, IndexHeads]
+	return nn.IndexerBias(q, cache, w, bias, o.IndexTopK), cache
+}
+
+// indexerEps is the epsilon of the indexer's k_norm, a LayerNorm
+// DeepseekV32Indexer builds with 1e-6.
+const indexerEps = 1e-6
 
 // loraEps is the epsilon of q_a_layernorm and kv_a_layernorm:
 // DeepseekV3Attention builds them without rms_norm_eps, so they keep

@@ -56,7 +56,8 @@ func TestLogitsMatchReference(t *testing.T) {
 		glm  bool
 	}{{"v3", dsref.TinyDeepSeek(), false}, {"lite-yarn", dsref.TinyDeepSeekLite(), false}, {"odd", odd(), false},
 		{"glm-4.7-flash", dsref.TinyDeepSeek(), true},
-		{"v2-grouped-yarn", dsref.TinyDeepSeekV2(), false}, {"v2-greedy", dsref.TinyDeepSeekV2Greedy(), false}} {
+		{"v2-grouped-yarn", dsref.TinyDeepSeekV2(), false}, {"v2-greedy", dsref.TinyDeepSeekV2Greedy(), false},
+		{"v3.2", dsref.TinyDeepSeekV32(), false}} {
 		t.Run(c.name, func(t *testing.T) {
 			write := c.ds.Write
 			if c.glm {
@@ -139,6 +140,34 @@ func TestRoutingMatters(t *testing.T) {
 		mutate.f(&mc, mm)
 		mm.C = mc
 		mutants = append(mutants, refcheck.Mutant{Name: mutate.name, Logits: mm.Logits})
+	}
+	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
+}
+
+// TestIndexerMatters checks that the comparison above can fail where
+// DeepSeek-V3.2's sparse attention shows: a reference attending to every
+// earlier token (no indexer) or keeping the best 5 instead of 4 gives
+// other logits than the model on an 11-token prompt.
+func TestIndexerMatters(t *testing.T) {
+	c := dsref.TinyDeepSeekV32()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	prompt := prompts[1]
+	got := moecheck.Prefill(t, l, prompt)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mutants []refcheck.Mutant
+	for _, mutate := range []struct {
+		name string
+		f    func(c *dsref.DeepSeek)
+	}{
+		{"dense attention", func(c *dsref.DeepSeek) { c.IndexTopK = 1 << 20 }},
+		{"the best 5", func(c *dsref.DeepSeek) { c.IndexTopK = 5 }},
+	} {
+		mc := c
+		mutate.f(&mc)
+		mutants = append(mutants, refcheck.Mutant{Name: mutate.name, Logits: (&dsref.Model{C: mc, W: rm.W}).Logits})
 	}
 	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
 }
@@ -346,6 +375,37 @@ func TestConfig(t *testing.T) {
 	}
 	if _, ok := m.(lm.Skipper).SkipWeight("model.layers.60.mlp.gate.weight"); ok {
 		t.Error("layer 60 skipped")
+	}
+
+	// DeepSeek-V3.2: V3's config plus the indexer's 64 heads of 128 a
+	// layer (wq_b from the q LoRA, wk, its LayerNorm, weights_proj).
+	raw, err = os.ReadFile(filepath.Join("..", "..", "testdata", "configs", "deepseek_v32", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m32, err := lm.New(configOf(t, string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o32 := m32.(*deepseek.Model).Options()
+	if n32 := lmckpt.Params(m32); n32 != 671_026_419_200+61*(64*128*1536+128*7168+2*128+64*7168) {
+		t.Errorf("DeepSeek-V3.2: %d parameters", n32)
+	}
+	if o32.IndexHeads != 64 || o32.IndexDim != 128 || o32.IndexTopK != 2048 || !o32.Interleave || o32.Sparse[2] || !o32.Sparse[3] {
+		t.Errorf("DeepSeek-V3.2: options %+v", o32)
+	}
+	if st := m32.LayerState(0, 1, 64); len(st) != 2 || st[1].Name != "indexer" || fmt.Sprint(st[1].Shape) != "[1 1 64 128]" {
+		t.Errorf("DeepSeek-V3.2: layer state %+v", st)
+	}
+	for _, bad := range []struct{ js, want string }{
+		{`"q_lora_rank": null`, "q_lora_rank is null"},
+		{`"index_topk": 0`, "index_topk 0"},
+		{`"index_head_dim": 32`, "index_head_dim 32"},
+	} {
+		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV32ForCausalLM"], `+bad.js+`}`))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
+		}
 	}
 
 	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": null}`))

@@ -10,7 +10,8 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-// TestMTPMatchesReference drafts with tiny DeepSeek-V3s' (MLA) and
+// TestMTPMatchesReference drafts with tiny DeepSeek-V3s' (MLA; and
+// DeepSeek-V3.2's, whose head's layer has its indexer) and
 // GLM-4.5s' (grouped-query attention) multi-token-prediction heads as a
 // State's steps feed them (mtpcheck.Follow): the head's logits must be
 // dsref's (vLLM's deepseek_mtp) within 1e-4, and its chained greedy
@@ -21,6 +22,8 @@ func TestMTPMatchesReference(t *testing.T) {
 	ds.MTP, glm.MTP = true, true
 	qk := dsref.TinyGLMQKNorm() // tied head, q/k norms, grouped routing
 	qk.MTP = true
+	v32 := dsref.TinyDeepSeekV32() // the head's layer has its indexer too
+	v32.MTP = true
 	for _, c := range []struct {
 		name  string
 		write func(dir string) error
@@ -29,6 +32,7 @@ func TestMTPMatchesReference(t *testing.T) {
 		{"deepseek-v3", ds.Write, func(dir string) (mtpcheck.Ref, error) { return ds.Load(dir) }},
 		{"glm-4.5", glm.Write, func(dir string) (mtpcheck.Ref, error) { return glm.Load(dir) }},
 		{"glm-4.5-qk-norm-tied", qk.Write, func(dir string) (mtpcheck.Ref, error) { return qk.Load(dir) }},
+		{"deepseek-v3.2", v32.Write, func(dir string) (mtpcheck.Ref, error) { return v32.Load(dir) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.write)

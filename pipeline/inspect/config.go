@@ -60,6 +60,9 @@ type LatentAttention struct {
 	QKNope     int `json:"qk_nope_head_dim"`
 	QKRope     int `json:"qk_rope_head_dim"`
 	VHead      int `json:"v_head_dim"`
+	// IndexHeadDim is DeepSeek-V3.2's indexer's key, cached beside the
+	// latent a token and layer (index_head_dim; 0 without an indexer).
+	IndexHeadDim int `json:"index_head_dim,omitempty"`
 }
 
 // LinearAttention holds the gated-delta-net dimensions of hybrid models
@@ -294,6 +297,12 @@ func TextConfig(m *config.File) (*Text, error) {
 		la.QKNope, _ = f.int("qk_nope_head_dim")
 		la.QKRope, _ = f.int("qk_rope_head_dim")
 		la.VHead, _ = f.int("v_head_dim")
+		if f.string("model_type") == "deepseek_v32" {
+			la.IndexHeadDim = 128 // DeepseekV32Config's
+			if d, ok := f.int("index_head_dim"); ok {
+				la.IndexHeadDim = d
+			}
+		}
 		t.MLA, t.KVHeads, t.HeadDim = la, 1, la.QKNope+la.QKRope
 	}
 	t.Vocab, _ = f.int("vocab_size", "n_vocab", "padded_vocab_size")
@@ -647,7 +656,7 @@ func (t *Text) StateBytes(batch, context, kvBytes int) State {
 	// K and V; under MLA the one cache of the latent and rope key.
 	perToken := satMul(2, int64(t.KVHeads), int64(t.HeadDim), e)
 	if la := t.MLA; la != nil {
-		perToken = satMul(int64(la.KVLoraRank+la.QKRope), e)
+		perToken = satMul(int64(la.KVLoraRank+la.QKRope+la.IndexHeadDim), e)
 	}
 	var s State
 	s.KVCache = satMul(int64(t.FullAttentionLayers), b, ctx, perToken)

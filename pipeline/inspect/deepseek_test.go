@@ -69,6 +69,48 @@ func TestDeepSeekV3(t *testing.T) {
 		r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
 
+// TestDeepSeekV32 inspects DeepSeek-V3.2's config the same way: V3's
+// model plus an indexer a layer (671.88B parameters), and a cache of the
+// latent and the indexer's key, 576 + 128 values a token and layer.
+func TestDeepSeekV32(t *testing.T) {
+	dir, model := realConfig(t, "deepseek_v32")
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	delete(cfg, "quantization_config")
+	if raw, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 671_877_944_064 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 671,877,944,064", params, r.Params.Used)
+	}
+	if r.Text.MLA == nil || r.Text.MLA.IndexHeadDim != 128 {
+		t.Errorf("MLA %+v", r.Text.MLA)
+	}
+	if want := int64(61 * (576 + 128) * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+}
+
 // TestGLM45Air inspects GLM-4.5-Air's config over a checkpoint in the
 // release's layout (experts one by one, biases on q/k/v, the MTP layer
 // 46, skipped): 106.85B parameters, about 12B active as published, and

@@ -49,6 +49,7 @@
 package dsref
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -151,8 +152,29 @@ type DeepSeek struct {
 	// Model.MTPLogits. V2 has no such head: Write and Load refuse MTP
 	// with V2.
 	MTP bool
+	// IndexTopK > 0 makes it a DeepseekV32ForCausalLM ("model_type":
+	// "deepseek_v32", DeepSeek-V3.2): each attention layer has the
+	// lightning indexer of IndexHeads heads of IndexDim
+	// (self_attn.indexer.*), and each query attends to the IndexTopK
+	// tokens it scores best among those it may see (see indexed). The
+	// MLA's rotary is then always interleaved, as DeepseekV32Attention's.
+	IndexHeads, IndexDim, IndexTopK int
 	// Seed makes the weights reproducible.
 	Seed uint64
+}
+
+// TinyDeepSeekV32 is TinyDeepSeek as a DeepSeek-V3.2: an indexer of 8
+// heads of 12 (its first 8 dims rotated) keeping the best 4 tokens, so
+// that every query past the fourth attends to a chosen few. Its seed
+// keeps the fourth and fifth best scores of every query at least 0.0017
+// apart on the tests' sequences, where a float32 rounding cannot swap
+// them (with 4 heads, keys whose every head's product is negative score
+// exactly 0 and tie; which of equals the top k keeps is left open by
+// torch.topk, and nn.TopKMask keeps them all).
+func TinyDeepSeekV32() DeepSeek {
+	c := TinyDeepSeek()
+	c.IndexHeads, c.IndexDim, c.IndexTopK, c.Seed = 8, 12, 4, 47
+	return c
 }
 
 // TinyDeepSeek is a small DeepSeek-V3: q LoRA, interleaved rotary, a
@@ -282,6 +304,13 @@ func (c DeepSeek) layerTensors(l int) []Tensor {
 	add("self_attn.kv_a_layernorm.weight", "norm", c.KVLoraRank)
 	add("self_attn.kv_b_proj.weight", "linear", c.Heads*(c.QKNope+c.VHead), c.KVLoraRank)
 	add("self_attn.o_proj.weight", "linear", H, c.Heads*c.VHead)
+	if c.IndexTopK > 0 {
+		add("self_attn.indexer.wq_b.weight", "linear", c.IndexHeads*c.IndexDim, c.QLoraRank)
+		add("self_attn.indexer.wk.weight", "linear", c.IndexDim, H)
+		add("self_attn.indexer.k_norm.weight", "norm", c.IndexDim)
+		add("self_attn.indexer.k_norm.bias", "bias", c.IndexDim)
+		add("self_attn.indexer.weights_proj.weight", "linear", c.IndexHeads, H)
+	}
 	add("post_attention_layernorm.weight", "norm", H)
 	c.mlpTensors(l, add)
 	return out
@@ -455,6 +484,12 @@ func (c DeepSeek) ConfigJSON() map[string]any {
 		delete(j, "rope_interleave")
 		delete(j, "num_nextn_predict_layers")
 	}
+	if c.IndexTopK > 0 {
+		j["architectures"] = []string{"DeepseekV32ForCausalLM"}
+		j["model_type"] = "deepseek_v32"
+		j["index_n_heads"], j["index_head_dim"], j["index_topk"] = c.IndexHeads, c.IndexDim, c.IndexTopK
+		delete(j, "rope_interleave") // DeepseekV32Config has none: always interleaved
+	}
 	if c.Factor > 0 {
 		j["rope_scaling"] = map[string]any{
 			"type":                             "yarn",
@@ -496,6 +531,9 @@ func (c DeepSeek) Write(dir string) error {
 func (c DeepSeek) check() error {
 	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
 		return err
+	}
+	if c.IndexTopK > 0 && (c.V2 || c.QLoraRank == 0 || !c.RopeInterleave || c.IndexDim < c.QKRope || c.IndexHeads < 1) {
+		return fmt.Errorf("dsref: a DeepSeek-V3.2 indexer needs V3, q LoRA, the interleaved rotary and index_head_dim >= qk_rope_head_dim")
 	}
 	if !c.V2 {
 		return nil
@@ -1205,12 +1243,15 @@ func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 	scale := c.SoftmaxScale()
 	// query[t][h], key[t][h]: [N+R], value[t][h]: [V]
 	query, key, value := make([][][]float64, T), make([][][]float64, T), make([][][]float64, T)
+	normed, latents := make([][]float64, T), make([][]float64, T) // the indexer's inputs
 	for t := range x {
 		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
+		normed[t] = h
 		var q []float64
 		if c.QLoraRank > 0 {
 			qa := lmckpt.Linear64(h, m.get(p+"self_attn.q_a_proj.weight"), nil)
 			qa = lmckpt.RMSNorm64(qa, m.get(p+"self_attn.q_a_layernorm.weight"), loraEps)
+			latents[t] = qa
 			q = lmckpt.Linear64(qa, m.get(p+"self_attn.q_b_proj.weight"), nil)
 		} else {
 			q = lmckpt.Linear64(h, m.get(p+"self_attn.q_proj.weight"), nil)
@@ -1228,26 +1269,90 @@ func (m *Model) attention(p string, x [][]float64, start int) [][]float64 {
 			value[t][hd] = kvh[N:]
 		}
 	}
+	seen := func(t int) []int { return seq(t + 1) }
+	if c.IndexTopK > 0 {
+		chosen := m.indexed(p+"self_attn.indexer.", normed, latents, start)
+		seen = func(t int) []int { return chosen[t] }
+	}
 	out := make([][]float64, T)
 	for t := range out {
 		out[t] = make([]float64, c.Heads*V)
+		keys := seen(t)
 		for hd := 0; hd < c.Heads; hd++ {
-			scores := make([]float64, t+1)
-			for s := 0; s <= t; s++ {
+			scores := make([]float64, len(keys))
+			for j, s := range keys {
 				dot := 0.0
 				for i, qi := range query[t][hd] {
 					dot += qi * key[s][hd][i]
 				}
-				scores[s] = dot * scale
+				scores[j] = dot * scale
 			}
 			probs := lmckpt.Softmax64(scores)
 			o := out[t][hd*V : (hd+1)*V]
-			for s, w := range probs {
-				for i, vi := range value[s][hd] {
+			for j, w := range probs {
+				for i, vi := range value[keys[j]][hd] {
 					o[i] += w * vi
 				}
 			}
 		}
+	}
+	return out
+}
+
+// seq is 0, 1, ..., n-1.
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// indexed is DeepseekV32Indexer on a sequence at positions start, start+1,
+// …: x the attention's normed inputs, qa the query's normed latents
+// (q_a_layernorm's output). Its keys are k_norm(wk x) (a LayerNorm) and
+// its queries wq_b qa split into IndexHeads heads, each rotated
+// rotate-half on its first QKRope dims with the model's frequencies
+// (transformers' apply_rotary_pos_emb, not the MLA's interleaved form);
+// query t scores key s <= t by Σ_h w_th relu(q_th·k_s) / sqrt(IndexDim),
+// w_t = weights_proj(x_t) / sqrt(IndexHeads), and keeps the IndexTopK
+// best (every key when it sees fewer; the earlier key first among
+// equals, as a stable sort keeps them). It returns each query's keys in
+// increasing order.
+func (m *Model) indexed(p string, x, qa [][]float64, start int) [][]int {
+	c := m.C
+	D, R, H := c.IndexDim, c.QKRope, c.IndexHeads
+	inv, attnFactor := c.RopeFreqs()
+	rot := func(v []float64, pos int) []float64 {
+		return append(rotateHalf(v[:R], pos, inv, attnFactor), v[R:]...)
+	}
+	keys := make([][]float64, len(x))
+	for s := range x {
+		k := lmckpt.LayerNorm64(lmckpt.Linear64(x[s], m.get(p+"wk.weight"), nil), m.get(p+"k_norm.weight"), m.get(p+"k_norm.bias"), 1e-6)
+		keys[s] = rot(k, start+s)
+	}
+	out := make([][]int, len(x))
+	for t := range x {
+		q := lmckpt.Linear64(qa[t], m.get(p+"wq_b.weight"), nil)
+		w := lmckpt.Linear64(x[t], m.get(p+"weights_proj.weight"), nil)
+		score := make([]float64, t+1)
+		for h := 0; h < H; h++ {
+			qh := rot(q[h*D:(h+1)*D], start+t)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i := range qh {
+					dot += qh[i] * keys[s][i]
+				}
+				score[s] += w[h] / math.Sqrt(float64(H)) * math.Max(dot, 0) / math.Sqrt(float64(D))
+			}
+		}
+		keep := seq(t + 1)
+		if len(keep) > c.IndexTopK {
+			slices.SortStableFunc(keep, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+			keep = keep[:c.IndexTopK]
+			slices.Sort(keep)
+		}
+		out[t] = keep
 	}
 	return out
 }

@@ -1,0 +1,58 @@
+package nn
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+)
+
+// TestTopKMask checks the bisection's mask against a sort of each row's
+// visible scores: rows of 1 to 40 keys with a random prefix visible, k
+// from 1 to past the visible count (every visible key then), scores
+// spread over six orders of magnitude of both signs, and a row of equal
+// scores (all of them kept: the ties of the k-th).
+func TestTopKMask(t *testing.T) {
+	be := dnBackend(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []int{1, 5, 17, 40} {
+		for _, k := range []int{1, 3, 16, 50} {
+			const rows = 6
+			scores := make([]float32, rows*s)
+			visible := make([]bool, rows*s)
+			nvis := make([]int, rows)
+			for i := 0; i < rows; i++ {
+				nvis[i] = 1 + r.IntN(s)
+				for j := 0; j < s; j++ {
+					v := float32((r.Float64()*2 - 1) * float64(int(1)<<r.IntN(20)) / 1000)
+					if i == rows-1 {
+						v = 0.25 // a row of ties
+					}
+					scores[i*s+j] = v
+					visible[i*s+j] = j < nvis[i]
+				}
+			}
+			out := MustExecOnce(be, func(x, vis *Node) *Node { return TopKMask(x, vis, k, topKBisections) },
+				tensors.FromFlatDataAndDimensions(scores, rows, s), tensors.FromFlatDataAndDimensions(visible, rows, s))
+			got, err := tensors.CopyFlatData[bool](out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < rows; i++ {
+				vis := slices.Clone(scores[i*s : i*s+nvis[i]])
+				slices.Sort(vis)
+				slices.Reverse(vis)
+				kth := vis[min(k, len(vis))-1]
+				for j := 0; j < s; j++ {
+					want := j < nvis[i] && scores[i*s+j] >= kth
+					if got[i*s+j] != want {
+						t.Fatalf("S %d, k %d, row %d (%d visible), key %d (score %g, k-th %g): got %v, want %v",
+							s, k, i, nvis[i], j, scores[i*s+j], kth, got[i*s+j], want)
+					}
+				}
+			}
+		}
+	}
+}
