@@ -498,6 +498,62 @@ func TestLatentCache(t *testing.T) {
 	}
 }
 
+// TestIndexerCache runs DeepSeek-V3.2 past the first cache bucket (the
+// latent and the indexer's keys grow together mid-generation, and every
+// query past the fourth attends to its chosen four) in f32 within 1e-4
+// of the reference, and with the latent held as int8 for 6 steps within
+// int8's rounding: the indexer's keys stay in the compute dtype, between
+// the latent and its scales in the layer's state. (Further on, int8's
+// rounding of the latent moves the next layers' index scores by more
+// than the 0.0007 between a query's fourth and fifth best keys, and the
+// reference keeps another key: a different but equally valid choice.)
+func TestIndexerCache(t *testing.T) {
+	c := dsref.TinyDeepSeekV32()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []struct {
+		name  string
+		opts  compile.Options
+		steps int
+		tol   float64
+	}{{"f32", compile.Options{}, 26, 1e-4}, {"int8", compile.Options{KVDType: dtypes.Int8}, 6, 0.02}} {
+		t.Run(kv.name, func(t *testing.T) {
+			st := lm.HeldState(l.Model, 1, 2, 64, kv.opts.KVDType)
+			names := make([]string, len(st))
+			for i, s := range st {
+				names[i] = fmt.Sprintf("%s:%v:%s", s.Name, s.Shape, s.HeldIn(dtypes.Float32, kv.opts.KVDType))
+			}
+			want := map[string]string{
+				"f32":  "[latent:[2 1 64 24]:Float32 indexer:[2 1 64 12]:Float32]",
+				"int8": "[latent:[2 1 64 24]:Int8 indexer:[2 1 64 12]:Float32 latent_scale:[2 1 64]:Float32]",
+			}[kv.name]
+			if fmt.Sprint(names) != want {
+				t.Fatalf("layer state %v, want %s", names, want)
+			}
+			r, err := compile.NewRunner(refcheck.CPUBackend(t), l, kv.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			seqs := refcheck.GreedySequences(rm, prompts, kv.steps)
+			f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, kv.steps, kv.tol)
+			t.Logf("max relative error %.3g", f.Worst)
+			grown := 0
+			for _, p := range r.Stats().Programs {
+				if p.Name == "grow-cache" {
+					grown = p.Calls
+				}
+			}
+			if kv.steps > 21 && grown == 0 { // 11 + 22 slots: past the 32 of the first bucket
+				t.Error("the cache never grew")
+			}
+		})
+	}
+}
+
 // TestConfigV2 reads DeepSeek-V2-Lite's config.json (15.7B parameters,
 // q_proj, greedy softmax routing, no correction bias, the YaRN softmax
 // scale with mscale_all_dim 0.707) and DeepSeek-V2's sizes (236B,
