@@ -30,7 +30,8 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
-#      tiny DeepSeek MoE, a tiny Arctic and a tiny Kimi Linear),
+#      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear and a tiny
+#      DeepSeek-V3.2),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -209,6 +210,18 @@ cat >"$work/deepseek.json" <<'EOF'
  "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rope_theta": 10000, "rope_interleave": true,
  "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 128, "beta_fast": 32,
   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+ "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny DeepSeek-V3.2: the same with the lightning indexer keeping
+# each query's best 8 keys (the long prompt makes it choose).
+cat >"$work/deepseekv32.json" <<'EOF'
+{"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "vocab_size": 512, "hidden_size": 64,
+ "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 4, "q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+ "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 4,
+ "topk_group": 2, "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+ "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rope_theta": 10000,
+ "index_n_heads": 8, "index_head_dim": 16, "index_topk": 8,
  "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
 # A tiny DeepSeek-V2: MLA without q LoRA, softmax routing limited to 2 of
@@ -645,12 +658,12 @@ cat >"$work/kimilinear.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.
@@ -685,7 +698,7 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
 		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
 	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
-	case "$fam" in granitehybrid | nemotronh | kimilinear) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 16): the state carried from chunk to chunk
+	case "$fam" in granitehybrid | nemotronh | kimilinear | deepseekv32) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 8; the indexer's 8 keys): the state carried from chunk to chunk
 		fg+=(-p "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends. One day, she saw a big red ball in the park and ran to get it. The ball was very shiny and bouncy, and Lily laughed as it flew high into the blue sky above the tall green trees.") ;;
 	esac
 	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true
