@@ -61,46 +61,66 @@ func IndexerBias(q, cache, w, bias *Node, topk int) *Node {
 	scores = Mul(Max(scores, ScalarZero(q.Graph(), f32)), InsertAxes(w, -1))                 // relu, weighted
 	index := MulScalar(ReduceSum(scores, 2), 1/math.Sqrt(float64(d)))                        // [B, T, S]
 	visible := GreaterThan(Reshape(bias, b, t, s), Scalar(q.Graph(), f32, -1e29))
-	keep := And(visible, TopKMask(index, visible, topk, topKBisections))
+	keep := And(visible, TopKMask(index, visible, topk, topKBits))
 	return Reshape(Where(keep, ZerosLike(index), BroadcastToDims(Scalar(q.Graph(), f32, -1e30), b, t, s)), b, 1, t, 1, s)
 }
 
-// topKBisections is how many times TopKMask halves its interval: from the
-// spread of a row's visible scores, 64 halvings leave an interval 2^-64
-// of it, past float32's resolution at any score near the boundary.
-const topKBisections = 64
+// topKBits is how finely TopKMask resolves the k-th score: to 2^-32 of
+// the spread of a row's visible scores. Two scores closer than that are
+// within float32's own rounding of each other (2^-24 of their size, and
+// the spread is rarely 256 times the size of the scores at the
+// boundary), so which of them the top k keeps is noise either way; the
+// mask then keeps both.
+const topKBits = 32
 
 // TopKMask returns the mask [..., S] of the k highest of scores [..., S]
 // (float32) among the visible ones (bool, the same shape), every visible
-// score when fewer than k are. The k-th highest visible score v is found
-// by bisection between the row's lowest and highest visible score
-// (iters halvings: the highest τ with at least k visible scores >= τ),
-// and the mask holds the visible scores >= v: the k highest, and any
-// that equal the k-th (torch.topk would keep some of those ties, in an
-// order it does not define). The cost is iters comparisons and counts
-// over the row, where a sort would need a sort op XLA and the go backend
-// do not share.
-func TopKMask(scores, visible *Node, k, iters int) *Node {
-	if k <= 0 {
-		panic(fmt.Errorf("TopKMask: k %d must be positive", k))
+// score when fewer than k are. The k-th highest visible score v is
+// searched for between the row's lowest and highest visible score:
+// each round tests ways-1 thresholds evenly spaced in the interval
+// (the highest τ with at least k visible scores >= τ stays in it), until
+// bits bits of the interval are resolved. The mask holds the visible
+// scores >= the interval's low end: the k highest, and any within the
+// resolution of the k-th (torch.topk would keep some of such ties, in an
+// order it does not define). A sort would need a sort op that XLA and
+// the go backend do not share. Rows few and short (a decode step) take
+// 16 ways, 8 rounds, so that the graph has few ops; many or long ones
+// (a prefill), where each pass over the scores costs more than an op,
+// bisect (2 ways, 32 rounds), which compares each score least often.
+func TopKMask(scores, visible *Node, k, bits int) *Node {
+	if k <= 0 || bits <= 0 {
+		panic(fmt.Errorf("TopKMask: k %d and bits %d must be positive", k, bits))
 	}
 	g := scores.Graph()
 	f32 := dtypes.Float32
-	big := Scalar(g, f32, math.MaxFloat32)
-	count := func(tau *Node) *Node { // visible scores >= tau, [...]
-		ge := And(visible, GreaterOrEqual(scores, InsertAxes(tau, -1)))
-		return ReduceSum(ConvertDType(ge, f32), -1)
+	dims := scores.Shape().Dimensions
+	big := BroadcastToDims(Scalar(g, f32, math.MaxFloat32), dims...)
+	ways, step := 2, 1 // step: bits resolved a round
+	if scores.Shape().Size() <= 1<<14 {
+		ways, step = 16, 4
 	}
 	kf := Scalar(g, f32, float64(k))
-	lo := ReduceMin(Where(visible, scores, BroadcastToDims(big, scores.Shape().Dimensions...)), -1) // f(lo) holds when k are visible
-	hi := ReduceMax(Where(visible, scores, BroadcastToDims(Neg(big), scores.Shape().Dimensions...)), -1)
-	for i := 0; i < iters; i++ {
-		mid := Add(lo, MulScalar(Sub(hi, lo), 0.5))
-		ok := GreaterOrEqual(count(mid), kf)
-		lo, hi = Where(ok, mid, lo), Where(ok, hi, mid)
+	vis := Where(visible, scores, Neg(big)) // the hidden scores below every threshold
+	lo := ReduceMin(Where(visible, scores, big), -1)
+	hi := ReduceMax(vis, -1)
+	fracs := make([]float32, ways-1)
+	for j := range fracs {
+		fracs[j] = float32(j+1) / float32(ways)
 	}
-	tau := Where(GreaterOrEqual(count(hi), kf), hi, lo)
-	enough := GreaterOrEqual(ReduceSum(ConvertDType(visible, f32), -1), kf) // [...]: at least k visible
-	tau = Where(enough, tau, Neg(BroadcastToDims(big, tau.Shape().Dimensions...)))
+	frac := ExpandLeftToRank(Const(g, fracs), len(dims)) // [1, ..., ways-1]
+	count := func(tau *Node) *Node {                     // [..., n] visible scores >= each of tau [..., n]
+		ge := GreaterOrEqual(InsertAxes(vis, -2), InsertAxes(tau, -1)) // [..., n, S]
+		return ReduceSum(ConvertDType(ge, f32), -1)
+	}
+	for r := 0; r < (bits+step-1)/step; r++ {
+		thr := Add(InsertAxes(lo, -1), Mul(InsertAxes(Sub(hi, lo), -1), frac)) // [..., ways-1], increasing
+		ok := GreaterOrEqual(count(thr), kf)                                   // a prefix of trues
+		lo = ReduceMax(Where(ok, thr, BroadcastToDims(InsertAxes(lo, -1), thr.Shape().Dimensions...)), -1)
+		hi = ReduceMin(Where(ok, BroadcastToDims(InsertAxes(hi, -1), thr.Shape().Dimensions...), thr), -1)
+	}
+	atHi := GreaterOrEqual(Squeeze(count(InsertAxes(hi, -1)), -1), kf) // k scores tie at the top
+	tau := Where(atHi, hi, lo)
+	enough := GreaterOrEqual(ReduceSum(ConvertDType(visible, f32), -1), kf)
+	tau = Where(enough, tau, Neg(BroadcastToDims(Scalar(g, f32, math.MaxFloat32), tau.Shape().Dimensions...)))
 	return And(visible, GreaterOrEqual(scores, InsertAxes(tau, -1)))
 }

@@ -5,21 +5,28 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gomlx/gomlx/backends"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
-// TestTopKMask checks the bisection's mask against a sort of each row's
+// TestTopKMask checks the search's mask against a sort of each row's
 // visible scores: rows of 1 to 40 keys with a random prefix visible, k
 // from 1 to past the visible count (every visible key then), scores
 // spread over six orders of magnitude of both signs, and a row of equal
-// scores (all of them kept: the ties of the k-th).
+// scores (all of them kept: the ties of the k-th); 6 rows (the 16-way
+// search) and 600 (bisection) of each.
 func TestTopKMask(t *testing.T) {
 	be := dnBackend(t)
 	r := rand.New(rand.NewPCG(7, 8))
+	for _, rows := range []int{6, 600} {
+		testTopKMask(t, be, r, rows, topKBits)
+	}
+}
+
+func testTopKMask(t *testing.T, be backends.Backend, r *rand.Rand, rows, bits int) {
 	for _, s := range []int{1, 5, 17, 40} {
 		for _, k := range []int{1, 3, 16, 50} {
-			const rows = 6
 			scores := make([]float32, rows*s)
 			visible := make([]bool, rows*s)
 			nvis := make([]int, rows)
@@ -34,7 +41,7 @@ func TestTopKMask(t *testing.T) {
 					visible[i*s+j] = j < nvis[i]
 				}
 			}
-			out := MustExecOnce(be, func(x, vis *Node) *Node { return TopKMask(x, vis, k, topKBisections) },
+			out := MustExecOnce(be, func(x, vis *Node) *Node { return TopKMask(x, vis, k, bits) },
 				tensors.FromFlatDataAndDimensions(scores, rows, s), tensors.FromFlatDataAndDimensions(visible, rows, s))
 			got, err := tensors.CopyFlatData[bool](out)
 			if err != nil {
@@ -48,8 +55,8 @@ func TestTopKMask(t *testing.T) {
 				for j := 0; j < s; j++ {
 					want := j < nvis[i] && scores[i*s+j] >= kth
 					if got[i*s+j] != want {
-						t.Fatalf("S %d, k %d, row %d (%d visible), key %d (score %g, k-th %g): got %v, want %v",
-							s, k, i, nvis[i], j, scores[i*s+j], kth, got[i*s+j], want)
+						t.Fatalf("%d rows of S %d, k %d, row %d (%d visible), key %d (score %g, k-th %g): got %v, want %v",
+							rows, s, k, i, nvis[i], j, scores[i*s+j], kth, got[i*s+j], want)
 					}
 				}
 			}
