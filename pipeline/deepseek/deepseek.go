@@ -57,7 +57,11 @@
 // key for each query, and the attention reads only the index_topk best
 // (nn.IndexerBias). Until a query can see more than index_topk keys it
 // is DeepSeek-V3's attention exactly. The MLA's rotary is always
-// interleaved; the indexer's is rotate-half.
+// interleaved; the indexer's is rotate-half. GlmMoeDsaForCausalLM
+// (models/glm_moe_dsa: Z.ai's GLM-5) is the same design with GLM's
+// sizes and an indexer whose rope dims turn as interleaved pairs; its
+// layers that reuse another layer's choice ("shared" indexer_types) are
+// refused.
 //
 // DeepseekV2ForCausalLM (models/deepseek_v2: DeepSeek-V2, V2-Lite, V2.5,
 // DeepSeek-Coder-V2; "DeepSeek-V2" arXiv:2405.04434) is the same MLA with
@@ -75,10 +79,12 @@
 package deepseek
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -93,6 +99,7 @@ import (
 func init() {
 	lm.Register("DeepseekV3ForCausalLM", New)
 	lm.Register("DeepseekV32ForCausalLM", New)
+	lm.Register("GlmMoeDsaForCausalLM", New)
 	lm.Register("DeepseekV2ForCausalLM", New)
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 	lm.Register("Glm4MoeForCausalLM", New)
@@ -126,6 +133,12 @@ type Config struct {
 	IndexNHeads  *int `json:"index_n_heads"`
 	IndexHeadDim *int `json:"index_head_dim"`
 	IndexTopK    *int `json:"index_topk"`
+	// GLM-5's cross-layer sharing of the indexer's choice
+	// (GlmMoeDsaConfig): refused unless every layer runs its own.
+	IndexerTypes        []string        `json:"indexer_types"`
+	IndexTopKPattern    json.RawMessage `json:"index_topk_pattern"`
+	IndexTopKFreq       *int            `json:"index_topk_freq"`
+	IndexSkipTopKOffset *int            `json:"index_skip_topk_offset"`
 	MoEConfig
 }
 
@@ -182,6 +195,9 @@ type Defaults struct {
 	// LayerTypes reads mlp_layer_types, first_k_dense_replace placing
 	// the dense layers without it (DeepseekV32Config).
 	LayerTypes bool
+	// IndexInterleave rotates the indexer's rope dims as interleaved
+	// pairs (GLM-5's GlmMoeDsaIndexer) instead of rotate-half.
+	IndexInterleave bool
 }
 
 var (
@@ -201,6 +217,16 @@ var (
 		Experts: 256, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 3,
 		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 163840, BOS: 0, EOS: 1, NormTopK: true,
 		IndexHeads: 64, IndexDim: 128, IndexTopK: 2048, LayerTypes: true,
+	}
+	// GLMDsaDefaults are GlmMoeDsaConfig's (GLM-5's sizes): DeepSeek-V3.2's
+	// design with GLM's widths, one expert group and an indexer of 32
+	// heads whose rope dims turn as interleaved pairs.
+	GLMDsaDefaults = Defaults{
+		Vocab: 154880, Hidden: 6144, Intermediate: 12288, MoEIntermediate: 2048, Layers: 78, Heads: 64,
+		QLora: 2048, KVLora: 512, QKNope: 192, QKRope: 64, VHead: 256,
+		Experts: 256, TopK: 8, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 3,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-5, MaxPositions: 202752, BOS: 0, EOS: 1, NormTopK: true,
+		IndexHeads: 32, IndexDim: 128, IndexTopK: 2048, LayerTypes: true, IndexInterleave: true,
 	}
 	// V2Defaults are DeepseekV2Config's, which inherits LlamaConfig's
 	// sizes. num_experts_per_tok has no default (0: the config must say),
@@ -261,8 +287,11 @@ type Options struct {
 	NoPE bool
 	// IndexTopK > 0 adds DeepSeek-V3.2's lightning indexer (DSA: see
 	// nn.IndexerBias) of IndexHeads heads of IndexDim: each query attends
-	// to the IndexTopK visible tokens it scores best.
+	// to the IndexTopK visible tokens it scores best. IndexInterleave
+	// turns its rope dims as interleaved pairs (GLM-5) instead of
+	// rotate-half (DeepSeek-V3.2).
 	IndexHeads, IndexDim, IndexTopK int
+	IndexInterleave                 bool
 	// Scale multiplies the query·key products: qk_head_dim^-0.5, times
 	// mscale² under YaRN with mscale_all_dim.
 	Scale float64
@@ -319,6 +348,8 @@ func Resolve(cfg *config.File) (Options, error) {
 		d = V2Defaults
 	case cfg.Architecture() == "DeepseekV32ForCausalLM":
 		d = V32Defaults
+	case cfg.Architecture() == "GlmMoeDsaForCausalLM":
+		d = GLMDsaDefaults
 	}
 	if c.AttentionBias {
 		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek's projections have no biases", where)
@@ -417,12 +448,51 @@ func resolveIndexer(where string, c Config, d Defaults, o *Options) error {
 	o.IndexHeads = lm.Or(c.IndexNHeads, d.IndexHeads)
 	o.IndexDim = lm.Or(c.IndexHeadDim, d.IndexDim)
 	o.IndexTopK = lm.Or(c.IndexTopK, d.IndexTopK)
+	o.IndexInterleave = d.IndexInterleave
+	if err := c.fullIndexers(where); err != nil {
+		return err
+	}
 	if o.IndexHeads <= 0 || o.IndexHeads > 1<<16 || o.IndexDim < o.QKRope || o.IndexDim > 1<<16 || o.IndexTopK <= 0 {
 		return fmt.Errorf("%s: index_n_heads %d (1 to 65536), index_head_dim %d (qk_rope_head_dim %d to 65536) and index_topk %d must be positive",
 			where, o.IndexHeads, o.IndexDim, o.QKRope, o.IndexTopK)
 	}
 	if o.QLoraRank == 0 {
 		return errs.Unsupportedf("%s: q_lora_rank is null; DeepSeek-V3.2's indexer reads the query's low-rank latent (every release has one)", where)
+	}
+	return nil
+}
+
+// fullIndexers refuses GLM-5's cross-layer sharing of the indexer's
+// choice (GlmMoeDsaConfig: a "shared" layer reuses the previous "full"
+// layer's top k and has no indexer of its own), by indexer_types, an
+// index_topk_pattern with an "S", or an index_topk_freq above 1 (which,
+// from index_skip_topk_offset on, shares all but every freq-th layer's).
+// Every layer running its own indexer, the default, is read.
+func (c Config) fullIndexers(where string) error {
+	for i, t := range c.IndexerTypes {
+		if t != "full" {
+			return errs.Unsupportedf("%s: indexer_types[%d] is %q: layers that share another layer's indexer choice are not supported (only \"full\")", where, i, t)
+		}
+	}
+	if len(c.IndexTopKPattern) > 0 && string(c.IndexTopKPattern) != "null" {
+		var pattern string
+		var list []string
+		if json.Unmarshal(c.IndexTopKPattern, &pattern) == nil {
+			if strings.ContainsFunc(pattern, func(r rune) bool { return r != 'F' }) {
+				return errs.Unsupportedf("%s: index_topk_pattern %q shares indexer choices between layers (only F, every layer its own, is supported)", where, pattern)
+			}
+		} else if json.Unmarshal(c.IndexTopKPattern, &list) == nil {
+			for i, t := range list {
+				if t != "full" {
+					return errs.Unsupportedf("%s: index_topk_pattern[%d] is %q: shared indexer choices are not supported", where, i, t)
+				}
+			}
+		} else {
+			return fmt.Errorf("%s: index_topk_pattern is %s; want a string of F and S or a list", where, c.IndexTopKPattern)
+		}
+	}
+	if c.IndexerTypes == nil && (len(c.IndexTopKPattern) == 0 || string(c.IndexTopKPattern) == "null") && lm.Or(c.IndexTopKFreq, 1) > 1 {
+		return errs.Unsupportedf("%s: index_topk_freq %d shares indexer choices between layers (only 1 is supported)", where, *c.IndexTopKFreq)
 	}
 	return nil
 }
@@ -1063,7 +1133,8 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 
 // indexer is DeepseekV32Indexer: its keys LayerNorm(wk x), rotated on
 // their first qk_rope_head_dim dims (rotate-half, unlike the MLA's
-// interleaved pairs), go into its cache; once a query can see more than
+// interleaved pairs; GLM-5's GlmMoeDsaIndexer turns pairs), go into its
+// cache; once a query can see more than
 // index_topk keys, its queries wq_b(qa) (rotated alike) and head weights
 // weights_proj(x)·index_n_heads^-0.5 (float32) score them, and the bias
 // masks every key outside each query's best index_topk
@@ -1074,7 +1145,11 @@ func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (
 	b, t := dims[0], dims[1]
 	cos, sin := o.Rope.CosSin(step, x.DType())
 	rotate := func(v *Node) *Node { // [B, T, H, IndexDim]
-		rot := nn.ApplyRope(SliceAxis(v, 3, AxisRange(0, o.QKRope)), cos, sin)
+		pe := SliceAxis(v, 3, AxisRange(0, o.QKRope))
+		if o.IndexInterleave {
+			pe = nn.PairsToHalves(pe)
+		}
+		rot := nn.ApplyRope(pe, cos, sin)
 		return Concatenate([]*Node{rot, SliceAxis(v, 3, AxisRange(o.QKRope, o.IndexDim))}, 3)
 	}
 	k := nn.LayerNorm(nn.Linear(x, p.Get("wk.weight"), nil), p.Get("k_norm.weight"), p.Get("k_norm.bias"), indexerEps)

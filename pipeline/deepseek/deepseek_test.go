@@ -2,6 +2,7 @@ package deepseek_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
@@ -57,7 +59,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	}{{"v3", dsref.TinyDeepSeek(), false}, {"lite-yarn", dsref.TinyDeepSeekLite(), false}, {"odd", odd(), false},
 		{"glm-4.7-flash", dsref.TinyDeepSeek(), true},
 		{"v2-grouped-yarn", dsref.TinyDeepSeekV2(), false}, {"v2-greedy", dsref.TinyDeepSeekV2Greedy(), false},
-		{"v3.2", dsref.TinyDeepSeekV32(), false}} {
+		{"v3.2", dsref.TinyDeepSeekV32(), false}, {"glm-5", dsref.TinyGLM5(), false}} {
 		t.Run(c.name, func(t *testing.T) {
 			write := c.ds.Write
 			if c.glm {
@@ -146,30 +148,34 @@ func TestRoutingMatters(t *testing.T) {
 
 // TestIndexerMatters checks that the comparison above can fail where
 // DeepSeek-V3.2's sparse attention shows: a reference attending to every
-// earlier token (no indexer) or keeping the best 5 instead of 4 gives
-// other logits than the model on an 11-token prompt.
+// earlier token (no indexer), keeping the best 5 instead of 4, or turning
+// the indexer's rope dims the other way (GLM-5's interleaved pairs for
+// DeepSeek-V3.2's rotate-half, and back) gives other logits than the
+// model on an 11-token prompt.
 func TestIndexerMatters(t *testing.T) {
-	c := dsref.TinyDeepSeekV32()
-	dir, l := lmckpt.WriteLoad(t, c.Write)
-	prompt := prompts[1]
-	got := moecheck.Prefill(t, l, prompt)
-	rm, err := c.Load(dir)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []dsref.DeepSeek{dsref.TinyDeepSeekV32(), dsref.TinyGLM5()} {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		prompt := prompts[1]
+		got := moecheck.Prefill(t, l, prompt)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mutants []refcheck.Mutant
+		for _, mutate := range []struct {
+			name string
+			f    func(c *dsref.DeepSeek)
+		}{
+			{"dense attention", func(c *dsref.DeepSeek) { c.IndexTopK = 1 << 20 }},
+			{"the best 5", func(c *dsref.DeepSeek) { c.IndexTopK = 5 }},
+			{"the other rope", func(c *dsref.DeepSeek) { c.IndexInterleave = !c.IndexInterleave }},
+		} {
+			mc := c
+			mutate.f(&mc)
+			mutants = append(mutants, refcheck.Mutant{Name: mutate.name, Logits: (&dsref.Model{C: mc, W: rm.W}).Logits})
+		}
+		refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
 	}
-	var mutants []refcheck.Mutant
-	for _, mutate := range []struct {
-		name string
-		f    func(c *dsref.DeepSeek)
-	}{
-		{"dense attention", func(c *dsref.DeepSeek) { c.IndexTopK = 1 << 20 }},
-		{"the best 5", func(c *dsref.DeepSeek) { c.IndexTopK = 5 }},
-	} {
-		mc := c
-		mutate.f(&mc)
-		mutants = append(mutants, refcheck.Mutant{Name: mutate.name, Logits: (&dsref.Model{C: mc, W: rm.W}).Logits})
-	}
-	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, mutants...)
 }
 
 // TestRoutingMattersV2 checks the comparison can fail where DeepSeek-V2's
@@ -396,6 +402,31 @@ func TestConfig(t *testing.T) {
 	}
 	if st := m32.LayerState(0, 1, 64); len(st) != 2 || st[1].Name != "indexer" || fmt.Sprint(st[1].Shape) != "[1 1 64 128]" {
 		t.Errorf("DeepSeek-V3.2: layer state %+v", st)
+	}
+	// GLM-5: GlmMoeDsaConfig's defaults (GLM-5's sizes: 743.9B
+	// parameters, 39.9B active less the embedding and head, the card's
+	// 744B and 40B), its indexer's pairs; layers sharing another's choice
+	// refused by each of the three fields.
+	g5, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "indexer_types": null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lmckpt.Params(deepseek.NewModel(g5)); n != 743_911_218_432 {
+		t.Errorf("GLM-5: %d parameters, want 743,911,218,432", n)
+	}
+	if g5.Spec.Hidden != 6144 || g5.Spec.Layers != 78 || g5.QLoraRank != 2048 || g5.VHead != 256 || g5.IndexHeads != 32 ||
+		!g5.IndexInterleave || g5.Groups != 1 || g5.Eps != 1e-5 || g5.Sparse[2] || !g5.Sparse[3] {
+		t.Errorf("GlmMoeDsaConfig's defaults: %+v", g5)
+	}
+	for _, bad := range []struct{ js, want string }{
+		{`"num_hidden_layers": 3, "indexer_types": ["full", "shared", "full"]`, `indexer_types[1] is "shared"`},
+		{`"index_topk_pattern": "FSSF"`, `index_topk_pattern "FSSF"`},
+		{`"index_topk_freq": 4`, "index_topk_freq 4"},
+	} {
+		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], `+bad.js+`}`))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, errs.ErrUnsupported) {
+			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
+		}
 	}
 	for _, bad := range []struct{ js, want string }{
 		{`"q_lora_rank": null`, "q_lora_rank is null"},

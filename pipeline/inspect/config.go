@@ -297,8 +297,8 @@ func TextConfig(m *config.File) (*Text, error) {
 		la.QKNope, _ = f.int("qk_nope_head_dim")
 		la.QKRope, _ = f.int("qk_rope_head_dim")
 		la.VHead, _ = f.int("v_head_dim")
-		if f.string("model_type") == "deepseek_v32" {
-			la.IndexHeadDim = 128 // DeepseekV32Config's
+		if mt := f.string("model_type"); mt == "deepseek_v32" || mt == "glm_moe_dsa" {
+			la.IndexHeadDim = 128 // DeepseekV32Config's and GlmMoeDsaConfig's
 			if d, ok := f.int("index_head_dim"); ok {
 				la.IndexHeadDim = d
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -108,6 +109,17 @@ func TestDeepSeekV32(t *testing.T) {
 	}
 	if want := int64(61 * (576 + 128) * 2 * 32768); r.Memory.KVCache != want {
 		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	// GLM-5's config names its class's model_type; its indexer's key is
+	// GlmMoeDsaConfig's 128 wide when the config leaves it out.
+	cfg5, err := config.ParseModel([]byte(`{"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "hidden_size": 6144,
+		"num_hidden_layers": 78, "num_attention_heads": 64, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 192}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t5, err := inspect.TextConfig(cfg5)
+	if err != nil || t5.MLA == nil || t5.MLA.IndexHeadDim != 128 || t5.StateBytes(1, 1000, 2).KVCache != 78*(576+128)*2*1000 {
+		t.Errorf("GLM-5: %+v, %v", t5, err)
 	}
 }
 
