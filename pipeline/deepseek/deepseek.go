@@ -292,6 +292,12 @@ type Options struct {
 	// rotate-half (DeepSeek-V3.2).
 	IndexHeads, IndexDim, IndexTopK int
 	IndexInterleave                 bool
+	// SparseRows is the most queries a step (decode steps, speculative
+	// verification) for which the attention gathers each query's
+	// IndexTopK chosen latent rows (nn.SparseLatentAttention) instead of
+	// scoring every visible row and masking the others: a gather of
+	// T·IndexTopK rows against T·S products. 0 always masks.
+	SparseRows int
 	// Scale multiplies the query·key products: qk_head_dim^-0.5, times
 	// mscale² under YaRN with mscale_all_dim.
 	Scale float64
@@ -449,6 +455,7 @@ func resolveIndexer(where string, c Config, d Defaults, o *Options) error {
 	o.IndexDim = lm.Or(c.IndexHeadDim, d.IndexDim)
 	o.IndexTopK = lm.Or(c.IndexTopK, d.IndexTopK)
 	o.IndexInterleave = d.IndexInterleave
+	o.SparseRows = sparseRows
 	if err := c.fullIndexers(where); err != nil {
 		return err
 	}
@@ -1122,10 +1129,19 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)     // [B, T, H, r+dr]
 	c = nn.WriteLatent(c, Concatenate([]*Node{latent, Squeeze(kPe, 2)}, 2), step) // [B, T, r+dr]
 	bias := nn.AttentionBias(step, 0)
+	var keep *Node
 	if o.IndexTopK > 0 {
-		bias, index = m.indexer(p.Scope("indexer"), x, qa, index, bias, step)
+		keep, index = m.indexer(p.Scope("indexer"), x, qa, index, bias, step)
 	}
-	out := nn.LatentAttention(query, c, bias, o.Scale, r)                 // [B, T, H, r]: the latent values
+	var out *Node // [B, T, H, r]: the latent values
+	switch {
+	case keep != nil && t <= o.SparseRows:
+		out = nn.SparseLatentAttention(query, c, keep, o.IndexTopK, o.Scale, r)
+	case keep != nil:
+		out = nn.LatentAttention(query, c, nn.KeepBias(keep), o.Scale, r)
+	default:
+		out = nn.LatentAttention(query, c, bias, o.Scale, r)
+	}
 	values := DotGeneral(out, []int{3}, []int{2}, wv, []int{2}, []int{0}) // [H, B, T, dv]
 	values = Reshape(TransposeAllDims(values, 1, 2, 0, 3), b, t, heads*dv)
 	return nn.Linear(values, p.Get("o_proj.weight"), nil), c, index
@@ -1136,10 +1152,10 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 // interleaved pairs; GLM-5's GlmMoeDsaIndexer turns pairs), go into its
 // cache; once a query can see more than
 // index_topk keys, its queries wq_b(qa) (rotated alike) and head weights
-// weights_proj(x)·index_n_heads^-0.5 (float32) score them, and the bias
-// masks every key outside each query's best index_topk
-// (nn.IndexerBias).
-func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (*Node, *Node) {
+// weights_proj(x)·index_n_heads^-0.5 (float32) score them, and keep
+// [B, T, S] holds each query's best index_topk of the keys bias lets it
+// see (nn.IndexerKeep; nil while every visible key is among them).
+func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (keep, _ *Node) {
 	o := m.o
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -1155,13 +1171,18 @@ func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (
 	k := nn.LayerNorm(nn.Linear(x, p.Get("wk.weight"), nil), p.Get("k_norm.weight"), p.Get("k_norm.bias"), indexerEps)
 	cache = nn.WriteIndexerKeys(cache, Squeeze(rotate(InsertAxes(k, 2)), 2), step)
 	if step.Visible() <= o.IndexTopK {
-		return bias, cache // every visible key is among the best
+		return nil, cache // every visible key is among the best
 	}
 	q := rotate(Reshape(nn.Linear(qa, p.Get("wq_b.weight"), nil), b, t, o.IndexHeads, o.IndexDim))
 	f32 := dtypes.Float32
 	w := MulScalar(nn.Linear(ConvertDType(x, f32), p.Get("weights_proj.weight"), nil), 1/math.Sqrt(float64(o.IndexHeads))) // [B, T, IndexHeads]
-	return nn.IndexerBias(q, cache, w, bias, o.IndexTopK), cache
+	return nn.IndexerKeep(q, cache, w, bias, o.IndexTopK), cache
 }
+
+// sparseRows is Options.SparseRows's default: a decode step, or a
+// speculative step of up to 16 tokens, gathers; a prefill window masks
+// (T·index_topk rows of the latent would outgrow the cache itself).
+const sparseRows = 16
 
 // indexerEps is the epsilon of the indexer's k_norm, a LayerNorm
 // DeepseekV32Indexer builds with 1e-6.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 
 	"github.com/tputool/tputool/pipeline/lm"
 )
@@ -40,19 +41,18 @@ func WriteIndexerKeys(cache, k *Node, step *lm.Step) *Node {
 	return cache
 }
 
-// IndexerBias returns the attention bias [B, 1, T, 1, S] (as
-// AttentionBias makes it) with every visible key outside the query's
-// topk best by the indexer's scores masked: q [B, T, H, D] the indexer's
-// rotated queries, cache the indexer's keys [B, 1, S', D] (the first S
-// slots read), w [B, T, H] its head weights (float32, already scaled),
-// bias the step's attention bias. When no query can see more than topk
-// keys (S <= topk) the bias is returned as it is: every visible key is
-// among the best.
-func IndexerBias(q, cache, w, bias *Node, topk int) *Node {
+// IndexerKeep returns which keys each query attends to [B, T, S]: the
+// visible keys (by bias, the step's attention bias [B, 1, T, 1, S] as
+// AttentionBias makes it) among its topk best by the indexer's scores.
+// q [B, T, H, D] are the indexer's rotated queries, cache its keys
+// [B, 1, S', D] (the first S slots read), w [B, T, H] its head weights
+// (float32, already scaled). It returns nil when no query can see more
+// than topk keys (S <= topk): every visible key is among the best.
+func IndexerKeep(q, cache, w, bias *Node, topk int) *Node {
 	bd := bias.Shape().Dimensions
 	b, t, s := bd[0], bd[2], bd[4]
 	if s <= topk {
-		return bias
+		return nil
 	}
 	f32 := dtypes.Float32
 	d := q.Shape().Dimensions[3]
@@ -61,8 +61,55 @@ func IndexerBias(q, cache, w, bias *Node, topk int) *Node {
 	scores = Mul(Max(scores, ScalarZero(q.Graph(), f32)), InsertAxes(w, -1))                 // relu, weighted
 	index := MulScalar(ReduceSum(scores, 2), 1/math.Sqrt(float64(d)))                        // [B, T, S]
 	visible := GreaterThan(Reshape(bias, b, t, s), Scalar(q.Graph(), f32, -1e29))
-	keep := And(visible, TopKMask(index, visible, topk, topKBits))
-	return Reshape(Where(keep, ZerosLike(index), BroadcastToDims(Scalar(q.Graph(), f32, -1e30), b, t, s)), b, 1, t, 1, s)
+	return And(visible, TopKMask(index, visible, topk, topKBits))
+}
+
+// KeepBias is the attention bias [B, 1, T, 1, S] of keep [B, T, S]: 0
+// where a query attends, a large negative number elsewhere.
+func KeepBias(keep *Node) *Node {
+	d := keep.Shape().Dimensions
+	b, t, s := d[0], d[1], d[2]
+	g := keep.Graph()
+	f32 := dtypes.Float32
+	zero, masked := BroadcastToDims(ScalarZero(g, f32), b, t, s), BroadcastToDims(Scalar(g, f32, -1e30), b, t, s)
+	return Reshape(Where(keep, zero, masked), b, 1, t, 1, s)
+}
+
+// SparseLatentAttention is LatentAttention over each query's kept keys
+// only (keep [B, T, S], at most k of them a query): the kept slots are
+// numbered in order (an exclusive running count of keep), scattered into
+// a table of k slot numbers a query, and the latent rows they name
+// gathered, [B, T, k, D], so that each query's scores and values read k
+// rows of the cache instead of S. A query keeping fewer than k keys
+// masks the table's empty entries; one keeping more (scores tied with
+// the k-th) keeps its first k by position. The sum is LatentAttention's
+// under KeepBias(keep) otherwise. q [B, T, H, D], the result
+// [B, T, H, valueDims].
+func SparseLatentAttention(q *Node, c Latent, keep *Node, k int, scale float64, valueDims int) *Node {
+	kd := keep.Shape().Dimensions
+	b, t, s := kd[0], kd[1], kd[2]
+	g := q.Graph()
+	f32, i32 := dtypes.Float32, dtypes.Int32
+	dtype := q.DType()
+	kf := ConvertDType(keep, f32)
+	rank := Sub(scanSum(kf, 2), kf)                                                                        // kept keys before each slot, [B, T, S]
+	slot := Where(And(keep, LessThan(rank, Scalar(g, f32, float64(k)))), rank, Scalar(g, f32, float64(k))) // k: the spill entry
+	shape := shapes.Make(i32, b, t, s)
+	at := Concatenate([]*Node{InsertAxes(Iota(g, shape, 0), -1), InsertAxes(Iota(g, shape, 1), -1), InsertAxes(ConvertDType(slot, i32), -1)}, -1)
+	slotPlusOne := AddScalar(Iota(g, shape, 2), 1) // 0 marks an empty entry
+	table := ScatterSum(Zeros(g, shapes.Make(i32, b, t, k+1)), Reshape(at, b*t*s, 3), Reshape(slotPlusOne, b*t*s), false, false)
+	table = SliceAxis(table, 2, AxisRange(0, k)) // [B, T, k]
+	valid := GreaterThan(table, ScalarZero(g, i32))
+	rowOf := Add(Max(AddScalar(table, -1), ScalarZero(g, i32)), Reshape(MulScalar(Iota(g, shapes.Make(i32, b), 0), s), b, 1, 1))
+	d := c.Cache.Shape().Dimensions[3]
+	cache := Reshape(readCache(c.Cache, c.Scales, KeyCacheAxis, s, dtype), b*s, d)                             // [B·S, D]
+	rows := Reshape(Gather(cache, Reshape(rowOf, b*t*k, 1)), b, t, k, d)                                       // [B, T, k, D]
+	scores := DotGeneral(q, []int{3}, []int{0, 1}, rows, []int{3}, []int{0, 1})                                // [B, T, H, k]
+	mask := Where(valid, ZerosLike(ConvertDType(valid, f32)), BroadcastToDims(Scalar(g, f32, -1e30), b, t, k)) // [B, T, k]
+	scores = Add(MulScalar(ConvertDType(scores, f32), scale), InsertAxes(mask, 2))
+	probs := ConvertDType(Softmax(scores, -1), dtype)
+	values := SliceAxis(rows, 3, AxisRange(0, valueDims))                          // [B, T, k, dv]
+	return DotGeneral(probs, []int{3}, []int{0, 1}, values, []int{2}, []int{0, 1}) // [B, T, H, dv]
 }
 
 // topKBits is how finely TopKMask resolves the k-th score: to 2^-32 of

@@ -63,3 +63,49 @@ func testTopKMask(t *testing.T, be backends.Backend, r *rand.Rand, rows, bits in
 		}
 	}
 }
+
+// TestSparseLatentAttention checks the gathered attention against
+// LatentAttention under KeepBias of the same keys: rows keeping k keys,
+// fewer (a query early in its sequence), none past the first, and more
+// than k (ties: the first k by position, as the masked form then sees),
+// over a float32 and an int8 cache.
+func TestSparseLatentAttention(t *testing.T) {
+	be := dnBackend(t)
+	r := rand.New(rand.NewPCG(9, 10))
+	const b, tt, h, s, d, dv, k = 2, 3, 2, 11, 6, 4, 4
+	_, qT := dnRand(r, 1, 0, b, tt, h, d)
+	_, cT := dnRand(r, 1, 0, b, 1, s, d)
+	keep := make([]bool, b*tt*s)
+	first := make([]bool, b*tt*s) // keep cut to its first k keys a row
+	for row := 0; row < b*tt; row++ {
+		n := []int{k, 2, 1, k + 3, k, 3}[row]
+		perm := r.Perm(s)[:n]
+		for _, j := range perm {
+			keep[row*s+j] = true
+		}
+		seen := 0
+		for j := 0; j < s; j++ {
+			if keep[row*s+j] && seen < k {
+				first[row*s+j] = true
+				seen++
+			}
+		}
+	}
+	keepT := tensors.FromFlatDataAndDimensions(keep, b, tt, s)
+	firstT := tensors.FromFlatDataAndDimensions(first, b, tt, s)
+	for _, int8Cache := range []bool{false, true} {
+		outs := MustExecOnceN(be, func(in []*Node) []*Node {
+			c := Latent{Cache: in[1]}
+			if int8Cache {
+				c.Cache, c.Scales = quantizeKV(in[1], 3)
+			}
+			sparse := SparseLatentAttention(in[0], c, in[2], k, 0.7, dv)
+			masked := LatentAttention(in[0], c, KeepBias(in[3]), 0.7, dv)
+			return []*Node{sparse, masked}
+		}, qT, cT, keepT, firstT)
+		got, want := dnFlat(t, outs[0]), dnFlat(t, outs[1])
+		if e := dnMaxRel(got, want); e > 1e-6 {
+			t.Errorf("int8 cache %v: gathered and masked attention differ by %.3g", int8Cache, e)
+		}
+	}
+}
