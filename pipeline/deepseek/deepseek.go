@@ -55,7 +55,9 @@
 // from the q LoRA's latent, wk with a LayerNorm, weights_proj) keeps a
 // key of index_head_dim a token beside the latent, scores every visible
 // key for each query, and the attention reads only the index_topk best
-// (nn.IndexerBias). Until a query can see more than index_topk keys it
+// (nn.IndexerKeep: a decode step gathers those latent rows,
+// nn.SparseLatentAttention; a prefill window masks the others). Until a
+// query can see more than index_topk keys it
 // is DeepSeek-V3's attention exactly. The MLA's rotary is always
 // interleaved; the indexer's is rotate-half. GlmMoeDsaForCausalLM
 // (models/glm_moe_dsa: Z.ai's GLM-5) is the same design with GLM's
@@ -286,7 +288,7 @@ type Options struct {
 	// mla_use_nope: its MLA layers have no position embedding).
 	NoPE bool
 	// IndexTopK > 0 adds DeepSeek-V3.2's lightning indexer (DSA: see
-	// nn.IndexerBias) of IndexHeads heads of IndexDim: each query attends
+	// nn.IndexerKeep) of IndexHeads heads of IndexDim: each query attends
 	// to the IndexTopK visible tokens it scores best. IndexInterleave
 	// turns its rope dims as interleaved pairs (GLM-5) instead of
 	// rotate-half (DeepSeek-V3.2).
