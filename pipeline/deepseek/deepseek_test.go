@@ -227,9 +227,17 @@ func TestRoutingMattersV2(t *testing.T) {
 // releases are stored (every projection F8_E4M3 with weight_scale_inv,
 // kv_b_proj included, which the model reads whole and so is decoded at
 // load): on the cpu backend the projections stay as stored, and the
-// logits are near the original weights' reference.
+// logits are near the original weights' reference. The DeepSeek-V3.2
+// copy holds its indexer as the V3.2 releases do: wq_b and wk in FP8,
+// weights_proj in float32; its logits, held so, are the go backend's,
+// which decodes the same values at load.
 func TestFP8(t *testing.T) {
-	c := dsref.TinyDeepSeek()
+	for _, c := range []dsref.DeepSeek{dsref.TinyDeepSeek(), dsref.TinyDeepSeekV32()} {
+		testFP8(t, c)
+	}
+}
+
+func testFP8(t *testing.T, c dsref.DeepSeek) {
 	src := t.TempDir()
 	if err := c.Write(src); err != nil {
 		t.Fatal(err)
@@ -247,7 +255,14 @@ func TestFP8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"kv_b_proj", "kv_a_proj_with_mqa", "q_a_proj"} {
+	stored := []string{"kv_b_proj", "kv_a_proj_with_mqa", "q_a_proj"}
+	if c.IndexTopK > 0 {
+		stored = append(stored, "indexer.wq_b", "indexer.wk")
+		if ck.Has("model.layers.1.self_attn.indexer.weights_proj.weight_scale_inv") {
+			t.Fatal("the FP8 copy holds the indexer's weights_proj in FP8")
+		}
+	}
+	for _, n := range stored {
 		if !ck.Has("model.layers.1.self_attn." + n + ".weight_scale_inv") {
 			t.Fatalf("the FP8 copy holds %s plain", n)
 		}
@@ -264,12 +279,41 @@ func TestFP8(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if f := l.HeldForm(compile.HoldingOf(tpu.CapabilitiesOf(be), compile.Options{}), "model.layers.1.self_attn.q_b_proj.weight"); f != lm.FormFP8 {
-		t.Errorf("q_b_proj held as %v, want FP8 as stored", f)
+	for _, n := range []string{"q_b_proj", "indexer.wq_b"} {
+		if n == "indexer.wq_b" && c.IndexTopK == 0 {
+			continue
+		}
+		if f := l.HeldForm(compile.HoldingOf(tpu.CapabilitiesOf(be), compile.Options{}), "model.layers.1.self_attn."+n+".weight"); f != lm.FormFP8 {
+			t.Errorf("%s held as %v, want FP8 as stored", n, f)
+		}
 	}
 	logits, err := r.NewState().Prefill(prompts, 2)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.IndexTopK > 0 {
+		// FP8's rounding moves the index scores past the tiny model's
+		// margins, so the original weights choose other keys: compare
+		// with the go backend, which decodes the same FP8 values at load.
+		g, err := compile.NewRunner(refcheck.GoBackend(t), l, compile.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		decoded, err := g.NewState().Prefill(prompts, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range prompts {
+			want := make([]float64, len(decoded[b]))
+			for i, v := range decoded[b] {
+				want[i] = float64(v)
+			}
+			if e := refcheck.RelErr(logits[b], want); e > 1e-4 {
+				t.Errorf("row %d: FP8 held as stored and decoded at load differ by %.3g", b, e)
+			}
+		}
+		return
 	}
 	for b, p := range prompts {
 		e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1])

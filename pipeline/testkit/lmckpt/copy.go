@@ -76,8 +76,16 @@ func CopyProjections(src, out string, cfg map[string]any, proj func(name string,
 	return nil
 }
 
-// isProjection reports a matrix CopyProjections converts.
+// isProjection reports a matrix CopyProjections converts. DeepSeek-V3.2's
+// indexer is converted as its FP8 releases hold it: wq_b and wk, not
+// weights_proj (a float32 matrix in every release).
 func isProjection(name string) bool {
+	if strings.HasSuffix(name, ".indexer.weights_proj.weight") {
+		return false
+	}
+	if strings.HasSuffix(name, ".indexer.wq_b.weight") || strings.HasSuffix(name, ".indexer.wk.weight") {
+		return true
+	}
 	if strings.HasSuffix(name, "proj.weight") || strings.HasSuffix(name, "proj_with_mqa.weight") { // DeepSeek's kv_a_proj_with_mqa too
 		return true
 	}
