@@ -86,7 +86,6 @@ import (
 	"math"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -412,7 +411,7 @@ func Resolve(cfg *config.File) (Options, error) {
 		return Options{}, fmt.Errorf("%s: q_lora_rank must not be negative, got %d", where, o.QLoraRank)
 	}
 	if d.IndexTopK > 0 {
-		if err := resolveIndexer(where, c, d, &o); err != nil {
+		if err := resolveIndexer(where, c, d, &o, s.Layers); err != nil {
 			return Options{}, err
 		}
 	}
@@ -452,13 +451,13 @@ func Resolve(cfg *config.File) (Options, error) {
 // index_head_dim (at least qk_rope_head_dim, its rotated dims) and
 // index_topk, all positive; its queries come from the q LoRA's latent,
 // so q_lora_rank must be set.
-func resolveIndexer(where string, c Config, d Defaults, o *Options) error {
+func resolveIndexer(where string, c Config, d Defaults, o *Options, layers int) error {
 	o.IndexHeads = lm.Or(c.IndexNHeads, d.IndexHeads)
 	o.IndexDim = lm.Or(c.IndexHeadDim, d.IndexDim)
 	o.IndexTopK = lm.Or(c.IndexTopK, d.IndexTopK)
 	o.IndexInterleave = d.IndexInterleave
 	o.SparseRows = sparseRows
-	if err := c.fullIndexers(where); err != nil {
+	if err := c.fullIndexers(where, layers); err != nil {
 		return err
 	}
 	if o.IndexHeads <= 0 || o.IndexHeads > 1<<16 || o.IndexDim < o.QKRope || o.IndexDim > 1<<16 || o.IndexTopK <= 0 {
@@ -473,34 +472,50 @@ func resolveIndexer(where string, c Config, d Defaults, o *Options) error {
 
 // fullIndexers refuses GLM-5's cross-layer sharing of the indexer's
 // choice (GlmMoeDsaConfig: a "shared" layer reuses the previous "full"
-// layer's top k and has no indexer of its own), by indexer_types, an
-// index_topk_pattern with an "S", or an index_topk_freq above 1 (which,
-// from index_skip_topk_offset on, shares all but every freq-th layer's).
-// Every layer running its own indexer, the default, is read.
-func (c Config) fullIndexers(where string) error {
-	for i, t := range c.IndexerTypes {
-		if t != "full" {
-			return errs.Unsupportedf("%s: indexer_types[%d] is %q: layers that share another layer's indexer choice are not supported (only \"full\")", where, i, t)
+// layer's top k and has no indexer of its own), read as the config class
+// reads it: indexer_types when set (one entry a layer), else
+// index_topk_pattern (a string of F and S, or a list taken as it is),
+// else index_topk_freq (above 1, every layer from
+// index_skip_topk_offset on but every freq-th shares). Every layer
+// running its own indexer, the default, is read.
+func (c Config) fullIndexers(where string, layers int) error {
+	if c.IndexerTypes != nil {
+		if len(c.IndexerTypes) != layers {
+			return fmt.Errorf("%s: indexer_types has %d entries for %d layers", where, len(c.IndexerTypes), layers)
 		}
+		for i, t := range c.IndexerTypes {
+			if t == "shared" {
+				return errs.Unsupportedf("%s: indexer_types[%d] is \"shared\": layers that reuse another layer's indexer choice are not supported", where, i)
+			}
+		}
+		return nil
 	}
 	if len(c.IndexTopKPattern) > 0 && string(c.IndexTopKPattern) != "null" {
 		var pattern string
 		var list []string
-		if json.Unmarshal(c.IndexTopKPattern, &pattern) == nil {
-			if strings.ContainsFunc(pattern, func(r rune) bool { return r != 'F' }) {
-				return errs.Unsupportedf("%s: index_topk_pattern %q shares indexer choices between layers (only F, every layer its own, is supported)", where, pattern)
-			}
-		} else if json.Unmarshal(c.IndexTopKPattern, &list) == nil {
-			for i, t := range list {
-				if t != "full" {
-					return errs.Unsupportedf("%s: index_topk_pattern[%d] is %q: shared indexer choices are not supported", where, i, t)
+		switch {
+		case json.Unmarshal(c.IndexTopKPattern, &pattern) == nil:
+			for i, r := range pattern {
+				switch r {
+				case 'F':
+				case 'S':
+					return errs.Unsupportedf("%s: index_topk_pattern %q shares indexer choices between layers (at %d; only F, every layer its own, is supported)", where, pattern, i)
+				default:
+					return fmt.Errorf("%s: index_topk_pattern %q holds %q; want F and S", where, pattern, r)
 				}
 			}
-		} else {
+		case json.Unmarshal(c.IndexTopKPattern, &list) == nil:
+			for i, t := range list {
+				if t == "shared" {
+					return errs.Unsupportedf("%s: index_topk_pattern[%d] is \"shared\": shared indexer choices are not supported", where, i)
+				}
+			}
+		default:
 			return fmt.Errorf("%s: index_topk_pattern is %s; want a string of F and S or a list", where, c.IndexTopKPattern)
 		}
+		return nil
 	}
-	if c.IndexerTypes == nil && (len(c.IndexTopKPattern) == 0 || string(c.IndexTopKPattern) == "null") && lm.Or(c.IndexTopKFreq, 1) > 1 {
+	if lm.Or(c.IndexTopKFreq, 1) > 1 {
 		return errs.Unsupportedf("%s: index_topk_freq %d shares indexer choices between layers (only 1 is supported)", where, *c.IndexTopKFreq)
 	}
 	return nil
@@ -946,7 +961,8 @@ func (m *Model) LatentWeights(i int) []lm.WeightSpec {
 		add("self_attn.indexer.wk.weight", true, lm.Replicated, o.IndexDim, s.Hidden)
 		add("self_attn.indexer.k_norm.weight", false, lm.Replicated, o.IndexDim)
 		add("self_attn.indexer.k_norm.bias", false, lm.Replicated, o.IndexDim)
-		// Kept in float32, as DeepseekV32PreTrainedModel keeps it.
+		// Read into float32, as DeepseekV32PreTrainedModel keeps it
+		// (the releases store it unquantized, in bf16).
 		ws = append(ws, lm.WeightSpec{Name: p + "self_attn.indexer.weights_proj.weight", Shape: []int{o.IndexHeads, s.Hidden}, F32: true, TP: lm.Replicated})
 	}
 	add("post_attention_layernorm.weight", false, lm.Replicated, s.Hidden)
@@ -1131,14 +1147,14 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 	query := Concatenate([]*Node{TransposeAllDims(qLat, 1, 2, 0, 3), qPe}, 3)     // [B, T, H, r+dr]
 	c = nn.WriteLatent(c, Concatenate([]*Node{latent, Squeeze(kPe, 2)}, 2), step) // [B, T, r+dr]
 	bias := nn.AttentionBias(step, 0)
-	var keep *Node
+	var keep, sure *Node
 	if o.IndexTopK > 0 {
-		keep, index = m.indexer(p.Scope("indexer"), x, qa, index, bias, step)
+		keep, sure, index = m.indexer(p.Scope("indexer"), x, qa, index, bias, step)
 	}
 	var out *Node // [B, T, H, r]: the latent values
 	switch {
 	case keep != nil && t <= o.SparseRows:
-		out = nn.SparseLatentAttention(query, c, keep, o.IndexTopK, o.Scale, r)
+		out = nn.SparseLatentAttention(query, c, keep, sure, o.IndexTopK, o.Scale, r)
 	case keep != nil:
 		out = nn.LatentAttention(query, c, nn.KeepBias(keep), o.Scale, r)
 	default:
@@ -1156,8 +1172,9 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 // index_topk keys, its queries wq_b(qa) (rotated alike) and head weights
 // weights_proj(x)·index_n_heads^-0.5 (float32) score them, and keep
 // [B, T, S] holds each query's best index_topk of the keys bias lets it
-// see (nn.IndexerKeep; nil while every visible key is among them).
-func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (keep, _ *Node) {
+// see, sure those above the k-th's band (nn.IndexerKeep; both nil while
+// every visible key is among the best).
+func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (keep, sure, _ *Node) {
 	o := m.o
 	dims := x.Shape().Dimensions
 	b, t := dims[0], dims[1]
@@ -1173,12 +1190,13 @@ func (m *Model) indexer(p *lm.Params, x, qa, cache, bias *Node, step *lm.Step) (
 	k := nn.LayerNorm(nn.Linear(x, p.Get("wk.weight"), nil), p.Get("k_norm.weight"), p.Get("k_norm.bias"), indexerEps)
 	cache = nn.WriteIndexerKeys(cache, Squeeze(rotate(InsertAxes(k, 2)), 2), step)
 	if step.Visible() <= o.IndexTopK {
-		return nil, cache // every visible key is among the best
+		return nil, nil, cache // every visible key is among the best
 	}
 	q := rotate(Reshape(nn.Linear(qa, p.Get("wq_b.weight"), nil), b, t, o.IndexHeads, o.IndexDim))
 	f32 := dtypes.Float32
 	w := MulScalar(nn.Linear(ConvertDType(x, f32), p.Get("weights_proj.weight"), nil), 1/math.Sqrt(float64(o.IndexHeads))) // [B, T, IndexHeads]
-	return nn.IndexerKeep(q, cache, w, bias, o.IndexTopK), cache
+	keep, sure = nn.IndexerKeep(q, cache, w, bias, o.IndexTopK)
+	return keep, sure, cache
 }
 
 // sparseRows is Options.SparseRows's default: a decode step, or a

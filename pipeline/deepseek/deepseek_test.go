@@ -229,8 +229,9 @@ func TestRoutingMattersV2(t *testing.T) {
 // load): on the cpu backend the projections stay as stored, and the
 // logits are near the original weights' reference. The DeepSeek-V3.2
 // copy holds its indexer as the V3.2 releases do: wq_b and wk in FP8,
-// weights_proj in float32; its logits, held so, are the go backend's,
-// which decodes the same values at load.
+// weights_proj unquantized (bf16 in the releases, the tiny model's f32
+// here); its logits, held so, are the go backend's, which decodes the
+// same values at load.
 func TestFP8(t *testing.T) {
 	for _, c := range []dsref.DeepSeek{dsref.TinyDeepSeek(), dsref.TinyDeepSeekV32()} {
 		testFP8(t, c)
@@ -470,12 +471,23 @@ func TestConfig(t *testing.T) {
 	for _, bad := range []struct{ js, want string }{
 		{`"num_hidden_layers": 3, "indexer_types": ["full", "shared", "full"]`, `indexer_types[1] is "shared"`},
 		{`"index_topk_pattern": "FSSF"`, `index_topk_pattern "FSSF"`},
+		{`"index_topk_pattern": ["full", "shared"]`, `index_topk_pattern[1] is "shared"`},
 		{`"index_topk_freq": 4`, "index_topk_freq 4"},
 	} {
 		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, errs.ErrUnsupported) {
 			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
 		}
+	}
+	// indexer_types wins over the pattern and the frequency, as in
+	// GlmMoeDsaConfig; it must have an entry a layer.
+	if _, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 2,
+		"indexer_types": ["full", "full"], "index_topk_pattern": "FS", "index_topk_freq": 2}`)); err != nil {
+		t.Errorf("indexer_types all full over a sharing pattern: %v", err)
+	}
+	if _, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 3,
+		"indexer_types": ["full"]}`)); err == nil || !strings.Contains(err.Error(), "indexer_types has 1 entries for 3 layers") {
+		t.Errorf("a short indexer_types: %v", err)
 	}
 	for _, bad := range []struct{ js, want string }{
 		{`"q_lora_rank": null`, "q_lora_rank is null"},

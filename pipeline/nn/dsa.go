@@ -47,12 +47,13 @@ func WriteIndexerKeys(cache, k *Node, step *lm.Step) *Node {
 // q [B, T, H, D] are the indexer's rotated queries, cache its keys
 // [B, 1, S', D] (the first S slots read), w [B, T, H] its head weights
 // (float32, already scaled). It returns nil when no query can see more
-// than topk keys (S <= topk): every visible key is among the best.
-func IndexerKeep(q, cache, w, bias *Node, topk int) *Node {
+// than topk keys (S <= topk): every visible key is among the best. sure
+// is TopKMask's: the kept keys above the k-th's band, fewer than topk.
+func IndexerKeep(q, cache, w, bias *Node, topk int) (keep, sure *Node) {
 	bd := bias.Shape().Dimensions
 	b, t, s := bd[0], bd[2], bd[4]
 	if s <= topk {
-		return nil
+		return nil, nil
 	}
 	f32 := dtypes.Float32
 	d := q.Shape().Dimensions[3]
@@ -61,7 +62,7 @@ func IndexerKeep(q, cache, w, bias *Node, topk int) *Node {
 	scores = Mul(Max(scores, ScalarZero(q.Graph(), f32)), InsertAxes(w, -1))                 // relu, weighted
 	index := MulScalar(ReduceSum(scores, 2), 1/math.Sqrt(float64(d)))                        // [B, T, S]
 	visible := GreaterThan(Reshape(bias, b, t, s), Scalar(q.Graph(), f32, -1e29))
-	return And(visible, TopKMask(index, visible, topk, topKBits))
+	return TopKMask(index, visible, topk, topKBits)
 }
 
 // KeepBias is the attention bias [B, 1, T, 1, S] of keep [B, T, S]: 0
@@ -76,34 +77,50 @@ func KeepBias(keep *Node) *Node {
 }
 
 // SparseLatentAttention is LatentAttention over each query's kept keys
-// only (keep [B, T, S], at most k of them a query): the kept slots are
-// numbered in order (an exclusive running count of keep), scattered into
-// a table of k slot numbers a query, and the latent rows they name
-// gathered, [B, T, k, D], so that each query's scores and values read k
-// rows of the cache instead of S. A query keeping fewer than k keys
-// masks the table's empty entries; one keeping more (scores tied with
-// the k-th) keeps its first k by position. The sum is LatentAttention's
-// under KeepBias(keep) otherwise. q [B, T, H, D], the result
-// [B, T, H, valueDims].
-func SparseLatentAttention(q *Node, c Latent, keep *Node, k int, scale float64, valueDims int) *Node {
+// only (keep [B, T, S]; sure, the kept keys that must stay, fewer than k
+// a query): the kept slots are numbered, sure ones first and then the
+// others, each in order of position (exclusive running counts),
+// scattered into a table of k slot numbers a query, and the latent rows
+// they name gathered, [B, T, k, D], so that each query's scores and
+// values read k rows of the cache instead of S. A query keeping fewer
+// than k keys masks the table's empty entries; one keeping more (scores
+// tied with the k-th: keep's keys that sure lacks) keeps every sure key
+// and fills the rest with the tied ones first by position. The sum is
+// LatentAttention's under KeepBias(keep) otherwise. An int8 cache is
+// gathered as stored and only the gathered rows dequantized. q
+// [B, T, H, D], the result [B, T, H, valueDims].
+func SparseLatentAttention(q *Node, c Latent, keep, sure *Node, k int, scale float64, valueDims int) *Node {
 	kd := keep.Shape().Dimensions
 	b, t, s := kd[0], kd[1], kd[2]
 	g := q.Graph()
 	f32, i32 := dtypes.Float32, dtypes.Int32
 	dtype := q.DType()
-	kf := ConvertDType(keep, f32)
-	rank := Sub(scanSum(kf, 2), kf)                                                                        // kept keys before each slot, [B, T, S]
-	slot := Where(And(keep, LessThan(rank, Scalar(g, f32, float64(k)))), rank, Scalar(g, f32, float64(k))) // k: the spill entry
+	sure = And(keep, sure)
+	tied := And(keep, LogicalNot(sure))
+	sf, tf := ConvertDType(sure, f32), ConvertDType(tied, f32)
+	sureBefore := Sub(scanSum(sf, 2), sf)                                       // sure keys before each slot, [B, T, S]
+	tiedBefore := Add(Sub(scanSum(tf, 2), tf), ReduceAndKeep(sf, ReduceSum, 2)) // after every sure key
+	rank := Where(sure, sureBefore, tiedBefore)                                 // [B, T, S]
+	kf := Scalar(g, f32, float64(k))
+	slot := Where(And(keep, LessThan(rank, kf)), rank, kf) // k: the spill entry
 	shape := shapes.Make(i32, b, t, s)
 	at := Concatenate([]*Node{InsertAxes(Iota(g, shape, 0), -1), InsertAxes(Iota(g, shape, 1), -1), InsertAxes(ConvertDType(slot, i32), -1)}, -1)
 	slotPlusOne := AddScalar(Iota(g, shape, 2), 1) // 0 marks an empty entry
 	table := ScatterSum(Zeros(g, shapes.Make(i32, b, t, k+1)), Reshape(at, b*t*s, 3), Reshape(slotPlusOne, b*t*s), false, false)
 	table = SliceAxis(table, 2, AxisRange(0, k)) // [B, T, k]
 	valid := GreaterThan(table, ScalarZero(g, i32))
-	rowOf := Add(Max(AddScalar(table, -1), ScalarZero(g, i32)), Reshape(MulScalar(Iota(g, shapes.Make(i32, b), 0), s), b, 1, 1))
+	rowOf := Reshape(Add(Max(AddScalar(table, -1), ScalarZero(g, i32)), Reshape(MulScalar(Iota(g, shapes.Make(i32, b), 0), s), b, 1, 1)), b*t*k, 1)
 	d := c.Cache.Shape().Dimensions[3]
-	cache := Reshape(readCache(c.Cache, c.Scales, KeyCacheAxis, s, dtype), b*s, d)                             // [B·S, D]
-	rows := Reshape(Gather(cache, Reshape(rowOf, b*t*k, 1)), b, t, k, d)                                       // [B, T, k, D]
+	var rows *Node
+	if c.Scales != nil { // gather the int8 rows and their scales, then dequantize those
+		codes := Reshape(SliceAxis(c.Cache, KeyCacheAxis, AxisRange(0, s)), b*s, d)
+		scales := Reshape(SliceAxis(c.Scales, 2, AxisRange(0, s)), b*s)
+		rows = Mul(ConvertDType(Gather(codes, rowOf), f32), InsertAxes(Gather(scales, rowOf), -1))
+		rows = Reshape(ConvertDType(rows, dtype), b, t, k, d)
+	} else {
+		cache := Reshape(readCache(c.Cache, nil, KeyCacheAxis, s, dtype), b*s, d) // [B·S, D]
+		rows = Reshape(Gather(cache, rowOf), b, t, k, d)                          // [B, T, k, D]
+	}
 	scores := DotGeneral(q, []int{3}, []int{0, 1}, rows, []int{3}, []int{0, 1})                                // [B, T, H, k]
 	mask := Where(valid, ZerosLike(ConvertDType(valid, f32)), BroadcastToDims(Scalar(g, f32, -1e30), b, t, k)) // [B, T, k]
 	scores = Add(MulScalar(ConvertDType(scores, f32), scale), InsertAxes(mask, 2))
@@ -120,9 +137,12 @@ func SparseLatentAttention(q *Node, c Latent, keep *Node, k int, scale float64, 
 // mask then keeps both.
 const topKBits = 32
 
-// TopKMask returns the mask [..., S] of the k highest of scores [..., S]
-// (float32) among the visible ones (bool, the same shape), every visible
-// score when fewer than k are. The k-th highest visible score v is
+// TopKMask returns the mask keep [..., S] of the k highest of scores
+// [..., S] (float32) among the visible ones (bool, the same shape), every
+// visible score when fewer than k are, and sure, the kept scores above
+// the k-th's band (fewer than k: keep less the scores within the
+// resolution of the k-th, which a gather of k may have to drop; every
+// visible score when fewer than k are visible). The k-th highest visible score v is
 // searched for between the row's lowest and highest visible score:
 // each round tests ways-1 thresholds evenly spaced in the interval
 // (the highest τ with at least k visible scores >= τ stays in it), until
@@ -134,7 +154,7 @@ const topKBits = 32
 // 16 ways, 8 rounds, so that the graph has few ops; many or long ones
 // (a prefill), where each pass over the scores costs more than an op,
 // bisect (2 ways, 32 rounds), which compares each score least often.
-func TopKMask(scores, visible *Node, k, bits int) *Node {
+func TopKMask(scores, visible *Node, k, bits int) (keep, sure *Node) {
 	if k <= 0 || bits <= 0 {
 		panic(fmt.Errorf("TopKMask: k %d and bits %d must be positive", k, bits))
 	}
@@ -165,9 +185,16 @@ func TopKMask(scores, visible *Node, k, bits int) *Node {
 		lo = ReduceMax(Where(ok, thr, BroadcastToDims(InsertAxes(lo, -1), thr.Shape().Dimensions...)), -1)
 		hi = ReduceMin(Where(ok, BroadcastToDims(InsertAxes(hi, -1), thr.Shape().Dimensions...), thr), -1)
 	}
-	atHi := GreaterOrEqual(Squeeze(count(InsertAxes(hi, -1)), -1), kf) // k scores tie at the top
+	// Fewer than k visible scores are >= hi unless k tie at hi itself:
+	// then the k-th is hi, and the sure ones are those above it.
+	atHi := GreaterOrEqual(Squeeze(count(InsertAxes(hi, -1)), -1), kf)
 	tau := Where(atHi, hi, lo)
 	enough := GreaterOrEqual(ReduceSum(ConvertDType(visible, f32), -1), kf)
-	tau = Where(enough, tau, Neg(BroadcastToDims(Scalar(g, f32, math.MaxFloat32), tau.Shape().Dimensions...)))
-	return And(visible, GreaterOrEqual(scores, InsertAxes(tau, -1)))
+	none := Neg(BroadcastToDims(Scalar(g, f32, math.MaxFloat32), tau.Shape().Dimensions...))
+	tau = Where(enough, tau, none)
+	keep = And(visible, GreaterOrEqual(scores, InsertAxes(tau, -1)))
+	row := func(x *Node) *Node { return BroadcastToDims(InsertAxes(x, -1), dims...) } // [...] -> [..., S]
+	above := Where(row(atHi), GreaterThan(scores, InsertAxes(hi, -1)), GreaterOrEqual(scores, InsertAxes(hi, -1)))
+	sure = Where(row(enough), And(visible, above), visible)
+	return keep, sure
 }

@@ -14,12 +14,14 @@ import (
 // visible scores: rows of 1 to 40 keys with a random prefix visible, k
 // from 1 to past the visible count (every visible key then), scores
 // spread over six orders of magnitude of both signs, and a row of equal
-// scores (all of them kept: the ties of the k-th); 6 rows (the 16-way
-// search) and 600 (bisection) of each.
+// scores (all of them kept: the ties of the k-th; none of them sure);
+// 6 rows (the 16-way search) and 4000 (bisection, but for the rows of
+// one key) of each. sure must hold the kept scores above the k-th (all
+// of them when fewer than k are visible).
 func TestTopKMask(t *testing.T) {
 	be := dnBackend(t)
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, rows := range []int{6, 600} {
+	for _, rows := range []int{6, 4000} {
 		testTopKMask(t, be, r, rows, topKBits)
 	}
 }
@@ -41,9 +43,13 @@ func testTopKMask(t *testing.T, be backends.Backend, r *rand.Rand, rows, bits in
 					visible[i*s+j] = j < nvis[i]
 				}
 			}
-			out := MustExecOnce(be, func(x, vis *Node) *Node { return TopKMask(x, vis, k, bits) },
+			outs := MustExecOnceN(be, func(x, vis *Node) (*Node, *Node) { return TopKMask(x, vis, k, bits) },
 				tensors.FromFlatDataAndDimensions(scores, rows, s), tensors.FromFlatDataAndDimensions(visible, rows, s))
-			got, err := tensors.CopyFlatData[bool](out)
+			got, err := tensors.CopyFlatData[bool](outs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sure, err := tensors.CopyFlatData[bool](outs[1])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,6 +64,11 @@ func testTopKMask(t *testing.T, be backends.Backend, r *rand.Rand, rows, bits in
 						t.Fatalf("%d rows of S %d, k %d, row %d (%d visible), key %d (score %g, k-th %g): got %v, want %v",
 							rows, s, k, i, nvis[i], j, scores[i*s+j], kth, got[i*s+j], want)
 					}
+					wantSure := j < nvis[i] && (scores[i*s+j] > kth || nvis[i] < k)
+					if sure[i*s+j] != wantSure {
+						t.Fatalf("%d rows of S %d, k %d, row %d (%d visible), key %d (score %g, k-th %g): sure %v, want %v",
+							rows, s, k, i, nvis[i], j, scores[i*s+j], kth, sure[i*s+j], wantSure)
+					}
 				}
 			}
 		}
@@ -65,10 +76,11 @@ func testTopKMask(t *testing.T, be backends.Backend, r *rand.Rand, rows, bits in
 }
 
 // TestSparseLatentAttention checks the gathered attention against
-// LatentAttention under KeepBias of the same keys: rows keeping k keys,
-// fewer (a query early in its sequence), none past the first, and more
-// than k (ties: the first k by position, as the masked form then sees),
-// over a float32 and an int8 cache.
+// LatentAttention under KeepBias of the keys it should read: rows keeping
+// k keys, fewer (a query early in its sequence), one, and more than k
+// (ties with the k-th: the sure keys, here the last two by position,
+// then the tied ones first by position), over a float32 and an int8
+// cache.
 func TestSparseLatentAttention(t *testing.T) {
 	be := dnBackend(t)
 	r := rand.New(rand.NewPCG(9, 10))
@@ -76,33 +88,43 @@ func TestSparseLatentAttention(t *testing.T) {
 	_, qT := dnRand(r, 1, 0, b, tt, h, d)
 	_, cT := dnRand(r, 1, 0, b, 1, s, d)
 	keep := make([]bool, b*tt*s)
-	first := make([]bool, b*tt*s) // keep cut to its first k keys a row
+	sure := make([]bool, b*tt*s)
+	read := make([]bool, b*tt*s) // what the gather must attend to
 	for row := 0; row < b*tt; row++ {
 		n := []int{k, 2, 1, k + 3, k, 3}[row]
-		perm := r.Perm(s)[:n]
-		for _, j := range perm {
+		var kept []int
+		for _, j := range r.Perm(s)[:n] {
 			keep[row*s+j] = true
 		}
-		seen := 0
 		for j := 0; j < s; j++ {
-			if keep[row*s+j] && seen < k {
-				first[row*s+j] = true
-				seen++
+			if keep[row*s+j] {
+				kept = append(kept, j)
 			}
 		}
+		if n <= k {
+			for _, j := range kept {
+				sure[row*s+j], read[row*s+j] = true, true
+			}
+			continue
+		}
+		for _, j := range kept[n-2:] {
+			sure[row*s+j], read[row*s+j] = true, true
+		}
+		for _, j := range kept[:k-2] {
+			read[row*s+j] = true
+		}
 	}
-	keepT := tensors.FromFlatDataAndDimensions(keep, b, tt, s)
-	firstT := tensors.FromFlatDataAndDimensions(first, b, tt, s)
+	mk := func(v []bool) *tensors.Tensor { return tensors.FromFlatDataAndDimensions(v, b, tt, s) }
 	for _, int8Cache := range []bool{false, true} {
 		outs := MustExecOnceN(be, func(in []*Node) []*Node {
 			c := Latent{Cache: in[1]}
 			if int8Cache {
 				c.Cache, c.Scales = quantizeKV(in[1], 3)
 			}
-			sparse := SparseLatentAttention(in[0], c, in[2], k, 0.7, dv)
-			masked := LatentAttention(in[0], c, KeepBias(in[3]), 0.7, dv)
+			sparse := SparseLatentAttention(in[0], c, in[2], in[3], k, 0.7, dv)
+			masked := LatentAttention(in[0], c, KeepBias(in[4]), 0.7, dv)
 			return []*Node{sparse, masked}
-		}, qT, cT, keepT, firstT)
+		}, qT, cT, mk(keep), mk(sure), mk(read))
 		got, want := dnFlat(t, outs[0]), dnFlat(t, outs[1])
 		if e := dnMaxRel(got, want); e > 1e-6 {
 			t.Errorf("int8 cache %v: gathered and masked attention differ by %.3g", int8Cache, e)

@@ -78,7 +78,8 @@ func CopyProjections(src, out string, cfg map[string]any, proj func(name string,
 
 // isProjection reports a matrix CopyProjections converts. DeepSeek-V3.2's
 // indexer is converted as its FP8 releases hold it: wq_b and wk, not
-// weights_proj (a float32 matrix in every release).
+// weights_proj (left unquantized: bf16 in the releases, by DeepSeek's
+// inference code).
 func isProjection(name string) bool {
 	if strings.HasSuffix(name, ".indexer.weights_proj.weight") {
 		return false
