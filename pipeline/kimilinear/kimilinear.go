@@ -15,7 +15,10 @@
 // pipeline/deepseek's, with two differences: the MLA has no rotary
 // embedding (mla_use_nope: its qk_rope_head_dim dims pass unrotated, and
 // the attention's scale is qk_head_dim^-0.5), and the router divides its
-// weights only when more than one expert is chosen.
+// weights only when more than one expert is chosen. The weights are the
+// unbiased scores, as vLLM's kimi_linear.py has them; the release's
+// modeling_kimi.py adds the correction bias into the scores in place,
+// and so weighs by the biased ones (docs/moe.md).
 //
 // Kimi Delta Attention (KimiDeltaAttention) is Gated DeltaNet with a
 // decay a key channel instead of a head. Per head, from the normed input

@@ -80,8 +80,9 @@ func TestLogitsMatchReference(t *testing.T) {
 // TestSwitchesMatter checks that the test above can fail where Kimi
 // Linear is its own: a reference decaying each KDA head by one gate (its
 // channels' mean, Gated DeltaNet's form), gating o_norm by silu
-// (Qwen3-Next's norm), or rotating the MLA's rope dims gives other
-// logits than the model.
+// (Qwen3-Next's norm), rotating the MLA's rope dims, or weighing the
+// chosen experts by their biased scores (the release code's in-place
+// add; see docs/moe.md) gives other logits than the model.
 func TestSwitchesMatter(t *testing.T) {
 	c := kimiref.Tiny()
 	dir, l := lmckpt.WriteLoad(t, c.Write)
@@ -94,7 +95,8 @@ func TestSwitchesMatter(t *testing.T) {
 	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3,
 		refcheck.Mutant{Name: "one decay a head", Logits: (&kimiref.Model{C: c, W: rm.W, ScalarDecay: true}).Logits},
 		refcheck.Mutant{Name: "silu output gate", Logits: (&kimiref.Model{C: c, W: rm.W, SiLUGate: true}).Logits},
-		refcheck.Mutant{Name: "rotary MLA", Logits: (&kimiref.Model{C: c, W: rm.W, Rope: true}).Logits})
+		refcheck.Mutant{Name: "rotary MLA", Logits: (&kimiref.Model{C: c, W: rm.W, Rope: true}).Logits},
+		refcheck.Mutant{Name: "biased expert weights", Logits: (&kimiref.Model{C: c, W: rm.W, BiasedWeights: true}).Logits})
 }
 
 // TestChunkedMatchesRecurrent prefills a 40-token prompt once with the
@@ -206,6 +208,10 @@ func TestConfig(t *testing.T) {
 	one, err := kimilinear.Resolve(configOf(t, release(`, "num_experts_per_token": 1`)))
 	if err != nil || one.NormTopK {
 		t.Errorf("top 1: %+v, %v", one.Options, err)
+	}
+	// A null moe_renormalize is false in KimiMoEGate (top_k > 1 and None).
+	if n, err := kimilinear.Resolve(configOf(t, strings.Replace(release(""), `"moe_renormalize": true`, `"moe_renormalize": null`, 1))); err != nil || n.NormTopK {
+		t.Errorf("moe_renormalize null: %+v, %v", n.Options, err)
 	}
 	js := strings.Replace(release(""), `"num_experts": 256, `, "", 1)
 	if d, err := kimilinear.Resolve(configOf(t, js)); err != nil || d.Sparse[1] {

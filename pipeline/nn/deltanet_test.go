@@ -158,10 +158,11 @@ func TestGatedDeltaRuleChunkedMatchesRecurrent(t *testing.T) {
 }
 
 // TestKDAChunkedMatchesRecurrent is the same check with a log-decay a
-// key channel (Kimi Delta Attention): decays spread over two orders of
-// magnitude between channels, some strong enough that exp(-γ) over a
-// chunk would overflow float32 (the chunked form must not form it), and
-// the result against the float64 loop.
+// key channel (Kimi Delta Attention): decays spread over three orders of
+// magnitude between channels, one in 17 of −40, so that over the chunks
+// of 32 (the 64 asked for, capped at the next power of two >= T) some
+// channels' exp(−γ) would overflow float32 (past 88.7; the chunked form
+// must not form it), and the result against the float64 loop.
 func TestKDAChunkedMatchesRecurrent(t *testing.T) {
 	be := dnBackend(t)
 	r := rand.New(rand.NewPCG(5, 6))
@@ -173,7 +174,7 @@ func TestKDAChunkedMatchesRecurrent(t *testing.T) {
 	for i := range g {
 		g[i] = -float32(math.Pow(10, 3*r.Float64()-2)) // in [-10, -0.01]
 		if i%17 == 0 {
-			g[i] = -40 // exp(40·16) overflows float32 many times over
+			g[i] = -40
 		}
 	}
 	gT := tensors.FromFlatDataAndDimensions(g, b, tt, h, dk)

@@ -11,6 +11,12 @@
 // bias choosing within the best groups, the unbiased scores weighing,
 // divided when more than one is chosen and moe_renormalize, times
 // routed_scaling_factor) and KimiSparseMoeBlock with its shared experts.
+// On one point it follows vLLM's kimi_linear.py and DeepSeek-V3's router
+// rather than the release's code: modeling_kimi.py adds the bias into
+// the scores in place (scores_for_choice is a view of scores), so under
+// transformers the chosen experts are weighed by biased scores; vLLM,
+// DeepSeek-V3 and Kimi K3's later code weigh by the unbiased ones.
+// Model.BiasedWeights gives the release code's reading.
 // Straight loops over one sequence, no caches, no padding; it shares no
 // code with pipeline/kimilinear, pipeline/deepseek or pipeline/nn.
 package kimiref
@@ -208,6 +214,9 @@ type Model struct {
 	C                           Kimi
 	W                           map[string][]float64
 	ScalarDecay, SiLUGate, Rope bool
+	// BiasedWeights weighs the chosen experts by their scores plus the
+	// correction bias (modeling_kimi.py's in-place add).
+	BiasedWeights bool
 }
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
@@ -305,7 +314,10 @@ func (m *Model) moe(p string, x []float64) []float64 {
 	sum := 0.0
 	for i, e := range top {
 		weights[i] = scores[e]
-		sum += scores[e]
+		if m.BiasedWeights {
+			weights[i] = choice[e]
+		}
+		sum += weights[i]
 	}
 	for i := range weights {
 		if c.TopK > 1 && c.Renorm {
