@@ -254,6 +254,11 @@ func TextConfig(m *config.File) (*Text, error) {
 	src := m
 	if m.Text != nil {
 		src = m.Text
+	} else if raw, ok := m.Raw["thinker_config"]; ok && string(raw) != "null" {
+		// Qwen3-Omni: the thinker's text model, in thinker_config.text_config.
+		if thinker, err := config.ParseModel(raw); err == nil && thinker.Text != nil {
+			src = thinker.Text
+		}
 	}
 	f := fields(src.Raw)
 	if f.string("model_type") == "dbrx" {

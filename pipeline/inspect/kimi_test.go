@@ -48,3 +48,22 @@ func TestKimiLinearText(t *testing.T) {
 		t.Errorf("recurrent state %d bytes, want %d", s.Recurrent, want)
 	}
 }
+
+// TestQwen3OmniText: Qwen3-Omni keeps its thinker's text model in
+// thinker_config.text_config; inspect reads its sizes there.
+func TestQwen3OmniText(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["Qwen3OmniMoeForConditionalGeneration"], "model_type": "qwen3_omni_moe",
+	"thinker_config": {"model_type": "qwen3_omni_moe_thinker", "text_config": {"model_type": "qwen3_omni_moe_text", "hidden_size": 2048,
+	"num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 152064,
+	"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Layers != 48 || got.Hidden != 2048 || got.KVHeads != 4 || got.HeadDim != 128 || got.MoE == nil || got.MoE.Experts != 128 {
+		t.Errorf("%+v, MoE %+v", got, got.MoE)
+	}
+}

@@ -56,7 +56,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen3"        // Qwen3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen35"       // Qwen3.5 and Qwen3.5-MoE (text models)
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"     // Qwen3MoeForCausalLM, Qwen2MoeForCausalLM
-	_ "github.com/tputool/tputool/pipeline/qwen3vl"      // Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/qwen3vl"      // Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration, Qwen3OmniMoeForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/seedoss"      // SeedOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/smallthinker" // SmallThinkerForCausalLM
 	_ "github.com/tputool/tputool/pipeline/smollm3"      // SmolLM3ForCausalLM

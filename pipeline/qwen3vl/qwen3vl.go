@@ -1,4 +1,5 @@
-// Package qwen3vl runs the text model of Qwen3-VL: the dense
+// Package qwen3vl runs the text model of Qwen3-VL (and of Qwen3-Omni's
+// thinker, omni.go): the dense
 // Qwen3VLForConditionalGeneration (Qwen3-VL-2B, 4B, 8B, 32B) and the
 // mixture of experts Qwen3VLMoeForConditionalGeneration (Qwen3-VL-30B-A3B,
 // 235B-A22B), following transformers' models/qwen3_vl and
