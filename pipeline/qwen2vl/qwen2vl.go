@@ -1,4 +1,5 @@
-// Package qwen2vl runs the text model of Qwen2-VL
+// Package qwen2vl runs the text model of Qwen2-VL (and of Qwen2.5-Omni's
+// thinker, omni.go)
 // (Qwen2VLForConditionalGeneration: Qwen2-VL-2B, 7B, 72B) and Qwen2.5-VL
 // (Qwen2_5_VLForConditionalGeneration: Qwen2.5-VL-3B, 7B, 32B, 72B, and
 // the models built on them), following transformers' models/qwen2_vl and
@@ -91,7 +92,15 @@ func textConfig(cfg *config.File) (*config.File, error) {
 	}
 	text.Architectures = cfg.Architectures
 	text.Raw = maps.Clone(text.Raw)
-	for k, v := range textDefaults {
+	return plainText(cfg, &text, textDefaults)
+}
+
+// plainText fills the text config's fields it leaves out from defaults,
+// its bos and eos from the wrapper (cfg) when it has none, and reads its
+// multimodal rotary as the plain one.
+func plainText(cfg, text0 *config.File, defaults map[string]any) (*config.File, error) {
+	text := *text0
+	for k, v := range defaults {
 		// An explicit null num_key_value_heads is the heads, and a null
 		// sliding_window no window; other nulls take the default.
 		if raw, ok := text.Raw[k]; !ok || k != "num_key_value_heads" && k != "sliding_window" && string(raw) == "null" {
@@ -100,7 +109,7 @@ func textConfig(cfg *config.File) (*config.File, error) {
 	}
 	// bos and eos from the wrapper when the text config has none.
 	for _, k := range []string{"bos_token_id", "eos_token_id"} {
-		if _, ok := text.Raw[k]; !ok && cfg.Text != nil {
+		if _, ok := text.Raw[k]; !ok && cfg != text0 {
 			if raw, ok := cfg.Raw[k]; ok {
 				text.Raw[k] = raw
 			}
