@@ -1,5 +1,4 @@
-// Package qwen2vl runs the text model of Qwen2-VL (and of Qwen2.5-Omni's
-// thinker, omni.go)
+// Package qwen2vl runs the text model of Qwen2-VL
 // (Qwen2VLForConditionalGeneration: Qwen2-VL-2B, 7B, 72B) and Qwen2.5-VL
 // (Qwen2_5_VLForConditionalGeneration: Qwen2.5-VL-3B, 7B, 32B, 72B, and
 // the models built on them), following transformers' models/qwen2_vl and
@@ -22,6 +21,9 @@
 //     model.*, lm.Renamer) and model.visual.*. The tower is not read
 //     (lm.Skipper): images are not supported.
 //   - tie_word_embeddings is the text config's, else the wrapper's.
+//
+// Qwen2.5-Omni's thinker (omni.go) is the same text model under other
+// names.
 package qwen2vl
 
 import (

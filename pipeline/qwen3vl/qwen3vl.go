@@ -1,5 +1,4 @@
-// Package qwen3vl runs the text model of Qwen3-VL (and of Qwen3-Omni's
-// thinker, omni.go): the dense
+// Package qwen3vl runs the text model of Qwen3-VL: the dense
 // Qwen3VLForConditionalGeneration (Qwen3-VL-2B, 4B, 8B, 32B) and the
 // mixture of experts Qwen3VLMoeForConditionalGeneration (Qwen3-VL-30B-A3B,
 // 235B-A22B), following transformers' models/qwen3_vl and
@@ -29,6 +28,9 @@
 //     fields text_config leaves out take its classes' defaults
 //     (textDefaults), and the MoE's router always renormalizes its top k
 //     (Qwen3VLMoeTextTopKRouter reads no norm_topk_prob).
+//
+// Qwen3-Omni's thinker (omni.go) is Qwen3-VL-MoE's text model with its
+// experts held apart.
 package qwen3vl
 
 import (
