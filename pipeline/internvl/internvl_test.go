@@ -1,16 +1,12 @@
 package internvl_test
 
 import (
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internvl"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -25,32 +21,10 @@ var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11}}
 // beside them, its config as text_config of modelType.
 func toInternVL(t *testing.T, src, dst, modelType string, rename func(string) string) {
 	t.Helper()
-	ck, err := safetensors.Open(src)
+	ts, text, err := lmckpt.Rewrap(src, rename, "model.vision_tower.embeddings.patch_embeddings.projection.weight", "model.multi_modal_projector.linear_1.weight")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, n := range ck.Names() {
-		info, _ := ck.Info(n)
-		raw, err := ck.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, safetensors.Tensor{Name: rename(n), DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
-	}
-	for _, n := range []string{"model.vision_tower.embeddings.patch_embeddings.projection.weight", "model.multi_modal_projector.linear_1.weight"} {
-		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{2, 2}, Data: make([]byte, 16)})
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text map[string]any
-	if err := json.Unmarshal(raw, &text); err != nil {
-		t.Fatal(err)
-	}
-	delete(text, "architectures")
 	tie := text["tie_word_embeddings"]
 	delete(text, "tie_word_embeddings") // on the wrapper, as some conversions write it
 	text["model_type"] = modelType

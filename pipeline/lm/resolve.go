@@ -1,7 +1,9 @@
 package lm
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -123,4 +125,38 @@ func NoRopeLayers(where string, list []int, interval *int, def, layers int) ([]b
 		out[i] = (i+1)%every == 0
 	}
 	return out, nil
+}
+
+// ThinkerText is the text config of an Omni model's thinker (Qwen2.5-Omni,
+// Qwen3-Omni: thinker_config.text_config), named in errors as such and
+// under the wrapper's architecture, its bos_token_id, eos_token_id and
+// tie_word_embeddings taken from the thinker's config, else the
+// wrapper's, where it has none (or null).
+func ThinkerText(cfg *config.File) (*config.File, error) {
+	where := ConfigName(cfg)
+	raw, ok := cfg.Raw["thinker_config"]
+	if !ok || string(raw) == "null" {
+		return nil, fmt.Errorf("%s: %s needs a thinker_config object", where, cfg.Architecture())
+	}
+	thinker, err := config.ParseModel(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: thinker_config: %w", where, err)
+	}
+	if thinker.Text == nil {
+		return nil, fmt.Errorf("%s: thinker_config needs a text_config object", where)
+	}
+	text := *thinker.Text
+	text.Path = where + " thinker_config.text_config"
+	text.Architectures = cfg.Architectures
+	text.Raw = maps.Clone(thinker.Text.Raw)
+	for _, k := range []string{"bos_token_id", "eos_token_id", "tie_word_embeddings"} {
+		for _, from := range []map[string]json.RawMessage{thinker.Raw, cfg.Raw} {
+			if v, ok := from[k]; ok && string(v) != "null" {
+				if old, ok := text.Raw[k]; !ok || string(old) == "null" {
+					text.Raw[k] = v
+				}
+			}
+		}
+	}
+	return &text, nil
 }

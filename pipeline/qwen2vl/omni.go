@@ -1,10 +1,6 @@
 package qwen2vl
 
 import (
-	"encoding/json"
-	"fmt"
-	"maps"
-
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -41,32 +37,11 @@ var omniDefaults = map[string]any{
 // head's tie come from the thinker's config, else the wrapper's, when
 // the text config has none.
 func newOmni(cfg *config.File) (lm.Model, error) {
-	where := lm.ConfigName(cfg)
-	raw, ok := cfg.Raw["thinker_config"]
-	if !ok || string(raw) == "null" {
-		return nil, fmt.Errorf("%s: %s needs a thinker_config object", where, cfg.Architecture())
-	}
-	thinker, err := config.ParseModel(raw)
+	text, err := lm.ThinkerText(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: thinker_config: %w", where, err)
+		return nil, err
 	}
-	if thinker.Text == nil {
-		return nil, fmt.Errorf("%s: thinker_config needs a text_config object", where)
-	}
-	text := *thinker.Text
-	text.Path = where + " thinker_config.text_config"
-	text.Architectures = cfg.Architectures
-	text.Raw = maps.Clone(thinker.Text.Raw)
-	for _, k := range []string{"bos_token_id", "eos_token_id", "tie_word_embeddings"} {
-		for _, from := range []map[string]json.RawMessage{thinker.Raw, cfg.Raw} {
-			if v, ok := from[k]; ok && string(v) != "null" {
-				if old, ok := text.Raw[k]; !ok || string(old) == "null" {
-					text.Raw[k] = v
-				}
-			}
-		}
-	}
-	plain, err := plainText(&text, &text, omniDefaults)
+	plain, err := plainText(text, text, omniDefaults)
 	if err != nil {
 		return nil, err
 	}

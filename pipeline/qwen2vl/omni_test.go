@@ -1,12 +1,8 @@
 package qwen2vl_test
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/qwen2vl"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
@@ -27,32 +23,11 @@ func TestOmniThinker(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := logits(t, src, prompts)
-	ck, err := safetensors.Open(src)
+	ts, text, err := lmckpt.Rewrap(src, func(n string) string { return "thinker." + n }, "thinker.audio_tower.conv1.weight",
+		"thinker.visual.patch_embed.proj.weight", "talker.model.embed_tokens.weight", "token2wav.code2wav_dit_model.input_embed.proj.weight")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ts []safetensors.Tensor
-	for _, n := range ck.Names() {
-		info, _ := ck.Info(n)
-		raw, err := ck.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, safetensors.Tensor{Name: "thinker." + n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
-	}
-	ck.Close()
-	for _, n := range []string{"thinker.audio_tower.conv1.weight", "thinker.visual.patch_embed.proj.weight", "talker.model.embed_tokens.weight", "token2wav.code2wav_dit_model.input_embed.proj.weight"} {
-		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{2, 2}, Data: make([]byte, 16)})
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text map[string]any
-	if err := json.Unmarshal(raw, &text); err != nil {
-		t.Fatal(err)
-	}
-	delete(text, "architectures")
 	eos := text["eos_token_id"]
 	delete(text, "eos_token_id")
 	text["model_type"] = "qwen2_5_omni_text"

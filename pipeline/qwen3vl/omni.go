@@ -2,8 +2,6 @@ package qwen3vl
 
 import (
 	"encoding/json"
-	"fmt"
-	"maps"
 	"strings"
 
 	"github.com/tputool/tputool/loader/config"
@@ -42,32 +40,13 @@ var omniDefaults = map[string]any{
 // thinker_config.text_config; bos, eos and the head's tie come from the
 // thinker's config, else the wrapper's, when the text config has none.
 func newOmni(cfg *config.File) (lm.Model, error) {
-	where := lm.ConfigName(cfg)
-	raw, ok := cfg.Raw["thinker_config"]
-	if !ok || string(raw) == "null" {
-		return nil, fmt.Errorf("%s: %s needs a thinker_config object", where, Omni)
-	}
-	thinker, err := config.ParseModel(raw)
+	text, err := lm.ThinkerText(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: thinker_config: %w", where, err)
+		return nil, err
 	}
-	if thinker.Text == nil {
-		return nil, fmt.Errorf("%s: thinker_config needs a text_config object", where)
-	}
-	text := *thinker.Text
-	text.Path = where + " thinker_config.text_config"
-	text.Architectures = []string{Omni}
-	text.Raw = maps.Clone(thinker.Text.Raw)
 	set := func(k string, v json.RawMessage) {
 		if old, ok := text.Raw[k]; !ok || string(old) == "null" {
 			text.Raw[k] = v
-		}
-	}
-	for _, k := range []string{"bos_token_id", "eos_token_id", "tie_word_embeddings"} {
-		for _, from := range []map[string]json.RawMessage{thinker.Raw, cfg.Raw} {
-			if v, ok := from[k]; ok && string(v) != "null" {
-				set(k, v)
-			}
 		}
 	}
 	for k, v := range omniDefaults {
@@ -81,7 +60,7 @@ func newOmni(cfg *config.File) (lm.Model, error) {
 		b, _ := json.Marshal(hidden / heads)
 		set("head_dim", b) // Qwen3OmniMoeTextConfig: hidden_size / num_attention_heads when absent
 	}
-	o, err := qwen3moe.Resolve(&text)
+	o, err := qwen3moe.Resolve(text)
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,10 @@
 package qwen3vl_test
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tputool/tputool/loader/config"
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen3vl"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -24,33 +20,11 @@ import (
 // config only.
 func toOmni(t *testing.T, src, dst string) {
 	t.Helper()
-	ck, err := safetensors.Open(src)
+	ts, text, err := lmckpt.Rewrap(src, func(n string) string { return "thinker." + n }, "thinker.audio_tower.conv2d1.weight",
+		"thinker.visual.patch_embed.proj.weight", "talker.model.embed_tokens.weight", "code2wav.decoder.0.conv.weight")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, n := range ck.Names() {
-		info, _ := ck.Info(n)
-		raw, err := ck.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, safetensors.Tensor{Name: "thinker." + n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
-	}
-	for _, n := range []string{"thinker.audio_tower.conv2d1.weight", "thinker.visual.patch_embed.proj.weight",
-		"talker.model.embed_tokens.weight", "code2wav.decoder.0.conv.weight"} {
-		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{2, 2}, Data: make([]byte, 16)})
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text map[string]any
-	if err := json.Unmarshal(raw, &text); err != nil {
-		t.Fatal(err)
-	}
-	delete(text, "architectures")
 	eos := text["eos_token_id"]
 	delete(text, "eos_token_id")
 	text["model_type"] = "qwen3_omni_moe_text"

@@ -97,3 +97,34 @@ func isProjection(name string) bool {
 	}
 	return false
 }
+
+// Rewrap returns what a test writes as a release holding the model in
+// src inside another (a vision-language or Omni wrapper): src's tensors
+// renamed by rename, a 2×2 float32 tensor of zeros for each name in
+// extra (the wrapper's other towers), and src's config.json without its
+// architectures, to nest in the wrapper's.
+func Rewrap(src string, rename func(string) string, extra ...string) ([]safetensors.Tensor, map[string]any, error) {
+	ck, err := safetensors.OpenDir(src, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, n := range ck.Names() {
+		info, _ := ck.Info(n)
+		raw, err := ck.Raw(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		ts = append(ts, safetensors.Tensor{Name: rename(n), DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+	}
+	for _, n := range extra {
+		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int{2, 2}, Data: make([]byte, 16)})
+	}
+	cfg, err := ReadConfig(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	delete(cfg, "architectures")
+	return ts, cfg, nil
+}
