@@ -40,6 +40,7 @@ func FuzzNewModel(f *testing.F) {
 		"../../testdata/configs/deepseek_v2_lite/config.json",
 		"../../testdata/configs/glm_4_5_air/config.json",
 		"../../testdata/configs/minimax_m2_5/config.json",
+		"../../testdata/configs/minimax_text_01/config.json",
 		"../../testdata/configs/olmoe_1b_7b/config.json",
 	} {
 		b, err := os.ReadFile(p)
@@ -55,6 +56,8 @@ func FuzzNewModel(f *testing.F) {
 	f.Add([]byte(`{"architectures":["Glm4MoeLiteForCausalLM"],"num_hidden_layers":3,"mlp_layer_types":["dense","sparse","sparse"],"q_lora_rank":null}`))
 	f.Add([]byte(`{"architectures":["MiniMaxM2ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"qk_norm_type":"per_layer"}`))
+	f.Add([]byte(`{"architectures":["MiniMaxText01ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
+		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"attn_type_list":[0,1],"postnorm":true}`))
 	f.Add([]byte(`{"architectures":["Glm4MoeForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"partial_rotary_factor":0.5,"n_routed_experts":8,"num_experts_per_tok":2,"first_k_dense_replace":1}`))
 	f.Add([]byte(`{"architectures":["DeepseekV2ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"n_routed_experts":8,` +

@@ -1,6 +1,8 @@
 // Package minimax implements MiniMaxM2ForCausalLM, following
 // transformers' models/minimax_m2 (MiniMax-M2, M2.1 and M2.5: 230B
-// parameters, 10B active).
+// parameters, 10B active), and MiniMax-Text-01 and MiniMax-M1
+// (MiniMaxForCausalLM; text01.go), whose layers are mostly lightning
+// attention.
 //
 // Each layer is Llama's grouped-query attention, with q_norm and k_norm
 // RMSNorms over the whole query and key projections (every head at once,
@@ -96,7 +98,7 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	}
 	for i, t := range c.AttnTypeList {
 		if t != 1 {
-			return deepseek.Options{}, errs.Unsupportedf("%s: attn_type_list[%d] is %d: lightning (linear) attention layers, MiniMax-M1's and MiniMax-Text-01's, are not supported", where, i, t)
+			return deepseek.Options{}, errs.Unsupportedf("%s: attn_type_list[%d] is %d: lightning (linear) attention layers are MiniMax-Text-01's and MiniMax-M1's, not MiniMax-M2's (their architecture is MiniMaxForCausalLM)", where, i, t)
 		}
 	}
 	if c.SlidingWindow != nil && *c.SlidingWindow > 0 {
