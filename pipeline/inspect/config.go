@@ -228,6 +228,49 @@ func kimiFields(f fields, layers int) fields {
 	return out
 }
 
+// miniMaxFields is a MiniMax-Text-01 or MiniMax-M1 config's fields with
+// its lightning layers under Qwen3-Next's names, which TextConfig reads:
+// layer_types from attn_type_list (0 lightning, 1 softmax) where the
+// config has no layer_types, MiniMaxConfig's alternation where it has
+// neither; the attention's heads and head_dim as the lightning layers'
+// key and value heads (its state is [heads, head_dim, head_dim]), and a
+// convolution of one tap (none kept).
+func miniMaxFields(f fields, layers int) fields {
+	if layers <= 0 || layers > 1<<16 {
+		return f // loading names the field
+	}
+	out := make(fields, len(f)+6)
+	for k, v := range f {
+		out[k] = v
+	}
+	if _, ok := f["layer_types"]; !ok {
+		types := make([]string, layers)
+		var list []int
+		json.Unmarshal(f["attn_type_list"], &list) // not a list of the layers': loading names it
+		for i := range types {
+			types[i] = "full_attention"
+			if (len(list) == layers && list[i] == 0) || (len(list) != layers && i%2 == 1) {
+				types[i] = "linear_attention"
+			}
+		}
+		out["layer_types"], _ = json.Marshal(types)
+	}
+	heads, _ := f.int("num_attention_heads")
+	dim, ok := f.int("head_dim")
+	if !ok && heads > 0 {
+		h, _ := f.int("hidden_size")
+		dim = h / heads
+	}
+	for _, k := range []string{"linear_num_key_heads", "linear_num_value_heads"} {
+		out[k], _ = json.Marshal(heads)
+	}
+	for _, k := range []string{"linear_key_head_dim", "linear_value_head_dim"} {
+		out[k], _ = json.Marshal(dim)
+	}
+	out["linear_conv_kernel_dim"] = json.RawMessage("1")
+	return out
+}
+
 // attentionFree completes t for a model without attention (Mamba,
 // FalconMamba): no heads, every layer its recurrent kind, the
 // vocabulary and the tied head as TextConfig reads them.
@@ -272,8 +315,11 @@ func TextConfig(m *config.File) (*Text, error) {
 	if t.Hidden, ok = f.int("hidden_size", "n_embd", "d_model", "dim"); !ok || t.Hidden <= 0 {
 		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
 	}
-	if f.string("model_type") == "kimi_linear" {
+	switch f.string("model_type") {
+	case "kimi_linear":
 		f = kimiFields(f, t.Layers)
+	case "minimax", "minimax_text_01", "minimax_m1":
+		f = miniMaxFields(f, t.Layers)
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
 		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention

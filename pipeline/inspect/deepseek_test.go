@@ -203,6 +203,48 @@ func TestMiniMaxM25(t *testing.T) {
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
 
+// TestMiniMaxText01 inspects MiniMax-Text-01's config over a checkpoint
+// in the release's layout (qkv_proj, output_gate, norm and out_proj in
+// the lightning layers; experts one by one as w1/w2/w3): 456.09B
+// parameters, 47.17B active less the input embedding (the card's 45.9B
+// leaves out the head's 1.23B too), a KV cache for the 10
+// softmax layers alone, and the lightning layers' state of 64 × 128 ×
+// 128 float32 each, whatever the context.
+func TestMiniMaxText01(t *testing.T) {
+	dir, model := realConfig(t, "minimax_text_01")
+	var rel released
+	params := rel.add(lm.Weights(model)...)
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if params != 456_089_655_296 || r.Params.Used != params {
+		t.Errorf("parameters %d, used %d; want 456,089,655,296", params, r.Params.Used)
+	}
+	if a := float64(r.Params.ActiveLessEmbedding) / 1e9; a < 47.1 || a > 47.2 {
+		t.Errorf("active %.2fB (less the input embedding), want 47.17B", a)
+	}
+	if r.Text.FullAttentionLayers != 10 || r.Text.LinearAttentionLayers != 70 || r.Text.KVHeads != 8 || r.Text.HeadDim != 128 ||
+		r.Text.MoE == nil || r.Text.MoE.Experts != 32 || r.Text.MoE.ExpertsPerToken != 2 {
+		t.Errorf("text %+v, MoE %+v", r.Text, r.Text.MoE)
+	}
+	// 10 layers × 8 heads × 128 × K and V × 2 bytes × 32768; 70 layers
+	// × 64 × 128 × 128 × 4 bytes.
+	if want := int64(10 * 8 * 128 * 2 * 2 * 32768); r.Memory.KVCache != want {
+		t.Errorf("KV cache %d, want %d", r.Memory.KVCache, want)
+	}
+	if want := int64(70 * 64 * 128 * 128 * 4); r.Memory.Recurrent != want {
+		t.Errorf("recurrent state %d, want %d", r.Memory.Recurrent, want)
+	}
+	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB, recurrent %d MiB; notes %q", float64(params)/1e9,
+		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Memory.Recurrent>>20, r.Notes)
+}
+
 // TestDeepSeekV2Lite inspects DeepSeek-V2-Lite's config over a checkpoint
 // in the release's layout (q_proj, no correction bias, experts one by
 // one): 15.71B parameters, about 2.4B active as published, and the latent
