@@ -202,7 +202,11 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 		}
 		kv("Dimensions", "%s", line)
 		if la := t.Linear; la != nil {
-			kv("Linear attn", "%d key heads x %d, %d value heads x %d, conv kernel %d", la.KeyHeads, la.KeyHeadDim, la.ValueHeads, la.ValueHeadDim, la.ConvKernel)
+			conv := fmt.Sprintf("conv kernel %d", la.ConvKernel)
+			if la.ConvKernel <= 1 {
+				conv = "no conv" // MiniMax's lightning attention
+			}
+			kv("Linear attn", "%d key heads x %d, %d value heads x %d, %s", la.KeyHeads, la.KeyHeadDim, la.ValueHeads, la.ValueHeadDim, conv)
 		}
 		if moe := t.MoE; moe != nil {
 			line := fmt.Sprintf("%d experts, %d per token", moe.Experts, moe.ExpertsPerToken)

@@ -30,8 +30,8 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
-#      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear and a tiny
-#      DeepSeek-V3.2),
+#      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
+#      DeepSeek-V3.2 and a tiny MiniMax-Text-01),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -656,14 +656,26 @@ cat >"$work/kimilinear.json" <<'EOF'
  "num_expert_group": 1, "topk_group": 1, "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2,
  "linear_attn_config": {"kda_layers": [1, 2, 4], "full_attn_layers": [3], "head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 4}}
 EOF
+# A tiny MiniMax-Text-01: lightning attention (linear attention with a
+# fixed decay a head and layer) in three layers of four, the softmax
+# layer turning half of each head, Mixtral's experts, every residual
+# weighed after its norm; lightning chunks of 16 tokens.
+cat >"$work/minimax01.json" <<'EOF'
+{"architectures": ["MiniMaxForCausalLM"], "model_type": "minimax", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 32,
+ "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rotary_dim": 8,
+ "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"], "block_size": 16,
+ "num_local_experts": 8, "num_experts_per_tok": 2, "full_attn_alpha_factor": 1.5, "linear_attn_alpha_factor": 1.5,
+ "mlp_alpha_factor": 1.5, "postnorm": true, "rms_norm_eps": 1e-05, "rope_theta": 10000000, "max_position_embeddings": 512,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.
@@ -698,7 +710,7 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
 		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
 	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
-	case "$fam" in granitehybrid | nemotronh | kimilinear | deepseekv32) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 8; the indexer's 8 keys): the state carried from chunk to chunk
+	case "$fam" in granitehybrid | nemotronh | kimilinear | deepseekv32 | minimax01) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 8; the indexer's 8 keys; the lightning chunk of 16): the state carried from chunk to chunk
 		fg+=(-p "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends. One day, she saw a big red ball in the park and ran to get it. The ball was very shiny and bouncy, and Lily laughed as it flew high into the blue sky above the tall green trees.") ;;
 	esac
 	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true
