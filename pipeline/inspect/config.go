@@ -231,11 +231,13 @@ func kimiFields(f fields, layers int) fields {
 // miniMaxFields is a MiniMax-Text-01 or MiniMax-M1 config's fields with
 // its lightning layers under Qwen3-Next's names, which TextConfig reads:
 // layer_types from attn_type_list (0 lightning, 1 softmax) where the
-// config has no layer_types, MiniMaxConfig's alternation where it has
-// neither; the attention's heads and head_dim as the lightning layers'
-// key and value heads (its state is [heads, head_dim, head_dim]), and a
-// convolution of one tap (none kept).
-func miniMaxFields(f fields, layers int) fields {
+// config has no layer_types, where it has neither MiniMaxConfig's
+// alternation or, for the releases' architectures (release), every
+// layer softmax, as pipeline/minimax reads them; the attention's heads
+// and head_dim as the lightning layers' key and value heads (its state
+// is [heads, head_dim, head_dim]), and a convolution of one tap (none
+// kept).
+func miniMaxFields(f fields, layers int, release bool) fields {
 	if layers <= 0 || layers > 1<<16 {
 		return f // loading names the field
 	}
@@ -249,7 +251,7 @@ func miniMaxFields(f fields, layers int) fields {
 		json.Unmarshal(f["attn_type_list"], &list) // not a list of the layers': loading names it
 		for i := range types {
 			types[i] = "full_attention"
-			if (len(list) == layers && list[i] == 0) || (len(list) != layers && i%2 == 1) {
+			if (len(list) == layers && list[i] == 0) || (len(list) != layers && i%2 == 1 && !release) {
 				types[i] = "linear_attention"
 			}
 		}
@@ -315,11 +317,18 @@ func TextConfig(m *config.File) (*Text, error) {
 	if t.Hidden, ok = f.int("hidden_size", "n_embd", "d_model", "dim"); !ok || t.Hidden <= 0 {
 		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
 	}
-	switch f.string("model_type") {
-	case "kimi_linear":
+	switch mt := f.string("model_type"); {
+	case mt == "kimi_linear":
 		f = kimiFields(f, t.Layers)
-	case "minimax", "minimax_text_01", "minimax_m1":
-		f = miniMaxFields(f, t.Layers)
+	case mt == "minimax", mt == "minimax_text_01", mt == "minimax_m1":
+		f = miniMaxFields(f, t.Layers, mt != "minimax")
+	case mt == "":
+		switch archs := fields(m.Raw).strings("architectures"); {
+		case slices.Contains(archs, "MiniMaxForCausalLM"):
+			f = miniMaxFields(f, t.Layers, false)
+		case slices.Contains(archs, "MiniMaxText01ForCausalLM"), slices.Contains(archs, "MiniMaxM1ForCausalLM"):
+			f = miniMaxFields(f, t.Layers, true)
+		}
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
 		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention

@@ -243,6 +243,31 @@ func TestMiniMaxText01(t *testing.T) {
 	}
 	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB, recurrent %d MiB; notes %q", float64(params)/1e9,
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Memory.Recurrent>>20, r.Notes)
+
+	// The releases' names, with and without model_type: attn_type_list
+	// gives the kinds; without it their architectures are softmax
+	// throughout, MiniMaxForCausalLM's alternate.
+	for _, c := range []struct {
+		js              string
+		full, lightning int
+	}{
+		{`"architectures": ["MiniMaxM1ForCausalLM"], "model_type": "minimax_m1", "attn_type_list": [0, 0, 0, 1]`, 1, 3},
+		{`"architectures": ["MiniMaxText01ForCausalLM"], "attn_type_list": [0, 1, 0, 1]`, 2, 2},
+		{`"architectures": ["MiniMaxText01ForCausalLM"]`, 4, 0},
+		{`"architectures": ["MiniMaxForCausalLM"]`, 2, 2},
+	} {
+		cfg, err := config.ParseModel([]byte(`{` + c.js + `, "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := inspect.TextConfig(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.js, err)
+		}
+		if got.FullAttentionLayers != c.full || got.LinearAttentionLayers != c.lightning || (c.lightning > 0 && (got.Linear == nil || got.Linear.KeyHeads != 4 || got.Linear.KeyHeadDim != 16)) {
+			t.Errorf("%s: %d full, %d linear (%+v), want %d and %d", c.js, got.FullAttentionLayers, got.LinearAttentionLayers, got.Linear, c.full, c.lightning)
+		}
+	}
 }
 
 // TestDeepSeekV2Lite inspects DeepSeek-V2-Lite's config over a checkpoint

@@ -28,6 +28,7 @@ package minimax
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 
@@ -138,7 +139,7 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	// MiniMaxM2Config turns rotary_dim (head_dim/2 when absent) into the
 	// partial_rotary_factor of its rope parameters, over any other.
 	rot := lm.Or(c.RotaryDim, base.Spec.HeadDim/2)
-	raw, err := withPartialRotary(cfg.Raw, float64(rot)/float64(base.Spec.HeadDim))
+	raw, err := withPartialRotary(cfg.Raw, rot, base.Spec.HeadDim)
 	if err != nil {
 		return deepseek.Options{}, fmt.Errorf("%s: %w", where, err)
 	}
@@ -171,9 +172,16 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	return o, nil
 }
 
-// withPartialRotary returns raw with partial_rotary_factor f at the top
-// level and inside rope_parameters when the config has that object.
-func withPartialRotary(raw map[string]json.RawMessage, f float64) (map[string]json.RawMessage, error) {
+// withPartialRotary returns raw with the partial_rotary_factor that turns
+// rot of headDim dims at the top level and inside rope_parameters when
+// the config has that object. The factor is rot/headDim, raised by the
+// float64 steps it takes for int(headDim·factor), as the rotary reads
+// it, to give rot itself (30/44 alone gives 29).
+func withPartialRotary(raw map[string]json.RawMessage, rot, headDim int) (map[string]json.RawMessage, error) {
+	f := float64(rot) / float64(headDim)
+	for i := 0; i < 4 && int(float64(headDim)*f) < rot; i++ {
+		f = math.Nextafter(f, 2)
+	}
 	out := make(map[string]json.RawMessage, len(raw)+1)
 	for k, v := range raw {
 		out[k] = v

@@ -38,6 +38,7 @@ package minimax
 import (
 	"fmt"
 	"math"
+	"regexp"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -117,6 +118,12 @@ type Text01Options struct {
 	FullAlpha, FullBeta, LinearAlpha, LinearBeta, MLPAlpha, MLPBeta float64
 	// Postnorm takes each residual's x after the sublayer's norm.
 	Postnorm bool
+	// ReleaseSlopes computes the decays as the releases' code does
+	// (MiniMaxText01ForCausalLM, MiniMaxM1ForCausalLM): ALiBi's slopes,
+	// which differ from transformers' where the head count is no power of
+	// two, and a layer factor without transformers' 1e-5 in its
+	// denominator.
+	ReleaseSlopes bool
 }
 
 // ResolveText01 reads a MiniMax-Text-01 or MiniMax-M1 config.json.
@@ -132,6 +139,7 @@ func ResolveText01(cfg *config.File) (Text01Options, error) {
 	if w := c.SlidingWindow; w != nil && *w > 0 {
 		return Text01Options{}, errs.Unsupportedf("%s: sliding_window %d is not supported (MiniMax's releases attend in full)", where, *w)
 	}
+	release := cfg.Architecture() != "MiniMaxForCausalLM"
 	layerTypes, attnTypes := c.LayerTypes, c.AttnTypeList
 	c.LayerTypes = nil // llama's resolve knows no lightning layers
 	base, err := c.Resolve(cfg, Text01Defaults)
@@ -139,14 +147,14 @@ func ResolveText01(cfg *config.File) (Text01Options, error) {
 		return Text01Options{}, err
 	}
 	s := &base.Spec
-	if s.LayerKinds, err = text01Kinds(where, layerTypes, attnTypes, s.Layers); err != nil {
+	if s.LayerKinds, err = text01Kinds(where, layerTypes, attnTypes, s.Layers, release); err != nil {
 		return Text01Options{}, err
 	}
 	if rot := c.RotaryDim; rot != nil {
 		if *rot <= 0 || *rot > s.HeadDim || *rot%2 != 0 {
 			return Text01Options{}, fmt.Errorf("%s: rotary_dim %d must be even and in [2, head_dim %d]", where, *rot, s.HeadDim)
 		}
-		raw, err := withPartialRotary(cfg.Raw, float64(*rot)/float64(s.HeadDim))
+		raw, err := withPartialRotary(cfg.Raw, *rot, s.HeadDim)
 		if err != nil {
 			return Text01Options{}, fmt.Errorf("%s: %w", where, err)
 		}
@@ -171,6 +179,9 @@ func ResolveText01(cfg *config.File) (Text01Options, error) {
 		LinearBeta:  factor(c.LinearBeta, c.LNLinearBeta),
 		MLPAlpha:    factor(c.MLPAlpha, c.LNMLPAlpha),
 		MLPBeta:     factor(c.MLPBeta, c.LNMLPBeta),
+		// transformers' slopes for its class; the releases' code's for
+		// theirs.
+		ReleaseSlopes: release,
 	}
 	// transformers' MiniMaxDecoderLayer always takes the normed input as
 	// the residual; the releases' code does when postnorm is set.
@@ -210,8 +221,10 @@ func factor(hf, orig *float64) float64 {
 }
 
 // text01Kinds are the layers' kinds: layer_types, else attn_type_list,
-// else MiniMaxConfig's default (even layers softmax, odd lightning).
-func text01Kinds(where string, layerTypes []string, attnTypes []int, layers int) ([]string, error) {
+// else MiniMaxConfig's default (even layers softmax, odd lightning), or
+// for the releases' architectures (release) vLLM's (every layer softmax;
+// the releases' code has none).
+func text01Kinds(where string, layerTypes []string, attnTypes []int, layers int, release bool) ([]string, error) {
 	if len(layerTypes) > 0 {
 		return lm.LayerTypes(where, layerTypes, layers, nn.KindLinearAttention, lm.KindFull)
 	}
@@ -234,7 +247,7 @@ func text01Kinds(where string, layerTypes []string, attnTypes []int, layers int)
 	}
 	for i := range kinds {
 		kinds[i] = lm.KindFull
-		if i%2 == 1 {
+		if i%2 == 1 && !release {
 			kinds[i] = nn.KindLinearAttention
 		}
 	}
@@ -252,8 +265,8 @@ func NewText01(cfg *config.File) (lm.Model, error) {
 
 // Text01Model is a MiniMax-Text-01 decoder: pipeline/qwen3moe's in
 // Mixtral's layout (embedding, head, softmax attention, experts), its
-// layers' attention half its own. It implements lm.Routed, lm.Renamer
-// and lm.Varianter.
+// layers' attention half its own. It implements lm.Routed, lm.Renamer,
+// lm.Skipper and lm.Varianter.
 type Text01Model struct {
 	*qwen3moe.Model
 	o Text01Options
@@ -309,15 +322,59 @@ func (m *Text01Model) LayerVariant(i int) string {
 	return m.Model.LayerVariant(i)
 }
 
-// slopes are lightning layer i's decay rates per head (MiniMaxLightning
-// Attention.get_slope_rate).
+// slopes are lightning layer i's decay rates per head: transformers'
+// MiniMaxLightningAttention.get_slope_rate, base^(h+1) with base
+// 2^(-8/heads), times 1 - i/(layers-1+1e-5) + 1e-5; or the releases'
+// (ReleaseSlopes), ALiBi's slopes times 1 - i/(layers-1) + 1e-5.
 func (m *Text01Model) slopes(i int) []float32 {
 	s := m.Spec()
-	base := 1 / math.Pow(2, 8/float64(s.Heads))
-	f := 1 - float64(i)/(float64(s.Layers-1)+1e-5) + 1e-5
+	rates := make([]float64, s.Heads)
+	var f float64
+	if m.o.ReleaseSlopes {
+		rates = alibiSlopes(s.Heads)
+		f = 1 + 1e-5
+		if s.Layers > 1 {
+			f -= float64(i) / float64(s.Layers-1)
+		}
+	} else {
+		base := 1 / math.Pow(2, 8/float64(s.Heads))
+		for h := range rates {
+			rates[h] = math.Pow(base, float64(h+1))
+		}
+		f = 1 - float64(i)/(float64(s.Layers-1)+1e-5) + 1e-5
+	}
 	out := make([]float32, s.Heads)
-	for h := range out {
-		out[h] = float32(math.Pow(base, float64(h+1)) * f)
+	for h, r := range rates {
+		out[h] = float32(r * f)
+	}
+	return out
+}
+
+// alibiSlopes are ALiBi's head slopes (Press et al., 2022), as the
+// MiniMax releases' _build_slope_tensor computes them: 2^(-8(h+1)/n)
+// for a power of two n; otherwise those of the power of two p below n,
+// then every other one of 2p's, the first n-p of them.
+func alibiSlopes(n int) []float64 {
+	pow2 := func(n int) []float64 {
+		start := math.Pow(2, -8/float64(n))
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = math.Pow(start, float64(i+1))
+		}
+		return out
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	if p == n {
+		return pow2(n)
+	}
+	out := pow2(p)
+	for i, v := range alibiSlopes(2 * p) {
+		if i%2 == 0 && len(out) < n {
+			out = append(out, v)
+		}
 	}
 	return out
 }
@@ -411,6 +468,19 @@ func (m *Text01Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *l
 	return nn.FinishRouted(r, p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts), st
 }
 
+// SkipWeight implements lm.Skipper: the lightning layers' buffers a
+// transformers save writes (slope_rate, query_decay, key_decay,
+// diagonal_decay), which the model computes from the config.
+func (m *Text01Model) SkipWeight(name string) (string, bool) {
+	if lightningBuffer.MatchString(name) {
+		return "lightning attention's decays, computed from the config", true
+	}
+	return "", false
+}
+
+// lightningBuffer matches MiniMaxLightningAttention's registered buffers.
+var lightningBuffer = regexp.MustCompile(`\.self_attn\.(slope_rate|query_decay|key_decay|diagonal_decay)$`)
+
 // RenameWeight implements lm.Renamer: a transformers v5 save's
 // model.layers.L.mlp.* is read as block_sparse_moe.*.
 func (m *Text01Model) RenameWeight(stored string) string {
@@ -421,4 +491,5 @@ var (
 	_ lm.Routed    = (*Text01Model)(nil)
 	_ lm.Renamer   = (*Text01Model)(nil)
 	_ lm.Varianter = (*Text01Model)(nil)
+	_ lm.Skipper   = (*Text01Model)(nil)
 )

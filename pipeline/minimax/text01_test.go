@@ -107,8 +107,26 @@ func TestText01Config(t *testing.T) {
 		s.LayerKinds[0] != lm.KindFull || s.LayerKinds[1] != nn.KindLinearAttention || d.Experts != 8 || d.TopK != 2 || d.FullAlpha != 1 || !d.Postnorm {
 		t.Errorf("defaults: %+v", d)
 	}
-	if d, err := minimax.ResolveText01(configOf(t, `{"architectures": ["MiniMaxM1ForCausalLM"]}`)); err != nil || d.Postnorm {
-		t.Errorf("the releases' default is no postnorm: %+v, %v", d, err)
+	// The releases' architectures: no postnorm, and (as vLLM reads a
+	// config without attn_type_list) every layer softmax by default; the
+	// releases' slopes.
+	if d, err := minimax.ResolveText01(configOf(t, `{"architectures": ["MiniMaxM1ForCausalLM"]}`)); err != nil || d.Postnorm || !d.ReleaseSlopes ||
+		d.Spec.LayerKinds[1] != lm.KindFull || d.Spec.LayerKinds[31] != lm.KindFull {
+		t.Errorf("the releases' defaults: %+v, %v", d, err)
+	}
+	if o.ReleaseSlopes {
+		t.Error("MiniMaxForCausalLM computes transformers' slopes")
+	}
+	mm := m.(*minimax.Text01Model)
+	for name, skip := range map[string]bool{
+		"model.layers.3.self_attn.slope_rate":     true,
+		"model.layers.3.self_attn.diagonal_decay": true,
+		"model.layers.3.self_attn.query_decay":    true,
+		"model.layers.3.self_attn.norm.weight":    false,
+	} {
+		if _, ok := mm.SkipWeight(name); ok != skip {
+			t.Errorf("%s: skipped %v, want %v", name, ok, skip)
+		}
 	}
 
 	base := `"architectures": ["MiniMaxForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "num_local_experts": 8, "num_experts_per_tok": 2`
@@ -134,8 +152,10 @@ func TestText01Config(t *testing.T) {
 
 // TestText01LogitsMatchReference runs tiny MiniMax-Text-01s (lightning
 // layers around a softmax layer turning half of each head; in
-// transformers' config with postnorm, and in the releases' without it
-// and with a tied head) on a left-padded batch of two prompts, the longer
+// transformers' config with postnorm, its checkpoint holding the
+// lightning layers' buffers as a transformers save does, and in the
+// releases' without postnorm, with 6 heads, whose ALiBi slopes differ
+// from transformers', and a tied head) on a left-padded batch of two prompts, the longer
 // over three lightning chunks, plus decode steps, with each experts
 // formulation, compiled and eager, on the go and cpu backends
 // (moecheck.Run), against minimaxref's float64 forward; and in bfloat16
@@ -162,22 +182,28 @@ func TestText01LogitsMatchReference(t *testing.T) {
 // TestText01SwitchesMatter: a reference that turns every dim of the
 // softmax layer's heads (transformers' MiniMaxConfig's reading), gives
 // every lightning layer the first layer's decays, or adds the stream
-// before each norm despite postnorm, differs.
+// before each norm despite postnorm, differs; and for the releases'
+// architecture with 6 heads, one with transformers' slopes.
 func TestText01SwitchesMatter(t *testing.T) {
-	c := minimaxref.Tiny()
-	dir, l := lmckpt.WriteLoad(t, c.Write)
-	rm, err := c.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	prompt := []int{1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}
-	mutant := func(f func(*minimaxref.Model)) func([]int) [][]float64 {
-		m := *rm
-		f(&m)
-		return m.Logits
+	load := func(c minimaxref.MiniMax) (*minimaxref.Model, []float32, func(func(*minimaxref.Model)) func([]int) [][]float64) {
+		dir, l := lmckpt.WriteLoad(t, c.Write)
+		rm, err := c.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rm, moecheck.Prefill(t, l, prompt)[0], func(f func(*minimaxref.Model)) func([]int) [][]float64 {
+			m := *rm
+			f(&m)
+			return m.Logits
+		}
 	}
-	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
+	rm, got, mutant := load(minimaxref.Tiny())
+	refcheck.Discriminates(t, got, prompt, rm.Logits, 1e-3,
 		refcheck.Mutant{Name: "every dim turned", Logits: mutant(func(m *minimaxref.Model) { m.WholeRotary = true })},
 		refcheck.Mutant{Name: "one layer's decays everywhere", Logits: mutant(func(m *minimaxref.Model) { m.FlatSlopes = true })},
 		refcheck.Mutant{Name: "no postnorm", Logits: mutant(func(m *minimaxref.Model) { m.NoPostnorm = true })})
+	rm, got, mutant = load(minimaxref.TinyOriginal())
+	refcheck.Discriminates(t, got, prompt, rm.Logits, 1e-3,
+		refcheck.Mutant{Name: "transformers' slopes", Logits: mutant(func(m *minimaxref.Model) { m.PowerSlopes = true })})
 }

@@ -49,16 +49,47 @@ func Tiny() MiniMax {
 }
 
 // TinyOriginal is Tiny in the releases' config, without postnorm (the
-// residuals add the stream before each norm) and with a tied head.
+// residuals add the stream before each norm), with a tied head and 6
+// heads over 3 KV heads: a head count whose ALiBi slopes (the releases')
+// are not transformers' powers.
 func TinyOriginal() MiniMax {
 	c := Tiny()
 	c.Original, c.Postnorm, c.Tied, c.Seed = true, false, true, 92
+	c.Heads, c.KVHeads = 6, 3
 	return c
 }
 
+// slope is head h's decay rate in layer l: transformers' get_slope_rate,
+// or with Original the releases' _build_slope_tensor (ALiBi's get_slopes)
+// and layer factor.
 func (c MiniMax) slope(l, h int) float64 {
+	if c.Original {
+		return alibi(c.Heads)[h] * (1 - float64(l)/float64(c.Layers-1) + 1e-5)
+	}
 	base := 1 / math.Pow(2, 8/float64(c.Heads))
 	return math.Pow(base, float64(h+1)) * (1 - float64(l)/(float64(c.Layers-1)+1e-5) + 1e-5)
+}
+
+// alibi is get_slopes(n) of the releases' code.
+func alibi(n int) []float64 {
+	powerOf2 := func(n int) []float64 {
+		start := math.Pow(2, -math.Pow(2, -(math.Log2(float64(n))-3)))
+		out := []float64{}
+		for i := range n {
+			out = append(out, start*math.Pow(start, float64(i)))
+		}
+		return out
+	}
+	if l := math.Log2(float64(n)); l == math.Floor(l) {
+		return powerOf2(n)
+	}
+	closest := 1 << int(math.Floor(math.Log2(float64(n))))
+	out := powerOf2(closest)
+	double := alibi(2 * closest)
+	for i := 0; i < len(double) && len(out) < n; i += 2 {
+		out = append(out, double[i])
+	}
+	return out
 }
 
 type tensor struct {
@@ -143,12 +174,36 @@ func (c MiniMax) ConfigJSON() map[string]any {
 }
 
 // Write writes dir/config.json, generation_config.json and
-// model.safetensors (float32).
+// model.safetensors (float32). In transformers' config the lightning
+// layers' buffers are written too, slope_rate, query_decay, key_decay
+// and diagonal_decay, as a transformers save holds them.
 func (c MiniMax) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
 		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: mambaref.Fill(r, t.shape, t.init, "minimaxref")})
+	}
+	for l := 0; l < c.Layers && !c.Original; l++ {
+		if !c.Lightning[l] {
+			continue
+		}
+		p, H, B := fmt.Sprintf("model.layers.%d.self_attn.", l), c.Heads, c.BlockSize
+		slope, query, key, diag := make([]float32, H), make([]float32, H*B), make([]float32, H*B), make([]float32, H*B*B)
+		for h := range H {
+			s := c.slope(l, h)
+			slope[h] = float32(s)
+			for i := range B {
+				query[h*B+i] = float32(math.Exp(-s * float64(i+1)))
+				key[h*B+i] = float32(math.Exp(-s * float64(B-i-1)))
+				for j := 0; j <= i; j++ {
+					diag[(h*B+i)*B+j] = float32(math.Exp(-s * float64(i-j)))
+				}
+			}
+		}
+		ts = append(ts, lmckpt.F32Tensor{Name: p + "slope_rate", Shape: []int{H, 1, 1}, Values: slope},
+			lmckpt.F32Tensor{Name: p + "query_decay", Shape: []int{H, B, 1}, Values: query},
+			lmckpt.F32Tensor{Name: p + "key_decay", Shape: []int{H, B, 1}, Values: key},
+			lmckpt.F32Tensor{Name: p + "diagonal_decay", Shape: []int{1, H, B, B}, Values: diag})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2}, ts)
 }
@@ -157,11 +212,12 @@ func (c MiniMax) Write(dir string) error {
 // mistakes the tests check the model does not make: WholeRotary turns
 // every dim of each head (transformers' MiniMaxConfig's reading),
 // FlatSlopes gives every layer the first layer's decays, NoPostnorm adds
-// the stream before each norm where the config says postnorm.
+// the stream before each norm where the config says postnorm,
+// PowerSlopes gives the releases' architectures transformers' slopes.
 type Model struct {
-	C                                   MiniMax
-	W                                   map[string][]float64
-	WholeRotary, FlatSlopes, NoPostnorm bool
+	C                                                MiniMax
+	W                                                map[string][]float64
+	WholeRotary, FlatSlopes, NoPostnorm, PowerSlopes bool
 }
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
@@ -198,11 +254,12 @@ func (m *Model) lightning(l int, h [][]float64) [][]float64 {
 	decay := make([]float64, c.Heads)
 	for j := range state {
 		state[j] = make([]float64, D*D)
-		sl := l
+		sl, sc := l, c
 		if m.FlatSlopes {
 			sl = 0
 		}
-		decay[j] = math.Exp(-c.slope(sl, j))
+		sc.Original = sc.Original && !m.PowerSlopes
+		decay[j] = math.Exp(-sc.slope(sl, j))
 	}
 	out := make([][]float64, len(h))
 	for t := range h {
