@@ -75,6 +75,11 @@ type groupedAux struct {
 	// input before it, and each pair's row gets its expert's bias first.
 	combine     int
 	combineBias bool
+	// out16: the product is in 16-bit activations (--dtype bf16 or f16):
+	// the rows and w are that dtype; the rows are widened, multiplied as
+	// from16's, and the result rounded back, as execDot does a 16-bit
+	// product.
+	out16 bool
 }
 
 // wholeRowGather reports whether g gathers whole entries (matrices, or
@@ -143,13 +148,24 @@ func sameIndices(a, b *node) bool {
 
 // rewriteGrouped finds the gathered product at n (see above).
 func rewriteGrouped(n *node, act actKind) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+	if n.op != backends.OpTypeDotGeneral || (n.shape.DType != dtypes.Float32 && !is16(n.shape.DType)) || len(n.inputs) != 2 {
 		return
 	}
 	a := n.aux.(*dotAux)
 	lhs, r := n.inputs[0], n.inputs[1]
 	if lhs.shape.Rank() != 2 || r.shape.Rank() != 3 || a.m != 1 || a.b != lhs.shape.Dimensions[0] ||
 		!slices.Equal(a.lhsPerm, []int{0, 1}) || !slices.Equal(a.rhsNT, []int{0, 1, 2}) || a.rhsFrom16 || a.int8Group > 0 || a.int4 {
+		return
+	}
+	if dt := n.shape.DType; is16(dt) {
+		// 16-bit activations: rows and stack of the product's dtype. The
+		// rows are exact in bf16, so the pair kernel multiplies the same
+		// products (execDot's 16-bit case).
+		if lhs.shape.DType != dt || !wholeRowGather(r) || r.inputs[0].shape.DType != dt {
+			return
+		}
+		d := r.inputs[0].shape.Dimensions
+		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], from16: true, out16: true, bf16Act: dt == dtypes.BFloat16}, lhs, r.inputs[0], r.inputs[1])
 		return
 	}
 	if q, scales, ids, group, ok := int8Gathered(r); ok {
@@ -244,7 +260,7 @@ func rewriteGroupedSum(nodes, outputs []*node) {
 			if g.op == backends.OpTypeAdd && users[g.idx] == 1 && g.fn != nil && !g.aliasesInput {
 				g, bias = pairBias(g)
 			}
-			if g == nil || g.op != opTypeGrouped || users[g.idx] != 1 || g.aux.(*groupedAux).combine != 0 {
+			if g == nil || g.op != opTypeGrouped || users[g.idx] != 1 || g.aux.(*groupedAux).combine != 0 || g.aux.(*groupedAux).out16 {
 				continue
 			}
 			a := *g.aux.(*groupedAux)
@@ -335,18 +351,21 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		order[next[e]] = p
 		next[e]++
 	}
-	lhs := in[0].data.([]float32)
 	N, K := a.n, a.k
+	var lhs []float32
 	switch {
+	case a.out16: // widened: bf16 values stay exact, so no rounding either
+		lhs = toF32(in[0].data)
 	case a.bf16Act:
-		r := make([]float32, len(lhs))
-		kernels.RoundBF16(r, lhs)
-		lhs = r
+		lhs = make([]float32, len(in[0].data.([]float32)))
+		kernels.RoundBF16(lhs, in[0].data.([]float32))
+	default:
+		lhs = in[0].data.([]float32)
 	}
-	// The pairs' products go to the output, or with combine to scratch
-	// that the weighted sum reads.
+	// The pairs' products go to the output, or with combine or in 16-bit
+	// activations to scratch that the weighted sum or the rounding reads.
 	var out, pairs *slot
-	if a.combine > 0 {
+	if a.combine > 0 || a.out16 {
 		pairs = st.alloc(shapes.Make(dtypes.Float32, P, N))
 	} else {
 		out = st.alloc(n.shape)
@@ -466,8 +485,16 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 }
 
 // combined is execGrouped's result: out, or with combine the weighted sum
-// of pairs, whose scratch goes back to the free list.
+// of pairs, or with out16 pairs rounded to 16 bits, whose scratch goes
+// back to the free list.
 func combined(st *execState, n *node, a *groupedAux, in []*slot, ids []int, out, pairs *slot) *slot {
+	if a.out16 {
+		out = st.alloc(n.shape)
+		fromF32(out.data, pairs.data.([]float32))
+		pairs.refs = 1
+		st.release(pairs)
+		return out
+	}
 	if a.combine == 0 {
 		return out
 	}

@@ -52,6 +52,64 @@ func TestGroupedExpertDot(t *testing.T) {
 	}
 }
 
+// TestGroupedExpertDot16 checks the gathered product in 16-bit
+// activations (--dtype bf16 or f16: rows and stack bf16 or f16, the
+// product in that dtype, no conversion): it is rewritten into the
+// grouped node and agrees with the go backend (bf16), or for f16, which
+// the go backend lacks, with the cpu backend's f32 product of the same
+// values, to the dtype's tolerance; single rows (GEMVs) and several
+// rows an expert (GEMMs).
+func TestGroupedExpertDot16(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	for _, dt := range []dtypes.DType{dtypes.BFloat16, dtypes.Float16} {
+		for _, ids := range [][]int32{{3, 0, 3, 4, 1, 3, 0}, {1, 2}} {
+			name := fmt.Sprintf("%s %v", dt, ids)
+			const e, n, k = 5, 24, 40
+			p := len(ids)
+			r := rand.New(rand.NewPCG(9, uint64(p)))
+			f32 := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.Float32, e, n, k), sh(dtypes.Int32, p, 1)}
+			v, w := randFlat(r, f32[0], false).([]float32), randFlat(r, f32[1], false).([]float32)
+			shs := []shapes.Shape{sh(dt, p, k), sh(dt, e, n, k), f32[2]}
+			data := []any{narrow(dt, v), narrow(dt, w), ids}
+			var dot backends.Op
+			build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+				g, err := b.Gather(ps[1], ps[2], 1, []int{1, 2}, []int{0}, []int{0}, []int{1, n, k}, false)
+				if err != nil {
+					return nil, err
+				}
+				dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, g, []int{2}, []int{0})
+				return dot, err
+			}
+			got, _, err := run(cpu, shs, data, build)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dot.(*node).op != opTypeGrouped {
+				t.Errorf("%s: the gathered product was not rewritten into the grouped node", name)
+			}
+			var want any
+			if dt == dtypes.BFloat16 {
+				want, _, err = run(ref, shs, data, build)
+			} else { // the same f16 values in f32
+				want, _, err = run(cpu, f32, []any{toF32(data[0]), toF32(data[1]), ids}, func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+					return pairDot(b, ps[0], ps[1], ps[2], n, k, dtypes.Float32)
+				})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareFlat(t, name, dt, asFloat64(got), asFloat64(want))
+		}
+	}
+}
+
+// narrow is v rounded to the 16-bit dtype dt.
+func narrow(dt dtypes.DType, v []float32) any {
+	out := makeFlat(dt, len(v))
+	fromF32(out, v)
+	return out
+}
+
 // pairDot builds nn.PairDot's f32, bf16 or f16 form: rows v [P, k] times
 // the matrices [n, k] of stack w [E, n, k] (of dtype wdt) that ids [P, 1]
 // pick, a whole-matrix Gather (converted to f32 when wdt is narrow) under
