@@ -46,7 +46,7 @@ func TestText01Config(t *testing.T) {
 	}
 	const a = 3.5565588200778455
 	if s := &o.Spec; len(full) != 10 || full[0] != 7 || full[9] != 79 || s.Heads != 64 || s.KVHeads != 8 || s.HeadDim != 128 || o.Rope.RotaryDim != 64 ||
-		o.Experts != 32 || o.TopK != 2 || o.MoEIntermediate != 9216 || !o.NormTopK || !o.Postnorm || o.Chunk != 256 ||
+		o.Experts != 32 || o.TopK != 2 || o.MoEIntermediate != 9216 || !o.NormTopK || !o.Postnorm || o.Chunk != 64 ||
 		o.FullAlpha != a || o.LinearAlpha != a || o.MLPAlpha != a || o.FullBeta != 1 || o.LinearBeta != 1 || o.MLPBeta != 1 || o.Eps != 1e-5 {
 		t.Errorf("full layers %v, options %+v", full, o)
 	}
