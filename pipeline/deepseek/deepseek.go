@@ -65,6 +65,10 @@
 // layers that reuse another layer's choice ("shared" indexer_types) are
 // refused.
 //
+// AXK1ForCausalLM (models/axk1: SK Telecom's A.X K1) is DeepSeek-V3 whose
+// sparse layers norm their MoE output by post_mlp_layernorm before the
+// residual (Options.PostMoENorm); its experts run in the graph only.
+//
 // DeepseekV2ForCausalLM (models/deepseek_v2: DeepSeek-V2, V2-Lite, V2.5,
 // DeepSeek-Coder-V2; "DeepSeek-V2" arXiv:2405.04434) is the same MLA with
 // the rotary always on adjacent pairs, and an older router: softmax
@@ -105,6 +109,7 @@ func init() {
 	lm.Register("Glm4MoeLiteForCausalLM", New)
 	lm.Register("Glm4MoeForCausalLM", New)
 	lm.Register("Dots1ForCausalLM", New)
+	lm.Register("AXK1ForCausalLM", New)
 }
 
 // Config is a DeepseekV3ForCausalLM, DeepseekV32ForCausalLM,
@@ -229,6 +234,15 @@ var (
 		RoutedScale: 2.5, Theta: 10000, Eps: 1e-5, MaxPositions: 202752, BOS: 0, EOS: 1, NormTopK: true,
 		IndexHeads: 32, IndexDim: 128, IndexTopK: 2048, LayerTypes: true, IndexInterleave: true,
 	}
+	// AXK1Defaults are AXK1Config's (SK Telecom's A.X K1): DeepSeek-V3's
+	// design with 64 heads, 192 experts, one dense first layer, a
+	// vocabulary of 163840 and a context of 32768.
+	AXK1Defaults = Defaults{
+		Vocab: 163840, Hidden: 7168, Intermediate: 18432, MoEIntermediate: 2048, Layers: 61, Heads: 64,
+		QLora: 1536, KVLora: 512, QKNope: 128, QKRope: 64, VHead: 128,
+		Experts: 192, TopK: 8, Shared: 1, Groups: 8, TopKGroup: 4, FirstDense: 1,
+		RoutedScale: 2.5, Theta: 10000, Eps: 1e-6, MaxPositions: 32768, BOS: 163691, EOS: 163691, NormTopK: true,
+	}
 	// V2Defaults are DeepseekV2Config's, which inherits LlamaConfig's
 	// sizes. num_experts_per_tok has no default (0: the config must say),
 	// nor have n_group and topk_group (read only by
@@ -286,6 +300,10 @@ type Options struct {
 	// NoPE leaves the qk_rope_head_dim dims unrotated (Kimi Linear's
 	// mla_use_nope: its MLA layers have no position embedding).
 	NoPE bool
+	// PostMoENorm norms a sparse layer's MoE output (the shared and routed
+	// experts' sum) by its post_mlp_layernorm before the residual (A.X
+	// K1's AXK1DecoderLayer); the experts then run in the graph only.
+	PostMoENorm bool
 	// IndexTopK > 0 adds DeepSeek-V3.2's lightning indexer (DSA: see
 	// nn.IndexerKeep) of IndexHeads heads of IndexDim: each query attends
 	// to the IndexTopK visible tokens it scores best. IndexInterleave
@@ -357,6 +375,8 @@ func Resolve(cfg *config.File) (Options, error) {
 		d = V32Defaults
 	case cfg.Architecture() == "GlmMoeDsaForCausalLM":
 		d = GLMDsaDefaults
+	case cfg.Architecture() == "AXK1ForCausalLM":
+		d = AXK1Defaults
 	}
 	if c.AttentionBias {
 		return Options{}, errs.Unsupportedf("%s: attention_bias is true; DeepSeek's projections have no biases", where)
@@ -377,6 +397,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	if c.QLoraRank == nil && cfg.Has("q_lora_rank") {
 		o.QLoraRank = 0 // null: q_proj
 	}
+	o.PostMoENorm = cfg.Architecture() == "AXK1ForCausalLM"
 	s := lm.Spec{
 		Architecture: cfg.Architecture(),
 		ModelType:    c.ModelType,
@@ -791,7 +812,29 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.PostMoENorm {
+		return postNormed{NewModel(o)}, nil
+	}
 	return NewModel(o), nil
+}
+
+// postNormed is a decoder whose MoE output is normed before the residual
+// (A.X K1): a norm of the experts' sum, which the one-by-one formulations
+// (Routing's residual plus weighed experts) cannot express.
+type postNormed struct{ *Model }
+
+// InGraphExperts implements lm.InGraphExperts.
+func (postNormed) InGraphExperts() string {
+	return "post_mlp_layernorm norms the sum of the shared and routed experts before it joins the residual"
+}
+
+// MTPLayers implements lm.MultiToken: none that tputool reads.
+func (postNormed) MTPLayers() int { return 0 }
+
+// WithMTP implements lm.MultiToken: refused (transformers' AXK1 does not
+// read a multi-token-prediction layer either).
+func (postNormed) WithMTP() (lm.MTPModel, error) {
+	return nil, errs.Unsupportedf("A.X K1's multi-token-prediction layers are not read")
 }
 
 // Model is a DeepSeek-V3 (GLM-4.5) decoder. The embedding, final norm
@@ -926,6 +969,9 @@ func (m *Model) MLPWeights(i int, ws []lm.WeightSpec) []lm.WeightSpec {
 	if sh := o.Shared * o.MoEIntermediate; sh > 0 {
 		ws = append(ws, lm.SwiGLUWeights(b+"shared_experts", sh, s.Hidden)...)
 	}
+	if o.PostMoENorm {
+		add("post_mlp_layernorm.weight", false, lm.Replicated, s.Hidden)
+	}
 	return ws
 }
 
@@ -1001,6 +1047,10 @@ func (m *Model) FinishLayer(i int, w *lm.Params, x, h *Node, step *lm.Step) *Nod
 		return Add(x, nn.GatedMLP(h, p.Get("gate_proj.weight"), nil, p.Get("up_proj.weight"), nil, p.Get("down_proj.weight"), nil, m.o.Act))
 	}
 	p := w.Scope(m.block(i) + ".experts")
+	if m.o.PostMoENorm { // x + post_mlp_layernorm(shared + routed)
+		moe := nn.FinishRouted(m.Routing(i, w, ZerosLike(x), h), p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts)
+		return Add(x, nn.RMSNorm(moe, w.Get(fmt.Sprintf("model.layers.%d.post_mlp_layernorm.weight", i)), m.o.Eps, false))
+	}
 	return nn.FinishRouted(m.Routing(i, w, x, h), p.Get("gate_up_proj"), p.Get("down_proj"), m.o.Act, step.GatherExperts)
 }
 

@@ -59,7 +59,8 @@ func TestLogitsMatchReference(t *testing.T) {
 	}{{"v3", dsref.TinyDeepSeek(), false}, {"lite-yarn", dsref.TinyDeepSeekLite(), false}, {"odd", odd(), false},
 		{"glm-4.7-flash", dsref.TinyDeepSeek(), true},
 		{"v2-grouped-yarn", dsref.TinyDeepSeekV2(), false}, {"v2-greedy", dsref.TinyDeepSeekV2Greedy(), false},
-		{"v3.2", dsref.TinyDeepSeekV32(), false}, {"v3.2-masked", dsref.TinyDeepSeekV32(), false}, {"glm-5", dsref.TinyGLM5(), false}} {
+		{"v3.2", dsref.TinyDeepSeekV32(), false}, {"v3.2-masked", dsref.TinyDeepSeekV32(), false}, {"glm-5", dsref.TinyGLM5(), false},
+		{"a.x-k1", dsref.TinyAXK1(), false}} {
 		t.Run(c.name, func(t *testing.T) {
 			write := c.ds.Write
 			if c.glm {
@@ -109,6 +110,51 @@ func writeGLM(c dsref.DeepSeek, dir string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
+}
+
+// TestAXK1 reads AXK1Config's defaults (A.X K1: DeepSeek-V3's design
+// with 64 heads, 192 experts of which 8, one dense first layer) and
+// checks that the comparison above can fail on its one change: a
+// reference without the post_mlp_layernorm on the sparse layers' MoE
+// output differs; the experts run in the graph only.
+func TestAXK1(t *testing.T) {
+	m, err := lm.New(configOf(t, `{"architectures": ["AXK1ForCausalLM"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.(lm.InGraphExperts); !ok {
+		t.Error("A.X K1's experts are not held to the graph")
+	}
+	o := m.(interface{ Options() deepseek.Options }).Options()
+	if s := m.Spec(); !o.PostMoENorm || s.Heads != 64 || o.Experts != 192 || o.TopK != 8 || o.Sparse[0] || !o.Sparse[1] || s.VocabSize != 163840 ||
+		s.BOS != 163691 || fmt.Sprint(s.EOS) != "[163691]" || s.MaxPositions != 32768 {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	names := map[string]bool{}
+	for _, w := range m.LayerWeights(1) {
+		names[w.Name] = true
+	}
+	for _, w := range m.LayerWeights(0) {
+		names[w.Name] = true
+	}
+	if !names["model.layers.1.post_mlp_layernorm.weight"] || names["model.layers.0.post_mlp_layernorm.weight"] {
+		t.Errorf("post_mlp_layernorm on the sparse layers alone: %v", names)
+	}
+	if _, err := m.(lm.MultiToken).WithMTP(); err == nil {
+		t.Error("A.X K1's MTP layer read")
+	}
+
+	c := dsref.TinyAXK1()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	prompt := prompts[1]
+	got := moecheck.Prefill(t, l, prompt)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := *rm
+	plain.C.PostMoENorm = false
+	refcheck.Discriminates(t, got[0], prompt, rm.Logits, 1e-3, refcheck.Mutant{Name: "no post_mlp_layernorm", Logits: plain.Logits})
 }
 
 // TestRoutingMatters checks that the comparison above can fail where

@@ -56,6 +56,8 @@ func FuzzNewModel(f *testing.F) {
 	f.Add([]byte(`{"architectures":["Glm4MoeLiteForCausalLM"],"num_hidden_layers":3,"mlp_layer_types":["dense","sparse","sparse"],"q_lora_rank":null}`))
 	f.Add([]byte(`{"architectures":["MiniMaxM2ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"qk_norm_type":"per_layer"}`))
+	f.Add([]byte(`{"architectures":["AXK1ForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"n_routed_experts":8,` +
+		`"num_experts_per_tok":2,"n_group":2,"topk_group":1,"first_k_dense_replace":1,"kv_lora_rank":16,"q_lora_rank":24}`))
 	f.Add([]byte(`{"architectures":["MiniMaxText01ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"attn_type_list":[0,1],"postnorm":true}`))
 	f.Add([]byte(`{"architectures":["Glm4MoeForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +

@@ -164,8 +164,22 @@ type DeepSeek struct {
 	// pairs (GlmMoeDsaIndexer's apply_rotary_pos_emb_interleave), not
 	// rotate-half.
 	IndexInterleave bool
+	// PostMoENorm makes it an AXK1ForCausalLM ("model_type": "axk1",
+	// SK Telecom's A.X K1): each sparse layer's MoE output, the shared
+	// and routed experts' sum, is normed by the layer's
+	// post_mlp_layernorm before it joins the residual
+	// (AXK1DecoderLayer); dense layers have no such norm.
+	PostMoENorm bool
 	// Seed makes the weights reproducible.
 	Seed uint64
+}
+
+// TinyAXK1 is TinyDeepSeek as an A.X K1: its two sparse layers' MoE
+// outputs normed before the residual.
+func TinyAXK1() DeepSeek {
+	c := TinyDeepSeek()
+	c.PostMoENorm, c.Seed = true, 61
+	return c
 }
 
 // TinyDeepSeekV32 is TinyDeepSeek as a DeepSeek-V3.2: an indexer of 8
@@ -391,6 +405,9 @@ func (c DeepSeek) mlpTensors(l int, add func(name, init string, shape ...int)) {
 		add("mlp.shared_experts.up_proj.weight", "linear", w, H)
 		add("mlp.shared_experts.down_proj.weight", "linear", H, w)
 	}
+	if c.PostMoENorm {
+		add("post_mlp_layernorm.weight", "norm", H)
+	}
 }
 
 // fill returns deterministic values for a tensor:
@@ -510,6 +527,10 @@ func (c DeepSeek) ConfigJSON() map[string]any {
 			j["indexer_types"] = slices.Repeat([]string{"full"}, c.Layers)
 		}
 	}
+	if c.PostMoENorm {
+		j["architectures"] = []string{"AXK1ForCausalLM"}
+		j["model_type"] = "axk1"
+	}
 	if c.Factor > 0 {
 		j["rope_scaling"] = map[string]any{
 			"type":                             "yarn",
@@ -551,6 +572,9 @@ func (c DeepSeek) Write(dir string) error {
 func (c DeepSeek) check() error {
 	if err := checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense); err != nil {
 		return err
+	}
+	if c.PostMoENorm && (c.MTP || c.V2 || c.IndexTopK > 0) {
+		return fmt.Errorf("dsref: an A.X K1 (PostMoENorm) is DeepSeek-V3's model without a multi-token-prediction head")
 	}
 	if c.IndexTopK > 0 && (c.V2 || c.QLoraRank == 0 || !c.RopeInterleave || c.IndexDim < c.QKRope || c.IndexHeads < 1) {
 		return fmt.Errorf("dsref: a DeepSeek-V3.2 indexer needs V3, q LoRA, the interleaved rotary and index_head_dim >= qk_rope_head_dim")
@@ -1016,6 +1040,9 @@ func (m *Model) stack() stack {
 			}
 			if m.moeInput != nil {
 				m.moeInput(l, h)
+			}
+			if c.PostMoENorm {
+				return lmckpt.RMSNorm64(m.moe(l, p+"mlp.", h), m.get(p+"post_mlp_layernorm.weight"), c.Eps)
 			}
 			return m.moe(l, p+"mlp.", h)
 		}}
