@@ -300,6 +300,12 @@ type Options struct {
 	// NoPE leaves the qk_rope_head_dim dims unrotated (Kimi Linear's
 	// mla_use_nope: its MLA layers have no position embedding).
 	NoPE bool
+	// QLoraScale and KVLoraScale, when neither 0 nor 1, scale the MLA's
+	// query (both its parts) and its normed latent (so the keys and the
+	// values it expands to) before the rotary and the cache (LongCat-
+	// Flash's mla_scale_q_lora, √(hidden/q_lora_rank), and
+	// mla_scale_kv_lora, √(hidden/kv_lora_rank)).
+	QLoraScale, KVLoraScale float64
 	// PostMoENorm norms a sparse layer's MoE output (the shared and routed
 	// experts' sum) by its post_mlp_layernorm before the residual (A.X
 	// K1's AXK1DecoderLayer); the experts then run in the graph only.
@@ -1160,6 +1166,17 @@ func (m *Model) Mix(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) 
 	return x, nn.RMSNorm(x, p.Get("post_attention_layernorm.weight"), m.o.Eps, false), heldState(c, index)
 }
 
+// LatentSelfAttention is the MLA (self_attn, scope p) on h, a layer's
+// normed input, continued from its latent cache state (LayerState's, as
+// held), returning the output after o_proj and the new state: for
+// decoders that run the MLA in layers of their own (LongCat-Flash's two
+// a layer).
+func (m *Model) LatentSelfAttention(p *lm.Params, h *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	c, index := m.latentState(state)
+	out, c, index := m.attention(p, h, c, index, step)
+	return out, heldState(c, index)
+}
+
 // attention is DeepseekV3Attention with kv_b_proj absorbed (see the
 // package comment): the latent and the shared rotated key are cached, the
 // heads attend over them, and each head's output latent is expanded to
@@ -1176,11 +1193,17 @@ func (m *Model) attention(p *lm.Params, x *Node, c nn.Latent, index *Node, step 
 	} else {
 		q = nn.Linear(x, p.Get("q_proj.weight"), nil)
 	}
+	if s := o.QLoraScale; s != 0 && s != 1 {
+		q = MulScalar(q, s)
+	}
 	q = nn.SplitHeads(q, heads) // [B, T, H, dn+dr]
 	qNope := SliceAxis(q, 3, AxisRange(0, dn))
 	qPe := SliceAxis(q, 3, AxisRange(dn, dn+dr))
 	kv := nn.Linear(x, p.Get("kv_a_proj_with_mqa.weight"), nil) // [B, T, r+dr]
 	latent := nn.RMSNorm(SliceAxis(kv, 2, AxisRange(0, r)), p.Get("kv_a_layernorm.weight"), loraEps, false)
+	if s := o.KVLoraScale; s != 0 && s != 1 {
+		latent = MulScalar(latent, s)
+	}
 	kPe := InsertAxes(SliceAxis(kv, 2, AxisRange(r, r+dr)), 2) // [B, T, 1, dr]
 	if !o.NoPE {
 		if o.Interleave {

@@ -37,6 +37,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/lfm2"         // Lfm2ForCausalLM, Lfm2MoeForCausalLM, Lfm2VlForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/llama"        // LlamaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/llama4"       // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
+	_ "github.com/tputool/tputool/pipeline/longcat"      // LongcatFlashForCausalLM (LongCat-Flash)
 	_ "github.com/tputool/tputool/pipeline/mamba"        // MambaForCausalLM, FalconMambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/minimax"      // MiniMaxM2ForCausalLM, MiniMaxForCausalLM (MiniMax-Text-01, MiniMax-M1)
 	_ "github.com/tputool/tputool/pipeline/mistral"      // MistralForCausalLM

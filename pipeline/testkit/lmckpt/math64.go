@@ -173,10 +173,11 @@ func TopK64(v []float64, k int) []int {
 func SiLU64(x float64) float64 { return x / (1 + math.Exp(-x)) }
 
 // Attention64 is grouped-query scaled dot-product attention over one
-// sequence: query [T][heads][D], key and value [T][kvHeads][D], query
-// head h reading key/value head h/(heads/kvHeads) (repeat_kv). Query t
-// attends to the keys s <= t that sees(t, s) allows (every one when sees
-// is nil: causal), by the softmax of q·k·scale. It returns [T][heads·D].
+// sequence: query and key [T][heads or kvHeads][D], value
+// [T][kvHeads][Dv] (Dv may differ from D, as in MLA), query head h
+// reading key/value head h/(heads/kvHeads) (repeat_kv). Query t attends
+// to the keys s <= t that sees(t, s) allows (every one when sees is nil:
+// causal), by the softmax of q·k·scale. It returns [T][heads·Dv].
 func Attention64(query, key, value [][][]float64, scale float64, sees func(t, s int) bool) [][]float64 {
 	out := make([][]float64, len(query))
 	for t := range out {
@@ -188,7 +189,7 @@ func Attention64(query, key, value [][][]float64, scale float64, sees func(t, s 
 				seen = append(seen, s)
 			}
 		}
-		D := len(query[t][0])
+		D := len(value[0][0])
 		out[t] = make([]float64, heads*D)
 		for hd := 0; hd < heads; hd++ {
 			kv := hd / group
