@@ -31,7 +31,8 @@
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
-#      DeepSeek-V3.2 and a tiny MiniMax-Text-01),
+#      DeepSeek-V3.2, a tiny MiniMax-Text-01, a tiny LongCat-Flash and a
+#      tiny A.X K1),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -668,14 +669,33 @@ cat >"$work/minimax01.json" <<'EOF'
  "mlp_alpha_factor": 1.5, "postnorm": true, "rms_norm_eps": 1e-05, "rope_theta": 10000000, "max_position_embeddings": 512,
  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny LongCat-Flash: two MLA sublayers a layer (the LoRA scales), two
+# dense MLPs, the shortcut MoE on the first MLP's input with 4 zero
+# experts beside 8 real ones, 3 chosen.
+cat >"$work/longcat.json" <<'EOF'
+{"architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash", "vocab_size": 512, "hidden_size": 64, "ffn_hidden_size": 96,
+ "num_layers": 2, "num_attention_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+ "v_head_dim": 16, "n_routed_experts": 8, "zero_expert_num": 4, "zero_expert_type": "identity", "moe_topk": 3, "expert_ffn_hidden_size": 32,
+ "routed_scaling_factor": 2.0, "router_bias": false, "mla_scale_q_lora": true, "mla_scale_kv_lora": true, "rope_theta": 10000000,
+ "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
+# A tiny A.X K1: DeepSeek-V3 whose sparse layers norm the MoE output.
+cat >"$work/axk1.json" <<'EOF'
+{"architectures": ["AXK1ForCausalLM"], "model_type": "axk1", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+ "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 32,
+ "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+ "n_shared_experts": 1, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+ "rope_theta": 10000, "rope_interleave": true, "rms_norm_eps": 1e-06, "max_position_embeddings": 512, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01 | longcat | axk1) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.
