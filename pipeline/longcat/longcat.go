@@ -17,7 +17,8 @@
 // The MLA scales its query by √(hidden/q_lora_rank) and its normed latent
 // by √(hidden/kv_lora_rank) (deepseek.Options.QLoraScale, KVLoraScale),
 // and turns interleaved rope pairs. The router (mlp.router.classifier,
-// float32, an optional bias) scores n_routed_experts real experts and
+// float32; a router_bias, which implementations read differently, is
+// refused) scores n_routed_experts real experts and
 // zero_expert_num zero-computation experts by a softmax; the scores plus
 // e_score_correction_bias choose moe_topk, weighed by their unbiased
 // scores times routed_scaling_factor, not renormalized. A real expert is
@@ -65,6 +66,12 @@ type Config struct {
 	ScaleKVLora         *bool    `json:"mla_scale_kv_lora"`
 	QKHeadDim           *int     `json:"qk_head_dim"`
 	AttentionBias       bool     `json:"attention_bias"`
+	NormTopKProb        *bool    `json:"norm_topk_prob"`
+	AttentionMethod     string   `json:"attention_method"`
+	// LongcatFlashConfig's attribute_map aliases.
+	IntermediateSize *int `json:"intermediate_size"`
+	NumExpertsPerTok *int `json:"num_experts_per_tok"`
+	NumLocalExperts  *int `json:"num_local_experts"`
 }
 
 // defaults are LongcatFlashConfig's (LongCat-Flash's sizes), written into
@@ -95,10 +102,9 @@ type Options struct {
 	deepseek.Options
 	// Experts real experts of ExpertIntermediate and Zero zero experts;
 	// TopK chosen a token among both, weighed by their scores times
-	// RoutedScale. RouterBias adds mlp.router.classifier.bias.
+	// RoutedScale.
 	Experts, Zero, TopK, ExpertIntermediate int
 	RoutedScale                             float64
-	RouterBias                              bool
 }
 
 // Resolve reads a LongcatFlashForCausalLM config.json.
@@ -114,13 +120,30 @@ func Resolve(cfg *config.File) (Options, error) {
 	if t := c.ZeroExpertType; t != "" && t != "identity" {
 		return Options{}, errs.Unsupportedf("%s: zero_expert_type %q is not supported (LongCat-Flash's zero experts are the identity)", where, t)
 	}
+	if m := c.AttentionMethod; m != "" && m != "MLA" {
+		return Options{}, errs.Unsupportedf("%s: attention_method %q is not supported (LongCat-Flash's attention is MLA)", where, m)
+	}
+	// transformers' and Meituan's routers compute the logits without
+	// classifier.bias, vLLM's with it: a config with one is refused
+	// rather than read one way. Nor does either renormalize.
+	if lm.Or(c.RouterBias, false) {
+		return Options{}, errs.Unsupportedf("%s: router_bias is true; implementations differ on whether the router adds its bias (transformers' does not), so it is not read", where)
+	}
+	if lm.Or(c.NormTopKProb, false) {
+		return Options{}, errs.Unsupportedf("%s: norm_topk_prob is true; LongCat-Flash's router (transformers', vLLM's) does not renormalize", where)
+	}
+	zero := defaultZeroExperts
+	if c.ZeroExpertNum != nil {
+		zero = *c.ZeroExpertNum
+	} else if cfg.Has("zero_expert_num") {
+		zero = 0 // null: transformers' `config.zero_expert_num or 0`
+	}
 	o := Options{
-		Experts:            lm.Or(c.NRoutedExperts, defaultExperts),
-		Zero:               lm.Or(c.ZeroExpertNum, defaultZeroExperts),
-		TopK:               lm.Or(c.MoETopK, defaultTopK),
+		Experts:            lm.Or(c.NRoutedExperts, lm.Or(c.NumLocalExperts, defaultExperts)),
+		Zero:               zero,
+		TopK:               lm.Or(c.MoETopK, lm.Or(c.NumExpertsPerTok, defaultTopK)),
 		ExpertIntermediate: lm.Or(c.ExpertFFNHiddenSize, defaultExpertFFN),
 		RoutedScale:        lm.Or(c.RoutedScale, defaultScale),
-		RouterBias:         lm.Or(c.RouterBias, false),
 	}
 	layers := lm.Or(c.NumLayers, defaultLayers)
 	if o.Experts <= 0 || o.Zero < 0 || o.TopK <= 0 || o.TopK > o.Experts+o.Zero || o.ExpertIntermediate <= 0 {
@@ -150,7 +173,7 @@ func Resolve(cfg *config.File) (Options, error) {
 	set("architectures", []string{"DeepseekV3ForCausalLM"})
 	set("model_type", "deepseek_v3")
 	set("num_hidden_layers", layers)
-	set("intermediate_size", lm.Or(c.FFNHiddenSize, defaultFFN))
+	set("intermediate_size", lm.Or(c.FFNHiddenSize, lm.Or(c.IntermediateSize, defaultFFN)))
 	set("first_k_dense_replace", layers) // every layer's "MLP" is its own (below): no DeepSeek experts
 	set("n_routed_experts", 1)
 	set("num_experts_per_tok", 1)
@@ -260,9 +283,6 @@ func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	ws = append(ws,
 		lm.WeightSpec{Name: r + "classifier.weight", Shape: []int{all, s.Hidden}, F32: true},
 		lm.WeightSpec{Name: r + "e_score_correction_bias", Shape: []int{all}, F32: true})
-	if o.RouterBias {
-		ws = append(ws, lm.WeightSpec{Name: r + "classifier.bias", Shape: []int{all}, F32: true})
-	}
 	return append(ws, lm.QwenExperts.Stacked(p+"mlp.experts", o.Experts, o.ExpertIntermediate, s.Hidden)...)
 }
 
@@ -307,7 +327,9 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		zero := GreaterOrEqual(ids, Const(g.Graph(), int32(o.Experts))) // [N, K]
 		none := ZerosLike(weights)
 		share := ReduceSum(Where(zero, weights, none), -1) // [N] float32
-		x = Add(x, Mul(g, ConvertDType(Reshape(share, b, t, 1), g.DType())))
+		// The input times the weight in float32, then the stream's dtype,
+		// as transformers' identity expert rounds it.
+		x = Add(x, ConvertDType(Mul(ConvertDType(g, dtypes.Float32), Reshape(share, b, t, 1)), g.DType()))
 		weights = Where(zero, none, weights)
 		ids = Where(zero, ZerosLike(ids), ids)
 	}
@@ -315,18 +337,14 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 }
 
 // route is LongcatFlashTopkRouter on tokens h [N, H]: float32 logits of
-// the classifier (plus its bias), their softmax over the real and zero
+// the classifier, their softmax over the real and zero
 // experts, the top k of the scores plus the correction bias, weighed by
 // their scores times routed_scaling_factor. Returns ids [N, K] int32 and
 // weights [N, K] float32.
 func (m *Model) route(p *lm.Params, h *Node) (ids, weights *Node) {
 	o := &m.o
 	f32 := dtypes.Float32
-	var bias *Node
-	if o.RouterBias {
-		bias = ConvertDType(p.Get("classifier.bias"), f32)
-	}
-	logits := nn.Linear(ConvertDType(h, f32), ConvertDType(p.Get("classifier.weight"), f32), bias)
+	logits := nn.Linear(ConvertDType(h, f32), ConvertDType(p.Get("classifier.weight"), f32), nil)
 	scores := Softmax(logits, -1)
 	choice := Add(scores, ExpandLeftToRank(ConvertDType(p.Get("e_score_correction_bias"), f32), 2))
 	ids, weights = nn.TopKBy(choice, scores, o.TopK)

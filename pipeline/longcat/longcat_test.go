@@ -48,6 +48,12 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%s: skipped %v, want %v", name, ok, skip)
 		}
 	}
+	// null zero experts are none (transformers' `zero_expert_num or 0`);
+	// LongcatFlashConfig's attribute_map aliases are read.
+	o2, err := longcat.Resolve(configOf(t, `{"architectures": ["LongcatFlashForCausalLM"], "zero_expert_num": null, "num_local_experts": 64, "num_experts_per_tok": 4, "intermediate_size": 1024}`))
+	if err != nil || o2.Zero != 0 || o2.Experts != 64 || o2.TopK != 4 || o2.Spec.Intermediate != 1024 {
+		t.Errorf("null zero experts and the aliases: %+v, %v", o2, err)
+	}
 	for _, bad := range []struct{ js, want string }{
 		{`"zero_expert_type": "constant"`, `zero_expert_type "constant"`},
 		{`"moe_topk": 1000`, "moe_topk 1000"},
@@ -55,6 +61,9 @@ func TestConfig(t *testing.T) {
 		{`"attention_bias": true`, "attention_bias"},
 		{`"q_lora_rank": null`, "q_lora_rank"},
 		{`"qk_head_dim": 100`, "qk_head_dim 100"},
+		{`"router_bias": true`, "router_bias is true"},
+		{`"norm_topk_prob": true`, "norm_topk_prob is true"},
+		{`"attention_method": "LSA"`, `attention_method "LSA"`},
 	} {
 		_, err := longcat.Resolve(configOf(t, `{"architectures": ["LongcatFlashForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
@@ -64,8 +73,8 @@ func TestConfig(t *testing.T) {
 }
 
 // TestLogitsMatchReference runs a tiny LongCat-Flash (two layers of two
-// MLA sublayers, 6 real and 3 zero experts of which 3 chosen, a router
-// bias, both LoRA scales) on a left-padded batch of two prompts plus
+// MLA sublayers, 6 real and 3 zero experts of which 3 chosen, both
+// LoRA scales) on a left-padded batch of two prompts plus
 // decode steps, with each experts formulation, compiled and eager, on the
 // go and cpu backends (moecheck.Run), against longcatref's float64
 // forward; the reference must have chosen zero experts. And in bfloat16

@@ -31,11 +31,12 @@ type LongCat struct {
 
 // Tiny is a small LongCat-Flash: 2 layers (4 attention sublayers) of 4
 // heads, 6 real experts of 16 and 3 zero experts of which 3 are chosen,
-// a router bias, both LoRA scales.
+// both LoRA scales. (RouterBias writes mlp.router.classifier.bias, which
+// LongcatFlashTopkRouter does not add and tputool refuses.)
 func Tiny() LongCat {
 	return LongCat{Vocab: 64, Hidden: 32, FFN: 24, Layers: 2, Heads: 4, QLora: 16, KVLora: 12, QKNope: 8, QKRope: 4, VHead: 8,
 		Experts: 6, Zero: 3, TopK: 3, ExpertFFN: 16, RoutedScale: 2, Theta: 10000, Eps: 1e-5,
-		RouterBias: true, ScaleQLora: true, ScaleKVLora: true, Seed: 71}
+		ScaleQLora: true, ScaleKVLora: true, Seed: 71}
 }
 
 type tensor struct {
@@ -217,11 +218,8 @@ func swiglu(h, gate, up, down []float64) []float64 {
 func (m *Model) moe(l int, h []float64) []float64 {
 	c := m.C
 	p := fmt.Sprintf("model.layers.%d.mlp.", l)
-	var bias []float64
-	if c.RouterBias {
-		bias = m.get(p + "router.classifier.bias")
-	}
-	scores := lmckpt.Softmax64(lmckpt.Linear64(h, m.get(p+"router.classifier.weight"), bias))
+	// LongcatFlashTopkRouter: F.linear of the classifier's weight alone.
+	scores := lmckpt.Softmax64(lmckpt.Linear64(h, m.get(p+"router.classifier.weight"), nil))
 	choice := make([]float64, len(scores))
 	for e, s := range scores {
 		choice[e] = s + m.get(p + "router.e_score_correction_bias")[e]
