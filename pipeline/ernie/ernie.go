@@ -22,6 +22,9 @@
 //
 // The multi-token-prediction tensors the releases ship (mtp_*) are
 // skipped, as transformers skips them.
+//
+// ERNIE 4.5 VL (vl.go) runs as its text model: this decoder over the
+// text half of each modality-isolated sparse block.
 package ernie
 
 import (

@@ -75,8 +75,28 @@ type Ernie struct {
 	// Tied reuses model.embed_tokens.weight as the output head
 	// (tie_word_embeddings, true by default and in the releases).
 	Tied bool
+	// VL makes it an Ernie4_5_VLMoeForConditionalGeneration (ERNIE 4.5
+	// VL) in the Hub's layout and config: each sparse layer also holds
+	// Experts vision experts of width VisionIntermediate
+	// (mlp.experts.Experts… after the text ones) and their router
+	// mlp.gate.weight_1; both routers are stored transposed [Hidden,
+	// Experts]; moe_statics holds a row of correction biases a modality
+	// [2, Experts]; the vision tower and resampler have tensors
+	// (vision_model.*, model.resampler_model.*). The config's moe_* sizes
+	// and indices are lists, one entry a modality. The text model reads
+	// the text half alone: a text token never reaches the vision experts.
+	VL                 bool
+	VisionIntermediate int
 	// Seed makes the weights reproducible.
 	Seed uint64
+}
+
+// TinyErnieVL is TinyErnie as an ERNIE 4.5 VL: 8 vision experts of width
+// 8 beside the text ones.
+func TinyErnieVL() Ernie {
+	c := TinyErnie()
+	c.VL, c.VisionIntermediate, c.Seed = true, 8, 452
+	return c
 }
 
 // TinyErnie is a small ERNIE-4.5-21B-A3B: hidden 32, 3 layers of which
@@ -194,10 +214,19 @@ func (c Ernie) Tensors() []Tensor {
 			swiglu("mlp.", c.Intermediate)
 			continue
 		}
-		add("mlp.gate.weight", "router", c.Experts, H)
-		add("mlp.moe_statics.e_score_correction_bias", "bias", 1, c.Experts)
+		if c.VL {
+			add("mlp.gate.weight", "routerT", H, c.Experts)
+			add("mlp.gate.weight_1", "routerT", H, c.Experts)
+			add("mlp.moe_statics.e_score_correction_bias", "bias", 2, c.Experts)
+		} else {
+			add("mlp.gate.weight", "router", c.Experts, H)
+			add("mlp.moe_statics.e_score_correction_bias", "bias", 1, c.Experts)
+		}
 		for e := 0; e < c.Experts; e++ {
 			swiglu(fmt.Sprintf("mlp.experts.%d.", e), c.MoEIntermediate)
+		}
+		for e := 0; c.VL && e < c.Experts; e++ {
+			swiglu(fmt.Sprintf("mlp.experts.%d.", c.Experts+e), c.VisionIntermediate)
 		}
 		if c.Shared > 0 {
 			swiglu("mlp.shared_experts.", c.MoEIntermediate*c.Shared)
@@ -206,6 +235,10 @@ func (c Ernie) Tensors() []Tensor {
 	out = append(out, Tensor{"model.norm.weight", []int{H}, "norm"})
 	if !c.Tied {
 		out = append(out, Tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+	}
+	if c.VL {
+		out = append(out, Tensor{"vision_model.patch_embed.proj.weight", []int{8, 12}, "linear"},
+			Tensor{"model.resampler_model.mlp.weight", []int{H, 8}, "linear"})
 	}
 	return out
 }
@@ -242,6 +275,8 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 			v[i] = float32(1 + 0.2*u)
 		case "router":
 			v[i] = float32(u * math.Sqrt(6/float64(fan)))
+		case "routerT": // a router stored transposed [Hidden, Experts]: its fan-in is the rows
+			v[i] = float32(u * math.Sqrt(6/float64(t.Shape[0])))
 		case "bias":
 			v[i] = float32(0.15 * u)
 		default:
@@ -258,6 +293,20 @@ func fill(r *lmckpt.Rand, t Tensor) []float32 {
 // Ernie4_5_MoeConfig does not read are left out. moe_layer_end_index is
 // written as given (-1 stays -1; Ernie4_5_MoeConfig resolves it).
 func (c Ernie) ConfigJSON() map[string]any {
+	j := c.configJSON()
+	if c.VL {
+		j["architectures"] = []string{"Ernie4_5_VLMoeForConditionalGeneration"}
+		j["model_type"] = "ernie4_5_moe_vl"
+		j["moe_num_experts"] = []int{c.Experts, c.Experts}
+		j["moe_intermediate_size"] = []int{c.MoEIntermediate, c.VisionIntermediate}
+		j["moe_layer_start_index"] = []int{c.StartIndex, c.StartIndex}
+		j["moe_layer_end_index"] = []int{c.EndIndex, c.EndIndex}
+		j["vision_config"] = map[string]any{"depth": 1, "hidden_size": 12, "num_heads": 2, "patch_size": 2}
+	}
+	return j
+}
+
+func (c Ernie) configJSON() map[string]any {
 	return map[string]any{
 		"architectures":           []string{"Ernie4_5_MoeForCausalLM"},
 		"model_type":              "ernie4_5_moe",
@@ -462,10 +511,21 @@ func (c Ernie) route(logits, bias []float64, biasedWeights, noRenorm bool) (ids 
 // l for input h, with the model's mistakes.
 func (m *Model) routeLayer(l int, h []float64) ([]int, []float64) {
 	p := fmt.Sprintf("model.layers.%d.mlp.", l)
-	logits := lmckpt.Linear64(h, m.get(p+"gate.weight"), nil)
+	var logits []float64
+	if m.C.VL { // the text router, stored [Hidden, Experts]
+		g := m.get(p + "gate.weight")
+		logits = make([]float64, m.C.Experts)
+		for i, x := range h {
+			for e := range logits {
+				logits[e] += x * g[i*m.C.Experts+e]
+			}
+		}
+	} else {
+		logits = lmckpt.Linear64(h, m.get(p+"gate.weight"), nil)
+	}
 	var bias []float64
 	if !m.Mistakes.UnbiasedChoice {
-		bias = m.get(p + "moe_statics.e_score_correction_bias")
+		bias = m.get(p + "moe_statics.e_score_correction_bias")[:m.C.Experts] // the text row
 	}
 	return m.C.route(logits, bias, m.Mistakes.BiasedWeights, m.Mistakes.NoRenorm)
 }

@@ -1,0 +1,203 @@
+package ernie
+
+// ERNIE 4.5 VL (Ernie4_5_VLMoeForConditionalGeneration: ERNIE-4.5-VL-28B-A3B
+// and ERNIE-4.5-VL-424B-A47B, Thinking included) as its text model, text in
+// and text out, following transformers' models/ernie4_5_vl_moe and its
+// checkpoint conversion (conversion_mapping.py), which reads the Hub's
+// tensors as they are stored.
+//
+// The language model is ERNIE 4.5 MoE's with modality-isolated experts:
+// each sparse layer holds text experts and vision experts of their own
+// widths (moe_intermediate_size [text, vision]), each set with its own
+// router, and the shared experts. A text token only ever reaches the text
+// experts, so the model reads the text half: the router mlp.gate.weight,
+// stored [hidden, experts] (transposed), the first row of
+// mlp.moe_statics.e_score_correction_bias [2, experts], and experts 0 to
+// moe_num_experts-1 of mlp.experts (the vision experts follow them). Its
+// 3D rotary embedding (mrope_section, the hw dims pre-rotated) gives a
+// text token, whose three position ids are equal, the plain rotary on
+// adjacent pairs, which is ERNIE 4.5's. The vision tower
+// (vision_model.*), the resampler (resampler_model.*), the vision router
+// (mlp.gate.weight_1), the vision half of the correction bias and the
+// vision experts are skipped; images and videos are not supported.
+//
+// Both configs are read: the releases' (the text fields at the top,
+// moe_num_experts, moe_intermediate_size and the layer indices as lists)
+// and transformers' (text_config, mlp_layer_types).
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/loader/safetensors"
+	"github.com/tputool/tputool/pipeline/deepseek"
+	"github.com/tputool/tputool/pipeline/lm"
+)
+
+// VLArch is ERNIE 4.5 VL's architecture.
+const VLArch = "Ernie4_5_VLMoeForConditionalGeneration"
+
+func init() { lm.Register(VLArch, NewVL) }
+
+// vlLayout reads the text half of each sparse block: the correction bias
+// as the first piece of moe_statics (SplitWeight), the experts under
+// Qwen's names.
+var vlLayout = deepseek.Layout{Block: "mlp", Bias: "moe_statics.text_bias", BiasRows: true, Experts: lm.QwenExperts}
+
+// ResolveVL reads an ERNIE 4.5 VL config.json into pipeline/deepseek's
+// options (the text experts'), by resolving the Ernie4_5_MoeForCausalLM
+// config of its text fields.
+func ResolveVL(cfg *config.File) (deepseek.Options, error) {
+	where := lm.ConfigName(cfg)
+	src := cfg.Raw
+	if cfg.Text != nil {
+		src = cfg.Text.Raw
+	}
+	raw := make(map[string]json.RawMessage, len(src))
+	for k, v := range src {
+		raw[k] = v
+	}
+	// The text modality's entry of each per-modality list.
+	first := func(k string, pick func([]int) int) error {
+		v, ok := raw[k]
+		if !ok || string(v) == "null" || v[0] != '[' {
+			return nil
+		}
+		var list []int
+		if err := json.Unmarshal(v, &list); err != nil || len(list) == 0 {
+			return fmt.Errorf("%s: %s: expected an integer or a non-empty list of integers", where, k)
+		}
+		raw[k] = json.RawMessage(strconv.Itoa(pick(list)))
+		return nil
+	}
+	for k, pick := range map[string]func([]int) int{
+		"moe_num_experts":       func(l []int) int { return l[0] },
+		"moe_intermediate_size": func(l []int) int { return l[0] },
+		"moe_layer_start_index": slices.Min[[]int],
+		"moe_layer_end_index":   slices.Max[[]int],
+	} {
+		if err := first(k, pick); err != nil {
+			return deepseek.Options{}, err
+		}
+	}
+	var types []string
+	if v, ok := raw["mlp_layer_types"]; ok && string(v) != "null" {
+		if err := json.Unmarshal(v, &types); err != nil {
+			return deepseek.Options{}, fmt.Errorf("%s: mlp_layer_types: expected a list of \"dense\" and \"sparse\": %w", where, err)
+		}
+	}
+	// The wrapper's tie_word_embeddings decides (Ernie4_5_VLMoeConfig's
+	// default true), as do its token ids where the text config has none.
+	for _, k := range []string{"tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"} {
+		if v, ok := cfg.Raw[k]; ok && (k == "tie_word_embeddings" || raw[k] == nil) {
+			raw[k] = v
+		}
+	}
+	if _, ok := raw["tie_word_embeddings"]; !ok {
+		raw["tie_word_embeddings"] = json.RawMessage("true")
+	}
+	raw["architectures"] = json.RawMessage(`["Ernie4_5_MoeForCausalLM"]`)
+	raw["model_type"] = json.RawMessage(`"ernie4_5_moe"`)
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return deepseek.Options{}, err
+	}
+	text, err := config.ParseModel(js)
+	if err != nil {
+		return deepseek.Options{}, fmt.Errorf("%s: %w", where, err)
+	}
+	text.Path = where
+	o, err := Resolve(text)
+	if err != nil {
+		return deepseek.Options{}, err
+	}
+	o.Spec.Architecture, o.Spec.ModelType = VLArch, "ernie4_5_vl_moe"
+	if types != nil {
+		if len(types) != o.Spec.Layers {
+			return deepseek.Options{}, fmt.Errorf("%s: mlp_layer_types has %d entries for %d layers", where, len(types), o.Spec.Layers)
+		}
+		for i, t := range types {
+			switch t {
+			case "dense", "sparse":
+				o.Sparse[i] = t == "sparse"
+			default:
+				return deepseek.Options{}, fmt.Errorf("%s: mlp_layer_types[%d] is %q, want \"dense\" or \"sparse\"", where, i, t)
+			}
+		}
+	}
+	return o, nil
+}
+
+// NewVL builds the text model from an ERNIE 4.5 VL config.json.
+func NewVL(cfg *config.File) (lm.Model, error) {
+	o, err := ResolveVL(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &VLModel{Model{deepseek.NewModelIn(o, vlLayout)}}, nil
+}
+
+// VLModel is ERNIE 4.5 VL's text model: ERNIE 4.5 MoE's decoder over the
+// text half of each sparse block. It implements lm.Routed, lm.Skipper and
+// lm.Splitter.
+type VLModel struct{ Model }
+
+// LayerWeights implements lm.Model: the text router is stored transposed.
+func (m *VLModel) LayerWeights(i int) []lm.WeightSpec {
+	ws := m.Model.LayerWeights(i)
+	gate := fmt.Sprintf("model.layers.%d.mlp.gate.weight", i)
+	for j := range ws {
+		if ws[j].Name == gate {
+			ws[j].Transposed = true
+		}
+	}
+	return ws
+}
+
+// statics matches a sparse block's correction biases, one row a modality.
+var statics = regexp.MustCompile(`^(model\.layers\.\d+\.mlp\.moe_statics\.)e_score_correction_bias$`)
+
+// SplitWeight implements lm.Splitter: moe_statics' [2, experts] biases as
+// the text row (moe_statics.text_bias) and the vision row
+// (moe_statics.vision_bias, skipped).
+func (m *VLModel) SplitWeight(name string, shape []int) ([]safetensors.Piece, error) {
+	g := statics.FindStringSubmatch(name)
+	if g == nil {
+		return nil, nil
+	}
+	e := m.Options().Experts
+	if len(shape) != 2 || shape[0] != 2 || shape[1] != e {
+		return nil, fmt.Errorf("tensor %s: shape %v, want [2, %d] (the text and vision experts' correction biases)", name, shape, e)
+	}
+	return []safetensors.Piece{{Name: g[1] + "text_bias", Shape: []int{1, e}}, {Name: g[1] + "vision_bias", Shape: []int{1, e}}}, nil
+}
+
+// expert matches a routed expert's tensors, capturing its index.
+var expert = regexp.MustCompile(`^model\.layers\.\d+\.mlp\.experts\.(\d+)\.`)
+
+// vision matches the vision modality's tensors.
+var vision = regexp.MustCompile(`(^|\.)(vision_model|resampler_model)\.|\.mlp\.gate\.weight_1$|\.moe_statics\.vision_bias$`)
+
+// SkipWeight implements lm.Skipper: the vision tower, the resampler, the
+// vision router, bias and experts, and ERNIE 4.5's MTP tensors.
+func (m *VLModel) SkipWeight(name string) (string, bool) {
+	if vision.MatchString(name) {
+		return "vision tower, resampler and vision experts: text-only model", true
+	}
+	if g := expert.FindStringSubmatch(name); g != nil {
+		if e, err := strconv.Atoi(g[1]); err == nil && e >= m.Options().Experts {
+			return "vision tower, resampler and vision experts: text-only model", true
+		}
+	}
+	return m.Model.SkipWeight(name)
+}
+
+var (
+	_ lm.Routed   = (*VLModel)(nil)
+	_ lm.Skipper  = (*VLModel)(nil)
+	_ lm.Splitter = (*VLModel)(nil)
+)
