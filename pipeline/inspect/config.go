@@ -273,6 +273,23 @@ func miniMaxFields(f fields, layers int, release bool) fields {
 	return out
 }
 
+// modalityFields is an ERNIE 4.5 VL release config's fields with its
+// per-modality lists (moe_num_experts, moe_intermediate_size: text, then
+// vision) read as the text model's, which is what tputool runs.
+func modalityFields(f fields) fields {
+	out := make(fields, len(f))
+	for k, v := range f {
+		out[k] = v
+	}
+	for _, k := range []string{"moe_num_experts", "moe_intermediate_size"} {
+		var list []json.RawMessage
+		if json.Unmarshal(f[k], &list) == nil && len(list) > 0 {
+			out[k] = list[0]
+		}
+	}
+	return out
+}
+
 // attentionFree completes t for a model without attention (Mamba,
 // FalconMamba): no heads, every layer its recurrent kind, the
 // vocabulary and the tied head as TextConfig reads them.
@@ -322,6 +339,8 @@ func TextConfig(m *config.File) (*Text, error) {
 		f = kimiFields(f, t.Layers)
 	case mt == "minimax", mt == "minimax_text_01", mt == "minimax_m1":
 		f = miniMaxFields(f, t.Layers, mt != "minimax")
+	case mt == "ernie4_5_moe_vl":
+		f = modalityFields(f)
 	case mt == "":
 		switch archs := fields(m.Raw).strings("architectures"); {
 		case slices.Contains(archs, "MiniMaxForCausalLM"):

@@ -303,3 +303,21 @@ func TestDeepSeekV2Lite(t *testing.T) {
 	t.Logf("%.2fB, active %.2fB (%.2fB less the input embedding), weights %d GiB in bf16, KV at 32768 %d MiB; notes %q", float64(params)/1e9,
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
+
+// TestErnieVLText reads an ERNIE 4.5 VL release config's per-modality
+// lists as its text model's: the text experts' count and width.
+func TestErnieVLText(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["Ernie4_5_VLMoeForConditionalGeneration"], "model_type": "ernie4_5_moe_vl",
+		"num_hidden_layers": 28, "hidden_size": 2560, "num_attention_heads": 20, "num_key_value_heads": 4, "moe_num_experts": [64, 64],
+		"moe_intermediate_size": [1536, 512], "moe_k": 6, "moe_num_shared_experts": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MoE == nil || got.MoE.Experts != 64 || got.MoE.ExpertIntermediate != 1536 || got.MoE.ExpertsPerToken != 6 {
+		t.Errorf("MoE %+v, want the text experts' (64 of 1536, 6 a token)", got.MoE)
+	}
+}
