@@ -353,6 +353,9 @@ func groupTokens(ids []int32, n, k, numExperts int, skip func(token int) bool) (
 		}
 		for j := 0; j < k; j++ {
 			e := int(ids[t*k+j])
+			if e == -1 { // no expert (lm.Routing), weighed 0: its slot stays 0
+				continue
+			}
 			if e < 0 || e >= numExperts {
 				return groups{}, fmt.Errorf("router chose expert %d of %d", e, numExperts)
 			}

@@ -57,4 +57,17 @@ func TestGroupTokens(t *testing.T) {
 	if _, err := groupTokens([]int32{8}, 1, 1, 8, func(int) bool { return false }); err == nil {
 		t.Error("expert id 8 of 8 accepted")
 	}
+	if _, err := groupTokens([]int32{-2}, 1, 1, 8, func(int) bool { return false }); err == nil {
+		t.Error("expert id -2 accepted")
+	}
+
+	// Expert -1 (a Routing's pair that runs no expert): not grouped, its
+	// slot 0; the other choices as before.
+	g, err = groupTokens([]int32{4, -1, -1, -1}, 2, 2, 8, func(int) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(g.experts) != "[4 4]" || g.c != 1 || fmt.Sprint(g.slot) != "[0 0 0 0]" || g.perm[0] != 0 {
+		t.Errorf("no-expert pairs: experts %v C=%d slots %v perm %v", g.experts, g.c, g.slot, g.perm)
+	}
 }

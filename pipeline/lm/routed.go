@@ -70,6 +70,9 @@ type Routing struct {
 	Input *graph.Node
 	// Experts [B, T, TopK] int32 are the chosen experts, Weights
 	// [B, T, TopK] float32 their routing weights. The layer's output is
-	// Residual + Σ_j Weights[.., j] · Expert(Experts[.., j], Input).
+	// Residual + Σ_j Weights[.., j] · Expert(Experts[.., j], Input). An
+	// expert of -1 runs no expert, and its weight must be 0 (LongCat-
+	// Flash's zero experts, folded into Residual): the host grouping and
+	// tputool's cpu backend skip it, a Gather clamps it to expert 0.
 	Experts, Weights *graph.Node
 }

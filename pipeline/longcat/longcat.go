@@ -24,9 +24,10 @@
 // scores times routed_scaling_factor, not renormalized. A real expert is
 // a SwiGLU of expert_ffn_hidden_size (mlp.experts.E.{gate,up,down}_proj);
 // a zero expert returns its input, so a token's zero experts add its
-// input times their weights, which Route folds into the residual (their
-// pairs keep weight 0 on expert 0), and every experts formulation runs
-// the real experts alone. The multi-token-prediction module (model.mtp.*)
+// input times their weights, which Route folds into the residual, their
+// pairs given weight 0 and expert -1 (lm.Routing's pair that runs no
+// expert): every experts formulation runs the real experts alone, and the
+// host grouping and the cpu backend skip those pairs. The multi-token-prediction module (model.mtp.*)
 // is skipped.
 package longcat
 
@@ -305,7 +306,8 @@ func (m *Model) mlp(p *lm.Params, h *Node) *Node {
 
 // Route implements lm.Routed: both sublayers (the MoE's output left
 // out), the router's choice on the first MLP's input, and the zero
-// experts' share of that input added to the residual.
+// experts' share of that input added to the residual (their pairs expert
+// -1, weight 0).
 func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*lm.Routing, []*Node) {
 	o := &m.o
 	p := w.Scope(fmt.Sprintf("model.layers.%d", i))
@@ -331,7 +333,7 @@ func (m *Model) Route(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 		// as transformers' identity expert rounds it.
 		x = Add(x, ConvertDType(Mul(ConvertDType(g, dtypes.Float32), Reshape(share, b, t, 1)), g.DType()))
 		weights = Where(zero, none, weights)
-		ids = Where(zero, ZerosLike(ids), ids)
+		ids = Where(zero, Neg(OnesLike(ids)), ids) // expert -1: no expert (lm.Routing)
 	}
 	return &lm.Routing{Residual: x, Input: g, Experts: Reshape(ids, b, t, o.TopK), Weights: Reshape(weights, b, t, o.TopK)}, joinState(s0, s1)
 }

@@ -29,7 +29,10 @@ import (
 // (a counting sort over the ids), and each active expert's matrix, read
 // in place in the stack, is multiplied once by the rows routed to it, one
 // GEMM (a GEMV for a single row) per active expert. Only the active
-// experts' weights are read, each once per product.
+// experts' weights are read, each once per product. A pair whose expert
+// is -1 multiplies nothing and gives a row of zeros: lm.Routing's pair
+// that runs no expert, whose weight is 0 (Gather, as XLA and the go
+// backend run it, clamps it to expert 0, weighed 0 after).
 
 const opTypeGrouped = backends.OpTypeLast + 102
 
@@ -334,9 +337,16 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		return nil, err
 	}
 	P := len(ids)
-	// Counting sort of the pairs by expert.
+	// Counting sort of the pairs by expert. A pair of expert -1 (a
+	// Routing's pair that runs no expert, weighed 0: LongCat-Flash's zero
+	// experts) is left out, its row of zeros.
 	start := make([]int, a.e+1)
+	skipped := 0
 	for p, e := range ids {
+		if e == -1 {
+			skipped++
+			continue
+		}
 		if e < 0 || e >= a.e {
 			return nil, fmt.Errorf("expert index %d of pair %d is outside [0, %d)", e, p, a.e)
 		}
@@ -345,9 +355,12 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	for e := 0; e < a.e; e++ {
 		start[e+1] += start[e]
 	}
-	order := make([]int, P)
+	order := make([]int, P-skipped)
 	next := slices.Clone(start[:a.e])
 	for p, e := range ids {
+		if e == -1 {
+			continue
+		}
 		order[next[e]] = p
 		next[e]++
 	}
@@ -372,6 +385,11 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		pairs = out
 	}
 	o := pairs.data.([]float32)
+	for p, e := range ids {
+		if e == -1 {
+			clear(o[p*N : (p+1)*N])
+		}
+	}
 	var table []float32
 	if a.int4 {
 		table = in[4].data.([]float32)

@@ -52,6 +52,50 @@ func TestGroupedExpertDot(t *testing.T) {
 	}
 }
 
+// TestGroupedExpertNoExpert: pairs of expert -1 (lm.Routing's pairs that
+// run no expert, weighed 0) give rows of zeros in the grouped node, where
+// the go backend's Gather clamps them to expert 0; the other pairs'
+// rows agree with it.
+func TestGroupedExpertNoExpert(t *testing.T) {
+	ref, cpu := backendsForTest(t)
+	const e, n, k = 4, 16, 24
+	ids := []int32{2, -1, 0, -1, 3, 2}
+	p := len(ids)
+	shs := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.BFloat16, e, n, k), sh(dtypes.Int32, p, 1)}
+	r := rand.New(rand.NewPCG(11, 3))
+	data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), ids}
+	var dot backends.Op
+	build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+		var err error
+		dot, err = pairDot(b, ps[0], ps[1], ps[2], n, k, dtypes.BFloat16)
+		return dot, err
+	}
+	want, _, err := run(ref, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := run(cpu, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dot.(*node).op != opTypeGrouped {
+		t.Fatal("the gathered product was not rewritten into the grouped node")
+	}
+	g, w := asFloat64(got), asFloat64(want)
+	for i, id := range ids {
+		row, wrow := g[i*n:(i+1)*n], w[i*n:(i+1)*n]
+		if id == -1 {
+			for _, v := range row {
+				if v != 0 {
+					t.Fatalf("pair %d of expert -1: row %v, want zeros", i, row)
+				}
+			}
+			continue
+		}
+		compareFlat(t, fmt.Sprintf("pair %d", i), dtypes.Float32, row, wrow)
+	}
+}
+
 // TestGroupedExpertDot16 checks the gathered product in 16-bit
 // activations (--dtype bf16 or f16: rows and stack bf16 or f16, the
 // product in that dtype, no conversion): it is rewritten into the
