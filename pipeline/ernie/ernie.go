@@ -118,7 +118,9 @@ func Resolve(cfg *config.File) (deepseek.Options, error) {
 	if base.Rope.RotaryDim != base.Spec.HeadDim {
 		return deepseek.Options{}, errs.Unsupportedf("%s: a partial rotary embedding (%d of %d dims) is not supported; ERNIE 4.5 rotates whole heads", where, base.Rope.RotaryDim, base.Spec.HeadDim)
 	}
-	base.RopePairs = true
+	// transformers' Ernie 4.5 apply_rotary_pos_emb turns in float32 by
+	// the tables as rounded to the dtype, and rounds once.
+	base.RopePairs, base.RopeF32 = true, true
 	layers := base.Spec.Layers
 	o := deepseek.Options{
 		Options:         base,

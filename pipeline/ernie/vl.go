@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
@@ -41,7 +42,10 @@ import (
 // VLArch is ERNIE 4.5 VL's architecture.
 const VLArch = "Ernie4_5_VLMoeForConditionalGeneration"
 
-func init() { lm.Register(VLArch, NewVL) }
+func init() {
+	lm.Register(VLArch, NewVL)
+	lm.Register("Ernie4_5_VL_MoeForConditionalGeneration", NewVL) // transformers' deprecated name
+}
 
 // vlLayout reads the text half of each sparse block: the correction bias
 // as the first piece of moe_statics (SplitWeight), the experts under
@@ -61,28 +65,26 @@ func ResolveVL(cfg *config.File) (deepseek.Options, error) {
 	for k, v := range src {
 		raw[k] = v
 	}
-	// The text modality's entry of each per-modality list.
-	first := func(k string, pick func([]int) int) error {
+	// The text modality's entry of each per-modality list; the layer
+	// indices' lists are kept to place the sparse layers below.
+	lists := map[string][]int{}
+	for _, k := range []string{"moe_num_experts", "moe_intermediate_size", "moe_layer_start_index", "moe_layer_end_index"} {
 		v, ok := raw[k]
 		if !ok || string(v) == "null" || v[0] != '[' {
-			return nil
+			continue
 		}
 		var list []int
 		if err := json.Unmarshal(v, &list); err != nil || len(list) == 0 {
-			return fmt.Errorf("%s: %s: expected an integer or a non-empty list of integers", where, k)
+			return deepseek.Options{}, fmt.Errorf("%s: %s: expected an integer or a non-empty list of integers", where, k)
 		}
-		raw[k] = json.RawMessage(strconv.Itoa(pick(list)))
-		return nil
+		lists[k] = list
+		raw[k] = json.RawMessage(strconv.Itoa(list[0]))
 	}
-	for k, pick := range map[string]func([]int) int{
-		"moe_num_experts":       func(l []int) int { return l[0] },
-		"moe_intermediate_size": func(l []int) int { return l[0] },
-		"moe_layer_start_index": slices.Min[[]int],
-		"moe_layer_end_index":   slices.Max[[]int],
-	} {
-		if err := first(k, pick); err != nil {
-			return deepseek.Options{}, err
-		}
+	// A release config without moe_num_shared_experts has none
+	// (transformers' converter, vLLM); Ernie4_5_VLMoeTextConfig's default
+	// is 2.
+	if _, ok := raw["moe_num_shared_experts"]; !ok && cfg.Text == nil {
+		raw["moe_num_shared_experts"] = json.RawMessage("0")
 	}
 	var types []string
 	if v, ok := raw["mlp_layer_types"]; ok && string(v) != "null" {
@@ -116,6 +118,32 @@ func ResolveVL(cfg *config.File) (deepseek.Options, error) {
 		return deepseek.Options{}, err
 	}
 	o.Spec.Architecture, o.Spec.ModelType = VLArch, "ernie4_5_vl_moe"
+	// transformers turns the rotary in float32, its tables float32 too
+	// (Ernie4_5_VLMoeTextRotaryEmbedding returns them uncast).
+	o.RopeF32, o.RopeTablesF32 = true, true
+	if starts, ends := lists["moe_layer_start_index"], lists["moe_layer_end_index"]; starts != nil || ends != nil {
+		// Per-modality ranges: layer i is sparse where (i+1) is a multiple
+		// of moe_layer_interval and min(starts) <= i <= max(ends), with no
+		// -1 read as the last layer (transformers' converter, vLLM,
+		// SGLang). They disagree where the text range alone covers fewer
+		// layers than that union (vLLM gives text tokens a dense MLP
+		// there): refused.
+		if starts == nil {
+			starts = []int{lm.Or(jsonInt(raw["moe_layer_start_index"]), defaultStart)}
+		}
+		if ends == nil {
+			ends = []int{lm.Or(jsonInt(raw["moe_layer_end_index"]), -1)}
+		}
+		every := lm.Or(jsonInt(raw["moe_layer_interval"]), defaultInterval)
+		lo, hi := slices.Min(starts), slices.Max(ends)
+		last := o.Spec.Layers - 1
+		if max(starts[0], 0) != max(lo, 0) || min(ends[0], last) != min(hi, last) {
+			return deepseek.Options{}, errs.Unsupportedf("%s: the text experts' layers (moe_layer_start_index %d to moe_layer_end_index %d) are not all the sparse layers (%d to %d); implementations differ on such a model", where, starts[0], ends[0], lo, hi)
+		}
+		for i := range o.Sparse {
+			o.Sparse[i] = (i+1)%every == 0 && i >= lo && i <= hi
+		}
+	}
 	if types != nil {
 		if len(types) != o.Spec.Layers {
 			return deepseek.Options{}, fmt.Errorf("%s: mlp_layer_types has %d entries for %d layers", where, len(types), o.Spec.Layers)
@@ -130,6 +158,15 @@ func ResolveVL(cfg *config.File) (deepseek.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// jsonInt is raw's integer, or nil.
+func jsonInt(raw json.RawMessage) *int {
+	var v *int
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	return v
 }
 
 // NewVL builds the text model from an ERNIE 4.5 VL config.json.

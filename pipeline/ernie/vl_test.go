@@ -18,8 +18,8 @@ import (
 // layout (routers stored transposed, a correction bias row a modality,
 // vision experts after the text ones, a vision tower and resampler) as
 // its text model, with each experts formulation, compiled and eager, on
-// the go and cpu backends, against ernieref's float64 forward; and
-// checks that a reference routing with the vision row of the bias, or
+// the go and cpu backends, against ernieref's float64 forward, and in
+// bfloat16 compute; and checks that a reference routing with the vision row of the bias, or
 // through the vision router, differs.
 func TestVLLogitsMatchReference(t *testing.T) {
 	const steps = 6
@@ -30,6 +30,7 @@ func TestVLLogitsMatchReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, steps), steps, 1e-4)
+	t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 
 	swapped := func(tensor func(l int) (text, vision string, n int)) *ernieref.Model {
 		w := map[string][]float64{}
@@ -92,11 +93,22 @@ func TestVLConfig(t *testing.T) {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	t.Logf("ERNIE-4.5-VL-28B-A3B's text model: %.2fB parameters", float64(lmckpt.Params(m))/1e9)
+
+	// The release's layout of the same model: per-modality lists, the
+	// ends past the last layer ([29, 28]: every layer from 1 sparse), no
+	// moe_num_shared_experts (none, as transformers' converter reads it).
+	rel, err := ernie.ResolveVL(parse(`{"architectures": ["Ernie4_5_VLMoeForConditionalGeneration"], "num_hidden_layers": 28,
+		"hidden_size": 2560, "num_attention_heads": 20, "num_key_value_heads": 4, "moe_num_experts": [64, 64], "moe_k": 6,
+		"moe_intermediate_size": [1536, 512], "moe_layer_start_index": [1, 1], "moe_layer_end_index": [29, 28], "moe_layer_interval": 1}`))
+	if err != nil || rel.Sparse[0] || !rel.Sparse[1] || !rel.Sparse[27] || rel.Shared != 0 || !rel.RopeF32 || !rel.RopeTablesF32 {
+		t.Errorf("the release's config: %+v, %v", rel, err)
+	}
 	for _, bad := range []struct{ js, want string }{
 		{`"moe_num_experts": []`, "moe_num_experts"},
 		{`"moe_intermediate_size": ["a"]`, "moe_intermediate_size"},
 		{`"mlp_layer_types": ["dense"]`, "mlp_layer_types has 1 entries"},
 		{`"mlp_layer_types": ["dense", "moe"]`, `mlp_layer_types[1] is "moe"`},
+		{`"moe_layer_start_index": [1, 0], "moe_layer_end_index": [1, 1]`, "are not all the sparse layers"},
 	} {
 		_, err := ernie.ResolveVL(parse(`{"architectures": ["Ernie4_5_VLMoeForConditionalGeneration"], "num_hidden_layers": 2, "hidden_size": 64,
 			"num_attention_heads": 4, "num_key_value_heads": 2, "moe_num_experts": [8, 8], "moe_k": 2, ` + bad.js + `}`))

@@ -273,9 +273,10 @@ func miniMaxFields(f fields, layers int, release bool) fields {
 	return out
 }
 
-// modalityFields is an ERNIE 4.5 VL release config's fields with its
-// per-modality lists (moe_num_experts, moe_intermediate_size: text, then
-// vision) read as the text model's, which is what tputool runs.
+// modalityFields is an ERNIE 4.5 VL config's fields (the release's, or
+// transformers' text_config) with its per-modality lists
+// (moe_num_experts, moe_intermediate_size: text, then vision) read as the
+// text model's, which is what tputool runs.
 func modalityFields(f fields) fields {
 	out := make(fields, len(f))
 	for k, v := range f {
@@ -339,7 +340,7 @@ func TextConfig(m *config.File) (*Text, error) {
 		f = kimiFields(f, t.Layers)
 	case mt == "minimax", mt == "minimax_text_01", mt == "minimax_m1":
 		f = miniMaxFields(f, t.Layers, mt != "minimax")
-	case mt == "ernie4_5_moe_vl":
+	case mt == "ernie4_5_moe_vl", mt == "ernie4_5_vl_moe_text":
 		f = modalityFields(f)
 	case mt == "":
 		switch archs := fields(m.Raw).strings("architectures"); {

@@ -304,8 +304,9 @@ func TestDeepSeekV2Lite(t *testing.T) {
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
 
-// TestErnieVLText reads an ERNIE 4.5 VL release config's per-modality
-// lists as its text model's: the text experts' count and width.
+// TestErnieVLText reads an ERNIE 4.5 VL config's per-modality lists, the
+// release's and transformers', as its text model's: the text experts'
+// count and width.
 func TestErnieVLText(t *testing.T) {
 	cfg, err := config.ParseModel([]byte(`{"architectures": ["Ernie4_5_VLMoeForConditionalGeneration"], "model_type": "ernie4_5_moe_vl",
 		"num_hidden_layers": 28, "hidden_size": 2560, "num_attention_heads": 20, "num_key_value_heads": 4, "moe_num_experts": [64, 64],
@@ -319,5 +320,15 @@ func TestErnieVLText(t *testing.T) {
 	}
 	if got.MoE == nil || got.MoE.Experts != 64 || got.MoE.ExpertIntermediate != 1536 || got.MoE.ExpertsPerToken != 6 {
 		t.Errorf("MoE %+v, want the text experts' (64 of 1536, 6 a token)", got.MoE)
+	}
+	// transformers' config: text_config, its moe_intermediate_size a list.
+	cfg, err = config.ParseModel([]byte(`{"architectures": ["Ernie4_5_VLMoeForConditionalGeneration"], "model_type": "ernie4_5_vl_moe",
+		"text_config": {"model_type": "ernie4_5_vl_moe_text", "num_hidden_layers": 28, "hidden_size": 2560, "num_attention_heads": 20,
+		"num_key_value_heads": 4, "moe_num_experts": 64, "moe_intermediate_size": [1536, 512], "moe_k": 6}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = inspect.TextConfig(cfg); err != nil || got.MoE == nil || got.MoE.ExpertIntermediate != 1536 {
+		t.Errorf("transformers' config: MoE %+v, %v", got.MoE, err)
 	}
 }

@@ -92,10 +92,12 @@ type Ernie struct {
 }
 
 // TinyErnieVL is TinyErnie as an ERNIE 4.5 VL: 8 vision experts of width
-// 8 beside the text ones.
+// 8 beside the text ones, and an end index past the last layer (written
+// as the per-modality list [Layers+1, Layers], as the releases' run past
+// it: ERNIE-4.5-VL-28B-A3B's 28 layers end at [29, 28]).
 func TinyErnieVL() Ernie {
 	c := TinyErnie()
-	c.VL, c.VisionIntermediate, c.Seed = true, 8, 452
+	c.VL, c.VisionIntermediate, c.EndIndex, c.Seed = true, 8, c.Layers, 452
 	return c
 }
 
@@ -300,7 +302,7 @@ func (c Ernie) ConfigJSON() map[string]any {
 		j["moe_num_experts"] = []int{c.Experts, c.Experts}
 		j["moe_intermediate_size"] = []int{c.MoEIntermediate, c.VisionIntermediate}
 		j["moe_layer_start_index"] = []int{c.StartIndex, c.StartIndex}
-		j["moe_layer_end_index"] = []int{c.EndIndex, c.EndIndex}
+		j["moe_layer_end_index"] = []int{c.EndIndex + 1, c.EndIndex}
 		j["vision_config"] = map[string]any{"depth": 1, "hidden_size": 12, "num_heads": 2, "patch_size": 2}
 	}
 	return j
