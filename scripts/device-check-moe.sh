@@ -31,8 +31,8 @@
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
-#      DeepSeek-V3.2, a tiny MiniMax-Text-01, a tiny LongCat-Flash and a
-#      tiny A.X K1),
+#      DeepSeek-V3.2, a tiny MiniMax-Text-01, a tiny LongCat-Flash, a
+#      tiny A.X K1 and a tiny K-EXAONE),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -679,6 +679,17 @@ cat >"$work/longcat.json" <<'EOF'
  "routed_scaling_factor": 2.0, "router_bias": false, "mla_scale_q_lora": true, "mla_scale_kv_lora": true, "rope_theta": 10000000,
  "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny K-EXAONE: EXAONE 4.0's attention (q/k norms, sliding layers of
+# 8 tokens but every fourth, global without the rotary) in pre-norm layers
+# over DeepSeek-V3's MoE (the 2 best of 4 groups, a shared expert).
+cat >"$work/exaonemoe.json" <<'EOF'
+{"architectures": ["ExaoneMoeForCausalLM"], "model_type": "exaone_moe", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+ "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 8,
+ "sliding_window_pattern": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "num_shared_experts": 1,
+ "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+ "rope_theta": 10000, "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny A.X K1: DeepSeek-V3 whose sparse layers norm the MoE output.
 cat >"$work/axk1.json" <<'EOF'
 {"architectures": ["AXK1ForCausalLM"], "model_type": "axk1", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
@@ -690,12 +701,12 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01 | longcat | axk1) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01 | longcat | axk1 | exaonemoe) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.

@@ -19,6 +19,9 @@
 // layers, the last layer global whatever it says. transformers'
 // Exaone4Config divides by a zero pattern when sliding_window is null and
 // layer_types absent; tputool reads every layer as full attention there.
+//
+// K-EXAONE (ExaoneMoeForCausalLM, moe.go) is this attention in OLMoE's
+// pre-norm layer over DeepSeek-V3's mixture of experts.
 package exaone4
 
 import (

@@ -1505,8 +1505,40 @@ type GLM struct {
 	OBias, MaskInf bool
 	// lingMTP: see stack.lingMTP (set by Ling).
 	lingMTP bool
+	// Exaone makes it an ExaoneMoeForCausalLM (LG's K-EXAONE, from
+	// transformers' models/exaone_moe: EXAONE 4.0's attention in OLMoE's
+	// pre-norm layer over DeepSeek-V3's MoE): the config under
+	// ExaoneMoeConfig's names, the router's correction bias stored as
+	// mlp.e_score_correction_bias, and with Window > 0 the layers sliding
+	// within the last Window tokens but every Pattern-th, which attends
+	// in full without the rotary (Exaone4Attention). It needs QKNorm, the
+	// whole head rotating and no biases.
+	Exaone          bool
+	Window, Pattern int
 	// Seed makes the weights reproducible.
 	Seed uint64
+}
+
+// TinyExaoneMoE is a small K-EXAONE: TinyGLMQKNorm's router (the 2 best
+// of 4 groups, scale 2.5) and q/k norms, the whole head rotating on the
+// sliding layers, 4 layers of which the first dense and the fourth
+// global (no rotary), a window of 5 tokens, an untied head.
+func TinyExaoneMoE() GLM {
+	c := TinyGLMQKNorm()
+	c.Exaone, c.PartialRotary, c.Layers, c.Window, c.Pattern, c.Tied, c.Seed = true, 1, 4, 5, 4, false, 64
+	return c
+}
+
+// sliding reports that layer l attends within the window.
+func (c GLM) sliding(l int) bool { return c.Window > 0 && (l+1)%c.Pattern != 0 }
+
+// storedName is a tensor's name in the checkpoint: K-EXAONE keeps the
+// correction bias beside the router, not in it.
+func (c GLM) storedName(n string) string {
+	if c.Exaone {
+		return strings.Replace(n, ".mlp.gate.e_score_correction_bias", ".mlp.e_score_correction_bias", 1)
+	}
+	return n
 }
 
 // TinyGLM is a small GLM-4.5-Air: q/k/v biases, no q/k norm, head dim 16
@@ -1596,6 +1628,8 @@ func (c GLM) check() error {
 		return fmt.Errorf("dsref: rotary dim %d of head dim %d", d, c.HeadSize())
 	case c.Experts%max(c.Groups, 1) != 0:
 		return fmt.Errorf("dsref: %d experts in %d groups", c.Experts, c.Groups)
+	case c.Exaone && (!c.QKNorm || c.PartialRotary != 1 || c.AttentionBias || c.OBias || c.MTP || (c.Window > 0 && c.Pattern <= 0)):
+		return fmt.Errorf("dsref: a K-EXAONE needs q/k norms, the whole head rotating, no biases, no MTP head and a positive pattern")
 	}
 	return checkMTP(c.MTP, c.Dense(c.Layers), c.Layers, c.FirstDense)
 }
@@ -1689,6 +1723,17 @@ func (c GLM) ConfigJSON() map[string]any {
 	if c.HeadDim > 0 {
 		j["head_dim"] = c.HeadDim
 	}
+	if c.Exaone {
+		j["architectures"], j["model_type"] = []string{"ExaoneMoeForCausalLM"}, "exaone_moe"
+		j["num_experts"], j["num_shared_experts"] = c.Experts, c.Shared
+		for _, k := range []string{"n_routed_experts", "n_shared_experts", "use_qk_norm", "partial_rotary_factor", "attention_bias", "num_nextn_predict_layers"} {
+			delete(j, k)
+		}
+		j["sliding_window"], j["sliding_window_pattern"] = nil, nil
+		if c.Window > 0 {
+			j["sliding_window"], j["sliding_window_pattern"] = c.Window, c.Pattern
+		}
+	}
 	return j
 }
 
@@ -1702,7 +1747,11 @@ func (c GLM) Write(dir string) error {
 	if c.OBias || c.MaskInf {
 		return fmt.Errorf("dsref: GLM-4.5 has neither an o_proj bias nor a router closing groups with −∞")
 	}
-	return writeCheckpoint(dir, c.Seed, c.Tensors(), c.ConfigJSON())
+	ts := c.Tensors()
+	for i := range ts {
+		ts[i].Name = c.storedName(ts[i].Name)
+	}
+	return writeCheckpoint(dir, c.Seed, ts, c.ConfigJSON())
 }
 
 // GLMModel is a GLM description plus its weights in float64.
@@ -1722,9 +1771,18 @@ func (c GLM) Load(dir string) (*GLMModel, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	w, err := readWeights(dir, c.Tensors())
+	ts := c.Tensors()
+	for i := range ts {
+		ts[i].Name = c.storedName(ts[i].Name)
+	}
+	w, err := readWeights(dir, ts)
 	if err != nil {
 		return nil, err
+	}
+	for _, t := range c.Tensors() { // the names the reference reads
+		if n := c.storedName(t.Name); n != t.Name {
+			w[t.Name] = w[n]
+		}
 	}
 	return &GLMModel{C: c, W: w}, nil
 }
@@ -1837,10 +1895,18 @@ func (m *GLMModel) project(p string, h []float64, pos int, inv []float64) (q, k,
 func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
 	c := m.C
 	inv := c.RopeFreqs()
+	var l int
+	fmt.Sscanf(p, "model.layers.%d.", &l)
+	if c.Window > 0 && !c.sliding(l) {
+		inv = nil // K-EXAONE's global layers: no rotary
+	}
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 	for t := range x {
 		h := lmckpt.RMSNorm64(x[t], m.get(p+"input_layernorm.weight"), c.Eps)
 		query[t], key[t], value[t] = m.project(p, h, start+t, inv)
+	}
+	if c.sliding(l) { // the last Window tokens, itself included
+		return lmckpt.Attention64(query, key, value, 1/math.Sqrt(float64(c.HeadSize())), func(t, s int) bool { return t-s < c.Window })
 	}
 	return causalGQA(query, key, value, c.Heads, c.KVHeads, c.HeadSize())
 }
