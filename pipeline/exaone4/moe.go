@@ -31,6 +31,7 @@ import (
 
 func init() {
 	lm.Register("ExaoneMoeForCausalLM", NewMoE)
+	lm.Register("ExaoneMoEForCausalLM", NewMoE) // the releases' spelling (vLLM, llama.cpp read it)
 }
 
 // MoEConfig is the mixture's part of an ExaoneMoeForCausalLM config.json.
@@ -45,6 +46,12 @@ type MoEConfig struct {
 	NormTopKProb        *bool    `json:"norm_topk_prob"`
 	RoutedScalingFactor *float64 `json:"routed_scaling_factor"`
 	MLPLayerTypes       []string `json:"mlp_layer_types"`
+	// Older and newer configs' keys, checked against the model's reading:
+	// is_moe_layer (a flag a layer), K-EXAONE 2's per-layer
+	// sliding_windows and swiglu_limits.
+	IsMoELayer     []bool    `json:"is_moe_layer"`
+	SlidingWindows []int     `json:"sliding_windows"`
+	SwigluLimits   []float64 `json:"swiglu_limits"`
 }
 
 // ExaoneMoeConfig's defaults beyond Exaone4Config's.
@@ -94,6 +101,9 @@ func ResolveMoE(cfg *config.File) (deepseek.Options, error) {
 		TopKGroup:       lm.Or(c.TopKGroup, 1),
 		NormTopK:        lm.Or(c.NormTopKProb, true),
 		RoutedScale:     lm.Or(c.RoutedScalingFactor, moeScale),
+		// transformers' ExaoneMoe router closes the groups it does not
+		// keep with −∞ (masked_fill), not 0.
+		MaskInf: true,
 	}
 	switch {
 	case o.Experts <= 0 || o.TopK <= 0 || o.TopK > o.Experts || o.MoEIntermediate <= 0:
@@ -127,6 +137,27 @@ func ResolveMoE(cfg *config.File) (deepseek.Options, error) {
 		}
 		for i := range o.Sparse {
 			o.Sparse[i] = i >= first
+		}
+	}
+	if c.IsMoELayer != nil {
+		for i, sparse := range c.IsMoELayer {
+			if i >= layers || sparse != o.Sparse[i] {
+				return deepseek.Options{}, fmt.Errorf("%s: is_moe_layer (%d entries) disagrees with the sparse layers mlp_layer_types or first_k_dense_replace give at layer %d", where, len(c.IsMoELayer), i)
+			}
+		}
+	}
+	for i, w := range c.SlidingWindows {
+		want := 0
+		if i < layers && base.Spec.LayerKinds[i] == lm.KindSliding {
+			want = base.Spec.SlidingWindow
+		}
+		if len(c.SlidingWindows) != layers || w != want {
+			return deepseek.Options{}, errs.Unsupportedf("%s: sliding_windows[%d] is %d where the layer kinds give %d: a window a layer (K-EXAONE 2's) is not supported", where, i, w, want)
+		}
+	}
+	for i, v := range c.SwigluLimits {
+		if v > 0 {
+			return deepseek.Options{}, errs.Unsupportedf("%s: swiglu_limits[%d] is %g: clamped SwiGLUs (K-EXAONE 2's) are not supported", where, i, v)
 		}
 	}
 	return o, nil

@@ -20,8 +20,8 @@ import (
 // without the rotary; q/k norms) on a left-padded batch of two prompts,
 // the longer past the window, plus decode steps, with each experts
 // formulation, compiled and eager, on the go and cpu backends, against
-// dsref's float64 forward; and checks that a reference with the global
-// layer turning, or the sliding layers attending in full, differs.
+// dsref's float64 forward; and checks that a reference with every layer
+// turning in full, a wider window, or the global layer turning, differs.
 func TestMoELogitsMatchReference(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
 	const steps = 6
@@ -42,7 +42,8 @@ func TestMoELogitsMatchReference(t *testing.T) {
 	prompt := prompts[1]
 	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
 		refcheck.Mutant{Name: "every layer turning and attending in full", Logits: mutant(func(c *dsref.GLM) { c.Window = 0 })},
-		refcheck.Mutant{Name: "a window of 8", Logits: mutant(func(c *dsref.GLM) { c.Window = 8 })})
+		refcheck.Mutant{Name: "a window of 8", Logits: mutant(func(c *dsref.GLM) { c.Window = 8 })},
+		refcheck.Mutant{Name: "the global layer turning", Logits: mutant(func(c *dsref.GLM) { c.GlobalRope = true })})
 }
 
 // TestMoEConfig reads ExaoneMoeConfig's defaults (4096 wide, 32 layers,
@@ -57,14 +58,14 @@ func TestMoEConfig(t *testing.T) {
 		}
 		return cfg
 	}
-	m, err := lm.New(parse(`{"architectures": ["ExaoneMoeForCausalLM"]}`))
+	m, err := lm.New(parse(`{"architectures": ["ExaoneMoEForCausalLM"]}`)) // the releases' spelling
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := m.(*exaone4.MoEModel).Options()
 	s := m.Spec()
 	if !o.GQA || o.Experts != 64 || o.TopK != 8 || o.MoEIntermediate != 1024 || o.Shared != 1 || o.Sparse[0] || !o.Sparse[1] || !o.NormTopK ||
-		o.RoutedScale != 2.5 || !o.QKNorm || s.SlidingWindow != 4096 || s.LayerKinds[0] != lm.KindSliding || s.LayerKinds[3] != lm.KindFull ||
+		o.RoutedScale != 2.5 || !o.MaskInf || !o.QKNorm || s.SlidingWindow != 4096 || s.LayerKinds[0] != lm.KindSliding || s.LayerKinds[3] != lm.KindFull ||
 		!o.NoRope[3] || o.NoRope[0] || s.BOS != 1 || fmt.Sprint(s.EOS) != "[53]" || o.Norms.PreAttn != "input_layernorm" {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
@@ -79,6 +80,9 @@ func TestMoEConfig(t *testing.T) {
 	for _, bad := range []struct{ js, want string }{
 		{`"num_experts_per_tok": 99`, "num_experts_per_tok 99"},
 		{`"n_group": 3`, "n_group 3"},
+		{`"sliding_windows": [4096, 4096, 128, 0]` + ``, "sliding_windows"},
+		{`"swiglu_limits": [0, 7.0]`, "swiglu_limits[1] is 7"},
+		{`"is_moe_layer": [true]`, "is_moe_layer"},
 		{`"mlp_layer_types": ["dense"]`, "mlp_layer_types has 1 entries"},
 		{`"mlp_layer_types": ` + `["moe"` + strings.Repeat(`, "dense"`, 31) + `]`, `mlp_layer_types[0] is "moe"`},
 	} {

@@ -1515,17 +1515,21 @@ type GLM struct {
 	// whole head rotating and no biases.
 	Exaone          bool
 	Window, Pattern int
+	// GlobalRope turns the global layers too: a mistake the tests check
+	// the model does not make.
+	GlobalRope bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
 
 // TinyExaoneMoE is a small K-EXAONE: TinyGLMQKNorm's router (the 2 best
-// of 4 groups, scale 2.5) and q/k norms, the whole head rotating on the
-// sliding layers, 4 layers of which the first dense and the fourth
+// of 4 groups, scale 2.5; the others closed with −∞, as transformers'
+// ExaoneMoe router masks them) and q/k norms, the whole head rotating on
+// the sliding layers, 4 layers of which the first dense and the fourth
 // global (no rotary), a window of 5 tokens, an untied head.
 func TinyExaoneMoE() GLM {
 	c := TinyGLMQKNorm()
-	c.Exaone, c.PartialRotary, c.Layers, c.Window, c.Pattern, c.Tied, c.Seed = true, 1, 4, 5, 4, false, 64
+	c.Exaone, c.PartialRotary, c.Layers, c.Window, c.Pattern, c.Tied, c.MaskInf, c.Seed = true, 1, 4, 5, 4, false, true, 64
 	return c
 }
 
@@ -1744,7 +1748,7 @@ func (c GLM) Write(dir string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if c.OBias || c.MaskInf {
+	if c.OBias || (c.MaskInf && !c.Exaone) {
 		return fmt.Errorf("dsref: GLM-4.5 has neither an o_proj bias nor a router closing groups with −∞")
 	}
 	ts := c.Tensors()
@@ -1897,7 +1901,7 @@ func (m *GLMModel) attention(p string, x [][]float64, start int) [][]float64 {
 	inv := c.RopeFreqs()
 	var l int
 	fmt.Sscanf(p, "model.layers.%d.", &l)
-	if c.Window > 0 && !c.sliding(l) {
+	if c.Window > 0 && !c.sliding(l) && !c.GlobalRope {
 		inv = nil // K-EXAONE's global layers: no rotary
 	}
 	query, key, value := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
