@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -179,8 +180,8 @@ func NewVL(cfg *config.File) (lm.Model, error) {
 }
 
 // VLModel is ERNIE 4.5 VL's text model: ERNIE 4.5 MoE's decoder over the
-// text half of each sparse block. It implements lm.Routed, lm.Skipper and
-// lm.Splitter.
+// text half of each sparse block. It implements lm.Routed, lm.Skipper,
+// lm.Splitter and lm.StoredLayout.
 type VLModel struct{ Model }
 
 // LayerWeights implements lm.Model: the text router is stored transposed.
@@ -193,6 +194,26 @@ func (m *VLModel) LayerWeights(i int) []lm.WeightSpec {
 		}
 	}
 	return ws
+}
+
+// StoredWeights implements lm.StoredLayout: the text model's tensors as
+// the Hub stores them, for tools that write checkpoints in that layout:
+// moe_statics' two rows whole, and the vision router beside the text one
+// (the vision experts, tower and resampler, which the text model skips,
+// left out).
+func (m *VLModel) StoredWeights() []lm.WeightSpec {
+	var out []lm.WeightSpec
+	e, hidden := m.Options().Experts, m.Spec().Hidden
+	for _, w := range lm.Weights(m) {
+		if p, ok := strings.CutSuffix(w.Name, "moe_statics.text_bias"); ok {
+			out = append(out,
+				lm.WeightSpec{Name: p + "moe_statics.e_score_correction_bias", Shape: []int{2, e}, F32: true},
+				lm.WeightSpec{Name: p + "gate.weight_1", Shape: []int{e, hidden}, Transposed: true})
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // statics matches a sparse block's correction biases, one row a modality.
@@ -234,7 +255,8 @@ func (m *VLModel) SkipWeight(name string) (string, bool) {
 }
 
 var (
-	_ lm.Routed   = (*VLModel)(nil)
-	_ lm.Skipper  = (*VLModel)(nil)
-	_ lm.Splitter = (*VLModel)(nil)
+	_ lm.Routed       = (*VLModel)(nil)
+	_ lm.Skipper      = (*VLModel)(nil)
+	_ lm.Splitter     = (*VLModel)(nil)
+	_ lm.StoredLayout = (*VLModel)(nil)
 )
