@@ -32,7 +32,8 @@
 #      tiny Pythia, a tiny GPT-J, a tiny Falcon-40B, a tiny DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
 #      DeepSeek-V3.2, a tiny MiniMax-Text-01, a tiny LongCat-Flash, a
-#      tiny A.X K1, a tiny K-EXAONE and a tiny ERNIE 4.5 VL),
+#      tiny A.X K1, a tiny K-EXAONE, a tiny ERNIE 4.5 VL and a tiny
+#      Solar Open),
 #      the same prompts, 16
 #      tokens, float32: on the device compiled and eager against the CPU.
 #   3. bench: a generated Qwen3-MoE of scripts/bench-moe.sh's shape (hidden
@@ -699,6 +700,13 @@ cat >"$work/ernievl.json" <<'EOF'
  "moe_layer_end_index": [3, 2], "moe_layer_interval": 1, "rope_theta": 500000, "rms_norm_eps": 1e-05, "max_position_embeddings": 512,
  "tie_word_embeddings": true, "use_bias": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Solar Open: GLM-4.5's MoE on every layer, the whole head turning.
+cat >"$work/solaropen.json" <<'EOF'
+{"architectures": ["SolarOpenForCausalLM"], "model_type": "solar_open", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 3,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "attention_bias": true, "n_routed_experts": 8, "num_experts_per_tok": 2,
+ "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 1.0,
+ "rope_theta": 1000000, "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny A.X K1: DeepSeek-V3 whose sparse layers norm the MoE output.
 cat >"$work/axk1.json" <<'EOF'
 {"architectures": ["AXK1ForCausalLM"], "model_type": "axk1", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
@@ -710,12 +718,12 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj falcon dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
 	apart=()
-	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01 | longcat | axk1 | exaonemoe | ernievl) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
+	case "$fam" in mixtral | deepseek | deepseek2 | glm | minimax | olmoe | ernie | dots | nemotronh | lfm2moe | phimoe | afmoe | flexolmo | hunyuanmoe | jamba | ling | deepseekv1 | arctic | kimilinear | deepseekv32 | minimax01 | longcat | axk1 | exaonemoe | ernievl | solaropen) apart=(-experts-apart) ;; esac # one tensor an expert, as the Hub holds them
 	if [ "$fam" = ministral3-fp8 ]; then
 		# The tiny Ministral 3 in per-tensor FP8, as Mistral releases it:
 		# held as stored on the CPU engine, decoded at load on the device.

@@ -65,6 +65,11 @@
 // layers that reuse another layer's choice ("shared" indexer_types) are
 // refused.
 //
+// SolarOpenForCausalLM (models/solar_open: Upstage's Solar Open 100B) is
+// GLM-4.5's mixture of experts on every layer after Llama's attention
+// (q/k/v biases with attention_bias, the whole head turning, no q/k
+// norms).
+//
 // AXK1ForCausalLM (models/axk1: SK Telecom's A.X K1) is DeepSeek-V3 whose
 // sparse layers norm their MoE output by post_mlp_layernorm before the
 // residual (Options.PostMoENorm); its experts run in the graph only.
@@ -110,6 +115,7 @@ func init() {
 	lm.Register("Glm4MoeForCausalLM", New)
 	lm.Register("Dots1ForCausalLM", New)
 	lm.Register("AXK1ForCausalLM", New)
+	lm.Register("SolarOpenForCausalLM", New)
 }
 
 // Config is a DeepseekV3ForCausalLM, DeepseekV32ForCausalLM,
@@ -268,6 +274,15 @@ var (
 		Experts: 128, TopK: 8, Shared: 1, Groups: 1, TopKGroup: 1, FirstDense: 1,
 		RoutedScale: 1, Theta: 10000, Eps: 1e-5, MaxPositions: 131072, PartialRotary: 0.5, NormTopK: true,
 	}
+	// SolarDefaults are SolarOpenConfig's (Upstage's Solar Open 100B):
+	// Glm4MoeConfig's with Solar's sizes, the whole head rotating, every
+	// layer sparse (no intermediate_size, first_k_dense_replace or
+	// use_qk_norm) and rope_theta 1e6.
+	SolarDefaults = Defaults{
+		Vocab: 196608, Hidden: 4096, Intermediate: 10944 /* unused: no dense layer */, MoEIntermediate: 1280, Layers: 48, Heads: 64, KVHeads: 8,
+		Experts: 128, TopK: 8, Shared: 1, Groups: 1, TopKGroup: 1,
+		RoutedScale: 1, Theta: 1e6, Eps: 1e-5, MaxPositions: 131072, PartialRotary: 1, NormTopK: true,
+	}
 	// DotsDefaults are Dots1Config's: n_routed_experts,
 	// num_experts_per_tok and n_shared_experts have no default (0: the
 	// config must say).
@@ -361,7 +376,7 @@ type Options struct {
 // config.json, with its class's defaults.
 func Resolve(cfg *config.File) (Options, error) {
 	switch cfg.Architecture() {
-	case "Glm4MoeForCausalLM":
+	case "Glm4MoeForCausalLM", "SolarOpenForCausalLM":
 		return resolveGLM(cfg)
 	case "Dots1ForCausalLM":
 		return resolveDots(cfg)
@@ -557,13 +572,20 @@ func resolveGLM(cfg *config.File) (Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return Options{}, err
 	}
-	d := GLMDefaults
+	d, solar := GLMDefaults, cfg.Architecture() == "SolarOpenForCausalLM"
+	headDim := 0
+	if solar {
+		// SolarOpenConfig removes use_qk_norm, intermediate_size and
+		// first_k_dense_replace: no q/k norms, every layer sparse.
+		d, headDim = SolarDefaults, 128
+		c.UseQKNorm, c.FirstKDenseReplace = false, nil
+	}
 	if c.NumKeyValueHeads == nil {
 		c.NumKeyValueHeads = &d.KVHeads
 	}
 	base, err := c.Config.Resolve(cfg, llama.Defaults{
 		VocabSize: d.Vocab, Hidden: d.Hidden, Intermediate: d.Intermediate, Layers: d.Layers, Heads: d.Heads,
-		MaxPositions: d.MaxPositions, Eps: d.Eps, RopeTheta: d.Theta, Act: "silu",
+		MaxPositions: d.MaxPositions, Eps: d.Eps, RopeTheta: d.Theta, Act: "silu", HeadDim: headDim,
 	})
 	if err != nil {
 		return Options{}, err
@@ -582,6 +604,12 @@ func resolveGLM(cfg *config.File) (Options, error) {
 	o := Options{Options: base, GQA: true}
 	if err := c.MoEConfig.resolve(where, d, false, &o); err != nil {
 		return Options{}, err
+	}
+	if solar {
+		for i := range o.Sparse {
+			o.Sparse[i] = true
+		}
+		o.MTPLayers = 0 // SolarOpen reads no MTP layer
 	}
 	return o, nil
 }

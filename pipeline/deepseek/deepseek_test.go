@@ -112,6 +112,35 @@ func writeGLM(c dsref.DeepSeek, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
 }
 
+// TestSolarOpen runs a tiny Solar Open (GLM-4.5's MoE on every layer
+// after Llama's attention, the whole head turning, q/k/v biases) against
+// dsref, under every experts formulation, and reads SolarOpenConfig's
+// defaults (48 layers of 64 heads of 128, 128 experts of 1280 of which
+// 8, one shared, rope_theta 1e6; 102.6B parameters, the published
+// 100B), ignoring the GLM fields it removes.
+func TestSolarOpen(t *testing.T) {
+	c := dsref.TinySolar()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, 6), 6, 1e-4)
+
+	m, err := lm.New(configOf(t, `{"architectures": ["SolarOpenForCausalLM"], "first_k_dense_replace": 3, "use_qk_norm": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*deepseek.Model).Options()
+	if s := m.Spec(); !o.GQA || o.QKNorm || !o.Sparse[0] || s.Layers != 48 || s.Heads != 64 || s.HeadDim != 128 || s.KVHeads != 8 ||
+		o.Experts != 128 || o.TopK != 8 || o.MoEIntermediate != 1280 || o.Rope.RotaryDim != 128 || s.VocabSize != 196608 {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	if n := float64(lmckpt.Params(m)) / 1e9; n < 102.6 || n > 102.7 {
+		t.Errorf("SolarOpenConfig's defaults: %.2fB parameters, want 102.65B (the published 100B)", n)
+	}
+}
+
 // TestAXK1 reads AXK1Config's defaults (A.X K1: DeepSeek-V3's design
 // with 64 heads, 192 experts of which 8, one dense first layer) and
 // checks that the comparison above can fail on its one change: a

@@ -15,7 +15,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/bitnet"       // BitNetForCausalLM (BitNet b1.58)
 	_ "github.com/tputool/tputool/pipeline/cohere"       // CohereForCausalLM, Cohere2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/dbrx"         // DbrxForCausalLM
-	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM, AXK1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM, AXK1ForCausalLM, SolarOpenForCausalLM
 	_ "github.com/tputool/tputool/pipeline/deepseekv1"   // DeepseekForCausalLM (deepseek-moe-16b)
 	_ "github.com/tputool/tputool/pipeline/ernie"        // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_VLMoeForConditionalGeneration (text)
 	_ "github.com/tputool/tputool/pipeline/exaone4"      // Exaone4ForCausalLM, ExaoneMoeForCausalLM (K-EXAONE)

@@ -1518,6 +1518,13 @@ type GLM struct {
 	// GlobalRope turns the global layers too: a mistake the tests check
 	// the model does not make.
 	GlobalRope bool
+	// Solar makes it a SolarOpenForCausalLM (Upstage's Solar Open, from
+	// transformers' models/solar_open): GLM-4.5's MoE on every layer
+	// after Llama's attention, the config without intermediate_size,
+	// first_k_dense_replace, use_qk_norm or partial_rotary_factor (the
+	// whole head turns). It needs FirstDense 0, no q/k norms and
+	// PartialRotary 1.
+	Solar bool
 	// Seed makes the weights reproducible.
 	Seed uint64
 }
@@ -1530,6 +1537,14 @@ type GLM struct {
 func TinyExaoneMoE() GLM {
 	c := TinyGLMQKNorm()
 	c.Exaone, c.PartialRotary, c.Layers, c.Window, c.Pattern, c.Tied, c.MaskInf, c.Seed = true, 1, 4, 5, 4, false, true, 64
+	return c
+}
+
+// TinySolar is a small Solar Open: TinyGLM's attention (q/k/v biases,
+// head dim 16) turning the whole head, every one of its 3 layers sparse.
+func TinySolar() GLM {
+	c := TinyGLM()
+	c.Solar, c.FirstDense, c.PartialRotary, c.Seed = true, 0, 1, 66
 	return c
 }
 
@@ -1632,6 +1647,8 @@ func (c GLM) check() error {
 		return fmt.Errorf("dsref: rotary dim %d of head dim %d", d, c.HeadSize())
 	case c.Experts%max(c.Groups, 1) != 0:
 		return fmt.Errorf("dsref: %d experts in %d groups", c.Experts, c.Groups)
+	case c.Solar && (c.FirstDense != 0 || c.QKNorm || c.PartialRotary != 1 || c.MTP || c.Exaone):
+		return fmt.Errorf("dsref: a Solar Open has every layer sparse, no q/k norms, the whole head rotating and no MTP head")
 	case c.Exaone && (!c.QKNorm || c.PartialRotary != 1 || c.AttentionBias || c.OBias || c.MTP || (c.Window > 0 && c.Pattern <= 0)):
 		return fmt.Errorf("dsref: a K-EXAONE needs q/k norms, the whole head rotating, no biases, no MTP head and a positive pattern")
 	}
@@ -1726,6 +1743,12 @@ func (c GLM) ConfigJSON() map[string]any {
 	}
 	if c.HeadDim > 0 {
 		j["head_dim"] = c.HeadDim
+	}
+	if c.Solar {
+		j["architectures"], j["model_type"] = []string{"SolarOpenForCausalLM"}, "solar_open"
+		for _, k := range []string{"intermediate_size", "first_k_dense_replace", "use_qk_norm", "partial_rotary_factor", "num_nextn_predict_layers"} {
+			delete(j, k)
+		}
 	}
 	if c.Exaone {
 		j["architectures"], j["model_type"] = []string{"ExaoneMoeForCausalLM"}, "exaone_moe"
