@@ -18,17 +18,17 @@
 // by √(hidden/kv_lora_rank) (deepseek.Options.QLoraScale, KVLoraScale),
 // and turns interleaved rope pairs. The router (mlp.router.classifier,
 // float32; a router_bias, which implementations read differently, is
-// refused) scores n_routed_experts real experts and
-// zero_expert_num zero-computation experts by a softmax; the scores plus
+// refused) scores n_routed_experts real experts and zero_expert_num
+// zero-computation experts by a softmax; the scores plus
 // e_score_correction_bias choose moe_topk, weighed by their unbiased
 // scores times routed_scaling_factor, not renormalized. A real expert is
 // a SwiGLU of expert_ffn_hidden_size (mlp.experts.E.{gate,up,down}_proj);
 // a zero expert returns its input, so a token's zero experts add its
 // input times their weights, which Route folds into the residual, their
 // pairs given weight 0 and expert -1 (lm.Routing's pair that runs no
-// expert): every experts formulation runs the real experts alone, and the
-// host grouping and the cpu backend skip those pairs. The multi-token-prediction module (model.mtp.*)
-// is skipped.
+// expert): every experts formulation runs the real experts alone, and
+// the host grouping and the cpu backend skip those pairs. The
+// multi-token-prediction module (model.mtp.*) is skipped.
 package longcat
 
 import (
