@@ -58,6 +58,14 @@ func FuzzNewModel(f *testing.F) {
 		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"qk_norm_type":"per_layer"}`))
 	f.Add([]byte(`{"architectures":["AXK1ForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"n_routed_experts":8,` +
 		`"num_experts_per_tok":2,"n_group":2,"topk_group":1,"first_k_dense_replace":1,"kv_lora_rank":16,"q_lora_rank":24}`))
+	f.Add([]byte(`{"architectures":["LongcatFlashForCausalLM"],"num_layers":2,"hidden_size":64,"num_attention_heads":4,"q_lora_rank":32,` +
+		`"kv_lora_rank":16,"qk_nope_head_dim":16,"qk_rope_head_dim":8,"v_head_dim":16,"n_routed_experts":8,"zero_expert_num":4,"moe_topk":3}`))
+	f.Add([]byte(`{"architectures":["Ernie4_5_VLMoeForConditionalGeneration"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,` +
+		`"num_key_value_heads":2,"moe_num_experts":[8,8],"moe_k":2,"moe_intermediate_size":[32,16],"moe_layer_start_index":[1,1],"moe_layer_end_index":[3,2]}`))
+	f.Add([]byte(`{"architectures":["ExaoneMoEForCausalLM"],"num_hidden_layers":4,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
+		`"sliding_window":8,"sliding_window_pattern":"LLLG","num_experts":8,"num_experts_per_tok":2,"mlp_layer_types":["dense","sparse","sparse","sparse"]}`))
+	f.Add([]byte(`{"architectures":["SolarOpenForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
+		`"n_routed_experts":8,"num_experts_per_tok":2}`))
 	f.Add([]byte(`{"architectures":["MiniMaxText01ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"head_dim":16,"rotary_dim":8,"num_local_experts":8,"num_experts_per_tok":2,"intermediate_size":32,"attn_type_list":[0,1],"postnorm":true}`))
 	f.Add([]byte(`{"architectures":["Glm4MoeForCausalLM"],"num_hidden_layers":3,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
