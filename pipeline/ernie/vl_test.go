@@ -19,8 +19,8 @@ import (
 // vision experts after the text ones, a vision tower and resampler) as
 // its text model, with each experts formulation, compiled and eager, on
 // the go and cpu backends, against ernieref's float64 forward, and in
-// bfloat16 compute; and checks that a reference routing with the vision row of the bias, or
-// through the vision router, differs.
+// bfloat16 compute; and checks that a reference routing with the vision
+// row of the bias, or through the vision router, differs.
 func TestVLLogitsMatchReference(t *testing.T) {
 	const steps = 6
 	c := ernieref.TinyErnieVL()

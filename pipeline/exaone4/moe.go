@@ -140,18 +140,24 @@ func ResolveMoE(cfg *config.File) (deepseek.Options, error) {
 		}
 	}
 	if c.IsMoELayer != nil {
+		if len(c.IsMoELayer) != layers {
+			return deepseek.Options{}, fmt.Errorf("%s: is_moe_layer has %d entries for %d layers", where, len(c.IsMoELayer), layers)
+		}
 		for i, sparse := range c.IsMoELayer {
-			if i >= layers || sparse != o.Sparse[i] {
+			if sparse != o.Sparse[i] {
 				return deepseek.Options{}, fmt.Errorf("%s: is_moe_layer (%d entries) disagrees with the sparse layers mlp_layer_types or first_k_dense_replace give at layer %d", where, len(c.IsMoELayer), i)
 			}
 		}
+	}
+	if c.SlidingWindows != nil && len(c.SlidingWindows) != layers {
+		return deepseek.Options{}, fmt.Errorf("%s: sliding_windows has %d entries for %d layers", where, len(c.SlidingWindows), layers)
 	}
 	for i, w := range c.SlidingWindows {
 		want := 0
 		if i < layers && base.Spec.LayerKinds[i] == lm.KindSliding {
 			want = base.Spec.SlidingWindow
 		}
-		if len(c.SlidingWindows) != layers || w != want {
+		if w != want {
 			return deepseek.Options{}, errs.Unsupportedf("%s: sliding_windows[%d] is %d where the layer kinds give %d: a window a layer (K-EXAONE 2's) is not supported", where, i, w, want)
 		}
 	}

@@ -80,9 +80,11 @@ func TestMoEConfig(t *testing.T) {
 	for _, bad := range []struct{ js, want string }{
 		{`"num_experts_per_tok": 99`, "num_experts_per_tok 99"},
 		{`"n_group": 3`, "n_group 3"},
-		{`"sliding_windows": [4096, 4096, 128, 0]` + ``, "sliding_windows"},
+		{`"sliding_windows": [4096, 4096, 128, 0]`, "sliding_windows has 4 entries for 32 layers"},
+		{`"sliding_windows": [4096, 4096, 4096, 4096` + strings.Repeat(`, 4096`, 28) + `]`, "sliding_windows[3] is 4096 where the layer kinds give 0"},
 		{`"swiglu_limits": [0, 7.0]`, "swiglu_limits[1] is 7"},
-		{`"is_moe_layer": [true]`, "is_moe_layer"},
+		{`"is_moe_layer": [false]`, "is_moe_layer has 1 entries"},
+		{`"is_moe_layer": [true` + strings.Repeat(`, true`, 31) + `]`, "is_moe_layer (32 entries) disagrees"},
 		{`"mlp_layer_types": ["dense"]`, "mlp_layer_types has 1 entries"},
 		{`"mlp_layer_types": ` + `["moe"` + strings.Repeat(`, "dense"`, 31) + `]`, `mlp_layer_types[0] is "moe"`},
 	} {

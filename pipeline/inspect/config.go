@@ -273,6 +273,27 @@ func miniMaxFields(f fields, layers int, release bool) fields {
 	return out
 }
 
+// longcatFields is a LongCat-Flash config's fields as its attention
+// layers: num_layers layers of two MLA sublayers each, so
+// num_hidden_layers is twice num_layers (LongcatFlashConfig's 28, as
+// transformers sets it), each with a latent cache; the experts' width
+// expert_ffn_hidden_size under the name TextConfig reads.
+func longcatFields(f fields) fields {
+	out := make(fields, len(f)+2)
+	for k, v := range f {
+		out[k] = v
+	}
+	layers := 28
+	if n, ok := f.int("num_layers"); ok && n > 0 && n <= 1<<16 {
+		layers = n
+	}
+	out["num_hidden_layers"], _ = json.Marshal(2 * layers)
+	if v, ok := f["expert_ffn_hidden_size"]; ok {
+		out["moe_intermediate_size"] = v
+	}
+	return out
+}
+
 // modalityFields is an ERNIE 4.5 VL config's fields (the release's, or
 // transformers' text_config) with its per-modality lists
 // (moe_num_experts, moe_intermediate_size: text, then vision) read as the
@@ -327,6 +348,9 @@ func TextConfig(m *config.File) (*Text, error) {
 	if f.string("model_type") == "dbrx" {
 		f = dbrxFields(f)
 	}
+	if f.string("model_type") == "longcat_flash" {
+		f = longcatFields(f)
+	}
 	t := &Text{}
 	var ok bool
 	if t.Layers, ok = f.int("num_hidden_layers", "n_layer", "num_layers", "n_layers"); !ok || t.Layers <= 0 {
@@ -335,20 +359,19 @@ func TextConfig(m *config.File) (*Text, error) {
 	if t.Hidden, ok = f.int("hidden_size", "n_embd", "d_model", "dim"); !ok || t.Hidden <= 0 {
 		return nil, fmt.Errorf("%s: no hidden_size (or n_embd, d_model) in the config", m.Path)
 	}
+	archs := fields(m.Raw).strings("architectures")
+	// MiniMax-Text-01's reading depends on the class, as pipeline/minimax
+	// decides: the releases' own (all softmax without a list) or
+	// transformers' (alternating).
+	miniMaxRelease := slices.Contains(archs, "MiniMaxText01ForCausalLM") || slices.Contains(archs, "MiniMaxM1ForCausalLM")
+	miniMaxHF := slices.Contains(archs, "MiniMaxForCausalLM")
 	switch mt := f.string("model_type"); {
 	case mt == "kimi_linear":
 		f = kimiFields(f, t.Layers)
-	case mt == "minimax", mt == "minimax_text_01", mt == "minimax_m1":
-		f = miniMaxFields(f, t.Layers, mt != "minimax")
+	case mt == "minimax", mt == "minimax_text_01", mt == "minimax_m1", mt == "" && (miniMaxRelease || miniMaxHF):
+		f = miniMaxFields(f, t.Layers, miniMaxRelease || (!miniMaxHF && mt != "minimax"))
 	case mt == "ernie4_5_moe_vl", mt == "ernie4_5_vl_moe_text":
 		f = modalityFields(f)
-	case mt == "":
-		switch archs := fields(m.Raw).strings("architectures"); {
-		case slices.Contains(archs, "MiniMaxForCausalLM"):
-			f = miniMaxFields(f, t.Layers, false)
-		case slices.Contains(archs, "MiniMaxText01ForCausalLM"), slices.Contains(archs, "MiniMaxM1ForCausalLM"):
-			f = miniMaxFields(f, t.Layers, true)
-		}
 	}
 	if t.Heads, ok = f.int("num_attention_heads", "n_head", "num_heads", "n_heads"); !ok || t.Heads <= 0 {
 		if _, mamba := f.int("state_size"); mamba && !ok { // Mamba-1 (MambaConfig's state_size): no attention

@@ -304,6 +304,39 @@ func TestDeepSeekV2Lite(t *testing.T) {
 		float64(r.Params.Active)/1e9, float64(r.Params.ActiveLessEmbedding)/1e9, r.Memory.Weights>>30, r.Memory.KVCache>>20, r.Notes)
 }
 
+// TestLongcatText reads LongCat-Flash's config as its attention
+// sublayers, two a layer, each with a latent cache, whatever
+// num_hidden_layers says; and a MiniMax config by its class where
+// model_type and the class disagree.
+func TestLongcatText(t *testing.T) {
+	cfg, err := config.ParseModel([]byte(`{"architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash", "num_layers": 28,
+		"hidden_size": 6144, "num_attention_heads": 64, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+		"v_head_dim": 128, "n_routed_experts": 512, "moe_topk": 12, "expert_ffn_hidden_size": 2048, "ffn_hidden_size": 12288}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inspect.TextConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Layers != 56 || got.FullAttentionLayers != 56 || got.MLA == nil || got.MoE == nil || got.MoE.Experts != 512 || got.MoE.ExpertsPerToken != 12 || got.MoE.ExpertIntermediate != 2048 {
+		t.Errorf("text %+v, MoE %+v", got, got.MoE)
+	}
+	// 56 latent caches of 512 + 64 a token, bf16, at 1000 tokens.
+	if s := got.StateBytes(1, 1000, 2); s.KVCache != 56*576*2*1000 {
+		t.Errorf("KV cache %d, want %d", s.KVCache, 56*576*2*1000)
+	}
+
+	cfg, err = config.ParseModel([]byte(`{"architectures": ["MiniMaxText01ForCausalLM"], "model_type": "minimax", "num_hidden_layers": 4,
+		"hidden_size": 64, "num_attention_heads": 4, "head_dim": 16}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = inspect.TextConfig(cfg); err != nil || got.FullAttentionLayers != 4 || got.LinearAttentionLayers != 0 {
+		t.Errorf("MiniMaxText01ForCausalLM without attn_type_list: %+v, %v (want every layer softmax, as pipeline/minimax reads it)", got, err)
+	}
+}
+
 // TestErnieVLText reads an ERNIE 4.5 VL config's per-modality lists, the
 // release's and transformers', as its text model's: the text experts'
 // count and width.

@@ -106,7 +106,7 @@ const (
 	lightningNormEps = 1e-6
 	// maxLightningChunk caps the prefill's chunk: with the releases'
 	// block_size of 256 a 4096-token prompt of a scaled-down model took
-	// 10% longer on the CPU engine than with 64 (docs/moe.md).
+	// 12% longer on the CPU engine than with 64 (docs/moe.md).
 	maxLightningChunk = 64
 )
 

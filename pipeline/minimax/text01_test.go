@@ -155,11 +155,11 @@ func TestText01Config(t *testing.T) {
 // transformers' config with postnorm, its checkpoint holding the
 // lightning layers' buffers as a transformers save does, and in the
 // releases' without postnorm, with 6 heads, whose ALiBi slopes differ
-// from transformers', and a tied head) on a left-padded batch of two prompts, the longer
-// over three lightning chunks, plus decode steps, with each experts
-// formulation, compiled and eager, on the go and cpu backends
-// (moecheck.Run), against minimaxref's float64 forward; and in bfloat16
-// compute.
+// from transformers', and a tied head) on a left-padded batch of two
+// prompts, the longer over three lightning chunks, plus decode steps,
+// with each experts formulation, compiled and eager, on the go and cpu
+// backends (moecheck.Run), against minimaxref's float64 forward; and in
+// bfloat16 compute.
 func TestText01LogitsMatchReference(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50, 2, 8, 31, 44, 12, 6, 22, 35}}
 	const steps = 6

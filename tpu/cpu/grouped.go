@@ -519,6 +519,9 @@ func combined(st *execState, n *node, a *groupedAux, in []*slot, ids []int, out,
 	res := pairs.data.([]float32)
 	if a.combineBias { // each pair's row plus its expert's bias, as the Add did
 		for p, e := range ids {
+			if e == -1 { // no expert: no bias either (its weight is 0)
+				continue
+			}
 			row := res[p*a.n : (p+1)*a.n]
 			switch b := in[len(in)-2].data.(type) {
 			case []float32:

@@ -255,8 +255,10 @@ func TestGroupedExpertSum(t *testing.T) {
 		{"decode k8 bf16", 16, 24, 40, 8, 1, dtypes.BFloat16, dtypes.InvalidDType},
 		{"batch k3 f32", 5, 24, 40, 3, 4, dtypes.Float32, dtypes.InvalidDType},
 		{"batch k6 bf16", 7, 17, 32, 6, 5, dtypes.BFloat16, dtypes.InvalidDType},
-		{"decode k4 f32 bias", 8, 24, 32, 4, 1, dtypes.Float32, dtypes.Float32},        // GPT-OSS's down projection
-		{"batch k4 bf16 bias bf16", 8, 20, 32, 4, 3, dtypes.BFloat16, dtypes.BFloat16}, // its biases held in bf16
+		{"decode k4 f32 bias", 8, 24, 32, 4, 1, dtypes.Float32, dtypes.Float32},            // GPT-OSS's down projection
+		{"batch k4 bf16 bias bf16", 8, 20, 32, 4, 3, dtypes.BFloat16, dtypes.BFloat16},     // its biases held in bf16
+		{"batch k3 bf16 no expert", 6, 24, 40, 3, 4, dtypes.BFloat16, dtypes.InvalidDType}, // pairs of expert -1, weight 0
+		{"batch k4 f32 bias no expert", 8, 24, 32, 4, 3, dtypes.Float32, dtypes.Float32},
 	} {
 		p := c.tokens * c.topk
 		r := rand.New(rand.NewPCG(9, uint64(p)))
@@ -266,6 +268,12 @@ func TestGroupedExpertSum(t *testing.T) {
 		}
 		shs := []shapes.Shape{sh(dtypes.Float32, p, c.in), sh(c.w, c.e, c.out, c.in), sh(dtypes.Int32, p, 1), sh(dtypes.Float32, c.tokens, c.topk)}
 		data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), ids, randFlat(r, shs[3], true)}
+		if strings.HasSuffix(c.name, "no expert") { // every third pair runs no expert: id -1, weight 0 (lm.Routing)
+			w := data[3].([]float32)
+			for i := 0; i < p; i += 3 {
+				ids[i], w[i] = -1, 0
+			}
+		}
 		if c.bias != dtypes.InvalidDType {
 			shs = append(shs, sh(c.bias, c.e, c.out))
 			data = append(data, randFlat(r, shs[4], false))
