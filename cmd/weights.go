@@ -214,7 +214,7 @@ func reportWeights(rep *ui.Reporter, dev *tpu.Device, l *lm.Loaded, r *compile.R
 		case o.Quantize != "":
 			rep.Debugf("weights: %d %s matrices of the checkpoint decoded at load and quantised to %s", c.n, c.what, o.Quantize)
 		default:
-			rep.Infof("%d %s weight matrices of the checkpoint are decoded to %s at load (tputool's cpu backend holds them as stored, in float32 compute on one device)", c.n, c.what, dtypeName(h.Compute))
+			rep.Infof("%d %s weight matrices of the checkpoint are decoded to %s at load (tputool's cpu backend holds them as stored, on one device)", c.n, c.what, dtypeName(h.Compute))
 		}
 	}
 }

@@ -52,15 +52,15 @@ import (
 //   - Weights the checkpoint stores as FP8 E4M3 with scales by block (fp8),
 //     row (fbgemm_fp8, compressed-tensors by channel), group or tensor,
 //     without
-//     Options.Quantize, in f32 compute (the backend fuses only f32
-//     products), on a backend that multiplies them
-//     (tpu.Capabilities.FP8) on one device, are held as stored: the bytes
+//     Options.Quantize, in f32, bf16 or f16 compute, on a backend that
+//     multiplies them (tpu.Capabilities.FP8) on one device, are held as
+//     stored: the bytes
 //     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
 //     them (nn.DequantizeFP8), which tputool's cpu backend fuses into its
 //     FP8 GEMM/GEMV.
 //   - Weights GPTQ, AWQ and compressed-tensors checkpoints store as 4-bit
 //     integers in groups of input columns (lm.Loaded.StoredInt4Groups),
-//     in f32 compute on a backend that multiplies them
+//     in f32, bf16 or f16 compute on a backend that multiplies them
 //     (tpu.Capabilities.Int4Groups) on one device, whatever
 //     Options.Quantize says (it applies to the other weights: quantising
 //     4-bit weights again only loses), are held at their stored width as
@@ -75,8 +75,9 @@ import (
 //     --quantize int8 holds its own (holdInt8Groups), unless
 //     Options.Quantize is int4.
 //   - Matrices a compressed-tensors NVFP4 checkpoint stores with E4M3
-//     scales (lm.Loaded.StoredNVFP4), in f32 compute on a backend that
-//     multiplies them (tpu.Capabilities.NVFP4) on one device, whatever
+//     scales (lm.Loaded.StoredNVFP4), in f32, bf16 or f16 compute on a
+//     backend that multiplies them (tpu.Capabilities.NVFP4) on one
+//     device, whatever
 //     Options.Quantize says, are held as stored: the packed E2M1 codes u8
 //     [out, in/32, 16], the scale bytes u8 [out, in/16] and a table of
 //     256 f32 half-scales (holdNVFP4). The graph decodes them
@@ -136,9 +137,14 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	// MXFP4 stacks stay MXFP4 on one device of a backend that multiplies
 	// them; split over devices (TP/DP), they are split as floats.
 	one := max(o.TP, 1)*max(o.DP, 1) == 1
-	f32 := o.DType == dtypes.Float32
+	// FP8, grouped int4 and NVFP4 weights stay as stored in f32 compute
+	// and in 16-bit compute, whose products read them so too (the graph
+	// dequantises them to f32 and rounds that to the compute dtype;
+	// tputool's cpu backend multiplies the weight as held, tpu/cpu's
+	// wide16 products).
+	held := one && (o.DType == dtypes.Float32 || o.DType == dtypes.BFloat16 || o.DType == dtypes.Float16)
 	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: caps.MXFP4 && one,
-		FP8: caps.FP8 && f32 && one, Int4Groups: caps.Int4Groups && f32 && one, NVFP4: caps.NVFP4 && f32 && one,
+		FP8: caps.FP8 && held, Int4Groups: caps.Int4Groups && held, NVFP4: caps.NVFP4 && held,
 		ExpertsApart: o.Experts != ExpertsInGraph}
 }
 
@@ -672,9 +678,17 @@ func (r *Runner) params(names []string, nodes []*graph.Node) *lm.Params {
 			continue
 		}
 		if s, ok := m[n+int4GScales]; ok {
-			m[n] = nn.DequantizeInt4Groups(x, s, m[n+int4GMins], r.opts.DType)
-			if inv, ok := m[n+int4GInv]; ok {
-				m[n] = nn.GatherColumns(m[n], inv)
+			inv, perm := m[n+int4GInv]
+			if !perm {
+				m[n] = nn.DequantizeInt4Groups(x, s, m[n+int4GMins], r.opts.DType)
+				continue
+			}
+			// Columns gathered from the f32 form, then rounded: the
+			// same values, in the form a backend can read as held in
+			// any compute dtype (tpu/cpu's weightDot).
+			m[n] = nn.GatherColumns(nn.DequantizeInt4Groups(x, s, m[n+int4GMins], dtypes.Float32), inv)
+			if r.opts.DType != dtypes.Float32 {
+				m[n] = graph.ConvertDType(m[n], r.opts.DType)
 			}
 			continue
 		}

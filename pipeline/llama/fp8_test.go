@@ -274,8 +274,9 @@ func TestQuantizationMethods(t *testing.T) {
 // (or a matrix, per tensor),
 // exactly what lm.Loaded.HeldBytes estimates and less than decoded, and
 // the logits match the f32 checkpoint of the dequantised weights up to
-// the order of f32 sums, compiled and eager. In bf16 compute, whose
-// products the backend does not fuse with FP8, they are decoded at load.
+// the order of f32 sums, compiled and eager. In bf16 compute they are
+// held as stored too, and the logits are as near the f32 ones as bf16
+// compute of the f32 checkpoint's (checkNearBF16).
 func TestFP8Held(t *testing.T) {
 	for name, lay := range map[string]fp8Layout{"blocks": {block: [2]int{16, 8}}, "per-tensor": {perTensor: true}} {
 		t.Run(name, func(t *testing.T) { testFP8Held(t, lay) })
@@ -299,12 +300,22 @@ func testFP8Held(t *testing.T, lay fp8Layout) {
 			t.Fatal(err)
 		}
 		r.Close()
-		l.Close()
-		bf := compile.Options{Mode: mode, DType: dtypes.BFloat16, Caps: &caps}
-		if compile.HoldingOf(caps, bf).FP8 {
-			t.Errorf("%v: FP8 held as stored in bf16 compute", mode)
-		}
 		checkLogits(t, mode.String(), got, want, 1e-5)
+		// In bf16 compute too, whose products read the FP8 weights as
+		// held (tpu/cpu's wide16): as near the f32 logits as bf16
+		// compute of the f32 checkpoint.
+		bf := compile.Options{Mode: mode, DType: dtypes.BFloat16, Caps: &caps}
+		if !compile.HoldingOf(caps, bf).FP8 {
+			t.Errorf("%v: FP8 not held as stored in bf16 compute", mode)
+		}
+		r = heldRunner(t, be, caps, l, bf, true)
+		got, err = r.NewState().Prefill(prompts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		l.Close()
+		checkNearBF16(t, mode.String()+" bf16", got, want, prefillLogitsWith(t, f32Dir, bf, prompts))
 	}
 }
 

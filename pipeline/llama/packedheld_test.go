@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -31,7 +32,9 @@ import (
 // layout), and so are NVFP4 (twice its values, in groups of 16) and
 // 4-bit weights in groups of 16 over rows that are not whole blocks of 32
 // (q − z); asymmetric 8-bit ones are decoded, and so is every weight
-// whose group_size leaves a short last group.
+// whose group_size leaves a short last group. In bf16 compute every form
+// is held the same way, and the logits are as near the f32 ones as bf16
+// compute of the f32 checkpoint's (checkNearBF16).
 func TestPackedHeld(t *testing.T) {
 	prompts := [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27}}
 	type tc struct {
@@ -149,6 +152,16 @@ func TestPackedHeld(t *testing.T) {
 					t.Errorf("%v, int4: holds %d bytes, without --quantize %d", mode, rq.WeightBytes(), plainBytes)
 				}
 				rq.Close()
+				// In bf16 compute the same weights stay as stored (the
+				// products read them as held: tpu/cpu's wide16), as near
+				// the f32 logits as bf16 compute of the f32 checkpoint.
+				rb := heldRunner(t, be, caps, l, compile.Options{Mode: mode, Caps: &caps, DType: dtypes.BFloat16}, held+held8+heldNV > 0)
+				gotBF, err := rb.NewState().Prefill(prompts, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb.Close()
+				checkNearBF16(t, mode.String()+" bf16", gotBF, want, prefillLogitsWith(t, fDir, compile.Options{Mode: mode, DType: dtypes.BFloat16}, prompts))
 				l.Close()
 				bound := 1e-5
 				if held+held8+heldNV < 14 {
@@ -226,6 +239,23 @@ func heldRunner(t *testing.T, be backends.Backend, caps tpu.Capabilities, l *lm.
 		t.Errorf("%v (quantize %q): holds %d bytes, HeldBytes estimates %d held and %d decoded", opts.Mode, opts.Quantize, got, est, decoded)
 	}
 	return r
+}
+
+// checkNearBF16 fails t where a row of got, logits in bf16 compute, is
+// further from want (f32 compute) than 1.25 times, plus 0.005, the row of
+// bf16, the same model's bf16 compute from f32 weights: a weight held
+// compact in bf16 compute costs no more than bf16 compute itself.
+func checkNearBF16(t *testing.T, label string, got, want, bf16 [][]float32) {
+	t.Helper()
+	for b := range want {
+		w := make([]float64, len(want[b]))
+		for i, v := range want[b] {
+			w[i] = float64(v)
+		}
+		if e, e0 := refcheck.RelErr(got[b], w), refcheck.RelErr(bf16[b], w); e > 1.25*e0+0.005 {
+			t.Errorf("%s row %d: relative error %.3g against f32 compute, bf16 compute of the f32 weights %.3g", label, b, e, e0)
+		}
+	}
 }
 
 // checkLogits fails t where a row of got is further than bound

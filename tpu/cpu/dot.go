@@ -65,6 +65,16 @@ type dotAux struct {
 	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
 	// where the pair kernel runs, kernels.GemmInt8DotNT).
 	bf16Act bool
+	// wide16 is set by weightDot's rewrites when the product is in 16-bit
+	// activations and its weight held quantised (int8, int4, grouped int4,
+	// FP8): the lhs and the result are bf16 or f16 (execDotWide16).
+	wide16 bool
+}
+
+// held reports whether a rewrite points the product at a weight held
+// quantised (int8, int4, NVFP4, grouped int4, FP8): dotHeld runs it.
+func (a *dotAux) held() bool {
+	return a.int8Group > 0 || a.fp8B0 > 0 || a.int4 || a.int4Group > 0
 }
 
 // DotGeneral implements backends.Builder.
@@ -216,6 +226,9 @@ func f32LHS(a *dotAux, in *slot, ls shapes.Shape) []float32 {
 
 func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	a := n.aux.(*dotAux)
+	if a.wide16 {
+		return execDotWide16(st, n, in), nil
+	}
 	ls, rs := n.inputs[0].shape, n.inputs[1].shape
 	out := st.alloc(n.shape)
 	var spans []int32
@@ -225,14 +238,8 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 	switch {
 	case a.kv8 != kv8None:
 		dotKVInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32), spans)
-	case a.int8Group > 0:
-		dotInt8(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]int8), in[2].data.([]float32))
-	case a.fp8B0 > 0:
-		kernels.GemmFP8NT(a.m, a.n, a.k, f32LHS(a, in[0], ls), a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out.data.([]float32), a.n)
-	case a.int4:
-		dotInt4(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
-	case a.int4Group > 0:
-		dotInt4Groups(a, out.data.([]float32), f32LHS(a, in[0], ls), in)
+	case a.held():
+		dotHeld(a, out.data.([]float32), f32LHS(a, in[0], ls), in)
 	case n.shape.DType == dtypes.Float32:
 		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs, spans)
 	case is16(n.shape.DType):
@@ -255,6 +262,47 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 	}
 	return out, nil
+}
+
+// dotHeld is the product with a weight held quantised (a.held()): lhs
+// [M, K] in f32, out [M, N].
+func dotHeld(a *dotAux, out, lhs []float32, in []*slot) {
+	switch {
+	case a.int8Group > 0:
+		dotInt8(a, out, lhs, in[1].data.([]int8), in[2].data.([]float32))
+	case a.fp8B0 > 0:
+		kernels.GemmFP8NT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out, a.n)
+	case a.int4:
+		dotInt4(a, out, lhs, in[1].data.([]uint8), in[2].data.([]uint8), in[3].data.([]float32))
+	case a.int4Group > 0:
+		dotInt4Groups(a, out, lhs, in)
+	default:
+		panic("dotHeld: the product's weight is not held quantised")
+	}
+}
+
+// execDotWide16 runs a wide16 product: 16-bit activations times a weight
+// held quantised, which the graph dequantises to f32 and rounds to the
+// activations' dtype before a 16-bit DotGeneral. The rows are widened to
+// f32 (exactly), multiplied by the weight as held, as an f32 product
+// reads it, and the result rounded back, as execDot does any 16-bit
+// product. The weight's values are the f32 dequantisation's, not rounded
+// to 16 bits, except where the int8 pair kernel runs in bf16 (bf16Act,
+// kernels.GemmInt8DotNT), which rounds them as the graph does: each
+// product is within a rounding of the weight (2⁻⁹ of it in bf16) of the
+// graph's, and the whole weight is never dequantised.
+func execDotWide16(st *execState, n *node, in []*slot) *slot {
+	a := n.aux.(*dotAux)
+	ls := n.inputs[0].shape
+	lhs := in[0].data
+	if !isIdentity(a.lhsPerm, ls.Dimensions) {
+		lhs = permuted(lhs, ls, a.lhsPerm)
+	}
+	tmp := make([]float32, n.shape.Size())
+	dotHeld(a, tmp, toF32(lhs), in)
+	out := st.alloc(n.shape)
+	fromF32(out.data, tmp)
+	return out
 }
 
 // dotF32 computes out[B,M,N] from lhs [B,M,K] (f32) and rhs, f32 or (when

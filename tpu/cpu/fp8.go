@@ -123,6 +123,5 @@ func rewriteFP8(n *node) {
 	}
 	b := *a
 	b.fp8B0, b.fp8B1 = b0, b1
-	n.aux = &b
-	n.inputs = []*node{n.inputs[0], w, scales}
+	pointAt(n, &b, n.inputs[0], w, scales)
 }

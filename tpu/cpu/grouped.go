@@ -66,7 +66,9 @@ type groupedAux struct {
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
-	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs.
+	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs; or
+	// w is int8 under out16 in bf16, and the GEMMs round it to bf16 as
+	// the graph does (kernels.GemmInt8DotNT; the GEMVs read it exact).
 	bf16Act bool
 	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
 	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
@@ -79,9 +81,10 @@ type groupedAux struct {
 	combine     int
 	combineBias bool
 	// out16: the product is in 16-bit activations (--dtype bf16 or f16):
-	// the rows and w are that dtype; the rows are widened, multiplied as
-	// from16's, and the result rounded back, as execDot does a 16-bit
-	// product.
+	// the rows are that dtype and w is too (from16) or is held quantised,
+	// which the graph dequantises and rounds to the rows' dtype; the rows
+	// are widened, multiplied as an f32 product's, and the result rounded
+	// back, as execDot does a 16-bit product.
 	out16 bool
 }
 
@@ -161,48 +164,34 @@ func rewriteGrouped(n *node, act actKind) {
 		return
 	}
 	if dt := n.shape.DType; is16(dt) {
+		if lhs.shape.DType != dt {
+			return
+		}
+		if r.op == backends.OpTypeConvertDType && !r.aliasesInput && r.inputs[0].shape.DType == dtypes.Float32 {
+			// A stack held quantised, in 16-bit activations: its gathered
+			// dequantisation rounded to dt. The rows are widened and
+			// multiplied by the weights as held, the result rounded back
+			// (execDotWide16 says how near that is to the graph's).
+			if g, inputs, ok := heldGathered(r.inputs[0], act); ok {
+				g.out16 = true
+				g.bf16Act = g.group > 0 && dt == dtypes.BFloat16 && act != actInt8
+				becomeGrouped(n, g, append([]*node{lhs}, inputs...)...)
+				wide16Rewrites.Add(1)
+			}
+			return
+		}
 		// 16-bit activations: rows and stack of the product's dtype. The
 		// rows are exact in bf16, so the pair kernel multiplies the same
 		// products (execDot's 16-bit case).
-		if lhs.shape.DType != dt || !wholeRowGather(r) || r.inputs[0].shape.DType != dt {
+		if !wholeRowGather(r) || r.inputs[0].shape.DType != dt {
 			return
 		}
 		d := r.inputs[0].shape.Dimensions
 		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], from16: true, out16: true, bf16Act: dt == dtypes.BFloat16}, lhs, r.inputs[0], r.inputs[1])
 		return
 	}
-	if q, scales, ids, group, ok := int8Gathered(r); ok {
-		d := q.shape.Dimensions
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}, lhs, q, ids, scales)
-		return
-	}
-	if packed, codes, ids, table, ok := int4Gathered(r); ok {
-		d := packed.shape.Dimensions
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}, lhs, packed, ids, codes, table)
-		return
-	}
-	if packed, scales, mins, ids, group, fp4, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
-		d := packed.shape.Dimensions
-		inputs := []*node{lhs, packed, ids, scales}
-		if mins != nil {
-			inputs = append(inputs, mins)
-		}
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}, inputs...)
-		return
-	}
-	if packed, codes, tables, ids, parts, ok := nvfp4TablesGathered(r); ok {
-		d := packed.shape.Dimensions
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}, lhs, packed, ids, codes, tables)
-		return
-	}
-	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
-		d := w.shape.Dimensions
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}, lhs, w, ids, scales)
-		return
-	}
-	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
-		d := blocks.shape.Dimensions
-		becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}, lhs, blocks, ids, scales)
+	if g, inputs, ok := heldGathered(r, act); ok {
+		becomeGrouped(n, g, append([]*node{lhs}, inputs...)...)
 		return
 	}
 	from16 := false
@@ -222,6 +211,43 @@ func rewriteGrouped(n *node, act actKind) {
 	d := w.shape.Dimensions
 	becomeGrouped(n, &groupedAux{e: d[0], n: d[1], k: d[2], from16: from16,
 		bf16Act: act == actBF16 && w.shape.DType == dtypes.BFloat16}, lhs, w, ids)
+}
+
+// heldGathered matches r, an f32 [P, N, K], as the gathered
+// dequantisation of a stack held quantised (int8, int4, grouped int4 or
+// FP4, NVFP4, FP8, MXFP4), and returns the grouped node's aux and its
+// inputs after the rows: the stack, the ids, then the stack's other
+// parts.
+func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
+	if q, scales, ids, group, ok := int8Gathered(r); ok {
+		d := q.shape.Dimensions
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}, []*node{q, ids, scales}, true
+	}
+	if packed, codes, ids, table, ok := int4Gathered(r); ok {
+		d := packed.shape.Dimensions
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}, []*node{packed, ids, codes, table}, true
+	}
+	if packed, scales, mins, ids, group, fp4, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
+		d := packed.shape.Dimensions
+		inputs := []*node{packed, ids, scales}
+		if mins != nil {
+			inputs = append(inputs, mins)
+		}
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}, inputs, true
+	}
+	if packed, codes, tables, ids, parts, ok := nvfp4TablesGathered(r); ok {
+		d := packed.shape.Dimensions
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}, []*node{packed, ids, codes, tables}, true
+	}
+	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
+		d := w.shape.Dimensions
+		return &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}, []*node{w, ids, scales}, true
+	}
+	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
+		d := blocks.shape.Dimensions
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}, []*node{blocks, ids, scales}, true
+	}
+	return nil, nil, false
 }
 
 // becomeGrouped makes n the grouped node over inputs (the rows, the
@@ -484,6 +510,8 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 			kernels.GemmInt4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.group > 0 && a.int8Q8:
 			kernels.GemmInt8Q8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
+		case a.group > 0 && a.bf16Act: // bf16 activations: the weight rounded to bf16, as the graph has it
+			kernels.GemmInt8DotNT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case a.group > 0:
 			kernels.GemmInt8NT(m, N, K, x, K, in[1].data.([]int8)[e*N*K:], K, in[3].data.([]float32)[e*N*(K/a.group):], a.group, c, N)
 		case !a.from16:

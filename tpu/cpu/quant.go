@@ -3,6 +3,7 @@ package cpu
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -61,13 +62,44 @@ func int8Weight(r *node) (q, scales *node, group int, ok bool) {
 // product whose right operand may be a held weight's dequantisation form
 // (the rewrites below, rewriteFP8). A rewritten product has more than two
 // inputs, so no two rewrites take the same one.
+//
+// A product in 16-bit activations (--dtype bf16 or f16) reads the form
+// rounded to its dtype, ConvertDType(form, dtype) (nn.DequantizeInt8 and
+// its kin with that dtype): weightDot then returns the f32 form and a
+// copy of the aux with wide16 set, so that the rewritten product reads
+// the weight as held too, its rows widened and its result rounded back
+// (execDotWide16).
 func weightDot(n *node) (a *dotAux, r *node, ok bool) {
-	if n.op != backends.OpTypeDotGeneral || n.shape.DType != dtypes.Float32 || len(n.inputs) != 2 {
+	if n.op != backends.OpTypeDotGeneral || len(n.inputs) != 2 {
 		return nil, nil, false
 	}
 	a, r = n.aux.(*dotAux), n.inputs[1]
+	if dt := n.shape.DType; is16(dt) {
+		if n.inputs[0].shape.DType != dt || r.op != backends.OpTypeConvertDType || r.aliasesInput || r.inputs[0].shape.DType != dtypes.Float32 {
+			return nil, nil, false
+		}
+		w := *a
+		w.wide16 = true
+		a, r = &w, r.inputs[0]
+	} else if n.shape.DType != dtypes.Float32 {
+		return nil, nil, false
+	}
 	return a, r, a.b == 1 && !a.rhsFrom16 && isIdentity(a.rhsNT, r.shape.Dimensions)
 }
+
+// pointAt makes n the product b over inputs: the lhs, then the weight's
+// parts as held.
+func pointAt(n *node, b *dotAux, inputs ...*node) {
+	n.aux, n.inputs = b, inputs
+	if b.wide16 {
+		wide16Rewrites.Add(1)
+	}
+}
+
+// wide16Rewrites counts the products in 16-bit activations pointed at a
+// weight held quantised, dense (pointAt) or grouped (rewriteGrouped);
+// read by tests.
+var wide16Rewrites atomic.Int64
 
 // rewriteInt8 points f32 DotGenerals at int8 weights where the right
 // operand is the dequantisation form, in the NT layout, with no batch.
@@ -82,10 +114,11 @@ func rewriteInt8(n *node, act actKind) {
 	}
 	b := *a
 	b.int8Group = group
-	b.bf16Act = act == actBF16
+	// In bf16 activations the rows are bf16 already, and the pair kernel
+	// rounds the weight to bf16 as the graph's ConvertDType does.
+	b.bf16Act = act == actBF16 || (a.wide16 && n.shape.DType == dtypes.BFloat16 && act != actInt8)
 	b.int8Q8 = act == actInt8
-	n.aux = &b
-	n.inputs = []*node{n.inputs[0], q, scales}
+	pointAt(n, &b, n.inputs[0], q, scales)
 }
 
 // dotInt8 is the product with an int8 weight [N, K] and its scales
@@ -218,8 +251,7 @@ func rewriteInt4(n *node, act actKind) {
 	}
 	b := *a
 	b.int4, b.nvfp4, b.int4Q8 = true, nvfp4, act == actInt8
-	n.aux = &b
-	n.inputs = []*node{n.inputs[0], packed, codes, table}
+	pointAt(n, &b, n.inputs[0], packed, codes, table)
 }
 
 // dotInt4 is the product with an int4 or NVFP4 weight [N, K] (packed
@@ -396,14 +428,14 @@ func rewriteInt4Groups(n *node, act actKind) {
 	}
 	b := *a
 	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8, b.int4FP4 = group, mins != nil, inv != nil, act == actInt8, fp4
-	n.aux = &b
-	n.inputs = []*node{n.inputs[0], packed, scales}
+	inputs := []*node{n.inputs[0], packed, scales}
 	if mins != nil {
-		n.inputs = append(n.inputs, mins)
+		inputs = append(inputs, mins)
 	}
 	if inv != nil {
-		n.inputs = append(n.inputs, inv)
+		inputs = append(inputs, inv)
 	}
+	pointAt(n, &b, inputs...)
 }
 
 // dotInt4Groups is the product with a grouped int4 weight [N, K] (packed
