@@ -63,7 +63,9 @@ type dotAux struct {
 	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
 	// backend rounds the activations of such products to bf16
 	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
-	// where the pair kernel runs, kernels.GemmInt8DotNT).
+	// where the pair kernel runs, kernels.GemmInt8DotNT); and on wide16
+	// products in bf16 over any held format (pairAct), whose rows are
+	// bf16 already.
 	bf16Act bool
 	// wide16 is set by weightDot's rewrites when the product is in 16-bit
 	// activations and its weight held quantised (int8, int4, grouped int4,
@@ -194,7 +196,7 @@ func rewrite(nodes []*node, act actKind) {
 		rewriteInt8(n, act)
 		rewriteInt4(n, act)
 		rewriteInt4Groups(n, act)
-		rewriteFP8(n)
+		rewriteFP8(n, act)
 		rewriteGrouped(n, act)
 		rewriteRemap(n)
 		rewriteKVInt8(n)
@@ -270,6 +272,8 @@ func dotHeld(a *dotAux, out, lhs []float32, in []*slot) {
 	switch {
 	case a.int8Group > 0:
 		dotInt8(a, out, lhs, in[1].data.([]int8), in[2].data.([]float32))
+	case a.fp8B0 > 0 && a.bf16Act:
+		kernels.GemmFP8DotNT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out, a.n)
 	case a.fp8B0 > 0:
 		kernels.GemmFP8NT(a.m, a.n, a.k, lhs, a.k, in[1].data.([]uint8), a.k, in[2].data.([]float32), a.fp8B0, a.fp8B1, out, a.n)
 	case a.int4:
@@ -287,10 +291,11 @@ func dotHeld(a *dotAux, out, lhs []float32, in []*slot) {
 // f32 (exactly), multiplied by the weight as held, as an f32 product
 // reads it, and the result rounded back, as execDot does any 16-bit
 // product. The weight's values are the f32 dequantisation's, not rounded
-// to 16 bits, except where the int8 pair kernel runs in bf16 (bf16Act,
-// kernels.GemmInt8DotNT), which rounds them as the graph does: each
-// product is within a rounding of the weight (2⁻⁹ of it in bf16) of the
-// graph's, and the whole weight is never dequantised.
+// to 16 bits, except where the pair kernels run in bf16 (bf16Act,
+// kernels.GemmInt8DotNT and its kin for the other formats, from 16 rows),
+// which round them as the graph does: each product is within a rounding
+// of the weight (2⁻⁹ of it in bf16) of the graph's, and the whole weight
+// is never dequantised.
 func execDotWide16(st *execState, n *node, in []*slot) *slot {
 	a := n.aux.(*dotAux)
 	ls := n.inputs[0].shape

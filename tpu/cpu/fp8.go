@@ -112,7 +112,7 @@ func fp8Gathered(r *node) (w, scales, ids *node, b0, b1 int, ok bool) {
 
 // rewriteFP8 points f32 DotGenerals at FP8 weights where the right operand
 // is the dequantisation form, in the NT layout, with no batch.
-func rewriteFP8(n *node) {
+func rewriteFP8(n *node, act actKind) {
 	a, r, ok := weightDot(n)
 	if !ok {
 		return
@@ -123,5 +123,6 @@ func rewriteFP8(n *node) {
 	}
 	b := *a
 	b.fp8B0, b.fp8B1 = b0, b1
+	b.bf16Act = pairAct(n, a, act)
 	pointAt(n, &b, n.inputs[0], w, scales)
 }

@@ -67,8 +67,9 @@ type groupedAux struct {
 	fp8B0, fp8B1 int
 	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
 	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs; or
-	// w is int8 under out16 in bf16, and the GEMMs round it to bf16 as
-	// the graph does (kernels.GemmInt8DotNT; the GEMVs read it exact).
+	// w is held quantised under out16 in bf16, and the GEMMs round it to
+	// bf16 as the graph does (kernels.GemmInt8DotNT and its kin; the
+	// GEMVs read it exact).
 	bf16Act bool
 	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
 	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
@@ -174,7 +175,7 @@ func rewriteGrouped(n *node, act actKind) {
 			// (execDotWide16 says how near that is to the graph's).
 			if g, inputs, ok := heldGathered(r.inputs[0], act); ok {
 				g.out16 = true
-				g.bf16Act = g.group > 0 && dt == dtypes.BFloat16 && act != actInt8
+				g.bf16Act = dt == dtypes.BFloat16 && act != actInt8 // the pair kernels (pairAct)
 				becomeGrouped(n, g, append([]*node{lhs}, inputs...)...)
 				wide16Rewrites.Add(1)
 			}
@@ -487,25 +488,39 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 				packed, codes, table := nvfp4Part(a, in, e, t)
 				if a.int4Q8 {
 					kernels.GemmNVFP4Q8NT(m, rows, K, x, K, packed, codes, table, c[t*rows:], N)
+				} else if a.bf16Act {
+					kernels.GemmNVFP4DotNT(m, rows, K, x, K, packed, codes, table, c[t*rows:], N)
 				} else {
 					kernels.GemmNVFP4NT(m, rows, K, x, K, packed, codes, table, c[t*rows:], N)
 				}
 			}
 		case a.fp8B0 > 0:
 			so, si := (N+a.fp8B0-1)/a.fp8B0, (K+a.fp8B1-1)/a.fp8B1
-			kernels.GemmFP8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K:(e+1)*N*K], K, in[3].data.([]float32)[e*so*si:(e+1)*so*si], a.fp8B0, a.fp8B1, c, N)
+			gemm := kernels.GemmFP8NT
+			if a.bf16Act {
+				gemm = kernels.GemmFP8DotNT
+			}
+			gemm(m, N, K, x, K, in[1].data.([]uint8)[e*N*K:(e+1)*N*K], K, in[3].data.([]float32)[e*so*si:(e+1)*so*si], a.fp8B0, a.fp8B1, c, N)
 		case a.int4FP4 && a.int4Q8:
 			kernels.GemmFP4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group, c, N)
+		case a.int4FP4 && a.bf16Act:
+			kernels.GemmFP4GroupsDotNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group, c, N)
 		case a.int4FP4:
 			kernels.GemmFP4GroupsNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), a.int4Group, c, N)
 		case a.int4Group > 0 && a.int4Q8:
 			kernels.GemmInt4GroupsQ8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
+		case a.int4Group > 0 && a.bf16Act:
+			kernels.GemmInt4GroupsDotNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
 		case a.int4Group > 0:
 			kernels.GemmInt4GroupsNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], groupScales(a, in, e), groupMins(a, in, e), a.int4Group, c, N)
+		case a.mxfp4 && a.bf16Act:
+			kernels.GemmMXFP4DotNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
 		case a.mxfp4:
 			kernels.GemmMXFP4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], c, N)
 		case a.int4 && a.int4Q8:
 			kernels.GemmInt4Q8NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
+		case a.int4 && a.bf16Act:
+			kernels.GemmInt4DotNT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.int4:
 			kernels.GemmInt4NT(m, N, K, x, K, in[1].data.([]uint8)[e*N*K/2:(e+1)*N*K/2], in[3].data.([]uint8)[e*N*K/32:(e+1)*N*K/32], table, c, N)
 		case a.group > 0 && a.int8Q8:

@@ -25,6 +25,10 @@ type heldForm struct {
 	name  string
 	parts func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor
 	form  func(p []*graph.Node, dt dtypes.DType) *graph.Node
+	// split, when set, is the f32 weight in two: the part the pair
+	// kernels round to bf16 and the part they add after (grouped int4's
+	// mins, as a weight of the form's shape).
+	split func(p []*graph.Node) (rest, mins *graph.Node)
 }
 
 func dimsOf(lead []int, d ...int) []int { return append(append([]int{}, lead...), d...) }
@@ -61,15 +65,27 @@ var (
 			q[i] = int8(r.IntN(255) - 127)
 		}
 		return []*tensors.Tensor{tensors.FromFlatDataAndDimensions(q, dimsOf(lead, n, k/32, 32)...), randF32(r, dimsOf(lead, n, k/32, 1), 0.004, 0.02)}
-	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeInt8(p[0], p[1], dt) }}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeInt8(p[0], p[1], dt) }, nil}
 	heldInt4 = heldForm{"int4", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/32), nil), randF32(r, []int{256, 1}, 0.05, 0.25)}
-	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeInt4(p[0], p[1], p[2], dt) }}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeInt4(p[0], p[1], p[2], dt) }, nil}
 	heldInt4Groups = heldForm{"grouped int4 with mins", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randF32(r, dimsOf(lead, n, k/64), 0.05, 0.25), randF32(r, dimsOf(lead, k/64, n), -0.5, 0.5)}
 	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node {
 		return nn.DequantizeInt4Groups(p[0], p[1], p[2], dt)
-	}}
+	},
+		func(p []*graph.Node) (rest, mins *graph.Node) {
+			d := p[2].Shape().Dimensions // [..., K/G, N]
+			r := len(d)
+			perm := make([]int, r)
+			for i := range perm {
+				perm[i] = i
+			}
+			perm[r-2], perm[r-1] = r-1, r-2
+			m := graph.InsertAxes(graph.TransposeAllDims(p[2], perm...), -1) // [..., N, K/G, 1]
+			m = graph.BroadcastToDims(m, dimsOf(d[:r-2], d[r-1], d[r-2], 64)...)
+			return nn.DequantizeInt4Groups(p[0], p[1], nil, dtypes.Float32), graph.Reshape(m, dimsOf(d[:r-2], d[r-1], d[r-2]*64)...)
+		}}
 	heldActOrder = heldForm{"grouped int4 in activation order", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		inv := make([]int32, k)
 		for i, v := range r.Perm(k) {
@@ -82,18 +98,18 @@ var (
 			w = graph.ConvertDType(w, dt)
 		}
 		return w
-	}}
+	}, nil}
 	heldFP8 = heldForm{"FP8 blocks of 16x32", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		notNaN := func(b byte) bool { return b&0x7f != 0x7f }
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k), notNaN), randF32(r, dimsOf(lead, (n+15)/16, (k+31)/32), 0.05, 0.2)}
-	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeFP8(p[0], p[1], 16, 32, dt) }}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeFP8(p[0], p[1], 16, 32, dt) }, nil}
 	heldNVFP4 = heldForm{"NVFP4", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/16), nil), randF32(r, []int{256, 1}, 0.02, 0.1)}
-	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeNVFP4(p[0], p[1], p[2], dt) }}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeNVFP4(p[0], p[1], p[2], dt) }, nil}
 	heldMXFP4 = heldForm{"MXFP4", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		scale := func(b byte) bool { return b >= 122 && b <= 128 } // E8M0 exponents near 2⁰
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/32), scale)}
-	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeMXFP4(p[0], p[1], dt) }}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeMXFP4(p[0], p[1], dt) }, nil}
 )
 
 // flatTensor is a tensor of randFlat's bf16 or f16 values.
@@ -125,6 +141,22 @@ func want16(t *testing.T, ref backends.Backend, dt dtypes.DType, f heldForm, row
 	}
 	w32 := tensors.MustCopyFlatData[float32](out)
 	exact, round := asFloat64(w32), asFloat64(narrow(dtypes.BFloat16, w32))
+	if f.split != nil { // the pair kernels round the rest and add the mins after
+		part := func(i int) []float32 {
+			out, err := graph.ExecOnce(ref, func(in []*graph.Node) *graph.Node {
+				rest, mins := f.split(in)
+				return []*graph.Node{rest, mins}[i]
+			}, fresh(parts)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tensors.MustCopyFlatData[float32](out)
+		}
+		mins := part(1)
+		for i, v := range asFloat64(narrow(dtypes.BFloat16, part(0))) {
+			round[i] = v + float64(mins[i])
+		}
+	}
 	m := len(rows) / k
 	want, mass = make([]float64, m*n), make([]float64, m*n)
 	for i := range m {
@@ -217,10 +249,10 @@ func within16(t *testing.T, name string, dt dtypes.DType, got, want, mass []floa
 // it) of one row (the GEMVs), five, and twenty; the routed experts'
 // gathered products (nn.PairDot) spread over the experts, at decode, and
 // twenty rows on one expert. Each is the f32 product of the rows and the
-// weight's f32 values rounded to dt, except that int8 weights times
-// twenty bf16 rows or more go through the pair kernel
-// (kernels.GemmInt8DotNT), which rounds the weight to bf16 as the graph
-// does: those rows' products are the rounded weight's. (The weight
+// weight's f32 values rounded to dt, except that twenty bf16 rows or more
+// go through the pair kernels (kernels.GemmInt8DotNT and its kin), which
+// round the weight to bf16 as the graph does (grouped int4's mins added
+// after): those rows' products are the rounded weight's. (The weight
 // rounded or not differs by up to 6.5e-3 of the largest output there.)
 func TestHeldWeights16(t *testing.T) {
 	ref, cpuB := backendsForTest(t)
@@ -248,7 +280,7 @@ func TestHeldWeights16(t *testing.T) {
 				linear := func(in []*graph.Node, w func([]*graph.Node) *graph.Node) *graph.Node {
 					return nn.Linear(in[0], w(in[1:]), nil)
 				}
-				rounded := func(int) bool { return pairKernel && dt == dtypes.BFloat16 && f.name == heldInt8.name && m >= 16 }
+				rounded := func(int) bool { return pairKernel && dt == dtypes.BFloat16 && m >= 16 }
 				check(fmt.Sprintf("%s %s, %d rows", dt, f.name, m), dt, f, linear, inputs, nil, parts, rounded)
 			}
 		}
@@ -267,7 +299,7 @@ func TestHeldWeights16(t *testing.T) {
 					return nn.PairDot(in[0], w(in[2:]), in[1])
 				}
 				rounded := func(row int) bool { // the twenty rows on expert 0
-					return pairKernel && dt == dtypes.BFloat16 && f.name == heldInt8.name && p > 20 && ids[row] == 0
+					return pairKernel && dt == dtypes.BFloat16 && p > 20 && ids[row] == 0
 				}
 				check(fmt.Sprintf("%s experts %s, %d pairs", dt, f.name, p), dt, f, pairDot, inputs, ids, parts, rounded)
 			}

@@ -96,6 +96,15 @@ func pointAt(n *node, b *dotAux, inputs ...*node) {
 	}
 }
 
+// pairAct reports whether the wide16 product n (aux a) takes the pair
+// kernels (kernels.GemmInt8DotNT and its kin: bf16Act): in bf16
+// activations, whose rows are bf16 already, unless they are quantised to
+// int8 (act int8). The pair kernels round the weight to bf16, as the
+// graph's ConvertDType does.
+func pairAct(n *node, a *dotAux, act actKind) bool {
+	return a.wide16 && n.shape.DType == dtypes.BFloat16 && act != actInt8
+}
+
 // wide16Rewrites counts the products in 16-bit activations pointed at a
 // weight held quantised, dense (pointAt) or grouped (rewriteGrouped);
 // read by tests.
@@ -114,9 +123,7 @@ func rewriteInt8(n *node, act actKind) {
 	}
 	b := *a
 	b.int8Group = group
-	// In bf16 activations the rows are bf16 already, and the pair kernel
-	// rounds the weight to bf16 as the graph's ConvertDType does.
-	b.bf16Act = act == actBF16 || (a.wide16 && n.shape.DType == dtypes.BFloat16 && act != actInt8)
+	b.bf16Act = act == actBF16 || pairAct(n, a, act)
 	b.int8Q8 = act == actInt8
 	pointAt(n, &b, n.inputs[0], q, scales)
 }
@@ -251,6 +258,7 @@ func rewriteInt4(n *node, act actKind) {
 	}
 	b := *a
 	b.int4, b.nvfp4, b.int4Q8 = true, nvfp4, act == actInt8
+	b.bf16Act = pairAct(n, a, act)
 	pointAt(n, &b, n.inputs[0], packed, codes, table)
 }
 
@@ -265,6 +273,10 @@ func dotInt4(a *dotAux, out, lhs []float32, packed, codes []uint8, table []float
 	switch {
 	case a.nvfp4 && a.int4Q8:
 		kernels.GemmNVFP4Q8NT(M, N, K, lhs, K, packed, codes, table, out, N)
+	case a.nvfp4 && a.bf16Act:
+		kernels.GemmNVFP4DotNT(M, N, K, lhs, K, packed, codes, table, out, N)
+	case a.bf16Act:
+		kernels.GemmInt4DotNT(M, N, K, lhs, K, packed, codes, table, out, N)
 	case a.nvfp4:
 		kernels.GemmNVFP4NT(M, N, K, lhs, K, packed, codes, table, out, N)
 	case a.int4Q8:
@@ -428,6 +440,7 @@ func rewriteInt4Groups(n *node, act actKind) {
 	}
 	b := *a
 	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8, b.int4FP4 = group, mins != nil, inv != nil, act == actInt8, fp4
+	b.bf16Act = pairAct(n, a, act)
 	inputs := []*node{n.inputs[0], packed, scales}
 	if mins != nil {
 		inputs = append(inputs, mins)
@@ -460,10 +473,14 @@ func dotInt4Groups(a *dotAux, out, lhs []float32, in []*slot) {
 	switch {
 	case a.int4FP4 && a.int4Q8:
 		kernels.GemmFP4GroupsQ8NT(a.m, a.n, a.k, lhs, a.k, packed, scales, a.int4Group, out, a.n)
+	case a.int4FP4 && a.bf16Act:
+		kernels.GemmFP4GroupsDotNT(a.m, a.n, a.k, lhs, a.k, packed, scales, a.int4Group, out, a.n)
 	case a.int4FP4:
 		kernels.GemmFP4GroupsNT(a.m, a.n, a.k, lhs, a.k, packed, scales, a.int4Group, out, a.n)
 	case a.int4Q8:
 		kernels.GemmInt4GroupsQ8NT(a.m, a.n, a.k, lhs, a.k, packed, scales, mins, a.int4Group, out, a.n)
+	case a.bf16Act:
+		kernels.GemmInt4GroupsDotNT(a.m, a.n, a.k, lhs, a.k, packed, scales, mins, a.int4Group, out, a.n)
 	default:
 		kernels.GemmInt4GroupsNT(a.m, a.n, a.k, lhs, a.k, packed, scales, mins, a.int4Group, out, a.n)
 	}

@@ -82,8 +82,15 @@ func GemmInt8DotNT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales 
 		GemmInt8NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, scales, groupSize, c, ldc)
 		return
 	}
-	ab := buf.asBF16(a, lda, m, k, k)
-	widen := convI8(b, ldb, scales, ng, groupSize)
+	gemmWidenedDot(m, n, k, buf.asBF16(a, lda, m, k, k), convI8(b, ldb, scales, ng, groupSize), c, ldc)
+}
+
+// gemmWidenedDot is the pair kernel's product of ab, A's m rows of k
+// rounded to bf16 (stride k), with a B that widen decodes to f32: each
+// worker decodes its tile's B block once, rounds it to bf16 and reuses it
+// for every row of the tile (GemmInt8DotNT's way, for every format held
+// compact).
+func gemmWidenedDot(m, n, k int, ab []uint16, widen bConverter, c []float32, ldc int) {
 	ntDrive(ntBF16Dot, m, n, k, ab, k, func() (ntBlock[uint16], func()) {
 		s := i8Scratch.Get().(*i8Block)
 		return func(j0, nb, p0, kc int) ([]uint16, int, int) {
@@ -94,6 +101,106 @@ func GemmInt8DotNT(m, n, k int, a []float32, lda int, b []int8, ldb int, scales 
 			return u, 0, kc
 		}, func() { i8Scratch.Put(s) }
 	}, c, ldc)
+}
+
+// pairRows reports whether a product of m rows over k with bf16
+// activations and a B held compact goes through the pair kernel
+// (gemmWidenedDot): AVX512_BF16, k ≥ 32 and int8DotMinM rows or more.
+func pairRows(m, k int) bool { return m >= int8DotMinM && k >= 32 && hasBF16Dot() }
+
+// GemmFP8DotNT is GemmFP8NT with bf16 activations, as GemmInt8DotNT is
+// GemmInt8NT's: from int8DotMinM rows the pair kernel on each block of B
+// decoded (code · scale) and rounded to bf16, with A rounded to bf16;
+// fewer rows take GemmFP8NT on the rounded A.
+func GemmFP8DotNT(m, n, k int, a []float32, lda int, b []byte, ldb int, scales []float32, b0, b1 int, c []float32, ldc int) {
+	checkMat("GemmFP8DotNT A", m, k, lda, len(a))
+	checkMat("GemmFP8DotNT C", m, n, ldc, len(c))
+	checkFP8("GemmFP8DotNT", n, k, ldb, len(b), b0, b1, len(scales))
+	if emptyProduct(m, n, k, c, ldc) {
+		return
+	}
+	buf := bf16Scratch.Get().(*bf16Buf)
+	defer bf16Scratch.Put(buf)
+	if !pairRows(m, k) {
+		GemmFP8NT(m, n, k, buf.asF32(a, lda, m, k), k, b, ldb, scales, b0, b1, c, ldc)
+		return
+	}
+	gemmWidenedDot(m, n, k, buf.asBF16(a, lda, m, k, k), convFP8(b, ldb, scales, (k+b1-1)/b1, b0, b1), c, ldc)
+}
+
+// gemmNibblesDot is gemmNibbles with bf16 activations (GemmInt8DotNT's
+// way): the pair kernel on each block of B decoded and rounded to bf16
+// from int8DotMinM rows, gemmNibbles on the rounded A below.
+func gemmNibblesDot(code *nibbleCode, m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) {
+	if emptyProduct(m, n, k, c, ldc) {
+		return
+	}
+	buf := bf16Scratch.Get().(*bf16Buf)
+	defer bf16Scratch.Put(buf)
+	if !pairRows(m, k) {
+		gemmNibbles(code, m, n, k, buf.asF32(a, lda, m, k), k, blocks, scales, c, ldc)
+		return
+	}
+	gemmWidenedDot(m, n, k, buf.asBF16(a, lda, m, k, k), convNibbles(code, blocks, scales, k), c, ldc)
+}
+
+// GemmInt4DotNT is GemmInt4NT with bf16 activations (gemmNibblesDot).
+func GemmInt4DotNT(m, n, k int, a []float32, lda int, packed, codes []byte, table []float32, c []float32, ldc int) {
+	checkMat("GemmInt4DotNT A", m, k, lda, len(a))
+	checkMat("GemmInt4DotNT C", m, n, ldc, len(c))
+	checkNibbles("GemmInt4DotNT", n, k, len(packed), len(codes))
+	checkInt4Table("GemmInt4DotNT", table)
+	gemmNibblesDot(int4Code(table), m, n, k, a, lda, packed, codes, c, ldc)
+}
+
+// GemmNVFP4DotNT is GemmNVFP4NT with bf16 activations (gemmNibblesDot).
+func GemmNVFP4DotNT(m, n, k int, a []float32, lda int, packed, codes []byte, half []float32, c []float32, ldc int) {
+	checkMat("GemmNVFP4DotNT A", m, k, lda, len(a))
+	checkMat("GemmNVFP4DotNT C", m, n, ldc, len(c))
+	checkNibbles("GemmNVFP4DotNT", n, k, len(packed), len(codes)/2)
+	checkInt4Table("GemmNVFP4DotNT", half)
+	gemmNibblesDot(nvfp4Code(half), m, n, k, a, lda, packed, codes, c, ldc)
+}
+
+// GemmMXFP4DotNT is GemmMXFP4NT with bf16 activations (gemmNibblesDot).
+func GemmMXFP4DotNT(m, n, k int, a []float32, lda int, blocks, scales []byte, c []float32, ldc int) {
+	checkMat("GemmMXFP4DotNT A", m, k, lda, len(a))
+	checkMat("GemmMXFP4DotNT C", m, n, ldc, len(c))
+	checkMXFP4("GemmMXFP4DotNT", n, k, len(blocks), len(scales))
+	gemmNibblesDot(&mxfp4Code, m, n, k, a, lda, blocks, scales, c, ldc)
+}
+
+// GemmInt4GroupsDotNT is GemmInt4GroupsNT with bf16 activations
+// (gemmNibblesDot; the mins' part, which is not rounded, from the
+// rounded A).
+func GemmInt4GroupsDotNT(m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
+	gemmGroupsDot(&[3]string{"GemmInt4GroupsDotNT A", "GemmInt4GroupsDotNT C", "GemmInt4GroupsDotNT"}, int4GroupsCode, m, n, k, a, lda, packed, scales, mins, group, c, ldc)
+}
+
+// GemmFP4GroupsDotNT is GemmFP4GroupsNT with bf16 activations
+// (gemmNibblesDot).
+func GemmFP4GroupsDotNT(m, n, k int, a []float32, lda int, packed []byte, half []float32, group int, c []float32, ldc int) {
+	gemmGroupsDot(&[3]string{"GemmFP4GroupsDotNT A", "GemmFP4GroupsDotNT C", "GemmFP4GroupsDotNT"}, fp4GroupsCode, m, n, k, a, lda, packed, half, nil, group, c, ldc)
+}
+
+// gemmGroupsDot is gemmGroups with bf16 activations: A rounded to bf16,
+// the nibbles' part by gemmNibblesDot, the mins' part from the rounded A.
+func gemmGroupsDot(names *[3]string, code func(scales []float32, ng, group int) *nibbleCode,
+	m, n, k int, a []float32, lda int, packed []byte, scales, mins []float32, group int, c []float32, ldc int) {
+	checkMat(names[0], m, k, lda, len(a))
+	checkMat(names[1], m, n, ldc, len(c))
+	if k == 0 || n == 0 {
+		emptyProduct(m, n, k, c, ldc)
+		return
+	}
+	checkInt4Groups(names[2], n, k, packed, scales, mins, group)
+	buf := bf16Scratch.Get().(*bf16Buf)
+	defer bf16Scratch.Put(buf)
+	ar := buf.asF32(a, lda, m, k) // exact in bf16 now: the pair kernel's rounding of it changes nothing
+	gemmNibblesDot(code(scales, k/group, group), m, n, k, ar, k, packed, int4GroupCodesOf(n, k, group), c, ldc)
+	if mins != nil {
+		addGroupMins(m, n, k, ar, k, mins, group, c, ldc)
+	}
 }
 
 // i8Block is a worker's int8 B block, widened to f32 and rounded to bf16.
