@@ -52,7 +52,7 @@ import (
 //   - Weights the checkpoint stores as FP8 E4M3 with scales by block (fp8),
 //     row (fbgemm_fp8, compressed-tensors by channel), group or tensor,
 //     without
-//     Options.Quantize, in f32, bf16 or f16 compute, on a backend that
+//     Options.Quantize, in f32 or bf16 compute, on a backend that
 //     multiplies them (tpu.Capabilities.FP8) on one device, are held as
 //     stored: the bytes
 //     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
@@ -60,7 +60,7 @@ import (
 //     FP8 GEMM/GEMV.
 //   - Weights GPTQ, AWQ and compressed-tensors checkpoints store as 4-bit
 //     integers in groups of input columns (lm.Loaded.StoredInt4Groups),
-//     in f32, bf16 or f16 compute on a backend that multiplies them
+//     in f32 or bf16 compute on a backend that multiplies them
 //     (tpu.Capabilities.Int4Groups) on one device, whatever
 //     Options.Quantize says (it applies to the other weights: quantising
 //     4-bit weights again only loses), are held at their stored width as
@@ -75,7 +75,7 @@ import (
 //     --quantize int8 holds its own (holdInt8Groups), unless
 //     Options.Quantize is int4.
 //   - Matrices a compressed-tensors NVFP4 checkpoint stores with E4M3
-//     scales (lm.Loaded.StoredNVFP4), in f32, bf16 or f16 compute on a
+//     scales (lm.Loaded.StoredNVFP4), in f32 or bf16 compute on a
 //     backend that multiplies them (tpu.Capabilities.NVFP4) on one
 //     device, whatever
 //     Options.Quantize says, are held as stored: the packed E2M1 codes u8
@@ -138,11 +138,10 @@ func HoldingOf(caps tpu.Capabilities, o Options) lm.Holding {
 	// them; split over devices (TP/DP), they are split as floats.
 	one := max(o.TP, 1)*max(o.DP, 1) == 1
 	// FP8, grouped int4 and NVFP4 weights stay as stored in f32 compute
-	// and in 16-bit compute, whose products read them so too (the graph
-	// dequantises them to f32 and rounds that to the compute dtype;
-	// tputool's cpu backend multiplies the weight as held, tpu/cpu's
-	// wide16 products).
-	held := one && (o.DType == dtypes.Float32 || o.DType == dtypes.BFloat16 || o.DType == dtypes.Float16)
+	// and in bf16 compute, whose products read them so too (the graph
+	// dequantises them to f32 and rounds that to bf16; tputool's cpu
+	// backend multiplies the weight as held, tpu/cpu's wide16 products).
+	held := one && (o.DType == dtypes.Float32 || o.DType == dtypes.BFloat16)
 	return lm.Holding{Compute: o.DType, Narrow: caps.NarrowWeights, Quantize: o.Quantize, MXFP4: caps.MXFP4 && one,
 		FP8: caps.FP8 && held, Int4Groups: caps.Int4Groups && held, NVFP4: caps.NVFP4 && held,
 		ExpertsApart: o.Experts != ExpertsInGraph}

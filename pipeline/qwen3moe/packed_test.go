@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/safetensors"
@@ -28,7 +29,8 @@ import (
 // agree to f32 rounding (the weights are the checkpoint's exactly either
 // way), each holds what lm.Loaded.HeldBytes estimates, the cpu backend
 // less than decoded, and the logits stay within 4-bit rounding of the
-// float64 reference of the original weights.
+// float64 reference of the original weights; so do the cpu backend's in
+// bf16 compute (experts in the graph and on the host), held as stored.
 func TestPackedExperts(t *testing.T) {
 	for _, format := range []string{"gptq", "awq", "fp8", "gptq8", "nvfp4"} { // AWQ: zero points, so mins; gptq8: 8 bits; nvfp4: stacks as stored, a table a part
 		t.Run(format, func(t *testing.T) { checkPackedExperts(t, format) })
@@ -106,14 +108,22 @@ func checkPackedExperts(t *testing.T, format string) {
 	for _, run := range []struct {
 		backend string
 		experts compile.ExpertsMode
-	}{{"cpu", compile.ExpertsInGraph}, {"go", compile.ExpertsInGraph}, {"cpu", compile.ExpertsDense}, {"cpu", compile.ExpertsHost}} {
+		bf16    bool
+	}{{"cpu", compile.ExpertsInGraph, false}, {"go", compile.ExpertsInGraph, false}, {"cpu", compile.ExpertsDense, false}, {"cpu", compile.ExpertsHost, false},
+		{"cpu", compile.ExpertsInGraph, true}, {"cpu", compile.ExpertsHost, true}} {
 		name := fmt.Sprintf("%s --experts %s", run.backend, run.experts)
+		if run.bf16 {
+			name += " --dtype bf16"
+		}
 		be, err := backends.NewWithConfig(run.backend)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(be.Finalize)
 		opts := compile.Options{Experts: run.experts}
+		if run.bf16 {
+			opts.DType = dtypes.BFloat16
+		}
 		r, err := compile.NewRunner(be, l, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -121,7 +131,7 @@ func checkPackedExperts(t *testing.T, format string) {
 		if got, want := r.WeightBytes(), l.HeldBytes(compile.HoldingOf(tpu.CapabilitiesOf(be), opts)); got != want {
 			t.Errorf("%s: holds %d bytes, HeldBytes estimates %d", name, got, want)
 		}
-		if run.backend == "cpu" {
+		if run.backend == "cpu" && !run.bf16 {
 			held[run.experts] = r.WeightBytes()
 		}
 		logits, err := r.NewState().Prefill(prompts, 2)
@@ -133,6 +143,9 @@ func checkPackedExperts(t *testing.T, format string) {
 			if e := refcheck.RelErr(logits[b], rm.Logits(p)[len(p)-1]); e > 0.25 {
 				t.Errorf("%s row %d: relative error %.3g against the original weights' reference", name, b, e)
 			}
+		}
+		if run.bf16 { // bf16 compute: within the reference's bound above
+			continue
 		}
 		if first == nil {
 			first = logits

@@ -6,7 +6,9 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/x448/float16"
 
 	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
@@ -303,11 +305,32 @@ func execDotWide16(st *execState, n *node, in []*slot) *slot {
 	if !isIdentity(a.lhsPerm, ls.Dimensions) {
 		lhs = permuted(lhs, ls, a.lhsPerm)
 	}
-	tmp := make([]float32, n.shape.Size())
-	dotHeld(a, tmp, toF32(lhs), in)
+	// The widened rows and the f32 result are scratch from the call's
+	// free lists, as any node's output is (a prefill's would be tens of
+	// MB of garbage a product).
+	wide := st.alloc(shapes.Make(dtypes.Float32, ls.Dimensions...))
+	widenInto(wide.data.([]float32), lhs)
+	tmp := st.alloc(shapes.Make(dtypes.Float32, n.shape.Dimensions...))
+	dotHeld(a, tmp.data.([]float32), wide.data.([]float32), in)
 	out := st.alloc(n.shape)
-	fromF32(out.data, tmp)
+	fromF32(out.data, tmp.data.([]float32))
+	for _, s := range []*slot{wide, tmp} {
+		s.refs = 1
+		st.release(s)
+	}
 	return out
+}
+
+// widenInto writes flat's bf16 or f16 values into dst as f32.
+func widenInto(dst []float32, flat any) {
+	switch f := flat.(type) {
+	case []bfloat16.BFloat16:
+		widenBF16s(dst, f)
+	case []float16.Float16:
+		widenF16s(dst, f)
+	default:
+		panic(fmt.Sprintf("widenInto: %T", flat))
+	}
 }
 
 // dotF32 computes out[B,M,N] from lhs [B,M,K] (f32) and rhs, f32 or (when

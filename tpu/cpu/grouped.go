@@ -395,7 +395,10 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	var lhs []float32
 	switch {
 	case a.out16: // widened: bf16 values stay exact, so no rounding either
-		lhs = toF32(in[0].data)
+		wide := st.alloc(shapes.Make(dtypes.Float32, n.inputs[0].shape.Dimensions...))
+		defer func() { wide.refs = 1; st.release(wide) }()
+		lhs = wide.data.([]float32)
+		widenInto(lhs, in[0].data)
 	case a.bf16Act:
 		lhs = make([]float32, len(in[0].data.([]float32)))
 		kernels.RoundBF16(lhs, in[0].data.([]float32))

@@ -106,6 +106,14 @@ var (
 	heldNVFP4 = heldForm{"NVFP4", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/16), nil), randF32(r, []int{256, 1}, 0.02, 0.1)}
 	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeNVFP4(p[0], p[1], p[2], dt) }, nil}
+	heldFP4Groups = heldForm{"grouped FP4 by 16", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
+		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randF32(r, dimsOf(lead, n, k/16), 0.02, 0.1)}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeFP4Groups(p[0], p[1], dt) }, nil}
+	heldNVFP4Tables = heldForm{"NVFP4 stack, a table a part", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
+		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/16), nil), randF32(r, dimsOf(lead, 2, 256), 0.02, 0.1)}
+	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node {
+		return nn.DequantizeNVFP4Tables(p[0], p[1], p[2], dt)
+	}, nil}
 	heldMXFP4 = heldForm{"MXFP4", func(r *rand.Rand, lead []int, n, k int) []*tensors.Tensor {
 		scale := func(b byte) bool { return b >= 122 && b <= 128 } // E8M0 exponents near 2⁰
 		return []*tensors.Tensor{randBytes(r, dimsOf(lead, n, k/32, 16), nil), randBytes(r, dimsOf(lead, n, k/32), scale)}
@@ -247,8 +255,9 @@ func within16(t *testing.T, name string, dt dtypes.DType, got, want, mass []floa
 // call. Dense products (nn.Linear; a GPTQ weight in activation order
 // included, its columns gathered before the rounding as compile writes
 // it) of one row (the GEMVs), five, and twenty; the routed experts'
-// gathered products (nn.PairDot) spread over the experts, at decode, and
-// twenty rows on one expert. Each is the f32 product of the rows and the
+// gathered products (nn.PairDot; NVFP4 stacks with a table a part
+// included) spread over the experts, at decode, and twenty rows on one
+// expert. Each is the f32 product of the rows and the
 // weight's f32 values rounded to dt, except that twenty bf16 rows or more
 // go through the pair kernels (kernels.GemmInt8DotNT and its kin), which
 // round the weight to bf16 as the graph does (grouped int4's mins added
@@ -268,7 +277,7 @@ func TestHeldWeights16(t *testing.T) {
 	}
 	pairKernel := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
 	for _, dt := range []dtypes.DType{dtypes.BFloat16, dtypes.Float16} {
-		for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldActOrder, heldFP8, heldNVFP4} {
+		for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldActOrder, heldFP8, heldNVFP4, heldFP4Groups} {
 			for _, m := range []int{1, 5, 20} {
 				r := rand.New(rand.NewPCG(83, uint64(m)))
 				inputs := []any{flatTensor(randFlat(r, sh(dt, m, k), false), m, k)}
@@ -284,7 +293,7 @@ func TestHeldWeights16(t *testing.T) {
 				check(fmt.Sprintf("%s %s, %d rows", dt, f.name, m), dt, f, linear, inputs, nil, parts, rounded)
 			}
 		}
-		for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldFP8, heldMXFP4} {
+		for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldFP8, heldMXFP4, heldFP4Groups, heldNVFP4Tables} {
 			for _, ids := range [][]int32{{3, 0, 3, 4, 1, 3, 0}, {1, 2}, append(make([]int32, 20), 4, 1)} {
 				const e = 5
 				p := len(ids)

@@ -123,7 +123,7 @@ func rewriteInt8(n *node, act actKind) {
 	}
 	b := *a
 	b.int8Group = group
-	b.bf16Act = act == actBF16 || pairAct(n, a, act)
+	b.bf16Act = (act == actBF16 && !a.wide16) || pairAct(n, a, act)
 	b.int8Q8 = act == actInt8
 	pointAt(n, &b, n.inputs[0], q, scales)
 }
