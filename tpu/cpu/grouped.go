@@ -65,11 +65,12 @@ type groupedAux struct {
 	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
-	// bf16Act: w is bf16 and the rows are rounded to bf16 before they
-	// multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs; or
-	// w is held quantised under out16 in bf16, and the GEMMs round it to
-	// bf16 as the graph does (kernels.GemmInt8DotNT and its kin; the
-	// GEMVs read it exact).
+	// bf16Act: w is bf16 or int8 and the rows are rounded to bf16 before
+	// they multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs
+	// (int8: the GEMMs on kernels.GemmInt8DotNT, which rounds w to bf16
+	// from 16 rows); or w is held quantised under out16 in bf16, and the
+	// GEMMs round it to bf16 as the graph does (kernels.GemmInt8DotNT and
+	// its kin; the GEMVs read it exact).
 	bf16Act bool
 	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
 	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
@@ -222,7 +223,10 @@ func rewriteGrouped(n *node, act actKind) {
 func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
 	if q, scales, ids, group, ok := int8Gathered(r); ok {
 		d := q.shape.Dimensions
-		return &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0}, []*node{q, ids, scales}, true
+		// --activations bf16 (f32 compute): rows rounded to bf16, the
+		// GEMMs on the pair kernel (GemmInt8DotNT), as a dense int8
+		// product has them.
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0, bf16Act: act == actBF16}, []*node{q, ids, scales}, true
 	}
 	if packed, codes, ids, table, ok := int4Gathered(r); ok {
 		d := packed.shape.Dimensions

@@ -3,12 +3,15 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/tputool/tputool/tpu/cpu/kernels"
 )
 
 // TestGroupedExpertDot checks the gathered product of routed experts
@@ -232,6 +235,70 @@ func TestGroupedExpertDotInt8(t *testing.T) {
 			t.Errorf("%s: act=int8 did not make the grouped product quantise its rows", c.name)
 		}
 	}
+}
+
+// TestGroupedExpertDotInt8BF16 is TestGroupedExpertDotInt8's product
+// under --activations bf16 (act=bf16): the rows rounded to bf16, and an
+// expert's twenty rows multiplied by the pair kernel (kernels.GemmInt8DotNT,
+// with AVX512_BF16), which rounds its q·scale to bf16 too; the GEMVs and
+// the few-row GEMMs read the weight exact. Checked against the float64
+// product of the rounded rows and those weights.
+func TestGroupedExpertDotInt8BF16(t *testing.T) {
+	bf, err := New("act=bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const e, n, g, group = 3, 16, 2, 64
+	ids := append(make([]int32, 20), 1, 2, 2) // twenty rows on expert 0, one on 1, two on 2
+	p, k := len(ids), g*group
+	shs := []shapes.Shape{sh(dtypes.Float32, p, k), sh(dtypes.Int8, e, n, g, group), sh(dtypes.Float32, e, n, g, 1), sh(dtypes.Int32, p, 1)}
+	r := rand.New(rand.NewPCG(13, 14))
+	data := []any{randFlat(r, shs[0], false), randFlat(r, shs[1], false), randFlat(r, shs[2], true), ids}
+	var dot backends.Op
+	build := func(b backends.Builder, ps []backends.Op) (backends.Op, error) {
+		gq, err := b.Gather(ps[1], ps[3], 1, []int{1, 2, 3}, []int{0}, []int{0}, []int{1, n, g, group}, false)
+		if err != nil {
+			return nil, err
+		}
+		gs, err := b.Gather(ps[2], ps[3], 1, []int{1, 2, 3}, []int{0}, []int{0}, []int{1, n, g, 1}, false)
+		if err != nil {
+			return nil, err
+		}
+		conv, _ := b.ConvertDType(gq, dtypes.Float32)
+		sc, _ := b.BroadcastInDim(gs, sh(dtypes.Float32, p, n, g, group), []int{0, 1, 2, 3})
+		m, _ := b.Mul(conv, sc)
+		w, _ := b.Reshape(m, p, n, k)
+		dot, err = b.DotGeneral(ps[0], []int{1}, []int{0}, w, []int{2}, []int{0})
+		return dot, err
+	}
+	got, _, err := run(bf, shs, data, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := dot.(*node).aux.(*groupedAux); dot.(*node).op != opTypeGrouped || !a.bf16Act {
+		t.Fatal("act=bf16: the int8 gathered product is not the grouped node with bf16 activations")
+	}
+	x, q, s := data[0].([]float32), data[1].([]int8), data[2].([]float32)
+	xr := make([]float32, len(x))
+	kernels.RoundBF16(xr, x)
+	pairs := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
+	want := make([]float64, p*n)
+	for i, ex := range ids {
+		for o := range n {
+			var sum float64
+			for c := range k {
+				wv := float32(q[(int(ex)*n+o)*k+c]) * s[(int(ex)*n+o)*g+c/group]
+				if pairs && ex == 0 { // expert 0's twenty rows: the pair kernel
+					r := []float32{wv}
+					kernels.RoundBF16(r, r)
+					wv = r[0]
+				}
+				sum += float64(xr[i*k+c]) * float64(wv)
+			}
+			want[i*n+o] = sum
+		}
+	}
+	compareFlat(t, "int8 experts, bf16 activations", dtypes.Float32, asFloat64(got), want)
 }
 
 // TestGroupedExpertSum builds the last step of nn.ExpertStack.Gathered:
