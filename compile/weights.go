@@ -51,13 +51,11 @@ import (
 //     XLA's included, compute as written.
 //   - Weights the checkpoint stores as FP8 E4M3 with scales by block (fp8),
 //     row (fbgemm_fp8, compressed-tensors by channel), group or tensor,
-//     without
-//     Options.Quantize, in f32 or bf16 compute, on a backend that
+//     without Options.Quantize, in f32 or bf16 compute, on a backend that
 //     multiplies them (tpu.Capabilities.FP8) on one device, are held as
-//     stored: the bytes
-//     u8 [out, in] and the block scales f32 (holdFP8); the graph decodes
-//     them (nn.DequantizeFP8), which tputool's cpu backend fuses into its
-//     FP8 GEMM/GEMV.
+//     stored: the bytes u8 [out, in] and the block scales f32 (holdFP8);
+//     the graph decodes them (nn.DequantizeFP8), which tputool's cpu
+//     backend fuses into its FP8 GEMM/GEMV.
 //   - Weights GPTQ, AWQ and compressed-tensors checkpoints store as 4-bit
 //     integers in groups of input columns (lm.Loaded.StoredInt4Groups),
 //     in f32 or bf16 compute on a backend that multiplies them
@@ -77,12 +75,11 @@ import (
 //   - Matrices a compressed-tensors NVFP4 checkpoint stores with E4M3
 //     scales (lm.Loaded.StoredNVFP4), in f32 or bf16 compute on a
 //     backend that multiplies them (tpu.Capabilities.NVFP4) on one
-//     device, whatever
-//     Options.Quantize says, are held as stored: the packed E2M1 codes u8
-//     [out, in/32, 16], the scale bytes u8 [out, in/16] and a table of
-//     256 f32 half-scales (holdNVFP4). The graph decodes them
-//     (nn.DequantizeNVFP4), which tputool's cpu backend fuses into its
-//     NVFP4 GEMM/GEMV. An expert stack whose parts are all so (each
+//     device, whatever Options.Quantize says, are held as stored: the
+//     packed E2M1 codes u8 [out, in/32, 16], the scale bytes u8 [out,
+//     in/16] and a table of 256 f32 half-scales (holdNVFP4). The graph
+//     decodes them (nn.DequantizeNVFP4), which tputool's cpu backend
+//     fuses into its NVFP4 GEMM/GEMV. An expert stack whose parts are all so (each
 //     expert's projection with its own global scale) is held as stored
 //     with a table per part, f32 [E, parts, 256] (holdNVFP4Stack,
 //     lm.Loaded.StoredNVFP4Stack; nn.DequantizeNVFP4Tables, which the
