@@ -35,12 +35,12 @@ func parseQuantize(s string) (string, error) {
 
 // activationsHelp is the help of generate's, serve's and bench's
 // --activations.
-const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 or int8, or the 4-bit weights of a GPTQ, AWQ or compressed-tensors checkpoint (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster with int4 weights, no faster with int8 ones on the machines measured; about 0.5% off each product); bf16 with bf16 or --quantize int8 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
+const activationsHelp = "activations of the products on the CPU engine: f32 (the default, the reference); int8 with --quantize int4 or int8, or the 4-bit weights of a GPTQ, AWQ or compressed-tensors checkpoint (quantised per 32 values as llama.cpp does, multiplied in integers with AVX512-VNNI: faster with int4 weights, no faster with int8 ones on the machines measured; about 0.5% off each product); bf16 with bf16, FP8 or --quantize int8 weights (rounded to bfloat16 as llama.cpp does, multiplied by pairs with AVX512_BF16: faster prefill and batches, about 0.2% off each product)"
 
 // parseActivations reads --activations: "" or "f32" (as computed),
 // "int8", which takes --quantize int4 or int8 or a 4-bit checkpoint
-// (checkActivations), or "bf16", which takes bf16 weights or --quantize
-// int8.
+// (checkActivations), or "bf16", which takes bf16 or FP8 weights or
+// --quantize int8.
 func parseActivations(s, quantize string) (string, error) {
 	switch a := strings.ToLower(s); a {
 	case "", "f32", "float32":

@@ -65,10 +65,10 @@ type groupedAux struct {
 	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
-	// bf16Act: w is bf16 or int8 and the rows are rounded to bf16 before
-	// they multiply (SetActivations "bf16"), in the GEMVs as in the GEMMs
-	// (int8: the GEMMs on kernels.GemmInt8DotNT, which rounds w to bf16
-	// from 16 rows); or w is held quantised under out16 in bf16, and the
+	// bf16Act: w is bf16, int8 or FP8 and the rows are rounded to bf16
+	// before they multiply (SetActivations "bf16"), in the GEMVs as in the
+	// GEMMs (int8 and FP8: the GEMMs on kernels.GemmInt8DotNT and
+	// GemmFP8DotNT, which round w to bf16 from 16 rows); or w is held quantised under out16 in bf16, and the
 	// GEMMs round it to bf16 as the graph does (kernels.GemmInt8DotNT and
 	// its kin; the GEMVs read it exact).
 	bf16Act bool
@@ -246,7 +246,7 @@ func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
 	}
 	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
 		d := w.shape.Dimensions
-		return &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1}, []*node{w, ids, scales}, true
+		return &groupedAux{e: d[0], n: d[1], k: d[2], fp8B0: b0, fp8B1: b1, bf16Act: act == actBF16}, []*node{w, ids, scales}, true
 	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
