@@ -349,7 +349,7 @@ func benchValidate(opts *BenchOptions, changed func(string) bool, modes, dtype, 
 	if opts.Quantize, err = parseQuantize(opts.Quantize); err != nil {
 		return err
 	}
-	if opts.Activations, err = parseActivations(opts.Activations, opts.Quantize); err != nil {
+	if opts.Activations, err = parseActivations(opts.Activations); err != nil {
 		return err
 	}
 	if opts.Experts, err = compile.ParseExpertsMode(opts.experts); err != nil {

@@ -121,7 +121,7 @@ func (o *lmOptions) parse(f *Factory) error {
 	if o.Quantize, err = parseQuantize(o.Quantize); err != nil {
 		return err
 	}
-	if o.Activations, err = parseActivations(o.Activations, o.Quantize); err != nil {
+	if o.Activations, err = parseActivations(o.Activations); err != nil {
 		return err
 	}
 	if o.Experts, err = compile.ParseExpertsMode(o.experts); err != nil {

@@ -67,20 +67,19 @@ func TestActivationsInt8(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), `--activations "int4": want f32, int8 or bf16`)
 }
 
-// --activations bf16 runs on the CPU engine (bf16 weights and --quantize
-// int8), is refused elsewhere and with --quantize int4.
+// --activations bf16 runs on the CPU engine (bf16 weights, --quantize
+// int8 and int4) and is refused elsewhere.
 func TestActivationsBF16(t *testing.T) {
 	e := genEnv(t)
 	code := e.run("--device", "cpu:fast", "-v", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "8", "--temperature", "0", "--dtype", "bf16", "--activations", "bf16")
 	require.Equal(t, ExitOK, code, e.errOut.String())
 	assert.NotEmpty(t, strings.TrimSpace(e.out.String()))
-	assert.Contains(t, e.errOut.String(), "products with bf16 and int8 weights round their activations to bf16")
+	assert.Contains(t, e.errOut.String(), "products with bf16 and compact weights round their activations to bf16")
 	e = genEnv(t)
 	require.Equal(t, ExitUnsupported, e.run("--device", "cpu:go", "generate", "--model", storiesDir, "-p", "hi", "-n", "2", "--activations", "bf16"))
 	assert.Contains(t, e.errOut.String(), "--activations bf16: bf16 activations run on tputool's CPU engine only")
 	e = genEnv(t)
-	require.Equal(t, ExitUsage, e.run("generate", "--model", storiesDir, "-p", "hi", "--quantize", "int4", "--activations", "bf16"))
-	assert.Contains(t, e.errOut.String(), "--activations bf16 applies to bf16 and int8 weights, not to --quantize int4 ones")
+	require.Equal(t, ExitOK, e.run("--device", "cpu:fast", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "4", "--quantize", "int4", "--activations", "bf16"), e.errOut.String())
 	e = genEnv(t)
 	require.Equal(t, ExitOK, e.run("--device", "cpu:fast", "generate", "--model", storiesDir, "-p", "Once upon a time", "-n", "4", "--quantize", "int8", "--activations", "bf16"), e.errOut.String())
 }

@@ -157,7 +157,7 @@ func (d *Device) SupportsDType(dt dtypes.DType) bool { return d.caps.DTypes[dt] 
 // treat their activations (cpu.Backend.SetActivations): "int8" quantises
 // them to int8 per block of 32 in the products with int4 weights
 // (--quantize int4), "bf16" rounds them to bfloat16 in the products with
-// bf16, int8 and FP8 weights, "f32" keeps them. Only tputool's CPU engine has the
+// bf16 weights and weights held compact, "f32" keeps them. Only tputool's CPU engine has the
 // narrow kinds.
 func (d *Device) SetActivations(kind string) error {
 	b, ok := d.Backend.(*cpu.Backend)

@@ -69,9 +69,10 @@ func (b *Backend) ReleaseSpares() { b.spares.release() }
 // now on treat their activations: "f32" (or "") multiplies them as they
 // are; "int8" quantises them to int8 per block of 32 in the products with
 // int4 and int8 weights (about 0.5% of a product off the f32 result); "bf16"
-// rounds them to bfloat16 in the products with bf16, int8 and FP8 weights
-// (2⁻⁹ of each activation, about 0.1-0.3% of a product; int8 and FP8
-// weights are rounded to bf16 too in products of 16 rows or more). The narrow kinds
+// rounds them to bfloat16 in the products with bf16 weights and weights
+// held compact (int8, int4, grouped int4, FP8, NVFP4, MXFP4; 2⁻⁹ of each
+// activation, about 0.1-0.3% of a product; compact weights are rounded to
+// bf16 too in products of 16 rows or more). The narrow kinds
 // are faster and opt-in for what they cost in accuracy.
 func (b *Backend) SetActivations(kind string) error {
 	k, err := parseAct(kind)

@@ -123,8 +123,6 @@ func rewriteFP8(n *node, act actKind) {
 	}
 	b := *a
 	b.fp8B0, b.fp8B1 = b0, b1
-	// --activations bf16 in f32 compute rounds the rows to bf16 (and
-	// takes the pair kernel from 16 rows), as it does for int8 weights.
-	b.bf16Act = (act == actBF16 && !a.wide16) || pairAct(n, a, act)
+	b.bf16Act = bf16Rows(n, a, act)
 	pointAt(n, &b, n.inputs[0], w, scales)
 }

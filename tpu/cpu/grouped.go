@@ -65,12 +65,12 @@ type groupedAux struct {
 	// fp8B0, fp8B1: w is FP8 (fp8.go's layout, a stack): E4M3 bytes [E,
 	// N, K] and f32 scales [E, ⌈N/fp8B0⌉, ⌈K/fp8B1⌉].
 	fp8B0, fp8B1 int
-	// bf16Act: w is bf16, int8 or FP8 and the rows are rounded to bf16
-	// before they multiply (SetActivations "bf16"), in the GEMVs as in the
-	// GEMMs (int8 and FP8: the GEMMs on kernels.GemmInt8DotNT and
-	// GemmFP8DotNT, which round w to bf16 from 16 rows); or w is held quantised under out16 in bf16, and the
-	// GEMMs round it to bf16 as the graph does (kernels.GemmInt8DotNT and
-	// its kin; the GEMVs read it exact).
+	// bf16Act: the rows are rounded to bf16 before they multiply
+	// (SetActivations "bf16"), in the GEMVs as in the GEMMs, w bf16 or
+	// held quantised (then the GEMMs run on kernels.GemmInt8DotNT and its
+	// kin, which round w to bf16 from 16 rows); or w is held quantised
+	// under out16 in bf16, and the GEMMs round it to bf16 as the graph
+	// does (the same kernels; the GEMVs read it exact).
 	bf16Act bool
 	// int8Q8: w is int8 and the rows are quantised to int8 per block of 32
 	// (SetActivations "int8"), in the GEMVs as in the GEMMs.
@@ -223,14 +223,14 @@ func rewriteGrouped(n *node, act actKind) {
 func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
 	if q, scales, ids, group, ok := int8Gathered(r); ok {
 		d := q.shape.Dimensions
-		// --activations bf16 (f32 compute): rows rounded to bf16, the
-		// GEMMs on the pair kernel (GemmInt8DotNT), as a dense int8
-		// product has them.
+		// --activations bf16 (f32 compute), here and for every format
+		// below: rows rounded to bf16, the GEMMs on the pair kernels
+		// (GemmInt8DotNT and its kin), as a dense product has them.
 		return &groupedAux{e: d[0], n: d[1], k: d[2] * d[3], group: group, int8Q8: act == actInt8 && d[2]*d[3]%32 == 0, bf16Act: act == actBF16}, []*node{q, ids, scales}, true
 	}
 	if packed, codes, ids, table, ok := int4Gathered(r); ok {
 		d := packed.shape.Dimensions
-		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8}, []*node{packed, ids, codes, table}, true
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4: true, int4Q8: act == actInt8, bf16Act: act == actBF16}, []*node{packed, ids, codes, table}, true
 	}
 	if packed, scales, mins, ids, group, fp4, ok := int4GroupsGathered(r); ok && kernels.CheckInt4Groups(packed.shape.Dimensions[2]*32, group) == nil {
 		d := packed.shape.Dimensions
@@ -238,11 +238,11 @@ func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
 		if mins != nil {
 			inputs = append(inputs, mins)
 		}
-		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4}, inputs, true
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, int4Group: group, int4Mins: mins != nil, int4Q8: act == actInt8, int4FP4: fp4, bf16Act: act == actBF16}, inputs, true
 	}
 	if packed, codes, tables, ids, parts, ok := nvfp4TablesGathered(r); ok {
 		d := packed.shape.Dimensions
-		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8}, []*node{packed, ids, codes, tables}, true
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, nvfp4Parts: parts, int4Q8: act == actInt8, bf16Act: act == actBF16}, []*node{packed, ids, codes, tables}, true
 	}
 	if w, scales, ids, b0, b1, ok := fp8Gathered(r); ok {
 		d := w.shape.Dimensions
@@ -250,7 +250,7 @@ func heldGathered(r *node, act actKind) (*groupedAux, []*node, bool) {
 	}
 	if blocks, scales, ids, ok := mxfp4Gathered(r); ok {
 		d := blocks.shape.Dimensions
-		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true}, []*node{blocks, ids, scales}, true
+		return &groupedAux{e: d[0], n: d[1], k: d[2] * 32, mxfp4: true, bf16Act: act == actBF16}, []*node{blocks, ids, scales}, true
 	}
 	return nil, nil, false
 }

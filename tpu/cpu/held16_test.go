@@ -316,12 +316,13 @@ func TestHeldWeights16(t *testing.T) {
 	}
 }
 
-// TestFP8BF16Activations: --activations bf16 (act=bf16) in f32 compute
-// rounds the rows of FP8 products to bf16, dense and routed experts
-// alike, and takes the pair kernel (kernels.GemmFP8DotNT, weights rounded
-// to bf16) from 16 rows with AVX512_BF16; checked against the float64
-// product of the rounded rows and those weights.
-func TestFP8BF16Activations(t *testing.T) {
+// TestBF16ActivationsHeld: --activations bf16 (act=bf16) in f32 compute
+// rounds the rows of every product over a weight held quantised to bf16,
+// dense and routed experts alike, and takes the pair kernels
+// (kernels.GemmInt8DotNT and its kin, weights rounded to bf16; grouped
+// int4's mins added after) from 16 rows with AVX512_BF16; checked against
+// the float64 product of the rounded rows and those weights.
+func TestBF16ActivationsHeld(t *testing.T) {
 	ref, _ := backendsForTest(t)
 	bf, err := New("act=bf16")
 	if err != nil {
@@ -329,9 +330,9 @@ func TestFP8BF16Activations(t *testing.T) {
 	}
 	const n, k = 24, 128
 	pairKernel := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
-	check := func(name string, prod product, inputs []any, ids []int32, parts []any, rounded func(int) bool) {
+	check := func(name string, f heldForm, prod product, inputs []any, ids []int32, parts []any, rounded func(int) bool) {
 		out, err := graph.ExecOnce(bf, func(in []*graph.Node) *graph.Node {
-			return prod(in, func(p []*graph.Node) *graph.Node { return heldFP8.form(p, dtypes.Float32) })
+			return prod(in, func(p []*graph.Node) *graph.Node { return f.form(p, dtypes.Float32) })
 		}, fresh(inputs)...)
 		if err != nil {
 			t.Fatal(err)
@@ -339,33 +340,37 @@ func TestFP8BF16Activations(t *testing.T) {
 		x := tensors.MustCopyFlatData[float32](inputs[0].(*tensors.Tensor))
 		xr := make([]float32, len(x))
 		kernels.RoundBF16(xr, x)
-		want, _ := want16(t, ref, dtypes.Float32, heldFP8, asFloat64(xr), ids, parts, n, k, rounded)
+		want, _ := want16(t, ref, dtypes.Float32, f, asFloat64(xr), ids, parts, n, k, rounded)
 		compareFlat(t, name, dtypes.Float32, asFloat64(tensors.MustCopyFlatData[float32](out)), want)
 	}
-	for _, m := range []int{1, 5, 20} {
-		r := rand.New(rand.NewPCG(97, uint64(m)))
-		inputs := []any{tensors.FromFlatDataAndDimensions(randFlat(r, sh(dtypes.Float32, m, k), false).([]float32), m, k)}
+	for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldActOrder, heldFP8, heldNVFP4, heldFP4Groups} {
+		for _, m := range []int{1, 5, 20} {
+			r := rand.New(rand.NewPCG(97, uint64(m)))
+			inputs := []any{tensors.FromFlatDataAndDimensions(randFlat(r, sh(dtypes.Float32, m, k), false).([]float32), m, k)}
+			var parts []any
+			for _, p := range f.parts(r, nil, n, k) {
+				parts = append(parts, p)
+			}
+			inputs = append(inputs, parts...)
+			linear := func(in []*graph.Node, w func([]*graph.Node) *graph.Node) *graph.Node {
+				return nn.Linear(in[0], w(in[1:]), nil)
+			}
+			check(fmt.Sprintf("%s, %d rows", f.name, m), f, linear, inputs, nil, parts, func(int) bool { return pairKernel && m >= 16 })
+		}
+	}
+	for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldFP8, heldMXFP4, heldFP4Groups, heldNVFP4Tables} {
+		ids := append(make([]int32, 20), 2, 1)
+		p := len(ids)
+		r := rand.New(rand.NewPCG(98, 99))
+		inputs := []any{tensors.FromFlatDataAndDimensions(randFlat(r, sh(dtypes.Float32, p, k), false).([]float32), p, k), tensors.FromFlatDataAndDimensions(ids, p, 1)}
 		var parts []any
-		for _, p := range heldFP8.parts(r, nil, n, k) {
-			parts = append(parts, p)
+		for _, part := range f.parts(r, []int{3}, n, k) {
+			parts = append(parts, part)
 		}
 		inputs = append(inputs, parts...)
-		linear := func(in []*graph.Node, w func([]*graph.Node) *graph.Node) *graph.Node {
-			return nn.Linear(in[0], w(in[1:]), nil)
+		pairDot := func(in []*graph.Node, w func([]*graph.Node) *graph.Node) *graph.Node {
+			return nn.PairDot(in[0], w(in[2:]), in[1])
 		}
-		check(fmt.Sprintf("FP8, %d rows", m), linear, inputs, nil, parts, func(int) bool { return pairKernel && m >= 16 })
+		check(f.name+" experts", f, pairDot, inputs, ids, parts, func(row int) bool { return pairKernel && ids[row] == 0 })
 	}
-	ids := append(make([]int32, 20), 2, 1)
-	p := len(ids)
-	r := rand.New(rand.NewPCG(98, 99))
-	inputs := []any{tensors.FromFlatDataAndDimensions(randFlat(r, sh(dtypes.Float32, p, k), false).([]float32), p, k), tensors.FromFlatDataAndDimensions(ids, p, 1)}
-	var parts []any
-	for _, part := range heldFP8.parts(r, []int{3}, n, k) {
-		parts = append(parts, part)
-	}
-	inputs = append(inputs, parts...)
-	pairDot := func(in []*graph.Node, w func([]*graph.Node) *graph.Node) *graph.Node {
-		return nn.PairDot(in[0], w(in[2:]), in[1])
-	}
-	check("FP8 experts", pairDot, inputs, ids, parts, func(row int) bool { return pairKernel && ids[row] == 0 })
 }

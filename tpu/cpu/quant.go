@@ -105,6 +105,14 @@ func pairAct(n *node, a *dotAux, act actKind) bool {
 	return a.wide16 && n.shape.DType == dtypes.BFloat16 && act != actInt8
 }
 
+// bf16Rows reports whether the product n (aux a) over a weight held
+// quantised has bf16 rows and takes the pair kernels from 16 rows
+// (bf16Act): --activations bf16 in f32 compute, which rounds the rows,
+// or bf16 compute (pairAct).
+func bf16Rows(n *node, a *dotAux, act actKind) bool {
+	return (act == actBF16 && !a.wide16) || pairAct(n, a, act)
+}
+
 // wide16Rewrites counts the products in 16-bit activations pointed at a
 // weight held quantised, dense (pointAt) or grouped (rewriteGrouped);
 // read by tests.
@@ -123,7 +131,7 @@ func rewriteInt8(n *node, act actKind) {
 	}
 	b := *a
 	b.int8Group = group
-	b.bf16Act = (act == actBF16 && !a.wide16) || pairAct(n, a, act)
+	b.bf16Act = bf16Rows(n, a, act)
 	b.int8Q8 = act == actInt8
 	pointAt(n, &b, n.inputs[0], q, scales)
 }
@@ -258,7 +266,7 @@ func rewriteInt4(n *node, act actKind) {
 	}
 	b := *a
 	b.int4, b.nvfp4, b.int4Q8 = true, nvfp4, act == actInt8
-	b.bf16Act = pairAct(n, a, act)
+	b.bf16Act = bf16Rows(n, a, act)
 	pointAt(n, &b, n.inputs[0], packed, codes, table)
 }
 
@@ -440,7 +448,7 @@ func rewriteInt4Groups(n *node, act actKind) {
 	}
 	b := *a
 	b.int4Group, b.int4Mins, b.int4Perm, b.int4Q8, b.int4FP4 = group, mins != nil, inv != nil, act == actInt8, fp4
-	b.bf16Act = pairAct(n, a, act)
+	b.bf16Act = bf16Rows(n, a, act)
 	inputs := []*node{n.inputs[0], packed, scales}
 	if mins != nil {
 		inputs = append(inputs, mins)
