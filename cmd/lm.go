@@ -54,8 +54,8 @@ type lmOptions struct {
 	DType dtypes.DType
 	// Quantize is --quantize: "", "int8" or "int4" (generate and serve).
 	Quantize string
-	// Activations is --activations: "" (f32) or "int8" (generate and
-	// serve).
+	// Activations is --activations: "" (f32), "int8" or "bf16" (generate
+	// and serve).
 	Activations string
 	Retries     int
 	JSON        bool

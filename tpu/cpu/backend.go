@@ -54,9 +54,10 @@ const (
 	// activations to int8 per block of 32 and multiply in integers
 	// (kernels.GemmInt4Q8NT, GemmInt8Q8NT: VNNI where the CPU has it).
 	actInt8
-	// actBF16: products with bf16 or int8 weights round their
-	// activations to bf16 and multiply pairs (kernels.GemmBF16DotNT,
-	// GemmInt8DotNT: VDPBF16PS where the CPU has AVX512_BF16).
+	// actBF16: products with bf16 weights or weights held compact round
+	// their activations to bf16 and multiply pairs (kernels.GemmBF16DotNT,
+	// GemmInt8DotNT and its kin for the other compact formats: VDPBF16PS
+	// where the CPU has AVX512_BF16).
 	actBF16
 )
 

@@ -62,12 +62,12 @@ type dotAux struct {
 	// int8 KV cache [B, N, K] and its f32 scales, one per row (kv8Rows)
 	// or per contraction column (kv8Cols).
 	kv8 int
-	// bf16Act is set by rewrite when the rhs is bf16 or int8 and the
-	// backend rounds the activations of such products to bf16
-	// (SetActivations "bf16"; int8 weights are then rounded to bf16 too
-	// where the pair kernel runs, kernels.GemmInt8DotNT); and on wide16
-	// products in bf16 over any held format (pairAct), whose rows are
-	// bf16 already.
+	// bf16Act is set by rewrite when the rhs is bf16 or held compact and
+	// the backend rounds the activations of such products to bf16
+	// (SetActivations "bf16"; compact weights are then rounded to bf16
+	// too where the pair kernels run, kernels.GemmInt8DotNT and its kin:
+	// bf16Rows); and on wide16 products in bf16 over any held format
+	// (pairAct), whose rows are bf16 already.
 	bf16Act bool
 	// wide16 is set by weightDot's rewrites when the product is in 16-bit
 	// activations and its weight held quantised (int8, int4, grouped int4,

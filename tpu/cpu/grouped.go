@@ -404,7 +404,9 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 		lhs = wide.data.([]float32)
 		widenInto(lhs, in[0].data)
 	case a.bf16Act:
-		lhs = make([]float32, len(in[0].data.([]float32)))
+		rounded := st.alloc(n.inputs[0].shape)
+		defer func() { rounded.refs = 1; st.release(rounded) }()
+		lhs = rounded.data.([]float32)
 		kernels.RoundBF16(lhs, in[0].data.([]float32))
 	default:
 		lhs = in[0].data.([]float32)
