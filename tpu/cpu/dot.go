@@ -252,14 +252,22 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		if !isIdentity(a.lhsPerm, ls.Dimensions) {
 			lhs = permuted(lhs, ls, a.lhsPerm)
 		}
-		tmp := make([]float32, n.shape.Size())
+		// The widened lhs and the f32 result are scratch from the call's
+		// free lists (execDotWide16's way), not garbage at every product.
+		wide := st.alloc(shapes.Make(dtypes.Float32, ls.Dimensions...))
+		widenInto(wide.data.([]float32), lhs)
+		tmp := st.alloc(shapes.Make(dtypes.Float32, n.shape.Dimensions...))
 		b16 := *a
 		b16.rhsFrom16 = true
 		// bf16 activations hold bf16 values already: the pair kernel
 		// multiplies the same products, twice as many an instruction.
 		b16.bf16Act = n.shape.DType == dtypes.BFloat16
-		dotF32(&b16, tmp, toF32(lhs), in[1].data, rs, spans)
-		fromF32(out.data, tmp)
+		dotF32(&b16, tmp.data.([]float32), wide.data.([]float32), in[1].data, rs, spans)
+		fromF32(out.data, tmp.data.([]float32))
+		for _, s := range []*slot{wide, tmp} {
+			s.refs = 1
+			st.release(s)
+		}
 	default:
 		if err := dotGeneric(a, out.data, in[0].data, ls, in[1].data, rs); err != nil {
 			return nil, err
