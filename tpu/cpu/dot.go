@@ -254,9 +254,8 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		}
 		// The widened lhs and the f32 result are scratch from the call's
 		// free lists (execDotWide16's way), not garbage at every product.
-		wide := st.alloc(shapes.Make(dtypes.Float32, ls.Dimensions...))
+		wide, tmp := st.scratchF32(ls.Size()), st.scratchF32(n.shape.Size())
 		widenInto(wide.data.([]float32), lhs)
-		tmp := st.alloc(shapes.Make(dtypes.Float32, n.shape.Dimensions...))
 		b16 := *a
 		b16.rhsFrom16 = true
 		// bf16 activations hold bf16 values already: the pair kernel
@@ -264,10 +263,7 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		b16.bf16Act = n.shape.DType == dtypes.BFloat16
 		dotF32(&b16, tmp.data.([]float32), wide.data.([]float32), in[1].data, rs, spans)
 		fromF32(out.data, tmp.data.([]float32))
-		for _, s := range []*slot{wide, tmp} {
-			s.refs = 1
-			st.release(s)
-		}
+		st.drop(wide, tmp)
 	default:
 		if err := dotGeneric(a, out.data, in[0].data, ls, in[1].data, rs); err != nil {
 			return nil, err
@@ -316,16 +312,12 @@ func execDotWide16(st *execState, n *node, in []*slot) *slot {
 	// The widened rows and the f32 result are scratch from the call's
 	// free lists, as any node's output is (a prefill's would be tens of
 	// MB of garbage a product).
-	wide := st.alloc(shapes.Make(dtypes.Float32, ls.Dimensions...))
+	wide, tmp := st.scratchF32(ls.Size()), st.scratchF32(n.shape.Size())
 	widenInto(wide.data.([]float32), lhs)
-	tmp := st.alloc(shapes.Make(dtypes.Float32, n.shape.Dimensions...))
 	dotHeld(a, tmp.data.([]float32), wide.data.([]float32), in)
 	out := st.alloc(n.shape)
 	fromF32(out.data, tmp.data.([]float32))
-	for _, s := range []*slot{wide, tmp} {
-		s.refs = 1
-		st.release(s)
-	}
+	st.drop(wide, tmp)
 	return out
 }
 

@@ -152,9 +152,12 @@ func execUnary(st *execState, n *node, in []*slot) (*slot, error) {
 	case dt == dtypes.Bool:
 		unaryBool(n.op, out.data.([]bool), in[0].data.([]bool))
 	case is16(dt):
-		tmp := toF32(in[0].data)
+		w := st.scratchF32(flatLen(in[0].data))
+		tmp := w.data.([]float32)
+		widenInto(tmp, in[0].data)
 		unaryFloat(n.op, tmp, tmp)
 		fromF32(out.data, tmp)
+		st.drop(w)
 	default:
 		if !unaryDispatch(n.op, out.data, in[0].data) {
 			return nil, fmt.Errorf("not implemented for %s", dt)
@@ -344,15 +347,21 @@ func execBinary(st *execState, n *node, in []*slot) (*slot, error) {
 		p = makeBPlan(n.shape, ls, rs)
 	}
 	a, c := in[0].data, in[1].data
-	if is16(ls.DType) {
-		af, cf := toF32(a), toF32(c)
+	if is16(ls.DType) { // widened into scratch from the call's free lists
+		wa, wc := st.scratchF32(flatLen(a)), st.scratchF32(flatLen(c))
+		af, cf := wa.data.([]float32), wc.data.([]float32)
+		widenInto(af, a)
+		widenInto(cf, c)
 		if isCompare(n.op) {
 			binaryPlanned(n.op, p, out.data, af, cf)
+			st.drop(wa, wc)
 			return out, nil
 		}
-		tmp := make([]float32, n.shape.Size())
+		wt := st.scratchF32(n.shape.Size())
+		tmp := wt.data.([]float32)
 		binaryPlanned(n.op, p, tmp, af, cf)
 		fromF32(out.data, tmp)
+		st.drop(wa, wc, wt)
 		return out, nil
 	}
 	if !binaryPlannedAny(n.op, p, out.data, a, c) {

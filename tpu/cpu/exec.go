@@ -276,6 +276,20 @@ func (st *execState) allocOrReuse(n *node, candidates ...int) *slot {
 // buffer share a slot; both take their reference before any node runs
 // (compile.Program creates every parameter before the graph's other
 // nodes), so neither sees it released.
+// scratchF32 is n f32 values of scratch from the call's free lists, for
+// an op's working copy (16-bit values widened); st.drop gives it back.
+func (st *execState) scratchF32(n int) *slot {
+	return st.alloc(shapes.Make(dtypes.Float32, n))
+}
+
+// drop gives scratch slots back to the call's free lists.
+func (st *execState) drop(ss ...*slot) {
+	for _, s := range ss {
+		s.refs = 1
+		st.release(s)
+	}
+}
+
 func (st *execState) release(s *slot) {
 	s.refs--
 	if s.refs != 0 {

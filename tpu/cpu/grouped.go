@@ -399,13 +399,13 @@ func execGrouped(st *execState, n *node, in []*slot) (*slot, error) {
 	var lhs []float32
 	switch {
 	case a.out16: // widened: bf16 values stay exact, so no rounding either
-		wide := st.alloc(shapes.Make(dtypes.Float32, n.inputs[0].shape.Dimensions...))
-		defer func() { wide.refs = 1; st.release(wide) }()
+		wide := st.scratchF32(n.inputs[0].shape.Size())
+		defer st.drop(wide)
 		lhs = wide.data.([]float32)
 		widenInto(lhs, in[0].data)
 	case a.bf16Act:
-		rounded := st.alloc(n.inputs[0].shape)
-		defer func() { rounded.refs = 1; st.release(rounded) }()
+		rounded := st.scratchF32(n.inputs[0].shape.Size())
+		defer st.drop(rounded)
 		lhs = rounded.data.([]float32)
 		kernels.RoundBF16(lhs, in[0].data.([]float32))
 	default:
