@@ -167,12 +167,7 @@ func (m *Model) get(name string) []float64 {
 
 // swiglu is ArcticMLP under prefix p: w2(silu(w1·x) · w3·x).
 func (m *Model) swiglu(p string, x []float64) []float64 {
-	g := lmckpt.Linear64(x, m.get(p+".w1.weight"), nil)
-	u := lmckpt.Linear64(x, m.get(p+".w3.weight"), nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+".w2.weight"), nil)
+	return lmckpt.SwiGLU64(x, m.get(p+".w1.weight"), m.get(p+".w3.weight"), m.get(p+".w2.weight"))
 }
 
 // moe is ArcticMoE on one token.

@@ -226,11 +226,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 				x[t][i] += y[t][i]
 			}
 			h2 := lmckpt.RMSNorm64(x[t], m.get(p+"pre_ff_layernorm.weight"), c.Eps)
-			g, u := lmckpt.Linear64(h2, m.get(f+"gate_proj.weight"), nil), lmckpt.Linear64(h2, m.get(f+"up_proj.weight"), nil)
-			for i := range g {
-				g[i] = lmckpt.SiLU64(g[i]) * u[i]
-			}
-			d := lmckpt.Linear64(g, m.get(f+"down_proj.weight"), nil)
+			d := lmckpt.SwiGLU64(h2, m.get(f+"gate_proj.weight"), m.get(f+"up_proj.weight"), m.get(f+"down_proj.weight"))
 			for i := range x[t] {
 				x[t][i] += d[i]
 			}

@@ -158,12 +158,7 @@ func (m *Model) get(name string) []float64 {
 
 // swiglu is DeepseekMLP under prefix p on one token.
 func (m *Model) swiglu(p string, x []float64) []float64 {
-	g := lmckpt.Linear64(x, m.get(p+".gate_proj.weight"), nil)
-	u := lmckpt.Linear64(x, m.get(p+".up_proj.weight"), nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+".down_proj.weight"), nil)
+	return lmckpt.SwiGLU64(x, m.get(p+".gate_proj.weight"), m.get(p+".up_proj.weight"), m.get(p+".down_proj.weight"))
 }
 
 // moe is DeepseekMoE on one token: the softmax's TopK (ties to the lower

@@ -451,12 +451,7 @@ func (m *Model) moe(l int, h []float64) []float64 {
 // mlp is GraniteMLP (LlamaMLP) of layer prefix p on h:
 // down_proj(lmckpt.SiLU64(gate_proj(h)) · up_proj(h)), no biases.
 func (m *Model) mlp(p string, h []float64) []float64 {
-	g := lmckpt.Linear64(h, m.get(p+"mlp.gate_proj.weight"), nil)
-	u := lmckpt.Linear64(h, m.get(p+"mlp.up_proj.weight"), nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+"mlp.down_proj.weight"), nil)
+	return lmckpt.SwiGLU64(h, m.get(p+"mlp.gate_proj.weight"), m.get(p+"mlp.up_proj.weight"), m.get(p+"mlp.down_proj.weight"))
 }
 
 // ----------------------------------------------------------------------------

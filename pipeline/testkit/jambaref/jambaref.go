@@ -192,20 +192,12 @@ func (m *Model) attention(l int, h [][]float64) [][]float64 {
 	return out
 }
 
-func swiglu(h, gate, up, down []float64) []float64 {
-	g, u := lmckpt.Linear64(h, gate, nil), lmckpt.Linear64(h, up, nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, down, nil)
-}
-
 // feedForward is layer l's JambaMLP or JambaSparseMoeBlock on one token.
 func (m *Model) feedForward(l int, h []float64) []float64 {
 	c := m.C
 	p := fmt.Sprintf("model.layers.%d.feed_forward.", l)
 	if !c.sparse(l) {
-		return swiglu(h, m.get(p+"gate_proj.weight"), m.get(p+"up_proj.weight"), m.get(p+"down_proj.weight"))
+		return lmckpt.SwiGLU64(h, m.get(p+"gate_proj.weight"), m.get(p+"up_proj.weight"), m.get(p+"down_proj.weight"))
 	}
 	probs := lmckpt.Softmax64(lmckpt.Linear64(h, m.get(p+"router.weight"), nil))
 	taken := make([]bool, len(probs))
@@ -229,7 +221,7 @@ func (m *Model) feedForward(l int, h []float64) []float64 {
 		if m.Renorm {
 			w /= sum
 		}
-		y := swiglu(h, m.get(q+"gate_proj.weight"), m.get(q+"up_proj.weight"), m.get(q+"down_proj.weight"))
+		y := lmckpt.SwiGLU64(h, m.get(q+"gate_proj.weight"), m.get(q+"up_proj.weight"), m.get(q+"down_proj.weight"))
 		for i := range out {
 			out[i] += w * y[i]
 		}

@@ -269,12 +269,7 @@ func l2norm(x []float64) []float64 {
 // swiglu is an MLP under prefix p with the named matrices:
 // down(silu(gate·x) · up·x).
 func (m *Model) swiglu(p, gate, up, down string, x []float64) []float64 {
-	g := lmckpt.Linear64(x, m.get(p+gate+".weight"), nil)
-	u := lmckpt.Linear64(x, m.get(p+up+".weight"), nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+down+".weight"), nil)
+	return lmckpt.SwiGLU64(x, m.get(p+gate+".weight"), m.get(p+up+".weight"), m.get(p+down+".weight"))
 }
 
 // moe is KimiSparseMoeBlock on one token under prefix p.

@@ -507,14 +507,11 @@ func (m *Model) Attention(l int, h [][]float64) [][]float64 {
 // swiglu is w2(silu(w1·x) · w3·x) under prefix (…w1.weight), w1 and w3
 // swapped with SwapW1W3.
 func (m *Model) swiglu(p string, x []float64) []float64 {
-	g, u := lmckpt.Linear64(x, m.get(p+"w1.weight"), nil), lmckpt.Linear64(x, m.get(p+"w3.weight"), nil)
+	gate, up := m.get(p+"w1.weight"), m.get(p+"w3.weight")
 	if m.Mistakes.SwapW1W3 {
-		g, u = u, g
+		gate, up = up, gate
 	}
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+"w2.weight"), nil)
+	return lmckpt.SwiGLU64(x, gate, up, m.get(p+"w2.weight"))
 }
 
 // Route is Lfm2MoeSparseMoeBlock.route_tokens_to_experts on one token's

@@ -710,12 +710,7 @@ func (m *Model) Experts(l int, h []float64) []int {
 // mlp is Llama4TextMLP with the tensors under prefix p:
 // down_proj(lmckpt.SiLU64(gate_proj(x)) * up_proj(x)).
 func (m *Model) mlp(p string, x []float64) []float64 {
-	g := lmckpt.Linear64(x, m.get(p+"gate_proj.weight"), nil)
-	u := lmckpt.Linear64(x, m.get(p+"up_proj.weight"), nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, m.get(p+"down_proj.weight"), nil)
+	return lmckpt.SwiGLU64(x, m.get(p+"gate_proj.weight"), m.get(p+"up_proj.weight"), m.get(p+"down_proj.weight"))
 }
 
 // expert is routed expert e of layer l (Llama4TextExperts) on x [Hidden]:

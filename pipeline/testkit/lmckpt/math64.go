@@ -172,6 +172,16 @@ func TopK64(v []float64, k int) []int {
 // SiLU64 is x·sigmoid(x).
 func SiLU64(x float64) float64 { return x / (1 + math.Exp(-x)) }
 
+// SwiGLU64 is the gated MLP down·(silu(gate·x) · up·x) with the row-major
+// weights gate and up [width, len(x)] and down [out, width].
+func SwiGLU64(x, gate, up, down []float64) []float64 {
+	g, u := Linear64(x, gate, nil), Linear64(x, up, nil)
+	for i := range g {
+		g[i] = SiLU64(g[i]) * u[i]
+	}
+	return Linear64(g, down, nil)
+}
+
 // Attention64 is grouped-query scaled dot-product attention over one
 // sequence: query and key [T][heads or kvHeads][D], value
 // [T][kvHeads][Dv] (Dv may differ from D, as in MLA), query head h

@@ -206,14 +206,6 @@ func (m *Model) mla(a string, h [][]float64) [][]float64 {
 	return out
 }
 
-func swiglu(h, gate, up, down []float64) []float64 {
-	g, u := lmckpt.Linear64(h, gate, nil), lmckpt.Linear64(h, up, nil)
-	for i := range g {
-		g[i] = lmckpt.SiLU64(g[i]) * u[i]
-	}
-	return lmckpt.Linear64(g, down, nil)
-}
-
 // moe is layer l's LongcatFlashMoE on one token h.
 func (m *Model) moe(l int, h []float64) []float64 {
 	c := m.C
@@ -236,7 +228,7 @@ func (m *Model) moe(l int, h []float64) []float64 {
 			y = h
 		} else {
 			q := fmt.Sprintf("%sexperts.%d.", p, e)
-			y = swiglu(h, m.get(q+"gate_proj.weight"), m.get(q+"up_proj.weight"), m.get(q+"down_proj.weight"))
+			y = lmckpt.SwiGLU64(h, m.get(q+"gate_proj.weight"), m.get(q+"up_proj.weight"), m.get(q+"down_proj.weight"))
 		}
 		for i := range out {
 			out[i] += w * y[i]
@@ -275,7 +267,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 				if (j == 0) != m.MoEAtEnd {
 					moe[t] = m.moe(l, g)
 				}
-				add(x[t], swiglu(g, m.get(mp+"gate_proj.weight"), m.get(mp+"up_proj.weight"), m.get(mp+"down_proj.weight")))
+				add(x[t], lmckpt.SwiGLU64(g, m.get(mp+"gate_proj.weight"), m.get(mp+"up_proj.weight"), m.get(mp+"down_proj.weight")))
 			}
 		}
 		for t := range x {

@@ -341,11 +341,7 @@ func (m *Model) experts(l int, h []float64) []float64 {
 	out := make([]float64, len(h))
 	for _, e := range ids {
 		q := fmt.Sprintf("%sexperts.%d.", p, e)
-		g, u := lmckpt.Linear64(h, m.get(q+"w1.weight"), nil), lmckpt.Linear64(h, m.get(q+"w3.weight"), nil)
-		for i := range g {
-			g[i] = lmckpt.SiLU64(g[i]) * u[i]
-		}
-		y := lmckpt.Linear64(g, m.get(q+"w2.weight"), nil)
+		y := lmckpt.SwiGLU64(h, m.get(q+"w1.weight"), m.get(q+"w3.weight"), m.get(q+"w2.weight"))
 		for i := range out {
 			out[i] += probs[e] / sum * y[i]
 		}
