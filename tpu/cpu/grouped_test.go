@@ -3,7 +3,6 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
@@ -281,7 +280,7 @@ func TestGroupedExpertDotInt8BF16(t *testing.T) {
 	x, q, s := data[0].([]float32), data[1].([]int8), data[2].([]float32)
 	xr := make([]float32, len(x))
 	kernels.RoundBF16(xr, x)
-	pairs := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
+	pairs := pairKernels()
 	want := make([]float64, p*n)
 	for i, ex := range ids {
 		for o := range n {

@@ -120,6 +120,13 @@ var (
 	}, func(p []*graph.Node, dt dtypes.DType) *graph.Node { return nn.DequantizeMXFP4(p[0], p[1], dt) }, nil}
 )
 
+// pairKernels reports whether the bf16 pair kernels run on this machine
+// (AVX512_BF16 at the AVX-512 dispatch level): products of 16 rows or
+// more with bf16 activations then round a compact weight to bf16.
+func pairKernels() bool {
+	return kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
+}
+
 // flatTensor is a tensor of randFlat's bf16 or f16 values.
 func flatTensor(flat any, dims ...int) *tensors.Tensor {
 	switch f := flat.(type) {
@@ -275,7 +282,7 @@ func TestHeldWeights16(t *testing.T) {
 		want, mass := want16(t, ref, dt, f, flatOf(rows), ids, parts, n, k, rounded)
 		within16(t, name, dt, got, want, mass)
 	}
-	pairKernel := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
+	pairKernel := pairKernels()
 	for _, dt := range []dtypes.DType{dtypes.BFloat16, dtypes.Float16} {
 		for _, f := range []heldForm{heldInt8, heldInt4, heldInt4Groups, heldActOrder, heldFP8, heldNVFP4, heldFP4Groups} {
 			for _, m := range []int{1, 5, 20} {
@@ -329,7 +336,7 @@ func TestBF16ActivationsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n, k = 24, 128
-	pairKernel := kernels.Dispatch() == "avx512" && slices.Contains(kernels.Features(), "avx512_bf16")
+	pairKernel := pairKernels()
 	check := func(name string, f heldForm, prod product, inputs []any, ids []int32, parts []any, rounded func(int) bool) {
 		out, err := graph.ExecOnce(bf, func(in []*graph.Node) *graph.Node {
 			return prod(in, func(p []*graph.Node) *graph.Node { return f.form(p, dtypes.Float32) })
