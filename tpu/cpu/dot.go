@@ -248,22 +248,12 @@ func execDot(st *execState, n *node, in []*slot) (*slot, error) {
 		dotF32(a, out.data.([]float32), f32LHS(a, in[0], ls), in[1].data, rs, spans)
 	case is16(n.shape.DType):
 		// 16-bit activations: lhs to f32, rhs read as 16-bit, result back.
-		lhs := in[0].data
-		if !isIdentity(a.lhsPerm, ls.Dimensions) {
-			lhs = permuted(lhs, ls, a.lhsPerm)
-		}
-		// The widened lhs and the f32 result are scratch from the call's
-		// free lists (execDotWide16's way), not garbage at every product.
-		wide, tmp := st.scratchF32(ls.Size()), st.scratchF32(n.shape.Size())
-		widenInto(wide.data.([]float32), lhs)
 		b16 := *a
 		b16.rhsFrom16 = true
 		// bf16 activations hold bf16 values already: the pair kernel
 		// multiplies the same products, twice as many an instruction.
 		b16.bf16Act = n.shape.DType == dtypes.BFloat16
-		dotF32(&b16, tmp.data.([]float32), wide.data.([]float32), in[1].data, rs, spans)
-		fromF32(out.data, tmp.data.([]float32))
-		st.drop(wide, tmp)
+		widened(st, n, in[0].data, out, func(res, lhs []float32) { dotF32(&b16, res, lhs, in[1].data, rs, spans) })
 	default:
 		if err := dotGeneric(a, out.data, in[0].data, ls, in[1].data, rs); err != nil {
 			return nil, err
@@ -304,21 +294,25 @@ func dotHeld(a *dotAux, out, lhs []float32, in []*slot) {
 // is never dequantised.
 func execDotWide16(st *execState, n *node, in []*slot) *slot {
 	a := n.aux.(*dotAux)
-	ls := n.inputs[0].shape
-	lhs := in[0].data
+	out := st.alloc(n.shape)
+	widened(st, n, in[0].data, out, func(res, lhs []float32) { dotHeld(a, res, lhs, in) })
+	return out
+}
+
+// widened runs a 16-bit product's f32 body: the lhs permuted where the
+// product's axes ask, widened to f32, f's result rounded into out. The
+// widened lhs and the f32 result are scratch from the call's free lists,
+// not garbage at every product (a prefill's would be tens of MB).
+func widened(st *execState, n *node, lhs any, out *slot, f func(res, lhs []float32)) {
+	a, ls := n.aux.(*dotAux), n.inputs[0].shape
 	if !isIdentity(a.lhsPerm, ls.Dimensions) {
 		lhs = permuted(lhs, ls, a.lhsPerm)
 	}
-	// The widened rows and the f32 result are scratch from the call's
-	// free lists, as any node's output is (a prefill's would be tens of
-	// MB of garbage a product).
-	wide, tmp := st.scratchF32(ls.Size()), st.scratchF32(n.shape.Size())
+	wide, res := st.scratchF32(ls.Size()), st.scratchF32(n.shape.Size())
 	widenInto(wide.data.([]float32), lhs)
-	dotHeld(a, tmp.data.([]float32), wide.data.([]float32), in)
-	out := st.alloc(n.shape)
-	fromF32(out.data, tmp.data.([]float32))
-	st.drop(wide, tmp)
-	return out
+	f(res.data.([]float32), wide.data.([]float32))
+	fromF32(out.data, res.data.([]float32))
+	st.drop(wide, res)
 }
 
 // widenInto writes flat's bf16 or f16 values into dst as f32.
