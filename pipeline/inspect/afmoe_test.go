@@ -1,12 +1,10 @@
 package inspect_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/config"
 	_ "github.com/tputool/tputool/pipeline/afmoe"
 	"github.com/tputool/tputool/pipeline/inspect"
@@ -47,15 +45,7 @@ func TestAfmoe(t *testing.T) {
 			t.Errorf("no %s among the release's names", n)
 		}
 	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 4096, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 4096, DType: "bf16"})
 	const total, active = 19_232_600_000, 3_678_547_904
 	if params != total || r.Params.Used != total || r.Params.Active != active {
 		t.Errorf("parameters %d, used %d, active %d; want %d, %d active", params, r.Params.Used, r.Params.Active, total, active)

@@ -1,7 +1,6 @@
 package inspect_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/loader/config"
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/inspect"
@@ -44,15 +42,7 @@ func TestDeepSeekV3(t *testing.T) {
 	rel.add( // two of the MTP layer's
 		lm.WeightSpec{Name: "model.layers.61.enorm.weight", Shape: []int{7168}},
 		lm.WeightSpec{Name: "model.layers.61.eh_proj.weight", Shape: []int{7168, 14336}})
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 671_026_419_200 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 671,026,419,200", params, r.Params.Used)
 	}
@@ -92,15 +82,7 @@ func TestDeepSeekV32(t *testing.T) {
 	}
 	var rel released
 	params := rel.add(lm.Weights(model)...)
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 671_877_944_064 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 671,877,944,064", params, r.Params.Used)
 	}
@@ -134,15 +116,7 @@ func TestGLM45Air(t *testing.T) {
 	rel.add( // two of the MTP layer's
 		lm.WeightSpec{Name: "model.layers.46.enorm.weight", Shape: []int{4096}},
 		lm.WeightSpec{Name: "model.layers.46.eh_proj.weight", Shape: []int{4096, 8192}})
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 106_852_251_264 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 106,852,251,264", params, r.Params.Used)
 	}
@@ -177,15 +151,7 @@ func TestMiniMaxM25(t *testing.T) {
 	rel.add(
 		lm.WeightSpec{Name: "model.mtp_modules.0.enorm.weight", Shape: []int{3072}},
 		lm.WeightSpec{Name: "model.layers.62.self_attn.q_proj.weight", Shape: []int{6144, 3072}})
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 228_689_764_864 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 228,689,764,864", params, r.Params.Used)
 	}
@@ -214,15 +180,7 @@ func TestMiniMaxText01(t *testing.T) {
 	dir, model := realConfig(t, "minimax_text_01")
 	var rel released
 	params := rel.add(lm.Weights(model)...)
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 456_089_655_296 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 456,089,655,296", params, r.Params.Used)
 	}
@@ -278,15 +236,7 @@ func TestDeepSeekV2Lite(t *testing.T) {
 	dir, model := realConfig(t, "deepseek_v2_lite")
 	var rel released
 	params := rel.add(lm.Weights(model)...)
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if params != 15_706_484_224 || r.Params.Used != params {
 		t.Errorf("parameters %d, used %d; want 15,706,484,224", params, r.Params.Used)
 	}

@@ -66,15 +66,7 @@ func TestLFM2FullAttnIdxs(t *testing.T) {
 	dir, model := realConfig(t, "lfm2_1_2b")
 	var rel released
 	rel.add(lm.Weights(model)...)
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 2, Context: 4096, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 2, Context: 4096, DType: "bf16"})
 	if tx := r.Text; tx.ConvLayers != 10 || tx.FullAttentionLayers != 6 || tx.TiedEmbeddings != nil {
 		t.Errorf("layers: %d conv, %d attention, tied %v; want 10, 6, unsaid", tx.ConvLayers, tx.FullAttentionLayers, tx.TiedEmbeddings)
 	}

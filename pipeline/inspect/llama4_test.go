@@ -1,12 +1,9 @@
 package inspect_test
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
 	_ "github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -42,15 +39,7 @@ func TestLlama4Scout(t *testing.T) {
 		rel.names = append(rel.names, name)
 		rel.shapes[name] = shape
 	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	if b := float64(params) / 1e9; b < 107.5 || b > 108.2 || r.Params.Used != params {
 		t.Errorf("parameters %d (%.4gB), used %d; want about 107.8B, all used", params, b, r.Params.Used)
 	}

@@ -1,11 +1,8 @@
 package inspect_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/mixtral"
@@ -22,15 +19,7 @@ func TestMixtral8x7B(t *testing.T) {
 	if _, ok := rel.shapes["model.layers.31.block_sparse_moe.experts.7.w2.weight"]; !ok || len(rel.names) != 2+1+32*(4+2+1+8*3) {
 		t.Fatalf("%d tensors, want the release's 995 with block_sparse_moe.experts.E.w1/w2/w3", len(rel.names))
 	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	const total, active = 46_702_792_704, 12_879_925_248 // two of the eight experts' 3·14336·4096 a layer
 	if params != total || r.Params.Used != total || r.Params.Active != active {
 		t.Errorf("parameters %d, used %d, active %d; want %d, %d active", params, r.Params.Used, r.Params.Active, total, active)

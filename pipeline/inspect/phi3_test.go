@@ -1,11 +1,8 @@
 package inspect_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
-	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/lm"
 	_ "github.com/tputool/tputool/pipeline/phi3"
@@ -24,15 +21,7 @@ func TestPhi35MoE(t *testing.T) {
 			t.Errorf("no %s among the release's names", n)
 		}
 	}
-	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), rel.names, rel.shapes)
-	m, err := resolve(context.Background(), dir, loader.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := rel.inspect(t, dir, inspect.Options{Batch: 1, Context: 32768, DType: "bf16"})
 	const total, active = 41_873_153_344, 6_640_999_744
 	if params != total || r.Params.Used != total || r.Params.Active != active {
 		t.Errorf("parameters %d, used %d, active %d; want %d, %d active", params, r.Params.Used, r.Params.Active, total, active)

@@ -43,6 +43,22 @@ type released struct {
 	shapes map[string][]int
 }
 
+// inspect writes the listed tensors as dir's sparse checkpoint, resolves
+// dir and inspects it under o.
+func (r *released) inspect(t *testing.T, dir string, o inspect.Options) *inspect.Report {
+	t.Helper()
+	writeSparseCheckpoint(t, filepath.Join(dir, "model.safetensors"), r.names, r.shapes)
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := inspect.Run(context.Background(), m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // add lists ws and returns their parameter count (the model's, stacks
 // whole).
 func (r *released) add(ws ...lm.WeightSpec) int64 {
