@@ -182,6 +182,35 @@ func SwiGLU64(x, gate, up, down []float64) []float64 {
 	return Linear64(g, down, nil)
 }
 
+// RopeAttention64 is Llama's attention over one sequence h [T][hidden]
+// at positions 0..T-1: the projections prefix+"q_proj.weight", "k_proj",
+// "v_proj" and "o_proj" (from get), heads query and kvHeads key/value
+// heads of D, the first rot dims of each query and key rotated
+// rotate-half (base theta), causal, scaled by 1/√D.
+func RopeAttention64(h [][]float64, get func(string) []float64, prefix string, heads, kvHeads, D, rot int, theta float64) [][]float64 {
+	split := func(x []float64, name string, n, pos int, turn bool) [][]float64 {
+		all := Linear64(x, get(prefix+name+".weight"), nil)
+		out := make([][]float64, n)
+		for i := range out {
+			out[i] = all[i*D : (i+1)*D]
+			if turn {
+				out[i] = RotateHalf64(out[i], pos, theta, rot)
+			}
+		}
+		return out
+	}
+	q, k, v := make([][][]float64, len(h)), make([][][]float64, len(h)), make([][][]float64, len(h))
+	for t := range h {
+		q[t], k[t], v[t] = split(h[t], "q_proj", heads, t, true), split(h[t], "k_proj", kvHeads, t, true), split(h[t], "v_proj", kvHeads, t, false)
+	}
+	att := Attention64(q, k, v, 1/math.Sqrt(float64(D)), nil)
+	out := make([][]float64, len(h))
+	for t := range att {
+		out[t] = Linear64(att[t], get(prefix+"o_proj.weight"), nil)
+	}
+	return out
+}
+
 // Attention64 is grouped-query scaled dot-product attention over one
 // sequence: query and key [T][heads or kvHeads][D], value
 // [T][kvHeads][Dv] (Dv may differ from D, as in MLA), query head h

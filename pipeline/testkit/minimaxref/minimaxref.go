@@ -304,27 +304,7 @@ func (m *Model) attention(l int, h [][]float64) [][]float64 {
 	if m.WholeRotary {
 		rot = D
 	}
-	heads := func(x []float64, name string, n, pos int, turn bool) [][]float64 {
-		all := lmckpt.Linear64(x, m.get(p+name+".weight"), nil)
-		out := make([][]float64, n)
-		for i := range out {
-			out[i] = all[i*D : (i+1)*D]
-			if turn {
-				out[i] = lmckpt.RotateHalf64(out[i], pos, c.Theta, rot)
-			}
-		}
-		return out
-	}
-	q, k, v := make([][][]float64, len(h)), make([][][]float64, len(h)), make([][][]float64, len(h))
-	for t := range h {
-		q[t], k[t], v[t] = heads(h[t], "q_proj", c.Heads, t, true), heads(h[t], "k_proj", c.KVHeads, t, true), heads(h[t], "v_proj", c.KVHeads, t, false)
-	}
-	att := lmckpt.Attention64(q, k, v, 1/math.Sqrt(float64(D)), nil)
-	out := make([][]float64, len(h))
-	for t := range att {
-		out[t] = lmckpt.Linear64(att[t], m.get(p+"o_proj.weight"), nil)
-	}
-	return out
+	return lmckpt.RopeAttention64(h, m.get, p, c.Heads, c.KVHeads, D, rot, c.Theta)
 }
 
 // experts is layer l's MiniMaxSparseMoeBlock on one token: the softmax's
