@@ -401,3 +401,43 @@ func BenchmarkInt4Levels(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGEMMLongM is a prefill's products (512 rows, the 1024-wide
+// Llama's attention and MLP shapes) over every way a weight is held, 16-bit
+// and compact, with f32 and bf16 activations: the compact ones decode B
+// block by block, so what they cost over bf16 is the decoding.
+func BenchmarkGEMMLongM(b *testing.B) {
+	for _, sh := range [][3]int{{512, 1024, 1024}, {512, 2816, 1024}, {512, 1024, 2816}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		r := rand.New(rand.NewPCG(3, 3))
+		a := randMat(r, m, k, k)
+		c := make([]float32, m*n)
+		w16 := make([]uint16, n*k)
+		for j := range w16 {
+			w16[j] = uint16(0x3c00 + r.IntN(0x400))
+		}
+		q, sc := QuantizeInt8(randMat(r, n, k, k), n, k, 64)
+		f8, f8s, _ := fp8Case(r, n, k, k, 128, 128)
+		g4, g4s, g4m, _ := int4GroupsCase(r, n, k, 128, true)
+		for _, v := range []struct {
+			name string
+			call func()
+		}{
+			{"bf16", func() { GemmBF16NT(m, n, k, a, k, w16, k, c, n) }},
+			{"bf16-bf16act", func() { GemmBF16DotNT(m, n, k, a, k, w16, k, c, n) }},
+			{"int8", func() { GemmInt8NT(m, n, k, a, k, q, k, sc, 64, c, n) }},
+			{"int8-bf16act", func() { GemmInt8DotNT(m, n, k, a, k, q, k, sc, 64, c, n) }},
+			{"fp8", func() { GemmFP8NT(m, n, k, a, k, f8, k, f8s, 128, 128, c, n) }},
+			{"fp8-bf16act", func() { GemmFP8DotNT(m, n, k, a, k, f8, k, f8s, 128, 128, c, n) }},
+			{"int4g", func() { GemmInt4GroupsNT(m, n, k, a, k, g4, g4s, g4m, 128, c, n) }},
+			{"int4g-bf16act", func() { GemmInt4GroupsDotNT(m, n, k, a, k, g4, g4s, g4m, 128, c, n) }},
+		} {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", v.name, m, n, k), func(b *testing.B) {
+				for b.Loop() {
+					v.call()
+				}
+				b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

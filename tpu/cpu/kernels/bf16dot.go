@@ -44,7 +44,7 @@ func GemmBF16DotNT(m, n, k int, a []float32, lda int, b []uint16, ldb int, c []f
 		gemmBF16DotSmallM(ntBF16Dot, m, n, k, ab, b, ldb, c, ldc)
 		return
 	}
-	ntDrive(ntBF16Dot, m, n, k, ab, k, inPlaceB(b, ldb), c, ldc)
+	ntDrive(ntBF16Dot, m, n, k, ab, k, inPlaceB(b, ldb), false, c, ldc)
 }
 
 // One row is a GEMV, bound by streaming B, which the f32 kernels on the
@@ -100,7 +100,7 @@ func gemmWidenedDot(m, n, k int, ab []uint16, widen bConverter, c []float32, ldc
 			roundBF16(u, f)
 			return u, 0, kc
 		}, func() { i8Scratch.Put(s) }
-	}, c, ldc)
+	}, true, c, ldc)
 }
 
 // pairRows reports whether a product of m rows over k with bf16

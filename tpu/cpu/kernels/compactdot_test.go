@@ -90,7 +90,7 @@ func TestGemmCompactDotNT(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	forEachLevel(t, func(t *testing.T) {
 		for _, f := range compactDots {
-			for _, sh := range []shape{{1, 7, 64}, {5, 33, 128}, {16, 20, 96}, {40, 70, 320}, {130, 9, 2112}} {
+			for _, sh := range []shape{{1, 7, 64}, {5, 33, 128}, {16, 20, 96}, {40, 70, 320}, {130, 9, 2112}, {300, 70, 1088}} {
 				m, n, k := sh.m, sh.n, sh.k
 				lda, ldc := k+2, n+1
 				a := randMat(r, m, k, lda)

@@ -112,7 +112,7 @@ var ntScratch = sync.Pool{New: func() any {
 // otherwise conv widens it block by block.
 func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConverter, c []float32, ldc int) {
 	if conv == nil {
-		ntDrive(currentNTKernel(), m, n, k, a, lda, inPlaceB(b, ldb), c, ldc)
+		ntDrive(currentNTKernel(), m, n, k, a, lda, inPlaceB(b, ldb), false, c, ldc)
 		return
 	}
 	ntDrive(currentNTKernel(), m, n, k, a, lda, func() (ntBlock[float32], func()) {
@@ -121,7 +121,7 @@ func gemmNT(m, n, k int, a []float32, lda int, b []float32, ldb int, conv bConve
 			conv(*scratch, j0, nb, p0, kc)
 			return *scratch, 0, kc
 		}, func() { ntScratch.Put(scratch) }
-	}, c, ldc)
+	}, true, c, ldc)
 }
 
 // ntBlock gives the B rows [j0, j0+nb), columns [p0, p0+kc) of one tile as
@@ -138,8 +138,16 @@ func inPlaceB[T float32 | uint16](b []T, ldb int) func() (ntBlock[T], func()) {
 // ntDrive walks the tiles of C = A·Bᵀ over the pool. Each worker gets its
 // B access from newBlock (and hands it back through the release func), so
 // that a widening source owns one scratch per worker.
+//
+// With decodes (newBlock widens or decodes B into its scratch) the tiles
+// are taken B block by B block: the tiles a worker claims that share a B
+// block get it decoded once for each chunk of k, where the A-major order
+// decoded it again for every ntMB rows of A. A prefill of 512 rows over
+// int4 weights decoded each block four times. In-place B (no decoding)
+// keeps the A-major order, under which a tile's rows of A stay in cache
+// across B blocks.
 func ntDrive[T float32 | uint16](kern ntKernelOf[T], m, n, k int, a []T, lda int,
-	newBlock func() (ntBlock[T], func()), c []float32, ldc int) {
+	newBlock func() (ntBlock[T], func()), decodes bool, c []float32, ldc int) {
 	if emptyProduct(m, n, k, c, ldc) {
 		return
 	}
@@ -154,64 +162,91 @@ func ntDrive[T float32 | uint16](kern ntKernelOf[T], m, n, k int, a []T, lda int
 		defer release()
 		var tmp [16]float32
 		var ar, br [4][]T // on the heap (kern.fn is a variable): once a chunk
-		for t := lo; t < hi; t++ {
-			i0 := (t / nBlocks) * ntMB
-			j0 := (t % nBlocks) * ntNB
-			mb := min(ntMB, m-i0)
-			nb := min(ntNB, n-j0)
-			for p0 := 0; p0 < k; p0 += kc {
-				kcT := min(kc, k-p0)
-				kFull := kcT / kstep * kstep
-				acc := p0 > 0
-				bb, bOff, bld := block(j0, nb, p0, kcT)
-				for ii := 0; ii < mb; ii += mr {
-					rows := min(mr, mb-ii)
-					aOff := (i0+ii)*lda + p0
-					for i := range mr {
-						o := aOff + min(i, rows-1)*lda
-						ar[i] = a[o : o+kcT]
+		// tile multiplies the rows [i0, i0+mb) of A by B block bb (the
+		// rows [j0, j0+nb), columns [p0, p0+kcT) of B, from bOff, stride
+		// bld) into C.
+		tile := func(i0, mb, j0, nb, p0, kcT int, bb []T, bOff, bld int) {
+			kFull := kcT / kstep * kstep
+			acc := p0 > 0
+			for ii := 0; ii < mb; ii += mr {
+				rows := min(mr, mb-ii)
+				aOff := (i0+ii)*lda + p0
+				for i := range mr {
+					o := aOff + min(i, rows-1)*lda
+					ar[i] = a[o : o+kcT]
+				}
+				for jj := 0; jj < nb; jj += 4 {
+					cols := min(4, nb-jj)
+					cOff := (i0+ii)*ldc + j0 + jj
+					bo := bOff + jj*bld
+					for j := range 4 {
+						o := bo + min(j, cols-1)*bld
+						br[j] = bb[o : o+kcT]
 					}
-					for jj := 0; jj < nb; jj += 4 {
-						cols := min(4, nb-jj)
-						cOff := (i0+ii)*ldc + j0 + jj
-						bo := bOff + jj*bld
-						for j := range 4 {
-							o := bo + min(j, cols-1)*bld
-							br[j] = bb[o : o+kcT]
-						}
-						switch {
-						case kFull == 0:
-							if !acc {
-								for i := 0; i < rows; i++ {
-									clear(c[cOff+i*ldc : cOff+i*ldc+cols])
-								}
-							}
-						case rows == mr && cols == 4:
-							kern.fn(&ar, &br, kFull, c[cOff:cOff+(mr-1)*ldc+4], ldc, acc)
-						default:
-							// Edge tile: the missing rows repeat the last
-							// valid one; compute into tmp, keep the valid part.
-							kern.fn(&ar, &br, kFull, tmp[:], 4, false)
+					switch {
+					case kFull == 0:
+						if !acc {
 							for i := 0; i < rows; i++ {
-								for j := 0; j < cols; j++ {
-									if acc {
-										c[cOff+i*ldc+j] += tmp[i*4+j]
-									} else {
-										c[cOff+i*ldc+j] = tmp[i*4+j]
-									}
+								clear(c[cOff+i*ldc : cOff+i*ldc+cols])
+							}
+						}
+					case rows == mr && cols == 4:
+						kern.fn(&ar, &br, kFull, c[cOff:cOff+(mr-1)*ldc+4], ldc, acc)
+					default:
+						// Edge tile: the missing rows repeat the last
+						// valid one; compute into tmp, keep the valid part.
+						kern.fn(&ar, &br, kFull, tmp[:], 4, false)
+						for i := 0; i < rows; i++ {
+							for j := 0; j < cols; j++ {
+								if acc {
+									c[cOff+i*ldc+j] += tmp[i*4+j]
+								} else {
+									c[cOff+i*ldc+j] = tmp[i*4+j]
 								}
 							}
 						}
-						if kFull < kcT {
-							for i := 0; i < rows; i++ {
-								for j := 0; j < cols; j++ {
-									c[cOff+i*ldc+j] += kern.dot(ar[i][kFull:], br[j][kFull:])
-								}
+					}
+					if kFull < kcT {
+						for i := 0; i < rows; i++ {
+							for j := 0; j < cols; j++ {
+								c[cOff+i*ldc+j] += kern.dot(ar[i][kFull:], br[j][kFull:])
 							}
 						}
 					}
 				}
 			}
+		}
+		if !decodes {
+			for t := lo; t < hi; t++ {
+				i0 := (t / nBlocks) * ntMB
+				j0 := (t % nBlocks) * ntNB
+				mb := min(ntMB, m-i0)
+				nb := min(ntNB, n-j0)
+				for p0 := 0; p0 < k; p0 += kc {
+					kcT := min(kc, k-p0)
+					bb, bOff, bld := block(j0, nb, p0, kcT)
+					tile(i0, mb, j0, nb, p0, kcT, bb, bOff, bld)
+				}
+			}
+			return
+		}
+		// B-major: task t is B block t/mBlocks, A rows (t%mBlocks)·ntMB.
+		// The claimed tasks of one B block take each chunk of k in turn,
+		// which keeps each tile's chunks in order (acc).
+		for t := lo; t < hi; {
+			jb := t / mBlocks
+			end := min(hi, (jb+1)*mBlocks)
+			j0 := jb * ntNB
+			nb := min(ntNB, n-j0)
+			for p0 := 0; p0 < k; p0 += kc {
+				kcT := min(kc, k-p0)
+				bb, bOff, bld := block(j0, nb, p0, kcT)
+				for u := t; u < end; u++ {
+					i0 := (u % mBlocks) * ntMB
+					tile(i0, min(ntMB, m-i0), j0, nb, p0, kcT, bb, bOff, bld)
+				}
+			}
+			t = end
 		}
 	})
 }

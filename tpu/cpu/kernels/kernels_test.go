@@ -156,10 +156,11 @@ func testShapes(r *rand.Rand) []shape {
 	s := []shape{
 		{1, 1, 1}, {1, 70, 70}, {2, 3, 5}, {7, 9, 17}, {8, 32, 16}, {1, 33, 15},
 		{1, 300, 768}, {1, 257, 513}, {5, 100, 300}, // GEMV / kc boundary
-		{130, 70, 300}, // crosses mcBlock and kcBlock
-		{129, 600, 33}, // crosses ncMax
-		{64, 1030, 64}, // many n tiles
-		{9, 21, 2100},  // k in three chunks
+		{130, 70, 300},  // crosses mcBlock and kcBlock
+		{129, 600, 33},  // crosses ncMax
+		{64, 1030, 64},  // many n tiles
+		{9, 21, 2100},   // k in three chunks
+		{260, 70, 1100}, // B blocks decoded once for three blocks of A rows, k in two chunks
 	}
 	for range 25 {
 		s = append(s, shape{1 + r.IntN(70), 1 + r.IntN(70), 1 + r.IntN(70)})
@@ -229,13 +230,17 @@ func TestGemmThreads(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, th := range []int{1, 2, 3, 8} {
 		SetThreads(th)
-		for _, sh := range []shape{{1, 517, 96}, {40, 300, 100}, {129, 65, 257}} {
-			a := randMat(r, sh.m, sh.k, sh.k)
-			w := makeWeights(r, "f32", sh.n, sh.k, sh.k)
-			c := randMat(r, sh.m, sh.n, sh.n)
-			w.gemmNT(sh.m, sh.n, sh.k, a, sh.k, c, sh.n)
-			checkC(t, fmt.Sprintf("threads=%d %v", th, sh), sh.m, sh.n, sh.k, a, sh.k,
-				func(_, j, p int) float64 { return w.widen(j, p) }, c, sh.n)
+		// int8 B is decoded block by block, and its tiles are taken B
+		// block by B block: one thread claims them all, many split them.
+		for _, sh := range []shape{{1, 517, 96}, {40, 300, 100}, {129, 65, 257}, {400, 130, 1100}} {
+			for _, dt := range []string{"f32", "int8"} {
+				a := randMat(r, sh.m, sh.k, sh.k)
+				w := makeWeights(r, dt, sh.n, sh.k, sh.k)
+				c := randMat(r, sh.m, sh.n, sh.n)
+				w.gemmNT(sh.m, sh.n, sh.k, a, sh.k, c, sh.n)
+				checkC(t, fmt.Sprintf("threads=%d %s %v", th, dt, sh), sh.m, sh.n, sh.k, a, sh.k,
+					func(_, j, p int) float64 { return w.widen(j, p) }, c, sh.n)
+			}
 		}
 	}
 }
