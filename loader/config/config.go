@@ -174,3 +174,24 @@ func (m *File) Decode(v any) error {
 
 // Has reports whether the field is present.
 func (m *File) Has(field string) bool { _, ok := m.Raw[field]; return ok }
+
+// RopeFields are the top-level fields transformers' rotary embeddings
+// read: a class without a rotary, or with a fixed one, reads none of them.
+var RopeFields = []string{"rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor"}
+
+// Without returns a copy of m whose Raw lacks the named top-level fields
+// (an architecture's resolver hiding fields its class never reads, such as
+// the rope fields of a model without a rotary, from a shared resolver).
+// The fields' decoded copies in m stay as they are.
+func (m *File) Without(fields ...string) *File {
+	raw := make(map[string]json.RawMessage, len(m.Raw))
+	for k, v := range m.Raw {
+		raw[k] = v
+	}
+	for _, f := range fields {
+		delete(raw, f)
+	}
+	c := *m
+	c.Raw = raw
+	return &c
+}

@@ -108,3 +108,17 @@ func TestPythonJSON(t *testing.T) {
 		t.Error("valid JSON was copied")
 	}
 }
+
+func TestWithout(t *testing.T) {
+	m, err := ParseModel([]byte(`{"architectures": ["GPT2LMHeadModel"], "rope_theta": 5, "rope_scaling": {"rope_type": "yarn"}, "n_embd": 8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := m.Without(RopeFields...)
+	if w.Has("rope_theta") || w.Has("rope_scaling") || !w.Has("n_embd") || w.Architecture() != "GPT2LMHeadModel" {
+		t.Errorf("without the rope fields: %v", w.Raw)
+	}
+	if !m.Has("rope_theta") || !m.Has("rope_scaling") {
+		t.Errorf("the original lost its fields: %v", m.Raw)
+	}
+}

@@ -18,7 +18,6 @@
 package gptj
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -96,17 +95,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	c.AttentionBias, c.MLPBias = false, false
 	// The rotary is GPT-J's own: base 10000 over rotary_dim dims (built
 	// below); no rope field of the config is read.
-	raw := make(map[string]json.RawMessage, len(cfg.Raw))
-	for k, v := range cfg.Raw {
-		switch k {
-		case "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor":
-		default:
-			raw[k] = v
-		}
-	}
-	withRope := *cfg
-	withRope.Raw = raw
-	o, err := c.Config.Resolve(&withRope, Defaults)
+	o, err := c.Config.Resolve(cfg.Without(config.RopeFields...), Defaults)
 	if err != nil {
 		return llama.Options{}, err
 	}

@@ -23,6 +23,7 @@ package llama
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive
@@ -180,7 +181,24 @@ type Options struct {
 	// FinalNorm names the final norm, "model.norm" when empty
 	// (Falcon-H1's "model.final_layernorm").
 	FinalNorm string
+	// Positions is a learned absolute position embedding:
+	// model.embed_positions.weight [Positions.Rows, hidden] (GPT-2's
+	// wpe), its row for each token's position added to the token's
+	// embedding (zero Rows: none).
+	Positions Positions
 }
+
+// Positions is a learned absolute position embedding. Layer 0 adds it to
+// its input (the token embeddings, which the step's positions do not
+// reach), so layer 0 lists its table and runs a graph of its own.
+type Positions struct {
+	// Rows is the table's length: positions at or past it are refused
+	// by Spec.MaxPositions, which is at most Rows.
+	Rows int
+}
+
+// PositionsWeight is the learned position embedding's name.
+const PositionsWeight = "model.embed_positions.weight"
 
 // Norms names a decoder layer's norms, "" for none: PreAttn norms the
 // attention's input, PostAttn its output before it joins the residual,
@@ -327,10 +345,15 @@ func (m *Model) rmsNorm(x, w *Node) *Node {
 	return nn.RMSNorm(x, w, m.o.Eps, false)
 }
 
-// LayerWeights implements lm.Model.
+// LayerWeights implements lm.Model: with learned positions, layer 0's
+// begin with their table.
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	s := &m.o.Spec
-	ws := m.AttentionWeights(i)
+	var ws []lm.WeightSpec
+	if i == 0 && m.o.Positions.Rows > 0 {
+		ws = append(ws, lm.WeightSpec{Name: PositionsWeight, Shape: []int{m.o.Positions.Rows, s.Hidden}})
+	}
+	ws = append(ws, m.AttentionWeights(i)...)
 	p := fmt.Sprintf("model.layers.%d.", i)
 	add := func(name string, matmul bool, tp lm.TPSplit, shape ...int) {
 		ws = append(ws, lm.WeightSpec{Name: p + name, Shape: shape, Matmul: matmul, TP: tp})
@@ -478,6 +501,9 @@ func (m *Model) Residual(h *Node) *Node {
 // Layer implements lm.Model: LlamaDecoderLayer, pre-norm attention then
 // pre-norm MLP, each with a residual connection.
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
+	if i == 0 && m.o.Positions.Rows > 0 {
+		x = m.addPositions(w, x, step)
+	}
 	if m.o.Parallel {
 		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
 		h := m.maybeNorm(p, m.o.Norms.PreAttn, x)
@@ -490,6 +516,16 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 	x, h, kv := m.Attend(i, w, x, state, step)
 	x = Add(x, m.Residual(m.PostMLP(i, w, m.mlp(w.Scope(fmt.Sprintf("model.layers.%d.mlp", i)), h))))
 	return x, kv
+}
+
+// addPositions adds to x [B, T, H] the learned position embedding's row
+// for each token's position (GPT2Model's inputs_embeds +
+// position_embeds); padding slots, whose positions are negative, read
+// row 0.
+func (m *Model) addPositions(w *lm.Params, x *Node, step *lm.Step) *Node {
+	pos := ClipScalar(step.Positions, 0, float64(m.o.Positions.Rows-1))
+	e := Gather(w.Get(PositionsWeight), InsertAxes(pos, -1)) // [B, T, H]
+	return Add(x, ConvertDType(e, x.DType()))
 }
 
 // PostMLP is layer i's MLP (or experts') output y as it joins the
@@ -536,11 +572,17 @@ func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope
 
 // LayerVariant implements lm.Varianter: "nope" for a layer without the
 // rotary embedding, whose graph differs from its kind's rotating layers'.
+// With learned positions layer 0, which adds them, is "positions" as
+// well.
 func (m *Model) LayerVariant(i int) string {
-	if m.rotates(i) {
-		return ""
+	var v []string
+	if !m.rotates(i) {
+		v = append(v, "nope")
 	}
-	return "nope"
+	if i == 0 && m.o.Positions.Rows > 0 {
+		v = append(v, "positions")
+	}
+	return strings.Join(v, "+")
 }
 
 var _ lm.Varianter = (*Model)(nil)

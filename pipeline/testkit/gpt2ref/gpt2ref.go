@@ -1,0 +1,242 @@
+// Package gpt2ref is a plain-Go float64 forward pass of GPT2LMHeadModel,
+// written from transformers' models/gpt2 (GPT2Model's wte + wpe, GPT2Block
+// with ln_1 and ln_2, GPT2Attention's c_attn split into query, key and
+// value, GPT2MLP, ln_f and the tied lm_head, every projection a Conv1D:
+// x·W + b with W stored [in, out]), and the tiny checkpoints its tests
+// run, under the checkpoints' own tensor names. It shares no code with
+// pipeline/llama or pipeline/gpt2.
+package gpt2ref
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// GPT2 describes a tiny GPT-2 by the fields of its config.json.
+type GPT2 struct {
+	Vocab, Hidden, Layers, Heads, Positions int
+	// Inner is n_inner; 0 writes null, 4 × Hidden.
+	Inner int
+	Eps   float64
+	// Prefix is the tensors' prefix: "transformer." (GPT2LMHeadModel's
+	// save_pretrained) or "" (GPT2Model's, openai-community/gpt2's).
+	Prefix string
+	// Buffers writes the causal-mask buffers (attn.bias, attn.masked_bias).
+	Buffers bool
+	// StoredHead writes lm_head.weight, a copy of wte (some fine-tunes
+	// save the tied head).
+	StoredHead bool
+	// Unscaled writes scale_attn_weights false: scores not divided by
+	// the square root of the head size.
+	Unscaled bool
+	Seed     uint64
+}
+
+// Tiny is a small GPT-2: 3 layers, hidden 32, 4 heads of 8, n_inner
+// null, a table of 40 positions, GPT2LMHeadModel's names and the buffers.
+func Tiny() GPT2 {
+	return GPT2{Vocab: 64, Hidden: 32, Layers: 3, Heads: 4, Positions: 40, Eps: 1e-5, Prefix: "transformer.", Buffers: true, Seed: 120}
+}
+
+func (c GPT2) inner() int {
+	if c.Inner == 0 {
+		return 4 * c.Hidden
+	}
+	return c.Inner
+}
+
+type tensor struct {
+	name  string
+	shape []int
+	init  string
+}
+
+func (c GPT2) tensors() []tensor {
+	H, I, p0 := c.Hidden, c.inner(), c.Prefix
+	out := []tensor{{p0 + "wte.weight", []int{c.Vocab, H}, "embed"}, {p0 + "wpe.weight", []int{c.Positions, H}, "embed"}}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%sh.%d.", p0, l)
+		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
+		add("ln_1.weight", "norm", H)
+		add("ln_1.bias", "bias", H)
+		add("attn.c_attn.weight", "conv", H, 3*H) // Conv1D: [in, out]
+		add("attn.c_attn.bias", "bias", 3*H)
+		add("attn.c_proj.weight", "conv", H, H)
+		add("attn.c_proj.bias", "bias", H)
+		add("ln_2.weight", "norm", H)
+		add("ln_2.bias", "bias", H)
+		add("mlp.c_fc.weight", "conv", H, I)
+		add("mlp.c_fc.bias", "bias", I)
+		add("mlp.c_proj.weight", "conv", I, H)
+		add("mlp.c_proj.bias", "bias", H)
+		if c.Buffers {
+			add("attn.bias", "mask", 1, 1, c.Positions, c.Positions)
+			add("attn.masked_bias", "mask")
+		}
+	}
+	return append(out, tensor{p0 + "ln_f.weight", []int{H}, "norm"}, tensor{p0 + "ln_f.bias", []int{H}, "bias"})
+}
+
+// ConfigJSON is the config.json with GPT2Config's names.
+func (c GPT2) ConfigJSON() map[string]any {
+	j := map[string]any{
+		"architectures": []string{"GPT2LMHeadModel"}, "model_type": "gpt2",
+		"vocab_size": c.Vocab, "n_embd": c.Hidden, "n_inner": c.Inner, "n_layer": c.Layers, "n_head": c.Heads,
+		"n_positions": c.Positions, "n_ctx": c.Positions, "layer_norm_epsilon": c.Eps, "activation_function": "gelu_new",
+		"scale_attn_weights": !c.Unscaled, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
+		"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "summary_type": "cls_index",
+	}
+	if c.Inner == 0 {
+		j["n_inner"] = nil
+	}
+	return j
+}
+
+// Write writes dir/config.json, generation_config.json and
+// model.safetensors (float32).
+func (c GPT2) Write(dir string) error {
+	r := lmckpt.NewRand(c.Seed)
+	var ts []lmckpt.F32Tensor
+	var wte []float32
+	for _, t := range c.tensors() {
+		if t.init == "mask" { // never read: ones (a scalar for masked_bias)
+			n := 1
+			for _, d := range t.shape {
+				n *= d
+			}
+			ones := make([]float32, n)
+			for i := range ones {
+				ones[i] = 1
+			}
+			ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: ones})
+			continue
+		}
+		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
+			switch t.init {
+			case "embed":
+				return u
+			case "norm":
+				return 1 + 0.2*u
+			case "bias":
+				return 0.3 * u
+			}
+			return u / math.Sqrt(float64(t.shape[0])) // Conv1D: the fan-in is the first axis
+		})
+		if t.name == c.Prefix+"wte.weight" {
+			wte = v
+		}
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
+	}
+	if c.StoredHead {
+		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.Hidden}, Values: wte})
+	}
+	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 0, "eos_token_id": 0}, ts)
+}
+
+// Model is a description plus its weights in float64.
+type Model struct {
+	C GPT2
+	W map[string][]float64
+	// Shift is a mutant for the tests: token t reads position row t +
+	// Shift.
+	Shift int
+}
+
+// Load reads a checkpoint Write wrote, checking every tensor's size.
+func (c GPT2) Load(dir string) (*Model, error) {
+	w, err := lmckpt.ReadFloat64(dir)
+	if err != nil {
+		return nil, err
+	}
+	chk := lmckpt.Weights64{M: w, Kit: "gpt2ref"}
+	for _, t := range c.tensors() {
+		chk.Shaped(t.name, t.shape)
+	}
+	if chk.Err != nil {
+		return nil, chk.Err
+	}
+	return &Model{C: c, W: w}, nil
+}
+
+func (m *Model) get(name string) []float64 {
+	v, ok := m.W[m.C.Prefix+name]
+	if !ok {
+		panic(fmt.Sprintf("gpt2ref: no tensor %q", m.C.Prefix+name))
+	}
+	return v
+}
+
+// conv1d is transformers' Conv1D: x·W + b, W [in, out] row-major.
+func conv1d(x, w, b []float64) []float64 {
+	out := append([]float64(nil), b...)
+	for i, xi := range x {
+		row := w[i*len(out) : (i+1)*len(out)]
+		for j, wij := range row {
+			out[j] += xi * wij
+		}
+	}
+	return out
+}
+
+// Logits runs tokens (positions 0, 1, ...) and returns the logits after
+// every token: wte + wpe, each block x + attn(ln_1(x)), then + mlp(ln_2(x)),
+// then ln_f and the head tied to wte.
+func (m *Model) Logits(tokens []int) [][]float64 {
+	c := m.C
+	H, D := c.Hidden, c.Hidden/c.Heads
+	ln := func(x []float64, name string) []float64 {
+		return lmckpt.LayerNorm64(x, m.get(name+".weight"), m.get(name+".bias"), c.Eps)
+	}
+	x := make([][]float64, len(tokens))
+	wte, wpe := m.get("wte.weight"), m.get("wpe.weight")
+	for t, id := range tokens {
+		x[t] = make([]float64, H)
+		pos := t + m.Shift
+		for i := range x[t] {
+			x[t][i] = wte[id*H+i] + wpe[pos*H+i]
+		}
+	}
+	scale := 1 / math.Sqrt(float64(D))
+	if c.Unscaled {
+		scale = 1
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("h.%d.", l)
+		q, k, v := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
+		for t := range x {
+			qkv := conv1d(ln(x[t], p+"ln_1"), m.get(p+"attn.c_attn.weight"), m.get(p+"attn.c_attn.bias"))
+			for hd := 0; hd < c.Heads; hd++ {
+				q[t] = append(q[t], qkv[hd*D:(hd+1)*D])
+				k[t] = append(k[t], qkv[H+hd*D:H+(hd+1)*D])
+				v[t] = append(v[t], qkv[2*H+hd*D:2*H+(hd+1)*D])
+			}
+		}
+		att := lmckpt.Attention64(q, k, v, scale, nil)
+		for t := range x {
+			a := conv1d(att[t], m.get(p+"attn.c_proj.weight"), m.get(p+"attn.c_proj.bias"))
+			for i := range x[t] {
+				x[t][i] += a[i]
+			}
+			f := conv1d(ln(x[t], p+"ln_2"), m.get(p+"mlp.c_fc.weight"), m.get(p+"mlp.c_fc.bias"))
+			for i := range f {
+				f[i] = geluNew(f[i])
+			}
+			y := conv1d(f, m.get(p+"mlp.c_proj.weight"), m.get(p+"mlp.c_proj.bias"))
+			for i := range x[t] {
+				x[t][i] += y[i]
+			}
+		}
+	}
+	out := make([][]float64, len(x))
+	for t := range x {
+		out[t] = lmckpt.Linear64(ln(x[t], "ln_f"), wte, nil)
+	}
+	return out
+}
+
+// geluNew is transformers' NewGELUActivation: the tanh approximation.
+func geluNew(v float64) float64 {
+	return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
+}
