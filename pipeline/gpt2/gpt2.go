@@ -1,7 +1,10 @@
 // Package gpt2 implements GPT2LMHeadModel, following transformers'
 // models/gpt2: OpenAI's GPT-2 (gpt2, gpt2-medium, -large, -xl),
 // DistilGPT2, and the many models trained or fine-tuned on its layout
-// (DialoGPT, the TinyStories models, CodeParrot).
+// (DialoGPT, the TinyStories models, CodeParrot); and
+// GPTBigCodeForCausalLM (models/gpt_bigcode: BigCode's StarCoder,
+// StarCoderBase and SantaCoder, WizardCoder, SQLCoder, Granite's 20B and
+// 34B code models), GPT-2's block with multi-query attention.
 //
 // A GPT-2 layer is Llama's (pipeline/llama) with LayerNorms that have a
 // bias (ln_1 before the attention, ln_2 before the MLP), no rotary
@@ -20,6 +23,13 @@
 // the transformer. prefix (GPT2Model's own uploads, openai-community/gpt2
 // among them, have none); the causal-mask buffers they hold (attn.bias,
 // attn.masked_bias) are skipped.
+//
+// GPTBigCode's block is GPT-2's with nn.Linear projections (stored [out,
+// in], as the decoder reads them) and, with multi_query (the default), one
+// key and value head for all the query heads: c_attn's rows are the
+// queries, then the key, then the value. Without multi_query each head's
+// query, key and value rows lie together ([heads, 3, head_dim]:
+// llama.Options.QKVPerHead).
 package gpt2
 
 import (
@@ -68,17 +78,64 @@ var Defaults = llama.Defaults{
 	BOS: []int{50256}, EOS: []int{50256},
 }
 
+// BigCodeArchitecture is GPTBigCode's class, which this package registers
+// too.
+const BigCodeArchitecture = "GPTBigCodeForCausalLM"
+
+func init() { lm.Register(BigCodeArchitecture, NewBigCode) }
+
+// BigCodeDefaults are GPTBigCodeConfig's: GPT-2's, with gelu_pytorch_tanh.
+var BigCodeDefaults = func() llama.Defaults {
+	d := Defaults
+	d.Act = "gelu_pytorch_tanh"
+	return d
+}()
+
+// BigCodeConfig is a GPTBigCodeForCausalLM config.json: GPT-2's fields and
+// multi_query.
+type BigCodeConfig struct {
+	Config
+	// MultiQuery gives all the query heads one key and value head
+	// (true when absent).
+	MultiQuery *bool `json:"multi_query"`
+}
+
 // Resolve reads a GPT2LMHeadModel config.json into the options of
 // pipeline/llama's decoder. GPT2Config's names and defaults only: Llama's
 // names where the config writes both (attribute_map's, set last), and
 // neither intermediate_size, rms_norm_eps, hidden_act, num_key_value_heads,
 // head_dim nor any rope field.
 func Resolve(cfg *config.File) (llama.Options, error) {
-	where := lm.ConfigName(cfg)
 	var c Config
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
+	return c.resolve(cfg, Defaults)
+}
+
+// ResolveBigCode reads a GPTBigCodeForCausalLM config.json as Resolve
+// reads GPT-2's: the same fields and refusals, GPTBigCodeConfig's
+// defaults, and multi_query's one key and value head or c_attn's rows by
+// head.
+func ResolveBigCode(cfg *config.File) (llama.Options, error) {
+	var c BigCodeConfig
+	if err := cfg.Decode(&c); err != nil {
+		return llama.Options{}, err
+	}
+	o, err := c.resolve(cfg, BigCodeDefaults)
+	if err != nil {
+		return llama.Options{}, err
+	}
+	if lm.Or(c.MultiQuery, true) {
+		o.Spec.KVHeads = 1
+	} else {
+		o.QKVPerHead = true
+	}
+	return o, nil
+}
+
+func (c *Config) resolve(cfg *config.File, d llama.Defaults) (llama.Options, error) {
+	where := lm.ConfigName(cfg)
 	switch {
 	case c.ScaleAttnByInverseLayerIdx:
 		return llama.Options{}, errs.Unsupportedf("%s: scale_attn_by_inverse_layer_idx true (each layer's scores divided by its index + 1) is not supported", where)
@@ -97,7 +154,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	c.MaxPositionEmbeddings = pick(c.MaxPositionEmbeddings, c.NPositions)
 	c.RMSNormEps = c.LayerNormEpsilon
 	c.HiddenAct = c.ActivationFunc
-	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
+	hidden := lm.Or(c.HiddenSize, d.Hidden)
 	inner := 4 * hidden // GPT2Block: n_inner, or 4 × n_embd
 	if c.NInner != nil && *c.NInner > 0 {
 		inner = *c.NInner
@@ -109,7 +166,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	c.AttentionBias, c.MLPBias = false, false
 	// No rotary: the rope fields are not read (the decoder builds a table
 	// nobody uses from the defaults).
-	o, err := c.Config.Resolve(cfg.Without(config.RopeFields...), Defaults)
+	o, err := c.Config.Resolve(cfg.Without(config.RopeFields...), d)
 	if err != nil {
 		return llama.Options{}, err
 	}
@@ -132,24 +189,38 @@ func New(cfg *config.File) (lm.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{llama.NewModel(o)}, nil
+	return &Model{Model: llama.NewModel(o), conv1D: true}, nil
 }
 
-// Model is GPT-2's decoder in its checkpoints' names and layout. It
-// implements lm.Renamer and lm.Skipper.
-type Model struct{ *llama.Model }
+// NewBigCode builds a GPTBigCodeForCausalLM from its config.json.
+func NewBigCode(cfg *config.File) (lm.Model, error) {
+	o, err := ResolveBigCode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{Model: llama.NewModel(o)}, nil
+}
+
+// Model is GPT-2's (or GPTBigCode's) decoder in its checkpoints' names and
+// layout. It implements lm.Renamer and lm.Skipper.
+type Model struct {
+	*llama.Model
+	// conv1D: the block's matrices are stored [in, out] (GPT-2's Conv1D;
+	// GPTBigCode's nn.Linear are not).
+	conv1D bool
+}
 
 var (
 	_ lm.Renamer = (*Model)(nil)
 	_ lm.Skipper = (*Model)(nil)
 )
 
-// LayerWeights implements lm.Model: the decoder's, each matrix stored
-// transposed (Conv1D's [in, out]).
+// LayerWeights implements lm.Model: the decoder's, for GPT-2 each matrix
+// stored transposed (Conv1D's [in, out]).
 func (m *Model) LayerWeights(i int) []lm.WeightSpec {
 	ws := m.Model.LayerWeights(i)
 	for j := range ws {
-		if ws[j].Matmul {
+		if ws[j].Matmul && m.conv1D {
 			ws[j].Transposed = true
 		}
 	}

@@ -179,3 +179,137 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBigCodeLogitsMatchReference runs tiny GPTBigCodes, multi-query (one
+// key and value head) and not (c_attn's rows by head), as
+// TestLogitsMatchReference runs GPT-2. A reference that splits the
+// multi-head c_attn as GPT-2 does (all the queries, then all the keys)
+// differs.
+func TestBigCodeLogitsMatchReference(t *testing.T) {
+	const steps = 6
+	mha := gpt2ref.TinyBigCode()
+	mha.MultiQuery, mha.Inner, mha.Seed = false, 40, 131
+	for _, c := range []struct {
+		name string
+		gpt2 gpt2ref.GPT2
+	}{{"mqa", gpt2ref.TinyBigCode()}, {"mha", mha}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, l := lmckpt.WriteLoad(t, c.gpt2.Write)
+			rm, err := c.gpt2.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := l.Model.Spec().KVHeads, map[bool]int{true: 1, false: 4}[c.gpt2.MultiQuery]; got != want {
+				t.Errorf("%d KV heads, want %d", got, want)
+			}
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
+			for _, be := range []backends.Backend{refcheck.GoBackend(t), refcheck.CPUBackend(t)} {
+				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
+					if err != nil {
+						t.Fatal(err)
+					}
+					f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
+					t.Logf("%s %v: max relative error %.3g", be.Name(), mode, f.Worst)
+					r.Close()
+				}
+			}
+			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
+			shifted := &gpt2ref.Model{C: rm.C, W: rm.W, Shift: 1}
+			mutants := []refcheck.Mutant{{Name: "the position table one row off", Logits: shifted.Logits}}
+			if !c.gpt2.MultiQuery {
+				asGPT2 := c.gpt2
+				asGPT2.BigCode = false
+				flat := &gpt2ref.Model{C: asGPT2, W: transposed(rm.W, asGPT2)}
+				mutants = append(mutants, refcheck.Mutant{Name: "c_attn split as GPT-2's", Logits: flat.Logits})
+			}
+			prompt := prompts[1]
+			refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3, mutants...)
+		})
+	}
+}
+
+// transposed is a GPTBigCode's weights w with every block matrix turned
+// to Conv1D's [in, out], for a GPT-2 reference c over the same values.
+func transposed(w map[string][]float64, c gpt2ref.GPT2) map[string][]float64 {
+	out := make(map[string][]float64, len(w))
+	H, I := c.Hidden, 4*c.Hidden
+	if c.Inner > 0 {
+		I = c.Inner
+	}
+	for name, v := range w {
+		var rows, cols int // stored [out, in]
+		switch {
+		case strings.HasSuffix(name, "attn.c_attn.weight"):
+			rows, cols = 3*H, H
+		case strings.HasSuffix(name, "attn.c_proj.weight"):
+			rows, cols = H, H
+		case strings.HasSuffix(name, "mlp.c_fc.weight"):
+			rows, cols = I, H
+		case strings.HasSuffix(name, "mlp.c_proj.weight"):
+			rows, cols = H, I
+		default:
+			out[name] = v
+			continue
+		}
+		t := make([]float64, len(v))
+		for r := 0; r < rows; r++ {
+			for k := 0; k < cols; k++ {
+				t[k*rows+r] = v[r*cols+k]
+			}
+		}
+		out[name] = t
+	}
+	return out
+}
+
+// starcoderBase1B is bigcode/starcoderbase-1b's config.json (its sizes;
+// the runner and training fields left out).
+const starcoderBase1B = `{"activation_function": "gelu_pytorch_tanh", "architectures": ["GPTBigCodeForCausalLM"],
+	"attention_softmax_in_fp32": true, "multi_query": true, "attn_pdrop": 0.1, "bos_token_id": 0, "embd_pdrop": 0.1,
+	"eos_token_id": 0, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt_bigcode", "n_embd": 2048,
+	"n_head": 16, "n_inner": 8192, "n_layer": 24, "n_positions": 8192, "resid_pdrop": 0.1,
+	"scale_attention_softmax_in_fp32": true, "scale_attn_weights": true, "torch_dtype": "float32", "use_cache": true,
+	"vocab_size": 49152}`
+
+// TestBigCodeConfig reads StarCoderBase-1B's config.json (1,137,207,296
+// parameters, the tied head counted once: the "1.14B" of its model card):
+// one key and value head, Linear matrices (none transposed), GPT-2's
+// names.
+func TestBigCodeConfig(t *testing.T) {
+	m, err := lm.New(configOf(t, starcoderBase1B))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*gpt2.Model).Options()
+	s := m.Spec()
+	if n := lmckpt.Params(m); n != 1_137_207_296 {
+		t.Errorf("%d parameters, want 1,137,207,296", n)
+	}
+	if s.Hidden != 2048 || s.Layers != 24 || s.Heads != 16 || s.KVHeads != 1 || s.HeadDim != 128 || s.Intermediate != 8192 ||
+		!o.FusedQKV || o.QKVPerHead || !o.QKVBias || !o.OBias || !o.MLPBias || !o.LayerNorm || !o.UngatedMLP ||
+		o.Positions.Rows != 8192 || s.MaxPositions != 8192 || s.EOS[0] != 0 || !s.TieEmbeddings || s.VocabSize != 49152 {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	for _, w := range m.LayerWeights(3) {
+		if w.Transposed {
+			t.Errorf("%s transposed", w.Name)
+		}
+	}
+	if got := m.(lm.Renamer).RenameWeight("transformer.h.3.attn.c_attn.weight"); got != "model.layers.3.self_attn.qkv_proj.weight" {
+		t.Errorf("c_attn read as %s", got)
+	}
+	// Without multi_query every head has its key and value, c_attn's rows
+	// by head; the defaults are GPTBigCodeConfig's.
+	mha, err := gpt2.ResolveBigCode(configOf(t, `{"architectures": ["GPTBigCodeForCausalLM"], "multi_query": false, "n_layer": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mha.Spec.KVHeads != 12 || !mha.QKVPerHead || mha.Spec.Hidden != 768 || mha.Spec.VocabSize != 50257 || mha.Spec.Intermediate != 3072 {
+		t.Errorf("multi_query false: %+v", mha)
+	}
+	js := strings.Replace(starcoderBase1B, `"vocab_size": 49152}`, `"vocab_size": 49152, "add_cross_attention": true}`, 1)
+	if _, err := gpt2.ResolveBigCode(configOf(t, js)); err == nil || !strings.Contains(err.Error(), "add_cross_attention") {
+		t.Errorf("add_cross_attention: %v", err)
+	}
+}

@@ -25,7 +25,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/gemma3n"      // Gemma3nForConditionalGeneration, Gemma3nForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/gemma4"       // Gemma4ForConditionalGeneration, Gemma4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/glm"          // GlmForCausalLM, Glm4ForCausalLM
-	_ "github.com/tputool/tputool/pipeline/gpt2"         // GPT2LMHeadModel (GPT-2, DistilGPT2)
+	_ "github.com/tputool/tputool/pipeline/gpt2"         // GPT2LMHeadModel (GPT-2, DistilGPT2), GPTBigCodeForCausalLM (StarCoder 1)
 	_ "github.com/tputool/tputool/pipeline/gptj"         // GPTJForCausalLM (GPT-J-6B)
 	_ "github.com/tputool/tputool/pipeline/gptneox"      // GPTNeoXForCausalLM (Pythia, GPT-NeoX-20B)
 	_ "github.com/tputool/tputool/pipeline/gptoss"       // GptOssForCausalLM

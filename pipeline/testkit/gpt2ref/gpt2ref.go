@@ -3,8 +3,11 @@
 // with ln_1 and ln_2, GPT2Attention's c_attn split into query, key and
 // value, GPT2MLP, ln_f and the tied lm_head, every projection a Conv1D:
 // x·W + b with W stored [in, out]), and the tiny checkpoints its tests
-// run, under the checkpoints' own tensor names. It shares no code with
-// pipeline/llama or pipeline/gpt2.
+// run, under the checkpoints' own tensor names; and, with GPT2.BigCode,
+// GPTBigCodeForCausalLM (models/gpt_bigcode: nn.Linear projections, c_attn
+// split into the queries and one key and value head with multi_query, or
+// by head, each head's query, key and value together, without). It shares
+// no code with pipeline/llama or pipeline/gpt2.
 package gpt2ref
 
 import (
@@ -31,7 +34,36 @@ type GPT2 struct {
 	// Unscaled writes scale_attn_weights false: scores not divided by
 	// the square root of the head size.
 	Unscaled bool
-	Seed     uint64
+	// BigCode makes it a GPTBigCodeForCausalLM (Linear matrices, [out,
+	// in]); MultiQuery (BigCode only) gives it one key and value head.
+	BigCode, MultiQuery bool
+	Seed                uint64
+}
+
+// TinyBigCode is a small GPTBigCode: Tiny's sizes with multi-query
+// attention, without the buffers (GPTBigCodeModel's mask is not saved).
+func TinyBigCode() GPT2 {
+	c := Tiny()
+	c.BigCode, c.MultiQuery, c.Buffers, c.Seed = true, true, false, 130
+	return c
+}
+
+// kvDim is the width of the keys (and of the values): one head's with
+// multi_query, all heads' otherwise.
+func (c GPT2) kvDim() int {
+	if c.BigCode && c.MultiQuery {
+		return c.Hidden / c.Heads
+	}
+	return c.Hidden
+}
+
+// matrix is a projection's stored shape: Conv1D's [in, out] for GPT-2,
+// Linear's [out, in] for GPTBigCode.
+func (c GPT2) matrix(in, out int) []int {
+	if c.BigCode {
+		return []int{out, in}
+	}
+	return []int{in, out}
 }
 
 // Tiny is a small GPT-2: 3 layers, hidden 32, 4 heads of 8, n_inner
@@ -61,15 +93,15 @@ func (c GPT2) tensors() []tensor {
 		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
 		add("ln_1.weight", "norm", H)
 		add("ln_1.bias", "bias", H)
-		add("attn.c_attn.weight", "conv", H, 3*H) // Conv1D: [in, out]
-		add("attn.c_attn.bias", "bias", 3*H)
-		add("attn.c_proj.weight", "conv", H, H)
+		add("attn.c_attn.weight", "matrix", c.matrix(H, H+2*c.kvDim())...)
+		add("attn.c_attn.bias", "bias", H+2*c.kvDim())
+		add("attn.c_proj.weight", "matrix", c.matrix(H, H)...)
 		add("attn.c_proj.bias", "bias", H)
 		add("ln_2.weight", "norm", H)
 		add("ln_2.bias", "bias", H)
-		add("mlp.c_fc.weight", "conv", H, I)
+		add("mlp.c_fc.weight", "matrix", c.matrix(H, I)...)
 		add("mlp.c_fc.bias", "bias", I)
-		add("mlp.c_proj.weight", "conv", I, H)
+		add("mlp.c_proj.weight", "matrix", c.matrix(I, H)...)
 		add("mlp.c_proj.bias", "bias", H)
 		if c.Buffers {
 			add("attn.bias", "mask", 1, 1, c.Positions, c.Positions)
@@ -90,6 +122,10 @@ func (c GPT2) ConfigJSON() map[string]any {
 	}
 	if c.Inner == 0 {
 		j["n_inner"] = nil
+	}
+	if c.BigCode {
+		j["architectures"], j["model_type"], j["activation_function"] = []string{"GPTBigCodeForCausalLM"}, "gpt_bigcode", "gelu_pytorch_tanh"
+		j["multi_query"], j["attention_softmax_in_fp32"], j["scale_attention_softmax_in_fp32"] = c.MultiQuery, true, true
 	}
 	return j
 }
@@ -121,6 +157,9 @@ func (c GPT2) Write(dir string) error {
 				return 1 + 0.2*u
 			case "bias":
 				return 0.3 * u
+			}
+			if c.BigCode {
+				return u / math.Sqrt(float64(t.shape[1]))
 			}
 			return u / math.Sqrt(float64(t.shape[0])) // Conv1D: the fan-in is the first axis
 		})
@@ -202,28 +241,48 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	if c.Unscaled {
 		scale = 1
 	}
+	proj := conv1d
+	if c.BigCode {
+		proj = lmckpt.Linear64
+	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("h.%d.", l)
 		q, k, v := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 		for t := range x {
-			qkv := conv1d(ln(x[t], p+"ln_1"), m.get(p+"attn.c_attn.weight"), m.get(p+"attn.c_attn.bias"))
-			for hd := 0; hd < c.Heads; hd++ {
-				q[t] = append(q[t], qkv[hd*D:(hd+1)*D])
-				k[t] = append(k[t], qkv[H+hd*D:H+(hd+1)*D])
-				v[t] = append(v[t], qkv[2*H+hd*D:2*H+(hd+1)*D])
+			qkv := proj(ln(x[t], p+"ln_1"), m.get(p+"attn.c_attn.weight"), m.get(p+"attn.c_attn.bias"))
+			switch {
+			case c.BigCode && c.MultiQuery: // the queries, then one key head and one value head
+				for hd := 0; hd < c.Heads; hd++ {
+					q[t] = append(q[t], qkv[hd*D:(hd+1)*D])
+				}
+				k[t] = [][]float64{qkv[H : H+D]}
+				v[t] = [][]float64{qkv[H+D : H+2*D]}
+			case c.BigCode: // view(heads, 3·head_dim): each head's query, key and value together
+				for hd := 0; hd < c.Heads; hd++ {
+					row := qkv[hd*3*D : (hd+1)*3*D]
+					q[t] = append(q[t], row[:D])
+					k[t] = append(k[t], row[D:2*D])
+					v[t] = append(v[t], row[2*D:])
+				}
+			default: // split(n_embd): all the queries, all the keys, all the values
+				for hd := 0; hd < c.Heads; hd++ {
+					q[t] = append(q[t], qkv[hd*D:(hd+1)*D])
+					k[t] = append(k[t], qkv[H+hd*D:H+(hd+1)*D])
+					v[t] = append(v[t], qkv[2*H+hd*D:2*H+(hd+1)*D])
+				}
 			}
 		}
 		att := lmckpt.Attention64(q, k, v, scale, nil)
 		for t := range x {
-			a := conv1d(att[t], m.get(p+"attn.c_proj.weight"), m.get(p+"attn.c_proj.bias"))
+			a := proj(att[t], m.get(p+"attn.c_proj.weight"), m.get(p+"attn.c_proj.bias"))
 			for i := range x[t] {
 				x[t][i] += a[i]
 			}
-			f := conv1d(ln(x[t], p+"ln_2"), m.get(p+"mlp.c_fc.weight"), m.get(p+"mlp.c_fc.bias"))
+			f := proj(ln(x[t], p+"ln_2"), m.get(p+"mlp.c_fc.weight"), m.get(p+"mlp.c_fc.bias"))
 			for i := range f {
 				f[i] = geluNew(f[i])
 			}
-			y := conv1d(f, m.get(p+"mlp.c_proj.weight"), m.get(p+"mlp.c_proj.bias"))
+			y := proj(f, m.get(p+"mlp.c_proj.weight"), m.get(p+"mlp.c_proj.bias"))
 			for i := range x[t] {
 				x[t][i] += y[i]
 			}
@@ -236,7 +295,9 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	return out
 }
 
-// geluNew is transformers' NewGELUActivation: the tanh approximation.
+// geluNew is transformers' NewGELUActivation (GPT-2's gelu_new), the tanh
+// approximation, which PytorchGELUTanh (GPTBigCode's gelu_pytorch_tanh)
+// computes too.
 func geluNew(v float64) float64 {
 	return 0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v)))
 }
