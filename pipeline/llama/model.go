@@ -181,6 +181,10 @@ type Options struct {
 	// FinalNorm names the final norm, "model.norm" when empty
 	// (Falcon-H1's "model.final_layernorm").
 	FinalNorm string
+	// ALiBi adds attention with linear biases to every layer's scores
+	// (nn.ALiBiBias: BLOOM's, slope h times the key's position, after
+	// the scores are scaled), with nn.ALiBiSlopes of the heads.
+	ALiBi bool
 	// Positions is a learned absolute position embedding:
 	// model.embed_positions.weight [Positions.Rows, hidden] (GPT-2's
 	// wpe), its row for each token's position added to the token's
@@ -684,6 +688,12 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 		bias = nn.ChunkedAttentionBias(step, m.o.Chunk)
 	default:
 		bias = nn.AttentionBias(step, 0)
+	}
+	if m.o.ALiBi { // the mask plus the linear biases, once a graph for the layers of a kind
+		mask := bias
+		bias = step.Memo("llama-alibi/"+m.LayerKind(i), func() *Node {
+			return Add(mask, nn.ALiBiBias(step, nn.ALiBiSlopes(s.Heads), s.KVHeads, mask.Shape().Dimensions[4]))
+		})
 	}
 	out := nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
 	if m.o.AttnGate {

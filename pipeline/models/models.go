@@ -13,6 +13,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/bamba"        // BambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/bert"         // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
 	_ "github.com/tputool/tputool/pipeline/bitnet"       // BitNetForCausalLM (BitNet b1.58)
+	_ "github.com/tputool/tputool/pipeline/bloom"        // BloomForCausalLM (BLOOM, BLOOMZ)
 	_ "github.com/tputool/tputool/pipeline/cohere"       // CohereForCausalLM, Cohere2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/dbrx"         // DbrxForCausalLM
 	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM, AXK1ForCausalLM, SolarOpenForCausalLM
