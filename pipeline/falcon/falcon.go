@@ -20,8 +20,9 @@
 // Without the new architecture, parallel_attn runs the attention and the
 // MLP in parallel on input_layernorm, else in sequence with
 // post_attention_layernorm before the MLP. The rotary turns whole heads;
-// alibi (Falcon-RW) is refused. The head is tied to the embedding by
-// default. The checkpoints' names are read as Llama's (lm.Renamer).
+// with alibi (Falcon-RW) there is none, and BLOOM's linear biases join
+// the scores before they are scaled (llama.Options.ALiBiScaled). The head
+// is tied to the embedding by default. The checkpoints' names are read as Llama's (lm.Renamer).
 package falcon
 
 import (
@@ -75,9 +76,6 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if c.ModelType == "RefinedWeb" || c.ModelType == "RefinedWebModel" {
 		return llama.Options{}, errs.Unsupportedf("%s: model_type %q is Falcon's first remote-code layout; tputool reads transformers' FalconForCausalLM (model_type falcon)", where, c.ModelType)
 	}
-	if c.Alibi {
-		return llama.Options{}, errs.Unsupportedf("%s: alibi is true (Falcon-RW's positions); tputool runs Falcon's rotary only", where)
-	}
 	// FalconConfig's one older name: n_embed for hidden_size; the
 	// MLP's default width stays 4 × hidden_size as written, as the class
 	// computes it before.
@@ -108,6 +106,13 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o, err := c.Config.Resolve(cfg, Defaults)
 	if err != nil {
 		return llama.Options{}, err
+	}
+	if c.Alibi { // Falcon-RW: no rotary; (q·k + alibi)/sqrt(head_dim), alibi BLOOM's
+		o.NoRope = make([]bool, o.Spec.Layers)
+		for i := range o.NoRope {
+			o.NoRope[i] = true
+		}
+		o.ALiBi, o.ALiBiScaled = true, true
 	}
 	o.QKVBias, o.OBias, o.MLPBias = c.Bias, c.Bias, c.Bias
 	o.FusedQKV, o.QKVPerHead = true, kv > 1

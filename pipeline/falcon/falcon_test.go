@@ -21,7 +21,8 @@ var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50
 // TestLogitsMatchReference runs tiny Falcons in each layout (the new
 // architecture with grouped key/value heads and two LayerNorms, Falcon
 // 2's one LayerNorm, Falcon-7B's multi-query, and a key/value head per
-// head in sequence with biases) on a left-padded batch of two prompts
+// head in sequence with biases, and that with Falcon-RW's alibi) on a
+// left-padded batch of two prompts
 // and decode steps, compiled and eager, on the go and cpu backends,
 // against falconref's float64 forward under the checkpoints' names; and
 // in bfloat16 within a few percent.
@@ -30,7 +31,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		falcon falconref.Falcon
-	}{{"40b", falconref.New40B()}, {"falcon2", falconref.Falcon2()}, {"7b", falconref.Falcon7B()}, {"sequential", falconref.Sequential()}} {
+	}{{"40b", falconref.New40B()}, {"falcon2", falconref.Falcon2()}, {"7b", falconref.Falcon7B()}, {"sequential", falconref.Sequential()}, {"rw", falconref.RW()}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.falcon.Write)
 			rm, err := c.falcon.Load(dir)
@@ -123,6 +124,21 @@ func TestSwitchesMatter(t *testing.T) {
 		refcheck.Mutant{Name: "the rows read as blocks", Logits: blocks.Logits})
 }
 
+// TestAlibiScaled checks that Falcon-RW's test can fail: BLOOM's order,
+// the linear biases added after the scores are scaled, differs.
+func TestAlibiScaled(t *testing.T) {
+	c := falconref.RW()
+	dir, l := lmckpt.WriteLoad(t, c.Write)
+	rm, err := c.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := prompts[1]
+	bloomOrder := &falconref.Model{C: rm.C, W: rm.W, UnscaledAlibi: true}
+	refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
+		refcheck.Mutant{Name: "alibi after the scaling", Logits: bloomOrder.Logits})
+}
+
 func configOf(t *testing.T, js string) *config.File {
 	t.Helper()
 	cfg, err := config.ParseModel([]byte(js))
@@ -138,6 +154,13 @@ const falcon7b = `{"alibi": false, "apply_residual_connection_post_layernorm": f
 	"hidden_size": 4544, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon",
 	"multi_query": true, "new_decoder_architecture": false, "num_attention_heads": 71, "num_hidden_layers": 32,
 	"parallel_attn": true, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 65024}`
+
+// falconRW1B is tiiuae/falcon-rw-1b's config.json (transformers' names).
+const falconRW1B = `{"alibi": true, "apply_residual_connection_post_layernorm": false, "architectures": ["FalconForCausalLM"],
+	"attention_dropout": 0.0, "bias": true, "bos_token_id": 1, "eos_token_id": 2, "hidden_dropout": 0.0, "hidden_size": 2048,
+	"initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon", "multi_query": false,
+	"new_decoder_architecture": false, "num_attention_heads": 32, "num_hidden_layers": 24, "parallel_attn": false,
+	"torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 50304}`
 
 // TestConfig reads Falcon-7B's config.json (6,921,720,704 parameters, the
 // "7B" of its name) and a Falcon-40B-shaped one, and refuses what it
@@ -164,6 +187,19 @@ func TestConfig(t *testing.T) {
 	if m40.Spec.KVHeads != 8 || !m40.QKVPerHead || !m40.Parallel || m40.Norms.PreAttn != "ln_attn" || m40.Norms.PreMLP != "ln_mlp" {
 		t.Errorf("40B: %+v", m40)
 	}
+	// Falcon-RW-1B (1,311,625,216 parameters): alibi, no rotary, the
+	// sequential block, a key/value head per head.
+	rw, err := lm.New(configOf(t, falconRW1B))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lmckpt.Params(rw); n != 1_311_625_216 {
+		t.Errorf("Falcon-RW-1B: %d parameters, want 1,311,625,216", n)
+	}
+	if o := rw.(*falcon.Model).Options(); !o.ALiBi || !o.ALiBiScaled || len(o.NoRope) != 24 || !o.NoRope[23] || o.Parallel ||
+		!o.QKVPerHead || o.Spec.KVHeads != 32 || !o.QKVBias {
+		t.Errorf("Falcon-RW-1B: %+v", o)
+	}
 	r := m.(lm.Renamer)
 	for stored, want := range map[string]string{
 		"transformer.word_embeddings.weight":                    "model.embed_tokens.weight",
@@ -178,7 +214,6 @@ func TestConfig(t *testing.T) {
 		}
 	}
 	for _, bad := range []struct{ js, want string }{
-		{`"alibi": true`, "alibi is true"},
 		{`"model_type": "RefinedWeb"`, "RefinedWeb"},
 		{`"new_decoder_architecture": true, "num_kv_heads": 3`, "num_kv_heads 3 must divide"},
 		{`"new_decoder_architecture": true, "parallel_attn": false`, "parallel_attn false"},

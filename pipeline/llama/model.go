@@ -183,8 +183,10 @@ type Options struct {
 	FinalNorm string
 	// ALiBi adds attention with linear biases to every layer's scores
 	// (nn.ALiBiBias: BLOOM's, slope h times the key's position, after
-	// the scores are scaled), with nn.ALiBiSlopes of the heads.
-	ALiBi bool
+	// the scores are scaled), with nn.ALiBiSlopes of the heads; with
+	// ALiBiScaled the biases are scaled with the scores (Falcon-RW's
+	// (q·k + alibi)/sqrt(head_dim)).
+	ALiBi, ALiBiScaled bool
 	// Positions is a learned absolute position embedding:
 	// model.embed_positions.weight [Positions.Rows, hidden] (GPT-2's
 	// wpe), its row for each token's position added to the token's
@@ -692,7 +694,17 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	if m.o.ALiBi { // the mask plus the linear biases, once a graph for the layers of a kind
 		mask := bias
 		bias = step.Memo("llama-alibi/"+m.LayerKind(i), func() *Node {
-			return Add(mask, nn.ALiBiBias(step, nn.ALiBiSlopes(s.Heads), s.KVHeads, mask.Shape().Dimensions[4]))
+			slopes := nn.ALiBiSlopes(s.Heads)
+			if m.o.ALiBiScaled {
+				scale := m.o.AttnScale
+				if scale == 0 {
+					scale = 1 / math.Sqrt(float64(s.HeadDim))
+				}
+				for h := range slopes {
+					slopes[h] *= scale
+				}
+			}
+			return Add(mask, nn.ALiBiBias(step, slopes, s.KVHeads, mask.Shape().Dimensions[4]))
 		})
 	}
 	out := nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]

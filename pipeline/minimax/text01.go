@@ -336,7 +336,7 @@ func (m *Text01Model) slopes(i int) []float32 {
 	rates := make([]float64, s.Heads)
 	var f float64
 	if m.o.ReleaseSlopes {
-		rates = alibiSlopes(s.Heads)
+		rates = nn.ALiBiSlopes(s.Heads)
 		f = 1 + 1e-5
 		if s.Layers > 1 {
 			f -= float64(i) / float64(s.Layers-1)
@@ -351,35 +351,6 @@ func (m *Text01Model) slopes(i int) []float32 {
 	out := make([]float32, s.Heads)
 	for h, r := range rates {
 		out[h] = float32(r * f)
-	}
-	return out
-}
-
-// alibiSlopes are ALiBi's head slopes (Press et al., 2022), as the
-// MiniMax releases' _build_slope_tensor computes them: 2^(-8(h+1)/n)
-// for a power of two n; otherwise those of the power of two p below n,
-// then every other one of 2p's, the first n-p of them.
-func alibiSlopes(n int) []float64 {
-	pow2 := func(n int) []float64 {
-		start := math.Pow(2, -8/float64(n))
-		out := make([]float64, n)
-		for i := range out {
-			out[i] = math.Pow(start, float64(i+1))
-		}
-		return out
-	}
-	p := 1
-	for p*2 <= n {
-		p *= 2
-	}
-	if p == n {
-		return pow2(n)
-	}
-	out := pow2(p)
-	for i, v := range alibiSlopes(2 * p) {
-		if i%2 == 0 && len(out) < n {
-			out = append(out, v)
-		}
 	}
 	return out
 }

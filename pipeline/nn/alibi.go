@@ -15,8 +15,9 @@ import (
 // transformers' build_alibi_tensor (BLOOM's) computes them: for the
 // largest power of two p at most heads, the geometric sequence
 // 2^(-8/p)^i for i = 1..p; past p, the odd powers 1, 3, 5... of
-// 2^(-8/2p), as many as the heads left. Rounded to float32, as torch
-// computes them.
+// 2^(-8/2p), as many as the heads left (the MiniMax releases'
+// _build_slope_tensor computes the same sequence). In float64: ALiBiBias
+// rounds them to float32.
 func ALiBiSlopes(heads int) []float64 {
 	if heads <= 0 {
 		return nil
@@ -25,12 +26,12 @@ func ALiBiSlopes(heads int) []float64 {
 	base := math.Pow(2, -math.Pow(2, -(math.Log2(float64(p))-3)))
 	slopes := make([]float64, 0, heads)
 	for i := 1; i <= p; i++ {
-		slopes = append(slopes, float64(float32(math.Pow(base, float64(i)))))
+		slopes = append(slopes, math.Pow(base, float64(i)))
 	}
 	if p != heads {
 		extra := math.Pow(2, -math.Pow(2, -(math.Log2(float64(2*p))-3)))
 		for i := 1; len(slopes) < heads; i += 2 {
-			slopes = append(slopes, float64(float32(math.Pow(extra, float64(i)))))
+			slopes = append(slopes, math.Pow(extra, float64(i)))
 		}
 	}
 	return slopes

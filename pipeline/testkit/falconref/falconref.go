@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tputool/tputool/pipeline/testkit/bloomref"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
 
@@ -28,7 +29,10 @@ type Falcon struct {
 	Bias           bool
 	Theta, Eps     float64
 	Tied           bool
-	Seed           uint64
+	// Alibi (Falcon-RW) replaces the rotary with BLOOM's linear biases,
+	// added to q·k before both are scaled.
+	Alibi bool
+	Seed  uint64
 }
 
 // New40B is a small Falcon-40B: the new architecture, 8 heads over 2
@@ -56,6 +60,11 @@ func Falcon7B() Falcon {
 // biases on every projection.
 func Sequential() Falcon {
 	return Falcon{Vocab: 64, Hidden: 32, FFN: 96, Layers: 3, Heads: 4, Bias: true, Theta: 10000, Eps: 1e-5, Seed: 123}
+}
+
+// RW is a small Falcon-RW: Sequential's layout with 6 heads and alibi.
+func RW() Falcon {
+	return Falcon{Vocab: 64, Hidden: 48, FFN: 96, Layers: 3, Heads: 6, Bias: true, Theta: 10000, Eps: 1e-5, Tied: true, Alibi: true, Seed: 124}
 }
 
 func (c Falcon) headSize() int { return c.Hidden / c.Heads }
@@ -122,7 +131,7 @@ func (c Falcon) ConfigJSON() map[string]any {
 		"architectures": []string{"FalconForCausalLM"}, "model_type": "falcon",
 		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "ffn_hidden_size": c.FFN, "num_hidden_layers": c.Layers,
 		"num_attention_heads": c.Heads, "new_decoder_architecture": c.NewArch, "multi_query": c.MultiQuery,
-		"parallel_attn": c.Parallel, "bias": c.Bias, "alibi": false, "rope_theta": c.Theta, "layer_norm_epsilon": c.Eps,
+		"parallel_attn": c.Parallel, "bias": c.Bias, "alibi": c.Alibi, "rope_theta": c.Theta, "layer_norm_epsilon": c.Eps,
 		"tie_word_embeddings": c.Tied, "activation": "gelu", "max_position_embeddings": 256,
 		"bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
 	}
@@ -158,6 +167,9 @@ func (c Falcon) Write(dir string) error {
 type Model struct {
 	C Falcon
 	W map[string][]float64
+	// UnscaledAlibi is a mutant for the tests: alibi added after the
+	// scores are scaled (BLOOM's order).
+	UnscaledAlibi bool
 }
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
@@ -245,14 +257,23 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			h[t] = ln(x[t], p+attnNorm)
 			qs, ks, vs := c.split(m.linear(h[t], p+"self_attention.query_key_value"))
 			for i := range qs {
-				qs[i] = lmckpt.RotateHalf64(qs[i], t, c.Theta, len(qs[i]))
+				if !c.Alibi {
+					qs[i] = lmckpt.RotateHalf64(qs[i], t, c.Theta, len(qs[i]))
+				}
 			}
 			for i := range ks {
-				ks[i] = lmckpt.RotateHalf64(ks[i], t, c.Theta, len(ks[i]))
+				if !c.Alibi {
+					ks[i] = lmckpt.RotateHalf64(ks[i], t, c.Theta, len(ks[i]))
+				}
 			}
 			q[t], k[t], v[t] = qs, ks, vs
 		}
-		att := lmckpt.Attention64(q, k, v, 1/math.Sqrt(float64(c.headSize())), nil)
+		var att [][]float64
+		if c.Alibi {
+			att = alibiAttention(q, k, v, c.headSize(), m.UnscaledAlibi)
+		} else {
+			att = lmckpt.Attention64(q, k, v, 1/math.Sqrt(float64(c.headSize())), nil)
+		}
 		mlp := func(in []float64) []float64 {
 			f := m.linear(in, p+"mlp.dense_h_to_4h")
 			for i := range f {
@@ -287,6 +308,38 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	out := make([][]float64, len(x))
 	for t := range x {
 		out[t] = lmckpt.Linear64(ln(x[t], "transformer.ln_f"), m.get(head), nil)
+	}
+	return out
+}
+
+// alibiAttention is FalconAttention with alibi: each head's scores are
+// (q·k + slope·key position) / sqrt(head_dim), BLOOM's slopes, causal;
+// with unscaled, q·k / sqrt(head_dim) + slope·key position.
+func alibiAttention(q, k, v [][][]float64, d int, unscaled bool) [][]float64 {
+	heads := len(q[0])
+	slopes := bloomref.Slopes(heads)
+	group := heads / len(k[0])
+	out := make([][]float64, len(q))
+	for t := range q {
+		out[t] = make([]float64, heads*d)
+		for h := 0; h < heads; h++ {
+			scores := make([]float64, t+1)
+			for s := 0; s <= t; s++ {
+				dot := 0.0
+				for i := 0; i < d; i++ {
+					dot += q[t][h][i] * k[s][h/group][i]
+				}
+				scores[s] = (dot + slopes[h]*float64(s)) / math.Sqrt(float64(d))
+				if unscaled {
+					scores[s] = dot/math.Sqrt(float64(d)) + slopes[h]*float64(s)
+				}
+			}
+			for s, p := range lmckpt.Softmax64(scores) {
+				for i := 0; i < d; i++ {
+					out[t][h*d+i] += p * v[s][h/group][i]
+				}
+			}
+		}
 	}
 	return out
 }
