@@ -166,10 +166,10 @@ func TestGenerateUnsupported(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o644))
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["OPTForCausalLM"],"model_type":"opt"}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures":["RwkvForCausalLM"],"model_type":"rwkv"}`), 0o644))
 	e = genEnv(t)
 	assert.Equal(t, ExitUnsupported, e.run("generate", "--model", dir, "-p", "x"))
-	assert.Contains(t, e.errOut.String(), `architecture "OPTForCausalLM" is not supported`)
+	assert.Contains(t, e.errOut.String(), `architecture "RwkvForCausalLM" is not supported`)
 	assert.Contains(t, e.errOut.String(), "LlamaForCausalLM")
 }
 

@@ -120,13 +120,13 @@ func TestInspectKVCacheDType(t *testing.T) {
 	dir := t.TempDir()
 	raw, err := os.ReadFile(filepath.Join(storiesDir, "config.json"))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"OPTForCausalLM"`, 1)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"RwkvForCausalLM"`, 1)), 0o644))
 	weights, err := os.ReadFile(filepath.Join(storiesDir, "model.safetensors"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), weights, 0o644))
 	e = newTestFactory(t, nil)
 	assert.Equal(t, ExitUnsupported, e.run("inspect", "--model", dir, "--kv-cache-dtype", "int8"))
-	assert.Contains(t, e.errOut.String(), "--kv-cache-dtype int8: tputool does not run OPTForCausalLM")
+	assert.Contains(t, e.errOut.String(), "--kv-cache-dtype int8: tputool does not run RwkvForCausalLM")
 }
 
 func TestInspectRemoteDownloadsNoWeights(t *testing.T) {

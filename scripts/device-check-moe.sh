@@ -30,7 +30,8 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny StarCoder, a tiny
-#      BLOOM, a tiny Falcon-40B, a tiny Falcon-RW, a tiny DBRX, a
+#      BLOOM, a tiny OPT, a tiny Falcon-40B, a tiny Falcon-RW, a tiny
+#      DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
 #      DeepSeek-V3.2, a tiny MiniMax-Text-01, a tiny LongCat-Flash, a
 #      tiny A.X K1, a tiny K-EXAONE, a tiny ERNIE 4.5 VL and a tiny
@@ -635,6 +636,13 @@ cat >"$work/bloom.json" <<'EOF'
  "n_layer": 3, "layer_norm_epsilon": 1e-05, "apply_residual_connection_post_layernorm": false, "pretraining_tp": 1,
  "slow_but_exact": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny OPT: learned positions read two rows on, biased LayerNorms
+# named by the layer, relu, a tied head.
+cat >"$work/opt.json" <<'EOF'
+{"architectures": ["OPTForCausalLM"], "model_type": "opt", "vocab_size": 512, "hidden_size": 64, "ffn_dim": 160,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "max_position_embeddings": 512, "do_layer_norm_before": true,
+ "word_embed_proj_dim": 64, "activation_function": "relu", "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+EOF
 # A tiny Falcon-40B: the new architecture's grouped q/k/v, two
 # LayerNorms in parallel, a tied head.
 cat >"$work/falcon.json" <<'EOF'
@@ -748,7 +756,7 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 starcoder bloom falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -102,11 +102,11 @@ func TestArchitectureRefusedConfig(t *testing.T) {
 }
 
 func TestArchitectureNotRun(t *testing.T) {
-	r := inspectStories(t, func(cfg map[string]any) { cfg["architectures"] = []string{"OPTForCausalLM"} })
+	r := inspectStories(t, func(cfg map[string]any) { cfg["architectures"] = []string{"RwkvForCausalLM"} })
 	if r.Supported || len(r.Mismatches) != 0 {
 		t.Errorf("supported %v, mismatches %+v; want neither for an architecture tputool does not run", r.Supported, r.Mismatches)
 	}
-	if !strings.Contains(strings.Join(r.Notes, "\n"), "tputool does not run OPTForCausalLM") {
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "tputool does not run RwkvForCausalLM") {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
@@ -129,7 +129,7 @@ func TestKVCacheInt8NotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		if f == "config.json" {
-			raw = []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"OPTForCausalLM"`, 1))
+			raw = []byte(strings.Replace(string(raw), `"LlamaForCausalLM"`, `"RwkvForCausalLM"`, 1))
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), raw, 0o644); err != nil {
 			t.Fatal(err)
@@ -139,15 +139,15 @@ func TestKVCacheInt8NotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := inspect.Run(context.Background(), m, inspect.Options{KVDType: dtypes.Int8}); err == nil || !strings.Contains(err.Error(), "tputool does not run OPTForCausalLM") {
-		t.Errorf("int8 KV cache of OPTForCausalLM: %v, want refused naming it", err)
+	if _, err := inspect.Run(context.Background(), m, inspect.Options{KVDType: dtypes.Int8}); err == nil || !strings.Contains(err.Error(), "tputool does not run RwkvForCausalLM") {
+		t.Errorf("int8 KV cache of RwkvForCausalLM: %v, want refused naming it", err)
 	}
 	r, err := inspect.Run(context.Background(), m, inspect.Options{Context: 100, KVDType: dtypes.Float32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Memory.KVCache != 100*5*2*4*8*4 || r.Memory.KVCacheDType != "f32" {
-		t.Errorf("f32 KV cache of OPTForCausalLM (the config's shape): %d bytes (%q), want %d", r.Memory.KVCache, r.Memory.KVCacheDType, 100*5*2*4*8*4)
+		t.Errorf("f32 KV cache of RwkvForCausalLM (the config's shape): %d bytes (%q), want %d", r.Memory.KVCache, r.Memory.KVCacheDType, 100*5*2*4*8*4)
 	}
 }
 

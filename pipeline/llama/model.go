@@ -198,9 +198,13 @@ type Options struct {
 // its input (the token embeddings, which the step's positions do not
 // reach), so layer 0 lists its table and runs a graph of its own.
 type Positions struct {
-	// Rows is the table's length: positions at or past it are refused
-	// by Spec.MaxPositions, which is at most Rows.
+	// Rows is the table's length: positions at or past Rows - Offset are
+	// refused by Spec.MaxPositions, which is at most that.
 	Rows int
+	// Offset is added to each position before its row is read (OPT's
+	// OPTLearnedPositionalEmbedding: 2, the table's first two rows never
+	// read by a token).
+	Offset int
 }
 
 // PositionsWeight is the learned position embedding's name.
@@ -525,11 +529,11 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 }
 
 // addPositions adds to x [B, T, H] the learned position embedding's row
-// for each token's position (GPT2Model's inputs_embeds +
+// for each token's position plus Offset (GPT2Model's inputs_embeds +
 // position_embeds); padding slots, whose positions are negative, read
-// row 0.
+// row 0 (their outputs are never read).
 func (m *Model) addPositions(w *lm.Params, x *Node, step *lm.Step) *Node {
-	pos := ClipScalar(step.Positions, 0, float64(m.o.Positions.Rows-1))
+	pos := ClipScalar(AddScalar(step.Positions, float64(m.o.Positions.Offset)), 0, float64(m.o.Positions.Rows-1))
 	e := Gather(w.Get(PositionsWeight), InsertAxes(pos, -1)) // [B, T, H]
 	return Add(x, ConvertDType(e, x.DType()))
 }

@@ -52,6 +52,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/olmo"         // OlmoForCausalLM (OLMo 1)
 	_ "github.com/tputool/tputool/pipeline/olmo2"        // Olmo2ForCausalLM, Olmo3ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/olmoe"        // OlmoeForCausalLM, FlexOlmoForCausalLM
+	_ "github.com/tputool/tputool/pipeline/opt"          // OPTForCausalLM (OPT, Galactica)
 	_ "github.com/tputool/tputool/pipeline/phi"          // PhiForCausalLM (Phi-1, 1.5, 2)
 	_ "github.com/tputool/tputool/pipeline/phi3"         // Phi3ForCausalLM, PhimoeForCausalLM (PhiMoEForCausalLM)
 	_ "github.com/tputool/tputool/pipeline/qwen2"        // Qwen2ForCausalLM

@@ -1,0 +1,131 @@
+package opt_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/tputool/tputool/compile"
+	"github.com/tputool/tputool/loader/config"
+	"github.com/tputool/tputool/pipeline/llama"
+	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/opt"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/moecheck"
+	"github.com/tputool/tputool/pipeline/testkit/optref"
+	"github.com/tputool/tputool/pipeline/testkit/refcheck"
+)
+
+var prompts = [][]int{{2, 7, 21, 33, 4}, {2, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50}}
+
+// TestLogitsMatchReference runs tiny OPTs (the first uploads' decoder.*
+// names with a stored head; OPTForCausalLM's model.decoder.* without
+// biases or LayerNorm parameters) on a left-padded batch of two prompts
+// and decode steps, compiled and eager, on the go and cpu backends,
+// against optref's float64 forward under the checkpoints' names; and in
+// bfloat16 within a few percent. A reference reading the position table
+// without its offset of 2 differs.
+func TestLogitsMatchReference(t *testing.T) {
+	const steps = 6
+	bare := optref.Tiny()
+	bare.Prefix, bare.StoredHead, bare.NoBias, bare.NoAffine, bare.Seed = "model.", false, true, true, 151
+	for _, c := range []struct {
+		name string
+		opt  optref.OPT
+	}{{"decoder", optref.Tiny()}, {"bare", bare}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, l := lmckpt.WriteLoad(t, c.opt.Write)
+			rm, err := c.opt.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := refcheck.GreedySequences(rm, prompts, steps)
+			for _, be := range []backends.Backend{refcheck.GoBackend(t), refcheck.CPUBackend(t)} {
+				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
+					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
+					if err != nil {
+						t.Fatal(err)
+					}
+					f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
+					t.Logf("%s %v: max relative error %.3g", be.Name(), mode, f.Worst)
+					r.Close()
+				}
+			}
+			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
+			noOffset := &optref.Model{C: rm.C, W: rm.W, Offset: -2}
+			prompt := prompts[1]
+			refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
+				refcheck.Mutant{Name: "the positions without their offset", Logits: noOffset.Logits})
+		})
+	}
+}
+
+func configOf(t *testing.T, js string) *config.File {
+	t.Helper()
+	cfg, err := config.ParseModel([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// opt125m is facebook/opt-125m's config.json.
+const opt125m = `{"_name_or_path": "facebook/opt-125m", "activation_dropout": 0.0, "activation_function": "relu",
+	"architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": true,
+	"dropout": 0.1, "eos_token_id": 2, "ffn_dim": 3072, "hidden_size": 768, "init_std": 0.02, "layerdrop": 0.0,
+	"max_position_embeddings": 2048, "model_type": "opt", "num_attention_heads": 12, "num_hidden_layers": 12,
+	"pad_token_id": 1, "prefix": "</s>", "torch_dtype": "float16", "transformers_version": "4.21.0.dev0",
+	"use_cache": true, "vocab_size": 50272, "word_embed_proj_dim": 768}`
+
+// TestConfig reads OPT-125M's config.json (125,239,296 parameters, the
+// tied head counted once) and refuses what it cannot run, naming the
+// field.
+func TestConfig(t *testing.T) {
+	m, err := lm.New(configOf(t, opt125m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.(*opt.Model).Options()
+	s := m.Spec()
+	if n := lmckpt.Params(m); n != 125_239_296 {
+		t.Errorf("%d parameters, want 125,239,296", n)
+	}
+	if s.Hidden != 768 || s.Layers != 12 || s.Heads != 12 || s.KVHeads != 12 || s.Intermediate != 3072 || s.MaxPositions != 2048 ||
+		o.Positions.Rows != 2050 || o.Positions.Offset != 2 || !o.QKVBias || !o.OBias || !o.MLPBias || o.FusedQKV || !o.LayerNorm ||
+		o.NormNoParams || !o.UngatedMLP || o.Norms.PreAttn != "self_attn_layer_norm" || o.Norms.PreMLP != "final_layer_norm" ||
+		!s.TieEmbeddings || s.BOS != 2 || s.EOS[0] != 2 || o.Eps != 1e-5 {
+		t.Errorf("spec %+v, options %+v", s, o)
+	}
+	r := m.(lm.Renamer)
+	for stored, want := range map[string]string{
+		"decoder.embed_tokens.weight":                      "model.embed_tokens.weight",
+		"model.decoder.embed_tokens.weight":                "model.embed_tokens.weight",
+		"decoder.embed_positions.weight":                   llama.PositionsWeight,
+		"model.decoder.final_layer_norm.bias":              "model.norm.bias",
+		"decoder.layers.3.final_layer_norm.weight":         "model.layers.3.final_layer_norm.weight",
+		"model.decoder.layers.3.self_attn_layer_norm.bias": "model.layers.3.self_attn_layer_norm.bias",
+		"model.decoder.layers.3.self_attn.q_proj.weight":   "model.layers.3.self_attn.q_proj.weight",
+		"decoder.layers.3.self_attn.out_proj.bias":         "model.layers.3.self_attn.o_proj.bias",
+		"model.decoder.layers.11.fc1.weight":               "model.layers.11.mlp.up_proj.weight",
+		"decoder.layers.11.fc2.bias":                       "model.layers.11.mlp.down_proj.bias",
+		"lm_head.weight":                                   "lm_head.weight",
+		"model.decoder.project_out.weight":                 "model.decoder.project_out.weight",
+	} {
+		if got := r.RenameWeight(stored); got != want {
+			t.Errorf("%s read as %s, want %s", stored, got, want)
+		}
+	}
+	for _, bad := range []struct{ js, want string }{
+		{`"do_layer_norm_before": false`, "do_layer_norm_before"},
+		{`"word_embed_proj_dim": 512`, "word_embed_proj_dim 512"},
+		{`"_remove_final_layer_norm": true`, "_remove_final_layer_norm"},
+		{`"activation_function": "swish2"`, "hidden_act"},
+	} {
+		js := strings.Replace(opt125m, `"vocab_size": 50272, "word_embed_proj_dim": 768}`, `"vocab_size": 50272, `+bad.js+`}`, 1)
+		_, err := opt.Resolve(configOf(t, js))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+// Package optref is a plain-Go float64 forward pass of OPTForCausalLM,
+// written from transformers' models/opt (OPTDecoder's embed_tokens plus
+// OPTLearnedPositionalEmbedding, whose position p reads row p + 2,
+// OPTDecoderLayer with do_layer_norm_before, OPTAttention with its
+// queries scaled by head_dim^-0.5, fc1/fc2, the decoder's
+// final_layer_norm and the tied head), and the tiny checkpoints its tests
+// run, under the checkpoints' own tensor names. It shares no code with
+// pipeline/llama or pipeline/opt.
+package optref
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+)
+
+// OPT describes a tiny OPT by the fields of its config.json.
+type OPT struct {
+	Vocab, Hidden, FFN, Layers, Heads, Positions int
+	// Prefix is "model." (OPTForCausalLM's save_pretrained) or "" (the
+	// first uploads', saved from OPTModel: decoder.*).
+	Prefix string
+	// StoredHead writes lm_head.weight, a copy of embed_tokens.
+	StoredHead bool
+	// NoBias is enable_bias false; NoAffine layer_norm_elementwise_affine
+	// false (LayerNorms without weight and bias).
+	NoBias, NoAffine bool
+	Seed             uint64
+}
+
+// Tiny is a small OPT: 3 layers, hidden 32, 4 heads, ffn_dim 80, a
+// table of 40 positions (42 rows), the first uploads' names and a
+// stored head.
+func Tiny() OPT {
+	return OPT{Vocab: 64, Hidden: 32, FFN: 80, Layers: 3, Heads: 4, Positions: 40, StoredHead: true, Seed: 150}
+}
+
+type tensor struct {
+	name  string
+	shape []int
+	init  string
+}
+
+func (c OPT) tensors() []tensor {
+	H, p0 := c.Hidden, c.Prefix+"decoder."
+	out := []tensor{{p0 + "embed_tokens.weight", []int{c.Vocab, H}, "embed"}, {p0 + "embed_positions.weight", []int{c.Positions + 2, H}, "embed"}}
+	norm := func(p, name string) {
+		if !c.NoAffine {
+			out = append(out, tensor{p + name + ".weight", []int{H}, "norm"}, tensor{p + name + ".bias", []int{H}, "bias"})
+		}
+	}
+	linear := func(p, name string, o, i int) {
+		out = append(out, tensor{p + name + ".weight", []int{o, i}, "linear"})
+		if !c.NoBias {
+			out = append(out, tensor{p + name + ".bias", []int{o}, "bias"})
+		}
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("%slayers.%d.", p0, l)
+		for _, proj := range []string{"k_proj", "v_proj", "q_proj", "out_proj"} {
+			linear(p, "self_attn."+proj, H, H)
+		}
+		norm(p, "self_attn_layer_norm")
+		linear(p, "fc1", c.FFN, H)
+		linear(p, "fc2", H, c.FFN)
+		norm(p, "final_layer_norm")
+	}
+	norm(p0, "final_layer_norm")
+	return out
+}
+
+// ConfigJSON is the config.json with OPTConfig's names, as
+// facebook/opt-125m's has them.
+func (c OPT) ConfigJSON() map[string]any {
+	return map[string]any{
+		"architectures": []string{"OPTForCausalLM"}, "model_type": "opt", "activation_function": "relu",
+		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "ffn_dim": c.FFN, "num_hidden_layers": c.Layers,
+		"num_attention_heads": c.Heads, "max_position_embeddings": c.Positions, "do_layer_norm_before": true,
+		"word_embed_proj_dim": c.Hidden, "enable_bias": !c.NoBias, "layer_norm_elementwise_affine": !c.NoAffine,
+		"dropout": 0.1, "attention_dropout": 0.0, "layerdrop": 0.0, "init_std": 0.02, "prefix": "</s>",
+		"bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1, "torch_dtype": "float32",
+	}
+}
+
+// Write writes dir/config.json, generation_config.json and
+// model.safetensors (float32).
+func (c OPT) Write(dir string) error {
+	r := lmckpt.NewRand(c.Seed)
+	var ts []lmckpt.F32Tensor
+	var embed []float32
+	for _, t := range c.tensors() {
+		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
+			switch t.init {
+			case "embed":
+				return u
+			case "norm":
+				return 1 + 0.2*u
+			case "bias":
+				return 0.3 * u
+			}
+			return 2 * u / math.Sqrt(float64(fan))
+		})
+		if t.name == c.Prefix+"decoder.embed_tokens.weight" {
+			embed = v
+		}
+		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
+	}
+	if c.StoredHead {
+		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.Hidden}, Values: embed})
+	}
+	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}, ts)
+}
+
+// Model is a description plus its weights in float64.
+type Model struct {
+	C OPT
+	W map[string][]float64
+	// Offset is a mutant for the tests: the row position p reads is p +
+	// 2 + Offset.
+	Offset int
+}
+
+// Load reads a checkpoint Write wrote, checking every tensor's size.
+func (c OPT) Load(dir string) (*Model, error) {
+	w, err := lmckpt.ReadFloat64(dir)
+	if err != nil {
+		return nil, err
+	}
+	chk := lmckpt.Weights64{M: w, Kit: "optref"}
+	for _, t := range c.tensors() {
+		chk.Shaped(t.name, t.shape)
+	}
+	if chk.Err != nil {
+		return nil, chk.Err
+	}
+	return &Model{C: c, W: w}, nil
+}
+
+func (m *Model) get(name string) []float64 {
+	full := m.C.Prefix + "decoder." + name
+	v, ok := m.W[full]
+	if !ok {
+		panic(fmt.Sprintf("optref: no tensor %q", full))
+	}
+	return v
+}
+
+// bias is a projection's bias, or zeros without enable_bias.
+func (m *Model) bias(name string, n int) []float64 {
+	if m.C.NoBias {
+		return make([]float64, n)
+	}
+	return m.get(name + ".bias")
+}
+
+// Logits runs tokens (positions 0, 1, ...) and returns the logits after
+// every token: embed_tokens + embed_positions[p + 2], each layer x +
+// out_proj(attn(self_attn_layer_norm(x))), then + fc2(relu(fc1(
+// final_layer_norm(x)))), then the decoder's final_layer_norm and the
+// head tied to embed_tokens.
+func (m *Model) Logits(tokens []int) [][]float64 {
+	c := m.C
+	H, D := c.Hidden, c.Hidden/c.Heads
+	ln := func(x []float64, name string) []float64 {
+		if c.NoAffine {
+			ones, zeros := make([]float64, H), make([]float64, H)
+			for i := range ones {
+				ones[i] = 1
+			}
+			return lmckpt.LayerNorm64(x, ones, zeros, 1e-5)
+		}
+		return lmckpt.LayerNorm64(x, m.get(name+".weight"), m.get(name+".bias"), 1e-5)
+	}
+	lin := func(x []float64, name string, n int) []float64 {
+		return lmckpt.Linear64(x, m.get(name+".weight"), m.bias(name, n))
+	}
+	emb, pos := m.get("embed_tokens.weight"), m.get("embed_positions.weight")
+	x := make([][]float64, len(tokens))
+	for t, id := range tokens {
+		row := t + 2 + m.Offset
+		x[t] = make([]float64, H)
+		for i := range x[t] {
+			x[t][i] = emb[id*H+i] + pos[row*H+i]
+		}
+	}
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("layers.%d.", l)
+		q, k, v := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
+		for t := range x {
+			h := ln(x[t], p+"self_attn_layer_norm")
+			qa := lin(h, p+"self_attn.q_proj", H)
+			for i := range qa {
+				qa[i] *= math.Pow(float64(D), -0.5) // OPTAttention scales the queries
+			}
+			ka, va := lin(h, p+"self_attn.k_proj", H), lin(h, p+"self_attn.v_proj", H)
+			for hd := 0; hd < c.Heads; hd++ {
+				q[t] = append(q[t], qa[hd*D:(hd+1)*D])
+				k[t] = append(k[t], ka[hd*D:(hd+1)*D])
+				v[t] = append(v[t], va[hd*D:(hd+1)*D])
+			}
+		}
+		att := lmckpt.Attention64(q, k, v, 1, nil)
+		for t := range x {
+			a := lin(att[t], p+"self_attn.out_proj", H)
+			for i := range x[t] {
+				x[t][i] += a[i]
+			}
+			f := lin(ln(x[t], p+"final_layer_norm"), p+"fc1", c.FFN)
+			for i := range f {
+				f[i] = math.Max(f[i], 0)
+			}
+			y := lin(f, p+"fc2", H)
+			for i := range x[t] {
+				x[t][i] += y[i]
+			}
+		}
+	}
+	out := make([][]float64, len(x))
+	for t := range x {
+		out[t] = lmckpt.Linear64(ln(x[t], "final_layer_norm"), emb, nil)
+	}
+	return out
+}
