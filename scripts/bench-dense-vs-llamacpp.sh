@@ -34,6 +34,12 @@
 # keeps the model between runs.
 # Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
 #
+# CONFIG=FILE writes a random model of that config.json instead of the
+# Llama shape (vocab_size 32000, its BOS and EOS 31999; DIR defaults to
+# /tmp/tputool-dense-bench- and the file's name), and ollama then imports
+# the GGUF scripts/export-gguf writes from it, for the architectures its
+# importer does not read (GPT-2, StarCoder, BLOOM).
+#
 # MODE=serve runs both servers (tputool serve with SERVE_ARGS, e.g.
 # "--activations bf16"; ollama with OLLAMA_NUM_PARALLEL the largest level)
 # and, per round and level of LEVELS (default 1,8,32) concurrent greedy
@@ -66,7 +72,12 @@ case "$DTYPE" in
   F16) torch_dtype=float16 suffix="-f16" ;;
   *) echo "DTYPE: BF16 or F16, not $DTYPE" >&2; exit 2 ;;
 esac
-DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS$suffix}"
+CONFIG="${CONFIG:-}"
+if [ -n "$CONFIG" ]; then
+  DIR="${DIR:-/tmp/tputool-dense-bench-$(basename "$CONFIG" .json)$suffix}"
+else
+  DIR="${DIR:-/tmp/tputool-dense-bench-$HIDDEN-$LAYERS$suffix}"
+fi
 ROUNDS="${ROUNDS:-3}"
 GEN="${GEN:-64}"
 PORT="${PORT:-11501}"
@@ -80,6 +91,12 @@ CTX=512
 parallel=1
 [ "$MODE" = serve ] && parallel=$(tr , '\n' <<< "$LEVELS" | sort -n | tail -1)
 mkdir -p "$DIR/hf"
+if [ ! -f "$DIR/hf/config.json" ] && [ -n "$CONFIG" ]; then
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["torch_dtype"]=sys.argv[2]; json.dump(c, open(sys.argv[3], "w"))' \
+    "$CONFIG" "$torch_dtype" "$DIR/config.json"
+  go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype "$DTYPE" -o "$DIR/hf"
+  python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000
+fi
 if [ ! -f "$DIR/hf/config.json" ]; then
   cat > "$DIR/config.json" <<JSON
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -99,6 +116,11 @@ fi
 # serve needs an end token in the vocabulary (the last one, BOS and EOS).
 printf '{"eos_token": "<|pad_31999|>", "add_bos_token": false, "add_eos_token": false}\n' > "$DIR/hf/tokenizer_config.json"
 go build -o "$DIR/tputool" .
+FROM="$DIR/hf"
+if [ -n "$CONFIG" ]; then
+  [ -f "$DIR/model.gguf" ] || go run ./scripts/export-gguf -m "$DIR/hf" -o "$DIR/model.gguf"
+  FROM="$DIR/model.gguf"
+fi
 
 export OLLAMA_MODELS="$DIR/ollama-models" OLLAMA_HOST="127.0.0.1:$PORT" OLLAMA_NUM_PARALLEL=$parallel OLLAMA_KEEP_ALIVE=1h OLLAMA_CONTEXT_LENGTH=$CTX
 "$OLLAMA" serve > "$DIR/ollama.log" 2>&1 &
@@ -110,9 +132,9 @@ for p in $PAIRS; do
   q="${p#*:}"
   if ! "$OLLAMA" show "dense-$q" > /dev/null 2>&1; then
     if [ "$q" = none ]; then
-      "$OLLAMA" create "dense-$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+      "$OLLAMA" create "dense-$q" -f <(printf 'FROM %s\n' "$FROM") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
     else
-      "$OLLAMA" create "dense-$q" --quantize "$q" -f <(printf 'FROM %s\n' "$DIR/hf") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
+      "$OLLAMA" create "dense-$q" --quantize "$q" -f <(printf 'FROM %s\n' "$FROM") > /dev/null 2>> "$DIR/create.log" || { tail -c 2000 "$DIR/create.log" >&2; exit 1; }
     fi
   fi
 done

@@ -39,7 +39,9 @@
 // Gemma 3n (Gemma3nForConditionalGeneration, Gemma3nForCausalLM: llama.cpp's
 // gemma3n, runGemma3n), Ling 2.0 (BailingMoeV2ForCausalLM: llama.cpp's
 // bailingmoe2, runBailing), GPT-NeoX and Pythia (GPTNeoXForCausalLM:
-// llama.cpp's gptneox, runGPTNeoX), Falcon (FalconForCausalLM: llama.cpp's
+// llama.cpp's gptneox, runGPTNeoX), GPT-2 and StarCoder (GPT2LMHeadModel,
+// GPTBigCodeForCausalLM: llama.cpp's gpt2 and starcoder, runGPT2), BLOOM
+// (BloomForCausalLM: llama.cpp's bloom, runBloom), Falcon (FalconForCausalLM: llama.cpp's
 // falcon, runFalcon), SmallThinker (SmallThinkerForCausalLM:
 // llama.cpp's smallthinker, runSmallThinker), DBRX (DbrxForCausalLM:
 // llama.cpp's dbrx, runDbrx), DeepSeek MoE (DeepseekForCausalLM:
@@ -102,6 +104,7 @@ import (
 	"github.com/tputool/tputool/pipeline/arctic"
 	"github.com/tputool/tputool/pipeline/bailing"
 	"github.com/tputool/tputool/pipeline/bamba"
+	"github.com/tputool/tputool/pipeline/bloom"
 	"github.com/tputool/tputool/pipeline/cohere"
 	"github.com/tputool/tputool/pipeline/dbrx"
 	"github.com/tputool/tputool/pipeline/deepseek"
@@ -113,6 +116,7 @@ import (
 	"github.com/tputool/tputool/pipeline/gemma3"
 	"github.com/tputool/tputool/pipeline/gemma3n"
 	"github.com/tputool/tputool/pipeline/glm"
+	"github.com/tputool/tputool/pipeline/gpt2"
 	"github.com/tputool/tputool/pipeline/gptneox"
 	"github.com/tputool/tputool/pipeline/granite"
 	_ "github.com/tputool/tputool/pipeline/helium" // HeliumForCausalLM
@@ -200,6 +204,10 @@ func run(dir, out string) error {
 		return runGPTNeoX(l, dir, out, g)
 	case *falcon.Model:
 		return runFalcon(l, dir, out, g)
+	case *gpt2.Model:
+		return runGPT2(l, dir, out, g)
+	case *bloom.Model:
+		return runBloom(l, dir, out, g)
 	case *dbrx.Model:
 		return runDbrx(l, dir, out, g)
 	case *arctic.Model:
@@ -307,7 +315,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, ArcticForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, BloomForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, ArcticForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"
