@@ -29,7 +29,8 @@
 #      from scripts/bitnet-checkpoint, a tiny HunYuan-MoE, a tiny
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
-#      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny StarCoder, a tiny
+#      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny GPT-Neo, a tiny
+#      StarCoder, a tiny
 #      BLOOM, a tiny OPT, a tiny Falcon-40B, a tiny Falcon-RW, a tiny
 #      DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
@@ -622,6 +623,13 @@ cat >"$work/gpt2.json" <<'EOF'
  "n_layer": 3, "n_positions": 512, "n_ctx": 512, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new",
  "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny GPT-Neo: GPT-2's block with unscaled scores (computed in
+# float32) and local layers of a window of 8 among global ones.
+cat >"$work/gptneo.json" <<'EOF'
+{"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "vocab_size": 512, "hidden_size": 64, "num_heads": 4,
+ "num_layers": 4, "attention_types": [[["global", "local"], 2]], "window_size": 8, "max_position_embeddings": 512,
+ "intermediate_size": null, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new", "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny StarCoder (GPTBigCode): GPT-2's block with Linear matrices and
 # one key and value head (multi_query).
 cat >"$work/starcoder.json" <<'EOF'
@@ -756,7 +764,7 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

@@ -187,6 +187,11 @@ type Options struct {
 	// ALiBiScaled the biases are scaled with the scores (Falcon-RW's
 	// (q·k + alibi)/sqrt(head_dim)).
 	ALiBi, ALiBiScaled bool
+	// ScoresF32 runs the attention of 16-bit queries in float32, the
+	// caches read in float32 (GPT-Neo's attention upcasts the queries
+	// and keys before q·k, whose scores it does not scale), and rounds
+	// its output back.
+	ScoresF32 bool
 	// Positions is a learned absolute position embedding:
 	// model.embed_positions.weight [Positions.Rows, hidden] (GPT-2's
 	// wpe), its row for each token's position added to the token's
@@ -711,7 +716,12 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 			return Add(mask, nn.ALiBiBias(step, slopes, s.KVHeads, mask.Shape().Dimensions[4]))
 		})
 	}
-	out := nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
+	var out *Node
+	if dt := q.DType(); m.o.ScoresF32 && dt != dtypes.Float32 {
+		out = ConvertDType(nn.Attention(ConvertDType(q, dtypes.Float32), c, bias, m.o.AttnScale, 0), dt)
+	} else {
+		out = nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
+	}
 	if m.o.AttnGate {
 		out = Mul(out, Sigmoid(nn.Linear(x, p.Get("gate_proj.weight"), nil)))
 	}

@@ -28,6 +28,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/glm"          // GlmForCausalLM, Glm4ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/gpt2"         // GPT2LMHeadModel (GPT-2, DistilGPT2), GPTBigCodeForCausalLM (StarCoder 1)
 	_ "github.com/tputool/tputool/pipeline/gptj"         // GPTJForCausalLM (GPT-J-6B)
+	_ "github.com/tputool/tputool/pipeline/gptneo"       // GPTNeoForCausalLM (GPT-Neo)
 	_ "github.com/tputool/tputool/pipeline/gptneox"      // GPTNeoXForCausalLM (Pythia, GPT-NeoX-20B)
 	_ "github.com/tputool/tputool/pipeline/gptoss"       // GptOssForCausalLM
 	_ "github.com/tputool/tputool/pipeline/granite"      // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
