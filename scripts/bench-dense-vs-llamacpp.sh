@@ -35,8 +35,9 @@
 # Env: ROUNDS (3), GEN (64 decode tokens), PORT (11501).
 #
 # CONFIG=FILE writes a random model of that config.json instead of the
-# Llama shape (vocab_size 32000, its BOS and EOS 31999; DIR defaults to
-# /tmp/tputool-dense-bench- and the file's name), and ollama then imports
+# Llama shape (its vocab_size, BOS and EOS set to the padded tokenizer's
+# 32000 and 31999; DIR defaults to /tmp/tputool-dense-bench- and the
+# file's name), and ollama then imports
 # the GGUF scripts/export-gguf writes from it, for the architectures its
 # importer does not read (GPT-2, StarCoder, BLOOM).
 #
@@ -92,7 +93,7 @@ parallel=1
 [ "$MODE" = serve ] && parallel=$(tr , '\n' <<< "$LEVELS" | sort -n | tail -1)
 mkdir -p "$DIR/hf"
 if [ ! -f "$DIR/hf/config.json" ] && [ -n "$CONFIG" ]; then
-  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["torch_dtype"]=sys.argv[2]; json.dump(c, open(sys.argv[3], "w"))' \
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c.update(torch_dtype=sys.argv[2], vocab_size=32000, bos_token_id=31999, eos_token_id=31999); json.dump(c, open(sys.argv[3], "w"))' \
     "$CONFIG" "$torch_dtype" "$DIR/config.json"
   go run ./scripts/gen-llm-checkpoint -config "$DIR/config.json" -dtype "$DTYPE" -o "$DIR/hf"
   python3 scripts/pad-tokenizer.py "$DIR/hf/tokenizer.json" 32000

@@ -49,11 +49,11 @@ type Config struct {
 	// ResidualPostLayerNorm takes each sublayer's residual after its
 	// LayerNorm instead of before it: refused.
 	ResidualPostLayerNorm bool `json:"apply_residual_connection_post_layernorm"`
-	// PretrainingTP with SlowButExact sums the attention's and the MLP's
-	// output projections in pretraining_tp slices: refused (without
-	// slow_but_exact transformers runs them whole, as tputool does).
-	PretrainingTP *int `json:"pretraining_tp"`
-	SlowButExact  bool `json:"slow_but_exact"`
+	// pretraining_tp with slow_but_exact makes transformers sum the
+	// attention's and the MLP's output projections in pretraining_tp
+	// slices of their input, the same product up to rounding: tputool
+	// runs them whole, as transformers does without slow_but_exact, and
+	// reads neither field.
 }
 
 // Defaults are BloomConfig's (a tiny model's sizes, as transformers has
@@ -76,11 +76,8 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	switch {
-	case c.ResidualPostLayerNorm:
+	if c.ResidualPostLayerNorm {
 		return llama.Options{}, errs.Unsupportedf("%s: apply_residual_connection_post_layernorm true (the residual taken after each LayerNorm) is not supported", where)
-	case c.SlowButExact && lm.Or(c.PretrainingTP, 1) > 1:
-		return llama.Options{}, errs.Unsupportedf("%s: slow_but_exact true with pretraining_tp %d (the output projections summed in slices) is not supported", where, *c.PretrainingTP)
 	}
 	// BloomConfig: n_embed, when given, is hidden_size; attribute_map
 	// reads num_hidden_layers and num_attention_heads as n_layer and

@@ -21,7 +21,8 @@ var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50
 // TestLogitsMatchReference runs tiny Falcons in each layout (the new
 // architecture with grouped key/value heads and two LayerNorms, Falcon
 // 2's one LayerNorm, Falcon-7B's multi-query, and a key/value head per
-// head in sequence with biases, and that with Falcon-RW's alibi) on a
+// head in sequence with biases, and that with Falcon-RW's alibi, over a
+// key/value head per head and over one) on a
 // left-padded batch of two prompts
 // and decode steps, compiled and eager, on the go and cpu backends,
 // against falconref's float64 forward under the checkpoints' names; and
@@ -31,7 +32,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		falcon falconref.Falcon
-	}{{"40b", falconref.New40B()}, {"falcon2", falconref.Falcon2()}, {"7b", falconref.Falcon7B()}, {"sequential", falconref.Sequential()}, {"rw", falconref.RW()}} {
+	}{{"40b", falconref.New40B()}, {"falcon2", falconref.Falcon2()}, {"7b", falconref.Falcon7B()}, {"sequential", falconref.Sequential()}, {"rw", falconref.RW()}, {"rw-multiquery", falconref.RWMultiQuery()}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.falcon.Write)
 			rm, err := c.falcon.Load(dir)

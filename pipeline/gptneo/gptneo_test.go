@@ -85,7 +85,7 @@ func TestConfig(t *testing.T) {
 	if s.Hidden != 768 || s.Layers != 12 || s.Heads != 12 || s.KVHeads != 12 || s.Intermediate != 3072 || s.SlidingWindow != 256 ||
 		s.LayerKinds[0] != lm.KindFull || s.LayerKinds[1] != lm.KindSliding || s.LayerKinds[11] != lm.KindSliding ||
 		o.AttnScale != 1 || o.QKVBias || !o.OBias || !o.MLPBias || o.FusedQKV || !o.LayerNorm || !o.UngatedMLP ||
-		o.Positions.Rows != 2048 || s.MaxPositions != 2048 || !s.TieEmbeddings || s.EOS[0] != 50256 {
+		o.Positions.Rows != 2048 || s.MaxPositions != 2048 || !s.TieEmbeddings || s.EOS[0] != 50256 || o.Eps != 1e-5 {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	r := m.(lm.Renamer)

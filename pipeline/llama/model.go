@@ -248,6 +248,9 @@ func NewModel(o Options) *Model {
 	if o.QKVPerHead && !o.FusedQKV { // the architectures' resolvers never set it so
 		panic("llama: QKVPerHead needs FusedQKV")
 	}
+	if p := o.Positions; p.Rows > 0 && o.Spec.MaxPositions > p.Rows-p.Offset { // likewise: the table covers every position the spec lets in
+		panic(fmt.Sprintf("llama: %d positions past a table of %d rows from row %d", o.Spec.MaxPositions, p.Rows, p.Offset))
+	}
 	return &Model{o: o}
 }
 
@@ -535,8 +538,8 @@ func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step
 
 // addPositions adds to x [B, T, H] the learned position embedding's row
 // for each token's position plus Offset (GPT2Model's inputs_embeds +
-// position_embeds); padding slots, whose positions are negative, read
-// row 0 (their outputs are never read).
+// position_embeds); padding slots, whose positions are negative, read a
+// row clipped into the table (their outputs are never read).
 func (m *Model) addPositions(w *lm.Params, x *Node, step *lm.Step) *Node {
 	pos := ClipScalar(AddScalar(step.Positions, float64(m.o.Positions.Offset)), 0, float64(m.o.Positions.Rows-1))
 	e := Gather(w.Get(PositionsWeight), InsertAxes(pos, -1)) // [B, T, H]

@@ -44,9 +44,10 @@ func ALiBiSlopes(heads int) []float64 {
 // at position s - Pads[b] (negative on padding, which the mask hides).
 // BLOOM adds the key's position alone, which differs from the distance
 // to the query by the query's position, the same for every key of a row
-// of scores, so the softmax is the same. Shared by the layers of a graph.
+// of scores, so the softmax is the same. Shared by the layers of a graph
+// that ask for the same slopes.
 func ALiBiBias(step *lm.Step, slopes []float64, kv, w int) *Node {
-	return step.Memo(fmt.Sprintf("alibi/%d/%d/%d", len(slopes), kv, w), func() *Node {
+	return step.Memo(fmt.Sprintf("alibi/%v/%d/%d", slopes, kv, w), func() *Node { // the slopes themselves: scaled ones differ
 		g := step.Pads.Graph()
 		b, heads := step.Batch, len(slopes)
 		if heads%kv != 0 {

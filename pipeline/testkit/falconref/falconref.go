@@ -67,6 +67,14 @@ func RW() Falcon {
 	return Falcon{Vocab: 64, Hidden: 48, FFN: 96, Layers: 3, Heads: 6, Bias: true, Theta: 10000, Eps: 1e-5, Tied: true, Alibi: true, Seed: 124}
 }
 
+// RWMultiQuery is RW with one key/value head for the 6 query heads
+// (multi_query), so that each query head's slope is read across a group.
+func RWMultiQuery() Falcon {
+	c := RW()
+	c.MultiQuery, c.Seed = true, 125
+	return c
+}
+
 func (c Falcon) headSize() int { return c.Hidden / c.Heads }
 
 // kv is the number of key/value heads.

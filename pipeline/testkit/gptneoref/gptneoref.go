@@ -18,6 +18,8 @@ import (
 // GPTNeo describes a tiny GPT-Neo by the fields of its config.json.
 type GPTNeo struct {
 	Vocab, Hidden, Layers, Heads, Positions, Window int
+	// Eps is layer_norm_epsilon.
+	Eps float64
 	// Types is attention_types' one entry: the kinds ("global",
 	// "local") repeated to Layers.
 	Types []string
@@ -29,9 +31,10 @@ type GPTNeo struct {
 
 // Tiny is a small GPT-Neo: 4 layers alternating global and local with a
 // window of 4 tokens (shorter than the test prompts), hidden 32, 4
-// heads, a table of 40 positions, the buffers.
+// heads, a table of 40 positions, an eps of 0.02 (large enough that a
+// misread one shows), the buffers.
 func Tiny() GPTNeo {
-	return GPTNeo{Vocab: 64, Hidden: 32, Layers: 4, Heads: 4, Positions: 40, Window: 4, Types: []string{"global", "local"}, Buffers: true, Seed: 160}
+	return GPTNeo{Vocab: 64, Hidden: 32, Layers: 4, Heads: 4, Positions: 40, Window: 4, Eps: 0.02, Types: []string{"global", "local"}, Buffers: true, Seed: 160}
 }
 
 func (c GPTNeo) kind(l int) string { return c.Types[l%len(c.Types)] }
@@ -80,7 +83,7 @@ func (c GPTNeo) ConfigJSON() map[string]any {
 		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "num_layers": c.Layers, "num_heads": c.Heads,
 		"intermediate_size": nil, "max_position_embeddings": c.Positions, "window_size": c.Window,
 		"attention_types": []any{[]any{c.Types, c.Layers / len(c.Types)}}, "attention_layers": layers,
-		"layer_norm_epsilon": 1e-5, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
+		"layer_norm_epsilon": c.Eps, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
 	}
 }
 
@@ -154,7 +157,7 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 	c := m.C
 	H, D := c.Hidden, c.Hidden/c.Heads
 	ln := func(x []float64, name string) []float64 {
-		return lmckpt.LayerNorm64(x, m.get(name+".weight"), m.get(name+".bias"), 1e-5)
+		return lmckpt.LayerNorm64(x, m.get(name+".weight"), m.get(name+".bias"), c.Eps)
 	}
 	wte, wpe := m.get("wte.weight"), m.get("wpe.weight")
 	x := make([][]float64, len(tokens))
