@@ -69,7 +69,8 @@ func Parse(data []byte) (*Tokenizer, error) {
 }
 
 // LoadDir loads dir/tokenizer.json (or tokenizer.json.gz), or without one
-// a tiktoken ranks file of a known tokenizer class (tiktoken.go), together with
+// a tiktoken ranks file of a known tokenizer class (tiktoken.go) or
+// GPT-2's vocab.json and merges.txt (gpt2files.go), together with
 // dir/tokenizer_config.json and dir/chat_template.jinja when present. The
 // config decides the BOS/EOS/PAD tokens, add_bos_token/add_eos_token and the
 // chat templates.
@@ -83,8 +84,12 @@ func LoadDir(dir string) (*Tokenizer, error) {
 			return nil, terr
 		} else if ok {
 			t = tt
+		} else if tt, ok, gerr := loadGPT2Files(dir); gerr != nil {
+			return nil, gerr
+		} else if ok {
+			t = tt
 		} else {
-			return nil, errs.Unsupportedf("%s: no tokenizer.json (tputool reads tokenizer.json, and the tiktoken ranks files %s; not sentencepiece .model or vocab.txt files): %w", dir, tiktokenFiles(), err)
+			return nil, errs.Unsupportedf("%s: no tokenizer.json (tputool reads tokenizer.json, the tiktoken ranks files %s, and GPT-2's vocab.json with merges.txt; not sentencepiece .model or vocab.txt files): %w", dir, tiktokenFiles(), err)
 		}
 	}
 	if t == nil {

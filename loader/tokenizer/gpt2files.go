@@ -1,0 +1,250 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/tputool/tputool/internal/errs"
+)
+
+// gpt2Classes are the tokenizer classes whose slow files (vocab.json and
+// merges.txt, without a tokenizer.json) loadGPT2Files reads: GPT-2's
+// byte-level BPE, as transformers' GPT2Converter turns them into a fast
+// tokenizer. Other classes that store vocab.json and merges.txt (RoBERTa,
+// BART, Whisper...) wrap the BPE in their own special tokens and
+// templates, and are refused by name.
+var gpt2Classes = map[string]bool{
+	"": true, "GPT2Tokenizer": true, "GPT2TokenizerFast": true, "CodeGenTokenizer": true, "CodeGenTokenizerFast": true,
+}
+
+// gpt2Config is what loadGPT2Files reads of tokenizer_config.json (and of
+// special_tokens_map.json, its special-token fields).
+type gpt2Config struct {
+	Class          string          `json:"tokenizer_class"`
+	AddPrefixSpace *bool           `json:"add_prefix_space"`
+	BOS            json.RawMessage `json:"bos_token"`
+	EOS            json.RawMessage `json:"eos_token"`
+	Unk            json.RawMessage `json:"unk_token"`
+	Pad            json.RawMessage `json:"pad_token"`
+	Additional     json.RawMessage `json:"additional_special_tokens"`
+	// AddedDecoder is transformers' added_tokens_decoder: {"id":
+	// {"content", "special", ...}}.
+	AddedDecoder map[string]struct {
+		Content string `json:"content"`
+		Special bool   `json:"special"`
+	} `json:"added_tokens_decoder"`
+}
+
+// loadGPT2Files builds a tokenizer from a folder's slow GPT-2 files when
+// it has no tokenizer.json: vocab.json (token → id) and merges.txt (one
+// merge a line, after an optional "#version" line) as a byte-level BPE
+// (unk_token for a piece outside the vocabulary, when it has one), its
+// pre-tokenizer ByteLevel with tokenizer_config.json's
+// add_prefix_space (false when absent), ByteLevel decoding, and as
+// special added tokens the special tokens tokenizer_config.json,
+// special_tokens_map.json and added_tokens.json name (transformers adds a
+// name the vocabulary lacks after its last id). LoadDir then applies
+// tokenizer_config.json as it does to a tokenizer.json (add_bos_token:
+// OPT's BOS). It reports ok false when either file is missing.
+func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
+	vocabPath, mergesPath := filepath.Join(dir, "vocab.json"), filepath.Join(dir, "merges.txt")
+	for _, p := range []string{vocabPath, mergesPath} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, false, nil
+		}
+	}
+	var cfg gpt2Config
+	for _, name := range []string{"special_tokens_map.json", "tokenizer_config.json"} { // the config's fields win
+		p := filepath.Join(dir, name)
+		data, err := readMaybeGzip(p, maxConfigBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if !gpt2Classes[cfg.Class] {
+		return nil, false, errs.Unsupportedf("%s: vocab.json and merges.txt of tokenizer class %q without a tokenizer.json; tputool reads such files as GPT-2's byte-level BPE (GPT2Tokenizer, CodeGenTokenizer) only, as other classes add their own special tokens and templates", dir, cfg.Class)
+	}
+	vocabData, err := readMaybeGzip(vocabPath, maxFileBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	var vocab map[string]int
+	if err := json.Unmarshal(vocabData, &vocab); err != nil {
+		return nil, false, fmt.Errorf("%s: expected an object of token → id: %w", vocabPath, err)
+	}
+	if len(vocab) > maxVocab {
+		return nil, false, fmt.Errorf("%s: %d tokens, more than %d", vocabPath, len(vocab), maxVocab)
+	}
+	mergesData, err := readMaybeGzip(mergesPath, maxFileBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	var merges []string
+	for i, line := range strings.Split(string(mergesData), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" || (i == 0 && strings.HasPrefix(line, "#version")) {
+			continue
+		}
+		if a, b, ok := strings.Cut(line, " "); !ok || a == "" || b == "" || strings.Contains(b, " ") {
+			return nil, false, fmt.Errorf("%s: line %d: %q is not two tokens separated by a space", mergesPath, i+1, line)
+		}
+		if len(merges) == maxMerges {
+			return nil, false, fmt.Errorf("%s: more than %d merges", mergesPath, maxMerges)
+		}
+		merges = append(merges, line)
+	}
+	added, err := gpt2Specials(dir, &cfg, vocab)
+	if err != nil {
+		return nil, false, err
+	}
+	aps := cfg.AddPrefixSpace != nil && *cfg.AddPrefixSpace
+	// GPT2Tokenizer reads a piece outside the vocabulary as unk_token
+	// when the vocabulary has it (a vocabulary of every byte, as GPT-2's,
+	// never meets one).
+	var unk any
+	if n, err := tokenName(cfg.Unk, "unk_token"); err == nil && n != "" {
+		if _, ok := vocab[n]; ok {
+			unk = n
+		}
+	}
+	byteLevel := func(prefix, trim bool) map[string]any {
+		return map[string]any{"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": trim, "use_regex": true}
+	}
+	var raw bytes.Buffer
+	enc := json.NewEncoder(&raw)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]any{
+		"added_tokens":   added,
+		"normalizer":     nil,
+		"pre_tokenizer":  byteLevel(aps, true),
+		"post_processor": byteLevel(true, false),
+		"decoder":        byteLevel(true, true),
+		"model": map[string]any{
+			"type": "BPE", "dropout": nil, "unk_token": unk, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+			"fuse_unk": false, "byte_fallback": false, "vocab": json.RawMessage(vocabData), "merges": merges,
+		},
+	}); err != nil {
+		return nil, false, err
+	}
+	t, err = Parse(raw.Bytes())
+	if err != nil {
+		return nil, false, fmt.Errorf("%s and %s: %w", vocabPath, mergesPath, err)
+	}
+	return t, true, nil
+}
+
+// gpt2Special is one added token of the synthesised tokenizer.json.
+type gpt2Special struct {
+	ID         int    `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// gpt2Specials lists the special tokens the configs name, each with its
+// id: added_tokens.json's or added_tokens_decoder's, else the
+// vocabulary's, else the next id past every other, in the order named;
+// then added_tokens.json's other tokens, added but not special.
+func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Special, error) {
+	ids := map[string]int{}
+	next := 0
+	for _, id := range vocab {
+		next = max(next, id+1)
+	}
+	p := filepath.Join(dir, "added_tokens.json")
+	if data, err := readMaybeGzip(p, maxConfigBytes); err == nil {
+		var extra map[string]int
+		if err := json.Unmarshal(data, &extra); err != nil {
+			return nil, fmt.Errorf("%s: expected an object of token → id: %w", p, err)
+		}
+		for c, id := range extra {
+			ids[c], next = id, max(next, id+1)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var names []string
+	for k, v := range cfg.AddedDecoder {
+		var id int
+		if _, err := fmt.Sscan(k, &id); err != nil || id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("tokenizer_config.json: added_tokens_decoder: id %q", k)
+		}
+		ids[v.Content], next = id, max(next, id+1)
+		if v.Special {
+			names = append(names, v.Content)
+		}
+	}
+	slices.Sort(names) // map order: a stable list
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"bos_token", cfg.BOS}, {"eos_token", cfg.EOS}, {"unk_token", cfg.Unk}, {"pad_token", cfg.Pad}} {
+		n, err := tokenName(f.raw, f.name)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+		}
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	if !isNull(cfg.Additional) {
+		var list []json.RawMessage
+		if err := json.Unmarshal(cfg.Additional, &list); err != nil {
+			return nil, fmt.Errorf("tokenizer_config.json: additional_special_tokens: expected a list: %w", err)
+		}
+		for _, raw := range list {
+			n, err := tokenName(raw, "additional_special_tokens")
+			if err != nil {
+				return nil, fmt.Errorf("tokenizer_config.json: %w", err)
+			}
+			names = append(names, n)
+		}
+	}
+	var out []gpt2Special
+	seen := map[string]bool{}
+	special := map[string]bool{}
+	for _, n := range names {
+		special[n] = true
+	}
+	var plain []string // added_tokens.json's other tokens: added, not special
+	for c := range ids {
+		if !special[c] {
+			plain = append(plain, c)
+		}
+	}
+	slices.Sort(plain)
+	for _, n := range append(names, plain...) {
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		id, ok := ids[n]
+		if !ok {
+			if id, ok = vocab[n]; !ok {
+				id, next = next, next+1
+			}
+		}
+		if id >= maxTokenID {
+			return nil, fmt.Errorf("special token %q: id %d past %d", n, id, maxTokenID)
+		}
+		out = append(out, gpt2Special{ID: id, Content: n, Special: special[n]})
+	}
+	slices.SortFunc(out, func(a, b gpt2Special) int { return a.ID - b.ID })
+	return out, nil
+}
