@@ -30,7 +30,7 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny GPT-Neo, a tiny
-#      StarCoder, a tiny
+#      EXAONE 3.5, a tiny StarCoder, a tiny
 #      BLOOM, a tiny OPT, a tiny Falcon-40B, a tiny Falcon-RW, a tiny
 #      DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
@@ -630,6 +630,15 @@ cat >"$work/gptneo.json" <<'EOF'
  "num_layers": 4, "attention_types": [[["global", "local"], 2]], "window_size": 8, "max_position_embeddings": 512,
  "intermediate_size": null, "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new", "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny EXAONE 3.5: Llama under GPT-2-style names, grouped KV heads,
+# llama3 rope scaling, a tied head.
+cat >"$work/exaone.json" <<'EOF'
+{"architectures": ["ExaoneForCausalLM"], "model_type": "exaone", "vocab_size": 512, "hidden_size": 64, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "num_layers": 3, "intermediate_size": 160, "layer_norm_epsilon": 1e-05, "activation_function": "silu",
+ "rope_theta": 1000000.0, "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+ "original_max_position_embeddings": 128, "rope_type": "llama3"}, "max_position_embeddings": 512, "tie_word_embeddings": true,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny StarCoder (GPTBigCode): GPT-2's block with Linear matrices and
 # one key and value head (multi_query).
 cat >"$work/starcoder.json" <<'EOF'
@@ -764,7 +773,7 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo exaone starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

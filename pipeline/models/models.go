@@ -19,6 +19,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/deepseek"     // DeepseekV3ForCausalLM, DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM, DeepseekV2ForCausalLM, Glm4MoeLiteForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM, AXK1ForCausalLM, SolarOpenForCausalLM
 	_ "github.com/tputool/tputool/pipeline/deepseekv1"   // DeepseekForCausalLM (deepseek-moe-16b)
 	_ "github.com/tputool/tputool/pipeline/ernie"        // Ernie4_5_MoeForCausalLM, Ernie4_5ForCausalLM, Ernie4_5_VLMoeForConditionalGeneration (text)
+	_ "github.com/tputool/tputool/pipeline/exaone"       // ExaoneForCausalLM (EXAONE 3.0, 3.5, Deep)
 	_ "github.com/tputool/tputool/pipeline/exaone4"      // Exaone4ForCausalLM, ExaoneMoeForCausalLM (K-EXAONE)
 	_ "github.com/tputool/tputool/pipeline/falcon"       // FalconForCausalLM (Falcon-7B, 40B, 180B, Falcon 2)
 	_ "github.com/tputool/tputool/pipeline/falconh1"     // FalconH1ForCausalLM

@@ -41,7 +41,8 @@
 // bailingmoe2, runBailing), GPT-NeoX and Pythia (GPTNeoXForCausalLM:
 // llama.cpp's gptneox, runGPTNeoX), GPT-2 and StarCoder (GPT2LMHeadModel,
 // GPTBigCodeForCausalLM: llama.cpp's gpt2 and starcoder, runGPT2), BLOOM
-// (BloomForCausalLM: llama.cpp's bloom, runBloom), Falcon (FalconForCausalLM: llama.cpp's
+// (BloomForCausalLM: llama.cpp's bloom, runBloom), EXAONE 3 and 3.5
+// (ExaoneForCausalLM: llama.cpp's exaone, runPairs), Falcon (FalconForCausalLM: llama.cpp's
 // falcon, runFalcon), SmallThinker (SmallThinkerForCausalLM:
 // llama.cpp's smallthinker, runSmallThinker), DBRX (DbrxForCausalLM:
 // llama.cpp's dbrx, runDbrx), DeepSeek MoE (DeepseekForCausalLM:
@@ -110,6 +111,7 @@ import (
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/deepseekv1"
 	"github.com/tputool/tputool/pipeline/ernie"
+	"github.com/tputool/tputool/pipeline/exaone"
 	_ "github.com/tputool/tputool/pipeline/exaone4" // Exaone4ForCausalLM
 	"github.com/tputool/tputool/pipeline/falcon"
 	"github.com/tputool/tputool/pipeline/falconh1"
@@ -204,6 +206,8 @@ func run(dir, out string) error {
 		return runGPTNeoX(l, dir, out, g)
 	case *falcon.Model:
 		return runFalcon(l, dir, out, g)
+	case *exaone.Model:
+		return runPairs(l, dir, out, g.Model, "exaone", "EXAONE") // llama.cpp's NEOX rope turns halves, as EXAONE does: q and k as stored
 	case *gpt2.Model:
 		return runGPT2(l, dir, out, g)
 	case *bloom.Model:
@@ -315,7 +319,7 @@ func run(dir, out string) error {
 		m = x.Model
 	}
 	if m == nil {
-		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, BloomForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, ArcticForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
+		return fmt.Errorf("%s: architecture %s; export-gguf writes Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, MiniMaxM2ForCausalLM, DeepseekV2ForCausalLM, Ernie4_5_MoeForCausalLM, Dots1ForCausalLM, GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, Lfm2ForCausalLM, Lfm2MoeForCausalLM, Phi3ForCausalLM, Phi-3.5-MoE (PhimoeForCausalLM), AfmoeForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Gemma2ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, SeedOssForCausalLM, ArceeForCausalLM, GemmaForCausalLM, ApertusForCausalLM, PhiForCausalLM, Starcoder2ForCausalLM, NemotronForCausalLM, StableLmForCausalLM, OlmoForCausalLM, Ernie4_5ForCausalLM, HeliumForCausalLM, HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM, FalconH1ForCausalLM, MambaForCausalLM, FalconMambaForCausalLM, JambaForCausalLM, BambaForCausalLM, Gemma3nForConditionalGeneration, BailingMoeV2ForCausalLM, SmallThinkerForCausalLM, GPTNeoXForCausalLM, GPT2LMHeadModel, GPTBigCodeForCausalLM, BloomForCausalLM, ExaoneForCausalLM, FalconForCausalLM, DbrxForCausalLM, DeepseekForCausalLM, ArcticForCausalLM, Ministral 3 (Ministral3ForCausalLM, Mistral3ForConditionalGeneration) and Llama 4 (Llama4ForConditionalGeneration, Llama4ForCausalLM) only", dir, l.Config.Architecture())
 	}
 	_, isMixtral := l.Model.(*mixtral.Model)
 	isOLMoE := l.Config.Architecture() == "OlmoeForCausalLM"

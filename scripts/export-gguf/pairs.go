@@ -7,12 +7,13 @@ import (
 	"github.com/tputool/tputool/pipeline/lm"
 )
 
-// runPairs writes a Llama-shaped model whose rotary already turns
-// adjacent pairs (llama.cpp's NORM rope) as llama.cpp's arch, as its
-// converter does: q and k as stored, with no rows permuted; the rest is
-// Llama's tensors. family names the model in errors. It writes the
-// dense ERNIE 4.5 (Ernie4_5ForCausalLM) as "ernie4_5" and Helium
-// (HeliumForCausalLM) as "llama". Biases (ERNIE's use_bias, Helium's
+// runPairs writes a Llama-shaped model whose rotary llama.cpp's arch
+// turns as the model does without rows permuted (adjacent pairs under
+// llama.cpp's NORM rope, halves under its NEOX rope) as that arch, as its
+// converter does: q and k as stored; the rest is Llama's tensors. family
+// names the model in errors. It writes the dense ERNIE 4.5
+// (Ernie4_5ForCausalLM) as "ernie4_5", Helium (HeliumForCausalLM) as
+// "llama" and EXAONE 3 and 3.5 (ExaoneForCausalLM, NEOX) as "exaone". Biases (ERNIE's use_bias, Helium's
 // attention_bias and mlp_bias: llama.cpp reads no MLP biases there, and
 // no release has them) and rope scaling are refused.
 func runPairs(l *lm.Loaded, dir, out string, m *llama.Model, arch, family string) error {
