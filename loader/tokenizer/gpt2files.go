@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
@@ -33,6 +34,9 @@ type gpt2Config struct {
 	EOS            json.RawMessage `json:"eos_token"`
 	Unk            json.RawMessage `json:"unk_token"`
 	Pad            json.RawMessage `json:"pad_token"`
+	Sep            json.RawMessage `json:"sep_token"`
+	Cls            json.RawMessage `json:"cls_token"`
+	Mask           json.RawMessage `json:"mask_token"`
 	Additional     json.RawMessage `json:"additional_special_tokens"`
 	// AddedDecoder is transformers' added_tokens_decoder: {"id":
 	// {"content", "special", ...}}.
@@ -45,12 +49,17 @@ type gpt2Config struct {
 // loadGPT2Files builds a tokenizer from a folder's slow GPT-2 files when
 // it has no tokenizer.json: vocab.json (token → id) and merges.txt (one
 // merge a line, after an optional "#version" line) as a byte-level BPE
-// (unk_token for a piece outside the vocabulary, when it has one), its
+// (unk_token for a piece outside the vocabulary when it has one, as the
+// slow GPT2Tokenizer reads it; GPT2Converter's BPE has none), its
 // pre-tokenizer ByteLevel with tokenizer_config.json's
 // add_prefix_space (false when absent), ByteLevel decoding, and as
-// special added tokens the special tokens tokenizer_config.json,
-// special_tokens_map.json and added_tokens.json name (transformers adds a
-// name the vocabulary lacks after its last id). LoadDir then applies
+// special added tokens the special tokens tokenizer_config.json and
+// special_tokens_map.json name (tokenizer_config.json's fields first:
+// LoadDir applies it after, where transformers lets a legacy
+// special_tokens_map.json win; the two agree in the releases), with
+// GPT2Tokenizer's <|endoftext|> for BOS, EOS and unknown when neither
+// names one, and added_tokens.json's (transformers adds a name the
+// vocabulary lacks after its last id). LoadDir then applies
 // tokenizer_config.json as it does to a tokenizer.json (add_bos_token:
 // OPT's BOS). It reports ok false when either file is missing.
 func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
@@ -70,8 +79,22 @@ func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
 		if err != nil {
 			return nil, false, err
 		}
+		var one gpt2Config
+		if err := json.Unmarshal(data, &one); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", p, err)
+		}
+		if _, err := one.specials(); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", p, err)
+		}
 		if err := json.Unmarshal(data, &cfg); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	// GPT2Tokenizer's and CodeGenTokenizer's defaults: <|endoftext|> is
+	// their BOS, EOS and unknown token when no file names one.
+	for _, f := range []*json.RawMessage{&cfg.BOS, &cfg.EOS, &cfg.Unk} {
+		if isNull(*f) {
+			*f = json.RawMessage(`"<|endoftext|>"`)
 		}
 	}
 	if !gpt2Classes[cfg.Class] {
@@ -143,7 +166,57 @@ func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("%s and %s: %w", vocabPath, mergesPath, err)
 	}
+	// BOS, EOS and padding as the files name them (tokenizer_config.json,
+	// which LoadDir applies next, names them again when it has them).
+	for _, f := range []struct {
+		raw json.RawMessage
+		dst *int
+	}{{cfg.BOS, &t.bos}, {cfg.EOS, &t.eos}, {cfg.Pad, &t.pad}} {
+		if n, _ := tokenName(f.raw, ""); n != "" {
+			if id, ok := t.TokenToID(n); ok {
+				*f.dst = id
+			}
+		}
+	}
 	return t, true, nil
+}
+
+// specials are the special tokens' names a config lists: bos, eos, unk,
+// pad, sep, cls and mask tokens, then additional_special_tokens.
+func (c *gpt2Config) specials() ([]string, error) {
+	var names []string
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"bos_token", c.BOS}, {"eos_token", c.EOS}, {"unk_token", c.Unk}, {"pad_token", c.Pad}, {"sep_token", c.Sep},
+		{"cls_token", c.Cls}, {"mask_token", c.Mask}} {
+		n, err := tokenName(f.raw, f.name)
+		if err != nil {
+			return nil, err
+		}
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	if !isNull(c.Additional) {
+		var list []json.RawMessage
+		if err := json.Unmarshal(c.Additional, &list); err != nil {
+			return nil, fmt.Errorf("additional_special_tokens: expected a list: %w", err)
+		}
+		for _, raw := range list {
+			n, err := tokenName(raw, "additional_special_tokens")
+			if err != nil {
+				return nil, err
+			}
+			names = append(names, n)
+		}
+	}
+	for k := range c.AddedDecoder {
+		if id, err := strconv.Atoi(k); err != nil || id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("added_tokens_decoder: id %q is not an integer in [0, %d)", k, maxTokenID)
+		}
+	}
+	return names, nil
 }
 
 // gpt2Special is one added token of the synthesised tokenizer.json.
@@ -174,6 +247,9 @@ func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Spec
 			return nil, fmt.Errorf("%s: expected an object of token → id: %w", p, err)
 		}
 		for c, id := range extra {
+			if id < 0 || id >= maxTokenID {
+				return nil, fmt.Errorf("%s: %q: id %d is not in [0, %d)", p, c, id, maxTokenID)
+			}
 			ids[c], next = id, max(next, id+1)
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -181,41 +257,18 @@ func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Spec
 	}
 	var names []string
 	for k, v := range cfg.AddedDecoder {
-		var id int
-		if _, err := fmt.Sscan(k, &id); err != nil || id < 0 || id >= maxTokenID {
-			return nil, fmt.Errorf("tokenizer_config.json: added_tokens_decoder: id %q", k)
-		}
+		id, _ := strconv.Atoi(k) // checked by specials
 		ids[v.Content], next = id, max(next, id+1)
 		if v.Special {
 			names = append(names, v.Content)
 		}
 	}
-	slices.Sort(names) // map order: a stable list
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"bos_token", cfg.BOS}, {"eos_token", cfg.EOS}, {"unk_token", cfg.Unk}, {"pad_token", cfg.Pad}} {
-		n, err := tokenName(f.raw, f.name)
-		if err != nil {
-			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
-		}
-		if n != "" {
-			names = append(names, n)
-		}
+	slices.Sort(names)           // map order: a stable list
+	named, err := cfg.specials() // checked for each file as it was read
+	if err != nil {
+		return nil, err
 	}
-	if !isNull(cfg.Additional) {
-		var list []json.RawMessage
-		if err := json.Unmarshal(cfg.Additional, &list); err != nil {
-			return nil, fmt.Errorf("tokenizer_config.json: additional_special_tokens: expected a list: %w", err)
-		}
-		for _, raw := range list {
-			n, err := tokenName(raw, "additional_special_tokens")
-			if err != nil {
-				return nil, fmt.Errorf("tokenizer_config.json: %w", err)
-			}
-			names = append(names, n)
-		}
-	}
+	names = append(names, named...)
 	var out []gpt2Special
 	seen := map[string]bool{}
 	special := map[string]bool{}
@@ -241,7 +294,7 @@ func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Spec
 			}
 		}
 		if id >= maxTokenID {
-			return nil, fmt.Errorf("special token %q: id %d past %d", n, id, maxTokenID)
+			return nil, fmt.Errorf("%s: special token %q: id %d past %d", dir, n, id, maxTokenID)
 		}
 		out = append(out, gpt2Special{ID: id, Content: n, Special: special[n]})
 	}

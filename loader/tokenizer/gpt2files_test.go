@@ -147,3 +147,52 @@ func TestGPT2SlowFilesRefused(t *testing.T) {
 		t.Errorf("merges.txt alone: %v", err)
 	}
 }
+
+// TestGPT2SlowFilesDefaults: a BOS named by special_tokens_map.json alone
+// is the BOS add_bos_token prepends, and without any config
+// <|endoftext|> is GPT2Tokenizer's BOS, EOS and unknown token, matched
+// whole inside text.
+func TestGPT2SlowFilesDefaults(t *testing.T) {
+	dir := writeGPT2Files(t, `{"add_bos_token": true}`, nil)
+	if err := os.WriteFile(filepath.Join(dir, "special_tokens_map.json"), []byte(`{"bos_token": "<unk>"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := tk.Encode("lower", true); len(ids) == 0 || ids[0] != 19 {
+		t.Errorf("BOS from special_tokens_map.json: %v, want <unk> (19) first", ids)
+	}
+	if bos, ok := tk.BOS(); !ok || bos != 19 {
+		t.Errorf("BOS %d, %v; want 19", bos, ok)
+	}
+	plain, err := LoadDir(writeGPT2Files(t, "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := plain.Encode("low<|endoftext|>", false); !slices.Equal(ids, []int{0, 1, 2, 20}) {
+		t.Errorf("<|endoftext|> without configs: %v, want it whole (20)", ids)
+	}
+	if eos, ok := plain.EOS(); !ok || eos != 20 {
+		t.Errorf("EOS %d, %v; want <|endoftext|> (20)", eos, ok)
+	}
+}
+
+// TestGPT2SlowFilesBadSpecials names the file that holds a bad field.
+func TestGPT2SlowFilesBadSpecials(t *testing.T) {
+	for _, c := range []struct{ file, data, want string }{
+		{"special_tokens_map.json", `{"eos_token": 7}`, "special_tokens_map.json: eos_token"},
+		{"tokenizer_config.json", `{"added_tokens_decoder": {"25x": {"content": "<x>", "special": true}}}`, `tokenizer_config.json: added_tokens_decoder: id "25x"`},
+		{"added_tokens.json", `{"<x>": 1099511627776}`, "added_tokens.json"},
+		{"added_tokens.json", `{"<x>": -1}`, "added_tokens.json"},
+	} {
+		dir := writeGPT2Files(t, "", nil)
+		if err := os.WriteFile(filepath.Join(dir, c.file), []byte(c.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %v, want an error naming %q", c.file, c.data, err, c.want)
+		}
+	}
+}

@@ -49,11 +49,14 @@ type Config struct {
 	// ResidualPostLayerNorm takes each sublayer's residual after its
 	// LayerNorm instead of before it: refused.
 	ResidualPostLayerNorm bool `json:"apply_residual_connection_post_layernorm"`
-	// pretraining_tp with slow_but_exact makes transformers sum the
+	// PretrainingTP with SlowButExact makes transformers sum the
 	// attention's and the MLP's output projections in pretraining_tp
-	// slices of their input, the same product up to rounding: tputool
-	// runs them whole, as transformers does without slow_but_exact, and
-	// reads neither field.
+	// slices of their input, without the projections' biases
+	// (F.linear of each slice with the weight alone): refused. Without
+	// slow_but_exact transformers runs them whole, biases included, as
+	// tputool does (BLOOM-176B's pretraining_tp 4).
+	PretrainingTP *int `json:"pretraining_tp"`
+	SlowButExact  bool `json:"slow_but_exact"`
 }
 
 // Defaults are BloomConfig's (a tiny model's sizes, as transformers has
@@ -76,8 +79,11 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	if c.ResidualPostLayerNorm {
+	switch {
+	case c.ResidualPostLayerNorm:
 		return llama.Options{}, errs.Unsupportedf("%s: apply_residual_connection_post_layernorm true (the residual taken after each LayerNorm) is not supported", where)
+	case c.SlowButExact && lm.Or(c.PretrainingTP, 1) > 1:
+		return llama.Options{}, errs.Unsupportedf("%s: slow_but_exact true with pretraining_tp %d (the output projections summed in slices, without their biases) is not supported", where, *c.PretrainingTP)
 	}
 	// BloomConfig: n_embed, when given, is hidden_size; attribute_map
 	// reads num_hidden_layers and num_attention_heads as n_layer and

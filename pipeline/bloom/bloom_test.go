@@ -151,6 +151,7 @@ func TestConfig(t *testing.T) {
 	}
 	for _, bad := range []struct{ js, want string }{
 		{`"apply_residual_connection_post_layernorm": true`, "apply_residual_connection_post_layernorm"},
+		{`"slow_but_exact": true, "pretraining_tp": 4`, "slow_but_exact"},
 		{`"n_head": 5`, "not a multiple"},
 	} {
 		js := strings.Replace(bloom560m, `"vocab_size": 250880}`, `"vocab_size": 250880, `+bad.js+`}`, 1)
@@ -159,9 +160,14 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
 	}
-	// slow_but_exact's slices are the whole product up to rounding.
-	js := strings.Replace(strings.Replace(bloom560m, `"slow_but_exact": false`, `"slow_but_exact": true`, 1), `"pretraining_tp": 1`, `"pretraining_tp": 4`, 1)
+	// slow_but_exact without tensor-parallel slices, and pretraining_tp
+	// without slow_but_exact, are the plain product.
+	js := strings.Replace(bloom560m, `"slow_but_exact": false`, `"slow_but_exact": true`, 1)
 	if _, err := bloom.Resolve(configOf(t, js)); err != nil {
-		t.Errorf("slow_but_exact with pretraining_tp 4: %v", err)
+		t.Errorf("slow_but_exact with pretraining_tp 1: %v", err)
+	}
+	js = strings.Replace(bloom560m, `"pretraining_tp": 1`, `"pretraining_tp": 4`, 1)
+	if _, err := bloom.Resolve(configOf(t, js)); err != nil {
+		t.Errorf("pretraining_tp 4 without slow_but_exact: %v", err)
 	}
 }

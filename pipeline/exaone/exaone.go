@@ -13,10 +13,12 @@
 // lm_head the head (tied by default, as 3.5's 2.4B ties it).
 // ExaoneConfig's names are read: num_layers, activation_function,
 // layer_norm_epsilon; a head is hidden_size / num_attention_heads wide,
-// as ExaoneSelfAttention computes it, whatever head_dim says.
+// as ExaoneSelfAttention computes it (a head_dim that differs is
+// refused).
 package exaone
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/tputool/tputool/loader/config"
@@ -62,9 +64,20 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		inner := 4 * lm.Or(c.HiddenSize, Defaults.Hidden)
 		c.IntermediateSize = &inner
 	}
-	c.HeadDim, c.LayerTypes = nil, nil // ExaoneSelfAttention: embed_dim // num_heads
+	// ExaoneSelfAttention's heads are embed_dim // num_heads wide; its
+	// rotary reads head_dim, so a config whose head_dim disagrees runs
+	// in neither: refused.
+	hd := c.HeadDim
+	c.HeadDim, c.LayerTypes = nil, nil
 	c.AttentionBias, c.MLPBias = false, false
-	return c.Config.Resolve(cfg, Defaults)
+	o, err := c.Config.Resolve(cfg, Defaults)
+	if err != nil {
+		return llama.Options{}, err
+	}
+	if hd != nil && *hd != o.Spec.HeadDim {
+		return llama.Options{}, fmt.Errorf("%s: head_dim %d differs from hidden_size / num_attention_heads %d", lm.ConfigName(cfg), *hd, o.Spec.HeadDim)
+	}
+	return o, nil
 }
 
 // New builds an ExaoneForCausalLM from its config.json.

@@ -62,8 +62,10 @@ func toExaone(t *testing.T, src, dst string, swap bool) {
 // read with c_fc_0 and c_fc_1 swapped differs.
 func TestLogitsMatchReference(t *testing.T) {
 	for _, tied := range []bool{false, true} {
-		c := lmckpt.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5, Tied: tied,
-			RopeTheta: []float64{1e4, 1e4, 1e4}, Window: []int{0, 0, 0}}
+		// An eps and a rope_theta that are not ExaoneConfig's defaults, so
+		// that a misread field shows.
+		c := lmckpt.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 0.02, Tied: tied,
+			RopeTheta: []float64{50, 50, 50}, Window: []int{0, 0, 0}}
 		tc := lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 170}
 		src := t.TempDir()
 		if err := tc.Write(src); err != nil {
@@ -122,7 +124,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("%d parameters, want 2,405,327,360", n)
 	}
 	if s.Layers != 30 || s.Heads != 32 || s.KVHeads != 8 || s.HeadDim != 80 || s.Intermediate != 7168 || o.Eps != 1e-5 ||
-		o.Rope.Type != "llama3" || !s.TieEmbeddings || s.EOS[0] != 361 || s.BOS != 1 || o.QKVBias || o.MLPBias || s.MaxPositions != 32768 {
+		o.Rope.Type != "llama3" || math.Abs(math.Pow(o.Rope.InvFreq[1], -float64(s.HeadDim)/2)/1e6-1) > 1e-9 || !s.TieEmbeddings || s.EOS[0] != 361 || s.BOS != 1 || o.QKVBias || o.MLPBias || s.MaxPositions != 32768 {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
 	r := m.(lm.Renamer)
@@ -143,13 +145,17 @@ func TestConfig(t *testing.T) {
 		}
 	}
 	// intermediate_size null is 4 × hidden; a head_dim that disagrees
-	// with hidden / heads is not read, as ExaoneSelfAttention does not.
+	// with hidden / heads is refused.
 	o2, err := exaone.Resolve(configOf(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
-		"num_layers": 2, "head_dim": 32, "intermediate_size": null, "vocab_size": 100}`))
+		"num_layers": 2, "head_dim": 16, "intermediate_size": null, "vocab_size": 100}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o2.Spec.HeadDim != 16 || o2.Spec.Intermediate != 256 || o2.Spec.Layers != 2 || !o2.Spec.TieEmbeddings {
 		t.Errorf("resolved %+v", o2.Spec)
+	}
+	if _, err := exaone.Resolve(configOf(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+		"head_dim": 32}`)); err == nil || !strings.Contains(err.Error(), "head_dim 32") || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("head_dim 32 of 64 / 4: %v", err)
 	}
 }

@@ -41,8 +41,8 @@
 // bailingmoe2, runBailing), GPT-NeoX and Pythia (GPTNeoXForCausalLM:
 // llama.cpp's gptneox, runGPTNeoX), GPT-2 and StarCoder (GPT2LMHeadModel,
 // GPTBigCodeForCausalLM: llama.cpp's gpt2 and starcoder, runGPT2), BLOOM
-// (BloomForCausalLM: llama.cpp's bloom, runBloom), EXAONE 3 and 3.5
-// (ExaoneForCausalLM: llama.cpp's exaone, runPairs), Falcon (FalconForCausalLM: llama.cpp's
+// (BloomForCausalLM: llama.cpp's bloom, runBloom), EXAONE without rope
+// scaling, 3.0's (ExaoneForCausalLM: llama.cpp's exaone, runPairs), Falcon (FalconForCausalLM: llama.cpp's
 // falcon, runFalcon), SmallThinker (SmallThinkerForCausalLM:
 // llama.cpp's smallthinker, runSmallThinker), DBRX (DbrxForCausalLM:
 // llama.cpp's dbrx, runDbrx), DeepSeek MoE (DeepseekForCausalLM:

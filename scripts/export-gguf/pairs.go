@@ -13,7 +13,8 @@ import (
 // converter does: q and k as stored; the rest is Llama's tensors. family
 // names the model in errors. It writes the dense ERNIE 4.5
 // (Ernie4_5ForCausalLM) as "ernie4_5", Helium (HeliumForCausalLM) as
-// "llama" and EXAONE 3 and 3.5 (ExaoneForCausalLM, NEOX) as "exaone". Biases (ERNIE's use_bias, Helium's
+// "llama" and EXAONE (ExaoneForCausalLM, NEOX: 3.0's default rotary;
+// 3.5's llama3 scaling is refused with the others) as "exaone". Biases (ERNIE's use_bias, Helium's
 // attention_bias and mlp_bias: llama.cpp reads no MLP biases there, and
 // no release has them) and rope scaling are refused.
 func runPairs(l *lm.Loaded, dir, out string, m *llama.Model, arch, family string) error {
