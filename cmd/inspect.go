@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -219,7 +220,10 @@ func renderInspect(s *ui.IOStreams, r *inspect.Report, headroom float64) error {
 	p := r.Params
 	line := fmt.Sprintf("%s total", inspect.HumanCount(p.Total))
 	if p.Used != p.Total {
-		line += fmt.Sprintf(", %s used by the text-only path", inspect.HumanCount(p.Used))
+		line += fmt.Sprintf(", %s used", inspect.HumanCount(p.Used))
+		if slices.ContainsFunc(r.Skipped, func(g inspect.SkippedGroup) bool { return g.Kind == "vision" || g.Kind == "audio" }) {
+			line += " by the text-only path" // a multimodal checkpoint's towers skipped
+		}
 	}
 	if p.Active > 0 {
 		line += fmt.Sprintf(", %s active per token", inspect.HumanCount(p.Active))

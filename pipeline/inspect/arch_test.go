@@ -14,6 +14,7 @@ import (
 	"github.com/tputool/tputool/loader"
 	"github.com/tputool/tputool/pipeline/inspect"
 	"github.com/tputool/tputool/pipeline/testkit/bertref"
+	"github.com/tputool/tputool/pipeline/testkit/gpt2ref"
 )
 
 // stories copies the shipped 260K Llama into a temporary folder with its
@@ -185,5 +186,33 @@ func TestEncoderContext(t *testing.T) {
 		if len(r.Skipped) == 0 {
 			t.Errorf("context %d: the pooler and buffer are not listed as skipped", ctx)
 		}
+	}
+}
+
+// TestCausalMaskBuffers: a GPT-2 checkpoint's causal-mask buffers, which
+// the model skips, are reported as buffers not loaded, not as the
+// text-only path of a multimodal checkpoint.
+func TestCausalMaskBuffers(t *testing.T) {
+	dir := t.TempDir()
+	c := gpt2ref.Tiny()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := resolve(context.Background(), dir, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := inspect.Run(context.Background(), m, inspect.Options{Batch: 1, Context: 20, DType: "f32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each of the 3 layers: attn.bias [1, 1, 40, 40] and the scalar
+	// attn.masked_bias.
+	if !r.Supported || len(r.Skipped) != 1 || r.Skipped[0].Kind != "buffer" || r.Skipped[0].Tensors != 6 || r.Skipped[0].Params != 3*(1600+1) {
+		t.Errorf("supported %v, skipped %+v", r.Supported, r.Skipped)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, "6 buffer tensors") || strings.Contains(notes, "text-only") {
+		t.Errorf("notes %q", notes)
 	}
 }

@@ -308,8 +308,11 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 					skip[i] = ""
 				} else if skip[i] == "" {
 					skip[i] = "other"
-					if strings.Contains(reason, "multi-token-prediction") { // DeepSeek-V3's layer past the model's, MiniMax's modules
+					switch {
+					case strings.Contains(reason, "multi-token-prediction"): // DeepSeek-V3's layer past the model's, MiniMax's modules
 						skip[i] = "mtp"
+					case strings.Contains(reason, "causal-mask buffers"): // GPT-2's, GPT-J's, GPT-Neo's attn.bias
+						skip[i] = "buffer"
 					}
 				}
 			}
@@ -321,7 +324,11 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 			for _, g := range r.Skipped {
 				parts = append(parts, fmt.Sprintf("%d %s tensors (%s params)", g.Tensors, g.Kind, HumanCount(g.Params)))
 			}
-			r.Notes = append(r.Notes, "text-only path: "+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
+			what := "text-only path: "
+			if !multimodal { // a text model's tensors it does not read (GPT-2's mask buffers, an MTP head)
+				what = ""
+			}
+			r.Notes = append(r.Notes, what+strings.Join(parts, ", ")+" are in the checkpoint but not loaded")
 			if mt, ok := arch.(lm.MultiToken); ok && mt.MTPLayers() > 0 && slices.ContainsFunc(r.Skipped, func(g SkippedGroup) bool { return g.Kind == "mtp" }) {
 				r.Notes = append(r.Notes, "the multi-token-prediction head is loaded by generate --mtp and chat --mtp, which draft speculative tokens with it")
 			}
