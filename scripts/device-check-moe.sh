@@ -30,7 +30,7 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny GPT-Neo, a tiny
-#      EXAONE 3.5, a tiny StarCoder, a tiny
+#      EXAONE 3.5, a tiny Mamba-2, a tiny StarCoder, a tiny
 #      BLOOM, a tiny OPT, a tiny Falcon-40B, a tiny Falcon-RW, a tiny
 #      DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
@@ -536,6 +536,15 @@ cat >"$work/falconmamba.json" <<'EOF'
  "use_conv_bias": true, "hidden_act": "silu", "layer_norm_epsilon": 1e-05, "mixer_rms_eps": 1e-06,
  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny Mamba-2 language model (Mamba-Codestral's class): the Mamba-2
+# mixer on every layer, 4 heads in 2 groups, the gated norm over the whole
+# width, a chunk of 16 that a long prompt crosses.
+cat >"$work/mamba2.json" <<'EOF'
+{"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+ "num_heads": 4, "head_dim": 32, "n_groups": 2, "state_size": 16, "expand": 2, "conv_kernel": 4, "chunk_size": 16,
+ "use_bias": false, "use_conv_bias": true, "hidden_act": "silu", "layer_norm_epsilon": 1e-05, "tie_word_embeddings": false,
+ "bos_token_id": 1, "eos_token_id": 2}
+EOF
 # A tiny Jamba: Mamba-1 layers with dt, B and C RMSNorms beside an
 # unrotated attention layer, experts (softmax top 2, not renormalized)
 # on every second layer.
@@ -773,7 +782,7 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo exaone starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo exaone mamba2 starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16
@@ -813,7 +822,7 @@ for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olm
 	cp testdata/stories260K-hf/tokenizer.json testdata/stories260K-hf/tokenizer_config.json \
 		testdata/stories260K-hf/special_tokens_map.json "$work/$fam/"
 	fg=(generate -m "$work/$fam" -p "Once upon a time" -p "The little dog" -n 16 --temperature 0 --dtype f32 --json)
-	case "$fam" in granitehybrid | nemotronh | kimilinear | deepseekv32 | minimax01) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 8; the indexer's 8 keys; the lightning chunk of 16): the state carried from chunk to chunk
+	case "$fam" in granitehybrid | nemotronh | kimilinear | deepseekv32 | minimax01 | mamba2) # a prompt past the Mamba-2 chunk of 64 tokens (the KDA's of 8; the indexer's 8 keys; the lightning chunk of 16): the state carried from chunk to chunk
 		fg+=(-p "Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her friends. One day, she saw a big red ball in the park and ran to get it. The ball was very shiny and bouncy, and Lily laughed as it flew high into the blue sky above the tall green trees.") ;;
 	esac
 	run "fam-$fam-cpu.json" "$tputool" --device cpu "${fg[@]}" || true

@@ -1,7 +1,8 @@
 // Package mamba implements the Mamba-1 language models, following
 // transformers' models/mamba (MambaForCausalLM: state-spaces/mamba-130m-hf
 // to mamba-2.8b-hf) and models/falcon_mamba (FalconMambaForCausalLM:
-// tiiuae/falcon-mamba-7b and its Instruct build).
+// tiiuae/falcon-mamba-7b and its Instruct build), and the Mamba-2 one
+// (models/mamba2, Mamba2ForCausalLM: mamba2.go).
 //
 // Every layer is a MambaBlock: an RMSNorm (norm) and the selective state
 // space mixer (nn.Mamba1: in_proj, the causal convolution, x_proj,
