@@ -75,3 +75,52 @@ func runMamba(l *lm.Loaded, dir, out string, m *mamba.Model) error {
 	}
 	return write(out, meta, g.ts)
 }
+
+// runMamba2 writes a Mamba2ForCausalLM as llama.cpp's "mamba2": attn_norm
+// (the block's norm), the mixer's tensors as runGraniteHybrid writes them
+// (g.mamba2), output_norm, and output unless tied. llama.cpp normalizes
+// the gated output per group where transformers takes the whole width,
+// so only one group is written; it reads no in_proj or out_proj biases
+// and always adds conv1d's, and clamps no dt (time_step_limit other than
+// transformers' default is refused).
+func runMamba2(l *lm.Loaded, dir, out string, m *mamba.Mamba2Model) error {
+	o := m.Options()
+	s, d := o.Spec, o.Mamba
+	switch {
+	case d.Groups != 1:
+		return fmt.Errorf("%s: n_groups %d; llama.cpp normalizes the gated output per group, transformers over the whole width, so export-gguf writes one group only", dir, d.Groups)
+	case o.ProjBias || !o.ConvBias:
+		return fmt.Errorf("%s: llama.cpp's mamba2 reads no in_proj or out_proj biases and takes conv1d's (use_bias false, use_conv_bias true)", dir)
+	case o.Mixer.DtMin > 0 || o.Mixer.DtMax > 0:
+		return fmt.Errorf("%s: time_step_limit clamps dt; llama.cpp's mamba2 does not", dir)
+	}
+	const a = "mamba2."
+	meta, err := header(l, dir, "mamba2")
+	if err != nil {
+		return err
+	}
+	meta = append(meta, []kv{
+		{a + "block_count", uint32(s.Layers)},
+		{a + "context_length", uint32(1 << 20)},
+		{a + "embedding_length", uint32(s.Hidden)},
+		{a + "feed_forward_length", uint32(0)},
+		{a + "attention.head_count", uint32(0)},
+		{a + "attention.layer_norm_rms_epsilon", float32(o.Eps)},
+	}...)
+	meta = append(meta, mamba2Meta(a, d)...)
+	g := &ggufTensors{l: l}
+	g.add("token_embd.weight", false, "backbone.embeddings.weight")
+	for i := range s.Layers {
+		p, b := fmt.Sprintf("backbone.layers.%d.", i), fmt.Sprintf("blk.%d.", i)
+		g.add(b+"attn_norm.weight", true, p+"norm.weight")
+		g.mamba2(b, p+"mixer.", d)
+	}
+	g.add("output_norm.weight", true, "backbone.norm_f.weight")
+	if !s.TieEmbeddings {
+		g.add("output.weight", false, "lm_head.weight")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return write(out, meta, g.ts)
+}
