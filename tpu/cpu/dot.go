@@ -374,6 +374,17 @@ func dotF32(a *dotAux, out, lhs []float32, rhs any, rs shapes.Shape, spans []int
 	case a.rhsFrom16:
 		r := u16(rhs)
 		nt = func(n, k, lo, ro, oo int) { kernels.GemmF16NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
+	case N == 1 && M > 1:
+		// A matrix times one vector (Mamba-2's state times C at a decode
+		// step, a product a head): out [M, 1] is out [1, M], the GEMV of
+		// the vector over lhs's M rows, where GemmF32NT's driver would
+		// pack M rows against one column.
+		r := rhs.([]float32)
+		nt = func(n, k, lo, ro, oo int) {
+			if n == 1 { // not a span that leaves the column out
+				kernels.GemmF32NT(1, M, k, r[ro:], K, lhs[lo:], K, out[oo:], M)
+			}
+		}
 	default:
 		r := rhs.([]float32)
 		nt = func(n, k, lo, ro, oo int) { kernels.GemmF32NT(M, n, k, lhs[lo:], K, r[ro:], K, out[oo:], N) }
