@@ -234,3 +234,24 @@ var (
 	_ lm.Finisher      = (*Model)(nil)
 	_ lm.FinalWeighter = (*Model)(nil)
 )
+
+// renameEmbedding reads backbone.embedding.weight, as some conversions
+// store it, as backbone.embeddings.weight (MambaModel's and
+// Mamba2Model's load_hook rename "embedding." so).
+func renameEmbedding(stored string) string {
+	if stored == "backbone.embedding.weight" {
+		return "backbone.embeddings.weight"
+	}
+	return stored
+}
+
+// RenameWeight implements lm.Renamer (renameEmbedding).
+func (m *Model) RenameWeight(stored string) string { return renameEmbedding(stored) }
+
+// RenameWeight implements lm.Renamer (renameEmbedding).
+func (m *Mamba2Model) RenameWeight(stored string) string { return renameEmbedding(stored) }
+
+var (
+	_ lm.Renamer = (*Model)(nil)
+	_ lm.Renamer = (*Mamba2Model)(nil)
+)

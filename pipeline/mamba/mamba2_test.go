@@ -91,6 +91,9 @@ func TestMamba2Config(t *testing.T) {
 		o.Spec.Layers != 64 || o.Spec.EOS[0] != 0 || o.Spec.BOS != 0 {
 		t.Errorf("options %+v", o)
 	}
+	if got := m.(lm.Renamer).RenameWeight("backbone.embedding.weight"); got != "backbone.embeddings.weight" {
+		t.Errorf("backbone.embedding.weight read as %s", got)
+	}
 	for _, bad := range []struct{ js, want string }{
 		{`"expand": 3`, "expand × hidden_size"},
 		{`"n_groups": 3`, "n_groups 3 must divide"},

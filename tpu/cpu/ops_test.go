@@ -640,9 +640,10 @@ func TestDotGeneral(t *testing.T) {
 		{"twoContracting", []int{4, 3, 5}, []int{3, 5, 6}, []int{1, 2}, nil, []int{0, 1}, nil},
 		{"manyHeads", []int{40, 1, 8}, []int{40, 13, 8}, []int{2}, []int{0}, []int{2}, []int{0}},
 		{"big", []int{67, 130}, []int{129, 130}, []int{1}, nil, []int{1}, nil},
-		// A matrix times a vector a head, the vector a K×1 column (NN):
-		// Mamba-2's state [B, H, P, N] times C [B, H, N, 1] at a decode
-		// step, run as a GEMV.
+		// A matrix times a vector a head, the vector a K×1 column (NN in
+		// DotGeneral's axes, read in place as NT: its size-1 axis is
+		// ignored): Mamba-2's state [B, H, P, N] times C [B, H, N, 1] at a
+		// decode step, run as a GEMV.
 		{"matvecNNHeads", []int{2, 3, 37, 20}, []int{2, 3, 20, 1}, []int{3}, []int{0, 1}, []int{2}, []int{0, 1}},
 		{"matvecNN", []int{65, 33}, []int{33, 1}, []int{1}, nil, []int{0}, nil},
 	}
