@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bloom"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -41,17 +38,7 @@ func TestLogitsMatchReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			for _, be := range []backends.Backend{refcheck.GoBackend(t), refcheck.CPUBackend(t)} {
-				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-					if err != nil {
-						t.Fatal(err)
-					}
-					f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-					t.Logf("%s %v: max relative error %.3g", be.Name(), mode, f.Worst)
-					r.Close()
-				}
-			}
+			moecheck.Run(t, "", l, rm, prompts, seqs, steps, 1e-4)
 			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 			flat := &bloomref.Model{C: rm.C, W: rm.W, NoALiBi: true}
 			prompt := prompts[1]

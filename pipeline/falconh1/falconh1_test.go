@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/compile"
@@ -94,23 +93,7 @@ func TestLogitsMatchReference(t *testing.T) {
 	for _, c := range []falconh1ref.FalconH1{falconh1ref.Tiny(), falconh1ref.TinyPlain()} {
 		l, rm := load(t, c)
 		seqs := refcheck.GreedySequences(rm, prompts, steps)
-		for _, backend := range []string{"go", "cpu"} {
-			var be backends.Backend
-			if backend == "go" {
-				be = refcheck.GoBackend(t)
-			} else {
-				be = refcheck.CPUBackend(t)
-			}
-			for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-				r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-				if err != nil {
-					t.Fatal(err)
-				}
-				f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-				t.Logf("seed %d %s %v: max relative error %.3g", c.Seed, backend, mode, f.Worst)
-				r.Close()
-			}
-		}
+		moecheck.Run(t, "", l, rm, prompts, seqs, steps, 1e-4)
 		t.Logf("seed %d bfloat16: worst relative error %.3g", c.Seed, moecheck.BFloat16(t, l, rm, prompts, 0.05))
 		// int8 KV caches: their scales follow the mixer's state in the
 		// layer's held state (k, v, conv, ssm, k_scale, v_scale).

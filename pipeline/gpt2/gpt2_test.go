@@ -4,9 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gpt2"
 	"github.com/tputool/tputool/pipeline/llama"
@@ -41,23 +38,7 @@ func TestLogitsMatchReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			for _, backend := range []string{"go", "cpu"} {
-				var be backends.Backend
-				if backend == "go" {
-					be = refcheck.GoBackend(t)
-				} else {
-					be = refcheck.CPUBackend(t)
-				}
-				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-					if err != nil {
-						t.Fatal(err)
-					}
-					f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-					t.Logf("%s %v: max relative error %.3g", backend, mode, f.Worst)
-					r.Close()
-				}
-			}
+			moecheck.Run(t, "", l, rm, prompts, seqs, steps, 1e-4)
 			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 			shifted := &gpt2ref.Model{C: rm.C, W: rm.W, Shift: 1}
 			prompt := prompts[1]
@@ -203,17 +184,7 @@ func TestBigCodeLogitsMatchReference(t *testing.T) {
 				t.Errorf("%d KV heads, want %d", got, want)
 			}
 			seqs := refcheck.GreedySequences(rm, prompts, steps)
-			for _, be := range []backends.Backend{refcheck.GoBackend(t), refcheck.CPUBackend(t)} {
-				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-					if err != nil {
-						t.Fatal(err)
-					}
-					f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-					t.Logf("%s %v: max relative error %.3g", be.Name(), mode, f.Worst)
-					r.Close()
-				}
-			}
+			moecheck.Run(t, "", l, rm, prompts, seqs, steps, 1e-4)
 			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 			shifted := &gpt2ref.Model{C: rm.C, W: rm.W, Shift: 1}
 			mutants := []refcheck.Mutant{{Name: "the position table one row off", Logits: shifted.Logits}}

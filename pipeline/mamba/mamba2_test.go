@@ -4,9 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mamba"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -45,17 +42,7 @@ func TestMamba2LogitsMatchReference(t *testing.T) {
 				t.Fatalf("options %+v", o)
 			}
 			seqs := refcheck.GreedySequences(rm, mamba2Prompts, steps)
-			for _, be := range []backends.Backend{refcheck.GoBackend(t), refcheck.CPUBackend(t)} {
-				for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-					r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-					if err != nil {
-						t.Fatal(err)
-					}
-					f := refcheck.TeacherForced(t, r.NewState(), rm, mamba2Prompts, seqs, steps, 1e-4)
-					t.Logf("%s %v: max relative error %.3g", be.Name(), mode, f.Worst)
-					r.Close()
-				}
-			}
+			moecheck.Run(t, "", l, rm, mamba2Prompts, seqs, steps, 1e-4)
 			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, mamba2Prompts, 0.05))
 			grouped := &mamba2ref.LMModel{C: rm.C, W: rm.W, NormGroups: c.lm.Groups}
 			prompt := mamba2Prompts[1]

@@ -4,9 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
-
-	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mamba"
@@ -79,23 +76,7 @@ func TestLogitsMatchReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		seqs := refcheck.GreedySequences(rm, prompts, steps)
-		for _, backend := range []string{"go", "cpu"} {
-			var be backends.Backend
-			if backend == "go" {
-				be = refcheck.GoBackend(t)
-			} else {
-				be = refcheck.CPUBackend(t)
-			}
-			for _, mode := range []compile.Mode{compile.Compiled, compile.Eager} {
-				r, err := compile.NewRunner(be, l, compile.Options{Mode: mode})
-				if err != nil {
-					t.Fatal(err)
-				}
-				f := refcheck.TeacherForced(t, r.NewState(), rm, prompts, seqs, steps, 1e-4)
-				t.Logf("seed %d %s %v: max relative error %.3g", c.Seed, backend, mode, f.Worst)
-				r.Close()
-			}
-		}
+		moecheck.Run(t, "", l, rm, prompts, seqs, steps, 1e-4)
 		t.Logf("seed %d bfloat16: worst relative error %.3g", c.Seed, moecheck.BFloat16(t, l, rm, prompts, 0.05))
 	}
 }
