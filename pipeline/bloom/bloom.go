@@ -109,10 +109,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err != nil {
 		return llama.Options{}, err
 	}
-	o.NoRope = make([]bool, o.Spec.Layers)
-	for i := range o.NoRope {
-		o.NoRope[i] = true
-	}
+	o.NoRotary()
 	o.ALiBi = true
 	o.FusedQKV, o.QKVPerHead, o.QKVBias, o.OBias, o.MLPBias = true, true, true, true, true
 	o.LayerNorm, o.UngatedMLP = true, true

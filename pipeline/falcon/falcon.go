@@ -108,10 +108,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	if c.Alibi { // Falcon-RW: no rotary; (q·k + alibi)/sqrt(head_dim), alibi BLOOM's
-		o.NoRope = make([]bool, o.Spec.Layers)
-		for i := range o.NoRope {
-			o.NoRope[i] = true
-		}
+		o.NoRotary()
 		o.ALiBi, o.ALiBiScaled = true, true
 	}
 	o.QKVBias, o.OBias, o.MLPBias = c.Bias, c.Bias, c.Bias

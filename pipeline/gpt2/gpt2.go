@@ -170,10 +170,7 @@ func (c *Config) resolve(cfg *config.File, d llama.Defaults) (llama.Options, err
 	if err != nil {
 		return llama.Options{}, err
 	}
-	o.NoRope = make([]bool, o.Spec.Layers)
-	for i := range o.NoRope {
-		o.NoRope[i] = true
-	}
+	o.NoRotary()
 	o.Positions = llama.Positions{Rows: o.Spec.MaxPositions}
 	if c.ScaleAttnWeights != nil && !*c.ScaleAttnWeights {
 		o.AttnScale = 1

@@ -96,10 +96,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, fmt.Errorf("%s: window_size %d must be positive", where, window)
 	}
 	o.Spec.SlidingWindow = window
-	o.NoRope = make([]bool, o.Spec.Layers)
-	for i := range o.NoRope {
-		o.NoRope[i] = true
-	}
+	o.NoRotary()
 	o.Positions = llama.Positions{Rows: o.Spec.MaxPositions}
 	o.AttnScale = 1    // GPTNeoSelfAttention does not scale its scores,
 	o.ScoresF32 = true // and computes them from queries and keys in float32

@@ -138,10 +138,7 @@ func ResolveHybrid(cfg *config.File) (HybridOptions, error) {
 	switch pe := lm.Or(c.PositionEmbeddingType, ""); pe {
 	case "rope":
 	case "", "nope":
-		o.NoRope = make([]bool, s.Layers)
-		for i := range o.NoRope {
-			o.NoRope[i] = true
-		}
+		o.NoRotary()
 	default:
 		return HybridOptions{}, errs.Unsupportedf("%s: position_embedding_type %q is not supported (supported: rope, nope, null)", where, pe)
 	}

@@ -215,6 +215,15 @@ type Positions struct {
 // PositionsWeight is the learned position embedding's name.
 const PositionsWeight = "model.embed_positions.weight"
 
+// NoRotary leaves every layer without the rotary embedding (NoRope):
+// for families whose positions are learned, ALiBi's, or none.
+func (o *Options) NoRotary() {
+	o.NoRope = make([]bool, o.Spec.Layers)
+	for i := range o.NoRope {
+		o.NoRope[i] = true
+	}
+}
+
 // Norms names a decoder layer's norms, "" for none: PreAttn norms the
 // attention's input, PostAttn its output before it joins the residual,
 // PreMLP the MLP's input and PostMLP its output before it joins the

@@ -87,10 +87,7 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err != nil {
 		return llama.Options{}, err
 	}
-	o.NoRope = make([]bool, o.Spec.Layers)
-	for i := range o.NoRope {
-		o.NoRope[i] = true
-	}
+	o.NoRotary()
 	o.Positions = llama.Positions{Rows: o.Spec.MaxPositions + positionOffset, Offset: positionOffset}
 	bias := lm.Or(c.EnableBias, true)
 	o.QKVBias, o.OBias, o.MLPBias = bias, bias, bias
