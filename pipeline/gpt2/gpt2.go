@@ -51,13 +51,7 @@ func init() { lm.Register(Architecture, New) }
 // n_layer, n_head...) besides the fields Llama's config shares.
 type Config struct {
 	llama.Config
-	NEmbd            *int     `json:"n_embd"`
-	NLayer           *int     `json:"n_layer"`
-	NHead            *int     `json:"n_head"`
-	NInner           *int     `json:"n_inner"`
-	NPositions       *int     `json:"n_positions"`
-	LayerNormEpsilon *float64 `json:"layer_norm_epsilon"`
-	ActivationFunc   string   `json:"activation_function"`
+	llama.GPT2Names
 	// ScaleAttnWeights divides the attention's scores by the square
 	// root of the head size (true when absent).
 	ScaleAttnWeights *bool `json:"scale_attn_weights"`
@@ -142,28 +136,9 @@ func (c *Config) resolve(cfg *config.File, d llama.Defaults) (llama.Options, err
 	case c.AddCrossAttention:
 		return llama.Options{}, errs.Unsupportedf("%s: add_cross_attention true (a decoder with cross-attention over an encoder's states) is not supported", where)
 	}
-	pick := func(llamas, own *int) *int {
-		if llamas != nil {
-			return llamas
-		}
-		return own
-	}
-	c.HiddenSize = pick(c.HiddenSize, c.NEmbd)
-	c.NumHiddenLayers = pick(c.NumHiddenLayers, c.NLayer)
-	c.NumAttentionHeads = pick(c.NumAttentionHeads, c.NHead)
-	c.MaxPositionEmbeddings = pick(c.MaxPositionEmbeddings, c.NPositions)
-	c.RMSNormEps = c.LayerNormEpsilon
-	c.HiddenAct = c.ActivationFunc
-	hidden := lm.Or(c.HiddenSize, d.Hidden)
-	inner := 4 * hidden // GPT2Block: n_inner, or 4 × n_embd
-	if c.NInner != nil && *c.NInner > 0 {
-		inner = *c.NInner
-	}
-	c.IntermediateSize = &inner
-	// GPT2Attention reads neither num_key_value_heads nor head_dim: every
-	// head has its key and value, n_embd / n_head wide.
-	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
-	c.AttentionBias, c.MLPBias = false, false
+	// GPT2Config's names (GPT2Block: n_inner, or 4 × n_embd;
+	// GPT2Attention: a key and value a head).
+	c.GPT2Names.Apply(&c.Config, d)
 	// No rotary: the rope fields are not read (the decoder builds a table
 	// nobody uses from the defaults).
 	o, err := c.Config.Resolve(cfg.Without(config.RopeFields...), d)

@@ -37,14 +37,8 @@ func init() { lm.Register(Architecture, New) }
 // n_layer, n_head...) besides the fields Llama's config shares.
 type Config struct {
 	llama.Config
-	NEmbd            *int     `json:"n_embd"`
-	NLayer           *int     `json:"n_layer"`
-	NHead            *int     `json:"n_head"`
-	NInner           *int     `json:"n_inner"`
-	NPositions       *int     `json:"n_positions"`
-	RotaryDim        *int     `json:"rotary_dim"`
-	LayerNormEpsilon *float64 `json:"layer_norm_epsilon"`
-	ActivationFunc   string   `json:"activation_function"`
+	llama.GPT2Names
+	RotaryDim *int `json:"rotary_dim"`
 }
 
 // Defaults are GPTJConfig's (GPT-J-6B's sizes); intermediate_size is
@@ -69,30 +63,9 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	if err := cfg.Decode(&c); err != nil {
 		return llama.Options{}, err
 	}
-	// GPTJConfig's attribute_map: hidden_size is n_embd, and so on; the
-	// config.json holds GPT-J's names.
-	pick := func(llamas, own *int) *int {
-		if llamas != nil {
-			return llamas
-		}
-		return own
-	}
-	c.HiddenSize = pick(c.HiddenSize, c.NEmbd)
-	c.NumHiddenLayers = pick(c.NumHiddenLayers, c.NLayer)
-	c.NumAttentionHeads = pick(c.NumAttentionHeads, c.NHead)
-	c.MaxPositionEmbeddings = pick(c.MaxPositionEmbeddings, c.NPositions)
-	c.RMSNormEps = c.LayerNormEpsilon
-	c.HiddenAct = c.ActivationFunc
-	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
-	inner := 4 * hidden // GPTJMLP: n_inner, or 4 × n_embd
-	if c.NInner != nil && *c.NInner > 0 {
-		inner = *c.NInner
-	}
-	c.IntermediateSize = &inner
-	// GPTJAttention reads neither num_key_value_heads nor head_dim: every
-	// head has its key and value, n_embd / n_head wide.
-	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
-	c.AttentionBias, c.MLPBias = false, false
+	// GPTJConfig's names (GPTJMLP: n_inner, or 4 × n_embd;
+	// GPTJAttention: a key and value a head).
+	c.GPT2Names.Apply(&c.Config, Defaults)
 	// The rotary is GPT-J's own: base 10000 over rotary_dim dims (built
 	// below); no rope field of the config is read.
 	o, err := c.Config.Resolve(cfg.Without(config.RopeFields...), Defaults)

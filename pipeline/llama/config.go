@@ -42,6 +42,49 @@ type Config struct {
 	LayerTypes            []string        `json:"layer_types"`
 }
 
+// GPT2Names are GPT2Config's names for the sizes (n_embd, n_layer,
+// n_head, n_inner, n_positions, layer_norm_epsilon,
+// activation_function), which GPT-2's, GPTBigCode's and GPT-J's configs
+// hold in place of Llama's. Architectures embed them beside Config.
+type GPT2Names struct {
+	NEmbd            *int     `json:"n_embd"`
+	NLayer           *int     `json:"n_layer"`
+	NHead            *int     `json:"n_head"`
+	NInner           *int     `json:"n_inner"`
+	NPositions       *int     `json:"n_positions"`
+	LayerNormEpsilon *float64 `json:"layer_norm_epsilon"`
+	ActivationFunc   string   `json:"activation_function"`
+}
+
+// Apply reads the names into c as the classes read them: their
+// attribute_map makes hidden_size n_embd and so on, Llama's names winning
+// where the config writes both (set last); the intermediate size is
+// n_inner, 4 × the hidden size (d's when unset) when null or 0; every
+// head has its key and value, n_embd / n_head wide, so neither
+// num_key_value_heads, head_dim nor layer_types is read, nor are
+// rms_norm_eps, hidden_act, attention_bias and mlp_bias.
+func (g *GPT2Names) Apply(c *Config, d Defaults) {
+	pick := func(llamas, own *int) *int {
+		if llamas != nil {
+			return llamas
+		}
+		return own
+	}
+	c.HiddenSize = pick(c.HiddenSize, g.NEmbd)
+	c.NumHiddenLayers = pick(c.NumHiddenLayers, g.NLayer)
+	c.NumAttentionHeads = pick(c.NumAttentionHeads, g.NHead)
+	c.MaxPositionEmbeddings = pick(c.MaxPositionEmbeddings, g.NPositions)
+	c.RMSNormEps = g.LayerNormEpsilon
+	c.HiddenAct = g.ActivationFunc
+	inner := 4 * lm.Or(c.HiddenSize, d.Hidden)
+	if g.NInner != nil && *g.NInner > 0 {
+		inner = *g.NInner
+	}
+	c.IntermediateSize = &inner
+	c.NumKeyValueHeads, c.HeadDim, c.LayerTypes = nil, nil, nil
+	c.AttentionBias, c.MLPBias = false, false
+}
+
 // Defaults are the values transformers' configuration class uses for
 // fields a config.json leaves out; they differ per architecture.
 type Defaults struct {
