@@ -22,8 +22,6 @@
 package bloom
 
 import (
-	"strings"
-
 	. "github.com/gomlx/gomlx/pkg/core/graph" //nolint:revive // GoMLX's idiom for graph code
 
 	"github.com/tputool/tputool/internal/errs"
@@ -146,30 +144,16 @@ func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 	return m.Model.Norm(w, EmbedNorm, m.Model.Embed(w, tokens))
 }
 
-// renamed maps the modules of a BLOOM block to Llama's.
-var renamed = strings.NewReplacer(
-	".self_attention.query_key_value.", ".self_attn.qkv_proj.",
-	".self_attention.dense.", ".self_attn.o_proj.",
-	".mlp.dense_h_to_4h.", ".mlp.up_proj.",
-	".mlp.dense_4h_to_h.", ".mlp.down_proj.",
-)
-
 // RenameWeight implements lm.Renamer: [transformer.]word_embeddings is
 // model.embed_tokens, word_embeddings_layernorm model.embed_layernorm, h
 // model.layers (self_attention.query_key_value self_attn.qkv_proj,
 // self_attention.dense self_attn.o_proj, the MLP's dense_h_to_4h and
 // dense_4h_to_h up_proj and down_proj), ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	name := strings.TrimPrefix(stored, "transformer.")
-	switch {
-	case name == "word_embeddings.weight":
-		return "model.embed_tokens.weight"
-	case strings.HasPrefix(name, "word_embeddings_layernorm."):
-		return EmbedNorm + "." + strings.TrimPrefix(name, "word_embeddings_layernorm.")
-	case strings.HasPrefix(name, "ln_f."):
-		return "model.norm." + strings.TrimPrefix(name, "ln_f.")
-	case strings.HasPrefix(name, "h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(name, "h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Optional: true,
+	Top: [][2]string{{"word_embeddings.weight", "model.embed_tokens.weight"}, {"word_embeddings_layernorm.", EmbedNorm + "."},
+		{"ln_f.", "model.norm."}},
+	Blocks: llama.FusedBlockNames,
 }

@@ -113,18 +113,9 @@ var renamed = strings.NewReplacer(
 // ln_2 post_attention_layernorm, attn.attention's projections
 // self_attn's, out_proj o_proj, the MLP's c_fc_0, c_fc_1 and c_proj
 // gate_proj, up_proj and down_proj), transformer.ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	name, ok := strings.CutPrefix(stored, "transformer.")
-	if !ok {
-		return stored
-	}
-	switch {
-	case name == "wte.weight":
-		return "model.embed_tokens.weight"
-	case strings.HasPrefix(name, "ln_f."):
-		return "model.norm." + strings.TrimPrefix(name, "ln_f.")
-	case strings.HasPrefix(name, "h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(name, "h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Top:    [][2]string{{"wte.weight", "model.embed_tokens.weight"}, {"ln_f.", "model.norm."}},
+	Blocks: renamed,
 }

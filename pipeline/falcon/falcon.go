@@ -27,7 +27,6 @@ package falcon
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
@@ -147,27 +146,14 @@ type Model struct{ *llama.Model }
 
 var _ lm.Renamer = (*Model)(nil)
 
-// renamed maps the modules of a Falcon layer to Llama's.
-var renamed = strings.NewReplacer(
-	".self_attention.query_key_value.", ".self_attn.qkv_proj.",
-	".self_attention.dense.", ".self_attn.o_proj.",
-	".mlp.dense_h_to_4h.", ".mlp.up_proj.",
-	".mlp.dense_4h_to_h.", ".mlp.down_proj.",
-)
-
 // RenameWeight implements lm.Renamer: transformer.word_embeddings is
 // model.embed_tokens, transformer.h model.layers (self_attention's
 // query_key_value and dense self_attn's qkv_proj and o_proj, the MLP's
 // dense_h_to_4h and dense_4h_to_h up_proj and down_proj; the norms keep
 // their names), transformer.ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	switch {
-	case stored == "transformer.word_embeddings.weight":
-		return "model.embed_tokens.weight"
-	case strings.HasPrefix(stored, "transformer.ln_f."):
-		return "model.norm." + strings.TrimPrefix(stored, "transformer.ln_f.")
-	case strings.HasPrefix(stored, "transformer.h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(stored, "transformer.h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Top:    [][2]string{{"word_embeddings.weight", "model.embed_tokens.weight"}, {"ln_f.", "model.norm."}},
+	Blocks: llama.FusedBlockNames,
 }

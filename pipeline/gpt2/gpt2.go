@@ -214,19 +214,12 @@ var renamed = strings.NewReplacer(
 // input_layernorm, ln_2 post_attention_layernorm, attn.c_attn
 // self_attn.qkv_proj, attn.c_proj self_attn.o_proj, mlp.c_fc and
 // mlp.c_proj up_proj and down_proj), ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	name := strings.TrimPrefix(stored, "transformer.")
-	switch {
-	case name == "wte.weight":
-		return "model.embed_tokens.weight"
-	case name == "wpe.weight":
-		return llama.PositionsWeight
-	case strings.HasPrefix(name, "ln_f."):
-		return "model.norm." + strings.TrimPrefix(name, "ln_f.")
-	case strings.HasPrefix(name, "h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(name, "h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Optional: true,
+	Top:      [][2]string{{"wte.weight", "model.embed_tokens.weight"}, {"wpe.weight", llama.PositionsWeight}, {"ln_f.", "model.norm."}},
+	Blocks:   renamed,
 }
 
 // buffers matches the causal-mask buffers checkpoints saved with the

@@ -127,16 +127,11 @@ var renamed = strings.NewReplacer(
 // model.embed_tokens, transformer.h model.layers (ln_1 input_layernorm,
 // attn self_attn with out_proj as o_proj, the MLP's fc_in and fc_out
 // up_proj and down_proj), transformer.ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	switch {
-	case stored == "transformer.wte.weight":
-		return "model.embed_tokens.weight"
-	case strings.HasPrefix(stored, "transformer.ln_f."):
-		return "model.norm." + strings.TrimPrefix(stored, "transformer.ln_f.")
-	case strings.HasPrefix(stored, "transformer.h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(stored, "transformer.h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Top:    [][2]string{{"wte.weight", "model.embed_tokens.weight"}, {"ln_f.", "model.norm."}},
+	Blocks: renamed,
 }
 
 // buffers matches the causal-mask buffers old checkpoints saved with the

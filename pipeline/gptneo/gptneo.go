@@ -181,22 +181,11 @@ var renamed = strings.NewReplacer(
 // input_layernorm, ln_2 post_attention_layernorm, attn.attention's
 // projections self_attn's, out_proj o_proj, the MLP's c_fc and c_proj
 // up_proj and down_proj), ln_f model.norm.
-func (m *Model) RenameWeight(stored string) string {
-	name, ok := strings.CutPrefix(stored, "transformer.")
-	if !ok {
-		return stored
-	}
-	switch {
-	case name == "wte.weight":
-		return "model.embed_tokens.weight"
-	case name == "wpe.weight":
-		return llama.PositionsWeight
-	case strings.HasPrefix(name, "ln_f."):
-		return "model.norm." + strings.TrimPrefix(name, "ln_f.")
-	case strings.HasPrefix(name, "h."):
-		return renamed.Replace("model.layers." + strings.TrimPrefix(name, "h."))
-	}
-	return stored
+func (m *Model) RenameWeight(stored string) string { return names.Rename(stored) }
+
+var names = llama.TransformerNames{
+	Top:    [][2]string{{"wte.weight", "model.embed_tokens.weight"}, {"wpe.weight", llama.PositionsWeight}, {"ln_f.", "model.norm."}},
+	Blocks: renamed,
 }
 
 // buffers matches the causal-mask buffers checkpoints saved with the
