@@ -228,8 +228,5 @@ var buffers = regexp.MustCompile(`^((transformer\.)?h|model\.layers)\.\d+\.(attn
 
 // SkipWeight implements lm.Skipper: the causal-mask buffers.
 func (m *Model) SkipWeight(name string) (string, bool) {
-	if buffers.MatchString(name) {
-		return "the attention's causal-mask buffers, which transformers recomputes", true
-	}
-	return "", false
+	return lm.SkipMatched(name, lm.MaskBuffersReason, buffers)
 }

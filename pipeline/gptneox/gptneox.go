@@ -163,8 +163,5 @@ var buffers = regexp.MustCompile(`^(gpt_neox|model)\.layers\.\d+\.attention\.(bi
 // SkipWeight implements lm.Skipper: the causal-mask and rotary buffers
 // (transformers' _keys_to_ignore_on_load_unexpected).
 func (m *Model) SkipWeight(name string) (string, bool) {
-	if buffers.MatchString(name) {
-		return "the attention's causal-mask and rotary buffers, which transformers recomputes", true
-	}
-	return "", false
+	return lm.SkipMatched(name, "the attention's causal-mask and rotary buffers, which transformers recomputes", buffers)
 }

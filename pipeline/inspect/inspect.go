@@ -311,7 +311,7 @@ func Run(ctx context.Context, m *loader.Checkpoint, opts Options) (*Report, erro
 					switch {
 					case strings.Contains(reason, "multi-token-prediction"): // DeepSeek-V3's layer past the model's, MiniMax's modules
 						skip[i] = "mtp"
-					case strings.Contains(reason, "causal-mask buffers"): // GPT-2's, GPT-J's, GPT-Neo's attn.bias
+					case reason == lm.MaskBuffersReason: // GPT-2's, GPT-J's, GPT-Neo's attn.bias
 						skip[i] = "buffer"
 					}
 				}

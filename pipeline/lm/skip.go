@@ -1,6 +1,7 @@
 package lm
 
 import (
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -28,6 +29,21 @@ func SkipPrefixed(name, reason string, prefixes ...string) (string, bool) {
 	}
 	return "", false
 }
+
+// SkipMatched is a Skipper's answer for the tensors whose names re
+// matches: reason and true for those, "" and false for the others.
+func SkipMatched(name, reason string, re *regexp.Regexp) (string, bool) {
+	if re.MatchString(name) {
+		return reason, true
+	}
+	return "", false
+}
+
+// MaskBuffersReason is the reason of the Skippers of GPT-2, GPT-J and
+// GPT-Neo for the causal-mask buffers (attn.bias, attn.masked_bias) their
+// checkpoints saved with the weights; inspect counts the tensors skipped
+// for it as buffers.
+const MaskBuffersReason = "the attention's causal-mask buffers, which transformers recomputes"
 
 // SkippedGroup counts the checkpoint tensors skipped for one reason.
 type SkippedGroup struct {
